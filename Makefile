@@ -1,0 +1,36 @@
+# Thin wrapper over CMake. `make` builds, `make test` runs every test,
+# `make demo` runs the main job, `make asan` runs the unit tests under
+# AddressSanitizer + UBSan, `make bench` runs the benchmarks.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all build test demo asan bench fuzz clean
+
+all: build
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@sh tests/run_tests.sh $(BUILD)
+
+demo: build
+	@$(BUILD)/kvbound policies
+
+asan:
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVB_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run_tests.sh $(ASAN_BUILD)
+
+bench: build
+	@sh bench/run_bench.sh $(BUILD)
+
+fuzz:
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DKVB_FUZZ=ON >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

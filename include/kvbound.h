@@ -1,0 +1,349 @@
+/*
+ * kvbound.h — the one public header of libkvbound.
+ *
+ * kvbound is a bounded-memory KV cache for LLM inference. The library owns:
+ *   - a page pool (fixed-size pages from one free list, bytes accounted exactly);
+ *   - caches: one per sequence, n_layer x n_kv_head streams, each holding the
+ *     retained K/V rows of one KV head in pages from the pool;
+ *   - attention over the retained rows (decode and chunked prefill), which can
+ *     return the attention each retained slot received, at no extra pass;
+ *   - eviction policies (a registry of vtables) that choose victims; only the
+ *     cache evicts.
+ *
+ * Usage summary (decode loop of an engine):
+ *
+ *     struct kvb_cache_params cp = kvb_cache_default_params();
+ *     cp.n_layer = 22; cp.n_kv_head = 4; cp.head_dim = 64; cp.dtype = KVB_DTYPE_F16;
+ *     cp.rope = (struct kvb_rope){ .type = KVB_ROPE_INTERLEAVED, .n_dims = 64, .base = 10000, .freq_scale = 1 };
+ *     cp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+ *     cp.policy.budget = 1024;
+ *     struct kvb_cache *c; if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) ...;
+ *     for each token, for each layer l:
+ *         kvb_cache_decode(c, l, q, n_head, k, v, out, tp);   // q, k before RoPE
+ *
+ * Conventions
+ *   - Every function returning kvb_status returns KVB_OK (0) on success and a
+ *     negative error otherwise. On error, the objects passed in are unchanged
+ *     (prepare-then-apply), and kvb_last_error() describes the failure.
+ *   - The library never prints and never exits; it reports through the log
+ *     callback set with kvb_log_set().
+ *   - *_free(NULL) is a no-op.
+ *   - A cache is not thread-safe: one thread drives it, and may hand a
+ *     kvb_threadpool to the calls that parallelise over KV heads. A pool may
+ *     be shared by caches driven from different threads.
+ */
+#ifndef KVBOUND_H
+#define KVBOUND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVB_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------------ */
+/* Status, logging, allocation                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef enum kvb_status {
+    KVB_OK = 0,
+    KVB_ERR_NOMEM = -1,       /* allocation failed or the page pool is exhausted */
+    KVB_ERR_IO = -2,          /* open/read/write failed */
+    KVB_ERR_CORRUPT = -3,     /* malformed input: bad magic, checksum, bounds */
+    KVB_ERR_INVALID = -4,     /* bad argument or parameter */
+    KVB_ERR_UNSUPPORTED = -5, /* valid request that this build cannot do */
+} kvb_status;
+
+/* Text for any status value; never NULL. */
+const char *kvb_status_str(kvb_status s);
+
+/* The message of the last failure on the calling thread ("" if none). It names
+ * the parameter, field or file involved. Valid until the next failing call. */
+const char *kvb_last_error(void);
+
+enum kvb_log_level {
+    KVB_LOG_ERROR = 0,
+    KVB_LOG_WARN = 1,
+    KVB_LOG_INFO = 2,
+    KVB_LOG_DEBUG = 3,
+};
+typedef void (*kvb_log_fn)(enum kvb_log_level level, const char *msg, void *user);
+
+/* Route library messages to fn (NULL: silence, the default). Not thread-safe
+ * against concurrent library calls; set it once at start-up. */
+void kvb_log_set(kvb_log_fn fn, void *user);
+
+/* Replaceable allocator, used for every allocation the library makes. Tests
+ * use it to fail the N-th allocation. NULL restores libc. Set it while no
+ * library object is alive. */
+struct kvb_allocator {
+    void *(*malloc_fn)(size_t size, void *user);
+    void (*free_fn)(void *ptr, void *user);
+    void *user;
+};
+void kvb_allocator_set(const struct kvb_allocator *a);
+
+/* ------------------------------------------------------------------------ */
+/* Thread pool: ops take (ith, nth) and split work themselves               */
+/* ------------------------------------------------------------------------ */
+
+struct kvb_threadpool;
+
+/* n_threads >= 1 (the caller's thread counts as one). */
+kvb_status kvb_threadpool_init(int32_t n_threads, struct kvb_threadpool **out);
+void kvb_threadpool_free(struct kvb_threadpool *tp);
+int32_t kvb_threadpool_n_threads(const struct kvb_threadpool *tp);
+/* Runs fn(ith, nth, arg) on every thread (ith = 0 on the caller) and returns
+ * when all are done. tp == NULL runs fn(0, 1, arg) inline. */
+void kvb_threadpool_run(struct kvb_threadpool *tp, void (*fn)(int32_t ith, int32_t nth, void *arg), void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Storage types, positions, RoPE                                           */
+/* ------------------------------------------------------------------------ */
+
+enum kvb_dtype {
+    KVB_DTYPE_F32 = 0,
+    KVB_DTYPE_F16 = 1,
+    KVB_DTYPE_Q8_0 = 2, /* reserved: blocks of 32, f16 scale + 32 int8 (not yet supported by the cache) */
+};
+const char *kvb_dtype_name(enum kvb_dtype t);
+kvb_status kvb_dtype_from_name(const char *name, enum kvb_dtype *out);
+/* Bytes of one row of n elements, 0 if the type cannot hold n elements. */
+size_t kvb_dtype_row_bytes(enum kvb_dtype t, int32_t n);
+
+enum kvb_pos_mode {
+    KVB_POS_POLICY_DEFAULT = 0, /* contiguous for streaming, original otherwise */
+    KVB_POS_ORIGINAL = 1,       /* keys keep absolute positions; gaps allowed */
+    KVB_POS_CONTIGUOUS = 2,     /* retained tokens re-indexed 0..n-1 (StreamingLLM) */
+};
+const char *kvb_pos_mode_name(enum kvb_pos_mode m);
+
+enum kvb_rope_type {
+    KVB_ROPE_NONE = 0,        /* no rotary embedding */
+    KVB_ROPE_INTERLEAVED = 1, /* pairs (2i, 2i+1): llama, llama2.c */
+    KVB_ROPE_NEOX = 2,        /* pairs (i, i + n_dims/2): qwen2, NeoX */
+};
+
+/* RoPE parameters; the model fills this in. Pair i of the first n_dims
+ * dimensions rotates by angle pos * freq_scale * base^(-2i/n_dims) / ff[i],
+ * with ff = freq_factors (n_dims/2 values, copied by the cache) or 1. */
+struct kvb_rope {
+    enum kvb_rope_type type;
+    int32_t n_dims;             /* rotated dims, even, <= head_dim */
+    float base;                 /* e.g. 10000 */
+    float freq_scale;           /* linear scaling: 1/factor; 1 = none */
+    const float *freq_factors;  /* Llama-3 style per-pair divisors, or NULL */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Page pool                                                                */
+/* ------------------------------------------------------------------------ */
+
+struct kvb_pool;
+
+struct kvb_pool_params {
+    size_t page_bytes;       /* bytes per page (see kvb_cache_page_bytes) */
+    size_t capacity_bytes;   /* hard limit; pages beyond it fail with KVB_ERR_NOMEM */
+    int32_t pages_per_slab;  /* pages reserved from the allocator at a time (default 64) */
+};
+struct kvb_pool_params kvb_pool_default_params(void);
+
+struct kvb_pool_stats {
+    size_t page_bytes;
+    int64_t pages_capacity;  /* capacity_bytes / page_bytes */
+    int64_t pages_reserved;  /* pages obtained from the allocator so far */
+    int64_t pages_in_use;
+    int64_t pages_free;      /* pages_capacity - pages_in_use */
+    int64_t pages_peak;      /* max pages_in_use ever */
+    size_t bytes_used;       /* pages_in_use * page_bytes */
+    size_t bytes_reserved;   /* pages_reserved * page_bytes */
+    size_t bytes_peak;       /* pages_peak * page_bytes */
+};
+
+/* Creates a pool. Returns KVB_ERR_INVALID for zero sizes, KVB_ERR_NOMEM. */
+kvb_status kvb_pool_init(const struct kvb_pool_params *params, struct kvb_pool **out);
+/* Frees the pool. Every cache using it must have been freed first. */
+void kvb_pool_free(struct kvb_pool *pool);
+void kvb_pool_get_stats(const struct kvb_pool *pool, struct kvb_pool_stats *out);
+
+/* ------------------------------------------------------------------------ */
+/* Policies                                                                 */
+/* ------------------------------------------------------------------------ */
+
+enum kvb_policy_id {
+    KVB_POLICY_FULL = 0,
+    KVB_POLICY_WINDOW,
+    KVB_POLICY_STREAMING,
+    KVB_POLICY_H2O,
+    KVB_POLICY_TOVA,
+    KVB_POLICY_SCISSORHANDS,
+    KVB_POLICY_SNAPKV,
+    KVB_POLICY_PYRAMIDKV,
+    KVB_POLICY_ADAKV,
+    KVB_POLICY_KNORM,
+    KVB_POLICY_BLOCK_H2O,
+    KVB_POLICY_COUNT
+};
+
+/* Every field has a meaning for every policy; a policy ignores what it does
+ * not use (kvb_policy_describe says which it uses). */
+struct kvb_policy_params {
+    enum kvb_policy_id id;
+    int32_t budget;          /* retained tokens per stream; 0 = unbounded (full only) */
+    float budget_frac;       /* > 0: budget = frac * prompt tokens, set at kvb_cache_compress */
+    int32_t n_sink;          /* pinned first tokens, never evicted */
+    int32_t n_recent;        /* protected most-recent tokens; -1 = policy's rule */
+    float heavy_ratio;       /* h2o, block-h2o: share of (budget - n_sink) for heavy hitters */
+    int32_t obs_window;      /* snapkv family: L_obs, last prompt queries that vote */
+    int32_t pool_kernel;     /* snapkv family: 1-D max-pooling kernel (odd) */
+    float pyramid_beta;      /* pyramidkv: top layer gets (budget - window) / beta */
+    float ada_floor;         /* adakv: each head keeps >= floor * per-head share */
+    int32_t history;         /* scissorhands: history window delta (1..32 steps) */
+    int32_t threshold;       /* scissorhands: low-importance count that marks a victim */
+};
+
+/* Defaults of policy id (budget 0 for full, 256 otherwise). */
+struct kvb_policy_params kvb_policy_default_params(enum kvb_policy_id id);
+const char *kvb_policy_name(enum kvb_policy_id id);
+/* Looks a policy up by name ("h2o", "block-h2o", ...). KVB_ERR_INVALID if unknown. */
+kvb_status kvb_policy_from_name(const char *name, enum kvb_policy_id *out);
+/* One line: the rule, then the parameters it uses with their defaults. */
+const char *kvb_policy_describe(enum kvb_policy_id id);
+/* Whether decode attention weights are fed to the policy. */
+bool kvb_policy_needs_attention(enum kvb_policy_id id);
+
+/* ------------------------------------------------------------------------ */
+/* Cache                                                                    */
+/* ------------------------------------------------------------------------ */
+
+struct kvb_cache;
+
+struct kvb_cache_params {
+    int32_t n_layer;
+    int32_t n_kv_head;
+    int32_t head_dim;
+    enum kvb_dtype dtype;       /* F32 or F16 */
+    int32_t block_size;         /* tokens per page, power of two (default 16) */
+    enum kvb_pos_mode pos_mode;
+    struct kvb_rope rope;
+    struct kvb_policy_params policy;
+    size_t pool_bytes;          /* private pool size when kvb_cache_init gets pool == NULL */
+};
+struct kvb_cache_params kvb_cache_default_params(void);
+
+/* Page size the cache needs: 2 * block_size * row bytes (K rows then V rows). */
+size_t kvb_cache_page_bytes(const struct kvb_cache_params *params);
+
+/* Creates an empty cache. pool == NULL gives the cache a private pool of
+ * params->pool_bytes. A shared pool's page_bytes must equal
+ * kvb_cache_page_bytes(params). Errors: KVB_ERR_INVALID (names the field),
+ * KVB_ERR_UNSUPPORTED (dtype), KVB_ERR_NOMEM. */
+kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *params, struct kvb_cache **out);
+void kvb_cache_free(struct kvb_cache *cache);
+/* Drops every token and returns all pages to the pool; budgets reset to the policy's. */
+void kvb_cache_reset(struct kvb_cache *cache);
+const struct kvb_cache_params *kvb_cache_get_params(const struct kvb_cache *cache);
+/* Position mode in effect (the policy default resolved). */
+enum kvb_pos_mode kvb_cache_pos_mode(const struct kvb_cache *cache);
+
+/* One decode step of one layer, all of its KV heads:
+ *   q   [n_head][head_dim]     query of the new token, before RoPE
+ *   k,v [n_kv_head][head_dim]  key (before RoPE) and value of the new token
+ *   out [n_head][head_dim]     attention output
+ * Appends k/v at the layer's next original position, attends (query head h
+ * uses KV head h / (n_head / n_kv_head)), feeds the attention weights to the
+ * policy if it wants them, and evicts down to each stream's budget.
+ * Returns KVB_ERR_NOMEM (pool exhausted) or KVB_ERR_INVALID (n_head not a
+ * multiple of n_kv_head); the cache is unchanged on error. tp may be NULL. */
+kvb_status kvb_cache_decode(struct kvb_cache *cache, int32_t layer, const float *q, int32_t n_head,
+                            const float *k, const float *v, float *out, struct kvb_threadpool *tp);
+
+/* Chunked prefill of n_tok tokens in one layer, with causal masking:
+ *   q   [n_tok][n_head][head_dim], k,v [n_tok][n_kv_head][head_dim], out like q.
+ * The policy receives per-key attention mass summed over the chunk's queries
+ * (snapkv family: over its last obs_window queries). Policies that compress at
+ * the end of the prompt keep everything until kvb_cache_compress; the others
+ * evict down to budget after the chunk. Errors as kvb_cache_decode. */
+kvb_status kvb_cache_prefill(struct kvb_cache *cache, int32_t layer, int32_t n_tok, const float *q,
+                             int32_t n_head, const float *k, const float *v, float *out,
+                             struct kvb_threadpool *tp);
+
+/* End of prompt: resolves budget_frac, lets the policy set per-stream budgets
+ * (pyramidkv, adakv) and select, then evicts and returns freed pages. No-op
+ * for policies that do not compress. Cannot fail. */
+void kvb_cache_compress(struct kvb_cache *cache);
+
+/* Low-level steps, for the lab and for engines that compute attention
+ * themselves. kvb_cache_decode == append + attention + observe + evict.
+ * append: k, v as in decode; NULL means zero rows (bookkeeping-only caches).
+ * Errors: KVB_ERR_NOMEM, cache unchanged. */
+kvb_status kvb_cache_append(struct kvb_cache *cache, int32_t layer, const float *k, const float *v);
+/* Feeds one attention row to the policy of stream (layer, head): w[j] is the
+ * weight of logical slot j (0..n_slots-1, oldest first), as received by the
+ * newest query. KVB_ERR_INVALID on a bad index or n != n_slots. */
+kvb_status kvb_cache_observe(struct kvb_cache *cache, int32_t layer, int32_t head, const float *w, int32_t n);
+/* Evicts every stream of the layer down to its budget. Cannot fail. */
+void kvb_cache_evict(struct kvb_cache *cache, int32_t layer);
+
+/* Per-stream budget in tokens (0 = unbounded). Takes effect at the next
+ * evict/decode. head = -1 sets every head of the layer; layer = -1 every layer. */
+kvb_status kvb_cache_set_budget(struct kvb_cache *cache, int32_t layer, int32_t head, int32_t tokens);
+int32_t kvb_cache_get_budget(const struct kvb_cache *cache, int32_t layer, int32_t head);
+int32_t kvb_cache_n_slots(const struct kvb_cache *cache, int32_t layer, int32_t head);
+/* Next original position of the layer (tokens appended so far). */
+int64_t kvb_cache_n_past(const struct kvb_cache *cache, int32_t layer);
+
+struct kvb_slot_info {
+    int64_t pos_original;  /* position in the sequence */
+    int64_t pos_cache;     /* position attention sees (== original in ORIGINAL mode) */
+    float score;           /* policy's primary score (accumulated attention, ...) */
+    int32_t page;          /* physical page index within the stream */
+};
+/* Info of logical slot j (0 = oldest retained). KVB_ERR_INVALID if out of range. */
+kvb_status kvb_cache_slot_info(const struct kvb_cache *cache, int32_t layer, int32_t head, int32_t j,
+                               struct kvb_slot_info *out);
+/* Reads K (after RoPE at its original position) and V of logical slot j as f32. */
+kvb_status kvb_cache_read_slot(const struct kvb_cache *cache, int32_t layer, int32_t head, int32_t j,
+                               float *k, float *v);
+
+struct kvb_cache_stats {
+    size_t bytes_used;      /* pages held by this cache * page_bytes */
+    size_t bytes_reserved;  /* bytes_used plus metadata (positions, scores, page tables) */
+    size_t bytes_peak;      /* max bytes_used over the cache's life */
+    int64_t pages_in_use;   /* pages held by this cache */
+    int64_t pages_free;     /* pages still available in its pool */
+    int64_t slots;          /* retained tokens summed over streams */
+    int32_t slots_max;      /* longest stream */
+    int32_t slots_min;      /* shortest stream */
+};
+void kvb_cache_get_stats(const struct kvb_cache *cache, struct kvb_cache_stats *out);
+
+/* Save and restore. The format is versioned and checksummed (CRC-32); a
+ * corrupt or truncated image gives KVB_ERR_CORRUPT and nothing else happens.
+ * A restored cache continues bit-identically to one that never stopped.
+ * kvb_cache_save allocates *buf with the library allocator; release it with
+ * kvb_buffer_free. */
+kvb_status kvb_cache_save(const struct kvb_cache *cache, void **buf, size_t *len);
+kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, size_t pool_bytes,
+                          struct kvb_cache **out);
+kvb_status kvb_cache_save_file(const struct kvb_cache *cache, const char *path);
+kvb_status kvb_cache_load_file(struct kvb_pool *pool, const char *path, size_t pool_bytes,
+                               struct kvb_cache **out);
+void kvb_buffer_free(void *buf);
+
+/* ------------------------------------------------------------------------ */
+/* Kernels                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Which kernel family is in use: "ref", "avx2" or "avx512". KVB_REF=1 in the
+ * environment forces "ref". */
+const char *kvb_kernels_name(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVBOUND_H */

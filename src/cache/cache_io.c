@@ -1,0 +1,311 @@
+/*
+ * cache_io.c — save and restore a cache to a byte buffer or a file.
+ *
+ * Format (little-endian), version 1:
+ *   "KVBCACHE" u32 version u32 flags(0)
+ *   params: i32 n_layer n_kv_head head_dim dtype block_size pos_mode(resolved)
+ *           i32 rope_type rope_n_dims f32 rope_base rope_freq_scale i32 has_ff [f32 ff[n_dims/2]]
+ *           policy: i32 id budget f32 budget_frac i32 n_sink n_recent f32 heavy_ratio
+ *                   i32 obs_window pool_kernel f32 pyramid_beta ada_floor i32 history threshold
+ *           i32 n_state
+ *   i64 n_past[n_layer]
+ *   per stream (layer-major): i32 budget prompt_end steps n n_pages
+ *           per logical slot: i32 phys_slot i32 pos u32 state[n_state] K row, V row (stored dtype)
+ *   u32 crc32 of every byte before it
+ *
+ * The physical layout is saved, not just the logical content, so that a
+ * restored cache continues bit-identically (block-level eviction looks at
+ * pages). Loading checks the CRC first, then bounds-checks every field and
+ * every count against the bytes that remain, so a hostile image can neither
+ * crash the loader nor make it allocate more than the image justifies.
+ */
+#include "cache_impl.h"
+#include "../policies/policy.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#define KVB_CACHE_MAGIC "KVBCACHE"
+#define KVB_CACHE_VERSION 1u
+
+/* ---- writer ---- */
+struct wbuf {
+    uint8_t *p;
+    size_t n, cap;
+    bool oom;
+};
+
+static void w_bytes(struct wbuf *w, const void *src, size_t n) {
+    if (w->oom) return;
+    if (w->n + n > w->cap) {
+        size_t cap = w->cap ? w->cap : 4096;
+        while (cap < w->n + n) cap *= 2;
+        uint8_t *np = kvb_malloc(cap);
+        if (!np) {
+            w->oom = true;
+            return;
+        }
+        if (w->n) memcpy(np, w->p, w->n);
+        kvb_free(w->p);
+        w->p = np;
+        w->cap = cap;
+    }
+    memcpy(w->p + w->n, src, n);
+    w->n += n;
+}
+static void w_i32(struct wbuf *w, int32_t v) { w_bytes(w, &v, 4); }
+static void w_u32(struct wbuf *w, uint32_t v) { w_bytes(w, &v, 4); }
+static void w_f32(struct wbuf *w, float v) { w_bytes(w, &v, 4); }
+static void w_i64(struct wbuf *w, int64_t v) { w_bytes(w, &v, 8); }
+
+kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
+    if (!c || !buf || !len) return kvb_fail(KVB_ERR_INVALID, "cache_save: cache, buf and len must not be NULL");
+    const struct kvb_cache_params *p = &c->params;
+    const int32_t ns = c->policy.iface->n_state;
+    struct wbuf w = {0};
+    w_bytes(&w, KVB_CACHE_MAGIC, 8);
+    w_u32(&w, KVB_CACHE_VERSION);
+    w_u32(&w, 0);
+    w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->dtype);
+    w_i32(&w, p->block_size); w_i32(&w, (int32_t)c->pos_mode);
+    w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
+    w_i32(&w, c->freq_factors ? 1 : 0);
+    if (c->freq_factors) w_bytes(&w, c->freq_factors, sizeof(float) * (size_t)c->n_pairs);
+    const struct kvb_policy_params *pp = &p->policy;
+    w_i32(&w, (int32_t)pp->id); w_i32(&w, pp->budget); w_f32(&w, pp->budget_frac); w_i32(&w, pp->n_sink);
+    w_i32(&w, pp->n_recent); w_f32(&w, pp->heavy_ratio); w_i32(&w, pp->obs_window); w_i32(&w, pp->pool_kernel);
+    w_f32(&w, pp->pyramid_beta); w_f32(&w, pp->ada_floor); w_i32(&w, pp->history); w_i32(&w, pp->threshold);
+    w_i32(&w, ns);
+    for (int32_t l = 0; l < p->n_layer; l++) w_i64(&w, c->n_past[l]);
+    const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
+    for (int64_t i = 0; i < n_streams; i++) {
+        const struct kvb_stream *s = &c->streams[i];
+        w_i32(&w, s->budget); w_i32(&w, s->prompt_end); w_i32(&w, s->steps); w_i32(&w, s->n); w_i32(&w, s->n_pages);
+        for (int32_t j = 0; j < s->n; j++) {
+            int32_t slot = s->order[j];
+            w_i32(&w, slot);
+            w_i32(&w, s->pos[slot]);
+            if (ns) w_bytes(&w, s->state + (size_t)slot * ns, sizeof(uint32_t) * (size_t)ns);
+            const uint8_t *k = s->pages[slot >> c->block_shift] + (size_t)(slot & (p->block_size - 1)) * c->row_bytes;
+            w_bytes(&w, k, c->row_bytes);
+            w_bytes(&w, k + c->page_bytes / 2, c->row_bytes);
+        }
+    }
+    uint32_t crc = w.oom ? 0 : kvb_crc32(0, w.p, w.n);
+    w_u32(&w, crc);
+    if (w.oom) {
+        kvb_free(w.p);
+        return kvb_fail(KVB_ERR_NOMEM, "cache_save: out of memory");
+    }
+    *buf = w.p;
+    *len = w.n;
+    return KVB_OK;
+}
+
+void kvb_buffer_free(void *buf) { kvb_free(buf); }
+
+/* ---- reader ---- */
+struct rbuf {
+    const uint8_t *p;
+    size_t n, at;
+    const char *field; /* the field being read, for the error message */
+};
+
+static bool r_bytes(struct rbuf *r, void *dst, size_t n, const char *field) {
+    r->field = field;
+    if (n > r->n - r->at) return false;
+    memcpy(dst, r->p + r->at, n);
+    r->at += n;
+    return true;
+}
+static bool r_i32(struct rbuf *r, int32_t *v, const char *f) { return r_bytes(r, v, 4, f); }
+static bool r_f32(struct rbuf *r, float *v, const char *f) { return r_bytes(r, v, 4, f); }
+
+#define TRUNC() kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n)
+
+kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, size_t pool_bytes, struct kvb_cache **out) {
+    if (!buf || !out) return kvb_fail(KVB_ERR_INVALID, "cache_load: buf and out must not be NULL");
+    if (len < 8 + 4 + 4 + 4) return kvb_fail(KVB_ERR_CORRUPT, "cache image too short (%zu bytes)", len);
+    const uint8_t *b = buf;
+    if (memcmp(b, KVB_CACHE_MAGIC, 8) != 0) return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad magic (not a kvbound cache)");
+    uint32_t crc_stored;
+    memcpy(&crc_stored, b + len - 4, 4);
+    if (kvb_crc32(0, b, len - 4) != crc_stored) return kvb_fail(KVB_ERR_CORRUPT, "cache image: checksum mismatch (corrupt or truncated)");
+    struct rbuf r = {b, len - 4, 8, "magic"};
+    uint32_t version, flags;
+    if (!r_bytes(&r, &version, 4, "version") || !r_bytes(&r, &flags, 4, "flags")) return TRUNC();
+    if (version != KVB_CACHE_VERSION) return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads %u)", version, KVB_CACHE_VERSION);
+    struct kvb_cache_params p = kvb_cache_default_params();
+    int32_t dtype, pos_mode, rope_type, has_ff, pid;
+    if (!r_i32(&r, &p.n_layer, "n_layer") || !r_i32(&r, &p.n_kv_head, "n_kv_head") || !r_i32(&r, &p.head_dim, "head_dim") ||
+        !r_i32(&r, &dtype, "dtype") || !r_i32(&r, &p.block_size, "block_size") || !r_i32(&r, &pos_mode, "pos_mode") ||
+        !r_i32(&r, &rope_type, "rope_type") || !r_i32(&r, &p.rope.n_dims, "rope_n_dims") ||
+        !r_f32(&r, &p.rope.base, "rope_base") || !r_f32(&r, &p.rope.freq_scale, "rope_freq_scale") ||
+        !r_i32(&r, &has_ff, "has_freq_factors"))
+        return TRUNC();
+    if (dtype < 0 || dtype > 2 || pos_mode < 1 || pos_mode > 2 || rope_type < 0 || rope_type > 2 || (has_ff != 0 && has_ff != 1))
+        return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad enum in params (dtype %d, pos_mode %d, rope %d, has_ff %d)", dtype, pos_mode, rope_type, has_ff);
+    p.dtype = (enum kvb_dtype)dtype;
+    p.pos_mode = (enum kvb_pos_mode)pos_mode;
+    p.rope.type = (enum kvb_rope_type)rope_type;
+    float ff[256];
+    if (has_ff) {
+        if (p.rope.n_dims < 2 || p.rope.n_dims > 512) return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_n_dims %d out of range", p.rope.n_dims);
+        if (!r_bytes(&r, ff, sizeof(float) * (size_t)(p.rope.n_dims / 2), "rope_freq_factors")) return TRUNC();
+        p.rope.freq_factors = ff;
+    }
+    struct kvb_policy_params *pp = &p.policy;
+    if (!r_i32(&r, &pid, "policy.id") || !r_i32(&r, &pp->budget, "policy.budget") || !r_f32(&r, &pp->budget_frac, "policy.budget_frac") ||
+        !r_i32(&r, &pp->n_sink, "policy.n_sink") || !r_i32(&r, &pp->n_recent, "policy.n_recent") ||
+        !r_f32(&r, &pp->heavy_ratio, "policy.heavy_ratio") || !r_i32(&r, &pp->obs_window, "policy.obs_window") ||
+        !r_i32(&r, &pp->pool_kernel, "policy.pool_kernel") || !r_f32(&r, &pp->pyramid_beta, "policy.pyramid_beta") ||
+        !r_f32(&r, &pp->ada_floor, "policy.ada_floor") || !r_i32(&r, &pp->history, "policy.history") ||
+        !r_i32(&r, &pp->threshold, "policy.threshold"))
+        return TRUNC();
+    if (pid < 0 || pid >= KVB_POLICY_COUNT) return kvb_fail(KVB_ERR_CORRUPT, "cache image: unknown policy id %d", pid);
+    pp->id = (enum kvb_policy_id)pid;
+    p.pool_bytes = pool_bytes;
+    int32_t ns;
+    if (!r_i32(&r, &ns, "n_state")) return TRUNC();
+    if (ns != kvb_policy_iface(pp->id)->n_state)
+        return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_state %d does not match policy %s", ns, kvb_policy_name(pp->id));
+    /* the n_past array alone must fit in what remains */
+    if (p.n_layer < 1 || (size_t)p.n_layer > (r.n - r.at) / 8)
+        return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_layer %d does not fit the image", p.n_layer);
+    struct kvb_cache *c;
+    kvb_status st = kvb_cache_init(pool, &p, &c);
+    if (st != KVB_OK) {
+        if (st == KVB_ERR_INVALID) return kvb_fail(KVB_ERR_CORRUPT, "cache image: invalid params (%s)", kvb_last_error());
+        return st;
+    }
+    const int32_t B = p.block_size;
+    for (int32_t l = 0; l < p.n_layer; l++) {
+        if (!r_bytes(&r, &c->n_past[l], 8, "n_past")) { kvb_cache_free(c); return TRUNC(); }
+        if (c->n_past[l] < 0 || c->n_past[l] > INT32_MAX) {
+            kvb_cache_free(c);
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_past[%d] = %lld out of range", l, (long long)c->n_past[l]);
+        }
+    }
+    const size_t slot_bytes = 8 + 4 * (size_t)ns + 2 * c->row_bytes;
+    const int64_t n_streams = (int64_t)p.n_layer * p.n_kv_head;
+    for (int64_t i = 0; i < n_streams; i++) {
+        struct kvb_stream *s = &c->streams[i];
+        const int32_t layer = (int32_t)(i / p.n_kv_head);
+        int32_t budget, prompt_end, steps, n, n_pages;
+        if (!r_i32(&r, &budget, "stream.budget") || !r_i32(&r, &prompt_end, "stream.prompt_end") ||
+            !r_i32(&r, &steps, "stream.steps") || !r_i32(&r, &n, "stream.n") || !r_i32(&r, &n_pages, "stream.n_pages")) {
+            kvb_cache_free(c);
+            return TRUNC();
+        }
+        if (budget < 0 || steps < 0 || prompt_end < -1 || n < 0 || (size_t)n > (r.n - r.at) / slot_bytes ||
+            n_pages < 0 || (int64_t)n_pages * B >= (int64_t)n + B + (n == 0 ? 0 : 0) || (int64_t)n > (int64_t)n_pages * B ||
+            n > c->n_past[layer]) {
+            kvb_cache_free(c);
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld has inconsistent counts (n %d, pages %d, budget %d)",
+                            (long long)i, n, n_pages, budget);
+        }
+        if ((st = kvb_stream_reserve(c, s, n_pages, n)) != KVB_OK) {
+            kvb_cache_free(c);
+            return st;
+        }
+        if (n_pages) {
+            if ((st = kvb_pool_take(c->pool, n_pages, s->pages)) != KVB_OK) {
+                kvb_cache_free(c);
+                return st;
+            }
+            s->n_pages = n_pages;
+        }
+        s->budget = budget;
+        s->prompt_end = prompt_end;
+        s->steps = steps;
+        int32_t last_pos = -1;
+        for (int32_t j = 0; j < n; j++) {
+            int32_t slot, pos;
+            r_i32(&r, &slot, "slot.phys");
+            r_i32(&r, &pos, "slot.pos"); /* counts were checked against the bytes left */
+            if (slot < 0 || slot >= n_pages * B || s->pos[slot] >= 0 || pos <= last_pos || pos >= c->n_past[layer]) {
+                kvb_cache_free(c);
+                return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld slot %d has bad placement (phys %d, pos %d)",
+                                (long long)i, j, slot, pos);
+            }
+            last_pos = pos;
+            s->pos[slot] = pos;
+            s->order[j] = slot;
+            s->n = j + 1;
+            if (ns) r_bytes(&r, s->state + (size_t)slot * ns, sizeof(uint32_t) * (size_t)ns, "slot.state");
+            uint8_t *k = s->pages[slot / B] + (size_t)(slot % B) * c->row_bytes;
+            r_bytes(&r, k, c->row_bytes, "slot.k");
+            r_bytes(&r, k + c->page_bytes / 2, c->row_bytes, "slot.v");
+        }
+        kvb_stream_finish_restore(c, s);
+    }
+    if (r.at != r.n) {
+        kvb_cache_free(c);
+        return kvb_fail(KVB_ERR_CORRUPT, "cache image: %zu trailing bytes", r.n - r.at);
+    }
+    kvb_cache_note_peak(c);
+    *out = c;
+    return KVB_OK;
+}
+
+kvb_status kvb_cache_save_file(const struct kvb_cache *c, const char *path) {
+    if (!path) return kvb_fail(KVB_ERR_INVALID, "cache_save_file: path is NULL");
+    void *buf;
+    size_t len;
+    kvb_status st = kvb_cache_save(c, &buf, &len);
+    if (st != KVB_OK) return st;
+    /* write to a temporary name, then rename: a crash never leaves a half file */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        kvb_free(buf);
+        return kvb_fail(KVB_ERR_INVALID, "cache_save_file: path too long");
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        kvb_free(buf);
+        return kvb_fail(KVB_ERR_IO, "cache_save_file: cannot open '%s': %s", tmp, strerror(errno));
+    }
+    bool ok = fwrite(buf, 1, len, f) == len;
+    ok = (fclose(f) == 0) && ok;
+    kvb_free(buf);
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return kvb_fail(KVB_ERR_IO, "cache_save_file: cannot write '%s': %s", path, strerror(errno));
+    }
+    return KVB_OK;
+}
+
+kvb_status kvb_cache_load_file(struct kvb_pool *pool, const char *path, size_t pool_bytes, struct kvb_cache **out) {
+    if (!path) return kvb_fail(KVB_ERR_INVALID, "cache_load_file: path is NULL");
+    FILE *f = fopen(path, "rb");
+    if (!f) return kvb_fail(KVB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return kvb_fail(KVB_ERR_IO, "cannot seek '%s'", path);
+    }
+    long sz = ftell(f);
+    rewind(f);
+    if (sz < 0) {
+        fclose(f);
+        return kvb_fail(KVB_ERR_IO, "cannot size '%s'", path);
+    }
+    uint8_t *buf = kvb_malloc((size_t)sz);
+    if (!buf) {
+        fclose(f);
+        return kvb_fail(KVB_ERR_NOMEM, "out of memory reading '%s' (%ld bytes)", path, sz);
+    }
+    size_t got = fread(buf, 1, (size_t)sz, f);
+    fclose(f);
+    if (got != (size_t)sz) {
+        kvb_free(buf);
+        return kvb_fail(KVB_ERR_IO, "short read on '%s'", path);
+    }
+    kvb_status st = kvb_cache_load(pool, buf, (size_t)sz, pool_bytes, out);
+    kvb_free(buf);
+    if (st != KVB_OK && st != KVB_ERR_NOMEM) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", kvb_last_error());
+        return kvb_fail(st, "%s: %s", path, msg);
+    }
+    return st;
+}

@@ -1,0 +1,166 @@
+/*
+ * core.c — status strings, the thread-local last error, the log callback and
+ * the replaceable allocator. Nothing here prints: messages go to the callback.
+ */
+#include "core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static kvb_log_fn g_log_fn;
+static void *g_log_user;
+static struct kvb_allocator g_alloc;
+static bool g_alloc_custom;
+static _Thread_local char t_last_error[512];
+
+const char *kvb_status_str(kvb_status s) {
+    switch (s) {
+    case KVB_OK: return "ok";
+    case KVB_ERR_NOMEM: return "out of memory";
+    case KVB_ERR_IO: return "i/o error";
+    case KVB_ERR_CORRUPT: return "corrupt input";
+    case KVB_ERR_INVALID: return "invalid argument";
+    case KVB_ERR_UNSUPPORTED: return "unsupported";
+    }
+    return "unknown status";
+}
+
+const char *kvb_last_error(void) { return t_last_error; }
+
+void kvb_log_set(kvb_log_fn fn, void *user) {
+    g_log_fn = fn;
+    g_log_user = user;
+}
+
+static void vlog(enum kvb_log_level level, const char *fmt, va_list ap, char *buf, size_t n) {
+    vsnprintf(buf, n, fmt, ap);
+    if (g_log_fn) g_log_fn(level, buf, g_log_user);
+}
+
+void kvb_logf(enum kvb_log_level level, const char *fmt, ...) {
+    if (!g_log_fn) return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, fmt, ap, buf, sizeof buf);
+    va_end(ap);
+}
+
+kvb_status kvb_fail(kvb_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(KVB_LOG_ERROR, fmt, ap, t_last_error, sizeof t_last_error);
+    va_end(ap);
+    return s;
+}
+
+void kvb_allocator_set(const struct kvb_allocator *a) {
+    if (a && a->malloc_fn && a->free_fn) {
+        g_alloc = *a;
+        g_alloc_custom = true;
+    } else {
+        g_alloc_custom = false;
+    }
+}
+
+void *kvb_malloc(size_t n) {
+    if (n == 0) n = 1;
+    return g_alloc_custom ? g_alloc.malloc_fn(n, g_alloc.user) : malloc(n);
+}
+
+void kvb_free(void *p) {
+    if (!p) return;
+    if (g_alloc_custom) g_alloc.free_fn(p, g_alloc.user);
+    else free(p);
+}
+
+void *kvb_calloc(size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size) return NULL;
+    void *p = kvb_malloc(count * size);
+    if (p) memset(p, 0, count * size);
+    return p;
+}
+
+kvb_status kvb_grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+    if (need <= *cap) return KVB_OK;
+    int64_t ncap = *cap ? *cap : 16;
+    while (ncap < need) ncap *= 2;
+    if ((uint64_t)ncap > SIZE_MAX / elem) return KVB_ERR_NOMEM;
+    void *np = kvb_malloc((size_t)ncap * elem);
+    if (!np) return KVB_ERR_NOMEM;
+    if (*p && *cap) memcpy(np, *p, (size_t)*cap * elem);
+    memset((char *)np + (size_t)*cap * elem, 0, (size_t)(ncap - *cap) * elem);
+    kvb_free(*p);
+    *p = np;
+    *cap = ncap;
+    return KVB_OK;
+}
+
+void *kvb_aligned_alloc(size_t n) {
+    if (n > SIZE_MAX - 64 - sizeof(void *)) return NULL;
+    char *raw = kvb_malloc(n + 64 + sizeof(void *));
+    if (!raw) return NULL;
+    uintptr_t a = ((uintptr_t)(raw + sizeof(void *)) + 63) & ~(uintptr_t)63;
+    ((void **)a)[-1] = raw;
+    return (void *)a;
+}
+
+void kvb_aligned_free(void *p) {
+    if (p) kvb_free(((void **)p)[-1]);
+}
+
+static uint32_t crc_table[256];
+static bool crc_ready;
+
+uint32_t kvb_crc32(uint32_t crc, const void *data, size_t n) {
+    if (!crc_ready) { /* idempotent: racing threads write the same values */
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            crc_table[i] = c;
+        }
+        crc_ready = true;
+    }
+    const uint8_t *b = data;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ b[i]) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+const char *kvb_dtype_name(enum kvb_dtype t) {
+    switch (t) {
+    case KVB_DTYPE_F32: return "f32";
+    case KVB_DTYPE_F16: return "f16";
+    case KVB_DTYPE_Q8_0: return "q8_0";
+    }
+    return "?";
+}
+
+kvb_status kvb_dtype_from_name(const char *name, enum kvb_dtype *out) {
+    static const enum kvb_dtype all[] = {KVB_DTYPE_F32, KVB_DTYPE_F16, KVB_DTYPE_Q8_0};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (name && strcmp(name, kvb_dtype_name(all[i])) == 0) {
+            *out = all[i];
+            return KVB_OK;
+        }
+    return kvb_fail(KVB_ERR_INVALID, "unknown dtype '%s' (expected f32, f16 or q8_0)", name ? name : "(null)");
+}
+
+size_t kvb_dtype_row_bytes(enum kvb_dtype t, int32_t n) {
+    if (n <= 0) return 0;
+    switch (t) {
+    case KVB_DTYPE_F32: return (size_t)n * 4;
+    case KVB_DTYPE_F16: return (size_t)n * 2;
+    case KVB_DTYPE_Q8_0: return n % 32 ? 0 : (size_t)(n / 32) * 34;
+    }
+    return 0;
+}
+
+const char *kvb_pos_mode_name(enum kvb_pos_mode m) {
+    switch (m) {
+    case KVB_POS_POLICY_DEFAULT: return "policy-default";
+    case KVB_POS_ORIGINAL: return "original";
+    case KVB_POS_CONTIGUOUS: return "contiguous";
+    }
+    return "?";
+}

@@ -1,0 +1,99 @@
+/*
+ * core.h — private helpers shared by every module: allocation through the
+ * replaceable allocator, error recording, logging, f16 conversion, CRC-32.
+ *
+ * Errors: a failing function calls kvb_fail(status, fmt, ...) which records a
+ * thread-local message (kvb_last_error), sends it to the log callback at ERROR
+ * level, and returns the status, so the idiom is `return kvb_fail(...)`.
+ */
+#ifndef KVB_CORE_H
+#define KVB_CORE_H
+
+#include "kvbound.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define KVB_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define KVB_LIKELY(x) __builtin_expect(!!(x), 1)
+#define KVB_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define KVB_PRINTF(a, b)
+#define KVB_LIKELY(x) (x)
+#define KVB_UNLIKELY(x) (x)
+#endif
+
+#define KVB_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KVB_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Allocation: every byte the library holds goes through these. */
+void *kvb_malloc(size_t n);
+void *kvb_calloc(size_t count, size_t size); /* overflow-checked, zeroed */
+void kvb_free(void *p);
+/* Grows *p (count elements of elem bytes) to at least need elements. On
+ * failure *p and *cap are unchanged and KVB_ERR_NOMEM is returned. */
+kvb_status kvb_grow(void **p, int64_t *cap, int64_t need, size_t elem);
+/* 64-byte aligned block; free with kvb_aligned_free. */
+void *kvb_aligned_alloc(size_t n);
+void kvb_aligned_free(void *p);
+
+/* Records the message for kvb_last_error, logs it, returns s. */
+kvb_status kvb_fail(kvb_status s, const char *fmt, ...) KVB_PRINTF(2, 3);
+void kvb_logf(enum kvb_log_level level, const char *fmt, ...) KVB_PRINTF(2, 3);
+
+/* IEEE half <-> single, round to nearest even; exact for every f16. */
+static inline float kvb_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do { man <<= 1; e++; } while (!(man & 0x400u));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t kvb_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan (keep a quiet nan) */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0));
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (ax < 0x33000000u) return (uint16_t)sign; /* < 2^-25 rounds to 0 */
+        uint32_t e = ax >> 23;
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14 + (113 - e) ... so that result = m >> (shift) */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ax - 0x38000000u; /* rebias exponent 127 -> 15 */
+    uint32_t lsb = (r >> 13) & 1u;
+    r += 0xfffu + lsb;
+    return (uint16_t)(sign | (r >> 13));
+}
+
+/* CRC-32 (IEEE 802.3, reflected, poly 0xEDB88320), continuable: pass the
+ * previous value, starting from 0. */
+uint32_t kvb_crc32(uint32_t crc, const void *data, size_t n);
+
+#endif /* KVB_CORE_H */

@@ -1,0 +1,140 @@
+/*
+ * attn.c — the attention driver: online softmax over tiles of KVB_ATTN_TILE
+ * keys, on top of the per-arch primitives (scores, accum, vexp).
+ *
+ * Per tile and row: s = q.k (masked to -inf past the row's limit), m' =
+ * max(m, max s), acc *= exp(m - m'), l *= exp(m - m'), e = exp(s - m'),
+ * l += sum e, acc += e V. One read of K and V per call, whatever the number of
+ * rows (GQA: the G query heads of a KV head share every load).
+ *
+ * Probabilities for policies come at no extra pass over K/V: e of each tile
+ * is kept with the m' it was taken against (a "segment"), and kvb_attn_end
+ * rescales each segment by exp(m' - m_final) / l_final.
+ *
+ * Column mass (prefill observation) needs the final log-sum-exp of each row
+ * first, so it is a second tiled pass that recomputes scores: exact, and no
+ * T x T matrix is ever materialised.
+ */
+#include "ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float *acc, float *p, int32_t p_stride,
+                    int32_t *seg_j, float *seg_m, int32_t seg_cap) {
+    st->n_rows = n_rows;
+    st->d = d;
+    st->acc = acc;
+    st->p = p;
+    st->p_stride = p_stride;
+    st->seg_j = seg_j;
+    st->seg_m = seg_m;
+    st->seg_cap = seg_cap;
+    st->n_seg = 0;
+    for (int32_t r = 0; r < n_rows; r++) {
+        st->m[r] = -INFINITY;
+        st->l[r] = 0;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)n_rows * (size_t)d);
+}
+
+/* Masks keys past each row's limit, and the tile's padding (t >= nt), to -inf. */
+static void apply_limits(float *s, const int32_t *limit, int32_t n_rows, int32_t j0, int32_t nt) {
+    for (int32_t r = 0; r < n_rows; r++) {
+        int32_t first_masked = limit ? limit[r] - j0 : nt;
+        if (first_masked < 0) first_masked = 0;
+        if (first_masked > nt) first_masked = nt;
+        for (int32_t t = first_masked; t < KVB_ATTN_TILE; t++) s[r * KVB_ATTN_TILE + t] = -INFINITY;
+    }
+}
+
+void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
+                  int32_t j0, int32_t j1, struct kvb_attn_state *st) {
+    const int32_t R = st->n_rows, d = st->d;
+    for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
+        int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
+        if (limit) { /* stop once no row sees this tile: nothing further is visible */
+            bool any = false;
+            for (int32_t r = 0; r < R; r++) any |= limit[r] > jt;
+            if (!any) break;
+        }
+        float *s = st->s;
+        kr->scores(v, q, R, jt, nt, s);
+        apply_limits(s, limit, R, jt, nt);
+        for (int32_t r = 0; r < R; r++) {
+            float *sr = s + r * KVB_ATTN_TILE;
+            float mt = -INFINITY;
+            for (int32_t t = 0; t < nt; t++) mt = sr[t] > mt ? sr[t] : mt;
+            float mn = st->m[r] > mt ? st->m[r] : mt;
+            if (mn == -INFINITY) continue; /* row sees nothing yet: its s stay -inf, e = 0 */
+            if (mn != st->m[r]) {
+                float alpha = st->m[r] == -INFINITY ? 0.0f : expf(st->m[r] - mn);
+                st->l[r] *= alpha;
+                float *ar = st->acc + (size_t)r * d;
+                if (alpha == 0.0f) memset(ar, 0, sizeof(float) * (size_t)d);
+                else for (int32_t i = 0; i < d; i++) ar[i] *= alpha;
+                st->m[r] = mn;
+            }
+            for (int32_t t = 0; t < nt; t++) sr[t] -= mn;
+        }
+        kr->vexp(s, (R - 1) * KVB_ATTN_TILE + nt);
+        for (int32_t r = 0; r < R; r++) {
+            const float *er = s + r * KVB_ATTN_TILE;
+            float sum = 0;
+            for (int32_t t = 0; t < nt; t++) sum += er[t];
+            st->l[r] += sum;
+        }
+        kr->accum(v, s, R, jt, nt, st->acc);
+        if (st->p) {
+            if (st->n_seg < st->seg_cap) {
+                st->seg_j[st->n_seg] = jt;
+                for (int32_t r = 0; r < R; r++) st->seg_m[(size_t)st->n_seg * KVB_ATTN_MAX_ROWS + r] = st->m[r];
+                st->n_seg++;
+            }
+            for (int32_t r = 0; r < R; r++)
+                memcpy(st->p + (size_t)r * st->p_stride + jt, s + r * KVB_ATTN_TILE, sizeof(float) * (size_t)nt);
+        }
+    }
+}
+
+void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse) {
+    const int32_t R = st->n_rows, d = st->d;
+    for (int32_t r = 0; r < R; r++) {
+        float inv = st->l[r] > 0 ? 1.0f / st->l[r] : 0.0f;
+        const float *ar = st->acc + (size_t)r * d;
+        float *o = out + (size_t)r * d;
+        for (int32_t i = 0; i < d; i++) o[i] = ar[i] * inv;
+        if (lse) lse[r] = st->l[r] > 0 ? st->m[r] + logf(st->l[r]) : -INFINITY;
+    }
+    if (!st->p) return;
+    for (int32_t g = 0; g < st->n_seg; g++) {
+        int32_t a = st->seg_j[g];
+        int32_t b = g + 1 < st->n_seg ? st->seg_j[g + 1] : st->p_stride;
+        for (int32_t r = 0; r < R; r++) {
+            float sm = st->seg_m[(size_t)g * KVB_ATTN_MAX_ROWS + r];
+            float f = (st->l[r] > 0 && sm != -INFINITY) ? expf(sm - st->m[r]) / st->l[r] : 0.0f;
+            float *pr = st->p + (size_t)r * st->p_stride;
+            for (int32_t j = a; j < b; j++) pr[j] *= f;
+        }
+    }
+}
+
+void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
+                      const float *lse, int32_t n_rows, float w_r, int32_t j0, int32_t j1, float *col, float *s) {
+    for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
+        int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
+        kr->scores(v, q, n_rows, jt, nt, s);
+        apply_limits(s, limit, n_rows, jt, nt);
+        for (int32_t r = 0; r < n_rows; r++) {
+            float *sr = s + r * KVB_ATTN_TILE;
+            float l = lse[r];
+            for (int32_t t = 0; t < nt; t++) sr[t] = l == -INFINITY ? -INFINITY : sr[t] - l;
+        }
+        kr->vexp(s, (n_rows - 1) * KVB_ATTN_TILE + nt);
+        for (int32_t t = 0; t < nt; t++) {
+            float sum = 0;
+            for (int32_t r = 0; r < n_rows; r++) sum += s[r * KVB_ATTN_TILE + t];
+            col[jt + t] += w_r * sum;
+        }
+    }
+}

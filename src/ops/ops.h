@@ -1,0 +1,108 @@
+/*
+ * ops.h — kernels over raw rows: RoPE and attention. Ops know nothing about
+ * caches or policies; they see K/V rows through a page-table view.
+ *
+ * Attention is split in two layers:
+ *   - per-arch primitives (ref, avx2, avx512), chosen once at start-up
+ *     (KVB_REF=1 forces ref): tile scores, tile value accumulation, exp;
+ *   - a generic driver (attn.c) doing online softmax over tiles of keys, with
+ *     per-row causal limits, optional per-key probabilities (for policies),
+ *     and an exact column-mass pass (for prefill observation).
+ *
+ * Shapes: d = head_dim. A "row" is one query vector (one head of one token),
+ * already rotated and pre-multiplied by 1/sqrt(d).
+ */
+#ifndef KVB_OPS_H
+#define KVB_OPS_H
+
+#include "../core/core.h"
+
+#define KVB_ATTN_TILE 64     /* keys per tile */
+#define KVB_ATTN_MAX_ROWS 64 /* query rows per driver call */
+
+/* K/V rows of one stream seen through its page table. Logical key j lives in
+ * physical slot s = slots[j]; its K row at pages[s >> block_shift] +
+ * (s & mask) * row_bytes and its V row v_offset bytes further. */
+struct kvb_kv_view {
+    uint8_t *const *pages;
+    const int32_t *slots;
+    int32_t block_shift;
+    int32_t head_dim;
+    size_t row_bytes;
+    size_t v_offset;
+    enum kvb_dtype dtype;
+};
+
+static inline const void *kvb_view_k(const struct kvb_kv_view *v, int32_t j) {
+    int32_t s = v->slots[j];
+    return v->pages[s >> v->block_shift] + (size_t)(s & ((1 << v->block_shift) - 1)) * v->row_bytes;
+}
+static inline const void *kvb_view_v(const struct kvb_kv_view *v, int32_t j) {
+    return (const uint8_t *)kvb_view_k(v, j) + v->v_offset;
+}
+
+/* Per-arch primitives. */
+struct kvb_kernels {
+    const char *name;
+    /* s[r*KVB_ATTN_TILE + t] = dot(q[r], K[j0+t]) for r < n_rows, t < nt. q is [n_rows][d]. */
+    void (*scores)(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
+    /* acc[r] += sum_t e[r*KVB_ATTN_TILE + t] * V[j0+t], acc is [n_rows][d]. */
+    void (*accum)(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc);
+    /* x[i] = exp(x[i]); exp(-inf) = 0. Relative error <= 2e-7 or so. */
+    void (*vexp)(float *x, int32_t n);
+    /* dst[i] = f32(src[i]) and back, for K/V rows. */
+    void (*to_f16)(const float *src, uint16_t *dst, int32_t n);
+    void (*from_f16)(const uint16_t *src, float *dst, int32_t n);
+};
+
+extern const struct kvb_kernels kvb_kernels_ref;
+#if defined(__x86_64__)
+extern const struct kvb_kernels kvb_kernels_avx2;
+extern const struct kvb_kernels kvb_kernels_avx512;
+#endif
+/* The kernels in use (dispatch on first call; KVB_REF=1 forces ref). */
+const struct kvb_kernels *kvb_kernels(void);
+
+/* ---- RoPE ---- */
+
+/* Precomputed inverse frequencies of a rope config: n_dims/2 doubles. */
+void kvb_rope_inv_freq(const struct kvb_rope *r, const float *freq_factors, double *inv_freq);
+/* cs[i] = cos(pos*inv_freq[i]), cs[n_pairs+i] = sin(...). */
+void kvb_rope_cos_sin(const double *inv_freq, int32_t n_pairs, int64_t pos, float *cs);
+/* Rotates x (one head, head_dim values; the first n_dims rotate) by cs. */
+void kvb_rope_apply(enum kvb_rope_type type, int32_t n_dims, const float *cs, float *x);
+
+/* ---- attention driver ---- */
+
+struct kvb_attn_state {
+    int32_t n_rows, d;
+    float m[KVB_ATTN_MAX_ROWS];  /* running max */
+    float l[KVB_ATTN_MAX_ROWS];  /* running sum of exp */
+    float *acc;                  /* [n_rows][d] running numerator */
+    /* Optional per-key probabilities: p[r*p_stride + j] = exp(s - m at its tile);
+     * tile records (seg_j, seg_m) let kvb_attn_end normalise them exactly. */
+    float *p;
+    int32_t p_stride;
+    int32_t *seg_j;              /* [seg_cap] first key of each tile */
+    float *seg_m;                /* [seg_cap][KVB_ATTN_MAX_ROWS] */
+    int32_t n_seg, seg_cap;
+    float s[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE]; /* scratch scores */
+};
+
+/* Segments needed for keys [0, n) split into n_runs runs. */
+static inline int32_t kvb_attn_seg_cap(int32_t n, int32_t n_runs) { return n / KVB_ATTN_TILE + n_runs + 1; }
+
+void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float *acc, float *p, int32_t p_stride,
+                    int32_t *seg_j, float *seg_m, int32_t seg_cap);
+/* Attends rows q[n_rows][d] to logical keys [j0, j1). limit (or NULL):
+ * row r sees only keys j < limit[r]. Runs must be fed in increasing j. */
+void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
+                  int32_t j0, int32_t j1, struct kvb_attn_state *st);
+/* out[r] = acc[r] / l[r]; lse[r] = m + log(l) if lse; normalises p if kept. */
+void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse);
+/* Column mass: col[j] += sum_r w_r * exp(q_r.k_j - lse[r]) over keys [j0, j1),
+ * with the same limits; one call per run. */
+void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
+                      const float *lse, int32_t n_rows, float w_r, int32_t j0, int32_t j1, float *col, float *s_scratch);
+
+#endif /* KVB_OPS_H */

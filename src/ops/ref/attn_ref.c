@@ -1,0 +1,58 @@
+/*
+ * attn_ref.c — scalar reference primitives. Always built; the law that the
+ * SIMD versions are tested against. Plain loops, sequential sums.
+ */
+#include "../ops.h"
+
+#include <math.h>
+
+static inline float load_elem(const struct kvb_kv_view *v, const void *row, int32_t i) {
+    return v->dtype == KVB_DTYPE_F16 ? kvb_f16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+static void scores_ref(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
+    const int32_t d = v->head_dim;
+    for (int32_t t = 0; t < nt; t++) {
+        const void *k = kvb_view_k(v, j0 + t);
+        for (int32_t r = 0; r < n_rows; r++) {
+            const float *qr = q + (size_t)r * d;
+            float sum = 0;
+            for (int32_t i = 0; i < d; i++) sum += qr[i] * load_elem(v, k, i);
+            s[r * KVB_ATTN_TILE + t] = sum;
+        }
+    }
+}
+
+static void accum_ref(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
+    const int32_t d = v->head_dim;
+    for (int32_t t = 0; t < nt; t++) {
+        const void *vr = kvb_view_v(v, j0 + t);
+        for (int32_t r = 0; r < n_rows; r++) {
+            float w = e[r * KVB_ATTN_TILE + t];
+            if (w == 0) continue;
+            float *ar = acc + (size_t)r * d;
+            for (int32_t i = 0; i < d; i++) ar[i] += w * load_elem(v, vr, i);
+        }
+    }
+}
+
+static void vexp_ref(float *x, int32_t n) {
+    for (int32_t i = 0; i < n; i++) x[i] = expf(x[i]);
+}
+
+static void to_f16_ref(const float *src, uint16_t *dst, int32_t n) {
+    for (int32_t i = 0; i < n; i++) dst[i] = kvb_f32_to_f16(src[i]);
+}
+
+static void from_f16_ref(const uint16_t *src, float *dst, int32_t n) {
+    for (int32_t i = 0; i < n; i++) dst[i] = kvb_f16_to_f32(src[i]);
+}
+
+const struct kvb_kernels kvb_kernels_ref = {
+    .name = "ref",
+    .scores = scores_ref,
+    .accum = accum_ref,
+    .vexp = vexp_ref,
+    .to_f16 = to_f16_ref,
+    .from_f16 = from_f16_ref,
+};

@@ -1,0 +1,147 @@
+/*
+ * attn_avx2.c — AVX2 + FMA + F16C primitives, the same structure as the
+ * AVX-512 file with 8-wide vectors. head_dim that is not a multiple of 8 takes
+ * the scalar tail. Compiled with -mavx2 -mfma -mf16c.
+ */
+#include "../ops.h"
+
+#include <immintrin.h>
+
+static inline __m256 load8(enum kvb_dtype dt, const void *row, int32_t i) {
+    if (dt == KVB_DTYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+    return _mm256_loadu_ps((const float *)row + i);
+}
+
+static inline float load1(enum kvb_dtype dt, const void *row, int32_t i) {
+    return dt == KVB_DTYPE_F16 ? kvb_f16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+static inline float hsum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_view *v, const float *q, int32_t n_rows,
+                                                           int32_t j0, int32_t nt, float *s, enum kvb_dtype dt) {
+    const int32_t d = v->head_dim, d8 = d & ~7;
+    for (int32_t t = 0; t < nt; t++) {
+        const void *k = kvb_view_k(v, j0 + t);
+        for (int32_t r = 0; r < n_rows; r++) {
+            const float *qr = q + (size_t)r * d;
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            int32_t i = 0;
+            for (; i + 16 <= d8; i += 16) {
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), load8(dt, k, i), a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i + 8), load8(dt, k, i + 8), a1);
+            }
+            for (; i < d8; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), load8(dt, k, i), a0);
+            float sum = hsum8(_mm256_add_ps(a0, a1));
+            for (; i < d; i++) sum += qr[i] * load1(dt, k, i);
+            s[r * KVB_ATTN_TILE + t] = sum;
+        }
+    }
+}
+
+static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
+    if (v->dtype == KVB_DTYPE_F16) scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F16);
+    else scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F32);
+}
+
+static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_view *v, const float *e, int32_t n_rows,
+                                                          int32_t j0, int32_t nt, float *acc, enum kvb_dtype dt) {
+    const int32_t d = v->head_dim, d8 = d & ~7;
+    for (int32_t r0 = 0; r0 < n_rows; r0 += 2) {
+        const int32_t nr = KVB_MIN(2, n_rows - r0);
+        for (int32_t c0 = 0; c0 < d8; c0 += 32) {
+            const int32_t nc = KVB_MIN(4, (d8 - c0) / 8);
+            __m256 a[2][4];
+            for (int32_t r = 0; r < nr; r++)
+                for (int32_t c = 0; c < nc; c++) a[r][c] = _mm256_loadu_ps(acc + (size_t)(r0 + r) * d + c0 + c * 8);
+            for (int32_t t = 0; t < nt; t++) {
+                const void *vr = kvb_view_v(v, j0 + t);
+                __m256 vc[4];
+                for (int32_t c = 0; c < nc; c++) vc[c] = load8(dt, vr, c0 + c * 8);
+                for (int32_t r = 0; r < nr; r++) {
+                    __m256 w = _mm256_set1_ps(e[(r0 + r) * KVB_ATTN_TILE + t]);
+                    for (int32_t c = 0; c < nc; c++) a[r][c] = _mm256_fmadd_ps(w, vc[c], a[r][c]);
+                }
+            }
+            for (int32_t r = 0; r < nr; r++)
+                for (int32_t c = 0; c < nc; c++) _mm256_storeu_ps(acc + (size_t)(r0 + r) * d + c0 + c * 8, a[r][c]);
+        }
+        if (d8 < d) {
+            for (int32_t t = 0; t < nt; t++) {
+                const void *vr = kvb_view_v(v, j0 + t);
+                for (int32_t r = 0; r < nr; r++) {
+                    float w = e[(r0 + r) * KVB_ATTN_TILE + t];
+                    for (int32_t i = d8; i < d; i++) acc[(size_t)(r0 + r) * d + i] += w * load1(dt, vr, i);
+                }
+            }
+        }
+    }
+}
+
+static void accum_avx2(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
+    if (v->dtype == KVB_DTYPE_F16) accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F16);
+    else accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F32);
+}
+
+static inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.37626f);
+    __m256 zero = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n for n in [-126, 127]; n = 128 (x near hi) is split as 2^(n-1) * 2 */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i big = _mm256_cmpgt_epi32(ni, _mm256_set1_epi32(127));
+    ni = _mm256_sub_epi32(ni, _mm256_and_si256(big, _mm256_set1_epi32(1)));
+    __m256 pw = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
+    p = _mm256_mul_ps(p, pw);
+    p = _mm256_blendv_ps(p, _mm256_add_ps(p, p), _mm256_castsi256_ps(big));
+    return _mm256_andnot_ps(zero, p);
+}
+
+static void vexp_avx2(float *x, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        float tmp[8];
+        for (int32_t k = 0; k < 8; k++) tmp[k] = i + k < n ? x[i + k] : 0.0f;
+        _mm256_storeu_ps(tmp, exp8(_mm256_loadu_ps(tmp)));
+        for (int32_t k = 0; i + k < n; k++) x[i + k] = tmp[k];
+    }
+}
+
+static void to_f16_avx2(const float *src, uint16_t *dst, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = kvb_f32_to_f16(src[i]);
+}
+
+static void from_f16_avx2(const uint16_t *src, float *dst, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = kvb_f16_to_f32(src[i]);
+}
+
+const struct kvb_kernels kvb_kernels_avx2 = {
+    .name = "avx2",
+    .scores = scores_avx2,
+    .accum = accum_avx2,
+    .vexp = vexp_avx2,
+    .to_f16 = to_f16_avx2,
+    .from_f16 = from_f16_avx2,
+};

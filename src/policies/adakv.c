@@ -1,0 +1,63 @@
+/*
+ * adakv.c — AdaKV (Feng et al. 2024): one budget per layer, B x n_kv_head,
+ * shared by its KV heads and allocated by score, so heads keep different
+ * lengths and the memory they give up returns to the pool. After each prefill
+ * observation and at compress: every head keeps its sinks and window, plus a
+ * floor of ada_floor x its share; the rest of the layer's budget goes to the
+ * highest pooled SnapKV scores across all heads (greedy merge of the heads'
+ * sorted scores). Eviction within a head is SnapKV's.
+ */
+#include "policy.h"
+
+#include <stdlib.h>
+
+static int cmp_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+static void ada_budgets(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t H, int32_t layer,
+                        int32_t n_layer, int32_t B, enum kvb_budget_phase phase) {
+    (void)layer; (void)n_layer;
+    if (phase == KVB_BUDGET_INIT || B <= 0) return;
+    const int32_t W = kvb_policy_recent(p, B), S = p->params.n_sink;
+    const int32_t share = B - W - S;          /* per-head room for selected tokens */
+    if (share <= 0) return;
+    const int32_t floor_n = (int32_t)(p->params.ada_floor * (float)share);
+    int32_t pool = H * (share - floor_n);     /* what the heads compete for */
+    int32_t cnt[1024], got[1024], pos[1024];
+    for (int32_t h = 0; h < H; h++) {
+        struct kvb_stream *s = streams[h];
+        int32_t lo = KVB_MIN(S, s->n), hi = KVB_MAX(lo, s->n - W);
+        cnt[h] = 0;
+        for (int32_t j = lo; j < hi; j++) s->fscratch[cnt[h]++] = kvb_state_f(&s->state[s->order[j]]);
+        qsort(s->fscratch, (size_t)cnt[h], sizeof(float), cmp_desc);
+        got[h] = KVB_MIN(floor_n, cnt[h]);
+        pos[h] = got[h];
+        pool += floor_n - got[h]; /* a head too short for its floor leaves the rest to others */
+    }
+    while (pool > 0) { /* greedy merge: the best next score of any head wins */
+        int32_t best = -1;
+        for (int32_t h = 0; h < H; h++)
+            if (pos[h] < cnt[h] && (best < 0 || streams[h]->fscratch[pos[h]] > streams[best]->fscratch[pos[best]])) best = h;
+        if (best < 0) break;
+        pos[best]++;
+        got[best]++;
+        pool--;
+    }
+    for (int32_t h = 0; h < H; h++) streams[h]->budget = S + W + got[h];
+    /* a stream shorter than its budget simply keeps everything */
+    for (int32_t h = 0; h < H; h++)
+        if (streams[h]->budget <= S) streams[h]->budget = S + 1;
+}
+
+const struct kvb_policy_i kvb_policy_adakv = {
+    .name = "adakv",
+    .describe = "AdaKV: SnapKV scoring; one budget per layer (budget x heads) allocated across KV heads by score. params: budget=256 (head average) obs_window=32 pool_kernel=7 ada_floor=0.2 n_sink=0",
+    .flags = KVB_PF_PREFILL_MASS,
+    .n_state = 1,
+    .default_pos = KVB_POS_ORIGINAL,
+    .observe = kvb_snapkv_observe,
+    .select = kvb_snapkv_select,
+    .budgets = ada_budgets,
+};

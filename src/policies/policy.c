@@ -1,0 +1,110 @@
+/*
+ * policy.c — helpers shared by the policies: the protected-recent rule, the
+ * k-smallest picker (ties go to the older slot, so decisions depend only on
+ * logical order and state), and SnapKV's observation-window scoring, which
+ * snapkv, pyramidkv and adakv share.
+ */
+#include "policy.h"
+
+#include <math.h>
+
+int32_t kvb_policy_recent(const struct kvb_policy *p, int32_t budget) {
+    const struct kvb_policy_params *pp = &p->params;
+    int32_t room = KVB_MAX(budget - pp->n_sink, 0);
+    int32_t r;
+    if (pp->n_recent >= 0) {
+        r = pp->n_recent;
+    } else {
+        switch (pp->id) {
+        case KVB_POLICY_WINDOW:
+        case KVB_POLICY_STREAMING: r = room; break;
+        case KVB_POLICY_H2O:
+        case KVB_POLICY_BLOCK_H2O: r = room - (int32_t)(pp->heavy_ratio * (float)room); break;
+        case KVB_POLICY_SCISSORHANDS: r = pp->history; break;
+        case KVB_POLICY_SNAPKV:
+        case KVB_POLICY_PYRAMIDKV:
+        case KVB_POLICY_ADAKV: r = pp->obs_window; break;
+        default: r = 0; break;
+        }
+    }
+    return KVB_MIN(KVB_MAX(r, 0), room);
+}
+
+static inline bool key_less(const float *key, int32_t a, int32_t b) {
+    return key[a] < key[b] || (key[a] == key[b] && a < b);
+}
+
+/* Rearranges idx[0..m) so that its first k entries are the k smallest by
+ * (key, index). Iterative quickselect, median-of-three pivots. */
+static void select_k(int32_t *idx, int32_t m, int32_t k, const float *key) {
+    int32_t lo = 0, hi = m - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (key_less(key, idx[mid], idx[lo])) { int32_t t = idx[mid]; idx[mid] = idx[lo]; idx[lo] = t; }
+        if (key_less(key, idx[hi], idx[lo])) { int32_t t = idx[hi]; idx[hi] = idx[lo]; idx[lo] = t; }
+        if (key_less(key, idx[hi], idx[mid])) { int32_t t = idx[hi]; idx[hi] = idx[mid]; idx[mid] = t; }
+        int32_t pivot = idx[mid];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (key_less(key, idx[i], pivot)) i++;
+            while (key_less(key, pivot, idx[j])) j--;
+            if (i <= j) {
+                int32_t t = idx[i]; idx[i] = idx[j]; idx[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+int32_t kvb_pick_lowest(struct kvb_stream *s, const float *key, int32_t lo, int32_t hi, int32_t k, int32_t *victims) {
+    if (hi - lo < k) hi = s->n;
+    if (hi - lo < k) k = hi - lo;
+    if (k <= 0) return 0;
+    if (k == 1) {
+        int32_t best = lo;
+        for (int32_t j = lo + 1; j < hi; j++)
+            if (key[j] < key[best]) best = j;
+        victims[0] = best;
+        return 1;
+    }
+    int32_t m = hi - lo;
+    int32_t *idx = s->iscratch;
+    for (int32_t i = 0; i < m; i++) idx[i] = lo + i;
+    select_k(idx, m, k, key);
+    memcpy(victims, idx, sizeof(int32_t) * (size_t)k);
+    return k;
+}
+
+int32_t kvb_pick_oldest(struct kvb_stream *s, int32_t lo, int32_t k, int32_t *victims) {
+    if (lo + k > s->n) k = s->n - lo;
+    for (int32_t i = 0; i < k; i++) victims[i] = lo + i;
+    return KVB_MAX(k, 0);
+}
+
+void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill) {
+    if (!prefill) return; /* frozen at the prompt: decoding adds no evidence */
+    const int32_t half = p->params.pool_kernel / 2;
+    for (int32_t j = 0; j < n; j++) {
+        float m = 0;
+        for (int32_t t = KVB_MAX(0, j - half); t <= KVB_MIN(n - 1, j + half); t++) m = w[t] > m ? w[t] : m;
+        kvb_state_set_f(&s->state[s->order[j]], m);
+    }
+}
+
+int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+    const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
+    const int32_t hi = s->n - kvb_policy_recent(p, s->budget);
+    float *key = s->fscratch;
+    /* generated tokens (after the prompt) outside the window go first,
+     * oldest first; then prompt tokens by lowest pooled score */
+    for (int32_t j = lo; j < s->n; j++) {
+        int32_t slot = s->order[j];
+        if (s->prompt_end >= 0 && s->pos[slot] >= s->prompt_end) key[j] = -1e20f * (float)(s->n - j);
+        else key[j] = kvb_state_f(&s->state[slot]);
+    }
+    return kvb_pick_lowest(s, key, lo, KVB_MAX(hi, lo), n_over, victims);
+}

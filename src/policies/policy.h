@@ -1,0 +1,80 @@
+/*
+ * policy.h — the policy vtable. A policy keeps per-slot score words in its
+ * stream, reads attention evidence, and chooses victims by logical index; the
+ * cache does all eviction, compaction and page management.
+ *
+ * Slots (all optional but select; NULL means the default in brackets):
+ *   on_append  new slot at logical j with its pre-RoPE key k (may be NULL)
+ *              [state zeroed]
+ *   observe    one attention row w[0..n) over the stream's logical slots:
+ *              decode weights (mean over the query heads of the KV head) or a
+ *              prefill chunk's column mass; `prefill` says which [ignored]
+ *   select     choose at least n_over victims (logical indexes, any order,
+ *              never a sink) into victims; returns how many
+ *   budgets    set s->budget of every stream of a layer (pyramidkv, adakv);
+ *              phase says when [every stream keeps params.budget]
+ *
+ * Victim choice must depend only on logical order, positions and state, never
+ * on physical slot numbers: a restored cache has another physical layout and
+ * must continue bit-identically.
+ */
+#ifndef KVB_POLICY_H
+#define KVB_POLICY_H
+
+#include "../cache/cache_impl.h"
+
+enum kvb_budget_phase {
+    KVB_BUDGET_INIT = 0,    /* cache created (budget_frac unresolved: streams unbounded) */
+    KVB_BUDGET_PREFILL = 1, /* after a prefill chunk's observation */
+    KVB_BUDGET_COMPRESS = 2 /* end of prompt; prompt_len known */
+};
+
+#define KVB_PF_DECODE_ATTN 1u   /* wants decode attention weights */
+#define KVB_PF_PREFILL_MASS 2u  /* wants prefill column mass */
+#define KVB_PF_NEVER_EVICT 4u   /* full */
+
+struct kvb_policy_i {
+    const char *name;
+    const char *describe;     /* one line: rule; parameters with defaults */
+    uint32_t flags;
+    int32_t n_state;          /* 32-bit words per slot */
+    enum kvb_pos_mode default_pos;
+    void (*defaults)(struct kvb_policy_params *p);
+    void (*on_append)(const struct kvb_policy *p, struct kvb_stream *s, int32_t j, const float *k, int32_t d);
+    void (*observe)(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
+    int32_t (*select)(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
+    void (*budgets)(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t n_streams, int32_t layer,
+                    int32_t n_layer, int32_t base_budget, enum kvb_budget_phase phase);
+};
+
+extern const struct kvb_policy_i kvb_policy_full, kvb_policy_window, kvb_policy_streaming, kvb_policy_h2o,
+    kvb_policy_tova, kvb_policy_scissorhands, kvb_policy_snapkv, kvb_policy_pyramidkv, kvb_policy_adakv,
+    kvb_policy_knorm, kvb_policy_block_h2o;
+
+const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id);
+
+/* ---- helpers shared by policies (policy.c) ---- */
+
+/* Protected recent tokens for a stream with this budget under p's rule. */
+int32_t kvb_policy_recent(const struct kvb_policy *p, int32_t budget);
+
+/* Picks the k logical slots with the smallest key[j] among candidates
+ * [lo, hi) (ties: older first) into victims; widens hi to s->n if the range
+ * is too small (the recent window yields before sinks do). Returns the count. */
+int32_t kvb_pick_lowest(struct kvb_stream *s, const float *key, int32_t lo, int32_t hi, int32_t k, int32_t *victims);
+
+/* Oldest-first eviction of k slots from [lo, ...): window and streaming. */
+int32_t kvb_pick_oldest(struct kvb_stream *s, int32_t lo, int32_t k, int32_t *victims);
+
+/* SnapKV scoring shared by snapkv, pyramidkv and adakv:
+ *   observe: state[0] = max-pool (kernel params.pool_kernel) of the chunk's
+ *            observation-window mass, over logical order;
+ *   select:  oldest generated token outside the window first, then lowest
+ *            pooled prompt score. */
+void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
+int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
+
+/* H2O accumulation: state[0] += w[j]. Shared with block-h2o. */
+void kvb_h2o_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
+
+#endif /* KVB_POLICY_H */

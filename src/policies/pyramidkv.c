@@ -1,0 +1,43 @@
+/*
+ * pyramidkv.c — PyramidKV (Cai et al. 2024): SnapKV scoring with per-layer
+ * budgets decreasing linearly from bottom to top. With W = obs_window, the
+ * average budget B and L layers (as in the authors' KVCache-Factory code):
+ *     min = (B - W) / beta,  max = 2 (B - W) - min,
+ *     (at compress, if max > prompt - W: max = prompt - W, min = 2 (B - W) - max)
+ *     budget(l) = W + max - l * (max - min) / (L - 1)
+ * so the layers average B and the top layer keeps (B - W) / beta + W.
+ */
+#include "policy.h"
+
+#include <math.h>
+
+static void pyramid_budgets(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t n_streams,
+                            int32_t layer, int32_t n_layer, int32_t B, enum kvb_budget_phase phase) {
+    if (phase == KVB_BUDGET_PREFILL || B <= 0) return;
+    const double W = p->params.obs_window;
+    double room = (double)B - W;
+    if (room <= 0) return; /* window alone fills the budget: uniform */
+    double mn = room / p->params.pyramid_beta, mx = 2 * room - mn;
+    if (phase == KVB_BUDGET_COMPRESS && n_streams > 0 && streams[0]->prompt_end > 0) {
+        double prompt_room = (double)streams[0]->prompt_end - W;
+        if (prompt_room > 0 && mx > prompt_room) {
+            mx = prompt_room;
+            mn = 2 * room - mx;
+        }
+    }
+    double b = n_layer > 1 ? mx - (double)layer * (mx - mn) / (double)(n_layer - 1) : room;
+    int32_t budget = (int32_t)floor(b + W);
+    budget = KVB_MAX(budget, p->params.n_sink + 1);
+    for (int32_t h = 0; h < n_streams; h++) streams[h]->budget = budget;
+}
+
+const struct kvb_policy_i kvb_policy_pyramidkv = {
+    .name = "pyramidkv",
+    .describe = "PyramidKV: SnapKV scoring, per-layer budgets decreasing linearly bottom to top. params: budget=256 (layer average) obs_window=32 pool_kernel=7 pyramid_beta=20 n_sink=0",
+    .flags = KVB_PF_PREFILL_MASS,
+    .n_state = 1,
+    .default_pos = KVB_POS_ORIGINAL,
+    .observe = kvb_snapkv_observe,
+    .select = kvb_snapkv_select,
+    .budgets = pyramid_budgets,
+};

@@ -1,0 +1,45 @@
+/*
+ * scissorhands.c — persistence of importance (Liu et al. 2023). A slot is
+ * "unimportant" at a step when its attention is below the average 1/n. Over
+ * the last `history` steps (a bitmask, state[1]) a slot unimportant at least
+ * `threshold` times is evicted first; among equals, the one unimportant most
+ * often, then the lowest accumulated attention (state[0]), then the oldest.
+ * The most recent `history` tokens are protected: they have not been judged.
+ */
+#include "policy.h"
+
+static void scissorhands_defaults(struct kvb_policy_params *p) { p->n_sink = 4; }
+
+static void sh_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill) {
+    const uint32_t mask = p->params.history >= 32 ? 0xffffffffu : (1u << p->params.history) - 1;
+    const float avg = n > 0 ? 1.0f / (float)n : 0.0f;
+    for (int32_t j = 0; j < n; j++) {
+        uint32_t *st = &s->state[(size_t)s->order[j] * 2];
+        kvb_state_set_f(st, kvb_state_f(st) + w[j]);
+        if (!prefill) st[1] = ((st[1] << 1) | (w[j] < avg ? 1u : 0u)) & mask;
+    }
+}
+
+static int32_t sh_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+    const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
+    const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget));
+    float *key = s->fscratch;
+    for (int32_t j = lo; j < s->n; j++) {
+        const uint32_t *st = &s->state[(size_t)s->order[j] * 2];
+        int32_t low = __builtin_popcount(st[1]);
+        float acc = kvb_state_f(st);
+        key[j] = (low >= p->params.threshold ? 0.0f : 64.0f) + (float)(32 - low) + acc / (1.0f + acc);
+    }
+    return kvb_pick_lowest(s, key, lo, hi, n_over, victims);
+}
+
+const struct kvb_policy_i kvb_policy_scissorhands = {
+    .name = "scissorhands",
+    .describe = "Scissorhands: evict slots below average attention >= threshold times in the last history steps. params: budget=256 n_sink=4 history=16 threshold=8 n_recent=-1 (history)",
+    .flags = KVB_PF_DECODE_ATTN | KVB_PF_PREFILL_MASS,
+    .n_state = 2,
+    .default_pos = KVB_POS_ORIGINAL,
+    .defaults = scissorhands_defaults,
+    .observe = sh_observe,
+    .select = sh_select,
+};

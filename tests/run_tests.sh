@@ -1,0 +1,29 @@
+#!/bin/sh
+# Runs every test binary in BUILD_DIR, sums their case counts, and ends with
+# one line "N passed, M failed". Exit status is non-zero if anything failed.
+BUILD_DIR=${1:-build}
+passed=0
+failed=0
+crashed=""
+for t in "$BUILD_DIR"/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    out=$("$t" 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    line=$(printf '%s\n' "$out" | grep -E '^cases: [0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    if [ -n "$line" ]; then
+        p=$(echo "$line" | sed -E 's/^cases: ([0-9]+) passed, ([0-9]+) failed.*/\1/')
+        f=$(echo "$line" | sed -E 's/^cases: ([0-9]+) passed, ([0-9]+) failed.*/\2/')
+        passed=$((passed + p))
+        failed=$((failed + f))
+    fi
+    if [ $rc -ne 0 ] && { [ -z "$line" ] || [ "${f:-0}" -eq 0 ]; }; then
+        echo "FAIL $name exited with status $rc"
+        failed=$((failed + 1))
+        crashed="$crashed $name"
+    fi
+done
+if [ -n "$crashed" ]; then echo "crashed:$crashed"; fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

@@ -1,0 +1,78 @@
+/*
+ * testing.h — a small test harness in the spirit of Redis' testhelp.h and
+ * libuv's ASSERT_EQ: checks print both values on failure, a test case stops
+ * at its first failed check, and main() prints "cases: P passed, F failed".
+ *
+ *   TEST(name) { CHECK_EQ_INT(a, b); CHECK_NEAR(x, y, tol); ... }
+ *   int main(void) { RUN(name); ...; return test_summary(); }
+ */
+#ifndef KVB_TESTING_H
+#define KVB_TESTING_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int t_passed, t_failed, t_case_failed;
+static const char *t_case;
+
+#define TEST(name) static void test_##name(void)
+#define RUN(name)                                                                 \
+    do {                                                                          \
+        t_case = #name;                                                           \
+        t_case_failed = 0;                                                        \
+        test_##name();                                                            \
+        if (t_case_failed) { t_failed++; printf("FAIL %s\n", #name); }            \
+        else { t_passed++; printf("ok   %s\n", #name); }                          \
+        fflush(stdout);                                                           \
+    } while (0)
+
+#define FAILF(...)                                                                \
+    do {                                                                          \
+        printf("  %s:%d: ", __FILE__, __LINE__);                                  \
+        printf(__VA_ARGS__);                                                      \
+        printf("\n");                                                             \
+        t_case_failed = 1;                                                        \
+        return;                                                                   \
+    } while (0)
+
+#define CHECK(c) do { if (!(c)) FAILF("check failed: %s", #c); } while (0)
+#define CHECK_EQ_INT(a, b)                                                        \
+    do {                                                                          \
+        long long _a = (long long)(a), _b = (long long)(b);                       \
+        if (_a != _b) FAILF("%s == %s: %lld != %lld", #a, #b, _a, _b);            \
+    } while (0)
+#define CHECK_NEAR(a, b, tol)                                                     \
+    do {                                                                          \
+        double _a = (double)(a), _b = (double)(b);                                \
+        if (!(fabs(_a - _b) <= (tol))) FAILF("%s ~ %s: %.9g vs %.9g (tol %g)", #a, #b, _a, _b, (double)(tol)); \
+    } while (0)
+#define CHECK_OK(expr)                                                            \
+    do {                                                                          \
+        kvb_status _s = (expr);                                                   \
+        if (_s != KVB_OK) FAILF("%s returned %d (%s): %s", #expr, (int)_s, kvb_status_str(_s), kvb_last_error()); \
+    } while (0)
+#define CHECK_STATUS(expr, want)                                                  \
+    do {                                                                          \
+        kvb_status _s = (expr);                                                   \
+        if (_s != (want)) FAILF("%s returned %d (%s), want %d", #expr, (int)_s, kvb_status_str(_s), (int)(want)); \
+    } while (0)
+
+static inline int test_summary(void) {
+    printf("cases: %d passed, %d failed\n", t_passed, t_failed);
+    return t_failed ? 1 : 0;
+}
+
+/* Deterministic generator for test data (splitmix64). */
+static inline unsigned long long t_rng_next(unsigned long long *s) {
+    unsigned long long z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline float t_randf(unsigned long long *s) { /* uniform [-1, 1) */
+    return (float)((double)(t_rng_next(s) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+#endif

@@ -1,0 +1,96 @@
+/* cli.c — argument parsing and logging helpers for the kvbound tool. */
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int cli_parse_i64(const char *flag, const char *value, long long lo, long long hi, long long *out) {
+    if (!value || !*value) {
+        fprintf(stderr, "kvbound: %s needs a number\n", flag);
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno || *end) {
+        fprintf(stderr, "kvbound: %s: '%s' is not an integer\n", flag, value);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "kvbound: %s: %lld is out of range %lld..%lld\n", flag, v, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_i32(const char *flag, const char *value, int lo, int hi, int *out) {
+    long long v;
+    if (cli_parse_i64(flag, value, lo, hi, &v)) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int cli_parse_f32(const char *flag, const char *value, double lo, double hi, float *out) {
+    if (!value || !*value) {
+        fprintf(stderr, "kvbound: %s needs a number\n", flag);
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno || *end || v != v) {
+        fprintf(stderr, "kvbound: %s: '%s' is not a number\n", flag, value);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "kvbound: %s: %g is out of range %g..%g\n", flag, v, lo, hi);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvbound: %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+void cli_log_stderr(enum kvb_log_level level, const char *msg, void *user) {
+    int verbose = user ? *(int *)user : 0;
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    if ((int)level <= KVB_LOG_WARN + verbose) fprintf(stderr, "kvbound: %s: %s\n", names[level], msg);
+}
+
+double cli_now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *cpu_model_name(char *buf, size_t n) {
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return buf;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ' || *c == '\t') c++;
+                c[strcspn(c, "\n")] = 0;
+                snprintf(buf, n, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+    return buf;
+}

@@ -1,0 +1,30 @@
+/*
+ * cli.h — helpers shared by the kvbound subcommands: strict number parsing
+ * that names the flag on error, the stderr log sink, and the subcommand
+ * entry points (one file each).
+ */
+#ifndef KVB_CLI_H
+#define KVB_CLI_H
+
+#include "kvbound.h"
+
+#include <stdio.h>
+
+/* Parse "value" of flag into *out within [lo, hi]; prints an error naming the flag. */
+int cli_parse_i64(const char *flag, const char *value, long long lo, long long hi, long long *out);
+int cli_parse_i32(const char *flag, const char *value, int lo, int hi, int *out);
+int cli_parse_f32(const char *flag, const char *value, double lo, double hi, float *out);
+/* Returns argv[*i + 1] and advances, or prints "flag needs a value" and returns NULL. */
+const char *cli_value(int argc, char **argv, int *i);
+void cli_log_stderr(enum kvb_log_level level, const char *msg, void *user);
+double cli_now_sec(void);
+
+int cmd_policies(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* Machine read bandwidth in GB/s: all threads of tp stream a buffer of
+ * `bytes` with the widest vector loads available; best of `reps`. */
+double membw_read_gbs(struct kvb_threadpool *tp, size_t bytes, int reps);
+const char *cpu_model_name(char *buf, size_t n);
+
+#endif

@@ -1,0 +1,45 @@
+/*
+ * main.c — the kvbound command-line tool: one binary, one subcommand per
+ * file. Errors go to stderr with the offending flag named; exit status 2 for
+ * usage errors, 1 for failures.
+ */
+#include "cli.h"
+
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "kvbound %s — bounded-memory KV cache for LLM inference\n"
+            "\n"
+            "usage: kvbound <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  policies            list the eviction policies, their rules and parameters\n"
+            "  bench cache         benchmark the cache work of decode steps (JSON)\n"
+            "  version             print the version and the kernel family in use\n"
+            "  help                this text\n"
+            "\n"
+            "Run 'kvbound <command> --help' for a command's options.\n",
+            KVB_VERSION_STRING);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("kvbound %s (kernels: %s)\n", KVB_VERSION_STRING, kvb_kernels_name());
+        return 0;
+    }
+    if (!strcmp(cmd, "policies")) return cmd_policies(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    fprintf(stderr, "kvbound: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,96 @@
+/*
+ * membw.c — measures the machine's read bandwidth the way decode reads the
+ * KV cache: every thread streams its share of a buffer far larger than the
+ * caches with the widest vector loads the CPU has (AVX-512, else AVX2, else
+ * scalar), summing so the loads cannot be elided. Best of `reps` passes.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+struct bw_job {
+    const float *buf;
+    size_t n;
+    double sink[64];
+    int isa; /* 2 = avx512, 1 = avx2, 0 = scalar */
+};
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static double sum512(const float *p, size_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+__attribute__((target("avx2"))) static double sum256(const float *p, size_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    return (double)t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+#endif
+
+static double sum_scalar(const float *p, size_t n) {
+    float a[8] = {0};
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) a[k] += p[i + k];
+    return (double)a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+static void bw_worker(int32_t ith, int32_t nth, void *arg) {
+    struct bw_job *j = arg;
+    size_t per = (j->n / (size_t)nth) & ~(size_t)63;
+    const float *p = j->buf + per * (size_t)ith;
+    double s;
+#if defined(__x86_64__)
+    if (j->isa == 2) s = sum512(p, per);
+    else if (j->isa == 1) s = sum256(p, per);
+    else
+#endif
+        s = sum_scalar(p, per);
+    j->sink[ith % 64] += s;
+}
+
+double membw_read_gbs(struct kvb_threadpool *tp, size_t bytes, int reps) {
+    size_t n = bytes / sizeof(float);
+    float *buf = aligned_alloc(64, n * sizeof(float));
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
+    struct bw_job j;
+    memset(&j, 0, sizeof j);
+    j.buf = buf;
+    j.n = n;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    j.isa = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+#endif
+    int32_t nth = kvb_threadpool_n_threads(tp);
+    size_t read = ((n / (size_t)nth) & ~(size_t)63) * (size_t)nth * sizeof(float);
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = cli_now_sec();
+        kvb_threadpool_run(tp, bw_worker, &j);
+        double dt = cli_now_sec() - t0;
+        double gbs = (double)read / dt / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    free(buf);
+    return best;
+}
