@@ -1,0 +1,148 @@
+/*
+ * test_positions.c — the position scheme (keys stored rotated at their
+ * original position, queries rotated once per run of equal delta) equals
+ * re-applying RoPE from scratch at the cache positions, within 1e-5, at every
+ * decode step and for every prefill row; for ORIGINAL and CONTIGUOUS modes,
+ * both RoPE pairings, scaling, and policies that leave one gap (streaming) or
+ * many (h2o, tova with contiguous positions).
+ */
+#include "cache_helpers.h"
+
+enum { L = 2, HK = 2, G = 2, D = 16, MAXT = 600 };
+
+struct history { float k[L][MAXT][HK][D], v[L][MAXT][HK][D]; };
+
+static int run_case(enum kvb_policy_id pid, enum kvb_pos_mode pm, enum kvb_rope_type rt, int budget, int steps,
+                    int prefill, unsigned long long seed, const float *ff) {
+    static struct history hist;
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = KVB_DTYPE_F32; cp.block_size = 4;
+    cp.pos_mode = pm;
+    cp.rope = (struct kvb_rope){rt, D, 10000.0f, ff ? 0.5f : 1.0f, ff};
+    cp.policy = kvb_policy_default_params(pid);
+    cp.policy.budget = budget;
+    cp.pool_bytes = 1 << 22;
+    struct kvb_cache *c;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
+    const struct kvb_rope *rope = &kvb_cache_get_params(c)->rope;
+    const bool contiguous = kvb_cache_pos_mode(c) == KVB_POS_CONTIGUOUS;
+    unsigned long long rs = seed;
+    static float q[MAXT][HK * G][D], out[MAXT][HK * G][D];
+    int fails = 0;
+    /* prefill */
+    for (int l = 0; l < L; l++) {
+        for (int t = 0; t < prefill; t++)
+            for (int h = 0; h < HK; h++)
+                for (int i = 0; i < D; i++) {
+                    hist.k[l][t][h][i] = t_randf(&rs);
+                    hist.v[l][t][h][i] = t_randf(&rs);
+                }
+        for (int t = 0; t < prefill; t++)
+            for (int h = 0; h < HK * G; h++)
+                for (int i = 0; i < D; i++) q[t][h][i] = t_randf(&rs);
+        static float kk[MAXT][HK][D], vv[MAXT][HK][D];
+        memcpy(kk, hist.k[l], sizeof(float) * (size_t)prefill * HK * D);
+        memcpy(vv, hist.v[l], sizeof(float) * (size_t)prefill * HK * D);
+        if (kvb_cache_prefill(c, l, prefill, &q[0][0][0], HK * G, &kk[0][0][0], &vv[0][0][0], &out[0][0][0], NULL) != KVB_OK) {
+            printf("  prefill: %s\n", kvb_last_error());
+            return 1;
+        }
+        for (int t = 0; t < prefill && !fails; t++)
+            for (int hq = 0; hq < HK * G; hq++) {
+                int h = hq / G;
+                const float *kp[MAXT], *vp[MAXT];
+                long long kpos[MAXT];
+                for (int j = 0; j <= t; j++) { kp[j] = hist.k[l][j][h]; vp[j] = hist.v[l][j][h]; kpos[j] = j; }
+                double ref[D];
+                ref_attend(rope, D, q[t][hq], t, kp, vp, kpos, t + 1, ref);
+                for (int i = 0; i < D; i++)
+                    if (fabs(out[t][hq][i] - ref[i]) > 1e-5) {
+                        printf("  prefill l%d t%d head %d dim %d: %.8f vs %.8f\n", l, t, hq, i, (double)out[t][hq][i], ref[i]);
+                        fails++;
+                        break;
+                    }
+            }
+    }
+    /* decode */
+    for (int step = 0; step < steps && !fails; step++) {
+        for (int l = 0; l < L && !fails; l++) {
+            long long t = kvb_cache_n_past(c, l);
+            /* retained set before this token */
+            long long kpos_orig[HK][MAXT];
+            int nret[HK];
+            for (int h = 0; h < HK; h++) {
+                nret[h] = kvb_cache_n_slots(c, l, h);
+                for (int j = 0; j < nret[h]; j++) {
+                    struct kvb_slot_info si;
+                    kvb_cache_slot_info(c, l, h, j, &si);
+                    kpos_orig[h][j] = si.pos_original;
+                }
+                kpos_orig[h][nret[h]] = t;
+            }
+            float kk[HK][D], vv[HK][D], qq[HK * G][D], oo[HK * G][D];
+            for (int h = 0; h < HK; h++)
+                for (int i = 0; i < D; i++) {
+                    kk[h][i] = hist.k[l][t][h][i] = t_randf(&rs);
+                    vv[h][i] = hist.v[l][t][h][i] = t_randf(&rs);
+                }
+            for (int h = 0; h < HK * G; h++)
+                for (int i = 0; i < D; i++) qq[h][i] = t_randf(&rs);
+            if (kvb_cache_decode(c, l, &qq[0][0], HK * G, &kk[0][0], &vv[0][0], &oo[0][0], NULL) != KVB_OK) {
+                printf("  decode: %s\n", kvb_last_error());
+                return 1;
+            }
+            for (int hq = 0; hq < HK * G && !fails; hq++) {
+                int h = hq / G, n = nret[h] + 1;
+                const float *kp[MAXT], *vp[MAXT];
+                long long kpos[MAXT];
+                for (int j = 0; j < n; j++) {
+                    kp[j] = hist.k[l][kpos_orig[h][j]][h];
+                    vp[j] = hist.v[l][kpos_orig[h][j]][h];
+                    kpos[j] = contiguous ? j : kpos_orig[h][j];
+                }
+                double ref[D];
+                ref_attend(rope, D, qq[hq], contiguous ? n - 1 : t, kp, vp, kpos, n, ref);
+                for (int i = 0; i < D; i++)
+                    if (fabs(oo[hq][i] - ref[i]) > 1e-5) {
+                        printf("  %s step %d l%d head %d dim %d: %.8f vs %.8f\n", kvb_policy_name(pid), step, l, hq, i, (double)oo[hq][i], ref[i]);
+                        fails++;
+                        break;
+                    }
+            }
+        }
+    }
+    kvb_cache_free(c);
+    return fails;
+}
+
+TEST(streaming_contiguous_two_runs) {
+    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 12, 300, 20, 1, NULL) == 0);
+    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 9, 200, 3, 2, NULL) == 0);
+}
+
+TEST(scattered_evictions_contiguous_many_runs) {
+    CHECK(run_case(KVB_POLICY_H2O, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 16, 250, 30, 3, NULL) == 0);
+    CHECK(run_case(KVB_POLICY_TOVA, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 10, 250, 12, 4, NULL) == 0);
+    CHECK(run_case(KVB_POLICY_BLOCK_H2O, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 20, 200, 25, 5, NULL) == 0);
+}
+
+TEST(original_positions) {
+    CHECK(run_case(KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_ROPE_INTERLEAVED, 16, 200, 30, 6, NULL) == 0);
+    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_ROPE_NEOX, 12, 200, 5, 7, NULL) == 0);
+    CHECK(run_case(KVB_POLICY_FULL, KVB_POS_ORIGINAL, KVB_ROPE_INTERLEAVED, 0, 120, 40, 8, NULL) == 0);
+}
+
+TEST(scaled_rope_with_freq_factors) {
+    float ff[D / 2];
+    for (int i = 0; i < D / 2; i++) ff[i] = 1.0f + (float)i * 0.5f;
+    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 12, 100, 10, 9, ff) == 0);
+    CHECK(run_case(KVB_POLICY_KNORM, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 12, 100, 10, 10, ff) == 0);
+}
+
+int main(void) {
+    RUN(streaming_contiguous_two_runs);
+    RUN(scattered_evictions_contiguous_many_runs);
+    RUN(original_positions);
+    RUN(scaled_rope_with_freq_factors);
+    return test_summary();
+}
