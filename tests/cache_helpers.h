@@ -10,7 +10,7 @@
 #include "kvbound.h"
 
 /* x (d values) rotated to position pos, in double. */
-static void ref_rope(const struct kvb_rope *r, const float *x, int d, long long pos, double *y) {
+static inline void ref_rope(const struct kvb_rope *r, const float *x, int d, long long pos, double *y) {
     for (int i = 0; i < d; i++) y[i] = x[i];
     if (r->type == KVB_ROPE_NONE) return;
     int np = r->n_dims / 2;
@@ -27,7 +27,7 @@ static void ref_rope(const struct kvb_rope *r, const float *x, int d, long long 
 
 /* Softmax attention of query q (pre-RoPE, at cache position qpos) over n keys
  * (pre-RoPE rows k[j] at cache positions kpos[j]) with values v[j]. */
-static void ref_attend(const struct kvb_rope *r, int d, const float *q, long long qpos, const float *const *k,
+static inline void ref_attend(const struct kvb_rope *r, int d, const float *q, long long qpos, const float *const *k,
                        const float *const *v, const long long *kpos, int n, double *out) {
     double qr[512], kr[512];
     double *s = malloc(sizeof(double) * (size_t)n);

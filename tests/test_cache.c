@@ -1,0 +1,236 @@
+/*
+ * test_cache.c — randomized streams for every policy and many seeds, with the
+ * invariants checked after every step (cache_helpers.h): budgets, sinks,
+ * positions, byte accounting, compaction; no page leaks after free; an
+ * exhausted pool returns KVB_ERR_NOMEM and leaves the cache byte-identical.
+ */
+#include "cache_helpers.h"
+
+enum { D = 8 };
+
+static void fill(unsigned long long *rs, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = t_randf(rs);
+}
+
+static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
+    unsigned long long rs = seed * 7919 + (unsigned long long)pid;
+    const int L = 2, HK = 2, G = 1 + (int)(t_rng_next(&rs) % 3);
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D;
+    cp.dtype = seed & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
+    cp.block_size = seed & 2 ? 4 : 16;
+    cp.pos_mode = (enum kvb_pos_mode)(t_rng_next(&rs) % 3);
+    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
+    cp.policy = kvb_policy_default_params(pid);
+    cp.policy.budget = pid == KVB_POLICY_FULL ? 0 : 10 + (int)(t_rng_next(&rs) % 40);
+    if (pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV || pid == KVB_POLICY_ADAKV)
+        cp.policy.obs_window = 2 + (int)(t_rng_next(&rs) % 6);
+    if (cp.policy.budget && cp.policy.budget <= cp.policy.n_sink) cp.policy.budget = cp.policy.n_sink + 1;
+    struct kvb_pool_params pp = kvb_pool_default_params();
+    pp.page_bytes = kvb_cache_page_bytes(&cp);
+    pp.capacity_bytes = (size_t)64 << 20;
+    pp.pages_per_slab = 8;
+    struct kvb_pool *pool;
+    struct kvb_cache *c;
+    if (kvb_pool_init(&pp, &pool) != KVB_OK || kvb_cache_init(pool, &cp, &c) != KVB_OK) {
+        printf("  init: %s\n", kvb_last_error());
+        return 1;
+    }
+    float *q = malloc(sizeof(float) * 64 * HK * G * D), *k = malloc(sizeof(float) * 64 * HK * D);
+    float *v = malloc(sizeof(float) * 64 * HK * D), *o = malloc(sizeof(float) * 64 * HK * G * D);
+    char where[128];
+    int bad = 0;
+    int chunks = 1 + (int)(t_rng_next(&rs) % 4);
+    for (int ch = 0; ch < chunks && !bad; ch++) {
+        int C = 1 + (int)(t_rng_next(&rs) % 60);
+        for (int l = 0; l < L && !bad; l++) {
+            fill(&rs, q, (size_t)C * HK * G * D); fill(&rs, k, (size_t)C * HK * D); fill(&rs, v, (size_t)C * HK * D);
+            if (kvb_cache_prefill(c, l, C, q, HK * G, k, v, o, NULL) != KVB_OK) { printf("  prefill: %s\n", kvb_last_error()); bad = 1; }
+            snprintf(where, sizeof where, "%s seed %llu prefill chunk %d layer %d", kvb_policy_name(pid), seed, ch, l);
+            bad = bad || check_invariants(c, pool, where);
+        }
+    }
+    kvb_cache_compress(c);
+    snprintf(where, sizeof where, "%s seed %llu after compress", kvb_policy_name(pid), seed);
+    bad = bad || check_invariants(c, pool, where);
+    for (int step = 0; step < 120 && !bad; step++) {
+        for (int l = 0; l < L && !bad; l++) {
+            fill(&rs, q, (size_t)HK * G * D); fill(&rs, k, (size_t)HK * D); fill(&rs, v, (size_t)HK * D);
+            if (kvb_cache_decode(c, l, q, HK * G, k, v, o, NULL) != KVB_OK) { printf("  decode: %s\n", kvb_last_error()); bad = 1; }
+            for (int i = 0; i < HK * G * D; i++)
+                if (!isfinite(o[i])) { printf("  non-finite output\n"); bad = 1; break; }
+            snprintf(where, sizeof where, "%s seed %llu step %d layer %d", kvb_policy_name(pid), seed, step, l);
+            bad = bad || check_invariants(c, pool, where);
+        }
+        if (step == 60 && pid != KVB_POLICY_FULL) { /* shrink every budget: memory must come back */
+            struct kvb_cache_stats before, after;
+            kvb_cache_get_stats(c, &before);
+            int nb = cp.policy.n_sink + 2;
+            if (kvb_cache_set_budget(c, -1, -1, nb) != KVB_OK) { printf("  set_budget: %s\n", kvb_last_error()); bad = 1; }
+            for (int l = 0; l < L; l++) kvb_cache_evict(c, l);
+            kvb_cache_get_stats(c, &after);
+            snprintf(where, sizeof where, "%s seed %llu after shrinking to %d", kvb_policy_name(pid), seed, nb);
+            bad = bad || check_invariants(c, pool, where);
+            if (!bad && after.slots_max > nb) { printf("  %s: slots_max %d > %d\n", where, after.slots_max, nb); bad = 1; }
+            if (!bad && before.slots > after.slots && after.pages_in_use >= before.pages_in_use && before.pages_in_use > (long long)L * HK) {
+                printf("  %s: pages did not return (%lld -> %lld)\n", where, (long long)before.pages_in_use, (long long)after.pages_in_use);
+                bad = 1;
+            }
+        }
+    }
+    kvb_cache_free(c);
+    struct kvb_pool_stats ps;
+    kvb_pool_get_stats(pool, &ps);
+    if (!bad && ps.pages_in_use != 0) { printf("  %s seed %llu: %lld pages leaked after free\n", kvb_policy_name(pid), seed, (long long)ps.pages_in_use); bad = 1; }
+    kvb_pool_free(pool);
+    free(q); free(k); free(v); free(o);
+    return bad;
+}
+
+TEST(randomized_streams_every_policy) {
+    for (int pid = 0; pid < KVB_POLICY_COUNT; pid++)
+        for (unsigned long long seed = 1; seed <= 12; seed++)
+            if (random_stream((enum kvb_policy_id)pid, seed)) FAILF("policy %s seed %llu", kvb_policy_name((enum kvb_policy_id)pid), seed);
+}
+
+static int images_equal(const struct kvb_cache *c, const void *img, size_t len) {
+    void *b;
+    size_t n;
+    if (kvb_cache_save(c, &b, &n) != KVB_OK) return 0;
+    int eq = n == len && memcmp(b, img, n) == 0;
+    kvb_buffer_free(b);
+    return eq;
+}
+
+TEST(exhausted_pool_leaves_cache_unchanged) {
+    for (int pid = 0; pid < KVB_POLICY_COUNT; pid++) {
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = D; cp.dtype = KVB_DTYPE_F16; cp.block_size = 4;
+        cp.policy = kvb_policy_default_params((enum kvb_policy_id)pid);
+        if (pid != KVB_POLICY_FULL) cp.policy.budget = 40;
+        cp.pool_bytes = kvb_cache_page_bytes(&cp) * 30; /* 30 pages: < 4 streams x 11 pages */
+        struct kvb_cache *c;
+        CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+        unsigned long long rs = 11;
+        float q[2 * D], k[2 * D], v[2 * D], o[2 * D];
+        int failed_at = -1;
+        for (int step = 0; step < 200 && failed_at < 0; step++)
+            for (int l = 0; l < 2; l++) {
+                fill(&rs, q, 2 * D); fill(&rs, k, 2 * D); fill(&rs, v, 2 * D);
+                void *img;
+                size_t len;
+                CHECK_OK(kvb_cache_save(c, &img, &len));
+                kvb_status st = kvb_cache_decode(c, l, q, 2, k, v, o, NULL);
+                if (st == KVB_ERR_NOMEM) {
+                    failed_at = step;
+                    int same = images_equal(c, img, len);
+                    kvb_buffer_free(img);
+                    if (!same) FAILF("policy %s: cache changed by a failed decode", kvb_policy_name((enum kvb_policy_id)pid));
+                    CHECK(strstr(kvb_last_error(), "pool exhausted") != NULL);
+                    /* a failed prefill is just as clean */
+                    float qq[6 * 2 * D], kk[6 * 2 * D], vv[6 * 2 * D], oo[6 * 2 * D];
+                    fill(&rs, qq, sizeof qq / sizeof *qq); fill(&rs, kk, sizeof kk / sizeof *kk); fill(&rs, vv, sizeof vv / sizeof *vv);
+                    CHECK_OK(kvb_cache_save(c, &img, &len));
+                    CHECK_STATUS(kvb_cache_prefill(c, l, 6, qq, 2, kk, vv, oo, NULL), KVB_ERR_NOMEM);
+                    same = images_equal(c, img, len);
+                    kvb_buffer_free(img);
+                    if (!same) FAILF("policy %s: cache changed by a failed prefill", kvb_policy_name((enum kvb_policy_id)pid));
+                    break;
+                }
+                kvb_buffer_free(img);
+                if (st != KVB_OK) FAILF("decode: %s", kvb_last_error());
+            }
+        /* only the unbounded policy can exhaust 30 pages with budget 40... */
+        if (pid == KVB_POLICY_FULL) CHECK(failed_at >= 0);
+        kvb_cache_free(c);
+    }
+}
+
+TEST(bounded_policies_fit_in_their_pages) {
+    /* ...while every bounded policy at budget 40 runs 200 steps in 4 x 11 pages */
+    for (int pid = 1; pid < KVB_POLICY_COUNT; pid++) {
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = D; cp.block_size = 4;
+        cp.policy = kvb_policy_default_params((enum kvb_policy_id)pid);
+        cp.policy.budget = 40;
+        cp.pool_bytes = kvb_cache_page_bytes(&cp) * 4 * 11;
+        struct kvb_cache *c;
+        CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+        unsigned long long rs = 12;
+        float q[2 * D], k[2 * D], v[2 * D], o[2 * D];
+        for (int step = 0; step < 200; step++)
+            for (int l = 0; l < 2; l++) {
+                fill(&rs, q, 2 * D); fill(&rs, k, 2 * D); fill(&rs, v, 2 * D);
+                kvb_status st = kvb_cache_decode(c, l, q, 2, k, v, o, NULL);
+                if (st != KVB_OK) FAILF("%s step %d: %s", kvb_policy_name((enum kvb_policy_id)pid), step, kvb_last_error());
+            }
+        kvb_cache_free(c);
+    }
+}
+
+TEST(bad_params_are_named) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    struct kvb_cache *c = NULL;
+    cp.head_dim = 0;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "head_dim") != NULL);
+    cp = kvb_cache_default_params();
+    cp.block_size = 12;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "block_size") != NULL);
+    cp = kvb_cache_default_params();
+    cp.dtype = KVB_DTYPE_Q8_0;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_UNSUPPORTED);
+    cp = kvb_cache_default_params();
+    cp.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+    cp.policy.budget = 3; /* <= 4 sinks */
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "n_sink") != NULL);
+    cp.policy.budget = 0;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "budget") != NULL);
+    cp = kvb_cache_default_params();
+    cp.rope.type = KVB_ROPE_NEOX;
+    cp.rope.n_dims = 7;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "n_dims") != NULL);
+    CHECK(c == NULL);
+    /* a shared pool of the wrong page size is refused */
+    cp = kvb_cache_default_params();
+    struct kvb_pool_params pp = kvb_pool_default_params();
+    pp.page_bytes = 1000;
+    pp.capacity_bytes = 1 << 20;
+    struct kvb_pool *pool;
+    CHECK_OK(kvb_pool_init(&pp, &pool));
+    CHECK_STATUS(kvb_cache_init(pool, &cp, &c), KVB_ERR_INVALID);
+    kvb_pool_free(pool);
+    enum kvb_policy_id id;
+    CHECK_STATUS(kvb_policy_from_name("h3o", &id), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "h3o") != NULL);
+    CHECK_OK(kvb_policy_from_name("block-h2o", &id));
+    CHECK_EQ_INT(id, KVB_POLICY_BLOCK_H2O);
+}
+
+TEST(gqa_rows_stored_once_per_kv_head) {
+    /* 32 query heads over 8 KV heads: bytes are those of 8 heads, not 32 */
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = 8; cp.head_dim = 64; cp.dtype = KVB_DTYPE_F16; cp.block_size = 16;
+    struct kvb_cache *c;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    static float q[32 * 64], k[8 * 64], v[8 * 64], o[32 * 64];
+    for (int t = 0; t < 32; t++) CHECK_OK(kvb_cache_decode(c, 0, q, 32, k, v, o, NULL));
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(c, &cs);
+    CHECK_EQ_INT(cs.bytes_used, 8 * 2 * (2 * 16 * 64 * 2)); /* 8 streams x 2 pages x page bytes */
+    CHECK_EQ_INT(cs.slots, 8 * 32);
+    kvb_cache_free(c);
+}
+
+int main(void) {
+    RUN(randomized_streams_every_policy);
+    RUN(exhausted_pool_leaves_cache_unchanged);
+    RUN(bounded_policies_fit_in_their_pages);
+    RUN(bad_params_are_named);
+    RUN(gqa_rows_stored_once_per_kv_head);
+    return test_summary();
+}
