@@ -11,6 +11,7 @@
  *   i64 n_past[n_layer]
  *   per stream (layer-major): i32 budget prompt_end steps n n_pages
  *           per logical slot: i32 phys_slot i32 pos u32 state[n_state] K row, V row (stored dtype)
+ *           i32 free_slots[n_pages * block_size - n] (the hole stack, bottom first)
  *   u32 crc32 of every byte before it
  *
  * The physical layout is saved, not just the logical content, so that a
@@ -36,7 +37,7 @@ struct wbuf {
 };
 
 static void w_bytes(struct wbuf *w, const void *src, size_t n) {
-    if (w->oom) return;
+    if (w->oom || n == 0) return;
     if (w->n + n > w->cap) {
         size_t cap = w->cap ? w->cap : 4096;
         while (cap < w->n + n) cap *= 2;
@@ -90,6 +91,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
             w_bytes(&w, k, c->row_bytes);
             w_bytes(&w, k + c->page_bytes / 2, c->row_bytes);
         }
+        w_bytes(&w, s->free_slots, sizeof(int32_t) * (size_t)s->n_free);
     }
     uint32_t crc = w.oom ? 0 : kvb_crc32(0, w.p, w.n);
     w_u32(&w, crc);
@@ -198,7 +200,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             return TRUNC();
         }
         if (budget < 0 || steps < 0 || prompt_end < -1 || n < 0 || (size_t)n > (r.n - r.at) / slot_bytes ||
-            n_pages < 0 || (int64_t)n_pages * B >= (int64_t)n + B + (n == 0 ? 0 : 0) || (int64_t)n > (int64_t)n_pages * B ||
+            n_pages < 0 || (int64_t)n_pages * B >= (int64_t)n + B || (int64_t)n > (int64_t)n_pages * B ||
             n > c->n_past[layer]) {
             kvb_cache_free(c);
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld has inconsistent counts (n %d, pages %d, budget %d)",
@@ -238,6 +240,23 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             r_bytes(&r, k + c->page_bytes / 2, c->row_bytes, "slot.v");
         }
         kvb_stream_finish_restore(c, s);
+        /* the hole stack, in its saved order: later appends land where they would have */
+        const int32_t n_free = n_pages * B - n;
+        if (s->n_free != n_free) {
+            kvb_cache_free(c);
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld hole count mismatch", (long long)i);
+        }
+        for (int32_t f = 0; f < n_free; f++) {
+            int32_t slot;
+            if (!r_i32(&r, &slot, "stream.free_slots")) { kvb_cache_free(c); return TRUNC(); }
+            if (slot < 0 || slot >= n_pages * B || s->pos[slot] != -1) {
+                kvb_cache_free(c);
+                return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld free slot %d is invalid", (long long)i, slot);
+            }
+            s->pos[slot] = -2; /* mark: seen once */
+            s->free_slots[f] = slot;
+        }
+        for (int32_t f = 0; f < n_free; f++) s->pos[s->free_slots[f]] = -1;
     }
     if (r.at != r.n) {
         kvb_cache_free(c);

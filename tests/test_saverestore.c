@@ -1,0 +1,175 @@
+/*
+ * test_saverestore.c — save, restore, continue: bit-identical to a run that
+ * never stopped, for every policy (buffer and file). Every truncation, every
+ * single-byte flip, and crafted images with a valid checksum but absurd
+ * counts give KVB_ERR_CORRUPT, never a crash.
+ */
+#include "testing.h"
+#include "kvbound.h"
+#include "core/core.h"
+
+#include <unistd.h>
+
+enum { L = 2, HK = 2, G = 2, D = 8 };
+
+static struct kvb_cache *make(enum kvb_policy_id id, int budget) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = KVB_DTYPE_F16; cp.block_size = 4;
+    cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, D, 10000.0f, 1.0f, NULL};
+    cp.policy = kvb_policy_default_params(id);
+    if (id != KVB_POLICY_FULL) cp.policy.budget = budget;
+    if (id == KVB_POLICY_SNAPKV || id == KVB_POLICY_PYRAMIDKV || id == KVB_POLICY_ADAKV) cp.policy.obs_window = 4;
+    cp.pool_bytes = 1 << 22;
+    struct kvb_cache *c = NULL;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) printf("  init: %s\n", kvb_last_error());
+    return c;
+}
+
+static void step_inputs(unsigned long long seed, float *q, float *k, float *v) {
+    unsigned long long rs = seed;
+    for (int i = 0; i < HK * G * D; i++) q[i] = t_randf(&rs);
+    for (int i = 0; i < HK * D; i++) { k[i] = t_randf(&rs); v[i] = t_randf(&rs); }
+}
+
+static void prefill(struct kvb_cache *c) {
+    enum { P = 30 };
+    static float q[P * HK * G * D], k[P * HK * D], v[P * HK * D], o[P * HK * G * D];
+    unsigned long long rs = 42;
+    for (size_t i = 0; i < sizeof q / sizeof *q; i++) q[i] = t_randf(&rs);
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) { k[i] = t_randf(&rs); v[i] = t_randf(&rs); }
+    for (int l = 0; l < L; l++) kvb_cache_prefill(c, l, P, q, HK * G, k, v, o, NULL);
+    kvb_cache_compress(c);
+}
+
+/* Runs steps [from, to) and appends every output to outs. */
+static void run_steps(struct kvb_cache *c, int from, int to, float *outs) {
+    float q[HK * G * D], k[HK * D], v[HK * D];
+    for (int s = from; s < to; s++)
+        for (int l = 0; l < L; l++) {
+            step_inputs((unsigned long long)(s * 31 + l + 1), q, k, v);
+            kvb_cache_decode(c, l, q, HK * G, k, v, outs + ((size_t)(s - from) * L + l) * HK * G * D, NULL);
+        }
+}
+
+TEST(restore_continues_bit_identically) {
+    enum { S1 = 40, S2 = 60 };
+    static float out_a[S2 * L * HK * G * D], out_b[S2 * L * HK * G * D], scratch[S1 * L * HK * G * D];
+    for (int id = 0; id < KVB_POLICY_COUNT; id++) {
+        struct kvb_cache *a = make((enum kvb_policy_id)id, 14), *b;
+        prefill(a);
+        run_steps(a, 0, S1, scratch);
+        void *img;
+        size_t len;
+        CHECK_OK(kvb_cache_save(a, &img, &len));
+        CHECK_OK(kvb_cache_load(NULL, img, len, 1 << 22, &b));
+        kvb_buffer_free(img);
+        run_steps(a, S1, S1 + S2, out_a);
+        run_steps(b, S1, S1 + S2, out_b);
+        if (memcmp(out_a, out_b, sizeof out_a) != 0) FAILF("policy %s: outputs differ after restore", kvb_policy_name((enum kvb_policy_id)id));
+        void *ia, *ib;
+        size_t la, lb;
+        CHECK_OK(kvb_cache_save(a, &ia, &la));
+        CHECK_OK(kvb_cache_save(b, &ib, &lb));
+        int same = la == lb && memcmp(ia, ib, la) == 0;
+        kvb_buffer_free(ia);
+        kvb_buffer_free(ib);
+        if (!same) FAILF("policy %s: final images differ", kvb_policy_name((enum kvb_policy_id)id));
+        kvb_cache_free(a);
+        kvb_cache_free(b);
+    }
+}
+
+TEST(file_roundtrip) {
+    struct kvb_cache *a = make(KVB_POLICY_H2O, 12), *b;
+    static float outs[20 * L * HK * G * D];
+    prefill(a);
+    run_steps(a, 0, 20, outs);
+    char path[] = "/tmp/kvb_test_cache_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(kvb_cache_save_file(a, path));
+    CHECK_OK(kvb_cache_load_file(NULL, path, 1 << 22, &b));
+    CHECK_EQ_INT(kvb_cache_n_slots(b, 1, 1), kvb_cache_n_slots(a, 1, 1));
+    CHECK_EQ_INT(kvb_cache_n_past(b, 0), kvb_cache_n_past(a, 0));
+    kvb_cache_free(b);
+    remove(path);
+    CHECK_STATUS(kvb_cache_load_file(NULL, path, 1 << 22, &b), KVB_ERR_IO);
+    CHECK(strstr(kvb_last_error(), path) != NULL);
+    CHECK_STATUS(kvb_cache_save_file(a, "/nonexistent-dir/x.kvb"), KVB_ERR_IO);
+    kvb_cache_free(a);
+}
+
+TEST(every_truncation_and_flip_is_corrupt) {
+    struct kvb_cache *a = make(KVB_POLICY_SCISSORHANDS, 10), *b = NULL;
+    static float outs[15 * L * HK * G * D];
+    prefill(a);
+    run_steps(a, 0, 15, outs);
+    uint8_t *img;
+    size_t len;
+    CHECK_OK(kvb_cache_save(a, (void **)&img, &len));
+    for (size_t n = 0; n < len; n++) {
+        kvb_status st = kvb_cache_load(NULL, img, n, 1 << 22, &b);
+        if (st != KVB_ERR_CORRUPT) FAILF("truncated to %zu of %zu: status %d", n, len, (int)st);
+    }
+    uint8_t *mut = malloc(len);
+    unsigned long long rs = 1;
+    for (size_t i = 0; i < len; i++) {
+        memcpy(mut, img, len);
+        mut[i] ^= (uint8_t)(1u << (t_rng_next(&rs) % 8));
+        kvb_status st = kvb_cache_load(NULL, mut, len, 1 << 22, &b);
+        if (st != KVB_ERR_CORRUPT && st != KVB_ERR_UNSUPPORTED) FAILF("flip at %zu: status %d", i, (int)st);
+    }
+    free(mut);
+    kvb_buffer_free(img);
+    kvb_cache_free(a);
+}
+
+/* Valid checksum, hostile content: re-sign after editing a field. */
+static kvb_status load_edited(const uint8_t *img, size_t len, size_t off, int32_t value) {
+    uint8_t *m = malloc(len);
+    memcpy(m, img, len);
+    memcpy(m + off, &value, 4);
+    uint32_t crc = kvb_crc32(0, m, len - 4);
+    memcpy(m + len - 4, &crc, 4);
+    struct kvb_cache *b = NULL;
+    kvb_status st = kvb_cache_load(NULL, m, len, 1 << 22, &b);
+    kvb_cache_free(b);
+    free(m);
+    return st;
+}
+
+TEST(signed_hostile_images_are_corrupt) {
+    struct kvb_cache *a = make(KVB_POLICY_STREAMING, 10);
+    static float outs[15 * L * HK * G * D];
+    prefill(a);
+    run_steps(a, 0, 15, outs);
+    uint8_t *img;
+    size_t len;
+    CHECK_OK(kvb_cache_save(a, (void **)&img, &len));
+    /* header: magic 8, version 4, flags 4, then n_layer at 16, n_kv_head 20, head_dim 24 */
+    CHECK_STATUS(load_edited(img, len, 16, 1 << 30), KVB_ERR_CORRUPT);
+    CHECK(strstr(kvb_last_error(), "n_layer") != NULL);
+    CHECK_STATUS(load_edited(img, len, 16, -5), KVB_ERR_CORRUPT);
+    CHECK_STATUS(load_edited(img, len, 20, 1 << 20), KVB_ERR_CORRUPT);
+    CHECK_STATUS(load_edited(img, len, 24, 100000), KVB_ERR_CORRUPT);
+    CHECK_STATUS(load_edited(img, len, 8, 99), KVB_ERR_UNSUPPORTED); /* version */
+    /* first stream header follows params (ends with n_state) and n_past[2] */
+    size_t params_end = 16 + 6 * 4 + 5 * 4 + 12 * 4 + 4; /* no freq factors */
+    size_t s0 = params_end + 2 * 8;
+    CHECK_STATUS(load_edited(img, len, s0 + 12, 1 << 29), KVB_ERR_CORRUPT);  /* n */
+    CHECK(strstr(kvb_last_error(), "stream 0") != NULL);
+    CHECK_STATUS(load_edited(img, len, s0 + 16, 1 << 29), KVB_ERR_CORRUPT);  /* n_pages */
+    CHECK_STATUS(load_edited(img, len, s0 + 20, 1 << 29), KVB_ERR_CORRUPT);  /* first slot's physical index */
+    CHECK_STATUS(load_edited(img, len, s0 + 24, -7), KVB_ERR_CORRUPT);       /* first slot's position */
+    kvb_buffer_free(img);
+    kvb_cache_free(a);
+}
+
+int main(void) {
+    RUN(restore_continues_bit_identically);
+    RUN(file_roundtrip);
+    RUN(every_truncation_and_flip_is_corrupt);
+    RUN(signed_hostile_images_are_corrupt);
+    return test_summary();
+}
