@@ -14,11 +14,8 @@ static int n_families;
 static void find_families(void) {
     families[n_families++] = &kvb_kernels_ref;
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
-        families[n_families++] = &kvb_kernels_avx2;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-        families[n_families++] = &kvb_kernels_avx512;
+    if (kvb_cpu_has_avx2()) families[n_families++] = &kvb_kernels_avx2;
+    if (kvb_cpu_has_avx512()) families[n_families++] = &kvb_kernels_avx512;
 #endif
 }
 

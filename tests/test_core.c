@@ -33,9 +33,8 @@ TEST(f16_known_values) {
 TEST(f16_kernels_match_scalar) {
     const struct kvb_kernels *fams[3] = {&kvb_kernels_ref, NULL, NULL};
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma")) fams[1] = &kvb_kernels_avx2;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) fams[2] = &kvb_kernels_avx512;
+    if (kvb_cpu_has_avx2()) fams[1] = &kvb_kernels_avx2;
+    if (kvb_cpu_has_avx512()) fams[2] = &kvb_kernels_avx512;
 #endif
     unsigned long long rs = 7;
     enum { N = 4099 };

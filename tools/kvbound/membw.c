@@ -5,6 +5,7 @@
  * scalar), summing so the loads cannot be elided. Best of `reps` passes.
  */
 #include "cli.h"
+#include "ops/ops.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -78,8 +79,7 @@ double membw_read_gbs(struct kvb_threadpool *tp, size_t bytes, int reps) {
     j.buf = buf;
     j.n = n;
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    j.isa = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+    j.isa = kvb_cpu_has_avx512() ? 2 : kvb_cpu_has_avx2() ? 1 : 0;
 #endif
     int32_t nth = kvb_threadpool_n_threads(tp);
     size_t read = ((n / (size_t)nth) & ~(size_t)63) * (size_t)nth * sizeof(float);
