@@ -148,7 +148,7 @@ struct kvb_pool;
 struct kvb_pool_params {
     size_t page_bytes;       /* bytes per page (see kvb_cache_page_bytes) */
     size_t capacity_bytes;   /* hard limit; pages beyond it fail with KVB_ERR_NOMEM */
-    int32_t pages_per_slab;  /* pages reserved from the allocator at a time (default 64) */
+    int32_t pages_per_slab;  /* pages reserved from the allocator at a time (0 = about 2 MiB) */
 };
 struct kvb_pool_params kvb_pool_default_params(void);
 

@@ -387,6 +387,7 @@ static struct kvb_kv_view stream_view(const struct kvb_cache *c, const struct kv
     struct kvb_kv_view v;
     v.pages = s->pages;
     v.slots = s->order;
+    v.n = s->n;
     v.block_shift = c->block_shift;
     v.head_dim = c->params.head_dim;
     v.row_bytes = c->row_bytes;

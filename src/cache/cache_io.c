@@ -222,9 +222,8 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         s->steps = steps;
         int32_t last_pos = -1;
         for (int32_t j = 0; j < n; j++) {
-            int32_t slot, pos;
-            r_i32(&r, &slot, "slot.phys");
-            r_i32(&r, &pos, "slot.pos"); /* counts were checked against the bytes left */
+            int32_t slot = -1, pos = -1;
+            if (!r_i32(&r, &slot, "slot.phys") || !r_i32(&r, &pos, "slot.pos")) { kvb_cache_free(c); return TRUNC(); }
             if (slot < 0 || slot >= n_pages * B || s->pos[slot] >= 0 || pos <= last_pos || pos >= c->n_past[layer]) {
                 kvb_cache_free(c);
                 return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld slot %d has bad placement (phys %d, pos %d)",

@@ -1,7 +1,9 @@
 /*
  * pool.c — the page pool, after SQLite's pcache1: fixed-size pages from one
  * free list, obtained from the allocator in slabs and kept until the pool is
- * freed. Exact accounting: in_use pages are what caches hold; reserved pages
+ * freed. Slabs are about 2 MiB, aligned and advised for transparent huge
+ * pages: decode walks hundreds of MB of pages, and 4 KiB TLB entries cost
+ * more than the arithmetic (measured in docs/BENCHMARKS.md). Exact accounting: in_use pages are what caches hold; reserved pages
  * are what the allocator gave us; capacity is a hard limit in bytes.
  *
  * take() is all-or-nothing: either n pages come off the list or nothing
@@ -15,7 +17,7 @@ struct kvb_pool_params kvb_pool_default_params(void) {
     struct kvb_pool_params p = {0};
     p.page_bytes = 0;
     p.capacity_bytes = 0;
-    p.pages_per_slab = 64;
+    p.pages_per_slab = 0; /* auto: about 2 MiB per slab */
     return p;
 }
 
@@ -25,14 +27,18 @@ kvb_status kvb_pool_init(const struct kvb_pool_params *params, struct kvb_pool *
     if (params->capacity_bytes < params->page_bytes)
         return kvb_fail(KVB_ERR_INVALID, "pool: capacity_bytes (%zu) is smaller than one page (%zu)",
                         params->capacity_bytes, params->page_bytes);
-    if (params->pages_per_slab < 1 || params->pages_per_slab > (1 << 20))
-        return kvb_fail(KVB_ERR_INVALID, "pool: pages_per_slab must be in 1..1048576, got %d", (int)params->pages_per_slab);
+    if (params->pages_per_slab < 0 || params->pages_per_slab > (1 << 20))
+        return kvb_fail(KVB_ERR_INVALID, "pool: pages_per_slab must be in 0..1048576, got %d", (int)params->pages_per_slab);
     struct kvb_pool *p = kvb_calloc(1, sizeof *p);
     if (!p) return kvb_fail(KVB_ERR_NOMEM, "pool: out of memory");
     p->page_bytes = (params->page_bytes + 63) & ~(size_t)63;
     p->cap_pages = (int64_t)(params->capacity_bytes / p->page_bytes);
     if (p->cap_pages < 1) p->cap_pages = 1;
     p->pages_per_slab = params->pages_per_slab;
+    if (p->pages_per_slab == 0) { /* auto: slabs of about 2 MiB, so huge pages can back them */
+        size_t per = ((size_t)2 << 20) / p->page_bytes;
+        p->pages_per_slab = (int32_t)KVB_MIN(KVB_MAX(per, (size_t)1), (size_t)(1 << 20));
+    }
     pthread_mutex_init(&p->mu, NULL);
     *out = p;
     return KVB_OK;
@@ -71,7 +77,7 @@ static kvb_status add_slab(struct kvb_pool *p, int64_t want) {
     if (kvb_grow((void **)&p->free_list, &p->free_cap, p->reserved + n, sizeof(uint8_t *)) != KVB_OK) return KVB_ERR_NOMEM;
     if (kvb_grow((void **)&p->slabs, &p->slabs_cap, p->n_slabs + 1, sizeof(void *)) != KVB_OK) return KVB_ERR_NOMEM;
     if ((uint64_t)n > SIZE_MAX / p->page_bytes) return KVB_ERR_NOMEM;
-    uint8_t *mem = kvb_aligned_alloc((size_t)n * p->page_bytes);
+    uint8_t *mem = kvb_huge_alloc((size_t)n * p->page_bytes);
     if (!mem) return KVB_ERR_NOMEM;
     p->slabs[p->n_slabs++] = mem;
     for (int64_t i = n - 1; i >= 0; i--) p->free_list[p->n_free++] = mem + (size_t)i * p->page_bytes;

@@ -2,10 +2,14 @@
  * core.c — status strings, the thread-local last error, the log callback and
  * the replaceable allocator. Nothing here prints: messages go to the callback.
  */
+#define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) */
 #include "core.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 static kvb_log_fn g_log_fn;
 static void *g_log_user;
@@ -96,13 +100,26 @@ kvb_status kvb_grow(void **p, int64_t *cap, int64_t need, size_t elem) {
     return KVB_OK;
 }
 
-void *kvb_aligned_alloc(size_t n) {
-    if (n > SIZE_MAX - 64 - sizeof(void *)) return NULL;
-    char *raw = kvb_malloc(n + 64 + sizeof(void *));
+static void *aligned_alloc_to(size_t n, size_t align) {
+    if (n > SIZE_MAX - align - sizeof(void *)) return NULL;
+    char *raw = kvb_malloc(n + align + sizeof(void *));
     if (!raw) return NULL;
-    uintptr_t a = ((uintptr_t)(raw + sizeof(void *)) + 63) & ~(uintptr_t)63;
+    uintptr_t a = ((uintptr_t)(raw + sizeof(void *)) + align - 1) & ~(uintptr_t)(align - 1);
     ((void **)a)[-1] = raw;
     return (void *)a;
+}
+
+void *kvb_aligned_alloc(size_t n) { return aligned_alloc_to(n, 64); }
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *kvb_huge_alloc(size_t n) {
+    if (n < HUGE_PAGE) return aligned_alloc_to(n, 64);
+    void *p = aligned_alloc_to(n, HUGE_PAGE);
+#if defined(MADV_HUGEPAGE)
+    if (p) madvise(p, n & ~(HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice only: failure is harmless */
+#endif
+    return p;
 }
 
 void kvb_aligned_free(void *p) {

@@ -37,6 +37,10 @@ kvb_status kvb_grow(void **p, int64_t *cap, int64_t need, size_t elem);
 /* 64-byte aligned block; free with kvb_aligned_free. */
 void *kvb_aligned_alloc(size_t n);
 void kvb_aligned_free(void *p);
+/* Block aligned to 2 MiB and advised for transparent huge pages where the OS
+ * has them (page pools: one TLB entry per 2 MiB instead of per 4 KiB). Free
+ * with kvb_aligned_free. */
+void *kvb_huge_alloc(size_t n);
 
 /* Records the message for kvb_last_error, logs it, returns s. */
 kvb_status kvb_fail(kvb_status s, const char *fmt, ...) KVB_PRINTF(2, 3);

@@ -26,6 +26,7 @@
 struct kvb_kv_view {
     uint8_t *const *pages;
     const int32_t *slots;
+    int32_t n;            /* logical keys in the view (bounds software prefetch) */
     int32_t block_shift;
     int32_t head_dim;
     size_t row_bytes;

@@ -3,10 +3,13 @@
  * -mavx512f -mavx512bw -mavx512vl -mf16c -mfma; only called after the runtime
  * check in dispatch.c. Any head_dim works: the last chunk of 16 is masked.
  *
- * scores: each K row is loaded and converted once per tile and dotted with
- *   every query row (the G heads of a KV head share the load).
+ * scores: 4 keys x up to 4 query rows at a time, 16 accumulators in
+ *   registers, finished by one 16-way transpose-reduction (reduce16); each K
+ *   row is converted once per group of 4 rows (GQA heads share the load).
  * accum: V is walked in chunks of 64 floats (4 zmm) per group of up to 4
  *   rows, so 16 accumulators stay in registers across the whole tile.
+ * Shapes are compile-time (switch on the row count) so nothing spills;
+ * measured: 147 ns -> see docs/BENCHMARKS.md per key at G=4, d=128, F16.
  * vexp: range reduction x = n ln2 + r, degree-6 polynomial, scalef by n.
  */
 #include "../ops.h"
@@ -21,32 +24,74 @@ static inline __m512 load16(enum kvb_dtype dt, const void *row, int32_t i, __mma
 
 static inline __mmask16 tail_mask(int32_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
+/* Sums each of 16 vectors: returns E with E[4*l + e] = sum(A[4*e + l]).
+ * Four levels of lane shuffles and adds (45 ops for 16 dot products instead
+ * of 16 separate horizontal reductions). */
+static inline __m512 reduce16(const __m512 *A) {
+    __m512 B[8], C[4];
+    for (int k = 0; k < 8; k++)
+        B[k] = _mm512_add_ps(_mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0x44), _mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0xEE));
+    for (int m = 0; m < 4; m++)
+        C[m] = _mm512_add_ps(_mm512_shuffle_f32x4(B[2 * m], B[2 * m + 1], 0x88), _mm512_shuffle_f32x4(B[2 * m], B[2 * m + 1], 0xDD));
+    __m512 D0 = _mm512_add_ps(_mm512_shuffle_ps(C[0], C[1], 0x44), _mm512_shuffle_ps(C[0], C[1], 0xEE));
+    __m512 D1 = _mm512_add_ps(_mm512_shuffle_ps(C[2], C[3], 0x44), _mm512_shuffle_ps(C[2], C[3], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(D0, D1, 0x88), _mm512_shuffle_ps(D0, D1, 0xDD));
+}
+
+/* Scores of NR (1..4) query rows against 4 keys at once. Accumulator
+ * A[4*r + t] holds row r x key t; after reduce16, E[4*t + r] is its sum. */
+static inline __attribute__((always_inline)) void scores_4keys(enum kvb_dtype dt, int NR, const float *q, int32_t d,
+                                                               const void *const *k, float *out /* [4 keys][4 rows] */) {
+    __m512 A[16];
+    for (int i = 0; i < 16; i++) A[i] = _mm512_setzero_ps();
+    for (int32_t c = 0; c < d; c += 16) {
+        __mmask16 m = tail_mask(d - c);
+        __m512 k0 = load16(dt, k[0], c, m), k1 = load16(dt, k[1], c, m), k2 = load16(dt, k[2], c, m),
+               k3 = load16(dt, k[3], c, m);
+        for (int r = 0; r < NR; r++) {
+            __m512 qr = _mm512_maskz_loadu_ps(m, q + (size_t)r * d + c);
+            A[4 * r + 0] = _mm512_fmadd_ps(qr, k0, A[4 * r + 0]);
+            A[4 * r + 1] = _mm512_fmadd_ps(qr, k1, A[4 * r + 1]);
+            A[4 * r + 2] = _mm512_fmadd_ps(qr, k2, A[4 * r + 2]);
+            A[4 * r + 3] = _mm512_fmadd_ps(qr, k3, A[4 * r + 3]);
+        }
+    }
+    _mm512_storeu_ps(out, reduce16(A));
+}
+
+/* Pages hold block_size rows, so the hardware prefetcher loses the stream at
+ * every page boundary; fetch K and V rows PREFETCH_AHEAD keys ahead. */
+#define PREFETCH_AHEAD 24
+
+static inline void prefetch_rows(const struct kvb_kv_view *v, int32_t j) {
+    if (j >= v->n) return;
+    const char *k = kvb_view_k(v, j);
+    for (size_t off = 0; off < v->row_bytes; off += 64) {
+        _mm_prefetch(k + off, _MM_HINT_T0);
+        _mm_prefetch(k + v->v_offset + off, _MM_HINT_T0);
+    }
+}
+
 static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_view *v, const float *q, int32_t n_rows,
                                                            int32_t j0, int32_t nt, float *s, enum kvb_dtype dt) {
     const int32_t d = v->head_dim;
-    const int32_t nc = (d + 15) / 16;
-    __m512 kc[32]; /* head_dim <= 512 */
-    for (int32_t t = 0; t < nt; t++) {
-        const void *k = kvb_view_k(v, j0 + t);
-        for (int32_t c = 0; c < nc; c++) kc[c] = load16(dt, k, c * 16, tail_mask(d - c * 16));
-        int32_t r = 0;
-        for (; r + 2 <= n_rows; r += 2) {
-            const float *q0 = q + (size_t)r * d, *q1 = q0 + d;
-            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-            for (int32_t c = 0; c < nc; c++) {
-                __mmask16 m = tail_mask(d - c * 16);
-                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q0 + c * 16), kc[c], a0);
-                a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q1 + c * 16), kc[c], a1);
+    float e[16];
+    for (int32_t t0 = 0; t0 < nt; t0 += 4) {
+        const int32_t kt = KVB_MIN(4, nt - t0);
+        for (int32_t t = 0; t < 4; t++) prefetch_rows(v, j0 + t0 + t + PREFETCH_AHEAD);
+        const void *k[4];
+        for (int32_t t = 0; t < 4; t++) k[t] = kvb_view_k(v, j0 + t0 + (t < kt ? t : kt - 1));
+        for (int32_t r0 = 0; r0 < n_rows; r0 += 4) {
+            const int32_t nr = KVB_MIN(4, n_rows - r0);
+            const float *qr = q + (size_t)r0 * d;
+            switch (nr) {
+            case 4: scores_4keys(dt, 4, qr, d, k, e); break;
+            case 3: scores_4keys(dt, 3, qr, d, k, e); break;
+            case 2: scores_4keys(dt, 2, qr, d, k, e); break;
+            default: scores_4keys(dt, 1, qr, d, k, e); break;
             }
-            s[r * KVB_ATTN_TILE + t] = _mm512_reduce_add_ps(a0);
-            s[(r + 1) * KVB_ATTN_TILE + t] = _mm512_reduce_add_ps(a1);
-        }
-        for (; r < n_rows; r++) {
-            const float *q0 = q + (size_t)r * d;
-            __m512 a0 = _mm512_setzero_ps();
-            for (int32_t c = 0; c < nc; c++)
-                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail_mask(d - c * 16), q0 + c * 16), kc[c], a0);
-            s[r * KVB_ATTN_TILE + t] = _mm512_reduce_add_ps(a0);
+            for (int32_t r = 0; r < nr; r++)
+                for (int32_t t = 0; t < kt; t++) s[(r0 + r) * KVB_ATTN_TILE + t0 + t] = e[4 * t + r];
         }
     }
 }
@@ -56,31 +101,46 @@ static void scores_avx512(const struct kvb_kv_view *v, const float *q, int32_t n
     else scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F32);
 }
 
+/* acc[r] += sum_t e[r][t] V[t] for NR (1..4) rows and one 64-float chunk of
+ * the head dim: 4 x NR accumulators live in registers across the tile. */
+static inline __attribute__((always_inline)) void accum_chunk(const struct kvb_kv_view *v, enum kvb_dtype dt, int NR,
+                                                              const float *e, int32_t j0, int32_t nt, float *acc,
+                                                              int32_t d, int32_t c0) {
+    __mmask16 mk[4];
+    __m512 a[4][4];
+    for (int c = 0; c < 4; c++) {
+        int32_t left = d - c0 - c * 16;
+        mk[c] = left <= 0 ? (__mmask16)0 : tail_mask(left);
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < 4; c++) a[r][c] = _mm512_maskz_loadu_ps(mk[c], acc + (size_t)r * d + c0 + c * 16);
+    for (int32_t t = 0; t < nt; t++) {
+        const void *vr = kvb_view_v(v, j0 + t);
+        __m512 vc[4];
+        for (int c = 0; c < 4; c++) vc[c] = load16(dt, vr, c0 + c * 16, mk[c]);
+        for (int r = 0; r < NR; r++) {
+            __m512 w = _mm512_set1_ps(e[r * KVB_ATTN_TILE + t]);
+            for (int c = 0; c < 4; c++) a[r][c] = _mm512_fmadd_ps(w, vc[c], a[r][c]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(acc + (size_t)r * d + c0 + c * 16, mk[c], a[r][c]);
+}
+
 static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_view *v, const float *e, int32_t n_rows,
                                                           int32_t j0, int32_t nt, float *acc, enum kvb_dtype dt) {
     const int32_t d = v->head_dim;
     for (int32_t r0 = 0; r0 < n_rows; r0 += 4) {
         const int32_t nr = KVB_MIN(4, n_rows - r0);
+        const float *er = e + r0 * KVB_ATTN_TILE;
+        float *ar = acc + (size_t)r0 * d;
         for (int32_t c0 = 0; c0 < d; c0 += 64) {
-            const int32_t nc = KVB_MIN(4, (d - c0 + 15) / 16);
-            __mmask16 mk[4];
-            __m512 a[4][4];
-            for (int32_t c = 0; c < nc; c++) mk[c] = tail_mask(d - c0 - c * 16);
-            for (int32_t r = 0; r < nr; r++)
-                for (int32_t c = 0; c < nc; c++)
-                    a[r][c] = _mm512_maskz_loadu_ps(mk[c], acc + (size_t)(r0 + r) * d + c0 + c * 16);
-            for (int32_t t = 0; t < nt; t++) {
-                const void *vr = kvb_view_v(v, j0 + t);
-                __m512 vc[4];
-                for (int32_t c = 0; c < nc; c++) vc[c] = load16(dt, vr, c0 + c * 16, mk[c]);
-                for (int32_t r = 0; r < nr; r++) {
-                    __m512 w = _mm512_set1_ps(e[(r0 + r) * KVB_ATTN_TILE + t]);
-                    for (int32_t c = 0; c < nc; c++) a[r][c] = _mm512_fmadd_ps(w, vc[c], a[r][c]);
-                }
+            switch (nr) {
+            case 4: accum_chunk(v, dt, 4, er, j0, nt, ar, d, c0); break;
+            case 3: accum_chunk(v, dt, 3, er, j0, nt, ar, d, c0); break;
+            case 2: accum_chunk(v, dt, 2, er, j0, nt, ar, d, c0); break;
+            default: accum_chunk(v, dt, 1, er, j0, nt, ar, d, c0); break;
             }
-            for (int32_t r = 0; r < nr; r++)
-                for (int32_t c = 0; c < nc; c++)
-                    _mm512_mask_storeu_ps(acc + (size_t)(r0 + r) * d + c0 + c * 16, mk[c], a[r][c]);
         }
     }
 }
