@@ -67,7 +67,7 @@ static inline int check_invariants(const struct kvb_cache *c, struct kvb_pool *p
                 if (pm == KVB_POS_CONTIGUOUS ? si.pos_cache != j : si.pos_cache != si.pos_original) { printf("  %s: (%d,%d) slot %d cache pos %lld\n", where, l, h, j, (long long)si.pos_cache); return 1; }
                 if (j < p->policy.n_sink && past > j && si.pos_original != j) { printf("  %s: (%d,%d) sink %d evicted (slot holds %lld)\n", where, l, h, j, (long long)si.pos_original); return 1; }
             }
-            expect_pages_max += (n + p->block_size - 1) / p->block_size + 1;
+            expect_pages_max += (n + p->block_size - 1) / p->block_size + 1; /* < 2 pages of holes */
         }
     }
     struct kvb_cache_stats cs;

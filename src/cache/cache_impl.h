@@ -8,16 +8,18 @@
  *   pages[0..n_pages)        page p holds physical slots p*B .. p*B+B-1
  *                            layout: K rows [B][row_bytes] then V rows [B][row_bytes]
  *   pos[slot]                original position, -1 = free slot (a hole)
- *   state[slot*n_state + i]  policy words (state[0] is the primary float score)
+ *   state[j*n_state + i]     policy scores of LOGICAL slot j (kept in logical order so
+ *                            policies scan contiguous floats; state[j*n_state] is the
+ *                            primary score)
  *   order[j], j < n          physical slot of logical slot j; logical order is
  *                            increasing original position (oldest first)
  *   runs[r]                  contiguous mode: maximal ranges of logical slots
  *                            sharing delta = pos - j (see cache.c, "positions")
  *
  * Holes left by eviction are refilled by the next appends, so a steady
- * evict-one/append-one stream never moves a row. When a stream has a whole
- * page worth of holes, compaction moves live rows from the last page into
- * holes and returns the page to the pool (see compact_stream in cache.c).
+ * evict-one/append-one stream never moves a row. When a stream has two pages
+ * worth of holes, compaction moves live rows from the last pages into holes
+ * and returns pages to the pool (see compact_stream in cache.c).
  */
 #ifndef KVB_CACHE_IMPL_H
 #define KVB_CACHE_IMPL_H
@@ -60,7 +62,7 @@ struct kvb_stream {
     int64_t pages_cap;
 
     int32_t *pos;          /* [slot_cap] */
-    uint32_t *state;       /* [slot_cap * n_state] */
+    float *state;          /* [slot_cap * n_state], logical order */
     int32_t *free_slots;   /* stack of holes, [slot_cap] */
     int32_t n_free;
     int32_t *order;        /* [slot_cap] logical -> physical */
@@ -79,12 +81,13 @@ struct kvb_stream {
     int32_t *victims;      /* [slot_cap] selection output */
 };
 
-static inline float kvb_state_f(const uint32_t *w) {
-    float f;
-    memcpy(&f, w, 4);
-    return f;
+/* Bit patterns kept in a float state word (scissorhands' history mask). */
+static inline uint32_t kvb_state_bits(const float *w) {
+    uint32_t u;
+    memcpy(&u, w, 4);
+    return u;
 }
-static inline void kvb_state_set_f(uint32_t *w, float f) { memcpy(w, &f, 4); }
+static inline void kvb_state_set_bits(float *w, uint32_t u) { memcpy(w, &u, 4); }
 
 /* ---- policy instance ---- */
 struct kvb_policy_i;

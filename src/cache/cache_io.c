@@ -10,7 +10,7 @@
  *           i32 n_state
  *   i64 n_past[n_layer]
  *   per stream (layer-major): i32 budget prompt_end steps n n_pages
- *           per logical slot: i32 phys_slot i32 pos u32 state[n_state] K row, V row (stored dtype)
+ *           per logical slot: i32 phys_slot i32 pos f32 state[n_state] K row, V row (stored dtype)
  *           i32 free_slots[n_pages * block_size - n] (the hole stack, bottom first)
  *   u32 crc32 of every byte before it
  *
@@ -86,7 +86,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
             int32_t slot = s->order[j];
             w_i32(&w, slot);
             w_i32(&w, s->pos[slot]);
-            if (ns) w_bytes(&w, s->state + (size_t)slot * ns, sizeof(uint32_t) * (size_t)ns);
+            if (ns) w_bytes(&w, s->state + (size_t)j * ns, sizeof(float) * (size_t)ns);
             const uint8_t *k = s->pages[slot >> c->block_shift] + (size_t)(slot & (p->block_size - 1)) * c->row_bytes;
             w_bytes(&w, k, c->row_bytes);
             w_bytes(&w, k + c->page_bytes / 2, c->row_bytes);
@@ -200,7 +200,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             return TRUNC();
         }
         if (budget < 0 || steps < 0 || prompt_end < -1 || n < 0 || (size_t)n > (r.n - r.at) / slot_bytes ||
-            n_pages < 0 || (int64_t)n_pages * B >= (int64_t)n + B || (int64_t)n > (int64_t)n_pages * B ||
+            n_pages < 0 || (int64_t)n_pages * B >= (int64_t)n + 2 * (int64_t)B || (int64_t)n > (int64_t)n_pages * B ||
             n > c->n_past[layer]) {
             kvb_cache_free(c);
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld has inconsistent counts (n %d, pages %d, budget %d)",
@@ -233,7 +233,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             s->pos[slot] = pos;
             s->order[j] = slot;
             s->n = j + 1;
-            if (ns) r_bytes(&r, s->state + (size_t)slot * ns, sizeof(uint32_t) * (size_t)ns, "slot.state");
+            if (ns) r_bytes(&r, s->state + (size_t)j * ns, sizeof(float) * (size_t)ns, "slot.state");
             uint8_t *k = s->pages[slot / B] + (size_t)(slot % B) * c->row_bytes;
             r_bytes(&r, k, c->row_bytes, "slot.k");
             r_bytes(&r, k + c->page_bytes / 2, c->row_bytes, "slot.v");

@@ -30,7 +30,7 @@ static void ada_budgets(const struct kvb_policy *p, struct kvb_stream *const *st
         struct kvb_stream *s = streams[h];
         int32_t lo = KVB_MIN(S, s->n), hi = KVB_MAX(lo, s->n - W);
         cnt[h] = 0;
-        for (int32_t j = lo; j < hi; j++) s->fscratch[cnt[h]++] = kvb_state_f(&s->state[s->order[j]]);
+        for (int32_t j = lo; j < hi; j++) s->fscratch[cnt[h]++] = s->state[j];
         if (cnt[h] > 1) qsort(s->fscratch, (size_t)cnt[h], sizeof(float), cmp_desc);
         got[h] = KVB_MIN(floor_n, cnt[h]);
         pos[h] = got[h];

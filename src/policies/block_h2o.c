@@ -25,7 +25,7 @@ static int32_t block_select(const struct kvb_policy *p, struct kvb_stream *s, in
         rank_of[slot] = j;
         int32_t pg = slot / B;
         if (j < lo || j >= hi) page_sum[pg] = INFINITY; /* holds a protected slot */
-        else if (page_sum[pg] != INFINITY) page_sum[pg] += kvb_state_f(&s->state[slot]);
+        else if (page_sum[pg] != INFINITY) page_sum[pg] += s->state[j];
     }
     int32_t k = 0;
     while (k < n_over) {
@@ -42,7 +42,7 @@ static int32_t block_select(const struct kvb_policy *p, struct kvb_stream *s, in
     if (k < n_over) { /* no whole page can go: single slots by H2O score */
         float *key = s->fscratch;
         bool taken_any = k > 0;
-        for (int32_t j = lo; j < s->n; j++) key[j] = kvb_state_f(&s->state[s->order[j]]);
+        for (int32_t j = lo; j < s->n; j++) key[j] = s->state[j];
         if (taken_any)
             for (int32_t i = 0; i < k; i++) key[victims[i]] = INFINITY;
         k += kvb_pick_lowest(s, key, lo, hi, n_over - k, victims + k);

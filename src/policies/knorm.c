@@ -12,14 +12,14 @@ static void knorm_on_append(const struct kvb_policy *p, struct kvb_stream *s, in
     float n2 = 0;
     if (k)
         for (int32_t i = 0; i < d; i++) n2 += k[i] * k[i];
-    kvb_state_set_f(&s->state[s->order[j]], sqrtf(n2));
+    s->state[j] = sqrtf(n2);
 }
 
 static int32_t knorm_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
     const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
     const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget));
     float *key = s->fscratch;
-    for (int32_t j = lo; j < s->n; j++) key[j] = -kvb_state_f(&s->state[s->order[j]]);
+    for (int32_t j = lo; j < s->n; j++) key[j] = -s->state[j];
     return kvb_pick_lowest(s, key, lo, hi, n_over, victims);
 }
 

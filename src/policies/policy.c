@@ -91,7 +91,7 @@ void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream *s, const 
     for (int32_t j = 0; j < n; j++) {
         float m = 0;
         for (int32_t t = KVB_MAX(0, j - half); t <= KVB_MIN(n - 1, j + half); t++) m = w[t] > m ? w[t] : m;
-        kvb_state_set_f(&s->state[s->order[j]], m);
+        s->state[j] = m;
     }
 }
 
@@ -104,7 +104,7 @@ int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream *s, int3
     for (int32_t j = lo; j < s->n; j++) {
         int32_t slot = s->order[j];
         if (s->prompt_end >= 0 && s->pos[slot] >= s->prompt_end) key[j] = -1e20f * (float)(s->n - j);
-        else key[j] = kvb_state_f(&s->state[slot]);
+        else key[j] = s->state[j];
     }
     return kvb_pick_lowest(s, key, lo, KVB_MAX(hi, lo), n_over, victims);
 }

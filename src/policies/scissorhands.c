@@ -14,9 +14,9 @@ static void sh_observe(const struct kvb_policy *p, struct kvb_stream *s, const f
     const uint32_t mask = p->params.history >= 32 ? 0xffffffffu : (1u << p->params.history) - 1;
     const float avg = n > 0 ? 1.0f / (float)n : 0.0f;
     for (int32_t j = 0; j < n; j++) {
-        uint32_t *st = &s->state[(size_t)s->order[j] * 2];
-        kvb_state_set_f(st, kvb_state_f(st) + w[j]);
-        if (!prefill) st[1] = ((st[1] << 1) | (w[j] < avg ? 1u : 0u)) & mask;
+        float *st = &s->state[(size_t)j * 2];
+        st[0] += w[j];
+        if (!prefill) kvb_state_set_bits(&st[1], ((kvb_state_bits(&st[1]) << 1) | (w[j] < avg ? 1u : 0u)) & mask);
     }
 }
 
@@ -25,9 +25,9 @@ static int32_t sh_select(const struct kvb_policy *p, struct kvb_stream *s, int32
     const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget));
     float *key = s->fscratch;
     for (int32_t j = lo; j < s->n; j++) {
-        const uint32_t *st = &s->state[(size_t)s->order[j] * 2];
-        int32_t low = __builtin_popcount(st[1]);
-        float acc = kvb_state_f(st);
+        const float *st = &s->state[(size_t)j * 2];
+        int32_t low = __builtin_popcount(kvb_state_bits(&st[1]));
+        float acc = st[0];
         key[j] = (low >= p->params.threshold ? 0.0f : 64.0f) + (float)(32 - low) + acc / (1.0f + acc);
     }
     return kvb_pick_lowest(s, key, lo, hi, n_over, victims);

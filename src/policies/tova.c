@@ -8,15 +8,13 @@
 
 static void tova_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill) {
     (void)p; (void)prefill;
-    for (int32_t j = 0; j < n; j++) kvb_state_set_f(&s->state[s->order[j]], w[j]);
+    memcpy(s->state, w, sizeof(float) * (size_t)n);
 }
 
 static int32_t tova_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
     const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
     const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget));
-    float *key = s->fscratch;
-    for (int32_t j = lo; j < s->n; j++) key[j] = kvb_state_f(&s->state[s->order[j]]);
-    return kvb_pick_lowest(s, key, lo, hi, n_over, victims);
+    return kvb_pick_lowest(s, s->state, lo, hi, n_over, victims); /* state is the key */
 }
 
 const struct kvb_policy_i kvb_policy_tova = {
