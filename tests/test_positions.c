@@ -139,7 +139,57 @@ TEST(scaled_rope_with_freq_factors) {
     CHECK(run_case(KVB_POLICY_KNORM, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 12, 100, 10, 10, ff) == 0);
 }
 
+/* The attention weights a policy receives at decode (TOVA keeps exactly the
+ * latest row as its score) equal the mean over the group's query heads of a
+ * naive softmax, and sum to one. */
+TEST(decode_weights_fed_to_policy) {
+    for (int dt = 0; dt < 2; dt++) {
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = D; cp.dtype = dt ? KVB_DTYPE_F16 : KVB_DTYPE_F32; cp.block_size = 4;
+        cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, D, 10000.0f, 1.0f, NULL};
+        cp.policy = kvb_policy_default_params(KVB_POLICY_TOVA);
+        cp.policy.budget = 1000;
+        struct kvb_cache *c;
+        CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+        const struct kvb_rope *rope = &kvb_cache_get_params(c)->rope;
+        static float ks[200][D], vs[200][D];
+        unsigned long long rs = 21;
+        for (int t = 0; t < 150; t++) {
+            float q[3][D], o[3][D];
+            for (int i = 0; i < D; i++) { ks[t][i] = t_randf(&rs); vs[t][i] = t_randf(&rs); }
+            for (int g = 0; g < 3; g++) for (int i = 0; i < D; i++) q[g][i] = t_randf(&rs) * 2;
+            CHECK_OK(kvb_cache_decode(c, 0, &q[0][0], 3, ks[t], vs[t], &o[0][0], NULL));
+            /* reference weights from the rows as stored (f16-rounded keys) */
+            int n = t + 1;
+            double w[200] = {0}, sum = 0;
+            for (int g = 0; g < 3; g++) {
+                double qr[D], s[200], mx = -1e300, z = 0;
+                ref_rope(rope, q[g], D, t, qr);
+                for (int j = 0; j < n; j++) {
+                    float kst[D];
+                    CHECK_OK(kvb_cache_read_slot(c, 0, 0, j, kst, NULL)); /* stored: rotated at j */
+                    s[j] = 0;
+                    for (int i = 0; i < D; i++) s[j] += qr[i] * kst[i];
+                    s[j] /= sqrt((double)D);
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j < n; j++) { s[j] = exp(s[j] - mx); z += s[j]; }
+                for (int j = 0; j < n; j++) w[j] += s[j] / z / 3;
+            }
+            for (int j = 0; j < n; j++) {
+                struct kvb_slot_info si;
+                CHECK_OK(kvb_cache_slot_info(c, 0, 0, j, &si));
+                sum += si.score;
+                if (fabs(si.score - w[j]) > 1e-5) FAILF("%s step %d slot %d: weight %.8f vs %.8f", kvb_dtype_name(cp.dtype), t, j, (double)si.score, w[j]);
+            }
+            if (fabs(sum - 1.0) > 1e-5) FAILF("weights sum to %.8f", sum);
+        }
+        kvb_cache_free(c);
+    }
+}
+
 int main(void) {
+    RUN(decode_weights_fed_to_policy);
     RUN(streaming_contiguous_two_runs);
     RUN(scattered_evictions_contiguous_many_runs);
     RUN(original_positions);

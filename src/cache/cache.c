@@ -702,15 +702,8 @@ static void attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_
         }
         kvb_attn_run(c->kr, &view, h->qrot, NULL, j0, j1, &st);
     }
-    kvb_attn_end(&st, out, NULL);
-    if (w) {
-        const float inv = 1.0f / (float)G;
-        for (int32_t j = 0; j < s->n; j++) {
-            float sum = 0;
-            for (int32_t g = 0; g < G; g++) sum += h->p[(size_t)g * s->n + j];
-            w[j] = sum * inv;
-        }
-    }
+    if (w) kvb_attn_end_mean(&st, out, w, s->n);
+    else kvb_attn_end(&st, out, NULL);
 }
 
 static void decode_worker(int32_t ith, int32_t nth, void *arg) {

@@ -119,6 +119,28 @@ void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse) {
     }
 }
 
+void kvb_attn_end_mean(struct kvb_attn_state *st, float *out, float *w, int32_t n) {
+    float *p = st->p;
+    st->p = NULL; /* outputs only */
+    kvb_attn_end(st, out, NULL);
+    st->p = p;
+    const int32_t R = st->n_rows;
+    const float inv_r = 1.0f / (float)R;
+    float f[KVB_ATTN_MAX_ROWS];
+    for (int32_t g = 0; g < st->n_seg; g++) {
+        int32_t a = st->seg_j[g], b = g + 1 < st->n_seg ? st->seg_j[g + 1] : n;
+        for (int32_t r = 0; r < R; r++) {
+            float sm = st->seg_m[(size_t)g * KVB_ATTN_MAX_ROWS + r];
+            f[r] = (st->l[r] > 0 && sm != -INFINITY) ? expf(sm - st->m[r]) / st->l[r] * inv_r : 0.0f;
+        }
+        for (int32_t j = a; j < b; j++) w[j] = p[j] * f[0];
+        for (int32_t r = 1; r < R; r++) {
+            const float *pr = p + (size_t)r * st->p_stride;
+            for (int32_t j = a; j < b; j++) w[j] += pr[j] * f[r];
+        }
+    }
+}
+
 void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                       const float *lse, int32_t n_rows, float w_r, int32_t j0, int32_t j1, float *col, float *s) {
     for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {

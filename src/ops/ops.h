@@ -104,6 +104,10 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
                   int32_t j0, int32_t j1, struct kvb_attn_state *st);
 /* out[r] = acc[r] / l[r]; lse[r] = m + log(l) if lse; normalises p if kept. */
 void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse);
+/* Like kvb_attn_end, but instead of normalising p in place it writes
+ * w[j] = mean over rows of the normalised probability of key j, j < n
+ * (one pass: what a policy needs from the G query heads of a KV head). */
+void kvb_attn_end_mean(struct kvb_attn_state *st, float *out, float *w, int32_t n);
 /* Column mass: col[j] += sum_r w_r * exp(q_r.k_j - lse[r]) over keys [j0, j1),
  * with the same limits; one call per run. */
 void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
