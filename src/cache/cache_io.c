@@ -183,9 +183,10 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     const int32_t B = p.block_size;
     for (int32_t l = 0; l < p.n_layer; l++) {
         if (!r_bytes(&r, &c->n_past[l], 8, "n_past")) { kvb_cache_free(c); return TRUNC(); }
-        if (c->n_past[l] < 0 || c->n_past[l] > INT32_MAX) {
+        const int64_t past = c->n_past[l];
+        if (past < 0 || past > INT32_MAX) {
             kvb_cache_free(c);
-            return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_past[%d] = %lld out of range", l, (long long)c->n_past[l]);
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_past[%d] = %lld out of range", l, (long long)past);
         }
     }
     const size_t slot_bytes = 8 + 4 * (size_t)ns + 2 * c->row_bytes;

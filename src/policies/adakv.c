@@ -23,8 +23,8 @@ static void ada_budgets(const struct kvb_policy *p, struct kvb_stream *const *st
     const int32_t W = kvb_policy_recent(p, B), S = p->params.n_sink;
     const int32_t share = B - W - S;          /* per-head room for selected tokens */
     if (share <= 0) return;
-    const int32_t floor_n = (int32_t)(p->params.ada_floor * (float)share);
-    int32_t pool = H * (share - floor_n);     /* what the heads compete for */
+    const int32_t floor_n = (int32_t)(p->params.ada_floor * (double)share);
+    int64_t pool = (int64_t)H * (share - floor_n); /* what the heads compete for */
     int32_t cnt[1024], got[1024], pos[1024];
     for (int32_t h = 0; h < H; h++) {
         struct kvb_stream *s = streams[h];
@@ -45,7 +45,7 @@ static void ada_budgets(const struct kvb_policy *p, struct kvb_stream *const *st
         got[best]++;
         pool--;
     }
-    for (int32_t h = 0; h < H; h++) streams[h]->budget = S + W + got[h];
+    for (int32_t h = 0; h < H; h++) streams[h]->budget = (int32_t)KVB_MIN((int64_t)S + W + got[h], (int64_t)INT32_MAX);
     /* a stream shorter than its budget simply keeps everything */
     for (int32_t h = 0; h < H; h++)
         if (streams[h]->budget <= S) streams[h]->budget = S + 1;

@@ -19,7 +19,7 @@ int32_t kvb_policy_recent(const struct kvb_policy *p, int32_t budget) {
         case KVB_POLICY_WINDOW:
         case KVB_POLICY_STREAMING: r = room; break;
         case KVB_POLICY_H2O:
-        case KVB_POLICY_BLOCK_H2O: r = room - (int32_t)(pp->heavy_ratio * (float)room); break;
+        case KVB_POLICY_BLOCK_H2O: r = room - (int32_t)(pp->heavy_ratio * (double)room); break;
         case KVB_POLICY_SCISSORHANDS: r = pp->history; break;
         case KVB_POLICY_SNAPKV:
         case KVB_POLICY_PYRAMIDKV:

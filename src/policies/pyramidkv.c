@@ -26,7 +26,8 @@ static void pyramid_budgets(const struct kvb_policy *p, struct kvb_stream *const
         }
     }
     double b = n_layer > 1 ? mx - (double)layer * (mx - mn) / (double)(n_layer - 1) : room;
-    int32_t budget = (int32_t)floor(b + W);
+    double bw = floor(b + W);
+    int32_t budget = bw >= (double)INT32_MAX ? INT32_MAX : bw <= 0 ? 0 : (int32_t)bw;
     budget = KVB_MAX(budget, p->params.n_sink + 1);
     for (int32_t h = 0; h < n_streams; h++) streams[h]->budget = budget;
 }
