@@ -18,7 +18,7 @@ test: build
 	@sh tests/run_tests.sh $(BUILD)
 
 demo: build
-	@$(BUILD)/kvbound policies
+	@$(BUILD)/kvbound lab --scenario all --out lab-report
 
 asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVB_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null

@@ -286,6 +286,15 @@ kvb_status kvb_cache_append(struct kvb_cache *cache, int32_t layer, const float 
  * weight of logical slot j (0..n_slots-1, oldest first), as received by the
  * newest query. KVB_ERR_INVALID on a bad index or n != n_slots. */
 kvb_status kvb_cache_observe(struct kvb_cache *cache, int32_t layer, int32_t head, const float *w, int32_t n);
+/* Feeds prefill evidence to the policy of stream (layer, head): mass[j] is
+ * the attention logical slot j received from the observing queries of the
+ * chunk just appended (summed over those queries, averaged over the query
+ * heads of the KV head). Which queries observe: the last
+ * kvb_cache_prefill_obs_queries() of the chunk, or all of them if 0 — the
+ * same evidence kvb_cache_prefill computes itself. KVB_ERR_INVALID on a bad
+ * index or n != n_slots. */
+kvb_status kvb_cache_observe_prefill(struct kvb_cache *cache, int32_t layer, int32_t head, const float *mass, int32_t n);
+int32_t kvb_cache_prefill_obs_queries(const struct kvb_cache *cache);
 /* Evicts every stream of the layer down to its budget. Cannot fail. */
 void kvb_cache_evict(struct kvb_cache *cache, int32_t layer);
 
@@ -334,6 +343,67 @@ kvb_status kvb_cache_save_file(const struct kvb_cache *cache, const char *path);
 kvb_status kvb_cache_load_file(struct kvb_pool *pool, const char *path, size_t pool_bytes,
                                struct kvb_cache **out);
 void kvb_buffer_free(void *buf);
+
+/* ------------------------------------------------------------------------ */
+/* Synthetic attention laboratory                                           */
+/* ------------------------------------------------------------------------ */
+
+/* A deterministic synthetic attention stream: a prompt of `prompt` tokens
+ * followed by `steps` generated tokens. The attention row of query position q
+ * over keys [0, q] mixes sink mass, exponentially decaying recency mass, old
+ * fact tokens (salient throughout, strongly queried at given steps), an
+ * observation window at the end of the prompt that reveals some facts, and a
+ * diffuse background. Rows are non-negative and sum to one. */
+struct kvb_lab_stream;
+
+/* Scenarios: "chat", "needle", "diffuse", "drift" (see docs/LAB.md).
+ * Errors: KVB_ERR_INVALID (unknown name, sizes out of 16..1048576). */
+kvb_status kvb_lab_stream_init(const char *scenario, int32_t prompt, int32_t steps, uint64_t seed,
+                               struct kvb_lab_stream **out);
+void kvb_lab_stream_free(struct kvb_lab_stream *st);
+const char *kvb_lab_scenario_describe(const char *scenario);
+int32_t kvb_lab_prompt_len(const struct kvb_lab_stream *st);
+int32_t kvb_lab_steps(const struct kvb_lab_stream *st);
+/* Writes the row of query position q (0 <= q < prompt + steps) into
+ * row[0..q]. */
+void kvb_lab_row(const struct kvb_lab_stream *st, int64_t q, double *row);
+
+struct kvb_lab_fact {
+    int32_t pos;       /* position in the prompt */
+    int32_t group;     /* 0: revealed by the observation window ("A"), 1: not ("B") */
+};
+int32_t kvb_lab_n_facts(const struct kvb_lab_stream *st);
+struct kvb_lab_fact kvb_lab_fact(const struct kvb_lab_stream *st, int32_t i);
+/* Facts queried at generated step t: writes up to max fact indexes, returns the count. */
+int32_t kvb_lab_active_facts(const struct kvb_lab_stream *st, int32_t t, int32_t *facts, int32_t max);
+
+/* Audit of every row: largest |sum - 1| and smallest entry. */
+void kvb_lab_check_rows(const struct kvb_lab_stream *st, double *max_sum_err, double *min_entry);
+
+struct kvb_lab_result {
+    double mass_mean, mass_min;   /* retained attention mass R_t over generated steps */
+    double *mass;                 /* [steps] R_t */
+    int32_t fact_queries[2];      /* fact-query events per group (A, B) */
+    int32_t fact_hits[2];         /* ... whose fact was retained when queried */
+    int32_t peak_slots;           /* most slots held at once (during a step) */
+    int32_t budget_violations;    /* steps ending with more slots than the budget */
+    int32_t mass_out_of_range;    /* steps with R_t outside [0, 1] */
+    int32_t n_snap;               /* snapshots of the retained set at requested steps */
+    int32_t *snap_n;              /* [n_snap] retained slots */
+    int64_t *snap_pos;            /* [n_snap][budget cap] their original positions */
+    int32_t snap_stride;
+};
+
+/* Runs one policy (the library's real policy object, in a one-stream cache)
+ * over the stream: prefill in chunks of `chunk` tokens (0 = whole prompt)
+ * with the policy's prefill evidence, kvb_cache_compress, then one step per
+ * generated token: append, observe the row renormalised over the retained
+ * slots, evict. Snapshots the retained positions after attending at the
+ * generated steps snap_steps[0..n_snap). Free with kvb_lab_result_free.
+ * Errors: those of kvb_cache_init; KVB_ERR_NOMEM. */
+kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_params *policy, int32_t chunk,
+                       const int32_t *snap_steps, int32_t n_snap, struct kvb_lab_result *out);
+void kvb_lab_result_free(struct kvb_lab_result *r);
 
 /* ------------------------------------------------------------------------ */
 /* Kernels                                                                  */

@@ -1,14 +1,18 @@
 #!/bin/sh
-# Runs every test binary in BUILD_DIR, sums their case counts, and ends with
+# Runs every test binary in BUILD_DIR and every tests/test_*.sh script, sums their case counts, and ends with
 # one line "N passed, M failed". Exit status is non-zero if anything failed.
 BUILD_DIR=${1:-build}
 passed=0
 failed=0
 crashed=""
-for t in "$BUILD_DIR"/test_*; do
+HERE=$(dirname "$0")
+for t in "$BUILD_DIR"/test_* "$HERE"/test_*.sh; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
-    out=$("$t" 2>&1)
+    case "$t" in
+        *.sh) out=$(sh "$t" "$BUILD_DIR" 2>&1) ;;
+        *) out=$("$t" 2>&1) ;;
+    esac
     rc=$?
     printf '%s\n' "$out"
     line=$(printf '%s\n' "$out" | grep -E '^cases: [0-9]+ passed, [0-9]+ failed' | tail -n 1)

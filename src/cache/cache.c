@@ -778,16 +778,27 @@ kvb_status kvb_cache_append(struct kvb_cache *c, int32_t layer, const float *k, 
     return KVB_OK;
 }
 
-kvb_status kvb_cache_observe(struct kvb_cache *c, int32_t layer, int32_t head, const float *w, int32_t n) {
+static kvb_status observe_common(struct kvb_cache *c, int32_t layer, int32_t head, const float *w, int32_t n, bool prefill) {
     kvb_status st = check_layer(c, layer);
     if (st != KVB_OK) return st;
     if (head < 0 || head >= c->params.n_kv_head)
         return kvb_fail(KVB_ERR_INVALID, "cache: head %d out of range 0..%d", (int)head, (int)c->params.n_kv_head - 1);
     struct kvb_stream *s = kvb_cache_stream(c, layer, head);
     if (!w || n != s->n) return kvb_fail(KVB_ERR_INVALID, "cache_observe: row has %d weights, stream has %d slots", (int)n, (int)s->n);
-    if (c->policy.iface->observe) c->policy.iface->observe(&c->policy, s, w, n, false);
-    s->steps++;
+    const struct kvb_policy_i *pi = c->policy.iface;
+    if (pi->observe && (pi->flags & (prefill ? KVB_PF_PREFILL_MASS : KVB_PF_DECODE_ATTN))) pi->observe(&c->policy, s, w, n, prefill);
+    if (!prefill) s->steps++;
     return KVB_OK;
+}
+
+kvb_status kvb_cache_observe_prefill(struct kvb_cache *c, int32_t layer, int32_t head, const float *mass, int32_t n) {
+    return observe_common(c, layer, head, mass, n, true);
+}
+
+int32_t kvb_cache_prefill_obs_queries(const struct kvb_cache *c) { return c ? c->policy.obs_last : 0; }
+
+kvb_status kvb_cache_observe(struct kvb_cache *c, int32_t layer, int32_t head, const float *w, int32_t n) {
+    return observe_common(c, layer, head, w, n, false);
 }
 
 void kvb_cache_evict(struct kvb_cache *c, int32_t layer) {

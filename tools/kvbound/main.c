@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "usage: kvbound <command> [options]\n"
             "\n"
             "commands:\n"
+            "  lab                 the synthetic attention lab: policies on known attention (make demo)\n"
             "  policies            list the eviction policies, their rules and parameters\n"
             "  bench cache         benchmark the cache work of decode steps (JSON)\n"
             "  version             print the version and the kernel family in use\n"
@@ -38,6 +39,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "policies")) return cmd_policies(argc - 1, argv + 1);
+    if (!strcmp(cmd, "lab")) return cmd_lab(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "kvbound: unknown command '%s'\n\n", cmd);
     usage(stderr);
