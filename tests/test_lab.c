@@ -102,6 +102,7 @@ TEST(needle_is_queried_where_placed) {
         }
     }
     CHECK_EQ_INT(queried, 6);
+    kvb_lab_stream_free(st);
     CHECK_STATUS(kvb_lab_stream_init("nope", 600, 140, 3, &st), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "nope") != NULL);
     CHECK_STATUS(kvb_lab_stream_init("chat", 10, 140, 3, &st), KVB_ERR_INVALID);
