@@ -141,25 +141,26 @@ const struct lab_cell *lab_find(const struct lab_opts *o, const struct lab_scen 
 
 /* ---- audits and findings ---- */
 
-static void add_audit(struct lab_report *rep, const char *name, bool pass, const char *fmt, ...) {
-    if (rep->n_audits >= LAB_MAX_AUDITS) return;
-    struct lab_audit *a = &rep->audits[rep->n_audits++];
+/* Appends an entry to an audit or finding list (findings always "pass"). */
+static void add_entry(struct lab_audit *list, int *n, const char *name, bool pass, const char *fmt, va_list ap) {
+    if (*n >= LAB_MAX_AUDITS) return;
+    struct lab_audit *a = &list[(*n)++];
     snprintf(a->name, sizeof a->name, "%s", name);
     a->pass = pass;
+    vsnprintf(a->detail, sizeof a->detail, fmt, ap);
+}
+
+static void add_audit(struct lab_report *rep, const char *name, bool pass, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(a->detail, sizeof a->detail, fmt, ap);
+    add_entry(rep->audits, &rep->n_audits, name, pass, fmt, ap);
     va_end(ap);
 }
 
 static void add_finding(struct lab_report *rep, const char *name, const char *fmt, ...) {
-    if (rep->n_findings >= LAB_MAX_AUDITS) return;
-    struct lab_audit *a = &rep->findings[rep->n_findings++];
-    snprintf(a->name, sizeof a->name, "%s", name);
-    a->pass = true;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(a->detail, sizeof a->detail, fmt, ap);
+    add_entry(rep->findings, &rep->n_findings, name, true, fmt, ap);
     va_end(ap);
 }
 
