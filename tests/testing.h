@@ -76,3 +76,41 @@ static inline float t_randf(unsigned long long *s) { /* uniform [-1, 1) */
 }
 
 #endif
+
+/* ---- shared test data (../shared/data, or $KVB_SHARED_DATA) ---- */
+#include <unistd.h>
+
+/* Full path of a file under the shared data folder, or NULL if absent. */
+static inline const char *t_shared(const char *rel) {
+    static char buf[8][1024];
+    static int k;
+    const char *root = getenv("KVB_SHARED_DATA");
+    char *b = buf[k++ & 7];
+    snprintf(b, sizeof buf[0], "%s/%s", root && *root ? root : "../shared/data", rel);
+    return access(b, R_OK) == 0 ? b : NULL;
+}
+
+/* Skips the current case (printing why) when shared data is missing, or
+ * fails it under KVB_REQUIRE_SHARED=1 (CI). */
+#define NEED_SHARED(path_var, rel)                                                      \
+    const char *path_var = t_shared(rel);                                               \
+    if (!path_var) {                                                                    \
+        const char *_req = getenv("KVB_REQUIRE_SHARED");                                \
+        if (_req && strcmp(_req, "1") == 0) FAILF("shared data missing: %s", rel);      \
+        printf("  skip: shared data missing: %s\n", rel);                               \
+        return;                                                                         \
+    }
+
+/* Reads a whole file (malloc); NULL on error. */
+static inline char *t_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    fclose(f);
+    if (b) { b[n] = 0; if (len) *len = (size_t)n; }
+    return b;
+}

@@ -1,0 +1,68 @@
+/*
+ * tokenizer.h — vocabularies and tokenizers. One vocabulary structure for
+ * every source (GGUF `tokenizer.ggml.*` metadata, llama2.c `tokenizer.bin`),
+ * normalised to the GGUF conventions: U+2581 "▁" for spaces in SentencePiece
+ * pieces, byte tokens written "<0xNN>", token types as in llama.cpp.
+ * The encoder is chosen by the vocabulary kind; SentencePiece BPE is here
+ * (spm.c), byte-level BPE slots in beside it (a later issue).
+ */
+#ifndef KVB_TOKENIZER_H
+#define KVB_TOKENIZER_H
+
+#include "../core/core.h"
+
+struct gguf_file;
+
+enum kvb_token_type {
+    KVB_TOKEN_UNDEFINED = 0,
+    KVB_TOKEN_NORMAL = 1,
+    KVB_TOKEN_UNKNOWN = 2,
+    KVB_TOKEN_CONTROL = 3,
+    KVB_TOKEN_USER_DEFINED = 4,
+    KVB_TOKEN_UNUSED = 5,
+    KVB_TOKEN_BYTE = 6,
+};
+
+enum kvb_vocab_kind {
+    KVB_VOCAB_SPM = 0, /* SentencePiece BPE with byte fallback ("llama") */
+};
+
+struct kvb_vocab {
+    enum kvb_vocab_kind kind;
+    int32_t n;
+    char *arena;          /* all pieces, NUL-separated */
+    uint32_t *off;        /* [n + 1] offsets into arena */
+    float *score;         /* [n] */
+    uint8_t *type;        /* [n] enum kvb_token_type */
+    int32_t *hash;        /* open addressing: piece -> id, -1 empty */
+    uint32_t hash_cap;    /* power of two */
+    int32_t byte_id[256]; /* id of <0xNN>, or -1 */
+    int32_t bos, eos, unk;
+    bool add_bos, add_eos, add_space_prefix;
+    int32_t *special;     /* ids of CONTROL / USER_DEFINED tokens with text, longest first */
+    int32_t n_special;
+};
+
+static inline const char *kvb_vocab_text(const struct kvb_vocab *v, int32_t id) { return v->arena + v->off[id]; }
+static inline uint32_t kvb_vocab_len(const struct kvb_vocab *v, int32_t id) { return v->off[id + 1] - v->off[id] - 1; }
+
+/* From GGUF metadata (tokenizer.ggml.model must be "llama"). Errors name the key. */
+kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out);
+/* From a llama2.c tokenizer.bin image (buffer) of n_vocab records. */
+kvb_status kvb_vocab_from_llama2c(const void *buf, size_t size, int32_t n_vocab, const char *name, struct kvb_vocab **out);
+void kvb_vocab_free(struct kvb_vocab *v);
+
+/* Id of an exact piece, or -1. */
+int32_t kvb_vocab_find(const struct kvb_vocab *v, const char *text, size_t len);
+
+/* Tokenizes text[0..len). *ids is allocated with the library allocator (free
+ * with kvb_free); KVB_ERR_NOMEM. add_special: BOS (and EOS) as the vocabulary
+ * asks; parse_special: control-token text such as "<s>" becomes that token. */
+kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special,
+                              bool parse_special, int32_t **ids, int32_t *n_ids);
+
+/* Bytes a token decodes to ("▁" -> ' ', byte tokens -> their byte, control
+ * tokens -> nothing). Returns the length; writes at most cap bytes. */
+size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,235 @@
+/*
+ * vocab.c — building a vocabulary from GGUF metadata or a llama2.c
+ * tokenizer.bin, the piece -> id hash, and decoding ids to bytes.
+ *
+ * tokenizer.bin (llama2.c): u32 max_token_length, then per token: f32 score,
+ * i32 len, len bytes. Pieces use ' ' instead of "▁"; id 1 is "\n<s>\n" and id
+ * 2 "\n</s>\n". We normalise to GGUF conventions so one encoder serves both.
+ */
+#include "tokenizer.h"
+#include "../gguf/gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static uint32_t fnv1a(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+int32_t kvb_vocab_find(const struct kvb_vocab *v, const char *text, size_t len) {
+    uint32_t m = v->hash_cap - 1;
+    for (uint32_t h = fnv1a(text, len) & m;; h = (h + 1) & m) {
+        int32_t id = v->hash[h];
+        if (id < 0) return -1;
+        if (kvb_vocab_len(v, id) == len && memcmp(kvb_vocab_text(v, id), text, len) == 0) return id;
+    }
+}
+
+void kvb_vocab_free(struct kvb_vocab *v) {
+    if (!v) return;
+    kvb_free(v->arena); kvb_free(v->off); kvb_free(v->score); kvb_free(v->type); kvb_free(v->hash); kvb_free(v->special);
+    kvb_free(v);
+}
+
+struct len_id {
+    uint32_t len;
+    int32_t id;
+};
+
+static int cmp_len_desc(const void *a, const void *b) {
+    const struct len_id *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Hash, byte ids and the special list; the pieces are already in place. */
+static kvb_status finish(struct kvb_vocab *v, const char *name) {
+    v->hash_cap = 64;
+    while (v->hash_cap < (uint32_t)v->n * 2u) v->hash_cap *= 2;
+    v->hash = kvb_malloc(sizeof(int32_t) * v->hash_cap);
+    v->special = kvb_malloc(sizeof(int32_t) * (size_t)KVB_MAX(v->n, 1));
+    if (!v->hash || !v->special) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the vocabulary", name);
+    for (uint32_t i = 0; i < v->hash_cap; i++) v->hash[i] = -1;
+    for (int i = 0; i < 256; i++) v->byte_id[i] = -1;
+    v->n_special = 0;
+    for (int32_t id = 0; id < v->n; id++) {
+        const char *t = kvb_vocab_text(v, id);
+        uint32_t len = kvb_vocab_len(v, id);
+        if (kvb_vocab_find(v, t, len) < 0) { /* first occurrence wins */
+            uint32_t m = v->hash_cap - 1, h = fnv1a(t, len) & m;
+            while (v->hash[h] >= 0) h = (h + 1) & m;
+            v->hash[h] = id;
+        }
+        if (v->type[id] == KVB_TOKEN_BYTE && len == 6 && t[0] == '<' && t[1] == '0' && t[2] == 'x' && t[5] == '>') {
+            unsigned b;
+            if (sscanf(t + 3, "%2X", &b) == 1) v->byte_id[b] = id;
+        }
+        if ((v->type[id] == KVB_TOKEN_CONTROL || v->type[id] == KVB_TOKEN_USER_DEFINED || v->type[id] == KVB_TOKEN_UNKNOWN) && len > 0)
+            v->special[v->n_special++] = id; /* as llama.cpp: these texts can stand for their token */
+    }
+    if (v->n_special > 1) { /* longest first, so matching prefers "<|im_start|>" over "<" */
+        struct len_id *tmp = kvb_malloc(sizeof *tmp * (size_t)v->n_special);
+        if (!tmp) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the vocabulary", name);
+        for (int32_t i = 0; i < v->n_special; i++) tmp[i] = (struct len_id){kvb_vocab_len(v, v->special[i]), v->special[i]};
+        qsort(tmp, (size_t)v->n_special, sizeof *tmp, cmp_len_desc);
+        for (int32_t i = 0; i < v->n_special; i++) v->special[i] = tmp[i].id;
+        kvb_free(tmp);
+    }
+    return KVB_OK;
+}
+
+static struct kvb_vocab *alloc_vocab(int32_t n, size_t arena_bytes) {
+    struct kvb_vocab *v = kvb_calloc(1, sizeof *v);
+    if (!v) return NULL;
+    v->n = n;
+    v->arena = kvb_malloc(arena_bytes);
+    v->off = kvb_malloc(sizeof(uint32_t) * ((size_t)n + 1));
+    v->score = kvb_calloc((size_t)n, sizeof(float));
+    v->type = kvb_calloc((size_t)n, 1);
+    v->bos = 1; v->eos = 2; v->unk = 0;
+    v->add_bos = true; v->add_space_prefix = true;
+    if (!v->arena || !v->off || !v->score || !v->type) {
+        kvb_vocab_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out) {
+    struct gguf_str model;
+    kvb_status st = gguf_get_str(f, "tokenizer.ggml.model", &model, true);
+    if (st != KVB_OK) return st;
+    if (!gguf_str_eq(model, "llama"))
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported yet (only 'llama' SentencePiece)", f->path,
+                        (int)KVB_MIN(model.n, (uint64_t)32), model.p);
+    uint64_t n, ns, nt = 0;
+    const uint8_t *toks, *scores, *types = NULL;
+    if ((st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_T_STRING, &n, &toks, true)) != KVB_OK) return st;
+    if (n < 3 || n > (1u << 24)) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.tokens has %llu entries", f->path, (unsigned long long)n);
+    if ((st = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_T_FLOAT32, &ns, &scores, true)) != KVB_OK) return st;
+    if (ns != n) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.scores has %llu entries, tokens %llu", f->path, (unsigned long long)ns, (unsigned long long)n);
+    st = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_T_INT32, &nt, &types, false);
+    if (st != KVB_OK && gguf_find(f, "tokenizer.ggml.token_type")) return st;
+    if (types && nt != n) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.token_type has %llu entries, tokens %llu", f->path, (unsigned long long)nt, (unsigned long long)n);
+    const uint8_t *cur = toks;
+    size_t arena = 0;
+    for (uint64_t i = 0; i < n; i++) arena += gguf_arr_next_str(&cur).n + 1;
+    if (arena > UINT32_MAX) return kvb_fail(KVB_ERR_CORRUPT, "%s: vocabulary text too large", f->path);
+    struct kvb_vocab *v = alloc_vocab((int32_t)n, arena);
+    if (!v) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the vocabulary", f->path);
+    cur = toks;
+    uint32_t at = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        struct gguf_str s = gguf_arr_next_str(&cur);
+        v->off[i] = at;
+        memcpy(v->arena + at, s.p, s.n);
+        at += (uint32_t)s.n;
+        v->arena[at++] = 0;
+        memcpy(&v->score[i], scores + 4 * i, 4);
+        int32_t ty = KVB_TOKEN_NORMAL;
+        if (types) memcpy(&ty, types + 4 * i, 4);
+        v->type[i] = (uint8_t)(ty >= 0 && ty <= 6 ? ty : KVB_TOKEN_NORMAL);
+    }
+    v->off[n] = at;
+    uint32_t u;
+    bool b;
+    if (gguf_get_u32(f, "tokenizer.ggml.bos_token_id", &u, false) == KVB_OK) v->bos = u < n ? (int32_t)u : -1;
+    if (gguf_get_u32(f, "tokenizer.ggml.eos_token_id", &u, false) == KVB_OK) v->eos = u < n ? (int32_t)u : -1;
+    if (gguf_get_u32(f, "tokenizer.ggml.unknown_token_id", &u, false) == KVB_OK) v->unk = u < n ? (int32_t)u : -1;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b, false) == KVB_OK) v->add_bos = b;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b, false) == KVB_OK) v->add_eos = b;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b, false) == KVB_OK) v->add_space_prefix = b;
+    if ((st = finish(v, f->path)) != KVB_OK) {
+        kvb_vocab_free(v);
+        return st;
+    }
+    *out = v;
+    return KVB_OK;
+}
+
+kvb_status kvb_vocab_from_llama2c(const void *buf, size_t size, int32_t n_vocab, const char *name, struct kvb_vocab **out) {
+    const uint8_t *p = buf;
+    if (n_vocab < 3 || n_vocab > (1 << 24)) return kvb_fail(KVB_ERR_INVALID, "%s: vocabulary size %d out of range", name, (int)n_vocab);
+    if (size < 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: too short for a tokenizer.bin", name);
+    if ((size - 4) / 8 < (size_t)n_vocab)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: %zu bytes cannot hold %d tokens", name, size, (int)n_vocab);
+    uint32_t max_len;
+    memcpy(&max_len, p, 4);
+    /* first pass: sizes (each "▁" may replace a space: 3 bytes for 1) */
+    size_t at = 4, arena = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        int32_t len;
+        if (size - at < 8) return kvb_fail(KVB_ERR_CORRUPT, "%s: token %d: record runs past the end of the file", name, (int)i);
+        memcpy(&len, p + at + 4, 4);
+        at += 8;
+        if (len < 0 || (size_t)len > size - at)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: token %d: length %d runs past the end of the file", name, (int)i, (int)len);
+        if ((uint32_t)len > max_len) return kvb_fail(KVB_ERR_CORRUPT, "%s: token %d: length %d exceeds max_token_length %u", name, (int)i, (int)len, max_len);
+        arena += (size_t)len * 3 + 1;
+        at += (size_t)len;
+    }
+    struct kvb_vocab *v = alloc_vocab(n_vocab, arena + 16);
+    if (!v) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the vocabulary", name);
+    at = 4;
+    uint32_t o = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        int32_t len;
+        memcpy(&v->score[i], p + at, 4);
+        memcpy(&len, p + at + 4, 4);
+        at += 8;
+        const char *s = (const char *)p + at;
+        at += (size_t)len;
+        v->off[i] = o;
+        if (i == 1 || i == 2) { /* "\n<s>\n", "\n</s>\n" */
+            const char *t = i == 1 ? "<s>" : "</s>";
+            memcpy(v->arena + o, t, strlen(t));
+            o += (uint32_t)strlen(t);
+            v->type[i] = KVB_TOKEN_CONTROL;
+        } else {
+            for (int32_t k = 0; k < len; k++) {
+                if (s[k] == ' ') { memcpy(v->arena + o, "\xE2\x96\x81", 3); o += 3; }
+                else v->arena[o++] = s[k];
+            }
+            bool is_byte = len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>';
+            v->type[i] = i == 0 ? KVB_TOKEN_UNKNOWN : is_byte ? KVB_TOKEN_BYTE : KVB_TOKEN_NORMAL;
+        }
+        v->arena[o++] = 0;
+    }
+    v->off[n_vocab] = o;
+    kvb_status st = finish(v, name);
+    if (st != KVB_OK) {
+        kvb_vocab_free(v);
+        return st;
+    }
+    *out = v;
+    return KVB_OK;
+}
+
+size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap) {
+    if (id < 0 || id >= v->n) return 0;
+    const uint8_t ty = v->type[id];
+    if (ty == KVB_TOKEN_CONTROL || ty == KVB_TOKEN_UNUSED) return 0;
+    const char *t = kvb_vocab_text(v, id);
+    uint32_t len = kvb_vocab_len(v, id);
+    if (ty == KVB_TOKEN_BYTE) {
+        unsigned b;
+        if (sscanf(t + 3, "%2X", &b) != 1) return 0;
+        if (cap) buf[0] = (char)b;
+        return 1;
+    }
+    size_t n = 0;
+    for (uint32_t i = 0; i < len;) {
+        if (i + 3 <= len && memcmp(t + i, "\xE2\x96\x81", 3) == 0) {
+            if (n < cap) buf[n] = ' ';
+            n++;
+            i += 3;
+        } else {
+            if (n < cap) buf[n] = t[i];
+            n++;
+            i++;
+        }
+    }
+    return n;
+}
