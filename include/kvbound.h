@@ -345,6 +345,89 @@ kvb_status kvb_cache_load_file(struct kvb_pool *pool, const char *path, size_t p
 void kvb_buffer_free(void *buf);
 
 /* ------------------------------------------------------------------------ */
+/* Models and inference contexts                                            */
+/* ------------------------------------------------------------------------ */
+
+struct kvb_model;
+struct kvb_context;
+
+struct kvb_model_params {
+    const char *tokenizer_path; /* llama2.c tokenizer.bin, for .bin checkpoints */
+};
+struct kvb_model_params kvb_model_default_params(void);
+
+/* Loads a GGUF file (llama, qwen2) or a llama2.c checkpoint (.bin, with
+ * params->tokenizer_path). Weights are mmapped, never copied. Errors name the
+ * file and the key or tensor: KVB_ERR_IO, KVB_ERR_CORRUPT, KVB_ERR_UNSUPPORTED,
+ * KVB_ERR_INVALID (missing key or tokenizer), KVB_ERR_NOMEM. */
+kvb_status kvb_model_load(const char *path, const struct kvb_model_params *params, struct kvb_model **out);
+void kvb_model_free(struct kvb_model *model);
+
+struct kvb_model_info {
+    char arch[16];            /* "llama", "qwen2" */
+    char source[16];          /* "gguf", "llama2.c" */
+    int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    float rms_eps, rope_base, rope_freq_scale;
+    int32_t rope_dims;
+    enum kvb_rope_type rope_type;
+    bool tied_output, has_qkv_bias;
+    uint32_t weight_type;     /* ggml type of the attention weights */
+    size_t weight_bytes;      /* all weights */
+    size_t kv_bytes_per_token_f16;
+};
+void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
+
+/* Tokenizer of the model. kvb_tokenize allocates *ids (free with kvb_buffer_free). */
+kvb_status kvb_tokenize(const struct kvb_model *model, const char *text, size_t len, bool add_special, bool parse_special,
+                        int32_t **ids, int32_t *n_ids);
+/* Bytes of one token (may be part of a UTF-8 character); returns the length. */
+size_t kvb_token_piece(const struct kvb_model *model, int32_t id, char *buf, size_t cap);
+int32_t kvb_token_bos(const struct kvb_model *model);
+int32_t kvb_token_eos(const struct kvb_model *model);
+int32_t kvb_n_vocab(const struct kvb_model *model);
+
+struct kvb_context_params {
+    struct kvb_policy_params policy; /* default: full */
+    enum kvb_pos_mode pos_mode;
+    enum kvb_dtype kv_dtype;         /* default f16 */
+    int32_t block_size;              /* default 16 */
+    size_t kv_pool_bytes;            /* default 1 GiB */
+    int32_t n_threads;               /* default 1 */
+    int32_t n_ctx;                   /* token limit for the full policy; 0 = the model's trained length */
+    int32_t chunk;                   /* prefill chunk (default 256) */
+};
+struct kvb_context_params kvb_context_default_params(void);
+
+kvb_status kvb_context_init(const struct kvb_model *model, const struct kvb_context_params *params, struct kvb_context **out);
+void kvb_context_free(struct kvb_context *ctx);
+/* Runs n tokens at the next positions (prefill in chunks when n > 1, a decode
+ * step when n == 1). logits: NULL, or n_vocab floats for the last token, or
+ * n x n_vocab for every token when all_logits. Errors: KVB_ERR_INVALID (bad
+ * token id; n_ctx reached with the full policy: message says so),
+ * KVB_ERR_NOMEM (pool exhausted); tokens already evaluated stay evaluated. */
+kvb_status kvb_context_eval(struct kvb_context *ctx, const int32_t *tokens, int32_t n, float *logits, bool all_logits);
+void kvb_context_reset(struct kvb_context *ctx);
+struct kvb_cache *kvb_context_cache(struct kvb_context *ctx);
+int64_t kvb_context_n_past(const struct kvb_context *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Evaluation                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The llama2.c-style corpus preparation of ../shared/data/README.md: split
+ * text on blank lines ("\n\n"), turn remaining newlines into spaces, and
+ * concatenate [BOS] + tokens of each non-empty paragraph. *ids is allocated
+ * (free with kvb_buffer_free). */
+kvb_status kvb_eval_tokenize_paragraphs(const struct kvb_model *model, const char *text, size_t len, int32_t **ids, int64_t *n);
+
+/* Full-attention windowed perplexity: the stream is cut into non-overlapping
+ * windows of `window` tokens (the last may be shorter), the cache is reset at
+ * each window, and every next-token prediction inside a window is scored.
+ * Adds to *sum_nll (nats) and *count. max_windows > 0 stops early. */
+kvb_status kvb_eval_window_nll(const struct kvb_model *model, const int32_t *ids, int64_t n, int32_t window, int32_t n_threads,
+                               int64_t max_windows, double *sum_nll, int64_t *count);
+
+/* ------------------------------------------------------------------------ */
 /* Synthetic attention laboratory                                           */
 /* ------------------------------------------------------------------------ */
 

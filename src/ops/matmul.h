@@ -1,0 +1,42 @@
+/*
+ * matmul.h — y = W x for model weights. W is row-major [n_out][n_in] in a
+ * ggml type (row r at data + r * row_bytes), X is [T][n_in] f32, Y is
+ * [T][n_out] f32: Y[t][r] = dot(W[r], X[t]). Rows are split across threads
+ * by (ith, nth); each W row is read once for all T tokens (prefill reuses it
+ * from cache). Reference kernels are scalar and always built; x86 versions
+ * are dispatched with the attention kernels (KVB_REF=1 forces the reference).
+ */
+#ifndef KVB_MATMUL_H
+#define KVB_MATMUL_H
+
+#include "ops.h"
+
+struct kvb_mat {
+    uint32_t type;     /* enum ggml_type: F32 (0) or F16 (1) so far */
+    int64_t n_in, n_out;
+    size_t row_bytes;
+    const uint8_t *data;
+};
+
+/* dot of one row of `type` with x[0..n) */
+typedef float (*kvb_dot_fn)(const void *row, const float *x, int64_t n);
+
+struct kvb_dot_kernels {
+    kvb_dot_fn f32, f16;
+};
+extern const struct kvb_dot_kernels kvb_dot_ref;
+#if defined(__x86_64__)
+extern const struct kvb_dot_kernels kvb_dot_avx512, kvb_dot_avx2;
+#endif
+const struct kvb_dot_kernels *kvb_dot_kernels(void);
+
+/* Whether matmul supports a weight type. */
+bool kvb_matmul_supports(uint32_t type);
+
+/* Rows [r0, r1) of Y = X W^T for T tokens (ld: floats between tokens in X and Y). */
+void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
+                     int64_t ldy, int32_t T, int64_t r0, int64_t r1);
+/* Whole matmul on a thread pool (NULL: inline). */
+void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T);
+
+#endif
