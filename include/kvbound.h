@@ -411,6 +411,27 @@ struct kvb_cache *kvb_context_cache(struct kvb_context *ctx);
 int64_t kvb_context_n_past(const struct kvb_context *ctx);
 
 /* ------------------------------------------------------------------------ */
+/* Sampling                                                                 */
+/* ------------------------------------------------------------------------ */
+
+struct kvb_sampler_params {
+    float temp;            /* <= 0: greedy (argmax) */
+    int32_t top_k;         /* 0: off */
+    float top_p;           /* 1: off */
+    float min_p;           /* 0: off; keep tokens with p >= min_p * p_max */
+    float repeat_penalty;  /* 1: off; logits of recent tokens divided (positive) or multiplied (negative) */
+    int32_t repeat_last_n; /* window of recent tokens for the penalty */
+    uint64_t seed;
+};
+struct kvb_sampler_params kvb_sampler_default_params(void);
+struct kvb_sampler;
+kvb_status kvb_sampler_init(const struct kvb_sampler_params *params, int32_t n_vocab, struct kvb_sampler **out);
+void kvb_sampler_free(struct kvb_sampler *s);
+/* Picks a token from logits (modified in place); history = tokens so far.
+ * Same seed and same logits give the same choices. */
+int32_t kvb_sampler_sample(struct kvb_sampler *s, float *logits, const int32_t *history, int32_t n_history);
+
+/* ------------------------------------------------------------------------ */
 /* Evaluation                                                               */
 /* ------------------------------------------------------------------------ */
 

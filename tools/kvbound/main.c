@@ -14,6 +14,8 @@ static void usage(FILE *f) {
             "usage: kvbound <command> [options]\n"
             "\n"
             "commands:\n"
+            "  run                 generate text from a GGUF or llama2.c model with any cache policy\n"
+            "  info                print a model's architecture, hyperparameters and tensors\n"
             "  lab                 the synthetic attention lab: policies on known attention (make demo)\n"
             "  policies            list the eviction policies, their rules and parameters\n"
             "  bench cache         benchmark the cache work of decode steps (JSON)\n"
@@ -40,6 +42,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "policies")) return cmd_policies(argc - 1, argv + 1);
     if (!strcmp(cmd, "lab")) return cmd_lab(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "kvbound: unknown command '%s'\n\n", cmd);
     usage(stderr);

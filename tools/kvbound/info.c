@@ -1,0 +1,49 @@
+/* info.c — `kvbound info -m FILE`: architecture, hyperparameters, tensors, KV bytes per token. */
+#include "cli.h"
+#include "gguf/gguf.h"
+
+#include <string.h>
+
+int cmd_info(int argc, char **argv) {
+    const char *model = NULL, *tok = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: kvbound info -m MODEL [-z TOKENIZER.bin]\n\nPrints the architecture, hyperparameters, tensor table with dtypes, and KV bytes per token.\n");
+            return 0;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
+        else { fprintf(stderr, "kvbound info: unknown option '%s'\n", a); return 2; }
+    }
+    if (!model) { fprintf(stderr, "kvbound info: -m MODEL is required\n"); return 2; }
+    struct kvb_model_params mp = kvb_model_default_params();
+    mp.tokenizer_path = tok;
+    struct kvb_model *m;
+    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    struct kvb_model_info in;
+    kvb_model_get_info(m, &in);
+    printf("file          %s (%s)\n", model, in.source);
+    printf("architecture  %s\n", in.arch);
+    printf("vocab         %d\nembedding     %d\nlayers        %d\nheads         %d (KV heads %d, head dim %d)\nffn           %d\n",
+           in.n_vocab, in.n_embd, in.n_layer, in.n_head, in.n_head_kv, in.head_dim, in.n_ff);
+    printf("context       %d (trained)\nrms eps       %g\nrope          %s, base %g, dims %d, freq scale %g\n", in.n_ctx_train, (double)in.rms_eps,
+           in.rope_type == KVB_ROPE_NEOX ? "neox" : "interleaved", (double)in.rope_base, in.rope_dims, (double)in.rope_freq_scale);
+    printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
+    printf("weights       %zu bytes (%s)\n", in.weight_bytes, ggml_type_name(in.weight_type));
+    printf("KV per token  %zu bytes in f16 (2 x %d layers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.n_layer, in.n_head_kv, in.head_dim);
+    struct gguf_file *g = NULL;
+    if (!strcmp(in.source, "gguf") && gguf_open(model, &g) == KVB_OK) {
+        printf("\n%-32s %-6s %-22s %12s\n", "tensor", "type", "shape", "bytes");
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const struct gguf_tensor *t = &g->tensors[i];
+            char shape[64];
+            snprintf(shape, sizeof shape, "[%lld, %lld, %lld, %lld]", (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
+            printf("%-32.*s %-6s %-22s %12llu\n", (int)t->name.n, t->name.p, ggml_type_name(t->type), shape, (unsigned long long)t->nbytes);
+        }
+        gguf_close(g);
+    }
+    kvb_model_free(m);
+    return 0;
+}

@@ -1,0 +1,203 @@
+/*
+ * run.c — `kvbound run`: generate from a GGUF or llama2.c model with any
+ * cache policy. stdout carries exactly the prompt followed by the generated
+ * text, streamed (UTF-8 held back until a character is complete); a stats
+ * line goes to stderr. With a bounded policy generation never stops because
+ * the context is full; with `full` it stops at the context limit.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void run_usage(FILE *f) {
+    fprintf(f,
+            "usage: kvbound run -m MODEL [-z TOKENIZER.bin] (-p PROMPT | -f PROMPT_FILE) [-n N] [options]\n"
+            "\n"
+            "  -m, --model FILE      GGUF model (llama, qwen2) or llama2.c checkpoint (.bin)\n"
+            "  -z, --tokenizer FILE  llama2.c tokenizer.bin (for .bin checkpoints)\n"
+            "  -p, --prompt TEXT     prompt text\n"
+            "  -f, --file FILE       read the prompt from a file\n"
+            "  -n, --n-predict N     tokens to generate (default 128)\n"
+            "  --temp T              temperature; 0 = greedy (default 0.8)\n"
+            "  --top-k K             (default 40; 0 = off)\n"
+            "  --top-p P             (default 0.95; 1 = off)\n"
+            "  --min-p P             (default 0.05; 0 = off)\n"
+            "  --repeat-penalty R    (default 1.0 = off), over the last --repeat-last-n (64) tokens\n"
+            "  --seed S              sampling seed (default 0); same seed and threads, same text\n"
+            "  --policy NAME         cache policy (default full; see 'kvbound policies')\n"
+            "  --budget TOKENS       tokens kept per (layer, KV head) for bounded policies (default 256)\n"
+            "  --sinks N             pinned first tokens (default: the policy's)\n"
+            "  --positions MODE      original | contiguous (default: the policy's)\n"
+            "  --block-size B        tokens per cache page (default 16)\n"
+            "  --kv-dtype T          f16 | f32 (default f16)\n"
+            "  --ctx N               context limit for the full policy (default: the model's trained length)\n"
+            "  --chunk C             prefill chunk (default 256)\n"
+            "  --ignore-eos          keep generating after end-of-sequence\n"
+            "  -t, --threads N       threads (default 2)\n");
+}
+
+/* Writes the longest prefix of buf that ends on a complete UTF-8 character;
+ * keeps the rest (at most 3 bytes) for later. */
+static void emit_utf8(char *buf, size_t *n, bool flush) {
+    size_t keep = 0;
+    if (!flush) {
+        for (size_t back = 1; back <= 3 && back <= *n; back++) {
+            unsigned char c = (unsigned char)buf[*n - back];
+            if ((c & 0xC0) == 0x80) continue;        /* continuation: look further back */
+            size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+            if (need > back) keep = back;            /* incomplete lead at the end */
+            break;
+        }
+    }
+    fwrite(buf, 1, *n - keep, stdout);
+    memmove(buf, buf + *n - keep, keep);
+    *n = keep;
+    fflush(stdout);
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *model = NULL, *tok = NULL, *prompt = NULL, *pfile = NULL;
+    int n_predict = 128, threads = 2;
+    bool ignore_eos = false;
+    struct kvb_sampler_params sp = kvb_sampler_default_params();
+    struct kvb_context_params cp = kvb_context_default_params();
+    enum kvb_policy_id pid = KVB_POLICY_FULL;
+    int budget = 256, sinks = -1, block = 16, ctx = 0, chunk = 256;
+    enum kvb_pos_mode pos = KVB_POS_POLICY_DEFAULT;
+    enum kvb_dtype kvd = KVB_DTYPE_F16;
+    long long seed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout); return 0; }
+        if (!strcmp(a, "--ignore-eos")) { ignore_eos = true; continue; }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) pfile = v;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (cli_parse_i32(a, v, 0, 1 << 30, &n_predict)) return 2; }
+        else if (!strcmp(a, "--temp")) { if (cli_parse_f32(a, v, 0, 100, &sp.temp)) return 2; }
+        else if (!strcmp(a, "--top-k")) { if (cli_parse_i32(a, v, 0, 1 << 24, &sp.top_k)) return 2; }
+        else if (!strcmp(a, "--top-p")) { if (cli_parse_f32(a, v, 1e-6, 1, &sp.top_p)) return 2; }
+        else if (!strcmp(a, "--min-p")) { if (cli_parse_f32(a, v, 0, 1, &sp.min_p)) return 2; }
+        else if (!strcmp(a, "--repeat-penalty")) { if (cli_parse_f32(a, v, 0.01, 100, &sp.repeat_penalty)) return 2; }
+        else if (!strcmp(a, "--repeat-last-n")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sp.repeat_last_n)) return 2; }
+        else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
+        else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
+        else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 1, 1 << 24, &budget)) return 2; }
+        else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
+        else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 4096, &block)) return 2; }
+        else if (!strcmp(a, "--ctx")) { if (cli_parse_i32(a, v, 1, 1 << 30, &ctx)) return 2; }
+        else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(a, "--kv-dtype")) { if (kvb_dtype_from_name(v, &kvd) != KVB_OK) { fprintf(stderr, "kvbound: --kv-dtype: %s\n", kvb_last_error()); return 2; } }
+        else if (!strcmp(a, "--positions")) {
+            if (!strcmp(v, "original")) pos = KVB_POS_ORIGINAL;
+            else if (!strcmp(v, "contiguous")) pos = KVB_POS_CONTIGUOUS;
+            else { fprintf(stderr, "kvbound: --positions: '%s' is not original or contiguous\n", v); return 2; }
+        } else { fprintf(stderr, "kvbound run: unknown option '%s' (see --help)\n", a); return 2; }
+    }
+    if (!model) { fprintf(stderr, "kvbound run: -m MODEL is required\n"); return 2; }
+    if (!prompt && !pfile) { fprintf(stderr, "kvbound run: give a prompt with -p or -f\n"); return 2; }
+    char *pbuf = NULL;
+    size_t plen;
+    if (pfile) {
+        FILE *f = fopen(pfile, "rb");
+        if (!f) { fprintf(stderr, "kvbound: cannot open prompt file '%s'\n", pfile); return 1; }
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        rewind(f);
+        if (n < 0 || n > (256l << 20)) { fclose(f); fprintf(stderr, "kvbound: prompt file '%s' is too large\n", pfile); return 1; }
+        pbuf = malloc((size_t)n + 1);
+        plen = pbuf ? fread(pbuf, 1, (size_t)n, f) : 0;
+        fclose(f);
+        if (!pbuf) return 1;
+        pbuf[plen] = 0;
+        prompt = pbuf;
+    } else {
+        plen = strlen(prompt);
+    }
+    struct kvb_model_params mp = kvb_model_default_params();
+    mp.tokenizer_path = tok;
+    struct kvb_model *m;
+    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); free(pbuf); return 1; }
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    cp.policy = kvb_policy_default_params(pid);
+    if (pid != KVB_POLICY_FULL) cp.policy.budget = budget;
+    if (sinks >= 0) cp.policy.n_sink = sinks;
+    cp.pos_mode = pos;
+    cp.kv_dtype = kvd;
+    cp.block_size = block;
+    cp.n_threads = threads;
+    cp.chunk = chunk;
+    cp.n_ctx = ctx ? ctx : mi.n_ctx_train;
+    /* pool: a bounded policy needs budget + one chunk per stream; full needs n_ctx */
+    size_t per_tok = (size_t)mi.n_layer * mi.n_head_kv * kvb_dtype_row_bytes(kvd, mi.head_dim) * 2;
+    int64_t toks = pid == KVB_POLICY_FULL ? cp.n_ctx : (int64_t)budget + chunk;
+    cp.kv_pool_bytes = per_tok * (size_t)(toks + 4 * block) + ((size_t)64 << 20);
+    if (pid == KVB_POLICY_FULL && ctx > mi.n_ctx_train)
+        fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", ctx, mi.n_ctx_train);
+    struct kvb_context *c;
+    if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); kvb_model_free(m); free(pbuf); return 1; }
+    sp.seed = (uint64_t)seed;
+    struct kvb_sampler *smp;
+    if (kvb_sampler_init(&sp, mi.n_vocab, &smp) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    int32_t *ids, n_ids;
+    if (kvb_tokenize(m, prompt, plen, true, true, &ids, &n_ids) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    if (n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); return 1; }
+    fwrite(prompt, 1, plen, stdout);
+    fflush(stdout);
+    float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
+    int32_t hist_cap = 4096, n_hist = 0;
+    int32_t *hist = malloc(sizeof(int32_t) * (size_t)hist_cap);
+    for (int32_t i = 0; i < n_ids && n_hist < hist_cap; i++) hist[n_hist++] = ids[i];
+    int rc = 0;
+    double t0 = cli_now_sec();
+    kvb_status st = kvb_context_eval(c, ids, n_ids, logits, false);
+    double t1 = cli_now_sec(), t2 = t1;
+    char out[256];
+    size_t out_n = 0;
+    int generated = 0;
+    const char *why = NULL;
+    if (st != KVB_OK) {
+        why = kvb_last_error();
+        rc = 1;
+    }
+    for (; st == KVB_OK && generated < n_predict; generated++) {
+        int32_t next = kvb_sampler_sample(smp, logits, hist, n_hist);
+        if (!ignore_eos && (next == kvb_token_eos(m) || next == kvb_token_bos(m))) break;
+        if (n_hist == hist_cap) { memmove(hist, hist + hist_cap / 2, sizeof(int32_t) * (size_t)(hist_cap / 2)); n_hist = hist_cap / 2; }
+        hist[n_hist++] = next;
+        size_t pl = kvb_token_piece(m, next, out + out_n, sizeof out - out_n);
+        out_n += pl < sizeof out - out_n ? pl : sizeof out - out_n;
+        emit_utf8(out, &out_n, false);
+        if (generated + 1 == n_predict) { generated++; break; }
+        st = kvb_context_eval(c, &next, 1, logits, false);
+        if (st != KVB_OK) {
+            why = kvb_last_error();
+            generated++;
+            if (st == KVB_ERR_INVALID && pid == KVB_POLICY_FULL) rc = 0; /* context full: a clean stop */
+            else rc = 1;
+        }
+    }
+    emit_utf8(out, &out_n, true);
+    t2 = cli_now_sec();
+    printf("\n");
+    fflush(stdout);
+    if (why) fprintf(stderr, "kvbound: stopped: %s\n", why);
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(kvb_context_cache(c), &cs);
+    fprintf(stderr, "kvbound: prompt %d tokens, prefill %.1f tok/s, decode %.1f tok/s (%d tokens), KV %.2f MB (peak %.2f MB), policy %s, kernels %s\n",
+            n_ids, n_ids / (t1 - t0 > 0 ? t1 - t0 : 1e-9), generated > 1 ? (generated - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, generated,
+            cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(pid), kvb_kernels_name());
+    kvb_buffer_free(ids);
+    free(logits);
+    free(hist);
+    free(pbuf);
+    kvb_sampler_free(smp);
+    kvb_context_free(c);
+    kvb_model_free(m);
+    return rc;
+}
