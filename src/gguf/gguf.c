@@ -14,31 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const struct {
-    const char *name;
-    int64_t blck;
-    size_t size;
-} k_types[GGML_TYPE_COUNT] = {
-    [GGML_TYPE_F32] = {"f32", 1, 4},       [GGML_TYPE_F16] = {"f16", 1, 2},
-    [GGML_TYPE_Q4_0] = {"q4_0", 32, 18},   [GGML_TYPE_Q4_1] = {"q4_1", 32, 20},
-    [GGML_TYPE_Q5_0] = {"q5_0", 32, 22},   [GGML_TYPE_Q5_1] = {"q5_1", 32, 24},
-    [GGML_TYPE_Q8_0] = {"q8_0", 32, 34},   [GGML_TYPE_Q8_1] = {"q8_1", 32, 36},
-    [GGML_TYPE_Q2_K] = {"q2_K", 256, 84},  [GGML_TYPE_Q3_K] = {"q3_K", 256, 110},
-    [GGML_TYPE_Q4_K] = {"q4_K", 256, 144}, [GGML_TYPE_Q5_K] = {"q5_K", 256, 176},
-    [GGML_TYPE_Q6_K] = {"q6_K", 256, 210}, [GGML_TYPE_Q8_K] = {"q8_K", 256, 292},
-    [GGML_TYPE_BF16] = {"bf16", 1, 2},
-};
-
-int64_t ggml_blck_size(uint32_t t) { return t < GGML_TYPE_COUNT ? k_types[t].blck : 0; }
-size_t ggml_type_size(uint32_t t) { return t < GGML_TYPE_COUNT ? k_types[t].size : 0; }
-const char *ggml_type_name(uint32_t t) { return t < GGML_TYPE_COUNT && k_types[t].name ? k_types[t].name : "unknown"; }
-
-size_t ggml_row_size(uint32_t t, int64_t n) {
-    int64_t b = ggml_blck_size(t);
-    if (b <= 0 || n <= 0 || n % b) return 0;
-    return (size_t)(n / b) * ggml_type_size(t);
-}
-
 /* ---- cursor ---- */
 struct cur {
     const uint8_t *p;

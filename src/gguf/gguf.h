@@ -20,18 +20,12 @@
 #define KVB_GGUF_H
 
 #include "../core/core.h"
+#include "../core/ggml_types.h"
 
 enum gguf_vtype {
     GGUF_T_UINT8 = 0, GGUF_T_INT8 = 1, GGUF_T_UINT16 = 2, GGUF_T_INT16 = 3, GGUF_T_UINT32 = 4, GGUF_T_INT32 = 5,
     GGUF_T_FLOAT32 = 6, GGUF_T_BOOL = 7, GGUF_T_STRING = 8, GGUF_T_ARRAY = 9, GGUF_T_UINT64 = 10, GGUF_T_INT64 = 11,
     GGUF_T_FLOAT64 = 12, GGUF_T_COUNT
-};
-
-/* ggml tensor types (ids as in ggml.h) */
-enum ggml_type {
-    GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q4_1 = 3, GGML_TYPE_Q5_0 = 6, GGML_TYPE_Q5_1 = 7,
-    GGML_TYPE_Q8_0 = 8, GGML_TYPE_Q8_1 = 9, GGML_TYPE_Q2_K = 10, GGML_TYPE_Q3_K = 11, GGML_TYPE_Q4_K = 12,
-    GGML_TYPE_Q5_K = 13, GGML_TYPE_Q6_K = 14, GGML_TYPE_Q8_K = 15, GGML_TYPE_BF16 = 30, GGML_TYPE_COUNT = 40
 };
 
 struct gguf_str {
@@ -79,13 +73,6 @@ struct gguf_file {
     uint64_t data_start;
     char path[512];
 };
-
-/* Type traits: elements per block and bytes per block; 0 if unknown. */
-int64_t ggml_blck_size(uint32_t type);
-size_t ggml_type_size(uint32_t type);
-const char *ggml_type_name(uint32_t type);
-/* Bytes of a row of n elements, 0 if n is not a whole number of blocks. */
-size_t ggml_row_size(uint32_t type, int64_t n);
 
 /* Parses a GGUF image in memory (not copied: buf must outlive the file). */
 kvb_status gguf_open_buffer(const void *buf, size_t size, const char *name, struct gguf_file **out);

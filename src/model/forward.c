@@ -16,6 +16,7 @@
  */
 #include "model.h"
 #include "../tokenizer/tokenizer.h"
+#include "../ops/quant.h"
 
 #include <math.h>
 
@@ -115,9 +116,7 @@ static void rmsnorm(float *o, const float *x, const float *w, int64_t n, float e
 }
 
 static void embed_row(const struct kvb_mat *e, int32_t tok, float *out) {
-    const uint8_t *row = e->data + (size_t)tok * e->row_bytes;
-    if (e->type == 0) memcpy(out, row, sizeof(float) * (size_t)e->n_in);
-    else for (int64_t i = 0; i < e->n_in; i++) out[i] = kvb_f16_to_f32(((const uint16_t *)row)[i]);
+    kvb_dequantize_row(e->type, e->data + (size_t)tok * e->row_bytes, out, e->n_in);
 }
 
 /* One chunk of T tokens. */

@@ -19,11 +19,11 @@ const struct kvb_dot_kernels *kvb_dot_kernels(void) {
     return g_dot;
 }
 
-bool kvb_matmul_supports(uint32_t type) { return type == 0 || type == 1; }
+bool kvb_matmul_supports(uint32_t type) { return type < GGML_TYPE_COUNT && kvb_dot_ref.dot[type] != NULL; }
 
 void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
                      int64_t ldy, int32_t T, int64_t r0, int64_t r1) {
-    kvb_dot_fn dot = w->type == 1 ? k->f16 : k->f32;
+    kvb_dot_fn dot = k->dot[w->type] ? k->dot[w->type] : kvb_dot_ref.dot[w->type];
     for (int64_t r = r0; r < r1; r++) {
         const void *row = w->data + (size_t)r * w->row_bytes;
         for (int32_t t = 0; t < T; t++) y[(size_t)t * ldy + r] = dot(row, x + (size_t)t * ldx, w->n_in);

@@ -11,8 +11,10 @@
 
 #include "ops.h"
 
+#include "../core/ggml_types.h"
+
 struct kvb_mat {
-    uint32_t type;     /* enum ggml_type: F32 (0) or F16 (1) so far */
+    uint32_t type;     /* enum ggml_type: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K */
     int64_t n_in, n_out;
     size_t row_bytes;
     const uint8_t *data;
@@ -21,8 +23,10 @@ struct kvb_mat {
 /* dot of one row of `type` with x[0..n) */
 typedef float (*kvb_dot_fn)(const void *row, const float *x, int64_t n);
 
+/* One dot kernel per weight type (NULL: unsupported). */
 struct kvb_dot_kernels {
-    kvb_dot_fn f32, f16;
+    const char *name;
+    kvb_dot_fn dot[GGML_TYPE_COUNT];
 };
 extern const struct kvb_dot_kernels kvb_dot_ref;
 #if defined(__x86_64__)

@@ -36,4 +36,8 @@ static float dot_f16_avx2(const void *row, const float *x, int64_t n) {
     return s;
 }
 
-const struct kvb_dot_kernels kvb_dot_avx2 = {dot_f32_avx2, dot_f16_avx2};
+/* Quantized types fall back to the reference on AVX2 machines for now. */
+const struct kvb_dot_kernels kvb_dot_avx2 = {
+    .name = "avx2",
+    .dot = {[GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2},
+};

@@ -1,5 +1,10 @@
-/* dot_avx512.c — AVX-512 dot products (4 accumulators, masked tail). */
+/*
+ * dot_avx512.c — AVX-512 dot products of weight rows with f32 x. Quantized
+ * blocks are expanded in registers (int8/nibbles -> int32 -> f32) and
+ * multiplied with x by FMA; per-block scales are applied once per block.
+ */
 #include "../matmul.h"
+#include "../quant.h"
 
 #include <immintrin.h>
 
@@ -37,4 +42,114 @@ static float dot_f16_avx512(const void *row, const float *x, int64_t n) {
     return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-const struct kvb_dot_kernels kvb_dot_avx512 = {dot_f32_avx512, dot_f16_avx512};
+static inline __m512 bf16x16(const uint16_t *p, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+static float dot_bf16_avx512(const void *row, const float *x, int64_t n) {
+    const uint16_t *w = row;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_fmadd_ps(bf16x16(w + i, 0xffff), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(bf16x16(w + i + 16, 0xffff), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = tmask(n - i);
+        a0 = _mm512_fmadd_ps(bf16x16(w + i, m), _mm512_maskz_loadu_ps(m, x + i), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+static inline __m512 i8x16(const int8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))); }
+
+static float dot_q8_0_avx512(const void *row, const float *x, int64_t n) {
+    const struct block_q8_0 *b = row;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        __m512 p = _mm512_mul_ps(i8x16(b[i].qs), _mm512_loadu_ps(x));
+        p = _mm512_fmadd_ps(i8x16(b[i].qs + 16), _mm512_loadu_ps(x + 16), p);
+        acc = _mm512_fmadd_ps(p, _mm512_set1_ps(kvb_f16_to_f32(b[i].d)), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static float dot_q4_0_avx512(const void *row, const float *x, int64_t n) {
+    const struct block_q4_0 *b = row;
+    const __m512i eight = _mm512_set1_epi32(8), lo4 = _mm512_set1_epi32(0xF);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+        __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b[i].qs));
+        __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(q, lo4), eight));
+        __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight));
+        __m512 p = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(x)));
+        acc = _mm512_fmadd_ps(p, _mm512_set1_ps(kvb_f16_to_f32(b[i].d)), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static float dot_q4_K_avx512(const void *row, const float *x, int64_t n) {
+    const struct block_q4_K *b = row;
+    const __m512i lo4 = _mm512_set1_epi32(0xF);
+    float total = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = kvb_f16_to_f32(b[i].d), dmin = kvb_f16_to_f32(b[i].dmin);
+        __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+        const uint8_t *q = b[i].qs;
+        for (int j = 0; j < 4; j++, q += 32, x += 64) {
+            uint8_t s1, m1, s2, m2;
+            kvb_q4k_scale_min(2 * j, b[i].scales, &s1, &m1);
+            kvb_q4k_scale_min(2 * j + 1, b[i].scales, &s2, &m2);
+            for (int h = 0; h < 2; h++) { /* 16 bytes of qs: 16 low-nibble and 16 high-nibble elements */
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * h)));
+                __m512 xl = _mm512_loadu_ps(x + 16 * h), xh = _mm512_loadu_ps(x + 32 + 16 * h);
+                __m512 ql = _mm512_cvtepi32_ps(_mm512_and_si512(v, lo4)), qh = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(ql, _mm512_set1_ps(d * s1)), xl, acc);
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(qh, _mm512_set1_ps(d * s2)), xh, acc);
+                accm = _mm512_fmadd_ps(_mm512_set1_ps(dmin * m1), xl, accm);
+                accm = _mm512_fmadd_ps(_mm512_set1_ps(dmin * m2), xh, accm);
+            }
+        }
+        total += _mm512_reduce_add_ps(_mm512_sub_ps(acc, accm));
+    }
+    return total;
+}
+
+static float dot_q6_K_avx512(const void *row, const float *x, int64_t n) {
+    const struct block_q6_K *b = row;
+    const __m512i m4 = _mm512_set1_epi32(0xF), m2 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+    float total = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = kvb_f16_to_f32(b[i].d);
+        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        const int8_t *sc = b[i].scales;
+        __m512 acc = _mm512_setzero_ps();
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, x += 128) {
+            for (int l = 0; l < 32; l += 16) {
+                const int is = l / 16;
+                __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + l)));
+                __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + l + 32)));
+                __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + l)));
+                __m512i q1 = _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi32(_mm512_and_si512(h, m2), 4)), k32);
+                __m512i q2 = _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(c, m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2), m2), 4)), k32);
+                __m512i q3 = _mm512_sub_epi32(_mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 4), m2), 4)), k32);
+                __m512i q4 = _mm512_sub_epi32(_mm512_or_si512(_mm512_srli_epi32(c, 4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 6), m2), 4)), k32);
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q1), _mm512_set1_ps(d * sc[is])), _mm512_loadu_ps(x + l), acc);
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q2), _mm512_set1_ps(d * sc[is + 2])), _mm512_loadu_ps(x + l + 32), acc);
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q3), _mm512_set1_ps(d * sc[is + 4])), _mm512_loadu_ps(x + l + 64), acc);
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q4), _mm512_set1_ps(d * sc[is + 6])), _mm512_loadu_ps(x + l + 96), acc);
+            }
+        }
+        total += _mm512_reduce_add_ps(acc);
+    }
+    return total;
+}
+
+const struct kvb_dot_kernels kvb_dot_avx512 = {
+    .name = "avx512",
+    .dot = {
+        [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
+        [GGML_TYPE_Q8_0] = dot_q8_0_avx512, [GGML_TYPE_Q4_0] = dot_q4_0_avx512, [GGML_TYPE_Q4_K] = dot_q4_K_avx512,
+        [GGML_TYPE_Q6_K] = dot_q6_K_avx512,
+    },
+};

@@ -1,0 +1,67 @@
+/*
+ * quant.h — ggml weight formats: block layouts, reference (scalar)
+ * dequantizers and quantizers. Layouts (bytes per block of elements):
+ *
+ *   Q8_0  32 el, 34 B: f16 d; int8 q[32];                x = d * q
+ *   Q4_0  32 el, 18 B: f16 d; u8 qs[16] (el i: low nibble of qs[i] for
+ *                      i < 16, high nibble of qs[i-16]);  x = d * (q - 8)
+ *   Q4_K 256 el, 144 B: f16 d, dmin; u8 scales[12] (8 x 6-bit scale and
+ *                      min); u8 qs[128]. Per 64 elements, 32 bytes of qs:
+ *                      low nibbles are sub-block 2k, high nibbles 2k+1;
+ *                      x = d * sc_j * q - dmin * m_j
+ *   Q6_K 256 el, 210 B: u8 ql[128] (low 4 bits), u8 qh[64] (high 2 bits),
+ *                      int8 scales[16] (one per 16 el), f16 d;
+ *                      x = d * scale * (q - 32)
+ *   BF16  1 el, 2 B:   the upper half of an f32
+ * The quantizers are simple and exact to their formats (round to nearest,
+ * scales from the block's range); they serve mkmodel and tests, not quality.
+ */
+#ifndef KVB_QUANT_H
+#define KVB_QUANT_H
+
+#include "../core/core.h"
+
+#define QK8_0 32
+#define QK4_0 32
+#define QK_K 256
+
+struct block_q8_0 { uint16_t d; int8_t qs[QK8_0]; };
+struct block_q4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };
+struct block_q4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
+struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
+
+_Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block");
+
+static inline float kvb_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t kvb_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64); /* quiet nan */
+    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);           /* round to nearest even */
+}
+
+/* 6-bit scale and min j of a Q4_K block */
+static inline void kvb_q4k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* y[0..n) = dequantized row; n must be a multiple of the block size. */
+void kvb_dequantize_row(uint32_t type, const void *row, float *y, int64_t n);
+/* row = quantized x[0..n). Returns false for unsupported types. */
+bool kvb_quantize_row(uint32_t type, const float *x, void *row, int64_t n);
+
+#endif

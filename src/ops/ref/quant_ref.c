@@ -1,0 +1,198 @@
+/* quant_ref.c — reference dequantizers and quantizers (see quant.h). */
+#include "../quant.h"
+#include "../../core/ggml_types.h"
+
+#include <math.h>
+
+static void deq_q8_0(const struct block_q8_0 *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        float d = kvb_f16_to_f32(b[i].d);
+        for (int k = 0; k < QK8_0; k++) y[i * QK8_0 + k] = d * b[i].qs[k];
+    }
+}
+
+static void deq_q4_0(const struct block_q4_0 *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        float d = kvb_f16_to_f32(b[i].d);
+        for (int k = 0; k < 16; k++) {
+            y[i * 32 + k] = d * ((b[i].qs[k] & 0xF) - 8);
+            y[i * 32 + 16 + k] = d * ((b[i].qs[k] >> 4) - 8);
+        }
+    }
+}
+
+static void deq_q4_K(const struct block_q4_K *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = kvb_f16_to_f32(b[i].d), dmin = kvb_f16_to_f32(b[i].dmin);
+        const uint8_t *q = b[i].qs;
+        for (int j = 0; j < 4; j++) { /* 4 x 64 elements */
+            uint8_t s1, m1, s2, m2;
+            kvb_q4k_scale_min(2 * j, b[i].scales, &s1, &m1);
+            kvb_q4k_scale_min(2 * j + 1, b[i].scales, &s2, &m2);
+            for (int l = 0; l < 32; l++) {
+                y[l] = d * s1 * (q[l] & 0xF) - dmin * m1;
+                y[32 + l] = d * s2 * (q[l] >> 4) - dmin * m2;
+            }
+            q += 32;
+            y += 64;
+        }
+    }
+}
+
+static void deq_q6_K(const struct block_q6_K *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = kvb_f16_to_f32(b[i].d);
+        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        const int8_t *sc = b[i].scales;
+        for (int half = 0; half < 2; half++) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * sc[is] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+            y += 128;
+            ql += 64;
+            qh += 32;
+            sc += 8;
+        }
+    }
+}
+
+void kvb_dequantize_row(uint32_t type, const void *row, float *y, int64_t n) {
+    switch (type) {
+    case GGML_TYPE_F32: memcpy(y, row, sizeof(float) * (size_t)n); break;
+    case GGML_TYPE_F16: for (int64_t i = 0; i < n; i++) y[i] = kvb_f16_to_f32(((const uint16_t *)row)[i]); break;
+    case GGML_TYPE_BF16: for (int64_t i = 0; i < n; i++) y[i] = kvb_bf16_to_f32(((const uint16_t *)row)[i]); break;
+    case GGML_TYPE_Q8_0: deq_q8_0(row, y, n / QK8_0); break;
+    case GGML_TYPE_Q4_0: deq_q4_0(row, y, n / QK4_0); break;
+    case GGML_TYPE_Q4_K: deq_q4_K(row, y, n / QK_K); break;
+    case GGML_TYPE_Q6_K: deq_q6_K(row, y, n / QK_K); break;
+    default: memset(y, 0, sizeof(float) * (size_t)n); break;
+    }
+}
+
+static int nearest(float x) { return (int)lrintf(x); }
+
+static void q_q8_0(const float *x, struct block_q8_0 *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        float amax = 0;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[i * 32 + k]));
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        b[i].d = kvb_f32_to_f16(d);
+        for (int k = 0; k < 32; k++) b[i].qs[k] = (int8_t)nearest(x[i * 32 + k] * id);
+    }
+}
+
+static void q_q4_0(const float *x, struct block_q4_0 *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        float mx = 0, amax = 0;
+        for (int k = 0; k < 32; k++) {
+            float v = x[i * 32 + k];
+            if (fabsf(v) > amax) { amax = fabsf(v); mx = v; }
+        }
+        float d = mx / -8.0f, id = d ? 1.0f / d : 0.0f;
+        b[i].d = kvb_f32_to_f16(d);
+        for (int k = 0; k < 16; k++) {
+            int lo = KVB_MIN(15, KVB_MAX(0, nearest(x[i * 32 + k] * id) + 8));
+            int hi = KVB_MIN(15, KVB_MAX(0, nearest(x[i * 32 + 16 + k] * id) + 8));
+            b[i].qs[k] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+}
+
+static void q_q4_K(const float *x, struct block_q4_K *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        float scale[8], mins[8], max_s = 0, max_m = 0;
+        for (int j = 0; j < 8; j++) {
+            float lo = 0, hi = 0; /* the min is clamped at 0: x = s*q - m with m >= 0 */
+            for (int l = 0; l < 32; l++) { lo = fminf(lo, x[j * 32 + l]); hi = fmaxf(hi, x[j * 32 + l]); }
+            scale[j] = (hi - lo) / 15.0f;
+            mins[j] = -lo;
+            max_s = fmaxf(max_s, scale[j]);
+            max_m = fmaxf(max_m, mins[j]);
+        }
+        float d = max_s / 63.0f, dmin = max_m / 63.0f;
+        b[i].d = kvb_f32_to_f16(d);
+        b[i].dmin = kvb_f32_to_f16(dmin);
+        d = kvb_f16_to_f32(b[i].d);
+        dmin = kvb_f16_to_f32(b[i].dmin);
+        uint8_t ls[8], lm[8];
+        for (int j = 0; j < 8; j++) {
+            ls[j] = (uint8_t)KVB_MIN(63, KVB_MAX(0, d ? nearest(scale[j] / d) : 0));
+            lm[j] = (uint8_t)KVB_MIN(63, KVB_MAX(0, dmin ? nearest(mins[j] / dmin) : 0));
+        }
+        memset(b[i].scales, 0, 12);
+        for (int j = 0; j < 8; j++) { /* inverse of kvb_q4k_scale_min */
+            if (j < 4) {
+                b[i].scales[j] |= ls[j] & 63;
+                b[i].scales[j + 4] |= lm[j] & 63;
+            } else {
+                b[i].scales[j + 4] |= (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+                b[i].scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+                b[i].scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+            }
+        }
+        for (int j = 0; j < 8; j++) {
+            float sd = d * ls[j], sm = dmin * lm[j];
+            for (int l = 0; l < 32; l++) {
+                int q = sd ? nearest((x[j * 32 + l] + sm) / sd) : 0;
+                q = KVB_MIN(15, KVB_MAX(0, q));
+                int byte = (j / 2) * 32 + l;
+                if (j % 2 == 0) b[i].qs[byte] = (uint8_t)((b[i].qs[byte] & 0xF0) | q);
+                else b[i].qs[byte] = (uint8_t)((b[i].qs[byte] & 0x0F) | (q << 4));
+            }
+        }
+    }
+}
+
+static void q_q6_K(const float *x, struct block_q6_K *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        float sc[16], max_sc = 0;
+        for (int s = 0; s < 16; s++) {
+            float amax = 0;
+            for (int l = 0; l < 16; l++) amax = fmaxf(amax, fabsf(x[s * 16 + l]));
+            sc[s] = amax / 31.0f;
+            max_sc = fmaxf(max_sc, sc[s]);
+        }
+        float d = max_sc / 127.0f;
+        b[i].d = kvb_f32_to_f16(d);
+        d = kvb_f16_to_f32(b[i].d);
+        int q[QK_K];
+        for (int s = 0; s < 16; s++) {
+            int is = KVB_MIN(127, KVB_MAX(-128, d ? nearest(sc[s] / d) : 0));
+            b[i].scales[s] = (int8_t)is;
+            float step = d * is;
+            for (int l = 0; l < 16; l++) q[s * 16 + l] = KVB_MIN(31, KVB_MAX(-32, step ? nearest(x[s * 16 + l] / step) : 0)) + 32;
+        }
+        memset(b[i].ql, 0, sizeof b[i].ql);
+        memset(b[i].qh, 0, sizeof b[i].qh);
+        for (int half = 0; half < 2; half++) { /* inverse of the Q6_K unpacking */
+            uint8_t *ql = b[i].ql + 64 * half, *qh = b[i].qh + 32 * half;
+            const int *qq = q + 128 * half;
+            for (int l = 0; l < 32; l++) {
+                ql[l] = (uint8_t)((qq[l] & 0xF) | ((qq[l + 64] & 0xF) << 4));
+                ql[l + 32] = (uint8_t)((qq[l + 32] & 0xF) | ((qq[l + 96] & 0xF) << 4));
+                qh[l] = (uint8_t)((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) | ((qq[l + 96] >> 4) << 6));
+            }
+        }
+    }
+}
+
+bool kvb_quantize_row(uint32_t type, const float *x, void *row, int64_t n) {
+    switch (type) {
+    case GGML_TYPE_F32: memcpy(row, x, sizeof(float) * (size_t)n); return true;
+    case GGML_TYPE_F16: for (int64_t i = 0; i < n; i++) ((uint16_t *)row)[i] = kvb_f32_to_f16(x[i]); return true;
+    case GGML_TYPE_BF16: for (int64_t i = 0; i < n; i++) ((uint16_t *)row)[i] = kvb_f32_to_bf16(x[i]); return true;
+    case GGML_TYPE_Q8_0: if (n % QK8_0) return false; q_q8_0(x, row, n / QK8_0); return true;
+    case GGML_TYPE_Q4_0: if (n % QK4_0) return false; q_q4_0(x, row, n / QK4_0); return true;
+    case GGML_TYPE_Q4_K: if (n % QK_K) return false; q_q4_K(x, row, n / QK_K); return true;
+    case GGML_TYPE_Q6_K: if (n % QK_K) return false; q_q6_K(x, row, n / QK_K); return true;
+    default: return false;
+    }
+}

@@ -1,0 +1,118 @@
+/*
+ * test_quant.c — weight formats and their kernels: hand-built blocks
+ * dequantize to values computed here from the format description;
+ * quantize/dequantize round trips stay within a per-type error; every SIMD
+ * dot kernel on the CPU equals the reference (dequantize + sum) within a
+ * relative 1e-5, on rows of random quantized blocks.
+ */
+#include "testing.h"
+#include "ops/matmul.h"
+#include "ops/quant.h"
+
+static const uint32_t k_types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+
+TEST(hand_built_blocks) {
+    float y[256];
+    struct block_q4_0 b4;
+    b4.d = kvb_f32_to_f16(0.5f);
+    for (int k = 0; k < 16; k++) b4.qs[k] = (uint8_t)(k | ((15 - k) << 4));
+    kvb_dequantize_row(GGML_TYPE_Q4_0, &b4, y, 32);
+    for (int k = 0; k < 16; k++) {
+        CHECK_NEAR(y[k], 0.5 * (k - 8), 0);
+        CHECK_NEAR(y[16 + k], 0.5 * (7 - k), 0);
+    }
+    struct block_q8_0 b8;
+    b8.d = kvb_f32_to_f16(0.25f);
+    for (int k = 0; k < 32; k++) b8.qs[k] = (int8_t)(k - 16);
+    kvb_dequantize_row(GGML_TYPE_Q8_0, &b8, y, 32);
+    for (int k = 0; k < 32; k++) CHECK_NEAR(y[k], 0.25 * (k - 16), 0);
+    /* Q4_K: scales j<4 in the low 6 bits of bytes 0..3 (mins 4..7); j>=4 split */
+    struct block_q4_K bk;
+    memset(&bk, 0, sizeof bk);
+    bk.d = kvb_f32_to_f16(1.0f);
+    bk.dmin = kvb_f32_to_f16(0.5f);
+    const uint8_t sc[8] = {1, 2, 3, 4, 40, 50, 60, 63}, mn[8] = {0, 1, 2, 3, 33, 17, 5, 63};
+    for (int j = 0; j < 4; j++) { bk.scales[j] = sc[j]; bk.scales[j + 4] = mn[j]; }
+    for (int j = 4; j < 8; j++) {
+        bk.scales[j + 4] = (uint8_t)((sc[j] & 0xF) | ((mn[j] & 0xF) << 4));
+        bk.scales[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+        bk.scales[j] |= (uint8_t)((mn[j] >> 4) << 6);
+    }
+    for (int k = 0; k < 128; k++) bk.qs[k] = (uint8_t)((k % 16) | (((k + 5) % 16) << 4));
+    kvb_dequantize_row(GGML_TYPE_Q4_K, &bk, y, 256);
+    for (int e = 0; e < 256; e++) {
+        int j = e / 32, byte = (e / 64) * 32 + e % 32;
+        int q = j % 2 == 0 ? bk.qs[byte] & 0xF : bk.qs[byte] >> 4;
+        if (y[e] != 1.0f * sc[j] * q - 0.5f * mn[j]) FAILF("q4_K element %d: %g vs %g", e, (double)y[e], 1.0 * sc[j] * q - 0.5 * mn[j]);
+    }
+    /* Q6_K: element e = 128 h + 32 g + l: 6-bit q from ql/qh, scale index 8h + l/16 + 2g */
+    struct block_q6_K b6;
+    for (int k = 0; k < 128; k++) b6.ql[k] = (uint8_t)(k * 7);
+    for (int k = 0; k < 64; k++) b6.qh[k] = (uint8_t)(k * 13 + 1);
+    for (int k = 0; k < 16; k++) b6.scales[k] = (int8_t)(k - 8);
+    b6.d = kvb_f32_to_f16(0.125f);
+    kvb_dequantize_row(GGML_TYPE_Q6_K, &b6, y, 256);
+    for (int e = 0; e < 256; e++) {
+        int h = e / 128, g = (e % 128) / 32, l = e % 32;
+        uint8_t lo = b6.ql[64 * h + l + (g & 1) * 32];
+        int low = g < 2 ? lo & 0xF : lo >> 4;
+        int high = (b6.qh[32 * h + l] >> (2 * g)) & 3;
+        double want = 0.125 * b6.scales[8 * h + l / 16 + 2 * g] * ((low | (high << 4)) - 32);
+        if (fabs(y[e] - want) > 0) FAILF("q6_K element %d: %g vs %g", e, (double)y[e], want);
+    }
+    CHECK_EQ_INT(kvb_f32_to_bf16(1.0f), 0x3f80);
+    CHECK_NEAR(kvb_bf16_to_f32(0xc040), -3.0, 0);
+}
+
+TEST(round_trip_error_per_type) {
+    const double max_rel[] = {0, 1e-3, 8e-3, 1e-2, 0.15, 0.12, 0.04}; /* relative RMS error */
+    enum { N = 4096 };
+    static float x[N], y[N];
+    static uint8_t row[N * 4];
+    unsigned long long rs = 17;
+    double ss = 0;
+    for (int i = 0; i < N; i++) { x[i] = t_randf(&rs) * (1 + (i % 97) * 0.02f); ss += (double)x[i] * x[i]; }
+    for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
+        CHECK(kvb_quantize_row(k_types[t], x, row, N));
+        kvb_dequantize_row(k_types[t], row, y, N);
+        double es = 0;
+        for (int i = 0; i < N; i++) es += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+        double rel = sqrt(es / ss);
+        printf("  %-5s relative RMS round-trip error %.2e\n", ggml_type_name(k_types[t]), rel);
+        if (rel > max_rel[t] + 1e-12) FAILF("%s: error %.3g > %.3g", ggml_type_name(k_types[t]), rel, max_rel[t]);
+    }
+}
+
+TEST(simd_dot_equals_reference) {
+    const struct kvb_dot_kernels *fams[3] = {&kvb_dot_ref, NULL, NULL};
+#if defined(__x86_64__)
+    if (kvb_cpu_has_avx2()) fams[1] = &kvb_dot_avx2;
+    if (kvb_cpu_has_avx512()) fams[2] = &kvb_dot_avx512;
+#endif
+    enum { N = 1024 };
+    static float w[N], x[N];
+    static uint8_t row[N * 4];
+    for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++)
+        for (int trial = 0; trial < 20; trial++) {
+            unsigned long long rs = 100 + trial;
+            int64_t n = (trial % 4 + 1) * 256;
+            for (int i = 0; i < n; i++) { w[i] = t_randf(&rs); x[i] = t_randf(&rs); }
+            kvb_quantize_row(k_types[t], w, row, n);
+            kvb_dequantize_row(k_types[t], row, w, n); /* the reference sum, in double */
+            double ref = 0, mag = 0;
+            for (int i = 0; i < n; i++) { ref += (double)w[i] * x[i]; mag += fabs((double)w[i] * x[i]); }
+            for (int f = 0; f < 3; f++) {
+                if (!fams[f] || !fams[f]->dot[k_types[t]]) continue;
+                double got = fams[f]->dot[k_types[t]](row, x, n);
+                if (fabs(got - ref) > 1e-5 * mag + 1e-7)
+                    FAILF("%s %s n=%lld: %.9g vs %.9g", fams[f]->name, ggml_type_name(k_types[t]), (long long)n, got, ref);
+            }
+        }
+}
+
+int main(void) {
+    RUN(hand_built_blocks);
+    RUN(round_trip_error_per_type);
+    RUN(simd_dot_equals_reference);
+    return test_summary();
+}
