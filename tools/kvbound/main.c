@@ -16,6 +16,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run                 generate text from a GGUF or llama2.c model with any cache policy\n"
             "  info                print a model's architecture, hyperparameters and tensors\n"
+            "  convert             write a llama2.c checkpoint as GGUF\n"
+            "  mkmodel             write a random-weight GGUF of a real model shape\n"
             "  lab                 the synthetic attention lab: policies on known attention (make demo)\n"
             "  policies            list the eviction policies, their rules and parameters\n"
             "  bench cache         benchmark the cache work of decode steps (JSON)\n"
@@ -44,6 +46,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "lab")) return cmd_lab(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "kvbound: unknown command '%s'\n\n", cmd);
     usage(stderr);

@@ -1,0 +1,316 @@
+/*
+ * export.c — writing models as GGUF, and making random-weight models of
+ * real shapes.
+ *
+ * kvb_model_write_gguf quantizes every 2-D weight to the requested type (a
+ * row whose length is not a whole number of that type's blocks falls back to
+ * q8_0, then f16, as llama.cpp does) and keeps norms and biases f32; the
+ * vocabulary and hyperparameters go to the usual `<arch>.*` and
+ * `tokenizer.ggml.*` keys, so llama.cpp-style readers load the file.
+ *
+ * kvb_model_make builds a model in memory from a shape table with seeded
+ * uniform weights scaled by 1/sqrt(n_in) and a synthetic SentencePiece
+ * vocabulary (control tokens, 256 byte tokens, then generated pieces).
+ */
+#include "model.h"
+#include "../gguf/gguf_write.h"
+#include "../ops/quant.h"
+#include "../tokenizer/tokenizer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static uint32_t pick_type(uint32_t want, int64_t n_in) {
+    if (ggml_row_size(want, n_in)) return want;
+    if (ggml_row_size(GGML_TYPE_Q8_0, n_in) && want != GGML_TYPE_F32 && want != GGML_TYPE_F16 && want != GGML_TYPE_BF16) return GGML_TYPE_Q8_0;
+    return GGML_TYPE_F16;
+}
+
+struct owned {
+    void **p;
+    int64_t n, cap;
+};
+
+static void *keep(struct owned *o, size_t bytes) {
+    if (kvb_grow((void **)&o->p, &o->cap, o->n + 1, sizeof(void *)) != KVB_OK) return NULL;
+    void *p = kvb_malloc(bytes ? bytes : 1);
+    if (p) o->p[o->n++] = p;
+    return p;
+}
+
+static kvb_status add_mat(struct gguf_writer *w, struct owned *o, const char *name, const struct kvb_mat *m, uint32_t want) {
+    uint32_t type = pick_type(want, m->n_in);
+    size_t row = ggml_row_size(type, m->n_in);
+    uint8_t *dst = keep(o, row * (size_t)m->n_out);
+    float *tmp = kvb_malloc(sizeof(float) * (size_t)m->n_in);
+    if (!dst || !tmp) {
+        kvb_free(tmp);
+        return kvb_fail(KVB_ERR_NOMEM, "export: out of memory for '%s'", name);
+    }
+    for (int64_t r = 0; r < m->n_out; r++) {
+        kvb_dequantize_row(m->type, m->data + (size_t)r * m->row_bytes, tmp, m->n_in);
+        kvb_quantize_row(type, tmp, dst + (size_t)r * row, m->n_in);
+    }
+    kvb_free(tmp);
+    int64_t ne[2] = {m->n_in, m->n_out};
+    return gguf_writer_tensor(w, name, type, 2, ne, dst);
+}
+
+static kvb_status add_vec(struct gguf_writer *w, const char *name, const float *v, int64_t n) {
+    return gguf_writer_tensor(w, name, GGML_TYPE_F32, 1, &n, v);
+}
+
+kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uint32_t type, void (*progress)(int32_t done, int32_t total, void *), void *user) {
+    if (!kvb_matmul_supports(type)) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: weight type %s is not supported", ggml_type_name(type));
+    const struct kvb_model_info *in = &m->info;
+    struct gguf_writer *w;
+    kvb_status st = gguf_writer_init(&w);
+    if (st != KVB_OK) return st;
+    struct owned o = {0};
+    const char *a = in->arch;
+    char key[128];
+#define K(s) (snprintf(key, sizeof key, "%s." s, a), key)
+    gguf_writer_str(w, "general.architecture", a);
+    gguf_writer_str(w, "general.name", m->path);
+    gguf_writer_u32(w, "general.alignment", 32);
+    gguf_writer_u32(w, K("context_length"), (uint32_t)in->n_ctx_train);
+    gguf_writer_u32(w, K("embedding_length"), (uint32_t)in->n_embd);
+    gguf_writer_u32(w, K("block_count"), (uint32_t)in->n_layer);
+    gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
+    gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
+    gguf_writer_u32(w, K("attention.head_count_kv"), (uint32_t)in->n_head_kv);
+    gguf_writer_f32(w, K("attention.layer_norm_rms_epsilon"), in->rms_eps);
+    gguf_writer_f32(w, K("rope.freq_base"), in->rope_base);
+    gguf_writer_u32(w, K("rope.dimension_count"), (uint32_t)in->rope_dims);
+    if (in->rope_freq_scale != 1.0f) {
+        gguf_writer_str(w, K("rope.scaling.type"), "linear");
+        gguf_writer_f32(w, K("rope.scaling.factor"), 1.0f / in->rope_freq_scale);
+    }
+#undef K
+    const struct kvb_vocab *v = m->vocab;
+    const char **strs = kvb_malloc(sizeof(char *) * (size_t)v->n);
+    uint32_t *lens = kvb_malloc(sizeof(uint32_t) * (size_t)v->n);
+    int32_t *types = kvb_malloc(sizeof(int32_t) * (size_t)v->n);
+    if (!strs || !lens || !types) {
+        st = kvb_fail(KVB_ERR_NOMEM, "export: out of memory");
+        goto done;
+    }
+    for (int32_t i = 0; i < v->n; i++) {
+        strs[i] = kvb_vocab_text(v, i);
+        lens[i] = kvb_vocab_len(v, i);
+        types[i] = v->type[i];
+    }
+    gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_arr_str(w, "tokenizer.ggml.tokens", strs, lens, (uint64_t)v->n);
+    gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_T_FLOAT32, v->score, (uint64_t)v->n);
+    gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, (uint64_t)v->n);
+    if (v->bos >= 0) gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    if (v->eos >= 0) gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    if (v->unk >= 0) gguf_writer_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
+    gguf_writer_bool(w, "tokenizer.ggml.add_space_prefix", v->add_space_prefix);
+    const int32_t total = in->n_layer + 2;
+    if ((st = add_mat(w, &o, "token_embd.weight", &m->tok_embd, type)) != KVB_OK) goto done;
+    if ((st = add_vec(w, "output_norm.weight", m->output_norm, in->n_embd)) != KVB_OK) goto done;
+    if (!in->tied_output && (st = add_mat(w, &o, "output.weight", &m->output, type)) != KVB_OK) goto done;
+    if (m->rope_freqs && (st = add_vec(w, "rope_freqs.weight", m->rope_freqs, in->rope_dims / 2)) != KVB_OK) goto done;
+    if (progress) progress(1, total, user);
+    char name[96];
+    for (int32_t l = 0; l < in->n_layer; l++) {
+        const struct kvb_layer *L = &m->layers[l];
+#define N(s) (snprintf(name, sizeof name, "blk.%d." s, (int)l), name)
+        if ((st = add_vec(w, N("attn_norm.weight"), L->attn_norm, in->n_embd)) != KVB_OK) goto done;
+        if ((st = add_mat(w, &o, N("attn_q.weight"), &L->wq, type)) != KVB_OK) goto done;
+        if ((st = add_mat(w, &o, N("attn_k.weight"), &L->wk, type)) != KVB_OK) goto done;
+        if ((st = add_mat(w, &o, N("attn_v.weight"), &L->wv, type)) != KVB_OK) goto done;
+        if ((st = add_mat(w, &o, N("attn_output.weight"), &L->wo, type)) != KVB_OK) goto done;
+        if ((st = add_vec(w, N("ffn_norm.weight"), L->ffn_norm, in->n_embd)) != KVB_OK) goto done;
+        if ((st = add_mat(w, &o, N("ffn_gate.weight"), &L->w_gate, type)) != KVB_OK) goto done;
+        if ((st = add_mat(w, &o, N("ffn_up.weight"), &L->w_up, type)) != KVB_OK) goto done;
+        if ((st = add_mat(w, &o, N("ffn_down.weight"), &L->w_down, type)) != KVB_OK) goto done;
+        if (L->bq) {
+            if ((st = add_vec(w, N("attn_q.bias"), L->bq, L->wq.n_out)) != KVB_OK) goto done;
+            if ((st = add_vec(w, N("attn_k.bias"), L->bk, L->wk.n_out)) != KVB_OK) goto done;
+            if ((st = add_vec(w, N("attn_v.bias"), L->bv, L->wv.n_out)) != KVB_OK) goto done;
+        }
+#undef N
+        if (progress) progress(l + 2, total, user);
+    }
+    st = gguf_writer_write(w, path);
+    if (progress) progress(total, total, user);
+done:
+    kvb_free(strs);
+    kvb_free(lens);
+    kvb_free(types);
+    for (int64_t i = 0; i < o.n; i++) kvb_free(o.p[i]);
+    kvb_free(o.p);
+    gguf_writer_free(w);
+    return st;
+}
+
+/* ---- random models of real shapes ---- */
+
+struct shape {
+    const char *name, *arch;
+    int32_t vocab, dim, layers, heads, kv_heads, ff, ctx;
+    float rope_base, eps;
+    bool tied, bias, llama3_rope;
+};
+
+static const struct shape k_shapes[] = {
+    {"tiny", "llama", 512, 256, 2, 4, 2, 512, 512, 10000.0f, 1e-5f, false, false, false},
+    {"tiny-qwen2", "qwen2", 512, 256, 2, 4, 2, 512, 512, 1000000.0f, 1e-6f, true, true, false},
+    {"tinyllama-1.1b", "llama", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, false, false, false},
+    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, true, false, true},
+    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 1536, 8192, 100000.0f, 1e-5f, true, false, false},
+    {"qwen2.5-0.5b", "qwen2", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, true, true, false},
+};
+
+const char *kvb_model_shapes(void) { return "tiny, tiny-qwen2, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b"; }
+
+static uint64_t g_rs;
+static float urand(void) {
+    uint64_t z = (g_rs += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+static kvb_status rand_mat(struct owned *o, struct kvb_mat *m, int64_t n_in, int64_t n_out) {
+    float *p = keep(o, sizeof(float) * (size_t)(n_in * n_out));
+    if (!p) return kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory for a %lld x %lld matrix", (long long)n_out, (long long)n_in);
+    const float s = 1.0f / sqrtf((float)n_in);
+    for (int64_t i = 0; i < n_in * n_out; i++) p[i] = urand() * s;
+    *m = (struct kvb_mat){GGML_TYPE_F32, n_in, n_out, sizeof(float) * (size_t)n_in, (const uint8_t *)p};
+    return KVB_OK;
+}
+
+static float *const_vec(struct owned *o, int64_t n, float v, bool noise) {
+    float *p = keep(o, sizeof(float) * (size_t)n);
+    if (p)
+        for (int64_t i = 0; i < n; i++) p[i] = v + (noise ? 0.1f * urand() : 0.0f);
+    return p;
+}
+
+/* Synthetic SentencePiece vocabulary of n pieces in GGUF conventions. */
+static kvb_status make_vocab(int32_t n, struct kvb_vocab **out) {
+    /* build a tokenizer.bin image and reuse its loader: pieces use ' ' */
+    size_t cap = 64 + (size_t)n * 24;
+    uint8_t *img = kvb_malloc(cap);
+    if (!img) return kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory for the vocabulary");
+    uint32_t max_len = 16;
+    memcpy(img, &max_len, 4);
+    size_t at = 4;
+    const char *alpha = "etaoinshrdlucmfwypvbgkqjxzETAOINSHRDLUCMFWYPVBGKQJXZ0123456789.,!?'-:;()\"";
+    const size_t na = strlen(alpha);
+    for (int32_t i = 0; i < n; i++) {
+        char piece[32];
+        if (i == 0) snprintf(piece, sizeof piece, "<unk>");
+        else if (i == 1) snprintf(piece, sizeof piece, "\n<s>\n");
+        else if (i == 2) snprintf(piece, sizeof piece, "\n</s>\n");
+        else if (i < 259) snprintf(piece, sizeof piece, "<0x%02X>", i - 3);
+        else {
+            int32_t k = i - 259; /* " ", then " x", "x", then pairs, then numbered fillers */
+            if (k == 0) snprintf(piece, sizeof piece, " ");
+            else if (k <= (int32_t)na) snprintf(piece, sizeof piece, " %c", alpha[k - 1]);
+            else if (k <= 2 * (int32_t)na) snprintf(piece, sizeof piece, "%c", alpha[k - 1 - na]);
+            else if (k <= 2 * (int32_t)na + 26 * 26) { int32_t q = k - 1 - 2 * (int32_t)na; snprintf(piece, sizeof piece, "%c%c", alpha[q / 26], alpha[q % 26]); }
+            else snprintf(piece, sizeof piece, " w%d", (int)k);
+        }
+        int32_t len = (int32_t)strlen(piece);
+        float score = i < 259 ? 0.0f : -(float)(i - 259);
+        memcpy(img + at, &score, 4);
+        memcpy(img + at + 4, &len, 4);
+        memcpy(img + at + 8, piece, (size_t)len);
+        at += 8 + (size_t)len;
+    }
+    kvb_status st = kvb_vocab_from_llama2c(img, at, n, "mkmodel vocabulary", out);
+    kvb_free(img);
+    return st;
+}
+
+kvb_status kvb_model_make(const char *shape, uint64_t seed, struct kvb_model **out, void **owned_out) {
+    const struct shape *sh = NULL;
+    for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
+        if (!strcmp(shape, k_shapes[i].name)) sh = &k_shapes[i];
+    if (!sh) return kvb_fail(KVB_ERR_INVALID, "mkmodel: unknown shape '%s' (%s)", shape, kvb_model_shapes());
+    g_rs = seed * 0x2545F4914F6CDD1Dull + 1;
+    struct kvb_model *m = kvb_calloc(1, sizeof *m);
+    struct owned *o = kvb_calloc(1, sizeof *o);
+    if (!m || !o) {
+        kvb_free(m);
+        kvb_free(o);
+        return kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+    }
+    struct kvb_model_info *in = &m->info;
+    snprintf(in->arch, sizeof in->arch, "%s", sh->arch);
+    snprintf(in->source, sizeof in->source, "mkmodel");
+    snprintf(m->path, sizeof m->path, "kvbound mkmodel %s seed %llu", shape, (unsigned long long)seed);
+    in->n_vocab = sh->vocab; in->n_embd = sh->dim; in->n_layer = sh->layers; in->n_head = sh->heads; in->n_head_kv = sh->kv_heads;
+    in->head_dim = sh->dim / sh->heads; in->n_ff = sh->ff; in->n_ctx_train = sh->ctx; in->rms_eps = sh->eps;
+    in->rope_base = sh->rope_base; in->rope_freq_scale = 1.0f; in->rope_dims = in->head_dim;
+    in->rope_type = !strcmp(sh->arch, "qwen2") ? KVB_ROPE_NEOX : KVB_ROPE_INTERLEAVED;
+    in->tied_output = sh->tied;
+    in->has_qkv_bias = sh->bias;
+    kvb_status st = make_vocab(sh->vocab, &m->vocab);
+    const int64_t E = sh->dim, D = in->head_dim, F = sh->ff;
+    if (st == KVB_OK) st = rand_mat(o, &m->tok_embd, E, sh->vocab);
+    m->output_norm = const_vec(o, E, 1.0f, true);
+    if (st == KVB_OK && !sh->tied) st = rand_mat(o, &m->output, E, sh->vocab);
+    if (sh->tied) m->output = m->tok_embd;
+    if (sh->llama3_rope) { /* Llama-3 frequency factors: factor 32, low 1, high 4, original 8192 */
+        float *ff = const_vec(o, in->rope_dims / 2, 1.0f, false);
+        for (int32_t i = 0; ff && i < in->rope_dims / 2; i++) {
+            double freq = pow(sh->rope_base, -2.0 * i / in->rope_dims), wavelen = 2 * 3.14159265358979323846 / freq;
+            double low_wl = 8192.0 / 1.0, high_wl = 8192.0 / 4.0;
+            if (wavelen < high_wl) ff[i] = 1.0f;
+            else if (wavelen > low_wl) ff[i] = 32.0f;
+            else {
+                double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+                ff[i] = (float)(1.0 / ((1 - smooth) / 32.0 + smooth));
+            }
+        }
+        m->rope_freqs = ff;
+    }
+    m->layers = kvb_calloc((size_t)sh->layers, sizeof *m->layers);
+    if (!m->layers && st == KVB_OK) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+    for (int32_t l = 0; st == KVB_OK && l < sh->layers; l++) {
+        struct kvb_layer *L = &m->layers[l];
+        L->attn_norm = const_vec(o, E, 1.0f, true);
+        L->ffn_norm = const_vec(o, E, 1.0f, true);
+        if (st == KVB_OK) st = rand_mat(o, &L->wq, E, sh->heads * D);
+        if (st == KVB_OK) st = rand_mat(o, &L->wk, E, sh->kv_heads * D);
+        if (st == KVB_OK) st = rand_mat(o, &L->wv, E, sh->kv_heads * D);
+        if (st == KVB_OK) st = rand_mat(o, &L->wo, sh->heads * D, E);
+        if (st == KVB_OK) st = rand_mat(o, &L->w_gate, E, F);
+        if (st == KVB_OK) st = rand_mat(o, &L->w_up, E, F);
+        if (st == KVB_OK) st = rand_mat(o, &L->w_down, F, E);
+        if (sh->bias) {
+            L->bq = const_vec(o, sh->heads * D, 0.0f, true);
+            L->bk = const_vec(o, sh->kv_heads * D, 0.0f, true);
+            L->bv = const_vec(o, sh->kv_heads * D, 0.0f, true);
+        }
+    }
+    if (st != KVB_OK) {
+        for (int64_t i = 0; i < o->n; i++) kvb_free(o->p[i]);
+        kvb_free(o->p);
+        kvb_free(o);
+        kvb_model_free(m);
+        return st;
+    }
+    *out = m;
+    *owned_out = o;
+    return KVB_OK;
+}
+
+void kvb_model_make_free(struct kvb_model *m, void *owned) {
+    struct owned *o = owned;
+    if (o) {
+        for (int64_t i = 0; i < o->n; i++) kvb_free(o->p[i]);
+        kvb_free(o->p);
+        kvb_free(o);
+    }
+    kvb_model_free(m);
+}

@@ -1,0 +1,84 @@
+/*
+ * convert.c — `kvbound convert` (llama2.c checkpoint -> GGUF) and
+ * `kvbound mkmodel` (random-weight GGUF of a real model shape, for tests and
+ * benchmarks). Both quantize 2-D weights to --type and report progress on
+ * stderr.
+ */
+#include "cli.h"
+#include "model/model.h"
+
+#include <string.h>
+#include <strings.h>
+
+static void progress(int32_t done, int32_t total, void *user) {
+    (void)user;
+    fprintf(stderr, "\rkvbound: writing %d/%d", done, total);
+    if (done == total) fprintf(stderr, "\n");
+}
+
+static int parse_type(const char *v, uint32_t *t) {
+    const uint32_t all[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcasecmp(v, ggml_type_name(all[i]))) { *t = all[i]; return 0; }
+    fprintf(stderr, "kvbound: --type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k\n", v);
+    return -1;
+}
+
+int cmd_convert(int argc, char **argv) {
+    const char *in = NULL, *tok = NULL, *out = NULL;
+    uint32_t type = GGML_TYPE_F32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: kvbound convert -m MODEL.bin -z TOKENIZER.bin -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]\n\n"
+                   "Writes a llama2.c checkpoint (or any model kvbound loads) as GGUF (default type f32).\n");
+            return 0;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) in = v;
+        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--type")) { if (parse_type(v, &type)) return 2; }
+        else { fprintf(stderr, "kvbound convert: unknown option '%s'\n", a); return 2; }
+    }
+    if (!in || !out) { fprintf(stderr, "kvbound convert: -m MODEL and -o OUT are required\n"); return 2; }
+    struct kvb_model_params mp = kvb_model_default_params();
+    mp.tokenizer_path = tok;
+    struct kvb_model *m;
+    if (kvb_model_load(in, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    kvb_status st = kvb_model_write_gguf(m, out, type, progress, NULL);
+    kvb_model_free(m);
+    if (st != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    fprintf(stderr, "kvbound: wrote %s\n", out);
+    return 0;
+}
+
+int cmd_mkmodel(int argc, char **argv) {
+    const char *shape = NULL, *out = NULL;
+    uint32_t type = GGML_TYPE_F16;
+    long long seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: kvbound mkmodel --shape NAME --type T -o FILE [--seed S]\n\n"
+                   "Writes a random-weight GGUF model of a real shape (seeded; default type f16).\n"
+                   "shapes: %s\ntypes: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k\n", kvb_model_shapes());
+            return 0;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--shape")) shape = v;
+        else if (!strcmp(a, "--type")) { if (parse_type(v, &type)) return 2; }
+        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
+        else { fprintf(stderr, "kvbound mkmodel: unknown option '%s'\n", a); return 2; }
+    }
+    if (!shape || !out) { fprintf(stderr, "kvbound mkmodel: --shape and -o are required (shapes: %s)\n", kvb_model_shapes()); return 2; }
+    struct kvb_model *m;
+    void *owned;
+    if (kvb_model_make(shape, (uint64_t)seed, &m, &owned) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 2; }
+    kvb_status st = kvb_model_write_gguf(m, out, type, progress, NULL);
+    kvb_model_make_free(m, owned);
+    if (st != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    fprintf(stderr, "kvbound: wrote %s (%s, %s)\n", out, shape, ggml_type_name(type));
+    return 0;
+}
