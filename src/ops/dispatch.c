@@ -74,3 +74,10 @@ const struct kvb_kernels *kvb_kernels(void) {
 }
 
 const char *kvb_kernels_name(void) { return kvb_kernels()->name; }
+
+void kvb_matmul_redispatch(void); /* matmul.c */
+
+void kvb_kernels_force_ref(bool ref) {
+    g_kernels = ref ? &kvb_kernels_ref : choose();
+    kvb_matmul_redispatch();
+}

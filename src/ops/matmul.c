@@ -19,6 +19,9 @@ const struct kvb_dot_kernels *kvb_dot_kernels(void) {
     return g_dot;
 }
 
+void kvb_matmul_redispatch(void);
+void kvb_matmul_redispatch(void) { g_dot = NULL; }
+
 bool kvb_matmul_supports(uint32_t type) { return type < GGML_TYPE_COUNT && kvb_dot_ref.dot[type] != NULL; }
 
 void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,

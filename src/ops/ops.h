@@ -66,6 +66,9 @@ bool kvb_cpu_has_avx2(void);
 bool kvb_cpu_has_avx512(void);
 /* The kernels in use (dispatch on first call; KVB_REF=1 forces ref). */
 const struct kvb_kernels *kvb_kernels(void);
+/* Tests: switch every op family to the reference (true) or back to the
+ * dispatched choice (false). Not thread-safe; call between runs. */
+void kvb_kernels_force_ref(bool ref);
 
 /* ---- RoPE ---- */
 

@@ -1,0 +1,149 @@
+/*
+ * test_engine_kernels.c — random-weight `tiny` models (and `tiny-qwen2`, with
+ * biases and NeoX RoPE) in every supported weight type: logits of the fast
+ * kernels against the scalar reference by NMSE, with a tolerance per type;
+ * and crafted GGUF files (absurd counts and dims, unknown types, overlapping
+ * tensors, misaligned offsets) that must fail with a clean error.
+ */
+#include "testing.h"
+#include "ops/ops.h"
+#include "model/model.h"
+#include "gguf/gguf_write.h"
+
+static double nmse(const float *a, const float *b, size_t n) {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) { e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); s += (double)b[i] * b[i]; }
+    return s > 0 ? e / s : e;
+}
+
+static int logits_for(const char *path, float *out, int32_t n_tok) {
+    struct kvb_model *m;
+    if (kvb_model_load(path, NULL, &m) != KVB_OK) { printf("  load: %s\n", kvb_last_error()); return -1; }
+    struct kvb_context_params cp = kvb_context_default_params();
+    cp.kv_dtype = KVB_DTYPE_F32;
+    cp.chunk = 8;
+    struct kvb_context *c;
+    if (kvb_context_init(m, &cp, &c) != KVB_OK) return -1;
+    int32_t toks[64];
+    for (int i = 0; i < n_tok; i++) toks[i] = i == 0 ? 1 : (i * 97 + 13) % kvb_n_vocab(m);
+    kvb_status st = kvb_context_eval(c, toks, n_tok, out, true);
+    kvb_context_free(c);
+    kvb_model_free(m);
+    return st == KVB_OK ? 0 : -1;
+}
+
+TEST(fast_kernels_match_reference_every_dtype) {
+    const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    const double tol[] = {1e-9, 1e-9, 1e-9, 1e-8, 1e-8, 1e-8, 1e-8};
+    const char *shapes[] = {"tiny", "tiny-qwen2"};
+    enum { T = 20 };
+    for (int s = 0; s < 2; s++) {
+        struct kvb_model *m;
+        void *owned;
+        CHECK_OK(kvb_model_make(shapes[s], 7, &m, &owned));
+        const int32_t V = m->info.n_vocab;
+        float *fast = malloc(sizeof(float) * T * (size_t)V), *ref = malloc(sizeof(float) * T * (size_t)V);
+        for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+            char path[64];
+            snprintf(path, sizeof path, "/tmp/kvb_test_%s_%s.gguf", shapes[s], ggml_type_name(types[t]));
+            CHECK_OK(kvb_model_write_gguf(m, path, types[t], NULL, NULL));
+            kvb_kernels_force_ref(false);
+            CHECK(logits_for(path, fast, T) == 0);
+            kvb_kernels_force_ref(true);
+            CHECK(logits_for(path, ref, T) == 0);
+            kvb_kernels_force_ref(false);
+            double e = nmse(fast, ref, (size_t)T * V);
+            printf("  %-10s %-5s NMSE fast vs ref %.2e\n", shapes[s], ggml_type_name(types[t]), e);
+            if (!(e <= tol[t])) FAILF("%s %s: NMSE %.3g > %.3g", shapes[s], ggml_type_name(types[t]), e, tol[t]);
+            remove(path);
+        }
+        free(fast);
+        free(ref);
+        kvb_model_make_free(m, owned);
+    }
+}
+
+/* A minimal valid GGUF with one tensor, edited field by field. */
+static size_t minimal_gguf(uint8_t *buf, uint64_t n_tensors, uint64_t n_kv, uint32_t n_dims, uint64_t ne0, uint32_t type,
+                           uint64_t offset, uint64_t second_offset) {
+    size_t at = 0;
+#define PUT(v) (memcpy(buf + at, &(v), sizeof(v)), at += sizeof(v))
+    memcpy(buf, "GGUF", 4);
+    at = 4;
+    uint32_t ver = 3;
+    PUT(ver);
+    PUT(n_tensors);
+    PUT(n_kv);
+    for (uint64_t k = 0; k < (n_kv < 2 ? n_kv : 1); k++) {
+        uint64_t kl = 12;
+        PUT(kl);
+        memcpy(buf + at, "general.name", 12);
+        at += 12;
+        uint32_t t = 8;
+        PUT(t);
+        uint64_t sl = 3;
+        PUT(sl);
+        memcpy(buf + at, "abc", 3);
+        at += 3;
+    }
+    for (uint64_t i = 0; i < (n_tensors < 3 ? n_tensors : 1); i++) {
+        uint64_t nl = 2;
+        PUT(nl);
+        buf[at++] = 't';
+        buf[at++] = (uint8_t)('0' + i);
+        PUT(n_dims);
+        for (uint32_t d = 0; d < n_dims && d < 4; d++) PUT(ne0);
+        PUT(type);
+        uint64_t off = i == 0 ? offset : second_offset;
+        PUT(off);
+    }
+#undef PUT
+    size_t data = (at + 31) / 32 * 32;
+    memset(buf + at, 0, 4096 - at);
+    return data + 1024;
+}
+
+TEST(crafted_gguf_errors) {
+    static uint8_t buf[4096];
+    struct gguf_file *f;
+    size_t n = minimal_gguf(buf, 1, 1, 1, 64, GGML_TYPE_F32, 0, 0);
+    CHECK_OK(gguf_open_buffer(buf, n, "ok", &f));
+    gguf_close(f);
+    n = minimal_gguf(buf, 1, 1, 1, 64, GGML_TYPE_F32, 0, 0);
+    for (size_t cut = 0; cut < 24 + 12 + 8 + 4 + 8 + 3 + 8 + 2 + 4 + 8 + 4 + 8; cut++) /* truncated at every header byte */
+        CHECK_STATUS(gguf_open_buffer(buf, cut, "cut", &f), KVB_ERR_CORRUPT);
+    n = minimal_gguf(buf, 1ull << 60, 1, 1, 64, GGML_TYPE_F32, 0, 0);
+    CHECK_STATUS(gguf_open_buffer(buf, n, "huge", &f), KVB_ERR_CORRUPT);
+    CHECK(strstr(kvb_last_error(), "tensors") != NULL);
+    n = minimal_gguf(buf, 1, 1ull << 62, 1, 64, GGML_TYPE_F32, 0, 0);
+    CHECK_STATUS(gguf_open_buffer(buf, n, "hugekv", &f), KVB_ERR_CORRUPT);
+    n = minimal_gguf(buf, 1, 1, 5, 64, GGML_TYPE_F32, 0, 0);
+    CHECK_STATUS(gguf_open_buffer(buf, n, "dims", &f), KVB_ERR_CORRUPT);
+    CHECK(strstr(kvb_last_error(), "'t0'") != NULL);
+    n = minimal_gguf(buf, 1, 1, 2, 1ull << 41, GGML_TYPE_F32, 0, 0);
+    CHECK_STATUS(gguf_open_buffer(buf, n, "bigdim", &f), KVB_ERR_CORRUPT);
+    n = minimal_gguf(buf, 1, 1, 1, 1ull << 30, GGML_TYPE_F32, 0, 0);
+    CHECK_STATUS(gguf_open_buffer(buf, n, "outside", &f), KVB_ERR_CORRUPT);
+    CHECK(strstr(kvb_last_error(), "not within the file") != NULL);
+    n = minimal_gguf(buf, 1, 1, 1, 64, 99, 0, 0);
+    CHECK_STATUS(gguf_open_buffer(buf, n, "type", &f), KVB_ERR_UNSUPPORTED);
+    n = minimal_gguf(buf, 1, 1, 1, 48, GGML_TYPE_Q8_0, 0, 0);
+    CHECK_STATUS(gguf_open_buffer(buf, n, "blocks", &f), KVB_ERR_CORRUPT);
+    n = minimal_gguf(buf, 1, 1, 1, 64, GGML_TYPE_F32, 7, 0);
+    CHECK_STATUS(gguf_open_buffer(buf, n, "align", &f), KVB_ERR_CORRUPT);
+    n = minimal_gguf(buf, 2, 1, 1, 64, GGML_TYPE_F32, 0, 128); /* 256 bytes at 0 and at 128: overlap */
+    CHECK_STATUS(gguf_open_buffer(buf, n + 512, "overlap", &f), KVB_ERR_CORRUPT);
+    CHECK(strstr(kvb_last_error(), "overlap") != NULL || strstr(kvb_last_error(), "tensor") != NULL);
+    buf[0] = 'X';
+    CHECK_STATUS(gguf_open_buffer(buf, n, "magic", &f), KVB_ERR_CORRUPT);
+    n = minimal_gguf(buf, 0, 1, 1, 64, GGML_TYPE_F32, 0, 0);
+    uint32_t v1 = 1;
+    memcpy(buf + 4, &v1, 4);
+    CHECK_STATUS(gguf_open_buffer(buf, n, "v1", &f), KVB_ERR_UNSUPPORTED);
+}
+
+int main(void) {
+    RUN(fast_kernels_match_reference_every_dtype);
+    RUN(crafted_gguf_errors);
+    return test_summary();
+}
