@@ -12,6 +12,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+static int hexdigit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* The byte of a "<0xNN>" piece (exactly two hex digits), or -1. */
+static int byte_of_piece(const char *t, uint32_t len) {
+    if (len != 6 || t[0] != '<' || t[1] != '0' || t[2] != 'x' || t[5] != '>') return -1;
+    int hi = hexdigit(t[3]), lo = hexdigit(t[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
 static uint32_t fnv1a(const char *s, size_t n) {
     uint32_t h = 2166136261u;
     for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
@@ -62,10 +76,8 @@ static kvb_status finish(struct kvb_vocab *v, const char *name) {
             while (v->hash[h] >= 0) h = (h + 1) & m;
             v->hash[h] = id;
         }
-        if (v->type[id] == KVB_TOKEN_BYTE && len == 6 && t[0] == '<' && t[1] == '0' && t[2] == 'x' && t[5] == '>') {
-            unsigned b;
-            if (sscanf(t + 3, "%2X", &b) == 1) v->byte_id[b] = id;
-        }
+        int byte = v->type[id] == KVB_TOKEN_BYTE ? byte_of_piece(t, len) : -1;
+        if (byte >= 0 && v->byte_id[byte] < 0) v->byte_id[byte] = id;
         if ((v->type[id] == KVB_TOKEN_CONTROL || v->type[id] == KVB_TOKEN_USER_DEFINED || v->type[id] == KVB_TOKEN_UNKNOWN) && len > 0)
             v->special[v->n_special++] = id; /* as llama.cpp: these texts can stand for their token */
     }
@@ -192,7 +204,7 @@ kvb_status kvb_vocab_from_llama2c(const void *buf, size_t size, int32_t n_vocab,
                 if (s[k] == ' ') { memcpy(v->arena + o, "\xE2\x96\x81", 3); o += 3; }
                 else v->arena[o++] = s[k];
             }
-            bool is_byte = len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>';
+            bool is_byte = byte_of_piece(s, (uint32_t)len) >= 0;
             v->type[i] = i == 0 ? KVB_TOKEN_UNKNOWN : is_byte ? KVB_TOKEN_BYTE : KVB_TOKEN_NORMAL;
         }
         v->arena[o++] = 0;
@@ -214,8 +226,8 @@ size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t 
     const char *t = kvb_vocab_text(v, id);
     uint32_t len = kvb_vocab_len(v, id);
     if (ty == KVB_TOKEN_BYTE) {
-        unsigned b;
-        if (sscanf(t + 3, "%2X", &b) != 1) return 0;
+        int b = byte_of_piece(t, len);
+        if (b < 0) return 0;
         if (cap) buf[0] = (char)b;
         return 1;
     }
