@@ -21,6 +21,8 @@ static void usage(FILE *f) {
             "  lab                 the synthetic attention lab: policies on known attention (make demo)\n"
             "  policies            list the eviction policies, their rules and parameters\n"
             "  bench cache         benchmark the cache work of decode steps (JSON)\n"
+            "  bench decode        decode tok/s and memory-roofline fraction of a model (JSON)\n"
+            "  bench prefill       prefill tok/s and GFLOP/s against the FMA peak (JSON)\n"
             "  version             print the version and the kernel family in use\n"
             "  help                this text\n"
             "\n"
