@@ -1,5 +1,6 @@
 /* matmul.c — the threaded driver and the dispatch of the dot kernels. */
 #include "matmul.h"
+#include "quant.h"
 
 #include <stdlib.h>
 
@@ -24,12 +25,51 @@ void kvb_matmul_redispatch(void) { g_dot = NULL; }
 
 bool kvb_matmul_supports(uint32_t type) { return type < GGML_TYPE_COUNT && kvb_dot_ref.dot[type] != NULL; }
 
+/* Prefill (T > 1): rows are taken in panels of PANEL, expanded to f32 once
+ * into a per-thread buffer (L2), and multiplied with every token in tiles of
+ * 4 rows x 4 tokens held in registers. Activations are then read once per
+ * panel instead of once per row (measured on a TinyLlama shape: see
+ * docs/BENCHMARKS.md). Decode (T == 1) reads each row once with the type's
+ * dot kernel. */
+#define PANEL 16
+#define PANEL_MAX_IN 16384
+static _Thread_local float t_panel[PANEL * PANEL_MAX_IN];
+
+static void tile_ref(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out) {
+    for (int t = 0; t < 4; t++)
+        for (int r = 0; r < 4; r++) out[4 * t + r] = kvb_dot_ref.dot[GGML_TYPE_F32](w + r * ldw, x + t * ldx, n);
+}
+
 void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
                      int64_t ldy, int32_t T, int64_t r0, int64_t r1) {
     kvb_dot_fn dot = k->dot[w->type] ? k->dot[w->type] : kvb_dot_ref.dot[w->type];
-    for (int64_t r = r0; r < r1; r++) {
-        const void *row = w->data + (size_t)r * w->row_bytes;
-        for (int32_t t = 0; t < T; t++) y[(size_t)t * ldy + r] = dot(row, x + (size_t)t * ldx, w->n_in);
+    const int64_t n = w->n_in;
+    if (T == 1 || n > PANEL_MAX_IN) {
+        for (int64_t r = r0; r < r1; r++) {
+            const void *row = w->data + (size_t)r * w->row_bytes;
+            for (int32_t t = 0; t < T; t++) y[(size_t)t * ldy + r] = dot(row, x + (size_t)t * ldx, n);
+        }
+        return;
+    }
+    kvb_dot_fn dot32 = k->dot[GGML_TYPE_F32];
+    kvb_tile_fn tile = k->tile4x4 ? k->tile4x4 : tile_ref;
+    float out[16];
+    for (int64_t p0 = r0; p0 < r1; p0 += PANEL) {
+        const int64_t np = KVB_MIN((int64_t)PANEL, r1 - p0);
+        for (int64_t i = 0; i < np; i++) kvb_dequantize_row(w->type, w->data + (size_t)(p0 + i) * w->row_bytes, t_panel + i * n, n);
+        int32_t t = 0;
+        for (; t + 4 <= T; t += 4) {
+            int64_t i = 0;
+            for (; i + 4 <= np; i += 4) {
+                tile(t_panel + i * n, n, x + (size_t)t * ldx, ldx, n, out);
+                for (int tt = 0; tt < 4; tt++)
+                    for (int rr = 0; rr < 4; rr++) y[(size_t)(t + tt) * ldy + p0 + i + rr] = out[4 * tt + rr];
+            }
+            for (; i < np; i++)
+                for (int tt = 0; tt < 4; tt++) y[(size_t)(t + tt) * ldy + p0 + i] = dot32(t_panel + i * n, x + (size_t)(t + tt) * ldx, n);
+        }
+        for (; t < T; t++)
+            for (int64_t i = 0; i < np; i++) y[(size_t)t * ldy + p0 + i] = dot32(t_panel + i * n, x + (size_t)t * ldx, n);
     }
 }
 

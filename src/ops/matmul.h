@@ -23,10 +23,15 @@ struct kvb_mat {
 /* dot of one row of `type` with x[0..n) */
 typedef float (*kvb_dot_fn)(const void *row, const float *x, int64_t n);
 
-/* One dot kernel per weight type (NULL: unsupported). */
+/* 4 f32 rows x 4 tokens: out[4*t + r] = dot(w[r], x[t]) over n (rows ldw
+ * floats apart, tokens ldx apart). The prefill micro-kernel. */
+typedef void (*kvb_tile_fn)(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out16);
+
+/* One dot kernel per weight type (NULL: unsupported), and the f32 tile. */
 struct kvb_dot_kernels {
     const char *name;
     kvb_dot_fn dot[GGML_TYPE_COUNT];
+    kvb_tile_fn tile4x4;
 };
 extern const struct kvb_dot_kernels kvb_dot_ref;
 #if defined(__x86_64__)

@@ -145,7 +145,41 @@ static float dot_q6_K_avx512(const void *row, const float *x, int64_t n) {
     return total;
 }
 
+/* 16-way transpose-reduction: E[4*l + e] = sum(A[4*e + l]) */
+static inline __m512 reduce16(const __m512 *A) {
+    __m512 B[8], C[4];
+    for (int k = 0; k < 8; k++)
+        B[k] = _mm512_add_ps(_mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0x44), _mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0xEE));
+    for (int m = 0; m < 4; m++)
+        C[m] = _mm512_add_ps(_mm512_shuffle_f32x4(B[2 * m], B[2 * m + 1], 0x88), _mm512_shuffle_f32x4(B[2 * m], B[2 * m + 1], 0xDD));
+    __m512 D0 = _mm512_add_ps(_mm512_shuffle_ps(C[0], C[1], 0x44), _mm512_shuffle_ps(C[0], C[1], 0xEE));
+    __m512 D1 = _mm512_add_ps(_mm512_shuffle_ps(C[2], C[3], 0x44), _mm512_shuffle_ps(C[2], C[3], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(D0, D1, 0x88), _mm512_shuffle_ps(D0, D1, 0xDD));
+}
+
+/* 4 rows x 4 tokens; accumulator A[4*t + r] so that the reduction lands as
+ * out[4*t + r]... reduce16 gives E[4*l + e] = sum(A[4*e + l]), so store A at
+ * [4*r + t] to read E[4*t + r]. */
+static void tile4x4_avx512(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out) {
+    __m512 A[16];
+    for (int i = 0; i < 16; i++) A[i] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < n; c += 16) {
+        __mmask16 m = tmask(n - c);
+        __m512 x0 = _mm512_maskz_loadu_ps(m, x + c), x1 = _mm512_maskz_loadu_ps(m, x + ldx + c);
+        __m512 x2 = _mm512_maskz_loadu_ps(m, x + 2 * ldx + c), x3 = _mm512_maskz_loadu_ps(m, x + 3 * ldx + c);
+        for (int r = 0; r < 4; r++) {
+            __m512 wr = _mm512_maskz_loadu_ps(m, w + r * ldw + c);
+            A[4 * r + 0] = _mm512_fmadd_ps(wr, x0, A[4 * r + 0]);
+            A[4 * r + 1] = _mm512_fmadd_ps(wr, x1, A[4 * r + 1]);
+            A[4 * r + 2] = _mm512_fmadd_ps(wr, x2, A[4 * r + 2]);
+            A[4 * r + 3] = _mm512_fmadd_ps(wr, x3, A[4 * r + 3]);
+        }
+    }
+    _mm512_storeu_ps(out, reduce16(A));
+}
+
 const struct kvb_dot_kernels kvb_dot_avx512 = {
+    .tile4x4 = tile4x4_avx512,
     .name = "avx512",
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
