@@ -26,7 +26,10 @@ static int logits_for(const char *path, float *out, int32_t n_tok) {
     if (kvb_context_init(m, &cp, &c) != KVB_OK) return -1;
     int32_t toks[64];
     for (int i = 0; i < n_tok; i++) toks[i] = i == 0 ? 1 : (i * 97 + 13) % kvb_n_vocab(m);
-    kvb_status st = kvb_context_eval(c, toks, n_tok, out, true);
+    /* the first half as prefill chunks, the rest one decode step at a time */
+    const int32_t half = n_tok / 2, V = kvb_n_vocab(m);
+    kvb_status st = kvb_context_eval(c, toks, half, out, true);
+    for (int32_t i = half; st == KVB_OK && i < n_tok; i++) st = kvb_context_eval(c, &toks[i], 1, out + (size_t)i * V, false);
     kvb_context_free(c);
     kvb_model_free(m);
     return st == KVB_OK ? 0 : -1;
@@ -34,7 +37,8 @@ static int logits_for(const char *path, float *out, int32_t n_tok) {
 
 TEST(fast_kernels_match_reference_every_dtype) {
     const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
-    const double tol[] = {1e-9, 1e-9, 1e-9, 1e-8, 1e-8, 1e-8, 1e-8};
+    /* q8_0 decode uses int8 activations (VNNI), as llama.cpp does: ~1e-5 */
+    const double tol[] = {1e-9, 1e-9, 1e-9, 1e-4, 1e-8, 1e-8, 1e-8};
     const char *shapes[] = {"tiny", "tiny-qwen2"};
     enum { T = 20 };
     for (int s = 0; s < 2; s++) {

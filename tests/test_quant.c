@@ -110,7 +110,34 @@ TEST(simd_dot_equals_reference) {
         }
 }
 
+/* Q8_0 rows against int8 activations: the integer kernel equals the exact
+ * sum of dequantized weights times dequantized activations. */
+TEST(q8_activation_kernel_exact) {
+#if defined(__x86_64__)
+    if (!kvb_cpu_has_avx512vnni()) { printf("  skip: no AVX512_VNNI on this CPU\n"); return; }
+    enum { N = 2048 };
+    static float w[N], x[N], wd[N], xd[N], xs[N / 32];
+    static int8_t xq[N];
+    static struct block_q8_0 row[N / 32];
+    unsigned long long rs = 5;
+    for (int i = 0; i < N; i++) { w[i] = t_randf(&rs); x[i] = t_randf(&rs) * 3; }
+    kvb_quantize_row(GGML_TYPE_Q8_0, w, row, N);
+    kvb_dequantize_row(GGML_TYPE_Q8_0, row, wd, N);
+    kvb_quantize_act_q8(x, N, xs, xq);
+    for (int i = 0; i < N; i++) xd[i] = xs[i / 32] * xq[i];
+    double ref = 0, mag = 0;
+    for (int i = 0; i < N; i++) { ref += (double)wd[i] * xd[i]; mag += fabs((double)wd[i] * xd[i]); }
+    const struct kvb_q8_act a = {xs, xq};
+    double got = kvb_dot_avx512vnni.dot_q8_0_q8(row, &a, N);
+    if (fabs(got - ref) > 1e-6 * mag) FAILF("vnni %.9g vs %.9g", got, ref);
+    double xref = 0; /* and the activation quantization error is small */
+    for (int i = 0; i < N; i++) xref += (double)wd[i] * x[i];
+    CHECK(fabs(got - xref) < 0.02 * mag);
+#endif
+}
+
 int main(void) {
+    RUN(q8_activation_kernel_exact);
     RUN(hand_built_blocks);
     RUN(round_trip_error_per_type);
     RUN(simd_dot_equals_reference);

@@ -46,6 +46,16 @@ bool kvb_cpu_has_avx2(void) {
 #endif
 }
 
+bool kvb_cpu_has_avx512vnni(void) {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!kvb_cpu_has_avx512() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (c >> 11) & 1; /* AVX512_VNNI */
+#else
+    return false;
+#endif
+}
+
 bool kvb_cpu_has_avx512(void) {
 #if defined(__x86_64__)
     bool a, b;

@@ -2,6 +2,8 @@
 #include "matmul.h"
 #include "quant.h"
 
+#include <math.h>
+
 #include <stdlib.h>
 
 static const struct kvb_dot_kernels *g_dot;
@@ -11,13 +13,23 @@ const struct kvb_dot_kernels *kvb_dot_kernels(void) {
         const struct kvb_kernels *k = kvb_kernels(); /* same choice as attention */
         g_dot = &kvb_dot_ref;
 #if defined(__x86_64__)
-        if (!strcmp(k->name, "avx512")) g_dot = &kvb_dot_avx512;
+        if (!strcmp(k->name, "avx512")) g_dot = kvb_cpu_has_avx512vnni() ? &kvb_dot_avx512vnni : &kvb_dot_avx512;
         else if (!strcmp(k->name, "avx2")) g_dot = &kvb_dot_avx2;
 #else
         (void)k;
 #endif
     }
     return g_dot;
+}
+
+void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+        d[b] = s;
+        for (int i = 0; i < 32; i++) q[b * 32 + i] = (int8_t)lrintf(x[b * 32 + i] * inv);
+    }
 }
 
 void kvb_matmul_redispatch(void);
@@ -44,6 +56,15 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
                      int64_t ldy, int32_t T, int64_t r0, int64_t r1) {
     kvb_dot_fn dot = k->dot[w->type] ? k->dot[w->type] : kvb_dot_ref.dot[w->type];
     const int64_t n = w->n_in;
+    if (T == 1 && w->type == GGML_TYPE_Q8_0 && k->dot_q8_0_q8 && n <= PANEL_MAX_IN) {
+        /* decode: int8 activations once, integer dot products per row */
+        static _Thread_local float t_d[PANEL_MAX_IN / 32];
+        static _Thread_local int8_t t_q[PANEL_MAX_IN];
+        kvb_quantize_act_q8(x, n, t_d, t_q);
+        const struct kvb_q8_act xa = {t_d, t_q};
+        for (int64_t r = r0; r < r1; r++) y[r] = k->dot_q8_0_q8(w->data + (size_t)r * w->row_bytes, &xa, n);
+        return;
+    }
     if (T == 1 || n > PANEL_MAX_IN) {
         for (int64_t r = r0; r < r1; r++) {
             const void *row = w->data + (size_t)r * w->row_bytes;

@@ -27,12 +27,27 @@ typedef float (*kvb_dot_fn)(const void *row, const float *x, int64_t n);
  * floats apart, tokens ldx apart). The prefill micro-kernel. */
 typedef void (*kvb_tile_fn)(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out16);
 
-/* One dot kernel per weight type (NULL: unsupported), and the f32 tile. */
+/* Activations quantized to int8 blocks of 32 (as Q8_0): for decode with
+ * integer dot products. */
+struct kvb_q8_act {
+    const float *d;   /* [n/32] scales */
+    const int8_t *q;  /* [n] */
+};
+typedef float (*kvb_dot_q8_fn)(const void *row, const struct kvb_q8_act *x, int64_t n);
+
+/* One dot kernel per weight type (NULL: unsupported), the f32 prefill tile,
+ * and optional integer kernels for Q8_0 rows against int8 activations. */
 struct kvb_dot_kernels {
     const char *name;
     kvb_dot_fn dot[GGML_TYPE_COUNT];
     kvb_tile_fn tile4x4;
+    kvb_dot_q8_fn dot_q8_0_q8;
 };
+#if defined(__x86_64__)
+extern const struct kvb_dot_kernels kvb_dot_avx512vnni;
+#endif
+/* Quantizes x[0..n) (n a multiple of 32) into q8 blocks. */
+void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q);
 extern const struct kvb_dot_kernels kvb_dot_ref;
 #if defined(__x86_64__)
 extern const struct kvb_dot_kernels kvb_dot_avx512, kvb_dot_avx2;

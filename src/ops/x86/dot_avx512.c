@@ -178,9 +178,22 @@ static void tile4x4_avx512(const float *w, int64_t ldw, const float *x, int64_t 
     _mm512_storeu_ps(out, reduce16(A));
 }
 
+float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
+
 const struct kvb_dot_kernels kvb_dot_avx512 = {
     .tile4x4 = tile4x4_avx512,
     .name = "avx512",
+    .dot = {
+        [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
+        [GGML_TYPE_Q8_0] = dot_q8_0_avx512, [GGML_TYPE_Q4_0] = dot_q4_0_avx512, [GGML_TYPE_Q4_K] = dot_q4_K_avx512,
+        [GGML_TYPE_Q6_K] = dot_q6_K_avx512,
+    },
+};
+
+const struct kvb_dot_kernels kvb_dot_avx512vnni = {
+    .tile4x4 = tile4x4_avx512,
+    .name = "avx512-vnni",
+    .dot_q8_0_q8 = kvb_dot_q8_0_q8_vnni,
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx512, [GGML_TYPE_Q4_0] = dot_q4_0_avx512, [GGML_TYPE_Q4_K] = dot_q4_K_avx512,
