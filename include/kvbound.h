@@ -385,6 +385,10 @@ size_t kvb_token_piece(const struct kvb_model *model, int32_t id, char *buf, siz
 int32_t kvb_token_bos(const struct kvb_model *model);
 int32_t kvb_token_eos(const struct kvb_model *model);
 int32_t kvb_n_vocab(const struct kvb_model *model);
+/* The GGUF tokenizer.chat_template, or NULL. */
+const char *kvb_model_chat_template(const struct kvb_model *model);
+/* Id of a token by its exact text ("<|im_end|>"), or -1. */
+int32_t kvb_token_find(const struct kvb_model *model, const char *text);
 
 struct kvb_context_params {
     struct kvb_policy_params policy; /* default: full */
@@ -408,6 +412,11 @@ void kvb_context_free(struct kvb_context *ctx);
 kvb_status kvb_context_eval(struct kvb_context *ctx, const int32_t *tokens, int32_t n, float *logits, bool all_logits);
 void kvb_context_reset(struct kvb_context *ctx);
 struct kvb_cache *kvb_context_cache(struct kvb_context *ctx);
+/* Saves the context's cache (kvb_cache_save_file), or replaces it with one
+ * loaded from a file; the loaded cache must fit the model (KVB_ERR_INVALID
+ * otherwise) and the context is unchanged on any error. */
+kvb_status kvb_context_save(const struct kvb_context *ctx, const char *path);
+kvb_status kvb_context_load(struct kvb_context *ctx, const char *path);
 int64_t kvb_context_n_past(const struct kvb_context *ctx);
 
 /* ------------------------------------------------------------------------ */

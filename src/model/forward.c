@@ -106,6 +106,25 @@ void kvb_context_reset(struct kvb_context *c) {
 }
 
 struct kvb_cache *kvb_context_cache(struct kvb_context *c) { return c->cache; }
+
+kvb_status kvb_context_save(const struct kvb_context *c, const char *path) { return kvb_cache_save_file(c->cache, path); }
+
+kvb_status kvb_context_load(struct kvb_context *c, const char *path) {
+    struct kvb_cache *nc;
+    kvb_status st = kvb_cache_load_file(NULL, path, c->p.kv_pool_bytes, &nc);
+    if (st != KVB_OK) return st;
+    const struct kvb_cache_params *p = kvb_cache_get_params(nc);
+    const struct kvb_model_info *in = &c->m->info;
+    if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->rope.type != in->rope_type) {
+        kvb_cache_free(nc);
+        return kvb_fail(KVB_ERR_INVALID, "%s: the saved cache (%d layers, %d KV heads, %d dims) does not fit this model (%d, %d, %d)", path,
+                        (int)p->n_layer, (int)p->n_kv_head, (int)p->head_dim, (int)in->n_layer, (int)in->n_head_kv, (int)in->head_dim);
+    }
+    kvb_cache_free(c->cache);
+    c->cache = nc;
+    c->n_past = kvb_cache_n_past(nc, 0);
+    return KVB_OK;
+}
 int64_t kvb_context_n_past(const struct kvb_context *c) { return c->n_past; }
 
 static void rmsnorm(float *o, const float *x, const float *w, int64_t n, float eps) {

@@ -132,6 +132,13 @@ kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m) {
     }
     in->rope_type = !strcmp(arch, "qwen2") ? KVB_ROPE_NEOX : KVB_ROPE_INTERLEAVED;
     if ((st = kvb_vocab_from_gguf(f, &m->vocab)) != KVB_OK) return st;
+    struct gguf_str tmpl;
+    if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, false) == KVB_OK && tmpl.n < (1u << 20)) {
+        m->chat_template = kvb_malloc((size_t)tmpl.n + 1);
+        if (!m->chat_template) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", path);
+        memcpy(m->chat_template, tmpl.p, (size_t)tmpl.n);
+        m->chat_template[tmpl.n] = 0;
+    }
     in->n_vocab = m->vocab->n;
     const int64_t E = in->n_embd, D = in->head_dim, Hq = in->n_head, Hk = in->n_head_kv, F = in->n_ff, V = in->n_vocab;
     if ((st = bind(f, "token_embd.weight", E, V, true, &m->tok_embd)) != KVB_OK) return st;
@@ -300,6 +307,7 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
 void kvb_model_free(struct kvb_model *m) {
     if (!m) return;
     kvb_vocab_free(m->vocab);
+    kvb_free(m->chat_template);
     gguf_close(m->gguf);
     if (m->map) munmap(m->map, m->map_size);
     kvb_free(m->layers);
@@ -315,3 +323,5 @@ size_t kvb_token_piece(const struct kvb_model *m, int32_t id, char *buf, size_t 
 int32_t kvb_token_bos(const struct kvb_model *m) { return m->vocab->bos; }
 int32_t kvb_token_eos(const struct kvb_model *m) { return m->vocab->eos; }
 int32_t kvb_n_vocab(const struct kvb_model *m) { return m->info.n_vocab; }
+const char *kvb_model_chat_template(const struct kvb_model *m) { return m->chat_template; }
+int32_t kvb_token_find(const struct kvb_model *m, const char *text) { return kvb_vocab_find(m->vocab, text, strlen(text)); }

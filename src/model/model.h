@@ -34,6 +34,7 @@ struct kvb_model {
     struct gguf_file *gguf;      /* GGUF source, or NULL */
     void *map;                   /* llama2.c checkpoint mapping */
     size_t map_size;
+    char *chat_template;         /* tokenizer.chat_template, or NULL */
     char path[512];
 };
 

@@ -24,6 +24,7 @@ int cmd_bench(int argc, char **argv);
 int bench_model(int argc, char **argv, bool prefill);
 int cmd_lab(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);

@@ -1,0 +1,78 @@
+#!/bin/sh
+# test_engine_cli.sh BUILD_DIR — the engine as users run it, on the shared
+# models: `run` prints exactly prompt + generated text (the README's greedy
+# reference) with stats on stderr; a bounded policy runs far past the trained
+# context in constant KV memory; `full` stops at the context limit with a
+# clear message; `chat` works through a pipe with /save and /load; `convert`
+# and `mkmodel` write models that load; bad flags are named.
+B=${1:-build}
+K="$B/kvbound"
+D=${KVB_SHARED_DATA:-../shared/data}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+ko() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+if [ ! -f "$D/models/stories260K/stories260K.llamacpp.gguf" ]; then
+    if [ "${KVB_REQUIRE_SHARED:-0}" = 1 ]; then ko shared_data "missing $D (KVB_REQUIRE_SHARED=1)"; else echo "skip: shared data missing: $D"; fi
+    echo "cases: $pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+    exit
+fi
+G="$D/models/stories260K/stories260K.llamacpp.gguf"
+REF='Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.
+Lily'
+
+"$K" run -m "$G" -p "Once upon a time" -n 60 --temp 0 > "$T/out.txt" 2> "$T/err.txt"
+printf '%s\n' "$REF" > "$T/want.txt"
+if cmp -s "$T/out.txt" "$T/want.txt" && grep -q 'prefill .* tok/s, decode .* tok/s' "$T/err.txt"; then ok run_greedy_stdout_exact
+else ko run_greedy_stdout_exact "$(head -c 200 "$T/out.txt")"; fi
+
+"$K" run -m "$D/models/stories260K/stories260K.bin" -z "$D/models/stories260K/tok512.bin" -p "Once upon a time" -n 60 --temp 0 -t 1 > "$T/bin.txt" 2>/dev/null
+if cmp -s "$T/bin.txt" "$T/want.txt"; then ok run_llama2c_bin; else ko run_llama2c_bin "$(head -c 120 "$T/bin.txt")"; fi
+
+# seeded sampling: same seed and threads, same text
+"$K" run -m "$G" -p "Once" -n 40 --temp 0.9 --seed 7 -t 2 > "$T/s1.txt" 2>/dev/null
+"$K" run -m "$G" -p "Once" -n 40 --temp 0.9 --seed 7 -t 2 > "$T/s2.txt" 2>/dev/null
+"$K" run -m "$G" -p "Once" -n 40 --temp 0.9 --seed 8 -t 2 > "$T/s3.txt" 2>/dev/null
+if cmp -s "$T/s1.txt" "$T/s2.txt" && ! cmp -s "$T/s1.txt" "$T/s3.txt"; then ok run_seed_reproducible; else ko run_seed_reproducible "seeded runs differ or seeds agree"; fi
+
+# bounded: 3000 tokens on a model trained for 128 positions (llama.cpp's GGUF key), constant KV
+"$K" run -m "$G" -p "Once upon a time" -n 3000 --ignore-eos --policy streaming --budget 64 > /dev/null 2> "$T/b.txt"
+if grep -q '(3000 tokens), KV \([0-9.]*\) MB (peak \1 MB), policy streaming' "$T/b.txt"; then ok run_bounded_past_context
+else ko run_bounded_past_context "$(tail -n 1 "$T/b.txt")"; fi
+
+# full: stops at the context limit with a clear message, exit 0
+"$K" run -m "$G" -p "Once upon a time" -n 500 --ignore-eos --policy full > /dev/null 2> "$T/f.txt"; rf=$?
+if [ $rf -eq 0 ] && grep -q 'context full: 128 + 1 tokens exceed n_ctx 128' "$T/f.txt"; then ok run_full_stops_at_context
+else ko run_full_stops_at_context "exit $rf: $(head -n 2 "$T/f.txt")"; fi
+"$K" run -m "$G" -p "x" -n 1 --ctx 256 > /dev/null 2> "$T/w.txt"
+if grep -q 'beyond the model' "$T/w.txt"; then ok run_warns_past_trained_length; else ko run_warns_past_trained_length "$(head -n 1 "$T/w.txt")"; fi
+
+# errors name the flag or file
+"$K" run -m "$G" -p x --top-p 7 2> "$T/e1.txt"; r1=$?
+"$K" run -m /nonexistent.gguf -p x 2> "$T/e2.txt"; r2=$?
+"$K" run -m "$D/models/stories260K/stories260K.bin" -p x 2> "$T/e3.txt"; r3=$?
+if [ $r1 -eq 2 ] && grep -q -- '--top-p' "$T/e1.txt" && [ $r2 -eq 1 ] && grep -q nonexistent "$T/e2.txt" && [ $r3 -eq 1 ] && grep -q tokenizer "$T/e3.txt"
+then ok run_errors_named; else ko run_errors_named "$(cat "$T/e1.txt" "$T/e2.txt" "$T/e3.txt" | head -n 3)"; fi
+
+# chat through a pipe, with save and load
+printf 'Tell me a story.\n/save %s\n/reset\n/load %s\n/stats\n/quit\n' "$T/c.kvb" "$T/c.kvb" |
+    "$K" chat -m "$G" --temp 0 -n 30 --budget 64 > "$T/chat.txt" 2>&1
+if grep -q "^\[saved $T/c.kvb\]" "$T/chat.txt" && grep -q "^\[loaded $T/c.kvb: [0-9]* tokens seen\]" "$T/chat.txt" &&
+   grep -q '^\[tokens seen' "$T/chat.txt" && [ "$(sed -n 2p "$T/chat.txt" | wc -c)" -gt 20 ]; then ok chat_pipe_save_load
+else ko chat_pipe_save_load "$(head -n 5 "$T/chat.txt")"; fi
+
+# convert and mkmodel
+"$K" convert -m "$D/models/stories260K/stories260K.bin" -z "$D/models/stories260K/tok512.bin" -o "$T/c.gguf" --type f32 2>/dev/null &&
+    "$K" run -m "$T/c.gguf" -p "Once upon a time" -n 60 --temp 0 > "$T/conv.txt" 2>/dev/null
+if cmp -s "$T/conv.txt" "$T/want.txt"; then ok convert_roundtrip; else ko convert_roundtrip "$(head -c 120 "$T/conv.txt")"; fi
+"$K" mkmodel --shape tiny --type q4_k -o "$T/t.gguf" 2>/dev/null && "$K" info -m "$T/t.gguf" > "$T/info.txt" 2>&1
+if grep -q 'architecture  llama' "$T/info.txt" && grep -q 'blk.0.attn_q.weight *q4_K' "$T/info.txt" && grep -q 'KV per token  1024 bytes' "$T/info.txt"
+then ok mkmodel_and_info; else ko mkmodel_and_info "$(head -n 4 "$T/info.txt")"; fi
+"$K" mkmodel --shape nope -o "$T/x.gguf" 2> "$T/e4.txt"; r4=$?
+if [ $r4 -eq 2 ] && grep -q 'tinyllama-1.1b' "$T/e4.txt"; then ok mkmodel_unknown_shape; else ko mkmodel_unknown_shape "$(cat "$T/e4.txt")"; fi
+
+echo "cases: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
