@@ -211,6 +211,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "cache")) return bench_cache(argc - 1, argv + 1);
     if (!strcmp(argv[1], "decode")) return bench_model(argc - 1, argv + 1, false);
     if (!strcmp(argv[1], "prefill")) return bench_model(argc - 1, argv + 1, true);
-    fprintf(stderr, "kvbound bench: unknown benchmark '%s' (available: cache, decode, prefill)\n", argv[1]);
+    if (!strcmp(argv[1], "stream")) return bench_stream(argc - 1, argv + 1);
+    fprintf(stderr, "kvbound bench: unknown benchmark '%s' (available: cache, decode, prefill, stream)\n", argv[1]);
     return 2;
 }

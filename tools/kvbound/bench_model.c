@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -63,6 +64,80 @@ static double fma_peak(struct kvb_threadpool *tp) {
     (void)tp;
     return 0;
 #endif
+}
+
+/* Resident set size in bytes (Linux /proc/self/statm), 0 if unknown. */
+static long long rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long long pages = 0, res = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%lld %lld", &pages, &res) != 2) res = 0;
+    fclose(f);
+    return res * sysconf(_SC_PAGESIZE);
+}
+
+/* `kvbound bench stream`: decode with streaming at a fixed budget for n
+ * tokens; tok/s over windows of 1000 tokens around token 2,000 and at the
+ * end, and resident memory at both points. */
+int bench_stream(int argc, char **argv) {
+    const char *model = NULL, *tok = NULL;
+    int threads = 1, n = 100000, budget = 1024;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: kvbound bench stream -m MODEL [-z TOKENIZER.bin] [-n TOKENS (100000)] [--budget N (1024)] [-t THREADS] [--json]\n");
+            return 0;
+        }
+        if (!strcmp(a, "--json")) continue;
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(a, "-n")) { if (cli_parse_i32(a, v, 4000, 1 << 30, &n)) return 2; }
+        else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 8, 1 << 24, &budget)) return 2; }
+        else { fprintf(stderr, "kvbound bench stream: unknown option '%s'\n", a); return 2; }
+    }
+    if (!model) { fprintf(stderr, "kvbound bench stream: -m MODEL is required\n"); return 2; }
+    struct kvb_model_params mp = kvb_model_default_params();
+    mp.tokenizer_path = tok;
+    struct kvb_model *m;
+    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    struct kvb_context_params cp = kvb_context_default_params();
+    cp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    cp.policy.budget = budget;
+    cp.n_threads = threads;
+    size_t per_tok = (size_t)m->info.n_layer * m->info.n_head_kv * m->info.head_dim * 2 * 2;
+    cp.kv_pool_bytes = per_tok * (size_t)(budget + 512) + ((size_t)16 << 20);
+    struct kvb_context *c;
+    if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    float *logits = malloc(sizeof(float) * (size_t)m->info.n_vocab);
+    double t_a0 = 0, t_a1 = 0, t_b0 = 0;
+    long long rss_a = 0;
+    int32_t t = 1;
+    for (int i = 0; i < n; i++) {
+        if (i == 1500) t_a0 = cli_now_sec();
+        if (i == 2500) { t_a1 = cli_now_sec(); rss_a = rss_bytes(); }
+        if (i == n - 1000) t_b0 = cli_now_sec();
+        if (kvb_context_eval(c, &t, 1, logits, false) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+        int best = 0;
+        for (int k = 1; k < m->info.n_vocab; k++)
+            if (logits[k] > logits[best]) best = k;
+        t = best;
+        if (i % 10000 == 0) fprintf(stderr, "\rkvbound: %d/%d tokens", i, n);
+    }
+    double t_b1 = cli_now_sec();
+    long long rss_b = rss_bytes();
+    fprintf(stderr, "\n");
+    double a = 1000 / (t_a1 - t_a0), b = 1000 / (t_b1 - t_b0);
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(kvb_context_cache(c), &cs);
+    printf("{\"bench\":\"stream\",\"model\":\"%s\",\"budget\":%d,\"tokens\":%d,\"threads\":%d,\"tok_per_s_at_2000\":%.1f,"
+           "\"tok_per_s_at_end\":%.1f,\"ratio\":%.3f,\"rss_at_2000\":%lld,\"rss_at_end\":%lld,\"rss_growth\":%lld,\"kv_bytes\":%zu,\"kv_peak\":%zu}\n",
+           model, budget, n, threads, a, b, b / a, rss_a, rss_b, rss_b - rss_a, cs.bytes_used, cs.bytes_peak);
+    free(logits);
+    kvb_context_free(c);
+    kvb_model_free(m);
+    return 0;
 }
 
 static int cmp_d(const void *a, const void *b) {
