@@ -209,6 +209,10 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
         at++;
     }
     if (add_special && v->add_eos && v->eos >= 0) emit(&o, v->eos);
+    if (!o.ids && !o.oom) { /* no tokens: still a valid allocation for the caller */
+        o.ids = kvb_malloc(sizeof(int32_t));
+        o.oom = !o.ids;
+    }
     if (o.oom) {
         kvb_free(o.ids);
         return kvb_fail(KVB_ERR_NOMEM, "tokenize: out of memory for %zu bytes of text", len);

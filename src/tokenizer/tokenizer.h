@@ -56,7 +56,7 @@ void kvb_vocab_free(struct kvb_vocab *v);
 int32_t kvb_vocab_find(const struct kvb_vocab *v, const char *text, size_t len);
 
 /* Tokenizes text[0..len). *ids is allocated with the library allocator (free
- * with kvb_free); KVB_ERR_NOMEM. add_special: BOS (and EOS) as the vocabulary
+ * with kvb_free), even when *n_ids is 0; KVB_ERR_NOMEM. add_special: BOS (and EOS) as the vocabulary
  * asks; parse_special: control-token text such as "<s>" becomes that token. */
 kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special,
                               bool parse_special, int32_t **ids, int32_t *n_ids);
