@@ -27,7 +27,7 @@ static inline __mmask16 tail_mask(int32_t left) { return left >= 16 ? (__mmask16
 /* Sums each of 16 vectors: returns E with E[4*l + e] = sum(A[4*e + l]).
  * Four levels of lane shuffles and adds (45 ops for 16 dot products instead
  * of 16 separate horizontal reductions). */
-static inline __m512 reduce16(const __m512 *A) {
+static inline __attribute__((always_inline)) __m512 reduce16(const __m512 *A) {
     __m512 B[8], C[4];
     for (int k = 0; k < 8; k++)
         B[k] = _mm512_add_ps(_mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0x44), _mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0xEE));

@@ -146,7 +146,7 @@ static float dot_q6_K_avx512(const void *row, const float *x, int64_t n) {
 }
 
 /* 16-way transpose-reduction: E[4*l + e] = sum(A[4*e + l]) */
-static inline __m512 reduce16(const __m512 *A) {
+static inline __attribute__((always_inline)) __m512 reduce16(const __m512 *A) {
     __m512 B[8], C[4];
     for (int k = 0; k < 8; k++)
         B[k] = _mm512_add_ps(_mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0x44), _mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0xEE));
