@@ -160,21 +160,24 @@ static inline __attribute__((always_inline)) __m512 reduce16(const __m512 *A) {
 /* 4 rows x 4 tokens; accumulator A[4*t + r] so that the reduction lands as
  * out[4*t + r]... reduce16 gives E[4*l + e] = sum(A[4*e + l]), so store A at
  * [4*r + t] to read E[4*t + r]. */
+static inline __attribute__((always_inline)) void tile_step(__m512 *A, const float *w, int64_t ldw, const float *x, int64_t ldx,
+                                                            int64_t c, __mmask16 m, bool masked) {
+    __m512 xv[4];
+    for (int t = 0; t < 4; t++) xv[t] = masked ? _mm512_maskz_loadu_ps(m, x + t * ldx + c) : _mm512_loadu_ps(x + t * ldx + c);
+    for (int r = 0; r < 4; r++) {
+        __m512 wr = masked ? _mm512_maskz_loadu_ps(m, w + r * ldw + c) : _mm512_loadu_ps(w + r * ldw + c);
+        for (int t = 0; t < 4; t++) A[4 * r + t] = _mm512_fmadd_ps(wr, xv[t], A[4 * r + t]);
+    }
+}
+
+/* 4 rows x 4 tokens: A[4*r + t] accumulates row r . token t; reduce16 turns
+ * that into out[4*t + r]. Full 16-float chunks use plain loads, the tail a mask. */
 static void tile4x4_avx512(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out) {
     __m512 A[16];
     for (int i = 0; i < 16; i++) A[i] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < n; c += 16) {
-        __mmask16 m = tmask(n - c);
-        __m512 x0 = _mm512_maskz_loadu_ps(m, x + c), x1 = _mm512_maskz_loadu_ps(m, x + ldx + c);
-        __m512 x2 = _mm512_maskz_loadu_ps(m, x + 2 * ldx + c), x3 = _mm512_maskz_loadu_ps(m, x + 3 * ldx + c);
-        for (int r = 0; r < 4; r++) {
-            __m512 wr = _mm512_maskz_loadu_ps(m, w + r * ldw + c);
-            A[4 * r + 0] = _mm512_fmadd_ps(wr, x0, A[4 * r + 0]);
-            A[4 * r + 1] = _mm512_fmadd_ps(wr, x1, A[4 * r + 1]);
-            A[4 * r + 2] = _mm512_fmadd_ps(wr, x2, A[4 * r + 2]);
-            A[4 * r + 3] = _mm512_fmadd_ps(wr, x3, A[4 * r + 3]);
-        }
-    }
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) tile_step(A, w, ldw, x, ldx, c, 0xffff, false);
+    if (c < n) tile_step(A, w, ldw, x, ldx, c, tmask(n - c), true);
     _mm512_storeu_ps(out, reduce16(A));
 }
 
