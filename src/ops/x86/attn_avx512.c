@@ -22,6 +22,11 @@ static inline __m512 load16(enum kvb_dtype dt, const void *row, int32_t i, __mma
     return _mm512_maskz_loadu_ps(m, (const float *)row + i);
 }
 
+static inline __m512 load16_full(enum kvb_dtype dt, const void *row, int32_t i) {
+    if (dt == KVB_DTYPE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
+    return _mm512_loadu_ps((const float *)row + i);
+}
+
 static inline __mmask16 tail_mask(int32_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
 /* Sums each of 16 vectors: returns E with E[4*l + e] = sum(A[4*e + l]).
@@ -40,22 +45,33 @@ static inline __attribute__((always_inline)) __m512 reduce16(const __m512 *A) {
 
 /* Scores of NR (1..4) query rows against 4 keys at once. Accumulator
  * A[4*r + t] holds row r x key t; after reduce16, E[4*t + r] is its sum. */
+static inline __attribute__((always_inline)) void scores_step(enum kvb_dtype dt, int NR, const float *q, int32_t d,
+                                                              const void *const *k, __m512 *A, int32_t c, __mmask16 m, bool masked) {
+    __m512 k0, k1, k2, k3;
+    if (masked) {
+        k0 = load16(dt, k[0], c, m); k1 = load16(dt, k[1], c, m); k2 = load16(dt, k[2], c, m); k3 = load16(dt, k[3], c, m);
+    } else {
+        k0 = load16_full(dt, k[0], c); k1 = load16_full(dt, k[1], c); k2 = load16_full(dt, k[2], c); k3 = load16_full(dt, k[3], c);
+    }
+    for (int r = 0; r < NR; r++) {
+        __m512 qr = masked ? _mm512_maskz_loadu_ps(m, q + (size_t)r * d + c) : _mm512_loadu_ps(q + (size_t)r * d + c);
+        A[4 * r + 0] = _mm512_fmadd_ps(qr, k0, A[4 * r + 0]);
+        A[4 * r + 1] = _mm512_fmadd_ps(qr, k1, A[4 * r + 1]);
+        A[4 * r + 2] = _mm512_fmadd_ps(qr, k2, A[4 * r + 2]);
+        A[4 * r + 3] = _mm512_fmadd_ps(qr, k3, A[4 * r + 3]);
+    }
+}
+
+/* Scores of NR (1..4) query rows against 4 keys at once. Accumulator
+ * A[4*r + t] holds row r x key t; after reduce16, E[4*t + r] is its sum.
+ * Full 16-wide chunks use plain loads (masked loads in the loop cost 2x). */
 static inline __attribute__((always_inline)) void scores_4keys(enum kvb_dtype dt, int NR, const float *q, int32_t d,
                                                                const void *const *k, float *out /* [4 keys][4 rows] */) {
     __m512 A[16];
     for (int i = 0; i < 16; i++) A[i] = _mm512_setzero_ps();
-    for (int32_t c = 0; c < d; c += 16) {
-        __mmask16 m = tail_mask(d - c);
-        __m512 k0 = load16(dt, k[0], c, m), k1 = load16(dt, k[1], c, m), k2 = load16(dt, k[2], c, m),
-               k3 = load16(dt, k[3], c, m);
-        for (int r = 0; r < NR; r++) {
-            __m512 qr = _mm512_maskz_loadu_ps(m, q + (size_t)r * d + c);
-            A[4 * r + 0] = _mm512_fmadd_ps(qr, k0, A[4 * r + 0]);
-            A[4 * r + 1] = _mm512_fmadd_ps(qr, k1, A[4 * r + 1]);
-            A[4 * r + 2] = _mm512_fmadd_ps(qr, k2, A[4 * r + 2]);
-            A[4 * r + 3] = _mm512_fmadd_ps(qr, k3, A[4 * r + 3]);
-        }
-    }
+    int32_t c = 0;
+    for (; c + 16 <= d; c += 16) scores_step(dt, NR, q, d, k, A, c, 0xffff, false);
+    if (c < d) scores_step(dt, NR, q, d, k, A, c, tail_mask(d - c), true);
     _mm512_storeu_ps(out, reduce16(A));
 }
 
@@ -105,7 +121,7 @@ static void scores_avx512(const struct kvb_kv_view *v, const float *q, int32_t n
  * the head dim: 4 x NR accumulators live in registers across the tile. */
 static inline __attribute__((always_inline)) void accum_chunk(const struct kvb_kv_view *v, enum kvb_dtype dt, int NR,
                                                               const float *e, int32_t j0, int32_t nt, float *acc,
-                                                              int32_t d, int32_t c0) {
+                                                              int32_t d, int32_t c0, bool full) {
     __mmask16 mk[4];
     __m512 a[4][4];
     for (int c = 0; c < 4; c++) {
@@ -117,7 +133,7 @@ static inline __attribute__((always_inline)) void accum_chunk(const struct kvb_k
     for (int32_t t = 0; t < nt; t++) {
         const void *vr = kvb_view_v(v, j0 + t);
         __m512 vc[4];
-        for (int c = 0; c < 4; c++) vc[c] = load16(dt, vr, c0 + c * 16, mk[c]);
+        for (int c = 0; c < 4; c++) vc[c] = full ? load16_full(dt, vr, c0 + c * 16) : load16(dt, vr, c0 + c * 16, mk[c]);
         for (int r = 0; r < NR; r++) {
             __m512 w = _mm512_set1_ps(e[r * KVB_ATTN_TILE + t]);
             for (int c = 0; c < 4; c++) a[r][c] = _mm512_fmadd_ps(w, vc[c], a[r][c]);
@@ -135,11 +151,21 @@ static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_vi
         const float *er = e + r0 * KVB_ATTN_TILE;
         float *ar = acc + (size_t)r0 * d;
         for (int32_t c0 = 0; c0 < d; c0 += 64) {
-            switch (nr) {
-            case 4: accum_chunk(v, dt, 4, er, j0, nt, ar, d, c0); break;
-            case 3: accum_chunk(v, dt, 3, er, j0, nt, ar, d, c0); break;
-            case 2: accum_chunk(v, dt, 2, er, j0, nt, ar, d, c0); break;
-            default: accum_chunk(v, dt, 1, er, j0, nt, ar, d, c0); break;
+            const bool full = d - c0 >= 64;
+            if (full) {
+                switch (nr) {
+                case 4: accum_chunk(v, dt, 4, er, j0, nt, ar, d, c0, true); break;
+                case 3: accum_chunk(v, dt, 3, er, j0, nt, ar, d, c0, true); break;
+                case 2: accum_chunk(v, dt, 2, er, j0, nt, ar, d, c0, true); break;
+                default: accum_chunk(v, dt, 1, er, j0, nt, ar, d, c0, true); break;
+                }
+            } else {
+                switch (nr) {
+                case 4: accum_chunk(v, dt, 4, er, j0, nt, ar, d, c0, false); break;
+                case 3: accum_chunk(v, dt, 3, er, j0, nt, ar, d, c0, false); break;
+                case 2: accum_chunk(v, dt, 2, er, j0, nt, ar, d, c0, false); break;
+                default: accum_chunk(v, dt, 1, er, j0, nt, ar, d, c0, false); break;
+                }
             }
         }
     }
