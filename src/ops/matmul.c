@@ -47,11 +47,6 @@ bool kvb_matmul_supports(uint32_t type) { return type < GGML_TYPE_COUNT && kvb_d
 #define PANEL_MAX_IN 16384
 static _Thread_local float t_panel[PANEL * PANEL_MAX_IN];
 
-static void tile_ref(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out) {
-    for (int t = 0; t < 4; t++)
-        for (int r = 0; r < 4; r++) out[4 * t + r] = kvb_dot_ref.dot[GGML_TYPE_F32](w + r * ldw, x + t * ldx, n);
-}
-
 void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
                      int64_t ldy, int32_t T, int64_t r0, int64_t r1) {
     kvb_dot_fn dot = k->dot[w->type] ? k->dot[w->type] : kvb_dot_ref.dot[w->type];
@@ -73,13 +68,13 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
         return;
     }
     kvb_dot_fn dot32 = k->dot[GGML_TYPE_F32];
-    kvb_tile_fn tile = k->tile4x4 ? k->tile4x4 : tile_ref;
+    kvb_tile_fn tile = k->tile4x4; /* NULL: the family's f32 dot per (row, token) */
     float out[16];
     for (int64_t p0 = r0; p0 < r1; p0 += PANEL) {
         const int64_t np = KVB_MIN((int64_t)PANEL, r1 - p0);
         for (int64_t i = 0; i < np; i++) kvb_dequantize_row(w->type, w->data + (size_t)(p0 + i) * w->row_bytes, t_panel + i * n, n);
         int32_t t = 0;
-        for (; t + 4 <= T; t += 4) {
+        for (; tile && t + 4 <= T; t += 4) {
             int64_t i = 0;
             for (; i + 4 <= np; i += 4) {
                 tile(t_panel + i * n, n, x + (size_t)t * ldx, ldx, n, out);

@@ -1,5 +1,7 @@
-/* dot_avx2.c — AVX2 + FMA + F16C dot products, scalar tail. */
+/* dot_avx2.c — AVX2 + FMA + F16C dot products of every weight type (8-wide
+ * versions of dot_avx512.c; scalar tail for f32/f16/bf16). */
 #include "../matmul.h"
+#include "../quant.h"
 
 #include <immintrin.h>
 
@@ -36,8 +38,113 @@ static float dot_f16_avx2(const void *row, const float *x, int64_t n) {
     return s;
 }
 
-/* Quantized types fall back to the reference on AVX2 machines for now. */
+static float dot_bf16_avx2(const void *row, const float *x, int64_t n) {
+    const uint16_t *w = row;
+    __m256 a0 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i))), 16));
+        a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), a0);
+    }
+    float s = hsum(a0);
+    for (; i < n; i++) s += kvb_bf16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+static inline __m256 i8x8(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
+static inline __m256 u8x8(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
+
+static float dot_q8_0_avx2(const void *row, const float *x, int64_t n) {
+    const struct block_q8_0 *b = row;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        __m256 p = _mm256_mul_ps(i8x8(b[i].qs), _mm256_loadu_ps(x));
+        for (int k = 8; k < 32; k += 8) p = _mm256_fmadd_ps(i8x8(b[i].qs + k), _mm256_loadu_ps(x + k), p);
+        acc = _mm256_fmadd_ps(p, _mm256_set1_ps(kvb_f16_to_f32(b[i].d)), acc);
+    }
+    return hsum(acc);
+}
+
+static float dot_q4_0_avx2(const void *row, const float *x, int64_t n) {
+    const struct block_q4_0 *b = row;
+    const __m256i lo4 = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+        __m256 p = _mm256_setzero_ps();
+        for (int h = 0; h < 16; h += 8) {
+            __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b[i].qs + h)));
+            __m256 lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(q, lo4), eight));
+            __m256 hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(q, 4), eight));
+            p = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x + h), p);
+            p = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + 16 + h), p);
+        }
+        acc = _mm256_fmadd_ps(p, _mm256_set1_ps(kvb_f16_to_f32(b[i].d)), acc);
+    }
+    return hsum(acc);
+}
+
+static float dot_q4_K_avx2(const void *row, const float *x, int64_t n) {
+    const struct block_q4_K *b = row;
+    const __m256i lo4 = _mm256_set1_epi32(0xF);
+    float total = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = kvb_f16_to_f32(b[i].d), dmin = kvb_f16_to_f32(b[i].dmin);
+        __m256 acc = _mm256_setzero_ps();
+        const uint8_t *q = b[i].qs;
+        for (int j = 0; j < 4; j++, q += 32, x += 64) {
+            uint8_t s1, m1, s2, m2;
+            kvb_q4k_scale_min(2 * j, b[i].scales, &s1, &m1);
+            kvb_q4k_scale_min(2 * j + 1, b[i].scales, &s2, &m2);
+            const __m256 sc1 = _mm256_set1_ps(d * s1), sc2 = _mm256_set1_ps(d * s2);
+            const __m256 mn1 = _mm256_set1_ps(dmin * m1), mn2 = _mm256_set1_ps(dmin * m2);
+            for (int h = 0; h < 32; h += 8) {
+                __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + h)));
+                __m256 wl = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, lo4)), sc1, mn1);
+                __m256 wh = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), sc2, mn2);
+                acc = _mm256_fmadd_ps(wl, _mm256_loadu_ps(x + h), acc);
+                acc = _mm256_fmadd_ps(wh, _mm256_loadu_ps(x + 32 + h), acc);
+            }
+        }
+        total += hsum(acc);
+    }
+    return total;
+}
+
+static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
+    const struct block_q6_K *b = row;
+    const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
+    float total = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = kvb_f16_to_f32(b[i].d);
+        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        const int8_t *sc = b[i].scales;
+        __m256 acc = _mm256_setzero_ps();
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, x += 128) {
+            for (int l = 0; l < 32; l += 8) {
+                const int is = l / 16;
+                __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+                __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l + 32)));
+                __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+                __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m2), 4)), k32);
+                __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m2), 4)), k32);
+                __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m2), 4)), k32);
+                __m256i q4 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 6), m2), 4)), k32);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q1), _mm256_set1_ps(d * sc[is])), _mm256_loadu_ps(x + l), acc);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q2), _mm256_set1_ps(d * sc[is + 2])), _mm256_loadu_ps(x + l + 32), acc);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q3), _mm256_set1_ps(d * sc[is + 4])), _mm256_loadu_ps(x + l + 64), acc);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q4), _mm256_set1_ps(d * sc[is + 6])), _mm256_loadu_ps(x + l + 96), acc);
+            }
+        }
+        total += hsum(acc);
+    }
+    return total;
+}
+
 const struct kvb_dot_kernels kvb_dot_avx2 = {
     .name = "avx2",
-    .dot = {[GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2},
+    .dot = {
+        [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
+        [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_avx2,
+        [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
+    },
 };
