@@ -16,6 +16,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run                 generate text from a GGUF or llama2.c model with any cache policy\n"
             "  chat                interactive conversation with a bounded cache (stdin may be a pipe)\n"
+            "  mem                 KV-cache memory calculator (presets, models, policies)\n"
             "  info                print a model's architecture, hyperparameters and tensors\n"
             "  convert             write a llama2.c checkpoint as GGUF\n"
             "  mkmodel             write a random-weight GGUF of a real model shape\n"
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "lab")) return cmd_lab(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mem")) return cmd_mem(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);

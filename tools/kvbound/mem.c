@@ -1,0 +1,146 @@
+/*
+ * mem.c — `kvbound mem`: KV-cache memory, M = 2 (K and V) x B x T x L x
+ * n_kv x d x bytes per element, with quantized types counted by their
+ * blocks (q8_0: 34 bytes per 32 values) and optional page rounding. A bounded
+ * policy's size does not depend on T; the saving is printed beside it.
+ * GB = 10^9 bytes (GiB with --gib), rounded to nearest.
+ */
+#include "cli.h"
+#include "core/ggml_types.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct preset {
+    const char *name;
+    int32_t layers, kv_heads, head_dim;
+};
+
+/* From the public model configs (num_hidden_layers, num_key_value_heads, head_dim). */
+static const struct preset k_presets[] = {
+    {"llama2-7b", 32, 32, 128},  {"llama2-13b", 40, 40, 128},    {"llama3-8b", 32, 8, 128},
+    {"llama3-70b", 80, 8, 128},  {"llama3.1-405b", 126, 8, 128}, {"mistral-7b", 32, 8, 128},
+    {"qwen2.5-7b", 28, 4, 128},  {"tinyllama-1.1b", 22, 4, 64},  {"smollm2-135m", 30, 3, 64},
+};
+
+/* Bytes of the K and V of `tokens` tokens: rows of head_dim elements per
+ * (layer, KV head); with block_size > 0 the tokens round up to whole pages. */
+static unsigned long long kv_bytes(int32_t L, int32_t H, int32_t D, uint32_t type, long long tokens, long long batch, int32_t block) {
+    long long t = tokens;
+    if (block > 0) t = (tokens + block - 1) / block * block;
+    return 2ull * (unsigned long long)batch * (unsigned long long)t * (unsigned long long)L * (unsigned long long)H * ggml_row_size(type, D);
+}
+
+static int parse_list_ll(const char *flag, const char *v, long long *out, int *n, int max) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n >= max) { fprintf(stderr, "kvbound: %s: at most %d values\n", flag, max); return -1; }
+        long long x;
+        if (cli_parse_i64(flag, tok, 1, 1LL << 40, &x)) return -1;
+        out[(*n)++] = x;
+    }
+    return 0;
+}
+
+int cmd_mem(int argc, char **argv) {
+    const char *preset = NULL, *model = NULL;
+    int32_t L = 0, H = 0, D = 0, block = 0, budget = 0, sinks = -1;
+    long long ctx[16], batch[16];
+    int n_ctx = 0, n_batch = 0;
+    uint32_t type = GGML_TYPE_F16;
+    bool json = false, gib = false;
+    enum kvb_policy_id pid = KVB_POLICY_FULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: kvbound mem [--preset NAME | -m MODEL.gguf | --layers L --kv-heads H --head-dim D] --ctx T[,T...]\n"
+                   "                   [--batch B[,B...]] [--dtype f32|f16|bf16|q8_0|q4_0] [--policy P --budget N [--sinks S]]\n"
+                   "                   [--block-size N] [--gib] [--json]\n\n"
+                   "KV memory M = 2 x batch x tokens x layers x kv_heads x head_dim x bytes (K and V).\n"
+                   "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
+            for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
+            printf("\n");
+            return 0;
+        }
+        if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--gib")) { gib = true; continue; }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--preset")) preset = v;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--layers")) { if (cli_parse_i32(a, v, 1, 100000, &L)) return 2; }
+        else if (!strcmp(a, "--kv-heads")) { if (cli_parse_i32(a, v, 1, 100000, &H)) return 2; }
+        else if (!strcmp(a, "--head-dim")) { if (cli_parse_i32(a, v, 1, 100000, &D)) return 2; }
+        else if (!strcmp(a, "--ctx")) { if (parse_list_ll(a, v, ctx, &n_ctx, 16)) return 2; }
+        else if (!strcmp(a, "--batch")) { if (parse_list_ll(a, v, batch, &n_batch, 16)) return 2; }
+        else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 1 << 20, &block)) return 2; }
+        else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 1, 1 << 30, &budget)) return 2; }
+        else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
+        else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
+        else if (!strcmp(a, "--dtype")) {
+            const uint32_t ok[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+            bool found = false;
+            for (size_t k = 0; k < 5; k++)
+                if (!strcasecmp(v, ggml_type_name(ok[k]))) { type = ok[k]; found = true; }
+            if (!found) { fprintf(stderr, "kvbound: --dtype: '%s' is not f32, f16, bf16, q8_0 or q4_0\n", v); return 2; }
+        } else { fprintf(stderr, "kvbound mem: unknown option '%s'\n", a); return 2; }
+    }
+    char name[128] = "custom";
+    if (preset) {
+        const struct preset *p = NULL;
+        for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++)
+            if (!strcmp(preset, k_presets[k].name)) p = &k_presets[k];
+        if (!p) { fprintf(stderr, "kvbound: --preset: unknown '%s' (see --help)\n", preset); return 2; }
+        L = p->layers; H = p->kv_heads; D = p->head_dim;
+        snprintf(name, sizeof name, "%s", p->name);
+    } else if (model) {
+        struct kvb_model *m;
+        struct kvb_model_params mp = kvb_model_default_params();
+        if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+        struct kvb_model_info in;
+        kvb_model_get_info(m, &in);
+        L = in.n_layer; H = in.n_head_kv; D = in.head_dim;
+        snprintf(name, sizeof name, "%s", model);
+        kvb_model_free(m);
+    }
+    if (!L || !H || !D) { fprintf(stderr, "kvbound mem: give --preset, -m MODEL, or --layers, --kv-heads and --head-dim\n"); return 2; }
+    if (!ggml_row_size(type, D)) { fprintf(stderr, "kvbound mem: head dim %d is not a whole number of %s blocks\n", D, ggml_type_name(type)); return 2; }
+    if (!n_ctx) { fprintf(stderr, "kvbound mem: --ctx T is required\n"); return 2; }
+    if (!n_batch) batch[n_batch++] = 1;
+    if (pid != KVB_POLICY_FULL && !budget) { fprintf(stderr, "kvbound mem: --policy %s needs --budget\n", kvb_policy_name(pid)); return 2; }
+    const double unit = gib ? 1073741824.0 : 1e9;
+    const char *un = gib ? "GiB" : "GB";
+    if (!json) {
+        printf("%s: %d layers x %d KV heads x %d dims, %s; %s = %s bytes%s\n", name, L, H, D, ggml_type_name(type), un,
+               gib ? "2^30" : "10^9", block ? ", tokens rounded up to pages" : "");
+        printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
+        if (pid != KVB_POLICY_FULL) printf(" %14s %10s", "bounded", "saving");
+        printf("\n");
+    } else {
+        printf("{\"model\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"unit\":\"%s\",\"rows\":[", name, L, H, D,
+               ggml_type_name(type), un);
+    }
+    int first = 1;
+    for (int c = 0; c < n_ctx; c++)
+        for (int b = 0; b < n_batch; b++) {
+            unsigned long long bytes = kv_bytes(L, H, D, type, ctx[c], batch[b], block);
+            long long kept = budget < ctx[c] ? budget : ctx[c];
+            unsigned long long bounded = pid != KVB_POLICY_FULL ? kv_bytes(L, H, D, type, kept, batch[b], block) : bytes;
+            if (json)
+                printf("%s{\"tokens\":%lld,\"batch\":%lld,\"bytes\":%llu,\"size\":%.2f%s", first ? "" : ",", ctx[c], batch[b], bytes, bytes / unit,
+                       pid != KVB_POLICY_FULL ? "" : "}");
+            else
+                printf("%12lld %6lld %16llu %12.2f", ctx[c], batch[b], bytes, bytes / unit);
+            if (pid != KVB_POLICY_FULL) {
+                if (json) printf(",\"policy\":\"%s\",\"budget\":%d,\"bounded_bytes\":%llu,\"bounded_size\":%.2f,\"saving\":%.4f}", kvb_policy_name(pid), budget, bounded, bounded / unit, 1.0 - (double)bounded / (double)bytes);
+                else printf(" %14.2f %9.1f%%", bounded / unit, 100.0 * (1.0 - (double)bounded / (double)bytes));
+            }
+            if (!json) printf("\n");
+            first = 0;
+        }
+    if (json) printf("]}\n");
+    else if (pid != KVB_POLICY_FULL) printf("bounded: %s keeps at most %d tokens per (layer, KV head), whatever the context length%s\n", kvb_policy_name(pid), budget,
+                                            sinks >= 0 ? " (sinks included)" : "");
+    return 0;
+}
