@@ -295,6 +295,13 @@ kvb_status kvb_cache_observe(struct kvb_cache *cache, int32_t layer, int32_t hea
  * index or n != n_slots. */
 kvb_status kvb_cache_observe_prefill(struct kvb_cache *cache, int32_t layer, int32_t head, const float *mass, int32_t n);
 int32_t kvb_cache_prefill_obs_queries(const struct kvb_cache *cache);
+/* Measurement hook: fn(user, layer, head, w, n) receives every decode
+ * attention row (w[j] for logical slot j, mean over the group's query heads)
+ * of every stream, from worker threads (different heads concurrently).
+ * NULL removes it. Decode computes weights while it is set. */
+typedef void (*kvb_attn_observer_fn)(void *user, int32_t layer, int32_t head, const float *w, int32_t n);
+void kvb_cache_set_observer(struct kvb_cache *cache, kvb_attn_observer_fn fn, void *user);
+
 /* Evicts every stream of the layer down to its budget. Cannot fail. */
 void kvb_cache_evict(struct kvb_cache *cache, int32_t layer);
 
@@ -456,6 +463,56 @@ kvb_status kvb_eval_tokenize_paragraphs(const struct kvb_model *model, const cha
  * Adds to *sum_nll (nats) and *count. max_windows > 0 stops early. */
 kvb_status kvb_eval_window_nll(const struct kvb_model *model, const int32_t *ids, int64_t n, int32_t window, int32_t n_threads,
                                int64_t max_windows, double *sum_nll, int64_t *count);
+
+/* Quality of a policy on a token stream (docs/EVALUATION.md, "kvbound ppl").
+ * Tokens are fed in order, `chunk` per step with eviction between steps;
+ * every next-token prediction from position 1 on is scored. policy.budget is
+ * B, the most tokens any query attends to, the current one included: the
+ * cache keeps B - chunk between steps. */
+enum kvb_baseline {
+    KVB_BASELINE_NONE = 0,
+    KVB_BASELINE_FULL = 1,      /* no eviction: also gives KL(full || policy) and top-1 agreement */
+    KVB_BASELINE_RECOMPUTE = 2, /* StreamingLLM's oracle: the last B tokens recomputed at 0..B-1 */
+};
+
+struct kvb_ppl_params {
+    struct kvb_policy_params policy;
+    enum kvb_pos_mode pos_mode;
+    int32_t chunk;              /* tokens per step (1) */
+    enum kvb_baseline baseline;
+    bool mass;                  /* retained share of full attention (needs chunk 1; runs the full model too) */
+    int32_t n_threads;
+    int32_t segment;            /* predictions per curve point (256) */
+    enum kvb_dtype kv_dtype;    /* f32 by default: measure the policy, not KV rounding */
+    void (*progress)(int64_t done, int64_t total, void *user);
+    void *user;
+};
+struct kvb_ppl_params kvb_ppl_default_params(void);
+
+struct kvb_ppl_result {
+    int64_t tokens;             /* scored predictions */
+    double nll, ppl;
+    bool has_baseline;
+    double base_nll, base_ppl;
+    bool has_kl;
+    double kl, top1;
+    bool has_mass;
+    double mass;                /* mean over layers, heads and queries */
+    double *mass_layer;         /* [n_layer] */
+    int32_t n_layer;
+    double sink_mass;           /* with mass: full attention on position 0, mean over layers */
+    double *sink_mass_layer;    /* [n_layer] */
+    size_t kv_bytes_peak;
+    double tok_per_s;
+    double *nll_tok;            /* [tokens] */
+    double *base_nll_tok;       /* [tokens] or NULL */
+    int32_t n_seg;
+    double *seg_ppl;            /* [n_seg] */
+};
+
+kvb_status kvb_eval_ppl(const struct kvb_model *model, const int32_t *ids, int64_t n, const struct kvb_ppl_params *params,
+                        struct kvb_ppl_result *out);
+void kvb_ppl_result_free(struct kvb_ppl_result *r);
 
 /* ------------------------------------------------------------------------ */
 /* Synthetic attention laboratory                                           */

@@ -12,7 +12,8 @@
 #include "model/model.h"
 #include "ops/quant.h"
 
-enum { STEPS = 300, SINKS = 4, BUDGET = 24 };
+enum { STEPS = 300, BUDGET = 24 };
+static int SINKS = 4; /* 0 for window */
 
 struct ref {
     const struct kvb_model *m;
@@ -53,7 +54,7 @@ static void ref_step(struct ref *R, int32_t tok, int t, double *logits) {
     float emb[4096];
     kvb_dequantize_row(m->tok_embd.type, m->tok_embd.data + (size_t)tok * m->tok_embd.row_bytes, emb, R->E);
     for (int i = 0; i < R->E; i++) x[i] = emb[i];
-    int ret[BUDGET + 1], n = 0; /* retained original positions, incl. t */
+    int ret[BUDGET + 8], n = 0; /* retained original positions, incl. t */
     for (int p = 0; p <= t; p++)
         if (p < SINKS || p > t - (BUDGET + 1 - SINKS)) ret[n++] = p;
     for (int l = 0; l < R->L; l++) {
@@ -66,7 +67,7 @@ static void ref_step(struct ref *R, int32_t tok, int t, double *logits) {
         memcpy(R->v + ((size_t)l * STEPS + t) * R->HK * R->D, vv, sizeof(double) * R->HK * R->D);
         for (int h = 0; h < R->H; h++) {
             int hk = h / (R->H / R->HK);
-            double qr[64], s[BUDGET + 1], mx = -1e300, z = 0;
+            double qr[64], s[BUDGET + 8], mx = -1e300, z = 0;
             memcpy(qr, q + h * R->D, sizeof(double) * R->D);
             rope(qr, R->D, n - 1, m->info.rope_base);
             for (int j = 0; j < n; j++) {
@@ -136,7 +137,60 @@ TEST(streaming_contiguous_equals_rerotation_reference) {
     kvb_model_free(m);
 }
 
+/* kvbound ppl's definition (B = most tokens a query attends to, current
+ * included), for window and streaming with contiguous positions, equals the
+ * reference's NLL on a real text within 1e-4. */
+TEST(ppl_window_and_streaming_equal_direct_recomputation) {
+    NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
+    NEED_SHARED(tp, "text/tinystories_validation_head.txt");
+    struct kvb_model *m;
+    CHECK_OK(kvb_model_load(g, NULL, &m));
+    size_t len;
+    char *text = t_read_file(tp, &len);
+    int32_t *ids, n;
+    CHECK_OK(kvb_tokenize(m, text, 4000, true, false, &ids, &n));
+    CHECK(n >= STEPS);
+    n = STEPS;
+    struct ref R = {m, m->info.n_embd, m->info.n_layer, m->info.n_head, m->info.n_head_kv, m->info.head_dim, m->info.n_ff, m->info.n_vocab, NULL, NULL};
+    R.k = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    R.v = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    double *lr = malloc(sizeof(double) * (size_t)R.V);
+    const enum kvb_policy_id pols[2] = {KVB_POLICY_WINDOW, KVB_POLICY_STREAMING};
+    for (int k = 0; k < 2; k++) {
+        SINKS = k == 0 ? 0 : 4;
+        struct kvb_ppl_params pp = kvb_ppl_default_params();
+        pp.policy = kvb_policy_default_params(pols[k]);
+        pp.policy.budget = BUDGET + 1; /* attention sees BUDGET + 1 tokens, as the reference */
+        pp.policy.n_sink = SINKS;
+        pp.pos_mode = KVB_POS_CONTIGUOUS;
+        struct kvb_ppl_result r;
+        CHECK_OK(kvb_eval_ppl(m, ids, n, &pp, &r));
+        double worst = 0, sum_ref = 0;
+        for (int t = 0; t + 1 < n; t++) {
+            ref_step(&R, ids[t], t, lr);
+            double mx = lr[0], z = 0;
+            for (int i = 1; i < R.V; i++) mx = fmax(mx, lr[i]);
+            for (int i = 0; i < R.V; i++) z += exp(lr[i] - mx);
+            double nll = mx + log(z) - lr[ids[t + 1]];
+            sum_ref += nll;
+            worst = fmax(worst, fabs(nll - r.nll_tok[t]));
+        }
+        double ppl_ref = exp(sum_ref / (n - 1));
+        printf("  %s: ppl %.6f, direct recomputation %.6f, max per-token NLL difference %.2e\n", kvb_policy_name(pols[k]), r.ppl, ppl_ref, worst);
+        if (worst > 1e-4 || fabs(r.ppl - ppl_ref) > 1e-4 * ppl_ref) FAILF("%s: kvbound ppl differs from the direct recomputation", kvb_policy_name(pols[k]));
+        kvb_ppl_result_free(&r);
+    }
+    SINKS = 4;
+    free(lr);
+    free(R.k);
+    free(R.v);
+    kvb_buffer_free(ids);
+    free(text);
+    kvb_model_free(m);
+}
+
 int main(void) {
+    RUN(ppl_window_and_streaming_equal_direct_recomputation);
     RUN(streaming_contiguous_equals_rerotation_reference);
     return test_summary();
 }

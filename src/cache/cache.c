@@ -710,7 +710,8 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
     struct decode_job *jb = arg;
     struct kvb_cache *c = jb->c;
     const int32_t H = c->params.n_kv_head, d = c->params.head_dim;
-    const bool want_w = (c->policy.iface->flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
+    const bool policy_w = (c->policy.iface->flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
+    const bool want_w = policy_w || c->observer;
     for (int32_t h = ith; h < H; h += nth) {
         struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
         struct kvb_head_scratch *hs = &c->scratch[h];
@@ -719,7 +720,8 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
         if (jb->attend) {
             attend_decode(c, s, hs, jb->q + (size_t)h * jb->G * d, jb->G, pos, jb->out + (size_t)h * jb->G * d,
                           want_w ? hs->col : NULL);
-            if (want_w) {
+            if (c->observer) c->observer(c->observer_user, jb->layer, h, hs->col, s->n);
+            if (policy_w) {
                 c->policy.iface->observe(&c->policy, s, hs->col, s->n, false);
                 s->steps++;
             }
@@ -799,6 +801,11 @@ int32_t kvb_cache_prefill_obs_queries(const struct kvb_cache *c) { return c ? c-
 
 kvb_status kvb_cache_observe(struct kvb_cache *c, int32_t layer, int32_t head, const float *w, int32_t n) {
     return observe_common(c, layer, head, w, n, false);
+}
+
+void kvb_cache_set_observer(struct kvb_cache *c, kvb_attn_observer_fn fn, void *user) {
+    c->observer = fn;
+    c->observer_user = user;
 }
 
 void kvb_cache_evict(struct kvb_cache *c, int32_t layer) {

@@ -117,6 +117,8 @@ struct kvb_cache {
     struct kvb_head_scratch *scratch;/* [n_kv_head] */
     int64_t pages_peak;
     const struct kvb_kernels *kr;
+    kvb_attn_observer_fn observer;
+    void *observer_user;
 };
 
 static inline struct kvb_stream *kvb_cache_stream(const struct kvb_cache *c, int32_t layer, int32_t head) {

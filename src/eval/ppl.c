@@ -8,6 +8,8 @@
  */
 #include "../core/core.h"
 
+#include <time.h>
+
 #include <math.h>
 
 kvb_status kvb_eval_tokenize_paragraphs(const struct kvb_model *m, const char *text, size_t len, int32_t **ids, int64_t *n) {
@@ -91,5 +93,250 @@ kvb_status kvb_eval_window_nll(const struct kvb_model *m, const int32_t *ids, in
     }
     kvb_free(logits);
     kvb_context_free(c);
+    return st;
+}
+
+/* ---- kvb_eval_ppl: a policy against baselines on one token stream ---- */
+
+#include <stdlib.h>
+
+struct kvb_ppl_params kvb_ppl_default_params(void) {
+    struct kvb_ppl_params p;
+    memset(&p, 0, sizeof p);
+    p.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    p.pos_mode = KVB_POS_POLICY_DEFAULT;
+    p.chunk = 1;
+    p.baseline = KVB_BASELINE_NONE;
+    p.n_threads = 1;
+    p.segment = 256;
+    p.kv_dtype = KVB_DTYPE_F32;
+    return p;
+}
+
+void kvb_ppl_result_free(struct kvb_ppl_result *r) {
+    if (!r) return;
+    kvb_free(r->mass_layer);
+    kvb_free(r->sink_mass_layer);
+    kvb_free(r->nll_tok);
+    kvb_free(r->base_nll_tok);
+    kvb_free(r->seg_ppl);
+    memset(r, 0, sizeof *r);
+}
+
+/* log-softmax pieces: returns log Z, writes the argmax */
+static double log_z(const float *lg, int32_t V, int32_t *argmax) {
+    float mx = lg[0];
+    int32_t am = 0;
+    for (int32_t i = 1; i < V; i++)
+        if (lg[i] > mx) { mx = lg[i]; am = i; }
+    double z = 0;
+    for (int32_t i = 0; i < V; i++) z += exp((double)lg[i] - mx);
+    if (argmax) *argmax = am;
+    return (double)mx + log(z);
+}
+
+struct mass_state {
+    const struct kvb_context *policy_ctx;
+    int32_t H;
+    int64_t pos;         /* position of the query */
+    float *full_rows;    /* [L][H][n] full attention rows of this step */
+    int64_t stride;
+    double *acc;         /* [L][H] summed retained mass */
+    double *sink;        /* [L][H] summed mass on position 0 */
+    int64_t *cnt;        /* [L][H] */
+};
+
+static void full_observer(void *user, int32_t layer, int32_t head, const float *w, int32_t n) {
+    struct mass_state *ms = user;
+    float *dst = ms->full_rows + ((size_t)layer * ms->H + head) * (size_t)ms->stride;
+    memcpy(dst, w, sizeof(float) * (size_t)n); /* full cache: logical j == position j */
+}
+
+static void policy_observer(void *user, int32_t layer, int32_t head, const float *w, int32_t n) {
+    (void)w;
+    struct mass_state *ms = user;
+    const struct kvb_cache *c = kvb_context_cache((struct kvb_context *)ms->policy_ctx);
+    const float *full = ms->full_rows + ((size_t)layer * ms->H + head) * (size_t)ms->stride;
+    double m = 0;
+    for (int32_t j = 0; j < n; j++) {
+        struct kvb_slot_info si;
+        if (kvb_cache_slot_info(c, layer, head, j, &si) == KVB_OK && si.pos_original <= ms->pos) m += full[si.pos_original];
+    }
+    const size_t k = (size_t)layer * ms->H + head;
+    ms->acc[k] += m;
+    ms->sink[k] += full[0];
+    ms->cnt[k]++;
+}
+
+kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n, const struct kvb_ppl_params *p, struct kvb_ppl_result *out) {
+    if (!m || !ids || !p || !out || n < 2) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: needs a model and at least 2 tokens");
+    memset(out, 0, sizeof *out);
+    struct kvb_model_info info;
+    kvb_model_get_info(m, &info);
+    const struct kvb_model_info *in = &info;
+    const int32_t V = in->n_vocab, C = p->chunk;
+    const bool bounded = p->policy.id != KVB_POLICY_FULL;
+    const int32_t B = p->policy.budget;
+    if (C < 1 || C > 8192) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: chunk must be in 1..8192");
+    if (p->mass && (C != 1)) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: --mass needs one token per step (chunk 1)");
+    if (bounded && B - C <= p->policy.n_sink)
+        return kvb_fail(KVB_ERR_INVALID, "eval_ppl: budget %d leaves no room beyond %d sinks with chunk %d (a query attends to at most budget tokens)",
+                        (int)B, (int)p->policy.n_sink, (int)C);
+    struct kvb_context_params cp = kvb_context_default_params();
+    cp.policy = p->policy;
+    if (bounded) cp.policy.budget = B - C;
+    cp.pos_mode = p->pos_mode;
+    cp.kv_dtype = p->kv_dtype;
+    cp.n_threads = p->n_threads;
+    cp.chunk = C;
+    cp.n_ctx = (int32_t)KVB_MIN(n + 8, (int64_t)INT32_MAX);
+    const size_t per_tok = (size_t)in->n_layer * in->n_head_kv * in->head_dim * 2 * (p->kv_dtype == KVB_DTYPE_F16 ? 2 : 4);
+    cp.kv_pool_bytes = per_tok * (size_t)((bounded ? B : n) + C + 64) + ((size_t)16 << 20);
+    struct kvb_context *pc = NULL, *fc = NULL, *rc = NULL;
+    float *lp = NULL, *lf = NULL;
+    struct mass_state ms = {0};
+    kvb_status st = kvb_context_init(m, &cp, &pc);
+    const bool full_run = p->baseline == KVB_BASELINE_FULL || p->mass;
+    if (st == KVB_OK && (full_run || p->baseline == KVB_BASELINE_RECOMPUTE)) {
+        struct kvb_context_params fp = cp;
+        fp.policy = kvb_policy_default_params(KVB_POLICY_FULL);
+        fp.pos_mode = KVB_POS_ORIGINAL;
+        fp.kv_pool_bytes = per_tok * (size_t)(n + C + 64) + ((size_t)16 << 20);
+        if (full_run) st = kvb_context_init(m, &fp, &fc);
+        if (st == KVB_OK && p->baseline == KVB_BASELINE_RECOMPUTE) {
+            fp.chunk = KVB_MAX(B, 1);
+            st = kvb_context_init(m, &fp, &rc);
+        }
+    }
+    const int64_t T = n - 1; /* scored predictions */
+    out->nll_tok = kvb_calloc((size_t)T, sizeof(double));
+    if (p->baseline != KVB_BASELINE_NONE) out->base_nll_tok = kvb_calloc((size_t)T, sizeof(double));
+    lp = kvb_malloc(sizeof(float) * (size_t)C * V);
+    lf = kvb_malloc(sizeof(float) * (size_t)C * V);
+    if (st == KVB_OK && (!out->nll_tok || (p->baseline != KVB_BASELINE_NONE && !out->base_nll_tok) || !lp || !lf))
+        st = kvb_fail(KVB_ERR_NOMEM, "eval_ppl: out of memory");
+    if (st == KVB_OK && p->mass) {
+        ms.policy_ctx = pc;
+        ms.H = in->n_head_kv;
+        ms.stride = n;
+        ms.full_rows = kvb_calloc((size_t)in->n_layer * in->n_head_kv * (size_t)n, sizeof(float));
+        ms.acc = kvb_calloc((size_t)in->n_layer * in->n_head_kv, sizeof(double));
+        ms.sink = kvb_calloc((size_t)in->n_layer * in->n_head_kv, sizeof(double));
+        ms.cnt = kvb_calloc((size_t)in->n_layer * in->n_head_kv, sizeof(int64_t));
+        if (!ms.full_rows || !ms.acc || !ms.sink || !ms.cnt) st = kvb_fail(KVB_ERR_NOMEM, "eval_ppl: out of memory for --mass rows (%lld tokens)", (long long)n);
+        else {
+            kvb_cache_set_observer(kvb_context_cache(fc), full_observer, &ms);
+            kvb_cache_set_observer(kvb_context_cache(pc), policy_observer, &ms);
+        }
+    }
+    double sum = 0, sum_b = 0, kl = 0, t_policy = 0;
+    int64_t agree = 0;
+    for (int64_t g0 = 0; st == KVB_OK && g0 < T; g0 += C) {
+        const int32_t c = (int32_t)KVB_MIN((int64_t)C, T - g0);
+        ms.pos = g0;
+        if (fc && (st = kvb_context_eval(fc, ids + g0, c, lf, true)) != KVB_OK) break; /* full first: --mass reads its rows */
+        double t0 = 0;
+        {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            t0 = ts.tv_sec + ts.tv_nsec * 1e-9;
+        }
+        if ((st = kvb_context_eval(pc, ids + g0, c, lp, true)) != KVB_OK) break;
+        {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            t_policy += ts.tv_sec + ts.tv_nsec * 1e-9 - t0;
+        }
+        for (int32_t i = 0; i < c; i++) {
+            const int64_t g = g0 + i;
+            const int32_t target = ids[g + 1];
+            const float *a = lp + (size_t)i * V;
+            int32_t am_p;
+            double lzp = log_z(a, V, &am_p);
+            out->nll_tok[g] = lzp - a[target];
+            sum += out->nll_tok[g];
+            if (fc) {
+                const float *b = lf + (size_t)i * V;
+                int32_t am_f;
+                double lzf = log_z(b, V, &am_f);
+                if (p->baseline == KVB_BASELINE_FULL) {
+                    out->base_nll_tok[g] = lzf - b[target];
+                    sum_b += out->base_nll_tok[g];
+                    double k = 0; /* KL(full || policy) = sum pf (log pf - log pp) */
+                    for (int32_t v = 0; v < V; v++) {
+                        double lpf = b[v] - lzf, lpp = a[v] - lzp;
+                        k += exp(lpf) * (lpf - lpp);
+                    }
+                    kl += k;
+                    agree += am_f == am_p;
+                }
+            }
+            if (rc) { /* recompute: the last B tokens, from scratch, at 0..B-1 */
+                int64_t s0 = KVB_MAX((int64_t)0, g - B + 1);
+                kvb_context_reset(rc);
+                if ((st = kvb_context_eval(rc, ids + s0, (int32_t)(g - s0 + 1), lf, false)) != KVB_OK) break;
+                out->base_nll_tok[g] = log_z(lf, V, NULL) - lf[target];
+                sum_b += out->base_nll_tok[g];
+            }
+        }
+        if (p->progress) p->progress(g0 + c, T, p->user);
+    }
+    if (st == KVB_OK) {
+        out->tokens = T;
+        out->nll = sum / (double)T;
+        out->ppl = exp(out->nll);
+        if (p->baseline != KVB_BASELINE_NONE) {
+            out->has_baseline = true;
+            out->base_nll = sum_b / (double)T;
+            out->base_ppl = exp(out->base_nll);
+        }
+        if (p->baseline == KVB_BASELINE_FULL) {
+            out->has_kl = true;
+            out->kl = kl / (double)T;
+            out->top1 = (double)agree / (double)T;
+        }
+        out->tok_per_s = t_policy > 0 ? (double)T / t_policy : 0;
+        struct kvb_cache_stats cs;
+        kvb_cache_get_stats(kvb_context_cache(pc), &cs);
+        out->kv_bytes_peak = cs.bytes_peak;
+        const int32_t seg = KVB_MAX(p->segment, 1);
+        out->n_seg = (int32_t)((T + seg - 1) / seg);
+        out->seg_ppl = kvb_calloc((size_t)out->n_seg, sizeof(double));
+        for (int32_t s = 0; out->seg_ppl && s < out->n_seg; s++) {
+            double a = 0;
+            int64_t k0 = (int64_t)s * seg, k1 = KVB_MIN(T, k0 + seg);
+            for (int64_t k = k0; k < k1; k++) a += out->nll_tok[k];
+            out->seg_ppl[s] = exp(a / (double)(k1 - k0));
+        }
+        if (p->mass) {
+            out->has_mass = true;
+            out->n_layer = in->n_layer;
+            out->mass_layer = kvb_calloc((size_t)in->n_layer, sizeof(double));
+            out->sink_mass_layer = kvb_calloc((size_t)in->n_layer, sizeof(double));
+            double tot = 0, tots = 0;
+            for (int32_t l = 0; out->mass_layer && out->sink_mass_layer && l < in->n_layer; l++) {
+                double a = 0, s2 = 0;
+                int64_t c2 = 0;
+                for (int32_t h = 0; h < in->n_head_kv; h++) {
+                    a += ms.acc[(size_t)l * in->n_head_kv + h];
+                    s2 += ms.sink[(size_t)l * in->n_head_kv + h];
+                    c2 += ms.cnt[(size_t)l * in->n_head_kv + h];
+                }
+                out->mass_layer[l] = c2 ? a / (double)c2 : 0;
+                out->sink_mass_layer[l] = c2 ? s2 / (double)c2 : 0;
+                tot += out->mass_layer[l];
+                tots += out->sink_mass_layer[l];
+            }
+            out->mass = tot / in->n_layer;
+            out->sink_mass = tots / in->n_layer;
+        }
+    }
+    kvb_free(ms.full_rows); kvb_free(ms.acc); kvb_free(ms.sink); kvb_free(ms.cnt);
+    kvb_free(lp);
+    kvb_free(lf);
+    kvb_context_free(pc);
+    kvb_context_free(fc);
+    kvb_context_free(rc);
+    if (st != KVB_OK) kvb_ppl_result_free(out);
     return st;
 }

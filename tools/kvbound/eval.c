@@ -1,0 +1,368 @@
+/*
+ * eval.c — `kvbound ppl` (a policy's quality on a text, against the full
+ * cache or StreamingLLM's recompute oracle) and `kvbound sweep` (quality
+ * against KV bytes over policies x budgets). The protocol is in
+ * docs/EVALUATION.md and in kvb_eval_ppl (src/eval/ppl.c).
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const k_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#222222"};
+
+static void progress(int64_t done, int64_t total, void *user) {
+    (void)user;
+    int w = 40, k = (int)(w * done / (total ? total : 1));
+    fprintf(stderr, "\r[%.*s%*s] %lld/%lld", k, "========================================", w - k, "", (long long)done, (long long)total);
+    if (done == total) fprintf(stderr, "\n");
+}
+
+static char *read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "kvbound: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    if (n < 0 || n > (1l << 30)) {
+        fclose(f);
+        fprintf(stderr, "kvbound: '%s' is too large\n", path);
+        return NULL;
+    }
+    char *b = malloc((size_t)n + 1);
+    *len = b ? fread(b, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (b) b[*len] = 0;
+    return b;
+}
+
+struct eval_opts {
+    const char *model, *tok, *text;
+    char policies[256];
+    int32_t budget, sinks, chunk, threads;
+    long long max_tokens;
+    enum kvb_baseline baseline;
+    enum kvb_pos_mode pos;
+    bool mass, json;
+    const char *csv, *plot;
+};
+
+/* Tokenizes the whole text with BOS, keeps max_tokens. */
+static int load(struct eval_opts *o, struct kvb_model **m, int32_t **ids, int32_t *n) {
+    struct kvb_model_params mp = kvb_model_default_params();
+    mp.tokenizer_path = o->tok;
+    if (kvb_model_load(o->model, &mp, m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+    size_t len;
+    char *text = read_text(o->text, &len);
+    if (!text) return -1;
+    kvb_status st = kvb_tokenize(*m, text, len, true, false, ids, n);
+    free(text);
+    if (st != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+    if (o->max_tokens > 0 && *n > o->max_tokens) *n = (int32_t)o->max_tokens;
+    if (*n < 2) { fprintf(stderr, "kvbound: '%s' gives fewer than 2 tokens\n", o->text); return -1; }
+    return 0;
+}
+
+static int run_one(const struct eval_opts *o, const struct kvb_model *m, const int32_t *ids, int32_t n, enum kvb_policy_id id, int32_t budget,
+                   enum kvb_baseline base, bool mass, struct kvb_ppl_result *r) {
+    struct kvb_ppl_params pp = kvb_ppl_default_params();
+    pp.policy = kvb_policy_default_params(id);
+    if (id != KVB_POLICY_FULL) pp.policy.budget = budget;
+    if (o->sinks >= 0) pp.policy.n_sink = o->sinks;
+    if (pp.policy.n_sink >= budget - o->chunk && id != KVB_POLICY_FULL) pp.policy.n_sink = 0;
+    pp.pos_mode = o->pos;
+    pp.chunk = o->chunk;
+    pp.baseline = base;
+    pp.mass = mass;
+    pp.n_threads = o->threads;
+    if (isatty(2) && !o->json) pp.progress = progress;
+    if (kvb_eval_ppl(m, ids, n, &pp, r) != KVB_OK) {
+        fprintf(stderr, "kvbound: %s (budget %d): %s\n", kvb_policy_name(id), budget, kvb_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struct kvb_ppl_result *r, enum kvb_baseline base) {
+    fprintf(f, "{\"policy\":\"%s\",\"budget\":%d,\"tokens\":%lld,\"nll\":%.6f,\"ppl\":%.6f", kvb_policy_name(id), id == KVB_POLICY_FULL ? 0 : budget,
+            (long long)r->tokens, r->nll, r->ppl);
+    if (r->has_baseline) fprintf(f, ",\"baseline\":\"%s\",\"baseline_ppl\":%.6f", base == KVB_BASELINE_FULL ? "full" : "recompute", r->base_ppl);
+    if (r->has_kl) fprintf(f, ",\"kl\":%.6f,\"top1\":%.4f", r->kl, r->top1);
+    if (r->has_mass) {
+        fprintf(f, ",\"mass\":%.6f,\"mass_layer\":[", r->mass);
+        for (int32_t l = 0; l < r->n_layer; l++) fprintf(f, "%s%.6f", l ? "," : "", r->mass_layer[l]);
+        fprintf(f, "],\"sink_mass\":%.6f,\"sink_mass_layer\":[", r->sink_mass);
+        for (int32_t l = 0; l < r->n_layer; l++) fprintf(f, "%s%.6f", l ? "," : "", r->sink_mass_layer[l]);
+        fprintf(f, "]");
+    }
+    fprintf(f, ",\"kv_bytes_peak\":%zu,\"tok_per_s\":%.1f,\"segments\":[", r->kv_bytes_peak, r->tok_per_s);
+    for (int32_t s = 0; s < r->n_seg; s++) fprintf(f, "%s%.4f", s ? "," : "", r->seg_ppl[s]);
+    fprintf(f, "]}");
+}
+
+/* SVG of NLL smoothed over 64 predictions against position, a line per run. */
+static int plot_nll(const char *path, struct kvb_ppl_result *r, const char **names, int n_runs) {
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "kvbound: cannot write '%s'\n", path); return -1; }
+    const int W = 900, H = 360, L = 60, R = 140, T = 14, B = 40;
+    double mx = 0;
+    int64_t n = r[0].tokens;
+    for (int k = 0; k < n_runs; k++)
+        for (int64_t i = 0; i < r[k].tokens; i++) mx = r[k].nll_tok[i] > mx ? r[k].nll_tok[i] : mx;
+    mx = mx > 0 ? mx : 1;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n", W, H, W, H);
+    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", L, H - B, W - R, H - B, L, T, L, H - B);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">token position</text>\n", (L + W - R) / 2, H - 8);
+    fprintf(f, "<text x=\"14\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 14 %d)\">NLL (nats, mean of 64)</text>\n", (T + H - B) / 2, (T + H - B) / 2);
+    for (int k = 0; k <= 4; k++)
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%.1f</text><text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%lld</text>\n",
+                L - 4, H - B - k * (H - T - B) / 4.0 + 3, mx * k / 4, L + k * (W - L - R) / 4.0, H - B + 14, (long long)(n * k / 4));
+    for (int k = 0; k < n_runs; k++) {
+        fprintf(f, "<polyline fill=\"none\" stroke-width=\"1.3\" stroke=\"%s\" points=\"", k_colors[k % 11]);
+        const int64_t step = r[k].tokens > 600 ? r[k].tokens / 600 : 1;
+        for (int64_t i = 0; i < r[k].tokens; i += step) {
+            double a = 0;
+            int64_t c = 0;
+            for (int64_t j = i > 63 ? i - 63 : 0; j <= i; j++, c++) a += r[k].nll_tok[j];
+            fprintf(f, "%.1f,%.1f ", L + (double)i / (double)(n > 1 ? n - 1 : 1) * (W - L - R), H - B - (a / c) / mx * (H - T - B));
+        }
+        fprintf(f, "\"/>\n<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>\n", W - R + 10,
+                T + 6 + k * 16, k_colors[k % 11], W - R + 26, T + 11 + k * 16, names[k]);
+    }
+    fprintf(f, "</svg>\n");
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int parse_common(struct eval_opts *o, const char *a, const char *v) {
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+    else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) o->tok = v;
+    else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->text = v;
+    else if (!strcmp(a, "--policy") || !strcmp(a, "--policies")) snprintf(o->policies, sizeof o->policies, "%s", v);
+    else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 2, 1 << 24, &o->budget)) return -1; }
+    else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &o->sinks)) return -1; }
+    else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &o->chunk)) return -1; }
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &o->threads)) return -1; }
+    else if (!strcmp(a, "--max-tokens")) { if (cli_parse_i64(a, v, 2, 1LL << 31, &o->max_tokens)) return -1; }
+    else if (!strcmp(a, "--csv")) o->csv = v;
+    else if (!strcmp(a, "--plot")) o->plot = v;
+    else if (!strcmp(a, "--positions")) {
+        if (!strcmp(v, "original")) o->pos = KVB_POS_ORIGINAL;
+        else if (!strcmp(v, "contiguous")) o->pos = KVB_POS_CONTIGUOUS;
+        else { fprintf(stderr, "kvbound: --positions: '%s' is not original or contiguous\n", v); return -1; }
+    } else if (!strcmp(a, "--baseline")) {
+        if (!strcmp(v, "full")) o->baseline = KVB_BASELINE_FULL;
+        else if (!strcmp(v, "recompute")) o->baseline = KVB_BASELINE_RECOMPUTE;
+        else if (!strcmp(v, "none")) o->baseline = KVB_BASELINE_NONE;
+        else { fprintf(stderr, "kvbound: --baseline: '%s' is not full, recompute or none\n", v); return -1; }
+    } else {
+        fprintf(stderr, "kvbound: unknown option '%s' (see --help)\n", a);
+        return -1;
+    }
+    return 0;
+}
+
+static void defaults(struct eval_opts *o) {
+    memset(o, 0, sizeof *o);
+    snprintf(o->policies, sizeof o->policies, "streaming");
+    o->budget = 256;
+    o->sinks = -1;
+    o->chunk = 1;
+    o->threads = 2;
+    o->baseline = KVB_BASELINE_FULL;
+    o->pos = KVB_POS_POLICY_DEFAULT;
+}
+
+int cmd_ppl(int argc, char **argv) {
+    struct eval_opts o;
+    defaults(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: kvbound ppl -m MODEL [-z TOK] -f TEXT --policy P[,P...] --budget B [--sinks N] [--positions original|contiguous]\n"
+                   "                   [--chunk C] [--max-tokens N] [--baseline full|recompute|none] [--mass] [-t N]\n"
+                   "                   [--json] [--csv FILE] [--plot FILE.svg]\n\n"
+                   "The file is tokenized as one string with BOS; every next-token prediction from position 1 is scored.\n"
+                   "B is the most tokens any query attends to, the current one included. Baseline (default full) gives\n"
+                   "baseline_ppl, and for full also KL(full || policy) and top-1 agreement. --mass measures the share of the\n"
+                   "full attention that falls on retained tokens (and on position 0), per layer. See docs/EVALUATION.md.\n");
+            return 0;
+        }
+        if (!strcmp(a, "--json")) { o.json = true; continue; }
+        if (!strcmp(a, "--mass")) { o.mass = true; continue; }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (parse_common(&o, a, v)) return 2;
+    }
+    if (!o.model || !o.text) { fprintf(stderr, "kvbound ppl: -m MODEL and -f TEXT are required\n"); return 2; }
+    enum kvb_policy_id ids_p[16];
+    int np = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", o.policies);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (np == 16) { fprintf(stderr, "kvbound: --policy: at most 16\n"); return 2; }
+        if (kvb_policy_from_name(tok, &ids_p[np]) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; }
+        np++;
+    }
+    struct kvb_model *m;
+    int32_t *ids, n;
+    if (load(&o, &m, &ids, &n)) return 1;
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    if (o.baseline == KVB_BASELINE_FULL && n > mi.n_ctx_train)
+        fprintf(stderr, "kvbound: warning: the full baseline runs %d tokens, past the model's trained length %d (the dense baseline of the StreamingLLM paper)\n",
+                n, mi.n_ctx_train);
+    struct kvb_ppl_result r[16];
+    const char *names[16];
+    int rc = 0;
+    if (o.json) printf("{\"model\":\"%s\",\"text\":\"%s\",\"tokens\":%d,\"chunk\":%d,\"runs\":[", o.model, o.text, n, o.chunk);
+    for (int k = 0; k < np; k++) {
+        if (run_one(&o, m, ids, n, ids_p[k], o.budget, o.baseline, o.mass, &r[k])) { rc = 1; np = k; break; }
+        names[k] = kvb_policy_name(ids_p[k]);
+        if (o.json) {
+            if (k) printf(",");
+            json_run(stdout, ids_p[k], o.budget, &r[k], o.baseline);
+        } else {
+            printf("%-13s budget %-6d ppl %10.4f (nll %.4f)", names[k], ids_p[k] == KVB_POLICY_FULL ? 0 : o.budget, r[k].ppl, r[k].nll);
+            if (r[k].has_baseline) printf("  %s %10.4f", o.baseline == KVB_BASELINE_FULL ? "full" : "recompute", r[k].base_ppl);
+            if (r[k].has_kl) printf("  kl %.4f  top1 %.3f", r[k].kl, r[k].top1);
+            if (r[k].has_mass) printf("  mass %.3f  sink %.3f", r[k].mass, r[k].sink_mass);
+            printf("  KV peak %.2f MB  %.0f tok/s  (%lld predictions)\n", r[k].kv_bytes_peak / 1e6, r[k].tok_per_s, (long long)r[k].tokens);
+        }
+    }
+    if (o.json) printf("]}\n");
+    if (o.csv && np) {
+        FILE *f = fopen(o.csv, "w");
+        if (!f) { fprintf(stderr, "kvbound: cannot write '%s'\n", o.csv); rc = 1; }
+        else {
+            fprintf(f, "position");
+            for (int k = 0; k < np; k++) fprintf(f, ",nll_%s", names[k]);
+            if (r[0].base_nll_tok) fprintf(f, ",nll_%s", o.baseline == KVB_BASELINE_FULL ? "full" : "recompute");
+            fprintf(f, "\n");
+            for (int64_t i = 0; i < r[0].tokens; i++) {
+                fprintf(f, "%lld", (long long)i + 1);
+                for (int k = 0; k < np; k++) fprintf(f, ",%.6f", r[k].nll_tok[i]);
+                if (r[0].base_nll_tok) fprintf(f, ",%.6f", r[0].base_nll_tok[i]);
+                fprintf(f, "\n");
+            }
+            fclose(f);
+        }
+    }
+    if (o.plot && np && plot_nll(o.plot, r, names, np)) rc = 1;
+    for (int k = 0; k < np; k++) kvb_ppl_result_free(&r[k]);
+    kvb_buffer_free(ids);
+    kvb_model_free(m);
+    return rc;
+}
+
+int cmd_sweep(int argc, char **argv) {
+    struct eval_opts o;
+    defaults(&o);
+    const char *out = NULL, *budgets = "64,128,256";
+    snprintf(o.policies, sizeof o.policies, "window,streaming,h2o,tova,snapkv");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: kvbound sweep -m MODEL [-z TOK] -f TEXT --policies a,b,c --budgets 64,128,... [--max-tokens N] [--chunk C] --out DIR\n\n"
+                   "Runs kvbound ppl (baseline full) for every policy x budget; writes DIR/sweep.csv, DIR/sweep.md and\n"
+                   "DIR/sweep.svg (ppl, KL and top-1 against peak KV bytes, a line per policy).\n");
+            return 0;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--budgets")) budgets = v;
+        else if (parse_common(&o, a, v)) return 2;
+    }
+    if (!o.model || !o.text || !out) { fprintf(stderr, "kvbound sweep: -m MODEL, -f TEXT and --out DIR are required\n"); return 2; }
+    if (mkdir(out, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvbound: cannot create '%s': %s\n", out, strerror(errno)); return 1; }
+    enum kvb_policy_id pol[16];
+    int np = 0, nb = 0;
+    int32_t bud[16];
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", o.policies);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (np == 16 || kvb_policy_from_name(tok, &pol[np]) != KVB_OK) { fprintf(stderr, "kvbound: --policies: %s\n", kvb_last_error()); return 2; }
+        np++;
+    }
+    snprintf(buf, sizeof buf, "%s", budgets);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (nb == 16 || cli_parse_i32("--budgets", tok, 2, 1 << 24, &bud[nb])) return 2;
+        nb++;
+    }
+    struct kvb_model *m;
+    int32_t *ids, n;
+    if (load(&o, &m, &ids, &n)) return 1;
+    static struct kvb_ppl_result res[16][16];
+    double full_ppl = 0;
+    for (int p = 0; p < np; p++)
+        for (int b = 0; b < nb; b++) {
+            fprintf(stderr, "kvbound sweep: %s budget %d\n", kvb_policy_name(pol[p]), bud[b]);
+            if (run_one(&o, m, ids, n, pol[p], bud[b], KVB_BASELINE_FULL, false, &res[p][b])) return 1;
+            full_ppl = res[p][b].base_ppl;
+        }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/sweep.csv", out);
+    FILE *c = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/sweep.md", out);
+    FILE *md = fopen(path, "w");
+    if (!c || !md) { fprintf(stderr, "kvbound: cannot write in '%s'\n", out); return 1; }
+    fprintf(c, "policy,budget,tokens,ppl,full_ppl,kl,top1,kv_bytes_peak\n");
+    fprintf(md, "Model `%s`, text `%s`, %d tokens (%d predictions), full-cache ppl %.4f.\n\n| policy | budget | ppl | KL(full‖policy) | top-1 | KV bytes peak |\n|---|---|---|---|---|---|\n",
+            o.model, o.text, n, n - 1, full_ppl);
+    for (int p = 0; p < np; p++)
+        for (int b = 0; b < nb; b++) {
+            const struct kvb_ppl_result *r = &res[p][b];
+            fprintf(c, "%s,%d,%lld,%.6f,%.6f,%.6f,%.4f,%zu\n", kvb_policy_name(pol[p]), bud[b], (long long)r->tokens, r->ppl, r->base_ppl, r->kl, r->top1, r->kv_bytes_peak);
+            fprintf(md, "| %s | %d | %.4f | %.4f | %.3f | %zu |\n", kvb_policy_name(pol[p]), bud[b], r->ppl, r->kl, r->top1, r->kv_bytes_peak);
+        }
+    fclose(c);
+    fclose(md);
+    /* SVG: three panels (ppl, KL, top-1) against KV bytes */
+    snprintf(path, sizeof path, "%s/sweep.svg", out);
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "kvbound: cannot write '%s'\n", path); return 1; }
+    const int W = 960, H = 300, PW = 280, L = 50, T = 20, B = 40;
+    double xmax = 0;
+    for (int p = 0; p < np; p++)
+        for (int b = 0; b < nb; b++) xmax = res[p][b].kv_bytes_peak > xmax ? (double)res[p][b].kv_bytes_peak : xmax;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\"><rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H + 20 * ((np + 3) / 4), W, H + 20 * ((np + 3) / 4), W, H + 20 * ((np + 3) / 4));
+    const char *titles[3] = {"perplexity", "KL(full || policy)", "top-1 agreement"};
+    for (int panel = 0; panel < 3; panel++) {
+        double ymax = panel == 2 ? 1.0 : 0;
+        for (int p = 0; p < np && panel < 2; p++)
+            for (int b = 0; b < nb; b++) {
+                double y = panel == 0 ? res[p][b].ppl : res[p][b].kl;
+                ymax = y > ymax ? y : ymax;
+            }
+        ymax = ymax > 0 ? ymax * 1.05 : 1;
+        int x0 = panel * (PW + 40) + L;
+        fprintf(f, "<text x=\"%d\" y=\"14\" font-size=\"12\" text-anchor=\"middle\">%s</text>", x0 + PW / 2, titles[panel]);
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>", x0, H - B, x0 + PW, H - B, x0, T, x0, H - B);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">KV bytes (peak), max %.2f MB</text>", x0 + PW / 2, H - 8, xmax / 1e6);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">%.3g</text><text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">0</text>", x0 - 4, T + 4, ymax, x0 - 4, H - B);
+        for (int p = 0; p < np; p++) {
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", k_colors[p % 11]);
+            for (int b = 0; b < nb; b++) {
+                double y = panel == 0 ? res[p][b].ppl : panel == 1 ? res[p][b].kl : res[p][b].top1;
+                fprintf(f, "%.1f,%.1f ", x0 + res[p][b].kv_bytes_peak / xmax * PW, H - B - y / ymax * (H - T - B));
+            }
+            fprintf(f, "\"/>");
+        }
+    }
+    for (int p = 0; p < np; p++)
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>", L + (p % 4) * 200,
+                H + 6 + (p / 4) * 18, k_colors[p % 11], L + (p % 4) * 200 + 16, H + 11 + (p / 4) * 18, kvb_policy_name(pol[p]));
+    fprintf(f, "</svg>\n");
+    fclose(f);
+    printf("sweep: %s/sweep.csv, %s/sweep.md, %s/sweep.svg\n", out, out, out);
+    for (int p = 0; p < np; p++)
+        for (int b = 0; b < nb; b++) kvb_ppl_result_free(&res[p][b]);
+    kvb_buffer_free(ids);
+    kvb_model_free(m);
+    return 0;
+}
