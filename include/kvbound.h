@@ -514,6 +514,31 @@ kvb_status kvb_eval_ppl(const struct kvb_model *model, const int32_t *ids, int64
                         struct kvb_ppl_result *out);
 void kvb_ppl_result_free(struct kvb_ppl_result *r);
 
+/* Needle retrieval through eviction (docs/EVALUATION.md, "kvbound needle").
+ * A haystack of `length` tokens: filler text with the sentence "The pass key
+ * is NNNNN. Remember it." inserted at `depth` (0..1, at a sentence
+ * boundary), then "What is the pass key? The pass key is". The model answers
+ * greedily; `correct` is an exact match of the five digits. `retained` is the
+ * share of (layer, KV head) streams that still hold every token of the
+ * passkey when the question has been read. */
+struct kvb_needle_params {
+    struct kvb_policy_params policy;
+    enum kvb_pos_mode pos_mode;
+    int32_t length;        /* haystack tokens, question included */
+    double depth;          /* 0 = start, 1 = end */
+    uint32_t key;          /* 10000..99999 */
+    const char *filler;    /* text to repeat; NULL = built-in */
+    int32_t chunk;         /* prefill chunk (256) */
+    int32_t n_threads;
+};
+struct kvb_needle_result {
+    bool correct;
+    double retained;
+    int32_t prompt_tokens, needle_pos;
+    char answer[64];
+};
+kvb_status kvb_eval_needle(const struct kvb_model *model, const struct kvb_needle_params *params, struct kvb_needle_result *out);
+
 /* ------------------------------------------------------------------------ */
 /* Synthetic attention laboratory                                           */
 /* ------------------------------------------------------------------------ */

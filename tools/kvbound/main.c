@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "  chat                interactive conversation with a bounded cache (stdin may be a pipe)\n"
             "  ppl                 a policy's perplexity on a text, vs the full cache (KL, top-1) or recompute\n"
             "  sweep               quality against KV bytes over policies x budgets (CSV, Markdown, SVG)\n"
+            "  needle              passkey retrieval through eviction over length x depth (JSON, Markdown, SVG)\n"
             "  mem                 KV-cache memory calculator (presets, models, policies)\n"
             "  info                print a model's architecture, hyperparameters and tensors\n"
             "  convert             write a llama2.c checkpoint as GGUF\n"
@@ -56,6 +57,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "mem")) return cmd_mem(argc - 1, argv + 1);
     if (!strcmp(cmd, "ppl")) return cmd_ppl(argc - 1, argv + 1);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 1, argv + 1);
+    if (!strcmp(cmd, "needle")) return cmd_needle(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);

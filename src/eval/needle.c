@@ -1,0 +1,159 @@
+/*
+ * needle.c — passkey retrieval through eviction. The haystack is built in
+ * token space so its length is exact: filler sentences are tokenized one by
+ * one and appended until the budget for filler is used, the needle sentence
+ * goes in at the sentence boundary nearest to `depth`, and the question ends
+ * the prompt. The prompt is prefilled in chunks (eviction between chunks, as
+ * in real use), kvb_cache_compress runs (SnapKV-style policies select here),
+ * then up to 8 tokens are generated greedily. Besides the model's answer we
+ * report whether every passkey token survived in each (layer, KV head)
+ * stream, which is what a policy controls, whatever the model can do.
+ */
+#include "../core/core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static const char *k_default_filler =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+    "The river runs past the old mill. A dog sleeps by the door. The wind moves the tall trees. "
+    "Bread is baked in the morning. The children walk to school. Rain falls on the quiet town. ";
+
+struct toks {
+    int32_t *p;
+    int64_t n, cap;
+};
+
+static kvb_status append(struct toks *t, const int32_t *ids, int32_t n) {
+    if (kvb_grow((void **)&t->p, &t->cap, t->n + n, sizeof(int32_t)) != KVB_OK) return kvb_fail(KVB_ERR_NOMEM, "needle: out of memory");
+    memcpy(t->p + t->n, ids, sizeof(int32_t) * (size_t)n);
+    t->n += n;
+    return KVB_OK;
+}
+
+static kvb_status add_text(const struct kvb_model *m, struct toks *t, const char *s, size_t len) {
+    int32_t *ids, n;
+    kvb_status st = kvb_tokenize(m, s, len, false, false, &ids, &n);
+    if (st != KVB_OK) return st;
+    st = append(t, ids, n);
+    kvb_buffer_free(ids);
+    return st;
+}
+
+kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_params *p, struct kvb_needle_result *out) {
+    if (!m || !p || !out || p->length < 32 || p->length > (1 << 24) || !(p->depth >= 0 && p->depth <= 1) || p->key < 10000 || p->key > 99999)
+        return kvb_fail(KVB_ERR_INVALID, "needle: length must be in 32..16M, depth in [0, 1], key five digits");
+    memset(out, 0, sizeof *out);
+    char needle[96], keytxt[8];
+    snprintf(needle, sizeof needle, " The pass key is %u. Remember it.", p->key);
+    snprintf(keytxt, sizeof keytxt, "%u", p->key);
+    const char *question = " What is the pass key? The pass key is";
+    struct toks nd = {0}, q = {0}, key = {0}, hay = {0};
+    kvb_status st = add_text(m, &nd, needle, strlen(needle));
+    if (st == KVB_OK) st = add_text(m, &q, question, strlen(question));
+    if (st == KVB_OK) st = add_text(m, &key, keytxt, strlen(keytxt));
+    /* sentences of the filler */
+    const char *filler = p->filler && *p->filler ? p->filler : k_default_filler;
+    const int32_t bos = kvb_token_bos(m);
+    if (st == KVB_OK && bos >= 0) st = append(&hay, &bos, 1);
+    const int64_t fill = (int64_t)p->length - hay.n - nd.n - q.n;
+    if (st == KVB_OK && fill < 8) st = kvb_fail(KVB_ERR_INVALID, "needle: length %d is too short for the needle and the question", (int)p->length);
+    int64_t insert_at = -1, boundaries = 0;
+    const int64_t target = (int64_t)(p->depth * (double)fill + 0.5);
+    size_t at = 0, flen = strlen(filler);
+    while (st == KVB_OK && hay.n - 1 < fill) {
+        size_t end = at;
+        while (end < flen && filler[end] != '.' && filler[end] != '\n') end++;
+        if (end < flen) end++;
+        if (end == at) { at = 0; continue; }
+        if (insert_at < 0 && hay.n - 1 >= target) insert_at = hay.n;
+        struct toks s = {0};
+        st = add_text(m, &s, filler + at, end - at);
+        if (st == KVB_OK) {
+            int64_t room = fill - (hay.n - 1);
+            st = append(&hay, s.p, (int32_t)KVB_MIN((int64_t)s.n, room));
+        }
+        kvb_free(s.p);
+        boundaries++;
+        at = end >= flen ? 0 : end;
+    }
+    if (insert_at < 0) insert_at = hay.n;
+    /* assemble: hay[0..insert) needle hay[insert..) question */
+    struct toks prompt = {0};
+    if (st == KVB_OK) st = append(&prompt, hay.p, (int32_t)insert_at);
+    if (st == KVB_OK) st = append(&prompt, nd.p, (int32_t)nd.n);
+    if (st == KVB_OK) st = append(&prompt, hay.p + insert_at, (int32_t)(hay.n - insert_at));
+    if (st == KVB_OK) st = append(&prompt, q.p, (int32_t)q.n);
+    struct kvb_context *c = NULL;
+    if (st == KVB_OK) {
+        struct kvb_model_info in;
+        kvb_model_get_info(m, &in);
+        struct kvb_context_params cp = kvb_context_default_params();
+        cp.policy = p->policy;
+        cp.pos_mode = p->pos_mode;
+        cp.n_threads = p->n_threads > 0 ? p->n_threads : 1;
+        cp.chunk = p->chunk > 0 ? p->chunk : 256;
+        cp.n_ctx = (int32_t)prompt.n + 16;
+        const size_t per_tok = (size_t)in.n_layer * in.n_head_kv * in.head_dim * 2 * 2;
+        const int64_t keep = p->policy.id == KVB_POLICY_FULL ? prompt.n + 16 : (int64_t)p->policy.budget + cp.chunk + 16;
+        cp.kv_pool_bytes = per_tok * (size_t)(keep + 64) + ((size_t)16 << 20);
+        st = kvb_context_init(m, &cp, &c);
+    }
+    float *lg = NULL;
+    if (st == KVB_OK) {
+        struct kvb_model_info in;
+        kvb_model_get_info(m, &in);
+        lg = kvb_malloc(sizeof(float) * (size_t)in.n_vocab);
+        if (!lg) st = kvb_fail(KVB_ERR_NOMEM, "needle: out of memory");
+        if (st == KVB_OK) st = kvb_context_eval(c, prompt.p, (int32_t)prompt.n, lg, false);
+        if (st == KVB_OK) {
+            struct kvb_cache *cache = kvb_context_cache(c);
+            kvb_cache_compress(cache);
+            /* passkey tokens: their positions in the prompt */
+            int64_t kpos = -1;
+            for (int64_t i = insert_at; kpos < 0 && i + key.n <= insert_at + nd.n; i++)
+                if (memcmp(prompt.p + i, key.p, sizeof(int32_t) * (size_t)key.n) == 0) kpos = i;
+            if (kpos < 0) kpos = insert_at; /* the key merged with its neighbours: use the needle sentence */
+            const int64_t klen = kpos == insert_at && memcmp(prompt.p + kpos, key.p, sizeof(int32_t) * (size_t)key.n) != 0 ? nd.n : key.n;
+            int64_t held = 0, streams = 0;
+            for (int32_t l = 0; l < in.n_layer; l++)
+                for (int32_t h = 0; h < in.n_head_kv; h++) {
+                    int32_t ns = kvb_cache_n_slots(cache, l, h), found = 0;
+                    for (int32_t j = 0; j < ns; j++) {
+                        struct kvb_slot_info si;
+                        kvb_cache_slot_info(cache, l, h, j, &si);
+                        found += si.pos_original >= kpos && si.pos_original < kpos + klen;
+                    }
+                    held += found == klen;
+                    streams++;
+                }
+            out->retained = (double)held / (double)streams;
+            out->needle_pos = (int32_t)kpos;
+            out->prompt_tokens = (int32_t)prompt.n;
+            size_t w = 0;
+            char buf[64];
+            for (int g = 0; g < 8 && st == KVB_OK; g++) {
+                int32_t best = 0;
+                for (int32_t i = 1; i < in.n_vocab; i++)
+                    if (lg[i] > lg[best]) best = i;
+                if (best == kvb_token_eos(m)) break;
+                size_t pl = kvb_token_piece(m, best, buf, sizeof buf);
+                if (w + pl < sizeof out->answer) { memcpy(out->answer + w, buf, pl); w += pl; }
+                st = kvb_context_eval(c, &best, 1, lg, false);
+            }
+            out->answer[w] = 0;
+            char digits[16];
+            size_t nd2 = 0;
+            for (size_t i = 0; i < w && nd2 < sizeof digits - 1; i++) /* the first run of digits */
+                if (out->answer[i] >= '0' && out->answer[i] <= '9') digits[nd2++] = out->answer[i];
+                else if (nd2) break;
+            digits[nd2] = 0;
+            out->correct = strcmp(digits, keytxt) == 0;
+        }
+    }
+    (void)boundaries;
+    kvb_free(lg);
+    kvb_context_free(c);
+    kvb_free(nd.p); kvb_free(q.p); kvb_free(key.p); kvb_free(hay.p); kvb_free(prompt.p);
+    return st;
+}

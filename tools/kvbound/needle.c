@@ -1,0 +1,153 @@
+/*
+ * needle.c — `kvbound needle`: passkey retrieval through eviction over a
+ * grid of haystack lengths x needle depths (kvb_eval_needle). Writes
+ * DIR/needle.json, DIR/needle.md and DIR/needle.svg (heat maps of accuracy
+ * and of passkey retention, length x depth).
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int parse_dlist(const char *flag, const char *v, double *out, int *n, int max, bool frac) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n >= max) { fprintf(stderr, "kvbound: %s: at most %d values\n", flag, max); return -1; }
+        float x;
+        if (cli_parse_f32(flag, tok, frac ? 0 : 32, frac ? 1 : 1 << 24, &x)) return -1;
+        out[(*n)++] = x;
+    }
+    return 0;
+}
+
+static void heat(FILE *f, int x0, const char *title, const double *lengths, int nl, const double *depths, int nd, const double *val) {
+    const int cw = 56, ch = 26, L = 70, T = 30;
+    fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"13\">%s</text>", x0 + L, title);
+    for (int i = 0; i < nl; i++) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">%.0f</text>", x0 + L - 4, T + i * ch + 17, lengths[i]);
+        for (int j = 0; j < nd; j++) {
+            double v = val[i * nd + j];
+            int g = (int)(255 * v), r = 255 - g;
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"rgb(%d,%d,90)\" stroke=\"white\"/><text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%.2f</text>",
+                    x0 + L + j * cw, T + i * ch, cw, ch, r, g, x0 + L + j * cw + cw / 2, T + i * ch + 17, v);
+        }
+    }
+    for (int j = 0; j < nd; j++)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%.2f</text>", x0 + L + j * cw + cw / 2, T + nl * ch + 14, depths[j]);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">needle depth</text>", x0 + L + nd * cw / 2, T + nl * ch + 30);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\" transform=\"rotate(-90 %d %d)\">haystack tokens</text>", x0 + 14,
+            T + nl * ch / 2, x0 + 14, T + nl * ch / 2);
+}
+
+int cmd_needle(int argc, char **argv) {
+    const char *model = NULL, *tok = NULL, *out = NULL, *filler_path = NULL;
+    double lengths[16], depths[16];
+    int nl = 0, ndp = 0, trials = 1, budget = 256, sinks = -1, threads = 2, chunk = 256;
+    long long seed = 1;
+    enum kvb_policy_id pid = KVB_POLICY_FULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: kvbound needle -m MODEL [-z TOK] --lengths 256,512,... --depths 0,0.25,...,1 --policy P [--budget B]\n"
+                   "                      [--sinks N] [--trials K] [--seed S] [--filler FILE] [--chunk C] [-t N] --out DIR\n\n"
+                   "Passkey retrieval: accuracy of the model's greedy answer, and retention (share of streams still holding\n"
+                   "the passkey tokens when the question is read), over length x depth. Writes needle.json/.md/.svg.\n");
+            return 0;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
+        else if (!strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--filler")) filler_path = v;
+        else if (!strcmp(a, "--lengths")) { if (parse_dlist(a, v, lengths, &nl, 16, false)) return 2; }
+        else if (!strcmp(a, "--depths")) { if (parse_dlist(a, v, depths, &ndp, 16, true)) return 2; }
+        else if (!strcmp(a, "--trials")) { if (cli_parse_i32(a, v, 1, 1000, &trials)) return 2; }
+        else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 2, 1 << 24, &budget)) return 2; }
+        else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
+        else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, 1LL << 62, &seed)) return 2; }
+        else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
+        else { fprintf(stderr, "kvbound needle: unknown option '%s'\n", a); return 2; }
+    }
+    if (!model || !out || !nl || !ndp) { fprintf(stderr, "kvbound needle: -m MODEL, --lengths, --depths and --out are required\n"); return 2; }
+    char *filler = NULL;
+    if (filler_path) {
+        FILE *f = fopen(filler_path, "rb");
+        if (!f) { fprintf(stderr, "kvbound: cannot open filler '%s': %s\n", filler_path, strerror(errno)); return 1; }
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        rewind(f);
+        filler = malloc((size_t)(n > 0 ? n : 0) + 1);
+        size_t got = filler ? fread(filler, 1, (size_t)(n > 0 ? n : 0), f) : 0;
+        fclose(f);
+        if (!filler) return 1;
+        filler[got] = 0;
+    }
+    if (mkdir(out, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvbound: cannot create '%s': %s\n", out, strerror(errno)); return 1; }
+    struct kvb_model_params mp = kvb_model_default_params();
+    mp.tokenizer_path = tok;
+    struct kvb_model *m;
+    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    double acc[256], ret[256];
+    unsigned long long rs = (unsigned long long)seed * 0x9E3779B97F4A7C15ull + 7;
+    for (int i = 0; i < nl; i++)
+        for (int j = 0; j < ndp; j++) {
+            int ok = 0;
+            double r = 0;
+            for (int k = 0; k < trials; k++) {
+                rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                struct kvb_needle_params np = {kvb_policy_default_params(pid), KVB_POS_POLICY_DEFAULT, (int32_t)lengths[i], depths[j],
+                                               10000u + (uint32_t)((rs >> 33) % 90000u), filler, chunk, threads};
+                if (pid != KVB_POLICY_FULL) np.policy.budget = budget;
+                if (sinks >= 0) np.policy.n_sink = sinks;
+                struct kvb_needle_result nr;
+                if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+                ok += nr.correct;
+                r += nr.retained;
+            }
+            acc[i * ndp + j] = (double)ok / trials;
+            ret[i * ndp + j] = r / trials;
+            fprintf(stderr, "kvbound needle: length %.0f depth %.2f: accuracy %.2f, retained %.2f\n", lengths[i], depths[j], acc[i * ndp + j], ret[i * ndp + j]);
+        }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/needle.json", out);
+    FILE *j = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/needle.md", out);
+    FILE *md = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/needle.svg", out);
+    FILE *sv = fopen(path, "w");
+    if (!j || !md || !sv) { fprintf(stderr, "kvbound: cannot write in '%s'\n", out); return 1; }
+    fprintf(j, "{\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"trials\":%d,\"seed\":%lld,\"cells\":[", model, kvb_policy_name(pid),
+            pid == KVB_POLICY_FULL ? 0 : budget, trials, seed);
+    fprintf(md, "Needle retrieval, `%s`, policy %s%s, %d trial(s) per cell. Accuracy (retention):\n\n| tokens / depth |", model, kvb_policy_name(pid),
+            pid == KVB_POLICY_FULL ? "" : " (budget)", trials);
+    for (int d = 0; d < ndp; d++) fprintf(md, " %.2f |", depths[d]);
+    fprintf(md, "\n|---|");
+    for (int d = 0; d < ndp; d++) fprintf(md, "---|");
+    fprintf(md, "\n");
+    for (int i = 0; i < nl; i++) {
+        fprintf(md, "| %.0f |", lengths[i]);
+        for (int d = 0; d < ndp; d++) {
+            fprintf(j, "%s{\"length\":%.0f,\"depth\":%.4f,\"accuracy\":%.4f,\"retained\":%.4f}", i + d ? "," : "", lengths[i], depths[d], acc[i * ndp + d], ret[i * ndp + d]);
+            fprintf(md, " %.2f (%.2f) |", acc[i * ndp + d], ret[i * ndp + d]);
+        }
+        fprintf(md, "\n");
+    }
+    fprintf(j, "]}\n");
+    const int w = 2 * (70 + ndp * 56 + 30), h = 30 + nl * 26 + 40;
+    fprintf(sv, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\"><rect width=\"%d\" height=\"%d\" fill=\"white\"/>", w, h, w, h, w, h);
+    heat(sv, 0, "accuracy (greedy answer = passkey)", lengths, nl, depths, ndp, acc);
+    heat(sv, w / 2, "retention (passkey tokens kept in every stream)", lengths, nl, depths, ndp, ret);
+    fprintf(sv, "</svg>\n");
+    fclose(j);
+    fclose(md);
+    fclose(sv);
+    printf("needle: %s/needle.json, %s/needle.md, %s/needle.svg\n", out, out, out);
+    free(filler);
+    kvb_model_free(m);
+    return 0;
+}
