@@ -76,25 +76,75 @@ static long long rss_bytes(void) {
     return res * sysconf(_SC_PAGESIZE);
 }
 
-/* `kvbound bench stream`: decode with streaming at a fixed budget for n
- * tokens; tok/s over windows of 1000 tokens around token 2,000 and at the
- * end, and resident memory at both points. */
+static int cmp_d(const void *a, const void *b);
+
+/* Decodes n tokens greedily with one policy, recording each token's latency
+ * and the RSS at the checkpoints. */
+static int stream_run(struct kvb_model *m, enum kvb_policy_id id, int budget, int threads, int64_t n, double *lat, long long *rss,
+                      const int64_t *cps, int ncp) {
+    struct kvb_context_params cp = kvb_context_default_params();
+    cp.policy = kvb_policy_default_params(id);
+    if (id != KVB_POLICY_FULL) cp.policy.budget = budget;
+    cp.n_threads = threads;
+    cp.n_ctx = (int32_t)(n + 16);
+    size_t per_tok = (size_t)m->info.n_layer * m->info.n_head_kv * m->info.head_dim * 2 * 2;
+    cp.kv_pool_bytes = per_tok * (size_t)((id == KVB_POLICY_FULL ? n : budget) + 512) + ((size_t)16 << 20);
+    struct kvb_context *c;
+    if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+    float *logits = malloc(sizeof(float) * (size_t)m->info.n_vocab);
+    int32_t t = 1;
+    int k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double t0 = cli_now_sec();
+        if (kvb_context_eval(c, &t, 1, logits, false) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); free(logits); kvb_context_free(c); return -1; }
+        lat[i] = cli_now_sec() - t0;
+        int best = 0;
+        for (int v = 1; v < m->info.n_vocab; v++)
+            if (logits[v] > logits[best]) best = v;
+        t = best == kvb_token_bos(m) ? 13 % m->info.n_vocab : best;
+        if (k < ncp && i + 1 == cps[k]) rss[k++] = rss_bytes();
+        if (i % 10000 == 0 && isatty(2)) fprintf(stderr, "\rkvbound: %s %lld/%lld", kvb_policy_name(id), (long long)i, (long long)n);
+    }
+    if (isatty(2)) fprintf(stderr, "\n");
+    free(logits);
+    kvb_context_free(c);
+    return 0;
+}
+
+static void pct(const double *lat, int64_t end, double *p50, double *p99) {
+    int64_t w = end < 500 ? end : 500;
+    double *tmp = malloc(sizeof(double) * (size_t)w);
+    memcpy(tmp, lat + end - w, sizeof(double) * (size_t)w);
+    qsort(tmp, (size_t)w, sizeof(double), cmp_d);
+    *p50 = tmp[w / 2];
+    *p99 = tmp[(w * 99) / 100 < w ? (w * 99) / 100 : w - 1];
+    free(tmp);
+}
+
+/* `kvbound bench stream`: per-token decode latency (p50, p99 over the 500
+ * tokens before each checkpoint) and RSS at 1K, 10K, 100K (and 1M with
+ * --long) for streaming; the same for full up to --full-max tokens; and the
+ * speedup of streaming over recomputing the last `budget` tokens per token
+ * (StreamingLLM's sliding window with recompute). */
 int bench_stream(int argc, char **argv) {
     const char *model = NULL, *tok = NULL;
-    int threads = 1, n = 100000, budget = 1024;
+    int threads = 1, budget = 1024;
+    long long full_max = 10000;
+    bool longrun = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound bench stream -m MODEL [-z TOKENIZER.bin] [-n TOKENS (100000)] [--budget N (1024)] [-t THREADS] [--json]\n");
+            printf("usage: kvbound bench stream -m MODEL [-z TOKENIZER.bin] [--budget N (1024)] [--long] [--full-max N (10000)] [-t THREADS] [--json]\n");
             return 0;
         }
         if (!strcmp(a, "--json")) continue;
+        if (!strcmp(a, "--long")) { longrun = true; continue; }
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "-n")) { if (cli_parse_i32(a, v, 4000, 1 << 30, &n)) return 2; }
         else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 8, 1 << 24, &budget)) return 2; }
+        else if (!strcmp(a, "--full-max")) { if (cli_parse_i64(a, v, 0, 1LL << 30, &full_max)) return 2; }
         else { fprintf(stderr, "kvbound bench stream: unknown option '%s'\n", a); return 2; }
     }
     if (!model) { fprintf(stderr, "kvbound bench stream: -m MODEL is required\n"); return 2; }
@@ -102,40 +152,55 @@ int bench_stream(int argc, char **argv) {
     mp.tokenizer_path = tok;
     struct kvb_model *m;
     if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    struct kvb_context_params cp = kvb_context_default_params();
-    cp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-    cp.policy.budget = budget;
-    cp.n_threads = threads;
-    size_t per_tok = (size_t)m->info.n_layer * m->info.n_head_kv * m->info.head_dim * 2 * 2;
-    cp.kv_pool_bytes = per_tok * (size_t)(budget + 512) + ((size_t)16 << 20);
-    struct kvb_context *c;
-    if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    float *logits = malloc(sizeof(float) * (size_t)m->info.n_vocab);
-    double t_a0 = 0, t_a1 = 0, t_b0 = 0;
-    long long rss_a = 0;
-    int32_t t = 1;
-    for (int i = 0; i < n; i++) {
-        if (i == 1500) t_a0 = cli_now_sec();
-        if (i == 2500) { t_a1 = cli_now_sec(); rss_a = rss_bytes(); }
-        if (i == n - 1000) t_b0 = cli_now_sec();
-        if (kvb_context_eval(c, &t, 1, logits, false) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-        int best = 0;
-        for (int k = 1; k < m->info.n_vocab; k++)
-            if (logits[k] > logits[best]) best = k;
-        t = best;
-        if (i % 10000 == 0) fprintf(stderr, "\rkvbound: %d/%d tokens", i, n);
+    const int64_t cps[4] = {1000, 10000, 100000, 1000000};
+    const int ncp = longrun ? 4 : 3;
+    const int64_t n = cps[ncp - 1];
+    double *lat = malloc(sizeof(double) * (size_t)n);
+    if (lat) memset(lat, 0, sizeof(double) * (size_t)n); /* touch it now: RSS then measures the engine */
+    long long rss[4] = {0}, rss_f[4] = {0};
+    if (!lat || stream_run(m, KVB_POLICY_STREAMING, budget, threads, n, lat, rss, cps, ncp)) return 1;
+    printf("{\"bench\":\"stream\",\"model\":\"%s\",\"budget\":%d,\"threads\":%d,\"streaming\":[", model, budget, threads);
+    double p50_end = 0;
+    for (int k = 0; k < ncp; k++) {
+        double p50, p99;
+        pct(lat, cps[k], &p50, &p99);
+        p50_end = p50;
+        printf("%s{\"tokens\":%lld,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"rss\":%lld}", k ? "," : "", (long long)cps[k], p50 * 1e3, p99 * 1e3, rss[k]);
     }
-    double t_b1 = cli_now_sec();
-    long long rss_b = rss_bytes();
-    fprintf(stderr, "\n");
-    double a = 1000 / (t_a1 - t_a0), b = 1000 / (t_b1 - t_b0);
-    struct kvb_cache_stats cs;
-    kvb_cache_get_stats(kvb_context_cache(c), &cs);
-    printf("{\"bench\":\"stream\",\"model\":\"%s\",\"budget\":%d,\"tokens\":%d,\"threads\":%d,\"tok_per_s_at_2000\":%.1f,"
-           "\"tok_per_s_at_end\":%.1f,\"ratio\":%.3f,\"rss_at_2000\":%lld,\"rss_at_end\":%lld,\"rss_growth\":%lld,\"kv_bytes\":%zu,\"kv_peak\":%zu}\n",
-           model, budget, n, threads, a, b, b / a, rss_a, rss_b, rss_b - rss_a, cs.bytes_used, cs.bytes_peak);
-    free(logits);
-    kvb_context_free(c);
+    printf("],\"full\":[");
+    int nf = 0;
+    while (nf < ncp && cps[nf] <= full_max) nf++;
+    if (nf && stream_run(m, KVB_POLICY_FULL, 0, threads, cps[nf - 1], lat, rss_f, cps, nf) == 0)
+        for (int k = 0; k < nf; k++) {
+            double p50, p99;
+            pct(lat, cps[k], &p50, &p99);
+            printf("%s{\"tokens\":%lld,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"rss\":%lld}", k ? "," : "", (long long)cps[k], p50 * 1e3, p99 * 1e3, rss_f[k]);
+        }
+    /* recompute: the last `budget` tokens from scratch for every new token */
+    struct kvb_context_params cp = kvb_context_default_params();
+    cp.n_threads = threads;
+    cp.chunk = budget;
+    cp.n_ctx = budget + 8;
+    struct kvb_context *c;
+    double rec = 0;
+    if (kvb_context_init(m, &cp, &c) == KVB_OK) {
+        int32_t *toks = malloc(sizeof(int32_t) * (size_t)budget);
+        for (int i = 0; i < budget; i++) toks[i] = 1 + (i * 7919) % (m->info.n_vocab - 1);
+        float *lg = malloc(sizeof(float) * (size_t)m->info.n_vocab);
+        const int reps = 5;
+        double t0 = cli_now_sec();
+        for (int r = 0; r < reps; r++) {
+            kvb_context_reset(c);
+            kvb_context_eval(c, toks, budget, lg, false);
+        }
+        rec = (cli_now_sec() - t0) / reps;
+        free(toks);
+        free(lg);
+        kvb_context_free(c);
+    }
+    printf("],\"recompute_ms_per_token\":%.3f,\"streaming_p50_ms\":%.4f,\"speedup_vs_recompute\":%.1f}\n", rec * 1e3, p50_end * 1e3,
+           p50_end > 0 ? rec / p50_end : 0);
+    free(lat);
     kvb_model_free(m);
     return 0;
 }
