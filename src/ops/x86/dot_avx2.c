@@ -52,7 +52,6 @@ static float dot_bf16_avx2(const void *row, const float *x, int64_t n) {
 }
 
 static inline __m256 i8x8(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
-static inline __m256 u8x8(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
 
 static float dot_q8_0_avx2(const void *row, const float *x, int64_t n) {
     const struct block_q8_0 *b = row;
