@@ -86,6 +86,93 @@ TEST(mistral_cases_match_llama_cpp) {
     if (pass != total || total < 100) FAILF("%s", ff);
 }
 
+#define CASES_TEST(name, label, gguf, cases, min_cases)                       \
+    TEST(name) {                                                              \
+        NEED_SHARED(g, gguf);                                                 \
+        NEED_SHARED(c, cases);                                                \
+        int pass = 0, total = 0;                                              \
+        char ff[512] = "";                                                    \
+        run_cases(g, c, &pass, &total, ff, sizeof ff);                        \
+        printf("  %s: %d/%d cases\n", label, pass, total);                    \
+        if (pass != total || total < (min_cases)) FAILF("%s", ff);            \
+    }
+
+CASES_TEST(gpt2_cases_match_llama_cpp, "gpt2", "tokenizers/gpt2/ggml-vocab-gpt-2.gguf", "tokenizers/gpt2/cases.jsonl", 60)
+CASES_TEST(llama3_cases_match_llama_cpp, "llama3", "tokenizers/llama3/llama3-8b-instruct.vocab.gguf", "tokenizers/llama3/cases.jsonl", 120)
+CASES_TEST(qwen25_cases_match_llama_cpp, "qwen2.5", "tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf", "tokenizers/qwen2.5/cases.jsonl", 60)
+CASES_TEST(smollm2_cases_match_llama_cpp, "smollm2", "tokenizers/smollm2/smollm2-135m-instruct.vocab.gguf", "tokenizers/smollm2/cases.jsonl", 60)
+
+/* llama.cpp's test-tokenizer-0 inputs: .inp holds texts separated by
+ * "\n__ggml_vocab_test__\n", .out one line of ids per text (no BOS, no
+ * special parsing). Every text must also decode back to itself. */
+static void run_inp_out(const char *gguf_path, const char *inp_path, const char *out_path, int *pass, int *total, int *round_trip,
+                        char *first_fail, size_t ff) {
+    struct gguf_file *f;
+    struct kvb_vocab *v;
+    if (gguf_open(gguf_path, &f) != KVB_OK || kvb_vocab_from_gguf(f, &v) != KVB_OK) {
+        snprintf(first_fail, ff, "load: %s", kvb_last_error());
+        return;
+    }
+    size_t in_size;
+    char *in = t_read_file(inp_path, &in_size);
+    char *outs = t_read_file(out_path, NULL);
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    char *text = in, *line = outs;
+    char dec[8192];
+    while (text < in + in_size && line && *line) {
+        char *end = strstr(text, sep);
+        size_t tl = end ? (size_t)(end - text) : strlen(text);
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        int32_t want[1024];
+        int n = 0;
+        for (char *p = line; *p && n < 1024;) {
+            char *e;
+            long x = strtol(p, &e, 10);
+            if (e == p) break;
+            want[n++] = (int32_t)x;
+            p = e;
+        }
+        int32_t *got;
+        int32_t ng;
+        (*total)++;
+        if (kvb_vocab_tokenize(v, text, tl, false, false, &got, &ng) == KVB_OK) {
+            if (ng == n && (n == 0 || memcmp(got, want, sizeof(int32_t) * (size_t)n) == 0)) (*pass)++;
+            else if (!first_fail[0]) snprintf(first_fail, ff, "text '%.*s': got %d ids, want %d", (int)KVB_MIN(tl, (size_t)40), text, ng, n);
+            size_t dl = 0;
+            for (int32_t k = 0; k < ng; k++) dl += kvb_vocab_piece(v, got[k], dec + KVB_MIN(dl, sizeof dec), dl < sizeof dec ? sizeof dec - dl : 0);
+            size_t skip = v->kind == KVB_VOCAB_SPM && v->add_space_prefix && dl == tl + 1 && dec[0] == ' '; /* the added prefix */
+            if (dl == tl + skip && memcmp(dec + skip, text, tl) == 0) (*round_trip)++;
+            kvb_free(got);
+        }
+        if (!end) break;
+        text = end + sizeof sep - 1;
+        line = nl ? nl + 1 : NULL;
+    }
+    free(in);
+    free(outs);
+    kvb_vocab_free(v);
+    gguf_close(f);
+}
+
+#define INP_OUT_TEST(name, label, gguf, base)                                                         \
+    TEST(name) {                                                                                           \
+        NEED_SHARED(g, gguf);                                                                              \
+        NEED_SHARED(i, base ".inp");                                                                       \
+        NEED_SHARED(o, base ".out");                                                                       \
+        int pass = 0, total = 0, rt = 0;                                                                   \
+        char ff[512] = "";                                                                                 \
+        run_inp_out(g, i, o, &pass, &total, &rt, ff, sizeof ff);                                           \
+        printf("  %s: %d/%d llama.cpp test inputs, %d/%d round trips\n", label, pass, total, rt, total);    \
+        if (pass != total || total < 40) FAILF("%s", ff);                                                  \
+        if (rt != total) FAILF("%d of %d texts do not decode back to themselves", total - rt, total); \
+    }
+
+INP_OUT_TEST(gpt2_test_inputs, "gpt2", "tokenizers/gpt2/ggml-vocab-gpt-2.gguf", "tokenizers/gpt2/ggml-vocab-gpt-2.gguf")
+INP_OUT_TEST(llama3_test_inputs, "llama3", "tokenizers/llama3/llama3-8b-instruct.vocab.gguf", "tokenizers/llama3/ggml-vocab-llama-bpe.gguf")
+INP_OUT_TEST(qwen2_test_inputs, "qwen2", "tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf", "tokenizers/qwen2.5/ggml-vocab-qwen2.gguf")
+INP_OUT_TEST(llama2_test_inputs, "llama2", "tokenizers/llama2/ggml-vocab-llama-spm.gguf", "tokenizers/llama2/ggml-vocab-llama-spm.gguf")
+
 struct model_ref {
     const char *gguf, *bin, *tok;
     int32_t n_vocab;
@@ -181,6 +268,14 @@ TEST(byte_fallback_and_unknown) {
 int main(void) {
     RUN(llama2_cases_match_llama_cpp);
     RUN(mistral_cases_match_llama_cpp);
+    RUN(gpt2_cases_match_llama_cpp);
+    RUN(llama3_cases_match_llama_cpp);
+    RUN(qwen25_cases_match_llama_cpp);
+    RUN(smollm2_cases_match_llama_cpp);
+    RUN(gpt2_test_inputs);
+    RUN(llama3_test_inputs);
+    RUN(qwen2_test_inputs);
+    RUN(llama2_test_inputs);
     RUN(model_reference_ids_gguf_and_bin);
     RUN(byte_fallback_and_unknown);
     return test_summary();

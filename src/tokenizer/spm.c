@@ -180,6 +180,7 @@ static int32_t match_special(const struct kvb_vocab *v, const char *text, size_t
 kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                               int32_t **ids, int32_t *n_ids) {
     if (!v || (!text && len) || !ids || !n_ids) return kvb_fail(KVB_ERR_INVALID, "tokenize: bad arguments");
+    if (v->kind == KVB_VOCAB_BPE) return kvb_bpe_tokenize(v, text, len, add_special, parse_special, ids, n_ids);
     struct out o = {0};
     bool prev_special = true;
     if (add_special && v->add_bos && v->bos >= 0) emit(&o, v->bos);

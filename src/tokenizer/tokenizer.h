@@ -3,8 +3,8 @@
  * every source (GGUF `tokenizer.ggml.*` metadata, llama2.c `tokenizer.bin`),
  * normalised to the GGUF conventions: U+2581 "▁" for spaces in SentencePiece
  * pieces, byte tokens written "<0xNN>", token types as in llama.cpp.
- * The encoder is chosen by the vocabulary kind; SentencePiece BPE is here
- * (spm.c), byte-level BPE slots in beside it (a later issue).
+ * The encoder is chosen by the vocabulary kind: SentencePiece BPE (spm.c)
+ * or byte-level BPE with a family pre-tokenizer (bpe.c).
  */
 #ifndef KVB_TOKENIZER_H
 #define KVB_TOKENIZER_H
@@ -25,6 +25,15 @@ enum kvb_token_type {
 
 enum kvb_vocab_kind {
     KVB_VOCAB_SPM = 0, /* SentencePiece BPE with byte fallback ("llama") */
+    KVB_VOCAB_BPE = 1, /* byte-level BPE with merges ("gpt2") */
+};
+
+/* Pre-tokenizer of a byte-level BPE vocabulary (tokenizer.ggml.pre). */
+enum kvb_pre_type {
+    KVB_PRE_GPT2 = 0, /* "gpt-2", "default" */
+    KVB_PRE_LLAMA3,   /* "llama-bpe", "llama3" */
+    KVB_PRE_QWEN2,    /* "qwen2" */
+    KVB_PRE_SMOLLM,   /* "smollm" */
 };
 
 struct kvb_vocab {
@@ -41,12 +50,22 @@ struct kvb_vocab {
     bool add_bos, add_eos, add_space_prefix;
     int32_t *special;     /* ids of CONTROL / USER_DEFINED tokens with text, longest first */
     int32_t n_special;
+    /* byte-level BPE only */
+    enum kvb_pre_type pre;
+    bool ignore_merges;   /* a piece that is already a token is taken whole (Llama 3) */
+    char *merge_arena;    /* "left right" texts, NUL-separated */
+    uint32_t *merge_off;  /* [n_merges + 1] */
+    int32_t *merge_hash;  /* "left right" -> rank, -1 empty */
+    uint32_t merge_cap;
+    int32_t n_merges;
 };
 
 static inline const char *kvb_vocab_text(const struct kvb_vocab *v, int32_t id) { return v->arena + v->off[id]; }
 static inline uint32_t kvb_vocab_len(const struct kvb_vocab *v, int32_t id) { return v->off[id + 1] - v->off[id] - 1; }
 
-/* From GGUF metadata (tokenizer.ggml.model must be "llama"). Errors name the key. */
+/* From GGUF metadata: tokenizer.ggml.model "llama" (SentencePiece) or "gpt2"
+ * (byte-level BPE; tokenizer.ggml.pre picks the pre-tokenizer and must be a
+ * known one). Errors name the key; *out is untouched on failure. */
 kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out);
 /* From a llama2.c tokenizer.bin image (buffer) of n_vocab records. */
 kvb_status kvb_vocab_from_llama2c(const void *buf, size_t size, int32_t n_vocab, const char *name, struct kvb_vocab **out);
@@ -64,5 +83,11 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
 /* Bytes a token decodes to ("▁" -> ' ', byte tokens -> their byte, control
  * tokens -> nothing). Returns the length; writes at most cap bytes. */
 size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap);
+
+/* Byte-level BPE internals (bpe.c), reached through the functions above. */
+kvb_status kvb_bpe_build_merges(struct kvb_vocab *v, const char *const *m, const uint32_t *len, int32_t n, const char *name);
+kvb_status kvb_bpe_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                            int32_t **ids, int32_t *n_ids);
+size_t kvb_bpe_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap);
 
 #endif

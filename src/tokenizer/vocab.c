@@ -44,6 +44,7 @@ int32_t kvb_vocab_find(const struct kvb_vocab *v, const char *text, size_t len) 
 void kvb_vocab_free(struct kvb_vocab *v) {
     if (!v) return;
     kvb_free(v->arena); kvb_free(v->off); kvb_free(v->score); kvb_free(v->type); kvb_free(v->hash); kvb_free(v->special);
+    kvb_free(v->merge_arena); kvb_free(v->merge_off); kvb_free(v->merge_hash);
     kvb_free(v);
 }
 
@@ -109,19 +110,77 @@ static struct kvb_vocab *alloc_vocab(int32_t n, size_t arena_bytes) {
     return v;
 }
 
+/* tokenizer.ggml.pre -> pre-tokenizer; false if unknown. */
+static bool pre_of_name(struct gguf_str s, enum kvb_pre_type *pre, bool *ignore_merges) {
+    *ignore_merges = false;
+    if (gguf_str_eq(s, "gpt-2") || gguf_str_eq(s, "default")) *pre = KVB_PRE_GPT2;
+    else if (gguf_str_eq(s, "llama-bpe") || gguf_str_eq(s, "llama3")) { *pre = KVB_PRE_LLAMA3; *ignore_merges = true; }
+    else if (gguf_str_eq(s, "qwen2")) *pre = KVB_PRE_QWEN2;
+    else if (gguf_str_eq(s, "smollm")) *pre = KVB_PRE_SMOLLM;
+    else return false;
+    return true;
+}
+
+/* tokenizer.ggml.merges into v (byte-level BPE). */
+static kvb_status load_merges(const struct gguf_file *f, struct kvb_vocab *v) {
+    uint64_t nm;
+    const uint8_t *data;
+    kvb_status st = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_T_STRING, &nm, &data, true);
+    if (st != KVB_OK) return st;
+    if (nm > (1u << 24)) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.merges has %llu entries", f->path, (unsigned long long)nm);
+    const char **m = kvb_malloc(sizeof(char *) * (size_t)KVB_MAX(nm, 1));
+    uint32_t *len = kvb_malloc(sizeof(uint32_t) * (size_t)KVB_MAX(nm, 1));
+    if (!m || !len) {
+        kvb_free(m); kvb_free(len);
+        return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for %llu merges", f->path, (unsigned long long)nm);
+    }
+    const uint8_t *cur = data;
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < nm; i++) {
+        struct gguf_str s = gguf_arr_next_str(&cur);
+        m[i] = s.p;
+        len[i] = (uint32_t)KVB_MIN(s.n, (uint64_t)UINT32_MAX);
+        total += s.n + 1;
+        const char *sp = memchr(s.p, ' ', s.n);
+        if (!sp || sp == s.p || sp == s.p + s.n - 1) {
+            st = kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.merges[%llu] '%.*s' is not 'left right'", f->path, (unsigned long long)i,
+                          (int)KVB_MIN(s.n, (uint64_t)40), s.p);
+            break;
+        }
+    }
+    if (st == KVB_OK && total > UINT32_MAX) st = kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.merges text too large", f->path);
+    if (st == KVB_OK) st = kvb_bpe_build_merges(v, m, len, (int32_t)nm, f->path);
+    kvb_free(m);
+    kvb_free(len);
+    return st;
+}
+
 kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out) {
     struct gguf_str model;
     kvb_status st = gguf_get_str(f, "tokenizer.ggml.model", &model, true);
     if (st != KVB_OK) return st;
-    if (!gguf_str_eq(model, "llama"))
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported yet (only 'llama' SentencePiece)", f->path,
-                        (int)KVB_MIN(model.n, (uint64_t)32), model.p);
+    const bool bpe = gguf_str_eq(model, "gpt2");
+    if (!bpe && !gguf_str_eq(model, "llama"))
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported (only 'llama' SentencePiece and 'gpt2' byte-level BPE)",
+                        f->path, (int)KVB_MIN(model.n, (uint64_t)32), model.p);
+    enum kvb_pre_type pre = KVB_PRE_GPT2;
+    bool ignore_merges = false;
+    if (bpe) {
+        struct gguf_str ps;
+        if (gguf_get_str(f, "tokenizer.ggml.pre", &ps, false) == KVB_OK && !pre_of_name(ps, &pre, &ignore_merges))
+            return kvb_fail(KVB_ERR_UNSUPPORTED,
+                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: gpt-2, default, llama-bpe, qwen2, smollm)", f->path,
+                            (int)KVB_MIN(ps.n, (uint64_t)40), ps.p);
+    }
     uint64_t n, ns, nt = 0;
     const uint8_t *toks, *scores, *types = NULL;
     if ((st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_T_STRING, &n, &toks, true)) != KVB_OK) return st;
     if (n < 3 || n > (1u << 24)) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.tokens has %llu entries", f->path, (unsigned long long)n);
-    if ((st = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_T_FLOAT32, &ns, &scores, true)) != KVB_OK) return st;
-    if (ns != n) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.scores has %llu entries, tokens %llu", f->path, (unsigned long long)ns, (unsigned long long)n);
+    scores = NULL;
+    ns = n;
+    st = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_T_FLOAT32, &ns, &scores, !bpe); /* BPE ranks by merges */
+    if (st != KVB_OK && (!bpe || gguf_find(f, "tokenizer.ggml.scores"))) return st;
+    if (scores && ns != n) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.scores has %llu entries, tokens %llu", f->path, (unsigned long long)ns, (unsigned long long)n);
     st = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_T_INT32, &nt, &types, false);
     if (st != KVB_OK && gguf_find(f, "tokenizer.ggml.token_type")) return st;
     if (types && nt != n) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.token_type has %llu entries, tokens %llu", f->path, (unsigned long long)nt, (unsigned long long)n);
@@ -139,12 +198,23 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
         memcpy(v->arena + at, s.p, s.n);
         at += (uint32_t)s.n;
         v->arena[at++] = 0;
-        memcpy(&v->score[i], scores + 4 * i, 4);
+        if (scores) memcpy(&v->score[i], scores + 4 * i, 4);
         int32_t ty = KVB_TOKEN_NORMAL;
         if (types) memcpy(&ty, types + 4 * i, 4);
         v->type[i] = (uint8_t)(ty >= 0 && ty <= 6 ? ty : KVB_TOKEN_NORMAL);
     }
     v->off[n] = at;
+    if (bpe) {
+        v->kind = KVB_VOCAB_BPE;
+        v->pre = pre;
+        v->ignore_merges = ignore_merges;
+        v->add_bos = false; v->add_space_prefix = false;
+        v->bos = v->eos = v->unk = -1;
+        if ((st = load_merges(f, v)) != KVB_OK) {
+            kvb_vocab_free(v);
+            return st;
+        }
+    }
     uint32_t u;
     bool b;
     if (gguf_get_u32(f, "tokenizer.ggml.bos_token_id", &u, false) == KVB_OK) v->bos = u < n ? (int32_t)u : -1;
@@ -223,6 +293,7 @@ size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t 
     if (id < 0 || id >= v->n) return 0;
     const uint8_t ty = v->type[id];
     if (ty == KVB_TOKEN_CONTROL || ty == KVB_TOKEN_UNUSED) return 0;
+    if (v->kind == KVB_VOCAB_BPE) return kvb_bpe_piece(v, id, buf, cap);
     const char *t = kvb_vocab_text(v, id);
     uint32_t len = kvb_vocab_len(v, id);
     if (ty == KVB_TOKEN_BYTE) {

@@ -1,0 +1,365 @@
+/*
+ * bpe.c — byte-level BPE (tokenizer.ggml.model = "gpt2"): GPT-2, Llama 3,
+ * Qwen2.5, SmolLM2. Text is split at special tokens, then pre-tokenized by
+ * the family's regular expression — written here as scanners over code
+ * points that try the expression's alternatives in order, as a backtracking
+ * regex engine would:
+ *
+ *   gpt-2   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   llama3  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
+ *           | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *   qwen2   as llama3 with \p{N} (one digit at a time)
+ *   smollm  every \p{N} on its own first, then gpt-2 on the pieces between
+ *
+ * Each piece's bytes are mapped to GPT-2's printable code points and merged
+ * by rank (lowest first, ties leftmost, lazy invalidation in a heap). Llama 3
+ * ("ignore_merges") takes a whole piece that is already a token as is.
+ */
+#include "tokenizer.h"
+#include "unicode.h"
+
+#include <stdlib.h>
+
+/* ---- pre-tokenizers ---- */
+
+static bool is_l(uint32_t c) { return kvb_cp_is_letter(c); }
+static bool is_n(uint32_t c) { return kvb_cp_is_number(c); }
+static bool is_s(uint32_t c) { return kvb_cp_is_space(c); }
+static bool is_other(uint32_t c) { return !is_s(c) && !is_l(c) && !is_n(c); }
+static bool is_nl(uint32_t c) { return c == '\r' || c == '\n'; }
+static uint32_t lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* Contraction at i: returns its length (2 or 3) or 0. */
+static int contraction(const uint32_t *c, int i, int n, bool ci) {
+    if (c[i] != '\'' || i + 1 >= n) return 0;
+    uint32_t a = ci ? lower(c[i + 1]) : c[i + 1];
+    uint32_t b = i + 2 < n ? (ci ? lower(c[i + 2]) : c[i + 2]) : 0;
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    return 0;
+}
+
+/* Whitespace alternatives shared by all families: \s+(?!\S) then \s+. */
+static int ws_tail(const uint32_t *c, int i, int n) {
+    int k = i;
+    while (k < n && is_s(c[k])) k++;
+    if (k == n) return k - i;          /* end of text: (?!\S) holds */
+    if (k - i >= 2) return k - 1 - i;  /* leave the last space to the next piece */
+    return k - i;                      /* \s+ */
+}
+
+static int scan_gpt2(const uint32_t *c, int i, int n) {
+    int m = contraction(c, i, n, false);
+    if (m) return m;
+    int j = i + (c[i] == ' ' && i + 1 < n ? 1 : 0);
+    if (is_l(c[j])) { while (j < n && is_l(c[j])) j++; return j - i; }
+    if (is_n(c[j])) { while (j < n && is_n(c[j])) j++; return j - i; }
+    if (is_other(c[j])) { while (j < n && is_other(c[j])) j++; return j - i; }
+    if (is_s(c[i])) return ws_tail(c, i, n);
+    return 1;
+}
+
+static int scan_llama3(const uint32_t *c, int i, int n, int max_digits) {
+    int m = contraction(c, i, n, true);
+    if (m) return m;
+    if (is_l(c[i]) || (!is_nl(c[i]) && !is_l(c[i]) && !is_n(c[i]) && i + 1 < n && is_l(c[i + 1]))) {
+        int j = i + 1;
+        while (j < n && is_l(c[j])) j++;
+        return j - i;
+    }
+    if (is_n(c[i])) {
+        int j = i;
+        while (j < n && j - i < max_digits && is_n(c[j])) j++;
+        return j - i;
+    }
+    int j = i + (c[i] == ' ' && i + 1 < n && is_other(c[i + 1]) ? 1 : 0);
+    if (is_other(c[j])) {
+        while (j < n && is_other(c[j])) j++;
+        while (j < n && is_nl(c[j])) j++;
+        return j - i;
+    }
+    if (is_s(c[i])) {
+        int k = i, last_nl = -1;
+        while (k < n && is_s(c[k])) {
+            if (is_nl(c[k])) last_nl = k;
+            k++;
+        }
+        if (last_nl >= 0) return last_nl + 1 - i; /* \s*[\r\n]+ */
+        return ws_tail(c, i, n);
+    }
+    return 1;
+}
+
+/* ---- merges ---- */
+
+static uint32_t fnv(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+/* Rank of merging a|b, or -1. */
+static int32_t merge_rank(const struct kvb_vocab *v, const char *a, size_t na, const char *b, size_t nb) {
+    char key[512];
+    if (na + nb + 1 > sizeof key) return -1;
+    memcpy(key, a, na);
+    key[na] = ' ';
+    memcpy(key + na + 1, b, nb);
+    const size_t n = na + nb + 1;
+    const uint32_t m = v->merge_cap - 1;
+    for (uint32_t h = fnv(key, n) & m;; h = (h + 1) & m) {
+        int32_t r = v->merge_hash[h];
+        if (r < 0) return -1;
+        if (v->merge_off[r + 1] - v->merge_off[r] - 1 == n && memcmp(v->merge_arena + v->merge_off[r], key, n) == 0) return r;
+    }
+}
+
+kvb_status kvb_bpe_build_merges(struct kvb_vocab *v, const char *const *m, const uint32_t *len, int32_t n, const char *name) {
+    size_t arena = 0;
+    for (int32_t i = 0; i < n; i++) arena += len[i] + 1;
+    v->merge_arena = kvb_malloc(arena ? arena : 1);
+    v->merge_off = kvb_malloc(sizeof(uint32_t) * ((size_t)n + 1));
+    v->merge_cap = 64;
+    while (v->merge_cap < (uint32_t)n * 2u) v->merge_cap *= 2;
+    v->merge_hash = kvb_malloc(sizeof(int32_t) * v->merge_cap);
+    if (!v->merge_arena || !v->merge_off || !v->merge_hash) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for %d merges", name, (int)n);
+    for (uint32_t i = 0; i < v->merge_cap; i++) v->merge_hash[i] = -1;
+    uint32_t at = 0;
+    for (int32_t i = 0; i < n; i++) {
+        v->merge_off[i] = at;
+        memcpy(v->merge_arena + at, m[i], len[i]);
+        at += len[i];
+        v->merge_arena[at++] = 0;
+        const uint32_t mask = v->merge_cap - 1;
+        uint32_t h = fnv(m[i], len[i]) & mask;
+        bool dup = false;
+        while (v->merge_hash[h] >= 0) {
+            int32_t r = v->merge_hash[h];
+            if (v->merge_off[r + 1] - v->merge_off[r] - 1 == len[i] && memcmp(v->merge_arena + v->merge_off[r], m[i], len[i]) == 0) { dup = true; break; }
+            h = (h + 1) & mask;
+        }
+        v->merge_off[i + 1] = at;
+        if (!dup) v->merge_hash[h] = i; /* the first (best) rank wins */
+    }
+    v->merge_off[n] = at;
+    v->n_merges = n;
+    return KVB_OK;
+}
+
+struct bsym {
+    int32_t start, n; /* bytes in the mapped string */
+    int32_t prev, next;
+};
+
+struct bgram {
+    int32_t left, right, rank, size;
+};
+
+static bool bg_less(const struct bgram *x, const struct bgram *y) { return x->rank < y->rank || (x->rank == y->rank && x->left < y->left); }
+
+static void push(struct bgram *h, int32_t *n, struct bgram b) {
+    int32_t i = (*n)++;
+    h[i] = b;
+    while (i > 0 && bg_less(&h[i], &h[(i - 1) / 2])) {
+        struct bgram t = h[i]; h[i] = h[(i - 1) / 2]; h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+static struct bgram pop(struct bgram *h, int32_t *n) {
+    struct bgram top = h[0];
+    h[0] = h[--(*n)];
+    for (int32_t i = 0;;) {
+        int32_t l = 2 * i + 1, r = l + 1, b = i;
+        if (l < *n && bg_less(&h[l], &h[b])) b = l;
+        if (r < *n && bg_less(&h[r], &h[b])) b = r;
+        if (b == i) break;
+        struct bgram t = h[i]; h[i] = h[b]; h[b] = t;
+        i = b;
+    }
+    return top;
+}
+
+struct out {
+    int32_t *ids;
+    int32_t n, cap;
+    bool oom;
+};
+
+static void emit(struct out *o, int32_t id) {
+    if (o->oom) return;
+    if (o->n == o->cap) {
+        int32_t cap = o->cap ? o->cap * 2 : 64;
+        int32_t *p = kvb_malloc(sizeof(int32_t) * (size_t)cap);
+        if (!p) { o->oom = true; return; }
+        if (o->n) memcpy(p, o->ids, sizeof(int32_t) * (size_t)o->n);
+        kvb_free(o->ids);
+        o->ids = p;
+        o->cap = cap;
+    }
+    o->ids[o->n++] = id;
+}
+
+static void try_pair(const struct kvb_vocab *v, const char *w, const struct bsym *s, struct bgram *h, int32_t *nh, int32_t l, int32_t r) {
+    if (l < 0 || r < 0) return;
+    int32_t rank = merge_rank(v, w + s[l].start, (size_t)s[l].n, w + s[r].start, (size_t)s[r].n);
+    if (rank >= 0) push(h, nh, (struct bgram){l, r, rank, s[l].n + s[r].n});
+}
+
+/* One pre-token: raw bytes -> mapped string -> merges -> ids. */
+static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, struct out *o) {
+    char *w = kvb_malloc(len * 2 + 1); /* mapped code points are < 0x800: at most 2 bytes each */
+    struct bsym *s = kvb_malloc(sizeof *s * (len + 1));
+    struct bgram *h = kvb_malloc(sizeof *h * (len * 2 + 2));
+    if (!w || !s || !h) { kvb_free(w); kvb_free(s); kvb_free(h); o->oom = true; return; }
+    int32_t wl = 0, ns = 0, nh = 0;
+    for (size_t i = 0; i < len; i++) {
+        int k = kvb_utf8_encode(kvb_byte_to_cp(raw[i]), w + wl);
+        s[ns] = (struct bsym){wl, k, ns - 1, -1};
+        if (ns) s[ns - 1].next = ns;
+        ns++;
+        wl += k;
+    }
+    /* mapped code points are one per byte, so symbols start as single bytes' chars */
+    int32_t whole = v->ignore_merges ? kvb_vocab_find(v, w, (size_t)wl) : -1;
+    if (whole >= 0) {
+        emit(o, whole);
+    } else {
+        for (int32_t i = 1; i < ns; i++) try_pair(v, w, s, h, &nh, i - 1, i);
+        while (nh) {
+            struct bgram b = pop(h, &nh);
+            struct bsym *l = &s[b.left], *r = &s[b.right];
+            if (l->n == 0 || r->n == 0 || l->n + r->n != b.size || l->next != b.right) continue;
+            l->n += r->n;
+            r->n = 0;
+            l->next = r->next;
+            if (r->next >= 0) s[r->next].prev = b.left;
+            try_pair(v, w, s, h, &nh, l->prev, b.left);
+            try_pair(v, w, s, h, &nh, b.left, l->next);
+        }
+        for (int32_t i = 0; i != -1 && ns; i = s[i].next) {
+            int32_t id = kvb_vocab_find(v, w + s[i].start, (size_t)s[i].n);
+            if (id >= 0) {
+                emit(o, id);
+                continue;
+            }
+            for (int32_t k = 0; k < s[i].n;) { /* not a token: its characters one by one */
+                int cl;
+                kvb_utf8_decode((const uint8_t *)w + s[i].start + k, (size_t)(s[i].n - k), &cl);
+                int32_t cid = kvb_vocab_find(v, w + s[i].start + k, (size_t)cl);
+                if (cid >= 0) emit(o, cid);
+                else if (v->unk >= 0) emit(o, v->unk);
+                k += cl;
+            }
+        }
+    }
+    kvb_free(w);
+    kvb_free(s);
+    kvb_free(h);
+}
+
+/* Pre-tokenizes text[0..len) (one raw fragment) and encodes every piece. */
+static void bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct out *o) {
+    if (!len) return;
+    uint32_t *cp = kvb_malloc(sizeof(uint32_t) * (len + 1));
+    int32_t *off = kvb_malloc(sizeof(int32_t) * (len + 1));
+    if (!cp || !off) { kvb_free(cp); kvb_free(off); o->oom = true; return; }
+    int n = 0;
+    for (size_t at = 0; at < len;) {
+        int l;
+        cp[n] = kvb_utf8_decode((const uint8_t *)text + at, len - at, &l);
+        off[n++] = (int32_t)at;
+        at += (size_t)l;
+    }
+    off[n] = (int32_t)len;
+    if (v->pre == KVB_PRE_SMOLLM) {
+        for (int i = 0; i < n;) {
+            if (is_n(cp[i])) {
+                bpe_word(v, (const uint8_t *)text + off[i], (size_t)(off[i + 1] - off[i]), o);
+                i++;
+                continue;
+            }
+            int e = i;
+            while (e < n && !is_n(cp[e])) e++;
+            for (int j = i; j < e;) { /* gpt-2 on the piece [i, e) */
+                int k = scan_gpt2(cp + i, j - i, e - i);
+                bpe_word(v, (const uint8_t *)text + off[j], (size_t)(off[j + k] - off[j]), o);
+                j += k;
+            }
+            i = e;
+        }
+    } else {
+        for (int i = 0; i < n;) {
+            int k = v->pre == KVB_PRE_GPT2 ? scan_gpt2(cp, i, n) : scan_llama3(cp, i, n, v->pre == KVB_PRE_QWEN2 ? 1 : 3);
+            bpe_word(v, (const uint8_t *)text + off[i], (size_t)(off[i + k] - off[i]), o);
+            i += k;
+        }
+    }
+    kvb_free(cp);
+    kvb_free(off);
+}
+
+static int32_t match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special) {
+    for (int32_t k = 0; k < v->n_special; k++) {
+        int32_t id = v->special[k];
+        if (!parse_special && v->type[id] != KVB_TOKEN_USER_DEFINED) continue;
+        uint32_t l = kvb_vocab_len(v, id);
+        if (l <= len - at && memcmp(text + at, kvb_vocab_text(v, id), l) == 0) return id;
+    }
+    return -1;
+}
+
+kvb_status kvb_bpe_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special, int32_t **ids,
+                            int32_t *n_ids) {
+    struct out o = {0};
+    if (add_special && v->add_bos && v->bos >= 0) emit(&o, v->bos);
+    size_t start = 0;
+    for (size_t at = 0; at <= len;) {
+        int32_t sp = at < len && v->n_special ? match_special(v, text, len, at, parse_special) : -1;
+        if (at == len || sp >= 0) {
+            bpe_fragment(v, text + start, at - start, &o);
+            if (at == len) break;
+            emit(&o, sp);
+            at += kvb_vocab_len(v, sp);
+            start = at;
+            continue;
+        }
+        at++;
+    }
+    if (add_special && v->add_eos && v->eos >= 0) emit(&o, v->eos);
+    if (!o.ids && !o.oom) {
+        o.ids = kvb_malloc(sizeof(int32_t));
+        o.oom = !o.ids;
+    }
+    if (o.oom) {
+        kvb_free(o.ids);
+        return kvb_fail(KVB_ERR_NOMEM, "tokenize: out of memory for %zu bytes of text", len);
+    }
+    *ids = o.ids;
+    *n_ids = o.n;
+    return KVB_OK;
+}
+
+size_t kvb_bpe_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap) {
+    const char *t = kvb_vocab_text(v, id);
+    const uint32_t len = kvb_vocab_len(v, id);
+    if (v->type[id] == KVB_TOKEN_USER_DEFINED) { /* stored as plain text */
+        for (uint32_t i = 0; i < len && i < cap; i++) buf[i] = t[i];
+        return len;
+    }
+    size_t n = 0;
+    for (uint32_t i = 0; i < len;) {
+        int cl;
+        uint32_t c = kvb_utf8_decode((const uint8_t *)t + i, len - i, &cl);
+        int b = kvb_cp_to_byte(c);
+        if (b >= 0) {
+            if (n < cap) buf[n] = (char)b;
+            n++;
+        } else { /* not a mapped byte: copy as is */
+            for (int k = 0; k < cl; k++, n++)
+                if (n < cap) buf[n] = t[i + k];
+        }
+        i += (uint32_t)cl;
+    }
+    return n;
+}
