@@ -397,6 +397,64 @@ const char *kvb_model_chat_template(const struct kvb_model *model);
 /* Id of a token by its exact text ("<|im_end|>"), or -1. */
 int32_t kvb_token_find(const struct kvb_model *model, const char *text);
 
+/* ---- Tokenizers on their own (vocab-only GGUF files work) ----
+ * The model's vocabulary, or one loaded from any GGUF with tokenizer.ggml.*
+ * metadata: SentencePiece ("llama") or byte-level BPE ("gpt2" with pre
+ * gpt-2, llama-bpe, qwen2 or smollm). Ids match llama.cpp's. */
+struct kvb_vocab;
+enum kvb_special_token { KVB_SPECIAL_BOS, KVB_SPECIAL_EOS, KVB_SPECIAL_EOT, KVB_SPECIAL_PAD };
+
+/* Reads only the metadata. Errors name the file and key: KVB_ERR_IO,
+ * KVB_ERR_CORRUPT, KVB_ERR_UNSUPPORTED (tokenizer model or pre), KVB_ERR_NOMEM;
+ * *out untouched on failure. */
+kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out);
+void kvb_vocab_free(struct kvb_vocab *vocab);
+const struct kvb_vocab *kvb_model_vocab(const struct kvb_model *model);
+int32_t kvb_vocab_size(const struct kvb_vocab *vocab);
+/* Id of a special token, or -1 when the vocabulary has none. EOT is the
+ * end-of-turn token (<|eot_id|>, <|im_end|>); it falls back to EOS. */
+int32_t kvb_vocab_special(const struct kvb_vocab *vocab, enum kvb_special_token which);
+/* Tokenizes text[0..len): add_special adds BOS/EOS as the vocabulary asks;
+ * parse_special turns control-token text ("<|im_start|>") into its id.
+ * *ids allocated (kvb_buffer_free), even when *n_ids is 0. KVB_ERR_NOMEM. */
+kvb_status kvb_vocab_tokenize(const struct kvb_vocab *vocab, const char *text, size_t len, bool add_special, bool parse_special,
+                              int32_t **ids, int32_t *n_ids);
+/* Bytes of one token; control tokens give nothing unless render_special.
+ * Returns the full length, writing at most cap bytes. */
+size_t kvb_vocab_token_bytes(const struct kvb_vocab *vocab, int32_t id, bool render_special, char *buf, size_t cap);
+
+/* Streaming decoder: whole UTF-8 characters only, an incomplete tail held
+ * back until the token that completes it (or kvb_detok_flush). */
+struct kvb_detok {
+    char held[4];
+    int n_held;
+};
+/* Appends token id. Returns the bytes now ready; if that exceeds cap,
+ * nothing is written and *d is unchanged (call again with a larger buffer). */
+size_t kvb_detok_push(const struct kvb_vocab *vocab, struct kvb_detok *d, int32_t id, bool render_special, char *buf, size_t cap);
+/* The held bytes (an unfinished character at the end of the stream). */
+size_t kvb_detok_flush(struct kvb_detok *d, char *buf, size_t cap);
+
+/* ---- Chat templates ----
+ * The Jinja tokenizer.chat_template is recognized by its signature, as
+ * llama.cpp does, and rendered by built-in code for that family. */
+enum kvb_chat_style { KVB_CHAT_CHATML, KVB_CHAT_LLAMA3, KVB_CHAT_LLAMA2, KVB_CHAT_MISTRAL };
+struct kvb_chat_message {
+    const char *role; /* "system", "user" or "assistant" */
+    const char *content;
+};
+const char *kvb_chat_style_name(enum kvb_chat_style style);
+/* KVB_ERR_UNSUPPORTED when no known signature matches (callers fall back
+ * to ChatML and warn); KVB_ERR_INVALID for NULL. */
+kvb_status kvb_chat_detect(const char *tmpl, enum kvb_chat_style *style);
+kvb_status kvb_chat_style_from_name(const char *name, enum kvb_chat_style *style);
+/* The conversation as the template renders it, minus the leading BOS text
+ * (tokenize with add_special adds it), ending with the assistant header when
+ * add_assistant. *out is NUL-terminated (kvb_buffer_free). KVB_ERR_INVALID
+ * (unknown role, NULL content), KVB_ERR_NOMEM. */
+kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_message *msgs, int32_t n, bool add_assistant, char **out,
+                           size_t *len);
+
 struct kvb_context_params {
     struct kvb_policy_params policy; /* default: full */
     enum kvb_pos_mode pos_mode;

@@ -173,6 +173,152 @@ INP_OUT_TEST(llama3_test_inputs, "llama3", "tokenizers/llama3/llama3-8b-instruct
 INP_OUT_TEST(qwen2_test_inputs, "qwen2", "tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf", "tokenizers/qwen2.5/ggml-vocab-qwen2.gguf")
 INP_OUT_TEST(llama2_test_inputs, "llama2", "tokenizers/llama2/ggml-vocab-llama-spm.gguf", "tokenizers/llama2/ggml-vocab-llama-spm.gguf")
 
+/* Every family round-trips the public-domain books, byte for byte; the SPM
+ * word-cut fast path gives exactly the ids of whole-text merging. */
+TEST(books_round_trip_every_family) {
+    static const char *const vocabs[] = {"tokenizers/gpt2/ggml-vocab-gpt-2.gguf", "tokenizers/llama3/llama3-8b-instruct.vocab.gguf",
+                                         "tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf", "tokenizers/smollm2/smollm2-135m-instruct.vocab.gguf",
+                                         "tokenizers/llama2/ggml-vocab-llama-spm.gguf", "tokenizers/mistral-v0.3/mistral-7b-instruct-v0.3.vocab.gguf"};
+    NEED_SHARED(book, "text/pg345_dracula.txt");
+    size_t len;
+    char *text = t_read_file(book, &len);
+    size_t cut = getenv("KVB_TEST_QUICK") ? 60000 : len; /* sanitizer builds: a slice */
+    char *dec = malloc(cut + 16);
+    for (size_t k = 0; k < sizeof vocabs / sizeof *vocabs; k++) {
+        NEED_SHARED(g, vocabs[k]);
+        struct kvb_vocab *v;
+        if (kvb_vocab_load(g, &v) != KVB_OK) FAILF("%s: %s", g, kvb_last_error());
+        int32_t *ids, n;
+        CHECK(kvb_vocab_tokenize(v, text, cut, false, false, &ids, &n) == KVB_OK);
+        struct kvb_detok d = {0};
+        size_t at = 0;
+        for (int32_t i = 0; i < n; i++) {
+            size_t r = kvb_detok_push(v, &d, ids[i], false, dec + at, cut + 16 - at);
+            if (r > cut + 16 - at) FAILF("%s: decoded text longer than the input", g);
+            at += r;
+        }
+        at += kvb_detok_flush(&d, dec + at, cut + 16 - at);
+        size_t skip = v->kind == KVB_VOCAB_SPM && at == cut + 1 && dec[0] == ' ';
+        printf("  %-55s %zu bytes -> %d tokens, round trip %s\n", vocabs[k], cut, (int)n, at == cut + skip && !memcmp(dec + skip, text, cut) ? "exact" : "DIFFERS");
+        if (at != cut + skip || memcmp(dec + skip, text, cut)) FAILF("%s: decode(encode(book)) differs", g);
+        if (v->kind == KVB_VOCAB_SPM) {
+            CHECK(v->spm_word_split);
+            v->spm_word_split = false;
+            int32_t *slow, ns;
+            CHECK(kvb_vocab_tokenize(v, text, KVB_MIN(cut, (size_t)200000), false, false, &slow, &ns) == KVB_OK);
+            int32_t *fast, nf;
+            v->spm_word_split = true;
+            CHECK(kvb_vocab_tokenize(v, text, KVB_MIN(cut, (size_t)200000), false, false, &fast, &nf) == KVB_OK);
+            if (ns != nf || memcmp(slow, fast, sizeof(int32_t) * (size_t)ns)) FAILF("%s: word-cut ids differ from whole-text merging", g);
+            kvb_free(slow);
+            kvb_free(fast);
+        }
+        kvb_free(ids);
+        kvb_vocab_free(v);
+    }
+    free(dec);
+    free(text);
+}
+
+/* Streaming decode holds partial UTF-8 back; special tokens render only on request. */
+TEST(streaming_decode_and_special_rendering) {
+    NEED_SHARED(g, "tokenizers/llama3/llama3-8b-instruct.vocab.gguf");
+    struct kvb_vocab *v;
+    CHECK(kvb_vocab_load(g, &v) == KVB_OK);
+    const char *text = "<|begin_of_text|>\xF0\x9F\x98\x80\xE4\xB8\xAD\xE6\x96\x87 ok";
+    int32_t *ids, n;
+    CHECK(kvb_vocab_tokenize(v, text, strlen(text), false, true, &ids, &n) == KVB_OK);
+    CHECK_EQ_INT(ids[0], kvb_vocab_special(v, KVB_SPECIAL_BOS));
+    char out[256], buf[64];
+    size_t at = 0;
+    struct kvb_detok d = {0};
+    for (int32_t i = 0; i < n; i++) {
+        size_t r = kvb_detok_push(v, &d, ids[i], false, buf, sizeof buf);
+        for (size_t k = 0; k < r;) { /* every chunk is whole UTF-8 */
+            uint8_t b = (uint8_t)buf[k];
+            size_t need = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+            if (k + need > r) FAILF("token %d: chunk ends inside a character", (int)i);
+            k += need;
+        }
+        memcpy(out + at, buf, r);
+        at += r;
+    }
+    CHECK_EQ_INT((int)d.n_held, 0);
+    CHECK(at == strlen(text) - strlen("<|begin_of_text|>") && !memcmp(out, text + strlen("<|begin_of_text|>"), at));
+    size_t r = kvb_detok_push(v, &d, ids[0], true, buf, sizeof buf);
+    CHECK(r == strlen("<|begin_of_text|>") && !memcmp(buf, "<|begin_of_text|>", r));
+    CHECK_EQ_INT((int)kvb_detok_push(v, &d, ids[0], true, buf, 4), (int)strlen("<|begin_of_text|>")); /* too small: state unchanged */
+    CHECK_EQ_INT(kvb_vocab_special(v, KVB_SPECIAL_EOT), kvb_vocab_find(v, "<|eot_id|>", 10));
+    /* a lone lead byte is held, then flushed */
+    int32_t lead = v->n;
+    for (int32_t id = 0; id < v->n && lead == v->n; id++) {
+        char p[8];
+        if (kvb_vocab_token_bytes(v, id, false, p, sizeof p) == 1 && (uint8_t)p[0] == 0xE4) lead = id;
+    }
+    CHECK(lead < v->n);
+    CHECK_EQ_INT((int)kvb_detok_push(v, &d, lead, false, buf, sizeof buf), 0);
+    CHECK_EQ_INT((int)kvb_detok_flush(&d, buf, sizeof buf), 1);
+    kvb_free(ids);
+    kvb_vocab_free(v);
+}
+
+/* Chat formats, written out from the templates' published renderings. */
+TEST(chat_templates_detect_and_format) {
+    static const struct { const char *sig; enum kvb_chat_style style; } det[] = {
+        {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'}}", KVB_CHAT_CHATML},
+        {"{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}{{ '<|eot_id|>' }}", KVB_CHAT_LLAMA3},
+        {"{{ bos_token + '[INST] ' + '<<SYS>>\\n' + content.strip() + ' [/INST]' }}", KVB_CHAT_LLAMA2},
+        {"{{- '[INST] ' + message['content'] + '[/INST]' }}", KVB_CHAT_MISTRAL},
+    };
+    for (size_t i = 0; i < sizeof det / sizeof *det; i++) {
+        enum kvb_chat_style st;
+        CHECK(kvb_chat_detect(det[i].sig, &st) == KVB_OK);
+        CHECK_EQ_INT((int)st, (int)det[i].style);
+    }
+    enum kvb_chat_style st;
+    CHECK(kvb_chat_detect("{{ message.content }}", &st) == KVB_ERR_UNSUPPORTED);
+    const struct kvb_chat_message conv[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye "}};
+    static const char *const want[] = {
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
+        "<|im_start|>user\nBye <|im_end|>\n<|im_start|>assistant\n",
+        "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]",
+        "[INST] Hi[/INST] Hello.</s>[INST] Be brief.\n\nBye [/INST]",
+    };
+    for (int s = 0; s < 4; s++) {
+        char *out;
+        size_t len;
+        CHECK(kvb_chat_format((enum kvb_chat_style)s, conv, 4, true, &out, &len) == KVB_OK);
+        if (strcmp(out, want[s])) FAILF("%s:\n got  [%s]\n want [%s]", kvb_chat_style_name((enum kvb_chat_style)s), out, want[s]);
+        CHECK_EQ_INT((int)len, (int)strlen(want[s]));
+        kvb_free(out);
+    }
+    const struct kvb_chat_message bad[] = {{"tool", "x"}};
+    char *out = NULL;
+    CHECK(kvb_chat_format(KVB_CHAT_CHATML, bad, 1, true, &out, NULL) == KVB_ERR_INVALID && out == NULL);
+}
+
+/* Unknown pre-tokenizers and broken merges are refused by name. */
+TEST(bpe_metadata_errors_name_the_key) {
+    NEED_SHARED(g, "tokenizers/gpt2/ggml-vocab-gpt-2.gguf");
+    size_t size;
+    char *img = t_read_file(g, &size);
+    char *at = NULL; /* the tokenizer.ggml.pre value: key, u32 type, u64 length, text */
+    for (size_t i = 0; i + 18 + 12 <= size && !at; i++)
+        if (!memcmp(img + i, "tokenizer.ggml.pre", 18)) at = img + i + 18 + 12;
+    CHECK(at != NULL && !memcmp(at, "gpt-2", 5));
+    memcpy(at, "gpt-9", 5);
+    struct gguf_file *f;
+    struct kvb_vocab *v = NULL;
+    CHECK(gguf_open_buffer(img, size, "patched", &f) == KVB_OK);
+    CHECK(kvb_vocab_from_gguf(f, &v) == KVB_ERR_UNSUPPORTED && v == NULL);
+    if (!strstr(kvb_last_error(), "tokenizer.ggml.pre") || !strstr(kvb_last_error(), "gpt-9")) FAILF("error: %s", kvb_last_error());
+    gguf_close(f);
+    free(img);
+}
+
 struct model_ref {
     const char *gguf, *bin, *tok;
     int32_t n_vocab;
@@ -276,6 +422,10 @@ int main(void) {
     RUN(llama3_test_inputs);
     RUN(qwen2_test_inputs);
     RUN(llama2_test_inputs);
+    RUN(books_round_trip_every_family);
+    RUN(streaming_decode_and_special_rendering);
+    RUN(chat_templates_detect_and_format);
+    RUN(bpe_metadata_errors_name_the_key);
     RUN(model_reference_ids_gguf_and_bin);
     RUN(byte_fallback_and_unknown);
     return test_summary();

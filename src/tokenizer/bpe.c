@@ -315,7 +315,7 @@ kvb_status kvb_bpe_tokenize(const struct kvb_vocab *v, const char *text, size_t 
     if (add_special && v->add_bos && v->bos >= 0) emit(&o, v->bos);
     size_t start = 0;
     for (size_t at = 0; at <= len;) {
-        int32_t sp = at < len && v->n_special ? match_special(v, text, len, at, parse_special) : -1;
+        int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? match_special(v, text, len, at, parse_special) : -1;
         if (at == len || sp >= 0) {
             bpe_fragment(v, text + start, at - start, &o);
             if (at == len) break;

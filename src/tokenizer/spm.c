@@ -163,7 +163,18 @@ static void spm_raw(const struct kvb_vocab *v, const char *text, size_t len, boo
         if (text[i] == ' ') { memcpy(buf + w, "\xE2\x96\x81", 3); w += 3; }
         else buf[w++] = text[i];
     }
-    spm_fragment(v, buf, w, o);
+    if (!v->spm_word_split) spm_fragment(v, buf, w, o);
+    else { /* cut before every "▁" that follows another character: no piece spans the cut, the
+              result is the same, and each merge heap stays small and in cache */
+        size_t start = 0;
+        for (size_t i = 1; i + 3 <= w; i++)
+            if (memcmp(buf + i, "\xE2\x96\x81", 3) == 0 && !(i >= 3 && memcmp(buf + i - 3, "\xE2\x96\x81", 3) == 0)) {
+                spm_fragment(v, buf + start, i - start, o);
+                start = i;
+                i += 2;
+            }
+        spm_fragment(v, buf + start, w - start, o);
+    }
     kvb_free(buf);
 }
 
@@ -187,11 +198,11 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
     size_t start = 0;
     for (size_t at = 0; at <= len;) {
         int32_t sp = -1;
-        if (at < len && parse_special && v->n_special) {
+        if (at < len && parse_special && v->special_first[(uint8_t)text[at]]) {
             sp = match_special(v, text, len, at);
             /* USER_DEFINED tokens match even without parse_special; CONTROL only with it */
         }
-        if (at < len && sp < 0 && !parse_special && v->n_special) {
+        if (at < len && sp < 0 && !parse_special && v->special_first[(uint8_t)text[at]]) {
             int32_t cand = match_special(v, text, len, at);
             if (cand >= 0 && v->type[cand] == KVB_TOKEN_USER_DEFINED) sp = cand;
         }

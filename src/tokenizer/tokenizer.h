@@ -46,10 +46,12 @@ struct kvb_vocab {
     int32_t *hash;        /* open addressing: piece -> id, -1 empty */
     uint32_t hash_cap;    /* power of two */
     int32_t byte_id[256]; /* id of <0xNN>, or -1 */
-    int32_t bos, eos, unk;
+    int32_t bos, eos, unk, eot, pad; /* -1: none */
     bool add_bos, add_eos, add_space_prefix;
     int32_t *special;     /* ids of CONTROL / USER_DEFINED tokens with text, longest first */
     int32_t n_special;
+    bool spm_word_split;   /* no piece has "▁" after another character: text may be cut before each word */
+    bool special_first[256]; /* some special text starts with this byte */
     /* byte-level BPE only */
     enum kvb_pre_type pre;
     bool ignore_merges;   /* a piece that is already a token is taken whole (Llama 3) */

@@ -69,9 +69,12 @@ static kvb_status finish(struct kvb_vocab *v, const char *name) {
     for (uint32_t i = 0; i < v->hash_cap; i++) v->hash[i] = -1;
     for (int i = 0; i < 256; i++) v->byte_id[i] = -1;
     v->n_special = 0;
+    v->spm_word_split = true;
     for (int32_t id = 0; id < v->n; id++) {
         const char *t = kvb_vocab_text(v, id);
         uint32_t len = kvb_vocab_len(v, id);
+        for (uint32_t i = 1; i + 3 <= len && v->spm_word_split; i++) /* "x▁" inside a piece would span a cut */
+            if (memcmp(t + i, "\xE2\x96\x81", 3) == 0 && !(i >= 3 && memcmp(t + i - 3, "\xE2\x96\x81", 3) == 0)) v->spm_word_split = false;
         if (kvb_vocab_find(v, t, len) < 0) { /* first occurrence wins */
             uint32_t m = v->hash_cap - 1, h = fnv1a(t, len) & m;
             while (v->hash[h] >= 0) h = (h + 1) & m;
@@ -80,7 +83,10 @@ static kvb_status finish(struct kvb_vocab *v, const char *name) {
         int byte = v->type[id] == KVB_TOKEN_BYTE ? byte_of_piece(t, len) : -1;
         if (byte >= 0 && v->byte_id[byte] < 0) v->byte_id[byte] = id;
         if ((v->type[id] == KVB_TOKEN_CONTROL || v->type[id] == KVB_TOKEN_USER_DEFINED || v->type[id] == KVB_TOKEN_UNKNOWN) && len > 0)
+        {
             v->special[v->n_special++] = id; /* as llama.cpp: these texts can stand for their token */
+            v->special_first[(uint8_t)t[0]] = true;
+        }
     }
     if (v->n_special > 1) { /* longest first, so matching prefers "<|im_start|>" over "<" */
         struct len_id *tmp = kvb_malloc(sizeof *tmp * (size_t)v->n_special);
@@ -101,7 +107,7 @@ static struct kvb_vocab *alloc_vocab(int32_t n, size_t arena_bytes) {
     v->off = kvb_malloc(sizeof(uint32_t) * ((size_t)n + 1));
     v->score = kvb_calloc((size_t)n, sizeof(float));
     v->type = kvb_calloc((size_t)n, 1);
-    v->bos = 1; v->eos = 2; v->unk = 0;
+    v->bos = 1; v->eos = 2; v->unk = 0; v->eot = -1; v->pad = -1;
     v->add_bos = true; v->add_space_prefix = true;
     if (!v->arena || !v->off || !v->score || !v->type) {
         kvb_vocab_free(v);
@@ -220,6 +226,8 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
     if (gguf_get_u32(f, "tokenizer.ggml.bos_token_id", &u, false) == KVB_OK) v->bos = u < n ? (int32_t)u : -1;
     if (gguf_get_u32(f, "tokenizer.ggml.eos_token_id", &u, false) == KVB_OK) v->eos = u < n ? (int32_t)u : -1;
     if (gguf_get_u32(f, "tokenizer.ggml.unknown_token_id", &u, false) == KVB_OK) v->unk = u < n ? (int32_t)u : -1;
+    if (gguf_get_u32(f, "tokenizer.ggml.eot_token_id", &u, false) == KVB_OK) v->eot = u < n ? (int32_t)u : -1;
+    if (gguf_get_u32(f, "tokenizer.ggml.padding_token_id", &u, false) == KVB_OK) v->pad = u < n ? (int32_t)u : -1;
     if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b, false) == KVB_OK) v->add_bos = b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b, false) == KVB_OK) v->add_eos = b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b, false) == KVB_OK) v->add_space_prefix = b;
@@ -227,8 +235,35 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
         kvb_vocab_free(v);
         return st;
     }
+    static const char *const k_eot_text[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"};
+    for (size_t k = 0; v->eot < 0 && k < sizeof k_eot_text / sizeof *k_eot_text; k++) { /* as llama.cpp guesses it */
+        int32_t id = kvb_vocab_find(v, k_eot_text[k], strlen(k_eot_text[k]));
+        if (id >= 0 && v->type[id] == KVB_TOKEN_CONTROL) v->eot = id;
+    }
     *out = v;
     return KVB_OK;
+}
+
+kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out) {
+    if (!path || !out) return kvb_fail(KVB_ERR_INVALID, "vocab_load: NULL argument");
+    struct gguf_file *f;
+    kvb_status st = gguf_open(path, &f);
+    if (st != KVB_OK) return st;
+    st = kvb_vocab_from_gguf(f, out);
+    gguf_close(f); /* the vocabulary holds copies */
+    return st;
+}
+
+int32_t kvb_vocab_size(const struct kvb_vocab *v) { return v->n; }
+
+int32_t kvb_vocab_special(const struct kvb_vocab *v, enum kvb_special_token which) {
+    switch (which) {
+    case KVB_SPECIAL_BOS: return v->bos;
+    case KVB_SPECIAL_EOS: return v->eos;
+    case KVB_SPECIAL_EOT: return v->eot >= 0 ? v->eot : v->eos;
+    case KVB_SPECIAL_PAD: return v->pad;
+    }
+    return -1;
 }
 
 kvb_status kvb_vocab_from_llama2c(const void *buf, size_t size, int32_t n_vocab, const char *name, struct kvb_vocab **out) {

@@ -1,0 +1,139 @@
+/*
+ * chat_template.c — conversations in the prompt format a model was trained
+ * on. GGUF files carry the Hugging Face Jinja template; rather than run a
+ * Jinja interpreter we recognize the template by signature strings (as
+ * llama.cpp does) and render that family with code:
+ *
+ *   chatml   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n
+ *   llama3   <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT.strip()<|eot_id|>
+ *   llama2   [INST] <<SYS>>\nSYS\n<</SYS>>\n\nUSER [/INST] ANSWER </s><s>[INST] USER [/INST]
+ *   mistral  [INST] USER[/INST] ANSWER</s>[INST] SYS\n\nUSER[/INST]   (v3/v0.3:
+ *            the system message goes with the last user turn)
+ *
+ * The BOS text at the very start is left out: tokenizing with add_special
+ * adds the BOS id, and later "<s>" texts become BOS with parse_special.
+ */
+#include "tokenizer.h"
+
+#include <stdlib.h>
+
+static const char *const k_style_name[] = {"chatml", "llama3", "llama2", "mistral"};
+
+const char *kvb_chat_style_name(enum kvb_chat_style s) { return (unsigned)s < 4 ? k_style_name[s] : "?"; }
+
+kvb_status kvb_chat_style_from_name(const char *name, enum kvb_chat_style *style) {
+    for (int i = 0; name && i < 4; i++)
+        if (!strcmp(name, k_style_name[i])) {
+            *style = (enum kvb_chat_style)i;
+            return KVB_OK;
+        }
+    return kvb_fail(KVB_ERR_INVALID, "chat template '%s' unknown (chatml, llama3, llama2, mistral)", name ? name : "(null)");
+}
+
+kvb_status kvb_chat_detect(const char *t, enum kvb_chat_style *style) {
+    if (!t || !style) return kvb_fail(KVB_ERR_INVALID, "chat_detect: NULL argument");
+    if (strstr(t, "<|im_start|>")) *style = KVB_CHAT_CHATML;
+    else if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>")) *style = KVB_CHAT_LLAMA3;
+    else if (strstr(t, "[INST]") && strstr(t, "<<SYS>>")) *style = KVB_CHAT_LLAMA2;
+    else if (strstr(t, "[INST]")) *style = KVB_CHAT_MISTRAL;
+    else return kvb_fail(KVB_ERR_UNSUPPORTED, "chat template not recognized (%.60s...)", t);
+    return KVB_OK;
+}
+
+struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+};
+
+static void put(struct sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = KVB_MAX(b->cap * 2, b->n + n + 256);
+        char *p = kvb_malloc(cap);
+        if (!p) { b->oom = true; return; }
+        if (b->p) memcpy(p, b->p, b->n);
+        kvb_free(b->p);
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void puts_(struct sbuf *b, const char *s) { put(b, s, strlen(s)); }
+
+/* Python's str.strip() on ASCII whitespace. */
+static void put_stripped(struct sbuf *b, const char *s) {
+    size_t n = strlen(s), i = 0;
+    while (i < n && strchr(" \t\n\r\v\f", s[i])) i++;
+    while (n > i && strchr(" \t\n\r\v\f", s[n - 1])) n--;
+    put(b, s + i, n - i);
+}
+
+kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_message *m, int32_t n, bool add_assistant, char **out,
+                           size_t *len) {
+    if ((!m && n) || n < 0 || !out || (unsigned)style >= 4) return kvb_fail(KVB_ERR_INVALID, "chat_format: bad arguments");
+    for (int32_t i = 0; i < n; i++) {
+        if (!m[i].role || !m[i].content) return kvb_fail(KVB_ERR_INVALID, "chat_format: message %d has no role or content", (int)i);
+        if (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") && strcmp(m[i].role, "assistant"))
+            return kvb_fail(KVB_ERR_INVALID, "chat_format: message %d has role '%s' (system, user or assistant)", (int)i, m[i].role);
+    }
+    struct sbuf b = {0};
+    puts_(&b, "");
+    const char *sys = n > 0 && !strcmp(m[0].role, "system") ? m[0].content : NULL;
+    int32_t last_user = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (!strcmp(m[i].role, "user")) last_user = i;
+    bool first_user = true;
+    for (int32_t i = 0; i < n; i++) {
+        const char *role = m[i].role, *c = m[i].content;
+        switch (style) {
+        case KVB_CHAT_CHATML:
+            puts_(&b, "<|im_start|>"); puts_(&b, role); puts_(&b, "\n"); puts_(&b, c); puts_(&b, "<|im_end|>\n");
+            break;
+        case KVB_CHAT_LLAMA3:
+            puts_(&b, "<|start_header_id|>"); puts_(&b, role); puts_(&b, "<|end_header_id|>\n\n"); put_stripped(&b, c);
+            puts_(&b, "<|eot_id|>");
+            break;
+        case KVB_CHAT_LLAMA2:
+            if (i == 0 && sys) break; /* folded into the first user turn */
+            if (!strcmp(role, "user")) {
+                if (!first_user) puts_(&b, "<s>");
+                puts_(&b, "[INST] ");
+                struct sbuf t = {0};
+                if (first_user && sys) { puts_(&t, "<<SYS>>\n"); puts_(&t, sys); puts_(&t, "\n<</SYS>>\n\n"); }
+                puts_(&t, c);
+                if (t.oom) { kvb_free(t.p); b.oom = true; break; }
+                put_stripped(&b, t.p);
+                kvb_free(t.p);
+                puts_(&b, " [/INST]");
+                first_user = false;
+            } else if (!strcmp(role, "assistant")) {
+                puts_(&b, " "); put_stripped(&b, c); puts_(&b, " </s>");
+            }
+            break;
+        case KVB_CHAT_MISTRAL:
+            if (!strcmp(role, "user")) {
+                puts_(&b, "[INST] ");
+                if (i == last_user && sys) { puts_(&b, sys); puts_(&b, "\n\n"); }
+                puts_(&b, c);
+                puts_(&b, "[/INST]");
+            } else if (!strcmp(role, "assistant")) {
+                puts_(&b, " "); puts_(&b, c); puts_(&b, "</s>");
+            }
+            break;
+        }
+    }
+    if (add_assistant) {
+        if (style == KVB_CHAT_CHATML) puts_(&b, "<|im_start|>assistant\n");
+        else if (style == KVB_CHAT_LLAMA3) puts_(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    }
+    if (b.oom) {
+        kvb_free(b.p);
+        return kvb_fail(KVB_ERR_NOMEM, "chat_format: out of memory");
+    }
+    *out = b.p;
+    if (len) *len = b.n;
+    return KVB_OK;
+}
