@@ -74,5 +74,27 @@ then ok mkmodel_and_info; else ko mkmodel_and_info "$(head -n 4 "$T/info.txt")";
 "$K" mkmodel --shape nope -o "$T/x.gguf" 2> "$T/e4.txt"; r4=$?
 if [ $r4 -eq 2 ] && grep -q 'tinyllama-1.1b' "$T/e4.txt"; then ok mkmodel_unknown_shape; else ko mkmodel_unknown_shape "$(cat "$T/e4.txt")"; fi
 
+# chat templates: the second turn closes the cut answer the template's way
+printf 'Once upon a time\nThe cat\n' | "$K" chat -m "$G" --temp 0 -n 5 --template chatml --show-prompt 2> "$T/cp.txt" > /dev/null
+if grep -q '^\[prompt: <|im_start|>user$' "$T/cp.txt" && grep -q '^\[prompt: <|im_end|>$' "$T/cp.txt" &&
+   [ "$(grep -c '^<|im_start|>assistant$' "$T/cp.txt")" -eq 2 ]; then ok chat_template_turns
+else ko chat_template_turns "$(head -n 8 "$T/cp.txt")"; fi
+"$K" chat -m "$G" --template nope < /dev/null 2> "$T/e5.txt"; r5=$?
+if [ $r5 -eq 2 ] && grep -q "'nope' unknown" "$T/e5.txt"; then ok chat_unknown_template; else ko chat_unknown_template "$(cat "$T/e5.txt")"; fi
+
+# tokenize: llama-tokenize's formats, on the shared vocab-only files
+V3="$D/tokenizers/llama3/llama3-8b-instruct.vocab.gguf"
+if [ -f "$V3" ]; then
+    if [ "$("$K" tokenize -m "$V3" -p 'Hello world' --ids)" = "[128000, 9906, 1917]" ] &&
+       [ "$("$K" tokenize -m "$V3" -p 'Hello world' --ids --no-bos)" = "[9906, 1917]" ] &&
+       [ "$("$K" tokenize -m "$V3" -p '<|eot_id|>' --ids --no-bos)" = "[128009]" ] &&
+       [ "$("$K" tokenize -m "$V3" -p '<|eot_id|>' --ids --no-bos --no-parse-special | tr -d '[]' | tr ',' '\n' | wc -l)" -gt 1 ] &&
+       "$K" tokenize -m "$V3" -p 'Hello' | grep -q "^  9906 -> 'Hello'$"; then ok tokenize_formats
+    else ko tokenize_formats "$("$K" tokenize -m "$V3" -p 'Hello world' 2>&1 | head -3)"; fi
+else echo "skip: $V3 missing"; fi
+"$K" tokenize -m "$G" 2> "$T/e6.txt"; r6=$?
+"$K" tokenize -m "$T/nothere.gguf" -p x 2> "$T/e7.txt"; r7=$?
+if [ $r6 -eq 2 ] && [ $r7 -eq 1 ] && grep -q 'nothere.gguf' "$T/e7.txt"; then ok tokenize_errors; else ko tokenize_errors "$(cat "$T/e6.txt" "$T/e7.txt")"; fi
+
 echo "cases: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

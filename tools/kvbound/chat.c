@@ -1,8 +1,11 @@
 /*
  * chat.c — `kvbound chat`: an interactive conversation with a bounded cache
  * (streaming by default), so it can go on for days. The prompt format comes
- * from the GGUF chat template when it is one of the known styles (ChatML,
- * Llama-3, Llama-2 [INST]), else a plain "User: / Assistant:" exchange.
+ * from the GGUF chat template, recognized by kvb_chat_detect (ChatML,
+ * Llama 3, Llama 2, Mistral; unrecognized -> ChatML with a warning), or a
+ * plain "User: / Assistant:" exchange for models without a template. Each
+ * turn feeds only the new text; answers stream through kvb_detok, so a
+ * character split across tokens is never printed half.
  * Commands: /stats, /reset, /save FILE, /load FILE, /quit. Works with stdin
  * as a pipe (no prompt marker is printed then).
  */
@@ -12,15 +15,66 @@
 #include <string.h>
 #include <unistd.h>
 
-enum style { STYLE_PLAIN, STYLE_CHATML, STYLE_LLAMA3, STYLE_LLAMA2 };
-static const char *k_style_name[] = {"plain User:/Assistant:", "ChatML", "Llama-3", "Llama-2 [INST]"};
+/* A chat template style, or plain "User:/Assistant:" for models without one. */
+struct style {
+    bool plain;
+    enum kvb_chat_style chat;
+};
 
-static enum style detect(const char *tmpl) {
-    if (!tmpl) return STYLE_PLAIN;
-    if (strstr(tmpl, "<|im_start|>")) return STYLE_CHATML;
-    if (strstr(tmpl, "<|start_header_id|>")) return STYLE_LLAMA3;
-    if (strstr(tmpl, "[INST]")) return STYLE_LLAMA2;
-    return STYLE_PLAIN;
+static struct style pick_style(const char *tmpl, const char *forced, bool *ok) {
+    struct style st = {true, KVB_CHAT_CHATML};
+    *ok = true;
+    if (forced) {
+        if (!strcmp(forced, "plain")) return st;
+        st.plain = false;
+        if (kvb_chat_style_from_name(forced, &st.chat) != KVB_OK) {
+            fprintf(stderr, "kvbound chat: --template: %s (or plain)\n", kvb_last_error());
+            *ok = false;
+        }
+        return st;
+    }
+    if (!tmpl) return st; /* base models (llama2.c stories) have no template */
+    st.plain = false;
+    if (kvb_chat_detect(tmpl, &st.chat) != KVB_OK) {
+        fprintf(stderr, "kvbound chat: warning: the model's chat template is not one we recognize; using ChatML (--template to choose)\n");
+        st.chat = KVB_CHAT_CHATML;
+    }
+    return st;
+}
+
+/* Text of the next turn: the template's rendering of the new user message
+ * after a previous exchange, preceded by what the template puts after the
+ * stop token the model ended its answer with (ChatML's "\n"), or, when the
+ * answer was cut at -n (stop_text ""), by the template's whole closing of
+ * an assistant message. */
+static char *turn_text(struct style st, const char *system, const char *user, bool first, const char *stop_text) {
+    if (st.plain) {
+        size_t n = strlen(user) + 32;
+        char *t = malloc(n);
+        if (t) snprintf(t, n, "%sUser: %s\nAssistant:", first ? "" : "\n", user);
+        return t;
+    }
+    struct kvb_chat_message msgs[4];
+    int k = 0;
+    if (first && system) msgs[k++] = (struct kvb_chat_message){"system", system};
+    if (!first) {
+        msgs[k++] = (struct kvb_chat_message){"user", "\x02"};
+        msgs[k++] = (struct kvb_chat_message){"assistant", "\x01"}; /* placeholders no template text contains */
+    }
+    char *a = NULL, *b = NULL, *t = NULL;
+    size_t la = 0, lb;
+    if (!first && kvb_chat_format(st.chat, msgs, k, false, &a, &la) != KVB_OK) return NULL;
+    msgs[k++] = (struct kvb_chat_message){"user", user};
+    if (kvb_chat_format(st.chat, msgs, k, true, &b, &lb) == KVB_OK) {
+        const char *glue = "", *mark = stop_text[0] ? stop_text : "\x01";
+        for (const char *p = a; p && (p = strstr(p, mark)); p += strlen(mark)) glue = p + strlen(mark);
+        size_t n = strlen(glue) + lb - la + 1;
+        t = malloc(n);
+        if (t) snprintf(t, n, "%s%s", glue, b + la);
+    }
+    kvb_buffer_free(a);
+    kvb_buffer_free(b);
+    return t;
 }
 
 static int chat_usage(FILE *f) {
@@ -32,6 +86,11 @@ static int chat_usage(FILE *f) {
             "  /save FILE  save the cache         /load FILE  restore a saved cache\n"
             "  /quit\n"
             "\n"
+            "  --template NAME  chatml, llama3, llama2, mistral or plain (default: detected from the\n"
+            "                   model's chat template; unrecognized -> chatml with a warning;\n"
+            "                   no template -> plain User:/Assistant:)\n"
+            "  --system TEXT    system message for the first turn\n"
+            "  --show-prompt    print the text fed to the model each turn to stderr, as [prompt: ...]\n"
             "  --policy NAME    cache policy (default streaming)\n"
             "  --budget N       tokens per (layer, KV head) (default 1024)\n"
             "  --sinks N        pinned tokens (default: the policy's)\n"
@@ -42,18 +101,22 @@ static int chat_usage(FILE *f) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *tok = NULL;
+    const char *model = NULL, *tok = NULL, *forced = NULL, *system = NULL;
     enum kvb_policy_id pid = KVB_POLICY_STREAMING;
     int budget = 1024, sinks = -1, n_predict = 256, threads = 2;
     long long seed = 0;
     struct kvb_sampler_params sp = kvb_sampler_default_params();
     sp.temp = 0.7f;
+    bool show_prompt = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return chat_usage(stdout);
+        if (!strcmp(a, "--show-prompt")) { show_prompt = true; continue; }
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
+        else if (!strcmp(a, "--template")) forced = v;
+        else if (!strcmp(a, "--system")) system = v;
         else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
         else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 8, 1 << 24, &budget)) return 2; }
         else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
@@ -83,10 +146,14 @@ int cmd_chat(int argc, char **argv) {
     sp.seed = (uint64_t)seed;
     struct kvb_sampler *smp;
     kvb_sampler_init(&sp, mi.n_vocab, &smp);
-    const enum style st = detect(kvb_model_chat_template(m));
-    const int32_t stop1 = st == STYLE_CHATML ? kvb_token_find(m, "<|im_end|>") : st == STYLE_LLAMA3 ? kvb_token_find(m, "<|eot_id|>") : -1;
+    bool ok;
+    const struct style st = pick_style(kvb_model_chat_template(m), forced, &ok);
+    if (!ok) { kvb_sampler_free(smp); kvb_context_free(c); kvb_model_free(m); return 2; }
+    const struct kvb_vocab *vocab = kvb_model_vocab(m);
+    const int32_t eos = kvb_vocab_special(vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(vocab, KVB_SPECIAL_EOT);
+    char stop_text[128] = "";
     const bool tty = isatty(0);
-    fprintf(stderr, "kvbound chat: %s, template %s, policy %s (budget %d); /stats /reset /save /load /quit\n", mi.arch, k_style_name[st],
+    fprintf(stderr, "kvbound chat: %s, template %s, policy %s (budget %d); /stats /reset /save /load /quit\n", mi.arch, st.plain ? "plain" : kvb_chat_style_name(st.chat),
             kvb_policy_name(pid), budget);
     float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
     char *line = NULL;
@@ -122,38 +189,41 @@ int cmd_chat(int argc, char **argv) {
             fflush(stdout);
             continue;
         }
-        char *turn = malloc((size_t)len + 256);
-        switch (st) {
-        case STYLE_CHATML: sprintf(turn, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", line); break;
-        case STYLE_LLAMA3: sprintf(turn, "%s<|start_header_id|>user<|end_header_id|>\n\n%s<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", first ? "<|begin_of_text|>" : "", line); break;
-        case STYLE_LLAMA2: sprintf(turn, "[INST] %s [/INST]", line); break;
-        default: sprintf(turn, "%sUser: %s\nAssistant:", first ? "" : "\n", line); break;
-        }
+        char *turn = turn_text(st, system, line, first, stop_text);
+        if (!turn) { fprintf(stderr, "kvbound chat: %s\n", kvb_last_error()); rc = 1; break; }
+        if (show_prompt) fprintf(stderr, "[prompt: %s]\n", turn);
         int32_t *ids, n;
-        bool bos = st == STYLE_LLAMA2 || (first && st != STYLE_LLAMA3);
-        kvb_status s = kvb_tokenize(m, turn, strlen(turn), bos, true, &ids, &n);
+        /* BOS once, at the start (later "<s>" texts of Llama 2 become BOS by parse_special) */
+        kvb_status s = kvb_tokenize(m, turn, strlen(turn), first, true, &ids, &n);
         free(turn);
-        if (s == KVB_OK) s = kvb_context_eval(c, ids, n, logits, false);
-        if (s == KVB_OK) kvb_buffer_free(ids);
+        if (s == KVB_OK) {
+            s = kvb_context_eval(c, ids, n, logits, false);
+            kvb_buffer_free(ids);
+        }
         first = false;
-        char text[8192];
+        char text[8192], piece[512];
         size_t tl = 0;
+        struct kvb_detok dt = {0};
+        stop_text[0] = 0;
         for (int g = 0; s == KVB_OK && g < n_predict; g++) {
             int32_t next = kvb_sampler_sample(smp, logits, NULL, 0);
-            if (next == kvb_token_eos(m) || next == stop1 || next == kvb_token_bos(m)) {
-                if (next != stop1 || st == STYLE_PLAIN) break;
+            if (next == eos || next == eot || next == kvb_token_bos(m)) {
+                if (st.plain) break;
+                size_t sl = kvb_vocab_token_bytes(vocab, next, true, stop_text, sizeof stop_text - 1);
+                stop_text[sl < sizeof stop_text ? sl : sizeof stop_text - 1] = 0;
                 s = kvb_context_eval(c, &next, 1, logits, false); /* keep the end-of-turn token in the cache */
                 break;
             }
-            char piece[64];
-            size_t pl = kvb_token_piece(m, next, piece, sizeof piece);
+            size_t pl = kvb_detok_push(vocab, &dt, next, false, piece, sizeof piece);
+            if (pl > sizeof piece) pl = 0; /* a token longer than 512 bytes: not shown */
             if (tl + pl < sizeof text) { memcpy(text + tl, piece, pl); tl += pl; }
             text[tl] = 0;
-            if (st == STYLE_PLAIN && strstr(text, "\nUser:")) break; /* the model starts the next turn */
+            if (st.plain && strstr(text, "\nUser:")) break; /* the model starts the next turn */
             fwrite(piece, 1, pl, stdout);
             fflush(stdout);
             s = kvb_context_eval(c, &next, 1, logits, false);
         }
+        fwrite(piece, 1, kvb_detok_flush(&dt, piece, sizeof piece), stdout);
         printf("\n");
         fflush(stdout);
         if (s != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
