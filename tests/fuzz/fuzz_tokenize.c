@@ -1,0 +1,88 @@
+/*
+ * fuzz_tokenize.c — libFuzzer target for the encoders on real vocabularies
+ * (../shared/data/tokenizers, or $KVB_SHARED_DATA/tokenizers): random bytes,
+ * invalid UTF-8, special-token texts, long inputs. The first byte picks the
+ * vocabulary and the add_special / parse_special flags; the rest is the
+ * text. Besides not crashing, every result must decode back to the text
+ * exactly (SentencePiece: after its added leading space) when special
+ * parsing is off — the round-trip property the tests check on books —
+ * unless the text holds a byte the vocabulary cannot represent or, for
+ * SentencePiece, a literal "▁" (which decodes as a space by design).
+ */
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static const char *const k_files[] = {
+    "llama3/llama3-8b-instruct.vocab.gguf", "qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf", "smollm2/smollm2-135m-instruct.vocab.gguf",
+    "gpt2/ggml-vocab-gpt-2.gguf",          "llama2/ggml-vocab-llama-spm.gguf",          "mistral-v0.3/mistral-7b-instruct-v0.3.vocab.gguf",
+};
+enum { N_VOCABS = sizeof k_files / sizeof *k_files };
+static struct kvb_vocab *g_vocab[N_VOCABS];
+static int g_n;
+static bool g_has_byte[N_VOCABS][256]; /* some vocabularies (SmolLM2) lack bytes that never occur in UTF-8 */
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc; (void)argv;
+    const char *dir = getenv("KVB_SHARED_DATA") ? getenv("KVB_SHARED_DATA") : "../shared/data";
+    for (int i = 0; i < N_VOCABS; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/tokenizers/%s", dir, k_files[i]);
+        if (kvb_vocab_load(path, &g_vocab[g_n]) == KVB_OK) {
+            for (int b = 0; b < 256; b++) {
+                char t[4];
+                int l = kvb_utf8_encode(kvb_byte_to_cp((uint8_t)b), t);
+                g_has_byte[g_n][b] = g_vocab[g_n]->kind == KVB_VOCAB_BPE ? kvb_vocab_find(g_vocab[g_n], t, (size_t)l) >= 0
+                                                                         : g_vocab[g_n]->byte_id[b] >= 0;
+            }
+            g_n++;
+        }
+        else fprintf(stderr, "fuzz_tokenize: skipping %s: %s\n", path, kvb_last_error());
+    }
+    if (!g_n && getenv("KVB_REQUIRE_SHARED") && !strcmp(getenv("KVB_REQUIRE_SHARED"), "1")) {
+        fprintf(stderr, "fuzz_tokenize: no vocabularies under %s (KVB_REQUIRE_SHARED=1)\n", dir);
+        abort();
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1 || !g_n) return 0;
+    const struct kvb_vocab *v = g_vocab[data[0] % g_n];
+    const bool add_special = data[0] & 0x40, parse_special = data[0] & 0x80;
+    const char *text = (const char *)data + 1;
+    const size_t len = size - 1;
+    int32_t *ids, n;
+    if (kvb_vocab_tokenize(v, text, len, add_special, parse_special, &ids, &n) != KVB_OK) return 0;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= v->n) abort();
+    char *dec = malloc(len + 64);
+    struct kvb_detok d = {0};
+    size_t at = 0;
+    bool fits = true;
+    for (int32_t i = 0; i < n && fits; i++) {
+        size_t r = kvb_detok_push(v, &d, ids[i], false, dec + at, len + 64 - at);
+        if (r > len + 64 - at) fits = false;
+        else at += r;
+    }
+    if (fits) at += kvb_detok_flush(&d, dec + at, len + 64 - at);
+    bool representable = true;
+    for (size_t i = 0; i < len; i++) {
+        representable &= g_has_byte[data[0] % g_n][(uint8_t)text[i]];
+        if (v->kind == KVB_VOCAB_SPM && i + 3 <= len && !memcmp(text + i, "\xE2\x96\x81", 3)) representable = false; /* "▁" reads back as ' ' */
+    }
+    if (!parse_special && !add_special && representable) {
+        size_t skip = v->kind == KVB_VOCAB_SPM && v->add_space_prefix && len > 0;
+        if (!fits || at != len + skip || memcmp(dec + skip, text, len) != 0) {
+            fprintf(stderr, "round trip differs (vocab %d, %zu bytes in, %zu out)\n", data[0] % g_n, len, at);
+            abort();
+        }
+    }
+    free(dec);
+    kvb_free(ids);
+    return 0;
+}
