@@ -300,6 +300,25 @@ TEST(chat_templates_detect_and_format) {
     CHECK(kvb_chat_format(KVB_CHAT_CHATML, bad, 1, true, &out, NULL) == KVB_ERR_INVALID && out == NULL);
 }
 
+/* The issue's budget: Llama 3's structures (128K tokens, 280K merges) at most
+ * 3x the vocabulary data, taken as the vocab-only GGUF's size. */
+TEST(llama3_vocab_memory_within_3x) {
+    NEED_SHARED(g, "tokenizers/llama3/llama3-8b-instruct.vocab.gguf");
+    FILE *f = fopen(g, "rb");
+    CHECK(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long file = ftell(f);
+    fclose(f);
+    struct kvb_vocab *v;
+    CHECK(kvb_vocab_load(g, &v) == KVB_OK);
+    size_t b = kvb_vocab_bytes(v);
+    printf("  llama3: %d tokens, %d merges: structures %.2f MB, file %.2f MB (%.2fx)\n", (int)v->n, (int)v->n_merges, b / 1e6, file / 1e6,
+           (double)b / (double)file);
+    CHECK(v->n == 128256 && v->n_merges == 280147);
+    if ((double)b > 3.0 * (double)file) FAILF("%.2fx the file", (double)b / (double)file);
+    kvb_vocab_free(v);
+}
+
 /* Unknown pre-tokenizers and broken merges are refused by name. */
 TEST(bpe_metadata_errors_name_the_key) {
     NEED_SHARED(g, "tokenizers/gpt2/ggml-vocab-gpt-2.gguf");
@@ -426,6 +445,7 @@ int main(void) {
     RUN(streaming_decode_and_special_rendering);
     RUN(chat_templates_detect_and_format);
     RUN(bpe_metadata_errors_name_the_key);
+    RUN(llama3_vocab_memory_within_3x);
     RUN(model_reference_ids_gguf_and_bin);
     RUN(byte_fallback_and_unknown);
     return test_summary();

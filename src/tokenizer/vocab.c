@@ -256,6 +256,13 @@ kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out) {
 
 int32_t kvb_vocab_size(const struct kvb_vocab *v) { return v->n; }
 
+size_t kvb_vocab_bytes(const struct kvb_vocab *v) {
+    const size_t n = (size_t)v->n, m = (size_t)v->n_merges;
+    size_t b = sizeof *v + v->off[n] + 4 * (n + 1) + 4 * n + n + 4 * (size_t)v->hash_cap + 4 * KVB_MAX(n, 1);
+    if (v->merge_off) b += v->merge_off[m] + 4 * (m + 1) + 4 * (size_t)v->merge_cap;
+    return b;
+}
+
 int32_t kvb_vocab_special(const struct kvb_vocab *v, enum kvb_special_token which) {
     switch (which) {
     case KVB_SPECIAL_BOS: return v->bos;

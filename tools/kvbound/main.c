@@ -30,6 +30,7 @@ static void usage(FILE *f) {
             "  bench decode        decode tok/s and memory-roofline fraction of a model (JSON)\n"
             "  bench prefill       prefill tok/s and GFLOP/s against the FMA peak (JSON)\n"
             "  bench stream        streaming decode speed and memory at token 2,000 vs 100,000 (JSON)\n"
+            "  bench tokenize      vocabulary load + encode throughput on a text (JSON)\n"
             "  version             print the version and the kernel family in use\n"
             "  help                this text\n"
             "\n"
