@@ -33,7 +33,8 @@ static int parse_case(const char *line, char *text, size_t *tlen, int32_t *ids, 
     return 0;
 }
 
-static void run_cases(const char *gguf_path, const char *cases_path, int *pass, int *total, char *first_fail, size_t ff) {
+static char rt_fail[256];
+static void run_cases(const char *gguf_path, const char *cases_path, int *pass, int *total, int *rt, char *first_fail, size_t ff) {
     struct gguf_file *f;
     struct kvb_vocab *v;
     if (gguf_open(gguf_path, &f) != KVB_OK || kvb_vocab_from_gguf(f, &v) != KVB_OK) {
@@ -60,6 +61,15 @@ static void run_cases(const char *gguf_path, const char *cases_path, int *pass, 
             for (int k = 0; k < n && k < 12 && w < (int)ff - 12; k++) w += snprintf(first_fail + w, ff - (size_t)w, " %d", want[k]);
         }
         kvb_free(got);
+        /* round trip of the text itself (no BOS, no special parsing) */
+        if (kvb_vocab_tokenize(v, text, tl, false, false, &got, &ng) != KVB_OK) continue;
+        static char dec[65536 + 8];
+        size_t dl = 0;
+        for (int32_t k = 0; k < ng; k++) dl += kvb_vocab_piece(v, got[k], dec + KVB_MIN(dl, sizeof dec), dl < sizeof dec ? sizeof dec - dl : 0);
+        size_t skip = v->kind == KVB_VOCAB_SPM && v->add_space_prefix && tl && dl == tl + 1 && dec[0] == ' ';
+        if (dl == tl + skip && memcmp(dec + skip, text, tl) == 0) (*rt)++;
+        else if (!rt_fail[0]) snprintf(rt_fail, 200, "round trip of '%.40s' gives '%.*s'", line + 9, (int)KVB_MIN(dl, (size_t)40), dec);
+        kvb_free(got);
     }
     free(all);
     kvb_vocab_free(v);
@@ -69,32 +79,38 @@ static void run_cases(const char *gguf_path, const char *cases_path, int *pass, 
 TEST(llama2_cases_match_llama_cpp) {
     NEED_SHARED(g, "tokenizers/llama2/ggml-vocab-llama-spm.gguf");
     NEED_SHARED(c, "tokenizers/llama2/cases.jsonl");
-    int pass = 0, total = 0;
+    int pass = 0, total = 0, rt = 0;
     char ff[512] = "";
-    run_cases(g, c, &pass, &total, ff, sizeof ff);
-    printf("  llama2: %d/%d cases\n", pass, total);
+    rt_fail[0] = 0;
+    run_cases(g, c, &pass, &total, &rt, ff, sizeof ff);
+    printf("  llama2: %d/%d cases, %d/%d round trips\n", pass, total, rt, total);
     if (pass != total || total < 100) FAILF("%s", ff);
+    if (rt != total) FAILF("%s", rt_fail);
 }
 
 TEST(mistral_cases_match_llama_cpp) {
     NEED_SHARED(g, "tokenizers/mistral-v0.3/mistral-7b-instruct-v0.3.vocab.gguf");
     NEED_SHARED(c, "tokenizers/mistral-v0.3/cases.jsonl");
-    int pass = 0, total = 0;
+    int pass = 0, total = 0, rt = 0;
     char ff[512] = "";
-    run_cases(g, c, &pass, &total, ff, sizeof ff);
-    printf("  mistral-v0.3: %d/%d cases\n", pass, total);
+    rt_fail[0] = 0;
+    run_cases(g, c, &pass, &total, &rt, ff, sizeof ff);
+    printf("  mistral-v0.3: %d/%d cases, %d/%d round trips\n", pass, total, rt, total);
     if (pass != total || total < 100) FAILF("%s", ff);
+    if (rt != total) FAILF("%s", rt_fail);
 }
 
 #define CASES_TEST(name, label, gguf, cases, min_cases)                       \
     TEST(name) {                                                              \
         NEED_SHARED(g, gguf);                                                 \
         NEED_SHARED(c, cases);                                                \
-        int pass = 0, total = 0;                                              \
+        int pass = 0, total = 0, rt = 0;                                      \
         char ff[512] = "";                                                    \
-        run_cases(g, c, &pass, &total, ff, sizeof ff);                        \
-        printf("  %s: %d/%d cases\n", label, pass, total);                    \
+        rt_fail[0] = 0;                                                       \
+        run_cases(g, c, &pass, &total, &rt, ff, sizeof ff);                   \
+        printf("  %s: %d/%d cases, %d/%d round trips\n", label, pass, total, rt, total); \
         if (pass != total || total < (min_cases)) FAILF("%s", ff);            \
+        if (rt != total) FAILF("%s", rt_fail);                                \
     }
 
 CASES_TEST(gpt2_cases_match_llama_cpp, "gpt2", "tokenizers/gpt2/ggml-vocab-gpt-2.gguf", "tokenizers/gpt2/cases.jsonl", 60)
