@@ -44,7 +44,7 @@ TEST(fast_kernels_match_reference_every_dtype) {
     for (int s = 0; s < 2; s++) {
         struct kvb_model *m;
         void *owned;
-        CHECK_OK(kvb_model_make(shapes[s], 7, &m, &owned));
+        CHECK_OK(kvb_model_make(shapes[s], 7, NULL, &m, &owned));
         const int32_t V = m->info.n_vocab;
         float *fast = malloc(sizeof(float) * T * (size_t)V), *ref = malloc(sizeof(float) * T * (size_t)V);
         for (size_t t = 0; t < sizeof types / sizeof *types; t++) {

@@ -101,10 +101,29 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
         lens[i] = kvb_vocab_len(v, i);
         types[i] = v->type[i];
     }
-    gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_str(w, "tokenizer.ggml.model", v->kind == KVB_VOCAB_BPE ? "gpt2" : "llama");
     gguf_writer_arr_str(w, "tokenizer.ggml.tokens", strs, lens, (uint64_t)v->n);
-    gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_T_FLOAT32, v->score, (uint64_t)v->n);
+    if (v->kind == KVB_VOCAB_SPM) gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_T_FLOAT32, v->score, (uint64_t)v->n);
     gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, (uint64_t)v->n);
+    if (v->kind == KVB_VOCAB_BPE) {
+        const char **ms = kvb_malloc(sizeof(char *) * (size_t)KVB_MAX(v->n_merges, 1));
+        uint32_t *ml = kvb_malloc(sizeof(uint32_t) * (size_t)KVB_MAX(v->n_merges, 1));
+        if (!ms || !ml) {
+            kvb_free(ms); kvb_free(ml);
+            st = kvb_fail(KVB_ERR_NOMEM, "export: out of memory");
+            goto done;
+        }
+        for (int32_t i = 0; i < v->n_merges; i++) {
+            ms[i] = v->merge_arena + v->merge_off[i];
+            ml[i] = v->merge_off[i + 1] - v->merge_off[i] - 1;
+        }
+        gguf_writer_str(w, "tokenizer.ggml.pre", kvb_pre_name(v->pre));
+        gguf_writer_arr_str(w, "tokenizer.ggml.merges", ms, ml, (uint64_t)v->n_merges);
+        kvb_free(ms);
+        kvb_free(ml);
+        if (v->eot >= 0) gguf_writer_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
+        if (v->pad >= 0) gguf_writer_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
+    }
     if (v->bos >= 0) gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
     if (v->eos >= 0) gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
     if (v->unk >= 0) gguf_writer_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
@@ -231,7 +250,7 @@ static kvb_status make_vocab(int32_t n, struct kvb_vocab **out) {
     return st;
 }
 
-kvb_status kvb_model_make(const char *shape, uint64_t seed, struct kvb_model **out, void **owned_out) {
+kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_path, struct kvb_model **out, void **owned_out) {
     const struct shape *sh = NULL;
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         if (!strcmp(shape, k_shapes[i].name)) sh = &k_shapes[i];
@@ -254,11 +273,12 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, struct kvb_model **o
     in->rope_type = !strcmp(sh->arch, "qwen2") ? KVB_ROPE_NEOX : KVB_ROPE_INTERLEAVED;
     in->tied_output = sh->tied;
     in->has_qkv_bias = sh->bias;
-    kvb_status st = make_vocab(sh->vocab, &m->vocab);
-    const int64_t E = sh->dim, D = in->head_dim, F = sh->ff;
-    if (st == KVB_OK) st = rand_mat(o, &m->tok_embd, E, sh->vocab);
+    kvb_status st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
+    if (st == KVB_OK) in->n_vocab = m->vocab->n; /* a real vocabulary sets the embedding rows */
+    const int64_t E = sh->dim, D = in->head_dim, F = sh->ff, V = in->n_vocab;
+    if (st == KVB_OK) st = rand_mat(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
-    if (st == KVB_OK && !sh->tied) st = rand_mat(o, &m->output, E, sh->vocab);
+    if (st == KVB_OK && !sh->tied) st = rand_mat(o, &m->output, E, V);
     if (sh->tied) m->output = m->tok_embd;
     if (sh->llama3_rope) { /* Llama-3 frequency factors: factor 32, low 1, high 4, original 8192 */
         float *ff = const_vec(o, in->rope_dims / 2, 1.0f, false);

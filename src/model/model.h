@@ -46,7 +46,7 @@ kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m);
 kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uint32_t type,
                                 void (*progress)(int32_t done, int32_t total, void *user), void *user);
 /* A random-weight model of a real shape, in memory (F32); free with kvb_model_make_free. */
-kvb_status kvb_model_make(const char *shape, uint64_t seed, struct kvb_model **out, void **owned);
+kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_path, struct kvb_model **out, void **owned);
 void kvb_model_make_free(struct kvb_model *m, void *owned);
 const char *kvb_model_shapes(void);
 kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, struct kvb_model *m);

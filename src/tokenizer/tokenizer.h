@@ -73,6 +73,9 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
 kvb_status kvb_vocab_from_llama2c(const void *buf, size_t size, int32_t n_vocab, const char *name, struct kvb_vocab **out);
 void kvb_vocab_free(struct kvb_vocab *v);
 
+/* The tokenizer.ggml.pre name of a pre-tokenizer ("gpt-2", "llama-bpe", ...). */
+const char *kvb_pre_name(enum kvb_pre_type pre);
+
 /* Bytes the vocabulary's structures occupy (pieces, tables, merges). */
 size_t kvb_vocab_bytes(const struct kvb_vocab *v);
 

@@ -116,6 +116,11 @@ static struct kvb_vocab *alloc_vocab(int32_t n, size_t arena_bytes) {
     return v;
 }
 
+const char *kvb_pre_name(enum kvb_pre_type pre) {
+    static const char *const names[] = {"gpt-2", "llama-bpe", "qwen2", "smollm"};
+    return (unsigned)pre < 4 ? names[pre] : "gpt-2";
+}
+
 /* tokenizer.ggml.pre -> pre-tokenizer; false if unknown. */
 static bool pre_of_name(struct gguf_str s, enum kvb_pre_type *pre, bool *ignore_merges) {
     *ignore_merges = false;

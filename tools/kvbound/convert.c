@@ -54,14 +54,16 @@ int cmd_convert(int argc, char **argv) {
 }
 
 int cmd_mkmodel(int argc, char **argv) {
-    const char *shape = NULL, *out = NULL;
+    const char *shape = NULL, *out = NULL, *vocab = NULL;
     uint32_t type = GGML_TYPE_F16;
     long long seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound mkmodel --shape NAME --type T -o FILE [--seed S]\n\n"
+            printf("usage: kvbound mkmodel --shape NAME --type T -o FILE [--seed S] [--vocab VOCAB.gguf]\n\n"
                    "Writes a random-weight GGUF model of a real shape (seeded; default type f16).\n"
+                   "--vocab copies a real tokenizer (SentencePiece or byte-level BPE) from any GGUF;\n"
+                   "the embedding rows then follow its size. Without it: a synthetic SentencePiece vocabulary.\n"
                    "shapes: %s\ntypes: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k\n", kvb_model_shapes());
             return 0;
         }
@@ -69,13 +71,14 @@ int cmd_mkmodel(int argc, char **argv) {
         if (!strcmp(a, "--shape")) shape = v;
         else if (!strcmp(a, "--type")) { if (parse_type(v, &type)) return 2; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--vocab")) vocab = v;
         else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
         else { fprintf(stderr, "kvbound mkmodel: unknown option '%s'\n", a); return 2; }
     }
     if (!shape || !out) { fprintf(stderr, "kvbound mkmodel: --shape and -o are required (shapes: %s)\n", kvb_model_shapes()); return 2; }
     struct kvb_model *m;
     void *owned;
-    if (kvb_model_make(shape, (uint64_t)seed, &m, &owned) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 2; }
+    if (kvb_model_make(shape, (uint64_t)seed, vocab, &m, &owned) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 2; }
     kvb_status st = kvb_model_write_gguf(m, out, type, progress, NULL);
     kvb_model_make_free(m, owned);
     if (st != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
