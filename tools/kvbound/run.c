@@ -33,27 +33,8 @@ static void run_usage(FILE *f) {
             "  --kv-dtype T          f16 | f32 (default f16)\n"
             "  --ctx N               context limit for the full policy (default: the model's trained length)\n"
             "  --chunk C             prefill chunk (default 256)\n"
-            "  --ignore-eos          keep generating after end-of-sequence\n"
+            "  --ignore-eos          keep generating after end-of-sequence / end-of-turn\n"
             "  -t, --threads N       threads (default 2)\n");
-}
-
-/* Writes the longest prefix of buf that ends on a complete UTF-8 character;
- * keeps the rest (at most 3 bytes) for later. */
-static void emit_utf8(char *buf, size_t *n, bool flush) {
-    size_t keep = 0;
-    if (!flush) {
-        for (size_t back = 1; back <= 3 && back <= *n; back++) {
-            unsigned char c = (unsigned char)buf[*n - back];
-            if ((c & 0xC0) == 0x80) continue;        /* continuation: look further back */
-            size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-            if (need > back) keep = back;            /* incomplete lead at the end */
-            break;
-        }
-    }
-    fwrite(buf, 1, *n - keep, stdout);
-    memmove(buf, buf + *n - keep, keep);
-    *n = keep;
-    fflush(stdout);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -157,8 +138,9 @@ int cmd_run(int argc, char **argv) {
     double t0 = cli_now_sec();
     kvb_status st = kvb_context_eval(c, ids, n_ids, logits, false);
     double t1 = cli_now_sec(), t2 = t1;
-    char out[256];
-    size_t out_n = 0;
+    char out[512];
+    struct kvb_detok dt = {0}; /* whole UTF-8 characters only, so every flush is printable */
+    const int32_t eot = kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOT);
     int generated = 0;
     const char *why = NULL;
     if (st != KVB_OK) {
@@ -167,12 +149,14 @@ int cmd_run(int argc, char **argv) {
     }
     for (; st == KVB_OK && generated < n_predict; generated++) {
         int32_t next = kvb_sampler_sample(smp, logits, hist, n_hist);
-        if (!ignore_eos && (next == kvb_token_eos(m) || next == kvb_token_bos(m))) break;
+        if (!ignore_eos && (next == kvb_token_eos(m) || next == eot || next == kvb_token_bos(m))) break;
         if (n_hist == hist_cap) { memmove(hist, hist + hist_cap / 2, sizeof(int32_t) * (size_t)(hist_cap / 2)); n_hist = hist_cap / 2; }
         hist[n_hist++] = next;
-        size_t pl = kvb_token_piece(m, next, out + out_n, sizeof out - out_n);
-        out_n += pl < sizeof out - out_n ? pl : sizeof out - out_n;
-        emit_utf8(out, &out_n, false);
+        size_t pl = kvb_detok_push(kvb_model_vocab(m), &dt, next, false, out, sizeof out);
+        if (pl <= sizeof out) {
+            fwrite(out, 1, pl, stdout);
+            fflush(stdout);
+        }
         if (generated + 1 == n_predict) { generated++; break; }
         st = kvb_context_eval(c, &next, 1, logits, false);
         if (st != KVB_OK) {
@@ -182,7 +166,8 @@ int cmd_run(int argc, char **argv) {
             else rc = 1;
         }
     }
-    emit_utf8(out, &out_n, true);
+    fwrite(out, 1, kvb_detok_flush(&dt, out, sizeof out), stdout);
+    fflush(stdout);
     t2 = cli_now_sec();
     printf("\n");
     fflush(stdout);
