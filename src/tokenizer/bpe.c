@@ -180,26 +180,6 @@ static struct bgram pop(struct bgram *h, int32_t *n) {
     return top;
 }
 
-struct out {
-    int32_t *ids;
-    int32_t n, cap;
-    bool oom;
-};
-
-static void emit(struct out *o, int32_t id) {
-    if (o->oom) return;
-    if (o->n == o->cap) {
-        int32_t cap = o->cap ? o->cap * 2 : 64;
-        int32_t *p = kvb_malloc(sizeof(int32_t) * (size_t)cap);
-        if (!p) { o->oom = true; return; }
-        if (o->n) memcpy(p, o->ids, sizeof(int32_t) * (size_t)o->n);
-        kvb_free(o->ids);
-        o->ids = p;
-        o->cap = cap;
-    }
-    o->ids[o->n++] = id;
-}
-
 static void try_pair(const struct kvb_vocab *v, const char *w, const struct bsym *s, struct bgram *h, int32_t *nh, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     int32_t rank = merge_rank(v, w + s[l].start, (size_t)s[l].n, w + s[r].start, (size_t)s[r].n);
@@ -207,7 +187,7 @@ static void try_pair(const struct kvb_vocab *v, const char *w, const struct bsym
 }
 
 /* One pre-token: raw bytes -> mapped string -> merges -> ids. */
-static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, struct out *o) {
+static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, struct kvb_tok_out *o) {
     char *w = kvb_malloc(len * 2 + 1); /* mapped code points are < 0x800: at most 2 bytes each */
     struct bsym *s = kvb_malloc(sizeof *s * (len + 1));
     struct bgram *h = kvb_malloc(sizeof *h * (len * 2 + 2));
@@ -223,7 +203,7 @@ static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, 
     /* mapped code points are one per byte, so symbols start as single bytes' chars */
     int32_t whole = v->ignore_merges ? kvb_vocab_find(v, w, (size_t)wl) : -1;
     if (whole >= 0) {
-        emit(o, whole);
+        kvb_tok_emit(o, whole);
     } else {
         for (int32_t i = 1; i < ns; i++) try_pair(v, w, s, h, &nh, i - 1, i);
         while (nh) {
@@ -240,15 +220,15 @@ static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, 
         for (int32_t i = 0; i != -1 && ns; i = s[i].next) {
             int32_t id = kvb_vocab_find(v, w + s[i].start, (size_t)s[i].n);
             if (id >= 0) {
-                emit(o, id);
+                kvb_tok_emit(o, id);
                 continue;
             }
             for (int32_t k = 0; k < s[i].n;) { /* not a token: its characters one by one */
                 int cl;
                 kvb_utf8_decode((const uint8_t *)w + s[i].start + k, (size_t)(s[i].n - k), &cl);
                 int32_t cid = kvb_vocab_find(v, w + s[i].start + k, (size_t)cl);
-                if (cid >= 0) emit(o, cid);
-                else if (v->unk >= 0) emit(o, v->unk);
+                if (cid >= 0) kvb_tok_emit(o, cid);
+                else if (v->unk >= 0) kvb_tok_emit(o, v->unk);
                 k += cl;
             }
         }
@@ -259,7 +239,7 @@ static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, 
 }
 
 /* Pre-tokenizes text[0..len) (one raw fragment) and encodes every piece. */
-static void bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct out *o) {
+static void bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct kvb_tok_out *o) {
     if (!len) return;
     uint32_t *cp = kvb_malloc(sizeof(uint32_t) * (len + 1));
     int32_t *off = kvb_malloc(sizeof(int32_t) * (len + 1));
@@ -311,33 +291,23 @@ static int32_t match_special(const struct kvb_vocab *v, const char *text, size_t
 
 kvb_status kvb_bpe_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special, int32_t **ids,
                             int32_t *n_ids) {
-    struct out o = {0};
-    if (add_special && v->add_bos && v->bos >= 0) emit(&o, v->bos);
+    struct kvb_tok_out o = {0};
+    if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);
     size_t start = 0;
     for (size_t at = 0; at <= len;) {
         int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? match_special(v, text, len, at, parse_special) : -1;
         if (at == len || sp >= 0) {
             bpe_fragment(v, text + start, at - start, &o);
             if (at == len) break;
-            emit(&o, sp);
+            kvb_tok_emit(&o, sp);
             at += kvb_vocab_len(v, sp);
             start = at;
             continue;
         }
         at++;
     }
-    if (add_special && v->add_eos && v->eos >= 0) emit(&o, v->eos);
-    if (!o.ids && !o.oom) {
-        o.ids = kvb_malloc(sizeof(int32_t));
-        o.oom = !o.ids;
-    }
-    if (o.oom) {
-        kvb_free(o.ids);
-        return kvb_fail(KVB_ERR_NOMEM, "tokenize: out of memory for %zu bytes of text", len);
-    }
-    *ids = o.ids;
-    *n_ids = o.n;
-    return KVB_OK;
+    if (add_special && v->add_eos && v->eos >= 0) kvb_tok_emit(&o, v->eos);
+    return kvb_tok_finish(&o, len, ids, n_ids);
 }
 
 size_t kvb_bpe_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap) {

@@ -77,31 +77,8 @@ static int32_t utf8_len(uint8_t c) {
     return 1; /* stray continuation or invalid: one byte */
 }
 
-struct out {
-    int32_t *ids;
-    int32_t n, cap;
-    bool oom;
-};
-
-static void emit(struct out *o, int32_t id) {
-    if (o->oom) return;
-    if (o->n == o->cap) {
-        int32_t cap = o->cap ? o->cap * 2 : 64;
-        int32_t *p = kvb_malloc(sizeof(int32_t) * (size_t)cap);
-        if (!p) {
-            o->oom = true;
-            return;
-        }
-        if (o->n) memcpy(p, o->ids, sizeof(int32_t) * (size_t)o->n);
-        kvb_free(o->ids);
-        o->ids = p;
-        o->cap = cap;
-    }
-    o->ids[o->n++] = id;
-}
-
 /* Encodes one escaped fragment (spaces already "▁"). */
-static void spm_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct out *o) {
+static void spm_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct kvb_tok_out *o) {
     if (!len) return;
     struct sym *s = kvb_malloc(sizeof *s * len);
     struct heap h = {kvb_malloc(sizeof(struct bigram) * len * 2 + 16), 0, (int32_t)(len * 2 + 16)};
@@ -135,12 +112,12 @@ static void spm_fragment(const struct kvb_vocab *v, const char *text, size_t len
     for (int32_t i = 0; i != -1 && i < n; i = s[i].next) {
         int32_t id = kvb_vocab_find(v, s[i].text, (size_t)s[i].n);
         if (id >= 0) {
-            emit(o, id);
+            kvb_tok_emit(o, id);
             continue;
         }
         for (int32_t k = 0; k < s[i].n; k++) { /* byte fallback */
             int32_t bid = v->byte_id[(uint8_t)s[i].text[k]];
-            emit(o, bid >= 0 ? bid : v->unk);
+            kvb_tok_emit(o, bid >= 0 ? bid : v->unk);
         }
     }
     kvb_free(s);
@@ -148,7 +125,7 @@ static void spm_fragment(const struct kvb_vocab *v, const char *text, size_t len
 }
 
 /* Escapes a raw fragment (optional leading space, ' ' -> "▁") and encodes it. */
-static void spm_raw(const struct kvb_vocab *v, const char *text, size_t len, bool prefix, struct out *o) {
+static void spm_raw(const struct kvb_vocab *v, const char *text, size_t len, bool prefix, struct kvb_tok_out *o) {
     size_t spaces = prefix ? 1 : 0;
     for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
     size_t n = len + (prefix ? 1 : 0) + spaces * 2;
@@ -192,9 +169,9 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
                               int32_t **ids, int32_t *n_ids) {
     if (!v || (!text && len) || !ids || !n_ids) return kvb_fail(KVB_ERR_INVALID, "tokenize: bad arguments");
     if (v->kind == KVB_VOCAB_BPE) return kvb_bpe_tokenize(v, text, len, add_special, parse_special, ids, n_ids);
-    struct out o = {0};
+    struct kvb_tok_out o = {0};
     bool prev_special = true;
-    if (add_special && v->add_bos && v->bos >= 0) emit(&o, v->bos);
+    if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);
     size_t start = 0;
     for (size_t at = 0; at <= len;) {
         int32_t sp = -1;
@@ -212,7 +189,7 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
                 prev_special = false;
             }
             if (at == len) break;
-            emit(&o, sp);
+            kvb_tok_emit(&o, sp);
             prev_special = true;
             at += kvb_vocab_len(v, sp);
             start = at;
@@ -220,16 +197,6 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
         }
         at++;
     }
-    if (add_special && v->add_eos && v->eos >= 0) emit(&o, v->eos);
-    if (!o.ids && !o.oom) { /* no tokens: still a valid allocation for the caller */
-        o.ids = kvb_malloc(sizeof(int32_t));
-        o.oom = !o.ids;
-    }
-    if (o.oom) {
-        kvb_free(o.ids);
-        return kvb_fail(KVB_ERR_NOMEM, "tokenize: out of memory for %zu bytes of text", len);
-    }
-    *ids = o.ids;
-    *n_ids = o.n;
-    return KVB_OK;
+    if (add_special && v->add_eos && v->eos >= 0) kvb_tok_emit(&o, v->eos);
+    return kvb_tok_finish(&o, len, ids, n_ids);
 }

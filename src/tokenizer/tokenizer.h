@@ -92,6 +92,16 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
  * tokens -> nothing). Returns the length; writes at most cap bytes. */
 size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap);
 
+/* The growing id list both encoders fill; kvb_tok_finish hands it over
+ * (a valid allocation even when empty) or frees it on KVB_ERR_NOMEM. */
+struct kvb_tok_out {
+    int32_t *ids;
+    int32_t n, cap;
+    bool oom;
+};
+void kvb_tok_emit(struct kvb_tok_out *o, int32_t id);
+kvb_status kvb_tok_finish(struct kvb_tok_out *o, size_t text_len, int32_t **ids, int32_t *n_ids);
+
 /* Byte-level BPE internals (bpe.c), reached through the functions above. */
 kvb_status kvb_bpe_build_merges(struct kvb_vocab *v, const char *const *m, const uint32_t *len, int32_t n, const char *name);
 kvb_status kvb_bpe_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,

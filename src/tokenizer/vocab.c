@@ -261,6 +261,34 @@ kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out) {
 
 int32_t kvb_vocab_size(const struct kvb_vocab *v) { return v->n; }
 
+void kvb_tok_emit(struct kvb_tok_out *o, int32_t id) {
+    if (o->oom) return;
+    if (o->n == o->cap) {
+        int32_t cap = o->cap ? o->cap * 2 : 64;
+        int32_t *p = kvb_malloc(sizeof(int32_t) * (size_t)cap);
+        if (!p) { o->oom = true; return; }
+        if (o->n) memcpy(p, o->ids, sizeof(int32_t) * (size_t)o->n);
+        kvb_free(o->ids);
+        o->ids = p;
+        o->cap = cap;
+    }
+    o->ids[o->n++] = id;
+}
+
+kvb_status kvb_tok_finish(struct kvb_tok_out *o, size_t text_len, int32_t **ids, int32_t *n_ids) {
+    if (!o->ids && !o->oom) { /* no tokens: still a valid allocation for the caller */
+        o->ids = kvb_malloc(sizeof(int32_t));
+        o->oom = !o->ids;
+    }
+    if (o->oom) {
+        kvb_free(o->ids);
+        return kvb_fail(KVB_ERR_NOMEM, "tokenize: out of memory for %zu bytes of text", text_len);
+    }
+    *ids = o->ids;
+    *n_ids = o->n;
+    return KVB_OK;
+}
+
 size_t kvb_vocab_bytes(const struct kvb_vocab *v) {
     const size_t n = (size_t)v->n, m = (size_t)v->n_merges;
     size_t b = sizeof *v + v->off[n] + 4 * (n + 1) + 4 * n + n + 4 * (size_t)v->hash_cap + 4 * KVB_MAX(n, 1);
