@@ -279,23 +279,13 @@ static void bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len
     kvb_free(off);
 }
 
-static int32_t match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special) {
-    for (int32_t k = 0; k < v->n_special; k++) {
-        int32_t id = v->special[k];
-        if (!parse_special && v->type[id] != KVB_TOKEN_USER_DEFINED) continue;
-        uint32_t l = kvb_vocab_len(v, id);
-        if (l <= len - at && memcmp(text + at, kvb_vocab_text(v, id), l) == 0) return id;
-    }
-    return -1;
-}
-
 kvb_status kvb_bpe_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special, int32_t **ids,
                             int32_t *n_ids) {
     struct kvb_tok_out o = {0};
     if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);
     size_t start = 0;
     for (size_t at = 0; at <= len;) {
-        int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? match_special(v, text, len, at, parse_special) : -1;
+        int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? kvb_vocab_match_special(v, text, len, at, parse_special) : -1;
         if (at == len || sp >= 0) {
             bpe_fragment(v, text + start, at - start, &o);
             if (at == len) break;

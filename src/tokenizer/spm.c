@@ -155,16 +155,6 @@ static void spm_raw(const struct kvb_vocab *v, const char *text, size_t len, boo
     kvb_free(buf);
 }
 
-/* Special token whose text starts at text[at], longest first; -1 if none. */
-static int32_t match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at) {
-    for (int32_t k = 0; k < v->n_special; k++) {
-        int32_t id = v->special[k];
-        uint32_t l = kvb_vocab_len(v, id);
-        if (l <= len - at && memcmp(text + at, kvb_vocab_text(v, id), l) == 0) return id;
-    }
-    return -1;
-}
-
 kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                               int32_t **ids, int32_t *n_ids) {
     if (!v || (!text && len) || !ids || !n_ids) return kvb_fail(KVB_ERR_INVALID, "tokenize: bad arguments");
@@ -174,15 +164,7 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
     if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);
     size_t start = 0;
     for (size_t at = 0; at <= len;) {
-        int32_t sp = -1;
-        if (at < len && parse_special && v->special_first[(uint8_t)text[at]]) {
-            sp = match_special(v, text, len, at);
-            /* USER_DEFINED tokens match even without parse_special; CONTROL only with it */
-        }
-        if (at < len && sp < 0 && !parse_special && v->special_first[(uint8_t)text[at]]) {
-            int32_t cand = match_special(v, text, len, at);
-            if (cand >= 0 && v->type[cand] == KVB_TOKEN_USER_DEFINED) sp = cand;
-        }
+        int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? kvb_vocab_match_special(v, text, len, at, parse_special) : -1;
         if (at == len || sp >= 0) {
             if (at > start) {
                 spm_raw(v, text + start, at - start, v->add_space_prefix && prev_special, &o);

@@ -92,6 +92,11 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
  * tokens -> nothing). Returns the length; writes at most cap bytes. */
 size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap);
 
+/* The special token whose text starts at text[at], longest first, or -1:
+ * USER_DEFINED tokens always match, CONTROL/UNKNOWN ones only with
+ * parse_special (llama.cpp's partition rule). */
+int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special);
+
 /* The growing id list both encoders fill; kvb_tok_finish hands it over
  * (a valid allocation even when empty) or frees it on KVB_ERR_NOMEM. */
 struct kvb_tok_out {

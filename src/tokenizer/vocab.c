@@ -261,6 +261,16 @@ kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out) {
 
 int32_t kvb_vocab_size(const struct kvb_vocab *v) { return v->n; }
 
+int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special) {
+    for (int32_t k = 0; k < v->n_special; k++) {
+        int32_t id = v->special[k];
+        if (!parse_special && v->type[id] != KVB_TOKEN_USER_DEFINED) continue;
+        uint32_t l = kvb_vocab_len(v, id);
+        if (l <= len - at && memcmp(text + at, kvb_vocab_text(v, id), l) == 0) return id;
+    }
+    return -1;
+}
+
 void kvb_tok_emit(struct kvb_tok_out *o, int32_t id) {
     if (o->oom) return;
     if (o->n == o->cap) {
