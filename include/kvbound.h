@@ -448,6 +448,12 @@ const char *kvb_chat_style_name(enum kvb_chat_style style);
  * to ChatML and warn); KVB_ERR_INVALID for NULL. */
 kvb_status kvb_chat_detect(const char *tmpl, enum kvb_chat_style *style);
 kvb_status kvb_chat_style_from_name(const char *name, enum kvb_chat_style *style);
+/* The system message a ChatML template inserts when the conversation has
+ * none (Qwen2.5: "You are Qwen, created by Alibaba Cloud. ..."), read from
+ * its literal '<|im_start|>system\n...<|im_end|>' text with the Jinja
+ * escapes undone. Returns its length (0: none), writing at most cap - 1
+ * bytes and a NUL. */
+size_t kvb_chat_default_system(const char *tmpl, char *buf, size_t cap);
 /* The conversation as the template renders it, minus the leading BOS text
  * (tokenize with add_special adds it), ending with the assistant header when
  * add_assistant. *out is NUL-terminated (kvb_buffer_free). KVB_ERR_INVALID

@@ -311,6 +311,14 @@ TEST(chat_templates_detect_and_format) {
         CHECK_EQ_INT((int)len, (int)strlen(want[s]));
         kvb_free(out);
     }
+    /* default system messages, from the templates' literal text */
+    char sys[256];
+    const char *qwen = "{%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+                       "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}";
+    CHECK_EQ_INT((int)kvb_chat_default_system(qwen, sys, sizeof sys), 68);
+    CHECK(!strcmp(sys, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
+    CHECK_EQ_INT((int)kvb_chat_default_system(det[0].sig, sys, sizeof sys), 0);
+    CHECK_EQ_INT((int)kvb_chat_default_system("{{ '<|im_start|>system\\n' + message['content'] + '<|im_end|>' }}", sys, sizeof sys), 0);
     const struct kvb_chat_message bad[] = {{"tool", "x"}};
     char *out = NULL;
     CHECK(kvb_chat_format(KVB_CHAT_CHATML, bad, 1, true, &out, NULL) == KVB_ERR_INVALID && out == NULL);

@@ -40,6 +40,34 @@ kvb_status kvb_chat_detect(const char *t, enum kvb_chat_style *style) {
     return KVB_OK;
 }
 
+size_t kvb_chat_default_system(const char *t, char *buf, size_t cap) {
+    static const char *const heads[] = {"<|im_start|>system\\n", "<|im_start|>system\n"}; /* escaped or literal newline */
+    if (!t || !cap) return 0;
+    buf[0] = 0;
+    for (int h = 0; h < 2; h++) {
+        for (const char *p = strstr(t, heads[h]); p; p = strstr(p + 1, heads[h])) {
+            const char *b = p + strlen(heads[h]), *e = strstr(b, "<|im_end|>");
+            if (!e) break;
+            bool literal = e > b;
+            for (const char *q = b; q < e && literal; q++) literal = !strchr("'\"{}+", *q);
+            if (!literal) continue; /* "... + message['content'] + ...": not a default */
+            size_t n = 0;
+            for (const char *q = b; q < e; q++) {
+                char c = *q;
+                if (c == '\\' && q + 1 < e) { /* Jinja string escapes */
+                    q++;
+                    c = *q == 'n' ? '\n' : *q == 't' ? '\t' : *q;
+                }
+                if (n + 1 < cap) buf[n] = c;
+                n++;
+            }
+            buf[n + 1 < cap ? n : cap - 1] = 0;
+            return n;
+        }
+    }
+    return 0;
+}
+
 struct sbuf {
     char *p;
     size_t n, cap;

@@ -89,7 +89,7 @@ static int chat_usage(FILE *f) {
             "  --template NAME  chatml, llama3, llama2, mistral or plain (default: detected from the\n"
             "                   model's chat template; unrecognized -> chatml with a warning;\n"
             "                   no template -> plain User:/Assistant:)\n"
-            "  --system TEXT    system message for the first turn\n"
+            "  --system TEXT    system message for the first turn (default: the template's own, if any)\n"
             "  --show-prompt    print the text fed to the model each turn to stderr, as [prompt: ...]\n"
             "  --policy NAME    cache policy (default streaming)\n"
             "  --budget N       tokens per (layer, KV head) (default 1024)\n"
@@ -149,6 +149,10 @@ int cmd_chat(int argc, char **argv) {
     bool ok;
     const struct style st = pick_style(kvb_model_chat_template(m), forced, &ok);
     if (!ok) { kvb_sampler_free(smp); kvb_context_free(c); kvb_model_free(m); return 2; }
+    char default_system[1024];
+    if (!system && !st.plain && st.chat == KVB_CHAT_CHATML && kvb_model_chat_template(m) &&
+        kvb_chat_default_system(kvb_model_chat_template(m), default_system, sizeof default_system) > 0)
+        system = default_system; /* as the template renders a conversation without one */
     const struct kvb_vocab *vocab = kvb_model_vocab(m);
     const int32_t eos = kvb_vocab_special(vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(vocab, KVB_SPECIAL_EOT);
     char stop_text[128] = "";
