@@ -1,6 +1,7 @@
 /* info.c — `kvbound info -m FILE`: architecture, hyperparameters, tensors, KV bytes per token. */
 #include "cli.h"
 #include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 #include <string.h>
 
@@ -33,6 +34,14 @@ int cmd_info(int argc, char **argv) {
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, ggml_type_name(in.weight_type));
     printf("KV per token  %zu bytes in f16 (2 x %d layers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.n_layer, in.n_head_kv, in.head_dim);
+    const struct kvb_vocab *v = kvb_model_vocab(m);
+    if (v->kind == KVB_VOCAB_BPE)
+        printf("tokenizer     byte-level BPE, pre %s%s, %d merges", kvb_pre_name(v->pre), v->ignore_merges ? " (ignore_merges)" : "", (int)v->n_merges);
+    else printf("tokenizer     SentencePiece%s", v->add_space_prefix ? ", space prefix" : "");
+    printf("; bos %d, eos %d, eot %d, add_bos %s\n", (int)v->bos, (int)v->eos, (int)kvb_vocab_special(v, KVB_SPECIAL_EOT), v->add_bos ? "yes" : "no");
+    enum kvb_chat_style cs;
+    const char *tmpl = kvb_model_chat_template(m);
+    printf("chat template %s\n", !tmpl ? "none" : kvb_chat_detect(tmpl, &cs) == KVB_OK ? kvb_chat_style_name(cs) : "not recognized (chat uses chatml)");
     struct gguf_file *g = NULL;
     if (!strcmp(in.source, "gguf") && gguf_open(model, &g) == KVB_OK) {
         printf("\n%-32s %-6s %-22s %12s\n", "tensor", "type", "shape", "bytes");
