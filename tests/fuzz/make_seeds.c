@@ -1,14 +1,61 @@
-/* make_seeds.c — writes small valid cache images (every policy) as a fuzzing
- * seed corpus: make_seeds DIR */
+/* make_seeds.c — writes fuzzing seed corpora: small valid cache images
+ * (every policy) into DIR and, with GGUF_DIR, small byte-level BPE
+ * vocab-only GGUF files (every supported pre-tokenizer) so the GGUF fuzzer
+ * reaches the merges parser and the BPE encoder: make_seeds DIR [GGUF_DIR] */
 #include "kvbound.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
 
 #include <stdio.h>
+#include <string.h>
+
+/* 256 byte tokens (GPT-2's printable mapping), a few merges and specials. */
+static int write_bpe_seed(const char *dir, const char *pre) {
+    static char bytes[256][3];
+    const char *toks[256 + 8];
+    uint32_t lens[256 + 8];
+    int32_t types[256 + 8];
+    int n = 0, k = 0;
+    for (int b = 0; b < 256; b++) { /* GPT-2: printable bytes map to themselves, the rest to 256 + k */
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+        unsigned cp = printable ? (unsigned)b : 256u + (unsigned)k++;
+        int l = cp < 0x80 ? 1 : 2;
+        if (l == 1) bytes[b][0] = (char)cp;
+        else { bytes[b][0] = (char)(0xC0 | (cp >> 6)); bytes[b][1] = (char)(0x80 | (cp & 0x3F)); }
+        toks[n] = bytes[b]; lens[n] = (uint32_t)l; types[n++] = 1;
+    }
+    static const char *const extra[] = {"he", "ll", "llo", "\xC4\xA0w", "or", "<|begin_of_text|>", "<|im_end|>", "<tool>"};
+    static const int32_t extra_type[] = {1, 1, 1, 1, 1, 3, 3, 4};
+    for (int i = 0; i < 8; i++) { toks[n] = extra[i]; lens[n] = (uint32_t)strlen(extra[i]); types[n++] = extra_type[i]; }
+    static const char *const merges[] = {"h e", "l l", "ll o", "\xC4\xA0 w", "o r"};
+    uint32_t mlens[5];
+    for (int i = 0; i < 5; i++) mlens[i] = (uint32_t)strlen(merges[i]);
+    struct gguf_writer *w;
+    if (gguf_writer_init(&w) != KVB_OK) return 1;
+    gguf_writer_str(w, "general.architecture", "llama");
+    gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_str(w, "tokenizer.ggml.pre", pre);
+    gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, lens, (uint64_t)n);
+    gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, (uint64_t)n);
+    gguf_writer_arr_str(w, "tokenizer.ggml.merges", merges, mlens, 5);
+    gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 261);
+    gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 262);
+    gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", true);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/bpe-%s.gguf", dir, pre);
+    kvb_status st = gguf_writer_write(w, path);
+    gguf_writer_free(w);
+    return st != KVB_OK;
+}
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: make_seeds DIR\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: make_seeds DIR [GGUF_DIR]\n");
         return 2;
     }
+    static const char *const pres[] = {"gpt-2", "llama-bpe", "qwen2", "smollm"};
+    for (int i = 0; argc == 3 && i < 4; i++)
+        if (write_bpe_seed(argv[2], pres[i])) return 1;
     for (int id = 0; id < KVB_POLICY_COUNT; id++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
         cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = 4; cp.block_size = 4;
