@@ -4,7 +4,7 @@
  * check in dispatch.c. Any head_dim works: the last chunk of 16 is masked.
  *
  * scores: 4 keys x up to 4 query rows at a time, 16 accumulators in
- *   registers, finished by one 16-way transpose-reduction (reduce16); each K
+ *   registers, finished by one 16-way transpose-reduction (kvb_reduce16_avx512, reduce_avx512.h); each K
  *   row is converted once per group of 4 rows (GQA heads share the load).
  * accum: V is walked in chunks of 64 floats (4 zmm) per group of up to 4
  *   rows, so 16 accumulators stay in registers across the whole tile.
@@ -13,6 +13,8 @@
  * vexp: range reduction x = n ln2 + r, degree-6 polynomial, scalef by n.
  */
 #include "../ops.h"
+
+#include "reduce_avx512.h"
 
 #include <immintrin.h>
 
@@ -29,22 +31,8 @@ static inline __m512 load16_full(enum kvb_dtype dt, const void *row, int32_t i) 
 
 static inline __mmask16 tail_mask(int32_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
-/* Sums each of 16 vectors: returns E with E[4*l + e] = sum(A[4*e + l]).
- * Four levels of lane shuffles and adds (45 ops for 16 dot products instead
- * of 16 separate horizontal reductions). */
-static inline __attribute__((always_inline)) __m512 reduce16(const __m512 *A) {
-    __m512 B[8], C[4];
-    for (int k = 0; k < 8; k++)
-        B[k] = _mm512_add_ps(_mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0x44), _mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0xEE));
-    for (int m = 0; m < 4; m++)
-        C[m] = _mm512_add_ps(_mm512_shuffle_f32x4(B[2 * m], B[2 * m + 1], 0x88), _mm512_shuffle_f32x4(B[2 * m], B[2 * m + 1], 0xDD));
-    __m512 D0 = _mm512_add_ps(_mm512_shuffle_ps(C[0], C[1], 0x44), _mm512_shuffle_ps(C[0], C[1], 0xEE));
-    __m512 D1 = _mm512_add_ps(_mm512_shuffle_ps(C[2], C[3], 0x44), _mm512_shuffle_ps(C[2], C[3], 0xEE));
-    return _mm512_add_ps(_mm512_shuffle_ps(D0, D1, 0x88), _mm512_shuffle_ps(D0, D1, 0xDD));
-}
-
 /* Scores of NR (1..4) query rows against 4 keys at once. Accumulator
- * A[4*r + t] holds row r x key t; after reduce16, E[4*t + r] is its sum. */
+ * A[4*r + t] holds row r x key t; after kvb_reduce16_avx512, E[4*t + r] is its sum. */
 static inline __attribute__((always_inline)) void scores_step(enum kvb_dtype dt, int NR, const float *q, int32_t d,
                                                               const void *const *k, __m512 *A, int32_t c, __mmask16 m, bool masked) {
     __m512 k0, k1, k2, k3;
@@ -63,7 +51,7 @@ static inline __attribute__((always_inline)) void scores_step(enum kvb_dtype dt,
 }
 
 /* Scores of NR (1..4) query rows against 4 keys at once. Accumulator
- * A[4*r + t] holds row r x key t; after reduce16, E[4*t + r] is its sum.
+ * A[4*r + t] holds row r x key t; after kvb_reduce16_avx512, E[4*t + r] is its sum.
  * Full 16-wide chunks use plain loads (masked loads in the loop cost 2x). */
 static inline __attribute__((always_inline)) void scores_4keys(enum kvb_dtype dt, int NR, const float *q, int32_t d,
                                                                const void *const *k, float *out /* [4 keys][4 rows] */) {
@@ -72,7 +60,7 @@ static inline __attribute__((always_inline)) void scores_4keys(enum kvb_dtype dt
     int32_t c = 0;
     for (; c + 16 <= d; c += 16) scores_step(dt, NR, q, d, k, A, c, 0xffff, false);
     if (c < d) scores_step(dt, NR, q, d, k, A, c, tail_mask(d - c), true);
-    _mm512_storeu_ps(out, reduce16(A));
+    _mm512_storeu_ps(out, kvb_reduce16_avx512(A));
 }
 
 /* Pages hold block_size rows, so the hardware prefetcher loses the stream at

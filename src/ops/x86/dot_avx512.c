@@ -6,6 +6,8 @@
 #include "../matmul.h"
 #include "../quant.h"
 
+#include "reduce_avx512.h"
+
 #include <immintrin.h>
 
 static inline __mmask16 tmask(int64_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
@@ -145,20 +147,8 @@ static float dot_q6_K_avx512(const void *row, const float *x, int64_t n) {
     return total;
 }
 
-/* 16-way transpose-reduction: E[4*l + e] = sum(A[4*e + l]) */
-static inline __attribute__((always_inline)) __m512 reduce16(const __m512 *A) {
-    __m512 B[8], C[4];
-    for (int k = 0; k < 8; k++)
-        B[k] = _mm512_add_ps(_mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0x44), _mm512_shuffle_f32x4(A[2 * k], A[2 * k + 1], 0xEE));
-    for (int m = 0; m < 4; m++)
-        C[m] = _mm512_add_ps(_mm512_shuffle_f32x4(B[2 * m], B[2 * m + 1], 0x88), _mm512_shuffle_f32x4(B[2 * m], B[2 * m + 1], 0xDD));
-    __m512 D0 = _mm512_add_ps(_mm512_shuffle_ps(C[0], C[1], 0x44), _mm512_shuffle_ps(C[0], C[1], 0xEE));
-    __m512 D1 = _mm512_add_ps(_mm512_shuffle_ps(C[2], C[3], 0x44), _mm512_shuffle_ps(C[2], C[3], 0xEE));
-    return _mm512_add_ps(_mm512_shuffle_ps(D0, D1, 0x88), _mm512_shuffle_ps(D0, D1, 0xDD));
-}
-
 /* 4 rows x 4 tokens; accumulator A[4*t + r] so that the reduction lands as
- * out[4*t + r]... reduce16 gives E[4*l + e] = sum(A[4*e + l]), so store A at
+ * out[4*t + r]... kvb_reduce16_avx512 gives E[4*l + e] = sum(A[4*e + l]), so store A at
  * [4*r + t] to read E[4*t + r]. */
 static inline __attribute__((always_inline)) void tile_step(__m512 *A, const float *w, int64_t ldw, const float *x, int64_t ldx,
                                                             int64_t c, __mmask16 m, bool masked) {
@@ -170,7 +160,7 @@ static inline __attribute__((always_inline)) void tile_step(__m512 *A, const flo
     }
 }
 
-/* 4 rows x 4 tokens: A[4*r + t] accumulates row r . token t; reduce16 turns
+/* 4 rows x 4 tokens: A[4*r + t] accumulates row r . token t; kvb_reduce16_avx512 turns
  * that into out[4*t + r]. Full 16-float chunks use plain loads, the tail a mask. */
 static void tile4x4_avx512(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out) {
     __m512 A[16];
@@ -178,7 +168,7 @@ static void tile4x4_avx512(const float *w, int64_t ldw, const float *x, int64_t 
     int64_t c = 0;
     for (; c + 16 <= n; c += 16) tile_step(A, w, ldw, x, ldx, c, 0xffff, false);
     if (c < n) tile_step(A, w, ldw, x, ldx, c, tmask(n - c), true);
-    _mm512_storeu_ps(out, reduce16(A));
+    _mm512_storeu_ps(out, kvb_reduce16_avx512(A));
 }
 
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
