@@ -70,21 +70,14 @@ size_t kvb_chat_default_system(const char *t, char *buf, size_t cap) {
 
 struct sbuf {
     char *p;
-    size_t n, cap;
+    size_t n;
+    int64_t cap; /* for kvb_grow */
     bool oom;
 };
 
 static void put(struct sbuf *b, const char *s, size_t n) {
     if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = KVB_MAX(b->cap * 2, b->n + n + 256);
-        char *p = kvb_malloc(cap);
-        if (!p) { b->oom = true; return; }
-        if (b->p) memcpy(p, b->p, b->n);
-        kvb_free(b->p);
-        b->p = p;
-        b->cap = cap;
-    }
+    if (kvb_grow((void **)&b->p, &b->cap, (int64_t)(b->n + n + 1), 1) != KVB_OK) { b->oom = true; return; }
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;

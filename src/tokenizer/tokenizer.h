@@ -101,7 +101,8 @@ int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, siz
  * (a valid allocation even when empty) or frees it on KVB_ERR_NOMEM. */
 struct kvb_tok_out {
     int32_t *ids;
-    int32_t n, cap;
+    int32_t n;
+    int64_t cap; /* for kvb_grow */
     bool oom;
 };
 void kvb_tok_emit(struct kvb_tok_out *o, int32_t id);

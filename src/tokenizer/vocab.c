@@ -273,14 +273,10 @@ int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, siz
 
 void kvb_tok_emit(struct kvb_tok_out *o, int32_t id) {
     if (o->oom) return;
-    if (o->n == o->cap) {
-        int32_t cap = o->cap ? o->cap * 2 : 64;
-        int32_t *p = kvb_malloc(sizeof(int32_t) * (size_t)cap);
-        if (!p) { o->oom = true; return; }
-        if (o->n) memcpy(p, o->ids, sizeof(int32_t) * (size_t)o->n);
-        kvb_free(o->ids);
-        o->ids = p;
-        o->cap = cap;
+    if (o->n == o->cap && /* the call only when full: this runs once per token */
+        kvb_grow((void **)&o->ids, &o->cap, (int64_t)o->n + 1, sizeof(int32_t)) != KVB_OK) {
+        o->oom = true;
+        return;
     }
     o->ids[o->n++] = id;
 }
