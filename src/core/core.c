@@ -5,11 +5,13 @@
 #define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) */
 #include "core.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#if defined(__linux__)
 #include <sys/mman.h>
-#endif
+#include <sys/stat.h>
+#include <unistd.h>
 
 static kvb_log_fn g_log_fn;
 static void *g_log_user;
@@ -180,4 +182,29 @@ const char *kvb_pos_mode_name(enum kvb_pos_mode m) {
     case KVB_POS_CONTIGUOUS: return "contiguous";
     }
     return "?";
+}
+
+kvb_status kvb_map_file(const char *path, size_t min_size, const char *what, void **map, size_t *size) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return kvb_fail(KVB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return kvb_fail(KVB_ERR_IO, "'%s' is not a regular file", path);
+    }
+    const size_t n = (size_t)sb.st_size;
+    if (n < min_size) {
+        close(fd);
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: too short for %s (%zu bytes)", path, what, n);
+    }
+    void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return kvb_fail(KVB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    *map = p;
+    *size = n;
+    return KVB_OK;
+}
+
+void kvb_unmap_file(void *map, size_t size) {
+    if (map) munmap(map, size);
 }

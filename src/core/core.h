@@ -42,6 +42,13 @@ void kvb_aligned_free(void *p);
  * with kvb_aligned_free. */
 void *kvb_huge_alloc(size_t n);
 
+/* Maps a regular file read-only (private, never copied). Errors name the
+ * file: KVB_ERR_IO (cannot open, not a regular file, cannot map),
+ * KVB_ERR_CORRUPT ("too short for <what>" below min_size bytes); *map and
+ * *size untouched on failure. Release with kvb_unmap_file. */
+kvb_status kvb_map_file(const char *path, size_t min_size, const char *what, void **map, size_t *size);
+void kvb_unmap_file(void *map, size_t size);
+
 /* Records the message for kvb_last_error, logs it, returns s. */
 kvb_status kvb_fail(kvb_status s, const char *fmt, ...) KVB_PRINTF(2, 3);
 void kvb_logf(enum kvb_log_level level, const char *fmt, ...) KVB_PRINTF(2, 3);

@@ -6,13 +6,8 @@
 #define _DEFAULT_SOURCE
 #include "gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* ---- cursor ---- */
 struct cur {
@@ -236,24 +231,12 @@ fail:
 
 kvb_status gguf_open(const char *path, struct gguf_file **out) {
     if (!path || !out) return kvb_fail(KVB_ERR_INVALID, "gguf: path and out must not be NULL");
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return kvb_fail(KVB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return kvb_fail(KVB_ERR_IO, "'%s' is not a regular file", path);
-    }
-    size_t size = (size_t)sb.st_size;
-    if (size < 24) {
-        close(fd);
-        return kvb_fail(KVB_ERR_CORRUPT, "%s: too short for a GGUF file (%zu bytes)", path, size);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return kvb_fail(KVB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
-    kvb_status st = gguf_open_buffer(map, size, path, out);
-    if (st != KVB_OK) {
-        munmap(map, size);
+    void *map;
+    size_t size;
+    kvb_status st = kvb_map_file(path, 24, "a GGUF file", &map, &size);
+    if (st != KVB_OK) return st;
+    if ((st = gguf_open_buffer(map, size, path, out)) != KVB_OK) {
+        kvb_unmap_file(map, size);
         return st;
     }
     (*out)->mapped = true;
@@ -262,7 +245,7 @@ kvb_status gguf_open(const char *path, struct gguf_file **out) {
 
 void gguf_close(struct gguf_file *f) {
     if (!f) return;
-    if (f->mapped) munmap((void *)f->base, f->size);
+    if (f->mapped) kvb_unmap_file((void *)f->base, f->size);
     kvb_free(f->kv);
     kvb_free(f->tensors);
     kvb_free(f);

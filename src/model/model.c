@@ -18,12 +18,8 @@
 #include "../tokenizer/tokenizer.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 struct kvb_model_params kvb_model_default_params(void) {
     struct kvb_model_params p = {NULL};
@@ -177,21 +173,10 @@ kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m) {
 
 kvb_status kvb_model_load_llama2c(const char *path, const char *tok_path, struct kvb_model *m) {
     if (!tok_path) return kvb_fail(KVB_ERR_INVALID, "%s: a llama2.c checkpoint needs its tokenizer.bin (-z)", path);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return kvb_fail(KVB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return kvb_fail(KVB_ERR_IO, "'%s' is not a regular file", path);
-    }
-    size_t size = (size_t)sb.st_size;
-    if (size < 28) {
-        close(fd);
-        return kvb_fail(KVB_ERR_CORRUPT, "%s: too short for a llama2.c checkpoint (%zu bytes)", path, size);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return kvb_fail(KVB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    void *map;
+    size_t size;
+    kvb_status st0 = kvb_map_file(path, 28, "a llama2.c checkpoint", &map, &size);
+    if (st0 != KVB_OK) return st0;
     m->map = map;
     m->map_size = size;
     int32_t h[7];
@@ -309,7 +294,7 @@ void kvb_model_free(struct kvb_model *m) {
     kvb_vocab_free(m->vocab);
     kvb_free(m->chat_template);
     gguf_close(m->gguf);
-    if (m->map) munmap(m->map, m->map_size);
+    kvb_unmap_file(m->map, m->map_size);
     kvb_free(m->layers);
     kvb_free(m);
 }
