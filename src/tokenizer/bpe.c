@@ -1,6 +1,7 @@
 /*
  * bpe.c — byte-level BPE (tokenizer.ggml.model = "gpt2"): GPT-2, Llama 3,
- * Qwen2.5, SmolLM2. Text is split at special tokens, then pre-tokenized by
+ * Qwen2.5, SmolLM2. kvb_vocab_tokenize (vocab.c) splits the text at special
+ * tokens; each fragment between them is pre-tokenized here by
  * the family's regular expression — written here as scanners over code
  * points that try the expression's alternatives in order, as a backtracking
  * regex engine would:
@@ -239,7 +240,7 @@ static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, 
 }
 
 /* Pre-tokenizes text[0..len) (one raw fragment) and encodes every piece. */
-static void bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct kvb_tok_out *o) {
+void kvb_bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct kvb_tok_out *o) {
     if (!len) return;
     uint32_t *cp = kvb_malloc(sizeof(uint32_t) * (len + 1));
     int32_t *off = kvb_malloc(sizeof(int32_t) * (len + 1));
@@ -277,27 +278,6 @@ static void bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len
     }
     kvb_free(cp);
     kvb_free(off);
-}
-
-kvb_status kvb_bpe_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special, int32_t **ids,
-                            int32_t *n_ids) {
-    struct kvb_tok_out o = {0};
-    if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);
-    size_t start = 0;
-    for (size_t at = 0; at <= len;) {
-        int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? kvb_vocab_match_special(v, text, len, at, parse_special) : -1;
-        if (at == len || sp >= 0) {
-            bpe_fragment(v, text + start, at - start, &o);
-            if (at == len) break;
-            kvb_tok_emit(&o, sp);
-            at += kvb_vocab_len(v, sp);
-            start = at;
-            continue;
-        }
-        at++;
-    }
-    if (add_special && v->add_eos && v->eos >= 0) kvb_tok_emit(&o, v->eos);
-    return kvb_tok_finish(&o, len, ids, n_ids);
 }
 
 size_t kvb_bpe_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap) {

@@ -1,9 +1,9 @@
 /*
  * spm.c — SentencePiece BPE encoding, as llama.cpp's llm_tokenizer_spm does
  * it (so ids match llama.cpp on GGUF vocabularies):
- *   - the text is split at special tokens when parse_special is set; raw
- *     fragments get a leading space if they follow a special token or start
- *     the text (add_space_prefix), then spaces become "▁";
+ *   - kvb_vocab_tokenize (vocab.c) splits the text at special tokens; each
+ *     raw fragment gets a leading space if it follows a special token or
+ *     starts the text (add_space_prefix), then spaces become "▁";
  *   - each UTF-8 character is a symbol; adjacent symbols whose concatenation
  *     is a piece are merged, best score first (ties: leftmost), with a binary
  *     heap of candidate bigrams and lazy invalidation;
@@ -125,7 +125,8 @@ static void spm_fragment(const struct kvb_vocab *v, const char *text, size_t len
 }
 
 /* Escapes a raw fragment (optional leading space, ' ' -> "▁") and encodes it. */
-static void spm_raw(const struct kvb_vocab *v, const char *text, size_t len, bool prefix, struct kvb_tok_out *o) {
+void kvb_spm_fragment(const struct kvb_vocab *v, const char *text, size_t len, bool after_special, struct kvb_tok_out *o) {
+    const bool prefix = v->add_space_prefix && after_special;
     size_t spaces = prefix ? 1 : 0;
     for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
     size_t n = len + (prefix ? 1 : 0) + spaces * 2;
@@ -153,32 +154,4 @@ static void spm_raw(const struct kvb_vocab *v, const char *text, size_t len, boo
         spm_fragment(v, buf + start, w - start, o);
     }
     kvb_free(buf);
-}
-
-kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
-                              int32_t **ids, int32_t *n_ids) {
-    if (!v || (!text && len) || !ids || !n_ids) return kvb_fail(KVB_ERR_INVALID, "tokenize: bad arguments");
-    if (v->kind == KVB_VOCAB_BPE) return kvb_bpe_tokenize(v, text, len, add_special, parse_special, ids, n_ids);
-    struct kvb_tok_out o = {0};
-    bool prev_special = true;
-    if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);
-    size_t start = 0;
-    for (size_t at = 0; at <= len;) {
-        int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? kvb_vocab_match_special(v, text, len, at, parse_special) : -1;
-        if (at == len || sp >= 0) {
-            if (at > start) {
-                spm_raw(v, text + start, at - start, v->add_space_prefix && prev_special, &o);
-                prev_special = false;
-            }
-            if (at == len) break;
-            kvb_tok_emit(&o, sp);
-            prev_special = true;
-            at += kvb_vocab_len(v, sp);
-            start = at;
-            continue;
-        }
-        at++;
-    }
-    if (add_special && v->add_eos && v->eos >= 0) kvb_tok_emit(&o, v->eos);
-    return kvb_tok_finish(&o, len, ids, n_ids);
 }

@@ -92,13 +92,7 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
  * tokens -> nothing). Returns the length; writes at most cap bytes. */
 size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap);
 
-/* The special token whose text starts at text[at], longest first, or -1:
- * USER_DEFINED tokens always match, CONTROL/UNKNOWN ones only with
- * parse_special (llama.cpp's partition rule). */
-int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special);
-
-/* The growing id list both encoders fill; kvb_tok_finish hands it over
- * (a valid allocation even when empty) or frees it on KVB_ERR_NOMEM. */
+/* The id list the encoders fill (kvb_tok_emit grows it; oom is sticky). */
 struct kvb_tok_out {
     int32_t *ids;
     int32_t n;
@@ -106,12 +100,16 @@ struct kvb_tok_out {
     bool oom;
 };
 void kvb_tok_emit(struct kvb_tok_out *o, int32_t id);
-kvb_status kvb_tok_finish(struct kvb_tok_out *o, size_t text_len, int32_t **ids, int32_t *n_ids);
+
+/* Encoders of one raw fragment (text between special tokens), called by
+ * kvb_vocab_tokenize after it has split the text at special tokens.
+ * after_special: the fragment starts the text or follows a special token
+ * (SentencePiece adds its space prefix then). */
+void kvb_spm_fragment(const struct kvb_vocab *v, const char *text, size_t len, bool after_special, struct kvb_tok_out *o);
+void kvb_bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct kvb_tok_out *o);
 
 /* Byte-level BPE internals (bpe.c), reached through the functions above. */
 kvb_status kvb_bpe_build_merges(struct kvb_vocab *v, const char *const *m, const uint32_t *len, int32_t n, const char *name);
-kvb_status kvb_bpe_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
-                            int32_t **ids, int32_t *n_ids);
 size_t kvb_bpe_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap);
 
 #endif

@@ -1,6 +1,8 @@
 /*
  * vocab.c — building a vocabulary from GGUF metadata or a llama2.c
- * tokenizer.bin, the piece -> id hash, and decoding ids to bytes.
+ * tokenizer.bin, the piece -> id hash, decoding ids to bytes, and the
+ * front of tokenizing shared by both encoders: the split at special tokens,
+ * BOS/EOS and the id list.
  *
  * tokenizer.bin (llama2.c): u32 max_token_length, then per token: f32 score,
  * i32 len, len bytes. Pieces use ' ' instead of "▁"; id 1 is "\n<s>\n" and id
@@ -261,7 +263,10 @@ kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out) {
 
 int32_t kvb_vocab_size(const struct kvb_vocab *v) { return v->n; }
 
-int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special) {
+/* The special token whose text starts at text[at], longest first, or -1:
+ * USER_DEFINED tokens always match, CONTROL/UNKNOWN ones only with
+ * parse_special (llama.cpp's partition rule). */
+static int32_t match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special) {
     for (int32_t k = 0; k < v->n_special; k++) {
         int32_t id = v->special[k];
         if (!parse_special && v->type[id] != KVB_TOKEN_USER_DEFINED) continue;
@@ -281,7 +286,7 @@ void kvb_tok_emit(struct kvb_tok_out *o, int32_t id) {
     o->ids[o->n++] = id;
 }
 
-kvb_status kvb_tok_finish(struct kvb_tok_out *o, size_t text_len, int32_t **ids, int32_t *n_ids) {
+static kvb_status tok_finish(struct kvb_tok_out *o, size_t text_len, int32_t **ids, int32_t *n_ids) {
     if (!o->ids && !o->oom) { /* no tokens: still a valid allocation for the caller */
         o->ids = kvb_malloc(sizeof(int32_t));
         o->oom = !o->ids;
@@ -396,4 +401,35 @@ size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t 
         }
     }
     return n;
+}
+
+/* Splits the text at special tokens (match_special's rule), emits
+ * their ids and hands each raw fragment between them to the vocabulary's
+ * encoder; BOS/EOS around it all when add_special and the vocabulary asks. */
+kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                              int32_t **ids, int32_t *n_ids) {
+    if (!v || (!text && len) || !ids || !n_ids) return kvb_fail(KVB_ERR_INVALID, "tokenize: bad arguments");
+    struct kvb_tok_out o = {0};
+    bool after_special = true;
+    if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);
+    size_t start = 0;
+    for (size_t at = 0; at <= len;) {
+        int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? match_special(v, text, len, at, parse_special) : -1;
+        if (at == len || sp >= 0) {
+            if (at > start) {
+                if (v->kind == KVB_VOCAB_BPE) kvb_bpe_fragment(v, text + start, at - start, &o);
+                else kvb_spm_fragment(v, text + start, at - start, after_special, &o);
+                after_special = false;
+            }
+            if (at == len) break;
+            kvb_tok_emit(&o, sp);
+            after_special = true;
+            at += kvb_vocab_len(v, sp);
+            start = at;
+            continue;
+        }
+        at++;
+    }
+    if (add_special && v->add_eos && v->eos >= 0) kvb_tok_emit(&o, v->eos);
+    return tok_finish(&o, len, ids, n_ids);
 }
