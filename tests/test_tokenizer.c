@@ -76,30 +76,6 @@ static void run_cases(const char *gguf_path, const char *cases_path, int *pass, 
     gguf_close(f);
 }
 
-TEST(llama2_cases_match_llama_cpp) {
-    NEED_SHARED(g, "tokenizers/llama2/ggml-vocab-llama-spm.gguf");
-    NEED_SHARED(c, "tokenizers/llama2/cases.jsonl");
-    int pass = 0, total = 0, rt = 0;
-    char ff[512] = "";
-    rt_fail[0] = 0;
-    run_cases(g, c, &pass, &total, &rt, ff, sizeof ff);
-    printf("  llama2: %d/%d cases, %d/%d round trips\n", pass, total, rt, total);
-    if (pass != total || total < 100) FAILF("%s", ff);
-    if (rt != total) FAILF("%s", rt_fail);
-}
-
-TEST(mistral_cases_match_llama_cpp) {
-    NEED_SHARED(g, "tokenizers/mistral-v0.3/mistral-7b-instruct-v0.3.vocab.gguf");
-    NEED_SHARED(c, "tokenizers/mistral-v0.3/cases.jsonl");
-    int pass = 0, total = 0, rt = 0;
-    char ff[512] = "";
-    rt_fail[0] = 0;
-    run_cases(g, c, &pass, &total, &rt, ff, sizeof ff);
-    printf("  mistral-v0.3: %d/%d cases, %d/%d round trips\n", pass, total, rt, total);
-    if (pass != total || total < 100) FAILF("%s", ff);
-    if (rt != total) FAILF("%s", rt_fail);
-}
-
 #define CASES_TEST(name, label, gguf, cases, min_cases)                       \
     TEST(name) {                                                              \
         NEED_SHARED(g, gguf);                                                 \
@@ -113,6 +89,8 @@ TEST(mistral_cases_match_llama_cpp) {
         if (rt != total) FAILF("%s", rt_fail);                                \
     }
 
+CASES_TEST(llama2_cases_match_llama_cpp, "llama2", "tokenizers/llama2/ggml-vocab-llama-spm.gguf", "tokenizers/llama2/cases.jsonl", 100)
+CASES_TEST(mistral_cases_match_llama_cpp, "mistral-v0.3", "tokenizers/mistral-v0.3/mistral-7b-instruct-v0.3.vocab.gguf", "tokenizers/mistral-v0.3/cases.jsonl", 100)
 CASES_TEST(gpt2_cases_match_llama_cpp, "gpt2", "tokenizers/gpt2/ggml-vocab-gpt-2.gguf", "tokenizers/gpt2/cases.jsonl", 60)
 CASES_TEST(llama3_cases_match_llama_cpp, "llama3", "tokenizers/llama3/llama3-8b-instruct.vocab.gguf", "tokenizers/llama3/cases.jsonl", 120)
 CASES_TEST(qwen25_cases_match_llama_cpp, "qwen2.5", "tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf", "tokenizers/qwen2.5/cases.jsonl", 60)
