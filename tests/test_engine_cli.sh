@@ -5,19 +5,10 @@
 # context in constant KV memory; `full` stops at the context limit with a
 # clear message; `chat` works through a pipe with /save and /load; `convert`
 # and `mkmodel` write models that load; bad flags are named.
-B=${1:-build}
-K="$B/kvbound"
-D=${KVB_SHARED_DATA:-../shared/data}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+. "$(dirname "$0")/cli_lib.sh"
 if [ ! -f "$D/models/stories260K/stories260K.llamacpp.gguf" ]; then
     if [ "${KVB_REQUIRE_SHARED:-0}" = 1 ]; then ko shared_data "missing $D (KVB_REQUIRE_SHARED=1)"; else echo "skip: shared data missing: $D"; fi
-    echo "cases: $pass passed, $fail failed"
-    [ "$fail" -eq 0 ]
+    cli_summary
     exit
 fi
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
@@ -106,5 +97,4 @@ elif [ "${KVB_REQUIRE_SHARED:-0}" = 1 ]; then ko mkmodel_bpe_vocab_runs "missing
 "$K" tokenize -m "$T/nothere.gguf" -p x 2> "$T/e7.txt"; r7=$?
 if [ $r6 -eq 2 ] && [ $r7 -eq 1 ] && grep -q 'nothere.gguf' "$T/e7.txt"; then ok tokenize_errors; else ko tokenize_errors "$(cat "$T/e6.txt" "$T/e7.txt")"; fi
 
-echo "cases: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+cli_summary

@@ -3,15 +3,7 @@
 # `mem` reproduces the published KV sizes (exact bytes); `ppl` prints the
 # JSON fields of the protocol; `sweep` and `needle` write their tables and
 # well-formed SVGs; bad input is named.
-B=${1:-build}
-K="$B/kvbound"
-D=${KVB_SHARED_DATA:-../shared/data}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+. "$(dirname "$0")/cli_lib.sh"
 
 "$K" mem --preset llama3-8b --dtype bf16 --ctx 8192,128000 --batch 1,16 > "$T/m1.txt" 2>&1
 "$K" mem --preset llama3-70b --dtype bf16 --ctx 128000,1000000 --batch 1,16 > "$T/m2.txt" 2>&1
@@ -28,8 +20,7 @@ if [ $r -eq 2 ] && grep -q "nope" "$T/e.txt"; then ok mem_bad_preset; else ko me
 
 if [ ! -f "$D/models/stories260K/stories260K.llamacpp.gguf" ]; then
     if [ "${KVB_REQUIRE_SHARED:-0}" = 1 ]; then ko shared_data "missing $D"; else echo "skip: shared data missing: $D"; fi
-    echo "cases: $pass passed, $fail failed"
-    [ "$fail" -eq 0 ]
+    cli_summary
     exit
 fi
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
@@ -55,5 +46,4 @@ if grep -q '"accuracy":[0-9.]*,"retained":1.0000}' "$T/nd/needle.json" && ! grep
    grep -q '| 256 |' "$T/nd/needle.md" && { ! command -v xmllint > /dev/null || xmllint --noout "$T/nd/needle.svg"; }
 then ok needle_outputs_full_retains; else ko needle_outputs_full_retains "$(cat "$T/nd/needle.json" 2>&1 | head -c 300)"; fi
 
-echo "cases: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+cli_summary

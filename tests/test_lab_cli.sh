@@ -4,14 +4,7 @@
 # with xmllint), and a real browser: headless Chromium loads report.html from
 # disk, runs its script without error, and the SVG panels are in the DOM.
 # Without xmllint or chromium those cases skip, unless KVB_REQUIRE_BROWSER=1.
-B=${1:-build}
-K="$B/kvbound"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+. "$(dirname "$0")/cli_lib.sh"
 skip() {
     if [ "${KVB_REQUIRE_BROWSER:-0}" = 1 ]; then ko "$1" "$2 (KVB_REQUIRE_BROWSER=1)"; else echo "skip $1: $2"; fi
 }
@@ -62,5 +55,4 @@ if [ -n "$CHROME" ]; then
     else ko lab_report_in_browser "svg panels $svgs (want 16), body: $(grep -o '<body[^>]*>' "$T/dom.html")"; fi
 else skip lab_report_in_browser "chromium not installed (Debian chromium)"; fi
 
-echo "cases: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+cli_summary
