@@ -126,18 +126,21 @@ int cmd_tokenize(int argc, char **argv) {
         kvb_vocab_free(vocab);
         return 1;
     }
-    /* one big buffer: printf per token would dominate the run time */
-    size_t cap = (size_t)n * 16 + 64, at = 0;
-    char *o = malloc(cap);
-    if (!o) { fprintf(stderr, "kvbound: tokenize: out of memory for the output\n"); return 1; }
-    if (ids_only) {
-        o[at++] = '[';
-        for (int32_t i = 0; i < n; i++) {
-            at += (size_t)snprintf(o + at, cap - at, i ? ", %d" : "%d", ids[i]);
+    int rc = 0;
+    if (ids_only) { /* one big buffer: printf per token would dominate the run time */
+        size_t cap = (size_t)n * 16 + 64, at = 0;
+        char *o = malloc(cap);
+        if (o) {
+            o[at++] = '[';
+            for (int32_t i = 0; i < n; i++) at += (size_t)snprintf(o + at, cap - at, i ? ", %d" : "%d", ids[i]);
+            o[at++] = ']';
+            o[at++] = '\n';
+            fwrite(o, 1, at, stdout);
+            free(o);
+        } else {
+            fprintf(stderr, "kvbound: tokenize: out of memory for the output\n");
+            rc = 1;
         }
-        o[at++] = ']';
-        o[at++] = '\n';
-        fwrite(o, 1, at, stdout);
     } else {
         char piece[1024];
         for (int32_t i = 0; i < n; i++) {
@@ -146,9 +149,8 @@ int cmd_tokenize(int argc, char **argv) {
             printf("%6d -> '%s'\n", ids[i], piece);
         }
     }
-    if (show_count) printf("Total number of tokens: %d\n", n);
-    free(o);
+    if (show_count && rc == 0) printf("Total number of tokens: %d\n", n);
     kvb_buffer_free(ids);
     kvb_vocab_free(vocab);
-    return 0;
+    return rc;
 }
