@@ -19,7 +19,8 @@ struct gw_tensor {
 
 struct gguf_writer {
     uint8_t *kv;        /* serialised key/value pairs */
-    size_t kv_n, kv_cap;
+    size_t kv_n;
+    int64_t kv_cap; /* for kvb_grow */
     uint64_t n_kv;
     struct gw_tensor *t;
     int64_t n_t, t_cap;
@@ -40,16 +41,7 @@ void gguf_writer_free(struct gguf_writer *w) {
 
 static void put(struct gguf_writer *w, const void *p, size_t n) {
     if (w->oom) return;
-    if (w->kv_n + n > w->kv_cap) {
-        size_t cap = w->kv_cap ? w->kv_cap : 4096;
-        while (cap < w->kv_n + n) cap *= 2;
-        uint8_t *np = kvb_malloc(cap);
-        if (!np) { w->oom = true; return; }
-        if (w->kv_n) memcpy(np, w->kv, w->kv_n);
-        kvb_free(w->kv);
-        w->kv = np;
-        w->kv_cap = cap;
-    }
+    if (kvb_grow((void **)&w->kv, &w->kv_cap, (int64_t)(w->kv_n + n), 1) != KVB_OK) { w->oom = true; return; }
     memcpy(w->kv + w->kv_n, p, n);
     w->kv_n += n;
 }
