@@ -119,6 +119,9 @@ enum kvb_pos_mode {
     KVB_POS_POLICY_DEFAULT = 0, /* contiguous for streaming, original otherwise */
     KVB_POS_ORIGINAL = 1,       /* keys keep absolute positions; gaps allowed */
     KVB_POS_CONTIGUOUS = 2,     /* retained tokens re-indexed 0..n-1 (StreamingLLM) */
+    KVB_POS_CAPPED = 3,         /* original positions, but a query never sees a relative
+                                 * distance above kvb_cache_params.max_distance
+                                 * (LM-Infinite): farther keys are seen at that distance */
 };
 const char *kvb_pos_mode_name(enum kvb_pos_mode m);
 
@@ -186,11 +189,41 @@ enum kvb_policy_id {
     KVB_POLICY_ADAKV,
     KVB_POLICY_KNORM,
     KVB_POLICY_BLOCK_H2O,
+    KVB_POLICY_LMINFINITE,
     KVB_POLICY_COUNT
 };
 
+/* SnapKV-family pooling of the observation votes (kernel pool_kernel, stride
+ * 1, same padding): max as in the seed's formulation, or average as in the
+ * authors' repository (divides by the kernel; padding counts as zero). */
+enum kvb_pool_mode { KVB_POOL_MAX = 0, KVB_POOL_AVG = 1 };
+/* TOVA's scope: LAYER (the paper and its reference code: one score per layer,
+ * the mean over all query heads, one victim dropped from every KV head) or
+ * HEAD (each KV head scores with its own query heads and drops its own). */
+enum kvb_tova_scope { KVB_TOVA_LAYER = 0, KVB_TOVA_HEAD = 1 };
+
 /* Every field has a meaning for every policy; a policy ignores what it does
- * not use (kvb_policy_describe says which it uses). */
+ * not use (kvb_policy_describe says which it uses).
+ *
+ * Prompt compression (snapkv, pyramidkv, adakv), the semantics in full
+ * (docs/POLICIES.md, "Prompt compression"):
+ *   - A prompt is what kvb_cache_prefill appends between two
+ *     kvb_cache_compress calls. With prefill_budget 0 (the default, exact to
+ *     the papers) nothing is evicted while it is read.
+ *   - kvb_cache_compress ends it: the last obs_window queries of the prompt
+ *     vote (each a causal softmax row over every key it sees), votes are summed
+ *     over those queries and averaged over the query heads of the KV head,
+ *     pooled, and each stream keeps its top (budget - obs_window) positions
+ *     plus the last obs_window. A prompt no longer than the budget is kept
+ *     whole. pyramidkv and adakv derive per-layer / per-head budgets from the
+ *     actual prompt length here.
+ *   - The compressed prompt is then frozen. Up to decode_budget generated
+ *     tokens are kept after it; past that the oldest generated token leaves.
+ *     The next prefill opens a new prompt over everything retained.
+ *   - prefill_budget > 0 (a prompt longer than memory): every prefill chunk's
+ *     last obs_window queries vote, votes accumulate over the chunks, and each
+ *     stream is evicted down to prefill_budget between chunks (a departure
+ *     from the papers, which see the whole prompt). */
 struct kvb_policy_params {
     enum kvb_policy_id id;
     int32_t budget;          /* retained tokens per stream; 0 = unbounded (full only) */
@@ -204,6 +237,10 @@ struct kvb_policy_params {
     float ada_floor;         /* adakv: each head keeps >= floor * per-head share */
     int32_t history;         /* scissorhands: history window delta (1..32 steps) */
     int32_t threshold;       /* scissorhands: low-importance count that marks a victim */
+    enum kvb_pool_mode pool_mode;   /* snapkv family: max (default) or avg */
+    int32_t decode_budget;   /* snapkv family: generated tokens kept after the compressed prompt; 0 = budget */
+    int32_t prefill_budget;  /* snapkv family: evict to this between prefill chunks; 0 = never (exact) */
+    enum kvb_tova_scope tova_scope; /* tova: layer (default, the paper) or head */
 };
 
 /* Defaults of policy id (budget 0 for full, 256 otherwise). */
@@ -213,6 +250,8 @@ const char *kvb_policy_name(enum kvb_policy_id id);
 kvb_status kvb_policy_from_name(const char *name, enum kvb_policy_id *out);
 /* One line: the rule, then the parameters it uses with their defaults. */
 const char *kvb_policy_describe(enum kvb_policy_id id);
+/* Whether the policy compresses prompts at kvb_cache_compress (snapkv family). */
+bool kvb_policy_compresses(enum kvb_policy_id id);
 /* Whether decode attention weights are fed to the policy. */
 bool kvb_policy_needs_attention(enum kvb_policy_id id);
 
@@ -232,6 +271,9 @@ struct kvb_cache_params {
     struct kvb_rope rope;
     struct kvb_policy_params policy;
     size_t pool_bytes;          /* private pool size when kvb_cache_init gets pool == NULL */
+    int32_t max_distance;       /* KVB_POS_CAPPED (lminfinite's default): the largest relative
+                                 * distance attention sees, normally the trained length; must be
+                                 * > 0 in that mode. The model context fills it from the model. */
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 
@@ -264,18 +306,32 @@ kvb_status kvb_cache_decode(struct kvb_cache *cache, int32_t layer, const float 
 
 /* Chunked prefill of n_tok tokens in one layer, with causal masking:
  *   q   [n_tok][n_head][head_dim], k,v [n_tok][n_kv_head][head_dim], out like q.
- * The policy receives per-key attention mass summed over the chunk's queries
- * (snapkv family: over its last obs_window queries). Policies that compress at
- * the end of the prompt keep everything until kvb_cache_compress; the others
- * evict down to budget after the chunk. Errors as kvb_cache_decode. */
+ * Decode-time policies receive per-key attention mass summed over the
+ * chunk's queries (tova: its last query) and evict down to budget after the
+ * chunk. The snapkv family reads a prompt (see struct kvb_policy_params):
+ * with prefill_budget 0 it keeps every token and records the chunk's last
+ * obs_window queries for the vote at kvb_cache_compress; with prefill_budget
+ * > 0 the chunk's last obs_window queries vote (added to earlier chunks'
+ * votes) and streams are evicted to prefill_budget. The first prefill after a
+ * compress opens a new prompt. Errors as kvb_cache_decode. */
 kvb_status kvb_cache_prefill(struct kvb_cache *cache, int32_t layer, int32_t n_tok, const float *q,
                              int32_t n_head, const float *k, const float *v, float *out,
                              struct kvb_threadpool *tp);
 
-/* End of prompt: resolves budget_frac, lets the policy set per-stream budgets
- * (pyramidkv, adakv) and select, then evicts and returns freed pages. No-op
- * for policies that do not compress. Cannot fail. */
-void kvb_cache_compress(struct kvb_cache *cache);
+/* End of prompt, every layer. For the snapkv family: resolves budget_frac
+ * against the prompt length, computes the vote of the prompt's last
+ * obs_window queries (or uses the votes fed through kvb_cache_observe_prefill
+ * when the cache recorded no queries, as in the lab), lets pyramidkv / adakv
+ * set per-layer / per-head budgets from the actual prompt length, evicts down
+ * to them (a prompt no longer than a stream's budget is kept whole), returns
+ * freed pages, and freezes the result: afterwards each stream holds its
+ * compressed prompt plus up to decode_budget generated tokens, oldest
+ * generated first out. Budgets set with kvb_cache_set_budget are the
+ * per-stream budgets of snapkv here (pyramidkv and adakv derive theirs from
+ * policy.budget). A layer whose prompt is still open when kvb_cache_decode
+ * runs is compressed first. For every other policy it does nothing at all.
+ * Cannot fail. */
+void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
 
 /* Low-level steps, for the lab and for engines that compute attention
  * themselves. kvb_cache_decode == append + attention + observe + evict.
@@ -305,8 +361,14 @@ void kvb_cache_set_observer(struct kvb_cache *cache, kvb_attn_observer_fn fn, vo
 /* Evicts every stream of the layer down to its budget. Cannot fail. */
 void kvb_cache_evict(struct kvb_cache *cache, int32_t layer);
 
-/* Per-stream budget in tokens (0 = unbounded). Takes effect at the next
- * evict/decode. head = -1 sets every head of the layer; layer = -1 every layer. */
+/* Per-stream budget in tokens (0 = unbounded, full only). Takes effect at the
+ * next evict/decode. For the snapkv family it is also the stream's budget at
+ * the next kvb_cache_compress, and while a prompt is open it waits for that
+ * compress (the limit in force, kvb_cache_get_budget, is then prefill_budget,
+ * 0 = none; after a compress it is the compressed prompt plus decode_budget
+ * until this call lowers it: generated tokens leave first, then the lowest
+ * votes). head = -1 sets every head of the layer; layer = -1 every layer.
+ * kvb_cache_reset restores the policy's. */
 kvb_status kvb_cache_set_budget(struct kvb_cache *cache, int32_t layer, int32_t head, int32_t tokens);
 int32_t kvb_cache_get_budget(const struct kvb_cache *cache, int32_t layer, int32_t head);
 int32_t kvb_cache_n_slots(const struct kvb_cache *cache, int32_t layer, int32_t head);
@@ -481,6 +543,13 @@ void kvb_context_free(struct kvb_context *ctx);
  * token id; n_ctx reached with the full policy: message says so),
  * KVB_ERR_NOMEM (pool exhausted); tokens already evaluated stay evaluated. */
 kvb_status kvb_context_eval(struct kvb_context *ctx, const int32_t *tokens, int32_t n, float *logits, bool all_logits);
+/* Runs a prompt: like kvb_context_eval, but every chunk is prefill (a
+ * one-token prompt too), and at its end the cache's prompt compression runs
+ * (kvb_cache_compress: snapkv, pyramidkv and adakv select here; other
+ * policies are unaffected). run, chat (each turn's new text), ppl --prompt
+ * and needle end their prompts through it. Errors as kvb_context_eval; on
+ * error nothing is compressed. */
+kvb_status kvb_context_prompt(struct kvb_context *ctx, const int32_t *tokens, int32_t n, float *logits, bool all);
 void kvb_context_reset(struct kvb_context *ctx);
 struct kvb_cache *kvb_context_cache(struct kvb_context *ctx);
 /* Saves the context's cache (kvb_cache_save_file), or replaces it with one

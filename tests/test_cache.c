@@ -16,6 +16,7 @@ static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
     unsigned long long rs = seed * 7919 + (unsigned long long)pid;
     const int L = 2, HK = 2, G = 1 + (int)(t_rng_next(&rs) % 3);
     struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
     cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D;
     cp.dtype = seed & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
     cp.block_size = seed & 2 ? 4 : 16;
@@ -50,7 +51,7 @@ static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
             bad = bad || check_invariants(c, pool, where);
         }
     }
-    kvb_cache_compress(c);
+    kvb_cache_compress(c, NULL);
     snprintf(where, sizeof where, "%s seed %llu after compress", kvb_policy_name(pid), seed);
     bad = bad || check_invariants(c, pool, where);
     for (int step = 0; step < 120 && !bad; step++) {
@@ -107,6 +108,7 @@ static int images_equal(const struct kvb_cache *c, const void *img, size_t len) 
 TEST(exhausted_pool_leaves_cache_unchanged) {
     for (int pid = 0; pid < KVB_POLICY_COUNT; pid++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
         cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = D; cp.dtype = KVB_DTYPE_F16; cp.block_size = 4;
         cp.policy = kvb_policy_default_params((enum kvb_policy_id)pid);
         if (pid != KVB_POLICY_FULL) cp.policy.budget = 40;
@@ -152,6 +154,7 @@ TEST(bounded_policies_fit_in_their_pages) {
     /* ...while every bounded policy at budget 40 runs 200 steps in 4 x 11 pages */
     for (int pid = 1; pid < KVB_POLICY_COUNT; pid++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
         cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = D; cp.block_size = 4;
         cp.policy = kvb_policy_default_params((enum kvb_policy_id)pid);
         cp.policy.budget = 40;

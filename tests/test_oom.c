@@ -68,6 +68,7 @@ static int snapshot(struct kvb_cache *c, void **img, size_t *len) {
 static int scenario(enum kvb_policy_id pid) {
     int bad = 0;
     struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
     cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = KVB_DTYPE_F16; cp.block_size = 4;
     cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
     cp.policy = kvb_policy_default_params(pid);
@@ -96,7 +97,7 @@ static int scenario(enum kvb_policy_id pid) {
         if (st != KVB_OK && !same_as(c, img, len)) { printf("  N=%ld: failed prefill changed the cache\n", g_fail_at); bad = 1; }
         g_suspend = true; kvb_buffer_free(img); g_suspend = false;
     }
-    kvb_cache_compress(c);
+    kvb_cache_compress(c, NULL);
     for (int s = 0; s < 20; s++)
         for (int l = 0; l < L; l++) {
             if (!snapshot(c, &img, &len)) { bad = 1; goto done; }

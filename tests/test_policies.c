@@ -6,6 +6,7 @@
 
 static struct kvb_cache *bookkeeping_cache(enum kvb_policy_id id, int budget, int n_sink, int n_kv, int block) {
     struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
     cp.n_layer = 1; cp.n_kv_head = n_kv; cp.head_dim = 4; cp.dtype = KVB_DTYPE_F32; cp.block_size = block;
     cp.policy = kvb_policy_default_params(id);
     cp.policy.budget = budget;
@@ -156,7 +157,7 @@ TEST(snapkv_keeps_the_needle) {
         for (int i = 0; i < D; i++) q[t][i] = 2.0f;                /* window queries look for it */
     CHECK_OK(kvb_cache_prefill(c, 0, 120, &q[0][0], 1, &k[0][0], &v[0][0], &o[0][0], NULL));
     CHECK_OK(kvb_cache_prefill(c, 0, P - 120, &q[120][0], 1, &k[120][0], &v[120][0], &o[120][0], NULL));
-    kvb_cache_compress(c);
+    kvb_cache_compress(c, NULL);
     CHECK_EQ_INT(kvb_cache_n_slots(c, 0, 0), 48);
     long long pos[64];
     int n;
@@ -202,7 +203,7 @@ TEST(adakv_allocates_across_heads) {
                 q[t][h][i] = h == 0 ? 1.0f : t_randf(&rs) * 0.01f;
             }
     CHECK_OK(kvb_cache_prefill(c, 0, P, &q[0][0][0], 2, &k[0][0][0], &v[0][0][0], &o[0][0][0], NULL));
-    kvb_cache_compress(c);
+    kvb_cache_compress(c, NULL);
     int b0 = kvb_cache_get_budget(c, 0, 0), b1 = kvb_cache_get_budget(c, 0, 1);
     CHECK_EQ_INT(b0 + b1, 128);
     CHECK(b1 > b0);

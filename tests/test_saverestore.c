@@ -14,6 +14,7 @@ enum { L = 2, HK = 2, G = 2, D = 8 };
 
 static struct kvb_cache *make(enum kvb_policy_id id, int budget) {
     struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
     cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = KVB_DTYPE_F16; cp.block_size = 4;
     cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, D, 10000.0f, 1.0f, NULL};
     cp.policy = kvb_policy_default_params(id);
@@ -38,7 +39,7 @@ static void prefill(struct kvb_cache *c) {
     for (size_t i = 0; i < sizeof q / sizeof *q; i++) q[i] = t_randf(&rs);
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) { k[i] = t_randf(&rs); v[i] = t_randf(&rs); }
     for (int l = 0; l < L; l++) kvb_cache_prefill(c, l, P, q, HK * G, k, v, o, NULL);
-    kvb_cache_compress(c);
+    kvb_cache_compress(c, NULL);
 }
 
 /* Runs steps [from, to) and appends every output to outs. */
@@ -154,8 +155,11 @@ TEST(signed_hostile_images_are_corrupt) {
     CHECK_STATUS(load_edited(img, len, 20, 1 << 20), KVB_ERR_CORRUPT);
     CHECK_STATUS(load_edited(img, len, 24, 100000), KVB_ERR_CORRUPT);
     CHECK_STATUS(load_edited(img, len, 8, 99), KVB_ERR_UNSUPPORTED); /* version */
-    /* first stream header follows params (ends with n_state) and n_past[2] */
-    size_t params_end = 16 + 6 * 4 + 5 * 4 + 12 * 4 + 4; /* no freq factors */
+    /* first stream header follows params (policy: 16 fields; then max_distance
+     * and n_state) and n_past[2] */
+    size_t params_end = 16 + 6 * 4 + 5 * 4 + 16 * 4 + 4 + 4; /* no freq factors */
+    CHECK_STATUS(load_edited(img, len, params_end - 8 - 4, 7), KVB_ERR_CORRUPT); /* tova_scope */
+    CHECK(strstr(kvb_last_error(), "tova_scope") != NULL);
     size_t s0 = params_end + 2 * 8;
     CHECK_STATUS(load_edited(img, len, s0 + 12, 1 << 29), KVB_ERR_CORRUPT);  /* n */
     CHECK(strstr(kvb_last_error(), "stream 0") != NULL);

@@ -18,11 +18,20 @@
  *   - ORIGINAL mode: one run, delta 0.
  *   - CONTIGUOUS, streaming: two runs (sinks, delta 0; window, one delta).
  *   - CONTIGUOUS with scattered evictions: one run per gap.
+ *   - CAPPED (LM-Infinite): c = p, except that a key farther than
+ *     max_distance from the query is seen at that distance: each such key
+ *     is its own run (query at p_j + max_distance), the rest one run. Only
+ *     the sinks are that far under lminfinite's budgets.
  * Per-step cost: O(runs * d) query rotations + O(runs) bookkeeping per
  * eviction, against O(n * d) for re-rotating every cached key each step (the
  * StreamingLLM reference code) — and no key is ever rewritten, so F16 keys
  * do not drift. Worst case (a gap after every slot) equals the re-rotation
  * cost; docs/ARCHITECTURE.md has the numbers.
+ *
+ * Prompts (snapkv family). A prompt is read without eviction (unless
+ * prefill_budget), its last obs_window queries are kept pre-RoPE per layer
+ * (ring_q), and kvb_cache_compress has them vote over the whole stream with
+ * the same attention code as prefill; see compress_layer.
  */
 #include "cache_impl.h"
 #include "../policies/policy.h"
@@ -47,6 +56,7 @@ struct kvb_head_scratch {
     int64_t memo_pos[ROPE_MEMO];
     float *memo_cs;  /* [ROPE_MEMO][2*n_pairs] */
     int32_t memo_next;
+    struct kvb_run *cruns; /* [cap + 1] runs of one query in CAPPED mode */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -78,13 +88,15 @@ size_t kvb_cache_page_bytes(const struct kvb_cache_params *p) {
 
 static kvb_status validate_params(const struct kvb_cache_params *p) {
     if (p->n_layer < 1 || p->n_layer > 4096) return kvb_fail(KVB_ERR_INVALID, "cache: n_layer must be in 1..4096, got %d", (int)p->n_layer);
-    if (p->n_kv_head < 1 || p->n_kv_head > 1024) return kvb_fail(KVB_ERR_INVALID, "cache: n_kv_head must be in 1..1024, got %d", (int)p->n_kv_head);
+    if (p->n_kv_head < 1 || p->n_kv_head > KVB_MAX_KV_HEADS)
+        return kvb_fail(KVB_ERR_INVALID, "cache: n_kv_head must be in 1..%d, got %d", KVB_MAX_KV_HEADS, (int)p->n_kv_head);
     if (p->head_dim < 1 || p->head_dim > 512) return kvb_fail(KVB_ERR_INVALID, "cache: head_dim must be in 1..512, got %d", (int)p->head_dim);
     if (p->dtype == KVB_DTYPE_Q8_0) return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: dtype q8_0 is reserved and not yet supported (use f32 or f16)");
     if (p->dtype != KVB_DTYPE_F32 && p->dtype != KVB_DTYPE_F16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype %d", (int)p->dtype);
     if (p->block_size < 1 || p->block_size > 4096 || (p->block_size & (p->block_size - 1)))
         return kvb_fail(KVB_ERR_INVALID, "cache: block_size must be a power of two in 1..4096, got %d", (int)p->block_size);
-    if (p->pos_mode < KVB_POS_POLICY_DEFAULT || p->pos_mode > KVB_POS_CONTIGUOUS) return kvb_fail(KVB_ERR_INVALID, "cache: unknown pos_mode %d", (int)p->pos_mode);
+    if (p->pos_mode < KVB_POS_POLICY_DEFAULT || p->pos_mode > KVB_POS_CAPPED) return kvb_fail(KVB_ERR_INVALID, "cache: unknown pos_mode %d", (int)p->pos_mode);
+    if (p->max_distance < 0) return kvb_fail(KVB_ERR_INVALID, "cache: max_distance must be >= 0, got %d", (int)p->max_distance);
     if (p->rope.type < KVB_ROPE_NONE || p->rope.type > KVB_ROPE_NEOX) return kvb_fail(KVB_ERR_INVALID, "cache: unknown rope.type %d", (int)p->rope.type);
     if (p->rope.type != KVB_ROPE_NONE) {
         if (p->rope.n_dims < 2 || p->rope.n_dims > p->head_dim || (p->rope.n_dims & 1))
@@ -112,6 +124,17 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
     if (!(pp->ada_floor >= 0.0f && pp->ada_floor <= 1.0f)) return kvb_fail(KVB_ERR_INVALID, "policy %s: ada_floor must be in [0, 1], got %g", pn, (double)pp->ada_floor);
     if (pp->history < 1 || pp->history > 32) return kvb_fail(KVB_ERR_INVALID, "policy %s: history must be in 1..32, got %d", pn, (int)pp->history);
     if (pp->threshold < 1 || pp->threshold > pp->history) return kvb_fail(KVB_ERR_INVALID, "policy %s: threshold must be in 1..history (%d), got %d", pn, (int)pp->history, (int)pp->threshold);
+    if (pp->pool_mode != KVB_POOL_MAX && pp->pool_mode != KVB_POOL_AVG) return kvb_fail(KVB_ERR_INVALID, "policy %s: pool_mode must be max (0) or avg (1), got %d", pn, (int)pp->pool_mode);
+    if (pp->tova_scope != KVB_TOVA_LAYER && pp->tova_scope != KVB_TOVA_HEAD) return kvb_fail(KVB_ERR_INVALID, "policy %s: tova_scope must be layer (0) or head (1), got %d", pn, (int)pp->tova_scope);
+    if (pp->decode_budget < 0) return kvb_fail(KVB_ERR_INVALID, "policy %s: decode_budget must be >= 0, got %d", pn, (int)pp->decode_budget);
+    if (pp->prefill_budget < 0 || (pp->prefill_budget && pp->prefill_budget <= pp->n_sink))
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: prefill_budget must be 0 (no eviction while a prompt is read) or exceed n_sink (%d), got %d", pn, (int)pp->n_sink, (int)pp->prefill_budget);
+    const struct kvb_policy_i *pi = kvb_policy_iface(pp->id);
+    if (pp->budget_frac > 0 && !(pi->flags & KVB_PF_COMPRESS))
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv)", pn);
+    enum kvb_pos_mode pm = p->pos_mode == KVB_POS_POLICY_DEFAULT ? pi->default_pos : p->pos_mode;
+    if (pm == KVB_POS_CAPPED && p->max_distance < 1)
+        return kvb_fail(KVB_ERR_INVALID, "cache: positions capped (policy %s) need max_distance > 0 (the trained length)", pn);
     return KVB_OK;
 }
 
@@ -176,6 +199,7 @@ static kvb_status grow_pages(struct kvb_stream *s, int64_t need) {
 static void free_scratch(struct kvb_head_scratch *h) {
     kvb_free(h->acc); kvb_free(h->qrot); kvb_free(h->out); kvb_free(h->lse); kvb_free(h->limit); kvb_free(h->krow);
     kvb_free(h->p); kvb_free(h->col); kvb_free(h->seg_j); kvb_free(h->seg_m); kvb_free(h->memo_cs);
+    kvb_free(h->cruns);
     memset(h, 0, sizeof *h);
 }
 
@@ -207,12 +231,13 @@ static kvb_status grow_scratch(const struct kvb_cache *c, struct kvb_head_scratc
         float *col = kvb_malloc(sizeof(float) * (size_t)cap);
         int32_t *sj = kvb_malloc(sizeof(int32_t) * (size_t)seg_cap);
         float *sm = kvb_malloc(sizeof(float) * (size_t)seg_cap * KVB_ATTN_MAX_ROWS);
-        if (!p || !col || !sj || !sm) {
-            kvb_free(p); kvb_free(col); kvb_free(sj); kvb_free(sm);
+        struct kvb_run *cr = kvb_malloc(sizeof(struct kvb_run) * (size_t)(cap + 1));
+        if (!p || !col || !sj || !sm || !cr) {
+            kvb_free(p); kvb_free(col); kvb_free(sj); kvb_free(sm); kvb_free(cr);
             return KVB_ERR_NOMEM;
         }
-        kvb_free(h->p); kvb_free(h->col); kvb_free(h->seg_j); kvb_free(h->seg_m);
-        h->p = p; h->col = col; h->seg_j = sj; h->seg_m = sm;
+        kvb_free(h->p); kvb_free(h->col); kvb_free(h->seg_j); kvb_free(h->seg_m); kvb_free(h->cruns);
+        h->p = p; h->col = col; h->seg_j = sj; h->seg_m = sm; h->cruns = cr;
         h->cap = cap; h->seg_cap = seg_cap; h->p_rows = rows;
     }
     return KVB_OK;
@@ -367,16 +392,34 @@ static void append_token(struct kvb_cache *c, struct kvb_stream *s, struct kvb_h
     if (c->policy.iface->on_append) c->policy.iface->on_append(&c->policy, s, j, k, d);
 }
 
-/* Runs as seen by attention: contiguous mode uses the stream's runs, original
- * mode a single run with delta 0. */
-static int32_t attn_runs(const struct kvb_cache *c, const struct kvb_stream *s, const struct kvb_run **out) {
+/* Runs as seen by a query at original position pq: contiguous mode uses the
+ * stream's runs, original mode a single run with delta 0, capped mode one run
+ * per key farther than max_distance (delta p_j + max_distance - pq, so the
+ * query is rotated to sit exactly max_distance after it) and then one run
+ * with delta 0. The query is rotated at (CONTIGUOUS ? its cache position : pq)
+ * + delta. */
+static int32_t attn_runs(const struct kvb_cache *c, const struct kvb_stream *s, struct kvb_head_scratch *hs, int64_t pq,
+                         const struct kvb_run **out) {
     static const struct kvb_run one = {0, 0};
     if (c->pos_mode == KVB_POS_CONTIGUOUS) {
         *out = s->runs;
         return s->n_runs;
     }
     *out = &one;
-    return 1;
+    if (c->pos_mode != KVB_POS_CAPPED || s->n == 0 || pq - s->pos[s->order[0]] <= c->params.max_distance) return 1;
+    const int64_t L = c->params.max_distance;
+    int32_t nr = 0, j = 0;
+    for (; j < s->n && pq - s->pos[s->order[j]] > L; j++)
+        hs->cruns[nr++] = (struct kvb_run){j, (int32_t)(s->pos[s->order[j]] + L - pq)};
+    if (j < s->n) hs->cruns[nr++] = (struct kvb_run){j, 0};
+    *out = hs->cruns;
+    return nr;
+}
+
+/* Whether queries at original positions up to pq_max see a capped distance
+ * in stream s (then every query needs its own runs). */
+static bool capped_far(const struct kvb_cache *c, const struct kvb_stream *s, int64_t pq_max) {
+    return c->pos_mode == KVB_POS_CAPPED && s->n > 0 && pq_max - s->pos[s->order[0]] > c->params.max_distance;
 }
 
 static struct kvb_kv_view stream_view(const struct kvb_cache *c, const struct kvb_stream *s) {
@@ -543,15 +586,18 @@ static void update_peak(struct kvb_cache *c) {
 /* init / free                                                              */
 /* ------------------------------------------------------------------------ */
 
-static void apply_budgets(struct kvb_cache *c, int32_t layer, int32_t base, enum kvb_budget_phase phase) {
-    const int32_t H = c->params.n_kv_head;
-    struct kvb_stream *ptrs[1024];
-    for (int32_t h = 0; h < H; h++) {
-        ptrs[h] = kvb_cache_stream(c, layer, h);
-        if (phase != KVB_BUDGET_PREFILL) ptrs[h]->budget = base;
+/* Budgets of a fresh or reset cache: every stream's target is the policy's
+ * budget; the snapkv family starts reading a prompt (prefill_budget). */
+static void init_budgets(struct kvb_cache *c) {
+    const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
+    for (size_t i = 0; i < n_streams; i++) {
+        struct kvb_stream *s = &c->streams[i];
+        s->target = c->params.policy.budget;
+        s->budget = compress ? c->params.policy.prefill_budget : c->params.policy.budget;
+        s->prompt_end = -1;
     }
-    if (c->policy.iface->budgets)
-        c->policy.iface->budgets(&c->policy, ptrs, H, layer, c->params.n_layer, base, phase);
+    for (int32_t l = 0; l < c->params.n_layer; l++) c->ring_n[l] = 0;
 }
 
 kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *params, struct kvb_cache **out) {
@@ -583,6 +629,9 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     c->n_past = kvb_calloc((size_t)params->n_layer, sizeof(int64_t));
     c->scratch = kvb_calloc((size_t)params->n_kv_head, sizeof(struct kvb_head_scratch));
     c->inv_freq = kvb_calloc((size_t)KVB_MAX(c->n_pairs, 1), sizeof(double));
+    c->ring_q = kvb_calloc((size_t)params->n_layer, sizeof(float *));
+    c->ring_n = kvb_calloc((size_t)params->n_layer, sizeof(int32_t));
+    c->ring_heads = kvb_calloc((size_t)params->n_layer, sizeof(int32_t));
     if (c->n_pairs && params->rope.freq_factors) {
         c->freq_factors = kvb_malloc(sizeof(float) * (size_t)c->n_pairs);
         if (c->freq_factors) memcpy(c->freq_factors, params->rope.freq_factors, sizeof(float) * (size_t)c->n_pairs);
@@ -594,9 +643,8 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
             }
     }
     c->params.rope.freq_factors = c->freq_factors;
-    if (!c->streams || !c->n_past || !c->scratch || !c->inv_freq) goto nomem;
+    if (!c->streams || !c->n_past || !c->scratch || !c->inv_freq || !c->ring_q || !c->ring_n || !c->ring_heads) goto nomem;
     if (c->n_pairs) kvb_rope_inv_freq(&c->params.rope, c->freq_factors, c->inv_freq);
-    for (size_t i = 0; i < n_streams; i++) c->streams[i].prompt_end = -1;
     if (pool) {
         size_t need = (c->page_bytes + 63) & ~(size_t)63;
         if (pool->page_bytes != need) {
@@ -616,8 +664,7 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
         }
         c->own_pool = true;
     }
-    for (int32_t l = 0; l < params->n_layer; l++)
-        apply_budgets(c, l, params->policy.budget_frac > 0 ? 0 : params->policy.budget, KVB_BUDGET_INIT);
+    init_budgets(c);
     *out = c;
     return KVB_OK;
 nomem:
@@ -644,6 +691,9 @@ void kvb_cache_free(struct kvb_cache *c) {
     if (c->scratch)
         for (int32_t h = 0; h < c->params.n_kv_head; h++) free_scratch(&c->scratch[h]);
     if (c->own_pool) kvb_pool_free(c->pool);
+    if (c->ring_q)
+        for (int32_t l = 0; l < c->params.n_layer; l++) kvb_free(c->ring_q[l]);
+    kvb_free(c->ring_q); kvb_free(c->ring_n); kvb_free(c->ring_heads);
     kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->scratch); kvb_free(c->inv_freq); kvb_free(c->freq_factors);
     kvb_free(c);
 }
@@ -655,12 +705,10 @@ void kvb_cache_reset(struct kvb_cache *c) {
         struct kvb_stream *s = &c->streams[i];
         release_stream_pages(c, s);
         for (int64_t k = 0; k < s->slot_cap; k++) s->pos[k] = -1;
-        s->n = 0; s->n_free = 0; s->n_runs = 0; s->steps = 0; s->prompt_end = -1;
+        s->n = 0; s->n_free = 0; s->n_runs = 0;
     }
-    for (int32_t l = 0; l < c->params.n_layer; l++) {
-        c->n_past[l] = 0;
-        apply_budgets(c, l, c->params.policy.budget_frac > 0 ? 0 : c->params.policy.budget, KVB_BUDGET_INIT);
-    }
+    for (int32_t l = 0; l < c->params.n_layer; l++) c->n_past[l] = 0;
+    init_budgets(c);
 }
 
 const struct kvb_cache_params *kvb_cache_get_params(const struct kvb_cache *c) { return &c->params; }
@@ -669,6 +717,10 @@ enum kvb_pos_mode kvb_cache_pos_mode(const struct kvb_cache *c) { return c->pos_
 /* ------------------------------------------------------------------------ */
 /* decode                                                                   */
 /* ------------------------------------------------------------------------ */
+
+static bool prompt_open(const struct kvb_cache *c, int32_t layer);
+static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp);
+static void combine_and_evict(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp);
 
 struct decode_job {
     struct kvb_cache *c;
@@ -686,7 +738,7 @@ static void attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_
     const int32_t d = c->params.head_dim;
     const float scale = 1.0f / sqrtf((float)d);
     const struct kvb_run *runs;
-    int32_t nr = attn_runs(c, s, &runs);
+    int32_t nr = attn_runs(c, s, h, pq, &runs);
     const int64_t cq = c->pos_mode == KVB_POS_CONTIGUOUS ? s->n - 1 : pq;
     struct kvb_kv_view view = stream_view(c, s);
     struct kvb_attn_state st;
@@ -721,11 +773,8 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
             attend_decode(c, s, hs, jb->q + (size_t)h * jb->G * d, jb->G, pos, jb->out + (size_t)h * jb->G * d,
                           want_w ? hs->col : NULL);
             if (c->observer) c->observer(c->observer_user, jb->layer, h, hs->col, s->n);
-            if (policy_w) {
-                c->policy.iface->observe(&c->policy, s, hs->col, s->n, false);
-                s->steps++;
-            }
-            evict_stream(c, s);
+            if (policy_w) c->policy.iface->observe(&c->policy, s, hs->col, s->n, false);
+            if (!c->policy.iface->combine) evict_stream(c, s); /* else after every head: combine_and_evict */
         }
     }
 }
@@ -760,11 +809,13 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
     if (!q || !k || !v || !out) return kvb_fail(KVB_ERR_INVALID, "cache_decode: q, k, v and out must not be NULL");
     if ((st = check_pos(c, layer, 1)) != KVB_OK) return st;
     const int32_t G = n_head / c->params.n_kv_head;
+    if (prompt_open(c, layer)) compress_layer(c, layer, tp); /* the prompt ended without kvb_cache_compress */
     if ((st = prepare_layer(c, layer, 1, G)) != KVB_OK) return st;
     struct decode_job jb = {c, layer, n_head, G, q, k, v, out, true};
     kvb_threadpool_run(tp, decode_worker, &jb);
     c->n_past[layer]++;
     update_peak(c);
+    if (c->policy.iface->combine) combine_and_evict(c, layer, tp);
     return KVB_OK;
 }
 
@@ -789,7 +840,6 @@ static kvb_status observe_common(struct kvb_cache *c, int32_t layer, int32_t hea
     if (!w || n != s->n) return kvb_fail(KVB_ERR_INVALID, "cache_observe: row has %d weights, stream has %d slots", (int)n, (int)s->n);
     const struct kvb_policy_i *pi = c->policy.iface;
     if (pi->observe && (pi->flags & (prefill ? KVB_PF_PREFILL_MASS : KVB_PF_DECODE_ATTN))) pi->observe(&c->policy, s, w, n, prefill);
-    if (!prefill) s->steps++;
     return KVB_OK;
 }
 
@@ -810,7 +860,7 @@ void kvb_cache_set_observer(struct kvb_cache *c, kvb_attn_observer_fn fn, void *
 
 void kvb_cache_evict(struct kvb_cache *c, int32_t layer) {
     if (check_layer(c, layer) != KVB_OK) return;
-    for (int32_t h = 0; h < c->params.n_kv_head; h++) evict_stream(c, kvb_cache_stream(c, layer, h));
+    combine_and_evict(c, layer, NULL);
     update_peak(c);
 }
 
@@ -818,91 +868,219 @@ void kvb_cache_evict(struct kvb_cache *c, int32_t layer) {
 /* prefill                                                                  */
 /* ------------------------------------------------------------------------ */
 
-struct prefill_job {
-    struct kvb_cache *c;
-    int32_t layer, n_tok, n_head, G;
-    const float *q, *k, *v;
-    float *out;
-};
-
-/* Rotates the query rows of tokens [i0, i1) of head group h for run delta and
- * scales them; row r = (i - i0) * G + g. */
-static void prefill_rotate(struct kvb_cache *c, struct kvb_head_scratch *hs, const struct prefill_job *jb, int32_t h,
-                           int32_t i0, int32_t i1, int32_t n_prev, int64_t p0, int32_t delta) {
-    const int32_t d = c->params.head_dim, G = jb->G;
+/* Rotates the query rows of tokens [i0, i1) of KV head h's group for run
+ * delta and scales them; q is [*][n_head][d], row r = (i - i0) * G + g.
+ * Token i sits at original position p0 + i and logical slot n_prev + i. */
+static void rotate_rows(struct kvb_cache *c, struct kvb_head_scratch *hs, const float *q, int32_t n_head, int32_t G,
+                        int32_t h, int32_t i0, int32_t i1, int32_t n_prev, int64_t p0, int32_t delta) {
+    const int32_t d = c->params.head_dim;
     const float scale = 1.0f / sqrtf((float)d);
     for (int32_t i = i0; i < i1; i++) {
-        int64_t qpos = c->pos_mode == KVB_POS_CONTIGUOUS ? (int64_t)n_prev + i + delta : p0 + i;
+        int64_t qpos = (c->pos_mode == KVB_POS_CONTIGUOUS ? (int64_t)n_prev + i : p0 + i) + delta;
         for (int32_t g = 0; g < G; g++) {
             float *qr = hs->qrot + (size_t)((i - i0) * G + g) * d;
-            memcpy(qr, jb->q + ((size_t)i * jb->n_head + (size_t)h * G + g) * d, sizeof(float) * (size_t)d);
+            memcpy(qr, q + ((size_t)i * n_head + (size_t)h * G + g) * d, sizeof(float) * (size_t)d);
             rotate(c, hs, qr, qpos);
             for (int32_t x = 0; x < d; x++) qr[x] *= scale;
         }
     }
 }
 
+/* Causal attention of C query tokens (q [C][n_head][d], pre-RoPE; token i at
+ * original position p0 + i and logical slot n_prev + i, already appended) of
+ * KV head h's group over stream s. Writes the group's output rows into out
+ * ([C][n_head][d]) unless NULL. With col, adds the column mass of tokens
+ * [obs_from, C) — their softmax rows, scaled 1/G so that the G query heads
+ * average — into col[0..s->n). Prefill and the compress vote both use it. */
+static void attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h,
+                          const float *q, int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0,
+                          float *out, int32_t obs_from, float *col) {
+    const int32_t d = c->params.head_dim;
+    struct kvb_kv_view view = stream_view(c, s);
+    /* capped positions with far keys: every token has its own runs */
+    const int32_t tb = capped_far(c, s, p0 + C - 1) ? 1 : KVB_MAX(1, KVB_ATTN_MAX_ROWS / G);
+    for (int32_t i0 = 0; i0 < C; i0 += tb) {
+        const int32_t i1 = KVB_MIN(C, i0 + tb), R = (i1 - i0) * G;
+        const struct kvb_run *runs;
+        const int32_t nr = attn_runs(c, s, hs, p0 + i0, &runs);
+        for (int32_t i = i0; i < i1; i++)
+            for (int32_t g = 0; g < G; g++) hs->limit[(i - i0) * G + g] = n_prev + i + 1;
+        const int32_t jmax = n_prev + i1;
+        struct kvb_attn_state st;
+        kvb_attn_begin(&st, R, d, hs->acc, NULL, 0, NULL, NULL, 0);
+        for (int32_t r = 0; r < nr; r++) {
+            int32_t j0 = runs[r].j0, j1 = KVB_MIN(r + 1 < nr ? runs[r + 1].j0 : s->n, jmax);
+            if (j0 >= j1) break;
+            rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
+            kvb_attn_run(c->kr, &view, hs->qrot, hs->limit, j0, j1, &st);
+        }
+        kvb_attn_end(&st, hs->out, hs->lse);
+        if (out)
+            for (int32_t i = i0; i < i1; i++)
+                memcpy(out + ((size_t)i * n_head + (size_t)h * G) * d, hs->out + (size_t)(i - i0) * G * d,
+                       sizeof(float) * (size_t)G * d);
+        if (col && i1 > obs_from) {
+            const int32_t a = KVB_MAX(i0, obs_from); /* observed tokens of this block: [a, i1) */
+            const int32_t off = (a - i0) * G, Ro = (i1 - a) * G;
+            for (int32_t r = 0; r < nr; r++) {
+                int32_t j0 = runs[r].j0, j1 = KVB_MIN(r + 1 < nr ? runs[r + 1].j0 : s->n, jmax);
+                if (j0 >= j1) break;
+                rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
+                kvb_attn_colmass(c->kr, &view, hs->qrot + (size_t)off * d, hs->limit + off, hs->lse + off, Ro,
+                                 1.0f / (float)G, j0, j1, col, st.s);
+            }
+        }
+    }
+}
+
+struct prefill_job {
+    struct kvb_cache *c;
+    int32_t layer, n_tok, n_head, G;
+    const float *q, *k, *v;
+    float *out;
+    bool mass; /* feed the chunk's column mass to the policy */
+};
+
 static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
     struct prefill_job *jb = arg;
     struct kvb_cache *c = jb->c;
-    const int32_t H = c->params.n_kv_head, d = c->params.head_dim, G = jb->G, C = jb->n_tok;
-    const struct kvb_policy_i *pi = c->policy.iface;
-    const bool want_mass = (pi->flags & KVB_PF_PREFILL_MASS) && pi->observe;
+    const int32_t H = c->params.n_kv_head, d = c->params.head_dim, C = jb->n_tok;
     const int32_t obs_from = c->policy.obs_last > 0 ? KVB_MAX(0, C - c->policy.obs_last) : 0;
     const int64_t p0 = c->n_past[jb->layer];
-    const int32_t tb = KVB_MAX(1, KVB_ATTN_MAX_ROWS / G); /* tokens per block */
     for (int32_t h = ith; h < H; h += nth) {
         struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
         struct kvb_head_scratch *hs = &c->scratch[h];
         const int32_t n_prev = s->n;
         for (int32_t i = 0; i < C; i++)
             append_token(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v + ((size_t)i * H + h) * d, (int32_t)(p0 + i));
-        struct kvb_kv_view view = stream_view(c, s);
-        const struct kvb_run *runs;
-        int32_t nr = attn_runs(c, s, &runs);
-        if (want_mass) memset(hs->col, 0, sizeof(float) * (size_t)s->n);
-        for (int32_t i0 = 0; i0 < C; i0 += tb) {
-            int32_t i1 = KVB_MIN(C, i0 + tb), R = (i1 - i0) * G;
-            for (int32_t i = i0; i < i1; i++)
-                for (int32_t g = 0; g < G; g++) hs->limit[(i - i0) * G + g] = n_prev + i + 1;
-            const int32_t jmax = n_prev + i1;
-            struct kvb_attn_state st;
-            kvb_attn_begin(&st, R, d, hs->acc, NULL, 0, NULL, NULL, 0);
-            for (int32_t r = 0; r < nr; r++) {
-                int32_t j0 = runs[r].j0, j1 = KVB_MIN(r + 1 < nr ? runs[r + 1].j0 : s->n, jmax);
-                if (j0 >= j1) break;
-                prefill_rotate(c, hs, jb, h, i0, i1, n_prev, p0, runs[r].delta);
-                kvb_attn_run(c->kr, &view, hs->qrot, hs->limit, j0, j1, &st);
-            }
-            kvb_attn_end(&st, hs->out, hs->lse);
-            for (int32_t i = i0; i < i1; i++)
-                memcpy(jb->out + ((size_t)i * jb->n_head + (size_t)h * G) * d, hs->out + (size_t)(i - i0) * G * d,
-                       sizeof(float) * (size_t)G * d);
-            if (want_mass && i1 > obs_from) {
-                int32_t a = KVB_MAX(i0, obs_from); /* observed tokens of this block: [a, i1) */
-                int32_t off = (a - i0) * G, Ro = (i1 - a) * G;
-                for (int32_t r = 0; r < nr; r++) {
-                    int32_t j0 = runs[r].j0, j1 = KVB_MIN(r + 1 < nr ? runs[r + 1].j0 : s->n, jmax);
-                    if (j0 >= j1) break;
-                    prefill_rotate(c, hs, jb, h, i0, i1, n_prev, p0, runs[r].delta);
-                    kvb_attn_colmass(c->kr, &view, hs->qrot + (size_t)off * d, hs->limit + off, hs->lse + off, Ro,
-                                     1.0f / (float)G, j0, j1, hs->col, st.s);
-                }
-            }
-        }
-        if (want_mass) pi->observe(&c->policy, s, hs->col, s->n, true);
+        if (jb->mass) memset(hs->col, 0, sizeof(float) * (size_t)s->n);
+        attend_tokens(c, s, hs, h, jb->q, jb->n_head, jb->G, C, n_prev, p0, jb->out, obs_from, jb->mass ? hs->col : NULL);
+        if (jb->mass) c->policy.iface->observe(&c->policy, s, hs->col, s->n, true);
     }
 }
 
-struct evict_job {
+struct layer_job {
     struct kvb_cache *c;
     int32_t layer;
 };
 
 static void evict_worker(int32_t ith, int32_t nth, void *arg) {
-    struct evict_job *jb = arg;
+    struct layer_job *jb = arg;
     for (int32_t h = ith; h < jb->c->params.n_kv_head; h += nth)
         evict_stream(jb->c, kvb_cache_stream(jb->c, jb->layer, h));
+}
+
+/* The streams of a layer, for the policy hooks that see a whole layer. */
+static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stream **ptrs) {
+    for (int32_t h = 0; h < c->params.n_kv_head; h++) ptrs[h] = kvb_cache_stream(c, layer, h);
+    return c->params.n_kv_head;
+}
+
+/* Layer-wide scores (tova's layer scope), then eviction of every stream. */
+static void combine_and_evict(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp) {
+    if (c->policy.iface->combine) {
+        struct kvb_stream *ptrs[KVB_MAX_KV_HEADS];
+        int32_t H = layer_streams(c, layer, ptrs);
+        c->policy.iface->combine(&c->policy, ptrs, H);
+    }
+    struct layer_job ej = {c, layer};
+    kvb_threadpool_run(tp, evict_worker, &ej);
+}
+
+/* ---- prompts (snapkv family) ---- */
+
+/* Room for the layer's recorded queries ([obs_window][n_head][d]); before any
+ * change, so a failure leaves the cache as it was. */
+static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_head) {
+    if (c->ring_q[layer] && c->ring_heads[layer] == n_head) return KVB_OK;
+    float *r = kvb_malloc(sizeof(float) * (size_t)c->params.policy.obs_window * (size_t)n_head * (size_t)c->params.head_dim);
+    if (!r) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for the observation window's queries (layer %d)", (int)layer);
+    kvb_free(c->ring_q[layer]);
+    c->ring_q[layer] = r;
+    c->ring_heads[layer] = n_head;
+    c->ring_n[layer] = 0;
+    return KVB_OK;
+}
+
+/* Keeps the last obs_window of the recorded queries plus q's C tokens. */
+static void ring_push(struct kvb_cache *c, int32_t layer, const float *q, int32_t C) {
+    const int32_t W = c->params.policy.obs_window;
+    const size_t row = (size_t)c->ring_heads[layer] * (size_t)c->params.head_dim;
+    float *ring = c->ring_q[layer];
+    if (C >= W) {
+        memcpy(ring, q + (size_t)(C - W) * row, sizeof(float) * (size_t)W * row);
+        c->ring_n[layer] = W;
+        return;
+    }
+    const int32_t keep = KVB_MIN(c->ring_n[layer], W - C);
+    memmove(ring, ring + (size_t)(c->ring_n[layer] - keep) * row, sizeof(float) * (size_t)keep * row);
+    memcpy(ring + (size_t)keep * row, q, sizeof(float) * (size_t)C * row);
+    c->ring_n[layer] = keep + C;
+}
+
+/* A new prompt on a layer whose last one was compressed: every retained token
+ * is a candidate again, votes start from zero, streams hold prefill_budget. */
+static void open_prompt(struct kvb_cache *c, int32_t layer) {
+    const size_t ns = (size_t)n_state(c);
+    for (int32_t h = 0; h < c->params.n_kv_head; h++) {
+        struct kvb_stream *s = kvb_cache_stream(c, layer, h);
+        s->prompt_end = -1;
+        s->budget = c->params.policy.prefill_budget;
+        if (ns) memset(s->state, 0, sizeof(float) * (size_t)s->n * ns);
+    }
+    c->ring_n[layer] = 0;
+}
+
+/* The recorded queries (the last ring_n tokens appended) vote over the whole
+ * stream: their column mass replaces the streams' votes. */
+static void vote_worker(int32_t ith, int32_t nth, void *arg) {
+    struct layer_job *jb = arg;
+    struct kvb_cache *c = jb->c;
+    const int32_t l = jb->layer, H = c->params.n_kv_head, r = c->ring_n[l], n_head = c->ring_heads[l];
+    const int64_t p0 = c->n_past[l] - r;
+    const size_t ns = (size_t)n_state(c);
+    for (int32_t h = ith; h < H; h += nth) {
+        struct kvb_stream *s = kvb_cache_stream(c, l, h);
+        struct kvb_head_scratch *hs = &c->scratch[h];
+        if (s->n < r || s->pos[s->order[s->n - r]] != p0) continue; /* not the tokens recorded: keep the votes */
+        memset(hs->col, 0, sizeof(float) * (size_t)s->n);
+        attend_tokens(c, s, hs, h, c->ring_q[l], n_head, n_head / H, r, s->n - r, p0, NULL, 0, hs->col);
+        memset(s->state, 0, sizeof(float) * (size_t)s->n * ns);
+        c->policy.iface->observe(&c->policy, s, hs->col, s->n, true);
+    }
+}
+
+/* Ends the open prompt of a layer: vote, budgets from the prompt length,
+ * eviction, then the frozen prompt plus decode_budget. Cannot fail. */
+static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp) {
+    const struct kvb_policy_params *pp = &c->params.policy;
+    struct kvb_stream *ptrs[KVB_MAX_KV_HEADS];
+    const int32_t H = layer_streams(c, l, ptrs);
+    struct layer_job jb = {c, l};
+    if (c->ring_n[l] > 0) kvb_threadpool_run(tp, vote_worker, &jb);
+    const int64_t prompt = c->n_past[l];
+    int32_t base = pp->budget, P = 0;
+    if (pp->budget_frac > 0) {
+        double b = floor((double)pp->budget_frac * (double)prompt);
+        base = KVB_MAX((int32_t)KVB_MIN(b, (double)INT32_MAX), pp->n_sink + 1);
+    }
+    for (int32_t h = 0; h < H; h++) {
+        ptrs[h]->budget = pp->budget_frac > 0 || !ptrs[h]->target ? base : ptrs[h]->target;
+        P = KVB_MAX(P, ptrs[h]->n);
+    }
+    if (c->policy.iface->budgets) c->policy.iface->budgets(&c->policy, ptrs, H, l, c->params.n_layer, base, P);
+    kvb_threadpool_run(tp, evict_worker, &jb);
+    for (int32_t h = 0; h < H; h++) {
+        struct kvb_stream *s = ptrs[h];
+        const int64_t dec = pp->decode_budget ? pp->decode_budget : (pp->budget_frac > 0 || !s->target ? base : s->target);
+        s->prompt_end = (int32_t)prompt;
+        s->budget = (int32_t)KVB_MIN((int64_t)s->n + dec, (int64_t)INT32_MAX);
+    }
+    c->ring_n[l] = 0;
+}
+
+static bool prompt_open(const struct kvb_cache *c, int32_t layer) {
+    return (c->policy.iface->flags & KVB_PF_COMPRESS) && kvb_cache_stream(c, layer, 0)->prompt_end < 0;
 }
 
 kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, const float *q, int32_t n_head,
@@ -913,34 +1091,27 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     if (n_tok < 1 || n_tok > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_prefill: n_tok must be in 1..1048576, got %d", (int)n_tok);
     if (!q || !k || !v || !out) return kvb_fail(KVB_ERR_INVALID, "cache_prefill: q, k, v and out must not be NULL");
     if ((st = check_pos(c, layer, n_tok)) != KVB_OK) return st;
+    const struct kvb_policy_i *pi = c->policy.iface;
+    const bool compress = pi->flags & KVB_PF_COMPRESS;
+    const bool exact = compress && c->params.policy.prefill_budget == 0;
     const int32_t G = n_head / c->params.n_kv_head;
+    if (exact && (st = ring_reserve(c, layer, n_head)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;
-    struct prefill_job jb = {c, layer, n_tok, n_head, G, q, k, v, out};
+    if (compress && !prompt_open(c, layer)) open_prompt(c, layer);
+    struct prefill_job jb = {c, layer, n_tok, n_head, G, q, k, v, out,
+                             !exact && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS)};
     kvb_threadpool_run(tp, prefill_worker, &jb);
+    if (exact) ring_push(c, layer, q, n_tok);
     c->n_past[layer] += n_tok;
     update_peak(c); /* peak includes the whole chunk before eviction */
-    if (c->policy.iface->budgets) apply_budgets(c, layer, c->params.policy.budget, KVB_BUDGET_PREFILL);
-    struct evict_job ej = {c, layer};
-    kvb_threadpool_run(tp, evict_worker, &ej);
+    combine_and_evict(c, layer, tp);
     return KVB_OK;
 }
 
-void kvb_cache_compress(struct kvb_cache *c) {
-    if (!c) return;
-    for (int32_t l = 0; l < c->params.n_layer; l++) {
-        const int64_t prompt = c->n_past[l];
-        int32_t base = c->params.policy.budget;
-        if (c->params.policy.budget_frac > 0) {
-            double b = floor((double)c->params.policy.budget_frac * (double)prompt);
-            base = (int32_t)KVB_MIN(b, (double)INT32_MAX);
-            base = KVB_MAX(base, c->params.policy.n_sink + 1);
-        }
-        if (c->params.policy.id == KVB_POLICY_FULL) base = 0;
-        for (int32_t h = 0; h < c->params.n_kv_head; h++) kvb_cache_stream(c, l, h)->prompt_end = (int32_t)prompt;
-        apply_budgets(c, l, base, KVB_BUDGET_COMPRESS);
-        struct evict_job ej = {c, l};
-        evict_worker(0, 1, &ej);
-    }
+void kvb_cache_compress(struct kvb_cache *c, struct kvb_threadpool *tp) {
+    if (!c || !(c->policy.iface->flags & KVB_PF_COMPRESS)) return;
+    for (int32_t l = 0; l < c->params.n_layer; l++)
+        if (prompt_open(c, l)) compress_layer(c, l, tp);
     update_peak(c);
 }
 
@@ -957,9 +1128,15 @@ kvb_status kvb_cache_set_budget(struct kvb_cache *c, int32_t layer, int32_t head
         return kvb_fail(KVB_ERR_INVALID, "set_budget: %d tokens do not exceed n_sink (%d)", (int)tokens, (int)c->params.policy.n_sink);
     if (tokens == 0 && c->params.policy.id != KVB_POLICY_FULL)
         return kvb_fail(KVB_ERR_INVALID, "set_budget: policy %s needs a budget > 0", kvb_policy_name(c->params.policy.id));
+    const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
     for (int32_t l = 0; l < c->params.n_layer; l++)
         for (int32_t h = 0; h < c->params.n_kv_head; h++)
-            if ((layer < 0 || l == layer) && (head < 0 || h == head)) kvb_cache_stream(c, l, h)->budget = tokens;
+            if ((layer < 0 || l == layer) && (head < 0 || h == head)) {
+                struct kvb_stream *s = kvb_cache_stream(c, l, h);
+                s->target = tokens;
+                /* an open snapkv-family prompt keeps prefill_budget until its compress */
+                if (!compress || s->prompt_end >= 0) s->budget = tokens;
+            }
     return KVB_OK;
 }
 

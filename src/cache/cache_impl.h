@@ -29,6 +29,8 @@
 
 #include <pthread.h>
 
+#define KVB_MAX_KV_HEADS 1024 /* kvb_cache_params.n_kv_head limit */
+
 /* ---- pool ---- */
 struct kvb_pool {
     size_t page_bytes;
@@ -73,9 +75,11 @@ struct kvb_stream {
     int32_t n_runs;
     int64_t runs_cap;
 
-    int32_t budget;        /* 0 = unbounded */
-    int32_t prompt_end;    /* original position where decoding began (snapkv family), or -1 */
-    int32_t steps;         /* attention rows observed */
+    int32_t budget;        /* limit in force; 0 = unbounded */
+    int32_t target;        /* the policy's budget for this stream (kvb_cache_set_budget); the
+                            * snapkv family compresses to it, the others keep budget == target */
+    int32_t prompt_end;    /* snapkv family: -1 while a prompt is read; after kvb_cache_compress,
+                            * the original position where the frozen prompt ends */
     float *fscratch;       /* [slot_cap] policy scratch (keys, masses) */
     int32_t *iscratch;     /* [slot_cap] policy scratch (indices) */
     int32_t *victims;      /* [slot_cap] selection output */
@@ -98,6 +102,7 @@ struct kvb_policy {
     int32_t obs_last;      /* prefill mass from the last obs_last queries of a chunk; 0 = all */
 };
 
+
 /* ---- cache ---- */
 struct kvb_head_scratch; /* cache.c */
 
@@ -119,6 +124,12 @@ struct kvb_cache {
     const struct kvb_kernels *kr;
     kvb_attn_observer_fn observer;
     void *observer_user;
+    /* snapkv family, prefill_budget 0: the open prompt's last obs_window
+     * queries per layer, pre-RoPE, [ring_cap][ring_heads][head_dim], oldest
+     * first; they vote at kvb_cache_compress. Not saved in cache images. */
+    float **ring_q;                  /* [n_layer] */
+    int32_t *ring_n;                 /* [n_layer] queries held */
+    int32_t *ring_heads;             /* [n_layer] query heads per recorded token */
 };
 
 static inline struct kvb_stream *kvb_cache_stream(const struct kvb_cache *c, int32_t layer, int32_t head) {

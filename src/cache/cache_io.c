@@ -1,15 +1,16 @@
 /*
  * cache_io.c — save and restore a cache to a byte buffer or a file.
  *
- * Format (little-endian), version 1:
+ * Format (little-endian), version 2:
  *   "KVBCACHE" u32 version u32 flags(0)
  *   params: i32 n_layer n_kv_head head_dim dtype block_size pos_mode(resolved)
  *           i32 rope_type rope_n_dims f32 rope_base rope_freq_scale i32 has_ff [f32 ff[n_dims/2]]
  *           policy: i32 id budget f32 budget_frac i32 n_sink n_recent f32 heavy_ratio
  *                   i32 obs_window pool_kernel f32 pyramid_beta ada_floor i32 history threshold
- *           i32 n_state
+ *                   i32 pool_mode decode_budget prefill_budget tova_scope
+ *           i32 max_distance n_state
  *   i64 n_past[n_layer]
- *   per stream (layer-major): i32 budget prompt_end steps n n_pages
+ *   per stream (layer-major): i32 budget prompt_end target n n_pages
  *           per logical slot: i32 phys_slot i32 pos f32 state[n_state] K row, V row (stored dtype)
  *           i32 free_slots[n_pages * block_size - n] (the hole stack, bottom first)
  *   u32 crc32 of every byte before it
@@ -19,6 +20,9 @@
  * pages). Loading checks the CRC first, then bounds-checks every field and
  * every count against the bytes that remain, so a hostile image can neither
  * crash the loader nor make it allocate more than the image justifies.
+ *
+ * Not saved: the queries an open snapkv-family prompt recorded for its vote
+ * (a cache saved mid-prompt votes with what kvb_cache_observe_prefill fed).
  */
 #include "cache_impl.h"
 #include "../policies/policy.h"
@@ -27,7 +31,7 @@
 #include <stdio.h>
 
 #define KVB_CACHE_MAGIC "KVBCACHE"
-#define KVB_CACHE_VERSION 1u
+#define KVB_CACHE_VERSION 2u
 
 /* ---- writer ---- */
 struct wbuf {
@@ -76,12 +80,14 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_i32(&w, (int32_t)pp->id); w_i32(&w, pp->budget); w_f32(&w, pp->budget_frac); w_i32(&w, pp->n_sink);
     w_i32(&w, pp->n_recent); w_f32(&w, pp->heavy_ratio); w_i32(&w, pp->obs_window); w_i32(&w, pp->pool_kernel);
     w_f32(&w, pp->pyramid_beta); w_f32(&w, pp->ada_floor); w_i32(&w, pp->history); w_i32(&w, pp->threshold);
+    w_i32(&w, (int32_t)pp->pool_mode); w_i32(&w, pp->decode_budget); w_i32(&w, pp->prefill_budget); w_i32(&w, (int32_t)pp->tova_scope);
+    w_i32(&w, p->max_distance);
     w_i32(&w, ns);
     for (int32_t l = 0; l < p->n_layer; l++) w_i64(&w, c->n_past[l]);
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     for (int64_t i = 0; i < n_streams; i++) {
         const struct kvb_stream *s = &c->streams[i];
-        w_i32(&w, s->budget); w_i32(&w, s->prompt_end); w_i32(&w, s->steps); w_i32(&w, s->n); w_i32(&w, s->n_pages);
+        w_i32(&w, s->budget); w_i32(&w, s->prompt_end); w_i32(&w, s->target); w_i32(&w, s->n); w_i32(&w, s->n_pages);
         for (int32_t j = 0; j < s->n; j++) {
             int32_t slot = s->order[j];
             w_i32(&w, slot);
@@ -145,7 +151,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         !r_f32(&r, &p.rope.base, "rope_base") || !r_f32(&r, &p.rope.freq_scale, "rope_freq_scale") ||
         !r_i32(&r, &has_ff, "has_freq_factors"))
         return TRUNC();
-    if (dtype < 0 || dtype > 2 || pos_mode < 1 || pos_mode > 2 || rope_type < 0 || rope_type > 2 || (has_ff != 0 && has_ff != 1))
+    if (dtype < 0 || dtype > 2 || pos_mode < 1 || pos_mode > 3 || rope_type < 0 || rope_type > 2 || (has_ff != 0 && has_ff != 1))
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad enum in params (dtype %d, pos_mode %d, rope %d, has_ff %d)", dtype, pos_mode, rope_type, has_ff);
     p.dtype = (enum kvb_dtype)dtype;
     p.pos_mode = (enum kvb_pos_mode)pos_mode;
@@ -164,6 +170,15 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         !r_f32(&r, &pp->ada_floor, "policy.ada_floor") || !r_i32(&r, &pp->history, "policy.history") ||
         !r_i32(&r, &pp->threshold, "policy.threshold"))
         return TRUNC();
+    int32_t pool_mode, tova_scope;
+    if (!r_i32(&r, &pool_mode, "policy.pool_mode") || !r_i32(&r, &pp->decode_budget, "policy.decode_budget") ||
+        !r_i32(&r, &pp->prefill_budget, "policy.prefill_budget") || !r_i32(&r, &tova_scope, "policy.tova_scope") ||
+        !r_i32(&r, &p.max_distance, "max_distance"))
+        return TRUNC();
+    if (pool_mode < 0 || pool_mode > 1 || tova_scope < 0 || tova_scope > 1)
+        return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad enum in policy (pool_mode %d, tova_scope %d)", pool_mode, tova_scope);
+    pp->pool_mode = (enum kvb_pool_mode)pool_mode;
+    pp->tova_scope = (enum kvb_tova_scope)tova_scope;
     if (pid < 0 || pid >= KVB_POLICY_COUNT) return kvb_fail(KVB_ERR_CORRUPT, "cache image: unknown policy id %d", pid);
     pp->id = (enum kvb_policy_id)pid;
     p.pool_bytes = pool_bytes;
@@ -194,13 +209,13 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     for (int64_t i = 0; i < n_streams; i++) {
         struct kvb_stream *s = &c->streams[i];
         const int32_t layer = (int32_t)(i / p.n_kv_head);
-        int32_t budget, prompt_end, steps, n, n_pages;
+        int32_t budget, prompt_end, target, n, n_pages;
         if (!r_i32(&r, &budget, "stream.budget") || !r_i32(&r, &prompt_end, "stream.prompt_end") ||
-            !r_i32(&r, &steps, "stream.steps") || !r_i32(&r, &n, "stream.n") || !r_i32(&r, &n_pages, "stream.n_pages")) {
+            !r_i32(&r, &target, "stream.target") || !r_i32(&r, &n, "stream.n") || !r_i32(&r, &n_pages, "stream.n_pages")) {
             kvb_cache_free(c);
             return TRUNC();
         }
-        if (budget < 0 || steps < 0 || prompt_end < -1 || n < 0 || (size_t)n > (r.n - r.at) / slot_bytes ||
+        if (budget < 0 || target < 0 || prompt_end < -1 || n < 0 || (size_t)n > (r.n - r.at) / slot_bytes ||
             n_pages < 0 || (int64_t)n_pages * B >= (int64_t)n + 2 * (int64_t)B || (int64_t)n > (int64_t)n_pages * B ||
             n > c->n_past[layer]) {
             kvb_cache_free(c);
@@ -220,7 +235,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         }
         s->budget = budget;
         s->prompt_end = prompt_end;
-        s->steps = steps;
+        s->target = target;
         int32_t last_pos = -1;
         for (int32_t j = 0; j < n; j++) {
             int32_t slot = -1, pos = -1;

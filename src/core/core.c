@@ -180,6 +180,7 @@ const char *kvb_pos_mode_name(enum kvb_pos_mode m) {
     case KVB_POS_POLICY_DEFAULT: return "policy-default";
     case KVB_POS_ORIGINAL: return "original";
     case KVB_POS_CONTIGUOUS: return "contiguous";
+    case KVB_POS_CAPPED: return "capped";
     }
     return "?";
 }

@@ -263,6 +263,7 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
     const int64_t T = (int64_t)P + G;
     if (chunk <= 0 || chunk > P) chunk = P;
     struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.max_distance = (int32_t)KVB_MIN(T, (int64_t)INT32_MAX); /* no RoPE here: the cap changes nothing */
     cp.n_layer = 1;
     cp.n_kv_head = 1;
     cp.head_dim = 4; /* bookkeeping only: rows are zero, the attention comes from the generator */
@@ -305,7 +306,7 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
         if ((s = kvb_cache_observe_prefill(c, 0, 0, w, n)) != KVB_OK) goto done;
         kvb_cache_evict(c, 0);
     }
-    kvb_cache_compress(c);
+    kvb_cache_compress(c, NULL);
     /* generation */
     double sum = 0, mn = INFINITY;
     for (int32_t t = 0; t < G; t++) {

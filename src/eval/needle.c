@@ -108,7 +108,7 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
         if (st == KVB_OK) st = kvb_context_eval(c, prompt.p, (int32_t)prompt.n, lg, false);
         if (st == KVB_OK) {
             struct kvb_cache *cache = kvb_context_cache(c);
-            kvb_cache_compress(cache);
+            kvb_cache_compress(cache, NULL);
             /* passkey tokens: their positions in the prompt */
             int64_t kpos = -1;
             for (int64_t i = insert_at; kpos < 0 && i + key.n <= insert_at + nd.n; i++)

@@ -13,6 +13,10 @@
  *   logits = rmsnorm(x) * output_norm, then Wout.
  * The cache sees q and k before RoPE and owns positions (original or
  * contiguous). Logits are computed only for the tokens asked for.
+ *
+ * kvb_context_prompt is the one place where an engine path ends a prompt:
+ * every chunk goes through prefill (a one-token tail too), then
+ * kvb_cache_compress runs the policy's prompt compression (snapkv family).
  */
 #include "model.h"
 #include "../tokenizer/tokenizer.h"
@@ -75,6 +79,7 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
     cp.rope = (struct kvb_rope){in->rope_type, in->rope_dims, in->rope_base, in->rope_freq_scale, m->rope_freqs};
     cp.policy = params->policy;
     cp.pool_bytes = params->kv_pool_bytes;
+    cp.max_distance = in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite): the trained length */
     kvb_status st = kvb_cache_init(NULL, &cp, &c->cache);
     if (st == KVB_OK) st = kvb_threadpool_init(params->n_threads, &c->tp);
     if (st != KVB_OK) {
@@ -139,7 +144,7 @@ static void embed_row(const struct kvb_mat *e, int32_t tok, float *out) {
 }
 
 /* One chunk of T tokens. */
-static kvb_status forward_chunk(struct kvb_context *c, const int32_t *tok, int32_t T, float *logits, bool all) {
+static kvb_status forward_chunk(struct kvb_context *c, const int32_t *tok, int32_t T, float *logits, bool all, bool prompt) {
     const struct kvb_model *m = c->m;
     const struct kvb_model_info *in = &m->info;
     const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
@@ -158,7 +163,7 @@ static kvb_status forward_chunk(struct kvb_context *c, const int32_t *tok, int32
                     c->v[(size_t)t * KD + i] += L->bv[i];
                 }
             }
-        kvb_status st = T == 1 ? kvb_cache_decode(c->cache, l, c->q, in->n_head, c->k, c->v, c->att, c->tp)
+        kvb_status st = T == 1 && !prompt ? kvb_cache_decode(c->cache, l, c->q, in->n_head, c->k, c->v, c->att, c->tp)
                                : kvb_cache_prefill(c->cache, l, T, c->q, in->n_head, c->k, c->v, c->att, c->tp);
         if (st != KVB_OK) return st;
         kvb_matmul(c->tp, &L->wo, c->att, QD, c->tmp, E, T);
@@ -180,7 +185,7 @@ static kvb_status forward_chunk(struct kvb_context *c, const int32_t *tok, int32
     return KVB_OK;
 }
 
-kvb_status kvb_context_eval(struct kvb_context *c, const int32_t *tokens, int32_t n, float *logits, bool all) {
+static kvb_status eval_tokens(struct kvb_context *c, const int32_t *tokens, int32_t n, float *logits, bool all, bool prompt) {
     if (!c || (!tokens && n)) return kvb_fail(KVB_ERR_INVALID, "context_eval: bad arguments");
     if (n <= 0) return KVB_OK;
     const int32_t V = c->m->info.n_vocab;
@@ -193,9 +198,19 @@ kvb_status kvb_context_eval(struct kvb_context *c, const int32_t *tokens, int32_
         int32_t T = KVB_MIN(c->chunk, n - i);
         bool last = i + T == n;
         float *lg = all ? logits + (size_t)i * V : (last ? logits : NULL);
-        kvb_status st = forward_chunk(c, tokens + i, T, lg, all);
+        kvb_status st = forward_chunk(c, tokens + i, T, lg, all, prompt);
         if (st != KVB_OK) return st;
         c->n_past += T;
     }
     return KVB_OK;
+}
+
+kvb_status kvb_context_eval(struct kvb_context *c, const int32_t *tokens, int32_t n, float *logits, bool all) {
+    return eval_tokens(c, tokens, n, logits, all, false);
+}
+
+kvb_status kvb_context_prompt(struct kvb_context *c, const int32_t *tokens, int32_t n, float *logits, bool all) {
+    kvb_status st = eval_tokens(c, tokens, n, logits, all, true);
+    if (st == KVB_OK && c) kvb_cache_compress(c->cache, c->tp);
+    return st;
 }

@@ -6,6 +6,7 @@
  */
 #include "policy.h"
 
+#include <float.h>
 #include <math.h>
 
 int32_t kvb_policy_recent(const struct kvb_policy *p, int32_t budget) {
@@ -17,7 +18,8 @@ int32_t kvb_policy_recent(const struct kvb_policy *p, int32_t budget) {
     } else {
         switch (pp->id) {
         case KVB_POLICY_WINDOW:
-        case KVB_POLICY_STREAMING: r = room; break;
+        case KVB_POLICY_STREAMING:
+        case KVB_POLICY_LMINFINITE: r = room; break;
         case KVB_POLICY_H2O:
         case KVB_POLICY_BLOCK_H2O: r = room - (int32_t)(pp->heavy_ratio * (double)room); break;
         case KVB_POLICY_SCISSORHANDS: r = pp->history; break;
@@ -86,25 +88,44 @@ int32_t kvb_pick_oldest(struct kvb_stream *s, int32_t lo, int32_t k, int32_t *vi
 }
 
 void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill) {
+    (void)p;
     if (!prefill) return; /* frozen at the prompt: decoding adds no evidence */
-    const int32_t half = p->params.pool_kernel / 2;
-    for (int32_t j = 0; j < n; j++) {
-        float m = 0;
-        for (int32_t t = KVB_MAX(0, j - half); t <= KVB_MIN(n - 1, j + half); t++) m = w[t] > m ? w[t] : m;
-        s->state[j] = m;
+    for (int32_t j = 0; j < n; j++) s->state[j] += w[j];
+}
+
+void kvb_snapkv_pooled(const struct kvb_policy *p, const struct kvb_stream *s, int32_t m, float *out) {
+    const int32_t K = p->params.pool_kernel, half = K / 2;
+    const bool avg = p->params.pool_mode == KVB_POOL_AVG;
+    for (int32_t j = 0; j < m; j++) {
+        const int32_t a = KVB_MAX(0, j - half), b = KVB_MIN(m - 1, j + half);
+        if (avg) {
+            double sum = 0;
+            for (int32_t t = a; t <= b; t++) sum += s->state[t];
+            out[j] = (float)(sum / K);
+        } else {
+            float mx = s->state[a];
+            for (int32_t t = a + 1; t <= b; t++) mx = s->state[t] > mx ? s->state[t] : mx;
+            out[j] = mx; /* max pooling ignores the padding, as PyTorch's */
+        }
     }
 }
 
 int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
     const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
-    const int32_t hi = s->n - kvb_policy_recent(p, s->budget);
     float *key = s->fscratch;
-    /* generated tokens (after the prompt) outside the window go first,
-     * oldest first; then prompt tokens by lowest pooled score */
-    for (int32_t j = lo; j < s->n; j++) {
-        int32_t slot = s->order[j];
-        if (s->prompt_end >= 0 && s->pos[slot] >= s->prompt_end) key[j] = -1e20f * (float)(s->n - j);
-        else key[j] = s->state[j];
+    if (s->prompt_end >= 0) { /* frozen prompt: generated tokens leave, oldest first */
+        int32_t g = s->n; /* first generated logical slot */
+        while (g > lo && s->pos[s->order[g - 1]] >= s->prompt_end) g--;
+        int32_t k = KVB_MIN(n_over, s->n - g);
+        for (int32_t i = 0; i < k; i++) victims[i] = g + i;
+        if (k == n_over || g <= lo) return k;
+        /* a budget lowered below the frozen prompt: lowest pooled vote */
+        kvb_snapkv_pooled(p, s, g, key);
+        for (int32_t j = g; j < s->n; j++) key[j] = FLT_MAX;
+        return k + kvb_pick_lowest(s, key, lo, g, n_over - k, victims + k);
     }
-    return kvb_pick_lowest(s, key, lo, KVB_MAX(hi, lo), n_over, victims);
+    const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget ? s->budget : s->target));
+    kvb_snapkv_pooled(p, s, hi, key);
+    for (int32_t j = hi; j < s->n; j++) key[j] = FLT_MAX; /* the window yields last, oldest first */
+    return kvb_pick_lowest(s, key, lo, hi, n_over, victims);
 }

@@ -11,8 +11,12 @@
  *              prefill chunk's column mass; `prefill` says which [ignored]
  *   select     choose at least n_over victims (logical indexes, any order,
  *              never a sink) into victims; returns how many
- *   budgets    set s->budget of every stream of a layer (pyramidkv, adakv);
- *              phase says when [every stream keeps params.budget]
+ *   combine    after every stream of a layer has observed a decode row or a
+ *              prefill chunk, before eviction: layer-wide scores (tova's
+ *              layer scope) [none]
+ *   budgets    at kvb_cache_compress: set s->budget of every stream of a
+ *              layer to what its compressed prompt keeps (pyramidkv, adakv),
+ *              from the prompt length P [each stream keeps its target]
  *
  * Victim choice must depend only on logical order, positions and state, never
  * on physical slot numbers: a restored cache has another physical layout and
@@ -23,15 +27,10 @@
 
 #include "../cache/cache_impl.h"
 
-enum kvb_budget_phase {
-    KVB_BUDGET_INIT = 0,    /* cache created (budget_frac unresolved: streams unbounded) */
-    KVB_BUDGET_PREFILL = 1, /* after a prefill chunk's observation */
-    KVB_BUDGET_COMPRESS = 2 /* end of prompt; prompt_len known */
-};
-
 #define KVB_PF_DECODE_ATTN 1u   /* wants decode attention weights */
 #define KVB_PF_PREFILL_MASS 2u  /* wants prefill column mass */
 #define KVB_PF_NEVER_EVICT 4u   /* full */
+#define KVB_PF_COMPRESS 8u      /* prompt compression at kvb_cache_compress (snapkv family) */
 
 struct kvb_policy_i {
     const char *name;
@@ -43,13 +42,14 @@ struct kvb_policy_i {
     void (*on_append)(const struct kvb_policy *p, struct kvb_stream *s, int32_t j, const float *k, int32_t d);
     void (*observe)(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
     int32_t (*select)(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
+    void (*combine)(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t n_streams);
     void (*budgets)(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t n_streams, int32_t layer,
-                    int32_t n_layer, int32_t base_budget, enum kvb_budget_phase phase);
+                    int32_t n_layer, int32_t base_budget, int32_t prompt_len);
 };
 
 extern const struct kvb_policy_i kvb_policy_full, kvb_policy_window, kvb_policy_streaming, kvb_policy_h2o,
     kvb_policy_tova, kvb_policy_scissorhands, kvb_policy_snapkv, kvb_policy_pyramidkv, kvb_policy_adakv,
-    kvb_policy_knorm, kvb_policy_block_h2o;
+    kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite;
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id);
 
@@ -67,12 +67,17 @@ int32_t kvb_pick_lowest(struct kvb_stream *s, const float *key, int32_t lo, int3
 int32_t kvb_pick_oldest(struct kvb_stream *s, int32_t lo, int32_t k, int32_t *victims);
 
 /* SnapKV scoring shared by snapkv, pyramidkv and adakv:
- *   observe: state[0] = max-pool (kernel params.pool_kernel) of the chunk's
- *            observation-window mass, over logical order;
- *   select:  oldest generated token outside the window first, then lowest
- *            pooled prompt score. */
+ *   observe: state[0] += the observation queries' votes (raw, unpooled);
+ *   select:  prompt open (prompt_end < 0): lowest pooled vote among the
+ *            candidates outside sinks and the last obs_window; prompt frozen:
+ *            the oldest generated tokens (pos >= prompt_end), then, only if
+ *            a budget was lowered below the prompt, lowest pooled vote.
+ *   kvb_snapkv_pooled: the pooled votes of logical slots [0, m) into out
+ *            (kernel pool_kernel, stride 1, same padding; avg divides by
+ *            the kernel, padding counted as zero). */
 void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
 int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
+void kvb_snapkv_pooled(const struct kvb_policy *p, const struct kvb_stream *s, int32_t m, float *out);
 
 /* H2O accumulation: state[0] += w[j]. Shared with block-h2o. */
 void kvb_h2o_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);

@@ -1,29 +1,30 @@
 /*
  * pyramidkv.c — PyramidKV (Cai et al. 2024): SnapKV scoring with per-layer
- * budgets decreasing linearly from bottom to top. With W = obs_window, the
+ * budgets decreasing linearly from bottom to top, computed at
+ * kvb_cache_compress from the prompt length P. With W = obs_window, the
  * average budget B and L layers (as in the authors' KVCache-Factory code):
+ *     P <= B: no compression (every layer keeps the whole prompt)
  *     min = (B - W) / beta,  max = 2 (B - W) - min,
- *     (at compress, if max > prompt - W: max = prompt - W, min = 2 (B - W) - max)
- *     budget(l) = W + max - l * (max - min) / (L - 1)
- * so the layers average B and the top layer keeps (B - W) / beta + W.
+ *     if max > P - W: max = P - W, min = 2 (B - W) - max
+ *     budget(l) = floor(W + max - l * (max - min) / (L - 1))
+ * P > B makes P - W > B - W, so min <= B - W <= max: budgets never increase
+ * toward the top, and they average at most B. The top layer keeps
+ * (B - W) / beta + W when the prompt is long.
  */
 #include "policy.h"
 
 #include <math.h>
 
 static void pyramid_budgets(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t n_streams,
-                            int32_t layer, int32_t n_layer, int32_t B, enum kvb_budget_phase phase) {
-    if (phase == KVB_BUDGET_PREFILL || B <= 0) return;
+                            int32_t layer, int32_t n_layer, int32_t B, int32_t P) {
+    if (B <= 0 || P <= B) return; /* short prompt: streams keep their target (>= P): nothing leaves */
     const double W = p->params.obs_window;
     double room = (double)B - W;
     if (room <= 0) return; /* window alone fills the budget: uniform */
     double mn = room / p->params.pyramid_beta, mx = 2 * room - mn;
-    if (phase == KVB_BUDGET_COMPRESS && n_streams > 0 && streams[0]->prompt_end > 0) {
-        double prompt_room = (double)streams[0]->prompt_end - W;
-        if (prompt_room > 0 && mx > prompt_room) {
-            mx = prompt_room;
-            mn = 2 * room - mx;
-        }
+    if (mx > (double)P - W) {
+        mx = (double)P - W;
+        mn = 2 * room - mx;
     }
     double b = n_layer > 1 ? mx - (double)layer * (mx - mn) / (double)(n_layer - 1) : room;
     double bw = floor(b + W);
@@ -34,8 +35,8 @@ static void pyramid_budgets(const struct kvb_policy *p, struct kvb_stream *const
 
 const struct kvb_policy_i kvb_policy_pyramidkv = {
     .name = "pyramidkv",
-    .describe = "PyramidKV: SnapKV scoring, per-layer budgets decreasing linearly bottom to top. params: budget=256 (layer average) obs_window=32 pool_kernel=7 pyramid_beta=20 n_sink=0",
-    .flags = KVB_PF_PREFILL_MASS,
+    .describe = "PyramidKV: SnapKV scoring, per-layer budgets decreasing linearly bottom to top, set from the prompt length at compress. params: budget=256 (layer average) obs_window=32 pool_kernel=7 pool=max pyramid_beta=20 decode_budget=budget prefill_budget=0 n_sink=0",
+    .flags = KVB_PF_PREFILL_MASS | KVB_PF_COMPRESS,
     .n_state = 1,
     .default_pos = KVB_POS_ORIGINAL,
     .observe = kvb_snapkv_observe,

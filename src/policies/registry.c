@@ -16,6 +16,7 @@ static const struct kvb_policy_i *const g_table[KVB_POLICY_COUNT] = {
     [KVB_POLICY_ADAKV] = &kvb_policy_adakv,
     [KVB_POLICY_KNORM] = &kvb_policy_knorm,
     [KVB_POLICY_BLOCK_H2O] = &kvb_policy_block_h2o,
+    [KVB_POLICY_LMINFINITE] = &kvb_policy_lminfinite,
 };
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id) {
@@ -37,6 +38,10 @@ struct kvb_policy_params kvb_policy_default_params(enum kvb_policy_id id) {
     p.ada_floor = 0.2f;
     p.history = 16;
     p.threshold = 8;
+    p.pool_mode = KVB_POOL_MAX;
+    p.decode_budget = 0;
+    p.prefill_budget = 0;
+    p.tova_scope = KVB_TOVA_LAYER;
     const struct kvb_policy_i *pi = kvb_policy_iface(id);
     if (pi && pi->defaults) pi->defaults(&p);
     return p;
@@ -59,6 +64,11 @@ kvb_status kvb_policy_from_name(const char *name, enum kvb_policy_id *out) {
 const char *kvb_policy_describe(enum kvb_policy_id id) {
     const struct kvb_policy_i *pi = kvb_policy_iface(id);
     return pi ? pi->describe : "?";
+}
+
+bool kvb_policy_compresses(enum kvb_policy_id id) {
+    const struct kvb_policy_i *pi = kvb_policy_iface(id);
+    return pi && (pi->flags & KVB_PF_COMPRESS);
 }
 
 bool kvb_policy_needs_attention(enum kvb_policy_id id) {

@@ -130,6 +130,7 @@ static int bench_cache(int argc, char **argv) {
     int rc = 0;
     for (int p = 0; p < n_pol; p++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.max_distance = budget; /* lminfinite: n_local = the cap, as the paper */
         cp.n_layer = layers; cp.n_kv_head = kv_heads; cp.head_dim = head_dim; cp.dtype = dtype; cp.block_size = block;
         cp.pos_mode = pos;
         cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, head_dim, 10000.0f, 1.0f, NULL};

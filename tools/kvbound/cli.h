@@ -19,6 +19,26 @@ const char *cli_value(int argc, char **argv, int *i);
 void cli_log_stderr(enum kvb_log_level level, const char *msg, void *user);
 double cli_now_sec(void);
 
+/* Policy options shared by run, chat, ppl, sweep and needle (policy_opts.c).
+ * Unset fields are -1 (the policy's default applies). */
+struct cli_policy {
+    int budget, sinks, recent, history, threshold, obs_window, pool_kernel, decode_budget, prefill_budget;
+    int pool_mode, tova_scope;
+    float heavy_ratio, pyramid_beta, ada_floor;
+    enum kvb_pos_mode pos;
+};
+void cli_policy_init(struct cli_policy *o, int default_budget);
+/* 1: argv[*i] was a policy option (value consumed), 0: not one, -1: bad value (printed). */
+int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i);
+/* Policy id's defaults with the options applied (budget ignored for full). */
+struct kvb_policy_params cli_policy_params(const struct cli_policy *o, enum kvb_policy_id id);
+void cli_policy_help(FILE *f, int default_budget);
+/* KV pool bytes for a context: full needs n_ctx tokens per stream; a
+ * compressing policy its whole prompt (or prefill_budget + chunk) plus the
+ * decode budget; the others budget + chunk; plus page rounding. */
+size_t cli_pool_bytes(const struct kvb_model_info *mi, enum kvb_dtype kvd, const struct kvb_policy_params *p, int64_t prompt_tokens,
+                      int chunk, int block, int n_ctx);
+
 int cmd_policies(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int bench_model(int argc, char **argv, bool prefill);

@@ -57,6 +57,7 @@ static const float k_trace_score[8] = {0.95f, 0.85f, 0.10f, 0.90f, 0.05f, 0.20f,
 /* Runs the trace for one policy; writes the final cache as text into final. */
 static int run_trace(enum kvb_policy_id id, FILE *out, char *final, size_t final_n) {
     struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.max_distance = 1 << 20;
     cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 4; cp.dtype = KVB_DTYPE_F32; cp.block_size = 4;
     cp.policy = kvb_policy_default_params(id);
     cp.policy.budget = 6;

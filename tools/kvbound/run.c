@@ -26,15 +26,14 @@ static void run_usage(FILE *f) {
             "  --repeat-penalty R    (default 1.0 = off), over the last --repeat-last-n (64) tokens\n"
             "  --seed S              sampling seed (default 0); same seed and threads, same text\n"
             "  --policy NAME         cache policy (default full; see 'kvbound policies')\n"
-            "  --budget TOKENS       tokens kept per (layer, KV head) for bounded policies (default 256)\n"
-            "  --sinks N             pinned first tokens (default: the policy's)\n"
-            "  --positions MODE      original | contiguous (default: the policy's)\n"
             "  --block-size B        tokens per cache page (default 16)\n"
             "  --kv-dtype T          f16 | f32 (default f16)\n"
             "  --ctx N               context limit for the full policy (default: the model's trained length)\n"
             "  --chunk C             prefill chunk (default 256)\n"
             "  --ignore-eos          keep generating after end-of-sequence / end-of-turn\n"
-            "  -t, --threads N       threads (default 2)\n");
+            "  -t, --threads N       threads (default 2)\n"
+            "\n");
+    cli_policy_help(f, 256);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -44,14 +43,18 @@ int cmd_run(int argc, char **argv) {
     struct kvb_sampler_params sp = kvb_sampler_default_params();
     struct kvb_context_params cp = kvb_context_default_params();
     enum kvb_policy_id pid = KVB_POLICY_FULL;
-    int budget = 256, sinks = -1, block = 16, ctx = 0, chunk = 256;
-    enum kvb_pos_mode pos = KVB_POS_POLICY_DEFAULT;
+    int block = 16, ctx = 0, chunk = 256;
+    struct cli_policy po;
+    cli_policy_init(&po, 256);
     enum kvb_dtype kvd = KVB_DTYPE_F16;
     long long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout); return 0; }
         if (!strcmp(a, "--ignore-eos")) { ignore_eos = true; continue; }
+        int pr = cli_policy_option(&po, argc, argv, &i);
+        if (pr < 0) return 2;
+        if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
@@ -66,18 +69,12 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--repeat-last-n")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sp.repeat_last_n)) return 2; }
         else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
         else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
-        else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 1, 1 << 24, &budget)) return 2; }
-        else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
         else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 4096, &block)) return 2; }
         else if (!strcmp(a, "--ctx")) { if (cli_parse_i32(a, v, 1, 1 << 30, &ctx)) return 2; }
         else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--kv-dtype")) { if (kvb_dtype_from_name(v, &kvd) != KVB_OK) { fprintf(stderr, "kvbound: --kv-dtype: %s\n", kvb_last_error()); return 2; } }
-        else if (!strcmp(a, "--positions")) {
-            if (!strcmp(v, "original")) pos = KVB_POS_ORIGINAL;
-            else if (!strcmp(v, "contiguous")) pos = KVB_POS_CONTIGUOUS;
-            else { fprintf(stderr, "kvbound: --positions: '%s' is not original or contiguous\n", v); return 2; }
-        } else { fprintf(stderr, "kvbound run: unknown option '%s' (see --help)\n", a); return 2; }
+        else { fprintf(stderr, "kvbound run: unknown option '%s' (see --help)\n", a); return 2; }
     }
     if (!model) { fprintf(stderr, "kvbound run: -m MODEL is required\n"); return 2; }
     if (!prompt && !pfile) { fprintf(stderr, "kvbound run: give a prompt with -p or -f\n"); return 2; }
@@ -105,51 +102,54 @@ int cmd_run(int argc, char **argv) {
     if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); free(pbuf); return 1; }
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
-    cp.policy = kvb_policy_default_params(pid);
-    if (pid != KVB_POLICY_FULL) cp.policy.budget = budget;
-    if (sinks >= 0) cp.policy.n_sink = sinks;
-    cp.pos_mode = pos;
+    int32_t *ids, n_ids;
+    if (kvb_tokenize(m, prompt, plen, true, true, &ids, &n_ids) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); kvb_model_free(m); free(pbuf); return 1; }
+    if (n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); kvb_buffer_free(ids); kvb_model_free(m); free(pbuf); return 1; }
+    cp.policy = cli_policy_params(&po, pid);
+    cp.pos_mode = po.pos;
     cp.kv_dtype = kvd;
     cp.block_size = block;
     cp.n_threads = threads;
     cp.chunk = chunk;
     cp.n_ctx = ctx ? ctx : mi.n_ctx_train;
-    /* pool: a bounded policy needs budget + one chunk per stream; full needs n_ctx */
-    size_t per_tok = (size_t)mi.n_layer * mi.n_head_kv * kvb_dtype_row_bytes(kvd, mi.head_dim) * 2;
-    int64_t toks = pid == KVB_POLICY_FULL ? cp.n_ctx : (int64_t)budget + chunk;
-    cp.kv_pool_bytes = per_tok * (size_t)(toks + 4 * block) + ((size_t)64 << 20);
+    cp.kv_pool_bytes = cli_pool_bytes(&mi, kvd, &cp.policy, n_ids, chunk, block, cp.n_ctx);
     if (pid == KVB_POLICY_FULL && ctx > mi.n_ctx_train)
         fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", ctx, mi.n_ctx_train);
-    struct kvb_context *c;
-    if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); kvb_model_free(m); free(pbuf); return 1; }
+    struct kvb_context *c = NULL;
+    struct kvb_sampler *smp = NULL;
+    int32_t hist_cap = 4096, n_hist = 0;
+    float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
+    int32_t *hist = malloc(sizeof(int32_t) * (size_t)hist_cap);
     sp.seed = (uint64_t)seed;
-    struct kvb_sampler *smp;
-    if (kvb_sampler_init(&sp, mi.n_vocab, &smp) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    int32_t *ids, n_ids;
-    if (kvb_tokenize(m, prompt, plen, true, true, &ids, &n_ids) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    if (n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); return 1; }
+    if (!logits || !hist || kvb_context_init(m, &cp, &c) != KVB_OK || kvb_sampler_init(&sp, mi.n_vocab, &smp) != KVB_OK) {
+        fprintf(stderr, "kvbound: %s\n", !logits || !hist ? "out of memory" : kvb_last_error());
+        free(logits); free(hist); kvb_context_free(c); kvb_buffer_free(ids); kvb_model_free(m); free(pbuf);
+        return 1;
+    }
     fwrite(prompt, 1, plen, stdout);
     fflush(stdout);
-    float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
-    int32_t hist_cap = 4096, n_hist = 0;
-    int32_t *hist = malloc(sizeof(int32_t) * (size_t)hist_cap);
     for (int32_t i = 0; i < n_ids && n_hist < hist_cap; i++) hist[n_hist++] = ids[i];
     int rc = 0;
     double t0 = cli_now_sec();
-    kvb_status st = kvb_context_eval(c, ids, n_ids, logits, false);
+    kvb_status st = kvb_context_prompt(c, ids, n_ids, logits, false);
     double t1 = cli_now_sec(), t2 = t1;
+    struct kvb_cache_stats ps; /* after the prompt (compressed, for the snapkv family) */
+    kvb_cache_get_stats(kvb_context_cache(c), &ps);
     char out[512];
     struct kvb_detok dt = {0}; /* whole UTF-8 characters only, so every flush is printable */
     const int32_t eot = kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOT);
     int generated = 0;
-    const char *why = NULL;
+    const char *why = NULL, *stop = "the token limit (-n)";
     if (st != KVB_OK) {
         why = kvb_last_error();
         rc = 1;
     }
     for (; st == KVB_OK && generated < n_predict; generated++) {
         int32_t next = kvb_sampler_sample(smp, logits, hist, n_hist);
-        if (!ignore_eos && (next == kvb_token_eos(m) || next == eot || next == kvb_token_bos(m))) break;
+        if (!ignore_eos && (next == kvb_token_eos(m) || next == eot || next == kvb_token_bos(m))) {
+            stop = next == eot && next != kvb_token_eos(m) ? "end of turn (--ignore-eos to go on)" : "end of sequence (--ignore-eos to go on)";
+            break;
+        }
         if (n_hist == hist_cap) { memmove(hist, hist + hist_cap / 2, sizeof(int32_t) * (size_t)(hist_cap / 2)); n_hist = hist_cap / 2; }
         hist[n_hist++] = next;
         size_t pl = kvb_detok_push(kvb_model_vocab(m), &dt, next, false, out, sizeof out);
@@ -171,12 +171,19 @@ int cmd_run(int argc, char **argv) {
     t2 = cli_now_sec();
     printf("\n");
     fflush(stdout);
-    if (why) fprintf(stderr, "kvbound: stopped: %s\n", why);
+    if (why) {
+        fprintf(stderr, "kvbound: stopped: %s\n", why);
+        stop = rc ? "an error" : "the context limit (--ctx)";
+    }
     struct kvb_cache_stats cs;
     kvb_cache_get_stats(kvb_context_cache(c), &cs);
-    fprintf(stderr, "kvbound: prompt %d tokens, prefill %.1f tok/s, decode %.1f tok/s (%d tokens), KV %.2f MB (peak %.2f MB), policy %s, kernels %s\n",
-            n_ids, n_ids / (t1 - t0 > 0 ? t1 - t0 : 1e-9), generated > 1 ? (generated - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, generated,
-            cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(pid), kvb_kernels_name());
+    char kept[160] = "";
+    if (kvb_policy_compresses(pid))
+        snprintf(kept, sizeof kept, ", compressed prompt %.1f tokens per stream (min %d, max %d)",
+                 (double)ps.slots / ((double)mi.n_layer * mi.n_head_kv), ps.slots_min, ps.slots_max);
+    fprintf(stderr, "kvbound: prompt %d tokens%s, prefill %.1f tok/s, decode %.1f tok/s (%d tokens), KV %.2f MB (peak %.2f MB), policy %s, kernels %s, stopped at %s\n",
+            n_ids, kept, n_ids / (t1 - t0 > 0 ? t1 - t0 : 1e-9), generated > 1 ? (generated - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, generated,
+            cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(pid), kvb_kernels_name(), stop);
     kvb_buffer_free(ids);
     free(logits);
     free(hist);

@@ -1,0 +1,123 @@
+/*
+ * policy_opts.c — the policy options every subcommand that chooses a policy
+ * accepts (run, chat, ppl, sweep, needle): the budget, sinks, position mode
+ * and every knob of struct kvb_policy_params, parsed once, with one --help
+ * text whose defaults are read from the library.
+ */
+#include "cli.h"
+
+#include <string.h>
+
+#define KVB_MAX_I64(a, b) ((a) > (b) ? (a) : (b))
+
+void cli_policy_init(struct cli_policy *o, int default_budget) {
+    memset(o, 0, sizeof *o);
+    o->budget = default_budget;
+    o->sinks = o->recent = o->history = o->threshold = o->obs_window = o->pool_kernel = -1;
+    o->decode_budget = o->prefill_budget = o->pool_mode = o->tova_scope = -1;
+    o->heavy_ratio = o->pyramid_beta = o->ada_floor = -1;
+    o->pos = KVB_POS_POLICY_DEFAULT;
+}
+
+int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
+    static const char *const flags[] = {"--budget", "--sinks", "--positions", "--recent", "--heavy-ratio", "--history",
+                                        "--threshold", "--obs-window", "--pool-kernel", "--pool", "--pyramid-beta",
+                                        "--ada-floor", "--decode-budget", "--prefill-budget", "--tova-scope"};
+    const char *a = argv[*i];
+    bool known = false;
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(a, flags[k]);
+    if (!known) return 0;
+    const char *v = cli_value(argc, argv, i);
+    if (!v) return -1;
+    int r = 0;
+    if (!strcmp(a, "--budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &o->budget);
+    else if (!strcmp(a, "--sinks")) r = cli_parse_i32(a, v, 0, 1 << 20, &o->sinks);
+    else if (!strcmp(a, "--recent")) r = cli_parse_i32(a, v, 0, 1 << 24, &o->recent);
+    else if (!strcmp(a, "--history")) r = cli_parse_i32(a, v, 1, 32, &o->history);
+    else if (!strcmp(a, "--threshold")) r = cli_parse_i32(a, v, 1, 32, &o->threshold);
+    else if (!strcmp(a, "--obs-window")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->obs_window);
+    else if (!strcmp(a, "--pool-kernel")) {
+        r = cli_parse_i32(a, v, 1, 255, &o->pool_kernel);
+        if (!r && !(o->pool_kernel & 1)) { fprintf(stderr, "kvbound: --pool-kernel: %d is not odd\n", o->pool_kernel); r = -1; }
+    }
+    else if (!strcmp(a, "--decode-budget")) r = cli_parse_i32(a, v, 1, 1 << 24, &o->decode_budget);
+    else if (!strcmp(a, "--prefill-budget")) r = cli_parse_i32(a, v, 0, 1 << 24, &o->prefill_budget);
+    else if (!strcmp(a, "--heavy-ratio")) r = cli_parse_f32(a, v, 0, 1, &o->heavy_ratio);
+    else if (!strcmp(a, "--pyramid-beta")) r = cli_parse_f32(a, v, 1, 1e6, &o->pyramid_beta);
+    else if (!strcmp(a, "--ada-floor")) r = cli_parse_f32(a, v, 0, 1, &o->ada_floor);
+    else if (!strcmp(a, "--pool")) {
+        if (!strcmp(v, "max")) o->pool_mode = KVB_POOL_MAX;
+        else if (!strcmp(v, "avg")) o->pool_mode = KVB_POOL_AVG;
+        else { fprintf(stderr, "kvbound: --pool: '%s' is not max or avg\n", v); r = -1; }
+    } else if (!strcmp(a, "--tova-scope")) {
+        if (!strcmp(v, "layer")) o->tova_scope = KVB_TOVA_LAYER;
+        else if (!strcmp(v, "head")) o->tova_scope = KVB_TOVA_HEAD;
+        else { fprintf(stderr, "kvbound: --tova-scope: '%s' is not layer or head\n", v); r = -1; }
+    } else { /* --positions */
+        if (!strcmp(v, "original")) o->pos = KVB_POS_ORIGINAL;
+        else if (!strcmp(v, "contiguous")) o->pos = KVB_POS_CONTIGUOUS;
+        else if (!strcmp(v, "capped")) o->pos = KVB_POS_CAPPED;
+        else { fprintf(stderr, "kvbound: --positions: '%s' is not original, contiguous or capped\n", v); r = -1; }
+    }
+    return r ? -1 : 1;
+}
+
+struct kvb_policy_params cli_policy_params(const struct cli_policy *o, enum kvb_policy_id id) {
+    struct kvb_policy_params p = kvb_policy_default_params(id);
+    if (id != KVB_POLICY_FULL) p.budget = o->budget;
+    if (o->sinks >= 0) p.n_sink = o->sinks;
+    if (o->recent >= 0) p.n_recent = o->recent;
+    if (o->history >= 0) p.history = o->history;
+    if (o->threshold >= 0) p.threshold = o->threshold;
+    if (o->obs_window >= 0) p.obs_window = o->obs_window;
+    if (o->pool_kernel >= 0) p.pool_kernel = o->pool_kernel;
+    if (o->decode_budget >= 0) p.decode_budget = o->decode_budget;
+    if (o->prefill_budget >= 0) p.prefill_budget = o->prefill_budget;
+    if (o->pool_mode >= 0) p.pool_mode = (enum kvb_pool_mode)o->pool_mode;
+    if (o->tova_scope >= 0) p.tova_scope = (enum kvb_tova_scope)o->tova_scope;
+    if (o->heavy_ratio >= 0) p.heavy_ratio = o->heavy_ratio;
+    if (o->pyramid_beta >= 0) p.pyramid_beta = o->pyramid_beta;
+    if (o->ada_floor >= 0) p.ada_floor = o->ada_floor;
+    return p;
+}
+
+void cli_policy_help(FILE *f, int default_budget) {
+    const struct kvb_policy_params d = kvb_policy_default_params(KVB_POLICY_H2O);
+    const struct kvb_policy_params st = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    const struct kvb_policy_params lm = kvb_policy_default_params(KVB_POLICY_LMINFINITE);
+    fprintf(f,
+            "Policy options (every policy's knobs; 'kvbound policies' shows which a policy uses):\n"
+            "  --budget N          tokens kept per (layer, KV head) by bounded policies (default %d)\n"
+            "  --sinks N           pinned first tokens (default: the policy's; streaming %d, lminfinite %d, others %d)\n"
+            "  --positions MODE    original | contiguous | capped (default: the policy's; capped = distances\n"
+            "                      capped at the trained length, as LM-Infinite)\n"
+            "  --recent N          protected most recent tokens (default: the policy's rule)\n"
+            "  --heavy-ratio F     h2o, block-h2o: share of the budget for heavy hitters (default %g)\n"
+            "  --history N         scissorhands: history window in steps (default %d)\n"
+            "  --threshold N       scissorhands: low-importance count that marks a victim (default %d)\n"
+            "  --obs-window N      snapkv, pyramidkv, adakv: last prompt queries that vote (default %d)\n"
+            "  --pool-kernel K     snapkv family: pooling kernel, odd (default %d)\n"
+            "  --pool max|avg      snapkv family: pooling of the votes (default max)\n"
+            "  --pyramid-beta F    pyramidkv: the top layer keeps (budget - window) / beta + window (default %g)\n"
+            "  --ada-floor F       adakv: each head keeps at least F x its share (default %g)\n"
+            "  --decode-budget N   snapkv family: generated tokens kept after the compressed prompt (default: --budget)\n"
+            "  --prefill-budget N  snapkv family: evict to N between prompt chunks, votes accumulating\n"
+            "                      (default 0: read the whole prompt, then compress, as the papers)\n"
+            "  --tova-scope S      tova: layer (one score per layer, as the paper) | head (default layer)\n",
+            default_budget, st.n_sink, lm.n_sink, d.n_sink, (double)d.heavy_ratio, d.history, d.threshold, d.obs_window,
+            d.pool_kernel, (double)d.pyramid_beta, (double)d.ada_floor);
+}
+
+size_t cli_pool_bytes(const struct kvb_model_info *mi, enum kvb_dtype kvd, const struct kvb_policy_params *p, int64_t prompt_tokens,
+                      int chunk, int block, int n_ctx) {
+    const size_t per_tok = (size_t)mi->n_layer * (size_t)mi->n_head_kv * kvb_dtype_row_bytes(kvd, mi->head_dim) * 2;
+    int64_t toks;
+    if (p->id == KVB_POLICY_FULL) toks = n_ctx;
+    else if (kvb_policy_compresses(p->id)) {
+        const int64_t dec = p->decode_budget ? p->decode_budget : p->budget;
+        /* the whole prompt is read before it is compressed, unless --prefill-budget */
+        toks = (p->prefill_budget ? (int64_t)p->prefill_budget + chunk : KVB_MAX_I64(prompt_tokens, p->budget)) + dec;
+        if (p->id == KVB_POLICY_PYRAMIDKV || p->id == KVB_POLICY_ADAKV) toks += p->budget; /* layers / heads above average */
+    } else toks = (int64_t)p->budget + chunk;
+    return per_tok * (size_t)(toks + 4 * block) + ((size_t)64 << 20);
+}
