@@ -169,18 +169,246 @@ TEST(snapkv_keeps_the_needle) {
     kvb_cache_free(c);
 }
 
-TEST(pyramidkv_layer_budgets) {
+/* A multi-layer, multi-head bookkeeping cache holding a P-token prompt
+ * (appended, no votes), then compressed. */
+static struct kvb_cache *prompt_cache(enum kvb_policy_id id, int L, int H, int B, int W, int P) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = 5; cp.n_kv_head = 2; cp.head_dim = 4;
-    cp.policy = kvb_policy_default_params(KVB_POLICY_PYRAMIDKV);
-    cp.policy.budget = 100; cp.policy.obs_window = 20; cp.policy.pyramid_beta = 20;
-    struct kvb_cache *c;
-    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
-    /* room 80: min 4, max 156, step 38 -> 176 138 100 62 24 (average 100) */
+    cp.n_layer = L; cp.n_kv_head = H; cp.head_dim = 4; cp.dtype = KVB_DTYPE_F32; cp.block_size = 4;
+    cp.policy = kvb_policy_default_params(id);
+    cp.policy.budget = B; cp.policy.obs_window = W; cp.policy.pyramid_beta = 20;
+    cp.pool_bytes = 8 << 20;
+    struct kvb_cache *c = NULL;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return NULL; }
+    for (int l = 0; l < L; l++)
+        for (int t = 0; t < P; t++) kvb_cache_append(c, l, NULL, NULL);
+    kvb_cache_compress(c, NULL);
+    return c;
+}
+
+TEST(pyramidkv_layer_budgets) {
+    /* P >> B, room 80: min 4, max 156, step 38 -> 176 138 100 62 24 (average 100) */
+    struct kvb_cache *c = prompt_cache(KVB_POLICY_PYRAMIDKV, 5, 2, 100, 20, 1000);
     const int want[5] = {176, 138, 100, 62, 24};
     for (int l = 0; l < 5; l++)
-        for (int h = 0; h < 2; h++) CHECK_EQ_INT(kvb_cache_get_budget(c, l, h), want[l]);
+        for (int h = 0; h < 2; h++) {
+            CHECK_EQ_INT(kvb_cache_n_slots(c, l, h), want[l]);
+            CHECK_EQ_INT(kvb_cache_get_budget(c, l, h), want[l] + 100); /* + decode_budget (= budget) */
+        }
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(c, &cs);
+    CHECK(cs.pages_in_use <= 2 * (44 + 35 + 25 + 16 + 6) + 20); /* the pages follow the budgets */
     kvb_cache_free(c);
+    /* P just above B: max clamps to P - W = 90, min = 2 * 80 - 90 = 70 */
+    c = prompt_cache(KVB_POLICY_PYRAMIDKV, 5, 2, 100, 20, 110);
+    const int want2[5] = {110, 105, 100, 95, 90};
+    for (int l = 0; l < 5; l++) CHECK_EQ_INT(kvb_cache_n_slots(c, l, 1), want2[l]);
+    kvb_cache_free(c);
+}
+
+/* The review's case: 4 layers, B 64, W 8, P 40 gave 40 56 72 88 bottom to
+ * top. A prompt no longer than B is kept whole; for every P the budgets never
+ * increase toward the top and never sum above L x B. */
+TEST(pyramidkv_short_and_long_prompts) {
+    for (int P = 8; P <= 400; P += 8) {
+        struct kvb_cache *c = prompt_cache(KVB_POLICY_PYRAMIDKV, 4, 2, 64, 8, P);
+        if (!c) FAILF("init");
+        int sum = 0, prev = 1 << 30;
+        for (int l = 0; l < 4; l++) {
+            int n = kvb_cache_n_slots(c, l, 0);
+            CHECK_EQ_INT(kvb_cache_n_slots(c, l, 1), n);
+            if (P <= 64) CHECK_EQ_INT(n, P);
+            if (n > prev) FAILF("P %d: layer %d keeps %d > layer below %d", P, l, n, prev);
+            if (n > P) FAILF("P %d: layer %d keeps %d", P, l, n);
+            prev = n;
+            sum += n;
+        }
+        if (P > 64 && sum > 4 * 64) FAILF("P %d: layers keep %d > %d", P, sum, 4 * 64);
+        kvb_cache_free(c);
+    }
+}
+
+/* AdaKV with P < B, P = B and P >> B: a short prompt is kept whole in every
+ * head (the review's repro held obs_window tokens), a long one is cut to
+ * H x B per layer. */
+TEST(adakv_short_and_long_prompts) {
+    const int Ps[4] = {4, 64, 65, 600};
+    for (int i = 0; i < 4; i++) {
+        const int P = Ps[i];
+        struct kvb_cache *c = prompt_cache(KVB_POLICY_ADAKV, 3, 4, 64, 8, P);
+        if (!c) FAILF("init");
+        for (int l = 0; l < 3; l++) {
+            int sum = 0;
+            for (int h = 0; h < 4; h++) {
+                int n = kvb_cache_n_slots(c, l, h);
+                sum += n;
+                if (P <= 64) CHECK_EQ_INT(n, P);
+                CHECK_EQ_INT(kvb_cache_get_budget(c, l, h), n + 64);
+            }
+            if (P > 64) CHECK_EQ_INT(sum, 4 * 64);
+        }
+        kvb_cache_free(c);
+    }
+}
+
+/* SnapKV's vote against an independent double-precision reference written
+ * here: causal softmax rows of the last W queries (no RoPE), summed, averaged
+ * over the G query heads, max- or avg-pooled (kernel 3, padding counted as
+ * zero for avg) over [0, P - W), top B - W plus the window. */
+static void snapkv_reference(const float *q, const float *k, int P, int G, int D, int W, int B, bool avg, int *keep) {
+    double *vote = calloc((size_t)P, sizeof(double)), *pooled = calloc((size_t)P, sizeof(double)), *s = malloc(sizeof(double) * (size_t)P);
+    for (int i = P - W; i < P; i++)
+        for (int g = 0; g < G; g++) {
+            double mx = -1e300, z = 0;
+            for (int j = 0; j <= i; j++) {
+                double a = 0;
+                for (int x = 0; x < D; x++) a += (double)q[((size_t)i * G + g) * D + x] * k[(size_t)j * D + x];
+                s[j] = a / sqrt((double)D);
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j <= i; j++) z += exp(s[j] - mx);
+            for (int j = 0; j <= i; j++) vote[j] += exp(s[j] - mx) / z / G;
+        }
+    const int m = P - W;
+    for (int j = 0; j < m; j++) {
+        double acc = avg ? 0 : -1e300;
+        for (int t = j - 1; t <= j + 1; t++) {
+            if (t < 0 || t >= m) continue;
+            if (avg) acc += vote[t];
+            else acc = vote[t] > acc ? vote[t] : acc;
+        }
+        pooled[j] = avg ? acc / 3 : acc;
+    }
+    for (int j = 0; j < P; j++) keep[j] = j >= m;
+    for (int r = 0; r < B - W; r++) { /* highest first; ties: the newer wins (the older is evicted first) */
+        int best = -1;
+        for (int j = 0; j < m; j++)
+            if (!keep[j] && (best < 0 || pooled[j] >= pooled[best])) best = j;
+        keep[best] = 1;
+    }
+    free(vote); free(pooled); free(s);
+}
+
+static struct kvb_cache *snap_cache(int D, int B, int W, bool avg, int prefill_budget) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = D; cp.dtype = KVB_DTYPE_F32; cp.block_size = 8;
+    cp.policy = kvb_policy_default_params(KVB_POLICY_SNAPKV);
+    cp.policy.budget = B; cp.policy.obs_window = W; cp.policy.pool_kernel = 3;
+    cp.policy.pool_mode = avg ? KVB_POOL_AVG : KVB_POOL_MAX;
+    cp.policy.prefill_budget = prefill_budget;
+    cp.policy.decode_budget = 5;
+    cp.pool_bytes = 4 << 20;
+    struct kvb_cache *c = NULL;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) printf("  init: %s\n", kvb_last_error());
+    return c;
+}
+
+/* Default mode: chunked prefill (a last chunk shorter than the window, so
+ * the voting queries span two chunks) keeps exactly the reference's set, and
+ * so the same set as one whole-prompt prefill; max and avg pooling. Then the
+ * compressed prompt stays frozen while generated tokens come and go. */
+TEST(snapkv_vote_matches_reference_chunked_or_whole) {
+    enum { P = 90, G = 2, D = 8, W = 10, B = 30 };
+    static float q[P][G][D], k[P][D], v[P][D], o[P][G][D];
+    unsigned long long rs = 17;
+    for (int t = 0; t < P; t++)
+        for (int x = 0; x < D; x++) {
+            k[t][x] = t_randf(&rs) * 2.0f;
+            v[t][x] = t_randf(&rs);
+            for (int g = 0; g < G; g++) q[t][g][x] = t_randf(&rs) * 2.0f;
+        }
+    for (int avg = 0; avg < 2; avg++) {
+        int keep[P];
+        snapkv_reference(&q[0][0][0], &k[0][0], P, G, D, W, B, avg, keep);
+        const int cuts[2][4] = {{P, 0, 0, 0}, {40, 30, 16, 4}};
+        for (int cc = 0; cc < 2; cc++) {
+            struct kvb_cache *c = snap_cache(D, B, W, avg, 0);
+            if (!c) FAILF("init");
+            int at = 0;
+            for (int i = 0; i < 4 && cuts[cc][i]; i++) {
+                CHECK_OK(kvb_cache_prefill(c, 0, cuts[cc][i], &q[at][0][0], G, &k[at][0], &v[at][0], &o[at][0][0], NULL));
+                at += cuts[cc][i];
+            }
+            CHECK_EQ_INT(kvb_cache_n_slots(c, 0, 0), P); /* nothing leaves while the prompt is read */
+            kvb_cache_compress(c, NULL);
+            long long pos[P];
+            int n;
+            kept(c, 0, pos, &n);
+            CHECK_EQ_INT(n, B);
+            for (int j = 0; j < n; j++)
+                if (!keep[pos[j]]) FAILF("%s pooling, cuts %d: kept %lld, which the reference drops", avg ? "avg" : "max", cc, pos[j]);
+            for (int t = 0; t < 12; t++) {
+                float qq[G][D], kk[D], vv[D], oo[G][D];
+                for (int x = 0; x < D; x++) { kk[x] = t_randf(&rs); vv[x] = t_randf(&rs); qq[0][x] = qq[1][x] = t_randf(&rs); }
+                CHECK_OK(kvb_cache_decode(c, 0, &qq[0][0], G, kk, vv, &oo[0][0], NULL));
+            }
+            long long pos2[P];
+            int n2;
+            kept(c, 0, pos2, &n2);
+            CHECK_EQ_INT(n2, B + 5);                    /* + decode_budget */
+            for (int j = 0; j < B; j++) CHECK(pos2[j] == pos[j]);
+            CHECK(pos2[B] == P + 12 - 5);              /* the oldest generated left */
+            kvb_cache_free(c);
+        }
+    }
+}
+
+/* --prefill-budget: votes accumulate over chunks instead of being replaced.
+ * Chunk 1's window looks for key A (pos 10), chunk 2's for key B (pos 150);
+ * both survive eviction between chunks and the compress. */
+TEST(snapkv_prefill_budget_accumulates_votes) {
+    enum { P = 200, D = 8, W = 8 };
+    static float q[P][D], k[P][D], v[P][D], o[P][D];
+    unsigned long long rs = 3;
+    for (int t = 0; t < P; t++)
+        for (int x = 0; x < D; x++) { q[t][x] = t_randf(&rs) * 0.1f; k[t][x] = t_randf(&rs) * 0.1f; v[t][x] = t_randf(&rs); }
+    for (int x = 0; x < D; x++) {
+        k[10][x] = x < 4 ? 3.0f : 0.0f;
+        k[150][x] = x < 4 ? 0.0f : 3.0f;
+        for (int t = 100 - W; t < 100; t++) q[t][x] = x < 4 ? 3.0f : 0.0f;
+        for (int t = P - W; t < P; t++) q[t][x] = x < 4 ? 0.0f : 3.0f;
+    }
+    struct kvb_cache *c = snap_cache(D, 24, W, false, 40);
+    if (!c) FAILF("init");
+    CHECK_OK(kvb_cache_prefill(c, 0, 100, &q[0][0], 1, &k[0][0], &v[0][0], &o[0][0], NULL));
+    CHECK(kvb_cache_n_slots(c, 0, 0) <= 40);
+    CHECK_OK(kvb_cache_prefill(c, 0, 100, &q[100][0], 1, &k[100][0], &v[100][0], &o[100][0], NULL));
+    kvb_cache_compress(c, NULL);
+    long long pos[64];
+    int n, a = 0, b = 0;
+    kept(c, 0, pos, &n);
+    CHECK_EQ_INT(n, 24);
+    for (int j = 0; j < n; j++) { a |= pos[j] == 10; b |= pos[j] == 150; }
+    CHECK(a);
+    CHECK(b);
+    kvb_cache_free(c);
+}
+
+/* TOVA by hand, two KV heads. Head 0 weights {0.1 0.5 0.05 0.35}, head 1
+ * {0.3 0.1 0.4 0.2}: the layer mean {0.2 0.3 0.225 0.275} drops token 0 from
+ * both heads; the head scope drops token 2 from head 0 and token 1 from head 1. */
+TEST(tova_layer_and_head_scopes_by_hand) {
+    const float w0[4] = {0.1f, 0.5f, 0.05f, 0.35f}, w1[4] = {0.3f, 0.1f, 0.4f, 0.2f};
+    for (int scope = 0; scope < 2; scope++) {
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 1; cp.n_kv_head = 2; cp.head_dim = 4; cp.block_size = 4;
+        cp.policy = kvb_policy_default_params(KVB_POLICY_TOVA);
+        cp.policy.budget = 3;
+        cp.policy.tova_scope = scope ? KVB_TOVA_HEAD : KVB_TOVA_LAYER;
+        struct kvb_cache *c;
+        CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+        for (int t = 0; t < 4; t++) CHECK_OK(kvb_cache_append(c, 0, NULL, NULL));
+        CHECK_OK(kvb_cache_observe(c, 0, 0, w0, 4));
+        CHECK_OK(kvb_cache_observe(c, 0, 1, w1, 4));
+        kvb_cache_evict(c, 0);
+        if (scope == 0) {
+            CHECK_KEPT(c, 0, 1, 2, 3);
+            CHECK_KEPT(c, 1, 1, 2, 3);
+        } else {
+            CHECK_KEPT(c, 0, 0, 1, 3);
+            CHECK_KEPT(c, 1, 0, 2, 3);
+        }
+        kvb_cache_free(c);
+    }
 }
 
 /* AdaKV: a head whose attention is concentrated needs few tokens, a diffuse
@@ -204,12 +432,10 @@ TEST(adakv_allocates_across_heads) {
             }
     CHECK_OK(kvb_cache_prefill(c, 0, P, &q[0][0][0], 2, &k[0][0][0], &v[0][0][0], &o[0][0][0], NULL));
     kvb_cache_compress(c, NULL);
-    int b0 = kvb_cache_get_budget(c, 0, 0), b1 = kvb_cache_get_budget(c, 0, 1);
+    int b0 = kvb_cache_n_slots(c, 0, 0), b1 = kvb_cache_n_slots(c, 0, 1);
     CHECK_EQ_INT(b0 + b1, 128);
     CHECK(b1 > b0);
     CHECK(b0 < 64);
-    CHECK_EQ_INT(kvb_cache_n_slots(c, 0, 0), b0);
-    CHECK_EQ_INT(kvb_cache_n_slots(c, 0, 1), b1);
     /* head 0 kept its spikes */
     long long pos[128];
     int n;
@@ -255,6 +481,11 @@ int main(void) {
     RUN(scissorhands_evicts_persistently_unimportant);
     RUN(snapkv_keeps_the_needle);
     RUN(pyramidkv_layer_budgets);
+    RUN(pyramidkv_short_and_long_prompts);
+    RUN(adakv_short_and_long_prompts);
+    RUN(snapkv_vote_matches_reference_chunked_or_whole);
+    RUN(snapkv_prefill_budget_accumulates_votes);
+    RUN(tova_layer_and_head_scopes_by_hand);
     RUN(adakv_allocates_across_heads);
     RUN(block_h2o_evicts_whole_pages);
     return test_summary();
