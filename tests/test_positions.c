@@ -4,7 +4,9 @@
  * re-applying RoPE from scratch at the cache positions, within 1e-5, at every
  * decode step and for every prefill row; for ORIGINAL and CONTIGUOUS modes,
  * both RoPE pairings, scaling, and policies that leave one gap (streaming) or
- * many (h2o, tova with contiguous positions).
+ * many (h2o, tova with contiguous positions); and CAPPED mode (LM-Infinite),
+ * where a key farther than the cap is seen at exactly the cap, against keys
+ * re-rotated at max(p_j, p_q - cap).
  */
 #include "cache_helpers.h"
 
@@ -13,11 +15,12 @@ enum { L = 2, HK = 2, G = 2, D = 16, MAXT = 600 };
 struct history { float k[L][MAXT][HK][D], v[L][MAXT][HK][D]; };
 
 static int run_case(enum kvb_policy_id pid, enum kvb_pos_mode pm, enum kvb_rope_type rt, int budget, int steps,
-                    int prefill, unsigned long long seed, const float *ff) {
+                    int prefill, unsigned long long seed, const float *ff, int cap) {
     static struct history hist;
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = KVB_DTYPE_F32; cp.block_size = 4;
     cp.pos_mode = pm;
+    cp.max_distance = cap;
     cp.rope = (struct kvb_rope){rt, D, 10000.0f, ff ? 0.5f : 1.0f, ff};
     cp.policy = kvb_policy_default_params(pid);
     cp.policy.budget = budget;
@@ -52,7 +55,10 @@ static int run_case(enum kvb_policy_id pid, enum kvb_pos_mode pm, enum kvb_rope_
                 int h = hq / G;
                 const float *kp[MAXT], *vp[MAXT];
                 long long kpos[MAXT];
-                for (int j = 0; j <= t; j++) { kp[j] = hist.k[l][j][h]; vp[j] = hist.v[l][j][h]; kpos[j] = j; }
+                for (int j = 0; j <= t; j++) {
+                    kp[j] = hist.k[l][j][h]; vp[j] = hist.v[l][j][h];
+                    kpos[j] = cap && t - j > cap ? t - cap : j;
+                }
                 double ref[D];
                 ref_attend(rope, D, q[t][hq], t, kp, vp, kpos, t + 1, ref);
                 for (int i = 0; i < D; i++)
@@ -99,6 +105,7 @@ static int run_case(enum kvb_policy_id pid, enum kvb_pos_mode pm, enum kvb_rope_
                     kp[j] = hist.k[l][kpos_orig[h][j]][h];
                     vp[j] = hist.v[l][kpos_orig[h][j]][h];
                     kpos[j] = contiguous ? j : kpos_orig[h][j];
+                    if (cap && t - kpos[j] > cap) kpos[j] = t - cap;
                 }
                 double ref[D];
                 ref_attend(rope, D, qq[hq], contiguous ? n - 1 : t, kp, vp, kpos, n, ref);
@@ -116,27 +123,38 @@ static int run_case(enum kvb_policy_id pid, enum kvb_pos_mode pm, enum kvb_rope_
 }
 
 TEST(streaming_contiguous_two_runs) {
-    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 12, 300, 20, 1, NULL) == 0);
-    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 9, 200, 3, 2, NULL) == 0);
+    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 12, 300, 20, 1, NULL, 0) == 0);
+    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 9, 200, 3, 2, NULL, 0) == 0);
 }
 
 TEST(scattered_evictions_contiguous_many_runs) {
-    CHECK(run_case(KVB_POLICY_H2O, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 16, 250, 30, 3, NULL) == 0);
-    CHECK(run_case(KVB_POLICY_TOVA, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 10, 250, 12, 4, NULL) == 0);
-    CHECK(run_case(KVB_POLICY_BLOCK_H2O, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 20, 200, 25, 5, NULL) == 0);
+    CHECK(run_case(KVB_POLICY_H2O, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 16, 250, 30, 3, NULL, 0) == 0);
+    CHECK(run_case(KVB_POLICY_TOVA, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 10, 250, 12, 4, NULL, 0) == 0);
+    CHECK(run_case(KVB_POLICY_BLOCK_H2O, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 20, 200, 25, 5, NULL, 0) == 0);
 }
 
 TEST(original_positions) {
-    CHECK(run_case(KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_ROPE_INTERLEAVED, 16, 200, 30, 6, NULL) == 0);
-    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_ROPE_NEOX, 12, 200, 5, 7, NULL) == 0);
-    CHECK(run_case(KVB_POLICY_FULL, KVB_POS_ORIGINAL, KVB_ROPE_INTERLEAVED, 0, 120, 40, 8, NULL) == 0);
+    CHECK(run_case(KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_ROPE_INTERLEAVED, 16, 200, 30, 6, NULL, 0) == 0);
+    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_ROPE_NEOX, 12, 200, 5, 7, NULL, 0) == 0);
+    CHECK(run_case(KVB_POLICY_FULL, KVB_POS_ORIGINAL, KVB_ROPE_INTERLEAVED, 0, 120, 40, 8, NULL, 0) == 0);
+}
+
+TEST(capped_distances_lminfinite) {
+    /* lminfinite: 4 sinks far behind the window; prefill longer than the cap */
+    struct kvb_policy_params d = kvb_policy_default_params(KVB_POLICY_LMINFINITE);
+    CHECK_EQ_INT(d.n_sink, 10);
+    CHECK(run_case(KVB_POLICY_LMINFINITE, KVB_POS_POLICY_DEFAULT, KVB_ROPE_INTERLEAVED, 24, 300, 60, 11, NULL, 16) == 0);
+    CHECK(run_case(KVB_POLICY_LMINFINITE, KVB_POS_CAPPED, KVB_ROPE_NEOX, 30, 200, 45, 12, NULL, 20) == 0);
+    /* any policy with positions capped: h2o keeps scattered old tokens */
+    CHECK(run_case(KVB_POLICY_H2O, KVB_POS_CAPPED, KVB_ROPE_INTERLEAVED, 16, 200, 30, 13, NULL, 10) == 0);
+    CHECK(run_case(KVB_POLICY_FULL, KVB_POS_CAPPED, KVB_ROPE_NEOX, 0, 60, 40, 14, NULL, 25) == 0);
 }
 
 TEST(scaled_rope_with_freq_factors) {
     float ff[D / 2];
     for (int i = 0; i < D / 2; i++) ff[i] = 1.0f + (float)i * 0.5f;
-    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 12, 100, 10, 9, ff) == 0);
-    CHECK(run_case(KVB_POLICY_KNORM, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 12, 100, 10, 10, ff) == 0);
+    CHECK(run_case(KVB_POLICY_STREAMING, KVB_POS_CONTIGUOUS, KVB_ROPE_INTERLEAVED, 12, 100, 10, 9, ff, 0) == 0);
+    CHECK(run_case(KVB_POLICY_KNORM, KVB_POS_CONTIGUOUS, KVB_ROPE_NEOX, 12, 100, 10, 10, ff, 0) == 0);
 }
 
 /* The attention weights a policy receives at decode (TOVA keeps exactly the
@@ -193,6 +211,7 @@ int main(void) {
     RUN(streaming_contiguous_two_runs);
     RUN(scattered_evictions_contiguous_many_runs);
     RUN(original_positions);
+    RUN(capped_distances_lminfinite);
     RUN(scaled_rope_with_freq_factors);
     return test_summary();
 }
