@@ -7,7 +7,7 @@
 # and `mkmodel` write models that load; bad flags are named.
 . "$(dirname "$0")/cli_lib.sh"
 if [ ! -f "$D/models/stories260K/stories260K.llamacpp.gguf" ]; then
-    if [ "${KVB_REQUIRE_SHARED:-0}" = 1 ]; then ko shared_data "missing $D (KVB_REQUIRE_SHARED=1)"; else echo "skip: shared data missing: $D"; fi
+    skip_case shared_data "missing $D/models/stories260K (every case of this script needs it)"
     cli_summary
     exit
 fi
@@ -82,7 +82,7 @@ if [ -f "$V3" ]; then
        [ "$("$K" tokenize -m "$V3" -p '<|eot_id|>' --ids --no-bos --no-parse-special | tr -d '[]' | tr ',' '\n' | wc -l)" -gt 1 ] &&
        "$K" tokenize -m "$V3" -p 'Hello' | grep -q "^  9906 -> 'Hello'$"; then ok tokenize_formats
     else ko tokenize_formats "$("$K" tokenize -m "$V3" -p 'Hello world' 2>&1 | head -3)"; fi
-elif [ "${KVB_REQUIRE_SHARED:-0}" = 1 ]; then ko tokenize_formats "missing $V3"; else echo "skip: $V3 missing"; fi
+else skip_case tokenize_formats "missing $V3"; fi
 # a random-weight model with a real byte-level BPE vocabulary: written, loaded, run
 VS="$D/tokenizers/smollm2/smollm2-135m-instruct.vocab.gguf"
 if [ -f "$VS" ]; then
@@ -92,7 +92,7 @@ if [ -f "$VS" ]; then
     "$K" run -m "$T/bpe.gguf" -p 'Hello world' -n 4 --temp 0 > "$T/bpe.txt" 2>/dev/null; rb=$?
     if [ "$a" = "$b" ] && [ "$a" = "[19556, 905, 28, 216, 33, 34, 35, 36, 37, 216, 1]" ] && [ $rb -eq 0 ] && grep -q '^Hello world' "$T/bpe.txt"
     then ok mkmodel_bpe_vocab_runs; else ko mkmodel_bpe_vocab_runs "$a / $b / rc $rb"; fi
-elif [ "${KVB_REQUIRE_SHARED:-0}" = 1 ]; then ko mkmodel_bpe_vocab_runs "missing $VS"; else echo "skip: $VS missing"; fi
+else skip_case mkmodel_bpe_vocab_runs "missing $VS"; fi
 "$K" tokenize -m "$G" 2> "$T/e6.txt"; r6=$?
 "$K" tokenize -m "$T/nothere.gguf" -p x 2> "$T/e7.txt"; r7=$?
 if [ $r6 -eq 2 ] && [ $r7 -eq 1 ] && grep -q 'nothere.gguf' "$T/e7.txt"; then ok tokenize_errors; else ko tokenize_errors "$(cat "$T/e6.txt" "$T/e7.txt")"; fi

@@ -19,7 +19,7 @@ else ko mem_blocks_pages_bounded "$(cat "$T/m3.json")"; fi
 if [ $r -eq 2 ] && grep -q "nope" "$T/e.txt"; then ok mem_bad_preset; else ko mem_bad_preset "$(cat "$T/e.txt")"; fi
 
 if [ ! -f "$D/models/stories260K/stories260K.llamacpp.gguf" ]; then
-    if [ "${KVB_REQUIRE_SHARED:-0}" = 1 ]; then ko shared_data "missing $D"; else echo "skip: shared data missing: $D"; fi
+    skip_case shared_data "missing $D/models/stories260K (the remaining cases need it)"
     cli_summary
     exit
 fi

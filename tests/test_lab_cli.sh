@@ -6,7 +6,7 @@
 # Without xmllint or chromium those cases skip, unless KVB_REQUIRE_BROWSER=1.
 . "$(dirname "$0")/cli_lib.sh"
 skip() {
-    if [ "${KVB_REQUIRE_BROWSER:-0}" = 1 ]; then ko "$1" "$2 (KVB_REQUIRE_BROWSER=1)"; else echo "skip $1: $2"; fi
+    if [ "${KVB_REQUIRE_BROWSER:-0}" = 1 ]; then ko "$1" "$2 (KVB_REQUIRE_BROWSER=1)"; else sk "$1" "$2"; fi
 }
 ARGS="--prompt 512 --steps 256"
 

@@ -1,7 +1,8 @@
 /*
  * testing.h — a small test harness in the spirit of Redis' testhelp.h and
  * libuv's ASSERT_EQ: checks print both values on failure, a test case stops
- * at its first failed check, and main() prints "cases: P passed, F failed".
+ * at its first failed check, and main() prints "cases: P passed, F failed,
+ * S skipped". A skipped case (SKIP_CASE, NEED_SHARED) is never a pass.
  *
  *   TEST(name) { CHECK_EQ_INT(a, b); CHECK_NEAR(x, y, tol); ... }
  *   int main(void) { RUN(name); ...; return test_summary(); }
@@ -14,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int t_passed, t_failed, t_case_failed;
+static int t_passed, t_failed, t_skipped, t_case_failed, t_case_skipped;
 static const char *t_case;
 
 #define TEST(name) static void test_##name(void)
@@ -22,8 +23,10 @@ static const char *t_case;
     do {                                                                          \
         t_case = #name;                                                           \
         t_case_failed = 0;                                                        \
+        t_case_skipped = 0;                                                       \
         test_##name();                                                            \
         if (t_case_failed) { t_failed++; printf("FAIL %s\n", #name); }            \
+        else if (t_case_skipped) { t_skipped++; printf("skip %s\n", #name); }     \
         else { t_passed++; printf("ok   %s\n", #name); }                          \
         fflush(stdout);                                                           \
     } while (0)
@@ -34,6 +37,16 @@ static const char *t_case;
         printf(__VA_ARGS__);                                                      \
         printf("\n");                                                             \
         t_case_failed = 1;                                                        \
+        return;                                                                   \
+    } while (0)
+
+/* Skips the current case with a reason (counted as skipped, not passed). */
+#define SKIP_CASE(...)                                                            \
+    do {                                                                          \
+        printf("  skip: ");                                                       \
+        printf(__VA_ARGS__);                                                      \
+        printf("\n");                                                             \
+        t_case_skipped = 1;                                                       \
         return;                                                                   \
     } while (0)
 
@@ -60,7 +73,7 @@ static const char *t_case;
     } while (0)
 
 static inline int test_summary(void) {
-    printf("cases: %d passed, %d failed\n", t_passed, t_failed);
+    printf("cases: %d passed, %d failed, %d skipped\n", t_passed, t_failed, t_skipped);
     return t_failed ? 1 : 0;
 }
 
@@ -97,8 +110,7 @@ static inline const char *t_shared(const char *rel) {
     if (!path_var) {                                                                    \
         const char *_req = getenv("KVB_REQUIRE_SHARED");                                \
         if (_req && strcmp(_req, "1") == 0) FAILF("shared data missing: %s", rel);      \
-        printf("  skip: shared data missing: %s\n", rel);                               \
-        return;                                                                         \
+        SKIP_CASE("shared data missing: %s", rel);                                      \
     }
 
 /* Reads a whole file (malloc); NULL on error. */

@@ -270,6 +270,13 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
     cp.dtype = KVB_DTYPE_F32;
     cp.block_size = 16;
     cp.policy = *policy;
+    if (kvb_policy_compresses(policy->id) && !policy->decode_budget && policy->budget > 1) {
+        /* equal memory in decode: the compressed prompt and the generated
+         * tokens share the budget, a quarter of it for generated tokens */
+        cp.policy.decode_budget = KVB_MAX(policy->budget / 4, 1);
+        cp.policy.budget = policy->budget - cp.policy.decode_budget;
+        if (cp.policy.budget <= cp.policy.n_sink) cp.policy.budget = cp.policy.n_sink + 1;
+    }
     cp.pool_bytes = (size_t)(T / 16 + 8) * kvb_cache_page_bytes(&cp) + 4096;
     struct kvb_cache *c;
     kvb_status s = kvb_cache_init(NULL, &cp, &c);
@@ -296,7 +303,15 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
         out->peak_slots = KVB_MAX(out->peak_slots, n);
         positions(c, pos, n);
         for (int32_t j = 0; j < n; j++) w[j] = 0;
-        const int32_t from = obs > 0 ? KVB_MAX(c0, c1 - obs) : c0;
+        /* the snapkv family in its exact mode: only the prompt's last obs_window
+         * queries vote, wherever the chunks cut (the cache's kvb_cache_prefill
+         * records them and votes at compress) */
+        const bool exact_vote = kvb_policy_compresses(policy->id) && !policy->prefill_budget;
+        if (exact_vote && c1 < P) {
+            kvb_cache_evict(c, 0);
+            continue;
+        }
+        const int32_t from = exact_vote ? KVB_MAX(0, P - obs) : obs > 0 ? KVB_MAX(c0, c1 - obs) : c0;
         for (int32_t q = from; q < c1; q++) {
             kvb_lab_row(st, q, row);
             double z = 0;

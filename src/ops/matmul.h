@@ -48,6 +48,9 @@ extern const struct kvb_dot_kernels kvb_dot_avx512vnni;
 #endif
 /* Quantizes x[0..n) (n a multiple of 32) into q8 blocks. */
 void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q);
+/* Scalar reference of the int8 decode dot (the VNNI kernel's contract):
+ * sum over 32-blocks of d_w * d_x * sum(w_i * x_i), integer inner sums. */
+float kvb_dot_q8_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
 extern const struct kvb_dot_kernels kvb_dot_ref;
 #if defined(__x86_64__)
 extern const struct kvb_dot_kernels kvb_dot_avx512, kvb_dot_avx2;

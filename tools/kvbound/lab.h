@@ -47,6 +47,7 @@ struct lab_scen {
 struct lab_audit {
     char name[64];
     bool pass;
+    bool skipped;   /* not checked (scenario or policy not in the run): never reported as PASS */
     char detail[1400];
 };
 

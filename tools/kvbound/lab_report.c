@@ -232,7 +232,7 @@ static const char *k_style =
     ".line{fill:none;stroke-width:1.4}.full{fill:#c8c8c8}.kept{fill-opacity:.75}"
     ".fact{stroke:#aaa;stroke-width:1}.fact-active{stroke:#e00000;stroke-width:2.5}"
     "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-    ".pass{color:#080}.fail{color:#c00;font-weight:bold}";
+    ".pass{color:#080}.fail{color:#c00;font-weight:bold}.skip{color:#888}";
 
 static const char *k_script =
     "//<![CDATA[\n"
@@ -318,7 +318,9 @@ int lab_write_report(const struct lab_report *rep, const char *dir) {
     }
     fprintf(f, "</ul><h2>Audits</h2><ul>");
     for (int i = 0; i < rep->n_audits; i++) {
-        fprintf(f, "<li class=\"%s\"><b>%s</b> %s: ", rep->audits[i].pass ? "pass" : "fail", rep->audits[i].name, rep->audits[i].pass ? "PASS" : "FAIL");
+        const struct lab_audit *au = &rep->audits[i];
+        fprintf(f, "<li class=\"%s\"><b>%s</b> %s: ", au->skipped ? "skip" : au->pass ? "pass" : "fail", au->name,
+                au->skipped ? "SKIP" : au->pass ? "PASS" : "FAIL");
         text(f, rep->audits[i].detail);
         fprintf(f, "</li>");
     }

@@ -38,6 +38,17 @@ static float dot_bf16_ref(const void *row, const float *x, int64_t n) {
 }
 
 static float dot_q8_0_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q8_0, row, x, n); }
+float kvb_dot_q8_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q8_0 *b = row;
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < QK8_0; j++) s += (int32_t)b[i].qs[j] * (int32_t)x->q[i * QK8_0 + j];
+        acc += (double)s * ((double)kvb_f16_to_f32(b[i].d) * (double)x->d[i]);
+    }
+    return (float)acc;
+}
+
 static float dot_q4_0_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q4_0, row, x, n); }
 static float dot_q4_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q4_K, row, x, n); }
 static float dot_q6_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q6_K, row, x, n); }
