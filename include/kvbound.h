@@ -617,6 +617,14 @@ struct kvb_ppl_params {
     int32_t n_threads;
     int32_t segment;            /* predictions per curve point (256) */
     enum kvb_dtype kv_dtype;    /* f32 by default: measure the policy, not KV rounding */
+    int32_t prompt;             /* > 0: the kvpress protocol. The first `prompt` tokens (BOS
+                                 * included) are a prompt, read through kvb_context_prompt (the
+                                 * snapkv family compresses it to policy.budget per stream and
+                                 * keeps up to decode_budget continuation tokens after it);
+                                 * decode-time policies are fed it `chunk` tokens per step and
+                                 * hold B - chunk throughout. Only the continuation is scored,
+                                 * from the prediction of token `prompt` (out of the prompt's
+                                 * last logits) on. Not with --mass or the recompute baseline. */
     void (*progress)(int64_t done, int64_t total, void *user);
     void *user;
 };
@@ -636,6 +644,8 @@ struct kvb_ppl_result {
     double sink_mass;           /* with mass: full attention on position 0, mean over layers */
     double *sink_mass_layer;    /* [n_layer] */
     size_t kv_bytes_peak;
+    double prompt_kept;         /* with prompt: prompt tokens kept per stream after it (mean) */
+    int32_t prompt_kept_min, prompt_kept_max;
     double tok_per_s;
     double *nll_tok;            /* [tokens] */
     double *base_nll_tok;       /* [tokens] or NULL */

@@ -95,7 +95,9 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
         cp.chunk = p->chunk > 0 ? p->chunk : 256;
         cp.n_ctx = (int32_t)prompt.n + 16;
         const size_t per_tok = (size_t)in.n_layer * in.n_head_kv * in.head_dim * 2 * 2;
-        const int64_t keep = p->policy.id == KVB_POLICY_FULL ? prompt.n + 16 : (int64_t)p->policy.budget + cp.chunk + 16;
+        /* full and the snapkv family (read the whole prompt, then compress) hold the prompt */
+        const bool whole = p->policy.id == KVB_POLICY_FULL || (kvb_policy_compresses(p->policy.id) && !p->policy.prefill_budget);
+        const int64_t keep = whole ? prompt.n + 16 + p->policy.budget : (int64_t)p->policy.budget + cp.chunk + 16;
         cp.kv_pool_bytes = per_tok * (size_t)(keep + 64) + ((size_t)16 << 20);
         st = kvb_context_init(m, &cp, &c);
     }
@@ -105,10 +107,9 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
         kvb_model_get_info(m, &in);
         lg = kvb_malloc(sizeof(float) * (size_t)in.n_vocab);
         if (!lg) st = kvb_fail(KVB_ERR_NOMEM, "needle: out of memory");
-        if (st == KVB_OK) st = kvb_context_eval(c, prompt.p, (int32_t)prompt.n, lg, false);
+        if (st == KVB_OK) st = kvb_context_prompt(c, prompt.p, (int32_t)prompt.n, lg, false);
         if (st == KVB_OK) {
             struct kvb_cache *cache = kvb_context_cache(c);
-            kvb_cache_compress(cache, NULL);
             /* passkey tokens: their positions in the prompt */
             int64_t kpos = -1;
             for (int64_t i = insert_at; kpos < 0 && i + key.n <= insert_at + nd.n; i++)

@@ -168,30 +168,70 @@ static void policy_observer(void *user, int32_t layer, int32_t head, const float
     ms->cnt[k]++;
 }
 
+struct ppl_acc {
+    double sum, sum_b, kl;
+    int64_t agree;
+};
+
+/* Scores prediction k (target token `target`) from the policy's logits a and,
+ * with a full-cache run, its logits b. */
+static void score_one(struct kvb_ppl_result *out, const struct kvb_ppl_params *p, struct ppl_acc *acc, int64_t k, int32_t target,
+                      const float *a, const float *b, int32_t V) {
+    int32_t am_p;
+    double lzp = log_z(a, V, &am_p);
+    out->nll_tok[k] = lzp - a[target];
+    acc->sum += out->nll_tok[k];
+    if (b && p->baseline == KVB_BASELINE_FULL) {
+        int32_t am_f;
+        double lzf = log_z(b, V, &am_f);
+        out->base_nll_tok[k] = lzf - b[target];
+        acc->sum_b += out->base_nll_tok[k];
+        double kl = 0; /* KL(full || policy) = sum pf (log pf - log pp) */
+        for (int32_t v = 0; v < V; v++) {
+            double lpf = b[v] - lzf, lpp = a[v] - lzp;
+            kl += exp(lpf) * (lpf - lpp);
+        }
+        acc->kl += kl;
+        acc->agree += am_f == am_p;
+    }
+}
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n, const struct kvb_ppl_params *p, struct kvb_ppl_result *out) {
     if (!m || !ids || !p || !out || n < 2) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: needs a model and at least 2 tokens");
     memset(out, 0, sizeof *out);
     struct kvb_model_info info;
     kvb_model_get_info(m, &info);
     const struct kvb_model_info *in = &info;
-    const int32_t V = in->n_vocab, C = p->chunk;
+    const int32_t V = in->n_vocab, C = p->chunk, P = p->prompt;
     const bool bounded = p->policy.id != KVB_POLICY_FULL;
+    const bool compress_prompt = P > 0 && kvb_policy_compresses(p->policy.id);
     const int32_t B = p->policy.budget;
     if (C < 1 || C > 8192) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: chunk must be in 1..8192");
     if (p->mass && (C != 1)) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: --mass needs one token per step (chunk 1)");
-    if (bounded && B - C <= p->policy.n_sink)
+    if (P < 0 || P >= n) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: prompt must be in 0..%lld (the text has %lld tokens), got %d", (long long)n - 1, (long long)n, (int)P);
+    if (P > 0 && (p->mass || p->baseline == KVB_BASELINE_RECOMPUTE))
+        return kvb_fail(KVB_ERR_INVALID, "eval_ppl: --prompt works with the full baseline only, and without --mass");
+    if (bounded && !compress_prompt && B - C <= p->policy.n_sink)
         return kvb_fail(KVB_ERR_INVALID, "eval_ppl: budget %d leaves no room beyond %d sinks with chunk %d (a query attends to at most budget tokens)",
                         (int)B, (int)p->policy.n_sink, (int)C);
     struct kvb_context_params cp = kvb_context_default_params();
     cp.policy = p->policy;
-    if (bounded) cp.policy.budget = B - C;
+    if (bounded && !compress_prompt) cp.policy.budget = B - C;
     cp.pos_mode = p->pos_mode;
     cp.kv_dtype = p->kv_dtype;
     cp.n_threads = p->n_threads;
-    cp.chunk = C;
+    cp.chunk = compress_prompt ? KVB_MAX(C, 256) : C; /* a compressed prompt is read in big chunks */
     cp.n_ctx = (int32_t)KVB_MIN(n + 8, (int64_t)INT32_MAX);
     const size_t per_tok = (size_t)in->n_layer * in->n_head_kv * in->head_dim * 2 * (p->kv_dtype == KVB_DTYPE_F16 ? 2 : 4);
-    cp.kv_pool_bytes = per_tok * (size_t)((bounded ? B : n) + C + 64) + ((size_t)16 << 20);
+    const int64_t dec = p->policy.decode_budget ? p->policy.decode_budget : B;
+    const int64_t hold = !bounded ? n : compress_prompt ? KVB_MAX((int64_t)P, 2 * (int64_t)B) + dec : B;
+    cp.kv_pool_bytes = per_tok * (size_t)(hold + cp.chunk + 64) + ((size_t)16 << 20);
     struct kvb_context *pc = NULL, *fc = NULL, *rc = NULL;
     float *lp = NULL, *lf = NULL;
     struct mass_state ms = {0};
@@ -201,14 +241,15 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
         struct kvb_context_params fp = cp;
         fp.policy = kvb_policy_default_params(KVB_POLICY_FULL);
         fp.pos_mode = KVB_POS_ORIGINAL;
-        fp.kv_pool_bytes = per_tok * (size_t)(n + C + 64) + ((size_t)16 << 20);
+        fp.kv_pool_bytes = per_tok * (size_t)(n + cp.chunk + 64) + ((size_t)16 << 20);
         if (full_run) st = kvb_context_init(m, &fp, &fc);
         if (st == KVB_OK && p->baseline == KVB_BASELINE_RECOMPUTE) {
             fp.chunk = KVB_MAX(B, 1);
             st = kvb_context_init(m, &fp, &rc);
         }
     }
-    const int64_t T = n - 1; /* scored predictions */
+    const int64_t first = P > 0 ? P - 1 : 0; /* the first scored prediction: of token first + 1 */
+    const int64_t T = n - 1 - first;         /* scored predictions */
     out->nll_tok = kvb_calloc((size_t)T, sizeof(double));
     if (p->baseline != KVB_BASELINE_NONE) out->base_nll_tok = kvb_calloc((size_t)T, sizeof(double));
     lp = kvb_malloc(sizeof(float) * (size_t)C * V);
@@ -229,58 +270,52 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
             kvb_cache_set_observer(kvb_context_cache(pc), policy_observer, &ms);
         }
     }
-    double sum = 0, sum_b = 0, kl = 0, t_policy = 0;
-    int64_t agree = 0;
-    for (int64_t g0 = 0; st == KVB_OK && g0 < T; g0 += C) {
-        const int32_t c = (int32_t)KVB_MIN((int64_t)C, T - g0);
+    struct ppl_acc acc = {0};
+    double t_policy = 0;
+    int64_t g_start = 0; /* next token to feed */
+    if (st == KVB_OK && P > 0) {
+        /* the prompt: the full baseline reads it whole; the policy through kvb_context_prompt
+         * (compress policies in big chunks, decode-time ones `chunk` tokens per step) */
+        if (fc) st = kvb_context_eval(fc, ids, P, lf, false);
+        const double t0 = now_sec();
+        if (st == KVB_OK && compress_prompt) st = kvb_context_prompt(pc, ids, P, lp, false);
+        for (int64_t i = 0; st == KVB_OK && !compress_prompt && i < P; i += C) {
+            const int32_t c = (int32_t)KVB_MIN((int64_t)C, P - i);
+            st = i + c < P ? kvb_context_eval(pc, ids + i, c, NULL, false) : kvb_context_prompt(pc, ids + i, c, lp, false);
+        }
+        t_policy += now_sec() - t0;
+        if (st == KVB_OK) {
+            struct kvb_cache_stats ps;
+            kvb_cache_get_stats(kvb_context_cache(pc), &ps);
+            out->prompt_kept = (double)ps.slots / ((double)in->n_layer * in->n_head_kv);
+            out->prompt_kept_min = ps.slots_min;
+            out->prompt_kept_max = ps.slots_max;
+            score_one(out, p, &acc, 0, ids[P], lp, fc ? lf : NULL, V);
+            g_start = P;
+        }
+    }
+    for (int64_t g0 = g_start; st == KVB_OK && g0 < n - 1; g0 += C) {
+        const int32_t c = (int32_t)KVB_MIN((int64_t)C, n - 1 - g0);
         ms.pos = g0;
         if (fc && (st = kvb_context_eval(fc, ids + g0, c, lf, true)) != KVB_OK) break; /* full first: --mass reads its rows */
-        double t0 = 0;
-        {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            t0 = ts.tv_sec + ts.tv_nsec * 1e-9;
-        }
+        const double t0 = now_sec();
         if ((st = kvb_context_eval(pc, ids + g0, c, lp, true)) != KVB_OK) break;
-        {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            t_policy += ts.tv_sec + ts.tv_nsec * 1e-9 - t0;
-        }
+        t_policy += now_sec() - t0;
         for (int32_t i = 0; i < c; i++) {
             const int64_t g = g0 + i;
-            const int32_t target = ids[g + 1];
-            const float *a = lp + (size_t)i * V;
-            int32_t am_p;
-            double lzp = log_z(a, V, &am_p);
-            out->nll_tok[g] = lzp - a[target];
-            sum += out->nll_tok[g];
-            if (fc) {
-                const float *b = lf + (size_t)i * V;
-                int32_t am_f;
-                double lzf = log_z(b, V, &am_f);
-                if (p->baseline == KVB_BASELINE_FULL) {
-                    out->base_nll_tok[g] = lzf - b[target];
-                    sum_b += out->base_nll_tok[g];
-                    double k = 0; /* KL(full || policy) = sum pf (log pf - log pp) */
-                    for (int32_t v = 0; v < V; v++) {
-                        double lpf = b[v] - lzf, lpp = a[v] - lzp;
-                        k += exp(lpf) * (lpf - lpp);
-                    }
-                    kl += k;
-                    agree += am_f == am_p;
-                }
-            }
+            score_one(out, p, &acc, g - first, ids[g + 1], lp + (size_t)i * V, fc ? lf + (size_t)i * V : NULL, V);
             if (rc) { /* recompute: the last B tokens, from scratch, at 0..B-1 */
                 int64_t s0 = KVB_MAX((int64_t)0, g - B + 1);
                 kvb_context_reset(rc);
                 if ((st = kvb_context_eval(rc, ids + s0, (int32_t)(g - s0 + 1), lf, false)) != KVB_OK) break;
-                out->base_nll_tok[g] = log_z(lf, V, NULL) - lf[target];
-                sum_b += out->base_nll_tok[g];
+                out->base_nll_tok[g] = log_z(lf, V, NULL) - lf[ids[g + 1]];
+                acc.sum_b += out->base_nll_tok[g];
             }
         }
-        if (p->progress) p->progress(g0 + c, T, p->user);
+        if (p->progress) p->progress(g0 + c - first, T, p->user);
     }
+    const double sum = acc.sum, sum_b = acc.sum_b, kl = acc.kl;
+    const int64_t agree = acc.agree;
     if (st == KVB_OK) {
         out->tokens = T;
         out->nll = sum / (double)T;

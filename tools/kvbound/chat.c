@@ -91,19 +91,22 @@ static int chat_usage(FILE *f) {
             "                   no template -> plain User:/Assistant:)\n"
             "  --system TEXT    system message for the first turn (default: the template's own, if any)\n"
             "  --show-prompt    print the text fed to the model each turn to stderr, as [prompt: ...]\n"
-            "  --policy NAME    cache policy (default streaming)\n"
-            "  --budget N       tokens per (layer, KV head) (default 1024)\n"
-            "  --sinks N        pinned tokens (default: the policy's)\n"
+            "  --policy NAME    cache policy (default streaming); snapkv, pyramidkv and adakv compress\n"
+            "                   every turn's text with what the cache holds, and report the result\n"
             "  -n N             max tokens per answer (default 256)\n"
             "  --temp T         (default 0.7)   --seed S (default 0)\n"
-            "  -t N             threads (default 2)\n");
+            "  -t N             threads (default 2)\n"
+            "\n");
+    cli_policy_help(f, 1024);
     return 0;
 }
 
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *tok = NULL, *forced = NULL, *system = NULL;
     enum kvb_policy_id pid = KVB_POLICY_STREAMING;
-    int budget = 1024, sinks = -1, n_predict = 256, threads = 2;
+    int n_predict = 256, threads = 2;
+    struct cli_policy po;
+    cli_policy_init(&po, 1024);
     long long seed = 0;
     struct kvb_sampler_params sp = kvb_sampler_default_params();
     sp.temp = 0.7f;
@@ -112,14 +115,15 @@ int cmd_chat(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return chat_usage(stdout);
         if (!strcmp(a, "--show-prompt")) { show_prompt = true; continue; }
+        int pr = cli_policy_option(&po, argc, argv, &i);
+        if (pr < 0) return 2;
+        if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else if (!strcmp(a, "--template")) forced = v;
         else if (!strcmp(a, "--system")) system = v;
         else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
-        else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 8, 1 << 24, &budget)) return 2; }
-        else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
         else if (!strcmp(a, "-n")) { if (cli_parse_i32(a, v, 1, 1 << 20, &n_predict)) return 2; }
         else if (!strcmp(a, "--temp")) { if (cli_parse_f32(a, v, 0, 100, &sp.temp)) return 2; }
         else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
@@ -134,21 +138,25 @@ int cmd_chat(int argc, char **argv) {
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.policy = kvb_policy_default_params(pid);
-    if (pid != KVB_POLICY_FULL) cp.policy.budget = budget;
-    if (sinks >= 0) cp.policy.n_sink = sinks;
+    cp.policy = cli_policy_params(&po, pid);
+    cp.pos_mode = po.pos;
     cp.n_threads = threads;
     cp.chunk = 128;
-    size_t per_tok = (size_t)mi.n_layer * mi.n_head_kv * mi.head_dim * 2 * 2;
-    cp.kv_pool_bytes = per_tok * (size_t)((pid == KVB_POLICY_FULL ? mi.n_ctx_train : budget) + cp.chunk + 64) + ((size_t)16 << 20);
-    struct kvb_context *c;
-    if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    /* a compressing policy reads each turn whole before compressing: room for
+     * turns of up to 4096 tokens on top of what it keeps (or --prefill-budget) */
+    cp.kv_pool_bytes = cli_pool_bytes(&mi, cp.kv_dtype, &cp.policy, (int64_t)cp.policy.budget + 4096, cp.chunk, cp.block_size, mi.n_ctx_train);
+    struct kvb_context *c = NULL;
+    struct kvb_sampler *smp = NULL;
     sp.seed = (uint64_t)seed;
-    struct kvb_sampler *smp;
-    kvb_sampler_init(&sp, mi.n_vocab, &smp);
+    float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
+    if (!logits || kvb_context_init(m, &cp, &c) != KVB_OK || kvb_sampler_init(&sp, mi.n_vocab, &smp) != KVB_OK) {
+        fprintf(stderr, "kvbound: %s\n", !logits ? "out of memory" : kvb_last_error());
+        free(logits); kvb_context_free(c); kvb_model_free(m);
+        return 1;
+    }
     bool ok;
     const struct style st = pick_style(kvb_model_chat_template(m), forced, &ok);
-    if (!ok) { kvb_sampler_free(smp); kvb_context_free(c); kvb_model_free(m); return 2; }
+    if (!ok) { free(logits); kvb_sampler_free(smp); kvb_context_free(c); kvb_model_free(m); return 2; }
     char default_system[1024];
     if (!system && !st.plain && st.chat == KVB_CHAT_CHATML && kvb_model_chat_template(m) &&
         kvb_chat_default_system(kvb_model_chat_template(m), default_system, sizeof default_system) > 0)
@@ -158,8 +166,7 @@ int cmd_chat(int argc, char **argv) {
     char stop_text[128] = "";
     const bool tty = isatty(0);
     fprintf(stderr, "kvbound chat: %s, template %s, policy %s (budget %d); /stats /reset /save /load /quit\n", mi.arch, st.plain ? "plain" : kvb_chat_style_name(st.chat),
-            kvb_policy_name(pid), budget);
-    float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
+            kvb_policy_name(pid), cp.policy.budget);
     char *line = NULL;
     size_t cap = 0;
     bool first = true;
@@ -201,8 +208,14 @@ int cmd_chat(int argc, char **argv) {
         kvb_status s = kvb_tokenize(m, turn, strlen(turn), first, true, &ids, &n);
         free(turn);
         if (s == KVB_OK) {
-            s = kvb_context_eval(c, ids, n, logits, false);
+            s = kvb_context_prompt(c, ids, n, logits, false); /* the turn's text is a prompt: compressed here */
             kvb_buffer_free(ids);
+            if (s == KVB_OK && kvb_policy_compresses(pid)) {
+                struct kvb_cache_stats ps;
+                kvb_cache_get_stats(kvb_context_cache(c), &ps);
+                fprintf(stderr, "[compressed prompt: %.1f tokens per stream (min %d, max %d) of %lld seen]\n",
+                        (double)ps.slots / ((double)mi.n_layer * mi.n_head_kv), ps.slots_min, ps.slots_max, (long long)kvb_context_n_past(c));
+            }
         }
         first = false;
         char text[8192], piece[512];

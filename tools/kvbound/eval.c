@@ -45,10 +45,10 @@ static char *read_text(const char *path, size_t *len) {
 struct eval_opts {
     const char *model, *tok, *text;
     char policies[256];
-    int32_t budget, sinks, chunk, threads;
+    int32_t chunk, threads, prompt;
     long long max_tokens;
     enum kvb_baseline baseline;
-    enum kvb_pos_mode pos;
+    struct cli_policy po; /* --budget, --sinks, --positions and every policy knob */
     bool mass, json;
     const char *csv, *plot;
 };
@@ -72,11 +72,12 @@ static int load(struct eval_opts *o, struct kvb_model **m, int32_t **ids, int32_
 static int run_one(const struct eval_opts *o, const struct kvb_model *m, const int32_t *ids, int32_t n, enum kvb_policy_id id, int32_t budget,
                    enum kvb_baseline base, bool mass, struct kvb_ppl_result *r) {
     struct kvb_ppl_params pp = kvb_ppl_default_params();
-    pp.policy = kvb_policy_default_params(id);
-    if (id != KVB_POLICY_FULL) pp.policy.budget = budget;
-    if (o->sinks >= 0) pp.policy.n_sink = o->sinks;
+    struct cli_policy po = o->po;
+    po.budget = budget;
+    pp.policy = cli_policy_params(&po, id);
     if (pp.policy.n_sink >= budget - o->chunk && id != KVB_POLICY_FULL) pp.policy.n_sink = 0;
-    pp.pos_mode = o->pos;
+    pp.pos_mode = o->po.pos;
+    pp.prompt = o->prompt;
     pp.chunk = o->chunk;
     pp.baseline = base;
     pp.mass = mass;
@@ -89,11 +90,14 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     return 0;
 }
 
-static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struct kvb_ppl_result *r, enum kvb_baseline base) {
+static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struct kvb_ppl_result *r, enum kvb_baseline base, int32_t prompt) {
     fprintf(f, "{\"policy\":\"%s\",\"budget\":%d,\"tokens\":%lld,\"nll\":%.6f,\"ppl\":%.6f", kvb_policy_name(id), id == KVB_POLICY_FULL ? 0 : budget,
             (long long)r->tokens, r->nll, r->ppl);
     if (r->has_baseline) fprintf(f, ",\"baseline\":\"%s\",\"baseline_ppl\":%.6f", base == KVB_BASELINE_FULL ? "full" : "recompute", r->base_ppl);
     if (r->has_kl) fprintf(f, ",\"kl\":%.6f,\"top1\":%.4f", r->kl, r->top1);
+    if (prompt > 0)
+        fprintf(f, ",\"prompt\":%d,\"prompt_kept\":%.2f,\"prompt_kept_min\":%d,\"prompt_kept_max\":%d", prompt, r->prompt_kept,
+                r->prompt_kept_min, r->prompt_kept_max);
     if (r->has_mass) {
         fprintf(f, ",\"mass\":%.6f,\"mass_layer\":[", r->mass);
         for (int32_t l = 0; l < r->n_layer; l++) fprintf(f, "%s%.6f", l ? "," : "", r->mass_layer[l]);
@@ -145,18 +149,13 @@ static int parse_common(struct eval_opts *o, const char *a, const char *v) {
     else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) o->tok = v;
     else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->text = v;
     else if (!strcmp(a, "--policy") || !strcmp(a, "--policies")) snprintf(o->policies, sizeof o->policies, "%s", v);
-    else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 2, 1 << 24, &o->budget)) return -1; }
-    else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &o->sinks)) return -1; }
+    else if (!strcmp(a, "--prompt")) { if (cli_parse_i32(a, v, 1, 1 << 30, &o->prompt)) return -1; }
     else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &o->chunk)) return -1; }
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &o->threads)) return -1; }
     else if (!strcmp(a, "--max-tokens")) { if (cli_parse_i64(a, v, 2, 1LL << 31, &o->max_tokens)) return -1; }
     else if (!strcmp(a, "--csv")) o->csv = v;
     else if (!strcmp(a, "--plot")) o->plot = v;
-    else if (!strcmp(a, "--positions")) {
-        if (!strcmp(v, "original")) o->pos = KVB_POS_ORIGINAL;
-        else if (!strcmp(v, "contiguous")) o->pos = KVB_POS_CONTIGUOUS;
-        else { fprintf(stderr, "kvbound: --positions: '%s' is not original or contiguous\n", v); return -1; }
-    } else if (!strcmp(a, "--baseline")) {
+    else if (!strcmp(a, "--baseline")) {
         if (!strcmp(v, "full")) o->baseline = KVB_BASELINE_FULL;
         else if (!strcmp(v, "recompute")) o->baseline = KVB_BASELINE_RECOMPUTE;
         else if (!strcmp(v, "none")) o->baseline = KVB_BASELINE_NONE;
@@ -171,12 +170,10 @@ static int parse_common(struct eval_opts *o, const char *a, const char *v) {
 static void defaults(struct eval_opts *o) {
     memset(o, 0, sizeof *o);
     snprintf(o->policies, sizeof o->policies, "streaming");
-    o->budget = 256;
-    o->sinks = -1;
+    cli_policy_init(&o->po, 256);
     o->chunk = 1;
     o->threads = 2;
     o->baseline = KVB_BASELINE_FULL;
-    o->pos = KVB_POS_POLICY_DEFAULT;
 }
 
 int cmd_ppl(int argc, char **argv) {
@@ -185,17 +182,26 @@ int cmd_ppl(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound ppl -m MODEL [-z TOK] -f TEXT --policy P[,P...] --budget B [--sinks N] [--positions original|contiguous]\n"
+            printf("usage: kvbound ppl -m MODEL [-z TOK] -f TEXT --policy P[,P...] --budget B [--prompt P]\n"
                    "                   [--chunk C] [--max-tokens N] [--baseline full|recompute|none] [--mass] [-t N]\n"
-                   "                   [--json] [--csv FILE] [--plot FILE.svg]\n\n"
+                   "                   [--json] [--csv FILE] [--plot FILE.svg] [policy options]\n\n"
                    "The file is tokenized as one string with BOS; every next-token prediction from position 1 is scored.\n"
                    "B is the most tokens any query attends to, the current one included. Baseline (default full) gives\n"
                    "baseline_ppl, and for full also KL(full || policy) and top-1 agreement. --mass measures the share of the\n"
-                   "full attention that falls on retained tokens (and on position 0), per layer. See docs/EVALUATION.md.\n");
+                   "full attention that falls on retained tokens (and on position 0), per layer. See docs/EVALUATION.md.\n\n"
+                   "--prompt P (the kvpress protocol, for prompt compression): the first P tokens (BOS included) are a prompt,\n"
+                   "prefilled and compressed by the policy (snapkv, pyramidkv, adakv keep B per stream and then up to\n"
+                   "--decode-budget continuation tokens); decode-time policies hold B throughout. Only the continuation is\n"
+                   "scored, from the prediction of token P on; JSON adds prompt_kept (prompt tokens kept per stream).\n"
+                   "Baselines: full (or none).\n\n");
+            cli_policy_help(stdout, 256);
             return 0;
         }
         if (!strcmp(a, "--json")) { o.json = true; continue; }
         if (!strcmp(a, "--mass")) { o.mass = true; continue; }
+        int pr = cli_policy_option(&o.po, argc, argv, &i);
+        if (pr < 0) return 2;
+        if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (parse_common(&o, a, v)) return 2;
     }
@@ -220,18 +226,19 @@ int cmd_ppl(int argc, char **argv) {
     struct kvb_ppl_result r[16];
     const char *names[16];
     int rc = 0;
-    if (o.json) printf("{\"model\":\"%s\",\"text\":\"%s\",\"tokens\":%d,\"chunk\":%d,\"runs\":[", o.model, o.text, n, o.chunk);
+    if (o.json) printf("{\"model\":\"%s\",\"text\":\"%s\",\"tokens\":%d,\"chunk\":%d,\"prompt\":%d,\"runs\":[", o.model, o.text, n, o.chunk, o.prompt);
     for (int k = 0; k < np; k++) {
-        if (run_one(&o, m, ids, n, ids_p[k], o.budget, o.baseline, o.mass, &r[k])) { rc = 1; np = k; break; }
+        if (run_one(&o, m, ids, n, ids_p[k], o.po.budget, o.baseline, o.mass, &r[k])) { rc = 1; np = k; break; }
         names[k] = kvb_policy_name(ids_p[k]);
         if (o.json) {
             if (k) printf(",");
-            json_run(stdout, ids_p[k], o.budget, &r[k], o.baseline);
+            json_run(stdout, ids_p[k], o.po.budget, &r[k], o.baseline, o.prompt);
         } else {
-            printf("%-13s budget %-6d ppl %10.4f (nll %.4f)", names[k], ids_p[k] == KVB_POLICY_FULL ? 0 : o.budget, r[k].ppl, r[k].nll);
+            printf("%-13s budget %-6d ppl %10.4f (nll %.4f)", names[k], ids_p[k] == KVB_POLICY_FULL ? 0 : o.po.budget, r[k].ppl, r[k].nll);
             if (r[k].has_baseline) printf("  %s %10.4f", o.baseline == KVB_BASELINE_FULL ? "full" : "recompute", r[k].base_ppl);
             if (r[k].has_kl) printf("  kl %.4f  top1 %.3f", r[k].kl, r[k].top1);
             if (r[k].has_mass) printf("  mass %.3f  sink %.3f", r[k].mass, r[k].sink_mass);
+            if (o.prompt > 0) printf("  prompt kept %.1f/stream", r[k].prompt_kept);
             printf("  KV peak %.2f MB  %.0f tok/s  (%lld predictions)\n", r[k].kv_bytes_peak / 1e6, r[k].tok_per_s, (long long)r[k].tokens);
         }
     }
@@ -245,7 +252,7 @@ int cmd_ppl(int argc, char **argv) {
             if (r[0].base_nll_tok) fprintf(f, ",nll_%s", o.baseline == KVB_BASELINE_FULL ? "full" : "recompute");
             fprintf(f, "\n");
             for (int64_t i = 0; i < r[0].tokens; i++) {
-                fprintf(f, "%lld", (long long)i + 1);
+                fprintf(f, "%lld", (long long)i + (o.prompt > 0 ? o.prompt : 1));
                 for (int k = 0; k < np; k++) fprintf(f, ",%.6f", r[k].nll_tok[i]);
                 if (r[0].base_nll_tok) fprintf(f, ",%.6f", r[0].base_nll_tok[i]);
                 fprintf(f, "\n");
@@ -268,11 +275,17 @@ int cmd_sweep(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound sweep -m MODEL [-z TOK] -f TEXT --policies a,b,c --budgets 64,128,... [--max-tokens N] [--chunk C] --out DIR\n\n"
+            printf("usage: kvbound sweep -m MODEL [-z TOK] -f TEXT --policies a,b,c --budgets 64,128,... [--max-tokens N] [--chunk C]\n"
+                   "                     [--prompt P] [policy options] --out DIR\n\n"
                    "Runs kvbound ppl (baseline full) for every policy x budget; writes DIR/sweep.csv, DIR/sweep.md and\n"
-                   "DIR/sweep.svg (ppl, KL and top-1 against peak KV bytes, a line per policy).\n");
+                   "DIR/sweep.svg (ppl, KL and top-1 against peak KV bytes, a line per policy). --prompt as in kvbound ppl.\n"
+                   "The policy options apply to every policy (--budget is replaced by --budgets).\n\n");
+            cli_policy_help(stdout, 256);
             return 0;
         }
+        int pr = cli_policy_option(&o.po, argc, argv, &i);
+        if (pr < 0) return 2;
+        if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--budgets")) budgets = v;

@@ -45,18 +45,25 @@ static void heat(FILE *f, int x0, const char *title, const double *lengths, int 
 int cmd_needle(int argc, char **argv) {
     const char *model = NULL, *tok = NULL, *out = NULL, *filler_path = NULL;
     double lengths[16], depths[16];
-    int nl = 0, ndp = 0, trials = 1, budget = 256, sinks = -1, threads = 2, chunk = 256;
+    int nl = 0, ndp = 0, trials = 1, threads = 2, chunk = 256;
+    struct cli_policy po;
+    cli_policy_init(&po, 256);
     long long seed = 1;
     enum kvb_policy_id pid = KVB_POLICY_FULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: kvbound needle -m MODEL [-z TOK] --lengths 256,512,... --depths 0,0.25,...,1 --policy P [--budget B]\n"
-                   "                      [--sinks N] [--trials K] [--seed S] [--filler FILE] [--chunk C] [-t N] --out DIR\n\n"
+                   "                      [--trials K] [--seed S] [--filler FILE] [--chunk C] [-t N] [policy options] --out DIR\n\n"
                    "Passkey retrieval: accuracy of the model's greedy answer, and retention (share of streams still holding\n"
-                   "the passkey tokens when the question is read), over length x depth. Writes needle.json/.md/.svg.\n");
+                   "the passkey tokens when the question is read, after the prompt's compression), over length x depth.\n"
+                   "Writes needle.json/.md/.svg.\n\n");
+            cli_policy_help(stdout, 256);
             return 0;
         }
+        int pr = cli_policy_option(&po, argc, argv, &i);
+        if (pr < 0) return 2;
+        if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
@@ -65,8 +72,6 @@ int cmd_needle(int argc, char **argv) {
         else if (!strcmp(a, "--lengths")) { if (parse_dlist(a, v, lengths, &nl, 16, false)) return 2; }
         else if (!strcmp(a, "--depths")) { if (parse_dlist(a, v, depths, &ndp, 16, true)) return 2; }
         else if (!strcmp(a, "--trials")) { if (cli_parse_i32(a, v, 1, 1000, &trials)) return 2; }
-        else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 2, 1 << 24, &budget)) return 2; }
-        else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
         else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, 1LL << 62, &seed)) return 2; }
@@ -100,10 +105,8 @@ int cmd_needle(int argc, char **argv) {
             double r = 0;
             for (int k = 0; k < trials; k++) {
                 rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-                struct kvb_needle_params np = {kvb_policy_default_params(pid), KVB_POS_POLICY_DEFAULT, (int32_t)lengths[i], depths[j],
+                struct kvb_needle_params np = {cli_policy_params(&po, pid), po.pos, (int32_t)lengths[i], depths[j],
                                                10000u + (uint32_t)((rs >> 33) % 90000u), filler, chunk, threads};
-                if (pid != KVB_POLICY_FULL) np.policy.budget = budget;
-                if (sinks >= 0) np.policy.n_sink = sinks;
                 struct kvb_needle_result nr;
                 if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
                 ok += nr.correct;
@@ -122,7 +125,7 @@ int cmd_needle(int argc, char **argv) {
     FILE *sv = fopen(path, "w");
     if (!j || !md || !sv) { fprintf(stderr, "kvbound: cannot write in '%s'\n", out); return 1; }
     fprintf(j, "{\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"trials\":%d,\"seed\":%lld,\"cells\":[", model, kvb_policy_name(pid),
-            pid == KVB_POLICY_FULL ? 0 : budget, trials, seed);
+            pid == KVB_POLICY_FULL ? 0 : po.budget, trials, seed);
     fprintf(md, "Needle retrieval, `%s`, policy %s%s, %d trial(s) per cell. Accuracy (retention):\n\n| tokens / depth |", model, kvb_policy_name(pid),
             pid == KVB_POLICY_FULL ? "" : " (budget)", trials);
     for (int d = 0; d < ndp; d++) fprintf(md, " %.2f |", depths[d]);
