@@ -7,6 +7,12 @@
  * window) — what the StreamingLLM reference code does. Logits agree within
  * 1e-4 at every step, far past the window (and the model's 128-token
  * trained context).
+ *
+ * The same reference, with original positions and an explicit retained set
+ * per (layer, KV head), also checks `ppl --prompt` for SnapKV (votes of the
+ * prompt's last window computed here, pooled, top-k, then the frozen prompt
+ * plus a decode budget) and for window, and the recompute baseline with a
+ * budget shorter than the text.
  */
 #include "testing.h"
 #include "model/model.h"
@@ -97,6 +103,211 @@ static void ref_step(struct ref *R, int32_t tok, int t, double *logits) {
     }
     rmsnorm(x, m->output_norm, R->E, m->info.rms_eps, xb);
     matvec(&m->output, xb, logits);
+}
+
+/* Logits of token `tok` at original position t, attending (original
+ * positions) to the positions j < t with keep[(l * HK + hk) * STEPS + j] and
+ * to itself. With vote, adds its softmax rows / G to vote[l][hk][j]. */
+static void ref_step_keep(struct ref *R, int32_t tok, int t, const unsigned char *keep, double *vote, double *logits) {
+    const struct kvb_model *m = R->m;
+    double x[4096], xb[4096], q[4096], kk[4096], vv[4096], att[4096], hg[4096], hu[4096], tmp[4096];
+    static double s[STEPS];
+    float emb[4096];
+    const int G = R->H / R->HK;
+    kvb_dequantize_row(m->tok_embd.type, m->tok_embd.data + (size_t)tok * m->tok_embd.row_bytes, emb, R->E);
+    for (int i = 0; i < R->E; i++) x[i] = emb[i];
+    for (int l = 0; l < R->L; l++) {
+        const struct kvb_layer *ly = &m->layers[l];
+        rmsnorm(x, ly->attn_norm, R->E, m->info.rms_eps, xb);
+        matvec(&ly->wq, xb, q);
+        matvec(&ly->wk, xb, kk);
+        matvec(&ly->wv, xb, vv);
+        memcpy(R->k + ((size_t)l * STEPS + t) * R->HK * R->D, kk, sizeof(double) * R->HK * R->D);
+        memcpy(R->v + ((size_t)l * STEPS + t) * R->HK * R->D, vv, sizeof(double) * R->HK * R->D);
+        for (int h = 0; h < R->H; h++) {
+            const int hk = h / G;
+            const unsigned char *kp = keep + ((size_t)l * R->HK + hk) * STEPS;
+            double qr[64], mx = -1e300, z = 0;
+            memcpy(qr, q + h * R->D, sizeof(double) * R->D);
+            rope(qr, R->D, t, m->info.rope_base);
+            for (int j = 0; j <= t; j++) {
+                if (j < t && !kp[j]) continue;
+                double kr[64];
+                memcpy(kr, R->k + ((size_t)l * STEPS + j) * R->HK * R->D + hk * R->D, sizeof(double) * R->D);
+                rope(kr, R->D, j, m->info.rope_base);
+                s[j] = 0;
+                for (int i = 0; i < R->D; i++) s[j] += qr[i] * kr[i];
+                s[j] /= sqrt((double)R->D);
+                mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j <= t; j++)
+                if (j == t || kp[j]) { s[j] = exp(s[j] - mx); z += s[j]; }
+            for (int i = 0; i < R->D; i++) {
+                double a = 0;
+                for (int j = 0; j <= t; j++)
+                    if (j == t || kp[j]) a += s[j] / z * R->v[((size_t)l * STEPS + j) * R->HK * R->D + hk * R->D + i];
+                att[h * R->D + i] = a;
+            }
+            if (vote)
+                for (int j = 0; j <= t; j++)
+                    if (j == t || kp[j]) vote[((size_t)l * R->HK + hk) * STEPS + j] += s[j] / z / G;
+        }
+        matvec(&ly->wo, att, tmp);
+        for (int i = 0; i < R->E; i++) x[i] += tmp[i];
+        rmsnorm(x, ly->ffn_norm, R->E, m->info.rms_eps, xb);
+        matvec(&ly->w_gate, xb, hg);
+        matvec(&ly->w_up, xb, hu);
+        for (int i = 0; i < R->F; i++) hg[i] = hg[i] / (1 + exp(-hg[i])) * hu[i];
+        matvec(&ly->w_down, hg, tmp);
+        for (int i = 0; i < R->E; i++) x[i] += tmp[i];
+    }
+    rmsnorm(x, m->output_norm, R->E, m->info.rms_eps, xb);
+    matvec(&m->output, xb, logits);
+}
+
+static double ref_nll(const double *lr, int V, int32_t target) {
+    double mx = lr[0], z = 0;
+    for (int i = 1; i < V; i++) mx = fmax(mx, lr[i]);
+    for (int i = 0; i < V; i++) z += exp(lr[i] - mx);
+    return mx + log(z) - lr[target];
+}
+
+/* kvbound ppl --prompt for snapkv (budget 64, window 16, max pool 7,
+ * decode budget 64) and window equals the reference within 0.5% in ppl. */
+TEST(ppl_prompt_snapkv_and_window_equal_reference) {
+    NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
+    NEED_SHARED(tp, "text/tinystories_validation_head.txt");
+    enum { P = 150, B = 64, W = 16, K = 7 };
+    struct kvb_model *m;
+    CHECK_OK(kvb_model_load(g, NULL, &m));
+    size_t len;
+    char *text = t_read_file(tp, &len);
+    int32_t *ids, n;
+    CHECK_OK(kvb_tokenize(m, text, 4000, true, false, &ids, &n));
+    CHECK(n >= STEPS);
+    n = getenv("KVB_TEST_QUICK") ? 220 : STEPS;
+    struct ref R = {m, m->info.n_embd, m->info.n_layer, m->info.n_head, m->info.n_head_kv, m->info.head_dim, m->info.n_ff, m->info.n_vocab, NULL, NULL};
+    R.k = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    R.v = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    const size_t NS = (size_t)R.L * R.HK * STEPS;
+    unsigned char *keep = malloc(NS);
+    double *vote = calloc(NS, sizeof(double)), *lr = malloc(sizeof(double) * (size_t)R.V), *nll = calloc((size_t)n, sizeof(double));
+    /* the prompt at full attention; its last W queries vote */
+    memset(keep, 1, NS);
+    for (int t = 0; t < P; t++) ref_step_keep(&R, ids[t], t, keep, t >= P - W ? vote : NULL, lr);
+    nll[0] = ref_nll(lr, R.V, ids[P]);
+    /* per stream: max-pool over [0, P - W), top B - W (ties: the newer stays), + the window */
+    for (size_t s = 0; s < (size_t)R.L * R.HK; s++) {
+        double pooled[P];
+        unsigned char *kp = keep + s * STEPS;
+        const double *vt = vote + s * STEPS;
+        for (int j = 0; j < P - W; j++) {
+            pooled[j] = -1;
+            for (int u = j - K / 2; u <= j + K / 2; u++)
+                if (u >= 0 && u < P - W) pooled[j] = fmax(pooled[j], vt[u]);
+        }
+        for (int j = 0; j < STEPS; j++) kp[j] = j >= P - W && j < P;
+        for (int r = 0; r < B - W; r++) {
+            int best = -1;
+            for (int j = 0; j < P - W; j++)
+                if (!kp[j] && (best < 0 || pooled[j] >= pooled[best])) best = j;
+            kp[best] = 1;
+        }
+    }
+    /* the continuation: the frozen prompt + the last B generated, original positions */
+    for (int t = P; t + 1 < n; t++) {
+        for (size_t s = 0; s < (size_t)R.L * R.HK; s++)
+            for (int j = P; j < t; j++) keep[s * STEPS + j] = j >= t - B;
+        ref_step_keep(&R, ids[t], t, keep, NULL, lr);
+        nll[t - P + 1] = ref_nll(lr, R.V, ids[t + 1]);
+    }
+    double sum_ref = 0;
+    for (int k = 0; k < n - P; k++) sum_ref += nll[k];
+    const double ppl_ref = exp(sum_ref / (n - P));
+    struct kvb_ppl_params pp = kvb_ppl_default_params();
+    pp.policy = kvb_policy_default_params(KVB_POLICY_SNAPKV);
+    pp.policy.budget = B;
+    pp.policy.obs_window = W;
+    pp.prompt = P;
+    pp.baseline = KVB_BASELINE_FULL;
+    struct kvb_ppl_result r;
+    CHECK_OK(kvb_eval_ppl(m, ids, n, &pp, &r));
+    CHECK_EQ_INT(r.tokens, n - P);
+    CHECK_NEAR(r.prompt_kept, B, 1e-9);
+    double worst = 0;
+    for (int k = 0; k < n - P; k++) worst = fmax(worst, fabs(nll[k] - r.nll_tok[k]));
+    printf("  snapkv --prompt %d --budget %d: ppl %.6f, reference %.6f (%.4f%%), max per-token NLL difference %.2e; full %.6f\n", P, B, r.ppl,
+           ppl_ref, 100 * fabs(r.ppl / ppl_ref - 1), worst, r.base_ppl);
+    if (fabs(r.ppl / ppl_ref - 1) > 0.005) FAILF("snapkv --prompt ppl %.6f vs reference %.6f", r.ppl, ppl_ref);
+    CHECK(fabs(r.ppl - r.base_ppl) > 1e-3); /* the compression changed something */
+    kvb_ppl_result_free(&r);
+    /* window (a decode-time policy): B + 1 tokens attended throughout, the prompt unscored */
+    memset(keep, 1, NS);
+    for (int t = 0; t + 1 < n; t++) {
+        for (size_t s = 0; s < (size_t)R.L * R.HK; s++)
+            for (int j = 0; j < t; j++) keep[s * STEPS + j] = j >= t - B;
+        ref_step_keep(&R, ids[t], t, keep, NULL, lr);
+        if (t >= P - 1) nll[t - P + 1] = ref_nll(lr, R.V, ids[t + 1]);
+    }
+    sum_ref = 0;
+    for (int k = 0; k < n - P; k++) sum_ref += nll[k];
+    const double wppl_ref = exp(sum_ref / (n - P));
+    pp.policy = kvb_policy_default_params(KVB_POLICY_WINDOW);
+    pp.policy.budget = B + 1;
+    CHECK_OK(kvb_eval_ppl(m, ids, n, &pp, &r));
+    worst = 0;
+    for (int k = 0; k < n - P; k++) worst = fmax(worst, fabs(nll[k] - r.nll_tok[k]));
+    printf("  window --prompt %d --budget %d: ppl %.6f, reference %.6f, max per-token NLL difference %.2e\n", P, B + 1, r.ppl, wppl_ref, worst);
+    if (worst > 1e-4 || fabs(r.ppl / wppl_ref - 1) > 0.005) FAILF("window --prompt differs from the reference");
+    kvb_ppl_result_free(&r);
+    free(keep); free(vote); free(lr); free(nll); free(R.k); free(R.v);
+    kvb_buffer_free(ids);
+    free(text);
+    kvb_model_free(m);
+}
+
+/* The recompute baseline (the last B tokens from scratch at 0..B-1) with B
+ * shorter than the text, against the reference run from scratch per token. */
+TEST(recompute_baseline_equals_reference) {
+    NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
+    NEED_SHARED(tp, "text/tinystories_validation_head.txt");
+    enum { B = 24 };
+    struct kvb_model *m;
+    CHECK_OK(kvb_model_load(g, NULL, &m));
+    size_t len;
+    char *text = t_read_file(tp, &len);
+    int32_t *ids, n;
+    CHECK_OK(kvb_tokenize(m, text, 4000, true, false, &ids, &n));
+    n = getenv("KVB_TEST_QUICK") ? 60 : 120;
+    struct ref R = {m, m->info.n_embd, m->info.n_layer, m->info.n_head, m->info.n_head_kv, m->info.head_dim, m->info.n_ff, m->info.n_vocab, NULL, NULL};
+    R.k = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    R.v = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    const size_t NS = (size_t)R.L * R.HK * STEPS;
+    unsigned char *keep = malloc(NS);
+    memset(keep, 1, NS);
+    double *lr = malloc(sizeof(double) * (size_t)R.V), worst = 0, sum_ref = 0;
+    struct kvb_ppl_params pp = kvb_ppl_default_params();
+    pp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    pp.policy.budget = B;
+    pp.baseline = KVB_BASELINE_RECOMPUTE;
+    struct kvb_ppl_result r;
+    CHECK_OK(kvb_eval_ppl(m, ids, n, &pp, &r));
+    for (int g2 = 0; g2 + 1 < n; g2++) {
+        const int s0 = g2 - B + 1 > 0 ? g2 - B + 1 : 0;
+        for (int i = 0; i <= g2 - s0; i++) ref_step_keep(&R, ids[s0 + i], i, keep, NULL, lr);
+        const double nl = ref_nll(lr, R.V, ids[g2 + 1]);
+        sum_ref += nl;
+        worst = fmax(worst, fabs(nl - r.base_nll_tok[g2]));
+    }
+    const double ppl_ref = exp(sum_ref / (n - 1));
+    printf("  recompute B %d over %d tokens: %.6f, reference %.6f, max per-token NLL difference %.2e\n", B, n, r.base_ppl, ppl_ref, worst);
+    if (worst > 1e-4) FAILF("recompute baseline differs from the reference");
+    CHECK(n > B + 10); /* the budget is shorter than the text: the oracle drops tokens */
+    kvb_ppl_result_free(&r);
+    free(keep); free(lr); free(R.k); free(R.v);
+    kvb_buffer_free(ids);
+    free(text);
+    kvb_model_free(m);
 }
 
 TEST(streaming_contiguous_equals_rerotation_reference) {
@@ -192,5 +403,7 @@ TEST(ppl_window_and_streaming_equal_direct_recomputation) {
 int main(void) {
     RUN(ppl_window_and_streaming_equal_direct_recomputation);
     RUN(streaming_contiguous_equals_rerotation_reference);
+    RUN(ppl_prompt_snapkv_and_window_equal_reference);
+    RUN(recompute_baseline_equals_reference);
     return test_summary();
 }
