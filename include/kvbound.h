@@ -532,6 +532,8 @@ struct kvb_context_params {
     int32_t n_threads;               /* default 1 */
     int32_t n_ctx;                   /* token limit for the full policy; 0 = the model's trained length */
     int32_t chunk;                   /* prefill chunk (default 256) */
+    int32_t max_distance;            /* positions capped (lminfinite): the distance cap; 0 = the
+                                      * model's trained length */
 };
 struct kvb_context_params kvb_context_default_params(void);
 
@@ -617,6 +619,7 @@ struct kvb_ppl_params {
     int32_t n_threads;
     int32_t segment;            /* predictions per curve point (256) */
     enum kvb_dtype kv_dtype;    /* f32 by default: measure the policy, not KV rounding */
+    int32_t max_distance;       /* positions capped (lminfinite): 0 = the model's trained length */
     int32_t prompt;             /* > 0: the kvpress protocol. The first `prompt` tokens (BOS
                                  * included) are a prompt, read through kvb_context_prompt (the
                                  * snapkv family compresses it to policy.budget per stream and

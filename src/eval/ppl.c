@@ -225,6 +225,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
     if (bounded && !compress_prompt) cp.policy.budget = B - C;
     cp.pos_mode = p->pos_mode;
     cp.kv_dtype = p->kv_dtype;
+    cp.max_distance = p->max_distance;
     cp.n_threads = p->n_threads;
     cp.chunk = compress_prompt ? KVB_MAX(C, 256) : C; /* a compressed prompt is read in big chunks */
     cp.n_ctx = (int32_t)KVB_MIN(n + 8, (int64_t)INT32_MAX);

@@ -62,6 +62,7 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
     if (params->chunk < 1 || params->chunk > 8192) return kvb_fail(KVB_ERR_INVALID, "context: chunk must be in 1..8192, got %d", (int)params->chunk);
     if (params->n_threads < 1 || params->n_threads > 1024) return kvb_fail(KVB_ERR_INVALID, "context: n_threads must be in 1..1024, got %d", (int)params->n_threads);
     if (params->n_ctx < 0) return kvb_fail(KVB_ERR_INVALID, "context: n_ctx must be >= 0");
+    if (params->max_distance < 0) return kvb_fail(KVB_ERR_INVALID, "context: max_distance must be >= 0");
     const struct kvb_model_info *in = &m->info;
     struct kvb_context *c = kvb_calloc(1, sizeof *c);
     if (!c) return kvb_fail(KVB_ERR_NOMEM, "context: out of memory");
@@ -79,7 +80,7 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
     cp.rope = (struct kvb_rope){in->rope_type, in->rope_dims, in->rope_base, in->rope_freq_scale, m->rope_freqs};
     cp.policy = params->policy;
     cp.pool_bytes = params->kv_pool_bytes;
-    cp.max_distance = in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite): the trained length */
+    cp.max_distance = params->max_distance > 0 ? params->max_distance : in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite) */
     kvb_status st = kvb_cache_init(NULL, &cp, &c->cache);
     if (st == KVB_OK) st = kvb_threadpool_init(params->n_threads, &c->tp);
     if (st != KVB_OK) {

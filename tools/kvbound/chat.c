@@ -140,6 +140,7 @@ int cmd_chat(int argc, char **argv) {
     struct kvb_context_params cp = kvb_context_default_params();
     cp.policy = cli_policy_params(&po, pid);
     cp.pos_mode = po.pos;
+    cp.max_distance = po.max_distance;
     cp.n_threads = threads;
     cp.chunk = 128;
     /* a compressing policy reads each turn whole before compressing: room for

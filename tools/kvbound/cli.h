@@ -23,7 +23,7 @@ double cli_now_sec(void);
  * Unset fields are -1 (the policy's default applies). */
 struct cli_policy {
     int budget, sinks, recent, history, threshold, obs_window, pool_kernel, decode_budget, prefill_budget;
-    int pool_mode, tova_scope;
+    int pool_mode, tova_scope, max_distance;
     float heavy_ratio, pyramid_beta, ada_floor;
     enum kvb_pos_mode pos;
 };

@@ -77,6 +77,7 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     pp.policy = cli_policy_params(&po, id);
     if (pp.policy.n_sink >= budget - o->chunk && id != KVB_POLICY_FULL) pp.policy.n_sink = 0;
     pp.pos_mode = o->po.pos;
+    pp.max_distance = o->po.max_distance;
     pp.prompt = o->prompt;
     pp.chunk = o->chunk;
     pp.baseline = base;

@@ -15,6 +15,7 @@ void cli_policy_init(struct cli_policy *o, int default_budget) {
     o->budget = default_budget;
     o->sinks = o->recent = o->history = o->threshold = o->obs_window = o->pool_kernel = -1;
     o->decode_budget = o->prefill_budget = o->pool_mode = o->tova_scope = -1;
+    o->max_distance = 0;
     o->heavy_ratio = o->pyramid_beta = o->ada_floor = -1;
     o->pos = KVB_POS_POLICY_DEFAULT;
 }
@@ -22,7 +23,7 @@ void cli_policy_init(struct cli_policy *o, int default_budget) {
 int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
     static const char *const flags[] = {"--budget", "--sinks", "--positions", "--recent", "--heavy-ratio", "--history",
                                         "--threshold", "--obs-window", "--pool-kernel", "--pool", "--pyramid-beta",
-                                        "--ada-floor", "--decode-budget", "--prefill-budget", "--tova-scope"};
+                                        "--ada-floor", "--decode-budget", "--prefill-budget", "--tova-scope", "--max-distance"};
     const char *a = argv[*i];
     bool known = false;
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(a, flags[k]);
@@ -40,6 +41,7 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
         r = cli_parse_i32(a, v, 1, 255, &o->pool_kernel);
         if (!r && !(o->pool_kernel & 1)) { fprintf(stderr, "kvbound: --pool-kernel: %d is not odd\n", o->pool_kernel); r = -1; }
     }
+    else if (!strcmp(a, "--max-distance")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_distance);
     else if (!strcmp(a, "--decode-budget")) r = cli_parse_i32(a, v, 1, 1 << 24, &o->decode_budget);
     else if (!strcmp(a, "--prefill-budget")) r = cli_parse_i32(a, v, 0, 1 << 24, &o->prefill_budget);
     else if (!strcmp(a, "--heavy-ratio")) r = cli_parse_f32(a, v, 0, 1, &o->heavy_ratio);
@@ -90,7 +92,9 @@ void cli_policy_help(FILE *f, int default_budget) {
             "  --budget N          tokens kept per (layer, KV head) by bounded policies (default %d)\n"
             "  --sinks N           pinned first tokens (default: the policy's; streaming %d, lminfinite %d, others %d)\n"
             "  --positions MODE    original | contiguous | capped (default: the policy's; capped = distances\n"
-            "                      capped at the trained length, as LM-Infinite)\n"
+            "                      capped at --max-distance, as LM-Infinite)\n"
+            "  --max-distance N    positions capped: the largest distance attention sees (default: the model's\n"
+            "                      trained length, GGUF context_length)\n"
             "  --recent N          protected most recent tokens (default: the policy's rule)\n"
             "  --heavy-ratio F     h2o, block-h2o: share of the budget for heavy hitters (default %g)\n"
             "  --history N         scissorhands: history window in steps (default %d)\n"

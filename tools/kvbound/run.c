@@ -107,6 +107,7 @@ int cmd_run(int argc, char **argv) {
     if (n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); kvb_buffer_free(ids); kvb_model_free(m); free(pbuf); return 1; }
     cp.policy = cli_policy_params(&po, pid);
     cp.pos_mode = po.pos;
+    cp.max_distance = po.max_distance;
     cp.kv_dtype = kvd;
     cp.block_size = block;
     cp.n_threads = threads;
