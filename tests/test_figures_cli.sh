@@ -76,6 +76,8 @@ check figures_past_trained_length "$T/past.json" "window baseline_ppl 5.1464 0.0
 M5="$D/models/babyllama-tok105"
 "$K" ppl -m "$M5/model5000.bin" -z "$M5/tok105.bin" -f "$T/ts60k.txt" --policy streaming,lminfinite,window --budget 512 --max-tokens 4000 --baseline none --json > "$T/lm5.json" 2>/dev/null
 check figures_lminfinite_model5000 "$T/lm5.json" "streaming ppl 40.5826 0.005" "lminfinite ppl 2.1736 0.0006" "window ppl 40.7324 0.005"
+"$K" ppl -m "$M5/model5000.bin" -z "$M5/tok105.bin" -f "$T/ts60k.txt" --policy streaming,lminfinite,window --budget 256 --max-tokens 4000 --baseline none --json > "$T/lm5b.json" 2>/dev/null
+check figures_lminfinite_model5000_at_trained_length "$T/lm5b.json" "streaming ppl 2.1586 0.0006" "lminfinite ppl 2.1603 0.0006" "window ppl 2.1612 0.0006"
 S2="$D/models/stories260K"
 "$K" ppl -m "$S2/stories260K.bin" -z "$S2/tok512.bin" -f "$T/ts60k.txt" --policy streaming,lminfinite --budget 1024 --max-tokens 4000 --baseline none --json > "$T/lm2.json" 2>/dev/null
 check figures_lminfinite_stories260k "$T/lm2.json" "streaming ppl 4.2703 0.0006" "lminfinite ppl 3.9419 0.0006"
@@ -84,7 +86,8 @@ check figures_lminfinite_stories260k "$T/lm2.json" "streaming ppl 4.2703 0.0006"
 "$K" ppl -m "$S" -f "$T/ts60k.txt" --policy snapkv,pyramidkv,adakv,h2o,tova,streaming,window --budget 64 --prompt 400 --max-tokens 500 --json > "$T/pr.json" 2>/dev/null
 check figures_prompt_compression "$T/pr.json" "snapkv baseline_ppl 3.3356 0.0006" \
     "snapkv ppl 3.4729 0.0006" "snapkv kl 0.0161 0.0006" "snapkv prompt_kept 64.00 0.001" \
-    "pyramidkv ppl 3.5043 0.0006" "pyramidkv prompt_kept 63.60 0.001" "adakv ppl 3.4255 0.0006" "adakv top1 0.990 0.0011" \
+    "pyramidkv ppl 3.5043 0.0006" "pyramidkv prompt_kept 63.60 0.001" "pyramidkv prompt_kept_min 33 0" "pyramidkv prompt_kept_max 94 0" \
+    "adakv ppl 3.4255 0.0006" "adakv kl 0.0109 0.0006" "adakv top1 0.990 0.0011" "adakv prompt_kept_min 38 0" "adakv prompt_kept_max 99 0" \
     "h2o ppl 4.1734 0.0006" "tova ppl 4.2602 0.0006" "streaming ppl 4.1545 0.0006" "window ppl 3.9774 0.0006"
 
 # Attention sinks: share of full attention on position 0 per layer, and retained mass (streaming, B = 64, 1,000 tokens)
