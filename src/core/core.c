@@ -5,6 +5,8 @@
 #define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) */
 #include "core.h"
 
+#include <pthread.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -129,17 +131,18 @@ void kvb_aligned_free(void *p) {
 }
 
 static uint32_t crc_table[256];
-static bool crc_ready;
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
 
 uint32_t kvb_crc32(uint32_t crc, const void *data, size_t n) {
-    if (!crc_ready) { /* idempotent: racing threads write the same values */
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            crc_table[i] = c;
-        }
-        crc_ready = true;
-    }
+    pthread_once(&crc_once, crc_init); /* the table is built once, before any thread reads it */
     const uint8_t *b = data;
     crc = ~crc;
     for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ b[i]) & 0xff] ^ (crc >> 8);

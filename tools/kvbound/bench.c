@@ -148,7 +148,7 @@ static int bench_cache(int argc, char **argv) {
                     return 1;
                 }
             }
-        pol[p].ns = calloc((size_t)steps, sizeof(double));
+        pol[p].ns = cli_xcalloc((size_t)steps, sizeof(double), "step times");
         pol[p].n_ns = 0;
     }
     /* warm-up: one step each, untimed */

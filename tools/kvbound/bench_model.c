@@ -91,7 +91,7 @@ static int stream_run(struct kvb_model *m, enum kvb_policy_id id, int budget, in
     cp.kv_pool_bytes = per_tok * (size_t)((id == KVB_POLICY_FULL ? n : budget) + 512) + ((size_t)16 << 20);
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
-    float *logits = malloc(sizeof(float) * (size_t)m->info.n_vocab);
+    float *logits = cli_xmalloc(sizeof(float) * (size_t)m->info.n_vocab, "logits");
     int32_t t = 1;
     int k = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -113,7 +113,7 @@ static int stream_run(struct kvb_model *m, enum kvb_policy_id id, int budget, in
 
 static void pct(const double *lat, int64_t end, double *p50, double *p99) {
     int64_t w = end < 500 ? end : 500;
-    double *tmp = malloc(sizeof(double) * (size_t)w);
+    double *tmp = cli_xmalloc(sizeof(double) * (size_t)w, "latency percentiles");
     memcpy(tmp, lat + end - w, sizeof(double) * (size_t)w);
     qsort(tmp, (size_t)w, sizeof(double), cmp_d);
     *p50 = tmp[w / 2];
@@ -184,9 +184,9 @@ int bench_stream(int argc, char **argv) {
     struct kvb_context *c;
     double rec = 0;
     if (kvb_context_init(m, &cp, &c) == KVB_OK) {
-        int32_t *toks = malloc(sizeof(int32_t) * (size_t)budget);
+        int32_t *toks = cli_xmalloc(sizeof(int32_t) * (size_t)budget, "tokens");
         for (int i = 0; i < budget; i++) toks[i] = 1 + (i * 7919) % (m->info.n_vocab - 1);
-        float *lg = malloc(sizeof(float) * (size_t)m->info.n_vocab);
+        float *lg = cli_xmalloc(sizeof(float) * (size_t)m->info.n_vocab, "logits");
         const int reps = 5;
         double t0 = cli_now_sec();
         for (int r = 0; r < reps; r++) {
@@ -239,8 +239,8 @@ int bench_model(int argc, char **argv, bool prefill) {
     cp.kv_pool_bytes = per_tok * (size_t)(cp.n_ctx + 64) + ((size_t)16 << 20);
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    float *logits = malloc(sizeof(float) * (size_t)in->n_vocab);
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(chunk * 3 + n + 8));
+    float *logits = cli_xmalloc(sizeof(float) * (size_t)in->n_vocab, "logits");
+    int32_t *toks = cli_xmalloc(sizeof(int32_t) * (size_t)(chunk * 3 + n + 8), "tokens");
     for (int i = 0; i < chunk * 3 + n + 8; i++) toks[i] = 1 + (i * 7919) % (in->n_vocab - 1);
     /* weights read per token: every matrix once, one embedding row */
     double w_bytes = (double)in->weight_bytes - (double)m->tok_embd.n_out * (double)m->tok_embd.row_bytes * (in->tied_output ? 0 : 1);
@@ -250,7 +250,7 @@ int bench_model(int argc, char **argv, bool prefill) {
     kvb_threadpool_init(threads, &tp);
     if (!prefill) {
         kvb_context_eval(c, toks, 1, logits, false);
-        double *dt = malloc(sizeof(double) * (size_t)n);
+        double *dt = cli_xmalloc(sizeof(double) * (size_t)n, "step times");
         double kv_read = 0;
         for (int i = 0; i < n; i++) {
             double t0 = cli_now_sec();

@@ -65,7 +65,7 @@ int bench_tokenize(int argc, char **argv) {
         return 1;
     }
     fclose(in);
-    double *t_load = malloc(sizeof(double) * (size_t)reps * 4), *t_enc = t_load + reps, *t_cpu = t_enc + reps, *t_out = t_cpu + reps;
+    double *t_load = cli_xmalloc(sizeof(double) * (size_t)reps * 4, "timings"), *t_enc = t_load + reps, *t_cpu = t_enc + reps, *t_out = t_cpu + reps;
     printf("[\n");
     int rc = 0;
     for (int k = 0; k < n_models && rc == 0; k++) {

@@ -68,6 +68,24 @@ void cli_log_stderr(enum kvb_log_level level, const char *msg, void *user) {
     if ((int)level <= KVB_LOG_WARN + verbose) fprintf(stderr, "kvbound: %s: %s\n", names[level], msg);
 }
 
+void *cli_xmalloc(size_t bytes, const char *what) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "kvbound: out of memory (%zu bytes for %s)\n", bytes, what);
+        exit(1);
+    }
+    return p;
+}
+
+void *cli_xcalloc(size_t n, size_t size, const char *what) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "kvbound: out of memory (%zu x %zu bytes for %s)\n", n, size, what);
+        exit(1);
+    }
+    return p;
+}
+
 double cli_now_sec(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -18,6 +18,10 @@ int cli_parse_f32(const char *flag, const char *value, double lo, double hi, flo
 const char *cli_value(int argc, char **argv, int *i);
 void cli_log_stderr(enum kvb_log_level level, const char *msg, void *user);
 double cli_now_sec(void);
+/* malloc / calloc for the CLI's own buffers: on failure print "out of
+ * memory" naming what and exit(1) (the program, never the library). */
+void *cli_xmalloc(size_t bytes, const char *what);
+void *cli_xcalloc(size_t n, size_t size, const char *what);
 
 /* Policy options shared by run, chat, ppl, sweep and needle (policy_opts.c).
  * Unset fields are -1 (the policy's default applies). */
