@@ -59,6 +59,7 @@ int main(int argc, char **argv) {
     for (int id = 0; id < KVB_POLICY_COUNT; id++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
         cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = 4; cp.block_size = 4;
+        cp.max_distance = 5; /* lminfinite: positions capped */
         cp.dtype = id & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
         cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, 4, 10000.0f, 1.0f, NULL};
         cp.policy = kvb_policy_default_params((enum kvb_policy_id)id);

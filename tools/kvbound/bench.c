@@ -47,7 +47,7 @@ static void bench_usage(FILE *f) {
             "  --steps N           timed steps per policy (default 64)\n"
             "  --dtype f16|f32     cache storage type (default f16)\n"
             "  --block-size N      tokens per page (default 16)\n"
-            "  --positions M       original|contiguous (default: the policy's)\n"
+            "  --positions M       original|contiguous|capped (default: the policy's; capped: at --budget)\n"
             "  -t, --threads N     threads (default 2)\n"
             "  --seed S            data seed (default 1)\n"
             "  --json              print JSON only (default prints JSON too)\n");
@@ -94,7 +94,8 @@ static int bench_cache(int argc, char **argv) {
         } else if (!strcmp(a, "--positions")) {
             if (!strcmp(v, "original")) pos = KVB_POS_ORIGINAL;
             else if (!strcmp(v, "contiguous")) pos = KVB_POS_CONTIGUOUS;
-            else { fprintf(stderr, "kvbound: --positions: '%s' is not original or contiguous\n", v); return 2; }
+            else if (!strcmp(v, "capped")) pos = KVB_POS_CAPPED;
+            else { fprintf(stderr, "kvbound: --positions: '%s' is not original, contiguous or capped\n", v); return 2; }
         } else {
             fprintf(stderr, "kvbound bench cache: unknown option '%s'\n", a);
             return 2;
