@@ -39,7 +39,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define ROPE_MEMO 4
+#define ROPE_MEMO 16 /* capped positions: the global tokens keep their rotations across steps */
 
 struct kvb_head_scratch {
     float *acc;      /* [MAX_ROWS][d] */

@@ -137,8 +137,12 @@ static int bench_cache(int argc, char **argv) {
         cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, head_dim, 10000.0f, 1.0f, NULL};
         cp.policy = kvb_policy_default_params(pol[p].id);
         if (pol[p].id != KVB_POLICY_FULL) cp.policy.budget = budget;
+        /* the snapkv family: the filled cache is its prompt, compressed (kept
+         * whole) at the first step; a decode budget of 1 makes it attend to
+         * budget + 1 tokens like every other bounded policy */
+        if (kvb_policy_compresses(pol[p].id)) cp.policy.decode_budget = 1;
         size_t page = kvb_cache_page_bytes(&cp);
-        int64_t max_tokens = pol[p].id == KVB_POLICY_FULL ? (int64_t)budget + steps + 1 : budget + 1;
+        int64_t max_tokens = pol[p].id == KVB_POLICY_FULL ? (int64_t)budget + steps + 1 : budget + 2;
         cp.pool_bytes = (size_t)layers * kv_heads * (size_t)(max_tokens / block + 2) * (page + 64);
         if (kvb_cache_init(NULL, &cp, &pol[p].cache) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
         for (int t = 0; t < budget; t++)
