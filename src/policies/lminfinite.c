@@ -19,7 +19,7 @@ static int32_t lminfinite_select(const struct kvb_policy *p, struct kvb_stream *
 
 const struct kvb_policy_i kvb_policy_lminfinite = {
     .name = "lminfinite",
-    .describe = "LM-Infinite: n_sink global tokens + the most recent, original positions with every distance capped at the trained length (positions capped). params: budget=256 n_sink=10",
+    .describe = "LM-Infinite: n_sink global tokens + the most recent, original positions with every distance capped at the trained length (positions capped). params: budget=256 n_sink=10 max_distance=trained length",
     .flags = 0,
     .n_state = 0,
     .default_pos = KVB_POS_CAPPED,

@@ -258,7 +258,7 @@ static void audits_and_findings(struct lab_report *rep) {
         int losers = 0;
         for (int p = 0; p < o->n_pol; p++) {
             enum kvb_policy_id id = o->pol[p];
-            if (id == KVB_POLICY_FULL || id == KVB_POLICY_WINDOW || id == KVB_POLICY_STREAMING) continue;
+            if (id == KVB_POLICY_FULL || id == KVB_POLICY_WINDOW || id == KVB_POLICY_STREAMING || id == KVB_POLICY_LMINFINITE) continue;
             double m = lab_find(o, df, id, k)->r.mass_mean;
             losers += m < mw;
             used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s %+.4f", used ? ", " : "", kvb_policy_name(id), m - mw);
