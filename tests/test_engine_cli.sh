@@ -97,4 +97,31 @@ else skip_case mkmodel_bpe_vocab_runs "missing $VS"; fi
 "$K" tokenize -m "$T/nothere.gguf" -p x 2> "$T/e7.txt"; r7=$?
 if [ $r6 -eq 2 ] && [ $r7 -eq 1 ] && grep -q 'nothere.gguf' "$T/e7.txt"; then ok tokenize_errors; else ko tokenize_errors "$(cat "$T/e6.txt" "$T/e7.txt")"; fi
 
+# prompt compression on the paths people use (issue: policy fidelity)
+"$K" run -m "$G" -p "Once upon a time" --policy adakv --budget 128 -n 20 --temp 0 > /dev/null 2> "$T/ada.txt"
+if grep -q 'prompt 5 tokens, compressed prompt 5.0 tokens per stream (min 5, max 5)' "$T/ada.txt"; then ok run_adakv_short_prompt_kept_whole
+else ko run_adakv_short_prompt_kept_whole "$(tail -n 1 "$T/ada.txt")"; fi
+head -c 3000 "$D/text/tinystories_validation_head.txt" > "$T/long.txt"
+"$K" run -m "$G" -f "$T/long.txt" --policy snapkv --budget 64 -n 100 --temp 0 > /dev/null 2> "$T/snap.txt"
+"$K" run -m "$G" -f "$T/long.txt" --policy pyramidkv --budget 64 -n 100 --temp 0 > /dev/null 2> "$T/pyr.txt"
+if grep -q 'prompt 1499 tokens, compressed prompt 64.0 tokens per stream (min 64, max 64).*KV 0.09 MB (peak 0.96 MB), policy snapkv' "$T/snap.txt" &&
+   grep -q 'compressed prompt 63.[0-9] tokens per stream (min 3[0-9], max 9[0-9])' "$T/pyr.txt"; then ok run_snapkv_pyramidkv_report_compressed_prompt
+else ko run_snapkv_pyramidkv_report_compressed_prompt "$(tail -n 1 "$T/snap.txt") / $(tail -n 1 "$T/pyr.txt")"; fi
+printf 'Tell me a story about a cat and a dog who play in the park.\nAnd then?\n/stats\n' |
+    "$K" chat -m "$G" --policy snapkv --budget 16 --decode-budget 8 -n 20 --temp 0 > "$T/sc.txt" 2>&1
+n=$(grep -c '^\[compressed prompt: 16.0 tokens per stream (min 16, max 16) of [0-9]* seen\]' "$T/sc.txt")
+if [ "$n" -eq 2 ] && grep -q 'longest 24)' "$T/sc.txt"; then ok chat_snapkv_compresses_every_turn
+else ko chat_snapkv_compresses_every_turn "$(grep -E 'compressed|tokens seen' "$T/sc.txt" | head -3)"; fi
+hb=0
+for c in run chat ppl sweep needle; do
+    "$K" $c --help > "$T/h.txt" 2>&1
+    for f in --decode-budget --prefill-budget --obs-window --pool-kernel --pool --heavy-ratio --recent --history --threshold \
+             --pyramid-beta --ada-floor --tova-scope --max-distance; do
+        grep -q -- "^  $f " "$T/h.txt" || { echo "  $c --help lacks $f"; hb=1; }
+    done
+done
+"$K" run -m "$G" -p x --policy snapkv --pool mean 2> "$T/e7.txt"; r7=$?
+if [ $hb -eq 0 ] && [ $r7 -eq 2 ] && grep -q -- "--pool: 'mean' is not max or avg" "$T/e7.txt" &&
+   "$K" policies | grep -q '^lminfinite '; then ok policy_options_everywhere
+else ko policy_options_everywhere "$(cat "$T/e7.txt")"; fi
 cli_summary
