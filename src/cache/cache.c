@@ -815,7 +815,8 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
     kvb_threadpool_run(tp, decode_worker, &jb);
     c->n_past[layer]++;
     update_peak(c);
-    if (c->policy.iface->combine) combine_and_evict(c, layer, tp);
+    /* serial: one O(n) pick per stream costs less than waking the pool again */
+    if (c->policy.iface->combine) combine_and_evict(c, layer, NULL);
     return KVB_OK;
 }
 
@@ -976,7 +977,8 @@ static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stre
     return c->params.n_kv_head;
 }
 
-/* Layer-wide scores (tova's layer scope), then eviction of every stream. */
+/* Layer-wide scores (tova's layer scope), then eviction of every stream
+ * (over tp's threads; tp NULL: serially). */
 static void combine_and_evict(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp) {
     if (c->policy.iface->combine) {
         struct kvb_stream *ptrs[KVB_MAX_KV_HEADS];
