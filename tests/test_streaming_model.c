@@ -53,62 +53,13 @@ static void rope(double *x, int D, int pos, double base) { /* interleaved pairs 
     }
 }
 
-/* Logits of token at original position t, attending to the retained set. */
-static void ref_step(struct ref *R, int32_t tok, int t, double *logits) {
-    const struct kvb_model *m = R->m;
-    double x[4096], xb[4096], q[4096], kk[4096], vv[4096], att[4096], hg[4096], hu[4096], tmp[4096];
-    float emb[4096];
-    kvb_dequantize_row(m->tok_embd.type, m->tok_embd.data + (size_t)tok * m->tok_embd.row_bytes, emb, R->E);
-    for (int i = 0; i < R->E; i++) x[i] = emb[i];
-    int ret[BUDGET + 8], n = 0; /* retained original positions, incl. t */
-    for (int p = 0; p <= t; p++)
-        if (p < SINKS || p > t - (BUDGET + 1 - SINKS)) ret[n++] = p;
-    for (int l = 0; l < R->L; l++) {
-        const struct kvb_layer *ly = &m->layers[l];
-        rmsnorm(x, ly->attn_norm, R->E, m->info.rms_eps, xb);
-        matvec(&ly->wq, xb, q);
-        matvec(&ly->wk, xb, kk);
-        matvec(&ly->wv, xb, vv);
-        memcpy(R->k + ((size_t)l * STEPS + t) * R->HK * R->D, kk, sizeof(double) * R->HK * R->D);
-        memcpy(R->v + ((size_t)l * STEPS + t) * R->HK * R->D, vv, sizeof(double) * R->HK * R->D);
-        for (int h = 0; h < R->H; h++) {
-            int hk = h / (R->H / R->HK);
-            double qr[64], s[BUDGET + 8], mx = -1e300, z = 0;
-            memcpy(qr, q + h * R->D, sizeof(double) * R->D);
-            rope(qr, R->D, n - 1, m->info.rope_base);
-            for (int j = 0; j < n; j++) {
-                double kr[64];
-                memcpy(kr, R->k + ((size_t)l * STEPS + ret[j]) * R->HK * R->D + hk * R->D, sizeof(double) * R->D);
-                rope(kr, R->D, j, m->info.rope_base); /* from scratch, at cache position j */
-                s[j] = 0;
-                for (int i = 0; i < R->D; i++) s[j] += qr[i] * kr[i];
-                s[j] /= sqrt((double)R->D);
-                mx = fmax(mx, s[j]);
-            }
-            for (int j = 0; j < n; j++) { s[j] = exp(s[j] - mx); z += s[j]; }
-            for (int i = 0; i < R->D; i++) {
-                double a = 0;
-                for (int j = 0; j < n; j++) a += s[j] / z * R->v[((size_t)l * STEPS + ret[j]) * R->HK * R->D + hk * R->D + i];
-                att[h * R->D + i] = a;
-            }
-        }
-        matvec(&ly->wo, att, tmp);
-        for (int i = 0; i < R->E; i++) x[i] += tmp[i];
-        rmsnorm(x, ly->ffn_norm, R->E, m->info.rms_eps, xb);
-        matvec(&ly->w_gate, xb, hg);
-        matvec(&ly->w_up, xb, hu);
-        for (int i = 0; i < R->F; i++) hg[i] = hg[i] / (1 + exp(-hg[i])) * hu[i];
-        matvec(&ly->w_down, hg, tmp);
-        for (int i = 0; i < R->E; i++) x[i] += tmp[i];
-    }
-    rmsnorm(x, m->output_norm, R->E, m->info.rms_eps, xb);
-    matvec(&m->output, xb, logits);
-}
-
-/* Logits of token `tok` at original position t, attending (original
- * positions) to the positions j < t with keep[(l * HK + hk) * STEPS + j] and
- * to itself. With vote, adds its softmax rows / G to vote[l][hk][j]. */
-static void ref_step_keep(struct ref *R, int32_t tok, int t, const unsigned char *keep, double *vote, double *logits) {
+/* The forward pass of token `tok` stored at slot t (K/V kept pre-RoPE per
+ * slot). Stream s = layer * HK + kv_head attends to its slots ret[s][0..n[s])
+ * (the last is t itself), the key of ret[s][j] rotated at kpos[s][j] and the
+ * query at qpos: RoPE from scratch, in double. With vote, the softmax rows
+ * / G are added to vote[s * STEPS + slot]. */
+static void ref_forward(struct ref *R, int32_t tok, int t, const int *const *ret, const int *const *kpos, const int *n, int qpos,
+                        double *vote, double *logits) {
     const struct kvb_model *m = R->m;
     double x[4096], xb[4096], q[4096], kk[4096], vv[4096], att[4096], hg[4096], hu[4096], tmp[4096];
     static double s[STEPS];
@@ -125,32 +76,27 @@ static void ref_step_keep(struct ref *R, int32_t tok, int t, const unsigned char
         memcpy(R->k + ((size_t)l * STEPS + t) * R->HK * R->D, kk, sizeof(double) * R->HK * R->D);
         memcpy(R->v + ((size_t)l * STEPS + t) * R->HK * R->D, vv, sizeof(double) * R->HK * R->D);
         for (int h = 0; h < R->H; h++) {
-            const int hk = h / G;
-            const unsigned char *kp = keep + ((size_t)l * R->HK + hk) * STEPS;
+            const int hk = h / G, st = l * R->HK + hk, ns = n[st];
             double qr[64], mx = -1e300, z = 0;
             memcpy(qr, q + h * R->D, sizeof(double) * R->D);
-            rope(qr, R->D, t, m->info.rope_base);
-            for (int j = 0; j <= t; j++) {
-                if (j < t && !kp[j]) continue;
+            rope(qr, R->D, qpos, m->info.rope_base);
+            for (int j = 0; j < ns; j++) {
                 double kr[64];
-                memcpy(kr, R->k + ((size_t)l * STEPS + j) * R->HK * R->D + hk * R->D, sizeof(double) * R->D);
-                rope(kr, R->D, j, m->info.rope_base);
+                memcpy(kr, R->k + ((size_t)l * STEPS + ret[st][j]) * R->HK * R->D + hk * R->D, sizeof(double) * R->D);
+                rope(kr, R->D, kpos[st][j], m->info.rope_base);
                 s[j] = 0;
                 for (int i = 0; i < R->D; i++) s[j] += qr[i] * kr[i];
                 s[j] /= sqrt((double)R->D);
                 mx = fmax(mx, s[j]);
             }
-            for (int j = 0; j <= t; j++)
-                if (j == t || kp[j]) { s[j] = exp(s[j] - mx); z += s[j]; }
+            for (int j = 0; j < ns; j++) { s[j] = exp(s[j] - mx); z += s[j]; }
             for (int i = 0; i < R->D; i++) {
                 double a = 0;
-                for (int j = 0; j <= t; j++)
-                    if (j == t || kp[j]) a += s[j] / z * R->v[((size_t)l * STEPS + j) * R->HK * R->D + hk * R->D + i];
+                for (int j = 0; j < ns; j++) a += s[j] / z * R->v[((size_t)l * STEPS + ret[st][j]) * R->HK * R->D + hk * R->D + i];
                 att[h * R->D + i] = a;
             }
             if (vote)
-                for (int j = 0; j <= t; j++)
-                    if (j == t || kp[j]) vote[((size_t)l * R->HK + hk) * STEPS + j] += s[j] / z / G;
+                for (int j = 0; j < ns; j++) vote[(size_t)st * STEPS + ret[st][j]] += s[j] / z / G;
         }
         matvec(&ly->wo, att, tmp);
         for (int i = 0; i < R->E; i++) x[i] += tmp[i];
@@ -163,6 +109,43 @@ static void ref_step_keep(struct ref *R, int32_t tok, int t, const unsigned char
     }
     rmsnorm(x, m->output_norm, R->E, m->info.rms_eps, xb);
     matvec(&m->output, xb, logits);
+}
+
+enum { MAX_STREAMS = 64 };
+
+/* The reference for model m, with room for STEPS slots of K/V. */
+static struct ref ref_new(const struct kvb_model *m) {
+    struct ref R = {m, m->info.n_embd, m->info.n_layer, m->info.n_head, m->info.n_head_kv, m->info.head_dim, m->info.n_ff, m->info.n_vocab, NULL, NULL};
+    R.k = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    R.v = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    return R;
+}
+
+/* Streaming / window with contiguous positions: the same retained set in
+ * every stream (sinks + window, incl. t), keys at cache positions 0..n-1. */
+static void ref_step(struct ref *R, int32_t tok, int t, double *logits) {
+    static int ret[STEPS], pos[STEPS];
+    const int *rets[MAX_STREAMS], *poss[MAX_STREAMS];
+    int ns[MAX_STREAMS], n = 0;
+    for (int p = 0; p <= t; p++)
+        if (p < SINKS || p > t - (BUDGET + 1 - SINKS)) { ret[n] = p; pos[n] = n; n++; }
+    for (int st = 0; st < R->L * R->HK; st++) { rets[st] = ret; poss[st] = pos; ns[st] = n; }
+    ref_forward(R, tok, t, rets, poss, ns, n - 1, NULL, logits);
+}
+
+/* Original positions, a retained set per stream: the slots j < t with
+ * keep[s * STEPS + j], and t itself. */
+static void ref_step_keep(struct ref *R, int32_t tok, int t, const unsigned char *keep, double *vote, double *logits) {
+    static int ret[MAX_STREAMS][STEPS];
+    const int *rets[MAX_STREAMS];
+    int ns[MAX_STREAMS];
+    for (int st = 0; st < R->L * R->HK; st++) {
+        ns[st] = 0;
+        for (int j = 0; j <= t; j++)
+            if (j == t || keep[(size_t)st * STEPS + j]) ret[st][ns[st]++] = j;
+        rets[st] = ret[st];
+    }
+    ref_forward(R, tok, t, rets, rets, ns, t, vote, logits);
 }
 
 static double ref_nll(const double *lr, int V, int32_t target) {
@@ -186,9 +169,7 @@ TEST(ppl_prompt_snapkv_and_window_equal_reference) {
     CHECK_OK(kvb_tokenize(m, text, 4000, true, false, &ids, &n));
     CHECK(n >= STEPS);
     n = getenv("KVB_TEST_QUICK") ? 220 : STEPS;
-    struct ref R = {m, m->info.n_embd, m->info.n_layer, m->info.n_head, m->info.n_head_kv, m->info.head_dim, m->info.n_ff, m->info.n_vocab, NULL, NULL};
-    R.k = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
-    R.v = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    struct ref R = ref_new(m);
     const size_t NS = (size_t)R.L * R.HK * STEPS;
     unsigned char *keep = malloc(NS);
     double *vote = calloc(NS, sizeof(double)), *lr = malloc(sizeof(double) * (size_t)R.V), *nll = calloc((size_t)n, sizeof(double));
@@ -279,9 +260,7 @@ TEST(recompute_baseline_equals_reference) {
     int32_t *ids, n;
     CHECK_OK(kvb_tokenize(m, text, 4000, true, false, &ids, &n));
     n = getenv("KVB_TEST_QUICK") ? 60 : 120;
-    struct ref R = {m, m->info.n_embd, m->info.n_layer, m->info.n_head, m->info.n_head_kv, m->info.head_dim, m->info.n_ff, m->info.n_vocab, NULL, NULL};
-    R.k = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
-    R.v = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    struct ref R = ref_new(m);
     const size_t NS = (size_t)R.L * R.HK * STEPS;
     unsigned char *keep = malloc(NS);
     memset(keep, 1, NS);
@@ -314,9 +293,7 @@ TEST(streaming_contiguous_equals_rerotation_reference) {
     NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
     struct kvb_model *m;
     CHECK_OK(kvb_model_load(g, NULL, &m));
-    struct ref R = {m, m->info.n_embd, m->info.n_layer, m->info.n_head, m->info.n_head_kv, m->info.head_dim, m->info.n_ff, m->info.n_vocab, NULL, NULL};
-    R.k = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
-    R.v = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    struct ref R = ref_new(m);
     struct kvb_context_params cp = kvb_context_default_params();
     cp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
     cp.policy.budget = BUDGET;
@@ -362,9 +339,7 @@ TEST(ppl_window_and_streaming_equal_direct_recomputation) {
     CHECK_OK(kvb_tokenize(m, text, 4000, true, false, &ids, &n));
     CHECK(n >= STEPS);
     n = STEPS;
-    struct ref R = {m, m->info.n_embd, m->info.n_layer, m->info.n_head, m->info.n_head_kv, m->info.head_dim, m->info.n_ff, m->info.n_vocab, NULL, NULL};
-    R.k = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
-    R.v = calloc((size_t)R.L * STEPS * R.HK * R.D, sizeof(double));
+    struct ref R = ref_new(m);
     double *lr = malloc(sizeof(double) * (size_t)R.V);
     const enum kvb_policy_id pols[2] = {KVB_POLICY_WINDOW, KVB_POLICY_STREAMING};
     for (int k = 0; k < 2; k++) {

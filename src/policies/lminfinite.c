@@ -13,10 +13,6 @@
 
 static void lminfinite_defaults(struct kvb_policy_params *p) { p->n_sink = 10; }
 
-static int32_t lminfinite_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
-    return kvb_pick_oldest(s, KVB_MIN(p->params.n_sink, s->n), n_over, victims);
-}
-
 const struct kvb_policy_i kvb_policy_lminfinite = {
     .name = "lminfinite",
     .describe = "LM-Infinite: n_sink global tokens + the most recent, original positions with every distance capped at the trained length (positions capped). params: budget=256 n_sink=10 max_distance=trained length",
@@ -24,5 +20,5 @@ const struct kvb_policy_i kvb_policy_lminfinite = {
     .n_state = 0,
     .default_pos = KVB_POS_CAPPED,
     .defaults = lminfinite_defaults,
-    .select = lminfinite_select,
+    .select = kvb_select_oldest_after_sinks,
 };

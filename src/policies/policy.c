@@ -87,6 +87,10 @@ int32_t kvb_pick_oldest(struct kvb_stream *s, int32_t lo, int32_t k, int32_t *vi
     return KVB_MAX(k, 0);
 }
 
+int32_t kvb_select_oldest_after_sinks(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+    return kvb_pick_oldest(s, KVB_MIN(p->params.n_sink, s->n), n_over, victims);
+}
+
 void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill) {
     (void)p;
     if (!prefill) return; /* frozen at the prompt: decoding adds no evidence */

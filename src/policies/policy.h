@@ -65,6 +65,8 @@ int32_t kvb_pick_lowest(struct kvb_stream *s, const float *key, int32_t lo, int3
 
 /* Oldest-first eviction of k slots from [lo, ...): window and streaming. */
 int32_t kvb_pick_oldest(struct kvb_stream *s, int32_t lo, int32_t k, int32_t *victims);
+/* The select of window, streaming and lminfinite: the oldest after the sinks. */
+int32_t kvb_select_oldest_after_sinks(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
 
 /* SnapKV scoring shared by snapkv, pyramidkv and adakv:
  *   observe: state[0] += the observation queries' votes (raw, unpooled);
