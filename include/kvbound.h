@@ -300,7 +300,9 @@ enum kvb_pos_mode kvb_cache_pos_mode(const struct kvb_cache *cache);
  * uses KV head h / (n_head / n_kv_head)), feeds the attention weights to the
  * policy if it wants them, and evicts down to each stream's budget.
  * Returns KVB_ERR_NOMEM (pool exhausted) or KVB_ERR_INVALID (n_head not a
- * multiple of n_kv_head); the cache is unchanged on error. tp may be NULL. */
+ * multiple of n_kv_head); the cache is unchanged on error, except that a
+ * snapkv-family prompt left open on this layer is compressed first (as
+ * kvb_cache_compress would have done). tp may be NULL. */
 kvb_status kvb_cache_decode(struct kvb_cache *cache, int32_t layer, const float *q, int32_t n_head,
                             const float *k, const float *v, float *out, struct kvb_threadpool *tp);
 

@@ -472,7 +472,36 @@ TEST(block_h2o_evicts_whole_pages) {
     kvb_cache_free(c);
 }
 
+/* kvb_cache_compress is a true no-op for a decode-time policy and keeps a
+ * budget set with kvb_cache_set_budget; for snapkv that budget is the
+ * stream's compression budget. */
+TEST(compress_keeps_set_budgets) {
+    struct kvb_cache *c = bookkeeping_cache(KVB_POLICY_WINDOW, 20, 0, 2, 4);
+    for (int t = 0; t < 12; t++) CHECK_OK(kvb_cache_append(c, 0, NULL, NULL));
+    CHECK_OK(kvb_cache_set_budget(c, 0, 1, 10));
+    void *a, *b;
+    size_t la, lb;
+    CHECK_OK(kvb_cache_save(c, &a, &la));
+    kvb_cache_compress(c, NULL);
+    CHECK_OK(kvb_cache_save(c, &b, &lb));
+    CHECK(la == lb && memcmp(a, b, la) == 0); /* byte-identical */
+    CHECK_EQ_INT(kvb_cache_get_budget(c, 0, 0), 20);
+    CHECK_EQ_INT(kvb_cache_get_budget(c, 0, 1), 10);
+    kvb_buffer_free(a);
+    kvb_buffer_free(b);
+    kvb_cache_free(c);
+    c = bookkeeping_cache(KVB_POLICY_SNAPKV, 20, 0, 2, 4);
+    CHECK_OK(kvb_cache_set_budget(c, 0, 1, 8));
+    for (int t = 0; t < 30; t++) CHECK_OK(kvb_cache_append(c, 0, NULL, NULL));
+    CHECK_EQ_INT(kvb_cache_n_slots(c, 0, 1), 30); /* the prompt is read whole */
+    kvb_cache_compress(c, NULL);
+    CHECK_EQ_INT(kvb_cache_n_slots(c, 0, 0), 20);
+    CHECK_EQ_INT(kvb_cache_n_slots(c, 0, 1), 8);
+    kvb_cache_free(c);
+}
+
 int main(void) {
+    RUN(compress_keeps_set_budgets);
     RUN(h2o_trace_keeps_heavy_hitters);
     RUN(streaming_trace_keeps_sinks_and_window);
     RUN(window_keeps_most_recent);
