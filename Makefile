@@ -1,12 +1,15 @@
 # Thin wrapper over CMake. `make` builds, `make test` runs every test,
 # `make demo` runs the main job, `make asan` runs the unit tests under
-# AddressSanitizer + UBSan, `make bench` runs the benchmarks.
+# AddressSanitizer + UBSan, `make bench` runs the benchmarks, `make install
+# PREFIX=DIR` installs the libraries, header, kvbound.pc and the tool.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo asan bench fuzz clean
+PREFIX ?= /usr/local
+
+.PHONY: all build test demo asan bench fuzz install clean
 
 all: build
 
@@ -31,6 +34,11 @@ bench: build
 fuzz:
 	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DKVB_FUZZ=ON >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
+
+install: build
+	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	@cmake --install $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

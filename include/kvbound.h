@@ -43,7 +43,20 @@
 extern "C" {
 #endif
 
-#define KVB_VERSION_STRING "0.1.0"
+/* Exports: libkvbound is built with -fvisibility=hidden, and everything this
+ * header declares (and nothing else) is exported from the shared library. */
+#if defined(__GNUC__) && !defined(KVB_NO_VISIBILITY)
+#pragma GCC visibility push(default)
+#endif
+
+/* Version. While the major version is 0, the minor version is the ABI
+ * (soname libkvbound.so.0.MINOR); docs/API.md has the rule. */
+#define KVB_VERSION_MAJOR 0
+#define KVB_VERSION_MINOR 2
+#define KVB_VERSION_PATCH 0
+#define KVB_VERSION_STRING "0.2.0"
+/* The library's version at run time ("0.2.0"), to compare with the header's. */
+const char *kvb_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Status, logging, allocation                                              */
@@ -755,6 +768,10 @@ void kvb_lab_result_free(struct kvb_lab_result *r);
 /* Which kernel family is in use: "ref", "avx2" or "avx512". KVB_REF=1 in the
  * environment forces "ref". */
 const char *kvb_kernels_name(void);
+
+#if defined(__GNUC__) && !defined(KVB_NO_VISIBILITY)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -141,6 +141,8 @@ static void crc_init(void) {
     }
 }
 
+const char *kvb_version(void) { return KVB_VERSION_STRING; }
+
 uint32_t kvb_crc32(uint32_t crc, const void *data, size_t n) {
     pthread_once(&crc_once, crc_init); /* the table is built once, before any thread reads it */
     const uint8_t *b = data;

@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("kvbound %s (kernels: %s)\n", KVB_VERSION_STRING, kvb_kernels_name());
+        printf("kvbound %s (kernels: %s)\n", kvb_version(), kvb_kernels_name());
         return 0;
     }
     if (!strcmp(cmd, "policies")) return cmd_policies(argc - 1, argv + 1);
