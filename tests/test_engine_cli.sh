@@ -124,4 +124,23 @@ done
 if [ $hb -eq 0 ] && [ $r7 -eq 2 ] && grep -q -- "--pool: 'mean' is not max or avg" "$T/e7.txt" &&
    "$K" policies | grep -q '^lminfinite '; then ok policy_options_everywhere
 else ko policy_options_everywhere "$(cat "$T/e7.txt")"; fi
+# llama.cpp's habits and the newcomer's errors (issue: library people adopt)
+out=$(printf 'Once upon a time' | "$K" run -m "$G" -f - -n 60 -s 0 -c 256 -b 64 -ngl 99 --temp 0 2> "$T/l.txt")
+if [ "$out" = "$REF" ] && grep -q -- '-ngl ignored: kvbound runs on the CPU' "$T/l.txt" &&
+   grep -q 'stopped at the token limit (-n)' "$T/l.txt"; then ok run_llamacpp_flags_and_stdin
+else ko run_llamacpp_flags_and_stdin "$(head -c 120 "$T/l.txt")"; fi
+"$K" run -m "$G" -f "$T" 2> "$T/e8.txt"; r8=$?
+"$K" run -m "$G" -p x -f "$T/long.txt" 2> "$T/e9.txt"; r9=$?
+"$K" run -m "$G" -f "$D/text/tinystories_validation_head.txt" > "$T/o10.txt" 2> "$T/e10.txt"; r10=$?
+"$K" run -m "$0" -p x 2> "$T/e11.txt"; r11=$?
+"$K" run -m "$G" -p x --budget 64 -n 1 > /dev/null 2> "$T/e12.txt"
+if [ $r8 -eq 1 ] && grep -q 'is a directory' "$T/e8.txt" && [ $r9 -eq 2 ] && grep -q 'not both' "$T/e9.txt" &&
+   [ $r10 -eq 1 ] && [ ! -s "$T/o10.txt" ] && grep -q 'more than the context of 128 that policy full keeps' "$T/e10.txt" &&
+   [ $r11 -eq 1 ] && grep -q 'is not a GGUF file' "$T/e11.txt" && grep -q -- '--budget has no effect with policy full' "$T/e12.txt"
+then ok run_errors_name_the_cause
+else ko run_errors_name_the_cause "$(cat "$T/e8.txt" "$T/e9.txt" "$T/e10.txt" "$T/e11.txt" "$T/e12.txt" | head -n 5)"; fi
+if [ -f "$V3" ] && "$K" info -m "$V3" > "$T/i.txt" 2>&1 && grep -q 'vocabulary only' "$T/i.txt" && grep -q '128256 tokens' "$T/i.txt"
+then ok info_vocab_only
+elif [ -f "$V3" ]; then ko info_vocab_only "$(head -n 3 "$T/i.txt")"
+else skip_case info_vocab_only "missing $V3"; fi
 cli_summary

@@ -267,7 +267,18 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
         return kvb_fail(KVB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     }
     size_t got = fread(magic, 1, 4, f);
+    const bool unreadable = ferror(f);
+    const int err = errno;
     fclose(f);
+    if (unreadable) { /* a directory, for one */
+        kvb_free(m);
+        return kvb_fail(KVB_ERR_IO, "cannot read '%s': %s", path, strerror(err));
+    }
+    if (!(got == 4 && memcmp(magic, "GGUF", 4) == 0) && !(params && params->tokenizer_path)) {
+        kvb_free(m);
+        return kvb_fail(KVB_ERR_INVALID, "'%s' is not a GGUF file (it does not start with \"GGUF\"); if it is a llama2.c checkpoint, "
+                                         "give its tokenizer.bin with -z", path);
+    }
     kvb_status st = got == 4 && memcmp(magic, "GGUF", 4) == 0
                         ? kvb_model_load_gguf(path, m)
                         : kvb_model_load_llama2c(path, params ? params->tokenizer_path : NULL, m);

@@ -94,7 +94,8 @@ static int chat_usage(FILE *f) {
             "  --policy NAME    cache policy (default streaming); snapkv, pyramidkv and adakv compress\n"
             "                   every turn's text with what the cache holds, and report the result\n"
             "  -n N             max tokens per answer (default 256)\n"
-            "  --temp T         (default 0.7)   --seed S (default 0)\n"
+            "  --temp T         (default 0.7)   -s, --seed S (default 0)\n"
+            "  -ngl N           accepted for llama.cpp's command lines; kvbound runs on the CPU\n"
             "  -t N             threads (default 2)\n"
             "\n");
     cli_policy_help(f, 1024);
@@ -126,7 +127,12 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
         else if (!strcmp(a, "-n")) { if (cli_parse_i32(a, v, 1, 1 << 20, &n_predict)) return 2; }
         else if (!strcmp(a, "--temp")) { if (cli_parse_f32(a, v, 0, 100, &sp.temp)) return 2; }
-        else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
+        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
+            int ngl;
+            if (cli_parse_i32(a, v, -1, 1 << 20, &ngl)) return 2;
+            fprintf(stderr, "kvbound: note: %s ignored: kvbound runs on the CPU, there is no GPU offload\n", a);
+        }
+        else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
         else { fprintf(stderr, "kvbound chat: unknown option '%s'\n", a); return 2; }
     }
@@ -139,6 +145,8 @@ int cmd_chat(int argc, char **argv) {
     kvb_model_get_info(m, &mi);
     struct kvb_context_params cp = kvb_context_default_params();
     cp.policy = cli_policy_params(&po, pid);
+    cli_policy_warn(&po, pid, mi.n_ctx_train);
+    cli_warn_threads(threads);
     cp.pos_mode = po.pos;
     cp.max_distance = po.max_distance;
     cp.n_threads = threads;

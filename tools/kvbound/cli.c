@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int cli_parse_i64(const char *flag, const char *value, long long lo, long long hi, long long *out) {
     if (!value || !*value) {
@@ -56,10 +58,66 @@ int cli_parse_f32(const char *flag, const char *value, double lo, double hi, flo
 
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
-        fprintf(stderr, "kvbound: %s needs a value\n", argv[*i]);
+        fprintf(stderr, "kvbound: %s needs a value, or is not an option of this command (see --help)\n", argv[*i]);
         return NULL;
     }
     return argv[++*i];
+}
+
+char *cli_read_file(const char *path, size_t max_bytes, const char *what, size_t *len) {
+    const bool std_in = !strcmp(path, "-");
+    FILE *f = std_in ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "kvbound: cannot open %s '%s': %s\n", what, path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "kvbound: %s '%s' is a directory\n", what, path);
+        if (!std_in) fclose(f);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) { /* read to the end: pipes and /dev/stdin have no size */
+        if (n == cap) {
+            if (cap >= max_bytes) {
+                fprintf(stderr, "kvbound: %s '%s' is larger than %zu MiB\n", what, path, max_bytes >> 20);
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            cap = cap * 2 > max_bytes ? max_bytes : cap * 2;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) { free(buf); buf = NULL; fprintf(stderr, "kvbound: out of memory reading %s '%s'\n", what, path); break; }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                fprintf(stderr, "kvbound: cannot read %s '%s': %s\n", what, path, strerror(errno));
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    if (!std_in) fclose(f);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+int cli_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void cli_warn_threads(int threads) {
+    if (threads > cli_cores())
+        fprintf(stderr, "kvbound: warning: -t %d is more threads than the %d cores; they will only take turns\n", threads, cli_cores());
 }
 
 void cli_log_stderr(enum kvb_log_level level, const char *msg, void *user) {

@@ -16,6 +16,13 @@ int cli_parse_i32(const char *flag, const char *value, int lo, int hi, int *out)
 int cli_parse_f32(const char *flag, const char *value, double lo, double hi, float *out);
 /* Returns argv[*i + 1] and advances, or prints "flag needs a value" and returns NULL. */
 const char *cli_value(int argc, char **argv, int *i);
+/* The whole of a file ("-" = stdin, pipes too), NUL-terminated; at most
+ * max_bytes. On error prints the cause (strerror, a directory, too large)
+ * naming `what` and the path, and returns NULL. */
+char *cli_read_file(const char *path, size_t max_bytes, const char *what, size_t *len);
+int cli_cores(void);
+/* Warns when -t exceeds the cores. */
+void cli_warn_threads(int threads);
 void cli_log_stderr(enum kvb_log_level level, const char *msg, void *user);
 double cli_now_sec(void);
 /* malloc / calloc for the CLI's own buffers: on failure print "out of
@@ -28,6 +35,7 @@ void *cli_xcalloc(size_t n, size_t size, const char *what);
 struct cli_policy {
     int budget, sinks, recent, history, threshold, obs_window, pool_kernel, decode_budget, prefill_budget;
     int pool_mode, tova_scope, max_distance;
+    bool budget_set; /* --budget given (a warning when the policy ignores it) */
     float heavy_ratio, pyramid_beta, ada_floor;
     enum kvb_pos_mode pos;
 };
@@ -37,6 +45,8 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i);
 /* Policy id's defaults with the options applied (budget ignored for full). */
 struct kvb_policy_params cli_policy_params(const struct cli_policy *o, enum kvb_policy_id id);
 void cli_policy_help(FILE *f, int default_budget);
+/* Warnings for options a policy ignores or a budget past the trained length. */
+void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t n_ctx_train);
 /* KV pool bytes for a context: full needs n_ctx tokens per stream; a
  * compressing policy its whole prompt (or prefill_budget + chunk) plus the
  * decode budget; the others budget + chunk; plus page rounding. */

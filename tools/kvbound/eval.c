@@ -21,27 +21,6 @@ static void progress(int64_t done, int64_t total, void *user) {
     if (done == total) fprintf(stderr, "\n");
 }
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "kvbound: cannot open '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    if (n < 0 || n > (1l << 30)) {
-        fclose(f);
-        fprintf(stderr, "kvbound: '%s' is too large\n", path);
-        return NULL;
-    }
-    char *b = malloc((size_t)n + 1);
-    *len = b ? fread(b, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (b) b[*len] = 0;
-    return b;
-}
-
 struct eval_opts {
     const char *model, *tok, *text;
     char policies[256];
@@ -59,7 +38,7 @@ static int load(struct eval_opts *o, struct kvb_model **m, int32_t **ids, int32_
     mp.tokenizer_path = o->tok;
     if (kvb_model_load(o->model, &mp, m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
     size_t len;
-    char *text = read_text(o->text, &len);
+    char *text = cli_read_file(o->text, (size_t)1 << 30, "text file", &len);
     if (!text) return -1;
     kvb_status st = kvb_tokenize(*m, text, len, true, false, ids, n);
     free(text);
@@ -75,7 +54,12 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     struct cli_policy po = o->po;
     po.budget = budget;
     pp.policy = cli_policy_params(&po, id);
-    if (pp.policy.n_sink >= budget - o->chunk && id != KVB_POLICY_FULL) pp.policy.n_sink = 0;
+    if (pp.policy.n_sink >= budget - o->chunk && id != KVB_POLICY_FULL && pp.policy.n_sink > 0) {
+        if (o->po.sinks >= 0)
+            fprintf(stderr, "kvbound: warning: %s: --sinks %d leaves no room in budget %d with chunk %d; using 0 sinks\n", kvb_policy_name(id),
+                    o->po.sinks, budget, o->chunk);
+        pp.policy.n_sink = 0;
+    }
     pp.pos_mode = o->po.pos;
     pp.max_distance = o->po.max_distance;
     pp.prompt = o->prompt;
@@ -83,7 +67,7 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     pp.baseline = base;
     pp.mass = mass;
     pp.n_threads = o->threads;
-    if (isatty(2) && !o->json) pp.progress = progress;
+    if (isatty(2)) pp.progress = progress; /* stderr: JSON on stdout stays clean */
     if (kvb_eval_ppl(m, ids, n, &pp, r) != KVB_OK) {
         fprintf(stderr, "kvbound: %s (budget %d): %s\n", kvb_policy_name(id), budget, kvb_last_error());
         return -1;
@@ -276,7 +260,7 @@ int cmd_sweep(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound sweep -m MODEL [-z TOK] -f TEXT --policies a,b,c --budgets 64,128,... [--max-tokens N] [--chunk C]\n"
+            printf("usage: kvbound sweep -m MODEL [-z TOK] -f TEXT --policies a,b,c --budgets 64,128,... [--max-tokens N (4000)] [--chunk C]\n"
                    "                     [--prompt P] [policy options] --out DIR\n\n"
                    "Runs kvbound ppl (baseline full) for every policy x budget; writes DIR/sweep.csv, DIR/sweep.md and\n"
                    "DIR/sweep.svg (ppl, KL and top-1 against peak KV bytes, a line per policy). --prompt as in kvbound ppl.\n"
@@ -293,6 +277,14 @@ int cmd_sweep(int argc, char **argv) {
         else if (parse_common(&o, a, v)) return 2;
     }
     if (!o.model || !o.text || !out) { fprintf(stderr, "kvbound sweep: -m MODEL, -f TEXT and --out DIR are required\n"); return 2; }
+    char outdir[4096];
+    snprintf(outdir, sizeof outdir, "%s", out);
+    for (size_t l = strlen(outdir); l > 1 && outdir[l - 1] == '/'; l--) outdir[l - 1] = 0; /* no "dir//sweep.csv" */
+    out = outdir;
+    if (!o.max_tokens) {
+        o.max_tokens = 4000;
+        fprintf(stderr, "kvbound sweep: scoring the first 4000 tokens (--max-tokens N to change)\n");
+    }
     if (mkdir(out, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvbound: cannot create '%s': %s\n", out, strerror(errno)); return 1; }
     enum kvb_policy_id pol[16];
     int np = 0, nb = 0;

@@ -3,7 +3,35 @@
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+static void print_tokenizer(const struct kvb_vocab *v) {
+    if (v->kind == KVB_VOCAB_BPE)
+        printf("tokenizer     byte-level BPE, pre %s%s, %d merges", kvb_pre_name(v->pre), v->ignore_merges ? " (ignore_merges)" : "", (int)v->n_merges);
+    else printf("tokenizer     SentencePiece%s", v->add_space_prefix ? ", space prefix" : "");
+    printf("; %d tokens; bos %d, eos %d, eot %d, add_bos %s\n", (int)kvb_vocab_size(v), (int)v->bos, (int)v->eos,
+           (int)kvb_vocab_special(v, KVB_SPECIAL_EOT), v->add_bos ? "yes" : "no");
+}
+
+static void print_chat_template(const char *tmpl) {
+    enum kvb_chat_style cs;
+    printf("chat template %s\n", !tmpl ? "none" : kvb_chat_detect(tmpl, &cs) == KVB_OK ? kvb_chat_style_name(cs) : "not recognized (chat uses chatml)");
+}
+
+static void print_tensors(const char *path) {
+    struct gguf_file *g = NULL;
+    if (gguf_open(path, &g) != KVB_OK) return;
+    printf("\n%-32s %-6s %-22s %12s\n", "tensor", "type", "shape", "bytes");
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const struct gguf_tensor *t = &g->tensors[i];
+        char shape[64];
+        snprintf(shape, sizeof shape, "[%lld, %lld, %lld, %lld]", (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
+        printf("%-32.*s %-6s %-22s %12llu\n", (int)t->name.n, t->name.p, ggml_type_name(t->type), shape, (unsigned long long)t->nbytes);
+    }
+    if (!g->n_tensors) printf("(no tensors)\n");
+    gguf_close(g);
+}
 
 int cmd_info(int argc, char **argv) {
     const char *model = NULL, *tok = NULL;
@@ -22,7 +50,31 @@ int cmd_info(int argc, char **argv) {
     struct kvb_model_params mp = kvb_model_default_params();
     mp.tokenizer_path = tok;
     struct kvb_model *m;
-    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    if (kvb_model_load(model, &mp, &m) != KVB_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kvb_last_error());
+        struct kvb_vocab *vocab;
+        if (!tok && kvb_vocab_load(model, &vocab) == KVB_OK) { /* a vocab-only GGUF: what it has */
+            printf("file          %s (gguf, vocabulary only: %s)\n", model, why);
+            print_tokenizer(vocab);
+            kvb_vocab_free(vocab);
+            struct gguf_file *g = NULL;
+            struct gguf_str t = {0};
+            char *tmpl = NULL;
+            if (gguf_open(model, &g) == KVB_OK && gguf_get_str(g, "tokenizer.chat_template", &t, false) == KVB_OK && t.n < (1u << 20) &&
+                (tmpl = malloc((size_t)t.n + 1))) {
+                memcpy(tmpl, t.p, t.n);
+                tmpl[t.n] = 0;
+            }
+            gguf_close(g);
+            print_chat_template(tmpl);
+            free(tmpl);
+            print_tensors(model);
+            return 0;
+        }
+        fprintf(stderr, "kvbound: %s\n", why);
+        return 1;
+    }
     struct kvb_model_info in;
     kvb_model_get_info(m, &in);
     printf("file          %s (%s)\n", model, in.source);
@@ -34,25 +86,9 @@ int cmd_info(int argc, char **argv) {
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, ggml_type_name(in.weight_type));
     printf("KV per token  %zu bytes in f16 (2 x %d layers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.n_layer, in.n_head_kv, in.head_dim);
-    const struct kvb_vocab *v = kvb_model_vocab(m);
-    if (v->kind == KVB_VOCAB_BPE)
-        printf("tokenizer     byte-level BPE, pre %s%s, %d merges", kvb_pre_name(v->pre), v->ignore_merges ? " (ignore_merges)" : "", (int)v->n_merges);
-    else printf("tokenizer     SentencePiece%s", v->add_space_prefix ? ", space prefix" : "");
-    printf("; bos %d, eos %d, eot %d, add_bos %s\n", (int)v->bos, (int)v->eos, (int)kvb_vocab_special(v, KVB_SPECIAL_EOT), v->add_bos ? "yes" : "no");
-    enum kvb_chat_style cs;
-    const char *tmpl = kvb_model_chat_template(m);
-    printf("chat template %s\n", !tmpl ? "none" : kvb_chat_detect(tmpl, &cs) == KVB_OK ? kvb_chat_style_name(cs) : "not recognized (chat uses chatml)");
-    struct gguf_file *g = NULL;
-    if (!strcmp(in.source, "gguf") && gguf_open(model, &g) == KVB_OK) {
-        printf("\n%-32s %-6s %-22s %12s\n", "tensor", "type", "shape", "bytes");
-        for (uint64_t i = 0; i < g->n_tensors; i++) {
-            const struct gguf_tensor *t = &g->tensors[i];
-            char shape[64];
-            snprintf(shape, sizeof shape, "[%lld, %lld, %lld, %lld]", (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
-            printf("%-32.*s %-6s %-22s %12llu\n", (int)t->name.n, t->name.p, ggml_type_name(t->type), shape, (unsigned long long)t->nbytes);
-        }
-        gguf_close(g);
-    }
+    print_tokenizer(kvb_model_vocab(m));
+    print_chat_template(kvb_model_chat_template(m));
+    if (!strcmp(in.source, "gguf")) print_tensors(model);
     kvb_model_free(m);
     return 0;
 }

@@ -80,18 +80,9 @@ int cmd_needle(int argc, char **argv) {
     }
     if (!model || !out || !nl || !ndp) { fprintf(stderr, "kvbound needle: -m MODEL, --lengths, --depths and --out are required\n"); return 2; }
     char *filler = NULL;
-    if (filler_path) {
-        FILE *f = fopen(filler_path, "rb");
-        if (!f) { fprintf(stderr, "kvbound: cannot open filler '%s': %s\n", filler_path, strerror(errno)); return 1; }
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        rewind(f);
-        filler = malloc((size_t)(n > 0 ? n : 0) + 1);
-        size_t got = filler ? fread(filler, 1, (size_t)(n > 0 ? n : 0), f) : 0;
-        fclose(f);
-        if (!filler) return 1;
-        filler[got] = 0;
-    }
+    size_t filler_len;
+    if (filler_path && !(filler = cli_read_file(filler_path, (size_t)64 << 20, "filler", &filler_len))) return 1;
+    cli_warn_threads(threads);
     if (mkdir(out, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvbound: cannot create '%s': %s\n", out, strerror(errno)); return 1; }
     struct kvb_model_params mp = kvb_model_default_params();
     mp.tokenizer_path = tok;

@@ -31,7 +31,10 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
     const char *v = cli_value(argc, argv, i);
     if (!v) return -1;
     int r = 0;
-    if (!strcmp(a, "--budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &o->budget);
+    if (!strcmp(a, "--budget")) {
+        r = cli_parse_i32(a, v, 2, 1 << 24, &o->budget);
+        o->budget_set = true;
+    }
     else if (!strcmp(a, "--sinks")) r = cli_parse_i32(a, v, 0, 1 << 20, &o->sinks);
     else if (!strcmp(a, "--recent")) r = cli_parse_i32(a, v, 0, 1 << 24, &o->recent);
     else if (!strcmp(a, "--history")) r = cli_parse_i32(a, v, 1, 32, &o->history);
@@ -62,6 +65,15 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
         else { fprintf(stderr, "kvbound: --positions: '%s' is not original, contiguous or capped\n", v); r = -1; }
     }
     return r ? -1 : 1;
+}
+
+void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t n_ctx_train) {
+    if (id == KVB_POLICY_FULL && o->budget_set)
+        fprintf(stderr, "kvbound: warning: --budget has no effect with policy full (give --policy, e.g. streaming)\n");
+    if (id != KVB_POLICY_FULL && n_ctx_train > 0 && o->budget > n_ctx_train && o->pos != KVB_POS_CAPPED &&
+        !(id == KVB_POLICY_LMINFINITE && o->pos == KVB_POS_POLICY_DEFAULT))
+        fprintf(stderr, "kvbound: warning: --budget %d exceeds the model's trained length %d: attention will see distances it was not "
+                        "trained on (lminfinite, or --positions capped, caps them)\n", o->budget, n_ctx_train);
 }
 
 struct kvb_policy_params cli_policy_params(const struct cli_policy *o, enum kvb_policy_id id) {

@@ -17,19 +17,20 @@ static void run_usage(FILE *f) {
             "  -m, --model FILE      GGUF model (llama, qwen2) or llama2.c checkpoint (.bin)\n"
             "  -z, --tokenizer FILE  llama2.c tokenizer.bin (for .bin checkpoints)\n"
             "  -p, --prompt TEXT     prompt text\n"
-            "  -f, --file FILE       read the prompt from a file\n"
+            "  -f, --file FILE       read the prompt from a file (- = standard input)\n"
             "  -n, --n-predict N     tokens to generate (default 128)\n"
             "  --temp T              temperature; 0 = greedy (default 0.8)\n"
             "  --top-k K             (default 40; 0 = off)\n"
             "  --top-p P             (default 0.95; 1 = off)\n"
             "  --min-p P             (default 0.05; 0 = off)\n"
             "  --repeat-penalty R    (default 1.0 = off), over the last --repeat-last-n (64) tokens\n"
-            "  --seed S              sampling seed (default 0); same seed and threads, same text\n"
+            "  -s, --seed S          sampling seed (default 0); same seed and threads, same text\n"
             "  --policy NAME         cache policy (default full; see 'kvbound policies')\n"
             "  --block-size B        tokens per cache page (default 16)\n"
             "  --kv-dtype T          f16 | f32 (default f16)\n"
-            "  --ctx N               context limit for the full policy (default: the model's trained length)\n"
-            "  --chunk C             prefill chunk (default 256)\n"
+            "  -c, --ctx-size N      context limit for the full policy (default: the model's trained length; also --ctx)\n"
+            "  -b, --batch-size C    prefill chunk (default 256; also --chunk)\n"
+            "  -ngl N                accepted for llama.cpp's command lines; kvbound runs on the CPU (no offload)\n"
             "  --ignore-eos          keep generating after end-of-sequence / end-of-turn\n"
             "  -t, --threads N       threads (default 2)\n"
             "\n");
@@ -67,31 +68,28 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--min-p")) { if (cli_parse_f32(a, v, 0, 1, &sp.min_p)) return 2; }
         else if (!strcmp(a, "--repeat-penalty")) { if (cli_parse_f32(a, v, 0.01, 100, &sp.repeat_penalty)) return 2; }
         else if (!strcmp(a, "--repeat-last-n")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sp.repeat_last_n)) return 2; }
-        else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
+        else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
+        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
+            int ngl;
+            if (cli_parse_i32(a, v, -1, 1 << 20, &ngl)) return 2;
+            fprintf(stderr, "kvbound: note: %s ignored: kvbound runs on the CPU, there is no GPU offload\n", a);
+        }
         else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
         else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 4096, &block)) return 2; }
-        else if (!strcmp(a, "--ctx")) { if (cli_parse_i32(a, v, 1, 1 << 30, &ctx)) return 2; }
-        else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (cli_parse_i32(a, v, 1, 1 << 30, &ctx)) return 2; }
+        else if (!strcmp(a, "--chunk") || !strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--kv-dtype")) { if (kvb_dtype_from_name(v, &kvd) != KVB_OK) { fprintf(stderr, "kvbound: --kv-dtype: %s\n", kvb_last_error()); return 2; } }
         else { fprintf(stderr, "kvbound run: unknown option '%s' (see --help)\n", a); return 2; }
     }
     if (!model) { fprintf(stderr, "kvbound run: -m MODEL is required\n"); return 2; }
     if (!prompt && !pfile) { fprintf(stderr, "kvbound run: give a prompt with -p or -f\n"); return 2; }
+    if (prompt && pfile) { fprintf(stderr, "kvbound run: give the prompt with -p or with -f, not both\n"); return 2; }
+    cli_warn_threads(threads);
     char *pbuf = NULL;
     size_t plen;
     if (pfile) {
-        FILE *f = fopen(pfile, "rb");
-        if (!f) { fprintf(stderr, "kvbound: cannot open prompt file '%s'\n", pfile); return 1; }
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        rewind(f);
-        if (n < 0 || n > (256l << 20)) { fclose(f); fprintf(stderr, "kvbound: prompt file '%s' is too large\n", pfile); return 1; }
-        pbuf = malloc((size_t)n + 1);
-        plen = pbuf ? fread(pbuf, 1, (size_t)n, f) : 0;
-        fclose(f);
-        if (!pbuf) return 1;
-        pbuf[plen] = 0;
+        if (!(pbuf = cli_read_file(pfile, (size_t)256 << 20, "prompt file", &plen))) return 1;
         prompt = pbuf;
     } else {
         plen = strlen(prompt);
@@ -106,6 +104,7 @@ int cmd_run(int argc, char **argv) {
     if (kvb_tokenize(m, prompt, plen, true, true, &ids, &n_ids) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); kvb_model_free(m); free(pbuf); return 1; }
     if (n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); kvb_buffer_free(ids); kvb_model_free(m); free(pbuf); return 1; }
     cp.policy = cli_policy_params(&po, pid);
+    cli_policy_warn(&po, pid, mi.n_ctx_train);
     cp.pos_mode = po.pos;
     cp.max_distance = po.max_distance;
     cp.kv_dtype = kvd;
@@ -113,6 +112,12 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = threads;
     cp.chunk = chunk;
     cp.n_ctx = ctx ? ctx : mi.n_ctx_train;
+    if (pid == KVB_POLICY_FULL && n_ids > cp.n_ctx) { /* fail before printing anything */
+        fprintf(stderr, "kvbound: the prompt has %d tokens, more than the context of %d that policy full keeps (a bounded --policy, or a larger -c)\n",
+                n_ids, cp.n_ctx);
+        kvb_buffer_free(ids); kvb_model_free(m); free(pbuf);
+        return 1;
+    }
     cp.kv_pool_bytes = cli_pool_bytes(&mi, kvd, &cp.policy, n_ids, chunk, block, cp.n_ctx);
     if (pid == KVB_POLICY_FULL && ctx > mi.n_ctx_train)
         fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", ctx, mi.n_ctx_train);
