@@ -17,6 +17,10 @@ if [ -f "$so" ]; then
     else ko exports_only_kvb_symbols "$n exported, not kvb_: $bad"; fi
 else ko exports_only_kvb_symbols "no $so"; fi
 
+# the cache asks, the policy answers: no policy id is switched on in the cache
+hits=$(grep -n 'KVB_POLICY_' "$HERE"/src/cache/*.c "$HERE"/src/cache/*.h)
+if [ -z "$hits" ]; then ok cache_knows_no_policy_ids; else ko cache_knows_no_policy_ids "$hits"; fi
+
 if [ -n "${KVB_TEST_QUICK:-}" ]; then
     # make asan: an instrumented library cannot be linked into plain programs;
     # make test installs the release build

@@ -75,7 +75,7 @@ struct kvb_cache_params kvb_cache_default_params(void) {
     p.rope.type = KVB_ROPE_NONE;
     p.rope.base = 10000.0f;
     p.rope.freq_scale = 1.0f;
-    p.policy = kvb_policy_default_params(KVB_POLICY_FULL);
+    p.policy = kvb_policy_baseline_params();
     p.pool_bytes = (size_t)1 << 30;
     return p;
 }
@@ -105,13 +105,14 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         if (!(p->rope.freq_scale > 0.0f) || !isfinite(p->rope.freq_scale)) return kvb_fail(KVB_ERR_INVALID, "cache: rope.freq_scale must be > 0, got %g", (double)p->rope.freq_scale);
     }
     const struct kvb_policy_params *pp = &p->policy;
-    if (pp->id < 0 || pp->id >= KVB_POLICY_COUNT) return kvb_fail(KVB_ERR_INVALID, "cache: unknown policy id %d", (int)pp->id);
-    const char *pn = kvb_policy_name(pp->id);
+    const struct kvb_policy_i *pi = kvb_policy_iface(pp->id);
+    if (!pi) return kvb_fail(KVB_ERR_INVALID, "cache: unknown policy id %d", (int)pp->id);
+    const char *pn = pi->name;
     if (pp->n_sink < 0 || pp->n_sink > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "policy %s: n_sink must be in 0..1048576, got %d", pn, (int)pp->n_sink);
     if (pp->n_recent < -1) return kvb_fail(KVB_ERR_INVALID, "policy %s: n_recent must be >= -1, got %d", pn, (int)pp->n_recent);
     if (pp->budget < 0) return kvb_fail(KVB_ERR_INVALID, "policy %s: budget must be >= 0, got %d", pn, (int)pp->budget);
     if (!(pp->budget_frac >= 0.0f && pp->budget_frac <= 1.0f)) return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac must be in [0, 1], got %g", pn, (double)pp->budget_frac);
-    if (pp->id != KVB_POLICY_FULL) {
+    if (!(pi->flags & KVB_PF_NEVER_EVICT)) {
         if (pp->budget == 0 && pp->budget_frac == 0.0f)
             return kvb_fail(KVB_ERR_INVALID, "policy %s: needs a budget (tokens or fraction of the prompt)", pn);
         if (pp->budget && pp->budget <= pp->n_sink)
@@ -129,7 +130,6 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
     if (pp->decode_budget < 0) return kvb_fail(KVB_ERR_INVALID, "policy %s: decode_budget must be >= 0, got %d", pn, (int)pp->decode_budget);
     if (pp->prefill_budget < 0 || (pp->prefill_budget && pp->prefill_budget <= pp->n_sink))
         return kvb_fail(KVB_ERR_INVALID, "policy %s: prefill_budget must be 0 (no eviction while a prompt is read) or exceed n_sink (%d), got %d", pn, (int)pp->n_sink, (int)pp->prefill_budget);
-    const struct kvb_policy_i *pi = kvb_policy_iface(pp->id);
     if (pp->budget_frac > 0 && !(pi->flags & KVB_PF_COMPRESS))
         return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv)", pn);
     enum kvb_pos_mode pm = p->pos_mode == KVB_POS_POLICY_DEFAULT ? pi->default_pos : p->pos_mode;
@@ -611,13 +611,8 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     c->policy.iface = kvb_policy_iface(params->policy.id);
     c->policy.params = params->policy;
     c->policy.block_size = params->block_size;
-    /* prefill evidence: TOVA looks at the last query only, the snapkv family
-     * at its observation window, the rest at every query of the chunk */
-    c->policy.obs_last = 0;
-    if (params->policy.id == KVB_POLICY_TOVA) c->policy.obs_last = 1;
-    if (params->policy.id == KVB_POLICY_SNAPKV || params->policy.id == KVB_POLICY_PYRAMIDKV ||
-        params->policy.id == KVB_POLICY_ADAKV)
-        c->policy.obs_last = params->policy.obs_window;
+    /* prefill evidence: the policy says how many of a chunk's last queries (0 = all) */
+    c->policy.obs_last = c->policy.iface->prefill_queries ? c->policy.iface->prefill_queries(&params->policy) : 0;
     c->pos_mode = params->pos_mode == KVB_POS_POLICY_DEFAULT ? c->policy.iface->default_pos : params->pos_mode;
     c->block_shift = 0;
     while ((1 << c->block_shift) < params->block_size) c->block_shift++;
@@ -1128,7 +1123,7 @@ kvb_status kvb_cache_set_budget(struct kvb_cache *c, int32_t layer, int32_t head
     if (tokens < 0) return kvb_fail(KVB_ERR_INVALID, "set_budget: tokens must be >= 0, got %d", (int)tokens);
     if (tokens != 0 && tokens <= c->params.policy.n_sink)
         return kvb_fail(KVB_ERR_INVALID, "set_budget: %d tokens do not exceed n_sink (%d)", (int)tokens, (int)c->params.policy.n_sink);
-    if (tokens == 0 && c->params.policy.id != KVB_POLICY_FULL)
+    if (tokens == 0 && !(c->policy.iface->flags & KVB_PF_NEVER_EVICT))
         return kvb_fail(KVB_ERR_INVALID, "set_budget: policy %s needs a budget > 0", kvb_policy_name(c->params.policy.id));
     const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
     for (int32_t l = 0; l < c->params.n_layer; l++)

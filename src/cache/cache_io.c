@@ -179,7 +179,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad enum in policy (pool_mode %d, tova_scope %d)", pool_mode, tova_scope);
     pp->pool_mode = (enum kvb_pool_mode)pool_mode;
     pp->tova_scope = (enum kvb_tova_scope)tova_scope;
-    if (pid < 0 || pid >= KVB_POLICY_COUNT) return kvb_fail(KVB_ERR_CORRUPT, "cache image: unknown policy id %d", pid);
+    if (!kvb_policy_iface((enum kvb_policy_id)pid)) return kvb_fail(KVB_ERR_CORRUPT, "cache image: unknown policy id %d", pid);
     pp->id = (enum kvb_policy_id)pid;
     p.pool_bytes = pool_bytes;
     int32_t ns;

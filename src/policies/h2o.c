@@ -26,6 +26,7 @@ const struct kvb_policy_i kvb_policy_h2o = {
     .describe = "H2O: sinks + heavy hitters by accumulated attention + recent window. params: budget=256 n_sink=4 heavy_ratio=0.5 n_recent=-1 (rest of budget)",
     .flags = KVB_PF_DECODE_ATTN | KVB_PF_PREFILL_MASS,
     .n_state = 1,
+    .recent = kvb_recent_heavy,
     .default_pos = KVB_POS_ORIGINAL,
     .defaults = h2o_defaults,
     .observe = kvb_h2o_observe,

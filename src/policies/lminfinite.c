@@ -18,6 +18,7 @@ const struct kvb_policy_i kvb_policy_lminfinite = {
     .describe = "LM-Infinite: n_sink global tokens + the most recent, original positions with every distance capped at the trained length (positions capped). params: budget=256 n_sink=10 max_distance=trained length",
     .flags = 0,
     .n_state = 0,
+    .recent = kvb_recent_all,
     .default_pos = KVB_POS_CAPPED,
     .defaults = lminfinite_defaults,
     .select = kvb_select_oldest_after_sinks,

@@ -11,26 +11,26 @@
 
 int32_t kvb_policy_recent(const struct kvb_policy *p, int32_t budget) {
     const struct kvb_policy_params *pp = &p->params;
-    int32_t room = KVB_MAX(budget - pp->n_sink, 0);
-    int32_t r;
-    if (pp->n_recent >= 0) {
-        r = pp->n_recent;
-    } else {
-        switch (pp->id) {
-        case KVB_POLICY_WINDOW:
-        case KVB_POLICY_STREAMING:
-        case KVB_POLICY_LMINFINITE: r = room; break;
-        case KVB_POLICY_H2O:
-        case KVB_POLICY_BLOCK_H2O: r = room - (int32_t)(pp->heavy_ratio * (double)room); break;
-        case KVB_POLICY_SCISSORHANDS: r = pp->history; break;
-        case KVB_POLICY_SNAPKV:
-        case KVB_POLICY_PYRAMIDKV:
-        case KVB_POLICY_ADAKV: r = pp->obs_window; break;
-        default: r = 0; break;
-        }
-    }
+    const int32_t room = KVB_MAX(budget - pp->n_sink, 0);
+    const int32_t r = pp->n_recent >= 0 ? pp->n_recent : p->iface->recent ? p->iface->recent(pp, room) : 0;
     return KVB_MIN(KVB_MAX(r, 0), room);
 }
+
+int32_t kvb_recent_all(const struct kvb_policy_params *p, int32_t room) {
+    (void)p;
+    return room;
+}
+
+int32_t kvb_recent_heavy(const struct kvb_policy_params *p, int32_t room) {
+    return room - (int32_t)(p->heavy_ratio * (double)room);
+}
+
+int32_t kvb_recent_obs_window(const struct kvb_policy_params *p, int32_t room) {
+    (void)room;
+    return p->obs_window;
+}
+
+int32_t kvb_prefill_obs_window(const struct kvb_policy_params *p) { return p->obs_window; }
 
 static inline bool key_less(const float *key, int32_t a, int32_t b) {
     return key[a] < key[b] || (key[a] == key[b] && a < b);

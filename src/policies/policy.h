@@ -39,6 +39,11 @@ struct kvb_policy_i {
     int32_t n_state;          /* 32-bit words per slot */
     enum kvb_pos_mode default_pos;
     void (*defaults)(struct kvb_policy_params *p);
+    /* protected most recent tokens of a stream with `room` = budget - n_sink
+     * slots when params.n_recent is -1 [0] */
+    int32_t (*recent)(const struct kvb_policy_params *p, int32_t room);
+    /* how many of a prefill chunk's last queries give evidence (0 = all) [0] */
+    int32_t (*prefill_queries)(const struct kvb_policy_params *p);
     void (*on_append)(const struct kvb_policy *p, struct kvb_stream *s, int32_t j, const float *k, int32_t d);
     void (*observe)(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
     int32_t (*select)(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
@@ -55,7 +60,8 @@ const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id);
 
 /* ---- helpers shared by policies (policy.c) ---- */
 
-/* Protected recent tokens for a stream with this budget under p's rule. */
+/* Protected recent tokens for a stream with this budget under p's rule
+ * (params.n_recent, else the vtable's `recent`), at most budget - n_sink. */
 int32_t kvb_policy_recent(const struct kvb_policy *p, int32_t budget);
 
 /* Picks the k logical slots with the smallest key[j] among candidates
@@ -80,6 +86,15 @@ int32_t kvb_select_oldest_after_sinks(const struct kvb_policy *p, struct kvb_str
 void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
 int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
 void kvb_snapkv_pooled(const struct kvb_policy *p, const struct kvb_stream *s, int32_t m, float *out);
+
+/* `recent` rules shared by several policies. */
+int32_t kvb_recent_all(const struct kvb_policy_params *p, int32_t room);        /* window, streaming, lminfinite */
+int32_t kvb_recent_heavy(const struct kvb_policy_params *p, int32_t room);      /* h2o, block-h2o */
+int32_t kvb_recent_obs_window(const struct kvb_policy_params *p, int32_t room); /* the snapkv family */
+int32_t kvb_prefill_obs_window(const struct kvb_policy_params *p);              /* the snapkv family */
+
+/* The policy a default cache runs (full). */
+struct kvb_policy_params kvb_policy_baseline_params(void);
 
 /* H2O accumulation: state[0] += w[j]. Shared with block-h2o. */
 void kvb_h2o_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);

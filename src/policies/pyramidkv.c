@@ -38,6 +38,8 @@ const struct kvb_policy_i kvb_policy_pyramidkv = {
     .describe = "PyramidKV: SnapKV scoring, per-layer budgets decreasing linearly bottom to top, set from the prompt length at compress. params: budget=256 (layer average) obs_window=32 pool_kernel=7 pool=max pyramid_beta=20 decode_budget=budget prefill_budget=0 n_sink=0",
     .flags = KVB_PF_PREFILL_MASS | KVB_PF_COMPRESS,
     .n_state = 1,
+    .recent = kvb_recent_obs_window,
+    .prefill_queries = kvb_prefill_obs_window,
     .default_pos = KVB_POS_ORIGINAL,
     .observe = kvb_snapkv_observe,
     .select = kvb_snapkv_select,

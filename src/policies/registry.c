@@ -47,6 +47,8 @@ struct kvb_policy_params kvb_policy_default_params(enum kvb_policy_id id) {
     return p;
 }
 
+struct kvb_policy_params kvb_policy_baseline_params(void) { return kvb_policy_default_params(KVB_POLICY_FULL); }
+
 const char *kvb_policy_name(enum kvb_policy_id id) {
     const struct kvb_policy_i *pi = kvb_policy_iface(id);
     return pi ? pi->name : "?";

@@ -42,11 +42,17 @@ static int32_t sh_select(const struct kvb_policy *p, struct kvb_stream *s, int32
     return kvb_pick_lowest(s, key, lo, hi, n_over, victims);
 }
 
+static int32_t scissorhands_recent(const struct kvb_policy_params *p, int32_t room) {
+    (void)room;
+    return p->history; /* the last `history` tokens are not yet judged */
+}
+
 const struct kvb_policy_i kvb_policy_scissorhands = {
     .name = "scissorhands",
     .describe = "Scissorhands: evict slots below average attention >= threshold times in the last history steps. params: budget=256 n_sink=4 history=16 threshold=8 n_recent=-1 (history)",
     .flags = KVB_PF_DECODE_ATTN | KVB_PF_PREFILL_MASS,
     .n_state = 2,
+    .recent = scissorhands_recent,
     .default_pos = KVB_POS_ORIGINAL,
     .defaults = scissorhands_defaults,
     .observe = sh_observe,

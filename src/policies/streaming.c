@@ -9,6 +9,7 @@ const struct kvb_policy_i kvb_policy_streaming = {
     .describe = "StreamingLLM: sinks + rolling window, contiguous positions. params: budget=256 n_sink=4",
     .flags = 0,
     .n_state = 0,
+    .recent = kvb_recent_all,
     .default_pos = KVB_POS_CONTIGUOUS,
     .defaults = streaming_defaults,
     .select = kvb_select_oldest_after_sinks,

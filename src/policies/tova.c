@@ -34,11 +34,17 @@ static int32_t tova_select(const struct kvb_policy *p, struct kvb_stream *s, int
     return kvb_pick_lowest(s, s->state, lo, hi, n_over, victims); /* state is the key */
 }
 
+static int32_t tova_prefill_queries(const struct kvb_policy_params *p) {
+    (void)p;
+    return 1; /* the chunk's last query: the current step */
+}
+
 const struct kvb_policy_i kvb_policy_tova = {
     .name = "tova",
     .describe = "TOVA: evict the lowest attention at the current step, averaged over all query heads of the layer (one victim for every KV head; tova_scope=head: per KV head). params: budget=256 tova_scope=layer n_sink=0 n_recent=0",
     .flags = KVB_PF_DECODE_ATTN | KVB_PF_PREFILL_MASS,
     .n_state = 1,
+    .prefill_queries = tova_prefill_queries,
     .default_pos = KVB_POS_ORIGINAL,
     .observe = tova_observe,
     .combine = tova_combine,
