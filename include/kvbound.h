@@ -57,6 +57,9 @@ extern "C" {
 #define KVB_VERSION_STRING "0.2.0"
 /* The library's version at run time ("0.2.0"), to compare with the header's. */
 const char *kvb_version(void);
+/* sizeof of a public struct by name ("kvb_cache_params", ...), 0 if unknown:
+ * bindings (python/kvbound) check their layouts against the library's. */
+size_t kvb_abi_sizeof(const char *struct_name);
 
 /* ------------------------------------------------------------------------ */
 /* Status, logging, allocation                                              */

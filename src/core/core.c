@@ -143,6 +143,29 @@ static void crc_init(void) {
 
 const char *kvb_version(void) { return KVB_VERSION_STRING; }
 
+size_t kvb_abi_sizeof(const char *name) {
+    static const struct {
+        const char *name;
+        size_t size;
+    } sizes[] = {
+        {"kvb_rope", sizeof(struct kvb_rope)},
+        {"kvb_policy_params", sizeof(struct kvb_policy_params)},
+        {"kvb_cache_params", sizeof(struct kvb_cache_params)},
+        {"kvb_cache_stats", sizeof(struct kvb_cache_stats)},
+        {"kvb_slot_info", sizeof(struct kvb_slot_info)},
+        {"kvb_model_params", sizeof(struct kvb_model_params)},
+        {"kvb_model_info", sizeof(struct kvb_model_info)},
+        {"kvb_context_params", sizeof(struct kvb_context_params)},
+        {"kvb_sampler_params", sizeof(struct kvb_sampler_params)},
+        {"kvb_ppl_params", sizeof(struct kvb_ppl_params)},
+        {"kvb_ppl_result", sizeof(struct kvb_ppl_result)},
+        {"kvb_detok", sizeof(struct kvb_detok)},
+    };
+    for (size_t i = 0; name && i < sizeof sizes / sizeof sizes[0]; i++)
+        if (!strcmp(name, sizes[i].name)) return sizes[i].size;
+    return 0;
+}
+
 uint32_t kvb_crc32(uint32_t crc, const void *data, size_t n) {
     pthread_once(&crc_once, crc_init); /* the table is built once, before any thread reads it */
     const uint8_t *b = data;

@@ -1,0 +1,145 @@
+"""Tests of the Python bindings against the library and the shared models.
+Run by tests/test_python_cli.sh (make test) under Debian's python3; prints
+"ok NAME" / "FAIL NAME" and "cases: P passed, F failed, S skipped"."""
+import math
+import os
+import random
+import sys
+import traceback
+
+import kvbound
+
+D = os.environ.get("KVB_SHARED_DATA", "../shared/data")
+G = os.path.join(D, "models/stories260K/stories260K.llamacpp.gguf")
+TEXT = os.path.join(D, "text/tinystories_validation_head.txt")
+REF = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, "
+       "red ball. She wanted to play with it, but it was too high.\nLily")
+cases = []
+
+
+def case(f):
+    cases.append(f)
+    return f
+
+
+@case
+def version_and_abi():
+    assert kvbound.__version__ == os.environ.get("KVB_EXPECT_VERSION", kvbound.__version__), kvbound.__version__
+    assert "lminfinite" in kvbound.policies() and "snapkv" in kvbound.policies()
+
+
+@case
+def tokenize_and_detokenize():
+    with kvbound.Model(G) as m:
+        ids = m.tokenize("Once upon a time")
+        assert ids == [1, 403, 407, 261, 378], ids
+        assert m.detokenize(ids[1:]) == " Once upon a time", repr(m.detokenize(ids[1:]))
+
+
+@case
+def generate_greedy_bounded():
+    m = kvbound.Model(G)
+    text = "Once upon a time" + "".join(m.generate("Once upon a time", 60, policy="streaming", budget=64))
+    assert text == REF, repr(text)
+    # far past the trained length, memory stays at the budget
+    n = sum(1 for _ in m.generate("Once upon a time", 400, policy="streaming", budget=32, stop_at_eos=False))
+    st = m.last_context.cache_stats()
+    assert n > 300 and st["slots_max"] == 32 and m.last_context.n_past > 400, (n, st)
+
+
+@case
+def perplexity_matches_published_figures():
+    m = kvbound.Model(G)
+    text = open(TEXT, encoding="utf-8").read()[:60000]
+    r = kvbound.perplexity(m, text, policy="window", budget=64, max_tokens=500)
+    assert abs(r["ppl"] - 4.0041) < 6e-4 and abs(r["baseline_ppl"] - 3.7659) < 2e-4 and r["tokens"] == 499, r
+    r = kvbound.perplexity(m, text, policy="snapkv", budget=64, prompt=400, max_tokens=500)
+    assert abs(r["ppl"] - 3.4729) < 6e-4 and abs(r["prompt_kept"] - 64) < 1e-9 and r["tokens"] == 100, r
+    r = kvbound.perplexity(m, text, policy="tova", budget=64, max_tokens=500, tova_scope="head")
+    assert abs(r["ppl"] - 4.5692) < 6e-4, r
+
+
+@case
+def cache_with_own_scores_h2o_trace():
+    c = kvbound.Cache(policy="h2o", budget=6, n_sink=2, head_dim=4, block_size=4)
+    for s in [0.95, 0.85, 0.10, 0.90, 0.05, 0.20, 0.15, 0.75]:
+        c.append(0)
+        w = [0.0] * len(c.positions())
+        w[-1] = s
+        c.observe(0, 0, w)
+        c.evict(0)
+    assert c.positions() == [0, 1, 3, 5, 6, 7], c.positions()
+
+
+@case
+def cache_with_own_qkv_equals_reference_attention():
+    """Full attention through the bindings equals a softmax written here (no RoPE);
+    a window of 8 keeps the last 8 keys and attends to them alone."""
+    rnd = random.Random(3)
+    d, hq = 8, 2
+    for policy, budget in (("full", 0), ("window", 8)):
+        c = kvbound.Cache(policy=policy, budget=budget, head_dim=d)
+        keys, vals = [], []
+        worst = 0.0
+        for t in range(20):
+            q = [rnd.uniform(-1, 1) for _ in range(hq * d)]
+            k = [rnd.uniform(-1, 1) for _ in range(d)]
+            v = [rnd.uniform(-1, 1) for _ in range(d)]
+            keys.append(k)
+            vals.append(v)
+            out = c.decode(0, q, k, v)
+            ks, vs = (keys, vals) if policy == "full" else (keys[-(budget + 1):], vals[-(budget + 1):])
+            for h in range(hq):
+                qh = q[h * d:(h + 1) * d]
+                s = [sum(a * b for a, b in zip(qh, kk)) / math.sqrt(d) for kk in ks]
+                mx = max(s)
+                e = [math.exp(x - mx) for x in s]
+                z = sum(e)
+                ref = [sum(e[j] / z * vs[j][i] for j in range(len(vs))) for i in range(d)]
+                worst = max(worst, max(abs(a - b) for a, b in zip(out[h * d:(h + 1) * d], ref)))
+        assert worst < 1e-5, (policy, worst)
+        assert len(c.positions()) == (20 if policy == "full" else budget), c.positions()
+
+
+@case
+def errors_raise_with_the_library_message():
+    try:
+        kvbound.Model("/nonexistent.gguf")
+        raise AssertionError("no exception")
+    except kvbound.KvboundError as e:
+        assert "/nonexistent.gguf" in str(e) and "No such file" in str(e), str(e)
+    try:
+        kvbound.Cache(policy="nope")
+        raise AssertionError("no exception")
+    except kvbound.KvboundError as e:
+        assert "unknown policy 'nope'" in str(e), str(e)
+    try:
+        kvbound.Cache(policy="h2o", budget=4, n_sink=8)
+        raise AssertionError("no exception")
+    except kvbound.KvboundError as e:
+        assert "budget (4) must exceed n_sink (8)" in str(e), str(e)
+
+
+try:
+    import numpy as np
+
+    @case
+    def numpy_arrays_in_and_out():
+        c = kvbound.Cache(policy="full", budget=0, head_dim=4)
+        out = c.decode(0, np.ones(8, dtype=np.float64), np.ones(4), np.arange(4.0))
+        assert isinstance(out, np.ndarray) and out.shape == (8,) and np.allclose(out, [0, 1, 2, 3, 0, 1, 2, 3]), out
+except ImportError:
+    print("(NumPy not installed: the array case is not run)")
+
+passed = failed = 0
+for f in cases:
+    try:
+        f()
+        print("ok   " + f.__name__)
+        passed += 1
+    except Exception:
+        print("FAIL " + f.__name__)
+        traceback.print_exc(limit=3, file=sys.stdout)
+        failed += 1
+print("cases: %d passed, %d failed, 0 skipped" % (passed, failed))
+sys.exit(1 if failed else 0)
