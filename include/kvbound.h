@@ -66,6 +66,7 @@ size_t kvb_abi_sizeof(const char *struct_name);
 /* ------------------------------------------------------------------------ */
 
 typedef enum kvb_status {
+    KVB_FALLBACK = 1,         /* success with a documented fallback (not an error; nothing logged) */
     KVB_OK = 0,
     KVB_ERR_NOMEM = -1,       /* allocation failed or the page pool is exhausted */
     KVB_ERR_IO = -2,          /* open/read/write failed */
@@ -524,8 +525,9 @@ struct kvb_chat_message {
     const char *content;
 };
 const char *kvb_chat_style_name(enum kvb_chat_style style);
-/* KVB_ERR_UNSUPPORTED when no known signature matches (callers fall back
- * to ChatML and warn); KVB_ERR_INVALID for NULL. */
+/* KVB_OK with *style set when a known signature matches; KVB_FALLBACK with
+ * *style = KVB_CHAT_CHATML when none does (callers say so to the user);
+ * KVB_ERR_INVALID for NULL. */
 kvb_status kvb_chat_detect(const char *tmpl, enum kvb_chat_style *style);
 kvb_status kvb_chat_style_from_name(const char *name, enum kvb_chat_style *style);
 /* The system message a ChatML template inserts when the conversation has

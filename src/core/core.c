@@ -23,6 +23,7 @@ static _Thread_local char t_last_error[512];
 
 const char *kvb_status_str(kvb_status s) {
     switch (s) {
+    case KVB_FALLBACK: return "ok (fallback)";
     case KVB_OK: return "ok";
     case KVB_ERR_NOMEM: return "out of memory";
     case KVB_ERR_IO: return "i/o error";

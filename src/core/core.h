@@ -107,4 +107,14 @@ static inline uint16_t kvb_f32_to_f16(float f) {
  * previous value, starting from 0. */
 uint32_t kvb_crc32(uint32_t crc, const void *data, size_t n);
 
+/* The library's one seeded random stream (splitmix64): the next 64 bits,
+ * and a uniform double in [0, 1). Reentrant: the caller owns the state. */
+static inline uint64_t kvb_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline double kvb_rand_unit(uint64_t *state) { return (double)(kvb_splitmix64(state) >> 11) * (1.0 / 9007199254740992.0); }
+
 #endif /* KVB_CORE_H */

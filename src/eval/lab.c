@@ -46,12 +46,7 @@ struct kvb_lab_stream {
     struct lab_query queries[LAB_MAX_QUERIES];
 };
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t mix64(uint64_t z) { return kvb_splitmix64(&z); } /* a hash of z */
 
 static double unit(uint64_t *s) { /* [0, 1) */
     *s = mix64(*s);

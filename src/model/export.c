@@ -30,6 +30,7 @@ static uint32_t pick_type(uint32_t want, int64_t n_in) {
 struct owned {
     void **p;
     int64_t n, cap;
+    uint64_t rs; /* the random stream of the model being made */
 };
 
 static void *keep(struct owned *o, size_t bytes) {
@@ -188,20 +189,13 @@ static const struct shape k_shapes[] = {
 
 const char *kvb_model_shapes(void) { return "tiny, tiny-qwen2, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b"; }
 
-static uint64_t g_rs;
-static float urand(void) {
-    uint64_t z = (g_rs += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
-}
+static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
 
 static kvb_status rand_mat(struct owned *o, struct kvb_mat *m, int64_t n_in, int64_t n_out) {
     float *p = keep(o, sizeof(float) * (size_t)(n_in * n_out));
     if (!p) return kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory for a %lld x %lld matrix", (long long)n_out, (long long)n_in);
     const float s = 1.0f / sqrtf((float)n_in);
-    for (int64_t i = 0; i < n_in * n_out; i++) p[i] = urand() * s;
+    for (int64_t i = 0; i < n_in * n_out; i++) p[i] = urand(&o->rs) * s;
     *m = (struct kvb_mat){GGML_TYPE_F32, n_in, n_out, sizeof(float) * (size_t)n_in, (const uint8_t *)p};
     return KVB_OK;
 }
@@ -209,7 +203,7 @@ static kvb_status rand_mat(struct owned *o, struct kvb_mat *m, int64_t n_in, int
 static float *const_vec(struct owned *o, int64_t n, float v, bool noise) {
     float *p = keep(o, sizeof(float) * (size_t)n);
     if (p)
-        for (int64_t i = 0; i < n; i++) p[i] = v + (noise ? 0.1f * urand() : 0.0f);
+        for (int64_t i = 0; i < n; i++) p[i] = v + (noise ? 0.1f * urand(&o->rs) : 0.0f);
     return p;
 }
 
@@ -255,9 +249,9 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         if (!strcmp(shape, k_shapes[i].name)) sh = &k_shapes[i];
     if (!sh) return kvb_fail(KVB_ERR_INVALID, "mkmodel: unknown shape '%s' (%s)", shape, kvb_model_shapes());
-    g_rs = seed * 0x2545F4914F6CDD1Dull + 1;
     struct kvb_model *m = kvb_calloc(1, sizeof *m);
     struct owned *o = kvb_calloc(1, sizeof *o);
+    if (o) o->rs = seed * 0x2545F4914F6CDD1Dull + 1;
     if (!m || !o) {
         kvb_free(m);
         kvb_free(o);

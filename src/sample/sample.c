@@ -54,13 +54,6 @@ void kvb_sampler_free(struct kvb_sampler *s) {
     kvb_free(s);
 }
 
-static double next_unit(uint64_t *st) {
-    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
-}
 
 static int cmp_cand(const void *a, const void *b) {
     const struct cand *x = a, *y = b;
@@ -115,7 +108,7 @@ int32_t kvb_sampler_sample(struct kvb_sampler *s, float *logits, const int32_t *
     }
     double tot = 0;
     for (int32_t i = 0; i < n; i++) tot += s->prob[i];
-    double r = next_unit(&s->rng) * tot, acc = 0;
+    double r = kvb_rand_unit(&s->rng) * tot, acc = 0;
     for (int32_t i = 0; i < n; i++) {
         acc += s->prob[i];
         if (r < acc) return s->c[i].id;

@@ -36,7 +36,10 @@ kvb_status kvb_chat_detect(const char *t, enum kvb_chat_style *style) {
     else if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>")) *style = KVB_CHAT_LLAMA3;
     else if (strstr(t, "[INST]") && strstr(t, "<<SYS>>")) *style = KVB_CHAT_LLAMA2;
     else if (strstr(t, "[INST]")) *style = KVB_CHAT_MISTRAL;
-    else return kvb_fail(KVB_ERR_UNSUPPORTED, "chat template not recognized (%.60s...)", t);
+    else {
+        *style = KVB_CHAT_CHATML; /* the usual choice; the caller says it fell back */
+        return KVB_FALLBACK;
+    }
     return KVB_OK;
 }
 

@@ -35,10 +35,11 @@ static struct style pick_style(const char *tmpl, const char *forced, bool *ok) {
     }
     if (!tmpl) return st; /* base models (llama2.c stories) have no template */
     st.plain = false;
-    if (kvb_chat_detect(tmpl, &st.chat) != KVB_OK) {
+    kvb_status ds = kvb_chat_detect(tmpl, &st.chat);
+    if (ds == KVB_FALLBACK)
         fprintf(stderr, "kvbound chat: warning: the model's chat template is not one we recognize; using ChatML (--template to choose)\n");
+    else if (ds != KVB_OK)
         st.chat = KVB_CHAT_CHATML;
-    }
     return st;
 }
 
