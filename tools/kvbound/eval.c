@@ -277,7 +277,7 @@ int cmd_sweep(int argc, char **argv) {
         else if (parse_common(&o, a, v)) return 2;
     }
     if (!o.model || !o.text || !out) { fprintf(stderr, "kvbound sweep: -m MODEL, -f TEXT and --out DIR are required\n"); return 2; }
-    char outdir[4096];
+    char outdir[3072]; /* leaves room for "/sweep.csv" in 4096-byte paths */
     snprintf(outdir, sizeof outdir, "%s", out);
     for (size_t l = strlen(outdir); l > 1 && outdir[l - 1] == '/'; l--) outdir[l - 1] = 0; /* no "dir//sweep.csv" */
     out = outdir;
