@@ -492,6 +492,15 @@ kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out);
 void kvb_vocab_free(struct kvb_vocab *vocab);
 const struct kvb_vocab *kvb_model_vocab(const struct kvb_model *model);
 int32_t kvb_vocab_size(const struct kvb_vocab *vocab);
+struct kvb_vocab_info {
+    bool bpe;                  /* byte-level BPE (else SentencePiece) */
+    char pre[32];              /* BPE pre-tokenizer ("llama-bpe", ...) */
+    int32_t n_tokens, n_merges;
+    bool add_space_prefix, ignore_merges, add_bos;
+    int32_t bos, eos, eot;     /* -1: none */
+    const char *chat_template; /* tokenizer.chat_template of a file loaded with kvb_vocab_load, or NULL */
+};
+void kvb_vocab_get_info(const struct kvb_vocab *vocab, struct kvb_vocab_info *out);
 /* Id of a special token, or -1 when the vocabulary has none. EOT is the
  * end-of-turn token (<|eot_id|>, <|im_end|>); it falls back to EOS. */
 int32_t kvb_vocab_special(const struct kvb_vocab *vocab, enum kvb_special_token which);
@@ -773,6 +782,54 @@ void kvb_lab_result_free(struct kvb_lab_result *r);
 /* Which kernel family is in use: "ref", "avx2" or "avx512". KVB_REF=1 in the
  * environment forces "ref". */
 const char *kvb_kernels_name(void);
+/* What the CPU offers (CPUID and the OS's saved state), whatever KVB_REF says. */
+bool kvb_cpu_has_avx2(void);
+bool kvb_cpu_has_avx512(void);
+bool kvb_cpu_has_avx512vnni(void);
+
+/* ------------------------------------------------------------------------ */
+/* Tensor types and model files                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Weight types, numbered as in GGML / GGUF: the ones kvbound reads and writes. */
+enum kvb_type {
+    KVB_TYPE_F32 = 0, KVB_TYPE_F16 = 1, KVB_TYPE_Q4_0 = 2, KVB_TYPE_Q8_0 = 8,
+    KVB_TYPE_Q4_K = 12, KVB_TYPE_Q6_K = 14, KVB_TYPE_BF16 = 30
+};
+/* "q8_0", ...; "?" for a number kvbound does not know. */
+const char *kvb_type_name(uint32_t type);
+/* Case-insensitive name of one of the seven types above; KVB_ERR_INVALID
+ * (naming them) otherwise. */
+kvb_status kvb_type_from_name(const char *name, uint32_t *type);
+/* Bytes of n values of the type (blocks included); 0 when n is not a whole
+ * number of blocks or the type is unknown. */
+size_t kvb_type_row_bytes(uint32_t type, int64_t n);
+
+/* The tensors of a GGUF file (metadata only, bounds-checked as when loading). */
+struct kvb_tensor_info {
+    char name[96];
+    uint32_t type;       /* enum kvb_type (or another GGML type number) */
+    int32_t n_dims;
+    int64_t ne[4];       /* ne[0] innermost; unused dims are 1 */
+    uint64_t bytes;
+};
+/* *out is allocated (kvb_buffer_free), *n tensors. Errors as the GGUF reader's. */
+kvb_status kvb_gguf_tensors(const char *path, struct kvb_tensor_info **out, int64_t *n);
+
+/* Writes any loaded model as GGUF with its 2-D weights in `type` (rows that
+ * cannot hold that type's blocks fall back to q8_0, then f16); the tokenizer
+ * and hyperparameters go with it. progress (may be NULL) gets (done, total)
+ * per layer. The file appears atomically (rename). */
+kvb_status kvb_model_write_gguf(const struct kvb_model *model, const char *path, uint32_t type,
+                                void (*progress)(int32_t done, int32_t total, void *user), void *user);
+/* A random-weight model of a real shape ("tiny", "tinyllama-1.1b", ...:
+ * kvb_model_shapes()), in memory (F32), seeded; vocab_path (may be NULL)
+ * copies a real tokenizer from a GGUF. Free with kvb_model_make_free. */
+kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_path, struct kvb_model **out, void **owned);
+void kvb_model_make_free(struct kvb_model *model, void *owned);
+const char *kvb_model_shapes(void);
+/* Bytes of the token-embedding matrix (one row is read per token). */
+size_t kvb_model_token_embd_bytes(const struct kvb_model *model);
 
 #if defined(__GNUC__) && !defined(KVB_NO_VISIBILITY)
 #pragma GCC visibility pop

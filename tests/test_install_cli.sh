@@ -21,6 +21,10 @@ else ko exports_only_kvb_symbols "no $so"; fi
 hits=$(grep -n 'KVB_POLICY_' "$HERE"/src/cache/*.c "$HERE"/src/cache/*.h)
 if [ -z "$hits" ]; then ok cache_knows_no_policy_ids; else ko cache_knows_no_policy_ids "$hits"; fi
 
+# programs include only the public header
+inc=$(grep -n '#include "' "$HERE"/tools/kvbound/*.c "$HERE"/tools/kvbound/*.h | grep -v '"cli.h"\|"lab.h"\|"kvbound.h"')
+if [ -z "$inc" ]; then ok cli_includes_only_kvbound_h; else ko cli_includes_only_kvbound_h "$inc"; fi
+
 if [ -n "${KVB_TEST_QUICK:-}" ]; then
     # make asan: an instrumented library cannot be linked into plain programs;
     # make test installs the release build

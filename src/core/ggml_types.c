@@ -1,5 +1,6 @@
 /* ggml_types.c — block traits of the ggml tensor types. */
 #include "ggml_types.h"
+#include "core.h"
 
 static const struct {
     const char *name;
@@ -26,3 +27,27 @@ size_t ggml_row_size(uint32_t t, int64_t n) {
     return (size_t)(n / b) * ggml_type_size(t);
 }
 
+
+/* ---- the public names (kvbound.h) ---- */
+
+static const uint32_t k_public_types[] = {KVB_TYPE_F32, KVB_TYPE_F16, KVB_TYPE_BF16, KVB_TYPE_Q8_0, KVB_TYPE_Q4_0, KVB_TYPE_Q4_K, KVB_TYPE_Q6_K};
+
+const char *kvb_type_name(uint32_t type) {
+    const char *n = ggml_type_name(type);
+    return strcmp(n, "unknown") ? n : "?";
+}
+
+kvb_status kvb_type_from_name(const char *name, uint32_t *type) {
+    for (size_t i = 0; name && type && i < sizeof k_public_types / sizeof k_public_types[0]; i++) {
+        const char *n = ggml_type_name(k_public_types[i]);
+        size_t k = 0;
+        while (n[k] && name[k] && (n[k] | 0x20) == (name[k] | 0x20)) k++;
+        if (!n[k] && !name[k]) {
+            *type = k_public_types[i];
+            return KVB_OK;
+        }
+    }
+    return kvb_fail(KVB_ERR_INVALID, "type '%s' is not one of f32, f16, bf16, q8_0, q4_0, q4_K, q6_K", name ? name : "(null)");
+}
+
+size_t kvb_type_row_bytes(uint32_t type, int64_t n) { return n < 0 ? 0 : ggml_row_size(type, n); }

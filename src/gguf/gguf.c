@@ -334,3 +334,27 @@ struct gguf_str gguf_arr_next_str(const uint8_t **cursor) {
     *cursor += 8 + n;
     return s;
 }
+
+kvb_status kvb_gguf_tensors(const char *path, struct kvb_tensor_info **out, int64_t *n) {
+    if (!path || !out || !n) return kvb_fail(KVB_ERR_INVALID, "gguf_tensors: NULL argument");
+    struct gguf_file *g;
+    kvb_status st = gguf_open(path, &g);
+    if (st != KVB_OK) return st;
+    struct kvb_tensor_info *t = kvb_calloc((size_t)(g->n_tensors ? g->n_tensors : 1), sizeof *t);
+    if (!t) {
+        gguf_close(g);
+        return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for %llu tensor entries", path, (unsigned long long)g->n_tensors);
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const struct gguf_tensor *s = &g->tensors[i];
+        snprintf(t[i].name, sizeof t[i].name, "%.*s", (int)(s->name.n < 95 ? s->name.n : 95), s->name.p);
+        t[i].type = s->type;
+        t[i].n_dims = (int32_t)s->n_dims;
+        for (int d = 0; d < 4; d++) t[i].ne[d] = s->ne[d];
+        t[i].bytes = s->nbytes;
+    }
+    *out = t;
+    *n = (int64_t)g->n_tensors;
+    gguf_close(g);
+    return KVB_OK;
+}

@@ -322,3 +322,7 @@ int32_t kvb_n_vocab(const struct kvb_model *m) { return m->info.n_vocab; }
 const char *kvb_model_chat_template(const struct kvb_model *m) { return m->chat_template; }
 int32_t kvb_token_find(const struct kvb_model *m, const char *text) { return kvb_vocab_find(m->vocab, text, strlen(text)); }
 const struct kvb_vocab *kvb_model_vocab(const struct kvb_model *m) { return m->vocab; }
+
+size_t kvb_model_token_embd_bytes(const struct kvb_model *m) {
+    return m ? (size_t)m->tok_embd.n_out * m->tok_embd.row_bytes : 0;
+}

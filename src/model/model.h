@@ -40,15 +40,7 @@ struct kvb_model {
 
 kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m);
 
-/* export.c: write any model as GGUF with 2-D weights in `type` (rows that
- * cannot hold that type's blocks fall back to q8_0, then f16). progress gets
- * (done, total) per layer. */
-kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uint32_t type,
-                                void (*progress)(int32_t done, int32_t total, void *user), void *user);
-/* A random-weight model of a real shape, in memory (F32); free with kvb_model_make_free. */
-kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_path, struct kvb_model **out, void **owned);
-void kvb_model_make_free(struct kvb_model *m, void *owned);
-const char *kvb_model_shapes(void);
+/* export.c: kvb_model_write_gguf, kvb_model_make (declared in kvbound.h). */
 kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, struct kvb_model *m);
 
 #endif

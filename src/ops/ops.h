@@ -62,9 +62,6 @@ extern const struct kvb_kernels kvb_kernels_avx2;
 extern const struct kvb_kernels kvb_kernels_avx512;
 #endif
 /* CPU features as dispatch sees them (CPUID + XGETBV). */
-bool kvb_cpu_has_avx2(void);
-bool kvb_cpu_has_avx512(void);
-bool kvb_cpu_has_avx512vnni(void);
 /* The kernels in use (dispatch on first call; KVB_REF=1 forces ref). */
 const struct kvb_kernels *kvb_kernels(void);
 /* Tests: switch every op family to the reference (true) or back to the

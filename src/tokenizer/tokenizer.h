@@ -60,6 +60,7 @@ struct kvb_vocab {
     int32_t *merge_hash;  /* "left right" -> rank, -1 empty */
     uint32_t merge_cap;
     int32_t n_merges;
+    char *chat_template;  /* kvb_vocab_load only: tokenizer.chat_template, or NULL */
 };
 
 static inline const char *kvb_vocab_text(const struct kvb_vocab *v, int32_t id) { return v->arena + v->off[id]; }

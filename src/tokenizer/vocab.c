@@ -46,7 +46,7 @@ int32_t kvb_vocab_find(const struct kvb_vocab *v, const char *text, size_t len) 
 void kvb_vocab_free(struct kvb_vocab *v) {
     if (!v) return;
     kvb_free(v->arena); kvb_free(v->off); kvb_free(v->score); kvb_free(v->type); kvb_free(v->hash); kvb_free(v->special);
-    kvb_free(v->merge_arena); kvb_free(v->merge_off); kvb_free(v->merge_hash);
+    kvb_free(v->merge_arena); kvb_free(v->merge_off); kvb_free(v->merge_hash); kvb_free(v->chat_template);
     kvb_free(v);
 }
 
@@ -257,8 +257,37 @@ kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out) {
     kvb_status st = gguf_open(path, &f);
     if (st != KVB_OK) return st;
     st = kvb_vocab_from_gguf(f, out);
+    struct gguf_str t;
+    if (st == KVB_OK && gguf_get_str(f, "tokenizer.chat_template", &t, false) == KVB_OK && t.n < (1u << 20)) {
+        char *c = kvb_malloc((size_t)t.n + 1);
+        if (!c) {
+            kvb_vocab_free(*out);
+            *out = NULL;
+            st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the chat template", path);
+        } else {
+            memcpy(c, t.p, (size_t)t.n);
+            c[t.n] = 0;
+            (*out)->chat_template = c;
+        }
+    }
     gguf_close(f); /* the vocabulary holds copies */
     return st;
+}
+
+void kvb_vocab_get_info(const struct kvb_vocab *v, struct kvb_vocab_info *o) {
+    memset(o, 0, sizeof *o);
+    if (!v) return;
+    o->bpe = v->kind == KVB_VOCAB_BPE;
+    snprintf(o->pre, sizeof o->pre, "%s", o->bpe ? kvb_pre_name(v->pre) : "");
+    o->n_tokens = v->n;
+    o->n_merges = v->n_merges;
+    o->add_space_prefix = v->add_space_prefix;
+    o->ignore_merges = v->ignore_merges;
+    o->add_bos = v->add_bos;
+    o->bos = v->bos;
+    o->eos = v->eos;
+    o->eot = kvb_vocab_special(v, KVB_SPECIAL_EOT);
+    o->chat_template = v->chat_template;
 }
 
 int32_t kvb_vocab_size(const struct kvb_vocab *v) { return v->n; }

@@ -7,7 +7,6 @@
  * measured in the same run with independent FMA chains on every thread.
  */
 #include "cli.h"
-#include "model/model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +14,6 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
-#include "ops/ops.h"
 
 struct fma_job {
     double flops[64];
@@ -87,11 +85,13 @@ static int stream_run(struct kvb_model *m, enum kvb_policy_id id, int budget, in
     if (id != KVB_POLICY_FULL) cp.policy.budget = budget;
     cp.n_threads = threads;
     cp.n_ctx = (int32_t)(n + 16);
-    size_t per_tok = (size_t)m->info.n_layer * m->info.n_head_kv * m->info.head_dim * 2 * 2;
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    size_t per_tok = (size_t)mi.n_layer * mi.n_head_kv * mi.head_dim * 2 * 2;
     cp.kv_pool_bytes = per_tok * (size_t)((id == KVB_POLICY_FULL ? n : budget) + 512) + ((size_t)16 << 20);
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
-    float *logits = cli_xmalloc(sizeof(float) * (size_t)m->info.n_vocab, "logits");
+    float *logits = cli_xmalloc(sizeof(float) * (size_t)mi.n_vocab, "logits");
     int32_t t = 1;
     int k = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -99,9 +99,9 @@ static int stream_run(struct kvb_model *m, enum kvb_policy_id id, int budget, in
         if (kvb_context_eval(c, &t, 1, logits, false) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); free(logits); kvb_context_free(c); return -1; }
         lat[i] = cli_now_sec() - t0;
         int best = 0;
-        for (int v = 1; v < m->info.n_vocab; v++)
+        for (int v = 1; v < mi.n_vocab; v++)
             if (logits[v] > logits[best]) best = v;
-        t = best == kvb_token_bos(m) ? 13 % m->info.n_vocab : best;
+        t = best == kvb_token_bos(m) ? 13 % mi.n_vocab : best;
         if (k < ncp && i + 1 == cps[k]) rss[k++] = rss_bytes();
         if (i % 10000 == 0 && isatty(2)) fprintf(stderr, "\rkvbound: %s %lld/%lld", kvb_policy_name(id), (long long)i, (long long)n);
     }
@@ -177,6 +177,8 @@ int bench_stream(int argc, char **argv) {
             printf("%s{\"tokens\":%lld,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"rss\":%lld}", k ? "," : "", (long long)cps[k], p50 * 1e3, p99 * 1e3, rss_f[k]);
         }
     /* recompute: the last `budget` tokens from scratch for every new token */
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
     struct kvb_context_params cp = kvb_context_default_params();
     cp.n_threads = threads;
     cp.chunk = budget;
@@ -185,8 +187,8 @@ int bench_stream(int argc, char **argv) {
     double rec = 0;
     if (kvb_context_init(m, &cp, &c) == KVB_OK) {
         int32_t *toks = cli_xmalloc(sizeof(int32_t) * (size_t)budget, "tokens");
-        for (int i = 0; i < budget; i++) toks[i] = 1 + (i * 7919) % (m->info.n_vocab - 1);
-        float *lg = cli_xmalloc(sizeof(float) * (size_t)m->info.n_vocab, "logits");
+        for (int i = 0; i < budget; i++) toks[i] = 1 + (i * 7919) % (mi.n_vocab - 1);
+        float *lg = cli_xmalloc(sizeof(float) * (size_t)mi.n_vocab, "logits");
         const int reps = 5;
         double t0 = cli_now_sec();
         for (int r = 0; r < reps; r++) {
@@ -230,7 +232,9 @@ int bench_model(int argc, char **argv, bool prefill) {
     if (!model) { fprintf(stderr, "kvbound bench: -m MODEL is required\n"); return 2; }
     struct kvb_model *m;
     if (kvb_model_load(model, NULL, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    const struct kvb_model_info *in = &m->info;
+    struct kvb_model_info info;
+    kvb_model_get_info(m, &info);
+    const struct kvb_model_info *in = &info;
     struct kvb_context_params cp = kvb_context_default_params();
     cp.n_threads = threads;
     cp.chunk = chunk;
@@ -243,7 +247,7 @@ int bench_model(int argc, char **argv, bool prefill) {
     int32_t *toks = cli_xmalloc(sizeof(int32_t) * (size_t)(chunk * 3 + n + 8), "tokens");
     for (int i = 0; i < chunk * 3 + n + 8; i++) toks[i] = 1 + (i * 7919) % (in->n_vocab - 1);
     /* weights read per token: every matrix once, one embedding row */
-    double w_bytes = (double)in->weight_bytes - (double)m->tok_embd.n_out * (double)m->tok_embd.row_bytes * (in->tied_output ? 0 : 1);
+    double w_bytes = (double)in->weight_bytes - (double)kvb_model_token_embd_bytes(m) * (in->tied_output ? 0 : 1);
     char cpu[256];
     cpu_model_name(cpu, sizeof cpu);
     struct kvb_threadpool *tp = NULL;
@@ -264,7 +268,7 @@ int bench_model(int argc, char **argv, bool prefill) {
         double bytes = w_bytes + kv_read / n;
         printf("{\"bench\":\"decode\",\"model\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"tokens\":%d,\"kernels\":\"%s\",\"tok_per_s\":%.2f,"
                "\"ms_per_token_median\":%.3f,\"bytes_per_token\":%.0f,\"machine_read_gbs\":%.2f,\"roofline_fraction\":%.3f,\"cpu\":\"%s\"}\n",
-               model, ggml_type_name(in->weight_type), threads, n, kvb_kernels_name(), tps, med * 1e3, bytes, bw,
+               model, kvb_type_name(in->weight_type), threads, n, kvb_kernels_name(), tps, med * 1e3, bytes, bw,
                bw > 0 ? bytes * tps / (bw * 1e9) : 0, cpu);
         free(dt);
     } else {
@@ -276,13 +280,13 @@ int bench_model(int argc, char **argv, bool prefill) {
             double d = cli_now_sec() - t0;
             if (d < best) best = d;
         }
-        double params = w_bytes / ((double)ggml_type_size(in->weight_type) / (double)ggml_blck_size(in->weight_type));
+        double params = w_bytes / ((double)kvb_type_row_bytes(in->weight_type, 256) / 256.0);
         double attn = 2.0 * 2.0 * in->n_layer * (double)in->n_head * in->head_dim * chunk * (chunk + 1) / 2.0;
         double flops = 2.0 * params * chunk + attn;
         double peak = fma_peak(tp);
         printf("{\"bench\":\"prefill\",\"model\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"chunk\":%d,\"kernels\":\"%s\",\"tok_per_s\":%.2f,"
                "\"gflops\":%.2f,\"fma_peak_gflops\":%.2f,\"peak_fraction\":%.3f,\"cpu\":\"%s\"}\n",
-               model, ggml_type_name(in->weight_type), threads, chunk, kvb_kernels_name(), chunk / best, flops / best / 1e9,
+               model, kvb_type_name(in->weight_type), threads, chunk, kvb_kernels_name(), chunk / best, flops / best / 1e9,
                peak / 1e9, peak > 0 ? flops / best / peak : 0, cpu);
     }
     kvb_threadpool_free(tp);

@@ -5,7 +5,6 @@
  * stderr.
  */
 #include "cli.h"
-#include "model/model.h"
 
 #include <string.h>
 #include <strings.h>
@@ -17,16 +16,16 @@ static void progress(int32_t done, int32_t total, void *user) {
 }
 
 static int parse_type(const char *v, uint32_t *t) {
-    const uint32_t all[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    const uint32_t all[] = {KVB_TYPE_F32, KVB_TYPE_F16, KVB_TYPE_BF16, KVB_TYPE_Q8_0, KVB_TYPE_Q4_0, KVB_TYPE_Q4_K, KVB_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (!strcasecmp(v, ggml_type_name(all[i]))) { *t = all[i]; return 0; }
+        if (!strcasecmp(v, kvb_type_name(all[i]))) { *t = all[i]; return 0; }
     fprintf(stderr, "kvbound: --type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k\n", v);
     return -1;
 }
 
 int cmd_convert(int argc, char **argv) {
     const char *in = NULL, *tok = NULL, *out = NULL;
-    uint32_t type = GGML_TYPE_F32;
+    uint32_t type = KVB_TYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -55,7 +54,7 @@ int cmd_convert(int argc, char **argv) {
 
 int cmd_mkmodel(int argc, char **argv) {
     const char *shape = NULL, *out = NULL, *vocab = NULL;
-    uint32_t type = GGML_TYPE_F16;
+    uint32_t type = KVB_TYPE_F16;
     long long seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -82,6 +81,6 @@ int cmd_mkmodel(int argc, char **argv) {
     kvb_status st = kvb_model_write_gguf(m, out, type, progress, NULL);
     kvb_model_make_free(m, owned);
     if (st != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    fprintf(stderr, "kvbound: wrote %s (%s, %s)\n", out, shape, ggml_type_name(type));
+    fprintf(stderr, "kvbound: wrote %s (%s, %s)\n", out, shape, kvb_type_name(type));
     return 0;
 }

@@ -1,17 +1,15 @@
 /* info.c — `kvbound info -m FILE`: architecture, hyperparameters, tensors, KV bytes per token. */
 #include "cli.h"
-#include "gguf/gguf.h"
-#include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static void print_tokenizer(const struct kvb_vocab *v) {
-    if (v->kind == KVB_VOCAB_BPE)
-        printf("tokenizer     byte-level BPE, pre %s%s, %d merges", kvb_pre_name(v->pre), v->ignore_merges ? " (ignore_merges)" : "", (int)v->n_merges);
-    else printf("tokenizer     SentencePiece%s", v->add_space_prefix ? ", space prefix" : "");
-    printf("; %d tokens; bos %d, eos %d, eot %d, add_bos %s\n", (int)kvb_vocab_size(v), (int)v->bos, (int)v->eos,
-           (int)kvb_vocab_special(v, KVB_SPECIAL_EOT), v->add_bos ? "yes" : "no");
+static void print_tokenizer(const struct kvb_vocab *vocab) {
+    struct kvb_vocab_info v;
+    kvb_vocab_get_info(vocab, &v);
+    if (v.bpe) printf("tokenizer     byte-level BPE, pre %s%s, %d merges", v.pre, v.ignore_merges ? " (ignore_merges)" : "", (int)v.n_merges);
+    else printf("tokenizer     SentencePiece%s", v.add_space_prefix ? ", space prefix" : "");
+    printf("; %d tokens; bos %d, eos %d, eot %d, add_bos %s\n", (int)v.n_tokens, (int)v.bos, (int)v.eos, (int)v.eot, v.add_bos ? "yes" : "no");
 }
 
 static void print_chat_template(const char *tmpl) {
@@ -20,17 +18,17 @@ static void print_chat_template(const char *tmpl) {
 }
 
 static void print_tensors(const char *path) {
-    struct gguf_file *g = NULL;
-    if (gguf_open(path, &g) != KVB_OK) return;
+    struct kvb_tensor_info *t;
+    int64_t n;
+    if (kvb_gguf_tensors(path, &t, &n) != KVB_OK) return;
     printf("\n%-32s %-6s %-22s %12s\n", "tensor", "type", "shape", "bytes");
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const struct gguf_tensor *t = &g->tensors[i];
-        char shape[64];
-        snprintf(shape, sizeof shape, "[%lld, %lld, %lld, %lld]", (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
-        printf("%-32.*s %-6s %-22s %12llu\n", (int)t->name.n, t->name.p, ggml_type_name(t->type), shape, (unsigned long long)t->nbytes);
+    for (int64_t i = 0; i < n; i++) {
+        char shape[96];
+        snprintf(shape, sizeof shape, "[%lld, %lld, %lld, %lld]", (long long)t[i].ne[0], (long long)t[i].ne[1], (long long)t[i].ne[2], (long long)t[i].ne[3]);
+        printf("%-32s %-6s %-22s %12llu\n", t[i].name, kvb_type_name(t[i].type), shape, (unsigned long long)t[i].bytes);
     }
-    if (!g->n_tensors) printf("(no tensors)\n");
-    gguf_close(g);
+    if (!n) printf("(no tensors)\n");
+    kvb_buffer_free(t);
 }
 
 int cmd_info(int argc, char **argv) {
@@ -56,19 +54,11 @@ int cmd_info(int argc, char **argv) {
         struct kvb_vocab *vocab;
         if (!tok && kvb_vocab_load(model, &vocab) == KVB_OK) { /* a vocab-only GGUF: what it has */
             printf("file          %s (gguf, vocabulary only: %s)\n", model, why);
+            struct kvb_vocab_info vi;
+            kvb_vocab_get_info(vocab, &vi);
             print_tokenizer(vocab);
+            print_chat_template(vi.chat_template);
             kvb_vocab_free(vocab);
-            struct gguf_file *g = NULL;
-            struct gguf_str t = {0};
-            char *tmpl = NULL;
-            if (gguf_open(model, &g) == KVB_OK && gguf_get_str(g, "tokenizer.chat_template", &t, false) == KVB_OK && t.n < (1u << 20) &&
-                (tmpl = malloc((size_t)t.n + 1))) {
-                memcpy(tmpl, t.p, t.n);
-                tmpl[t.n] = 0;
-            }
-            gguf_close(g);
-            print_chat_template(tmpl);
-            free(tmpl);
             print_tensors(model);
             return 0;
         }
@@ -84,7 +74,7 @@ int cmd_info(int argc, char **argv) {
     printf("context       %d (trained)\nrms eps       %g\nrope          %s, base %g, dims %d, freq scale %g\n", in.n_ctx_train, (double)in.rms_eps,
            in.rope_type == KVB_ROPE_NEOX ? "neox" : "interleaved", (double)in.rope_base, in.rope_dims, (double)in.rope_freq_scale);
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
-    printf("weights       %zu bytes (%s)\n", in.weight_bytes, ggml_type_name(in.weight_type));
+    printf("weights       %zu bytes (%s)\n", in.weight_bytes, kvb_type_name(in.weight_type));
     printf("KV per token  %zu bytes in f16 (2 x %d layers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.n_layer, in.n_head_kv, in.head_dim);
     print_tokenizer(kvb_model_vocab(m));
     print_chat_template(kvb_model_chat_template(m));

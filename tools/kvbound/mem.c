@@ -6,7 +6,6 @@
  * GB = 10^9 bytes (GiB with --gib), rounded to nearest.
  */
 #include "cli.h"
-#include "core/ggml_types.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +28,7 @@ static const struct preset k_presets[] = {
 static unsigned long long kv_bytes(int32_t L, int32_t H, int32_t D, uint32_t type, long long tokens, long long batch, int32_t block) {
     long long t = tokens;
     if (block > 0) t = (tokens + block - 1) / block * block;
-    return 2ull * (unsigned long long)batch * (unsigned long long)t * (unsigned long long)L * (unsigned long long)H * ggml_row_size(type, D);
+    return 2ull * (unsigned long long)batch * (unsigned long long)t * (unsigned long long)L * (unsigned long long)H * kvb_type_row_bytes(type, D);
 }
 
 static int parse_list_ll(const char *flag, const char *v, long long *out, int *n, int max) {
@@ -49,7 +48,7 @@ int cmd_mem(int argc, char **argv) {
     int32_t L = 0, H = 0, D = 0, block = 0, budget = 0, sinks = -1;
     long long ctx[16], batch[16];
     int n_ctx = 0, n_batch = 0;
-    uint32_t type = GGML_TYPE_F16;
+    uint32_t type = KVB_TYPE_F16;
     bool json = false, gib = false;
     enum kvb_policy_id pid = KVB_POLICY_FULL;
     for (int i = 1; i < argc; i++) {
@@ -79,10 +78,10 @@ int cmd_mem(int argc, char **argv) {
         else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
         else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
         else if (!strcmp(a, "--dtype")) {
-            const uint32_t ok[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+            const uint32_t ok[] = {KVB_TYPE_F32, KVB_TYPE_F16, KVB_TYPE_BF16, KVB_TYPE_Q8_0, KVB_TYPE_Q4_0};
             bool found = false;
             for (size_t k = 0; k < 5; k++)
-                if (!strcasecmp(v, ggml_type_name(ok[k]))) { type = ok[k]; found = true; }
+                if (!strcasecmp(v, kvb_type_name(ok[k]))) { type = ok[k]; found = true; }
             if (!found) { fprintf(stderr, "kvbound: --dtype: '%s' is not f32, f16, bf16, q8_0 or q4_0\n", v); return 2; }
         } else { fprintf(stderr, "kvbound mem: unknown option '%s'\n", a); return 2; }
     }
@@ -105,21 +104,21 @@ int cmd_mem(int argc, char **argv) {
         kvb_model_free(m);
     }
     if (!L || !H || !D) { fprintf(stderr, "kvbound mem: give --preset, -m MODEL, or --layers, --kv-heads and --head-dim\n"); return 2; }
-    if (!ggml_row_size(type, D)) { fprintf(stderr, "kvbound mem: head dim %d is not a whole number of %s blocks\n", D, ggml_type_name(type)); return 2; }
+    if (!kvb_type_row_bytes(type, D)) { fprintf(stderr, "kvbound mem: head dim %d is not a whole number of %s blocks\n", D, kvb_type_name(type)); return 2; }
     if (!n_ctx) { fprintf(stderr, "kvbound mem: --ctx T is required\n"); return 2; }
     if (!n_batch) batch[n_batch++] = 1;
     if (pid != KVB_POLICY_FULL && !budget) { fprintf(stderr, "kvbound mem: --policy %s needs --budget\n", kvb_policy_name(pid)); return 2; }
     const double unit = gib ? 1073741824.0 : 1e9;
     const char *un = gib ? "GiB" : "GB";
     if (!json) {
-        printf("%s: %d layers x %d KV heads x %d dims, %s; %s = %s bytes%s\n", name, L, H, D, ggml_type_name(type), un,
+        printf("%s: %d layers x %d KV heads x %d dims, %s; %s = %s bytes%s\n", name, L, H, D, kvb_type_name(type), un,
                gib ? "2^30" : "10^9", block ? ", tokens rounded up to pages" : "");
         printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
         if (pid != KVB_POLICY_FULL) printf(" %14s %10s", "bounded", "saving");
         printf("\n");
     } else {
         printf("{\"model\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"unit\":\"%s\",\"rows\":[", name, L, H, D,
-               ggml_type_name(type), un);
+               kvb_type_name(type), un);
     }
     int first = 1;
     for (int c = 0; c < n_ctx; c++)

@@ -5,7 +5,6 @@
  * scalar), summing so the loads cannot be elided. Best of `reps` passes.
  */
 #include "cli.h"
-#include "ops/ops.h"
 
 #include <stdlib.h>
 #include <string.h>
