@@ -168,6 +168,8 @@ int cmd_chat(int argc, char **argv) {
     const struct style st = pick_style(kvb_model_chat_template(m), forced, &ok);
     if (!ok) { free(logits); kvb_sampler_free(smp); kvb_context_free(c); kvb_model_free(m); return 2; }
     char default_system[1024];
+    if (system && st.plain) /* say so rather than drop it silently */
+        fprintf(stderr, "kvbound chat: warning: the plain User:/Assistant: format has no system message; --system is ignored (--template to choose one)\n");
     if (!system && !st.plain && st.chat == KVB_CHAT_CHATML && kvb_model_chat_template(m) &&
         kvb_chat_default_system(kvb_model_chat_template(m), default_system, sizeof default_system) > 0)
         system = default_system; /* as the template renders a conversation without one */
