@@ -392,6 +392,12 @@ static void append_token(struct kvb_cache *c, struct kvb_stream *s, struct kvb_h
     if (c->policy.iface->on_append) c->policy.iface->on_append(&c->policy, s, j, k, d);
 }
 
+/* Whether queries at original positions up to pq_max see a capped distance
+ * in stream s (then every query needs its own runs). */
+static bool capped_far(const struct kvb_cache *c, const struct kvb_stream *s, int64_t pq_max) {
+    return c->pos_mode == KVB_POS_CAPPED && s->n > 0 && pq_max - s->pos[s->order[0]] > c->params.max_distance;
+}
+
 /* Runs as seen by a query at original position pq: contiguous mode uses the
  * stream's runs, original mode a single run with delta 0, capped mode one run
  * per key farther than max_distance (delta p_j + max_distance - pq, so the
@@ -406,7 +412,7 @@ static int32_t attn_runs(const struct kvb_cache *c, const struct kvb_stream *s, 
         return s->n_runs;
     }
     *out = &one;
-    if (c->pos_mode != KVB_POS_CAPPED || s->n == 0 || pq - s->pos[s->order[0]] <= c->params.max_distance) return 1;
+    if (!capped_far(c, s, pq)) return 1;
     const int64_t L = c->params.max_distance;
     int32_t nr = 0, j = 0;
     for (; j < s->n && pq - s->pos[s->order[j]] > L; j++)
@@ -414,12 +420,6 @@ static int32_t attn_runs(const struct kvb_cache *c, const struct kvb_stream *s, 
     if (j < s->n) hs->cruns[nr++] = (struct kvb_run){j, 0};
     *out = hs->cruns;
     return nr;
-}
-
-/* Whether queries at original positions up to pq_max see a capped distance
- * in stream s (then every query needs its own runs). */
-static bool capped_far(const struct kvb_cache *c, const struct kvb_stream *s, int64_t pq_max) {
-    return c->pos_mode == KVB_POS_CAPPED && s->n > 0 && pq_max - s->pos[s->order[0]] > c->params.max_distance;
 }
 
 static struct kvb_kv_view stream_view(const struct kvb_cache *c, const struct kvb_stream *s) {
@@ -725,28 +725,39 @@ struct decode_job {
     bool attend;
 };
 
-/* Attention of the G query heads of stream s (rows q, pre-RoPE) at query
- * cache position cq (contiguous) or original position pq; writes out rows. If
+/* Rotates the query rows of tokens [i0, i1) of KV head h's group for run
+ * delta and scales them; q is [*][n_head][d], row r = (i - i0) * G + g.
+ * Token i sits at original position p0 + i and logical slot n_prev + i. */
+static void rotate_rows(struct kvb_cache *c, struct kvb_head_scratch *hs, const float *q, int32_t n_head, int32_t G,
+                        int32_t h, int32_t i0, int32_t i1, int32_t n_prev, int64_t p0, int32_t delta) {
+    const int32_t d = c->params.head_dim;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int32_t i = i0; i < i1; i++) {
+        int64_t qpos = (c->pos_mode == KVB_POS_CONTIGUOUS ? (int64_t)n_prev + i : p0 + i) + delta;
+        for (int32_t g = 0; g < G; g++) {
+            float *qr = hs->qrot + (size_t)((i - i0) * G + g) * d;
+            memcpy(qr, q + ((size_t)i * n_head + (size_t)h * G + g) * d, sizeof(float) * (size_t)d);
+            rotate(c, hs, qr, qpos);
+            for (int32_t x = 0; x < d; x++) qr[x] *= scale;
+        }
+    }
+}
+
+/* Attention of the G query heads of stream s (rows q, pre-RoPE) of the token
+ * just appended (original position pq); writes out rows. If
  * w is set, also the mean probability of each logical slot over the G heads. */
 static void attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q,
                           int32_t G, int64_t pq, float *out, float *w) {
     const int32_t d = c->params.head_dim;
-    const float scale = 1.0f / sqrtf((float)d);
     const struct kvb_run *runs;
     int32_t nr = attn_runs(c, s, h, pq, &runs);
-    const int64_t cq = c->pos_mode == KVB_POS_CONTIGUOUS ? s->n - 1 : pq;
     struct kvb_kv_view view = stream_view(c, s);
     struct kvb_attn_state st;
     kvb_attn_begin(&st, G, d, h->acc, w ? h->p : NULL, s->n, h->seg_j, h->seg_m, (int32_t)h->seg_cap);
     for (int32_t r = 0; r < nr; r++) {
         int32_t j0 = runs[r].j0, j1 = r + 1 < nr ? runs[r + 1].j0 : s->n;
-        int64_t qpos = cq + runs[r].delta;
-        for (int32_t g = 0; g < G; g++) {
-            float *qr = h->qrot + (size_t)g * d;
-            memcpy(qr, q + (size_t)g * d, sizeof(float) * (size_t)d);
-            rotate(c, h, qr, qpos);
-            for (int32_t i = 0; i < d; i++) qr[i] *= scale;
-        }
+        /* one token: the new one, at logical slot s->n - 1 and position pq */
+        rotate_rows(c, h, q, G, G, 0, 0, 1, s->n - 1, pq, runs[r].delta);
         kvb_attn_run(c->kr, &view, h->qrot, NULL, j0, j1, &st);
     }
     if (w) kvb_attn_end_mean(&st, out, w, s->n);
@@ -863,24 +874,6 @@ void kvb_cache_evict(struct kvb_cache *c, int32_t layer) {
 /* ------------------------------------------------------------------------ */
 /* prefill                                                                  */
 /* ------------------------------------------------------------------------ */
-
-/* Rotates the query rows of tokens [i0, i1) of KV head h's group for run
- * delta and scales them; q is [*][n_head][d], row r = (i - i0) * G + g.
- * Token i sits at original position p0 + i and logical slot n_prev + i. */
-static void rotate_rows(struct kvb_cache *c, struct kvb_head_scratch *hs, const float *q, int32_t n_head, int32_t G,
-                        int32_t h, int32_t i0, int32_t i1, int32_t n_prev, int64_t p0, int32_t delta) {
-    const int32_t d = c->params.head_dim;
-    const float scale = 1.0f / sqrtf((float)d);
-    for (int32_t i = i0; i < i1; i++) {
-        int64_t qpos = (c->pos_mode == KVB_POS_CONTIGUOUS ? (int64_t)n_prev + i : p0 + i) + delta;
-        for (int32_t g = 0; g < G; g++) {
-            float *qr = hs->qrot + (size_t)((i - i0) * G + g) * d;
-            memcpy(qr, q + ((size_t)i * n_head + (size_t)h * G + g) * d, sizeof(float) * (size_t)d);
-            rotate(c, hs, qr, qpos);
-            for (int32_t x = 0; x < d; x++) qr[x] *= scale;
-        }
-    }
-}
 
 /* Causal attention of C query tokens (q [C][n_head][d], pre-RoPE; token i at
  * original position p0 + i and logical slot n_prev + i, already appended) of
@@ -1047,6 +1040,12 @@ static void vote_worker(int32_t ith, int32_t nth, void *arg) {
     }
 }
 
+/* A stream's compression budget: its target (kvb_cache_set_budget), or the
+ * layer's base when budget_frac resolves it or no target is set. */
+static int32_t stream_target(const struct kvb_policy_params *pp, const struct kvb_stream *s, int32_t base) {
+    return pp->budget_frac > 0 || !s->target ? base : s->target;
+}
+
 /* Ends the open prompt of a layer: vote, budgets from the prompt length,
  * eviction, then the frozen prompt plus decode_budget. Cannot fail. */
 static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp) {
@@ -1062,14 +1061,14 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
         base = KVB_MAX((int32_t)KVB_MIN(b, (double)INT32_MAX), pp->n_sink + 1);
     }
     for (int32_t h = 0; h < H; h++) {
-        ptrs[h]->budget = pp->budget_frac > 0 || !ptrs[h]->target ? base : ptrs[h]->target;
+        ptrs[h]->budget = stream_target(pp, ptrs[h], base);
         P = KVB_MAX(P, ptrs[h]->n);
     }
     if (c->policy.iface->budgets) c->policy.iface->budgets(&c->policy, ptrs, H, l, c->params.n_layer, base, P);
     kvb_threadpool_run(tp, evict_worker, &jb);
     for (int32_t h = 0; h < H; h++) {
         struct kvb_stream *s = ptrs[h];
-        const int64_t dec = pp->decode_budget ? pp->decode_budget : (pp->budget_frac > 0 || !s->target ? base : s->target);
+        const int64_t dec = pp->decode_budget ? pp->decode_budget : stream_target(pp, s, base);
         s->prompt_end = (int32_t)prompt;
         s->budget = (int32_t)KVB_MIN((int64_t)s->n + dec, (int64_t)INT32_MAX);
     }
