@@ -52,19 +52,9 @@ int bench_tokenize(int argc, char **argv) {
         else { fprintf(stderr, "kvbound bench tokenize: unknown option '%s'\n", a); return 2; }
     }
     if (!n_models || !file) { fprintf(stderr, "kvbound bench tokenize: needs -m VOCAB and -f TEXT (see --help)\n"); return 2; }
-    FILE *in = fopen(file, "rb");
-    if (!in) { fprintf(stderr, "kvbound bench tokenize: cannot open %s\n", file); return 1; }
-    fseek(in, 0, SEEK_END);
-    long size = ftell(in);
-    fseek(in, 0, SEEK_SET);
-    char *text = size >= 0 && size < (1L << 31) ? malloc((size_t)size + 1) : NULL;
-    if (!text || fread(text, 1, (size_t)size, in) != (size_t)size) {
-        fprintf(stderr, "kvbound bench tokenize: cannot read %s\n", file);
-        fclose(in);
-        free(text);
-        return 1;
-    }
-    fclose(in);
+    size_t size;
+    char *text = cli_read_file(file, (size_t)1 << 31, "text file", &size);
+    if (!text) return 1;
     double *t_load = cli_xmalloc(sizeof(double) * (size_t)reps * 4, "timings"), *t_enc = t_load + reps, *t_cpu = t_enc + reps, *t_out = t_cpu + reps;
     printf("[\n");
     int rc = 0;
@@ -94,7 +84,7 @@ int bench_tokenize(int argc, char **argv) {
         }
         if (rc) break;
         const double load = median(t_load, reps), enc = median(t_enc, reps), out = median(t_out, reps), cpu = median(t_cpu, reps);
-        printf("  {\"bench\": \"tokenize\", \"vocab\": \"%s\", \"text\": \"%s\", \"bytes\": %ld, \"tokens\": %d, \"reps\": %d,\n"
+        printf("  {\"bench\": \"tokenize\", \"vocab\": \"%s\", \"text\": \"%s\", \"bytes\": %zu, \"tokens\": %d, \"reps\": %d,\n"
                "   \"load_s\": %.4f, \"encode_s\": %.4f, \"print_s\": %.4f, \"cpu_s\": %.4f, \"encode_mb_per_s\": %.2f, \"total_mb_per_s\": %.2f}%s\n",
                models[k], file, size, (int)n_tokens, reps, load, enc, out, cpu, size / enc / 1e6, size / (load + enc + out) / 1e6,
                k + 1 < n_models ? "," : "");

@@ -27,29 +27,6 @@ static int tokenize_usage(FILE *f) {
     return 0;
 }
 
-static char *read_stream(FILE *in, const char *name, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *nb = cap > ((size_t)1 << 31) ? NULL : realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, in);
-        n += got;
-        if (got == 0) break;
-    }
-    if (!buf || ferror(in)) {
-        fprintf(stderr, "kvbound: tokenize: cannot read %s%s\n", name, buf ? "" : " (out of memory or larger than 2 GiB)");
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL, *tmpl = "chatml";
     bool from_stdin = false, ids_only = false, add_special = true, parse_special = true, show_count = false;
@@ -92,13 +69,8 @@ int cmd_tokenize(int argc, char **argv) {
         len = strlen(prompt);
         text = malloc(len + 1);
         if (text) memcpy(text, prompt, len + 1);
-    } else if (file) {
-        FILE *in = fopen(file, "rb");
-        if (!in) { fprintf(stderr, "kvbound: tokenize: cannot open %s\n", file); return 1; }
-        text = read_stream(in, file, &len);
-        fclose(in);
-    } else if (from_stdin) {
-        text = read_stream(stdin, "standard input", &len);
+    } else if (file || from_stdin) {
+        text = cli_read_file(file ? file : "-", (size_t)1 << 31, file ? "text file" : "standard input", &len);
     } else {
         enum kvb_chat_style style;
         char *chat;
