@@ -113,6 +113,23 @@ static void ref_forward(struct ref *R, int32_t tok, int t, const int *const *ret
 
 enum { MAX_STREAMS = 64 };
 
+/* Model g and the first 4,000 bytes of text tp as ids (BOS first): at least
+ * STEPS tokens. Prints the library's error and returns -1 on failure. */
+static int load_story(const char *g, const char *tp, struct kvb_model **m, int32_t **ids, int32_t *n) {
+    size_t len = 0;
+    char *text = t_read_file(tp, &len);
+    if (!text || len < 4000) {
+        printf("  cannot read 4000 bytes of %s\n", tp);
+        free(text);
+        return -1;
+    }
+    kvb_status st = kvb_model_load(g, NULL, m);
+    if (st == KVB_OK && (st = kvb_tokenize(*m, text, 4000, true, false, ids, n)) != KVB_OK) kvb_model_free(*m);
+    free(text);
+    if (st != KVB_OK) printf("  %s\n", kvb_last_error());
+    return st == KVB_OK && *n >= STEPS ? 0 : -1;
+}
+
 /* The reference for model m, with room for STEPS slots of K/V. */
 static struct ref ref_new(const struct kvb_model *m) {
     struct ref R = {m, m->info.n_embd, m->info.n_layer, m->info.n_head, m->info.n_head_kv, m->info.head_dim, m->info.n_ff, m->info.n_vocab, NULL, NULL};
@@ -162,12 +179,8 @@ TEST(ppl_prompt_snapkv_and_window_equal_reference) {
     NEED_SHARED(tp, "text/tinystories_validation_head.txt");
     enum { P = 150, B = 64, W = 16, K = 7 };
     struct kvb_model *m;
-    CHECK_OK(kvb_model_load(g, NULL, &m));
-    size_t len;
-    char *text = t_read_file(tp, &len);
     int32_t *ids, n;
-    CHECK_OK(kvb_tokenize(m, text, 4000, true, false, &ids, &n));
-    CHECK(n >= STEPS);
+    if (load_story(g, tp, &m, &ids, &n)) FAILF("cannot load %s and its text %s", g, tp);
     n = getenv("KVB_TEST_QUICK") ? 220 : STEPS;
     struct ref R = ref_new(m);
     const size_t NS = (size_t)R.L * R.HK * STEPS;
@@ -243,7 +256,6 @@ TEST(ppl_prompt_snapkv_and_window_equal_reference) {
     kvb_ppl_result_free(&r);
     free(keep); free(vote); free(lr); free(nll); free(R.k); free(R.v);
     kvb_buffer_free(ids);
-    free(text);
     kvb_model_free(m);
 }
 
@@ -254,11 +266,8 @@ TEST(recompute_baseline_equals_reference) {
     NEED_SHARED(tp, "text/tinystories_validation_head.txt");
     enum { B = 24 };
     struct kvb_model *m;
-    CHECK_OK(kvb_model_load(g, NULL, &m));
-    size_t len;
-    char *text = t_read_file(tp, &len);
     int32_t *ids, n;
-    CHECK_OK(kvb_tokenize(m, text, 4000, true, false, &ids, &n));
+    if (load_story(g, tp, &m, &ids, &n)) FAILF("cannot load %s and its text %s", g, tp);
     n = getenv("KVB_TEST_QUICK") ? 60 : 120;
     struct ref R = ref_new(m);
     const size_t NS = (size_t)R.L * R.HK * STEPS;
@@ -285,7 +294,6 @@ TEST(recompute_baseline_equals_reference) {
     kvb_ppl_result_free(&r);
     free(keep); free(lr); free(R.k); free(R.v);
     kvb_buffer_free(ids);
-    free(text);
     kvb_model_free(m);
 }
 
@@ -332,12 +340,8 @@ TEST(ppl_window_and_streaming_equal_direct_recomputation) {
     NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
     NEED_SHARED(tp, "text/tinystories_validation_head.txt");
     struct kvb_model *m;
-    CHECK_OK(kvb_model_load(g, NULL, &m));
-    size_t len;
-    char *text = t_read_file(tp, &len);
     int32_t *ids, n;
-    CHECK_OK(kvb_tokenize(m, text, 4000, true, false, &ids, &n));
-    CHECK(n >= STEPS);
+    if (load_story(g, tp, &m, &ids, &n)) FAILF("cannot load %s and its text %s", g, tp);
     n = STEPS;
     struct ref R = ref_new(m);
     double *lr = malloc(sizeof(double) * (size_t)R.V);
@@ -371,7 +375,6 @@ TEST(ppl_window_and_streaming_equal_direct_recomputation) {
     free(R.k);
     free(R.v);
     kvb_buffer_free(ids);
-    free(text);
     kvb_model_free(m);
 }
 
