@@ -315,21 +315,19 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
         }
         if (p->progress) p->progress(g0 + c - first, T, p->user);
     }
-    const double sum = acc.sum, sum_b = acc.sum_b, kl = acc.kl;
-    const int64_t agree = acc.agree;
     if (st == KVB_OK) {
         out->tokens = T;
-        out->nll = sum / (double)T;
+        out->nll = acc.sum / (double)T;
         out->ppl = exp(out->nll);
         if (p->baseline != KVB_BASELINE_NONE) {
             out->has_baseline = true;
-            out->base_nll = sum_b / (double)T;
+            out->base_nll = acc.sum_b / (double)T;
             out->base_ppl = exp(out->base_nll);
         }
         if (p->baseline == KVB_BASELINE_FULL) {
             out->has_kl = true;
-            out->kl = kl / (double)T;
-            out->top1 = (double)agree / (double)T;
+            out->kl = acc.kl / (double)T;
+            out->top1 = (double)acc.agree / (double)T;
         }
         out->tok_per_s = t_policy > 0 ? (double)T / t_policy : 0;
         struct kvb_cache_stats cs;
