@@ -1,15 +1,17 @@
 # Thin wrapper over CMake. `make` builds, `make test` runs every test,
 # `make demo` runs the main job, `make asan` runs the unit tests under
-# AddressSanitizer + UBSan, `make bench` runs the benchmarks, `make install
+# AddressSanitizer + UBSan, `make tsan` the threaded tests under
+# ThreadSanitizer, `make bench` runs the benchmarks, `make install
 # PREFIX=DIR` installs the libraries, header, kvbound.pc and the tool.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: all build test demo asan bench fuzz install clean
+.PHONY: all build test demo asan tsan bench fuzz install clean
 
 all: build
 
@@ -28,6 +30,16 @@ asan:
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@KVB_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run_tests.sh $(ASAN_BUILD)
 
+# the threaded tests (thread pool, batches, attention workers) under ThreadSanitizer
+TSAN_TESTS ?= test_batch test_core test_cache test_streaming_model
+tsan:
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVB_TSAN=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
+	@set -e; for t in $(TSAN_TESTS); do \
+	  TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 $(TSAN_BUILD)/$$t > $(TSAN_BUILD)/$$t.log 2>&1 || { cat $(TSAN_BUILD)/$$t.log; exit 1; }; \
+	  ! grep -q 'WARNING: ThreadSanitizer' $(TSAN_BUILD)/$$t.log || { cat $(TSAN_BUILD)/$$t.log; exit 1; }; \
+	  echo "$$t: $$(tail -n 1 $(TSAN_BUILD)/$$t.log)"; done
+
 bench: build
 	@sh bench/run_bench.sh $(BUILD)
 
@@ -41,4 +53,4 @@ install: build
 	@cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz

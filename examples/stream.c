@@ -31,12 +31,12 @@ int main(int argc, char **argv) {
     struct kvb_context *ctx;
     int32_t *ids, n;
     if (kvb_context_init(model, &cp, &ctx) != KVB_OK ||
-        kvb_tokenize(model, argv[2], strlen(argv[2]), true, false, &ids, &n) != KVB_OK) {
+        kvb_vocab_tokenize(kvb_model_vocab(model), argv[2], strlen(argv[2]), true, false, &ids, &n) != KVB_OK) {
         fprintf(stderr, "%s\n", kvb_last_error());
         kvb_model_free(model);
         return 1;
     }
-    const int32_t V = kvb_n_vocab(model);
+    const int32_t V = kvb_vocab_size(kvb_model_vocab(model));
     float *logits = malloc(sizeof(float) * (size_t)V);
     if (!logits || kvb_context_prompt(ctx, ids, n, logits, false) != KVB_OK) {
         fprintf(stderr, "%s\n", logits ? kvb_last_error() : "out of memory");
@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
         int32_t next = 0;
         for (int32_t v = 1; v < V; v++)
             if (logits[v] > logits[next]) next = v;
-        if (next == kvb_token_eos(model)) break;
+        if (next == kvb_vocab_special(kvb_model_vocab(model), KVB_SPECIAL_EOS)) break;
         size_t len = kvb_detok_push(kvb_model_vocab(model), &dt, next, false, piece, sizeof piece);
         if (len <= sizeof piece) fwrite(piece, 1, len, stdout);
         if (kvb_context_eval(ctx, &next, 1, logits, false) != KVB_OK) {

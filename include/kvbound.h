@@ -305,9 +305,23 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
 void kvb_cache_free(struct kvb_cache *cache);
 /* Drops every token and returns all pages to the pool; budgets reset to the policy's. */
 void kvb_cache_reset(struct kvb_cache *cache);
-const struct kvb_cache_params *kvb_cache_get_params(const struct kvb_cache *cache);
+/* A copy of the cache's parameters (rope.freq_factors points into the cache). */
+void kvb_cache_get_params(const struct kvb_cache *cache, struct kvb_cache_params *out);
 /* Position mode in effect (the policy default resolved). */
 enum kvb_pos_mode kvb_cache_pos_mode(const struct kvb_cache *cache);
+
+/* Takes now, for every layer, what the next n_new tokens (n_head query
+ * heads) need: pages from the pool (attached as free slots), slot arrays and
+ * attention scratch. The next prefill or decode of up to n_new tokens per
+ * layer then cannot run out of memory; a batch reserves every sequence
+ * before a step so that a step either runs whole or changes nothing.
+ * KVB_ERR_NOMEM (pool exhausted), KVB_ERR_INVALID, KVB_ERR_UNSUPPORTED:
+ * the cache is unchanged. */
+kvb_status kvb_cache_reserve(struct kvb_cache *cache, int32_t n_new, int32_t n_head);
+/* Gives back the pages of the last kvb_cache_reserve if no other call has
+ * touched the cache since (then the cache is byte-identical to before the
+ * reserve); otherwise does nothing. */
+void kvb_cache_unreserve(struct kvb_cache *cache);
 
 /* One decode step of one layer, all of its KV heads:
  *   q   [n_head][head_dim]     query of the new token, before RoPE
@@ -383,13 +397,13 @@ void kvb_cache_evict(struct kvb_cache *cache, int32_t layer);
 /* Per-stream budget in tokens (0 = unbounded, full only). Takes effect at the
  * next evict/decode. For the snapkv family it is also the stream's budget at
  * the next kvb_cache_compress, and while a prompt is open it waits for that
- * compress (the limit in force, kvb_cache_get_budget, is then prefill_budget,
+ * compress (the limit in force, kvb_cache_budget, is then prefill_budget,
  * 0 = none; after a compress it is the compressed prompt plus decode_budget
  * until this call lowers it: generated tokens leave first, then the lowest
  * votes). head = -1 sets every head of the layer; layer = -1 every layer.
  * kvb_cache_reset restores the policy's. */
 kvb_status kvb_cache_set_budget(struct kvb_cache *cache, int32_t layer, int32_t head, int32_t tokens);
-int32_t kvb_cache_get_budget(const struct kvb_cache *cache, int32_t layer, int32_t head);
+int32_t kvb_cache_budget(const struct kvb_cache *cache, int32_t layer, int32_t head);
 int32_t kvb_cache_n_slots(const struct kvb_cache *cache, int32_t layer, int32_t head);
 /* Next original position of the layer (tokens appended so far). */
 int64_t kvb_cache_n_past(const struct kvb_cache *cache, int32_t layer);
@@ -465,18 +479,8 @@ struct kvb_model_info {
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 
-/* Tokenizer of the model. kvb_tokenize allocates *ids (free with kvb_buffer_free). */
-kvb_status kvb_tokenize(const struct kvb_model *model, const char *text, size_t len, bool add_special, bool parse_special,
-                        int32_t **ids, int32_t *n_ids);
-/* Bytes of one token (may be part of a UTF-8 character); returns the length. */
-size_t kvb_token_piece(const struct kvb_model *model, int32_t id, char *buf, size_t cap);
-int32_t kvb_token_bos(const struct kvb_model *model);
-int32_t kvb_token_eos(const struct kvb_model *model);
-int32_t kvb_n_vocab(const struct kvb_model *model);
-/* The GGUF tokenizer.chat_template, or NULL. */
-const char *kvb_model_chat_template(const struct kvb_model *model);
-/* Id of a token by its exact text ("<|im_end|>"), or -1. */
-int32_t kvb_token_find(const struct kvb_model *model, const char *text);
+/* The model's tokenizer is its vocabulary (kvb_model_vocab, below): one
+ * token API for models and vocab-only files. */
 
 /* ---- Tokenizers on their own (vocab-only GGUF files work) ----
  * The model's vocabulary, or one loaded from any GGUF with tokenizer.ggml.*
@@ -490,6 +494,7 @@ enum kvb_special_token { KVB_SPECIAL_BOS, KVB_SPECIAL_EOS, KVB_SPECIAL_EOT, KVB_
  * *out untouched on failure. */
 kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out);
 void kvb_vocab_free(struct kvb_vocab *vocab);
+/* The model's vocabulary; owned by the model. */
 const struct kvb_vocab *kvb_model_vocab(const struct kvb_model *model);
 int32_t kvb_vocab_size(const struct kvb_vocab *vocab);
 struct kvb_vocab_info {
@@ -498,7 +503,7 @@ struct kvb_vocab_info {
     int32_t n_tokens, n_merges;
     bool add_space_prefix, ignore_merges, add_bos;
     int32_t bos, eos, eot;     /* -1: none */
-    const char *chat_template; /* tokenizer.chat_template of a file loaded with kvb_vocab_load, or NULL */
+    const char *chat_template; /* the file's tokenizer.chat_template (owned by the vocabulary), or NULL */
 };
 void kvb_vocab_get_info(const struct kvb_vocab *vocab, struct kvb_vocab_info *out);
 /* Id of a special token, or -1 when the vocabulary has none. EOT is the
@@ -528,7 +533,9 @@ size_t kvb_detok_flush(struct kvb_detok *d, char *buf, size_t cap);
 /* ---- Chat templates ----
  * The Jinja tokenizer.chat_template is recognized by its signature, as
  * llama.cpp does, and rendered by built-in code for that family. */
-enum kvb_chat_style { KVB_CHAT_CHATML, KVB_CHAT_LLAMA3, KVB_CHAT_LLAMA2, KVB_CHAT_MISTRAL };
+/* KVB_CHAT_PLAIN is no template: "System: ...\n", "User: ...\n",
+ * "Assistant: ...\n" lines and an "Assistant:" header, for base models. */
+enum kvb_chat_style { KVB_CHAT_CHATML, KVB_CHAT_LLAMA3, KVB_CHAT_LLAMA2, KVB_CHAT_MISTRAL, KVB_CHAT_PLAIN };
 struct kvb_chat_message {
     const char *role; /* "system", "user" or "assistant" */
     const char *content;
@@ -610,6 +617,96 @@ void kvb_sampler_free(struct kvb_sampler *s);
 /* Picks a token from logits (modified in place); history = tokens so far.
  * Same seed and same logits give the same choices. */
 int32_t kvb_sampler_sample(struct kvb_sampler *s, float *logits, const int32_t *history, int32_t n_history);
+
+/* ------------------------------------------------------------------------ */
+/* Batches: many sequences, one forward pass per step, one page pool        */
+/* ------------------------------------------------------------------------ */
+/* Every sequence has its own cache (policy, budget, sinks, positions) and
+ * sampler; all caches draw pages from the batch's one pool. kvb_batch_step
+ * advances every active sequence at once: each decoding sequence feeds its
+ * last sampled token (one row), and sequences still reading their prompt
+ * join with a chunk while the step's token budget lasts (chunked-prefill
+ * continuous batching, first come first served). The weights are read once
+ * per step for all decode rows. A sequence's logits equal what a lone
+ * kvb_context with the same settings gives (prompt through
+ * kvb_context_prompt in chunks of `chunk`, then one kvb_context_eval per
+ * token), whatever shares its steps. */
+struct kvb_batch;
+struct kvb_batch_params {
+    enum kvb_dtype kv_dtype; /* default f16 */
+    int32_t block_size;      /* default 16 */
+    size_t kv_pool_bytes;    /* the pool every sequence draws from (default 1 GiB) */
+    int32_t n_threads;       /* default 1 */
+    int32_t max_seqs;        /* sequences at once, 1..4096 (default 64) */
+    int32_t step_tokens;     /* rows per step: decode tokens + prompt chunks (default 512) */
+    int32_t chunk;           /* prompts join in chunks of this many tokens, <= step_tokens (default 256) */
+};
+struct kvb_batch_params kvb_batch_default_params(void);
+
+struct kvb_seq_params {
+    struct kvb_policy_params policy; /* default: full */
+    enum kvb_pos_mode pos_mode;
+    int32_t max_distance;            /* positions capped: 0 = the model's trained length */
+    int32_t n_ctx;                   /* token limit under full; 0 = the model's trained length */
+    struct kvb_sampler_params sampler;
+    int32_t max_tokens;              /* tokens to generate; 0 = no limit */
+    bool ignore_eos;                 /* default false: end-of-sequence ends the sequence */
+};
+struct kvb_seq_params kvb_seq_default_params(void);
+
+enum kvb_seq_state { KVB_SEQ_PROMPT, KVB_SEQ_DECODE, KVB_SEQ_DONE };
+struct kvb_seq_info {
+    enum kvb_seq_state state;
+    int32_t n_prompt, n_prompt_done;
+    int32_t n_generated;   /* tokens sampled so far */
+    int32_t last_token;    /* sampled by the last step that advanced it, or -1 */
+    int64_t n_past;        /* tokens the cache has seen */
+    const char *stop;      /* DONE: "eos", "length" or "context"; else NULL */
+    size_t kv_bytes;       /* pages the sequence holds now */
+};
+
+kvb_status kvb_batch_init(const struct kvb_model *model, const struct kvb_batch_params *params, struct kvb_batch **out);
+void kvb_batch_free(struct kvb_batch *batch);
+/* Bytes the pool must hold for a sequence at its smallest: its budget (or
+ * its context under full, or prompt + max_tokens if smaller; the snapkv
+ * family its whole prompt), a prompt chunk (at most the prompt) and two
+ * pages of compaction slack, in every stream. */
+size_t kvb_batch_seq_min_bytes(const struct kvb_batch *batch, const struct kvb_seq_params *params, int32_t n_prompt);
+/* Whether the pool can hold one more sequence at its minimum next to what
+ * every admitted sequence needs at its own: KVB_OK, or KVB_ERR_NOMEM saying
+ * how many bytes are missing. Admission control; kvb_batch_add does not ask. */
+kvb_status kvb_batch_can_admit(const struct kvb_batch *batch, const struct kvb_seq_params *params, int32_t n_prompt);
+/* Adds a sequence that starts reading prompt[0..n_prompt) at the next step
+ * (n_prompt >= 1). *seq_id names it until kvb_batch_remove. KVB_ERR_INVALID
+ * (bad token or parameter: named), KVB_ERR_NOMEM (max_seqs reached, or
+ * memory): the batch is unchanged. */
+kvb_status kvb_batch_add(struct kvb_batch *batch, const struct kvb_seq_params *params, const int32_t *prompt, int32_t n_prompt,
+                         int32_t *seq_id);
+/* Removes a sequence at once, finished or not (cancel): its pages go back to
+ * the pool now. KVB_ERR_INVALID for an unknown id. */
+kvb_status kvb_batch_remove(struct kvb_batch *batch, int32_t seq_id);
+/* Replaces the token a decoding sequence feeds next (its last sampled one):
+ * teacher forcing, or a caller's own sampling from kvb_batch_logits. */
+kvb_status kvb_batch_set_token(struct kvb_batch *batch, int32_t seq_id, int32_t token);
+/* One step. Returns the number of sequences it advanced in *n_advanced
+ * (0: nothing to do). KVB_ERR_NOMEM when the pool cannot give a sequence
+ * the pages the step needs: *failed_seq names it and no cache changed
+ * (remove or wait for a sequence, then step again). */
+kvb_status kvb_batch_step(struct kvb_batch *batch, int32_t *n_advanced, int32_t *failed_seq);
+kvb_status kvb_batch_seq_info(const struct kvb_batch *batch, int32_t seq_id, struct kvb_seq_info *out);
+/* The logits (n_vocab) the sequence's last sample was drawn from, before
+ * sampling changed them; NULL before its prompt is done. Valid until its
+ * next step. */
+const float *kvb_batch_logits(const struct kvb_batch *batch, int32_t seq_id);
+/* The sequence's cache: for stats and saving, or to fill it with keys and
+ * values of its own (kvb_cache_append) before its first step. */
+struct kvb_cache *kvb_batch_seq_cache(struct kvb_batch *batch, int32_t seq_id);
+struct kvb_batch_stats {
+    int32_t n_seqs, n_active;    /* held; not DONE */
+    int64_t steps, rows;         /* steps run, rows processed */
+    size_t pool_bytes_in_use, pool_bytes_peak, pool_bytes_capacity;
+};
+void kvb_batch_get_stats(const struct kvb_batch *batch, struct kvb_batch_stats *out);
 
 /* ------------------------------------------------------------------------ */
 /* Evaluation                                                               */

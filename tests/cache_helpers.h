@@ -50,13 +50,15 @@ static inline void ref_attend(const struct kvb_rope *r, int d, const float *q, l
 
 /* Checks the invariants of every stream; returns 0 or prints and returns 1. */
 static inline int check_invariants(const struct kvb_cache *c, struct kvb_pool *pool, const char *where) {
-    const struct kvb_cache_params *p = kvb_cache_get_params(c);
+    struct kvb_cache_params got;
+    kvb_cache_get_params(c, &got);
+    const struct kvb_cache_params *p = &got;
     const enum kvb_pos_mode pm = kvb_cache_pos_mode(c);
     long long expect_pages_max = 0;
     for (int l = 0; l < p->n_layer; l++) {
         long long past = kvb_cache_n_past(c, l);
         for (int h = 0; h < p->n_kv_head; h++) {
-            int n = kvb_cache_n_slots(c, l, h), budget = kvb_cache_get_budget(c, l, h);
+            int n = kvb_cache_n_slots(c, l, h), budget = kvb_cache_budget(c, l, h);
             if (budget > 0 && n > budget) { printf("  %s: stream (%d,%d) holds %d > budget %d\n", where, l, h, n, budget); return 1; }
             long long prev = -1;
             for (int j = 0; j < n; j++) {

@@ -70,6 +70,18 @@ printf 'Once upon a time\nThe cat\n' | "$K" chat -m "$G" --temp 0 -n 5 --templat
 if grep -q '^\[prompt: <|im_start|>user$' "$T/cp.txt" && grep -q '^\[prompt: <|im_end|>$' "$T/cp.txt" &&
    [ "$(grep -c '^<|im_start|>assistant$' "$T/cp.txt")" -eq 2 ]; then ok chat_template_turns
 else ko chat_template_turns "$(head -n 8 "$T/cp.txt")"; fi
+# a template the vocabulary has no tokens for is said, not silent; plain
+# (no template) keeps --system as a "System:" line; tokenize takes plain too
+if grep -q "warning: --template chatml: the vocabulary has no <|im_start|> token" "$T/cp.txt"; then ok chat_template_tokens_missing_warns
+else ko chat_template_tokens_missing_warns "$(head -n 3 "$T/cp.txt")"; fi
+printf 'Hi\n' | "$K" chat -m "$G" --temp 0 -n 3 --system "Be kind." --show-prompt 2> "$T/pp.txt" > /dev/null
+if grep -q '^\[prompt: System: Be kind\.$' "$T/pp.txt" && grep -q '^User: Hi$' "$T/pp.txt" && grep -q 'template plain' "$T/pp.txt" &&
+   ! grep -q 'ignored' "$T/pp.txt"; then ok chat_plain_keeps_system
+else ko chat_plain_keeps_system "$(head -n 6 "$T/pp.txt")"; fi
+"$K" tokenize -m "$G" --ids --template plain --chat user:Hi --chat assistant:Hello --chat user:Bye > "$T/tp.txt" 2>&1
+"$K" tokenize -m "$G" --ids -p "$(printf 'User: Hi\nAssistant: Hello\nUser: Bye\nAssistant:')" > "$T/tq.txt" 2>&1
+if [ "$(wc -c < "$T/tp.txt")" -gt 20 ] && cmp -s "$T/tp.txt" "$T/tq.txt"; then ok tokenize_template_plain
+else ko tokenize_template_plain "$(head -c 200 "$T/tp.txt")"; fi
 "$K" chat -m "$G" --template nope < /dev/null 2> "$T/e5.txt"; r5=$?
 if [ $r5 -eq 2 ] && grep -q "'nope' unknown" "$T/e5.txt"; then ok chat_unknown_template; else ko chat_unknown_template "$(cat "$T/e5.txt")"; fi
 

@@ -25,9 +25,9 @@ static int logits_for(const char *path, float *out, int32_t n_tok) {
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) return -1;
     int32_t toks[64];
-    for (int i = 0; i < n_tok; i++) toks[i] = i == 0 ? 1 : (i * 97 + 13) % kvb_n_vocab(m);
+    for (int i = 0; i < n_tok; i++) toks[i] = i == 0 ? 1 : (i * 97 + 13) % kvb_vocab_size(kvb_model_vocab(m));
     /* the first half as prefill chunks, the rest one decode step at a time */
-    const int32_t half = n_tok / 2, V = kvb_n_vocab(m);
+    const int32_t half = n_tok / 2, V = kvb_vocab_size(kvb_model_vocab(m));
     kvb_status st = kvb_context_eval(c, toks, half, out, true);
     for (int32_t i = half; st == KVB_OK && i < n_tok; i++) st = kvb_context_eval(c, &toks[i], 1, out + (size_t)i * V, false);
     kvb_context_free(c);
@@ -49,7 +49,7 @@ TEST(fast_kernels_match_reference_every_dtype) {
         float *fast = malloc(sizeof(float) * T * (size_t)V), *ref = malloc(sizeof(float) * T * (size_t)V);
         for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
             char path[64];
-            snprintf(path, sizeof path, "/tmp/kvb_test_%s_%s.gguf", shapes[s], ggml_type_name(types[t]));
+            snprintf(path, sizeof path, "/tmp/kvb_test_%s_%s.gguf", shapes[s], kvb_ggml_type_name(types[t]));
             CHECK_OK(kvb_model_write_gguf(m, path, types[t], NULL, NULL));
             kvb_kernels_force_ref(false);
             CHECK(logits_for(path, fast, T) == 0);
@@ -57,8 +57,8 @@ TEST(fast_kernels_match_reference_every_dtype) {
             CHECK(logits_for(path, ref, T) == 0);
             kvb_kernels_force_ref(false);
             double e = nmse(fast, ref, (size_t)T * V);
-            printf("  %-10s %-5s NMSE fast vs ref %.2e\n", shapes[s], ggml_type_name(types[t]), e);
-            if (!(e <= tol[t])) FAILF("%s %s: NMSE %.3g > %.3g", shapes[s], ggml_type_name(types[t]), e, tol[t]);
+            printf("  %-10s %-5s NMSE fast vs ref %.2e\n", shapes[s], kvb_ggml_type_name(types[t]), e);
+            if (!(e <= tol[t])) FAILF("%s %s: NMSE %.3g > %.3g", shapes[s], kvb_ggml_type_name(types[t]), e, tol[t]);
             remove(path);
         }
         free(fast);
@@ -111,39 +111,39 @@ TEST(crafted_gguf_errors) {
     static uint8_t buf[4096];
     struct gguf_file *f;
     size_t n = minimal_gguf(buf, 1, 1, 1, 64, GGML_TYPE_F32, 0, 0);
-    CHECK_OK(gguf_open_buffer(buf, n, "ok", &f));
-    gguf_close(f);
+    CHECK_OK(kvb_gguf_open_buffer(buf, n, "ok", &f));
+    kvb_gguf_close(f);
     n = minimal_gguf(buf, 1, 1, 1, 64, GGML_TYPE_F32, 0, 0);
     for (size_t cut = 0; cut < 24 + 12 + 8 + 4 + 8 + 3 + 8 + 2 + 4 + 8 + 4 + 8; cut++) /* truncated at every header byte */
-        CHECK_STATUS(gguf_open_buffer(buf, cut, "cut", &f), KVB_ERR_CORRUPT);
+        CHECK_STATUS(kvb_gguf_open_buffer(buf, cut, "cut", &f), KVB_ERR_CORRUPT);
     n = minimal_gguf(buf, 1ull << 60, 1, 1, 64, GGML_TYPE_F32, 0, 0);
-    CHECK_STATUS(gguf_open_buffer(buf, n, "huge", &f), KVB_ERR_CORRUPT);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "huge", &f), KVB_ERR_CORRUPT);
     CHECK(strstr(kvb_last_error(), "tensors") != NULL);
     n = minimal_gguf(buf, 1, 1ull << 62, 1, 64, GGML_TYPE_F32, 0, 0);
-    CHECK_STATUS(gguf_open_buffer(buf, n, "hugekv", &f), KVB_ERR_CORRUPT);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "hugekv", &f), KVB_ERR_CORRUPT);
     n = minimal_gguf(buf, 1, 1, 5, 64, GGML_TYPE_F32, 0, 0);
-    CHECK_STATUS(gguf_open_buffer(buf, n, "dims", &f), KVB_ERR_CORRUPT);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "dims", &f), KVB_ERR_CORRUPT);
     CHECK(strstr(kvb_last_error(), "'t0'") != NULL);
     n = minimal_gguf(buf, 1, 1, 2, 1ull << 41, GGML_TYPE_F32, 0, 0);
-    CHECK_STATUS(gguf_open_buffer(buf, n, "bigdim", &f), KVB_ERR_CORRUPT);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "bigdim", &f), KVB_ERR_CORRUPT);
     n = minimal_gguf(buf, 1, 1, 1, 1ull << 30, GGML_TYPE_F32, 0, 0);
-    CHECK_STATUS(gguf_open_buffer(buf, n, "outside", &f), KVB_ERR_CORRUPT);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "outside", &f), KVB_ERR_CORRUPT);
     CHECK(strstr(kvb_last_error(), "not within the file") != NULL);
     n = minimal_gguf(buf, 1, 1, 1, 64, 99, 0, 0);
-    CHECK_STATUS(gguf_open_buffer(buf, n, "type", &f), KVB_ERR_UNSUPPORTED);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "type", &f), KVB_ERR_UNSUPPORTED);
     n = minimal_gguf(buf, 1, 1, 1, 48, GGML_TYPE_Q8_0, 0, 0);
-    CHECK_STATUS(gguf_open_buffer(buf, n, "blocks", &f), KVB_ERR_CORRUPT);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "blocks", &f), KVB_ERR_CORRUPT);
     n = minimal_gguf(buf, 1, 1, 1, 64, GGML_TYPE_F32, 7, 0);
-    CHECK_STATUS(gguf_open_buffer(buf, n, "align", &f), KVB_ERR_CORRUPT);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "align", &f), KVB_ERR_CORRUPT);
     n = minimal_gguf(buf, 2, 1, 1, 64, GGML_TYPE_F32, 0, 128); /* 256 bytes at 0 and at 128: overlap */
-    CHECK_STATUS(gguf_open_buffer(buf, n + 512, "overlap", &f), KVB_ERR_CORRUPT);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n + 512, "overlap", &f), KVB_ERR_CORRUPT);
     CHECK(strstr(kvb_last_error(), "overlap") != NULL || strstr(kvb_last_error(), "tensor") != NULL);
     buf[0] = 'X';
-    CHECK_STATUS(gguf_open_buffer(buf, n, "magic", &f), KVB_ERR_CORRUPT);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "magic", &f), KVB_ERR_CORRUPT);
     n = minimal_gguf(buf, 0, 1, 1, 64, GGML_TYPE_F32, 0, 0);
     uint32_t v1 = 1;
     memcpy(buf + 4, &v1, 4);
-    CHECK_STATUS(gguf_open_buffer(buf, n, "v1", &f), KVB_ERR_UNSUPPORTED);
+    CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "v1", &f), KVB_ERR_UNSUPPORTED);
 }
 
 int main(void) {

@@ -51,7 +51,7 @@ TEST(ppl_baselines_are_consistent) {
     size_t len;
     char *text = t_read_file(tp, &len);
     int32_t *ids, n;
-    CHECK_OK(kvb_tokenize(m, text, 3000, true, false, &ids, &n));
+    CHECK_OK(kvb_vocab_tokenize(kvb_model_vocab(m), text, 3000, true, false, &ids, &n));
     n = n > 200 ? 200 : n;
     /* full vs its own full baseline: identical */
     struct kvb_ppl_params pp = kvb_ppl_default_params();

@@ -17,9 +17,22 @@ if [ -f "$so" ]; then
     else ko exports_only_kvb_symbols "$n exported, not kvb_: $bad"; fi
 else ko exports_only_kvb_symbols "no $so"; fi
 
+# the static library defines only kvb_ globals too (internal names are
+# prefixed: a static link next to libggml must not clash on gguf_open)
+a="$B/libkvbound.a"
+if [ -f "$a" ]; then
+    bad=$(nm -g --defined-only "$a" 2>/dev/null | awk 'NF >= 3 {print $3}' | grep -v '^kvb_' | sort -u | head -5)
+    if [ -z "$bad" ]; then ok static_defines_only_kvb_symbols
+    else ko static_defines_only_kvb_symbols "not kvb_: $bad"; fi
+else ko static_defines_only_kvb_symbols "no $a"; fi
+
 # the cache asks, the policy answers: no policy id is switched on in the cache
 hits=$(grep -n 'KVB_POLICY_' "$HERE"/src/cache/*.c "$HERE"/src/cache/*.h)
 if [ -z "$hits" ]; then ok cache_knows_no_policy_ids; else ko cache_knows_no_policy_ids "$hits"; fi
+
+# policies see only their view: policy files include only policy.h and core
+pinc=$(grep -n '#include "' "$HERE"/src/policies/*.c "$HERE"/src/policies/*.h | grep -v '"policy.h"\|"../core/core.h"')
+if [ -z "$pinc" ]; then ok policies_include_only_core; else ko policies_include_only_core "$pinc"; fi
 
 # programs include only the public header
 inc=$(grep -n '#include "' "$HERE"/tools/kvbound/*.c "$HERE"/tools/kvbound/*.h | grep -v '"cli.h"\|"lab.h"\|"kvbound.h"')

@@ -43,11 +43,11 @@ static int greedy(struct kvb_model *m, enum kvb_dtype kv, int threads, char *out
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) return -1;
     int32_t *ids, n;
-    kvb_tokenize(m, "Once upon a time", 16, true, false, &ids, &n);
+    kvb_vocab_tokenize(kvb_model_vocab(m), "Once upon a time", 16, true, false, &ids, &n);
     int32_t toks[80];
     memcpy(toks, ids, sizeof(int32_t) * (size_t)n);
     kvb_buffer_free(ids);
-    const int32_t V = kvb_n_vocab(m);
+    const int32_t V = kvb_vocab_size(kvb_model_vocab(m));
     float *lg = malloc(sizeof(float) * (size_t)V);
     int nt = n;
     kvb_context_eval(c, toks, nt, lg, false);
@@ -55,13 +55,13 @@ static int greedy(struct kvb_model *m, enum kvb_dtype kv, int threads, char *out
         int best = 0;
         for (int i = 1; i < V; i++)
             if (lg[i] > lg[best]) best = i;
-        if (best == kvb_token_bos(m)) break;
+        if (best == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_BOS)) break;
         toks[nt++] = best;
         if (nt == 65) break;
         if (kvb_context_eval(c, &toks[nt - 1], 1, lg, false) != KVB_OK) break;
     }
     size_t w = 0;
-    for (int i = 1; i < nt; i++) w += kvb_token_piece(m, toks[i], out + w, cap - 1 - w);
+    for (int i = 1; i < nt; i++) w += kvb_vocab_token_bytes(kvb_model_vocab(m), toks[i], false, out + w, cap - 1 - w);
     out[w] = 0;
     if (out[0] == ' ') memmove(out, out + 1, w);
     free(lg);
@@ -96,7 +96,7 @@ TEST(bin_and_gguf_logits_agree) {
         NEED_SHARED(t, k_models[i].tok);
         struct kvb_model *mg = load(g, NULL), *mb = load(b, t);
         CHECK(mg && mb);
-        CHECK_EQ_INT(kvb_n_vocab(mg), kvb_n_vocab(mb));
+        CHECK_EQ_INT(kvb_vocab_size(kvb_model_vocab(mg)), kvb_vocab_size(kvb_model_vocab(mb)));
         struct kvb_context_params cp = kvb_context_default_params();
         cp.kv_dtype = KVB_DTYPE_F32;
         cp.n_ctx = 64;
@@ -104,8 +104,8 @@ TEST(bin_and_gguf_logits_agree) {
         CHECK_OK(kvb_context_init(mg, &cp, &cg));
         CHECK_OK(kvb_context_init(mb, &cp, &cb));
         int32_t toks[40];
-        for (int k = 0; k < 40; k++) toks[k] = k == 0 ? 1 : (k * 37 + 11) % kvb_n_vocab(mg);
-        const int32_t V = kvb_n_vocab(mg);
+        for (int k = 0; k < 40; k++) toks[k] = k == 0 ? 1 : (k * 37 + 11) % kvb_vocab_size(kvb_model_vocab(mg));
+        const int32_t V = kvb_vocab_size(kvb_model_vocab(mg));
         float *lg = malloc(sizeof(float) * 40 * (size_t)V), *lb = malloc(sizeof(float) * 40 * (size_t)V);
         CHECK_OK(kvb_context_eval(cg, toks, 40, lg, true));
         CHECK_OK(kvb_context_eval(cb, toks, 40, lb, true));
@@ -126,7 +126,7 @@ TEST(prefill_equals_decode) {
     NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
     struct kvb_model *m = load(g, NULL);
     CHECK(m != NULL);
-    const int32_t V = kvb_n_vocab(m);
+    const int32_t V = kvb_vocab_size(kvb_model_vocab(m));
     struct kvb_context_params cp = kvb_context_default_params();
     cp.kv_dtype = KVB_DTYPE_F32;
     cp.chunk = 7;

@@ -14,8 +14,8 @@
 static long g_calls, g_fail_at, g_live;
 static bool g_suspend;
 
-/* The thread pool's workers free their start-up argument on their own
- * thread, so the counting allocator takes a lock. */
+/* The counting allocator takes a lock: the library may allocate on any of
+ * its threads. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void *t_malloc(size_t n, void *u) {

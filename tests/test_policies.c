@@ -192,7 +192,7 @@ TEST(pyramidkv_layer_budgets) {
     for (int l = 0; l < 5; l++)
         for (int h = 0; h < 2; h++) {
             CHECK_EQ_INT(kvb_cache_n_slots(c, l, h), want[l]);
-            CHECK_EQ_INT(kvb_cache_get_budget(c, l, h), want[l] + 100); /* + decode_budget (= budget) */
+            CHECK_EQ_INT(kvb_cache_budget(c, l, h), want[l] + 100); /* + decode_budget (= budget) */
         }
     struct kvb_cache_stats cs;
     kvb_cache_get_stats(c, &cs);
@@ -242,7 +242,7 @@ TEST(adakv_short_and_long_prompts) {
                 int n = kvb_cache_n_slots(c, l, h);
                 sum += n;
                 if (P <= 64) CHECK_EQ_INT(n, P);
-                CHECK_EQ_INT(kvb_cache_get_budget(c, l, h), n + 64);
+                CHECK_EQ_INT(kvb_cache_budget(c, l, h), n + 64);
             }
             if (P > 64) CHECK_EQ_INT(sum, 4 * 64);
         }
@@ -485,8 +485,8 @@ TEST(compress_keeps_set_budgets) {
     kvb_cache_compress(c, NULL);
     CHECK_OK(kvb_cache_save(c, &b, &lb));
     CHECK(la == lb && memcmp(a, b, la) == 0); /* byte-identical */
-    CHECK_EQ_INT(kvb_cache_get_budget(c, 0, 0), 20);
-    CHECK_EQ_INT(kvb_cache_get_budget(c, 0, 1), 10);
+    CHECK_EQ_INT(kvb_cache_budget(c, 0, 0), 20);
+    CHECK_EQ_INT(kvb_cache_budget(c, 0, 1), 10);
     kvb_buffer_free(a);
     kvb_buffer_free(b);
     kvb_cache_free(c);

@@ -27,7 +27,9 @@ static int run_case(enum kvb_policy_id pid, enum kvb_pos_mode pm, enum kvb_rope_
     cp.pool_bytes = 1 << 22;
     struct kvb_cache *c;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
-    const struct kvb_rope *rope = &kvb_cache_get_params(c)->rope;
+    struct kvb_cache_params got;
+    kvb_cache_get_params(c, &got);
+    const struct kvb_rope *rope = &got.rope;
     const bool contiguous = kvb_cache_pos_mode(c) == KVB_POS_CONTIGUOUS;
     unsigned long long rs = seed;
     static float q[MAXT][HK * G][D], out[MAXT][HK * G][D];
@@ -169,7 +171,9 @@ TEST(decode_weights_fed_to_policy) {
         cp.policy.budget = 1000;
         struct kvb_cache *c;
         CHECK_OK(kvb_cache_init(NULL, &cp, &c));
-        const struct kvb_rope *rope = &kvb_cache_get_params(c)->rope;
+        struct kvb_cache_params got;
+        kvb_cache_get_params(c, &got);
+        const struct kvb_rope *rope = &got.rope;
         static float ks[200][D], vs[200][D];
         unsigned long long rs = 21;
         for (int t = 0; t < 150; t++) {

@@ -78,8 +78,8 @@ TEST(round_trip_error_per_type) {
         double es = 0;
         for (int i = 0; i < N; i++) es += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
         double rel = sqrt(es / ss);
-        printf("  %-5s relative RMS round-trip error %.2e\n", ggml_type_name(k_types[t]), rel);
-        if (rel > max_rel[t] + 1e-12) FAILF("%s: error %.3g > %.3g", ggml_type_name(k_types[t]), rel, max_rel[t]);
+        printf("  %-5s relative RMS round-trip error %.2e\n", kvb_ggml_type_name(k_types[t]), rel);
+        if (rel > max_rel[t] + 1e-12) FAILF("%s: error %.3g > %.3g", kvb_ggml_type_name(k_types[t]), rel, max_rel[t]);
     }
 }
 
@@ -105,7 +105,7 @@ TEST(simd_dot_equals_reference) {
                 if (!fams[f] || !fams[f]->dot[k_types[t]]) continue;
                 double got = fams[f]->dot[k_types[t]](row, x, n);
                 if (fabs(got - ref) > 1e-5 * mag + 1e-7)
-                    FAILF("%s %s n=%lld: %.9g vs %.9g", fams[f]->name, ggml_type_name(k_types[t]), (long long)n, got, ref);
+                    FAILF("%s %s n=%lld: %.9g vs %.9g", fams[f]->name, kvb_ggml_type_name(k_types[t]), (long long)n, got, ref);
             }
         }
 }

@@ -124,7 +124,7 @@ static int load_story(const char *g, const char *tp, struct kvb_model **m, int32
         return -1;
     }
     kvb_status st = kvb_model_load(g, NULL, m);
-    if (st == KVB_OK && (st = kvb_tokenize(*m, text, 4000, true, false, ids, n)) != KVB_OK) kvb_model_free(*m);
+    if (st == KVB_OK && (st = kvb_vocab_tokenize(kvb_model_vocab(*m), text, 4000, true, false, ids, n)) != KVB_OK) kvb_model_free(*m);
     free(text);
     if (st != KVB_OK) printf("  %s\n", kvb_last_error());
     return st == KVB_OK && *n >= STEPS ? 0 : -1;

@@ -37,7 +37,7 @@ static char rt_fail[256];
 static void run_cases(const char *gguf_path, const char *cases_path, int *pass, int *total, int *rt, char *first_fail, size_t ff) {
     struct gguf_file *f;
     struct kvb_vocab *v;
-    if (gguf_open(gguf_path, &f) != KVB_OK || kvb_vocab_from_gguf(f, &v) != KVB_OK) {
+    if (kvb_gguf_open(gguf_path, &f) != KVB_OK || kvb_vocab_from_gguf(f, &v) != KVB_OK) {
         snprintf(first_fail, ff, "load: %s", kvb_last_error());
         return;
     }
@@ -73,7 +73,7 @@ static void run_cases(const char *gguf_path, const char *cases_path, int *pass, 
     }
     free(all);
     kvb_vocab_free(v);
-    gguf_close(f);
+    kvb_gguf_close(f);
 }
 
 #define CASES_TEST(name, label, gguf, cases, min_cases)                       \
@@ -103,7 +103,7 @@ static void run_inp_out(const char *gguf_path, const char *inp_path, const char 
                         char *first_fail, size_t ff) {
     struct gguf_file *f;
     struct kvb_vocab *v;
-    if (gguf_open(gguf_path, &f) != KVB_OK || kvb_vocab_from_gguf(f, &v) != KVB_OK) {
+    if (kvb_gguf_open(gguf_path, &f) != KVB_OK || kvb_vocab_from_gguf(f, &v) != KVB_OK) {
         snprintf(first_fail, ff, "load: %s", kvb_last_error());
         return;
     }
@@ -146,7 +146,7 @@ static void run_inp_out(const char *gguf_path, const char *inp_path, const char 
     free(in);
     free(outs);
     kvb_vocab_free(v);
-    gguf_close(f);
+    kvb_gguf_close(f);
 }
 
 #define INP_OUT_TEST(name, label, gguf, base)                                                         \
@@ -282,8 +282,9 @@ TEST(chat_templates_detect_and_format) {
         "<|start_header_id|>assistant<|end_header_id|>\n\n",
         "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]",
         "[INST] Hi[/INST] Hello.</s>[INST] Be brief.\n\nBye [/INST]",
+        "System: Be brief.\nUser: Hi\nAssistant: Hello.\nUser: Bye \nAssistant:",
     };
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < 5; s++) {
         char *out;
         size_t len;
         CHECK(kvb_chat_format((enum kvb_chat_style)s, conv, 4, true, &out, &len) == KVB_OK);
@@ -335,10 +336,10 @@ TEST(bpe_metadata_errors_name_the_key) {
     memcpy(at, "gpt-9", 5);
     struct gguf_file *f;
     struct kvb_vocab *v = NULL;
-    CHECK(gguf_open_buffer(img, size, "patched", &f) == KVB_OK);
+    CHECK(kvb_gguf_open_buffer(img, size, "patched", &f) == KVB_OK);
     CHECK(kvb_vocab_from_gguf(f, &v) == KVB_ERR_UNSUPPORTED && v == NULL);
     if (!strstr(kvb_last_error(), "tokenizer.ggml.pre") || !strstr(kvb_last_error(), "gpt-9")) FAILF("error: %s", kvb_last_error());
-    gguf_close(f);
+    kvb_gguf_close(f);
     free(img);
 }
 
@@ -384,12 +385,12 @@ TEST(model_reference_ids_gguf_and_bin) {
         NEED_SHARED(t, k_refs[i].tok);
         struct gguf_file *f;
         struct kvb_vocab *v;
-        CHECK_OK(gguf_open(g, &f));
+        CHECK_OK(kvb_gguf_open(g, &f));
         CHECK_OK(kvb_vocab_from_gguf(f, &v));
         char msg[256] = "";
         if (check_ids(v, &k_refs[i], msg, sizeof msg)) FAILF("%s (gguf): %s", k_refs[i].gguf, msg);
         kvb_vocab_free(v);
-        gguf_close(f);
+        kvb_gguf_close(f);
         size_t len;
         char *buf = t_read_file(t, &len);
         CHECK(buf != NULL);

@@ -155,7 +155,7 @@ _cache_append = _fn("kvb_cache_append", _enum, _vp, _i32, _fp, _fp)
 _cache_observe = _fn("kvb_cache_observe", _enum, _vp, _i32, _i32, _fp, _i32)
 _cache_evict = _fn("kvb_cache_evict", None, _vp, _i32)
 _cache_n_slots = _fn("kvb_cache_n_slots", _i32, _vp, _i32, _i32)
-_cache_budget = _fn("kvb_cache_get_budget", _i32, _vp, _i32, _i32)
+_cache_budget = _fn("kvb_cache_budget", _i32, _vp, _i32, _i32)
 _cache_slot_info = _fn("kvb_cache_slot_info", _enum, _vp, _i32, _i32, _i32, _c.POINTER(_SlotInfo))
 _cache_stats = _fn("kvb_cache_get_stats", None, _vp, _c.POINTER(_CacheStats))
 _model_default = _fn("kvb_model_default_params", _ModelParams)
@@ -163,8 +163,8 @@ _model_load = _fn("kvb_model_load", _enum, _c.c_char_p, _c.POINTER(_ModelParams)
 _model_free = _fn("kvb_model_free", None, _vp)
 _model_info = _fn("kvb_model_get_info", None, _vp, _c.POINTER(_ModelInfo))
 _model_vocab = _fn("kvb_model_vocab", _vp, _vp)
-_tokenize = _fn("kvb_tokenize", _enum, _vp, _c.c_char_p, _sz, _c.c_bool, _c.c_bool, _c.POINTER(_ip), _c.POINTER(_i32))
-_token_eos = _fn("kvb_token_eos", _i32, _vp)
+_tokenize = _fn("kvb_vocab_tokenize", _enum, _vp, _c.c_char_p, _sz, _c.c_bool, _c.c_bool, _c.POINTER(_ip), _c.POINTER(_i32))
+_vocab_special = _fn("kvb_vocab_special", _i32, _vp, _c.c_int)
 _detok_push = _fn("kvb_detok_push", _sz, _vp, _c.POINTER(_Detok), _i32, _c.c_bool, _c.c_char_p, _sz)
 _detok_flush = _fn("kvb_detok_flush", _sz, _c.POINTER(_Detok), _c.c_char_p, _sz)
 _ctx_default = _fn("kvb_context_default_params", _ContextParams)
@@ -303,7 +303,7 @@ class Model:
         """Token ids of text (ids identical to llama.cpp's)."""
         data = text.encode() if isinstance(text, str) else bytes(text)
         ids, n = _ip(), _i32()
-        _check(_tokenize(self._h, data, len(data), bool(bos), bool(special), _c.byref(ids), _c.byref(n)))
+        _check(_tokenize(_model_vocab(self._h), data, len(data), bool(bos), bool(special), _c.byref(ids), _c.byref(n)))
         try:
             return [ids[i] for i in range(n.value)]
         finally:
@@ -391,7 +391,7 @@ class Context:
         try:
             arr = (_c.c_int32 * len(ids))(*ids)
             _check(_ctx_prompt(self._h, arr, len(ids), self._logits, False))
-            eos = _token_eos(self.model._h)
+            eos = _vocab_special(_model_vocab(self.model._h), 1)  # KVB_SPECIAL_EOS
             vocab = _model_vocab(self.model._h)
             d = _Detok()
             buf = _c.create_string_buffer(1024)

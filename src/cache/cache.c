@@ -34,30 +34,9 @@
  * the same attention code as prefill; see compress_layer.
  */
 #include "cache_impl.h"
-#include "../policies/policy.h"
 
 #include <math.h>
 #include <stdlib.h>
-
-#define ROPE_MEMO 16 /* capped positions: the global tokens keep their rotations across steps */
-
-struct kvb_head_scratch {
-    float *acc;      /* [MAX_ROWS][d] */
-    float *qrot;     /* [MAX_ROWS][d] */
-    float *out;      /* [MAX_ROWS][d] */
-    float *lse;      /* [MAX_ROWS] */
-    int32_t *limit;  /* [MAX_ROWS] */
-    float *krow;     /* [d] */
-    float *p;        /* [G][cap] decode probabilities */
-    float *col;      /* [cap] prefill column mass / mean weights */
-    int32_t *seg_j;  /* [seg_cap] */
-    float *seg_m;    /* [seg_cap][MAX_ROWS] */
-    int64_t cap, seg_cap, p_rows;
-    int64_t memo_pos[ROPE_MEMO];
-    float *memo_cs;  /* [ROPE_MEMO][2*n_pairs] */
-    int32_t memo_next;
-    struct kvb_run *cruns; /* [cap + 1] runs of one query in CAPPED mode */
-};
 
 /* ------------------------------------------------------------------------ */
 /* params                                                                   */
@@ -104,34 +83,10 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         if (!(p->rope.base > 1.0f) || !isfinite(p->rope.base)) return kvb_fail(KVB_ERR_INVALID, "cache: rope.base must be > 1, got %g", (double)p->rope.base);
         if (!(p->rope.freq_scale > 0.0f) || !isfinite(p->rope.freq_scale)) return kvb_fail(KVB_ERR_INVALID, "cache: rope.freq_scale must be > 0, got %g", (double)p->rope.freq_scale);
     }
-    const struct kvb_policy_params *pp = &p->policy;
-    const struct kvb_policy_i *pi = kvb_policy_iface(pp->id);
-    if (!pi) return kvb_fail(KVB_ERR_INVALID, "cache: unknown policy id %d", (int)pp->id);
+    kvb_status st = kvb_policy_validate(&p->policy);
+    if (st != KVB_OK) return st;
+    const struct kvb_policy_i *pi = kvb_policy_iface(p->policy.id);
     const char *pn = pi->name;
-    if (pp->n_sink < 0 || pp->n_sink > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "policy %s: n_sink must be in 0..1048576, got %d", pn, (int)pp->n_sink);
-    if (pp->n_recent < -1) return kvb_fail(KVB_ERR_INVALID, "policy %s: n_recent must be >= -1, got %d", pn, (int)pp->n_recent);
-    if (pp->budget < 0) return kvb_fail(KVB_ERR_INVALID, "policy %s: budget must be >= 0, got %d", pn, (int)pp->budget);
-    if (!(pp->budget_frac >= 0.0f && pp->budget_frac <= 1.0f)) return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac must be in [0, 1], got %g", pn, (double)pp->budget_frac);
-    if (!(pi->flags & KVB_PF_NEVER_EVICT)) {
-        if (pp->budget == 0 && pp->budget_frac == 0.0f)
-            return kvb_fail(KVB_ERR_INVALID, "policy %s: needs a budget (tokens or fraction of the prompt)", pn);
-        if (pp->budget && pp->budget <= pp->n_sink)
-            return kvb_fail(KVB_ERR_INVALID, "policy %s: budget (%d) must exceed n_sink (%d)", pn, (int)pp->budget, (int)pp->n_sink);
-    }
-    if (!(pp->heavy_ratio >= 0.0f && pp->heavy_ratio <= 1.0f)) return kvb_fail(KVB_ERR_INVALID, "policy %s: heavy_ratio must be in [0, 1], got %g", pn, (double)pp->heavy_ratio);
-    if (pp->obs_window < 1 || pp->obs_window > (1 << 16)) return kvb_fail(KVB_ERR_INVALID, "policy %s: obs_window must be in 1..65536, got %d", pn, (int)pp->obs_window);
-    if (pp->pool_kernel < 1 || pp->pool_kernel > 255 || !(pp->pool_kernel & 1)) return kvb_fail(KVB_ERR_INVALID, "policy %s: pool_kernel must be odd and in 1..255, got %d", pn, (int)pp->pool_kernel);
-    if (!(pp->pyramid_beta >= 1.0f) || !isfinite(pp->pyramid_beta)) return kvb_fail(KVB_ERR_INVALID, "policy %s: pyramid_beta must be >= 1, got %g", pn, (double)pp->pyramid_beta);
-    if (!(pp->ada_floor >= 0.0f && pp->ada_floor <= 1.0f)) return kvb_fail(KVB_ERR_INVALID, "policy %s: ada_floor must be in [0, 1], got %g", pn, (double)pp->ada_floor);
-    if (pp->history < 1 || pp->history > 32) return kvb_fail(KVB_ERR_INVALID, "policy %s: history must be in 1..32, got %d", pn, (int)pp->history);
-    if (pp->threshold < 1 || pp->threshold > pp->history) return kvb_fail(KVB_ERR_INVALID, "policy %s: threshold must be in 1..history (%d), got %d", pn, (int)pp->history, (int)pp->threshold);
-    if (pp->pool_mode != KVB_POOL_MAX && pp->pool_mode != KVB_POOL_AVG) return kvb_fail(KVB_ERR_INVALID, "policy %s: pool_mode must be max (0) or avg (1), got %d", pn, (int)pp->pool_mode);
-    if (pp->tova_scope != KVB_TOVA_LAYER && pp->tova_scope != KVB_TOVA_HEAD) return kvb_fail(KVB_ERR_INVALID, "policy %s: tova_scope must be layer (0) or head (1), got %d", pn, (int)pp->tova_scope);
-    if (pp->decode_budget < 0) return kvb_fail(KVB_ERR_INVALID, "policy %s: decode_budget must be >= 0, got %d", pn, (int)pp->decode_budget);
-    if (pp->prefill_budget < 0 || (pp->prefill_budget && pp->prefill_budget <= pp->n_sink))
-        return kvb_fail(KVB_ERR_INVALID, "policy %s: prefill_budget must be 0 (no eviction while a prompt is read) or exceed n_sink (%d), got %d", pn, (int)pp->n_sink, (int)pp->prefill_budget);
-    if (pp->budget_frac > 0 && !(pi->flags & KVB_PF_COMPRESS))
-        return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv)", pn);
     enum kvb_pos_mode pm = p->pos_mode == KVB_POS_POLICY_DEFAULT ? pi->default_pos : p->pos_mode;
     if (pm == KVB_POS_CAPPED && p->max_distance < 1)
         return kvb_fail(KVB_ERR_INVALID, "cache: positions capped (policy %s) need max_distance > 0 (the trained length)", pn);
@@ -142,128 +97,23 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
 /* capacity (prepare)                                                       */
 /* ------------------------------------------------------------------------ */
 
-static int32_t n_state(const struct kvb_cache *c) { return c->policy.iface->n_state; }
-
-/* Grows every per-slot array of s to hold at least need slots. All or nothing. */
-static kvb_status grow_slots(const struct kvb_cache *c, struct kvb_stream *s, int64_t need) {
-    if (need <= s->slot_cap) return KVB_OK;
-    int64_t cap = s->slot_cap ? s->slot_cap : 64;
-    while (cap < need) cap *= 2;
-    const int32_t ns = KVB_MAX(n_state(c), 1);
-    int32_t *pos = kvb_malloc(sizeof(int32_t) * (size_t)cap);
-    float *state = kvb_calloc((size_t)cap * (size_t)ns, sizeof(float));
-    int32_t *fr = kvb_malloc(sizeof(int32_t) * (size_t)cap);
-    int32_t *order = kvb_malloc(sizeof(int32_t) * (size_t)cap);
-    float *fs = kvb_calloc((size_t)cap, sizeof(float));
-    int32_t *is = kvb_calloc((size_t)cap, sizeof(int32_t));
-    int32_t *vic = kvb_calloc((size_t)cap, sizeof(int32_t));
-    if (!pos || !state || !fr || !order || !fs || !is || !vic) {
-        kvb_free(pos); kvb_free(state); kvb_free(fr); kvb_free(order); kvb_free(fs); kvb_free(is); kvb_free(vic);
-        return KVB_ERR_NOMEM;
-    }
-    size_t old = (size_t)s->slot_cap;
-    if (old) {
-        memcpy(pos, s->pos, sizeof(int32_t) * old);
-        memcpy(state, s->state, sizeof(float) * old * (size_t)ns);
-        memcpy(fr, s->free_slots, sizeof(int32_t) * old);
-        memcpy(order, s->order, sizeof(int32_t) * old);
-    }
-    for (int64_t i = (int64_t)old; i < cap; i++) pos[i] = -1;
-    kvb_free(s->pos); kvb_free(s->state); kvb_free(s->free_slots); kvb_free(s->order);
-    kvb_free(s->fscratch); kvb_free(s->iscratch); kvb_free(s->victims);
-    s->pos = pos; s->state = state; s->free_slots = fr; s->order = order; s->fscratch = fs; s->iscratch = is;
-    s->victims = vic;
-    s->slot_cap = cap;
-    return KVB_OK;
-}
-
-static kvb_status grow_pages(struct kvb_stream *s, int64_t need) {
-    if (need <= s->pages_cap) return KVB_OK;
-    int64_t cap = s->pages_cap ? s->pages_cap : 8;
-    while (cap < need) cap *= 2;
-    uint8_t **pages = kvb_calloc((size_t)cap, sizeof(uint8_t *));
-    int32_t *live = kvb_calloc((size_t)cap, sizeof(int32_t));
-    if (!pages || !live) {
-        kvb_free(pages); kvb_free(live);
-        return KVB_ERR_NOMEM;
-    }
-    if (s->n_pages) {
-        memcpy(pages, s->pages, sizeof(uint8_t *) * (size_t)s->n_pages);
-        memcpy(live, s->page_live, sizeof(int32_t) * (size_t)s->n_pages);
-    }
-    kvb_free(s->pages); kvb_free(s->page_live);
-    s->pages = pages; s->page_live = live; s->pages_cap = cap;
-    return KVB_OK;
-}
-
-static void free_scratch(struct kvb_head_scratch *h) {
-    kvb_free(h->acc); kvb_free(h->qrot); kvb_free(h->out); kvb_free(h->lse); kvb_free(h->limit); kvb_free(h->krow);
-    kvb_free(h->p); kvb_free(h->col); kvb_free(h->seg_j); kvb_free(h->seg_m); kvb_free(h->memo_cs);
-    kvb_free(h->cruns);
-    memset(h, 0, sizeof *h);
-}
-
-/* Scratch of one KV-head worker for streams of up to n keys and G query heads. */
-static kvb_status grow_scratch(const struct kvb_cache *c, struct kvb_head_scratch *h, int64_t n, int32_t G) {
-    const size_t d = (size_t)c->params.head_dim;
-    if (!h->acc) {
-        struct kvb_head_scratch t = {0};
-        t.acc = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS * d);
-        t.qrot = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS * d);
-        t.out = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS * d);
-        t.lse = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS);
-        t.limit = kvb_malloc(sizeof(int32_t) * KVB_ATTN_MAX_ROWS);
-        t.krow = kvb_malloc(sizeof(float) * d * 2);
-        t.memo_cs = kvb_malloc(sizeof(float) * ROPE_MEMO * 2 * (size_t)KVB_MAX(c->n_pairs, 1));
-        if (!t.acc || !t.qrot || !t.out || !t.lse || !t.limit || !t.krow || !t.memo_cs) {
-            free_scratch(&t);
-            return KVB_ERR_NOMEM;
-        }
-        for (int i = 0; i < ROPE_MEMO; i++) t.memo_pos[i] = INT64_MIN;
-        *h = t;
-    }
-    if (n > h->cap || G > h->p_rows) {
-        int64_t cap = KVB_MAX(h->cap, 64);
-        while (cap < n) cap *= 2;
-        int64_t rows = KVB_MAX(h->p_rows, (int64_t)G);
-        int64_t seg_cap = cap / KVB_ATTN_TILE + cap + 2; /* runs <= keys */
-        float *p = kvb_malloc(sizeof(float) * (size_t)(cap * rows));
-        float *col = kvb_malloc(sizeof(float) * (size_t)cap);
-        int32_t *sj = kvb_malloc(sizeof(int32_t) * (size_t)seg_cap);
-        float *sm = kvb_malloc(sizeof(float) * (size_t)seg_cap * KVB_ATTN_MAX_ROWS);
-        struct kvb_run *cr = kvb_malloc(sizeof(struct kvb_run) * (size_t)(cap + 1));
-        if (!p || !col || !sj || !sm || !cr) {
-            kvb_free(p); kvb_free(col); kvb_free(sj); kvb_free(sm); kvb_free(cr);
-            return KVB_ERR_NOMEM;
-        }
-        kvb_free(h->p); kvb_free(h->col); kvb_free(h->seg_j); kvb_free(h->seg_m); kvb_free(h->cruns);
-        h->p = p; h->col = col; h->seg_j = sj; h->seg_m = sm; h->cruns = cr;
-        h->cap = cap; h->seg_cap = seg_cap; h->p_rows = rows;
-    }
-    return KVB_OK;
-}
-
 /* Reserves room for n_new tokens in every stream of the layer, plus scratch
  * for G query heads. Takes the pages from the pool and attaches them as free
  * slots. On failure nothing observable changed (only capacities grew). */
 static kvb_status prepare_layer(struct kvb_cache *c, int32_t layer, int32_t n_new, int32_t G) {
-    const int32_t H = c->params.n_kv_head, B = c->params.block_size;
+    c->has_reserve = false; /* what follows uses the reserved pages */
+    const int32_t H = c->params.n_kv_head;
     int64_t total = 0, n_max = 0;
     for (int32_t h = 0; h < H; h++) {
         struct kvb_stream *s = kvb_cache_stream(c, layer, h);
-        int64_t need = (int64_t)n_new - s->n_free;
-        int64_t np = need > 0 ? (need + B - 1) / B : 0;
-        if (grow_pages(s, s->n_pages + np) != KVB_OK ||
-            grow_slots(c, s, (s->n_pages + np) * (int64_t)B) != KVB_OK)
+        const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
+        if (kvb_stream_reserve(&c->geom, s, s->v.n_pages + np, (int64_t)s->v.n + n_new + 1) != KVB_OK)
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for slot metadata (layer %d)", (int)layer);
-        if (s->runs_cap < (int64_t)s->n + n_new + 1 &&
-            kvb_grow((void **)&s->runs, &s->runs_cap, (int64_t)s->n + n_new + 1, sizeof(struct kvb_run)) != KVB_OK)
-            return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for runs (layer %d)", (int)layer);
         total += np;
-        n_max = KVB_MAX(n_max, (int64_t)s->n + n_new);
+        n_max = KVB_MAX(n_max, (int64_t)s->v.n + n_new);
     }
     for (int32_t h = 0; h < H; h++)
-        if (grow_scratch(c, &c->scratch[h], n_max, G) != KVB_OK)
+        if (kvb_head_scratch_reserve(c, kvb_head_scratch_at(c->scratch, h), n_max, G) != KVB_OK)
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for attention scratch");
     if (total == 0) return KVB_OK;
     uint8_t *stack[64];
@@ -277,308 +127,98 @@ static kvb_status prepare_layer(struct kvb_cache *c, int32_t layer, int32_t n_ne
     int64_t k = 0;
     for (int32_t h = 0; h < H; h++) {
         struct kvb_stream *s = kvb_cache_stream(c, layer, h);
-        int64_t need = (int64_t)n_new - s->n_free;
-        int64_t np = need > 0 ? (need + B - 1) / B : 0;
-        for (int64_t i = 0; i < np; i++) { /* new slots go on top of the hole stack, lowest popping first */
-            int32_t pg = s->n_pages++;
-            s->pages[pg] = got[k++];
-            s->page_live[pg] = 0;
-        }
-        for (int64_t sl = (int64_t)s->n_pages * B - 1; sl >= (int64_t)(s->n_pages - np) * B; sl--)
-            s->free_slots[s->n_free++] = (int32_t)sl;
+        const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
+        kvb_stream_attach(&c->geom, s, got + k, np);
+        k += np;
     }
     if (got != stack) kvb_free(got);
     return KVB_OK;
 }
 
-/* ------------------------------------------------------------------------ */
-/* runs (contiguous positions)                                              */
-/* ------------------------------------------------------------------------ */
+static kvb_status check_heads(const struct kvb_cache *c, int32_t n_head);
+static kvb_status check_pos(const struct kvb_cache *c, int32_t layer, int64_t n_new);
+static void update_peak(struct kvb_cache *c);
+static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_head);
 
-static void runs_append(struct kvb_stream *s, int32_t j, int32_t pos) {
-    int32_t delta = pos - j;
-    if (s->n_runs > 0 && s->runs[s->n_runs - 1].delta == delta) return;
-    s->runs[s->n_runs].j0 = j;
-    s->runs[s->n_runs].delta = delta;
-    s->n_runs++;
-}
-
-/* Logical slot je is being removed: later slots move down one rank, so their
- * delta grows by one. The run holding je splits at je. */
-static void runs_remove(struct kvb_stream *s, int32_t je, int32_t n_before) {
-    int32_t r = s->n_runs - 1;
-    while (r > 0 && s->runs[r].j0 > je) r--;
-    int32_t end = r + 1 < s->n_runs ? s->runs[r + 1].j0 : n_before;
-    for (int32_t q = r + 1; q < s->n_runs; q++) {
-        s->runs[q].j0--;
-        s->runs[q].delta++;
-    }
-    if (end - s->runs[r].j0 == 1) { /* the run was just je: drop it */
-        memmove(&s->runs[r], &s->runs[r + 1], sizeof(struct kvb_run) * (size_t)(s->n_runs - r - 1));
-        s->n_runs--;
-    } else if (je == s->runs[r].j0) {
-        s->runs[r].delta++;
-    } else if (je < end - 1) { /* interior: split */
-        memmove(&s->runs[r + 2], &s->runs[r + 1], sizeof(struct kvb_run) * (size_t)(s->n_runs - r - 1));
-        s->runs[r + 1].j0 = je;
-        s->runs[r + 1].delta = s->runs[r].delta + 1;
-        s->n_runs++;
-    } /* else: je was the run's last slot; nothing after it in this run */
-}
-
-/* Rebuilds runs from positions (after a restore). */
-static void runs_rebuild(struct kvb_stream *s) {
-    s->n_runs = 0;
-    for (int32_t j = 0; j < s->n; j++) runs_append(s, j, s->pos[s->order[j]]);
-}
-
-/* ------------------------------------------------------------------------ */
-/* rows and RoPE                                                            */
-/* ------------------------------------------------------------------------ */
-
-static inline uint8_t *slot_k(const struct kvb_cache *c, const struct kvb_stream *s, int32_t slot) {
-    return s->pages[slot >> c->block_shift] + (size_t)(slot & (c->params.block_size - 1)) * c->row_bytes;
-}
-
-static const float *rope_cs(const struct kvb_cache *c, struct kvb_head_scratch *h, int64_t pos) {
-    const size_t w = 2 * (size_t)c->n_pairs;
-    for (int i = 0; i < ROPE_MEMO; i++)
-        if (h->memo_pos[i] == pos) return h->memo_cs + (size_t)i * w;
-    int i = h->memo_next;
-    h->memo_next = (i + 1) % ROPE_MEMO;
-    h->memo_pos[i] = pos;
-    kvb_rope_cos_sin(c->inv_freq, c->n_pairs, pos, h->memo_cs + (size_t)i * w);
-    return h->memo_cs + (size_t)i * w;
-}
-
-static void rotate(const struct kvb_cache *c, struct kvb_head_scratch *h, float *x, int64_t pos) {
-    if (c->params.rope.type == KVB_ROPE_NONE) return;
-    kvb_rope_apply(c->params.rope.type, c->params.rope.n_dims, rope_cs(c, h, pos), x);
-}
-
-static void store_row(const struct kvb_cache *c, uint8_t *dst, const float *src) {
-    if (c->params.dtype == KVB_DTYPE_F16) c->kr->to_f16(src, (uint16_t *)dst, c->params.head_dim);
-    else memcpy(dst, src, c->row_bytes);
-}
-
-static void load_row(const struct kvb_cache *c, const uint8_t *src, float *dst) {
-    if (c->params.dtype == KVB_DTYPE_F16) c->kr->from_f16((const uint16_t *)src, dst, c->params.head_dim);
-    else memcpy(dst, src, c->row_bytes);
-}
-
-/* Appends one token (k, v: pre-RoPE rows of this head, or NULL) at original
- * position pos. A free slot must have been prepared. */
-static void append_token(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *k,
-                         const float *v, int32_t pos) {
-    const int32_t d = c->params.head_dim;
-    int32_t slot = s->free_slots[--s->n_free];
-    uint8_t *kd = slot_k(c, s, slot);
-    if (k) {
-        memcpy(h->krow, k, sizeof(float) * (size_t)d);
-        rotate(c, h, h->krow, pos);
-        store_row(c, kd, h->krow);
-    } else {
-        memset(kd, 0, c->row_bytes);
-    }
-    if (v) store_row(c, kd + c->page_bytes / 2, v);
-    else memset(kd + c->page_bytes / 2, 0, c->row_bytes);
-    s->pos[slot] = pos;
-    s->page_live[slot >> c->block_shift]++;
-    int32_t j = s->n++;
-    s->order[j] = slot;
-    if (c->pos_mode == KVB_POS_CONTIGUOUS) runs_append(s, j, pos);
-    const int32_t ns = n_state(c);
-    if (ns) memset(s->state + (size_t)j * (size_t)ns, 0, sizeof(float) * (size_t)ns);
-    if (c->policy.iface->on_append) c->policy.iface->on_append(&c->policy, s, j, k, d);
-}
-
-/* Whether queries at original positions up to pq_max see a capped distance
- * in stream s (then every query needs its own runs). */
-static bool capped_far(const struct kvb_cache *c, const struct kvb_stream *s, int64_t pq_max) {
-    return c->pos_mode == KVB_POS_CAPPED && s->n > 0 && pq_max - s->pos[s->order[0]] > c->params.max_distance;
-}
-
-/* Runs as seen by a query at original position pq: contiguous mode uses the
- * stream's runs, original mode a single run with delta 0, capped mode one run
- * per key farther than max_distance (delta p_j + max_distance - pq, so the
- * query is rotated to sit exactly max_distance after it) and then one run
- * with delta 0. The query is rotated at (CONTIGUOUS ? its cache position : pq)
- * + delta. */
-static int32_t attn_runs(const struct kvb_cache *c, const struct kvb_stream *s, struct kvb_head_scratch *hs, int64_t pq,
-                         const struct kvb_run **out) {
-    static const struct kvb_run one = {0, 0};
-    if (c->pos_mode == KVB_POS_CONTIGUOUS) {
-        *out = s->runs;
-        return s->n_runs;
-    }
-    *out = &one;
-    if (!capped_far(c, s, pq)) return 1;
-    const int64_t L = c->params.max_distance;
-    int32_t nr = 0, j = 0;
-    for (; j < s->n && pq - s->pos[s->order[j]] > L; j++)
-        hs->cruns[nr++] = (struct kvb_run){j, (int32_t)(s->pos[s->order[j]] + L - pq)};
-    if (j < s->n) hs->cruns[nr++] = (struct kvb_run){j, 0};
-    *out = hs->cruns;
-    return nr;
-}
-
-static struct kvb_kv_view stream_view(const struct kvb_cache *c, const struct kvb_stream *s) {
-    struct kvb_kv_view v;
-    v.pages = s->pages;
-    v.slots = s->order;
-    v.n = s->n;
-    v.block_shift = c->block_shift;
-    v.head_dim = c->params.head_dim;
-    v.row_bytes = c->row_bytes;
-    v.v_offset = c->page_bytes / 2;
-    v.dtype = c->params.dtype;
-    return v;
-}
-
-/* ------------------------------------------------------------------------ */
-/* eviction and compaction                                                  */
-/* ------------------------------------------------------------------------ */
-
-static int cmp_i32(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-static void move_slot(struct kvb_cache *c, struct kvb_stream *s, int32_t *rank_of, int32_t src, int32_t dst, bool copy_rows) {
-    if (copy_rows) {
-        memcpy(slot_k(c, s, dst), slot_k(c, s, src), c->row_bytes);
-        memcpy(slot_k(c, s, dst) + c->page_bytes / 2, slot_k(c, s, src) + c->page_bytes / 2, c->row_bytes);
-    }
-    s->pos[dst] = s->pos[src];
-    s->pos[src] = -1;
-    int32_t j = rank_of[src];
-    s->order[j] = dst;
-    rank_of[dst] = j;
-}
-
-/* Returns whole pages to the pool. An empty page goes back at once (pointer
- * moves only: it is swapped with the last page). Moving live rows out of the
- * last page into holes waits until the stream holds two pages worth of holes,
- * then runs until it holds less than one. The hysteresis matters: with a
- * budget that is a multiple of the page size, compacting at one page of
- * holes would take and return a page at every step (measured: ~4% of a
- * decode step). So a stream wastes less than two pages. Cannot fail. */
-static void compact_stream(struct kvb_cache *c, struct kvb_stream *s) {
-    const int32_t B = c->params.block_size;
-    if (s->n_free < B) return; /* no page can be empty */
-    const bool move_rows = s->n_free >= 2 * B;
-    if (!move_rows) {
-        bool any_empty = false;
-        for (int32_t pg = 0; pg < s->n_pages && !any_empty; pg++) any_empty = s->page_live[pg] == 0;
-        if (!any_empty) return;
-    }
-    int32_t *rank_of = s->iscratch; /* physical -> logical, for the moved slots */
-    for (int32_t j = 0; j < s->n; j++) rank_of[s->order[j]] = j;
-    uint8_t *give[64];
-    int32_t n_give = 0;
-    int32_t hole = 0; /* cursor over physical slots looking for holes */
-    int32_t n_free = s->n_free;
-    while (n_free >= B) {
-        int32_t L = s->n_pages - 1;
-        if (s->page_live[L] != 0) {
-            int32_t e = -1;
-            for (int32_t pg = 0; pg < L; pg++)
-                if (s->page_live[pg] == 0) { e = pg; break; }
-            if (e >= 0) { /* swap the empty page e with the last page: no row copies */
-                uint8_t *tp = s->pages[e];
-                s->pages[e] = s->pages[L];
-                s->pages[L] = tp;
-                s->page_live[e] = s->page_live[L];
-                s->page_live[L] = 0;
-                for (int32_t i = 0; i < B; i++) {
-                    int32_t src = L * B + i, dst = e * B + i;
-                    if (s->pos[src] >= 0) move_slot(c, s, rank_of, src, dst, false);
-                }
-            } else if (!move_rows) {
-                break;
-            } else { /* move the last page's live rows into holes */
-                for (int32_t i = 0; i < B; i++) {
-                    int32_t src = L * B + i;
-                    if (s->pos[src] < 0) continue;
-                    while (s->pos[hole] >= 0) hole++;
-                    move_slot(c, s, rank_of, src, hole, true);
-                    s->page_live[hole / B]++;
-                    s->page_live[L]--;
-                }
-            }
-        }
-        give[n_give++] = s->pages[L];
-        s->pages[L] = NULL;
-        s->n_pages--;
-        n_free -= B;
-        if (n_give == 64) {
-            kvb_pool_give(c->pool, give, n_give);
-            n_give = 0;
+kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head) {
+    if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
+    kvb_status st = check_heads(c, n_head);
+    if (st != KVB_OK) return st;
+    if (n_new < 1 || n_new > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_reserve: n_new must be in 1..1048576, got %d", (int)n_new);
+    const int32_t L = c->params.n_layer, H = c->params.n_kv_head, G = n_head / H;
+    int64_t total = 0, n_max = 0;
+    for (int32_t l = 0; l < L; l++) {
+        if ((st = check_pos(c, l, n_new)) != KVB_OK) return st;
+        for (int32_t h = 0; h < H; h++) {
+            struct kvb_stream *s = kvb_cache_stream(c, l, h);
+            const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
+            if (kvb_stream_reserve(&c->geom, s, s->v.n_pages + np, (int64_t)s->v.n + n_new + 1) != KVB_OK)
+                return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for slot metadata (layer %d)", (int)l);
+            total += np;
+            n_max = KVB_MAX(n_max, (int64_t)s->v.n + n_new);
         }
     }
-    kvb_pool_give(c->pool, give, n_give);
-    int32_t nf = 0;
-    for (int64_t sl = (int64_t)s->n_pages * B - 1; sl >= 0; sl--)
-        if (s->pos[sl] < 0) s->free_slots[nf++] = (int32_t)sl;
-    s->n_free = nf;
+    for (int32_t h = 0; h < H; h++)
+        if (kvb_head_scratch_reserve(c, kvb_head_scratch_at(c->scratch, h), n_max, G) != KVB_OK)
+            return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for attention scratch");
+    if ((c->policy.iface->flags & KVB_PF_COMPRESS) && c->params.policy.prefill_budget == 0)
+        for (int32_t l = 0; l < L; l++) /* the queries a prompt keeps for its vote */
+            if ((st = ring_reserve(c, l, n_head)) != KVB_OK) return st;
+    uint8_t **got = total ? kvb_malloc(sizeof(uint8_t *) * (size_t)total) : NULL;
+    if (total && !got) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+    if (total && (st = kvb_pool_take(c->pool, total, got)) != KVB_OK) {
+        kvb_free(got);
+        return st;
+    }
+    int64_t k = 0;
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t h = 0; h < H; h++) {
+            struct kvb_stream *s = kvb_cache_stream(c, l, h);
+            const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
+            kvb_stream_attach(&c->geom, s, got + k, np);
+            c->reserved[(size_t)l * H + h] = (int32_t)np;
+            k += np;
+        }
+    kvb_free(got);
+    c->has_reserve = true;
+    update_peak(c);
+    return KVB_OK;
 }
 
-/* Removes logical slots victims[0..k) (distinct, sorted ascending). */
-static void remove_victims(struct kvb_cache *c, struct kvb_stream *s, const int32_t *victims, int32_t k) {
-    if (k <= 0) return;
-    const int32_t n_before = s->n;
-    if (c->pos_mode == KVB_POS_CONTIGUOUS)
-        for (int32_t i = k - 1; i >= 0; i--) runs_remove(s, victims[i], n_before - (k - 1 - i));
-    for (int32_t i = 0; i < k; i++) {
-        int32_t slot = s->order[victims[i]];
-        s->pos[slot] = -1;
-        s->page_live[slot >> c->block_shift]--;
-        s->free_slots[s->n_free++] = slot;
-    }
-    const size_t ns = (size_t)n_state(c);
-    int32_t w = victims[0];
-    for (int32_t j = victims[0], vi = 0; j < n_before; j++) {
-        if (vi < k && victims[vi] == j) {
-            vi++;
-            continue;
+void kvb_cache_unreserve(struct kvb_cache *c) {
+    if (!c || !c->has_reserve) return;
+    const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    for (size_t i = 0; i < n_streams; i++) {
+        uint8_t *pages[64];
+        int64_t left = c->reserved[i];
+        while (left > 0) { /* the last pages first, as they were attached */
+            const int64_t np = KVB_MIN(left, (int64_t)64);
+            kvb_stream_detach(&c->geom, &c->streams[i], pages, np);
+            kvb_pool_give(c->pool, pages, np);
+            left -= np;
         }
-        s->order[w] = s->order[j];
-        if (ns) memcpy(s->state + (size_t)w * ns, s->state + (size_t)j * ns, sizeof(float) * ns);
-        w++;
+        c->reserved[i] = 0;
     }
-    s->n = w;
-    compact_stream(c, s);
+    c->has_reserve = false;
 }
+
+/* ------------------------------------------------------------------------ */
+/* eviction: the cache asks, the policy answers                             */
+/* ------------------------------------------------------------------------ */
 
 /* Evicts stream s down to its budget. Cannot fail. */
 static void evict_stream(struct kvb_cache *c, struct kvb_stream *s) {
     const struct kvb_policy_i *pi = c->policy.iface;
-    int32_t *victims = s->victims;
-    if (!s->budget || s->n <= s->budget || (pi->flags & KVB_PF_NEVER_EVICT)) return;
-    int32_t n_over = s->n - s->budget;
-    int32_t k = pi->select(&c->policy, s, n_over, victims);
-    if (k > 1) {
-        if (k < 16) { /* insertion sort: k is 1 in steady state */
-            for (int32_t i = 1; i < k; i++) {
-                int32_t x = victims[i], j = i - 1;
-                while (j >= 0 && victims[j] > x) { victims[j + 1] = victims[j]; j--; }
-                victims[j + 1] = x;
-            }
-        } else {
-            qsort(victims, (size_t)k, sizeof(int32_t), cmp_i32);
-        }
-        int32_t u = 1; /* dedupe */
-        for (int32_t i = 1; i < k; i++)
-            if (victims[i] != victims[u - 1]) victims[u++] = victims[i];
-        k = u;
-    }
-    remove_victims(c, s, victims, k);
+    if (!s->v.budget || s->v.n <= s->v.budget || (pi->flags & KVB_PF_NEVER_EVICT)) return;
+    int32_t k = pi->select(&c->policy, &s->v, s->v.n - s->v.budget, s->victims);
+    k = kvb_stream_sort_victims(s->victims, k);
+    kvb_stream_remove(&c->geom, s, c->pool, s->victims, k);
 }
 
 static void update_peak(struct kvb_cache *c) {
     int64_t pages = 0;
     const int64_t n = (int64_t)c->params.n_layer * c->params.n_kv_head;
-    for (int64_t i = 0; i < n; i++) pages += c->streams[i].n_pages;
+    for (int64_t i = 0; i < n; i++) pages += c->streams[i].v.n_pages;
     if (pages > c->pages_peak) c->pages_peak = pages;
 }
 
@@ -593,9 +233,9 @@ static void init_budgets(struct kvb_cache *c) {
     const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
     for (size_t i = 0; i < n_streams; i++) {
         struct kvb_stream *s = &c->streams[i];
-        s->target = c->params.policy.budget;
-        s->budget = compress ? c->params.policy.prefill_budget : c->params.policy.budget;
-        s->prompt_end = -1;
+        s->v.target = c->params.policy.budget;
+        s->v.budget = compress ? c->params.policy.prefill_budget : c->params.policy.budget;
+        s->v.prompt_end = -1;
     }
     for (int32_t l = 0; l < c->params.n_layer; l++) c->ring_n[l] = 0;
 }
@@ -608,25 +248,25 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     if (!c) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
     c->params = *params;
     c->kr = kvb_kernels();
-    c->policy.iface = kvb_policy_iface(params->policy.id);
-    c->policy.params = params->policy;
-    c->policy.block_size = params->block_size;
-    /* prefill evidence: the policy says how many of a chunk's last queries (0 = all) */
-    c->policy.obs_last = c->policy.iface->prefill_queries ? c->policy.iface->prefill_queries(&params->policy) : 0;
+    c->policy = kvb_policy_make(&params->policy, params->block_size);
     c->pos_mode = params->pos_mode == KVB_POS_POLICY_DEFAULT ? c->policy.iface->default_pos : params->pos_mode;
-    c->block_shift = 0;
-    while ((1 << c->block_shift) < params->block_size) c->block_shift++;
-    c->row_bytes = kvb_dtype_row_bytes(params->dtype, params->head_dim);
     c->page_bytes = kvb_cache_page_bytes(params);
+    c->geom.block_size = params->block_size;
+    while ((1 << c->geom.block_shift) < params->block_size) c->geom.block_shift++;
+    c->geom.row_bytes = kvb_dtype_row_bytes(params->dtype, params->head_dim);
+    c->geom.v_offset = c->page_bytes / 2;
+    c->geom.n_state = c->policy.iface->n_state;
+    c->geom.runs = c->pos_mode == KVB_POS_CONTIGUOUS;
     c->n_pairs = params->rope.type == KVB_ROPE_NONE ? 0 : params->rope.n_dims / 2;
     const size_t n_streams = (size_t)params->n_layer * (size_t)params->n_kv_head;
     c->streams = kvb_calloc(n_streams, sizeof(struct kvb_stream));
     c->n_past = kvb_calloc((size_t)params->n_layer, sizeof(int64_t));
-    c->scratch = kvb_calloc((size_t)params->n_kv_head, sizeof(struct kvb_head_scratch));
+    c->scratch = kvb_head_scratch_new_array(params->n_kv_head);
     c->inv_freq = kvb_calloc((size_t)KVB_MAX(c->n_pairs, 1), sizeof(double));
     c->ring_q = kvb_calloc((size_t)params->n_layer, sizeof(float *));
     c->ring_n = kvb_calloc((size_t)params->n_layer, sizeof(int32_t));
     c->ring_heads = kvb_calloc((size_t)params->n_layer, sizeof(int32_t));
+    c->reserved = kvb_calloc(n_streams, sizeof(int32_t));
     if (c->n_pairs && params->rope.freq_factors) {
         c->freq_factors = kvb_malloc(sizeof(float) * (size_t)c->n_pairs);
         if (c->freq_factors) memcpy(c->freq_factors, params->rope.freq_factors, sizeof(float) * (size_t)c->n_pairs);
@@ -638,7 +278,7 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
             }
     }
     c->params.rope.freq_factors = c->freq_factors;
-    if (!c->streams || !c->n_past || !c->scratch || !c->inv_freq || !c->ring_q || !c->ring_n || !c->ring_heads) goto nomem;
+    if (!c->streams || !c->n_past || !c->scratch || !c->inv_freq || !c->ring_q || !c->ring_n || !c->ring_heads || !c->reserved) goto nomem;
     if (c->n_pairs) kvb_rope_inv_freq(&c->params.rope, c->freq_factors, c->inv_freq);
     if (pool) {
         size_t need = (c->page_bytes + 63) & ~(size_t)63;
@@ -667,29 +307,22 @@ nomem:
     return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
 }
 
-static void release_stream_pages(struct kvb_cache *c, struct kvb_stream *s) {
-    if (s->n_pages && c->pool) kvb_pool_give(c->pool, s->pages, s->n_pages);
-    s->n_pages = 0;
-}
-
 void kvb_cache_free(struct kvb_cache *c) {
     if (!c) return;
     const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
     if (c->streams) {
         for (size_t i = 0; i < n_streams; i++) {
             struct kvb_stream *s = &c->streams[i];
-            release_stream_pages(c, s);
-            kvb_free(s->pages); kvb_free(s->page_live); kvb_free(s->pos); kvb_free(s->state);
-            kvb_free(s->free_slots); kvb_free(s->order); kvb_free(s->runs); kvb_free(s->fscratch); kvb_free(s->iscratch); kvb_free(s->victims);
+            kvb_stream_clear(s, c->pool);
+            kvb_stream_free(s);
         }
     }
-    if (c->scratch)
-        for (int32_t h = 0; h < c->params.n_kv_head; h++) free_scratch(&c->scratch[h]);
+    kvb_head_scratch_free_array(c->scratch, c->params.n_kv_head);
     if (c->own_pool) kvb_pool_free(c->pool);
     if (c->ring_q)
         for (int32_t l = 0; l < c->params.n_layer; l++) kvb_free(c->ring_q[l]);
-    kvb_free(c->ring_q); kvb_free(c->ring_n); kvb_free(c->ring_heads);
-    kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->scratch); kvb_free(c->inv_freq); kvb_free(c->freq_factors);
+    kvb_free(c->ring_q); kvb_free(c->ring_n); kvb_free(c->ring_heads); kvb_free(c->reserved);
+    kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors);
     kvb_free(c);
 }
 
@@ -697,16 +330,14 @@ void kvb_cache_reset(struct kvb_cache *c) {
     if (!c) return;
     const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
     for (size_t i = 0; i < n_streams; i++) {
-        struct kvb_stream *s = &c->streams[i];
-        release_stream_pages(c, s);
-        for (int64_t k = 0; k < s->slot_cap; k++) s->pos[k] = -1;
-        s->n = 0; s->n_free = 0; s->n_runs = 0;
+        kvb_stream_clear(&c->streams[i], c->pool);
     }
     for (int32_t l = 0; l < c->params.n_layer; l++) c->n_past[l] = 0;
+    c->has_reserve = false;
     init_budgets(c);
 }
 
-const struct kvb_cache_params *kvb_cache_get_params(const struct kvb_cache *c) { return &c->params; }
+void kvb_cache_get_params(const struct kvb_cache *c, struct kvb_cache_params *out) { *out = c->params; }
 enum kvb_pos_mode kvb_cache_pos_mode(const struct kvb_cache *c) { return c->pos_mode; }
 
 /* ------------------------------------------------------------------------ */
@@ -725,45 +356,6 @@ struct decode_job {
     bool attend;
 };
 
-/* Rotates the query rows of tokens [i0, i1) of KV head h's group for run
- * delta and scales them; q is [*][n_head][d], row r = (i - i0) * G + g.
- * Token i sits at original position p0 + i and logical slot n_prev + i. */
-static void rotate_rows(struct kvb_cache *c, struct kvb_head_scratch *hs, const float *q, int32_t n_head, int32_t G,
-                        int32_t h, int32_t i0, int32_t i1, int32_t n_prev, int64_t p0, int32_t delta) {
-    const int32_t d = c->params.head_dim;
-    const float scale = 1.0f / sqrtf((float)d);
-    for (int32_t i = i0; i < i1; i++) {
-        int64_t qpos = (c->pos_mode == KVB_POS_CONTIGUOUS ? (int64_t)n_prev + i : p0 + i) + delta;
-        for (int32_t g = 0; g < G; g++) {
-            float *qr = hs->qrot + (size_t)((i - i0) * G + g) * d;
-            memcpy(qr, q + ((size_t)i * n_head + (size_t)h * G + g) * d, sizeof(float) * (size_t)d);
-            rotate(c, hs, qr, qpos);
-            for (int32_t x = 0; x < d; x++) qr[x] *= scale;
-        }
-    }
-}
-
-/* Attention of the G query heads of stream s (rows q, pre-RoPE) of the token
- * just appended (original position pq); writes out rows. If
- * w is set, also the mean probability of each logical slot over the G heads. */
-static void attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q,
-                          int32_t G, int64_t pq, float *out, float *w) {
-    const int32_t d = c->params.head_dim;
-    const struct kvb_run *runs;
-    int32_t nr = attn_runs(c, s, h, pq, &runs);
-    struct kvb_kv_view view = stream_view(c, s);
-    struct kvb_attn_state st;
-    kvb_attn_begin(&st, G, d, h->acc, w ? h->p : NULL, s->n, h->seg_j, h->seg_m, (int32_t)h->seg_cap);
-    for (int32_t r = 0; r < nr; r++) {
-        int32_t j0 = runs[r].j0, j1 = r + 1 < nr ? runs[r + 1].j0 : s->n;
-        /* one token: the new one, at logical slot s->n - 1 and position pq */
-        rotate_rows(c, h, q, G, G, 0, 0, 1, s->n - 1, pq, runs[r].delta);
-        kvb_attn_run(c->kr, &view, h->qrot, NULL, j0, j1, &st);
-    }
-    if (w) kvb_attn_end_mean(&st, out, w, s->n);
-    else kvb_attn_end(&st, out, NULL);
-}
-
 static void decode_worker(int32_t ith, int32_t nth, void *arg) {
     struct decode_job *jb = arg;
     struct kvb_cache *c = jb->c;
@@ -772,17 +364,25 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
     const bool want_w = policy_w || c->observer;
     for (int32_t h = ith; h < H; h += nth) {
         struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
-        struct kvb_head_scratch *hs = &c->scratch[h];
+        struct kvb_head_scratch *hs = kvb_head_scratch_at(c->scratch, h);
         const int32_t pos = (int32_t)c->n_past[jb->layer];
-        append_token(c, s, hs, jb->k ? jb->k + (size_t)h * d : NULL, jb->v ? jb->v + (size_t)h * d : NULL, pos);
+        kvb_attend_append(c, s, hs, jb->k ? jb->k + (size_t)h * d : NULL, jb->v ? jb->v + (size_t)h * d : NULL, pos);
         if (jb->attend) {
-            attend_decode(c, s, hs, jb->q + (size_t)h * jb->G * d, jb->G, pos, jb->out + (size_t)h * jb->G * d,
-                          want_w ? hs->col : NULL);
-            if (c->observer) c->observer(c->observer_user, jb->layer, h, hs->col, s->n);
-            if (policy_w) c->policy.iface->observe(&c->policy, s, hs->col, s->n, false);
+            kvb_attend_decode(c, s, hs, jb->q + (size_t)h * jb->G * d, jb->G, pos, jb->out + (size_t)h * jb->G * d,
+                          want_w ? kvb_head_scratch_col(hs) : NULL);
+            if (c->observer) c->observer(c->observer_user, jb->layer, h, kvb_head_scratch_col(hs), s->v.n);
+            if (policy_w) c->policy.iface->observe(&c->policy, &s->v, kvb_head_scratch_col(hs), s->v.n, false);
             if (!c->policy.iface->combine) evict_stream(c, s); /* else after every head: combine_and_evict */
         }
     }
+}
+
+/* Whether attention of n_tok query tokens over a layer is worth waking the
+ * pool: below about 64K multiply-adds a fork-join costs more than it saves
+ * (measured: ppl on stories260K with -t 2 ran 30x slower than -t 1). */
+static bool worth_threads(const struct kvb_cache *c, int32_t layer, int32_t n_tok, int32_t n_head) {
+    const int64_t keys = (int64_t)kvb_cache_stream(c, layer, 0)->v.n + n_tok;
+    return (int64_t)n_tok * n_head * keys * c->params.head_dim >= (1 << 16) && c->params.n_kv_head > 1;
 }
 
 static kvb_status check_layer(const struct kvb_cache *c, int32_t layer) {
@@ -818,7 +418,7 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
     if (prompt_open(c, layer)) compress_layer(c, layer, tp); /* the prompt ended without kvb_cache_compress */
     if ((st = prepare_layer(c, layer, 1, G)) != KVB_OK) return st;
     struct decode_job jb = {c, layer, n_head, G, q, k, v, out, true};
-    kvb_threadpool_run(tp, decode_worker, &jb);
+    kvb_threadpool_run(worth_threads(c, layer, 1, n_head) ? tp : NULL, decode_worker, &jb);
     c->n_past[layer]++;
     update_peak(c);
     /* serial: one O(n) pick per stream costs less than waking the pool again */
@@ -844,9 +444,9 @@ static kvb_status observe_common(struct kvb_cache *c, int32_t layer, int32_t hea
     if (head < 0 || head >= c->params.n_kv_head)
         return kvb_fail(KVB_ERR_INVALID, "cache: head %d out of range 0..%d", (int)head, (int)c->params.n_kv_head - 1);
     struct kvb_stream *s = kvb_cache_stream(c, layer, head);
-    if (!w || n != s->n) return kvb_fail(KVB_ERR_INVALID, "cache_observe: row has %d weights, stream has %d slots", (int)n, (int)s->n);
+    if (!w || n != s->v.n) return kvb_fail(KVB_ERR_INVALID, "cache_observe: row has %d weights, stream has %d slots", (int)n, (int)s->v.n);
     const struct kvb_policy_i *pi = c->policy.iface;
-    if (pi->observe && (pi->flags & (prefill ? KVB_PF_PREFILL_MASS : KVB_PF_DECODE_ATTN))) pi->observe(&c->policy, s, w, n, prefill);
+    if (pi->observe && (pi->flags & (prefill ? KVB_PF_PREFILL_MASS : KVB_PF_DECODE_ATTN))) pi->observe(&c->policy, &s->v, w, n, prefill);
     return KVB_OK;
 }
 
@@ -867,6 +467,7 @@ void kvb_cache_set_observer(struct kvb_cache *c, kvb_attn_observer_fn fn, void *
 
 void kvb_cache_evict(struct kvb_cache *c, int32_t layer) {
     if (check_layer(c, layer) != KVB_OK) return;
+    c->has_reserve = false;
     combine_and_evict(c, layer, NULL);
     update_peak(c);
 }
@@ -874,53 +475,6 @@ void kvb_cache_evict(struct kvb_cache *c, int32_t layer) {
 /* ------------------------------------------------------------------------ */
 /* prefill                                                                  */
 /* ------------------------------------------------------------------------ */
-
-/* Causal attention of C query tokens (q [C][n_head][d], pre-RoPE; token i at
- * original position p0 + i and logical slot n_prev + i, already appended) of
- * KV head h's group over stream s. Writes the group's output rows into out
- * ([C][n_head][d]) unless NULL. With col, adds the column mass of tokens
- * [obs_from, C) — their softmax rows, scaled 1/G so that the G query heads
- * average — into col[0..s->n). Prefill and the compress vote both use it. */
-static void attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h,
-                          const float *q, int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0,
-                          float *out, int32_t obs_from, float *col) {
-    const int32_t d = c->params.head_dim;
-    struct kvb_kv_view view = stream_view(c, s);
-    /* capped positions with far keys: every token has its own runs */
-    const int32_t tb = capped_far(c, s, p0 + C - 1) ? 1 : KVB_MAX(1, KVB_ATTN_MAX_ROWS / G);
-    for (int32_t i0 = 0; i0 < C; i0 += tb) {
-        const int32_t i1 = KVB_MIN(C, i0 + tb), R = (i1 - i0) * G;
-        const struct kvb_run *runs;
-        const int32_t nr = attn_runs(c, s, hs, p0 + i0, &runs);
-        for (int32_t i = i0; i < i1; i++)
-            for (int32_t g = 0; g < G; g++) hs->limit[(i - i0) * G + g] = n_prev + i + 1;
-        const int32_t jmax = n_prev + i1;
-        struct kvb_attn_state st;
-        kvb_attn_begin(&st, R, d, hs->acc, NULL, 0, NULL, NULL, 0);
-        for (int32_t r = 0; r < nr; r++) {
-            int32_t j0 = runs[r].j0, j1 = KVB_MIN(r + 1 < nr ? runs[r + 1].j0 : s->n, jmax);
-            if (j0 >= j1) break;
-            rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
-            kvb_attn_run(c->kr, &view, hs->qrot, hs->limit, j0, j1, &st);
-        }
-        kvb_attn_end(&st, hs->out, hs->lse);
-        if (out)
-            for (int32_t i = i0; i < i1; i++)
-                memcpy(out + ((size_t)i * n_head + (size_t)h * G) * d, hs->out + (size_t)(i - i0) * G * d,
-                       sizeof(float) * (size_t)G * d);
-        if (col && i1 > obs_from) {
-            const int32_t a = KVB_MAX(i0, obs_from); /* observed tokens of this block: [a, i1) */
-            const int32_t off = (a - i0) * G, Ro = (i1 - a) * G;
-            for (int32_t r = 0; r < nr; r++) {
-                int32_t j0 = runs[r].j0, j1 = KVB_MIN(r + 1 < nr ? runs[r + 1].j0 : s->n, jmax);
-                if (j0 >= j1) break;
-                rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
-                kvb_attn_colmass(c->kr, &view, hs->qrot + (size_t)off * d, hs->limit + off, hs->lse + off, Ro,
-                                 1.0f / (float)G, j0, j1, col, st.s);
-            }
-        }
-    }
-}
 
 struct prefill_job {
     struct kvb_cache *c;
@@ -938,13 +492,13 @@ static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
     const int64_t p0 = c->n_past[jb->layer];
     for (int32_t h = ith; h < H; h += nth) {
         struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
-        struct kvb_head_scratch *hs = &c->scratch[h];
-        const int32_t n_prev = s->n;
+        struct kvb_head_scratch *hs = kvb_head_scratch_at(c->scratch, h);
+        const int32_t n_prev = s->v.n;
         for (int32_t i = 0; i < C; i++)
-            append_token(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v + ((size_t)i * H + h) * d, (int32_t)(p0 + i));
-        if (jb->mass) memset(hs->col, 0, sizeof(float) * (size_t)s->n);
-        attend_tokens(c, s, hs, h, jb->q, jb->n_head, jb->G, C, n_prev, p0, jb->out, obs_from, jb->mass ? hs->col : NULL);
-        if (jb->mass) c->policy.iface->observe(&c->policy, s, hs->col, s->n, true);
+            kvb_attend_append(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v + ((size_t)i * H + h) * d, (int32_t)(p0 + i));
+        if (jb->mass) memset(kvb_head_scratch_col(hs), 0, sizeof(float) * (size_t)s->v.n);
+        kvb_attend_tokens(c, s, hs, h, jb->q, jb->n_head, jb->G, C, n_prev, p0, jb->out, obs_from, jb->mass ? kvb_head_scratch_col(hs) : NULL);
+        if (jb->mass) c->policy.iface->observe(&c->policy, &s->v, kvb_head_scratch_col(hs), s->v.n, true);
     }
 }
 
@@ -960,8 +514,8 @@ static void evict_worker(int32_t ith, int32_t nth, void *arg) {
 }
 
 /* The streams of a layer, for the policy hooks that see a whole layer. */
-static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stream **ptrs) {
-    for (int32_t h = 0; h < c->params.n_kv_head; h++) ptrs[h] = kvb_cache_stream(c, layer, h);
+static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stream_view **ptrs) {
+    for (int32_t h = 0; h < c->params.n_kv_head; h++) ptrs[h] = &kvb_cache_stream(c, layer, h)->v;
     return c->params.n_kv_head;
 }
 
@@ -969,7 +523,7 @@ static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stre
  * (over tp's threads; tp NULL: serially). */
 static void combine_and_evict(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp) {
     if (c->policy.iface->combine) {
-        struct kvb_stream *ptrs[KVB_MAX_KV_HEADS];
+        struct kvb_stream_view *ptrs[KVB_MAX_KV_HEADS];
         int32_t H = layer_streams(c, layer, ptrs);
         c->policy.iface->combine(&c->policy, ptrs, H);
     }
@@ -1011,12 +565,12 @@ static void ring_push(struct kvb_cache *c, int32_t layer, const float *q, int32_
 /* A new prompt on a layer whose last one was compressed: every retained token
  * is a candidate again, votes start from zero, streams hold prefill_budget. */
 static void open_prompt(struct kvb_cache *c, int32_t layer) {
-    const size_t ns = (size_t)n_state(c);
+    const size_t ns = (size_t)c->geom.n_state;
     for (int32_t h = 0; h < c->params.n_kv_head; h++) {
         struct kvb_stream *s = kvb_cache_stream(c, layer, h);
-        s->prompt_end = -1;
-        s->budget = c->params.policy.prefill_budget;
-        if (ns) memset(s->state, 0, sizeof(float) * (size_t)s->n * ns);
+        s->v.prompt_end = -1;
+        s->v.budget = c->params.policy.prefill_budget;
+        if (ns) memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
     }
     c->ring_n[layer] = 0;
 }
@@ -1028,29 +582,30 @@ static void vote_worker(int32_t ith, int32_t nth, void *arg) {
     struct kvb_cache *c = jb->c;
     const int32_t l = jb->layer, H = c->params.n_kv_head, r = c->ring_n[l], n_head = c->ring_heads[l];
     const int64_t p0 = c->n_past[l] - r;
-    const size_t ns = (size_t)n_state(c);
+    const size_t ns = (size_t)c->geom.n_state;
     for (int32_t h = ith; h < H; h += nth) {
         struct kvb_stream *s = kvb_cache_stream(c, l, h);
-        struct kvb_head_scratch *hs = &c->scratch[h];
-        if (s->n < r || s->pos[s->order[s->n - r]] != p0) continue; /* not the tokens recorded: keep the votes */
-        memset(hs->col, 0, sizeof(float) * (size_t)s->n);
-        attend_tokens(c, s, hs, h, c->ring_q[l], n_head, n_head / H, r, s->n - r, p0, NULL, 0, hs->col);
-        memset(s->state, 0, sizeof(float) * (size_t)s->n * ns);
-        c->policy.iface->observe(&c->policy, s, hs->col, s->n, true);
+        struct kvb_head_scratch *hs = kvb_head_scratch_at(c->scratch, h);
+        if (s->v.n < r || s->v.pos[s->v.order[s->v.n - r]] != p0) continue; /* not the tokens recorded: keep the votes */
+        memset(kvb_head_scratch_col(hs), 0, sizeof(float) * (size_t)s->v.n);
+        kvb_attend_tokens(c, s, hs, h, c->ring_q[l], n_head, n_head / H, r, s->v.n - r, p0, NULL, 0, kvb_head_scratch_col(hs));
+        memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
+        c->policy.iface->observe(&c->policy, &s->v, kvb_head_scratch_col(hs), s->v.n, true);
     }
 }
 
 /* A stream's compression budget: its target (kvb_cache_set_budget), or the
  * layer's base when budget_frac resolves it or no target is set. */
-static int32_t stream_target(const struct kvb_policy_params *pp, const struct kvb_stream *s, int32_t base) {
+static int32_t stream_target(const struct kvb_policy_params *pp, const struct kvb_stream_view *s, int32_t base) {
     return pp->budget_frac > 0 || !s->target ? base : s->target;
 }
 
 /* Ends the open prompt of a layer: vote, budgets from the prompt length,
  * eviction, then the frozen prompt plus decode_budget. Cannot fail. */
 static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp) {
+    c->has_reserve = false;
     const struct kvb_policy_params *pp = &c->params.policy;
-    struct kvb_stream *ptrs[KVB_MAX_KV_HEADS];
+    struct kvb_stream_view *ptrs[KVB_MAX_KV_HEADS];
     const int32_t H = layer_streams(c, l, ptrs);
     struct layer_job jb = {c, l};
     if (c->ring_n[l] > 0) kvb_threadpool_run(tp, vote_worker, &jb);
@@ -1067,7 +622,7 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
     if (c->policy.iface->budgets) c->policy.iface->budgets(&c->policy, ptrs, H, l, c->params.n_layer, base, P);
     kvb_threadpool_run(tp, evict_worker, &jb);
     for (int32_t h = 0; h < H; h++) {
-        struct kvb_stream *s = ptrs[h];
+        struct kvb_stream_view *s = ptrs[h];
         const int64_t dec = pp->decode_budget ? pp->decode_budget : stream_target(pp, s, base);
         s->prompt_end = (int32_t)prompt;
         s->budget = (int32_t)KVB_MIN((int64_t)s->n + dec, (int64_t)INT32_MAX);
@@ -1076,7 +631,7 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
 }
 
 static bool prompt_open(const struct kvb_cache *c, int32_t layer) {
-    return (c->policy.iface->flags & KVB_PF_COMPRESS) && kvb_cache_stream(c, layer, 0)->prompt_end < 0;
+    return (c->policy.iface->flags & KVB_PF_COMPRESS) && kvb_cache_stream(c, layer, 0)->v.prompt_end < 0;
 }
 
 kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, const float *q, int32_t n_head,
@@ -1096,7 +651,7 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     if (compress && !prompt_open(c, layer)) open_prompt(c, layer);
     struct prefill_job jb = {c, layer, n_tok, n_head, G, q, k, v, out,
                              !exact && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS)};
-    kvb_threadpool_run(tp, prefill_worker, &jb);
+    kvb_threadpool_run(worth_threads(c, layer, n_tok, n_head) ? tp : NULL, prefill_worker, &jb);
     if (exact) ring_push(c, layer, q, n_tok);
     c->n_past[layer] += n_tok;
     update_peak(c); /* peak includes the whole chunk before eviction */
@@ -1129,9 +684,9 @@ kvb_status kvb_cache_set_budget(struct kvb_cache *c, int32_t layer, int32_t head
         for (int32_t h = 0; h < c->params.n_kv_head; h++)
             if ((layer < 0 || l == layer) && (head < 0 || h == head)) {
                 struct kvb_stream *s = kvb_cache_stream(c, l, h);
-                s->target = tokens;
+                s->v.target = tokens;
                 /* an open snapkv-family prompt keeps prefill_budget until its compress */
-                if (!compress || s->prompt_end >= 0) s->budget = tokens;
+                if (!compress || s->v.prompt_end >= 0) s->v.budget = tokens;
             }
     return KVB_OK;
 }
@@ -1140,12 +695,12 @@ static bool stream_ok(const struct kvb_cache *c, int32_t layer, int32_t head) {
     return c && layer >= 0 && layer < c->params.n_layer && head >= 0 && head < c->params.n_kv_head;
 }
 
-int32_t kvb_cache_get_budget(const struct kvb_cache *c, int32_t layer, int32_t head) {
-    return stream_ok(c, layer, head) ? kvb_cache_stream(c, layer, head)->budget : -1;
+int32_t kvb_cache_budget(const struct kvb_cache *c, int32_t layer, int32_t head) {
+    return stream_ok(c, layer, head) ? kvb_cache_stream(c, layer, head)->v.budget : -1;
 }
 
 int32_t kvb_cache_n_slots(const struct kvb_cache *c, int32_t layer, int32_t head) {
-    return stream_ok(c, layer, head) ? kvb_cache_stream(c, layer, head)->n : -1;
+    return stream_ok(c, layer, head) ? kvb_cache_stream(c, layer, head)->v.n : -1;
 }
 
 int64_t kvb_cache_n_past(const struct kvb_cache *c, int32_t layer) {
@@ -1155,22 +710,20 @@ int64_t kvb_cache_n_past(const struct kvb_cache *c, int32_t layer) {
 kvb_status kvb_cache_slot_info(const struct kvb_cache *c, int32_t layer, int32_t head, int32_t j, struct kvb_slot_info *o) {
     if (!stream_ok(c, layer, head) || !o) return kvb_fail(KVB_ERR_INVALID, "slot_info: bad cache, layer or head");
     const struct kvb_stream *s = kvb_cache_stream(c, layer, head);
-    if (j < 0 || j >= s->n) return kvb_fail(KVB_ERR_INVALID, "slot_info: slot %d out of range 0..%d", (int)j, (int)s->n - 1);
-    int32_t slot = s->order[j];
-    o->pos_original = s->pos[slot];
-    o->pos_cache = c->pos_mode == KVB_POS_CONTIGUOUS ? j : s->pos[slot];
-    o->score = n_state(c) ? s->state[(size_t)j * n_state(c)] : 0.0f;
-    o->page = slot >> c->block_shift;
+    if (j < 0 || j >= s->v.n) return kvb_fail(KVB_ERR_INVALID, "slot_info: slot %d out of range 0..%d", (int)j, (int)s->v.n - 1);
+    int32_t slot = s->v.order[j];
+    o->pos_original = s->v.pos[slot];
+    o->pos_cache = c->pos_mode == KVB_POS_CONTIGUOUS ? j : s->v.pos[slot];
+    o->score = c->geom.n_state ? s->v.state[(size_t)j * c->geom.n_state] : 0.0f;
+    o->page = slot >> c->geom.block_shift;
     return KVB_OK;
 }
 
 kvb_status kvb_cache_read_slot(const struct kvb_cache *c, int32_t layer, int32_t head, int32_t j, float *k, float *v) {
     if (!stream_ok(c, layer, head)) return kvb_fail(KVB_ERR_INVALID, "read_slot: bad cache, layer or head");
     const struct kvb_stream *s = kvb_cache_stream(c, layer, head);
-    if (j < 0 || j >= s->n) return kvb_fail(KVB_ERR_INVALID, "read_slot: slot %d out of range 0..%d", (int)j, (int)s->n - 1);
-    const uint8_t *kd = slot_k(c, s, s->order[j]);
-    if (k) load_row(c, kd, k);
-    if (v) load_row(c, kd + c->page_bytes / 2, v);
+    if (j < 0 || j >= s->v.n) return kvb_fail(KVB_ERR_INVALID, "read_slot: slot %d out of range 0..%d", (int)j, (int)s->v.n - 1);
+    kvb_attend_read_slot(c, s, j, k, v);
     return KVB_OK;
 }
 
@@ -1183,12 +736,11 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
     o->slots_min = INT32_MAX;
     for (size_t i = 0; i < n_streams; i++) {
         const struct kvb_stream *s = &c->streams[i];
-        o->pages_in_use += s->n_pages;
-        o->slots += s->n;
-        o->slots_max = KVB_MAX(o->slots_max, s->n);
-        o->slots_min = KVB_MIN(o->slots_min, s->n);
-        meta += (size_t)s->slot_cap * (sizeof(int32_t) * 5 + sizeof(float) * (1 + (size_t)KVB_MAX(n_state(c), 1)));
-        meta += (size_t)s->pages_cap * (sizeof(uint8_t *) + sizeof(int32_t)) + (size_t)s->runs_cap * sizeof(struct kvb_run);
+        o->pages_in_use += s->v.n_pages;
+        o->slots += s->v.n;
+        o->slots_max = KVB_MAX(o->slots_max, s->v.n);
+        o->slots_min = KVB_MIN(o->slots_min, s->v.n);
+        meta += kvb_stream_meta_bytes(&c->geom, s);
     }
     o->bytes_used = (size_t)o->pages_in_use * pb;
     o->bytes_reserved = o->bytes_used + meta;
@@ -1201,23 +753,5 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
 /* ------------------------------------------------------------------------ */
 /* hooks for cache_io.c (restore)                                           */
 /* ------------------------------------------------------------------------ */
-
-kvb_status kvb_stream_reserve(struct kvb_cache *c, struct kvb_stream *s, int32_t n_pages, int32_t n) {
-    if (grow_pages(s, n_pages) != KVB_OK || grow_slots(c, s, (int64_t)n_pages * c->params.block_size) != KVB_OK ||
-        kvb_grow((void **)&s->runs, &s->runs_cap, (int64_t)n + 1, sizeof(struct kvb_run)) != KVB_OK)
-        return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory restoring a stream of %d slots", (int)n);
-    return KVB_OK;
-}
-
-void kvb_stream_finish_restore(struct kvb_cache *c, struct kvb_stream *s) {
-    const int32_t B = c->params.block_size;
-    for (int32_t pg = 0; pg < s->n_pages; pg++) s->page_live[pg] = 0;
-    for (int32_t j = 0; j < s->n; j++) s->page_live[s->order[j] / B]++;
-    int32_t nf = 0;
-    for (int64_t sl = (int64_t)s->n_pages * B - 1; sl >= 0; sl--)
-        if (s->pos[sl] < 0) s->free_slots[nf++] = (int32_t)sl;
-    s->n_free = nf;
-    if (c->pos_mode == KVB_POS_CONTIGUOUS) runs_rebuild(s);
-}
 
 void kvb_cache_note_peak(struct kvb_cache *c) { update_peak(c); }

@@ -25,7 +25,6 @@
  * (a cache saved mid-prompt votes with what kvb_cache_observe_prefill fed).
  */
 #include "cache_impl.h"
-#include "../policies/policy.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -87,15 +86,15 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     for (int64_t i = 0; i < n_streams; i++) {
         const struct kvb_stream *s = &c->streams[i];
-        w_i32(&w, s->budget); w_i32(&w, s->prompt_end); w_i32(&w, s->target); w_i32(&w, s->n); w_i32(&w, s->n_pages);
-        for (int32_t j = 0; j < s->n; j++) {
-            int32_t slot = s->order[j];
+        w_i32(&w, s->v.budget); w_i32(&w, s->v.prompt_end); w_i32(&w, s->v.target); w_i32(&w, s->v.n); w_i32(&w, s->v.n_pages);
+        for (int32_t j = 0; j < s->v.n; j++) {
+            int32_t slot = s->v.order[j];
             w_i32(&w, slot);
-            w_i32(&w, s->pos[slot]);
-            if (ns) w_bytes(&w, s->state + (size_t)j * ns, sizeof(float) * (size_t)ns);
-            const uint8_t *k = s->pages[slot >> c->block_shift] + (size_t)(slot & (p->block_size - 1)) * c->row_bytes;
-            w_bytes(&w, k, c->row_bytes);
-            w_bytes(&w, k + c->page_bytes / 2, c->row_bytes);
+            w_i32(&w, s->v.pos[slot]);
+            if (ns) w_bytes(&w, s->v.state + (size_t)j * ns, sizeof(float) * (size_t)ns);
+            const uint8_t *k = kvb_stream_row(&c->geom, s, slot);
+            w_bytes(&w, k, c->geom.row_bytes);
+            w_bytes(&w, k + c->geom.v_offset, c->geom.row_bytes);
         }
         w_bytes(&w, s->free_slots, sizeof(int32_t) * (size_t)s->n_free);
     }
@@ -204,7 +203,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_past[%d] = %lld out of range", l, (long long)past);
         }
     }
-    const size_t slot_bytes = 8 + 4 * (size_t)ns + 2 * c->row_bytes;
+    const size_t slot_bytes = 8 + 4 * (size_t)ns + 2 * c->geom.row_bytes;
     const int64_t n_streams = (int64_t)p.n_layer * p.n_kv_head;
     for (int64_t i = 0; i < n_streams; i++) {
         struct kvb_stream *s = &c->streams[i];
@@ -222,7 +221,8 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld has inconsistent counts (n %d, pages %d, budget %d)",
                             (long long)i, n, n_pages, budget);
         }
-        if ((st = kvb_stream_reserve(c, s, n_pages, n)) != KVB_OK) {
+        if (kvb_stream_reserve(&c->geom, s, n_pages, (int64_t)n + 1) != KVB_OK) {
+            st = kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory restoring stream %lld (%d slots)", (long long)i, n);
             kvb_cache_free(c);
             return st;
         }
@@ -231,30 +231,30 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
                 kvb_cache_free(c);
                 return st;
             }
-            s->n_pages = n_pages;
+            s->v.n_pages = n_pages;
         }
-        s->budget = budget;
-        s->prompt_end = prompt_end;
-        s->target = target;
+        s->v.budget = budget;
+        s->v.prompt_end = prompt_end;
+        s->v.target = target;
         int32_t last_pos = -1;
         for (int32_t j = 0; j < n; j++) {
             int32_t slot = -1, pos = -1;
             if (!r_i32(&r, &slot, "slot.phys") || !r_i32(&r, &pos, "slot.pos")) { kvb_cache_free(c); return TRUNC(); }
-            if (slot < 0 || slot >= n_pages * B || s->pos[slot] >= 0 || pos <= last_pos || pos >= c->n_past[layer]) {
+            if (slot < 0 || slot >= n_pages * B || s->v.pos[slot] >= 0 || pos <= last_pos || pos >= c->n_past[layer]) {
                 kvb_cache_free(c);
                 return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld slot %d has bad placement (phys %d, pos %d)",
                                 (long long)i, j, slot, pos);
             }
             last_pos = pos;
-            s->pos[slot] = pos;
-            s->order[j] = slot;
-            s->n = j + 1;
-            if (ns) r_bytes(&r, s->state + (size_t)j * ns, sizeof(float) * (size_t)ns, "slot.state");
-            uint8_t *k = s->pages[slot / B] + (size_t)(slot % B) * c->row_bytes;
-            r_bytes(&r, k, c->row_bytes, "slot.k");
-            r_bytes(&r, k + c->page_bytes / 2, c->row_bytes, "slot.v");
+            s->v.pos[slot] = pos;
+            s->v.order[j] = slot;
+            s->v.n = j + 1;
+            if (ns) r_bytes(&r, s->v.state + (size_t)j * ns, sizeof(float) * (size_t)ns, "slot.state");
+            uint8_t *k = kvb_stream_row(&c->geom, s, slot);
+            r_bytes(&r, k, c->geom.row_bytes, "slot.k");
+            r_bytes(&r, k + c->geom.v_offset, c->geom.row_bytes, "slot.v");
         }
-        kvb_stream_finish_restore(c, s);
+        kvb_stream_rebuild(&c->geom, s);
         /* the hole stack, in its saved order: later appends land where they would have */
         const int32_t n_free = n_pages * B - n;
         if (s->n_free != n_free) {
@@ -264,14 +264,14 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         for (int32_t f = 0; f < n_free; f++) {
             int32_t slot;
             if (!r_i32(&r, &slot, "stream.free_slots")) { kvb_cache_free(c); return TRUNC(); }
-            if (slot < 0 || slot >= n_pages * B || s->pos[slot] != -1) {
+            if (slot < 0 || slot >= n_pages * B || s->v.pos[slot] != -1) {
                 kvb_cache_free(c);
                 return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld free slot %d is invalid", (long long)i, slot);
             }
-            s->pos[slot] = -2; /* mark: seen once */
+            s->v.pos[slot] = -2; /* mark: seen once */
             s->free_slots[f] = slot;
         }
-        for (int32_t f = 0; f < n_free; f++) s->pos[s->free_slots[f]] = -1;
+        for (int32_t f = 0; f < n_free; f++) s->v.pos[s->free_slots[f]] = -1;
     }
     if (r.at != r.n) {
         kvb_cache_free(c);

@@ -11,7 +11,7 @@
  * is allocated, so a failure at any point leaves the pool as it was.
  * A mutex guards take/give: caches on several threads may share a pool.
  */
-#include "cache_impl.h"
+#include "pool.h"
 
 struct kvb_pool_params kvb_pool_default_params(void) {
     struct kvb_pool_params p = {0};

@@ -14,6 +14,8 @@
 #include <stdarg.h>
 #include <string.h>
 
+#define KVB_MAX_KV_HEADS 1024 /* most KV heads per layer (kvb_cache_params.n_kv_head) */
+
 #if defined(__GNUC__)
 #define KVB_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define KVB_LIKELY(x) __builtin_expect(!!(x), 1)

@@ -17,14 +17,14 @@ static const struct {
     [GGML_TYPE_BF16] = {"bf16", 1, 2},
 };
 
-int64_t ggml_blck_size(uint32_t t) { return t < GGML_TYPE_COUNT ? k_types[t].blck : 0; }
-size_t ggml_type_size(uint32_t t) { return t < GGML_TYPE_COUNT ? k_types[t].size : 0; }
-const char *ggml_type_name(uint32_t t) { return t < GGML_TYPE_COUNT && k_types[t].name ? k_types[t].name : "unknown"; }
+int64_t kvb_ggml_blck_size(uint32_t t) { return t < GGML_TYPE_COUNT ? k_types[t].blck : 0; }
+size_t kvb_ggml_type_size(uint32_t t) { return t < GGML_TYPE_COUNT ? k_types[t].size : 0; }
+const char *kvb_ggml_type_name(uint32_t t) { return t < GGML_TYPE_COUNT && k_types[t].name ? k_types[t].name : "unknown"; }
 
-size_t ggml_row_size(uint32_t t, int64_t n) {
-    int64_t b = ggml_blck_size(t);
+size_t kvb_ggml_row_size(uint32_t t, int64_t n) {
+    int64_t b = kvb_ggml_blck_size(t);
     if (b <= 0 || n <= 0 || n % b) return 0;
-    return (size_t)(n / b) * ggml_type_size(t);
+    return (size_t)(n / b) * kvb_ggml_type_size(t);
 }
 
 
@@ -33,13 +33,13 @@ size_t ggml_row_size(uint32_t t, int64_t n) {
 static const uint32_t k_public_types[] = {KVB_TYPE_F32, KVB_TYPE_F16, KVB_TYPE_BF16, KVB_TYPE_Q8_0, KVB_TYPE_Q4_0, KVB_TYPE_Q4_K, KVB_TYPE_Q6_K};
 
 const char *kvb_type_name(uint32_t type) {
-    const char *n = ggml_type_name(type);
+    const char *n = kvb_ggml_type_name(type);
     return strcmp(n, "unknown") ? n : "?";
 }
 
 kvb_status kvb_type_from_name(const char *name, uint32_t *type) {
     for (size_t i = 0; name && type && i < sizeof k_public_types / sizeof k_public_types[0]; i++) {
-        const char *n = ggml_type_name(k_public_types[i]);
+        const char *n = kvb_ggml_type_name(k_public_types[i]);
         size_t k = 0;
         while (n[k] && name[k] && (n[k] | 0x20) == (name[k] | 0x20)) k++;
         if (!n[k] && !name[k]) {
@@ -50,4 +50,4 @@ kvb_status kvb_type_from_name(const char *name, uint32_t *type) {
     return kvb_fail(KVB_ERR_INVALID, "type '%s' is not one of f32, f16, bf16, q8_0, q4_0, q4_K, q6_K", name ? name : "(null)");
 }
 
-size_t kvb_type_row_bytes(uint32_t type, int64_t n) { return n < 0 ? 0 : ggml_row_size(type, n); }
+size_t kvb_type_row_bytes(uint32_t type, int64_t n) { return n < 0 ? 0 : kvb_ggml_row_size(type, n); }

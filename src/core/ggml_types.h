@@ -16,11 +16,11 @@ enum ggml_type {
 };
 
 /* Type traits: elements per block and bytes per block; 0 if unknown. */
-int64_t ggml_blck_size(uint32_t type);
-size_t ggml_type_size(uint32_t type);
-const char *ggml_type_name(uint32_t type);
+int64_t kvb_ggml_blck_size(uint32_t type);
+size_t kvb_ggml_type_size(uint32_t type);
+const char *kvb_ggml_type_name(uint32_t type);
 /* Bytes of a row of n elements, 0 if n is not a whole number of blocks. */
-size_t ggml_row_size(uint32_t type, int64_t n);
+size_t kvb_ggml_row_size(uint32_t type, int64_t n);
 
 
 #endif

@@ -35,6 +35,7 @@ struct kvb_threadpool {
     atomic_bool stop;
     void (*fn)(int32_t, int32_t, void *);
     void *arg;
+    struct worker_arg *args; /* [n_threads], owned by the pool: a worker touches no allocator */
 };
 
 struct worker_arg {
@@ -43,8 +44,7 @@ struct worker_arg {
 };
 
 static void *worker_main(void *p) {
-    struct worker_arg wa = *(struct worker_arg *)p;
-    kvb_free(p);
+    const struct worker_arg wa = *(const struct worker_arg *)p;
     struct kvb_threadpool *tp = wa.tp;
     uint64_t seen = 0;
     for (;;) {
@@ -81,20 +81,19 @@ kvb_status kvb_threadpool_init(int32_t n_threads, struct kvb_threadpool **out) {
     atomic_init(&tp->stop, false);
     if (n_threads > 1) {
         tp->threads = kvb_calloc((size_t)n_threads, sizeof(pthread_t));
-        if (!tp->threads) {
+        tp->args = kvb_calloc((size_t)n_threads, sizeof(struct worker_arg));
+        if (!tp->threads || !tp->args) {
+            kvb_free(tp->threads);
+            kvb_free(tp->args);
             pthread_mutex_destroy(&tp->mu);
             pthread_cond_destroy(&tp->cv);
             kvb_free(tp);
             return kvb_fail(KVB_ERR_NOMEM, "threadpool: out of memory");
         }
         for (int32_t i = 1; i < n_threads; i++) {
-            struct worker_arg *wa = kvb_malloc(sizeof *wa);
-            if (wa) {
-                wa->tp = tp;
-                wa->ith = i;
-            }
-            if (!wa || pthread_create(&tp->threads[i], NULL, worker_main, wa) != 0) {
-                kvb_free(wa);
+            tp->args[i].tp = tp;
+            tp->args[i].ith = i;
+            if (pthread_create(&tp->threads[i], NULL, worker_main, &tp->args[i]) != 0) {
                 tp->n_threads = i; /* workers 1..i-1 are running: join them */
                 kvb_threadpool_free(tp);
                 return kvb_fail(KVB_ERR_NOMEM, "threadpool: cannot start %d threads", (int)n_threads);
@@ -113,6 +112,7 @@ void kvb_threadpool_free(struct kvb_threadpool *tp) {
     pthread_mutex_unlock(&tp->mu);
     for (int32_t i = 1; i < tp->n_threads; i++) pthread_join(tp->threads[i], NULL);
     kvb_free(tp->threads);
+    kvb_free(tp->args);
     pthread_mutex_destroy(&tp->mu);
     pthread_cond_destroy(&tp->cv);
     kvb_free(tp);

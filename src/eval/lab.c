@@ -347,7 +347,7 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
             }
         if ((s = kvb_cache_observe(c, 0, 0, w, n)) != KVB_OK) goto done;
         kvb_cache_evict(c, 0);
-        const int32_t budget = kvb_cache_get_budget(c, 0, 0);
+        const int32_t budget = kvb_cache_budget(c, 0, 0);
         if (budget > 0 && kvb_cache_n_slots(c, 0, 0) > budget) out->budget_violations++;
     }
     out->mass_mean = sum / G;

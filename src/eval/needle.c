@@ -33,7 +33,7 @@ static kvb_status append(struct toks *t, const int32_t *ids, int32_t n) {
 
 static kvb_status add_text(const struct kvb_model *m, struct toks *t, const char *s, size_t len) {
     int32_t *ids, n;
-    kvb_status st = kvb_tokenize(m, s, len, false, false, &ids, &n);
+    kvb_status st = kvb_vocab_tokenize(kvb_model_vocab(m), s, len, false, false, &ids, &n);
     if (st != KVB_OK) return st;
     st = append(t, ids, n);
     kvb_buffer_free(ids);
@@ -54,7 +54,7 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
     if (st == KVB_OK) st = add_text(m, &key, keytxt, strlen(keytxt));
     /* sentences of the filler */
     const char *filler = p->filler && *p->filler ? p->filler : k_default_filler;
-    const int32_t bos = kvb_token_bos(m);
+    const int32_t bos = kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_BOS);
     if (st == KVB_OK && bos >= 0) st = append(&hay, &bos, 1);
     const int64_t fill = (int64_t)p->length - hay.n - nd.n - q.n;
     if (st == KVB_OK && fill < 8) st = kvb_fail(KVB_ERR_INVALID, "needle: length %d is too short for the needle and the question", (int)p->length);
@@ -137,8 +137,8 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
                 int32_t best = 0;
                 for (int32_t i = 1; i < in.n_vocab; i++)
                     if (lg[i] > lg[best]) best = i;
-                if (best == kvb_token_eos(m)) break;
-                size_t pl = kvb_token_piece(m, best, buf, sizeof buf);
+                if (best == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOS)) break;
+                size_t pl = kvb_vocab_token_bytes(kvb_model_vocab(m), best, false, buf, sizeof buf);
                 if (w + pl < sizeof out->answer) { memcpy(out->answer + w, buf, pl); w += pl; }
                 st = kvb_context_eval(c, &best, 1, lg, false);
             }

@@ -31,7 +31,7 @@ kvb_status kvb_eval_tokenize_paragraphs(const struct kvb_model *m, const char *t
         if (pl) {
             int32_t *t;
             int32_t nt;
-            kvb_status st = kvb_tokenize(m, para, pl, true, false, &t, &nt);
+            kvb_status st = kvb_vocab_tokenize(kvb_model_vocab(m), para, pl, true, false, &t, &nt);
             if (st != KVB_OK) {
                 kvb_free(out);
                 kvb_free(para);
@@ -68,7 +68,7 @@ kvb_status kvb_eval_window_nll(const struct kvb_model *m, const int32_t *ids, in
     struct kvb_context *c;
     kvb_status st = kvb_context_init(m, &cp, &c);
     if (st != KVB_OK) return st;
-    const int32_t V = kvb_n_vocab(m);
+    const int32_t V = kvb_vocab_size(kvb_model_vocab(m));
     float *logits = kvb_malloc(sizeof(float) * (size_t)W * (size_t)V);
     if (!logits) {
         kvb_context_free(c);

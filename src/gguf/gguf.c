@@ -107,7 +107,7 @@ static int cmp_offset(const void *a, const void *b) {
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-kvb_status gguf_open_buffer(const void *buf, size_t size, const char *name, struct gguf_file **out) {
+kvb_status kvb_gguf_open_buffer(const void *buf, size_t size, const char *name, struct gguf_file **out) {
     if (!buf || !out) return kvb_fail(KVB_ERR_INVALID, "gguf: buffer and out must not be NULL");
     struct gguf_file *f = kvb_calloc(1, sizeof *f);
     if (!f) return kvb_fail(KVB_ERR_NOMEM, "gguf: out of memory");
@@ -148,7 +148,7 @@ kvb_status gguf_open_buffer(const void *buf, size_t size, const char *name, stru
             }
     }
     f->alignment = 32;
-    const struct gguf_kv *al = gguf_find(f, "general.alignment");
+    const struct gguf_kv *al = kvb_gguf_find(f, "general.alignment");
     if (al) {
         if (al->type != GGUF_T_UINT32 || al->v.u == 0 || (al->v.u & (al->v.u - 1)) || al->v.u > (1u << 20)) {
             st = kvb_fail(KVB_ERR_CORRUPT, "%s: key 'general.alignment' must be a power-of-two uint32", f->path);
@@ -175,10 +175,10 @@ kvb_status gguf_open_buffer(const void *buf, size_t size, const char *name, stru
             elems *= ne;
         }
         if (!take(&c, &t->type, 4) || !take(&c, &t->offset, 8)) goto trunc_t;
-        if (ggml_blck_size(t->type) == 0) { st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s': unknown tensor type %u", f->path, key, t->type); goto fail; }
-        size_t row = ggml_row_size(t->type, t->ne[0]);
+        if (kvb_ggml_blck_size(t->type) == 0) { st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s': unknown tensor type %u", f->path, key, t->type); goto fail; }
+        size_t row = kvb_ggml_row_size(t->type, t->ne[0]);
         if (!row) {
-            st = kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s': row of %lld is not a whole number of %s blocks", f->path, key, (long long)t->ne[0], ggml_type_name(t->type));
+            st = kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s': row of %lld is not a whole number of %s blocks", f->path, key, (long long)t->ne[0], kvb_ggml_type_name(t->type));
             goto fail;
         }
         uint64_t rows = elems / (uint64_t)t->ne[0];
@@ -225,17 +225,17 @@ trunc_t:
     st = kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s': info runs past the end of the file", f->path, key);
 fail:
     f->mapped = false; /* the caller owns the buffer */
-    gguf_close(f);
+    kvb_gguf_close(f);
     return st;
 }
 
-kvb_status gguf_open(const char *path, struct gguf_file **out) {
+kvb_status kvb_gguf_open(const char *path, struct gguf_file **out) {
     if (!path || !out) return kvb_fail(KVB_ERR_INVALID, "gguf: path and out must not be NULL");
     void *map;
     size_t size;
     kvb_status st = kvb_map_file(path, 24, "a GGUF file", &map, &size);
     if (st != KVB_OK) return st;
-    if ((st = gguf_open_buffer(map, size, path, out)) != KVB_OK) {
+    if ((st = kvb_gguf_open_buffer(map, size, path, out)) != KVB_OK) {
         kvb_unmap_file(map, size);
         return st;
     }
@@ -243,7 +243,7 @@ kvb_status gguf_open(const char *path, struct gguf_file **out) {
     return KVB_OK;
 }
 
-void gguf_close(struct gguf_file *f) {
+void kvb_gguf_close(struct gguf_file *f) {
     if (!f) return;
     if (f->mapped) kvb_unmap_file((void *)f->base, f->size);
     kvb_free(f->kv);
@@ -251,20 +251,20 @@ void gguf_close(struct gguf_file *f) {
     kvb_free(f);
 }
 
-bool gguf_str_eq(struct gguf_str s, const char *c) {
+bool kvb_gguf_str_eq(struct gguf_str s, const char *c) {
     size_t n = strlen(c);
     return s.n == n && memcmp(s.p, c, n) == 0;
 }
 
-const struct gguf_kv *gguf_find(const struct gguf_file *f, const char *key) {
+const struct gguf_kv *kvb_gguf_find(const struct gguf_file *f, const char *key) {
     for (uint64_t i = 0; i < f->n_kv; i++)
-        if (gguf_str_eq(f->kv[i].key, key)) return &f->kv[i];
+        if (kvb_gguf_str_eq(f->kv[i].key, key)) return &f->kv[i];
     return NULL;
 }
 
-const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name) {
+const struct gguf_tensor *kvb_gguf_find_tensor(const struct gguf_file *f, const char *name) {
     for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (gguf_str_eq(f->tensors[i].name, name)) return &f->tensors[i];
+        if (kvb_gguf_str_eq(f->tensors[i].name, name)) return &f->tensors[i];
     return NULL;
 }
 
@@ -272,8 +272,8 @@ static kvb_status missing(const struct gguf_file *f, const char *key, bool requi
     return required ? kvb_fail(KVB_ERR_INVALID, "%s: required key '%s' is missing", f->path, key) : KVB_ERR_INVALID;
 }
 
-kvb_status gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out, bool required) {
-    const struct gguf_kv *kv = gguf_find(f, key);
+kvb_status kvb_gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out, bool required) {
+    const struct gguf_kv *kv = kvb_gguf_find(f, key);
     if (!kv) return missing(f, key, required);
     switch (kv->type) {
     case GGUF_T_UINT8: case GGUF_T_UINT16: case GGUF_T_UINT32: case GGUF_T_UINT64:
@@ -289,8 +289,8 @@ kvb_status gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *ou
     return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be a non-negative 32-bit integer", f->path, key);
 }
 
-kvb_status gguf_get_f32(const struct gguf_file *f, const char *key, float *out, bool required) {
-    const struct gguf_kv *kv = gguf_find(f, key);
+kvb_status kvb_gguf_get_f32(const struct gguf_file *f, const char *key, float *out, bool required) {
+    const struct gguf_kv *kv = kvb_gguf_find(f, key);
     if (!kv) return missing(f, key, required);
     if (kv->type == GGUF_T_FLOAT32 || kv->type == GGUF_T_FLOAT64) {
         *out = (float)kv->v.f;
@@ -299,24 +299,24 @@ kvb_status gguf_get_f32(const struct gguf_file *f, const char *key, float *out, 
     return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be a float", f->path, key);
 }
 
-kvb_status gguf_get_bool(const struct gguf_file *f, const char *key, bool *out, bool required) {
-    const struct gguf_kv *kv = gguf_find(f, key);
+kvb_status kvb_gguf_get_bool(const struct gguf_file *f, const char *key, bool *out, bool required) {
+    const struct gguf_kv *kv = kvb_gguf_find(f, key);
     if (!kv) return missing(f, key, required);
     if (kv->type != GGUF_T_BOOL) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be a bool", f->path, key);
     *out = kv->v.b;
     return KVB_OK;
 }
 
-kvb_status gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_str *out, bool required) {
-    const struct gguf_kv *kv = gguf_find(f, key);
+kvb_status kvb_gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_str *out, bool required) {
+    const struct gguf_kv *kv = kvb_gguf_find(f, key);
     if (!kv) return missing(f, key, required);
     if (kv->type != GGUF_T_STRING) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be a string", f->path, key);
     *out = kv->v.s;
     return KVB_OK;
 }
 
-kvb_status gguf_get_arr(const struct gguf_file *f, const char *key, uint32_t elem_type, uint64_t *n, const uint8_t **data, bool required) {
-    const struct gguf_kv *kv = gguf_find(f, key);
+kvb_status kvb_gguf_get_arr(const struct gguf_file *f, const char *key, uint32_t elem_type, uint64_t *n, const uint8_t **data, bool required) {
+    const struct gguf_kv *kv = kvb_gguf_find(f, key);
     if (!kv) return missing(f, key, required);
     if (kv->type != GGUF_T_ARRAY || kv->v.arr.type != elem_type)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be an array of type %u", f->path, key, elem_type);
@@ -325,7 +325,7 @@ kvb_status gguf_get_arr(const struct gguf_file *f, const char *key, uint32_t ele
     return KVB_OK;
 }
 
-struct gguf_str gguf_arr_next_str(const uint8_t **cursor) {
+struct gguf_str kvb_gguf_arr_next_str(const uint8_t **cursor) {
     struct gguf_str s;
     uint64_t n;
     memcpy(&n, *cursor, 8);
@@ -338,11 +338,11 @@ struct gguf_str gguf_arr_next_str(const uint8_t **cursor) {
 kvb_status kvb_gguf_tensors(const char *path, struct kvb_tensor_info **out, int64_t *n) {
     if (!path || !out || !n) return kvb_fail(KVB_ERR_INVALID, "gguf_tensors: NULL argument");
     struct gguf_file *g;
-    kvb_status st = gguf_open(path, &g);
+    kvb_status st = kvb_gguf_open(path, &g);
     if (st != KVB_OK) return st;
     struct kvb_tensor_info *t = kvb_calloc((size_t)(g->n_tensors ? g->n_tensors : 1), sizeof *t);
     if (!t) {
-        gguf_close(g);
+        kvb_gguf_close(g);
         return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for %llu tensor entries", path, (unsigned long long)g->n_tensors);
     }
     for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -355,6 +355,6 @@ kvb_status kvb_gguf_tensors(const char *path, struct kvb_tensor_info **out, int6
     }
     *out = t;
     *n = (int64_t)g->n_tensors;
-    gguf_close(g);
+    kvb_gguf_close(g);
     return KVB_OK;
 }

@@ -75,25 +75,25 @@ struct gguf_file {
 };
 
 /* Parses a GGUF image in memory (not copied: buf must outlive the file). */
-kvb_status gguf_open_buffer(const void *buf, size_t size, const char *name, struct gguf_file **out);
+kvb_status kvb_gguf_open_buffer(const void *buf, size_t size, const char *name, struct gguf_file **out);
 /* mmaps path and parses it. KVB_ERR_IO if it cannot be opened. */
-kvb_status gguf_open(const char *path, struct gguf_file **out);
-void gguf_close(struct gguf_file *f);
+kvb_status kvb_gguf_open(const char *path, struct gguf_file **out);
+void kvb_gguf_close(struct gguf_file *f);
 
-const struct gguf_kv *gguf_find(const struct gguf_file *f, const char *key);
-const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name);
-bool gguf_str_eq(struct gguf_str s, const char *c);
+const struct gguf_kv *kvb_gguf_find(const struct gguf_file *f, const char *key);
+const struct gguf_tensor *kvb_gguf_find_tensor(const struct gguf_file *f, const char *name);
+bool kvb_gguf_str_eq(struct gguf_str s, const char *c);
 
 /* Typed getters: KVB_ERR_CORRUPT naming the key if the type is wrong,
  * KVB_ERR_INVALID (with message) if absent and required. Integers of any
  * width convert if the value fits. */
-kvb_status gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out, bool required);
-kvb_status gguf_get_f32(const struct gguf_file *f, const char *key, float *out, bool required);
-kvb_status gguf_get_bool(const struct gguf_file *f, const char *key, bool *out, bool required);
-kvb_status gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_str *out, bool required);
+kvb_status kvb_gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out, bool required);
+kvb_status kvb_gguf_get_f32(const struct gguf_file *f, const char *key, float *out, bool required);
+kvb_status kvb_gguf_get_bool(const struct gguf_file *f, const char *key, bool *out, bool required);
+kvb_status kvb_gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_str *out, bool required);
 /* An array key of the given element type; n elements at data. */
-kvb_status gguf_get_arr(const struct gguf_file *f, const char *key, uint32_t elem_type, uint64_t *n, const uint8_t **data, bool required);
+kvb_status kvb_gguf_get_arr(const struct gguf_file *f, const char *key, uint32_t elem_type, uint64_t *n, const uint8_t **data, bool required);
 /* Walks a string array: *cursor starts at the array data; returns the next string. */
-struct gguf_str gguf_arr_next_str(const uint8_t **cursor);
+struct gguf_str kvb_gguf_arr_next_str(const uint8_t **cursor);
 
 #endif

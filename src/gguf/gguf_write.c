@@ -27,12 +27,12 @@ struct gguf_writer {
     bool oom;
 };
 
-kvb_status gguf_writer_init(struct gguf_writer **out) {
+kvb_status kvb_gguf_writer_init(struct gguf_writer **out) {
     *out = kvb_calloc(1, sizeof **out);
     return *out ? KVB_OK : kvb_fail(KVB_ERR_NOMEM, "gguf writer: out of memory");
 }
 
-void gguf_writer_free(struct gguf_writer *w) {
+void kvb_gguf_writer_free(struct gguf_writer *w) {
     if (!w) return;
     kvb_free(w->kv);
     kvb_free(w->t);
@@ -58,12 +58,12 @@ static void put_key(struct gguf_writer *w, const char *key, uint32_t type) {
     w->n_kv++;
 }
 
-void gguf_writer_u32(struct gguf_writer *w, const char *key, uint32_t v) { put_key(w, key, GGUF_T_UINT32); put(w, &v, 4); }
-void gguf_writer_f32(struct gguf_writer *w, const char *key, float v) { put_key(w, key, GGUF_T_FLOAT32); put(w, &v, 4); }
-void gguf_writer_bool(struct gguf_writer *w, const char *key, bool v) { uint8_t b = v; put_key(w, key, GGUF_T_BOOL); put(w, &b, 1); }
-void gguf_writer_str(struct gguf_writer *w, const char *key, const char *v) { put_key(w, key, GGUF_T_STRING); put_str(w, v, strlen(v)); }
+void kvb_gguf_writer_u32(struct gguf_writer *w, const char *key, uint32_t v) { put_key(w, key, GGUF_T_UINT32); put(w, &v, 4); }
+void kvb_gguf_writer_f32(struct gguf_writer *w, const char *key, float v) { put_key(w, key, GGUF_T_FLOAT32); put(w, &v, 4); }
+void kvb_gguf_writer_bool(struct gguf_writer *w, const char *key, bool v) { uint8_t b = v; put_key(w, key, GGUF_T_BOOL); put(w, &b, 1); }
+void kvb_gguf_writer_str(struct gguf_writer *w, const char *key, const char *v) { put_key(w, key, GGUF_T_STRING); put_str(w, v, strlen(v)); }
 
-void gguf_writer_arr(struct gguf_writer *w, const char *key, uint32_t elem_type, const void *data, uint64_t n) {
+void kvb_gguf_writer_arr(struct gguf_writer *w, const char *key, uint32_t elem_type, const void *data, uint64_t n) {
     put_key(w, key, GGUF_T_ARRAY);
     put(w, &elem_type, 4);
     put(w, &n, 8);
@@ -71,7 +71,7 @@ void gguf_writer_arr(struct gguf_writer *w, const char *key, uint32_t elem_type,
     put(w, data, (size_t)n * es);
 }
 
-void gguf_writer_arr_str(struct gguf_writer *w, const char *key, const char *const *strs, const uint32_t *lens, uint64_t n) {
+void kvb_gguf_writer_arr_str(struct gguf_writer *w, const char *key, const char *const *strs, const uint32_t *lens, uint64_t n) {
     put_key(w, key, GGUF_T_ARRAY);
     uint32_t et = GGUF_T_STRING;
     put(w, &et, 4);
@@ -79,7 +79,7 @@ void gguf_writer_arr_str(struct gguf_writer *w, const char *key, const char *con
     for (uint64_t i = 0; i < n; i++) put_str(w, strs[i], lens ? lens[i] : strlen(strs[i]));
 }
 
-kvb_status gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne, const void *data) {
+kvb_status kvb_gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne, const void *data) {
     if (n_dims < 1 || n_dims > 4 || strlen(name) >= sizeof w->t[0].name) return kvb_fail(KVB_ERR_INVALID, "gguf writer: bad tensor '%s'", name);
     if (kvb_grow((void **)&w->t, &w->t_cap, w->n_t + 1, sizeof *w->t) != KVB_OK) return kvb_fail(KVB_ERR_NOMEM, "gguf writer: out of memory");
     struct gw_tensor *t = &w->t[w->n_t];
@@ -90,8 +90,8 @@ kvb_status gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t 
     int64_t rows = 1;
     for (int d = 0; d < 4; d++) t->ne[d] = d < (int)n_dims ? ne[d] : 1;
     for (uint32_t d = 1; d < n_dims; d++) rows *= ne[d];
-    size_t row = ggml_row_size(type, ne[0]);
-    if (!row) return kvb_fail(KVB_ERR_INVALID, "gguf writer: tensor '%s': %lld is not a whole number of %s blocks", name, (long long)ne[0], ggml_type_name(type));
+    size_t row = kvb_ggml_row_size(type, ne[0]);
+    if (!row) return kvb_fail(KVB_ERR_INVALID, "gguf writer: tensor '%s': %lld is not a whole number of %s blocks", name, (long long)ne[0], kvb_ggml_type_name(type));
     t->nbytes = (uint64_t)rows * row;
     t->data = data;
     uint64_t off = 0;
@@ -101,7 +101,7 @@ kvb_status gguf_writer_tensor(struct gguf_writer *w, const char *name, uint32_t 
     return KVB_OK;
 }
 
-kvb_status gguf_writer_write(struct gguf_writer *w, const char *path) {
+kvb_status kvb_gguf_writer_write(struct gguf_writer *w, const char *path) {
     if (w->oom) return kvb_fail(KVB_ERR_NOMEM, "gguf writer: out of memory");
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);

@@ -22,8 +22,8 @@
 #include <stdlib.h>
 
 static uint32_t pick_type(uint32_t want, int64_t n_in) {
-    if (ggml_row_size(want, n_in)) return want;
-    if (ggml_row_size(GGML_TYPE_Q8_0, n_in) && want != GGML_TYPE_F32 && want != GGML_TYPE_F16 && want != GGML_TYPE_BF16) return GGML_TYPE_Q8_0;
+    if (kvb_ggml_row_size(want, n_in)) return want;
+    if (kvb_ggml_row_size(GGML_TYPE_Q8_0, n_in) && want != GGML_TYPE_F32 && want != GGML_TYPE_F16 && want != GGML_TYPE_BF16) return GGML_TYPE_Q8_0;
     return GGML_TYPE_F16;
 }
 
@@ -42,7 +42,7 @@ static void *keep(struct owned *o, size_t bytes) {
 
 static kvb_status add_mat(struct gguf_writer *w, struct owned *o, const char *name, const struct kvb_mat *m, uint32_t want) {
     uint32_t type = pick_type(want, m->n_in);
-    size_t row = ggml_row_size(type, m->n_in);
+    size_t row = kvb_ggml_row_size(type, m->n_in);
     uint8_t *dst = keep(o, row * (size_t)m->n_out);
     float *tmp = kvb_malloc(sizeof(float) * (size_t)m->n_in);
     if (!dst || !tmp) {
@@ -55,38 +55,38 @@ static kvb_status add_mat(struct gguf_writer *w, struct owned *o, const char *na
     }
     kvb_free(tmp);
     int64_t ne[2] = {m->n_in, m->n_out};
-    return gguf_writer_tensor(w, name, type, 2, ne, dst);
+    return kvb_gguf_writer_tensor(w, name, type, 2, ne, dst);
 }
 
 static kvb_status add_vec(struct gguf_writer *w, const char *name, const float *v, int64_t n) {
-    return gguf_writer_tensor(w, name, GGML_TYPE_F32, 1, &n, v);
+    return kvb_gguf_writer_tensor(w, name, GGML_TYPE_F32, 1, &n, v);
 }
 
 kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uint32_t type, void (*progress)(int32_t done, int32_t total, void *), void *user) {
-    if (!kvb_matmul_supports(type)) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: weight type %s is not supported", ggml_type_name(type));
+    if (!kvb_matmul_supports(type)) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: weight type %s is not supported", kvb_ggml_type_name(type));
     const struct kvb_model_info *in = &m->info;
     struct gguf_writer *w;
-    kvb_status st = gguf_writer_init(&w);
+    kvb_status st = kvb_gguf_writer_init(&w);
     if (st != KVB_OK) return st;
     struct owned o = {0};
     const char *a = in->arch;
     char key[128];
 #define K(s) (snprintf(key, sizeof key, "%s." s, a), key)
-    gguf_writer_str(w, "general.architecture", a);
-    gguf_writer_str(w, "general.name", m->path);
-    gguf_writer_u32(w, "general.alignment", 32);
-    gguf_writer_u32(w, K("context_length"), (uint32_t)in->n_ctx_train);
-    gguf_writer_u32(w, K("embedding_length"), (uint32_t)in->n_embd);
-    gguf_writer_u32(w, K("block_count"), (uint32_t)in->n_layer);
-    gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
-    gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
-    gguf_writer_u32(w, K("attention.head_count_kv"), (uint32_t)in->n_head_kv);
-    gguf_writer_f32(w, K("attention.layer_norm_rms_epsilon"), in->rms_eps);
-    gguf_writer_f32(w, K("rope.freq_base"), in->rope_base);
-    gguf_writer_u32(w, K("rope.dimension_count"), (uint32_t)in->rope_dims);
+    kvb_gguf_writer_str(w, "general.architecture", a);
+    kvb_gguf_writer_str(w, "general.name", m->path);
+    kvb_gguf_writer_u32(w, "general.alignment", 32);
+    kvb_gguf_writer_u32(w, K("context_length"), (uint32_t)in->n_ctx_train);
+    kvb_gguf_writer_u32(w, K("embedding_length"), (uint32_t)in->n_embd);
+    kvb_gguf_writer_u32(w, K("block_count"), (uint32_t)in->n_layer);
+    kvb_gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
+    kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
+    kvb_gguf_writer_u32(w, K("attention.head_count_kv"), (uint32_t)in->n_head_kv);
+    kvb_gguf_writer_f32(w, K("attention.layer_norm_rms_epsilon"), in->rms_eps);
+    kvb_gguf_writer_f32(w, K("rope.freq_base"), in->rope_base);
+    kvb_gguf_writer_u32(w, K("rope.dimension_count"), (uint32_t)in->rope_dims);
     if (in->rope_freq_scale != 1.0f) {
-        gguf_writer_str(w, K("rope.scaling.type"), "linear");
-        gguf_writer_f32(w, K("rope.scaling.factor"), 1.0f / in->rope_freq_scale);
+        kvb_gguf_writer_str(w, K("rope.scaling.type"), "linear");
+        kvb_gguf_writer_f32(w, K("rope.scaling.factor"), 1.0f / in->rope_freq_scale);
     }
 #undef K
     const struct kvb_vocab *v = m->vocab;
@@ -102,10 +102,10 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
         lens[i] = kvb_vocab_len(v, i);
         types[i] = v->type[i];
     }
-    gguf_writer_str(w, "tokenizer.ggml.model", v->kind == KVB_VOCAB_BPE ? "gpt2" : "llama");
-    gguf_writer_arr_str(w, "tokenizer.ggml.tokens", strs, lens, (uint64_t)v->n);
-    if (v->kind == KVB_VOCAB_SPM) gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_T_FLOAT32, v->score, (uint64_t)v->n);
-    gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, (uint64_t)v->n);
+    kvb_gguf_writer_str(w, "tokenizer.ggml.model", v->kind == KVB_VOCAB_BPE ? "gpt2" : "llama");
+    kvb_gguf_writer_arr_str(w, "tokenizer.ggml.tokens", strs, lens, (uint64_t)v->n);
+    if (v->kind == KVB_VOCAB_SPM) kvb_gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_T_FLOAT32, v->score, (uint64_t)v->n);
+    kvb_gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, (uint64_t)v->n);
     if (v->kind == KVB_VOCAB_BPE) {
         const char **ms = kvb_malloc(sizeof(char *) * (size_t)KVB_MAX(v->n_merges, 1));
         uint32_t *ml = kvb_malloc(sizeof(uint32_t) * (size_t)KVB_MAX(v->n_merges, 1));
@@ -118,18 +118,18 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
             ms[i] = v->merge_arena + v->merge_off[i];
             ml[i] = v->merge_off[i + 1] - v->merge_off[i] - 1;
         }
-        gguf_writer_str(w, "tokenizer.ggml.pre", kvb_pre_name(v->pre));
-        gguf_writer_arr_str(w, "tokenizer.ggml.merges", ms, ml, (uint64_t)v->n_merges);
+        kvb_gguf_writer_str(w, "tokenizer.ggml.pre", kvb_pre_name(v->pre));
+        kvb_gguf_writer_arr_str(w, "tokenizer.ggml.merges", ms, ml, (uint64_t)v->n_merges);
         kvb_free(ms);
         kvb_free(ml);
-        if (v->eot >= 0) gguf_writer_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
-        if (v->pad >= 0) gguf_writer_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
+        if (v->eot >= 0) kvb_gguf_writer_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
+        if (v->pad >= 0) kvb_gguf_writer_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
     }
-    if (v->bos >= 0) gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
-    if (v->eos >= 0) gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
-    if (v->unk >= 0) gguf_writer_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
-    gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
-    gguf_writer_bool(w, "tokenizer.ggml.add_space_prefix", v->add_space_prefix);
+    if (v->bos >= 0) kvb_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    if (v->eos >= 0) kvb_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    if (v->unk >= 0) kvb_gguf_writer_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    kvb_gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
+    kvb_gguf_writer_bool(w, "tokenizer.ggml.add_space_prefix", v->add_space_prefix);
     const int32_t total = in->n_layer + 2;
     if ((st = add_mat(w, &o, "token_embd.weight", &m->tok_embd, type)) != KVB_OK) goto done;
     if ((st = add_vec(w, "output_norm.weight", m->output_norm, in->n_embd)) != KVB_OK) goto done;
@@ -157,7 +157,7 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
 #undef N
         if (progress) progress(l + 2, total, user);
     }
-    st = gguf_writer_write(w, path);
+    st = kvb_gguf_writer_write(w, path);
     if (progress) progress(total, total, user);
 done:
     kvb_free(strs);
@@ -165,7 +165,7 @@ done:
     kvb_free(types);
     for (int64_t i = 0; i < o.n; i++) kvb_free(o.p[i]);
     kvb_free(o.p);
-    gguf_writer_free(w);
+    kvb_gguf_writer_free(w);
     return st;
 }
 

@@ -30,9 +30,46 @@ struct kvb_context {
     struct kvb_cache *cache;
     struct kvb_threadpool *tp;
     int32_t chunk;
-    float *x, *xb, *q, *k, *v, *att, *hg, *hu, *tmp; /* [chunk][...] */
+    struct kvb_fwd fwd;
     int64_t n_past;
 };
+
+kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows) {
+    memset(f, 0, sizeof *f);
+    const size_t T = (size_t)rows, E = (size_t)in->n_embd, QD = (size_t)in->n_head * in->head_dim,
+                 KD = (size_t)in->n_head_kv * in->head_dim, F = (size_t)in->n_ff;
+    f->rows = rows;
+    f->x = kvb_malloc(sizeof(float) * T * E);
+    f->xb = kvb_malloc(sizeof(float) * T * E);
+    f->q = kvb_malloc(sizeof(float) * T * QD);
+    f->k = kvb_malloc(sizeof(float) * T * KD);
+    f->v = kvb_malloc(sizeof(float) * T * KD);
+    f->att = kvb_malloc(sizeof(float) * T * QD);
+    f->hg = kvb_malloc(sizeof(float) * T * F);
+    f->hu = kvb_malloc(sizeof(float) * T * F);
+    f->tmp = kvb_malloc(sizeof(float) * T * KVB_MAX(E, QD));
+    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp) {
+        kvb_fwd_free(f);
+        return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
+    }
+    return KVB_OK;
+}
+
+kvb_status kvb_fwd_reserve_logits(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t n) {
+    if (n <= f->lg_rows) return KVB_OK;
+    float *lg = kvb_malloc(sizeof(float) * (size_t)n * (size_t)in->n_vocab);
+    if (!lg) return kvb_fail(KVB_ERR_NOMEM, "out of memory for the logits of %d sequences", (int)n);
+    kvb_free(f->lg);
+    f->lg = lg;
+    f->lg_rows = n;
+    return KVB_OK;
+}
+
+void kvb_fwd_free(struct kvb_fwd *f) {
+    kvb_free(f->x); kvb_free(f->xb); kvb_free(f->q); kvb_free(f->k); kvb_free(f->v);
+    kvb_free(f->att); kvb_free(f->hg); kvb_free(f->hu); kvb_free(f->tmp); kvb_free(f->lg);
+    memset(f, 0, sizeof *f);
+}
 
 struct kvb_context_params kvb_context_default_params(void) {
     struct kvb_context_params p;
@@ -52,9 +89,25 @@ void kvb_context_free(struct kvb_context *c) {
     if (!c) return;
     kvb_cache_free(c->cache);
     kvb_threadpool_free(c->tp);
-    kvb_free(c->x); kvb_free(c->xb); kvb_free(c->q); kvb_free(c->k); kvb_free(c->v);
-    kvb_free(c->att); kvb_free(c->hg); kvb_free(c->hu); kvb_free(c->tmp);
+    kvb_fwd_free(&c->fwd);
     kvb_free(c);
+}
+
+struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_policy_params *policy,
+                                               enum kvb_pos_mode pos_mode, enum kvb_dtype dtype, int32_t block_size,
+                                               int32_t max_distance) {
+    const struct kvb_model_info *in = &m->info;
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = in->n_layer;
+    cp.n_kv_head = in->n_head_kv;
+    cp.head_dim = in->head_dim;
+    cp.dtype = dtype;
+    cp.block_size = block_size;
+    cp.pos_mode = pos_mode;
+    cp.rope = (struct kvb_rope){in->rope_type, in->rope_dims, in->rope_base, in->rope_freq_scale, m->rope_freqs};
+    cp.policy = *policy;
+    cp.max_distance = max_distance > 0 ? max_distance : in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite) */
+    return cp;
 }
 
 kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_params *params, struct kvb_context **out) {
@@ -70,37 +123,18 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
     c->p = *params;
     if (!c->p.n_ctx) c->p.n_ctx = in->n_ctx_train;
     c->chunk = params->chunk;
-    struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = in->n_layer;
-    cp.n_kv_head = in->n_head_kv;
-    cp.head_dim = in->head_dim;
-    cp.dtype = params->kv_dtype;
-    cp.block_size = params->block_size;
-    cp.pos_mode = params->pos_mode;
-    cp.rope = (struct kvb_rope){in->rope_type, in->rope_dims, in->rope_base, in->rope_freq_scale, m->rope_freqs};
-    cp.policy = params->policy;
+    struct kvb_cache_params cp = kvb_model_cache_params(m, &params->policy, params->pos_mode, params->kv_dtype, params->block_size,
+                                                        params->max_distance);
     cp.pool_bytes = params->kv_pool_bytes;
-    cp.max_distance = params->max_distance > 0 ? params->max_distance : in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite) */
     kvb_status st = kvb_cache_init(NULL, &cp, &c->cache);
     if (st == KVB_OK) st = kvb_threadpool_init(params->n_threads, &c->tp);
     if (st != KVB_OK) {
         kvb_context_free(c);
         return st;
     }
-    const size_t T = (size_t)c->chunk, E = (size_t)in->n_embd, QD = (size_t)in->n_head * in->head_dim,
-                 KD = (size_t)in->n_head_kv * in->head_dim, F = (size_t)in->n_ff;
-    c->x = kvb_malloc(sizeof(float) * T * E);
-    c->xb = kvb_malloc(sizeof(float) * T * E);
-    c->q = kvb_malloc(sizeof(float) * T * QD);
-    c->k = kvb_malloc(sizeof(float) * T * KD);
-    c->v = kvb_malloc(sizeof(float) * T * KD);
-    c->att = kvb_malloc(sizeof(float) * T * QD);
-    c->hg = kvb_malloc(sizeof(float) * T * F);
-    c->hu = kvb_malloc(sizeof(float) * T * F);
-    c->tmp = kvb_malloc(sizeof(float) * T * KVB_MAX(E, QD));
-    if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hg || !c->hu || !c->tmp) {
+    if ((st = kvb_fwd_init(&c->fwd, in, c->chunk)) != KVB_OK) {
         kvb_context_free(c);
-        return kvb_fail(KVB_ERR_NOMEM, "context: out of memory for activations (chunk %d)", (int)c->chunk);
+        return st;
     }
     *out = c;
     return KVB_OK;
@@ -119,7 +153,9 @@ kvb_status kvb_context_load(struct kvb_context *c, const char *path) {
     struct kvb_cache *nc;
     kvb_status st = kvb_cache_load_file(NULL, path, c->p.kv_pool_bytes, &nc);
     if (st != KVB_OK) return st;
-    const struct kvb_cache_params *p = kvb_cache_get_params(nc);
+    struct kvb_cache_params saved;
+    kvb_cache_get_params(nc, &saved);
+    const struct kvb_cache_params *p = &saved;
     const struct kvb_model_info *in = &c->m->info;
     if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->rope.type != in->rope_type) {
         kvb_cache_free(nc);
@@ -144,45 +180,80 @@ static void embed_row(const struct kvb_mat *e, int32_t tok, float *out) {
     kvb_dequantize_row(e->type, e->data + (size_t)tok * e->row_bytes, out, e->n_in);
 }
 
-/* One chunk of T tokens. */
-static kvb_status forward_chunk(struct kvb_context *c, const int32_t *tok, int32_t T, float *logits, bool all, bool prompt) {
-    const struct kvb_model *m = c->m;
+/* y = W x over the rows of a pass: the decode rows [0, n_dec) as one batch,
+ * each prefill segment as its own chunk. */
+static void mm(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
+               const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
+    kvb_matmul_decode(tp, w, x, ldx, y, ldy, n_dec);
+    for (int32_t i = 0; i < n_seg; i++)
+        if (!seg[i].decode) kvb_matmul(tp, w, x + (size_t)seg[i].r0 * ldx, ldx, y + (size_t)seg[i].r0 * ldy, ldy, seg[i].T);
+}
+
+kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const int32_t *tok,
+                       const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
     const struct kvb_model_info *in = &m->info;
     const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
-    for (int32_t t = 0; t < T; t++) embed_row(&m->tok_embd, tok[t], c->x + (size_t)t * E);
+    int32_t R = 0, n_lg = 0;
+    for (int32_t i = 0; i < n_seg; i++) {
+        R = KVB_MAX(R, seg[i].r0 + seg[i].T);
+        n_lg += seg[i].logits && !seg[i].all_logits;
+    }
+    kvb_status st = kvb_fwd_reserve_logits(f, in, n_lg); /* before any change */
+    if (st != KVB_OK) return st;
+    for (int32_t t = 0; t < R; t++) embed_row(&m->tok_embd, tok[t], f->x + (size_t)t * E);
     for (int32_t l = 0; l < in->n_layer; l++) {
         const struct kvb_layer *L = &m->layers[l];
-        for (int32_t t = 0; t < T; t++) rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, in->rms_eps);
-        kvb_matmul(c->tp, &L->wq, c->xb, E, c->q, QD, T);
-        kvb_matmul(c->tp, &L->wk, c->xb, E, c->k, KD, T);
-        kvb_matmul(c->tp, &L->wv, c->xb, E, c->v, KD, T);
+        for (int32_t t = 0; t < R; t++) rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, L->attn_norm, E, in->rms_eps);
+        mm(tp, &L->wq, f->xb, E, f->q, QD, seg, n_seg, n_dec);
+        mm(tp, &L->wk, f->xb, E, f->k, KD, seg, n_seg, n_dec);
+        mm(tp, &L->wv, f->xb, E, f->v, KD, seg, n_seg, n_dec);
         if (L->bq)
-            for (int32_t t = 0; t < T; t++) {
-                for (int64_t i = 0; i < QD; i++) c->q[(size_t)t * QD + i] += L->bq[i];
+            for (int32_t t = 0; t < R; t++) {
+                for (int64_t i = 0; i < QD; i++) f->q[(size_t)t * QD + i] += L->bq[i];
                 for (int64_t i = 0; i < KD; i++) {
-                    c->k[(size_t)t * KD + i] += L->bk[i];
-                    c->v[(size_t)t * KD + i] += L->bv[i];
+                    f->k[(size_t)t * KD + i] += L->bk[i];
+                    f->v[(size_t)t * KD + i] += L->bv[i];
                 }
             }
-        kvb_status st = T == 1 && !prompt ? kvb_cache_decode(c->cache, l, c->q, in->n_head, c->k, c->v, c->att, c->tp)
-                               : kvb_cache_prefill(c->cache, l, T, c->q, in->n_head, c->k, c->v, c->att, c->tp);
-        if (st != KVB_OK) return st;
-        kvb_matmul(c->tp, &L->wo, c->att, QD, c->tmp, E, T);
-        for (size_t i = 0; i < (size_t)T * E; i++) c->x[i] += c->tmp[i];
-        for (int32_t t = 0; t < T; t++) rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, in->rms_eps);
-        kvb_matmul(c->tp, &L->w_gate, c->xb, E, c->hg, F, T);
-        kvb_matmul(c->tp, &L->w_up, c->xb, E, c->hu, F, T);
-        for (size_t i = 0; i < (size_t)T * F; i++) {
-            float g = c->hg[i];
-            c->hg[i] = g / (1.0f + expf(-g)) * c->hu[i];
+        for (int32_t i = 0; i < n_seg; i++) {
+            const struct kvb_fwd_seg *g = &seg[i];
+            float *q = f->q + (size_t)g->r0 * QD, *k = f->k + (size_t)g->r0 * KD, *v = f->v + (size_t)g->r0 * KD;
+            float *att = f->att + (size_t)g->r0 * QD;
+            st = g->decode ? kvb_cache_decode(g->cache, l, q, in->n_head, k, v, att, tp)
+                                      : kvb_cache_prefill(g->cache, l, g->T, q, in->n_head, k, v, att, tp);
+            if (st != KVB_OK) return st;
         }
-        kvb_matmul(c->tp, &L->w_down, c->hg, F, c->tmp, E, T);
-        for (size_t i = 0; i < (size_t)T * E; i++) c->x[i] += c->tmp[i];
+        mm(tp, &L->wo, f->att, QD, f->tmp, E, seg, n_seg, n_dec);
+        for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] += f->tmp[i];
+        for (int32_t t = 0; t < R; t++) rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, L->ffn_norm, E, in->rms_eps);
+        mm(tp, &L->w_gate, f->xb, E, f->hg, F, seg, n_seg, n_dec);
+        mm(tp, &L->w_up, f->xb, E, f->hu, F, seg, n_seg, n_dec);
+        for (size_t i = 0; i < (size_t)R * F; i++) {
+            const float g = f->hg[i];
+            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
+        }
+        mm(tp, &L->w_down, f->hg, F, f->tmp, E, seg, n_seg, n_dec);
+        for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] += f->tmp[i];
     }
-    if (!logits) return KVB_OK;
-    const int32_t first = all ? 0 : T - 1;
-    for (int32_t t = first; t < T; t++) rmsnorm(c->xb + (size_t)(t - first) * E, c->x + (size_t)t * E, m->output_norm, E, in->rms_eps);
-    kvb_matmul(c->tp, &m->output, c->xb, E, logits, in->n_vocab, T - first);
+    /* logits: every segment's last row as one decode batch (each row as a
+     * lone T == 1 call), a segment's every row as its own chunk */
+    int32_t n_last = 0;
+    for (int32_t i = 0; i < n_seg; i++) {
+        const struct kvb_fwd_seg *g = &seg[i];
+        if (!g->logits) continue;
+        if (g->all_logits) {
+            for (int32_t t = 0; t < g->T; t++)
+                rmsnorm(f->tmp + (size_t)t * E, f->x + (size_t)(g->r0 + t) * E, m->output_norm, E, in->rms_eps);
+            kvb_matmul(tp, &m->output, f->tmp, E, g->logits, in->n_vocab, g->T);
+        } else {
+            rmsnorm(f->xb + (size_t)n_last++ * E, f->x + (size_t)(g->r0 + g->T - 1) * E, m->output_norm, E, in->rms_eps);
+        }
+    }
+    if (!n_last) return KVB_OK;
+    kvb_matmul_decode(tp, &m->output, f->xb, E, f->lg, in->n_vocab, n_last);
+    for (int32_t i = 0, r = 0; i < n_seg; i++)
+        if (seg[i].logits && !seg[i].all_logits)
+            memcpy(seg[i].logits, f->lg + (size_t)r++ * in->n_vocab, sizeof(float) * (size_t)in->n_vocab);
     return KVB_OK;
 }
 
@@ -196,10 +267,10 @@ static kvb_status eval_tokens(struct kvb_context *c, const int32_t *tokens, int3
         return kvb_fail(KVB_ERR_INVALID, "context full: %lld + %d tokens exceed n_ctx %d (policy full keeps every token; use a bounded policy or a larger --ctx)",
                         (long long)c->n_past, (int)n, (int)c->p.n_ctx);
     for (int32_t i = 0; i < n; i += c->chunk) {
-        int32_t T = KVB_MIN(c->chunk, n - i);
-        bool last = i + T == n;
-        float *lg = all ? logits + (size_t)i * V : (last ? logits : NULL);
-        kvb_status st = forward_chunk(c, tokens + i, T, lg, all, prompt);
+        const int32_t T = KVB_MIN(c->chunk, n - i);
+        const bool last = i + T == n;
+        struct kvb_fwd_seg seg = {c->cache, 0, T, T == 1 && !prompt, all ? logits + (size_t)i * V : (last ? logits : NULL), all};
+        kvb_status st = kvb_forward(c->m, c->tp, &c->fwd, tokens + i, &seg, 1, seg.decode ? 1 : 0);
         if (st != KVB_OK) return st;
         c->n_past += T;
     }

@@ -31,30 +31,30 @@ static size_t mat_bytes(const struct kvb_mat *w) { return (size_t)w->n_out * w->
 /* ---- GGUF ---- */
 
 static kvb_status bind(const struct gguf_file *f, const char *name, int64_t n_in, int64_t n_out, bool required, struct kvb_mat *w) {
-    const struct gguf_tensor *t = gguf_find_tensor(f, name);
+    const struct gguf_tensor *t = kvb_gguf_find_tensor(f, name);
     if (!t) return required ? kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is missing", f->path, name) : KVB_ERR_INVALID;
     if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", f->path, name,
                         (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
     if (!kvb_matmul_supports(t->type))
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, not supported yet (f32, f16)", f->path, name, ggml_type_name(t->type));
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, not supported yet (f32, f16)", f->path, name, kvb_ggml_type_name(t->type));
     w->type = t->type;
     w->n_in = n_in;
     w->n_out = n_out;
-    w->row_bytes = ggml_row_size(t->type, n_in);
+    w->row_bytes = kvb_ggml_row_size(t->type, n_in);
     w->data = t->data;
     return KVB_OK;
 }
 
 static kvb_status bind_vec(const struct gguf_file *f, const char *name, int64_t n, bool required, const float **out) {
-    const struct gguf_tensor *t = gguf_find_tensor(f, name);
+    const struct gguf_tensor *t = kvb_gguf_find_tensor(f, name);
     if (!t) {
         *out = NULL;
         return required ? kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is missing", f->path, name) : KVB_OK;
     }
     if (t->type != GGML_TYPE_F32 || t->ne[0] != n || t->ne[1] != 1)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' must be f32 [%lld], is %s [%lld, %lld]", f->path, name, (long long)n,
-                        ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1]);
+                        kvb_ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1]);
     if ((uintptr_t)t->data % 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is misaligned", f->path, name);
     *out = (const float *)t->data;
     return KVB_OK;
@@ -63,21 +63,21 @@ static kvb_status bind_vec(const struct gguf_file *f, const char *name, int64_t 
 static kvb_status get_hp(const struct gguf_file *f, const char *arch, const char *suffix, uint32_t *v, bool required, uint32_t lo, uint32_t hi) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    kvb_status st = gguf_get_u32(f, key, v, required);
+    kvb_status st = kvb_gguf_get_u32(f, key, v, required);
     if (st != KVB_OK) return st;
     if (*v < lo || *v > hi) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u is out of range %u..%u", f->path, key, *v, lo, hi);
     return KVB_OK;
 }
 
 kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m) {
-    kvb_status st = gguf_open(path, &m->gguf);
+    kvb_status st = kvb_gguf_open(path, &m->gguf);
     if (st != KVB_OK) return st;
     const struct gguf_file *f = m->gguf;
     struct gguf_str a;
-    if ((st = gguf_get_str(f, "general.architecture", &a, true)) != KVB_OK) return st;
+    if ((st = kvb_gguf_get_str(f, "general.architecture", &a, true)) != KVB_OK) return st;
     struct kvb_model_info *in = &m->info;
-    if (gguf_str_eq(a, "llama")) snprintf(in->arch, sizeof in->arch, "llama");
-    else if (gguf_str_eq(a, "qwen2")) snprintf(in->arch, sizeof in->arch, "qwen2");
+    if (kvb_gguf_str_eq(a, "llama")) snprintf(in->arch, sizeof in->arch, "llama");
+    else if (kvb_gguf_str_eq(a, "qwen2")) snprintf(in->arch, sizeof in->arch, "qwen2");
     else return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (llama, qwen2)", path, (int)KVB_MIN(a.n, (uint64_t)32), a.p);
     snprintf(in->source, sizeof in->source, "gguf");
     const char *arch = in->arch;
@@ -104,12 +104,12 @@ kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m) {
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     in->rms_eps = 1e-5f;
-    st = gguf_get_f32(f, key, &in->rms_eps, false);
+    st = kvb_gguf_get_f32(f, key, &in->rms_eps, false);
     if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
     if (!(in->rms_eps > 0 && in->rms_eps < 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g is out of range", path, key, (double)in->rms_eps);
     snprintf(key, sizeof key, "%s.rope.freq_base", arch);
     in->rope_base = 10000.0f;
-    st = gguf_get_f32(f, key, &in->rope_base, false);
+    st = kvb_gguf_get_f32(f, key, &in->rope_base, false);
     if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
     if (!(in->rope_base > 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g must be > 1", path, key, (double)in->rope_base);
     in->rope_dims = in->head_dim;
@@ -119,22 +119,16 @@ kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m) {
     in->rope_freq_scale = 1.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     struct gguf_str stype;
-    if (gguf_get_str(f, key, &stype, false) == KVB_OK && gguf_str_eq(stype, "linear")) {
+    if (kvb_gguf_get_str(f, key, &stype, false) == KVB_OK && kvb_gguf_str_eq(stype, "linear")) {
         float factor = 1.0f;
         snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
-        if ((st = gguf_get_f32(f, key, &factor, true)) != KVB_OK) return st;
+        if ((st = kvb_gguf_get_f32(f, key, &factor, true)) != KVB_OK) return st;
         if (!(factor >= 1.0f)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g must be >= 1", path, key, (double)factor);
         in->rope_freq_scale = 1.0f / factor;
     }
     in->rope_type = !strcmp(arch, "qwen2") ? KVB_ROPE_NEOX : KVB_ROPE_INTERLEAVED;
     if ((st = kvb_vocab_from_gguf(f, &m->vocab)) != KVB_OK) return st;
-    struct gguf_str tmpl;
-    if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, false) == KVB_OK && tmpl.n < (1u << 20)) {
-        m->chat_template = kvb_malloc((size_t)tmpl.n + 1);
-        if (!m->chat_template) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", path);
-        memcpy(m->chat_template, tmpl.p, (size_t)tmpl.n);
-        m->chat_template[tmpl.n] = 0;
-    }
+    if ((st = kvb_vocab_read_chat_template(f, m->vocab, path)) != KVB_OK) return st;
     in->n_vocab = m->vocab->n;
     const int64_t E = in->n_embd, D = in->head_dim, Hq = in->n_head, Hk = in->n_head_kv, F = in->n_ff, V = in->n_vocab;
     if ((st = bind(f, "token_embd.weight", E, V, true, &m->tok_embd)) != KVB_OK) return st;
@@ -142,7 +136,7 @@ kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m) {
     st = bind(f, "output.weight", E, V, false, &m->output);
     if (st == KVB_ERR_INVALID) { m->output = m->tok_embd; in->tied_output = true; }
     else if (st != KVB_OK) return st;
-    const struct gguf_tensor *rf = gguf_find_tensor(f, "rope_freqs.weight");
+    const struct gguf_tensor *rf = kvb_gguf_find_tensor(f, "rope_freqs.weight");
     if (rf && (st = bind_vec(f, "rope_freqs.weight", in->rope_dims / 2, true, &m->rope_freqs)) != KVB_OK) return st;
     m->layers = kvb_calloc((size_t)in->n_layer, sizeof *m->layers);
     if (!m->layers) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", path);
@@ -303,8 +297,7 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
 void kvb_model_free(struct kvb_model *m) {
     if (!m) return;
     kvb_vocab_free(m->vocab);
-    kvb_free(m->chat_template);
-    gguf_close(m->gguf);
+    kvb_gguf_close(m->gguf);
     kvb_unmap_file(m->map, m->map_size);
     kvb_free(m->layers);
     kvb_free(m);
@@ -312,15 +305,6 @@ void kvb_model_free(struct kvb_model *m) {
 
 void kvb_model_get_info(const struct kvb_model *m, struct kvb_model_info *out) { *out = m->info; }
 
-kvb_status kvb_tokenize(const struct kvb_model *m, const char *text, size_t len, bool add_special, bool parse_special, int32_t **ids, int32_t *n) {
-    return kvb_vocab_tokenize(m->vocab, text, len, add_special, parse_special, ids, n);
-}
-size_t kvb_token_piece(const struct kvb_model *m, int32_t id, char *buf, size_t cap) { return kvb_vocab_piece(m->vocab, id, buf, cap); }
-int32_t kvb_token_bos(const struct kvb_model *m) { return m->vocab->bos; }
-int32_t kvb_token_eos(const struct kvb_model *m) { return m->vocab->eos; }
-int32_t kvb_n_vocab(const struct kvb_model *m) { return m->info.n_vocab; }
-const char *kvb_model_chat_template(const struct kvb_model *m) { return m->chat_template; }
-int32_t kvb_token_find(const struct kvb_model *m, const char *text) { return kvb_vocab_find(m->vocab, text, strlen(text)); }
 const struct kvb_vocab *kvb_model_vocab(const struct kvb_model *m) { return m->vocab; }
 
 size_t kvb_model_token_embd_bytes(const struct kvb_model *m) {

@@ -34,7 +34,6 @@ struct kvb_model {
     struct gguf_file *gguf;      /* GGUF source, or NULL */
     void *map;                   /* llama2.c checkpoint mapping */
     size_t map_size;
-    char *chat_template;         /* tokenizer.chat_template, or NULL */
     char path[512];
 };
 
@@ -42,5 +41,46 @@ kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m);
 
 /* export.c: kvb_model_write_gguf, kvb_model_make (declared in kvbound.h). */
 kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, struct kvb_model *m);
+
+/* The cache parameters of a sequence on model m (pool_bytes left default). */
+struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_policy_params *policy,
+                                               enum kvb_pos_mode pos_mode, enum kvb_dtype dtype, int32_t block_size,
+                                               int32_t max_distance);
+
+/* ---- the forward pass over rows of many sequences (forward.c) ---- */
+
+/* Activation buffers for up to `rows` rows. */
+struct kvb_fwd {
+    int32_t rows;
+    float *x, *xb, *q, *k, *v, *att, *hg, *hu, *tmp; /* [rows][...] */
+    float *lg;        /* [lg_rows][n_vocab] last-row logits, grown on demand */
+    int32_t lg_rows;
+};
+kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows);
+void kvb_fwd_free(struct kvb_fwd *f);
+/* Room for the last-row logits of n segments (kvb_forward grows it itself;
+ * a batch calls it before reserving, so a step fails before any change). */
+kvb_status kvb_fwd_reserve_logits(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t n);
+
+/* One sequence's rows [r0, r0 + T) of a pass. A decode segment (T == 1, not
+ * a prompt) runs kvb_cache_decode; any other runs kvb_cache_prefill as one
+ * chunk. logits: NULL, or n_vocab floats for the last row (all: T x n_vocab
+ * for every row). */
+struct kvb_fwd_seg {
+    struct kvb_cache *cache;
+    int32_t r0, T;
+    bool decode;
+    float *logits;
+    bool all_logits;
+};
+
+/* Runs tok[0..rows) through the model. Decode segments come first, rows
+ * [0, n_dec); their matmuls run as one batch (kvb_matmul_decode: each row
+ * bit-identical to a lone decode), each prefill segment's as its own chunk,
+ * so a sequence's numbers never depend on what shares the pass. Fails only
+ * where kvb_cache_decode/prefill fail (nothing fails after
+ * kvb_cache_reserve); then caches of earlier layers have advanced. */
+kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const int32_t *tok,
+                       const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec);
 
 #endif

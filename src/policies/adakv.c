@@ -17,7 +17,7 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-static void ada_budgets(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t H, int32_t layer,
+static void ada_budgets(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t H, int32_t layer,
                         int32_t n_layer, int32_t B, int32_t P) {
     (void)layer; (void)n_layer;
     if (B <= 0 || P <= B) return; /* short prompt: kept whole */
@@ -28,7 +28,7 @@ static void ada_budgets(const struct kvb_policy *p, struct kvb_stream *const *st
     int64_t pool = (int64_t)H * (share - floor_n); /* what the heads compete for */
     int32_t cnt[KVB_MAX_KV_HEADS], got[KVB_MAX_KV_HEADS], pos[KVB_MAX_KV_HEADS];
     for (int32_t h = 0; h < H; h++) {
-        struct kvb_stream *s = streams[h];
+        struct kvb_stream_view *s = streams[h];
         int32_t lo = KVB_MIN(S, s->n), hi = KVB_MAX(lo, s->n - W);
         kvb_snapkv_pooled(p, s, hi, s->fscratch);
         cnt[h] = hi - lo;
@@ -53,6 +53,11 @@ static void ada_budgets(const struct kvb_policy *p, struct kvb_stream *const *st
         if (streams[h]->budget <= S) streams[h]->budget = S + 1;
 }
 
+static kvb_status ada_validate(const struct kvb_policy_params *pp) {
+    if (!(pp->ada_floor >= 0.0f && pp->ada_floor <= 1.0f)) return kvb_fail(KVB_ERR_INVALID, "policy adakv: ada_floor must be in [0, 1], got %g", (double)pp->ada_floor);
+    return KVB_OK;
+}
+
 const struct kvb_policy_i kvb_policy_adakv = {
     .name = "adakv",
     .describe = "AdaKV: SnapKV scoring; at compress one budget per layer (budget x heads) allocated across KV heads by vote. params: budget=256 (head average) obs_window=32 pool_kernel=7 pool=max ada_floor=0.2 decode_budget=budget prefill_budget=0 n_sink=0",
@@ -62,6 +67,7 @@ const struct kvb_policy_i kvb_policy_adakv = {
     .prefill_queries = kvb_prefill_obs_window,
     .default_pos = KVB_POS_ORIGINAL,
     .observe = kvb_snapkv_observe,
+    .validate = ada_validate,
     .select = kvb_snapkv_select,
     .budgets = ada_budgets,
 };

@@ -13,7 +13,7 @@
 
 static void block_defaults(struct kvb_policy_params *p) { p->n_sink = 4; }
 
-static int32_t block_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+static int32_t block_select(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims) {
     const int32_t B = p->block_size;
     const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
     const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget));

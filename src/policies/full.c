@@ -1,7 +1,7 @@
 /* full.c — no eviction: the quality baseline. Memory grows with the sequence. */
 #include "policy.h"
 
-static int32_t full_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+static int32_t full_select(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims) {
     (void)p; (void)s; (void)n_over; (void)victims;
     return 0;
 }

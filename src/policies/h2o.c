@@ -9,13 +9,13 @@
 
 static void h2o_defaults(struct kvb_policy_params *p) { p->n_sink = 4; }
 
-void kvb_h2o_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill) {
+void kvb_h2o_observe(const struct kvb_policy *p, struct kvb_stream_view *s, const float *w, int32_t n, bool prefill) {
     (void)p; (void)prefill;
     float *st = s->state;
     for (int32_t j = 0; j < n; j++) st[j] += w[j];
 }
 
-static int32_t h2o_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+static int32_t h2o_select(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims) {
     const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
     const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget));
     return kvb_pick_lowest(s, s->state, lo, hi, n_over, victims); /* state is the key */

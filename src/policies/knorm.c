@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-static void knorm_on_append(const struct kvb_policy *p, struct kvb_stream *s, int32_t j, const float *k, int32_t d) {
+static void knorm_on_append(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t j, const float *k, int32_t d) {
     (void)p;
     float n2 = 0;
     if (k)
@@ -15,7 +15,7 @@ static void knorm_on_append(const struct kvb_policy *p, struct kvb_stream *s, in
     s->state[j] = sqrtf(n2);
 }
 
-static int32_t knorm_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+static int32_t knorm_select(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims) {
     const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
     const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget));
     float *key = s->fscratch;

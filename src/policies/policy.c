@@ -62,7 +62,7 @@ static void select_k(int32_t *idx, int32_t m, int32_t k, const float *key) {
     }
 }
 
-int32_t kvb_pick_lowest(struct kvb_stream *s, const float *key, int32_t lo, int32_t hi, int32_t k, int32_t *victims) {
+int32_t kvb_pick_lowest(struct kvb_stream_view *s, const float *key, int32_t lo, int32_t hi, int32_t k, int32_t *victims) {
     if (hi - lo < k) hi = s->n;
     if (hi - lo < k) k = hi - lo;
     if (k <= 0) return 0;
@@ -81,23 +81,23 @@ int32_t kvb_pick_lowest(struct kvb_stream *s, const float *key, int32_t lo, int3
     return k;
 }
 
-int32_t kvb_pick_oldest(struct kvb_stream *s, int32_t lo, int32_t k, int32_t *victims) {
+int32_t kvb_pick_oldest(struct kvb_stream_view *s, int32_t lo, int32_t k, int32_t *victims) {
     if (lo + k > s->n) k = s->n - lo;
     for (int32_t i = 0; i < k; i++) victims[i] = lo + i;
     return KVB_MAX(k, 0);
 }
 
-int32_t kvb_select_oldest_after_sinks(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+int32_t kvb_select_oldest_after_sinks(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims) {
     return kvb_pick_oldest(s, KVB_MIN(p->params.n_sink, s->n), n_over, victims);
 }
 
-void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill) {
+void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream_view *s, const float *w, int32_t n, bool prefill) {
     (void)p;
     if (!prefill) return; /* frozen at the prompt: decoding adds no evidence */
     for (int32_t j = 0; j < n; j++) s->state[j] += w[j];
 }
 
-void kvb_snapkv_pooled(const struct kvb_policy *p, const struct kvb_stream *s, int32_t m, float *out) {
+void kvb_snapkv_pooled(const struct kvb_policy *p, const struct kvb_stream_view *s, int32_t m, float *out) {
     const int32_t K = p->params.pool_kernel, half = K / 2;
     const bool avg = p->params.pool_mode == KVB_POOL_AVG;
     for (int32_t j = 0; j < m; j++) {
@@ -114,7 +114,7 @@ void kvb_snapkv_pooled(const struct kvb_policy *p, const struct kvb_stream *s, i
     }
 }
 
-int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims) {
     const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
     float *key = s->fscratch;
     if (s->prompt_end >= 0) { /* frozen prompt: generated tokens leave, oldest first */

@@ -1,7 +1,9 @@
 /*
- * policy.h — the policy vtable. A policy keeps per-slot score words in its
- * stream, reads attention evidence, and chooses victims by logical index; the
- * cache does all eviction, compaction and page management.
+ * policy.h — the policy vtable, and the narrow view of a stream a policy sees.
+ * The cache asks, the policy answers: it keeps per-slot score words, reads
+ * attention evidence, and chooses victims by logical index; the cache does
+ * all eviction, compaction and page management. Policies include only core:
+ * they never see pages, the pool, the cache or its threads.
  *
  * Slots (all optional but select; NULL means the default in brackets):
  *   on_append  new slot at logical j with its pre-RoPE key k (may be NULL)
@@ -17,15 +19,59 @@
  *   budgets    at kvb_cache_compress: set s->budget of every stream of a
  *              layer to what its compressed prompt keeps (pyramidkv, adakv),
  *              from the prompt length P [each stream keeps its target]
+ *   recent, prefill_queries, validate: see the struct.
  *
  * Victim choice must depend only on logical order, positions and state, never
  * on physical slot numbers: a restored cache has another physical layout and
- * must continue bit-identically.
+ * must continue bit-identically. (block-h2o reads page geometry, which a
+ * cache image saves exactly.) Adding a policy: one file with its vtable, one
+ * line in registry.c, one enum value in kvbound.h.
  */
 #ifndef KVB_POLICY_H
 #define KVB_POLICY_H
 
-#include "../cache/cache_impl.h"
+#include "../core/core.h"
+
+/* What a policy sees of one stream (the retained tokens of one layer and KV
+ * head). The cache owns the arrays; a policy writes only state, the scratch
+ * arrays and (in `budgets`) budget.
+ *   n            live slots, logical order = increasing original position
+ *   state        [n * n_state] score words of logical slot j at j*n_state
+ *   pos[slot]    original position of physical slot `slot`, -1 = a hole
+ *   order[j]     physical slot of logical slot j
+ *   page_live    live slots of each of the n_pages pages (page = slot / block_size)
+ *   budget       limit in force (0 = unbounded); target: the budget set for
+ *                the stream; prompt_end: snapkv family, -1 while a prompt is
+ *                read, else the original position where the frozen prompt ends
+ *   fscratch, iscratch   [capacity] scratch for select/observe */
+struct kvb_stream_view {
+    int32_t n;
+    float *state;
+    int32_t *pos;
+    int32_t *order;
+    int32_t *page_live;
+    int32_t n_pages;
+    int32_t budget, target, prompt_end;
+    float *fscratch;
+    int32_t *iscratch;
+};
+
+/* Bit patterns kept in a float state word (scissorhands' history mask). */
+static inline uint32_t kvb_state_bits(const float *w) {
+    uint32_t u;
+    memcpy(&u, w, 4);
+    return u;
+}
+static inline void kvb_state_set_bits(float *w, uint32_t u) { memcpy(w, &u, 4); }
+
+/* A policy instance: its vtable, parameters and the cache's page size. */
+struct kvb_policy_i;
+struct kvb_policy {
+    const struct kvb_policy_i *iface;
+    struct kvb_policy_params params;
+    int32_t block_size;
+    int32_t obs_last;      /* prefill mass from the last obs_last queries of a chunk; 0 = all */
+};
 
 #define KVB_PF_DECODE_ATTN 1u   /* wants decode attention weights */
 #define KVB_PF_PREFILL_MASS 2u  /* wants prefill column mass */
@@ -44,11 +90,14 @@ struct kvb_policy_i {
     int32_t (*recent)(const struct kvb_policy_params *p, int32_t room);
     /* how many of a prefill chunk's last queries give evidence (0 = all) [0] */
     int32_t (*prefill_queries)(const struct kvb_policy_params *p);
-    void (*on_append)(const struct kvb_policy *p, struct kvb_stream *s, int32_t j, const float *k, int32_t d);
-    void (*observe)(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
-    int32_t (*select)(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
-    void (*combine)(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t n_streams);
-    void (*budgets)(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t n_streams, int32_t layer,
+    /* parameter checks of this policy beyond kvb_policy_validate's ranges;
+     * fails through kvb_fail naming the parameter [none] */
+    kvb_status (*validate)(const struct kvb_policy_params *p);
+    void (*on_append)(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t j, const float *k, int32_t d);
+    void (*observe)(const struct kvb_policy *p, struct kvb_stream_view *s, const float *w, int32_t n, bool prefill);
+    int32_t (*select)(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims);
+    void (*combine)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams);
+    void (*budgets)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams, int32_t layer,
                     int32_t n_layer, int32_t base_budget, int32_t prompt_len);
 };
 
@@ -57,6 +106,15 @@ extern const struct kvb_policy_i kvb_policy_full, kvb_policy_window, kvb_policy_
     kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite;
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id);
+
+/* Checks every parameter of p (ranges, then the policy's own validate), and
+ * that a budget exists where the policy needs one. KVB_ERR_INVALID names the
+ * policy and parameter. */
+kvb_status kvb_policy_validate(const struct kvb_policy_params *p);
+
+/* A policy instance for params (already validated) in a cache of pages of
+ * block_size slots. */
+struct kvb_policy kvb_policy_make(const struct kvb_policy_params *params, int32_t block_size);
 
 /* ---- helpers shared by policies (policy.c) ---- */
 
@@ -67,12 +125,12 @@ int32_t kvb_policy_recent(const struct kvb_policy *p, int32_t budget);
 /* Picks the k logical slots with the smallest key[j] among candidates
  * [lo, hi) (ties: older first) into victims; widens hi to s->n if the range
  * is too small (the recent window yields before sinks do). Returns the count. */
-int32_t kvb_pick_lowest(struct kvb_stream *s, const float *key, int32_t lo, int32_t hi, int32_t k, int32_t *victims);
+int32_t kvb_pick_lowest(struct kvb_stream_view *s, const float *key, int32_t lo, int32_t hi, int32_t k, int32_t *victims);
 
 /* Oldest-first eviction of k slots from [lo, ...): window and streaming. */
-int32_t kvb_pick_oldest(struct kvb_stream *s, int32_t lo, int32_t k, int32_t *victims);
+int32_t kvb_pick_oldest(struct kvb_stream_view *s, int32_t lo, int32_t k, int32_t *victims);
 /* The select of window, streaming and lminfinite: the oldest after the sinks. */
-int32_t kvb_select_oldest_after_sinks(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
+int32_t kvb_select_oldest_after_sinks(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims);
 
 /* SnapKV scoring shared by snapkv, pyramidkv and adakv:
  *   observe: state[0] += the observation queries' votes (raw, unpooled);
@@ -83,9 +141,9 @@ int32_t kvb_select_oldest_after_sinks(const struct kvb_policy *p, struct kvb_str
  *   kvb_snapkv_pooled: the pooled votes of logical slots [0, m) into out
  *            (kernel pool_kernel, stride 1, same padding; avg divides by
  *            the kernel, padding counted as zero). */
-void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
-int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims);
-void kvb_snapkv_pooled(const struct kvb_policy *p, const struct kvb_stream *s, int32_t m, float *out);
+void kvb_snapkv_observe(const struct kvb_policy *p, struct kvb_stream_view *s, const float *w, int32_t n, bool prefill);
+int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims);
+void kvb_snapkv_pooled(const struct kvb_policy *p, const struct kvb_stream_view *s, int32_t m, float *out);
 
 /* `recent` rules shared by several policies. */
 int32_t kvb_recent_all(const struct kvb_policy_params *p, int32_t room);        /* window, streaming, lminfinite */
@@ -97,6 +155,6 @@ int32_t kvb_prefill_obs_window(const struct kvb_policy_params *p);              
 struct kvb_policy_params kvb_policy_baseline_params(void);
 
 /* H2O accumulation: state[0] += w[j]. Shared with block-h2o. */
-void kvb_h2o_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill);
+void kvb_h2o_observe(const struct kvb_policy *p, struct kvb_stream_view *s, const float *w, int32_t n, bool prefill);
 
 #endif /* KVB_POLICY_H */

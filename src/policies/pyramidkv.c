@@ -15,7 +15,7 @@
 
 #include <math.h>
 
-static void pyramid_budgets(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t n_streams,
+static void pyramid_budgets(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams,
                             int32_t layer, int32_t n_layer, int32_t B, int32_t P) {
     if (B <= 0 || P <= B) return; /* short prompt: streams keep their target (>= P): nothing leaves */
     const double W = p->params.obs_window;
@@ -33,6 +33,11 @@ static void pyramid_budgets(const struct kvb_policy *p, struct kvb_stream *const
     for (int32_t h = 0; h < n_streams; h++) streams[h]->budget = budget;
 }
 
+static kvb_status pyramid_validate(const struct kvb_policy_params *pp) {
+    if (!(pp->pyramid_beta >= 1.0f) || !isfinite(pp->pyramid_beta)) return kvb_fail(KVB_ERR_INVALID, "policy pyramidkv: pyramid_beta must be >= 1, got %g", (double)pp->pyramid_beta);
+    return KVB_OK;
+}
+
 const struct kvb_policy_i kvb_policy_pyramidkv = {
     .name = "pyramidkv",
     .describe = "PyramidKV: SnapKV scoring, per-layer budgets decreasing linearly bottom to top, set from the prompt length at compress. params: budget=256 (layer average) obs_window=32 pool_kernel=7 pool=max pyramid_beta=20 decode_budget=budget prefill_budget=0 n_sink=0",
@@ -42,6 +47,7 @@ const struct kvb_policy_i kvb_policy_pyramidkv = {
     .prefill_queries = kvb_prefill_obs_window,
     .default_pos = KVB_POS_ORIGINAL,
     .observe = kvb_snapkv_observe,
+    .validate = pyramid_validate,
     .select = kvb_snapkv_select,
     .budgets = pyramid_budgets,
 };

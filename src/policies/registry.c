@@ -4,6 +4,8 @@
  */
 #include "policy.h"
 
+#include <math.h>
+
 static const struct kvb_policy_i *const g_table[KVB_POLICY_COUNT] = {
     [KVB_POLICY_FULL] = &kvb_policy_full,
     [KVB_POLICY_WINDOW] = &kvb_policy_window,
@@ -76,4 +78,43 @@ bool kvb_policy_compresses(enum kvb_policy_id id) {
 bool kvb_policy_needs_attention(enum kvb_policy_id id) {
     const struct kvb_policy_i *pi = kvb_policy_iface(id);
     return pi && (pi->flags & KVB_PF_DECODE_ATTN);
+}
+
+kvb_status kvb_policy_validate(const struct kvb_policy_params *pp) {
+    if (!pp) return kvb_fail(KVB_ERR_INVALID, "policy: params must not be NULL");
+    const struct kvb_policy_i *pi = kvb_policy_iface(pp->id);
+    if (!pi) return kvb_fail(KVB_ERR_INVALID, "policy: unknown policy id %d", (int)pp->id);
+    const char *pn = pi->name;
+    if (pp->n_sink < 0 || pp->n_sink > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "policy %s: n_sink must be in 0..1048576, got %d", pn, (int)pp->n_sink);
+    if (pp->n_recent < -1) return kvb_fail(KVB_ERR_INVALID, "policy %s: n_recent must be >= -1, got %d", pn, (int)pp->n_recent);
+    if (pp->budget < 0) return kvb_fail(KVB_ERR_INVALID, "policy %s: budget must be >= 0, got %d", pn, (int)pp->budget);
+    if (!(pp->budget_frac >= 0.0f && pp->budget_frac <= 1.0f)) return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac must be in [0, 1], got %g", pn, (double)pp->budget_frac);
+    if (!(pi->flags & KVB_PF_NEVER_EVICT)) {
+        if (pp->budget == 0 && pp->budget_frac == 0.0f)
+            return kvb_fail(KVB_ERR_INVALID, "policy %s: needs a budget (tokens or fraction of the prompt)", pn);
+        if (pp->budget && pp->budget <= pp->n_sink)
+            return kvb_fail(KVB_ERR_INVALID, "policy %s: budget (%d) must exceed n_sink (%d)", pn, (int)pp->budget, (int)pp->n_sink);
+    }
+    if (!(pp->heavy_ratio >= 0.0f && pp->heavy_ratio <= 1.0f)) return kvb_fail(KVB_ERR_INVALID, "policy %s: heavy_ratio must be in [0, 1], got %g", pn, (double)pp->heavy_ratio);
+    if (pp->obs_window < 1 || pp->obs_window > (1 << 16)) return kvb_fail(KVB_ERR_INVALID, "policy %s: obs_window must be in 1..65536, got %d", pn, (int)pp->obs_window);
+    if (pp->pool_kernel < 1 || pp->pool_kernel > 255 || !(pp->pool_kernel & 1)) return kvb_fail(KVB_ERR_INVALID, "policy %s: pool_kernel must be odd and in 1..255, got %d", pn, (int)pp->pool_kernel);
+    if (pp->pool_mode != KVB_POOL_MAX && pp->pool_mode != KVB_POOL_AVG) return kvb_fail(KVB_ERR_INVALID, "policy %s: pool_mode must be max (0) or avg (1), got %d", pn, (int)pp->pool_mode);
+    if (pp->tova_scope != KVB_TOVA_LAYER && pp->tova_scope != KVB_TOVA_HEAD) return kvb_fail(KVB_ERR_INVALID, "policy %s: tova_scope must be layer (0) or head (1), got %d", pn, (int)pp->tova_scope);
+    if (pp->decode_budget < 0) return kvb_fail(KVB_ERR_INVALID, "policy %s: decode_budget must be >= 0, got %d", pn, (int)pp->decode_budget);
+    if (pp->prefill_budget < 0 || (pp->prefill_budget && pp->prefill_budget <= pp->n_sink))
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: prefill_budget must be 0 (no eviction while a prompt is read) or exceed n_sink (%d), got %d", pn, (int)pp->n_sink, (int)pp->prefill_budget);
+    if (pp->budget_frac > 0 && !(pi->flags & KVB_PF_COMPRESS))
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv)", pn);
+    return pi->validate ? pi->validate(pp) : KVB_OK;
+}
+
+struct kvb_policy kvb_policy_make(const struct kvb_policy_params *params, int32_t block_size) {
+    struct kvb_policy p;
+    memset(&p, 0, sizeof p);
+    p.iface = kvb_policy_iface(params->id);
+    p.params = *params;
+    p.block_size = block_size;
+    /* prefill evidence: the policy says how many of a chunk's last queries (0 = all) */
+    p.obs_last = p.iface && p.iface->prefill_queries ? p.iface->prefill_queries(params) : 0;
+    return p;
 }

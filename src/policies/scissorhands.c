@@ -19,7 +19,7 @@ static inline int32_t bit_count(uint32_t x) {
 
 static void scissorhands_defaults(struct kvb_policy_params *p) { p->n_sink = 4; }
 
-static void sh_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill) {
+static void sh_observe(const struct kvb_policy *p, struct kvb_stream_view *s, const float *w, int32_t n, bool prefill) {
     const uint32_t mask = p->params.history >= 32 ? 0xffffffffu : (1u << p->params.history) - 1;
     const float avg = n > 0 ? 1.0f / (float)n : 0.0f;
     for (int32_t j = 0; j < n; j++) {
@@ -29,7 +29,7 @@ static void sh_observe(const struct kvb_policy *p, struct kvb_stream *s, const f
     }
 }
 
-static int32_t sh_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+static int32_t sh_select(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims) {
     const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
     const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget));
     float *key = s->fscratch;
@@ -47,6 +47,12 @@ static int32_t scissorhands_recent(const struct kvb_policy_params *p, int32_t ro
     return p->history; /* the last `history` tokens are not yet judged */
 }
 
+static kvb_status scissorhands_validate(const struct kvb_policy_params *pp) {
+    if (pp->history < 1 || pp->history > 32) return kvb_fail(KVB_ERR_INVALID, "policy scissorhands: history must be in 1..32, got %d", (int)pp->history);
+    if (pp->threshold < 1 || pp->threshold > pp->history) return kvb_fail(KVB_ERR_INVALID, "policy scissorhands: threshold must be in 1..history (%d), got %d", (int)pp->history, (int)pp->threshold);
+    return KVB_OK;
+}
+
 const struct kvb_policy_i kvb_policy_scissorhands = {
     .name = "scissorhands",
     .describe = "Scissorhands: evict slots below average attention >= threshold times in the last history steps. params: budget=256 n_sink=4 history=16 threshold=8 n_recent=-1 (history)",
@@ -56,5 +62,6 @@ const struct kvb_policy_i kvb_policy_scissorhands = {
     .default_pos = KVB_POS_ORIGINAL,
     .defaults = scissorhands_defaults,
     .observe = sh_observe,
+    .validate = scissorhands_validate,
     .select = sh_select,
 };

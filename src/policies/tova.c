@@ -10,12 +10,12 @@
  */
 #include "policy.h"
 
-static void tova_observe(const struct kvb_policy *p, struct kvb_stream *s, const float *w, int32_t n, bool prefill) {
+static void tova_observe(const struct kvb_policy *p, struct kvb_stream_view *s, const float *w, int32_t n, bool prefill) {
     (void)p; (void)prefill;
     memcpy(s->state, w, sizeof(float) * (size_t)n);
 }
 
-static void tova_combine(const struct kvb_policy *p, struct kvb_stream *const *streams, int32_t H) {
+static void tova_combine(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t H) {
     if (p->params.tova_scope != KVB_TOVA_LAYER || H < 2) return;
     const int32_t n = streams[0]->n;
     for (int32_t h = 1; h < H; h++)
@@ -28,7 +28,7 @@ static void tova_combine(const struct kvb_policy *p, struct kvb_stream *const *s
     }
 }
 
-static int32_t tova_select(const struct kvb_policy *p, struct kvb_stream *s, int32_t n_over, int32_t *victims) {
+static int32_t tova_select(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims) {
     const int32_t lo = KVB_MIN(p->params.n_sink, s->n);
     const int32_t hi = KVB_MAX(lo, s->n - kvb_policy_recent(p, s->budget));
     return kvb_pick_lowest(s, s->state, lo, hi, n_over, victims); /* state is the key */

@@ -17,17 +17,18 @@
 
 #include <stdlib.h>
 
-static const char *const k_style_name[] = {"chatml", "llama3", "llama2", "mistral"};
+static const char *const k_style_name[] = {"chatml", "llama3", "llama2", "mistral", "plain"};
+#define N_STYLES 5
 
-const char *kvb_chat_style_name(enum kvb_chat_style s) { return (unsigned)s < 4 ? k_style_name[s] : "?"; }
+const char *kvb_chat_style_name(enum kvb_chat_style s) { return (unsigned)s < N_STYLES ? k_style_name[s] : "?"; }
 
 kvb_status kvb_chat_style_from_name(const char *name, enum kvb_chat_style *style) {
-    for (int i = 0; name && i < 4; i++)
+    for (int i = 0; name && i < N_STYLES; i++)
         if (!strcmp(name, k_style_name[i])) {
             *style = (enum kvb_chat_style)i;
             return KVB_OK;
         }
-    return kvb_fail(KVB_ERR_INVALID, "chat template '%s' unknown (chatml, llama3, llama2, mistral)", name ? name : "(null)");
+    return kvb_fail(KVB_ERR_INVALID, "chat template '%s' unknown (chatml, llama3, llama2, mistral, plain)", name ? name : "(null)");
 }
 
 kvb_status kvb_chat_detect(const char *t, enum kvb_chat_style *style) {
@@ -97,7 +98,7 @@ static void put_stripped(struct sbuf *b, const char *s) {
 
 kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_message *m, int32_t n, bool add_assistant, char **out,
                            size_t *len) {
-    if ((!m && n) || n < 0 || !out || (unsigned)style >= 4) return kvb_fail(KVB_ERR_INVALID, "chat_format: bad arguments");
+    if ((!m && n) || n < 0 || !out || (unsigned)style >= N_STYLES) return kvb_fail(KVB_ERR_INVALID, "chat_format: bad arguments");
     for (int32_t i = 0; i < n; i++) {
         if (!m[i].role || !m[i].content) return kvb_fail(KVB_ERR_INVALID, "chat_format: message %d has no role or content", (int)i);
         if (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") && strcmp(m[i].role, "assistant"))
@@ -147,11 +148,17 @@ kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_mess
                 puts_(&b, " "); puts_(&b, c); puts_(&b, "</s>");
             }
             break;
+        case KVB_CHAT_PLAIN:
+            puts_(&b, !strcmp(role, "system") ? "System: " : !strcmp(role, "user") ? "User: " : "Assistant: ");
+            puts_(&b, c);
+            puts_(&b, "\n");
+            break;
         }
     }
     if (add_assistant) {
         if (style == KVB_CHAT_CHATML) puts_(&b, "<|im_start|>assistant\n");
         else if (style == KVB_CHAT_LLAMA3) puts_(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        else if (style == KVB_CHAT_PLAIN) puts_(&b, "Assistant:");
     }
     if (b.oom) {
         kvb_free(b.p);

@@ -70,6 +70,8 @@ static inline uint32_t kvb_vocab_len(const struct kvb_vocab *v, int32_t id) { re
  * (byte-level BPE; tokenizer.ggml.pre picks the pre-tokenizer and must be a
  * known one). Errors name the key; *out is untouched on failure. */
 kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out);
+/* Copies the file's tokenizer.chat_template (if any, under 1 MiB) into v. KVB_ERR_NOMEM names path. */
+kvb_status kvb_vocab_read_chat_template(const struct gguf_file *f, struct kvb_vocab *v, const char *path);
 /* From a llama2.c tokenizer.bin image (buffer) of n_vocab records. */
 kvb_status kvb_vocab_from_llama2c(const void *buf, size_t size, int32_t n_vocab, const char *name, struct kvb_vocab **out);
 void kvb_vocab_free(struct kvb_vocab *v);

@@ -126,10 +126,10 @@ const char *kvb_pre_name(enum kvb_pre_type pre) {
 /* tokenizer.ggml.pre -> pre-tokenizer; false if unknown. */
 static bool pre_of_name(struct gguf_str s, enum kvb_pre_type *pre, bool *ignore_merges) {
     *ignore_merges = false;
-    if (gguf_str_eq(s, "gpt-2") || gguf_str_eq(s, "default")) *pre = KVB_PRE_GPT2;
-    else if (gguf_str_eq(s, "llama-bpe") || gguf_str_eq(s, "llama3")) { *pre = KVB_PRE_LLAMA3; *ignore_merges = true; }
-    else if (gguf_str_eq(s, "qwen2")) *pre = KVB_PRE_QWEN2;
-    else if (gguf_str_eq(s, "smollm")) *pre = KVB_PRE_SMOLLM;
+    if (kvb_gguf_str_eq(s, "gpt-2") || kvb_gguf_str_eq(s, "default")) *pre = KVB_PRE_GPT2;
+    else if (kvb_gguf_str_eq(s, "llama-bpe") || kvb_gguf_str_eq(s, "llama3")) { *pre = KVB_PRE_LLAMA3; *ignore_merges = true; }
+    else if (kvb_gguf_str_eq(s, "qwen2")) *pre = KVB_PRE_QWEN2;
+    else if (kvb_gguf_str_eq(s, "smollm")) *pre = KVB_PRE_SMOLLM;
     else return false;
     return true;
 }
@@ -138,7 +138,7 @@ static bool pre_of_name(struct gguf_str s, enum kvb_pre_type *pre, bool *ignore_
 static kvb_status load_merges(const struct gguf_file *f, struct kvb_vocab *v) {
     uint64_t nm;
     const uint8_t *data;
-    kvb_status st = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_T_STRING, &nm, &data, true);
+    kvb_status st = kvb_gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_T_STRING, &nm, &data, true);
     if (st != KVB_OK) return st;
     if (nm > (1u << 24)) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.merges has %llu entries", f->path, (unsigned long long)nm);
     const char **m = kvb_malloc(sizeof(char *) * (size_t)KVB_MAX(nm, 1));
@@ -150,7 +150,7 @@ static kvb_status load_merges(const struct gguf_file *f, struct kvb_vocab *v) {
     const uint8_t *cur = data;
     uint64_t total = 0;
     for (uint64_t i = 0; i < nm; i++) {
-        struct gguf_str s = gguf_arr_next_str(&cur);
+        struct gguf_str s = kvb_gguf_arr_next_str(&cur);
         m[i] = s.p;
         len[i] = (uint32_t)KVB_MIN(s.n, (uint64_t)UINT32_MAX);
         total += s.n + 1;
@@ -170,43 +170,43 @@ static kvb_status load_merges(const struct gguf_file *f, struct kvb_vocab *v) {
 
 kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out) {
     struct gguf_str model;
-    kvb_status st = gguf_get_str(f, "tokenizer.ggml.model", &model, true);
+    kvb_status st = kvb_gguf_get_str(f, "tokenizer.ggml.model", &model, true);
     if (st != KVB_OK) return st;
-    const bool bpe = gguf_str_eq(model, "gpt2");
-    if (!bpe && !gguf_str_eq(model, "llama"))
+    const bool bpe = kvb_gguf_str_eq(model, "gpt2");
+    if (!bpe && !kvb_gguf_str_eq(model, "llama"))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported (only 'llama' SentencePiece and 'gpt2' byte-level BPE)",
                         f->path, (int)KVB_MIN(model.n, (uint64_t)32), model.p);
     enum kvb_pre_type pre = KVB_PRE_GPT2;
     bool ignore_merges = false;
     if (bpe) {
         struct gguf_str ps;
-        if (gguf_get_str(f, "tokenizer.ggml.pre", &ps, false) == KVB_OK && !pre_of_name(ps, &pre, &ignore_merges))
+        if (kvb_gguf_get_str(f, "tokenizer.ggml.pre", &ps, false) == KVB_OK && !pre_of_name(ps, &pre, &ignore_merges))
             return kvb_fail(KVB_ERR_UNSUPPORTED,
                             "%s: tokenizer.ggml.pre '%.*s' is not supported (known: gpt-2, default, llama-bpe, qwen2, smollm)", f->path,
                             (int)KVB_MIN(ps.n, (uint64_t)40), ps.p);
     }
     uint64_t n, ns, nt = 0;
     const uint8_t *toks, *scores, *types = NULL;
-    if ((st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_T_STRING, &n, &toks, true)) != KVB_OK) return st;
+    if ((st = kvb_gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_T_STRING, &n, &toks, true)) != KVB_OK) return st;
     if (n < 3 || n > (1u << 24)) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.tokens has %llu entries", f->path, (unsigned long long)n);
     scores = NULL;
     ns = n;
-    st = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_T_FLOAT32, &ns, &scores, !bpe); /* BPE ranks by merges */
-    if (st != KVB_OK && (!bpe || gguf_find(f, "tokenizer.ggml.scores"))) return st;
+    st = kvb_gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_T_FLOAT32, &ns, &scores, !bpe); /* BPE ranks by merges */
+    if (st != KVB_OK && (!bpe || kvb_gguf_find(f, "tokenizer.ggml.scores"))) return st;
     if (scores && ns != n) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.scores has %llu entries, tokens %llu", f->path, (unsigned long long)ns, (unsigned long long)n);
-    st = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_T_INT32, &nt, &types, false);
-    if (st != KVB_OK && gguf_find(f, "tokenizer.ggml.token_type")) return st;
+    st = kvb_gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_T_INT32, &nt, &types, false);
+    if (st != KVB_OK && kvb_gguf_find(f, "tokenizer.ggml.token_type")) return st;
     if (types && nt != n) return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.token_type has %llu entries, tokens %llu", f->path, (unsigned long long)nt, (unsigned long long)n);
     const uint8_t *cur = toks;
     size_t arena = 0;
-    for (uint64_t i = 0; i < n; i++) arena += gguf_arr_next_str(&cur).n + 1;
+    for (uint64_t i = 0; i < n; i++) arena += kvb_gguf_arr_next_str(&cur).n + 1;
     if (arena > UINT32_MAX) return kvb_fail(KVB_ERR_CORRUPT, "%s: vocabulary text too large", f->path);
     struct kvb_vocab *v = alloc_vocab((int32_t)n, arena);
     if (!v) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the vocabulary", f->path);
     cur = toks;
     uint32_t at = 0;
     for (uint64_t i = 0; i < n; i++) {
-        struct gguf_str s = gguf_arr_next_str(&cur);
+        struct gguf_str s = kvb_gguf_arr_next_str(&cur);
         v->off[i] = at;
         memcpy(v->arena + at, s.p, s.n);
         at += (uint32_t)s.n;
@@ -230,14 +230,14 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
     }
     uint32_t u;
     bool b;
-    if (gguf_get_u32(f, "tokenizer.ggml.bos_token_id", &u, false) == KVB_OK) v->bos = u < n ? (int32_t)u : -1;
-    if (gguf_get_u32(f, "tokenizer.ggml.eos_token_id", &u, false) == KVB_OK) v->eos = u < n ? (int32_t)u : -1;
-    if (gguf_get_u32(f, "tokenizer.ggml.unknown_token_id", &u, false) == KVB_OK) v->unk = u < n ? (int32_t)u : -1;
-    if (gguf_get_u32(f, "tokenizer.ggml.eot_token_id", &u, false) == KVB_OK) v->eot = u < n ? (int32_t)u : -1;
-    if (gguf_get_u32(f, "tokenizer.ggml.padding_token_id", &u, false) == KVB_OK) v->pad = u < n ? (int32_t)u : -1;
-    if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b, false) == KVB_OK) v->add_bos = b;
-    if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b, false) == KVB_OK) v->add_eos = b;
-    if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b, false) == KVB_OK) v->add_space_prefix = b;
+    if (kvb_gguf_get_u32(f, "tokenizer.ggml.bos_token_id", &u, false) == KVB_OK) v->bos = u < n ? (int32_t)u : -1;
+    if (kvb_gguf_get_u32(f, "tokenizer.ggml.eos_token_id", &u, false) == KVB_OK) v->eos = u < n ? (int32_t)u : -1;
+    if (kvb_gguf_get_u32(f, "tokenizer.ggml.unknown_token_id", &u, false) == KVB_OK) v->unk = u < n ? (int32_t)u : -1;
+    if (kvb_gguf_get_u32(f, "tokenizer.ggml.eot_token_id", &u, false) == KVB_OK) v->eot = u < n ? (int32_t)u : -1;
+    if (kvb_gguf_get_u32(f, "tokenizer.ggml.padding_token_id", &u, false) == KVB_OK) v->pad = u < n ? (int32_t)u : -1;
+    if (kvb_gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b, false) == KVB_OK) v->add_bos = b;
+    if (kvb_gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b, false) == KVB_OK) v->add_eos = b;
+    if (kvb_gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b, false) == KVB_OK) v->add_space_prefix = b;
     if ((st = finish(v, f->path)) != KVB_OK) {
         kvb_vocab_free(v);
         return st;
@@ -251,26 +251,29 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
     return KVB_OK;
 }
 
+kvb_status kvb_vocab_read_chat_template(const struct gguf_file *f, struct kvb_vocab *v, const char *path) {
+    struct gguf_str t;
+    if (kvb_gguf_get_str(f, "tokenizer.chat_template", &t, false) != KVB_OK || t.n >= (1u << 20)) return KVB_OK;
+    char *c = kvb_malloc((size_t)t.n + 1);
+    if (!c) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the chat template", path);
+    memcpy(c, t.p, (size_t)t.n);
+    c[t.n] = 0;
+    kvb_free(v->chat_template);
+    v->chat_template = c;
+    return KVB_OK;
+}
+
 kvb_status kvb_vocab_load(const char *path, struct kvb_vocab **out) {
     if (!path || !out) return kvb_fail(KVB_ERR_INVALID, "vocab_load: NULL argument");
     struct gguf_file *f;
-    kvb_status st = gguf_open(path, &f);
+    kvb_status st = kvb_gguf_open(path, &f);
     if (st != KVB_OK) return st;
     st = kvb_vocab_from_gguf(f, out);
-    struct gguf_str t;
-    if (st == KVB_OK && gguf_get_str(f, "tokenizer.chat_template", &t, false) == KVB_OK && t.n < (1u << 20)) {
-        char *c = kvb_malloc((size_t)t.n + 1);
-        if (!c) {
-            kvb_vocab_free(*out);
-            *out = NULL;
-            st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the chat template", path);
-        } else {
-            memcpy(c, t.p, (size_t)t.n);
-            c[t.n] = 0;
-            (*out)->chat_template = c;
-        }
+    if (st == KVB_OK && (st = kvb_vocab_read_chat_template(f, *out, path)) != KVB_OK) {
+        kvb_vocab_free(*out);
+        *out = NULL;
     }
-    gguf_close(f); /* the vocabulary holds copies */
+    kvb_gguf_close(f); /* the vocabulary holds copies */
     return st;
 }
 

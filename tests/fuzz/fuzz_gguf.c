@@ -10,7 +10,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct gguf_file *f;
-    if (gguf_open_buffer(data, size, "fuzz", &f) != KVB_OK) return 0;
+    if (kvb_gguf_open_buffer(data, size, "fuzz", &f) != KVB_OK) return 0;
     struct kvb_vocab *v = NULL;
     if (kvb_vocab_from_gguf(f, &v) == KVB_OK) {
         int32_t *ids, n;
@@ -20,13 +20,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t u;
     float x;
     struct gguf_str s;
-    gguf_get_u32(f, "llama.block_count", &u, false);
-    gguf_get_f32(f, "llama.rope.freq_base", &x, false);
-    gguf_get_str(f, "general.architecture", &s, false);
+    kvb_gguf_get_u32(f, "llama.block_count", &u, false);
+    kvb_gguf_get_f32(f, "llama.rope.freq_base", &x, false);
+    kvb_gguf_get_str(f, "general.architecture", &s, false);
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         volatile uint8_t sink = f->tensors[i].nbytes ? f->tensors[i].data[f->tensors[i].nbytes - 1] : 0;
         (void)sink;
     }
-    gguf_close(f);
+    kvb_gguf_close(f);
     return 0;
 }

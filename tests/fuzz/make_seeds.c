@@ -31,20 +31,20 @@ static int write_bpe_seed(const char *dir, const char *pre) {
     uint32_t mlens[5];
     for (int i = 0; i < 5; i++) mlens[i] = (uint32_t)strlen(merges[i]);
     struct gguf_writer *w;
-    if (gguf_writer_init(&w) != KVB_OK) return 1;
-    gguf_writer_str(w, "general.architecture", "llama");
-    gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
-    gguf_writer_str(w, "tokenizer.ggml.pre", pre);
-    gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, lens, (uint64_t)n);
-    gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, (uint64_t)n);
-    gguf_writer_arr_str(w, "tokenizer.ggml.merges", merges, mlens, 5);
-    gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 261);
-    gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 262);
-    gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", true);
+    if (kvb_gguf_writer_init(&w) != KVB_OK) return 1;
+    kvb_gguf_writer_str(w, "general.architecture", "llama");
+    kvb_gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+    kvb_gguf_writer_str(w, "tokenizer.ggml.pre", pre);
+    kvb_gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, lens, (uint64_t)n);
+    kvb_gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, (uint64_t)n);
+    kvb_gguf_writer_arr_str(w, "tokenizer.ggml.merges", merges, mlens, 5);
+    kvb_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 261);
+    kvb_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 262);
+    kvb_gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", true);
     char path[4096];
     snprintf(path, sizeof path, "%s/bpe-%s.gguf", dir, pre);
-    kvb_status st = gguf_writer_write(w, path);
-    gguf_writer_free(w);
+    kvb_status st = kvb_gguf_writer_write(w, path);
+    kvb_gguf_writer_free(w);
     return st != KVB_OK;
 }
 

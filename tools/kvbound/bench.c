@@ -211,7 +211,7 @@ static int bench_cache(int argc, char **argv) {
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: kvbound bench cache|decode|prefill|stream|tokenize [options]   (see 'kvbound bench NAME --help')\n");
+        printf("usage: kvbound bench cache|decode|prefill|stream|tokenize|batch|serve-memory [options]   (see 'kvbound bench NAME --help')\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "cache")) return bench_cache(argc - 1, argv + 1);
@@ -219,6 +219,8 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "prefill")) return bench_model(argc - 1, argv + 1, true);
     if (!strcmp(argv[1], "stream")) return bench_stream(argc - 1, argv + 1);
     if (!strcmp(argv[1], "tokenize")) return bench_tokenize(argc - 1, argv + 1);
-    fprintf(stderr, "kvbound bench: unknown benchmark '%s' (available: cache, decode, prefill, stream, tokenize)\n", argv[1]);
+    if (!strcmp(argv[1], "batch")) return bench_batch(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve-memory")) return bench_serve_memory(argc - 1, argv + 1);
+    fprintf(stderr, "kvbound bench: unknown benchmark '%s' (available: cache, decode, prefill, stream, tokenize, batch, serve-memory)\n", argv[1]);
     return 2;
 }

@@ -101,7 +101,7 @@ static int stream_run(struct kvb_model *m, enum kvb_policy_id id, int budget, in
         int best = 0;
         for (int v = 1; v < mi.n_vocab; v++)
             if (logits[v] > logits[best]) best = v;
-        t = best == kvb_token_bos(m) ? 13 % mi.n_vocab : best;
+        t = best == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_BOS) ? 13 % mi.n_vocab : best;
         if (k < ncp && i + 1 == cps[k]) rss[k++] = rss_bytes();
         if (i % 10000 == 0 && isatty(2)) fprintf(stderr, "\rkvbound: %s %lld/%lld", kvb_policy_name(id), (long long)i, (long long)n);
     }

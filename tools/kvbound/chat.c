@@ -3,7 +3,8 @@
  * (streaming by default), so it can go on for days. The prompt format comes
  * from the GGUF chat template, recognized by kvb_chat_detect (ChatML,
  * Llama 3, Llama 2, Mistral; unrecognized -> ChatML with a warning), or a
- * plain "User: / Assistant:" exchange for models without a template. Each
+ * plain "User: / Assistant:" exchange for models without a template or
+ * whose vocabulary lacks the template's control tokens. Each
  * turn feeds only the new text; answers stream through kvb_detok, so a
  * character split across tokens is never printed half.
  * Commands: /stats, /reset, /save FILE, /load FILE, /quit. Works with stdin
@@ -15,32 +16,53 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A chat template style, or plain "User:/Assistant:" for models without one. */
-struct style {
-    bool plain;
-    enum kvb_chat_style chat;
-};
+/* Whether the vocabulary has text as one control token. */
+static bool has_token(const struct kvb_vocab *vocab, const char *text) {
+    int32_t *ids = NULL, n = 0;
+    const bool one = kvb_vocab_tokenize(vocab, text, strlen(text), false, true, &ids, &n) == KVB_OK && n == 1;
+    kvb_buffer_free(ids);
+    return one;
+}
 
-static struct style pick_style(const char *tmpl, const char *forced, bool *ok) {
-    struct style st = {true, KVB_CHAT_CHATML};
-    *ok = true;
+/* The control tokens a style's markup needs, or NULL (llama2 and mistral
+ * write [INST] as text; plain has none). */
+static const char *missing_token(const struct kvb_vocab *vocab, enum kvb_chat_style style) {
+    static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
+    static const char *const llama3[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", NULL};
+    const char *const *need = style == KVB_CHAT_CHATML ? chatml : style == KVB_CHAT_LLAMA3 ? llama3 : NULL;
+    for (; need && *need; need++)
+        if (!has_token(vocab, *need)) return *need;
+    return NULL;
+}
+
+/* The prompt format: --template, else the model's template as detected,
+ * else plain. A detected (or fallen-back) style whose control tokens the
+ * vocabulary lacks would feed the model markup it never saw: plain instead,
+ * with a warning; a forced one is kept, with a warning. */
+static bool pick_style(const struct kvb_vocab *vocab, const char *forced, enum kvb_chat_style *style) {
+    struct kvb_vocab_info vi;
+    kvb_vocab_get_info(vocab, &vi);
+    *style = KVB_CHAT_PLAIN;
     if (forced) {
-        if (!strcmp(forced, "plain")) return st;
-        st.plain = false;
-        if (kvb_chat_style_from_name(forced, &st.chat) != KVB_OK) {
-            fprintf(stderr, "kvbound chat: --template: %s (or plain)\n", kvb_last_error());
-            *ok = false;
+        if (kvb_chat_style_from_name(forced, style) != KVB_OK) {
+            fprintf(stderr, "kvbound chat: --template: %s\n", kvb_last_error());
+            return false;
         }
-        return st;
+        const char *miss = missing_token(vocab, *style);
+        if (miss)
+            fprintf(stderr, "kvbound chat: warning: --template %s: the vocabulary has no %s token; the markup is fed as plain text\n", forced, miss);
+        return true;
     }
-    if (!tmpl) return st; /* base models (llama2.c stories) have no template */
-    st.plain = false;
-    kvb_status ds = kvb_chat_detect(tmpl, &st.chat);
-    if (ds == KVB_FALLBACK)
-        fprintf(stderr, "kvbound chat: warning: the model's chat template is not one we recognize; using ChatML (--template to choose)\n");
-    else if (ds != KVB_OK)
-        st.chat = KVB_CHAT_CHATML;
-    return st;
+    if (!vi.chat_template) return true; /* base models (llama2.c stories) have no template */
+    if (kvb_chat_detect(vi.chat_template, style) == KVB_FALLBACK)
+        fprintf(stderr, "kvbound chat: warning: the model's chat template is not one we recognize; trying ChatML (--template to choose)\n");
+    const char *miss = missing_token(vocab, *style);
+    if (miss) {
+        fprintf(stderr, "kvbound chat: warning: template %s needs the %s token, which the vocabulary lacks; using plain User:/Assistant: (--template to choose)\n",
+                kvb_chat_style_name(*style), miss);
+        *style = KVB_CHAT_PLAIN;
+    }
+    return true;
 }
 
 /* Text of the next turn: the template's rendering of the new user message
@@ -48,13 +70,7 @@ static struct style pick_style(const char *tmpl, const char *forced, bool *ok) {
  * stop token the model ended its answer with (ChatML's "\n"), or, when the
  * answer was cut at -n (stop_text ""), by the template's whole closing of
  * an assistant message. */
-static char *turn_text(struct style st, const char *system, const char *user, bool first, const char *stop_text) {
-    if (st.plain) {
-        size_t n = strlen(user) + 32;
-        char *t = malloc(n);
-        if (t) snprintf(t, n, "%sUser: %s\nAssistant:", first ? "" : "\n", user);
-        return t;
-    }
+static char *turn_text(enum kvb_chat_style style, const char *system, const char *user, bool first, const char *stop_text) {
     struct kvb_chat_message msgs[4];
     int k = 0;
     if (first && system) msgs[k++] = (struct kvb_chat_message){"system", system};
@@ -64,9 +80,9 @@ static char *turn_text(struct style st, const char *system, const char *user, bo
     }
     char *a = NULL, *b = NULL, *t = NULL;
     size_t la = 0, lb;
-    if (!first && kvb_chat_format(st.chat, msgs, k, false, &a, &la) != KVB_OK) return NULL;
+    if (!first && kvb_chat_format(style, msgs, k, false, &a, &la) != KVB_OK) return NULL;
     msgs[k++] = (struct kvb_chat_message){"user", user};
-    if (kvb_chat_format(st.chat, msgs, k, true, &b, &lb) == KVB_OK) {
+    if (kvb_chat_format(style, msgs, k, true, &b, &lb) == KVB_OK) {
         const char *glue = "", *mark = stop_text[0] ? stop_text : "\x01";
         for (const char *p = a; p && (p = strstr(p, mark)); p += strlen(mark)) glue = p + strlen(mark);
         size_t n = strlen(glue) + lb - la + 1;
@@ -89,7 +105,8 @@ static int chat_usage(FILE *f) {
             "\n"
             "  --template NAME  chatml, llama3, llama2, mistral or plain (default: detected from the\n"
             "                   model's chat template; unrecognized -> chatml with a warning;\n"
-            "                   no template -> plain User:/Assistant:)\n"
+            "                   no template, or a vocabulary without its tokens -> plain\n"
+            "                   User:/Assistant:, with a warning in the second case)\n"
             "  --system TEXT    system message for the first turn (default: the template's own, if any)\n"
             "  --show-prompt    print the text fed to the model each turn to stderr, as [prompt: ...]\n"
             "  --policy NAME    cache policy (default streaming); snapkv, pyramidkv and adakv compress\n"
@@ -164,20 +181,20 @@ int cmd_chat(int argc, char **argv) {
         free(logits); kvb_context_free(c); kvb_model_free(m);
         return 1;
     }
-    bool ok;
-    const struct style st = pick_style(kvb_model_chat_template(m), forced, &ok);
-    if (!ok) { free(logits); kvb_sampler_free(smp); kvb_context_free(c); kvb_model_free(m); return 2; }
-    char default_system[1024];
-    if (system && st.plain) /* say so rather than drop it silently */
-        fprintf(stderr, "kvbound chat: warning: the plain User:/Assistant: format has no system message; --system is ignored (--template to choose one)\n");
-    if (!system && !st.plain && st.chat == KVB_CHAT_CHATML && kvb_model_chat_template(m) &&
-        kvb_chat_default_system(kvb_model_chat_template(m), default_system, sizeof default_system) > 0)
-        system = default_system; /* as the template renders a conversation without one */
     const struct kvb_vocab *vocab = kvb_model_vocab(m);
+    enum kvb_chat_style style;
+    if (!pick_style(vocab, forced, &style)) { free(logits); kvb_sampler_free(smp); kvb_context_free(c); kvb_model_free(m); return 2; }
+    const bool plain = style == KVB_CHAT_PLAIN;
+    struct kvb_vocab_info vi;
+    kvb_vocab_get_info(vocab, &vi);
+    char default_system[1024];
+    if (!system && style == KVB_CHAT_CHATML && vi.chat_template &&
+        kvb_chat_default_system(vi.chat_template, default_system, sizeof default_system) > 0)
+        system = default_system; /* as the template renders a conversation without one */
     const int32_t eos = kvb_vocab_special(vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(vocab, KVB_SPECIAL_EOT);
     char stop_text[128] = "";
     const bool tty = isatty(0);
-    fprintf(stderr, "kvbound chat: %s, template %s, policy %s (budget %d); /stats /reset /save /load /quit\n", mi.arch, st.plain ? "plain" : kvb_chat_style_name(st.chat),
+    fprintf(stderr, "kvbound chat: %s, template %s, policy %s (budget %d); /stats /reset /save /load /quit\n", mi.arch, kvb_chat_style_name(style),
             kvb_policy_name(pid), cp.policy.budget);
     char *line = NULL;
     size_t cap = 0;
@@ -212,12 +229,12 @@ int cmd_chat(int argc, char **argv) {
             fflush(stdout);
             continue;
         }
-        char *turn = turn_text(st, system, line, first, stop_text);
+        char *turn = turn_text(style, system, line, first, stop_text);
         if (!turn) { fprintf(stderr, "kvbound chat: %s\n", kvb_last_error()); rc = 1; break; }
         if (show_prompt) fprintf(stderr, "[prompt: %s]\n", turn);
         int32_t *ids, n;
         /* BOS once, at the start (later "<s>" texts of Llama 2 become BOS by parse_special) */
-        kvb_status s = kvb_tokenize(m, turn, strlen(turn), first, true, &ids, &n);
+        kvb_status s = kvb_vocab_tokenize(kvb_model_vocab(m), turn, strlen(turn), first, true, &ids, &n);
         free(turn);
         if (s == KVB_OK) {
             s = kvb_context_prompt(c, ids, n, logits, false); /* the turn's text is a prompt: compressed here */
@@ -236,8 +253,8 @@ int cmd_chat(int argc, char **argv) {
         stop_text[0] = 0;
         for (int g = 0; s == KVB_OK && g < n_predict; g++) {
             int32_t next = kvb_sampler_sample(smp, logits, NULL, 0);
-            if (next == eos || next == eot || next == kvb_token_bos(m)) {
-                if (st.plain) break;
+            if (next == eos || next == eot || next == kvb_vocab_special(vocab, KVB_SPECIAL_BOS)) {
+                if (plain) break;
                 size_t sl = kvb_vocab_token_bytes(vocab, next, true, stop_text, sizeof stop_text - 1);
                 stop_text[sl < sizeof stop_text ? sl : sizeof stop_text - 1] = 0;
                 s = kvb_context_eval(c, &next, 1, logits, false); /* keep the end-of-turn token in the cache */
@@ -247,7 +264,7 @@ int cmd_chat(int argc, char **argv) {
             if (pl > sizeof piece) pl = 0; /* a token longer than 512 bytes: not shown */
             if (tl + pl < sizeof text) { memcpy(text + tl, piece, pl); tl += pl; }
             text[tl] = 0;
-            if (st.plain && strstr(text, "\nUser:")) break; /* the model starts the next turn */
+            if (plain && strstr(text, "\nUser:")) break; /* the model starts the next turn */
             fwrite(piece, 1, pl, stdout);
             fflush(stdout);
             s = kvb_context_eval(c, &next, 1, logits, false);

@@ -58,6 +58,8 @@ int cmd_bench(int argc, char **argv);
 int bench_model(int argc, char **argv, bool prefill);
 int bench_stream(int argc, char **argv);
 int bench_tokenize(int argc, char **argv);
+int bench_batch(int argc, char **argv);
+int bench_serve_memory(int argc, char **argv);
 int cmd_lab(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);

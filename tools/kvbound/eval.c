@@ -40,7 +40,7 @@ static int load(struct eval_opts *o, struct kvb_model **m, int32_t **ids, int32_
     size_t len;
     char *text = cli_read_file(o->text, (size_t)1 << 30, "text file", &len);
     if (!text) return -1;
-    kvb_status st = kvb_tokenize(*m, text, len, true, false, ids, n);
+    kvb_status st = kvb_vocab_tokenize(kvb_model_vocab(*m), text, len, true, false, ids, n);
     free(text);
     if (st != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
     if (o->max_tokens > 0 && *n > o->max_tokens) *n = (int32_t)o->max_tokens;

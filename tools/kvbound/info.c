@@ -77,7 +77,9 @@ int cmd_info(int argc, char **argv) {
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, kvb_type_name(in.weight_type));
     printf("KV per token  %zu bytes in f16 (2 x %d layers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.n_layer, in.n_head_kv, in.head_dim);
     print_tokenizer(kvb_model_vocab(m));
-    print_chat_template(kvb_model_chat_template(m));
+    struct kvb_vocab_info vi;
+    kvb_vocab_get_info(kvb_model_vocab(m), &vi);
+    print_chat_template(vi.chat_template);
     if (!strcmp(in.source, "gguf")) print_tensors(model);
     kvb_model_free(m);
     return 0;

@@ -101,7 +101,7 @@ int cmd_run(int argc, char **argv) {
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
     int32_t *ids, n_ids;
-    if (kvb_tokenize(m, prompt, plen, true, true, &ids, &n_ids) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); kvb_model_free(m); free(pbuf); return 1; }
+    if (kvb_vocab_tokenize(kvb_model_vocab(m), prompt, plen, true, true, &ids, &n_ids) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); kvb_model_free(m); free(pbuf); return 1; }
     if (n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); kvb_buffer_free(ids); kvb_model_free(m); free(pbuf); return 1; }
     cp.policy = cli_policy_params(&po, pid);
     cli_policy_warn(&po, pid, mi.n_ctx_train);
@@ -152,8 +152,8 @@ int cmd_run(int argc, char **argv) {
     }
     for (; st == KVB_OK && generated < n_predict; generated++) {
         int32_t next = kvb_sampler_sample(smp, logits, hist, n_hist);
-        if (!ignore_eos && (next == kvb_token_eos(m) || next == eot || next == kvb_token_bos(m))) {
-            stop = next == eot && next != kvb_token_eos(m) ? "end of turn (--ignore-eos to go on)" : "end of sequence (--ignore-eos to go on)";
+        if (!ignore_eos && (next == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOS) || next == eot || next == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_BOS))) {
+            stop = next == eot && next != kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOS) ? "end of turn (--ignore-eos to go on)" : "end of sequence (--ignore-eos to go on)";
             break;
         }
         if (n_hist == hist_cap) { memmove(hist, hist + hist_cap / 2, sizeof(int32_t) * (size_t)(hist_cap / 2)); n_hist = hist_cap / 2; }

@@ -23,7 +23,7 @@ static int tokenize_usage(FILE *f) {
             "      --show-count       print the number of tokens at the end\n"
             "      --chat ROLE:TEXT   add a chat message (repeatable); the conversation is formatted\n"
             "                         with --template (default: chatml) and an assistant header\n"
-            "      --template NAME    chatml, llama3, llama2 or mistral\n");
+            "      --template NAME    chatml, llama3, llama2, mistral or plain (User:/Assistant: lines)\n");
     return 0;
 }
 

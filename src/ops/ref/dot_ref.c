@@ -13,8 +13,8 @@ static float dot_f32_ref(const void *row, const float *x, int64_t n) {
 }
 
 static float dot_blocks(uint32_t type, const void *row, const float *x, int64_t n) {
-    const int64_t bs = ggml_blck_size(type);
-    const size_t tb = ggml_type_size(type);
+    const int64_t bs = kvb_ggml_blck_size(type);
+    const size_t tb = kvb_ggml_type_size(type);
     float buf[QK_K], s = 0;
     for (int64_t b = 0; b < n / bs; b++) {
         kvb_dequantize_row(type, (const uint8_t *)row + (size_t)b * tb, buf, bs);

@@ -1,0 +1,271 @@
+/*
+ * attend.c — the attention workers of a cache: storing a token's rows, and
+ * attention of one decode token or a block of prefill tokens over a stream,
+ * with the runs a query sees (positions: see cache.c) and each KV head's
+ * scratch. Everything here runs per KV head in parallel and cannot fail:
+ * cache.c reserves the scratch and slots first.
+ */
+#include "cache_impl.h"
+
+#include <math.h>
+
+#define ROPE_MEMO 16 /* capped positions: the global tokens keep their rotations across steps */
+
+struct kvb_head_scratch {
+    float *acc;      /* [MAX_ROWS][d] */
+    float *qrot;     /* [MAX_ROWS][d] */
+    float *out;      /* [MAX_ROWS][d] */
+    float *lse;      /* [MAX_ROWS] */
+    int32_t *limit;  /* [MAX_ROWS] */
+    float *krow;     /* [d] */
+    float *p;        /* [G][cap] decode probabilities */
+    float *col;      /* [cap] prefill column mass / mean weights */
+    int32_t *seg_j;  /* [seg_cap] */
+    float *seg_m;    /* [seg_cap][MAX_ROWS] */
+    int64_t cap, seg_cap, p_rows;
+    int64_t memo_pos[ROPE_MEMO];
+    float *memo_cs;  /* [ROPE_MEMO][2*n_pairs] */
+    int32_t memo_next;
+    struct kvb_run *cruns; /* [cap + 1] runs of one query in CAPPED mode */
+};
+
+/* ---- scratch ---- */
+
+static void free_scratch(struct kvb_head_scratch *h) {
+    kvb_free(h->acc); kvb_free(h->qrot); kvb_free(h->out); kvb_free(h->lse); kvb_free(h->limit); kvb_free(h->krow);
+    kvb_free(h->p); kvb_free(h->col); kvb_free(h->seg_j); kvb_free(h->seg_m); kvb_free(h->memo_cs);
+    kvb_free(h->cruns);
+    memset(h, 0, sizeof *h);
+}
+
+struct kvb_head_scratch *kvb_head_scratch_new_array(int32_t n) {
+    return kvb_calloc((size_t)n, sizeof(struct kvb_head_scratch));
+}
+
+void kvb_head_scratch_free_array(struct kvb_head_scratch *h, int32_t n) {
+    if (!h) return;
+    for (int32_t i = 0; i < n; i++) free_scratch(&h[i]);
+    kvb_free(h);
+}
+
+struct kvb_head_scratch *kvb_head_scratch_at(struct kvb_head_scratch *arr, int32_t i) { return &arr[i]; }
+
+float *kvb_head_scratch_col(struct kvb_head_scratch *h) { return h->col; }
+
+kvb_status kvb_head_scratch_reserve(const struct kvb_cache *c, struct kvb_head_scratch *h, int64_t n, int32_t G) {
+    const size_t d = (size_t)c->params.head_dim;
+    if (!h->acc) {
+        struct kvb_head_scratch t = {0};
+        t.acc = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS * d);
+        t.qrot = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS * d);
+        t.out = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS * d);
+        t.lse = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS);
+        t.limit = kvb_malloc(sizeof(int32_t) * KVB_ATTN_MAX_ROWS);
+        t.krow = kvb_malloc(sizeof(float) * d * 2);
+        t.memo_cs = kvb_malloc(sizeof(float) * ROPE_MEMO * 2 * (size_t)KVB_MAX(c->n_pairs, 1));
+        if (!t.acc || !t.qrot || !t.out || !t.lse || !t.limit || !t.krow || !t.memo_cs) {
+            free_scratch(&t);
+            return KVB_ERR_NOMEM;
+        }
+        for (int i = 0; i < ROPE_MEMO; i++) t.memo_pos[i] = INT64_MIN;
+        *h = t;
+    }
+    if (n > h->cap || G > h->p_rows) {
+        int64_t cap = KVB_MAX(h->cap, 64);
+        while (cap < n) cap *= 2;
+        const int64_t rows = KVB_MAX(h->p_rows, (int64_t)G);
+        const int64_t seg_cap = cap / KVB_ATTN_TILE + cap + 2; /* runs <= keys */
+        float *p = kvb_malloc(sizeof(float) * (size_t)(cap * rows));
+        float *col = kvb_malloc(sizeof(float) * (size_t)cap);
+        int32_t *sj = kvb_malloc(sizeof(int32_t) * (size_t)seg_cap);
+        float *sm = kvb_malloc(sizeof(float) * (size_t)seg_cap * KVB_ATTN_MAX_ROWS);
+        struct kvb_run *cr = kvb_malloc(sizeof(struct kvb_run) * (size_t)(cap + 1));
+        if (!p || !col || !sj || !sm || !cr) {
+            kvb_free(p); kvb_free(col); kvb_free(sj); kvb_free(sm); kvb_free(cr);
+            return KVB_ERR_NOMEM;
+        }
+        kvb_free(h->p); kvb_free(h->col); kvb_free(h->seg_j); kvb_free(h->seg_m); kvb_free(h->cruns);
+        h->p = p; h->col = col; h->seg_j = sj; h->seg_m = sm; h->cruns = cr;
+        h->cap = cap; h->seg_cap = seg_cap; h->p_rows = rows;
+    }
+    return KVB_OK;
+}
+
+/* ---- rows and RoPE ---- */
+
+static const float *rope_cs(const struct kvb_cache *c, struct kvb_head_scratch *h, int64_t pos) {
+    const size_t w = 2 * (size_t)c->n_pairs;
+    for (int i = 0; i < ROPE_MEMO; i++)
+        if (h->memo_pos[i] == pos) return h->memo_cs + (size_t)i * w;
+    const int i = h->memo_next;
+    h->memo_next = (i + 1) % ROPE_MEMO;
+    h->memo_pos[i] = pos;
+    kvb_rope_cos_sin(c->inv_freq, c->n_pairs, pos, h->memo_cs + (size_t)i * w);
+    return h->memo_cs + (size_t)i * w;
+}
+
+static void rotate(const struct kvb_cache *c, struct kvb_head_scratch *h, float *x, int64_t pos) {
+    if (c->params.rope.type == KVB_ROPE_NONE) return;
+    kvb_rope_apply(c->params.rope.type, c->params.rope.n_dims, rope_cs(c, h, pos), x);
+}
+
+static void store_row(const struct kvb_cache *c, uint8_t *dst, const float *src) {
+    if (c->params.dtype == KVB_DTYPE_F16) c->kr->to_f16(src, (uint16_t *)dst, c->params.head_dim);
+    else memcpy(dst, src, c->geom.row_bytes);
+}
+
+static void load_row(const struct kvb_cache *c, const uint8_t *src, float *dst) {
+    if (c->params.dtype == KVB_DTYPE_F16) c->kr->from_f16((const uint16_t *)src, dst, c->params.head_dim);
+    else memcpy(dst, src, c->geom.row_bytes);
+}
+
+void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *k,
+                       const float *v, int32_t pos) {
+    const int32_t d = c->params.head_dim;
+    const size_t rb = c->geom.row_bytes;
+    const int32_t slot = kvb_stream_push(&c->geom, s, pos);
+    uint8_t *kd = kvb_stream_row(&c->geom, s, slot);
+    if (k) {
+        memcpy(h->krow, k, sizeof(float) * (size_t)d);
+        rotate(c, h, h->krow, pos);
+        store_row(c, kd, h->krow);
+    } else {
+        memset(kd, 0, rb);
+    }
+    if (v) store_row(c, kd + c->geom.v_offset, v);
+    else memset(kd + c->geom.v_offset, 0, rb);
+    if (c->policy.iface->on_append) c->policy.iface->on_append(&c->policy, &s->v, s->v.n - 1, k, d);
+}
+
+void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s, int32_t j, float *k, float *v) {
+    const uint8_t *kd = kvb_stream_row(&c->geom, s, s->v.order[j]);
+    if (k) load_row(c, kd, k);
+    if (v) load_row(c, kd + c->geom.v_offset, v);
+}
+
+/* ---- runs as a query sees them ---- */
+
+/* Whether queries at original positions up to pq_max see a capped distance
+ * in stream s (then every query needs its own runs). */
+static bool capped_far(const struct kvb_cache *c, const struct kvb_stream *s, int64_t pq_max) {
+    return c->pos_mode == KVB_POS_CAPPED && s->v.n > 0 && pq_max - s->v.pos[s->v.order[0]] > c->params.max_distance;
+}
+
+/* Runs as seen by a query at original position pq: contiguous mode uses the
+ * stream's runs, original mode a single run with delta 0, capped mode one run
+ * per key farther than max_distance (delta p_j + max_distance - pq, so the
+ * query is rotated to sit exactly max_distance after it) and then one run
+ * with delta 0. The query is rotated at (CONTIGUOUS ? its cache position : pq)
+ * + delta. */
+static int32_t attn_runs(const struct kvb_cache *c, const struct kvb_stream *s, struct kvb_head_scratch *hs, int64_t pq,
+                         const struct kvb_run **out) {
+    static const struct kvb_run one = {0, 0};
+    if (c->pos_mode == KVB_POS_CONTIGUOUS) {
+        *out = s->runs;
+        return s->n_runs;
+    }
+    *out = &one;
+    if (!capped_far(c, s, pq)) return 1;
+    const int64_t L = c->params.max_distance;
+    int32_t nr = 0, j = 0;
+    for (; j < s->v.n && pq - s->v.pos[s->v.order[j]] > L; j++)
+        hs->cruns[nr++] = (struct kvb_run){j, (int32_t)(s->v.pos[s->v.order[j]] + L - pq)};
+    if (j < s->v.n) hs->cruns[nr++] = (struct kvb_run){j, 0};
+    *out = hs->cruns;
+    return nr;
+}
+
+static struct kvb_kv_view kv_view(const struct kvb_cache *c, const struct kvb_stream *s) {
+    struct kvb_kv_view v;
+    v.pages = s->pages;
+    v.slots = s->v.order;
+    v.n = s->v.n;
+    v.block_shift = c->geom.block_shift;
+    v.head_dim = c->params.head_dim;
+    v.row_bytes = c->geom.row_bytes;
+    v.v_offset = c->geom.v_offset;
+    v.dtype = c->params.dtype;
+    return v;
+}
+
+/* Rotates the query rows of tokens [i0, i1) of KV head h's group for run
+ * delta and scales them; q is [*][n_head][d], row r = (i - i0) * G + g.
+ * Token i sits at original position p0 + i and logical slot n_prev + i. */
+static void rotate_rows(const struct kvb_cache *c, struct kvb_head_scratch *hs, const float *q, int32_t n_head, int32_t G,
+                        int32_t h, int32_t i0, int32_t i1, int32_t n_prev, int64_t p0, int32_t delta) {
+    const int32_t d = c->params.head_dim;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int32_t i = i0; i < i1; i++) {
+        const int64_t qpos = (c->pos_mode == KVB_POS_CONTIGUOUS ? (int64_t)n_prev + i : p0 + i) + delta;
+        for (int32_t g = 0; g < G; g++) {
+            float *qr = hs->qrot + (size_t)((i - i0) * G + g) * d;
+            memcpy(qr, q + ((size_t)i * n_head + (size_t)h * G + g) * d, sizeof(float) * (size_t)d);
+            rotate(c, hs, qr, qpos);
+            for (int32_t x = 0; x < d; x++) qr[x] *= scale;
+        }
+    }
+}
+
+/* ---- attention ---- */
+
+/* End of run r of nr over n slots, clipped to the causal limit jmax. */
+static inline int32_t run_end(const struct kvb_run *runs, int32_t nr, int32_t r, int32_t n, int32_t jmax) {
+    return KVB_MIN(r + 1 < nr ? runs[r + 1].j0 : n, jmax);
+}
+
+
+void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q, int32_t G,
+                       int64_t pq, float *out, float *w) {
+    const int32_t d = c->params.head_dim;
+    const struct kvb_run *runs;
+    const int32_t nr = attn_runs(c, s, h, pq, &runs);
+    const struct kvb_kv_view view = kv_view(c, s);
+    struct kvb_attn_state st;
+    kvb_attn_begin(&st, G, d, h->acc, w ? h->p : NULL, s->v.n, h->seg_j, h->seg_m, (int32_t)h->seg_cap);
+    for (int32_t r = 0; r < nr; r++) {
+        const int32_t j0 = runs[r].j0, j1 = run_end(runs, nr, r, s->v.n, s->v.n);
+        /* one token: the new one, at logical slot n - 1 and position pq */
+        rotate_rows(c, h, q, G, G, 0, 0, 1, s->v.n - 1, pq, runs[r].delta);
+        kvb_attn_run(c->kr, &view, h->qrot, NULL, j0, j1, &st);
+    }
+    if (w) kvb_attn_end_mean(&st, out, w, s->v.n);
+    else kvb_attn_end(&st, out, NULL);
+}
+
+void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h,
+                       const float *q, int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, float *out,
+                       int32_t obs_from, float *col) {
+    const int32_t d = c->params.head_dim;
+    const struct kvb_kv_view view = kv_view(c, s);
+    /* capped positions with far keys: every token has its own runs */
+    const int32_t tb = capped_far(c, s, p0 + C - 1) ? 1 : KVB_MAX(1, KVB_ATTN_MAX_ROWS / G);
+    for (int32_t i0 = 0; i0 < C; i0 += tb) {
+        const int32_t i1 = KVB_MIN(C, i0 + tb), R = (i1 - i0) * G;
+        const struct kvb_run *runs;
+        const int32_t nr = attn_runs(c, s, hs, p0 + i0, &runs);
+        for (int32_t i = i0; i < i1; i++)
+            for (int32_t g = 0; g < G; g++) hs->limit[(i - i0) * G + g] = n_prev + i + 1;
+        const int32_t jmax = n_prev + i1;
+        struct kvb_attn_state st;
+        kvb_attn_begin(&st, R, d, hs->acc, NULL, 0, NULL, NULL, 0);
+        int32_t j1;
+        for (int32_t r = 0; r < nr && (j1 = run_end(runs, nr, r, s->v.n, jmax)) > runs[r].j0; r++) {
+            rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
+            kvb_attn_run(c->kr, &view, hs->qrot, hs->limit, runs[r].j0, j1, &st);
+        }
+        kvb_attn_end(&st, hs->out, hs->lse);
+        if (out)
+            for (int32_t i = i0; i < i1; i++)
+                memcpy(out + ((size_t)i * n_head + (size_t)h * G) * d, hs->out + (size_t)(i - i0) * G * d,
+                       sizeof(float) * (size_t)G * d);
+        if (col && i1 > obs_from) {
+            const int32_t a = KVB_MAX(i0, obs_from); /* observed tokens of this block: [a, i1) */
+            const int32_t off = (a - i0) * G, Ro = (i1 - a) * G;
+            for (int32_t r = 0; r < nr && (j1 = run_end(runs, nr, r, s->v.n, jmax)) > runs[r].j0; r++) {
+                rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
+                kvb_attn_colmass(c->kr, &view, hs->qrot + (size_t)off * d, hs->limit + off, hs->lse + off, Ro,
+                                 1.0f / (float)G, runs[r].j0, j1, col, st.s);
+            }
+        }
+    }
+}

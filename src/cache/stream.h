@@ -1,0 +1,107 @@
+/*
+ * stream.h — one stream: the retained tokens of one (layer, KV head), their
+ * slots in pages from the pool, and the invariants that keep them exact:
+ *
+ *   pages[0..n_pages)        page p holds physical slots p*B .. p*B+B-1
+ *                            layout: K rows [B][row_bytes] then V rows [B][row_bytes]
+ *   v.pos[slot]              original position, -1 = free slot (a hole)
+ *   v.state[j*n_state + i]   policy scores of LOGICAL slot j (logical order,
+ *                            so policies scan contiguous floats)
+ *   v.order[j], j < v.n      physical slot of logical slot j; logical order is
+ *                            increasing original position (oldest first)
+ *   v.page_live[p]           live slots of page p
+ *   free_slots[0..n_free)    the holes, a stack (the next append pops the top)
+ *   runs[r]                  contiguous positions: maximal ranges of logical
+ *                            slots sharing delta = pos - j (see cache.c)
+ *
+ * Holes left by eviction are refilled by the next appends, so a steady
+ * evict-one/append-one stream never moves a row. When a stream holds two
+ * pages worth of holes, compaction moves live rows from the last pages into
+ * holes and returns pages to the pool (kvb_stream_remove). The module knows
+ * rows only as bytes; it does not know attention, RoPE or policies, and is
+ * unit-tested alone (tests/test_stream.c).
+ */
+#ifndef KVB_STREAM_H
+#define KVB_STREAM_H
+
+#include "../policies/policy.h"
+#include "pool.h"
+
+/* The geometry every stream of a cache shares. */
+struct kvb_stream_geom {
+    int32_t block_size;  /* slots per page, a power of two */
+    int32_t block_shift; /* log2(block_size) */
+    size_t row_bytes;    /* one K (or V) row */
+    size_t v_offset;     /* V rows start this far into a page */
+    int32_t n_state;     /* policy words per slot */
+    bool runs;           /* keep runs (contiguous positions) */
+};
+
+struct kvb_run {
+    int32_t j0;    /* first logical slot of the run */
+    int32_t delta; /* pos - j for every slot of the run */
+};
+
+struct kvb_stream {
+    struct kvb_stream_view v; /* what policies see */
+    uint8_t **pages;
+    int64_t pages_cap;
+    int32_t *free_slots;      /* [slot_cap] */
+    int32_t n_free;
+    int64_t slot_cap;         /* capacity of the per-slot arrays */
+    struct kvb_run *runs;
+    int32_t n_runs;
+    int64_t runs_cap;
+    int32_t *victims;         /* [slot_cap] selection output */
+};
+
+/* K row of a physical slot; its V row is v_offset bytes further. */
+static inline uint8_t *kvb_stream_row(const struct kvb_stream_geom *g, const struct kvb_stream *s, int32_t slot) {
+    return s->pages[slot >> g->block_shift] + (size_t)(slot & (g->block_size - 1)) * g->row_bytes;
+}
+
+/* Pages the stream needs beyond its holes to take n_new more tokens. */
+int64_t kvb_stream_pages_needed(const struct kvb_stream_geom *g, const struct kvb_stream *s, int64_t n_new);
+
+/* Grows the arrays of s for n_pages pages (all their slots) and n_runs runs.
+ * All or nothing: KVB_ERR_NOMEM leaves s as it was (capacities may grow). */
+kvb_status kvb_stream_reserve(const struct kvb_stream_geom *g, struct kvb_stream *s, int64_t n_pages, int64_t n_runs);
+
+/* Attaches np pages (reserved) as holes; the lowest new slot pops first. */
+void kvb_stream_attach(const struct kvb_stream_geom *g, struct kvb_stream *s, uint8_t *const *pages, int64_t np);
+
+/* Undoes the last kvb_stream_attach of np pages when nothing happened since:
+ * the last np pages (all holes) leave s, their slots leave the hole stack,
+ * and they are written to pages[0..np). */
+void kvb_stream_detach(const struct kvb_stream_geom *g, struct kvb_stream *s, uint8_t **pages, int64_t np);
+
+/* Takes a hole for a token at original position pos (greater than every
+ * live position) as the new last logical slot, state zeroed; returns its
+ * physical slot. A hole must exist. The caller writes the rows. */
+int32_t kvb_stream_push(const struct kvb_stream_geom *g, struct kvb_stream *s, int32_t pos);
+
+/* Sorts victims[0..k) ascending and drops duplicates; returns the count. */
+int32_t kvb_stream_sort_victims(int32_t *victims, int32_t k);
+
+/* Removes logical slots victims[0..k) (distinct, ascending), then compacts:
+ * pages that empty go back to pool. Cannot fail. */
+void kvb_stream_remove(const struct kvb_stream_geom *g, struct kvb_stream *s, struct kvb_pool *pool,
+                       const int32_t *victims, int32_t k);
+
+/* After v.pos, v.order, v.n and the pages were filled (a restore): rebuilds
+ * page_live, the holes and the runs. */
+void kvb_stream_rebuild(const struct kvb_stream_geom *g, struct kvb_stream *s);
+
+/* Returns every page to pool and empties s (arrays kept). */
+void kvb_stream_clear(struct kvb_stream *s, struct kvb_pool *pool);
+
+/* Frees the arrays of an empty (cleared) stream. */
+void kvb_stream_free(struct kvb_stream *s);
+
+/* Bytes of metadata held by s (its arrays). */
+size_t kvb_stream_meta_bytes(const struct kvb_stream_geom *g, const struct kvb_stream *s);
+
+/* Checks every invariant above; returns NULL or what is broken (tests). */
+const char *kvb_stream_check(const struct kvb_stream_geom *g, const struct kvb_stream *s);
+
+#endif /* KVB_STREAM_H */

@@ -1,0 +1,410 @@
+/*
+ * batch.c — many sequences in one forward pass (continuous batching with
+ * chunked prefill), each with its own cache and sampler, every cache on one
+ * page pool.
+ *
+ * A step: (1) rows — every decoding sequence's pending token first (rows
+ * [0, n_dec), one kvb_matmul_decode per weight for all of them), then the
+ * prompts in admission order, a chunk each while step_tokens lasts (a chunk
+ * never splits below `chunk`, so a prompt is cut where a lone context cuts
+ * it and the numbers match); (2) reserve — kvb_cache_reserve for every
+ * sequence of the step, undone for all if one cannot get its pages, so a
+ * failed step changes no cache; (3) kvb_forward; (4) per sequence: a prompt
+ * that ended compresses (kvb_cache_compress) and samples, a decode samples;
+ * a sequence ends at EOS, max_tokens or, under full, n_ctx.
+ */
+#include "model.h"
+
+#include <stdlib.h>
+
+struct seq {
+    bool used;
+    struct kvb_seq_params p;
+    struct kvb_cache *cache;
+    struct kvb_sampler *smp;
+    int32_t *hist;               /* prompt, then generated tokens */
+    int32_t n_hist, hist_cap;
+    int32_t n_prompt, n_prompt_done, n_generated, last_token, next;
+    int32_t n_ctx;
+    enum kvb_seq_state state;
+    const char *stop;
+    int64_t order;               /* admission order */
+    float *logits, *work;        /* [n_vocab] raw logits; the sampler's copy */
+    bool has_logits;
+};
+
+struct kvb_batch {
+    const struct kvb_model *m;
+    struct kvb_batch_params p;
+    struct kvb_pool *pool;
+    struct kvb_threadpool *tp;
+    struct kvb_fwd fwd;
+    struct seq *seqs;            /* [max_seqs] */
+    int64_t next_order, steps, rows;
+    int32_t *tok;                /* [step_tokens] */
+    struct kvb_fwd_seg *segs;    /* [max_seqs] */
+    int32_t *seg_seq;            /* [max_seqs] */
+    int32_t *by_order;           /* [max_seqs] */
+    size_t page_bytes;           /* the pool's */
+};
+
+struct kvb_batch_params kvb_batch_default_params(void) {
+    struct kvb_batch_params p;
+    memset(&p, 0, sizeof p);
+    p.kv_dtype = KVB_DTYPE_F16;
+    p.block_size = 16;
+    p.kv_pool_bytes = (size_t)1 << 30;
+    p.n_threads = 1;
+    p.max_seqs = 64;
+    p.step_tokens = 512;
+    p.chunk = 256;
+    return p;
+}
+
+struct kvb_seq_params kvb_seq_default_params(void) {
+    struct kvb_seq_params p;
+    memset(&p, 0, sizeof p);
+    p.policy = kvb_policy_default_params(KVB_POLICY_FULL);
+    p.pos_mode = KVB_POS_POLICY_DEFAULT;
+    p.sampler = kvb_sampler_default_params();
+    return p;
+}
+
+static void seq_clear(struct seq *s) {
+    kvb_cache_free(s->cache); /* its pages go back to the pool now */
+    kvb_sampler_free(s->smp);
+    kvb_free(s->hist);
+    kvb_free(s->logits);
+    kvb_free(s->work);
+    memset(s, 0, sizeof *s);
+}
+
+void kvb_batch_free(struct kvb_batch *b) {
+    if (!b) return;
+    if (b->seqs)
+        for (int32_t i = 0; i < b->p.max_seqs; i++) seq_clear(&b->seqs[i]);
+    kvb_free(b->seqs);
+    kvb_fwd_free(&b->fwd);
+    kvb_threadpool_free(b->tp);
+    kvb_pool_free(b->pool);
+    kvb_free(b->tok); kvb_free(b->segs); kvb_free(b->seg_seq); kvb_free(b->by_order);
+    kvb_free(b);
+}
+
+kvb_status kvb_batch_init(const struct kvb_model *m, const struct kvb_batch_params *params, struct kvb_batch **out) {
+    if (!m || !params || !out) return kvb_fail(KVB_ERR_INVALID, "batch_init: model, params and out must not be NULL");
+    const struct kvb_batch_params *p = params;
+    if (p->max_seqs < 1 || p->max_seqs > 4096) return kvb_fail(KVB_ERR_INVALID, "batch: max_seqs must be in 1..4096, got %d", (int)p->max_seqs);
+    if (p->chunk < 1 || p->chunk > 8192) return kvb_fail(KVB_ERR_INVALID, "batch: chunk must be in 1..8192, got %d", (int)p->chunk);
+    if (p->step_tokens < p->chunk || p->step_tokens > 65536)
+        return kvb_fail(KVB_ERR_INVALID, "batch: step_tokens must be in chunk (%d)..65536, got %d", (int)p->chunk, (int)p->step_tokens);
+    if (p->n_threads < 1 || p->n_threads > 1024) return kvb_fail(KVB_ERR_INVALID, "batch: n_threads must be in 1..1024, got %d", (int)p->n_threads);
+    struct kvb_policy_params full = kvb_policy_default_params(KVB_POLICY_FULL);
+    struct kvb_cache_params cp = kvb_model_cache_params(m, &full, KVB_POS_POLICY_DEFAULT, p->kv_dtype, p->block_size, 0);
+    const size_t page = kvb_cache_page_bytes(&cp);
+    if (!page) return kvb_fail(KVB_ERR_INVALID, "batch: bad kv_dtype or block_size");
+    struct kvb_batch *b = kvb_calloc(1, sizeof *b);
+    if (!b) return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory");
+    b->m = m;
+    b->p = *p;
+    struct kvb_pool_params pp = kvb_pool_default_params();
+    pp.page_bytes = page;
+    pp.capacity_bytes = p->kv_pool_bytes;
+    kvb_status st = kvb_pool_init(&pp, &b->pool);
+    if (st == KVB_OK) st = kvb_threadpool_init(p->n_threads, &b->tp);
+    if (st == KVB_OK) st = kvb_fwd_init(&b->fwd, &m->info, p->step_tokens);
+    if (st != KVB_OK) {
+        kvb_batch_free(b);
+        return st;
+    }
+    struct kvb_pool_stats ps;
+    kvb_pool_get_stats(b->pool, &ps);
+    b->page_bytes = ps.page_bytes;
+    b->seqs = kvb_calloc((size_t)p->max_seqs, sizeof(struct seq));
+    b->tok = kvb_malloc(sizeof(int32_t) * (size_t)p->step_tokens);
+    b->segs = kvb_malloc(sizeof(struct kvb_fwd_seg) * (size_t)p->max_seqs);
+    b->seg_seq = kvb_malloc(sizeof(int32_t) * (size_t)p->max_seqs);
+    b->by_order = kvb_malloc(sizeof(int32_t) * (size_t)p->max_seqs);
+    if (!b->seqs || !b->tok || !b->segs || !b->seg_seq || !b->by_order) {
+        kvb_batch_free(b);
+        return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for %d sequences", (int)p->max_seqs);
+    }
+    *out = b;
+    return KVB_OK;
+}
+
+/* ---- admission ---- */
+
+static bool is_full(const struct kvb_seq_params *p) { return p->policy.id == KVB_POLICY_FULL; }
+
+size_t kvb_batch_seq_min_bytes(const struct kvb_batch *b, const struct kvb_seq_params *p, int32_t n_prompt) {
+    if (!b || !p) return 0;
+    const struct kvb_model_info *in = &b->m->info;
+    const int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : in->n_ctx_train;
+    int64_t tokens;
+    if (is_full(p)) {
+        tokens = n_ctx;
+        if (p->max_tokens > 0) tokens = KVB_MIN(tokens, (int64_t)n_prompt + p->max_tokens);
+    } else {
+        tokens = p->policy.budget;
+        /* the snapkv family reads a prompt whole before compressing it */
+        if (p->policy.prefill_budget == 0 && (p->policy.id == KVB_POLICY_SNAPKV || p->policy.id == KVB_POLICY_PYRAMIDKV ||
+                                              p->policy.id == KVB_POLICY_ADAKV))
+            tokens = KVB_MAX(tokens + (p->policy.decode_budget ? p->policy.decode_budget : p->policy.budget), (int64_t)n_prompt);
+    }
+    const int64_t B = b->p.block_size;
+    const int64_t chunk = KVB_MIN((int64_t)b->p.chunk, (int64_t)KVB_MAX(n_prompt, 1)); /* a prompt chunk read before eviction */
+    const int64_t pages = (tokens + chunk + B - 1) / B + 2;
+    return (size_t)pages * (size_t)in->n_layer * (size_t)in->n_head_kv * b->page_bytes;
+}
+
+static size_t seq_bytes(const struct kvb_batch *b, const struct seq *s) {
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(s->cache, &cs);
+    return (size_t)cs.pages_in_use * b->page_bytes;
+}
+
+kvb_status kvb_batch_can_admit(const struct kvb_batch *b, const struct kvb_seq_params *p, int32_t n_prompt) {
+    if (!b || !p) return kvb_fail(KVB_ERR_INVALID, "batch_can_admit: NULL argument");
+    size_t need = kvb_batch_seq_min_bytes(b, p, n_prompt);
+    for (int32_t i = 0; i < b->p.max_seqs; i++) {
+        const struct seq *s = &b->seqs[i];
+        if (!s->used) continue;
+        const size_t cur = seq_bytes(b, s);
+        need += s->state == KVB_SEQ_DONE ? cur : KVB_MAX(cur, kvb_batch_seq_min_bytes(b, &s->p, s->n_prompt));
+    }
+    struct kvb_pool_stats ps;
+    kvb_pool_get_stats(b->pool, &ps);
+    const size_t cap = (size_t)ps.pages_capacity * ps.page_bytes;
+    if (need > cap)
+        return kvb_fail(KVB_ERR_NOMEM, "batch: the pool (%zu bytes) cannot hold one more sequence at its minimum (%zu bytes short)", cap,
+                        need - cap);
+    return KVB_OK;
+}
+
+static kvb_status hist_push(struct seq *s, int32_t tok) {
+    if (s->n_hist == s->hist_cap) {
+        int64_t cap = s->hist_cap;
+        if (kvb_grow((void **)&s->hist, &cap, (int64_t)s->n_hist + 1, sizeof(int32_t)) != KVB_OK)
+            return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for a sequence's tokens");
+        s->hist_cap = (int32_t)KVB_MIN(cap, (int64_t)INT32_MAX);
+    }
+    s->hist[s->n_hist++] = tok;
+    return KVB_OK;
+}
+
+kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, const int32_t *prompt, int32_t n_prompt, int32_t *seq_id) {
+    if (!b || !p || !prompt || !seq_id) return kvb_fail(KVB_ERR_INVALID, "batch_add: NULL argument");
+    const struct kvb_model_info *in = &b->m->info;
+    if (n_prompt < 1) return kvb_fail(KVB_ERR_INVALID, "batch_add: a sequence needs a prompt of at least one token");
+    for (int32_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= in->n_vocab)
+            return kvb_fail(KVB_ERR_INVALID, "batch_add: prompt token %d is %d, out of range 0..%d", (int)i, (int)prompt[i], (int)in->n_vocab - 1);
+    if (p->max_tokens < 0 || p->n_ctx < 0 || p->max_distance < 0)
+        return kvb_fail(KVB_ERR_INVALID, "batch_add: max_tokens, n_ctx and max_distance must be >= 0");
+    const int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx : in->n_ctx_train;
+    if (is_full(p) && n_prompt > n_ctx)
+        return kvb_fail(KVB_ERR_INVALID, "batch_add: a prompt of %d tokens exceeds n_ctx %d under policy full (use a bounded policy)",
+                        (int)n_prompt, (int)n_ctx);
+    int32_t id = -1;
+    for (int32_t i = 0; i < b->p.max_seqs && id < 0; i++)
+        if (!b->seqs[i].used) id = i;
+    if (id < 0) return kvb_fail(KVB_ERR_NOMEM, "batch: all %d sequence slots are in use", (int)b->p.max_seqs);
+    struct seq s;
+    memset(&s, 0, sizeof s);
+    s.p = *p;
+    s.n_ctx = n_ctx;
+    struct kvb_cache_params cp = kvb_model_cache_params(b->m, &p->policy, p->pos_mode, b->p.kv_dtype, b->p.block_size, p->max_distance);
+    kvb_status st = kvb_cache_init(b->pool, &cp, &s.cache);
+    if (st == KVB_OK) st = kvb_sampler_init(&p->sampler, in->n_vocab, &s.smp);
+    if (st == KVB_OK) {
+        s.logits = kvb_malloc(sizeof(float) * (size_t)in->n_vocab);
+        s.work = kvb_malloc(sizeof(float) * (size_t)in->n_vocab);
+        s.hist = kvb_malloc(sizeof(int32_t) * (size_t)n_prompt);
+        if (!s.logits || !s.work || !s.hist) st = kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for a sequence");
+    }
+    if (st != KVB_OK) {
+        seq_clear(&s);
+        return st;
+    }
+    memcpy(s.hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    s.n_hist = s.hist_cap = n_prompt;
+    s.n_prompt = n_prompt;
+    s.state = KVB_SEQ_PROMPT;
+    s.last_token = -1;
+    s.used = true;
+    s.order = b->next_order++;
+    b->seqs[id] = s;
+    *seq_id = id;
+    return KVB_OK;
+}
+
+static struct seq *get_seq(const struct kvb_batch *b, int32_t id) {
+    return b && id >= 0 && id < b->p.max_seqs && b->seqs[id].used ? &b->seqs[id] : NULL;
+}
+
+kvb_status kvb_batch_remove(struct kvb_batch *b, int32_t id) {
+    struct seq *s = get_seq(b, id);
+    if (!s) return kvb_fail(KVB_ERR_INVALID, "batch_remove: no sequence %d", (int)id);
+    seq_clear(s);
+    return KVB_OK;
+}
+
+kvb_status kvb_batch_set_token(struct kvb_batch *b, int32_t id, int32_t token) {
+    struct seq *s = get_seq(b, id);
+    if (!s) return kvb_fail(KVB_ERR_INVALID, "batch_set_token: no sequence %d", (int)id);
+    if (s->state != KVB_SEQ_DECODE) return kvb_fail(KVB_ERR_INVALID, "batch_set_token: sequence %d is not decoding", (int)id);
+    if (token < 0 || token >= b->m->info.n_vocab) return kvb_fail(KVB_ERR_INVALID, "batch_set_token: token %d out of range", (int)token);
+    s->next = token;
+    s->hist[s->n_hist - 1] = token;
+    return KVB_OK;
+}
+
+/* ---- a step ---- */
+
+/* After the sequence's logits are in s->logits: sample, then decide whether
+ * it goes on. */
+static kvb_status sample_next(struct kvb_batch *b, struct seq *s) {
+    const int32_t V = b->m->info.n_vocab;
+    memcpy(s->work, s->logits, sizeof(float) * (size_t)V);
+    s->has_logits = true;
+    const int32_t tok = kvb_sampler_sample(s->smp, s->work, s->hist, s->n_hist);
+    kvb_status st = hist_push(s, tok);
+    if (st != KVB_OK) return st;
+    s->n_generated++;
+    s->last_token = s->next = tok;
+    const struct kvb_vocab *v = b->m->vocab;
+    if (!s->p.ignore_eos && (tok == kvb_vocab_special(v, KVB_SPECIAL_EOS) || tok == kvb_vocab_special(v, KVB_SPECIAL_EOT))) {
+        s->state = KVB_SEQ_DONE;
+        s->stop = "eos";
+    } else if (s->p.max_tokens > 0 && s->n_generated >= s->p.max_tokens) {
+        s->state = KVB_SEQ_DONE;
+        s->stop = "length";
+    } else if (is_full(&s->p) && kvb_cache_n_past(s->cache, 0) + 1 > s->n_ctx) {
+        s->state = KVB_SEQ_DONE;
+        s->stop = "context";
+    } else {
+        s->state = KVB_SEQ_DECODE;
+    }
+    return KVB_OK;
+}
+
+kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *failed_seq) {
+    if (!b) return kvb_fail(KVB_ERR_INVALID, "batch is NULL");
+    if (n_advanced) *n_advanced = 0;
+    if (failed_seq) *failed_seq = -1;
+    const struct kvb_model_info *in = &b->m->info;
+    int32_t n_seg = 0, rows = 0;
+    /* decode rows first */
+    for (int32_t i = 0; i < b->p.max_seqs; i++) {
+        struct seq *s = &b->seqs[i];
+        if (!s->used || s->state != KVB_SEQ_DECODE || rows >= b->p.step_tokens) continue;
+        b->tok[rows] = s->next;
+        b->segs[n_seg] = (struct kvb_fwd_seg){s->cache, rows, 1, true, s->logits, false};
+        b->seg_seq[n_seg++] = i;
+        rows++;
+    }
+    const int32_t n_dec = rows;
+    /* then prompts, oldest first, a whole chunk each while the budget lasts */
+    int32_t n_wait = 0;
+    for (int32_t i = 0; i < b->p.max_seqs; i++)
+        if (b->seqs[i].used && b->seqs[i].state == KVB_SEQ_PROMPT) b->by_order[n_wait++] = i;
+    for (int32_t a = 1; a < n_wait; a++) { /* insertion sort by admission order */
+        const int32_t x = b->by_order[a];
+        int32_t j = a - 1;
+        while (j >= 0 && b->seqs[b->by_order[j]].order > b->seqs[x].order) { b->by_order[j + 1] = b->by_order[j]; j--; }
+        b->by_order[j + 1] = x;
+    }
+    for (int32_t a = 0; a < n_wait; a++) {
+        const int32_t i = b->by_order[a];
+        struct seq *s = &b->seqs[i];
+        const int32_t T = KVB_MIN(b->p.chunk, s->n_prompt - s->n_prompt_done);
+        if (rows + T > b->p.step_tokens) break; /* first come, first served */
+        memcpy(b->tok + rows, s->hist + s->n_prompt_done, sizeof(int32_t) * (size_t)T);
+        const bool last = s->n_prompt_done + T == s->n_prompt;
+        b->segs[n_seg] = (struct kvb_fwd_seg){s->cache, rows, T, false, last ? s->logits : NULL, false};
+        b->seg_seq[n_seg++] = i;
+        rows += T;
+    }
+    if (!n_seg) return KVB_OK;
+    for (int32_t k = 0; k < n_seg; k++) { /* room for the token each will sample: after the pass nothing may fail */
+        struct seq *s = &b->seqs[b->seg_seq[k]];
+        int64_t cap = s->hist_cap;
+        if (s->n_hist == s->hist_cap && kvb_grow((void **)&s->hist, &cap, (int64_t)s->n_hist + 1, sizeof(int32_t)) != KVB_OK)
+            return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for the tokens of sequence %d", (int)b->seg_seq[k]);
+        s->hist_cap = (int32_t)KVB_MIN(cap, (int64_t)INT32_MAX);
+    }
+    int32_t n_lg = 0;
+    for (int32_t k = 0; k < n_seg; k++) n_lg += b->segs[k].logits != NULL;
+    kvb_status st = kvb_fwd_reserve_logits(&b->fwd, in, n_lg);
+    if (st != KVB_OK) return st;
+    /* reserve every sequence's pages, or none */
+    for (int32_t k = 0; k < n_seg; k++) {
+        st = kvb_cache_reserve(b->segs[k].cache, b->segs[k].T, in->n_head);
+        if (st != KVB_OK) {
+            for (int32_t u = 0; u < k; u++) kvb_cache_unreserve(b->segs[u].cache);
+            if (failed_seq) *failed_seq = b->seg_seq[k];
+            if (st == KVB_ERR_NOMEM)
+                return kvb_fail(KVB_ERR_NOMEM, "batch: the pool cannot give sequence %d the pages for %d more tokens (%s); no cache changed",
+                                (int)b->seg_seq[k], (int)b->segs[k].T, kvb_last_error());
+            return st;
+        }
+    }
+    st = kvb_forward(b->m, b->tp, &b->fwd, b->tok, b->segs, n_seg, n_dec);
+    if (st != KVB_OK) return st; /* not reached after the reserves: the forward cannot fail then */
+    b->steps++;
+    b->rows += rows;
+    for (int32_t k = 0; k < n_seg; k++) {
+        struct seq *s = &b->seqs[b->seg_seq[k]];
+        if (!b->segs[k].decode) {
+            s->n_prompt_done += b->segs[k].T;
+            if (s->n_prompt_done < s->n_prompt) continue;
+            kvb_cache_compress(s->cache, b->tp); /* the prompt is read: the snapkv family compresses it */
+        }
+        if ((st = sample_next(b, s)) != KVB_OK) return st;
+    }
+    if (n_advanced) *n_advanced = n_seg;
+    return KVB_OK;
+}
+
+/* ---- introspection ---- */
+
+kvb_status kvb_batch_seq_info(const struct kvb_batch *b, int32_t id, struct kvb_seq_info *o) {
+    const struct seq *s = get_seq(b, id);
+    if (!s || !o) return kvb_fail(KVB_ERR_INVALID, "batch_seq_info: no sequence %d", (int)id);
+    o->state = s->state;
+    o->n_prompt = s->n_prompt;
+    o->n_prompt_done = s->n_prompt_done;
+    o->n_generated = s->n_generated;
+    o->last_token = s->last_token;
+    o->n_past = kvb_cache_n_past(s->cache, 0);
+    o->stop = s->stop;
+    o->kv_bytes = seq_bytes(b, s);
+    return KVB_OK;
+}
+
+const float *kvb_batch_logits(const struct kvb_batch *b, int32_t id) {
+    const struct seq *s = get_seq(b, id);
+    return s && s->has_logits ? s->logits : NULL;
+}
+
+struct kvb_cache *kvb_batch_seq_cache(struct kvb_batch *b, int32_t id) {
+    struct seq *s = get_seq(b, id);
+    return s ? s->cache : NULL;
+}
+
+void kvb_batch_get_stats(const struct kvb_batch *b, struct kvb_batch_stats *o) {
+    memset(o, 0, sizeof *o);
+    if (!b) return;
+    for (int32_t i = 0; i < b->p.max_seqs; i++) {
+        o->n_seqs += b->seqs[i].used;
+        o->n_active += b->seqs[i].used && b->seqs[i].state != KVB_SEQ_DONE;
+    }
+    o->steps = b->steps;
+    o->rows = b->rows;
+    struct kvb_pool_stats ps;
+    kvb_pool_get_stats(b->pool, &ps);
+    o->pool_bytes_in_use = ps.bytes_used;
+    o->pool_bytes_peak = ps.bytes_peak;
+    o->pool_bytes_capacity = (size_t)ps.pages_capacity * ps.page_bytes;
+}

@@ -1,0 +1,367 @@
+/*
+ * test_batch.c — batched decode against the single-sequence path, on the
+ * real stories260K model (GQA: 8 query heads on 4 KV heads):
+ *   - every policy, sequences with different prompts joining at different
+ *     steps, one cancelled mid-prompt and one mid-answer: each sequence's
+ *     logits at every step equal a lone kvb_context's (prompt through
+ *     kvb_context_prompt with the same chunk, then one eval per token)
+ *     within 1e-4, and after every step the pool's pages in use are the sum
+ *     of the sequences' pages;
+ *   - pool exhaustion mid-step and allocation failures during a step leave
+ *     every cache byte-identical and name the sequence;
+ *   - sequences removed in random order give back every page.
+ */
+#include "testing.h"
+#include "kvbound.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#define CHUNK 16
+#define MAX_GEN 20
+
+static struct kvb_model *g_model;
+static int32_t *g_ids, g_n_ids;
+
+static int load(void) {
+    if (g_model) return 1;
+    const char *path = t_shared("models/stories260K/stories260K.llamacpp.gguf");
+    const char *text = t_shared("text/tinystories_validation_head.txt");
+    if (!path || !text) return 0;
+    struct kvb_model_params mp = kvb_model_default_params();
+    if (kvb_model_load(path, &mp, &g_model) != KVB_OK) return 0;
+    size_t len;
+    char *t = t_read_file(text, &len);
+    if (!t) return 0;
+    kvb_status st = kvb_vocab_tokenize(kvb_model_vocab(g_model), t, len < 6000 ? len : 6000, true, false, &g_ids, &g_n_ids);
+    free(t);
+    return st == KVB_OK;
+}
+
+#define NEED_MODEL()                                                                    \
+    do {                                                                                \
+        NEED_SHARED(_m, "models/stories260K/stories260K.llamacpp.gguf");                \
+        NEED_SHARED(_t, "text/tinystories_validation_head.txt");                        \
+        if (!load()) FAILF("cannot load stories260K: %s", kvb_last_error());            \
+    } while (0)
+
+static struct kvb_policy_params policy(enum kvb_policy_id id) {
+    struct kvb_policy_params p = kvb_policy_default_params(id);
+    if (id != KVB_POLICY_FULL) {
+        p.budget = 40;
+        if (p.n_sink >= 40) p.n_sink = 4;
+    }
+    if (id == KVB_POLICY_SNAPKV || id == KVB_POLICY_PYRAMIDKV || id == KVB_POLICY_ADAKV) p.obs_window = 8;
+    return p;
+}
+
+/* A lone context's logits for the prompt and then for each token of `fed`. */
+static int single_logits(struct kvb_policy_params pol, const int32_t *prompt, int32_t n_prompt, const int32_t *fed, int32_t n_fed,
+                         float *out /* [(n_fed + 1) * V] */) {
+    struct kvb_context_params cp = kvb_context_default_params();
+    cp.policy = pol;
+    cp.chunk = CHUNK;
+    cp.kv_pool_bytes = (size_t)64 << 20;
+    struct kvb_context *c;
+    if (kvb_context_init(g_model, &cp, &c) != KVB_OK) return 0;
+    struct kvb_model_info mi;
+    kvb_model_get_info(g_model, &mi);
+    int ok = kvb_context_prompt(c, prompt, n_prompt, out, false) == KVB_OK;
+    for (int32_t i = 0; ok && i < n_fed; i++) ok = kvb_context_eval(c, &fed[i], 1, out + (size_t)(i + 1) * mi.n_vocab, false) == KVB_OK;
+    kvb_context_free(c);
+    return ok;
+}
+
+struct track {
+    int32_t id, start, n_prompt, cancel_at;
+    enum kvb_policy_id pol;
+    int32_t fed[MAX_GEN + 1];
+    int32_t n_fed;
+    float *lg; /* [(MAX_GEN + 1) * V] logits seen in the batch */
+    int32_t n_lg;
+    bool done, removed;
+};
+
+/* Pool pages in use equal the sequences' pages (nothing leaks, nothing is
+ * counted twice). */
+static int pool_matches(struct kvb_batch *b, const struct track *tr, int n) {
+    size_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (tr[i].id < 0 || tr[i].removed) continue;
+        struct kvb_seq_info si;
+        if (kvb_batch_seq_info(b, tr[i].id, &si) != KVB_OK) return 0;
+        sum += si.kv_bytes;
+    }
+    struct kvb_batch_stats bs;
+    kvb_batch_get_stats(b, &bs);
+    return bs.pool_bytes_in_use == sum;
+}
+
+TEST(batch_equals_single_every_policy_with_joins_and_cancels) {
+    NEED_MODEL();
+    struct kvb_model_info mi;
+    kvb_model_get_info(g_model, &mi);
+    const int32_t V = mi.n_vocab;
+    enum { NS = KVB_POLICY_COUNT + 2 };
+    struct track tr[NS];
+    for (int i = 0; i < NS; i++) {
+        memset(&tr[i], 0, sizeof tr[i]);
+        tr[i].id = -1;
+        tr[i].pol = (enum kvb_policy_id)(i % KVB_POLICY_COUNT);
+        tr[i].start = i / 2;                     /* two join per step */
+        tr[i].n_prompt = 5 + (i * 23) % 70;      /* 5..74 tokens: one to five chunks */
+        tr[i].cancel_at = i == 3 ? tr[i].start + 2 : i == 8 ? tr[i].start + 9 : -1; /* mid-prompt; mid-answer */
+        tr[i].lg = malloc(sizeof(float) * (size_t)(MAX_GEN + 1) * (size_t)V);
+    }
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.n_threads = 2;
+    bp.max_seqs = 8;
+    bp.chunk = CHUNK;
+    bp.step_tokens = 3 * CHUNK;
+    bp.kv_pool_bytes = (size_t)64 << 20;
+    struct kvb_batch *b;
+    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+    int active_max = 0;
+    for (int step = 0; step < 200; step++) {
+        for (int i = 0; i < NS; i++) /* joins (when a slot is free) */
+            if (tr[i].id < 0 && !tr[i].done && step >= tr[i].start) {
+                struct kvb_seq_params sp = kvb_seq_default_params();
+                sp.policy = policy(tr[i].pol);
+                sp.max_tokens = MAX_GEN;
+                sp.ignore_eos = true;
+                sp.sampler.temp = 0;
+                if (kvb_batch_add(b, &sp, g_ids + 100 * i, tr[i].n_prompt, &tr[i].id) != KVB_OK) tr[i].id = -1;
+            }
+        int32_t adv, failed;
+        CHECK_OK(kvb_batch_step(b, &adv, &failed));
+        int active = 0;
+        for (int i = 0; i < NS; i++) {
+            if (tr[i].id < 0 || tr[i].done) continue;
+            struct kvb_seq_info si;
+            CHECK_OK(kvb_batch_seq_info(b, tr[i].id, &si));
+            if (si.n_generated > tr[i].n_lg) { /* sampled this step: keep its logits and token */
+                memcpy(tr[i].lg + (size_t)tr[i].n_lg * V, kvb_batch_logits(b, tr[i].id), sizeof(float) * (size_t)V);
+                tr[i].fed[tr[i].n_lg++] = si.last_token;
+            }
+            active += si.state != KVB_SEQ_DONE;
+            if (step == tr[i].cancel_at || si.state == KVB_SEQ_DONE) {
+                if (si.state == KVB_SEQ_DONE) CHECK(!strcmp(si.stop, "length") && si.n_generated == MAX_GEN);
+                CHECK_OK(kvb_batch_remove(b, tr[i].id));
+                tr[i].done = true;
+                tr[i].removed = true;
+            }
+        }
+        active_max = active > active_max ? active : active_max;
+        if (!pool_matches(b, tr, NS)) FAILF("step %d: pool pages in use differ from the sequences' pages", step);
+        bool all = true;
+        for (int i = 0; i < NS; i++) all = all && tr[i].done;
+        if (all) break;
+    }
+    CHECK(active_max >= 6);
+    struct kvb_batch_stats bs;
+    kvb_batch_get_stats(b, &bs);
+    CHECK_EQ_INT((int)bs.n_seqs, 0);
+    CHECK_EQ_INT((int)bs.pool_bytes_in_use, 0);
+    kvb_batch_free(b);
+    /* each sequence alone */
+    float *want = malloc(sizeof(float) * (size_t)(MAX_GEN + 1) * (size_t)V);
+    for (int i = 0; i < NS; i++) {
+        if (tr[i].cancel_at >= 0 && tr[i].n_lg == MAX_GEN) FAILF("sequence %d was to be cancelled, ran to the end", i);
+        if (tr[i].cancel_at < 0 && tr[i].n_lg != MAX_GEN) FAILF("sequence %d (%s) sampled %d tokens, want %d", i, kvb_policy_name(tr[i].pol), (int)tr[i].n_lg, MAX_GEN);
+        if (!tr[i].n_lg) continue;
+        if (!single_logits(policy(tr[i].pol), g_ids + 100 * i, tr[i].n_prompt, tr[i].fed, tr[i].n_lg - 1, want))
+            FAILF("single run %d: %s", i, kvb_last_error());
+        double worst = 0;
+        for (size_t k = 0; k < (size_t)tr[i].n_lg * (size_t)V; k++) {
+            double d = fabs((double)want[k] - (double)tr[i].lg[k]);
+            if (d > worst) worst = d;
+        }
+        if (worst > 1e-4) FAILF("sequence %d (%s, prompt %d): logits differ from the lone context by %g", i, kvb_policy_name(tr[i].pol), (int)tr[i].n_prompt, worst);
+    }
+    free(want);
+    for (int i = 0; i < NS; i++) free(tr[i].lg);
+}
+
+/* ---- failures change nothing ---- */
+
+static long g_calls, g_fail_at;
+static bool g_count;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *t_malloc(size_t n, void *u) {
+    (void)u;
+    pthread_mutex_lock(&g_mu);
+    bool fail = g_count && ++g_calls == g_fail_at;
+    pthread_mutex_unlock(&g_mu);
+    return fail ? NULL : malloc(n);
+}
+static void t_free(void *p, void *u) { (void)u; free(p); }
+
+static int images(struct kvb_batch *b, const int32_t *ids, int n, void **img, size_t *len) {
+    for (int i = 0; i < n; i++)
+        if (kvb_cache_save(kvb_batch_seq_cache(b, ids[i]), &img[i], &len[i]) != KVB_OK) return 0;
+    return 1;
+}
+static int same_images(struct kvb_batch *b, const int32_t *ids, int n, void **img, const size_t *len) {
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        void *x;
+        size_t nx;
+        if (kvb_cache_save(kvb_batch_seq_cache(b, ids[i]), &x, &nx) != KVB_OK) return 0;
+        ok = ok && nx == len[i] && !memcmp(x, img[i], nx);
+        kvb_buffer_free(x);
+    }
+    return ok;
+}
+
+TEST(pool_exhaustion_and_allocation_failures_change_no_cache) {
+    NEED_MODEL();
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.max_seqs = 6;
+    bp.chunk = CHUNK;
+    bp.step_tokens = 4 * CHUNK;
+    bp.n_threads = 2;
+    bp.kv_pool_bytes = (size_t)1 << 19; /* 1024 pages of 512 bytes (stories260K): full sequences run out */
+    struct kvb_batch *b;
+    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+    int32_t ids[6];
+    for (int i = 0; i < 6; i++) {
+        struct kvb_seq_params sp = kvb_seq_default_params();
+        sp.policy = policy(i % 2 ? KVB_POLICY_FULL : KVB_POLICY_H2O);
+        sp.n_ctx = 4096; /* past the trained 128: the full sequences keep growing */
+        sp.ignore_eos = true;
+        CHECK_OK(kvb_batch_add(b, &sp, g_ids + 50 * i, 30, &ids[i]));
+    }
+    void *img[6];
+    size_t len[6];
+    int failures = 0;
+    for (int step = 0; step < 400 && !failures; step++) {
+        CHECK(images(b, ids, 6, img, len));
+        int32_t adv, failed;
+        kvb_status st = kvb_batch_step(b, &adv, &failed);
+        if (st == KVB_ERR_NOMEM) {
+            failures++;
+            CHECK(failed >= 0 && failed < 6 && ids[failed % 6] >= 0);
+            CHECK(strstr(kvb_last_error(), "sequence") != NULL);
+            if (!same_images(b, ids, 6, img, len)) FAILF("step %d: a failed step changed a cache", step);
+        } else {
+            CHECK_OK(st);
+        }
+        for (int i = 0; i < 6; i++) kvb_buffer_free(img[i]);
+    }
+    CHECK_EQ_INT(failures, 1); /* full sequences grow until the pool is gone */
+    /* allocation failures in a step: each leaves every cache as it was */
+    kvb_batch_free(b);
+    bp.kv_pool_bytes = (size_t)64 << 20;
+    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+    for (int i = 0; i < 4; i++) {
+        struct kvb_seq_params sp = kvb_seq_default_params();
+        sp.policy = policy(i % 2 ? KVB_POLICY_SNAPKV : KVB_POLICY_STREAMING);
+        sp.ignore_eos = true;
+        CHECK_OK(kvb_batch_add(b, &sp, g_ids + 70 * i, 20 + 9 * i, &ids[i]));
+    }
+    struct kvb_allocator al = {t_malloc, t_free, NULL};
+    int injected = 0;
+    for (int step = 0; step < 12; step++) {
+        for (long at = 1;; at++) {
+            CHECK(images(b, ids, 4, img, len));
+            kvb_allocator_set(&al);
+            g_calls = 0;
+            g_fail_at = at;
+            g_count = true;
+            int32_t adv, failed;
+            kvb_status st = kvb_batch_step(b, &adv, &failed);
+            g_count = false;
+            kvb_allocator_set(NULL);
+            if (st == KVB_OK) {
+                for (int i = 0; i < 4; i++) kvb_buffer_free(img[i]);
+                break;
+            }
+            injected++;
+            if (st != KVB_ERR_NOMEM) FAILF("step %d, allocation %ld: status %d (%s)", step, at, (int)st, kvb_last_error());
+            if (!same_images(b, ids, 4, img, len)) FAILF("step %d: failing allocation %ld changed a cache", step, at);
+            for (int i = 0; i < 4; i++) kvb_buffer_free(img[i]);
+        }
+    }
+    CHECK(injected > 0);
+    kvb_batch_free(b);
+}
+
+TEST(sequences_freed_in_random_order_return_every_page) {
+    NEED_MODEL();
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.max_seqs = 24;
+    bp.chunk = CHUNK;
+    bp.step_tokens = 128;
+    bp.kv_pool_bytes = (size_t)64 << 20;
+    struct kvb_batch *b;
+    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+    int32_t ids[24];
+    struct track tr[24];
+    for (int i = 0; i < 24; i++) {
+        struct kvb_seq_params sp = kvb_seq_default_params();
+        sp.policy = policy((enum kvb_policy_id)(i % KVB_POLICY_COUNT));
+        sp.ignore_eos = true;
+        CHECK_OK(kvb_batch_add(b, &sp, g_ids + 30 * i, 10 + i, &ids[i]));
+        memset(&tr[i], 0, sizeof tr[i]);
+        tr[i].id = ids[i];
+    }
+    for (int s = 0; s < 6; s++) CHECK_OK(kvb_batch_step(b, NULL, NULL));
+    unsigned rng = 7;
+    for (int left = 24; left > 0; left--) {
+        rng = rng * 1103515245u + 12345u;
+        int k = (int)((rng >> 8) % (unsigned)left), j = -1;
+        for (int i = 0; i < 24 && k >= 0; i++)
+            if (!tr[i].removed && k-- == 0) j = i;
+        CHECK_OK(kvb_batch_remove(b, ids[j]));
+        tr[j].removed = true;
+        if (!pool_matches(b, tr, 24)) FAILF("after removing %d: pool pages differ from the sequences'", j);
+        if (left % 5 == 0) CHECK_OK(kvb_batch_step(b, NULL, NULL));
+    }
+    struct kvb_batch_stats bs;
+    kvb_batch_get_stats(b, &bs);
+    CHECK_EQ_INT((int)bs.pool_bytes_in_use, 0);
+    CHECK(bs.pool_bytes_peak > 0);
+    CHECK_STATUS(kvb_batch_remove(b, ids[0]), KVB_ERR_INVALID);
+    kvb_batch_free(b);
+}
+
+TEST(admission_and_bad_arguments) {
+    NEED_MODEL();
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.chunk = CHUNK;
+    bp.kv_pool_bytes = (size_t)2 << 20;
+    struct kvb_batch *b;
+    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+    struct kvb_seq_params sp = kvb_seq_default_params(); /* full: needs its whole context */
+    sp.n_ctx = 2048;
+    const size_t full_min = kvb_batch_seq_min_bytes(b, &sp, 10);
+    struct kvb_seq_params bounded = kvb_seq_default_params();
+    bounded.policy = policy(KVB_POLICY_STREAMING);
+    CHECK(kvb_batch_seq_min_bytes(b, &bounded, 10) < full_min / 4);
+    int32_t id, bad = -5;
+    int admitted = 0;
+    while (kvb_batch_can_admit(b, &bounded, 10) == KVB_OK && admitted < 100) {
+        CHECK_OK(kvb_batch_add(b, &bounded, g_ids, 10, &id));
+        admitted++;
+    }
+    CHECK(admitted >= 4 && admitted < 64);
+    CHECK(strstr(kvb_last_error(), "short") != NULL);
+    CHECK_STATUS(kvb_batch_add(b, &sp, &bad, 1, &id), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "out of range") != NULL);
+    CHECK_STATUS(kvb_batch_add(b, &sp, g_ids, 0, &id), KVB_ERR_INVALID);
+    bp.step_tokens = CHUNK - 1;
+    struct kvb_batch *b2 = NULL;
+    CHECK_STATUS(kvb_batch_init(g_model, &bp, &b2), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "step_tokens") != NULL);
+    kvb_batch_free(b);
+}
+
+int main(void) {
+    RUN(batch_equals_single_every_policy_with_joins_and_cancels);
+    RUN(pool_exhaustion_and_allocation_failures_change_no_cache);
+    RUN(sequences_freed_in_random_order_return_every_page);
+    RUN(admission_and_bad_arguments);
+    kvb_buffer_free(g_ids);
+    kvb_model_free(g_model);
+    return test_summary();
+}

@@ -1,0 +1,359 @@
+/*
+ * bench_batch.c — `kvbound bench batch` and `kvbound bench serve-memory`:
+ * the batched engine measured.
+ *
+ * batch: for each N in --parallel, N sequences of P prompt tokens read
+ *   together (chunked prefill), then G tokens each decoded together; JSON
+ *   list, one object per N. With --peer PATH, llama.cpp's
+ *   llama-batched-bench runs on the same file with the same shapes
+ *   (-npp P -ntg G -npl N...) and its speeds are printed alongside, so the
+ *   ratio comes from one run.
+ * serve-memory: a fixed KV pool of M bytes and sequences that have already
+ *   seen T tokens (synthetic keys and values: full keeps all T, a bounded
+ *   policy what it retains, its budget B); how many fit with each, and the
+ *   aggregate decode rate each achieves over G steps.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PAR 64
+#define MAXI(a, b) ((a) > (b) ? (a) : (b))
+#define MINI(a, b) ((a) < (b) ? (a) : (b))
+
+static int parse_list(const char *flag, const char *v, int *out, int max, int lo, int hi) {
+    int n = 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == max) { fprintf(stderr, "kvbound bench: %s takes at most %d values\n", flag, max); return -1; }
+        if (cli_parse_i32(flag, tok, lo, hi, &out[n])) return -1;
+        n++;
+    }
+    if (!n) { fprintf(stderr, "kvbound bench: %s needs a list like 1,2,4\n", flag); return -1; }
+    return n;
+}
+
+struct peer_row {
+    int pl;
+    double speed_pp, speed_tg;
+};
+
+/* Runs llama-batched-bench and reads its jsonl rows. Returns rows read, -1 on failure (printed). */
+static int run_peer(const char *peer, const char *model, int P, int G, const int *par, int n_par, int threads, struct peer_row *rows) {
+    char npl[256] = "";
+    int max_n = 1;
+    for (int i = 0; i < n_par; i++) {
+        size_t at = strlen(npl);
+        snprintf(npl + at, sizeof npl - at, i ? ",%d" : "%d", par[i]);
+        if (par[i] > max_n) max_n = par[i];
+    }
+    const int ctx = max_n * (P + G) + 256;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -c %d -b 2048 -ub 512 -npp %d -ntg %d -npl %s -t %d --output-format jsonl 2>/dev/null", peer, model,
+             ctx, P, G, npl, threads);
+    fprintf(stderr, "kvbound bench batch: peer: %s\n", cmd);
+    FILE *f = popen(cmd, "r");
+    if (!f) { fprintf(stderr, "kvbound bench batch: cannot run the peer '%s'\n", peer); return -1; }
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < MAX_PAR) {
+        const char *pl = strstr(line, "\"pl\":"), *pp = strstr(line, "\"speed_pp\":"), *tg = strstr(line, "\"speed_tg\":");
+        if (!pl || !pp || !tg) continue;
+        rows[n].pl = atoi(pl + 5);
+        rows[n].speed_pp = atof(pp + 11);
+        rows[n].speed_tg = atof(tg + 11);
+        n++;
+    }
+    int rc = pclose(f);
+    if (rc != 0 || n == 0) {
+        fprintf(stderr, "kvbound bench batch: the peer exited with status %d after %d rows (is '%s' llama-batched-bench?)\n", rc, n, peer);
+        return -1;
+    }
+    return n;
+}
+
+static int batch_usage(FILE *f) {
+    fprintf(f,
+            "usage: kvbound bench batch -m MODEL [options]\n"
+            "\n"
+            "N sequences read P-token prompts together, then decode G tokens each together;\n"
+            "prints a JSON list, one object per N: parallel, prefill_tok_per_s,\n"
+            "decode_tok_per_s (aggregate), decode_tok_per_s_per_seq, pool_bytes_peak.\n"
+            "\n"
+            "  --parallel LIST      sequence counts (default 1,2,4,8,16,32)\n"
+            "  --prompt-tokens P    prompt tokens per sequence (default 128)\n"
+            "  --gen-tokens G       tokens generated per sequence (default 64)\n"
+            "  --policy NAME        cache policy of every sequence (default full)\n"
+            "  --chunk C            prompt chunk (default 256); --step-tokens S rows per step (default 512)\n"
+            "  -t N                 threads (default 2)\n"
+            "  --peer PATH          also run llama.cpp's llama-batched-bench on the same file and shapes\n"
+            "  --json               accepted (the output is JSON)\n"
+            "\n");
+    cli_policy_help(f, 1024);
+    return 0;
+}
+
+static double now(void) { return cli_now_sec(); }
+
+int bench_batch(int argc, char **argv) {
+    const char *model = NULL, *peer = NULL;
+    int par[MAX_PAR] = {1, 2, 4, 8, 16, 32}, n_par = 6, P = 128, G = 64, threads = 2, chunk = 256, step_tokens = 512;
+    enum kvb_policy_id pid = KVB_POLICY_FULL;
+    struct cli_policy po;
+    cli_policy_init(&po, 1024);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return batch_usage(stdout);
+        if (!strcmp(a, "--json")) continue;
+        int r = cli_policy_option(&po, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--peer")) peer = v;
+        else if (!strcmp(a, "--parallel")) { if ((n_par = parse_list(a, v, par, MAX_PAR, 1, 4096)) < 0) return 2; }
+        else if (!strcmp(a, "--prompt-tokens")) { if (cli_parse_i32(a, v, 1, 1 << 20, &P)) return 2; }
+        else if (!strcmp(a, "--gen-tokens")) { if (cli_parse_i32(a, v, 2, 1 << 20, &G)) return 2; }
+        else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
+        else if (!strcmp(a, "--step-tokens")) { if (cli_parse_i32(a, v, 1, 65536, &step_tokens)) return 2; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(a, "--policy")) {
+            if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound bench batch: %s\n", kvb_last_error()); return 2; }
+        } else { fprintf(stderr, "kvbound bench batch: unknown option '%s' (see --help)\n", a); return 2; }
+    }
+    if (!model) { fprintf(stderr, "kvbound bench batch: -m MODEL is required\n"); return 2; }
+    if (step_tokens < chunk) { fprintf(stderr, "kvbound bench batch: --step-tokens (%d) must be at least --chunk (%d)\n", step_tokens, chunk); return 2; }
+    cli_warn_threads(threads);
+    struct kvb_model *m;
+    if (kvb_model_load(model, NULL, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    cli_policy_warn(&po, pid, mi.n_ctx_train);
+    struct kvb_seq_params sp = kvb_seq_default_params();
+    sp.policy = cli_policy_params(&po, pid);
+    sp.pos_mode = po.pos;
+    sp.max_distance = po.max_distance > 0 ? po.max_distance : 0;
+    sp.n_ctx = P + G + 8;
+    sp.max_tokens = G;
+    sp.ignore_eos = true;
+    sp.sampler.temp = 0;
+    char cpu[256];
+    cpu_model_name(cpu, sizeof cpu);
+    struct peer_row prow[MAX_PAR];
+    int n_peer = peer ? run_peer(peer, model, P, G, par, n_par, threads, prow) : 0;
+    if (n_peer < 0) { kvb_model_free(m); return 1; }
+    int32_t *prompt = cli_xmalloc(sizeof(int32_t) * (size_t)P, "prompt");
+    printf("[\n");
+    int rc = 0;
+    for (int k = 0; k < n_par && !rc; k++) {
+        const int N = par[k];
+        struct kvb_batch_params bp = kvb_batch_default_params();
+        bp.n_threads = threads;
+        bp.max_seqs = N;
+        bp.chunk = chunk;
+        bp.step_tokens = MAXI(step_tokens, N);
+        struct kvb_batch *b = NULL; /* a first batch tells the pool size the N sequences need */
+        if (kvb_batch_init(m, &bp, &b) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
+        bp.kv_pool_bytes = kvb_batch_seq_min_bytes(b, &sp, P) * (size_t)N + ((size_t)64 << 20);
+        kvb_batch_free(b);
+        if (kvb_batch_init(m, &bp, &b) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
+        for (int s = 0; s < N && !rc; s++) {
+            for (int i = 0; i < P; i++) prompt[i] = 1 + (int32_t)(((uint64_t)(s + 1) * 7919u + (uint64_t)i * 104729u) % (uint64_t)(mi.n_vocab - 1));
+            int32_t id;
+            if (kvb_batch_add(b, &sp, prompt, P, &id) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; }
+        }
+        /* prefill: steps until every prompt is read (each ends with its first token sampled) */
+        double t0 = now(), t_pp = 0, t_tg = 0;
+        int64_t decode_tokens = 0;
+        for (;;) {
+            int32_t adv, failed;
+            struct kvb_batch_stats bs;
+            if (kvb_batch_step(b, &adv, &failed) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
+            int waiting = 0, done = 0;
+            for (int s = 0; s < N; s++) {
+                struct kvb_seq_info si;
+                kvb_batch_seq_info(b, s, &si);
+                waiting += si.state == KVB_SEQ_PROMPT;
+                done += si.state == KVB_SEQ_DONE;
+            }
+            kvb_batch_get_stats(b, &bs);
+            if (!waiting && t_pp == 0) {
+                t_pp = now() - t0;
+                t0 = now();
+                fprintf(stderr, "kvbound bench batch: N %d: %d prompts read in %.2f s\n", N, N, t_pp);
+                continue;
+            }
+            if (t_pp > 0) decode_tokens += adv;
+            if (done == N || adv == 0) break;
+        }
+        t_tg = now() - t0;
+        struct kvb_batch_stats bs;
+        kvb_batch_get_stats(b, &bs);
+        if (!rc) {
+            const double dec = t_tg > 0 ? (double)decode_tokens / t_tg : 0;
+            printf("  {\"bench\":\"batch\",\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"threads\":%d,\"kernels\":\"%s\",\"parallel\":%d,"
+                   "\"prompt_tokens\":%d,\"gen_tokens\":%d,\"prefill_tok_per_s\":%.2f,\"decode_tok_per_s\":%.2f,"
+                   "\"decode_tok_per_s_per_seq\":%.2f,\"pool_bytes_peak\":%zu",
+                   model, kvb_policy_name(pid), pid == KVB_POLICY_FULL ? 0 : sp.policy.budget, threads, kvb_kernels_name(), N, P, G,
+                   t_pp > 0 ? (double)N * P / t_pp : 0, dec, dec / N, bs.pool_bytes_peak);
+            for (int r = 0; r < n_peer; r++)
+                if (prow[r].pl == N)
+                    printf(",\"peer_prefill_tok_per_s\":%.2f,\"peer_decode_tok_per_s\":%.2f,\"decode_ratio_vs_peer\":%.3f", prow[r].speed_pp,
+                           prow[r].speed_tg, prow[r].speed_tg > 0 ? dec / prow[r].speed_tg : 0);
+            printf(",\"cpu\":\"%s\"}%s\n", cpu, k + 1 < n_par ? "," : "");
+            fflush(stdout);
+        }
+        kvb_batch_free(b);
+    }
+    printf("]\n");
+    free(prompt);
+    kvb_model_free(m);
+    return rc;
+}
+
+/* ---- serve-memory ---- */
+
+static int serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: kvbound bench serve-memory -m MODEL [options]\n"
+            "\n"
+            "A KV pool of M bytes and sequences that have each already seen T tokens: how\n"
+            "many fit at once under full and under a bounded policy at budget B, and the\n"
+            "aggregate decode tokens/s each achieves (synthetic keys and values stand in for\n"
+            "the T tokens: full holds all T, the bounded policy the B it retains).\n"
+            "\n"
+            "  --pool-mb M        KV pool in MiB (default 4096)\n"
+            "  --context T        tokens each sequence has seen (default 16384)\n"
+            "  --sessions S       sequences wanted (default 32)\n"
+            "  --policy NAME      the bounded policy (default streaming); --budget B (default 1024)\n"
+            "  --gen-tokens G     decode steps measured (default 16)\n"
+            "  -t N               threads (default 2)\n"
+            "  --json             one object: sessions_full, sessions_bounded, decode_tok_per_s_full,\n"
+            "                     decode_tok_per_s_bounded, throughput_ratio\n");
+    return 0;
+}
+
+/* Decode rate of n sequences each holding `hold` synthetic tokens. */
+static int serve_run(struct kvb_model *m, const struct kvb_model_info *mi, const struct kvb_seq_params *sp, int n, int hold, size_t pool_bytes,
+                     int threads, int G, double *tok_per_s, size_t *peak) {
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.n_threads = threads;
+    bp.max_seqs = n;
+    bp.kv_pool_bytes = pool_bytes;
+    bp.step_tokens = MAXI(bp.chunk, n);
+    struct kvb_batch *b;
+    if (kvb_batch_init(m, &bp, &b) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    const size_t KD = (size_t)mi->n_head_kv * mi->head_dim;
+    float *k = cli_xmalloc(sizeof(float) * KD, "keys"), *v = cli_xmalloc(sizeof(float) * KD, "values");
+    uint64_t rng = 12345;
+    int rc = 0;
+    for (int s = 0; s < n && !rc; s++) {
+        int32_t tok = 1 + s % (mi->n_vocab - 1), id;
+        if (kvb_batch_add(b, sp, &tok, 1, &id) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
+        struct kvb_cache *c = kvb_batch_seq_cache(b, id);
+        for (int t = 0; t < hold && !rc; t++)
+            for (int l = 0; l < mi->n_layer && !rc; l++) {
+                for (size_t i = 0; i < KD; i++) {
+                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                    k[i] = (float)((int)(rng >> 40) % 2001 - 1000) / 1000.0f;
+                    v[i] = (float)((int)(rng >> 20) % 2001 - 1000) / 1000.0f;
+                }
+                if (kvb_cache_append(c, l, k, v) != KVB_OK) {
+                    fprintf(stderr, "kvbound: sequence %d of %d, token %d: %s\n", s, n, t, kvb_last_error());
+                    rc = 1;
+                }
+            }
+        if (s % 4 == 3 || s + 1 == n) fprintf(stderr, "kvbound bench serve-memory: %s: %d of %d sequences hold %d tokens\n",
+                                              kvb_policy_name(sp->policy.id), s + 1, n, hold);
+    }
+    double t0 = 0;
+    int64_t tokens = 0;
+    for (int step = 0; step <= G && !rc; step++) {
+        int32_t adv, failed;
+        if (step == 1) t0 = cli_now_sec(); /* step 0 reads the one-token prompts */
+        if (kvb_batch_step(b, &adv, &failed) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
+        if (step >= 1) tokens += adv;
+    }
+    *tok_per_s = rc ? 0 : (double)tokens / (cli_now_sec() - t0);
+    struct kvb_batch_stats bs;
+    kvb_batch_get_stats(b, &bs);
+    *peak = bs.pool_bytes_peak;
+    free(k);
+    free(v);
+    kvb_batch_free(b);
+    return rc;
+}
+
+int bench_serve_memory(int argc, char **argv) {
+    const char *model = NULL;
+    int pool_mb = 4096, T = 16384, S = 32, G = 16, threads = 2;
+    bool json = false;
+    enum kvb_policy_id pid = KVB_POLICY_STREAMING;
+    struct cli_policy po;
+    cli_policy_init(&po, 1024);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return serve_usage(stdout);
+        if (!strcmp(a, "--json")) { json = true; continue; }
+        int r = cli_policy_option(&po, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--pool-mb")) { if (cli_parse_i32(a, v, 1, 1 << 20, &pool_mb)) return 2; }
+        else if (!strcmp(a, "--context")) { if (cli_parse_i32(a, v, 1, 1 << 24, &T)) return 2; }
+        else if (!strcmp(a, "--sessions")) { if (cli_parse_i32(a, v, 1, 4096, &S)) return 2; }
+        else if (!strcmp(a, "--gen-tokens")) { if (cli_parse_i32(a, v, 1, 1 << 20, &G)) return 2; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(a, "--policy")) {
+            if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound bench serve-memory: %s\n", kvb_last_error()); return 2; }
+        } else { fprintf(stderr, "kvbound bench serve-memory: unknown option '%s' (see --help)\n", a); return 2; }
+    }
+    if (!model) { fprintf(stderr, "kvbound bench serve-memory: -m MODEL is required\n"); return 2; }
+    if (pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound bench serve-memory: --policy must be a bounded policy (full is the other side)\n"); return 2; }
+    cli_warn_threads(threads);
+    struct kvb_model *m;
+    if (kvb_model_load(model, NULL, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    const size_t pool = (size_t)pool_mb << 20;
+    struct kvb_seq_params full = kvb_seq_default_params(), bounded = kvb_seq_default_params();
+    full.n_ctx = T + G + 8;
+    full.ignore_eos = bounded.ignore_eos = true;
+    full.sampler.temp = bounded.sampler.temp = 0;
+    bounded.policy = cli_policy_params(&po, pid);
+    bounded.pos_mode = po.pos;
+    const int B = bounded.policy.budget;
+    /* how many fit: each sequence at what it holds after T tokens plus G more */
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.max_seqs = 1;
+    bp.kv_pool_bytes = pool;
+    struct kvb_batch *probe;
+    if (kvb_batch_init(m, &bp, &probe) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); kvb_model_free(m); return 1; }
+    const size_t per_full = kvb_batch_seq_min_bytes(probe, &full, 1), per_bounded = kvb_batch_seq_min_bytes(probe, &bounded, 1);
+    kvb_batch_free(probe);
+    const int fit_full = (int)MINI((size_t)S, pool / per_full), fit_bounded = (int)MINI((size_t)S, pool / per_bounded);
+    fprintf(stderr, "kvbound bench serve-memory: pool %d MiB; full needs %.1f MiB per sequence of %d tokens -> %d; %s at %d needs %.1f MiB -> %d\n",
+            pool_mb, per_full / 1048576.0, T, fit_full, kvb_policy_name(pid), B, per_bounded / 1048576.0, fit_bounded);
+    double tps_full = 0, tps_bounded = 0;
+    size_t peak_full = 0, peak_bounded = 0;
+    int rc = 0;
+    if (fit_full > 0) rc = serve_run(m, &mi, &full, fit_full, T, pool, threads, G, &tps_full, &peak_full);
+    if (!rc && fit_bounded > 0) rc = serve_run(m, &mi, &bounded, fit_bounded, MINI(T, B), pool, threads, G, &tps_bounded, &peak_bounded);
+    if (!rc) {
+        const double ratio = tps_full > 0 ? tps_bounded / tps_full : 0;
+        if (json)
+            printf("{\"bench\":\"serve-memory\",\"model\":\"%s\",\"pool_bytes\":%zu,\"context\":%d,\"sessions\":%d,\"policy\":\"%s\",\"budget\":%d,"
+                   "\"threads\":%d,\"gen_tokens\":%d,\"sessions_full\":%d,\"sessions_bounded\":%d,\"decode_tok_per_s_full\":%.2f,"
+                   "\"decode_tok_per_s_bounded\":%.2f,\"throughput_ratio\":%.3f,\"pool_bytes_peak_full\":%zu,\"pool_bytes_peak_bounded\":%zu}\n",
+                   model, pool, T, S, kvb_policy_name(pid), B, threads, G, fit_full, fit_bounded, tps_full, tps_bounded, ratio, peak_full,
+                   peak_bounded);
+        else
+            printf("pool %d MiB, context %d, wanted %d sessions\n  full:      %3d sessions, %8.2f tok/s aggregate\n  %-10s %3d sessions, %8.2f tok/s aggregate (budget %d)\n  ratio %.2fx\n",
+                   pool_mb, T, S, fit_full, tps_full, kvb_policy_name(pid), fit_bounded, tps_bounded, B, ratio);
+    }
+    kvb_model_free(m);
+    return rc;
+}
