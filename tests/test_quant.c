@@ -130,11 +130,22 @@ TEST(q8_activation_kernel_exact) {
     const struct kvb_q8_act a = {xs, xq};
     double got = kvb_dot_q8_0_q8_ref(row, &a, N);
     if (fabs(got - ref) > 1e-6 * mag) FAILF("scalar reference %.9g vs %.9g", got, ref);
+    if (kvb_cpu_has_avx2()) { /* the AVX2 maddubs kernel, and at the int16 edge (+-127 everywhere: q8_0 quantizes to -127..127) */
+        double g2 = kvb_dot_avx2.dot_q8_0_q8(row, &a, N);
+        if (fabs(g2 - ref) > 1e-6 * mag) FAILF("avx2 %.9g vs %.9g", g2, ref);
+        static struct block_q8_0 edge[N / 32];
+        static int8_t xe[N];
+        for (int i = 0; i < N / 32; i++) { edge[i].d = row[i].d; for (int j = 0; j < 32; j++) edge[i].qs[j] = (int8_t)(j % 3 ? -127 : 127); }
+        for (int i = 0; i < N; i++) xe[i] = (int8_t)(i % 2 ? -127 : 127);
+        const struct kvb_q8_act ae = {xs, xe};
+        double re = kvb_dot_q8_0_q8_ref(edge, &ae, N), ge = kvb_dot_avx2.dot_q8_0_q8(edge, &ae, N);
+        if (fabs(ge - re) > 1e-5 * (fabs(re) + 1)) FAILF("avx2 at the int16 edge %.9g vs %.9g", ge, re);
+    }
     if (kvb_cpu_has_avx512vnni()) {
         double gv = kvb_dot_avx512vnni.dot_q8_0_q8(row, &a, N);
         if (fabs(gv - ref) > 1e-6 * mag) FAILF("vnni %.9g vs %.9g", gv, ref);
     } else {
-        printf("  (no AVX512_VNNI on this CPU: the scalar reference only)\n");
+        printf("  (no AVX512_VNNI on this CPU: the AVX2 kernel and the scalar reference)\n");
     }
     double xref = 0; /* and the activation quantization error is small */
     for (int i = 0; i < N; i++) xref += (double)wd[i] * x[i];

@@ -48,7 +48,14 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
     f->hg = kvb_malloc(sizeof(float) * T * F);
     f->hu = kvb_malloc(sizeof(float) * T * F);
     f->tmp = kvb_malloc(sizeof(float) * T * KVB_MAX(E, QD));
-    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp) {
+    f->q8 = kvb_calloc(1, sizeof *f->q8);
+    const size_t widest = KVB_MAX(KVB_MAX(E, QD), F);
+    if (f->q8) {
+        f->q8->cap = (int64_t)(T * widest);
+        f->q8->q = kvb_malloc(T * widest);
+        f->q8->d = kvb_malloc(sizeof(float) * (T * widest / 32 + 1));
+    }
+    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d) {
         kvb_fwd_free(f);
         return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
     }
@@ -68,6 +75,7 @@ kvb_status kvb_fwd_reserve_logits(struct kvb_fwd *f, const struct kvb_model_info
 void kvb_fwd_free(struct kvb_fwd *f) {
     kvb_free(f->x); kvb_free(f->xb); kvb_free(f->q); kvb_free(f->k); kvb_free(f->v);
     kvb_free(f->att); kvb_free(f->hg); kvb_free(f->hu); kvb_free(f->tmp); kvb_free(f->lg);
+    if (f->q8) { kvb_free(f->q8->q); kvb_free(f->q8->d); kvb_free(f->q8); }
     memset(f, 0, sizeof *f);
 }
 
@@ -182,9 +190,9 @@ static void embed_row(const struct kvb_mat *e, int32_t tok, float *out) {
 
 /* y = W x over the rows of a pass: the decode rows [0, n_dec) as one batch,
  * each prefill segment as its own chunk. */
-static void mm(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
+static void mm(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
-    kvb_matmul_decode(tp, w, x, ldx, y, ldy, n_dec);
+    kvb_matmul_decode(tp, w, x, ldx, y, ldy, n_dec, f->q8);
     for (int32_t i = 0; i < n_seg; i++)
         if (!seg[i].decode) kvb_matmul(tp, w, x + (size_t)seg[i].r0 * ldx, ldx, y + (size_t)seg[i].r0 * ldy, ldy, seg[i].T);
 }
@@ -204,9 +212,9 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
     for (int32_t l = 0; l < in->n_layer; l++) {
         const struct kvb_layer *L = &m->layers[l];
         for (int32_t t = 0; t < R; t++) rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, L->attn_norm, E, in->rms_eps);
-        mm(tp, &L->wq, f->xb, E, f->q, QD, seg, n_seg, n_dec);
-        mm(tp, &L->wk, f->xb, E, f->k, KD, seg, n_seg, n_dec);
-        mm(tp, &L->wv, f->xb, E, f->v, KD, seg, n_seg, n_dec);
+        mm(tp, f, &L->wq, f->xb, E, f->q, QD, seg, n_seg, n_dec);
+        mm(tp, f, &L->wk, f->xb, E, f->k, KD, seg, n_seg, n_dec);
+        mm(tp, f, &L->wv, f->xb, E, f->v, KD, seg, n_seg, n_dec);
         if (L->bq)
             for (int32_t t = 0; t < R; t++) {
                 for (int64_t i = 0; i < QD; i++) f->q[(size_t)t * QD + i] += L->bq[i];
@@ -223,16 +231,16 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
                                       : kvb_cache_prefill(g->cache, l, g->T, q, in->n_head, k, v, att, tp);
             if (st != KVB_OK) return st;
         }
-        mm(tp, &L->wo, f->att, QD, f->tmp, E, seg, n_seg, n_dec);
+        mm(tp, f, &L->wo, f->att, QD, f->tmp, E, seg, n_seg, n_dec);
         for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] += f->tmp[i];
         for (int32_t t = 0; t < R; t++) rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, L->ffn_norm, E, in->rms_eps);
-        mm(tp, &L->w_gate, f->xb, E, f->hg, F, seg, n_seg, n_dec);
-        mm(tp, &L->w_up, f->xb, E, f->hu, F, seg, n_seg, n_dec);
+        mm(tp, f, &L->w_gate, f->xb, E, f->hg, F, seg, n_seg, n_dec);
+        mm(tp, f, &L->w_up, f->xb, E, f->hu, F, seg, n_seg, n_dec);
         for (size_t i = 0; i < (size_t)R * F; i++) {
             const float g = f->hg[i];
             f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
         }
-        mm(tp, &L->w_down, f->hg, F, f->tmp, E, seg, n_seg, n_dec);
+        mm(tp, f, &L->w_down, f->hg, F, f->tmp, E, seg, n_seg, n_dec);
         for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] += f->tmp[i];
     }
     /* logits: every segment's last row as one decode batch (each row as a
@@ -250,7 +258,7 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
         }
     }
     if (!n_last) return KVB_OK;
-    kvb_matmul_decode(tp, &m->output, f->xb, E, f->lg, in->n_vocab, n_last);
+    kvb_matmul_decode(tp, &m->output, f->xb, E, f->lg, in->n_vocab, n_last, f->q8);
     for (int32_t i = 0, r = 0; i < n_seg; i++)
         if (seg[i].logits && !seg[i].all_logits)
             memcpy(seg[i].logits, f->lg + (size_t)r++ * in->n_vocab, sizeof(float) * (size_t)in->n_vocab);

@@ -55,6 +55,7 @@ struct kvb_fwd {
     float *x, *xb, *q, *k, *v, *att, *hg, *hu, *tmp; /* [rows][...] */
     float *lg;        /* [lg_rows][n_vocab] last-row logits, grown on demand */
     int32_t lg_rows;
+    struct kvb_q8_buf *q8; /* int8 activations of the decode rows */
 };
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows);
 void kvb_fwd_free(struct kvb_fwd *f);

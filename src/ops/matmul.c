@@ -92,26 +92,30 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
 /* Decode rows: N tokens, each computed exactly as a T == 1 call computes it
  * (so a sequence in a batch gets the bits it gets alone), with the weights
  * read once for all N: rows go in blocks small enough to stay in L1/L2 while
- * every token passes over them. */
+ * every token passes over them. xa: the N tokens' int8 activations when the
+ * int8 kernel applies (quantized once per call), else NULL. */
 #define DECODE_BLOCK 16
-void kvb_matmul_rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
-                            int64_t ldy, int32_t N, int64_t r0, int64_t r1) {
+static bool int8_path(const struct kvb_dot_kernels *k, const struct kvb_mat *w) {
+    return w->type == GGML_TYPE_Q8_0 && k->dot_q8_0_q8 && w->n_in <= PANEL_MAX_IN;
+}
+
+static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
+                        int32_t N, const struct kvb_q8_act *xa, int64_t r0, int64_t r1) {
     const int64_t n = w->n_in;
-    if (N == 1) {
+    if (N == 1 && !xa) {
         kvb_matmul_rows(k, w, x, ldx, y, ldy, 1, r0, r1);
         return;
     }
-    if (w->type == GGML_TYPE_Q8_0 && k->dot_q8_0_q8 && n <= PANEL_MAX_IN) {
-        /* the int8 path quantizes a token's activations once per block; the
-         * quantization is deterministic, so the bits equal a T == 1 call */
+    if (int8_path(k, w)) {
         static _Thread_local float t_d[PANEL_MAX_IN / 32];
         static _Thread_local int8_t t_q[PANEL_MAX_IN];
         for (int64_t b0 = r0; b0 < r1; b0 += DECODE_BLOCK) {
             const int64_t b1 = KVB_MIN(r1, b0 + DECODE_BLOCK);
             for (int32_t t = 0; t < N; t++) {
-                kvb_quantize_act_q8(x + (size_t)t * ldx, n, t_d, t_q);
-                const struct kvb_q8_act xa = {t_d, t_q};
-                for (int64_t r = b0; r < b1; r++) y[(size_t)t * ldy + r] = k->dot_q8_0_q8(w->data + (size_t)r * w->row_bytes, &xa, n);
+                struct kvb_q8_act one = {t_d, t_q};
+                if (xa) one = xa[t];
+                else kvb_quantize_act_q8(x + (size_t)t * ldx, n, t_d, t_q); /* deterministic: the same bits */
+                for (int64_t r = b0; r < b1; r++) y[(size_t)t * ldy + r] = k->dot_q8_0_q8(w->data + (size_t)r * w->row_bytes, &one, n);
             }
         }
         return;
@@ -124,6 +128,11 @@ void kvb_matmul_rows_decode(const struct kvb_dot_kernels *k, const struct kvb_ma
     }
 }
 
+void kvb_matmul_rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
+                            int64_t ldy, int32_t N, int64_t r0, int64_t r1) {
+    rows_decode(k, w, x, ldx, y, ldy, N, NULL, r0, r1);
+}
+
 struct mm_job {
     const struct kvb_mat *w;
     const float *x;
@@ -131,6 +140,7 @@ struct mm_job {
     int64_t ldx, ldy;
     int32_t T;
     bool decode;
+    const struct kvb_q8_act *xa; /* decode: pre-quantized activations, or NULL */
 };
 
 static void mm_worker(int32_t ith, int32_t nth, void *arg) {
@@ -139,21 +149,32 @@ static void mm_worker(int32_t ith, int32_t nth, void *arg) {
     const int64_t per = (n + nth - 1) / nth;
     const int64_t r0 = per * ith, r1 = KVB_MIN(n, r0 + per);
     if (r0 >= r1) return;
-    if (j->decode) kvb_matmul_rows_decode(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, r0, r1);
+    if (j->decode) rows_decode(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, j->xa, r0, r1);
     else kvb_matmul_rows(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, r0, r1);
 }
 
 void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T) {
-    struct mm_job j = {w, x, y, ldx, ldy, T, false};
+    struct mm_job j = {w, x, y, ldx, ldy, T, false, NULL};
     /* small matrices: threads cost more than they save */
     if (w->n_out * w->n_in * (int64_t)T < (1 << 16)) mm_worker(0, 1, &j);
     else kvb_threadpool_run(tp, mm_worker, &j);
 }
 
 void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       int32_t N) {
+                       int32_t N, struct kvb_q8_buf *qb) {
     if (N <= 0) return;
-    struct mm_job j = {w, x, y, ldx, ldy, N, true};
+    struct mm_job j = {w, x, y, ldx, ldy, N, true, NULL};
+    const struct kvb_dot_kernels *k = kvb_dot_kernels();
+    const int64_t n = w->n_in;
+    if (N > 1 && qb && int8_path(k, w) && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap) {
+        /* quantize each token once for every row (the same bits a lone call computes) */
+        for (int32_t t = 0; t < N; t++) {
+            qb->act[t].d = qb->d + (size_t)t * (size_t)(n / 32);
+            qb->act[t].q = qb->q + (size_t)t * (size_t)n;
+            kvb_quantize_act_q8(x + (size_t)t * ldx, n, qb->d + (size_t)t * (size_t)(n / 32), qb->q + (size_t)t * (size_t)n);
+        }
+        j.xa = qb->act;
+    }
     if (w->n_out * w->n_in * (int64_t)N < (1 << 16)) mm_worker(0, 1, &j);
     else kvb_threadpool_run(tp, mm_worker, &j);
 }

@@ -69,8 +69,18 @@ void kvb_matmul_rows_decode(const struct kvb_dot_kernels *k, const struct kvb_ma
                             int64_t ldy, int32_t N, int64_t r0, int64_t r1);
 /* Whole matmul on a thread pool (NULL: inline). */
 void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T);
-/* N decode tokens at once (batched decode), each as kvb_matmul with T = 1. */
+/* Room for the int8 activations of up to KVB_Q8_BUF_TOKENS decode tokens of
+ * cap elements in all (kvb_matmul_decode quantizes each token once). */
+#define KVB_Q8_BUF_TOKENS 4096
+struct kvb_q8_buf {
+    float *d;       /* [cap / 32] */
+    int8_t *q;      /* [cap] */
+    int64_t cap;
+    struct kvb_q8_act act[KVB_Q8_BUF_TOKENS];
+};
+/* N decode tokens at once (batched decode), each as kvb_matmul with T = 1.
+ * qb (may be NULL: then slower, same bits) holds the int8 activations. */
 void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       int32_t N);
+                       int32_t N, struct kvb_q8_buf *qb);
 
 #endif

@@ -139,8 +139,27 @@ static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
     return total;
 }
 
+/* Q8_0 rows against int8 activations (as dot_vnni.c, without VNNI): the
+ * activation's sign moves onto the weights so maddubs multiplies |x| (u8) by
+ * sign(w, x) (s8) into pairs of int16 (at most 2 * 128 * 127, no
+ * saturation), madd sums them to int32, and each 32-block adds
+ * d_w * d_x * sum in float. */
+static float dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q8_0 *b = row;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(x->q + i * QK8_0));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a)), ones);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(kvb_f16_to_f32(b[i].d) * x->d[i]), acc);
+    }
+    return hsum(acc);
+}
+
 const struct kvb_dot_kernels kvb_dot_avx2 = {
     .name = "avx2",
+    .dot_q8_0_q8 = dot_q8_0_q8_avx2,
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_avx2,
