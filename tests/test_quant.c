@@ -141,6 +141,33 @@ TEST(q8_activation_kernel_exact) {
         double re = kvb_dot_q8_0_q8_ref(edge, &ae, N), ge = kvb_dot_avx2.dot_q8_0_q8(edge, &ae, N);
         if (fabs(ge - re) > 1e-5 * (fabs(re) + 1)) FAILF("avx2 at the int16 edge %.9g vs %.9g", ge, re);
     }
+    if (kvb_cpu_has_avx2() && kvb_dot_avx2.q8_tile) { /* tiles: every shape gives each pair the lone dot's bits */
+        static struct block_q8_0 rows4[4][N / 32];
+        static int8_t xq3[3][N];
+        static float xs3[3][N / 32], tmp[N];
+        for (int r = 0; r < 4; r++) {
+            for (int i = 0; i < N; i++) tmp[i] = t_randf(&rs);
+            kvb_quantize_row(GGML_TYPE_Q8_0, tmp, rows4[r], N);
+        }
+        struct kvb_q8_act a3[3];
+        for (int t = 0; t < 3; t++) {
+            for (int i = 0; i < N; i++) tmp[i] = t_randf(&rs) * 2;
+            kvb_quantize_act_q8(tmp, N, xs3[t], xq3[t]);
+            a3[t] = (struct kvb_q8_act){xs3[t], xq3[t]};
+        }
+        for (int nr = 1; nr <= 4; nr++)
+            for (int nt = 1; nt <= 3; nt++) {
+                float out[3 * 4];
+                kvb_dot_avx2.q8_tile(rows4, sizeof rows4[0], nr, a3, nt, N, out, 4);
+                for (int t = 0; t < nt; t++)
+                    for (int r = 0; r < nr; r++) {
+                        const float one = kvb_dot_avx2.dot_q8_0_q8(rows4[r], &a3[t], N);
+                        const double rf = kvb_dot_q8_0_q8_ref(rows4[r], &a3[t], N);
+                        if (memcmp(&one, &out[t * 4 + r], sizeof one)) FAILF("tile %dx%d pair (%d,%d): %.9g, lone %.9g", nr, nt, r, t, out[t * 4 + r], one);
+                        if (fabs(one - rf) > 1e-4 * (fabs(rf) + 1)) FAILF("tile pair vs reference %.9g vs %.9g", one, rf);
+                    }
+            }
+    }
     if (kvb_cpu_has_avx512vnni()) {
         double gv = kvb_dot_avx512vnni.dot_q8_0_q8(row, &a, N);
         if (fabs(gv - ref) > 1e-6 * mag) FAILF("vnni %.9g vs %.9g", gv, ref);

@@ -49,13 +49,15 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
     f->hu = kvb_malloc(sizeof(float) * T * F);
     f->tmp = kvb_malloc(sizeof(float) * T * KVB_MAX(E, QD));
     f->q8 = kvb_calloc(1, sizeof *f->q8);
+    f->cr0 = kvb_malloc(sizeof(int32_t) * T);
+    f->cT = kvb_malloc(sizeof(int32_t) * T);
     const size_t widest = KVB_MAX(KVB_MAX(E, QD), F);
     if (f->q8) {
         f->q8->cap = (int64_t)(T * widest);
         f->q8->q = kvb_malloc(T * widest);
         f->q8->d = kvb_malloc(sizeof(float) * (T * widest / 32 + 1));
     }
-    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d) {
+    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->cr0 || !f->cT) {
         kvb_fwd_free(f);
         return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
     }
@@ -76,6 +78,7 @@ void kvb_fwd_free(struct kvb_fwd *f) {
     kvb_free(f->x); kvb_free(f->xb); kvb_free(f->q); kvb_free(f->k); kvb_free(f->v);
     kvb_free(f->att); kvb_free(f->hg); kvb_free(f->hu); kvb_free(f->tmp); kvb_free(f->lg);
     if (f->q8) { kvb_free(f->q8->q); kvb_free(f->q8->d); kvb_free(f->q8); }
+    kvb_free(f->cr0); kvb_free(f->cT);
     memset(f, 0, sizeof *f);
 }
 
@@ -189,12 +192,13 @@ static void embed_row(const struct kvb_mat *e, int32_t tok, float *out) {
 }
 
 /* y = W x over the rows of a pass: the decode rows [0, n_dec) as one batch,
- * each prefill segment as its own chunk. */
+ * the prompt chunks together (each as if alone). */
 static void mm(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
     kvb_matmul_decode(tp, w, x, ldx, y, ldy, n_dec, f->q8);
-    for (int32_t i = 0; i < n_seg; i++)
-        if (!seg[i].decode) kvb_matmul(tp, w, x + (size_t)seg[i].r0 * ldx, ldx, y + (size_t)seg[i].r0 * ldy, ldy, seg[i].T);
+    kvb_matmul_chunks(tp, w, x, ldx, y, ldy, f->cr0, f->cT, f->nc); /* weights expanded once for every chunk */
+    for (int32_t i = 0; i < n_seg; i++) /* one-token prompt tails: as kvb_matmul with T = 1 */
+        if (!seg[i].decode && seg[i].T == 1) kvb_matmul(tp, w, x + (size_t)seg[i].r0 * ldx, ldx, y + (size_t)seg[i].r0 * ldy, ldy, 1);
 }
 
 kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const int32_t *tok,
@@ -208,6 +212,12 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
     }
     kvb_status st = kvb_fwd_reserve_logits(f, in, n_lg); /* before any change */
     if (st != KVB_OK) return st;
+    f->nc = 0;
+    for (int32_t i = 0; i < n_seg; i++)
+        if (!seg[i].decode && seg[i].T >= 2) {
+            f->cr0[f->nc] = seg[i].r0;
+            f->cT[f->nc++] = seg[i].T;
+        }
     for (int32_t t = 0; t < R; t++) embed_row(&m->tok_embd, tok[t], f->x + (size_t)t * E);
     for (int32_t l = 0; l < in->n_layer; l++) {
         const struct kvb_layer *L = &m->layers[l];

@@ -56,6 +56,8 @@ struct kvb_fwd {
     float *lg;        /* [lg_rows][n_vocab] last-row logits, grown on demand */
     int32_t lg_rows;
     struct kvb_q8_buf *q8; /* int8 activations of the decode rows */
+    int32_t *cr0, *cT;     /* [rows] this pass's prompt chunks of >= 2 rows */
+    int32_t nc;
 };
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows);
 void kvb_fwd_free(struct kvb_fwd *f);

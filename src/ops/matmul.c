@@ -47,6 +47,59 @@ bool kvb_matmul_supports(uint32_t type) { return type < GGML_TYPE_COUNT && kvb_d
 #define PANEL_MAX_IN 16384
 static _Thread_local float t_panel[PANEL * PANEL_MAX_IN];
 
+/* Rows [r0, r1) of Q8_0 w against N int8 tokens: y[t * ldy + r]. In tiles
+ * when the family has them, else pair by pair; either way each pair is the
+ * family's dot_q8_0_q8. */
+static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const struct kvb_q8_act *xa, int32_t N, float *y,
+                    int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t n = w->n_in;
+    if (!k->q8_tile) {
+        for (int32_t t = 0; t < N; t++)
+            for (int64_t r = r0; r < r1; r++) y[(size_t)t * ldy + r] = k->dot_q8_0_q8(w->data + (size_t)r * w->row_bytes, &xa[t], n);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int nr = (int)KVB_MIN((int64_t)4, r1 - r);
+        for (int32_t t = 0; t < N; t += 3)
+            k->q8_tile(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(3, N - t), n, y + (size_t)t * ldy + r, ldy);
+    }
+}
+
+/* The prefill path: rows in panels of PANEL, each expanded to f32 once and
+ * multiplied with every chunk (rows cr0[c] .. cr0[c] + cT[c] of x and y, cT
+ * >= 2) in 4 x 4 tiles, the chunk's last T % 4 tokens by the f32 dot. A
+ * chunk's numbers are those of a call with that chunk alone: the same
+ * panels, the same tiles from its first token. */
+static void panel_chunks(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
+                         const int32_t *cr0, const int32_t *cT, int32_t nc, int64_t r0, int64_t r1) {
+    const int64_t n = w->n_in;
+    kvb_dot_fn dot32 = k->dot[GGML_TYPE_F32];
+    kvb_tile_fn tile = k->tile4x4; /* NULL: the family's f32 dot per (row, token) */
+    float out[16];
+    for (int64_t p0 = r0; p0 < r1; p0 += PANEL) {
+        const int64_t np = KVB_MIN((int64_t)PANEL, r1 - p0);
+        for (int64_t i = 0; i < np; i++) kvb_dequantize_row(w->type, w->data + (size_t)(p0 + i) * w->row_bytes, t_panel + i * n, n);
+        for (int32_t c = 0; c < nc; c++) {
+            const float *xc = x + (size_t)cr0[c] * ldx;
+            float *yc = y + (size_t)cr0[c] * ldy;
+            const int32_t T = cT[c];
+            int32_t t = 0;
+            for (; tile && t + 4 <= T; t += 4) {
+                int64_t i = 0;
+                for (; i + 4 <= np; i += 4) {
+                    tile(t_panel + i * n, n, xc + (size_t)t * ldx, ldx, n, out);
+                    for (int tt = 0; tt < 4; tt++)
+                        for (int rr = 0; rr < 4; rr++) yc[(size_t)(t + tt) * ldy + p0 + i + rr] = out[4 * tt + rr];
+                }
+                for (; i < np; i++)
+                    for (int tt = 0; tt < 4; tt++) yc[(size_t)(t + tt) * ldy + p0 + i] = dot32(t_panel + i * n, xc + (size_t)(t + tt) * ldx, n);
+            }
+            for (; t < T; t++)
+                for (int64_t i = 0; i < np; i++) yc[(size_t)t * ldy + p0 + i] = dot32(t_panel + i * n, xc + (size_t)t * ldx, n);
+        }
+    }
+}
+
 void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
                      int64_t ldy, int32_t T, int64_t r0, int64_t r1) {
     kvb_dot_fn dot = k->dot[w->type] ? k->dot[w->type] : kvb_dot_ref.dot[w->type];
@@ -57,7 +110,7 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
         static _Thread_local int8_t t_q[PANEL_MAX_IN];
         kvb_quantize_act_q8(x, n, t_d, t_q);
         const struct kvb_q8_act xa = {t_d, t_q};
-        for (int64_t r = r0; r < r1; r++) y[r] = k->dot_q8_0_q8(w->data + (size_t)r * w->row_bytes, &xa, n);
+        q8_rows(k, w, &xa, 1, y, ldy, r0, r1);
         return;
     }
     if (T == 1 || n > PANEL_MAX_IN) {
@@ -67,26 +120,8 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
         }
         return;
     }
-    kvb_dot_fn dot32 = k->dot[GGML_TYPE_F32];
-    kvb_tile_fn tile = k->tile4x4; /* NULL: the family's f32 dot per (row, token) */
-    float out[16];
-    for (int64_t p0 = r0; p0 < r1; p0 += PANEL) {
-        const int64_t np = KVB_MIN((int64_t)PANEL, r1 - p0);
-        for (int64_t i = 0; i < np; i++) kvb_dequantize_row(w->type, w->data + (size_t)(p0 + i) * w->row_bytes, t_panel + i * n, n);
-        int32_t t = 0;
-        for (; tile && t + 4 <= T; t += 4) {
-            int64_t i = 0;
-            for (; i + 4 <= np; i += 4) {
-                tile(t_panel + i * n, n, x + (size_t)t * ldx, ldx, n, out);
-                for (int tt = 0; tt < 4; tt++)
-                    for (int rr = 0; rr < 4; rr++) y[(size_t)(t + tt) * ldy + p0 + i + rr] = out[4 * tt + rr];
-            }
-            for (; i < np; i++)
-                for (int tt = 0; tt < 4; tt++) y[(size_t)(t + tt) * ldy + p0 + i] = dot32(t_panel + i * n, x + (size_t)(t + tt) * ldx, n);
-        }
-        for (; t < T; t++)
-            for (int64_t i = 0; i < np; i++) y[(size_t)t * ldy + p0 + i] = dot32(t_panel + i * n, x + (size_t)t * ldx, n);
-    }
+    const int32_t r0c = 0;
+    panel_chunks(k, w, x, ldx, y, ldy, &r0c, &T, 1, r0, r1);
 }
 
 /* Decode rows: N tokens, each computed exactly as a T == 1 call computes it
@@ -111,11 +146,14 @@ static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w
         static _Thread_local int8_t t_q[PANEL_MAX_IN];
         for (int64_t b0 = r0; b0 < r1; b0 += DECODE_BLOCK) {
             const int64_t b1 = KVB_MIN(r1, b0 + DECODE_BLOCK);
-            for (int32_t t = 0; t < N; t++) {
-                struct kvb_q8_act one = {t_d, t_q};
-                if (xa) one = xa[t];
-                else kvb_quantize_act_q8(x + (size_t)t * ldx, n, t_d, t_q); /* deterministic: the same bits */
-                for (int64_t r = b0; r < b1; r++) y[(size_t)t * ldy + r] = k->dot_q8_0_q8(w->data + (size_t)r * w->row_bytes, &one, n);
+            if (xa) {
+                q8_rows(k, w, xa, N, y, ldy, b0, b1);
+                continue;
+            }
+            for (int32_t t = 0; t < N; t++) { /* no buffer: quantize per block (deterministic: the same bits) */
+                kvb_quantize_act_q8(x + (size_t)t * ldx, n, t_d, t_q);
+                const struct kvb_q8_act one = {t_d, t_q};
+                q8_rows(k, w, &one, 1, y + (size_t)t * ldy, ldy, b0, b1);
             }
         }
         return;
@@ -141,6 +179,8 @@ struct mm_job {
     int32_t T;
     bool decode;
     const struct kvb_q8_act *xa; /* decode: pre-quantized activations, or NULL */
+    const int32_t *cr0, *cT;     /* chunks: first rows and lengths (nc of them), or NULL */
+    int32_t nc;
 };
 
 static void mm_worker(int32_t ith, int32_t nth, void *arg) {
@@ -149,12 +189,13 @@ static void mm_worker(int32_t ith, int32_t nth, void *arg) {
     const int64_t per = (n + nth - 1) / nth;
     const int64_t r0 = per * ith, r1 = KVB_MIN(n, r0 + per);
     if (r0 >= r1) return;
-    if (j->decode) rows_decode(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, j->xa, r0, r1);
+    if (j->cr0) panel_chunks(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->cr0, j->cT, j->nc, r0, r1);
+    else if (j->decode) rows_decode(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, j->xa, r0, r1);
     else kvb_matmul_rows(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, r0, r1);
 }
 
 void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T) {
-    struct mm_job j = {w, x, y, ldx, ldy, T, false, NULL};
+    struct mm_job j = {w, x, y, ldx, ldy, T, false, NULL, NULL, NULL, 0};
     /* small matrices: threads cost more than they save */
     if (w->n_out * w->n_in * (int64_t)T < (1 << 16)) mm_worker(0, 1, &j);
     else kvb_threadpool_run(tp, mm_worker, &j);
@@ -163,7 +204,7 @@ void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float 
 void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int32_t N, struct kvb_q8_buf *qb) {
     if (N <= 0) return;
-    struct mm_job j = {w, x, y, ldx, ldy, N, true, NULL};
+    struct mm_job j = {w, x, y, ldx, ldy, N, true, NULL, NULL, NULL, 0};
     const struct kvb_dot_kernels *k = kvb_dot_kernels();
     const int64_t n = w->n_in;
     if (N > 1 && qb && int8_path(k, w) && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap) {
@@ -176,5 +217,19 @@ void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const
         j.xa = qb->act;
     }
     if (w->n_out * w->n_in * (int64_t)N < (1 << 16)) mm_worker(0, 1, &j);
+    else kvb_threadpool_run(tp, mm_worker, &j);
+}
+
+void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       const int32_t *r0, const int32_t *T, int32_t n) {
+    if (n <= 0) return;
+    if (w->n_in > PANEL_MAX_IN) { /* the per-row path, chunk by chunk, as kvb_matmul would */
+        for (int32_t c = 0; c < n; c++) kvb_matmul(tp, w, x + (size_t)r0[c] * ldx, ldx, y + (size_t)r0[c] * ldy, ldy, T[c]);
+        return;
+    }
+    int64_t rows = 0;
+    for (int32_t c = 0; c < n; c++) rows += T[c];
+    struct mm_job j = {w, x, y, ldx, ldy, 0, false, NULL, r0, T, n};
+    if (w->n_out * w->n_in * rows < (1 << 16)) mm_worker(0, 1, &j);
     else kvb_threadpool_run(tp, mm_worker, &j);
 }

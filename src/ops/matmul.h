@@ -34,6 +34,11 @@ struct kvb_q8_act {
     const int8_t *q;  /* [n] */
 };
 typedef float (*kvb_dot_q8_fn)(const void *row, const struct kvb_q8_act *x, int64_t n);
+/* nr <= 4 Q8_0 rows (row_bytes apart) x nt <= 3 int8 tokens:
+ * out[t * ldo + r] = dot(row r, token t), each pair computed exactly as
+ * the family's dot_q8_0_q8 computes it. */
+typedef void (*kvb_q8_tile_fn)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
+                               int64_t ldo);
 
 /* One dot kernel per weight type (NULL: unsupported), the f32 prefill tile,
  * and optional integer kernels for Q8_0 rows against int8 activations. */
@@ -42,6 +47,7 @@ struct kvb_dot_kernels {
     kvb_dot_fn dot[GGML_TYPE_COUNT];
     kvb_tile_fn tile4x4;
     kvb_dot_q8_fn dot_q8_0_q8;
+    kvb_q8_tile_fn q8_tile; /* optional: tiles of the same dot (NULL: dot_q8_0_q8 per pair) */
 };
 #if defined(__x86_64__)
 extern const struct kvb_dot_kernels kvb_dot_avx512vnni;
@@ -69,6 +75,11 @@ void kvb_matmul_rows_decode(const struct kvb_dot_kernels *k, const struct kvb_ma
                             int64_t ldy, int32_t N, int64_t r0, int64_t r1);
 /* Whole matmul on a thread pool (NULL: inline). */
 void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T);
+/* Prompt chunks of several sequences (each T >= 2, rows r0[c] .. r0[c] +
+ * T[c] - 1): every weight panel is expanded once for all of them, and each
+ * chunk's outputs are bit-identical to kvb_matmul on that chunk alone. */
+void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       const int32_t *r0, const int32_t *T, int32_t n);
 /* Room for the int8 activations of up to KVB_Q8_BUF_TOKENS decode tokens of
  * cap elements in all (kvb_matmul_decode quantizes each token once). */
 #define KVB_Q8_BUF_TOKENS 4096

@@ -144,22 +144,67 @@ static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
  * sign(w, x) (s8) into pairs of int16 (at most 2 * 128 * 127, no
  * saturation), madd sums them to int32, and each 32-block adds
  * d_w * d_x * sum in float. */
-static float dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
-    const struct block_q8_0 *b = row;
+/* Q8_0 rows against int8 activations (as dot_vnni.c, without VNNI): the
+ * activation's sign moves onto the weights so maddubs multiplies |x| (u8) by
+ * sign(w, x) (s8) into pairs of int16 (at most 2 * 127 * 127: q8_0 holds
+ * -127..127, no saturation), madd sums them to int32, and each 32-block adds
+ * cvt(sum) * (d_w * d_x) to the pair's accumulator with one FMA.
+ *
+ * A tile is nr <= 4 rows x nt <= 3 tokens (12 accumulators): every weight
+ * block is loaded once for the tile's tokens and every activation block
+ * once for its rows. Each (row, token) pair runs the same operations in the
+ * same order whatever the tile's shape, so a row's result against a token
+ * does not depend on which other rows and tokens share the tile: a batch of
+ * decode tokens gets the bits each token gets alone. */
+static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows, size_t row_bytes, const struct kvb_q8_act *x,
+                                                                 int64_t n, float *out, int64_t ldo, const int NR, const int NT) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4][3];
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(x->q + i * QK8_0));
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a)), ones);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(kvb_f16_to_f32(b[i].d) * x->d[i]), acc);
+        __m256i a[3], sa[3];
+        float dx[3];
+        for (int t = 0; t < NT; t++) {
+            a[t] = _mm256_loadu_si256((const __m256i *)(x[t].q + i * QK8_0));
+            sa[t] = _mm256_sign_epi8(a[t], a[t]);
+            dx[t] = x[t].d[i];
+        }
+        for (int r = 0; r < NR; r++) {
+            const struct block_q8_0 *w = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)r * row_bytes) + i;
+            const __m256i wr = _mm256_loadu_si256((const __m256i *)w->qs);
+            const float dw = _cvtsh_ss(w->d);
+            for (int t = 0; t < NT; t++) {
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(sa[t], _mm256_sign_epi8(wr, a[t])), ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+            }
+        }
     }
-    return hsum(acc);
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < NR; r++) out[(size_t)t * (size_t)ldo + (size_t)r] = hsum(acc[r][t]);
+}
+
+static void q8_tile_avx2(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
+                         int64_t ldo) {
+    switch (nr * 4 + nt) { /* constant shapes: the accumulators live in registers */
+#define Q8_CASE(R, T) case R * 4 + T: q8_tile_fixed(rows, row_bytes, x, n, out, ldo, R, T); break;
+    Q8_CASE(1, 1) Q8_CASE(1, 2) Q8_CASE(1, 3) Q8_CASE(2, 1) Q8_CASE(2, 2) Q8_CASE(2, 3)
+    Q8_CASE(3, 1) Q8_CASE(3, 2) Q8_CASE(3, 3) Q8_CASE(4, 1) Q8_CASE(4, 2) Q8_CASE(4, 3)
+#undef Q8_CASE
+    default: break;
+    }
+}
+
+static float dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    float out;
+    q8_tile_avx2(row, 0, 1, x, 1, n, &out, 1);
+    return out;
 }
 
 const struct kvb_dot_kernels kvb_dot_avx2 = {
     .name = "avx2",
     .dot_q8_0_q8 = dot_q8_0_q8_avx2,
+    .q8_tile = q8_tile_avx2,
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_avx2,
