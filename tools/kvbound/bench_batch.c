@@ -86,7 +86,8 @@ static int batch_usage(FILE *f) {
             "  --prompt-tokens P    prompt tokens per sequence (default 128)\n"
             "  --gen-tokens G       tokens generated per sequence (default 64)\n"
             "  --policy NAME        cache policy of every sequence (default full)\n"
-            "  --chunk C            prompt chunk (default 256); --step-tokens S rows per step (default 512)\n"
+            "  --chunk C            prompt chunk (default 256)\n"
+            "  --step-tokens S      rows per step (default: N x min(P, C), at most 4096: all prompts in one step)\n"
             "  -t N                 threads (default 2)\n"
             "  --peer PATH          also run llama.cpp's llama-batched-bench on the same file and shapes\n"
             "  --json               accepted (the output is JSON)\n"
@@ -99,7 +100,7 @@ static double now(void) { return cli_now_sec(); }
 
 int bench_batch(int argc, char **argv) {
     const char *model = NULL, *peer = NULL;
-    int par[MAX_PAR] = {1, 2, 4, 8, 16, 32}, n_par = 6, P = 128, G = 64, threads = 2, chunk = 256, step_tokens = 512;
+    int par[MAX_PAR] = {1, 2, 4, 8, 16, 32}, n_par = 6, P = 128, G = 64, threads = 2, chunk = 256, step_tokens = 0;
     enum kvb_policy_id pid = KVB_POLICY_FULL;
     struct cli_policy po;
     cli_policy_init(&po, 1024);
@@ -124,7 +125,7 @@ int bench_batch(int argc, char **argv) {
         } else { fprintf(stderr, "kvbound bench batch: unknown option '%s' (see --help)\n", a); return 2; }
     }
     if (!model) { fprintf(stderr, "kvbound bench batch: -m MODEL is required\n"); return 2; }
-    if (step_tokens < chunk) { fprintf(stderr, "kvbound bench batch: --step-tokens (%d) must be at least --chunk (%d)\n", step_tokens, chunk); return 2; }
+    if (step_tokens && step_tokens < chunk) { fprintf(stderr, "kvbound bench batch: --step-tokens (%d) must be at least --chunk (%d)\n", step_tokens, chunk); return 2; }
     cli_warn_threads(threads);
     struct kvb_model *m;
     if (kvb_model_load(model, NULL, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
@@ -153,7 +154,8 @@ int bench_batch(int argc, char **argv) {
         bp.n_threads = threads;
         bp.max_seqs = N;
         bp.chunk = chunk;
-        bp.step_tokens = MAXI(step_tokens, N);
+        /* default: every prompt read in one step (up to 4096 rows), as llama-batched-bench reads them before decoding */
+        bp.step_tokens = step_tokens ? MAXI(step_tokens, N) : MAXI(chunk, MINI(N * MINI(P, chunk), 4096));
         struct kvb_batch *b = NULL; /* a first batch tells the pool size the N sequences need */
         if (kvb_batch_init(m, &bp, &b) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
         bp.kv_pool_bytes = kvb_batch_seq_min_bytes(b, &sp, P) * (size_t)N + ((size_t)64 << 20);

@@ -1,0 +1,39 @@
+#!/bin/sh
+# test_batch_cli.sh BUILD_DIR — `kvbound bench batch` and `bench
+# serve-memory` as other tools read them: the JSON fields the issue names,
+# with values that add up (pool peak grows with the sequences; bounded
+# sessions outnumber full ones in the same pool); a peer that is not
+# llama-batched-bench fails with a message naming it; bad flags are named.
+. "$(dirname "$0")/cli_lib.sh"
+G="$D/models/stories260K/stories260K.llamacpp.gguf"
+if [ ! -f "$G" ]; then
+    skip_case batch_cli "missing $G"
+    cli_summary
+    exit
+fi
+field() { # field NAME FILE N: the Nth value of "NAME": in FILE
+    grep -o "\"$1\":[0-9.]*" "$2" | sed -n "${3}p" | cut -d: -f2
+}
+"$K" bench batch -m "$G" --parallel 1,4 --prompt-tokens 20 --gen-tokens 6 --policy h2o --budget 32 -t 2 > "$T/b.json" 2> "$T/b.err"; rc=$?
+p1=$(field pool_bytes_peak "$T/b.json" 1); p4=$(field pool_bytes_peak "$T/b.json" 2)
+if [ $rc -eq 0 ] && head -n 1 "$T/b.json" | grep -q '^\[$' && tail -n 1 "$T/b.json" | grep -q '^\]$' &&
+   [ "$(field parallel "$T/b.json" 2)" = 4 ] && [ -n "$(field prefill_tok_per_s "$T/b.json" 2)" ] &&
+   [ -n "$(field decode_tok_per_s "$T/b.json" 2)" ] && [ -n "$(field decode_tok_per_s_per_seq "$T/b.json" 2)" ] &&
+   [ -n "$p1" ] && [ "$p1" -gt 0 ] && [ "$p4" -gt "$p1" ]; then ok bench_batch_json_fields
+else ko bench_batch_json_fields "rc $rc: $(head -c 300 "$T/b.json") $(tail -n 2 "$T/b.err")"; fi
+
+"$K" bench serve-memory -m "$G" --pool-mb 2 --context 1024 --budget 64 --sessions 16 --gen-tokens 4 --json > "$T/s.json" 2> "$T/s.err"; rc=$?
+sf=$(field sessions_full "$T/s.json" 1); sb=$(field sessions_bounded "$T/s.json" 1)
+if [ $rc -eq 0 ] && [ -n "$sf" ] && [ -n "$sb" ] && [ "$sb" -gt "$sf" ] && [ "$sb" -le 16 ] &&
+   [ -n "$(field decode_tok_per_s_full "$T/s.json" 1)" ] && [ -n "$(field decode_tok_per_s_bounded "$T/s.json" 1)" ] &&
+   [ -n "$(field throughput_ratio "$T/s.json" 1)" ]; then ok bench_serve_memory_json_fields
+else ko bench_serve_memory_json_fields "rc $rc: $(head -c 300 "$T/s.json") $(tail -n 2 "$T/s.err")"; fi
+
+"$K" bench batch -m "$G" --parallel 1 --prompt-tokens 8 --gen-tokens 4 --peer /bin/false > /dev/null 2> "$T/p.err"; rc=$?
+if [ $rc -eq 1 ] && grep -q "the peer exited" "$T/p.err" && grep -q "/bin/false" "$T/p.err"; then ok bench_batch_bad_peer_named
+else ko bench_batch_bad_peer_named "rc $rc: $(tail -n 2 "$T/p.err")"; fi
+"$K" bench batch -m "$G" --parallel 1,x > /dev/null 2> "$T/f.err"; rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--parallel" "$T/f.err"; then ok bench_batch_bad_flag_named; else ko bench_batch_bad_flag_named "rc $rc: $(cat "$T/f.err")"; fi
+"$K" bench serve-memory -m "$G" --policy full > /dev/null 2> "$T/g.err"; rc=$?
+if [ $rc -eq 2 ] && grep -q "bounded policy" "$T/g.err"; then ok serve_memory_refuses_full; else ko serve_memory_refuses_full "rc $rc: $(cat "$T/g.err")"; fi
+cli_summary
