@@ -195,6 +195,10 @@ static void embed_row(const struct kvb_mat *e, int32_t tok, float *out) {
  * the prompt chunks together (each as if alone). */
 static void mm(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
+    if (kvb_matmul_int8_tiles(w)) { /* Q8_0 on int8 tiles: every row of the pass in one go, prompts too */
+        kvb_matmul_decode(tp, w, x, ldx, y, ldy, f->n_rows, f->q8);
+        return;
+    }
     kvb_matmul_decode(tp, w, x, ldx, y, ldy, n_dec, f->q8);
     kvb_matmul_chunks(tp, w, x, ldx, y, ldy, f->cr0, f->cT, f->nc); /* weights expanded once for every chunk */
     for (int32_t i = 0; i < n_seg; i++) /* one-token prompt tails: as kvb_matmul with T = 1 */
@@ -213,6 +217,7 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
     kvb_status st = kvb_fwd_reserve_logits(f, in, n_lg); /* before any change */
     if (st != KVB_OK) return st;
     f->nc = 0;
+    f->n_rows = R;
     for (int32_t i = 0; i < n_seg; i++)
         if (!seg[i].decode && seg[i].T >= 2) {
             f->cr0[f->nc] = seg[i].r0;

@@ -58,6 +58,7 @@ struct kvb_fwd {
     struct kvb_q8_buf *q8; /* int8 activations of the decode rows */
     int32_t *cr0, *cT;     /* [rows] this pass's prompt chunks of >= 2 rows */
     int32_t nc;
+    int32_t n_rows;        /* rows of this pass */
 };
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows);
 void kvb_fwd_free(struct kvb_fwd *f);

@@ -233,3 +233,8 @@ void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const
     if (w->n_out * w->n_in * rows < (1 << 16)) mm_worker(0, 1, &j);
     else kvb_threadpool_run(tp, mm_worker, &j);
 }
+
+bool kvb_matmul_int8_tiles(const struct kvb_mat *w) {
+    const struct kvb_dot_kernels *k = kvb_dot_kernels();
+    return int8_path(k, w) && k->q8_tile != NULL;
+}

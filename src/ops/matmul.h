@@ -75,6 +75,10 @@ void kvb_matmul_rows_decode(const struct kvb_dot_kernels *k, const struct kvb_ma
                             int64_t ldy, int32_t N, int64_t r0, int64_t r1);
 /* Whole matmul on a thread pool (NULL: inline). */
 void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T);
+/* Whether w's rows go through the family's int8 tiles (Q8_0 weights on a
+ * family with q8_tile): then any rows, decode or prompt, can be multiplied
+ * together by kvb_matmul_decode, each row's bits independent of the others. */
+bool kvb_matmul_int8_tiles(const struct kvb_mat *w);
 /* Prompt chunks of several sequences (each T >= 2, rows r0[c] .. r0[c] +
  * T[c] - 1): every weight panel is expanded once for all of them, and each
  * chunk's outputs are bit-identical to kvb_matmul on that chunk alone. */

@@ -164,19 +164,19 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++) {
         __m256i a[3], sa[3];
-        float dx[3];
+        __m256 dx[3];
         for (int t = 0; t < NT; t++) {
             a[t] = _mm256_loadu_si256((const __m256i *)(x[t].q + i * QK8_0));
             sa[t] = _mm256_sign_epi8(a[t], a[t]);
-            dx[t] = x[t].d[i];
+            dx[t] = _mm256_broadcast_ss(&x[t].d[i]);
         }
         for (int r = 0; r < NR; r++) {
             const struct block_q8_0 *w = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)r * row_bytes) + i;
             const __m256i wr = _mm256_loadu_si256((const __m256i *)w->qs);
-            const float dw = _cvtsh_ss(w->d);
-            for (int t = 0; t < NT; t++) {
+            const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w->d));
+            for (int t = 0; t < NT; t++) { /* the scale d_w * d_x: the same IEEE product, lane-wise */
                 const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(sa[t], _mm256_sign_epi8(wr, a[t])), ones);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, dx[t]), acc[r][t]);
             }
         }
     }
