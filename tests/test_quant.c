@@ -155,8 +155,8 @@ TEST(q8_activation_kernel_exact) {
             kvb_quantize_act_q8(tmp, N, xs3[t], xq3[t]);
             a3[t] = (struct kvb_q8_act){xs3[t], xq3[t]};
         }
-        for (int nr = 1; nr <= 4; nr++)
-            for (int nt = 1; nt <= 3; nt++) {
+        for (int nr = 1; nr <= KVB_Q8_TILE_ROWS; nr++)
+            for (int nt = 1; nt <= KVB_Q8_TILE_TOKENS; nt++) {
                 float out[3 * 4];
                 kvb_dot_avx2.q8_tile(rows4, sizeof rows4[0], nr, a3, nt, N, out, 4);
                 for (int t = 0; t < nt; t++)

@@ -58,10 +58,11 @@ static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, co
             for (int64_t r = r0; r < r1; r++) y[(size_t)t * ldy + r] = k->dot_q8_0_q8(w->data + (size_t)r * w->row_bytes, &xa[t], n);
         return;
     }
-    for (int64_t r = r0; r < r1; r += 4) {
-        const int nr = (int)KVB_MIN((int64_t)4, r1 - r);
-        for (int32_t t = 0; t < N; t += 3)
-            k->q8_tile(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(3, N - t), n, y + (size_t)t * ldy + r, ldy);
+    for (int64_t r = r0; r < r1; r += KVB_Q8_TILE_ROWS) {
+        const int nr = (int)KVB_MIN((int64_t)KVB_Q8_TILE_ROWS, r1 - r);
+        for (int32_t t = 0; t < N; t += KVB_Q8_TILE_TOKENS)
+            k->q8_tile(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(KVB_Q8_TILE_TOKENS, N - t), n,
+                       y + (size_t)t * ldy + r, ldy);
     }
 }
 

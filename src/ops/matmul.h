@@ -34,7 +34,9 @@ struct kvb_q8_act {
     const int8_t *q;  /* [n] */
 };
 typedef float (*kvb_dot_q8_fn)(const void *row, const struct kvb_q8_act *x, int64_t n);
-/* nr <= 4 Q8_0 rows (row_bytes apart) x nt <= 3 int8 tokens:
+#define KVB_Q8_TILE_ROWS 4
+#define KVB_Q8_TILE_TOKENS 2
+/* nr <= KVB_Q8_TILE_ROWS Q8_0 rows (row_bytes apart) x nt <= KVB_Q8_TILE_TOKENS int8 tokens:
  * out[t * ldo + r] = dot(row r, token t), each pair computed exactly as
  * the family's dot_q8_0_q8 computes it. */
 typedef void (*kvb_q8_tile_fn)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,

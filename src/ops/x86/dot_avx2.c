@@ -150,7 +150,7 @@ static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
  * -127..127, no saturation), madd sums them to int32, and each 32-block adds
  * cvt(sum) * (d_w * d_x) to the pair's accumulator with one FMA.
  *
- * A tile is nr <= 4 rows x nt <= 3 tokens (12 accumulators): every weight
+ * A tile is nr <= 4 rows x nt <= 2 tokens (8 accumulators): every weight
  * block is loaded once for the tile's tokens and every activation block
  * once for its rows. Each (row, token) pair runs the same operations in the
  * same order whatever the tile's shape, so a row's result against a token
@@ -159,24 +159,23 @@ static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
 static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows, size_t row_bytes, const struct kvb_q8_act *x,
                                                                  int64_t n, float *out, int64_t ldo, const int NR, const int NT) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4][3];
+    __m256 acc[KVB_Q8_TILE_ROWS][KVB_Q8_TILE_TOKENS]; /* 8 accumulators: with the operands, 16 registers and no spills */
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        __m256i a[3], sa[3];
-        __m256 dx[3];
+        __m256i sa[KVB_Q8_TILE_TOKENS];
         for (int t = 0; t < NT; t++) {
-            a[t] = _mm256_loadu_si256((const __m256i *)(x[t].q + i * QK8_0));
-            sa[t] = _mm256_sign_epi8(a[t], a[t]);
-            dx[t] = _mm256_broadcast_ss(&x[t].d[i]);
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(x[t].q + i * QK8_0));
+            sa[t] = _mm256_sign_epi8(a, a);
         }
         for (int r = 0; r < NR; r++) {
             const struct block_q8_0 *w = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)r * row_bytes) + i;
             const __m256i wr = _mm256_loadu_si256((const __m256i *)w->qs);
             const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w->d));
             for (int t = 0; t < NT; t++) { /* the scale d_w * d_x: the same IEEE product, lane-wise */
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(sa[t], _mm256_sign_epi8(wr, a[t])), ones);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, dx[t]), acc[r][t]);
+                const __m256i a = _mm256_loadu_si256((const __m256i *)(x[t].q + i * QK8_0)); /* from L1 */
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(sa[t], _mm256_sign_epi8(wr, a)), ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_broadcast_ss(&x[t].d[i])), acc[r][t]);
             }
         }
     }
@@ -184,12 +183,50 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         for (int r = 0; r < NR; r++) out[(size_t)t * (size_t)ldo + (size_t)r] = hsum(acc[r][t]);
 }
 
+/* The full 4 x 2 tile with every value named, so that the 8 accumulators,
+ * |x| of both tokens, the ones, the weight block, its scale and two
+ * temporaries fit the 16 registers (the tokens' int8 blocks and scales are
+ * read from L1 as memory operands). The operations per pair are those of
+ * q8_tile_fixed. */
+static void q8_tile_4x2(const void *rows, size_t rb, const struct kvb_q8_act *x, int64_t n, float *out, int64_t ldo) {
+    const uint8_t *base = rows;
+    const struct block_q8_0 *w0 = (const void *)base, *w1 = (const void *)(base + rb), *w2 = (const void *)(base + 2 * rb),
+                            *w3 = (const void *)(base + 3 * rb);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    const int8_t *q0 = x[0].q, *q1 = x[1].q;
+    const float *d0 = x[0].d, *d1 = x[1].d;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)(q0 + i * QK8_0)), a1 = _mm256_loadu_si256((const __m256i *)(q1 + i * QK8_0));
+        const __m256i s0 = _mm256_sign_epi8(a0, a0), s1 = _mm256_sign_epi8(a1, a1);
+#define Q8_ROW(W, C0, C1)                                                                                                   \
+    do {                                                                                                                    \
+        const __m256i wr = _mm256_loadu_si256((const __m256i *)W[i].qs);                                                   \
+        const __m256 dw = _mm256_set1_ps(_cvtsh_ss(W[i].d));                                                               \
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(s0, _mm256_sign_epi8(wr, _mm256_loadu_si256((const __m256i *)(q0 + i * QK8_0)))), ones); \
+        C0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_broadcast_ss(&d0[i])), C0);                   \
+        p = _mm256_madd_epi16(_mm256_maddubs_epi16(s1, _mm256_sign_epi8(wr, _mm256_loadu_si256((const __m256i *)(q1 + i * QK8_0)))), ones); \
+        C1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_broadcast_ss(&d1[i])), C1);                   \
+    } while (0)
+        Q8_ROW(w0, c00, c01);
+        Q8_ROW(w1, c10, c11);
+        Q8_ROW(w2, c20, c21);
+        Q8_ROW(w3, c30, c31);
+#undef Q8_ROW
+    }
+    out[0] = hsum(c00); out[1] = hsum(c10); out[2] = hsum(c20); out[3] = hsum(c30);
+    out[ldo] = hsum(c01); out[ldo + 1] = hsum(c11); out[ldo + 2] = hsum(c21); out[ldo + 3] = hsum(c31);
+}
+
 static void q8_tile_avx2(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
                          int64_t ldo) {
+    if (nr == 4 && nt == 2) {
+        q8_tile_4x2(rows, row_bytes, x, n, out, ldo);
+        return;
+    }
     switch (nr * 4 + nt) { /* constant shapes: the accumulators live in registers */
 #define Q8_CASE(R, T) case R * 4 + T: q8_tile_fixed(rows, row_bytes, x, n, out, ldo, R, T); break;
-    Q8_CASE(1, 1) Q8_CASE(1, 2) Q8_CASE(1, 3) Q8_CASE(2, 1) Q8_CASE(2, 2) Q8_CASE(2, 3)
-    Q8_CASE(3, 1) Q8_CASE(3, 2) Q8_CASE(3, 3) Q8_CASE(4, 1) Q8_CASE(4, 2) Q8_CASE(4, 3)
+    Q8_CASE(1, 1) Q8_CASE(1, 2) Q8_CASE(2, 1) Q8_CASE(2, 2) Q8_CASE(3, 1) Q8_CASE(3, 2) Q8_CASE(4, 1) Q8_CASE(4, 2)
 #undef Q8_CASE
     default: break;
     }
