@@ -97,58 +97,17 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
 /* capacity (prepare)                                                       */
 /* ------------------------------------------------------------------------ */
 
-/* Reserves room for n_new tokens in every stream of the layer, plus scratch
- * for G query heads. Takes the pages from the pool and attaches them as free
- * slots. On failure nothing observable changed (only capacities grew). */
-static kvb_status prepare_layer(struct kvb_cache *c, int32_t layer, int32_t n_new, int32_t G) {
-    c->has_reserve = false; /* what follows uses the reserved pages */
-    const int32_t H = c->params.n_kv_head;
-    int64_t total = 0, n_max = 0;
-    for (int32_t h = 0; h < H; h++) {
-        struct kvb_stream *s = kvb_cache_stream(c, layer, h);
-        const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
-        if (kvb_stream_reserve(&c->geom, s, s->v.n_pages + np, (int64_t)s->v.n + n_new + 1) != KVB_OK)
-            return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for slot metadata (layer %d)", (int)layer);
-        total += np;
-        n_max = KVB_MAX(n_max, (int64_t)s->v.n + n_new);
-    }
-    for (int32_t h = 0; h < H; h++)
-        if (kvb_head_scratch_reserve(c, kvb_head_scratch_at(c->scratch, h), n_max, G) != KVB_OK)
-            return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for attention scratch");
-    if (total == 0) return KVB_OK;
-    uint8_t *stack[64];
-    uint8_t **got = total <= 64 ? stack : kvb_malloc(sizeof(uint8_t *) * (size_t)total);
-    if (!got) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
-    kvb_status st = kvb_pool_take(c->pool, total, got);
-    if (st != KVB_OK) {
-        if (got != stack) kvb_free(got);
-        return st;
-    }
-    int64_t k = 0;
-    for (int32_t h = 0; h < H; h++) {
-        struct kvb_stream *s = kvb_cache_stream(c, layer, h);
-        const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
-        kvb_stream_attach(&c->geom, s, got + k, np);
-        k += np;
-    }
-    if (got != stack) kvb_free(got);
-    return KVB_OK;
-}
-
-static kvb_status check_heads(const struct kvb_cache *c, int32_t n_head);
-static kvb_status check_pos(const struct kvb_cache *c, int32_t layer, int64_t n_new);
-static void update_peak(struct kvb_cache *c);
 static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_head);
 
-kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head) {
-    if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
-    kvb_status st = check_heads(c, n_head);
-    if (st != KVB_OK) return st;
-    if (n_new < 1 || n_new > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_reserve: n_new must be in 1..1048576, got %d", (int)n_new);
-    const int32_t L = c->params.n_layer, H = c->params.n_kv_head, G = n_head / H;
+/* Reserves room for n_new tokens in every stream of layers [l0, l1), plus
+ * attention scratch for G query heads and, when ring_heads > 0, the snapkv
+ * family's query rings: array capacities first, then the pages from the pool
+ * all or nothing, attached as free slots (c->reserved counts them per
+ * stream). On failure nothing observable changed (only capacities grew). */
+static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, int32_t n_new, int32_t G, int32_t ring_heads) {
+    const int32_t H = c->params.n_kv_head;
     int64_t total = 0, n_max = 0;
-    for (int32_t l = 0; l < L; l++) {
-        if ((st = check_pos(c, l, n_new)) != KVB_OK) return st;
+    for (int32_t l = l0; l < l1; l++)
         for (int32_t h = 0; h < H; h++) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
             const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
@@ -157,21 +116,21 @@ kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head)
             total += np;
             n_max = KVB_MAX(n_max, (int64_t)s->v.n + n_new);
         }
-    }
     for (int32_t h = 0; h < H; h++)
         if (kvb_head_scratch_reserve(c, kvb_head_scratch_at(c->scratch, h), n_max, G) != KVB_OK)
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for attention scratch");
-    if ((c->policy.iface->flags & KVB_PF_COMPRESS) && c->params.policy.prefill_budget == 0)
-        for (int32_t l = 0; l < L; l++) /* the queries a prompt keeps for its vote */
-            if ((st = ring_reserve(c, l, n_head)) != KVB_OK) return st;
-    uint8_t **got = total ? kvb_malloc(sizeof(uint8_t *) * (size_t)total) : NULL;
-    if (total && !got) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+    kvb_status st;
+    for (int32_t l = l0; ring_heads > 0 && l < l1; l++) /* the queries a prompt keeps for its vote */
+        if ((st = ring_reserve(c, l, ring_heads)) != KVB_OK) return st;
+    uint8_t *stack[64];
+    uint8_t **got = total <= 64 ? stack : kvb_malloc(sizeof(uint8_t *) * (size_t)total);
+    if (!got) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
     if (total && (st = kvb_pool_take(c->pool, total, got)) != KVB_OK) {
-        kvb_free(got);
+        if (got != stack) kvb_free(got);
         return st;
     }
     int64_t k = 0;
-    for (int32_t l = 0; l < L; l++)
+    for (int32_t l = l0; l < l1; l++)
         for (int32_t h = 0; h < H; h++) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
             const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
@@ -179,7 +138,29 @@ kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head)
             c->reserved[(size_t)l * H + h] = (int32_t)np;
             k += np;
         }
-    kvb_free(got);
+    if (got != stack) kvb_free(got);
+    return KVB_OK;
+}
+
+/* Room for n_new tokens in one layer, right before they are written. */
+static kvb_status prepare_layer(struct kvb_cache *c, int32_t layer, int32_t n_new, int32_t G) {
+    c->has_reserve = false; /* what follows uses the reserved pages */
+    return reserve_layers(c, layer, layer + 1, n_new, G, 0);
+}
+
+static kvb_status check_heads(const struct kvb_cache *c, int32_t n_head);
+static kvb_status check_pos(const struct kvb_cache *c, int32_t layer, int64_t n_new);
+static void update_peak(struct kvb_cache *c);
+
+kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head) {
+    if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
+    kvb_status st = check_heads(c, n_head);
+    if (st != KVB_OK) return st;
+    if (n_new < 1 || n_new > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_reserve: n_new must be in 1..1048576, got %d", (int)n_new);
+    for (int32_t l = 0; l < c->params.n_layer; l++)
+        if ((st = check_pos(c, l, n_new)) != KVB_OK) return st;
+    const bool rings = (c->policy.iface->flags & KVB_PF_COMPRESS) && c->params.policy.prefill_budget == 0;
+    if ((st = reserve_layers(c, 0, c->params.n_layer, n_new, n_head / c->params.n_kv_head, rings ? n_head : 0)) != KVB_OK) return st;
     c->has_reserve = true;
     update_peak(c);
     return KVB_OK;
