@@ -23,7 +23,8 @@ struct seq {
     struct kvb_cache *cache;
     struct kvb_sampler *smp;
     int32_t *hist;               /* prompt, then generated tokens */
-    int32_t n_hist, hist_cap;
+    int32_t n_hist;
+    int64_t hist_cap;
     int32_t n_prompt, n_prompt_done, n_generated, last_token, next;
     int32_t n_ctx;
     enum kvb_seq_state state;
@@ -148,8 +149,7 @@ size_t kvb_batch_seq_min_bytes(const struct kvb_batch *b, const struct kvb_seq_p
     } else {
         tokens = p->policy.budget;
         /* the snapkv family reads a prompt whole before compressing it */
-        if (p->policy.prefill_budget == 0 && (p->policy.id == KVB_POLICY_SNAPKV || p->policy.id == KVB_POLICY_PYRAMIDKV ||
-                                              p->policy.id == KVB_POLICY_ADAKV))
+        if (p->policy.prefill_budget == 0 && kvb_policy_compresses(p->policy.id))
             tokens = KVB_MAX(tokens + (p->policy.decode_budget ? p->policy.decode_budget : p->policy.budget), (int64_t)n_prompt);
     }
     const int64_t B = b->p.block_size;
@@ -182,16 +182,6 @@ kvb_status kvb_batch_can_admit(const struct kvb_batch *b, const struct kvb_seq_p
     return KVB_OK;
 }
 
-static kvb_status hist_push(struct seq *s, int32_t tok) {
-    if (s->n_hist == s->hist_cap) {
-        int64_t cap = s->hist_cap;
-        if (kvb_grow((void **)&s->hist, &cap, (int64_t)s->n_hist + 1, sizeof(int32_t)) != KVB_OK)
-            return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for a sequence's tokens");
-        s->hist_cap = (int32_t)KVB_MIN(cap, (int64_t)INT32_MAX);
-    }
-    s->hist[s->n_hist++] = tok;
-    return KVB_OK;
-}
 
 kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, const int32_t *prompt, int32_t n_prompt, int32_t *seq_id) {
     if (!b || !p || !prompt || !seq_id) return kvb_fail(KVB_ERR_INVALID, "batch_add: NULL argument");
@@ -228,7 +218,8 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
         return st;
     }
     memcpy(s.hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
-    s.n_hist = s.hist_cap = n_prompt;
+    s.n_hist = n_prompt;
+    s.hist_cap = n_prompt;
     s.n_prompt = n_prompt;
     s.state = KVB_SEQ_PROMPT;
     s.last_token = -1;
@@ -263,14 +254,14 @@ kvb_status kvb_batch_set_token(struct kvb_batch *b, int32_t id, int32_t token) {
 /* ---- a step ---- */
 
 /* After the sequence's logits are in s->logits: sample, then decide whether
- * it goes on. */
-static kvb_status sample_next(struct kvb_batch *b, struct seq *s) {
+ * it goes on. The history has room for the token (the step reserved it), so
+ * this cannot fail. */
+static void sample_next(struct kvb_batch *b, struct seq *s) {
     const int32_t V = b->m->info.n_vocab;
     memcpy(s->work, s->logits, sizeof(float) * (size_t)V);
     s->has_logits = true;
     const int32_t tok = kvb_sampler_sample(s->smp, s->work, s->hist, s->n_hist);
-    kvb_status st = hist_push(s, tok);
-    if (st != KVB_OK) return st;
+    s->hist[s->n_hist++] = tok;
     s->n_generated++;
     s->last_token = s->next = tok;
     const struct kvb_vocab *v = b->m->vocab;
@@ -286,7 +277,6 @@ static kvb_status sample_next(struct kvb_batch *b, struct seq *s) {
     } else {
         s->state = KVB_SEQ_DECODE;
     }
-    return KVB_OK;
 }
 
 kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *failed_seq) {
@@ -329,10 +319,8 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
     if (!n_seg) return KVB_OK;
     for (int32_t k = 0; k < n_seg; k++) { /* room for the token each will sample: after the pass nothing may fail */
         struct seq *s = &b->seqs[b->seg_seq[k]];
-        int64_t cap = s->hist_cap;
-        if (s->n_hist == s->hist_cap && kvb_grow((void **)&s->hist, &cap, (int64_t)s->n_hist + 1, sizeof(int32_t)) != KVB_OK)
+        if (s->n_hist == s->hist_cap && kvb_grow((void **)&s->hist, &s->hist_cap, (int64_t)s->n_hist + 1, sizeof(int32_t)) != KVB_OK)
             return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for the tokens of sequence %d", (int)b->seg_seq[k]);
-        s->hist_cap = (int32_t)KVB_MIN(cap, (int64_t)INT32_MAX);
     }
     int32_t n_lg = 0;
     for (int32_t k = 0; k < n_seg; k++) n_lg += b->segs[k].logits != NULL;
@@ -361,7 +349,7 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
             if (s->n_prompt_done < s->n_prompt) continue;
             kvb_cache_compress(s->cache, b->tp); /* the prompt is read: the snapkv family compresses it */
         }
-        if ((st = sample_next(b, s)) != KVB_OK) return st;
+        sample_next(b, s);
     }
     if (n_advanced) *n_advanced = n_seg;
     return KVB_OK;

@@ -138,7 +138,11 @@ static bool int8_path(const struct kvb_dot_kernels *k, const struct kvb_mat *w) 
 static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                         int32_t N, const struct kvb_q8_act *xa, int64_t r0, int64_t r1) {
     const int64_t n = w->n_in;
-    if (N == 1 && !xa) {
+    if (xa) { /* q8_rows goes 4 rows at a time over every token */
+        q8_rows(k, w, xa, N, y, ldy, r0, r1);
+        return;
+    }
+    if (N == 1) {
         kvb_matmul_rows(k, w, x, ldx, y, ldy, 1, r0, r1);
         return;
     }
@@ -147,10 +151,6 @@ static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w
         static _Thread_local int8_t t_q[PANEL_MAX_IN];
         for (int64_t b0 = r0; b0 < r1; b0 += DECODE_BLOCK) {
             const int64_t b1 = KVB_MIN(r1, b0 + DECODE_BLOCK);
-            if (xa) {
-                q8_rows(k, w, xa, N, y, ldy, b0, b1);
-                continue;
-            }
             for (int32_t t = 0; t < N; t++) { /* no buffer: quantize per block (deterministic: the same bits) */
                 kvb_quantize_act_q8(x + (size_t)t * ldx, n, t_d, t_q);
                 const struct kvb_q8_act one = {t_d, t_q};
@@ -167,10 +167,6 @@ static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w
     }
 }
 
-void kvb_matmul_rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
-                            int64_t ldy, int32_t N, int64_t r0, int64_t r1) {
-    rows_decode(k, w, x, ldx, y, ldy, N, NULL, r0, r1);
-}
 
 struct mm_job {
     const struct kvb_mat *w;

@@ -71,10 +71,6 @@ bool kvb_matmul_supports(uint32_t type);
 /* Rows [r0, r1) of Y = X W^T for T tokens (ld: floats between tokens in X and Y). */
 void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
                      int64_t ldy, int32_t T, int64_t r0, int64_t r1);
-/* Rows [r0, r1) for N decode tokens: token t's outputs are bit-identical to
- * a T == 1 call on token t alone; weights are read once for all N. */
-void kvb_matmul_rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
-                            int64_t ldy, int32_t N, int64_t r0, int64_t r1);
 /* Whole matmul on a thread pool (NULL: inline). */
 void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T);
 /* Whether w's rows go through the family's int8 tiles (Q8_0 weights on a
