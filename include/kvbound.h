@@ -558,6 +558,25 @@ size_t kvb_chat_default_system(const char *tmpl, char *buf, size_t cap);
  * (unknown role, NULL content), KVB_ERR_NOMEM. */
 kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_message *msgs, int32_t n, bool add_assistant, char **out,
                            size_t *len);
+/* A control token the style's markup needs that the vocabulary lacks (as
+ * its text), or NULL (llama2 and mistral write [INST] as text; plain has
+ * none). */
+const char *kvb_chat_missing_token(const struct kvb_vocab *vocab, enum kvb_chat_style style);
+/* The style to talk to a model in: its template as detected, plain when it
+ * has none. KVB_FALLBACK when it had to guess or give up: an unrecognized
+ * template (ChatML tried), or a style whose control tokens the vocabulary
+ * lacks (plain instead, so the model is never fed markup it never saw);
+ * *why (may be NULL) then says which, for the user. */
+kvb_status kvb_chat_style_for_vocab(const struct kvb_vocab *vocab, enum kvb_chat_style *style, const char **why);
+/* The text that continues a conversation with the user's next message
+ * (system only when first): the template's rendering of it after a previous
+ * exchange, preceded by what the template writes after the stop token the
+ * model ended its answer with (stop_text: that token's text, e.g. ChatML's
+ * "<|im_end|>" -> "\n"), or, when the answer was cut short (stop_text "" or
+ * NULL), by the template's whole closing of an assistant message. Ends with
+ * the assistant header. *out: kvb_buffer_free. */
+kvb_status kvb_chat_turn_text(enum kvb_chat_style style, const char *system, const char *user, bool first, const char *stop_text,
+                              char **out, size_t *len);
 
 struct kvb_context_params {
     struct kvb_policy_params policy; /* default: full */
@@ -661,7 +680,7 @@ struct kvb_seq_info {
     int32_t n_generated;   /* tokens sampled so far */
     int32_t last_token;    /* sampled by the last step that advanced it, or -1 */
     int64_t n_past;        /* tokens the cache has seen */
-    const char *stop;      /* DONE: "eos", "length" or "context"; else NULL */
+    const char *stop;      /* DONE: "eos", "length", "context", "stop" (kvb_batch_finish) or "restored"; else NULL */
     size_t kv_bytes;       /* pages the sequence holds now */
 };
 
@@ -701,6 +720,31 @@ const float *kvb_batch_logits(const struct kvb_batch *batch, int32_t seq_id);
 /* The sequence's cache: for stats and saving, or to fill it with keys and
  * values of its own (kvb_cache_append) before its first step. */
 struct kvb_cache *kvb_batch_seq_cache(struct kvb_batch *batch, int32_t seq_id);
+/* Sessions. A sequence that finished its turn (DONE) can take another:
+ * kvb_batch_continue reads tokens[0..n) as its next prompt on the same
+ * cache and then samples with p's sampler, max_tokens and ignore_eos (its
+ * policy, positions and n_ctx stay; the sampler restarts from p's seed).
+ * The token it sampled last is not in its cache: pass it first in tokens
+ * to keep it (kvb_seq_info.last_token), or leave it out to drop it.
+ * KVB_ERR_INVALID (not DONE, bad token, past n_ctx under full),
+ * KVB_ERR_NOMEM: the sequence is unchanged. */
+kvb_status kvb_batch_continue(struct kvb_batch *batch, int32_t seq_id, const struct kvb_seq_params *params, const int32_t *tokens,
+                              int32_t n);
+/* Ends a decoding sequence's turn now (a stop string seen by the caller):
+ * DONE with stop "stop"; its last sampled token stays pending. */
+kvb_status kvb_batch_finish(struct kvb_batch *batch, int32_t seq_id);
+/* A DONE sequence as a session image: its cache image (kvb_cache_save),
+ * its token history, its pending token and n_ctx, CRC-32 checked.
+ * *buf: kvb_buffer_free. KVB_ERR_INVALID when the sequence is mid-turn. */
+kvb_status kvb_batch_seq_save(const struct kvb_batch *batch, int32_t seq_id, void **buf, size_t *len);
+/* Adds a sequence from a session image, DONE (stop "restored"), ready for
+ * kvb_batch_continue; it continues exactly as the saved one would have.
+ * params gives its sampler (policy and positions come from the image).
+ * KVB_ERR_CORRUPT / KVB_ERR_UNSUPPORTED (bad image, named), KVB_ERR_INVALID
+ * (the image's cache does not fit the model, kv dtype or block size),
+ * KVB_ERR_NOMEM (no slot, or the pool cannot hold it): the batch is
+ * unchanged. */
+kvb_status kvb_batch_seq_load(struct kvb_batch *batch, const struct kvb_seq_params *params, const void *buf, size_t len, int32_t *seq_id);
 struct kvb_batch_stats {
     int32_t n_seqs, n_active;    /* held; not DONE */
     int64_t steps, rows;         /* steps run, rows processed */

@@ -386,12 +386,128 @@ TEST(admission_and_bad_arguments) {
     kvb_batch_free(b);
 }
 
+/* Runs the batch until sequence id is DONE; returns the tokens it sampled
+ * (out[0..*n)) and the logits of its last sample in lg. */
+static int run_turn(struct kvb_batch *b, int32_t id, int32_t *out, int *n, float *lg, int32_t V) {
+    *n = 0;
+    for (int step = 0; step < 400; step++) {
+        int32_t adv, failed;
+        if (kvb_batch_step(b, &adv, &failed) != KVB_OK) return 0;
+        struct kvb_seq_info si;
+        if (kvb_batch_seq_info(b, id, &si) != KVB_OK) return 0;
+        if (si.n_generated > *n) {
+            out[(*n)++] = si.last_token;
+            memcpy(lg, kvb_batch_logits(b, id), sizeof(float) * (size_t)V);
+        }
+        if (si.state == KVB_SEQ_DONE) return 1;
+    }
+    return 0;
+}
+
+/* Two turns on one sequence equal a lone context that reads the first
+ * prompt, its answer and the second prompt; a saved and reloaded session
+ * (in a new batch) continues with the same tokens and bit-identical logits;
+ * every damaged image is refused and leaves the batch unchanged. */
+TEST(sessions_continue_save_and_load) {
+    NEED_MODEL();
+    struct kvb_model_info mi;
+    kvb_model_get_info(g_model, &mi);
+    const int32_t V = mi.n_vocab;
+    const enum kvb_policy_id pols[] = {KVB_POLICY_FULL, KVB_POLICY_STREAMING, KVB_POLICY_H2O, KVB_POLICY_SNAPKV};
+    float *lg_a = malloc(sizeof(float) * (size_t)V), *lg_b = malloc(sizeof(float) * (size_t)V), *want = malloc(sizeof(float) * (size_t)V);
+    for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
+        struct kvb_batch_params bp = kvb_batch_default_params();
+        bp.chunk = CHUNK;
+        bp.step_tokens = 2 * CHUNK;
+        bp.kv_pool_bytes = (size_t)16 << 20;
+        struct kvb_seq_params sp = kvb_seq_default_params();
+        sp.policy = policy(pols[k]);
+        sp.max_tokens = 8;
+        sp.ignore_eos = true;
+        sp.sampler.temp = 0;
+        struct kvb_batch *a, *b;
+        CHECK_OK(kvb_batch_init(g_model, &bp, &a));
+        CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+        int32_t ia, ib, other, g1[16], g2a[16], g2b[16], turn2[40];
+        int n1, n1b, n2a, n2b;
+        CHECK_OK(kvb_batch_add(a, &sp, g_ids, 50, &ia));
+        CHECK_OK(kvb_batch_add(a, &sp, g_ids + 300, 20, &other)); /* company in the same steps */
+        CHECK(run_turn(a, ia, g1, &n1, lg_a, V));
+        CHECK_EQ_INT(n1, 8);
+        /* the same first turn in b, then saved, removed, loaded back */
+        CHECK_OK(kvb_batch_add(b, &sp, g_ids, 50, &ib));
+        CHECK(run_turn(b, ib, g2b, &n1b, lg_b, V));
+        void *img;
+        size_t len;
+        CHECK_OK(kvb_batch_seq_save(b, ib, &img, &len));
+        CHECK_OK(kvb_batch_remove(b, ib));
+        struct kvb_batch_stats before, after;
+        kvb_batch_get_stats(b, &before);
+        CHECK_EQ_INT((int)before.pool_bytes_in_use, 0);
+        /* damage: truncations and flipped bytes are all refused, nothing held */
+        uint8_t *bad = malloc(len);
+        for (size_t at = 0; at < len; at += 1 + len / 97) {
+            memcpy(bad, img, len);
+            bad[at] ^= 0x5a;
+            int32_t x;
+            kvb_status st = kvb_batch_seq_load(b, &sp, bad, len, &x);
+            if (st == KVB_OK) FAILF("a session image with byte %zu flipped was accepted", at);
+            st = kvb_batch_seq_load(b, &sp, img, at, &x);
+            if (st == KVB_OK) FAILF("a session image cut to %zu of %zu bytes was accepted", at, len);
+        }
+        free(bad);
+        kvb_batch_get_stats(b, &after);
+        CHECK_EQ_INT(after.n_seqs, 0);
+        CHECK_EQ_INT((int)after.pool_bytes_in_use, 0);
+        CHECK_OK(kvb_batch_seq_load(b, &sp, img, len, &ib));
+        kvb_buffer_free(img);
+        struct kvb_seq_info si;
+        CHECK_OK(kvb_batch_seq_info(b, ib, &si));
+        CHECK(si.state == KVB_SEQ_DONE && si.last_token == g1[7] && si.n_past == 50 + 7);
+        /* turn 2: the pending token, then new text */
+        turn2[0] = g1[n1 - 1];
+        memcpy(turn2 + 1, g_ids + 600, sizeof(int32_t) * 30);
+        sp.max_tokens = 6;
+        CHECK_OK(kvb_batch_continue(a, ia, &sp, turn2, 31));
+        CHECK_OK(kvb_batch_continue(b, ib, &sp, turn2, 31));
+        CHECK_STATUS(kvb_batch_continue(b, ib, &sp, turn2, 31), KVB_ERR_INVALID); /* mid-turn */
+        CHECK(run_turn(a, ia, g2a, &n2a, lg_a, V));
+        CHECK(run_turn(b, ib, g2b, &n2b, lg_b, V));
+        CHECK_EQ_INT(n2a, 6);
+        CHECK_EQ_INT(n2b, 6);
+        for (int i = 0; i < 6; i++)
+            if (g2a[i] != g2b[i]) FAILF("%s: the reloaded session's token %d is %d, the uninterrupted one's %d", kvb_policy_name(pols[k]), i, (int)g2b[i], (int)g2a[i]);
+        CHECK(memcmp(lg_a, lg_b, sizeof(float) * (size_t)V) == 0);
+        /* a lone context: prompt, the first answer, then the second prompt */
+        struct kvb_context_params cp = kvb_context_default_params();
+        cp.policy = sp.policy;
+        cp.chunk = CHUNK;
+        cp.kv_pool_bytes = (size_t)16 << 20;
+        struct kvb_context *c;
+        CHECK_OK(kvb_context_init(g_model, &cp, &c));
+        CHECK_OK(kvb_context_prompt(c, g_ids, 50, want, false));
+        for (int i = 0; i < n1 - 1; i++) CHECK_OK(kvb_context_eval(c, &g1[i], 1, want, false));
+        CHECK_OK(kvb_context_prompt(c, turn2, 31, want, false));
+        for (int i = 0; i < n2a - 1; i++) CHECK_OK(kvb_context_eval(c, &g2a[i], 1, want, false));
+        double worst = 0;
+        for (int32_t v = 0; v < V; v++) worst = fmax(worst, fabs((double)want[v] - (double)lg_a[v]));
+        if (worst > 1e-4) FAILF("%s: the second turn's logits differ from a lone context's by %g", kvb_policy_name(pols[k]), worst);
+        kvb_context_free(c);
+        kvb_batch_free(a);
+        kvb_batch_free(b);
+    }
+    free(lg_a);
+    free(lg_b);
+    free(want);
+}
+
 int main(void) {
     RUN(batch_equals_single_every_policy_with_joins_and_cancels);
     RUN(batch_equals_single_q8_0_weights);
     RUN(pool_exhaustion_and_allocation_failures_change_no_cache);
     RUN(sequences_freed_in_random_order_return_every_page);
     RUN(admission_and_bad_arguments);
+    RUN(sessions_continue_save_and_load);
     kvb_buffer_free(g_ids);
     kvb_model_free(g_model);
     return test_summary();

@@ -22,8 +22,8 @@ struct seq {
     struct kvb_seq_params p;
     struct kvb_cache *cache;
     struct kvb_sampler *smp;
-    int32_t *hist;               /* prompt, then generated tokens */
-    int32_t n_hist;
+    int32_t *hist;               /* every token read, then the one sampled last (pending) */
+    int32_t n_hist, prompt_at;   /* the current prompt is hist[prompt_at, prompt_at + n_prompt) */
     int64_t hist_cap;
     int32_t n_prompt, n_prompt_done, n_generated, last_token, next;
     int32_t n_ctx;
@@ -310,7 +310,7 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
         struct seq *s = &b->seqs[i];
         const int32_t T = KVB_MIN(b->p.chunk, s->n_prompt - s->n_prompt_done);
         if (rows + T > b->p.step_tokens) break; /* first come, first served */
-        memcpy(b->tok + rows, s->hist + s->n_prompt_done, sizeof(int32_t) * (size_t)T);
+        memcpy(b->tok + rows, s->hist + s->prompt_at + s->n_prompt_done, sizeof(int32_t) * (size_t)T);
         const bool last = s->n_prompt_done + T == s->n_prompt;
         b->segs[n_seg] = (struct kvb_fwd_seg){s->cache, rows, T, false, last ? s->logits : NULL, false};
         b->seg_seq[n_seg++] = i;
@@ -352,6 +352,186 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
         sample_next(b, s);
     }
     if (n_advanced) *n_advanced = n_seg;
+    return KVB_OK;
+}
+
+/* ---- sessions: a finished sequence goes on, is saved, comes back ---- */
+
+kvb_status kvb_batch_continue(struct kvb_batch *b, int32_t id, const struct kvb_seq_params *p, const int32_t *tokens, int32_t n) {
+    struct seq *s = get_seq(b, id);
+    if (!s || !p || !tokens) return kvb_fail(KVB_ERR_INVALID, "batch_continue: no sequence %d (or NULL argument)", (int)id);
+    if (s->state != KVB_SEQ_DONE) return kvb_fail(KVB_ERR_INVALID, "batch_continue: sequence %d has not finished its turn", (int)id);
+    const struct kvb_model_info *in = &b->m->info;
+    if (n < 1) return kvb_fail(KVB_ERR_INVALID, "batch_continue: a turn needs at least one token");
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= in->n_vocab)
+            return kvb_fail(KVB_ERR_INVALID, "batch_continue: token %d is %d, out of range 0..%d", (int)i, (int)tokens[i], (int)in->n_vocab - 1);
+    if (p->max_tokens < 0) return kvb_fail(KVB_ERR_INVALID, "batch_continue: max_tokens must be >= 0");
+    const int64_t seen = kvb_cache_n_past(s->cache, 0);
+    if (is_full(&s->p) && seen + n > s->n_ctx)
+        return kvb_fail(KVB_ERR_INVALID, "batch_continue: %lld tokens seen + %d exceed n_ctx %d under policy full", (long long)seen, (int)n,
+                        (int)s->n_ctx);
+    struct kvb_sampler *smp = NULL;
+    kvb_status st = kvb_sampler_init(&p->sampler, in->n_vocab, &smp);
+    if (st != KVB_OK) return st;
+    const int32_t keep = (int32_t)seen; /* the pending token is dropped: the caller passes it first to keep it */
+    if ((int64_t)keep + n > s->hist_cap && kvb_grow((void **)&s->hist, &s->hist_cap, (int64_t)keep + n, sizeof(int32_t)) != KVB_OK) {
+        kvb_sampler_free(smp);
+        return kvb_fail(KVB_ERR_NOMEM, "batch_continue: out of memory for %d tokens", (int)n);
+    }
+    memcpy(s->hist + keep, tokens, sizeof(int32_t) * (size_t)n);
+    s->n_hist = keep + n;
+    s->prompt_at = keep;
+    s->n_prompt = n;
+    s->n_prompt_done = 0;
+    s->n_generated = 0;
+    s->last_token = -1;
+    s->stop = NULL;
+    s->has_logits = false;
+    s->state = KVB_SEQ_PROMPT;
+    s->order = b->next_order++;
+    s->p.sampler = p->sampler;
+    s->p.max_tokens = p->max_tokens;
+    s->p.ignore_eos = p->ignore_eos;
+    kvb_sampler_free(s->smp);
+    s->smp = smp;
+    return KVB_OK;
+}
+
+kvb_status kvb_batch_finish(struct kvb_batch *b, int32_t id) {
+    struct seq *s = get_seq(b, id);
+    if (!s) return kvb_fail(KVB_ERR_INVALID, "batch_finish: no sequence %d", (int)id);
+    if (s->state != KVB_SEQ_DECODE) return kvb_fail(KVB_ERR_INVALID, "batch_finish: sequence %d is not decoding", (int)id);
+    s->state = KVB_SEQ_DONE;
+    s->stop = "stop";
+    return KVB_OK;
+}
+
+/* Session image: "KVBSESS\0", u32 version, u32 flags (0), i32 n_ctx,
+ * i32 last_token (-1: none pending), i64 n_hist, i32 hist[n_hist],
+ * u64 cache_len, the cache image, u32 CRC-32 of everything before. */
+#define SESSION_MAGIC "KVBSESS"
+#define SESSION_VERSION 1u
+
+kvb_status kvb_batch_seq_save(const struct kvb_batch *b, int32_t id, void **buf, size_t *len) {
+    const struct seq *s = get_seq(b, id);
+    if (!s || !buf || !len) return kvb_fail(KVB_ERR_INVALID, "batch_seq_save: no sequence %d (or NULL argument)", (int)id);
+    if (s->state != KVB_SEQ_DONE) return kvb_fail(KVB_ERR_INVALID, "batch_seq_save: sequence %d is in the middle of a turn", (int)id);
+    void *img = NULL;
+    size_t il = 0;
+    kvb_status st = kvb_cache_save(s->cache, &img, &il);
+    if (st != KVB_OK) return st;
+    const size_t total = 8 + 4 + 4 + 4 + 4 + 8 + sizeof(int32_t) * (size_t)s->n_hist + 8 + il + 4;
+    uint8_t *o = kvb_malloc(total);
+    if (!o) {
+        kvb_buffer_free(img);
+        return kvb_fail(KVB_ERR_NOMEM, "batch_seq_save: out of memory for %zu bytes", total);
+    }
+    size_t at = 0;
+#define PUT(p, n) (memcpy(o + at, (p), (n)), at += (n))
+    const uint32_t version = SESSION_VERSION, flags = 0;
+    const int32_t n_ctx = s->n_ctx, last = s->n_generated > 0 ? s->last_token : -1;
+    const int64_t nh = s->n_hist;
+    const uint64_t cl = il;
+    PUT(SESSION_MAGIC, 8);
+    PUT(&version, 4);
+    PUT(&flags, 4);
+    PUT(&n_ctx, 4);
+    PUT(&last, 4);
+    PUT(&nh, 8);
+    PUT(s->hist, sizeof(int32_t) * (size_t)s->n_hist);
+    PUT(&cl, 8);
+    PUT(img, il);
+    const uint32_t crc = kvb_crc32(0, o, at);
+    PUT(&crc, 4);
+#undef PUT
+    kvb_buffer_free(img);
+    *buf = o;
+    *len = total;
+    return KVB_OK;
+}
+
+kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *p, const void *buf, size_t len, int32_t *seq_id) {
+    if (!b || !p || !buf || !seq_id) return kvb_fail(KVB_ERR_INVALID, "batch_seq_load: NULL argument");
+    const uint8_t *in8 = buf;
+    const size_t head = 8 + 4 + 4 + 4 + 4 + 8;
+    if (len < head + 8 + 4) return kvb_fail(KVB_ERR_CORRUPT, "session image too short (%zu bytes)", len);
+    if (memcmp(in8, SESSION_MAGIC, 8) != 0) return kvb_fail(KVB_ERR_CORRUPT, "session image: bad magic (not a kvbound session)");
+    uint32_t crc, version;
+    memcpy(&crc, in8 + len - 4, 4);
+    if (kvb_crc32(0, in8, len - 4) != crc) return kvb_fail(KVB_ERR_CORRUPT, "session image: checksum mismatch (corrupt or truncated)");
+    memcpy(&version, in8 + 8, 4);
+    if (version != SESSION_VERSION) return kvb_fail(KVB_ERR_UNSUPPORTED, "session image version %u (this build reads %u)", version, SESSION_VERSION);
+    int32_t n_ctx, last;
+    int64_t nh;
+    memcpy(&n_ctx, in8 + 16, 4);
+    memcpy(&last, in8 + 20, 4);
+    memcpy(&nh, in8 + 24, 8);
+    const struct kvb_model_info *mi = &b->m->info;
+    if (nh < 0 || (uint64_t)nh > (len - head - 12) / sizeof(int32_t) || nh > INT32_MAX - 1)
+        return kvb_fail(KVB_ERR_CORRUPT, "session image: token history of %lld tokens does not fit its %zu bytes", (long long)nh, len);
+    const size_t at_cl = head + sizeof(int32_t) * (size_t)nh;
+    uint64_t cl;
+    memcpy(&cl, in8 + at_cl, 8);
+    if (cl != len - at_cl - 8 - 4) return kvb_fail(KVB_ERR_CORRUPT, "session image: cache image length %llu does not match the file", (unsigned long long)cl);
+    if (n_ctx < 1 || last < -1 || last >= mi->n_vocab)
+        return kvb_fail(KVB_ERR_CORRUPT, "session image: n_ctx %d or pending token %d out of range", (int)n_ctx, (int)last);
+    const int32_t *hist_in = (const int32_t *)(const void *)(in8 + head);
+    for (int64_t i = 0; i < nh; i++) {
+        int32_t t;
+        memcpy(&t, hist_in + i, 4); /* unaligned-safe */
+        if (t < 0 || t >= mi->n_vocab) return kvb_fail(KVB_ERR_CORRUPT, "session image: token %lld is %d, out of range", (long long)i, (int)t);
+    }
+    int32_t id = -1;
+    for (int32_t i = 0; i < b->p.max_seqs && id < 0; i++)
+        if (!b->seqs[i].used) id = i;
+    if (id < 0) return kvb_fail(KVB_ERR_NOMEM, "batch: all %d sequence slots are in use", (int)b->p.max_seqs);
+    struct seq s;
+    memset(&s, 0, sizeof s);
+    kvb_status st = kvb_cache_load(b->pool, in8 + at_cl + 8, (size_t)cl, 0, &s.cache);
+    if (st != KVB_OK) return st;
+    struct kvb_cache_params cp;
+    kvb_cache_get_params(s.cache, &cp);
+    const int64_t seen = kvb_cache_n_past(s.cache, 0);
+    const int64_t want_hist = seen + (last >= 0);
+    if (cp.n_layer != mi->n_layer || cp.n_kv_head != mi->n_head_kv || cp.head_dim != mi->head_dim || cp.rope.type != mi->rope_type ||
+        cp.dtype != b->p.kv_dtype || cp.block_size != b->p.block_size) {
+        st = kvb_fail(KVB_ERR_INVALID, "session image: its cache (%d layers, %d KV heads, %d dims, %s, blocks of %d) does not fit this model and batch",
+                      (int)cp.n_layer, (int)cp.n_kv_head, (int)cp.head_dim, kvb_dtype_name(cp.dtype), (int)cp.block_size);
+    } else if (nh != want_hist) {
+        st = kvb_fail(KVB_ERR_CORRUPT, "session image: %lld tokens of history for a cache that has seen %lld", (long long)nh, (long long)seen);
+    } else if (cp.policy.id == KVB_POLICY_FULL && seen > n_ctx) {
+        st = kvb_fail(KVB_ERR_CORRUPT, "session image: %lld tokens seen under full exceed n_ctx %d", (long long)seen, (int)n_ctx);
+    }
+    s.p = *p;
+    s.p.policy = cp.policy;
+    s.p.pos_mode = cp.pos_mode;
+    s.p.max_distance = cp.max_distance;
+    s.p.n_ctx = n_ctx;
+    s.n_ctx = n_ctx;
+    if (st == KVB_OK) st = kvb_sampler_init(&p->sampler, mi->n_vocab, &s.smp);
+    if (st == KVB_OK) {
+        s.hist_cap = KVB_MAX(nh, 1);
+        s.logits = kvb_malloc(sizeof(float) * (size_t)mi->n_vocab);
+        s.work = kvb_malloc(sizeof(float) * (size_t)mi->n_vocab);
+        s.hist = kvb_malloc(sizeof(int32_t) * (size_t)s.hist_cap);
+        if (!s.logits || !s.work || !s.hist) st = kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for a sequence");
+    }
+    if (st != KVB_OK) {
+        seq_clear(&s);
+        return st;
+    }
+    memcpy(s.hist, in8 + head, sizeof(int32_t) * (size_t)nh);
+    s.n_hist = (int32_t)nh;
+    s.last_token = last;
+    s.next = last;
+    s.n_generated = last >= 0;
+    s.state = KVB_SEQ_DONE;
+    s.stop = "restored";
+    s.used = true;
+    s.order = b->next_order++;
+    b->seqs[id] = s;
+    *seq_id = id;
     return KVB_OK;
 }
 

@@ -15,6 +15,7 @@
  */
 #include "tokenizer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 static const char *const k_style_name[] = {"chatml", "llama3", "llama2", "mistral", "plain"};
@@ -167,4 +168,87 @@ kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_mess
     *out = b.p;
     if (len) *len = b.n;
     return KVB_OK;
+}
+
+/* ---- styles for a vocabulary, and the text of a later turn ---- */
+
+static bool has_control_token(const struct kvb_vocab *vocab, const char *text) {
+    int32_t *ids = NULL, n = 0;
+    const bool one = kvb_vocab_tokenize(vocab, text, strlen(text), false, true, &ids, &n) == KVB_OK && n == 1;
+    kvb_buffer_free(ids);
+    return one;
+}
+
+const char *kvb_chat_missing_token(const struct kvb_vocab *vocab, enum kvb_chat_style style) {
+    static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
+    static const char *const llama3[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", NULL};
+    const char *const *need = style == KVB_CHAT_CHATML ? chatml : style == KVB_CHAT_LLAMA3 ? llama3 : NULL;
+    if (!vocab) return NULL;
+    for (; need && *need; need++)
+        if (!has_control_token(vocab, *need)) return *need;
+    return NULL;
+}
+
+kvb_status kvb_chat_style_for_vocab(const struct kvb_vocab *vocab, enum kvb_chat_style *style, const char **why) {
+    if (why) *why = NULL;
+    if (!vocab || !style) return kvb_fail(KVB_ERR_INVALID, "chat_style_for_vocab: NULL argument");
+    struct kvb_vocab_info vi;
+    kvb_vocab_get_info(vocab, &vi);
+    *style = KVB_CHAT_PLAIN;
+    if (!vi.chat_template) return KVB_OK; /* base models (llama2.c stories) have no template */
+    kvb_status st = KVB_OK;
+    if (kvb_chat_detect(vi.chat_template, style) == KVB_FALLBACK) {
+        st = KVB_FALLBACK;
+        if (why) *why = "the model's chat template is not one we recognize; trying ChatML";
+    }
+    const char *miss = kvb_chat_missing_token(vocab, *style);
+    if (miss) {
+        static _Thread_local char msg[160];
+        snprintf(msg, sizeof msg, "template %s needs the %s token, which the vocabulary lacks; using plain User:/Assistant:",
+                 kvb_chat_style_name(*style), miss);
+        if (why) *why = msg;
+        *style = KVB_CHAT_PLAIN;
+        st = KVB_FALLBACK;
+    }
+    return st;
+}
+
+kvb_status kvb_chat_turn_text(enum kvb_chat_style style, const char *system, const char *user, bool first, const char *stop_text,
+                              char **out, size_t *len) {
+    if (!user || !out) return kvb_fail(KVB_ERR_INVALID, "chat_turn_text: NULL argument");
+    if (!stop_text) stop_text = "";
+    *out = NULL;
+    if (len) *len = 0;
+    struct kvb_chat_message msgs[4];
+    int k = 0;
+    if (first && system) msgs[k++] = (struct kvb_chat_message){"system", system};
+    if (!first) {
+        msgs[k++] = (struct kvb_chat_message){"user", "\x02"};
+        msgs[k++] = (struct kvb_chat_message){"assistant", "\x01"}; /* placeholders no template text contains */
+    }
+    char *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0;
+    kvb_status st = first ? KVB_OK : kvb_chat_format(style, msgs, k, false, &a, &la);
+    if (st != KVB_OK) return st;
+    msgs[k++] = (struct kvb_chat_message){"user", user};
+    st = kvb_chat_format(style, msgs, k, true, &b, &lb);
+    if (st == KVB_OK) {
+        /* what the template writes after the stop token the answer ended
+         * with, or after the answer itself when it was cut (stop_text "") */
+        const char *glue = "", *mark = stop_text[0] ? stop_text : "\x01";
+        for (const char *p = a; p && (p = strstr(p, mark)); p += strlen(mark)) glue = p + strlen(mark);
+        const size_t n = strlen(glue) + lb - la;
+        char *t = kvb_malloc(n + 1);
+        if (!t) st = kvb_fail(KVB_ERR_NOMEM, "chat_turn_text: out of memory");
+        else {
+            memcpy(t, glue, strlen(glue));
+            memcpy(t + strlen(glue), b + la, lb - la);
+            t[n] = 0;
+            *out = t;
+            if (len) *len = n;
+        }
+    }
+    kvb_buffer_free(a);
+    kvb_buffer_free(b);
+    return st;
 }

@@ -16,82 +16,26 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Whether the vocabulary has text as one control token. */
-static bool has_token(const struct kvb_vocab *vocab, const char *text) {
-    int32_t *ids = NULL, n = 0;
-    const bool one = kvb_vocab_tokenize(vocab, text, strlen(text), false, true, &ids, &n) == KVB_OK && n == 1;
-    kvb_buffer_free(ids);
-    return one;
-}
-
-/* The control tokens a style's markup needs, or NULL (llama2 and mistral
- * write [INST] as text; plain has none). */
-static const char *missing_token(const struct kvb_vocab *vocab, enum kvb_chat_style style) {
-    static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
-    static const char *const llama3[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", NULL};
-    const char *const *need = style == KVB_CHAT_CHATML ? chatml : style == KVB_CHAT_LLAMA3 ? llama3 : NULL;
-    for (; need && *need; need++)
-        if (!has_token(vocab, *need)) return *need;
-    return NULL;
-}
-
 /* The prompt format: --template, else the model's template as detected,
  * else plain. A detected (or fallen-back) style whose control tokens the
  * vocabulary lacks would feed the model markup it never saw: plain instead,
  * with a warning; a forced one is kept, with a warning. */
 static bool pick_style(const struct kvb_vocab *vocab, const char *forced, enum kvb_chat_style *style) {
-    struct kvb_vocab_info vi;
-    kvb_vocab_get_info(vocab, &vi);
     *style = KVB_CHAT_PLAIN;
     if (forced) {
         if (kvb_chat_style_from_name(forced, style) != KVB_OK) {
             fprintf(stderr, "kvbound chat: --template: %s\n", kvb_last_error());
             return false;
         }
-        const char *miss = missing_token(vocab, *style);
+        const char *miss = kvb_chat_missing_token(vocab, *style);
         if (miss)
             fprintf(stderr, "kvbound chat: warning: --template %s: the vocabulary has no %s token; the markup is fed as plain text\n", forced, miss);
         return true;
     }
-    if (!vi.chat_template) return true; /* base models (llama2.c stories) have no template */
-    if (kvb_chat_detect(vi.chat_template, style) == KVB_FALLBACK)
-        fprintf(stderr, "kvbound chat: warning: the model's chat template is not one we recognize; trying ChatML (--template to choose)\n");
-    const char *miss = missing_token(vocab, *style);
-    if (miss) {
-        fprintf(stderr, "kvbound chat: warning: template %s needs the %s token, which the vocabulary lacks; using plain User:/Assistant: (--template to choose)\n",
-                kvb_chat_style_name(*style), miss);
-        *style = KVB_CHAT_PLAIN;
-    }
+    const char *why = NULL;
+    if (kvb_chat_style_for_vocab(vocab, style, &why) == KVB_FALLBACK && why)
+        fprintf(stderr, "kvbound chat: warning: %s (--template to choose)\n", why);
     return true;
-}
-
-/* Text of the next turn: the template's rendering of the new user message
- * after a previous exchange, preceded by what the template puts after the
- * stop token the model ended its answer with (ChatML's "\n"), or, when the
- * answer was cut at -n (stop_text ""), by the template's whole closing of
- * an assistant message. */
-static char *turn_text(enum kvb_chat_style style, const char *system, const char *user, bool first, const char *stop_text) {
-    struct kvb_chat_message msgs[4];
-    int k = 0;
-    if (first && system) msgs[k++] = (struct kvb_chat_message){"system", system};
-    if (!first) {
-        msgs[k++] = (struct kvb_chat_message){"user", "\x02"};
-        msgs[k++] = (struct kvb_chat_message){"assistant", "\x01"}; /* placeholders no template text contains */
-    }
-    char *a = NULL, *b = NULL, *t = NULL;
-    size_t la = 0, lb;
-    if (!first && kvb_chat_format(style, msgs, k, false, &a, &la) != KVB_OK) return NULL;
-    msgs[k++] = (struct kvb_chat_message){"user", user};
-    if (kvb_chat_format(style, msgs, k, true, &b, &lb) == KVB_OK) {
-        const char *glue = "", *mark = stop_text[0] ? stop_text : "\x01";
-        for (const char *p = a; p && (p = strstr(p, mark)); p += strlen(mark)) glue = p + strlen(mark);
-        size_t n = strlen(glue) + lb - la + 1;
-        t = malloc(n);
-        if (t) snprintf(t, n, "%s%s", glue, b + la);
-    }
-    kvb_buffer_free(a);
-    kvb_buffer_free(b);
-    return t;
 }
 
 static int chat_usage(FILE *f) {
@@ -229,13 +173,13 @@ int cmd_chat(int argc, char **argv) {
             fflush(stdout);
             continue;
         }
-        char *turn = turn_text(style, system, line, first, stop_text);
-        if (!turn) { fprintf(stderr, "kvbound chat: %s\n", kvb_last_error()); rc = 1; break; }
+        char *turn = NULL;
+        if (kvb_chat_turn_text(style, system, line, first, stop_text, &turn, NULL) != KVB_OK) { fprintf(stderr, "kvbound chat: %s\n", kvb_last_error()); rc = 1; break; }
         if (show_prompt) fprintf(stderr, "[prompt: %s]\n", turn);
         int32_t *ids, n;
         /* BOS once, at the start (later "<s>" texts of Llama 2 become BOS by parse_special) */
         kvb_status s = kvb_vocab_tokenize(kvb_model_vocab(m), turn, strlen(turn), first, true, &ids, &n);
-        free(turn);
+        kvb_buffer_free(turn);
         if (s == KVB_OK) {
             s = kvb_context_prompt(c, ids, n, logits, false); /* the turn's text is a prompt: compressed here */
             kvb_buffer_free(ids);
