@@ -749,6 +749,7 @@ struct kvb_batch_stats {
     int32_t n_seqs, n_active;    /* held; not DONE */
     int64_t steps, rows;         /* steps run, rows processed */
     size_t pool_bytes_in_use, pool_bytes_peak, pool_bytes_capacity;
+    size_t page_bytes;           /* one page of the pool */
 };
 void kvb_batch_get_stats(const struct kvb_batch *batch, struct kvb_batch_stats *out);
 

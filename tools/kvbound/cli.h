@@ -28,6 +28,8 @@ double cli_now_sec(void);
 /* malloc / calloc for the CLI's own buffers: on failure print "out of
  * memory" naming what and exit(1) (the program, never the library). */
 void *cli_xmalloc(size_t bytes, const char *what);
+/* tools/serve/main.c, when built with the server */
+int cmd_serve_main(int argc, char **argv);
 void *cli_xcalloc(size_t n, size_t size, const char *what);
 
 /* Policy options shared by run, chat, ppl, sweep and needle (policy_opts.c).

@@ -16,6 +16,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run                 generate text from a GGUF or llama2.c model with any cache policy\n"
             "  chat                interactive conversation with a bounded cache (stdin may be a pipe)\n"
+            "  serve               an OpenAI-compatible server for many long sessions on one page pool\n"
             "  ppl                 a policy's perplexity on a text, vs the full cache (KL, top-1) or recompute\n"
             "  sweep               quality against KV bytes over policies x budgets (CSV, Markdown, SVG)\n"
             "  needle              passkey retrieval through eviction over length x depth (JSON, Markdown, SVG)\n"
@@ -65,6 +66,15 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) {
+#ifdef KVB_HAVE_SERVE
+        return cmd_serve_main(argc - 1, argv + 1);
+#else
+        fprintf(stderr, "kvbound serve: this kvbound was built without the server; install libmicrohttpd-dev libcjson-dev "
+                        "libsqlite3-dev (and libhiredis-dev for Redis) and rebuild\n");
+        return 1;
+#endif
+    }
     fprintf(stderr, "kvbound: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -1,0 +1,284 @@
+/*
+ * http.c — libmicrohttpd glue: one thread per connection. The body is
+ * gathered (up to --max-body; beyond it the answer is 413 and the rest is
+ * not kept), serve_route decides, and a generation is waited for here:
+ *  - stream false: until the job is done, then one JSON answer;
+ *  - stream true: until it starts (so a refusal still gets its own status),
+ *    then server-sent events from a content reader that waits for text.
+ * While waiting, the socket is checked every 100 ms; a client that went
+ * away cancels its job, which returns its pages at the next step.
+ */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include "serve.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <time.h>
+
+struct conn {
+    struct sbuf body;
+    bool too_large;
+};
+
+struct stream {
+    struct server *srv;
+    struct job *j;
+    int fd;
+    struct sbuf out;
+    size_t off;
+    bool finished;
+};
+
+/* Whether the peer closed its side. */
+static bool peer_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+    char c;
+    const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0;
+}
+
+static void wait_100ms(struct server *srv, struct job *j) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+    pthread_cond_timedwait(&j->cv, &srv->mu, &ts);
+}
+
+/* Gives up on a job (under mu): the scheduler frees it if it still holds
+ * it, else it is freed here. */
+static void release_job(struct job *j) {
+    if (j->done) job_free(j);
+    else {
+        j->cancelled = true;
+        j->abandoned = true;
+    }
+}
+
+static enum MHD_Result send_buffer(struct MHD_Connection *c, int status, const char *type, const struct sbuf *body, int retry_after) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(body->n, body->s ? body->s : (char *)"", MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type ? type : "application/json");
+    if (retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", retry_after);
+        MHD_add_response_header(r, "Retry-After", v);
+    }
+    const enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static void job_error_body(const struct job *j, struct http_resp *r) {
+    serve_error(r, j->status ? j->status : 500, j->error_type[0] ? j->error_type : "server_error", "%s", j->error[0] ? j->error : "failed");
+    r->retry_after = j->retry_after;
+}
+
+/* ---- server-sent events ---- */
+
+/* Appends every event now due (under mu). */
+static void stream_events(struct stream *st) {
+    struct job *j = st->j;
+    const struct server *srv = st->srv;
+    if (!j->role_sent) {
+        if (j->kind == JOB_CHAT) openai_chunk(srv, j, NULL, 0, true, NULL, false, &st->out);
+        j->role_sent = true;
+    }
+    const size_t ready = j->done ? j->text.n : j->text.n - (j->held < j->text.n ? j->held : j->text.n);
+    if (ready > j->sent) {
+        openai_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, NULL, false, &st->out);
+        j->sent = ready;
+    }
+    if (!j->done) return;
+    if (j->failed) {
+        struct http_resp e;
+        memset(&e, 0, sizeof e);
+        job_error_body(j, &e);
+        sb_puts(&st->out, "data: ");
+        sb_put(&st->out, e.body.s, e.body.n ? e.body.n - 1 : 0);
+        sb_puts(&st->out, "\n\n");
+        http_resp_free(&e);
+    } else {
+        openai_chunk(srv, j, NULL, 0, false, j->finish, false, &st->out);
+        if (j->include_usage) openai_chunk(srv, j, NULL, 0, false, NULL, true, &st->out);
+    }
+    sb_puts(&st->out, "data: [DONE]\n\n");
+    st->finished = true;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    struct stream *st = cls;
+    if (st->off == st->out.n) {
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        st->out.n = st->off = 0;
+        pthread_mutex_lock(&st->srv->mu);
+        for (;;) {
+            stream_events(st);
+            if (st->out.n || st->finished) break;
+            wait_100ms(st->srv, st->j);
+            if (peer_gone(st->fd)) {
+                pthread_mutex_unlock(&st->srv->mu);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+        }
+        pthread_mutex_unlock(&st->srv->mu);
+        if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    const size_t n = st->out.n - st->off < max ? st->out.n - st->off : max;
+    memcpy(buf, st->out.s + st->off, n);
+    st->off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    struct stream *st = cls;
+    pthread_mutex_lock(&st->srv->mu);
+    release_job(st->j);
+    pthread_mutex_unlock(&st->srv->mu);
+    sb_free(&st->out);
+    free(st);
+}
+
+/* ---- a request ---- */
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls) {
+    (void)version;
+    struct server *srv = cls;
+    struct conn *cc = *con_cls;
+    if (!cc) {
+        cc = calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        *con_cls = cc;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > srv->o.max_body) cc->too_large = true;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cc->too_large && cc->body.n + *upload_size <= srv->o.max_body) sb_put(&cc->body, upload_data, *upload_size);
+        else {
+            cc->too_large = true;
+            sb_free(&cc->body);
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    struct http_req q = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+                         cc->body.s ? cc->body.s : "", cc->body.n, cc->too_large || cc->body.oom};
+    struct http_resp r;
+    serve_route(srv, &q, &r);
+    if (!r.job) {
+        const enum MHD_Result ok = send_buffer(c, r.status, r.content_type, &r.body, r.retry_after);
+        http_resp_free(&r);
+        return ok;
+    }
+    struct job *j = r.job;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const int fd = ci ? ci->connect_fd : -1;
+    pthread_mutex_lock(&srv->mu);
+    while (!(j->done || (j->stream && j->started))) {
+        wait_100ms(srv, j);
+        if (peer_gone(fd)) {
+            release_job(j);
+            pthread_mutex_unlock(&srv->mu);
+            http_resp_free(&r);
+            return MHD_NO;
+        }
+    }
+    if (j->failed && (!j->stream || !j->started)) {
+        job_error_body(j, &r);
+        job_free(j);
+        pthread_mutex_unlock(&srv->mu);
+        const enum MHD_Result ok = send_buffer(c, r.status, r.content_type, &r.body, r.retry_after);
+        http_resp_free(&r);
+        return ok;
+    }
+    if (!j->stream) {
+        sb_free(&r.body);
+        openai_response(srv, j, &r.body);
+        job_free(j);
+        pthread_mutex_unlock(&srv->mu);
+        const enum MHD_Result ok = send_buffer(c, 200, "application/json", &r.body, 0);
+        http_resp_free(&r);
+        return ok;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    http_resp_free(&r);
+    struct stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        pthread_mutex_lock(&srv->mu);
+        release_job(j);
+        pthread_mutex_unlock(&srv->mu);
+        return MHD_NO;
+    }
+    st->srv = srv;
+    st->j = j;
+    st->fd = fd;
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    if (!resp) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    const enum MHD_Result ok = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    (void)toe;
+    struct conn *cc = *con_cls;
+    if (!cc) return;
+    sb_free(&cc->body);
+    free(cc);
+    *con_cls = NULL;
+}
+
+struct MHD_Daemon *http_start(struct server *srv, int max_connections, int *port_out, char *err, size_t errlen) {
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof port, "%d", srv->o.port);
+    const int g = getaddrinfo(srv->o.host, port, &hints, &ai);
+    if (g != 0 || !ai) {
+        snprintf(err, errlen, "--host %s: %s", srv->o.host, gai_strerror(g));
+        return NULL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)srv->o.port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
+                                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!d) {
+        snprintf(err, errlen, "cannot listen on %s:%d (%s)", srv->o.host, srv->o.port, errno ? strerror(errno) : "libmicrohttpd refused");
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *port_out = di ? di->port : srv->o.port;
+    return d;
+}
+
+void http_quiesce(struct MHD_Daemon *d) {
+    const MHD_socket s = MHD_quiesce_daemon(d);
+    if (s != MHD_INVALID_SOCKET) close(s);
+}
+
+void http_stop(struct MHD_Daemon *d) { MHD_stop_daemon(d); }

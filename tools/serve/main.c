@@ -1,0 +1,185 @@
+/*
+ * main.c — `kvbound serve`: flags, the model, the store, the scheduler and
+ * the HTTP daemon, then a wait for SIGINT/SIGTERM. The signals are blocked
+ * in every thread and taken here with sigwait, so shutdown runs in order:
+ * stop listening, let running turns finish (5 s at most), stop the
+ * connections, close the store. Sessions are in the store after every
+ * completed turn, so nothing else needs saving.
+ */
+#include "serve.h"
+
+#include "../kvbound/cli.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int usage(FILE *f) {
+    fprintf(f,
+            "usage: kvbound serve -m MODEL [options]\n"
+            "An OpenAI-compatible server (POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
+            "/v1/sessions/ID, /metrics, /health, and a page at /) for many long sessions on one page pool.\n"
+            "\n"
+            "  -m, --model PATH      GGUF model (llama, qwen2)\n"
+            "  --host ADDR           address to listen on (default 127.0.0.1: loopback only)\n"
+            "  --port N              port (default 8080; 0 picks a free one, printed at start)\n"
+            "  --parallel N          requests generating at once, batched in every step (default 4)\n"
+            "  --pool-mb M           the KV page pool every session draws from, MiB (default 1024)\n"
+            "  --policy NAME         cache policy of every session (default streaming; full is allowed)\n"
+            "  --sessions DIR|URL    session store: a directory (SQLite file DIR/sessions.sqlite) or\n"
+            "                        redis://HOST:PORT (default ./kvbound-sessions)\n"
+            "  --api-key KEY         require 'Authorization: Bearer KEY' (also KVB_API_KEY); /, /health open\n"
+            "  -t, --threads N       threads of each step (default: the cores)\n"
+            "  --queue N             requests waiting for room at most; beyond, 503 (default 64)\n"
+            "  --queue-timeout S     seconds a request may wait for room; then 503 (default 30)\n"
+            "  --max-tokens N        largest max_tokens a request may ask (default 16384)\n"
+            "  --default-max-tokens N  max_tokens when a request gives none (default 512)\n"
+            "  --max-budget N        largest kv_budget a request may ask (default 8 x --budget)\n"
+            "  --max-sessions N      idle sessions kept in memory; more are in the store only (default 256)\n"
+            "  --max-body BYTES      largest request body; beyond, 413 (default 4194304)\n"
+            "  --max-connections N   connections at once (default 256)\n"
+            "  --model-name NAME     the model's id in the API (default: the file's name)\n"
+            "\n");
+    cli_policy_help(f, 1024);
+    fprintf(f,
+            "\n"
+            "Request fields beyond OpenAI's: kv_policy, kv_budget, kv_sinks (a session keeps the ones of its\n"
+            "first turn), session_id (the server keeps the conversation; each turn reads only its new text).\n");
+    return f == stdout ? 0 : 2;
+}
+
+int cmd_serve_main(int argc, char **argv) {
+    struct server srv;
+    memset(&srv, 0, sizeof srv);
+    struct serve_opts *o = &srv.o;
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->parallel = 4;
+    o->threads = cli_cores();
+    o->queue_max = 64;
+    o->queue_timeout_s = 30;
+    o->max_tokens_cap = 16384;
+    o->default_max_tokens = 512;
+    o->max_sessions = 256;
+    o->max_body = (size_t)4 << 20;
+    o->sessions = "kvbound-sessions";
+    o->api_key = getenv("KVB_API_KEY");
+    if (o->api_key && !o->api_key[0]) o->api_key = NULL;
+    int pool_mb = 1024, max_conn = 256, max_budget = 0;
+    long long max_body = 0;
+    enum kvb_policy_id pid = KVB_POLICY_STREAMING;
+    struct cli_policy po;
+    cli_policy_init(&po, 1024);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
+        const int pr = cli_policy_option(&po, argc, argv, &i);
+        if (pr < 0) return 2;
+        if (pr > 0) continue;
+        const char *v = cli_value(argc, argv, &i);
+        if (!v) return 2;
+        int r = 0;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
+        else if (!strcmp(a, "--host")) o->host = v;
+        else if (!strcmp(a, "--port")) r = cli_parse_i32(a, v, 0, 65535, &o->port);
+        else if (!strcmp(a, "--parallel")) r = cli_parse_i32(a, v, 1, 256, &o->parallel);
+        else if (!strcmp(a, "--pool-mb")) r = cli_parse_i32(a, v, 1, 1 << 20, &pool_mb);
+        else if (!strcmp(a, "--policy")) {
+            if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound serve: --policy: %s\n", kvb_last_error()); return 2; }
+        }
+        else if (!strcmp(a, "--sessions")) o->sessions = v;
+        else if (!strcmp(a, "--api-key")) o->api_key = v;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) r = cli_parse_i32(a, v, 1, 256, &o->threads);
+        else if (!strcmp(a, "--queue")) r = cli_parse_i32(a, v, 0, 1 << 20, &o->queue_max);
+        else if (!strcmp(a, "--queue-timeout")) r = cli_parse_i32(a, v, 1, 86400, &o->queue_timeout_s);
+        else if (!strcmp(a, "--max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_tokens_cap);
+        else if (!strcmp(a, "--default-max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->default_max_tokens);
+        else if (!strcmp(a, "--max-budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &max_budget);
+        else if (!strcmp(a, "--max-sessions")) r = cli_parse_i32(a, v, 0, 4000, &o->max_sessions);
+        else if (!strcmp(a, "--max-body")) r = cli_parse_i64(a, v, 1024, 1ll << 30, &max_body);
+        else if (!strcmp(a, "--max-connections")) r = cli_parse_i32(a, v, 1, 65536, &max_conn);
+        else if (!strcmp(a, "--model-name")) o->model_name = v;
+        else { fprintf(stderr, "kvbound serve: unknown option '%s' (--help lists them)\n", a); return 2; }
+        if (r) return 2;
+    }
+    if (!o->model_path) { fprintf(stderr, "kvbound serve: -m MODEL is required\n"); return 2; }
+    if (o->default_max_tokens > o->max_tokens_cap) o->default_max_tokens = o->max_tokens_cap;
+    if (max_body) o->max_body = (size_t)max_body;
+    o->pool_bytes = (size_t)pool_mb << 20;
+    o->policy = cli_policy_params(&po, pid);
+    o->pos_mode = po.pos;
+    o->max_distance = po.max_distance;
+    o->max_budget = max_budget ? max_budget : (o->policy.budget ? 8 * o->policy.budget : 8192);
+    if (o->policy.id != KVB_POLICY_FULL && o->policy.budget > o->max_budget) o->max_budget = o->policy.budget;
+    if (!o->model_name) {
+        const char *slash = strrchr(o->model_path, '/');
+        o->model_name = slash ? slash + 1 : o->model_path;
+    }
+    kvb_log_set(cli_log_stderr, NULL);
+
+    struct kvb_model_params mp = kvb_model_default_params();
+    if (kvb_model_load(o->model_path, &mp, &srv.model) != KVB_OK) {
+        fprintf(stderr, "kvbound serve: %s\n", kvb_last_error());
+        return 1;
+    }
+    kvb_model_get_info(srv.model, &srv.mi);
+    srv.vocab = kvb_model_vocab(srv.model);
+    cli_policy_warn(&po, pid, srv.mi.n_ctx_train);
+    const char *why = NULL;
+    if (kvb_chat_style_for_vocab(srv.vocab, &srv.style, &why) == KVB_FALLBACK && why) fprintf(stderr, "kvbound serve: warning: %s\n", why);
+    struct kvb_vocab_info vi;
+    kvb_vocab_get_info(srv.vocab, &vi);
+    if (srv.style == KVB_CHAT_CHATML && vi.chat_template) kvb_chat_default_system(vi.chat_template, srv.default_system, sizeof srv.default_system);
+
+    char err[512];
+    srv.store = store_open(o->sessions, err, sizeof err);
+    if (!srv.store) {
+        fprintf(stderr, "kvbound serve: %s\n", err);
+        kvb_model_free(srv.model);
+        return 1;
+    }
+    srv.metrics = metrics_new();
+    pthread_mutex_init(&srv.mu, NULL);
+    pthread_cond_init(&srv.work, NULL);
+
+    /* every thread started from here on has SIGINT/SIGTERM blocked; sigwait takes them */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1;
+    struct MHD_Daemon *d = NULL;
+    if (!srv.metrics || sched_start(&srv) != 0) {
+        fprintf(stderr, "kvbound serve: cannot start the scheduler\n");
+        goto out;
+    }
+    int port = 0;
+    d = http_start(&srv, max_conn, &port, err, sizeof err);
+    if (!d) {
+        fprintf(stderr, "kvbound serve: %s\n", err);
+        sched_stop(&srv);
+        goto out;
+    }
+    fprintf(stderr, "kvbound serve: %s (%s), template %s, policy %s (budget %d), pool %d MiB, parallel %d, sessions in %s (%s)\n",
+            o->model_name, srv.mi.arch, kvb_chat_style_name(srv.style), kvb_policy_name(o->policy.id), (int)o->policy.budget, pool_mb,
+            o->parallel, o->sessions, srv.store->kind);
+    fprintf(stderr, "kvbound serve: listening on http://%s:%d\n", o->host, port);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "kvbound serve: %s: finishing running turns, then stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_quiesce(d);
+    sched_stop(&srv);
+    http_stop(d);
+    rc = 0;
+out:
+    srv.store->close(srv.store);
+    metrics_free(srv.metrics);
+    kvb_model_free(srv.model);
+    pthread_cond_destroy(&srv.work);
+    pthread_mutex_destroy(&srv.mu);
+    return rc;
+}

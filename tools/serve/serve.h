@@ -1,0 +1,226 @@
+/*
+ * serve.h — `kvbound serve`: an OpenAI-compatible HTTP server over the
+ * batch API, for many long sessions on one page pool.
+ *
+ * Design (who owns what, and what happens when things go wrong):
+ *
+ *  - Threads. libmicrohttpd runs one thread per connection (http.c). A
+ *    connection thread reads its request, hands it to serve_route (routes.c,
+ *    no HTTP library in it, so the fuzz target drives it directly), and for a
+ *    generation waits on its job for text. One scheduler thread (sched.c)
+ *    owns the kvb_batch, the session table and the session store: nothing
+ *    else touches them. The main thread parses flags and waits for a signal.
+ *
+ *  - Queues. A generation is a struct job. serve_route parses and checks it
+ *    (openai.c) and submits it to the scheduler's bounded queue; a full
+ *    queue is 503 with Retry-After. The scheduler admits queued jobs in
+ *    order when the pool can hold the sequence's minimum
+ *    (kvb_batch_can_admit), after returning the pages of idle sessions
+ *    (already persisted) if it must; a job that waits past its deadline gets
+ *    503. Every step of the batch advances every admitted job.
+ *
+ *  - Ownership. The scheduler owns the sequence; the connection thread owns
+ *    the job's memory until it sets job->abandoned, after which the
+ *    scheduler frees it. Text crosses between them under the server mutex,
+ *    signalled by the job's condition variable.
+ *
+ *  - Disconnect. The connection thread notices a closed socket (or a failed
+ *    write) and marks the job cancelled; the scheduler removes the sequence
+ *    at the next step, so its pages go back to the pool. A session's turn
+ *    that is cancelled is lost: the session is as of its last completed
+ *    turn, which is in the store.
+ *
+ *  - Full pool. Admission waits (bounded queue, deadline); idle sessions are
+ *    evicted from memory (they live on in the store). If a step still cannot
+ *    get its pages, the newest job is ended with an error and its session
+ *    falls back to its stored snapshot.
+ *
+ *  - Crash. A session is written to the store after every completed turn, in
+ *    one atomic write (an SQLite transaction, a Redis SET), so kill -9 loses
+ *    at most the turn in progress. On SIGINT/SIGTERM the server stops
+ *    accepting work, lets running turns finish (a few seconds at most), then
+ *    exits.
+ */
+#ifndef KVB_SERVE_H
+#define KVB_SERVE_H
+
+#include "kvbound.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SERVE_MAX_STOPS 4
+#define SERVE_ID_MAX 64
+
+/* ---- growing text buffer ---- */
+struct sbuf {
+    char *s;
+    size_t n, cap;
+    bool oom;
+};
+void sb_put(struct sbuf *b, const char *s, size_t n);
+void sb_puts(struct sbuf *b, const char *s);
+void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_free(struct sbuf *b);
+
+/* ---- a request and its response, free of any HTTP library ---- */
+struct http_req {
+    const char *method, *path;  /* path without the query string */
+    const char *authorization;  /* header or NULL */
+    const char *body;
+    size_t body_len;
+    bool body_too_large;        /* the body passed --max-body: answered 413 */
+};
+struct job;
+struct http_resp {
+    int status;
+    const char *content_type;
+    struct sbuf body;
+    int retry_after;            /* seconds; 0: no header */
+    struct job *job;            /* a generation: the body comes from it */
+};
+void http_resp_free(struct http_resp *r);
+
+/* ---- a generation ---- */
+enum job_kind { JOB_CHAT, JOB_COMPLETION };
+struct job {
+    /* request (set before submit, read-only after) */
+    enum job_kind kind;
+    bool stream, include_usage;
+    char session_id[SERVE_ID_MAX + 1]; /* "" = none */
+    char *system, *user;               /* chat: system (may be NULL) and the newest user message */
+    struct kvb_chat_message *msgs;     /* chat without a session: the whole conversation */
+    int32_t n_msgs;
+    char *prompt;                      /* completion */
+    struct kvb_seq_params sp;
+    bool policy_given;                 /* kv_policy/kv_budget/kv_sinks were in the request */
+    char *stops[SERVE_MAX_STOPS];
+    int n_stops;
+    char id[40];
+    int64_t created;
+    double t_submit;
+    /* progress (under the server mutex) */
+    pthread_cond_t cv;
+    struct sbuf text;        /* text generated so far, stop strings cut out */
+    size_t sent;             /* bytes of text the connection has written */
+    bool started, done, failed, cancelled, abandoned, role_sent, final_sent, done_sent;
+    int status;              /* on failure before any text: the HTTP status */
+    int retry_after;
+    char error[256];
+    char error_type[40];
+    const char *finish;      /* "stop", "length" */
+    int32_t prompt_tokens, completion_tokens;
+    int64_t position, cache_tokens; /* the session after the turn */
+    size_t kv_bytes;
+    double t_first, t_last;
+    /* scheduler's own */
+    int32_t seq;
+    struct kvb_detok dt;
+    size_t held;             /* bytes of text held back (a stop string may be starting) */
+    struct job *next;
+};
+void job_free(struct job *j);
+
+/* ---- server ---- */
+struct store;
+struct metrics;
+struct serve_opts {
+    const char *model_path, *host, *sessions, *api_key, *model_name;
+    int port, parallel, threads, queue_max, queue_timeout_s, max_tokens_cap, default_max_tokens;
+    int max_budget, max_sessions;
+    size_t pool_bytes, max_body;
+    struct kvb_policy_params policy;
+    enum kvb_pos_mode pos_mode;
+    int max_distance;
+    bool dry_run; /* the fuzz target: requests are checked, never generated */
+};
+
+struct server {
+    struct serve_opts o;
+    struct kvb_model *model;
+    const struct kvb_vocab *vocab;
+    struct kvb_model_info mi;
+    enum kvb_chat_style style;
+    char default_system[1024];
+    pthread_mutex_t mu;
+    pthread_cond_t work;     /* the scheduler waits on it */
+    struct job *queue_head, *queue_tail;
+    int n_queued;
+    bool stopping;
+    int64_t next_id;
+    struct sched *sched;
+    struct store *store;
+    struct metrics *metrics;
+};
+
+/* routes.c: every request */
+void serve_route(struct server *srv, const struct http_req *req, struct http_resp *resp);
+void serve_error(struct http_resp *r, int status, const char *type, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* openai.c: the JSON of the OpenAI API */
+/* Fills j from a request body; on a bad body fills resp (400) and returns false. */
+bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size_t len, struct job *j, struct http_resp *resp);
+/* A whole response (stream false), or one SSE event of a stream. */
+void openai_response(const struct server *srv, const struct job *j, struct sbuf *out);
+void openai_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, bool role, const char *finish,
+                  bool usage_only, struct sbuf *out);
+bool utf8_valid(const char *s, size_t n);
+
+/* sched.c: the scheduler thread over the batch */
+struct sched;
+int sched_start(struct server *srv);
+void sched_stop(struct server *srv);
+/* Queues j (the scheduler owns it from now until done); false: the queue
+ * is full (j untouched). */
+bool sched_submit(struct server *srv, struct job *j);
+/* Session state as JSON (GET /v1/sessions/{id}), its cache map, or delete:
+ * run on the scheduler thread, answered here. Return the HTTP status. */
+int sched_session_json(struct server *srv, const char *id, bool map, struct sbuf *out);
+int sched_session_delete(struct server *srv, const char *id);
+/* Metrics gauges the scheduler keeps. */
+struct sched_gauges {
+    int64_t pages_used, pages_free, page_bytes, active, queued, in_memory, persisted, evictions_idle;
+};
+void sched_gauges(struct server *srv, struct sched_gauges *g);
+
+/* store.c: where sessions live between turns */
+struct store {
+    const char *kind; /* "sqlite", "redis" */
+    int (*put)(struct store *s, const char *id, const void *buf, size_t len);
+    /* *buf from malloc; 0 ok, 1 not found, -1 error */
+    int (*get)(struct store *s, const char *id, void **buf, size_t *len);
+    int (*del)(struct store *s, const char *id);
+    int64_t (*count)(struct store *s);
+    void (*close)(struct store *s);
+    char error[256];
+};
+/* "DIR" (SQLite file DIR/sessions.sqlite) or "redis://HOST:PORT". NULL
+ * with a message in err on failure. */
+struct store *store_open(const char *where, char *err, size_t errlen);
+struct store *store_sqlite_open(const char *dir, char *err, size_t errlen);
+struct store *store_redis_open(const char *url, char *err, size_t errlen);
+
+/* metrics.c: Prometheus text */
+struct metrics *metrics_new(void);
+void metrics_free(struct metrics *m);
+void metrics_token(struct metrics *m, bool first, double seconds); /* TTFT or inter-token */
+void metrics_count(struct metrics *m, int64_t prefill_tokens, int64_t decode_tokens, int64_t requests_ok, int64_t requests_failed);
+void metrics_rate(struct metrics *m, double prefill_tok_s, double decode_tok_s);
+void metrics_render(struct metrics *m, const struct sched_gauges *g, struct sbuf *out);
+
+/* page.c (generated from page.html) */
+extern const char serve_page_html[];
+extern const size_t serve_page_html_len;
+
+/* http.c: libmicrohttpd, one thread per connection */
+struct MHD_Daemon;
+struct MHD_Daemon *http_start(struct server *srv, int max_connections, int *port_out, char *err, size_t errlen);
+void http_quiesce(struct MHD_Daemon *d);
+void http_stop(struct MHD_Daemon *d);
+
+double serve_now(void);
+int cmd_serve_main(int argc, char **argv);
+
+#endif
