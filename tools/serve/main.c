@@ -40,6 +40,8 @@ static int usage(FILE *f) {
             "  --max-body BYTES      largest request body; beyond, 413 (default 4194304)\n"
             "  --max-connections N   connections at once (default 256)\n"
             "  --model-name NAME     the model's id in the API (default: the file's name)\n"
+            "  --template NAME       chat format: chatml | llama3 | llama2 | mistral | plain (default: the\n"
+            "                        model's template, plain when it has none or lacks its tokens)\n"
             "\n");
     cli_policy_help(f, 1024);
     fprintf(f,
@@ -66,6 +68,7 @@ int cmd_serve_main(int argc, char **argv) {
     o->sessions = "kvbound-sessions";
     o->api_key = getenv("KVB_API_KEY");
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
+    const char *forced = NULL;
     int pool_mb = 1024, max_conn = 256, max_budget = 0;
     long long max_body = 0;
     enum kvb_policy_id pid = KVB_POLICY_STREAMING;
@@ -100,6 +103,7 @@ int cmd_serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--max-body")) r = cli_parse_i64(a, v, 1024, 1ll << 30, &max_body);
         else if (!strcmp(a, "--max-connections")) r = cli_parse_i32(a, v, 1, 65536, &max_conn);
         else if (!strcmp(a, "--model-name")) o->model_name = v;
+        else if (!strcmp(a, "--template")) forced = v;
         else { fprintf(stderr, "kvbound serve: unknown option '%s' (--help lists them)\n", a); return 2; }
         if (r) return 2;
     }
@@ -127,7 +131,17 @@ int cmd_serve_main(int argc, char **argv) {
     srv.vocab = kvb_model_vocab(srv.model);
     cli_policy_warn(&po, pid, srv.mi.n_ctx_train);
     const char *why = NULL;
-    if (kvb_chat_style_for_vocab(srv.vocab, &srv.style, &why) == KVB_FALLBACK && why) fprintf(stderr, "kvbound serve: warning: %s\n", why);
+    if (forced) {
+        if (kvb_chat_style_from_name(forced, &srv.style) != KVB_OK) {
+            fprintf(stderr, "kvbound serve: --template: %s\n", kvb_last_error());
+            kvb_model_free(srv.model);
+            return 2;
+        }
+        const char *miss = kvb_chat_missing_token(srv.vocab, srv.style);
+        if (miss) fprintf(stderr, "kvbound serve: warning: --template %s: the vocabulary has no %s token; the markup is fed as plain text\n", forced, miss);
+    } else if (kvb_chat_style_for_vocab(srv.vocab, &srv.style, &why) == KVB_FALLBACK && why) {
+        fprintf(stderr, "kvbound serve: warning: %s (--template to choose)\n", why);
+    }
     struct kvb_vocab_info vi;
     kvb_vocab_get_info(srv.vocab, &vi);
     if (srv.style == KVB_CHAT_CHATML && vi.chat_template) kvb_chat_default_system(vi.chat_template, srv.default_system, sizeof srv.default_system);

@@ -316,6 +316,7 @@ static int admit(struct server *srv, struct job *j) {
         }
         if (!fresh) j->sp.policy = x->pol;
     }
+    if (x) x->busy = j; /* from here on offload_one must not pick it */
     int32_t pending = -1;
     if (x && x->seq >= 0) {
         struct kvb_seq_info si;
@@ -326,6 +327,7 @@ static int admit(struct server *srv, struct job *j) {
     int32_t *ids = turn_tokens(srv, j, x && !fresh ? x : NULL, pending, &n);
     if (!ids || n < 1) {
         free(ids);
+        if (x) x->busy = NULL;
         if (fresh && x) sess_drop(s, x);
         job_fail(srv, j, 400, "invalid_request_error", 0, "the prompt is empty after tokenizing");
         return 1;
@@ -334,6 +336,7 @@ static int admit(struct server *srv, struct job *j) {
     while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_can_admit(s->b, &j->sp, n);
     if (st == KVB_ERR_NOMEM) {
         free(ids);
+        if (x) x->busy = NULL;
         if (fresh && x) sess_drop(s, x);
         if (s->n_active == 0) { /* an empty pool cannot hold it: waiting will not help */
             job_fail(srv, j, 400, "invalid_request_error", 0, "the page pool (--pool-mb) cannot hold this request even when empty: %s", kvb_last_error());
@@ -351,6 +354,7 @@ static int admit(struct server *srv, struct job *j) {
     }
     free(ids);
     if (st != KVB_OK) {
+        if (x) x->busy = NULL;
         if (fresh && x) sess_drop(s, x);
         job_fail(srv, j, 400, "invalid_request_error", 0, "%s", kvb_last_error());
         return 1;

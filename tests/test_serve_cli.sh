@@ -1,0 +1,242 @@
+#!/bin/sh
+# test_serve_cli.sh BUILD_DIR — `kvbound serve` over real HTTP (curl and
+# raw sockets from tests/serve_probe.py), on stories260K and on a
+# random-weight qwen2 model with a real ChatML vocabulary:
+#   - a completion equals `kvbound run` with the same policy at temperature 0;
+#     a streamed chat equals the same chat unstreamed, in OpenAI's chunks;
+#   - sessions: a second turn reads only its new text, the cache stays
+#     within budget, GET/map/DELETE; after kill -9 and a restart the next
+#     turn is exactly what an uninterrupted server gives;
+#   - bad input gets its 4xx (bad JSON, wrong types, huge numbers, invalid
+#     UTF-8, cut and oversized bodies, wrong key, unknown routes) and the
+#     server stays up; slow clients and 64 connections at once;
+#   - a full queue is 503 with Retry-After, a busy session 429; a dropped
+#     stream returns its pages; a small pool moves idle sessions to the
+#     store and brings them back.
+. "$(dirname "$0")/cli_lib.sh"
+G="$D/models/stories260K/stories260K.llamacpp.gguf"
+QV="$D/tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf"
+if ! "$K" serve --help > /dev/null 2>&1; then
+    ko serve_built "kvbound serve is not built: $("$K" serve 2>&1 | head -n 1)"
+    cli_summary
+    exit
+fi
+if [ ! -f "$G" ] || [ ! -f "$QV" ]; then
+    skip_case serve_cli "missing $G or $QV"
+    cli_summary
+    exit
+fi
+command -v curl > /dev/null || { ko serve_curl "curl is not installed"; cli_summary; exit; }
+PROBE="python3 $(dirname "$0")/serve_probe.py"
+
+PIDS=""
+trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$T"' EXIT
+# start NAME ARGS...: starts a server, sets URL and PID (waits for "listening on")
+start() {
+    name=$1; shift
+    "$K" serve --port 0 "$@" > "$T/$name.log" 2>&1 &
+    PID=$!
+    PIDS="$PIDS $PID"
+    URL=""
+    for _ in $(seq 1 100); do
+        URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$T/$name.log" | head -n 1)
+        [ -n "$URL" ] && break
+        kill -0 $PID 2>/dev/null || break
+        sleep 0.1
+    done
+    HOSTPORT=$(echo "$URL" | sed 's|http://||; s|:| |')
+}
+post() { # post PATH JSON [curl args]: the body; the status in $T/code
+    p=$1; b=$2; shift 2
+    curl -s -o "$T/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$b" "$URL$p" > "$T/code"
+    cat "$T/body"
+}
+jget() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+start a -m "$G" --sessions "$T/sa" --policy streaming --budget 64 -t 1 --max-body 65536 --queue 4
+if [ -z "$URL" ]; then ko serve_starts "$(tail -n 3 "$T/a.log")"; cli_summary; exit; fi
+ok serve_starts
+
+if curl -s "$URL/health" | grep -q '"ok"' && curl -s "$URL/v1/models" | grep -q '"stories260K.llamacpp.gguf"'; then ok serve_health_models
+else ko serve_health_models "$(curl -s "$URL/v1/models")"; fi
+
+# a completion equals kvbound run with the same policy at temperature 0
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":24,"temperature":0}' > "$T/c.json"
+"$K" run -m "$G" -p "Once upon a time" -n 24 --temp 0 --policy streaming --budget 64 -t 1 > "$T/run.txt" 2> /dev/null
+got=$(jget 'd["choices"][0]["text"]' < "$T/c.json")
+want=$(sed 's/^Once upon a time//' "$T/run.txt")
+if [ "$(cat "$T/code")" = 200 ] && [ -n "$got" ] && [ "$got" = "$want" ] &&
+   [ "$(jget 'd["usage"]["completion_tokens"]' < "$T/c.json")" = 24 ] &&
+   [ "$(jget 'd["choices"][0]["finish_reason"]' < "$T/c.json")" = length ]; then ok serve_completion_equals_run
+else ko serve_completion_equals_run "got '$got' want '$want' ($(cat "$T/code"))"; fi
+
+# stop strings: cut before the stop, finish_reason stop
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":24,"temperature":0,"stop":[" Lily","xyz"]}' > "$T/s.json"
+sgot=$(jget 'd["choices"][0]["text"]' < "$T/s.json")
+case "$want" in *" Lily"*) swant=${want%%" Lily"*} ;; *) swant=$want ;; esac
+if [ "$sgot" = "$swant" ] && [ "$(jget 'd["choices"][0]["finish_reason"]' < "$T/s.json")" = stop ]; then ok serve_stop_strings
+else ko serve_stop_strings "got '$sgot' want '$swant'"; fi
+
+# a streamed chat equals the same chat unstreamed
+CHAT='{"messages":[{"role":"user","content":"Tell me a story about a cat"}],"max_tokens":30,"temperature":0'
+post /v1/chat/completions "$CHAT}" > "$T/n.json"
+curl -sN -H 'Content-Type: application/json' -d "$CHAT,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" "$URL/v1/chat/completions" > "$T/st.txt"
+nonstream=$(jget 'd["choices"][0]["message"]["content"]' < "$T/n.json")
+streamed=$(python3 -c '
+import json,sys
+txt=""; roles=0; fin=None; usage=None
+for line in open(sys.argv[1]):
+    if not line.startswith("data: ") or line.strip()=="data: [DONE]": continue
+    o=json.loads(line[6:])
+    assert o["object"]=="chat.completion.chunk"
+    if o.get("usage"): usage=o["usage"]
+    for c in o["choices"]:
+        d=c["delta"]; roles+= d.get("role")=="assistant"; txt+=d.get("content") or ""
+        fin=c.get("finish_reason") or fin
+print(txt if roles==1 and fin=="length" and usage and usage["completion_tokens"]==30 else "BAD "+txt)' "$T/st.txt")
+if [ -n "$nonstream" ] && [ "$streamed" = "$nonstream" ] && tail -n 2 "$T/st.txt" | grep -q '^data: \[DONE\]$'; then ok serve_stream_equals_nonstream
+else ko serve_stream_equals_nonstream "stream '$streamed' vs '$nonstream'"; fi
+
+# sessions: the second turn reads only its new text; the cache stays within budget
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Once upon a time there was a dog"}],"max_tokens":40,"temperature":0,"session_id":"s1"}' > "$T/t1.json"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"The dog ran"}],"max_tokens":40,"temperature":0,"session_id":"s1"}' > "$T/t2.json"
+p1=$(jget 'd["usage"]["prompt_tokens"]' < "$T/t1.json"); p2=$(jget 'd["usage"]["prompt_tokens"]' < "$T/t2.json")
+pos=$(jget 'd["kvbound"]["position"]' < "$T/t2.json"); ct=$(jget 'd["kvbound"]["cache_tokens"]' < "$T/t2.json")
+curl -s "$URL/v1/sessions/s1" > "$T/g.json"
+if [ "$p2" -lt "$p1" ] && [ "$pos" -gt 64 ] && [ "$ct" -le 64 ] && [ "$(jget 'd["turns"]' < "$T/g.json")" = 2 ] &&
+   [ "$(jget 'd["position"]' < "$T/g.json")" = "$pos" ] && [ "$(jget 'd["store"]' < "$T/g.json")" = sqlite ]; then ok serve_session_turns
+else ko serve_session_turns "prompts $p1 then $p2, position $pos, cache $ct: $(cat "$T/g.json")"; fi
+curl -s "$URL/v1/sessions/s1/map" > "$T/m.json"
+if python3 -c '
+import json,sys
+m=json.load(open(sys.argv[1]))
+assert m["n_layer"]==5 and len(m["layers"])==5 and all(len(l)==m["n_head_kv"] for l in m["layers"])
+for l in m["layers"]:
+    for h in l:
+        assert len(h)<=64 and h[:4]==[0,1,2,3] and h[-1]==m["position"]-1 and h==sorted(h)
+' "$T/m.json"; then ok serve_session_map
+else ko serve_session_map "$(head -c 300 "$T/m.json")"; fi
+
+# bad input: every one a 4xx, the server stays up
+bad() { # bad NAME STATUS PATH BODY [curl args]
+    n=$1; want=$2; p=$3; b=$4; shift 4
+    post "$p" "$b" "$@" > "$T/e.json"
+    if [ "$(cat "$T/code")" = "$want" ] && grep -q '"error":{"message":' "$T/e.json"; then ok "$n"
+    else ko "$n" "status $(cat "$T/code"): $(head -c 200 "$T/e.json")"; fi
+}
+bad serve_bad_json 400 /v1/completions '{"prompt": "x",'
+bad serve_wrong_type 400 /v1/completions '{"prompt":"x","max_tokens":"ten"}'
+bad serve_huge_number 400 /v1/completions '{"prompt":"x","max_tokens":1e300}'
+bad serve_not_integer 400 /v1/completions '{"prompt":"x","max_tokens":2.5}'
+bad serve_budget_over_limit 400 /v1/completions '{"prompt":"x","kv_budget":100000}'
+bad serve_bad_policy 400 /v1/completions '{"prompt":"x","kv_policy":"nonsense"}'
+bad serve_full_refused 400 /v1/completions '{"prompt":"x","kv_policy":"full"}'
+bad serve_bad_session_id 400 /v1/completions '{"prompt":"x","session_id":"../etc"}'
+bad serve_no_messages 400 /v1/chat/completions '{"messages":[]}'
+bad serve_bad_role 400 /v1/chat/completions '{"messages":[{"role":"robot","content":"x"}]}'
+bad serve_not_object 400 /v1/completions '[1,2,3]'
+bad serve_unknown_route 404 /v1/nothing '{}'
+head -c 70000 /dev/zero | tr '\0' 'a' > "$T/big"
+curl -s -o "$T/e.json" -w '%{http_code}' --data-binary @"$T/big" "$URL/v1/completions" > "$T/code"
+if [ "$(cat "$T/code")" = 413 ]; then ok serve_body_too_large; else ko serve_body_too_large "status $(cat "$T/code")"; fi
+code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/completions")
+if [ "$code" = 405 ]; then ok serve_wrong_method; else ko serve_wrong_method "GET /v1/completions: $code"; fi
+# shellcheck disable=SC2086
+for probe in badutf8 truncated slow "many 64"; do
+    out=$($PROBE $HOSTPORT $probe 2>&1); rc=$?
+    name=serve_probe_$(echo "$probe" | cut -d' ' -f1)
+    if [ $rc -eq 0 ]; then ok "$name"; else ko "$name" "$out"; fi
+done
+
+# a dropped stream returns its pages (the session-less sequence is removed)
+used_before=$(curl -s "$URL/metrics" | awk '/^kvbound_pool_bytes_used /{print $2}')
+failed_before=$(curl -s "$URL/metrics" | awk '/^kvbound_requests_failed_total /{print $2}')
+# shellcheck disable=SC2086
+$PROBE $HOSTPORT disconnect > /dev/null
+for _ in $(seq 1 50); do
+    [ "$(curl -s "$URL/metrics" | awk '/^kvbound_sessions_active /{print $2}')" = 0 ] && break
+    sleep 0.1
+done
+curl -s "$URL/metrics" > "$T/met.txt"
+used_after=$(awk '/^kvbound_pool_bytes_used /{print $2}' "$T/met.txt")
+failed_after=$(awk '/^kvbound_requests_failed_total /{print $2}' "$T/met.txt")
+if [ "$used_after" = "$used_before" ] && [ "$failed_after" -gt "$failed_before" ] && grep -q '^kvbound_time_to_first_token_seconds_count [1-9]' "$T/met.txt" &&
+   grep -q '^kvbound_inter_token_latency_seconds_bucket{le="+Inf"} [1-9]' "$T/met.txt"; then ok serve_disconnect_returns_pages
+else ko serve_disconnect_returns_pages "pool bytes $used_before -> $used_after, failed $failed_before -> $failed_after"; fi
+
+# a busy session is 429 with Retry-After
+curl -s -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":16000,"session_id":"busy"}' "$URL/v1/completions" &
+cpid=$!
+sleep 0.3
+curl -s -D "$T/h.txt" -o "$T/e.json" -H 'Content-Type: application/json' -d '{"prompt":"Again","max_tokens":4,"session_id":"busy"}' "$URL/v1/completions" > /dev/null
+wait $cpid
+if grep -q '^HTTP/1.1 429' "$T/h.txt" && grep -qi '^Retry-After: ' "$T/h.txt"; then ok serve_session_busy_429
+else ko serve_session_busy_429 "$(head -n 1 "$T/h.txt")"; fi
+
+# DELETE
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$URL/v1/sessions/s1"); code2=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/s1")
+if [ "$code" = 200 ] && [ "$code2" = 404 ]; then ok serve_session_delete; else ko serve_session_delete "DELETE $code, then GET $code2"; fi
+kill -TERM $PID; wait $PID 2>/dev/null; rc=$?
+if [ $rc -eq 0 ] && grep -q "SIGTERM" "$T/a.log"; then ok serve_sigterm_clean; else ko serve_sigterm_clean "exit $rc: $(tail -n 2 "$T/a.log")"; fi
+
+# a full queue is 503 with Retry-After
+start q -m "$G" --sessions "$T/sq" --budget 64 -t 1 --parallel 1 --queue 1
+cpids=""
+for i in 1 2 3 4; do
+    curl -s -D "$T/q$i.h" -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":8000}' "$URL/v1/completions" &
+    cpids="$cpids $!"
+done
+# shellcheck disable=SC2086
+wait $cpids
+n503=$(grep -l '^HTTP/1.1 503' "$T"/q*.h | wc -l); n200=$(grep -l '^HTTP/1.1 200' "$T"/q*.h | wc -l)
+if [ "$n503" -ge 1 ] && [ "$n200" -ge 1 ] && grep -qi '^Retry-After: ' $(grep -l '^HTTP/1.1 503' "$T"/q*.h | head -n 1); then ok serve_queue_full_503
+else ko serve_queue_full_503 "$n200 answered, $n503 refused"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+
+# kill -9 mid-stream, restart, resume: the next turn equals an uninterrupted server's
+T1='{"messages":[{"role":"user","content":"Once upon a time, a bird"}],"max_tokens":30,"temperature":0,"session_id":"k"}'
+T2='{"messages":[{"role":"user","content":"The bird sang"}],"max_tokens":30,"temperature":0,"session_id":"k"}'
+start u -m "$G" --sessions "$T/su" --budget 64 -t 1
+post /v1/chat/completions "$T1" > /dev/null; post /v1/chat/completions "$T2" > "$T/u2.json"
+kill -TERM $PID; wait $PID 2>/dev/null
+start k -m "$G" --sessions "$T/sk" --budget 64 -t 1
+post /v1/chat/completions "$T1" > /dev/null
+curl -s -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":16000,"stream":true,"session_id":"k2"}' "$URL/v1/completions" &
+sleep 0.3
+kill -9 $PID; wait $PID 2>/dev/null
+start k2 -m "$G" --sessions "$T/sk" --budget 64 -t 1
+post /v1/chat/completions "$T2" > "$T/k2.json"
+a=$(jget 'd["choices"][0]["message"]["content"]' < "$T/u2.json"); b=$(jget 'd["choices"][0]["message"]["content"]' < "$T/k2.json")
+pa=$(jget 'd["kvbound"]["position"]' < "$T/u2.json"); pb=$(jget 'd["kvbound"]["position"]' < "$T/k2.json")
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$pa" = "$pb" ]; then ok serve_kill9_resume_exact
+else ko serve_kill9_resume_exact "uninterrupted '$a' ($pa) vs after kill -9 '$b' ($pb)"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+
+# a small pool: idle sessions go to the store and come back
+start p -m "$G" --sessions "$T/sp" --budget 64 -t 1 --pool-mb 1
+for i in $(seq 1 30); do post /v1/completions "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"session_id\":\"p$i\"}" > /dev/null; done
+post /v1/completions '{"prompt":" and then","max_tokens":5,"temperature":0,"session_id":"p1"}' > "$T/p1.json"
+curl -s "$URL/metrics" > "$T/pm.txt"
+off=$(awk '/^kvbound_sessions_offloaded_total /{print $2}' "$T/pm.txt")
+if [ "$(cat "$T/code")" = 200 ] && [ "$off" -gt 0 ] && [ "$(jget 'd["kvbound"]["position"]' < "$T/p1.json")" -gt 65 ]; then ok serve_pool_offloads_idle_sessions
+else ko serve_pool_offloads_idle_sessions "offloaded $off, last $(head -c 200 "$T/p1.json")"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+
+# an API key
+start key -m "$G" --sessions "$T/skey" --budget 64 -t 1 --api-key sekrit
+c1=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/models"); c2=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer wrong' "$URL/v1/models")
+c3=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sekrit' "$URL/v1/models"); c4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")
+if [ "$c1" = 401 ] && [ "$c2" = 401 ] && [ "$c3" = 200 ] && [ "$c4" = 200 ]; then ok serve_api_key; else ko serve_api_key "$c1 $c2 $c3 $c4"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+
+# ChatML: a random-weight qwen2 with the real Qwen2.5 vocabulary; turn 2 reads only its text
+"$K" mkmodel --shape tiny-qwen2 --type q8_0 --vocab "$QV" -o "$T/q.gguf" > /dev/null 2>&1
+start qw -m "$T/q.gguf" --sessions "$T/sqw" --budget 128 -t 1 --template chatml
+post /v1/chat/completions '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello there"}],"max_tokens":6,"temperature":0,"session_id":"c"}' > "$T/q1.json"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Again"}],"max_tokens":6,"temperature":0,"session_id":"c"}' > "$T/q2.json"
+q1=$(jget 'd["usage"]["prompt_tokens"]' < "$T/q1.json" 2>/dev/null); q2=$(jget 'd["usage"]["prompt_tokens"]' < "$T/q2.json" 2>/dev/null)
+# turn 2: the pending token, "<|im_end|>\n" glue (or the closing), "<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n"
+if grep -q "template chatml" "$T/qw.log" && [ -n "$q1" ] && [ -n "$q2" ] && [ "$q2" -ge 8 ] && [ "$q2" -le 14 ] && [ "$q1" -gt "$q2" ]; then ok serve_chatml_session_turns
+else ko serve_chatml_session_turns "prompts $q1 then $q2: $(tail -n 2 "$T/qw.log")"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+cli_summary
