@@ -1,7 +1,9 @@
 /* make_seeds.c — writes fuzzing seed corpora: small valid cache images
  * (every policy) into DIR and, with GGUF_DIR, small byte-level BPE
  * vocab-only GGUF files (every supported pre-tokenizer) so the GGUF fuzzer
- * reaches the merges parser and the BPE encoder: make_seeds DIR [GGUF_DIR] */
+ * reaches the merges parser and the BPE encoder: make_seeds DIR [GGUF_DIR].
+ * make_seeds --sessions MODEL DIR writes session images (kvb_batch_seq_save,
+ * a few policies, after a short turn) for fuzz_session_image. */
 #include "kvbound.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
@@ -48,7 +50,48 @@ static int write_bpe_seed(const char *dir, const char *pre) {
     return st != KVB_OK;
 }
 
+static int session_seeds(const char *model_path, const char *dir) {
+    struct kvb_model *m;
+    struct kvb_model_params mp = kvb_model_default_params();
+    if (kvb_model_load(model_path, &mp, &m) != KVB_OK) { fprintf(stderr, "make_seeds: %s\n", kvb_last_error()); return 1; }
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.kv_pool_bytes = (size_t)8 << 20;
+    struct kvb_batch *b;
+    if (kvb_batch_init(m, &bp, &b) != KVB_OK) return 1;
+    const enum kvb_policy_id ids[] = {KVB_POLICY_FULL, KVB_POLICY_STREAMING, KVB_POLICY_H2O, KVB_POLICY_SNAPKV};
+    for (int i = 0; i < 4; i++) {
+        struct kvb_seq_params sp = kvb_seq_default_params();
+        sp.policy = kvb_policy_default_params(ids[i]);
+        if (ids[i] != KVB_POLICY_FULL) { sp.policy.budget = 8; sp.policy.n_sink = 2; sp.policy.obs_window = 2; }
+        sp.max_tokens = 6;
+        sp.ignore_eos = true;
+        sp.n_ctx = 64;
+        const int32_t prompt[10] = {1, 5, 9, 13, 17, 21, 25, 29, 33, 37};
+        int32_t id, adv, failed;
+        if (kvb_batch_add(b, &sp, prompt, 10, &id) != KVB_OK) return 1;
+        struct kvb_seq_info si;
+        do {
+            if (kvb_batch_step(b, &adv, &failed) != KVB_OK) return 1;
+            kvb_batch_seq_info(b, id, &si);
+        } while (si.state != KVB_SEQ_DONE);
+        void *buf;
+        size_t len;
+        if (kvb_batch_seq_save(b, id, &buf, &len) != KVB_OK) return 1;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.session", dir, kvb_policy_name(ids[i]));
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(buf, 1, len, f) != len) return 1;
+        fclose(f);
+        kvb_buffer_free(buf);
+        kvb_batch_remove(b, id);
+    }
+    kvb_batch_free(b);
+    kvb_model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--sessions")) return session_seeds(argv[2], argv[3]);
     if (argc != 2 && argc != 3) {
         fprintf(stderr, "usage: make_seeds DIR [GGUF_DIR]\n");
         return 2;

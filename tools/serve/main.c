@@ -15,6 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Library messages: warnings only. Its errors are statuses the server
+ * answers with (a bad request's 400 names the cause), not log lines. */
+static void log_warnings(enum kvb_log_level level, const char *msg, void *user) {
+    (void)user;
+    if (level == KVB_LOG_WARN) fprintf(stderr, "kvbound serve: warning: %s\n", msg);
+}
+
 static int usage(FILE *f) {
     fprintf(f,
             "usage: kvbound serve -m MODEL [options]\n"
@@ -120,7 +127,7 @@ int cmd_serve_main(int argc, char **argv) {
         const char *slash = strrchr(o->model_path, '/');
         o->model_name = slash ? slash + 1 : o->model_path;
     }
-    kvb_log_set(cli_log_stderr, NULL);
+    kvb_log_set(log_warnings, NULL);
 
     struct kvb_model_params mp = kvb_model_default_params();
     if (kvb_model_load(o->model_path, &mp, &srv.model) != KVB_OK) {

@@ -200,7 +200,7 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     j->sp.pos_mode = srv->o.pos_mode;
     j->sp.max_distance = srv->o.max_distance;
     j->sp.sampler = kvb_sampler_default_params();
-    j->sp.sampler.seed = (uint64_t)srv->next_id * 0x9e3779b97f4a7c15ull + (uint64_t)(serve_now() * 1e6);
+    j->sp.sampler.seed = (uint64_t)(uintptr_t)j * 0x9e3779b97f4a7c15ull + (uint64_t)(serve_now() * 1e6); /* no seed given: a fresh one */
     j->sp.max_tokens = srv->o.default_max_tokens;
     long long v = 0;
     bool given = false;

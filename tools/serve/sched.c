@@ -256,6 +256,8 @@ static int admit(struct server *srv, struct job *j) {
     struct sched *s = srv->sched;
     struct sess *x = NULL;
     bool fresh = false;
+    void *held = NULL;
+    size_t held_len = 0;
     if (j->session_id[0]) {
         x = sess_find(s, j->session_id);
         if (x && x->busy) {
@@ -281,15 +283,16 @@ static int admit(struct server *srv, struct job *j) {
                     job_fail(srv, j, 500, "server_error", 0, "session '%s': the stored snapshot is damaged", j->session_id);
                     return 1;
                 }
-                free(blob);
+                held = blob; /* loaded below, not fetched twice */
+                held_len = bl;
                 x->turns = x->turns ? x->turns : 1;
             }
             x->pol = j->sp.policy;
         }
         if (!fresh && x->seq < 0) { /* in the store: bring it back */
-            void *blob = NULL;
-            size_t bl = 0, il = 0;
-            if (srv->store->get(srv->store, x->id, &blob, &bl) != 0) {
+            void *blob = held;
+            size_t bl = held_len, il = 0;
+            if (!blob && srv->store->get(srv->store, x->id, &blob, &bl) != 0) {
                 free(blob);
                 job_fail(srv, j, 500, "server_error", 0, "session '%s': cannot read it from the store: %s", x->id, srv->store->error);
                 return 1;
@@ -427,6 +430,10 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         if (sess_persist(srv, x) != 0) {
             /* the turn happened but is not durable: say so rather than pretend */
             snprintf(j->error, sizeof j->error, "the turn finished but the session store failed: %.180s", srv->store->error);
+        }
+        if (srv->store->shared) { /* another replica may take the next turn: the store is the only copy */
+            kvb_batch_remove(s->b, x->seq);
+            sess_drop(s, x);
         }
     } else {
         kvb_batch_remove(s->b, j->seq);

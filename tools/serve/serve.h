@@ -188,6 +188,7 @@ void sched_gauges(struct server *srv, struct sched_gauges *g);
 /* store.c: where sessions live between turns */
 struct store {
     const char *kind; /* "sqlite", "redis" */
+    bool shared;      /* other replicas write it too: no session stays in memory between turns */
     int (*put)(struct store *s, const char *id, const void *buf, size_t len);
     /* *buf from malloc; 0 ok, 1 not found, -1 error */
     int (*get)(struct store *s, const char *id, void **buf, size_t *len);

@@ -151,6 +151,7 @@ struct store *store_redis_open(const char *url, char *err, size_t errlen) {
         return NULL;
     }
     s->base.kind = "redis";
+    s->base.shared = true;
     s->base.put = put;
     s->base.get = get;
     s->base.del = del;

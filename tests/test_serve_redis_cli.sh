@@ -1,0 +1,62 @@
+#!/bin/sh
+# test_serve_redis_cli.sh BUILD_DIR — two `kvbound serve` replicas sharing a
+# Redis session store: turn 1 on replica A, turn 2 on replica B gives the
+# same text as both turns on one replica (with SQLite), and the session's
+# bytes in Redis are what GET /v1/sessions reports. Redis: KVB_TEST_REDIS
+# (redis://HOST:PORT, started by .ci/run), else a redis-server started here
+# on a free loopback port, else skipped (a failure under KVB_REQUIRE_REDIS=1).
+. "$(dirname "$0")/cli_lib.sh"
+G="$D/models/stories260K/stories260K.llamacpp.gguf"
+if ! "$K" serve --help > /dev/null 2>&1; then ko serve_built "kvbound serve is not built"; cli_summary; exit; fi
+if [ ! -f "$G" ]; then skip_case serve_redis "missing $G"; cli_summary; exit; fi
+PIDS=""
+trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$T"' EXIT
+R=${KVB_TEST_REDIS:-}
+if [ -z "$R" ] && command -v redis-server > /dev/null; then
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no > "$T/redis.log" 2>&1 &
+    PIDS="$PIDS $!"
+    for _ in $(seq 1 50); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.1; done
+    R="redis://127.0.0.1:$port"
+fi
+if [ -z "$R" ]; then
+    if [ "${KVB_REQUIRE_REDIS:-0}" = 1 ]; then ko serve_redis "no Redis (KVB_TEST_REDIS unset, redis-server not installed)"
+    else sk serve_redis "no Redis (KVB_TEST_REDIS unset, redis-server not installed)"; fi
+    cli_summary
+    exit
+fi
+start() {
+    name=$1; shift
+    "$K" serve --port 0 "$@" > "$T/$name.log" 2>&1 &
+    PID=$!
+    PIDS="$PIDS $PID"
+    URL=""
+    for _ in $(seq 1 100); do
+        URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$T/$name.log" | head -n 1)
+        [ -n "$URL" ] && break
+        kill -0 $PID 2>/dev/null || break
+        sleep 0.1
+    done
+}
+turn() { curl -s -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$2\"}],\"max_tokens\":30,\"temperature\":0,\"session_id\":\"$3\"}" "$1/v1/chat/completions"; }
+content() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["choices"][0]["message"]["content"], d["kvbound"]["position"])'; }
+sid="r$$"
+start a -m "$G" --sessions "$R" --budget 64 -t 1; A=$URL
+start b -m "$G" --sessions "$R" --budget 64 -t 1; B=$URL
+start one -m "$G" --sessions "$T/one" --budget 64 -t 1; ONE=$URL
+if [ -z "$A" ] || [ -z "$B" ] || [ -z "$ONE" ]; then ko serve_redis_start "$(tail -n 2 "$T/a.log")"; cli_summary; exit; fi
+turn "$A" "Once upon a time, a frog" "$sid" > /dev/null
+two=$(turn "$B" "The frog jumped" "$sid" | content)
+turn "$ONE" "Once upon a time, a frog" "$sid" > /dev/null
+want=$(turn "$ONE" "The frog jumped" "$sid" | content)
+if [ -n "$two" ] && [ "$two" = "$want" ] && grep -q "(redis)" "$T/b.log"; then ok serve_redis_replicas_share_sessions
+else ko serve_redis_replicas_share_sessions "A then B: '$two'; one replica: '$want'"; fi
+curl -s "$A/v1/sessions/$sid" > "$T/s.json"
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["store"]=="redis" and d["turns"]==2 and d["stored_bytes"]>0' "$T/s.json"; then ok serve_redis_session_state
+else ko serve_redis_session_state "$(cat "$T/s.json")"; fi
+curl -s -X DELETE "$B/v1/sessions/$sid" > /dev/null
+code=$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/sessions/$sid")
+if [ "$code" = 404 ]; then ok serve_redis_delete_everywhere; else ko serve_redis_delete_everywhere "GET on A after DELETE on B: $code"; fi
+"$K" serve -m "$G" --port 0 --sessions redis://127.0.0.1:1 > /dev/null 2> "$T/bad.log"; rc=$?
+if [ $rc -eq 1 ] && grep -q "redis://127.0.0.1:1" "$T/bad.log"; then ok serve_redis_unreachable_named; else ko serve_redis_unreachable_named "rc $rc: $(cat "$T/bad.log")"; fi
+cli_summary
