@@ -226,6 +226,7 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     if (!get_int(root, "seed", -(1ll << 53), 1ll << 53, &v, &given, r)) goto out;
     if (given) j->sp.sampler.seed = (uint64_t)v;
     if (!get_bool(root, "stream", &j->stream, r)) goto out;
+    if (!get_bool(root, "ignore_eos", &j->sp.ignore_eos, r)) goto out; /* llama-server's extension: exactly max_tokens */
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) { serve_error(r, 400, "invalid_request_error", "'stream_options' must be an object"); goto out; }
