@@ -6,7 +6,8 @@
 # and are the only changes: `--steps N` runs 2 steps, `--reps N` 1
 # repetition, and War and Peace is its first 200 KB. The EVALUATION.md
 # figures are recomputed by test_figures_cli.sh; the install commands of
-# API.md by test_install_cli.sh. Under KVB_TEST_QUICK (make asan) the
+# API.md by test_install_cli.sh; SERVING.md's server session by
+# test_serve_cli.sh. Under KVB_TEST_QUICK (make asan) the
 # bench commands are left to make test.
 . "$(dirname "$0")/cli_lib.sh"
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +23,7 @@ for f in "$HERE"/docs/*.md; do
     awk '/^```/ { inb = !inb; next }
          inb && cont { line = line " " $0; if ($0 !~ /\\$/) { print line; cont = 0 } else sub(/\\$/, "", line); next }
          inb && /^(\/usr\/bin\/time [^k]*)?kvbound / { line = $0; if ($0 ~ /\\$/) { sub(/\\$/, "", line); cont = 1 } else print line }' "$f" |
-        sed 's/  *#.*$//' | grep -v -E '\b(MODEL|PROMPT|TEXT|VOCAB)\b|\.\.\.' | sed "s#^#$(basename "$f") #"
+        sed 's/  *#.*$//' | grep -v -E '\b(MODEL|PROMPT|TEXT|VOCAB)\b|\.\.\.|^kvbound serve ' | sed "s#^#$(basename "$f") #"
 done > "$T/cmds.txt"
 n=0
 while IFS= read -r entry; do

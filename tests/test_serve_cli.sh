@@ -17,7 +17,7 @@
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
 QV="$D/tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf"
 if ! "$K" serve --help > /dev/null 2>&1; then
-    ko serve_built "kvbound serve is not built: $("$K" serve 2>&1 | head -n 1)"
+    skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"
     cli_summary
     exit
 fi
@@ -26,7 +26,7 @@ if [ ! -f "$G" ] || [ ! -f "$QV" ]; then
     cli_summary
     exit
 fi
-command -v curl > /dev/null || { ko serve_curl "curl is not installed"; cli_summary; exit; }
+command -v curl > /dev/null || { skip_case serve_curl "curl is not installed"; cli_summary; exit; }
 PROBE="python3 $(dirname "$0")/serve_probe.py"
 
 PIDS=""
@@ -228,6 +228,17 @@ c1=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/models"); c2=$(curl -s -o /
 c3=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sekrit' "$URL/v1/models"); c4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")
 if [ "$c1" = 401 ] && [ "$c2" = 401 ] && [ "$c3" = 200 ] && [ "$c4" = 200 ]; then ok serve_api_key; else ko serve_api_key "$c1 $c2 $c3 $c4"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
+
+# docs/SERVING.md's example block runs as written (on a free port instead of 8080)
+DOCS=$(cd "$(dirname "$0")/.." && pwd)/docs/SERVING.md
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+DA=$(cd "$D" && pwd); KA=$(cd "$(dirname "$K")" && pwd)/kvbound
+awk '/serve-example/ { want = 1; next } want && /^```/ { if (inb) exit; inb = 1; next } inb { print }' "$DOCS" |
+    sed -e "s#^kvbound serve #$KA serve --port $port #" -e "s#8080#$port#g" -e "s#\.\./shared/data#$DA#g" > "$T/example.sh"
+(cd "$T" && timeout 60 sh "$T/example.sh" > "$T/example.out" 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c '"object":"text_completion"\|"object":"chat.completion"' "$T/example.out")" = 3 ] &&
+   grep -q '"object":"session"' "$T/example.out" && grep -q '"turns":2' "$T/example.out"; then ok serve_docs_example
+else ko serve_docs_example "exit $rc: $(tail -c 300 "$T/example.out")"; fi
 
 # ChatML: a random-weight qwen2 with the real Qwen2.5 vocabulary; turn 2 reads only its text
 "$K" mkmodel --shape tiny-qwen2 --type q8_0 --vocab "$QV" -o "$T/q.gguf" > /dev/null 2>&1

@@ -15,7 +15,7 @@ LV="$D/tokenizers/llama2/ggml-vocab-llama-spm.gguf"
 need_npm() {
     if [ "${KVB_REQUIRE_NPM:-0}" = 1 ]; then ko "$1" "$2 (KVB_REQUIRE_NPM=1)"; else sk "$1" "$2"; fi
 }
-if ! "$K" serve --help > /dev/null 2>&1; then ko serve_built "kvbound serve is not built"; cli_summary; exit; fi
+if ! "$K" serve --help > /dev/null 2>&1; then skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"; cli_summary; exit; fi
 if [ ! -f "$G" ] || [ ! -f "$LV" ]; then skip_case serve_clients "missing $G or $LV"; cli_summary; exit; fi
 if ! command -v node > /dev/null || [ ! -d "$HERE/serve/node_modules/openai" ]; then
     need_npm serve_openai_client "node or tests/serve/node_modules missing (npm install --prefix tests/serve)"

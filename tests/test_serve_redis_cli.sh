@@ -7,7 +7,7 @@
 # on a free loopback port, else skipped (a failure under KVB_REQUIRE_REDIS=1).
 . "$(dirname "$0")/cli_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
-if ! "$K" serve --help > /dev/null 2>&1; then ko serve_built "kvbound serve is not built"; cli_summary; exit; fi
+if ! "$K" serve --help > /dev/null 2>&1; then skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"; cli_summary; exit; fi
 if [ ! -f "$G" ]; then skip_case serve_redis "missing $G"; cli_summary; exit; fi
 PIDS=""
 trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$T"' EXIT
