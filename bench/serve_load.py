@@ -9,7 +9,10 @@ Each client sends R streamed /v1/completions requests one after another
 (temperature 0, ignore_eos, so every request generates exactly G tokens);
 prompts differ per client and request (W words of a fixed public-domain
 sentence, rotated). With --session, a client's requests are turns of one
-kvbound session (session_id), so its history grows turn by turn.
+kvbound session (session_id): each sends only its new words, the server keeps
+the history. With --resend, a client's requests are turns of a conversation
+whose whole history (earlier prompts and answers) is sent again each time,
+as clients of a stateless server do.
 
 Prints one JSON object: clients, requests, errors (non-200 or broken
 streams), generated_tokens (from usage, else counted chunks),
@@ -37,7 +40,7 @@ def pct(xs, p):
     return xs[k]
 
 
-def one_request(host, port, body, out):
+def one_request(host, port, body, out, texts=None):
     t0 = time.perf_counter()
     c = http.client.HTTPConnection(host, port, timeout=3600)
     c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
@@ -73,6 +76,8 @@ def one_request(host, port, body, out):
                 if "error" in o:
                     out["errors"] += 1
                 for ch in o.get("choices", []):
+                    if ch.get("text") and texts is not None:
+                        texts.append(ch["text"])
                     if ch.get("text"):
                         now = time.perf_counter()
                         if first is None:
@@ -96,6 +101,7 @@ def main():
     ap.add_argument("--prompt-words", type=int, default=48)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--session", action="store_true")
+    ap.add_argument("--resend", action="store_true")
     ap.add_argument("--extra", default="{}")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
@@ -106,23 +112,32 @@ def main():
 
     def client(i):
         mine = {"errors": 0, "tokens": 0, "ttft": [], "itl": [], "status": []}
+        history = ""
         for r in range(a.requests):
             start = (i * 7 + r * 3) % len(TEXT)
-            words = [TEXT[(start + k) % len(TEXT)] for k in range(a.prompt_words)]
-            body = {"prompt": " ".join(words), "max_tokens": a.max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
+            words = " ".join(TEXT[(start + k) % len(TEXT)] for k in range(a.prompt_words))
+            prompt = (history + " " + words) if a.resend and history else words
+            body = {"prompt": prompt, "max_tokens": a.max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
                     "stream_options": {"include_usage": True}}
             if a.session:
                 body["session_id"] = f"load-{i}-{int(t_start)}"
             body.update(extra)
+            texts = []
+            before = mine["errors"]
             try:
-                one_request(u.hostname, u.port, body, mine)
+                one_request(u.hostname, u.port, body, mine, texts)
             except (OSError, http.client.HTTPException, ValueError):
                 mine["errors"] += 1
+            if mine["errors"] > before and a.resend:
+                mine["first_error_turn"] = min(mine.get("first_error_turn", r), r)
+            history = prompt + "".join(texts)
         with lock:
             for k in ("errors", "tokens"):
                 total[k] += mine[k]
             for k in ("ttft", "itl", "status"):
                 total[k] += mine[k]
+            if "first_error_turn" in mine:
+                total["first_error_turn"] = min(total.get("first_error_turn", 10**9), mine["first_error_turn"])
 
     t_start = time.time()
     t0 = time.perf_counter()
@@ -137,7 +152,8 @@ def main():
                       "statuses": sorted(set(total["status"])), "generated_tokens": total["tokens"], "wall_s": round(wall, 2),
                       "agg_tok_per_s": round(total["tokens"] / wall, 2) if wall > 0 else None,
                       "ttft_p50_ms": r2(pct(total["ttft"], 50)), "ttft_p99_ms": r2(pct(total["ttft"], 99)),
-                      "itl_p50_ms": r2(pct(total["itl"], 50)), "itl_p99_ms": r2(pct(total["itl"], 99))}))
+                      "itl_p50_ms": r2(pct(total["itl"], 50)), "itl_p99_ms": r2(pct(total["itl"], 99)),
+                      "first_error_turn": total.get("first_error_turn")}))
 
 
 if __name__ == "__main__":

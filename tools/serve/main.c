@@ -38,6 +38,9 @@ static int usage(FILE *f) {
             "                        redis://HOST:PORT (default ./kvbound-sessions)\n"
             "  --api-key KEY         require 'Authorization: Bearer KEY' (also KVB_API_KEY); /, /health open\n"
             "  -t, --threads N       threads of each step (default: the cores)\n"
+            "  --step-tokens N       rows of one step: decode tokens + prompt chunks (default 512; smaller\n"
+            "                        bounds the pause a long prompt puts on everyone's next token)\n"
+            "  --chunk N             prompts join steps in chunks of N tokens (default 256, <= --step-tokens)\n"
             "  --queue N             requests waiting for room at most; beyond, 503 (default 64)\n"
             "  --queue-timeout S     seconds a request may wait for room; then 503 (default 30)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default 16384)\n"
@@ -71,6 +74,8 @@ int cmd_serve_main(int argc, char **argv) {
     o->max_tokens_cap = 16384;
     o->default_max_tokens = 512;
     o->max_sessions = 256;
+    o->step_tokens = 512;
+    o->chunk = 256;
     o->max_body = (size_t)4 << 20;
     o->sessions = "kvbound-sessions";
     o->api_key = getenv("KVB_API_KEY");
@@ -111,11 +116,17 @@ int cmd_serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--max-connections")) r = cli_parse_i32(a, v, 1, 65536, &max_conn);
         else if (!strcmp(a, "--model-name")) o->model_name = v;
         else if (!strcmp(a, "--template")) forced = v;
+        else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
+        else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
         else { fprintf(stderr, "kvbound serve: unknown option '%s' (--help lists them)\n", a); return 2; }
         if (r) return 2;
     }
     if (!o->model_path) { fprintf(stderr, "kvbound serve: -m MODEL is required\n"); return 2; }
     if (o->default_max_tokens > o->max_tokens_cap) o->default_max_tokens = o->max_tokens_cap;
+    if (o->chunk > o->step_tokens) {
+        fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
+        return 2;
+    }
     if (max_body) o->max_body = (size_t)max_body;
     o->pool_bytes = (size_t)pool_mb << 20;
     o->policy = cli_policy_params(&po, pid);

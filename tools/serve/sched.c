@@ -775,6 +775,8 @@ int sched_start(struct server *srv) {
     bp.kv_pool_bytes = srv->o.pool_bytes;
     bp.n_threads = srv->o.threads;
     bp.max_seqs = srv->o.parallel + srv->o.max_sessions;
+    bp.step_tokens = srv->o.step_tokens;
+    bp.chunk = srv->o.chunk;
     if (bp.max_seqs > 4096) bp.max_seqs = 4096;
     if (kvb_batch_init(srv->model, &bp, &s->b) != KVB_OK) {
         fprintf(stderr, "kvbound serve: %s\n", kvb_last_error());

@@ -129,7 +129,7 @@ struct metrics;
 struct serve_opts {
     const char *model_path, *host, *sessions, *api_key, *model_name;
     int port, parallel, threads, queue_max, queue_timeout_s, max_tokens_cap, default_max_tokens;
-    int max_budget, max_sessions;
+    int max_budget, max_sessions, step_tokens, chunk;
     size_t pool_bytes, max_body;
     struct kvb_policy_params policy;
     enum kvb_pos_mode pos_mode;
