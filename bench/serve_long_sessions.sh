@@ -1,15 +1,17 @@
 #!/bin/sh
-# serve_long_sessions.sh MODEL.gguf LLAMA_SERVER [TURNS] — sixteen long
-# sessions at once, each past 8K tokens of history, on the same KV memory:
-# kvbound serve keeps every session on the server (session_id) with a
-# streaming budget of 1024 tokens (a pool of 16 x 1024 tokens' pages plus
-# slack); llama-server gets a context of 16 x 1024 tokens (the same KV
-# tokens) and the clients resend each conversation's whole history every
-# turn, as clients of a stateless server must. Each turn adds ~600 prompt
-# tokens and 32 generated ones. Prints the load JSON of each server, then
-# kvbound's pool and one session's state.
+# serve_long_sessions.sh MODEL.gguf LLAMA_SERVER [TURNS] [POOL_MB] — sixteen
+# long sessions at once, each past 8K tokens of history (TURNS turns of 500
+# words and 32 generated tokens each; 14 turns pass 8K tokens with a
+# SmolLM2 vocabulary): kvbound serve keeps every session on the server
+# (session_id) with a streaming budget of 1024 tokens in a pool of POOL_MB
+# (default 640); llama-server, whose clients resend each conversation's
+# whole history every turn as clients of a stateless server must, runs
+# twice: with a context of 16 x 1024 tokens (the same KV tokens as
+# kvbound's budgets), and with 16 x 9216 (enough for the whole history).
+# Prints the load JSON of each run, kvbound's pool and one session's state,
+# and llama-server's KV buffer size and first error.
 set -u
-M=$1; PEER=$2; TURNS=${3:-14}
+M=$1; PEER=$2; TURNS=${3:-14}; POOL=${4:-640}
 K=${K:-build/kvbound}
 HERE=$(dirname "$0")
 T=$(mktemp -d)
@@ -18,7 +20,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_up() { for _ in $(seq 1 600); do curl -s "http://127.0.0.1:$1/health" 2>/dev/null | grep -q ok && return 0; sleep 0.5; done; return 1; }
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(date -u +%Y-%m-%d)"
 p=$(free_port)
-"$K" serve -m "$M" --port "$p" --parallel 16 -t 2 --policy streaming --budget 1024 --pool-mb 64 --max-tokens 64 \
+"$K" serve -m "$M" --port "$p" --parallel 16 -t 2 --policy streaming --budget 1024 --pool-mb "$POOL" --max-tokens 64 \
     --sessions "$T/s" > "$T/k.log" 2>&1 & echo $! > "$T/k.pid"
 wait_up "$p" || { echo "kvbound serve did not start: $(tail -n 2 "$T/k.log")" >&2; exit 1; }
 python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 16 --requests "$TURNS" --prompt-words 500 --max-tokens 32 --session \
@@ -31,9 +33,13 @@ PY
 )
 curl -s "http://127.0.0.1:$p/v1/sessions/$sid"
 kill "$(cat "$T/k.pid")"; wait "$(cat "$T/k.pid")" 2>/dev/null; rm -f "$T/k.pid"
-p=$(free_port)
-"$PEER" -m "$M" --port "$p" --parallel 16 -t 2 -c 16384 --no-webui > "$T/l.log" 2>&1 & echo $! > "$T/l.pid"
-wait_up "$p" || { echo "llama-server did not start: $(tail -n 2 "$T/l.log")" >&2; exit 1; }
-python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 16 --requests "$TURNS" --prompt-words 500 --max-tokens 32 --resend \
-    --label "llama-server, history resent, -c 16384"
-grep -m 3 -iE 'exceed|context|error' "$T/l.log" | sed 's/^/# llama-server log: /'
+for ctx in 16384 147456; do
+    p=$(free_port)
+    "$PEER" -m "$M" --port "$p" --parallel 16 -t 2 -c "$ctx" --no-webui > "$T/l.log" 2>&1 & echo $! > "$T/l.pid"
+    wait_up "$p" || { echo "llama-server did not start: $(tail -n 2 "$T/l.log")" >&2; exit 1; }
+    python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 16 --requests "$TURNS" --prompt-words 500 --max-tokens 32 --resend \
+        --label "llama-server, history resent, -c $ctx"
+    grep -m 2 -iE 'KV buffer size|KV self size' "$T/l.log" | sed 's/^/# llama-server log: /'
+    grep -m 1 -iE 'exceeds the available context' "$T/l.log" | sed 's/^/# llama-server log: /'
+    kill "$(cat "$T/l.pid")"; wait "$(cat "$T/l.pid")" 2>/dev/null; rm -f "$T/l.pid"
+done
