@@ -1,13 +1,14 @@
 #!/bin/sh
 # serve_long_sessions.sh MODEL.gguf LLAMA_SERVER [TURNS] [POOL_MB] — sixteen
 # long sessions at once, each past 8K tokens of history (TURNS turns of 500
-# words and 32 generated tokens each; 14 turns pass 8K tokens with a
-# SmolLM2 vocabulary): kvbound serve keeps every session on the server
+# words and 32 generated tokens each; 14 turns pass 8K tokens with the
+# Llama 2 vocabulary; `kvbound mkmodel --shape tiny-32k` is trained to 32K
+# so that llama-server does not cap its slots): kvbound serve keeps every session on the server
 # (session_id) with a streaming budget of 1024 tokens in a pool of POOL_MB
 # (default 640); llama-server, whose clients resend each conversation's
 # whole history every turn as clients of a stateless server must, runs
 # twice: with a context of 16 x 1024 tokens (the same KV tokens as
-# kvbound's budgets), and with 16 x 9216 (enough for the whole history).
+# kvbound's budgets), and with 16 x 12288 (enough for the whole history).
 # Prints the load JSON of each run, kvbound's pool and one session's state,
 # and llama-server's KV buffer size and first error.
 set -u
@@ -33,7 +34,7 @@ PY
 )
 curl -s "http://127.0.0.1:$p/v1/sessions/$sid"
 kill "$(cat "$T/k.pid")"; wait "$(cat "$T/k.pid")" 2>/dev/null; rm -f "$T/k.pid"
-for ctx in 16384 147456; do
+for ctx in 16384 196608; do
     p=$(free_port)
     "$PEER" -m "$M" --port "$p" --parallel 16 -t 2 -c "$ctx" --no-webui > "$T/l.log" 2>&1 & echo $! > "$T/l.pid"
     wait_up "$p" || { echo "llama-server did not start: $(tail -n 2 "$T/l.log")" >&2; exit 1; }

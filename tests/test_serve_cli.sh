@@ -14,6 +14,7 @@
 #     stream returns its pages; a small pool moves idle sessions to the
 #     store and brings them back.
 . "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
 QV="$D/tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf"
 if ! "$K" serve --help > /dev/null 2>&1; then
@@ -29,23 +30,6 @@ fi
 command -v curl > /dev/null || { skip_case serve_curl "curl is not installed"; cli_summary; exit; }
 PROBE="python3 $(dirname "$0")/serve_probe.py"
 
-PIDS=""
-trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$T"' EXIT
-# start NAME ARGS...: starts a server, sets URL and PID (waits for "listening on")
-start() {
-    name=$1; shift
-    "$K" serve --port 0 "$@" > "$T/$name.log" 2>&1 &
-    PID=$!
-    PIDS="$PIDS $PID"
-    URL=""
-    for _ in $(seq 1 100); do
-        URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$T/$name.log" | head -n 1)
-        [ -n "$URL" ] && break
-        kill -0 $PID 2>/dev/null || break
-        sleep 0.1
-    done
-    HOSTPORT=$(echo "$URL" | sed 's|http://||; s|:| |')
-}
 post() { # post PATH JSON [curl args]: the body; the status in $T/code
     p=$1; b=$2; shift 2
     curl -s -o "$T/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$b" "$URL$p" > "$T/code"
@@ -231,7 +215,7 @@ kill -TERM $PID; wait $PID 2>/dev/null
 
 # docs/SERVING.md's example block runs as written (on a free port instead of 8080)
 DOCS=$(cd "$(dirname "$0")/.." && pwd)/docs/SERVING.md
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 DA=$(cd "$D" && pwd); KA=$(cd "$(dirname "$K")" && pwd)/kvbound
 awk '/serve-example/ { want = 1; next } want && /^```/ { if (inb) exit; inb = 1; next } inb { print }' "$DOCS" |
     sed -e "s#^kvbound serve #$KA serve --port $port #" -e "s#8080#$port#g" -e "s#\.\./shared/data#$DA#g" > "$T/example.sh"

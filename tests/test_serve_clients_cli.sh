@@ -9,6 +9,7 @@
 # does); without them, or without Chromium, the cases are skipped — failures
 # under KVB_REQUIRE_NPM=1 / KVB_REQUIRE_BROWSER=1.
 . "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
 LV="$D/tokenizers/llama2/ggml-vocab-llama-spm.gguf"
@@ -22,21 +23,6 @@ if ! command -v node > /dev/null || [ ! -d "$HERE/serve/node_modules/openai" ]; 
     cli_summary
     exit
 fi
-PIDS=""
-trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$T"' EXIT
-start() {
-    name=$1; shift
-    "$K" serve --port 0 "$@" > "$T/$name.log" 2>&1 &
-    PID=$!
-    PIDS="$PIDS $PID"
-    URL=""
-    for _ in $(seq 1 100); do
-        URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$T/$name.log" | head -n 1)
-        [ -n "$URL" ] && break
-        kill -0 $PID 2>/dev/null || break
-        sleep 0.1
-    done
-}
 # report LABEL OUTPUT: each "ok X" / "FAIL X: ..." line of a node script as a case
 report() {
     while IFS= read -r line; do

@@ -6,14 +6,13 @@
 # (redis://HOST:PORT, started by .ci/run), else a redis-server started here
 # on a free loopback port, else skipped (a failure under KVB_REQUIRE_REDIS=1).
 . "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
 if ! "$K" serve --help > /dev/null 2>&1; then skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"; cli_summary; exit; fi
 if [ ! -f "$G" ]; then skip_case serve_redis "missing $G"; cli_summary; exit; fi
-PIDS=""
-trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$T"' EXIT
 R=${KVB_TEST_REDIS:-}
 if [ -z "$R" ] && command -v redis-server > /dev/null; then
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    port=$(free_port)
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no > "$T/redis.log" 2>&1 &
     PIDS="$PIDS $!"
     for _ in $(seq 1 50); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.1; done
@@ -25,19 +24,6 @@ if [ -z "$R" ]; then
     cli_summary
     exit
 fi
-start() {
-    name=$1; shift
-    "$K" serve --port 0 "$@" > "$T/$name.log" 2>&1 &
-    PID=$!
-    PIDS="$PIDS $PID"
-    URL=""
-    for _ in $(seq 1 100); do
-        URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$T/$name.log" | head -n 1)
-        [ -n "$URL" ] && break
-        kill -0 $PID 2>/dev/null || break
-        sleep 0.1
-    done
-}
 turn() { curl -s -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$2\"}],\"max_tokens\":30,\"temperature\":0,\"session_id\":\"$3\"}" "$1/v1/chat/completions"; }
 content() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["choices"][0]["message"]["content"], d["kvbound"]["position"])'; }
 sid="r$$"

@@ -183,6 +183,27 @@ kvb_status kvb_batch_can_admit(const struct kvb_batch *b, const struct kvb_seq_p
 }
 
 
+/* A free sequence slot, or -1. */
+static int32_t free_slot(const struct kvb_batch *b) {
+    for (int32_t i = 0; i < b->p.max_seqs; i++)
+        if (!b->seqs[i].used) return i;
+    return -1;
+}
+
+/* A sequence's sampler and buffers (logits, sampler copy, history of
+ * hist_cap tokens); on failure the caller clears it. */
+static kvb_status seq_buffers(const struct kvb_batch *b, struct seq *s, const struct kvb_sampler_params *sp, int64_t hist_cap) {
+    const int32_t V = b->m->info.n_vocab;
+    kvb_status st = kvb_sampler_init(sp, V, &s->smp);
+    if (st != KVB_OK) return st;
+    s->hist_cap = hist_cap;
+    s->logits = kvb_malloc(sizeof(float) * (size_t)V);
+    s->work = kvb_malloc(sizeof(float) * (size_t)V);
+    s->hist = kvb_malloc(sizeof(int32_t) * (size_t)hist_cap);
+    if (!s->logits || !s->work || !s->hist) return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for a sequence");
+    return KVB_OK;
+}
+
 kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, const int32_t *prompt, int32_t n_prompt, int32_t *seq_id) {
     if (!b || !p || !prompt || !seq_id) return kvb_fail(KVB_ERR_INVALID, "batch_add: NULL argument");
     const struct kvb_model_info *in = &b->m->info;
@@ -196,9 +217,7 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     if (is_full(p) && n_prompt > n_ctx)
         return kvb_fail(KVB_ERR_INVALID, "batch_add: a prompt of %d tokens exceeds n_ctx %d under policy full (use a bounded policy)",
                         (int)n_prompt, (int)n_ctx);
-    int32_t id = -1;
-    for (int32_t i = 0; i < b->p.max_seqs && id < 0; i++)
-        if (!b->seqs[i].used) id = i;
+    const int32_t id = free_slot(b);
     if (id < 0) return kvb_fail(KVB_ERR_NOMEM, "batch: all %d sequence slots are in use", (int)b->p.max_seqs);
     struct seq s;
     memset(&s, 0, sizeof s);
@@ -206,20 +225,13 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     s.n_ctx = n_ctx;
     struct kvb_cache_params cp = kvb_model_cache_params(b->m, &p->policy, p->pos_mode, b->p.kv_dtype, b->p.block_size, p->max_distance);
     kvb_status st = kvb_cache_init(b->pool, &cp, &s.cache);
-    if (st == KVB_OK) st = kvb_sampler_init(&p->sampler, in->n_vocab, &s.smp);
-    if (st == KVB_OK) {
-        s.logits = kvb_malloc(sizeof(float) * (size_t)in->n_vocab);
-        s.work = kvb_malloc(sizeof(float) * (size_t)in->n_vocab);
-        s.hist = kvb_malloc(sizeof(int32_t) * (size_t)n_prompt);
-        if (!s.logits || !s.work || !s.hist) st = kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for a sequence");
-    }
+    if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, n_prompt);
     if (st != KVB_OK) {
         seq_clear(&s);
         return st;
     }
     memcpy(s.hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
     s.n_hist = n_prompt;
-    s.hist_cap = n_prompt;
     s.n_prompt = n_prompt;
     s.state = KVB_SEQ_PROMPT;
     s.last_token = -1;
@@ -476,15 +488,12 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     if (cl != len - at_cl - 8 - 4) return kvb_fail(KVB_ERR_CORRUPT, "session image: cache image length %llu does not match the file", (unsigned long long)cl);
     if (n_ctx < 1 || last < -1 || last >= mi->n_vocab)
         return kvb_fail(KVB_ERR_CORRUPT, "session image: n_ctx %d or pending token %d out of range", (int)n_ctx, (int)last);
-    const int32_t *hist_in = (const int32_t *)(const void *)(in8 + head);
     for (int64_t i = 0; i < nh; i++) {
         int32_t t;
-        memcpy(&t, hist_in + i, 4); /* unaligned-safe */
+        memcpy(&t, in8 + head + sizeof(int32_t) * (size_t)i, sizeof t); /* the history may sit unaligned */
         if (t < 0 || t >= mi->n_vocab) return kvb_fail(KVB_ERR_CORRUPT, "session image: token %lld is %d, out of range", (long long)i, (int)t);
     }
-    int32_t id = -1;
-    for (int32_t i = 0; i < b->p.max_seqs && id < 0; i++)
-        if (!b->seqs[i].used) id = i;
+    const int32_t id = free_slot(b);
     if (id < 0) return kvb_fail(KVB_ERR_NOMEM, "batch: all %d sequence slots are in use", (int)b->p.max_seqs);
     struct seq s;
     memset(&s, 0, sizeof s);
@@ -509,14 +518,7 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     s.p.max_distance = cp.max_distance;
     s.p.n_ctx = n_ctx;
     s.n_ctx = n_ctx;
-    if (st == KVB_OK) st = kvb_sampler_init(&p->sampler, mi->n_vocab, &s.smp);
-    if (st == KVB_OK) {
-        s.hist_cap = KVB_MAX(nh, 1);
-        s.logits = kvb_malloc(sizeof(float) * (size_t)mi->n_vocab);
-        s.work = kvb_malloc(sizeof(float) * (size_t)mi->n_vocab);
-        s.hist = kvb_malloc(sizeof(int32_t) * (size_t)s.hist_cap);
-        if (!s.logits || !s.work || !s.hist) st = kvb_fail(KVB_ERR_NOMEM, "batch: out of memory for a sequence");
-    }
+    if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, KVB_MAX(nh, 1));
     if (st != KVB_OK) {
         seq_clear(&s);
         return st;

@@ -181,13 +181,15 @@ struct shape {
 static const struct shape k_shapes[] = {
     {"tiny", "llama", 512, 256, 2, 4, 2, 512, 512, 10000.0f, 1e-5f, false, false, false},
     {"tiny-qwen2", "qwen2", 512, 256, 2, 4, 2, 512, 512, 1000000.0f, 1e-6f, true, true, false},
+    /* tiny trained to 32K: long sessions in seconds (llama-server caps a slot at the trained length) */
+    {"tiny-32k", "llama", 512, 256, 2, 4, 2, 512, 32768, 10000.0f, 1e-5f, false, false, false},
     {"tinyllama-1.1b", "llama", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, false, false, false},
     {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, true, false, true},
     {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 1536, 8192, 100000.0f, 1e-5f, true, false, false},
     {"qwen2.5-0.5b", "qwen2", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, true, true, false},
 };
 
-const char *kvb_model_shapes(void) { return "tiny, tiny-qwen2, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b"; }
+const char *kvb_model_shapes(void) { return "tiny, tiny-qwen2, tiny-32k, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b"; }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
 

@@ -759,9 +759,18 @@ static void *loop(void *arg) {
                      s->decode_time > 0 ? (double)s->decode_tokens / s->decode_time : 0);
         publish(srv);
     }
-    /* shutting down: whatever still runs is cancelled (sessions are as stored) */
+    /* shutting down: whatever still runs is cancelled (sessions are as
+     * stored), whatever still waits is told to come back */
     for (int i = 0; i < s->n_active; i++) s->active[i]->cancelled = true;
     cancel_jobs(srv);
+    while (srv->queue_head) {
+        struct job *j = srv->queue_head;
+        srv->queue_head = j->next;
+        srv->n_queued--;
+        job_fail(srv, j, 503, "server_busy", 5, "the server is shutting down; retry on another replica or later");
+        if (j->abandoned) job_free(j);
+    }
+    srv->queue_tail = NULL;
     s->running = false;
     while (s->ctl_head) run_ctls(srv);
     pthread_mutex_unlock(&srv->mu);
