@@ -23,13 +23,13 @@ for N in $NS; do
     "$K" serve -m "$M" --port "$p" --parallel "$N" -t 2 --policy streaming --budget 1024 --pool-mb 2048 --sessions "$T/s" \
         > "$T/k.log" 2>&1 & echo $! > "$T/k.pid"
     wait_up "$p" || { echo "kvbound serve did not start: $(tail -n 2 "$T/k.log")" >&2; exit 1; }
-    python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 1 --requests 1 --max-tokens 2 > /dev/null # warm up (weights paged in)
+    python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 1 --requests 1 --max-tokens 2 --extra '{"prompt": "A warm-up request that shares no prefix with the measured ones."}' > /dev/null # warm up (weights paged in)
     python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients "$N" --requests "$REQ" --label "kvbound serve"
     kill "$(cat "$T/k.pid")"; wait "$(cat "$T/k.pid")" 2>/dev/null; rm -f "$T/k.pid"
     p=$(free_port)
     "$PEER" -m "$M" --port "$p" --parallel "$N" -t 2 -c $((N * 1024)) --no-webui > "$T/l.log" 2>&1 & echo $! > "$T/l.pid"
     wait_up "$p" || { echo "llama-server did not start: $(tail -n 2 "$T/l.log")" >&2; exit 1; }
-    python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 1 --requests 1 --max-tokens 2 > /dev/null
+    python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 1 --requests 1 --max-tokens 2 --extra '{"prompt": "A warm-up request that shares no prefix with the measured ones."}' > /dev/null
     python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients "$N" --requests "$REQ" --label "llama-server"
     kill "$(cat "$T/l.pid")"; wait "$(cat "$T/l.pid")" 2>/dev/null; rm -f "$T/l.pid"
 done
