@@ -4,6 +4,12 @@
  *
  * Design (who owns what, and what happens when things go wrong):
  *
+ *  - Layering, as llama.cpp's tools/server (slots fed from a task queue by
+ *    one loop that alone touches the model) and Redis's networking.c
+ *    (reading and parsing a request apart from executing it): I/O in
+ *    http.c, parsing and checking in routes.c / openai.c, execution in
+ *    sched.c; nothing below http.c knows a socket.
+ *
  *  - Threads. libmicrohttpd runs one thread per connection (http.c). A
  *    connection thread reads its request, hands it to serve_route (routes.c,
  *    no HTTP library in it, so the fuzz target drives it directly), and for a
