@@ -427,7 +427,15 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         x->busy = NULL;
         x->last_used = serve_now();
         sess_figures(srv, x);
-        if (sess_persist(srv, x) != 0) {
+        /* the write (a TinyLlama session at B = 1024 is 23 MB) runs without
+         * the server mutex: connections keep streaming and queueing
+         * meanwhile. The batch, the session table and the store are the
+         * scheduler's alone, and the job is not done yet, so nothing this
+         * needs can change; flags set meanwhile are read after. */
+        pthread_mutex_unlock(&srv->mu);
+        const int prc = sess_persist(srv, x);
+        pthread_mutex_lock(&srv->mu);
+        if (prc != 0) {
             /* the turn happened but is not durable: say so rather than pretend */
             snprintf(j->error, sizeof j->error, "the turn finished but the session store failed: %.180s", srv->store->error);
         }
@@ -446,7 +454,8 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
 
 static void drop_active(struct sched *s, int i) { s->active[i] = s->active[--s->n_active]; }
 
-/* After a step: new tokens to their jobs, finished turns closed. Under mu. */
+/* After a step: new tokens to their jobs, finished turns closed. Under mu
+ * (released while a finished session is written to the store). */
 static void publish(struct server *srv) {
     struct sched *s = srv->sched;
     const int32_t eos = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOT);
