@@ -183,11 +183,15 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         for (int r = 0; r < NR; r++) out[(size_t)t * (size_t)ldo + (size_t)r] = hsum(acc[r][t]);
 }
 
-/* The full 4 x 2 tile with every value named, so that the 8 accumulators,
- * |x| of both tokens, the ones, the weight block, its scale and two
- * temporaries fit the 16 registers (the tokens' int8 blocks and scales are
- * read from L1 as memory operands). The operations per pair are those of
- * q8_tile_fixed. */
+/* The full 4 x 2 tile with every value named. Per block the four rows'
+ * f16 scales are converted in one vcvtph2ps and multiplied by each token's
+ * scale in one vmulps (d_w * d_x: the same IEEE products as the lone dot's,
+ * lane-wise), and each pair takes its product with one in-lane shuffle;
+ * the tokens' int8 blocks are read from L1 as memory operands. So the 8
+ * accumulators, |x| of both tokens, the two scale vectors, the ones, the
+ * weight block and a temporary fit the 16 registers. The operations that
+ * make a pair's value (sign, maddubs, madd, cvt, one FMA with d_w * d_x) are
+ * those of q8_tile_fixed, in the same order. */
 static void q8_tile_4x2(const void *rows, size_t rb, const struct kvb_q8_act *x, int64_t n, float *out, int64_t ldo) {
     const uint8_t *base = rows;
     const struct block_q8_0 *w0 = (const void *)base, *w1 = (const void *)(base + rb), *w2 = (const void *)(base + 2 * rb),
@@ -197,21 +201,24 @@ static void q8_tile_4x2(const void *rows, size_t rb, const struct kvb_q8_act *x,
     const int8_t *q0 = x[0].q, *q1 = x[1].q;
     const float *d0 = x[0].d, *d1 = x[1].d;
     for (int64_t i = 0; i < n / QK8_0; i++) {
+        const uint64_t packed = (uint64_t)w0[i].d | (uint64_t)w1[i].d << 16 | (uint64_t)w2[i].d << 32 | (uint64_t)w3[i].d << 48;
+        const __m128 dw4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)packed));
+        const __m256 dw8 = _mm256_insertf128_ps(_mm256_castps128_ps256(dw4), dw4, 1); /* the 4 row scales in both halves */
+        const __m256 sc0 = _mm256_mul_ps(dw8, _mm256_broadcast_ss(&d0[i])), sc1 = _mm256_mul_ps(dw8, _mm256_broadcast_ss(&d1[i]));
         const __m256i a0 = _mm256_loadu_si256((const __m256i *)(q0 + i * QK8_0)), a1 = _mm256_loadu_si256((const __m256i *)(q1 + i * QK8_0));
         const __m256i s0 = _mm256_sign_epi8(a0, a0), s1 = _mm256_sign_epi8(a1, a1);
-#define Q8_ROW(W, C0, C1)                                                                                                   \
+#define Q8_ROW(W, R, C0, C1)                                                                                                \
     do {                                                                                                                    \
         const __m256i wr = _mm256_loadu_si256((const __m256i *)W[i].qs);                                                   \
-        const __m256 dw = _mm256_set1_ps(_cvtsh_ss(W[i].d));                                                               \
         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(s0, _mm256_sign_epi8(wr, _mm256_loadu_si256((const __m256i *)(q0 + i * QK8_0)))), ones); \
-        C0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_broadcast_ss(&d0[i])), C0);                   \
+        C0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_shuffle_ps(sc0, sc0, (R) * 0x55), C0);                           \
         p = _mm256_madd_epi16(_mm256_maddubs_epi16(s1, _mm256_sign_epi8(wr, _mm256_loadu_si256((const __m256i *)(q1 + i * QK8_0)))), ones); \
-        C1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_broadcast_ss(&d1[i])), C1);                   \
+        C1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_shuffle_ps(sc1, sc1, (R) * 0x55), C1);                           \
     } while (0)
-        Q8_ROW(w0, c00, c01);
-        Q8_ROW(w1, c10, c11);
-        Q8_ROW(w2, c20, c21);
-        Q8_ROW(w3, c30, c31);
+        Q8_ROW(w0, 0, c00, c01);
+        Q8_ROW(w1, 1, c10, c11);
+        Q8_ROW(w2, 2, c20, c21);
+        Q8_ROW(w3, 3, c30, c31);
 #undef Q8_ROW
     }
     out[0] = hsum(c00); out[1] = hsum(c10); out[2] = hsum(c20); out[3] = hsum(c30);
