@@ -23,6 +23,11 @@ def request(host, port, method, path, body=b"", headers=None, timeout=30):
     for k, v in (headers or {}).items():
         h += f"{k}: {v}\r\n"
     s.sendall(h.encode() + b"\r\n" + body)
+    return read_response(s)
+
+
+def read_response(s):
+    """Reads until the server closes; returns (status, raw response)."""
     data = b""
     while True:
         chunk = s.recv(65536)
@@ -60,16 +65,8 @@ def main():
             head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             for b in head + body:
                 s.sendall(bytes([b]))
-                time.sleep(0.05 if b != 0 else 0)
-                if len(res) == 0 and b == ord("\n"):
-                    pass
-            data = b""
-            while True:
-                c = s.recv(65536)
-                if not c:
-                    break
-                data += c
-            res["slow"] = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.") else 0
+                time.sleep(0.05)
+            res["slow"], _ = read_response(s)
 
         t = threading.Thread(target=slow)
         t.start()

@@ -93,15 +93,20 @@ static void sess_drop(struct sched *s, struct sess *x) {
     s->sess[i] = s->sess[--s->n_sess];
 }
 
-static void sess_figures(struct server *srv, struct sess *x) {
+/* A sequence's figures as the API reports them: tokens seen, retained
+ * tokens per (layer, KV head) on average, KV bytes. false: no such sequence. */
+static bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes) {
     struct kvb_seq_info si;
-    if (x->seq < 0 || kvb_batch_seq_info(srv->sched->b, x->seq, &si) != KVB_OK) return;
+    if (seq < 0 || kvb_batch_seq_info(srv->sched->b, seq, &si) != KVB_OK) return false;
     struct kvb_cache_stats cs;
-    kvb_cache_get_stats(kvb_batch_seq_cache(srv->sched->b, x->seq), &cs);
-    x->position = si.n_past;
-    x->cache_tokens = cs.slots / ((int64_t)srv->mi.n_layer * srv->mi.n_head_kv);
-    x->kv_bytes = si.kv_bytes;
+    kvb_cache_get_stats(kvb_batch_seq_cache(srv->sched->b, seq), &cs);
+    *position = si.n_past;
+    *cache_tokens = cs.slots / ((int64_t)srv->mi.n_layer * srv->mi.n_head_kv);
+    *kv_bytes = si.kv_bytes;
+    return true;
 }
+
+static void sess_figures(struct server *srv, struct sess *x) { seq_figures(srv, x->seq, &x->position, &x->cache_tokens, &x->kv_bytes); }
 
 static char *meta_json(const struct sess *x) {
     cJSON *o = cJSON_CreateObject();
@@ -411,11 +416,7 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
     j->held = 0;
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
     struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;
-    j->position = si->n_past;
-    struct kvb_cache_stats cs;
-    kvb_cache_get_stats(kvb_batch_seq_cache(s->b, j->seq), &cs);
-    j->cache_tokens = cs.slots / ((int64_t)srv->mi.n_layer * srv->mi.n_head_kv);
-    j->kv_bytes = si->kv_bytes;
+    seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes);
     if (x) {
         const int32_t eos = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOT);
         x->stop_text[0] = 0;
