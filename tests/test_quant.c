@@ -127,18 +127,18 @@ TEST(q8_activation_kernel_exact) {
     for (int i = 0; i < N; i++) xd[i] = xs[i / 32] * xq[i];
     double ref = 0, mag = 0;
     for (int i = 0; i < N; i++) { ref += (double)wd[i] * xd[i]; mag += fabs((double)wd[i] * xd[i]); }
-    const struct kvb_q8_act a = {xs, xq};
+    const struct kvb_q8_act a = {xs, xq, NULL};
     double got = kvb_dot_q8_0_q8_ref(row, &a, N);
     if (fabs(got - ref) > 1e-6 * mag) FAILF("scalar reference %.9g vs %.9g", got, ref);
     if (kvb_cpu_has_avx2()) { /* the AVX2 maddubs kernel, and at the int16 edge (+-127 everywhere: q8_0 quantizes to -127..127) */
-        double g2 = kvb_dot_avx2.dot_q8_0_q8(row, &a, N);
+        double g2 = kvb_dot_avx2.dot_q8[GGML_TYPE_Q8_0](row, &a, N);
         if (fabs(g2 - ref) > 1e-6 * mag) FAILF("avx2 %.9g vs %.9g", g2, ref);
         static struct block_q8_0 edge[N / 32];
         static int8_t xe[N];
         for (int i = 0; i < N / 32; i++) { edge[i].d = row[i].d; for (int j = 0; j < 32; j++) edge[i].qs[j] = (int8_t)(j % 3 ? -127 : 127); }
         for (int i = 0; i < N; i++) xe[i] = (int8_t)(i % 2 ? -127 : 127);
-        const struct kvb_q8_act ae = {xs, xe};
-        double re = kvb_dot_q8_0_q8_ref(edge, &ae, N), ge = kvb_dot_avx2.dot_q8_0_q8(edge, &ae, N);
+        const struct kvb_q8_act ae = {xs, xe, NULL};
+        double re = kvb_dot_q8_0_q8_ref(edge, &ae, N), ge = kvb_dot_avx2.dot_q8[GGML_TYPE_Q8_0](edge, &ae, N);
         if (fabs(ge - re) > 1e-5 * (fabs(re) + 1)) FAILF("avx2 at the int16 edge %.9g vs %.9g", ge, re);
     }
     if (kvb_cpu_has_avx2() && kvb_dot_avx2.q8_tile) { /* tiles: every shape gives each pair the lone dot's bits */
@@ -153,7 +153,7 @@ TEST(q8_activation_kernel_exact) {
         for (int t = 0; t < 3; t++) {
             for (int i = 0; i < N; i++) tmp[i] = t_randf(&rs) * 2;
             kvb_quantize_act_q8(tmp, N, xs3[t], xq3[t]);
-            a3[t] = (struct kvb_q8_act){xs3[t], xq3[t]};
+            a3[t] = (struct kvb_q8_act){xs3[t], xq3[t], NULL};
         }
         for (int nr = 1; nr <= KVB_Q8_TILE_ROWS; nr++)
             for (int nt = 1; nt <= KVB_Q8_TILE_TOKENS; nt++) {
@@ -161,7 +161,7 @@ TEST(q8_activation_kernel_exact) {
                 kvb_dot_avx2.q8_tile(rows4, sizeof rows4[0], nr, a3, nt, N, out, 4);
                 for (int t = 0; t < nt; t++)
                     for (int r = 0; r < nr; r++) {
-                        const float one = kvb_dot_avx2.dot_q8_0_q8(rows4[r], &a3[t], N);
+                        const float one = kvb_dot_avx2.dot_q8[GGML_TYPE_Q8_0](rows4[r], &a3[t], N);
                         const double rf = kvb_dot_q8_0_q8_ref(rows4[r], &a3[t], N);
                         if (memcmp(&one, &out[t * 4 + r], sizeof one)) FAILF("tile %dx%d pair (%d,%d): %.9g, lone %.9g", nr, nt, r, t, out[t * 4 + r], one);
                         if (fabs(one - rf) > 1e-4 * (fabs(rf) + 1)) FAILF("tile pair vs reference %.9g vs %.9g", one, rf);
@@ -169,7 +169,7 @@ TEST(q8_activation_kernel_exact) {
             }
     }
     if (kvb_cpu_has_avx512vnni()) {
-        double gv = kvb_dot_avx512vnni.dot_q8_0_q8(row, &a, N);
+        double gv = kvb_dot_avx512vnni.dot_q8[GGML_TYPE_Q8_0](row, &a, N);
         if (fabs(gv - ref) > 1e-6 * mag) FAILF("vnni %.9g vs %.9g", gv, ref);
     } else {
         printf("  (no AVX512_VNNI on this CPU: the AVX2 kernel and the scalar reference)\n");
@@ -180,8 +180,91 @@ TEST(q8_activation_kernel_exact) {
 #endif
 }
 
+/* Every quantized type against int8 activations in its form (Q8_0 blocks of
+ * 32, or Q8_K blocks of 256 with sums per 16): the scalar reference equals
+ * the exact sum of dequantized weights times dequantized activations, and
+ * every SIMD family's kernel equals the reference, on random rows and at the
+ * edges of the integer ranges (largest codes, scales and activations, where
+ * an int16 pair or an int32 super-block sum would overflow if the bounds in
+ * dot_avx2.c were wrong). */
+static void dequant_act(uint32_t type, const struct kvb_q8_act *a, int64_t n, float *out) {
+    const int64_t bs = kvb_act_form(type) == KVB_ACT_Q8_K ? 256 : 32;
+    for (int64_t i = 0; i < n; i++) out[i] = a->d[i / bs] * a->q[i];
+}
+
+TEST(int8_kernels_equal_reference) {
+    enum { N = 2048 };
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static float w[N], x[N], wd[N], xd[N], xs[N / 32];
+    static int8_t xq[N];
+    static int16_t xsum[N / 16];
+    static uint8_t row[N * 2];
+    const struct kvb_dot_kernels *fams[3] = {NULL, NULL, NULL};
+#if defined(__x86_64__)
+    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
+    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
+    if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
+#endif
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const uint32_t type = types[ti];
+        const kvb_dot_q8_fn ref = kvb_dot_q8_ref(type);
+        CHECK(ref != NULL);
+        for (int trial = 0; trial < 12; trial++) {
+            unsigned long long rs = 1000 + 37 * ti + trial;
+            const int64_t n = (trial % 4 + 1) * 512;
+            const bool edge = trial >= 10;
+            for (int64_t i = 0; i < n; i++) {
+                w[i] = t_randf(&rs) * (1 + (float)(i % 61) * 0.05f);
+                x[i] = t_randf(&rs) * 3;
+                if (edge) { x[i] = trial == 10 ? 1.0f : (i % 2 ? -1.0f : 1.0f); w[i] = i % 3 ? 1.0f : -1.0f; }
+            }
+            CHECK(kvb_quantize_row(type, w, row, n));
+            if (edge && type == GGML_TYPE_Q4_K) /* the largest codes, scales and mins */
+                for (int64_t b = 0; b < n / 256; b++) {
+                    struct block_q4_K *bk = (struct block_q4_K *)row + b;
+                    memset(bk->scales, 0xff, sizeof bk->scales);
+                    memset(bk->qs, trial == 10 ? 0xff : 0x0f, sizeof bk->qs);
+                }
+            if (edge && type == GGML_TYPE_Q6_K)
+                for (int64_t b = 0; b < n / 256; b++) {
+                    struct block_q6_K *bk = (struct block_q6_K *)row + b;
+                    memset(bk->ql, trial == 10 ? 0xff : 0x00, sizeof bk->ql);
+                    memset(bk->qh, trial == 10 ? 0xff : 0x00, sizeof bk->qh);
+                    for (int k = 0; k < 16; k++) bk->scales[k] = (int8_t)(k % 2 ? -128 : 127);
+                }
+            kvb_dequantize_row(type, row, wd, n);
+            struct kvb_q8_act a = {xs, xq, NULL};
+            if (kvb_act_form(type) == KVB_ACT_Q8_K) { kvb_quantize_act_q8k(x, n, xs, xq, xsum); a.s = xsum; }
+            else kvb_quantize_act_q8(x, n, xs, xq);
+            dequant_act(type, &a, n, xd);
+            double exact = 0, mag = 0, unq = 0;
+            for (int64_t i = 0; i < n; i++) {
+                exact += (double)wd[i] * xd[i];
+                mag += fabs((double)wd[i] * xd[i]);
+                unq += (double)wd[i] * x[i];
+            }
+            const double got = ref(row, &a, n);
+            if (fabs(got - exact) > 1e-6 * mag + 1e-6)
+                FAILF("%s reference n=%lld trial %d: %.9g vs exact %.9g", kvb_ggml_type_name(type), (long long)n, trial, got, exact);
+            if (!edge && fabs(got - unq) > 0.02 * mag) /* activation quantization costs little */
+                FAILF("%s: int8 activations moved the dot %.6g -> %.6g (magnitude %.6g)", kvb_ggml_type_name(type), unq, got, mag);
+            for (int f = 0; f < 3; f++) {
+                if (!fams[f] || !fams[f]->dot_q8[type]) continue;
+                const double g = fams[f]->dot_q8[type](row, &a, n);
+                if (fabs(g - got) > 1e-5 * mag + 1e-6)
+                    FAILF("%s %s n=%lld trial %d: %.9g vs reference %.9g", fams[f]->name, kvb_ggml_type_name(type), (long long)n, trial, g, got);
+            }
+        }
+    }
+    if (!fams[0]) printf("  (no AVX2 on this CPU: the references only)\n");
+    CHECK(kvb_dot_q8_ref(GGML_TYPE_F16) == NULL);
+    CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_K), KVB_ACT_Q8_K);
+    CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_0), KVB_ACT_Q8_0);
+}
+
 int main(void) {
     RUN(q8_activation_kernel_exact);
+    RUN(int8_kernels_equal_reference);
     RUN(hand_built_blocks);
     RUN(round_trip_error_per_type);
     RUN(simd_dot_equals_reference);

@@ -56,8 +56,9 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
         f->q8->cap = (int64_t)(T * widest);
         f->q8->q = kvb_malloc(T * widest);
         f->q8->d = kvb_malloc(sizeof(float) * (T * widest / 32 + 1));
+        f->q8->s = kvb_malloc(sizeof(int16_t) * (T * widest / 16 + 1));
     }
-    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->cr0 || !f->cT) {
+    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->q8->s || !f->cr0 || !f->cT) {
         kvb_fwd_free(f);
         return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
     }
@@ -77,7 +78,7 @@ kvb_status kvb_fwd_reserve_logits(struct kvb_fwd *f, const struct kvb_model_info
 void kvb_fwd_free(struct kvb_fwd *f) {
     kvb_free(f->x); kvb_free(f->xb); kvb_free(f->q); kvb_free(f->k); kvb_free(f->v);
     kvb_free(f->att); kvb_free(f->hg); kvb_free(f->hu); kvb_free(f->tmp); kvb_free(f->lg);
-    if (f->q8) { kvb_free(f->q8->q); kvb_free(f->q8->d); kvb_free(f->q8); }
+    if (f->q8) { kvb_free(f->q8->q); kvb_free(f->q8->d); kvb_free(f->q8->s); kvb_free(f->q8); }
     kvb_free(f->cr0); kvb_free(f->cT);
     memset(f, 0, sizeof *f);
 }

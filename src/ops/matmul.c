@@ -35,6 +35,41 @@ void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q) {
     }
 }
 
+void kvb_quantize_act_q8k(const float *x, int64_t n, float *d, int8_t *q, int16_t *s) {
+    for (int64_t b = 0; b < n / 256; b++) {
+        const float *xb = x + b * 256;
+        int8_t *qb = q + b * 256;
+        float amax = 0;
+        for (int i = 0; i < 256; i++) {
+            const float a = fabsf(xb[i]);
+            amax = a > amax ? a : amax;
+        }
+        float sc = amax / 127.0f, inv = sc > 0 ? 1.0f / sc : 0.0f;
+        d[b] = sc;
+        for (int i = 0; i < 256; i++) qb[i] = (int8_t)lrintf(xb[i] * inv);
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += qb[g * 16 + i];
+            s[b * 16 + g] = (int16_t)sum;
+        }
+    }
+}
+
+enum kvb_act_form kvb_act_form(uint32_t type) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: return KVB_ACT_Q8_0;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q6_K: return KVB_ACT_Q8_K;
+    default: return KVB_ACT_NONE;
+    }
+}
+
+/* x quantized in type's form into d/q/s (room for n elements). */
+static struct kvb_q8_act quantize_for(uint32_t type, const float *x, int64_t n, float *d, int8_t *q, int16_t *s) {
+    if (kvb_act_form(type) == KVB_ACT_Q8_K) kvb_quantize_act_q8k(x, n, d, q, s);
+    else kvb_quantize_act_q8(x, n, d, q);
+    return (struct kvb_q8_act){d, q, s};
+}
+
 void kvb_matmul_redispatch(void);
 void kvb_matmul_redispatch(void) { g_dot = NULL; }
 
@@ -50,15 +85,22 @@ bool kvb_matmul_supports(uint32_t type) { return type < GGML_TYPE_COUNT && kvb_d
 #define PANEL_MAX_IN 16384
 static _Thread_local float t_panel[PANEL * PANEL_MAX_IN];
 
-/* Rows [r0, r1) of Q8_0 w against N int8 tokens: y[t * ldy + r]. In tiles
- * when the family has them, else pair by pair; either way each pair is the
- * family's dot_q8_0_q8. */
+/* Rows [r0, r1) of w against N int8 tokens (in w's activation form):
+ * y[t * ldy + r]. Q8_0 in tiles when the family has them; otherwise pair by
+ * pair, rows in blocks of ROW_BLOCK so a block stays in L1/L2 while every
+ * token passes over it (the weights are read from memory once). Either way
+ * each pair is the family's dot_q8 for the type. */
+#define ROW_BLOCK 16
 static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const struct kvb_q8_act *xa, int32_t N, float *y,
                     int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t n = w->n_in;
-    if (!k->q8_tile) {
-        for (int32_t t = 0; t < N; t++)
-            for (int64_t r = r0; r < r1; r++) y[(size_t)t * ldy + r] = k->dot_q8_0_q8(w->data + (size_t)r * w->row_bytes, &xa[t], n);
+    if (w->type != GGML_TYPE_Q8_0 || !k->q8_tile) {
+        const kvb_dot_q8_fn dot = k->dot_q8[w->type];
+        for (int64_t b0 = r0; b0 < r1; b0 += ROW_BLOCK) {
+            const int64_t b1 = KVB_MIN(r1, b0 + ROW_BLOCK);
+            for (int32_t t = 0; t < N; t++)
+                for (int64_t r = b0; r < b1; r++) y[(size_t)t * ldy + r] = dot(w->data + (size_t)r * w->row_bytes, &xa[t], n);
+        }
         return;
     }
     for (int64_t r = r0; r < r1; r += KVB_Q8_TILE_ROWS) {
@@ -68,6 +110,16 @@ static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, co
                        y + (size_t)t * ldy + r, ldy);
     }
 }
+
+/* Whether w's rows go through the family's integer dot (decode). */
+static bool int8_path(const struct kvb_dot_kernels *k, const struct kvb_mat *w) {
+    return w->type < GGML_TYPE_COUNT && k->dot_q8[w->type] && w->n_in <= PANEL_MAX_IN && kvb_act_form(w->type) != KVB_ACT_NONE;
+}
+
+/* Per-thread room for one token's int8 activations. */
+static _Thread_local float t_d[PANEL_MAX_IN / 32];
+static _Thread_local int8_t t_q[PANEL_MAX_IN];
+static _Thread_local int16_t t_s[PANEL_MAX_IN / 16];
 
 /* The prefill path: rows in panels of PANEL, each expanded to f32 once and
  * multiplied with every chunk (rows cr0[c] .. cr0[c] + cT[c] of x and y, cT
@@ -108,12 +160,8 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
                      int64_t ldy, int32_t T, int64_t r0, int64_t r1) {
     kvb_dot_fn dot = k->dot[w->type] ? k->dot[w->type] : kvb_dot_ref.dot[w->type];
     const int64_t n = w->n_in;
-    if (T == 1 && w->type == GGML_TYPE_Q8_0 && k->dot_q8_0_q8 && n <= PANEL_MAX_IN) {
-        /* decode: int8 activations once, integer dot products per row */
-        static _Thread_local float t_d[PANEL_MAX_IN / 32];
-        static _Thread_local int8_t t_q[PANEL_MAX_IN];
-        kvb_quantize_act_q8(x, n, t_d, t_q);
-        const struct kvb_q8_act xa = {t_d, t_q};
+    if (T == 1 && int8_path(k, w)) { /* decode: int8 activations once, integer dot products per row */
+        const struct kvb_q8_act xa = quantize_for(w->type, x, n, t_d, t_q, t_s);
         q8_rows(k, w, &xa, 1, y, ldy, r0, r1);
         return;
     }
@@ -133,15 +181,10 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
  * read once for all N: rows go in blocks small enough to stay in L1/L2 while
  * every token passes over them. xa: the N tokens' int8 activations when the
  * int8 kernel applies (quantized once per call), else NULL. */
-#define DECODE_BLOCK 16
-static bool int8_path(const struct kvb_dot_kernels *k, const struct kvb_mat *w) {
-    return w->type == GGML_TYPE_Q8_0 && k->dot_q8_0_q8 && w->n_in <= PANEL_MAX_IN;
-}
-
 static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                         int32_t N, const struct kvb_q8_act *xa, int64_t r0, int64_t r1) {
     const int64_t n = w->n_in;
-    if (xa) { /* q8_rows goes 4 rows at a time over every token */
+    if (xa) { /* q8_rows blocks the rows and passes every token over them */
         q8_rows(k, w, xa, N, y, ldy, r0, r1);
         return;
     }
@@ -150,26 +193,22 @@ static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w
         return;
     }
     if (int8_path(k, w)) {
-        static _Thread_local float t_d[PANEL_MAX_IN / 32];
-        static _Thread_local int8_t t_q[PANEL_MAX_IN];
-        for (int64_t b0 = r0; b0 < r1; b0 += DECODE_BLOCK) {
-            const int64_t b1 = KVB_MIN(r1, b0 + DECODE_BLOCK);
+        for (int64_t b0 = r0; b0 < r1; b0 += ROW_BLOCK) {
+            const int64_t b1 = KVB_MIN(r1, b0 + ROW_BLOCK);
             for (int32_t t = 0; t < N; t++) { /* no buffer: quantize per block (deterministic: the same bits) */
-                kvb_quantize_act_q8(x + (size_t)t * ldx, n, t_d, t_q);
-                const struct kvb_q8_act one = {t_d, t_q};
+                const struct kvb_q8_act one = quantize_for(w->type, x + (size_t)t * ldx, n, t_d, t_q, t_s);
                 q8_rows(k, w, &one, 1, y + (size_t)t * ldy, ldy, b0, b1);
             }
         }
         return;
     }
     kvb_dot_fn dot = k->dot[w->type] ? k->dot[w->type] : kvb_dot_ref.dot[w->type];
-    for (int64_t b0 = r0; b0 < r1; b0 += DECODE_BLOCK) {
-        const int64_t b1 = KVB_MIN(r1, b0 + DECODE_BLOCK);
+    for (int64_t b0 = r0; b0 < r1; b0 += ROW_BLOCK) {
+        const int64_t b1 = KVB_MIN(r1, b0 + ROW_BLOCK);
         for (int32_t t = 0; t < N; t++)
             for (int64_t r = b0; r < b1; r++) y[(size_t)t * ldy + r] = dot(w->data + (size_t)r * w->row_bytes, x + (size_t)t * ldx, n);
     }
 }
-
 
 struct mm_job {
     const struct kvb_mat *w;
@@ -209,11 +248,9 @@ void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const
     const int64_t n = w->n_in;
     if (N > 1 && qb && int8_path(k, w) && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap) {
         /* quantize each token once for every row (the same bits a lone call computes) */
-        for (int32_t t = 0; t < N; t++) {
-            qb->act[t].d = qb->d + (size_t)t * (size_t)(n / 32);
-            qb->act[t].q = qb->q + (size_t)t * (size_t)n;
-            kvb_quantize_act_q8(x + (size_t)t * ldx, n, qb->d + (size_t)t * (size_t)(n / 32), qb->q + (size_t)t * (size_t)n);
-        }
+        for (int32_t t = 0; t < N; t++)
+            qb->act[t] = quantize_for(w->type, x + (size_t)t * ldx, n, qb->d + (size_t)t * (size_t)(n / 32), qb->q + (size_t)t * (size_t)n,
+                                      qb->s + (size_t)t * (size_t)(n / 16));
         j.xa = qb->act;
     }
     if (w->n_out * w->n_in * (int64_t)N < (1 << 16)) mm_worker(0, 1, &j);
@@ -236,5 +273,5 @@ void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const
 
 bool kvb_matmul_int8_tiles(const struct kvb_mat *w) {
     const struct kvb_dot_kernels *k = kvb_dot_kernels();
-    return int8_path(k, w) && k->q8_tile != NULL;
+    return w->type == GGML_TYPE_Q8_0 && int8_path(k, w) && k->q8_tile != NULL;
 }

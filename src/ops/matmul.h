@@ -27,38 +27,55 @@ typedef float (*kvb_dot_fn)(const void *row, const float *x, int64_t n);
  * floats apart, tokens ldx apart). The prefill micro-kernel. */
 typedef void (*kvb_tile_fn)(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out16);
 
-/* Activations quantized to int8 blocks of 32 (as Q8_0): for decode with
- * integer dot products. */
+/* Activations quantized to int8, in the form a weight type's integer dot
+ * wants (kvb_act_form):
+ *   KVB_ACT_Q8_0 (q8_0, q4_0 rows): blocks of 32, d[n/32] f32 scales, s unused;
+ *   KVB_ACT_Q8_K (q4_K, q6_K rows): blocks of 256, d[n/256] f32 scales, and
+ *     s[n/16], the integer sums of q over each 16 (for the K-types' mins and
+ *     q6_K's offset of 32, so they cost one multiply per sub-block).
+ * Either way x[i] ~ d[block(i)] * q[i] with q in -127..127. */
 struct kvb_q8_act {
-    const float *d;   /* [n/32] scales */
-    const int8_t *q;  /* [n] */
+    const float *d;
+    const int8_t *q;   /* [n] */
+    const int16_t *s;  /* KVB_ACT_Q8_K: [n/16] */
 };
+enum kvb_act_form { KVB_ACT_NONE, KVB_ACT_Q8_0, KVB_ACT_Q8_K };
+/* The activation form of a weight type's integer dot (NONE: none). */
+enum kvb_act_form kvb_act_form(uint32_t type);
 typedef float (*kvb_dot_q8_fn)(const void *row, const struct kvb_q8_act *x, int64_t n);
 #define KVB_Q8_TILE_ROWS 4
 #define KVB_Q8_TILE_TOKENS 2
 /* nr <= KVB_Q8_TILE_ROWS Q8_0 rows (row_bytes apart) x nt <= KVB_Q8_TILE_TOKENS int8 tokens:
  * out[t * ldo + r] = dot(row r, token t), each pair computed exactly as
- * the family's dot_q8_0_q8 computes it. */
+ * the family's dot_q8[GGML_TYPE_Q8_0] computes it. */
 typedef void (*kvb_q8_tile_fn)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
                                int64_t ldo);
 
 /* One dot kernel per weight type (NULL: unsupported), the f32 prefill tile,
- * and optional integer kernels for Q8_0 rows against int8 activations. */
+ * and optional integer kernels: rows of a type against int8 activations in
+ * the type's kvb_act_form (decode), and Q8_0 tiles (batches). */
 struct kvb_dot_kernels {
     const char *name;
     kvb_dot_fn dot[GGML_TYPE_COUNT];
     kvb_tile_fn tile4x4;
-    kvb_dot_q8_fn dot_q8_0_q8;
-    kvb_q8_tile_fn q8_tile; /* optional: tiles of the same dot (NULL: dot_q8_0_q8 per pair) */
+    kvb_dot_q8_fn dot_q8[GGML_TYPE_COUNT]; /* NULL: the type decodes through dot[] */
+    kvb_q8_tile_fn q8_tile;                /* optional: tiles of dot_q8[Q8_0] (NULL: one pair at a time) */
 };
 #if defined(__x86_64__)
 extern const struct kvb_dot_kernels kvb_dot_avx512vnni;
 #endif
-/* Quantizes x[0..n) (n a multiple of 32) into q8 blocks. */
+/* Quantizes x[0..n) (n a multiple of 32) into q8 blocks of 32. */
 void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q);
-/* Scalar reference of the int8 decode dot (the VNNI kernel's contract):
- * sum over 32-blocks of d_w * d_x * sum(w_i * x_i), integer inner sums. */
+/* Quantizes x[0..n) (n a multiple of 256) into blocks of 256 with sums per 16. */
+void kvb_quantize_act_q8k(const float *x, int64_t n, float *d, int8_t *q, int16_t *s);
+/* Scalar references of the integer dots (the SIMD kernels' contract): integer
+ * sums inside a block, scaled and summed in double. */
 float kvb_dot_q8_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q6_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+/* The reference for a type (NULL: no integer form). */
+kvb_dot_q8_fn kvb_dot_q8_ref(uint32_t type);
 extern const struct kvb_dot_kernels kvb_dot_ref;
 #if defined(__x86_64__)
 extern const struct kvb_dot_kernels kvb_dot_avx512, kvb_dot_avx2;
@@ -88,6 +105,7 @@ void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const
 struct kvb_q8_buf {
     float *d;       /* [cap / 32] */
     int8_t *q;      /* [cap] */
+    int16_t *s;     /* [cap / 16] */
     int64_t cap;
     struct kvb_q8_act act[KVB_Q8_BUF_TOKENS];
 };

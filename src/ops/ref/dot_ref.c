@@ -49,6 +49,80 @@ float kvb_dot_q8_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n
     return (float)acc;
 }
 
+float kvb_dot_q4_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q4_0 *b = row;
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) {
+            s += ((int32_t)(b[i].qs[j] & 0xF) - 8) * (int32_t)x->q[i * QK4_0 + j];
+            s += ((int32_t)(b[i].qs[j] >> 4) - 8) * (int32_t)x->q[i * QK4_0 + 16 + j];
+        }
+        acc += (double)s * ((double)kvb_f16_to_f32(b[i].d) * (double)x->d[i]);
+    }
+    return (float)acc;
+}
+
+/* Q4_K against Q8_K-form activations: per super-block,
+ * d_x * (d * sum_j sc_j * sum(q * qx) - dmin * sum_j m_j * sum(qx)). */
+float kvb_dot_q4_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q4_K *b = row;
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *xq = x->q + i * QK_K;
+        int64_t sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            kvb_q4k_scale_min(j, b[i].scales, &sc, &m);
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++) {
+                const uint8_t byte = b[i].qs[(j / 2) * 32 + l];
+                s += (int32_t)(j % 2 ? byte >> 4 : byte & 0xF) * xq[j * 32 + l];
+            }
+            sumi += (int64_t)sc * s;
+            summ += (int64_t)m * (x->s[i * 16 + 2 * j] + x->s[i * 16 + 2 * j + 1]);
+        }
+        const double dx = x->d[i];
+        acc += dx * ((double)kvb_f16_to_f32(b[i].d) * (double)sumi - (double)kvb_f16_to_f32(b[i].dmin) * (double)summ);
+    }
+    return (float)acc;
+}
+
+/* Q6_K against Q8_K-form activations: per super-block,
+ * d * d_x * sum over 16-element sub-blocks of sc * sum((q - 32) * qx). */
+float kvb_dot_q6_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q6_K *b = row;
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *xq = x->q + i * QK_K;
+        int64_t sumi = 0;
+        for (int e0 = 0; e0 < QK_K; e0 += 16) {
+            int32_t s = 0;
+            int sc = 0;
+            for (int e = e0; e < e0 + 16; e++) {
+                const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+                const uint8_t lo = b[i].ql[64 * h + l + (g & 1) * 32];
+                const int q = (g < 2 ? lo & 0xF : lo >> 4) | (((b[i].qh[32 * h + l] >> (2 * g)) & 3) << 4);
+                s += (q - 32) * xq[e];
+                sc = b[i].scales[8 * h + l / 16 + 2 * g];
+            }
+            sumi += (int64_t)sc * s;
+        }
+        acc += (double)kvb_f16_to_f32(b[i].d) * (double)x->d[i] * (double)sumi;
+    }
+    return (float)acc;
+}
+
+kvb_dot_q8_fn kvb_dot_q8_ref(uint32_t type) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: return kvb_dot_q8_0_q8_ref;
+    case GGML_TYPE_Q4_0: return kvb_dot_q4_0_q8_ref;
+    case GGML_TYPE_Q4_K: return kvb_dot_q4_K_q8_ref;
+    case GGML_TYPE_Q6_K: return kvb_dot_q6_K_q8_ref;
+    default: return NULL;
+    }
+}
+
 static float dot_q4_0_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q4_0, row, x, n); }
 static float dot_q4_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q4_K, row, x, n); }
 static float dot_q6_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q6_K, row, x, n); }

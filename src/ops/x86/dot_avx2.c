@@ -141,11 +141,6 @@ static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
 
 /* Q8_0 rows against int8 activations (as dot_vnni.c, without VNNI): the
  * activation's sign moves onto the weights so maddubs multiplies |x| (u8) by
- * sign(w, x) (s8) into pairs of int16 (at most 2 * 128 * 127, no
- * saturation), madd sums them to int32, and each 32-block adds
- * d_w * d_x * sum in float. */
-/* Q8_0 rows against int8 activations (as dot_vnni.c, without VNNI): the
- * activation's sign moves onto the weights so maddubs multiplies |x| (u8) by
  * sign(w, x) (s8) into pairs of int16 (at most 2 * 127 * 127: q8_0 holds
  * -127..127, no saturation), madd sums them to int32, and each 32-block adds
  * cvt(sum) * (d_w * d_x) to the pair's accumulator with one FMA.
@@ -239,15 +234,146 @@ static void q8_tile_avx2(const void *rows, size_t row_bytes, int nr, const struc
     }
 }
 
-static float dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     float out;
     q8_tile_avx2(row, 0, 1, x, 1, n, &out, 1);
     return out;
 }
 
+/* ---- the other quantized types against int8 activations ----
+ * Weights unpack to bytes in registers and multiply int8 activations with
+ * maddubs (u8 x s8 -> pairs of int16, at most 2 * 63 * 127: no saturation).
+ * Q4_0 (activations in blocks of 32, as Q8_0): weights shifted to -8..7 and
+ * the sign trick of the Q8_0 kernel; one FMA with d_w * d_x per block.
+ * Q4_K and Q6_K (activations in blocks of 256, sums per 16): the sub-block
+ * scales multiply in integers (madd with the scale in every int16 lane), a
+ * super-block's sum stays int32 (|sum| < 2^29), and one FMA with d * d_x per
+ * 256 weights. The K-types' offsets (Q4_K's mins, Q6_K's 32) come from the
+ * activation sums per 16: one madd per super-block. */
+
+float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q4_0 *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF), k8 = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    const int64_t nb = n / QK4_0;
+#define Q4_0_BLOCK(I, ACC)                                                                                                 \
+    do {                                                                                                                  \
+        const __m128i raw = _mm_loadu_si128((const __m128i *)b[I].qs);                                                   \
+        const __m256i w = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), k8);     \
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(x->q + (I) * QK4_0));                                    \
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a)), ones); \
+        ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_cvtsh_ss(b[I].d) * x->d[I]), ACC);                  \
+    } while (0)
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        Q4_0_BLOCK(i, acc0);
+        Q4_0_BLOCK(i + 1, acc1);
+    }
+    if (i < nb) Q4_0_BLOCK(i, acc0);
+#undef Q4_0_BLOCK
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+static inline int32_t hsum_i32x4(__m128i v) {
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+    return _mm_cvtsi128_si32(v);
+}
+
+/* shuffle_epi8 masks: int16 lane j of a 128-bit vector in every lane */
+#define LANE16(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
+
+float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q4_K *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q4_K *bk = &b[i];
+        const int8_t *xq = x->q + i * QK_K;
+        uint32_t u[3];
+        memcpy(u, bk->scales, 12);
+        /* the 8 six-bit scales and mins as bytes (kvb_q4k_scale_min, four at a time) */
+        const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
+        const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo));
+        const __m128i bsum = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(x->s + i * 16)),
+                                            _mm_loadu_si128((const __m128i *)(x->s + i * 16 + 8))); /* per 32 */
+        const int32_t summ = hsum_i32x4(_mm_madd_epi16(mins, bsum));
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
+        __m256i sumi = _mm256_setzero_si256();
+#define Q4K_PAIR(K)                                                                                                            \
+    do {                                                                                                                       \
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(bk->qs + 32 * (K)));                                           \
+        const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(q, m4), _mm256_loadu_si256((const __m256i *)(xq + 64 * (K))));  \
+        const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),                               \
+                                                _mm256_loadu_si256((const __m256i *)(xq + 64 * (K) + 32)));                  \
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, LANE16(2 * (K)))),        \
+                                                       _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, LANE16(2 * (K) + 1))))); \
+    } while (0)
+        Q4K_PAIR(0);
+        Q4K_PAIR(1);
+        Q4K_PAIR(2);
+        Q4K_PAIR(3);
+#undef Q4K_PAIR
+        const float dx = x->d[i];
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(_cvtsh_ss(bk->d) * dx), acc);
+        accm += _cvtsh_ss(bk->dmin) * dx * (float)summ;
+    }
+    return hsum(acc) - accm;
+}
+
+float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q6_K *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q6_K *bk = &b[i];
+        const int8_t *xq = x->q + i * QK_K;
+        /* the offset: 32 * sum over sub-blocks of scale * sum(qx) */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bk->scales));
+        const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x->s + i * 16)));
+        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = bk->ql + 64 * h, *qh = bk->qh + 32 * h;
+            const int8_t *xh = xq + 128 * h;
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(bk->scales + 8 * h))));
+            const __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
+            const __m256i a = _mm256_loadu_si256((const __m256i *)ql), c = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(hv, m2), 4));
+            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m2), 4));
+            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
+            const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
+            /* 32 elements of group g: scale 2g in the low 16, 2g + 1 in the high 16 */
+#define Q6K_GROUP(Q, G)                                                                                                         \
+    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(Q, _mm256_loadu_si256((const __m256i *)(xh + 32 * (G)))), \
+                                                    _mm256_shuffle_epi8(sc, _mm256_set_m128i(_mm256_castsi256_si128(LANE16(2 * (G) + 1)), \
+                                                                                             _mm256_castsi256_si128(LANE16(2 * (G)))))))
+            Q6K_GROUP(q1, 0);
+            Q6K_GROUP(q2, 1);
+            Q6K_GROUP(q3, 2);
+            Q6K_GROUP(q4, 3);
+#undef Q6K_GROUP
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(_cvtsh_ss(bk->d) * x->d[i]), acc);
+    }
+    return hsum(acc);
+}
+#undef LANE16
+
 const struct kvb_dot_kernels kvb_dot_avx2 = {
     .name = "avx2",
-    .dot_q8_0_q8 = dot_q8_0_q8_avx2,
+    .dot_q8 = {
+        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2,
+        [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
+    },
     .q8_tile = q8_tile_avx2,
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,

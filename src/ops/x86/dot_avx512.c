@@ -172,10 +172,19 @@ static void tile4x4_avx512(const float *w, int64_t ldw, const float *x, int64_t 
 }
 
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
+/* dot_avx2.c: the integer dots (Q8_0's without VNNI too) (AVX2 runs on every
+ * AVX-512 CPU; 512-bit versions are not written: no machine here to test them) */
+float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 
 const struct kvb_dot_kernels kvb_dot_avx512 = {
     .tile4x4 = tile4x4_avx512,
     .name = "avx512",
+    .dot_q8 = {
+        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
+    },
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx512, [GGML_TYPE_Q4_0] = dot_q4_0_avx512, [GGML_TYPE_Q4_K] = dot_q4_K_avx512,
@@ -186,7 +195,10 @@ const struct kvb_dot_kernels kvb_dot_avx512 = {
 const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .tile4x4 = tile4x4_avx512,
     .name = "avx512-vnni",
-    .dot_q8_0_q8 = kvb_dot_q8_0_q8_vnni,
+    .dot_q8 = {
+        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2,
+        [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
+    },
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx512, [GGML_TYPE_Q4_0] = dot_q4_0_avx512, [GGML_TYPE_Q4_K] = dot_q4_K_avx512,
