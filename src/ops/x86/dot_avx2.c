@@ -276,24 +276,25 @@ float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-static inline int32_t hsum_i32x4(__m128i v) {
-    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
-    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
-    return _mm_cvtsi128_si32(v);
-}
 
 /* shuffle_epi8 masks: int16 lane j of a 128-bit vector in every lane */
 #define LANE16(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
 
+#ifndef PF_DIST
+#define PF_DIST 1024
+#endif
 float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q4_K *b = row;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
+    __m128 accm = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const struct block_q4_K *bk = &b[i];
         const int8_t *xq = x->q + i * QK_K;
+        _mm_prefetch((const char *)bk + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)bk + PF_DIST + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)bk + PF_DIST + 128, _MM_HINT_T0);
         uint32_t u[3];
         memcpy(u, bk->scales, 12);
         /* the 8 six-bit scales and mins as bytes (kvb_q4k_scale_min, four at a time) */
@@ -303,7 +304,7 @@ float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
         const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo));
         const __m128i bsum = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(x->s + i * 16)),
                                             _mm_loadu_si128((const __m128i *)(x->s + i * 16 + 8))); /* per 32 */
-        const int32_t summ = hsum_i32x4(_mm_madd_epi16(mins, bsum));
+        const __m128 summ = _mm_cvtepi32_ps(_mm_madd_epi16(mins, bsum));
         const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
         __m256i sumi = _mm256_setzero_si256();
 #define Q4K_PAIR(K)                                                                                                            \
@@ -322,9 +323,11 @@ float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
 #undef Q4K_PAIR
         const float dx = x->d[i];
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(_cvtsh_ss(bk->d) * dx), acc);
-        accm += _cvtsh_ss(bk->dmin) * dx * (float)summ;
+        accm = _mm_fmadd_ps(summ, _mm_set1_ps(_cvtsh_ss(bk->dmin) * dx), accm);
     }
-    return hsum(acc) - accm;
+    __m128 m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return hsum(acc) - _mm_cvtss_f32(m);
 }
 
 float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
@@ -335,6 +338,10 @@ float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     for (int64_t i = 0; i < n / QK_K; i++) {
         const struct block_q6_K *bk = &b[i];
         const int8_t *xq = x->q + i * QK_K;
+        _mm_prefetch((const char *)bk + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)bk + PF_DIST + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)bk + PF_DIST + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)bk + PF_DIST + 192, _MM_HINT_T0);
         /* the offset: 32 * sum over sub-blocks of scale * sum(qx) */
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bk->scales));
         const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x->s + i * 16)));
