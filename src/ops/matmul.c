@@ -103,8 +103,11 @@ static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, co
         }
         return;
     }
-    for (int64_t r = r0; r < r1; r += KVB_Q8_TILE_ROWS) {
-        const int nr = (int)KVB_MIN((int64_t)KVB_Q8_TILE_ROWS, r1 - r);
+    /* One token: a row at a time (one stream; 4-row tiles measured 20% slower
+     * on TinyLlama Q8_0 decode, docs/BENCHMARKS.md). More: 4-row tiles. */
+    const int64_t tr = N == 1 ? 1 : KVB_Q8_TILE_ROWS;
+    for (int64_t r = r0; r < r1; r += tr) {
+        const int nr = (int)KVB_MIN(tr, r1 - r);
         for (int32_t t = 0; t < N; t += KVB_Q8_TILE_TOKENS)
             k->q8_tile(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(KVB_Q8_TILE_TOKENS, N - t), n,
                        y + (size_t)t * ldy + r, ldy);

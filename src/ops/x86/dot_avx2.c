@@ -151,6 +151,9 @@ static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
  * same order whatever the tile's shape, so a row's result against a token
  * does not depend on which other rows and tokens share the tile: a batch of
  * decode tokens gets the bits each token gets alone. */
+#ifndef Q8_PF_DIST
+#define Q8_PF_DIST 1024
+#endif
 static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows, size_t row_bytes, const struct kvb_q8_act *x,
                                                                  int64_t n, float *out, int64_t ldo, const int NR, const int NT) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -165,6 +168,7 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         }
         for (int r = 0; r < NR; r++) {
             const struct block_q8_0 *w = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)r * row_bytes) + i;
+            if (NT == 1) _mm_prefetch((const char *)w + Q8_PF_DIST, _MM_HINT_T0); /* decode: the stream runs ahead of the loads */
             const __m256i wr = _mm256_loadu_si256((const __m256i *)w->qs);
             const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w->d));
             for (int t = 0; t < NT; t++) { /* the scale d_w * d_x: the same IEEE product, lane-wise */
