@@ -37,11 +37,11 @@ static int logits_for(const char *path, float *out, int32_t n_tok) {
 
 TEST(fast_kernels_match_reference_every_dtype) {
     const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
-    /* q8_0 rows take int8 activations (AVX2 tiles: decode and prompt; VNNI:
-     * decode), as llama.cpp does, against the reference's f32: 1.1e-4 on
-     * tiny with AVX2; the kernels themselves match their scalar reference
-     * to float rounding (test_quant) */
-    const double tol[] = {1e-9, 1e-9, 1e-9, 3e-4, 1e-8, 1e-8, 1e-8};
+    /* quantized rows take int8 activations (q8_0: AVX2 tiles, decode and
+     * prompt; q4_0, q4_K, q6_K: decode), as llama.cpp does, against the
+     * reference's f32: about 1e-4 on tiny with AVX2; the kernels themselves
+     * match their scalar integer references to float rounding (test_quant) */
+    const double tol[] = {1e-9, 1e-9, 1e-9, 3e-4, 3e-4, 3e-4, 3e-4};
     const char *shapes[] = {"tiny", "tiny-qwen2"};
     enum { T = 20 };
     for (int s = 0; s < 2; s++) {

@@ -27,13 +27,20 @@ static float dot_f32_avx2(const void *row, const float *x, int64_t n) {
 
 static float dot_f16_avx2(const void *row, const float *x, int64_t n) {
     const uint16_t *w = row;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
+    for (; i + 32 <= n; i += 32) { /* a cache line of weights per step, prefetched 1 KB ahead */
+        _mm_prefetch((const char *)(w + i) + 1024, _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 16))), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 24))), _mm256_loadu_ps(x + i + 24), a3);
+    }
     for (; i + 16 <= n; i += 16) {
         a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))), _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))), _mm256_loadu_ps(x + i + 8), a1);
     }
-    float s = hsum(_mm256_add_ps(a0, a1));
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; i < n; i++) s += kvb_f16_to_f32(w[i]) * x[i];
     return s;
 }
