@@ -36,4 +36,14 @@ else ko bench_batch_bad_peer_named "rc $rc: $(tail -n 2 "$T/p.err")"; fi
 if [ $rc -eq 2 ] && grep -q -- "--parallel" "$T/f.err"; then ok bench_batch_bad_flag_named; else ko bench_batch_bad_flag_named "rc $rc: $(cat "$T/f.err")"; fi
 "$K" bench serve-memory -m "$G" --policy full > /dev/null 2> "$T/g.err"; rc=$?
 if [ $rc -eq 2 ] && grep -q "bounded policy" "$T/g.err"; then ok serve_memory_refuses_full; else ko serve_memory_refuses_full "rc $rc: $(cat "$T/g.err")"; fi
+# bench decode --depth: full holds the whole prompt; streaming holds its budget and evicted on the way
+"$K" bench decode -m "$G" -n 4 --depth 100 --chunk 32 -t 1 > "$T/d1.json" 2> "$T/d1.err"; rc1=$?
+"$K" bench decode -m "$G" -n 4 --depth 100 --chunk 32 -t 1 --policy streaming --budget 40 --sinks 4 > "$T/d2.json" 2> "$T/d2.err"; rc2=$?
+c1=$(field cache_tokens "$T/d1.json" 1); c2=$(field cache_tokens "$T/d2.json" 1)
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(field depth "$T/d1.json" 1)" = 100 ] && [ "$c1" = 104 ] && [ "$c2" = 40 ] &&
+   grep -q '"policy":"streaming","budget":40' "$T/d2.json" && [ -n "$(field tok_per_s "$T/d2.json" 1)" ] &&
+   [ "$(field bytes_per_token "$T/d1.json" 1)" -gt "$(field bytes_per_token "$T/d2.json" 1)" ]; then ok bench_decode_depth_fields
+else ko bench_decode_depth_fields "rc $rc1/$rc2: $(cat "$T/d1.json" "$T/d2.json") $(tail -n 2 "$T/d1.err" "$T/d2.err")"; fi
+"$K" bench decode -m "$G" --depth -3 > /dev/null 2> "$T/e.err"; rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--depth" "$T/e.err"; then ok bench_decode_bad_depth_named; else ko bench_decode_bad_depth_named "rc $rc: $(cat "$T/e.err")"; fi
 cli_summary

@@ -75,6 +75,7 @@ static long long rss_bytes(void) {
 }
 
 static int cmp_d(const void *a, const void *b);
+static inline int MIN_I(int a, int b) { return a < b ? a : b; }
 
 /* Decodes n tokens greedily with one policy, recording each token's latency
  * and the RSS at the checkpoints. */
@@ -212,18 +213,52 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static void model_usage(FILE *f, bool prefill) {
+    if (prefill) {
+        fprintf(f, "usage: kvbound bench prefill -m MODEL [-t THREADS] [--chunk C] [--json]\n\n"
+                   "Times one prompt chunk of C tokens (best of 3); prints JSON: tok_per_s, gflops,\n"
+                   "fma_peak_gflops (this CPU, measured in the same run), peak_fraction.\n");
+        return;
+    }
+    fprintf(f, "usage: kvbound bench decode -m MODEL [-t THREADS] [-n TOKENS] [--depth D] [--policy P --budget B ...]\n"
+               "                            [--chunk C] [--kv-dtype T] [--json]\n\n"
+               "Reads a D-token prompt (default 0; in chunks of C, a bounded policy evicting\n"
+               "between chunks), then times N decode steps (default 64); prints JSON: tok_per_s\n"
+               "(from the median step), bytes_per_token (weights + the KV rows attended),\n"
+               "machine_read_gbs (measured in the same run), roofline_fraction, depth,\n"
+               "cache_tokens (retained per stream at the end), prefill_s.\n"
+               "  --policy NAME   cache policy (default full); its options as in 'kvbound run --help'\n"
+               "  --kv-dtype T    KV cache element type: f16 (default) or f32\n");
+}
+
 int bench_model(int argc, char **argv, bool prefill) {
     const char *model = NULL;
-    int threads = 2, n = 64, chunk = 256;
+    int threads = 2, n = 64, chunk = 256, depth = 0;
+    enum kvb_policy_id pid = KVB_POLICY_FULL;
+    enum kvb_dtype kvd = KVB_DTYPE_F16;
+    struct cli_policy po;
+    cli_policy_init(&po, 1024);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound bench %s -m MODEL [-t THREADS] [-n TOKENS] [--chunk C] [--json]\n", prefill ? "prefill" : "decode");
+            model_usage(stdout, prefill);
             return 0;
         }
         if (!strcmp(a, "--json")) continue;
+        if (!prefill) {
+            const int pr = cli_policy_option(&po, argc, argv, &i);
+            if (pr < 0) return 2;
+            if (pr > 0) continue;
+        }
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!prefill && !strcmp(a, "--depth")) { if (cli_parse_i32(a, v, 0, 1 << 22, &depth)) return 2; }
+        else if (!prefill && !strcmp(a, "--policy")) {
+            if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; }
+        }
+        else if (!prefill && !strcmp(a, "--kv-dtype")) {
+            if (kvb_dtype_from_name(v, &kvd) != KVB_OK) { fprintf(stderr, "kvbound: --kv-dtype: %s\n", kvb_last_error()); return 2; }
+        }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "-n")) { if (cli_parse_i32(a, v, 1, 1 << 20, &n)) return 2; }
         else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
@@ -238,14 +273,22 @@ int bench_model(int argc, char **argv, bool prefill) {
     struct kvb_context_params cp = kvb_context_default_params();
     cp.n_threads = threads;
     cp.chunk = chunk;
-    cp.n_ctx = prefill ? chunk * 3 + 8 : n + 16;
-    size_t per_tok = (size_t)in->n_layer * in->n_head_kv * in->head_dim * 2 * 2;
-    cp.kv_pool_bytes = per_tok * (size_t)(cp.n_ctx + 64) + ((size_t)16 << 20);
+    cp.kv_dtype = kvd;
+    cp.n_ctx = prefill ? chunk * 3 + 8 : depth + n + 16;
+    if (!prefill) {
+        cp.policy = cli_policy_params(&po, pid);
+        cli_policy_warn(&po, pid, in->n_ctx_train);
+    }
+    const size_t kv_row = kvb_dtype_row_bytes(kvd, in->head_dim); /* one head's K (or V) row */
+    size_t per_tok = (size_t)in->n_layer * in->n_head_kv * kv_row * 2;
+    cp.kv_pool_bytes = prefill ? per_tok * (size_t)(cp.n_ctx + 64) + ((size_t)16 << 20)
+                               : cli_pool_bytes(in, kvd, &cp.policy, depth + 1, chunk, cp.block_size, cp.n_ctx);
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
     float *logits = cli_xmalloc(sizeof(float) * (size_t)in->n_vocab, "logits");
-    int32_t *toks = cli_xmalloc(sizeof(int32_t) * (size_t)(chunk * 3 + n + 8), "tokens");
-    for (int i = 0; i < chunk * 3 + n + 8; i++) toks[i] = 1 + (i * 7919) % (in->n_vocab - 1);
+    const int n_toks = chunk * 3 + depth + n + 8;
+    int32_t *toks = cli_xmalloc(sizeof(int32_t) * (size_t)n_toks, "tokens");
+    for (int i = 0; i < n_toks; i++) toks[i] = 1 + (i * 7919) % (in->n_vocab - 1);
     /* weights read per token: every matrix once, one embedding row */
     double w_bytes = (double)in->weight_bytes - (double)kvb_model_token_embd_bytes(m) * (in->tied_output ? 0 : 1);
     char cpu[256];
@@ -253,22 +296,38 @@ int bench_model(int argc, char **argv, bool prefill) {
     struct kvb_threadpool *tp = NULL;
     kvb_threadpool_init(threads, &tp);
     if (!prefill) {
-        kvb_context_eval(c, toks, 1, logits, false);
+        /* the prompt: depth tokens (at least one), chunk by chunk with progress */
+        const double tp0 = cli_now_sec();
+        const int plen = depth > 0 ? depth : 1;
+        for (int done = 0; done < plen;) {
+            const int take = MIN_I(chunk, plen - done);
+            const kvb_status st = done + take < plen ? kvb_context_eval(c, toks + done, take, NULL, false)
+                                                    : kvb_context_prompt(c, toks + done, take, logits, false);
+            if (st != KVB_OK) { fprintf(stderr, "kvbound: prompt token %d of %d: %s\n", done, plen, kvb_last_error()); return 1; }
+            done += take;
+            if (depth >= 4 * chunk && (done % (8 * chunk) == 0 || done == plen))
+                fprintf(stderr, "kvbound bench decode: read %d of %d prompt tokens (%.0f s)\n", done, plen, cli_now_sec() - tp0);
+        }
+        const double prefill_s = cli_now_sec() - tp0;
         double *dt = cli_xmalloc(sizeof(double) * (size_t)n, "step times");
         double kv_read = 0;
+        struct kvb_cache_stats cs;
         for (int i = 0; i < n; i++) {
             double t0 = cli_now_sec();
-            if (kvb_context_eval(c, &toks[i + 1], 1, logits, false) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+            if (kvb_context_eval(c, &toks[plen + i], 1, logits, false) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
             dt[i] = cli_now_sec() - t0;
-            kv_read += (double)(i + 2) * (double)per_tok;
+            kvb_cache_get_stats(kvb_context_cache(c), &cs); /* the rows this step attended: what its streams hold */
+            kv_read += (double)cs.slots * 2.0 * (double)kv_row;
         }
         qsort(dt, (size_t)n, sizeof(double), cmp_d);
         double med = dt[n / 2], tps = 1.0 / med;
         double bw = membw_read_gbs(tp, (size_t)1 << 30, 5);
         double bytes = w_bytes + kv_read / n;
-        printf("{\"bench\":\"decode\",\"model\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"tokens\":%d,\"kernels\":\"%s\",\"tok_per_s\":%.2f,"
+        printf("{\"bench\":\"decode\",\"model\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"tokens\":%d,\"depth\":%d,\"policy\":\"%s\","
+               "\"budget\":%d,\"kv_dtype\":\"%s\",\"cache_tokens\":%d,\"prefill_s\":%.2f,\"kernels\":\"%s\",\"tok_per_s\":%.2f,"
                "\"ms_per_token_median\":%.3f,\"bytes_per_token\":%.0f,\"machine_read_gbs\":%.2f,\"roofline_fraction\":%.3f,\"cpu\":\"%s\"}\n",
-               model, kvb_type_name(in->weight_type), threads, n, kvb_kernels_name(), tps, med * 1e3, bytes, bw,
+               model, kvb_type_name(in->weight_type), threads, n, depth, kvb_policy_name(pid), pid == KVB_POLICY_FULL ? 0 : cp.policy.budget,
+               kvb_dtype_name(kvd), cs.slots_max, prefill_s, kvb_kernels_name(), tps, med * 1e3, bytes, bw,
                bw > 0 ? bytes * tps / (bw * 1e9) : 0, cpu);
         free(dt);
     } else {
