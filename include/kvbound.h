@@ -122,10 +122,18 @@ void kvb_threadpool_run(struct kvb_threadpool *tp, void (*fn)(int32_t ith, int32
 /* Storage types, positions, RoPE                                           */
 /* ------------------------------------------------------------------------ */
 
+/* KV row storage. The quantized types are ggml's block layouts (blocks of
+ * 32 elements: q8_0 = f16 scale + 32 int8, 34 bytes; q4_0 = f16 scale + 16
+ * bytes of nibbles, 18 bytes), so head_dim must be a multiple of 32. A row
+ * is quantized once, when its token is appended; eviction and compaction
+ * move its bytes. */
 enum kvb_dtype {
+    KVB_DTYPE_AS_K = -1, /* V rows only: the K rows' type (the default) */
     KVB_DTYPE_F32 = 0,
     KVB_DTYPE_F16 = 1,
-    KVB_DTYPE_Q8_0 = 2, /* reserved: blocks of 32, f16 scale + 32 int8 (not yet supported by the cache) */
+    KVB_DTYPE_Q8_0 = 2,
+    KVB_DTYPE_Q4_0 = 3,
+    KVB_DTYPE_BF16 = 4,
 };
 const char *kvb_dtype_name(enum kvb_dtype t);
 kvb_status kvb_dtype_from_name(const char *name, enum kvb_dtype *out);
@@ -282,7 +290,8 @@ struct kvb_cache_params {
     int32_t n_layer;
     int32_t n_kv_head;
     int32_t head_dim;
-    enum kvb_dtype dtype;       /* F32 or F16 */
+    enum kvb_dtype dtype;       /* K rows (default F16); any kvb_dtype but AS_K */
+    enum kvb_dtype dtype_v;     /* V rows: KVB_DTYPE_AS_K (default) = dtype, or any other */
     int32_t block_size;         /* tokens per page, power of two (default 16) */
     enum kvb_pos_mode pos_mode;
     struct kvb_rope rope;
@@ -294,7 +303,8 @@ struct kvb_cache_params {
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 
-/* Page size the cache needs: 2 * block_size * row bytes (K rows then V rows). */
+/* Page size the cache needs: block_size * (K row bytes + V row bytes), K
+ * rows then V rows. */
 size_t kvb_cache_page_bytes(const struct kvb_cache_params *params);
 
 /* Creates an empty cache. pool == NULL gives the cache a private pool of
@@ -581,7 +591,8 @@ kvb_status kvb_chat_turn_text(enum kvb_chat_style style, const char *system, con
 struct kvb_context_params {
     struct kvb_policy_params policy; /* default: full */
     enum kvb_pos_mode pos_mode;
-    enum kvb_dtype kv_dtype;         /* default f16 */
+    enum kvb_dtype kv_dtype;         /* default f16 (K rows, and V rows unless kv_dtype_v says otherwise) */
+    enum kvb_dtype kv_dtype_v;       /* default KVB_DTYPE_AS_K */
     int32_t block_size;              /* default 16 */
     size_t kv_pool_bytes;            /* default 1 GiB */
     int32_t n_threads;               /* default 1 */
@@ -652,8 +663,9 @@ int32_t kvb_sampler_sample(struct kvb_sampler *s, float *logits, const int32_t *
  * token), whatever shares its steps. */
 struct kvb_batch;
 struct kvb_batch_params {
-    enum kvb_dtype kv_dtype; /* default f16 */
-    int32_t block_size;      /* default 16 */
+    enum kvb_dtype kv_dtype;   /* default f16 (K rows, and V rows unless kv_dtype_v says otherwise) */
+    enum kvb_dtype kv_dtype_v; /* default KVB_DTYPE_AS_K */
+    int32_t block_size;        /* default 16 */
     size_t kv_pool_bytes;    /* the pool every sequence draws from (default 1 GiB) */
     int32_t n_threads;       /* default 1 */
     int32_t max_seqs;        /* sequences at once, 1..4096 (default 64) */

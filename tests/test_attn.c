@@ -70,7 +70,7 @@ static void fake_init(struct fake *f, int n, int d, enum kvb_dtype dt, unsigned 
 }
 
 static struct kvb_kv_view fake_view(const struct fake *f) {
-    struct kvb_kv_view v = {f->pages, f->slots, f->n, 2, f->d, f->row_bytes, (size_t)f->B * f->row_bytes, f->dt};
+    struct kvb_kv_view v = {f->pages, f->slots, f->n, 2, f->d, f->row_bytes, f->row_bytes, (size_t)f->B * f->row_bytes, f->dt, f->dt};
     return v;
 }
 

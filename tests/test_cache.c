@@ -184,8 +184,14 @@ TEST(bad_params_are_named) {
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "block_size") != NULL);
     cp = kvb_cache_default_params();
-    cp.dtype = KVB_DTYPE_Q8_0;
-    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_UNSUPPORTED);
+    cp.dtype = KVB_DTYPE_Q8_0; /* quantized rows need whole blocks of 32 */
+    cp.head_dim = 40;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "head_dim 40") != NULL && strstr(kvb_last_error(), "q8_0") != NULL);
+    cp = kvb_cache_default_params();
+    cp.dtype_v = (enum kvb_dtype)9;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "dtype_v") != NULL);
     cp = kvb_cache_default_params();
     cp.policy = kvb_policy_default_params(KVB_POLICY_H2O);
     cp.policy.budget = 3; /* <= 4 sinks */

@@ -148,7 +148,7 @@ TEST(signed_hostile_images_are_corrupt) {
     uint8_t *img;
     size_t len;
     CHECK_OK(kvb_cache_save(a, (void **)&img, &len));
-    /* header: magic 8, version 4, flags 4, then n_layer at 16, n_kv_head 20, head_dim 24 */
+    /* header: magic 8, version 4, flags 4, then n_layer at 16, n_kv_head 20, head_dim 24, dtype 28, dtype_v 32 */
     CHECK_STATUS(load_edited(img, len, 16, 1 << 30), KVB_ERR_CORRUPT);
     CHECK(strstr(kvb_last_error(), "n_layer") != NULL);
     CHECK_STATUS(load_edited(img, len, 16, -5), KVB_ERR_CORRUPT);
@@ -157,7 +157,9 @@ TEST(signed_hostile_images_are_corrupt) {
     CHECK_STATUS(load_edited(img, len, 8, 99), KVB_ERR_UNSUPPORTED); /* version */
     /* first stream header follows params (policy: 16 fields; then max_distance
      * and n_state) and n_past[2] */
-    size_t params_end = 16 + 6 * 4 + 5 * 4 + 16 * 4 + 4 + 4; /* no freq factors */
+    size_t params_end = 16 + 7 * 4 + 5 * 4 + 16 * 4 + 4 + 4; /* no freq factors */
+    CHECK_STATUS(load_edited(img, len, 32, 77), KVB_ERR_CORRUPT); /* dtype_v */
+    CHECK(strstr(kvb_last_error(), "dtype_v 77") != NULL);
     CHECK_STATUS(load_edited(img, len, params_end - 8 - 4, 7), KVB_ERR_CORRUPT); /* tova_scope */
     CHECK(strstr(kvb_last_error(), "tova_scope") != NULL);
     size_t s0 = params_end + 2 * 8;

@@ -16,6 +16,7 @@ static struct kvb_stream_geom geom(int32_t B, bool runs) {
     g.block_size = B;
     while ((1 << g.block_shift) < B) g.block_shift++;
     g.row_bytes = sizeof(float) * ROW_FLOATS;
+    g.row_bytes_v = g.row_bytes;
     g.v_offset = (size_t)B * g.row_bytes;
     g.n_state = 2;
     g.runs = runs;

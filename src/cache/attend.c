@@ -109,15 +109,6 @@ static void rotate(const struct kvb_cache *c, struct kvb_head_scratch *h, float 
     kvb_rope_apply(c->params.rope.type, c->params.rope.n_dims, rope_cs(c, h, pos), x);
 }
 
-static void store_row(const struct kvb_cache *c, uint8_t *dst, const float *src) {
-    if (c->params.dtype == KVB_DTYPE_F16) c->kr->to_f16(src, (uint16_t *)dst, c->params.head_dim);
-    else memcpy(dst, src, c->geom.row_bytes);
-}
-
-static void load_row(const struct kvb_cache *c, const uint8_t *src, float *dst) {
-    if (c->params.dtype == KVB_DTYPE_F16) c->kr->from_f16((const uint16_t *)src, dst, c->params.head_dim);
-    else memcpy(dst, src, c->geom.row_bytes);
-}
 
 void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *k,
                        const float *v, int32_t pos) {
@@ -128,19 +119,20 @@ void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     if (k) {
         memcpy(h->krow, k, sizeof(float) * (size_t)d);
         rotate(c, h, h->krow, pos);
-        store_row(c, kd, h->krow);
+        kvb_kv_row_store(c->params.dtype, h->krow, kd, d); /* quantized here, once */
     } else {
         memset(kd, 0, rb);
     }
-    if (v) store_row(c, kd + c->geom.v_offset, v);
-    else memset(kd + c->geom.v_offset, 0, rb);
+    uint8_t *vd = kvb_stream_vrow(&c->geom, s, slot);
+    if (v) kvb_kv_row_store(c->params.dtype_v, v, vd, d);
+    else memset(vd, 0, c->geom.row_bytes_v);
     if (c->policy.iface->on_append) c->policy.iface->on_append(&c->policy, &s->v, s->v.n - 1, k, d);
 }
 
 void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s, int32_t j, float *k, float *v) {
-    const uint8_t *kd = kvb_stream_row(&c->geom, s, s->v.order[j]);
-    if (k) load_row(c, kd, k);
-    if (v) load_row(c, kd + c->geom.v_offset, v);
+    const int32_t slot = s->v.order[j];
+    if (k) kvb_kv_row_load(c->params.dtype, kvb_stream_row(&c->geom, s, slot), k, c->params.head_dim);
+    if (v) kvb_kv_row_load(c->params.dtype_v, kvb_stream_vrow(&c->geom, s, slot), v, c->params.head_dim);
 }
 
 /* ---- runs as a query sees them ---- */
@@ -183,8 +175,10 @@ static struct kvb_kv_view kv_view(const struct kvb_cache *c, const struct kvb_st
     v.block_shift = c->geom.block_shift;
     v.head_dim = c->params.head_dim;
     v.row_bytes = c->geom.row_bytes;
+    v.row_bytes_v = c->geom.row_bytes_v;
     v.v_offset = c->geom.v_offset;
     v.dtype = c->params.dtype;
+    v.dtype_v = c->params.dtype_v;
     return v;
 }
 

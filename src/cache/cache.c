@@ -49,6 +49,7 @@ struct kvb_cache_params kvb_cache_default_params(void) {
     p.n_kv_head = 1;
     p.head_dim = 64;
     p.dtype = KVB_DTYPE_F16;
+    p.dtype_v = KVB_DTYPE_AS_K;
     p.block_size = 16;
     p.pos_mode = KVB_POS_POLICY_DEFAULT;
     p.rope.type = KVB_ROPE_NONE;
@@ -59,10 +60,12 @@ struct kvb_cache_params kvb_cache_default_params(void) {
     return p;
 }
 
+static enum kvb_dtype v_dtype(const struct kvb_cache_params *p) { return p->dtype_v == KVB_DTYPE_AS_K ? p->dtype : p->dtype_v; }
+
 size_t kvb_cache_page_bytes(const struct kvb_cache_params *p) {
-    size_t row = kvb_dtype_row_bytes(p->dtype, p->head_dim);
-    if (!row || p->block_size <= 0) return 0;
-    return 2 * (size_t)p->block_size * row;
+    const size_t rk = kvb_dtype_row_bytes(p->dtype, p->head_dim), rv = kvb_dtype_row_bytes(v_dtype(p), p->head_dim);
+    if (!rk || !rv || p->block_size <= 0) return 0;
+    return (size_t)p->block_size * (rk + rv);
 }
 
 static kvb_status validate_params(const struct kvb_cache_params *p) {
@@ -70,8 +73,11 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
     if (p->n_kv_head < 1 || p->n_kv_head > KVB_MAX_KV_HEADS)
         return kvb_fail(KVB_ERR_INVALID, "cache: n_kv_head must be in 1..%d, got %d", KVB_MAX_KV_HEADS, (int)p->n_kv_head);
     if (p->head_dim < 1 || p->head_dim > 512) return kvb_fail(KVB_ERR_INVALID, "cache: head_dim must be in 1..512, got %d", (int)p->head_dim);
-    if (p->dtype == KVB_DTYPE_Q8_0) return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: dtype q8_0 is reserved and not yet supported (use f32 or f16)");
-    if (p->dtype != KVB_DTYPE_F32 && p->dtype != KVB_DTYPE_F16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype %d", (int)p->dtype);
+    if (p->dtype < KVB_DTYPE_F32 || p->dtype > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype %d", (int)p->dtype);
+    if (p->dtype_v < KVB_DTYPE_AS_K || p->dtype_v > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype_v %d", (int)p->dtype_v);
+    if (!kvb_dtype_row_bytes(p->dtype, p->head_dim) || !kvb_dtype_row_bytes(v_dtype(p), p->head_dim))
+        return kvb_fail(KVB_ERR_INVALID, "cache: head_dim %d does not fill whole blocks of 32 (K %s, V %s need it)", (int)p->head_dim,
+                        kvb_dtype_name(p->dtype), kvb_dtype_name(v_dtype(p)));
     if (p->block_size < 1 || p->block_size > 4096 || (p->block_size & (p->block_size - 1)))
         return kvb_fail(KVB_ERR_INVALID, "cache: block_size must be a power of two in 1..4096, got %d", (int)p->block_size);
     if (p->pos_mode < KVB_POS_POLICY_DEFAULT || p->pos_mode > KVB_POS_CAPPED) return kvb_fail(KVB_ERR_INVALID, "cache: unknown pos_mode %d", (int)p->pos_mode);
@@ -228,6 +234,7 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     struct kvb_cache *c = kvb_calloc(1, sizeof *c);
     if (!c) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
     c->params = *params;
+    c->params.dtype_v = v_dtype(params); /* resolved: the V rows' own type */
     c->kr = kvb_kernels();
     c->policy = kvb_policy_make(&params->policy, params->block_size);
     c->pos_mode = params->pos_mode == KVB_POS_POLICY_DEFAULT ? c->policy.iface->default_pos : params->pos_mode;
@@ -235,7 +242,8 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     c->geom.block_size = params->block_size;
     while ((1 << c->geom.block_shift) < params->block_size) c->geom.block_shift++;
     c->geom.row_bytes = kvb_dtype_row_bytes(params->dtype, params->head_dim);
-    c->geom.v_offset = c->page_bytes / 2;
+    c->geom.row_bytes_v = kvb_dtype_row_bytes(c->params.dtype_v, params->head_dim);
+    c->geom.v_offset = (size_t)params->block_size * c->geom.row_bytes;
     c->geom.n_state = c->policy.iface->n_state;
     c->geom.runs = c->pos_mode == KVB_POS_CONTIGUOUS;
     c->n_pairs = params->rope.type == KVB_ROPE_NONE ? 0 : params->rope.n_dims / 2;

@@ -1,9 +1,9 @@
 /*
  * cache_io.c — save and restore a cache to a byte buffer or a file.
  *
- * Format (little-endian), version 2:
+ * Format (little-endian), version 3 (version 2, still read, lacks dtype_v):
  *   "KVBCACHE" u32 version u32 flags(0)
- *   params: i32 n_layer n_kv_head head_dim dtype block_size pos_mode(resolved)
+ *   params: i32 n_layer n_kv_head head_dim dtype(K) dtype_v block_size pos_mode(resolved)
  *           i32 rope_type rope_n_dims f32 rope_base rope_freq_scale i32 has_ff [f32 ff[n_dims/2]]
  *           policy: i32 id budget f32 budget_frac i32 n_sink n_recent f32 heavy_ratio
  *                   i32 obs_window pool_kernel f32 pyramid_beta ada_floor i32 history threshold
@@ -11,7 +11,8 @@
  *           i32 max_distance n_state
  *   i64 n_past[n_layer]
  *   per stream (layer-major): i32 budget prompt_end target n n_pages
- *           per logical slot: i32 phys_slot i32 pos f32 state[n_state] K row, V row (stored dtype)
+ *           per logical slot: i32 phys_slot i32 pos f32 state[n_state] K row, V row (their stored
+ *           types: quantized rows are saved as their blocks, never requantized)
  *           i32 free_slots[n_pages * block_size - n] (the hole stack, bottom first)
  *   u32 crc32 of every byte before it
  *
@@ -30,7 +31,7 @@
 #include <stdio.h>
 
 #define KVB_CACHE_MAGIC "KVBCACHE"
-#define KVB_CACHE_VERSION 2u
+#define KVB_CACHE_VERSION 3u
 
 /* ---- writer ---- */
 struct wbuf {
@@ -70,7 +71,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_bytes(&w, KVB_CACHE_MAGIC, 8);
     w_u32(&w, KVB_CACHE_VERSION);
     w_u32(&w, 0);
-    w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->dtype);
+    w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->dtype); w_i32(&w, (int32_t)p->dtype_v);
     w_i32(&w, p->block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
     w_i32(&w, c->freq_factors ? 1 : 0);
@@ -92,9 +93,8 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
             w_i32(&w, slot);
             w_i32(&w, s->v.pos[slot]);
             if (ns) w_bytes(&w, s->v.state + (size_t)j * ns, sizeof(float) * (size_t)ns);
-            const uint8_t *k = kvb_stream_row(&c->geom, s, slot);
-            w_bytes(&w, k, c->geom.row_bytes);
-            w_bytes(&w, k + c->geom.v_offset, c->geom.row_bytes);
+            w_bytes(&w, kvb_stream_row(&c->geom, s, slot), c->geom.row_bytes);
+            w_bytes(&w, kvb_stream_vrow(&c->geom, s, slot), c->geom.row_bytes_v);
         }
         w_bytes(&w, s->free_slots, sizeof(int32_t) * (size_t)s->n_free);
     }
@@ -141,18 +141,23 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     struct rbuf r = {b, len - 4, 8, "magic"};
     uint32_t version, flags;
     if (!r_bytes(&r, &version, 4, "version") || !r_bytes(&r, &flags, 4, "flags")) return TRUNC();
-    if (version != KVB_CACHE_VERSION) return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads %u)", version, KVB_CACHE_VERSION);
+    if (version != KVB_CACHE_VERSION && version != 2u)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads 2 and %u)", version, KVB_CACHE_VERSION);
     struct kvb_cache_params p = kvb_cache_default_params();
-    int32_t dtype, pos_mode, rope_type, has_ff, pid;
+    int32_t dtype, dtype_v = KVB_DTYPE_AS_K, pos_mode, rope_type, has_ff, pid;
     if (!r_i32(&r, &p.n_layer, "n_layer") || !r_i32(&r, &p.n_kv_head, "n_kv_head") || !r_i32(&r, &p.head_dim, "head_dim") ||
-        !r_i32(&r, &dtype, "dtype") || !r_i32(&r, &p.block_size, "block_size") || !r_i32(&r, &pos_mode, "pos_mode") ||
+        !r_i32(&r, &dtype, "dtype") || (version >= 3u && !r_i32(&r, &dtype_v, "dtype_v")) ||
+        !r_i32(&r, &p.block_size, "block_size") || !r_i32(&r, &pos_mode, "pos_mode") ||
         !r_i32(&r, &rope_type, "rope_type") || !r_i32(&r, &p.rope.n_dims, "rope_n_dims") ||
         !r_f32(&r, &p.rope.base, "rope_base") || !r_f32(&r, &p.rope.freq_scale, "rope_freq_scale") ||
         !r_i32(&r, &has_ff, "has_freq_factors"))
         return TRUNC();
-    if (dtype < 0 || dtype > 2 || pos_mode < 1 || pos_mode > 3 || rope_type < 0 || rope_type > 2 || (has_ff != 0 && has_ff != 1))
-        return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad enum in params (dtype %d, pos_mode %d, rope %d, has_ff %d)", dtype, pos_mode, rope_type, has_ff);
+    if (dtype < 0 || dtype > KVB_DTYPE_BF16 || dtype_v < KVB_DTYPE_AS_K || dtype_v > KVB_DTYPE_BF16 || (version < 3u && dtype > 1) ||
+        pos_mode < 1 || pos_mode > 3 || rope_type < 0 || rope_type > 2 || (has_ff != 0 && has_ff != 1))
+        return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad enum in params (dtype %d, dtype_v %d, pos_mode %d, rope %d, has_ff %d)", dtype,
+                        dtype_v, pos_mode, rope_type, has_ff);
     p.dtype = (enum kvb_dtype)dtype;
+    p.dtype_v = (enum kvb_dtype)dtype_v;
     p.pos_mode = (enum kvb_pos_mode)pos_mode;
     p.rope.type = (enum kvb_rope_type)rope_type;
     float ff[256];
@@ -203,7 +208,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_past[%d] = %lld out of range", l, (long long)past);
         }
     }
-    const size_t slot_bytes = 8 + 4 * (size_t)ns + 2 * c->geom.row_bytes;
+    const size_t slot_bytes = 8 + 4 * (size_t)ns + c->geom.row_bytes + c->geom.row_bytes_v;
     const int64_t n_streams = (int64_t)p.n_layer * p.n_kv_head;
     for (int64_t i = 0; i < n_streams; i++) {
         struct kvb_stream *s = &c->streams[i];
@@ -250,9 +255,8 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             s->v.order[j] = slot;
             s->v.n = j + 1;
             if (ns) r_bytes(&r, s->v.state + (size_t)j * ns, sizeof(float) * (size_t)ns, "slot.state");
-            uint8_t *k = kvb_stream_row(&c->geom, s, slot);
-            r_bytes(&r, k, c->geom.row_bytes, "slot.k");
-            r_bytes(&r, k + c->geom.v_offset, c->geom.row_bytes, "slot.v");
+            r_bytes(&r, kvb_stream_row(&c->geom, s, slot), c->geom.row_bytes, "slot.k");
+            r_bytes(&r, kvb_stream_vrow(&c->geom, s, slot), c->geom.row_bytes_v, "slot.v");
         }
         kvb_stream_rebuild(&c->geom, s);
         /* the hole stack, in its saved order: later appends land where they would have */

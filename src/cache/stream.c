@@ -174,7 +174,7 @@ static void move_slot(const struct kvb_stream_geom *g, struct kvb_stream *s, int
                       bool copy_rows) {
     if (copy_rows) {
         memcpy(kvb_stream_row(g, s, dst), kvb_stream_row(g, s, src), g->row_bytes);
-        memcpy(kvb_stream_row(g, s, dst) + g->v_offset, kvb_stream_row(g, s, src) + g->v_offset, g->row_bytes);
+        memcpy(kvb_stream_vrow(g, s, dst), kvb_stream_vrow(g, s, src), g->row_bytes_v);
     }
     s->v.pos[dst] = s->v.pos[src];
     s->v.pos[src] = -1;

@@ -3,7 +3,7 @@
  * slots in pages from the pool, and the invariants that keep them exact:
  *
  *   pages[0..n_pages)        page p holds physical slots p*B .. p*B+B-1
- *                            layout: K rows [B][row_bytes] then V rows [B][row_bytes]
+ *                            layout: K rows [B][row_bytes] then V rows [B][row_bytes_v]
  *   v.pos[slot]              original position, -1 = free slot (a hole)
  *   v.state[j*n_state + i]   policy scores of LOGICAL slot j (logical order,
  *                            so policies scan contiguous floats)
@@ -31,8 +31,9 @@
 struct kvb_stream_geom {
     int32_t block_size;  /* slots per page, a power of two */
     int32_t block_shift; /* log2(block_size) */
-    size_t row_bytes;    /* one K (or V) row */
-    size_t v_offset;     /* V rows start this far into a page */
+    size_t row_bytes;    /* one K row */
+    size_t row_bytes_v;  /* one V row */
+    size_t v_offset;     /* V rows start this far into a page (block_size * row_bytes) */
     int32_t n_state;     /* policy words per slot */
     bool runs;           /* keep runs (contiguous positions) */
 };
@@ -55,9 +56,13 @@ struct kvb_stream {
     int32_t *victims;         /* [slot_cap] selection output */
 };
 
-/* K row of a physical slot; its V row is v_offset bytes further. */
+/* K row of a physical slot. */
 static inline uint8_t *kvb_stream_row(const struct kvb_stream_geom *g, const struct kvb_stream *s, int32_t slot) {
     return s->pages[slot >> g->block_shift] + (size_t)(slot & (g->block_size - 1)) * g->row_bytes;
+}
+/* V row of a physical slot. */
+static inline uint8_t *kvb_stream_vrow(const struct kvb_stream_geom *g, const struct kvb_stream *s, int32_t slot) {
+    return s->pages[slot >> g->block_shift] + g->v_offset + (size_t)(slot & (g->block_size - 1)) * g->row_bytes_v;
 }
 
 /* Pages the stream needs beyond its holes to take n_new more tokens. */

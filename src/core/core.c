@@ -177,29 +177,34 @@ uint32_t kvb_crc32(uint32_t crc, const void *data, size_t n) {
 
 const char *kvb_dtype_name(enum kvb_dtype t) {
     switch (t) {
+    case KVB_DTYPE_AS_K: return "as-k";
     case KVB_DTYPE_F32: return "f32";
     case KVB_DTYPE_F16: return "f16";
     case KVB_DTYPE_Q8_0: return "q8_0";
+    case KVB_DTYPE_Q4_0: return "q4_0";
+    case KVB_DTYPE_BF16: return "bf16";
     }
     return "?";
 }
 
 kvb_status kvb_dtype_from_name(const char *name, enum kvb_dtype *out) {
-    static const enum kvb_dtype all[] = {KVB_DTYPE_F32, KVB_DTYPE_F16, KVB_DTYPE_Q8_0};
+    static const enum kvb_dtype all[] = {KVB_DTYPE_F32, KVB_DTYPE_F16, KVB_DTYPE_BF16, KVB_DTYPE_Q8_0, KVB_DTYPE_Q4_0};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (name && strcmp(name, kvb_dtype_name(all[i])) == 0) {
             *out = all[i];
             return KVB_OK;
         }
-    return kvb_fail(KVB_ERR_INVALID, "unknown dtype '%s' (expected f32, f16 or q8_0)", name ? name : "(null)");
+    return kvb_fail(KVB_ERR_INVALID, "unknown dtype '%s' (expected f32, f16, bf16, q8_0 or q4_0)", name ? name : "(null)");
 }
 
 size_t kvb_dtype_row_bytes(enum kvb_dtype t, int32_t n) {
     if (n <= 0) return 0;
     switch (t) {
     case KVB_DTYPE_F32: return (size_t)n * 4;
-    case KVB_DTYPE_F16: return (size_t)n * 2;
+    case KVB_DTYPE_F16: case KVB_DTYPE_BF16: return (size_t)n * 2;
     case KVB_DTYPE_Q8_0: return n % 32 ? 0 : (size_t)(n / 32) * 34;
+    case KVB_DTYPE_Q4_0: return n % 32 ? 0 : (size_t)(n / 32) * 18;
+    case KVB_DTYPE_AS_K: return 0;
     }
     return 0;
 }

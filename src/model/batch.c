@@ -53,6 +53,7 @@ struct kvb_batch_params kvb_batch_default_params(void) {
     struct kvb_batch_params p;
     memset(&p, 0, sizeof p);
     p.kv_dtype = KVB_DTYPE_F16;
+    p.kv_dtype_v = KVB_DTYPE_AS_K;
     p.block_size = 16;
     p.kv_pool_bytes = (size_t)1 << 30;
     p.n_threads = 1;
@@ -102,8 +103,10 @@ kvb_status kvb_batch_init(const struct kvb_model *m, const struct kvb_batch_para
     if (p->n_threads < 1 || p->n_threads > 1024) return kvb_fail(KVB_ERR_INVALID, "batch: n_threads must be in 1..1024, got %d", (int)p->n_threads);
     struct kvb_policy_params full = kvb_policy_default_params(KVB_POLICY_FULL);
     struct kvb_cache_params cp = kvb_model_cache_params(m, &full, KVB_POS_POLICY_DEFAULT, p->kv_dtype, p->block_size, 0);
+    cp.dtype_v = p->kv_dtype_v;
     const size_t page = kvb_cache_page_bytes(&cp);
-    if (!page) return kvb_fail(KVB_ERR_INVALID, "batch: bad kv_dtype or block_size");
+    if (!page) return kvb_fail(KVB_ERR_INVALID, "batch: kv_dtype %s / kv_dtype_v %s or block_size %d does not fit head_dim %d",
+                               kvb_dtype_name(p->kv_dtype), kvb_dtype_name(p->kv_dtype_v), (int)p->block_size, (int)cp.head_dim);
     struct kvb_batch *b = kvb_calloc(1, sizeof *b);
     if (!b) return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory");
     b->m = m;
@@ -224,6 +227,7 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     s.p = *p;
     s.n_ctx = n_ctx;
     struct kvb_cache_params cp = kvb_model_cache_params(b->m, &p->policy, p->pos_mode, b->p.kv_dtype, b->p.block_size, p->max_distance);
+    cp.dtype_v = b->p.kv_dtype_v;
     kvb_status st = kvb_cache_init(b->pool, &cp, &s.cache);
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, n_prompt);
     if (st != KVB_OK) {
@@ -504,7 +508,8 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     const int64_t seen = kvb_cache_n_past(s.cache, 0);
     const int64_t want_hist = seen + (last >= 0);
     if (cp.n_layer != mi->n_layer || cp.n_kv_head != mi->n_head_kv || cp.head_dim != mi->head_dim || cp.rope.type != mi->rope_type ||
-        cp.dtype != b->p.kv_dtype || cp.block_size != b->p.block_size) {
+        cp.dtype != b->p.kv_dtype || cp.dtype_v != (b->p.kv_dtype_v == KVB_DTYPE_AS_K ? b->p.kv_dtype : b->p.kv_dtype_v) ||
+        cp.block_size != b->p.block_size) {
         st = kvb_fail(KVB_ERR_INVALID, "session image: its cache (%d layers, %d KV heads, %d dims, %s, blocks of %d) does not fit this model and batch",
                       (int)cp.n_layer, (int)cp.n_kv_head, (int)cp.head_dim, kvb_dtype_name(cp.dtype), (int)cp.block_size);
     } else if (nh != want_hist) {

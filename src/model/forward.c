@@ -89,6 +89,7 @@ struct kvb_context_params kvb_context_default_params(void) {
     p.policy = kvb_policy_default_params(KVB_POLICY_FULL);
     p.pos_mode = KVB_POS_POLICY_DEFAULT;
     p.kv_dtype = KVB_DTYPE_F16;
+    p.kv_dtype_v = KVB_DTYPE_AS_K;
     p.block_size = 16;
     p.kv_pool_bytes = (size_t)1 << 30;
     p.n_threads = 1;
@@ -137,6 +138,7 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
     c->chunk = params->chunk;
     struct kvb_cache_params cp = kvb_model_cache_params(m, &params->policy, params->pos_mode, params->kv_dtype, params->block_size,
                                                         params->max_distance);
+    cp.dtype_v = params->kv_dtype_v;
     cp.pool_bytes = params->kv_pool_bytes;
     kvb_status st = kvb_cache_init(NULL, &cp, &c->cache);
     if (st == KVB_OK) st = kvb_threadpool_init(params->n_threads, &c->tp);

@@ -59,7 +59,15 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
             if (!any) break;
         }
         float *s = st->s;
-        kr->scores(v, q, R, jt, nt, s);
+        const struct kvb_kv_view *tv = v; /* quantized or mixed pages: this tile in f32 scratch */
+        struct kvb_kv_view tile;
+        int32_t jj = jt;
+        if (!kvb_view_direct(v)) {
+            tile = kvb_kv_tile_view(v, jt, nt, true);
+            tv = &tile;
+            jj = 0;
+        }
+        kr->scores(tv, q, R, jj, nt, s);
         apply_limits(s, limit, R, jt, nt);
         for (int32_t r = 0; r < R; r++) {
             float *sr = s + r * KVB_ATTN_TILE;
@@ -84,7 +92,7 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
             for (int32_t t = 0; t < nt; t++) sum += er[t];
             st->l[r] += sum;
         }
-        kr->accum(v, s, R, jt, nt, st->acc);
+        kr->accum(tv, s, R, jj, nt, st->acc);
         if (st->p) {
             if (st->n_seg < st->seg_cap) {
                 st->seg_j[st->n_seg] = jt;
@@ -145,7 +153,11 @@ void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v,
                       const float *lse, int32_t n_rows, float w_r, int32_t j0, int32_t j1, float *col, float *s) {
     for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
         int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
-        kr->scores(v, q, n_rows, jt, nt, s);
+        if (kvb_view_direct(v)) kr->scores(v, q, n_rows, jt, nt, s);
+        else {
+            const struct kvb_kv_view tile = kvb_kv_tile_view(v, jt, nt, false);
+            kr->scores(&tile, q, n_rows, 0, nt, s);
+        }
         apply_limits(s, limit, n_rows, jt, nt);
         for (int32_t r = 0; r < n_rows; r++) {
             float *sr = s + r * KVB_ATTN_TILE;

@@ -22,16 +22,21 @@
 
 /* K/V rows of one stream seen through its page table. Logical key j lives in
  * physical slot s = slots[j]; its K row at pages[s >> block_shift] +
- * (s & mask) * row_bytes and its V row v_offset bytes further. */
+ * (s & mask) * row_bytes, its V row at the same page + v_offset +
+ * (s & mask) * row_bytes_v. The per-arch primitives read f32/f16 views
+ * with dtype == dtype_v; the driver (attn.c) hands them any other view a
+ * tile at a time, dequantized into f32 (kvb_kv_row_load). */
 struct kvb_kv_view {
     uint8_t *const *pages;
     const int32_t *slots;
     int32_t n;            /* logical keys in the view (bounds software prefetch) */
     int32_t block_shift;
     int32_t head_dim;
-    size_t row_bytes;
+    size_t row_bytes;     /* K row */
+    size_t row_bytes_v;   /* V row */
     size_t v_offset;
-    enum kvb_dtype dtype;
+    enum kvb_dtype dtype;   /* K rows */
+    enum kvb_dtype dtype_v; /* V rows */
 };
 
 static inline const void *kvb_view_k(const struct kvb_kv_view *v, int32_t j) {
@@ -39,8 +44,21 @@ static inline const void *kvb_view_k(const struct kvb_kv_view *v, int32_t j) {
     return v->pages[s >> v->block_shift] + (size_t)(s & ((1 << v->block_shift) - 1)) * v->row_bytes;
 }
 static inline const void *kvb_view_v(const struct kvb_kv_view *v, int32_t j) {
-    return (const uint8_t *)kvb_view_k(v, j) + v->v_offset;
+    int32_t s = v->slots[j];
+    return v->pages[s >> v->block_shift] + v->v_offset + (size_t)(s & ((1 << v->block_shift) - 1)) * v->row_bytes_v;
 }
+/* Whether the primitives read the view directly (f32 or f16, K and V alike). */
+static inline bool kvb_view_direct(const struct kvb_kv_view *v) {
+    return v->dtype == v->dtype_v && (v->dtype == KVB_DTYPE_F32 || v->dtype == KVB_DTYPE_F16);
+}
+/* One KV row of d elements in dtype t: stored from f32 (quantized for
+ * q8_0/q4_0, rounded for f16/bf16) and loaded back to f32. */
+void kvb_kv_row_store(enum kvb_dtype t, const float *src, void *dst, int32_t d);
+void kvb_kv_row_load(enum kvb_dtype t, const void *src, float *dst, int32_t d);
+/* Keys [jt, jt + nt) of v (nt <= KVB_ATTN_TILE, head_dim <= 512) as an f32
+ * view whose keys are 0 .. nt - 1, in this thread's scratch (valid until its
+ * next call); V rows too when with_v. */
+struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int32_t nt, bool with_v);
 
 /* Per-arch primitives. */
 struct kvb_kernels {

@@ -69,10 +69,10 @@ static inline __attribute__((always_inline)) void scores_4keys(enum kvb_dtype dt
 
 static inline void prefetch_rows(const struct kvb_kv_view *v, int32_t j) {
     if (j >= v->n) return;
-    const char *k = kvb_view_k(v, j);
+    const char *k = kvb_view_k(v, j), *vr = kvb_view_v(v, j);
     for (size_t off = 0; off < v->row_bytes; off += 64) {
         _mm_prefetch(k + off, _MM_HINT_T0);
-        _mm_prefetch(k + v->v_offset + off, _MM_HINT_T0);
+        _mm_prefetch(vr + off, _MM_HINT_T0);
     }
 }
 
