@@ -1,7 +1,9 @@
 /*
  * test_attn.c — attention kernels against a naive two-pass reference written
  * here (double precision, materialised scores), for every kernel family the
- * CPU has, F32 and F16 rows, several head dims, group sizes and lengths:
+ * CPU has, F32 and F16 rows (and q8_0, q4_0, bf16 and mixed K/V pages, which
+ * the driver dequantizes a tile at a time), several head dims, group sizes
+ * and lengths:
  * outputs within 1e-5 (F32), returned weights summing to 1 +- 1e-5, and the
  * prefill column mass against a materialised T x T reference.
  */
@@ -19,22 +21,41 @@ static void find_families(void) {
 #endif
 }
 
-/* A fake stream: n rows in pages of B=4 slots, physical order scrambled. */
+/* A fake stream: n rows in pages of B=4 slots, physical order scrambled;
+ * K rows in dt, V rows in dtv (their own sizes, V after the page's K rows). */
 struct fake {
     int n, d, B;
-    enum kvb_dtype dt;
+    enum kvb_dtype dt, dtv;
     uint8_t **pages;
     int32_t *slots;
-    float *k, *v; /* logical rows as the kernels will see them (after f16 rounding) */
-    size_t row_bytes;
+    float *k, *v; /* logical rows as the kernels will see them (after rounding or quantization) */
+    size_t row_bytes, row_bytes_v;
 };
 
-static void fake_init(struct fake *f, int n, int d, enum kvb_dtype dt, unsigned long long seed) {
-    f->n = n; f->d = d; f->B = 4; f->dt = dt;
+/* One element of a row in an f32/f16 layout, or a whole quantized row at i == 0. */
+static float put_row(enum kvb_dtype dt, uint8_t *row, const float *x, int d, int i) {
+    if (dt == KVB_DTYPE_F16) {
+        uint16_t h = kvb_f32_to_f16(x[i]);
+        memcpy(row + 2 * i, &h, 2);
+        return kvb_f16_to_f32(h);
+    }
+    if (dt == KVB_DTYPE_F32) {
+        memcpy(row + 4 * i, &x[i], 4);
+        return x[i];
+    }
+    float back[512];
+    if (i == 0) kvb_kv_row_store(dt, x, row, d);
+    kvb_kv_row_load(dt, row, back, d);
+    return back[i];
+}
+
+static void fake_init2(struct fake *f, int n, int d, enum kvb_dtype dt, enum kvb_dtype dtv, unsigned long long seed) {
+    f->n = n; f->d = d; f->B = 4; f->dt = dt; f->dtv = dtv;
     f->row_bytes = kvb_dtype_row_bytes(dt, d);
+    f->row_bytes_v = kvb_dtype_row_bytes(dtv, d);
     int n_pages = (n + f->B - 1) / f->B + 1;
     f->pages = calloc((size_t)n_pages, sizeof(uint8_t *));
-    for (int p = 0; p < n_pages; p++) f->pages[p] = calloc(1, 2 * (size_t)f->B * f->row_bytes);
+    for (int p = 0; p < n_pages; p++) f->pages[p] = calloc(1, (size_t)f->B * (f->row_bytes + f->row_bytes_v));
     f->slots = malloc(sizeof(int32_t) * (size_t)n);
     int cap = n_pages * f->B;
     int *perm = malloc(sizeof(int) * (size_t)cap);
@@ -48,29 +69,23 @@ static void fake_init(struct fake *f, int n, int d, enum kvb_dtype dt, unsigned 
     f->v = malloc(sizeof(float) * (size_t)n * d);
     for (int j = 0; j < n; j++) {
         f->slots[j] = perm[j];
-        uint8_t *kr = f->pages[perm[j] / f->B] + (size_t)(perm[j] % f->B) * f->row_bytes;
-        uint8_t *vr = kr + (size_t)f->B * f->row_bytes;
+        uint8_t *page = f->pages[perm[j] / f->B];
+        uint8_t *kr = page + (size_t)(perm[j] % f->B) * f->row_bytes;
+        uint8_t *vr = page + (size_t)f->B * f->row_bytes + (size_t)(perm[j] % f->B) * f->row_bytes_v;
+        float kx[512], vx[512];
+        for (int i = 0; i < d; i++) { kx[i] = t_randf(&rs) * 2; vx[i] = t_randf(&rs); }
         for (int i = 0; i < d; i++) {
-            float kv = t_randf(&rs) * 2, vv = t_randf(&rs);
-            if (dt == KVB_DTYPE_F16) {
-                uint16_t hk = kvb_f32_to_f16(kv), hv = kvb_f32_to_f16(vv);
-                memcpy(kr + 2 * i, &hk, 2);
-                memcpy(vr + 2 * i, &hv, 2);
-                kv = kvb_f16_to_f32(hk);
-                vv = kvb_f16_to_f32(hv);
-            } else {
-                memcpy(kr + 4 * i, &kv, 4);
-                memcpy(vr + 4 * i, &vv, 4);
-            }
-            f->k[(size_t)j * d + i] = kv;
-            f->v[(size_t)j * d + i] = vv;
+            f->k[(size_t)j * d + i] = put_row(dt, kr, kx, d, i);
+            f->v[(size_t)j * d + i] = put_row(dtv, vr, vx, d, i);
         }
     }
     free(perm);
 }
 
+static void fake_init(struct fake *f, int n, int d, enum kvb_dtype dt, unsigned long long seed) { fake_init2(f, n, d, dt, dt, seed); }
+
 static struct kvb_kv_view fake_view(const struct fake *f) {
-    struct kvb_kv_view v = {f->pages, f->slots, f->n, 2, f->d, f->row_bytes, f->row_bytes, (size_t)f->B * f->row_bytes, f->dt, f->dt};
+    struct kvb_kv_view v = {f->pages, f->slots, f->n, 2, f->d, f->row_bytes, f->row_bytes_v, (size_t)f->B * f->row_bytes, f->dt, f->dtv};
     return v;
 }
 
@@ -102,19 +117,27 @@ static void naive(const struct fake *f, const float *q, int lim, double *out, do
     free(s);
 }
 
+/* K/V storage pairs: the direct f32/f16 views, and the quantized, bf16 and
+ * mixed ones the driver hands to the primitives a dequantized tile at a time. */
+static const enum kvb_dtype kv_pairs[][2] = {
+    {KVB_DTYPE_F32, KVB_DTYPE_F32}, {KVB_DTYPE_F16, KVB_DTYPE_F16}, {KVB_DTYPE_Q8_0, KVB_DTYPE_Q8_0},
+    {KVB_DTYPE_Q4_0, KVB_DTYPE_Q4_0}, {KVB_DTYPE_BF16, KVB_DTYPE_BF16}, {KVB_DTYPE_Q8_0, KVB_DTYPE_F16}, {KVB_DTYPE_F16, KVB_DTYPE_Q4_0},
+};
+
 TEST(decode_matches_naive_every_family) {
     const int dims[] = {8, 16, 64, 80, 128};
     const int groups[] = {1, 4, 7};
     const int lens[] = {1, 5, 64, 65, 130};
     for (int fa = 0; fa < n_families; fa++)
-        for (int dti = 0; dti < 2; dti++)
+        for (size_t dti = 0; dti < sizeof kv_pairs / sizeof *kv_pairs; dti++)
             for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
                 for (size_t gi = 0; gi < 3; gi++)
                     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
                         const int d = dims[di], G = groups[gi], n = lens[li];
-                        const enum kvb_dtype dt = dti ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
+                        const enum kvb_dtype dt = kv_pairs[dti][0], dtv = kv_pairs[dti][1];
+                        if (!kvb_dtype_row_bytes(dt, d) || !kvb_dtype_row_bytes(dtv, d)) continue; /* blocks of 32 */
                         struct fake f;
-                        fake_init(&f, n, d, dt, 100 + di * 7 + gi * 3 + li);
+                        fake_init2(&f, n, d, dt, dtv, 100 + di * 7 + gi * 3 + li);
                         unsigned long long rs = 999 + li;
                         float *q = malloc(sizeof(float) * (size_t)G * d), *acc = malloc(sizeof(float) * (size_t)G * d);
                         float *out = malloc(sizeof(float) * (size_t)G * d), *p = malloc(sizeof(float) * (size_t)G * n);
@@ -136,8 +159,8 @@ TEST(decode_matches_naive_every_family) {
                             double wsum = 0;
                             for (int i = 0; i < d; i++)
                                 if (fabs(out[(size_t)g * d + i] - ref[i]) > tol)
-                                    FAILF("%s %s d=%d G=%d n=%d head %d dim %d: %.9g vs %.9g", families[fa]->name,
-                                          kvb_dtype_name(dt), d, G, n, g, i, (double)out[(size_t)g * d + i], ref[i]);
+                                    FAILF("%s %s/%s d=%d G=%d n=%d head %d dim %d: %.9g vs %.9g", families[fa]->name,
+                                          kvb_dtype_name(dt), kvb_dtype_name(dtv), d, G, n, g, i, (double)out[(size_t)g * d + i], ref[i]);
                             for (int j = 0; j < n; j++) {
                                 wsum += p[(size_t)g * n + j];
                                 if (fabs(p[(size_t)g * n + j] - w[j]) > tol)
@@ -152,10 +175,11 @@ TEST(decode_matches_naive_every_family) {
 
 /* Causal prefill rows and the column mass against a materialised reference. */
 TEST(prefill_rows_and_column_mass) {
-    for (int fa = 0; fa < n_families; fa++) {
+    for (int fa = 0; fa < 2 * n_families; fa++) { /* f32 pages, then q8_0 K with q4_0 V */
         const int d = 32, n = 150, R = 12, n_prev = n - R; /* rows = last 12 keys as queries, causal */
         struct fake f;
-        fake_init(&f, n, d, KVB_DTYPE_F32, 5);
+        if (fa < n_families) fake_init(&f, n, d, KVB_DTYPE_F32, 5);
+        else fake_init2(&f, n, d, KVB_DTYPE_Q8_0, KVB_DTYPE_Q4_0, 5);
         unsigned long long rs = 77;
         float q[12 * 32], acc[12 * 32], out[12 * 32], lse[12], col[150], s_scr[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE];
         int32_t lim[12];
@@ -164,12 +188,12 @@ TEST(prefill_rows_and_column_mass) {
         struct kvb_attn_state st;
         struct kvb_kv_view v = fake_view(&f);
         kvb_attn_begin(&st, R, d, acc, NULL, 0, NULL, NULL, 0);
-        kvb_attn_run(families[fa], &v, q, lim, 0, 70, &st);
-        kvb_attn_run(families[fa], &v, q, lim, 70, n, &st);
+        kvb_attn_run(families[fa % n_families], &v, q, lim, 0, 70, &st);
+        kvb_attn_run(families[fa % n_families], &v, q, lim, 70, n, &st);
         kvb_attn_end(&st, out, lse);
         memset(col, 0, sizeof col);
-        kvb_attn_colmass(families[fa], &v, q, lim, lse, R, 0.5f, 0, 70, col, s_scr);
-        kvb_attn_colmass(families[fa], &v, q, lim, lse, R, 0.5f, 70, n, col, s_scr);
+        kvb_attn_colmass(families[fa % n_families], &v, q, lim, lse, R, 0.5f, 0, 70, col, s_scr);
+        kvb_attn_colmass(families[fa % n_families], &v, q, lim, lse, R, 0.5f, 70, n, col, s_scr);
         /* materialised reference */
         static double W[12][150];
         double ref[32];
@@ -177,14 +201,14 @@ TEST(prefill_rows_and_column_mass) {
             naive(&f, q + r * d, lim[r], ref, W[r]);
             for (int j = lim[r]; j < n; j++) W[r][j] = 0;
             for (int i = 0; i < d; i++)
-                if (fabs(out[r * d + i] - ref[i]) > 1e-5) FAILF("%s row %d dim %d: %.9g vs %.9g", families[fa]->name, r, i, (double)out[r * d + i], ref[i]);
+                if (fabs(out[r * d + i] - ref[i]) > 1e-5) FAILF("%s row %d dim %d: %.9g vs %.9g", families[fa % n_families]->name, r, i, (double)out[r * d + i], ref[i]);
         }
         double total = 0;
         for (int j = 0; j < n; j++) {
             double c = 0;
             for (int r = 0; r < R; r++) c += 0.5 * W[r][j];
             total += col[j];
-            if (fabs(col[j] - c) > 1e-5) FAILF("%s column %d: %.9g vs %.9g", families[fa]->name, j, (double)col[j], c);
+            if (fabs(col[j] - c) > 1e-5) FAILF("%s column %d: %.9g vs %.9g", families[fa % n_families]->name, j, (double)col[j], c);
         }
         CHECK_NEAR(total, 0.5 * R, 1e-4); /* every row's weights sum to one */
         fake_free(&f);

@@ -1,6 +1,7 @@
 /*
  * test_cache.c — randomized streams for every policy and many seeds, with the
- * invariants checked after every step (cache_helpers.h): budgets, sinks,
+ * invariants checked after every step (cache_helpers.h), on f32, f16 and
+ * quantized (q8_0/q4_0 K with q4_0/q8_0/f16/bf16 V) pages: budgets, sinks,
  * positions, byte accounting, compaction; no page leaks after free; an
  * exhausted pool returns KVB_ERR_NOMEM and leaves the cache byte-identical.
  */
@@ -15,13 +16,17 @@ static void fill(unsigned long long *rs, float *x, size_t n) {
 static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
     unsigned long long rs = seed * 7919 + (unsigned long long)pid;
     const int L = 2, HK = 2, G = 1 + (int)(t_rng_next(&rs) % 3);
+    /* seeds past 12: quantized pages (whole blocks of 32), K and V in different types */
+    static const enum kvb_dtype kq[] = {KVB_DTYPE_Q8_0, KVB_DTYPE_Q4_0}, vq[] = {KVB_DTYPE_Q4_0, KVB_DTYPE_Q8_0, KVB_DTYPE_F16, KVB_DTYPE_BF16};
+    const int d = seed > 12 ? 32 : D;
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
-    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D;
-    cp.dtype = seed & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = d;
+    cp.dtype = seed > 12 ? kq[seed % 2] : seed & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
+    cp.dtype_v = seed > 12 ? vq[(seed / 2) % 4] : KVB_DTYPE_AS_K;
     cp.block_size = seed & 2 ? 4 : 16;
     cp.pos_mode = (enum kvb_pos_mode)(t_rng_next(&rs) % 3);
-    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
+    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, d, 10000.0f, 1.0f, NULL};
     cp.policy = kvb_policy_default_params(pid);
     cp.policy.budget = pid == KVB_POLICY_FULL ? 0 : 10 + (int)(t_rng_next(&rs) % 40);
     if (pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV || pid == KVB_POLICY_ADAKV)
@@ -37,15 +42,15 @@ static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
         printf("  init: %s\n", kvb_last_error());
         return 1;
     }
-    float *q = malloc(sizeof(float) * 64 * HK * G * D), *k = malloc(sizeof(float) * 64 * HK * D);
-    float *v = malloc(sizeof(float) * 64 * HK * D), *o = malloc(sizeof(float) * 64 * HK * G * D);
+    float *q = malloc(sizeof(float) * 64 * HK * G * d), *k = malloc(sizeof(float) * 64 * HK * d);
+    float *v = malloc(sizeof(float) * 64 * HK * d), *o = malloc(sizeof(float) * 64 * HK * G * d);
     char where[128];
     int bad = 0;
     int chunks = 1 + (int)(t_rng_next(&rs) % 4);
     for (int ch = 0; ch < chunks && !bad; ch++) {
         int C = 1 + (int)(t_rng_next(&rs) % 60);
         for (int l = 0; l < L && !bad; l++) {
-            fill(&rs, q, (size_t)C * HK * G * D); fill(&rs, k, (size_t)C * HK * D); fill(&rs, v, (size_t)C * HK * D);
+            fill(&rs, q, (size_t)C * HK * G * d); fill(&rs, k, (size_t)C * HK * d); fill(&rs, v, (size_t)C * HK * d);
             if (kvb_cache_prefill(c, l, C, q, HK * G, k, v, o, NULL) != KVB_OK) { printf("  prefill: %s\n", kvb_last_error()); bad = 1; }
             snprintf(where, sizeof where, "%s seed %llu prefill chunk %d layer %d", kvb_policy_name(pid), seed, ch, l);
             bad = bad || check_invariants(c, pool, where);
@@ -56,9 +61,9 @@ static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
     bad = bad || check_invariants(c, pool, where);
     for (int step = 0; step < 120 && !bad; step++) {
         for (int l = 0; l < L && !bad; l++) {
-            fill(&rs, q, (size_t)HK * G * D); fill(&rs, k, (size_t)HK * D); fill(&rs, v, (size_t)HK * D);
+            fill(&rs, q, (size_t)HK * G * d); fill(&rs, k, (size_t)HK * d); fill(&rs, v, (size_t)HK * d);
             if (kvb_cache_decode(c, l, q, HK * G, k, v, o, NULL) != KVB_OK) { printf("  decode: %s\n", kvb_last_error()); bad = 1; }
-            for (int i = 0; i < HK * G * D; i++)
+            for (int i = 0; i < HK * G * d; i++)
                 if (!isfinite(o[i])) { printf("  non-finite output\n"); bad = 1; break; }
             snprintf(where, sizeof where, "%s seed %llu step %d layer %d", kvb_policy_name(pid), seed, step, l);
             bad = bad || check_invariants(c, pool, where);
@@ -92,7 +97,7 @@ static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
 
 TEST(randomized_streams_every_policy) {
     for (int pid = 0; pid < KVB_POLICY_COUNT; pid++)
-        for (unsigned long long seed = 1; seed <= 12; seed++)
+        for (unsigned long long seed = 1; seed <= 20; seed++)
             if (random_stream((enum kvb_policy_id)pid, seed)) FAILF("policy %s seed %llu", kvb_policy_name((enum kvb_policy_id)pid), seed);
 }
 

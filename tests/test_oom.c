@@ -38,7 +38,9 @@ static void t_free(void *p, void *u) {
     free(p);
 }
 
-enum { L = 2, HK = 2, G = 2, D = 8, P = 24 };
+enum { L = 2, HK = 2, G = 2, D = 32, P = 24 };
+/* the pages of a scenario: f16, or q8_0 K with q4_0 V */
+static bool g_quant;
 
 /* On NOMEM from a mutating call, the cache must be as it was. */
 static int same_as(struct kvb_cache *c, void *img, size_t len) {
@@ -69,7 +71,8 @@ static int scenario(enum kvb_policy_id pid) {
     int bad = 0;
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
-    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = KVB_DTYPE_F16; cp.block_size = 4;
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = g_quant ? KVB_DTYPE_Q8_0 : KVB_DTYPE_F16; cp.block_size = 4;
+    cp.dtype_v = g_quant ? KVB_DTYPE_Q4_0 : KVB_DTYPE_AS_K;
     cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
     cp.policy = kvb_policy_default_params(pid);
     if (pid != KVB_POLICY_FULL) cp.policy.budget = 12;
@@ -131,7 +134,10 @@ done:
 TEST(fail_every_allocation_every_policy) {
     struct kvb_allocator a = {t_malloc, t_free, NULL};
     kvb_allocator_set(&a);
-    for (int pid = 0; pid < KVB_POLICY_COUNT; pid++) {
+    for (int run = 0; run < KVB_POLICY_COUNT + 3; run++) { /* every policy on f16 pages, three on quantized ones */
+        static const enum kvb_policy_id quant_pids[3] = {KVB_POLICY_H2O, KVB_POLICY_STREAMING, KVB_POLICY_SNAPKV};
+        g_quant = run >= KVB_POLICY_COUNT;
+        const int pid = g_quant ? (int)quant_pids[run - KVB_POLICY_COUNT] : run;
         g_calls = 0; g_fail_at = 0; g_live = 0;
         if (scenario((enum kvb_policy_id)pid)) FAILF("clean run of %s failed", kvb_policy_name((enum kvb_policy_id)pid));
         long total = g_calls;

@@ -1,8 +1,8 @@
 /*
  * test_saverestore.c — save, restore, continue: bit-identical to a run that
- * never stopped, for every policy (buffer and file). Every truncation, every
- * single-byte flip, and crafted images with a valid checksum but absurd
- * counts give KVB_ERR_CORRUPT, never a crash.
+ * never stopped, for every policy (buffer and file), on f16 and on quantized
+ * pages. Every truncation, every single-byte flip, and crafted images with a
+ * valid checksum but absurd counts give KVB_ERR_CORRUPT, never a crash.
  */
 #include "testing.h"
 #include "kvbound.h"
@@ -10,13 +10,16 @@
 
 #include <unistd.h>
 
-enum { L = 2, HK = 2, G = 2, D = 8 };
+enum { L = 2, HK = 2, G = 2, D = 8, DMAX = 32 };
+/* head dim and K/V types of the caches make() builds (the quantized test sets them) */
+static int g_d = D;
+static enum kvb_dtype g_dt = KVB_DTYPE_F16, g_dtv = KVB_DTYPE_AS_K;
 
 static struct kvb_cache *make(enum kvb_policy_id id, int budget) {
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
-    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = KVB_DTYPE_F16; cp.block_size = 4;
-    cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, D, 10000.0f, 1.0f, NULL};
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = g_d; cp.dtype = g_dt; cp.dtype_v = g_dtv; cp.block_size = 4;
+    cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, g_d, 10000.0f, 1.0f, NULL};
     cp.policy = kvb_policy_default_params(id);
     if (id != KVB_POLICY_FULL) cp.policy.budget = budget;
     if (id == KVB_POLICY_SNAPKV || id == KVB_POLICY_PYRAMIDKV || id == KVB_POLICY_ADAKV) cp.policy.obs_window = 4;
@@ -28,34 +31,41 @@ static struct kvb_cache *make(enum kvb_policy_id id, int budget) {
 
 static void step_inputs(unsigned long long seed, float *q, float *k, float *v) {
     unsigned long long rs = seed;
-    for (int i = 0; i < HK * G * D; i++) q[i] = t_randf(&rs);
-    for (int i = 0; i < HK * D; i++) { k[i] = t_randf(&rs); v[i] = t_randf(&rs); }
+    for (int i = 0; i < HK * G * g_d; i++) q[i] = t_randf(&rs);
+    for (int i = 0; i < HK * g_d; i++) { k[i] = t_randf(&rs); v[i] = t_randf(&rs); }
 }
 
 static void prefill(struct kvb_cache *c) {
     enum { P = 30 };
-    static float q[P * HK * G * D], k[P * HK * D], v[P * HK * D], o[P * HK * G * D];
+    static float q[P * HK * G * DMAX], k[P * HK * DMAX], v[P * HK * DMAX], o[P * HK * G * DMAX];
     unsigned long long rs = 42;
-    for (size_t i = 0; i < sizeof q / sizeof *q; i++) q[i] = t_randf(&rs);
-    for (size_t i = 0; i < sizeof k / sizeof *k; i++) { k[i] = t_randf(&rs); v[i] = t_randf(&rs); }
+    for (int i = 0; i < P * HK * G * g_d; i++) q[i] = t_randf(&rs);
+    for (int i = 0; i < P * HK * g_d; i++) { k[i] = t_randf(&rs); v[i] = t_randf(&rs); }
     for (int l = 0; l < L; l++) kvb_cache_prefill(c, l, P, q, HK * G, k, v, o, NULL);
     kvb_cache_compress(c, NULL);
 }
 
 /* Runs steps [from, to) and appends every output to outs. */
 static void run_steps(struct kvb_cache *c, int from, int to, float *outs) {
-    float q[HK * G * D], k[HK * D], v[HK * D];
+    float q[HK * G * DMAX], k[HK * DMAX], v[HK * DMAX];
     for (int s = from; s < to; s++)
         for (int l = 0; l < L; l++) {
             step_inputs((unsigned long long)(s * 31 + l + 1), q, k, v);
-            kvb_cache_decode(c, l, q, HK * G, k, v, outs + ((size_t)(s - from) * L + l) * HK * G * D, NULL);
+            kvb_cache_decode(c, l, q, HK * G, k, v, outs + ((size_t)(s - from) * L + l) * HK * G * g_d, NULL);
         }
 }
 
 TEST(restore_continues_bit_identically) {
     enum { S1 = 40, S2 = 60 };
-    static float out_a[S2 * L * HK * G * D], out_b[S2 * L * HK * G * D], scratch[S1 * L * HK * G * D];
+    static float out_a[S2 * L * HK * G * DMAX], out_b[S2 * L * HK * G * DMAX], scratch[S1 * L * HK * G * DMAX];
+    /* f16 pages of 8 dims, then quantized pages of 32 (q8_0 K with q4_0 V, q4_0 K with bf16 V):
+     * a quantized row is saved and restored as its blocks, never requantized */
+    static const enum kvb_dtype kinds[3][2] = {{KVB_DTYPE_F16, KVB_DTYPE_AS_K}, {KVB_DTYPE_Q8_0, KVB_DTYPE_Q4_0}, {KVB_DTYPE_Q4_0, KVB_DTYPE_BF16}};
+    for (int kind = 0; kind < 3; kind++)
     for (int id = 0; id < KVB_POLICY_COUNT; id++) {
+        g_d = kind ? 32 : D;
+        g_dt = kinds[kind][0];
+        g_dtv = kinds[kind][1];
         struct kvb_cache *a = make((enum kvb_policy_id)id, 14), *b;
         prefill(a);
         run_steps(a, 0, S1, scratch);
@@ -66,7 +76,8 @@ TEST(restore_continues_bit_identically) {
         kvb_buffer_free(img);
         run_steps(a, S1, S1 + S2, out_a);
         run_steps(b, S1, S1 + S2, out_b);
-        if (memcmp(out_a, out_b, sizeof out_a) != 0) FAILF("policy %s: outputs differ after restore", kvb_policy_name((enum kvb_policy_id)id));
+        if (memcmp(out_a, out_b, sizeof out_a) != 0)
+            FAILF("policy %s, %s/%s pages: outputs differ after restore", kvb_policy_name((enum kvb_policy_id)id), kvb_dtype_name(g_dt), kvb_dtype_name(g_dtv));
         void *ia, *ib;
         size_t la, lb;
         CHECK_OK(kvb_cache_save(a, &ia, &la));
@@ -78,6 +89,9 @@ TEST(restore_continues_bit_identically) {
         kvb_cache_free(a);
         kvb_cache_free(b);
     }
+    g_d = D;
+    g_dt = KVB_DTYPE_F16;
+    g_dtv = KVB_DTYPE_AS_K;
 }
 
 TEST(file_roundtrip) {

@@ -10,13 +10,14 @@
 #include "testing.h"
 
 #define ROW_FLOATS 4
+#define VROW_FLOATS 2 /* V rows narrower than K rows, as with q4_0 V under q8_0 K */
 
 static struct kvb_stream_geom geom(int32_t B, bool runs) {
     struct kvb_stream_geom g = {0};
     g.block_size = B;
     while ((1 << g.block_shift) < B) g.block_shift++;
     g.row_bytes = sizeof(float) * ROW_FLOATS;
-    g.row_bytes_v = g.row_bytes;
+    g.row_bytes_v = sizeof(float) * VROW_FLOATS;
     g.v_offset = (size_t)B * g.row_bytes;
     g.n_state = 2;
     g.runs = runs;
@@ -25,7 +26,7 @@ static struct kvb_stream_geom geom(int32_t B, bool runs) {
 
 static struct kvb_pool *make_pool(const struct kvb_stream_geom *g, int64_t pages) {
     struct kvb_pool_params pp = kvb_pool_default_params();
-    pp.page_bytes = 2 * g->v_offset;
+    pp.page_bytes = g->v_offset + (size_t)g->block_size * g->row_bytes_v;
     pp.capacity_bytes = (size_t)pages * ((pp.page_bytes + 63) & ~(size_t)63);
     struct kvb_pool *pool = NULL;
     return kvb_pool_init(&pp, &pool) == KVB_OK ? pool : NULL;
@@ -42,11 +43,9 @@ static kvb_status append(const struct kvb_stream_geom *g, struct kvb_stream *s, 
         kvb_stream_attach(g, s, pages, np);
     }
     const int32_t slot = kvb_stream_push(g, s, pos);
-    float *k = (float *)kvb_stream_row(g, s, slot), *v = (float *)(kvb_stream_row(g, s, slot) + g->v_offset);
-    for (int i = 0; i < ROW_FLOATS; i++) {
-        k[i] = (float)pos;
-        v[i] = -(float)pos;
-    }
+    float *k = (float *)kvb_stream_row(g, s, slot), *v = (float *)kvb_stream_vrow(g, s, slot);
+    for (int i = 0; i < ROW_FLOATS; i++) k[i] = (float)pos;
+    for (int i = 0; i < VROW_FLOATS; i++) v[i] = -(float)pos;
     float *st = s->v.state + (size_t)(s->v.n - 1) * (size_t)g->n_state;
     st[0] = (float)pos;
     st[1] = 1;
@@ -63,9 +62,9 @@ static const char *agrees(const struct kvb_stream_geom *g, const struct kvb_stre
         const int32_t slot = s->v.order[j];
         if (s->v.pos[slot] != model[j]) return "position differs from the model";
         const float *k = (const float *)kvb_stream_row(g, s, slot);
-        const float *v = (const float *)(kvb_stream_row(g, s, slot) + g->v_offset);
+        const float *v = (const float *)kvb_stream_vrow(g, s, slot);
         for (int i = 0; i < ROW_FLOATS; i++)
-            if (k[i] != (float)model[j] || v[i] != -(float)model[j]) return "a row did not follow its token";
+            if (k[i] != (float)model[j] || (i < VROW_FLOATS && v[i] != -(float)model[j])) return "a row did not follow its token";
         const float *st = s->v.state + (size_t)j * (size_t)g->n_state;
         if (st[0] != (float)model[j] || st[1] != 1) return "state did not follow its token";
     }
