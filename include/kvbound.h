@@ -801,7 +801,10 @@ struct kvb_ppl_params {
     bool mass;                  /* retained share of full attention (needs chunk 1; runs the full model too) */
     int32_t n_threads;
     int32_t segment;            /* predictions per curve point (256) */
-    enum kvb_dtype kv_dtype;    /* f32 by default: measure the policy, not KV rounding */
+    enum kvb_dtype kv_dtype;    /* the policy's K rows (and V rows unless kv_dtype_v): f32 by default,
+                                 * to measure the policy, not KV rounding. The full baseline is
+                                 * always f32, so --policy full --kv-dtype q8_0 isolates the bits */
+    enum kvb_dtype kv_dtype_v;  /* KVB_DTYPE_AS_K by default */
     int32_t max_distance;       /* positions capped (lminfinite): 0 = the model's trained length */
     int32_t prompt;             /* > 0: the kvpress protocol. The first `prompt` tokens (BOS
                                  * included) are a prompt, read through kvb_context_prompt (the
@@ -859,6 +862,8 @@ struct kvb_needle_params {
     const char *filler;    /* text to repeat; NULL = built-in */
     int32_t chunk;         /* prefill chunk (256) */
     int32_t n_threads;
+    enum kvb_dtype kv_dtype;   /* KV rows (a zeroed struct: f32; kvbound needle uses f16) */
+    enum kvb_dtype kv_dtype_v; /* V rows apart, or KVB_DTYPE_AS_K */
 };
 struct kvb_needle_result {
     bool correct;

@@ -227,6 +227,37 @@ TEST(bad_params_are_named) {
     CHECK_EQ_INT(id, KVB_POLICY_BLOCK_H2O);
 }
 
+/* A cache of 2 layers x 2 KV heads x 64 dims, q8_0 K and q4_0 V in pages of
+ * 16, holding 100 tokens: 112 slots x (68 + 36) bytes per stream, 46592 in
+ * all: the figure `kvbound mem --layers 2 --kv-heads 2 --head-dim 64 --ctx 100
+ * --dtype-k q8_0 --dtype-v q4_0 --block-size 16` prints (test_kvquant_cli.sh). */
+TEST(quantized_pages_hold_what_mem_predicts) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = 64; cp.block_size = 16;
+    cp.dtype = KVB_DTYPE_Q8_0; cp.dtype_v = KVB_DTYPE_Q4_0;
+    CHECK_EQ_INT(kvb_cache_page_bytes(&cp), 16 * (68 + 36));
+    struct kvb_cache *c;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    static float q[100 * 2 * 64], k[100 * 2 * 64], v[100 * 2 * 64], o[100 * 2 * 64];
+    unsigned long long rs = 11;
+    fill(&rs, q, sizeof q / sizeof *q); fill(&rs, k, sizeof k / sizeof *k); fill(&rs, v, sizeof v / sizeof *v);
+    for (int l = 0; l < 2; l++) CHECK_OK(kvb_cache_prefill(c, l, 100, q, 2, k, v, o, NULL));
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(c, &cs);
+    CHECK_EQ_INT((long long)cs.bytes_used, 46592);
+    /* and a stored row reads back as its quantized value: within q8_0's step of the original K (after RoPE: none here) */
+    float kr[64], vr[64];
+    kvb_cache_read_slot(c, 1, 1, 37, kr, vr);
+    double ek = 0, ev = 0, nk = 0, nv = 0;
+    for (int i = 0; i < 64; i++) {
+        ek += fabs(kr[i] - k[(37 * 2 + 1) * 64 + i]); nk += fabs(k[(37 * 2 + 1) * 64 + i]);
+        ev += fabs(vr[i] - v[(37 * 2 + 1) * 64 + i]); nv += fabs(v[(37 * 2 + 1) * 64 + i]);
+    }
+    CHECK(ek > 0 && ek < 0.01 * nk); /* q8_0: about 0.4% */
+    CHECK(ev > ek && ev < 0.15 * nv); /* q4_0: coarser */
+    kvb_cache_free(c);
+}
+
 TEST(gqa_rows_stored_once_per_kv_head) {
     /* 32 query heads over 8 KV heads: bytes are those of 8 heads, not 32 */
     struct kvb_cache_params cp = kvb_cache_default_params();
@@ -248,5 +279,6 @@ int main(void) {
     RUN(bounded_policies_fit_in_their_pages);
     RUN(bad_params_are_named);
     RUN(gqa_rows_stored_once_per_kv_head);
+    RUN(quantized_pages_hold_what_mem_predicts);
     return test_summary();
 }

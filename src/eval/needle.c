@@ -94,7 +94,9 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
         cp.n_threads = p->n_threads > 0 ? p->n_threads : 1;
         cp.chunk = p->chunk > 0 ? p->chunk : 256;
         cp.n_ctx = (int32_t)prompt.n + 16;
-        const size_t per_tok = (size_t)in.n_layer * in.n_head_kv * in.head_dim * 2 * 2;
+        cp.kv_dtype = p->kv_dtype;
+        cp.kv_dtype_v = p->kv_dtype_v;
+        const size_t per_tok = (size_t)in.n_layer * in.n_head_kv * in.head_dim * 2 * 4; /* f32 rows: the widest */
         /* full and the snapkv family (read the whole prompt, then compress) hold the prompt */
         const bool whole = p->policy.id == KVB_POLICY_FULL || (kvb_policy_compresses(p->policy.id) && !p->policy.prefill_budget);
         const int64_t keep = whole ? prompt.n + 16 + p->policy.budget : (int64_t)p->policy.budget + cp.chunk + 16;

@@ -92,6 +92,7 @@ static int batch_usage(FILE *f) {
             "  --peer PATH          also run llama.cpp's llama-batched-bench on the same file and shapes\n"
             "  --json               accepted (the output is JSON)\n"
             "\n");
+    cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
     return 0;
 }
@@ -104,11 +105,14 @@ int bench_batch(int argc, char **argv) {
     enum kvb_policy_id pid = KVB_POLICY_FULL;
     struct cli_policy po;
     cli_policy_init(&po, 1024);
+    struct cli_kv_types kvt;
+    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return batch_usage(stdout);
         if (!strcmp(a, "--json")) continue;
         int r = cli_policy_option(&po, argc, argv, &i);
+        if (r == 0) r = cli_kv_types_option(&kvt, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -152,6 +156,8 @@ int bench_batch(int argc, char **argv) {
         const int N = par[k];
         struct kvb_batch_params bp = kvb_batch_default_params();
         bp.n_threads = threads;
+        bp.kv_dtype = kvt.k;
+        bp.kv_dtype_v = kvt.v;
         bp.max_seqs = N;
         bp.chunk = chunk;
         /* default: every prompt read in one step (up to 4096 rows), as llama-batched-bench reads them before decoding */
@@ -234,14 +240,18 @@ static int serve_usage(FILE *f) {
             "  -t N               threads (default 2)\n"
             "  --json             one object: sessions_full, sessions_bounded, decode_tok_per_s_full,\n"
             "                     decode_tok_per_s_bounded, throughput_ratio\n");
+    cli_kv_types_help(f, "f16");
     return 0;
 }
 
 /* Decode rate of n sequences each holding `hold` synthetic tokens. */
-static int serve_run(struct kvb_model *m, const struct kvb_model_info *mi, const struct kvb_seq_params *sp, int n, int hold, size_t pool_bytes,
+static int serve_run(struct kvb_model *m, const struct kvb_model_info *mi, const struct cli_kv_types *kvt, const struct kvb_seq_params *sp, int n,
+                     int hold, size_t pool_bytes,
                      int threads, int G, double *tok_per_s, size_t *peak) {
     struct kvb_batch_params bp = kvb_batch_default_params();
     bp.n_threads = threads;
+    bp.kv_dtype = kvt->k;
+    bp.kv_dtype_v = kvt->v;
     bp.max_seqs = n;
     bp.kv_pool_bytes = pool_bytes;
     bp.step_tokens = MAXI(bp.chunk, n);
@@ -295,11 +305,14 @@ int bench_serve_memory(int argc, char **argv) {
     enum kvb_policy_id pid = KVB_POLICY_STREAMING;
     struct cli_policy po;
     cli_policy_init(&po, 1024);
+    struct cli_kv_types kvt;
+    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return serve_usage(stdout);
         if (!strcmp(a, "--json")) { json = true; continue; }
         int r = cli_policy_option(&po, argc, argv, &i);
+        if (r == 0) r = cli_kv_types_option(&kvt, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -330,6 +343,8 @@ int bench_serve_memory(int argc, char **argv) {
     const int B = bounded.policy.budget;
     /* how many fit: each sequence at what it holds after T tokens plus G more */
     struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.kv_dtype = kvt.k;
+    bp.kv_dtype_v = kvt.v;
     bp.max_seqs = 1;
     bp.kv_pool_bytes = pool;
     struct kvb_batch *probe;
@@ -342,8 +357,8 @@ int bench_serve_memory(int argc, char **argv) {
     double tps_full = 0, tps_bounded = 0;
     size_t peak_full = 0, peak_bounded = 0;
     int rc = 0;
-    if (fit_full > 0) rc = serve_run(m, &mi, &full, fit_full, T, pool, threads, G, &tps_full, &peak_full);
-    if (!rc && fit_bounded > 0) rc = serve_run(m, &mi, &bounded, fit_bounded, MINI(T, B), pool, threads, G, &tps_bounded, &peak_bounded);
+    if (fit_full > 0) rc = serve_run(m, &mi, &kvt, &full, fit_full, T, pool, threads, G, &tps_full, &peak_full);
+    if (!rc && fit_bounded > 0) rc = serve_run(m, &mi, &kvt, &bounded, fit_bounded, MINI(T, B), pool, threads, G, &tps_bounded, &peak_bounded);
     if (!rc) {
         const double ratio = tps_full > 0 ? tps_bounded / tps_full : 0;
         if (json)

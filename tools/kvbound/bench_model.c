@@ -221,21 +221,22 @@ static void model_usage(FILE *f, bool prefill) {
         return;
     }
     fprintf(f, "usage: kvbound bench decode -m MODEL [-t THREADS] [-n TOKENS] [--depth D] [--policy P --budget B ...]\n"
-               "                            [--chunk C] [--kv-dtype T] [--json]\n\n"
+               "                            [--chunk C] [--kv-dtype T | --kv-dtype-k T --kv-dtype-v T] [--json]\n\n"
                "Reads a D-token prompt (default 0; in chunks of C, a bounded policy evicting\n"
                "between chunks), then times N decode steps (default 64); prints JSON: tok_per_s\n"
                "(from the median step), bytes_per_token (weights + the KV rows attended),\n"
                "machine_read_gbs (measured in the same run), roofline_fraction, depth,\n"
                "cache_tokens (retained per stream at the end), prefill_s.\n"
                "  --policy NAME   cache policy (default full); its options as in 'kvbound run --help'\n"
-               "  --kv-dtype T    KV cache element type: f16 (default) or f32\n");
+               "  --kv-dtype T    KV rows: f16 (default), bf16, f32, q8_0, q4_0 (-k/-v: K and V apart)\n");
 }
 
 int bench_model(int argc, char **argv, bool prefill) {
     const char *model = NULL;
     int threads = 2, n = 64, chunk = 256, depth = 0;
     enum kvb_policy_id pid = KVB_POLICY_FULL;
-    enum kvb_dtype kvd = KVB_DTYPE_F16;
+    struct cli_kv_types kvt;
+    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     struct cli_policy po;
     cli_policy_init(&po, 1024);
     for (int i = 1; i < argc; i++) {
@@ -246,7 +247,8 @@ int bench_model(int argc, char **argv, bool prefill) {
         }
         if (!strcmp(a, "--json")) continue;
         if (!prefill) {
-            const int pr = cli_policy_option(&po, argc, argv, &i);
+            int pr = cli_policy_option(&po, argc, argv, &i);
+            if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
             if (pr < 0) return 2;
             if (pr > 0) continue;
         }
@@ -255,9 +257,6 @@ int bench_model(int argc, char **argv, bool prefill) {
         else if (!prefill && !strcmp(a, "--depth")) { if (cli_parse_i32(a, v, 0, 1 << 22, &depth)) return 2; }
         else if (!prefill && !strcmp(a, "--policy")) {
             if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; }
-        }
-        else if (!prefill && !strcmp(a, "--kv-dtype")) {
-            if (kvb_dtype_from_name(v, &kvd) != KVB_OK) { fprintf(stderr, "kvbound: --kv-dtype: %s\n", kvb_last_error()); return 2; }
         }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "-n")) { if (cli_parse_i32(a, v, 1, 1 << 20, &n)) return 2; }
@@ -273,16 +272,17 @@ int bench_model(int argc, char **argv, bool prefill) {
     struct kvb_context_params cp = kvb_context_default_params();
     cp.n_threads = threads;
     cp.chunk = chunk;
-    cp.kv_dtype = kvd;
+    cp.kv_dtype = kvt.k;
+    cp.kv_dtype_v = kvt.v;
     cp.n_ctx = prefill ? chunk * 3 + 8 : depth + n + 16;
     if (!prefill) {
         cp.policy = cli_policy_params(&po, pid);
         cli_policy_warn(&po, pid, in->n_ctx_train);
     }
-    const size_t kv_row = kvb_dtype_row_bytes(kvd, in->head_dim); /* one head's K (or V) row */
-    size_t per_tok = (size_t)in->n_layer * in->n_head_kv * kv_row * 2;
+    const size_t kv_rows = kvb_dtype_row_bytes(kvt.k, in->head_dim) + kvb_dtype_row_bytes(cli_kv_v(&kvt), in->head_dim); /* one head's K and V */
+    size_t per_tok = cli_kv_token_bytes(in, &kvt);
     cp.kv_pool_bytes = prefill ? per_tok * (size_t)(cp.n_ctx + 64) + ((size_t)16 << 20)
-                               : cli_pool_bytes(in, kvd, &cp.policy, depth + 1, chunk, cp.block_size, cp.n_ctx);
+                               : cli_pool_bytes(in, &kvt, &cp.policy, depth + 1, chunk, cp.block_size, cp.n_ctx);
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
     float *logits = cli_xmalloc(sizeof(float) * (size_t)in->n_vocab, "logits");
@@ -317,17 +317,17 @@ int bench_model(int argc, char **argv, bool prefill) {
             if (kvb_context_eval(c, &toks[plen + i], 1, logits, false) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
             dt[i] = cli_now_sec() - t0;
             kvb_cache_get_stats(kvb_context_cache(c), &cs); /* the rows this step attended: what its streams hold */
-            kv_read += (double)cs.slots * 2.0 * (double)kv_row;
+            kv_read += (double)cs.slots * (double)kv_rows;
         }
         qsort(dt, (size_t)n, sizeof(double), cmp_d);
         double med = dt[n / 2], tps = 1.0 / med;
         double bw = membw_read_gbs(tp, (size_t)1 << 30, 5);
         double bytes = w_bytes + kv_read / n;
         printf("{\"bench\":\"decode\",\"model\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"tokens\":%d,\"depth\":%d,\"policy\":\"%s\","
-               "\"budget\":%d,\"kv_dtype\":\"%s\",\"cache_tokens\":%d,\"prefill_s\":%.2f,\"kernels\":\"%s\",\"tok_per_s\":%.2f,"
+               "\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"cache_tokens\":%d,\"prefill_s\":%.2f,\"kernels\":\"%s\",\"tok_per_s\":%.2f,"
                "\"ms_per_token_median\":%.3f,\"bytes_per_token\":%.0f,\"machine_read_gbs\":%.2f,\"roofline_fraction\":%.3f,\"cpu\":\"%s\"}\n",
                model, kvb_type_name(in->weight_type), threads, n, depth, kvb_policy_name(pid), pid == KVB_POLICY_FULL ? 0 : cp.policy.budget,
-               kvb_dtype_name(kvd), cs.slots_max, prefill_s, kvb_kernels_name(), tps, med * 1e3, bytes, bw,
+               kvb_dtype_name(kvt.k), kvb_dtype_name(cli_kv_v(&kvt)), cs.slots_max, prefill_s, kvb_kernels_name(), tps, med * 1e3, bytes, bw,
                bw > 0 ? bytes * tps / (bw * 1e9) : 0, cpu);
         free(dt);
     } else {

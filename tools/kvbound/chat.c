@@ -60,6 +60,7 @@ static int chat_usage(FILE *f) {
             "  -ngl N           accepted for llama.cpp's command lines; kvbound runs on the CPU\n"
             "  -t N             threads (default 2)\n"
             "\n");
+    cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
     return 0;
 }
@@ -74,11 +75,14 @@ int cmd_chat(int argc, char **argv) {
     struct kvb_sampler_params sp = kvb_sampler_default_params();
     sp.temp = 0.7f;
     bool show_prompt = false;
+    struct cli_kv_types kvt;
+    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return chat_usage(stdout);
         if (!strcmp(a, "--show-prompt")) { show_prompt = true; continue; }
         int pr = cli_policy_option(&po, argc, argv, &i);
+        if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -113,9 +117,11 @@ int cmd_chat(int argc, char **argv) {
     cp.max_distance = po.max_distance;
     cp.n_threads = threads;
     cp.chunk = 128;
+    cp.kv_dtype = kvt.k;
+    cp.kv_dtype_v = kvt.v;
     /* a compressing policy reads each turn whole before compressing: room for
      * turns of up to 4096 tokens on top of what it keeps (or --prefill-budget) */
-    cp.kv_pool_bytes = cli_pool_bytes(&mi, cp.kv_dtype, &cp.policy, (int64_t)cp.policy.budget + 4096, cp.chunk, cp.block_size, mi.n_ctx_train);
+    cp.kv_pool_bytes = cli_pool_bytes(&mi, &kvt, &cp.policy, (int64_t)cp.policy.budget + 4096, cp.chunk, cp.block_size, mi.n_ctx_train);
     struct kvb_context *c = NULL;
     struct kvb_sampler *smp = NULL;
     sp.seed = (uint64_t)seed;

@@ -32,6 +32,21 @@ void *cli_xmalloc(size_t bytes, const char *what);
 int cmd_serve_main(int argc, char **argv);
 void *cli_xcalloc(size_t n, size_t size, const char *what);
 
+/* KV row types of every command that builds a cache (policy_opts.c):
+ * --kv-dtype T (K and V), --kv-dtype-k T, --kv-dtype-v T; T is f32, f16,
+ * bf16, q8_0 or q4_0. */
+struct cli_kv_types {
+    enum kvb_dtype k, v; /* v: KVB_DTYPE_AS_K unless given */
+};
+void cli_kv_types_init(struct cli_kv_types *t, enum kvb_dtype def);
+/* 1: argv[*i] was one of the flags (value consumed), 0: not one, -1: bad value (printed). */
+int cli_kv_types_option(struct cli_kv_types *t, int argc, char **argv, int *i);
+void cli_kv_types_help(FILE *f, const char *def);
+/* The V rows' type, resolved. */
+enum kvb_dtype cli_kv_v(const struct cli_kv_types *t);
+/* Bytes of one token's K and V rows over every layer and KV head. */
+size_t cli_kv_token_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t);
+
 /* Policy options shared by run, chat, ppl, sweep and needle (policy_opts.c).
  * Unset fields are -1 (the policy's default applies). */
 struct cli_policy {
@@ -52,8 +67,8 @@ void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t 
 /* KV pool bytes for a context: full needs n_ctx tokens per stream; a
  * compressing policy its whole prompt (or prefill_budget + chunk) plus the
  * decode budget; the others budget + chunk; plus page rounding. */
-size_t cli_pool_bytes(const struct kvb_model_info *mi, enum kvb_dtype kvd, const struct kvb_policy_params *p, int64_t prompt_tokens,
-                      int chunk, int block, int n_ctx);
+size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct kvb_policy_params *p,
+                      int64_t prompt_tokens, int chunk, int block, int n_ctx);
 
 int cmd_policies(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

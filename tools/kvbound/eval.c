@@ -28,6 +28,7 @@ struct eval_opts {
     long long max_tokens;
     enum kvb_baseline baseline;
     struct cli_policy po; /* --budget, --sinks, --positions and every policy knob */
+    struct cli_kv_types kvt; /* the policy's KV rows (default f32); the full baseline's are f32 */
     bool mass, json;
     const char *csv, *plot;
 };
@@ -67,6 +68,8 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     pp.baseline = base;
     pp.mass = mass;
     pp.n_threads = o->threads;
+    pp.kv_dtype = o->kvt.k;
+    pp.kv_dtype_v = o->kvt.v;
     if (isatty(2)) pp.progress = progress; /* stderr: JSON on stdout stays clean */
     if (kvb_eval_ppl(m, ids, n, &pp, r) != KVB_OK) {
         fprintf(stderr, "kvbound: %s (budget %d): %s\n", kvb_policy_name(id), budget, kvb_last_error());
@@ -75,9 +78,11 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     return 0;
 }
 
-static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struct kvb_ppl_result *r, enum kvb_baseline base, int32_t prompt) {
-    fprintf(f, "{\"policy\":\"%s\",\"budget\":%d,\"tokens\":%lld,\"nll\":%.6f,\"ppl\":%.6f", kvb_policy_name(id), id == KVB_POLICY_FULL ? 0 : budget,
-            (long long)r->tokens, r->nll, r->ppl);
+static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struct kvb_ppl_result *r, enum kvb_baseline base, int32_t prompt,
+                     const struct cli_kv_types *kvt) {
+    fprintf(f, "{\"policy\":\"%s\",\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"tokens\":%lld,\"nll\":%.6f,\"ppl\":%.6f",
+            kvb_policy_name(id), id == KVB_POLICY_FULL ? 0 : budget, kvb_dtype_name(kvt->k), kvb_dtype_name(cli_kv_v(kvt)), (long long)r->tokens,
+            r->nll, r->ppl);
     if (r->has_baseline) fprintf(f, ",\"baseline\":\"%s\",\"baseline_ppl\":%.6f", base == KVB_BASELINE_FULL ? "full" : "recompute", r->base_ppl);
     if (r->has_kl) fprintf(f, ",\"kl\":%.6f,\"top1\":%.4f", r->kl, r->top1);
     if (prompt > 0)
@@ -156,6 +161,7 @@ static void defaults(struct eval_opts *o) {
     memset(o, 0, sizeof *o);
     snprintf(o->policies, sizeof o->policies, "streaming");
     cli_policy_init(&o->po, 256);
+    cli_kv_types_init(&o->kvt, KVB_DTYPE_F32);
     o->chunk = 1;
     o->threads = 2;
     o->baseline = KVB_BASELINE_FULL;
@@ -178,13 +184,18 @@ int cmd_ppl(int argc, char **argv) {
                    "prefilled and compressed by the policy (snapkv, pyramidkv, adakv keep B per stream and then up to\n"
                    "--decode-budget continuation tokens); decode-time policies hold B throughout. Only the continuation is\n"
                    "scored, from the prediction of token P on; JSON adds prompt_kept (prompt tokens kept per stream).\n"
-                   "Baselines: full (or none).\n\n");
+                   "Baselines: full (or none).\n\n"
+                   "--kv-dtype T (or -k/-v apart) stores the policy's KV rows as T (default f32); the full baseline's\n"
+                   "rows stay f32, so --policy full --kv-dtype q8_0 gives what the bits alone cost (KL), and a bounded\n"
+                   "policy with quantized rows both costs together.\n\n");
+            cli_kv_types_help(stdout, "f32");
             cli_policy_help(stdout, 256);
             return 0;
         }
         if (!strcmp(a, "--json")) { o.json = true; continue; }
         if (!strcmp(a, "--mass")) { o.mass = true; continue; }
         int pr = cli_policy_option(&o.po, argc, argv, &i);
+        if (pr == 0) pr = cli_kv_types_option(&o.kvt, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -217,7 +228,7 @@ int cmd_ppl(int argc, char **argv) {
         names[k] = kvb_policy_name(ids_p[k]);
         if (o.json) {
             if (k) printf(",");
-            json_run(stdout, ids_p[k], o.po.budget, &r[k], o.baseline, o.prompt);
+            json_run(stdout, ids_p[k], o.po.budget, &r[k], o.baseline, o.prompt, &o.kvt);
         } else {
             printf("%-13s budget %-6d ppl %10.4f (nll %.4f)", names[k], ids_p[k] == KVB_POLICY_FULL ? 0 : o.po.budget, r[k].ppl, r[k].nll);
             if (r[k].has_baseline) printf("  %s %10.4f", o.baseline == KVB_BASELINE_FULL ? "full" : "recompute", r[k].base_ppl);
@@ -265,10 +276,12 @@ int cmd_sweep(int argc, char **argv) {
                    "Runs kvbound ppl (baseline full) for every policy x budget; writes DIR/sweep.csv, DIR/sweep.md and\n"
                    "DIR/sweep.svg (ppl, KL and top-1 against peak KV bytes, a line per policy). --prompt as in kvbound ppl.\n"
                    "The policy options apply to every policy (--budget is replaced by --budgets).\n\n");
+            cli_kv_types_help(stdout, "f32");
             cli_policy_help(stdout, 256);
             return 0;
         }
         int pr = cli_policy_option(&o.po, argc, argv, &i);
+        if (pr == 0) pr = cli_kv_types_option(&o.kvt, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;

@@ -1,6 +1,6 @@
 /*
- * mem.c — `kvbound mem`: KV-cache memory, M = 2 (K and V) x B x T x L x
- * n_kv x d x bytes per element, with quantized types counted by their
+ * mem.c — `kvbound mem`: KV-cache memory, M = B x T x L x n_kv x (K row +
+ * V row bytes), K and V each in its type, quantized types counted by their
  * blocks (q8_0: 34 bytes per 32 values) and optional page rounding. A bounded
  * policy's size does not depend on T; the saving is printed beside it.
  * GB = 10^9 bytes (GiB with --gib), rounded to nearest.
@@ -23,12 +23,26 @@ static const struct preset k_presets[] = {
     {"qwen2.5-7b", 28, 4, 128},  {"tinyllama-1.1b", 22, 4, 64},  {"smollm2-135m", 30, 3, 64},
 };
 
-/* Bytes of the K and V of `tokens` tokens: rows of head_dim elements per
- * (layer, KV head); with block_size > 0 the tokens round up to whole pages. */
-static unsigned long long kv_bytes(int32_t L, int32_t H, int32_t D, uint32_t type, long long tokens, long long batch, int32_t block) {
+/* Bytes of the K and V of `tokens` tokens: a K row and a V row of head_dim
+ * elements per (layer, KV head), each in its type; with block_size > 0 the
+ * tokens round up to whole pages (the bytes a kvbound cache then holds). */
+static unsigned long long kv_bytes(int32_t L, int32_t H, int32_t D, uint32_t kt, uint32_t vt, long long tokens, long long batch, int32_t block) {
     long long t = tokens;
     if (block > 0) t = (tokens + block - 1) / block * block;
-    return 2ull * (unsigned long long)batch * (unsigned long long)t * (unsigned long long)L * (unsigned long long)H * kvb_type_row_bytes(type, D);
+    return (unsigned long long)batch * (unsigned long long)t * (unsigned long long)L * (unsigned long long)H *
+           (kvb_type_row_bytes(kt, D) + kvb_type_row_bytes(vt, D));
+}
+
+/* f32, f16, bf16, q8_0 or q4_0 by name; false (printed) otherwise. */
+static bool kv_type(const char *flag, const char *v, uint32_t *out) {
+    const uint32_t ok[] = {KVB_TYPE_F32, KVB_TYPE_F16, KVB_TYPE_BF16, KVB_TYPE_Q8_0, KVB_TYPE_Q4_0};
+    for (size_t k = 0; k < 5; k++)
+        if (!strcasecmp(v, kvb_type_name(ok[k]))) {
+            *out = ok[k];
+            return true;
+        }
+    fprintf(stderr, "kvbound: %s: '%s' is not f32, f16, bf16, q8_0 or q4_0\n", flag, v);
+    return false;
 }
 
 static int parse_list_ll(const char *flag, const char *v, long long *out, int *n, int max) {
@@ -48,16 +62,20 @@ int cmd_mem(int argc, char **argv) {
     int32_t L = 0, H = 0, D = 0, block = 0, budget = 0, sinks = -1;
     long long ctx[16], batch[16];
     int n_ctx = 0, n_batch = 0;
-    uint32_t type = KVB_TYPE_F16;
+    uint32_t type = KVB_TYPE_F16, vtype = KVB_TYPE_F16;
+    bool v_set = false;
     bool json = false, gib = false;
     enum kvb_policy_id pid = KVB_POLICY_FULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: kvbound mem [--preset NAME | -m MODEL.gguf | --layers L --kv-heads H --head-dim D] --ctx T[,T...]\n"
-                   "                   [--batch B[,B...]] [--dtype f32|f16|bf16|q8_0|q4_0] [--policy P --budget N [--sinks S]]\n"
-                   "                   [--block-size N] [--gib] [--json]\n\n"
-                   "KV memory M = 2 x batch x tokens x layers x kv_heads x head_dim x bytes (K and V).\n"
+                   "                   [--batch B[,B...]] [--dtype f32|f16|bf16|q8_0|q4_0] [--dtype-k T --dtype-v T]\n"
+                   "                   [--policy P --budget N [--sinks S]] [--block-size N] [--gib] [--json]\n\n"
+                   "KV memory M = batch x tokens x layers x kv_heads x (K row + V row bytes), a row being head_dim\n"
+                   "elements (q8_0: 34 bytes per 32, q4_0: 18 per 32, ggml's blocks). --dtype sets both (also\n"
+                   "--kv-dtype, -k, -v as the other commands); --block-size rounds tokens up to whole pages, which\n"
+                   "is what a kvbound cache with that page size holds.\n"
                    "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
             for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
             printf("\n");
@@ -77,12 +95,14 @@ int cmd_mem(int argc, char **argv) {
         else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 1, 1 << 30, &budget)) return 2; }
         else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
         else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
-        else if (!strcmp(a, "--dtype")) {
-            const uint32_t ok[] = {KVB_TYPE_F32, KVB_TYPE_F16, KVB_TYPE_BF16, KVB_TYPE_Q8_0, KVB_TYPE_Q4_0};
-            bool found = false;
-            for (size_t k = 0; k < 5; k++)
-                if (!strcasecmp(v, kvb_type_name(ok[k]))) { type = ok[k]; found = true; }
-            if (!found) { fprintf(stderr, "kvbound: --dtype: '%s' is not f32, f16, bf16, q8_0 or q4_0\n", v); return 2; }
+        else if (!strcmp(a, "--dtype") || !strcmp(a, "--kv-dtype")) {
+            if (!kv_type(a, v, &type)) return 2;
+            v_set = false;
+        } else if (!strcmp(a, "--dtype-k") || !strcmp(a, "--kv-dtype-k")) {
+            if (!kv_type(a, v, &type)) return 2;
+        } else if (!strcmp(a, "--dtype-v") || !strcmp(a, "--kv-dtype-v")) {
+            if (!kv_type(a, v, &vtype)) return 2;
+            v_set = true;
         } else { fprintf(stderr, "kvbound mem: unknown option '%s'\n", a); return 2; }
     }
     char name[128] = "custom";
@@ -104,28 +124,35 @@ int cmd_mem(int argc, char **argv) {
         kvb_model_free(m);
     }
     if (!L || !H || !D) { fprintf(stderr, "kvbound mem: give --preset, -m MODEL, or --layers, --kv-heads and --head-dim\n"); return 2; }
-    if (!kvb_type_row_bytes(type, D)) { fprintf(stderr, "kvbound mem: head dim %d is not a whole number of %s blocks\n", D, kvb_type_name(type)); return 2; }
+    if (!v_set) vtype = type;
+    if (!kvb_type_row_bytes(type, D) || !kvb_type_row_bytes(vtype, D)) {
+        fprintf(stderr, "kvbound mem: head dim %d is not a whole number of %s blocks\n", D, kvb_type_name(kvb_type_row_bytes(type, D) ? vtype : type));
+        return 2;
+    }
+    char tname[64];
+    if (vtype == type) snprintf(tname, sizeof tname, "%s", kvb_type_name(type));
+    else snprintf(tname, sizeof tname, "K %s, V %s", kvb_type_name(type), kvb_type_name(vtype));
     if (!n_ctx) { fprintf(stderr, "kvbound mem: --ctx T is required\n"); return 2; }
     if (!n_batch) batch[n_batch++] = 1;
     if (pid != KVB_POLICY_FULL && !budget) { fprintf(stderr, "kvbound mem: --policy %s needs --budget\n", kvb_policy_name(pid)); return 2; }
     const double unit = gib ? 1073741824.0 : 1e9;
     const char *un = gib ? "GiB" : "GB";
     if (!json) {
-        printf("%s: %d layers x %d KV heads x %d dims, %s; %s = %s bytes%s\n", name, L, H, D, kvb_type_name(type), un,
+        printf("%s: %d layers x %d KV heads x %d dims, %s; %s = %s bytes%s\n", name, L, H, D, tname, un,
                gib ? "2^30" : "10^9", block ? ", tokens rounded up to pages" : "");
         printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
         if (pid != KVB_POLICY_FULL) printf(" %14s %10s", "bounded", "saving");
         printf("\n");
     } else {
-        printf("{\"model\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"unit\":\"%s\",\"rows\":[", name, L, H, D,
-               kvb_type_name(type), un);
+        printf("{\"model\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"dtype_k\":\"%s\",\"dtype_v\":\"%s\",\"unit\":\"%s\",\"rows\":[",
+               name, L, H, D, vtype == type ? kvb_type_name(type) : "mixed", kvb_type_name(type), kvb_type_name(vtype), un);
     }
     int first = 1;
     for (int c = 0; c < n_ctx; c++)
         for (int b = 0; b < n_batch; b++) {
-            unsigned long long bytes = kv_bytes(L, H, D, type, ctx[c], batch[b], block);
+            unsigned long long bytes = kv_bytes(L, H, D, type, vtype, ctx[c], batch[b], block);
             long long kept = budget < ctx[c] ? budget : ctx[c];
-            unsigned long long bounded = pid != KVB_POLICY_FULL ? kv_bytes(L, H, D, type, kept, batch[b], block) : bytes;
+            unsigned long long bounded = pid != KVB_POLICY_FULL ? kv_bytes(L, H, D, type, vtype, kept, batch[b], block) : bytes;
             if (json)
                 printf("%s{\"tokens\":%lld,\"batch\":%lld,\"bytes\":%llu,\"size\":%.2f%s", first ? "" : ",", ctx[c], batch[b], bytes, bytes / unit,
                        pid != KVB_POLICY_FULL ? "" : "}");

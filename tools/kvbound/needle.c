@@ -50,6 +50,8 @@ int cmd_needle(int argc, char **argv) {
     cli_policy_init(&po, 256);
     long long seed = 1;
     enum kvb_policy_id pid = KVB_POLICY_FULL;
+    struct cli_kv_types kvt;
+    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -58,10 +60,12 @@ int cmd_needle(int argc, char **argv) {
                    "Passkey retrieval: accuracy of the model's greedy answer, and retention (share of streams still holding\n"
                    "the passkey tokens when the question is read, after the prompt's compression), over length x depth.\n"
                    "Writes needle.json/.md/.svg.\n\n");
+            cli_kv_types_help(stdout, "f16");
             cli_policy_help(stdout, 256);
             return 0;
         }
         int pr = cli_policy_option(&po, argc, argv, &i);
+        if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -97,7 +101,7 @@ int cmd_needle(int argc, char **argv) {
             for (int k = 0; k < trials; k++) {
                 rs = rs * 6364136223846793005ull + 1442695040888963407ull;
                 struct kvb_needle_params np = {cli_policy_params(&po, pid), po.pos, (int32_t)lengths[i], depths[j],
-                                               10000u + (uint32_t)((rs >> 33) % 90000u), filler, chunk, threads};
+                                               10000u + (uint32_t)((rs >> 33) % 90000u), filler, chunk, threads, kvt.k, kvt.v};
                 struct kvb_needle_result nr;
                 if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
                 ok += nr.correct;
@@ -115,8 +119,8 @@ int cmd_needle(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/needle.svg", out);
     FILE *sv = fopen(path, "w");
     if (!j || !md || !sv) { fprintf(stderr, "kvbound: cannot write in '%s'\n", out); return 1; }
-    fprintf(j, "{\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"trials\":%d,\"seed\":%lld,\"cells\":[", model, kvb_policy_name(pid),
-            pid == KVB_POLICY_FULL ? 0 : po.budget, trials, seed);
+    fprintf(j, "{\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"trials\":%d,\"seed\":%lld,\"cells\":[",
+            model, kvb_policy_name(pid), pid == KVB_POLICY_FULL ? 0 : po.budget, kvb_dtype_name(kvt.k), kvb_dtype_name(cli_kv_v(&kvt)), trials, seed);
     fprintf(md, "Needle retrieval, `%s`, policy %s%s, %d trial(s) per cell. Accuracy (retention):\n\n| tokens / depth |", model, kvb_policy_name(pid),
             pid == KVB_POLICY_FULL ? "" : " (budget)", trials);
     for (int d = 0; d < ndp; d++) fprintf(md, " %.2f |", depths[d]);

@@ -124,9 +124,42 @@ void cli_policy_help(FILE *f, int default_budget) {
             d.pool_kernel, (double)d.pyramid_beta, (double)d.ada_floor);
 }
 
-size_t cli_pool_bytes(const struct kvb_model_info *mi, enum kvb_dtype kvd, const struct kvb_policy_params *p, int64_t prompt_tokens,
-                      int chunk, int block, int n_ctx) {
-    const size_t per_tok = (size_t)mi->n_layer * (size_t)mi->n_head_kv * kvb_dtype_row_bytes(kvd, mi->head_dim) * 2;
+void cli_kv_types_init(struct cli_kv_types *t, enum kvb_dtype def) {
+    t->k = def;
+    t->v = KVB_DTYPE_AS_K;
+}
+
+int cli_kv_types_option(struct cli_kv_types *t, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (strcmp(a, "--kv-dtype") && strcmp(a, "--kv-dtype-k") && strcmp(a, "--kv-dtype-v")) return 0;
+    const char *v = cli_value(argc, argv, i);
+    if (!v) return -1;
+    enum kvb_dtype d;
+    if (kvb_dtype_from_name(v, &d) != KVB_OK) {
+        fprintf(stderr, "kvbound: %s: %s\n", a, kvb_last_error());
+        return -1;
+    }
+    if (!strcmp(a, "--kv-dtype")) t->k = d, t->v = KVB_DTYPE_AS_K;
+    else if (!strcmp(a, "--kv-dtype-k")) t->k = d;
+    else t->v = d;
+    return 1;
+}
+
+void cli_kv_types_help(FILE *f, const char *def) {
+    fprintf(f, "  --kv-dtype T          KV rows: f16 | bf16 | f32 | q8_0 | q4_0 (default %s; q8_0/q4_0: ggml's\n"
+               "                        blocks of 32, quantized once when a token is appended)\n"
+               "  --kv-dtype-k T, --kv-dtype-v T   K and V rows apart (a later --kv-dtype sets both again)\n", def);
+}
+
+enum kvb_dtype cli_kv_v(const struct cli_kv_types *t) { return t->v == KVB_DTYPE_AS_K ? t->k : t->v; }
+
+size_t cli_kv_token_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t) {
+    return (size_t)mi->n_layer * (size_t)mi->n_head_kv * (kvb_dtype_row_bytes(t->k, mi->head_dim) + kvb_dtype_row_bytes(cli_kv_v(t), mi->head_dim));
+}
+
+size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct kvb_policy_params *p,
+                      int64_t prompt_tokens, int chunk, int block, int n_ctx) {
+    const size_t per_tok = cli_kv_token_bytes(mi, kv);
     int64_t toks;
     if (p->id == KVB_POLICY_FULL) toks = n_ctx;
     else if (kvb_policy_compresses(p->id)) {

@@ -27,13 +27,13 @@ static void run_usage(FILE *f) {
             "  -s, --seed S          sampling seed (default 0); same seed and threads, same text\n"
             "  --policy NAME         cache policy (default full; see 'kvbound policies')\n"
             "  --block-size B        tokens per cache page (default 16)\n"
-            "  --kv-dtype T          f16 | f32 (default f16)\n"
             "  -c, --ctx-size N      context limit for the full policy (default: the model's trained length; also --ctx)\n"
             "  -b, --batch-size C    prefill chunk (default 256; also --chunk)\n"
             "  -ngl N                accepted for llama.cpp's command lines; kvbound runs on the CPU (no offload)\n"
             "  --ignore-eos          keep generating after end-of-sequence / end-of-turn\n"
             "  -t, --threads N       threads (default 2)\n"
             "\n");
+    cli_kv_types_help(f, "f16");
     cli_policy_help(f, 256);
 }
 
@@ -47,13 +47,15 @@ int cmd_run(int argc, char **argv) {
     int block = 16, ctx = 0, chunk = 256;
     struct cli_policy po;
     cli_policy_init(&po, 256);
-    enum kvb_dtype kvd = KVB_DTYPE_F16;
+    struct cli_kv_types kvt;
+    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     long long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout); return 0; }
         if (!strcmp(a, "--ignore-eos")) { ignore_eos = true; continue; }
         int pr = cli_policy_option(&po, argc, argv, &i);
+        if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -79,7 +81,6 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (cli_parse_i32(a, v, 1, 1 << 30, &ctx)) return 2; }
         else if (!strcmp(a, "--chunk") || !strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "--kv-dtype")) { if (kvb_dtype_from_name(v, &kvd) != KVB_OK) { fprintf(stderr, "kvbound: --kv-dtype: %s\n", kvb_last_error()); return 2; } }
         else { fprintf(stderr, "kvbound run: unknown option '%s' (see --help)\n", a); return 2; }
     }
     if (!model) { fprintf(stderr, "kvbound run: -m MODEL is required\n"); return 2; }
@@ -107,7 +108,8 @@ int cmd_run(int argc, char **argv) {
     cli_policy_warn(&po, pid, mi.n_ctx_train);
     cp.pos_mode = po.pos;
     cp.max_distance = po.max_distance;
-    cp.kv_dtype = kvd;
+    cp.kv_dtype = kvt.k;
+    cp.kv_dtype_v = kvt.v;
     cp.block_size = block;
     cp.n_threads = threads;
     cp.chunk = chunk;
@@ -118,7 +120,7 @@ int cmd_run(int argc, char **argv) {
         kvb_buffer_free(ids); kvb_model_free(m); free(pbuf);
         return 1;
     }
-    cp.kv_pool_bytes = cli_pool_bytes(&mi, kvd, &cp.policy, n_ids, chunk, block, cp.n_ctx);
+    cp.kv_pool_bytes = cli_pool_bytes(&mi, &kvt, &cp.policy, n_ids, chunk, block, cp.n_ctx);
     if (pid == KVB_POLICY_FULL && ctx > mi.n_ctx_train)
         fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", ctx, mi.n_ctx_train);
     struct kvb_context *c = NULL;

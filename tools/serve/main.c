@@ -53,6 +53,7 @@ static int usage(FILE *f) {
             "  --template NAME       chat format: chatml | llama3 | llama2 | mistral | plain (default: the\n"
             "                        model's template, plain when it has none or lacks its tokens)\n"
             "\n");
+    cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
     fprintf(f,
             "\n"
@@ -86,10 +87,13 @@ int cmd_serve_main(int argc, char **argv) {
     enum kvb_policy_id pid = KVB_POLICY_STREAMING;
     struct cli_policy po;
     cli_policy_init(&po, 1024);
+    struct cli_kv_types kvt;
+    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
-        const int pr = cli_policy_option(&po, argc, argv, &i);
+        int pr = cli_policy_option(&po, argc, argv, &i);
+        if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         const char *v = cli_value(argc, argv, &i);
@@ -131,6 +135,8 @@ int cmd_serve_main(int argc, char **argv) {
     o->pool_bytes = (size_t)pool_mb << 20;
     o->policy = cli_policy_params(&po, pid);
     o->pos_mode = po.pos;
+    o->kv_dtype = kvt.k;
+    o->kv_dtype_v = kvt.v;
     o->max_distance = po.max_distance;
     o->max_budget = max_budget ? max_budget : (o->policy.budget ? 8 * o->policy.budget : 8192);
     if (o->policy.id != KVB_POLICY_FULL && o->policy.budget > o->max_budget) o->max_budget = o->policy.budget;

@@ -792,6 +792,8 @@ int sched_start(struct server *srv) {
     if (!s) return -1;
     struct kvb_batch_params bp = kvb_batch_default_params();
     bp.kv_pool_bytes = srv->o.pool_bytes;
+    bp.kv_dtype = srv->o.kv_dtype;
+    bp.kv_dtype_v = srv->o.kv_dtype_v;
     bp.n_threads = srv->o.threads;
     bp.max_seqs = srv->o.parallel + srv->o.max_sessions;
     bp.step_tokens = srv->o.step_tokens;

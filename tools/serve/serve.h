@@ -140,6 +140,7 @@ struct serve_opts {
     struct kvb_policy_params policy;
     enum kvb_pos_mode pos_mode;
     int max_distance;
+    enum kvb_dtype kv_dtype, kv_dtype_v; /* every session's KV rows (--kv-dtype, -k, -v) */
     bool dry_run; /* the fuzz target: requests are checked, never generated */
 };
 
