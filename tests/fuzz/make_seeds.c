@@ -123,5 +123,28 @@ int main(int argc, char **argv) {
         if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
         kvb_cache_free(c);
     }
+    /* quantized pages (image version 3): q8_0 K with q4_0 V, and q4_0 K with bf16 V, 32 dims */
+    for (int qi = 0; qi < 2; qi++) {
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 32; cp.block_size = 4;
+        cp.dtype = qi ? KVB_DTYPE_Q4_0 : KVB_DTYPE_Q8_0;
+        cp.dtype_v = qi ? KVB_DTYPE_BF16 : KVB_DTYPE_Q4_0;
+        cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, 32, 10000.0f, 1.0f, NULL};
+        cp.policy = kvb_policy_default_params(qi ? KVB_POLICY_H2O : KVB_POLICY_STREAMING);
+        cp.policy.budget = 6;
+        cp.policy.n_sink = 2;
+        cp.pool_bytes = 1 << 20;
+        struct kvb_cache *c;
+        if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
+        float q[32], k[32], v[32], o[32];
+        for (int t = 0; t < 9; t++) {
+            for (int i = 0; i < 32; i++) { q[i] = (float)((i * 7 + t) % 11) - 5; k[i] = (float)((i * 3 + t) % 7) - 3; v[i] = (float)(i % 5) * 0.5f; }
+            kvb_cache_decode(c, 0, q, 1, k, v, o, NULL);
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/quantized-%s.kvb", argv[1], qi ? "q4_0-bf16" : "q8_0-q4_0");
+        if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
+        kvb_cache_free(c);
+    }
     return 0;
 }
