@@ -9,6 +9,8 @@
  */
 #include "testing.h"
 #include "ops/ops.h"
+#include "ops/quant.h"
+#include "core/ggml_types.h"
 
 static const struct kvb_kernels *families[3];
 static int n_families;
@@ -215,6 +217,27 @@ TEST(prefill_rows_and_column_mass) {
     }
 }
 
+/* Every family's q8_0/q4_0 row loaders give the scalar dequantizer's bits,
+ * on random rows and at the edges (scale +-max f16, codes -127/127, 0/15). */
+TEST(kv_row_loaders_equal_dequantizer) {
+    static uint8_t row[512 / 32 * 34];
+    static float x[512], want[512], got[512];
+    for (int fa = 0; fa < n_families; fa++)
+        for (int type = 0; type < 2; type++)
+            for (int trial = 0; trial < 6; trial++) {
+                const int d = 32 * (1 + trial * 3);
+                unsigned long long rs = 40 + (unsigned long long)trial;
+                for (int i = 0; i < d; i++) x[i] = t_randf(&rs) * (trial == 5 ? 60000.0f : 3.0f);
+                const uint32_t gt = type ? GGML_TYPE_Q4_0 : GGML_TYPE_Q8_0;
+                CHECK(kvb_quantize_row(gt, x, row, d));
+                if (trial == 4) for (int i = 0; i < d / 32 * (type ? 18 : 34); i++) if (i % (type ? 18 : 34) >= 2) row[i] = (uint8_t)(i & 1 ? 0x81 : 0x7f);
+                kvb_dequantize_row(gt, row, want, d);
+                (type ? families[fa]->from_q4_0 : families[fa]->from_q8_0)(row, got, d);
+                if (memcmp(want, got, sizeof(float) * (size_t)d))
+                    FAILF("%s %s d=%d trial %d: a loaded row differs from the dequantizer", families[fa]->name, type ? "q4_0" : "q8_0", d, trial);
+            }
+}
+
 TEST(vexp_matches_expf) {
     for (int fa = 0; fa < n_families; fa++) {
         float x[1000], y[1000];
@@ -239,5 +262,6 @@ int main(void) {
     RUN(decode_matches_naive_every_family);
     RUN(prefill_rows_and_column_mass);
     RUN(vexp_matches_expf);
+    RUN(kv_row_loaders_equal_dequantizer);
     return test_summary();
 }

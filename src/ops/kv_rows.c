@@ -37,8 +37,8 @@ void kvb_kv_row_load(enum kvb_dtype t, const void *src, float *dst, int32_t d) {
     case KVB_DTYPE_BF16:
         for (int32_t i = 0; i < d; i++) dst[i] = kvb_bf16_to_f32(((const uint16_t *)src)[i]);
         break;
-    case KVB_DTYPE_Q8_0: kvb_dequantize_row(GGML_TYPE_Q8_0, src, dst, d); break;
-    case KVB_DTYPE_Q4_0: kvb_dequantize_row(GGML_TYPE_Q4_0, src, dst, d); break;
+    case KVB_DTYPE_Q8_0: kvb_kernels()->from_q8_0(src, dst, d); break;
+    case KVB_DTYPE_Q4_0: kvb_kernels()->from_q4_0(src, dst, d); break;
     default: memcpy(dst, src, sizeof(float) * (size_t)d); break;
     }
 }

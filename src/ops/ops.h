@@ -72,6 +72,10 @@ struct kvb_kernels {
     /* dst[i] = f32(src[i]) and back, for K/V rows. */
     void (*to_f16)(const float *src, uint16_t *dst, int32_t n);
     void (*from_f16)(const uint16_t *src, float *dst, int32_t n);
+    /* dst[0..n) = a q8_0 (or q4_0) row of n elements (n a multiple of 32),
+     * dequantized as kvb_dequantize_row does: d * q, d * (q - 8). */
+    void (*from_q8_0)(const void *src, float *dst, int32_t n);
+    void (*from_q4_0)(const void *src, float *dst, int32_t n);
 };
 
 extern const struct kvb_kernels kvb_kernels_ref;

@@ -45,7 +45,7 @@ static void bench_usage(FILE *f) {
             "  --head-dim N        head dimension (default 128)\n"
             "  --budget N          retained tokens per stream (default 2048)\n"
             "  --steps N           timed steps per policy (default 64)\n"
-            "  --dtype f16|f32     cache storage type (default f16)\n"
+            "  --kv-dtype T        KV rows: f16 (default), bf16, f32, q8_0, q4_0 (also --dtype; --kv-dtype-k/-v apart)\n"
             "  --block-size N      tokens per page (default 16)\n"
             "  --positions M       original|contiguous|capped (default: the policy's; capped: at --budget)\n"
             "  -t, --threads N     threads (default 2)\n"
@@ -72,13 +72,17 @@ static int bench_cache(int argc, char **argv) {
     char policies_arg[256] = "streaming";
     int layers = 32, kv_heads = 8, heads = 0, head_dim = 128, budget = 2048, steps = 64, threads = 2, block = 16;
     long long seed = 1;
-    enum kvb_dtype dtype = KVB_DTYPE_F16;
+    struct cli_kv_types kvt;
+    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     enum kvb_pos_mode pos = KVB_POS_POLICY_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_usage(stdout); return 0; }
         else if (!strcmp(a, "--json")) continue;
-        else if (!(v = cli_value(argc, argv, &i))) return 2;
+        const int kr = cli_kv_types_option(&kvt, argc, argv, &i);
+        if (kr < 0) return 2;
+        if (kr > 0) continue;
+        if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(a, "--policy")) snprintf(policies_arg, sizeof policies_arg, "%s", v);
         else if (!strcmp(a, "--layers")) { if (cli_parse_i32(a, v, 1, 4096, &layers)) return 2; }
         else if (!strcmp(a, "--kv-heads")) { if (cli_parse_i32(a, v, 1, 1024, &kv_heads)) return 2; }
@@ -90,7 +94,8 @@ static int bench_cache(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
         else if (!strcmp(a, "--dtype")) {
-            if (kvb_dtype_from_name(v, &dtype) != KVB_OK) { fprintf(stderr, "kvbound: --dtype: %s\n", kvb_last_error()); return 2; }
+            if (kvb_dtype_from_name(v, &kvt.k) != KVB_OK) { fprintf(stderr, "kvbound: --dtype: %s\n", kvb_last_error()); return 2; }
+            kvt.v = KVB_DTYPE_AS_K;
         } else if (!strcmp(a, "--positions")) {
             if (!strcmp(v, "original")) pos = KVB_POS_ORIGINAL;
             else if (!strcmp(v, "contiguous")) pos = KVB_POS_CONTIGUOUS;
@@ -132,7 +137,7 @@ static int bench_cache(int argc, char **argv) {
     for (int p = 0; p < n_pol; p++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
         cp.max_distance = budget; /* lminfinite: n_local = the cap, as the paper */
-        cp.n_layer = layers; cp.n_kv_head = kv_heads; cp.head_dim = head_dim; cp.dtype = dtype; cp.block_size = block;
+        cp.n_layer = layers; cp.n_kv_head = kv_heads; cp.head_dim = head_dim; cp.dtype = kvt.k; cp.dtype_v = kvt.v; cp.block_size = block;
         cp.pos_mode = pos;
         cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, head_dim, 10000.0f, 1.0f, NULL};
         cp.policy = kvb_policy_default_params(pol[p].id);
@@ -185,15 +190,15 @@ static int bench_cache(int argc, char **argv) {
         kvb_cache_get_stats(pol[p].cache, &cs);
         double med = median(pol[p].ns, pol[p].n_ns);
         if (p == 0) base_med = med;
-        double kv_read = (double)cs.slots * 2.0 * (double)kvb_dtype_row_bytes(dtype, head_dim);
+        double kv_read = (double)cs.slots * (double)(kvb_dtype_row_bytes(kvt.k, head_dim) + kvb_dtype_row_bytes(cli_kv_v(&kvt), head_dim));
         double gbs = kv_read / med; /* bytes per ns == GB/s */
         printf("%s{\"policy\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"heads\":%d,\"head_dim\":%d,\"budget\":%d,"
-               "\"dtype\":\"%s\",\"threads\":%d,\"steps\":%d,\"kernels\":\"%s\",\"positions\":\"%s\","
+               "\"dtype\":\"%s\",\"dtype_v\":\"%s\",\"threads\":%d,\"steps\":%d,\"kernels\":\"%s\",\"positions\":\"%s\","
                "\"ns_per_step\":%.0f,\"ns_per_step_min\":%.0f,\"ns_per_step_max\":%.0f,\"bytes\":%zu,\"bytes_peak\":%zu,"
                "\"kv_bytes_read_per_step\":%.0f,\"attn_read_gbs\":%.2f,\"machine_read_gbs\":%.2f,"
                "\"bw_fraction\":%.3f,\"ratio_to_first\":%.3f,\"cpu\":\"%s\",\"nproc\":%d}%s\n",
                n_pol > 1 ? "  " : "", kvb_policy_name(pol[p].id), layers, kv_heads, heads, head_dim, budget,
-               kvb_dtype_name(dtype), threads, pol[p].n_ns, kvb_kernels_name(),
+               kvb_dtype_name(kvt.k), kvb_dtype_name(cli_kv_v(&kvt)), threads, pol[p].n_ns, kvb_kernels_name(),
                kvb_pos_mode_name(kvb_cache_pos_mode(pol[p].cache)), med, pol[p].ns[0], pol[p].ns[pol[p].n_ns - 1],
                cs.bytes_used, cs.bytes_peak, kv_read, gbs, bw, bw > 0 ? gbs / bw : 0, base_med > 0 ? med / base_med : 0,
                cpu, threads, p + 1 < n_pol ? "," : "");

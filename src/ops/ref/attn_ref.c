@@ -3,6 +3,8 @@
  * SIMD versions are tested against. Plain loops, sequential sums.
  */
 #include "../ops.h"
+#include "../quant.h"
+#include "../../core/ggml_types.h"
 
 #include <math.h>
 
@@ -48,7 +50,12 @@ static void from_f16_ref(const uint16_t *src, float *dst, int32_t n) {
     for (int32_t i = 0; i < n; i++) dst[i] = kvb_f16_to_f32(src[i]);
 }
 
+static void from_q8_0_ref(const void *src, float *dst, int32_t n) { kvb_dequantize_row(GGML_TYPE_Q8_0, src, dst, n); }
+static void from_q4_0_ref(const void *src, float *dst, int32_t n) { kvb_dequantize_row(GGML_TYPE_Q4_0, src, dst, n); }
+
 const struct kvb_kernels kvb_kernels_ref = {
+    .from_q8_0 = from_q8_0_ref,
+    .from_q4_0 = from_q4_0_ref,
     .name = "ref",
     .scores = scores_ref,
     .accum = accum_ref,

@@ -204,7 +204,12 @@ static void from_f16_avx512(const uint16_t *src, float *dst, int32_t n) {
     for (; i < n; i++) dst[i] = kvb_f16_to_f32(src[i]);
 }
 
+void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n); /* attn_avx2.c: AVX2 runs on every AVX-512 CPU */
+void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
+
 const struct kvb_kernels kvb_kernels_avx512 = {
+    .from_q8_0 = kvb_from_q8_0_avx2,
+    .from_q4_0 = kvb_from_q4_0_avx2,
     .name = "avx512",
     .scores = scores_avx512,
     .accum = accum_avx512,
