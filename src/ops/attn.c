@@ -62,7 +62,7 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
         const struct kvb_kv_view *tv = v; /* quantized or mixed pages: this tile in f32 scratch */
         struct kvb_kv_view tile;
         int32_t jj = jt;
-        if (!kvb_view_direct(v)) {
+        if (!kvb_view_direct(v, kr->quant_rows)) {
             tile = kvb_kv_tile_view(v, jt, nt, true);
             tv = &tile;
             jj = 0;
@@ -153,7 +153,7 @@ void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v,
                       const float *lse, int32_t n_rows, float w_r, int32_t j0, int32_t j1, float *col, float *s) {
     for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
         int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
-        if (kvb_view_direct(v)) kr->scores(v, q, n_rows, jt, nt, s);
+        if (kvb_view_direct(v, kr->quant_rows)) kr->scores(v, q, n_rows, jt, nt, s);
         else {
             const struct kvb_kv_view tile = kvb_kv_tile_view(v, jt, nt, false);
             kr->scores(&tile, q, n_rows, 0, nt, s);

@@ -24,8 +24,9 @@
  * physical slot s = slots[j]; its K row at pages[s >> block_shift] +
  * (s & mask) * row_bytes, its V row at the same page + v_offset +
  * (s & mask) * row_bytes_v. The per-arch primitives read f32/f16 views
- * with dtype == dtype_v; the driver (attn.c) hands them any other view a
- * tile at a time, dequantized into f32 (kvb_kv_row_load). */
+ * with dtype == dtype_v, and q8_0/q4_0 ones where the family says so
+ * (quant_rows); the driver (attn.c) hands them any other view a tile at a
+ * time, dequantized into f32 (kvb_kv_row_load). */
 struct kvb_kv_view {
     uint8_t *const *pages;
     const int32_t *slots;
@@ -47,9 +48,11 @@ static inline const void *kvb_view_v(const struct kvb_kv_view *v, int32_t j) {
     int32_t s = v->slots[j];
     return v->pages[s >> v->block_shift] + v->v_offset + (size_t)(s & ((1 << v->block_shift) - 1)) * v->row_bytes_v;
 }
-/* Whether the primitives read the view directly (f32 or f16, K and V alike). */
-static inline bool kvb_view_direct(const struct kvb_kv_view *v) {
-    return v->dtype == v->dtype_v && (v->dtype == KVB_DTYPE_F32 || v->dtype == KVB_DTYPE_F16);
+/* Whether the primitives read the view directly: f32 or f16 rows, K and V
+ * alike; or q8_0/q4_0 rows (K and V alike) on a family that reads them. */
+static inline bool kvb_view_direct(const struct kvb_kv_view *v, bool quant_rows) {
+    if (v->dtype != v->dtype_v) return false;
+    return v->dtype == KVB_DTYPE_F32 || v->dtype == KVB_DTYPE_F16 || (quant_rows && (v->dtype == KVB_DTYPE_Q8_0 || v->dtype == KVB_DTYPE_Q4_0));
 }
 /* One KV row of d elements in dtype t: stored from f32 (quantized for
  * q8_0/q4_0, rounded for f16/bf16) and loaded back to f32. */
@@ -76,6 +79,7 @@ struct kvb_kernels {
      * dequantized as kvb_dequantize_row does: d * q, d * (q - 8). */
     void (*from_q8_0)(const void *src, float *dst, int32_t n);
     void (*from_q4_0)(const void *src, float *dst, int32_t n);
+    bool quant_rows; /* scores/accum read q8_0 and q4_0 pages (K and V of one type) */
 };
 
 extern const struct kvb_kernels kvb_kernels_ref;

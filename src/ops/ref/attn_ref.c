@@ -8,9 +8,21 @@
 
 #include <math.h>
 
-static inline float load_elem(const struct kvb_kv_view *v, const void *row, int32_t i) {
-    return v->dtype == KVB_DTYPE_F16 ? kvb_f16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+/* Element i of a row of type t, as kvb_dequantize_row gives it. */
+static inline float load_elem_t(enum kvb_dtype t, const void *row, int32_t i) {
+    const uint8_t *b = row;
+    if (t == KVB_DTYPE_Q8_0) {
+        const struct block_q8_0 *blk = (const struct block_q8_0 *)b + i / 32;
+        return kvb_f16_to_f32(blk->d) * blk->qs[i % 32];
+    }
+    if (t == KVB_DTYPE_Q4_0) {
+        const struct block_q4_0 *blk = (const struct block_q4_0 *)b + i / 32;
+        const int j = i % 32;
+        return kvb_f16_to_f32(blk->d) * ((j < 16 ? blk->qs[j] & 0xF : blk->qs[j - 16] >> 4) - 8);
+    }
+    return t == KVB_DTYPE_F16 ? kvb_f16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }
+static inline float load_elem(const struct kvb_kv_view *v, const void *row, int32_t i) { return load_elem_t(v->dtype, row, i); }
 
 static void scores_ref(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
     const int32_t d = v->head_dim;
@@ -33,7 +45,7 @@ static void accum_ref(const struct kvb_kv_view *v, const float *e, int32_t n_row
             float w = e[r * KVB_ATTN_TILE + t];
             if (w == 0) continue;
             float *ar = acc + (size_t)r * d;
-            for (int32_t i = 0; i < d; i++) ar[i] += w * load_elem(v, vr, i);
+            for (int32_t i = 0; i < d; i++) ar[i] += w * load_elem_t(v->dtype_v, vr, i);
         }
     }
 }
@@ -54,6 +66,7 @@ static void from_q8_0_ref(const void *src, float *dst, int32_t n) { kvb_dequanti
 static void from_q4_0_ref(const void *src, float *dst, int32_t n) { kvb_dequantize_row(GGML_TYPE_Q4_0, src, dst, n); }
 
 const struct kvb_kernels kvb_kernels_ref = {
+    .quant_rows = true,
     .from_q8_0 = from_q8_0_ref,
     .from_q4_0 = from_q4_0_ref,
     .name = "ref",

@@ -82,7 +82,10 @@ static int nearest(float x) { return (int)lrintf(x); }
 static void q_q8_0(const float *x, struct block_q8_0 *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         float amax = 0;
-        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[i * 32 + k]));
+        for (int k = 0; k < 32; k++) { /* fmaxf's result (a NaN is skipped) without its libm call */
+            const float a = fabsf(x[i * 32 + k]);
+            amax = a > amax ? a : amax;
+        }
         float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         b[i].d = kvb_f32_to_f16(d);
         for (int k = 0; k < 32; k++) b[i].qs[k] = (int8_t)nearest(x[i * 32 + k] * id);

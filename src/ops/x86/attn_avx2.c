@@ -44,9 +44,77 @@ static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_v
     }
 }
 
+/* Scores of four keys against one row at a time: four accumulators, one
+ * reduction of all four (two hadd levels and one add of the halves) instead
+ * of four horizontal sums. Rows of f32/f16 keys are read from the pages;
+ * with d a multiple of 8. */
+static inline __attribute__((always_inline)) void scores4_rows(const void *const k[4], enum kvb_dtype dt, const float *q, int32_t n_rows,
+                                                               int32_t d, float *s) {
+    for (int32_t r = 0; r < n_rows; r++) {
+        const float *qr = q + (size_t)r * d;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int32_t i = 0; i < d; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(qr + i);
+            a0 = _mm256_fmadd_ps(qv, load8(dt, k[0], i), a0);
+            a1 = _mm256_fmadd_ps(qv, load8(dt, k[1], i), a1);
+            a2 = _mm256_fmadd_ps(qv, load8(dt, k[2], i), a2);
+            a3 = _mm256_fmadd_ps(qv, load8(dt, k[3], i), a3);
+        }
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        _mm_storeu_ps(s + r * KVB_ATTN_TILE, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    }
+}
+
+void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n);
+void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
+static void from_f16_avx2(const uint16_t *src, float *dst, int32_t n);
+
+/* Keys in groups of four (the rest one at a time). Quantized rows (q8_0,
+ * q4_0) are dequantized once per key into a small L1 buffer that every row
+ * then reads: the pages are read once, as f16 pages are. */
 static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
-    if (v->dtype == KVB_DTYPE_F16) scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F16);
-    else scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F32);
+    const int32_t d = v->head_dim;
+    const enum kvb_dtype dt = v->dtype;
+    const bool quant = dt == KVB_DTYPE_Q8_0 || dt == KVB_DTYPE_Q4_0;
+    if (!quant && (d & 7)) { /* scalar tails: the per-key kernel */
+        if (dt == KVB_DTYPE_F16) scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F16);
+        else scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F32);
+        return;
+    }
+    _Alignas(32) float kf[4][512];
+    /* f16 keys read by several rows: converted once per key too (one vcvtph2ps per 8 instead of one per row) */
+    const bool to_f32 = quant || (dt == KVB_DTYPE_F16 && n_rows > 1);
+    int32_t t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        const void *k[4];
+        for (int u = 0; u < 4; u++) {
+            k[u] = kvb_view_k(v, j0 + t + u);
+            if (to_f32) {
+                if (dt == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(k[u], kf[u], d);
+                else if (dt == KVB_DTYPE_Q4_0) kvb_from_q4_0_avx2(k[u], kf[u], d);
+                else from_f16_avx2((const uint16_t *)k[u], kf[u], d);
+                k[u] = kf[u];
+            }
+        }
+        if (dt == KVB_DTYPE_F16 && !to_f32) scores4_rows(k, KVB_DTYPE_F16, q, n_rows, d, s + t);
+        else scores4_rows(k, KVB_DTYPE_F32, q, n_rows, d, s + t);
+    }
+    for (; t < nt; t++) { /* the last keys of a tile, one at a time */
+        const void *k1 = kvb_view_k(v, j0 + t);
+        enum kvb_dtype kd = dt;
+        if (quant) {
+            if (dt == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(k1, kf[0], d);
+            else kvb_from_q4_0_avx2(k1, kf[0], d);
+            k1 = kf[0];
+            kd = KVB_DTYPE_F32;
+        }
+        for (int32_t r = 0; r < n_rows; r++) {
+            const float *qr = q + (size_t)r * d;
+            __m256 a0 = _mm256_setzero_ps();
+            for (int32_t i = 0; i < d; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), kd == KVB_DTYPE_F16 ? load8(KVB_DTYPE_F16, k1, i) : load8(KVB_DTYPE_F32, k1, i), a0);
+            s[r * KVB_ATTN_TILE + t] = hsum8(a0);
+        }
+    }
 }
 
 static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_view *v, const float *e, int32_t n_rows,
@@ -83,10 +151,52 @@ static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_vi
     }
 }
 
+/* Quantized V rows (and f16 ones that several row pairs read): eight keys at
+ * a time converted into an L1 buffer, then accumulated as f32 rows (acc
+ * read and written once per eight keys). d: whole blocks of 32. */
+static void accum_q(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
+    const int32_t d = v->head_dim;
+    _Alignas(32) float vf[8][512];
+    for (int32_t t0 = 0; t0 < nt; t0 += 8) {
+        const int32_t ng = KVB_MIN(8, nt - t0);
+        for (int32_t u = 0; u < ng; u++) {
+            if (v->dtype_v == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(kvb_view_v(v, j0 + t0 + u), vf[u], d);
+            else if (v->dtype_v == KVB_DTYPE_Q4_0) kvb_from_q4_0_avx2(kvb_view_v(v, j0 + t0 + u), vf[u], d);
+            else from_f16_avx2((const uint16_t *)kvb_view_v(v, j0 + t0 + u), vf[u], d);
+        }
+        for (int32_t r0 = 0; r0 < n_rows; r0 += 2) {
+            const int32_t nr = KVB_MIN(2, n_rows - r0);
+            for (int32_t c0 = 0; c0 < d; c0 += 32) { /* d is whole blocks of 32 */
+                __m256 a[2][4];
+                for (int32_t r = 0; r < nr; r++)
+                    for (int32_t c = 0; c < 4; c++) a[r][c] = _mm256_loadu_ps(acc + (size_t)(r0 + r) * d + c0 + c * 8);
+                for (int32_t u = 0; u < ng; u++) {
+                    __m256 vc[4];
+                    for (int32_t c = 0; c < 4; c++) vc[c] = _mm256_load_ps(vf[u] + c0 + c * 8);
+                    for (int32_t r = 0; r < nr; r++) {
+                        const __m256 w = _mm256_set1_ps(e[(r0 + r) * KVB_ATTN_TILE + t0 + u]);
+                        for (int32_t c = 0; c < 4; c++) a[r][c] = _mm256_fmadd_ps(w, vc[c], a[r][c]);
+                    }
+                }
+                for (int32_t r = 0; r < nr; r++)
+                    for (int32_t c = 0; c < 4; c++) _mm256_storeu_ps(acc + (size_t)(r0 + r) * d + c0 + c * 8, a[r][c]);
+            }
+        }
+    }
+}
+
 static void accum_avx2(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
-    if (v->dtype == KVB_DTYPE_F16) accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F16);
+    if (v->dtype_v == KVB_DTYPE_Q8_0 || v->dtype_v == KVB_DTYPE_Q4_0 || (v->dtype_v == KVB_DTYPE_F16 && n_rows > 2 && !(v->head_dim & 31)))
+        accum_q(v, e, n_rows, j0, nt, acc); /* f16 rows read by several row pairs: converted once per key */
+    else if (v->dtype == KVB_DTYPE_F16) accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F16);
     else accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F32);
 }
+
+/* For the AVX-512 family's quantized pages (attn_avx512.c). */
+void kvb_scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
+void kvb_scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) { scores_avx2(v, q, n_rows, j0, nt, s); }
+void kvb_accum_avx2(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc);
+void kvb_accum_avx2(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) { accum_avx2(v, e, n_rows, j0, nt, acc); }
 
 static inline __m256 exp8(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.37626f);
@@ -170,6 +280,7 @@ void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n) {
 }
 
 const struct kvb_kernels kvb_kernels_avx2 = {
+    .quant_rows = true,
     .from_q8_0 = kvb_from_q8_0_avx2,
     .from_q4_0 = kvb_from_q4_0_avx2,
     .name = "avx2",

@@ -100,8 +100,14 @@ static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_v
     }
 }
 
+/* attn_avx2.c: quantized pages (AVX2 runs on every AVX-512 CPU; no 512-bit
+ * version: no machine here to test one) */
+void kvb_scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
+void kvb_accum_avx2(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc);
+
 static void scores_avx512(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
-    if (v->dtype == KVB_DTYPE_F16) scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F16);
+    if (v->dtype == KVB_DTYPE_Q8_0 || v->dtype == KVB_DTYPE_Q4_0) kvb_scores_avx2(v, q, n_rows, j0, nt, s);
+    else if (v->dtype == KVB_DTYPE_F16) scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F16);
     else scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F32);
 }
 
@@ -160,7 +166,8 @@ static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_vi
 }
 
 static void accum_avx512(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
-    if (v->dtype == KVB_DTYPE_F16) accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F16);
+    if (v->dtype_v == KVB_DTYPE_Q8_0 || v->dtype_v == KVB_DTYPE_Q4_0) kvb_accum_avx2(v, e, n_rows, j0, nt, acc);
+    else if (v->dtype == KVB_DTYPE_F16) accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F16);
     else accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F32);
 }
 
@@ -208,6 +215,7 @@ void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n); /* attn_avx2.c:
 void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
 
 const struct kvb_kernels kvb_kernels_avx512 = {
+    .quant_rows = true,
     .from_q8_0 = kvb_from_q8_0_avx2,
     .from_q4_0 = kvb_from_q4_0_avx2,
     .name = "avx512",
