@@ -70,8 +70,8 @@ class _PolicyParams(_c.Structure):
 
 
 class _CacheParams(_c.Structure):
-    _fields_ = [("n_layer", _i32), ("n_kv_head", _i32), ("head_dim", _i32), ("dtype", _enum), ("block_size", _i32),
-                ("pos_mode", _enum), ("rope", _Rope), ("policy", _PolicyParams), ("pool_bytes", _sz), ("max_distance", _i32)]
+    _fields_ = [("n_layer", _i32), ("n_kv_head", _i32), ("head_dim", _i32), ("dtype", _enum), ("dtype_v", _enum),
+                ("block_size", _i32), ("pos_mode", _enum), ("rope", _Rope), ("policy", _PolicyParams), ("pool_bytes", _sz), ("max_distance", _i32)]
 
 
 class _CacheStats(_c.Structure):
@@ -96,7 +96,7 @@ class _ModelInfo(_c.Structure):
 
 
 class _ContextParams(_c.Structure):
-    _fields_ = [("policy", _PolicyParams), ("pos_mode", _enum), ("kv_dtype", _enum), ("block_size", _i32),
+    _fields_ = [("policy", _PolicyParams), ("pos_mode", _enum), ("kv_dtype", _enum), ("kv_dtype_v", _enum), ("block_size", _i32),
                 ("kv_pool_bytes", _sz), ("n_threads", _i32), ("n_ctx", _i32), ("chunk", _i32), ("max_distance", _i32)]
 
 
@@ -110,7 +110,8 @@ _PROGRESS = _c.CFUNCTYPE(None, _i64, _i64, _c.c_void_p)
 
 class _PplParams(_c.Structure):
     _fields_ = [("policy", _PolicyParams), ("pos_mode", _enum), ("chunk", _i32), ("baseline", _enum), ("mass", _c.c_bool),
-                ("n_threads", _i32), ("segment", _i32), ("kv_dtype", _enum), ("max_distance", _i32), ("prompt", _i32),
+                ("n_threads", _i32), ("segment", _i32), ("kv_dtype", _enum), ("kv_dtype_v", _enum), ("max_distance", _i32),
+                ("prompt", _i32),
                 ("progress", _c.c_void_p), ("user", _c.c_void_p)]
 
 
@@ -200,7 +201,7 @@ def _check(status):
 
 
 _POS = {None: 0, "original": 1, "contiguous": 2, "capped": 3}
-_DTYPE = {"f32": 0, "f16": 1}
+_DTYPE = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "bf16": 4}  # KV rows (q8_0/q4_0: head_dim a multiple of 32)
 _POOL = {"max": 0, "avg": 1}
 _TOVA = {"layer": 0, "head": 1}
 
@@ -322,8 +323,8 @@ class Model:
         out += buf.raw[:_detok_flush(_c.byref(d), buf, len(buf))]
         return out.decode(errors="replace")
 
-    def context(self, policy="full", budget=256, threads=1, kv_dtype="f16", positions=None, pool_mb=256, n_ctx=0, **knobs):
-        return Context(self, policy, budget, threads, kv_dtype, positions, pool_mb, n_ctx, **knobs)
+    def context(self, policy="full", budget=256, threads=1, kv_dtype="f16", positions=None, pool_mb=256, n_ctx=0, kv_dtype_v=None, **knobs):
+        return Context(self, policy, budget, threads, kv_dtype, positions, pool_mb, n_ctx, kv_dtype_v, **knobs)
 
     def generate(self, prompt, n_tokens, policy="streaming", budget=256, temp=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=0,
                  threads=1, stop_at_eos=True, **knobs):
@@ -340,12 +341,15 @@ class Model:
 class Context:
     """A model with a KV cache of any policy (kvb_context)."""
 
-    def __init__(self, model, policy="full", budget=256, threads=1, kv_dtype="f16", positions=None, pool_mb=256, n_ctx=0, **knobs):
+    def __init__(self, model, policy="full", budget=256, threads=1, kv_dtype="f16", positions=None, pool_mb=256, n_ctx=0, kv_dtype_v=None,
+                 **knobs):
         self.model = model
         cp = _ctx_default()
         cp.policy = _policy_params(policy, budget, **knobs)
         cp.pos_mode = _POS[positions]
         cp.kv_dtype = _DTYPE[kv_dtype]
+        if kv_dtype_v is not None:
+            cp.kv_dtype_v = _DTYPE[kv_dtype_v]
         cp.n_threads = int(threads)
         cp.kv_pool_bytes = int(pool_mb) << 20
         cp.n_ctx = int(n_ctx)

@@ -102,6 +102,29 @@ def cache_with_own_qkv_equals_reference_attention():
 
 
 @case
+def quantized_kv_rows_attend_close_to_f32():
+    """q8_0 K and V rows (head_dim 64: whole blocks of 32) through the
+    bindings: outputs within q8_0's rounding of the f32 cache's."""
+    rnd = random.Random(5)
+    d, hq = 64, 2
+    c32 = kvbound.Cache(policy="full", budget=0, head_dim=d, dtype="f32")
+    c8 = kvbound.Cache(policy="full", budget=0, head_dim=d, dtype="q8_0")
+    worst = 0.0
+    for t in range(40):
+        q = [rnd.uniform(-1, 1) for _ in range(hq * d)]
+        k = [rnd.uniform(-1, 1) for _ in range(d)]
+        v = [rnd.uniform(-1, 1) for _ in range(d)]
+        a, b = c32.decode(0, q, k, v), c8.decode(0, q, k, v)
+        worst = max(worst, max(abs(x - y) for x, y in zip(a, b)))
+    assert 0 < worst < 2e-2, worst
+    try:
+        kvbound.Cache(policy="full", budget=0, head_dim=40, dtype="q4_0")
+        raise AssertionError("no exception")
+    except kvbound.KvboundError as e:
+        assert "head_dim 40" in str(e), str(e)
+
+
+@case
 def errors_raise_with_the_library_message():
     try:
         kvbound.Model("/nonexistent.gguf")

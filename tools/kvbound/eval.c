@@ -80,9 +80,8 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
 
 static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struct kvb_ppl_result *r, enum kvb_baseline base, int32_t prompt,
                      const struct cli_kv_types *kvt) {
-    fprintf(f, "{\"policy\":\"%s\",\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"tokens\":%lld,\"nll\":%.6f,\"ppl\":%.6f",
-            kvb_policy_name(id), id == KVB_POLICY_FULL ? 0 : budget, kvb_dtype_name(kvt->k), kvb_dtype_name(cli_kv_v(kvt)), (long long)r->tokens,
-            r->nll, r->ppl);
+    fprintf(f, "{\"policy\":\"%s\",\"budget\":%d,\"tokens\":%lld,\"nll\":%.6f,\"ppl\":%.6f", kvb_policy_name(id), id == KVB_POLICY_FULL ? 0 : budget,
+            (long long)r->tokens, r->nll, r->ppl);
     if (r->has_baseline) fprintf(f, ",\"baseline\":\"%s\",\"baseline_ppl\":%.6f", base == KVB_BASELINE_FULL ? "full" : "recompute", r->base_ppl);
     if (r->has_kl) fprintf(f, ",\"kl\":%.6f,\"top1\":%.4f", r->kl, r->top1);
     if (prompt > 0)
@@ -95,7 +94,8 @@ static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struc
         for (int32_t l = 0; l < r->n_layer; l++) fprintf(f, "%s%.6f", l ? "," : "", r->sink_mass_layer[l]);
         fprintf(f, "]");
     }
-    fprintf(f, ",\"kv_bytes_peak\":%zu,\"tok_per_s\":%.1f,\"segments\":[", r->kv_bytes_peak, r->tok_per_s);
+    fprintf(f, ",\"kv_bytes_peak\":%zu,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"tok_per_s\":%.1f,\"segments\":[", r->kv_bytes_peak,
+            kvb_dtype_name(kvt->k), kvb_dtype_name(cli_kv_v(kvt)), r->tok_per_s);
     for (int32_t s = 0; s < r->n_seg; s++) fprintf(f, "%s%.4f", s ? "," : "", r->seg_ppl[s]);
     fprintf(f, "]}");
 }
