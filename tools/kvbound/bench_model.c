@@ -30,7 +30,26 @@ __attribute__((target("avx512f,fma"))) static double fma_loop512(int64_t iters) 
     for (int k = 1; k < 12; k++) s = _mm512_add_ps(s, a[k]);
     return (double)_mm512_reduce_add_ps(s);
 }
+__attribute__((target("avx2,fma"))) static double fma_loop256(int64_t iters) {
+    __m256 a[12], m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+    for (int k = 0; k < 12; k++) a[k] = _mm256_set1_ps((float)k);
+    for (int64_t i = 0; i < iters; i++)
+        for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], m, c);
+    __m256 s = a[0];
+    for (int k = 1; k < 12; k++) s = _mm256_add_ps(s, a[k]);
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    return (double)(out[0] + out[7]);
+}
 #endif
+
+static int fma_lanes(void) {
+#if defined(__x86_64__)
+    if (kvb_cpu_has_avx512()) return 16;
+    if (kvb_cpu_has_avx2()) return 8;
+#endif
+    return 0;
+}
 
 static void fma_worker(int32_t ith, int32_t nth, void *arg) {
     (void)nth;
@@ -38,14 +57,17 @@ static void fma_worker(int32_t ith, int32_t nth, void *arg) {
     double s = 0;
 #if defined(__x86_64__)
     if (kvb_cpu_has_avx512()) s = fma_loop512(j->iters);
+    else if (kvb_cpu_has_avx2()) s = fma_loop256(j->iters);
 #endif
     j->flops[ith % 64] = s;
 }
 
-/* FLOP/s of FMA on every thread (AVX-512: 12 chains x 16 lanes x 2 flops). */
+/* FLOP/s of FMA on every thread (12 independent chains x 16 (AVX-512) or 8
+ * (AVX2) lanes x 2 flops). */
 static double fma_peak(struct kvb_threadpool *tp) {
 #if defined(__x86_64__)
-    if (!kvb_cpu_has_avx512()) return 0;
+    const int lanes = fma_lanes();
+    if (!lanes) return 0;
     struct fma_job j;
     memset(&j, 0, sizeof j);
     j.iters = 20 * 1000 * 1000;
@@ -54,7 +76,7 @@ static double fma_peak(struct kvb_threadpool *tp) {
         double t0 = cli_now_sec();
         kvb_threadpool_run(tp, fma_worker, &j);
         double dt = cli_now_sec() - t0;
-        double fl = (double)j.iters * 12 * 16 * 2 * kvb_threadpool_n_threads(tp) / dt;
+        double fl = (double)j.iters * 12 * lanes * 2 * kvb_threadpool_n_threads(tp) / dt;
         if (fl > best) best = fl;
     }
     return best;
