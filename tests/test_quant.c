@@ -262,11 +262,42 @@ TEST(int8_kernels_equal_reference) {
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_0), KVB_ACT_Q8_0);
 }
 
+/* The f32 prefill tile of every family that has one: out[4t + r] equals the
+ * dot of row r and token t (in double) within float rounding, for lengths
+ * with and without a tail. */
+TEST(prefill_tile_equals_dots) {
+    const struct kvb_dot_kernels *fams[2] = {NULL, NULL};
+#if defined(__x86_64__)
+    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
+    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
+#endif
+    static float w[4 * 1003], x[4 * 1003];
+    const int64_t lens[] = {7, 64, 1003};
+    for (int f = 0; f < 2; f++) {
+        if (!fams[f] || !fams[f]->tile4x4) continue;
+        for (size_t li = 0; li < 3; li++) {
+            const int64_t n = lens[li];
+            unsigned long long rs = 77 + li;
+            for (int64_t i = 0; i < 4 * n; i++) { w[i] = t_randf(&rs); x[i] = t_randf(&rs); }
+            float out[16];
+            fams[f]->tile4x4(w, n, x, n, n, out);
+            for (int t = 0; t < 4; t++)
+                for (int r = 0; r < 4; r++) {
+                    double ref = 0, mag = 0;
+                    for (int64_t i = 0; i < n; i++) { ref += (double)w[r * n + i] * x[t * n + i]; mag += fabs((double)w[r * n + i] * x[t * n + i]); }
+                    if (fabs(out[4 * t + r] - ref) > 1e-5 * mag + 1e-7)
+                        FAILF("%s tile n=%lld row %d token %d: %.9g vs %.9g", fams[f]->name, (long long)n, r, t, out[4 * t + r], ref);
+                }
+        }
+    }
+}
+
 int main(void) {
     RUN(q8_activation_kernel_exact);
     RUN(int8_kernels_equal_reference);
     RUN(hand_built_blocks);
     RUN(round_trip_error_per_type);
     RUN(simd_dot_equals_reference);
+    RUN(prefill_tile_equals_dots);
     return test_summary();
 }

@@ -58,6 +58,43 @@ static float dot_bf16_avx2(const void *row, const float *x, int64_t n) {
     return s;
 }
 
+/* The prefill micro-kernel (matmul.h, kvb_tile_fn): 4 f32 rows x 4 tokens,
+ * as two passes of 4 rows x 2 tokens: 8 accumulators, 4 weight and 2 token
+ * vectors fit the 16 registers (16 accumulators would spill); the panel's
+ * rows come from L2 twice. out[4 * t + r] = dot(w[r], x[t]). */
+static inline __attribute__((always_inline)) void tile4x2_avx2(const float *w, int64_t ldw, const float *x0p, const float *x1p, int64_t n,
+                                                                float *o0, float *o1) {
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x0 = _mm256_loadu_ps(x0p + i), x1 = _mm256_loadu_ps(x1p + i);
+        __m256 wv = _mm256_loadu_ps(w + i);
+        a00 = _mm256_fmadd_ps(wv, x0, a00);
+        a01 = _mm256_fmadd_ps(wv, x1, a01);
+        wv = _mm256_loadu_ps(w + ldw + i);
+        a10 = _mm256_fmadd_ps(wv, x0, a10);
+        a11 = _mm256_fmadd_ps(wv, x1, a11);
+        wv = _mm256_loadu_ps(w + 2 * ldw + i);
+        a20 = _mm256_fmadd_ps(wv, x0, a20);
+        a21 = _mm256_fmadd_ps(wv, x1, a21);
+        wv = _mm256_loadu_ps(w + 3 * ldw + i);
+        a30 = _mm256_fmadd_ps(wv, x0, a30);
+        a31 = _mm256_fmadd_ps(wv, x1, a31);
+    }
+    float s[8] = {hsum(a00), hsum(a10), hsum(a20), hsum(a30), hsum(a01), hsum(a11), hsum(a21), hsum(a31)};
+    for (; i < n; i++)
+        for (int r = 0; r < 4; r++) {
+            s[r] += w[r * ldw + i] * x0p[i];
+            s[4 + r] += w[r * ldw + i] * x1p[i];
+        }
+    for (int r = 0; r < 4; r++) { o0[r] = s[r]; o1[r] = s[4 + r]; }
+}
+
+static void tile4x4_avx2(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out16) {
+    tile4x2_avx2(w, ldw, x, x + ldx, n, out16, out16 + 4);
+    tile4x2_avx2(w, ldw, x + 2 * ldx, x + 3 * ldx, n, out16 + 8, out16 + 12);
+}
+
 static inline __m256 i8x8(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
 
 static float dot_q8_0_avx2(const void *row, const float *x, int64_t n) {
@@ -388,6 +425,7 @@ float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
 
 const struct kvb_dot_kernels kvb_dot_avx2 = {
     .name = "avx2",
+    .tile4x4 = tile4x4_avx2,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2,
         [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
