@@ -264,7 +264,8 @@ TEST(int8_kernels_equal_reference) {
 
 /* The f32 prefill tile of every family that has one: out[4t + r] equals the
  * dot of row r and token t (in double) within float rounding, for lengths
- * with and without a tail. */
+ * with and without a tail; AVX2's tile gives exactly its f32 dot's bits
+ * (batches chunk prompts differently from a lone context). */
 TEST(prefill_tile_equals_dots) {
     const struct kvb_dot_kernels *fams[2] = {NULL, NULL};
 #if defined(__x86_64__)
@@ -287,6 +288,10 @@ TEST(prefill_tile_equals_dots) {
                     for (int64_t i = 0; i < n; i++) { ref += (double)w[r * n + i] * x[t * n + i]; mag += fabs((double)w[r * n + i] * x[t * n + i]); }
                     if (fabs(out[4 * t + r] - ref) > 1e-5 * mag + 1e-7)
                         FAILF("%s tile n=%lld row %d token %d: %.9g vs %.9g", fams[f]->name, (long long)n, r, t, out[4 * t + r], ref);
+                    /* the bits of the family's f32 dot: a prompt token's value must not depend on tile or tail */
+                    const float one = fams[f]->dot[GGML_TYPE_F32](w + r * n, x + t * n, n);
+                    if (f == 0 && memcmp(&one, &out[4 * t + r], sizeof one))
+                        FAILF("%s tile n=%lld row %d token %d: %.9g, the dot gives %.9g", fams[f]->name, (long long)n, r, t, out[4 * t + r], one);
                 }
         }
     }
