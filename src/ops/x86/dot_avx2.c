@@ -12,15 +12,17 @@ static inline float hsum(__m256 a) {
     return _mm_cvtss_f32(s);
 }
 
+/* One accumulator over steps of 8, then the scalar tail: the operations the
+ * prefill tile (tile4x2_avx2) performs for each of its pairs, so a prompt
+ * token gets the same bits in a tile or in a chunk's tail. f32 weights are
+ * rare and memory-bound in decode; the tile, where the FLOPs are, keeps 8
+ * independent chains. */
 static float dot_f32_avx2(const void *row, const float *x, int64_t n) {
     const float *w = row;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    __m256 a0 = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-    }
-    float s = hsum(_mm256_add_ps(a0, a1));
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    float s = hsum(a0);
     for (; i < n; i++) s += w[i] * x[i];
     return s;
 }
@@ -59,47 +61,44 @@ static float dot_bf16_avx2(const void *row, const float *x, int64_t n) {
 }
 
 /* The prefill micro-kernel (matmul.h, kvb_tile_fn): 4 f32 rows x 4 tokens,
- * out[4 * t + r] = dot(w[r], x[t]), as four passes of 2 rows x 2 tokens.
- * Each pair is computed by exactly the operations of dot_f32_avx2 (two
- * accumulators over alternate 8-element halves of every 16, their sum
- * reduced, then the scalar tail), so a token's value does not depend on
- * whether it falls in a tile or in a chunk's tail (which takes the dot):
- * a prompt chunked differently (batches) gets the same bits. 8
- * accumulators, 2 weight and 2 token vectors: no spills. */
-static inline __attribute__((always_inline)) void tile2x2_avx2(const float *w0, const float *w1, const float *x0, const float *x1, int64_t n,
-                                                                float *o00, float *o01, float *o10, float *o11) {
-    __m256 p00 = _mm256_setzero_ps(), q00 = p00, p01 = p00, q01 = p00, p10 = p00, q10 = p00, p11 = p00, q11 = p00;
+ * out[4 * t + r] = dot(w[r], x[t]), as two passes of 4 rows x 2 tokens: 8
+ * accumulators, a weight and 2 token vectors fit the 16 registers (16
+ * accumulators would spill); the panel's rows come from L2 twice. Each pair
+ * is computed by exactly the operations of dot_f32_avx2 (one accumulator
+ * over steps of 8, its reduction, the scalar tail), so a token's value does
+ * not depend on whether it falls in a tile or in a chunk's tail (which
+ * takes the dot): a prompt chunked differently (batches) gets the same bits. */
+static inline __attribute__((always_inline)) void tile4x2_avx2(const float *w, int64_t ldw, const float *x0p, const float *x1p, int64_t n,
+                                                                float *o0, float *o1) {
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 xa0 = _mm256_loadu_ps(x0 + i), xa1 = _mm256_loadu_ps(x1 + i);
-        const __m256 wa0 = _mm256_loadu_ps(w0 + i), wa1 = _mm256_loadu_ps(w1 + i);
-        p00 = _mm256_fmadd_ps(wa0, xa0, p00);
-        p01 = _mm256_fmadd_ps(wa0, xa1, p01);
-        p10 = _mm256_fmadd_ps(wa1, xa0, p10);
-        p11 = _mm256_fmadd_ps(wa1, xa1, p11);
-        const __m256 xb0 = _mm256_loadu_ps(x0 + i + 8), xb1 = _mm256_loadu_ps(x1 + i + 8);
-        const __m256 wb0 = _mm256_loadu_ps(w0 + i + 8), wb1 = _mm256_loadu_ps(w1 + i + 8);
-        q00 = _mm256_fmadd_ps(wb0, xb0, q00);
-        q01 = _mm256_fmadd_ps(wb0, xb1, q01);
-        q10 = _mm256_fmadd_ps(wb1, xb0, q10);
-        q11 = _mm256_fmadd_ps(wb1, xb1, q11);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x0 = _mm256_loadu_ps(x0p + i), x1 = _mm256_loadu_ps(x1p + i);
+        __m256 wv = _mm256_loadu_ps(w + i);
+        a00 = _mm256_fmadd_ps(wv, x0, a00);
+        a01 = _mm256_fmadd_ps(wv, x1, a01);
+        wv = _mm256_loadu_ps(w + ldw + i);
+        a10 = _mm256_fmadd_ps(wv, x0, a10);
+        a11 = _mm256_fmadd_ps(wv, x1, a11);
+        wv = _mm256_loadu_ps(w + 2 * ldw + i);
+        a20 = _mm256_fmadd_ps(wv, x0, a20);
+        a21 = _mm256_fmadd_ps(wv, x1, a21);
+        wv = _mm256_loadu_ps(w + 3 * ldw + i);
+        a30 = _mm256_fmadd_ps(wv, x0, a30);
+        a31 = _mm256_fmadd_ps(wv, x1, a31);
     }
-    float s00 = hsum(_mm256_add_ps(p00, q00)), s01 = hsum(_mm256_add_ps(p01, q01));
-    float s10 = hsum(_mm256_add_ps(p10, q10)), s11 = hsum(_mm256_add_ps(p11, q11));
-    for (; i < n; i++) {
-        s00 += w0[i] * x0[i];
-        s01 += w0[i] * x1[i];
-        s10 += w1[i] * x0[i];
-        s11 += w1[i] * x1[i];
-    }
-    *o00 = s00; *o01 = s01; *o10 = s10; *o11 = s11;
+    float s[8] = {hsum(a00), hsum(a10), hsum(a20), hsum(a30), hsum(a01), hsum(a11), hsum(a21), hsum(a31)};
+    for (; i < n; i++)
+        for (int r = 0; r < 4; r++) {
+            s[r] += w[r * ldw + i] * x0p[i];
+            s[4 + r] += w[r * ldw + i] * x1p[i];
+        }
+    for (int r = 0; r < 4; r++) { o0[r] = s[r]; o1[r] = s[4 + r]; }
 }
 
 static void tile4x4_avx2(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out16) {
-    for (int r = 0; r < 4; r += 2)
-        for (int t = 0; t < 4; t += 2)
-            tile2x2_avx2(w + r * ldw, w + (r + 1) * ldw, x + t * ldx, x + (t + 1) * ldx, n, &out16[4 * t + r], &out16[4 * (t + 1) + r],
-                         &out16[4 * t + r + 1], &out16[4 * (t + 1) + r + 1]);
+    tile4x2_avx2(w, ldw, x, x + ldx, n, out16, out16 + 4);
+    tile4x2_avx2(w, ldw, x + 2 * ldx, x + 3 * ldx, n, out16 + 8, out16 + 12);
 }
 
 static inline __m256 i8x8(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
