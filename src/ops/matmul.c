@@ -22,31 +22,26 @@ const struct kvb_dot_kernels *kvb_dot_kernels(void) {
     return g_dot;
 }
 
-void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q) {
-    for (int64_t b = 0; b < n / 32; b++) {
-        float amax = 0;
-        for (int i = 0; i < 32; i++) { /* fmaxf's result (a NaN is skipped), without its libm call: the loop vectorizes */
-            const float a = fabsf(x[b * 32 + i]);
-            amax = a > amax ? a : amax;
-        }
-        float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
-        d[b] = s;
-        for (int i = 0; i < 32; i++) q[b * 32 + i] = (int8_t)lrintf(x[b * 32 + i] * inv);
+/* One block of len activations: scale amax / 127 into *d, q = round(x / d). */
+static void quantize_block(const float *x, int len, float *d, int8_t *q) {
+    float amax = 0;
+    for (int i = 0; i < len; i++) { /* fmaxf's result (a NaN is skipped), without its libm call: the loop vectorizes */
+        const float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
     }
+    const float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+    *d = s;
+    for (int i = 0; i < len; i++) q[i] = (int8_t)lrintf(x[i] * inv);
+}
+
+void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q) {
+    for (int64_t b = 0; b < n / 32; b++) quantize_block(x + b * 32, 32, &d[b], q + b * 32);
 }
 
 void kvb_quantize_act_q8k(const float *x, int64_t n, float *d, int8_t *q, int16_t *s) {
     for (int64_t b = 0; b < n / 256; b++) {
-        const float *xb = x + b * 256;
         int8_t *qb = q + b * 256;
-        float amax = 0;
-        for (int i = 0; i < 256; i++) {
-            const float a = fabsf(xb[i]);
-            amax = a > amax ? a : amax;
-        }
-        float sc = amax / 127.0f, inv = sc > 0 ? 1.0f / sc : 0.0f;
-        d[b] = sc;
-        for (int i = 0; i < 256; i++) qb[i] = (int8_t)lrintf(xb[i] * inv);
+        quantize_block(x + b * 256, 256, &d[b], qb);
         for (int g = 0; g < 16; g++) {
             int sum = 0;
             for (int i = 0; i < 16; i++) sum += qb[g * 16 + i];

@@ -97,7 +97,6 @@ static long long rss_bytes(void) {
 }
 
 static int cmp_d(const void *a, const void *b);
-static inline int MIN_I(int a, int b) { return a < b ? a : b; }
 
 /* Decodes n tokens greedily with one policy, recording each token's latency
  * and the RSS at the checkpoints. */
@@ -301,7 +300,7 @@ int bench_model(int argc, char **argv, bool prefill) {
         cp.policy = cli_policy_params(&po, pid);
         cli_policy_warn(&po, pid, in->n_ctx_train);
     }
-    const size_t kv_rows = kvb_dtype_row_bytes(kvt.k, in->head_dim) + kvb_dtype_row_bytes(cli_kv_v(&kvt), in->head_dim); /* one head's K and V */
+    const size_t kv_rows = cli_kv_head_bytes(in, &kvt); /* one head's K and V rows of a token */
     size_t per_tok = cli_kv_token_bytes(in, &kvt);
     cp.kv_pool_bytes = prefill ? per_tok * (size_t)(cp.n_ctx + 64) + ((size_t)16 << 20)
                                : cli_pool_bytes(in, &kvt, &cp.policy, depth + 1, chunk, cp.block_size, cp.n_ctx);
@@ -322,7 +321,7 @@ int bench_model(int argc, char **argv, bool prefill) {
         const double tp0 = cli_now_sec();
         const int plen = depth > 0 ? depth : 1;
         for (int done = 0; done < plen;) {
-            const int take = MIN_I(chunk, plen - done);
+            const int take = chunk < plen - done ? chunk : plen - done;
             const kvb_status st = done + take < plen ? kvb_context_eval(c, toks + done, take, NULL, false)
                                                     : kvb_context_prompt(c, toks + done, take, logits, false);
             if (st != KVB_OK) { fprintf(stderr, "kvbound: prompt token %d of %d: %s\n", done, plen, kvb_last_error()); return 1; }

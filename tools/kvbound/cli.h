@@ -44,6 +44,8 @@ int cli_kv_types_option(struct cli_kv_types *t, int argc, char **argv, int *i);
 void cli_kv_types_help(FILE *f, const char *def);
 /* The V rows' type, resolved. */
 enum kvb_dtype cli_kv_v(const struct cli_kv_types *t);
+/* Bytes of one token's K row and V row in one (layer, KV head). */
+size_t cli_kv_head_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t);
 /* Bytes of one token's K and V rows over every layer and KV head. */
 size_t cli_kv_token_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t);
 

@@ -153,8 +153,12 @@ void cli_kv_types_help(FILE *f, const char *def) {
 
 enum kvb_dtype cli_kv_v(const struct cli_kv_types *t) { return t->v == KVB_DTYPE_AS_K ? t->k : t->v; }
 
+size_t cli_kv_head_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t) {
+    return kvb_dtype_row_bytes(t->k, mi->head_dim) + kvb_dtype_row_bytes(cli_kv_v(t), mi->head_dim);
+}
+
 size_t cli_kv_token_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t) {
-    return (size_t)mi->n_layer * (size_t)mi->n_head_kv * (kvb_dtype_row_bytes(t->k, mi->head_dim) + kvb_dtype_row_bytes(cli_kv_v(t), mi->head_dim));
+    return (size_t)mi->n_layer * (size_t)mi->n_head_kv * cli_kv_head_bytes(mi, t);
 }
 
 size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct kvb_policy_params *p,

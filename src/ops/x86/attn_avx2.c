@@ -69,6 +69,13 @@ void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n);
 void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
 static void from_f16_avx2(const uint16_t *src, float *dst, int32_t n);
 
+/* A q8_0, q4_0 or f16 row of d elements into f32. */
+static inline void row_to_f32(enum kvb_dtype dt, const void *src, float *dst, int32_t d) {
+    if (dt == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(src, dst, d);
+    else if (dt == KVB_DTYPE_Q4_0) kvb_from_q4_0_avx2(src, dst, d);
+    else from_f16_avx2((const uint16_t *)src, dst, d);
+}
+
 /* Keys in groups of four (the rest one at a time). Quantized rows (q8_0,
  * q4_0) are dequantized once per key into a small L1 buffer that every row
  * then reads: the pages are read once, as f16 pages are. */
@@ -90,9 +97,7 @@ static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_r
         for (int u = 0; u < 4; u++) {
             k[u] = kvb_view_k(v, j0 + t + u);
             if (to_f32) {
-                if (dt == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(k[u], kf[u], d);
-                else if (dt == KVB_DTYPE_Q4_0) kvb_from_q4_0_avx2(k[u], kf[u], d);
-                else from_f16_avx2((const uint16_t *)k[u], kf[u], d);
+                row_to_f32(dt, k[u], kf[u], d);
                 k[u] = kf[u];
             }
         }
@@ -103,8 +108,7 @@ static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_r
         const void *k1 = kvb_view_k(v, j0 + t);
         enum kvb_dtype kd = dt;
         if (quant) {
-            if (dt == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(k1, kf[0], d);
-            else kvb_from_q4_0_avx2(k1, kf[0], d);
+            row_to_f32(dt, k1, kf[0], d);
             k1 = kf[0];
             kd = KVB_DTYPE_F32;
         }
@@ -159,11 +163,7 @@ static void accum_q(const struct kvb_kv_view *v, const float *e, int32_t n_rows,
     _Alignas(32) float vf[8][512];
     for (int32_t t0 = 0; t0 < nt; t0 += 8) {
         const int32_t ng = KVB_MIN(8, nt - t0);
-        for (int32_t u = 0; u < ng; u++) {
-            if (v->dtype_v == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(kvb_view_v(v, j0 + t0 + u), vf[u], d);
-            else if (v->dtype_v == KVB_DTYPE_Q4_0) kvb_from_q4_0_avx2(kvb_view_v(v, j0 + t0 + u), vf[u], d);
-            else from_f16_avx2((const uint16_t *)kvb_view_v(v, j0 + t0 + u), vf[u], d);
-        }
+        for (int32_t u = 0; u < ng; u++) row_to_f32(v->dtype_v, kvb_view_v(v, j0 + t0 + u), vf[u], d);
         for (int32_t r0 = 0; r0 < n_rows; r0 += 2) {
             const int32_t nr = KVB_MIN(2, n_rows - r0);
             for (int32_t c0 = 0; c0 < d; c0 += 32) { /* d is whole blocks of 32 */

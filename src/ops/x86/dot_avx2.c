@@ -17,6 +17,14 @@ static inline float hsum(__m256 a) {
  * token gets the same bits in a tile or in a chunk's tail. f32 weights are
  * rare and memory-bound in decode; the tile, where the FLOPs are, keeps 8
  * independent chains. */
+/* Weights stream from memory in decode: the cache lines of the `bytes` at p
+ * are fetched PREFETCH_AHEAD bytes ahead of the loads (1 KB: 512 B and 2 KB
+ * measured no better, docs/BENCHMARKS.md). */
+#define PREFETCH_AHEAD 1024
+static inline __attribute__((always_inline)) void prefetch_ahead(const void *p, int bytes) {
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + PREFETCH_AHEAD + off, _MM_HINT_T0);
+}
+
 static float dot_f32_avx2(const void *row, const float *x, int64_t n) {
     const float *w = row;
     __m256 a0 = _mm256_setzero_ps();
@@ -32,7 +40,7 @@ static float dot_f16_avx2(const void *row, const float *x, int64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) { /* a cache line of weights per step, prefetched 1 KB ahead */
-        _mm_prefetch((const char *)(w + i) + 1024, _MM_HINT_T0);
+        prefetch_ahead(w + i, 64);
         a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))), _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))), _mm256_loadu_ps(x + i + 8), a1);
         a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 16))), _mm256_loadu_ps(x + i + 16), a2);
@@ -201,9 +209,6 @@ static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
  * same order whatever the tile's shape, so a row's result against a token
  * does not depend on which other rows and tokens share the tile: a batch of
  * decode tokens gets the bits each token gets alone. */
-#ifndef Q8_PF_DIST
-#define Q8_PF_DIST 1024
-#endif
 static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows, size_t row_bytes, const struct kvb_q8_act *x,
                                                                  int64_t n, float *out, int64_t ldo, const int NR, const int NT) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -218,7 +223,7 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         }
         for (int r = 0; r < NR; r++) {
             const struct block_q8_0 *w = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)r * row_bytes) + i;
-            if (NT == 1) _mm_prefetch((const char *)w + Q8_PF_DIST, _MM_HINT_T0); /* decode: the stream runs ahead of the loads */
+            if (NT == 1) prefetch_ahead(w, 1); /* decode: the stream runs ahead of the loads */
             const __m256i wr = _mm256_loadu_si256((const __m256i *)w->qs);
             const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w->d));
             for (int t = 0; t < NT; t++) { /* the scale d_w * d_x: the same IEEE product, lane-wise */
@@ -334,9 +339,6 @@ float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
 /* shuffle_epi8 masks: int16 lane j of a 128-bit vector in every lane */
 #define LANE16(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
 
-#ifndef PF_DIST
-#define PF_DIST 1024
-#endif
 float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q4_K *b = row;
@@ -346,9 +348,7 @@ float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     for (int64_t i = 0; i < n / QK_K; i++) {
         const struct block_q4_K *bk = &b[i];
         const int8_t *xq = x->q + i * QK_K;
-        _mm_prefetch((const char *)bk + PF_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)bk + PF_DIST + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)bk + PF_DIST + 128, _MM_HINT_T0);
+        prefetch_ahead(bk, sizeof *bk);
         uint32_t u[3];
         memcpy(u, bk->scales, 12);
         /* the 8 six-bit scales and mins as bytes (kvb_q4k_scale_min, four at a time) */
@@ -392,10 +392,7 @@ float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     for (int64_t i = 0; i < n / QK_K; i++) {
         const struct block_q6_K *bk = &b[i];
         const int8_t *xq = x->q + i * QK_K;
-        _mm_prefetch((const char *)bk + PF_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)bk + PF_DIST + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)bk + PF_DIST + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)bk + PF_DIST + 192, _MM_HINT_T0);
+        prefetch_ahead(bk, sizeof *bk);
         /* the offset: 32 * sum over sub-blocks of scale * sum(qx) */
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bk->scales));
         const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x->s + i * 16)));
