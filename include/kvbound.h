@@ -286,6 +286,31 @@ bool kvb_policy_needs_attention(enum kvb_policy_id id);
 
 struct kvb_cache;
 
+/* Reversible eviction (docs/RECALL.md). With pages > 0, every token a
+ * policy evicts goes to a cold tier instead of being dropped: evicted tokens
+ * are gathered per stream into cold pages of block_size tokens (K rows, V
+ * rows as stored, original positions), kept in host memory up to
+ * cold_mem_bytes and then appended to a memory-mapped file under cold_dir.
+ * Each cold page keeps, per channel, the min and max of its keys, from which
+ * an upper bound on any query's logit over the page follows. At every
+ * attention call (a decode step, or a prefill chunk scored with its last
+ * token) each stream scores its cold pages with the query rows of its KV head
+ * and copies the `pages` best (highest bound over the group's rows) into its
+ * recall area: `pages` pages from the same pool, attended together with the
+ * hot cache. The hot cache keeps exactly its budget; attended tokens per
+ * stream <= budget + pages * block_size. Positions: recall needs ORIGINAL
+ * or CAPPED positions; a policy whose default is CONTIGUOUS (streaming) gets
+ * CAPPED at max_distance instead (ORIGINAL when max_distance is 0). */
+#define KVB_RECALL_MAX_PAGES 64
+struct kvb_recall_params {
+    int32_t pages;          /* cold pages recalled per stream, 0 = recall off (0..64) */
+    int32_t every;          /* choose the recalled pages every N attention calls, reusing them
+                             * in between (default 1 when pages > 0) */
+    size_t cold_mem_bytes;  /* host memory for cold pages before the file (0: none) */
+    const char *cold_dir;   /* directory for the cold file, or NULL: beyond cold_mem_bytes,
+                             * evicted pages are forgotten (counted in the stats) */
+};
+
 struct kvb_cache_params {
     int32_t n_layer;
     int32_t n_kv_head;
@@ -300,6 +325,7 @@ struct kvb_cache_params {
     int32_t max_distance;       /* KVB_POS_CAPPED (lminfinite's default): the largest relative
                                  * distance attention sees, normally the trained length; must be
                                  * > 0 in that mode. The model context fills it from the model. */
+    struct kvb_recall_params recall; /* off by default */
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 
@@ -440,8 +466,38 @@ struct kvb_cache_stats {
     int64_t slots;          /* retained tokens summed over streams */
     int32_t slots_max;      /* longest stream */
     int32_t slots_min;      /* shortest stream */
+    /* recall (all zero without it) */
+    size_t recall_bytes;        /* recall-area pages held, included in bytes_used and bytes_peak */
+    int64_t cold_pages;         /* evicted pages kept in the cold tier (memory + file) */
+    size_t cold_mem_bytes;      /* host memory those pages take (records, not counting the index) */
+    size_t cold_file_bytes;     /* size of the cold file */
+    int64_t cold_staged_tokens; /* evicted tokens filling their stream's next cold page (recallable) */
+    int64_t cold_dropped_pages; /* pages the cold tier could not keep: forgotten */
+    int64_t recall_scorings;    /* times a stream scored its cold pages */
+    int64_t recall_loads;       /* cold pages copied into recall areas */
+    double recall_score_s;      /* worker time scoring cold pages, summed over streams */
+    double recall_load_s;       /* worker time copying recalled pages */
 };
 void kvb_cache_get_stats(const struct kvb_cache *cache, struct kvb_cache_stats *out);
+/* Original positions of the tokens in a stream's recall area (attended
+ * besides its retained slots), increasing; returns how many (at most max are
+ * written), 0 without recall, -1 for a bad layer or head. */
+int32_t kvb_cache_recalled(const struct kvb_cache *cache, int32_t layer, int32_t head, int32_t *pos, int32_t max);
+
+/* A cold-tier file (kvb_recall_params.cold_dir) checked: header, geometry,
+ * and every committed page's checksum, sequence, stream, count and
+ * positions. A file cut short of its committed pages, or any bad field, is
+ * KVB_ERR_CORRUPT naming the file and the page or field; bytes after the
+ * committed pages (a write a crash cut) are reported as tail_bytes. */
+struct kvb_cold_file_info {
+    int64_t pages;          /* committed pages, all verified */
+    int64_t tokens;         /* tokens in them */
+    int64_t tail_bytes;     /* uncommitted bytes after them */
+    int64_t pos_min, pos_max;
+    int32_t n_streams, block_size, head_dim;
+    enum kvb_dtype dtype, dtype_v;
+};
+kvb_status kvb_cold_file_check(const char *path, struct kvb_cold_file_info *out);
 
 /* Save and restore. The format is versioned and checksummed (CRC-32); a
  * corrupt or truncated image gives KVB_ERR_CORRUPT and nothing else happens.
@@ -600,6 +656,7 @@ struct kvb_context_params {
     int32_t chunk;                   /* prefill chunk (default 256) */
     int32_t max_distance;            /* positions capped (lminfinite): the distance cap; 0 = the
                                       * model's trained length */
+    struct kvb_recall_params recall; /* reversible eviction, off by default */
 };
 struct kvb_context_params kvb_context_default_params(void);
 
@@ -806,6 +863,7 @@ struct kvb_ppl_params {
                                  * always f32, so --policy full --kv-dtype q8_0 isolates the bits */
     enum kvb_dtype kv_dtype_v;  /* KVB_DTYPE_AS_K by default */
     int32_t max_distance;       /* positions capped (lminfinite): 0 = the model's trained length */
+    struct kvb_recall_params recall; /* the policy's cache recalls evicted pages (off by default) */
     int32_t prompt;             /* > 0: the kvpress protocol. The first `prompt` tokens (BOS
                                  * included) are a prompt, read through kvb_context_prompt (the
                                  * snapkv family compresses it to policy.budget per stream and
@@ -864,10 +922,13 @@ struct kvb_needle_params {
     int32_t n_threads;
     enum kvb_dtype kv_dtype;   /* KV rows (a zeroed struct: f32; kvbound needle uses f16) */
     enum kvb_dtype kv_dtype_v; /* V rows apart, or KVB_DTYPE_AS_K */
+    struct kvb_recall_params recall; /* reversible eviction (off by default) */
 };
 struct kvb_needle_result {
     bool correct;
-    double retained;
+    double retained;       /* with recall: the passkey counts as held when every token is
+                            * retained or in the stream's recall area (the attended set) */
+    double retained_hot;   /* the same for the retained slots alone */
     int32_t prompt_tokens, needle_pos;
     char answer[64];
 };

@@ -138,9 +138,27 @@ void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s,
 /* ---- runs as a query sees them ---- */
 
 /* Whether queries at original positions up to pq_max see a capped distance
- * in stream s (then every query needs its own runs). */
+ * in stream s or its recall area (then every query needs its own runs). */
 static bool capped_far(const struct kvb_cache *c, const struct kvb_stream *s, int64_t pq_max) {
-    return c->pos_mode == KVB_POS_CAPPED && s->v.n > 0 && pq_max - s->v.pos[s->v.order[0]] > c->params.max_distance;
+    if (c->pos_mode != KVB_POS_CAPPED) return false;
+    const struct kvb_recall_stream *ra = kvb_recall_area(c, s);
+    if (ra && pq_max - ra->pos[ra->order[0]] > c->params.max_distance) return true;
+    return s->v.n > 0 && pq_max - s->v.pos[s->v.order[0]] > c->params.max_distance;
+}
+
+/* Runs of n keys with original positions pos[order[j]] (increasing) as a
+ * query at pq sees them in ORIGINAL or CAPPED mode (see attn_runs). */
+static int32_t keyed_runs(const struct kvb_cache *c, const int32_t *pos, const int32_t *order, int32_t n,
+                          struct kvb_head_scratch *hs, int64_t pq, const struct kvb_run **out) {
+    static const struct kvb_run one = {0, 0};
+    *out = &one;
+    if (c->pos_mode != KVB_POS_CAPPED || n == 0 || pq - pos[order[0]] <= c->params.max_distance) return 1;
+    const int64_t L = c->params.max_distance;
+    int32_t nr = 0, j = 0;
+    for (; j < n && pq - pos[order[j]] > L; j++) hs->cruns[nr++] = (struct kvb_run){j, (int32_t)(pos[order[j]] + L - pq)};
+    if (j < n) hs->cruns[nr++] = (struct kvb_run){j, 0};
+    *out = hs->cruns;
+    return nr;
 }
 
 /* Runs as seen by a query at original position pq: contiguous mode uses the
@@ -151,20 +169,11 @@ static bool capped_far(const struct kvb_cache *c, const struct kvb_stream *s, in
  * + delta. */
 static int32_t attn_runs(const struct kvb_cache *c, const struct kvb_stream *s, struct kvb_head_scratch *hs, int64_t pq,
                          const struct kvb_run **out) {
-    static const struct kvb_run one = {0, 0};
     if (c->pos_mode == KVB_POS_CONTIGUOUS) {
         *out = s->runs;
         return s->n_runs;
     }
-    *out = &one;
-    if (!capped_far(c, s, pq)) return 1;
-    const int64_t L = c->params.max_distance;
-    int32_t nr = 0, j = 0;
-    for (; j < s->v.n && pq - s->v.pos[s->v.order[j]] > L; j++)
-        hs->cruns[nr++] = (struct kvb_run){j, (int32_t)(s->v.pos[s->v.order[j]] + L - pq)};
-    if (j < s->v.n) hs->cruns[nr++] = (struct kvb_run){j, 0};
-    *out = hs->cruns;
-    return nr;
+    return keyed_runs(c, s->v.pos, s->v.order, s->v.n, hs, pq, out);
 }
 
 static struct kvb_kv_view kv_view(const struct kvb_cache *c, const struct kvb_stream *s) {
@@ -200,6 +209,45 @@ static void rotate_rows(const struct kvb_cache *c, struct kvb_head_scratch *hs, 
     }
 }
 
+/* The recall area of s as a view (its keys 0 .. n-1 by increasing position). */
+static struct kvb_kv_view area_view(const struct kvb_cache *c, const struct kvb_stream *s, const struct kvb_recall_stream *ra) {
+    struct kvb_kv_view v = kv_view(c, s);
+    v.pages = ra->pages;
+    v.slots = ra->order;
+    v.n = ra->n;
+    return v;
+}
+
+/* Chooses stream s's recalled pages for the G query rows of token i of q
+ * (KV head h's group) at original position pq, rotated as the scores see
+ * them: at pq (keys are stored at their original positions). */
+static void recall_refresh(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, const float *q, int32_t n_head,
+                           int32_t G, int32_t h, int32_t i, int64_t pq) {
+    if (!c->recall) return;
+    /* recall never runs with contiguous positions: token i sits at p0 + i = pq */
+    rotate_rows(c, hs, q, n_head, G, h, i, i + 1, 0, pq - i, 0);
+    kvb_recall_refresh(c, s, hs->qrot, G);
+}
+
+/* Rows [i0, i1) of q also attend to the recall area (every area key precedes
+ * every query). No per-key probabilities: the policy's evidence is the hot
+ * slots' (normalised over both, as the state's l includes the area). */
+static void attend_area(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, const float *q, int32_t n_head,
+                        int32_t G, int32_t h, int32_t i0, int32_t i1, int32_t n_prev, int64_t p0, struct kvb_attn_state *st) {
+    const struct kvb_recall_stream *ra = kvb_recall_area(c, s);
+    if (!ra) return;
+    const struct kvb_kv_view view = area_view(c, s, ra);
+    const struct kvb_run *runs;
+    const int32_t nr = keyed_runs(c, ra->pos, ra->order, ra->n, hs, p0 + i0, &runs);
+    float *p = st->p;
+    st->p = NULL;
+    for (int32_t r = 0; r < nr; r++) {
+        rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
+        kvb_attn_run(c->kr, &view, hs->qrot, NULL, runs[r].j0, r + 1 < nr ? runs[r + 1].j0 : ra->n, st);
+    }
+    st->p = p;
+}
+
 /* ---- attention ---- */
 
 /* End of run r of nr over n slots, clipped to the causal limit jmax. */
@@ -211,6 +259,7 @@ static inline int32_t run_end(const struct kvb_run *runs, int32_t nr, int32_t r,
 void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q, int32_t G,
                        int64_t pq, float *out, float *w) {
     const int32_t d = c->params.head_dim;
+    recall_refresh(c, s, h, q, G, G, 0, 0, pq);
     const struct kvb_run *runs;
     const int32_t nr = attn_runs(c, s, h, pq, &runs);
     const struct kvb_kv_view view = kv_view(c, s);
@@ -222,6 +271,7 @@ void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
         rotate_rows(c, h, q, G, G, 0, 0, 1, s->v.n - 1, pq, runs[r].delta);
         kvb_attn_run(c->kr, &view, h->qrot, NULL, j0, j1, &st);
     }
+    attend_area(c, s, h, q, G, G, 0, 0, 1, s->v.n - 1, pq, &st);
     if (w) kvb_attn_end_mean(&st, out, w, s->v.n);
     else kvb_attn_end(&st, out, NULL);
 }
@@ -231,6 +281,8 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
                        int32_t obs_from, float *col) {
     const int32_t d = c->params.head_dim;
     const struct kvb_kv_view view = kv_view(c, s);
+    /* recall: the chunk's last token chooses (not for a vote: out == NULL) */
+    if (out) recall_refresh(c, s, hs, q, n_head, G, h, C - 1, p0 + C - 1);
     /* capped positions with far keys: every token has its own runs */
     const int32_t tb = capped_far(c, s, p0 + C - 1) ? 1 : KVB_MAX(1, KVB_ATTN_MAX_ROWS / G);
     for (int32_t i0 = 0; i0 < C; i0 += tb) {
@@ -247,6 +299,7 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
             rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
             kvb_attn_run(c->kr, &view, hs->qrot, hs->limit, runs[r].j0, j1, &st);
         }
+        if (out) attend_area(c, s, hs, q, n_head, G, h, i0, i1, n_prev, p0, &st);
         kvb_attn_end(&st, hs->out, hs->lse);
         if (out)
             for (int32_t i = i0; i < i1; i++)

@@ -96,6 +96,16 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
     enum kvb_pos_mode pm = p->pos_mode == KVB_POS_POLICY_DEFAULT ? pi->default_pos : p->pos_mode;
     if (pm == KVB_POS_CAPPED && p->max_distance < 1)
         return kvb_fail(KVB_ERR_INVALID, "cache: positions capped (policy %s) need max_distance > 0 (the trained length)", pn);
+    const struct kvb_recall_params *rp = &p->recall;
+    if (rp->pages < 0 || rp->pages > KVB_RECALL_MAX_PAGES)
+        return kvb_fail(KVB_ERR_INVALID, "cache: recall.pages must be in 0..%d, got %d", KVB_RECALL_MAX_PAGES, (int)rp->pages);
+    if (rp->pages > 0) {
+        if (rp->every < 0) return kvb_fail(KVB_ERR_INVALID, "cache: recall.every must be >= 1, got %d", (int)rp->every);
+        if ((int64_t)rp->pages * p->block_size > 65536)
+            return kvb_fail(KVB_ERR_INVALID, "cache: recall area of %d pages of %d tokens exceeds 65536 tokens", (int)rp->pages, (int)p->block_size);
+        if (p->pos_mode == KVB_POS_CONTIGUOUS)
+            return kvb_fail(KVB_ERR_INVALID, "cache: recall needs original or capped positions (recalled tokens keep theirs), not contiguous");
+    }
     return KVB_OK;
 }
 
@@ -119,9 +129,10 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
             const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
             if (kvb_stream_reserve(&c->geom, s, s->v.n_pages + np, (int64_t)s->v.n + n_new + 1) != KVB_OK)
                 return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for slot metadata (layer %d)", (int)l);
-            total += np;
+            total += np + kvb_recall_pages_needed(c, (size_t)l * H + h);
             n_max = KVB_MAX(n_max, (int64_t)s->v.n + n_new);
         }
+    if (c->recall) n_max = KVB_MAX(n_max, (int64_t)c->params.recall.pages * c->params.block_size); /* the recall area's runs */
     for (int32_t h = 0; h < H; h++)
         if (kvb_head_scratch_reserve(c, kvb_head_scratch_at(c->scratch, h), n_max, G) != KVB_OK)
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for attention scratch");
@@ -143,6 +154,13 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
             kvb_stream_attach(&c->geom, s, got + k, np);
             c->reserved[(size_t)l * H + h] = (int32_t)np;
             k += np;
+            const int32_t na = kvb_recall_pages_needed(c, (size_t)l * H + h);
+            if (na) {
+                kvb_recall_attach(c, (size_t)l * H + h, got + k, true);
+                k += na;
+            } else if (c->recall) {
+                c->recall[(size_t)l * H + h].reserved = false;
+            }
         }
     if (got != stack) kvb_free(got);
     return KVB_OK;
@@ -185,6 +203,7 @@ void kvb_cache_unreserve(struct kvb_cache *c) {
             left -= np;
         }
         c->reserved[i] = 0;
+        kvb_recall_unreserve(c, i);
     }
     c->has_reserve = false;
 }
@@ -199,6 +218,7 @@ static void evict_stream(struct kvb_cache *c, struct kvb_stream *s) {
     if (!s->v.budget || s->v.n <= s->v.budget || (pi->flags & KVB_PF_NEVER_EVICT)) return;
     int32_t k = pi->select(&c->policy, &s->v, s->v.n - s->v.budget, s->victims);
     k = kvb_stream_sort_victims(s->victims, k);
+    kvb_recall_evicted(c, s, s->victims, k); /* recall: to the cold tier first */
     kvb_stream_remove(&c->geom, s, c->pool, s->victims, k);
 }
 
@@ -206,6 +226,7 @@ static void update_peak(struct kvb_cache *c) {
     int64_t pages = 0;
     const int64_t n = (int64_t)c->params.n_layer * c->params.n_kv_head;
     for (int64_t i = 0; i < n; i++) pages += c->streams[i].v.n_pages;
+    pages += kvb_recall_pages_held(c);
     if (pages > c->pages_peak) c->pages_peak = pages;
 }
 
@@ -238,6 +259,9 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     c->kr = kvb_kernels();
     c->policy = kvb_policy_make(&params->policy, params->block_size);
     c->pos_mode = params->pos_mode == KVB_POS_POLICY_DEFAULT ? c->policy.iface->default_pos : params->pos_mode;
+    if (params->recall.pages > 0 && c->pos_mode == KVB_POS_CONTIGUOUS) /* streaming's default: recalled tokens keep their positions */
+        c->pos_mode = params->max_distance > 0 ? KVB_POS_CAPPED : KVB_POS_ORIGINAL;
+    if (params->recall.pages > 0 && c->params.recall.every == 0) c->params.recall.every = 1;
     c->page_bytes = kvb_cache_page_bytes(params);
     c->geom.block_size = params->block_size;
     while ((1 << c->geom.block_shift) < params->block_size) c->geom.block_shift++;
@@ -288,6 +312,11 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
         }
         c->own_pool = true;
     }
+    if ((st = kvb_recall_init(c)) != KVB_OK) { /* after the pool: areas come from it */
+        kvb_cache_free(c);
+        return st;
+    }
+    c->params.recall.cold_dir = NULL; /* the store keeps its own copy */
     init_budgets(c);
     *out = c;
     return KVB_OK;
@@ -306,6 +335,7 @@ void kvb_cache_free(struct kvb_cache *c) {
             kvb_stream_free(s);
         }
     }
+    kvb_recall_free(c); /* area pages back to the pool before it goes */
     kvb_head_scratch_free_array(c->scratch, c->params.n_kv_head);
     if (c->own_pool) kvb_pool_free(c->pool);
     if (c->ring_q)
@@ -321,6 +351,7 @@ void kvb_cache_reset(struct kvb_cache *c) {
     for (size_t i = 0; i < n_streams; i++) {
         kvb_stream_clear(&c->streams[i], c->pool);
     }
+    kvb_recall_reset(c);
     for (int32_t l = 0; l < c->params.n_layer; l++) c->n_past[l] = 0;
     c->has_reserve = false;
     init_budgets(c);
@@ -692,6 +723,14 @@ int32_t kvb_cache_n_slots(const struct kvb_cache *c, int32_t layer, int32_t head
     return stream_ok(c, layer, head) ? kvb_cache_stream(c, layer, head)->v.n : -1;
 }
 
+int32_t kvb_cache_recalled(const struct kvb_cache *c, int32_t layer, int32_t head, int32_t *pos, int32_t max) {
+    if (!stream_ok(c, layer, head)) return -1;
+    const struct kvb_recall_stream *r = kvb_recall_area(c, kvb_cache_stream(c, layer, head));
+    if (!r) return 0;
+    for (int32_t j = 0; j < r->n && j < max && pos; j++) pos[j] = r->pos[r->order[j]];
+    return r->n;
+}
+
 int64_t kvb_cache_n_past(const struct kvb_cache *c, int32_t layer) {
     return c && layer >= 0 && layer < c->params.n_layer ? c->n_past[layer] : -1;
 }
@@ -730,6 +769,30 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
         o->slots_max = KVB_MAX(o->slots_max, s->v.n);
         o->slots_min = KVB_MIN(o->slots_min, s->v.n);
         meta += kvb_stream_meta_bytes(&c->geom, s);
+    }
+    const int64_t area = kvb_recall_pages_held(c);
+    o->pages_in_use += area;
+    o->recall_bytes = (size_t)area * pb;
+    meta += kvb_recall_meta_bytes(c);
+    if (c->recall) {
+        struct kvb_cold_counts cc;
+        kvb_cold_counts(c->cold, &cc);
+        o->cold_pages = cc.mem_pages + cc.file_pages;
+        o->cold_mem_bytes = cc.mem_bytes;
+        o->cold_file_bytes = cc.file_bytes;
+        o->cold_dropped_pages = cc.dropped_pages;
+        int64_t sns = 0, lns = 0;
+        for (size_t i = 0; i < n_streams; i++) {
+            const struct kvb_recall_stream *r = &c->recall[i];
+            o->cold_staged_tokens += r->n_stage;
+            o->cold_dropped_pages += r->lost;
+            o->recall_scorings += r->scorings;
+            o->recall_loads += r->loads;
+            sns += r->score_ns;
+            lns += r->load_ns;
+        }
+        o->recall_score_s = (double)sns * 1e-9;
+        o->recall_load_s = (double)lns * 1e-9;
     }
     o->bytes_used = (size_t)o->pages_in_use * pb;
     o->bytes_reserved = o->bytes_used + meta;

@@ -5,13 +5,38 @@
  *   cache.c    the public cache API: params, prepare/apply, eviction by policy,
  *              prompt compression
  *   cache_io.c images (save/restore)
+ *   recall.c   reversible eviction: evicted rows to the cold tier (cold.c),
+ *              page summaries, scoring, the recall area
  * A cache is n_layer x n_kv_head streams (layer-major) sharing one geometry.
  */
 #ifndef KVB_CACHE_IMPL_H
 #define KVB_CACHE_IMPL_H
 
 #include "../ops/ops.h"
+#include "cold.h"
 #include "stream.h"
+
+/* ---- recall (recall.c) ---- */
+
+/* One stream's part of the cold tier and its recall area. Touched only by
+ * the worker that owns the stream (and serially by prepare). */
+struct kvb_recall_stream {
+    uint8_t *stage;       /* the cold page being filled: a record (cold.h) */
+    int32_t n_stage;
+    float *stage_lohi;    /* [2][d] per-channel min, max of the staged keys */
+    int64_t n_cold, cap;  /* sealed cold pages of this stream */
+    int64_t *rec;         /* [cap] their record ids */
+    float *lohi;          /* [cap][2][d] their key bounds */
+    float *score;         /* [cap + 1] scratch: bounds of the last scoring */
+    uint8_t **pages;      /* [R] recall-area pages from the pool, NULL until taken */
+    int64_t *loaded;      /* [R] cold page held by each area page; -1 none, -2 the staged one */
+    int32_t *pos;         /* [R * B] original position per area slot, -1 unused */
+    int32_t *order;       /* [R * B] area slots by increasing position */
+    int32_t n;            /* tokens in the area */
+    int32_t since;        /* attention calls since the last choice */
+    bool reserved;        /* pages taken by the last kvb_cache_reserve */
+    int64_t scorings, loads, score_ns, load_ns, lost;
+};
 
 /* ---- cache ---- */
 struct kvb_head_scratch; /* attend.c */
@@ -44,6 +69,11 @@ struct kvb_cache {
      * while nothing has happened since (has_reserve), so unreserve can undo it */
     int32_t *reserved;               /* [n_layer * n_kv_head] */
     bool has_reserve;
+    /* recall: params.recall.pages > 0 */
+    struct kvb_recall_stream *recall; /* [n_layer * n_kv_head] */
+    struct kvb_cold *cold;
+    struct kvb_cold_geom cold_geom;
+    int64_t recall_pages_peak;        /* area pages, for bytes_peak */
 };
 
 static inline struct kvb_stream *kvb_cache_stream(const struct kvb_cache *c, int32_t layer, int32_t head) {
@@ -51,6 +81,32 @@ static inline struct kvb_stream *kvb_cache_stream(const struct kvb_cache *c, int
 }
 
 void kvb_cache_note_peak(struct kvb_cache *c);
+
+static inline size_t kvb_cache_stream_index(const struct kvb_cache *c, const struct kvb_stream *s) {
+    return (size_t)(s - c->streams);
+}
+
+/* recall.c */
+kvb_status kvb_recall_init(struct kvb_cache *c);
+void kvb_recall_free(struct kvb_cache *c);
+/* Empties the cold tier and recall areas (area pages back to the pool). */
+void kvb_recall_reset(struct kvb_cache *c);
+/* Area pages stream i must take before its next attention (0 or R). */
+int32_t kvb_recall_pages_needed(const struct kvb_cache *c, size_t i);
+void kvb_recall_attach(struct kvb_cache *c, size_t i, uint8_t *const *pages, bool reserve);
+/* Gives back the pages the last reserve attached. */
+void kvb_recall_unreserve(struct kvb_cache *c, size_t i);
+/* Victims (logical slots of s, ascending) leave for the cold tier. */
+void kvb_recall_evicted(struct kvb_cache *c, struct kvb_stream *s, const int32_t *victims, int32_t k);
+/* Chooses and loads stream s's recalled pages for the G rotated, scaled
+ * query rows qrot (unless reused: recall.every). */
+void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t G);
+/* The recall area of s: its view and logical positions (NULL, n 0 without). */
+const struct kvb_recall_stream *kvb_recall_area(const struct kvb_cache *c, const struct kvb_stream *s);
+/* Area pages held by the cache. */
+int64_t kvb_recall_pages_held(const struct kvb_cache *c);
+/* Host bytes of the cold index and staging (metadata). */
+size_t kvb_recall_meta_bytes(const struct kvb_cache *c);
 
 /* ---- attention (attend.c) ---- */
 

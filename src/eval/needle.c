@@ -96,11 +96,12 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
         cp.n_ctx = (int32_t)prompt.n + 16;
         cp.kv_dtype = p->kv_dtype;
         cp.kv_dtype_v = p->kv_dtype_v;
+        cp.recall = p->recall;
         const size_t per_tok = (size_t)in.n_layer * in.n_head_kv * in.head_dim * 2 * 4; /* f32 rows: the widest */
         /* full and the snapkv family (read the whole prompt, then compress) hold the prompt */
         const bool whole = p->policy.id == KVB_POLICY_FULL || (kvb_policy_compresses(p->policy.id) && !p->policy.prefill_budget);
         const int64_t keep = whole ? prompt.n + 16 + p->policy.budget : (int64_t)p->policy.budget + cp.chunk + 16;
-        cp.kv_pool_bytes = per_tok * (size_t)(keep + 64) + ((size_t)16 << 20);
+        cp.kv_pool_bytes = per_tok * (size_t)(keep + 64 + (int64_t)p->recall.pages * cp.block_size) + ((size_t)16 << 20);
         st = kvb_context_init(m, &cp, &c);
     }
     float *lg = NULL;
@@ -118,19 +119,27 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
                 if (memcmp(prompt.p + i, key.p, sizeof(int32_t) * (size_t)key.n) == 0) kpos = i;
             if (kpos < 0) kpos = insert_at; /* the key merged with its neighbours: use the needle sentence */
             const int64_t klen = kpos == insert_at && memcmp(prompt.p + kpos, key.p, sizeof(int32_t) * (size_t)key.n) != 0 ? nd.n : key.n;
-            int64_t held = 0, streams = 0;
+            /* held: in the retained slots, or (recall) in the stream's recall area, which the
+             * prompt's last token chose: the set the answer's first token attends to */
+            int64_t held = 0, held_hot = 0, streams = 0;
+            int32_t area[KVB_RECALL_MAX_PAGES * 64];
             for (int32_t l = 0; l < in.n_layer; l++)
                 for (int32_t h = 0; h < in.n_head_kv; h++) {
-                    int32_t ns = kvb_cache_n_slots(cache, l, h), found = 0;
+                    int32_t ns = kvb_cache_n_slots(cache, l, h), found = 0, found_area = 0;
                     for (int32_t j = 0; j < ns; j++) {
                         struct kvb_slot_info si;
                         kvb_cache_slot_info(cache, l, h, j, &si);
                         found += si.pos_original >= kpos && si.pos_original < kpos + klen;
                     }
-                    held += found == klen;
+                    const int32_t na = kvb_cache_recalled(cache, l, h, area, (int32_t)(sizeof area / sizeof area[0]));
+                    for (int32_t j = 0; j < na && j < (int32_t)(sizeof area / sizeof area[0]); j++)
+                        found_area += area[j] >= kpos && area[j] < kpos + klen;
+                    held_hot += found == klen;
+                    held += found + found_area == klen;
                     streams++;
                 }
             out->retained = (double)held / (double)streams;
+            out->retained_hot = (double)held_hot / (double)streams;
             out->needle_pos = (int32_t)kpos;
             out->prompt_tokens = (int32_t)prompt.n;
             size_t w = 0;

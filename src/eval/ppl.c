@@ -228,6 +228,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
     cp.kv_dtype = p->kv_dtype;
     cp.kv_dtype_v = p->kv_dtype_v;
     cp.max_distance = p->max_distance;
+    cp.recall = p->recall;
     cp.n_threads = p->n_threads;
     cp.chunk = compress_prompt ? KVB_MAX(C, 256) : C; /* a compressed prompt is read in big chunks */
     cp.n_ctx = (int32_t)KVB_MIN(n + 8, (int64_t)INT32_MAX);
@@ -235,7 +236,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
     const size_t per_tok = (size_t)in->n_layer * in->n_head_kv * kvb_dtype_row_bytes(KVB_DTYPE_F32, in->head_dim) * 2;
     const int64_t dec = p->policy.decode_budget ? p->policy.decode_budget : B;
     const int64_t hold = !bounded ? n : compress_prompt ? KVB_MAX((int64_t)P, 2 * (int64_t)B) + dec : B;
-    cp.kv_pool_bytes = per_tok * (size_t)(hold + cp.chunk + 64) + ((size_t)16 << 20);
+    cp.kv_pool_bytes = per_tok * (size_t)(hold + cp.chunk + 64 + (int64_t)p->recall.pages * cp.block_size) + ((size_t)16 << 20);
     struct kvb_context *pc = NULL, *fc = NULL, *rc = NULL;
     float *lp = NULL, *lf = NULL;
     struct mass_state ms = {0};
@@ -247,6 +248,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
         fp.pos_mode = KVB_POS_ORIGINAL;
         fp.kv_dtype = KVB_DTYPE_F32; /* unquantized: the baseline of what the policy and the bits cost */
         fp.kv_dtype_v = KVB_DTYPE_AS_K;
+        fp.recall = (struct kvb_recall_params){0, 0, 0, NULL};
         fp.kv_pool_bytes = per_tok * (size_t)(n + cp.chunk + 64) + ((size_t)16 << 20);
         if (full_run) st = kvb_context_init(m, &fp, &fc);
         if (st == KVB_OK && p->baseline == KVB_BASELINE_RECOMPUTE) {

@@ -140,6 +140,7 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
                                                         params->max_distance);
     cp.dtype_v = params->kv_dtype_v;
     cp.pool_bytes = params->kv_pool_bytes;
+    cp.recall = params->recall;
     kvb_status st = kvb_cache_init(NULL, &cp, &c->cache);
     if (st == KVB_OK) st = kvb_threadpool_init(params->n_threads, &c->tp);
     if (st != KVB_OK) {

@@ -49,6 +49,24 @@ size_t cli_kv_head_bytes(const struct kvb_model_info *mi, const struct cli_kv_ty
 /* Bytes of one token's K and V rows over every layer and KV head. */
 size_t cli_kv_token_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t);
 
+/* Recall options (policy_opts.c): --recall, --recall-pages R,
+ * --recall-every N, --cold-mb M, --cold-dir DIR (each implies --recall). */
+struct cli_recall {
+    bool on;
+    int pages, every;
+    long long cold_mb;
+    const char *cold_dir;
+};
+void cli_recall_init(struct cli_recall *r);
+/* 1: argv[*i] was a recall option, 0: not one, -1: bad value (printed). */
+int cli_recall_option(struct cli_recall *r, int argc, char **argv, int *i);
+void cli_recall_help(FILE *f);
+struct kvb_recall_params cli_recall_params(const struct cli_recall *r);
+/* Pool bytes the recall areas take (0 without recall). */
+size_t cli_recall_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct cli_recall *r, int block);
+/* One line on stderr: cold tier, recall area, time scoring and loading. */
+void cli_recall_stats(FILE *f, const struct kvb_cache_stats *s);
+
 /* Policy options shared by run, chat, ppl, sweep and needle (policy_opts.c).
  * Unset fields are -1 (the policy's default applies). */
 struct cli_policy {

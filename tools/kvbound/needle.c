@@ -101,7 +101,7 @@ int cmd_needle(int argc, char **argv) {
             for (int k = 0; k < trials; k++) {
                 rs = rs * 6364136223846793005ull + 1442695040888963407ull;
                 struct kvb_needle_params np = {cli_policy_params(&po, pid), po.pos, (int32_t)lengths[i], depths[j],
-                                               10000u + (uint32_t)((rs >> 33) % 90000u), filler, chunk, threads, kvt.k, kvt.v};
+                                               10000u + (uint32_t)((rs >> 33) % 90000u), filler, chunk, threads, kvt.k, kvt.v, {0, 0, 0, NULL}};
                 struct kvb_needle_result nr;
                 if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
                 ok += nr.correct;

@@ -7,6 +7,8 @@
 #include "cli.h"
 
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define KVB_MAX_I64(a, b) ((a) > (b) ? (a) : (b))
 
@@ -173,4 +175,64 @@ size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types
         if (p->id == KVB_POLICY_PYRAMIDKV || p->id == KVB_POLICY_ADAKV) toks += p->budget; /* layers / heads above average */
     } else toks = (int64_t)p->budget + chunk;
     return per_tok * (size_t)(toks + 4 * block) + ((size_t)64 << 20);
+}
+
+/* ---- recall ---- */
+
+void cli_recall_init(struct cli_recall *r) {
+    memset(r, 0, sizeof *r);
+    r->pages = 8;
+    r->every = 1;
+    r->cold_mb = 1024;
+}
+
+int cli_recall_option(struct cli_recall *r, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--recall")) { r->on = true; return 1; }
+    if (strcmp(a, "--recall-pages") && strcmp(a, "--recall-every") && strcmp(a, "--cold-mb") && strcmp(a, "--cold-dir")) return 0;
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    r->on = true; /* each of these implies --recall */
+    if (!strcmp(a, "--recall-pages")) return cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &r->pages) ? -1 : 1;
+    if (!strcmp(a, "--recall-every")) return cli_parse_i32(a, v, 1, 1 << 20, &r->every) ? -1 : 1;
+    if (!strcmp(a, "--cold-mb")) return cli_parse_i64(a, v, 0, 1LL << 24, &r->cold_mb) ? -1 : 1;
+    struct stat sb;
+    if (stat(v, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(v, W_OK) != 0) {
+        fprintf(stderr, "kvbound: --cold-dir '%s' is not a writable directory\n", v);
+        return -1;
+    }
+    r->cold_dir = v;
+    return 1;
+}
+
+void cli_recall_help(FILE *f) {
+    fprintf(f, "  --recall              reversible eviction: evicted tokens go to a cold tier in pages; each\n"
+               "                        attention step brings back the pages whose key bounds score highest\n"
+               "                        (docs/RECALL.md). Positions: a streaming policy's become capped\n"
+               "  --recall-pages R      cold pages recalled per layer and KV head (default 8; implies --recall)\n"
+               "  --recall-every N      choose them every N steps, reusing them in between (default 1)\n"
+               "  --cold-mb M           host memory for cold pages (default 1024); beyond it --cold-dir\n"
+               "  --cold-dir DIR        append cold pages beyond --cold-mb to a file in DIR (removed at exit);\n"
+               "                        without it, pages beyond --cold-mb are forgotten (counted)\n");
+}
+
+struct kvb_recall_params cli_recall_params(const struct cli_recall *r) {
+    struct kvb_recall_params p = {0, 0, 0, NULL};
+    if (!r->on) return p;
+    p.pages = r->pages;
+    p.every = r->every;
+    p.cold_mem_bytes = (size_t)r->cold_mb << 20;
+    p.cold_dir = r->cold_dir;
+    return p;
+}
+
+size_t cli_recall_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct cli_recall *r, int block) {
+    return r->on ? cli_kv_token_bytes(mi, kv) * (size_t)r->pages * (size_t)block : 0;
+}
+
+void cli_recall_stats(FILE *f, const struct kvb_cache_stats *s) {
+    fprintf(f, "kvbound: recall: %lld cold pages (%.1f MiB in memory, %.1f MiB in file), %lld tokens staged, %lld dropped; "
+               "recall area %.1f MiB; %lld scorings %.3f s, %lld pages loaded %.3f s\n",
+            (long long)s->cold_pages, (double)s->cold_mem_bytes / (1 << 20), (double)s->cold_file_bytes / (1 << 20),
+            (long long)s->cold_staged_tokens, (long long)s->cold_dropped_pages, (double)s->recall_bytes / (1 << 20),
+            (long long)s->recall_scorings, s->recall_score_s, (long long)s->recall_loads, s->recall_load_s);
 }

@@ -34,6 +34,7 @@ static void run_usage(FILE *f) {
             "  -t, --threads N       threads (default 2)\n"
             "\n");
     cli_kv_types_help(f, "f16");
+    cli_recall_help(f);
     cli_policy_help(f, 256);
 }
 
@@ -49,6 +50,8 @@ int cmd_run(int argc, char **argv) {
     cli_policy_init(&po, 256);
     struct cli_kv_types kvt;
     cli_kv_types_init(&kvt, KVB_DTYPE_F16);
+    struct cli_recall rec;
+    cli_recall_init(&rec);
     long long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -56,6 +59,7 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "--ignore-eos")) { ignore_eos = true; continue; }
         int pr = cli_policy_option(&po, argc, argv, &i);
         if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
+        if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -120,7 +124,8 @@ int cmd_run(int argc, char **argv) {
         kvb_buffer_free(ids); kvb_model_free(m); free(pbuf);
         return 1;
     }
-    cp.kv_pool_bytes = cli_pool_bytes(&mi, &kvt, &cp.policy, n_ids, chunk, block, cp.n_ctx);
+    cp.kv_pool_bytes = cli_pool_bytes(&mi, &kvt, &cp.policy, n_ids, chunk, block, cp.n_ctx) + cli_recall_pool_bytes(&mi, &kvt, &rec, block);
+    cp.recall = cli_recall_params(&rec);
     if (pid == KVB_POLICY_FULL && ctx > mi.n_ctx_train)
         fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", ctx, mi.n_ctx_train);
     struct kvb_context *c = NULL;
@@ -192,6 +197,7 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "kvbound: prompt %d tokens%s, prefill %.1f tok/s, decode %.1f tok/s (%d tokens), KV %.2f MB (peak %.2f MB), policy %s, kernels %s, stopped at %s\n",
             n_ids, kept, n_ids / (t1 - t0 > 0 ? t1 - t0 : 1e-9), generated > 1 ? (generated - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, generated,
             cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(pid), kvb_kernels_name(), stop);
+    if (rec.on) cli_recall_stats(stderr, &cs);
     kvb_buffer_free(ids);
     free(logits);
     free(hist);

@@ -1,0 +1,343 @@
+/*
+ * recall.c — reversible eviction: evicted tokens go to the cold tier, and a
+ * query brings back the cold pages that can matter to it.
+ *
+ * Eviction. The victims of a stream (rows as stored, original positions)
+ * are copied into the stream's staged cold page; when it holds block_size
+ * tokens it is appended to the store (cold.c) and indexed. A page is a
+ * group of tokens evicted one after another, not a hot page: policies evict
+ * tokens, and for streaming these are consecutive positions anyway.
+ *
+ * Page summary (Quest): per channel c the min lo_c and max hi_c of the
+ * page's keys, as attention reads them (stored rows dequantized; keys are
+ * stored rotated at their original position). For any query q,
+ *     q.k = sum_c q_c k_c <= sum_c max(q_c lo_c, q_c hi_c)
+ * so the bound is never below a true logit, whatever the page holds. A GQA
+ * group has G query rows per KV head: the page's score is the largest of
+ * their bounds. The staged (partial) page is scored the same way, so tokens
+ * evicted a moment ago are recallable too. Summaries cost 2 * head_dim
+ * floats per page and KV head (a 16-token f16 page of head_dim 64 holds
+ * 4 KiB of rows; its summary is 512 bytes). docs/RECALL.md compares this
+ * with representative keys (InfLLM).
+ *
+ * Recall. Each stream owns R pages of the pool (taken by the prepare step
+ * once it has cold pages) as its recall area. The R best-scoring pages are
+ * copied there byte for byte; pages already there stay. Attention then runs
+ * over the hot slots and the area together (attend.c); the policy's
+ * per-slot evidence covers the hot slots only, normalised over both.
+ * With every = N the choice is made on one call in N and reused.
+ */
+#include "cache_impl.h"
+
+#include <math.h>
+#include <time.h>
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void lohi_reset(float *lohi, int32_t d) {
+    for (int32_t i = 0; i < d; i++) {
+        lohi[i] = INFINITY;
+        lohi[d + i] = -INFINITY;
+    }
+}
+
+kvb_status kvb_recall_init(struct kvb_cache *c) {
+    const struct kvb_recall_params *rp = &c->params.recall;
+    if (rp->pages <= 0) return KVB_OK;
+    const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    const int32_t R = rp->pages, B = c->params.block_size, d = c->params.head_dim;
+    c->cold_geom = (struct kvb_cold_geom){(int32_t)n, B, d, c->params.dtype, c->params.dtype_v, c->geom.row_bytes, c->geom.row_bytes_v};
+    kvb_status st = kvb_cold_create(&c->cold_geom, rp->cold_mem_bytes, rp->cold_dir, &c->cold);
+    if (st != KVB_OK) return st;
+    if (!(c->recall = kvb_calloc(n, sizeof *c->recall))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for recall");
+    const size_t rec = kvb_cold_record_bytes(&c->cold_geom);
+    for (size_t i = 0; i < n; i++) {
+        struct kvb_recall_stream *r = &c->recall[i];
+        r->stage = kvb_calloc(1, rec);
+        r->stage_lohi = kvb_malloc(sizeof(float) * 2 * (size_t)d);
+        r->score = kvb_malloc(sizeof(float));
+        r->loaded = kvb_malloc(sizeof(int64_t) * (size_t)R);
+        r->pos = kvb_malloc(sizeof(int32_t) * (size_t)R * (size_t)B);
+        r->order = kvb_malloc(sizeof(int32_t) * (size_t)R * (size_t)B);
+        if (!r->stage || !r->stage_lohi || !r->score || !r->loaded || !r->pos || !r->order)
+            return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for recall");
+        lohi_reset(r->stage_lohi, d);
+        for (int32_t a = 0; a < R; a++) r->loaded[a] = -1;
+        for (int32_t t = 0; t < R * B; t++) r->pos[t] = -1;
+    }
+    return KVB_OK;
+}
+
+static void give_area(struct kvb_cache *c, struct kvb_recall_stream *r) {
+    if (!r->pages) return;
+    kvb_pool_give(c->pool, r->pages, c->params.recall.pages);
+    kvb_free(r->pages);
+    r->pages = NULL;
+    r->n = 0;
+    r->reserved = false;
+    for (int32_t a = 0; a < c->params.recall.pages; a++) r->loaded[a] = -1;
+    for (int32_t t = 0; t < c->params.recall.pages * c->params.block_size; t++) r->pos[t] = -1;
+}
+
+void kvb_recall_free(struct kvb_cache *c) {
+    if (!c->recall) {
+        kvb_cold_free(c->cold);
+        return;
+    }
+    const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    for (size_t i = 0; i < n; i++) {
+        struct kvb_recall_stream *r = &c->recall[i];
+        if (c->pool) give_area(c, r);
+        kvb_free(r->stage); kvb_free(r->stage_lohi); kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->score);
+        kvb_free(r->loaded); kvb_free(r->pos); kvb_free(r->order);
+    }
+    kvb_free(c->recall);
+    kvb_cold_free(c->cold);
+}
+
+void kvb_recall_reset(struct kvb_cache *c) {
+    if (!c->recall) return;
+    const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    for (size_t i = 0; i < n; i++) {
+        struct kvb_recall_stream *r = &c->recall[i];
+        give_area(c, r);
+        r->n_stage = 0;
+        r->n_cold = 0;
+        r->since = 0;
+        lohi_reset(r->stage_lohi, c->params.head_dim);
+    }
+    kvb_cold_clear(c->cold);
+}
+
+int32_t kvb_recall_pages_needed(const struct kvb_cache *c, size_t i) {
+    if (!c->recall) return 0;
+    const struct kvb_recall_stream *r = &c->recall[i];
+    return !r->pages && (r->n_cold > 0 || r->n_stage > 0) ? c->params.recall.pages : 0;
+}
+
+void kvb_recall_attach(struct kvb_cache *c, size_t i, uint8_t *const *pages, bool reserve) {
+    struct kvb_recall_stream *r = &c->recall[i];
+    const int32_t R = c->params.recall.pages;
+    /* the pointer array itself: small, from the allocator; without it the
+     * pages go straight back and this stream attends without recall */
+    r->pages = kvb_malloc(sizeof(uint8_t *) * (size_t)R);
+    if (!r->pages) {
+        kvb_pool_give(c->pool, (uint8_t **)pages, R);
+        return;
+    }
+    memcpy(r->pages, pages, sizeof(uint8_t *) * (size_t)R);
+    r->reserved = reserve;
+    r->since = 0;
+    r->n = 0;
+    int64_t held = kvb_recall_pages_held(c);
+    if (held > c->recall_pages_peak) c->recall_pages_peak = held;
+}
+
+void kvb_recall_unreserve(struct kvb_cache *c, size_t i) {
+    if (c->recall && c->recall[i].reserved) give_area(c, &c->recall[i]);
+}
+
+int64_t kvb_recall_pages_held(const struct kvb_cache *c) {
+    if (!c->recall) return 0;
+    const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++) k += c->recall[i].pages ? c->params.recall.pages : 0;
+    return k;
+}
+
+size_t kvb_recall_meta_bytes(const struct kvb_cache *c) {
+    if (!c->recall) return 0;
+    const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head, d = (size_t)c->params.head_dim;
+    const size_t R = (size_t)c->params.recall.pages, B = (size_t)c->params.block_size;
+    size_t b = n * (sizeof(struct kvb_recall_stream) + kvb_cold_record_bytes(&c->cold_geom) + 2 * d * sizeof(float) +
+                    R * (sizeof(int64_t) + sizeof(uint8_t *)) + 2 * R * B * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) b += (size_t)c->recall[i].cap * (sizeof(int64_t) + (2 * d + 1) * sizeof(float));
+    return b;
+}
+
+/* ---- eviction: to the cold tier ---- */
+
+/* Seals the staged page: to the store, then into the index. */
+static void seal_stage(struct kvb_cache *c, struct kvb_recall_stream *r, int32_t stream) {
+    const int32_t d = c->params.head_dim;
+    const int64_t id = kvb_cold_append(c->cold, r->stage, stream, r->n_stage);
+    if (id >= 0 && r->n_cold == r->cap) { /* grow the index (the worker cannot fail: a page it cannot index is lost) */
+        const int64_t cap = KVB_MAX(r->cap * 2, (int64_t)64);
+        int64_t *rec = kvb_malloc(sizeof(int64_t) * (size_t)cap);
+        float *lohi = kvb_malloc(sizeof(float) * 2 * (size_t)d * (size_t)cap);
+        float *score = kvb_malloc(sizeof(float) * (size_t)(cap + 1));
+        if (rec && lohi && score) {
+            if (r->n_cold) {
+                memcpy(rec, r->rec, sizeof(int64_t) * (size_t)r->n_cold);
+                memcpy(lohi, r->lohi, sizeof(float) * 2 * (size_t)d * (size_t)r->n_cold);
+            }
+            kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->score);
+            r->rec = rec; r->lohi = lohi; r->score = score;
+            r->cap = cap;
+        } else {
+            kvb_free(rec); kvb_free(lohi); kvb_free(score);
+        }
+    }
+    if (id >= 0 && r->n_cold < r->cap) {
+        r->rec[r->n_cold] = id;
+        memcpy(r->lohi + (size_t)r->n_cold * 2 * (size_t)d, r->stage_lohi, sizeof(float) * 2 * (size_t)d);
+        r->n_cold++;
+    } else {
+        r->lost++;
+    }
+    /* the staged page was possibly in the area: it is a sealed page now, reloaded if chosen */
+    for (int32_t a = 0; a < c->params.recall.pages; a++)
+        if (r->loaded[a] == -2) r->loaded[a] = -1; /* its rows stay attended until the next choice */
+    r->n_stage = 0;
+    lohi_reset(r->stage_lohi, d);
+}
+
+void kvb_recall_evicted(struct kvb_cache *c, struct kvb_stream *s, const int32_t *victims, int32_t k) {
+    if (!c->recall || k <= 0) return;
+    const size_t i = kvb_cache_stream_index(c, s);
+    struct kvb_recall_stream *r = &c->recall[i];
+    const struct kvb_cold_geom *g = &c->cold_geom;
+    const int32_t d = c->params.head_dim;
+    float key[512];
+    for (int32_t x = 0; x < k; x++) {
+        const int32_t slot = s->v.order[victims[x]], t = r->n_stage;
+        const uint8_t *kr = kvb_stream_row(&c->geom, s, slot);
+        kvb_cold_rec_pos(r->stage)[t] = s->v.pos[slot];
+        memcpy(kvb_cold_rec_k(g, r->stage) + (size_t)t * g->row_bytes, kr, g->row_bytes);
+        memcpy(kvb_cold_rec_v(g, r->stage) + (size_t)t * g->row_bytes_v, kvb_stream_vrow(&c->geom, s, slot), g->row_bytes_v);
+        kvb_kv_row_load(c->params.dtype, kr, key, d);
+        float *lo = r->stage_lohi, *hi = r->stage_lohi + d;
+        for (int32_t ch = 0; ch < d; ch++) {
+            lo[ch] = key[ch] < lo[ch] ? key[ch] : lo[ch];
+            hi[ch] = key[ch] > hi[ch] ? key[ch] : hi[ch];
+        }
+        if (++r->n_stage == g->block_size) seal_stage(c, r, (int32_t)i);
+    }
+}
+
+/* ---- scoring and loading ---- */
+
+/* Upper bound of q . k over the keys a page's lo/hi enclose. */
+static float page_bound(const float *q, const float *lo, const float *hi, int32_t d) {
+    float s = 0;
+    for (int32_t ch = 0; ch < d; ch++) {
+        const float a = q[ch] * lo[ch], b = q[ch] * hi[ch];
+        s += a > b ? a : b;
+    }
+    return s;
+}
+
+float kvb_recall_bound(const float *q, const float *lohi, int32_t d) { return page_bound(q, lohi, lohi + d, d); }
+
+static float group_bound(const float *qrot, int32_t G, const float *lohi, int32_t d) {
+    float best = -INFINITY;
+    for (int32_t g = 0; g < G; g++) {
+        const float b = page_bound(qrot + (size_t)g * d, lohi, lohi + d, d);
+        best = b > best ? b : best;
+    }
+    return best;
+}
+
+/* Area slots by increasing position (heap sort: R * B can be large). */
+static void sort_area(struct kvb_recall_stream *r, int32_t total) {
+    int32_t n = 0;
+    for (int32_t t = 0; t < total; t++)
+        if (r->pos[t] >= 0) r->order[n++] = t;
+    int32_t *a = r->order;
+    const int32_t *p = r->pos;
+    for (int32_t start = n / 2 - 1, end = n;;) { /* heapify, then pop */
+        int32_t root;
+        if (start >= 0) root = start--;
+        else {
+            if (--end <= 0) break;
+            const int32_t t = a[0]; a[0] = a[end]; a[end] = t;
+            root = 0;
+        }
+        for (int32_t child; (child = 2 * root + 1) < end; root = child) {
+            if (child + 1 < end && p[a[child + 1]] > p[a[child]]) child++;
+            if (p[a[root]] >= p[a[child]]) break;
+            const int32_t t = a[root]; a[root] = a[child]; a[child] = t;
+        }
+    }
+    r->n = n;
+}
+
+static void load_page(const struct kvb_cache *c, struct kvb_recall_stream *r, int32_t a, const uint8_t *rec, int32_t n) {
+    const struct kvb_cold_geom *g = &c->cold_geom;
+    const int32_t B = g->block_size;
+    uint8_t *page = r->pages[a], *src = (uint8_t *)rec;
+    memcpy(page, kvb_cold_rec_k(g, src), (size_t)n * g->row_bytes);
+    memcpy(page + c->geom.v_offset, kvb_cold_rec_v(g, src), (size_t)n * g->row_bytes_v);
+    const int32_t *pos = kvb_cold_rec_pos(src);
+    for (int32_t t = 0; t < B; t++) r->pos[a * B + t] = t < n ? pos[t] : -1;
+}
+
+void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t G) {
+    if (!c->recall) return;
+    struct kvb_recall_stream *r = &c->recall[kvb_cache_stream_index(c, s)];
+    if (!r->pages) return;
+    if (r->since > 0 && r->since < c->params.recall.every) {
+        r->since++;
+        return;
+    }
+    r->since = 1;
+    const int32_t d = c->params.head_dim, R = c->params.recall.pages;
+    const int64_t t0 = now_ns();
+    /* candidates: sealed pages 0..n_cold-1, then the staged page as n_cold */
+    const int64_t nc = r->n_cold + (r->n_stage > 0);
+    for (int64_t p = 0; p < nc; p++)
+        r->score[p] = group_bound(qrot, G, p < r->n_cold ? r->lohi + (size_t)p * 2 * (size_t)d : r->stage_lohi, d);
+    int64_t best[64]; /* the top R, highest first; ties keep the older page */
+    int32_t nb = 0;
+    for (int64_t p = 0; p < nc; p++) {
+        int32_t at = nb;
+        while (at > 0 && r->score[best[at - 1]] < r->score[p]) at--;
+        if (at >= R) continue;
+        if (nb < R) nb++;
+        memmove(best + at + 1, best + at, sizeof(int64_t) * (size_t)(nb - 1 - at));
+        best[at] = p;
+    }
+    const int64_t t1 = now_ns();
+    /* keep the area pages that hold a chosen sealed page; load the rest */
+    bool keep[64] = {false};
+    bool have[64] = {false};
+    for (int32_t i = 0; i < nb; i++)
+        for (int32_t a = 0; a < R; a++)
+            if (best[i] < r->n_cold && r->loaded[a] == best[i]) {
+                keep[a] = true;
+                have[i] = true;
+            }
+    int32_t a = 0;
+    for (int32_t i = 0; i < nb; i++) {
+        if (have[i]) continue;
+        while (keep[a]) a++;
+        if (best[i] < r->n_cold) {
+            load_page(c, r, a, kvb_cold_get(c->cold, r->rec[best[i]]), c->params.block_size);
+            r->loaded[a] = best[i];
+        } else {
+            load_page(c, r, a, r->stage, r->n_stage);
+            r->loaded[a] = -2;
+        }
+        keep[a] = true;
+        r->loads++;
+    }
+    for (int32_t b = 0; b < R; b++)
+        if (!keep[b]) {
+            r->loaded[b] = -1;
+            for (int32_t t = 0; t < c->params.block_size; t++) r->pos[b * c->params.block_size + t] = -1;
+        }
+    sort_area(r, R * c->params.block_size);
+    r->scorings++;
+    r->score_ns += t1 - t0;
+    r->load_ns += now_ns() - t1;
+}
+
+const struct kvb_recall_stream *kvb_recall_area(const struct kvb_cache *c, const struct kvb_stream *s) {
+    if (!c->recall) return NULL;
+    const struct kvb_recall_stream *r = &c->recall[kvb_cache_stream_index(c, s)];
+    return r->pages && r->n > 0 ? r : NULL;
+}
