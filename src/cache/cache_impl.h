@@ -103,6 +103,8 @@ void kvb_recall_evicted(struct kvb_cache *c, struct kvb_stream *s, const int32_t
 void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t G);
 /* The recall area of s: its view and logical positions (NULL, n 0 without). */
 const struct kvb_recall_stream *kvb_recall_area(const struct kvb_cache *c, const struct kvb_stream *s);
+/* Upper bound of q . k for keys within lohi ([2][d]: per-channel min, max). */
+float kvb_recall_bound(const float *q, const float *lohi, int32_t d);
 /* Area pages held by the cache. */
 int64_t kvb_recall_pages_held(const struct kvb_cache *c);
 /* Host bytes of the cold index and staging (metadata). */

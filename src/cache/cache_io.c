@@ -65,6 +65,8 @@ static void w_i64(struct wbuf *w, int64_t v) { w_bytes(w, &v, 8); }
 
 kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     if (!c || !buf || !len) return kvb_fail(KVB_ERR_INVALID, "cache_save: cache, buf and len must not be NULL");
+    if (c->recall)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache_save: a cache with recall cannot be saved: images do not hold its cold tier");
     const struct kvb_cache_params *p = &c->params;
     const int32_t ns = c->policy.iface->n_state;
     struct wbuf w = {0};
