@@ -302,6 +302,14 @@ struct kvb_cache;
  * or CAPPED positions; a policy whose default is CONTIGUOUS (streaming) gets
  * CAPPED at max_distance instead (ORIGINAL when max_distance is 0). */
 #define KVB_RECALL_MAX_PAGES 64
+enum kvb_recall_summary {
+    KVB_RECALL_BOUNDS = 0,   /* Quest: per-channel key min/max; the score is an upper bound on
+                              * the page's logits (the default) */
+    KVB_RECALL_CENTROID = 1, /* one representative key, the page's mean (InfLLM-like, cheaper,
+                              * not a bound) */
+    KVB_RECALL_EXACT = 2,    /* the page's true largest logit, reading every cold key: a
+                              * reference for measuring the summaries, not for speed */
+};
 struct kvb_recall_params {
     int32_t pages;          /* cold pages recalled per stream, 0 = recall off (0..64) */
     int32_t every;          /* choose the recalled pages every N attention calls, reusing them
@@ -309,6 +317,7 @@ struct kvb_recall_params {
     size_t cold_mem_bytes;  /* host memory for cold pages before the file (0: none) */
     const char *cold_dir;   /* directory for the cold file, or NULL: beyond cold_mem_bytes,
                              * evicted pages are forgotten (counted in the stats) */
+    enum kvb_recall_summary summary; /* how pages are scored (default bounds) */
 };
 
 struct kvb_cache_params {
@@ -890,7 +899,10 @@ struct kvb_ppl_result {
     int32_t n_layer;
     double sink_mass;           /* with mass: full attention on position 0, mean over layers */
     double *sink_mass_layer;    /* [n_layer] */
-    size_t kv_bytes_peak;
+    size_t kv_bytes_peak;       /* with recall: recall areas included (recall_bytes of it) */
+    size_t recall_bytes;        /* recall: the areas' pages at the end */
+    int64_t cold_pages;         /* recall: pages in the cold tier at the end */
+    double recall_score_s, recall_load_s; /* recall: worker time scoring cold pages, copying recalled ones */
     double prompt_kept;         /* with prompt: prompt tokens kept per stream after it (mean) */
     int32_t prompt_kept_min, prompt_kept_max;
     double tok_per_s;

@@ -18,7 +18,7 @@ TEST(needle_haystack_and_retention) {
     const double depths[3] = {0.0, 0.5, 1.0};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++) {
-            struct kvb_needle_params np = {kvb_policy_default_params(KVB_POLICY_FULL), KVB_POS_POLICY_DEFAULT, lengths[i], depths[j], 48213, NULL, 64, 1, KVB_DTYPE_F16, KVB_DTYPE_AS_K, {0, 0, 0, NULL}};
+            struct kvb_needle_params np = {kvb_policy_default_params(KVB_POLICY_FULL), KVB_POS_POLICY_DEFAULT, lengths[i], depths[j], 48213, NULL, 64, 1, KVB_DTYPE_F16, KVB_DTYPE_AS_K, {0}};
             struct kvb_needle_result r;
             CHECK_OK(kvb_eval_needle(m, &np, &r));
             CHECK_EQ_INT(r.prompt_tokens, lengths[i]);
@@ -37,7 +37,7 @@ TEST(needle_haystack_and_retention) {
             if (depths[j] == 1.0) CHECK_NEAR(r.retained, 1.0, 0);
             if (depths[j] == 0.5 && lengths[i] >= 200) CHECK_NEAR(r.retained, 0.0, 0);
         }
-    struct kvb_needle_params bad = {kvb_policy_default_params(KVB_POLICY_FULL), KVB_POS_POLICY_DEFAULT, 100, 1.5, 48213, NULL, 64, 1, KVB_DTYPE_F16, KVB_DTYPE_AS_K, {0, 0, 0, NULL}};
+    struct kvb_needle_params bad = {kvb_policy_default_params(KVB_POLICY_FULL), KVB_POS_POLICY_DEFAULT, 100, 1.5, 48213, NULL, 64, 1, KVB_DTYPE_F16, KVB_DTYPE_AS_K, {0}};
     struct kvb_needle_result r;
     CHECK_STATUS(kvb_eval_needle(m, &bad, &r), KVB_ERR_INVALID);
     kvb_model_free(m);

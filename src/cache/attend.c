@@ -218,15 +218,17 @@ static struct kvb_kv_view area_view(const struct kvb_cache *c, const struct kvb_
     return v;
 }
 
-/* Chooses stream s's recalled pages for the G query rows of token i of q
- * (KV head h's group) at original position pq, rotated as the scores see
- * them: at pq (keys are stored at their original positions). */
+#define RECALL_WINDOW 32 /* a prefill chunk's last tokens whose queries choose its recalled pages */
+
+/* Chooses stream s's recalled pages with the query rows of tokens [i0, i1)
+ * of q (KV head h's group; token i at original position p0 + i), rotated as
+ * the scores see them: at their original positions, where keys are stored. */
 static void recall_refresh(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, const float *q, int32_t n_head,
-                           int32_t G, int32_t h, int32_t i, int64_t pq) {
+                           int32_t G, int32_t h, int32_t i0, int32_t i1, int64_t p0) {
     if (!c->recall) return;
-    /* recall never runs with contiguous positions: token i sits at p0 + i = pq */
-    rotate_rows(c, hs, q, n_head, G, h, i, i + 1, 0, pq - i, 0);
-    kvb_recall_refresh(c, s, hs->qrot, G);
+    i0 = KVB_MAX(i0, i1 - KVB_ATTN_MAX_ROWS / G); /* qrot holds KVB_ATTN_MAX_ROWS rows */
+    rotate_rows(c, hs, q, n_head, G, h, i0, i1, 0, p0, 0); /* recall never runs with contiguous positions */
+    kvb_recall_refresh(c, s, hs->qrot, (i1 - i0) * G);
 }
 
 /* Rows [i0, i1) of q also attend to the recall area (every area key precedes
@@ -259,7 +261,7 @@ static inline int32_t run_end(const struct kvb_run *runs, int32_t nr, int32_t r,
 void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q, int32_t G,
                        int64_t pq, float *out, float *w) {
     const int32_t d = c->params.head_dim;
-    recall_refresh(c, s, h, q, G, G, 0, 0, pq);
+    recall_refresh(c, s, h, q, G, G, 0, 0, 1, pq);
     const struct kvb_run *runs;
     const int32_t nr = attn_runs(c, s, h, pq, &runs);
     const struct kvb_kv_view view = kv_view(c, s);
@@ -282,7 +284,7 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     const int32_t d = c->params.head_dim;
     const struct kvb_kv_view view = kv_view(c, s);
     /* recall: the chunk's last token chooses (not for a vote: out == NULL) */
-    if (out) recall_refresh(c, s, hs, q, n_head, G, h, C - 1, p0 + C - 1);
+    if (out) recall_refresh(c, s, hs, q, n_head, G, h, KVB_MAX(0, C - RECALL_WINDOW), C, p0);
     /* capped positions with far keys: every token has its own runs */
     const int32_t tb = capped_far(c, s, p0 + C - 1) ? 1 : KVB_MAX(1, KVB_ATTN_MAX_ROWS / G);
     for (int32_t i0 = 0; i0 < C; i0 += tb) {

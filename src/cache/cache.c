@@ -101,6 +101,8 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         return kvb_fail(KVB_ERR_INVALID, "cache: recall.pages must be in 0..%d, got %d", KVB_RECALL_MAX_PAGES, (int)rp->pages);
     if (rp->pages > 0) {
         if (rp->every < 0) return kvb_fail(KVB_ERR_INVALID, "cache: recall.every must be >= 1, got %d", (int)rp->every);
+        if (rp->summary < KVB_RECALL_BOUNDS || rp->summary > KVB_RECALL_EXACT)
+            return kvb_fail(KVB_ERR_INVALID, "cache: unknown recall.summary %d", (int)rp->summary);
         if ((int64_t)rp->pages * p->block_size > 65536)
             return kvb_fail(KVB_ERR_INVALID, "cache: recall area of %d pages of %d tokens exceeds 65536 tokens", (int)rp->pages, (int)p->block_size);
         if (p->pos_mode == KVB_POS_CONTIGUOUS)

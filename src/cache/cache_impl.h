@@ -23,10 +23,10 @@
 struct kvb_recall_stream {
     uint8_t *stage;       /* the cold page being filled: a record (cold.h) */
     int32_t n_stage;
-    float *stage_lohi;    /* [2][d] per-channel min, max of the staged keys */
+    float *stage_lohi;    /* [3][d] per-channel min, max, sum of the staged keys */
     int64_t n_cold, cap;  /* sealed cold pages of this stream */
     int64_t *rec;         /* [cap] their record ids */
-    float *lohi;          /* [cap][2][d] their key bounds */
+    float *lohi;          /* [cap][3][d] their summaries: per-channel key min, max, sum */
     float *score;         /* [cap + 1] scratch: bounds of the last scoring */
     uint8_t **pages;      /* [R] recall-area pages from the pool, NULL until taken */
     int64_t *loaded;      /* [R] cold page held by each area page; -1 none, -2 the staged one */
@@ -98,9 +98,9 @@ void kvb_recall_attach(struct kvb_cache *c, size_t i, uint8_t *const *pages, boo
 void kvb_recall_unreserve(struct kvb_cache *c, size_t i);
 /* Victims (logical slots of s, ascending) leave for the cold tier. */
 void kvb_recall_evicted(struct kvb_cache *c, struct kvb_stream *s, const int32_t *victims, int32_t k);
-/* Chooses and loads stream s's recalled pages for the G rotated, scaled
+/* Chooses and loads stream s's recalled pages for the n_rows rotated, scaled
  * query rows qrot (unless reused: recall.every). */
-void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t G);
+void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t n_rows);
 /* The recall area of s: its view and logical positions (NULL, n 0 without). */
 const struct kvb_recall_stream *kvb_recall_area(const struct kvb_cache *c, const struct kvb_stream *s);
 /* Upper bound of q . k for keys within lohi ([2][d]: per-channel min, max). */

@@ -38,10 +38,13 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+#define SUMW(d) (3 * (size_t)(d)) /* a page's summary: per-channel min, max and sum of its keys */
+
 static void lohi_reset(float *lohi, int32_t d) {
     for (int32_t i = 0; i < d; i++) {
         lohi[i] = INFINITY;
         lohi[d + i] = -INFINITY;
+        lohi[2 * d + i] = 0;
     }
 }
 
@@ -58,7 +61,7 @@ kvb_status kvb_recall_init(struct kvb_cache *c) {
     for (size_t i = 0; i < n; i++) {
         struct kvb_recall_stream *r = &c->recall[i];
         r->stage = kvb_calloc(1, rec);
-        r->stage_lohi = kvb_malloc(sizeof(float) * 2 * (size_t)d);
+        r->stage_lohi = kvb_malloc(sizeof(float) * SUMW(d));
         r->score = kvb_malloc(sizeof(float));
         r->loaded = kvb_malloc(sizeof(int64_t) * (size_t)R);
         r->pos = kvb_malloc(sizeof(int32_t) * (size_t)R * (size_t)B);
@@ -153,9 +156,9 @@ size_t kvb_recall_meta_bytes(const struct kvb_cache *c) {
     if (!c->recall) return 0;
     const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head, d = (size_t)c->params.head_dim;
     const size_t R = (size_t)c->params.recall.pages, B = (size_t)c->params.block_size;
-    size_t b = n * (sizeof(struct kvb_recall_stream) + kvb_cold_record_bytes(&c->cold_geom) + 2 * d * sizeof(float) +
+    size_t b = n * (sizeof(struct kvb_recall_stream) + kvb_cold_record_bytes(&c->cold_geom) + SUMW(d) * sizeof(float) +
                     R * (sizeof(int64_t) + sizeof(uint8_t *)) + 2 * R * B * sizeof(int32_t));
-    for (size_t i = 0; i < n; i++) b += (size_t)c->recall[i].cap * (sizeof(int64_t) + (2 * d + 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) b += (size_t)c->recall[i].cap * (sizeof(int64_t) + (SUMW(d) + 1) * sizeof(float));
     return b;
 }
 
@@ -168,12 +171,12 @@ static void seal_stage(struct kvb_cache *c, struct kvb_recall_stream *r, int32_t
     if (id >= 0 && r->n_cold == r->cap) { /* grow the index (the worker cannot fail: a page it cannot index is lost) */
         const int64_t cap = KVB_MAX(r->cap * 2, (int64_t)64);
         int64_t *rec = kvb_malloc(sizeof(int64_t) * (size_t)cap);
-        float *lohi = kvb_malloc(sizeof(float) * 2 * (size_t)d * (size_t)cap);
+        float *lohi = kvb_malloc(sizeof(float) * SUMW(d) * (size_t)cap);
         float *score = kvb_malloc(sizeof(float) * (size_t)(cap + 1));
         if (rec && lohi && score) {
             if (r->n_cold) {
                 memcpy(rec, r->rec, sizeof(int64_t) * (size_t)r->n_cold);
-                memcpy(lohi, r->lohi, sizeof(float) * 2 * (size_t)d * (size_t)r->n_cold);
+                memcpy(lohi, r->lohi, sizeof(float) * SUMW(d) * (size_t)r->n_cold);
             }
             kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->score);
             r->rec = rec; r->lohi = lohi; r->score = score;
@@ -184,7 +187,7 @@ static void seal_stage(struct kvb_cache *c, struct kvb_recall_stream *r, int32_t
     }
     if (id >= 0 && r->n_cold < r->cap) {
         r->rec[r->n_cold] = id;
-        memcpy(r->lohi + (size_t)r->n_cold * 2 * (size_t)d, r->stage_lohi, sizeof(float) * 2 * (size_t)d);
+        memcpy(r->lohi + (size_t)r->n_cold * SUMW(d), r->stage_lohi, sizeof(float) * SUMW(d));
         r->n_cold++;
     } else {
         r->lost++;
@@ -210,10 +213,11 @@ void kvb_recall_evicted(struct kvb_cache *c, struct kvb_stream *s, const int32_t
         memcpy(kvb_cold_rec_k(g, r->stage) + (size_t)t * g->row_bytes, kr, g->row_bytes);
         memcpy(kvb_cold_rec_v(g, r->stage) + (size_t)t * g->row_bytes_v, kvb_stream_vrow(&c->geom, s, slot), g->row_bytes_v);
         kvb_kv_row_load(c->params.dtype, kr, key, d);
-        float *lo = r->stage_lohi, *hi = r->stage_lohi + d;
+        float *lo = r->stage_lohi, *hi = r->stage_lohi + d, *sum = r->stage_lohi + 2 * d;
         for (int32_t ch = 0; ch < d; ch++) {
             lo[ch] = key[ch] < lo[ch] ? key[ch] : lo[ch];
             hi[ch] = key[ch] > hi[ch] ? key[ch] : hi[ch];
+            sum[ch] += key[ch];
         }
         if (++r->n_stage == g->block_size) seal_stage(c, r, (int32_t)i);
     }
@@ -233,11 +237,28 @@ static float page_bound(const float *q, const float *lo, const float *hi, int32_
 
 float kvb_recall_bound(const float *q, const float *lohi, int32_t d) { return page_bound(q, lohi, lohi + d, d); }
 
-static float group_bound(const float *qrot, int32_t G, const float *lohi, int32_t d) {
-    float best = -INFINITY;
-    for (int32_t g = 0; g < G; g++) {
-        const float b = page_bound(qrot + (size_t)g * d, lohi, lohi + d, d);
-        best = b > best ? b : best;
+static float dot(const float *a, const float *b, int32_t d) {
+    float s = 0;
+    for (int32_t i = 0; i < d; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* A page's score for n_rows query rows: the largest over the rows of the
+ * summary's estimate of the page's best logit (bounds: an upper bound;
+ * centroid: q . mean key; exact: the true max, every key read). */
+static float page_score(const struct kvb_cache *c, const float *qrot, int32_t n_rows, const float *sum, int32_t n, const uint8_t *rec) {
+    const int32_t d = c->params.head_dim;
+    const enum kvb_recall_summary mode = c->params.recall.summary;
+    float best = -INFINITY, mean[512], key[512];
+    if (mode == KVB_RECALL_CENTROID)
+        for (int32_t i = 0; i < d; i++) mean[i] = sum[2 * d + i] / (float)n;
+    for (int32_t t = 0; t < (mode == KVB_RECALL_EXACT ? n : 1); t++) {
+        if (mode == KVB_RECALL_EXACT) kvb_kv_row_load(c->params.dtype, kvb_cold_rec_k(&c->cold_geom, (uint8_t *)rec) + (size_t)t * c->geom.row_bytes, key, d);
+        for (int32_t g = 0; g < n_rows; g++) {
+            const float *q = qrot + (size_t)g * d;
+            const float b = mode == KVB_RECALL_BOUNDS ? page_bound(q, sum, sum + d, d) : dot(q, mode == KVB_RECALL_CENTROID ? mean : key, d);
+            best = b > best ? b : best;
+        }
     }
     return best;
 }
@@ -276,7 +297,7 @@ static void load_page(const struct kvb_cache *c, struct kvb_recall_stream *r, in
     for (int32_t t = 0; t < B; t++) r->pos[a * B + t] = t < n ? pos[t] : -1;
 }
 
-void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t G) {
+void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t n_rows) {
     if (!c->recall) return;
     struct kvb_recall_stream *r = &c->recall[kvb_cache_stream_index(c, s)];
     if (!r->pages) return;
@@ -289,8 +310,10 @@ void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const f
     const int64_t t0 = now_ns();
     /* candidates: sealed pages 0..n_cold-1, then the staged page as n_cold */
     const int64_t nc = r->n_cold + (r->n_stage > 0);
+    const int32_t B = c->params.block_size;
     for (int64_t p = 0; p < nc; p++)
-        r->score[p] = group_bound(qrot, G, p < r->n_cold ? r->lohi + (size_t)p * 2 * (size_t)d : r->stage_lohi, d);
+        r->score[p] = p < r->n_cold ? page_score(c, qrot, n_rows, r->lohi + (size_t)p * SUMW(d), B, kvb_cold_get(c->cold, r->rec[p]))
+                                    : page_score(c, qrot, n_rows, r->stage_lohi, r->n_stage, r->stage);
     int64_t best[64]; /* the top R, highest first; ties keep the older page */
     int32_t nb = 0;
     for (int64_t p = 0; p < nc; p++) {

@@ -40,6 +40,28 @@ static kvb_status add_text(const struct kvb_model *m, struct toks *t, const char
     return st;
 }
 
+/* Share of (layer, KV head) streams holding every token of [kpos, kpos +
+ * klen) in their retained slots, or with recall in slots and recall area. */
+static double held_share(const struct kvb_cache *cache, const struct kvb_model_info *in, int64_t kpos, int64_t klen, bool area_too) {
+    int64_t held = 0, streams = 0;
+    static _Thread_local int32_t area[KVB_RECALL_MAX_PAGES * 64];
+    const int32_t cap = (int32_t)(sizeof area / sizeof area[0]);
+    for (int32_t l = 0; l < in->n_layer; l++)
+        for (int32_t h = 0; h < in->n_head_kv; h++) {
+            int32_t ns = kvb_cache_n_slots(cache, l, h), found = 0;
+            for (int32_t j = 0; j < ns; j++) {
+                struct kvb_slot_info si;
+                kvb_cache_slot_info(cache, l, h, j, &si);
+                found += si.pos_original >= kpos && si.pos_original < kpos + klen;
+            }
+            const int32_t na = area_too ? KVB_MIN(kvb_cache_recalled(cache, l, h, area, cap), cap) : 0;
+            for (int32_t j = 0; j < na; j++) found += area[j] >= kpos && area[j] < kpos + klen;
+            held += found == klen;
+            streams++;
+        }
+    return (double)held / (double)streams;
+}
+
 kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_params *p, struct kvb_needle_result *out) {
     if (!m || !p || !out || p->length < 32 || p->length > (1 << 24) || !(p->depth >= 0 && p->depth <= 1) || p->key < 10000 || p->key > 99999)
         return kvb_fail(KVB_ERR_INVALID, "needle: length must be in 32..16M, depth in [0, 1], key five digits");
@@ -119,27 +141,8 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
                 if (memcmp(prompt.p + i, key.p, sizeof(int32_t) * (size_t)key.n) == 0) kpos = i;
             if (kpos < 0) kpos = insert_at; /* the key merged with its neighbours: use the needle sentence */
             const int64_t klen = kpos == insert_at && memcmp(prompt.p + kpos, key.p, sizeof(int32_t) * (size_t)key.n) != 0 ? nd.n : key.n;
-            /* held: in the retained slots, or (recall) in the stream's recall area, which the
-             * prompt's last token chose: the set the answer's first token attends to */
-            int64_t held = 0, held_hot = 0, streams = 0;
-            int32_t area[KVB_RECALL_MAX_PAGES * 64];
-            for (int32_t l = 0; l < in.n_layer; l++)
-                for (int32_t h = 0; h < in.n_head_kv; h++) {
-                    int32_t ns = kvb_cache_n_slots(cache, l, h), found = 0, found_area = 0;
-                    for (int32_t j = 0; j < ns; j++) {
-                        struct kvb_slot_info si;
-                        kvb_cache_slot_info(cache, l, h, j, &si);
-                        found += si.pos_original >= kpos && si.pos_original < kpos + klen;
-                    }
-                    const int32_t na = kvb_cache_recalled(cache, l, h, area, (int32_t)(sizeof area / sizeof area[0]));
-                    for (int32_t j = 0; j < na && j < (int32_t)(sizeof area / sizeof area[0]); j++)
-                        found_area += area[j] >= kpos && area[j] < kpos + klen;
-                    held_hot += found == klen;
-                    held += found + found_area == klen;
-                    streams++;
-                }
-            out->retained = (double)held / (double)streams;
-            out->retained_hot = (double)held_hot / (double)streams;
+            out->retained_hot = held_share(cache, &in, kpos, klen, false);
+            out->retained = out->retained_hot; /* without recall: the retained slots after the prompt */
             out->needle_pos = (int32_t)kpos;
             out->prompt_tokens = (int32_t)prompt.n;
             size_t w = 0;
@@ -152,6 +155,10 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
                 size_t pl = kvb_vocab_token_bytes(kvb_model_vocab(m), best, false, buf, sizeof buf);
                 if (w + pl < sizeof out->answer) { memcpy(out->answer + w, buf, pl); w += pl; }
                 st = kvb_context_eval(c, &best, 1, lg, false);
+                /* with recall: the set the answer's first token attended to, its recall area
+                 * chosen by its own query over every cold page (the prompt's last chunk can
+                 * recall only pages evicted before it) */
+                if (g == 0 && st == KVB_OK && p->recall.pages > 0) out->retained = held_share(cache, &in, kpos, klen, true);
             }
             out->answer[w] = 0;
             char digits[16];

@@ -248,7 +248,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
         fp.pos_mode = KVB_POS_ORIGINAL;
         fp.kv_dtype = KVB_DTYPE_F32; /* unquantized: the baseline of what the policy and the bits cost */
         fp.kv_dtype_v = KVB_DTYPE_AS_K;
-        fp.recall = (struct kvb_recall_params){0, 0, 0, NULL};
+        fp.recall = (struct kvb_recall_params){0};
         fp.kv_pool_bytes = per_tok * (size_t)(n + cp.chunk + 64) + ((size_t)16 << 20);
         if (full_run) st = kvb_context_init(m, &fp, &fc);
         if (st == KVB_OK && p->baseline == KVB_BASELINE_RECOMPUTE) {
@@ -340,6 +340,10 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
         struct kvb_cache_stats cs;
         kvb_cache_get_stats(kvb_context_cache(pc), &cs);
         out->kv_bytes_peak = cs.bytes_peak;
+        out->recall_bytes = cs.recall_bytes;
+        out->cold_pages = cs.cold_pages;
+        out->recall_score_s = cs.recall_score_s;
+        out->recall_load_s = cs.recall_load_s;
         const int32_t seg = KVB_MAX(p->segment, 1);
         out->n_seg = (int32_t)((T + seg - 1) / seg);
         out->seg_ppl = kvb_calloc((size_t)out->n_seg, sizeof(double));

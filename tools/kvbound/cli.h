@@ -56,6 +56,7 @@ struct cli_recall {
     int pages, every;
     long long cold_mb;
     const char *cold_dir;
+    enum kvb_recall_summary summary;
 };
 void cli_recall_init(struct cli_recall *r);
 /* 1: argv[*i] was a recall option, 0: not one, -1: bad value (printed). */

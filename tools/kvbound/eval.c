@@ -29,6 +29,7 @@ struct eval_opts {
     enum kvb_baseline baseline;
     struct cli_policy po; /* --budget, --sinks, --positions and every policy knob */
     struct cli_kv_types kvt; /* the policy's KV rows (default f32); the full baseline's are f32 */
+    struct cli_recall rec;   /* ppl --recall: each bounded policy also runs with recall */
     bool mass, json;
     const char *csv, *plot;
 };
@@ -50,7 +51,7 @@ static int load(struct eval_opts *o, struct kvb_model **m, int32_t **ids, int32_
 }
 
 static int run_one(const struct eval_opts *o, const struct kvb_model *m, const int32_t *ids, int32_t n, enum kvb_policy_id id, int32_t budget,
-                   enum kvb_baseline base, bool mass, struct kvb_ppl_result *r) {
+                   enum kvb_baseline base, bool mass, bool recall, struct kvb_ppl_result *r) {
     struct kvb_ppl_params pp = kvb_ppl_default_params();
     struct cli_policy po = o->po;
     po.budget = budget;
@@ -70,6 +71,7 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     pp.n_threads = o->threads;
     pp.kv_dtype = o->kvt.k;
     pp.kv_dtype_v = o->kvt.v;
+    if (recall) pp.recall = cli_recall_params(&o->rec);
     if (isatty(2)) pp.progress = progress; /* stderr: JSON on stdout stays clean */
     if (kvb_eval_ppl(m, ids, n, &pp, r) != KVB_OK) {
         fprintf(stderr, "kvbound: %s (budget %d): %s\n", kvb_policy_name(id), budget, kvb_last_error());
@@ -79,9 +81,12 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
 }
 
 static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struct kvb_ppl_result *r, enum kvb_baseline base, int32_t prompt,
-                     const struct cli_kv_types *kvt) {
+                     const struct cli_kv_types *kvt, const struct cli_recall *rec) {
     fprintf(f, "{\"policy\":\"%s\",\"budget\":%d,\"tokens\":%lld,\"nll\":%.6f,\"ppl\":%.6f", kvb_policy_name(id), id == KVB_POLICY_FULL ? 0 : budget,
             (long long)r->tokens, r->nll, r->ppl);
+    if (rec) fprintf(f, ",\"recall\":true,\"recall_pages\":%d,\"recall_every\":%d,\"cold_pages\":%lld,\"recall_bytes\":%zu,\"recall_score_s\":%.4f,\"recall_load_s\":%.4f",
+                     rec->pages, rec->every, (long long)r->cold_pages, r->recall_bytes, r->recall_score_s, r->recall_load_s);
+    else fprintf(f, ",\"recall\":false");
     if (r->has_baseline) fprintf(f, ",\"baseline\":\"%s\",\"baseline_ppl\":%.6f", base == KVB_BASELINE_FULL ? "full" : "recompute", r->base_ppl);
     if (r->has_kl) fprintf(f, ",\"kl\":%.6f,\"top1\":%.4f", r->kl, r->top1);
     if (prompt > 0)
@@ -162,6 +167,7 @@ static void defaults(struct eval_opts *o) {
     snprintf(o->policies, sizeof o->policies, "streaming");
     cli_policy_init(&o->po, 256);
     cli_kv_types_init(&o->kvt, KVB_DTYPE_F32);
+    cli_recall_init(&o->rec);
     o->chunk = 1;
     o->threads = 2;
     o->baseline = KVB_BASELINE_FULL;
@@ -189,6 +195,11 @@ int cmd_ppl(int argc, char **argv) {
                    "rows stay f32, so --policy full --kv-dtype q8_0 gives what the bits alone cost (KL), and a bounded\n"
                    "policy with quantized rows both costs together.\n\n");
             cli_kv_types_help(stdout, "f32");
+            printf("  With --recall every bounded policy runs twice at the same hot budget, without and with recall\n"
+                   "  (\"recall\": false / true in the JSON, which adds recall_pages, cold_pages, recall_bytes,\n"
+                   "  recall_score_s and recall_load_s); B then bounds the hot cache, and a query attends to at most\n"
+                   "  B + R x block tokens.\n");
+            cli_recall_help(stdout);
             cli_policy_help(stdout, 256);
             return 0;
         }
@@ -196,20 +207,30 @@ int cmd_ppl(int argc, char **argv) {
         if (!strcmp(a, "--mass")) { o.mass = true; continue; }
         int pr = cli_policy_option(&o.po, argc, argv, &i);
         if (pr == 0) pr = cli_kv_types_option(&o.kvt, argc, argv, &i);
+        if (pr == 0) pr = cli_recall_option(&o.rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (parse_common(&o, a, v)) return 2;
     }
     if (!o.model || !o.text) { fprintf(stderr, "kvbound ppl: -m MODEL and -f TEXT are required\n"); return 2; }
-    enum kvb_policy_id ids_p[16];
+    if (o.rec.on && (o.mass || o.baseline == KVB_BASELINE_RECOMPUTE)) {
+        fprintf(stderr, "kvbound ppl: --recall works with the full baseline (or none), without --mass\n");
+        return 2;
+    }
+    enum kvb_policy_id ids_p[32];
+    bool with_rec[32] = {false};
     int np = 0;
     char buf[256];
     snprintf(buf, sizeof buf, "%s", o.policies);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (np == 16) { fprintf(stderr, "kvbound: --policy: at most 16\n"); return 2; }
+        if (np >= 16) { fprintf(stderr, "kvbound: --policy: at most 16\n"); return 2; }
         if (kvb_policy_from_name(tok, &ids_p[np]) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; }
         np++;
+        if (o.rec.on && ids_p[np - 1] != KVB_POLICY_FULL) { /* the same policy and hot budget, with recall */
+            ids_p[np] = ids_p[np - 1];
+            with_rec[np++] = true;
+        }
     }
     struct kvb_model *m;
     int32_t *ids, n;
@@ -219,23 +240,29 @@ int cmd_ppl(int argc, char **argv) {
     if (o.baseline == KVB_BASELINE_FULL && n > mi.n_ctx_train)
         fprintf(stderr, "kvbound: warning: the full baseline runs %d tokens, past the model's trained length %d (the dense baseline of the StreamingLLM paper)\n",
                 n, mi.n_ctx_train);
-    struct kvb_ppl_result r[16];
-    const char *names[16];
+    struct kvb_ppl_result r[32];
+    const char *names[32];
+    char rec_names[32][40];
     int rc = 0;
     if (o.json) printf("{\"model\":\"%s\",\"text\":\"%s\",\"tokens\":%d,\"chunk\":%d,\"prompt\":%d,\"runs\":[", o.model, o.text, n, o.chunk, o.prompt);
     for (int k = 0; k < np; k++) {
-        if (run_one(&o, m, ids, n, ids_p[k], o.po.budget, o.baseline, o.mass, &r[k])) { rc = 1; np = k; break; }
-        names[k] = kvb_policy_name(ids_p[k]);
+        if (run_one(&o, m, ids, n, ids_p[k], o.po.budget, o.baseline, o.mass, with_rec[k], &r[k])) { rc = 1; np = k; break; }
+        snprintf(rec_names[k], sizeof rec_names[k], "%s+recall", kvb_policy_name(ids_p[k]));
+        names[k] = with_rec[k] ? rec_names[k] : kvb_policy_name(ids_p[k]);
         if (o.json) {
             if (k) printf(",");
-            json_run(stdout, ids_p[k], o.po.budget, &r[k], o.baseline, o.prompt, &o.kvt);
+            json_run(stdout, ids_p[k], o.po.budget, &r[k], o.baseline, o.prompt, &o.kvt, with_rec[k] ? &o.rec : NULL);
         } else {
-            printf("%-13s budget %-6d ppl %10.4f (nll %.4f)", names[k], ids_p[k] == KVB_POLICY_FULL ? 0 : o.po.budget, r[k].ppl, r[k].nll);
+            printf("%-20s budget %-6d ppl %10.4f (nll %.4f)", names[k], ids_p[k] == KVB_POLICY_FULL ? 0 : o.po.budget, r[k].ppl, r[k].nll);
             if (r[k].has_baseline) printf("  %s %10.4f", o.baseline == KVB_BASELINE_FULL ? "full" : "recompute", r[k].base_ppl);
             if (r[k].has_kl) printf("  kl %.4f  top1 %.3f", r[k].kl, r[k].top1);
             if (r[k].has_mass) printf("  mass %.3f  sink %.3f", r[k].mass, r[k].sink_mass);
             if (o.prompt > 0) printf("  prompt kept %.1f/stream", r[k].prompt_kept);
-            printf("  KV peak %.2f MB  %.0f tok/s  (%lld predictions)\n", r[k].kv_bytes_peak / 1e6, r[k].tok_per_s, (long long)r[k].tokens);
+            printf("  KV peak %.2f MB  %.0f tok/s  (%lld predictions)", r[k].kv_bytes_peak / 1e6, r[k].tok_per_s, (long long)r[k].tokens);
+            if (with_rec[k])
+                printf("  recall area %.2f MB, %lld cold pages, scoring %.2f s, loading %.2f s", r[k].recall_bytes / 1e6, (long long)r[k].cold_pages,
+                       r[k].recall_score_s, r[k].recall_load_s);
+            printf("\n");
         }
     }
     if (o.json) printf("]}\n");
@@ -321,7 +348,7 @@ int cmd_sweep(int argc, char **argv) {
     for (int p = 0; p < np; p++)
         for (int b = 0; b < nb; b++) {
             fprintf(stderr, "kvbound sweep: %s budget %d\n", kvb_policy_name(pol[p]), bud[b]);
-            if (run_one(&o, m, ids, n, pol[p], bud[b], KVB_BASELINE_FULL, false, &res[p][b])) return 1;
+            if (run_one(&o, m, ids, n, pol[p], bud[b], KVB_BASELINE_FULL, false, false, &res[p][b])) return 1;
             full_ppl = res[p][b].base_ppl;
         }
     char path[4096];

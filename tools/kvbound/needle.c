@@ -52,6 +52,8 @@ int cmd_needle(int argc, char **argv) {
     enum kvb_policy_id pid = KVB_POLICY_FULL;
     struct cli_kv_types kvt;
     cli_kv_types_init(&kvt, KVB_DTYPE_F16);
+    struct cli_recall rec;
+    cli_recall_init(&rec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -59,13 +61,18 @@ int cmd_needle(int argc, char **argv) {
                    "                      [--trials K] [--seed S] [--filler FILE] [--chunk C] [-t N] [policy options] --out DIR\n\n"
                    "Passkey retrieval: accuracy of the model's greedy answer, and retention (share of streams still holding\n"
                    "the passkey tokens when the question is read, after the prompt's compression), over length x depth.\n"
-                   "Writes needle.json/.md/.svg.\n\n");
+                   "Writes needle.json/.md/.svg.\n"
+                   "With --recall every cell runs twice, with and without recall (same policy and budget): retention then\n"
+                   "counts the attended set (retained slots plus the stream's recall area, as the question's last token\n"
+                   "chose it), and the cells add accuracy_no_recall, retained_no_recall and retained_hot.\n\n");
             cli_kv_types_help(stdout, "f16");
+            cli_recall_help(stdout);
             cli_policy_help(stdout, 256);
             return 0;
         }
         int pr = cli_policy_option(&po, argc, argv, &i);
         if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
+        if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -92,24 +99,39 @@ int cmd_needle(int argc, char **argv) {
     mp.tokenizer_path = tok;
     struct kvb_model *m;
     if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    double acc[256], ret[256];
+    double acc[256], ret[256], acc0[256], ret0[256], ret_hot[256];
     unsigned long long rs = (unsigned long long)seed * 0x9E3779B97F4A7C15ull + 7;
     for (int i = 0; i < nl; i++)
         for (int j = 0; j < ndp; j++) {
-            int ok = 0;
-            double r = 0;
+            int ok = 0, ok0 = 0;
+            double r = 0, r0 = 0, rh = 0;
             for (int k = 0; k < trials; k++) {
                 rs = rs * 6364136223846793005ull + 1442695040888963407ull;
                 struct kvb_needle_params np = {cli_policy_params(&po, pid), po.pos, (int32_t)lengths[i], depths[j],
-                                               10000u + (uint32_t)((rs >> 33) % 90000u), filler, chunk, threads, kvt.k, kvt.v, {0, 0, 0, NULL}};
+                                               10000u + (uint32_t)((rs >> 33) % 90000u), filler, chunk, threads, kvt.k, kvt.v,
+                                               cli_recall_params(&rec)};
                 struct kvb_needle_result nr;
                 if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
                 ok += nr.correct;
                 r += nr.retained;
+                rh += nr.retained_hot;
+                if (rec.on) { /* the same cell without recall */
+                    np.recall = (struct kvb_recall_params){0};
+                    if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+                    ok0 += nr.correct;
+                    r0 += nr.retained;
+                }
             }
             acc[i * ndp + j] = (double)ok / trials;
             ret[i * ndp + j] = r / trials;
-            fprintf(stderr, "kvbound needle: length %.0f depth %.2f: accuracy %.2f, retained %.2f\n", lengths[i], depths[j], acc[i * ndp + j], ret[i * ndp + j]);
+            ret_hot[i * ndp + j] = rh / trials;
+            acc0[i * ndp + j] = (double)ok0 / trials;
+            ret0[i * ndp + j] = r0 / trials;
+            if (rec.on)
+                fprintf(stderr, "kvbound needle: length %.0f depth %.2f: accuracy %.2f, retained %.2f with recall; %.2f, %.2f without\n", lengths[i],
+                        depths[j], acc[i * ndp + j], ret[i * ndp + j], acc0[i * ndp + j], ret0[i * ndp + j]);
+            else
+                fprintf(stderr, "kvbound needle: length %.0f depth %.2f: accuracy %.2f, retained %.2f\n", lengths[i], depths[j], acc[i * ndp + j], ret[i * ndp + j]);
         }
     char path[4096];
     snprintf(path, sizeof path, "%s/needle.json", out);
@@ -119,10 +141,13 @@ int cmd_needle(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/needle.svg", out);
     FILE *sv = fopen(path, "w");
     if (!j || !md || !sv) { fprintf(stderr, "kvbound: cannot write in '%s'\n", out); return 1; }
-    fprintf(j, "{\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"trials\":%d,\"seed\":%lld,\"cells\":[",
+    fprintf(j, "{\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"trials\":%d,\"seed\":%lld,",
             model, kvb_policy_name(pid), pid == KVB_POLICY_FULL ? 0 : po.budget, kvb_dtype_name(kvt.k), kvb_dtype_name(cli_kv_v(&kvt)), trials, seed);
-    fprintf(md, "Needle retrieval, `%s`, policy %s%s, %d trial(s) per cell. Accuracy (retention):\n\n| tokens / depth |", model, kvb_policy_name(pid),
-            pid == KVB_POLICY_FULL ? "" : " (budget)", trials);
+    if (rec.on) fprintf(j, "\"recall\":true,\"recall_pages\":%d,\"recall_every\":%d,", rec.pages, rec.every);
+    else fprintf(j, "\"recall\":false,");
+    fprintf(j, "\"cells\":[");
+    fprintf(md, "Needle retrieval, `%s`, policy %s%s, %d trial(s) per cell. Accuracy (retention)%s:\n\n| tokens / depth |", model, kvb_policy_name(pid),
+            pid == KVB_POLICY_FULL ? "" : " (budget)", trials, rec.on ? " with recall / without" : "");
     for (int d = 0; d < ndp; d++) fprintf(md, " %.2f |", depths[d]);
     fprintf(md, "\n|---|");
     for (int d = 0; d < ndp; d++) fprintf(md, "---|");
@@ -130,8 +155,12 @@ int cmd_needle(int argc, char **argv) {
     for (int i = 0; i < nl; i++) {
         fprintf(md, "| %.0f |", lengths[i]);
         for (int d = 0; d < ndp; d++) {
-            fprintf(j, "%s{\"length\":%.0f,\"depth\":%.4f,\"accuracy\":%.4f,\"retained\":%.4f}", i + d ? "," : "", lengths[i], depths[d], acc[i * ndp + d], ret[i * ndp + d]);
-            fprintf(md, " %.2f (%.2f) |", acc[i * ndp + d], ret[i * ndp + d]);
+            fprintf(j, "%s{\"length\":%.0f,\"depth\":%.4f,\"accuracy\":%.4f,\"retained\":%.4f", i + d ? "," : "", lengths[i], depths[d], acc[i * ndp + d], ret[i * ndp + d]);
+            if (rec.on)
+                fprintf(j, ",\"retained_hot\":%.4f,\"accuracy_no_recall\":%.4f,\"retained_no_recall\":%.4f", ret_hot[i * ndp + d], acc0[i * ndp + d], ret0[i * ndp + d]);
+            fprintf(j, "}");
+            if (rec.on) fprintf(md, " %.2f (%.2f) / %.2f (%.2f) |", acc[i * ndp + d], ret[i * ndp + d], acc0[i * ndp + d], ret0[i * ndp + d]);
+            else fprintf(md, " %.2f (%.2f) |", acc[i * ndp + d], ret[i * ndp + d]);
         }
         fprintf(md, "\n");
     }

@@ -189,12 +189,24 @@ void cli_recall_init(struct cli_recall *r) {
 int cli_recall_option(struct cli_recall *r, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v;
     if (!strcmp(a, "--recall")) { r->on = true; return 1; }
-    if (strcmp(a, "--recall-pages") && strcmp(a, "--recall-every") && strcmp(a, "--cold-mb") && strcmp(a, "--cold-dir")) return 0;
+    if (strcmp(a, "--recall-pages") && strcmp(a, "--recall-every") && strcmp(a, "--cold-mb") && strcmp(a, "--cold-dir") &&
+        strcmp(a, "--recall-summary"))
+        return 0;
     if (!(v = cli_value(argc, argv, i))) return -1;
     r->on = true; /* each of these implies --recall */
     if (!strcmp(a, "--recall-pages")) return cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &r->pages) ? -1 : 1;
     if (!strcmp(a, "--recall-every")) return cli_parse_i32(a, v, 1, 1 << 20, &r->every) ? -1 : 1;
     if (!strcmp(a, "--cold-mb")) return cli_parse_i64(a, v, 0, 1LL << 24, &r->cold_mb) ? -1 : 1;
+    if (!strcmp(a, "--recall-summary")) {
+        if (!strcmp(v, "bounds")) r->summary = KVB_RECALL_BOUNDS;
+        else if (!strcmp(v, "centroid")) r->summary = KVB_RECALL_CENTROID;
+        else if (!strcmp(v, "exact")) r->summary = KVB_RECALL_EXACT;
+        else {
+            fprintf(stderr, "kvbound: --recall-summary: '%s' is not bounds, centroid or exact\n", v);
+            return -1;
+        }
+        return 1;
+    }
     struct stat sb;
     if (stat(v, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(v, W_OK) != 0) {
         fprintf(stderr, "kvbound: --cold-dir '%s' is not a writable directory\n", v);
@@ -210,18 +222,22 @@ void cli_recall_help(FILE *f) {
                "                        (docs/RECALL.md). Positions: a streaming policy's become capped\n"
                "  --recall-pages R      cold pages recalled per layer and KV head (default 8; implies --recall)\n"
                "  --recall-every N      choose them every N steps, reusing them in between (default 1)\n"
+               "  --recall-summary S    how cold pages are scored: bounds (default: per-channel key min/max, an\n"
+               "                        upper bound, Quest), centroid (the mean key), exact (every cold key read:\n"
+               "                        a reference for measurements, slow)\n"
                "  --cold-mb M           host memory for cold pages (default 1024); beyond it --cold-dir\n"
                "  --cold-dir DIR        append cold pages beyond --cold-mb to a file in DIR (removed at exit);\n"
                "                        without it, pages beyond --cold-mb are forgotten (counted)\n");
 }
 
 struct kvb_recall_params cli_recall_params(const struct cli_recall *r) {
-    struct kvb_recall_params p = {0, 0, 0, NULL};
+    struct kvb_recall_params p = {0};
     if (!r->on) return p;
     p.pages = r->pages;
     p.every = r->every;
     p.cold_mem_bytes = (size_t)r->cold_mb << 20;
     p.cold_dir = r->cold_dir;
+    p.summary = r->summary;
     return p;
 }
 
