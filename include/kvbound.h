@@ -493,6 +493,12 @@ void kvb_cache_get_stats(const struct kvb_cache *cache, struct kvb_cache_stats *
  * written), 0 without recall, -1 for a bad layer or head. */
 int32_t kvb_cache_recalled(const struct kvb_cache *cache, int32_t layer, int32_t head, int32_t *pos, int32_t max);
 
+/* Pauses (on = false) or resumes recall of a cache made with it: while
+ * paused, attention sees the hot slots only, and evicted tokens still go to
+ * the cold tier, so resuming can recall them. KVB_ERR_INVALID for a cache
+ * without recall. */
+kvb_status kvb_cache_set_recall(struct kvb_cache *cache, bool on);
+
 /* A cold-tier file (kvb_recall_params.cold_dir) checked: header, geometry,
  * and every committed page's checksum, sequence, stream, count and
  * positions. A file cut short of its committed pages, or any bad field, is

@@ -256,6 +256,37 @@ TEST(vexp_matches_expf) {
     }
 }
 
+/* Recall's page bounds: every family equals the scalar reference on random
+ * rows and pages (odd head dims for the tails), to rounding of the sum. */
+TEST(page_bounds_equal_reference) {
+    const int dims[4] = {8, 13, 64, 128};
+    for (int di = 0; di < 4; di++) {
+        const int d = dims[di], R = 5;
+        const int64_t P = 37;
+        float *q = malloc(sizeof(float) * (size_t)R * d), *lohi = malloc(sizeof(float) * 2 * (size_t)d * P);
+        float want[37], got[37];
+        for (int i = 0; i < R * d; i++) q[i] = (float)((i * 7919 % 201) - 100) / 37.0f;
+        for (int64_t p = 0; p < P; p++)
+            for (int c = 0; c < d; c++) {
+                const float a = (float)(((p * 31 + c * 17) % 97) - 48) / 11.0f, b = a + (float)((p + c) % 7) / 3.0f;
+                lohi[p * 2 * d + c] = a;
+                lohi[p * 2 * d + d + c] = b;
+            }
+        for (int64_t p = 0; p < P; p++) {
+            want[p] = -INFINITY;
+            for (int r = 0; r < R; r++) want[p] = fmaxf(want[p], kvb_page_bound_ref(q + r * d, lohi + p * 2 * d, lohi + p * 2 * d + d, d));
+        }
+        for (int fa = 0; fa < n_families; fa++) {
+            families[fa]->page_bounds(q, R, lohi, P, d, got);
+            for (int64_t p = 0; p < P; p++)
+                if (fabsf(got[p] - want[p]) > 1e-4f * (1.0f + fabsf(want[p])))
+                    FAILF("%s d %d page %lld: %g, reference %g", families[fa]->name, d, (long long)p, got[p], want[p]);
+        }
+        free(q);
+        free(lohi);
+    }
+}
+
 int main(void) {
     find_families();
     printf("kernel families on this CPU: %d\n", n_families);
@@ -263,5 +294,6 @@ int main(void) {
     RUN(prefill_rows_and_column_mass);
     RUN(vexp_matches_expf);
     RUN(kv_row_loaders_equal_dequantizer);
+    RUN(page_bounds_equal_reference);
     return test_summary();
 }

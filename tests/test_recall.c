@@ -339,7 +339,7 @@ static int check_area(struct kvb_cache *c, const struct shadow *sh, int i, int s
             kvb_kv_row_load(g->dtype, kvb_cold_rec_k(g, rec) + (size_t)t * g->row_bytes, key, D);
             for (int x = 0; x < D; x++) { lo[x] = fminf(lo[x], key[x]); hi[x] = fmaxf(hi[x], key[x]); }
         }
-        if (memcmp(lo, r->lohi + p * 3 * D, sizeof lo) || memcmp(hi, r->lohi + p * 3 * D + D, sizeof hi)) {
+        if (memcmp(lo, r->lohi + p * 2 * D, sizeof lo) || memcmp(hi, r->lohi + p * 2 * D + D, sizeof hi)) {
             printf("  step %d stream %d: cold page %lld bounds differ from its keys\n", step, i, (long long)p);
             return 1;
         }

@@ -733,6 +733,15 @@ int32_t kvb_cache_recalled(const struct kvb_cache *c, int32_t layer, int32_t hea
     return r->n;
 }
 
+kvb_status kvb_cache_set_recall(struct kvb_cache *c, bool on) {
+    if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
+    if (!c->recall) return kvb_fail(KVB_ERR_INVALID, "set_recall: the cache was made without recall (recall.pages 0)");
+    c->recall_paused = !on;
+    if (on) /* choose afresh at the next attention */
+        for (size_t i = 0; i < (size_t)c->params.n_layer * (size_t)c->params.n_kv_head; i++) c->recall[i].since = 0;
+    return KVB_OK;
+}
+
 int64_t kvb_cache_n_past(const struct kvb_cache *c, int32_t layer) {
     return c && layer >= 0 && layer < c->params.n_layer ? c->n_past[layer] : -1;
 }

@@ -26,7 +26,8 @@ struct kvb_recall_stream {
     float *stage_lohi;    /* [3][d] per-channel min, max, sum of the staged keys */
     int64_t n_cold, cap;  /* sealed cold pages of this stream */
     int64_t *rec;         /* [cap] their record ids */
-    float *lohi;          /* [cap][3][d] their summaries: per-channel key min, max, sum */
+    float *lohi;          /* [cap][2][d] their summaries: per-channel key min, max */
+    float *sums;          /* [cap][d] per-channel key sums (centroid scoring) */
     float *score;         /* [cap + 1] scratch: bounds of the last scoring */
     uint8_t **pages;      /* [R] recall-area pages from the pool, NULL until taken */
     int64_t *loaded;      /* [R] cold page held by each area page; -1 none, -2 the staged one */
@@ -74,6 +75,7 @@ struct kvb_cache {
     struct kvb_cold *cold;
     struct kvb_cold_geom cold_geom;
     int64_t recall_pages_peak;        /* area pages, for bytes_peak */
+    bool recall_paused;               /* kvb_cache_set_recall(false): evictions still go cold */
 };
 
 static inline struct kvb_stream *kvb_cache_stream(const struct kvb_cache *c, int32_t layer, int32_t head) {

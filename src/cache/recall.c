@@ -38,7 +38,7 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-#define SUMW(d) (3 * (size_t)(d)) /* a page's summary: per-channel min, max and sum of its keys */
+#define SUMW(d) (3 * (size_t)(d)) /* the staged page's summary: per-channel min, max and sum of its keys */
 
 static void lohi_reset(float *lohi, int32_t d) {
     for (int32_t i = 0; i < d; i++) {
@@ -95,7 +95,7 @@ void kvb_recall_free(struct kvb_cache *c) {
     for (size_t i = 0; i < n; i++) {
         struct kvb_recall_stream *r = &c->recall[i];
         if (c->pool) give_area(c, r);
-        kvb_free(r->stage); kvb_free(r->stage_lohi); kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->score);
+        kvb_free(r->stage); kvb_free(r->stage_lohi); kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->sums); kvb_free(r->score);
         kvb_free(r->loaded); kvb_free(r->pos); kvb_free(r->order);
     }
     kvb_free(c->recall);
@@ -158,7 +158,7 @@ size_t kvb_recall_meta_bytes(const struct kvb_cache *c) {
     const size_t R = (size_t)c->params.recall.pages, B = (size_t)c->params.block_size;
     size_t b = n * (sizeof(struct kvb_recall_stream) + kvb_cold_record_bytes(&c->cold_geom) + SUMW(d) * sizeof(float) +
                     R * (sizeof(int64_t) + sizeof(uint8_t *)) + 2 * R * B * sizeof(int32_t));
-    for (size_t i = 0; i < n; i++) b += (size_t)c->recall[i].cap * (sizeof(int64_t) + (SUMW(d) + 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) b += (size_t)c->recall[i].cap * (sizeof(int64_t) + (3 * d + 1) * sizeof(float));
     return b;
 }
 
@@ -171,23 +171,26 @@ static void seal_stage(struct kvb_cache *c, struct kvb_recall_stream *r, int32_t
     if (id >= 0 && r->n_cold == r->cap) { /* grow the index (the worker cannot fail: a page it cannot index is lost) */
         const int64_t cap = KVB_MAX(r->cap * 2, (int64_t)64);
         int64_t *rec = kvb_malloc(sizeof(int64_t) * (size_t)cap);
-        float *lohi = kvb_malloc(sizeof(float) * SUMW(d) * (size_t)cap);
+        float *lohi = kvb_malloc(sizeof(float) * 2 * (size_t)d * (size_t)cap);
+        float *sums = kvb_malloc(sizeof(float) * (size_t)d * (size_t)cap);
         float *score = kvb_malloc(sizeof(float) * (size_t)(cap + 1));
-        if (rec && lohi && score) {
+        if (rec && lohi && sums && score) {
             if (r->n_cold) {
                 memcpy(rec, r->rec, sizeof(int64_t) * (size_t)r->n_cold);
-                memcpy(lohi, r->lohi, sizeof(float) * SUMW(d) * (size_t)r->n_cold);
+                memcpy(lohi, r->lohi, sizeof(float) * 2 * (size_t)d * (size_t)r->n_cold);
+                memcpy(sums, r->sums, sizeof(float) * (size_t)d * (size_t)r->n_cold);
             }
-            kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->score);
-            r->rec = rec; r->lohi = lohi; r->score = score;
+            kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->sums); kvb_free(r->score);
+            r->rec = rec; r->lohi = lohi; r->sums = sums; r->score = score;
             r->cap = cap;
         } else {
-            kvb_free(rec); kvb_free(lohi); kvb_free(score);
+            kvb_free(rec); kvb_free(lohi); kvb_free(sums); kvb_free(score);
         }
     }
     if (id >= 0 && r->n_cold < r->cap) {
         r->rec[r->n_cold] = id;
-        memcpy(r->lohi + (size_t)r->n_cold * SUMW(d), r->stage_lohi, sizeof(float) * SUMW(d));
+        memcpy(r->lohi + (size_t)r->n_cold * 2 * (size_t)d, r->stage_lohi, sizeof(float) * 2 * (size_t)d);
+        memcpy(r->sums + (size_t)r->n_cold * (size_t)d, r->stage_lohi + 2 * d, sizeof(float) * (size_t)d);
         r->n_cold++;
     } else {
         r->lost++;
@@ -225,17 +228,7 @@ void kvb_recall_evicted(struct kvb_cache *c, struct kvb_stream *s, const int32_t
 
 /* ---- scoring and loading ---- */
 
-/* Upper bound of q . k over the keys a page's lo/hi enclose. */
-static float page_bound(const float *q, const float *lo, const float *hi, int32_t d) {
-    float s = 0;
-    for (int32_t ch = 0; ch < d; ch++) {
-        const float a = q[ch] * lo[ch], b = q[ch] * hi[ch];
-        s += a > b ? a : b;
-    }
-    return s;
-}
-
-float kvb_recall_bound(const float *q, const float *lohi, int32_t d) { return page_bound(q, lohi, lohi + d, d); }
+float kvb_recall_bound(const float *q, const float *lohi, int32_t d) { return kvb_page_bound_ref(q, lohi, lohi + d, d); }
 
 static float dot(const float *a, const float *b, int32_t d) {
     float s = 0;
@@ -244,19 +237,24 @@ static float dot(const float *a, const float *b, int32_t d) {
 }
 
 /* A page's score for n_rows query rows: the largest over the rows of the
- * summary's estimate of the page's best logit (bounds: an upper bound;
- * centroid: q . mean key; exact: the true max, every key read). */
-static float page_score(const struct kvb_cache *c, const float *qrot, int32_t n_rows, const float *sum, int32_t n, const uint8_t *rec) {
+ * summary's estimate of the page's best logit (bounds: an upper bound, from
+ * lohi; centroid: q . mean key, from sum; exact: the true max, every key of
+ * the record read). */
+static float page_score(const struct kvb_cache *c, const float *qrot, int32_t n_rows, const float *lohi, const float *sum, int32_t n,
+                        const uint8_t *rec) {
     const int32_t d = c->params.head_dim;
     const enum kvb_recall_summary mode = c->params.recall.summary;
     float best = -INFINITY, mean[512], key[512];
+    if (mode == KVB_RECALL_BOUNDS) {
+        c->kr->page_bounds(qrot, n_rows, lohi, 1, d, &best);
+        return best;
+    }
     if (mode == KVB_RECALL_CENTROID)
-        for (int32_t i = 0; i < d; i++) mean[i] = sum[2 * d + i] / (float)n;
+        for (int32_t i = 0; i < d; i++) mean[i] = sum[i] / (float)n;
     for (int32_t t = 0; t < (mode == KVB_RECALL_EXACT ? n : 1); t++) {
         if (mode == KVB_RECALL_EXACT) kvb_kv_row_load(c->params.dtype, kvb_cold_rec_k(&c->cold_geom, (uint8_t *)rec) + (size_t)t * c->geom.row_bytes, key, d);
         for (int32_t g = 0; g < n_rows; g++) {
-            const float *q = qrot + (size_t)g * d;
-            const float b = mode == KVB_RECALL_BOUNDS ? page_bound(q, sum, sum + d, d) : dot(q, mode == KVB_RECALL_CENTROID ? mean : key, d);
+            const float b = dot(qrot + (size_t)g * d, mode == KVB_RECALL_CENTROID ? mean : key, d);
             best = b > best ? b : best;
         }
     }
@@ -298,7 +296,7 @@ static void load_page(const struct kvb_cache *c, struct kvb_recall_stream *r, in
 }
 
 void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t n_rows) {
-    if (!c->recall) return;
+    if (!c->recall || c->recall_paused) return;
     struct kvb_recall_stream *r = &c->recall[kvb_cache_stream_index(c, s)];
     if (!r->pages) return;
     if (r->since > 0 && r->since < c->params.recall.every) {
@@ -311,9 +309,13 @@ void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const f
     /* candidates: sealed pages 0..n_cold-1, then the staged page as n_cold */
     const int64_t nc = r->n_cold + (r->n_stage > 0);
     const int32_t B = c->params.block_size;
-    for (int64_t p = 0; p < nc; p++)
-        r->score[p] = p < r->n_cold ? page_score(c, qrot, n_rows, r->lohi + (size_t)p * SUMW(d), B, kvb_cold_get(c->cold, r->rec[p]))
-                                    : page_score(c, qrot, n_rows, r->stage_lohi, r->n_stage, r->stage);
+    if (c->params.recall.summary == KVB_RECALL_BOUNDS) /* every sealed page in one pass */
+        c->kr->page_bounds(qrot, n_rows, r->lohi, r->n_cold, d, r->score);
+    else
+        for (int64_t p = 0; p < r->n_cold; p++)
+            r->score[p] = page_score(c, qrot, n_rows, r->lohi + (size_t)p * 2 * (size_t)d, r->sums + (size_t)p * (size_t)d, B,
+                                     kvb_cold_get(c->cold, r->rec[p]));
+    if (r->n_stage > 0) r->score[r->n_cold] = page_score(c, qrot, n_rows, r->stage_lohi, r->stage_lohi + 2 * d, r->n_stage, r->stage);
     int64_t best[64]; /* the top R, highest first; ties keep the older page */
     int32_t nb = 0;
     for (int64_t p = 0; p < nc; p++) {
@@ -360,7 +362,7 @@ void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const f
 }
 
 const struct kvb_recall_stream *kvb_recall_area(const struct kvb_cache *c, const struct kvb_stream *s) {
-    if (!c->recall) return NULL;
+    if (!c->recall || c->recall_paused) return NULL;
     const struct kvb_recall_stream *r = &c->recall[kvb_cache_stream_index(c, s)];
     return r->pages && r->n > 0 ? r : NULL;
 }

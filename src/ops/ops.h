@@ -80,9 +80,15 @@ struct kvb_kernels {
     void (*from_q8_0)(const void *src, float *dst, int32_t n);
     void (*from_q4_0)(const void *src, float *dst, int32_t n);
     bool quant_rows; /* scores/accum read q8_0 and q4_0 pages (K and V of one type) */
+    /* Recall's page scores: out[p] = max over rows r < n_rows of
+     * sum_c max(q[r][c] * lo_p[c], q[r][c] * hi_p[c]), with lo_p = lohi + p * 2d
+     * and hi_p = lo_p + d (an upper bound of q[r] . k for any k within them). */
+    void (*page_bounds)(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out);
 };
 
 extern const struct kvb_kernels kvb_kernels_ref;
+/* The reference page bound of one row (kvb_kernels_ref.page_bounds per row). */
+float kvb_page_bound_ref(const float *q, const float *lo, const float *hi, int32_t d);
 #if defined(__x86_64__)
 extern const struct kvb_kernels kvb_kernels_avx2;
 extern const struct kvb_kernels kvb_kernels_avx512;

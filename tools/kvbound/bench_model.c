@@ -249,7 +249,12 @@ static void model_usage(FILE *f, bool prefill) {
                "machine_read_gbs (measured in the same run), roofline_fraction, depth,\n"
                "cache_tokens (retained per stream at the end), prefill_s.\n"
                "  --policy NAME   cache policy (default full); its options as in 'kvbound run --help'\n"
-               "  --kv-dtype T    KV rows: f16 (default), bf16, f32, q8_0, q4_0 (-k/-v: K and V apart)\n");
+               "  --kv-dtype T    KV rows: f16 (default), bf16, f32, q8_0, q4_0 (-k/-v: K and V apart)\n"
+               "With --recall the decode steps alternate, 8 at a time, between recall paused and on (one context,\n"
+               "one run): tok_per_s is with recall; the JSON adds tok_per_s_without_recall, recall_cost_ratio\n"
+               "(median step with / without), recall_score_ms_per_token, recall_load_ms_per_token, cold_pages,\n"
+               "cold_mem_bytes, cold_file_bytes and recall_bytes.\n");
+    cli_recall_help(f);
 }
 
 int bench_model(int argc, char **argv, bool prefill) {
@@ -260,6 +265,8 @@ int bench_model(int argc, char **argv, bool prefill) {
     cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     struct cli_policy po;
     cli_policy_init(&po, 1024);
+    struct cli_recall rec;
+    cli_recall_init(&rec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -270,6 +277,7 @@ int bench_model(int argc, char **argv, bool prefill) {
         if (!prefill) {
             int pr = cli_policy_option(&po, argc, argv, &i);
             if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
+            if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
             if (pr < 0) return 2;
             if (pr > 0) continue;
         }
@@ -303,7 +311,9 @@ int bench_model(int argc, char **argv, bool prefill) {
     const size_t kv_rows = cli_kv_head_bytes(in, &kvt); /* one head's K and V rows of a token */
     size_t per_tok = cli_kv_token_bytes(in, &kvt);
     cp.kv_pool_bytes = prefill ? per_tok * (size_t)(cp.n_ctx + 64) + ((size_t)16 << 20)
-                               : cli_pool_bytes(in, &kvt, &cp.policy, depth + 1, chunk, cp.block_size, cp.n_ctx);
+                               : cli_pool_bytes(in, &kvt, &cp.policy, depth + 1, chunk, cp.block_size, cp.n_ctx) +
+                                     cli_recall_pool_bytes(in, &kvt, &rec, cp.block_size);
+    if (!prefill) cp.recall = cli_recall_params(&rec);
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
     float *logits = cli_xmalloc(sizeof(float) * (size_t)in->n_vocab, "logits");
@@ -331,26 +341,55 @@ int bench_model(int argc, char **argv, bool prefill) {
         }
         const double prefill_s = cli_now_sec() - tp0;
         double *dt = cli_xmalloc(sizeof(double) * (size_t)n, "step times");
-        double kv_read = 0;
-        struct kvb_cache_stats cs;
+        double *dt0 = cli_xmalloc(sizeof(double) * (size_t)n, "step times");
+        double kv_read = 0, score_s = 0, load_s = 0;
+        int n_on = 0, n_off = 0;
+        struct kvb_cache_stats cs, before;
+        struct kvb_cache *cache = kvb_context_cache(c);
         for (int i = 0; i < n; i++) {
+            /* recall: blocks of 8 steps paused, then 8 on (the first block on) */
+            const bool on = !rec.on || (i / 8) % 2 == 0;
+            if (rec.on) {
+                kvb_cache_set_recall(cache, on);
+                kvb_cache_get_stats(cache, &before);
+            }
             double t0 = cli_now_sec();
             if (kvb_context_eval(c, &toks[plen + i], 1, logits, false) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-            dt[i] = cli_now_sec() - t0;
-            kvb_cache_get_stats(kvb_context_cache(c), &cs); /* the rows this step attended: what its streams hold */
-            kv_read += (double)cs.slots * (double)kv_rows;
+            const double t = cli_now_sec() - t0;
+            kvb_cache_get_stats(cache, &cs); /* the rows this step attended: what its streams hold */
+            if (on) {
+                dt[n_on++] = t;
+                kv_read += (double)cs.slots * (double)kv_rows + (double)cs.recall_bytes;
+                score_s += cs.recall_score_s - (rec.on ? before.recall_score_s : 0);
+                load_s += cs.recall_load_s - (rec.on ? before.recall_load_s : 0);
+            } else {
+                dt0[n_off++] = t;
+            }
         }
-        qsort(dt, (size_t)n, sizeof(double), cmp_d);
-        double med = dt[n / 2], tps = 1.0 / med;
+        qsort(dt, (size_t)n_on, sizeof(double), cmp_d);
+        qsort(dt0, (size_t)n_off, sizeof(double), cmp_d);
+        double med = dt[n_on / 2], tps = 1.0 / med;
+        n = n_on;
         double bw = membw_read_gbs(tp, (size_t)1 << 30, 5);
         double bytes = w_bytes + kv_read / n;
         printf("{\"bench\":\"decode\",\"model\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"tokens\":%d,\"depth\":%d,\"policy\":\"%s\","
                "\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"cache_tokens\":%d,\"prefill_s\":%.2f,\"kernels\":\"%s\",\"tok_per_s\":%.2f,"
-               "\"ms_per_token_median\":%.3f,\"bytes_per_token\":%.0f,\"machine_read_gbs\":%.2f,\"roofline_fraction\":%.3f,\"cpu\":\"%s\"}\n",
+               "\"ms_per_token_median\":%.3f,\"bytes_per_token\":%.0f,\"machine_read_gbs\":%.2f,\"roofline_fraction\":%.3f,\"cpu\":\"%s\"",
                model, kvb_type_name(in->weight_type), threads, n, depth, kvb_policy_name(pid), pid == KVB_POLICY_FULL ? 0 : cp.policy.budget,
                kvb_dtype_name(kvt.k), kvb_dtype_name(cli_kv_v(&kvt)), cs.slots_max, prefill_s, kvb_kernels_name(), tps, med * 1e3, bytes, bw,
                bw > 0 ? bytes * tps / (bw * 1e9) : 0, cpu);
+        if (rec.on) {
+            const double med0 = n_off ? dt0[n_off / 2] : 0;
+            printf(",\"recall\":true,\"recall_pages\":%d,\"recall_every\":%d,\"recall_summary\":\"%s\",\"tok_per_s_without_recall\":%.2f,"
+                   "\"recall_cost_ratio\":%.3f,\"recall_score_ms_per_token\":%.3f,\"recall_load_ms_per_token\":%.3f,\"cold_pages\":%lld,"
+                   "\"cold_mem_bytes\":%zu,\"cold_file_bytes\":%zu,\"recall_bytes\":%zu",
+                   rec.pages, rec.every, rec.summary == KVB_RECALL_BOUNDS ? "bounds" : rec.summary == KVB_RECALL_CENTROID ? "centroid" : "exact",
+                   med0 > 0 ? 1.0 / med0 : 0, med0 > 0 ? med / med0 : 0, n_on ? score_s * 1e3 / n_on : 0, n_on ? load_s * 1e3 / n_on : 0,
+                   (long long)cs.cold_pages, cs.cold_mem_bytes, cs.cold_file_bytes, cs.recall_bytes);
+        }
+        printf("}\n");
         free(dt);
+        free(dt0);
     } else {
         double best = 1e30;
         for (int r = 0; r < 3; r++) {

@@ -65,8 +65,30 @@ static void from_f16_ref(const uint16_t *src, float *dst, int32_t n) {
 static void from_q8_0_ref(const void *src, float *dst, int32_t n) { kvb_dequantize_row(GGML_TYPE_Q8_0, src, dst, n); }
 static void from_q4_0_ref(const void *src, float *dst, int32_t n) { kvb_dequantize_row(GGML_TYPE_Q4_0, src, dst, n); }
 
+float kvb_page_bound_ref(const float *q, const float *lo, const float *hi, int32_t d) {
+    float s = 0;
+    for (int32_t c = 0; c < d; c++) {
+        const float a = q[c] * lo[c], b = q[c] * hi[c];
+        s += a > b ? a : b;
+    }
+    return s;
+}
+
+static void page_bounds_ref(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out) {
+    for (int64_t p = 0; p < n_pages; p++) {
+        const float *lo = lohi + (size_t)p * 2 * (size_t)d;
+        float best = -INFINITY;
+        for (int32_t r = 0; r < n_rows; r++) {
+            const float b = kvb_page_bound_ref(q + (size_t)r * d, lo, lo + d, d);
+            best = b > best ? b : best;
+        }
+        out[p] = best;
+    }
+}
+
 const struct kvb_kernels kvb_kernels_ref = {
     .quant_rows = true,
+    .page_bounds = page_bounds_ref,
     .from_q8_0 = from_q8_0_ref,
     .from_q4_0 = from_q4_0_ref,
     .name = "ref",

@@ -6,6 +6,7 @@
 #include "../ops.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 static inline __m256 load8(enum kvb_dtype dt, const void *row, int32_t i) {
     if (dt == KVB_DTYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
@@ -279,8 +280,40 @@ void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n) {
     }
 }
 
+/* Page bounds, 8 channels at a time: max(q lo, q hi) summed in one
+ * accumulator per row; tails (d % 8) in scalar. Pages are streamed once;
+ * rows stay in L1. */
+void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out);
+void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out) {
+    const int32_t d8 = d & ~7;
+    for (int64_t p = 0; p < n_pages; p++) {
+        const float *lo = lohi + (size_t)p * 2 * (size_t)d, *hi = lo + d;
+        _mm_prefetch((const char *)(lo + 8 * (size_t)d), _MM_HINT_T0); /* four pages ahead */
+        float best = -INFINITY;
+        for (int32_t r = 0; r < n_rows; r++) {
+            const float *qr = q + (size_t)r * d;
+            __m256 acc = _mm256_setzero_ps();
+            for (int32_t c = 0; c < d8; c += 8) {
+                const __m256 qv = _mm256_loadu_ps(qr + c);
+                acc = _mm256_add_ps(acc, _mm256_max_ps(_mm256_mul_ps(qv, _mm256_loadu_ps(lo + c)), _mm256_mul_ps(qv, _mm256_loadu_ps(hi + c))));
+            }
+            __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+            s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+            s4 = _mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1));
+            float s = _mm_cvtss_f32(s4);
+            for (int32_t c = d8; c < d; c++) {
+                const float a = qr[c] * lo[c], b = qr[c] * hi[c];
+                s += a > b ? a : b;
+            }
+            best = s > best ? s : best;
+        }
+        out[p] = best;
+    }
+}
+
 const struct kvb_kernels kvb_kernels_avx2 = {
     .quant_rows = true,
+    .page_bounds = kvb_page_bounds_avx2,
     .from_q8_0 = kvb_from_q8_0_avx2,
     .from_q4_0 = kvb_from_q4_0_avx2,
     .name = "avx2",

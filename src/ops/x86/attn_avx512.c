@@ -214,8 +214,11 @@ static void from_f16_avx512(const uint16_t *src, float *dst, int32_t n) {
 void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n); /* attn_avx2.c: AVX2 runs on every AVX-512 CPU */
 void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
 
+void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out);
+
 const struct kvb_kernels kvb_kernels_avx512 = {
     .quant_rows = true,
+    .page_bounds = kvb_page_bounds_avx2, /* bandwidth-bound: AVX2 suffices */
     .from_q8_0 = kvb_from_q8_0_avx2,
     .from_q4_0 = kvb_from_q4_0_avx2,
     .name = "avx512",
