@@ -239,13 +239,31 @@ static void attend_area(struct kvb_cache *c, struct kvb_stream *s, struct kvb_he
     const struct kvb_recall_stream *ra = kvb_recall_area(c, s);
     if (!ra) return;
     const struct kvb_kv_view view = area_view(c, s, ra);
-    const struct kvb_run *runs;
-    const int32_t nr = keyed_runs(c, ra->pos, ra->order, ra->n, hs, p0 + i0, &runs);
     float *p = st->p;
     st->p = NULL;
-    for (int32_t r = 0; r < nr; r++) {
-        rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
-        kvb_attn_run(c->kr, &view, hs->qrot, NULL, runs[r].j0, r + 1 < nr ? runs[r + 1].j0 : ra->n, st);
+    int32_t jf = 0; /* capped: keys [0, jf) are farther than max_distance from token i0 */
+    if (c->pos_mode == KVB_POS_CAPPED && ra->shadow) {
+        const int64_t L = c->params.max_distance;
+        while (jf < ra->n && p0 + i0 - ra->pos[ra->order[jf]] > L) jf++;
+        if (jf > 0) { /* tokens i0 .. i1 - 1 is one token here (attend_tokens: capped_far) */
+            uint8_t *sp = (uint8_t *)ra->shadow;
+            struct kvb_kv_view fv = view;
+            fv.pages = &sp;
+            fv.block_shift = ra->shadow_shift;
+            fv.row_bytes = fv.row_bytes_v = sizeof(float) * (size_t)c->params.head_dim;
+            fv.v_offset = fv.row_bytes << ra->shadow_shift;
+            fv.dtype = fv.dtype_v = KVB_DTYPE_F32;
+            rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, (int32_t)(L - (p0 + i0))); /* the query at L */
+            kvb_attn_run(c->kr, &fv, hs->qrot, NULL, 0, jf, st);
+        }
+    }
+    if (jf < ra->n) {
+        const struct kvb_run *runs;
+        const int32_t nr = keyed_runs(c, ra->pos, ra->order + jf, ra->n - jf, hs, p0 + i0, &runs);
+        for (int32_t r = 0; r < nr; r++) {
+            rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
+            kvb_attn_run(c->kr, &view, hs->qrot, NULL, jf + runs[r].j0, jf + (r + 1 < nr ? runs[r + 1].j0 : ra->n - jf), st);
+        }
     }
     st->p = p;
 }

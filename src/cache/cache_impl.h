@@ -34,6 +34,9 @@ struct kvb_recall_stream {
     int32_t *pos;         /* [R * B] original position per area slot, -1 unused */
     int32_t *order;       /* [R * B] area slots by increasing position */
     int32_t n;            /* tokens in the area */
+    float *shadow;        /* capped positions: f32 copies of the area's rows, K rotated back to
+                           * position 0 (pre-RoPE), [2^shadow_shift][d] K then as many V rows */
+    int32_t shadow_shift;
     int32_t since;        /* attention calls since the last choice */
     bool reserved;        /* pages taken by the last kvb_cache_reserve */
     int64_t scorings, loads, score_ns, load_ns, lost;
@@ -76,6 +79,7 @@ struct kvb_cache {
     struct kvb_cold_geom cold_geom;
     int64_t recall_pages_peak;        /* area pages, for bytes_peak */
     bool recall_paused;               /* kvb_cache_set_recall(false): evictions still go cold */
+    float *recall_cs_step;            /* capped: cos/sin of -k * inv_freq, k < block_size ([B][2 * n_pairs]) */
 };
 
 static inline struct kvb_stream *kvb_cache_stream(const struct kvb_cache *c, int32_t layer, int32_t head) {

@@ -57,6 +57,11 @@ kvb_status kvb_recall_init(struct kvb_cache *c) {
     kvb_status st = kvb_cold_create(&c->cold_geom, rp->cold_mem_bytes, rp->cold_dir, &c->cold);
     if (st != KVB_OK) return st;
     if (!(c->recall = kvb_calloc(n, sizeof *c->recall))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for recall");
+    if (c->pos_mode == KVB_POS_CAPPED && c->n_pairs) {
+        if (!(c->recall_cs_step = kvb_malloc(sizeof(float) * 2 * (size_t)c->n_pairs * (size_t)B)))
+            return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for recall");
+        for (int32_t k = 0; k < B; k++) kvb_rope_cos_sin(c->inv_freq, c->n_pairs, -(int64_t)k, c->recall_cs_step + (size_t)k * 2 * c->n_pairs);
+    }
     const size_t rec = kvb_cold_record_bytes(&c->cold_geom);
     for (size_t i = 0; i < n; i++) {
         struct kvb_recall_stream *r = &c->recall[i];
@@ -69,6 +74,11 @@ kvb_status kvb_recall_init(struct kvb_cache *c) {
         if (!r->stage || !r->stage_lohi || !r->score || !r->loaded || !r->pos || !r->order)
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for recall");
         lohi_reset(r->stage_lohi, d);
+        if (c->pos_mode == KVB_POS_CAPPED) { /* far recalled keys: one run (see load_page) */
+            while ((1 << r->shadow_shift) < R * B) r->shadow_shift++;
+            if (!(r->shadow = kvb_malloc(sizeof(float) * 2 * (size_t)d << r->shadow_shift)))
+                return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for recall");
+        }
         for (int32_t a = 0; a < R; a++) r->loaded[a] = -1;
         for (int32_t t = 0; t < R * B; t++) r->pos[t] = -1;
     }
@@ -87,6 +97,7 @@ static void give_area(struct kvb_cache *c, struct kvb_recall_stream *r) {
 }
 
 void kvb_recall_free(struct kvb_cache *c) {
+    kvb_free(c->recall_cs_step);
     if (!c->recall) {
         kvb_cold_free(c->cold);
         return;
@@ -96,7 +107,7 @@ void kvb_recall_free(struct kvb_cache *c) {
         struct kvb_recall_stream *r = &c->recall[i];
         if (c->pool) give_area(c, r);
         kvb_free(r->stage); kvb_free(r->stage_lohi); kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->sums); kvb_free(r->score);
-        kvb_free(r->loaded); kvb_free(r->pos); kvb_free(r->order);
+        kvb_free(r->loaded); kvb_free(r->pos); kvb_free(r->order); kvb_free(r->shadow);
     }
     kvb_free(c->recall);
     kvb_cold_free(c->cold);
@@ -157,6 +168,7 @@ size_t kvb_recall_meta_bytes(const struct kvb_cache *c) {
     const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head, d = (size_t)c->params.head_dim;
     const size_t R = (size_t)c->params.recall.pages, B = (size_t)c->params.block_size;
     size_t b = n * (sizeof(struct kvb_recall_stream) + kvb_cold_record_bytes(&c->cold_geom) + SUMW(d) * sizeof(float) +
+                    (c->recall[0].shadow ? sizeof(float) * 2 * d << c->recall[0].shadow_shift : 0) +
                     R * (sizeof(int64_t) + sizeof(uint8_t *)) + 2 * R * B * sizeof(int32_t));
     for (size_t i = 0; i < n; i++) b += (size_t)c->recall[i].cap * (sizeof(int64_t) + (3 * d + 1) * sizeof(float));
     return b;
@@ -293,6 +305,34 @@ static void load_page(const struct kvb_cache *c, struct kvb_recall_stream *r, in
     memcpy(page + c->geom.v_offset, kvb_cold_rec_v(g, src), (size_t)n * g->row_bytes_v);
     const int32_t *pos = kvb_cold_rec_pos(src);
     for (int32_t t = 0; t < B; t++) r->pos[a * B + t] = t < n ? pos[t] : -1;
+    if (!r->shadow) return;
+    /* capped positions: a key farther than max_distance is seen at exactly that
+     * distance, <R(p + L) q, R(p) k> = <R(L) q, k>: with the key rotated back to
+     * position 0, every far key is one run with the query at L (attend.c) */
+    const int32_t d = c->params.head_dim;
+    const size_t vofs = (size_t)d << r->shadow_shift;
+    float cs0[512], cs[512];
+    const int32_t np = c->n_pairs;
+    for (int32_t t = 0; t < n; t++) {
+        float *ks = r->shadow + (size_t)(a * B + t) * d;
+        kvb_kv_row_load(c->params.dtype, page + (size_t)t * c->geom.row_bytes, ks, d);
+        kvb_kv_row_load(c->params.dtype_v, page + c->geom.v_offset + (size_t)t * c->geom.row_bytes_v, r->shadow + vofs + (size_t)(a * B + t) * d, d);
+        if (!np) continue;
+        const int64_t k = (int64_t)pos[t] - pos[0];
+        if (t == 0) {
+            kvb_rope_cos_sin(c->inv_freq, np, -(int64_t)pos[0], cs0);
+            memcpy(cs, cs0, sizeof(float) * 2 * (size_t)np);
+        } else if (k > 0 && k < B) { /* a page's tokens are mostly consecutive: -p = -p0 - k, by angle addition */
+            const float *st = c->recall_cs_step + (size_t)k * 2 * np;
+            for (int32_t i = 0; i < np; i++) {
+                cs[i] = cs0[i] * st[i] - cs0[np + i] * st[np + i];
+                cs[np + i] = cs0[np + i] * st[i] + cs0[i] * st[np + i];
+            }
+        } else {
+            kvb_rope_cos_sin(c->inv_freq, np, -(int64_t)pos[t], cs);
+        }
+        kvb_rope_apply(c->params.rope.type, c->params.rope.n_dims, cs, ks);
+    }
 }
 
 void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t n_rows) {
