@@ -1012,6 +1012,15 @@ struct kvb_lab_result {
 kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_params *policy, int32_t chunk,
                        const int32_t *snap_steps, int32_t n_snap, struct kvb_lab_result *out);
 void kvb_lab_result_free(struct kvb_lab_result *r);
+/* kvb_lab_run with reversible eviction: evicted tokens go to cold pages of 16
+ * in eviction order (as the cache's cold tier groups them), and at each
+ * generated step the recall_pages (1..64) pages holding the largest
+ * attention weight of the row are attended besides the retained slots. The
+ * lab has no keys, so a page's score is that exact weight: what the cache's
+ * key bounds estimate (docs/RECALL.md). Fact hits count recalled facts; R_t
+ * and the policy's evidence are over retained plus recalled tokens. */
+kvb_status kvb_lab_run_recall(const struct kvb_lab_stream *st, const struct kvb_policy_params *policy, int32_t chunk, int32_t recall_pages,
+                              const int32_t *snap_steps, int32_t n_snap, struct kvb_lab_result *out);
 
 /* ------------------------------------------------------------------------ */
 /* Kernels                                                                  */

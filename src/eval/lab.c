@@ -249,8 +249,74 @@ static bool retained(const int64_t *pos, int32_t n, int64_t p) {
     return false;
 }
 
+/* Reversible eviction in the lab: evicted positions in eviction order,
+ * grouped into pages of LAB_PAGE (the last one partial, as the cache's
+ * staged page). */
+#define LAB_PAGE 16
+struct lab_cold {
+    int64_t *pos; /* [T] */
+    int64_t n;
+};
+
+/* Appends what left the retained set: before[0..nb) minus after[0..na),
+ * both increasing, in increasing position (the cache stages its victims so). */
+static void lab_evicted(struct lab_cold *cold, const int64_t *before, int32_t nb, const int64_t *after, int32_t na) {
+    for (int32_t i = 0, j = 0; i < nb; i++) {
+        while (j < na && after[j] < before[i]) j++;
+        if (j < na && after[j] == before[i]) continue;
+        cold->pos[cold->n++] = before[i];
+    }
+}
+
+/* The R cold pages with the largest attention weight on one of their tokens
+ * (row: the generator's, the exact page score; the cache estimates it from
+ * keys, and the lab has none): their positions into rec[0..), count back. */
+static int32_t lab_recall(const struct lab_cold *cold, const double *row, int32_t R, int64_t *rec) {
+    const int64_t np = (cold->n + LAB_PAGE - 1) / LAB_PAGE;
+    int64_t best[64];
+    double bs[64];
+    int32_t nb = 0;
+    for (int64_t p = 0; p < np; p++) {
+        double sc = -1;
+        for (int64_t t = p * LAB_PAGE; t < KVB_MIN(cold->n, (p + 1) * LAB_PAGE); t++) sc = row[cold->pos[t]] > sc ? row[cold->pos[t]] : sc;
+        int32_t at = nb;
+        while (at > 0 && bs[at - 1] < sc) at--;
+        if (at >= R) continue;
+        if (nb < R) nb++;
+        memmove(best + at + 1, best + at, sizeof(int64_t) * (size_t)(nb - 1 - at));
+        memmove(bs + at + 1, bs + at, sizeof(double) * (size_t)(nb - 1 - at));
+        best[at] = p;
+        bs[at] = sc;
+    }
+    int32_t n = 0;
+    for (int32_t i = 0; i < nb; i++)
+        for (int64_t t = best[i] * LAB_PAGE; t < KVB_MIN(cold->n, (best[i] + 1) * LAB_PAGE); t++) rec[n++] = cold->pos[t];
+    return n;
+}
+
+static bool in_list(const int64_t *list, int32_t n, int64_t p) {
+    for (int32_t i = 0; i < n; i++)
+        if (list[i] == p) return true;
+    return false;
+}
+
+static kvb_status lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_params *policy, int32_t chunk, int32_t recall_pages,
+                          const int32_t *snap_steps, int32_t n_snap, struct kvb_lab_result *out);
+
 kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_params *policy, int32_t chunk,
                        const int32_t *snap_steps, int32_t n_snap, struct kvb_lab_result *out) {
+    return lab_run(st, policy, chunk, 0, snap_steps, n_snap, out);
+}
+
+kvb_status kvb_lab_run_recall(const struct kvb_lab_stream *st, const struct kvb_policy_params *policy, int32_t chunk, int32_t recall_pages,
+                              const int32_t *snap_steps, int32_t n_snap, struct kvb_lab_result *out) {
+    if (recall_pages < 1 || recall_pages > KVB_RECALL_MAX_PAGES)
+        return kvb_fail(KVB_ERR_INVALID, "lab_run_recall: recall_pages must be in 1..%d, got %d", KVB_RECALL_MAX_PAGES, (int)recall_pages);
+    return lab_run(st, policy, chunk, recall_pages, snap_steps, n_snap, out);
+}
+
+static kvb_status lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_params *policy, int32_t chunk, int32_t recall_pages,
+                          const int32_t *snap_steps, int32_t n_snap, struct kvb_lab_result *out) {
     if (!st || !policy || !out || n_snap < 0 || (n_snap && !snap_steps))
         return kvb_fail(KVB_ERR_INVALID, "lab_run: bad arguments");
     memset(out, 0, sizeof *out);
@@ -278,13 +344,16 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
     if (s != KVB_OK) return s;
     double *row = kvb_malloc(sizeof(double) * (size_t)T);
     int64_t *pos = kvb_malloc(sizeof(int64_t) * (size_t)T);
+    int64_t *after = kvb_malloc(sizeof(int64_t) * (size_t)T);
+    int64_t *rec = kvb_malloc(sizeof(int64_t) * (size_t)(KVB_RECALL_MAX_PAGES * LAB_PAGE));
+    struct lab_cold cold = {kvb_malloc(sizeof(int64_t) * (size_t)T), 0};
     float *w = kvb_malloc(sizeof(float) * (size_t)T);
     out->mass = kvb_calloc((size_t)G, sizeof(double));
     out->snap_stride = (int32_t)KVB_MIN(T, (int64_t)INT32_MAX);
     out->n_snap = n_snap;
     out->snap_n = kvb_calloc((size_t)KVB_MAX(n_snap, 1), sizeof(int32_t));
     out->snap_pos = kvb_calloc((size_t)KVB_MAX(n_snap, 1) * (size_t)T, sizeof(int64_t));
-    if (!row || !pos || !w || !out->mass || !out->snap_n || !out->snap_pos) {
+    if (!row || !pos || !w || !after || !rec || !cold.pos || !out->mass || !out->snap_n || !out->snap_pos) {
         s = kvb_fail(KVB_ERR_NOMEM, "lab_run: out of memory for a stream of %lld tokens", (long long)T);
         goto done;
     }
@@ -304,6 +373,11 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
         const bool exact_vote = kvb_policy_compresses(policy->id) && !policy->prefill_budget;
         if (exact_vote && c1 < P) {
             kvb_cache_evict(c, 0);
+            if (recall_pages) { /* what left goes cold */
+                const int32_t na = kvb_cache_n_slots(c, 0, 0);
+                positions(c, after, na);
+                lab_evicted(&cold, pos, n, after, na);
+            }
             continue;
         }
         const int32_t from = exact_vote ? KVB_MAX(0, P - obs) : obs > 0 ? KVB_MAX(c0, c1 - obs) : c0;
@@ -315,8 +389,22 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
         }
         if ((s = kvb_cache_observe_prefill(c, 0, 0, w, n)) != KVB_OK) goto done;
         kvb_cache_evict(c, 0);
+        if (recall_pages) {
+            const int32_t na = kvb_cache_n_slots(c, 0, 0);
+            positions(c, after, na);
+            lab_evicted(&cold, pos, n, after, na);
+        }
     }
-    kvb_cache_compress(c, NULL);
+    if (recall_pages) { /* the compression's victims too */
+        const int32_t nb = kvb_cache_n_slots(c, 0, 0);
+        positions(c, pos, nb);
+        kvb_cache_compress(c, NULL);
+        const int32_t na = kvb_cache_n_slots(c, 0, 0);
+        positions(c, after, na);
+        lab_evicted(&cold, pos, nb, after, na);
+    } else {
+        kvb_cache_compress(c, NULL);
+    }
     /* generation */
     double sum = 0, mn = INFINITY;
     for (int32_t t = 0; t < G; t++) {
@@ -326,8 +414,10 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
         out->peak_slots = KVB_MAX(out->peak_slots, n);
         positions(c, pos, n);
         kvb_lab_row(st, q, row);
+        const int32_t nr = recall_pages ? lab_recall(&cold, row, recall_pages, rec) : 0; /* attended besides the slots */
         double R = 0;
         for (int32_t j = 0; j < n; j++) R += row[pos[j]];
+        for (int32_t j = 0; j < nr; j++) R += row[rec[j]];
         for (int32_t j = 0; j < n; j++) w[j] = R > 0 ? (float)(row[pos[j]] / R) : 0.0f;
         out->mass[t] = R;
         sum += R;
@@ -338,7 +428,7 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
         for (int32_t k = 0; k < na; k++) {
             const struct kvb_lab_fact f = st->facts[act[k]];
             out->fact_queries[f.group]++;
-            out->fact_hits[f.group] += retained(pos, n, f.pos);
+            out->fact_hits[f.group] += retained(pos, n, f.pos) || in_list(rec, nr, f.pos);
         }
         for (int32_t k = 0; k < n_snap; k++)
             if (snap_steps[k] == t) {
@@ -347,6 +437,11 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
             }
         if ((s = kvb_cache_observe(c, 0, 0, w, n)) != KVB_OK) goto done;
         kvb_cache_evict(c, 0);
+        if (recall_pages) {
+            const int32_t kept = kvb_cache_n_slots(c, 0, 0);
+            positions(c, after, kept);
+            lab_evicted(&cold, pos, n, after, kept);
+        }
         const int32_t budget = kvb_cache_budget(c, 0, 0);
         if (budget > 0 && kvb_cache_n_slots(c, 0, 0) > budget) out->budget_violations++;
     }
@@ -355,6 +450,9 @@ kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_
 done:
     kvb_free(row);
     kvb_free(pos);
+    kvb_free(after);
+    kvb_free(rec);
+    kvb_free(cold.pos);
     kvb_free(w);
     kvb_cache_free(c);
     if (s != KVB_OK) kvb_lab_result_free(out);

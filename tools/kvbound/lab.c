@@ -30,6 +30,10 @@ static void lab_usage(FILE *f) {
             "  --steps G             generated steps (default 512)\n"
             "  --chunk C             prefill chunk (default: the whole prompt)\n"
             "  --seed S              generator seed (default 1)\n"
+            "  --recall              each run also runs with reversible eviction (8 pages of 16 recalled per\n"
+            "                        step, scored by their largest attention weight): fact hits and mean R\n"
+            "                        with recall beside the plain ones, at the same hot budget\n"
+            "  --recall-pages R      pages recalled per step (implies --recall)\n"
             "  --out DIR             also write DIR/report.html (self-contained, offline)\n"
             "  --json                print JSON instead of the table\n");
 }
@@ -126,7 +130,8 @@ static int run_scenario(struct lab_opts *o, struct lab_scen *sc, const char *nam
             struct kvb_policy_params pp = kvb_policy_default_params(o->pol[p]);
             if (o->pol[p] != KVB_POLICY_FULL) pp.budget = o->budgets[b];
             if (pp.n_sink >= pp.budget && pp.budget) pp.n_sink = pp.budget / 2;
-            if (kvb_lab_run(sc->st, &pp, o->chunk, sc->snaps, sc->n_snaps, &cell->r) != KVB_OK) {
+            if (kvb_lab_run(sc->st, &pp, o->chunk, sc->snaps, sc->n_snaps, &cell->r) != KVB_OK ||
+                (o->recall_pages && kvb_lab_run_recall(sc->st, &pp, o->chunk, o->recall_pages, NULL, 0, &cell->rr) != KVB_OK)) {
                 fprintf(stderr, "kvbound: lab: %s / %s / budget %d: %s\n", name, kvb_policy_name(o->pol[p]), o->budgets[b], kvb_last_error());
                 return -1;
             }
@@ -244,6 +249,23 @@ static void audits_and_findings(struct lab_report *rep) {
             add_audit(rep, "snapkv-keeps-needle", true, "skipped: needs scenario needle and policy snapkv");
         }
     }
+    struct lab_scen *nr = scen(rep, "needle");
+    if (o->recall_pages && nr && lab_find(o, nr, KVB_POLICY_FULL, 0)) {
+        char d[1024] = "";
+        size_t used = 0;
+        for (int k = 0; k < o->n_budgets; k++) {
+            const struct kvb_lab_result *full = &lab_find(o, nr, KVB_POLICY_FULL, k)->r;
+            const int fh = full->fact_hits[0] + full->fact_hits[1];
+            for (int p = 0; p < o->n_pol; p++) {
+                const struct lab_cell *cl = &nr->cells[k * o->n_pol + p];
+                if (cl->pid == KVB_POLICY_FULL) continue;
+                used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s@%d %d->%d/%d", used ? ", " : "", kvb_policy_name(cl->pid),
+                                         o->budgets[k], cl->r.fact_hits[0] + cl->r.fact_hits[1], cl->rr.fact_hits[0] + cl->rr.fact_hits[1], fh);
+                if (used >= sizeof d) break;
+            }
+        }
+        add_finding(rep, "recall-needle-fact-hits", "needle fact hits without -> with recall (%d pages), out of the full cache's: %s", o->recall_pages, d);
+    }
     if (rep->trace_ran) {
         const char *want = "<s> System: PostgresDB db def query():";
         add_audit(rep, "trace-h2o", !strcmp(rep->trace_h2o, want), "final h2o cache '%s' (expected '%s')", rep->trace_h2o, want);
@@ -288,7 +310,9 @@ static void print_table(const struct lab_report *rep) {
     const struct lab_opts *o = rep->opts;
     printf("kvbound lab: prompt %d, %d generated steps, seed %llu (retained mass R = attention on kept tokens)\n\n",
            o->prompt, o->steps, (unsigned long long)o->seed);
-    printf("%-8s %-13s %6s %8s %8s %11s %6s %9s\n", "scenario", "policy", "budget", "mean R", "min R", "fact hits", "peak", "KV MB*");
+    printf("%-8s %-13s %6s %8s %8s %11s %6s %9s", "scenario", "policy", "budget", "mean R", "min R", "fact hits", "peak", "KV MB*");
+    if (o->recall_pages) printf(" %8s %11s", "R+recall", "hits+recall");
+    printf("\n");
     for (int i = 0; i < rep->n_scen; i++) {
         const struct lab_scen *sc = &rep->scen[i];
         for (int b = 0; b < o->n_budgets; b++)
@@ -296,9 +320,14 @@ static void print_table(const struct lab_report *rep) {
                 const struct lab_cell *c = &sc->cells[b * o->n_pol + p];
                 char hits[32];
                 snprintf(hits, sizeof hits, "%d/%d", c->r.fact_hits[0] + c->r.fact_hits[1], c->r.fact_queries[0] + c->r.fact_queries[1]);
-                printf("%-8s %-13s %6d %8.4f %8.4f %11s %6d %9.1f\n", sc->name, kvb_policy_name(c->pid),
+                printf("%-8s %-13s %6d %8.4f %8.4f %11s %6d %9.1f", sc->name, kvb_policy_name(c->pid),
                        c->pid == KVB_POLICY_FULL ? 0 : c->budget, c->r.mass_mean, c->r.mass_min, hits, c->r.peak_slots,
                        (double)c->r.peak_slots * LAB_BYTES_PER_TOKEN / 1e6);
+                if (o->recall_pages) {
+                    snprintf(hits, sizeof hits, "%d/%d", c->rr.fact_hits[0] + c->rr.fact_hits[1], c->rr.fact_queries[0] + c->rr.fact_queries[1]);
+                    printf(" %8.4f %11s", c->rr.mass_mean, hits);
+                }
+                printf("\n");
             }
         printf("\n");
     }
@@ -343,10 +372,14 @@ static void print_json(const struct lab_report *rep) {
             int q = r->fact_queries[0] + r->fact_queries[1], h = r->fact_hits[0] + r->fact_hits[1];
             printf("%s\n {\"policy\":\"%s\",\"budget\":%d,\"mass_mean\":%.6f,\"mass_min\":%.6f,\"fact_hits\":%d,\"fact_queries\":%d,"
                    "\"fact_hit_rate\":%.4f,\"fact_hits_a\":%d,\"fact_queries_a\":%d,\"fact_hits_b\":%d,\"fact_queries_b\":%d,"
-                   "\"peak_slots\":%d,\"bytes_at_peak\":%lld}",
+                   "\"peak_slots\":%d,\"bytes_at_peak\":%lld",
                    c ? "," : "", kvb_policy_name(cl->pid), cl->pid == KVB_POLICY_FULL ? 0 : cl->budget, r->mass_mean, r->mass_min, h, q,
                    q ? (double)h / q : 1.0, r->fact_hits[0], r->fact_queries[0], r->fact_hits[1], r->fact_queries[1], r->peak_slots,
                    (long long)r->peak_slots * LAB_BYTES_PER_TOKEN);
+            if (o->recall_pages)
+                printf(",\"recall_pages\":%d,\"fact_hits_recall\":%d,\"fact_hits_a_recall\":%d,\"fact_hits_b_recall\":%d,\"mass_mean_recall\":%.6f",
+                       o->recall_pages, cl->rr.fact_hits[0] + cl->rr.fact_hits[1], cl->rr.fact_hits[0], cl->rr.fact_hits[1], cl->rr.mass_mean);
+            printf("}");
         }
         printf("]}");
     }
@@ -378,6 +411,7 @@ int cmd_lab(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { lab_usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--recall")) { if (!o.recall_pages) o.recall_pages = 8; continue; }
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "--scenario")) scenario = v;
         else if (!strcmp(a, "--budget")) {
@@ -396,6 +430,7 @@ int cmd_lab(int argc, char **argv) {
         } else if (!strcmp(a, "--prompt")) { if (cli_parse_i32(a, v, 64, 1 << 20, &o.prompt)) return 2; }
         else if (!strcmp(a, "--steps")) { if (cli_parse_i32(a, v, 16, 1 << 20, &o.steps)) return 2; }
         else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 1 << 20, &o.chunk)) return 2; }
+        else if (!strcmp(a, "--recall-pages")) { if (cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &o.recall_pages)) return 2; }
         else if (!strcmp(a, "--seed")) { long long s; if (cli_parse_i64(a, v, 0, (1LL << 62), &s)) return 2; o.seed = (uint64_t)s; }
         else if (!strcmp(a, "--out")) out_dir = v;
         else { fprintf(stderr, "kvbound lab: unknown option '%s' (see --help)\n", a); return 2; }
@@ -454,7 +489,10 @@ int cmd_lab(int argc, char **argv) {
             rc = 1;
         }
     for (int i = 0; i < rep.n_scen; i++) {
-        for (int c = 0; c < o.n_budgets * o.n_pol; c++) kvb_lab_result_free(&rep.scen[i].cells[c].r);
+        for (int c = 0; c < o.n_budgets * o.n_pol; c++) {
+            kvb_lab_result_free(&rep.scen[i].cells[c].r);
+            kvb_lab_result_free(&rep.scen[i].cells[c].rr);
+        }
         free(rep.scen[i].cells);
         kvb_lab_stream_free(rep.scen[i].st);
     }

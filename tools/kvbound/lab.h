@@ -27,12 +27,14 @@ struct lab_opts {
     int n_budgets;
     enum kvb_policy_id pol[KVB_POLICY_COUNT];
     int n_pol;
+    int32_t recall_pages; /* --recall: each cell also runs with recall (rr) */
 };
 
 struct lab_cell {
     enum kvb_policy_id pid;
     int32_t budget;
     struct kvb_lab_result r;
+    struct kvb_lab_result rr; /* with recall (opts.recall_pages > 0) */
 };
 
 struct lab_scen {
