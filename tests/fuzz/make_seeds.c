@@ -5,6 +5,7 @@
  * make_seeds --sessions MODEL DIR writes session images (kvb_batch_seq_save,
  * a few policies, after a short turn) for fuzz_session_image. */
 #include "kvbound.h"
+#include "cache/cold.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 
@@ -122,6 +123,22 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/%s.kvb", argv[1], kvb_policy_name((enum kvb_policy_id)id));
         if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
         kvb_cache_free(c);
+    }
+    /* a cold-tier file (recall): 5 pages of 4 tokens, f16 K / q8_0 V rows of 32, one page partial */
+    {
+        const struct kvb_cold_geom g = {2, 4, 32, KVB_DTYPE_F16, KVB_DTYPE_Q8_0, 64, 34};
+        struct kvb_cold *cold;
+        if (kvb_cold_create(&g, 0, argv[1], &cold) != KVB_OK) return 1;
+        uint8_t rec[1024] = {0};
+        for (int p = 0; p < 5; p++) {
+            for (int t = 0; t < 4; t++) kvb_cold_rec_pos(rec)[t] = p * 4 + t;
+            for (int i = 0; i < 4 * (64 + 34); i++) kvb_cold_rec_k(&g, rec)[i] = (uint8_t)(i * 7 + p);
+            if (kvb_cold_append(cold, rec, p % 2, p == 4 ? 2 : 4) < 0) return 1;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/cold-seed.kvc", argv[1]);
+        if (rename(kvb_cold_path(cold), path) != 0) return 1;
+        kvb_cold_free(cold);
     }
     /* quantized pages (image version 3): q8_0 K with q4_0 V, and q4_0 K with bf16 V, 32 dims */
     for (int qi = 0; qi < 2; qi++) {

@@ -59,7 +59,7 @@ static int parse_list_ll(const char *flag, const char *v, long long *out, int *n
 
 int cmd_mem(int argc, char **argv) {
     const char *preset = NULL, *model = NULL;
-    int32_t L = 0, H = 0, D = 0, block = 0, budget = 0, sinks = -1;
+    int32_t L = 0, H = 0, D = 0, block = 0, budget = 0, sinks = -1, recall = 0;
     long long ctx[16], batch[16];
     int n_ctx = 0, n_batch = 0;
     uint32_t type = KVB_TYPE_F16, vtype = KVB_TYPE_F16;
@@ -71,11 +71,14 @@ int cmd_mem(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: kvbound mem [--preset NAME | -m MODEL.gguf | --layers L --kv-heads H --head-dim D] --ctx T[,T...]\n"
                    "                   [--batch B[,B...]] [--dtype f32|f16|bf16|q8_0|q4_0] [--dtype-k T --dtype-v T]\n"
-                   "                   [--policy P --budget N [--sinks S]] [--block-size N] [--gib] [--json]\n\n"
+                   "                   [--policy P --budget N [--sinks S]] [--recall-pages R] [--block-size N] [--gib] [--json]\n\n"
                    "KV memory M = batch x tokens x layers x kv_heads x (K row + V row bytes), a row being head_dim\n"
                    "elements (q8_0: 34 bytes per 32, q4_0: 18 per 32, ggml's blocks). --dtype sets both (also\n"
                    "--kv-dtype, -k, -v as the other commands); --block-size rounds tokens up to whole pages, which\n"
                    "is what a kvbound cache with that page size holds.\n"
+                   "--recall-pages R (with a bounded policy): the pool also holds each stream's recall area, R pages\n"
+                   "of --block-size (16) tokens; bounded bytes include it (recall_bytes in the JSON). The cold tier is\n"
+                   "host memory or disk, not pool: cold_bytes_per_token is what each evicted token costs there.\n"
                    "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
             for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
             printf("\n");
@@ -93,6 +96,7 @@ int cmd_mem(int argc, char **argv) {
         else if (!strcmp(a, "--batch")) { if (parse_list_ll(a, v, batch, &n_batch, 16)) return 2; }
         else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 1 << 20, &block)) return 2; }
         else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 1, 1 << 30, &budget)) return 2; }
+        else if (!strcmp(a, "--recall-pages")) { if (cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &recall)) return 2; }
         else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
         else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
         else if (!strcmp(a, "--dtype") || !strcmp(a, "--kv-dtype")) {
@@ -135,6 +139,11 @@ int cmd_mem(int argc, char **argv) {
     if (!n_ctx) { fprintf(stderr, "kvbound mem: --ctx T is required\n"); return 2; }
     if (!n_batch) batch[n_batch++] = 1;
     if (pid != KVB_POLICY_FULL && !budget) { fprintf(stderr, "kvbound mem: --policy %s needs --budget\n", kvb_policy_name(pid)); return 2; }
+    if (recall && pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound mem: --recall-pages needs a bounded --policy (full never evicts)\n"); return 2; }
+    const int32_t rblock = block > 0 ? block : 16;
+    /* a cold page: 32-byte header, positions, rows, 8-byte padding; its index entry: id, min and max per channel, sums */
+    const unsigned long long rec = (32 + 4ull * (unsigned)rblock + (unsigned long long)rblock * (kvb_type_row_bytes(type, D) + kvb_type_row_bytes(vtype, D)) + 7) / 8 * 8;
+    const double cold_per_tok = (double)L * H * ((double)rec + 8.0 + 12.0 * D) / rblock;
     const double unit = gib ? 1073741824.0 : 1e9;
     const char *un = gib ? "GiB" : "GB";
     if (!json) {
@@ -152,14 +161,19 @@ int cmd_mem(int argc, char **argv) {
         for (int b = 0; b < n_batch; b++) {
             unsigned long long bytes = kv_bytes(L, H, D, type, vtype, ctx[c], batch[b], block);
             long long kept = budget < ctx[c] ? budget : ctx[c];
-            unsigned long long bounded = pid != KVB_POLICY_FULL ? kv_bytes(L, H, D, type, vtype, kept, batch[b], block) : bytes;
+            const unsigned long long area = recall ? kv_bytes(L, H, D, type, vtype, (long long)recall * rblock, batch[b], rblock) : 0;
+            unsigned long long bounded = pid != KVB_POLICY_FULL ? kv_bytes(L, H, D, type, vtype, kept, batch[b], block) + area : bytes;
             if (json)
                 printf("%s{\"tokens\":%lld,\"batch\":%lld,\"bytes\":%llu,\"size\":%.2f%s", first ? "" : ",", ctx[c], batch[b], bytes, bytes / unit,
                        pid != KVB_POLICY_FULL ? "" : "}");
             else
                 printf("%12lld %6lld %16llu %12.2f", ctx[c], batch[b], bytes, bytes / unit);
             if (pid != KVB_POLICY_FULL) {
-                if (json) printf(",\"policy\":\"%s\",\"budget\":%d,\"bounded_bytes\":%llu,\"bounded_size\":%.2f,\"saving\":%.4f}", kvb_policy_name(pid), budget, bounded, bounded / unit, 1.0 - (double)bounded / (double)bytes);
+                if (json) {
+                    printf(",\"policy\":\"%s\",\"budget\":%d,\"bounded_bytes\":%llu,\"bounded_size\":%.2f,\"saving\":%.4f", kvb_policy_name(pid), budget, bounded, bounded / unit, 1.0 - (double)bounded / (double)bytes);
+                    if (recall) printf(",\"recall_pages\":%d,\"recall_bytes\":%llu,\"cold_bytes_per_token\":%.1f", recall, area, cold_per_tok * (double)batch[b]);
+                    printf("}");
+                }
                 else printf(" %14.2f %9.1f%%", bounded / unit, 100.0 * (1.0 - (double)bounded / (double)bytes));
             }
             if (!json) printf("\n");
@@ -168,5 +182,8 @@ int cmd_mem(int argc, char **argv) {
     if (json) printf("]}\n");
     else if (pid != KVB_POLICY_FULL) printf("bounded: %s keeps at most %d tokens per (layer, KV head), whatever the context length%s\n", kvb_policy_name(pid), budget,
                                             sinks >= 0 ? " (sinks included)" : "");
+    if (!json && recall)
+        printf("recall: bounded includes a recall area of %d pages x %d tokens per (layer, KV head); the cold tier holds %.0f bytes per evicted token (host memory, then --cold-dir)\n",
+               recall, rblock, cold_per_tok);
     return 0;
 }
