@@ -92,6 +92,7 @@ size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types
                       int64_t prompt_tokens, int chunk, int block, int n_ctx);
 
 int cmd_policies(int argc, char **argv);
+int cmd_cold(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int bench_model(int argc, char **argv, bool prefill);
 int bench_stream(int argc, char **argv);

@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  sweep               quality against KV bytes over policies x budgets (CSV, Markdown, SVG)\n"
             "  needle              passkey retrieval through eviction over length x depth (JSON, Markdown, SVG)\n"
             "  mem                 KV-cache memory calculator (presets, models, policies)\n"
+            "  cold                check recall's cold-tier files (--recall --cold-dir) page by page\n"
             "  tokenize            text to token ids, in llama-tokenize's formats (vocab-only GGUF works)\n"
             "  info                print a model's architecture, hyperparameters and tensors\n"
             "  convert             write a llama2.c checkpoint as GGUF\n"
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "mem")) return cmd_mem(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cold")) return cmd_cold(argc - 1, argv + 1);
     if (!strcmp(cmd, "ppl")) return cmd_ppl(argc - 1, argv + 1);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 1, argv + 1);
     if (!strcmp(cmd, "needle")) return cmd_needle(argc - 1, argv + 1);
