@@ -69,14 +69,36 @@ class _PolicyParams(_c.Structure):
                 ("decode_budget", _i32), ("prefill_budget", _i32), ("tova_scope", _enum)]
 
 
+class _RecallParams(_c.Structure):
+    _fields_ = [("pages", _i32), ("every", _i32), ("cold_mem_bytes", _sz), ("cold_dir", _c.c_char_p), ("summary", _enum)]
+
+
+_SUMMARY = {"bounds": 0, "centroid": 1, "exact": 2}
+
+
+def _recall_params(rp, recall_pages, recall_every=1, cold_mb=1024, cold_dir=None, recall_summary="bounds"):
+    """Fills a _RecallParams (recall off when recall_pages is 0); returns the bytes that must outlive it."""
+    rp.pages = int(recall_pages)
+    rp.every = int(recall_every)
+    rp.cold_mem_bytes = int(cold_mb) << 20
+    keep = cold_dir.encode() if isinstance(cold_dir, str) else cold_dir
+    rp.cold_dir = keep
+    rp.summary = _SUMMARY[recall_summary]
+    return keep
+
+
 class _CacheParams(_c.Structure):
     _fields_ = [("n_layer", _i32), ("n_kv_head", _i32), ("head_dim", _i32), ("dtype", _enum), ("dtype_v", _enum),
-                ("block_size", _i32), ("pos_mode", _enum), ("rope", _Rope), ("policy", _PolicyParams), ("pool_bytes", _sz), ("max_distance", _i32)]
+                ("block_size", _i32), ("pos_mode", _enum), ("rope", _Rope), ("policy", _PolicyParams), ("pool_bytes", _sz), ("max_distance", _i32),
+                ("recall", _RecallParams)]
 
 
 class _CacheStats(_c.Structure):
     _fields_ = [("bytes_used", _sz), ("bytes_reserved", _sz), ("bytes_peak", _sz), ("pages_in_use", _i64),
-                ("pages_free", _i64), ("slots", _i64), ("slots_max", _i32), ("slots_min", _i32)]
+                ("pages_free", _i64), ("slots", _i64), ("slots_max", _i32), ("slots_min", _i32),
+                ("recall_bytes", _sz), ("cold_pages", _i64), ("cold_mem_bytes", _sz), ("cold_file_bytes", _sz),
+                ("cold_staged_tokens", _i64), ("cold_dropped_pages", _i64), ("recall_scorings", _i64), ("recall_loads", _i64),
+                ("recall_score_s", _f64), ("recall_load_s", _f64)]
 
 
 class _SlotInfo(_c.Structure):
@@ -97,7 +119,8 @@ class _ModelInfo(_c.Structure):
 
 class _ContextParams(_c.Structure):
     _fields_ = [("policy", _PolicyParams), ("pos_mode", _enum), ("kv_dtype", _enum), ("kv_dtype_v", _enum), ("block_size", _i32),
-                ("kv_pool_bytes", _sz), ("n_threads", _i32), ("n_ctx", _i32), ("chunk", _i32), ("max_distance", _i32)]
+                ("kv_pool_bytes", _sz), ("n_threads", _i32), ("n_ctx", _i32), ("chunk", _i32), ("max_distance", _i32),
+                ("recall", _RecallParams)]
 
 
 class _SamplerParams(_c.Structure):
@@ -111,7 +134,7 @@ _PROGRESS = _c.CFUNCTYPE(None, _i64, _i64, _c.c_void_p)
 class _PplParams(_c.Structure):
     _fields_ = [("policy", _PolicyParams), ("pos_mode", _enum), ("chunk", _i32), ("baseline", _enum), ("mass", _c.c_bool),
                 ("n_threads", _i32), ("segment", _i32), ("kv_dtype", _enum), ("kv_dtype_v", _enum), ("max_distance", _i32),
-                ("prompt", _i32),
+                ("recall", _RecallParams), ("prompt", _i32),
                 ("progress", _c.c_void_p), ("user", _c.c_void_p)]
 
 
@@ -122,7 +145,8 @@ class _PplResult(_c.Structure):
     _fields_ = [("tokens", _i64), ("nll", _f64), ("ppl", _f64), ("has_baseline", _c.c_bool), ("base_nll", _f64),
                 ("base_ppl", _f64), ("has_kl", _c.c_bool), ("kl", _f64), ("top1", _f64), ("has_mass", _c.c_bool),
                 ("mass", _f64), ("mass_layer", _dp), ("n_layer", _i32), ("sink_mass", _f64), ("sink_mass_layer", _dp),
-                ("kv_bytes_peak", _sz), ("prompt_kept", _f64), ("prompt_kept_min", _i32), ("prompt_kept_max", _i32),
+                ("kv_bytes_peak", _sz), ("recall_bytes", _sz), ("cold_pages", _i64), ("recall_score_s", _f64),
+                ("recall_load_s", _f64), ("prompt_kept", _f64), ("prompt_kept_min", _i32), ("prompt_kept_max", _i32),
                 ("tok_per_s", _f64), ("nll_tok", _dp), ("base_nll_tok", _dp), ("n_seg", _i32), ("seg_ppl", _dp)]
 
 
@@ -159,6 +183,7 @@ _cache_n_slots = _fn("kvb_cache_n_slots", _i32, _vp, _i32, _i32)
 _cache_budget = _fn("kvb_cache_budget", _i32, _vp, _i32, _i32)
 _cache_slot_info = _fn("kvb_cache_slot_info", _enum, _vp, _i32, _i32, _i32, _c.POINTER(_SlotInfo))
 _cache_stats = _fn("kvb_cache_get_stats", None, _vp, _c.POINTER(_CacheStats))
+_cache_recalled = _fn("kvb_cache_recalled", _i32, _vp, _i32, _i32, _ip, _i32)
 _model_default = _fn("kvb_model_default_params", _ModelParams)
 _model_load = _fn("kvb_model_load", _enum, _c.c_char_p, _c.POINTER(_ModelParams), _c.POINTER(_vp))
 _model_free = _fn("kvb_model_free", None, _vp)
@@ -342,16 +367,20 @@ class Context:
     """A model with a KV cache of any policy (kvb_context)."""
 
     def __init__(self, model, policy="full", budget=256, threads=1, kv_dtype="f16", positions=None, pool_mb=256, n_ctx=0, kv_dtype_v=None,
-                 **knobs):
+                 recall_pages=0, recall_every=1, cold_mb=1024, cold_dir=None, recall_summary="bounds", **knobs):
+        """recall_pages > 0: reversible eviction (docs/RECALL.md): evicted pages go to a cold tier
+        (cold_mb of memory, then a file in cold_dir) and the best recall_pages come back per step."""
         self.model = model
         cp = _ctx_default()
+        self._cold_dir = _recall_params(cp.recall, recall_pages, recall_every, cold_mb, cold_dir, recall_summary)
         cp.policy = _policy_params(policy, budget, **knobs)
         cp.pos_mode = _POS[positions]
         cp.kv_dtype = _DTYPE[kv_dtype]
         if kv_dtype_v is not None:
             cp.kv_dtype_v = _DTYPE[kv_dtype_v]
         cp.n_threads = int(threads)
-        cp.kv_pool_bytes = int(pool_mb) << 20
+        mi = model.info  # the recall areas come from the pool too: pages of 16 f32-sized rows, a margin
+        cp.kv_pool_bytes = (int(pool_mb) << 20) + int(recall_pages) * 16 * mi["n_layer"] * mi["n_head_kv"] * 2 * 4 * mi["head_dim"]
         cp.n_ctx = int(n_ctx)
         h = _vp()
         _check(_ctx_init(model._h, _c.byref(cp), _c.byref(h)))
@@ -454,8 +483,10 @@ class Cache:
     Arrays are lists or NumPy arrays; outputs follow the input's kind."""
 
     def __init__(self, n_layer=1, n_kv_head=1, head_dim=64, policy="h2o", budget=256, dtype="f32", block_size=16,
-                 rope=None, positions=None, pool_mb=64, max_distance=0, **knobs):
+                 rope=None, positions=None, pool_mb=64, max_distance=0, recall_pages=0, recall_every=1, cold_mb=1024, cold_dir=None,
+                 recall_summary="bounds", **knobs):
         cp = _cache_default()
+        self._cold_dir = _recall_params(cp.recall, recall_pages, recall_every, cold_mb, cold_dir, recall_summary)
         cp.n_layer, cp.n_kv_head, cp.head_dim = int(n_layer), int(n_kv_head), int(head_dim)
         cp.dtype = _DTYPE[dtype]
         cp.block_size = int(block_size)
@@ -517,6 +548,14 @@ class Cache:
 
     def evict(self, layer):
         _cache_evict(self._h, int(layer))
+
+    def recalled(self, layer=0, head=0):
+        """Original positions in the stream's recall area (attended besides its slots), increasing."""
+        buf = (_c.c_int32 * (64 * 4096))()
+        n = _cache_recalled(self._h, int(layer), int(head), buf, len(buf))
+        if n < 0:
+            raise KvboundError(1, "recalled: bad layer or head")
+        return list(buf[:min(n, len(buf))])
 
     def positions(self, layer=0, head=0):
         """Original positions of the retained tokens of one stream, oldest first."""

@@ -102,6 +102,39 @@ def cache_with_own_qkv_equals_reference_attention():
 
 
 @case
+def recall_attends_hot_plus_recalled_tokens():
+    """A window of 8 with 2 recalled pages of 4: each output is the softmax over the
+    window (plus the new token) and the recalled positions, written here (no RoPE)."""
+    rnd = random.Random(5)
+    d, hq = 8, 2
+    c = kvbound.Cache(policy="window", budget=8, head_dim=d, block_size=4, recall_pages=2)
+    keys, vals, worst, recalled_any = [], [], 0.0, False
+    for t in range(60):
+        q = [rnd.uniform(-2, 2) for _ in range(hq * d)]
+        k = [rnd.uniform(-1, 1) * (3 if t % 11 == 2 else 1) for _ in range(d)]
+        v = [rnd.uniform(-1, 1) for _ in range(d)]
+        keys.append(k)
+        vals.append(v)
+        hot = c.positions() + [t]
+        out = c.decode(0, q, k, v)
+        rec = c.recalled()
+        assert not set(rec) & set(hot) and len(rec) <= 8, (rec, hot)
+        recalled_any |= bool(rec)
+        att = hot + rec
+        for h in range(hq):
+            qh = q[h * d:(h + 1) * d]
+            s = [sum(a * b for a, b in zip(qh, keys[p])) / math.sqrt(d) for p in att]
+            mx = max(s)
+            e = [math.exp(x - mx) for x in s]
+            z = sum(e)
+            ref = [sum(e[j] / z * vals[att[j]][i] for j in range(len(att))) for i in range(d)]
+            worst = max(worst, max(abs(a - b) for a, b in zip(out[h * d:(h + 1) * d], ref)))
+    st = c.stats()
+    assert worst < 1e-5 and recalled_any, worst
+    assert st["cold_pages"] * 4 + st["cold_staged_tokens"] + st["slots"] == 60 and st["recall_bytes"] > 0, st
+
+
+@case
 def quantized_kv_rows_attend_close_to_f32():
     """q8_0 K and V rows (head_dim 64: whole blocks of 32) through the
     bindings: outputs within q8_0's rounding of the f32 cache's."""
