@@ -31,7 +31,7 @@ asan:
 	@KVB_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run_tests.sh $(ASAN_BUILD)
 
 # the threaded tests (thread pool, batches, attention workers) under ThreadSanitizer
-TSAN_TESTS ?= test_batch test_core test_cache test_streaming_model
+TSAN_TESTS ?= test_batch test_core test_cache test_streaming_model test_recall
 tsan:
 	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVB_TSAN=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)

@@ -543,6 +543,45 @@ TEST(hot_memory_unchanged_and_tiers_agree) {
     }
 }
 
+/* Evictions from two worker threads append to one cold store (memory, then
+ * its file): outputs equal the serial run's bit for bit (ThreadSanitizer
+ * runs this case: make tsan). */
+TEST(threaded_recall_equals_serial) {
+    enum { TL = 2, TH = 4, TQ = 16, TD = 64, TSTEPS = 200 };
+    static float outs[2][TSTEPS][TL][TQ * TD];
+    struct kvb_cold_counts cc[2];
+    for (int run = 0; run < 2; run++) {
+        char *dir = make_dir();
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = TL; cp.n_kv_head = TH; cp.head_dim = TD; cp.dtype = KVB_DTYPE_F16; cp.block_size = 16;
+        cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, TD, 10000.0f, 1.0f, NULL};
+        cp.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+        cp.policy.budget = 128;
+        cp.policy.n_sink = 4;
+        cp.pool_bytes = (size_t)16 << 20;
+        cp.recall = (struct kvb_recall_params){4, 1, 40000, dir, KVB_RECALL_BOUNDS};
+        struct kvb_cache *c;
+        struct kvb_threadpool *tp = NULL;
+        CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+        if (run) CHECK_OK(kvb_threadpool_init(2, &tp));
+        rng = 777;
+        for (int t = 0; t < TSTEPS; t++)
+            for (int l = 0; l < TL; l++) {
+                float q[TQ * TD], k[TH * TD], v[TH * TD];
+                for (int i = 0; i < TQ * TD; i++) q[i] = frand();
+                for (int i = 0; i < TH * TD; i++) { k[i] = frand(); v[i] = frand(); }
+                CHECK_OK(kvb_cache_decode(c, l, q, TQ, k, v, outs[run][t][l], tp));
+            }
+        kvb_cold_counts(c->cold, &cc[run]);
+        kvb_cache_free(c);
+        kvb_threadpool_free(tp);
+        remove_dir(dir);
+    }
+    CHECK(cc[1].file_pages > 0 && cc[1].mem_pages > 0);
+    CHECK_EQ_INT(cc[0].file_pages + cc[0].mem_pages, cc[1].file_pages + cc[1].mem_pages);
+    if (memcmp(outs[0], outs[1], sizeof outs[0]) != 0) FAILF("two threads gave different outputs than one");
+}
+
 TEST(recall_params_checked) {
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
@@ -570,6 +609,7 @@ int main(void) {
     RUN(page_bound_is_an_upper_bound);
     RUN(recalled_attention_equals_direct_reference);
     RUN(hot_memory_unchanged_and_tiers_agree);
+    RUN(threaded_recall_equals_serial);
     RUN(recall_params_checked);
     return test_summary();
 }
