@@ -130,4 +130,39 @@ needle() { # NAME POLICY BUDGET LENGTHS "RETENTION..."
 needle figures_needle_full full 64 128,256 "1 1 1 1 1 1"
 needle figures_needle_streaming streaming 64 256,512 "0 0 1 0 0 1"
 needle figures_needle_snapkv snapkv 96 256,512 "0.05 0.10 0.80 0.10 0.05 0.80"
+
+# Reversible eviction ("Reversible eviction" in docs/EVALUATION.md): ppl with and without recall at
+# B = 64 over 2,000 tokens on the three models; the needle grid's mean retention on model5000
+# rvalue FILE FIELD: FIELD of the run with recall in a `kvbound ppl --recall --json` output
+rvalue() {
+    awk -v fld="$2" '{
+        n = split($0, runs, /\{"policy":/)
+        for (i = 2; i <= n; i++) if (index(runs[i], "\"recall\":true")) {
+            if (match(runs[i], "\"" fld "\":[-0-9.e]+")) { v = substr(runs[i], RSTART, RLENGTH); sub(/.*:/, "", v); print v; exit }
+        }
+    }' "$1"
+}
+recall_ppl() { # NAME MODEL "ppl kl top1 without" "ppl kl top1 with" TOL_PPL
+    "$K" ppl -m "$2" -f "$T/ts60k.txt" --policy streaming --budget 64 --recall --max-tokens 2000 -t 1 --json > "$T/rc.json" 2>/dev/null
+    set -- "$1" "$2" $3 $4 "$5"
+    bad=0
+    near "$1 ppl" "$(value "$T/rc.json" streaming ppl)" "$3" "$9" || bad=1
+    near "$1 kl" "$(value "$T/rc.json" streaming kl)" "$4" 0.0006 || bad=1
+    near "$1 top1" "$(value "$T/rc.json" streaming top1)" "$5" 0.0011 || bad=1
+    near "$1 ppl with recall" "$(rvalue "$T/rc.json" ppl)" "$6" "$9" || bad=1
+    near "$1 kl with recall" "$(rvalue "$T/rc.json" kl)" "$7" 0.0006 || bad=1
+    near "$1 top1 with recall" "$(rvalue "$T/rc.json" top1)" "$8" 0.0011 || bad=1
+    if [ $bad -eq 0 ]; then ok "$1"; else ko "$1" "a published figure moved"; fi
+}
+recall_ppl figures_recall_ppl_stories260k "$S" "4.0934 0.3962 0.748" "4.0834 0.3041 0.791" 0.0006
+if full_run; then
+recall_ppl figures_recall_ppl_model5000 "$M5/model5000.llamacpp.gguf" "2.3849 3.8242 0.308" "2.3472 3.8308 0.311" 0.0006
+recall_ppl figures_recall_ppl_aidreams260k "$D/models/aidreams260K/aidreams260K.llamacpp.gguf" "220.6185 1.9895 0.289" "204.8001 1.9772 0.311" 0.02
+"$K" needle -m "$M5/model5000.llamacpp.gguf" --lengths 512,1024,2048 --depths 0,0.25,0.5,0.75 --policy streaming --budget 256 --recall -t 1 \
+    --out "$T/ndr" > /dev/null 2>&1
+mean=$(grep -o '"retained":[0-9.]*' "$T/ndr/needle.json" | cut -d: -f2 | awk '{ s += $1; n++ } END { if (n == 12) printf "%.4f", s / n }')
+mean0=$(grep -o '"retained_no_recall":[0-9.]*' "$T/ndr/needle.json" | cut -d: -f2 | awk '{ s += $1; n++ } END { if (n == 12) printf "%.4f", s / n }')
+if near "recall needle retention" "$mean" 0.554 0.001 && near "needle retention without recall" "$mean0" 0.0833 0.001; then ok figures_recall_needle_model5000
+else ko figures_recall_needle_model5000 "a published figure moved"; fi
+fi
 cli_summary
