@@ -350,7 +350,7 @@ int bench_model(int argc, char **argv, bool prefill) {
             /* recall: blocks of 8 steps paused, then 8 on (the first block on) */
             const bool on = !rec.on || (i / 8) % 2 == 0;
             if (rec.on) {
-                kvb_cache_set_recall(cache, on);
+                if (i % 8 == 0) kvb_cache_set_recall(cache, on); /* a block's first step: resuming chooses afresh */
                 kvb_cache_get_stats(cache, &before);
             }
             double t0 = cli_now_sec();
