@@ -301,7 +301,7 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
                        int32_t obs_from, float *col) {
     const int32_t d = c->params.head_dim;
     const struct kvb_kv_view view = kv_view(c, s);
-    /* recall: the chunk's last token chooses (not for a vote: out == NULL) */
+    /* recall: the chunk's last RECALL_WINDOW tokens choose (not for a vote: out == NULL) */
     if (out) recall_refresh(c, s, hs, q, n_head, G, h, KVB_MAX(0, C - RECALL_WINDOW), C, p0);
     /* capped positions with far keys: every token has its own runs */
     const int32_t tb = capped_far(c, s, p0 + C - 1) ? 1 : KVB_MAX(1, KVB_ATTN_MAX_ROWS / G);

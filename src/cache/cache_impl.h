@@ -77,7 +77,6 @@ struct kvb_cache {
     struct kvb_recall_stream *recall; /* [n_layer * n_kv_head] */
     struct kvb_cold *cold;
     struct kvb_cold_geom cold_geom;
-    int64_t recall_pages_peak;        /* area pages, for bytes_peak */
     bool recall_paused;               /* kvb_cache_set_recall(false): evictions still go cold */
     float *recall_cs_step;            /* capped: cos/sin of -k * inv_freq, k < block_size ([B][2 * n_pairs]) */
 };

@@ -79,20 +79,6 @@ nomem:
     return kvb_fail(KVB_ERR_NOMEM, "cold store: out of memory");
 }
 
-void kvb_cold_free(struct kvb_cold *c) {
-    if (!c) return;
-    for (int64_t i = 0; i < c->n_chunks; i++) kvb_free(c->chunks[i]);
-    if (c->seg_base)
-        for (int i = 0; i < MAX_SEGS; i++)
-            if (c->seg_base[i]) munmap(c->seg_base[i], c->seg_len[i]);
-    if (c->fd >= 0) close(c->fd);
-    if (c->path) unlink(c->path);
-    pthread_mutex_destroy(&c->mu);
-    kvb_free(c->chunks); kvb_free(c->dir); kvb_free(c->path);
-    kvb_free(c->seg); kvb_free(c->seg_base); kvb_free(c->seg_len);
-    kvb_free(c);
-}
-
 void kvb_cold_clear(struct kvb_cold *c) {
     if (!c) return;
     pthread_mutex_lock(&c->mu);
@@ -115,6 +101,16 @@ void kvb_cold_clear(struct kvb_cold *c) {
     c->dropped = 0;
     c->file_failed = false;
     pthread_mutex_unlock(&c->mu);
+}
+
+void kvb_cold_free(struct kvb_cold *c) {
+    if (!c) return;
+    kvb_cold_clear(c); /* unmaps, closes and removes the file */
+    for (int64_t i = 0; i < c->n_chunks; i++) kvb_free(c->chunks[i]);
+    pthread_mutex_destroy(&c->mu);
+    kvb_free(c->chunks); kvb_free(c->dir);
+    kvb_free(c->seg); kvb_free(c->seg_base); kvb_free(c->seg_len);
+    kvb_free(c);
 }
 
 /* ---- the file ---- */

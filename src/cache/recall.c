@@ -147,8 +147,6 @@ void kvb_recall_attach(struct kvb_cache *c, size_t i, uint8_t *const *pages, boo
     r->reserved = reserve;
     r->since = 0;
     r->n = 0;
-    int64_t held = kvb_recall_pages_held(c);
-    if (held > c->recall_pages_peak) c->recall_pages_peak = held;
 }
 
 void kvb_recall_unreserve(struct kvb_cache *c, size_t i) {

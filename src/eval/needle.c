@@ -44,7 +44,7 @@ static kvb_status add_text(const struct kvb_model *m, struct toks *t, const char
  * klen) in their retained slots, or with recall in slots and recall area. */
 static double held_share(const struct kvb_cache *cache, const struct kvb_model_info *in, int64_t kpos, int64_t klen, bool area_too) {
     int64_t held = 0, streams = 0;
-    static _Thread_local int32_t area[KVB_RECALL_MAX_PAGES * 64];
+    int32_t area[KVB_RECALL_MAX_PAGES * 64];
     const int32_t cap = (int32_t)(sizeof area / sizeof area[0]);
     for (int32_t l = 0; l < in->n_layer; l++)
         for (int32_t h = 0; h < in->n_head_kv; h++) {
