@@ -262,37 +262,101 @@ TEST(int8_kernels_equal_reference) {
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_0), KVB_ACT_Q8_0);
 }
 
-/* The f32 prefill tile of every family that has one: out[4t + r] equals the
- * dot of row r and token t (in double) within float rounding, for lengths
- * with and without a tail; AVX2's tile gives exactly its f32 dot's bits
- * (batches chunk prompts differently from a lone context). */
-TEST(prefill_tile_equals_dots) {
+/* The prefill panel kernel of every family equals kvb_panel_ref bit for
+ * bit (the contract: one FMA chain per pair in k order), for full and
+ * partial panels, lengths with and without a vector tail, and token counts
+ * on and off each family's tile; the reference is within float rounding of
+ * a double-precision dot; and packing puts row r's element k at [k][r]
+ * with the rows past the panel zero. */
+TEST(prefill_panel_equals_reference) {
+    const struct kvb_dot_kernels *fams[3] = {&kvb_dot_ref, NULL, NULL};
+#if defined(__x86_64__)
+    if (kvb_cpu_has_avx2()) fams[1] = &kvb_dot_avx2;
+    if (kvb_cpu_has_avx512()) fams[2] = &kvb_dot_avx512;
+#endif
+    enum { NMAX = 1003, TMAX = 27 };
+    static float w[KVB_PANEL_ROWS * NMAX], x[TMAX * NMAX], wp[KVB_PANEL_ROWS * NMAX], row[NMAX];
+    static float yref[TMAX * KVB_PANEL_ROWS], y[TMAX * KVB_PANEL_ROWS], scratch[KVB_PACK_SCRATCH_ROWS * 1024];
+    const int64_t lens[] = {7, 64, 1003};
+    const int nrs[] = {32, 17, 5}, nts[] = {1, 5, 6, 7, 12, 13, 27};
+    for (size_t li = 0; li < 3; li++)
+        for (size_t ri = 0; ri < 3; ri++) {
+            const int64_t n = lens[li];
+            const int nr = nrs[ri];
+            unsigned long long rs = 77 + li * 3 + ri;
+            for (int64_t i = 0; i < KVB_PANEL_ROWS * n; i++) w[i] = t_randf(&rs);
+            for (int64_t i = 0; i < TMAX * n; i++) x[i] = t_randf(&rs);
+            const struct kvb_mat m = {GGML_TYPE_F32, n, KVB_PANEL_ROWS, (size_t)n * 4, (const uint8_t *)w};
+            memset(wp, 0x7f, sizeof wp);
+            kvb_pack_panel(&m, 0, nr, wp, scratch);
+            for (int64_t k = 0; k < n; k++)
+                for (int r = 0; r < KVB_PANEL_ROWS; r++)
+                    if (wp[k * KVB_PANEL_ROWS + r] != (r < nr ? w[r * n + k] : 0.0f)) FAILF("pack n=%lld: [%lld][%d] wrong", (long long)n, (long long)k, r);
+            for (size_t ti = 0; ti < sizeof nts / sizeof *nts; ti++) {
+                const int nt = nts[ti];
+                memset(yref, 0, sizeof yref);
+                kvb_panel_ref(wp, n, x, n, nt, yref, KVB_PANEL_ROWS, nr);
+                for (int t = 0; t < nt; t++)
+                    for (int r = 0; r < nr; r++) {
+                        double ref = 0, mag = 0;
+                        for (int64_t i = 0; i < n; i++) { ref += (double)w[r * n + i] * x[t * n + i]; mag += fabs((double)w[r * n + i] * x[t * n + i]); }
+                        if (fabs(yref[t * KVB_PANEL_ROWS + r] - ref) > 1e-5 * mag + 1e-7)
+                            FAILF("reference n=%lld row %d token %d: %.9g vs %.9g", (long long)n, r, t, yref[t * KVB_PANEL_ROWS + r], ref);
+                    }
+                for (int f = 0; f < 3; f++) {
+                    if (!fams[f] || !fams[f]->panel) continue;
+                    for (size_t i = 0; i < sizeof y / sizeof *y; i++) y[i] = -1.0f; /* untouched past nr */
+                    fams[f]->panel(wp, n, x, n, nt, y, KVB_PANEL_ROWS, nr);
+                    for (int t = 0; t < nt; t++)
+                        for (int r = 0; r < KVB_PANEL_ROWS; r++) {
+                            const float want = r < nr ? yref[t * KVB_PANEL_ROWS + r] : -1.0f, got = y[t * KVB_PANEL_ROWS + r];
+                            if (memcmp(&want, &got, sizeof got))
+                                FAILF("%s panel n=%lld nr=%d nt=%d row %d token %d: %.9g, the reference %.9g", fams[f]->name, (long long)n, nr, nt,
+                                      r, t, got, want);
+                        }
+                }
+            }
+        }
+    if (!fams[1]) printf("  (no AVX2 on this CPU: the reference only)\n");
+    (void)row;
+}
+
+/* Every family's panel packing gives kvb_pack_panel's floats (the values of
+ * kvb_dequantize_row, k-major, zero past the panel's rows) for every weight
+ * type, full and partial panels, with and without a column tail. */
+TEST(panel_packing_equals_reference) {
     const struct kvb_dot_kernels *fams[2] = {NULL, NULL};
 #if defined(__x86_64__)
     if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
     if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
 #endif
-    static float w[4 * 1003], x[4 * 1003];
-    const int64_t lens[] = {7, 64, 1003};
-    for (int f = 0; f < 2; f++) {
-        if (!fams[f] || !fams[f]->tile4x4) continue;
-        for (size_t li = 0; li < 3; li++) {
+    enum { N = 512, ROWS = 40 };
+    static float src[ROWS * N], want[KVB_PANEL_ROWS * N], got[KVB_PANEL_ROWS * N], scratch[KVB_PACK_SCRATCH_ROWS * N];
+    static uint8_t q[ROWS * N * 4];
+    const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    unsigned long long rs = 4242;
+    for (int i = 0; i < ROWS * N; i++) src[i] = t_randf(&rs) * 2;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const uint32_t type = types[ti];
+        const int64_t lens[] = {N, 61};
+        for (int li = 0; li < 2; li++) {
             const int64_t n = lens[li];
-            unsigned long long rs = 77 + li;
-            for (int64_t i = 0; i < 4 * n; i++) { w[i] = t_randf(&rs); x[i] = t_randf(&rs); }
-            float out[16];
-            fams[f]->tile4x4(w, n, x, n, n, out);
-            for (int t = 0; t < 4; t++)
-                for (int r = 0; r < 4; r++) {
-                    double ref = 0, mag = 0;
-                    for (int64_t i = 0; i < n; i++) { ref += (double)w[r * n + i] * x[t * n + i]; mag += fabs((double)w[r * n + i] * x[t * n + i]); }
-                    if (fabs(out[4 * t + r] - ref) > 1e-5 * mag + 1e-7)
-                        FAILF("%s tile n=%lld row %d token %d: %.9g vs %.9g", fams[f]->name, (long long)n, r, t, out[4 * t + r], ref);
-                    /* the bits of the family's f32 dot: a prompt token's value must not depend on tile or tail */
-                    const float one = fams[f]->dot[GGML_TYPE_F32](w + r * n, x + t * n, n);
-                    if (f == 0 && memcmp(&one, &out[4 * t + r], sizeof one))
-                        FAILF("%s tile n=%lld row %d token %d: %.9g, the dot gives %.9g", fams[f]->name, (long long)n, r, t, out[4 * t + r], one);
+            if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && type != GGML_TYPE_BF16 && n != N) continue; /* whole blocks */
+            const size_t rb = kvb_ggml_type_size(type) * (size_t)(n / kvb_ggml_blck_size(type));
+            for (int r = 0; r < ROWS; r++) CHECK(kvb_quantize_row(type, src + (size_t)r * N, q + (size_t)r * rb, n));
+            const struct kvb_mat m = {type, n, ROWS, rb, q};
+            const int cases[][2] = {{0, 32}, {8, 32}, {3, 29}, {35, 5}, {0, 1}};
+            for (int c = 0; c < 5; c++) {
+                kvb_pack_panel(&m, cases[c][0], cases[c][1], want, scratch);
+                for (int f = 0; f < 2; f++) {
+                    if (!fams[f] || !fams[f]->pack) continue;
+                    memset(got, 0x5a, sizeof got);
+                    fams[f]->pack(&m, cases[c][0], cases[c][1], got, scratch);
+                    if (memcmp(got, want, sizeof(float) * KVB_PANEL_ROWS * (size_t)n))
+                        FAILF("%s packing of %s n=%lld rows %d+%d differs from the reference", fams[f]->name, kvb_ggml_type_name(type), (long long)n,
+                              cases[c][0], cases[c][1]);
                 }
+            }
         }
     }
 }
@@ -303,6 +367,7 @@ int main(void) {
     RUN(hand_built_blocks);
     RUN(round_trip_error_per_type);
     RUN(simd_dot_equals_reference);
-    RUN(prefill_tile_equals_dots);
+    RUN(prefill_panel_equals_reference);
+    RUN(panel_packing_equals_reference);
     return test_summary();
 }

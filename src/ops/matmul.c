@@ -70,15 +70,28 @@ void kvb_matmul_redispatch(void) { g_dot = NULL; }
 
 bool kvb_matmul_supports(uint32_t type) { return type < GGML_TYPE_COUNT && kvb_dot_ref.dot[type] != NULL; }
 
-/* Prefill (T > 1): rows are taken in panels of PANEL, expanded to f32 once
- * into a per-thread buffer (L2), and multiplied with every token in tiles of
- * 4 rows x 4 tokens held in registers. Activations are then read once per
- * panel instead of once per row (measured on a TinyLlama shape: see
- * docs/BENCHMARKS.md). Decode (T == 1) reads each row once with the type's
- * dot kernel. */
-#define PANEL 16
+/* Prefill (T > 1): rows are taken in panels of KVB_PANEL_ROWS, expanded to
+ * f32 once and packed k-major into a per-thread buffer (L2), and every token
+ * of the call passes over the panel in the family's register tile (matmul.h,
+ * kvb_panel_fn): the weights are read from memory once per call, the
+ * activations once per panel. Decode (T == 1) reads each row once with the
+ * type's dot kernel. */
 #define PANEL_MAX_IN 16384
-static _Thread_local float t_panel[PANEL * PANEL_MAX_IN];
+static _Thread_local float t_panel[KVB_PANEL_ROWS * PANEL_MAX_IN];
+static _Thread_local float t_scratch[KVB_PACK_SCRATCH_ROWS * PANEL_MAX_IN];
+
+void kvb_pack_panel(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch) {
+    float *row = scratch;
+    const int64_t n = w->n_in;
+    for (int i = 0; i < KVB_PANEL_ROWS; i++) {
+        if (i < nr) kvb_dequantize_row(w->type, w->data + (size_t)(r0 + i) * w->row_bytes, row, n);
+        float *dst = wp + i;
+        if (i < nr)
+            for (int64_t k = 0; k < n; k++) dst[(size_t)k * KVB_PANEL_ROWS] = row[k];
+        else
+            for (int64_t k = 0; k < n; k++) dst[(size_t)k * KVB_PANEL_ROWS] = 0.0f;
+    }
+}
 
 /* Rows [r0, r1) of w against N int8 tokens (in w's activation form):
  * y[t * ldy + r]. Q8_0 in tiles when the family has them; otherwise pair by
@@ -119,38 +132,19 @@ static _Thread_local float t_d[PANEL_MAX_IN / 32];
 static _Thread_local int8_t t_q[PANEL_MAX_IN];
 static _Thread_local int16_t t_s[PANEL_MAX_IN / 16];
 
-/* The prefill path: rows in panels of PANEL, each expanded to f32 once and
- * multiplied with every chunk (rows cr0[c] .. cr0[c] + cT[c] of x and y, cT
- * >= 2) in 4 x 4 tiles, the chunk's last T % 4 tokens by the f32 dot. A
- * chunk's numbers are those of a call with that chunk alone: the same
- * panels, the same tiles from its first token. */
+/* The prefill path: rows in panels, each packed once and multiplied with
+ * every chunk (rows cr0[c] .. cr0[c] + cT[c] of x and y). Each (row, token) value is the panel contract's single
+ * FMA chain, so it is the same whatever the chunking or the family. */
 static void panel_chunks(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                          const int32_t *cr0, const int32_t *cT, int32_t nc, int64_t r0, int64_t r1) {
     const int64_t n = w->n_in;
-    kvb_dot_fn dot32 = k->dot[GGML_TYPE_F32];
-    kvb_tile_fn tile = k->tile4x4; /* NULL: the family's f32 dot per (row, token) */
-    float out[16];
-    for (int64_t p0 = r0; p0 < r1; p0 += PANEL) {
-        const int64_t np = KVB_MIN((int64_t)PANEL, r1 - p0);
-        for (int64_t i = 0; i < np; i++) kvb_dequantize_row(w->type, w->data + (size_t)(p0 + i) * w->row_bytes, t_panel + i * n, n);
-        for (int32_t c = 0; c < nc; c++) {
-            const float *xc = x + (size_t)cr0[c] * ldx;
-            float *yc = y + (size_t)cr0[c] * ldy;
-            const int32_t T = cT[c];
-            int32_t t = 0;
-            for (; tile && t + 4 <= T; t += 4) {
-                int64_t i = 0;
-                for (; i + 4 <= np; i += 4) {
-                    tile(t_panel + i * n, n, xc + (size_t)t * ldx, ldx, n, out);
-                    for (int tt = 0; tt < 4; tt++)
-                        for (int rr = 0; rr < 4; rr++) yc[(size_t)(t + tt) * ldy + p0 + i + rr] = out[4 * tt + rr];
-                }
-                for (; i < np; i++)
-                    for (int tt = 0; tt < 4; tt++) yc[(size_t)(t + tt) * ldy + p0 + i] = dot32(t_panel + i * n, xc + (size_t)(t + tt) * ldx, n);
-            }
-            for (; t < T; t++)
-                for (int64_t i = 0; i < np; i++) yc[(size_t)t * ldy + p0 + i] = dot32(t_panel + i * n, xc + (size_t)t * ldx, n);
-        }
+    const kvb_panel_fn panel = k->panel ? k->panel : kvb_panel_ref;
+    const kvb_pack_fn pack = k->pack ? k->pack : kvb_pack_panel;
+    for (int64_t p0 = r0; p0 < r1; p0 += KVB_PANEL_ROWS) {
+        const int np = (int)KVB_MIN((int64_t)KVB_PANEL_ROWS, r1 - p0);
+        pack(w, p0, np, t_panel, t_scratch);
+        for (int32_t c = 0; c < nc; c++)
+            panel(t_panel, n, x + (size_t)cr0[c] * ldx, ldx, cT[c], y + (size_t)cr0[c] * ldy + p0, ldy, np);
     }
 }
 
@@ -223,7 +217,8 @@ struct mm_job {
 static void mm_worker(int32_t ith, int32_t nth, void *arg) {
     struct mm_job *j = arg;
     const int64_t n = j->w->n_out;
-    const int64_t per = (n + nth - 1) / nth;
+    int64_t per = (n + nth - 1) / nth;
+    if (j->cr0 || (!j->decode && j->T > 1)) per = (per + KVB_PANEL_ROWS - 1) / KVB_PANEL_ROWS * KVB_PANEL_ROWS; /* whole panels */
     const int64_t r0 = per * ith, r1 = KVB_MIN(n, r0 + per);
     if (r0 >= r1) return;
     if (j->cr0) panel_chunks(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->cr0, j->cT, j->nc, r0, r1);

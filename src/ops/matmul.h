@@ -23,9 +23,24 @@ struct kvb_mat {
 /* dot of one row of `type` with x[0..n) */
 typedef float (*kvb_dot_fn)(const void *row, const float *x, int64_t n);
 
-/* 4 f32 rows x 4 tokens: out[4*t + r] = dot(w[r], x[t]) over n (rows ldw
- * floats apart, tokens ldx apart). The prefill micro-kernel. */
-typedef void (*kvb_tile_fn)(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out16);
+/* The prefill micro-kernel. A panel of up to KVB_PANEL_ROWS weight rows is
+ * packed k-major in f32 (wp[k * KVB_PANEL_ROWS + r]; rows past the panel's
+ * end are zero) and multiplied with nt tokens:
+ *   y[t * ldy + r] = sum over k = 0 .. n-1 of wp[k][r] * x[t * ldx + k]
+ * for r < nr, computed as ONE fused multiply-add chain in k order,
+ * acc = fmaf(wp[k][r], x[t][k], acc) from acc = 0. Every family computes
+ * exactly those operations (the SIMD ones across r), so a pair's bits do not
+ * depend on the family's tile shape, on which tokens share its tile, or on
+ * how a prompt is chunked: kvb_panel_ref is the bit-exact reference. */
+#define KVB_PANEL_ROWS 32
+typedef void (*kvb_panel_fn)(const float *wp, int64_t n, const float *x, int64_t ldx, int nt, float *y, int64_t ldy, int nr);
+void kvb_panel_ref(const float *wp, int64_t n, const float *x, int64_t ldx, int nt, float *y, int64_t ldy, int nr);
+/* Packs rows [r0, r0 + nr) of w (nr <= KVB_PANEL_ROWS) into wp as above,
+ * with the values kvb_dequantize_row gives; scratch holds KVB_PACK_SCRATCH_ROWS
+ * rows of n floats. The SIMD families transpose 8 x 8 blocks in registers. */
+#define KVB_PACK_SCRATCH_ROWS 8
+typedef void (*kvb_pack_fn)(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch);
+void kvb_pack_panel(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch);
 
 /* Activations quantized to int8, in the form a weight type's integer dot
  * wants (kvb_act_form):
@@ -51,13 +66,14 @@ typedef float (*kvb_dot_q8_fn)(const void *row, const struct kvb_q8_act *x, int6
 typedef void (*kvb_q8_tile_fn)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
                                int64_t ldo);
 
-/* One dot kernel per weight type (NULL: unsupported), the f32 prefill tile,
+/* One dot kernel per weight type (NULL: unsupported), the prefill panel kernel,
  * and optional integer kernels: rows of a type against int8 activations in
  * the type's kvb_act_form (decode), and Q8_0 tiles (batches). */
 struct kvb_dot_kernels {
     const char *name;
     kvb_dot_fn dot[GGML_TYPE_COUNT];
-    kvb_tile_fn tile4x4;
+    kvb_panel_fn panel; /* the prefill micro-kernel (NULL: kvb_panel_ref) */
+    kvb_pack_fn pack;   /* its packing (NULL: kvb_pack_panel) */
     kvb_dot_q8_fn dot_q8[GGML_TYPE_COUNT]; /* NULL: the type decodes through dot[] */
     kvb_q8_tile_fn q8_tile;                /* optional: tiles of dot_q8[Q8_0] (NULL: one pair at a time) */
 };

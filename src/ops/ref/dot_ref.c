@@ -5,6 +5,8 @@
 #include "../matmul.h"
 #include "../quant.h"
 
+#include <math.h>
+
 static float dot_f32_ref(const void *row, const float *x, int64_t n) {
     const float *w = row;
     float s = 0;
@@ -127,7 +129,22 @@ static float dot_q4_0_ref(const void *row, const float *x, int64_t n) { return d
 static float dot_q4_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q4_K, row, x, n); }
 static float dot_q6_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q6_K, row, x, n); }
 
+/* The prefill contract (matmul.h): one fmaf chain per (row, token) in k
+ * order. fmaf rounds once, as the SIMD FMA lanes do, so this is bit-exact. */
+void kvb_panel_ref(const float *wp, int64_t n, const float *x, int64_t ldx, int nt, float *y, int64_t ldy, int nr) {
+    for (int t = 0; t < nt; t++) {
+        float acc[KVB_PANEL_ROWS] = {0};
+        const float *xt = x + (size_t)t * (size_t)ldx;
+        for (int64_t k = 0; k < n; k++) {
+            const float *wk = wp + (size_t)k * KVB_PANEL_ROWS;
+            for (int r = 0; r < nr; r++) acc[r] = fmaf(wk[r], xt[k], acc[r]);
+        }
+        for (int r = 0; r < nr; r++) y[(size_t)t * (size_t)ldy + (size_t)r] = acc[r];
+    }
+}
+
 const struct kvb_dot_kernels kvb_dot_ref = {
+    .panel = kvb_panel_ref,
     .name = "ref",
     .dot = {
         [GGML_TYPE_F32] = dot_f32_ref, [GGML_TYPE_F16] = dot_f16_ref, [GGML_TYPE_BF16] = dot_bf16_ref,

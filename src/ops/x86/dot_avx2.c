@@ -12,11 +12,8 @@ static inline float hsum(__m256 a) {
     return _mm_cvtss_f32(s);
 }
 
-/* One accumulator over steps of 8, then the scalar tail: the operations the
- * prefill tile (tile4x2_avx2) performs for each of its pairs, so a prompt
- * token gets the same bits in a tile or in a chunk's tail. f32 weights are
- * rare and memory-bound in decode; the tile, where the FLOPs are, keeps 8
- * independent chains. */
+/* The f32 dot keeps one accumulator over steps of 8, then the scalar tail
+ * (f32 weights are rare and memory-bound in decode). */
 /* Weights stream from memory in decode: the cache lines of the `bytes` at p
  * are fetched PREFETCH_AHEAD bytes ahead of the loads (1 KB: 512 B and 2 KB
  * measured no better, docs/BENCHMARKS.md). */
@@ -68,45 +65,163 @@ static float dot_bf16_avx2(const void *row, const float *x, int64_t n) {
     return s;
 }
 
-/* The prefill micro-kernel (matmul.h, kvb_tile_fn): 4 f32 rows x 4 tokens,
- * out[4 * t + r] = dot(w[r], x[t]), as two passes of 4 rows x 2 tokens: 8
- * accumulators, a weight and 2 token vectors fit the 16 registers (16
- * accumulators would spill); the panel's rows come from L2 twice. Each pair
- * is computed by exactly the operations of dot_f32_avx2 (one accumulator
- * over steps of 8, its reduction, the scalar tail), so a token's value does
- * not depend on whether it falls in a tile or in a chunk's tail (which
- * takes the dot): a prompt chunked differently (batches) gets the same bits. */
-static inline __attribute__((always_inline)) void tile4x2_avx2(const float *w, int64_t ldw, const float *x0p, const float *x1p, int64_t n,
-                                                                float *o0, float *o1) {
-    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 x0 = _mm256_loadu_ps(x0p + i), x1 = _mm256_loadu_ps(x1p + i);
-        __m256 wv = _mm256_loadu_ps(w + i);
-        a00 = _mm256_fmadd_ps(wv, x0, a00);
-        a01 = _mm256_fmadd_ps(wv, x1, a01);
-        wv = _mm256_loadu_ps(w + ldw + i);
-        a10 = _mm256_fmadd_ps(wv, x0, a10);
-        a11 = _mm256_fmadd_ps(wv, x1, a11);
-        wv = _mm256_loadu_ps(w + 2 * ldw + i);
-        a20 = _mm256_fmadd_ps(wv, x0, a20);
-        a21 = _mm256_fmadd_ps(wv, x1, a21);
-        wv = _mm256_loadu_ps(w + 3 * ldw + i);
-        a30 = _mm256_fmadd_ps(wv, x0, a30);
-        a31 = _mm256_fmadd_ps(wv, x1, a31);
-    }
-    float s[8] = {hsum(a00), hsum(a10), hsum(a20), hsum(a30), hsum(a01), hsum(a11), hsum(a21), hsum(a31)};
-    for (; i < n; i++)
-        for (int r = 0; r < 4; r++) {
-            s[r] += w[r * ldw + i] * x0p[i];
-            s[4 + r] += w[r * ldw + i] * x1p[i];
+/* The prefill micro-kernel (matmul.h, kvb_panel_fn): 16 of the panel's
+ * rows in two vectors times up to 6 tokens, 12 accumulators (with the two
+ * weight vectors and a broadcast, 15 of the 16 registers); the panel's two
+ * halves are separate passes. Each lane is the contract's single FMA chain. */
+#define TILE_TOKENS 6
+static inline __attribute__((always_inline)) void panel_tile(const float *wp, int64_t n, const float *x, int64_t ldx, float *y,
+                                                             int64_t ldy, int nr, const int NT) {
+    __m256 a0[TILE_TOKENS], a1[TILE_TOKENS];
+    for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        const __m256 w0 = _mm256_loadu_ps(wp + k * KVB_PANEL_ROWS), w1 = _mm256_loadu_ps(wp + k * KVB_PANEL_ROWS + 8);
+        for (int t = 0; t < NT; t++) {
+            const __m256 b = _mm256_broadcast_ss(x + t * ldx + k);
+            a0[t] = _mm256_fmadd_ps(w0, b, a0[t]);
+            a1[t] = _mm256_fmadd_ps(w1, b, a1[t]);
         }
-    for (int r = 0; r < 4; r++) { o0[r] = s[r]; o1[r] = s[4 + r]; }
+    }
+    for (int t = 0; t < NT; t++) {
+        if (nr >= 16) {
+            _mm256_storeu_ps(y + t * ldy, a0[t]);
+            _mm256_storeu_ps(y + t * ldy + 8, a1[t]);
+        } else {
+            float tmp[16];
+            _mm256_storeu_ps(tmp, a0[t]);
+            _mm256_storeu_ps(tmp + 8, a1[t]);
+            for (int r = 0; r < nr; r++) y[t * ldy + r] = tmp[r];
+        }
+    }
 }
 
-static void tile4x4_avx2(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out16) {
-    tile4x2_avx2(w, ldw, x, x + ldx, n, out16, out16 + 4);
-    tile4x2_avx2(w, ldw, x + 2 * ldx, x + 3 * ldx, n, out16 + 8, out16 + 12);
+/* The full tile with every accumulator named (GCC spills the arrays of
+ * panel_tile at this size): the same operations in the same order. */
+static void panel_tile6(const float *wp, int64_t n, const float *x, int64_t ldx, float *y, int64_t ldy, int nr) {
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00, a40 = a00,
+           a41 = a00, a50 = a00, a51 = a00;
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx, *x4 = x + 4 * ldx, *x5 = x + 5 * ldx;
+    for (int64_t k = 0; k < n; k++) {
+        const __m256 w0 = _mm256_loadu_ps(wp + k * KVB_PANEL_ROWS), w1 = _mm256_loadu_ps(wp + k * KVB_PANEL_ROWS + 8);
+        __m256 b = _mm256_broadcast_ss(x0 + k);
+        a00 = _mm256_fmadd_ps(w0, b, a00);
+        a01 = _mm256_fmadd_ps(w1, b, a01);
+        b = _mm256_broadcast_ss(x1 + k);
+        a10 = _mm256_fmadd_ps(w0, b, a10);
+        a11 = _mm256_fmadd_ps(w1, b, a11);
+        b = _mm256_broadcast_ss(x2 + k);
+        a20 = _mm256_fmadd_ps(w0, b, a20);
+        a21 = _mm256_fmadd_ps(w1, b, a21);
+        b = _mm256_broadcast_ss(x3 + k);
+        a30 = _mm256_fmadd_ps(w0, b, a30);
+        a31 = _mm256_fmadd_ps(w1, b, a31);
+        b = _mm256_broadcast_ss(x4 + k);
+        a40 = _mm256_fmadd_ps(w0, b, a40);
+        a41 = _mm256_fmadd_ps(w1, b, a41);
+        b = _mm256_broadcast_ss(x5 + k);
+        a50 = _mm256_fmadd_ps(w0, b, a50);
+        a51 = _mm256_fmadd_ps(w1, b, a51);
+    }
+    const __m256 acc[12] = {a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51};
+    for (int t = 0; t < 6; t++) {
+        float tmp[16];
+        _mm256_storeu_ps(tmp, acc[2 * t]);
+        _mm256_storeu_ps(tmp + 8, acc[2 * t + 1]);
+        for (int r = 0; r < 16 && r < nr; r++) y[t * ldy + r] = tmp[r];
+    }
+}
+
+static void panel_avx2(const float *wp, int64_t n, const float *x, int64_t ldx, int nt, float *y, int64_t ldy, int nr) {
+    for (int h = 0; h < KVB_PANEL_ROWS && h < nr; h += 16) {
+        const float *wh = wp + h;
+        float *yh = y + h;
+        const int hr = nr - h;
+        int t = 0;
+        for (; t + TILE_TOKENS <= nt; t += TILE_TOKENS) panel_tile6(wh, n, x + t * ldx, ldx, yh + t * ldy, ldy, hr);
+        switch (nt - t) { /* constant shapes: the accumulators stay in registers */
+#define TAIL(T) case T: panel_tile(wh, n, x + t * ldx, ldx, yh + t * ldy, ldy, hr, T); break;
+        TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5)
+#undef TAIL
+        default: break;
+        }
+    }
+}
+
+/* Packing a panel (matmul.h, kvb_pack_fn): 8 rows x 8 columns at a time,
+ * loaded as 8 vectors (f16 through vcvtph2ps, bf16 by a shift, f32 as is;
+ * other types from rows kvb_dequantize_row wrote to scratch), transposed
+ * in registers (unpack, shuffle, 128-bit permute) and stored as 8 columns
+ * of the k-major panel. The values are those of kvb_dequantize_row. */
+static inline __attribute__((always_inline)) void transpose8(__m256 v[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        v[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+static inline __attribute__((always_inline)) __m256 load8_as(const void *src, int64_t k, const uint32_t form) {
+    if (form == GGML_TYPE_F32) return _mm256_loadu_ps((const float *)src + k);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + k));
+    if (form == GGML_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) float load1_as(const void *src, int64_t k, const uint32_t form) {
+    if (form == GGML_TYPE_F32) return ((const float *)src)[k];
+    if (form == GGML_TYPE_F16) return kvb_f16_to_f32(((const uint16_t *)src)[k]);
+    return kvb_bf16_to_f32(((const uint16_t *)src)[k]);
+}
+
+/* 8 rows (src[i], NULL: zero) into columns g .. g + 7 of the panel. */
+static inline __attribute__((always_inline)) void pack8_as(const void *const src[8], int64_t n, float *wp, int g, const uint32_t form) {
+    const int esz = form == GGML_TYPE_F32 ? 4 : 2;
+    const bool full = src[7] != NULL; /* rows are filled from the first */
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 v[8];
+        if ((k & 31) == 0) /* the weights stream in: 1 KB ahead */
+            for (int i = 0; i < 8; i++)
+                if (full || src[i]) _mm_prefetch((const char *)src[i] + (k + 1024 / esz) * esz, _MM_HINT_T0);
+        for (int i = 0; i < 8; i++) v[i] = full || src[i] ? load8_as(src[i], k, form) : _mm256_setzero_ps();
+        transpose8(v);
+        for (int j = 0; j < 8; j++) _mm256_storeu_ps(wp + (size_t)(k + j) * KVB_PANEL_ROWS + g, v[j]);
+    }
+    for (; k < n; k++)
+        for (int i = 0; i < 8; i++) wp[(size_t)k * KVB_PANEL_ROWS + g + i] = src[i] ? load1_as(src[i], k, form) : 0.0f;
+}
+
+void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch);
+void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch) {
+    const int64_t n = w->n_in;
+    const uint32_t type = w->type;
+    const bool direct = type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
+    for (int g = 0; g < KVB_PANEL_ROWS; g += 8) {
+        const int gr = nr - g < 0 ? 0 : nr - g > 8 ? 8 : nr - g;
+        const void *src[8] = {0};
+        for (int i = 0; i < gr; i++) {
+            const uint8_t *row = w->data + (size_t)(r0 + g + i) * w->row_bytes;
+            if (direct) src[i] = row;
+            else {
+                kvb_dequantize_row(type, row, scratch + (size_t)i * (size_t)n, n);
+                src[i] = scratch + (size_t)i * (size_t)n;
+            }
+        }
+        const uint32_t form = direct ? type : GGML_TYPE_F32;
+        if (form == GGML_TYPE_F16) pack8_as(src, n, wp, g, GGML_TYPE_F16);
+        else if (form == GGML_TYPE_BF16) pack8_as(src, n, wp, g, GGML_TYPE_BF16);
+        else pack8_as(src, n, wp, g, GGML_TYPE_F32);
+    }
 }
 
 static inline __m256 i8x8(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
@@ -428,7 +543,8 @@ float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
 
 const struct kvb_dot_kernels kvb_dot_avx2 = {
     .name = "avx2",
-    .tile4x4 = tile4x4_avx2,
+    .panel = panel_avx2,
+    .pack = kvb_pack_panel_avx2,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2,
         [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,

@@ -147,31 +147,44 @@ static float dot_q6_K_avx512(const void *row, const float *x, int64_t n) {
     return total;
 }
 
-/* 4 rows x 4 tokens; accumulator A[4*t + r] so that the reduction lands as
- * out[4*t + r]... kvb_reduce16_avx512 gives E[4*l + e] = sum(A[4*e + l]), so store A at
- * [4*r + t] to read E[4*t + r]. */
-static inline __attribute__((always_inline)) void tile_step(__m512 *A, const float *w, int64_t ldw, const float *x, int64_t ldx,
-                                                            int64_t c, __mmask16 m, bool masked) {
-    __m512 xv[4];
-    for (int t = 0; t < 4; t++) xv[t] = masked ? _mm512_maskz_loadu_ps(m, x + t * ldx + c) : _mm512_loadu_ps(x + t * ldx + c);
-    for (int r = 0; r < 4; r++) {
-        __m512 wr = masked ? _mm512_maskz_loadu_ps(m, w + r * ldw + c) : _mm512_loadu_ps(w + r * ldw + c);
-        for (int t = 0; t < 4; t++) A[4 * r + t] = _mm512_fmadd_ps(wr, xv[t], A[4 * r + t]);
+/* The prefill micro-kernel (matmul.h, kvb_panel_fn): the panel's 32 rows
+ * in two vectors times up to 12 tokens, 24 accumulators; per k two loads,
+ * one broadcast per token and two FMAs per token. Each lane is the
+ * contract's single FMA chain over k. */
+#define TILE_TOKENS 12
+static inline __attribute__((always_inline)) void panel_tile(const float *wp, int64_t n, const float *x, int64_t ldx, float *y,
+                                                             int64_t ldy, __mmask16 m0, __mmask16 m1, const int NT) {
+    __m512 a0[TILE_TOKENS], a1[TILE_TOKENS];
+    for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        const __m512 w0 = _mm512_loadu_ps(wp + k * KVB_PANEL_ROWS), w1 = _mm512_loadu_ps(wp + k * KVB_PANEL_ROWS + 16);
+        for (int t = 0; t < NT; t++) {
+            const __m512 b = _mm512_set1_ps(x[t * ldx + k]);
+            a0[t] = _mm512_fmadd_ps(w0, b, a0[t]);
+            a1[t] = _mm512_fmadd_ps(w1, b, a1[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        _mm512_mask_storeu_ps(y + t * ldy, m0, a0[t]);
+        _mm512_mask_storeu_ps(y + t * ldy + 16, m1, a1[t]);
     }
 }
 
-/* 4 rows x 4 tokens: A[4*r + t] accumulates row r . token t; kvb_reduce16_avx512 turns
- * that into out[4*t + r]. Full 16-float chunks use plain loads, the tail a mask. */
-static void tile4x4_avx512(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *out) {
-    __m512 A[16];
-    for (int i = 0; i < 16; i++) A[i] = _mm512_setzero_ps();
-    int64_t c = 0;
-    for (; c + 16 <= n; c += 16) tile_step(A, w, ldw, x, ldx, c, 0xffff, false);
-    if (c < n) tile_step(A, w, ldw, x, ldx, c, tmask(n - c), true);
-    _mm512_storeu_ps(out, kvb_reduce16_avx512(A));
+static void panel_avx512(const float *wp, int64_t n, const float *x, int64_t ldx, int nt, float *y, int64_t ldy, int nr) {
+    const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    int t = 0;
+    for (; t + TILE_TOKENS <= nt; t += TILE_TOKENS) panel_tile(wp, n, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, TILE_TOKENS);
+    switch (nt - t) { /* constant shapes: the accumulators stay in registers */
+#define TAIL(T) case T: panel_tile(wp, n, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, T); break;
+    TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
+#undef TAIL
+    default: break;
+    }
 }
 
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
+void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch); /* dot_avx2.c */
 /* dot_avx2.c: the integer dots (Q8_0's without VNNI too) (AVX2 runs on every
  * AVX-512 CPU; 512-bit versions are not written: no machine here to test them) */
 float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
@@ -180,7 +193,8 @@ float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
 float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 
 const struct kvb_dot_kernels kvb_dot_avx512 = {
-    .tile4x4 = tile4x4_avx512,
+    .panel = panel_avx512,
+    .pack = kvb_pack_panel_avx2,
     .name = "avx512",
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
@@ -193,7 +207,8 @@ const struct kvb_dot_kernels kvb_dot_avx512 = {
 };
 
 const struct kvb_dot_kernels kvb_dot_avx512vnni = {
-    .tile4x4 = tile4x4_avx512,
+    .panel = panel_avx512,
+    .pack = kvb_pack_panel_avx2,
     .name = "avx512-vnni",
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2,
