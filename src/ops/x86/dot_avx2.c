@@ -3,6 +3,8 @@
 #include "../matmul.h"
 #include "../quant.h"
 
+#include "prefetch.h"
+
 #include <immintrin.h>
 
 static inline float hsum(__m256 a) {
@@ -14,14 +16,6 @@ static inline float hsum(__m256 a) {
 
 /* The f32 dot keeps one accumulator over steps of 8, then the scalar tail
  * (f32 weights are rare and memory-bound in decode). */
-/* Weights stream from memory in decode: the cache lines of the `bytes` at p
- * are fetched PREFETCH_AHEAD bytes ahead of the loads (1 KB: 512 B and 2 KB
- * measured no better, docs/BENCHMARKS.md). */
-#define PREFETCH_AHEAD 1024
-static inline __attribute__((always_inline)) void prefetch_ahead(const void *p, int bytes) {
-    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + PREFETCH_AHEAD + off, _MM_HINT_T0);
-}
-
 static float dot_f32_avx2(const void *row, const float *x, int64_t n) {
     const float *w = row;
     __m256 a0 = _mm256_setzero_ps();

@@ -6,9 +6,11 @@
 #include "../matmul.h"
 #include "../quant.h"
 
+#include "prefetch.h"
 #include "reduce_avx512.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 static inline __mmask16 tmask(int64_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
@@ -183,6 +185,90 @@ static void panel_avx512(const float *wp, int64_t n, const float *x, int64_t ldx
     }
 }
 
+/* q4_K and q6_K rows against int8 activations in Q8_K form (matmul.h), 64
+ * bytes at a time (AVX-512BW): the nibbles of 32 bytes of q4_K, low then
+ * high, are the 64 elements of two sub-blocks in x's order, so one maddubs
+ * (u8 weights x s8 activations: at most 2 * 63 * 127, no saturation) and
+ * one madd against the sub-blocks' int16 scales (vpermw) give 16 int32
+ * partial sums. Mins and q6_K's offset of 32 come from x's sums per 16,
+ * as in the AVX2 kernels; the block's sum takes one FMA with d_w * d_x. */
+static inline __m512i scale_lanes(__m512i sc16, int a, int b, int c, int d) { /* int16 lanes: 8 each of a, b, c, d */
+    const __m512i idx = _mm512_set_epi16(d, d, d, d, d, d, d, d, c, c, c, c, c, c, c, c, b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+    return _mm512_permutexvar_epi16(idx, sc16);
+}
+
+static float dot_q4_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q4_K *b = row;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 acc = _mm512_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q4_K *bk = &b[i];
+        const int8_t *xq = x->q + i * QK_K;
+        prefetch_ahead(bk, sizeof *bk);
+        uint32_t u[3];
+        memcpy(u, bk->scales, 12);
+        const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
+        const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo));
+        const __m128i bsum = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(x->s + i * 16)),
+                                            _mm_loadu_si128((const __m128i *)(x->s + i * 16 + 8))); /* per 32 */
+        const __m128 summ = _mm_cvtepi32_ps(_mm_madd_epi16(mins, bsum));
+        /* the 8 scales as int16, each twice (16 elements per int16 lane pair group of 8) */
+        const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) { /* 64 bytes of qs: sub-blocks 4h .. 4h + 3 */
+            const __m512i q = _mm512_loadu_si512((const void *)(bk->qs + 64 * h));
+            const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            const __m512i u0 = _mm512_shuffle_i64x2(lo, hi, 0x44), u1 = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+            const __m512i p0 = _mm512_maddubs_epi16(u0, _mm512_loadu_si512((const void *)(xq + 128 * h)));
+            const __m512i p1 = _mm512_maddubs_epi16(u1, _mm512_loadu_si512((const void *)(xq + 128 * h + 64)));
+            const int s = 4 * h;
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p0, scale_lanes(sc16, s, s, s + 1, s + 1)));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p1, scale_lanes(sc16, s + 2, s + 2, s + 3, s + 3)));
+        }
+        const float dx = x->d[i];
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(bk->d) * dx), acc);
+        accm = _mm_fmadd_ps(summ, _mm_set1_ps(_cvtsh_ss(bk->dmin) * dx), accm);
+    }
+    __m128 m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(m);
+}
+
+static float dot_q6_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q6_K *b = row;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q6_K *bk = &b[i];
+        const int8_t *xq = x->q + i * QK_K;
+        prefetch_ahead(bk, sizeof *bk);
+        const __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bk->scales));
+        /* the offset: 32 * sum over the 16 sub-blocks of scale * sum(qx) */
+        const __m256i corr = _mm256_madd_epi16(sc16y, _mm256_loadu_si256((const __m256i *)(x->s + i * 16)));
+        __m512i sumi = _mm512_castsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5)));
+        sumi = _mm512_inserti64x4(sumi, _mm256_setzero_si256(), 1);
+        const __m512i sc16 = _mm512_castsi256_si512(sc16y);
+        for (int h = 0; h < 2; h++) { /* 128 elements: ql 64 bytes, qh 32 */
+            const __m512i a = _mm512_loadu_si512((const void *)(bk->ql + 64 * h));
+            const __m256i hv = _mm256_loadu_si256((const __m256i *)(bk->qh + 32 * h));
+            const __m512i h12 = _mm512_inserti64x4(_mm512_castsi256_si512(hv), _mm256_srli_epi16(hv, 2), 1);
+            const __m512i h34 = _mm512_srli_epi16(h12, 4);
+            const __m512i q12 = _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi16(_mm512_and_si512(h12, m2), 4));
+            const __m512i q34 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4), _mm512_slli_epi16(_mm512_and_si512(h34, m2), 4));
+            const __m512i p12 = _mm512_maddubs_epi16(q12, _mm512_loadu_si512((const void *)(xq + 128 * h)));
+            const __m512i p34 = _mm512_maddubs_epi16(q34, _mm512_loadu_si512((const void *)(xq + 128 * h + 64)));
+            const int s = 8 * h;
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p12, scale_lanes(sc16, s, s + 1, s + 2, s + 3)));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p34, scale_lanes(sc16, s + 4, s + 5, s + 6, s + 7)));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(bk->d) * x->d[i]), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
 void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch); /* dot_avx2.c */
 /* dot_avx2.c: the integer dots (Q8_0's without VNNI too) (AVX2 runs on every
@@ -197,7 +283,7 @@ const struct kvb_dot_kernels kvb_dot_avx512 = {
     .pack = kvb_pack_panel_avx2,
     .name = "avx512",
     .dot_q8 = {
-        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
+        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512, [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
     },
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
@@ -211,8 +297,8 @@ const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .pack = kvb_pack_panel_avx2,
     .name = "avx512-vnni",
     .dot_q8 = {
-        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2,
-        [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
+        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
+        [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
     },
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,

@@ -9,6 +9,8 @@
 #include "../matmul.h"
 #include "../quant.h"
 
+#include "prefetch.h"
+
 #include <immintrin.h>
 
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n);
