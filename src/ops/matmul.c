@@ -3,6 +3,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdatomic.h>
 
 #include <stdlib.h>
 
@@ -212,22 +213,35 @@ struct mm_job {
     const struct kvb_q8_act *xa; /* decode: pre-quantized activations, or NULL */
     const int32_t *cr0, *cT;     /* chunks: first rows and lengths (nc of them), or NULL */
     int32_t nc;
+    atomic_llong next_panel;     /* prefill: the next panel a thread takes */
 };
 
 static void mm_worker(int32_t ith, int32_t nth, void *arg) {
     struct mm_job *j = arg;
     const int64_t n = j->w->n_out;
-    int64_t per = (n + nth - 1) / nth;
-    if (j->cr0 || (!j->decode && j->T > 1)) per = (per + KVB_PANEL_ROWS - 1) / KVB_PANEL_ROWS * KVB_PANEL_ROWS; /* whole panels */
+    if (j->cr0 || (!j->decode && j->T > 1 && j->w->n_in <= PANEL_MAX_IN)) {
+        /* Prefill: threads take panels from a shared counter, so a thread
+         * the machine slows down takes fewer (a panel's values do not depend
+         * on which thread computes it). */
+        const int32_t zero = 0;
+        const int32_t *cr0 = j->cr0 ? j->cr0 : &zero, *cT = j->cr0 ? j->cT : &j->T, nc = j->cr0 ? j->nc : 1;
+        for (;;) {
+            const int64_t r0 = (int64_t)atomic_fetch_add_explicit(&j->next_panel, 1, memory_order_relaxed) * KVB_PANEL_ROWS;
+            if (r0 >= n) break;
+            panel_chunks(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, cr0, cT, nc, r0, KVB_MIN(n, r0 + KVB_PANEL_ROWS));
+        }
+        return;
+    }
+    const int64_t per = (n + nth - 1) / nth;
     const int64_t r0 = per * ith, r1 = KVB_MIN(n, r0 + per);
     if (r0 >= r1) return;
-    if (j->cr0) panel_chunks(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->cr0, j->cT, j->nc, r0, r1);
-    else if (j->decode) rows_decode(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, j->xa, r0, r1);
+    if (j->decode) rows_decode(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, j->xa, r0, r1);
     else kvb_matmul_rows(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, r0, r1);
 }
 
 void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T) {
-    struct mm_job j = {w, x, y, ldx, ldy, T, false, NULL, NULL, NULL, 0};
+    struct mm_job j = {.w = w, .x = x, .y = y, .ldx = ldx, .ldy = ldy, .T = T};
+    atomic_init(&j.next_panel, 0);
     /* small matrices: threads cost more than they save */
     if (w->n_out * w->n_in * (int64_t)T < (1 << 16)) mm_worker(0, 1, &j);
     else kvb_threadpool_run(tp, mm_worker, &j);
@@ -236,7 +250,8 @@ void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float 
 void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int32_t N, struct kvb_q8_buf *qb) {
     if (N <= 0) return;
-    struct mm_job j = {w, x, y, ldx, ldy, N, true, NULL, NULL, NULL, 0};
+    struct mm_job j = {.w = w, .x = x, .y = y, .ldx = ldx, .ldy = ldy, .T = N, .decode = true};
+    atomic_init(&j.next_panel, 0);
     const struct kvb_dot_kernels *k = kvb_dot_kernels();
     const int64_t n = w->n_in;
     if (N > 1 && qb && int8_path(k, w) && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap) {
@@ -259,7 +274,8 @@ void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const
     }
     int64_t rows = 0;
     for (int32_t c = 0; c < n; c++) rows += T[c];
-    struct mm_job j = {w, x, y, ldx, ldy, 0, false, NULL, r0, T, n};
+    struct mm_job j = {.w = w, .x = x, .y = y, .ldx = ldx, .ldy = ldy, .cr0 = r0, .cT = T, .nc = n};
+    atomic_init(&j.next_panel, 0);
     if (w->n_out * w->n_in * rows < (1 << 16)) mm_worker(0, 1, &j);
     else kvb_threadpool_run(tp, mm_worker, &j);
 }
