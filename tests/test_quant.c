@@ -141,30 +141,37 @@ TEST(q8_activation_kernel_exact) {
         double re = kvb_dot_q8_0_q8_ref(edge, &ae, N), ge = kvb_dot_avx2.dot_q8[GGML_TYPE_Q8_0](edge, &ae, N);
         if (fabs(ge - re) > 1e-5 * (fabs(re) + 1)) FAILF("avx2 at the int16 edge %.9g vs %.9g", ge, re);
     }
-    if (kvb_cpu_has_avx2() && kvb_dot_avx2.q8_tile) { /* tiles: every shape gives each pair the lone dot's bits */
+    const struct kvb_dot_kernels *tiled[2] = {kvb_cpu_has_avx2() ? &kvb_dot_avx2 : NULL, kvb_cpu_has_avx512vnni() ? &kvb_dot_avx512vnni : NULL};
+    for (int f = 0; f < 2; f++) { /* tiles: every shape gives each pair the lone dot's bits */
+        const struct kvb_dot_kernels *fam = tiled[f];
+        if (!fam || !fam->q8_tile) continue;
+        CHECK(fam->q8_tile_tokens >= 1 && fam->q8_tile_tokens <= KVB_Q8_TILE_TOKENS_MAX);
         static struct block_q8_0 rows4[4][N / 32];
-        static int8_t xq3[3][N];
-        static float xs3[3][N / 32], tmp[N];
+        static int8_t xq3[KVB_Q8_TILE_TOKENS_MAX][N];
+        static float xs3[KVB_Q8_TILE_TOKENS_MAX][N / 32], tmp[N];
         for (int r = 0; r < 4; r++) {
             for (int i = 0; i < N; i++) tmp[i] = t_randf(&rs);
             kvb_quantize_row(GGML_TYPE_Q8_0, tmp, rows4[r], N);
         }
-        struct kvb_q8_act a3[3];
-        for (int t = 0; t < 3; t++) {
+        struct kvb_q8_act a3[KVB_Q8_TILE_TOKENS_MAX];
+        for (int t = 0; t < KVB_Q8_TILE_TOKENS_MAX; t++) {
             for (int i = 0; i < N; i++) tmp[i] = t_randf(&rs) * 2;
             kvb_quantize_act_q8(tmp, N, xs3[t], xq3[t]);
             a3[t] = (struct kvb_q8_act){xs3[t], xq3[t], NULL};
         }
         for (int nr = 1; nr <= KVB_Q8_TILE_ROWS; nr++)
-            for (int nt = 1; nt <= KVB_Q8_TILE_TOKENS; nt++) {
-                float out[3 * 4];
-                kvb_dot_avx2.q8_tile(rows4, sizeof rows4[0], nr, a3, nt, N, out, 4);
-                for (int t = 0; t < nt; t++)
+            for (int nt = 1; nt <= fam->q8_tile_tokens * 2; nt++) { /* past the family's width: an odd block count (N - 32) */
+                const int64_t nn = nt > fam->q8_tile_tokens ? N - 32 : N;
+                const int ntt = nt > fam->q8_tile_tokens ? nt - fam->q8_tile_tokens : nt;
+                float out[KVB_Q8_TILE_TOKENS_MAX * 4];
+                fam->q8_tile(rows4, sizeof rows4[0], nr, a3, ntt, nn, out, 4);
+                for (int t = 0; t < ntt; t++)
                     for (int r = 0; r < nr; r++) {
-                        const float one = kvb_dot_avx2.dot_q8[GGML_TYPE_Q8_0](rows4[r], &a3[t], N);
-                        const double rf = kvb_dot_q8_0_q8_ref(rows4[r], &a3[t], N);
-                        if (memcmp(&one, &out[t * 4 + r], sizeof one)) FAILF("tile %dx%d pair (%d,%d): %.9g, lone %.9g", nr, nt, r, t, out[t * 4 + r], one);
-                        if (fabs(one - rf) > 1e-4 * (fabs(rf) + 1)) FAILF("tile pair vs reference %.9g vs %.9g", one, rf);
+                        const float one = fam->dot_q8[GGML_TYPE_Q8_0](rows4[r], &a3[t], nn);
+                        const double rf = kvb_dot_q8_0_q8_ref(rows4[r], &a3[t], nn);
+                        if (memcmp(&one, &out[t * 4 + r], sizeof one))
+                            FAILF("%s tile %dx%d n=%lld pair (%d,%d): %.9g, lone %.9g", fam->name, nr, ntt, (long long)nn, r, t, out[t * 4 + r], one);
+                        if (fabs(one - rf) > 1e-4 * (fabs(rf) + 1)) FAILF("%s tile pair vs reference %.9g vs %.9g", fam->name, one, rf);
                     }
             }
     }

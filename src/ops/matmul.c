@@ -117,8 +117,8 @@ static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, co
     const int64_t tr = N == 1 ? 1 : KVB_Q8_TILE_ROWS;
     for (int64_t r = r0; r < r1; r += tr) {
         const int nr = (int)KVB_MIN(tr, r1 - r);
-        for (int32_t t = 0; t < N; t += KVB_Q8_TILE_TOKENS)
-            k->q8_tile(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(KVB_Q8_TILE_TOKENS, N - t), n,
+        for (int32_t t = 0; t < N; t += k->q8_tile_tokens)
+            k->q8_tile(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(k->q8_tile_tokens, N - t), n,
                        y + (size_t)t * ldy + r, ldy);
     }
 }
@@ -282,5 +282,5 @@ void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const
 
 bool kvb_matmul_int8_tiles(const struct kvb_mat *w) {
     const struct kvb_dot_kernels *k = kvb_dot_kernels();
-    return w->type == GGML_TYPE_Q8_0 && int8_path(k, w) && k->q8_tile != NULL;
+    return w->type == GGML_TYPE_Q8_0 && int8_path(k, w) && k->q8_tile != NULL && k->q8_tile_prompts;
 }

@@ -59,8 +59,8 @@ enum kvb_act_form { KVB_ACT_NONE, KVB_ACT_Q8_0, KVB_ACT_Q8_K };
 enum kvb_act_form kvb_act_form(uint32_t type);
 typedef float (*kvb_dot_q8_fn)(const void *row, const struct kvb_q8_act *x, int64_t n);
 #define KVB_Q8_TILE_ROWS 4
-#define KVB_Q8_TILE_TOKENS 2
-/* nr <= KVB_Q8_TILE_ROWS Q8_0 rows (row_bytes apart) x nt <= KVB_Q8_TILE_TOKENS int8 tokens:
+#define KVB_Q8_TILE_TOKENS_MAX 4
+/* nr <= KVB_Q8_TILE_ROWS Q8_0 rows (row_bytes apart) x nt <= the family's q8_tile_tokens int8 tokens:
  * out[t * ldo + r] = dot(row r, token t), each pair computed exactly as
  * the family's dot_q8[GGML_TYPE_Q8_0] computes it. */
 typedef void (*kvb_q8_tile_fn)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
@@ -76,6 +76,8 @@ struct kvb_dot_kernels {
     kvb_pack_fn pack;   /* its packing (NULL: kvb_pack_panel) */
     kvb_dot_q8_fn dot_q8[GGML_TYPE_COUNT]; /* NULL: the type decodes through dot[] */
     kvb_q8_tile_fn q8_tile;                /* optional: tiles of dot_q8[Q8_0] (NULL: one pair at a time) */
+    int q8_tile_tokens;                    /* its tokens per tile (<= KVB_Q8_TILE_TOKENS_MAX) */
+    bool q8_tile_prompts;                  /* prompts too go through q8_tile (else: the f32 panels, faster there) */
 };
 #if defined(__x86_64__)
 extern const struct kvb_dot_kernels kvb_dot_avx512vnni;

@@ -321,11 +321,11 @@ static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
 static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows, size_t row_bytes, const struct kvb_q8_act *x,
                                                                  int64_t n, float *out, int64_t ldo, const int NR, const int NT) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[KVB_Q8_TILE_ROWS][KVB_Q8_TILE_TOKENS]; /* 8 accumulators: with the operands, 16 registers and no spills */
+    __m256 acc[KVB_Q8_TILE_ROWS][2]; /* 8 accumulators: with the operands, 16 registers and no spills */
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        __m256i sa[KVB_Q8_TILE_TOKENS];
+        __m256i sa[2];
         for (int t = 0; t < NT; t++) {
             const __m256i a = _mm256_loadu_si256((const __m256i *)(x[t].q + i * QK8_0));
             sa[t] = _mm256_sign_epi8(a, a);
@@ -544,6 +544,8 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
         [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
     },
     .q8_tile = q8_tile_avx2,
+    .q8_tile_tokens = 2,
+    .q8_tile_prompts = true, /* int8 tiles and f32 panels measured alike for Q8_0 prompts (docs/BENCHMARKS.md) */
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_avx2,

@@ -270,6 +270,7 @@ static float dot_q6_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int
 }
 
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
+void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo);
 void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch); /* dot_avx2.c */
 /* dot_avx2.c: the integer dots (Q8_0's without VNNI too) (AVX2 runs on every
  * AVX-512 CPU; 512-bit versions are not written: no machine here to test them) */
@@ -296,6 +297,8 @@ const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .panel = panel_avx512,
     .pack = kvb_pack_panel_avx2,
     .name = "avx512-vnni",
+    .q8_tile = kvb_q8_tile_vnni,
+    .q8_tile_tokens = 4, /* decode batches; prompts go through the f32 panels (faster here) */
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
         [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
