@@ -4,6 +4,7 @@
 #include "../quant.h"
 
 #include "prefetch.h"
+#include "kquant_block.h"
 
 #include <immintrin.h>
 
@@ -458,17 +459,8 @@ float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
         const struct block_q4_K *bk = &b[i];
         const int8_t *xq = x->q + i * QK_K;
         prefetch_ahead(bk, sizeof *bk);
-        uint32_t u[3];
-        memcpy(u, bk->scales, 12);
-        /* the 8 six-bit scales and mins as bytes (kvb_q4k_scale_min, four at a time) */
-        const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
-        const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo));
-        const __m128i bsum = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(x->s + i * 16)),
-                                            _mm_loadu_si128((const __m128i *)(x->s + i * 16 + 8))); /* per 32 */
-        const __m128 summ = _mm_cvtepi32_ps(_mm_madd_epi16(mins, bsum));
-        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
+        __m128 summ;
+        const __m256i sc = _mm256_broadcastsi128_si256(q4k_block_scales(bk, x->s + i * 16, &summ));
         __m256i sumi = _mm256_setzero_si256();
 #define Q4K_PAIR(K)                                                                                                            \
     do {                                                                                                                       \
@@ -502,10 +494,8 @@ float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
         const struct block_q6_K *bk = &b[i];
         const int8_t *xq = x->q + i * QK_K;
         prefetch_ahead(bk, sizeof *bk);
-        /* the offset: 32 * sum over sub-blocks of scale * sum(qx) */
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bk->scales));
-        const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x->s + i * 16)));
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+        __m256i sumi; /* from q6_K's offset of 32 */
+        (void)q6k_block_scales(bk, x->s + i * 16, &sumi);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = bk->ql + 64 * h, *qh = bk->qh + 32 * h;
             const int8_t *xh = xq + 128 * h;

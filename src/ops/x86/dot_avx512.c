@@ -7,6 +7,7 @@
 #include "../quant.h"
 
 #include "prefetch.h"
+#include "kquant_block.h"
 #include "reduce_avx512.h"
 
 #include <immintrin.h>
@@ -206,17 +207,8 @@ static float dot_q4_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int
         const struct block_q4_K *bk = &b[i];
         const int8_t *xq = x->q + i * QK_K;
         prefetch_ahead(bk, sizeof *bk);
-        uint32_t u[3];
-        memcpy(u, bk->scales, 12);
-        const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
-        const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo));
-        const __m128i bsum = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(x->s + i * 16)),
-                                            _mm_loadu_si128((const __m128i *)(x->s + i * 16 + 8))); /* per 32 */
-        const __m128 summ = _mm_cvtepi32_ps(_mm_madd_epi16(mins, bsum));
-        /* the 8 scales as int16, each twice (16 elements per int16 lane pair group of 8) */
-        const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
+        __m128 summ;
+        const __m512i sc16 = _mm512_castsi128_si512(q4k_block_scales(bk, x->s + i * 16, &summ)); /* the 8 scales as int16 */
         __m512i sumi = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) { /* 64 bytes of qs: sub-blocks 4h .. 4h + 3 */
             const __m512i q = _mm512_loadu_si512((const void *)(bk->qs + 64 * h));
@@ -245,11 +237,9 @@ static float dot_q6_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int
         const struct block_q6_K *bk = &b[i];
         const int8_t *xq = x->q + i * QK_K;
         prefetch_ahead(bk, sizeof *bk);
-        const __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bk->scales));
-        /* the offset: 32 * sum over the 16 sub-blocks of scale * sum(qx) */
-        const __m256i corr = _mm256_madd_epi16(sc16y, _mm256_loadu_si256((const __m256i *)(x->s + i * 16)));
-        __m512i sumi = _mm512_castsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5)));
-        sumi = _mm512_inserti64x4(sumi, _mm256_setzero_si256(), 1);
+        __m256i offset;
+        const __m256i sc16y = q6k_block_scales(bk, x->s + i * 16, &offset);
+        __m512i sumi = _mm512_inserti64x4(_mm512_castsi256_si512(offset), _mm256_setzero_si256(), 1); /* from q6_K's offset of 32 */
         const __m512i sc16 = _mm512_castsi256_si512(sc16y);
         for (int h = 0; h < 2; h++) { /* 128 elements: ql 64 bytes, qh 32 */
             const __m512i a = _mm512_loadu_si512((const void *)(bk->ql + 64 * h));
