@@ -21,6 +21,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -152,8 +153,14 @@ TEST(cold_file_survives_kill_9) {
     for (int round = 0; round < 4; round++) {
         char *d = make_dir();
         CHECK(d != NULL);
+        /* The child says when its first page is committed, so a slow start
+         * (sanitizer runtimes, a loaded machine) cannot leave the parent
+         * killing a child that has not created its file yet. */
+        int ready[2];
+        CHECK(pipe(ready) == 0);
         pid_t pid = fork();
         if (pid == 0) {
+            close(ready[0]);
             struct kvb_cold *c;
             if (kvb_cold_create(&G16, 0, d, &c) != KVB_OK) _exit(3);
             uint8_t *rec = malloc(rb);
@@ -161,9 +168,24 @@ TEST(cold_file_survives_kill_9) {
                 int32_t s, n;
                 fill_record(&G16, rec, i, &s, &n);
                 if (kvb_cold_append(c, rec, s, n) < 0) _exit(4);
+                if (i == 0) {
+                    if (write(ready[1], "r", 1) != 1) _exit(5);
+                    close(ready[1]);
+                }
             }
         }
         CHECK(pid > 0);
+        close(ready[1]);
+        struct pollfd pf = {.fd = ready[0], .events = POLLIN};
+        char byte;
+        ssize_t got_ready = poll(&pf, 1, 60000) == 1 ? read(ready[0], &byte, 1) : -1;
+        close(ready[0]);
+        if (got_ready != 1) {
+            int wst;
+            kill(pid, SIGKILL);
+            waitpid(pid, &wst, 0);
+            FAILF("round %d: child gave no first page within 60 s (status %d)", round, wst);
+        }
         usleep(20000 + 30000 * (useconds_t)round);
         kill(pid, SIGKILL);
         int wst;
