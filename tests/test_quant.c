@@ -368,9 +368,81 @@ TEST(panel_packing_equals_reference) {
     }
 }
 
+/* Every family's activation quantizer gives the reference's scale and int8
+ * codes bit for bit: random blocks, ties (amax 127: the quotients are the
+ * inputs, so x.5 rounds to even), zeros, NaNs, infinities, subnormals,
+ * signed zeros and the float range's ends; and the reference itself rounds
+ * ties to even and maps a NaN to 0. */
+TEST(activation_quantization_equals_reference) {
+    enum { LEN = 256 };
+    static float x[LEN];
+    const struct kvb_dot_kernels *fams[3] = {NULL, NULL, NULL};
+#if defined(__x86_64__)
+    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
+    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
+    if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
+#endif
+    int checked = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        unsigned long long rs = 77 + (unsigned long long)trial;
+        const int len = trial % 2 ? 256 : 32;
+        for (int i = 0; i < len; i++) {
+            x[i] = t_randf(&rs) * (trial % 5 == 0 ? 1e-3f : 40.0f);
+            switch (trial / 4) {
+            case 1: x[i] = (float)((i % 21) - 10) + 0.5f; x[len / 2] = 127.0f; break; /* ties */
+            case 2: x[i] = 0.0f; if (i % 3 == 0) x[i] = -0.0f; break;
+            case 3: if (i % 7 == 3) x[i] = NAN; break;
+            case 4: if (i == 5) x[i] = INFINITY; if (i == 9) x[i] = -INFINITY; break;
+            case 5: x[i] *= 1e-40f; break; /* subnormal */
+            case 6: x[i] = i % 2 ? 3.4e38f : -3.4e38f * t_randf(&rs); break;
+            case 7: if (i == len - 1) x[i] = NAN; x[0] = -1e30f; break;
+            default: break;
+            }
+        }
+        float dr;
+        int8_t qr[LEN];
+        kvb_quant_block_ref(x, len, &dr, qr);
+        if (trial / 4 == 1) /* amax 127: d = 1 and q = x rounded half to even */
+            for (int i = 0; i < len; i++) {
+                const float want = nearbyintf(x[i]);
+                if (dr != 1.0f || qr[i] != (int8_t)want) FAILF("trial %d: ref %g -> %d (d %g), want %g", trial, (double)x[i], qr[i], (double)dr, (double)want);
+            }
+        if (trial / 4 == 3)
+            for (int i = 0; i < len; i++)
+                if (isnan(x[i]) && qr[i] != 0) FAILF("trial %d: a NaN quantized to %d", trial, qr[i]);
+        for (int f = 0; f < 3; f++) {
+            if (!fams[f] || !fams[f]->quant_block) continue;
+            float dg = -1;
+            int8_t qg[LEN];
+            fams[f]->quant_block(x, len, &dg, qg);
+            if (memcmp(&dg, &dr, sizeof dr) != 0) FAILF("%s trial %d: scale %.9g vs reference %.9g", fams[f]->name, trial, (double)dg, (double)dr);
+            for (int i = 0; i < len; i++)
+                if (qg[i] != qr[i]) FAILF("%s trial %d: element %d (%g): %d vs reference %d", fams[f]->name, trial, i, (double)x[i], qg[i], qr[i]);
+            checked++;
+        }
+    }
+    /* the whole-row forms too: 2048 activations through the family equal the reference */
+    static float xr[2048], d1[2048 / 32], d2[2048 / 32];
+    static int8_t q1[2048], q2[2048];
+    static int16_t s1[2048 / 16], s2[2048 / 16];
+    unsigned long long rs = 9;
+    for (int i = 0; i < 2048; i++) xr[i] = t_randf(&rs) * 5;
+    for (int f = 0; f < 3; f++) {
+        if (!fams[f]) continue;
+        kvb_quantize_act_q8(xr, 2048, d1, q1);
+        kvb_quantize_act_q8_with(fams[f], xr, 2048, d2, q2);
+        CHECK(memcmp(d1, d2, sizeof d1) == 0 && memcmp(q1, q2, sizeof q1) == 0);
+        kvb_quantize_act_q8k(xr, 2048, d1, q1, s1);
+        kvb_quantize_act_q8k_with(fams[f], xr, 2048, d2, q2, s2);
+        CHECK(memcmp(d1, d2, 2048 / 256 * sizeof *d1) == 0 && memcmp(q1, q2, sizeof q1) == 0 && memcmp(s1, s2, sizeof s1) == 0);
+    }
+    if (!checked) printf("  (no SIMD family on this CPU: the reference's own rules checked)\n");
+}
+
 int main(void) {
     RUN(q8_activation_kernel_exact);
     RUN(int8_kernels_equal_reference);
+    RUN(activation_quantization_equals_reference);
     RUN(hand_built_blocks);
     RUN(round_trip_error_per_type);
     RUN(simd_dot_equals_reference);

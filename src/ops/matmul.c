@@ -23,26 +23,35 @@ const struct kvb_dot_kernels *kvb_dot_kernels(void) {
     return g_dot;
 }
 
-/* One block of len activations: scale amax / 127 into *d, q = round(x / d). */
-static void quantize_block(const float *x, int len, float *d, int8_t *q) {
+/* The activations' int8 form (kvb_quant_block_fn's contract in matmul.h). */
+void kvb_quant_block_ref(const float *x, int len, float *d, int8_t *q) {
     float amax = 0;
-    for (int i = 0; i < len; i++) { /* fmaxf's result (a NaN is skipped), without its libm call: the loop vectorizes */
+    for (int i = 0; i < len; i++) { /* fmaxf's result (a NaN is skipped), without its libm call */
         const float a = fabsf(x[i]);
         amax = a > amax ? a : amax;
     }
     const float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
     *d = s;
-    for (int i = 0; i < len; i++) q[i] = (int8_t)lrintf(x[i] * inv);
+    for (int i = 0; i < len; i++) {
+        const float v = x[i] * inv; /* |v| <= 127 unless NaN (rounds in the current mode: to nearest, ties to even) */
+        q[i] = v == v ? (int8_t)lrintf(v) : 0;
+    }
 }
 
-void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q) {
-    for (int64_t b = 0; b < n / 32; b++) quantize_block(x + b * 32, 32, &d[b], q + b * 32);
+void kvb_quantize_act_q8_with(const struct kvb_dot_kernels *k, const float *x, int64_t n, float *d, int8_t *q) {
+    const kvb_quant_block_fn qb = k && k->quant_block ? k->quant_block : kvb_quant_block_ref;
+    for (int64_t b = 0; b < n / 32; b++) qb(x + b * 32, 32, &d[b], q + b * 32);
 }
 
-void kvb_quantize_act_q8k(const float *x, int64_t n, float *d, int8_t *q, int16_t *s) {
+void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q) { kvb_quantize_act_q8_with(NULL, x, n, d, q); }
+
+void kvb_quantize_act_q8k(const float *x, int64_t n, float *d, int8_t *q, int16_t *s) { kvb_quantize_act_q8k_with(NULL, x, n, d, q, s); }
+
+void kvb_quantize_act_q8k_with(const struct kvb_dot_kernels *k, const float *x, int64_t n, float *d, int8_t *q, int16_t *s) {
+    const kvb_quant_block_fn quant = k && k->quant_block ? k->quant_block : kvb_quant_block_ref;
     for (int64_t b = 0; b < n / 256; b++) {
         int8_t *qb = q + b * 256;
-        quantize_block(x + b * 256, 256, &d[b], qb);
+        quant(x + b * 256, 256, &d[b], qb);
         for (int g = 0; g < 16; g++) {
             int sum = 0;
             for (int i = 0; i < 16; i++) sum += qb[g * 16 + i];
@@ -60,9 +69,10 @@ enum kvb_act_form kvb_act_form(uint32_t type) {
 }
 
 /* x quantized in type's form into d/q/s (room for n elements). */
-static struct kvb_q8_act quantize_for(uint32_t type, const float *x, int64_t n, float *d, int8_t *q, int16_t *s) {
-    if (kvb_act_form(type) == KVB_ACT_Q8_K) kvb_quantize_act_q8k(x, n, d, q, s);
-    else kvb_quantize_act_q8(x, n, d, q);
+static struct kvb_q8_act quantize_for(const struct kvb_dot_kernels *k, uint32_t type, const float *x, int64_t n, float *d, int8_t *q,
+                                      int16_t *s) {
+    if (kvb_act_form(type) == KVB_ACT_Q8_K) kvb_quantize_act_q8k_with(k, x, n, d, q, s);
+    else kvb_quantize_act_q8_with(k, x, n, d, q);
     return (struct kvb_q8_act){d, q, s};
 }
 
@@ -154,7 +164,7 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
     kvb_dot_fn dot = k->dot[w->type] ? k->dot[w->type] : kvb_dot_ref.dot[w->type];
     const int64_t n = w->n_in;
     if (T == 1 && int8_path(k, w)) { /* decode: int8 activations once, integer dot products per row */
-        const struct kvb_q8_act xa = quantize_for(w->type, x, n, t_d, t_q, t_s);
+        const struct kvb_q8_act xa = quantize_for(k, w->type, x, n, t_d, t_q, t_s);
         q8_rows(k, w, &xa, 1, y, ldy, r0, r1);
         return;
     }
@@ -189,7 +199,7 @@ static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w
         for (int64_t b0 = r0; b0 < r1; b0 += ROW_BLOCK) {
             const int64_t b1 = KVB_MIN(r1, b0 + ROW_BLOCK);
             for (int32_t t = 0; t < N; t++) { /* no buffer: quantize per block (deterministic: the same bits) */
-                const struct kvb_q8_act one = quantize_for(w->type, x + (size_t)t * ldx, n, t_d, t_q, t_s);
+                const struct kvb_q8_act one = quantize_for(k, w->type, x + (size_t)t * ldx, n, t_d, t_q, t_s);
                 q8_rows(k, w, &one, 1, y + (size_t)t * ldy, ldy, b0, b1);
             }
         }
@@ -257,7 +267,7 @@ void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const
     if (N > 1 && qb && int8_path(k, w) && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap) {
         /* quantize each token once for every row (the same bits a lone call computes) */
         for (int32_t t = 0; t < N; t++)
-            qb->act[t] = quantize_for(w->type, x + (size_t)t * ldx, n, qb->d + (size_t)t * (size_t)(n / 32), qb->q + (size_t)t * (size_t)n,
+            qb->act[t] = quantize_for(k, w->type, x + (size_t)t * ldx, n, qb->d + (size_t)t * (size_t)(n / 32), qb->q + (size_t)t * (size_t)n,
                                       qb->s + (size_t)t * (size_t)(n / 16));
         j.xa = qb->act;
     }

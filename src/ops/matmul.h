@@ -66,6 +66,13 @@ typedef float (*kvb_dot_q8_fn)(const void *row, const struct kvb_q8_act *x, int6
 typedef void (*kvb_q8_tile_fn)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
                                int64_t ldo);
 
+/* One block of len activations (len a multiple of 32) to int8: *d = amax / 127
+ * (amax the largest |x|, NaNs skipped), q[i] = x[i] / d rounded to nearest,
+ * ties to even (0 for a NaN quotient; 0 everywhere when amax is 0). The
+ * SIMD versions give the reference's bits for every input. */
+typedef void (*kvb_quant_block_fn)(const float *x, int len, float *d, int8_t *q);
+void kvb_quant_block_ref(const float *x, int len, float *d, int8_t *q);
+
 /* One dot kernel per weight type (NULL: unsupported), the prefill panel kernel,
  * and optional integer kernels: rows of a type against int8 activations in
  * the type's kvb_act_form (decode), and Q8_0 tiles (batches). */
@@ -78,14 +85,18 @@ struct kvb_dot_kernels {
     kvb_q8_tile_fn q8_tile;                /* optional: tiles of dot_q8[Q8_0] (NULL: one pair at a time) */
     int q8_tile_tokens;                    /* its tokens per tile (<= KVB_Q8_TILE_TOKENS_MAX) */
     bool q8_tile_prompts;                  /* prompts too go through q8_tile (else: the f32 panels, faster there) */
+    kvb_quant_block_fn quant_block;        /* activations to int8 (NULL: kvb_quant_block_ref) */
 };
 #if defined(__x86_64__)
 extern const struct kvb_dot_kernels kvb_dot_avx512vnni;
 #endif
-/* Quantizes x[0..n) (n a multiple of 32) into q8 blocks of 32. */
+/* Quantizes x[0..n) (n a multiple of 32) into q8 blocks of 32 (the scalar reference). */
 void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q);
-/* Quantizes x[0..n) (n a multiple of 256) into blocks of 256 with sums per 16. */
+/* Quantizes x[0..n) (n a multiple of 256) into blocks of 256 with sums per 16 (the scalar reference). */
 void kvb_quantize_act_q8k(const float *x, int64_t n, float *d, int8_t *q, int16_t *s);
+/* The same with a family's quant_block: the same bits. */
+void kvb_quantize_act_q8_with(const struct kvb_dot_kernels *k, const float *x, int64_t n, float *d, int8_t *q);
+void kvb_quantize_act_q8k_with(const struct kvb_dot_kernels *k, const float *x, int64_t n, float *d, int8_t *q, int16_t *s);
 /* Scalar references of the integer dots (the SIMD kernels' contract): integer
  * sums inside a block, scaled and summed in double. */
 float kvb_dot_q8_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);

@@ -525,6 +525,37 @@ float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
 }
 #undef LANE16
 
+/* kvb_quant_block_fn (the reference's bits): the amax by max_ps, which keeps
+ * its second operand when the first is NaN (the reference skips NaNs the
+ * same way; the order of a max does not matter); cvtps_epi32 rounds in
+ * MXCSR's mode as lrintf does; the int8 is the low byte of the int32
+ * (a NaN's 0x80000000 gives 0, as the reference's NaN rule). */
+static void quant_block_avx2(const float *x, int len, float *d, int8_t *q) {
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < len; i += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), magnitude), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    const float amax = _mm_cvtss_f32(h);
+    const float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+    *d = s;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    /* the low byte of each int32 to byte 4k + j of its 128-bit lane, for the
+     * k-th of four vectors; then the dwords back in element order */
+    const __m256i low0 = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int i = 0; i < len; i += 32) {
+        const __m256i v0 = _mm256_shuffle_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv)), low0);
+        const __m256i v1 = _mm256_shuffle_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), vinv)), low0);
+        const __m256i v2 = _mm256_shuffle_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), vinv)), low0);
+        const __m256i v3 = _mm256_shuffle_epi8(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), vinv)), low0);
+        const __m256i b = _mm256_or_si256(_mm256_or_si256(v0, _mm256_slli_si256(v1, 4)), _mm256_or_si256(_mm256_slli_si256(v2, 8), _mm256_slli_si256(v3, 12)));
+        _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, order));
+    }
+}
+
 const struct kvb_dot_kernels kvb_dot_avx2 = {
     .name = "avx2",
     .panel = panel_avx2,
@@ -536,6 +567,7 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .q8_tile = q8_tile_avx2,
     .q8_tile_tokens = 2,
     .q8_tile_prompts = true, /* int8 tiles and f32 panels measured alike for Q8_0 prompts (docs/BENCHMARKS.md) */
+    .quant_block = quant_block_avx2,
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_avx2,

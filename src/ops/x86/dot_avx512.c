@@ -259,6 +259,19 @@ static float dot_q6_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int
     return _mm512_reduce_add_ps(acc);
 }
 
+/* kvb_quant_block_fn, 16 lanes at a time: as kvb_quant_block_avx2 (max_ps
+ * skips NaNs as the reference does; vpmovdb keeps the low byte, a NaN's 0). */
+static void quant_block_avx512(const float *x, int len, float *d, int8_t *q) {
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < len; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), m);
+    const float amax = _mm512_reduce_max_ps(m);
+    const float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+    *d = s;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    for (int i = 0; i < len; i += 16)
+        _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv))));
+}
+
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
 void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo);
 void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch); /* dot_avx2.c */
@@ -273,6 +286,7 @@ const struct kvb_dot_kernels kvb_dot_avx512 = {
     .panel = panel_avx512,
     .pack = kvb_pack_panel_avx2,
     .name = "avx512",
+    .quant_block = quant_block_avx512,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512, [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
     },
@@ -287,6 +301,7 @@ const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .panel = panel_avx512,
     .pack = kvb_pack_panel_avx2,
     .name = "avx512-vnni",
+    .quant_block = quant_block_avx512,
     .q8_tile = kvb_q8_tile_vnni,
     .q8_tile_tokens = 4, /* decode batches; prompts go through the f32 panels (faster here) */
     .dot_q8 = {
