@@ -51,7 +51,11 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         }
         for (int r = 0; r < NR; r++) {
             const struct block_q8_0 *b = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)r * row_bytes) + i;
-            prefetch_ahead(b, 68); /* the rows stream from memory: 4 KB ahead */
+            if (NR == 1) prefetch_ahead(b, 68); /* the rows stream from memory: 4 KB ahead */
+            else { /* the next tile's rows at this offset */
+                _mm_prefetch((const char *)b + (size_t)NR * row_bytes, _MM_HINT_T0);
+                _mm_prefetch((const char *)b + (size_t)NR * row_bytes + 64, _MM_HINT_T0);
+            }
             __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs));
             w = _mm512_inserti64x4(w, two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256(), 1);
             const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, w));
