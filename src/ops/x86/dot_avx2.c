@@ -364,7 +364,12 @@ static void q8_tile_4x2(const void *rows, size_t rb, const struct kvb_q8_act *x,
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     const int8_t *q0 = x[0].q, *q1 = x[1].q;
     const float *d0 = x[0].d, *d1 = x[1].d;
+    const size_t next = 4 * rb; /* the next tile's rows, at this offset: they stream from memory while these are reused */
     for (int64_t i = 0; i < n / QK8_0; i++) {
+        _mm_prefetch((const char *)&w0[i] + next, _MM_HINT_T0);
+        _mm_prefetch((const char *)&w1[i] + next, _MM_HINT_T0);
+        _mm_prefetch((const char *)&w2[i] + next, _MM_HINT_T0);
+        _mm_prefetch((const char *)&w3[i] + next, _MM_HINT_T0);
         const uint64_t packed = (uint64_t)w0[i].d | (uint64_t)w1[i].d << 16 | (uint64_t)w2[i].d << 32 | (uint64_t)w3[i].d << 48;
         const __m128 dw4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)packed));
         const __m256 dw8 = _mm256_insertf128_ps(_mm256_castps128_ps256(dw4), dw4, 1); /* the 4 row scales in both halves */
