@@ -47,7 +47,7 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
             const __m512i raw = two ? _mm512_loadu_si512((const void *)q) : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q));
             xu[t] = _mm512_xor_si512(raw, flip);
             if (!two) xu[t] = _mm512_inserti64x4(xu[t], _mm256_setzero_si256(), 1);
-            dx[t] = pair_lanes(_mm_setr_ps(x[t].d[i], two ? x[t].d[i + 1] : 0.0f, 0.0f, 0.0f));
+            dx[t] = pair_lanes(two ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(x[t].d + i))) : _mm_load_ss(x[t].d + i));
         }
         for (int r = 0; r < NR; r++) {
             const struct block_q8_0 *b = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)r * row_bytes) + i;
