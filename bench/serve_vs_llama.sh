@@ -5,6 +5,7 @@
 # sends the same N concurrent streaming clients (2 requests each, 48-word
 # prompts, 32 generated tokens, temperature 0, ignore_eos) to each in turn,
 # after one unmeasured warm-up request.
+# KVB_SERVE_ARGS adds flags to kvbound serve (e.g. "--step-tokens 128").
 # Prints one JSON object per server and N (aggregate generated tok/s, p50/p99
 # time to first token and inter-token latency).
 set -u
@@ -20,7 +21,7 @@ wait_up() { for _ in $(seq 1 600); do curl -s "http://127.0.0.1:$1/health" 2>/de
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(date -u +%Y-%m-%d)"
 for N in $NS; do
     p=$(free_port)
-    "$K" serve -m "$M" --port "$p" --parallel "$N" -t 2 --policy streaming --budget 1024 --pool-mb 2048 --sessions "$T/s" \
+    "$K" serve -m "$M" --port "$p" --parallel "$N" -t 2 --policy streaming --budget 1024 --pool-mb 2048 --sessions "$T/s" ${KVB_SERVE_ARGS:-} \
         > "$T/k.log" 2>&1 & echo $! > "$T/k.pid"
     wait_up "$p" || { echo "kvbound serve did not start: $(tail -n 2 "$T/k.log")" >&2; exit 1; }
     python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 1 --requests 1 --max-tokens 2 --extra '{"prompt": "A warm-up request that shares no prefix with the measured ones."}' > /dev/null # warm up (weights paged in)

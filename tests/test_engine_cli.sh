@@ -4,7 +4,8 @@
 # reference) with stats on stderr; a bounded policy runs far past the trained
 # context in constant KV memory; `full` stops at the context limit with a
 # clear message; `chat` works through a pipe with /save and /load; `convert`
-# and `mkmodel` write models that load; bad flags are named.
+# and `mkmodel` write models that load; --no-mmap gives the same text; bad
+# flags are named.
 . "$(dirname "$0")/cli_lib.sh"
 if [ ! -f "$D/models/stories260K/stories260K.llamacpp.gguf" ]; then
     skip_case shared_data "missing $D/models/stories260K (every case of this script needs it)"
@@ -22,6 +23,12 @@ else ko run_greedy_stdout_exact "$(head -c 200 "$T/out.txt")"; fi
 
 "$K" run -m "$D/models/stories260K/stories260K.bin" -z "$D/models/stories260K/tok512.bin" -p "Once upon a time" -n 60 --temp 0 -t 1 > "$T/bin.txt" 2>/dev/null
 if cmp -s "$T/bin.txt" "$T/want.txt"; then ok run_llama2c_bin; else ko run_llama2c_bin "$(head -c 120 "$T/bin.txt")"; fi
+
+# --no-mmap: the weights read into memory give the same text; a missing file is named
+"$K" run -m "$G" -p "Once upon a time" -n 60 --temp 0 --no-mmap > "$T/nm.txt" 2>/dev/null
+"$K" run -m "$T/missing.gguf" -p "Once" --no-mmap > /dev/null 2> "$T/nme.txt"; rn=$?
+if cmp -s "$T/nm.txt" "$T/want.txt" && [ $rn -eq 1 ] && grep -q "cannot open '$T/missing.gguf'" "$T/nme.txt"; then ok run_no_mmap_same_text
+else ko run_no_mmap_same_text "exit $rn: $(head -c 120 "$T/nm.txt") $(head -n 1 "$T/nme.txt")"; fi
 
 # seeded sampling: same seed and threads, same text
 "$K" run -m "$G" -p "Once" -n 40 --temp 0.9 --seed 7 -t 2 > "$T/s1.txt" 2>/dev/null

@@ -5,7 +5,9 @@
  *     (run.c, -t 0, 64 positions) exactly, with F32 and F16 KV caches;
  *   - .bin and .gguf of the same model give the same logits (1e-5);
  *   - the full-attention perplexity protocol reproduces the README within
- *     0.5% (the token counts exactly).
+ *     0.5% (the token counts exactly);
+ *   - weights read into memory (no_mmap) give the mapped file's logits bit
+ *     for bit, and hostile files fail the same way in both modes.
  * KVB_TEST_QUICK=1 (set under sanitizers) scores only the first windows.
  */
 #include "testing.h"
@@ -121,6 +123,47 @@ TEST(bin_and_gguf_logits_agree) {
     }
 }
 
+/* kvb_model_params.no_mmap reads the file into anonymous memory: the same
+ * bytes, so the same logits bit for bit, from GGUF and .bin alike. */
+TEST(weights_read_into_memory_equal_mapped) {
+    for (size_t i = 0; i < sizeof k_models / sizeof *k_models; i++) {
+        NEED_SHARED(g, k_models[i].gguf);
+        NEED_SHARED(b, k_models[i].bin);
+        NEED_SHARED(t, k_models[i].tok);
+        const char *paths[2] = {g, b};
+        for (int src = 0; src < 2; src++) {
+            struct kvb_model *mm = load(paths[src], src ? t : NULL), *mr = NULL;
+            struct kvb_model_params mp = kvb_model_default_params();
+            mp.tokenizer_path = src ? t : NULL;
+            mp.no_mmap = true;
+            CHECK(mm != NULL);
+            CHECK_OK(kvb_model_load(paths[src], &mp, &mr));
+            struct kvb_model_info im, ir;
+            kvb_model_get_info(mm, &im);
+            kvb_model_get_info(mr, &ir);
+            CHECK_EQ_INT((long long)im.weight_bytes, (long long)ir.weight_bytes);
+            struct kvb_context_params cp = kvb_context_default_params();
+            cp.n_ctx = 64;
+            struct kvb_context *cm, *cr;
+            CHECK_OK(kvb_context_init(mm, &cp, &cm));
+            CHECK_OK(kvb_context_init(mr, &cp, &cr));
+            const int32_t V = kvb_vocab_size(kvb_model_vocab(mm));
+            int32_t toks[24];
+            for (int k = 0; k < 24; k++) toks[k] = k == 0 ? 1 : (k * 53 + 7) % V;
+            float *lm = malloc(sizeof(float) * 24 * (size_t)V), *lr = malloc(sizeof(float) * 24 * (size_t)V);
+            CHECK_OK(kvb_context_eval(cm, toks, 24, lm, true));
+            CHECK_OK(kvb_context_eval(cr, toks, 24, lr, true));
+            if (memcmp(lm, lr, sizeof(float) * 24 * (size_t)V) != 0) FAILF("%s (%s): logits differ when read into memory", k_models[i].dir, src ? "bin" : "gguf");
+            free(lm);
+            free(lr);
+            kvb_context_free(cm);
+            kvb_context_free(cr);
+            kvb_model_free(mm);
+            kvb_model_free(mr);
+        }
+    }
+}
+
 /* Prefill in chunks and token-by-token decode give the same logits. */
 TEST(prefill_equals_decode) {
     NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
@@ -209,6 +252,12 @@ TEST(hostile_model_files_fail_cleanly) {
         kvb_status st = kvb_model_load(path, NULL, &m);
         if (st == KVB_OK || m) FAILF("truncated at %zu of %zu bytes: loaded", cut, len);
         if (st != KVB_ERR_CORRUPT && st != KVB_ERR_INVALID) FAILF("truncated at %zu: status %d (%s)", cut, (int)st, kvb_last_error());
+        if (cut % 7 == 0 || cut > 16384) { /* read into memory: the same refusal */
+            struct kvb_model_params mp = kvb_model_default_params();
+            mp.no_mmap = true;
+            kvb_status sr = kvb_model_load(path, &mp, &m);
+            if (sr != st || m) FAILF("truncated at %zu, read into memory: status %d, mapped %d", cut, (int)sr, (int)st);
+        }
     }
     /* a .bin with a lying header */
     NEED_SHARED(b, "models/stories260K/stories260K.bin");
@@ -234,6 +283,10 @@ TEST(hostile_model_files_fail_cleanly) {
     free(buf);
     struct kvb_model *m = NULL;
     CHECK_STATUS(kvb_model_load("/nonexistent/model.gguf", NULL, &m), KVB_ERR_IO);
+    struct kvb_model_params mr = kvb_model_default_params();
+    mr.no_mmap = true;
+    CHECK_STATUS(kvb_model_load("/nonexistent/model.gguf", &mr, &m), KVB_ERR_IO);
+    CHECK(strstr(kvb_last_error(), "/nonexistent/model.gguf") != NULL);
     CHECK_STATUS(kvb_model_load(b, NULL, &m), KVB_ERR_INVALID); /* .bin without tokenizer */
     CHECK(strstr(kvb_last_error(), "tokenizer") != NULL);
 }
@@ -241,6 +294,7 @@ TEST(hostile_model_files_fail_cleanly) {
 int main(void) {
     RUN(greedy_text_matches_reference);
     RUN(bin_and_gguf_logits_agree);
+    RUN(weights_read_into_memory_equal_mapped);
     RUN(prefill_equals_decode);
     RUN(perplexity_protocol_matches_reference);
     RUN(hostile_model_files_fail_cleanly);

@@ -106,7 +106,7 @@ class _SlotInfo(_c.Structure):
 
 
 class _ModelParams(_c.Structure):
-    _fields_ = [("tokenizer_path", _c.c_char_p)]
+    _fields_ = [("tokenizer_path", _c.c_char_p), ("no_mmap", _c.c_bool)]
 
 
 class _ModelInfo(_c.Structure):
@@ -298,12 +298,14 @@ def _out(buf, n, like):
 
 
 class Model:
-    """A GGUF (llama, qwen2) or llama2.c model, memory-mapped."""
+    """A GGUF (llama, qwen2) or llama2.c model, memory-mapped; with
+    mmap=False its weights are read into memory (transparent huge pages)."""
 
-    def __init__(self, path, tokenizer=None):
+    def __init__(self, path, tokenizer=None, mmap=True):
         mp = _model_default()
         self._tok = tokenizer.encode() if tokenizer else None
         mp.tokenizer_path = self._tok
+        mp.no_mmap = not mmap
         h = _vp()
         _check(_model_load(str(path).encode(), _c.byref(mp), _c.byref(h)))
         self._h = h

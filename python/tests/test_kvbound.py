@@ -41,6 +41,8 @@ def generate_greedy_bounded():
     m = kvbound.Model(G)
     text = "Once upon a time" + "".join(m.generate("Once upon a time", 60, policy="streaming", budget=64))
     assert text == REF, repr(text)
+    with kvbound.Model(G, mmap=False) as mr:  # weights read into memory: the same text
+        assert "Once upon a time" + "".join(mr.generate("Once upon a time", 60, policy="streaming", budget=64)) == REF
     # far past the trained length, memory stays at the budget
     n = sum(1 for _ in m.generate("Once upon a time", 400, policy="streaming", budget=32, stop_at_eos=False))
     st = m.last_context.cache_stats()

@@ -219,7 +219,9 @@ const char *kvb_pos_mode_name(enum kvb_pos_mode m) {
     return "?";
 }
 
-kvb_status kvb_map_file(const char *path, size_t min_size, const char *what, void **map, size_t *size) {
+/* Opens path as a regular file of at least min_size bytes: the descriptor
+ * and size, or a named error. */
+static kvb_status open_sized(const char *path, size_t min_size, const char *what, int *fd_out, size_t *size) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return kvb_fail(KVB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
@@ -232,9 +234,52 @@ kvb_status kvb_map_file(const char *path, size_t min_size, const char *what, voi
         close(fd);
         return kvb_fail(KVB_ERR_CORRUPT, "%s: too short for %s (%zu bytes)", path, what, n);
     }
+    *fd_out = fd;
+    *size = n;
+    return KVB_OK;
+}
+
+kvb_status kvb_map_file(const char *path, size_t min_size, const char *what, void **map, size_t *size) {
+    int fd = -1;
+    size_t n = 0;
+    kvb_status st = open_sized(path, min_size, what, &fd, &n);
+    if (st != KVB_OK) return st;
     void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return kvb_fail(KVB_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    *map = p;
+    *size = n;
+    return KVB_OK;
+}
+
+kvb_status kvb_read_file(const char *path, size_t min_size, const char *what, void **map, size_t *size) {
+    int fd = -1;
+    size_t n = 0;
+    kvb_status st = open_sized(path, min_size, what, &fd, &n);
+    if (st != KVB_OK) return st;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        const int err = errno;
+        close(fd);
+        return kvb_fail(KVB_ERR_NOMEM, "cannot allocate %zu bytes to read '%s' into: %s", n, path, strerror(err));
+    }
+#if defined(MADV_HUGEPAGE)
+    (void)madvise(p, n, MADV_HUGEPAGE); /* advice only: without it, 4 KiB pages */
+#endif
+    for (size_t off = 0; off < n;) {
+        const ssize_t r = pread(fd, (char *)p + off, KVB_MIN(n - off, (size_t)1 << 30), (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            const int err = errno;
+            munmap(p, n);
+            close(fd);
+            return r == 0 ? kvb_fail(KVB_ERR_IO, "cannot read '%s': it ended at byte %zu of %zu (changed while reading?)", path, off, n)
+                          : kvb_fail(KVB_ERR_IO, "cannot read '%s' at byte %zu: %s", path, off, strerror(err));
+        }
+        off += (size_t)r;
+    }
+    close(fd);
+    (void)mprotect(p, n, PROT_READ); /* read-only, as a mapping of the file would be */
     *map = p;
     *size = n;
     return KVB_OK;

@@ -49,6 +49,11 @@ void *kvb_huge_alloc(size_t n);
  * KVB_ERR_CORRUPT ("too short for <what>" below min_size bytes); *map and
  * *size untouched on failure. Release with kvb_unmap_file. */
 kvb_status kvb_map_file(const char *path, size_t min_size, const char *what, void **map, size_t *size);
+/* The same contract, but the file is read into anonymous memory advised to
+ * transparent huge pages (a model's weights: fewer TLB misses than the page
+ * cache's 4 KiB pages; costs the file's size in RSS and a read). Also
+ * KVB_ERR_NOMEM (no room), KVB_ERR_IO (a read failed or came up short). */
+kvb_status kvb_read_file(const char *path, size_t min_size, const char *what, void **map, size_t *size);
 void kvb_unmap_file(void *map, size_t size);
 
 /* Records the message for kvb_last_error, logs it, returns s. */

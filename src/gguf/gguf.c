@@ -229,11 +229,13 @@ fail:
     return st;
 }
 
-kvb_status kvb_gguf_open(const char *path, struct gguf_file **out) {
+kvb_status kvb_gguf_open(const char *path, struct gguf_file **out) { return kvb_gguf_open_ex(path, false, out); }
+
+kvb_status kvb_gguf_open_ex(const char *path, bool in_memory, struct gguf_file **out) {
     if (!path || !out) return kvb_fail(KVB_ERR_INVALID, "gguf: path and out must not be NULL");
     void *map;
     size_t size;
-    kvb_status st = kvb_map_file(path, 24, "a GGUF file", &map, &size);
+    kvb_status st = (in_memory ? kvb_read_file : kvb_map_file)(path, 24, "a GGUF file", &map, &size);
     if (st != KVB_OK) return st;
     if ((st = kvb_gguf_open_buffer(map, size, path, out)) != KVB_OK) {
         kvb_unmap_file(map, size);

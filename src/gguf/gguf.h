@@ -78,6 +78,9 @@ struct gguf_file {
 kvb_status kvb_gguf_open_buffer(const void *buf, size_t size, const char *name, struct gguf_file **out);
 /* mmaps path and parses it. KVB_ERR_IO if it cannot be opened. */
 kvb_status kvb_gguf_open(const char *path, struct gguf_file **out);
+/* As kvb_gguf_open; with in_memory, the file is read into anonymous memory
+ * (kvb_read_file) instead of mapped. */
+kvb_status kvb_gguf_open_ex(const char *path, bool in_memory, struct gguf_file **out);
 void kvb_gguf_close(struct gguf_file *f);
 
 const struct gguf_kv *kvb_gguf_find(const struct gguf_file *f, const char *key);

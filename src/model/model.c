@@ -22,7 +22,7 @@
 #include <stdio.h>
 
 struct kvb_model_params kvb_model_default_params(void) {
-    struct kvb_model_params p = {NULL};
+    struct kvb_model_params p = {NULL, false};
     return p;
 }
 
@@ -69,8 +69,8 @@ static kvb_status get_hp(const struct gguf_file *f, const char *arch, const char
     return KVB_OK;
 }
 
-kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m) {
-    kvb_status st = kvb_gguf_open(path, &m->gguf);
+kvb_status kvb_model_load_gguf(const char *path, bool in_memory, struct kvb_model *m) {
+    kvb_status st = kvb_gguf_open_ex(path, in_memory, &m->gguf);
     if (st != KVB_OK) return st;
     const struct gguf_file *f = m->gguf;
     struct gguf_str a;
@@ -165,11 +165,11 @@ kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m) {
 
 /* ---- llama2.c ---- */
 
-kvb_status kvb_model_load_llama2c(const char *path, const char *tok_path, struct kvb_model *m) {
+kvb_status kvb_model_load_llama2c(const char *path, const char *tok_path, bool in_memory, struct kvb_model *m) {
     if (!tok_path) return kvb_fail(KVB_ERR_INVALID, "%s: a llama2.c checkpoint needs its tokenizer.bin (-z)", path);
     void *map;
     size_t size;
-    kvb_status st0 = kvb_map_file(path, 28, "a llama2.c checkpoint", &map, &size);
+    kvb_status st0 = (in_memory ? kvb_read_file : kvb_map_file)(path, 28, "a llama2.c checkpoint", &map, &size);
     if (st0 != KVB_OK) return st0;
     m->map = map;
     m->map_size = size;
@@ -274,8 +274,8 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
                                          "give its tokenizer.bin with -z", path);
     }
     kvb_status st = got == 4 && memcmp(magic, "GGUF", 4) == 0
-                        ? kvb_model_load_gguf(path, m)
-                        : kvb_model_load_llama2c(path, params ? params->tokenizer_path : NULL, m);
+                        ? kvb_model_load_gguf(path, params && params->no_mmap, m)
+                        : kvb_model_load_llama2c(path, params ? params->tokenizer_path : NULL, params && params->no_mmap, m);
     if (st != KVB_OK) {
         kvb_model_free(m);
         return st;

@@ -37,10 +37,10 @@ struct kvb_model {
     char path[512];
 };
 
-kvb_status kvb_model_load_gguf(const char *path, struct kvb_model *m);
+kvb_status kvb_model_load_gguf(const char *path, bool in_memory, struct kvb_model *m);
 
 /* export.c: kvb_model_write_gguf, kvb_model_make (declared in kvbound.h). */
-kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, struct kvb_model *m);
+kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, bool in_memory, struct kvb_model *m);
 
 /* The cache parameters of a sequence on model m (pool_bytes left default). */
 struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_policy_params *policy,

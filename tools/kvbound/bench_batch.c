@@ -89,6 +89,7 @@ static int batch_usage(FILE *f) {
             "  --chunk C            prompt chunk (default 256)\n"
             "  --step-tokens S      rows per step (default: N x min(P, C), at most 4096: all prompts in one step)\n"
             "  -t N                 threads (default 2)\n"
+            "  --no-mmap            read the weights into memory (huge pages) instead of mapping the file\n"
             "  --peer PATH          also run llama.cpp's llama-batched-bench on the same file and shapes\n"
             "  --json               accepted (the output is JSON)\n"
             "\n");
@@ -101,6 +102,7 @@ static double now(void) { return cli_now_sec(); }
 
 int bench_batch(int argc, char **argv) {
     const char *model = NULL, *peer = NULL;
+    struct kvb_model_params mp = kvb_model_default_params();
     int par[MAX_PAR] = {1, 2, 4, 8, 16, 32}, n_par = 6, P = 128, G = 64, threads = 2, chunk = 256, step_tokens = 0;
     enum kvb_policy_id pid = KVB_POLICY_FULL;
     struct cli_policy po;
@@ -111,6 +113,7 @@ int bench_batch(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return batch_usage(stdout);
         if (!strcmp(a, "--json")) continue;
+        if (!strcmp(a, "--no-mmap")) { mp.no_mmap = true; continue; }
         int r = cli_policy_option(&po, argc, argv, &i);
         if (r == 0) r = cli_kv_types_option(&kvt, argc, argv, &i);
         if (r < 0) return 2;
@@ -132,7 +135,7 @@ int bench_batch(int argc, char **argv) {
     if (step_tokens && step_tokens < chunk) { fprintf(stderr, "kvbound bench batch: --step-tokens (%d) must be at least --chunk (%d)\n", step_tokens, chunk); return 2; }
     cli_warn_threads(threads);
     struct kvb_model *m;
-    if (kvb_model_load(model, NULL, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
     cli_policy_warn(&po, pid, mi.n_ctx_train);

@@ -236,13 +236,14 @@ static int cmp_d(const void *a, const void *b) {
 
 static void model_usage(FILE *f, bool prefill) {
     if (prefill) {
-        fprintf(f, "usage: kvbound bench prefill -m MODEL [-t THREADS] [--chunk C] [--json]\n\n"
+        fprintf(f, "usage: kvbound bench prefill -m MODEL [-t THREADS] [--chunk C] [--no-mmap] [--json]\n\n"
                    "Times one prompt chunk of C tokens (best of 3); prints JSON: tok_per_s, gflops,\n"
-                   "fma_peak_gflops (this CPU, measured in the same run), peak_fraction.\n");
+                   "fma_peak_gflops (this CPU, measured in the same run), peak_fraction.\n"
+                   "  --no-mmap       read the weights into memory (huge pages) instead of mapping the file\n");
         return;
     }
     fprintf(f, "usage: kvbound bench decode -m MODEL [-t THREADS] [-n TOKENS] [--depth D] [--policy P --budget B ...]\n"
-               "                            [--chunk C] [--kv-dtype T | --kv-dtype-k T --kv-dtype-v T] [--json]\n\n"
+               "                            [--chunk C] [--kv-dtype T | --kv-dtype-k T --kv-dtype-v T] [--no-mmap] [--json]\n\n"
                "Reads a D-token prompt (default 0; in chunks of C, a bounded policy evicting\n"
                "between chunks), then times N decode steps (default 64); prints JSON: tok_per_s\n"
                "(from the median step), bytes_per_token (weights + the KV rows attended),\n"
@@ -250,6 +251,7 @@ static void model_usage(FILE *f, bool prefill) {
                "cache_tokens (retained per stream at the end), prefill_s.\n"
                "  --policy NAME   cache policy (default full); its options as in 'kvbound run --help'\n"
                "  --kv-dtype T    KV rows: f16 (default), bf16, f32, q8_0, q4_0 (-k/-v: K and V apart)\n"
+               "  --no-mmap       read the weights into memory (huge pages) instead of mapping the file\n"
                "With --recall the decode steps alternate, 8 at a time, between recall paused and on (one context,\n"
                "one run): tok_per_s is with recall; the JSON adds tok_per_s_without_recall, recall_cost_ratio\n"
                "(median step with / without), recall_score_ms_per_token, recall_load_ms_per_token, cold_pages,\n"
@@ -260,6 +262,7 @@ static void model_usage(FILE *f, bool prefill) {
 int bench_model(int argc, char **argv, bool prefill) {
     const char *model = NULL;
     int threads = 2, n = 64, chunk = 256, depth = 0;
+    struct kvb_model_params mp = kvb_model_default_params();
     enum kvb_policy_id pid = KVB_POLICY_FULL;
     struct cli_kv_types kvt;
     cli_kv_types_init(&kvt, KVB_DTYPE_F16);
@@ -274,6 +277,7 @@ int bench_model(int argc, char **argv, bool prefill) {
             return 0;
         }
         if (!strcmp(a, "--json")) continue;
+        if (!strcmp(a, "--no-mmap")) { mp.no_mmap = true; continue; }
         if (!prefill) {
             int pr = cli_policy_option(&po, argc, argv, &i);
             if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
@@ -294,7 +298,7 @@ int bench_model(int argc, char **argv, bool prefill) {
     }
     if (!model) { fprintf(stderr, "kvbound bench: -m MODEL is required\n"); return 2; }
     struct kvb_model *m;
-    if (kvb_model_load(model, NULL, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
     struct kvb_model_info info;
     kvb_model_get_info(m, &info);
     const struct kvb_model_info *in = &info;

@@ -59,6 +59,7 @@ static int chat_usage(FILE *f) {
             "  --temp T         (default 0.7)   -s, --seed S (default 0)\n"
             "  -ngl N           accepted for llama.cpp's command lines; kvbound runs on the CPU\n"
             "  -t N             threads (default 2)\n"
+            "  --no-mmap        read the weights into memory (huge pages) instead of mapping the file\n"
             "\n");
     cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
@@ -74,13 +75,14 @@ int cmd_chat(int argc, char **argv) {
     long long seed = 0;
     struct kvb_sampler_params sp = kvb_sampler_default_params();
     sp.temp = 0.7f;
-    bool show_prompt = false;
+    bool show_prompt = false, no_mmap = false;
     struct cli_kv_types kvt;
     cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return chat_usage(stdout);
         if (!strcmp(a, "--show-prompt")) { show_prompt = true; continue; }
+        if (!strcmp(a, "--no-mmap")) { no_mmap = true; continue; }
         int pr = cli_policy_option(&po, argc, argv, &i);
         if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (pr < 0) return 2;
@@ -105,6 +107,7 @@ int cmd_chat(int argc, char **argv) {
     if (!model) { fprintf(stderr, "kvbound chat: -m MODEL is required\n"); return 2; }
     struct kvb_model_params mp = kvb_model_default_params();
     mp.tokenizer_path = tok;
+    mp.no_mmap = no_mmap;
     struct kvb_model *m;
     if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
     struct kvb_model_info mi;

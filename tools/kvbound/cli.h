@@ -25,6 +25,10 @@ int cli_cores(void);
 void cli_warn_threads(int threads);
 void cli_log_stderr(enum kvb_log_level level, const char *msg, void *user);
 double cli_now_sec(void);
+/* The --no-mmap line of every command that loads a model (kvb_model_params.no_mmap). */
+#define CLI_NO_MMAP_HELP                                                                              \
+    "  --no-mmap             read the weights into memory (transparent huge pages) instead of\n" \
+    "                        mapping the file: faster prefill; RSS grows by the file's size\n"
 /* malloc / calloc for the CLI's own buffers: on failure print "out of
  * memory" naming what and exit(1) (the program, never the library). */
 void *cli_xmalloc(size_t bytes, const char *what);

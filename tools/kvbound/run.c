@@ -32,6 +32,7 @@ static void run_usage(FILE *f) {
             "  -ngl N                accepted for llama.cpp's command lines; kvbound runs on the CPU (no offload)\n"
             "  --ignore-eos          keep generating after end-of-sequence / end-of-turn\n"
             "  -t, --threads N       threads (default 2)\n"
+            CLI_NO_MMAP_HELP
             "\n");
     cli_kv_types_help(f, "f16");
     cli_recall_help(f);
@@ -41,7 +42,7 @@ static void run_usage(FILE *f) {
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *tok = NULL, *prompt = NULL, *pfile = NULL;
     int n_predict = 128, threads = 2;
-    bool ignore_eos = false;
+    bool ignore_eos = false, no_mmap = false;
     struct kvb_sampler_params sp = kvb_sampler_default_params();
     struct kvb_context_params cp = kvb_context_default_params();
     enum kvb_policy_id pid = KVB_POLICY_FULL;
@@ -57,6 +58,7 @@ int cmd_run(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout); return 0; }
         if (!strcmp(a, "--ignore-eos")) { ignore_eos = true; continue; }
+        if (!strcmp(a, "--no-mmap")) { no_mmap = true; continue; }
         int pr = cli_policy_option(&po, argc, argv, &i);
         if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
@@ -101,6 +103,7 @@ int cmd_run(int argc, char **argv) {
     }
     struct kvb_model_params mp = kvb_model_default_params();
     mp.tokenizer_path = tok;
+    mp.no_mmap = no_mmap;
     struct kvb_model *m;
     if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); free(pbuf); return 1; }
     struct kvb_model_info mi;

@@ -38,6 +38,7 @@ static int usage(FILE *f) {
             "                        redis://HOST:PORT (default ./kvbound-sessions)\n"
             "  --api-key KEY         require 'Authorization: Bearer KEY' (also KVB_API_KEY); /, /health open\n"
             "  -t, --threads N       threads of each step (default: the cores)\n"
+            CLI_NO_MMAP_HELP
             "  --step-tokens N       rows of one step: decode tokens + prompt chunks (default 512; smaller\n"
             "                        bounds the pause a long prompt puts on everyone's next token)\n"
             "  --chunk N             prompts join steps in chunks of N tokens (default 256, <= --step-tokens)\n"
@@ -92,6 +93,7 @@ int cmd_serve_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
+        if (!strcmp(a, "--no-mmap")) { o->no_mmap = true; continue; }
         int pr = cli_policy_option(&po, argc, argv, &i);
         if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (pr < 0) return 2;
@@ -147,6 +149,7 @@ int cmd_serve_main(int argc, char **argv) {
     kvb_log_set(log_warnings, NULL);
 
     struct kvb_model_params mp = kvb_model_default_params();
+    mp.no_mmap = o->no_mmap;
     if (kvb_model_load(o->model_path, &mp, &srv.model) != KVB_OK) {
         fprintf(stderr, "kvbound serve: %s\n", kvb_last_error());
         return 1;

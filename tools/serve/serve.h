@@ -141,6 +141,7 @@ struct serve_opts {
     enum kvb_pos_mode pos_mode;
     int max_distance;
     enum kvb_dtype kv_dtype, kv_dtype_v; /* every session's KV rows (--kv-dtype, -k, -v) */
+    bool no_mmap; /* --no-mmap: weights read into memory */
     bool dry_run; /* the fuzz target: requests are checked, never generated */
 };
 
