@@ -1,6 +1,6 @@
 #!/bin/sh
 # test_recall_cli.sh BUILD_DIR — reversible eviction (--recall) as users meet
-# it: run's stats line and its cold file (spilled, then removed at exit);
+# it: chat's turns and /stats with recall (and /save refused by name); run's stats line and its cold file (spilled, then removed at exit);
 # a run killed with SIGKILL leaves a cold file whose committed pages all
 # check; truncated and foreign files refused by `kvbound cold`; ppl --recall
 # runs each policy with and without recall (KL lower with it on the shared
@@ -11,6 +11,13 @@
 M="$T/tiny.gguf"
 "$K" mkmodel --shape tiny --type q8_0 -o "$M" > /dev/null 2>&1 || { ko mkmodel "kvbound mkmodel failed"; cli_summary; exit; }
 field() { grep -o "\"$1\":[0-9.e-]*" "$2" | sed -n "${3:-1}p" | cut -d: -f2; }
+
+# chat: turns through a pipe with recall; /stats shows the cold tier; /save refuses by name
+printf 'hello world this is a long turn of text to fill the cache\nand another turn\n/stats\n/save %s\n/quit\n' "$T/c.kvc" |
+    "$K" chat -m "$M" --policy streaming --budget 64 --recall -n 100 --temp 0 > "$T/chat.txt" 2> "$T/chat.err"; rc=$?
+if [ $rc -eq 0 ] && grep -q "^\[recall: [1-9][0-9]* cold pages .*, 0 dropped; recall area [0-9.]* MiB; [1-9][0-9]* pages loaded\]" "$T/chat.txt" &&
+   grep -q "save failed: cache_save: a cache with recall cannot be saved" "$T/chat.txt" && [ ! -e "$T/c.kvc" ]; then ok chat_recall
+else ko chat_recall "rc $rc: $(tail -n 3 "$T/chat.txt") $(tail -n 2 "$T/chat.err")"; fi
 
 # run: the stats line; pages beyond --cold-mb 0 go to a file in --cold-dir, removed at exit
 mkdir "$T/cold"

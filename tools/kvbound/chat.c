@@ -8,7 +8,10 @@
  * turn feeds only the new text; answers stream through kvb_detok, so a
  * character split across tokens is never printed half.
  * Commands: /stats, /reset, /save FILE, /load FILE, /quit. Works with stdin
- * as a pipe (no prompt marker is printed then).
+ * as a pipe (no prompt marker is printed then). With --recall, what the
+ * policy evicts goes to the cold tier and comes back when a turn's queries
+ * score it (docs/RECALL.md); such a cache cannot be saved (images do not hold
+ * the cold tier), and /save says so.
  */
 #include "cli.h"
 
@@ -44,7 +47,7 @@ static int chat_usage(FILE *f) {
             "\n"
             "Reads user turns from stdin (one per line) and answers each. Commands:\n"
             "  /stats  cache memory and tokens   /reset  forget the conversation\n"
-            "  /save FILE  save the cache         /load FILE  restore a saved cache\n"
+            "  /save FILE  save the cache (not with --recall)   /load FILE  restore a saved cache\n"
             "  /quit\n"
             "\n"
             "  --template NAME  chatml, llama3, llama2, mistral or plain (default: detected from the\n"
@@ -62,6 +65,7 @@ static int chat_usage(FILE *f) {
             "  --no-mmap        read the weights into memory (huge pages) instead of mapping the file\n"
             "\n");
     cli_kv_types_help(f, "f16");
+    cli_recall_help(f);
     cli_policy_help(f, 1024);
     return 0;
 }
@@ -78,6 +82,8 @@ int cmd_chat(int argc, char **argv) {
     bool show_prompt = false, no_mmap = false;
     struct cli_kv_types kvt;
     cli_kv_types_init(&kvt, KVB_DTYPE_F16);
+    struct cli_recall rec;
+    cli_recall_init(&rec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return chat_usage(stdout);
@@ -85,6 +91,7 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "--no-mmap")) { no_mmap = true; continue; }
         int pr = cli_policy_option(&po, argc, argv, &i);
         if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
+        if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -124,7 +131,9 @@ int cmd_chat(int argc, char **argv) {
     cp.kv_dtype_v = kvt.v;
     /* a compressing policy reads each turn whole before compressing: room for
      * turns of up to 4096 tokens on top of what it keeps (or --prefill-budget) */
-    cp.kv_pool_bytes = cli_pool_bytes(&mi, &kvt, &cp.policy, (int64_t)cp.policy.budget + 4096, cp.chunk, cp.block_size, mi.n_ctx_train);
+    cp.kv_pool_bytes = cli_pool_bytes(&mi, &kvt, &cp.policy, (int64_t)cp.policy.budget + 4096, cp.chunk, cp.block_size, mi.n_ctx_train) +
+                       cli_recall_pool_bytes(&mi, &kvt, &rec, cp.block_size);
+    cp.recall = cli_recall_params(&rec);
     struct kvb_context *c = NULL;
     struct kvb_sampler *smp = NULL;
     sp.seed = (uint64_t)seed;
@@ -166,6 +175,10 @@ int cmd_chat(int argc, char **argv) {
                 kvb_cache_get_stats(kvb_context_cache(c), &cs);
                 printf("[tokens seen %lld, retained %lld in all streams (longest %d), KV %.2f MB (peak %.2f MB), policy %s]\n",
                        (long long)kvb_context_n_past(c), (long long)cs.slots, cs.slots_max, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(pid));
+                if (rec.on)
+                    printf("[recall: %lld cold pages (%.1f MiB in memory, %.1f MiB in file), %lld dropped; recall area %.1f MiB; %lld pages loaded]\n",
+                           (long long)cs.cold_pages, (double)cs.cold_mem_bytes / (1 << 20), (double)cs.cold_file_bytes / (1 << 20),
+                           (long long)cs.cold_dropped_pages, (double)cs.recall_bytes / (1 << 20), (long long)cs.recall_loads);
             } else if (!strcmp(line, "/reset")) {
                 kvb_context_reset(c);
                 first = true;
