@@ -759,6 +759,9 @@ struct kvb_seq_params {
     struct kvb_sampler_params sampler;
     int32_t max_tokens;              /* tokens to generate; 0 = no limit */
     bool ignore_eos;                 /* default false: end-of-sequence ends the sequence */
+    struct kvb_recall_params recall; /* reversible eviction, as kvb_cache_params.recall (pages 0:
+                                      * off, the default); its recall area counts in the
+                                      * sequence's minimum; such a sequence cannot be saved */
 };
 struct kvb_seq_params kvb_seq_default_params(void);
 

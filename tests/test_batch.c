@@ -6,7 +6,7 @@
  *     logits at every step equal a lone kvb_context's (prompt through
  *     kvb_context_prompt with the same chunk, then one eval per token)
  *     within 1e-4, and after every step the pool's pages in use are the sum
- *     of the sequences' pages;
+ *     of the sequences' pages; the same with recall (kvb_seq_params.recall);
  *   - pool exhaustion mid-step and allocation failures during a step leave
  *     every cache byte-identical and name the sequence;
  *   - sequences removed in random order give back every page.
@@ -57,10 +57,11 @@ static struct kvb_policy_params policy(enum kvb_policy_id id) {
 }
 
 /* A lone context's logits for the prompt and then for each token of `fed`. */
-static int single_logits(struct kvb_model *model, struct kvb_policy_params pol, const int32_t *prompt, int32_t n_prompt, const int32_t *fed, int32_t n_fed,
-                         float *out /* [(n_fed + 1) * V] */) {
+static int single_logits(struct kvb_model *model, struct kvb_policy_params pol, struct kvb_recall_params rec, const int32_t *prompt, int32_t n_prompt,
+                         const int32_t *fed, int32_t n_fed, float *out /* [(n_fed + 1) * V] */) {
     struct kvb_context_params cp = kvb_context_default_params();
     cp.policy = pol;
+    cp.recall = rec;
     cp.chunk = CHUNK;
     cp.kv_pool_bytes = (size_t)64 << 20;
     struct kvb_context *c;
@@ -102,7 +103,7 @@ static int pool_matches(struct kvb_batch *b, const struct track *tr, int n) {
  * most 8 at once, one cancelled mid-prompt and one mid-answer; every one's
  * logits against a lone context. Returns through FAILF. */
 #define NS_MAX (KVB_POLICY_COUNT + 2)
-static void equality_run(struct kvb_model *model, int NS, int n_pol) {
+static void equality_run(struct kvb_model *model, int NS, int n_pol, struct kvb_recall_params rec) {
     struct kvb_model_info mi;
     kvb_model_get_info(model, &mi);
     const int32_t V = mi.n_vocab;
@@ -125,11 +126,13 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol) {
     struct kvb_batch *b;
     CHECK_OK(kvb_batch_init(model, &bp, &b));
     int active_max = 0;
+    long long recall_loads = 0;
     for (int step = 0; step < 200; step++) {
         for (int i = 0; i < NS; i++) /* joins (when a slot is free) */
             if (tr[i].id < 0 && !tr[i].done && step >= tr[i].start) {
                 struct kvb_seq_params sp = kvb_seq_default_params();
                 sp.policy = policy(tr[i].pol);
+                sp.recall = rec;
                 sp.max_tokens = MAX_GEN;
                 sp.ignore_eos = true;
                 sp.sampler.temp = 0;
@@ -148,6 +151,14 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol) {
             }
             active += si.state != KVB_SEQ_DONE;
             if (step == tr[i].cancel_at || si.state == KVB_SEQ_DONE) {
+                struct kvb_cache_stats cs;
+                kvb_cache_get_stats(kvb_batch_seq_cache(b, tr[i].id), &cs);
+                recall_loads += cs.recall_loads;
+                if (rec.pages > 0 && si.state == KVB_SEQ_DONE) { /* images do not hold the cold tier */
+                    void *img = NULL;
+                    size_t ilen = 0;
+                    CHECK_STATUS(kvb_batch_seq_save(b, tr[i].id, &img, &ilen), KVB_ERR_UNSUPPORTED);
+                }
                 if (si.state == KVB_SEQ_DONE) CHECK(!strcmp(si.stop, "length") && si.n_generated == MAX_GEN);
                 CHECK_OK(kvb_batch_remove(b, tr[i].id));
                 tr[i].done = true;
@@ -161,6 +172,8 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol) {
         if (all) break;
     }
     CHECK(active_max >= (NS >= 8 ? 6 : NS / 2));
+    if (rec.pages > 0 && recall_loads == 0) FAILF("recall on, but no sequence loaded a page into its recall area");
+    if (rec.pages == 0) CHECK_EQ_INT((int)recall_loads, 0);
     struct kvb_batch_stats bs;
     kvb_batch_get_stats(b, &bs);
     CHECK_EQ_INT((int)bs.n_seqs, 0);
@@ -172,7 +185,7 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol) {
         if (tr[i].cancel_at >= 0 && tr[i].n_lg == MAX_GEN) FAILF("sequence %d was to be cancelled, ran to the end", i);
         if (tr[i].cancel_at < 0 && tr[i].n_lg != MAX_GEN) FAILF("sequence %d (%s) sampled %d tokens, want %d", i, kvb_policy_name(tr[i].pol), (int)tr[i].n_lg, MAX_GEN);
         if (!tr[i].n_lg) continue;
-        if (!single_logits(model, policy(tr[i].pol), g_ids + 100 * i, tr[i].n_prompt, tr[i].fed, tr[i].n_lg - 1, want))
+        if (!single_logits(model, policy(tr[i].pol), rec, g_ids + 100 * i, tr[i].n_prompt, tr[i].fed, tr[i].n_lg - 1, want))
             FAILF("single run %d: %s", i, kvb_last_error());
         double worst = 0;
         for (size_t k = 0; k < (size_t)tr[i].n_lg * (size_t)V; k++) {
@@ -187,7 +200,20 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol) {
 
 TEST(batch_equals_single_every_policy_with_joins_and_cancels) {
     NEED_MODEL();
-    equality_run(g_model, NS_MAX, KVB_POLICY_COUNT);
+    struct kvb_recall_params none = {0};
+    equality_run(g_model, NS_MAX, KVB_POLICY_COUNT, none);
+}
+
+/* Recall in a batch: evicted pages go to each sequence's cold tier and come
+ * back into its recall area, as in a lone context; the areas' pages are the
+ * sequences' (pool_matches) and come back when they leave. */
+TEST(batch_equals_single_with_recall) {
+    NEED_MODEL();
+    struct kvb_recall_params rec = {0};
+    rec.pages = 2;
+    rec.every = 1;
+    rec.cold_mem_bytes = (size_t)1 << 20;
+    equality_run(g_model, NS_MAX, KVB_POLICY_COUNT, rec);
 }
 
 /* Q8_0 weights: decode rows go through the int8 kernel with activations
@@ -207,7 +233,8 @@ TEST(batch_equals_single_q8_0_weights) {
     struct kvb_model_info mi;
     kvb_model_get_info(q8, &mi);
     CHECK(!strcmp(kvb_type_name(mi.weight_type), "q8_0"));
-    equality_run(q8, 8, 4); /* full, window, streaming, h2o */
+    struct kvb_recall_params none = {0};
+    equality_run(q8, 8, 4, none); /* full, window, streaming, h2o */
     kvb_model_free(q8);
     unlink(path);
 }
@@ -368,6 +395,16 @@ TEST(admission_and_bad_arguments) {
     struct kvb_seq_params bounded = kvb_seq_default_params();
     bounded.policy = policy(KVB_POLICY_STREAMING);
     CHECK(kvb_batch_seq_min_bytes(b, &bounded, 10) < full_min / 4);
+    { /* recall: the minimum also holds the recall area, R pages per stream */
+        struct kvb_seq_params rb = bounded;
+        rb.recall.pages = 3;
+        struct kvb_model_info mi;
+        kvb_model_get_info(g_model, &mi);
+        struct kvb_batch_stats bs;
+        kvb_batch_get_stats(b, &bs);
+        CHECK_EQ_INT((long long)(kvb_batch_seq_min_bytes(b, &rb, 10) - kvb_batch_seq_min_bytes(b, &bounded, 10)),
+                     3LL * mi.n_layer * mi.n_head_kv * (long long)bs.page_bytes);
+    }
     int32_t id, bad = -5;
     int admitted = 0;
     while (kvb_batch_can_admit(b, &bounded, 10) == KVB_OK && admitted < 100) {
@@ -503,6 +540,7 @@ TEST(sessions_continue_save_and_load) {
 
 int main(void) {
     RUN(batch_equals_single_every_policy_with_joins_and_cancels);
+    RUN(batch_equals_single_with_recall);
     RUN(batch_equals_single_q8_0_weights);
     RUN(pool_exhaustion_and_allocation_failures_change_no_cache);
     RUN(sequences_freed_in_random_order_return_every_page);

@@ -3,7 +3,8 @@
 # serve-memory` as other tools read them: the JSON fields the issue names,
 # with values that add up (pool peak grows with the sequences; bounded
 # sessions outnumber full ones in the same pool); a peer that is not
-# llama-batched-bench fails with a message naming it; bad flags are named.
+# llama-batched-bench fails with a message naming it; --recall's field;
+# bad flags are named.
 . "$(dirname "$0")/cli_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
 if [ ! -f "$G" ]; then
@@ -21,6 +22,13 @@ if [ $rc -eq 0 ] && head -n 1 "$T/b.json" | grep -q '^\[$' && tail -n 1 "$T/b.js
    [ -n "$(field decode_tok_per_s "$T/b.json" 2)" ] && [ -n "$(field decode_tok_per_s_per_seq "$T/b.json" 2)" ] &&
    [ -n "$p1" ] && [ "$p1" -gt 0 ] && [ "$p4" -gt "$p1" ]; then ok bench_batch_json_fields
 else ko bench_batch_json_fields "rc $rc: $(head -c 300 "$T/b.json") $(tail -n 2 "$T/b.err")"; fi
+
+# --recall: every sequence with its own cold tier; the JSON says so
+"$K" bench batch -m "$G" --parallel 2 --prompt-tokens 80 --gen-tokens 20 --policy streaming --budget 32 --recall-pages 2 -t 2 > "$T/r.json" 2> "$T/r.err"; rc=$?
+"$K" bench batch -m "$G" --parallel 2 --prompt-tokens 80 --gen-tokens 20 --policy streaming --budget 32 -t 2 > "$T/r0.json" 2> /dev/null
+if [ $rc -eq 0 ] && [ "$(field recall_pages "$T/r.json" 1)" = 2 ] && [ -z "$(field recall_pages "$T/r0.json" 1)" ] &&
+   [ "$(field pool_bytes_peak "$T/r.json" 1)" -ge "$(field pool_bytes_peak "$T/r0.json" 1)" ]; then ok bench_batch_recall
+else ko bench_batch_recall "rc $rc: $(head -c 300 "$T/r.json") $(tail -n 2 "$T/r.err")"; fi
 
 "$K" bench serve-memory -m "$G" --pool-mb 2 --context 1024 --budget 64 --sessions 16 --gen-tokens 4 --json > "$T/s.json" 2> "$T/s.err"; rc=$?
 sf=$(field sessions_full "$T/s.json" 1); sb=$(field sessions_bounded "$T/s.json" 1)

@@ -157,7 +157,8 @@ size_t kvb_batch_seq_min_bytes(const struct kvb_batch *b, const struct kvb_seq_p
     }
     const int64_t B = b->p.block_size;
     const int64_t chunk = KVB_MIN((int64_t)b->p.chunk, (int64_t)KVB_MAX(n_prompt, 1)); /* a prompt chunk read before eviction */
-    const int64_t pages = (tokens + chunk + B - 1) / B + 2;
+    const int64_t area = is_full(p) ? 0 : KVB_MAX(p->recall.pages, 0); /* recall: the area's pages, taken with the hot ones */
+    const int64_t pages = (tokens + chunk + B - 1) / B + 2 + area;
     return (size_t)pages * (size_t)in->n_layer * (size_t)in->n_head_kv * b->page_bytes;
 }
 
@@ -228,7 +229,9 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     s.n_ctx = n_ctx;
     struct kvb_cache_params cp = kvb_model_cache_params(b->m, &p->policy, p->pos_mode, b->p.kv_dtype, b->p.block_size, p->max_distance);
     cp.dtype_v = b->p.kv_dtype_v;
+    cp.recall = p->recall;
     kvb_status st = kvb_cache_init(b->pool, &cp, &s.cache);
+    s.p.recall.cold_dir = NULL; /* the cache keeps its own copy; the caller's string may go */
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, n_prompt);
     if (st != KVB_OK) {
         seq_clear(&s);

@@ -80,7 +80,8 @@ static int batch_usage(FILE *f) {
             "\n"
             "N sequences read P-token prompts together, then decode G tokens each together;\n"
             "prints a JSON list, one object per N: parallel, prefill_tok_per_s,\n"
-            "decode_tok_per_s (aggregate), decode_tok_per_s_per_seq, pool_bytes_peak.\n"
+            "decode_tok_per_s (aggregate), decode_tok_per_s_per_seq, pool_bytes_peak\n"
+            "(and recall_pages with --recall: every sequence with its own cold tier).\n"
             "\n"
             "  --parallel LIST      sequence counts (default 1,2,4,8,16,32)\n"
             "  --prompt-tokens P    prompt tokens per sequence (default 128)\n"
@@ -94,6 +95,7 @@ static int batch_usage(FILE *f) {
             "  --json               accepted (the output is JSON)\n"
             "\n");
     cli_kv_types_help(f, "f16");
+    cli_recall_help(f);
     cli_policy_help(f, 1024);
     return 0;
 }
@@ -103,6 +105,8 @@ static double now(void) { return cli_now_sec(); }
 int bench_batch(int argc, char **argv) {
     const char *model = NULL, *peer = NULL;
     struct kvb_model_params mp = kvb_model_default_params();
+    struct cli_recall rec;
+    cli_recall_init(&rec);
     int par[MAX_PAR] = {1, 2, 4, 8, 16, 32}, n_par = 6, P = 128, G = 64, threads = 2, chunk = 256, step_tokens = 0;
     enum kvb_policy_id pid = KVB_POLICY_FULL;
     struct cli_policy po;
@@ -116,6 +120,7 @@ int bench_batch(int argc, char **argv) {
         if (!strcmp(a, "--no-mmap")) { mp.no_mmap = true; continue; }
         int r = cli_policy_option(&po, argc, argv, &i);
         if (r == 0) r = cli_kv_types_option(&kvt, argc, argv, &i);
+        if (r == 0) r = cli_recall_option(&rec, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -147,6 +152,7 @@ int bench_batch(int argc, char **argv) {
     sp.max_tokens = G;
     sp.ignore_eos = true;
     sp.sampler.temp = 0;
+    sp.recall = cli_recall_params(&rec);
     char cpu[256];
     cpu_model_name(cpu, sizeof cpu);
     struct peer_row prow[MAX_PAR];
@@ -209,6 +215,7 @@ int bench_batch(int argc, char **argv) {
                    "\"decode_tok_per_s_per_seq\":%.2f,\"pool_bytes_peak\":%zu",
                    model, kvb_policy_name(pid), pid == KVB_POLICY_FULL ? 0 : sp.policy.budget, threads, kvb_kernels_name(), N, P, G,
                    t_pp > 0 ? (double)N * P / t_pp : 0, dec, dec / N, bs.pool_bytes_peak);
+            if (sp.recall.pages > 0) printf(",\"recall_pages\":%d", (int)sp.recall.pages);
             for (int r = 0; r < n_peer; r++)
                 if (prow[r].pl == N)
                     printf(",\"peer_prefill_tok_per_s\":%.2f,\"peer_decode_tok_per_s\":%.2f,\"decode_ratio_vs_peer\":%.3f", prow[r].speed_pp,
