@@ -27,13 +27,16 @@ static const struct ref k_models[] = {
      "Once upon a time, pixels unfolding like petals. Classifications unfold, a kaleidoscope of probability revealing hidden patterns"},
 };
 
-static struct kvb_model *load(const char *path, const char *tok) {
+static struct kvb_model *load_as(const char *path, const char *tok, bool no_mmap) {
     struct kvb_model_params mp = kvb_model_default_params();
     mp.tokenizer_path = tok;
+    mp.no_mmap = no_mmap;
     struct kvb_model *m = NULL;
     if (kvb_model_load(path, &mp, &m) != KVB_OK) printf("  load %s: %s\n", path, kvb_last_error());
     return m;
 }
+
+static struct kvb_model *load(const char *path, const char *tok) { return load_as(path, tok, false); }
 
 /* run.c's loop: 64 forward passes, greedy, stop at BOS; text after BOS
  * without its leading space. */
@@ -132,12 +135,8 @@ TEST(weights_read_into_memory_equal_mapped) {
         NEED_SHARED(t, k_models[i].tok);
         const char *paths[2] = {g, b};
         for (int src = 0; src < 2; src++) {
-            struct kvb_model *mm = load(paths[src], src ? t : NULL), *mr = NULL;
-            struct kvb_model_params mp = kvb_model_default_params();
-            mp.tokenizer_path = src ? t : NULL;
-            mp.no_mmap = true;
-            CHECK(mm != NULL);
-            CHECK_OK(kvb_model_load(paths[src], &mp, &mr));
+            struct kvb_model *mm = load(paths[src], src ? t : NULL), *mr = load_as(paths[src], src ? t : NULL, true);
+            CHECK(mm != NULL && mr != NULL);
             struct kvb_model_info im, ir;
             kvb_model_get_info(mm, &im);
             kvb_model_get_info(mr, &ir);
