@@ -8,7 +8,10 @@
  *     within 1e-4, and after every step the pool's pages in use are the sum
  *     of the sequences' pages; the same with recall (kvb_seq_params.recall);
  *   - pool exhaustion mid-step and allocation failures during a step leave
- *     every cache byte-identical and name the sequence;
+ *     every cache byte-identical and name the sequence; with recall (no
+ *     images), a step failed at every allocation in turn leaves each
+ *     sequence's state and stats as they were, and its logits then equal a
+ *     twin batch's that never failed;
  *   - sequences removed in random order give back every page.
  */
 #include "testing.h"
@@ -343,6 +346,116 @@ TEST(pool_exhaustion_and_allocation_failures_change_no_cache) {
     kvb_batch_free(b);
 }
 
+/* Recall sequences cannot be saved as images (the cold tier is not in
+ * them), so here a failed step is checked against a twin batch that never
+ * fails: after every injected failure each sequence's state and cache stats
+ * are as before, and once the step goes through, every sequence's logits
+ * equal the twin's bit for bit. A cold page the cold tier cannot allocate is
+ * dropped, not failed (the documented degrade, counted in
+ * cold_dropped_pages); a sequence that dropped one is no longer compared. */
+struct recall_seq_state {
+    struct kvb_seq_info info;
+    struct kvb_cache_stats cs;
+};
+static void recall_seq_state(struct kvb_batch *b, int32_t id, struct recall_seq_state *out) {
+    memset(out, 0, sizeof *out);
+    kvb_batch_seq_info(b, id, &out->info);
+    kvb_cache_get_stats(kvb_batch_seq_cache(b, id), &out->cs);
+}
+static int same_recall_state(const struct recall_seq_state *a, const struct recall_seq_state *b) {
+    return a->info.state == b->info.state && a->info.n_prompt_done == b->info.n_prompt_done && a->info.n_generated == b->info.n_generated &&
+           a->info.n_past == b->info.n_past && a->info.kv_bytes == b->info.kv_bytes && a->cs.bytes_used == b->cs.bytes_used &&
+           a->cs.slots == b->cs.slots && a->cs.cold_pages == b->cs.cold_pages && a->cs.cold_mem_bytes == b->cs.cold_mem_bytes &&
+           a->cs.cold_staged_tokens == b->cs.cold_staged_tokens && a->cs.cold_dropped_pages == b->cs.cold_dropped_pages &&
+           a->cs.recall_loads == b->cs.recall_loads && a->cs.recall_bytes == b->cs.recall_bytes;
+}
+
+TEST(allocation_failures_with_recall_change_nothing) {
+    NEED_MODEL();
+    enum { NS = 4 };
+    static const enum kvb_policy_id pols[NS] = {KVB_POLICY_STREAMING, KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_TOVA};
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.max_seqs = NS;
+    bp.chunk = CHUNK;
+    bp.step_tokens = 4 * CHUNK;
+    bp.n_threads = 2;
+    bp.kv_pool_bytes = (size_t)64 << 20;
+    struct kvb_batch *b[2]; /* b[0] fails, b[1] is its twin */
+    int32_t ids[2][NS];
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(kvb_batch_init(g_model, &bp, &b[k]));
+        for (int i = 0; i < NS; i++) {
+            struct kvb_seq_params sp = kvb_seq_default_params();
+            sp.policy = policy(pols[i]);
+            sp.ignore_eos = true;
+            sp.max_tokens = 40;
+            sp.recall.pages = 2;
+            sp.recall.every = 1 + i % 2;
+            sp.recall.cold_mem_bytes = (size_t)1 << 20;
+            CHECK_OK(kvb_batch_add(b[k], &sp, g_ids + 60 * i, 50 + 7 * i, &ids[k][i]));
+        }
+    }
+    struct kvb_model_info mi;
+    kvb_model_get_info(g_model, &mi);
+    struct kvb_allocator al = {t_malloc, t_free, NULL};
+    bool compared[NS] = {false}, dropped[NS] = {false};
+    int injected = 0, cold_pages = 0;
+    for (int step = 0; step < 60; step++) {
+        int32_t adv_twin, failed;
+        CHECK_OK(kvb_batch_step(b[1], &adv_twin, &failed));
+        if (adv_twin == 0) break;
+        for (long at = 1;; at++) {
+            struct recall_seq_state before[NS], after[NS];
+            for (int i = 0; i < NS; i++) recall_seq_state(b[0], ids[0][i], &before[i]);
+            kvb_allocator_set(&al);
+            g_calls = 0;
+            g_fail_at = at;
+            g_count = true;
+            int32_t adv;
+            kvb_status st = kvb_batch_step(b[0], &adv, &failed);
+            g_count = false;
+            kvb_allocator_set(NULL);
+            if (st == KVB_OK) {
+                CHECK_EQ_INT(adv, adv_twin);
+                break;
+            }
+            injected++;
+            if (st != KVB_ERR_NOMEM) FAILF("step %d, allocation %ld: status %d (%s)", step, at, (int)st, kvb_last_error());
+            for (int i = 0; i < NS; i++) {
+                recall_seq_state(b[0], ids[0][i], &after[i]);
+                if (!same_recall_state(&before[i], &after[i]))
+                    FAILF("step %d: failing allocation %ld changed sequence %d (%s)", step, at, i, kvb_policy_name(pols[i]));
+            }
+        }
+        for (int i = 0; i < NS; i++) {
+            struct kvb_cache_stats cs;
+            kvb_cache_get_stats(kvb_batch_seq_cache(b[0], ids[0][i]), &cs);
+            if (cs.cold_dropped_pages > 0) dropped[i] = true;
+            if (dropped[i]) continue;
+            const float *la = kvb_batch_logits(b[0], ids[0][i]), *lb = kvb_batch_logits(b[1], ids[1][i]);
+            if (!la || !lb) {
+                if (la != lb && (la == NULL) != (lb == NULL)) FAILF("step %d: sequence %d has logits in one batch only", step, i);
+                continue;
+            }
+            if (memcmp(la, lb, sizeof(float) * (size_t)mi.n_vocab))
+                FAILF("step %d: sequence %d (%s) differs from its twin after injected failures", step, i, kvb_policy_name(pols[i]));
+            compared[i] = true;
+        }
+    }
+    for (int i = 0; i < NS; i++) {
+        struct kvb_cache_stats cs;
+        kvb_cache_get_stats(kvb_batch_seq_cache(b[0], ids[0][i]), &cs);
+        cold_pages += (int)cs.cold_pages;
+        CHECK(compared[i]);
+    }
+    CHECK(injected > 0);
+    CHECK(cold_pages > 0); /* evictions reached the cold tier: its allocations were in the walk */
+    printf("  (%d injected failures; %d cold pages; sequences that dropped a page: %d %d %d %d)\n", injected, cold_pages, dropped[0],
+           dropped[1], dropped[2], dropped[3]);
+    kvb_batch_free(b[0]);
+    kvb_batch_free(b[1]);
+}
+
 TEST(sequences_freed_in_random_order_return_every_page) {
     NEED_MODEL();
     struct kvb_batch_params bp = kvb_batch_default_params();
@@ -543,6 +656,7 @@ int main(void) {
     RUN(batch_equals_single_with_recall);
     RUN(batch_equals_single_q8_0_weights);
     RUN(pool_exhaustion_and_allocation_failures_change_no_cache);
+    RUN(allocation_failures_with_recall_change_nothing);
     RUN(sequences_freed_in_random_order_return_every_page);
     RUN(admission_and_bad_arguments);
     RUN(sessions_continue_save_and_load);
