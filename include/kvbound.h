@@ -499,6 +499,14 @@ int32_t kvb_cache_recalled(const struct kvb_cache *cache, int32_t layer, int32_t
  * without recall. */
 kvb_status kvb_cache_set_recall(struct kvb_cache *cache, bool on);
 
+/* The directory a cache with recall spills cold pages to once its memory is
+ * full, for a cache that has no cold file yet: a cache restored from an
+ * image (images hold the cold tier but name no file; the restored tier is
+ * in memory, its pages plus cold_mem_bytes more). KVB_ERR_INVALID without
+ * recall, for an empty path or when the cache already writes a file;
+ * KVB_ERR_NOMEM. The cache is unchanged on failure. */
+kvb_status kvb_cache_set_cold_dir(struct kvb_cache *cache, const char *dir);
+
 /* A cold-tier file (kvb_recall_params.cold_dir) checked: header, geometry,
  * and every committed page's checksum, sequence, stream, count and
  * positions. A file cut short of its committed pages, or any bad field, is
@@ -516,7 +524,10 @@ kvb_status kvb_cold_file_check(const char *path, struct kvb_cold_file_info *out)
 
 /* Save and restore. The format is versioned and checksummed (CRC-32); a
  * corrupt or truncated image gives KVB_ERR_CORRUPT and nothing else happens.
- * A restored cache continues bit-identically to one that never stopped.
+ * A restored cache continues bit-identically to one that never stopped. A
+ * cache with recall saves its cold tier and recall areas too (version 4):
+ * restored, its cold pages are in host memory (kvb_cache_set_cold_dir for
+ * a file beyond it).
  * kvb_cache_save allocates *buf with the library allocator; release it with
  * kvb_buffer_free. */
 kvb_status kvb_cache_save(const struct kvb_cache *cache, void **buf, size_t *len);

@@ -407,7 +407,44 @@ struct rcase {
     size_t mem;   /* cold memory bytes */
     bool file;    /* a cold directory */
     bool reference; /* compare outputs with the double-precision reference (f32 rows) */
+    int restore_at; /* > 0: after this step the cache is saved, freed and continued from its image */
 };
+
+/* c saved, then loaded into pool: the image loads, saves again to the same
+ * bytes, and the original is freed; returns the restored cache or NULL. */
+static struct kvb_cache *save_and_restore(struct kvb_cache *c, struct kvb_pool *pool, const char *dir) {
+    void *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0;
+    struct kvb_cache *r = NULL;
+    if (kvb_cache_save(c, &a, &la) != KVB_OK) { printf("  save: %s\n", kvb_last_error()); return NULL; }
+    if (kvb_cache_load(pool, a, la, 0, &r) != KVB_OK) printf("  load: %s\n", kvb_last_error());
+    else if (dir && kvb_cache_set_cold_dir(r, dir) != KVB_OK) { /* the restored tier spills where the first one did */
+        printf("  set_cold_dir: %s\n", kvb_last_error());
+        kvb_cache_free(r);
+        r = NULL;
+    }
+    else if (kvb_cache_save(r, &b, &lb) != KVB_OK || la != lb || memcmp(a, b, la)) {
+        printf("  the restored cache saves to a different image (%zu vs %zu bytes)\n", la, lb);
+        kvb_cache_free(r);
+        r = NULL;
+    }
+    if (r) {
+        struct kvb_cache_stats x, y;
+        kvb_cache_get_stats(c, &x);
+        kvb_cache_get_stats(r, &y);
+        if (x.slots != y.slots || x.cold_pages != y.cold_pages || x.cold_staged_tokens != y.cold_staged_tokens || x.recall_bytes != y.recall_bytes ||
+            x.cold_dropped_pages != y.cold_dropped_pages || x.recall_loads != y.recall_loads || x.bytes_used != y.bytes_used) {
+            printf("  restored stats differ (cold pages %lld vs %lld, recall bytes %zu vs %zu)\n", (long long)x.cold_pages, (long long)y.cold_pages,
+                   x.recall_bytes, y.recall_bytes);
+            kvb_cache_free(r);
+            r = NULL;
+        }
+    }
+    kvb_buffer_free(a);
+    kvb_buffer_free(b);
+    if (r) kvb_cache_free(c);
+    return r;
+}
 
 /* Runs one case; with hot_bytes, also records hot bytes per step. */
 static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
@@ -438,7 +475,13 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
     struct shadow sh = {calloc((size_t)L * H * STEPS, 512), calloc((size_t)L * H * STEPS, 512), calloc((size_t)L * H * STEPS, 1),
                         c->geom.row_bytes, c->geom.row_bytes_v};
     int rc = 0;
+    bool spilled = false;
     for (int t = 0; t < STEPS && !rc; t++) {
+        if (k->restore_at && t == k->restore_at) {
+            struct kvb_cache *r = save_and_restore(c, pool, dir);
+            if (!r) { rc = 1; break; }
+            c = r;
+        }
         for (int l = 0; l < L && !rc; l++) {
             float q[NH][D], kk[H][D], vv[H][D], out[NH][D];
             for (int h = 0; h < NH; h++) for (int x = 0; x < D; x++) q[h][x] = frand() * 2.0f;
@@ -504,15 +547,18 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
         }
         if (!rc) rc = check_invariants(c, pool, "recall step");
         if (hot_bytes) hot_bytes[t] = cs.bytes_used - cs.recall_bytes;
+        spilled |= cs.cold_file_bytes > 0;
     }
     struct kvb_cache_stats cs;
     kvb_cache_get_stats(c, &cs);
     if (!rc && k->R && cs.recall_loads == 0 && k->pid != KVB_POLICY_FULL) { printf("  nothing was ever recalled\n"); rc = 1; }
-    if (!rc && k->file && cs.cold_file_bytes == 0) { printf("  nothing reached the cold file\n"); rc = 1; }
-    /* images do not carry the cold tier: refused, not silently lossy */
-    void *buf;
-    size_t len;
-    if (!rc && k->R && kvb_cache_save(c, &buf, &len) != KVB_ERR_UNSUPPORTED) { printf("  save with recall was not refused\n"); rc = 1; }
+    if (!rc && k->file && !spilled) { printf("  nothing reached the cold file\n"); rc = 1; }
+    /* the image holds the cold tier and the areas: it loads and saves again to the same bytes */
+    if (!rc) {
+        struct kvb_cache *r = save_and_restore(c, pool, dir);
+        if (r) c = r;
+        else rc = 1;
+    }
     kvb_cache_free(c);
     struct kvb_pool_stats ps;
     kvb_pool_get_stats(pool, &ps);
@@ -525,20 +571,20 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
 
 TEST(recalled_attention_equals_direct_reference) {
     const struct rcase cases[] = {
-        {KVB_POLICY_STREAMING, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true}, /* capped by default */
-        {KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 3, 1, (size_t)1 << 20, false, true},
-        {KVB_POLICY_WINDOW, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 3, 0, true, true},                       /* file only, every 3 */
-        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, 20000, true, true},                     /* memory then file */
-        {KVB_POLICY_TOVA, KVB_POS_CAPPED, KVB_DTYPE_F32, 1, 1, (size_t)1 << 20, false, true},
-        {KVB_POLICY_KNORM, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 4, 2, (size_t)1 << 20, false, true},
-        {KVB_POLICY_SCISSORHANDS, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true},
-        {KVB_POLICY_SNAPKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true},
-        {KVB_POLICY_PYRAMIDKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true},
-        {KVB_POLICY_ADAKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true},
-        {KVB_POLICY_LMINFINITE, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true},
-        {KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, 8000, true, false},
-        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q8_0, 2, 1, 0, true, false},
-        {KVB_POLICY_BLOCK_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q4_0, 2, 1, (size_t)1 << 20, false, false},
+        {KVB_POLICY_STREAMING, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0}, /* capped by default */
+        {KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 3, 1, (size_t)1 << 20, false, true, 0},
+        {KVB_POLICY_WINDOW, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 3, 0, true, true, 0},                       /* file only, every 3 */
+        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, 20000, true, true, 0},                     /* memory then file */
+        {KVB_POLICY_TOVA, KVB_POS_CAPPED, KVB_DTYPE_F32, 1, 1, (size_t)1 << 20, false, true, 0},
+        {KVB_POLICY_KNORM, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 4, 2, (size_t)1 << 20, false, true, 0},
+        {KVB_POLICY_SCISSORHANDS, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
+        {KVB_POLICY_SNAPKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
+        {KVB_POLICY_PYRAMIDKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
+        {KVB_POLICY_ADAKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
+        {KVB_POLICY_LMINFINITE, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
+        {KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, 8000, true, false, 0},
+        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q8_0, 2, 1, 0, true, false, 0},
+        {KVB_POLICY_BLOCK_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q4_0, 2, 1, (size_t)1 << 20, false, false, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (run_recall(&cases[i], NULL, NULL)) FAILF("case %zu (%s, %s)", i, kvb_policy_name(cases[i].pid), kvb_dtype_name(cases[i].dt));
@@ -552,8 +598,8 @@ TEST(hot_memory_unchanged_and_tiers_agree) {
     static float o_mem[STEPS * L * NH * D], o_file[STEPS * L * NH * D];
     const enum kvb_policy_id ids[2] = {KVB_POLICY_STREAMING, KVB_POLICY_WINDOW};
     for (int i = 0; i < 2; i++) {
-        struct rcase a = {ids[i], KVB_POS_ORIGINAL, KVB_DTYPE_F16, 0, 0, 0, false, false};
-        struct rcase b = {ids[i], KVB_POS_ORIGINAL, KVB_DTYPE_F16, 4, 1, (size_t)1 << 20, false, false};
+        struct rcase a = {ids[i], KVB_POS_ORIGINAL, KVB_DTYPE_F16, 0, 0, 0, false, false, 0};
+        struct rcase b = {ids[i], KVB_POS_ORIGINAL, KVB_DTYPE_F16, 4, 1, (size_t)1 << 20, false, false, 0};
         rng = 12345;
         CHECK(run_recall(&a, without, NULL) == 0);
         rng = 12345;
@@ -567,6 +613,40 @@ TEST(hot_memory_unchanged_and_tiers_agree) {
         CHECK(run_recall(&f, NULL, o_file) == 0);
         if (memcmp(o_mem, o_file, sizeof o_mem) != 0) FAILF("%s: outputs differ between a memory and a file cold tier", kvb_policy_name(ids[i]));
     }
+}
+
+/* A cache with recall saved mid-stream (cold pages in memory or in its
+ * file, areas loaded, a page staged) and continued from its image gives
+ * the outputs of one that never stopped, bit for bit, for every policy. */
+TEST(restored_recall_cache_continues_bit_identically) {
+    static float o_run[STEPS * L * NH * D], o_restored[STEPS * L * NH * D];
+    const struct rcase cases[] = {
+        {KVB_POLICY_STREAMING, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0}, /* capped: shadows */
+        {KVB_POLICY_WINDOW, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 3, 0, true, false, 0},                          /* file only, every 3 */
+        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q8_0, 2, 1, 20000, true, false, 0},                        /* memory then file */
+        {KVB_POLICY_TOVA, KVB_POS_CAPPED, KVB_DTYPE_F16, 1, 1, (size_t)1 << 20, false, false, 0},
+        {KVB_POLICY_KNORM, KVB_POS_ORIGINAL, KVB_DTYPE_Q4_0, 4, 2, (size_t)1 << 20, false, false, 0},
+        {KVB_POLICY_SCISSORHANDS, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
+        {KVB_POLICY_SNAPKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
+        {KVB_POLICY_PYRAMIDKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
+        {KVB_POLICY_ADAKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
+        {KVB_POLICY_LMINFINITE, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
+        {KVB_POLICY_BLOCK_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int at = 70; at <= 190; at += 120) { /* past the first cold pages, and late */
+            struct rcase k = cases[i];
+            rng = 4242 + i;
+            if (run_recall(&k, NULL, o_run)) FAILF("case %zu (%s): the uninterrupted run failed", i, kvb_policy_name(k.pid));
+            k.restore_at = at;
+            rng = 4242 + i;
+            if (run_recall(&k, NULL, o_restored)) FAILF("case %zu (%s): the run restored at step %d failed", i, kvb_policy_name(k.pid), at);
+            size_t first = 0;
+            while (first < sizeof o_run / sizeof *o_run && o_run[first] == o_restored[first]) first++;
+            if (first < sizeof o_run / sizeof *o_run)
+                FAILF("case %zu (%s): restored at step %d, outputs differ from the uninterrupted run from step %zu", i,
+                      kvb_policy_name(k.pid), at, first / (L * NH * D));
+        }
 }
 
 /* Evictions from two worker threads append to one cold store (memory, then
@@ -635,6 +715,7 @@ int main(void) {
     RUN(page_bound_is_an_upper_bound);
     RUN(recalled_attention_equals_direct_reference);
     RUN(hot_memory_unchanged_and_tiers_agree);
+    RUN(restored_recall_cache_continues_bit_identically);
     RUN(threaded_recall_equals_serial);
     RUN(recall_params_checked);
     return test_summary();

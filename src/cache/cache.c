@@ -742,6 +742,12 @@ kvb_status kvb_cache_set_recall(struct kvb_cache *c, bool on) {
     return KVB_OK;
 }
 
+kvb_status kvb_cache_set_cold_dir(struct kvb_cache *c, const char *dir) {
+    if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
+    if (!c->recall) return kvb_fail(KVB_ERR_INVALID, "set_cold_dir: the cache was made without recall (recall.pages 0)");
+    return kvb_cold_set_dir(c->cold, dir);
+}
+
 int64_t kvb_cache_n_past(const struct kvb_cache *c, int32_t layer) {
     return c && layer >= 0 && layer < c->params.n_layer ? c->n_past[layer] : -1;
 }

@@ -106,6 +106,18 @@ void kvb_recall_evicted(struct kvb_cache *c, struct kvb_stream *s, const int32_t
 /* Chooses and loads stream s's recalled pages for the n_rows rotated, scaled
  * query rows qrot (unless reused: recall.every). */
 void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const float *qrot, int32_t n_rows);
+/* Restoring an image (cache_io.c). Record bodies are the positions, K rows
+ * and V rows of block_size tokens (a cold record without its header). */
+size_t kvb_recall_body_bytes(const struct kvb_cache *c);
+/* Stream i's next sealed page, rec a record with its body filled: to the
+ * cold tier and its index, the summary rebuilt (KVB_ERR_NOMEM). */
+kvb_status kvb_recall_restore_page(struct kvb_cache *c, size_t i, uint8_t *rec);
+/* Stream i's staged page: its first n tokens written into the stage record. */
+void kvb_recall_restore_stage(struct kvb_cache *c, size_t i, int32_t n);
+/* Stream i's recall area: its pages taken from the pool, to be filled (rows,
+ * pos, loaded) and then finished by kvb_recall_area_done (shadows, order). */
+kvb_status kvb_recall_restore_area(struct kvb_cache *c, size_t i);
+void kvb_recall_area_done(struct kvb_cache *c, size_t i);
 /* The recall area of s: its view and logical positions (NULL, n 0 without). */
 const struct kvb_recall_stream *kvb_recall_area(const struct kvb_cache *c, const struct kvb_stream *s);
 /* Upper bound of q . k for keys within lohi ([2][d]: per-channel min, max). */

@@ -14,6 +14,20 @@
  *           per logical slot: i32 phys_slot i32 pos f32 state[n_state] K row, V row (their stored
  *           types: quantized rows are saved as their blocks, never requantized)
  *           i32 free_slots[n_pages * block_size - n] (the hole stack, bottom first)
+ *   version 4 (flags 1, written for a cache with recall) adds, after n_state:
+ *           i32 recall_pages every summary i64 cold_mem_bytes i32 paused
+ *           i64 dropped_pages total_cold_pages
+ *   and after the streams, per stream: i64 n_cold lost scorings loads
+ *           i32 since n_stage has_area
+ *           the staged page: i32 pos[n_stage], K rows [n_stage], V rows [n_stage]
+ *           n_cold sealed pages: i32 pos[block_size], K rows, V rows (a cold record's body)
+ *           has_area: i64 loaded[recall_pages] i32 pos[recall_pages * block_size],
+ *                     per area page its valid rows: K rows, then V rows
+ *   (page summaries and the area's shadow rows are rebuilt from the rows, in
+ *   the order they were built, so they come back as the same floats; the
+ *   restored cold tier is in host memory, the image's pages plus
+ *   cold_mem_bytes more, and has no file until kvb_cache_set_cold_dir: an
+ *   image never makes the loader write where it says)
  *   u32 crc32 of every byte before it
  *
  * The physical layout is saved, not just the logical content, so that a
@@ -31,7 +45,9 @@
 #include <stdio.h>
 
 #define KVB_CACHE_MAGIC "KVBCACHE"
-#define KVB_CACHE_VERSION 3u
+#define KVB_CACHE_VERSION 3u        /* caches without recall */
+#define KVB_CACHE_VERSION_RECALL 4u /* with recall: the cold tier and recall areas follow */
+#define IMAGE_RECALL 1u             /* flags bit (version 4) */
 
 /* ---- writer ---- */
 struct wbuf {
@@ -63,16 +79,42 @@ static void w_u32(struct wbuf *w, uint32_t v) { w_bytes(w, &v, 4); }
 static void w_f32(struct wbuf *w, float v) { w_bytes(w, &v, 4); }
 static void w_i64(struct wbuf *w, int64_t v) { w_bytes(w, &v, 8); }
 
+/* The recall section, per stream (see the format above). Area pages are
+ * saved up to their valid rows only, so images never carry stale bytes. */
+static void save_recall(const struct kvb_cache *c, struct wbuf *w) {
+    const struct kvb_cache_params *p = &c->params;
+    const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
+    const int32_t R = p->recall.pages, B = p->block_size;
+    const size_t body = kvb_recall_body_bytes(c), rb = c->geom.row_bytes, rbv = c->geom.row_bytes_v;
+    const struct kvb_cold_geom *g = &c->cold_geom;
+    for (int64_t i = 0; i < n_streams; i++) {
+        const struct kvb_recall_stream *r = &c->recall[i];
+        w_i64(w, r->n_cold); w_i64(w, r->lost); w_i64(w, r->scorings); w_i64(w, r->loads);
+        w_i32(w, r->since); w_i32(w, r->n_stage); w_i32(w, r->pages ? 1 : 0);
+        w_bytes(w, kvb_cold_rec_pos(r->stage), sizeof(int32_t) * (size_t)r->n_stage);
+        w_bytes(w, kvb_cold_rec_k(g, r->stage), (size_t)r->n_stage * rb);
+        w_bytes(w, kvb_cold_rec_v(g, r->stage), (size_t)r->n_stage * rbv);
+        for (int64_t k = 0; k < r->n_cold; k++) w_bytes(w, kvb_cold_get(c->cold, r->rec[k]) + KVB_COLD_REC_HEADER, body);
+        if (!r->pages) continue;
+        w_bytes(w, r->loaded, sizeof(int64_t) * (size_t)R);
+        w_bytes(w, r->pos, sizeof(int32_t) * (size_t)R * (size_t)B);
+        for (int32_t a = 0; a < R; a++) {
+            int32_t n = 0;
+            while (n < B && r->pos[a * B + n] >= 0) n++;
+            w_bytes(w, r->pages[a], (size_t)n * rb);
+            w_bytes(w, r->pages[a] + c->geom.v_offset, (size_t)n * rbv);
+        }
+    }
+}
+
 kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     if (!c || !buf || !len) return kvb_fail(KVB_ERR_INVALID, "cache_save: cache, buf and len must not be NULL");
-    if (c->recall)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache_save: a cache with recall cannot be saved: images do not hold its cold tier");
     const struct kvb_cache_params *p = &c->params;
     const int32_t ns = c->policy.iface->n_state;
     struct wbuf w = {0};
     w_bytes(&w, KVB_CACHE_MAGIC, 8);
-    w_u32(&w, KVB_CACHE_VERSION);
-    w_u32(&w, 0);
+    w_u32(&w, c->recall ? KVB_CACHE_VERSION_RECALL : KVB_CACHE_VERSION);
+    w_u32(&w, c->recall ? IMAGE_RECALL : 0u);
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->dtype); w_i32(&w, (int32_t)p->dtype_v);
     w_i32(&w, p->block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -85,8 +127,19 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_i32(&w, (int32_t)pp->pool_mode); w_i32(&w, pp->decode_budget); w_i32(&w, pp->prefill_budget); w_i32(&w, (int32_t)pp->tova_scope);
     w_i32(&w, p->max_distance);
     w_i32(&w, ns);
-    for (int32_t l = 0; l < p->n_layer; l++) w_i64(&w, c->n_past[l]);
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
+    if (c->recall) {
+        struct kvb_cold_counts cc;
+        kvb_cold_counts(c->cold, &cc);
+        int64_t total = 0;
+        for (int64_t i = 0; i < n_streams; i++) total += c->recall[i].n_cold;
+        w_i32(&w, p->recall.pages); w_i32(&w, p->recall.every); w_i32(&w, (int32_t)p->recall.summary);
+        w_i64(&w, (int64_t)KVB_MIN(p->recall.cold_mem_bytes, (size_t)INT64_MAX));
+        w_i32(&w, c->recall_paused ? 1 : 0);
+        w_i64(&w, cc.dropped_pages);
+        w_i64(&w, total);
+    }
+    for (int32_t l = 0; l < p->n_layer; l++) w_i64(&w, c->n_past[l]);
     for (int64_t i = 0; i < n_streams; i++) {
         const struct kvb_stream *s = &c->streams[i];
         w_i32(&w, s->v.budget); w_i32(&w, s->v.prompt_end); w_i32(&w, s->v.target); w_i32(&w, s->v.n); w_i32(&w, s->v.n_pages);
@@ -100,6 +153,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
         }
         w_bytes(&w, s->free_slots, sizeof(int32_t) * (size_t)s->n_free);
     }
+    if (c->recall) save_recall(c, &w);
     uint32_t crc = w.oom ? 0 : kvb_crc32(0, w.p, w.n);
     w_u32(&w, crc);
     if (w.oom) {
@@ -132,6 +186,100 @@ static bool r_f32(struct rbuf *r, float *v, const char *f) { return r_bytes(r, v
 
 #define TRUNC() kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n)
 
+/* n positions of stream i (layer l) at pos: each in [0, n_past) */
+static bool positions_ok(const struct kvb_cache *c, int32_t l, const int32_t *pos, int32_t n) {
+    for (int32_t t = 0; t < n; t++)
+        if (pos[t] < 0 || pos[t] >= c->n_past[l]) return false;
+    return true;
+}
+
+/* The recall section (save_recall) into c, made with the image's recall
+ * params: every count bounded by the bytes that remain before anything is
+ * allocated for it. */
+static kvb_status load_recall(struct kvb_cache *c, struct rbuf *rp, int64_t total_cold) {
+    struct rbuf r = *rp;
+    const struct kvb_cache_params *p = &c->params;
+    const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
+    const int32_t R = p->recall.pages, B = p->block_size;
+    const size_t body = kvb_recall_body_bytes(c), rb = c->geom.row_bytes, rbv = c->geom.row_bytes_v;
+    const struct kvb_cold_geom *g = &c->cold_geom;
+    uint8_t *rec = kvb_calloc(1, kvb_cold_record_bytes(g));
+    if (!rec) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory for a cold page");
+    kvb_status st = KVB_OK;
+    int64_t seen = 0;
+    for (int64_t i = 0; i < n_streams && st == KVB_OK; i++) {
+        struct kvb_recall_stream *rs = &c->recall[i];
+        const int32_t layer = (int32_t)(i / p->n_kv_head);
+        int64_t n_cold, lost, scorings, loads;
+        int32_t since, n_stage, has_area;
+        if (!r_bytes(&r, &n_cold, 8, "recall.n_cold") || !r_bytes(&r, &lost, 8, "recall.lost") ||
+            !r_bytes(&r, &scorings, 8, "recall.scorings") || !r_bytes(&r, &loads, 8, "recall.loads") ||
+            !r_i32(&r, &since, "recall.since") || !r_i32(&r, &n_stage, "recall.n_stage") || !r_i32(&r, &has_area, "recall.has_area")) {
+            st = kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n);
+            break;
+        }
+        if (n_cold < 0 || n_cold > total_cold - seen || lost < 0 || scorings < 0 || loads < 0 || since < 0 || since > p->recall.every ||
+            n_stage < 0 || n_stage >= B || (has_area != 0 && has_area != 1)) {
+            st = kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld has bad recall counts (%lld cold pages, %d staged, since %d)",
+                          (long long)i, (long long)n_cold, (int)n_stage, (int)since);
+            break;
+        }
+        seen += n_cold;
+        int32_t *spos = kvb_cold_rec_pos(rs->stage);
+        if (!r_bytes(&r, spos, sizeof(int32_t) * (size_t)n_stage, "recall.stage_pos") ||
+            !r_bytes(&r, kvb_cold_rec_k(g, rs->stage), (size_t)n_stage * rb, "recall.stage_k") ||
+            !r_bytes(&r, kvb_cold_rec_v(g, rs->stage), (size_t)n_stage * rbv, "recall.stage_v")) {
+            st = kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n);
+            break;
+        }
+        if (!positions_ok(c, layer, spos, n_stage)) {
+            st = kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld has a staged position out of range", (long long)i);
+            break;
+        }
+        kvb_recall_restore_stage(c, (size_t)i, n_stage);
+        for (int64_t k = 0; k < n_cold && st == KVB_OK; k++) {
+            if (!r_bytes(&r, rec + KVB_COLD_REC_HEADER, body, "recall.cold_page"))
+                st = kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n);
+            else if (!positions_ok(c, layer, kvb_cold_rec_pos(rec), B))
+                st = kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld cold page %lld has a position out of range", (long long)i, (long long)k);
+            else
+                st = kvb_recall_restore_page(c, (size_t)i, rec);
+        }
+        if (st != KVB_OK) break;
+        if (has_area) {
+            if ((size_t)R * (8 + 4 * (size_t)B) > r.n - r.at) {
+                st = kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld recall area does not fit the image", (long long)i);
+                break;
+            }
+            if ((st = kvb_recall_restore_area(c, (size_t)i)) != KVB_OK) break;
+            r_bytes(&r, rs->loaded, sizeof(int64_t) * (size_t)R, "recall.loaded");
+            r_bytes(&r, rs->pos, sizeof(int32_t) * (size_t)R * (size_t)B, "recall.area_pos");
+            for (int32_t a = 0; a < R && st == KVB_OK; a++) {
+                int32_t n = 0;
+                while (n < B && rs->pos[a * B + n] >= 0) n++;
+                for (int32_t t = n; t < B; t++)
+                    if (rs->pos[a * B + t] != -1) n = -1;
+                if (n < 0 || rs->loaded[a] < -2 || rs->loaded[a] >= n_cold || !positions_ok(c, layer, rs->pos + (size_t)a * B, n))
+                    st = kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld recall page %d is inconsistent", (long long)i, (int)a);
+                else if (!r_bytes(&r, rs->pages[a], (size_t)n * rb, "recall.area_k") ||
+                         !r_bytes(&r, rs->pages[a] + c->geom.v_offset, (size_t)n * rbv, "recall.area_v"))
+                    st = kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n);
+            }
+            if (st != KVB_OK) break;
+            kvb_recall_area_done(c, (size_t)i);
+        }
+        rs->since = since;
+        rs->lost = lost;
+        rs->scorings = scorings;
+        rs->loads = loads;
+    }
+    kvb_free(rec);
+    if (st == KVB_OK && seen != total_cold)
+        st = kvb_fail(KVB_ERR_CORRUPT, "cache image: %lld cold pages in the streams, %lld in the header", (long long)seen, (long long)total_cold);
+    if (st == KVB_OK) *rp = r;
+    return st;
+}
+
 kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, size_t pool_bytes, struct kvb_cache **out) {
     if (!buf || !out) return kvb_fail(KVB_ERR_INVALID, "cache_load: buf and out must not be NULL");
     if (len < 8 + 4 + 4 + 4) return kvb_fail(KVB_ERR_CORRUPT, "cache image too short (%zu bytes)", len);
@@ -143,8 +291,10 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     struct rbuf r = {b, len - 4, 8, "magic"};
     uint32_t version, flags;
     if (!r_bytes(&r, &version, 4, "version") || !r_bytes(&r, &flags, 4, "flags")) return TRUNC();
-    if (version != KVB_CACHE_VERSION && version != 2u)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads 2 and %u)", version, KVB_CACHE_VERSION);
+    if (version < 2u || version > KVB_CACHE_VERSION_RECALL)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads 2 to %u)", version, KVB_CACHE_VERSION_RECALL);
+    if (flags != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u))
+        return kvb_fail(KVB_ERR_CORRUPT, "cache image: flags 0x%x are not valid for version %u", flags, version);
     struct kvb_cache_params p = kvb_cache_default_params();
     int32_t dtype, dtype_v = KVB_DTYPE_AS_K, pos_mode, rope_type, has_ff, pid;
     if (!r_i32(&r, &p.n_layer, "n_layer") || !r_i32(&r, &p.n_kv_head, "n_kv_head") || !r_i32(&r, &p.head_dim, "head_dim") ||
@@ -192,6 +342,35 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     if (!r_i32(&r, &ns, "n_state")) return TRUNC();
     if (ns != kvb_policy_iface(pp->id)->n_state)
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_state %d does not match policy %s", ns, kvb_policy_name(pp->id));
+    int32_t paused = 0;
+    int64_t dropped = 0, total_cold = 0, image_cold_mem = 0;
+    if (version == KVB_CACHE_VERSION_RECALL) {
+        int32_t summary;
+        int64_t mem;
+        if (!r_i32(&r, &p.recall.pages, "recall.pages") || !r_i32(&r, &p.recall.every, "recall.every") ||
+            !r_i32(&r, &summary, "recall.summary") || !r_bytes(&r, &mem, 8, "recall.cold_mem_bytes") ||
+            !r_i32(&r, &paused, "recall.paused") || !r_bytes(&r, &dropped, 8, "recall.dropped_pages") ||
+            !r_bytes(&r, &total_cold, 8, "recall.cold_pages"))
+            return TRUNC();
+        if (p.recall.pages < 1 || summary < 0 || summary > 2 || mem < 0 || (paused != 0 && paused != 1) || dropped < 0 || total_cold < 0)
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad recall params (pages %d, summary %d, paused %d, %lld cold pages)",
+                            (int)p.recall.pages, (int)summary, (int)paused, (long long)total_cold);
+        p.recall.summary = (enum kvb_recall_summary)summary;
+        image_cold_mem = mem;
+        /* the image's cold pages must fit in what remains (each record body
+         * holds at least block_size positions and rows), and they all go to
+         * host memory: the restored tier has no file (the image names none) */
+        const int32_t dt_v = dtype_v == KVB_DTYPE_AS_K ? dtype : dtype_v;
+        const size_t body = p.head_dim >= 1 && p.head_dim <= 4096 && p.block_size >= 1 && p.block_size <= 65536
+                                ? (size_t)p.block_size * (4 + kvb_dtype_row_bytes((enum kvb_dtype)dtype, p.head_dim) +
+                                                          kvb_dtype_row_bytes((enum kvb_dtype)dt_v, p.head_dim))
+                                : 0;
+        if (body == 0 || (uint64_t)total_cold > (r.n - r.at) / body)
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: %lld cold pages do not fit the image", (long long)total_cold);
+        const size_t need = (size_t)total_cold * (body + KVB_COLD_REC_HEADER + 8);
+        p.recall.cold_mem_bytes = need + KVB_MIN((size_t)mem, (size_t)64 << 30); /* its pages, then its memory budget again */
+        p.recall.cold_dir = NULL;
+    }
     /* the n_past array alone must fit in what remains */
     if (p.n_layer < 1 || (size_t)p.n_layer > (r.n - r.at) / 8)
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_layer %d does not fit the image", p.n_layer);
@@ -278,6 +457,16 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             s->free_slots[f] = slot;
         }
         for (int32_t f = 0; f < n_free; f++) s->v.pos[s->free_slots[f]] = -1;
+    }
+    if (c->recall) {
+        st = load_recall(c, &r, total_cold);
+        if (st != KVB_OK) {
+            kvb_cache_free(c);
+            return st;
+        }
+        c->recall_paused = paused != 0;
+        c->params.recall.cold_mem_bytes = (size_t)image_cold_mem; /* as configured (the store holds at least the image's pages) */
+        kvb_cold_note_dropped(c->cold, dropped);
     }
     if (r.at != r.n) {
         kvb_cache_free(c);

@@ -249,6 +249,44 @@ int64_t kvb_cold_append(struct kvb_cold *c, uint8_t *rec, int32_t stream, int32_
     return id;
 }
 
+kvb_status kvb_cold_set_dir(struct kvb_cold *c, const char *dir) {
+    if (!dir || !*dir) return kvb_fail(KVB_ERR_INVALID, "cold tier: the directory must be a non-empty path");
+    pthread_mutex_lock(&c->mu);
+    kvb_status st = KVB_OK;
+    if (c->path) {
+        st = kvb_fail(KVB_ERR_INVALID, "cold tier: it already has its file '%s'", c->path);
+    } else {
+        const size_t n = strlen(dir) + 1;
+        char *d = kvb_malloc(n);
+        uint8_t **seg = c->seg ? c->seg : kvb_calloc(MAX_SEGS, sizeof(uint8_t *));
+        void **base = c->seg_base ? c->seg_base : kvb_calloc(MAX_SEGS, sizeof(void *));
+        size_t *len = c->seg_len ? c->seg_len : kvb_calloc(MAX_SEGS, sizeof(size_t));
+        if (!d || !seg || !base || !len) {
+            kvb_free(d);
+            if (!c->seg) kvb_free(seg);
+            if (!c->seg_base) kvb_free(base);
+            if (!c->seg_len) kvb_free(len);
+            st = kvb_fail(KVB_ERR_NOMEM, "cold tier: out of memory");
+        } else {
+            memcpy(d, dir, n);
+            kvb_free(c->dir);
+            c->dir = d;
+            c->seg = seg;
+            c->seg_base = base;
+            c->seg_len = len;
+            c->file_failed = false;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+void kvb_cold_note_dropped(struct kvb_cold *c, int64_t n) {
+    pthread_mutex_lock(&c->mu);
+    c->dropped += n;
+    pthread_mutex_unlock(&c->mu);
+}
+
 const uint8_t *kvb_cold_get(const struct kvb_cold *c, int64_t id) {
     if (id < KVB_COLD_FILE_ID) return c->chunks[id / c->per_chunk] + (size_t)(id % c->per_chunk) * c->rec_bytes;
     const int64_t i = id - KVB_COLD_FILE_ID;

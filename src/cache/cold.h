@@ -82,6 +82,12 @@ void kvb_cold_free(struct kvb_cold *c);
  * stream with n tokens: fills the header and stores it. Returns its id, or
  * -1 when it was dropped (counted; the first reason is logged). Thread-safe. */
 int64_t kvb_cold_append(struct kvb_cold *c, uint8_t *rec, int32_t stream, int32_t n);
+/* The directory for the file from now on, when the store has no file yet
+ * (a restored cache's store starts with none). KVB_ERR_INVALID, KVB_ERR_NOMEM;
+ * the store is unchanged on failure. */
+kvb_status kvb_cold_set_dir(struct kvb_cold *c, const char *dir);
+/* Counts n pages as dropped (a restored image's count). */
+void kvb_cold_note_dropped(struct kvb_cold *c, int64_t n);
 /* The stored record id (valid while the store lives). */
 const uint8_t *kvb_cold_get(const struct kvb_cold *c, int64_t id);
 

@@ -174,42 +174,66 @@ size_t kvb_recall_meta_bytes(const struct kvb_cache *c) {
 
 /* ---- eviction: to the cold tier ---- */
 
-/* Seals the staged page: to the store, then into the index. */
-static void seal_stage(struct kvb_cache *c, struct kvb_recall_stream *r, int32_t stream) {
+/* Adds one key row (stored bytes) to a [3][d] summary: per-channel min, max
+ * and sum. Summaries are built a key at a time in page order, so restoring
+ * an image (kvb_recall_restore_*) rebuilds the very same floats. */
+static void summary_add(const struct kvb_cache *c, float *lohi3, const uint8_t *krow) {
     const int32_t d = c->params.head_dim;
+    float key[512];
+    kvb_kv_row_load(c->params.dtype, krow, key, d);
+    float *lo = lohi3, *hi = lohi3 + d, *sum = lohi3 + 2 * d;
+    for (int32_t ch = 0; ch < d; ch++) {
+        lo[ch] = key[ch] < lo[ch] ? key[ch] : lo[ch];
+        hi[ch] = key[ch] > hi[ch] ? key[ch] : hi[ch];
+        sum[ch] += key[ch];
+    }
+}
+
+/* Room in stream r's index for one more page (grown as a worker would:
+ * doubling from 64; false when the allocator has none). */
+static bool index_room(struct kvb_cache *c, struct kvb_recall_stream *r) {
+    if (r->n_cold < r->cap) return true;
+    const int32_t d = c->params.head_dim;
+    const int64_t cap = KVB_MAX(r->cap * 2, (int64_t)64);
+    int64_t *rec = kvb_malloc(sizeof(int64_t) * (size_t)cap);
+    float *lohi = kvb_malloc(sizeof(float) * 2 * (size_t)d * (size_t)cap);
+    float *sums = kvb_malloc(sizeof(float) * (size_t)d * (size_t)cap);
+    float *score = kvb_malloc(sizeof(float) * (size_t)(cap + 1));
+    if (!rec || !lohi || !sums || !score) {
+        kvb_free(rec); kvb_free(lohi); kvb_free(sums); kvb_free(score);
+        return false;
+    }
+    if (r->n_cold) {
+        memcpy(rec, r->rec, sizeof(int64_t) * (size_t)r->n_cold);
+        memcpy(lohi, r->lohi, sizeof(float) * 2 * (size_t)d * (size_t)r->n_cold);
+        memcpy(sums, r->sums, sizeof(float) * (size_t)d * (size_t)r->n_cold);
+    }
+    kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->sums); kvb_free(r->score);
+    r->rec = rec; r->lohi = lohi; r->sums = sums; r->score = score;
+    r->cap = cap;
+    return true;
+}
+
+/* Indexes record id with its [3][d] summary (min, max, sum); needs index_room. */
+static void index_add(const struct kvb_cache *c, struct kvb_recall_stream *r, int64_t id, const float *lohi3) {
+    const int32_t d = c->params.head_dim;
+    r->rec[r->n_cold] = id;
+    memcpy(r->lohi + (size_t)r->n_cold * 2 * (size_t)d, lohi3, sizeof(float) * 2 * (size_t)d);
+    memcpy(r->sums + (size_t)r->n_cold * (size_t)d, lohi3 + 2 * d, sizeof(float) * (size_t)d);
+    r->n_cold++;
+}
+
+/* Seals the staged page: to the store, then into the index. A page the
+ * store or the index cannot take is lost (the worker cannot fail). */
+static void seal_stage(struct kvb_cache *c, struct kvb_recall_stream *r, int32_t stream) {
     const int64_t id = kvb_cold_append(c->cold, r->stage, stream, r->n_stage);
-    if (id >= 0 && r->n_cold == r->cap) { /* grow the index (the worker cannot fail: a page it cannot index is lost) */
-        const int64_t cap = KVB_MAX(r->cap * 2, (int64_t)64);
-        int64_t *rec = kvb_malloc(sizeof(int64_t) * (size_t)cap);
-        float *lohi = kvb_malloc(sizeof(float) * 2 * (size_t)d * (size_t)cap);
-        float *sums = kvb_malloc(sizeof(float) * (size_t)d * (size_t)cap);
-        float *score = kvb_malloc(sizeof(float) * (size_t)(cap + 1));
-        if (rec && lohi && sums && score) {
-            if (r->n_cold) {
-                memcpy(rec, r->rec, sizeof(int64_t) * (size_t)r->n_cold);
-                memcpy(lohi, r->lohi, sizeof(float) * 2 * (size_t)d * (size_t)r->n_cold);
-                memcpy(sums, r->sums, sizeof(float) * (size_t)d * (size_t)r->n_cold);
-            }
-            kvb_free(r->rec); kvb_free(r->lohi); kvb_free(r->sums); kvb_free(r->score);
-            r->rec = rec; r->lohi = lohi; r->sums = sums; r->score = score;
-            r->cap = cap;
-        } else {
-            kvb_free(rec); kvb_free(lohi); kvb_free(sums); kvb_free(score);
-        }
-    }
-    if (id >= 0 && r->n_cold < r->cap) {
-        r->rec[r->n_cold] = id;
-        memcpy(r->lohi + (size_t)r->n_cold * 2 * (size_t)d, r->stage_lohi, sizeof(float) * 2 * (size_t)d);
-        memcpy(r->sums + (size_t)r->n_cold * (size_t)d, r->stage_lohi + 2 * d, sizeof(float) * (size_t)d);
-        r->n_cold++;
-    } else {
-        r->lost++;
-    }
+    if (id >= 0 && index_room(c, r)) index_add(c, r, id, r->stage_lohi);
+    else r->lost++;
     /* the staged page was possibly in the area: it is a sealed page now, reloaded if chosen */
     for (int32_t a = 0; a < c->params.recall.pages; a++)
         if (r->loaded[a] == -2) r->loaded[a] = -1; /* its rows stay attended until the next choice */
     r->n_stage = 0;
-    lohi_reset(r->stage_lohi, d);
+    lohi_reset(r->stage_lohi, c->params.head_dim);
 }
 
 void kvb_recall_evicted(struct kvb_cache *c, struct kvb_stream *s, const int32_t *victims, int32_t k) {
@@ -217,21 +241,13 @@ void kvb_recall_evicted(struct kvb_cache *c, struct kvb_stream *s, const int32_t
     const size_t i = kvb_cache_stream_index(c, s);
     struct kvb_recall_stream *r = &c->recall[i];
     const struct kvb_cold_geom *g = &c->cold_geom;
-    const int32_t d = c->params.head_dim;
-    float key[512];
     for (int32_t x = 0; x < k; x++) {
         const int32_t slot = s->v.order[victims[x]], t = r->n_stage;
         const uint8_t *kr = kvb_stream_row(&c->geom, s, slot);
         kvb_cold_rec_pos(r->stage)[t] = s->v.pos[slot];
         memcpy(kvb_cold_rec_k(g, r->stage) + (size_t)t * g->row_bytes, kr, g->row_bytes);
         memcpy(kvb_cold_rec_v(g, r->stage) + (size_t)t * g->row_bytes_v, kvb_stream_vrow(&c->geom, s, slot), g->row_bytes_v);
-        kvb_kv_row_load(c->params.dtype, kr, key, d);
-        float *lo = r->stage_lohi, *hi = r->stage_lohi + d, *sum = r->stage_lohi + 2 * d;
-        for (int32_t ch = 0; ch < d; ch++) {
-            lo[ch] = key[ch] < lo[ch] ? key[ch] : lo[ch];
-            hi[ch] = key[ch] > hi[ch] ? key[ch] : hi[ch];
-            sum[ch] += key[ch];
-        }
+        summary_add(c, r->stage_lohi, kr);
         if (++r->n_stage == g->block_size) seal_stage(c, r, (int32_t)i);
     }
 }
@@ -295,6 +311,8 @@ static void sort_area(struct kvb_recall_stream *r, int32_t total) {
     r->n = n;
 }
 
+static void area_shadow(const struct kvb_cache *c, struct kvb_recall_stream *r, int32_t a, int32_t n);
+
 static void load_page(const struct kvb_cache *c, struct kvb_recall_stream *r, int32_t a, const uint8_t *rec, int32_t n) {
     const struct kvb_cold_geom *g = &c->cold_geom;
     const int32_t B = g->block_size;
@@ -303,7 +321,16 @@ static void load_page(const struct kvb_cache *c, struct kvb_recall_stream *r, in
     memcpy(page + c->geom.v_offset, kvb_cold_rec_v(g, src), (size_t)n * g->row_bytes_v);
     const int32_t *pos = kvb_cold_rec_pos(src);
     for (int32_t t = 0; t < B; t++) r->pos[a * B + t] = t < n ? pos[t] : -1;
+    area_shadow(c, r, a, n);
+}
+
+/* The shadow rows of area page a's first n tokens, from the page's rows and
+ * r->pos (load_page, and an image's area on restore). */
+static void area_shadow(const struct kvb_cache *c, struct kvb_recall_stream *r, int32_t a, int32_t n) {
     if (!r->shadow) return;
+    const int32_t B = c->params.block_size;
+    const uint8_t *page = r->pages[a];
+    const int32_t *pos = r->pos + (size_t)a * B;
     /* capped positions: a key farther than max_distance is seen at exactly that
      * distance, <R(p + L) q, R(p) k> = <R(L) q, k>: with the key rotated back to
      * position 0, every far key is one run with the query at L (attend.c) */
@@ -403,4 +430,52 @@ const struct kvb_recall_stream *kvb_recall_area(const struct kvb_cache *c, const
     if (!c->recall || c->recall_paused) return NULL;
     const struct kvb_recall_stream *r = &c->recall[kvb_cache_stream_index(c, s)];
     return r->pages && r->n > 0 ? r : NULL;
+}
+
+/* ---- restoring an image (cache_io.c) ---- */
+
+size_t kvb_recall_body_bytes(const struct kvb_cache *c) {
+    const size_t B = (size_t)c->params.block_size;
+    return sizeof(int32_t) * B + B * (c->geom.row_bytes + c->geom.row_bytes_v);
+}
+
+kvb_status kvb_recall_restore_page(struct kvb_cache *c, size_t i, uint8_t *rec) {
+    struct kvb_recall_stream *r = &c->recall[i];
+    const struct kvb_cold_geom *g = &c->cold_geom;
+    float lohi3[3 * 512];
+    lohi_reset(lohi3, c->params.head_dim);
+    for (int32_t t = 0; t < g->block_size; t++) summary_add(c, lohi3, kvb_cold_rec_k(g, rec) + (size_t)t * g->row_bytes);
+    if (!index_room(c, r)) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory for the cold-page index of stream %zu", i);
+    const int64_t id = kvb_cold_append(c->cold, rec, (int32_t)i, g->block_size);
+    if (id < 0) return kvb_fail(KVB_ERR_NOMEM, "cache image: the cold tier cannot hold page %lld of stream %zu", (long long)r->n_cold, i);
+    index_add(c, r, id, lohi3);
+    return KVB_OK;
+}
+
+void kvb_recall_restore_stage(struct kvb_cache *c, size_t i, int32_t n) {
+    struct kvb_recall_stream *r = &c->recall[i];
+    lohi_reset(r->stage_lohi, c->params.head_dim);
+    for (int32_t t = 0; t < n; t++) summary_add(c, r->stage_lohi, kvb_cold_rec_k(&c->cold_geom, r->stage) + (size_t)t * c->geom.row_bytes);
+    r->n_stage = n;
+}
+
+kvb_status kvb_recall_restore_area(struct kvb_cache *c, size_t i) {
+    const int32_t R = c->params.recall.pages;
+    uint8_t *got[64];
+    kvb_status st = kvb_pool_take(c->pool, R, got);
+    if (st != KVB_OK) return st;
+    kvb_recall_attach(c, i, got, false);
+    if (!c->recall[i].pages) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory for the recall area of stream %zu", i);
+    return KVB_OK;
+}
+
+void kvb_recall_area_done(struct kvb_cache *c, size_t i) {
+    struct kvb_recall_stream *r = &c->recall[i];
+    const int32_t R = c->params.recall.pages, B = c->params.block_size;
+    for (int32_t a = 0; a < R; a++) {
+        int32_t n = 0;
+        while (n < B && r->pos[a * B + n] >= 0) n++;
+        area_shadow(c, r, a, n);
+    }
+    sort_area(r, R * B);
 }
