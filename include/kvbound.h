@@ -772,7 +772,8 @@ struct kvb_seq_params {
     bool ignore_eos;                 /* default false: end-of-sequence ends the sequence */
     struct kvb_recall_params recall; /* reversible eviction, as kvb_cache_params.recall (pages 0:
                                       * off, the default); its recall area counts in the
-                                      * sequence's minimum; such a sequence cannot be saved */
+                                      * sequence's minimum. kvb_batch_seq_load takes
+                                      * it from the image, and only cold_dir from here */
 };
 struct kvb_seq_params kvb_seq_default_params(void);
 

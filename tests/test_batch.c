@@ -157,10 +157,11 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol, struct kvb_
                 struct kvb_cache_stats cs;
                 kvb_cache_get_stats(kvb_batch_seq_cache(b, tr[i].id), &cs);
                 recall_loads += cs.recall_loads;
-                if (rec.pages > 0 && si.state == KVB_SEQ_DONE) { /* images do not hold the cold tier */
+                if (rec.pages > 0 && si.state == KVB_SEQ_DONE) { /* the session image holds the cold tier */
                     void *img = NULL;
                     size_t ilen = 0;
-                    CHECK_STATUS(kvb_batch_seq_save(b, tr[i].id, &img, &ilen), KVB_ERR_UNSUPPORTED);
+                    CHECK_OK(kvb_batch_seq_save(b, tr[i].id, &img, &ilen));
+                    kvb_buffer_free(img);
                 }
                 if (si.state == KVB_SEQ_DONE) CHECK(!strcmp(si.stop, "length") && si.n_generated == MAX_GEN);
                 CHECK_OK(kvb_batch_remove(b, tr[i].id));
@@ -563,9 +564,11 @@ TEST(sessions_continue_save_and_load) {
     struct kvb_model_info mi;
     kvb_model_get_info(g_model, &mi);
     const int32_t V = mi.n_vocab;
-    const enum kvb_policy_id pols[] = {KVB_POLICY_FULL, KVB_POLICY_STREAMING, KVB_POLICY_H2O, KVB_POLICY_SNAPKV};
+    /* the last two with recall: the session image holds the cold tier */
+    const enum kvb_policy_id pols[] = {KVB_POLICY_FULL, KVB_POLICY_STREAMING, KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING, KVB_POLICY_H2O};
     float *lg_a = malloc(sizeof(float) * (size_t)V), *lg_b = malloc(sizeof(float) * (size_t)V), *want = malloc(sizeof(float) * (size_t)V);
     for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
+        const bool with_recall = k >= 4;
         struct kvb_batch_params bp = kvb_batch_default_params();
         bp.chunk = CHUNK;
         bp.step_tokens = 2 * CHUNK;
@@ -575,6 +578,7 @@ TEST(sessions_continue_save_and_load) {
         sp.max_tokens = 8;
         sp.ignore_eos = true;
         sp.sampler.temp = 0;
+        if (with_recall) sp.recall = (struct kvb_recall_params){2, 1, (size_t)1 << 20, NULL, KVB_RECALL_BOUNDS};
         struct kvb_batch *a, *b;
         CHECK_OK(kvb_batch_init(g_model, &bp, &a));
         CHECK_OK(kvb_batch_init(g_model, &bp, &b));
@@ -611,6 +615,13 @@ TEST(sessions_continue_save_and_load) {
         CHECK_EQ_INT((int)after.pool_bytes_in_use, 0);
         CHECK_OK(kvb_batch_seq_load(b, &sp, img, len, &ib));
         kvb_buffer_free(img);
+        if (with_recall) { /* the cold tier came back with the image */
+            struct kvb_cache_stats ca, cb;
+            kvb_cache_get_stats(kvb_batch_seq_cache(a, ia), &ca);
+            kvb_cache_get_stats(kvb_batch_seq_cache(b, ib), &cb);
+            CHECK(cb.cold_pages > 0 && cb.cold_pages == ca.cold_pages && cb.cold_staged_tokens == ca.cold_staged_tokens &&
+                  cb.recall_bytes == ca.recall_bytes);
+        }
         struct kvb_seq_info si;
         CHECK_OK(kvb_batch_seq_info(b, ib, &si));
         CHECK(si.state == KVB_SEQ_DONE && si.last_token == g1[7] && si.n_past == 50 + 7);
@@ -631,6 +642,7 @@ TEST(sessions_continue_save_and_load) {
         /* a lone context: prompt, the first answer, then the second prompt */
         struct kvb_context_params cp = kvb_context_default_params();
         cp.policy = sp.policy;
+        cp.recall = sp.recall;
         cp.chunk = CHUNK;
         cp.kv_pool_bytes = (size_t)16 << 20;
         struct kvb_context *c;
@@ -641,7 +653,7 @@ TEST(sessions_continue_save_and_load) {
         for (int i = 0; i < n2a - 1; i++) CHECK_OK(kvb_context_eval(c, &g2a[i], 1, want, false));
         double worst = 0;
         for (int32_t v = 0; v < V; v++) worst = fmax(worst, fabs((double)want[v] - (double)lg_a[v]));
-        if (worst > 1e-4) FAILF("%s: the second turn's logits differ from a lone context's by %g", kvb_policy_name(pols[k]), worst);
+        if (worst > 1e-4) FAILF("%s%s: the second turn's logits differ from a lone context's by %g", kvb_policy_name(pols[k]), with_recall ? " with recall" : "", worst);
         kvb_context_free(c);
         kvb_batch_free(a);
         kvb_batch_free(b);

@@ -1,6 +1,7 @@
 /*
  * test_oom.c — allocation-failure injection (after SQLite's OOM tests): a
- * scenario (pool, cache, prefill, decode, compress, save, load, free) runs
+ * scenario (pool, cache, prefill, decode, compress, save, load, free; with
+ * recall too) runs
  * once to count its allocations, then once more for every N with the N-th
  * allocation failing. Each call must succeed or return KVB_ERR_NOMEM; a
  * failed call must leave the cache byte-identical; nothing may leak.
@@ -39,8 +40,9 @@ static void t_free(void *p, void *u) {
 }
 
 enum { L = 2, HK = 2, G = 2, D = 32, P = 24 };
-/* the pages of a scenario: f16, or q8_0 K with q4_0 V */
-static bool g_quant;
+/* the pages of a scenario: f16, or q8_0 K with q4_0 V; and with recall
+ * (its cold tier, index and areas allocate; images hold them) */
+static bool g_quant, g_recall;
 
 /* On NOMEM from a mutating call, the cache must be as it was. */
 static int same_as(struct kvb_cache *c, void *img, size_t len) {
@@ -77,6 +79,7 @@ static int scenario(enum kvb_policy_id pid) {
     cp.policy = kvb_policy_default_params(pid);
     if (pid != KVB_POLICY_FULL) cp.policy.budget = 12;
     if (pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV || pid == KVB_POLICY_ADAKV) cp.policy.obs_window = 4;
+    if (g_recall) cp.recall = (struct kvb_recall_params){2, 1, (size_t)1 << 20, NULL, KVB_RECALL_BOUNDS};
     struct kvb_pool_params pp = kvb_pool_default_params();
     pp.page_bytes = kvb_cache_page_bytes(&cp);
     pp.capacity_bytes = 1 << 22;
@@ -134,10 +137,11 @@ done:
 TEST(fail_every_allocation_every_policy) {
     struct kvb_allocator a = {t_malloc, t_free, NULL};
     kvb_allocator_set(&a);
-    for (int run = 0; run < KVB_POLICY_COUNT + 3; run++) { /* every policy on f16 pages, three on quantized ones */
-        static const enum kvb_policy_id quant_pids[3] = {KVB_POLICY_H2O, KVB_POLICY_STREAMING, KVB_POLICY_SNAPKV};
-        g_quant = run >= KVB_POLICY_COUNT;
-        const int pid = g_quant ? (int)quant_pids[run - KVB_POLICY_COUNT] : run;
+    for (int run = 0; run < KVB_POLICY_COUNT + 6; run++) { /* every policy on f16 pages, three on quantized ones, three with recall */
+        static const enum kvb_policy_id more_pids[3] = {KVB_POLICY_H2O, KVB_POLICY_STREAMING, KVB_POLICY_SNAPKV};
+        g_quant = run >= KVB_POLICY_COUNT && run < KVB_POLICY_COUNT + 3;
+        g_recall = run >= KVB_POLICY_COUNT + 3;
+        const int pid = run >= KVB_POLICY_COUNT ? (int)more_pids[(run - KVB_POLICY_COUNT) % 3] : run;
         g_calls = 0; g_fail_at = 0; g_live = 0;
         if (scenario((enum kvb_policy_id)pid)) FAILF("clean run of %s failed", kvb_policy_name((enum kvb_policy_id)pid));
         long total = g_calls;
@@ -147,7 +151,8 @@ TEST(fail_every_allocation_every_policy) {
             if (scenario((enum kvb_policy_id)pid)) FAILF("%s: failing allocation %ld of %ld broke an invariant", kvb_policy_name((enum kvb_policy_id)pid), n, total);
             if (g_live != 0) FAILF("%s: failing allocation %ld leaked %ld blocks", kvb_policy_name((enum kvb_policy_id)pid), n, g_live);
         }
-        if (pid == 0) printf("  (%s scenario: %ld allocations, each failed once)\n", kvb_policy_name((enum kvb_policy_id)pid), total);
+        if (pid == 0 || g_recall)
+            printf("  (%s%s scenario: %ld allocations, each failed once)\n", kvb_policy_name((enum kvb_policy_id)pid), g_recall ? " with recall" : "", total);
     }
     kvb_allocator_set(NULL);
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_recall_cli.sh BUILD_DIR — reversible eviction (--recall) as users meet
-# it: chat's turns and /stats with recall (and /save refused by name); run's stats line and its cold file (spilled, then removed at exit);
+# it: chat's turns and /stats with recall, /save and /load (a restored chat
+# answers as the one that went on); run's stats line and its cold file (spilled, then removed at exit);
 # a run killed with SIGKILL leaves a cold file whose committed pages all
 # check; truncated and foreign files refused by `kvbound cold`; ppl --recall
 # runs each policy with and without recall (KL lower with it on the shared
@@ -12,12 +13,21 @@ M="$T/tiny.gguf"
 "$K" mkmodel --shape tiny --type q8_0 -o "$M" > /dev/null 2>&1 || { ko mkmodel "kvbound mkmodel failed"; cli_summary; exit; }
 field() { grep -o "\"$1\":[0-9.e-]*" "$2" | sed -n "${3:-1}p" | cut -d: -f2; }
 
-# chat: turns through a pipe with recall; /stats shows the cold tier; /save refuses by name
-printf 'hello world this is a long turn of text to fill the cache\nand another turn\n/stats\n/save %s\n/quit\n' "$T/c.kvc" |
+# chat: turns through a pipe with recall; /stats shows the cold tier; /save
+# keeps it (images hold the cold tier): a chat that /loads the file answers
+# the next turn exactly as the one that went on, with the same cold pages
+printf 'hello world this is a long turn of text to fill the cache\nand another turn\n/stats\n/save %s\none more turn\n/stats\n/quit\n' "$T/c.kvc" |
     "$K" chat -m "$M" --policy streaming --budget 64 --recall -n 100 --temp 0 > "$T/chat.txt" 2> "$T/chat.err"; rc=$?
-if [ $rc -eq 0 ] && grep -q "^\[recall: [1-9][0-9]* cold pages .*, 0 dropped; recall area [0-9.]* MiB; [1-9][0-9]* pages loaded\]" "$T/chat.txt" &&
-   grep -q "save failed: cache_save: a cache with recall cannot be saved" "$T/chat.txt" && [ ! -e "$T/c.kvc" ]; then ok chat_recall
-else ko chat_recall "rc $rc: $(tail -n 3 "$T/chat.txt") $(tail -n 2 "$T/chat.err")"; fi
+printf '/load %s\n/stats\none more turn\n/stats\n/quit\n' "$T/c.kvc" |
+    "$K" chat -m "$M" --policy streaming --budget 64 --recall -n 100 --temp 0 > "$T/chat2.txt" 2> "$T/chat2.err"; rc2=$?
+recall_line() { grep "^\[recall:" "$1" | sed -n "${2}p"; }
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "^\[recall: [1-9][0-9]* cold pages .*, 0 dropped; recall area [0-9.]* MiB; [1-9][0-9]* pages loaded\]" "$T/chat.txt" &&
+   grep -q "^\[saved $T/c.kvc\]" "$T/chat.txt" && grep -q "^\[loaded $T/c.kvc: [1-9][0-9]* tokens seen\]" "$T/chat2.txt" &&
+   [ "$(recall_line "$T/chat.txt" 1 | cut -d'(' -f1)" = "$(recall_line "$T/chat2.txt" 1 | cut -d'(' -f1)" ] &&
+   [ "$(recall_line "$T/chat.txt" 2)" = "$(recall_line "$T/chat2.txt" 2)" ] &&
+   [ "$(sed -n '/^\[saved/,$p' "$T/chat.txt" | grep -v '^\[')" = "$(sed -n '/^\[loaded/,$p' "$T/chat2.txt" | grep -v '^\[')" ] &&
+   [ -n "$(sed -n '/^\[saved/,$p' "$T/chat.txt" | grep -v '^\[')" ]; then ok chat_recall_save_load
+else ko chat_recall_save_load "rc $rc/$rc2: $(tail -n 4 "$T/chat.txt") | $(tail -n 4 "$T/chat2.txt") $(tail -n 2 "$T/chat2.err")"; fi
 
 # run: the stats line; pages beyond --cold-mb 0 go to a file in --cold-dir, removed at exit
 mkdir "$T/cold"

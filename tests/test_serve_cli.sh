@@ -6,7 +6,8 @@
 #     a streamed chat equals the same chat unstreamed, in OpenAI's chunks;
 #   - sessions: a second turn reads only its new text, the cache stays
 #     within budget, GET/map/DELETE; after kill -9 and a restart the next
-#     turn is exactly what an uninterrupted server gives;
+#     turn is exactly what an uninterrupted server gives; with --recall the
+#     stored session holds its cold tier and the restarted turn is exact too;
 #   - bad input gets its 4xx (bad JSON, wrong types, huge numbers, invalid
 #     UTF-8, cut and oversized bodies, wrong key, unknown routes) and the
 #     server stays up; slow clients and 64 connections at once;
@@ -194,6 +195,28 @@ a=$(jget 'd["choices"][0]["message"]["content"]' < "$T/u2.json"); b=$(jget 'd["c
 pa=$(jget 'd["kvbound"]["position"]' < "$T/u2.json"); pb=$(jget 'd["kvbound"]["position"]' < "$T/k2.json")
 if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$pa" = "$pb" ]; then ok serve_kill9_resume_exact
 else ko serve_kill9_resume_exact "uninterrupted '$a' ($pa) vs after kill -9 '$b' ($pb)"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+
+# --recall: a session's cold tier is stored with it; after a restart the
+# next turn equals an uninterrupted server's, cold pages and all
+R1='{"messages":[{"role":"user","content":"Once upon a time, a bird"}],"max_tokens":60,"temperature":0,"session_id":"r"}'
+R2='{"messages":[{"role":"user","content":"The bird sang"}],"max_tokens":60,"temperature":0,"session_id":"r"}'
+R3='{"messages":[{"role":"user","content":"Then it flew home"}],"max_tokens":40,"temperature":0,"session_id":"r"}'
+start ru -m "$G" --sessions "$T/sru" --budget 32 -t 1 --recall --recall-pages 2
+post /v1/chat/completions "$R1" > /dev/null; post /v1/chat/completions "$R2" > /dev/null; post /v1/chat/completions "$R3" > "$T/ru3.json"
+kill -TERM $PID; wait $PID 2>/dev/null
+start r1 -m "$G" --sessions "$T/sr" --budget 32 -t 1 --recall --recall-pages 2
+post /v1/chat/completions "$R1" > /dev/null; post /v1/chat/completions "$R2" > "$T/r2.json"
+kill -TERM $PID; wait $PID 2>/dev/null
+start r2 -m "$G" --sessions "$T/sr" --budget 32 -t 1 --recall --recall-pages 2
+curl -s "$URL/v1/sessions/r" > "$T/rs.json"
+post /v1/chat/completions "$R3" > "$T/r3.json"
+a=$(jget 'd["choices"][0]["message"]["content"]' < "$T/ru3.json"); b=$(jget 'd["choices"][0]["message"]["content"]' < "$T/r3.json")
+ca=$(jget 'd["kvbound"]["cold_pages"]' < "$T/ru3.json"); cb=$(jget 'd["kvbound"]["cold_pages"]' < "$T/r3.json")
+c2=$(jget 'd["kvbound"]["cold_pages"]' < "$T/r2.json"); cs=$(jget 'd["cold_pages"]' < "$T/rs.json")
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$ca" = "$cb" ] && [ "$c2" -gt 0 ] && [ "$cs" = "$c2" ] && [ "$cb" -gt "$c2" ] &&
+   [ "$(jget 'd["in_memory"]' < "$T/rs.json")" = False ]; then ok serve_recall_session_survives_restart
+else ko serve_recall_session_survives_restart "uninterrupted '$a' ($ca cold pages) vs restarted '$b' ($cb; $c2 after turn 2, stored $cs)"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 
 # a small pool: idle sessions go to the store and come back

@@ -520,10 +520,15 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     } else if (cp.policy.id == KVB_POLICY_FULL && seen > n_ctx) {
         st = kvb_fail(KVB_ERR_CORRUPT, "session image: %lld tokens seen under full exceed n_ctx %d", (long long)seen, (int)n_ctx);
     }
+    /* recall comes with the image (its cold tier in memory); beyond it, the
+     * caller's cold directory */
+    if (st == KVB_OK && cp.recall.pages > 0 && p->recall.cold_dir) st = kvb_cache_set_cold_dir(s.cache, p->recall.cold_dir);
     s.p = *p;
     s.p.policy = cp.policy;
     s.p.pos_mode = cp.pos_mode;
     s.p.max_distance = cp.max_distance;
+    s.p.recall = cp.recall;
+    s.p.recall.cold_dir = NULL;
     s.p.n_ctx = n_ctx;
     s.n_ctx = n_ctx;
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, KVB_MAX(nh, 1));

@@ -32,6 +32,7 @@ struct kvb_context {
     int32_t chunk;
     struct kvb_fwd fwd;
     int64_t n_past;
+    char *cold_dir; /* recall: the cold directory (a copy), for caches loaded from images */
 };
 
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows) {
@@ -103,6 +104,7 @@ void kvb_context_free(struct kvb_context *c) {
     kvb_cache_free(c->cache);
     kvb_threadpool_free(c->tp);
     kvb_fwd_free(&c->fwd);
+    kvb_free(c->cold_dir);
     kvb_free(c);
 }
 
@@ -134,6 +136,15 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
     if (!c) return kvb_fail(KVB_ERR_NOMEM, "context: out of memory");
     c->m = m;
     c->p = *params;
+    c->p.recall.cold_dir = NULL; /* the caller's string may go: cold_dir holds a copy */
+    if (params->recall.pages > 0 && params->recall.cold_dir) {
+        const size_t n = strlen(params->recall.cold_dir) + 1;
+        if (!(c->cold_dir = kvb_malloc(n))) {
+            kvb_free(c);
+            return kvb_fail(KVB_ERR_NOMEM, "context: out of memory");
+        }
+        memcpy(c->cold_dir, params->recall.cold_dir, n);
+    }
     if (!c->p.n_ctx) c->p.n_ctx = in->n_ctx_train;
     c->chunk = params->chunk;
     struct kvb_cache_params cp = kvb_model_cache_params(m, &params->policy, params->pos_mode, params->kv_dtype, params->block_size,
@@ -176,6 +187,12 @@ kvb_status kvb_context_load(struct kvb_context *c, const char *path) {
         kvb_cache_free(nc);
         return kvb_fail(KVB_ERR_INVALID, "%s: the saved cache (%d layers, %d KV heads, %d dims) does not fit this model (%d, %d, %d)", path,
                         (int)p->n_layer, (int)p->n_kv_head, (int)p->head_dim, (int)in->n_layer, (int)in->n_head_kv, (int)in->head_dim);
+    }
+    /* a cache with recall comes back with its cold tier in memory: beyond
+     * it, this context's cold directory, as for the cache it replaces */
+    if (p->recall.pages > 0 && c->cold_dir && (st = kvb_cache_set_cold_dir(nc, c->cold_dir)) != KVB_OK) {
+        kvb_cache_free(nc);
+        return st;
     }
     kvb_cache_free(c->cache);
     c->cache = nc;

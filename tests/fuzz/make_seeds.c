@@ -163,5 +163,31 @@ int main(int argc, char **argv) {
         if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
         kvb_cache_free(c);
     }
+    /* caches with recall (image version 4): cold pages, a staged page and
+     * recall areas; streaming (capped positions: shadows) and h2o */
+    for (int ri = 0; ri < 2; ri++) {
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 1; cp.n_kv_head = 2; cp.head_dim = 8; cp.block_size = 4;
+        cp.dtype = ri ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
+        cp.max_distance = 12;
+        cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, 8, 10000.0f, 1.0f, NULL};
+        cp.policy = kvb_policy_default_params(ri ? KVB_POLICY_H2O : KVB_POLICY_STREAMING);
+        cp.policy.budget = 6;
+        cp.policy.n_sink = 2;
+        cp.pool_bytes = 1 << 20;
+        cp.recall = (struct kvb_recall_params){2, 1 + ri, 1 << 16, NULL, KVB_RECALL_BOUNDS};
+        struct kvb_cache *c;
+        if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
+        float q[4 * 8], k[2 * 8], v[2 * 8], o[4 * 8];
+        for (int t = 0; t < 23; t++) {
+            for (int i = 0; i < 32; i++) q[i] = (float)((i * 7 + t) % 11) - 5;
+            for (int i = 0; i < 16; i++) { k[i] = (float)((i * 3 + t) % 7) - 3; v[i] = (float)(i % 5) * 0.5f; }
+            kvb_cache_decode(c, 0, q, 4, k, v, o, NULL);
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/recall-%s.kvb", argv[1], ri ? "h2o" : "streaming");
+        if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
+        kvb_cache_free(c);
+    }
     return 0;
 }

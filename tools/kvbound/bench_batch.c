@@ -95,7 +95,7 @@ static int batch_usage(FILE *f) {
             "  --json               accepted (the output is JSON)\n"
             "\n");
     cli_kv_types_help(f, "f16");
-    cli_recall_help(f);
+    cli_recall_help(f, 1024);
     cli_policy_help(f, 1024);
     return 0;
 }

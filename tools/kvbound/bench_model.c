@@ -256,7 +256,7 @@ static void model_usage(FILE *f, bool prefill) {
                "one run): tok_per_s is with recall; the JSON adds tok_per_s_without_recall, recall_cost_ratio\n"
                "(median step with / without), recall_score_ms_per_token, recall_load_ms_per_token, cold_pages,\n"
                "cold_mem_bytes, cold_file_bytes and recall_bytes.\n");
-    cli_recall_help(f);
+    cli_recall_help(f, 1024);
 }
 
 int bench_model(int argc, char **argv, bool prefill) {

@@ -10,8 +10,8 @@
  * Commands: /stats, /reset, /save FILE, /load FILE, /quit. Works with stdin
  * as a pipe (no prompt marker is printed then). With --recall, what the
  * policy evicts goes to the cold tier and comes back when a turn's queries
- * score it (docs/RECALL.md); such a cache cannot be saved (images do not hold
- * the cold tier), and /save says so.
+ * score it (docs/RECALL.md); /save keeps the cold tier in the image, and
+ * /load brings it back (in memory, spilling to --cold-dir beyond it).
  */
 #include "cli.h"
 
@@ -47,7 +47,7 @@ static int chat_usage(FILE *f) {
             "\n"
             "Reads user turns from stdin (one per line) and answers each. Commands:\n"
             "  /stats  cache memory and tokens   /reset  forget the conversation\n"
-            "  /save FILE  save the cache (not with --recall)   /load FILE  restore a saved cache\n"
+            "  /save FILE  save the cache (with its cold tier)  /load FILE  restore a saved cache\n"
             "  /quit\n"
             "\n"
             "  --template NAME  chatml, llama3, llama2, mistral or plain (default: detected from the\n"
@@ -65,7 +65,7 @@ static int chat_usage(FILE *f) {
             "  --no-mmap        read the weights into memory (huge pages) instead of mapping the file\n"
             "\n");
     cli_kv_types_help(f, "f16");
-    cli_recall_help(f);
+    cli_recall_help(f, 1024);
     cli_policy_help(f, 1024);
     return 0;
 }

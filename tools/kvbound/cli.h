@@ -65,7 +65,7 @@ struct cli_recall {
 void cli_recall_init(struct cli_recall *r);
 /* 1: argv[*i] was a recall option, 0: not one, -1: bad value (printed). */
 int cli_recall_option(struct cli_recall *r, int argc, char **argv, int *i);
-void cli_recall_help(FILE *f);
+void cli_recall_help(FILE *f, long long cold_mb_default);
 struct kvb_recall_params cli_recall_params(const struct cli_recall *r);
 /* Pool bytes the recall areas take (0 without recall). */
 size_t cli_recall_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct cli_recall *r, int block);

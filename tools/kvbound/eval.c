@@ -199,7 +199,7 @@ int cmd_ppl(int argc, char **argv) {
                    "  (\"recall\": false / true in the JSON, which adds recall_pages, cold_pages, recall_bytes,\n"
                    "  recall_score_s and recall_load_s); B then bounds the hot cache, and a query attends to at most\n"
                    "  B + R x block tokens.\n");
-            cli_recall_help(stdout);
+            cli_recall_help(stdout, 1024);
             cli_policy_help(stdout, 256);
             return 0;
         }

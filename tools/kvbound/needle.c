@@ -66,7 +66,7 @@ int cmd_needle(int argc, char **argv) {
                    "counts the attended set (retained slots plus the stream's recall area, as the question's last token\n"
                    "chose it), and the cells add accuracy_no_recall, retained_no_recall and retained_hot.\n\n");
             cli_kv_types_help(stdout, "f16");
-            cli_recall_help(stdout);
+            cli_recall_help(stdout, 1024);
             cli_policy_help(stdout, 256);
             return 0;
         }

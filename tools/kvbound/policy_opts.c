@@ -216,7 +216,7 @@ int cli_recall_option(struct cli_recall *r, int argc, char **argv, int *i) {
     return 1;
 }
 
-void cli_recall_help(FILE *f) {
+void cli_recall_help(FILE *f, long long cold_mb_default) {
     fprintf(f, "  --recall              reversible eviction: evicted tokens go to a cold tier in pages; each\n"
                "                        attention step brings back the pages whose key bounds score highest\n"
                "                        (docs/RECALL.md). Positions: a streaming policy's become capped\n"
@@ -225,9 +225,10 @@ void cli_recall_help(FILE *f) {
                "  --recall-summary S    how cold pages are scored: bounds (default: per-channel key min/max, an\n"
                "                        upper bound, Quest), centroid (the mean key), exact (every cold key read:\n"
                "                        a reference for measurements, slow)\n"
-               "  --cold-mb M           host memory for cold pages (default 1024); beyond it --cold-dir\n"
+               "  --cold-mb M           host memory for cold pages (default %lld); beyond it --cold-dir\n"
                "  --cold-dir DIR        append cold pages beyond --cold-mb to a file in DIR (removed at exit);\n"
-               "                        without it, pages beyond --cold-mb are forgotten (counted)\n");
+               "                        without it, pages beyond --cold-mb are forgotten (counted)\n",
+            cold_mb_default);
 }
 
 struct kvb_recall_params cli_recall_params(const struct cli_recall *r) {

@@ -35,7 +35,7 @@ static void run_usage(FILE *f) {
             CLI_NO_MMAP_HELP
             "\n");
     cli_kv_types_help(f, "f16");
-    cli_recall_help(f);
+    cli_recall_help(f, 1024);
     cli_policy_help(f, 256);
 }
 

@@ -56,7 +56,10 @@ static int usage(FILE *f) {
             "\n");
     cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
+    cli_recall_help(f, 64);
     fprintf(f,
+            "                        (serve: --recall applies to every bounded session, --cold-mb and the\n"
+            "                        cold file are per session, and a session's cold tier is stored with it)\n"
             "\n"
             "Request fields beyond OpenAI's: kv_policy, kv_budget, kv_sinks (a session keeps the ones of its\n"
             "first turn), session_id (the server keeps the conversation; each turn reads only its new text).\n");
@@ -90,12 +93,16 @@ int cmd_serve_main(int argc, char **argv) {
     cli_policy_init(&po, 1024);
     struct cli_kv_types kvt;
     cli_kv_types_init(&kvt, KVB_DTYPE_F16);
+    struct cli_recall rec;
+    cli_recall_init(&rec);
+    rec.cold_mb = 64; /* per session: a server holds many */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
         if (!strcmp(a, "--no-mmap")) { o->no_mmap = true; continue; }
         int pr = cli_policy_option(&po, argc, argv, &i);
         if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
+        if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
         const char *v = cli_value(argc, argv, &i);
@@ -140,6 +147,7 @@ int cmd_serve_main(int argc, char **argv) {
     o->kv_dtype = kvt.k;
     o->kv_dtype_v = kvt.v;
     o->max_distance = po.max_distance;
+    o->recall = cli_recall_params(&rec);
     o->max_budget = max_budget ? max_budget : (o->policy.budget ? 8 * o->policy.budget : 8192);
     if (o->policy.id != KVB_POLICY_FULL && o->policy.budget > o->max_budget) o->max_budget = o->policy.budget;
     if (!o->model_name) {

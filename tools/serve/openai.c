@@ -263,6 +263,7 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
         j->sp.policy.n_sink = (int32_t)v;
         j->policy_given = true;
     }
+    if (j->sp.policy.id != KVB_POLICY_FULL) j->sp.recall = srv->o.recall; /* a session keeps its first turn's (its image holds them) */
     if (j->sp.policy.id != KVB_POLICY_FULL && j->sp.policy.n_sink >= j->sp.policy.budget) {
         serve_error(r, 400, "invalid_request_error", "'kv_sinks' (%d) must be below the budget (%d)", (int)j->sp.policy.n_sink, (int)j->sp.policy.budget);
         goto out;
@@ -291,6 +292,7 @@ static void add_kvbound(const struct job *j, cJSON *o) {
     cJSON_AddNumberToObject(k, "position", (double)j->position);
     cJSON_AddNumberToObject(k, "cache_tokens", (double)j->cache_tokens);
     cJSON_AddNumberToObject(k, "kv_bytes", (double)j->kv_bytes);
+    if (j->sp.recall.pages > 0) cJSON_AddNumberToObject(k, "cold_pages", (double)j->cold_pages);
 }
 
 static void add_usage(const struct job *j, cJSON *o) {

@@ -34,7 +34,7 @@ struct sess {
     int64_t turns;
     char stop_text[64];   /* text of the stop token the last answer ended with, "" if cut */
     double last_used;
-    int64_t position, cache_tokens;
+    int64_t position, cache_tokens, cold_pages;
     size_t kv_bytes, stored_bytes;
     struct kvb_policy_params pol;
 };
@@ -94,8 +94,9 @@ static void sess_drop(struct sched *s, struct sess *x) {
 }
 
 /* A sequence's figures as the API reports them: tokens seen, retained
- * tokens per (layer, KV head) on average, KV bytes. false: no such sequence. */
-static bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes) {
+ * tokens per (layer, KV head) on average, KV bytes, cold pages (--recall).
+ * false: no such sequence. */
+static bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages) {
     struct kvb_seq_info si;
     if (seq < 0 || kvb_batch_seq_info(srv->sched->b, seq, &si) != KVB_OK) return false;
     struct kvb_cache_stats cs;
@@ -103,10 +104,13 @@ static bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int6
     *position = si.n_past;
     *cache_tokens = cs.slots / ((int64_t)srv->mi.n_layer * srv->mi.n_head_kv);
     *kv_bytes = si.kv_bytes;
+    *cold_pages = cs.cold_pages;
     return true;
 }
 
-static void sess_figures(struct server *srv, struct sess *x) { seq_figures(srv, x->seq, &x->position, &x->cache_tokens, &x->kv_bytes); }
+static void sess_figures(struct server *srv, struct sess *x) {
+    seq_figures(srv, x->seq, &x->position, &x->cache_tokens, &x->kv_bytes, &x->cold_pages);
+}
 
 static char *meta_json(const struct sess *x) {
     cJSON *o = cJSON_CreateObject();
@@ -115,6 +119,7 @@ static char *meta_json(const struct sess *x) {
     cJSON_AddNumberToObject(o, "position", (double)x->position);
     cJSON_AddNumberToObject(o, "cache_tokens", (double)x->cache_tokens);
     cJSON_AddNumberToObject(o, "kv_bytes", (double)x->kv_bytes);
+    cJSON_AddNumberToObject(o, "cold_pages", (double)x->cold_pages);
     cJSON_AddStringToObject(o, "kv_policy", kvb_policy_name(x->pol.id));
     cJSON_AddNumberToObject(o, "kv_budget", x->pol.budget);
     char *t = cJSON_PrintUnformatted(o);
@@ -163,13 +168,14 @@ static const char *blob_meta(const char *blob, size_t len, struct sess *x, size_
     if (!cJSON_IsObject(o)) { cJSON_Delete(o); return NULL; }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "turns"), *st = cJSON_GetObjectItemCaseSensitive(o, "stop_text");
     const cJSON *pos = cJSON_GetObjectItemCaseSensitive(o, "position"), *ct = cJSON_GetObjectItemCaseSensitive(o, "cache_tokens");
-    const cJSON *kb = cJSON_GetObjectItemCaseSensitive(o, "kv_bytes");
+    const cJSON *kb = cJSON_GetObjectItemCaseSensitive(o, "kv_bytes"), *cp = cJSON_GetObjectItemCaseSensitive(o, "cold_pages");
     if (!cJSON_IsNumber(t) || !cJSON_IsString(st) || !cJSON_IsNumber(pos) || !cJSON_IsNumber(ct)) { cJSON_Delete(o); return NULL; }
     x->turns = (int64_t)t->valuedouble;
     snprintf(x->stop_text, sizeof x->stop_text, "%s", st->valuestring);
     x->position = (int64_t)pos->valuedouble;
     x->cache_tokens = (int64_t)ct->valuedouble;
     x->kv_bytes = cJSON_IsNumber(kb) ? (size_t)kb->valuedouble : 0;
+    x->cold_pages = cJSON_IsNumber(cp) ? (int64_t)cp->valuedouble : 0;
     x->stored_bytes = len;
     cJSON_Delete(o);
     *img_len = len - 12 - ml;
@@ -416,7 +422,7 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
     j->held = 0;
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
     struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;
-    seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes);
+    seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes, &j->cold_pages);
     if (x) {
         const int32_t eos = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOT);
         x->stop_text[0] = 0;
@@ -546,6 +552,7 @@ static int ctl_json(struct server *srv, const char *id, struct sbuf *out) {
     cJSON_AddNumberToObject(o, "position", (double)x->position);
     cJSON_AddNumberToObject(o, "cache_tokens", (double)x->cache_tokens);
     cJSON_AddNumberToObject(o, "kv_bytes", (double)x->kv_bytes);
+    cJSON_AddNumberToObject(o, "cold_pages", (double)x->cold_pages);
     cJSON_AddNumberToObject(o, "stored_bytes", (double)x->stored_bytes);
     if (x != &tmp) {
         cJSON_AddStringToObject(o, "kv_policy", kvb_policy_name(x->pol.id));

@@ -120,6 +120,7 @@ struct job {
     int32_t prompt_tokens, completion_tokens;
     int64_t position, cache_tokens; /* the session after the turn */
     size_t kv_bytes;
+    int64_t cold_pages;      /* --recall: the session's cold pages after the turn */
     double t_first, t_last;
     /* scheduler's own */
     int32_t seq;
@@ -141,6 +142,7 @@ struct serve_opts {
     enum kvb_pos_mode pos_mode;
     int max_distance;
     enum kvb_dtype kv_dtype, kv_dtype_v; /* every session's KV rows (--kv-dtype, -k, -v) */
+    struct kvb_recall_params recall;      /* --recall: every bounded session's (pages 0: off) */
     bool no_mmap; /* --no-mmap: weights read into memory */
     bool dry_run; /* the fuzz target: requests are checked, never generated */
 };
