@@ -59,11 +59,13 @@ static int session_seeds(const char *model_path, const char *dir) {
     bp.kv_pool_bytes = (size_t)8 << 20;
     struct kvb_batch *b;
     if (kvb_batch_init(m, &bp, &b) != KVB_OK) return 1;
-    const enum kvb_policy_id ids[] = {KVB_POLICY_FULL, KVB_POLICY_STREAMING, KVB_POLICY_H2O, KVB_POLICY_SNAPKV};
-    for (int i = 0; i < 4; i++) {
+    /* the last one with recall: its image holds a cold tier (cache image version 4) */
+    const enum kvb_policy_id ids[] = {KVB_POLICY_FULL, KVB_POLICY_STREAMING, KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING};
+    for (int i = 0; i < 5; i++) {
         struct kvb_seq_params sp = kvb_seq_default_params();
         sp.policy = kvb_policy_default_params(ids[i]);
         if (ids[i] != KVB_POLICY_FULL) { sp.policy.budget = 8; sp.policy.n_sink = 2; sp.policy.obs_window = 2; }
+        if (i == 4) sp.recall = (struct kvb_recall_params){2, 1, 1 << 16, NULL, KVB_RECALL_BOUNDS};
         sp.max_tokens = 6;
         sp.ignore_eos = true;
         sp.n_ctx = 64;
@@ -79,7 +81,7 @@ static int session_seeds(const char *model_path, const char *dir) {
         size_t len;
         if (kvb_batch_seq_save(b, id, &buf, &len) != KVB_OK) return 1;
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s.session", dir, kvb_policy_name(ids[i]));
+        snprintf(path, sizeof path, "%s/%s%s.session", dir, kvb_policy_name(ids[i]), i == 4 ? "-recall" : "");
         FILE *f = fopen(path, "wb");
         if (!f || fwrite(buf, 1, len, f) != len) return 1;
         fclose(f);
