@@ -184,6 +184,11 @@ _cache_budget = _fn("kvb_cache_budget", _i32, _vp, _i32, _i32)
 _cache_slot_info = _fn("kvb_cache_slot_info", _enum, _vp, _i32, _i32, _i32, _c.POINTER(_SlotInfo))
 _cache_stats = _fn("kvb_cache_get_stats", None, _vp, _c.POINTER(_CacheStats))
 _cache_recalled = _fn("kvb_cache_recalled", _i32, _vp, _i32, _i32, _ip, _i32)
+_cache_save = _fn("kvb_cache_save", _enum, _vp, _c.POINTER(_vp), _c.POINTER(_c.c_size_t))
+_cache_load = _fn("kvb_cache_load", _enum, _vp, _c.c_char_p, _c.c_size_t, _c.c_size_t, _c.POINTER(_vp))
+_cache_get_params = _fn("kvb_cache_get_params", None, _vp, _c.POINTER(_CacheParams))
+_cache_set_cold_dir = _fn("kvb_cache_set_cold_dir", _enum, _vp, _c.c_char_p)
+_buffer_free = _fn("kvb_buffer_free", None, _vp)
 _model_default = _fn("kvb_model_default_params", _ModelParams)
 _model_load = _fn("kvb_model_load", _enum, _c.c_char_p, _c.POINTER(_ModelParams), _c.POINTER(_vp))
 _model_free = _fn("kvb_model_free", None, _vp)
@@ -200,6 +205,8 @@ _ctx_eval = _fn("kvb_context_eval", _enum, _vp, _ip, _i32, _fp, _c.c_bool)
 _ctx_prompt = _fn("kvb_context_prompt", _enum, _vp, _ip, _i32, _fp, _c.c_bool)
 _ctx_cache = _fn("kvb_context_cache", _vp, _vp)
 _ctx_n_past = _fn("kvb_context_n_past", _i64, _vp)
+_ctx_save = _fn("kvb_context_save", _enum, _vp, _c.c_char_p)
+_ctx_load = _fn("kvb_context_load", _enum, _vp, _c.c_char_p)
 _sampler_default = _fn("kvb_sampler_default_params", _SamplerParams)
 _sampler_init = _fn("kvb_sampler_init", _enum, _c.POINTER(_SamplerParams), _i32, _c.POINTER(_vp))
 _sampler_free = _fn("kvb_sampler_free", None, _vp)
@@ -411,6 +418,14 @@ class Context:
     def n_past(self):
         return _ctx_n_past(self._h)
 
+    def save(self, path):
+        """Saves the cache to a file (with recall: its cold tier too)."""
+        _check(_ctx_save(self._h, str(path).encode()))
+
+    def load(self, path):
+        """Replaces the cache with a saved one (it must fit the model); unchanged on error."""
+        _check(_ctx_load(self._h, str(path).encode()))
+
     def cache_stats(self):
         """The cache's memory and retained tokens (kvb_cache_stats) as a dict."""
         s = _CacheStats()
@@ -570,6 +585,37 @@ class Cache:
 
     def budget(self, layer=0, head=0):
         return _cache_budget(self._h, int(layer), int(head))
+
+    def save(self):
+        """The cache as an image (bytes): its exact state, with recall its cold
+        tier and recall areas too; Cache.load continues it bit for bit."""
+        buf, n = _vp(), _c.c_size_t()
+        _check(_cache_save(self._h, _c.byref(buf), _c.byref(n)))
+        try:
+            return _c.string_at(buf, n.value)
+        finally:
+            _buffer_free(buf)
+
+    @classmethod
+    def load(cls, image, pool_mb=64, cold_dir=None):
+        """A cache from an image (Cache.save, kvb_cache_save). A restored cold tier
+        is in memory; cold_dir gives it a file beyond that."""
+        data = bytes(image)
+        h = _vp()
+        _check(_cache_load(None, data, len(data), int(pool_mb) << 20, _c.byref(h)))
+        c = cls.__new__(cls)
+        c._h = h
+        c._cold_dir = None
+        if cold_dir is not None:
+            try:
+                _check(_cache_set_cold_dir(h, str(cold_dir).encode()))
+            except KvboundError:
+                c.close()
+                raise
+        cp = _CacheParams()
+        _cache_get_params(h, _c.byref(cp))
+        c.n_layer, c.n_kv_head, c.head_dim = cp.n_layer, cp.n_kv_head, cp.head_dim
+        return c
 
     def stats(self):
         s = _CacheStats()

@@ -137,6 +137,32 @@ def recall_attends_hot_plus_recalled_tokens():
 
 
 @case
+def saved_recall_cache_continues_exactly():
+    """A cache with recall saved mid-stream (bytes) and loaded continues with the
+    very outputs of the one that went on; a damaged image raises."""
+    rnd = random.Random(9)
+    d, hq = 8, 2
+    a = kvbound.Cache(policy="h2o", budget=8, head_dim=d, block_size=4, recall_pages=2)
+    steps = [([rnd.uniform(-2, 2) for _ in range(hq * d)], [rnd.uniform(-1, 1) for _ in range(d)], [rnd.uniform(-1, 1) for _ in range(d)])
+             for _ in range(70)]
+    for q, k, v in steps[:40]:
+        a.decode(0, q, k, v)
+    image = a.save()
+    b = kvbound.Cache.load(image)
+    assert b.stats()["cold_pages"] == a.stats()["cold_pages"] > 0 and b.recalled() == a.recalled(), (b.stats(), a.stats())
+    for q, k, v in steps[40:]:
+        assert a.decode(0, q, k, v) == b.decode(0, q, k, v)
+    assert b.positions() == a.positions() and b.save() == a.save()
+    bad = bytearray(image)
+    bad[len(bad) // 2] ^= 0x40
+    try:
+        kvbound.Cache.load(bytes(bad))
+        raise AssertionError("a damaged image loaded")
+    except kvbound.KvboundError as e:
+        assert "checksum" in str(e), e
+
+
+@case
 def quantized_kv_rows_attend_close_to_f32():
     """q8_0 K and V rows (head_dim 64: whole blocks of 32) through the
     bindings: outputs within q8_0's rounding of the f32 cache's."""
