@@ -368,6 +368,58 @@ TEST(panel_packing_equals_reference) {
     }
 }
 
+/* kvb_matmul_decode_group (q/k/v and gate/up in one threadpool run, the
+ * activations quantized once): each matrix's outputs equal kvb_matmul_decode
+ * of it alone bit for bit, for matrices sharing an int8 form (Q8_0 tiles;
+ * q4_K with q6_K), for mixed forms (each its own) and for float matrices, at
+ * 1, 3 and 16 tokens, with two threads. */
+TEST(decode_group_equals_single_matrices) {
+    enum { N = 512, TOK = 16, MAXR = 96 };
+    static float x[TOK * N], src[MAXR * N], want[TOK * (MAXR + 3)], got[4][TOK * (MAXR + 3)];
+    static uint8_t q[4][MAXR * N * 4];
+    static float qd[TOK * N / 32 + 1];
+    static int8_t qq[TOK * N];
+    static int16_t qs[TOK * N / 16 + 1];
+    static struct kvb_q8_buf qb;
+    qb.d = qd; qb.q = qq; qb.s = qs; qb.cap = TOK * N;
+    struct kvb_threadpool *tp;
+    CHECK_OK(kvb_threadpool_init(2, &tp));
+    unsigned long long rs = 99;
+    for (int i = 0; i < TOK * N; i++) x[i] = t_randf(&rs) * 3;
+    for (int i = 0; i < MAXR * N; i++) src[i] = t_randf(&rs);
+    const struct { int n; uint32_t type[3]; int64_t rows[3]; } groups[] = {
+        {3, {GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0}, {96, 40, 40}},
+        {2, {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 0}, {64, 33, 0}},
+        {2, {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, 0}, {64, 32, 0}},
+        {2, {GGML_TYPE_F16, GGML_TYPE_F32, 0}, {64, 30, 0}},
+    };
+    const int32_t toks[] = {1, 3, TOK};
+    for (size_t g = 0; g < sizeof groups / sizeof *groups; g++) {
+        struct kvb_mat m[3];
+        const struct kvb_mat *w[3];
+        for (int i = 0; i < groups[g].n; i++) {
+            const uint32_t type = groups[g].type[i];
+            const size_t rb = kvb_ggml_type_size(type) * (size_t)(N / kvb_ggml_blck_size(type));
+            for (int64_t r = 0; r < groups[g].rows[i]; r++) CHECK(kvb_quantize_row(type, src + (size_t)r * N, q[i] + (size_t)r * rb, N));
+            m[i] = (struct kvb_mat){type, N, groups[g].rows[i], rb, q[i]};
+            w[i] = &m[i];
+        }
+        for (int ti = 0; ti < 3; ti++) {
+            float *y[3] = {got[0], got[1], got[2]};
+            const int64_t ld[3] = {MAXR + 1, MAXR, MAXR + 3}; /* strides of their own */
+            kvb_matmul_decode_group(tp, w, groups[g].n, x, N, y, ld, toks[ti], &qb);
+            for (int i = 0; i < groups[g].n; i++) {
+                kvb_matmul_decode(tp, w[i], x, N, want, ld[i], toks[ti], &qb);
+                for (int32_t t = 0; t < toks[ti]; t++)
+                    if (memcmp(want + (size_t)t * ld[i], got[i] + (size_t)t * ld[i], sizeof(float) * (size_t)groups[g].rows[i]))
+                        FAILF("group %zu, matrix %d (%s), %d tokens: token %d differs from the matrix alone", g, i,
+                              kvb_ggml_type_name(groups[g].type[i]), (int)toks[ti], (int)t);
+            }
+        }
+    }
+    kvb_threadpool_free(tp);
+}
+
 /* Every family's activation quantizer gives the reference's scale and int8
  * codes bit for bit: random blocks, ties (amax 127: the quotients are the
  * inputs, so x.5 rounds to even), zeros, NaNs, infinities, subnormals,
@@ -448,5 +500,6 @@ int main(void) {
     RUN(simd_dot_equals_reference);
     RUN(prefill_panel_equals_reference);
     RUN(panel_packing_equals_reference);
+    RUN(decode_group_equals_single_matrices);
     return test_summary();
 }

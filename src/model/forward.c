@@ -226,6 +226,30 @@ static void mm(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_ma
         if (!seg[i].decode && seg[i].T == 1) kvb_matmul(tp, w, x + (size_t)seg[i].r0 * ldx, ldx, y + (size_t)seg[i].r0 * ldy, ldy, 1);
 }
 
+/* mm for n matrices on the same input (q/k/v; gate/up): the decode rows of
+ * all of them in one kvb_matmul_decode_group; prompt chunks matrix by matrix
+ * as mm. Every output is the bits mm gives. */
+static void mm_group(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_mat *const *w, int32_t n, const float *x, int64_t ldx,
+                     float *const *y, const int64_t *ldy, const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
+    bool tiles = true, mixed = false;
+    for (int32_t i = 0; i < n; i++) {
+        const bool t = kvb_matmul_int8_tiles(w[i]);
+        tiles = tiles && t;
+        mixed = mixed || t != kvb_matmul_int8_tiles(w[0]);
+    }
+    if (mixed) {
+        for (int32_t i = 0; i < n; i++) mm(tp, f, w[i], x, ldx, y[i], ldy[i], seg, n_seg, n_dec);
+        return;
+    }
+    kvb_matmul_decode_group(tp, w, n, x, ldx, y, ldy, tiles ? f->n_rows : n_dec, f->q8);
+    if (tiles) return;
+    for (int32_t i = 0; i < n; i++) {
+        kvb_matmul_chunks(tp, w[i], x, ldx, y[i], ldy[i], f->cr0, f->cT, f->nc);
+        for (int32_t s = 0; s < n_seg; s++)
+            if (!seg[s].decode && seg[s].T == 1) kvb_matmul(tp, w[i], x + (size_t)seg[s].r0 * ldx, ldx, y[i] + (size_t)seg[s].r0 * ldy[i], ldy[i], 1);
+    }
+}
+
 kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const int32_t *tok,
                        const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
     const struct kvb_model_info *in = &m->info;
@@ -248,9 +272,12 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
     for (int32_t l = 0; l < in->n_layer; l++) {
         const struct kvb_layer *L = &m->layers[l];
         for (int32_t t = 0; t < R; t++) rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, L->attn_norm, E, in->rms_eps);
-        mm(tp, f, &L->wq, f->xb, E, f->q, QD, seg, n_seg, n_dec);
-        mm(tp, f, &L->wk, f->xb, E, f->k, KD, seg, n_seg, n_dec);
-        mm(tp, f, &L->wv, f->xb, E, f->v, KD, seg, n_seg, n_dec);
+        {
+            const struct kvb_mat *w[3] = {&L->wq, &L->wk, &L->wv};
+            float *y[3] = {f->q, f->k, f->v};
+            const int64_t ld[3] = {QD, KD, KD};
+            mm_group(tp, f, w, 3, f->xb, E, y, ld, seg, n_seg, n_dec);
+        }
         if (L->bq)
             for (int32_t t = 0; t < R; t++) {
                 for (int64_t i = 0; i < QD; i++) f->q[(size_t)t * QD + i] += L->bq[i];
@@ -270,8 +297,12 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
         mm(tp, f, &L->wo, f->att, QD, f->tmp, E, seg, n_seg, n_dec);
         for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] += f->tmp[i];
         for (int32_t t = 0; t < R; t++) rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, L->ffn_norm, E, in->rms_eps);
-        mm(tp, f, &L->w_gate, f->xb, E, f->hg, F, seg, n_seg, n_dec);
-        mm(tp, f, &L->w_up, f->xb, E, f->hu, F, seg, n_seg, n_dec);
+        {
+            const struct kvb_mat *w[2] = {&L->w_gate, &L->w_up};
+            float *y[2] = {f->hg, f->hu};
+            const int64_t ld[2] = {F, F};
+            mm_group(tp, f, w, 2, f->xb, E, y, ld, seg, n_seg, n_dec);
+        }
         for (size_t i = 0; i < (size_t)R * F; i++) {
             const float g = f->hg[i];
             f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];

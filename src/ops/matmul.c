@@ -275,6 +275,65 @@ void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const
     else kvb_threadpool_run(tp, mm_worker, &j);
 }
 
+/* Several matrices on the same decode rows (q/k/v, gate/up): one threadpool
+ * run over their rows laid end to end, and the activations quantized once
+ * when every matrix takes the same int8 form. A row's value does not depend
+ * on which thread or tile computes it, so each y[i] is bit-identical to
+ * kvb_matmul_decode of w[i] alone; the saving is the joins and quantizations. */
+#define GROUP_MAX 4
+struct mm_group_job {
+    const struct kvb_mat *w[GROUP_MAX];
+    float *y[GROUP_MAX];
+    int64_t ldy[GROUP_MAX], rows;
+    int32_t n_mat, N;
+    const float *x;
+    int64_t ldx;
+    const struct kvb_q8_act *xa;
+};
+
+static void mm_group_worker(int32_t ith, int32_t nth, void *arg) {
+    const struct mm_group_job *j = arg;
+    const int64_t per = (j->rows + nth - 1) / nth, g0 = per * ith, g1 = KVB_MIN(j->rows, g0 + per);
+    int64_t base = 0;
+    for (int32_t i = 0; i < j->n_mat && base < g1; base += j->w[i]->n_out, i++) {
+        const int64_t r0 = KVB_MAX(g0 - base, (int64_t)0), r1 = KVB_MIN(g1 - base, j->w[i]->n_out);
+        if (r0 < r1) rows_decode(kvb_dot_kernels(), j->w[i], j->x, j->ldx, j->y[i], j->ldy[i], j->N, j->xa, r0, r1);
+    }
+}
+
+void kvb_matmul_decode_group(struct kvb_threadpool *tp, const struct kvb_mat *const *w, int32_t n_mat, const float *x, int64_t ldx,
+                             float *const *y, const int64_t *ldy, int32_t N, struct kvb_q8_buf *qb) {
+    if (N <= 0 || n_mat <= 0) return;
+    const struct kvb_dot_kernels *k = kvb_dot_kernels();
+    const int64_t n = w[0]->n_in;
+    bool same = n_mat <= GROUP_MAX;
+    for (int32_t i = 1; same && i < n_mat; i++) same = w[i]->n_in == n;
+    if (!same) {
+        for (int32_t i = 0; i < n_mat; i++) kvb_matmul_decode(tp, w[i], x, ldx, y[i], ldy[i], N, qb);
+        return;
+    }
+    struct mm_group_job j = {.n_mat = n_mat, .N = N, .x = x, .ldx = ldx};
+    bool shared = N > 1 && qb && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap;
+    for (int32_t i = 0; i < n_mat; i++) {
+        j.w[i] = w[i];
+        j.y[i] = y[i];
+        j.ldy[i] = ldy[i];
+        j.rows += w[i]->n_out;
+        shared = shared && int8_path(k, w[i]) && kvb_act_form(w[i]->type) == kvb_act_form(w[0]->type);
+    }
+    if (shared) { /* each token quantized once for every row of every matrix */
+        for (int32_t t = 0; t < N; t++)
+            qb->act[t] = quantize_for(k, w[0]->type, x + (size_t)t * ldx, n, qb->d + (size_t)t * (size_t)(n / 32), qb->q + (size_t)t * (size_t)n,
+                                      qb->s + (size_t)t * (size_t)(n / 16));
+        j.xa = qb->act;
+    } else if (N > 1 && qb) { /* the matrices' forms differ: each quantizes its own, as kvb_matmul_decode would */
+        for (int32_t i = 0; i < n_mat; i++) kvb_matmul_decode(tp, w[i], x, ldx, y[i], ldy[i], N, qb);
+        return;
+    }
+    if (j.rows * n * (int64_t)N < (1 << 16)) mm_group_worker(0, 1, &j);
+    else kvb_threadpool_run(tp, mm_group_worker, &j);
+}
+
 void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                        const int32_t *r0, const int32_t *T, int32_t n) {
     if (n <= 0) return;

@@ -142,5 +142,11 @@ struct kvb_q8_buf {
  * qb (may be NULL: then slower, same bits) holds the int8 activations. */
 void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int32_t N, struct kvb_q8_buf *qb);
+/* kvb_matmul_decode of n_mat (<= 4) matrices with the same n_in on the same
+ * N rows of x, y[i] with stride ldy[i]: one threadpool run over all their
+ * rows, the activations quantized once when the matrices share an int8 form;
+ * each y[i] bit-identical to kvb_matmul_decode(w[i]) alone. */
+void kvb_matmul_decode_group(struct kvb_threadpool *tp, const struct kvb_mat *const *w, int32_t n_mat, const float *x, int64_t ldx,
+                             float *const *y, const int64_t *ldy, int32_t N, struct kvb_q8_buf *qb);
 
 #endif
