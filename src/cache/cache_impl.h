@@ -118,6 +118,9 @@ void kvb_recall_restore_stage(struct kvb_cache *c, size_t i, int32_t n);
  * pos, loaded) and then finished by kvb_recall_area_done (shadows, order). */
 kvb_status kvb_recall_restore_area(struct kvb_cache *c, size_t i);
 void kvb_recall_area_done(struct kvb_cache *c, size_t i);
+/* Tokens held by area page a of r: its leading slots with a position
+ * (load_page fills a prefix and marks the rest -1). */
+int32_t kvb_recall_area_rows(const struct kvb_recall_stream *r, int32_t a, int32_t B);
 /* The recall area of s: its view and logical positions (NULL, n 0 without). */
 const struct kvb_recall_stream *kvb_recall_area(const struct kvb_cache *c, const struct kvb_stream *s);
 /* Upper bound of q . k for keys within lohi ([2][d]: per-channel min, max). */

@@ -99,8 +99,7 @@ static void save_recall(const struct kvb_cache *c, struct wbuf *w) {
         w_bytes(w, r->loaded, sizeof(int64_t) * (size_t)R);
         w_bytes(w, r->pos, sizeof(int32_t) * (size_t)R * (size_t)B);
         for (int32_t a = 0; a < R; a++) {
-            int32_t n = 0;
-            while (n < B && r->pos[a * B + n] >= 0) n++;
+            const int32_t n = kvb_recall_area_rows(r, a, B);
             w_bytes(w, r->pages[a], (size_t)n * rb);
             w_bytes(w, r->pages[a] + c->geom.v_offset, (size_t)n * rbv);
         }
@@ -215,7 +214,7 @@ static kvb_status load_recall(struct kvb_cache *c, struct rbuf *rp, int64_t tota
         if (!r_bytes(&r, &n_cold, 8, "recall.n_cold") || !r_bytes(&r, &lost, 8, "recall.lost") ||
             !r_bytes(&r, &scorings, 8, "recall.scorings") || !r_bytes(&r, &loads, 8, "recall.loads") ||
             !r_i32(&r, &since, "recall.since") || !r_i32(&r, &n_stage, "recall.n_stage") || !r_i32(&r, &has_area, "recall.has_area")) {
-            st = kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n);
+            st = TRUNC();
             break;
         }
         if (n_cold < 0 || n_cold > total_cold - seen || lost < 0 || scorings < 0 || loads < 0 || since < 0 || since > p->recall.every ||
@@ -229,7 +228,7 @@ static kvb_status load_recall(struct kvb_cache *c, struct rbuf *rp, int64_t tota
         if (!r_bytes(&r, spos, sizeof(int32_t) * (size_t)n_stage, "recall.stage_pos") ||
             !r_bytes(&r, kvb_cold_rec_k(g, rs->stage), (size_t)n_stage * rb, "recall.stage_k") ||
             !r_bytes(&r, kvb_cold_rec_v(g, rs->stage), (size_t)n_stage * rbv, "recall.stage_v")) {
-            st = kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n);
+            st = TRUNC();
             break;
         }
         if (!positions_ok(c, layer, spos, n_stage)) {
@@ -239,7 +238,7 @@ static kvb_status load_recall(struct kvb_cache *c, struct rbuf *rp, int64_t tota
         kvb_recall_restore_stage(c, (size_t)i, n_stage);
         for (int64_t k = 0; k < n_cold && st == KVB_OK; k++) {
             if (!r_bytes(&r, rec + KVB_COLD_REC_HEADER, body, "recall.cold_page"))
-                st = kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n);
+                st = TRUNC();
             else if (!positions_ok(c, layer, kvb_cold_rec_pos(rec), B))
                 st = kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld cold page %lld has a position out of range", (long long)i, (long long)k);
             else
@@ -255,15 +254,14 @@ static kvb_status load_recall(struct kvb_cache *c, struct rbuf *rp, int64_t tota
             r_bytes(&r, rs->loaded, sizeof(int64_t) * (size_t)R, "recall.loaded");
             r_bytes(&r, rs->pos, sizeof(int32_t) * (size_t)R * (size_t)B, "recall.area_pos");
             for (int32_t a = 0; a < R && st == KVB_OK; a++) {
-                int32_t n = 0;
-                while (n < B && rs->pos[a * B + n] >= 0) n++;
+                int32_t n = kvb_recall_area_rows(rs, a, B);
                 for (int32_t t = n; t < B; t++)
                     if (rs->pos[a * B + t] != -1) n = -1;
                 if (n < 0 || rs->loaded[a] < -2 || rs->loaded[a] >= n_cold || !positions_ok(c, layer, rs->pos + (size_t)a * B, n))
                     st = kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld recall page %d is inconsistent", (long long)i, (int)a);
                 else if (!r_bytes(&r, rs->pages[a], (size_t)n * rb, "recall.area_k") ||
                          !r_bytes(&r, rs->pages[a] + c->geom.v_offset, (size_t)n * rbv, "recall.area_v"))
-                    st = kvb_fail(KVB_ERR_CORRUPT, "cache image truncated at field '%s' (offset %zu of %zu)", r.field, r.at, r.n);
+                    st = TRUNC();
             }
             if (st != KVB_OK) break;
             kvb_recall_area_done(c, (size_t)i);

@@ -49,6 +49,31 @@ size_t kvb_cold_record_bytes(const struct kvb_cold_geom *g) {
     return (n + 7) & ~(size_t)7;
 }
 
+/* The file tier's directory (a copy) and segment directories, for a store
+ * with no file yet: all or nothing (false: out of memory, c unchanged). */
+static bool use_dir(struct kvb_cold *c, const char *dir) {
+    const size_t n = strlen(dir) + 1;
+    char *d = kvb_malloc(n);
+    uint8_t **seg = c->seg ? c->seg : kvb_calloc(MAX_SEGS, sizeof(uint8_t *));
+    void **base = c->seg_base ? c->seg_base : kvb_calloc(MAX_SEGS, sizeof(void *));
+    size_t *len = c->seg_len ? c->seg_len : kvb_calloc(MAX_SEGS, sizeof(size_t));
+    if (!d || !seg || !base || !len) {
+        kvb_free(d);
+        if (!c->seg) kvb_free(seg);
+        if (!c->seg_base) kvb_free(base);
+        if (!c->seg_len) kvb_free(len);
+        return false;
+    }
+    memcpy(d, dir, n);
+    kvb_free(c->dir);
+    c->dir = d;
+    c->seg = seg;
+    c->seg_base = base;
+    c->seg_len = len;
+    c->file_failed = false;
+    return true;
+}
+
 kvb_status kvb_cold_create(const struct kvb_cold_geom *g, size_t mem_bytes, const char *dir, struct kvb_cold **out) {
     if (!g || !out || g->block_size < 1 || g->n_streams < 1) return kvb_fail(KVB_ERR_INVALID, "cold store: bad geometry");
     struct kvb_cold *c = kvb_calloc(1, sizeof *c);
@@ -60,23 +85,14 @@ kvb_status kvb_cold_create(const struct kvb_cold_geom *g, size_t mem_bytes, cons
     c->per_chunk = KVB_MAX((int64_t)(CHUNK_BYTES / c->rec_bytes), (int64_t)1);
     c->n_chunks = (c->mem_cap + c->per_chunk - 1) / c->per_chunk;
     c->per_seg = KVB_MAX((int64_t)(SEG_BYTES / c->rec_bytes), (int64_t)1);
-    if (c->n_chunks && !(c->chunks = kvb_calloc((size_t)c->n_chunks, sizeof(uint8_t *)))) goto nomem;
-    if (dir) {
-        const size_t n = strlen(dir) + 1;
-        if (!(c->dir = kvb_malloc(n))) goto nomem;
-        memcpy(c->dir, dir, n);
-        c->seg = kvb_calloc(MAX_SEGS, sizeof(uint8_t *));
-        c->seg_base = kvb_calloc(MAX_SEGS, sizeof(void *));
-        c->seg_len = kvb_calloc(MAX_SEGS, sizeof(size_t));
-        if (!c->seg || !c->seg_base || !c->seg_len) goto nomem;
+    if ((c->n_chunks && !(c->chunks = kvb_calloc((size_t)c->n_chunks, sizeof(uint8_t *)))) || (dir && !use_dir(c, dir))) {
+        kvb_free(c->chunks);
+        kvb_free(c);
+        return kvb_fail(KVB_ERR_NOMEM, "cold store: out of memory");
     }
     pthread_mutex_init(&c->mu, NULL);
     *out = c;
     return KVB_OK;
-nomem:
-    kvb_free(c->chunks); kvb_free(c->dir); kvb_free(c->seg); kvb_free(c->seg_base); kvb_free(c->seg_len);
-    kvb_free(c);
-    return kvb_fail(KVB_ERR_NOMEM, "cold store: out of memory");
 }
 
 void kvb_cold_clear(struct kvb_cold *c) {
@@ -253,30 +269,8 @@ kvb_status kvb_cold_set_dir(struct kvb_cold *c, const char *dir) {
     if (!dir || !*dir) return kvb_fail(KVB_ERR_INVALID, "cold tier: the directory must be a non-empty path");
     pthread_mutex_lock(&c->mu);
     kvb_status st = KVB_OK;
-    if (c->path) {
-        st = kvb_fail(KVB_ERR_INVALID, "cold tier: it already has its file '%s'", c->path);
-    } else {
-        const size_t n = strlen(dir) + 1;
-        char *d = kvb_malloc(n);
-        uint8_t **seg = c->seg ? c->seg : kvb_calloc(MAX_SEGS, sizeof(uint8_t *));
-        void **base = c->seg_base ? c->seg_base : kvb_calloc(MAX_SEGS, sizeof(void *));
-        size_t *len = c->seg_len ? c->seg_len : kvb_calloc(MAX_SEGS, sizeof(size_t));
-        if (!d || !seg || !base || !len) {
-            kvb_free(d);
-            if (!c->seg) kvb_free(seg);
-            if (!c->seg_base) kvb_free(base);
-            if (!c->seg_len) kvb_free(len);
-            st = kvb_fail(KVB_ERR_NOMEM, "cold tier: out of memory");
-        } else {
-            memcpy(d, dir, n);
-            kvb_free(c->dir);
-            c->dir = d;
-            c->seg = seg;
-            c->seg_base = base;
-            c->seg_len = len;
-            c->file_failed = false;
-        }
-    }
+    if (c->path) st = kvb_fail(KVB_ERR_INVALID, "cold tier: it already has its file '%s'", c->path);
+    else if (!use_dir(c, dir)) st = kvb_fail(KVB_ERR_NOMEM, "cold tier: out of memory");
     pthread_mutex_unlock(&c->mu);
     return st;
 }

@@ -469,13 +469,15 @@ kvb_status kvb_recall_restore_area(struct kvb_cache *c, size_t i) {
     return KVB_OK;
 }
 
+int32_t kvb_recall_area_rows(const struct kvb_recall_stream *r, int32_t a, int32_t B) {
+    int32_t n = 0;
+    while (n < B && r->pos[a * B + n] >= 0) n++;
+    return n;
+}
+
 void kvb_recall_area_done(struct kvb_cache *c, size_t i) {
     struct kvb_recall_stream *r = &c->recall[i];
     const int32_t R = c->params.recall.pages, B = c->params.block_size;
-    for (int32_t a = 0; a < R; a++) {
-        int32_t n = 0;
-        while (n < B && r->pos[a * B + n] >= 0) n++;
-        area_shadow(c, r, a, n);
-    }
+    for (int32_t a = 0; a < R; a++) area_shadow(c, r, a, kvb_recall_area_rows(r, a, B));
     sort_area(r, R * B);
 }

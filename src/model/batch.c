@@ -527,8 +527,7 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     s.p.policy = cp.policy;
     s.p.pos_mode = cp.pos_mode;
     s.p.max_distance = cp.max_distance;
-    s.p.recall = cp.recall;
-    s.p.recall.cold_dir = NULL;
+    s.p.recall = cp.recall; /* a cache's params name no cold_dir (the store keeps its copy) */
     s.p.n_ctx = n_ctx;
     s.n_ctx = n_ctx;
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, KVB_MAX(nh, 1));

@@ -212,6 +212,15 @@ static void embed_row(const struct kvb_mat *e, int32_t tok, float *out) {
     kvb_dequantize_row(e->type, e->data + (size_t)tok * e->row_bytes, out, e->n_in);
 }
 
+/* y = W x over the prompt rows of a pass: the chunks together (each as if
+ * alone), one-token prompt tails as kvb_matmul with T = 1. */
+static void mm_prompts(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
+                       int64_t ldy, const struct kvb_fwd_seg *seg, int32_t n_seg) {
+    kvb_matmul_chunks(tp, w, x, ldx, y, ldy, f->cr0, f->cT, f->nc); /* weights expanded once for every chunk */
+    for (int32_t i = 0; i < n_seg; i++)
+        if (!seg[i].decode && seg[i].T == 1) kvb_matmul(tp, w, x + (size_t)seg[i].r0 * ldx, ldx, y + (size_t)seg[i].r0 * ldy, ldy, 1);
+}
+
 /* y = W x over the rows of a pass: the decode rows [0, n_dec) as one batch,
  * the prompt chunks together (each as if alone). */
 static void mm(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
@@ -221,9 +230,7 @@ static void mm(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_ma
         return;
     }
     kvb_matmul_decode(tp, w, x, ldx, y, ldy, n_dec, f->q8);
-    kvb_matmul_chunks(tp, w, x, ldx, y, ldy, f->cr0, f->cT, f->nc); /* weights expanded once for every chunk */
-    for (int32_t i = 0; i < n_seg; i++) /* one-token prompt tails: as kvb_matmul with T = 1 */
-        if (!seg[i].decode && seg[i].T == 1) kvb_matmul(tp, w, x + (size_t)seg[i].r0 * ldx, ldx, y + (size_t)seg[i].r0 * ldy, ldy, 1);
+    mm_prompts(tp, f, w, x, ldx, y, ldy, seg, n_seg);
 }
 
 /* mm for n matrices on the same input (q/k/v; gate/up): the decode rows of
@@ -243,11 +250,7 @@ static void mm_group(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct 
     }
     kvb_matmul_decode_group(tp, w, n, x, ldx, y, ldy, tiles ? f->n_rows : n_dec, f->q8);
     if (tiles) return;
-    for (int32_t i = 0; i < n; i++) {
-        kvb_matmul_chunks(tp, w[i], x, ldx, y[i], ldy[i], f->cr0, f->cT, f->nc);
-        for (int32_t s = 0; s < n_seg; s++)
-            if (!seg[s].decode && seg[s].T == 1) kvb_matmul(tp, w[i], x + (size_t)seg[s].r0 * ldx, ldx, y[i] + (size_t)seg[s].r0 * ldy[i], ldy[i], 1);
-    }
+    for (int32_t i = 0; i < n; i++) mm_prompts(tp, f, w[i], x, ldx, y[i], ldy[i], seg, n_seg);
 }
 
 kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const int32_t *tok,

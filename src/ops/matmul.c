@@ -306,29 +306,28 @@ void kvb_matmul_decode_group(struct kvb_threadpool *tp, const struct kvb_mat *co
     if (N <= 0 || n_mat <= 0) return;
     const struct kvb_dot_kernels *k = kvb_dot_kernels();
     const int64_t n = w[0]->n_in;
-    bool same = n_mat <= GROUP_MAX;
-    for (int32_t i = 1; same && i < n_mat; i++) same = w[i]->n_in == n;
-    if (!same) {
+    bool same = n_mat <= GROUP_MAX, shared = N > 1 && qb && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap;
+    for (int32_t i = 0; same && i < n_mat; i++) {
+        same = w[i]->n_in == n;
+        shared = shared && int8_path(k, w[i]) && kvb_act_form(w[i]->type) == kvb_act_form(w[0]->type);
+    }
+    /* other widths, or int8 forms that differ (each quantizes its own): matrix by matrix */
+    if (!same || (!shared && N > 1 && qb)) {
         for (int32_t i = 0; i < n_mat; i++) kvb_matmul_decode(tp, w[i], x, ldx, y[i], ldy[i], N, qb);
         return;
     }
     struct mm_group_job j = {.n_mat = n_mat, .N = N, .x = x, .ldx = ldx};
-    bool shared = N > 1 && qb && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap;
     for (int32_t i = 0; i < n_mat; i++) {
         j.w[i] = w[i];
         j.y[i] = y[i];
         j.ldy[i] = ldy[i];
         j.rows += w[i]->n_out;
-        shared = shared && int8_path(k, w[i]) && kvb_act_form(w[i]->type) == kvb_act_form(w[0]->type);
     }
     if (shared) { /* each token quantized once for every row of every matrix */
         for (int32_t t = 0; t < N; t++)
             qb->act[t] = quantize_for(k, w[0]->type, x + (size_t)t * ldx, n, qb->d + (size_t)t * (size_t)(n / 32), qb->q + (size_t)t * (size_t)n,
                                       qb->s + (size_t)t * (size_t)(n / 16));
         j.xa = qb->act;
-    } else if (N > 1 && qb) { /* the matrices' forms differ: each quantizes its own, as kvb_matmul_decode would */
-        for (int32_t i = 0; i < n_mat; i++) kvb_matmul_decode(tp, w[i], x, ldx, y[i], ldy[i], N, qb);
-        return;
     }
     if (j.rows * n * (int64_t)N < (1 << 16)) mm_group_worker(0, 1, &j);
     else kvb_threadpool_run(tp, mm_group_worker, &j);

@@ -22,6 +22,8 @@ static void log_warnings(enum kvb_log_level level, const char *msg, void *user) 
     if (level == KVB_LOG_WARN) fprintf(stderr, "kvbound serve: warning: %s\n", msg);
 }
 
+#define SERVE_COLD_MB 64 /* --cold-mb per session: a server holds many */
+
 static int usage(FILE *f) {
     fprintf(f,
             "usage: kvbound serve -m MODEL [options]\n"
@@ -56,7 +58,7 @@ static int usage(FILE *f) {
             "\n");
     cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
-    cli_recall_help(f, 64);
+    cli_recall_help(f, SERVE_COLD_MB);
     fprintf(f,
             "                        (serve: --recall applies to every bounded session, --cold-mb and the\n"
             "                        cold file are per session, and a session's cold tier is stored with it)\n"
@@ -95,7 +97,7 @@ int cmd_serve_main(int argc, char **argv) {
     cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     struct cli_recall rec;
     cli_recall_init(&rec);
-    rec.cold_mb = 64; /* per session: a server holds many */
+    rec.cold_mb = SERVE_COLD_MB;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
