@@ -164,7 +164,7 @@ TEST(q8_activation_kernel_exact) {
                 const int64_t nn = nt > fam->q8_tile_tokens ? N - 32 : N;
                 const int ntt = nt > fam->q8_tile_tokens ? nt - fam->q8_tile_tokens : nt;
                 float out[KVB_Q8_TILE_TOKENS_MAX * 4];
-                fam->q8_tile(rows4, sizeof rows4[0], nr, a3, ntt, nn, out, 4);
+                fam->q8_tile(rows4, sizeof rows4[0], nr, a3, ntt, nn, out, 4, nt % 2 == 1); /* with and without the prefetch */
                 for (int t = 0; t < ntt; t++)
                     for (int r = 0; r < nr; r++) {
                         const float one = fam->dot_q8[GGML_TYPE_Q8_0](rows4[r], &a3[t], nn);

@@ -129,7 +129,7 @@ static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, co
         const int nr = (int)KVB_MIN(tr, r1 - r);
         for (int32_t t = 0; t < N; t += k->q8_tile_tokens)
             k->q8_tile(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(k->q8_tile_tokens, N - t), n,
-                       y + (size_t)t * ldy + r, ldy);
+                       y + (size_t)t * ldy + r, ldy, t == 0);
     }
 }
 
@@ -213,6 +213,44 @@ static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w
     }
 }
 
+/* Batched decode (several tokens on the int8 tiles) is bound by arithmetic,
+ * not by the weights' stream, so a thread the machine slows down holds the
+ * step back by its whole lag. Each thread therefore walks its own share of
+ * the rows in chunks, in order (one stream, as a fixed split), and then
+ * takes the chunks the others have not reached from their counters. A row's
+ * value does not depend on which thread computes it. */
+#define SHARE_THREADS_MAX 16
+#define SHARE_ROWS 32 /* rows per chunk: eight 4-row tiles */
+struct row_share {
+    struct {
+        _Alignas(64) atomic_llong next; /* chunks of this thread's share taken so far */
+    } at[SHARE_THREADS_MAX];
+};
+
+static void row_share_init(struct row_share *sh) {
+    for (int i = 0; i < SHARE_THREADS_MAX; i++) atomic_init(&sh->at[i].next, 0);
+}
+
+/* Whether a step of N tokens shares its rows (nth threads). */
+static bool row_share_use(const struct kvb_q8_act *xa, int32_t N, int32_t nth) { return xa && N > 1 && nth > 1 && nth <= SHARE_THREADS_MAX; }
+
+/* The next chunk [*r0, *r1) of rows [0, rows) for thread ith: its own share
+ * first, then the others'. False when none is left. */
+static bool row_share_next(struct row_share *sh, int64_t rows, int32_t ith, int32_t nth, int64_t *r0, int64_t *r1) {
+    const int64_t chunks = (rows + SHARE_ROWS - 1) / SHARE_ROWS, per = (chunks + nth - 1) / nth;
+    for (int32_t k = 0; k < nth; k++) {
+        const int32_t o = (ith + k) % nth;
+        const int64_t c0 = per * o, c1 = KVB_MIN(chunks, c0 + per);
+        if (c0 >= c1 || atomic_load_explicit(&sh->at[o].next, memory_order_relaxed) >= c1 - c0) continue;
+        const int64_t c = c0 + (int64_t)atomic_fetch_add_explicit(&sh->at[o].next, 1, memory_order_relaxed);
+        if (c >= c1) continue;
+        *r0 = c * SHARE_ROWS;
+        *r1 = KVB_MIN(rows, *r0 + SHARE_ROWS);
+        return true;
+    }
+    return false;
+}
+
 struct mm_job {
     const struct kvb_mat *w;
     const float *x;
@@ -224,6 +262,7 @@ struct mm_job {
     const int32_t *cr0, *cT;     /* chunks: first rows and lengths (nc of them), or NULL */
     int32_t nc;
     atomic_llong next_panel;     /* prefill: the next panel a thread takes */
+    struct row_share share;      /* batched decode on the int8 tiles */
 };
 
 static void mm_worker(int32_t ith, int32_t nth, void *arg) {
@@ -240,6 +279,12 @@ static void mm_worker(int32_t ith, int32_t nth, void *arg) {
             if (r0 >= n) break;
             panel_chunks(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, cr0, cT, nc, r0, KVB_MIN(n, r0 + KVB_PANEL_ROWS));
         }
+        return;
+    }
+    if (j->decode && row_share_use(j->xa, j->T, nth)) {
+        int64_t r0, r1;
+        while (row_share_next(&j->share, n, ith, nth, &r0, &r1))
+            rows_decode(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, j->xa, r0, r1);
         return;
     }
     const int64_t per = (n + nth - 1) / nth;
@@ -262,6 +307,7 @@ void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const
     if (N <= 0) return;
     struct mm_job j = {.w = w, .x = x, .y = y, .ldx = ldx, .ldy = ldy, .T = N, .decode = true};
     atomic_init(&j.next_panel, 0);
+    row_share_init(&j.share);
     const struct kvb_dot_kernels *k = kvb_dot_kernels();
     const int64_t n = w->n_in;
     if (N > 1 && qb && int8_path(k, w) && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap) {
@@ -289,16 +335,27 @@ struct mm_group_job {
     const float *x;
     int64_t ldx;
     const struct kvb_q8_act *xa;
+    struct row_share share;
 };
 
-static void mm_group_worker(int32_t ith, int32_t nth, void *arg) {
-    const struct mm_group_job *j = arg;
-    const int64_t per = (j->rows + nth - 1) / nth, g0 = per * ith, g1 = KVB_MIN(j->rows, g0 + per);
+/* Rows [g0, g1) of the matrices laid end to end. */
+static void mm_group_rows(const struct mm_group_job *j, int64_t g0, int64_t g1) {
     int64_t base = 0;
     for (int32_t i = 0; i < j->n_mat && base < g1; base += j->w[i]->n_out, i++) {
         const int64_t r0 = KVB_MAX(g0 - base, (int64_t)0), r1 = KVB_MIN(g1 - base, j->w[i]->n_out);
         if (r0 < r1) rows_decode(kvb_dot_kernels(), j->w[i], j->x, j->ldx, j->y[i], j->ldy[i], j->N, j->xa, r0, r1);
     }
+}
+
+static void mm_group_worker(int32_t ith, int32_t nth, void *arg) {
+    struct mm_group_job *j = arg;
+    if (row_share_use(j->xa, j->N, nth)) {
+        int64_t g0, g1;
+        while (row_share_next(&j->share, j->rows, ith, nth, &g0, &g1)) mm_group_rows(j, g0, g1);
+        return;
+    }
+    const int64_t per = (j->rows + nth - 1) / nth, g0 = per * ith, g1 = KVB_MIN(j->rows, g0 + per);
+    mm_group_rows(j, g0, g1);
 }
 
 void kvb_matmul_decode_group(struct kvb_threadpool *tp, const struct kvb_mat *const *w, int32_t n_mat, const float *x, int64_t ldx,
@@ -317,6 +374,7 @@ void kvb_matmul_decode_group(struct kvb_threadpool *tp, const struct kvb_mat *co
         return;
     }
     struct mm_group_job j = {.n_mat = n_mat, .N = N, .x = x, .ldx = ldx};
+    row_share_init(&j.share);
     for (int32_t i = 0; i < n_mat; i++) {
         j.w[i] = w[i];
         j.y[i] = y[i];

@@ -62,9 +62,12 @@ typedef float (*kvb_dot_q8_fn)(const void *row, const struct kvb_q8_act *x, int6
 #define KVB_Q8_TILE_TOKENS_MAX 4
 /* nr <= KVB_Q8_TILE_ROWS Q8_0 rows (row_bytes apart) x nt <= the family's q8_tile_tokens int8 tokens:
  * out[t * ldo + r] = dot(row r, token t), each pair computed exactly as
- * the family's dot_q8[GGML_TYPE_Q8_0] computes it. */
+ * the family's dot_q8[GGML_TYPE_Q8_0] computes it. first: the first token
+ * group over these rows, which prefetches the next nr rows (the groups after
+ * it find these rows in cache, and a prefetch per line and group cost ~10%
+ * of the tile from memory); it changes no value. */
 typedef void (*kvb_q8_tile_fn)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
-                               int64_t ldo);
+                               int64_t ldo, bool first);
 
 /* One block of len activations (len a multiple of 32) to int8: *d = amax / 127
  * (amax the largest |x|, NaNs skipped), q[i] = x[i] / d rounded to nearest,

@@ -356,7 +356,8 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
  * weight block and a temporary fit the 16 registers. The operations that
  * make a pair's value (sign, maddubs, madd, cvt, one FMA with d_w * d_x) are
  * those of q8_tile_fixed, in the same order. */
-static void q8_tile_4x2(const void *rows, size_t rb, const struct kvb_q8_act *x, int64_t n, float *out, int64_t ldo) {
+static inline __attribute__((always_inline)) void q8_tile_4x2_with(const void *rows, size_t rb, const struct kvb_q8_act *x, int64_t n,
+                                                                    float *out, int64_t ldo, const bool first) {
     const uint8_t *base = rows;
     const struct block_q8_0 *w0 = (const void *)base, *w1 = (const void *)(base + rb), *w2 = (const void *)(base + 2 * rb),
                             *w3 = (const void *)(base + 3 * rb);
@@ -366,10 +367,12 @@ static void q8_tile_4x2(const void *rows, size_t rb, const struct kvb_q8_act *x,
     const float *d0 = x[0].d, *d1 = x[1].d;
     const size_t next = 4 * rb; /* the next tile's rows, at this offset: they stream from memory while these are reused */
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        _mm_prefetch((const char *)&w0[i] + next, _MM_HINT_T0);
-        _mm_prefetch((const char *)&w1[i] + next, _MM_HINT_T0);
-        _mm_prefetch((const char *)&w2[i] + next, _MM_HINT_T0);
-        _mm_prefetch((const char *)&w3[i] + next, _MM_HINT_T0);
+        if (first) { /* later token groups find these rows in cache */
+            _mm_prefetch((const char *)&w0[i] + next, _MM_HINT_T0);
+            _mm_prefetch((const char *)&w1[i] + next, _MM_HINT_T0);
+            _mm_prefetch((const char *)&w2[i] + next, _MM_HINT_T0);
+            _mm_prefetch((const char *)&w3[i] + next, _MM_HINT_T0);
+        }
         const uint64_t packed = (uint64_t)w0[i].d | (uint64_t)w1[i].d << 16 | (uint64_t)w2[i].d << 32 | (uint64_t)w3[i].d << 48;
         const __m128 dw4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)packed));
         const __m256 dw8 = _mm256_insertf128_ps(_mm256_castps128_ps256(dw4), dw4, 1); /* the 4 row scales in both halves */
@@ -394,10 +397,15 @@ static void q8_tile_4x2(const void *rows, size_t rb, const struct kvb_q8_act *x,
     out[ldo] = hsum(c01); out[ldo + 1] = hsum(c11); out[ldo + 2] = hsum(c21); out[ldo + 3] = hsum(c31);
 }
 
+static void q8_tile_4x2(const void *rows, size_t rb, const struct kvb_q8_act *x, int64_t n, float *out, int64_t ldo, bool first) {
+    if (first) q8_tile_4x2_with(rows, rb, x, n, out, ldo, true);
+    else q8_tile_4x2_with(rows, rb, x, n, out, ldo, false);
+}
+
 static void q8_tile_avx2(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
-                         int64_t ldo) {
+                         int64_t ldo, bool first) {
     if (nr == 4 && nt == 2) {
-        q8_tile_4x2(rows, row_bytes, x, n, out, ldo);
+        q8_tile_4x2(rows, row_bytes, x, n, out, ldo, first);
         return;
     }
     switch (nr * 4 + nt) { /* constant shapes: the accumulators live in registers */
@@ -411,7 +419,7 @@ static void q8_tile_avx2(const void *rows, size_t row_bytes, int nr, const struc
 float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     float out;
-    q8_tile_avx2(row, 0, 1, x, 1, n, &out, 1);
+    q8_tile_avx2(row, 0, 1, x, 1, n, &out, 1, false);
     return out;
 }
 

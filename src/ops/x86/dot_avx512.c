@@ -273,7 +273,8 @@ static void quant_block_avx512(const float *x, int len, float *d, int8_t *q) {
 }
 
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
-void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo);
+void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                      bool first);
 void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch); /* dot_avx2.c */
 /* dot_avx2.c: the integer dots (Q8_0's without VNNI too) (AVX2 runs on every
  * AVX-512 CPU; 512-bit versions are not written: no machine here to test them) */

@@ -32,7 +32,7 @@ static inline __m512 pair_lanes(__m128 v) {
  * whatever the tile's shape, and the lone dot is the 1 x 1 tile, so a
  * token's result does not depend on the tile it shares: batch equals single. */
 static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows, size_t row_bytes, const struct kvb_q8_act *x, int64_t n,
-                                                                 float *out, int64_t ldo, const int NR, const int NT) {
+                                                                 float *out, int64_t ldo, const int NR, const int NT, const bool first) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[4][4];
     for (int r = 0; r < NR; r++)
@@ -52,7 +52,7 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         for (int r = 0; r < NR; r++) {
             const struct block_q8_0 *b = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)r * row_bytes) + i;
             if (NR == 1) prefetch_ahead(b, 68); /* the rows stream from memory: 4 KB ahead */
-            else { /* the next tile's rows at this offset */
+            else if (first) { /* the next tile's rows at this offset */
                 _mm_prefetch((const char *)b + (size_t)NR * row_bytes, _MM_HINT_T0);
                 _mm_prefetch((const char *)b + (size_t)NR * row_bytes + 64, _MM_HINT_T0);
             }
@@ -71,10 +71,12 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         for (int r = 0; r < NR; r++) out[(size_t)t * (size_t)ldo + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo);
-void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo) {
+void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                      bool first);
+void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                      bool first) {
     switch (nr * 8 + nt) { /* constant shapes: the accumulators live in registers */
-#define Q8_CASE(R, T) case R * 8 + T: q8_tile_fixed(rows, row_bytes, x, n, out, ldo, R, T); break;
+#define Q8_CASE(R, T) case R * 8 + T: q8_tile_fixed(rows, row_bytes, x, n, out, ldo, R, T, first); break;
     Q8_CASE(1, 1) Q8_CASE(1, 2) Q8_CASE(1, 3) Q8_CASE(1, 4) Q8_CASE(2, 1) Q8_CASE(2, 2) Q8_CASE(2, 3) Q8_CASE(2, 4)
     Q8_CASE(3, 1) Q8_CASE(3, 2) Q8_CASE(3, 3) Q8_CASE(3, 4) Q8_CASE(4, 1) Q8_CASE(4, 2) Q8_CASE(4, 3) Q8_CASE(4, 4)
 #undef Q8_CASE
@@ -85,6 +87,6 @@ void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct k
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n) {
     float out;
-    q8_tile_fixed(row, 0, x, n, &out, 1, 1, 1);
+    q8_tile_fixed(row, 0, x, n, &out, 1, 1, 1, false);
     return out;
 }
