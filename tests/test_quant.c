@@ -420,6 +420,71 @@ TEST(decode_group_equals_single_matrices) {
     kvb_threadpool_free(tp);
 }
 
+/* Batched decode shares a matrix's rows out in chunks (each thread its own
+ * share first, then the others'): at any thread count, with more threads
+ * than cores (so some fall behind and their chunks are taken), every row of
+ * every token is written, with the bits one thread gives. y starts as NaN, so
+ * a chunk no thread took fails; 17 threads run the fixed split instead. */
+TEST(decode_rows_shared_over_threads_cover_every_row) {
+    enum { N = 512, TOK = 16, R = 1000 };
+    static float x[TOK * N], src[R * N], want[3][TOK * R], got[3][TOK * R];
+    static uint8_t q[3][R * N * 4];
+    static float qd[TOK * N / 32 + 1];
+    static int8_t qq[TOK * N];
+    static int16_t qs[TOK * N / 16 + 1];
+    static struct kvb_q8_buf qb;
+    qb.d = qd; qb.q = qq; qb.s = qs; qb.cap = TOK * N;
+    unsigned long long rs = 7;
+    for (int i = 0; i < TOK * N; i++) x[i] = t_randf(&rs) * 3;
+    for (int i = 0; i < R * N; i++) src[i] = t_randf(&rs);
+    const uint32_t types[3] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0};
+    const int64_t rows[3] = {R, 301, 77}; /* not multiples of a chunk */
+    struct kvb_mat m[3];
+    const struct kvb_mat *w[3];
+    for (int i = 0; i < 3; i++) {
+        const size_t rb = kvb_ggml_type_size(types[i]) * (size_t)(N / kvb_ggml_blck_size(types[i]));
+        for (int64_t r = 0; r < rows[i]; r++) CHECK(kvb_quantize_row(types[i], src + (size_t)r * N, q[i] + (size_t)r * rb, N));
+        m[i] = (struct kvb_mat){types[i], N, rows[i], rb, q[i]};
+        w[i] = &m[i];
+    }
+    const int32_t toks[] = {2, 5, TOK};
+    struct kvb_threadpool *one;
+    CHECK_OK(kvb_threadpool_init(1, &one));
+    for (int ti = 0; ti < 3; ti++) {
+        for (int i = 0; i < 3; i++) kvb_matmul_decode(one, w[i], x, N, want[i], R, toks[ti], &qb);
+        const int nths[] = {2, 3, 5, 17};
+        for (int k = 0; k < 4; k++) {
+            struct kvb_threadpool *tp;
+            CHECK_OK(kvb_threadpool_init(nths[k], &tp));
+            for (int rep = 0; rep < 3; rep++) {
+                for (int i = 0; i < 3; i++)
+                    for (size_t e = 0; e < (size_t)TOK * R; e++) got[i][e] = NAN;
+                if (rep == 2) { /* the three as one group */
+                    float *y[3] = {got[0], got[1], got[2]};
+                    const int64_t ld[3] = {R, R, R};
+                    /* Q4_K takes another int8 form: the group runs matrix by matrix; Q8_0 pairs share */
+                    kvb_matmul_decode_group(tp, (const struct kvb_mat *const[]){w[0], w[2]}, 2, x, N, (float *const[]){y[0], y[2]}, ld,
+                                            toks[ti], &qb);
+                    kvb_matmul_decode(tp, w[1], x, N, got[1], R, toks[ti], &qb);
+                } else
+                    for (int i = 0; i < 3; i++) kvb_matmul_decode(tp, w[i], x, N, got[i], R, toks[ti], &qb);
+                for (int i = 0; i < 3; i++)
+                    for (int32_t t = 0; t < toks[ti]; t++)
+                        for (int64_t r = 0; r < rows[i]; r++)
+                            if (memcmp(&want[i][(size_t)t * R + r], &got[i][(size_t)t * R + r], sizeof(float))) {
+                                FAILF("%d threads, %d tokens, %s rows %lld: (row %lld, token %d) = %.9g, one thread %.9g", nths[k],
+                                      (int)toks[ti], kvb_ggml_type_name(types[i]), (long long)rows[i], (long long)r, (int)t,
+                                      got[i][(size_t)t * R + r], want[i][(size_t)t * R + r]);
+                                r = rows[i];
+                                t = toks[ti];
+                            }
+            }
+            kvb_threadpool_free(tp);
+        }
+    }
+    kvb_threadpool_free(one);
+}
+
 /* Every family's activation quantizer gives the reference's scale and int8
  * codes bit for bit: random blocks, ties (amax 127: the quotients are the
  * inputs, so x.5 rounds to even), zeros, NaNs, infinities, subnormals,
@@ -501,5 +566,6 @@ int main(void) {
     RUN(prefill_panel_equals_reference);
     RUN(panel_packing_equals_reference);
     RUN(decode_group_equals_single_matrices);
+    RUN(decode_rows_shared_over_threads_cover_every_row);
     return test_summary();
 }
