@@ -258,6 +258,38 @@ TEST(vexp_matches_expf) {
 
 /* Recall's page bounds: every family equals the scalar reference on random
  * rows and pages (odd head dims for the tails), to rounding of the sum. */
+/* The driver's per-row max and sum give a plain in-order loop's bits for
+ * every row count (the 4-row groups and the rest) and tile length, on
+ * values whose sums round differently in any other order. */
+TEST(row_max_and_sum_are_in_order) {
+    static float s[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE];
+    unsigned long long rs = 5;
+    for (int i = 0; i < KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE; i++) {
+        const float u = t_randf(&rs);
+        s[i] = i % 97 == 0 ? -INFINITY : (i % 5 == 0 ? 1e7f : 1.0f) * u; /* masked scores are -inf */
+    }
+    int checked = 0;
+    for (int32_t R = 1; R <= 9; R++)
+        for (int32_t nt = 1; nt <= KVB_ATTN_TILE; nt += (nt < 8 ? 1 : 7)) {
+            float mx[KVB_ATTN_MAX_ROWS], sm[KVB_ATTN_MAX_ROWS];
+            kvb_attn_row_max(s, R, nt, mx);
+            kvb_attn_row_sum(s, R, nt, sm);
+            for (int32_t r = 0; r < R; r++) {
+                float m = -INFINITY, a = 0, rev = 0;
+                for (int32_t t = 0; t < nt; t++) {
+                    const float v = s[r * KVB_ATTN_TILE + t];
+                    m = v > m ? v : m;
+                    a += v;
+                }
+                for (int32_t t = nt - 1; t >= 0; t--) rev += s[r * KVB_ATTN_TILE + t];
+                if (memcmp(&m, &mx[r], sizeof m) || memcmp(&a, &sm[r], sizeof a))
+                    FAILF("R=%d nt=%d row %d: max %.9g sum %.9g, in order %.9g %.9g", (int)R, (int)nt, (int)r, mx[r], sm[r], m, a);
+                checked += memcmp(&a, &rev, sizeof a) != 0; /* the data can tell the orders apart */
+            }
+        }
+    CHECK(checked > 100);
+}
+
 TEST(page_bounds_equal_reference) {
     const int dims[4] = {8, 13, 64, 128};
     for (int di = 0; di < 4; di++) {
@@ -295,5 +327,6 @@ int main(void) {
     RUN(vexp_matches_expf);
     RUN(kv_row_loaders_equal_dequantizer);
     RUN(page_bounds_equal_reference);
+    RUN(row_max_and_sum_are_in_order);
     return test_summary();
 }

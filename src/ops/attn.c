@@ -48,6 +48,51 @@ static void apply_limits(float *s, const int32_t *limit, int32_t n_rows, int32_t
     }
 }
 
+/* Each row's max and sum over its nt scores, in t order exactly as a plain
+ * loop per row computes them (the same bits), four rows at a time so that
+ * their dependent chains overlap: a row alone waits on one add per score. */
+void kvb_attn_row_max(const float *s, int32_t R, int32_t nt, float *out) {
+    int32_t r = 0;
+    for (; r + 4 <= R; r += 4) {
+        const float *a = s + r * KVB_ATTN_TILE, *b = a + KVB_ATTN_TILE, *c = b + KVB_ATTN_TILE, *e = c + KVB_ATTN_TILE;
+        float m0 = -INFINITY, m1 = -INFINITY, m2 = -INFINITY, m3 = -INFINITY;
+        for (int32_t t = 0; t < nt; t++) {
+            m0 = a[t] > m0 ? a[t] : m0;
+            m1 = b[t] > m1 ? b[t] : m1;
+            m2 = c[t] > m2 ? c[t] : m2;
+            m3 = e[t] > m3 ? e[t] : m3;
+        }
+        out[r] = m0, out[r + 1] = m1, out[r + 2] = m2, out[r + 3] = m3;
+    }
+    for (; r < R; r++) {
+        const float *a = s + r * KVB_ATTN_TILE;
+        float m0 = -INFINITY;
+        for (int32_t t = 0; t < nt; t++) m0 = a[t] > m0 ? a[t] : m0;
+        out[r] = m0;
+    }
+}
+
+void kvb_attn_row_sum(const float *s, int32_t R, int32_t nt, float *out) {
+    int32_t r = 0;
+    for (; r + 4 <= R; r += 4) {
+        const float *a = s + r * KVB_ATTN_TILE, *b = a + KVB_ATTN_TILE, *c = b + KVB_ATTN_TILE, *e = c + KVB_ATTN_TILE;
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int32_t t = 0; t < nt; t++) {
+            s0 += a[t];
+            s1 += b[t];
+            s2 += c[t];
+            s3 += e[t];
+        }
+        out[r] = s0, out[r + 1] = s1, out[r + 2] = s2, out[r + 3] = s3;
+    }
+    for (; r < R; r++) {
+        const float *a = s + r * KVB_ATTN_TILE;
+        float s0 = 0;
+        for (int32_t t = 0; t < nt; t++) s0 += a[t];
+        out[r] = s0;
+    }
+}
+
 void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                   int32_t j0, int32_t j1, struct kvb_attn_state *st) {
     const int32_t R = st->n_rows, d = st->d;
@@ -69,10 +114,11 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
         }
         kr->scores(tv, q, R, jj, nt, s);
         apply_limits(s, limit, R, jt, nt);
+        float red[KVB_ATTN_MAX_ROWS];
+        kvb_attn_row_max(s, R, nt, red);
         for (int32_t r = 0; r < R; r++) {
             float *sr = s + r * KVB_ATTN_TILE;
-            float mt = -INFINITY;
-            for (int32_t t = 0; t < nt; t++) mt = sr[t] > mt ? sr[t] : mt;
+            const float mt = red[r];
             float mn = st->m[r] > mt ? st->m[r] : mt;
             if (mn == -INFINITY) continue; /* row sees nothing yet: its s stay -inf, e = 0 */
             if (mn != st->m[r]) {
@@ -86,12 +132,8 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
             for (int32_t t = 0; t < nt; t++) sr[t] -= mn;
         }
         kr->vexp(s, (R - 1) * KVB_ATTN_TILE + nt);
-        for (int32_t r = 0; r < R; r++) {
-            const float *er = s + r * KVB_ATTN_TILE;
-            float sum = 0;
-            for (int32_t t = 0; t < nt; t++) sum += er[t];
-            st->l[r] += sum;
-        }
+        kvb_attn_row_sum(s, R, nt, red);
+        for (int32_t r = 0; r < R; r++) st->l[r] += red[r];
         kr->accum(tv, s, R, jj, nt, st->acc);
         if (st->p) {
             if (st->n_seg < st->seg_cap) {
