@@ -373,15 +373,22 @@ TEST(panel_packing_equals_reference) {
  * of it alone bit for bit, for matrices sharing an int8 form (Q8_0 tiles;
  * q4_K with q6_K), for mixed forms (each its own) and for float matrices, at
  * 1, 3 and 16 tokens, with two threads. */
-TEST(decode_group_equals_single_matrices) {
-    enum { N = 512, TOK = 16, MAXR = 96 };
-    static float x[TOK * N], src[MAXR * N], want[TOK * (MAXR + 3)], got[4][TOK * (MAXR + 3)];
-    static uint8_t q[4][MAXR * N * 4];
+/* Room for the int8 activations of up to 16 decode tokens of 512. */
+static struct kvb_q8_buf *decode_q8_buf(void) {
+    enum { N = 512, TOK = 16 };
     static float qd[TOK * N / 32 + 1];
     static int8_t qq[TOK * N];
     static int16_t qs[TOK * N / 16 + 1];
     static struct kvb_q8_buf qb;
-    qb.d = qd; qb.q = qq; qb.s = qs; qb.cap = TOK * N;
+    qb.d = qd, qb.q = qq, qb.s = qs, qb.cap = TOK * N;
+    return &qb;
+}
+
+TEST(decode_group_equals_single_matrices) {
+    enum { N = 512, TOK = 16, MAXR = 96 };
+    static float x[TOK * N], src[MAXR * N], want[TOK * (MAXR + 3)], got[4][TOK * (MAXR + 3)];
+    static uint8_t q[4][MAXR * N * 4];
+    struct kvb_q8_buf *qb = decode_q8_buf();
     struct kvb_threadpool *tp;
     CHECK_OK(kvb_threadpool_init(2, &tp));
     unsigned long long rs = 99;
@@ -407,9 +414,9 @@ TEST(decode_group_equals_single_matrices) {
         for (int ti = 0; ti < 3; ti++) {
             float *y[3] = {got[0], got[1], got[2]};
             const int64_t ld[3] = {MAXR + 1, MAXR, MAXR + 3}; /* strides of their own */
-            kvb_matmul_decode_group(tp, w, groups[g].n, x, N, y, ld, toks[ti], &qb);
+            kvb_matmul_decode_group(tp, w, groups[g].n, x, N, y, ld, toks[ti], qb);
             for (int i = 0; i < groups[g].n; i++) {
-                kvb_matmul_decode(tp, w[i], x, N, want, ld[i], toks[ti], &qb);
+                kvb_matmul_decode(tp, w[i], x, N, want, ld[i], toks[ti], qb);
                 for (int32_t t = 0; t < toks[ti]; t++)
                     if (memcmp(want + (size_t)t * ld[i], got[i] + (size_t)t * ld[i], sizeof(float) * (size_t)groups[g].rows[i]))
                         FAILF("group %zu, matrix %d (%s), %d tokens: token %d differs from the matrix alone", g, i,
@@ -429,11 +436,7 @@ TEST(decode_rows_shared_over_threads_cover_every_row) {
     enum { N = 512, TOK = 16, R = 1000 };
     static float x[TOK * N], src[R * N], want[3][TOK * R], got[3][TOK * R];
     static uint8_t q[3][R * N * 4];
-    static float qd[TOK * N / 32 + 1];
-    static int8_t qq[TOK * N];
-    static int16_t qs[TOK * N / 16 + 1];
-    static struct kvb_q8_buf qb;
-    qb.d = qd; qb.q = qq; qb.s = qs; qb.cap = TOK * N;
+    struct kvb_q8_buf *qb = decode_q8_buf();
     unsigned long long rs = 7;
     for (int i = 0; i < TOK * N; i++) x[i] = t_randf(&rs) * 3;
     for (int i = 0; i < R * N; i++) src[i] = t_randf(&rs);
@@ -451,7 +454,7 @@ TEST(decode_rows_shared_over_threads_cover_every_row) {
     struct kvb_threadpool *one;
     CHECK_OK(kvb_threadpool_init(1, &one));
     for (int ti = 0; ti < 3; ti++) {
-        for (int i = 0; i < 3; i++) kvb_matmul_decode(one, w[i], x, N, want[i], R, toks[ti], &qb);
+        for (int i = 0; i < 3; i++) kvb_matmul_decode(one, w[i], x, N, want[i], R, toks[ti], qb);
         const int nths[] = {2, 3, 5, 17};
         for (int k = 0; k < 4; k++) {
             struct kvb_threadpool *tp;
@@ -464,10 +467,10 @@ TEST(decode_rows_shared_over_threads_cover_every_row) {
                     const int64_t ld[3] = {R, R, R};
                     /* Q4_K takes another int8 form: the group runs matrix by matrix; Q8_0 pairs share */
                     kvb_matmul_decode_group(tp, (const struct kvb_mat *const[]){w[0], w[2]}, 2, x, N, (float *const[]){y[0], y[2]}, ld,
-                                            toks[ti], &qb);
-                    kvb_matmul_decode(tp, w[1], x, N, got[1], R, toks[ti], &qb);
+                                            toks[ti], qb);
+                    kvb_matmul_decode(tp, w[1], x, N, got[1], R, toks[ti], qb);
                 } else
-                    for (int i = 0; i < 3; i++) kvb_matmul_decode(tp, w[i], x, N, got[i], R, toks[ti], &qb);
+                    for (int i = 0; i < 3; i++) kvb_matmul_decode(tp, w[i], x, N, got[i], R, toks[ti], qb);
                 for (int i = 0; i < 3; i++)
                     for (int32_t t = 0; t < toks[ti]; t++)
                         for (int64_t r = 0; r < rows[i]; r++)
