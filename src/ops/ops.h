@@ -131,12 +131,12 @@ static inline int32_t kvb_attn_seg_cap(int32_t n, int32_t n_runs) { return n / K
 
 void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float *acc, float *p, int32_t p_stride,
                     int32_t *seg_j, float *seg_m, int32_t seg_cap);
-/* Attends rows q[n_rows][d] to logical keys [j0, j1). limit (or NULL):
- * row r sees only keys j < limit[r]. Runs must be fed in increasing j. */
 /* Each of R rows' (KVB_ATTN_TILE apart) max and sum over its first nt
  * values, in order: the bits of a plain loop per row (tests/test_attn.c). */
 void kvb_attn_row_max(const float *s, int32_t R, int32_t nt, float *out);
 void kvb_attn_row_sum(const float *s, int32_t R, int32_t nt, float *out);
+/* Attends rows q[n_rows][d] to logical keys [j0, j1). limit (or NULL):
+ * row r sees only keys j < limit[r]. Runs must be fed in increasing j. */
 void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                   int32_t j0, int32_t j1, struct kvb_attn_state *st);
 /* out[r] = acc[r] / l[r]; lse[r] = m + log(l) if lse; normalises p if kept. */
