@@ -368,11 +368,6 @@ TEST(panel_packing_equals_reference) {
     }
 }
 
-/* kvb_matmul_decode_group (q/k/v and gate/up in one threadpool run, the
- * activations quantized once): each matrix's outputs equal kvb_matmul_decode
- * of it alone bit for bit, for matrices sharing an int8 form (Q8_0 tiles;
- * q4_K with q6_K), for mixed forms (each its own) and for float matrices, at
- * 1, 3 and 16 tokens, with two threads. */
 /* Room for the int8 activations of up to 16 decode tokens of 512. */
 static struct kvb_q8_buf *decode_q8_buf(void) {
     enum { N = 512, TOK = 16 };
@@ -384,6 +379,11 @@ static struct kvb_q8_buf *decode_q8_buf(void) {
     return &qb;
 }
 
+/* kvb_matmul_decode_group (q/k/v and gate/up in one threadpool run, the
+ * activations quantized once): each matrix's outputs equal kvb_matmul_decode
+ * of it alone bit for bit, for matrices sharing an int8 form (Q8_0 tiles;
+ * q4_K with q6_K), for mixed forms (each its own) and for float matrices, at
+ * 1, 3 and 16 tokens, with two threads. */
 TEST(decode_group_equals_single_matrices) {
     enum { N = 512, TOK = 16, MAXR = 96 };
     static float x[TOK * N], src[MAXR * N], want[TOK * (MAXR + 3)], got[4][TOK * (MAXR + 3)];
@@ -462,10 +462,9 @@ TEST(decode_rows_shared_over_threads_cover_every_row) {
             for (int rep = 0; rep < 3; rep++) {
                 for (int i = 0; i < 3; i++)
                     for (size_t e = 0; e < (size_t)TOK * R; e++) got[i][e] = NAN;
-                if (rep == 2) { /* the three as one group */
+                if (rep == 2) { /* the two Q8_0 matrices as one group (rows laid end to end); Q4_K, another int8 form, alone */
                     float *y[3] = {got[0], got[1], got[2]};
                     const int64_t ld[3] = {R, R, R};
-                    /* Q4_K takes another int8 form: the group runs matrix by matrix; Q8_0 pairs share */
                     kvb_matmul_decode_group(tp, (const struct kvb_mat *const[]){w[0], w[2]}, 2, x, N, (float *const[]){y[0], y[2]}, ld,
                                             toks[ti], qb);
                     kvb_matmul_decode(tp, w[1], x, N, got[1], R, toks[ti], qb);
