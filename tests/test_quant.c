@@ -118,16 +118,22 @@ TEST(q8_activation_kernel_exact) {
     enum { N = 2048 };
     static float w[N], x[N], wd[N], xd[N], xs[N / 32];
     static int8_t xq[N];
+    static int16_t xsum[N / 32];
     static struct block_q8_0 row[N / 32];
     unsigned long long rs = 5;
     for (int i = 0; i < N; i++) { w[i] = t_randf(&rs); x[i] = t_randf(&rs) * 3; }
     kvb_quantize_row(GGML_TYPE_Q8_0, w, row, N);
     kvb_dequantize_row(GGML_TYPE_Q8_0, row, wd, N);
-    kvb_quantize_act_q8(x, N, xs, xq);
+    kvb_quantize_act_q8(x, N, xs, xq, xsum);
     for (int i = 0; i < N; i++) xd[i] = xs[i / 32] * xq[i];
+    for (int b = 0; b < N / 32; b++) { /* the block sums */
+        int sum = 0;
+        for (int i = 0; i < 32; i++) sum += xq[b * 32 + i];
+        CHECK(xsum[b] == sum);
+    }
     double ref = 0, mag = 0;
     for (int i = 0; i < N; i++) { ref += (double)wd[i] * xd[i]; mag += fabs((double)wd[i] * xd[i]); }
-    const struct kvb_q8_act a = {xs, xq, NULL};
+    const struct kvb_q8_act a = {xs, xq, xsum};
     double got = kvb_dot_q8_0_q8_ref(row, &a, N);
     if (fabs(got - ref) > 1e-6 * mag) FAILF("scalar reference %.9g vs %.9g", got, ref);
     if (kvb_cpu_has_avx2()) { /* the AVX2 maddubs kernel, and at the int16 edge (+-127 everywhere: q8_0 quantizes to -127..127) */
@@ -135,9 +141,10 @@ TEST(q8_activation_kernel_exact) {
         if (fabs(g2 - ref) > 1e-6 * mag) FAILF("avx2 %.9g vs %.9g", g2, ref);
         static struct block_q8_0 edge[N / 32];
         static int8_t xe[N];
+        static int16_t se[N / 32];
         for (int i = 0; i < N / 32; i++) { edge[i].d = row[i].d; for (int j = 0; j < 32; j++) edge[i].qs[j] = (int8_t)(j % 3 ? -127 : 127); }
         for (int i = 0; i < N; i++) xe[i] = (int8_t)(i % 2 ? -127 : 127);
-        const struct kvb_q8_act ae = {xs, xe, NULL};
+        const struct kvb_q8_act ae = {xs, xe, se}; /* (the sums are 0) */
         double re = kvb_dot_q8_0_q8_ref(edge, &ae, N), ge = kvb_dot_avx2.dot_q8[GGML_TYPE_Q8_0](edge, &ae, N);
         if (fabs(ge - re) > 1e-5 * (fabs(re) + 1)) FAILF("avx2 at the int16 edge %.9g vs %.9g", ge, re);
     }
@@ -146,32 +153,53 @@ TEST(q8_activation_kernel_exact) {
         const struct kvb_dot_kernels *fam = tiled[f];
         if (!fam || !fam->q8_tile) continue;
         CHECK(fam->q8_tile_tokens >= 1 && fam->q8_tile_tokens <= KVB_Q8_TILE_TOKENS_MAX);
-        static struct block_q8_0 rows4[4][N / 32];
+        CHECK(fam->q8_tile_rows >= 1 && fam->q8_tile_rows <= KVB_Q8_TILE_ROWS_MAX && fam->q8_tile_rows_one >= 1 &&
+              fam->q8_tile_rows_one <= fam->q8_tile_rows);
+        static struct block_q8_0 rowsT[KVB_Q8_TILE_ROWS_MAX][N / 32];
         static int8_t xq3[KVB_Q8_TILE_TOKENS_MAX][N];
+        static int16_t xsum3[KVB_Q8_TILE_TOKENS_MAX][N / 32];
         static float xs3[KVB_Q8_TILE_TOKENS_MAX][N / 32], tmp[N];
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < KVB_Q8_TILE_ROWS_MAX; r++) {
             for (int i = 0; i < N; i++) tmp[i] = t_randf(&rs);
-            kvb_quantize_row(GGML_TYPE_Q8_0, tmp, rows4[r], N);
+            kvb_quantize_row(GGML_TYPE_Q8_0, tmp, rowsT[r], N);
         }
+        if (f == 1) /* codes at the ends of the range, -128 included (a file may hold it) */
+            for (int i = 0; i < 32; i++) { rowsT[3][5].qs[i] = (int8_t)(i % 2 ? -128 : 127); rowsT[15][0].qs[i] = -128; }
         struct kvb_q8_act a3[KVB_Q8_TILE_TOKENS_MAX];
         for (int t = 0; t < KVB_Q8_TILE_TOKENS_MAX; t++) {
             for (int i = 0; i < N; i++) tmp[i] = t_randf(&rs) * 2;
-            kvb_quantize_act_q8(tmp, N, xs3[t], xq3[t]);
-            a3[t] = (struct kvb_q8_act){xs3[t], xq3[t], NULL};
+            kvb_quantize_act_q8(tmp, N, xs3[t], xq3[t], xsum3[t]);
+            a3[t] = (struct kvb_q8_act){xs3[t], xq3[t], xsum3[t]};
         }
-        for (int nr = 1; nr <= KVB_Q8_TILE_ROWS; nr++)
+        for (int nr = 1; nr <= fam->q8_tile_rows; nr++)
             for (int nt = 1; nt <= fam->q8_tile_tokens * 2; nt++) { /* past the family's width: an odd block count (N - 32) */
                 const int64_t nn = nt > fam->q8_tile_tokens ? N - 32 : N;
                 const int ntt = nt > fam->q8_tile_tokens ? nt - fam->q8_tile_tokens : nt;
-                float out[KVB_Q8_TILE_TOKENS_MAX * 4];
-                fam->q8_tile(rows4, sizeof rows4[0], nr, a3, ntt, nn, out, 4, nt % 2 == 1); /* with and without the prefetch */
-                for (int t = 0; t < ntt; t++)
-                    for (int r = 0; r < nr; r++) {
-                        const float one = fam->dot_q8[GGML_TYPE_Q8_0](rows4[r], &a3[t], nn);
-                        const double rf = kvb_dot_q8_0_q8_ref(rows4[r], &a3[t], nn);
-                        if (memcmp(&one, &out[t * 4 + r], sizeof one))
-                            FAILF("%s tile %dx%d n=%lld pair (%d,%d): %.9g, lone %.9g", fam->name, nr, ntt, (long long)nn, r, t, out[t * 4 + r], one);
+                enum { LDO = KVB_Q8_TILE_ROWS_MAX + 1 };
+                float out[KVB_Q8_TILE_TOKENS_MAX * LDO];
+                for (int i = 0; i < KVB_Q8_TILE_TOKENS_MAX * LDO; i++) out[i] = NAN; /* what the tile does not write stays NaN */
+                fam->q8_tile(rowsT, sizeof rowsT[0], nr, a3, ntt, nn, out, LDO, nt % 2 == 1); /* with and without the prefetch */
+                for (int t = 0; t < KVB_Q8_TILE_TOKENS_MAX; t++)
+                    for (int r = 0; r < LDO; r++) {
+                        if (t >= ntt || r >= nr) {
+                            if (!isnan(out[t * LDO + r])) FAILF("%s tile %dx%d wrote (%d,%d) outside itself", fam->name, nr, ntt, r, t);
+                            continue;
+                        }
+                        const float one = fam->dot_q8[GGML_TYPE_Q8_0](rowsT[r], &a3[t], nn);
+                        const double rf = kvb_dot_q8_0_q8_ref(rowsT[r], &a3[t], nn);
+                        if (memcmp(&one, &out[t * LDO + r], sizeof one))
+                            FAILF("%s tile %dx%d n=%lld pair (%d,%d): %.9g, lone %.9g", fam->name, nr, ntt, (long long)nn, r, t, out[t * LDO + r], one);
                         if (fabs(one - rf) > 1e-4 * (fabs(rf) + 1)) FAILF("%s tile pair vs reference %.9g vs %.9g", fam->name, one, rf);
+                        if (f == 1) { /* VNNI: the FMA chain over the blocks in order (dot_vnni.c), bit for bit */
+                            float chain = 0;
+                            for (int64_t b = 0; b < nn / 32; b++) {
+                                int32_t isum = 0;
+                                for (int i = 0; i < 32; i++) isum += rowsT[r][b].qs[i] * a3[t].q[b * 32 + i];
+                                chain = fmaf((float)isum, kvb_f16_to_f32(rowsT[r][b].d) * a3[t].d[b], chain);
+                            }
+                            if (memcmp(&chain, &out[t * LDO + r], sizeof chain))
+                                FAILF("vnni tile pair (%d,%d) n=%lld: %.9g, the fmaf chain %.9g", r, t, (long long)nn, out[t * LDO + r], chain);
+                        }
                     }
             }
     }
@@ -240,9 +268,9 @@ TEST(int8_kernels_equal_reference) {
                     for (int k = 0; k < 16; k++) bk->scales[k] = (int8_t)(k % 2 ? -128 : 127);
                 }
             kvb_dequantize_row(type, row, wd, n);
-            struct kvb_q8_act a = {xs, xq, NULL};
-            if (kvb_act_form(type) == KVB_ACT_Q8_K) { kvb_quantize_act_q8k(x, n, xs, xq, xsum); a.s = xsum; }
-            else kvb_quantize_act_q8(x, n, xs, xq);
+            const struct kvb_q8_act a = {xs, xq, xsum};
+            if (kvb_act_form(type) == KVB_ACT_Q8_K) kvb_quantize_act_q8k(x, n, xs, xq, xsum);
+            else kvb_quantize_act_q8(x, n, xs, xq, xsum);
             dequant_act(type, &a, n, xd);
             double exact = 0, mag = 0, unq = 0;
             for (int64_t i = 0; i < n; i++) {
@@ -548,9 +576,9 @@ TEST(activation_quantization_equals_reference) {
     for (int i = 0; i < 2048; i++) xr[i] = t_randf(&rs) * 5;
     for (int f = 0; f < 3; f++) {
         if (!fams[f]) continue;
-        kvb_quantize_act_q8(xr, 2048, d1, q1);
-        kvb_quantize_act_q8_with(fams[f], xr, 2048, d2, q2);
-        CHECK(memcmp(d1, d2, sizeof d1) == 0 && memcmp(q1, q2, sizeof q1) == 0);
+        kvb_quantize_act_q8(xr, 2048, d1, q1, s1);
+        kvb_quantize_act_q8_with(fams[f], xr, 2048, d2, q2, s2);
+        CHECK(memcmp(d1, d2, sizeof d1) == 0 && memcmp(q1, q2, sizeof q1) == 0 && memcmp(s1, s2, 2048 / 32 * sizeof *s1) == 0);
         kvb_quantize_act_q8k(xr, 2048, d1, q1, s1);
         kvb_quantize_act_q8k_with(fams[f], xr, 2048, d2, q2, s2);
         CHECK(memcmp(d1, d2, 2048 / 256 * sizeof *d1) == 0 && memcmp(q1, q2, sizeof q1) == 0 && memcmp(s1, s2, sizeof s1) == 0);

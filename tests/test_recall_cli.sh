@@ -20,13 +20,13 @@ printf 'hello world this is a long turn of text to fill the cache\nand another t
     "$K" chat -m "$M" --policy streaming --budget 64 --recall -n 100 --temp 0 > "$T/chat.txt" 2> "$T/chat.err"; rc=$?
 printf '/load %s\n/stats\none more turn\n/stats\n/quit\n' "$T/c.kvc" |
     "$K" chat -m "$M" --policy streaming --budget 64 --recall -n 100 --temp 0 > "$T/chat2.txt" 2> "$T/chat2.err"; rc2=$?
-recall_line() { grep "^\[recall:" "$1" | sed -n "${2}p"; }
+recall_line() { grep -a "^\[recall:" "$1" | sed -n "${2}p"; }
 if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "^\[recall: [1-9][0-9]* cold pages .*, 0 dropped; recall area [0-9.]* MiB; [1-9][0-9]* pages loaded\]" "$T/chat.txt" &&
    grep -q "^\[saved $T/c.kvc\]" "$T/chat.txt" && grep -q "^\[loaded $T/c.kvc: [1-9][0-9]* tokens seen\]" "$T/chat2.txt" &&
    [ "$(recall_line "$T/chat.txt" 1 | cut -d'(' -f1)" = "$(recall_line "$T/chat2.txt" 1 | cut -d'(' -f1)" ] &&
    [ "$(recall_line "$T/chat.txt" 2)" = "$(recall_line "$T/chat2.txt" 2)" ] &&
-   [ "$(sed -n '/^\[saved/,$p' "$T/chat.txt" | grep -v '^\[')" = "$(sed -n '/^\[loaded/,$p' "$T/chat2.txt" | grep -v '^\[')" ] &&
-   [ -n "$(sed -n '/^\[saved/,$p' "$T/chat.txt" | grep -v '^\[')" ]; then ok chat_recall_save_load
+   [ "$(sed -n '/^\[saved/,$p' "$T/chat.txt" | grep -av '^\[')" = "$(sed -n '/^\[loaded/,$p' "$T/chat2.txt" | grep -av '^\[')" ] &&
+   [ -n "$(sed -n '/^\[saved/,$p' "$T/chat.txt" | grep -av '^\[')" ]; then ok chat_recall_save_load
 else ko chat_recall_save_load "rc $rc/$rc2: $(tail -n 4 "$T/chat.txt") | $(tail -n 4 "$T/chat2.txt") $(tail -n 2 "$T/chat2.err")"; fi
 
 # run: the stats line; pages beyond --cold-mb 0 go to a file in --cold-dir, removed at exit

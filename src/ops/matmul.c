@@ -38,12 +38,22 @@ void kvb_quant_block_ref(const float *x, int len, float *d, int8_t *q) {
     }
 }
 
-void kvb_quantize_act_q8_with(const struct kvb_dot_kernels *k, const float *x, int64_t n, float *d, int8_t *q) {
-    const kvb_quant_block_fn qb = k && k->quant_block ? k->quant_block : kvb_quant_block_ref;
-    for (int64_t b = 0; b < n / 32; b++) qb(x + b * 32, 32, &d[b], q + b * 32);
+/* The integer sum of len codes. */
+static int block_sum(const int8_t *q, int len) {
+    int sum = 0;
+    for (int i = 0; i < len; i++) sum += q[i];
+    return sum;
 }
 
-void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q) { kvb_quantize_act_q8_with(NULL, x, n, d, q); }
+void kvb_quantize_act_q8_with(const struct kvb_dot_kernels *k, const float *x, int64_t n, float *d, int8_t *q, int16_t *s) {
+    const kvb_quant_block_fn qb = k && k->quant_block ? k->quant_block : kvb_quant_block_ref;
+    for (int64_t b = 0; b < n / 32; b++) {
+        qb(x + b * 32, 32, &d[b], q + b * 32);
+        s[b] = (int16_t)block_sum(q + b * 32, 32);
+    }
+}
+
+void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q, int16_t *s) { kvb_quantize_act_q8_with(NULL, x, n, d, q, s); }
 
 void kvb_quantize_act_q8k(const float *x, int64_t n, float *d, int8_t *q, int16_t *s) { kvb_quantize_act_q8k_with(NULL, x, n, d, q, s); }
 
@@ -52,11 +62,7 @@ void kvb_quantize_act_q8k_with(const struct kvb_dot_kernels *k, const float *x, 
     for (int64_t b = 0; b < n / 256; b++) {
         int8_t *qb = q + b * 256;
         quant(x + b * 256, 256, &d[b], qb);
-        for (int g = 0; g < 16; g++) {
-            int sum = 0;
-            for (int i = 0; i < 16; i++) sum += qb[g * 16 + i];
-            s[b * 16 + g] = (int16_t)sum;
-        }
+        for (int g = 0; g < 16; g++) s[b * 16 + g] = (int16_t)block_sum(qb + g * 16, 16);
     }
 }
 
@@ -72,7 +78,7 @@ enum kvb_act_form kvb_act_form(uint32_t type) {
 static struct kvb_q8_act quantize_for(const struct kvb_dot_kernels *k, uint32_t type, const float *x, int64_t n, float *d, int8_t *q,
                                       int16_t *s) {
     if (kvb_act_form(type) == KVB_ACT_Q8_K) kvb_quantize_act_q8k_with(k, x, n, d, q, s);
-    else kvb_quantize_act_q8_with(k, x, n, d, q);
+    else kvb_quantize_act_q8_with(k, x, n, d, q, s);
     return (struct kvb_q8_act){d, q, s};
 }
 
@@ -122,9 +128,10 @@ static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, co
         }
         return;
     }
-    /* One token: a row at a time (one stream; 4-row tiles measured 20% slower
-     * on TinyLlama Q8_0 decode, docs/BENCHMARKS.md). More: 4-row tiles. */
-    const int64_t tr = N == 1 ? 1 : KVB_Q8_TILE_ROWS;
+    /* One token: the family's rows for one (AVX2: a row at a time, one
+     * stream; its 4-row tiles measured 20% slower on TinyLlama Q8_0 decode,
+     * docs/BENCHMARKS.md). More: its full tiles. */
+    const int64_t tr = N == 1 ? k->q8_tile_rows_one : k->q8_tile_rows;
     for (int64_t r = r0; r < r1; r += tr) {
         const int nr = (int)KVB_MIN(tr, r1 - r);
         for (int32_t t = 0; t < N; t += k->q8_tile_tokens)
@@ -220,7 +227,7 @@ static void rows_decode(const struct kvb_dot_kernels *k, const struct kvb_mat *w
  * takes the chunks the others have not reached from their counters. A row's
  * value does not depend on which thread computes it. */
 #define SHARE_THREADS_MAX 16
-#define SHARE_ROWS 32 /* rows per chunk: eight 4-row tiles */
+#define SHARE_ROWS 32 /* rows per chunk: two 16-row VNNI tiles, eight 4-row AVX2 ones */
 struct row_share {
     struct {
         _Alignas(64) atomic_llong next; /* chunks of this thread's share taken so far */

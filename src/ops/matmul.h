@@ -44,7 +44,9 @@ void kvb_pack_panel(const struct kvb_mat *w, int64_t r0, int nr, float *wp, floa
 
 /* Activations quantized to int8, in the form a weight type's integer dot
  * wants (kvb_act_form):
- *   KVB_ACT_Q8_0 (q8_0, q4_0 rows): blocks of 32, d[n/32] f32 scales, s unused;
+ *   KVB_ACT_Q8_0 (q8_0, q4_0 rows): blocks of 32, d[n/32] f32 scales, and
+ *     s[n/32], the integer sums of q over each block (the VNNI tiles' offset
+ *     of 128 on the weights costs one subtraction of 128 * s per block);
  *   KVB_ACT_Q8_K (q4_K, q6_K rows): blocks of 256, d[n/256] f32 scales, and
  *     s[n/16], the integer sums of q over each 16 (for the K-types' mins and
  *     q6_K's offset of 32, so they cost one multiply per sub-block).
@@ -58,14 +60,15 @@ enum kvb_act_form { KVB_ACT_NONE, KVB_ACT_Q8_0, KVB_ACT_Q8_K };
 /* The activation form of a weight type's integer dot (NONE: none). */
 enum kvb_act_form kvb_act_form(uint32_t type);
 typedef float (*kvb_dot_q8_fn)(const void *row, const struct kvb_q8_act *x, int64_t n);
-#define KVB_Q8_TILE_ROWS 4
-#define KVB_Q8_TILE_TOKENS_MAX 4
-/* nr <= KVB_Q8_TILE_ROWS Q8_0 rows (row_bytes apart) x nt <= the family's q8_tile_tokens int8 tokens:
- * out[t * ldo + r] = dot(row r, token t), each pair computed exactly as
- * the family's dot_q8[GGML_TYPE_Q8_0] computes it. first: the first token
- * group over these rows, which prefetches the next nr rows (the groups after
- * it find these rows in cache, and a prefetch per line and group cost ~10%
- * of the tile from memory); it changes no value. */
+#define KVB_Q8_TILE_ROWS_MAX 16
+#define KVB_Q8_TILE_TOKENS_MAX 16
+/* nr <= the family's q8_tile_rows Q8_0 rows (row_bytes apart) x nt <= its
+ * q8_tile_tokens int8 tokens: out[t * ldo + r] = dot(row r, token t), each
+ * pair computed exactly as the family's dot_q8[GGML_TYPE_Q8_0] computes it,
+ * whatever the tile's shape. first: the first token group over these rows,
+ * which prefetches the rows after them (the groups after it find these rows
+ * in cache, and a prefetch per line and group cost ~10% of the tile from
+ * memory); it changes no value. */
 typedef void (*kvb_q8_tile_fn)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
                                int64_t ldo, bool first);
 
@@ -86,6 +89,8 @@ struct kvb_dot_kernels {
     kvb_pack_fn pack;   /* its packing (NULL: kvb_pack_panel) */
     kvb_dot_q8_fn dot_q8[GGML_TYPE_COUNT]; /* NULL: the type decodes through dot[] */
     kvb_q8_tile_fn q8_tile;                /* optional: tiles of dot_q8[Q8_0] (NULL: one pair at a time) */
+    int q8_tile_rows;                      /* its rows per tile (<= KVB_Q8_TILE_ROWS_MAX) */
+    int q8_tile_rows_one;                  /* rows per tile when there is one token (a row's bits are the same either way) */
     int q8_tile_tokens;                    /* its tokens per tile (<= KVB_Q8_TILE_TOKENS_MAX) */
     bool q8_tile_prompts;                  /* prompts too go through q8_tile (else: the f32 panels, faster there) */
     kvb_quant_block_fn quant_block;        /* activations to int8 (NULL: kvb_quant_block_ref) */
@@ -93,12 +98,12 @@ struct kvb_dot_kernels {
 #if defined(__x86_64__)
 extern const struct kvb_dot_kernels kvb_dot_avx512vnni;
 #endif
-/* Quantizes x[0..n) (n a multiple of 32) into q8 blocks of 32 (the scalar reference). */
-void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q);
+/* Quantizes x[0..n) (n a multiple of 32) into q8 blocks of 32 with their sums (the scalar reference). */
+void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q, int16_t *s);
 /* Quantizes x[0..n) (n a multiple of 256) into blocks of 256 with sums per 16 (the scalar reference). */
 void kvb_quantize_act_q8k(const float *x, int64_t n, float *d, int8_t *q, int16_t *s);
 /* The same with a family's quant_block: the same bits. */
-void kvb_quantize_act_q8_with(const struct kvb_dot_kernels *k, const float *x, int64_t n, float *d, int8_t *q);
+void kvb_quantize_act_q8_with(const struct kvb_dot_kernels *k, const float *x, int64_t n, float *d, int8_t *q, int16_t *s);
 void kvb_quantize_act_q8k_with(const struct kvb_dot_kernels *k, const float *x, int64_t n, float *d, int8_t *q, int16_t *s);
 /* Scalar references of the integer dots (the SIMD kernels' contract): integer
  * sums inside a block, scaled and summed in double. */

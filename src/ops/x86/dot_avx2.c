@@ -322,7 +322,7 @@ static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
 static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows, size_t row_bytes, const struct kvb_q8_act *x,
                                                                  int64_t n, float *out, int64_t ldo, const int NR, const int NT) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[KVB_Q8_TILE_ROWS][2]; /* 8 accumulators: with the operands, 16 registers and no spills */
+    __m256 acc[4][2]; /* 8 accumulators: with the operands, 16 registers and no spills */
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++) {
@@ -578,6 +578,8 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
         [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
     },
     .q8_tile = q8_tile_avx2,
+    .q8_tile_rows = 4,
+    .q8_tile_rows_one = 1,
     .q8_tile_tokens = 2,
     .q8_tile_prompts = true, /* int8 tiles and f32 panels measured alike for Q8_0 prompts (docs/BENCHMARKS.md) */
     .quant_block = quant_block_avx2,

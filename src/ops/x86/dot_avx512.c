@@ -304,7 +304,10 @@ const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .name = "avx512-vnni",
     .quant_block = quant_block_avx512,
     .q8_tile = kvb_q8_tile_vnni,
-    .q8_tile_tokens = 4, /* decode batches; prompts go through the f32 panels (faster here) */
+    .q8_tile_rows = 16,     /* a row per lane */
+    .q8_tile_rows_one = 16, /* one token too: the bits are the tile's (dot_vnni.c) */
+    .q8_tile_tokens = 16,
+    .q8_tile_prompts = true,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
         [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,

@@ -1,84 +1,116 @@
 /*
  * dot_vnni.c — Q8_0 rows against int8 activations with AVX-512 VNNI
- * (vpdpbusd: u8 x s8 -> s32): the activations offset to unsigned, two
- * 32-element blocks per 512-bit step (q8_tile_fixed below). The
- * lone dot is the 1 x 1 case of the batched-decode tile. Compiled with
- * -mavx512vnni -mavx512vl; used (through kvb_dot_avx512vnni in
- * dot_avx512.c) only when CPUID reports AVX512_VNNI.
+ * (vpdpbusd: u8 x s8 -> s32), a row per lane.
+ *
+ * A tile is 16 rows x up to 16 tokens. Per 32-element block the 16 rows'
+ * 32 code bytes are transposed in registers (an 8 x 8 dword transpose in
+ * each 256-bit half), so register k holds bytes 4k..4k+3 of every row, lane
+ * j row j; the codes are offset to unsigned (w + 128, an xor) once for all
+ * the tile's tokens. Each token then takes eight vpdpbusd against its own
+ * four bytes broadcast from memory, starting from -128 * sum(x) (the
+ * activations' block sum, kvb_q8_act.s), so lane j ends with exactly
+ * sum(w_j * x), and one conversion, one multiply (d_w * d_x, the IEEE
+ * product) and one FMA add the block to the token's accumulator — 11
+ * instructions for 16 rows x 32 elements, where a lane per block pair needs
+ * four per pair. No horizontal sums: the accumulator is the 16 outputs.
+ *
+ * The value of (row j, token t) is therefore the FMA chain
+ *     acc = 0; for each block b: acc = fma((float)isum_jb, d_w * d_x, acc)
+ * in block order, whatever the tile's shape or which lane holds the row:
+ * the lone dot is the 1 x 1 tile, so batch equals single bit for bit, and
+ * test_quant checks the chain against fmaf in C.
+ *
+ * The first token group prefetches the next 16 rows (contiguous after
+ * these) into L2, a slice per block, so one token's decode streams ahead
+ * of the 16 rows it reads in lockstep. Compiled with -mavx512vnni
+ * -mavx512vl; used (through kvb_dot_avx512vnni in dot_avx512.c) only when
+ * CPUID reports AVX512_VNNI.
  */
 #include "../matmul.h"
 #include "../quant.h"
 
-#include "prefetch.h"
-
 #include <immintrin.h>
 
-/* The block pair's two values in lanes 0-7 and 8-15. */
-static inline __m512 pair_lanes(__m128 v) {
-    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+#define TILE_ROWS 16
+
+/* z[0..7], each 16 dwords (rows j in the low half and j + 8 in the high
+ * half, dwords 0-7 of each), to z[k] = dword k of rows 0..15. */
+static inline __attribute__((always_inline)) void transpose_8x8_halves(__m512i z[8]) {
+    const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    const __m512i a4 = _mm512_unpacklo_epi32(z[4], z[5]), a5 = _mm512_unpackhi_epi32(z[4], z[5]);
+    const __m512i a6 = _mm512_unpacklo_epi32(z[6], z[7]), a7 = _mm512_unpackhi_epi32(z[6], z[7]);
+    const __m512i b0 = _mm512_unpacklo_epi64(a0, a2), b1 = _mm512_unpackhi_epi64(a0, a2);
+    const __m512i b2 = _mm512_unpacklo_epi64(a1, a3), b3 = _mm512_unpackhi_epi64(a1, a3);
+    const __m512i b4 = _mm512_unpacklo_epi64(a4, a6), b5 = _mm512_unpackhi_epi64(a4, a6);
+    const __m512i b6 = _mm512_unpacklo_epi64(a5, a7), b7 = _mm512_unpackhi_epi64(a5, a7);
+    /* 128-bit lanes [x0, y0, x2, y2] and [x1, y1, x3, y3] */
+    const __m512i lo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), hi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    z[0] = _mm512_permutex2var_epi64(b0, lo, b4);
+    z[4] = _mm512_permutex2var_epi64(b0, hi, b4);
+    z[1] = _mm512_permutex2var_epi64(b1, lo, b5);
+    z[5] = _mm512_permutex2var_epi64(b1, hi, b5);
+    z[2] = _mm512_permutex2var_epi64(b2, lo, b6);
+    z[6] = _mm512_permutex2var_epi64(b2, hi, b6);
+    z[3] = _mm512_permutex2var_epi64(b3, lo, b7);
+    z[7] = _mm512_permutex2var_epi64(b3, hi, b7);
 }
 
-/* NR <= 4 rows x NT <= 4 tokens, two 32-element blocks per 512-bit step
- * (lanes 0-7 block i, 8-15 block i + 1; an odd last block runs with the
- * upper half zero). The activations are offset to unsigned (x + 128, an
- * xor) so vpdpbusd takes the weights as they are; each row's lanes start
- * from -128 * sum(w), computed once per row and step, so the int32 lane
- * sums are exactly sum(w * x). Per pair and step: one vpdpbusd, one
- * conversion, one multiply for d_w * d_x (the IEEE product a scalar would
- * give, lane-wise) and one FMA; 16 accumulators fit the 32 registers. Each
- * weight block is loaded once for the tile's tokens, each activation block
- * once for its rows. Every pair runs the same operations in the same order
- * whatever the tile's shape, and the lone dot is the 1 x 1 tile, so a
- * token's result does not depend on the tile it shares: batch equals single. */
-static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows, size_t row_bytes, const struct kvb_q8_act *x, int64_t n,
-                                                                 float *out, int64_t ldo, const int NR, const int NT, const bool first) {
+/* nr <= 16 rows x NT <= 16 tokens. Lanes past nr repeat the last row and
+ * are not stored. */
+static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x,
+                                                                 int64_t n, float *out, int64_t ldo, const int NT, const bool first) {
+    const uint8_t *base = rows, *rp[TILE_ROWS];
+    int32_t off[TILE_ROWS];
+    for (int j = 0; j < TILE_ROWS; j++) {
+        const int r = j < nr ? j : nr - 1;
+        rp[j] = base + (size_t)r * row_bytes;
+        off[j] = (int32_t)((size_t)r * row_bytes); /* < 16 * 17 KB (n <= 16384) */
+    }
+    const __m512i vidx = _mm512_loadu_si512((const void *)off);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512 acc[4][4];
-    for (int r = 0; r < NR; r++)
-        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    const uint8_t *next = base + (size_t)TILE_ROWS * row_bytes; /* the next tile's rows, contiguous */
+    __m512 acc[KVB_Q8_TILE_TOKENS_MAX];
+    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     const int64_t nb = n / QK8_0;
-    for (int64_t i = 0; i < nb; i += 2) {
-        const bool two = i + 1 < nb;
-        __m512i xu[4];
-        __m512 dx[4];
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t bo = (size_t)b * sizeof(struct block_q8_0);
+        if (first) /* 16 blocks' worth of the next rows per block: 544 bytes */
+            for (int l = 0; l < 9; l++) _mm_prefetch((const char *)next + bo * TILE_ROWS + (size_t)l * 64, _MM_HINT_T1);
+        __m512i z[8];
+        for (int j = 0; j < 8; j++)
+            z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(rp[j] + bo + 2))),
+                                      _mm256_loadu_si256((const __m256i *)(rp[j + 8] + bo + 2)), 1);
+        transpose_8x8_halves(z);
+        for (int k = 0; k < 8; k++) z[k] = _mm512_xor_si512(z[k], flip);
+        /* the 16 rows' f16 scales: the dword at each block's start, low half */
+        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(vidx, (const void *)(base + bo), 1)));
         for (int t = 0; t < NT; t++) {
-            const int8_t *q = x[t].q + i * QK8_0;
-            const __m512i raw = two ? _mm512_loadu_si512((const void *)q) : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q));
-            xu[t] = _mm512_xor_si512(raw, flip);
-            if (!two) xu[t] = _mm512_inserti64x4(xu[t], _mm256_setzero_si256(), 1);
-            dx[t] = pair_lanes(two ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(x[t].d + i))) : _mm_load_ss(x[t].d + i));
-        }
-        for (int r = 0; r < NR; r++) {
-            const struct block_q8_0 *b = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)r * row_bytes) + i;
-            if (NR == 1) prefetch_ahead(b, 68); /* the rows stream from memory: 4 KB ahead */
-            else if (first) { /* the next tile's rows at this offset */
-                _mm_prefetch((const char *)b + (size_t)NR * row_bytes, _MM_HINT_T0);
-                _mm_prefetch((const char *)b + (size_t)NR * row_bytes + 64, _MM_HINT_T0);
+            const int8_t *xq = x[t].q + b * QK8_0;
+            __m512i s = _mm512_set1_epi32(-128 * (int32_t)x[t].s[b]);
+            for (int k = 0; k < 8; k++) {
+                int32_t four;
+                __builtin_memcpy(&four, xq + 4 * k, sizeof four);
+                s = _mm512_dpbusd_epi32(s, z[k], _mm512_set1_epi32(four));
             }
-            __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs));
-            w = _mm512_inserti64x4(w, two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256(), 1);
-            const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, w));
-            const uint32_t dd = (uint32_t)b[0].d | (two ? (uint32_t)b[1].d << 16 : 0u);
-            const __m512 dw = pair_lanes(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dd)));
-            for (int t = 0; t < NT; t++) {
-                const __m512i s = _mm512_dpbusd_epi32(base, xu[t], w);
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dx[t]), acc[r][t]);
-            }
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x[t].d[b])), acc[t]);
         }
     }
-    for (int t = 0; t < NT; t++)
-        for (int r = 0; r < NR; r++) out[(size_t)t * (size_t)ldo + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+    const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+    for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(out + (size_t)t * (size_t)ldo, m, acc[t]);
 }
 
 void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
                       bool first);
 void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
                       bool first) {
-    switch (nr * 8 + nt) { /* constant shapes: the accumulators live in registers */
-#define Q8_CASE(R, T) case R * 8 + T: q8_tile_fixed(rows, row_bytes, x, n, out, ldo, R, T, first); break;
-    Q8_CASE(1, 1) Q8_CASE(1, 2) Q8_CASE(1, 3) Q8_CASE(1, 4) Q8_CASE(2, 1) Q8_CASE(2, 2) Q8_CASE(2, 3) Q8_CASE(2, 4)
-    Q8_CASE(3, 1) Q8_CASE(3, 2) Q8_CASE(3, 3) Q8_CASE(3, 4) Q8_CASE(4, 1) Q8_CASE(4, 2) Q8_CASE(4, 3) Q8_CASE(4, 4)
+    if (nr < 1 || nr > TILE_ROWS) return;
+    switch (nt * 2 + (first ? 1 : 0)) { /* constant token counts: the accumulators live in registers */
+#define Q8_CASE(T)                                                                                                                    \
+    case T * 2: q8_tile_fixed(rows, row_bytes, nr, x, n, out, ldo, T, false); break;                                                  \
+    case T * 2 + 1: q8_tile_fixed(rows, row_bytes, nr, x, n, out, ldo, T, true); break;
+    Q8_CASE(1) Q8_CASE(2) Q8_CASE(3) Q8_CASE(4) Q8_CASE(5) Q8_CASE(6) Q8_CASE(7) Q8_CASE(8)
+    Q8_CASE(9) Q8_CASE(10) Q8_CASE(11) Q8_CASE(12) Q8_CASE(13) Q8_CASE(14) Q8_CASE(15) Q8_CASE(16)
 #undef Q8_CASE
     default: break;
     }
@@ -87,6 +119,6 @@ void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct k
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n) {
     float out;
-    q8_tile_fixed(row, 0, x, n, &out, 1, 1, 1, false);
+    kvb_q8_tile_vnni(row, 0, 1, x, 1, n, &out, 1, false);
     return out;
 }
