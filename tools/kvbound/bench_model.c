@@ -238,7 +238,8 @@ static void model_usage(FILE *f, bool prefill) {
     if (prefill) {
         fprintf(f, "usage: kvbound bench prefill -m MODEL [-t THREADS] [--chunk C] [--no-mmap] [--json]\n\n"
                    "Times one prompt chunk of C tokens (best of 3); prints JSON: tok_per_s, gflops,\n"
-                   "fma_peak_gflops (this CPU, measured in the same run), peak_fraction.\n"
+                   "fma_peak_gflops (this CPU's f32 FMA peak, measured in the same run), peak_fraction\n"
+                   "(gflops over it: Q8_0 prompts run on int8 tiles, where it can pass 1).\n"
                    "  --no-mmap       read the weights into memory (huge pages) instead of mapping the file\n");
         return;
     }
