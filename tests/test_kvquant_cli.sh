@@ -66,4 +66,14 @@ if [ -f "$G" ]; then
 else
     skip_case quantized_kv_needs_whole_blocks "missing $G"
 fi
+# bench cache over q8_0 pages: the page it reports is the q8_0 rows' exact
+# size (16 K rows and 16 V rows of 128 dims in 34-byte blocks: 4352 bytes),
+# and both fractions are its read rate over the machine's two readings
+"$K" bench cache --layers 2 --kv-heads 2 --head-dim 128 --budget 64 --steps 4 -t 1 --kv-dtype q8_0 > "$T/bc.json" 2> "$T/bc.err"; rc=$?
+pb=$(field page_bytes "$T/bc.json"); ar=$(field attn_read_gbs "$T/bc.json"); mr=$(field machine_read_gbs "$T/bc.json")
+pr=$(field machine_page_read_gbs "$T/bc.json"); bf=$(field bw_fraction "$T/bc.json"); pf=$(field page_bw_fraction "$T/bc.json")
+if [ $rc -eq 0 ] && [ "$pb" = 4352 ] && awk -v a="$ar" -v m="$mr" -v p="$pr" -v b="$bf" -v f="$pf" 'BEGIN {
+        d1 = a / m - b; d2 = a / p - f; if (d1 < 0) d1 = -d1; if (d2 < 0) d2 = -d2
+        exit !(p > 0 && m > 0 && d1 < 0.01 + 0.01 * b && d2 < 0.01 + 0.01 * f) }'; then ok bench_cache_page_read
+else ko bench_cache_page_read "rc $rc, page_bytes '$pb' (want 4352), attn $ar machine $mr page $pr fractions $bf $pf: $(tail -n 2 "$T/bc.err")"; fi
 cli_summary

@@ -50,7 +50,13 @@ static void bench_usage(FILE *f) {
             "  --positions M       original|contiguous|capped (default: the policy's; capped: at --budget)\n"
             "  -t, --threads N     threads (default 2)\n"
             "  --seed S            data seed (default 1)\n"
-            "  --json              print JSON only (default prints JSON too)\n");
+            "  --json              print JSON only (default prints JSON too)\n"
+            "\n"
+            "bw_fraction is attn_read_gbs (the K and V bytes a step attends to over its\n"
+            "median time) against machine_read_gbs, one sequential read of 1 GiB by all\n"
+            "threads; page_bw_fraction is against machine_page_read_gbs, the same loads\n"
+            "over pages of the cache's page_bytes in a shuffled order, which is how a\n"
+            "stream's pages lie in the pool.\n");
 }
 
 static double median(double *v, int n) {
@@ -134,6 +140,7 @@ static int bench_cache(int argc, char **argv) {
         for (size_t i = 0; i < nk; i++) { k[d][i] = rnd(&rs); v[d][i] = rnd(&rs); }
     }
     int rc = 0;
+    size_t page_bytes = 0;
     for (int p = 0; p < n_pol; p++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
         cp.max_distance = budget; /* lminfinite: n_local = the cap, as the paper */
@@ -147,6 +154,7 @@ static int bench_cache(int argc, char **argv) {
          * budget + 1 tokens like every other bounded policy */
         if (kvb_policy_compresses(pol[p].id)) cp.policy.decode_budget = 1;
         size_t page = kvb_cache_page_bytes(&cp);
+        page_bytes = page;
         int64_t max_tokens = pol[p].id == KVB_POLICY_FULL ? (int64_t)budget + steps + 1 : budget + 2;
         cp.pool_bytes = (size_t)layers * kv_heads * (size_t)(max_tokens / block + 2) * (page + 64);
         if (kvb_cache_init(NULL, &cp, &pol[p].cache) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
@@ -181,6 +189,7 @@ static int bench_cache(int argc, char **argv) {
         if (done < 0) done = 0 - round;
     }
     double bw = membw_read_gbs(tp, (size_t)1 << 30, 5);
+    double page_bw = membw_page_read_gbs(tp, (size_t)1 << 30, page_bytes, 5);
     char cpu[256];
     cpu_model_name(cpu, sizeof cpu);
     double base_med = 0;
@@ -196,11 +205,13 @@ static int bench_cache(int argc, char **argv) {
                "\"dtype\":\"%s\",\"dtype_v\":\"%s\",\"threads\":%d,\"steps\":%d,\"kernels\":\"%s\",\"positions\":\"%s\","
                "\"ns_per_step\":%.0f,\"ns_per_step_min\":%.0f,\"ns_per_step_max\":%.0f,\"bytes\":%zu,\"bytes_peak\":%zu,"
                "\"kv_bytes_read_per_step\":%.0f,\"attn_read_gbs\":%.2f,\"machine_read_gbs\":%.2f,"
-               "\"bw_fraction\":%.3f,\"ratio_to_first\":%.3f,\"cpu\":\"%s\",\"nproc\":%d}%s\n",
+               "\"bw_fraction\":%.3f,\"page_bytes\":%zu,\"machine_page_read_gbs\":%.2f,\"page_bw_fraction\":%.3f,"
+               "\"ratio_to_first\":%.3f,\"cpu\":\"%s\",\"nproc\":%d}%s\n",
                n_pol > 1 ? "  " : "", kvb_policy_name(pol[p].id), layers, kv_heads, heads, head_dim, budget,
                kvb_dtype_name(kvt.k), kvb_dtype_name(cli_kv_v(&kvt)), threads, pol[p].n_ns, kvb_kernels_name(),
                kvb_pos_mode_name(kvb_cache_pos_mode(pol[p].cache)), med, pol[p].ns[0], pol[p].ns[pol[p].n_ns - 1],
-               cs.bytes_used, cs.bytes_peak, kv_read, gbs, bw, bw > 0 ? gbs / bw : 0, base_med > 0 ? med / base_med : 0,
+               cs.bytes_used, cs.bytes_peak, kv_read, gbs, bw, bw > 0 ? gbs / bw : 0, page_bytes, page_bw,
+               page_bw > 0 ? gbs / page_bw : 0, base_med > 0 ? med / base_med : 0,
                cpu, threads, p + 1 < n_pol ? "," : "");
     }
     printf("%s", n_pol > 1 ? "]\n" : "");

@@ -118,6 +118,8 @@ int cmd_tokenize(int argc, char **argv);
 /* Machine read bandwidth in GB/s: all threads of tp stream a buffer of
  * `bytes` with the widest vector loads available; best of `reps`. */
 double membw_read_gbs(struct kvb_threadpool *tp, size_t bytes, int reps);
+/* The same loads, page by page (page_bytes each) in a fixed shuffled order. */
+double membw_page_read_gbs(struct kvb_threadpool *tp, size_t bytes, size_t page_bytes, int reps);
 const char *cpu_model_name(char *buf, size_t n);
 
 #endif

@@ -3,9 +3,13 @@
  * KV cache: every thread streams its share of a buffer far larger than the
  * caches with the widest vector loads the CPU has (AVX-512, else AVX2, else
  * scalar), summing so the loads cannot be elided. Best of `reps` passes.
+ * membw_page_read_gbs reads the same way but page by page in a shuffled
+ * order, as paged attention walks a stream whose pages lie anywhere in the
+ * pool: the most paged attention can hope to read.
  */
 #include "cli.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -15,6 +19,8 @@
 struct bw_job {
     const float *buf;
     size_t n;
+    const uint32_t *order; /* page order (page reads), or NULL: one sequential read */
+    size_t page_floats, n_pages;
     double sink[64];
     int isa; /* 2 = avx512, 1 = avx2, 0 = scalar */
 };
@@ -54,18 +60,26 @@ static double sum_scalar(const float *p, size_t n) {
     return (double)a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 }
 
+static double sum_any(int isa, const float *p, size_t n) {
+#if defined(__x86_64__)
+    if (isa == 2) return sum512(p, n);
+    if (isa == 1) return sum256(p, n);
+#endif
+    (void)isa;
+    return sum_scalar(p, n);
+}
+
 static void bw_worker(int32_t ith, int32_t nth, void *arg) {
     struct bw_job *j = arg;
+    if (j->order) { /* thread ith reads pages ith, ith + nth, ... of the shuffled order */
+        double s = 0;
+        for (size_t i = (size_t)ith; i < j->n_pages; i += (size_t)nth)
+            s += sum_any(j->isa, j->buf + (size_t)j->order[i] * j->page_floats, j->page_floats);
+        j->sink[ith % 64] += s;
+        return;
+    }
     size_t per = (j->n / (size_t)nth) & ~(size_t)63;
-    const float *p = j->buf + per * (size_t)ith;
-    double s;
-#if defined(__x86_64__)
-    if (j->isa == 2) s = sum512(p, per);
-    else if (j->isa == 1) s = sum256(p, per);
-    else
-#endif
-        s = sum_scalar(p, per);
-    j->sink[ith % 64] += s;
+    j->sink[ith % 64] += sum_any(j->isa, j->buf + per * (size_t)ith, per);
 }
 
 double membw_read_gbs(struct kvb_threadpool *tp, size_t bytes, int reps) {
@@ -90,6 +104,48 @@ double membw_read_gbs(struct kvb_threadpool *tp, size_t bytes, int reps) {
         double gbs = (double)read / dt / 1e9;
         if (gbs > best) best = gbs;
     }
+    free(buf);
+    return best;
+}
+
+double membw_page_read_gbs(struct kvb_threadpool *tp, size_t bytes, size_t page_bytes, int reps) {
+    if (page_bytes < 256) page_bytes = 256;
+    const size_t pf = (page_bytes / sizeof(float)) & ~(size_t)63; /* whole 256-byte steps of the loads */
+    const size_t n_pages = bytes / (pf * sizeof(float));
+    if (n_pages < 2 || n_pages > UINT32_MAX) return 0;
+    float *buf = aligned_alloc(4096, n_pages * pf * sizeof(float));
+    uint32_t *order = malloc(sizeof(uint32_t) * n_pages);
+    if (!buf || !order) {
+        free(buf);
+        free(order);
+        return 0;
+    }
+    for (size_t i = 0; i < n_pages * pf; i++) buf[i] = (float)(i & 7);
+    for (size_t i = 0; i < n_pages; i++) order[i] = (uint32_t)i;
+    uint64_t r = 0x9e3779b97f4a7c15ull; /* Fisher-Yates with a fixed xorshift: the same order every run */
+    for (size_t i = n_pages - 1; i > 0; i--) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        size_t k = (size_t)(r % (i + 1));
+        uint32_t t = order[i]; order[i] = order[k]; order[k] = t;
+    }
+    struct bw_job j;
+    memset(&j, 0, sizeof j);
+    j.buf = buf;
+    j.order = order;
+    j.page_floats = pf;
+    j.n_pages = n_pages;
+#if defined(__x86_64__)
+    j.isa = kvb_cpu_has_avx512() ? 2 : kvb_cpu_has_avx2() ? 1 : 0;
+#endif
+    const double read = (double)n_pages * (double)pf * sizeof(float);
+    double best = 0;
+    for (int k = 0; k < reps; k++) {
+        double t0 = cli_now_sec();
+        kvb_threadpool_run(tp, bw_worker, &j);
+        double gbs = read / (cli_now_sec() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    free(order);
     free(buf);
     return best;
 }
