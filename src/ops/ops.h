@@ -19,6 +19,7 @@
 
 #define KVB_ATTN_TILE 64     /* keys per tile */
 #define KVB_ATTN_MAX_ROWS 64 /* query rows per driver call */
+#define KVB_ATTN_MAX_DIM 512   /* head_dim (the cache refuses more) */
 
 /* K/V rows of one stream seen through its page table. Logical key j lives in
  * physical slot s = slots[j]; its K row at pages[s >> block_shift] +

@@ -193,12 +193,6 @@ static void accum_avx2(const struct kvb_kv_view *v, const float *e, int32_t n_ro
     else accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F32);
 }
 
-/* For the AVX-512 family's quantized pages (attn_avx512.c). */
-void kvb_scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
-void kvb_scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) { scores_avx2(v, q, n_rows, j0, nt, s); }
-void kvb_accum_avx2(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc);
-void kvb_accum_avx2(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) { accum_avx2(v, e, n_rows, j0, nt, acc); }
-
 static inline __m256 exp8(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.37626f);
     __m256 zero = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);

@@ -8,8 +8,10 @@
  *   row is converted once per group of 4 rows (GQA heads share the load).
  * accum: V is walked in chunks of 64 floats (4 zmm) per group of up to 4
  *   rows, so 16 accumulators stay in registers across the whole tile.
+ * q8_0/q4_0 pages: each row dequantized once into an L1 buffer that the
+ *   same f32 tiles read (4 keys for scores, 16 V rows for accum).
  * Shapes are compile-time (switch on the row count) so nothing spills;
- * measured: 147 ns -> see docs/BENCHMARKS.md per key at G=4, d=128, F16.
+ * figures per key and shape in docs/BENCHMARKS.md.
  * vexp: range reduction x = n ln2 + r, degree-6 polynomial, scalef by n.
  */
 #include "../ops.h"
@@ -100,13 +102,44 @@ static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_v
     }
 }
 
-/* attn_avx2.c: quantized pages (AVX2 runs on every AVX-512 CPU; no 512-bit
- * version: no machine here to test one) */
-void kvb_scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
-void kvb_accum_avx2(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc);
+void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n); /* attn_avx2.c: AVX2 runs on every AVX-512 CPU */
+void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
+
+/* Quantized pages (q8_0, q4_0; d whole blocks of 32): each row is
+ * dequantized once (exactly as the scalar dequantizer) into an L1 buffer,
+ * which the f32 register tiles then read: 4 keys for scores, 16 V rows for
+ * the accumulation. */
+static inline void quant_row_f32(enum kvb_dtype dt, const void *src, float *dst, int32_t d) {
+    if (dt == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(src, dst, d);
+    else kvb_from_q4_0_avx2(src, dst, d);
+}
+
+static void scores_quant(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
+    const int32_t d = v->head_dim;
+    _Alignas(64) float kf[4][KVB_ATTN_MAX_DIM];
+    float e[16];
+    for (int32_t t0 = 0; t0 < nt; t0 += 4) {
+        const int32_t kt = KVB_MIN(4, nt - t0);
+        const void *k[4];
+        for (int32_t t = 0; t < kt; t++) quant_row_f32(v->dtype, kvb_view_k(v, j0 + t0 + t), kf[t], d);
+        for (int32_t t = 0; t < 4; t++) k[t] = kf[t < kt ? t : kt - 1];
+        for (int32_t r0 = 0; r0 < n_rows; r0 += 4) {
+            const int32_t nr = KVB_MIN(4, n_rows - r0);
+            const float *qr = q + (size_t)r0 * d;
+            switch (nr) {
+            case 4: scores_4keys(KVB_DTYPE_F32, 4, qr, d, k, e); break;
+            case 3: scores_4keys(KVB_DTYPE_F32, 3, qr, d, k, e); break;
+            case 2: scores_4keys(KVB_DTYPE_F32, 2, qr, d, k, e); break;
+            default: scores_4keys(KVB_DTYPE_F32, 1, qr, d, k, e); break;
+            }
+            for (int32_t r = 0; r < nr; r++)
+                for (int32_t t = 0; t < kt; t++) s[(r0 + r) * KVB_ATTN_TILE + t0 + t] = e[4 * t + r];
+        }
+    }
+}
 
 static void scores_avx512(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
-    if (v->dtype == KVB_DTYPE_Q8_0 || v->dtype == KVB_DTYPE_Q4_0) kvb_scores_avx2(v, q, n_rows, j0, nt, s);
+    if (v->dtype == KVB_DTYPE_Q8_0 || v->dtype == KVB_DTYPE_Q4_0) scores_quant(v, q, n_rows, j0, nt, s);
     else if (v->dtype == KVB_DTYPE_F16) scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F16);
     else scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F32);
 }
@@ -165,8 +198,25 @@ static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_vi
     }
 }
 
+#define QUANT_V_GROUP 16 /* V rows dequantized at a time: 8 KB of f32 at d = 128 */
+
+static void accum_quant(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
+    static const int32_t ident[QUANT_V_GROUP] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const int32_t d = v->head_dim;
+    _Alignas(64) float vf[QUANT_V_GROUP * KVB_ATTN_MAX_DIM];
+    uint8_t *page = (uint8_t *)vf;
+    struct kvb_kv_view fv = {&page, ident, QUANT_V_GROUP, 4, d, sizeof(float) * (size_t)d, sizeof(float) * (size_t)d, 0,
+                             KVB_DTYPE_F32, KVB_DTYPE_F32};
+    for (int32_t t0 = 0; t0 < nt; t0 += QUANT_V_GROUP) {
+        const int32_t ng = KVB_MIN(QUANT_V_GROUP, nt - t0);
+        for (int32_t u = 0; u < ng; u++) quant_row_f32(v->dtype_v, kvb_view_v(v, j0 + t0 + u), vf + (size_t)u * d, d);
+        fv.n = ng;
+        accum_t(&fv, e + t0, n_rows, 0, ng, acc, KVB_DTYPE_F32);
+    }
+}
+
 static void accum_avx512(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
-    if (v->dtype_v == KVB_DTYPE_Q8_0 || v->dtype_v == KVB_DTYPE_Q4_0) kvb_accum_avx2(v, e, n_rows, j0, nt, acc);
+    if (v->dtype_v == KVB_DTYPE_Q8_0 || v->dtype_v == KVB_DTYPE_Q4_0) accum_quant(v, e, n_rows, j0, nt, acc);
     else if (v->dtype == KVB_DTYPE_F16) accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F16);
     else accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F32);
 }
@@ -210,9 +260,6 @@ static void from_f16_avx512(const uint16_t *src, float *dst, int32_t n) {
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
     for (; i < n; i++) dst[i] = kvb_f16_to_f32(src[i]);
 }
-
-void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n); /* attn_avx2.c: AVX2 runs on every AVX-512 CPU */
-void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
 
 void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out);
 
