@@ -102,16 +102,42 @@ static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_v
     }
 }
 
-void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n); /* attn_avx2.c: AVX2 runs on every AVX-512 CPU */
-void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
-
 /* Quantized pages (q8_0, q4_0; d whole blocks of 32): each row is
  * dequantized once (exactly as the scalar dequantizer) into an L1 buffer,
  * which the f32 register tiles then read: 4 keys for scores, 16 V rows for
  * the accumulation. */
+/* d * q for 32 int8 per block, 16 lanes at a time: the scalar dequantizer's
+ * product (f16 scale to f32, int8 to f32, one multiply). */
+static void from_q8_0_avx512(const void *src, float *dst, int32_t n) {
+    const uint8_t *b = src;
+    for (int32_t i = 0; i < n; i += 32, b += 34, dst += 32) {
+        uint16_t h;
+        memcpy(&h, b, 2);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 2)), q1 = _mm_loadu_si128((const __m128i *)(b + 18));
+        _mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
+        _mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
+    }
+}
+
+/* d * (q - 8): element i < 16 the low nibble of byte i, i >= 16 the high nibble of byte i - 16. */
+static void from_q4_0_avx512(const void *src, float *dst, int32_t n) {
+    const uint8_t *b = src;
+    const __m128i m4 = _mm_set1_epi8(0xF), k8 = _mm_set1_epi8(8);
+    for (int32_t i = 0; i < n; i += 32, b += 18, dst += 32) {
+        uint16_t h;
+        memcpy(&h, b, 2);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m4), k8), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), k8);
+        _mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
+        _mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
+    }
+}
+
 static inline void quant_row_f32(enum kvb_dtype dt, const void *src, float *dst, int32_t d) {
-    if (dt == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(src, dst, d);
-    else kvb_from_q4_0_avx2(src, dst, d);
+    if (dt == KVB_DTYPE_Q8_0) from_q8_0_avx512(src, dst, d);
+    else from_q4_0_avx512(src, dst, d);
 }
 
 static void scores_quant(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
@@ -266,8 +292,8 @@ void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int
 const struct kvb_kernels kvb_kernels_avx512 = {
     .quant_rows = true,
     .page_bounds = kvb_page_bounds_avx2, /* bandwidth-bound: AVX2 suffices */
-    .from_q8_0 = kvb_from_q8_0_avx2,
-    .from_q4_0 = kvb_from_q4_0_avx2,
+    .from_q8_0 = from_q8_0_avx512,
+    .from_q4_0 = from_q4_0_avx512,
     .name = "avx512",
     .scores = scores_avx512,
     .accum = accum_avx512,
