@@ -65,6 +65,25 @@ static inline __attribute__((always_inline)) void scores_4keys(enum kvb_dtype dt
     _mm512_storeu_ps(out, kvb_reduce16_avx512(A));
 }
 
+/* Every row group (4 at a time) against the 4 keys k (kt of them real):
+ * s[r * KVB_ATTN_TILE + t] for t < kt. */
+static inline __attribute__((always_inline)) void scores_rows(enum kvb_dtype dt, const float *q, int32_t n_rows, int32_t d,
+                                                              const void *const *k, int32_t kt, float *s) {
+    float e[16];
+    for (int32_t r0 = 0; r0 < n_rows; r0 += 4) {
+        const int32_t nr = KVB_MIN(4, n_rows - r0);
+        const float *qr = q + (size_t)r0 * d;
+        switch (nr) {
+        case 4: scores_4keys(dt, 4, qr, d, k, e); break;
+        case 3: scores_4keys(dt, 3, qr, d, k, e); break;
+        case 2: scores_4keys(dt, 2, qr, d, k, e); break;
+        default: scores_4keys(dt, 1, qr, d, k, e); break;
+        }
+        for (int32_t r = 0; r < nr; r++)
+            for (int32_t t = 0; t < kt; t++) s[(r0 + r) * KVB_ATTN_TILE + t] = e[4 * t + r];
+    }
+}
+
 /* Pages hold block_size rows, so the hardware prefetcher loses the stream at
  * every page boundary; fetch K and V rows PREFETCH_AHEAD keys ahead. */
 #define PREFETCH_AHEAD 24
@@ -81,24 +100,12 @@ static inline void prefetch_rows(const struct kvb_kv_view *v, int32_t j) {
 static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_view *v, const float *q, int32_t n_rows,
                                                            int32_t j0, int32_t nt, float *s, enum kvb_dtype dt) {
     const int32_t d = v->head_dim;
-    float e[16];
     for (int32_t t0 = 0; t0 < nt; t0 += 4) {
         const int32_t kt = KVB_MIN(4, nt - t0);
         for (int32_t t = 0; t < 4; t++) prefetch_rows(v, j0 + t0 + t + PREFETCH_AHEAD);
         const void *k[4];
         for (int32_t t = 0; t < 4; t++) k[t] = kvb_view_k(v, j0 + t0 + (t < kt ? t : kt - 1));
-        for (int32_t r0 = 0; r0 < n_rows; r0 += 4) {
-            const int32_t nr = KVB_MIN(4, n_rows - r0);
-            const float *qr = q + (size_t)r0 * d;
-            switch (nr) {
-            case 4: scores_4keys(dt, 4, qr, d, k, e); break;
-            case 3: scores_4keys(dt, 3, qr, d, k, e); break;
-            case 2: scores_4keys(dt, 2, qr, d, k, e); break;
-            default: scores_4keys(dt, 1, qr, d, k, e); break;
-            }
-            for (int32_t r = 0; r < nr; r++)
-                for (int32_t t = 0; t < kt; t++) s[(r0 + r) * KVB_ATTN_TILE + t0 + t] = e[4 * t + r];
-        }
+        scores_rows(dt, q, n_rows, d, k, kt, s + t0);
     }
 }
 
@@ -143,24 +150,12 @@ static inline void quant_row_f32(enum kvb_dtype dt, const void *src, float *dst,
 static void scores_quant(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
     const int32_t d = v->head_dim;
     _Alignas(64) float kf[4][KVB_ATTN_MAX_DIM];
-    float e[16];
     for (int32_t t0 = 0; t0 < nt; t0 += 4) {
         const int32_t kt = KVB_MIN(4, nt - t0);
         const void *k[4];
         for (int32_t t = 0; t < kt; t++) quant_row_f32(v->dtype, kvb_view_k(v, j0 + t0 + t), kf[t], d);
         for (int32_t t = 0; t < 4; t++) k[t] = kf[t < kt ? t : kt - 1];
-        for (int32_t r0 = 0; r0 < n_rows; r0 += 4) {
-            const int32_t nr = KVB_MIN(4, n_rows - r0);
-            const float *qr = q + (size_t)r0 * d;
-            switch (nr) {
-            case 4: scores_4keys(KVB_DTYPE_F32, 4, qr, d, k, e); break;
-            case 3: scores_4keys(KVB_DTYPE_F32, 3, qr, d, k, e); break;
-            case 2: scores_4keys(KVB_DTYPE_F32, 2, qr, d, k, e); break;
-            default: scores_4keys(KVB_DTYPE_F32, 1, qr, d, k, e); break;
-            }
-            for (int32_t r = 0; r < nr; r++)
-                for (int32_t t = 0; t < kt; t++) s[(r0 + r) * KVB_ATTN_TILE + t0 + t] = e[4 * t + r];
-        }
+        scores_rows(KVB_DTYPE_F32, q, n_rows, d, k, kt, s + t0);
     }
 }
 
