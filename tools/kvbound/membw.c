@@ -113,7 +113,8 @@ double membw_page_read_gbs(struct kvb_threadpool *tp, size_t bytes, size_t page_
     const size_t pf = (page_bytes / sizeof(float)) & ~(size_t)63; /* whole 256-byte steps of the loads */
     const size_t n_pages = bytes / (pf * sizeof(float));
     if (n_pages < 2 || n_pages > UINT32_MAX) return 0;
-    float *buf = aligned_alloc(4096, n_pages * pf * sizeof(float));
+    const size_t alloc = (n_pages * pf * sizeof(float) + 4095) & ~(size_t)4095; /* aligned_alloc: a multiple of the alignment */
+    float *buf = aligned_alloc(4096, alloc);
     uint32_t *order = malloc(sizeof(uint32_t) * n_pages);
     if (!buf || !order) {
         free(buf);
