@@ -82,6 +82,22 @@ static void bw_worker(int32_t ith, int32_t nth, void *arg) {
     j->sink[ith % 64] += sum_any(j->isa, j->buf + per * (size_t)ith, per);
 }
 
+/* Runs job j on every thread of tp `reps` times with the widest loads the
+ * CPU has; the best rate in GB/s for `read` bytes per run. */
+static double best_gbs(struct kvb_threadpool *tp, struct bw_job *j, double read, int reps) {
+#if defined(__x86_64__)
+    j->isa = kvb_cpu_has_avx512() ? 2 : kvb_cpu_has_avx2() ? 1 : 0;
+#endif
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = cli_now_sec();
+        kvb_threadpool_run(tp, bw_worker, j);
+        double gbs = read / (cli_now_sec() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
 double membw_read_gbs(struct kvb_threadpool *tp, size_t bytes, int reps) {
     size_t n = bytes / sizeof(float);
     float *buf = aligned_alloc(64, n * sizeof(float));
@@ -91,19 +107,9 @@ double membw_read_gbs(struct kvb_threadpool *tp, size_t bytes, int reps) {
     memset(&j, 0, sizeof j);
     j.buf = buf;
     j.n = n;
-#if defined(__x86_64__)
-    j.isa = kvb_cpu_has_avx512() ? 2 : kvb_cpu_has_avx2() ? 1 : 0;
-#endif
     int32_t nth = kvb_threadpool_n_threads(tp);
     size_t read = ((n / (size_t)nth) & ~(size_t)63) * (size_t)nth * sizeof(float);
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
-        double t0 = cli_now_sec();
-        kvb_threadpool_run(tp, bw_worker, &j);
-        double dt = cli_now_sec() - t0;
-        double gbs = (double)read / dt / 1e9;
-        if (gbs > best) best = gbs;
-    }
+    double best = best_gbs(tp, &j, (double)read, reps);
     free(buf);
     return best;
 }
@@ -135,17 +141,7 @@ double membw_page_read_gbs(struct kvb_threadpool *tp, size_t bytes, size_t page_
     j.order = order;
     j.page_floats = pf;
     j.n_pages = n_pages;
-#if defined(__x86_64__)
-    j.isa = kvb_cpu_has_avx512() ? 2 : kvb_cpu_has_avx2() ? 1 : 0;
-#endif
-    const double read = (double)n_pages * (double)pf * sizeof(float);
-    double best = 0;
-    for (int k = 0; k < reps; k++) {
-        double t0 = cli_now_sec();
-        kvb_threadpool_run(tp, bw_worker, &j);
-        double gbs = read / (cli_now_sec() - t0) / 1e9;
-        if (gbs > best) best = gbs;
-    }
+    double best = best_gbs(tp, &j, (double)n_pages * (double)pf * sizeof(float), reps);
     free(order);
     free(buf);
     return best;

@@ -109,10 +109,6 @@ static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_v
     }
 }
 
-/* Quantized pages (q8_0, q4_0; d whole blocks of 32): each row is
- * dequantized once (exactly as the scalar dequantizer) into an L1 buffer,
- * which the f32 register tiles then read: 4 keys for scores, 16 V rows for
- * the accumulation. */
 /* d * q for 32 int8 per block, 16 lanes at a time: the scalar dequantizer's
  * product (f16 scale to f32, int8 to f32, one multiply). */
 static void from_q8_0_avx512(const void *src, float *dst, int32_t n) {
@@ -142,6 +138,10 @@ static void from_q4_0_avx512(const void *src, float *dst, int32_t n) {
     }
 }
 
+/* Quantized pages (q8_0, q4_0; d whole blocks of 32): each row is
+ * dequantized once (exactly as the scalar dequantizer) into an L1 buffer,
+ * which the f32 register tiles then read: 4 keys for scores, 16 V rows for
+ * the accumulation. */
 static inline void quant_row_f32(enum kvb_dtype dt, const void *src, float *dst, int32_t d) {
     if (dt == KVB_DTYPE_Q8_0) from_q8_0_avx512(src, dst, d);
     else from_q4_0_avx512(src, dst, d);
