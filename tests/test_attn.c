@@ -97,9 +97,26 @@ static void fake_free(struct fake *f) {
     free(f->pages); free(f->slots); free(f->k); free(f->v);
 }
 
-/* Naive reference: row r sees keys [0, lim); two passes in double. */
-static void naive(const struct fake *f, const float *q, int lim, double *out, double *w) {
+/* The query row as the kernels score it: q8_0/q4_0 keys meet q's int8
+ * form (ops.h, scores_i8), i.e. the row d_b * code of each block. */
+static void as_scored(const struct fake *f, const float *q, float *qs) {
     const int d = f->d;
+    if (!kvb_dtype_scores_i8(f->dt)) {
+        memcpy(qs, q, sizeof(float) * (size_t)d);
+        return;
+    }
+    int8_t code[512];
+    float dq[16];
+    int16_t sq[16];
+    kvb_quantize_q_rows(q, 1, d, code, dq, sq);
+    for (int i = 0; i < d; i++) qs[i] = dq[i / 32] * (float)code[i];
+}
+
+/* Naive reference: row r sees keys [0, lim); two passes in double. */
+static void naive(const struct fake *f, const float *q_in, int lim, double *out, double *w) {
+    const int d = f->d;
+    float q[512];
+    as_scored(f, q_in, q);
     double *s = malloc(sizeof(double) * (size_t)(lim > 0 ? lim : 1));
     double mx = -1e300;
     for (int j = 0; j < lim; j++) {
@@ -217,6 +234,82 @@ TEST(prefill_rows_and_column_mass) {
     }
 }
 
+/* Integer scores (q8_0/q4_0 keys against int8 queries): every family's bits
+ * are the reference's, over head dims, row counts past the kernels' row
+ * groups, tiles starting mid-stream and partial key groups; with extreme
+ * codes (q8_0's -128 and 127, q4_0's 0 and 15), a zero key scale and an
+ * all-zero query block; and nothing outside the n_rows x nt scores is
+ * written. The reference itself against a double dot of the dequantized
+ * rows. */
+TEST(int8_scores_every_family_equal_reference) {
+    const int dims[] = {32, 64, 128, 512};
+    const int rows[] = {1, 3, 8, 9, 17, 64};
+    const int spans[][2] = {{0, 64}, {5, 17}, {64, 1}, {16, 48}, {100, 30}};
+    for (int tq = 0; tq < 2; tq++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            const int d = dims[di], n = 130, nb = d / 32;
+            const enum kvb_dtype dt = tq ? KVB_DTYPE_Q4_0 : KVB_DTYPE_Q8_0;
+            struct fake f;
+            fake_init(&f, n, d, dt, 31 + di);
+            for (int j = 0; j < n; j += 7) { /* extreme codes in some keys, a zero scale in one */
+                uint8_t *k = (uint8_t *)kvb_view_k(&(struct kvb_kv_view){f.pages, f.slots, n, 2, d, f.row_bytes, f.row_bytes_v, 0, dt, dt}, j);
+                const size_t bsz = tq ? 18 : 34;
+                for (int b = 0; b < nb; b++) {
+                    uint8_t *code = k + (size_t)b * bsz + 2;
+                    code[0] = tq ? 0x00 : 0x80; /* -128, or nibbles 0 */
+                    code[1] = tq ? 0xFF : 0x7F; /* 127, or nibbles 15 */
+                    code[2] = tq ? 0xF0 : 0x80;
+                    if (j == 14 && b == 0) memset(k, 0, 2);
+                }
+                kvb_kv_row_load(dt, k, f.k + (size_t)j * d, d); /* the logical row follows */
+            }
+            const struct kvb_kv_view v = fake_view(&f);
+            for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+                const int R = rows[ri];
+                static float q[64 * 512], qs[512], dq[64 * 16];
+                static int8_t code[64 * 512];
+                static int16_t sq[64 * 16];
+                unsigned long long rs = 7 + ri;
+                for (int i = 0; i < R * d; i++) q[i] = t_randf(&rs) * (i % 97 == 0 ? 40.0f : 0.3f);
+                for (int i = 0; i < 32 && R > 1; i++) q[d + i] = 0; /* row 1's first block all zero */
+                const struct kvb_q8_rows qq = kvb_quantize_q_rows(q, R, d, code, dq, sq);
+                for (size_t si = 0; si < sizeof spans / sizeof *spans; si++) {
+                    const int j0 = spans[si][0], nt = spans[si][1];
+                    static float want[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE], got[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE];
+                    for (int i = 0; i < KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE; i++) want[i] = NAN;
+                    kvb_kernels_ref.scores_i8(&v, &qq, R, j0, nt, want);
+                    for (int r = 0; r < R; r++) { /* the reference against doubles */
+                        for (int i = 0; i < d; i++) qs[i] = dq[(size_t)r * nb + i / 32] * (float)code[(size_t)r * d + i];
+                        for (int t = 0; t < nt; t++) {
+                            double e = 0, mag = 0;
+                            for (int i = 0; i < d; i++) {
+                                e += (double)qs[i] * f.k[(size_t)(j0 + t) * d + i];
+                                mag += fabs((double)qs[i] * f.k[(size_t)(j0 + t) * d + i]);
+                            }
+                            if (fabs(want[r * KVB_ATTN_TILE + t] - e) > 1e-6 * mag + 1e-30)
+                                FAILF("ref %s d=%d row %d key %d: %.9g vs %.9g", kvb_dtype_name(dt), d, r, j0 + t,
+                                      (double)want[r * KVB_ATTN_TILE + t], e);
+                        }
+                    }
+                    for (int fa = 1; fa < n_families; fa++) {
+                        for (int i = 0; i < KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE; i++) got[i] = NAN;
+                        families[fa]->scores_i8(&v, &qq, R, j0, nt, got);
+                        for (int i = 0; i < KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE; i++) {
+                            const int r = i / KVB_ATTN_TILE, t = i % KVB_ATTN_TILE;
+                            const bool inside = r < R && t < nt;
+                            if (inside ? memcmp(&got[i], &want[i], sizeof(float)) != 0 : got[i] == got[i]) {
+                                FAILF("%s %s d=%d rows %d keys [%d, %d): s[%d][%d] = %.9g, ref %.9g", families[fa]->name, kvb_dtype_name(dt), d,
+                                      R, j0, j0 + nt, r, t, (double)got[i], (double)want[i]);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            fake_free(&f);
+        }
+}
+
 /* Every family's q8_0/q4_0 row loaders give the scalar dequantizer's bits,
  * on random rows and at the edges (scale +-max f16, codes -127/127, 0/15). */
 TEST(kv_row_loaders_equal_dequantizer) {
@@ -324,6 +417,7 @@ int main(void) {
     printf("kernel families on this CPU: %d\n", n_families);
     RUN(decode_matches_naive_every_family);
     RUN(prefill_rows_and_column_mass);
+    RUN(int8_scores_every_family_equal_reference);
     RUN(vexp_matches_expf);
     RUN(kv_row_loaders_equal_dequantizer);
     RUN(page_bounds_equal_reference);

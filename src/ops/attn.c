@@ -14,11 +14,46 @@
  * Column mass (prefill observation) needs the final log-sum-exp of each row
  * first, so it is a second tiled pass that recomputes scores: exact, and no
  * T x T matrix is ever materialised.
+ *
+ * q8_0 and q4_0 keys are scored from int8 queries (scores_i8), as ggml
+ * scores them: the rows are quantized once per state (a state's runs share
+ * them through a per-thread cache) in the weights' activation form, and the
+ * keys' codes are never expanded to f32. Values are dequantized as before.
  */
+#include "matmul.h"
 #include "ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+struct kvb_q8_rows kvb_quantize_q_rows(const float *q, int32_t n_rows, int32_t d, int8_t *qq, float *dq, int16_t *sq) {
+    const struct kvb_dot_kernels *k = kvb_dot_kernels();
+    const int32_t nb = d / 32;
+    for (int32_t r = 0; r < n_rows; r++)
+        kvb_quantize_act_q8_with(k, q + (size_t)r * d, d, dq + (size_t)r * nb, qq + (size_t)r * d, sq + (size_t)r * nb);
+    return (struct kvb_q8_rows){qq, dq, sq};
+}
+
+/* The int8 query rows last quantized on this thread, and whose they were:
+ * kvb_attn_run's runs of one state reuse them (same state id, rows, shape). */
+static _Thread_local struct {
+    uint64_t id; /* 0: none (column mass calls quantize every time) */
+    const float *src;
+    int32_t n_rows, d;
+    int8_t q[KVB_ATTN_MAX_ROWS * KVB_ATTN_MAX_DIM];
+    float dq[KVB_ATTN_MAX_ROWS * KVB_ATTN_MAX_DIM / 32];
+    int16_t sq[KVB_ATTN_MAX_ROWS * KVB_ATTN_MAX_DIM / 32];
+} t_q8;
+static atomic_uint_fast64_t g_q8_ids; /* states' ids, unique across threads */
+
+static struct kvb_q8_rows q8_rows_for(uint64_t id, const float *q, int32_t n_rows, int32_t d) {
+    if (id == 0 || t_q8.id != id || t_q8.src != q || t_q8.n_rows != n_rows || t_q8.d != d) {
+        kvb_quantize_q_rows(q, n_rows, d, t_q8.q, t_q8.dq, t_q8.sq);
+        t_q8.id = id, t_q8.src = q, t_q8.n_rows = n_rows, t_q8.d = d;
+    }
+    return (struct kvb_q8_rows){t_q8.q, t_q8.dq, t_q8.sq};
+}
 
 void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float *acc, float *p, int32_t p_stride,
                     int32_t *seg_j, float *seg_m, int32_t seg_cap) {
@@ -31,6 +66,7 @@ void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float 
     st->seg_m = seg_m;
     st->seg_cap = seg_cap;
     st->n_seg = 0;
+    st->q8_id = (uint64_t)atomic_fetch_add_explicit(&g_q8_ids, 1, memory_order_relaxed) + 1;
     for (int32_t r = 0; r < n_rows; r++) {
         st->m[r] = -INFINITY;
         st->l[r] = 0;
@@ -96,6 +132,10 @@ void kvb_attn_row_sum(const float *s, int32_t R, int32_t nt, float *out) {
 void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                   int32_t j0, int32_t j1, struct kvb_attn_state *st) {
     const int32_t R = st->n_rows, d = st->d;
+    const bool i8 = kr->scores_i8 && kvb_dtype_scores_i8(v->dtype) && j0 < j1;
+    struct kvb_q8_rows qq = {0};
+    if (i8) qq = q8_rows_for(st->q8_id, q, R, d);
+    const bool direct = kvb_view_direct(v, kr->quant_rows);
     for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
         int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
         if (limit) { /* stop once no row sees this tile: nothing further is visible */
@@ -104,15 +144,16 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
             if (!any) break;
         }
         float *s = st->s;
-        const struct kvb_kv_view *tv = v; /* quantized or mixed pages: this tile in f32 scratch */
+        const struct kvb_kv_view *tv = v; /* pages the primitives cannot read: this tile in f32 scratch */
         struct kvb_kv_view tile;
         int32_t jj = jt;
-        if (!kvb_view_direct(v, kr->quant_rows)) {
-            tile = kvb_kv_tile_view(v, jt, nt, true);
+        if (!direct) {
+            tile = kvb_kv_tile_view(v, jt, nt, !i8, true);
             tv = &tile;
             jj = 0;
         }
-        kr->scores(tv, q, R, jj, nt, s);
+        if (i8) kr->scores_i8(v, &qq, R, jt, nt, s);
+        else kr->scores(tv, q, R, jj, nt, s);
         apply_limits(s, limit, R, jt, nt);
         float red[KVB_ATTN_MAX_ROWS];
         kvb_attn_row_max(s, R, nt, red);
@@ -193,11 +234,15 @@ void kvb_attn_end_mean(struct kvb_attn_state *st, float *out, float *w, int32_t 
 
 void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                       const float *lse, int32_t n_rows, float w_r, int32_t j0, int32_t j1, float *col, float *s) {
+    const bool i8 = kr->scores_i8 && kvb_dtype_scores_i8(v->dtype) && j0 < j1;
+    struct kvb_q8_rows qq = {0};
+    if (i8) qq = q8_rows_for(0, q, n_rows, v->head_dim);
     for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
         int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
-        if (kvb_view_direct(v, kr->quant_rows)) kr->scores(v, q, n_rows, jt, nt, s);
+        if (i8) kr->scores_i8(v, &qq, n_rows, jt, nt, s);
+        else if (kvb_view_direct(v, kr->quant_rows)) kr->scores(v, q, n_rows, jt, nt, s);
         else {
-            const struct kvb_kv_view tile = kvb_kv_tile_view(v, jt, nt, false);
+            const struct kvb_kv_view tile = kvb_kv_tile_view(v, jt, nt, true, false);
             kr->scores(&tile, q, n_rows, 0, nt, s);
         }
         apply_limits(s, limit, n_rows, jt, nt);

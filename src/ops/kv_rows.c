@@ -8,9 +8,10 @@
  * with the dispatched dequantizers of the weight kernels, which the kernel
  * tests hold to the scalar reference).
  *
- * Attention over quantized (or mixed K/V) pages goes a tile of
- * KVB_ATTN_TILE keys at a time: the tile's K rows (and V rows) are loaded
- * into per-thread f32 scratch and the primitives run on an f32 view of it.
+ * Attention over pages the primitives do not read directly (bf16, mixed
+ * K/V types) goes a tile of KVB_ATTN_TILE keys at a time: the tile's K rows
+ * (those not scored from int8 queries, attn.c) and V rows are loaded into
+ * per-thread f32 scratch and the primitives run on an f32 view of it.
  * Each row is then read from the pages once per call, as in the direct
  * path, so the driver's probabilities for policies come out of the same
  * pass; the cost is one dequantization per row per call.
@@ -50,11 +51,11 @@ _Static_assert(KVB_ATTN_TILE == 64, "k_ident and the tile view's block_shift ass
 static _Thread_local float t_tile[2 * KVB_ATTN_TILE * KV_MAX_D];
 static _Thread_local uint8_t *t_page;
 
-struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int32_t nt, bool with_v) {
+struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int32_t nt, bool with_k, bool with_v) {
     const int32_t d = v->head_dim;
     float *kb = t_tile, *vb = t_tile + (size_t)KVB_ATTN_TILE * (size_t)d;
     for (int32_t t = 0; t < nt; t++) {
-        kvb_kv_row_load(v->dtype, kvb_view_k(v, jt + t), kb + (size_t)t * (size_t)d, d);
+        if (with_k) kvb_kv_row_load(v->dtype, kvb_view_k(v, jt + t), kb + (size_t)t * (size_t)d, d);
         if (with_v) kvb_kv_row_load(v->dtype_v, kvb_view_v(v, jt + t), vb + (size_t)t * (size_t)d, d);
     }
     t_page = (uint8_t *)t_tile;

@@ -61,8 +61,24 @@ void kvb_kv_row_store(enum kvb_dtype t, const float *src, void *dst, int32_t d);
 void kvb_kv_row_load(enum kvb_dtype t, const void *src, float *dst, int32_t d);
 /* Keys [jt, jt + nt) of v (nt <= KVB_ATTN_TILE, head_dim <= 512) as an f32
  * view whose keys are 0 .. nt - 1, in this thread's scratch (valid until its
- * next call); V rows too when with_v. */
-struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int32_t nt, bool with_v);
+ * next call): its K rows when with_k, its V rows when with_v. */
+struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int32_t nt, bool with_k, bool with_v);
+
+/* Query rows quantized for integer scores against q8_0/q4_0 keys: row r's
+ * codes at q + r * d, and for each of its d / 32 blocks b the scale
+ * d[r * (d / 32) + b] and the codes' sum s[...] (x ~ scale * code, codes in
+ * -127..127: kvb_quantize_act_q8's form, the weights' int8 activations). */
+struct kvb_q8_rows {
+    const int8_t *q;
+    const float *d;
+    const int16_t *s;
+};
+/* Quantizes n_rows rows of d (a multiple of 32) into q/dq/sq (room for
+ * n_rows * d codes and n_rows * d / 32 scales and sums) with the dispatched
+ * activation quantizer (the reference's bits). */
+struct kvb_q8_rows kvb_quantize_q_rows(const float *q, int32_t n_rows, int32_t d, int8_t *qq, float *dq, int16_t *sq);
+/* Whether K rows of type t are scored from int8 queries (scores_i8). */
+static inline bool kvb_dtype_scores_i8(enum kvb_dtype t) { return t == KVB_DTYPE_Q8_0 || t == KVB_DTYPE_Q4_0; }
 
 /* Per-arch primitives. */
 struct kvb_kernels {
@@ -81,6 +97,14 @@ struct kvb_kernels {
     void (*from_q8_0)(const void *src, float *dst, int32_t n);
     void (*from_q4_0)(const void *src, float *dst, int32_t n);
     bool quant_rows; /* scores/accum read q8_0 and q4_0 pages (K and V of one type) */
+    /* Scores of int8 queries against q8_0 or q4_0 K rows (v->dtype), in
+     * scores' layout: s[r*KVB_ATTN_TILE + t] is the FMA chain over K's
+     * blocks in order,
+     *     acc = 0; for each block b: acc = fma((float)isum_b, d_k * d_q, acc)
+     * with isum_b the exact integer dot of the block's codes (q4_0's less 8)
+     * and q's, d_k the f16 scale in f32 and d_q q's. Every family gives the
+     * reference's bits. V rows are not read. */
+    void (*scores_i8)(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
     /* Recall's page scores: out[p] = max over rows r < n_rows of
      * sum_c max(q[r][c] * lo_p[c], q[r][c] * hi_p[c]), with lo_p = lohi + p * 2d
      * and hi_p = lo_p + d (an upper bound of q[r] . k for any k within them). */
@@ -125,6 +149,7 @@ struct kvb_attn_state {
     float *seg_m;                /* [seg_cap][KVB_ATTN_MAX_ROWS] */
     int32_t n_seg, seg_cap;
     float s[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE]; /* scratch scores */
+    uint64_t q8_id; /* names this state's int8 query rows in the driver's per-thread cache */
 };
 
 /* Segments needed for keys [0, n) split into n_runs runs. */
@@ -137,7 +162,9 @@ void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float 
 void kvb_attn_row_max(const float *s, int32_t R, int32_t nt, float *out);
 void kvb_attn_row_sum(const float *s, int32_t R, int32_t nt, float *out);
 /* Attends rows q[n_rows][d] to logical keys [j0, j1). limit (or NULL):
- * row r sees only keys j < limit[r]. Runs must be fed in increasing j. */
+ * row r sees only keys j < limit[r]. Runs must be fed in increasing j, with
+ * the same q (pointer and values) from kvb_attn_begin to kvb_attn_end: q8_0
+ * and q4_0 keys are scored from q's int8 form, quantized at the first run. */
 void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                   int32_t j0, int32_t j1, struct kvb_attn_state *st);
 /* out[r] = acc[r] / l[r]; lse[r] = m + log(l) if lse; normalises p if kept. */

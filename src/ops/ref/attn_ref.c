@@ -37,6 +37,33 @@ static void scores_ref(const struct kvb_kv_view *v, const float *q, int32_t n_ro
     }
 }
 
+/* Code i of a q8_0/q4_0 row: ggml's q, or q4_0's nibble less 8. */
+static inline int32_t code_at(enum kvb_dtype t, const struct block_q8_0 *b8, const struct block_q4_0 *b4, int32_t i) {
+    if (t == KVB_DTYPE_Q8_0) return b8[i / 32].qs[i % 32];
+    const int j = i % 32;
+    return (j < 16 ? b4[i / 32].qs[j] & 0xF : b4[i / 32].qs[j - 16] >> 4) - 8;
+}
+
+static void scores_i8_ref(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
+    const int32_t d = v->head_dim, nb = d / 32;
+    for (int32_t t = 0; t < nt; t++) {
+        const void *k = kvb_view_k(v, j0 + t);
+        const struct block_q8_0 *b8 = k;
+        const struct block_q4_0 *b4 = k;
+        for (int32_t r = 0; r < n_rows; r++) {
+            const int8_t *qr = q->q + (size_t)r * d;
+            float acc = 0;
+            for (int32_t b = 0; b < nb; b++) {
+                int32_t isum = 0;
+                for (int32_t i = b * 32; i < b * 32 + 32; i++) isum += code_at(v->dtype, b8, b4, i) * (int32_t)qr[i];
+                const float dk = kvb_f16_to_f32(v->dtype == KVB_DTYPE_Q8_0 ? b8[b].d : b4[b].d);
+                acc = fmaf((float)isum, dk * q->d[(size_t)r * nb + b], acc);
+            }
+            s[r * KVB_ATTN_TILE + t] = acc;
+        }
+    }
+}
+
 static void accum_ref(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
     const int32_t d = v->head_dim;
     for (int32_t t = 0; t < nt; t++) {
@@ -93,6 +120,7 @@ const struct kvb_kernels kvb_kernels_ref = {
     .from_q4_0 = from_q4_0_ref,
     .name = "ref",
     .scores = scores_ref,
+    .scores_i8 = scores_i8_ref,
     .accum = accum_ref,
     .vexp = vexp_ref,
     .to_f16 = to_f16_ref,

@@ -28,33 +28,11 @@
  */
 #include "../matmul.h"
 #include "../quant.h"
+#include "transpose_avx512.h"
 
 #include <immintrin.h>
 
 #define TILE_ROWS 16
-
-/* z[0..7], each 16 dwords (rows j in the low half and j + 8 in the high
- * half, dwords 0-7 of each), to z[k] = dword k of rows 0..15. */
-static inline __attribute__((always_inline)) void transpose_8x8_halves(__m512i z[8]) {
-    const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
-    const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
-    const __m512i a4 = _mm512_unpacklo_epi32(z[4], z[5]), a5 = _mm512_unpackhi_epi32(z[4], z[5]);
-    const __m512i a6 = _mm512_unpacklo_epi32(z[6], z[7]), a7 = _mm512_unpackhi_epi32(z[6], z[7]);
-    const __m512i b0 = _mm512_unpacklo_epi64(a0, a2), b1 = _mm512_unpackhi_epi64(a0, a2);
-    const __m512i b2 = _mm512_unpacklo_epi64(a1, a3), b3 = _mm512_unpackhi_epi64(a1, a3);
-    const __m512i b4 = _mm512_unpacklo_epi64(a4, a6), b5 = _mm512_unpackhi_epi64(a4, a6);
-    const __m512i b6 = _mm512_unpacklo_epi64(a5, a7), b7 = _mm512_unpackhi_epi64(a5, a7);
-    /* 128-bit lanes [x0, y0, x2, y2] and [x1, y1, x3, y3] */
-    const __m512i lo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), hi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
-    z[0] = _mm512_permutex2var_epi64(b0, lo, b4);
-    z[4] = _mm512_permutex2var_epi64(b0, hi, b4);
-    z[1] = _mm512_permutex2var_epi64(b1, lo, b5);
-    z[5] = _mm512_permutex2var_epi64(b1, hi, b5);
-    z[2] = _mm512_permutex2var_epi64(b2, lo, b6);
-    z[6] = _mm512_permutex2var_epi64(b2, hi, b6);
-    z[3] = _mm512_permutex2var_epi64(b3, lo, b7);
-    z[7] = _mm512_permutex2var_epi64(b3, hi, b7);
-}
 
 /* nr <= 16 rows x NT <= 16 tokens. Lanes past nr repeat the last row and
  * are not stored. */
@@ -81,7 +59,7 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         for (int j = 0; j < 8; j++)
             z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(rp[j] + bo + 2))),
                                       _mm256_loadu_si256((const __m256i *)(rp[j + 8] + bo + 2)), 1);
-        transpose_8x8_halves(z);
+        kvb_transpose_8x8_halves(z);
         for (int k = 0; k < 8; k++) z[k] = _mm512_xor_si512(z[k], flip);
         /* the 16 rows' f16 scales: the dword at each block's start, low half */
         const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(vidx, (const void *)(base + bo), 1)));
