@@ -352,7 +352,7 @@ TEST(vexp_matches_expf) {
 /* Recall's page bounds: every family equals the scalar reference on random
  * rows and pages (odd head dims for the tails), to rounding of the sum. */
 /* The driver's per-row max and sum give a plain in-order loop's bits for
- * every row count (the 4-row groups and the rest) and tile length, on
+ * every row count (the 8- and 4-row groups and the rest) and tile length, on
  * values whose sums round differently in any other order. */
 TEST(row_max_and_sum_are_in_order) {
     static float s[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE];
@@ -362,7 +362,7 @@ TEST(row_max_and_sum_are_in_order) {
         s[i] = i % 97 == 0 ? -INFINITY : (i % 5 == 0 ? 1e7f : 1.0f) * u; /* masked scores are -inf */
     }
     int checked = 0;
-    for (int32_t R = 1; R <= 9; R++)
+    for (int32_t R = 1; R <= 21; R++)
         for (int32_t nt = 1; nt <= KVB_ATTN_TILE; nt += (nt < 8 ? 1 : 7)) {
             float mx[KVB_ATTN_MAX_ROWS], sm[KVB_ATTN_MAX_ROWS];
             kvb_attn_row_max(s, R, nt, mx);

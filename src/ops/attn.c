@@ -85,48 +85,41 @@ static void apply_limits(float *s, const int32_t *limit, int32_t n_rows, int32_t
 }
 
 /* Each row's max and sum over its nt scores, in t order exactly as a plain
- * loop per row computes them (the same bits), four rows at a time so that
- * their dependent chains overlap: a row alone waits on one add per score. */
+ * loop per row computes them (the same bits), eight rows (then four, then
+ * one) at a time so that their dependent chains overlap: a row alone waits
+ * on one add per score, and eight chains cover the add's latency on both
+ * ports. */
+static inline __attribute__((always_inline)) void rows_max(const float *a, int C, int32_t nt, float *out) {
+    float m[8];
+    for (int c = 0; c < C; c++) m[c] = -INFINITY;
+    for (int32_t t = 0; t < nt; t++)
+        for (int c = 0; c < C; c++) {
+            const float x = a[c * KVB_ATTN_TILE + t];
+            m[c] = x > m[c] ? x : m[c];
+        }
+    for (int c = 0; c < C; c++) out[c] = m[c];
+}
+
+static inline __attribute__((always_inline)) void rows_sum(const float *a, int C, int32_t nt, float *out) {
+    float m[8];
+    for (int c = 0; c < C; c++) m[c] = 0;
+    for (int32_t t = 0; t < nt; t++)
+        for (int c = 0; c < C; c++) m[c] += a[c * KVB_ATTN_TILE + t];
+    for (int c = 0; c < C; c++) out[c] = m[c];
+}
+
 void kvb_attn_row_max(const float *s, int32_t R, int32_t nt, float *out) {
     int32_t r = 0;
-    for (; r + 4 <= R; r += 4) {
-        const float *a = s + r * KVB_ATTN_TILE, *b = a + KVB_ATTN_TILE, *c = b + KVB_ATTN_TILE, *e = c + KVB_ATTN_TILE;
-        float m0 = -INFINITY, m1 = -INFINITY, m2 = -INFINITY, m3 = -INFINITY;
-        for (int32_t t = 0; t < nt; t++) {
-            m0 = a[t] > m0 ? a[t] : m0;
-            m1 = b[t] > m1 ? b[t] : m1;
-            m2 = c[t] > m2 ? c[t] : m2;
-            m3 = e[t] > m3 ? e[t] : m3;
-        }
-        out[r] = m0, out[r + 1] = m1, out[r + 2] = m2, out[r + 3] = m3;
-    }
-    for (; r < R; r++) {
-        const float *a = s + r * KVB_ATTN_TILE;
-        float m0 = -INFINITY;
-        for (int32_t t = 0; t < nt; t++) m0 = a[t] > m0 ? a[t] : m0;
-        out[r] = m0;
-    }
+    for (; r + 8 <= R; r += 8) rows_max(s + r * KVB_ATTN_TILE, 8, nt, out + r);
+    for (; r + 4 <= R; r += 4) rows_max(s + r * KVB_ATTN_TILE, 4, nt, out + r);
+    for (; r < R; r++) rows_max(s + r * KVB_ATTN_TILE, 1, nt, out + r);
 }
 
 void kvb_attn_row_sum(const float *s, int32_t R, int32_t nt, float *out) {
     int32_t r = 0;
-    for (; r + 4 <= R; r += 4) {
-        const float *a = s + r * KVB_ATTN_TILE, *b = a + KVB_ATTN_TILE, *c = b + KVB_ATTN_TILE, *e = c + KVB_ATTN_TILE;
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (int32_t t = 0; t < nt; t++) {
-            s0 += a[t];
-            s1 += b[t];
-            s2 += c[t];
-            s3 += e[t];
-        }
-        out[r] = s0, out[r + 1] = s1, out[r + 2] = s2, out[r + 3] = s3;
-    }
-    for (; r < R; r++) {
-        const float *a = s + r * KVB_ATTN_TILE;
-        float s0 = 0;
-        for (int32_t t = 0; t < nt; t++) s0 += a[t];
-        out[r] = s0;
-    }
+    for (; r + 8 <= R; r += 8) rows_sum(s + r * KVB_ATTN_TILE, 8, nt, out + r);
+    for (; r + 4 <= R; r += 4) rows_sum(s + r * KVB_ATTN_TILE, 4, nt, out + r);
+    for (; r < R; r++) rows_sum(s + r * KVB_ATTN_TILE, 1, nt, out + r);
 }
 
 void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
