@@ -85,10 +85,13 @@ static inline __attribute__((always_inline)) void scores_rows(enum kvb_dtype dt,
 }
 
 /* Pages hold block_size rows, so the hardware prefetcher loses the stream at
- * every page boundary; fetch K and V rows PREFETCH_AHEAD keys ahead. */
+ * every page boundary; fetch K and V rows PREFETCH_AHEAD keys ahead.
+ * always_inline, as every prefetch helper must be: GCC finds a function of
+ * prefetches alone free of side effects and deletes its calls, which is what
+ * became of this one until 2026-12-03 (docs/BENCHMARKS.md). */
 #define PREFETCH_AHEAD 24
 
-static inline void prefetch_rows(const struct kvb_kv_view *v, int32_t j) {
+static inline __attribute__((always_inline)) void prefetch_rows(const struct kvb_kv_view *v, int32_t j) {
     if (j >= v->n) return;
     const char *k = kvb_view_k(v, j), *vr = kvb_view_v(v, j);
     for (size_t off = 0; off < v->row_bytes; off += 64) {

@@ -84,7 +84,8 @@ static inline __attribute__((always_inline)) void rows_fixed(const struct keys16
     for (int r = 0; r < NR; r++) _mm512_mask_storeu_ps(s + (size_t)(r0 + r) * KVB_ATTN_TILE, m, acc[r]);
 }
 
-static inline void prefetch_key(const struct kvb_kv_view *v, int32_t j) {
+/* always_inline: GCC deletes calls to a function of prefetches alone (attn_avx512.c). */
+static inline __attribute__((always_inline)) void prefetch_key(const struct kvb_kv_view *v, int32_t j) {
     if (j >= v->n) return;
     const char *k = kvb_view_k(v, j), *vr = kvb_view_v(v, j);
     for (size_t off = 0; off < v->row_bytes; off += 64) _mm_prefetch(k + off, _MM_HINT_T0);
