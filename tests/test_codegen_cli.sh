@@ -35,7 +35,7 @@ prefetches() {
 }
 
 missing=""
-for f in scores_avx512 kvb_scores_i8_vnni kvb_scores_i8_avx2; do
+for f in scores_avx512 scores_avx2 kvb_scores_i8_vnni kvb_scores_i8_avx2; do
     if ! grep -qE "^[0-9a-f]+ <$f(\.[a-z0-9.]+)?>:$" "$T/dis.txt"; then
         missing="$missing $f(not found)"
         continue

@@ -77,6 +77,17 @@ static inline void row_to_f32(enum kvb_dtype dt, const void *src, float *dst, in
     else from_f16_avx2((const uint16_t *)src, dst, d);
 }
 
+/* K and V rows PREFETCH_AHEAD keys ahead, as the AVX-512 scores fetch them
+ * (pages break the hardware prefetcher's streams). always_inline: GCC
+ * deletes calls to a function of prefetches alone. */
+#define PREFETCH_AHEAD 24
+static inline __attribute__((always_inline)) void prefetch_rows(const struct kvb_kv_view *v, int32_t j) {
+    if (j >= v->n) return;
+    const char *k = kvb_view_k(v, j), *vr = kvb_view_v(v, j);
+    for (size_t off = 0; off < v->row_bytes; off += 64) _mm_prefetch(k + off, _MM_HINT_T0);
+    for (size_t off = 0; off < v->row_bytes_v; off += 64) _mm_prefetch(vr + off, _MM_HINT_T0);
+}
+
 /* Keys in groups of four (the rest one at a time). Quantized rows (q8_0,
  * q4_0) are dequantized once per key into a small L1 buffer that every row
  * then reads: the pages are read once, as f16 pages are. */
@@ -95,6 +106,7 @@ static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_r
     int32_t t = 0;
     for (; t + 4 <= nt; t += 4) {
         const void *k[4];
+        for (int u = 0; u < 4; u++) prefetch_rows(v, j0 + t + u + PREFETCH_AHEAD);
         for (int u = 0; u < 4; u++) {
             k[u] = kvb_view_k(v, j0 + t + u);
             if (to_f32) {
