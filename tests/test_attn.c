@@ -192,6 +192,54 @@ TEST(decode_matches_naive_every_family) {
                     }
 }
 
+/* The runs of one state may bring other query rows in the same buffer
+ * (attend.c rotates them in place by each run's position delta): every run
+ * is scored with the rows it was given, quantized keys included. */
+TEST(runs_may_bring_other_query_rows) {
+    static const enum kvb_dtype pairs[][2] = {{KVB_DTYPE_F16, KVB_DTYPE_F16}, {KVB_DTYPE_Q8_0, KVB_DTYPE_Q8_0},
+                                              {KVB_DTYPE_Q4_0, KVB_DTYPE_Q4_0}, {KVB_DTYPE_Q8_0, KVB_DTYPE_F16}};
+    const int d = 64, G = 4, n = 130, split = 70;
+    for (int fa = 0; fa < n_families; fa++)
+        for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
+            struct fake f;
+            fake_init2(&f, n, d, pairs[pi][0], pairs[pi][1], 41 + pi);
+            unsigned long long rs = 3 + pi;
+            float qa[4 * 64], qb[4 * 64], q[4 * 64], acc[4 * 64], out[4 * 64];
+            for (int i = 0; i < G * d; i++) qa[i] = t_randf(&rs) * 0.6f, qb[i] = t_randf(&rs) * 0.6f;
+            struct kvb_attn_state st;
+            const struct kvb_kv_view v = fake_view(&f);
+            kvb_attn_begin(&st, G, d, acc, NULL, 0, NULL, NULL, 0);
+            memcpy(q, qa, sizeof q);
+            kvb_attn_run(families[fa], &v, q, NULL, 0, split, &st);
+            memcpy(q, qb, sizeof q); /* the same buffer, other rows */
+            kvb_attn_run(families[fa], &v, q, NULL, split, n, &st);
+            kvb_attn_end(&st, out, NULL);
+            for (int g = 0; g < G; g++) {
+                float sa[64], sb[64];
+                as_scored(&f, qa + g * d, sa);
+                as_scored(&f, qb + g * d, sb);
+                double sc[130], mx = -1e300, sum = 0, ref[64] = {0};
+                for (int j = 0; j < n; j++) {
+                    const float *qs = j < split ? sa : sb;
+                    double e = 0;
+                    for (int i = 0; i < d; i++) e += (double)qs[i] * f.k[(size_t)j * d + i];
+                    sc[j] = e;
+                    mx = e > mx ? e : mx;
+                }
+                for (int j = 0; j < n; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int j = 0; j < n; j++)
+                    for (int i = 0; i < d; i++) ref[i] += sc[j] / sum * f.v[(size_t)j * d + i];
+                for (int i = 0; i < d; i++)
+                    if (fabs(out[g * d + i] - ref[i]) > 1e-5) {
+                        FAILF("%s %s/%s head %d dim %d: %.9g vs %.9g", families[fa]->name, kvb_dtype_name(pairs[pi][0]),
+                              kvb_dtype_name(pairs[pi][1]), g, i, (double)out[g * d + i], ref[i]);
+                        break;
+                    }
+            }
+            fake_free(&f);
+        }
+}
+
 /* Causal prefill rows and the column mass against a materialised reference. */
 TEST(prefill_rows_and_column_mass) {
     for (int fa = 0; fa < 2 * n_families; fa++) { /* f32 pages, then q8_0 K with q4_0 V */
@@ -417,6 +465,7 @@ int main(void) {
     printf("kernel families on this CPU: %d\n", n_families);
     RUN(decode_matches_naive_every_family);
     RUN(prefill_rows_and_column_mass);
+    RUN(runs_may_bring_other_query_rows);
     RUN(int8_scores_every_family_equal_reference);
     RUN(vexp_matches_expf);
     RUN(kv_row_loaders_equal_dequantizer);

@@ -16,15 +16,14 @@
  * T x T matrix is ever materialised.
  *
  * q8_0 and q4_0 keys are scored from int8 queries (scores_i8), as ggml
- * scores them: the rows are quantized once per state (a state's runs share
- * them through a per-thread cache) in the weights' activation form, and the
- * keys' codes are never expanded to f32. Values are dequantized as before.
+ * scores them: the rows are quantized at each call in the weights'
+ * activation form, and the keys' codes are never expanded to f32. Values
+ * are dequantized as before.
  */
 #include "matmul.h"
 #include "ops.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 
 struct kvb_q8_rows kvb_quantize_q_rows(const float *q, int32_t n_rows, int32_t d, int8_t *qq, float *dq, int16_t *sq) {
@@ -35,24 +34,18 @@ struct kvb_q8_rows kvb_quantize_q_rows(const float *q, int32_t n_rows, int32_t d
     return (struct kvb_q8_rows){qq, dq, sq};
 }
 
-/* The int8 query rows last quantized on this thread, and whose they were:
- * kvb_attn_run's runs of one state reuse them (same state id, rows, shape). */
+/* The int8 form of a call's query rows, per thread. Quantized at every call:
+ * callers rotate the rows in place between the runs of one state (attend.c:
+ * a position delta per run), so nothing about the last call's rows can be
+ * trusted, and the cost is one pass over n_rows x d against a run's keys. */
 static _Thread_local struct {
-    uint64_t id; /* 0: none (column mass calls quantize every time) */
-    const float *src;
-    int32_t n_rows, d;
     int8_t q[KVB_ATTN_MAX_ROWS * KVB_ATTN_MAX_DIM];
     float dq[KVB_ATTN_MAX_ROWS * KVB_ATTN_MAX_DIM / 32];
     int16_t sq[KVB_ATTN_MAX_ROWS * KVB_ATTN_MAX_DIM / 32];
 } t_q8;
-static atomic_uint_fast64_t g_q8_ids; /* states' ids, unique across threads */
 
-static struct kvb_q8_rows q8_rows_for(uint64_t id, const float *q, int32_t n_rows, int32_t d) {
-    if (id == 0 || t_q8.id != id || t_q8.src != q || t_q8.n_rows != n_rows || t_q8.d != d) {
-        kvb_quantize_q_rows(q, n_rows, d, t_q8.q, t_q8.dq, t_q8.sq);
-        t_q8.id = id, t_q8.src = q, t_q8.n_rows = n_rows, t_q8.d = d;
-    }
-    return (struct kvb_q8_rows){t_q8.q, t_q8.dq, t_q8.sq};
+static struct kvb_q8_rows q8_rows_for(const float *q, int32_t n_rows, int32_t d) {
+    return kvb_quantize_q_rows(q, n_rows, d, t_q8.q, t_q8.dq, t_q8.sq);
 }
 
 void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float *acc, float *p, int32_t p_stride,
@@ -66,7 +59,6 @@ void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float 
     st->seg_m = seg_m;
     st->seg_cap = seg_cap;
     st->n_seg = 0;
-    st->q8_id = (uint64_t)atomic_fetch_add_explicit(&g_q8_ids, 1, memory_order_relaxed) + 1;
     for (int32_t r = 0; r < n_rows; r++) {
         st->m[r] = -INFINITY;
         st->l[r] = 0;
@@ -127,7 +119,7 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
     const int32_t R = st->n_rows, d = st->d;
     const bool i8 = kr->scores_i8 && kvb_dtype_scores_i8(v->dtype) && j0 < j1;
     struct kvb_q8_rows qq = {0};
-    if (i8) qq = q8_rows_for(st->q8_id, q, R, d);
+    if (i8) qq = q8_rows_for(q, R, d);
     const bool direct = kvb_view_direct(v, kr->quant_rows);
     for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
         int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
@@ -229,7 +221,7 @@ void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v,
                       const float *lse, int32_t n_rows, float w_r, int32_t j0, int32_t j1, float *col, float *s) {
     const bool i8 = kr->scores_i8 && kvb_dtype_scores_i8(v->dtype) && j0 < j1;
     struct kvb_q8_rows qq = {0};
-    if (i8) qq = q8_rows_for(0, q, n_rows, v->head_dim);
+    if (i8) qq = q8_rows_for(q, n_rows, v->head_dim);
     for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
         int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
         if (i8) kr->scores_i8(v, &qq, n_rows, jt, nt, s);

@@ -149,7 +149,6 @@ struct kvb_attn_state {
     float *seg_m;                /* [seg_cap][KVB_ATTN_MAX_ROWS] */
     int32_t n_seg, seg_cap;
     float s[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE]; /* scratch scores */
-    uint64_t q8_id; /* names this state's int8 query rows in the driver's per-thread cache */
 };
 
 /* Segments needed for keys [0, n) split into n_runs runs. */
@@ -162,9 +161,9 @@ void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float 
 void kvb_attn_row_max(const float *s, int32_t R, int32_t nt, float *out);
 void kvb_attn_row_sum(const float *s, int32_t R, int32_t nt, float *out);
 /* Attends rows q[n_rows][d] to logical keys [j0, j1). limit (or NULL):
- * row r sees only keys j < limit[r]. Runs must be fed in increasing j, with
- * the same q (pointer and values) from kvb_attn_begin to kvb_attn_end: q8_0
- * and q4_0 keys are scored from q's int8 form, quantized at the first run. */
+ * row r sees only keys j < limit[r]. Runs must be fed in increasing j; each
+ * may bring other q rows (attend.c rotates them per run). q8_0 and q4_0 keys
+ * are scored from q's int8 form, quantized at each call. */
 void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                   int32_t j0, int32_t j1, struct kvb_attn_state *st);
 /* out[r] = acc[r] / l[r]; lse[r] = m + log(l) if lse; normalises p if kept. */
