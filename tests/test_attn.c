@@ -299,8 +299,9 @@ TEST(int8_scores_every_family_equal_reference) {
             const enum kvb_dtype dt = tq ? KVB_DTYPE_Q4_0 : KVB_DTYPE_Q8_0;
             struct fake f;
             fake_init(&f, n, d, dt, 31 + di);
+            const struct kvb_kv_view v = fake_view(&f);
             for (int j = 0; j < n; j += 7) { /* extreme codes in some keys, a zero scale in one */
-                uint8_t *k = (uint8_t *)kvb_view_k(&(struct kvb_kv_view){f.pages, f.slots, n, 2, d, f.row_bytes, f.row_bytes_v, 0, dt, dt}, j);
+                uint8_t *k = (uint8_t *)kvb_view_k(&v, j);
                 const size_t bsz = tq ? 18 : 34;
                 for (int b = 0; b < nb; b++) {
                     uint8_t *code = k + (size_t)b * bsz + 2;
@@ -311,7 +312,6 @@ TEST(int8_scores_every_family_equal_reference) {
                 }
                 kvb_kv_row_load(dt, k, f.k + (size_t)j * d, d); /* the logical row follows */
             }
-            const struct kvb_kv_view v = fake_view(&f);
             for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
                 const int R = rows[ri];
                 static float q[64 * 512], qs[512], dq[64 * 16];

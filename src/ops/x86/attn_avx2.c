@@ -4,6 +4,7 @@
  * the scalar tail. Compiled with -mavx2 -mfma -mf16c.
  */
 #include "../ops.h"
+#include "prefetch_kv.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -77,16 +78,10 @@ static inline void row_to_f32(enum kvb_dtype dt, const void *src, float *dst, in
     else from_f16_avx2((const uint16_t *)src, dst, d);
 }
 
-/* K and V rows PREFETCH_AHEAD keys ahead, as the AVX-512 scores fetch them
- * (pages break the hardware prefetcher's streams). always_inline: GCC
- * deletes calls to a function of prefetches alone. */
+/* K and V rows are prefetched this many keys ahead (prefetch_kv.h): 24 by
+ * the f16/f32 scores, 16 by the integer ones. */
 #define PREFETCH_AHEAD 24
-static inline __attribute__((always_inline)) void prefetch_rows(const struct kvb_kv_view *v, int32_t j) {
-    if (j >= v->n) return;
-    const char *k = kvb_view_k(v, j), *vr = kvb_view_v(v, j);
-    for (size_t off = 0; off < v->row_bytes; off += 64) _mm_prefetch(k + off, _MM_HINT_T0);
-    for (size_t off = 0; off < v->row_bytes_v; off += 64) _mm_prefetch(vr + off, _MM_HINT_T0);
-}
+#define PREFETCH_AHEAD_I8 16
 
 /* Keys in groups of four (the rest one at a time). Quantized rows (q8_0,
  * q4_0) are dequantized once per key into a small L1 buffer that every row
@@ -106,7 +101,7 @@ static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_r
     int32_t t = 0;
     for (; t + 4 <= nt; t += 4) {
         const void *k[4];
-        for (int u = 0; u < 4; u++) prefetch_rows(v, j0 + t + u + PREFETCH_AHEAD);
+        for (int u = 0; u < 4; u++) kvb_prefetch_kv_rows(v, j0 + t + u + PREFETCH_AHEAD);
         for (int u = 0; u < 4; u++) {
             k[u] = kvb_view_k(v, j0 + t + u);
             if (to_f32) {
@@ -158,11 +153,7 @@ void kvb_scores_i8_avx2(const struct kvb_kv_view *v, const struct kvb_q8_rows *q
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF), k8 = _mm256_set1_epi8(8);
     for (int32_t t = 0; t < nt; t++) {
         const uint8_t *k = kvb_view_k(v, j0 + t);
-        if (j0 + t + 16 < v->n) {
-            const char *kn = kvb_view_k(v, j0 + t + 16), *vn = kvb_view_v(v, j0 + t + 16);
-            _mm_prefetch(kn, _MM_HINT_T0), _mm_prefetch(kn + v->row_bytes - 1, _MM_HINT_T0);
-            _mm_prefetch(vn, _MM_HINT_T0), _mm_prefetch(vn + v->row_bytes_v - 1, _MM_HINT_T0);
-        }
+        kvb_prefetch_kv_rows(v, j0 + t + PREFETCH_AHEAD_I8);
         for (int32_t r0 = 0; r0 < n_rows; r0 += 8) {
             const int32_t nr = KVB_MIN(8, n_rows - r0);
             __m256 acc = _mm256_setzero_ps();

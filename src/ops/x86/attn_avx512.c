@@ -16,6 +16,7 @@
  */
 #include "../ops.h"
 
+#include "prefetch_kv.h"
 #include "reduce_avx512.h"
 
 #include <immintrin.h>
@@ -86,24 +87,13 @@ static inline __attribute__((always_inline)) void scores_rows(enum kvb_dtype dt,
 
 /* Pages hold block_size rows, so the hardware prefetcher loses the stream at
  * every page boundary. Two software prefetches stand in: each K and V row
- * PREFETCH_NEAR keys ahead, line by line, and the first two lines of both
- * halves (K, V) of the page PREFETCH_FAR keys ahead, which starts the L2
- * streamer on that page early. Against the row prefetch alone at 24 keys
- * the pair is 5% faster from DRAM (docs/BENCHMARKS.md, 2026-12-03).
- * always_inline, as every prefetch helper must be: GCC finds a function of
- * prefetches alone free of side effects and deletes its calls, which is what
- * became of the row prefetch until 2026-12-03. */
+ * PREFETCH_NEAR keys ahead (kvb_prefetch_kv_rows), and the first two lines
+ * of both halves (K, V) of the page PREFETCH_FAR keys ahead, which starts
+ * the L2 streamer on that page early. Against the row prefetch alone at 24
+ * keys the pair is 5% faster from DRAM (docs/BENCHMARKS.md, 2026-12-03).
+ * always_inline, as every prefetch helper (prefetch_kv.h). */
 #define PREFETCH_NEAR 8
 #define PREFETCH_FAR 32
-
-static inline __attribute__((always_inline)) void prefetch_rows(const struct kvb_kv_view *v, int32_t j) {
-    if (j >= v->n) return;
-    const char *k = kvb_view_k(v, j), *vr = kvb_view_v(v, j);
-    for (size_t off = 0; off < v->row_bytes; off += 64) {
-        _mm_prefetch(k + off, _MM_HINT_T0);
-        _mm_prefetch(vr + off, _MM_HINT_T0);
-    }
-}
 
 /* The page of key j, if it is not *last: its K and V halves' first lines. */
 static inline __attribute__((always_inline)) void prefetch_page_start(const struct kvb_kv_view *v, int32_t j, const uint8_t **last) {
@@ -124,7 +114,7 @@ static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_v
     const uint8_t *last = NULL;
     for (int32_t t0 = 0; t0 < nt; t0 += 4) {
         const int32_t kt = KVB_MIN(4, nt - t0);
-        for (int32_t t = 0; t < 4; t++) prefetch_rows(v, j0 + t0 + t + PREFETCH_NEAR);
+        for (int32_t t = 0; t < 4; t++) kvb_prefetch_kv_rows(v, j0 + t0 + t + PREFETCH_NEAR);
         prefetch_page_start(v, j0 + t0 + PREFETCH_FAR, &last);
         const void *k[4];
         for (int32_t t = 0; t < 4; t++) k[t] = kvb_view_k(v, j0 + t0 + (t < kt ? t : kt - 1));

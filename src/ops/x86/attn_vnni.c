@@ -21,6 +21,7 @@
  */
 #include "../ops.h"
 
+#include "prefetch_kv.h"
 #include "transpose_avx512.h"
 
 #include <immintrin.h>
@@ -84,16 +85,6 @@ static inline __attribute__((always_inline)) void rows_fixed(const struct keys16
     for (int r = 0; r < NR; r++) _mm512_mask_storeu_ps(s + (size_t)(r0 + r) * KVB_ATTN_TILE, m, acc[r]);
 }
 
-/* always_inline: GCC deletes calls to a function of prefetches alone (attn_avx512.c). */
-static inline __attribute__((always_inline)) void prefetch_key(const struct kvb_kv_view *v, int32_t j) {
-    if (j >= v->n) return;
-    const char *k = kvb_view_k(v, j), *vr = kvb_view_v(v, j);
-    for (size_t off = 0; off < v->row_bytes; off += 64) _mm_prefetch(k + off, _MM_HINT_T0);
-    _mm_prefetch(k + v->row_bytes - 1, _MM_HINT_T0);
-    for (size_t off = 0; off < v->row_bytes_v; off += 64) _mm_prefetch(vr + off, _MM_HINT_T0);
-    _mm_prefetch(vr + v->row_bytes_v - 1, _MM_HINT_T0);
-}
-
 void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
 void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
     const int32_t d = v->head_dim, nb = d / 32;
@@ -102,7 +93,7 @@ void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q
     struct keys16 K;
     for (int32_t t0 = 0; t0 < nt; t0 += GROUP) {
         const int32_t kt = KVB_MIN(GROUP, nt - t0);
-        for (int32_t t = 0; t < GROUP; t++) prefetch_key(v, j0 + t0 + t + PREFETCH_KEYS);
+        for (int32_t t = 0; t < GROUP; t++) kvb_prefetch_kv_rows(v, j0 + t0 + t + PREFETCH_KEYS);
         const uint8_t *kp[GROUP]; /* lanes past kt repeat the last key and are not stored */
         for (int j = 0; j < GROUP; j++) kp[j] = kvb_view_k(v, j0 + t0 + (j < kt ? j : kt - 1));
         load_keys(kp, q8, nb, &K);

@@ -1,0 +1,30 @@
+/* prefetch_kv.h — software prefetch of K and V rows for the attention
+ * kernels: pages hold block_size rows, so the hardware prefetcher loses the
+ * stream at every page boundary, and each family fetches rows some keys
+ * ahead with this one helper (its distance is the family's).
+ *
+ * always_inline, as every prefetch helper must be: GCC finds a function of
+ * prefetches alone free of side effects and deletes its calls (the AVX-512
+ * attention issued no prefetch until 2026-12-03; tests/test_codegen_cli.sh
+ * now checks the built kernels). */
+#ifndef KVB_X86_PREFETCH_KV_H
+#define KVB_X86_PREFETCH_KV_H
+
+#include "../ops.h"
+
+#include <immintrin.h>
+
+/* Every cache line that bytes n at p touch. */
+static inline __attribute__((always_inline)) void kvb_prefetch_span(const void *p, size_t n) {
+    const uintptr_t end = (uintptr_t)p + n;
+    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < end; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+}
+
+/* Key j's K row and V row, when j is a key of the view. */
+static inline __attribute__((always_inline)) void kvb_prefetch_kv_rows(const struct kvb_kv_view *v, int32_t j) {
+    if (j >= v->n) return;
+    kvb_prefetch_span(kvb_view_k(v, j), v->row_bytes);
+    kvb_prefetch_span(kvb_view_v(v, j), v->row_bytes_v);
+}
+
+#endif
