@@ -51,6 +51,13 @@ static float put_row(enum kvb_dtype dt, uint8_t *row, const float *x, int d, int
     return back[i];
 }
 
+/* How fake_init2 lays the keys in slots: shuffled over every page (no two
+ * keys adjacent), or as an appended stream (key j in slot j) with a few keys
+ * moved, so kernels meet runs of adjacent slots (kvb_view_run), runs broken
+ * by a moved key, and runs across a page boundary. */
+enum fake_layout { FAKE_SHUFFLED, FAKE_APPENDED };
+static enum fake_layout fake_layout = FAKE_SHUFFLED;
+
 static void fake_init2(struct fake *f, int n, int d, enum kvb_dtype dt, enum kvb_dtype dtv, unsigned long long seed) {
     f->n = n; f->d = d; f->B = 4; f->dt = dt; f->dtv = dtv;
     f->row_bytes = kvb_dtype_row_bytes(dt, d);
@@ -63,9 +70,14 @@ static void fake_init2(struct fake *f, int n, int d, enum kvb_dtype dt, enum kvb
     int *perm = malloc(sizeof(int) * (size_t)cap);
     for (int i = 0; i < cap; i++) perm[i] = i;
     unsigned long long rs = seed;
-    for (int i = cap - 1; i > 0; i--) {
-        int j = (int)(t_rng_next(&rs) % (unsigned)(i + 1));
-        int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    if (fake_layout == FAKE_SHUFFLED) {
+        for (int i = cap - 1; i > 0; i--) {
+            int j = (int)(t_rng_next(&rs) % (unsigned)(i + 1));
+            int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+        }
+    } else {
+        for (int i = 3; i + 6 < cap; i += 11) { int t = perm[i]; perm[i] = perm[i + 6]; perm[i + 6] = t; }
+        if (cap > n) { int t = perm[n / 2]; perm[n / 2] = perm[cap - 1]; perm[cap - 1] = t; } /* one key in the spare page */
     }
     f->k = malloc(sizeof(float) * (size_t)n * d);
     f->v = malloc(sizeof(float) * (size_t)n * d);
@@ -147,6 +159,7 @@ TEST(decode_matches_naive_every_family) {
     const int dims[] = {8, 16, 64, 80, 128};
     const int groups[] = {1, 4, 7};
     const int lens[] = {1, 5, 64, 65, 130};
+    for (int lay = 0; lay < 2; lay++)
     for (int fa = 0; fa < n_families; fa++)
         for (size_t dti = 0; dti < sizeof kv_pairs / sizeof *kv_pairs; dti++)
             for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
@@ -156,7 +169,9 @@ TEST(decode_matches_naive_every_family) {
                         const enum kvb_dtype dt = kv_pairs[dti][0], dtv = kv_pairs[dti][1];
                         if (!kvb_dtype_row_bytes(dt, d) || !kvb_dtype_row_bytes(dtv, d)) continue; /* blocks of 32 */
                         struct fake f;
+                        fake_layout = lay ? FAKE_APPENDED : FAKE_SHUFFLED;
                         fake_init2(&f, n, d, dt, dtv, 100 + di * 7 + gi * 3 + li);
+                        fake_layout = FAKE_SHUFFLED;
                         unsigned long long rs = 999 + li;
                         float *q = malloc(sizeof(float) * (size_t)G * d), *acc = malloc(sizeof(float) * (size_t)G * d);
                         float *out = malloc(sizeof(float) * (size_t)G * d), *p = malloc(sizeof(float) * (size_t)G * n);
@@ -178,8 +193,9 @@ TEST(decode_matches_naive_every_family) {
                             double wsum = 0;
                             for (int i = 0; i < d; i++)
                                 if (fabs(out[(size_t)g * d + i] - ref[i]) > tol)
-                                    FAILF("%s %s/%s d=%d G=%d n=%d head %d dim %d: %.9g vs %.9g", families[fa]->name,
-                                          kvb_dtype_name(dt), kvb_dtype_name(dtv), d, G, n, g, i, (double)out[(size_t)g * d + i], ref[i]);
+                                    FAILF("%s %s/%s %s d=%d G=%d n=%d head %d dim %d: %.9g vs %.9g", families[fa]->name,
+                                          kvb_dtype_name(dt), kvb_dtype_name(dtv), lay ? "appended" : "shuffled", d, G, n, g, i,
+                                          (double)out[(size_t)g * d + i], ref[i]);
                             for (int j = 0; j < n; j++) {
                                 wsum += p[(size_t)g * n + j];
                                 if (fabs(p[(size_t)g * n + j] - w[j]) > tol)

@@ -49,6 +49,17 @@ static inline const void *kvb_view_v(const struct kvb_kv_view *v, int32_t j) {
     int32_t s = v->slots[j];
     return v->pages[s >> v->block_shift] + v->v_offset + (size_t)(s & ((1 << v->block_shift) - 1)) * v->row_bytes_v;
 }
+/* Whether keys j..j+n-1 (all < v->n) are n consecutive slots of one page:
+ * their K rows are then one span of n * row_bytes, and their V rows
+ * another. A stream that only appends (no holes refilled, no compaction)
+ * is such runs end to end, so kernels take this path for most keys. */
+static inline bool kvb_view_run(const struct kvb_kv_view *v, int32_t j, int32_t n) {
+    const int32_t s0 = v->slots[j];
+    if ((s0 >> v->block_shift) != ((s0 + n - 1) >> v->block_shift)) return false;
+    for (int32_t t = 1; t < n; t++)
+        if (v->slots[j + t] != s0 + t) return false;
+    return true;
+}
 /* Whether the primitives read the view directly: f32 or f16 rows, K and V
  * alike; or q8_0/q4_0 rows (K and V alike) on a family that reads them. */
 static inline bool kvb_view_direct(const struct kvb_kv_view *v, bool quant_rows) {

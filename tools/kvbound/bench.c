@@ -56,7 +56,8 @@ static void bench_usage(FILE *f) {
             "median time) against machine_read_gbs, one sequential read of 1 GiB by all\n"
             "threads; page_bw_fraction is against machine_page_read_gbs, the same loads\n"
             "over pages of the cache's page_bytes in a shuffled order, which is how a\n"
-            "stream's pages lie in the pool.\n");
+            "stream's pages lie in the pool. Both buffers are advised for huge pages,\n"
+            "as the pool's slabs are.\n");
 }
 
 static double median(double *v, int n) {

@@ -101,7 +101,7 @@ static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_r
     int32_t t = 0;
     for (; t + 4 <= nt; t += 4) {
         const void *k[4];
-        for (int u = 0; u < 4; u++) kvb_prefetch_kv_rows(v, j0 + t + u + PREFETCH_AHEAD);
+        kvb_prefetch_kv_keys(v, j0 + t + PREFETCH_AHEAD, 4);
         for (int u = 0; u < 4; u++) {
             k[u] = kvb_view_k(v, j0 + t + u);
             if (to_f32) {

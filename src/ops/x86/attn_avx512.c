@@ -114,10 +114,15 @@ static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_v
     const uint8_t *last = NULL;
     for (int32_t t0 = 0; t0 < nt; t0 += 4) {
         const int32_t kt = KVB_MIN(4, nt - t0);
-        for (int32_t t = 0; t < 4; t++) kvb_prefetch_kv_rows(v, j0 + t0 + t + PREFETCH_NEAR);
+        kvb_prefetch_kv_keys(v, j0 + t0 + PREFETCH_NEAR, 4);
         prefetch_page_start(v, j0 + t0 + PREFETCH_FAR, &last);
         const void *k[4];
-        for (int32_t t = 0; t < 4; t++) k[t] = kvb_view_k(v, j0 + t0 + (t < kt ? t : kt - 1));
+        if (kt == 4 && kvb_view_run(v, j0 + t0, 4)) { /* adjacent rows: one page lookup */
+            const uint8_t *k0 = kvb_view_k(v, j0 + t0);
+            for (int32_t t = 0; t < 4; t++) k[t] = k0 + (size_t)t * v->row_bytes;
+        } else {
+            for (int32_t t = 0; t < 4; t++) k[t] = kvb_view_k(v, j0 + t0 + (t < kt ? t : kt - 1));
+        }
         scores_rows(dt, q, n_rows, d, k, kt, s + t0);
     }
 }

@@ -93,7 +93,7 @@ void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q
     struct keys16 K;
     for (int32_t t0 = 0; t0 < nt; t0 += GROUP) {
         const int32_t kt = KVB_MIN(GROUP, nt - t0);
-        for (int32_t t = 0; t < GROUP; t++) kvb_prefetch_kv_rows(v, j0 + t0 + t + PREFETCH_KEYS);
+        for (int32_t t = 0; t < GROUP; t += 4) kvb_prefetch_kv_keys(v, j0 + t0 + t + PREFETCH_KEYS, 4);
         const uint8_t *kp[GROUP]; /* lanes past kt repeat the last key and are not stored */
         for (int j = 0; j < GROUP; j++) kp[j] = kvb_view_k(v, j0 + t0 + (j < kt ? j : kt - 1));
         load_keys(kp, q8, nb, &K);
