@@ -87,7 +87,7 @@ static inline __attribute__((always_inline)) void scores_rows(enum kvb_dtype dt,
 
 /* Pages hold block_size rows, so the hardware prefetcher loses the stream at
  * every page boundary. Two software prefetches stand in: each K and V row
- * PREFETCH_NEAR keys ahead (kvb_prefetch_kv_rows), and the first two lines
+ * PREFETCH_NEAR keys ahead (kvb_prefetch_kv_keys), and the first two lines
  * of both halves (K, V) of the page PREFETCH_FAR keys ahead, which starts
  * the L2 streamer on that page early. Against the row prefetch alone at 24
  * keys the pair is 5% faster from DRAM (docs/BENCHMARKS.md, 2026-12-03).

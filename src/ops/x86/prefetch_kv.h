@@ -14,22 +14,20 @@
 
 #include <immintrin.h>
 
-/* Every cache line that bytes n at p touch, into L1 (T0) or L2 (T1); four
- * lines per iteration, so that the loop's own adds and branches (which
- * share ports with the FMAs) stay a small part of a row's cost. */
-#define KVB_PREFETCH_SPAN(NAME, HINT)                                                                  \
-    static inline __attribute__((always_inline)) void NAME(const void *p, size_t n) {                   \
-        const uintptr_t end = (uintptr_t)p + n;                                                         \
-        uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;                                                    \
-        for (; a + 192 < end; a += 256) {                                                               \
-            _mm_prefetch((const char *)a, HINT);                                                        \
-            _mm_prefetch((const char *)a + 64, HINT);                                                   \
-            _mm_prefetch((const char *)a + 128, HINT);                                                  \
-            _mm_prefetch((const char *)a + 192, HINT);                                                  \
-        }                                                                                               \
-        for (; a < end; a += 64) _mm_prefetch((const char *)a, HINT);                                   \
+/* Every cache line that bytes n at p touch, into L1; four lines per
+ * iteration, so that the loop's own adds and branches (which share ports
+ * with the FMAs) stay a small part of a row's cost. */
+static inline __attribute__((always_inline)) void kvb_prefetch_span(const void *p, size_t n) {
+    const uintptr_t end = (uintptr_t)p + n;
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;
+    for (; a + 192 < end; a += 256) {
+        _mm_prefetch((const char *)a, _MM_HINT_T0);
+        _mm_prefetch((const char *)a + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)a + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)a + 192, _MM_HINT_T0);
     }
-KVB_PREFETCH_SPAN(kvb_prefetch_span, _MM_HINT_T0)
+    for (; a < end; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+}
 
 /* Key j's K row and V row, when j is a key of the view. */
 static inline __attribute__((always_inline)) void kvb_prefetch_kv_rows(const struct kvb_kv_view *v, int32_t j) {
