@@ -256,6 +256,75 @@ TEST(runs_may_bring_other_query_rows) {
         }
 }
 
+/* A family that hands many-row calls over f16 pages an f32 tile
+ * (f16_tile_rows) gives the bits of its direct f16 path: outputs, lse,
+ * weights and column mass, causal limits, runs split mid-tile, both layouts, and row counts
+ * on both sides of the threshold; and the outputs against the naive
+ * reference. */
+TEST(f16_tiles_for_many_rows_are_the_direct_bits) {
+    const int dims[] = {64, 80, 128};
+    int tested = 0;
+    for (int fa = 0; fa < n_families; fa++) {
+        const int thr = families[fa]->f16_tile_rows;
+        if (thr <= 0) continue;
+        struct kvb_kernels direct = *families[fa];
+        direct.f16_tile_rows = 0;
+        const int rows[] = {thr - 1, thr, KVB_ATTN_MAX_ROWS};
+        for (int lay = 0; lay < 2; lay++)
+            for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+                for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+                    const int d = dims[di], R = rows[ri], n = 150, n_prev = n - R;
+                    struct fake f;
+                    fake_layout = lay ? FAKE_APPENDED : FAKE_SHUFFLED;
+                    fake_init(&f, n, d, KVB_DTYPE_F16, 300 + di * 5 + ri + lay * 17);
+                    fake_layout = FAKE_SHUFFLED;
+                    unsigned long long rs = 61 + ri;
+                    float *q = malloc(sizeof(float) * (size_t)R * d);
+                    float *acc[2], *out[2], *p[2], lse[2][KVB_ATTN_MAX_ROWS];
+                    int32_t lim[KVB_ATTN_MAX_ROWS], seg_j[2][8];
+                    float seg_m[2][8 * KVB_ATTN_MAX_ROWS];
+                    for (int i = 0; i < R * d; i++) q[i] = t_randf(&rs) * 0.5f;
+                    for (int r = 0; r < R; r++) lim[r] = n_prev + r + 1;
+                    const struct kvb_kv_view v = fake_view(&f);
+                    for (int k = 0; k < 2; k++) {
+                        const struct kvb_kernels *kr = k ? &direct : families[fa];
+                        acc[k] = malloc(sizeof(float) * (size_t)R * d);
+                        out[k] = malloc(sizeof(float) * (size_t)R * d);
+                        p[k] = calloc((size_t)R * n, sizeof(float));
+                        struct kvb_attn_state st;
+                        kvb_attn_begin(&st, R, d, acc[k], p[k], n, seg_j[k], seg_m[k], 8);
+                        kvb_attn_run(kr, &v, q, lim, 0, 37, &st);
+                        kvb_attn_run(kr, &v, q, lim, 37, n, &st);
+                        kvb_attn_end(&st, out[k], lse[k]);
+                    }
+                    if (memcmp(out[0], out[1], sizeof(float) * (size_t)R * d) || memcmp(lse[0], lse[1], sizeof(float) * (size_t)R) ||
+                        memcmp(p[0], p[1], sizeof(float) * (size_t)R * n))
+                        FAILF("%s d=%d R=%d %s: the f32 tile's bits differ from the f16 pages'", families[fa]->name, d, R,
+                              lay ? "appended" : "shuffled");
+                    float col[2][150], s_scr[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE];
+                    for (int k = 0; k < 2; k++) {
+                        memset(col[k], 0, sizeof col[k]);
+                        kvb_attn_colmass(k ? &direct : families[fa], &v, q, lim, lse[0], R, 1.0f / (float)R, 0, n, col[k], s_scr);
+                    }
+                    if (memcmp(col[0], col[1], sizeof col[0]))
+                        FAILF("%s d=%d R=%d: the column mass over the f32 tile differs from the f16 pages'", families[fa]->name, d, R);
+                    for (int r = 0; r < R; r += 7) {
+                        double ref[128], w[150];
+                        naive(&f, q + (size_t)r * d, lim[r], ref, w);
+                        for (int i = 0; i < d; i++)
+                            if (fabs(out[0][(size_t)r * d + i] - ref[i]) > 1e-5)
+                                FAILF("%s d=%d R=%d row %d dim %d: %.9g vs %.9g", families[fa]->name, d, R, r, i,
+                                      (double)out[0][(size_t)r * d + i], ref[i]);
+                    }
+                    for (int k = 0; k < 2; k++) { free(acc[k]); free(out[k]); free(p[k]); }
+                    free(q);
+                    fake_free(&f);
+                    tested++;
+                }
+    }
+    if (n_families > 2 && !tested) FAILF("the %s family sets no f16_tile_rows", families[2]->name);
+}
+
 /* Causal prefill rows and the column mass against a materialised reference. */
 TEST(prefill_rows_and_column_mass) {
     for (int fa = 0; fa < 2 * n_families; fa++) { /* f32 pages, then q8_0 K with q4_0 V */
@@ -481,6 +550,7 @@ int main(void) {
     printf("kernel families on this CPU: %d\n", n_families);
     RUN(decode_matches_naive_every_family);
     RUN(prefill_rows_and_column_mass);
+    RUN(f16_tiles_for_many_rows_are_the_direct_bits);
     RUN(runs_may_bring_other_query_rows);
     RUN(int8_scores_every_family_equal_reference);
     RUN(vexp_matches_expf);

@@ -114,13 +114,18 @@ void kvb_attn_row_sum(const float *s, int32_t R, int32_t nt, float *out) {
     for (; r < R; r++) rows_sum(s + r * KVB_ATTN_TILE, 1, nt, out + r);
 }
 
+/* Many rows over f16 pages: an f32 tile for families that ask (ops.h, f16_tile_rows). */
+static bool f16_tiled(const struct kvb_kernels *kr, const struct kvb_kv_view *v, int32_t n_rows) {
+    return kr->f16_tile_rows > 0 && v->dtype == KVB_DTYPE_F16 && n_rows >= kr->f16_tile_rows;
+}
+
 void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                   int32_t j0, int32_t j1, struct kvb_attn_state *st) {
     const int32_t R = st->n_rows, d = st->d;
     const bool i8 = kr->scores_i8 && kvb_dtype_scores_i8(v->dtype) && j0 < j1;
     struct kvb_q8_rows qq = {0};
     if (i8) qq = q8_rows_for(q, R, d);
-    const bool direct = kvb_view_direct(v, kr->quant_rows);
+    const bool direct = kvb_view_direct(v, kr->quant_rows) && !f16_tiled(kr, v, R);
     for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
         int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
         if (limit) { /* stop once no row sees this tile: nothing further is visible */
@@ -225,7 +230,7 @@ void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v,
     for (int32_t jt = j0; jt < j1; jt += KVB_ATTN_TILE) {
         int32_t nt = KVB_MIN(KVB_ATTN_TILE, j1 - jt);
         if (i8) kr->scores_i8(v, &qq, n_rows, jt, nt, s);
-        else if (kvb_view_direct(v, kr->quant_rows)) kr->scores(v, q, n_rows, jt, nt, s);
+        else if (kvb_view_direct(v, kr->quant_rows) && !f16_tiled(kr, v, n_rows)) kr->scores(v, q, n_rows, jt, nt, s);
         else {
             const struct kvb_kv_view tile = kvb_kv_tile_view(v, jt, nt, true, false);
             kr->scores(&tile, q, n_rows, 0, nt, s);

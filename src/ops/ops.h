@@ -108,6 +108,12 @@ struct kvb_kernels {
     void (*from_q8_0)(const void *src, float *dst, int32_t n);
     void (*from_q4_0)(const void *src, float *dst, int32_t n);
     bool quant_rows; /* scores/accum read q8_0 and q4_0 pages (K and V of one type) */
+    /* Driver calls with at least this many query rows over f16 pages hand
+     * the primitives an f32 tile (kvb_kv_tile_view) instead of the pages:
+     * each row is then converted once per call, not once per row group.
+     * Only where the family's f32 and f16 paths are the same operations on
+     * the same values, so the bits do not change (test_attn); 0: never. */
+    int32_t f16_tile_rows;
     /* Scores of int8 queries against q8_0 or q4_0 K rows (v->dtype), in
      * scores' layout: s[r*KVB_ATTN_TILE + t] is the FMA chain over K's
      * blocks in order,

@@ -10,6 +10,11 @@
  *   rows, so 16 accumulators stay in registers across the whole tile.
  * q8_0/q4_0 pages: each row dequantized once into an L1 buffer that the
  *   same f32 tiles read (4 keys for scores, 16 V rows for accum).
+ * Many query rows (prefill blocks: 64): scores and accum convert each f16
+ *   chunk once per group of 4 rows, 16 times per key at 64 rows, so from 48
+ *   rows up (f16_tile_rows) the driver converts the tile to f32 once and the
+ *   f32 path, the same FMAs on the same values, runs on it (prefill of
+ *   4,096 tokens about 10% faster, docs/BENCHMARKS.md).
  * Shapes are compile-time (switch on the row count) so nothing spills;
  * figures per key and shape in docs/BENCHMARKS.md.
  * vexp: range reduction x = n ln2 + r, degree-6 polynomial, scalef by n.
@@ -34,8 +39,8 @@ static inline __m512 load16_full(enum kvb_dtype dt, const void *row, int32_t i) 
 
 static inline __mmask16 tail_mask(int32_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
-/* Scores of NR (1..4) query rows against 4 keys at once. Accumulator
- * A[4*r + t] holds row r x key t; after kvb_reduce16_avx512, E[4*t + r] is its sum. */
+/* One chunk of 16 dims of NR (1..4) query rows against 4 keys: accumulator
+ * A[4*r + t] holds row r x key t. */
 static inline __attribute__((always_inline)) void scores_step(enum kvb_dtype dt, int NR, const float *q, int32_t d,
                                                               const void *const *k, __m512 *A, int32_t c, __mmask16 m, bool masked) {
     __m512 k0, k1, k2, k3;
@@ -54,34 +59,44 @@ static inline __attribute__((always_inline)) void scores_step(enum kvb_dtype dt,
 }
 
 /* Scores of NR (1..4) query rows against 4 keys at once. Accumulator
- * A[4*r + t] holds row r x key t; after kvb_reduce16_avx512, E[4*t + r] is its sum.
- * Full 16-wide chunks use plain loads (masked loads in the loop cost 2x). */
+ * A[4*r + t] holds row r x key t. kvb_reduce16_avx512 applies the same
+ * tree to every vector, so handing it the accumulators key-major (A[4*t +
+ * r] in its input order) changes no bit and puts row r's 4 sums in lanes
+ * 4r..4r+3: one 128-bit store per row (s[r * KVB_ATTN_TILE + t], t < kt)
+ * instead of a scalar scatter. Full 16-wide chunks use plain loads (masked
+ * loads in the loop cost 2x). */
 static inline __attribute__((always_inline)) void scores_4keys(enum kvb_dtype dt, int NR, const float *q, int32_t d,
-                                                               const void *const *k, float *out /* [4 keys][4 rows] */) {
+                                                               const void *const *k, int32_t kt, float *s) {
     __m512 A[16];
     for (int i = 0; i < 16; i++) A[i] = _mm512_setzero_ps();
     int32_t c = 0;
     for (; c + 16 <= d; c += 16) scores_step(dt, NR, q, d, k, A, c, 0xffff, false);
     if (c < d) scores_step(dt, NR, q, d, k, A, c, tail_mask(d - c), true);
-    _mm512_storeu_ps(out, kvb_reduce16_avx512(A));
+    __m512 T[16];
+    for (int r = 0; r < 4; r++)
+        for (int t = 0; t < 4; t++) T[4 * t + r] = A[4 * r + t];
+    const __m512 E = kvb_reduce16_avx512(T); /* E[4*r + t]: row r, key t */
+    const __mmask8 m = (__mmask8)((1u << kt) - 1);
+    _mm_mask_storeu_ps(s, m, _mm512_castps512_ps128(E));
+    if (NR > 1) _mm_mask_storeu_ps(s + KVB_ATTN_TILE, m, _mm512_extractf32x4_ps(E, 1));
+    if (NR > 2) _mm_mask_storeu_ps(s + 2 * KVB_ATTN_TILE, m, _mm512_extractf32x4_ps(E, 2));
+    if (NR > 3) _mm_mask_storeu_ps(s + 3 * KVB_ATTN_TILE, m, _mm512_extractf32x4_ps(E, 3));
 }
 
 /* Every row group (4 at a time) against the 4 keys k (kt of them real):
  * s[r * KVB_ATTN_TILE + t] for t < kt. */
 static inline __attribute__((always_inline)) void scores_rows(enum kvb_dtype dt, const float *q, int32_t n_rows, int32_t d,
                                                               const void *const *k, int32_t kt, float *s) {
-    float e[16];
     for (int32_t r0 = 0; r0 < n_rows; r0 += 4) {
         const int32_t nr = KVB_MIN(4, n_rows - r0);
         const float *qr = q + (size_t)r0 * d;
+        float *sr = s + (size_t)r0 * KVB_ATTN_TILE;
         switch (nr) {
-        case 4: scores_4keys(dt, 4, qr, d, k, e); break;
-        case 3: scores_4keys(dt, 3, qr, d, k, e); break;
-        case 2: scores_4keys(dt, 2, qr, d, k, e); break;
-        default: scores_4keys(dt, 1, qr, d, k, e); break;
+        case 4: scores_4keys(dt, 4, qr, d, k, kt, sr); break;
+        case 3: scores_4keys(dt, 3, qr, d, k, kt, sr); break;
+        case 2: scores_4keys(dt, 2, qr, d, k, kt, sr); break;
+        default: scores_4keys(dt, 1, qr, d, k, kt, sr); break;
         }
-        for (int32_t r = 0; r < nr; r++)
-            for (int32_t t = 0; t < kt; t++) s[(r0 + r) * KVB_ATTN_TILE + t] = e[4 * t + r];
     }
 }
 
@@ -315,6 +330,7 @@ void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int
 
 const struct kvb_kernels kvb_kernels_avx512 = {
     .quant_rows = true,
+    .f16_tile_rows = 48, /* prefill blocks (64 rows): see the file's note */
     .page_bounds = kvb_page_bounds_avx2, /* bandwidth-bound: AVX2 suffices */
     .from_q8_0 = from_q8_0_avx512,
     .from_q4_0 = from_q4_0_avx512,
