@@ -183,7 +183,9 @@ struct kvb_pool_params kvb_pool_default_params(void);
 struct kvb_pool_stats {
     size_t page_bytes;
     int64_t pages_capacity;  /* capacity_bytes / page_bytes */
-    int64_t pages_reserved;  /* pages obtained from the allocator so far */
+    int64_t pages_reserved;  /* pages obtained from the allocator so far (never past capacity);
+                              * beyond pages_in_use by at most a slab plus less than 256 KiB per
+                              * long stream, the rest of its current run of pages */
     int64_t pages_in_use;
     int64_t pages_free;      /* pages_capacity - pages_in_use */
     int64_t pages_peak;      /* max pages_in_use ever */

@@ -141,18 +141,70 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
     kvb_status st;
     for (int32_t l = l0; ring_heads > 0 && l < l1; l++) /* the queries a prompt keeps for its vote */
         if ((st = ring_reserve(c, l, ring_heads)) != KVB_OK) return st;
+    /* One request per stream, near its last page, so that a long stream's
+     * pages lie in runs (pool.c), and one per recall area. A stream that
+     * becomes long with this request also moves the pages it holds into
+     * the start of its first run (a copy of less than half a run, once per
+     * stream), unless the pool lacks room for both at once. */
     uint8_t *stack[64];
-    uint8_t **got = total <= 64 ? stack : kvb_malloc(sizeof(uint8_t *) * (size_t)total);
-    if (!got) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
-    if (total && (st = kvb_pool_take(c->pool, total, got)) != KVB_OK) {
-        if (got != stack) kvb_free(got);
-        return st;
+    uint8_t **got = stack;
+    int64_t n_moved = 0;
+    if (total > 0) {
+        const int64_t n_req = 2 * (int64_t)(l1 - l0) * H;
+        struct kvb_pool_req rstack[32];
+        struct kvb_pool_req *reqs = n_req <= 32 ? rstack : kvb_malloc(sizeof(struct kvb_pool_req) * (size_t)n_req);
+        int64_t moving = 0;
+        for (int32_t l = l0; reqs && l < l1; l++)
+            for (int32_t h = 0; h < H; h++) {
+                const struct kvb_stream *s = kvb_cache_stream(c, l, h);
+                const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
+                if (np > 0 && s->v.n_pages > 0 && s->v.n_pages < c->pool->long_pages && s->v.n_pages + np >= c->pool->long_pages)
+                    moving += s->v.n_pages;
+            }
+        if (total + moving > 64) got = kvb_malloc(sizeof(uint8_t *) * (size_t)(total + moving));
+        if (!got || !reqs) {
+            if (got != stack) kvb_free(got);
+            if (reqs != rstack) kvb_free(reqs);
+            return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+        }
+        for (int pass = moving > 0 ? 0 : 1; pass < 2; pass++) { /* pass 0 moves the pages of streams turning long */
+            for (int32_t l = l0, r = 0; l < l1; l++)
+                for (int32_t h = 0; h < H; h++, r += 2) {
+                    const struct kvb_stream *s = kvb_cache_stream(c, l, h);
+                    const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new), held = s->v.n_pages;
+                    const bool move = pass == 0 && np > 0 && held > 0 && held < c->pool->long_pages && held + np >= c->pool->long_pages;
+                    reqs[r] = move ? (struct kvb_pool_req){held + np, 0, NULL}
+                                   : (struct kvb_pool_req){np, held, held ? s->pages[held - 1] : NULL};
+                    reqs[r + 1] = (struct kvb_pool_req){kvb_recall_pages_needed(c, (size_t)l * H + h), 0, NULL};
+                }
+            st = kvb_pool_take_reqs(c->pool, reqs, n_req, got);
+            if (st == KVB_OK) {
+                n_moved = pass == 0 ? moving : 0;
+                break;
+            }
+        }
+        if (reqs != rstack) kvb_free(reqs);
+        if (st != KVB_OK) {
+            if (got != stack) kvb_free(got);
+            return st;
+        }
     }
+    const size_t page_used = c->geom.v_offset + (size_t)c->geom.block_size * c->geom.row_bytes_v;
     int64_t k = 0;
     for (int32_t l = l0; l < l1; l++)
         for (int32_t h = 0; h < H; h++) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
-            const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
+            const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new), held = s->v.n_pages;
+            if (n_moved && np > 0 && held > 0 && held < c->pool->long_pages && held + np >= c->pool->long_pages) {
+                for (int64_t i = 0; i < held; i++) { /* the page table keeps its order: slots do not change */
+                    memcpy(got[k + i], s->pages[i], page_used);
+                    uint8_t *old = s->pages[i];
+                    s->pages[i] = got[k + i];
+                    got[k + i] = old;
+                }
+                kvb_pool_give(c->pool, got + k, held);
+                k += held;
+            }
             kvb_stream_attach(&c->geom, s, got + k, np);
             c->reserved[(size_t)l * H + h] = (int32_t)np;
             k += np;

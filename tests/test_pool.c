@@ -1,0 +1,266 @@
+/*
+ * test_pool.c — the page pool alone (src/cache/pool.c): its lists and counts
+ * after every call (kvb_pool_check), the capacity as a hard limit that no
+ * layout choice may lower, all-or-nothing takes under allocation failure,
+ * and the runs long streams get when they grow in lockstep, as a cache's
+ * streams do (the reason the pool has extents at all).
+ */
+#include "cache/pool.h"
+#include "testing.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static int64_t rnd(int64_t n) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (int64_t)(rng % (uint64_t)n);
+}
+
+static struct kvb_pool *new_pool(size_t page_bytes, int64_t cap_pages, int32_t per_slab) {
+    struct kvb_pool_params pp = kvb_pool_default_params();
+    pp.page_bytes = page_bytes;
+    pp.capacity_bytes = (size_t)cap_pages * page_bytes;
+    pp.pages_per_slab = per_slab;
+    struct kvb_pool *p = NULL;
+    if (kvb_pool_init(&pp, &p) != KVB_OK) return NULL;
+    return p;
+}
+
+/* S streams grown in lockstep, one page each per round, as a cache's streams grow. */
+struct streams {
+    int S;
+    uint8_t *pg[64][512];
+    int64_t n[64];
+};
+
+/* One round: every stream asks for one page near its last. */
+static kvb_status grow_round(struct kvb_pool *p, struct streams *st) {
+    struct kvb_pool_req reqs[64];
+    uint8_t *out[64];
+    for (int s = 0; s < st->S; s++) reqs[s] = (struct kvb_pool_req){1, st->n[s], st->n[s] ? st->pg[s][st->n[s] - 1] : NULL};
+    kvb_status rc = kvb_pool_take_reqs(p, reqs, st->S, out);
+    if (rc != KVB_OK) return rc;
+    for (int s = 0; s < st->S; s++) st->pg[s][st->n[s]++] = out[s];
+    return KVB_OK;
+}
+
+/* Pages of stream s that do not follow the one before them in memory. */
+static int breaks(const struct kvb_pool *p, const struct streams *st, int s, int64_t from) {
+    int b = 0;
+    for (int64_t i = from + 1; i < st->n[s]; i++) b += st->pg[s][i] != st->pg[s][i - 1] + p->page_bytes;
+    return b;
+}
+
+TEST(lockstep_streams_get_runs) {
+    /* 8 KiB pages: 32 to an extent, a stream is long from 16 pages */
+    struct kvb_pool *p = new_pool(8192, 100000, 0);
+    CHECK(p);
+    CHECK_EQ_INT(p->extent_pages, 32);
+    CHECK_EQ_INT(p->long_pages, 16);
+    static struct streams st;
+    memset(&st, 0, sizeof st);
+    st.S = 48;
+    for (int r = 0; r < 200; r++) {
+        CHECK_EQ_INT(grow_round(p, &st), KVB_OK);
+        const char *why = kvb_pool_check(p);
+        if (why) FAILF("round %d: %s", r, why);
+    }
+    for (int s = 0; s < st.S; s++) {
+        /* from page 15 (the first asked for as long) on: a break only where a run of 32 ends */
+        const int b = breaks(p, &st, s, 15);
+        if (b > (200 - 15 + 31) / 32) FAILF("stream %d: %d breaks in %d pages", s, b, 200 - 15);
+    }
+    /* the memory held and not in use: less than one extent per long stream, plus a slab */
+    struct kvb_pool_stats ps;
+    kvb_pool_get_stats(p, &ps);
+    CHECK_EQ_INT(ps.pages_in_use, 48 * 200);
+    if (ps.pages_reserved - ps.pages_in_use > 48 * 32 + p->pages_per_slab)
+        FAILF("%lld pages reserved for %lld in use", (long long)ps.pages_reserved, (long long)ps.pages_in_use);
+    for (int s = 0; s < st.S; s++) kvb_pool_give(p, st.pg[s], st.n[s]);
+    CHECK(kvb_pool_check(p) == NULL);
+    kvb_pool_get_stats(p, &ps);
+    CHECK_EQ_INT(ps.pages_in_use, 0);
+    CHECK_EQ_INT(p->head[KVB_EXT_OPEN], -1); /* every extent free again */
+    CHECK_EQ_INT(p->head[KVB_EXT_RUN], -1);
+    kvb_pool_free(p);
+}
+
+/* The capacity holds exactly: with room for exactly what lockstep streams
+ * need, every round succeeds (runs give way: other streams take from them),
+ * and one page more fails without a change. */
+TEST(capacity_is_exact_whatever_the_runs) {
+    for (int per_slab = 0; per_slab <= 40; per_slab += 40) {
+        const int S = 24, R = 70;
+        struct kvb_pool *p = new_pool(4096, (int64_t)S * R, per_slab);
+        CHECK(p);
+        static struct streams st;
+        memset(&st, 0, sizeof st);
+        st.S = S;
+        for (int r = 0; r < R; r++) {
+            if (grow_round(p, &st) != KVB_OK) FAILF("slab %d: round %d of %d failed within capacity", per_slab, r, R);
+            const char *why = kvb_pool_check(p);
+            if (why) FAILF("slab %d round %d: %s", per_slab, r, why);
+        }
+        struct kvb_pool_stats ps;
+        kvb_pool_get_stats(p, &ps);
+        CHECK_EQ_INT(ps.pages_in_use, (int64_t)S * R);
+        CHECK_EQ_INT(ps.pages_reserved, (int64_t)S * R);
+        uint8_t *one;
+        CHECK_EQ_INT(kvb_pool_take(p, 1, &one), KVB_ERR_NOMEM);
+        /* every page handed out once */
+        for (int s = 0; s < S; s++)
+            for (int i = 0; i < st.n[s]; i++)
+                for (int s2 = s; s2 < S; s2++)
+                    for (int i2 = s2 == s ? i + 1 : 0; i2 < st.n[s2]; i2++)
+                        if (st.pg[s][i] == st.pg[s2][i2]) FAILF("a page was handed out twice");
+        for (int s = 0; s < S; s++) kvb_pool_give(p, st.pg[s], st.n[s]);
+        CHECK(kvb_pool_check(p) == NULL);
+        kvb_pool_free(p);
+    }
+}
+
+/* Random takes (with and without tails, one request or several) and gives:
+ * the lists and counts stay true, a take fails only past the capacity, and
+ * a failed take changes nothing. */
+TEST(random_takes_and_gives_keep_invariants) {
+    const int64_t cap = 700;
+    struct kvb_pool *p = new_pool(1024, cap, 100);
+    CHECK(p);
+    static uint8_t *held[700];
+    static uint8_t seen[700];
+    int64_t n = 0;
+    for (int step = 0; step < 20000; step++) {
+        if (rnd(3) > 0) {
+            struct kvb_pool_req reqs[3];
+            const int nr = 1 + (int)rnd(3);
+            int64_t want = 0;
+            for (int r = 0; r < nr; r++) {
+                const int64_t h = n ? rnd(n) : 0;
+                reqs[r] = (struct kvb_pool_req){rnd(9), rnd(80), n && rnd(2) ? held[h] : NULL};
+                want += reqs[r].n;
+            }
+            static uint8_t *out[64];
+            struct kvb_pool_stats before;
+            kvb_pool_get_stats(p, &before);
+            kvb_status rc = kvb_pool_take_reqs(p, reqs, nr, out);
+            if (want > cap - n) {
+                if (rc != KVB_ERR_NOMEM) FAILF("step %d: took %lld with %lld of %lld held", step, (long long)want, (long long)n, (long long)cap);
+                struct kvb_pool_stats after;
+                kvb_pool_get_stats(p, &after);
+                CHECK_EQ_INT(after.pages_in_use, before.pages_in_use);
+            } else {
+                if (rc != KVB_OK) FAILF("step %d: a take of %lld failed with %lld of %lld held", step, (long long)want, (long long)n, (long long)cap);
+                for (int64_t i = 0; i < want; i++) held[n++] = out[i];
+            }
+        } else if (n) {
+            const int64_t k = 1 + rnd(KVB_MIN(n, (int64_t)12));
+            for (int64_t i = 0; i < k; i++) { /* k random pages to the end, then give them */
+                const int64_t a = rnd(n - i);
+                uint8_t *t = held[a]; held[a] = held[n - 1 - i]; held[n - 1 - i] = t;
+            }
+            kvb_pool_give(p, held + n - k, k);
+            n -= k;
+        }
+        const char *why = kvb_pool_check(p);
+        if (why) FAILF("step %d: %s", step, why);
+        struct kvb_pool_stats ps;
+        kvb_pool_get_stats(p, &ps);
+        if (ps.pages_in_use != n) FAILF("step %d: pool says %lld in use, %lld held", step, (long long)ps.pages_in_use, (long long)n);
+        if (step % 500 == 0) { /* no page is held twice, and each lies inside a slab */
+            memset(seen, 0, sizeof seen);
+            for (int64_t i = 0; i < n; i++) {
+                int64_t idx = -1;
+                for (int64_t s = 0; s < p->n_slabs; s++) {
+                    const uint8_t *b = p->slabs[s].base;
+                    if (held[i] >= b && held[i] < b + p->slabs[s].n_pages * (int64_t)p->page_bytes) {
+                        idx = (held[i] - b) / (int64_t)p->page_bytes + s * 100;
+                        break;
+                    }
+                }
+                if (idx < 0 || idx >= cap) FAILF("step %d: a page outside the slabs", step);
+                if (seen[idx]++) FAILF("step %d: a page held twice", step);
+            }
+        }
+    }
+    kvb_pool_give(p, held, n);
+    CHECK(kvb_pool_check(p) == NULL);
+    kvb_pool_free(p);
+}
+
+/* The allocator fails part way through a take, from its N-th call on: the
+ * pages already taken (new slabs' and other streams' runs') go back, the
+ * count is unchanged, and the same take succeeds once the allocator does. */
+static long g_calls, g_fail_at;
+static void *f_malloc(size_t n, void *u) {
+    (void)u;
+    return ++g_calls >= g_fail_at ? NULL : malloc(n); /* from the N-th call on */
+}
+static void f_free(void *q, void *u) {
+    (void)u;
+    free(q);
+}
+
+TEST(failed_allocation_leaves_the_pool_as_it_was) {
+    int failed = 0;
+    for (g_fail_at = 1; g_fail_at < 48; g_fail_at++) {
+        struct kvb_pool *p = new_pool(4096, 4000, 16);
+        CHECK(p);
+        static struct streams st;
+        memset(&st, 0, sizeof st);
+        st.S = 6;
+        for (int r = 0; r < 20; r++) CHECK_EQ_INT(grow_round(p, &st), KVB_OK);
+        struct kvb_pool_stats before;
+        kvb_pool_get_stats(p, &before);
+        struct kvb_allocator a = {f_malloc, f_free, NULL};
+        g_calls = 0;
+        kvb_allocator_set(&a);
+        struct kvb_pool_req reqs[6];
+        uint8_t *out[6 * 40];
+        for (int s = 0; s < 6; s++) reqs[s] = (struct kvb_pool_req){40, st.n[s], st.pg[s][st.n[s] - 1]};
+        kvb_status rc = kvb_pool_take_reqs(p, reqs, 6, out);
+        kvb_allocator_set(NULL);
+        const char *why = kvb_pool_check(p);
+        if (why) FAILF("fail at %ld: %s", g_fail_at, why);
+        struct kvb_pool_stats after;
+        kvb_pool_get_stats(p, &after);
+        if (rc == KVB_OK) {
+            CHECK_EQ_INT(after.pages_in_use, before.pages_in_use + 240);
+            kvb_pool_give(p, out, 240);
+        } else {
+            CHECK_EQ_INT(rc, KVB_ERR_NOMEM);
+            failed++;
+            CHECK_EQ_INT(after.pages_in_use, before.pages_in_use);
+            CHECK_EQ_INT(kvb_pool_take_reqs(p, reqs, 6, out), KVB_OK);
+            kvb_pool_give(p, out, 240);
+        }
+        for (int s = 0; s < st.S; s++) kvb_pool_give(p, st.pg[s], st.n[s]);
+        CHECK(kvb_pool_check(p) == NULL);
+        kvb_pool_free(p);
+    }
+    if (failed < 12) FAILF("only %d of 47 takes met a failure", failed);
+}
+
+/* Pages of 256 KiB and more: extents of one page, no runs, and nothing reserved beyond use. */
+TEST(big_pages_take_no_runs) {
+    struct kvb_pool *p = new_pool((size_t)256 << 10, 64, 0);
+    CHECK(p);
+    CHECK_EQ_INT(p->extent_pages, 1);
+    static struct streams st;
+    memset(&st, 0, sizeof st);
+    st.S = 4;
+    for (int r = 0; r < 16; r++) CHECK_EQ_INT(grow_round(p, &st), KVB_OK);
+    CHECK(kvb_pool_check(p) == NULL);
+    struct kvb_pool_stats ps;
+    kvb_pool_get_stats(p, &ps);
+    CHECK_EQ_INT(ps.pages_in_use, 64);
+    CHECK_EQ_INT(ps.pages_reserved, 64);
+    for (int s = 0; s < st.S; s++) kvb_pool_give(p, st.pg[s], st.n[s]);
+    kvb_pool_free(p);
+}
+
+int main(void) {
+    RUN(lockstep_streams_get_runs);
+    RUN(capacity_is_exact_whatever_the_runs);
+    RUN(random_takes_and_gives_keep_invariants);
+    RUN(failed_allocation_leaves_the_pool_as_it_was);
+    RUN(big_pages_take_no_runs);
+    return test_summary();
+}
