@@ -5,6 +5,7 @@
  * and the runs long streams get when they grow in lockstep, as a cache's
  * streams do (the reason the pool has extents at all).
  */
+#include "cache/cache_impl.h"
 #include "cache/pool.h"
 #include "testing.h"
 
@@ -256,11 +257,53 @@ TEST(big_pages_take_no_runs) {
     kvb_pool_free(p);
 }
 
+/* A cache takes its pages near each stream's last: streams appended in
+ * lockstep, as decode appends them, end with their pages in runs (a break
+ * only where a run of an extent ends), the rows they hold are the ones
+ * appended, and the first pages of each stream, taken before it was long,
+ * were moved into its first run. */
+TEST(cache_streams_lie_in_runs) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 2;
+    cp.n_kv_head = 4;
+    cp.head_dim = 64;
+    cp.policy.id = KVB_POLICY_FULL;
+    struct kvb_cache *c = NULL;
+    CHECK_EQ_INT(kvb_cache_init(NULL, &cp, &c), KVB_OK);
+    const int32_t H = 4, D = 64, T = 1200;
+    float *k = calloc((size_t)H * D, sizeof(float)), *v = calloc((size_t)H * D, sizeof(float));
+    CHECK(k && v);
+    for (int32_t t = 0; t < T; t++)
+        for (int32_t l = 0; l < 2; l++) {
+            for (int32_t i = 0; i < H * D; i++) k[i] = (float)(t % 1000) + (float)(l * H + i / D), v[i] = -k[i];
+            if (kvb_cache_append(c, l, k, v) != KVB_OK) FAILF("append %d: %s", (int)t, kvb_last_error());
+        }
+    const struct kvb_pool *p = c->pool;
+    CHECK_EQ_INT(p->extent_pages, 64); /* 4 KiB pages */
+    for (int32_t l = 0; l < 2; l++)
+        for (int32_t h = 0; h < H; h++) {
+            const struct kvb_stream *s = kvb_cache_stream(c, l, h);
+            int b = 0;
+            for (int32_t i = 1; i < s->v.n_pages; i++) b += s->pages[i] != s->pages[i - 1] + p->page_bytes;
+            if (b > (s->v.n_pages + 63) / 64) FAILF("stream (%d,%d): %d breaks in %d pages", (int)l, (int)h, b, (int)s->v.n_pages);
+            for (int32_t j = 0; j < s->v.n; j += 37) {
+                const uint16_t *kr = (const uint16_t *)kvb_stream_row(&c->geom, s, s->v.order[j]);
+                const float want = (float)(s->v.pos[s->v.order[j]] % 1000) + (float)(l * H + h);
+                if (kvb_f16_to_f32(kr[0]) != want) FAILF("stream (%d,%d) slot %d holds %g, not %g", (int)l, (int)h, (int)j, kvb_f16_to_f32(kr[0]), want);
+            }
+        }
+    CHECK(kvb_pool_check(c->pool) == NULL);
+    kvb_cache_free(c);
+    free(k);
+    free(v);
+}
+
 int main(void) {
     RUN(lockstep_streams_get_runs);
     RUN(capacity_is_exact_whatever_the_runs);
     RUN(random_takes_and_gives_keep_invariants);
     RUN(failed_allocation_leaves_the_pool_as_it_was);
     RUN(big_pages_take_no_runs);
+    RUN(cache_streams_lie_in_runs);
     return test_summary();
 }
