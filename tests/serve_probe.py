@@ -48,7 +48,7 @@ def main():
     host, port, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if what == "truncated":
         s = socket.create_connection((host, port), timeout=10)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\nContent-Type: application/json\r\n\r\n{\"prompt\": \"Once")
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 500\r\nContent-Type: application/json\r\n\r\n{\"prompt\": \"Once")
         s.close()
         time.sleep(0.3)
         ok = health(host, port)
@@ -62,7 +62,7 @@ def main():
         def slow():
             s = socket.create_connection((host, port), timeout=30)
             body = b'{"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0}'
-            head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             for b in head + body:
                 s.sendall(bytes([b]))
                 time.sleep(0.05)
@@ -111,7 +111,7 @@ def main():
     if what == "disconnect":
         s = socket.create_connection((host, port), timeout=30)
         body = json.dumps({"prompt": "Once upon a time", "max_tokens": 16000, "stream": True, "kv_budget": 64}).encode()
-        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
         first = s.recv(4096)
         s.close()
         ok = first.startswith(b"HTTP/1.1 200")

@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,17 +36,24 @@ struct stream {
     struct sbuf out;
     size_t off;
     bool finished;
+    double pinged; /* when a comment last went to a half-closed peer */
 };
 
-/* Whether the peer closed its side. */
-static bool peer_gone(int fd) {
-    if (fd < 0) return false;
+/* What the peer has done with its end. A FIN alone (PEER_HALF) may be a
+ * client that half-closed after sending its request (shutdown(SHUT_WR),
+ * as `nc -N` does) and still reads: it is answered. Only a reset, or an
+ * error, is a client gone; a client that closed both ends is found out by
+ * the next write, which draws a reset. */
+enum peer { PEER_OK, PEER_HALF, PEER_GONE };
+static enum peer peer_state(int fd) {
+    if (fd < 0) return PEER_OK;
     struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+    if (poll(&p, 1, 0) <= 0) return PEER_OK;
+    if (p.revents & (POLLHUP | POLLERR)) return PEER_GONE;
+    if (p.revents & POLLRDHUP) return PEER_HALF;
     char c;
     const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0;
+    return n == 0 ? PEER_HALF : PEER_OK;
 }
 
 static void wait_100ms(struct server *srv, struct job *j) {
@@ -66,16 +74,32 @@ static void release_job(struct job *j) {
     }
 }
 
-static enum MHD_Result send_buffer(struct MHD_Connection *c, int status, const char *type, const struct sbuf *body, int retry_after) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(body->n, body->s ? body->s : (char *)"", MHD_RESPMEM_MUST_COPY);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", type ? type : "application/json");
-    if (retry_after > 0) {
+/* The headers every answer may carry besides its body's. */
+static void add_headers(struct MHD_Response *r, const struct http_resp *h) {
+    if (h->retry_after > 0) {
         char v[16];
-        snprintf(v, sizeof v, "%d", retry_after);
+        snprintf(v, sizeof v, "%d", h->retry_after);
         MHD_add_response_header(r, "Retry-After", v);
     }
-    const enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    if (h->allow) MHD_add_response_header(r, "Allow", h->allow);
+    if (h->cors_origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", h->cors_origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+    if (h->preflight) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    if (h->close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+static enum MHD_Result send_resp(struct MHD_Connection *c, const struct http_resp *h) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(h->body.n, h->body.s ? h->body.s : (char *)"", MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    if (h->body.n || h->status != 204) MHD_add_response_header(r, "Content-Type", h->content_type ? h->content_type : "application/json");
+    add_headers(r, h);
+    const enum MHD_Result ok = MHD_queue_response(c, (unsigned)h->status, r);
     MHD_destroy_response(r);
     return ok;
 }
@@ -83,6 +107,33 @@ static enum MHD_Result send_buffer(struct MHD_Connection *c, int status, const c
 static void job_error_body(const struct job *j, struct http_resp *r) {
     serve_error(r, j->status ? j->status : 500, j->error_type[0] ? j->error_type : "server_error", "%s", j->error[0] ? j->error : "failed");
     r->retry_after = j->retry_after;
+}
+
+/* Counts the Content-Length and Transfer-Encoding headers of a request. */
+struct framing {
+    int content_length, transfer_encoding;
+};
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    (void)value;
+    struct framing *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) f->content_length++;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) f->transfer_encoding++;
+    return MHD_YES;
+}
+
+/* An answer made before the body is read (its framing is bad, or it is too
+ * large): the connection closes after it, as the unread body cannot be
+ * told from the next request. Queued in the first call, so a client that
+ * sent Expect: 100-continue gets this at once instead of 100. */
+static enum MHD_Result refuse_early(struct MHD_Connection *c, int status, const char *type, const char *msg) {
+    struct http_resp r;
+    memset(&r, 0, sizeof r);
+    serve_error(&r, status, type, "%s", msg);
+    r.close = true;
+    const enum MHD_Result ok = send_resp(c, &r);
+    http_resp_free(&r);
+    return ok;
 }
 
 /* ---- server-sent events ---- */
@@ -128,9 +179,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             stream_events(st);
             if (st->out.n || st->finished) break;
             wait_100ms(st->srv, st->j);
-            if (peer_gone(st->fd)) {
+            const enum peer ps = peer_state(st->fd);
+            if (ps == PEER_GONE) {
                 pthread_mutex_unlock(&st->srv->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            if (ps == PEER_HALF && serve_now() - st->pinged > 0.5) {
+                /* an SSE comment, which clients skip: a peer that closed
+                 * both ends answers it with a reset, seen as PEER_GONE */
+                sb_puts(&st->out, ": keep-alive\n\n");
+                st->pinged = serve_now();
+                break;
             }
         }
         pthread_mutex_unlock(&st->srv->mu);
@@ -153,17 +212,32 @@ static void stream_free(void *cls) {
 
 /* ---- a request ---- */
 
+static struct guard_conn *guard_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls) {
     (void)version;
     struct server *srv = cls;
     struct conn *cc = *con_cls;
-    if (!cc) {
+    if (!cc) { /* the headers are in; the body is not read yet */
+        struct framing f = {0, 0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+        if (f.content_length > 1)
+            return refuse_early(c, 400, "invalid_request_error", "the request has more than one Content-Length header");
+        if (f.content_length && f.transfer_encoding)
+            return refuse_early(c, 400, "invalid_request_error", "the request has both Content-Length and Transfer-Encoding");
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > srv->o.max_body) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "the request body is larger than %zu bytes (--max-body)", srv->o.max_body);
+            return refuse_early(c, 413, "invalid_request_error", msg);
+        }
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > srv->o.max_body) cc->too_large = true;
         return MHD_YES;
     }
     if (*upload_size) {
@@ -175,12 +249,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    guard_answering(srv->guard, guard_of(c), true);
     struct http_req q = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
-                         cc->body.s ? cc->body.s : "", cc->body.n, cc->too_large || cc->body.oom};
+                         cc->body.s ? cc->body.s : "", cc->body.n, cc->too_large || cc->body.oom,
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")};
     struct http_resp r;
     serve_route(srv, &q, &r);
     if (!r.job) {
-        const enum MHD_Result ok = send_buffer(c, r.status, r.content_type, &r.body, r.retry_after);
+        const enum MHD_Result ok = send_resp(c, &r);
         http_resp_free(&r);
         return ok;
     }
@@ -190,7 +267,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     pthread_mutex_lock(&srv->mu);
     while (!(j->done || (j->stream && j->started))) {
         wait_100ms(srv, j);
-        if (peer_gone(fd)) {
+        if (peer_state(fd) == PEER_GONE) {
             release_job(j);
             pthread_mutex_unlock(&srv->mu);
             http_resp_free(&r);
@@ -201,7 +278,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         job_error_body(j, &r);
         job_free(j);
         pthread_mutex_unlock(&srv->mu);
-        const enum MHD_Result ok = send_buffer(c, r.status, r.content_type, &r.body, r.retry_after);
+        const enum MHD_Result ok = send_resp(c, &r);
         http_resp_free(&r);
         return ok;
     }
@@ -210,14 +287,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         openai_response(srv, j, &r.body);
         job_free(j);
         pthread_mutex_unlock(&srv->mu);
-        const enum MHD_Result ok = send_buffer(c, 200, "application/json", &r.body, 0);
+        r.status = 200;
+        r.content_type = "application/json";
+        const enum MHD_Result ok = send_resp(c, &r);
         http_resp_free(&r);
         return ok;
     }
     pthread_mutex_unlock(&srv->mu);
-    http_resp_free(&r);
     struct stream *st = calloc(1, sizeof *st);
     if (!st) {
+        http_resp_free(&r);
         pthread_mutex_lock(&srv->mu);
         release_job(j);
         pthread_mutex_unlock(&srv->mu);
@@ -228,20 +307,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     st->fd = fd;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
     if (!resp) {
+        http_resp_free(&r);
         stream_free(st);
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    add_headers(resp, &r);
+    http_resp_free(&r);
     const enum MHD_Result ok = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     return ok;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
     (void)toe;
+    struct server *srv = cls;
+    guard_answering(srv->guard, guard_of(c), false);
     struct conn *cc = *con_cls;
     if (!cc) return;
     sb_free(&cc->body);
@@ -249,7 +331,27 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
-struct MHD_Daemon *http_start(struct server *srv, int max_connections, int *port_out, char *err, size_t errlen) {
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+    struct server *srv = cls;
+    return guard_admit(srv->guard, addr, addrlen) ? MHD_YES : MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+    struct server *srv = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const struct sockaddr *sa = ad ? ad->client_addr : NULL;
+        const socklen_t sl = !sa ? 0 : sa->sa_family == AF_INET6 ? (socklen_t)sizeof(struct sockaddr_in6) : (socklen_t)sizeof(struct sockaddr_in);
+        *socket_context = guard_open(srv->guard, fd ? fd->connect_fd : -1, sa, sl);
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        guard_close(srv->guard, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+struct MHD_Daemon *http_start(struct server *srv, int max_connections, int max_per_ip, int request_timeout_s, int *port_out, char *err,
+                              size_t errlen) {
     struct addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
@@ -261,14 +363,25 @@ struct MHD_Daemon *http_start(struct server *srv, int max_connections, int *port
         snprintf(err, errlen, "--host %s: %s", srv->o.host, gai_strerror(g));
         return NULL;
     }
+    srv->guard = guard_new(max_connections, max_per_ip, request_timeout_s);
+    if (!srv->guard) {
+        freeaddrinfo(ai);
+        snprintf(err, errlen, "cannot start the connection watchdog");
+        return NULL;
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)srv->o.port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
-                                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+    /* libmicrohttpd's limit above the guard's: the guard refuses at once,
+     * where libmicrohttpd would stop accepting and leave clients waiting */
+    struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)srv->o.port, on_accept, srv, on_request, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections + 16u, MHD_OPTION_CONNECTION_TIMEOUT,
+                                            (unsigned)request_timeout_s + 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) {
         snprintf(err, errlen, "cannot listen on %s:%d (%s)", srv->o.host, srv->o.port, errno ? strerror(errno) : "libmicrohttpd refused");
+        guard_free(srv->guard);
+        srv->guard = NULL;
         return NULL;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);

@@ -10,6 +10,7 @@
 
 #include "../kvbound/cli.h"
 
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,13 @@
 static void log_warnings(enum kvb_log_level level, const char *msg, void *user) {
     (void)user;
     if (level == KVB_LOG_WARN) fprintf(stderr, "kvbound serve: warning: %s\n", msg);
+}
+
+/* Whether --host is a loopback address (or name). */
+static bool host_is_loopback(const char *host) {
+    if (!strcmp(host, "localhost") || !strcmp(host, "::1") || !strcmp(host, "[::1]")) return true;
+    struct in_addr a;
+    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
 #define SERVE_COLD_MB 64 /* --cold-mb per session: a server holds many */
@@ -51,7 +59,14 @@ static int usage(FILE *f) {
             "  --max-budget N        largest kv_budget a request may ask (default 8 x --budget)\n"
             "  --max-sessions N      idle sessions kept in memory; more are in the store only (default 256)\n"
             "  --max-body BYTES      largest request body; beyond, 413 (default 4194304)\n"
-            "  --max-connections N   connections at once (default 256)\n"
+            "  --max-connections N   connections at once; one more is refused at once (default 256)\n"
+            "  --max-connections-per-ip N  connections from one address (default half of --max-connections)\n"
+            "  --request-timeout S   a connection must send a whole request within S seconds of opening or\n"
+            "                        of its previous answer, else it is closed (default 30)\n"
+            "  --cors ORIGIN         let pages from ORIGIN (e.g. http://localhost:3000, or *) call the API\n"
+            "                        across sites; repeatable. Off by default: a POST or DELETE whose\n"
+            "                        Origin is another site's is 403. Without --api-key on a loopback\n"
+            "                        address, a Host other than localhost or the address is 403 too\n"
             "  --model-name NAME     the model's id in the API (default: the file's name)\n"
             "  --template NAME       chat format: chatml | llama3 | llama2 | mistral | plain (default: the\n"
             "                        model's template, plain when it has none or lacks its tokens)\n"
@@ -88,7 +103,7 @@ int cmd_serve_main(int argc, char **argv) {
     o->api_key = getenv("KVB_API_KEY");
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
     const char *forced = NULL;
-    int pool_mb = 1024, max_conn = 256, max_budget = 0;
+    int pool_mb = 1024, max_conn = 256, max_per_ip = 0, request_timeout = 30, max_budget = 0;
     long long max_body = 0;
     enum kvb_policy_id pid = KVB_POLICY_STREAMING;
     struct cli_policy po;
@@ -129,6 +144,16 @@ int cmd_serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--max-sessions")) r = cli_parse_i32(a, v, 0, 4000, &o->max_sessions);
         else if (!strcmp(a, "--max-body")) r = cli_parse_i64(a, v, 1024, 1ll << 30, &max_body);
         else if (!strcmp(a, "--max-connections")) r = cli_parse_i32(a, v, 1, 65536, &max_conn);
+        else if (!strcmp(a, "--max-connections-per-ip")) r = cli_parse_i32(a, v, 1, 65536, &max_per_ip);
+        else if (!strcmp(a, "--request-timeout")) r = cli_parse_i32(a, v, 1, 3600, &request_timeout);
+        else if (!strcmp(a, "--cors")) {
+            if (o->n_cors == (int)(sizeof o->cors / sizeof *o->cors)) { fprintf(stderr, "kvbound serve: --cors: at most %d origins\n", o->n_cors); return 2; }
+            if (strcmp(v, "*") && strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) {
+                fprintf(stderr, "kvbound serve: --cors %s: want an origin such as http://localhost:3000 (scheme://host[:port]), or *\n", v);
+                return 2;
+            }
+            o->cors[o->n_cors++] = v;
+        }
         else if (!strcmp(a, "--model-name")) o->model_name = v;
         else if (!strcmp(a, "--template")) forced = v;
         else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
@@ -137,6 +162,7 @@ int cmd_serve_main(int argc, char **argv) {
         if (r) return 2;
     }
     if (!o->model_path) { fprintf(stderr, "kvbound serve: -m MODEL is required\n"); return 2; }
+    o->check_host = !o->api_key && host_is_loopback(o->host);
     if (o->default_max_tokens > o->max_tokens_cap) o->default_max_tokens = o->max_tokens_cap;
     if (o->chunk > o->step_tokens) {
         fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
@@ -209,10 +235,12 @@ int cmd_serve_main(int argc, char **argv) {
         goto out;
     }
     int port = 0;
-    d = http_start(&srv, max_conn, &port, err, sizeof err);
+    if (!max_per_ip) max_per_ip = max_conn > 1 ? max_conn / 2 : 1;
+    d = http_start(&srv, max_conn, max_per_ip, request_timeout, &port, err, sizeof err);
     if (!d) {
         fprintf(stderr, "kvbound serve: %s\n", err);
         sched_stop(&srv);
+        sched_free(&srv);
         goto out;
     }
     fprintf(stderr, "kvbound serve: %s (%s), template %s, policy %s (budget %d), pool %d MiB, parallel %d, sessions in %s (%s)\n",
@@ -225,6 +253,8 @@ int cmd_serve_main(int argc, char **argv) {
     http_quiesce(d);
     sched_stop(&srv);
     http_stop(d);
+    sched_free(&srv);
+    guard_free(srv.guard);
     rc = 0;
 out:
     srv.store->close(srv.store);

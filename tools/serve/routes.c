@@ -12,8 +12,12 @@
  *   GET  /v1/sessions/{id}          a session's state
  *   GET  /v1/sessions/{id}/map      its cache, position by position
  *   DELETE /v1/sessions/{id}
+ *   OPTIONS (any of them)           a CORS preflight, for a --cors origin
  * Errors use OpenAI's error object: 400 bad JSON or field, 401 bad key,
- * 404, 405, 413 body too large, 429 session busy, 503 full (Retry-After).
+ * 403 a Host that does not name this server (loopback without --api-key)
+ * or a write from another origin that --cors does not allow, 404, 405
+ * with Allow, 413 body too large, 429 session busy, 503 full
+ * (Retry-After).
  */
 #include "serve.h"
 
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 double serve_now(void) {
@@ -154,10 +159,112 @@ static void generation(struct server *srv, enum job_kind kind, const struct http
     r->job = j;
 }
 
+/* The name part of a Host header or of an Origin's authority: brackets of
+ * an IPv6 literal and the port taken off, into out (false: too long). */
+static bool host_name(const char *h, size_t n, char *out, size_t cap) {
+    if (n && h[0] == '[') {
+        const char *rb = memchr(h, ']', n);
+        if (!rb) return false;
+        h++;
+        n = (size_t)(rb - h);
+    } else {
+        const char *colon = memchr(h, ':', n);
+        if (colon) n = (size_t)(colon - h);
+    }
+    if (n >= cap) return false;
+    memcpy(out, h, n);
+    out[n] = 0;
+    return true;
+}
+
+/* Whether the Host header names this server as a browser on this machine
+ * would: the --host address, localhost or a loopback literal (any port: a
+ * load balancer on this machine forwards its own). A page on another name
+ * that resolves here (DNS rebinding) names that other name. */
+static bool host_allowed(const struct server *srv, const char *host) {
+    if (!srv->o.check_host || !host) return true; /* HTTP/1.0 without Host: no browser */
+    char name[256];
+    if (!host_name(host, strlen(host), name, sizeof name)) return false;
+    static const char *const loop[] = {"localhost", "127.0.0.1", "::1"};
+    for (size_t i = 0; i < sizeof loop / sizeof *loop; i++)
+        if (!strcasecmp(name, loop[i])) return true;
+    char bound[256];
+    return host_name(srv->o.host, strlen(srv->o.host), bound, sizeof bound) && !strcasecmp(name, bound);
+}
+
+/* The --cors entry that allows origin, or NULL. */
+static const char *cors_allowed(const struct server *srv, const char *origin) {
+    for (int i = 0; i < srv->o.n_cors; i++)
+        if (!strcmp(srv->o.cors[i], "*") || !strcmp(srv->o.cors[i], origin)) return srv->o.cors[i];
+    return NULL;
+}
+
+/* Whether an Origin is this server's own page: http://HOST with HOST the
+ * request's Host header. */
+static bool same_origin(const char *origin, const char *host) {
+    if (!host || strncmp(origin, "http://", 7)) return false;
+    return !strcasecmp(origin + 7, host);
+}
+
+/* Allowed methods of each fixed route; NULL: not one of them. */
+static const char *route_allow(const char *p) {
+    if (!strcmp(p, "/") || !strcmp(p, "/health") || !strcmp(p, "/metrics") || !strcmp(p, "/v1/models")) return "GET, HEAD";
+    if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions")) return "POST";
+    if (!strncmp(p, "/v1/sessions/", 13)) {
+        const char *slash = strchr(p + 13, '/');
+        return slash ? "GET, HEAD" : "GET, HEAD, DELETE";
+    }
+    return NULL;
+}
+
+/* Whether method is one of allow's comma-separated names. */
+static bool method_in(const char *allow, const char *method) {
+    const size_t n = strlen(method);
+    for (const char *a = allow; *a;) {
+        const char *end = strchr(a, ',');
+        const size_t len = end ? (size_t)(end - a) : strlen(a);
+        if (len == n && !memcmp(a, method, n)) return true;
+        if (!end) break;
+        a = end + 1;
+        while (*a == ' ') a++;
+    }
+    return false;
+}
+
 void serve_route(struct server *srv, const struct http_req *q, struct http_resp *r) {
     memset(r, 0, sizeof *r);
     const char *m = q->method, *p = q->path;
-    const bool get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST"), del = !strcmp(m, "DELETE");
+    const bool get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), del = !strcmp(m, "DELETE");
+    const bool options = !strcmp(m, "OPTIONS");
+    if (!host_allowed(srv, q->host)) {
+        serve_error(r, 403, "forbidden", "Host '%.200s' does not name this server; a server on a loopback address without --api-key answers "
+                                         "only to localhost and its own address", q->host);
+        return;
+    }
+    const char *allow = route_allow(p);
+    if (q->origin) {
+        const char *cors = cors_allowed(srv, q->origin);
+        if (cors) r->cors_origin = !strcmp(cors, "*") ? "*" : cors;
+        if (options) { /* a CORS preflight */
+            if (!cors || !allow) {
+                serve_error(r, 403, "forbidden", "cross-origin requests from '%.200s' are not allowed (--cors ORIGIN allows one)", q->origin);
+                return;
+            }
+            r->status = 204;
+            r->allow = allow;
+            r->preflight = true;
+            return;
+        }
+        if (!get && !cors && !same_origin(q->origin, q->host)) {
+            serve_error(r, 403, "forbidden", "cross-origin %s from '%.200s' refused (--cors ORIGIN allows one)", m, q->origin);
+            return;
+        }
+    }
+    if (allow && !method_in(allow, m)) {
+        serve_error(r, 405, "invalid_request_error", "%s takes %s", p, allow);
+        r->allow = allow;
+        return;
+    }
     if (get && !strcmp(p, "/")) {
         r->status = 200;
         r->content_type = "text/html; charset=utf-8";
@@ -198,7 +305,6 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         return;
     }
     if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions")) {
-        if (!post) { serve_error(r, 405, "invalid_request_error", "%s takes POST", p); return; }
         generation(srv, p[4] == 'c' && p[5] == 'h' ? JOB_CHAT : JOB_COMPLETION, q, r);
         return;
     }

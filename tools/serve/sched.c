@@ -833,6 +833,14 @@ void sched_stop(struct server *srv) {
     pthread_cond_broadcast(&srv->work);
     pthread_mutex_unlock(&srv->mu);
     pthread_join(s->th, NULL);
+    /* s stays: connection threads still being served may call ctl_run or
+     * sched_gauges, which find it not running (503). sched_free, after the
+     * HTTP daemon has stopped, releases it. */
+}
+
+void sched_free(struct server *srv) {
+    struct sched *s = srv->sched;
+    if (!s) return;
     kvb_batch_free(s->b);
     free(s->sess);
     free(s->active);

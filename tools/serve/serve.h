@@ -78,6 +78,8 @@ struct http_req {
     const char *body;
     size_t body_len;
     bool body_too_large;        /* the body passed --max-body: answered 413 */
+    const char *host;           /* Host header or NULL */
+    const char *origin;         /* Origin header or NULL */
 };
 struct job;
 struct http_resp {
@@ -85,6 +87,10 @@ struct http_resp {
     const char *content_type;
     struct sbuf body;
     int retry_after;            /* seconds; 0: no header */
+    const char *allow;          /* Allow header (405, OPTIONS) or NULL */
+    const char *cors_origin;    /* Access-Control-Allow-Origin (a --cors origin) or NULL */
+    bool preflight;             /* the CORS preflight's Allow-Methods/-Headers too */
+    bool close;                 /* Connection: close */
     struct job *job;            /* a generation: the body comes from it */
 };
 void http_resp_free(struct http_resp *r);
@@ -144,6 +150,9 @@ struct serve_opts {
     enum kvb_dtype kv_dtype, kv_dtype_v; /* every session's KV rows (--kv-dtype, -k, -v) */
     struct kvb_recall_params recall;      /* --recall: every bounded session's (pages 0: off) */
     bool no_mmap; /* --no-mmap: weights read into memory */
+    const char *cors[8]; /* --cors ORIGIN: origins allowed to write across sites ("*": any) */
+    int n_cors;
+    bool check_host; /* no --api-key on a loopback address: Host must name this server (DNS rebinding) */
     bool dry_run; /* the fuzz target: requests are checked, never generated */
 };
 
@@ -163,6 +172,7 @@ struct server {
     struct sched *sched;
     struct store *store;
     struct metrics *metrics;
+    struct guard *guard;
 };
 
 /* routes.c: every request */
@@ -181,7 +191,11 @@ bool utf8_valid(const char *s, size_t n);
 /* sched.c: the scheduler thread over the batch */
 struct sched;
 int sched_start(struct server *srv);
+/* sched_stop ends the loop (running turns finish or are cut, the queue is
+ * answered 503) and leaves the scheduler answering 503 to session queries;
+ * sched_free releases it once no connection thread can reach it. */
 void sched_stop(struct server *srv);
+void sched_free(struct server *srv);
 /* Queues j (the scheduler owns it from now until done); false: the queue
  * is full (j untouched). */
 bool sched_submit(struct server *srv, struct job *j);
@@ -227,9 +241,22 @@ extern const size_t serve_page_html_len;
 
 /* http.c: libmicrohttpd, one thread per connection */
 struct MHD_Daemon;
-struct MHD_Daemon *http_start(struct server *srv, int max_connections, int *port_out, char *err, size_t errlen);
+struct MHD_Daemon *http_start(struct server *srv, int max_connections, int max_per_ip, int request_timeout_s, int *port_out, char *err,
+                              size_t errlen);
 void http_quiesce(struct MHD_Daemon *d);
 void http_stop(struct MHD_Daemon *d);
+
+/* guard.c: connection counts (total, per address) and the request deadline */
+struct guard;
+struct guard_conn;
+struct sockaddr;
+struct guard *guard_new(int max_total, int max_per_addr, double timeout_s);
+void guard_free(struct guard *g);
+bool guard_admit(struct guard *g, const struct sockaddr *addr, unsigned addrlen);
+struct guard_conn *guard_open(struct guard *g, int fd, const struct sockaddr *addr, unsigned addrlen);
+void guard_close(struct guard *g, struct guard_conn *c);
+void guard_answering(struct guard *g, struct guard_conn *c, bool on);
+void guard_counts(struct guard *g, int64_t *open, int64_t *refused, int64_t *timed_out);
 
 double serve_now(void);
 int cmd_serve_main(int argc, char **argv);
