@@ -81,6 +81,7 @@ void job_free(struct job *j) {
     free(j->msgs);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     sb_free(&j->text);
+    free(j->blob);
     pthread_cond_destroy(&j->cv);
     free(j);
 }

@@ -37,6 +37,7 @@ struct sess {
     int64_t position, cache_tokens, cold_pages;
     size_t kv_bytes, stored_bytes;
     struct kvb_policy_params pol;
+    int64_t version;      /* in the store; STORE_ABSENT: never stored */
 };
 
 struct ctl {
@@ -45,9 +46,13 @@ struct ctl {
     struct sbuf *out;
     int status;
     bool done;
+    bool was_in_memory; /* DELETE: the session was in memory (so found) */
     pthread_cond_t cv;
     struct ctl *next;
 };
+
+/* Who waits for a store request. */
+enum { OWN_FETCH, OWN_SAVE, OWN_CTL };
 
 struct sched {
     pthread_t th;
@@ -58,11 +63,13 @@ struct sched {
     struct job **active;
     int n_active;
     struct ctl *ctl_head;
+    struct store_queue *q; /* the store worker */
+    bool store_stopped;
+    int n_parked;          /* jobs waiting for their session from the store */
     /* figures */
     int64_t prefill_tokens, decode_tokens, offloaded;
     double prefill_time, decode_time;
     int64_t pages_used, pages_free, page_bytes, in_memory, persisted;
-    double counted_at;
 };
 
 /* ---- sessions ---- */
@@ -91,6 +98,24 @@ static struct sess *sess_new(struct sched *s, const char *id) {
 static void sess_drop(struct sched *s, struct sess *x) {
     const int i = (int)(x - s->sess);
     s->sess[i] = s->sess[--s->n_sess];
+}
+
+/* Forgets a session here: its sequence (if any) leaves the batch and its
+ * record the table, which so holds only sessions in memory or in a turn.
+ * What the store holds is its state. */
+static void sess_release(struct sched *s, struct sess *x) {
+    if (x->seq >= 0) kvb_batch_remove(s->b, x->seq);
+    sess_drop(s, x);
+}
+
+static struct store_req *store_req_new(enum store_op op, const char *id, void *owner, int owner_kind) {
+    struct store_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->op = op;
+    snprintf(r->id, sizeof r->id, "%s", id);
+    r->owner = owner;
+    r->owner_kind = owner_kind;
+    return r;
 }
 
 /* A sequence's figures as the API reports them: tokens seen, retained
@@ -129,32 +154,31 @@ static char *meta_json(const struct sess *x) {
 
 #define BLOB_MAGIC "KVBSRV1"
 
-/* Writes the session (DONE in the batch) to the store. 0 ok. */
-static int sess_persist(struct server *srv, struct sess *x) {
+/* The session (DONE in the batch) as the stored blob, its meta saying
+ * `turns` turns. NULL on failure (the cause to stderr). */
+static void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size_t *len) {
     void *img = NULL;
     size_t il = 0;
     if (kvb_batch_seq_save(srv->sched->b, x->seq, &img, &il) != KVB_OK) {
         fprintf(stderr, "kvbound serve: session %s: %s\n", x->id, kvb_last_error());
-        return -1;
+        return NULL;
     }
-    char *meta = meta_json(x);
+    struct sess with = *x;
+    with.turns = turns;
+    char *meta = meta_json(&with);
     const uint32_t ml = meta ? (uint32_t)strlen(meta) : 0;
     const size_t total = 8 + 4 + ml + il;
     char *blob = meta ? malloc(total) : NULL;
-    int rc = -1;
     if (blob) {
         memcpy(blob, BLOB_MAGIC, 8);
         memcpy(blob + 8, &ml, 4);
         memcpy(blob + 12, meta, ml);
         memcpy(blob + 12 + ml, img, il);
-        rc = srv->store->put(srv->store, x->id, blob, total);
-        if (rc) fprintf(stderr, "kvbound serve: session %s: store: %s\n", x->id, srv->store->error);
-        else x->stored_bytes = total;
+        *len = total;
     }
-    free(blob);
     free(meta);
     kvb_buffer_free(img);
-    return rc;
+    return blob;
 }
 
 /* Reads a stored blob's meta into x and returns where the image starts, or
@@ -192,8 +216,7 @@ static bool offload_one(struct server *srv) {
         if (x->seq >= 0 && !x->busy && (!lru || x->last_used < lru->last_used)) lru = x;
     }
     if (!lru) return false;
-    kvb_batch_remove(s->b, lru->seq);
-    lru->seq = -1;
+    sess_release(s, lru);
     s->offloaded++;
     return true;
 }
@@ -261,72 +284,88 @@ static int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess
     return ids;
 }
 
-/* Tries to start j. Returns 1 started (or failed for good: j is done),
- * 0 wait (pool), and keeps the queue order. */
+/* A session's turn is done with (refused, cut or failed): the record is
+ * freed from it, and forgotten when it is not in memory or the store is
+ * shared (then the store is its only copy between turns). */
+static void sess_idle(struct server *srv, struct sess *x) {
+    x->busy = NULL;
+    if (x->seq < 0 || srv->store->shared) sess_release(srv->sched, x);
+}
+
+/* A queued job leaves the queue without starting: a session it held (a
+ * fetched one waiting for room) is let go. */
+static void unbusy(struct server *srv, struct job *j) {
+    struct sess *x = j->session_id[0] ? sess_find(srv->sched, j->session_id) : NULL;
+    if (x && x->busy == j) sess_idle(srv, x);
+}
+
+enum { ADMIT_WAIT = 0, ADMIT_DONE = 1, ADMIT_PARKED = 2 };
+
+/* Tries to start j. ADMIT_DONE: started, or failed for good (j is done);
+ * ADMIT_WAIT: the pool is full, j keeps its place; ADMIT_PARKED: its
+ * session is being read from the store, and j comes back to the head of
+ * the queue with it (store_done). */
 static int admit(struct server *srv, struct job *j) {
     struct sched *s = srv->sched;
     struct sess *x = NULL;
     bool fresh = false;
-    void *held = NULL;
-    size_t held_len = 0;
     if (j->session_id[0]) {
         x = sess_find(s, j->session_id);
-        if (x && x->busy) {
+        if (x && x->busy && x->busy != j) {
             job_fail(srv, j, 429, "session_busy", 1, "session '%s' is running a turn; retry when it ends", j->session_id);
-            return 1;
+            return ADMIT_DONE;
         }
-        if (!x) {
-            void *blob = NULL;
-            size_t bl = 0;
-            const int g = srv->store->get(srv->store, j->session_id, &blob, &bl);
-            if (g < 0) {
-                job_fail(srv, j, 500, "server_error", 0, "session store: %s", srv->store->error);
-                return 1;
-            }
-            x = sess_new(s, j->session_id);
-            if (!x) { free(blob); job_fail(srv, j, 500, "server_error", 0, "out of memory"); return 1; }
-            if (g == 1) fresh = true;
-            else {
-                size_t il;
-                if (!blob_meta(blob, bl, x, &il)) {
-                    free(blob);
-                    sess_drop(s, x);
-                    job_fail(srv, j, 500, "server_error", 0, "session '%s': the stored snapshot is damaged", j->session_id);
-                    return 1;
+        if (!x || x->seq < 0) {
+            if (!x && !(x = sess_new(s, j->session_id))) { job_fail(srv, j, 500, "server_error", 0, "out of memory"); return ADMIT_DONE; }
+            x->busy = j;
+            if (!j->fetched) { /* ask the store, off this thread */
+                struct store_req *r = s->store_stopped ? NULL : store_req_new(SOP_GET, x->id, j, OWN_FETCH);
+                if (!r) {
+                    sess_idle(srv, x);
+                    job_fail(srv, j, 503, "server_busy", 1, "the session store cannot be asked now; retry");
+                    return ADMIT_DONE;
                 }
-                held = blob; /* loaded below, not fetched twice */
-                held_len = bl;
+                store_queue_post(s->q, r);
+                s->n_parked++;
+                return ADMIT_PARKED;
+            }
+            if (j->fetch_rc == STORE_ERROR) {
+                sess_idle(srv, x);
+                job_fail(srv, j, 503, "store_unavailable", 1, "session '%s': the session store cannot be read: %.160s", j->session_id, j->fetch_error);
+                return ADMIT_DONE;
+            }
+            if (j->fetch_rc == STORE_NOT_FOUND) {
+                fresh = true;
+                x->turns = 0;
+                x->version = STORE_ABSENT;
+                x->pol = j->sp.policy;
+            } else {
+                size_t il = 0;
+                const char *img = blob_meta(j->blob, j->blob_len, x, &il);
+                kvb_status st = img ? kvb_batch_seq_load(s->b, &j->sp, img, il, &x->seq) : KVB_ERR_CORRUPT;
+                while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_seq_load(s->b, &j->sp, img, il, &x->seq);
+                if (st == KVB_ERR_NOMEM) { x->seq = -1; return ADMIT_WAIT; } /* the blob stays on j */
+                if (st != KVB_OK) {
+                    x->seq = -1;
+                    sess_idle(srv, x);
+                    job_fail(srv, j, 500, "server_error", 0, "session '%s': %s", j->session_id, img ? kvb_last_error() : "the stored snapshot is damaged");
+                    return ADMIT_DONE;
+                }
+                free(j->blob);
+                j->blob = NULL;
+                x->version = j->blob_version;
                 x->turns = x->turns ? x->turns : 1;
+                struct kvb_cache_params cp;
+                kvb_cache_get_params(kvb_batch_seq_cache(s->b, x->seq), &cp);
+                x->pol = cp.policy;
             }
-            x->pol = j->sp.policy;
-        }
-        if (!fresh && x->seq < 0) { /* in the store: bring it back */
-            void *blob = held;
-            size_t bl = held_len, il = 0;
-            if (!blob && srv->store->get(srv->store, x->id, &blob, &bl) != 0) {
-                free(blob);
-                job_fail(srv, j, 500, "server_error", 0, "session '%s': cannot read it from the store: %s", x->id, srv->store->error);
-                return 1;
-            }
-            const char *img = blob_meta(blob, bl, x, &il);
-            kvb_status st = img ? kvb_batch_seq_load(s->b, &j->sp, img, il, &x->seq) : KVB_ERR_CORRUPT;
-            while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_seq_load(s->b, &j->sp, img, il, &x->seq);
-            free(blob);
-            if (st == KVB_ERR_NOMEM) { x->seq = -1; return 0; }
-            if (st != KVB_OK) {
-                x->seq = -1;
-                job_fail(srv, j, 500, "server_error", 0, "session '%s': %s", x->id, img ? kvb_last_error() : "the stored snapshot is damaged");
-                return 1;
-            }
-            struct kvb_cache_params cp;
-            kvb_cache_get_params(kvb_batch_seq_cache(s->b, x->seq), &cp);
-            x->pol = cp.policy;
         }
         if (!fresh && j->policy_given &&
             (j->sp.policy.id != x->pol.id || j->sp.policy.budget != x->pol.budget || j->sp.policy.n_sink != x->pol.n_sink)) {
+            sess_idle(srv, x);
             job_fail(srv, j, 400, "invalid_request_error", 0, "session '%s' keeps its cache under %s with budget %d and %d sinks; a turn cannot change them",
-                     x->id, kvb_policy_name(x->pol.id), (int)x->pol.budget, (int)x->pol.n_sink);
-            return 1;
+                     j->session_id, kvb_policy_name(x->pol.id), (int)x->pol.budget, (int)x->pol.n_sink);
+            return ADMIT_DONE;
         }
         if (!fresh) j->sp.policy = x->pol;
     }
@@ -341,22 +380,20 @@ static int admit(struct server *srv, struct job *j) {
     int32_t *ids = turn_tokens(srv, j, x && !fresh ? x : NULL, pending, &n);
     if (!ids || n < 1) {
         free(ids);
-        if (x) x->busy = NULL;
-        if (fresh && x) sess_drop(s, x);
+        if (x) sess_idle(srv, x);
         job_fail(srv, j, 400, "invalid_request_error", 0, "the prompt is empty after tokenizing");
-        return 1;
+        return ADMIT_DONE;
     }
     kvb_status st = kvb_batch_can_admit(s->b, &j->sp, n);
     while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_can_admit(s->b, &j->sp, n);
     if (st == KVB_ERR_NOMEM) {
         free(ids);
-        if (x) x->busy = NULL;
-        if (fresh && x) sess_drop(s, x);
         if (s->n_active == 0) { /* an empty pool cannot hold it: waiting will not help */
+            if (x) sess_idle(srv, x);
             job_fail(srv, j, 400, "invalid_request_error", 0, "the page pool (--pool-mb) cannot hold this request even when empty: %s", kvb_last_error());
-            return 1;
+            return ADMIT_DONE;
         }
-        return 0;
+        return ADMIT_WAIT; /* x stays busy with j (its answer from the store is on j) */
     }
     if (x && x->seq >= 0) st = kvb_batch_continue(s->b, x->seq, &j->sp, ids, n);
     else {
@@ -368,10 +405,9 @@ static int admit(struct server *srv, struct job *j) {
     }
     free(ids);
     if (st != KVB_OK) {
-        if (x) x->busy = NULL;
-        if (fresh && x) sess_drop(s, x);
+        if (x) sess_idle(srv, x);
         job_fail(srv, j, 400, "invalid_request_error", 0, "%s", kvb_last_error());
-        return 1;
+        return ADMIT_DONE;
     }
     if (x) {
         j->seq = x->seq;
@@ -381,7 +417,7 @@ static int admit(struct server *srv, struct job *j) {
     j->prompt_tokens = n;
     j->started = true;
     s->active[s->n_active++] = j;
-    return 1;
+    return ADMIT_DONE;
 }
 
 /* The longest tail of text that begins some stop string. */
@@ -430,29 +466,30 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
             const size_t n = kvb_vocab_token_bytes(srv->vocab, si->last_token, true, x->stop_text, sizeof x->stop_text - 1);
             x->stop_text[n < sizeof x->stop_text ? n : sizeof x->stop_text - 1] = 0;
         }
-        x->turns++;
-        x->busy = NULL;
         x->last_used = serve_now();
         sess_figures(srv, x);
-        /* the write (a TinyLlama session at B = 1024 is 23 MB) runs without
-         * the server mutex: connections keep streaming and queueing
-         * meanwhile. The batch, the session table and the store are the
-         * scheduler's alone, and the job is not done yet, so nothing this
-         * needs can change; flags set meanwhile are read after. */
-        pthread_mutex_unlock(&srv->mu);
-        const int prc = sess_persist(srv, x);
-        pthread_mutex_lock(&srv->mu);
-        if (prc != 0) {
-            /* the turn happened but is not durable: say so rather than pretend */
-            snprintf(j->error, sizeof j->error, "the turn finished but the session store failed: %.180s", srv->store->error);
+        /* the turn is acknowledged only once its session is stored: the
+         * blob is made here (the batch is this thread's), written by the
+         * store worker, and the job ends in store_done */
+        size_t bl = 0;
+        void *blob = session_blob(srv, x, x->turns + 1, &bl);
+        struct store_req *r = blob && !s->store_stopped ? store_req_new(SOP_PUT, x->id, j, OWN_SAVE) : NULL;
+        if (!r) {
+            free(blob);
+            sess_release(s, x);
+            j->seq = -1;
+            job_fail(srv, j, 503, "store_unavailable", 1, "the turn was not stored (%s); the session is as of its last stored turn: retry the turn",
+                     s->store_stopped ? "the server is stopping" : "out of memory");
+            return;
         }
-        if (srv->store->shared) { /* another replica may take the next turn: the store is the only copy */
-            kvb_batch_remove(s->b, x->seq);
-            sess_drop(s, x);
-        }
-    } else {
-        kvb_batch_remove(s->b, j->seq);
+        r->buf = blob;
+        r->len = bl;
+        r->version = x->version;
+        store_queue_post(s->q, r);
+        j->saving = true;
+        return;
     }
+    kvb_batch_remove(s->b, j->seq);
     j->seq = -1;
     j->done = true;
     metrics_count(srv->metrics, 0, 0, 1, 0);
@@ -461,8 +498,8 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
 
 static void drop_active(struct sched *s, int i) { s->active[i] = s->active[--s->n_active]; }
 
-/* After a step: new tokens to their jobs, finished turns closed. Under mu
- * (released while a finished session is written to the store). */
+/* After a step: new tokens to their jobs, finished turns closed (a
+ * session's handed to the store worker). Under mu. */
 static void publish(struct server *srv) {
     struct sched *s = srv->sched;
     const int32_t eos = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOT);
@@ -494,7 +531,7 @@ static void publish(struct server *srv) {
         if (si.state == KVB_SEQ_DONE) {
             finish_turn(srv, j, &si);
             drop_active(s, i--);
-            if (j->abandoned) job_free(j);
+            if (j->abandoned && j->done) job_free(j);
         } else {
             pthread_cond_broadcast(&j->cv);
         }
@@ -507,12 +544,9 @@ static void cancel_jobs(struct server *srv) {
         struct job *j = s->active[i];
         if (!j->cancelled) continue;
         struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;
-        kvb_batch_remove(s->b, j->seq); /* pages back now; a session is as of its last stored turn */
-        if (x) {
-            x->seq = -1;
-            x->busy = NULL;
-            if (x->turns == 0) sess_drop(s, x); /* never stored */
-        }
+        /* pages back now; a session is as of its last stored turn */
+        if (x) sess_release(s, x);
+        else kvb_batch_remove(s->b, j->seq);
         j->seq = -1;
         j->done = j->failed = true;
         if (!j->status) j->status = 499; /* the client went away */
@@ -525,36 +559,20 @@ static void cancel_jobs(struct server *srv) {
 
 /* ---- session queries (scheduler thread) ---- */
 
-static int ctl_json(struct server *srv, const char *id, struct sbuf *out) {
-    struct sched *s = srv->sched;
-    struct sess *x = sess_find(s, id), tmp;
-    if (!x) {
-        void *blob = NULL;
-        size_t bl = 0, il;
-        const int g = srv->store->get(srv->store, id, &blob, &bl);
-        if (g != 0) { free(blob); return g == 1 ? 404 : 500; }
-        memset(&tmp, 0, sizeof tmp);
-        snprintf(tmp.id, sizeof tmp.id, "%s", id);
-        tmp.seq = -1;
-        const bool ok = blob_meta(blob, bl, &tmp, &il) != NULL;
-        free(blob);
-        if (!ok) return 500;
-        x = &tmp;
-    } else if (!x->busy) {
-        sess_figures(srv, x);
-    }
+static int sess_json(struct server *srv, const struct sess *x, bool busy, bool with_policy, struct sbuf *out) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", x->id);
     cJSON_AddStringToObject(o, "object", "session");
     cJSON_AddBoolToObject(o, "in_memory", x->seq >= 0);
-    cJSON_AddBoolToObject(o, "busy", x->busy != NULL);
+    cJSON_AddBoolToObject(o, "busy", busy);
     cJSON_AddNumberToObject(o, "turns", (double)x->turns);
     cJSON_AddNumberToObject(o, "position", (double)x->position);
     cJSON_AddNumberToObject(o, "cache_tokens", (double)x->cache_tokens);
     cJSON_AddNumberToObject(o, "kv_bytes", (double)x->kv_bytes);
     cJSON_AddNumberToObject(o, "cold_pages", (double)x->cold_pages);
     cJSON_AddNumberToObject(o, "stored_bytes", (double)x->stored_bytes);
-    if (x != &tmp) {
+    cJSON_AddNumberToObject(o, "version", (double)(x->version < 0 ? 0 : x->version));
+    if (with_policy) {
         cJSON_AddStringToObject(o, "kv_policy", kvb_policy_name(x->pol.id));
         cJSON_AddNumberToObject(o, "kv_budget", x->pol.budget);
         cJSON_AddNumberToObject(o, "kv_sinks", x->pol.n_sink);
@@ -569,18 +587,15 @@ static int ctl_json(struct server *srv, const char *id, struct sbuf *out) {
     return 200;
 }
 
-/* Which positions each layer keeps (per KV head), for the page. */
-static int ctl_map(struct server *srv, const char *id, struct sbuf *out) {
-    struct sched *s = srv->sched;
-    struct sess *x = sess_find(s, id);
-    if (!x) return 404;
-    if (x->seq < 0) return 404;
-    struct kvb_cache *c = kvb_batch_seq_cache(s->b, x->seq);
+/* Which positions each layer keeps (per KV head) in a sequence, for the page. */
+static int seq_map(struct server *srv, const char *id, int32_t seq, const struct kvb_policy_params *pol, bool busy, struct sbuf *out) {
+    struct kvb_cache *c = kvb_batch_seq_cache(srv->sched->b, seq);
+    if (!c) return 404;
     const int32_t L = srv->mi.n_layer, H = srv->mi.n_head_kv;
     sb_printf(out, "{\"id\":\"%s\",\"object\":\"session.map\",\"position\":%lld,\"n_layer\":%d,\"n_head_kv\":%d,\"kv_policy\":\"%s\",\"kv_budget\":%d,"
                    "\"kv_sinks\":%d,\"busy\":%s,\"layers\":[",
-              x->id, (long long)kvb_cache_n_past(c, 0), (int)L, (int)H, kvb_policy_name(x->pol.id), (int)x->pol.budget, (int)x->pol.n_sink,
-              x->busy ? "true" : "false");
+              id, (long long)kvb_cache_n_past(c, 0), (int)L, (int)H, kvb_policy_name(pol->id), (int)pol->budget, (int)pol->n_sink,
+              busy ? "true" : "false");
     for (int32_t l = 0; l < L; l++) {
         sb_puts(out, l ? ",[" : "[");
         for (int32_t h = 0; h < H; h++) {
@@ -598,33 +613,75 @@ static int ctl_map(struct server *srv, const char *id, struct sbuf *out) {
     return out->oom ? 500 : 200;
 }
 
-static int ctl_delete(struct server *srv, const char *id) {
+/* Answers c from memory when it can; false: it needs the store. */
+static bool ctl_from_memory(struct server *srv, struct ctl *c) {
     struct sched *s = srv->sched;
-    struct sess *x = sess_find(s, id);
-    if (x && x->busy) return 429;
-    bool found = false;
-    if (x) {
-        if (x->seq >= 0) kvb_batch_remove(s->b, x->seq);
-        sess_drop(s, x);
-        found = true;
+    struct sess *x = sess_find(s, c->id);
+    switch (c->kind) {
+    case CTL_JSON:
+        if (!x || x->seq < 0) return false;
+        if (!x->busy) sess_figures(srv, x);
+        c->status = sess_json(srv, x, x->busy != NULL, true, c->out);
+        return true;
+    case CTL_MAP:
+        if (!x || x->seq < 0) return false;
+        c->status = seq_map(srv, x->id, x->seq, &x->pol, x->busy != NULL, c->out);
+        return true;
+    case CTL_DELETE:
+        if (x && x->busy) { c->status = 429; return true; }
+        if (x) { sess_release(s, x); c->was_in_memory = true; }
+        return false; /* and from the store */
     }
-    const int d = srv->store->del(srv->store, id);
-    if (d < 0) return 500;
-    return found || d == 0 ? 200 : 404;
+    return true;
 }
 
+/* Answers c from what the store said. */
+static void ctl_from_store(struct server *srv, struct ctl *c, struct store_req *r) {
+    if (c->kind == CTL_DELETE) {
+        c->status = r->rc == STORE_OK || (r->rc == STORE_NOT_FOUND && c->was_in_memory) ? 200 : r->rc == STORE_NOT_FOUND ? 404 : 500;
+        return;
+    }
+    if (r->rc == STORE_NOT_FOUND) { c->status = 404; return; }
+    if (r->rc != STORE_OK) { c->status = 503; return; }
+    struct sess tmp;
+    memset(&tmp, 0, sizeof tmp);
+    snprintf(tmp.id, sizeof tmp.id, "%s", c->id);
+    tmp.seq = -1;
+    tmp.version = r->version;
+    size_t il = 0;
+    const char *img = blob_meta(r->buf, r->len, &tmp, &il);
+    if (!img) { c->status = 500; return; }
+    const struct sess *live = sess_find(srv->sched, c->id);
+    const bool busy = live && live->busy;
+    if (c->kind == CTL_JSON) { c->status = sess_json(srv, &tmp, busy, false, c->out); return; }
+    /* the map of a stored session: loaded for the moment, then let go */
+    struct kvb_seq_params sp = kvb_seq_default_params();
+    int32_t seq = -1;
+    const kvb_status st = kvb_batch_seq_load(srv->sched->b, &sp, img, il, &seq);
+    if (st != KVB_OK) { c->status = st == KVB_ERR_NOMEM ? 503 : 500; return; }
+    struct kvb_cache_params cp;
+    kvb_cache_get_params(kvb_batch_seq_cache(srv->sched->b, seq), &cp);
+    c->status = seq_map(srv, c->id, seq, &cp.policy, busy, c->out);
+    kvb_batch_remove(srv->sched->b, seq);
+}
+
+static void ctl_finish(struct ctl *c) {
+    c->done = true;
+    pthread_cond_broadcast(&c->cv);
+}
+
+/* The session queries waiting (under mu): answered from memory, or sent
+ * to the store worker. */
 static void run_ctls(struct server *srv) {
     struct sched *s = srv->sched;
     struct ctl *list = s->ctl_head;
     s->ctl_head = NULL;
-    pthread_mutex_unlock(&srv->mu);
-    for (struct ctl *c = list; c; c = c->next)
-        c->status = c->kind == CTL_DELETE ? ctl_delete(srv, c->id) : c->kind == CTL_MAP ? ctl_map(srv, c->id, c->out) : ctl_json(srv, c->id, c->out);
-    pthread_mutex_lock(&srv->mu);
     for (struct ctl *c = list, *nx; c; c = nx) {
         nx = c->next;
-        c->done = true;
-        pthread_cond_broadcast(&c->cv);
+        if (ctl_from_memory(srv, c)) { ctl_finish(c); continue; }
+        struct store_req *r = s->store_stopped ? NULL : store_req_new(c->kind == CTL_DELETE ? SOP_DEL : SOP_GET, c->id, c, OWN_CTL);
+        if (!r) { c->status = 503; ctl_finish(c); continue; }
+        store_queue_post(s->q, r);
     }
 }
 
@@ -650,6 +707,77 @@ static int ctl_run(struct server *srv, int kind, const char *id, struct sbuf *ou
     return c.status;
 }
 
+/* ---- what the store worker finished (under mu) ---- */
+
+static void fetch_done(struct server *srv, struct job *j, struct store_req *r) {
+    struct sched *s = srv->sched;
+    s->n_parked--;
+    j->fetched = true;
+    j->fetch_rc = r->rc;
+    j->blob = r->buf;
+    j->blob_len = r->len;
+    j->blob_version = r->version;
+    r->buf = NULL;
+    snprintf(j->fetch_error, sizeof j->fetch_error, "%.150s", r->error);
+    if (j->cancelled || srv->stopping) {
+        struct sess *x = sess_find(s, j->session_id);
+        if (x && x->busy == j) sess_idle(srv, x);
+        if (srv->stopping) job_fail(srv, j, 503, "server_busy", 5, "the server is shutting down; retry on another replica or later");
+        else { j->done = j->failed = true; j->status = 499; }
+        if (j->abandoned) job_free(j);
+        return;
+    }
+    /* back to the head of the queue, where admit finds its answer */
+    j->next = srv->queue_head;
+    srv->queue_head = j;
+    if (!srv->queue_tail) srv->queue_tail = j;
+    srv->n_queued++;
+}
+
+static void save_done(struct server *srv, struct job *j, struct store_req *r) {
+    struct sched *s = srv->sched;
+    struct sess *x = sess_find(s, j->session_id);
+    j->saving = false;
+    if (!x || x->busy != j) { /* cannot happen: a saving session is busy, and nothing drops a busy one */
+        job_fail(srv, j, 500, "server_error", 0, "session '%s' was lost while it was stored", j->session_id);
+    } else if (r->rc == STORE_OK) {
+        x->version = r->version;
+        x->turns++;
+        x->stored_bytes = r->len;
+        x->last_used = serve_now();
+        sess_idle(srv, x);
+        j->done = true;
+        metrics_count(srv->metrics, 0, 0, 1, 0);
+        pthread_cond_broadcast(&j->cv);
+    } else {
+        /* not stored: nothing of this turn is kept, the store's state is the
+         * session's, and the same turn can be sent again */
+        sess_release(s, x);
+        if (r->rc == STORE_CONFLICT)
+            job_fail(srv, j, 409, "session_conflict", 0, "session '%s' was changed elsewhere (another replica) while this turn ran; this turn was not kept: retry it",
+                     j->session_id);
+        else
+            job_fail(srv, j, 503, "store_unavailable", 1, "the turn was not stored (%.160s); the session is as of its last stored turn: retry the turn",
+                     r->error);
+    }
+    if (j->abandoned) job_free(j);
+}
+
+static void store_done(struct server *srv) {
+    struct store_req *list = store_queue_done(srv->sched->q);
+    for (struct store_req *r = list, *nx; r; r = nx) {
+        nx = r->next;
+        if (r->owner_kind == OWN_FETCH) fetch_done(srv, r->owner, r);
+        else if (r->owner_kind == OWN_SAVE) save_done(srv, r->owner, r);
+        else {
+            ctl_from_store(srv, r->owner, r);
+            ctl_finish(r->owner);
+        }
+        free(r->buf);
+        free(r);
+    }
+}
+
 int sched_session_json(struct server *srv, const char *id, bool map, struct sbuf *out) { return ctl_run(srv, map ? CTL_MAP : CTL_JSON, id, out); }
 int sched_session_delete(struct server *srv, const char *id) { return ctl_run(srv, CTL_DELETE, id, NULL); }
 
@@ -665,11 +793,7 @@ static void gauges_update(struct server *srv) {
     s->page_bytes = (int64_t)bs.page_bytes;
     s->pages_used = bs.page_bytes ? (int64_t)(bs.pool_bytes_in_use / bs.page_bytes) : 0;
     s->pages_free = bs.page_bytes ? (int64_t)((bs.pool_bytes_capacity - bs.pool_bytes_in_use) / bs.page_bytes) : 0;
-    const double now = serve_now();
-    if (now - s->counted_at > 2.0) { /* the store is the scheduler's: counted here, now and then */
-        s->persisted = srv->store->count(srv->store);
-        s->counted_at = now;
-    }
+    s->persisted = store_queue_count(s->q); /* counted by the store worker */
 }
 
 static void *loop(void *arg) {
@@ -678,10 +802,12 @@ static void *loop(void *arg) {
     double stop_deadline = 0;
     pthread_mutex_lock(&srv->mu);
     for (;;) {
+        store_done(srv);
         if (s->ctl_head) run_ctls(srv);
         cancel_jobs(srv);
         if (srv->stopping && !stop_deadline) stop_deadline = serve_now() + 5.0;
-        if (srv->stopping && (s->n_active == 0 || serve_now() > stop_deadline)) break;
+        /* stopping: running turns finish and their sessions are stored, for 5 s at most */
+        if (srv->stopping && ((s->n_active == 0 && store_queue_pending(s->q) == 0) || serve_now() > stop_deadline)) break;
         /* admit in order */
         const double now = serve_now();
         while (srv->queue_head && !srv->stopping) {
@@ -690,16 +816,17 @@ static void *loop(void *arg) {
                 srv->queue_head = j->next;
                 if (!srv->queue_head) srv->queue_tail = NULL;
                 srv->n_queued--;
+                unbusy(srv, j);
                 j->done = j->failed = true;
                 j->status = 499;
                 if (j->abandoned) job_free(j);
                 else pthread_cond_broadcast(&j->cv);
                 continue;
             }
-            if (s->n_active >= srv->o.parallel) break;
+            if (s->n_active + s->n_parked >= srv->o.parallel) break;
             const int r = admit(srv, j);
-            if (r == 0) break; /* the pool is full: first come, first served */
-            srv->queue_head = j->next;
+            if (r == ADMIT_WAIT) break; /* the pool is full: first come, first served */
+            srv->queue_head = j->next; /* started, done, or parked (store_done puts it back) */
             if (!srv->queue_head) srv->queue_tail = NULL;
             srv->n_queued--;
             if (j->done && j->abandoned) job_free(j);
@@ -713,6 +840,7 @@ static void *loop(void *arg) {
                     srv->queue_tail = NULL;
                     for (struct job *t = srv->queue_head; t; t = t->next) srv->queue_tail = t;
                 }
+                unbusy(srv, j);
                 job_fail(srv, j, 503, "server_busy", 5, "no room in the page pool for %d s (--queue-timeout); retry later", srv->o.queue_timeout_s);
                 if (j->abandoned) job_free(j);
                 continue;
@@ -776,19 +904,42 @@ static void *loop(void *arg) {
                      s->decode_time > 0 ? (double)s->decode_tokens / s->decode_time : 0);
         publish(srv);
     }
-    /* shutting down: whatever still runs is cancelled (sessions are as
-     * stored), whatever still waits is told to come back */
-    for (int i = 0; i < s->n_active; i++) s->active[i]->cancelled = true;
+    /* shutting down: whatever still runs is cut (sessions are as stored)
+     * and told to come back, as is whatever still waits */
+    for (int i = 0; i < s->n_active; i++) {
+        struct job *j = s->active[i];
+        j->cancelled = true;
+        j->status = 503;
+        j->retry_after = 5;
+        snprintf(j->error_type, sizeof j->error_type, "server_busy");
+        snprintf(j->error, sizeof j->error, "the server is shutting down; this turn was cut and not kept: retry it on another replica or later");
+    }
     cancel_jobs(srv);
     while (srv->queue_head) {
         struct job *j = srv->queue_head;
         srv->queue_head = j->next;
         srv->n_queued--;
+        unbusy(srv, j);
         job_fail(srv, j, 503, "server_busy", 5, "the server is shutting down; retry on another replica or later");
         if (j->abandoned) job_free(j);
     }
     srv->queue_tail = NULL;
     s->running = false;
+    /* the store worker ends its request in hand; the rest come back refused */
+    pthread_mutex_unlock(&srv->mu);
+    store_queue_stop(s->q);
+    pthread_mutex_lock(&srv->mu);
+    s->store_stopped = true;
+    store_done(srv);
+    while (srv->queue_head) { /* parked jobs that came back */
+        struct job *j = srv->queue_head;
+        srv->queue_head = j->next;
+        srv->n_queued--;
+        unbusy(srv, j);
+        job_fail(srv, j, 503, "server_busy", 5, "the server is shutting down; retry on another replica or later");
+        if (j->abandoned) job_free(j);
+    }
+    srv->queue_tail = NULL;
     while (s->ctl_head) run_ctls(srv);
     pthread_mutex_unlock(&srv->mu);
     return NULL;
@@ -814,8 +965,11 @@ int sched_start(struct server *srv) {
     s->active = calloc((size_t)srv->o.parallel, sizeof *s->active);
     if (!s->active) { kvb_batch_free(s->b); free(s); return -1; }
     srv->sched = s;
-    s->running = true;
-    if (pthread_create(&s->th, NULL, loop, srv)) {
+    s->q = store_queue_start(srv);
+    s->running = s->q != NULL;
+    if (!s->q || pthread_create(&s->th, NULL, loop, srv)) {
+        if (s->q) store_queue_stop(s->q);
+        store_queue_free(s->q);
         kvb_batch_free(s->b);
         free(s->active);
         free(s);
@@ -841,6 +995,7 @@ void sched_stop(struct server *srv) {
 void sched_free(struct server *srv) {
     struct sched *s = srv->sched;
     if (!s) return;
+    store_queue_free(s->q);
     kvb_batch_free(s->b);
     free(s->sess);
     free(s->active);

@@ -129,6 +129,12 @@ struct job {
     int64_t cold_pages;      /* --recall: the session's cold pages after the turn */
     double t_first, t_last;
     /* scheduler's own */
+    bool fetched, saving;    /* its session was read from the store / is being written */
+    int fetch_rc;            /* the read's STORE_* */
+    void *blob;              /* what was read, until loaded */
+    size_t blob_len;
+    int64_t blob_version;
+    char fetch_error[160];
     int32_t seq;
     struct kvb_detok dt;
     size_t held;             /* bytes of text held back (a stop string may be starting) */
@@ -209,23 +215,62 @@ struct sched_gauges {
 };
 void sched_gauges(struct server *srv, struct sched_gauges *g);
 
-/* store.c: where sessions live between turns */
+/* store.c: where sessions live between turns. Every stored session has a
+ * version, raised by each write; a write names the version it read
+ * (STORE_ABSENT: none, the session is new) and is refused with
+ * STORE_CONFLICT when the store holds another, so two replicas that ran
+ * turns on the same session cannot overwrite each other. Every call runs
+ * on the store worker thread (store_queue.c), never on the step loop. */
+#define STORE_ABSENT (-1)
+enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_ERROR = -1 };
 struct store {
     const char *kind; /* "sqlite", "redis" */
     bool shared;      /* other replicas write it too: no session stays in memory between turns */
-    int (*put)(struct store *s, const char *id, const void *buf, size_t len);
-    /* *buf from malloc; 0 ok, 1 not found, -1 error */
-    int (*get)(struct store *s, const char *id, void **buf, size_t *len);
-    int (*del)(struct store *s, const char *id);
-    int64_t (*count)(struct store *s);
+    /* Writes buf if the stored version is expect; *version the new one. */
+    int (*put)(struct store *s, const char *id, const void *buf, size_t len, int64_t expect, int64_t *version);
+    /* *buf from malloc, *version its version; STORE_OK, STORE_NOT_FOUND or STORE_ERROR */
+    int (*get)(struct store *s, const char *id, void **buf, size_t *len, int64_t *version);
+    int (*del)(struct store *s, const char *id); /* STORE_OK, STORE_NOT_FOUND or STORE_ERROR */
+    int64_t (*count)(struct store *s);           /* sessions stored; -1 unknown */
     void (*close)(struct store *s);
-    char error[256];
+    char error[256]; /* the last failure's cause */
 };
 /* "DIR" (SQLite file DIR/sessions.sqlite) or "redis://HOST:PORT". NULL
  * with a message in err on failure. */
 struct store *store_open(const char *where, char *err, size_t errlen);
 struct store *store_sqlite_open(const char *dir, char *err, size_t errlen);
 struct store *store_redis_open(const char *url, char *err, size_t errlen);
+
+/* store_queue.c: the store worker. The scheduler posts requests (under the
+ * server mutex) and goes on stepping; the worker runs them in order, one
+ * at a time, and hands each back finished, waking the scheduler. */
+enum store_op { SOP_GET, SOP_PUT, SOP_DEL };
+struct store_req {
+    enum store_op op;
+    char id[SERVE_ID_MAX + 1];
+    void *buf;        /* PUT: the blob (freed once written); GET: what was read (malloc) */
+    size_t len;
+    int64_t version;  /* PUT: the version read (STORE_ABSENT: new), then the one written; GET: the one read */
+    int rc;           /* STORE_OK, STORE_NOT_FOUND, STORE_CONFLICT, STORE_ERROR */
+    char error[256];
+    void *owner;      /* the scheduler's: what waits for it */
+    int owner_kind;
+    struct store_req *next;
+};
+struct store_queue;
+struct store_queue *store_queue_start(struct server *srv);
+/* Under srv->mu. */
+void store_queue_post(struct store_queue *q, struct store_req *r);
+/* Under srv->mu: the finished requests, oldest first (the caller owns them). */
+struct store_req *store_queue_done(struct store_queue *q);
+/* Under srv->mu: requests posted and not yet taken back done. */
+int store_queue_pending(const struct store_queue *q);
+/* Under srv->mu: sessions in the store (-1: not known yet). */
+int64_t store_queue_count(const struct store_queue *q);
+/* Not under srv->mu: the worker finishes the request it runs; those not
+ * started come back done with STORE_ERROR "the server is stopping". */
+void store_queue_stop(struct store_queue *q);
+void store_queue_free(struct store_queue *q);
 
 /* metrics.c: Prometheus text */
 struct metrics *metrics_new(void);

@@ -1,7 +1,11 @@
 /*
  * store_redis.c — sessions in Redis (`--sessions redis://HOST:PORT`), so
- * replicas behind a load balancer share them: key "kvbound:session:ID"
- * holds the blob, written by one SET (atomic). The connection is
+ * replicas behind a load balancer share them: key "kvbound:session:ID" is
+ * a hash of the blob ("image") and its version ("v"), written by one Lua
+ * script (atomic in Redis) only when the version is still the one read,
+ * which also keeps the set "kvbound:sessions" of stored ids that /metrics
+ * counts. A key written before versions (a plain string) reads as version
+ * 0 and is replaced by a hash at its next write. The connection is
  * re-established once when a command fails.
  */
 #include "serve.h"
@@ -45,81 +49,124 @@ static redisReply *command(struct redis_store *s, int argc, const char **argv, c
 }
 
 static void key_of(const char *id, char *k, size_t n) { snprintf(k, n, "kvbound:session:%s", id); }
+#define INDEX_KEY "kvbound:sessions" /* a set of the stored ids: counted with SCARD */
 
-static int put(struct store *st, const char *id, const void *buf, size_t len) {
-    struct redis_store *s = (struct redis_store *)st;
-    char k[128];
-    key_of(id, k, sizeof k);
-    const char *argv[] = {"SET", k, buf};
-    const size_t lens[] = {3, strlen(k), len};
-    redisReply *r = command(s, 3, argv, lens);
-    if (!r) return -1;
-    const int ok = r->type == REDIS_REPLY_STATUS;
-    if (!ok) snprintf(st->error, sizeof st->error, "redis SET: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    freeReplyObject(r);
-    return ok ? 0 : -1;
-}
+/* The conditional write, atomic in Redis: KEYS[1] the session, KEYS[2] the
+ * index; ARGV[1] the version read (-1: none), ARGV[2] the blob, ARGV[3]
+ * the id. A session written before versions (a plain string) is version 0.
+ * Returns {1, new version} or {0, the version found}. */
+static const char PUT_SCRIPT[] =
+    "local t = redis.call('TYPE', KEYS[1]).ok\n"
+    "local cur = -1\n"
+    "if t == 'hash' then cur = tonumber(redis.call('HGET', KEYS[1], 'v')) or 0 elseif t == 'string' then cur = 0 end\n"
+    "if cur ~= tonumber(ARGV[1]) then return {0, cur} end\n"
+    "if t == 'string' then redis.call('DEL', KEYS[1]) end\n"
+    "local nv = cur < 0 and 1 or cur + 1\n"
+    "redis.call('HSET', KEYS[1], 'v', nv, 'image', ARGV[2])\n"
+    "redis.call('SADD', KEYS[2], ARGV[3])\n"
+    "return {1, nv}\n";
 
-static int get(struct store *st, const char *id, void **buf, size_t *len) {
+static int put(struct store *st, const char *id, const void *buf, size_t len, int64_t expect, int64_t *version) {
     struct redis_store *s = (struct redis_store *)st;
-    char k[128];
+    char k[128], ev[32];
     key_of(id, k, sizeof k);
-    const char *argv[] = {"GET", k};
-    const size_t lens[] = {3, strlen(k)};
-    *buf = NULL;
-    *len = 0;
-    redisReply *r = command(s, 2, argv, lens);
-    if (!r) return -1;
-    int res;
-    if (r->type == REDIS_REPLY_NIL) res = 1;
-    else if (r->type == REDIS_REPLY_STRING) {
-        *buf = malloc(r->len ? r->len : 1);
-        if (*buf) {
-            memcpy(*buf, r->str, r->len);
-            *len = r->len;
-            res = 0;
+    snprintf(ev, sizeof ev, "%lld", (long long)expect);
+    const char *argv[] = {"EVAL", PUT_SCRIPT, "2", k, INDEX_KEY, ev, buf, id};
+    const size_t lens[] = {4, strlen(PUT_SCRIPT), 1, strlen(k), strlen(INDEX_KEY), strlen(ev), len, strlen(id)};
+    redisReply *r = command(s, 8, argv, lens);
+    if (!r) return STORE_ERROR;
+    int res = STORE_ERROR;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[1]->type == REDIS_REPLY_INTEGER) {
+        if (r->element[0]->integer == 1) {
+            *version = r->element[1]->integer;
+            res = STORE_OK;
         } else {
-            snprintf(st->error, sizeof st->error, "out of memory");
-            res = -1;
+            snprintf(st->error, sizeof st->error, "session '%s' is at version %lld, not the %lld read", id, (long long)r->element[1]->integer,
+                     (long long)expect);
+            res = STORE_CONFLICT;
         }
     } else {
-        snprintf(st->error, sizeof st->error, "redis GET: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-        res = -1;
+        snprintf(st->error, sizeof st->error, "redis write: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
     }
     freeReplyObject(r);
     return res;
 }
+
+/* Copies a reply's string into *buf. */
+static int take_string(struct store *st, const redisReply *r, void **buf, size_t *len) {
+    *buf = malloc(r->len ? r->len : 1);
+    if (!*buf) {
+        snprintf(st->error, sizeof st->error, "out of memory for a %zu-byte session", (size_t)r->len);
+        return STORE_ERROR;
+    }
+    memcpy(*buf, r->str, r->len);
+    *len = r->len;
+    return STORE_OK;
+}
+
+static int get(struct store *st, const char *id, void **buf, size_t *len, int64_t *version) {
+    struct redis_store *s = (struct redis_store *)st;
+    char k[128];
+    key_of(id, k, sizeof k);
+    const char *argv[] = {"HMGET", k, "v", "image"};
+    const size_t lens[] = {5, strlen(k), 1, 5};
+    *buf = NULL;
+    *len = 0;
+    redisReply *r = command(s, 4, argv, lens);
+    if (!r) return STORE_ERROR;
+    int res = STORE_ERROR;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+        const redisReply *v = r->element[0], *img = r->element[1];
+        if (v->type == REDIS_REPLY_NIL && img->type == REDIS_REPLY_NIL) res = STORE_NOT_FOUND;
+        else if (v->type == REDIS_REPLY_STRING && img->type == REDIS_REPLY_STRING) {
+            *version = strtoll(v->str, NULL, 10);
+            res = take_string(st, img, buf, len);
+        } else snprintf(st->error, sizeof st->error, "redis: %s is not a kvbound session", k);
+    } else if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "WRONGTYPE", 9)) {
+        /* written before versions: a plain string, version 0 */
+        freeReplyObject(r);
+        const char *gargv[] = {"GET", k};
+        const size_t glens[] = {3, strlen(k)};
+        r = command(s, 2, gargv, glens);
+        if (!r) return STORE_ERROR;
+        if (r->type == REDIS_REPLY_STRING) {
+            *version = 0;
+            res = take_string(st, r, buf, len);
+        } else snprintf(st->error, sizeof st->error, "redis: %s is not a kvbound session", k);
+    } else {
+        snprintf(st->error, sizeof st->error, "redis read: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    freeReplyObject(r);
+    return res;
+}
+
+static const char DEL_SCRIPT[] = "redis.call('SREM', KEYS[2], ARGV[1])\nreturn redis.call('DEL', KEYS[1])\n";
 
 static int del(struct store *st, const char *id) {
     struct redis_store *s = (struct redis_store *)st;
     char k[128];
     key_of(id, k, sizeof k);
-    const char *argv[] = {"DEL", k};
-    const size_t lens[] = {3, strlen(k)};
-    redisReply *r = command(s, 2, argv, lens);
-    if (!r) return -1;
-    const int res = r->type == REDIS_REPLY_INTEGER ? (r->integer > 0 ? 0 : 1) : -1;
+    const char *argv[] = {"EVAL", DEL_SCRIPT, "2", k, INDEX_KEY, id};
+    const size_t lens[] = {4, strlen(DEL_SCRIPT), 1, strlen(k), strlen(INDEX_KEY), strlen(id)};
+    redisReply *r = command(s, 6, argv, lens);
+    if (!r) return STORE_ERROR;
+    int res = STORE_ERROR;
+    if (r->type == REDIS_REPLY_INTEGER) res = r->integer > 0 ? STORE_OK : STORE_NOT_FOUND;
+    else snprintf(st->error, sizeof st->error, "redis delete: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
     freeReplyObject(r);
     return res;
 }
 
-/* Keys under kvbound:session:, counted with SCAN (never KEYS). */
+/* The index's size: one O(1) SCARD, never a scan of the keyspace. */
 static int64_t count(struct store *st) {
     struct redis_store *s = (struct redis_store *)st;
-    char cursor[32] = "0";
-    int64_t n = 0;
-    for (int rounds = 0; rounds < 10000; rounds++) {
-        const char *argv[] = {"SCAN", cursor, "MATCH", "kvbound:session:*", "COUNT", "1000"};
-        size_t lens[6];
-        for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
-        redisReply *r = command(s, 6, argv, lens);
-        if (!r) return -1;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING) { freeReplyObject(r); return -1; }
-        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-        n += (int64_t)r->element[1]->elements;
-        freeReplyObject(r);
-        if (!strcmp(cursor, "0")) break;
-    }
+    const char *argv[] = {"SCARD", INDEX_KEY};
+    const size_t lens[] = {5, strlen(INDEX_KEY)};
+    redisReply *r = command(s, 2, argv, lens);
+    if (!r) return -1;
+    const int64_t n = r->type == REDIS_REPLY_INTEGER ? (int64_t)r->integer : -1;
+    freeReplyObject(r);
     return n;
 }
 

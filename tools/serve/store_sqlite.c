@@ -1,8 +1,12 @@
 /*
  * store_sqlite.c — sessions in one SQLite file: a table of (id, blob,
- * updated). Every put is one INSERT OR REPLACE in its own transaction
+ * updated, version). Every put is one statement in its own transaction
  * (journal WAL, synchronous FULL): after kill -9, or a crash in the middle
- * of a write, the previous snapshot is what the next open reads.
+ * of a write, the previous snapshot is what the next open reads. A put is
+ * conditional on the version read: an INSERT OR IGNORE for a new session,
+ * an UPDATE ... WHERE version = the one read otherwise; no row changed is
+ * a conflict (another process wrote it meanwhile). A file from before
+ * versions gains the column, its rows at version 0.
  */
 #include "serve.h"
 
@@ -21,44 +25,63 @@ struct sqlite_store {
 
 static void set_err(struct store *s, sqlite3 *db) { snprintf(s->error, sizeof s->error, "sqlite: %s", sqlite3_errmsg(db)); }
 
-static int put(struct store *st, const char *id, const void *buf, size_t len) {
+/* One statement that changes at most one row, stepped; SQLITE_DONE or the
+ * failure (with its message in the store). */
+static int exec_changes(struct sqlite_store *s, sqlite3_stmt *q, int rc) {
+    if (rc == SQLITE_OK) rc = sqlite3_step(q);
+    if (rc != SQLITE_DONE) set_err(&s->base, s->db);
+    sqlite3_finalize(q);
+    return rc;
+}
+
+static int put(struct store *st, const char *id, const void *buf, size_t len, int64_t expect, int64_t *version) {
     struct sqlite_store *s = (struct sqlite_store *)st;
     sqlite3_stmt *q = NULL;
-    int rc = sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO sessions(id, image, updated) VALUES (?1, ?2, ?3)", -1, &q, NULL);
+    int rc;
+    if (expect == STORE_ABSENT) { /* a new session: only if no one stored it meanwhile */
+        rc = sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO sessions(id, image, updated, version) VALUES (?1, ?2, ?3, 1)", -1, &q, NULL);
+    } else {
+        rc = sqlite3_prepare_v2(s->db, "UPDATE sessions SET image = ?2, updated = ?3, version = version + 1 WHERE id = ?1 AND version = ?4", -1, &q,
+                                NULL);
+        if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 4, (sqlite3_int64)expect);
+    }
     if (rc == SQLITE_OK) rc = sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
     if (rc == SQLITE_OK) rc = sqlite3_bind_blob64(q, 2, buf, (sqlite3_uint64)len, SQLITE_STATIC);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 3, (sqlite3_int64)time(NULL));
-    if (rc == SQLITE_OK) rc = sqlite3_step(q);
-    const int ok = rc == SQLITE_DONE;
-    if (!ok) set_err(st, s->db);
-    sqlite3_finalize(q);
-    return ok ? 0 : -1;
+    if (exec_changes(s, q, rc) != SQLITE_DONE) return STORE_ERROR;
+    if (sqlite3_changes(s->db) != 1) {
+        snprintf(st->error, sizeof st->error, "session '%s' is at another version than the one read", id);
+        return STORE_CONFLICT;
+    }
+    *version = expect == STORE_ABSENT ? 1 : expect + 1;
+    return STORE_OK;
 }
 
-static int get(struct store *st, const char *id, void **buf, size_t *len) {
+static int get(struct store *st, const char *id, void **buf, size_t *len, int64_t *version) {
     struct sqlite_store *s = (struct sqlite_store *)st;
     sqlite3_stmt *q = NULL;
     *buf = NULL;
     *len = 0;
-    int rc = sqlite3_prepare_v2(s->db, "SELECT image FROM sessions WHERE id = ?1", -1, &q, NULL);
+    int rc = sqlite3_prepare_v2(s->db, "SELECT image, version FROM sessions WHERE id = ?1", -1, &q, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
     if (rc == SQLITE_OK) rc = sqlite3_step(q);
     int res;
     if (rc == SQLITE_ROW) {
         const int n = sqlite3_column_bytes(q, 0);
         const void *b = sqlite3_column_blob(q, 0);
+        *version = (int64_t)sqlite3_column_int64(q, 1);
         *buf = malloc(n > 0 ? (size_t)n : 1);
-        if (!*buf) { snprintf(st->error, sizeof st->error, "out of memory for a %d-byte session", n); res = -1; }
+        if (!*buf) { snprintf(st->error, sizeof st->error, "out of memory for a %d-byte session", n); res = STORE_ERROR; }
         else {
             if (n > 0) memcpy(*buf, b, (size_t)n);
             *len = (size_t)n;
-            res = 0;
+            res = STORE_OK;
         }
     } else if (rc == SQLITE_DONE) {
-        res = 1;
+        res = STORE_NOT_FOUND;
     } else {
         set_err(st, s->db);
-        res = -1;
+        res = STORE_ERROR;
     }
     sqlite3_finalize(q);
     return res;
@@ -71,8 +94,19 @@ static int del(struct store *st, const char *id) {
     if (rc == SQLITE_OK) rc = sqlite3_bind_text(q, 1, id, -1, SQLITE_TRANSIENT);
     if (rc == SQLITE_OK) rc = sqlite3_step(q);
     sqlite3_finalize(q);
-    if (rc != SQLITE_DONE) { set_err(st, s->db); return -1; }
-    return sqlite3_changes(s->db) > 0 ? 0 : 1;
+    if (rc != SQLITE_DONE) { set_err(st, s->db); return STORE_ERROR; }
+    return sqlite3_changes(s->db) > 0 ? STORE_OK : STORE_NOT_FOUND;
+}
+
+/* A file written before sessions had versions gains the column (its rows
+ * at version 0). false with *msg (sqlite3_free) on failure. */
+static bool has_version_column(sqlite3 *db, char **msg) {
+    sqlite3_stmt *q = NULL;
+    bool found = false;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info('sessions') WHERE name = 'version'", -1, &q, NULL) == SQLITE_OK)
+        found = sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    return found || sqlite3_exec(db, "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0", NULL, NULL, msg) == SQLITE_OK;
 }
 
 static int64_t count(struct store *st) {
@@ -111,8 +145,10 @@ struct store *store_sqlite_open(const char *dir, char *err, size_t errlen) {
     }
     char *msg = NULL;
     if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=5000;"
-                            "CREATE TABLE IF NOT EXISTS sessions(id TEXT PRIMARY KEY, image BLOB NOT NULL, updated INTEGER NOT NULL);",
-                     NULL, NULL, &msg) != SQLITE_OK) {
+                            "CREATE TABLE IF NOT EXISTS sessions(id TEXT PRIMARY KEY, image BLOB NOT NULL, updated INTEGER NOT NULL,"
+                            " version INTEGER NOT NULL DEFAULT 0);",
+                     NULL, NULL, &msg) != SQLITE_OK ||
+        !has_version_column(s->db, &msg)) {
         snprintf(err, errlen, "%s: %s", path, msg ? msg : "cannot create the sessions table");
         sqlite3_free(msg);
         sqlite3_close(s->db);

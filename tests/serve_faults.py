@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""serve_faults.py — raw-socket probes of the faults a probe found in
+`kvbound serve` (used by tests/test_serve_faults_cli.sh). Each prints one
+line, "ok ..." or "FAIL ...", and exits 0 or 1.
+
+  serve_faults.py HOST PORT keepalive SECONDS   6 keep-alive clients asking for
+                                                sessions (GET, DELETE, map) until
+                                                the server goes; prints how many
+                                                answers came (always ok)
+  serve_faults.py HOST PORT slowloris N TIMEOUT N connections that send half a
+                                                header and stop: a request from
+                                                another address is answered at once,
+                                                and after TIMEOUT one from theirs too
+  serve_faults.py HOST PORT halfclose           a request, then shutdown(SHUT_WR)
+  serve_faults.py HOST PORT framing MAXBODY     two Content-Length, Content-Length
+                                                with chunked, Expect: 100-continue
+                                                over MAXBODY
+"""
+import socket
+import sys
+import threading
+import time
+
+
+def read_all(s, limit=30):
+    s.settimeout(limit)
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    s.close()
+    return data
+
+
+def status_of(data):
+    return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.") else 0
+
+
+def raw(host, port, head, body=b"", src=None, timeout=30):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    if src:
+        s.bind((src, 0))
+    s.connect((host, port))
+    s.sendall(head + body)
+    return read_all(s, timeout)
+
+
+def health(host, port, src=None, timeout=10):
+    t0 = time.time()
+    try:
+        data = raw(host, port, f"GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode(), src=src, timeout=timeout)
+    except OSError:
+        data = b""
+    return status_of(data), time.time() - t0
+
+
+def keepalive(host, port, seconds):
+    import http.client
+    count = [0]
+    lock = threading.Lock()
+    end = time.time() + seconds
+
+    def client(i):
+        while time.time() < end:
+            try:
+                c = http.client.HTTPConnection(host, port, timeout=5)
+                while time.time() < end:
+                    for method, path in (("GET", f"/v1/sessions/k{i}"), ("GET", f"/v1/sessions/k{i}/map"), ("DELETE", f"/v1/sessions/k{i}")):
+                        c.request(method, path)
+                        c.getresponse().read()
+                        with lock:
+                            count[0] += 1
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.01)
+
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    print(f"ok keepalive: {count[0]} answers")
+    return 0
+
+
+def slowloris(host, port, n, timeout):
+    socks = []
+    for _ in range(n):
+        try:
+            s = socket.create_connection((host, port), timeout=5)
+            s.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\nX-Slow: ".encode())
+            socks.append(s)
+        except OSError:
+            break
+    time.sleep(0.3)
+    st_other, dt_other = health(host, port, src="127.0.0.2")
+    time.sleep(timeout + 1.5)
+    st_same, dt_same = health(host, port)
+    cut = 0
+    for s in socks:  # the server closed them: reading gives EOF (or a reset)
+        s.settimeout(0.5)
+        try:
+            if s.recv(1) == b"":
+                cut += 1
+        except OSError:
+            cut += 1
+        s.close()
+    ok = st_other == 200 and dt_other < 2 and st_same == 200 and dt_same < 2 and cut == len(socks)
+    print(("ok" if ok else "FAIL") + f" slowloris: {len(socks)} half-headers; another address answered {st_other} in {dt_other:.2f} s; "
+          f"after {timeout} s the same address {st_same} in {dt_same:.2f} s; {cut} cut by the deadline")
+    return 0 if ok else 1
+
+
+def halfclose(host, port):
+    body = b'{"prompt":"Once upon a time","max_tokens":4,"temperature":0}'
+    s = socket.create_connection((host, port), timeout=30)
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    s.shutdown(socket.SHUT_WR)
+    data = read_all(s)
+    ok = status_of(data) == 200 and b'"text"' in data
+    # and a stream, half-closed the same way
+    body = b'{"prompt":"Once upon a time","max_tokens":4,"temperature":0,"stream":true}'
+    s = socket.create_connection((host, port), timeout=30)
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    s.shutdown(socket.SHUT_WR)
+    sdata = read_all(s)
+    sok = status_of(sdata) == 200 and b"data: [DONE]" in sdata
+    print(("ok" if ok and sok else "FAIL") + f" halfclose: answer {status_of(data)} ({len(data)} bytes), stream {status_of(sdata)} "
+          f"({'with' if b'[DONE]' in sdata else 'without'} [DONE])")
+    return 0 if ok and sok else 1
+
+
+def framing(host, port, maxbody):
+    body = b'{"prompt":"Once","max_tokens":1}'
+    two = raw(host, port, f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\nContent-Length: {len(body)}\r\n\r\n".encode(), body)
+    te = raw(host, port, f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\nTransfer-Encoding: chunked\r\n\r\n".encode(),
+             f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")
+    # Expect: 100-continue over --max-body: 413 at once, never 100, and no body sent
+    s = socket.create_connection((host, port), timeout=10)
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {maxbody + 1}\r\nExpect: 100-continue\r\n\r\n".encode())
+    s.settimeout(5)
+    t0 = time.time()
+    try:
+        first = s.recv(4096)
+    except OSError:
+        first = b""
+    dt = time.time() - t0
+    s.close()
+    ok = status_of(two) == 400 and status_of(te) == 400 and status_of(first) == 413 and dt < 2
+    print(("ok" if ok else "FAIL") + f" framing: two Content-Length {status_of(two)}, Content-Length + chunked {status_of(te)}, "
+          f"100-continue over --max-body {status_of(first)} in {dt:.2f} s")
+    return 0 if ok else 1
+
+
+def main():
+    host, port, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if what == "keepalive":
+        return keepalive(host, port, float(sys.argv[4]))
+    if what == "slowloris":
+        return slowloris(host, port, int(sys.argv[4]), float(sys.argv[5]))
+    if what == "halfclose":
+        return halfclose(host, port)
+    if what == "framing":
+        return framing(host, port, int(sys.argv[4]))
+    print(f"FAIL unknown probe {what}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+#!/bin/sh
+# test_serve_faults_cli.sh BUILD_DIR — the faults a probe of `kvbound serve`
+# found (issue 32), each a case that failed before its fix:
+#   - SIGTERM while keep-alive clients ask for sessions exits 0 (it crashed:
+#     the scheduler was freed under them);
+#   - HTTP: slowloris connections are cut by --request-timeout and cannot
+#     keep other addresses out; a half-closed client is answered; two
+#     Content-Length (or one with chunked) are 400; Expect: 100-continue over
+#     --max-body is 413 at once; wrong methods are 405 with Allow;
+#   - identity: \u0000 in session_id or a message is refused; a foreign Host
+#     on loopback without --api-key is 403; a cross-origin write is 403
+#     unless --cors allows the origin, and a preflight then answers.
+. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+G="$D/models/stories260K/stories260K.llamacpp.gguf"
+if ! "$K" serve --help > /dev/null 2>&1; then
+    skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"
+    cli_summary
+    exit
+fi
+if [ ! -f "$G" ]; then skip_case serve_faults "missing $G"; cli_summary; exit; fi
+command -v curl > /dev/null || { skip_case serve_curl "curl is not installed"; cli_summary; exit; }
+command -v python3 > /dev/null || { skip_case serve_python3 "python3 is not installed (the raw-socket probes need it)"; cli_summary; exit; }
+PROBE="python3 $(dirname "$0")/serve_faults.py"
+
+# 1. SIGTERM under keep-alive session queries: exit 0, four times over
+bad=""
+for run in 1 2 3 4; do
+    start term$run -m "$G" --sessions "$T/st$run" --budget 64 -t 1
+    [ -n "$URL" ] || { bad="$bad no-start"; break; }
+    $PROBE $HOSTPORT keepalive 3 > "$T/ka$run.txt" 2>&1 &
+    kp=$!
+    sleep 1
+    kill -TERM $PID
+    wait $PID; rc=$?
+    wait $kp
+    [ $rc -eq 0 ] || bad="$bad run$run:rc=$rc"
+done
+if [ -z "$bad" ]; then ok serve_sigterm_under_keepalive_queries
+else ko serve_sigterm_under_keepalive_queries "$bad ($(tail -n 2 "$T/term$run.log" | tr '\n' ' '))"; fi
+
+start h -m "$G" --sessions "$T/sh" --budget 64 -t 1 --max-body 4096 --max-connections 64 --max-connections-per-ip 32 --request-timeout 2
+if [ -z "$URL" ]; then ko serve_faults_start "$(tail -n 3 "$T/h.log")"; cli_summary; exit; fi
+
+# 2. slowloris: 40 half-headers from 127.0.0.1 against a per-address limit of 32
+if out=$($PROBE $HOSTPORT slowloris 40 2); then ok serve_slowloris_cut; else ko serve_slowloris_cut "$out"; fi
+if out=$($PROBE $HOSTPORT halfclose); then ok serve_half_close_answered; else ko serve_half_close_answered "$out"; fi
+if out=$($PROBE $HOSTPORT framing 4096); then ok serve_framing_refused; else ko serve_framing_refused "$out"; fi
+
+# 405 with Allow on the fixed routes
+bad=""
+for r in "POST /" "POST /health" "DELETE /metrics" "PUT /v1/models" "GET /v1/chat/completions" "POST /v1/sessions/x/map"; do
+    set -- $r
+    hdr=$(curl -s -o /dev/null -D - -X "$1" "$URL$2" | tr -d '\r')
+    code=$(printf '%s\n' "$hdr" | head -n 1 | cut -d' ' -f2)
+    allow=$(printf '%s\n' "$hdr" | sed -n 's/^Allow: //p')
+    case "$2" in /v1/chat/completions) want="POST" ;; *) want="GET, HEAD" ;; esac
+    [ "$code" = 405 ] && [ "$allow" = "$want" ] || bad="$bad [$r: $code Allow '$allow']"
+done
+if [ -z "$bad" ]; then ok serve_wrong_method_405_allow; else ko serve_wrong_method_405_allow "$bad"; fi
+
+# 6. identity: \u0000 refused in session_id and in a message
+c1=$(curl -s -o "$T/n1" -w '%{http_code}' -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"session_id":"demo\u0000x"}' "$URL/v1/chat/completions")
+c2=$(curl -s -o "$T/n2" -w '%{http_code}' -d '{"messages":[{"role":"user","content":"hi\u0000 there"}],"max_tokens":2}' "$URL/v1/chat/completions")
+c3=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/demo")
+c4=$(curl -s -o /dev/null -w '%{http_code}' -d '{"messages":[{"role":"user","content":"a \\\\u0000 written out"}],"max_tokens":2}' "$URL/v1/chat/completions")
+if [ "$c1" = 400 ] && [ "$c2" = 400 ] && [ "$c3" = 404 ] && [ "$c4" = 200 ] && grep -q 'u0000' "$T/n1"; then ok serve_nul_refused
+else ko serve_nul_refused "session_id $c1, content $c2, demo then $c3, an escaped backslash $c4: $(cat "$T/n1")"; fi
+
+# Host: a foreign name is 403 (DNS rebinding); localhost and the address pass
+port=${URL##*:}
+h1=$(curl -s -o "$T/h1" -w '%{http_code}' -H 'Host: attacker.example' "$URL/v1/models")
+h2=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: localhost:$port" "$URL/v1/models")
+h3=$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: attacker.example' -d '{"prompt":"Once","max_tokens":2,"session_id":"rebind"}' "$URL/v1/completions")
+h4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/rebind")
+if [ "$h1" = 403 ] && [ "$h2" = 200 ] && [ "$h3" = 403 ] && [ "$h4" = 404 ] && grep -q attacker.example "$T/h1"; then ok serve_foreign_host_403
+else ko serve_foreign_host_403 "foreign $h1, localhost $h2, foreign POST $h3, then the session $h4"; fi
+
+# Origin: a cross-site write is 403 and appends nothing; the server's own page passes
+o1=$(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: http://evil.example' -d '{"prompt":"Once","max_tokens":2,"session_id":"csrf"}' "$URL/v1/completions")
+o2=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/csrf")
+o3=$(curl -s -o /dev/null -w '%{http_code}' -H "Origin: $URL" -d '{"prompt":"Once","max_tokens":2}' "$URL/v1/completions")
+o4=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE -H 'Origin: http://evil.example' "$URL/v1/sessions/csrf")
+if [ "$o1" = 403 ] && [ "$o2" = 404 ] && [ "$o3" = 200 ] && [ "$o4" = 403 ]; then ok serve_cross_origin_write_403
+else ko serve_cross_origin_write_403 "cross-site POST $o1 (session then $o2), same-origin $o3, cross-site DELETE $o4"; fi
+
+# --cors ORIGIN: that origin may write, and its preflight answers
+start cors -m "$G" --sessions "$T/sc" --budget 64 -t 1 --cors http://app.example:3000
+p=$(curl -s -o /dev/null -D - -X OPTIONS -H 'Origin: http://app.example:3000' -H 'Access-Control-Request-Method: POST' "$URL/v1/completions" | tr -d '\r')
+w=$(curl -s -o /dev/null -D - -H 'Origin: http://app.example:3000' -d '{"prompt":"Once","max_tokens":2}' "$URL/v1/completions" | tr -d '\r')
+x=$(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: http://other.example' -d '{"prompt":"Once","max_tokens":2}' "$URL/v1/completions")
+if printf '%s\n' "$p" | grep -q '^HTTP/1.1 204' && printf '%s\n' "$p" | grep -q '^Access-Control-Allow-Origin: http://app.example:3000$' &&
+   printf '%s\n' "$p" | grep -q '^Access-Control-Allow-Methods: .*POST' && printf '%s\n' "$w" | grep -q '^HTTP/1.1 200' &&
+   printf '%s\n' "$w" | grep -q '^Access-Control-Allow-Origin: http://app.example:3000$' && [ "$x" = 403 ]; then ok serve_cors_origin_allowed
+else ko serve_cors_origin_allowed "preflight: $(printf '%s' "$p" | head -n 1), write: $(printf '%s' "$w" | head -n 1), another origin $x"; fi
+"$K" serve -m "$G" --cors evil.example > /dev/null 2> "$T/cors.err"; rc=$?
+if [ $rc -eq 2 ] && grep -q -- '--cors evil.example' "$T/cors.err"; then ok serve_cors_flag_checked; else ko serve_cors_flag_checked "rc $rc: $(cat "$T/cors.err")"; fi
+cli_summary

@@ -1,0 +1,158 @@
+/*
+ * store_queue.c — the store worker: every read, write, delete and count of
+ * the session store runs on this one thread, so that a slow store (a 46 MB
+ * session written, an SQLite file another process holds locked, a Redis
+ * that stopped answering) never pauses the step loop and everyone's next
+ * token with it.
+ *
+ * The scheduler posts a struct store_req under the server mutex and goes
+ * on; the worker takes requests in order, runs each without the mutex,
+ * puts it on the done list and signals the scheduler's condition variable.
+ * In order matters: a DELETE posted before a GET of the same session is
+ * seen by it. Between requests, and every 2 s when idle, the worker counts
+ * the stored sessions (a counter in Redis, COUNT(*) in SQLite) for
+ * /metrics, so no count runs on the loop.
+ */
+#include "serve.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct store_queue {
+    struct server *srv;
+    pthread_t th;
+    pthread_cond_t cv; /* the worker waits on it, with srv->mu */
+    struct store_req *todo_head, *todo_tail, *done_head, *done_tail;
+    int pending;       /* posted, not yet taken back done */
+    bool stop, changed;
+    int64_t count;
+    double counted_at;
+};
+
+static void append(struct store_req **head, struct store_req **tail, struct store_req *r) {
+    r->next = NULL;
+    if (*tail) (*tail)->next = r;
+    else *head = r;
+    *tail = r;
+}
+
+static void run_one(struct store *st, struct store_req *r) {
+    st->error[0] = 0;
+    switch (r->op) {
+    case SOP_GET:
+        r->rc = st->get(st, r->id, &r->buf, &r->len, &r->version);
+        break;
+    case SOP_PUT: {
+        int64_t v = r->version;
+        r->rc = st->put(st, r->id, r->buf, r->len, r->version, &v);
+        if (r->rc == STORE_OK) r->version = v;
+        free(r->buf);
+        r->buf = NULL;
+        break;
+    }
+    case SOP_DEL:
+        r->rc = st->del(st, r->id);
+        break;
+    }
+    if (r->rc == STORE_ERROR) snprintf(r->error, sizeof r->error, "%s", st->error[0] ? st->error : "the store failed");
+}
+
+static void *worker(void *arg) {
+    struct store_queue *q = arg;
+    struct server *srv = q->srv;
+    pthread_mutex_lock(&srv->mu);
+    for (;;) {
+        if (q->stop) break;
+        struct store_req *r = q->todo_head;
+        if (!r) {
+            const double now = serve_now();
+            if (q->changed || now - q->counted_at > 2.0) {
+                q->changed = false;
+                q->counted_at = now;
+                pthread_mutex_unlock(&srv->mu);
+                const int64_t n = srv->store->count(srv->store);
+                pthread_mutex_lock(&srv->mu);
+                if (n >= 0) q->count = n;
+                continue;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&q->cv, &srv->mu, &ts);
+            continue;
+        }
+        q->todo_head = r->next;
+        if (!q->todo_head) q->todo_tail = NULL;
+        pthread_mutex_unlock(&srv->mu);
+        run_one(srv->store, r);
+        pthread_mutex_lock(&srv->mu);
+        if (r->op != SOP_GET) q->changed = true;
+        append(&q->done_head, &q->done_tail, r);
+        pthread_cond_broadcast(&srv->work);
+    }
+    /* stopping: whatever was not started comes back refused */
+    while (q->todo_head) {
+        struct store_req *r = q->todo_head;
+        q->todo_head = r->next;
+        if (r->op == SOP_PUT) { free(r->buf); r->buf = NULL; }
+        r->rc = STORE_ERROR;
+        snprintf(r->error, sizeof r->error, "the server is stopping");
+        append(&q->done_head, &q->done_tail, r);
+    }
+    q->todo_tail = NULL;
+    pthread_cond_broadcast(&srv->work);
+    pthread_mutex_unlock(&srv->mu);
+    return NULL;
+}
+
+struct store_queue *store_queue_start(struct server *srv) {
+    struct store_queue *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->srv = srv;
+    q->count = -1;
+    q->counted_at = -1e9;
+    pthread_cond_init(&q->cv, NULL);
+    if (pthread_create(&q->th, NULL, worker, q)) {
+        pthread_cond_destroy(&q->cv);
+        free(q);
+        return NULL;
+    }
+    return q;
+}
+
+void store_queue_post(struct store_queue *q, struct store_req *r) {
+    append(&q->todo_head, &q->todo_tail, r);
+    q->pending++;
+    pthread_cond_signal(&q->cv);
+}
+
+struct store_req *store_queue_done(struct store_queue *q) {
+    struct store_req *list = q->done_head;
+    for (struct store_req *r = list; r; r = r->next) q->pending--;
+    q->done_head = q->done_tail = NULL;
+    return list;
+}
+
+int store_queue_pending(const struct store_queue *q) { return q->pending; }
+int64_t store_queue_count(const struct store_queue *q) { return q->count; }
+
+void store_queue_stop(struct store_queue *q) {
+    pthread_mutex_lock(&q->srv->mu);
+    q->stop = true;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->srv->mu);
+    pthread_join(q->th, NULL);
+}
+
+void store_queue_free(struct store_queue *q) {
+    if (!q) return;
+    for (struct store_req *r = q->done_head, *nx; r; r = nx) {
+        nx = r->next;
+        free(r->buf);
+        free(r);
+    }
+    pthread_cond_destroy(&q->cv);
+    free(q);
+}
