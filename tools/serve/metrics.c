@@ -90,6 +90,11 @@ void metrics_render(struct metrics *m, const struct sched_gauges *g, struct sbuf
     GAUGE("kvbound_sessions_queued", "Requests waiting for room.", g->queued);
     GAUGE("kvbound_sessions_in_memory", "Sessions whose cache is in the pool.", g->in_memory);
     GAUGE("kvbound_sessions_persisted", "Sessions in the session store.", g->persisted);
+    GAUGE("kvbound_session_records", "Sessions the server keeps a record of: in memory or in a turn (bounded by --max-sessions and --parallel).", g->records);
+    GAUGE("kvbound_store_requests_pending", "Session-store reads, writes and deletes not yet done by the store worker.", g->store_pending);
+    GAUGE("kvbound_connections_open", "HTTP connections open.", g->conn_open);
+    COUNTER("kvbound_connections_refused_total", "Connections refused at once (--max-connections, --max-connections-per-ip).", g->conn_refused);
+    COUNTER("kvbound_connections_timed_out_total", "Connections closed for not sending a whole request in --request-timeout.", g->conn_timed_out);
     COUNTER("kvbound_sessions_offloaded_total", "Idle sessions whose pages were returned to the pool.", g->evictions_idle);
     COUNTER("kvbound_tokens_generated_total", "Tokens generated (decode steps).", m->decode_tokens);
     COUNTER("kvbound_tokens_prefill_total", "Prompt tokens read.", m->prefill_tokens);

@@ -290,6 +290,7 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         struct sched_gauges g;
         memset(&g, 0, sizeof g);
         if (!srv->o.dry_run) sched_gauges(srv, &g);
+        if (srv->guard) guard_counts(srv->guard, &g.conn_open, &g.conn_refused, &g.conn_timed_out);
         r->status = 200;
         r->content_type = "text/plain; version=0.0.4";
         metrics_render(srv->metrics, &g, &r->body);

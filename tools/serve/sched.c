@@ -58,7 +58,7 @@ struct sched {
     pthread_t th;
     bool running;
     struct kvb_batch *b;
-    struct sess *sess;
+    struct sess **sess; /* each record its own allocation: a pointer to one stays good while others come and go */
     int n_sess, cap_sess;
     struct job **active;
     int n_active;
@@ -76,28 +76,33 @@ struct sched {
 
 static struct sess *sess_find(struct sched *s, const char *id) {
     for (int i = 0; i < s->n_sess; i++)
-        if (!strcmp(s->sess[i].id, id)) return &s->sess[i];
+        if (!strcmp(s->sess[i]->id, id)) return s->sess[i];
     return NULL;
 }
 
 static struct sess *sess_new(struct sched *s, const char *id) {
     if (s->n_sess == s->cap_sess) {
         const int cap = s->cap_sess ? 2 * s->cap_sess : 16;
-        struct sess *t = realloc(s->sess, sizeof *t * (size_t)cap);
+        struct sess **t = realloc(s->sess, sizeof *t * (size_t)cap);
         if (!t) return NULL;
         s->sess = t;
         s->cap_sess = cap;
     }
-    struct sess *x = &s->sess[s->n_sess++];
-    memset(x, 0, sizeof *x);
+    struct sess *x = calloc(1, sizeof *x);
+    if (!x) return NULL;
+    s->sess[s->n_sess++] = x;
     snprintf(x->id, sizeof x->id, "%s", id);
     x->seq = -1;
     return x;
 }
 
 static void sess_drop(struct sched *s, struct sess *x) {
-    const int i = (int)(x - s->sess);
-    s->sess[i] = s->sess[--s->n_sess];
+    for (int i = 0; i < s->n_sess; i++)
+        if (s->sess[i] == x) {
+            s->sess[i] = s->sess[--s->n_sess];
+            break;
+        }
+    free(x);
 }
 
 /* Forgets a session here: its sequence (if any) leaves the batch and its
@@ -212,7 +217,7 @@ static bool offload_one(struct server *srv) {
     struct sched *s = srv->sched;
     struct sess *lru = NULL;
     for (int i = 0; i < s->n_sess; i++) {
-        struct sess *x = &s->sess[i];
+        struct sess *x = s->sess[i];
         if (x->seq >= 0 && !x->busy && (!lru || x->last_used < lru->last_used)) lru = x;
     }
     if (!lru) return false;
@@ -362,9 +367,10 @@ static int admit(struct server *srv, struct job *j) {
         }
         if (!fresh && j->policy_given &&
             (j->sp.policy.id != x->pol.id || j->sp.policy.budget != x->pol.budget || j->sp.policy.n_sink != x->pol.n_sink)) {
+            const struct kvb_policy_params kept = x->pol;
             sess_idle(srv, x);
             job_fail(srv, j, 400, "invalid_request_error", 0, "session '%s' keeps its cache under %s with budget %d and %d sinks; a turn cannot change them",
-                     j->session_id, kvb_policy_name(x->pol.id), (int)x->pol.budget, (int)x->pol.n_sink);
+                     j->session_id, kvb_policy_name(kept.id), (int)kept.budget, (int)kept.n_sink);
             return ADMIT_DONE;
         }
         if (!fresh) j->sp.policy = x->pol;
@@ -657,7 +663,8 @@ static void ctl_from_store(struct server *srv, struct ctl *c, struct store_req *
     /* the map of a stored session: loaded for the moment, then let go */
     struct kvb_seq_params sp = kvb_seq_default_params();
     int32_t seq = -1;
-    const kvb_status st = kvb_batch_seq_load(srv->sched->b, &sp, img, il, &seq);
+    kvb_status st = kvb_batch_seq_load(srv->sched->b, &sp, img, il, &seq);
+    while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_seq_load(srv->sched->b, &sp, img, il, &seq);
     if (st != KVB_OK) { c->status = st == KVB_ERR_NOMEM ? 503 : 500; return; }
     struct kvb_cache_params cp;
     kvb_cache_get_params(kvb_batch_seq_cache(srv->sched->b, seq), &cp);
@@ -788,7 +795,7 @@ static void gauges_update(struct server *srv) {
     struct kvb_batch_stats bs;
     kvb_batch_get_stats(s->b, &bs);
     int64_t in_mem = 0;
-    for (int i = 0; i < s->n_sess; i++) in_mem += s->sess[i].seq >= 0;
+    for (int i = 0; i < s->n_sess; i++) in_mem += s->sess[i]->seq >= 0;
     s->in_memory = in_mem;
     s->page_bytes = (int64_t)bs.page_bytes;
     s->pages_used = bs.page_bytes ? (int64_t)(bs.pool_bytes_in_use / bs.page_bytes) : 0;
@@ -997,6 +1004,7 @@ void sched_free(struct server *srv) {
     if (!s) return;
     store_queue_free(s->q);
     kvb_batch_free(s->b);
+    for (int i = 0; i < s->n_sess; i++) free(s->sess[i]);
     free(s->sess);
     free(s->active);
     free(s);
@@ -1031,6 +1039,8 @@ void sched_gauges(struct server *srv, struct sched_gauges *g) {
         g->page_bytes = s->page_bytes;
         g->evictions_idle = s->offloaded;
         g->persisted = s->persisted;
+        g->records = s->n_sess;
+        g->store_pending = s->q ? store_queue_pending(s->q) : 0;
     }
     g->queued = srv->n_queued;
     pthread_mutex_unlock(&srv->mu);

@@ -212,6 +212,8 @@ int sched_session_delete(struct server *srv, const char *id);
 /* Metrics gauges the scheduler keeps. */
 struct sched_gauges {
     int64_t pages_used, pages_free, page_bytes, active, queued, in_memory, persisted, evictions_idle;
+    int64_t records, store_pending;                  /* the session table's size; store requests not yet done */
+    int64_t conn_open, conn_refused, conn_timed_out; /* guard.c */
 };
 void sched_gauges(struct server *srv, struct sched_gauges *g);
 

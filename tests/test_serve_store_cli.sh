@@ -1,0 +1,183 @@
+#!/bin/sh
+# test_serve_store_cli.sh BUILD_DIR — `kvbound serve` and its session store
+# when the store fails or is shared (issue 32):
+#   - a turn is acknowledged only once its session is stored: with the
+#     SQLite file locked by another process, a turn is 503 and the session
+#     stays as of its last stored turn; a new session is not created; once
+#     the lock goes, the same turn succeeds and equals an uninterrupted
+#     server's; the same with Redis out of memory (maxmemory 1);
+#   - the store is not on the step loop: while a write waits on the lock, a
+#     request without a session is answered at once; with Redis stopped, a
+#     session turn fails fast and /metrics answers;
+#   - versions: a replica whose copy of a session is older than the store's
+#     gets 409 and keeps nothing; its retry continues from the newer state;
+#     two replicas racing on one Redis session never both win;
+#   - growth: the session table stays within --max-sessions and --parallel,
+#     and the map of a session in the store only is served.
+. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+G="$D/models/stories260K/stories260K.llamacpp.gguf"
+if ! "$K" serve --help > /dev/null 2>&1; then
+    skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"
+    cli_summary
+    exit
+fi
+if [ ! -f "$G" ]; then skip_case serve_store "missing $G"; cli_summary; exit; fi
+command -v curl > /dev/null || { skip_case serve_curl "curl is not installed"; cli_summary; exit; }
+command -v python3 > /dev/null || { skip_case serve_python3 "python3 is not installed (the tests read JSON and lock SQLite with it)"; cli_summary; exit; }
+
+# turn URL SESSION TEXT [MAX_TOKENS]: the body to $T/out, the status printed
+turn() {
+    curl -s -o "$T/out" -w '%{http_code}' -H 'Content-Type: application/json' \
+        -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$3\"}],\"max_tokens\":${4:-24},\"temperature\":0,\"session_id\":\"$2\"}" "$1/v1/chat/completions"
+}
+content() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["choices"][0]["message"]["content"])' "$1"; }
+field() { curl -s "$1/v1/sessions/$2" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$3'))" 2> /dev/null; }
+metric() { curl -s "$1/metrics" | sed -n "s/^$2 //p"; }
+
+# the reference: two turns on an undisturbed server
+start ref -m "$G" --sessions "$T/ref" --budget 64 -t 1
+REF=$URL
+turn "$REF" L "Once upon a time, a frog" > /dev/null
+turn "$REF" L "The frog jumped" > /dev/null
+want2=$(content "$T/out")
+
+# ---- SQLite locked by another process ----
+start lk -m "$G" --sessions "$T/lk" --budget 64 -t 1
+LK=$URL
+c1=$(turn "$LK" L "Once upon a time, a frog")
+p1=$(field "$LK" L position)
+python3 -c '
+import sqlite3, sys, time, os
+c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+c.execute("BEGIN EXCLUSIVE")
+open(sys.argv[2], "w").close()
+time.sleep(float(sys.argv[3]))
+c.execute("COMMIT")
+' "$T/lk/sessions.sqlite" "$T/locked" 12 &
+holder=$!
+for _ in $(seq 1 50); do [ -f "$T/locked" ] && break; sleep 0.1; done
+t0=$(date +%s.%N)
+(turn "$LK" L "The frog jumped" > "$T/c2"; cp "$T/out" "$T/out2") &
+tl=$!
+sleep 0.3
+(curl -s -o "$T/outF" -w '%{http_code}' -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0,"session_id":"F"}' "$LK/v1/chat/completions" > "$T/cF") &
+tf=$!
+sleep 0.5
+# a request without a session, while the store worker waits on the lock
+tq0=$(date +%s.%N)
+cq=$(curl -s -o /dev/null -w '%{http_code}' -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' "$LK/v1/completions")
+tq=$(echo "$(date +%s.%N) - $tq0" | bc)
+wait $tl $tf
+c2=$(cat "$T/c2"); cF=$(cat "$T/cF")
+wait $holder
+t1=$(echo "$(date +%s.%N) - $t0" | bc)
+after=$(field "$LK" L turns)/$(field "$LK" L position)
+codeF=$(curl -s -o /dev/null -w '%{http_code}' "$LK/v1/sessions/F")
+if [ "$c1" = 200 ] && [ "$c2" = 503 ] && [ "$cF" = 503 ] && [ "$after" = "1/$p1" ] && [ "$codeF" = 404 ] &&
+   grep -q store_unavailable "$T/out2" && grep -q 'locked' "$T/out2"; then ok serve_store_locked_turn_not_acknowledged
+else ko serve_store_locked_turn_not_acknowledged "turn 1 $c1, turn 2 $c2, new session $cF (then GET $codeF), session after: $after (was 1/$p1): $(cat "$T/out2")"; fi
+if [ "$cq" = 200 ] && [ "$(echo "$tq < 2" | bc)" = 1 ]; then ok serve_store_not_on_step_loop
+else ko serve_store_not_on_step_loop "a sessionless completion during the locked write: $cq in $tq s"; fi
+c3=$(turn "$LK" L "The frog jumped")
+got3=$(content "$T/out")
+cF2=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0,"session_id":"F"}' "$LK/v1/chat/completions")
+if [ "$c3" = 200 ] && [ -n "$got3" ] && [ "$got3" = "$want2" ] && [ "$(field "$LK" L turns)" = 2 ] && [ "$cF2" = 200 ]; then ok serve_store_retry_after_lock_exact
+else ko serve_store_retry_after_lock_exact "retry $c3: '$got3' want '$want2'; new session $cF2"; fi
+
+# ---- versions: a replica's stale copy is refused, not written over the newer one ----
+start va -m "$G" --sessions "$T/v" --budget 64 -t 1; VA=$URL
+start vb -m "$G" --sessions "$T/v" --budget 64 -t 1; VB=$URL
+turn "$VA" V "Once upon a time, a frog" > /dev/null    # A keeps V in memory (version 1)
+cb=$(turn "$VB" V "The frog jumped")                     # B reads version 1, writes 2
+ca=$(turn "$VA" V "A bird sang")                          # A's copy is version 1: refused
+cp "$T/out" "$T/va.json"
+ver=$(field "$VB" V version)/$(field "$VB" V turns)
+cr=$(turn "$VA" V "A bird sang")                          # the retry reads version 2
+if [ "$cb" = 200 ] && [ "$ca" = 409 ] && grep -q session_conflict "$T/va.json" && [ "$ver" = 2/2 ] && [ "$cr" = 200 ] &&
+   [ "$(field "$VA" V turns)" = 3 ]; then ok serve_store_stale_replica_409
+else ko serve_store_stale_replica_409 "B $cb, stale A $ca ($(cat "$T/va.json")), store then $ver, retry $cr, turns $(field "$VA" V turns)"; fi
+
+# ---- growth: 30 sessions, --max-sessions 2 and --parallel 2: at most 4 records ----
+start gr -m "$G" --sessions "$T/gr" --budget 64 -t 1 --max-sessions 2 --parallel 2; GR=$URL
+most=0
+for i in $(seq 1 30); do
+    turn "$GR" "g$i" "Once upon a time" > /dev/null
+    r=$(metric "$GR" kvbound_session_records)
+    [ "${r:-99}" -gt "$most" ] && most=${r:-99}
+done
+persisted=$(metric "$GR" kvbound_sessions_persisted)
+for _ in $(seq 1 30); do [ "$persisted" = 30 ] && break; sleep 0.1; persisted=$(metric "$GR" kvbound_sessions_persisted); done
+if [ "$most" -le 4 ] && [ "$persisted" = 30 ]; then ok serve_session_table_bounded
+else ko serve_session_table_bounded "records at most $most (want <= 4), persisted $persisted (want 30)"; fi
+# g1 is in the store only now: its map comes from there
+curl -s -o "$T/map.json" -w '%{http_code}' "$GR/v1/sessions/g1/map" > "$T/mapcode"
+inmem=$(field "$GR" g1 in_memory)
+if [ "$(cat "$T/mapcode")" = 200 ] && [ "$inmem" = False ] &&
+   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["object"]=="session.map" and d["position"]>0 and len(d["layers"])>0 and all(len(h)>0 for l in d["layers"] for h in l)' "$T/map.json"
+then ok serve_map_of_stored_session
+else ko serve_map_of_stored_session "map $(cat "$T/mapcode"), in_memory $inmem: $(head -c 200 "$T/map.json")"; fi
+
+# ---- Redis: out of memory, stopped, and two replicas racing ----
+RS=""
+if command -v redis-server > /dev/null; then
+    rport=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$T/redis.log" 2>&1 &
+    RPID=$!
+    PIDS="$PIDS $RPID"
+    for _ in $(seq 1 50); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
+    RS="redis://127.0.0.1:$rport"
+fi
+if [ -z "$RS" ]; then
+    if [ "${KVB_REQUIRE_REDIS:-0}" = 1 ]; then ko serve_store_redis "redis-server is not installed"
+    else sk serve_store_redis "redis-server is not installed"; fi
+    cli_summary
+    exit
+fi
+start ra -m "$G" --sessions "$RS" --budget 64 -t 1; RA=$URL
+start rb -m "$G" --sessions "$RS" --budget 64 -t 1; RB=$URL
+c1=$(turn "$RA" L "Once upon a time, a frog")
+p1=$(field "$RA" L position)
+redis-cli -p "$rport" config set maxmemory 1 > /dev/null
+c2=$(turn "$RA" L "The frog jumped"); cp "$T/out" "$T/r2.json"
+cN=$(turn "$RA" N "Hello")
+redis-cli -p "$rport" config set maxmemory 0 > /dev/null
+after=$(field "$RA" L turns)/$(field "$RA" L position)
+codeN=$(curl -s -o /dev/null -w '%{http_code}' "$RA/v1/sessions/N")
+c3=$(turn "$RB" L "The frog jumped"); got3=$(content "$T/out")
+if [ "$c1" = 200 ] && [ "$c2" = 503 ] && grep -q OOM "$T/r2.json" && [ "$cN" = 503 ] && [ "$codeN" = 404 ] && [ "$after" = "1/$p1" ] &&
+   [ "$c3" = 200 ] && [ "$got3" = "$want2" ]; then ok serve_redis_oom_turn_not_acknowledged
+else ko serve_redis_oom_turn_not_acknowledged "turn 1 $c1, OOM turn $c2 ($(head -c 200 "$T/r2.json")), new $cN then $codeN, after $after (was 1/$p1), retry on B $c3 '$got3' want '$want2'"; fi
+
+# two replicas, one session, turns at once: never two acknowledged on the same version
+bad=""; seen=""
+for round in 1 2 3; do
+    turn "$RA" "race$round" "Once upon a time" > /dev/null
+    (turn "$RA" "race$round" "The frog jumped and jumped and jumped" 400 > "$T/ra$round") &
+    w1=$!
+    (turn "$RB" "race$round" "A bird sang and sang and sang" 400 > "$T/rb$round") &
+    w2=$!
+    wait $w1 $w2
+    a=$(cat "$T/ra$round"); b=$(cat "$T/rb$round")
+    seen="$seen $a/$b"
+    wins=0; [ "$a" = 200 ] && wins=$((wins + 1)); [ "$b" = 200 ] && wins=$((wins + 1))
+    turns=$(field "$RA" "race$round" turns)
+    case "$a$b" in 200200|200409|409200|200429|429200) ;; *) bad="$bad round$round:$a/$b" ;; esac
+    [ "$turns" = $((1 + wins)) ] || bad="$bad round$round:turns=$turns,wins=$wins"
+done
+if [ -z "$bad" ]; then ok "serve_redis_race_nothing_lost (A/B:$seen)"; else ko serve_redis_race_nothing_lost "$bad"; fi
+
+# Redis stopped: a session turn fails at once (503), requests without sessions and /metrics go on
+kill $RPID; wait $RPID 2> /dev/null
+t0=$(date +%s.%N)
+cs=$(turn "$RA" L "Again")
+ts=$(echo "$(date +%s.%N) - $t0" | bc)
+t0=$(date +%s.%N)
+cq=$(curl -s -o /dev/null -w '%{http_code}' -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' "$RA/v1/completions")
+cm=$(curl -s -o /dev/null -w '%{http_code}' "$RA/metrics")
+tq=$(echo "$(date +%s.%N) - $t0" | bc)
+if [ "$cs" = 503 ] && [ "$(echo "$ts < 6" | bc)" = 1 ] && [ "$cq" = 200 ] && [ "$cm" = 200 ] && [ "$(echo "$tq < 2" | bc)" = 1 ]; then ok serve_redis_stopped_fails_fast
+else ko serve_redis_stopped_fails_fast "session turn $cs in $ts s; completion $cq and metrics $cm in $tq s"; fi
+cli_summary
