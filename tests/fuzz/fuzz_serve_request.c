@@ -4,9 +4,11 @@
  * socket and no model: the server runs in dry-run mode, where a
  * generation is checked and answered {} instead of queued. Input: byte 0
  * picks the method and path, byte 1 the length of an Authorization
- * header that follows, the rest is the body. Every answer must be a
- * status between 200 and 599 with a body; a 4xx must carry OpenAI's error
- * object.
+ * header that follows, the rest is the body; bits of byte 1 also send
+ * that header's bytes as the Host and as the Origin (the server checks
+ * Host as on loopback without a key, and allows one --cors origin). Every
+ * answer must be a status between 200 and 599 with a body (a 204
+ * preflight's is empty); a 4xx must carry OpenAI's error object.
  */
 #include "serve.h"
 
@@ -28,6 +30,10 @@ static void setup(void) {
     o->queue_max = 4;
     o->max_body = 1 << 20;
     o->api_key = "k";
+    o->host = "127.0.0.1";
+    o->check_host = true;
+    o->cors[0] = "http://a.example";
+    o->n_cors = 1;
     o->policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
     o->policy.budget = 256;
 }
@@ -38,6 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         {"POST", "/v1/chat/completions"}, {"POST", "/v1/completions"}, {"GET", "/v1/models"}, {"GET", "/health"},
         {"GET", "/metrics"}, {"GET", "/v1/sessions/abc"}, {"DELETE", "/v1/sessions/abc"}, {"GET", "/"},
         {"PUT", "/v1/completions"}, {"GET", "/v1/sessions/abc/map"}, {"POST", "/nothing"}, {"GET", "/v1/sessions//x"},
+        {"OPTIONS", "/v1/chat/completions"}, {"POST", "/health"},
     };
     setup();
     if (size < 2) return 0;
@@ -51,10 +58,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *body = malloc(blen + 1); /* exactly the bytes: an overread is caught by ASan */
     memcpy(body, data + 2 + alen, blen);
     body[blen] = 0;
-    struct http_req q = {routes[r][0], routes[r][1], (data[0] & 0x80) ? "Bearer k" : auth, body, blen, false};
+    struct http_req q = {routes[r][0], routes[r][1], (data[0] & 0x80) ? "Bearer k" : auth, body, blen, false,
+                         (data[1] & 0x40) ? auth : NULL, (data[1] & 0x20) ? auth : NULL};
     struct http_resp resp;
     serve_route(&g_srv, &q, &resp);
-    if (resp.status < 200 || resp.status > 599 || !resp.body.s || resp.job) abort();
+    if (resp.status < 200 || resp.status > 599 || (!resp.body.s && resp.status != 204) || resp.job) abort();
     if (resp.status >= 400 && !strstr(resp.body.s, "\"error\":{\"message\":")) abort();
     http_resp_free(&resp);
     free(body);

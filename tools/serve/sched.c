@@ -1,21 +1,29 @@
 /*
- * sched.c — the scheduler thread: the only owner of the kvb_batch, the
- * session table and the store.
+ * sched.c — the scheduler thread: the only owner of the kvb_batch and the
+ * session table. The store is the store worker's (store_queue.c): the
+ * scheduler posts reads and writes and takes their answers at the top of
+ * each loop, so no store I/O ever pauses a step.
  *
- * Loop: answer session queries (state, map, delete); admit queued jobs in
+ * Loop: take the store worker's answers; answer session queries (state,
+ * map, delete: from memory, else through the store); admit queued jobs in
  * order while --parallel allows and the pool can hold each one's minimum
  * (returning idle sessions' pages first; they are already in the store);
- * fail jobs that waited past --queue-timeout; run one kvb_batch_step; hand
- * each job its new text (stop strings cut, their possible beginnings held
- * back); finish turns: a session is saved to the store after every
- * completed turn, a sessionless sequence is removed. A cancelled job's
- * sequence is removed at once.
+ * a job whose session is not in memory is parked while the worker reads
+ * it, then comes back to the head of the queue; fail jobs that waited
+ * past --queue-timeout; run one kvb_batch_step; hand each job its new text
+ * (stop strings cut, their possible beginnings held back); finish turns: a
+ * session's turn is acknowledged only when the worker has stored it at the
+ * version it was read at (else 409 or 503, and the session is dropped from
+ * memory: the store's copy is its state); a sessionless sequence is
+ * removed. A cancelled job's sequence is removed at once.
  *
  * A session in memory is a DONE sequence in the batch between turns. Its
  * record keeps what the next turn needs: whether it had a turn, the text of
- * the stop token its last answer ended with (the chat template's glue), and
- * its figures. The stored blob is "KVBSRV1\0", u32 meta length, the meta
- * JSON, then the library's session image (kvb_batch_seq_save).
+ * the stop token its last answer ended with (the chat template's glue), its
+ * stored version, and its figures. Records exist only for sessions in
+ * memory or in a turn, each its own allocation (a pointer to one stays
+ * good while others go). The stored blob is "KVBSRV1\0", u32 meta length,
+ * the meta JSON, then the library's session image (kvb_batch_seq_save).
  */
 #include "serve.h"
 

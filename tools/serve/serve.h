@@ -14,8 +14,11 @@
  *    connection thread reads its request, hands it to serve_route (routes.c,
  *    no HTTP library in it, so the fuzz target drives it directly), and for a
  *    generation waits on its job for text. One scheduler thread (sched.c)
- *    owns the kvb_batch, the session table and the session store: nothing
- *    else touches them. The main thread parses flags and waits for a signal.
+ *    owns the kvb_batch and the session table: nothing else touches them.
+ *    One store worker (store_queue.c) alone calls the session store, on
+ *    requests the scheduler posts, so no store I/O runs on the step loop.
+ *    A watchdog (guard.c) closes connections that do not send a whole
+ *    request in time. The main thread parses flags and waits for a signal.
  *
  *  - Queues. A generation is a struct job. serve_route parses and checks it
  *    (openai.c) and submits it to the scheduler's bounded queue; a full
@@ -41,11 +44,15 @@
  *    get its pages, the newest job is ended with an error and its session
  *    falls back to its stored snapshot.
  *
- *  - Crash. A session is written to the store after every completed turn, in
- *    one atomic write (an SQLite transaction, a Redis SET), so kill -9 loses
- *    at most the turn in progress. On SIGINT/SIGTERM the server stops
- *    accepting work, lets running turns finish (a few seconds at most), then
- *    exits.
+ *  - Crash. A turn is acknowledged only once its session is written to the
+ *    store, in one atomic write (an SQLite statement, a Redis script),
+ *    conditional on the version the turn started from; so kill -9 loses at
+ *    most the turns not yet acknowledged, and two replicas never overwrite
+ *    each other (the later write is refused: 409). A write that fails
+ *    keeps nothing of its turn (503): the store holds the session. On
+ *    SIGINT/SIGTERM the server stops accepting work, lets running turns
+ *    finish and be stored (5 s at most), then exits; the scheduler is freed
+ *    only after the HTTP daemon has stopped.
  */
 #ifndef KVB_SERVE_H
 #define KVB_SERVE_H
