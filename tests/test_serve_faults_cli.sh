@@ -2,7 +2,8 @@
 # test_serve_faults_cli.sh BUILD_DIR — the faults a probe of `kvbound serve`
 # found (issue 32), each a case that failed before its fix:
 #   - SIGTERM while keep-alive clients ask for sessions exits 0 (it crashed:
-#     the scheduler was freed under them);
+#     the scheduler was freed under them); a turn cut by shutdown is 503
+#     with Retry-After (it was 499);
 #   - HTTP: slowloris connections are cut by --request-timeout and cannot
 #     keep other addresses out; a half-closed client is answered; two
 #     Content-Length (or one with chunked) are 400; Expect: 100-continue over
@@ -38,6 +39,20 @@ for run in 1 2 3 4; do
 done
 if [ -z "$bad" ]; then ok serve_sigterm_under_keepalive_queries
 else ko serve_sigterm_under_keepalive_queries "$bad ($(tail -n 2 "$T/term$run.log" | tr '\n' ' '))"; fi
+
+# a turn still running 5 s after SIGTERM is cut: 503 with Retry-After, not 499
+start cut -m "$G" --sessions "$T/scut" --budget 64 -t 1 --max-tokens 1000000
+if [ -n "$URL" ]; then
+    curl -s -D "$T/cut.hdr" -o "$T/cut.body" -d '{"prompt":"Once upon a time","max_tokens":1000000,"ignore_eos":true,"temperature":0}' "$URL/v1/completions" &
+    cp=$!
+    sleep 1
+    kill -TERM $PID
+    wait $cp
+    wait $PID; rc=$?
+    st=$(head -n 1 "$T/cut.hdr" | tr -d '\r' | cut -d' ' -f2)
+    if [ "$st" = 503 ] && grep -qi '^Retry-After: [0-9]' "$T/cut.hdr" && grep -q 'shutting down' "$T/cut.body" && [ $rc -eq 0 ]; then ok serve_shutdown_cut_turn_503
+    else ko serve_shutdown_cut_turn_503 "status '$st', exit $rc: $(cat "$T/cut.body")"; fi
+else ko serve_shutdown_cut_turn_503 "no start: $(tail -n 2 "$T/cut.log")"; fi
 
 start h -m "$G" --sessions "$T/sh" --budget 64 -t 1 --max-body 4096 --max-connections 64 --max-connections-per-ip 32 --request-timeout 2
 if [ -z "$URL" ]; then ko serve_faults_start "$(tail -n 3 "$T/h.log")"; cli_summary; exit; fi
