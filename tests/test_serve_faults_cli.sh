@@ -16,7 +16,13 @@
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
 if ! "$K" serve --help > /dev/null 2>&1; then
     skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"
-    cli_summary
+    # serve -m a llama2.c checkpoint: GGUF only, and how to convert (it suggested -z, which serve lacks)
+if [ -f "$D/models/stories260K/stories260K.bin" ]; then
+    "$K" serve -m "$D/models/stories260K/stories260K.bin" --port 0 > /dev/null 2> "$T/bin.err"; rc=$?
+    if [ $rc -eq 1 ] && grep -q 'GGUF models only' "$T/bin.err" && grep -q 'kvbound convert' "$T/bin.err" && ! grep -q ' with -z' "$T/bin.err"; then ok serve_non_gguf_named
+    else ko serve_non_gguf_named "rc $rc: $(cat "$T/bin.err")"; fi
+else skip_case serve_non_gguf_named "missing $D/models/stories260K/stories260K.bin"; fi
+cli_summary
     exit
 fi
 if [ ! -f "$G" ]; then skip_case serve_faults "missing $G"; cli_summary; exit; fi
@@ -110,4 +116,10 @@ if printf '%s\n' "$p" | grep -q '^HTTP/1.1 204' && printf '%s\n' "$p" | grep -q 
 else ko serve_cors_origin_allowed "preflight: $(printf '%s' "$p" | head -n 1), write: $(printf '%s' "$w" | head -n 1), another origin $x"; fi
 "$K" serve -m "$G" --cors evil.example > /dev/null 2> "$T/cors.err"; rc=$?
 if [ $rc -eq 2 ] && grep -q -- '--cors evil.example' "$T/cors.err"; then ok serve_cors_flag_checked; else ko serve_cors_flag_checked "rc $rc: $(cat "$T/cors.err")"; fi
+# serve -m a llama2.c checkpoint: GGUF only, and how to convert (it suggested -z, which serve lacks)
+if [ -f "$D/models/stories260K/stories260K.bin" ]; then
+    "$K" serve -m "$D/models/stories260K/stories260K.bin" --port 0 > /dev/null 2> "$T/bin.err"; rc=$?
+    if [ $rc -eq 1 ] && grep -q 'GGUF models only' "$T/bin.err" && grep -q 'kvbound convert' "$T/bin.err" && ! grep -q ' with -z' "$T/bin.err"; then ok serve_non_gguf_named
+    else ko serve_non_gguf_named "rc $rc: $(cat "$T/bin.err")"; fi
+else skip_case serve_non_gguf_named "missing $D/models/stories260K/stories260K.bin"; fi
 cli_summary

@@ -184,6 +184,17 @@ int cmd_serve_main(int argc, char **argv) {
     }
     kvb_log_set(log_warnings, NULL);
 
+    /* serve loads GGUF only: a llama2.c checkpoint is converted first (the
+     * library's own message would suggest -z, which serve has not) */
+    FILE *mf = fopen(o->model_path, "rb");
+    char magic[4] = {0};
+    const size_t got = mf ? fread(magic, 1, 4, mf) : 0;
+    if (mf) fclose(mf);
+    if (mf && (got != 4 || memcmp(magic, "GGUF", 4))) {
+        fprintf(stderr, "kvbound serve: '%s' is not a GGUF file (it does not start with \"GGUF\"); serve loads GGUF models only. "
+                        "A llama2.c checkpoint: kvbound convert -m MODEL.bin -z TOKENIZER.bin -o MODEL.gguf\n", o->model_path);
+        return 1;
+    }
     struct kvb_model_params mp = kvb_model_default_params();
     mp.no_mmap = o->no_mmap;
     if (kvb_model_load(o->model_path, &mp, &srv.model) != KVB_OK) {
