@@ -18,29 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool utf8_valid(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        const unsigned c = p[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) { i++; continue; }
-        if (c >= 0xc2 && c <= 0xdf) { k = 1; cp = c & 0x1f; }
-        else if (c >= 0xe0 && c <= 0xef) { k = 2; cp = c & 0x0f; }
-        else if (c >= 0xf0 && c <= 0xf4) { k = 3; cp = c & 0x07; }
-        else return false;
-        if (i + k >= n) return false; /* cut short */
-        for (size_t j = 1; j <= k; j++) {
-            if ((p[i + j] & 0xc0) != 0x80) return false;
-            cp = (cp << 6) | (p[i + j] & 0x3f);
-        }
-        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-        i += k + 1;
-    }
-    return true;
-}
-
 static char *xstrdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = malloc(n);

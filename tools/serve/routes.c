@@ -28,93 +28,6 @@
 #include <strings.h>
 #include <time.h>
 
-double serve_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void sb_put(struct sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *t = realloc(b->s, cap);
-        if (!t) { b->oom = true; return; }
-        b->s = t;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-void sb_puts(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-void sb_printf(struct sbuf *b, const char *fmt, ...) {
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) { sb_put(b, tmp, (size_t)n); return; }
-    char *big = malloc((size_t)n + 1);
-    if (!big) { b->oom = true; return; }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)n);
-    free(big);
-}
-void sb_free(struct sbuf *b) {
-    free(b->s);
-    memset(b, 0, sizeof *b);
-}
-
-void http_resp_free(struct http_resp *r) { sb_free(&r->body); }
-
-void job_free(struct job *j) {
-    if (!j) return;
-    free(j->system);
-    free(j->user);
-    free(j->prompt);
-    for (int i = 0; i < j->n_msgs; i++) free((char *)j->msgs[i].content);
-    free(j->msgs);
-    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    sb_free(&j->text);
-    free(j->blob);
-    pthread_cond_destroy(&j->cv);
-    free(j);
-}
-
-/* JSON string escaping for the few bodies written by hand here. */
-static void json_str(struct sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
-    for (; *s; s++) {
-        const unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') { sb_put(b, "\\", 1); sb_put(b, s, 1); }
-        else if (c < 0x20) sb_printf(b, "\\u%04x", c);
-        else sb_put(b, s, 1);
-    }
-    sb_put(b, "\"", 1);
-}
-
-void serve_error(struct http_resp *r, int status, const char *type, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!utf8_valid(msg, strlen(msg))) snprintf(msg, sizeof msg, "bad request");
-    sb_free(&r->body);
-    r->status = status;
-    r->content_type = "application/json";
-    sb_puts(&r->body, "{\"error\":{\"message\":");
-    json_str(&r->body, msg);
-    sb_puts(&r->body, ",\"type\":");
-    json_str(&r->body, type);
-    sb_printf(&r->body, ",\"param\":null,\"code\":%d}}\n", status);
-}
-
 static bool authorized(const struct server *srv, const struct http_req *q) {
     if (!srv->o.api_key) return true;
     const char *a = q->authorization;
@@ -300,7 +213,7 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         r->status = 200;
         r->content_type = "application/json";
         sb_puts(&r->body, "{\"object\":\"list\",\"data\":[{\"id\":");
-        json_str(&r->body, srv->o.model_name);
+        serve_json_str(&r->body, srv->o.model_name);
         sb_printf(&r->body, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvbound\",\"kvbound\":{\"arch\":\"%s\",\"n_ctx_train\":%d,"
                             "\"kv_policy\":\"%s\",\"kv_budget\":%d,\"max_budget\":%d}}]}\n",
                   srv->mi.arch, (int)srv->mi.n_ctx_train, kvb_policy_name(srv->o.policy.id), (int)srv->o.policy.budget, srv->o.max_budget);
@@ -333,7 +246,7 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
                 r->status = 200;
                 r->content_type = "application/json";
                 sb_puts(&r->body, "{\"id\":");
-                json_str(&r->body, id);
+                serve_json_str(&r->body, id);
                 sb_puts(&r->body, ",\"object\":\"session\",\"deleted\":true}\n");
             } else {
                 serve_error(r, st, st == 404 ? "not_found" : st == 429 ? "session_busy" : "server_error", "session '%s': %s", id,

@@ -8,7 +8,9 @@
  *    one loop that alone touches the model) and Redis's networking.c
  *    (reading and parsing a request apart from executing it): I/O in
  *    http.c, parsing and checking in routes.c / openai.c, execution in
- *    sched.c; nothing below http.c knows a socket.
+ *    sched.c and its rooms (sched_impl.h: session.c, text.c, queries.c);
+ *    nothing below http.c knows a socket. Calls go one way: no two files
+ *    call each other, and sbuf.c at the bottom calls none.
  *
  *  - Threads. libmicrohttpd runs one thread per connection (http.c). A
  *    connection thread reads its request, hands it to serve_route (routes.c,
@@ -67,7 +69,7 @@
 #define SERVE_MAX_STOPS 4
 #define SERVE_ID_MAX 64
 
-/* ---- growing text buffer ---- */
+/* ---- sbuf.c: growing text buffer (the bottom: it calls nothing of serve) ---- */
 struct sbuf {
     char *s;
     size_t n, cap;
@@ -77,6 +79,10 @@ void sb_put(struct sbuf *b, const char *s, size_t n);
 void sb_puts(struct sbuf *b, const char *s);
 void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sb_free(struct sbuf *b);
+/* s as a JSON string, quoted and escaped */
+void serve_json_str(struct sbuf *b, const char *s);
+/* Whether s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
+bool utf8_valid(const char *s, size_t n);
 
 /* ---- a request and its response, free of any HTTP library ---- */
 struct http_req {
@@ -147,7 +153,7 @@ struct job {
     size_t held;             /* bytes of text held back (a stop string may be starting) */
     struct job *next;
 };
-void job_free(struct job *j);
+void job_free(struct job *j); /* job.c */
 
 /* ---- server ---- */
 struct store;
@@ -190,6 +196,7 @@ struct server {
 
 /* routes.c: every request */
 void serve_route(struct server *srv, const struct http_req *req, struct http_resp *resp);
+/* sbuf.c: r becomes OpenAI's error object with this status */
 void serve_error(struct http_resp *r, int status, const char *type, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* openai.c: the JSON of the OpenAI API */
@@ -199,7 +206,6 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
 void openai_response(const struct server *srv, const struct job *j, struct sbuf *out);
 void openai_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, bool role, const char *finish,
                   bool usage_only, struct sbuf *out);
-bool utf8_valid(const char *s, size_t n);
 
 /* sched.c: the scheduler thread over the batch */
 struct sched;
@@ -212,8 +218,9 @@ void sched_free(struct server *srv);
 /* Queues j (the scheduler owns it from now until done); false: the queue
  * is full (j untouched). */
 bool sched_submit(struct server *srv, struct job *j);
-/* Session state as JSON (GET /v1/sessions/{id}), its cache map, or delete:
- * run on the scheduler thread, answered here. Return the HTTP status. */
+/* queries.c: session state as JSON (GET /v1/sessions/{id}), its cache
+ * map, or delete: run on the scheduler thread, answered here. Return the
+ * HTTP status. */
 int sched_session_json(struct server *srv, const char *id, bool map, struct sbuf *out);
 int sched_session_delete(struct server *srv, const char *id);
 /* Metrics gauges the scheduler keeps. */
@@ -267,6 +274,7 @@ struct store_req {
     struct store_req *next;
 };
 struct store_queue;
+struct store_req *store_req_new(enum store_op op, const char *id, void *owner, int owner_kind); /* NULL: out of memory */
 struct store_queue *store_queue_start(struct server *srv);
 /* Under srv->mu. */
 void store_queue_post(struct store_queue *q, struct store_req *r);

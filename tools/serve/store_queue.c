@@ -107,6 +107,16 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+struct store_req *store_req_new(enum store_op op, const char *id, void *owner, int owner_kind) {
+    struct store_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->op = op;
+    snprintf(r->id, sizeof r->id, "%s", id);
+    r->owner = owner;
+    r->owner_kind = owner_kind;
+    return r;
+}
+
 struct store_queue *store_queue_start(struct server *srv) {
     struct store_queue *q = calloc(1, sizeof *q);
     if (!q) return NULL;

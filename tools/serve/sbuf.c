@@ -1,0 +1,110 @@
+/*
+ * sbuf.c — the bottom of kvbound serve, calling nothing of it: the growing
+ * text buffer, the monotonic clock, JSON string escaping for bodies
+ * written by hand, UTF-8 validation, OpenAI's error object, and a
+ * response's memory.
+ */
+#include "serve.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double serve_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void sb_put(struct sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *t = realloc(b->s, cap);
+        if (!t) { b->oom = true; return; }
+        b->s = t;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+void sb_puts(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+void sb_printf(struct sbuf *b, const char *fmt, ...) {
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof tmp) { sb_put(b, tmp, (size_t)n); return; }
+    char *big = malloc((size_t)n + 1);
+    if (!big) { b->oom = true; return; }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb_put(b, big, (size_t)n);
+    free(big);
+}
+void sb_free(struct sbuf *b) {
+    free(b->s);
+    memset(b, 0, sizeof *b);
+}
+
+void http_resp_free(struct http_resp *r) { sb_free(&r->body); }
+
+/* JSON string escaping for the few bodies written by hand here. */
+void serve_json_str(struct sbuf *b, const char *s) {
+    sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { sb_put(b, "\\", 1); sb_put(b, s, 1); }
+        else if (c < 0x20) sb_printf(b, "\\u%04x", c);
+        else sb_put(b, s, 1);
+    }
+    sb_put(b, "\"", 1);
+}
+
+bool utf8_valid(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        const unsigned c = p[i];
+        size_t k;
+        uint32_t cp;
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xc2 && c <= 0xdf) { k = 1; cp = c & 0x1f; }
+        else if (c >= 0xe0 && c <= 0xef) { k = 2; cp = c & 0x0f; }
+        else if (c >= 0xf0 && c <= 0xf4) { k = 3; cp = c & 0x07; }
+        else return false;
+        if (i + k >= n) return false; /* cut short */
+        for (size_t j = 1; j <= k; j++) {
+            if ((p[i + j] & 0xc0) != 0x80) return false;
+            cp = (cp << 6) | (p[i + j] & 0x3f);
+        }
+        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+void serve_error(struct http_resp *r, int status, const char *type, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!utf8_valid(msg, strlen(msg))) snprintf(msg, sizeof msg, "bad request");
+    sb_free(&r->body);
+    r->status = status;
+    r->content_type = "application/json";
+    sb_puts(&r->body, "{\"error\":{\"message\":");
+    serve_json_str(&r->body, msg);
+    sb_puts(&r->body, ",\"type\":");
+    serve_json_str(&r->body, type);
+    sb_printf(&r->body, ",\"param\":null,\"code\":%d}}\n", status);
+}
+

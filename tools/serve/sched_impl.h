@@ -1,0 +1,88 @@
+/*
+ * sched_impl.h — what the scheduler's files share, and nothing outside
+ * them sees: the session record, a session query, the scheduler's state,
+ * and the functions of its rooms. Who calls whom, with no circle:
+ *   sched.c   (admission, the loop, the store's answers)
+ *     -> queries.c (GET/DELETE /v1/sessions/{id}, .../map)
+ *     -> text.c    (turn text and stop strings)
+ *     -> session.c (the table, the stored blob, offloading)
+ *     -> job.c, store_queue.c, metrics.c, sbuf.c
+ * All of it runs on the scheduler thread under the server mutex, except
+ * ctl_run (a connection thread, which waits for the scheduler's answer).
+ */
+#ifndef KVB_SCHED_IMPL_H
+#define KVB_SCHED_IMPL_H
+
+#include "serve.h"
+
+struct sess {
+    char id[SERVE_ID_MAX + 1];
+    int32_t seq;          /* in the batch, or -1 (in the store only) */
+    struct job *busy;     /* the job running a turn on it */
+    int64_t turns;
+    char stop_text[64];   /* text of the stop token the last answer ended with, "" if cut */
+    double last_used;
+    int64_t position, cache_tokens, cold_pages;
+    size_t kv_bytes, stored_bytes;
+    struct kvb_policy_params pol;
+    int64_t version;      /* in the store; STORE_ABSENT: never stored */
+};
+
+struct ctl {
+    enum { CTL_JSON, CTL_MAP, CTL_DELETE } kind;
+    const char *id;
+    struct sbuf *out;
+    int status;
+    bool done;
+    bool was_in_memory; /* DELETE: the session was in memory (so found) */
+    pthread_cond_t cv;
+    struct ctl *next;
+};
+
+/* Who waits for a store request. */
+enum { OWN_FETCH, OWN_SAVE, OWN_CTL };
+
+struct sched {
+    pthread_t th;
+    bool running;
+    struct kvb_batch *b;
+    struct sess **sess; /* each record its own allocation: a pointer to one stays good while others come and go */
+    int n_sess, cap_sess;
+    struct job **active;
+    int n_active;
+    struct ctl *ctl_head;
+    struct store_queue *q; /* the store worker */
+    bool store_stopped;
+    int n_parked;          /* jobs waiting for their session from the store */
+    /* figures */
+    int64_t prefill_tokens, decode_tokens, offloaded;
+    double prefill_time, decode_time;
+    int64_t pages_used, pages_free, page_bytes, in_memory, persisted;
+};
+
+/* session.c: the session table and the stored blob */
+struct sess *sess_find(struct sched *s, const char *id);
+struct sess *sess_new(struct sched *s, const char *id);
+void sess_drop(struct sched *s, struct sess *x);
+void sess_release(struct sched *s, struct sess *x);
+void sess_idle(struct server *srv, struct sess *x);
+bool offload_one(struct server *srv);
+bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages);
+void sess_figures(struct server *srv, struct sess *x);
+void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size_t *len);
+const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_len);
+
+/* text.c: what a turn reads, and stop strings in what it writes */
+int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, int32_t pending, int32_t *n);
+bool add_text(struct job *j, const char *piece, size_t pl);
+
+/* queries.c: session queries, answered from memory or through the store */
+void run_ctls(struct server *srv);
+void ctl_from_store(struct server *srv, struct ctl *c, struct store_req *r);
+void ctl_finish(struct ctl *c);
+
+/* job.c: a job ends in failure, with its status and error */
+void job_fail(struct server *srv, struct job *j, int status, const char *type, int retry_after, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+#endif

@@ -1,0 +1,167 @@
+/*
+ * session.c — the scheduler's session table and the stored blob.
+ *
+ * The table holds a record for each session in memory (a DONE sequence in
+ * the batch between turns) or in a turn; each record is its own
+ * allocation, so a pointer to one stays good while others come and go.
+ * A session no longer in memory is forgotten here: the store holds it.
+ * The blob is "KVBSRV1\0", u32 meta length, the meta JSON (turns, the stop
+ * token's text, figures, policy), then the library's session image
+ * (kvb_batch_seq_save).
+ */
+#include "sched_impl.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOB_MAGIC "KVBSRV1"
+
+struct sess *sess_find(struct sched *s, const char *id) {
+    for (int i = 0; i < s->n_sess; i++)
+        if (!strcmp(s->sess[i]->id, id)) return s->sess[i];
+    return NULL;
+}
+
+struct sess *sess_new(struct sched *s, const char *id) {
+    if (s->n_sess == s->cap_sess) {
+        const int cap = s->cap_sess ? 2 * s->cap_sess : 16;
+        struct sess **t = realloc(s->sess, sizeof *t * (size_t)cap);
+        if (!t) return NULL;
+        s->sess = t;
+        s->cap_sess = cap;
+    }
+    struct sess *x = calloc(1, sizeof *x);
+    if (!x) return NULL;
+    s->sess[s->n_sess++] = x;
+    snprintf(x->id, sizeof x->id, "%s", id);
+    x->seq = -1;
+    return x;
+}
+
+void sess_drop(struct sched *s, struct sess *x) {
+    for (int i = 0; i < s->n_sess; i++)
+        if (s->sess[i] == x) {
+            s->sess[i] = s->sess[--s->n_sess];
+            break;
+        }
+    free(x);
+}
+
+/* Forgets a session here: its sequence (if any) leaves the batch and its
+ * record the table, which so holds only sessions in memory or in a turn.
+ * What the store holds is its state. */
+void sess_release(struct sched *s, struct sess *x) {
+    if (x->seq >= 0) kvb_batch_remove(s->b, x->seq);
+    sess_drop(s, x);
+}
+
+/* A session's turn is done with (refused, cut or failed): the record is
+ * freed from it, and forgotten when it is not in memory or the store is
+ * shared (then the store is its only copy between turns). */
+void sess_idle(struct server *srv, struct sess *x) {
+    x->busy = NULL;
+    if (x->seq < 0 || srv->store->shared) sess_release(srv->sched, x);
+}
+
+/* Returns the pages of the least recently used idle session in memory (it
+ * is in the store already). false: none. */
+bool offload_one(struct server *srv) {
+    struct sched *s = srv->sched;
+    struct sess *lru = NULL;
+    for (int i = 0; i < s->n_sess; i++) {
+        struct sess *x = s->sess[i];
+        if (x->seq >= 0 && !x->busy && (!lru || x->last_used < lru->last_used)) lru = x;
+    }
+    if (!lru) return false;
+    sess_release(s, lru);
+    s->offloaded++;
+    return true;
+}
+
+/* A sequence's figures as the API reports them: tokens seen, retained
+ * tokens per (layer, KV head) on average, KV bytes, cold pages (--recall).
+ * false: no such sequence. */
+bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages) {
+    struct kvb_seq_info si;
+    if (seq < 0 || kvb_batch_seq_info(srv->sched->b, seq, &si) != KVB_OK) return false;
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(kvb_batch_seq_cache(srv->sched->b, seq), &cs);
+    *position = si.n_past;
+    *cache_tokens = cs.slots / ((int64_t)srv->mi.n_layer * srv->mi.n_head_kv);
+    *kv_bytes = si.kv_bytes;
+    *cold_pages = cs.cold_pages;
+    return true;
+}
+
+void sess_figures(struct server *srv, struct sess *x) {
+    seq_figures(srv, x->seq, &x->position, &x->cache_tokens, &x->kv_bytes, &x->cold_pages);
+}
+
+static char *meta_json(const struct sess *x) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "turns", (double)x->turns);
+    cJSON_AddStringToObject(o, "stop_text", x->stop_text);
+    cJSON_AddNumberToObject(o, "position", (double)x->position);
+    cJSON_AddNumberToObject(o, "cache_tokens", (double)x->cache_tokens);
+    cJSON_AddNumberToObject(o, "kv_bytes", (double)x->kv_bytes);
+    cJSON_AddNumberToObject(o, "cold_pages", (double)x->cold_pages);
+    cJSON_AddStringToObject(o, "kv_policy", kvb_policy_name(x->pol.id));
+    cJSON_AddNumberToObject(o, "kv_budget", x->pol.budget);
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return t;
+}
+
+/* The session (DONE in the batch) as the stored blob, its meta saying
+ * `turns` turns. NULL on failure (the cause to stderr). */
+void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size_t *len) {
+    void *img = NULL;
+    size_t il = 0;
+    if (kvb_batch_seq_save(srv->sched->b, x->seq, &img, &il) != KVB_OK) {
+        fprintf(stderr, "kvbound serve: session %s: %s\n", x->id, kvb_last_error());
+        return NULL;
+    }
+    struct sess with = *x;
+    with.turns = turns;
+    char *meta = meta_json(&with);
+    const uint32_t ml = meta ? (uint32_t)strlen(meta) : 0;
+    const size_t total = 8 + 4 + ml + il;
+    char *blob = meta ? malloc(total) : NULL;
+    if (blob) {
+        memcpy(blob, BLOB_MAGIC, 8);
+        memcpy(blob + 8, &ml, 4);
+        memcpy(blob + 12, meta, ml);
+        memcpy(blob + 12 + ml, img, il);
+        *len = total;
+    }
+    free(meta);
+    kvb_buffer_free(img);
+    return blob;
+}
+
+/* Reads a stored blob's meta into x and returns where the image starts, or
+ * NULL (corrupt). */
+const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_len) {
+    if (len < 12 || memcmp(blob, BLOB_MAGIC, 8)) return NULL;
+    uint32_t ml;
+    memcpy(&ml, blob + 8, 4);
+    if (ml > len - 12) return NULL;
+    cJSON *o = cJSON_ParseWithLength(blob + 12, ml);
+    if (!cJSON_IsObject(o)) { cJSON_Delete(o); return NULL; }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "turns"), *st = cJSON_GetObjectItemCaseSensitive(o, "stop_text");
+    const cJSON *pos = cJSON_GetObjectItemCaseSensitive(o, "position"), *ct = cJSON_GetObjectItemCaseSensitive(o, "cache_tokens");
+    const cJSON *kb = cJSON_GetObjectItemCaseSensitive(o, "kv_bytes"), *cp = cJSON_GetObjectItemCaseSensitive(o, "cold_pages");
+    if (!cJSON_IsNumber(t) || !cJSON_IsString(st) || !cJSON_IsNumber(pos) || !cJSON_IsNumber(ct)) { cJSON_Delete(o); return NULL; }
+    x->turns = (int64_t)t->valuedouble;
+    snprintf(x->stop_text, sizeof x->stop_text, "%s", st->valuestring);
+    x->position = (int64_t)pos->valuedouble;
+    x->cache_tokens = (int64_t)ct->valuedouble;
+    x->kv_bytes = cJSON_IsNumber(kb) ? (size_t)kb->valuedouble : 0;
+    x->cold_pages = cJSON_IsNumber(cp) ? (int64_t)cp->valuedouble : 0;
+    x->stored_bytes = len;
+    cJSON_Delete(o);
+    *img_len = len - 12 - ml;
+    return blob + 12 + ml;
+}
