@@ -164,8 +164,6 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     return KVB_OK;
 }
 
-void kvb_buffer_free(void *buf) { kvb_free(buf); }
-
 /* ---- reader ---- */
 struct rbuf {
     const uint8_t *p;

@@ -83,6 +83,11 @@ void kvb_free(void *p) {
     else free(p);
 }
 
+/* The public release of every buffer the library hands out (images,
+ * token arrays, formatted text): core, so that no module reaches into
+ * another to free what it was given. */
+void kvb_buffer_free(void *buf) { kvb_free(buf); }
+
 void *kvb_calloc(size_t count, size_t size) {
     if (size && count > SIZE_MAX / size) return NULL;
     void *p = kvb_malloc(count * size);
