@@ -79,8 +79,13 @@ for line in open(sys.argv[1]):
         d=c["delta"]; roles+= d.get("role")=="assistant"; txt+=d.get("content") or ""
         fin=c.get("finish_reason") or fin
 print(txt if roles==1 and fin=="length" and usage and usage["completion_tokens"]==30 else "BAD "+txt)' "$T/st.txt")
-if [ -n "$nonstream" ] && [ "$streamed" = "$nonstream" ] && tail -n 2 "$T/st.txt" | grep -q '^data: \[DONE\]$'; then ok serve_stream_equals_nonstream
-else ko serve_stream_equals_nonstream "stream '$streamed' vs '$nonstream'"; fi
+# the framing: every event one "data: " line ended by a blank line, the last [DONE]
+framed=$(python3 -c '
+import re,sys
+raw=open(sys.argv[1],"rb").read().decode()
+print("ok" if re.fullmatch(r"(data: [^\n]+\n\n)+", raw) and raw.endswith("data: [DONE]\n\n") and raw.count("\n\n")==raw.count("data: ") else "BAD")' "$T/st.txt")
+if [ -n "$nonstream" ] && [ "$streamed" = "$nonstream" ] && [ "$framed" = ok ]; then ok serve_stream_equals_nonstream
+else ko serve_stream_equals_nonstream "stream '$streamed' vs '$nonstream', framing $framed"; fi
 
 # sessions: the second turn reads only its new text; the cache stays within budget
 post /v1/chat/completions '{"messages":[{"role":"user","content":"Once upon a time there was a dog"}],"max_tokens":40,"temperature":0,"session_id":"s1"}' > "$T/t1.json"
@@ -164,17 +169,20 @@ if [ "$code" = 200 ] && [ "$code2" = 404 ]; then ok serve_session_delete; else k
 kill -TERM $PID; wait $PID 2>/dev/null; rc=$?
 if [ $rc -eq 0 ] && grep -q "SIGTERM" "$T/a.log"; then ok serve_sigterm_clean; else ko serve_sigterm_clean "exit $rc: $(tail -n 2 "$T/a.log")"; fi
 
-# a full queue is 503 with Retry-After
+# a full queue is 503 with Retry-After: one generating, then three at once
+# for a queue of one: exactly one waits (and is answered), two are refused
 start q -m "$G" --sessions "$T/sq" --budget 64 -t 1 --parallel 1 --queue 1
-cpids=""
-for i in 1 2 3 4; do
+curl -s -D "$T/q1.h" -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":8000,"ignore_eos":true}' "$URL/v1/completions" &
+cpids="$!"
+for _ in $(seq 1 100); do [ "$(curl -s "$URL/metrics" | sed -n 's/^kvbound_sessions_active //p')" = 1 ] && break; sleep 0.05; done
+for i in 2 3 4; do
     curl -s -D "$T/q$i.h" -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":8000}' "$URL/v1/completions" &
     cpids="$cpids $!"
 done
 # shellcheck disable=SC2086
 wait $cpids
 n503=$(grep -l '^HTTP/1.1 503' "$T"/q*.h | wc -l); n200=$(grep -l '^HTTP/1.1 200' "$T"/q*.h | wc -l)
-if [ "$n503" -ge 1 ] && [ "$n200" -ge 1 ] && grep -qi '^Retry-After: ' $(grep -l '^HTTP/1.1 503' "$T"/q*.h | head -n 1); then ok serve_queue_full_503
+if [ "$n503" -eq 2 ] && [ "$n200" -eq 2 ] && grep -q '^HTTP/1.1 200' "$T/q1.h" && grep -qi '^Retry-After: ' $(grep -l '^HTTP/1.1 503' "$T"/q*.h | head -n 1); then ok serve_queue_full_503
 else ko serve_queue_full_503 "$n200 answered, $n503 refused"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 
