@@ -89,8 +89,8 @@ static int bench_cache(int argc, char **argv) {
         const int kr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (kr < 0) return 2;
         if (kr > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
-        else if (!strcmp(a, "--policy")) snprintf(policies_arg, sizeof policies_arg, "%s", v);
+        if (!(v = cli_opt_value("bench cache", "--policy --layers --kv-heads --heads --head-dim --budget --steps --block-size -t --threads --seed --dtype --positions", argc, argv, &i))) return 2;
+        if (!strcmp(a, "--policy")) snprintf(policies_arg, sizeof policies_arg, "%s", v);
         else if (!strcmp(a, "--layers")) { if (cli_parse_i32(a, v, 1, 4096, &layers)) return 2; }
         else if (!strcmp(a, "--kv-heads")) { if (cli_parse_i32(a, v, 1, 1024, &kv_heads)) return 2; }
         else if (!strcmp(a, "--heads")) { if (cli_parse_i32(a, v, 1, 65536, &heads)) return 2; }

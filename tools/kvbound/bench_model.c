@@ -161,7 +161,7 @@ int bench_stream(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) continue;
         if (!strcmp(a, "--long")) { longrun = true; continue; }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("bench stream", "-m --model -z --tokenizer -t --threads --budget --full-max", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
@@ -286,7 +286,9 @@ int bench_model(int argc, char **argv, bool prefill) {
             if (pr < 0) return 2;
             if (pr > 0) continue;
         }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value(prefill ? "bench prefill" : "bench decode", prefill ? "-m --model -t --threads -n --chunk" : "-m --model --depth --policy -t --threads -n --chunk",
+                                argc, argv, &i)))
+            return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!prefill && !strcmp(a, "--depth")) { if (cli_parse_i32(a, v, 0, 1 << 22, &depth)) return 2; }
         else if (!prefill && !strcmp(a, "--policy")) {

@@ -56,6 +56,42 @@ int cli_parse_f32(const char *flag, const char *value, double lo, double hi, flo
     return 0;
 }
 
+static bool word_in(const char *w, const char *list) {
+    const size_t n = strlen(w);
+    for (const char *p = list; *p;) {
+        while (*p == ' ') p++;
+        const size_t k = strcspn(p, " ");
+        if (k == n && k && !strncmp(p, w, n)) return true;
+        p += k;
+    }
+    return false;
+}
+
+const char *cli_opt_value(const char *cmd, const char *opts, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (a[0] != '-' || !a[1]) {
+        fprintf(stderr, "kvbound %s: unexpected argument '%s' (options start with -; see --help)\n", cmd, a);
+        return NULL;
+    }
+    if (!word_in(a, opts)) {
+        fprintf(stderr, "kvbound %s: unknown option '%s' (see --help)\n", cmd, a);
+        return NULL;
+    }
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvbound %s: %s needs a value\n", cmd, a);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+const char *cli_need_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvbound: %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "kvbound: %s needs a value, or is not an option of this command (see --help)\n", argv[*i]);
@@ -107,6 +143,12 @@ char *cli_read_file(const char *path, size_t max_bytes, const char *what, size_t
     if (!buf) return NULL;
     buf[n] = 0;
     *len = n;
+    return buf;
+}
+
+char *cli_read_prompt_file(const char *path, size_t *len) {
+    char *buf = cli_read_file(path, (size_t)256 << 20, "prompt file", len);
+    if (buf && *len && buf[*len - 1] == '\n') buf[--*len] = 0; /* as llama.cpp's -f */
     return buf;
 }
 

@@ -33,7 +33,7 @@ int cmd_convert(int argc, char **argv) {
                    "Writes a llama2.c checkpoint (or any model kvbound loads) as GGUF (default type f32).\n");
             return 0;
         }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("convert", "-m --model -z --tokenizer -o --out --type", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) in = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
@@ -66,7 +66,7 @@ int cmd_mkmodel(int argc, char **argv) {
                    "shapes: %s\ntypes: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k\n", kvb_model_shapes());
             return 0;
         }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("mkmodel", "--shape --type -o --out --vocab --seed", argc, argv, &i))) return 2;
         if (!strcmp(a, "--shape")) shape = v;
         else if (!strcmp(a, "--type")) { if (parse_type(v, &type)) return 2; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;

@@ -139,6 +139,9 @@ static int plot_nll(const char *path, struct kvb_ppl_result *r, const char **nam
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* the value options parse_common knows */
+#define EVAL_OPTS "-m --model -z --tokenizer -f --file --policy --policies --prompt --chunk -t --threads --max-tokens --csv --plot --baseline"
+
 static int parse_common(struct eval_opts *o, const char *a, const char *v) {
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
     else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) o->tok = v;
@@ -210,7 +213,7 @@ int cmd_ppl(int argc, char **argv) {
         if (pr == 0) pr = cli_recall_option(&o.rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("ppl", EVAL_OPTS, argc, argv, &i))) return 2;
         if (parse_common(&o, a, v)) return 2;
     }
     if (!o.model || !o.text) { fprintf(stderr, "kvbound ppl: -m MODEL and -f TEXT are required\n"); return 2; }
@@ -311,7 +314,7 @@ int cmd_sweep(int argc, char **argv) {
         if (pr == 0) pr = cli_kv_types_option(&o.kvt, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("sweep", "--out --budgets " EVAL_OPTS, argc, argv, &i))) return 2;
         if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--budgets")) budgets = v;
         else if (parse_common(&o, a, v)) return 2;

@@ -412,7 +412,7 @@ int cmd_lab(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { lab_usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--recall")) { if (!o.recall_pages) o.recall_pages = 8; continue; }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("lab", "--scenario --budget --policies --prompt --steps --chunk --recall-pages --seed --out", argc, argv, &i))) return 2;
         if (!strcmp(a, "--scenario")) scenario = v;
         else if (!strcmp(a, "--budget")) {
             if (parse_list_i32(a, v, o.budgets, &o.n_budgets, LAB_MAX_BUDGETS)) return 2;

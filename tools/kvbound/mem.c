@@ -86,7 +86,8 @@ int cmd_mem(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--gib")) { gib = true; continue; }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("mem", "--preset -m --model --layers --kv-heads --head-dim --ctx --batch --block-size --budget --recall-pages --sinks --policy "
+                                             "--dtype --kv-dtype --dtype-k --kv-dtype-k --dtype-v --kv-dtype-v", argc, argv, &i))) return 2;
         if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--layers")) { if (cli_parse_i32(a, v, 1, 100000, &L)) return 2; }

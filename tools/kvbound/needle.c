@@ -75,7 +75,7 @@ int cmd_needle(int argc, char **argv) {
         if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("needle", "-m --model -z --tokenizer --out --filler --lengths --depths --trials --chunk -t --threads --seed --policy", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else if (!strcmp(a, "--out")) out = v;

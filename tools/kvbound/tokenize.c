@@ -40,7 +40,7 @@ int cmd_tokenize(int argc, char **argv) {
         if (!strcmp(a, "--no-parse-special")) { parse_special = false; continue; }
         if (!strcmp(a, "--show-count")) { show_count = true; continue; }
         if (!strcmp(a, "--stdin")) { from_stdin = true; continue; }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("tokenize", "-m --model -p --prompt -f --file --template --chat", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;

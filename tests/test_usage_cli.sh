@@ -1,0 +1,96 @@
+#!/bin/sh
+# test_usage_cli.sh BUILD_DIR — the command line as a newcomer meets it
+# (issue 32, "the newcomer list"): every value option that a command's
+# --help shows, given last with no value, "needs a value", and an unknown
+# option anywhere is called unknown; chat takes llama.cpp's flags (-c,
+# sampling, -f, -sys) and refuses a turn that does not fit the context
+# without ending the conversation, naming only flags it has; run -n -1 goes
+# to end-of-sequence or the context; -f drops one trailing newline.
+. "$(dirname "$0")/cli_lib.sh"
+G="$D/models/stories260K/stories260K.llamacpp.gguf"
+
+# every command: "--bogus" last is an unknown option; each value option from its --help, last, needs a value
+bad=""
+nflags=0
+for c in run chat ppl sweep needle mem tokenize info convert mkmodel lab cold policies \
+         bench:cache bench:decode bench:prefill bench:stream bench:tokenize bench:batch bench:serve-memory; do
+    cmd=$(echo "$c" | tr ':' ' ')
+    # shellcheck disable=SC2086
+    "$K" $cmd --bogus > /dev/null 2> "$T/u.txt"; r=$?
+    [ $r -eq 2 ] && grep -q "unknown option '--bogus'" "$T/u.txt" || bad="$bad [$cmd --bogus: rc $r $(head -n 1 "$T/u.txt")]"
+    "$K" $cmd --bogus -t 1 > /dev/null 2> "$T/u.txt"; r=$?
+    [ $r -eq 2 ] && grep -q "unknown option '--bogus'" "$T/u.txt" || bad="$bad [$cmd --bogus -t 1: rc $r $(head -n 1 "$T/u.txt")]"
+    "$K" $cmd --help 2>&1 | grep -oE "(^|[ ,[(])(-[a-zA-Z]+|--[a-z][a-z0-9-]+) [A-Z][A-Z_]*" | sed -E 's/^[ ,[(]*//; s/ .*//' | sort -u > "$T/flags.txt"
+    while IFS= read -r f; do
+        nflags=$((nflags + 1))
+        "$K" $cmd "$f" > /dev/null 2> "$T/u.txt"; r=$?
+        [ $r -eq 2 ] && grep -q -- "$f needs a value" "$T/u.txt" || bad="$bad [$cmd $f: rc $r $(head -n 1 "$T/u.txt")]"
+    done < "$T/flags.txt"
+done
+if [ -z "$bad" ] && [ $nflags -gt 250 ]; then ok unknown_option_or_missing_value_named
+else ko unknown_option_or_missing_value_named "$nflags flags;$bad"; fi
+
+if [ ! -f "$G" ]; then
+    skip_case usage_with_a_model "missing $G"
+    cli_summary
+    exit
+fi
+
+# chat, policy full: a turn that does not fit is refused, the conversation goes on, only chat's own flags are named
+long="Once upon a time there was a big dog and a cat and a bird that lived in a house near the park with a tree."
+printf '%s\n/stats\nHi\n' "$long" | "$K" chat -m "$G" --policy full -c 20 --temp 0 -n 4 > "$T/cf.txt" 2> "$T/cf.err"; r=$?
+printf 'Hi\n' | "$K" chat -m "$G" --policy full -c 20 --temp 0 -n 4 > "$T/cf2.txt" 2> /dev/null
+if [ $r -eq 1 ] && grep -q 'this turn is not read: its [0-9]* tokens do not fit the context (0 of 20 used' "$T/cf.err" &&
+   grep -q 'a larger -c' "$T/cf.err" && ! grep -q -- '--ctx' "$T/cf.err" &&
+   grep -q '^\[tokens seen 0,' "$T/cf.txt" && [ "$(grep -v '^\[' "$T/cf.txt")" = "$(cat "$T/cf2.txt")" ] && [ -s "$T/cf2.txt" ]; then
+    ok chat_full_refuses_a_turn_and_goes_on
+else ko chat_full_refuses_a_turn_and_goes_on "rc $r: $(cat "$T/cf.err" "$T/cf.txt" | head -n 6)"; fi
+# an answer that fills the context stops there, said so; the next turn is refused, /reset makes room
+printf 'Once upon a time\nThe dog\n/reset\nThe dog\n' | "$K" chat -m "$G" --policy full -c 24 --temp 0 -n -1 > "$T/cc.txt" 2> "$T/cc.err"; r=$?
+if [ $r -eq 1 ] && grep -q 'the answer stops here: the context of 24 tokens is full' "$T/cc.err" &&
+   [ "$(grep -c 'the answer stops here' "$T/cc.err")" -eq 2 ] && [ "$(grep -c 'this turn is not read' "$T/cc.err")" -eq 1 ] &&
+   [ "$(sed -n 2p "$T/cc.txt")" = '[conversation reset]' ] && [ "$(wc -l < "$T/cc.txt")" -eq 3 ]; then
+    ok chat_full_answer_cut_then_reset
+else ko chat_full_answer_cut_then_reset "rc $r: $(cat "$T/cc.err" "$T/cc.txt" | head -n 8)"; fi
+
+# chat takes llama.cpp's flags: -c, --top-k/--top-p/--min-p/--repeat-penalty (as run), -f, -sys
+printf 'Hi\n' | "$K" chat -m "$G" --temp 0.9 --seed 3 --top-k 5 --top-p 0.5 --min-p 0.2 --repeat-penalty 1.3 -n 12 > "$T/s1.txt" 2>/dev/null; r1=$?
+printf 'Hi\n' | "$K" chat -m "$G" --temp 0.9 --seed 3 -n 12 > "$T/s2.txt" 2>/dev/null
+printf 'Hi\n' | "$K" chat -m "$G" --temp 0.9 --seed 3 --top-k 5 --top-p 0.5 --min-p 0.2 --repeat-penalty 1.3 -n 12 > "$T/s3.txt" 2>/dev/null
+"$K" chat -m "$G" --top-p 7 < /dev/null 2> "$T/s4.err"; r4=$?
+if [ $r1 -eq 0 ] && [ -s "$T/s1.txt" ] && cmp -s "$T/s1.txt" "$T/s3.txt" && ! cmp -s "$T/s1.txt" "$T/s2.txt" &&
+   [ $r4 -eq 2 ] && grep -q -- '--top-p: 7 is out of range' "$T/s4.err"; then ok chat_sampling_flags
+else ko chat_sampling_flags "rc $r1/$r4: $(cat "$T/s1.txt" "$T/s2.txt" "$T/s4.err" | head -n 4)"; fi
+printf 'Once upon a time\n' > "$T/turn.txt"
+"$K" chat -m "$G" -f "$T/turn.txt" -sys "Be kind." --temp 0 -n 8 --show-prompt < /dev/null > "$T/f1.txt" 2> "$T/f1.err"; r1=$?
+printf 'Once upon a time\n' | "$K" chat -m "$G" --system-prompt "Be kind." --temp 0 -n 8 --show-prompt > "$T/f2.txt" 2> "$T/f2.err"
+printf 'The end\n' | "$K" chat -m "$G" -p "Once upon a time" --system "Be kind." --temp 0 -n 8 > "$T/f3.txt" 2> /dev/null
+if [ $r1 -eq 0 ] && [ -s "$T/f1.txt" ] && cmp -s "$T/f1.txt" "$T/f2.txt" && grep -q '^\[prompt: System: Be kind\.$' "$T/f1.err" &&
+   grep -q 'User: Once upon a time$' "$T/f1.err" && [ "$(head -n 1 "$T/f3.txt")" = "$(cat "$T/f1.txt")" ] && [ "$(wc -l < "$T/f3.txt")" -eq 2 ]; then
+    ok chat_first_turn_from_file_and_system_prompt
+else ko chat_first_turn_from_file_and_system_prompt "rc $r1: $(cat "$T/f1.txt" "$T/f2.txt" "$T/f1.err" | head -n 6)"; fi
+"$K" chat -m "$G" --policy full -c 64 -n 2 < /dev/null 2> "$T/c1.err"; r1=$?
+"$K" chat -m "$G" --policy full -c 256 -n 2 < /dev/null 2> "$T/c2.err"; r2=$?
+if [ $r1 -eq 0 ] && grep -q 'policy full (context 64)' "$T/c1.err" && [ $r2 -eq 0 ] && grep -q 'beyond the model.s trained length 128' "$T/c2.err"; then
+    ok chat_ctx_size
+else ko chat_ctx_size "rc $r1/$r2: $(cat "$T/c1.err" "$T/c2.err")"; fi
+
+# run -n -1: until end-of-sequence (here after 431 tokens), or the context (llama.cpp's meaning)
+"$K" run -m "$G" -p "The end" -n -1 --temp 0 --policy streaming --budget 64 > /dev/null 2> "$T/n1.err"; r1=$?
+"$K" run -m "$G" -p "Once upon a time" -n -1 --temp 0 -c 300 --ignore-eos > /dev/null 2> "$T/n2.err"; r2=$?
+"$K" run -m "$G" -p "Once upon a time" -n -2 2> "$T/n3.err"; r3=$?
+if [ $r1 -eq 0 ] && grep -q '(431 tokens), .*stopped at end of sequence' "$T/n1.err" &&
+   [ $r2 -eq 0 ] && grep -q '(296 tokens), .*stopped at the context limit' "$T/n2.err" &&
+   [ $r3 -eq 2 ] && grep -q -- '-n: -2 is out of range -1' "$T/n3.err"; then ok run_n_minus_one_unbounded
+else ko run_n_minus_one_unbounded "rc $r1/$r2/$r3: $(tail -n 1 "$T/n1.err") / $(tail -n 1 "$T/n2.err") / $(cat "$T/n3.err")"; fi
+
+# -f FILE drops one trailing newline, as llama.cpp does: the same text as -p without it
+printf 'Once upon a time\n' > "$T/p1.txt"
+printf 'Once upon a time\n\n' > "$T/p2.txt"
+"$K" run -m "$G" -f "$T/p1.txt" -n 20 --temp 0 > "$T/o1.txt" 2> "$T/o1.err"
+"$K" run -m "$G" -p "Once upon a time" -n 20 --temp 0 > "$T/o2.txt" 2> /dev/null
+"$K" run -m "$G" -f "$T/p2.txt" -n 20 --temp 0 > "$T/o3.txt" 2> "$T/o3.err"
+if [ -s "$T/o1.txt" ] && cmp -s "$T/o1.txt" "$T/o2.txt" && grep -q 'prompt 5 tokens' "$T/o1.err" &&
+   head -c 17 "$T/o3.txt" | cmp -s - "$T/p1.txt" && grep -q 'prompt 6 tokens' "$T/o3.err"; then ok prompt_file_drops_one_trailing_newline
+else ko prompt_file_drops_one_trailing_newline "$(head -c 80 "$T/o1.txt") / $(tail -n 1 "$T/o1.err") / $(tail -n 1 "$T/o3.err")"; fi
+cli_summary
