@@ -30,6 +30,34 @@ done
 if [ -z "$bad" ] && [ $nflags -gt 250 ]; then ok unknown_option_or_missing_value_named
 else ko unknown_option_or_missing_value_named "$nflags flags;$bad"; fi
 
+# kvbound help lists every command main.c runs and every benchmark bench.c runs
+SRC=$(cd "$(dirname "$0")/.." && pwd)/tools/kvbound
+"$K" help > "$T/help.txt" 2>&1
+miss=""
+for c in $(grep -o 'strcmp(cmd, "[a-z-]*")' "$SRC/main.c" | sed 's/.*, "//; s/")//'); do
+    case $c in help|-*) continue ;; esac
+    grep -q "^  $c " "$T/help.txt" || miss="$miss $c"
+done
+nb=0
+for b in $(grep -o 'strcmp(argv\[1\], "[a-z-]*")' "$SRC/bench.c" | sed 's/.*, "//; s/")//'); do
+    case $b in -*) continue ;; esac
+    nb=$((nb + 1))
+    grep -q "^  bench $b " "$T/help.txt" || miss="$miss bench:$b"
+done
+if [ -z "$miss" ] && [ $nb -ge 7 ]; then ok help_lists_every_command
+else ko help_lists_every_command "missing from kvbound help:$miss ($nb benchmarks)"; fi
+# bench stream --help names every key of its JSON and the checkpoints the code uses
+"$K" bench stream --help > "$T/bs.txt" 2>&1
+keys=$(sed -n '/^int bench_stream/,/^static int cmp_d/p' "$SRC/bench_model.c" | grep -o '\\"[a-z0-9_]*\\":' | tr -d '\\":' | sort -u)
+miss=""
+for k in $keys; do grep -q "$k" "$T/bs.txt" || miss="$miss $k"; done
+if [ -z "$miss" ] && [ "$(echo "$keys" | wc -w)" -ge 10 ] &&
+   grep -q 'const int64_t cps\[4\] = {1000, 10000, 100000, 1000000};' "$SRC/bench_model.c" &&
+   grep -q '1,000, 10,000 and' "$T/bs.txt" && grep -q '1,000,000 with --long' "$T/bs.txt" &&
+   grep -q 'bench stream .*1,000, 10,000 and 100,000 tokens' "$T/help.txt" && grep -q 'threads (default 1)' "$T/bs.txt"; then
+    ok bench_stream_help_matches_its_output
+else ko bench_stream_help_matches_its_output "keys not in --help:$miss; $(head -n 3 "$T/bs.txt")"; fi
+
 if [ ! -f "$G" ]; then
     skip_case usage_with_a_model "missing $G"
     cli_summary

@@ -228,7 +228,8 @@ static int bench_cache(int argc, char **argv) {
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: kvbound bench cache|decode|prefill|stream|tokenize|batch|serve-memory [options]   (see 'kvbound bench NAME --help')\n");
+        fprintf(argc < 2 ? stderr : stdout,
+                "usage: kvbound bench cache|decode|prefill|stream|tokenize|batch|serve-memory [options]   (see 'kvbound bench NAME --help')\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "cache")) return bench_cache(argc - 1, argv + 1);

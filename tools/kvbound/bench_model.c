@@ -156,7 +156,23 @@ int bench_stream(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound bench stream -m MODEL [-z TOKENIZER.bin] [--budget N (1024)] [--long] [--full-max N (10000)] [-t THREADS] [--json]\n");
+            printf("usage: kvbound bench stream -m MODEL [-z TOKENIZER.bin] [--budget N] [--full-max N] [--long] [-t N] [--json]\n"
+                   "\n"
+                   "Decodes greedily from one token, with no prompt, under policy streaming (--budget N tokens per\n"
+                   "stream, default 1024, the policy's sinks), timing every token: p50_ms and p99_ms over the 500\n"
+                   "tokens before each checkpoint, and rss (the process's resident bytes) there, at 1,000, 10,000 and\n"
+                   "100,000 tokens (and 1,000,000 with --long). Then the same under policy full, at the checkpoints up\n"
+                   "to --full-max tokens (default 10000; below 1000: none). Then StreamingLLM's sliding window with\n"
+                   "recompute: the time to read a window of N tokens afresh, as it does for each new token\n"
+                   "(recompute_ms_per_token, the mean of 5), and speedup_vs_recompute, that over streaming's p50 at\n"
+                   "the last checkpoint (streaming_p50_ms). Prints one JSON object (with or without --json).\n"
+                   "\n"
+                   "  -m, --model FILE      GGUF model or llama2.c checkpoint\n"
+                   "  -z, --tokenizer FILE  llama2.c tokenizer.bin (for .bin checkpoints)\n"
+                   "  --budget N            streaming's tokens per stream, and the recompute window (default 1024)\n"
+                   "  --full-max N          the last checkpoint policy full runs to (default 10000)\n"
+                   "  --long                add the 1,000,000-token checkpoint\n"
+                   "  -t, --threads N       threads (default 1)\n");
             return 0;
         }
         if (!strcmp(a, "--json")) continue;
