@@ -58,6 +58,38 @@ if [ -z "$miss" ] && [ "$(echo "$keys" | wc -w)" -ge 10 ] &&
     ok bench_stream_help_matches_its_output
 else ko bench_stream_help_matches_its_output "keys not in --help:$miss; $(head -n 3 "$T/bs.txt")"; fi
 
+# README's table of defaults is what each --help and Python's signature say
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+dflt() { # dflt CMD FLAG-LINE-PATTERN: the default on that line of CMD --help
+    # shellcheck disable=SC2086
+    "$K" $1 --help 2>/dev/null | grep -E -- "$2" | head -n 1 | sed -E 's/.*\(default:? ([^;,)]*).*/\1/'
+}
+row() { # row LABEL RUN CHAT SERVE PY: the table's line
+    printf '| %s | %s | %s | %s | %s |\n' "$@"
+}
+have_serve=0
+"$K" serve --help > /dev/null 2>&1 && have_serve=1
+sv() { if [ $have_serve -eq 1 ]; then dflt serve "$1"; else echo "@"; fi; }
+pydef=$(grep -A1 'def generate(self, prompt, n_tokens' "$ROOT/python/kvbound/__init__.py" | tr -d '\n ')
+pyctx=$(grep 'def context(self' "$ROOT/python/kvbound/__init__.py" | tr -d ' ')
+pyv() { printf '%s' "$pydef" | sed -E "s/.*[(,]$1=\"?([^,\")]*).*/\1/"; }
+sampler_temp=$(dflt run '^  --temp ')  # serve: a request without temperature gets the library's sampler default, as run
+{
+    row temperature "$(dflt run '^  --temp ')" "$(dflt chat '^  --temp ')" "$([ $have_serve -eq 1 ] && echo "$sampler_temp" || echo @)" "$(pyv temp)"
+    row threads "$(dflt run '^  -t, --threads')" "$(dflt chat '^  -t, --threads')" "$(sv '^  -t, --threads' | sed 's/^the cores$/the cores/')" "$(pyv threads)"
+    row policy "$(dflt run '^  --policy ' | cut -d' ' -f1)" "$(dflt chat '^  --policy ' | cut -d' ' -f1)" "$(sv '^  --policy ' | cut -d' ' -f1)" "$(pyv policy)"
+    row budget "$(dflt run '^  --budget N')" "$(dflt chat '^  --budget N')" "$(sv '^  --budget N')" "$(pyv budget)"
+    row 'KV dtype' "$(dflt run '^  --kv-dtype T')" "$(dflt chat '^  --kv-dtype T')" "$(sv '^  --kv-dtype T')" "$(printf '%s' "$pyctx" | sed -E 's/.*kv_dtype="([^"]*)".*/\1/')"
+    row 'tokens to generate' "$(dflt run '^  -n, --n-predict' | cut -d' ' -f1)" "$(dflt chat '^  -n, --n-predict' | cut -d' ' -f1)" "$(sv '^  --default-max-tokens')" '(required)'
+} > "$T/rows.txt"
+miss=""
+while IFS= read -r r; do
+    pat=$(printf '%s' "$r" | sed 's/[].*^$[]/\\&/g; s/@/[^|]*/g')
+    [ -n "$pat" ] && grep -q "^$pat\$" "$ROOT/README.md" || miss="$miss [$r]"
+done < "$T/rows.txt"
+if [ -z "$miss" ] && [ "$(wc -l < "$T/rows.txt")" -eq 6 ] && ! grep -q '||' "$T/rows.txt" && ! grep -q '|  |' "$T/rows.txt"; then ok readme_defaults_table_true
+else ko readme_defaults_table_true "rows the README lacks (from --help):$miss"; fi
+
 if [ ! -f "$G" ]; then
     skip_case usage_with_a_model "missing $G"
     cli_summary
