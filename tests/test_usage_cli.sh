@@ -90,6 +90,33 @@ done < "$T/rows.txt"
 if [ -z "$miss" ] && [ "$(wc -l < "$T/rows.txt")" -eq 6 ] && ! grep -q '||' "$T/rows.txt" && ! grep -q '|  |' "$T/rows.txt"; then ok readme_defaults_table_true
 else ko readme_defaults_table_true "rows the README lacks (from --help):$miss"; fi
 
+# tokenize --chat formats as chat does: the model's template (here written into
+# copies of the shared vocabularies, which have none) and its default system message
+le64() { n=$1; k=0; while [ $k -lt 8 ]; do printf "\\$(printf '%03o' $((n % 256)))"; n=$((n / 256)); k=$((k + 1)); done; }
+gguf_add_str() { # gguf_add_str IN KEY VALUE OUT: IN with one more string key, first after the header
+    nkv=$(od -An -t u8 -j 16 -N 8 "$1" | tr -d ' ')
+    { head -c 16 "$1"; le64 $((nkv + 1)); le64 ${#2}; printf '%s' "$2"; printf '\010\000\000\000'
+      le64 "$(printf '%s' "$3" | wc -c)"; printf '%s' "$3"; tail -c +25 "$1"; } > "$4"
+}
+V3="$D/tokenizers/llama3/llama3-8b-instruct.vocab.gguf"
+VQ="$D/tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf"
+if [ -f "$V3" ] && [ -f "$VQ" ]; then
+    gguf_add_str "$V3" tokenizer.chat_template "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}{{ '<|eot_id|>' }}" "$T/l3.gguf"
+    qt="{% if messages[0]['role'] != 'system' %}<|im_start|>system
+You are Qwen, a test.<|im_end|>
+{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}{% endfor %}"
+    gguf_add_str "$VQ" tokenizer.chat_template "$qt" "$T/qw.gguf"
+    a=$("$K" tokenize -m "$T/l3.gguf" --chat user:Hi --ids 2>&1)
+    b=$("$K" tokenize -m "$T/l3.gguf" --chat user:Hi --ids --template llama3 2>&1)
+    c=$("$K" tokenize -m "$T/qw.gguf" --chat user:Hi --ids 2>&1)
+    printf '<|im_start|>system\nYou are Qwen, a test.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n' > "$T/qw.txt"
+    d=$("$K" tokenize -m "$VQ" --ids -f "$T/qw.txt" 2>&1)
+    e=$("$K" tokenize -m "$T/qw.gguf" --chat system:Brief --chat user:Hi 2>&1)
+    if [ "$a" = "$b" ] && [ "$a" = "[128000, 128006, 882, 128007, 271, 13347, 128009, 128006, 78191, 128007, 271]" ] &&
+       [ "$c" = "$d" ] && [ -n "$c" ] && ! printf '%s' "$e" | grep -q Qwen; then ok tokenize_chat_uses_the_model_template
+    else ko tokenize_chat_uses_the_model_template "$a / $b / $c / $d"; fi
+else skip_case tokenize_chat_uses_the_model_template "missing $V3 or $VQ"; fi
+
 if [ ! -f "$G" ]; then
     skip_case usage_with_a_model "missing $G"
     cli_summary
