@@ -162,6 +162,17 @@ if [ $r1 -eq 0 ] && grep -q 'policy full (context 64)' "$T/c1.err" && [ $r2 -eq 
     ok chat_ctx_size
 else ko chat_ctx_size "rc $r1/$r2: $(cat "$T/c1.err" "$T/c2.err")"; fi
 
+# warnings: a --budget past the trained length (128 here) only when --budget was given; sweep's full baseline past it
+"$K" chat -m "$G" -n 2 < /dev/null 2> "$T/w1.err"; r1=$?
+"$K" chat -m "$G" -n 2 --budget 512 < /dev/null 2> "$T/w2.err"
+head -c 4000 "$D/text/tinystories_validation_head.txt" > "$T/book.txt"
+"$K" sweep -m "$G" -f "$T/book.txt" --policies streaming --budgets 64 --max-tokens 200 --out "$T/sw" > /dev/null 2> "$T/w3.err"; r3=$?
+"$K" sweep -m "$G" -f "$T/book.txt" --policies streaming --budgets 64 --max-tokens 100 --out "$T/sw2" > /dev/null 2> "$T/w4.err"; r4=$?
+if [ $r1 -eq 0 ] && ! grep -q 'trained length' "$T/w1.err" && grep -q -- '--budget 512 exceeds the model.s trained length 128' "$T/w2.err" &&
+   [ $r3 -eq 0 ] && grep -q 'the full baseline runs 200 tokens, past the model.s trained length 128' "$T/w3.err" &&
+   [ $r4 -eq 0 ] && ! grep -q 'trained length' "$T/w4.err"; then ok trained_length_warnings
+else ko trained_length_warnings "rc $r1/$r3/$r4: $(cat "$T/w1.err" "$T/w3.err" "$T/w4.err" | head -n 6)"; fi
+
 # run -n -1: until end-of-sequence (here after 431 tokens), or the context (llama.cpp's meaning)
 "$K" run -m "$G" -p "The end" -n -1 --temp 0 --policy streaming --budget 64 > /dev/null 2> "$T/n1.err"; r1=$?
 "$K" run -m "$G" -p "Once upon a time" -n -1 --temp 0 -c 300 --ignore-eos > /dev/null 2> "$T/n2.err"; r2=$?

@@ -128,7 +128,8 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i);
 /* Policy id's defaults with the options applied (budget ignored for full). */
 struct kvb_policy_params cli_policy_params(const struct cli_policy *o, enum kvb_policy_id id);
 void cli_policy_help(FILE *f, int default_budget);
-/* Warnings for options a policy ignores or a budget past the trained length. */
+/* Warnings for options a policy ignores, or a --budget given past the
+ * trained length (a command's default budget is not warned about). */
 void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t n_ctx_train);
 /* KV pool bytes for a context: full needs n_ctx tokens per stream; a
  * compressing policy its whole prompt (or prefill_budget + chunk) plus the

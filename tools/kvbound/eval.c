@@ -50,6 +50,16 @@ static int load(struct eval_opts *o, struct kvb_model **m, int32_t **ids, int32_
     return 0;
 }
 
+/* The full baseline attends over all n tokens: past the trained length its
+ * positions were never trained, so its numbers are not the model's best. */
+static void warn_full_past_trained(const struct kvb_model *m, int32_t n) {
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    if (mi.n_ctx_train > 0 && n > mi.n_ctx_train)
+        fprintf(stderr, "kvbound: warning: the full baseline runs %d tokens, past the model's trained length %d (the dense baseline of the StreamingLLM "
+                        "paper; --max-tokens %d stays within it)\n", n, mi.n_ctx_train, mi.n_ctx_train);
+}
+
 static int run_one(const struct eval_opts *o, const struct kvb_model *m, const int32_t *ids, int32_t n, enum kvb_policy_id id, int32_t budget,
                    enum kvb_baseline base, bool mass, bool recall, struct kvb_ppl_result *r) {
     struct kvb_ppl_params pp = kvb_ppl_default_params();
@@ -238,11 +248,7 @@ int cmd_ppl(int argc, char **argv) {
     struct kvb_model *m;
     int32_t *ids, n;
     if (load(&o, &m, &ids, &n)) return 1;
-    struct kvb_model_info mi;
-    kvb_model_get_info(m, &mi);
-    if (o.baseline == KVB_BASELINE_FULL && n > mi.n_ctx_train)
-        fprintf(stderr, "kvbound: warning: the full baseline runs %d tokens, past the model's trained length %d (the dense baseline of the StreamingLLM paper)\n",
-                n, mi.n_ctx_train);
+    if (o.baseline == KVB_BASELINE_FULL) warn_full_past_trained(m, n);
     struct kvb_ppl_result r[32];
     const char *names[32];
     char rec_names[32][40];
@@ -346,6 +352,7 @@ int cmd_sweep(int argc, char **argv) {
     struct kvb_model *m;
     int32_t *ids, n;
     if (load(&o, &m, &ids, &n)) return 1;
+    warn_full_past_trained(m, n); /* every cell's baseline is full */
     static struct kvb_ppl_result res[16][16];
     double full_ppl = 0;
     for (int p = 0; p < np; p++)

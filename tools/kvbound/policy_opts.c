@@ -72,7 +72,8 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
 void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t n_ctx_train) {
     if (id == KVB_POLICY_FULL && o->budget_set)
         fprintf(stderr, "kvbound: warning: --budget has no effect with policy full (give --policy, e.g. streaming)\n");
-    if (id != KVB_POLICY_FULL && n_ctx_train > 0 && o->budget > n_ctx_train && o->pos != KVB_POS_CAPPED &&
+    /* only a --budget given: a command's default (chat's 1024) is not the user's choice */
+    if (id != KVB_POLICY_FULL && o->budget_set && n_ctx_train > 0 && o->budget > n_ctx_train && o->pos != KVB_POS_CAPPED &&
         !(id == KVB_POLICY_LMINFINITE && o->pos == KVB_POS_POLICY_DEFAULT))
         fprintf(stderr, "kvbound: warning: --budget %d exceeds the model's trained length %d: attention will see distances it was not "
                         "trained on (lminfinite, or --positions capped, caps them)\n", o->budget, n_ctx_train);
