@@ -117,6 +117,27 @@ You are Qwen, a test.<|im_end|>
     else ko tokenize_chat_uses_the_model_template "$a / $b / $c / $d"; fi
 else skip_case tokenize_chat_uses_the_model_template "missing $V3 or $VQ"; fi
 
+# progress off a terminal: whole lines, no \r; convert/mkmodel -o checked before any work
+"$K" mkmodel --shape tiny --type q8_0 -o "$T/tiny.gguf" 2> "$T/pg.err"; r1=$?
+"$K" mkmodel --shape tiny --type q8_0 -o "$T/nodir/tiny.gguf" 2> "$T/pg2.err"; r2=$?
+"$K" mkmodel --shape tiny --type q8_0 -o "$T" 2> "$T/pg3.err"; r3=$?
+if [ $r1 -eq 0 ] && ! grep -q "$(printf '\r')" "$T/pg.err" && [ "$(tail -c 1 "$T/pg.err" | od -An -c | tr -d ' ')" = '\n' ] &&
+   [ "$(grep -c '^kvbound: writing [0-9]*/[0-9]*$' "$T/pg.err")" -ge 2 ] &&
+   [ $r2 -eq 1 ] && grep -q "cannot use directory '$T/nodir'" "$T/pg2.err" && ! grep -q writing "$T/pg2.err" &&
+   [ $r3 -eq 1 ] && grep -q "'$T' is a directory" "$T/pg3.err" && ! grep -q writing "$T/pg3.err"; then
+    ok progress_lines_and_output_checked_first
+else ko progress_lines_and_output_checked_first "rc $r1/$r2/$r3: $(cat -A "$T/pg.err" "$T/pg2.err" "$T/pg3.err" | head -n 4)"; fi
+# written paths have one slash after a directory given with a trailing one
+"$K" lab --scenario needle --budget 64 --policies streaming --out "$T/lab/" > "$T/lab.txt" 2>&1; r1=$?
+if [ $r1 -eq 0 ] && grep -q "^report: $T/lab/report.html$" "$T/lab.txt" && ! grep -q '//' "$T/lab.txt"; then ok no_doubled_slashes
+else ko no_doubled_slashes "rc $r1: $(tail -n 2 "$T/lab.txt")"; fi
+# the server's default session store (./kvbound-sessions) is ignored by git
+if command -v git > /dev/null && git -C "$ROOT" rev-parse --git-dir > /dev/null 2>&1; then
+    if git -C "$ROOT" check-ignore -q kvbound-sessions/sessions.sqlite; then ok sessions_dir_git_ignored
+    else ko sessions_dir_git_ignored "git does not ignore kvbound-sessions/"; fi
+elif grep -q '^kvbound-sessions/\?$' "$ROOT/.gitignore"; then ok sessions_dir_git_ignored
+else ko sessions_dir_git_ignored "no kvbound-sessions line in .gitignore"; fi
+
 if [ ! -f "$G" ]; then
     skip_case usage_with_a_model "missing $G"
     cli_summary
@@ -172,6 +193,10 @@ if [ $r1 -eq 0 ] && ! grep -q 'trained length' "$T/w1.err" && grep -q -- '--budg
    [ $r3 -eq 0 ] && grep -q 'the full baseline runs 200 tokens, past the model.s trained length 128' "$T/w3.err" &&
    [ $r4 -eq 0 ] && ! grep -q 'trained length' "$T/w4.err"; then ok trained_length_warnings
 else ko trained_length_warnings "rc $r1/$r3/$r4: $(cat "$T/w1.err" "$T/w3.err" "$T/w4.err" | head -n 6)"; fi
+
+"$K" needle -m "$G" --lengths 200 --depths 0.5 --policy streaming --budget 64 --out "$T/nd/" > "$T/nd.txt" 2>&1; r1=$?
+if [ $r1 -eq 0 ] && grep -q "^needle: $T/nd/needle.json, $T/nd/needle.md, $T/nd/needle.svg$" "$T/nd.txt"; then ok needle_paths_one_slash
+else ko needle_paths_one_slash "rc $r1: $(tail -n 2 "$T/nd.txt")"; fi
 
 # run -n -1: until end-of-sequence (here after 431 tokens), or the context (llama.cpp's meaning)
 "$K" run -m "$G" -p "The end" -n -1 --temp 0 --policy streaming --budget 64 > /dev/null 2> "$T/n1.err"; r1=$?

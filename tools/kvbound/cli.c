@@ -152,6 +152,60 @@ char *cli_read_prompt_file(const char *path, size_t *len) {
     return buf;
 }
 
+const char *cli_dir_arg(const char *flag, const char *dir, char *buf, size_t cap) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    if (n + 1 > cap) {
+        fprintf(stderr, "kvbound: %s: '%s' is too long a path\n", flag, dir);
+        return NULL;
+    }
+    memcpy(buf, dir, n);
+    buf[n] = 0;
+    return buf;
+}
+
+int cli_check_output_file(const char *cmd, const char *flag, const char *path) {
+    struct stat sb;
+    if (!*path) {
+        fprintf(stderr, "kvbound %s: %s: an empty file name\n", cmd, flag);
+        return -1;
+    }
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "kvbound %s: %s '%s' is a directory (give a file name)\n", cmd, flag, path);
+        return -1;
+    }
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (stat(dir, &sb) != 0) {
+        fprintf(stderr, "kvbound %s: %s '%s': cannot use directory '%s': %s\n", cmd, flag, path, dir, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "kvbound %s: %s '%s': '%s' is not a directory\n", cmd, flag, path, dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "kvbound %s: %s '%s': directory '%s' is not writable\n", cmd, flag, path, dir);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_progress(const char *what, long long done, long long total) {
+    static int tty = -1;
+    if (tty < 0) tty = isatty(2);
+    if (total <= 0) return;
+    if (tty) {
+        fprintf(stderr, "\r%s %lld/%lld", what, done, total);
+        if (done >= total) fprintf(stderr, "\n");
+    } else if (done >= total || done * 10 / total > (done - 1) * 10 / total) {
+        fprintf(stderr, "%s %lld/%lld\n", what, done, total);
+    }
+}
+
 int cli_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;

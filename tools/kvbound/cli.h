@@ -36,6 +36,17 @@ char *cli_read_file(const char *path, size_t max_bytes, const char *what, size_t
 /* A prompt file (-f) as llama.cpp reads it: the whole file ("-" = stdin)
  * less one trailing newline, if it ends with one. */
 char *cli_read_prompt_file(const char *path, size_t *len);
+/* An output directory given on the command line (--out DIR) without its
+ * trailing slashes (a lone "/" stays), in buf: "DIR/name" then has one
+ * slash. Returns buf; NULL (printed, naming flag) when too long. */
+const char *cli_dir_arg(const char *flag, const char *dir, char *buf, size_t cap);
+/* Checks, before any work, that a file can be written at path: not a
+ * directory, and its directory exists and is writable. -1: printed,
+ * naming cmd, flag and the path. */
+int cli_check_output_file(const char *cmd, const char *flag, const char *path);
+/* Progress on stderr: on a terminal one line redrawn with \r; elsewhere
+ * (a log, a pipe) whole lines, at every tenth of the way and at the end. */
+void cli_progress(const char *what, long long done, long long total);
 int cli_cores(void);
 /* Warns when -t exceeds the cores. */
 void cli_warn_threads(int threads);

@@ -327,9 +327,7 @@ int cmd_sweep(int argc, char **argv) {
     }
     if (!o.model || !o.text || !out) { fprintf(stderr, "kvbound sweep: -m MODEL, -f TEXT and --out DIR are required\n"); return 2; }
     char outdir[3072]; /* leaves room for "/sweep.csv" in 4096-byte paths */
-    snprintf(outdir, sizeof outdir, "%s", out);
-    for (size_t l = strlen(outdir); l > 1 && outdir[l - 1] == '/'; l--) outdir[l - 1] = 0; /* no "dir//sweep.csv" */
-    out = outdir;
+    if (!(out = cli_dir_arg("--out", out, outdir, sizeof outdir))) return 2; /* no "dir//sweep.csv" */
     if (!o.max_tokens) {
         o.max_tokens = 4000;
         fprintf(stderr, "kvbound sweep: scoring the first 4000 tokens (--max-tokens N to change)\n");

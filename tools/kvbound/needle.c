@@ -90,6 +90,8 @@ int cmd_needle(int argc, char **argv) {
         else { fprintf(stderr, "kvbound needle: unknown option '%s'\n", a); return 2; }
     }
     if (!model || !out || !nl || !ndp) { fprintf(stderr, "kvbound needle: -m MODEL, --lengths, --depths and --out are required\n"); return 2; }
+    char outdir[3072]; /* no "dir//needle.json" */
+    if (!(out = cli_dir_arg("--out", out, outdir, sizeof outdir))) return 2;
     char *filler = NULL;
     size_t filler_len;
     if (filler_path && !(filler = cli_read_file(filler_path, (size_t)64 << 20, "filler", &filler_len))) return 1;
