@@ -76,6 +76,12 @@ if [ $have_pc -eq 1 ]; then
     if [ $built -eq 0 ] && [ "$ver" = "$("$P/bin/kvbound" version | awk '{print $2}')" ]; then ok examples_build_with_pkg_config
     else ko examples_build_with_pkg_config "pkg-config version '$ver'"; fi
 elif [ $built -ne 0 ]; then ko examples_build "with $FLAGS"; fi
+# a custom PREFIX: kvbound.pc carries an rpath, so a program built with it runs as is
+if [ $have_pc -eq 1 ]; then
+    if [ -x "$T/cache_scores" ] && [ "$(env -u LD_LIBRARY_PATH "$T/cache_scores" 2>&1)" = "kept: <s> System: PostgresDB db def query():" ] &&
+       env -u LD_LIBRARY_PATH ldd "$T/cache_scores" | grep -q "libkvbound.so.0.2 => $LIBDIR"; then ok example_runs_without_ld_library_path
+    else ko example_runs_without_ld_library_path "$(env -u LD_LIBRARY_PATH "$T/cache_scores" 2>&1 | head -n 1); $(pkg-config --libs kvbound)"; fi
+fi
 export LD_LIBRARY_PATH="$LIBDIR"
 if [ -x "$T/cache_scores" ] && [ "$("$T/cache_scores")" = "kept: <s> System: PostgresDB db def query():" ] &&
    ldd "$T/cache_scores" | grep -q "libkvbound.so.0.2 => $LIBDIR"; then ok example_cache_scores_shared
