@@ -9,7 +9,8 @@
 . "$(dirname "$0")/cli_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
 
-# every command: "--bogus" last is an unknown option; each value option from its --help, last, needs a value
+# every command: "--bogus" last is an unknown option; each option its --help names is taken, and each
+# value option from its --help, last, needs a value
 bad=""
 nflags=0
 for c in run chat ppl sweep needle mem tokenize info convert mkmodel lab cold policies \
@@ -20,7 +21,16 @@ for c in run chat ppl sweep needle mem tokenize info convert mkmodel lab cold po
     [ $r -eq 2 ] && grep -q "unknown option '--bogus'" "$T/u.txt" || bad="$bad [$cmd --bogus: rc $r $(head -n 1 "$T/u.txt")]"
     "$K" $cmd --bogus -t 1 > /dev/null 2> "$T/u.txt"; r=$?
     [ $r -eq 2 ] && grep -q "unknown option '--bogus'" "$T/u.txt" || bad="$bad [$cmd --bogus -t 1: rc $r $(head -n 1 "$T/u.txt")]"
-    "$K" $cmd --help 2>&1 | grep -oE "(^|[ ,[(])(-[a-zA-Z]+|--[a-z][a-z0-9-]+) [A-Z][A-Z_]*" | sed -E 's/^[ ,[(]*//; s/ .*//' | sort -u > "$T/flags.txt"
+    "$K" $cmd --help > "$T/h.txt" 2>&1
+    # every option --help names is one the command takes (cold's help names run's --recall --cold-dir)
+    grep -oE "(^|[][ ,(/|])(-[a-zA-Z]+|--[a-z][a-z0-9-]+)" "$T/h.txt" | sed -E 's/^[][ ,(/|]*//' | sort -u > "$T/all.txt"
+    while IFS= read -r f; do
+        case "$cmd $f" in "cold --recall"|"cold --cold-dir") continue ;; esac
+        # (X --bogus-end: the line is refused before any work whatever $f is)
+        "$K" $cmd "$f" X --bogus-end < /dev/null > /dev/null 2> "$T/u.txt"
+        ! grep -q -F "unknown option '$f'" "$T/u.txt" || bad="$bad [$cmd --help names $f: $(head -n 1 "$T/u.txt")]"
+    done < "$T/all.txt"
+    grep -oE "(^|[ ,[(])(-[a-zA-Z]+|--[a-z][a-z0-9-]+) [A-Z][A-Z_]*" "$T/h.txt" | sed -E 's/^[ ,[(]*//; s/ .*//' | sort -u > "$T/flags.txt"
     while IFS= read -r f; do
         nflags=$((nflags + 1))
         "$K" $cmd "$f" > /dev/null 2> "$T/u.txt"; r=$?

@@ -45,7 +45,7 @@ static void bench_usage(FILE *f) {
             "  --head-dim N        head dimension (default 128)\n"
             "  --budget N          retained tokens per stream (default 2048)\n"
             "  --steps N           timed steps per policy (default 64)\n"
-            "  --kv-dtype T        KV rows: f16 (default), bf16, f32, q8_0, q4_0 (also --dtype; --kv-dtype-k/-v apart)\n"
+            "  --kv-dtype T        KV rows: f16 (default), bf16, f32, q8_0, q4_0 (also --dtype; --kv-dtype-k T, --kv-dtype-v T apart)\n"
             "  --block-size N      tokens per page (default 16)\n"
             "  --positions M       original|contiguous|capped (default: the policy's; capped: at --budget)\n"
             "  -t, --threads N     threads (default 2)\n"

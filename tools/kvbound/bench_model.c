@@ -267,7 +267,7 @@ static void model_usage(FILE *f, bool prefill) {
                "machine_read_gbs (measured in the same run), roofline_fraction, depth,\n"
                "cache_tokens (retained per stream at the end), prefill_s.\n"
                "  --policy NAME   cache policy (default full); its options as in 'kvbound run --help'\n"
-               "  --kv-dtype T    KV rows: f16 (default), bf16, f32, q8_0, q4_0 (-k/-v: K and V apart)\n"
+               "  --kv-dtype T    KV rows: f16 (default), bf16, f32, q8_0, q4_0 (--kv-dtype-k T, --kv-dtype-v T apart)\n"
                "  --no-mmap       read the weights into memory (huge pages) instead of mapping the file\n"
                "With --recall the decode steps alternate, 8 at a time, between recall paused and on (one context,\n"
                "one run): tok_per_s is with recall; the JSON adds tok_per_s_without_recall, recall_cost_ratio\n"

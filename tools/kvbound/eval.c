@@ -204,7 +204,7 @@ int cmd_ppl(int argc, char **argv) {
                    "--decode-budget continuation tokens); decode-time policies hold B throughout. Only the continuation is\n"
                    "scored, from the prediction of token P on; JSON adds prompt_kept (prompt tokens kept per stream).\n"
                    "Baselines: full (or none).\n\n"
-                   "--kv-dtype T (or -k/-v apart) stores the policy's KV rows as T (default f32); the full baseline's\n"
+                   "--kv-dtype T (or --kv-dtype-k/--kv-dtype-v apart) stores the policy's KV rows as T (default f32); the full baseline's\n"
                    "rows stay f32, so --policy full --kv-dtype q8_0 gives what the bits alone cost (KL), and a bounded\n"
                    "policy with quantized rows both costs together.\n\n");
             cli_kv_types_help(stdout, "f32");
