@@ -29,6 +29,7 @@ if [ ! -f "$G" ] || [ ! -f "$QV" ]; then
     exit
 fi
 command -v curl > /dev/null || { skip_case serve_curl "curl is not installed"; cli_summary; exit; }
+need_tool serve_python python3 KVB_REQUIRE_PYTHON "the probes are Python; Debian python3" || { cli_summary; exit; }
 PROBE="python3 $(dirname "$0")/serve_probe.py"
 
 post() { # post PATH JSON [curl args]: the body; the status in $T/code

@@ -10,6 +10,7 @@
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
 if ! "$K" serve --help > /dev/null 2>&1; then skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"; cli_summary; exit; fi
 if [ ! -f "$G" ]; then skip_case serve_redis "missing $G"; cli_summary; exit; fi
+need_tool serve_redis_python python3 KVB_REQUIRE_PYTHON "the checks read JSON with Python; Debian python3" || { cli_summary; exit; }
 R=${KVB_TEST_REDIS:-}
 if [ -z "$R" ] && command -v redis-server > /dev/null; then
     port=$(free_port)

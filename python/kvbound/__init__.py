@@ -18,6 +18,8 @@ mismatched library fails loudly instead of corrupting memory.
 """
 import ctypes
 import ctypes.util
+import math
+import operator
 import os
 
 try:  # optional
@@ -276,18 +278,59 @@ def policies():
         i += 1
 
 
-def _floats(x, n=None):
-    """A ctypes float array (and the object keeping it alive) from a list or NumPy array."""
+def _floats(x, n=None, name="array", shape=""):
+    """A ctypes float array (and the object keeping it alive) from a list or
+    NumPy array; with n, exactly n floats (ValueError naming the argument)."""
     if _np is not None and isinstance(x, _np.ndarray):
         a = _np.ascontiguousarray(x, dtype=_np.float32).ravel()
         if n is not None and a.size != n:
-            raise ValueError("expected %d floats, got %d" % (n, a.size))
+            raise ValueError("%s: expected %d floats%s, got %d" % (name, n, shape, a.size))
         return a.ctypes.data_as(_fp), a
     flat = list(_flatten(x))
     if n is not None and len(flat) != n:
-        raise ValueError("expected %d floats, got %d" % (n, len(flat)))
+        raise ValueError("%s: expected %d floats%s, got %d" % (name, n, shape, len(flat)))
     arr = (_c.c_float * len(flat))(*flat)
     return _c.cast(arr, _fp), arr
+
+
+def _int(name, x, lo, hi=None):
+    """x as an int in [lo, hi] (Python or NumPy integer), else ValueError naming it."""
+    try:
+        if isinstance(x, bool):
+            raise TypeError
+        i = operator.index(x)
+    except TypeError:
+        raise ValueError("%s must be an integer, got %r" % (name, x)) from None
+    if i < lo or (hi is not None and i > hi):
+        raise ValueError("%s must be in %d..%s, got %d" % (name, lo, hi if hi is not None else "", i))
+    return i
+
+
+def _sampler_args(n_tokens, temp, top_k, top_p, min_p, seed):
+    """The sampling arguments of generate(), checked (ValueError naming the
+    one out of range) before anything runs."""
+    def num(name, x):
+        try:
+            f = float(x)
+        except (TypeError, ValueError):
+            raise ValueError("%s must be a number, got %r" % (name, x)) from None
+        if not math.isfinite(f):
+            raise ValueError("%s must be finite, got %r" % (name, x))
+        return f
+
+    n_tokens = _int("n_tokens", n_tokens, 0)
+    temp = num("temp", temp)
+    if temp < 0:
+        raise ValueError("temp must be >= 0 (0 = greedy), got %r" % temp)
+    top_k = _int("top_k", top_k, 0)
+    top_p = num("top_p", top_p)
+    if not 0 < top_p <= 1:
+        raise ValueError("top_p must be in (0, 1] (1 = off), got %r" % top_p)
+    min_p = num("min_p", min_p)
+    if not 0 <= min_p <= 1:
+        raise ValueError("min_p must be in [0, 1] (0 = off), got %r" % min_p)
+    seed = _int("seed", seed, 0)
+    return n_tokens, temp, top_k, top_p, min_p, seed
 
 
 def _flatten(x):
@@ -366,10 +409,11 @@ class Model:
         with a cache of `policy` and `budget`; memory stays bounded however
         many tokens are asked for. The context is reachable afterwards as
         model.last_context (cache statistics)."""
+        _sampler_args(n_tokens, temp, top_k, top_p, min_p, seed)  # bad arguments raise here, not at the first piece
         ctx = self.context(policy, budget, threads, **knobs)
         self.last_context = ctx
-        yield from ctx.generate(prompt, n_tokens, temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                                stop_at_eos=stop_at_eos)
+        return ctx.generate(prompt, n_tokens, temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                            stop_at_eos=stop_at_eos)
 
 
 class Context:
@@ -433,9 +477,16 @@ class Context:
         return {f: getattr(s, f) for f, _ in _CacheStats._fields_}
 
     def generate(self, prompt, n_tokens, temp=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=0, stop_at_eos=True):
+        """Yields the text generated after `prompt` (a string or token ids),
+        piece by piece. The arguments are checked now (ValueError naming the
+        one out of range), not when the first piece is asked for."""
+        args = _sampler_args(n_tokens, temp, top_k, top_p, min_p, seed)
+        return self._generate(prompt, stop_at_eos, *args)
+
+    def _generate(self, prompt, stop_at_eos, n_tokens, temp, top_k, top_p, min_p, seed):
         ids = self.model.tokenize(prompt, bos=self.n_past == 0) if isinstance(prompt, str) else list(prompt)
         sp = _sampler_default()
-        sp.temp, sp.top_k, sp.top_p, sp.min_p, sp.seed = float(temp), int(top_k), float(top_p), float(min_p), int(seed)
+        sp.temp, sp.top_k, sp.top_p, sp.min_p, sp.seed = temp, top_k, top_p, min_p, seed
         smp = _vp()
         _check(_sampler_init(_c.byref(sp), self.model.n_vocab, _c.byref(smp)))
         try:
@@ -446,7 +497,7 @@ class Context:
             d = _Detok()
             buf = _c.create_string_buffer(1024)
             one = (_c.c_int32 * 1)()
-            for _ in range(int(n_tokens)):
+            for _ in range(n_tokens):
                 tok = _sampler_sample(smp, self._logits, None, 0)
                 if stop_at_eos and tok == eos:
                     break
@@ -528,24 +579,38 @@ class Cache:
 
     __del__ = close
 
+    def _qkv(self, n_tok, q, k, v):
+        """q, k, v as float arrays, their lengths checked (ValueError naming
+        the argument): k and v n_tok x n_kv_head x head_dim floats, q n_tok x
+        n_head x head_dim with n_head a multiple of n_kv_head. -> (q, k, v, n_head)."""
+        kv = n_tok * self.n_kv_head * self.head_dim
+        shape = " (%s%d x %d: n_kv_head x head_dim)" % ("%d x " % n_tok if n_tok > 1 else "", self.n_kv_head, self.head_dim)
+        kp, ka = _floats(k, kv, "k", shape)
+        vp, va = _floats(v, kv, "v", shape)
+        qp, qa = _floats(q, None, "q")
+        if len(qa) == 0 or len(qa) % kv:
+            raise ValueError("q: %d floats is not %sn_head x head_dim (%d) with n_head a multiple of n_kv_head (%d)"
+                             % (len(qa), "n_tok (%d) x " % n_tok if n_tok > 1 else "", self.head_dim, self.n_kv_head))
+        return (qp, qa), (kp, ka), (vp, va), len(qa) // (n_tok * self.head_dim)
+
+    def _layer(self, layer):
+        return _int("layer", layer, 0, self.n_layer - 1)
+
     def decode(self, layer, q, k, v):
         """One token in `layer`: q [n_head*head_dim], k/v [n_kv_head*head_dim]; returns the attention output."""
-        qp, qa = _floats(q)
-        n_head = len(qa) // self.head_dim
-        kp, ka = _floats(k, self.n_kv_head * self.head_dim)
-        vp, va = _floats(v, self.n_kv_head * self.head_dim)
+        layer = self._layer(layer)
+        (qp, qa), (kp, ka), (vp, va), n_head = self._qkv(1, q, k, v)
         out = (_c.c_float * len(qa))()
-        _check(_cache_decode(self._h, int(layer), qp, n_head, kp, vp, out, None))
+        _check(_cache_decode(self._h, layer, qp, n_head, kp, vp, out, None))
         return _out(out, len(qa), q)
 
     def prefill(self, layer, n_tok, q, k, v):
         """n_tok tokens in `layer`: q [n_tok][n_head][head_dim], k/v [n_tok][n_kv_head][head_dim] (flattened)."""
-        qp, qa = _floats(q)
-        n_head = len(qa) // (int(n_tok) * self.head_dim)
-        kp, ka = _floats(k, int(n_tok) * self.n_kv_head * self.head_dim)
-        vp, va = _floats(v, int(n_tok) * self.n_kv_head * self.head_dim)
+        layer = self._layer(layer)
+        n_tok = _int("n_tok", n_tok, 1)
+        (qp, qa), (kp, ka), (vp, va), n_head = self._qkv(n_tok, q, k, v)
         out = (_c.c_float * len(qa))()
-        _check(_cache_prefill(self._h, int(layer), int(n_tok), qp, n_head, kp, vp, out, None))
+        _check(_cache_prefill(self._h, layer, n_tok, qp, n_head, kp, vp, out, None))
         return _out(out, len(qa), q)
 
     def compress(self):
@@ -554,8 +619,8 @@ class Cache:
 
     def append(self, layer, k=None, v=None):
         """A token without attention (k, v None: bookkeeping only)."""
-        kp = _floats(k, self.n_kv_head * self.head_dim) if k is not None else (None, None)
-        vp = _floats(v, self.n_kv_head * self.head_dim) if v is not None else (None, None)
+        kp = _floats(k, self.n_kv_head * self.head_dim, "k") if k is not None else (None, None)
+        vp = _floats(v, self.n_kv_head * self.head_dim, "v") if v is not None else (None, None)
         _check(_cache_append(self._h, int(layer), kp[0], vp[0]))
 
     def observe(self, layer, head, weights):

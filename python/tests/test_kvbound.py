@@ -204,6 +204,46 @@ def errors_raise_with_the_library_message():
         assert "budget (4) must exceed n_sink (8)" in str(e), str(e)
 
 
+def raises_value_error(f, *names):
+    """f() raises ValueError whose message names every one of names."""
+    try:
+        f()
+    except ValueError as e:
+        for n in names:
+            assert n in str(e), (n, str(e))
+        return str(e)
+    raise AssertionError("no ValueError naming %s" % (names,))
+
+
+@case
+def bad_arguments_raise_value_error_naming_them():
+    c = kvbound.Cache(n_layer=2, n_kv_head=2, head_dim=4, policy="full", budget=0)
+    q, kv = [0.5] * 16, [1.0] * 8  # 4 query heads over 2 KV heads of 4
+    assert len(c.decode(0, q, kv, kv)) == 16
+    raises_value_error(lambda: c.decode(0, q, kv[:7], kv), "k:", "expected 8 floats", "got 7")
+    raises_value_error(lambda: c.decode(0, q, kv, kv + [1.0]), "v:", "got 9")
+    raises_value_error(lambda: c.decode(0, q[:14], kv, kv), "q:", "14 floats", "n_kv_head (2)")
+    raises_value_error(lambda: c.decode(0, q[:4], kv, kv), "q:", "4 floats")  # one query head for two KV heads
+    raises_value_error(lambda: c.decode(0, [], kv, kv), "q:")
+    raises_value_error(lambda: c.decode(2, q, kv, kv), "layer", "0..1")
+    assert len(c.prefill(1, 3, q * 3, kv * 3, kv * 3)) == 48
+    raises_value_error(lambda: c.prefill(1, 3, q * 3, kv * 2, kv * 3), "k:", "expected 24 floats", "got 16")
+    raises_value_error(lambda: c.prefill(1, 3, q * 3, kv * 3, kv * 4), "v:", "got 32")
+    raises_value_error(lambda: c.prefill(1, 3, q * 2, kv * 3, kv * 3), "q:", "32 floats", "n_tok (3)")
+    raises_value_error(lambda: c.prefill(1, 0, [], [], []), "n_tok")
+    with kvbound.Model(G) as m:
+        for bad in (-0.5, float("nan"), float("inf"), "warm"):
+            raises_value_error(lambda: m.generate("Once", 5, temp=bad), "temp")
+        ctx = m.context(policy="streaming", budget=32)
+        raises_value_error(lambda: ctx.generate("Once", 5, temp=-1), "temp")
+        raises_value_error(lambda: m.generate("Once", 5, top_p=0), "top_p")
+        raises_value_error(lambda: m.generate("Once", 5, min_p=1.5), "min_p")
+        raises_value_error(lambda: m.generate("Once", 5, top_k=-1), "top_k")
+        raises_value_error(lambda: m.generate("Once", -1), "n_tokens")
+        assert ctx.n_past == 0  # nothing ran
+        assert "".join(m.generate("Once upon a time", 60, temp=0, stop_at_eos=False)) == REF[len("Once upon a time"):], "greedy text changed"
+
+
 try:
     import numpy as np
 

@@ -162,8 +162,10 @@ static bool open_file(struct kvb_cold *c) {
     static int64_t serial; /* shared by every store: atomic */
     char *path = kvb_malloc(strlen(c->dir) + 96);
     if (!path) return false;
+    int dir_len = (int)strlen(c->dir); /* "dir/" + name: one slash */
+    while (dir_len > 1 && c->dir[dir_len - 1] == '/') dir_len--;
     for (int tries = 0; tries < 100; tries++) {
-        sprintf(path, "%s/kvbound-cold-%ld-%lx-%lld.kvc", c->dir, (long)getpid(), (unsigned long)(uintptr_t)c, (long long)__atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED));
+        sprintf(path, "%.*s/kvbound-cold-%ld-%lx-%lld.kvc", dir_len, c->dir, (long)getpid(), (unsigned long)(uintptr_t)c, (long long)__atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED));
         c->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (c->fd >= 0 || errno != EEXIST) break;
     }

@@ -342,7 +342,7 @@ static kvb_status eval_tokens(struct kvb_context *c, const int32_t *tokens, int3
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V) return kvb_fail(KVB_ERR_INVALID, "context_eval: token %d is out of range 0..%d", (int)tokens[i], (int)V - 1);
     if (c->p.policy.id == KVB_POLICY_FULL && c->n_past + n > c->p.n_ctx)
-        return kvb_fail(KVB_ERR_INVALID, "context full: %lld + %d tokens exceed n_ctx %d (policy full keeps every token; use a bounded policy or a larger --ctx)",
+        return kvb_fail(KVB_ERR_INVALID, "context full: %lld + %d tokens exceed n_ctx %d (policy full keeps every token; use a bounded policy or a larger n_ctx)",
                         (long long)c->n_past, (int)n, (int)c->p.n_ctx);
     for (int32_t i = 0; i < n; i += c->chunk) {
         const int32_t T = KVB_MIN(c->chunk, n - i);

@@ -45,7 +45,7 @@ static void bench_usage(FILE *f) {
             "  --head-dim N        head dimension (default 128)\n"
             "  --budget N          retained tokens per stream (default 2048)\n"
             "  --steps N           timed steps per policy (default 64)\n"
-            "  --kv-dtype T        KV rows: f16 (default), bf16, f32, q8_0, q4_0 (also --dtype; --kv-dtype-k/-v apart)\n"
+            "  --kv-dtype T        KV rows: f16 (default), bf16, f32, q8_0, q4_0 (also --dtype; --kv-dtype-k T, --kv-dtype-v T apart)\n"
             "  --block-size N      tokens per page (default 16)\n"
             "  --positions M       original|contiguous|capped (default: the policy's; capped: at --budget)\n"
             "  -t, --threads N     threads (default 2)\n"
@@ -89,8 +89,8 @@ static int bench_cache(int argc, char **argv) {
         const int kr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (kr < 0) return 2;
         if (kr > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
-        else if (!strcmp(a, "--policy")) snprintf(policies_arg, sizeof policies_arg, "%s", v);
+        if (!(v = cli_opt_value("bench cache", "--policy --layers --kv-heads --heads --head-dim --budget --steps --block-size -t --threads --seed --dtype --positions", argc, argv, &i))) return 2;
+        if (!strcmp(a, "--policy")) snprintf(policies_arg, sizeof policies_arg, "%s", v);
         else if (!strcmp(a, "--layers")) { if (cli_parse_i32(a, v, 1, 4096, &layers)) return 2; }
         else if (!strcmp(a, "--kv-heads")) { if (cli_parse_i32(a, v, 1, 1024, &kv_heads)) return 2; }
         else if (!strcmp(a, "--heads")) { if (cli_parse_i32(a, v, 1, 65536, &heads)) return 2; }
@@ -228,7 +228,8 @@ static int bench_cache(int argc, char **argv) {
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: kvbound bench cache|decode|prefill|stream|tokenize|batch|serve-memory [options]   (see 'kvbound bench NAME --help')\n");
+        fprintf(argc < 2 ? stderr : stdout,
+                "usage: kvbound bench cache|decode|prefill|stream|tokenize|batch|serve-memory [options]   (see 'kvbound bench NAME --help')\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "cache")) return bench_cache(argc - 1, argv + 1);

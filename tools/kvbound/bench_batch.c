@@ -123,7 +123,7 @@ int bench_batch(int argc, char **argv) {
         if (r == 0) r = cli_recall_option(&rec, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("bench batch", "-m --model --peer --parallel --prompt-tokens --gen-tokens --chunk --step-tokens -t --threads --policy", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--peer")) peer = v;
         else if (!strcmp(a, "--parallel")) { if ((n_par = parse_list(a, v, par, MAX_PAR, 1, 4096)) < 0) return 2; }
@@ -325,7 +325,7 @@ int bench_serve_memory(int argc, char **argv) {
         if (r == 0) r = cli_kv_types_option(&kvt, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("bench serve-memory", "-m --model --pool-mb --context --sessions --gen-tokens -t --threads --policy", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--pool-mb")) { if (cli_parse_i32(a, v, 1, 1 << 20, &pool_mb)) return 2; }
         else if (!strcmp(a, "--context")) { if (cli_parse_i32(a, v, 1, 1 << 24, &T)) return 2; }

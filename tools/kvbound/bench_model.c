@@ -156,12 +156,28 @@ int bench_stream(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound bench stream -m MODEL [-z TOKENIZER.bin] [--budget N (1024)] [--long] [--full-max N (10000)] [-t THREADS] [--json]\n");
+            printf("usage: kvbound bench stream -m MODEL [-z TOKENIZER.bin] [--budget N] [--full-max N] [--long] [-t N] [--json]\n"
+                   "\n"
+                   "Decodes greedily from one token, with no prompt, under policy streaming (--budget N tokens per\n"
+                   "stream, default 1024, the policy's sinks), timing every token: p50_ms and p99_ms over the 500\n"
+                   "tokens before each checkpoint, and rss (the process's resident bytes) there, at 1,000, 10,000 and\n"
+                   "100,000 tokens (and 1,000,000 with --long). Then the same under policy full, at the checkpoints up\n"
+                   "to --full-max tokens (default 10000; below 1000: none). Then StreamingLLM's sliding window with\n"
+                   "recompute: the time to read a window of N tokens afresh, as it does for each new token\n"
+                   "(recompute_ms_per_token, the mean of 5), and speedup_vs_recompute, that over streaming's p50 at\n"
+                   "the last checkpoint (streaming_p50_ms). Prints one JSON object (with or without --json).\n"
+                   "\n"
+                   "  -m, --model FILE      GGUF model or llama2.c checkpoint\n"
+                   "  -z, --tokenizer FILE  llama2.c tokenizer.bin (for .bin checkpoints)\n"
+                   "  --budget N            streaming's tokens per stream, and the recompute window (default 1024)\n"
+                   "  --full-max N          the last checkpoint policy full runs to (default 10000)\n"
+                   "  --long                add the 1,000,000-token checkpoint\n"
+                   "  -t, --threads N       threads (default 1)\n");
             return 0;
         }
         if (!strcmp(a, "--json")) continue;
         if (!strcmp(a, "--long")) { longrun = true; continue; }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("bench stream", "-m --model -z --tokenizer -t --threads --budget --full-max", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
@@ -251,7 +267,7 @@ static void model_usage(FILE *f, bool prefill) {
                "machine_read_gbs (measured in the same run), roofline_fraction, depth,\n"
                "cache_tokens (retained per stream at the end), prefill_s.\n"
                "  --policy NAME   cache policy (default full); its options as in 'kvbound run --help'\n"
-               "  --kv-dtype T    KV rows: f16 (default), bf16, f32, q8_0, q4_0 (-k/-v: K and V apart)\n"
+               "  --kv-dtype T    KV rows: f16 (default), bf16, f32, q8_0, q4_0 (--kv-dtype-k T, --kv-dtype-v T apart)\n"
                "  --no-mmap       read the weights into memory (huge pages) instead of mapping the file\n"
                "With --recall the decode steps alternate, 8 at a time, between recall paused and on (one context,\n"
                "one run): tok_per_s is with recall; the JSON adds tok_per_s_without_recall, recall_cost_ratio\n"
@@ -286,7 +302,9 @@ int bench_model(int argc, char **argv, bool prefill) {
             if (pr < 0) return 2;
             if (pr > 0) continue;
         }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value(prefill ? "bench prefill" : "bench decode", prefill ? "-m --model -t --threads -n --chunk" : "-m --model --depth --policy -t --threads -n --chunk",
+                                argc, argv, &i)))
+            return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!prefill && !strcmp(a, "--depth")) { if (cli_parse_i32(a, v, 0, 1 << 22, &depth)) return 2; }
         else if (!prefill && !strcmp(a, "--policy")) {

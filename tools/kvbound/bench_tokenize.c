@@ -43,7 +43,7 @@ int bench_tokenize(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return bench_tok_usage(stdout);
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("bench tokenize", "-m -f --reps", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m")) {
             if (n_models == 16) { fprintf(stderr, "kvbound bench tokenize: at most 16 -m\n"); return 2; }
             models[n_models++] = v;

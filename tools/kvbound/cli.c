@@ -56,6 +56,42 @@ int cli_parse_f32(const char *flag, const char *value, double lo, double hi, flo
     return 0;
 }
 
+static bool word_in(const char *w, const char *list) {
+    const size_t n = strlen(w);
+    for (const char *p = list; *p;) {
+        while (*p == ' ') p++;
+        const size_t k = strcspn(p, " ");
+        if (k == n && k && !strncmp(p, w, n)) return true;
+        p += k;
+    }
+    return false;
+}
+
+const char *cli_opt_value(const char *cmd, const char *opts, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (a[0] != '-' || !a[1]) {
+        fprintf(stderr, "kvbound %s: unexpected argument '%s' (options start with -; see --help)\n", cmd, a);
+        return NULL;
+    }
+    if (!word_in(a, opts)) {
+        fprintf(stderr, "kvbound %s: unknown option '%s' (see --help)\n", cmd, a);
+        return NULL;
+    }
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvbound %s: %s needs a value\n", cmd, a);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+const char *cli_need_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvbound: %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "kvbound: %s needs a value, or is not an option of this command (see --help)\n", argv[*i]);
@@ -108,6 +144,66 @@ char *cli_read_file(const char *path, size_t max_bytes, const char *what, size_t
     buf[n] = 0;
     *len = n;
     return buf;
+}
+
+char *cli_read_prompt_file(const char *path, size_t *len) {
+    char *buf = cli_read_file(path, (size_t)256 << 20, "prompt file", len);
+    if (buf && *len && buf[*len - 1] == '\n') buf[--*len] = 0; /* as llama.cpp's -f */
+    return buf;
+}
+
+const char *cli_dir_arg(const char *flag, const char *dir, char *buf, size_t cap) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    if (n + 1 > cap) {
+        fprintf(stderr, "kvbound: %s: '%s' is too long a path\n", flag, dir);
+        return NULL;
+    }
+    memcpy(buf, dir, n);
+    buf[n] = 0;
+    return buf;
+}
+
+int cli_check_output_file(const char *cmd, const char *flag, const char *path) {
+    struct stat sb;
+    if (!*path) {
+        fprintf(stderr, "kvbound %s: %s: an empty file name\n", cmd, flag);
+        return -1;
+    }
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "kvbound %s: %s '%s' is a directory (give a file name)\n", cmd, flag, path);
+        return -1;
+    }
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (stat(dir, &sb) != 0) {
+        fprintf(stderr, "kvbound %s: %s '%s': cannot use directory '%s': %s\n", cmd, flag, path, dir, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "kvbound %s: %s '%s': '%s' is not a directory\n", cmd, flag, path, dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "kvbound %s: %s '%s': directory '%s' is not writable\n", cmd, flag, path, dir);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_progress(const char *what, long long done, long long total) {
+    static int tty = -1;
+    if (tty < 0) tty = isatty(2);
+    if (total <= 0) return;
+    if (tty) {
+        fprintf(stderr, "\r%s %lld/%lld", what, done, total);
+        if (done >= total) fprintf(stderr, "\n");
+    } else if (done >= total || done * 10 / total > (done - 1) * 10 / total) {
+        fprintf(stderr, "%s %lld/%lld\n", what, done, total);
+    }
 }
 
 int cli_cores(void) {

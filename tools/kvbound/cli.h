@@ -14,12 +14,39 @@
 int cli_parse_i64(const char *flag, const char *value, long long lo, long long hi, long long *out);
 int cli_parse_i32(const char *flag, const char *value, int lo, int hi, int *out);
 int cli_parse_f32(const char *flag, const char *value, double lo, double hi, float *out);
-/* Returns argv[*i + 1] and advances, or prints "flag needs a value" and returns NULL. */
+/* The value of option argv[*i], one of the command's options that take a
+ * value, listed in `opts` separated by spaces ("-m --model -n"): returns
+ * argv[*i + 1] and advances *i. Returns NULL after printing, naming `cmd`
+ * ("run", "bench batch"), "unknown option 'X'" when argv[*i] is not in opts
+ * (wherever it stands on the line), "unexpected argument 'X'" when it is not
+ * an option at all, or "X needs a value" when it is the last argument. */
+const char *cli_opt_value(const char *cmd, const char *opts, int argc, char **argv, int *i);
+/* The value of option argv[*i], known to take one (the shared option
+ * helpers below): argv[*i + 1], advancing *i, or NULL after printing
+ * "X needs a value". */
+const char *cli_need_value(int argc, char **argv, int *i);
+/* Older form, for callers that do not list their options (tools/serve):
+ * argv[*i + 1], advancing, or NULL after a message that cannot tell a
+ * missing value from an unknown option. Prefer cli_opt_value. */
 const char *cli_value(int argc, char **argv, int *i);
 /* The whole of a file ("-" = stdin, pipes too), NUL-terminated; at most
  * max_bytes. On error prints the cause (strerror, a directory, too large)
  * naming `what` and the path, and returns NULL. */
 char *cli_read_file(const char *path, size_t max_bytes, const char *what, size_t *len);
+/* A prompt file (-f) as llama.cpp reads it: the whole file ("-" = stdin)
+ * less one trailing newline, if it ends with one. */
+char *cli_read_prompt_file(const char *path, size_t *len);
+/* An output directory given on the command line (--out DIR) without its
+ * trailing slashes (a lone "/" stays), in buf: "DIR/name" then has one
+ * slash. Returns buf; NULL (printed, naming flag) when too long. */
+const char *cli_dir_arg(const char *flag, const char *dir, char *buf, size_t cap);
+/* Checks, before any work, that a file can be written at path: not a
+ * directory, and its directory exists and is writable. -1: printed,
+ * naming cmd, flag and the path. */
+int cli_check_output_file(const char *cmd, const char *flag, const char *path);
+/* Progress on stderr: on a terminal one line redrawn with \r; elsewhere
+ * (a log, a pipe) whole lines, at every tenth of the way and at the end. */
+void cli_progress(const char *what, long long done, long long total);
 int cli_cores(void);
 /* Warns when -t exceeds the cores. */
 void cli_warn_threads(int threads);
@@ -72,6 +99,31 @@ size_t cli_recall_pool_bytes(const struct kvb_model_info *mi, const struct cli_k
 /* One line on stderr: cold tier, recall area, time scoring and loading. */
 void cli_recall_stats(FILE *f, const struct kvb_cache_stats *s);
 
+/* Sampling options shared by run and chat (gen_opts.c), llama.cpp's names
+ * and meanings: --temp, --top-k, --top-p, --min-p, --repeat-penalty,
+ * --repeat-last-n, -s/--seed (into sp->seed).
+ * 1: argv[*i] was one (value consumed), 0: not one, -1: bad value (printed). */
+int cli_sampler_option(struct kvb_sampler_params *sp, int argc, char **argv, int *i);
+/* Their --help lines, with sp's values as the defaults. */
+void cli_sampler_help(FILE *f, const struct kvb_sampler_params *sp);
+/* The recent tokens --repeat-penalty looks at: at least the last `window`. */
+struct cli_history {
+    int32_t *ids;
+    int32_t n, cap;
+};
+void cli_history_init(struct cli_history *h, int32_t window);
+void cli_history_push(struct cli_history *h, int32_t id);
+void cli_history_free(struct cli_history *h);
+
+/* The prompt format of chat and tokenize --chat (chat.c): --template NAME
+ * when given (a warning when the vocabulary lacks its control tokens), else
+ * the model's template as detected, plain when it has none or lacks its
+ * tokens (with a warning). false: a bad NAME (printed, naming cmd). */
+bool cli_chat_style(const char *cmd, const struct kvb_vocab *vocab, const char *forced, enum kvb_chat_style *style);
+/* The system message a conversation without one gets, as the model's
+ * template renders it (ChatML templates such as Qwen's), in buf; or NULL. */
+const char *cli_chat_default_system(const struct kvb_vocab *vocab, enum kvb_chat_style style, char *buf, size_t cap);
+
 /* Policy options shared by run, chat, ppl, sweep and needle (policy_opts.c).
  * Unset fields are -1 (the policy's default applies). */
 struct cli_policy {
@@ -87,7 +139,8 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i);
 /* Policy id's defaults with the options applied (budget ignored for full). */
 struct kvb_policy_params cli_policy_params(const struct cli_policy *o, enum kvb_policy_id id);
 void cli_policy_help(FILE *f, int default_budget);
-/* Warnings for options a policy ignores or a budget past the trained length. */
+/* Warnings for options a policy ignores, or a --budget given past the
+ * trained length (a command's default budget is not warned about). */
 void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t n_ctx_train);
 /* KV pool bytes for a context: full needs n_ctx tokens per stream; a
  * compressing policy its whole prompt (or prefill_budget + chunk) plus the

@@ -11,8 +11,7 @@
 
 static void progress(int32_t done, int32_t total, void *user) {
     (void)user;
-    fprintf(stderr, "\rkvbound: writing %d/%d", done, total);
-    if (done == total) fprintf(stderr, "\n");
+    cli_progress("kvbound: writing", done, total);
 }
 
 static int parse_type(const char *v, uint32_t *t) {
@@ -33,7 +32,7 @@ int cmd_convert(int argc, char **argv) {
                    "Writes a llama2.c checkpoint (or any model kvbound loads) as GGUF (default type f32).\n");
             return 0;
         }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("convert", "-m --model -z --tokenizer -o --out --type", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) in = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
@@ -41,6 +40,7 @@ int cmd_convert(int argc, char **argv) {
         else { fprintf(stderr, "kvbound convert: unknown option '%s'\n", a); return 2; }
     }
     if (!in || !out) { fprintf(stderr, "kvbound convert: -m MODEL and -o OUT are required\n"); return 2; }
+    if (cli_check_output_file("convert", "-o", out)) return 1; /* before the model is read and quantized */
     struct kvb_model_params mp = kvb_model_default_params();
     mp.tokenizer_path = tok;
     struct kvb_model *m;
@@ -66,7 +66,7 @@ int cmd_mkmodel(int argc, char **argv) {
                    "shapes: %s\ntypes: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k\n", kvb_model_shapes());
             return 0;
         }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("mkmodel", "--shape --type -o --out --vocab --seed", argc, argv, &i))) return 2;
         if (!strcmp(a, "--shape")) shape = v;
         else if (!strcmp(a, "--type")) { if (parse_type(v, &type)) return 2; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
@@ -75,6 +75,7 @@ int cmd_mkmodel(int argc, char **argv) {
         else { fprintf(stderr, "kvbound mkmodel: unknown option '%s'\n", a); return 2; }
     }
     if (!shape || !out) { fprintf(stderr, "kvbound mkmodel: --shape and -o are required (shapes: %s)\n", kvb_model_shapes()); return 2; }
+    if (cli_check_output_file("mkmodel", "-o", out)) return 1;
     struct kvb_model *m;
     void *owned;
     if (kvb_model_make(shape, (uint64_t)seed, vocab, &m, &owned) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 2; }

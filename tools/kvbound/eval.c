@@ -50,6 +50,16 @@ static int load(struct eval_opts *o, struct kvb_model **m, int32_t **ids, int32_
     return 0;
 }
 
+/* The full baseline attends over all n tokens: past the trained length its
+ * positions were never trained, so its numbers are not the model's best. */
+static void warn_full_past_trained(const struct kvb_model *m, int32_t n) {
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    if (mi.n_ctx_train > 0 && n > mi.n_ctx_train)
+        fprintf(stderr, "kvbound: warning: the full baseline runs %d tokens, past the model's trained length %d (the dense baseline of the StreamingLLM "
+                        "paper; --max-tokens %d stays within it)\n", n, mi.n_ctx_train, mi.n_ctx_train);
+}
+
 static int run_one(const struct eval_opts *o, const struct kvb_model *m, const int32_t *ids, int32_t n, enum kvb_policy_id id, int32_t budget,
                    enum kvb_baseline base, bool mass, bool recall, struct kvb_ppl_result *r) {
     struct kvb_ppl_params pp = kvb_ppl_default_params();
@@ -139,6 +149,9 @@ static int plot_nll(const char *path, struct kvb_ppl_result *r, const char **nam
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* the value options parse_common knows */
+#define EVAL_OPTS "-m --model -z --tokenizer -f --file --policy --policies --prompt --chunk -t --threads --max-tokens --csv --plot --baseline"
+
 static int parse_common(struct eval_opts *o, const char *a, const char *v) {
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
     else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) o->tok = v;
@@ -191,7 +204,7 @@ int cmd_ppl(int argc, char **argv) {
                    "--decode-budget continuation tokens); decode-time policies hold B throughout. Only the continuation is\n"
                    "scored, from the prediction of token P on; JSON adds prompt_kept (prompt tokens kept per stream).\n"
                    "Baselines: full (or none).\n\n"
-                   "--kv-dtype T (or -k/-v apart) stores the policy's KV rows as T (default f32); the full baseline's\n"
+                   "--kv-dtype T (or --kv-dtype-k/--kv-dtype-v apart) stores the policy's KV rows as T (default f32); the full baseline's\n"
                    "rows stay f32, so --policy full --kv-dtype q8_0 gives what the bits alone cost (KL), and a bounded\n"
                    "policy with quantized rows both costs together.\n\n");
             cli_kv_types_help(stdout, "f32");
@@ -210,7 +223,7 @@ int cmd_ppl(int argc, char **argv) {
         if (pr == 0) pr = cli_recall_option(&o.rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("ppl", EVAL_OPTS, argc, argv, &i))) return 2;
         if (parse_common(&o, a, v)) return 2;
     }
     if (!o.model || !o.text) { fprintf(stderr, "kvbound ppl: -m MODEL and -f TEXT are required\n"); return 2; }
@@ -235,11 +248,7 @@ int cmd_ppl(int argc, char **argv) {
     struct kvb_model *m;
     int32_t *ids, n;
     if (load(&o, &m, &ids, &n)) return 1;
-    struct kvb_model_info mi;
-    kvb_model_get_info(m, &mi);
-    if (o.baseline == KVB_BASELINE_FULL && n > mi.n_ctx_train)
-        fprintf(stderr, "kvbound: warning: the full baseline runs %d tokens, past the model's trained length %d (the dense baseline of the StreamingLLM paper)\n",
-                n, mi.n_ctx_train);
+    if (o.baseline == KVB_BASELINE_FULL) warn_full_past_trained(m, n);
     struct kvb_ppl_result r[32];
     const char *names[32];
     char rec_names[32][40];
@@ -311,16 +320,14 @@ int cmd_sweep(int argc, char **argv) {
         if (pr == 0) pr = cli_kv_types_option(&o.kvt, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("sweep", "--out --budgets " EVAL_OPTS, argc, argv, &i))) return 2;
         if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--budgets")) budgets = v;
         else if (parse_common(&o, a, v)) return 2;
     }
     if (!o.model || !o.text || !out) { fprintf(stderr, "kvbound sweep: -m MODEL, -f TEXT and --out DIR are required\n"); return 2; }
     char outdir[3072]; /* leaves room for "/sweep.csv" in 4096-byte paths */
-    snprintf(outdir, sizeof outdir, "%s", out);
-    for (size_t l = strlen(outdir); l > 1 && outdir[l - 1] == '/'; l--) outdir[l - 1] = 0; /* no "dir//sweep.csv" */
-    out = outdir;
+    if (!(out = cli_dir_arg("--out", out, outdir, sizeof outdir))) return 2; /* no "dir//sweep.csv" */
     if (!o.max_tokens) {
         o.max_tokens = 4000;
         fprintf(stderr, "kvbound sweep: scoring the first 4000 tokens (--max-tokens N to change)\n");
@@ -343,6 +350,7 @@ int cmd_sweep(int argc, char **argv) {
     struct kvb_model *m;
     int32_t *ids, n;
     if (load(&o, &m, &ids, &n)) return 1;
+    warn_full_past_trained(m, n); /* every cell's baseline is full */
     static struct kvb_ppl_result res[16][16];
     double full_ppl = 0;
     for (int p = 0; p < np; p++)

@@ -39,7 +39,7 @@ int cmd_info(int argc, char **argv) {
             printf("usage: kvbound info -m MODEL [-z TOKENIZER.bin]\n\nPrints the architecture, hyperparameters, tensor table with dtypes, and KV bytes per token.\n");
             return 0;
         }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("info", "-m --model -z --tokenizer", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else { fprintf(stderr, "kvbound info: unknown option '%s'\n", a); return 2; }

@@ -412,7 +412,7 @@ int cmd_lab(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { lab_usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--recall")) { if (!o.recall_pages) o.recall_pages = 8; continue; }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("lab", "--scenario --budget --policies --prompt --steps --chunk --recall-pages --seed --out", argc, argv, &i))) return 2;
         if (!strcmp(a, "--scenario")) scenario = v;
         else if (!strcmp(a, "--budget")) {
             if (parse_list_i32(a, v, o.budgets, &o.n_budgets, LAB_MAX_BUDGETS)) return 2;
@@ -435,6 +435,8 @@ int cmd_lab(int argc, char **argv) {
         else if (!strcmp(a, "--out")) out_dir = v;
         else { fprintf(stderr, "kvbound lab: unknown option '%s' (see --help)\n", a); return 2; }
     }
+    char out_buf[3072]; /* no "dir//report.html" */
+    if (out_dir && !(out_dir = cli_dir_arg("--out", out_dir, out_buf, sizeof out_buf))) return 2;
     if (!o.n_budgets) { o.budgets[0] = 64; o.budgets[1] = 128; o.budgets[2] = 256; o.n_budgets = 3; }
     if (!o.n_pol) /* knorm scores keys, and lab rows have none: it would only repeat window */
         for (int p = 0; p < KVB_POLICY_COUNT; p++)

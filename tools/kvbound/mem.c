@@ -74,7 +74,7 @@ int cmd_mem(int argc, char **argv) {
                    "                   [--policy P --budget N [--sinks S]] [--recall-pages R] [--block-size N] [--gib] [--json]\n\n"
                    "KV memory M = batch x tokens x layers x kv_heads x (K row + V row bytes), a row being head_dim\n"
                    "elements (q8_0: 34 bytes per 32, q4_0: 18 per 32, ggml's blocks). --dtype sets both (also\n"
-                   "--kv-dtype, -k, -v as the other commands); --block-size rounds tokens up to whole pages, which\n"
+                   "--kv-dtype, --kv-dtype-k, --kv-dtype-v as the other commands); --block-size rounds tokens up to whole pages, which\n"
                    "is what a kvbound cache with that page size holds.\n"
                    "--recall-pages R (with a bounded policy): the pool also holds each stream's recall area, R pages\n"
                    "of --block-size (16) tokens; bounded bytes include it (recall_bytes in the JSON). The cold tier is\n"
@@ -86,7 +86,8 @@ int cmd_mem(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--gib")) { gib = true; continue; }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("mem", "--preset -m --model --layers --kv-heads --head-dim --ctx --batch --block-size --budget --recall-pages --sinks --policy "
+                                             "--dtype --kv-dtype --dtype-k --kv-dtype-k --dtype-v --kv-dtype-v", argc, argv, &i))) return 2;
         if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--layers")) { if (cli_parse_i32(a, v, 1, 100000, &L)) return 2; }

@@ -75,7 +75,7 @@ int cmd_needle(int argc, char **argv) {
         if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("needle", "-m --model -z --tokenizer --out --filler --lengths --depths --trials --chunk -t --threads --seed --policy", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else if (!strcmp(a, "--out")) out = v;
@@ -90,6 +90,8 @@ int cmd_needle(int argc, char **argv) {
         else { fprintf(stderr, "kvbound needle: unknown option '%s'\n", a); return 2; }
     }
     if (!model || !out || !nl || !ndp) { fprintf(stderr, "kvbound needle: -m MODEL, --lengths, --depths and --out are required\n"); return 2; }
+    char outdir[3072]; /* no "dir//needle.json" */
+    if (!(out = cli_dir_arg("--out", out, outdir, sizeof outdir))) return 2;
     char *filler = NULL;
     size_t filler_len;
     if (filler_path && !(filler = cli_read_file(filler_path, (size_t)64 << 20, "filler", &filler_len))) return 1;

@@ -30,7 +30,7 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
     bool known = false;
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(a, flags[k]);
     if (!known) return 0;
-    const char *v = cli_value(argc, argv, i);
+    const char *v = cli_need_value(argc, argv, i);
     if (!v) return -1;
     int r = 0;
     if (!strcmp(a, "--budget")) {
@@ -72,7 +72,8 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
 void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t n_ctx_train) {
     if (id == KVB_POLICY_FULL && o->budget_set)
         fprintf(stderr, "kvbound: warning: --budget has no effect with policy full (give --policy, e.g. streaming)\n");
-    if (id != KVB_POLICY_FULL && n_ctx_train > 0 && o->budget > n_ctx_train && o->pos != KVB_POS_CAPPED &&
+    /* only a --budget given: a command's default (chat's 1024) is not the user's choice */
+    if (id != KVB_POLICY_FULL && o->budget_set && n_ctx_train > 0 && o->budget > n_ctx_train && o->pos != KVB_POS_CAPPED &&
         !(id == KVB_POLICY_LMINFINITE && o->pos == KVB_POS_POLICY_DEFAULT))
         fprintf(stderr, "kvbound: warning: --budget %d exceeds the model's trained length %d: attention will see distances it was not "
                         "trained on (lminfinite, or --positions capped, caps them)\n", o->budget, n_ctx_train);
@@ -134,7 +135,7 @@ void cli_kv_types_init(struct cli_kv_types *t, enum kvb_dtype def) {
 int cli_kv_types_option(struct cli_kv_types *t, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     if (strcmp(a, "--kv-dtype") && strcmp(a, "--kv-dtype-k") && strcmp(a, "--kv-dtype-v")) return 0;
-    const char *v = cli_value(argc, argv, i);
+    const char *v = cli_need_value(argc, argv, i);
     if (!v) return -1;
     enum kvb_dtype d;
     if (kvb_dtype_from_name(v, &d) != KVB_OK) {
@@ -192,7 +193,7 @@ int cli_recall_option(struct cli_recall *r, int argc, char **argv, int *i) {
     if (strcmp(a, "--recall-pages") && strcmp(a, "--recall-every") && strcmp(a, "--cold-mb") && strcmp(a, "--cold-dir") &&
         strcmp(a, "--recall-summary"))
         return 0;
-    if (!(v = cli_value(argc, argv, i))) return -1;
+    if (!(v = cli_need_value(argc, argv, i))) return -1;
     r->on = true; /* each of these implies --recall */
     if (!strcmp(a, "--recall-pages")) return cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &r->pages) ? -1 : 1;
     if (!strcmp(a, "--recall-every")) return cli_parse_i32(a, v, 1, 1 << 20, &r->every) ? -1 : 1;

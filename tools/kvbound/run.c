@@ -10,21 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void run_usage(FILE *f) {
+static void run_usage(FILE *f, const struct kvb_sampler_params *sp) {
     fprintf(f,
             "usage: kvbound run -m MODEL [-z TOKENIZER.bin] (-p PROMPT | -f PROMPT_FILE) [-n N] [options]\n"
             "\n"
             "  -m, --model FILE      GGUF model (llama, qwen2) or llama2.c checkpoint (.bin)\n"
             "  -z, --tokenizer FILE  llama2.c tokenizer.bin (for .bin checkpoints)\n"
             "  -p, --prompt TEXT     prompt text\n"
-            "  -f, --file FILE       read the prompt from a file (- = standard input)\n"
-            "  -n, --n-predict N     tokens to generate (default 128)\n"
-            "  --temp T              temperature; 0 = greedy (default 0.8)\n"
-            "  --top-k K             (default 40; 0 = off)\n"
-            "  --top-p P             (default 0.95; 1 = off)\n"
-            "  --min-p P             (default 0.05; 0 = off)\n"
-            "  --repeat-penalty R    (default 1.0 = off), over the last --repeat-last-n (64) tokens\n"
-            "  -s, --seed S          sampling seed (default 0); same seed and threads, same text\n"
+            "  -f, --file FILE       read the prompt from a file (- = standard input), less one trailing\n"
+            "                        newline, as llama.cpp\n"
+            "  -n, --n-predict N     tokens to generate (default 128; -1 = until end-of-sequence or the\n"
+            "                        context limit, as llama.cpp)\n");
+    cli_sampler_help(f, sp);
+    fprintf(f,
             "  --policy NAME         cache policy (default full; see 'kvbound policies')\n"
             "  --block-size B        tokens per cache page (default 16)\n"
             "  -c, --ctx-size N      context limit for the full policy (default: the model's trained length; also --ctx)\n"
@@ -53,30 +51,26 @@ int cmd_run(int argc, char **argv) {
     cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     struct cli_recall rec;
     cli_recall_init(&rec);
-    long long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout); return 0; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout, &sp); return 0; }
         if (!strcmp(a, "--ignore-eos")) { ignore_eos = true; continue; }
         if (!strcmp(a, "--no-mmap")) { no_mmap = true; continue; }
         int pr = cli_policy_option(&po, argc, argv, &i);
         if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
         if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
+        if (pr == 0) pr = cli_sampler_option(&sp, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("run", "-m --model -z --tokenizer -p --prompt -f --file -n --n-predict -ngl --n-gpu-layers --gpu-layers --policy "
+                                       "--block-size --ctx -c --ctx-size --chunk -b --batch-size -t --threads",
+                                argc, argv, &i)))
+            return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) pfile = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (cli_parse_i32(a, v, 0, 1 << 30, &n_predict)) return 2; }
-        else if (!strcmp(a, "--temp")) { if (cli_parse_f32(a, v, 0, 100, &sp.temp)) return 2; }
-        else if (!strcmp(a, "--top-k")) { if (cli_parse_i32(a, v, 0, 1 << 24, &sp.top_k)) return 2; }
-        else if (!strcmp(a, "--top-p")) { if (cli_parse_f32(a, v, 1e-6, 1, &sp.top_p)) return 2; }
-        else if (!strcmp(a, "--min-p")) { if (cli_parse_f32(a, v, 0, 1, &sp.min_p)) return 2; }
-        else if (!strcmp(a, "--repeat-penalty")) { if (cli_parse_f32(a, v, 0.01, 100, &sp.repeat_penalty)) return 2; }
-        else if (!strcmp(a, "--repeat-last-n")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sp.repeat_last_n)) return 2; }
-        else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (cli_parse_i32(a, v, -1, 1 << 30, &n_predict)) return 2; }
         else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
             int ngl;
             if (cli_parse_i32(a, v, -1, 1 << 20, &ngl)) return 2;
@@ -96,7 +90,7 @@ int cmd_run(int argc, char **argv) {
     char *pbuf = NULL;
     size_t plen;
     if (pfile) {
-        if (!(pbuf = cli_read_file(pfile, (size_t)256 << 20, "prompt file", &plen))) return 1;
+        if (!(pbuf = cli_read_prompt_file(pfile, &plen))) return 1;
         prompt = pbuf;
     } else {
         plen = strlen(prompt);
@@ -133,18 +127,17 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", ctx, mi.n_ctx_train);
     struct kvb_context *c = NULL;
     struct kvb_sampler *smp = NULL;
-    int32_t hist_cap = 4096, n_hist = 0;
+    struct cli_history hist;
+    cli_history_init(&hist, sp.repeat_last_n);
     float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
-    int32_t *hist = malloc(sizeof(int32_t) * (size_t)hist_cap);
-    sp.seed = (uint64_t)seed;
-    if (!logits || !hist || kvb_context_init(m, &cp, &c) != KVB_OK || kvb_sampler_init(&sp, mi.n_vocab, &smp) != KVB_OK) {
-        fprintf(stderr, "kvbound: %s\n", !logits || !hist ? "out of memory" : kvb_last_error());
-        free(logits); free(hist); kvb_context_free(c); kvb_buffer_free(ids); kvb_model_free(m); free(pbuf);
+    if (!logits || kvb_context_init(m, &cp, &c) != KVB_OK || kvb_sampler_init(&sp, mi.n_vocab, &smp) != KVB_OK) {
+        fprintf(stderr, "kvbound: %s\n", !logits ? "out of memory" : kvb_last_error());
+        free(logits); cli_history_free(&hist); kvb_context_free(c); kvb_buffer_free(ids); kvb_model_free(m); free(pbuf);
         return 1;
     }
     fwrite(prompt, 1, plen, stdout);
     fflush(stdout);
-    for (int32_t i = 0; i < n_ids && n_hist < hist_cap; i++) hist[n_hist++] = ids[i];
+    for (int32_t i = 0; i < n_ids; i++) cli_history_push(&hist, ids[i]);
     int rc = 0;
     double t0 = cli_now_sec();
     kvb_status st = kvb_context_prompt(c, ids, n_ids, logits, false);
@@ -160,14 +153,13 @@ int cmd_run(int argc, char **argv) {
         why = kvb_last_error();
         rc = 1;
     }
-    for (; st == KVB_OK && generated < n_predict; generated++) {
-        int32_t next = kvb_sampler_sample(smp, logits, hist, n_hist);
+    for (; st == KVB_OK && (n_predict < 0 || generated < n_predict); generated++) { /* -n -1: no limit */
+        int32_t next = kvb_sampler_sample(smp, logits, hist.ids, hist.n);
         if (!ignore_eos && (next == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOS) || next == eot || next == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_BOS))) {
             stop = next == eot && next != kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOS) ? "end of turn (--ignore-eos to go on)" : "end of sequence (--ignore-eos to go on)";
             break;
         }
-        if (n_hist == hist_cap) { memmove(hist, hist + hist_cap / 2, sizeof(int32_t) * (size_t)(hist_cap / 2)); n_hist = hist_cap / 2; }
-        hist[n_hist++] = next;
+        cli_history_push(&hist, next);
         size_t pl = kvb_detok_push(kvb_model_vocab(m), &dt, next, false, out, sizeof out);
         if (pl <= sizeof out) {
             fwrite(out, 1, pl, stdout);
@@ -176,8 +168,7 @@ int cmd_run(int argc, char **argv) {
         if (generated + 1 == n_predict) { generated++; break; }
         st = kvb_context_eval(c, &next, 1, logits, false);
         if (st != KVB_OK) {
-            why = kvb_last_error();
-            generated++;
+            why = kvb_last_error(); /* `next` was printed: the loop's increment counts it */
             if (st == KVB_ERR_INVALID && pid == KVB_POLICY_FULL) rc = 0; /* context full: a clean stop */
             else rc = 1;
         }
@@ -203,7 +194,7 @@ int cmd_run(int argc, char **argv) {
     if (rec.on) cli_recall_stats(stderr, &cs);
     kvb_buffer_free(ids);
     free(logits);
-    free(hist);
+    cli_history_free(&hist);
     free(pbuf);
     kvb_sampler_free(smp);
     kvb_context_free(c);

@@ -21,14 +21,16 @@ static int tokenize_usage(FILE *f) {
             "      --no-bos           do not add BOS/EOS even if the vocabulary asks for them\n"
             "      --no-parse-special control-token text (\"<|im_start|>\") stays plain text\n"
             "      --show-count       print the number of tokens at the end\n"
-            "      --chat ROLE:TEXT   add a chat message (repeatable); the conversation is formatted\n"
-            "                         with --template (default: chatml) and an assistant header\n"
-            "      --template NAME    chatml, llama3, llama2, mistral or plain (User:/Assistant: lines)\n");
+            "      --chat ROLE:TEXT   add a chat message (repeatable); the conversation is formatted as\n"
+            "                         'kvbound chat' formats it (the model's template, and its default\n"
+            "                         system message when none is given), with an assistant header\n"
+            "      --template NAME    chatml, llama3, llama2, mistral or plain (User:/Assistant: lines)\n"
+            "                         (default: the model's template, as detected by 'kvbound chat')\n");
     return 0;
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *file = NULL, *tmpl = "chatml";
+    const char *model = NULL, *prompt = NULL, *file = NULL, *tmpl = NULL;
     bool from_stdin = false, ids_only = false, add_special = true, parse_special = true, show_count = false;
     struct kvb_chat_message msgs[64];
     int n_msgs = 0;
@@ -40,7 +42,7 @@ int cmd_tokenize(int argc, char **argv) {
         if (!strcmp(a, "--no-parse-special")) { parse_special = false; continue; }
         if (!strcmp(a, "--show-count")) { show_count = true; continue; }
         if (!strcmp(a, "--stdin")) { from_stdin = true; continue; }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("tokenize", "-m --model -p --prompt -f --file --template --chat", argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
@@ -63,32 +65,47 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "kvbound: tokenize needs -m MODEL and exactly one of -p, -f, --stdin, --chat (see --help)\n");
         return 2;
     }
+    struct kvb_vocab *vocab;
+    if (kvb_vocab_load(model, &vocab) != KVB_OK) {
+        fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
+        for (int i = 0; i < n_msgs; i++) free((void *)msgs[i].role);
+        return 1;
+    }
     char *text = NULL;
     size_t len = 0;
+    int fail_rc = 1; /* 2: a usage error (--template, a message) */
     if (prompt) {
         len = strlen(prompt);
         text = malloc(len + 1);
         if (text) memcpy(text, prompt, len + 1);
     } else if (file || from_stdin) {
         text = cli_read_file(file ? file : "-", (size_t)1 << 31, file ? "text file" : "standard input", &len);
-    } else {
+    } else { /* --chat: as kvbound chat formats the conversation */
         enum kvb_chat_style style;
-        char *chat;
-        if (kvb_chat_style_from_name(tmpl, &style) != KVB_OK || kvb_chat_format(style, msgs, n_msgs, true, &chat, &len) != KVB_OK) {
-            fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
-            return 2;
+        char *chat, sys_buf[1024];
+        struct kvb_chat_message all[65];
+        int n_all = 0;
+        bool has_system = false;
+        for (int i = 0; i < n_msgs; i++) has_system |= !strcmp(msgs[i].role, "system");
+        fail_rc = 2;
+        if (cli_chat_style("tokenize", vocab, tmpl, &style)) {
+            const char *sys = has_system ? NULL : cli_chat_default_system(vocab, style, sys_buf, sizeof sys_buf);
+            if (sys) all[n_all++] = (struct kvb_chat_message){"system", sys};
+            for (int i = 0; i < n_msgs; i++) all[n_all++] = msgs[i];
+            if (kvb_chat_format(style, all, n_all, true, &chat, &len) == KVB_OK) {
+                fail_rc = 1;
+                text = malloc(len + 1);
+                if (text) memcpy(text, chat, len + 1);
+                kvb_buffer_free(chat);
+            } else {
+                fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
+            }
         }
-        text = malloc(len + 1);
-        if (text) memcpy(text, chat, len + 1);
-        kvb_buffer_free(chat);
     }
     for (int i = 0; i < n_msgs; i++) free((void *)msgs[i].role);
-    if (!text) return 1;
-    struct kvb_vocab *vocab;
-    if (kvb_vocab_load(model, &vocab) != KVB_OK) {
-        fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
-        free(text);
-        return 1;
+    if (!text) {
+        kvb_vocab_free(vocab);
+        return fail_rc;
     }
     int32_t *ids, n;
     kvb_status st = kvb_vocab_tokenize(vocab, text, len, add_special, parse_special, &ids, &n);
