@@ -4,7 +4,7 @@
 # issue 33 asks; tests/serve_layers.py reads the sources. A circle made on
 # purpose (a copy of the tree where sbuf.c calls serve_route) must be found.
 . "$(dirname "$0")/cli_lib.sh"
-command -v python3 > /dev/null || { sk serve_layers "python3 is not installed"; cli_summary; exit; }
+need_tool serve_layers python3 KVB_REQUIRE_PYTHON "the check reads the sources with Python; Debian python3" || { cli_summary; exit; }
 S="$(dirname "$0")/../tools/serve"
 if out=$(python3 "$(dirname "$0")/serve_layers.py" "$S"); then ok "serve_files_no_circle ($(echo "$out" | tail -n 1))"
 else ko serve_files_no_circle "$(echo "$out" | tail -n 1)"; fi

@@ -27,7 +27,7 @@ cli_summary
 fi
 if [ ! -f "$G" ]; then skip_case serve_faults "missing $G"; cli_summary; exit; fi
 command -v curl > /dev/null || { skip_case serve_curl "curl is not installed"; cli_summary; exit; }
-command -v python3 > /dev/null || { skip_case serve_python3 "python3 is not installed (the raw-socket probes need it)"; cli_summary; exit; }
+need_tool serve_faults_python python3 KVB_REQUIRE_PYTHON "the raw-socket probes need it; Debian python3" || { cli_summary; exit; }
 PROBE="python3 $(dirname "$0")/serve_faults.py"
 
 # 1. SIGTERM under keep-alive session queries: exit 0, four times over

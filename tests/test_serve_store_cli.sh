@@ -24,7 +24,7 @@ if ! "$K" serve --help > /dev/null 2>&1; then
 fi
 if [ ! -f "$G" ]; then skip_case serve_store "missing $G"; cli_summary; exit; fi
 command -v curl > /dev/null || { skip_case serve_curl "curl is not installed"; cli_summary; exit; }
-command -v python3 > /dev/null || { skip_case serve_python3 "python3 is not installed (the tests read JSON and lock SQLite with it)"; cli_summary; exit; }
+need_tool serve_store_python python3 KVB_REQUIRE_PYTHON "the tests read JSON and lock SQLite with it; Debian python3" || { cli_summary; exit; }
 
 # turn URL SESSION TEXT [MAX_TOKENS]: the body to $T/out, the status printed
 turn() {
@@ -33,6 +33,8 @@ turn() {
 }
 content() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["choices"][0]["message"]["content"])' "$1"; }
 field() { curl -s "$1/v1/sessions/$2" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$3'))" 2> /dev/null; }
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }'; } # seconds since $1
+below() { awk -v x="$1" -v y="$2" 'BEGIN { exit !(x < y) }'; }                  # $1 < $2
 metric() { curl -s "$1/metrics" | sed -n "s/^$2 //p"; }
 
 # the reference: two turns on an undisturbed server
@@ -68,17 +70,16 @@ sleep 0.5
 # a request without a session, while the store worker waits on the lock
 tq0=$(date +%s.%N)
 cq=$(curl -s -o /dev/null -w '%{http_code}' -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' "$LK/v1/completions")
-tq=$(echo "$(date +%s.%N) - $tq0" | bc)
+tq=$(since $tq0)
 wait $tl $tf
 c2=$(cat "$T/c2"); cF=$(cat "$T/cF")
 wait $holder
-t1=$(echo "$(date +%s.%N) - $t0" | bc)
 after=$(field "$LK" L turns)/$(field "$LK" L position)
 codeF=$(curl -s -o /dev/null -w '%{http_code}' "$LK/v1/sessions/F")
 if [ "$c1" = 200 ] && [ "$c2" = 503 ] && [ "$cF" = 503 ] && [ "$after" = "1/$p1" ] && [ "$codeF" = 404 ] &&
    grep -q store_unavailable "$T/out2" && grep -q 'locked' "$T/out2"; then ok serve_store_locked_turn_not_acknowledged
 else ko serve_store_locked_turn_not_acknowledged "turn 1 $c1, turn 2 $c2, new session $cF (then GET $codeF), session after: $after (was 1/$p1): $(cat "$T/out2")"; fi
-if [ "$cq" = 200 ] && [ "$(echo "$tq < 2" | bc)" = 1 ]; then ok serve_store_not_on_step_loop
+if [ "$cq" = 200 ] && below $tq 2; then ok serve_store_not_on_step_loop
 else ko serve_store_not_on_step_loop "a sessionless completion during the locked write: $cq in $tq s"; fi
 c3=$(turn "$LK" L "The frog jumped")
 got3=$(content "$T/out")
@@ -173,11 +174,11 @@ if [ -z "$bad" ]; then ok "serve_redis_race_nothing_lost (A/B:$seen)"; else ko s
 kill $RPID; wait $RPID 2> /dev/null
 t0=$(date +%s.%N)
 cs=$(turn "$RA" L "Again")
-ts=$(echo "$(date +%s.%N) - $t0" | bc)
+ts=$(since $t0)
 t0=$(date +%s.%N)
 cq=$(curl -s -o /dev/null -w '%{http_code}' -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' "$RA/v1/completions")
 cm=$(curl -s -o /dev/null -w '%{http_code}' "$RA/metrics")
-tq=$(echo "$(date +%s.%N) - $t0" | bc)
-if [ "$cs" = 503 ] && [ "$(echo "$ts < 6" | bc)" = 1 ] && [ "$cq" = 200 ] && [ "$cm" = 200 ] && [ "$(echo "$tq < 2" | bc)" = 1 ]; then ok serve_redis_stopped_fails_fast
+tq=$(since $t0)
+if [ "$cs" = 503 ] && below $ts 6 && [ "$cq" = 200 ] && [ "$cm" = 200 ] && below $tq 2; then ok serve_redis_stopped_fails_fast
 else ko serve_redis_stopped_fails_fast "session turn $cs in $ts s; completion $cq and metrics $cm in $tq s"; fi
 cli_summary

@@ -92,14 +92,6 @@ const char *cli_need_value(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
-const char *cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "kvbound: %s needs a value, or is not an option of this command (see --help)\n", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 char *cli_read_file(const char *path, size_t max_bytes, const char *what, size_t *len) {
     const bool std_in = !strcmp(path, "-");
     FILE *f = std_in ? stdin : fopen(path, "rb");

@@ -25,10 +25,6 @@ const char *cli_opt_value(const char *cmd, const char *opts, int argc, char **ar
  * helpers below): argv[*i + 1], advancing *i, or NULL after printing
  * "X needs a value". */
 const char *cli_need_value(int argc, char **argv, int *i);
-/* Older form, for callers that do not list their options (tools/serve):
- * argv[*i + 1], advancing, or NULL after a message that cannot tell a
- * missing value from an unknown option. Prefer cli_opt_value. */
-const char *cli_value(int argc, char **argv, int *i);
 /* The whole of a file ("-" = stdin, pipes too), NUL-terminated; at most
  * max_bytes. On error prints the cause (strerror, a directory, too large)
  * naming `what` and the path, and returns NULL. */

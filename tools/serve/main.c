@@ -122,7 +122,12 @@ int cmd_serve_main(int argc, char **argv) {
         if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr > 0) continue;
-        const char *v = cli_value(argc, argv, &i);
+        const char *v = cli_opt_value("serve",
+                                      "-m --model --host --port --parallel --pool-mb --policy --sessions --api-key -t --threads --queue "
+                                      "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --max-body "
+                                      "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
+                                      "--step-tokens --chunk",
+                                      argc, argv, &i);
         if (!v) return 2;
         int r = 0;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
