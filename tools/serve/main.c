@@ -83,10 +83,18 @@ static int usage(FILE *f) {
     return f == stdout ? 0 : 2;
 }
 
-int cmd_serve_main(int argc, char **argv) {
-    struct server srv;
-    memset(&srv, 0, sizeof srv);
-    struct serve_opts *o = &srv.o;
+/* What the command line says beyond struct serve_opts. */
+struct serve_cli {
+    struct cli_policy po;
+    enum kvb_policy_id pid;
+    struct cli_kv_types kvt;
+    struct cli_recall rec;
+    const char *forced_template;
+    int pool_mb, max_conn, max_per_ip, request_timeout, max_budget;
+    long long max_body;
+};
+
+static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 4;
@@ -102,95 +110,109 @@ int cmd_serve_main(int argc, char **argv) {
     o->sessions = "kvbound-sessions";
     o->api_key = getenv("KVB_API_KEY");
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
-    const char *forced = NULL;
-    int pool_mb = 1024, max_conn = 256, max_per_ip = 0, request_timeout = 30, max_budget = 0;
-    long long max_body = 0;
-    enum kvb_policy_id pid = KVB_POLICY_STREAMING;
-    struct cli_policy po;
-    cli_policy_init(&po, 1024);
-    struct cli_kv_types kvt;
-    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
-    struct cli_recall rec;
-    cli_recall_init(&rec);
-    rec.cold_mb = SERVE_COLD_MB;
+    memset(c, 0, sizeof *c);
+    c->pool_mb = 1024;
+    c->max_conn = 256;
+    c->request_timeout = 30;
+    c->pid = KVB_POLICY_STREAMING;
+    cli_policy_init(&c->po, 1024);
+    cli_kv_types_init(&c->kvt, KVB_DTYPE_F16);
+    cli_recall_init(&c->rec);
+    c->rec.cold_mb = SERVE_COLD_MB;
+}
+
+static int add_cors(struct serve_opts *o, const char *v) {
+    if (o->n_cors == (int)(sizeof o->cors / sizeof *o->cors)) { fprintf(stderr, "kvbound serve: --cors: at most %d origins\n", o->n_cors); return 2; }
+    if (strcmp(v, "*") && strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) {
+        fprintf(stderr, "kvbound serve: --cors %s: want an origin such as http://localhost:3000 (scheme://host[:port]), or *\n", v);
+        return 2;
+    }
+    o->cors[o->n_cors++] = v;
+    return 0;
+}
+
+/* One option of serve's own that takes a value (argv[*i]); 0 or 2. */
+static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v = cli_opt_value("serve",
+                                  "-m --model --host --port --parallel --pool-mb --policy --sessions --api-key -t --threads --queue "
+                                  "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --max-body "
+                                  "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
+                                  "--step-tokens --chunk",
+                                  argc, argv, i);
+    if (!v) return 2;
+    int r = 0;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
+    else if (!strcmp(a, "--host")) o->host = v;
+    else if (!strcmp(a, "--port")) r = cli_parse_i32(a, v, 0, 65535, &o->port);
+    else if (!strcmp(a, "--parallel")) r = cli_parse_i32(a, v, 1, 256, &o->parallel);
+    else if (!strcmp(a, "--pool-mb")) r = cli_parse_i32(a, v, 1, 1 << 20, &c->pool_mb);
+    else if (!strcmp(a, "--policy")) {
+        if (kvb_policy_from_name(v, &c->pid) != KVB_OK) { fprintf(stderr, "kvbound serve: --policy: %s\n", kvb_last_error()); return 2; }
+    }
+    else if (!strcmp(a, "--sessions")) o->sessions = v;
+    else if (!strcmp(a, "--api-key")) o->api_key = v;
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) r = cli_parse_i32(a, v, 1, 256, &o->threads);
+    else if (!strcmp(a, "--queue")) r = cli_parse_i32(a, v, 0, 1 << 20, &o->queue_max);
+    else if (!strcmp(a, "--queue-timeout")) r = cli_parse_i32(a, v, 1, 86400, &o->queue_timeout_s);
+    else if (!strcmp(a, "--max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_tokens_cap);
+    else if (!strcmp(a, "--default-max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->default_max_tokens);
+    else if (!strcmp(a, "--max-budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &c->max_budget);
+    else if (!strcmp(a, "--max-sessions")) r = cli_parse_i32(a, v, 0, 4000, &o->max_sessions);
+    else if (!strcmp(a, "--max-body")) r = cli_parse_i64(a, v, 1024, 1ll << 30, &c->max_body);
+    else if (!strcmp(a, "--max-connections")) r = cli_parse_i32(a, v, 1, 65536, &c->max_conn);
+    else if (!strcmp(a, "--max-connections-per-ip")) r = cli_parse_i32(a, v, 1, 65536, &c->max_per_ip);
+    else if (!strcmp(a, "--request-timeout")) r = cli_parse_i32(a, v, 1, 3600, &c->request_timeout);
+    else if (!strcmp(a, "--cors")) r = add_cors(o, v);
+    else if (!strcmp(a, "--model-name")) o->model_name = v;
+    else if (!strcmp(a, "--template")) c->forced_template = v;
+    else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
+    else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
+    return r ? 2 : 0;
+}
+
+/* The options, checked and derived. -1: go on; else the exit code. */
+static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char **argv) {
+    serve_defaults(o, c);
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
-        if (!strcmp(a, "--no-mmap")) { o->no_mmap = true; continue; }
-        int pr = cli_policy_option(&po, argc, argv, &i);
-        if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
-        if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
+        if (!strcmp(argv[i], "--no-mmap")) { o->no_mmap = true; continue; }
+        int pr = cli_policy_option(&c->po, argc, argv, &i);
+        if (pr == 0) pr = cli_kv_types_option(&c->kvt, argc, argv, &i);
+        if (pr == 0) pr = cli_recall_option(&c->rec, argc, argv, &i);
         if (pr < 0) return 2;
-        if (pr > 0) continue;
-        const char *v = cli_opt_value("serve",
-                                      "-m --model --host --port --parallel --pool-mb --policy --sessions --api-key -t --threads --queue "
-                                      "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --max-body "
-                                      "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                      "--step-tokens --chunk",
-                                      argc, argv, &i);
-        if (!v) return 2;
-        int r = 0;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
-        else if (!strcmp(a, "--host")) o->host = v;
-        else if (!strcmp(a, "--port")) r = cli_parse_i32(a, v, 0, 65535, &o->port);
-        else if (!strcmp(a, "--parallel")) r = cli_parse_i32(a, v, 1, 256, &o->parallel);
-        else if (!strcmp(a, "--pool-mb")) r = cli_parse_i32(a, v, 1, 1 << 20, &pool_mb);
-        else if (!strcmp(a, "--policy")) {
-            if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound serve: --policy: %s\n", kvb_last_error()); return 2; }
-        }
-        else if (!strcmp(a, "--sessions")) o->sessions = v;
-        else if (!strcmp(a, "--api-key")) o->api_key = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) r = cli_parse_i32(a, v, 1, 256, &o->threads);
-        else if (!strcmp(a, "--queue")) r = cli_parse_i32(a, v, 0, 1 << 20, &o->queue_max);
-        else if (!strcmp(a, "--queue-timeout")) r = cli_parse_i32(a, v, 1, 86400, &o->queue_timeout_s);
-        else if (!strcmp(a, "--max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_tokens_cap);
-        else if (!strcmp(a, "--default-max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->default_max_tokens);
-        else if (!strcmp(a, "--max-budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &max_budget);
-        else if (!strcmp(a, "--max-sessions")) r = cli_parse_i32(a, v, 0, 4000, &o->max_sessions);
-        else if (!strcmp(a, "--max-body")) r = cli_parse_i64(a, v, 1024, 1ll << 30, &max_body);
-        else if (!strcmp(a, "--max-connections")) r = cli_parse_i32(a, v, 1, 65536, &max_conn);
-        else if (!strcmp(a, "--max-connections-per-ip")) r = cli_parse_i32(a, v, 1, 65536, &max_per_ip);
-        else if (!strcmp(a, "--request-timeout")) r = cli_parse_i32(a, v, 1, 3600, &request_timeout);
-        else if (!strcmp(a, "--cors")) {
-            if (o->n_cors == (int)(sizeof o->cors / sizeof *o->cors)) { fprintf(stderr, "kvbound serve: --cors: at most %d origins\n", o->n_cors); return 2; }
-            if (strcmp(v, "*") && strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) {
-                fprintf(stderr, "kvbound serve: --cors %s: want an origin such as http://localhost:3000 (scheme://host[:port]), or *\n", v);
-                return 2;
-            }
-            o->cors[o->n_cors++] = v;
-        }
-        else if (!strcmp(a, "--model-name")) o->model_name = v;
-        else if (!strcmp(a, "--template")) forced = v;
-        else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
-        else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
-        else { fprintf(stderr, "kvbound serve: unknown option '%s' (--help lists them)\n", a); return 2; }
-        if (r) return 2;
+        if (pr == 0 && serve_option(o, c, argc, argv, &i)) return 2;
     }
     if (!o->model_path) { fprintf(stderr, "kvbound serve: -m MODEL is required\n"); return 2; }
-    o->check_host = !o->api_key && host_is_loopback(o->host);
-    if (o->default_max_tokens > o->max_tokens_cap) o->default_max_tokens = o->max_tokens_cap;
     if (o->chunk > o->step_tokens) {
         fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
         return 2;
     }
-    if (max_body) o->max_body = (size_t)max_body;
-    o->pool_bytes = (size_t)pool_mb << 20;
-    o->policy = cli_policy_params(&po, pid);
-    o->pos_mode = po.pos;
-    o->kv_dtype = kvt.k;
-    o->kv_dtype_v = kvt.v;
-    o->max_distance = po.max_distance;
-    o->recall = cli_recall_params(&rec);
-    o->max_budget = max_budget ? max_budget : (o->policy.budget ? 8 * o->policy.budget : 8192);
+    o->check_host = !o->api_key && host_is_loopback(o->host);
+    if (o->default_max_tokens > o->max_tokens_cap) o->default_max_tokens = o->max_tokens_cap;
+    if (c->max_body) o->max_body = (size_t)c->max_body;
+    if (!c->max_per_ip) c->max_per_ip = c->max_conn > 1 ? c->max_conn / 2 : 1;
+    o->pool_bytes = (size_t)c->pool_mb << 20;
+    o->policy = cli_policy_params(&c->po, c->pid);
+    o->pos_mode = c->po.pos;
+    o->kv_dtype = c->kvt.k;
+    o->kv_dtype_v = c->kvt.v;
+    o->max_distance = c->po.max_distance;
+    o->recall = cli_recall_params(&c->rec);
+    o->max_budget = c->max_budget ? c->max_budget : (o->policy.budget ? 8 * o->policy.budget : 8192);
     if (o->policy.id != KVB_POLICY_FULL && o->policy.budget > o->max_budget) o->max_budget = o->policy.budget;
     if (!o->model_name) {
         const char *slash = strrchr(o->model_path, '/');
         o->model_name = slash ? slash + 1 : o->model_path;
     }
-    kvb_log_set(log_warnings, NULL);
+    return -1;
+}
 
-    /* serve loads GGUF only: a llama2.c checkpoint is converted first (the
-     * library's own message would suggest -z, which serve has not) */
+/* The model (GGUF only: a llama2.c checkpoint is converted first; the
+ * library's own message would suggest -z, which serve has not) and its
+ * chat template. 0, or the exit code with nothing held. */
+static int serve_load(struct server *srv, const struct serve_cli *c) {
+    const struct serve_opts *o = &srv->o;
     FILE *mf = fopen(o->model_path, "rb");
     char magic[4] = {0};
     const size_t got = mf ? fread(magic, 1, 4, mf) : 0;
@@ -202,31 +224,81 @@ int cmd_serve_main(int argc, char **argv) {
     }
     struct kvb_model_params mp = kvb_model_default_params();
     mp.no_mmap = o->no_mmap;
-    if (kvb_model_load(o->model_path, &mp, &srv.model) != KVB_OK) {
+    if (kvb_model_load(o->model_path, &mp, &srv->model) != KVB_OK) {
         fprintf(stderr, "kvbound serve: %s\n", kvb_last_error());
         return 1;
     }
-    kvb_model_get_info(srv.model, &srv.mi);
-    srv.vocab = kvb_model_vocab(srv.model);
-    cli_policy_warn(&po, pid, srv.mi.n_ctx_train);
-    const char *why = NULL;
+    kvb_model_get_info(srv->model, &srv->mi);
+    srv->vocab = kvb_model_vocab(srv->model);
+    cli_policy_warn(&c->po, c->pid, srv->mi.n_ctx_train);
+    const char *why = NULL, *forced = c->forced_template;
     if (forced) {
-        if (kvb_chat_style_from_name(forced, &srv.style) != KVB_OK) {
+        if (kvb_chat_style_from_name(forced, &srv->style) != KVB_OK) {
             fprintf(stderr, "kvbound serve: --template: %s\n", kvb_last_error());
-            kvb_model_free(srv.model);
+            kvb_model_free(srv->model);
             return 2;
         }
-        const char *miss = kvb_chat_missing_token(srv.vocab, srv.style);
+        const char *miss = kvb_chat_missing_token(srv->vocab, srv->style);
         if (miss) fprintf(stderr, "kvbound serve: warning: --template %s: the vocabulary has no %s token; the markup is fed as plain text\n", forced, miss);
-    } else if (kvb_chat_style_for_vocab(srv.vocab, &srv.style, &why) == KVB_FALLBACK && why) {
+    } else if (kvb_chat_style_for_vocab(srv->vocab, &srv->style, &why) == KVB_FALLBACK && why) {
         fprintf(stderr, "kvbound serve: warning: %s (--template to choose)\n", why);
     }
     struct kvb_vocab_info vi;
-    kvb_vocab_get_info(srv.vocab, &vi);
-    if (srv.style == KVB_CHAT_CHATML && vi.chat_template) kvb_chat_default_system(vi.chat_template, srv.default_system, sizeof srv.default_system);
+    kvb_vocab_get_info(srv->vocab, &vi);
+    if (srv->style == KVB_CHAT_CHATML && vi.chat_template) kvb_chat_default_system(vi.chat_template, srv->default_system, sizeof srv->default_system);
+    return 0;
+}
 
+/* The scheduler and the HTTP daemon until SIGINT/SIGTERM, then shutdown in
+ * order: stop listening, let running turns finish (5 s at most), stop the
+ * connections, free the scheduler. 0 after a clean stop, 1 if it could
+ * not start. The signals are blocked in every thread started here. */
+static int serve_until_signal(struct server *srv, const struct serve_cli *c) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (!srv->metrics || sched_start(srv) != 0) {
+        fprintf(stderr, "kvbound serve: cannot start the scheduler\n");
+        return 1;
+    }
     char err[512];
-    srv.store = store_open(o->sessions, err, sizeof err);
+    int port = 0;
+    struct MHD_Daemon *d = http_start(srv, c->max_conn, c->max_per_ip, c->request_timeout, &port, err, sizeof err);
+    if (!d) {
+        fprintf(stderr, "kvbound serve: %s\n", err);
+        sched_stop(srv);
+        sched_free(srv);
+        return 1;
+    }
+    const struct serve_opts *o = &srv->o;
+    fprintf(stderr, "kvbound serve: %s (%s), template %s, policy %s (budget %d), pool %d MiB, parallel %d, sessions in %s (%s)\n",
+            o->model_name, srv->mi.arch, kvb_chat_style_name(srv->style), kvb_policy_name(o->policy.id), (int)o->policy.budget, c->pool_mb,
+            o->parallel, o->sessions, srv->store->kind);
+    fprintf(stderr, "kvbound serve: listening on http://%s:%d\n", o->host, port);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "kvbound serve: %s: finishing running turns, then stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_quiesce(d);
+    sched_stop(srv);
+    http_stop(d);
+    sched_free(srv);
+    guard_free(srv->guard);
+    return 0;
+}
+
+int cmd_serve_main(int argc, char **argv) {
+    struct server srv;
+    memset(&srv, 0, sizeof srv);
+    struct serve_cli c;
+    int rc = serve_args(&srv.o, &c, argc, argv);
+    if (rc >= 0) return rc;
+    kvb_log_set(log_warnings, NULL);
+    if ((rc = serve_load(&srv, &c)) != 0) return rc;
+    char err[512];
+    srv.store = store_open(srv.o.sessions, err, sizeof err);
     if (!srv.store) {
         fprintf(stderr, "kvbound serve: %s\n", err);
         kvb_model_free(srv.model);
@@ -235,44 +307,7 @@ int cmd_serve_main(int argc, char **argv) {
     srv.metrics = metrics_new();
     pthread_mutex_init(&srv.mu, NULL);
     pthread_cond_init(&srv.work, NULL);
-
-    /* every thread started from here on has SIGINT/SIGTERM blocked; sigwait takes them */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    int rc = 1;
-    struct MHD_Daemon *d = NULL;
-    if (!srv.metrics || sched_start(&srv) != 0) {
-        fprintf(stderr, "kvbound serve: cannot start the scheduler\n");
-        goto out;
-    }
-    int port = 0;
-    if (!max_per_ip) max_per_ip = max_conn > 1 ? max_conn / 2 : 1;
-    d = http_start(&srv, max_conn, max_per_ip, request_timeout, &port, err, sizeof err);
-    if (!d) {
-        fprintf(stderr, "kvbound serve: %s\n", err);
-        sched_stop(&srv);
-        sched_free(&srv);
-        goto out;
-    }
-    fprintf(stderr, "kvbound serve: %s (%s), template %s, policy %s (budget %d), pool %d MiB, parallel %d, sessions in %s (%s)\n",
-            o->model_name, srv.mi.arch, kvb_chat_style_name(srv.style), kvb_policy_name(o->policy.id), (int)o->policy.budget, pool_mb,
-            o->parallel, o->sessions, srv.store->kind);
-    fprintf(stderr, "kvbound serve: listening on http://%s:%d\n", o->host, port);
-    int sig = 0;
-    sigwait(&set, &sig);
-    fprintf(stderr, "kvbound serve: %s: finishing running turns, then stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    http_quiesce(d);
-    sched_stop(&srv);
-    http_stop(d);
-    sched_free(&srv);
-    guard_free(srv.guard);
-    rc = 0;
-out:
+    rc = serve_until_signal(&srv, &c);
     srv.store->close(srv.store);
     metrics_free(srv.metrics);
     kvb_model_free(srv.model);
