@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifdef KVB_HAVE_HIREDIS
 #include <hiredis/hiredis.h>
@@ -22,6 +24,8 @@ struct redis_store {
     redisContext *c;
     char host[256];
     int port;
+    unsigned long long writes; /* this store's writes, for their tokens */
+    char nonce[40];            /* this store's, random: tokens of replicas on other machines differ */
 };
 
 static bool reconnect(struct redis_store *s) {
@@ -53,32 +57,37 @@ static void key_of(const char *id, char *k, size_t n) { snprintf(k, n, "kvbound:
 
 /* The conditional write, atomic in Redis: KEYS[1] the session, KEYS[2] the
  * index; ARGV[1] the version read (-1: none), ARGV[2] the blob, ARGV[3]
- * the id. A session written before versions (a plain string) is version 0.
- * Returns {1, new version} or {0, the version found}. */
+ * the id, ARGV[4] this write's token. A session written before versions
+ * (a plain string) is version 0. Returns {1, new version} or {0, the
+ * version found, the token of the write that made it}: a write whose reply
+ * was lost, sent again by command(), finds its own token and so knows it
+ * was made. */
 static const char PUT_SCRIPT[] =
     "local t = redis.call('TYPE', KEYS[1]).ok\n"
     "local cur = -1\n"
     "if t == 'hash' then cur = tonumber(redis.call('HGET', KEYS[1], 'v')) or 0 elseif t == 'string' then cur = 0 end\n"
-    "if cur ~= tonumber(ARGV[1]) then return {0, cur} end\n"
+    "if cur ~= tonumber(ARGV[1]) then return {0, cur, (t == 'hash' and redis.call('HGET', KEYS[1], 'w')) or ''} end\n"
     "if t == 'string' then redis.call('DEL', KEYS[1]) end\n"
     "local nv = cur < 0 and 1 or cur + 1\n"
-    "redis.call('HSET', KEYS[1], 'v', nv, 'image', ARGV[2])\n"
+    "redis.call('HSET', KEYS[1], 'v', nv, 'image', ARGV[2], 'w', ARGV[4])\n"
     "redis.call('SADD', KEYS[2], ARGV[3])\n"
     "return {1, nv}\n";
 
 static int put(struct store *st, const char *id, const void *buf, size_t len, int64_t expect, int64_t *version) {
     struct redis_store *s = (struct redis_store *)st;
-    char k[128], ev[32];
+    char k[128], ev[32], token[64];
     key_of(id, k, sizeof k);
     snprintf(ev, sizeof ev, "%lld", (long long)expect);
-    const char *argv[] = {"EVAL", PUT_SCRIPT, "2", k, INDEX_KEY, ev, buf, id};
-    const size_t lens[] = {4, strlen(PUT_SCRIPT), 1, strlen(k), strlen(INDEX_KEY), strlen(ev), len, strlen(id)};
-    redisReply *r = command(s, 8, argv, lens);
+    snprintf(token, sizeof token, "%s-%llu", s->nonce, ++s->writes);
+    const char *argv[] = {"EVAL", PUT_SCRIPT, "2", k, INDEX_KEY, ev, buf, id, token};
+    const size_t lens[] = {4, strlen(PUT_SCRIPT), 1, strlen(k), strlen(INDEX_KEY), strlen(ev), len, strlen(id), strlen(token)};
+    redisReply *r = command(s, 9, argv, lens);
     if (!r) return STORE_ERROR;
     int res = STORE_ERROR;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[1]->type == REDIS_REPLY_INTEGER) {
-        if (r->element[0]->integer == 1) {
+        const bool ours = r->elements == 3 && r->element[2]->type == REDIS_REPLY_STRING && !strcmp(r->element[2]->str, token);
+        if (r->element[0]->integer == 1 || ours) {
             *version = r->element[1]->integer;
             res = STORE_OK;
         } else {
@@ -190,6 +199,14 @@ struct store *store_redis_open(const char *url, char *err, size_t errlen) {
         return NULL;
     }
     memcpy(s->host, hp, hl);
+    unsigned char rnd[8] = {0};
+    FILE *ur = fopen("/dev/urandom", "rb");
+    const bool got = ur && fread(rnd, 1, sizeof rnd, ur) == sizeof rnd;
+    if (ur) fclose(ur);
+    unsigned long long n = 0;
+    for (int i = 0; i < 8; i++) n = n << 8 | rnd[i];
+    if (!got) n = (unsigned long long)time(NULL) * 1000003ull;
+    snprintf(s->nonce, sizeof s->nonce, "%llx.%ld", n, (long)getpid());
     s->port = (int)port;
     if (!reconnect(s)) {
         snprintf(err, errlen, "--sessions %.100s: %.200s", url, s->base.error);
