@@ -270,13 +270,21 @@ TEST(hostile_cold_files_refused) {
     }
     CHECK_EQ_INT(refused, tried);
     /* truncated: any length short of the committed pages */
+    int truncs = 0;
     for (size_t len = 0; len < size; len += (len < KVB_COLD_HEADER_BYTES ? 512 : 101)) {
         FILE *f = fopen(path, "wb");
         fwrite(img, 1, len, f);
         fclose(f);
         struct kvb_cold_file_info in;
         CHECK_STATUS(kvb_cold_file_check(path, &in), KVB_ERR_CORRUPT);
+        /* the error names the file and what is short: the header, or the committed pages */
+        char want[700];
+        if (len < KVB_COLD_HEADER_BYTES) snprintf(want, sizeof want, "%s: too short for a cold-tier header (%zu bytes)", path, len);
+        else snprintf(want, sizeof want, "%s: truncated: the header commits 3 pages, the file holds %zu", path, (len - KVB_COLD_HEADER_BYTES) / rb);
+        if (strcmp(kvb_last_error(), want) != 0) FAILF("truncated to %zu bytes: \"%s\", want \"%s\"", len, kvb_last_error(), want);
+        truncs++;
     }
+    CHECK_EQ_INT(truncs, 8 + (size - KVB_COLD_HEADER_BYTES + 100) / 101);
     free(img);
     free(mut);
     remove_dir(d);
