@@ -519,14 +519,44 @@ TEST(admission_and_bad_arguments) {
         CHECK_EQ_INT((long long)(kvb_batch_seq_min_bytes(b, &rb, 10) - kvb_batch_seq_min_bytes(b, &bounded, 10)),
                      3LL * mi.n_layer * mi.n_head_kv * (long long)bs.page_bytes);
     }
+    /* admission: a bounded sequence's minimum, by the formula written here (not
+     * kvb_batch_seq_min_bytes): per stream, its budget plus the prompt chunk read
+     * before eviction, in pages, plus two spare pages; the pool admits sequences
+     * while their minimums fit, so floor(pool pages / the minimum) of them */
+    struct kvb_model_info mi;
+    kvb_model_get_info(g_model, &mi);
+    struct kvb_batch_stats bs;
+    kvb_batch_get_stats(b, &bs);
+    const long long blk = bp.block_size, chunk = CHUNK < 10 ? CHUNK : 10;
+    const long long seq_pages = ((bounded.policy.budget + chunk + blk - 1) / blk + 2) * mi.n_layer * mi.n_head_kv;
+    const long long pool_pages = (long long)(bp.kv_pool_bytes / bs.page_bytes);
+    CHECK_EQ_INT((long long)bs.pool_bytes_capacity, pool_pages * (long long)bs.page_bytes);
+    CHECK_EQ_INT(seq_pages, 6 * 5 * 4); /* stories260K: 5 layers x 4 KV heads, ceil(50 / 16) + 2 pages each */
+    CHECK_EQ_INT(pool_pages / seq_pages, 34);
     int32_t id, bad = -5;
     int admitted = 0;
     while (kvb_batch_can_admit(b, &bounded, 10) == KVB_OK && admitted < 100) {
         CHECK_OK(kvb_batch_add(b, &bounded, g_ids, 10, &id));
         admitted++;
     }
-    CHECK(admitted >= 4 && admitted < 64);
+    CHECK_EQ_INT(admitted, pool_pages / seq_pages);
     CHECK(strstr(kvb_last_error(), "short") != NULL);
+    { /* a pool of exactly 3 minimums admits 3 (a minimum that fills the pool fits); one page less, 2 */
+        for (int less = 0; less < 2; less++) {
+            struct kvb_batch_params ep = bp;
+            ep.kv_pool_bytes = (size_t)(3 * seq_pages - less) * bs.page_bytes;
+            struct kvb_batch *e;
+            CHECK_OK(kvb_batch_init(g_model, &ep, &e));
+            int n = 0;
+            while (kvb_batch_can_admit(e, &bounded, 10) == KVB_OK && n < 10) {
+                int32_t eid;
+                if (kvb_batch_add(e, &bounded, g_ids, 10, &eid) != KVB_OK) break;
+                n++;
+            }
+            kvb_batch_free(e);
+            CHECK_EQ_INT(n, 3 - less);
+        }
+    }
     CHECK_STATUS(kvb_batch_add(b, &sp, &bad, 1, &id), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "out of range") != NULL);
     CHECK_STATUS(kvb_batch_add(b, &sp, g_ids, 0, &id), KVB_ERR_INVALID);

@@ -3,7 +3,8 @@
  * after every call (kvb_pool_check), the capacity as a hard limit that no
  * layout choice may lower, all-or-nothing takes under allocation failure,
  * and the runs long streams get when they grow in lockstep, as a cache's
- * streams do (the reason the pool has extents at all).
+ * streams do (the reason the pool has extents at all); which pages a request
+ * gets when runs must give way to others, in order.
  */
 #include "cache/cache_impl.h"
 #include "cache/pool.h"
@@ -239,6 +240,105 @@ TEST(failed_allocation_leaves_the_pool_as_it_was) {
     if (failed < 12) FAILF("only %d of 47 takes met a failure", failed);
 }
 
+/* Pages by slab in the order the slabs were allocated: page i of the k-th is k * 1000 + i. */
+struct slab_ids {
+    const uint8_t *base[4];
+    int n;
+};
+
+static int page_id(const struct kvb_pool *p, struct slab_ids *ids, const uint8_t *pg) {
+    for (int64_t s = 0; s < p->n_slabs; s++) { /* note a new slab */
+        int k = 0;
+        while (k < ids->n && ids->base[k] != p->slabs[s].base) k++;
+        if (k == ids->n && ids->n < 4) ids->base[ids->n++] = p->slabs[s].base;
+    }
+    for (int k = 0; k < ids->n; k++)
+        for (int64_t s = 0; s < p->n_slabs; s++)
+            if (p->slabs[s].base == ids->base[k] && pg >= ids->base[k] && pg < ids->base[k] + p->slabs[s].n_pages * (int64_t)p->page_bytes)
+                return k * 1000 + (int)((pg - ids->base[k]) / (int64_t)p->page_bytes);
+    return -1;
+}
+
+/* n pages (held, tail as given), or with held -1 n pages for short streams
+ * (requests of 8 pages for new holders: none long); the pages must be
+ * want[0..n). 0, or prints and returns 1. */
+static int take_expect(struct kvb_pool *p, struct slab_ids *ids, const char *what, int64_t n, int64_t held, const uint8_t *tail,
+                       uint8_t **out, const int *want) {
+    struct kvb_pool_req q[8];
+    int nq = 0;
+    if (held >= 0) q[nq++] = (struct kvb_pool_req){n, held, tail};
+    else
+        for (int64_t left = n; left > 0 && nq < 8; left -= 8) q[nq++] = (struct kvb_pool_req){left < 8 ? left : 8, 0, NULL};
+    if (kvb_pool_take_reqs(p, q, nq, out) != KVB_OK) { printf("  %s: %s\n", what, kvb_last_error()); return 1; }
+    const char *why = kvb_pool_check(p);
+    if (why) { printf("  %s: %s\n", what, why); return 1; }
+    for (int64_t i = 0; i < n; i++)
+        if (page_id(p, ids, out[i]) != want[i]) {
+            printf("  %s: page %lld is %d, want %d\n", what, (long long)i, page_id(p, ids, out[i]), want[i]);
+            return 1;
+        }
+    return 0;
+}
+
+/* Which pages a request gets, in order (8 KiB pages: extents of 32, a stream
+ * is long from 16 pages; slabs of 64 pages, capacity 128). Long streams
+ * claim free extents and take them bottom up; a short request takes from an
+ * OPEN extent, then a FREE one, then a new slab while the capacity allows
+ * one, and only then from other streams' runs: the most recently claimed
+ * run first, from its top down, so that the owner's next page stays free
+ * for it. A stream whose run is full takes from others' tops the same way,
+ * and a page given back to an unclaimed extent is taken before any run's. */
+TEST(run_stealing_order) {
+    struct kvb_pool *p = new_pool(8192, 128, 64);
+    CHECK(p);
+    CHECK_EQ_INT(p->extent_pages, 32);
+    CHECK_EQ_INT(p->long_pages, 16);
+    struct slab_ids ids = {{NULL}, 0};
+    static uint8_t *a[21], *b[21], *c[4], *d[21], *e[40], *f[3], *g[2];
+    int want[40];
+    for (int i = 0; i < 20; i++) want[i] = i;
+    if (take_expect(p, &ids, "A claims extent 0", 20, 0, NULL, a, want)) FAILF("A");
+    for (int i = 0; i < 20; i++) want[i] = 32 + i;
+    if (take_expect(p, &ids, "B claims extent 1", 20, 0, NULL, b, want)) FAILF("B");
+    /* the capacity allows a second slab: a short request takes it, not a run */
+    for (int i = 0; i < 4; i++) want[i] = 1000 + i;
+    if (take_expect(p, &ids, "C (short) opens slab 1's extent 0", 4, -1, NULL, c, want)) FAILF("C");
+    for (int i = 0; i < 20; i++) want[i] = 1032 + i;
+    if (take_expect(p, &ids, "D claims slab 1's extent 1", 20, 0, NULL, d, want)) FAILF("D");
+    /* no slab left: the OPEN extent first, then D's run (the last claimed) from its top */
+    for (int i = 0; i < 28; i++) want[i] = 1004 + i;
+    for (int i = 0; i < 12; i++) want[28 + i] = 1063 - i;
+    if (take_expect(p, &ids, "E (short) takes OPEN, then D's run top down", 40, -1, NULL, e, want)) FAILF("E");
+    /* D's extent is full: B's run next, again from the top */
+    for (int i = 0; i < 3; i++) want[i] = 63 - i;
+    if (take_expect(p, &ids, "F (short) takes B's run top down", 3, -1, NULL, f, want)) FAILF("F");
+    /* the owners' next pages were left to them */
+    want[0] = 20;
+    if (take_expect(p, &ids, "A's next", 1, 20, a[19], a + 20, want)) FAILF("A's next");
+    want[0] = 52;
+    if (take_expect(p, &ids, "B's next", 1, 20, b[19], b + 20, want)) FAILF("B's next");
+    /* D's run is full and no extent is free: it takes from B's top */
+    want[0] = 60;
+    if (take_expect(p, &ids, "D's next, from B's top", 1, 20, d[19], d + 20, want)) FAILF("D's next");
+    /* extents by allocation: A's 0, B's 1, then slab 1's 2 (shared) and D's 3, which gave up its claim */
+    CHECK(p->ext[0].claimed && p->ext[1].claimed && !p->ext[2].claimed && !p->ext[3].claimed);
+    /* a page given back to an unclaimed extent comes before any run's */
+    kvb_pool_give(p, &e[6], 1);
+    want[0] = 1010;
+    want[1] = 59;
+    if (take_expect(p, &ids, "G (short): the given page, then B's top", 2, -1, NULL, g, want)) FAILF("G");
+    struct kvb_pool_stats ps;
+    kvb_pool_get_stats(p, &ps);
+    CHECK_EQ_INT(ps.pages_in_use, 21 + 21 + 4 + 21 + 40 - 1 + 3 + 2);
+    CHECK_EQ_INT(ps.pages_reserved, 128);
+    kvb_pool_give(p, a, 21); kvb_pool_give(p, b, 21); kvb_pool_give(p, c, 4); kvb_pool_give(p, d, 21);
+    kvb_pool_give(p, e, 6); kvb_pool_give(p, e + 7, 33); kvb_pool_give(p, f, 3); kvb_pool_give(p, g, 2);
+    CHECK(kvb_pool_check(p) == NULL);
+    kvb_pool_get_stats(p, &ps);
+    CHECK_EQ_INT(ps.pages_in_use, 0);
+    kvb_pool_free(p);
+}
+
 /* Pages of 256 KiB and more: extents of one page, no runs, and nothing reserved beyond use. */
 TEST(big_pages_take_no_runs) {
     struct kvb_pool *p = new_pool((size_t)256 << 10, 64, 0);
@@ -301,6 +401,7 @@ TEST(cache_streams_lie_in_runs) {
 int main(void) {
     RUN(lockstep_streams_get_runs);
     RUN(capacity_is_exact_whatever_the_runs);
+    RUN(run_stealing_order);
     RUN(random_takes_and_gives_keep_invariants);
     RUN(failed_allocation_leaves_the_pool_as_it_was);
     RUN(big_pages_take_no_runs);

@@ -12,7 +12,9 @@
  *     over that set (original and capped positions, several policies);
  *     recalled rows are bit-identical to the rows the tokens had when hot;
  *     the index's bounds are recomputed from the cold pages' own rows; the
- *     recalled pages are the best-scoring ones; every token is hot, staged
+ *     recalled pages are the best ones by bounds the test computes itself
+ *     from the whole GQA group's query rows and each page's own keys (the
+ *     staged page included); every token is hot, staged
  *     or in a cold page; hot memory equals the same policy's without recall.
  */
 #define _GNU_SOURCE
@@ -268,13 +270,21 @@ TEST(hostile_cold_files_refused) {
     }
     CHECK_EQ_INT(refused, tried);
     /* truncated: any length short of the committed pages */
+    int truncs = 0;
     for (size_t len = 0; len < size; len += (len < KVB_COLD_HEADER_BYTES ? 512 : 101)) {
         FILE *f = fopen(path, "wb");
         fwrite(img, 1, len, f);
         fclose(f);
         struct kvb_cold_file_info in;
         CHECK_STATUS(kvb_cold_file_check(path, &in), KVB_ERR_CORRUPT);
+        /* the error names the file and what is short: the header, or the committed pages */
+        char want[700];
+        if (len < KVB_COLD_HEADER_BYTES) snprintf(want, sizeof want, "%s: too short for a cold-tier header (%zu bytes)", path, len);
+        else snprintf(want, sizeof want, "%s: truncated: the header commits 3 pages, the file holds %zu", path, (len - KVB_COLD_HEADER_BYTES) / rb);
+        if (strcmp(kvb_last_error(), want) != 0) FAILF("truncated to %zu bytes: \"%s\", want \"%s\"", len, kvb_last_error(), want);
+        truncs++;
     }
+    CHECK_EQ_INT(truncs, 8 + (size - KVB_COLD_HEADER_BYTES + 100) / 101);
     free(img);
     free(mut);
     remove_dir(d);
@@ -399,6 +409,88 @@ static int check_area(struct kvb_cache *c, const struct shadow *sh, int i, int s
     return 0;
 }
 
+/* The candidates of one stream's page choice, taken before a decode: every
+ * sealed page, then the staged one, each with its first position and the
+ * bound the test computes itself: from the G query rows of the group
+ * (rotated to position t by the reference RoPE, scaled by 1/sqrt(D)) and
+ * the page's own stored keys, per channel max(q lo, q hi) summed, the
+ * largest over the G rows. */
+struct choice {
+    int n;
+    long long first[512];
+    double bound[512], slack;
+};
+
+static double group_bound(const double qr[][D], int G, const uint8_t *krows, size_t rb, enum kvb_dtype dt, int n, double *slack) {
+    double lo[D], hi[D], best = -INFINITY;
+    float key[D];
+    for (int x = 0; x < D; x++) { lo[x] = INFINITY; hi[x] = -INFINITY; }
+    for (int t = 0; t < n; t++) {
+        kvb_kv_row_load(dt, krows + (size_t)t * rb, key, D);
+        for (int x = 0; x < D; x++) { lo[x] = fmin(lo[x], key[x]); hi[x] = fmax(hi[x], key[x]); }
+    }
+    for (int g = 0; g < G; g++) {
+        double b = 0, sl = 0;
+        for (int x = 0; x < D; x++) {
+            b += fmax(qr[g][x] * lo[x], qr[g][x] * hi[x]);
+            sl += fabs(qr[g][x]) * fmax(fabs(lo[x]), fabs(hi[x]));
+        }
+        best = fmax(best, b);
+        *slack = fmax(*slack, sl);
+    }
+    return best;
+}
+
+static void choice_candidates(const struct kvb_cache *c, const struct kvb_rope *rope, int i, const float q[][D], int G, long long t,
+                              struct choice *ch) {
+    const struct kvb_recall_stream *r = &c->recall[i];
+    const struct kvb_cold_geom *g = &c->cold_geom;
+    double qr[NH][D];
+    for (int r0 = 0; r0 < G; r0++) {
+        ref_rope(rope, q[r0], D, t, qr[r0]);
+        for (int x = 0; x < D; x++) qr[r0][x] /= sqrt((double)D);
+    }
+    ch->n = 0;
+    ch->slack = 0;
+    for (int64_t p = 0; p < r->n_cold && ch->n < 511; p++) {
+        uint8_t *rec = (uint8_t *)kvb_cold_get(c->cold, r->rec[p]);
+        ch->first[ch->n] = kvb_cold_rec_pos(rec)[0];
+        ch->bound[ch->n++] = group_bound((const double(*)[D])qr, G, kvb_cold_rec_k(g, rec), g->row_bytes, g->dtype, g->block_size, &ch->slack);
+    }
+    if (r->n_stage > 0) {
+        ch->first[ch->n] = kvb_cold_rec_pos(r->stage)[0];
+        ch->bound[ch->n++] = group_bound((const double(*)[D])qr, G, kvb_cold_rec_k(g, r->stage), g->row_bytes, g->dtype, r->n_stage, &ch->slack);
+    }
+}
+
+/* After the decode: if stream i chose its pages there (since == 1), the
+ * pages in its area (known by their first positions) are min(R, candidates)
+ * of the candidates, and none left out bounds higher than one chosen (f32
+ * rounding of the library's bounds allowed for). 0 or prints and returns 1. */
+static int check_choice(const struct kvb_cache *c, int i, const struct choice *ch, int step) {
+    const struct kvb_recall_stream *r = &c->recall[i];
+    const int32_t B = c->params.block_size, R = c->params.recall.pages;
+    if (!r->pages || r->since != 1 || ch->n == 0) return 0;
+    bool chosen[512] = {false};
+    int n_chosen = 0;
+    for (int p = 0; p < ch->n; p++)
+        for (int32_t a = 0; a < R; a++)
+            if (r->pos[a * B] == ch->first[p] && !chosen[p]) { chosen[p] = true; n_chosen++; }
+    if (n_chosen != (ch->n < R ? ch->n : R)) {
+        printf("  step %d stream %d: %d of %d candidate pages in the area of %d\n", step, i, n_chosen, ch->n, R);
+        return 1;
+    }
+    const double tol = 1e-5 * ch->slack;
+    for (int u = 0; u < ch->n; u++)
+        for (int p = 0; p < ch->n && !chosen[u]; p++)
+            if (chosen[p] && ch->bound[u] > ch->bound[p] + tol) {
+                printf("  step %d stream %d: page at position %lld (bound %.7g) left out, page at %lld (bound %.7g) chosen\n", step, i,
+                       ch->first[u], ch->bound[u], ch->first[p], ch->bound[p]);
+                return 1;
+            }
+    return 0;
+}
+
 struct rcase {
     enum kvb_policy_id pid;
     enum kvb_pos_mode pm;
@@ -505,7 +597,10 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
                 }
                 hot[h][nhot[h]++] = t;
             }
+            static struct choice ch[H];
+            for (int h = 0; c->recall && h < H; h++) choice_candidates(c, &got.rope, l * H + h, (const float(*)[D])&q[h * (NH / H)], NH / H, t, &ch[h]);
             if (kvb_cache_decode(c, l, &q[0][0], NH, &kk[0][0], &vv[0][0], &out[0][0], NULL) != KVB_OK) { printf("  decode: %s\n", kvb_last_error()); rc = 1; break; }
+            for (int h = 0; c->recall && h < H && !rc; h++) rc = check_choice(c, l * H + h, &ch[h], t);
             if (outs) memcpy(outs + ((size_t)t * L + l) * NH * D, out, sizeof out);
             if (k->reference)
                 for (int hq = 0; hq < NH && !rc; hq++) {

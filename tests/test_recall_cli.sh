@@ -4,8 +4,8 @@
 # answers as the one that went on); run's stats line and its cold file (spilled, then removed at exit);
 # a run killed with SIGKILL leaves a cold file whose committed pages all
 # check; truncated and foreign files refused by `kvbound cold`; ppl --recall
-# runs each policy with and without recall (KL lower with it on the shared
-# stories260K); needle --recall JSON; the lab's needle at budget 64 (every
+# runs each policy with and without recall (KL and ppl with it pinned on the shared
+# stories260K); needle --recall JSON (its retention with recall pinned); the lab's needle at budget 64 (every
 # policy's hits with recall at least the full cache's minus one); mem's
 # recall bytes equal a cache's; bench decode --recall fields; bad values named.
 . "$(dirname "$0")/cli_lib.sh"
@@ -103,14 +103,24 @@ S="$D/models/stories260K/stories260K.llamacpp.gguf"
 TX="$D/text/tinystories_validation_head.txt"
 if [ -f "$S" ] && [ -f "$TX" ]; then
     "$K" ppl -m "$S" -f "$TX" --policy streaming --budget 64 --recall --max-tokens 1500 --json > "$T/ppl.json" 2> "$T/ppl.err"; rc=$?
-    kl0=$(field kl "$T/ppl.json" 1); kl1=$(field kl "$T/ppl.json" 2)
+    kl0=$(field kl "$T/ppl.json" 1); kl1=$(field kl "$T/ppl.json" 2); ppl1=$(field ppl "$T/ppl.json" 2)
+    # the figures with recall pinned (measured 0.1798 and 4.1409, without recall
+    # 0.2873 and 4.1434); a recall that scores with one query row of a GQA group,
+    # keeps the worst pages, never offers the staged page or never chooses again
+    # moves KL by 0.005 or more and ppl by 0.03 or more; every evicted token is
+    # in one of the 1780 cold pages
     if [ $rc -eq 0 ] && grep -q '"recall":false' "$T/ppl.json" && grep -q '"recall":true,"recall_pages":8' "$T/ppl.json" &&
-       [ "$(field cold_pages "$T/ppl.json")" -gt 0 ] && awk -v a="$kl0" -v b="$kl1" 'BEGIN { exit !(b < a) }'; then ok ppl_recall_lowers_kl
-    else ko ppl_recall_lowers_kl "rc $rc kl $kl0 -> $kl1: $(head -c 700 "$T/ppl.json") $(tail -n 2 "$T/ppl.err")"; fi
+       [ "$(field cold_pages "$T/ppl.json")" = 1780 ] &&
+       awk -v a="$kl0" -v b="$kl1" -v p="$ppl1" 'BEGIN { d = b - 0.1798; e = p - 4.1409; exit !(b < 0.7 * a && d * d <= 4e-6 && e * e <= 4e-6) }'; then
+        ok ppl_recall_lowers_kl
+    else ko ppl_recall_lowers_kl "rc $rc kl $kl0 -> $kl1 (want 0.1798), ppl $ppl1 (want 4.1409): $(head -c 700 "$T/ppl.json") $(tail -n 2 "$T/ppl.err")"; fi
+    # the needle's key is in no stream's hot slots; with recall, 4 of the 20
+    # streams hold it (measured; one query row per group gives 5, the worst
+    # pages 12, a choice never renewed 8)
     "$K" needle -m "$S" --lengths 400 --depths 0.2 --policy streaming --budget 64 --recall --out "$T/nd" > /dev/null 2> "$T/nd.err"; rc=$?
     if [ $rc -eq 0 ] && grep -q '"recall":true,"recall_pages":8,"recall_every":1' "$T/nd/needle.json" &&
-       grep -q '"retained_hot":0.0000,"accuracy_no_recall":[0-9.]*,"retained_no_recall":0.0000' "$T/nd/needle.json" &&
-       grep -q "with recall / without" "$T/nd/needle.md"; then ok needle_recall_json
+       grep -q '"accuracy":0.0000,"retained":0.2000,"retained_hot":0.0000,"accuracy_no_recall":0.0000,"retained_no_recall":0.0000' "$T/nd/needle.json" &&
+       grep -q "with recall / without" "$T/nd/needle.md" && grep -qF '| 400 | 0.00 (0.20) / 0.00 (0.00) |' "$T/nd/needle.md"; then ok needle_recall_json
     else ko needle_recall_json "rc $rc: $(cat "$T/nd/needle.json" 2> /dev/null) $(tail -n 2 "$T/nd.err")"; fi
 else
     skip_case ppl_recall_lowers_kl "shared data missing: $S"
