@@ -178,6 +178,13 @@ size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types
     return per_tok * (size_t)(toks + 4 * block) + ((size_t)64 << 20);
 }
 
+int cli_cache_option(struct cli_policy *po, struct cli_kv_types *kvt, struct cli_recall *rec, int argc, char **argv, int *i) {
+    int r = cli_policy_option(po, argc, argv, i);
+    if (r == 0) r = cli_kv_types_option(kvt, argc, argv, i);
+    if (r == 0 && rec) r = cli_recall_option(rec, argc, argv, i);
+    return r;
+}
+
 /* ---- recall ---- */
 
 void cli_recall_init(struct cli_recall *r) {
