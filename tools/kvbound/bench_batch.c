@@ -277,9 +277,8 @@ int bench_batch(int argc, char **argv) {
     if (rc != CLI_GO_ON) return rc;
     cli_warn_threads(o.mo.threads);
     struct kvb_model *m;
-    if (cli_load_model(&o.mo, &m)) return 1;
     struct kvb_model_info mi;
-    kvb_model_get_info(m, &mi);
+    if (cli_load_model(&o.mo, &m, &mi)) return 1;
     cli_policy_warn(&o.po, o.pid, mi.n_ctx_train);
     const struct kvb_seq_params sp = batch_seq_params(&o);
     struct peer_row prow[MAX_PAR];
@@ -452,9 +451,8 @@ int bench_serve_memory(int argc, char **argv) {
     if (rc != CLI_GO_ON) return rc;
     cli_warn_threads(o.mo.threads);
     struct kvb_model *m;
-    if (cli_load_model(&o.mo, &m)) return 1;
     struct kvb_model_info mi;
-    kvb_model_get_info(m, &mi);
+    if (cli_load_model(&o.mo, &m, &mi)) return 1;
     struct serve_side full = {.sp = kvb_seq_default_params(), .hold = o.T}, bounded = {.sp = kvb_seq_default_params()};
     full.sp.n_ctx = o.T + o.G + 8;
     full.sp.ignore_eos = bounded.sp.ignore_eos = true;

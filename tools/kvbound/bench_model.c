@@ -179,8 +179,7 @@ static int model_bench_parse(struct model_bench_opts *o, int argc, char **argv, 
 
 /* The model, a context sized for the run, the tokens and a thread pool; -1: printed. */
 static int model_bench_setup(const struct model_bench_opts *o, struct model_bench *b) {
-    if (cli_load_model(&o->mo, &b->m)) return -1;
-    kvb_model_get_info(b->m, &b->in);
+    if (cli_load_model(&o->mo, &b->m, &b->in)) return -1;
     const struct kvb_model_info *in = &b->in;
     struct kvb_context_params *cp = &b->cp;
     *cp = kvb_context_default_params();

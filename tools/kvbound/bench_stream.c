@@ -156,7 +156,7 @@ int bench_stream(int argc, char **argv) {
     int rc = stream_parse(&o, argc, argv);
     if (rc != CLI_GO_ON) return rc;
     struct kvb_model *m;
-    if (cli_load_model(&o.mo, &m)) return 1;
+    if (cli_load_model(&o.mo, &m, NULL)) return 1;
     const int64_t cps[4] = {1000, 10000, 100000, 1000000};
     const int ncp = o.longrun ? 4 : 3;
     const int64_t n = cps[ncp - 1];

@@ -138,7 +138,7 @@ static int chat_setup(const struct chat_opts *o, struct chat *ch) {
         ch->first_turn = ch->fbuf;
     }
     struct cli_gen *g = &ch->gen;
-    if (cli_gen_load(g, &o->g)) return 1;
+    if (cli_load_model(&o->g.mo, &g->m, &g->mi)) return 1;
     ch->cp = cli_gen_context_params(&o->g, &g->mi);
     cli_warn_threads(o->g.mo.threads);
     ch->cp.chunk = 128;

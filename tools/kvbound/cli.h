@@ -97,8 +97,9 @@ int cli_model_option(struct cli_model_opts *mo, int argc, char **argv, int *i);
 /* false, after printing "kvbound CMD: -m MODEL is required", when no -m was given. */
 bool cli_model_required(const struct cli_model_opts *mo);
 struct kvb_model_params cli_model_params(const struct cli_model_opts *mo);
-/* Loads mo->path with mo's parameters; -1 (printed, *m NULL) on failure. */
-int cli_load_model(const struct cli_model_opts *mo, struct kvb_model **m);
+/* Loads mo->path with mo's parameters, and reads its info into *mi unless
+ * mi is NULL; -1 (printed, *m NULL) on failure. */
+int cli_load_model(const struct cli_model_opts *mo, struct kvb_model **m, struct kvb_model_info *mi);
 
 /* KV row types of every command that builds a cache (policy_opts.c):
  * --kv-dtype T (K and V), --kv-dtype-k T, --kv-dtype-v T; T is f32, f16,
@@ -219,8 +220,6 @@ struct cli_gen {
  * warnings printed): policy, positions, KV types, threads, n_ctx, recall;
  * the caller adds the chunk, the page size and the pool. */
 struct kvb_context_params cli_gen_context_params(const struct cli_gen_opts *g, const struct kvb_model_info *mi);
-/* Loads the model (gen->m, gen->mi); -1: printed. */
-int cli_gen_load(struct cli_gen *gen, const struct cli_gen_opts *g);
 /* The context, the sampler, the logits and the history, for gen->m; -1:
  * printed ("kvbound: REASON"). */
 int cli_gen_start(struct cli_gen *gen, const struct kvb_context_params *cp, const struct kvb_sampler_params *sp);

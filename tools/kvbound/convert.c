@@ -44,7 +44,7 @@ int cmd_convert(int argc, char **argv) {
     if (!mo.path || !out) { fprintf(stderr, "kvbound convert: -m MODEL and -o OUT are required\n"); return 2; }
     if (cli_check_output_file("convert", "-o", out)) return 1; /* before the model is read and quantized */
     struct kvb_model *m;
-    if (cli_load_model(&mo, &m)) return 1;
+    if (cli_load_model(&mo, &m, NULL)) return 1;
     kvb_status st = kvb_model_write_gguf(m, out, type, progress, NULL);
     kvb_model_free(m);
     if (st != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }

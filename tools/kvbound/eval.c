@@ -40,7 +40,7 @@ struct eval_opts {
 
 /* Tokenizes the whole text with BOS, keeps max_tokens. */
 static int load(const struct eval_opts *o, struct kvb_model **m, int32_t **ids, int32_t *n) {
-    if (cli_load_model(&o->mo, m)) return -1;
+    if (cli_load_model(&o->mo, m, NULL)) return -1;
     size_t len;
     char *text = cli_read_file(o->text, (size_t)1 << 30, "text file", &len);
     if (!text) return -1;

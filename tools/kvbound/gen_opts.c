@@ -110,12 +110,6 @@ struct kvb_context_params cli_gen_context_params(const struct cli_gen_opts *g, c
     return cp;
 }
 
-int cli_gen_load(struct cli_gen *gen, const struct cli_gen_opts *g) {
-    if (cli_load_model(&g->mo, &gen->m)) return -1;
-    kvb_model_get_info(gen->m, &gen->mi);
-    return 0;
-}
-
 int cli_gen_start(struct cli_gen *gen, const struct kvb_context_params *cp, const struct kvb_sampler_params *sp) {
     cli_history_init(&gen->hist, sp->repeat_last_n);
     gen->logits = malloc(sizeof(float) * (size_t)gen->mi.n_vocab);

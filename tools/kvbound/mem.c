@@ -147,9 +147,8 @@ static int mem_shape(struct mem_opts *o) {
         snprintf(o->name, sizeof o->name, "%s", p->name);
     } else if (o->mo.path) {
         struct kvb_model *m;
-        if (cli_load_model(&o->mo, &m)) return 1;
         struct kvb_model_info in;
-        kvb_model_get_info(m, &in);
+        if (cli_load_model(&o->mo, &m, &in)) return 1;
         o->L = in.n_layer; o->H = in.n_head_kv; o->D = in.head_dim;
         snprintf(o->name, sizeof o->name, "%s", o->mo.path);
         kvb_model_free(m);

@@ -77,9 +77,12 @@ struct kvb_model_params cli_model_params(const struct cli_model_opts *mo) {
     return mp;
 }
 
-int cli_load_model(const struct cli_model_opts *mo, struct kvb_model **m) {
+int cli_load_model(const struct cli_model_opts *mo, struct kvb_model **m, struct kvb_model_info *mi) {
     const struct kvb_model_params mp = cli_model_params(mo);
-    if (kvb_model_load(mo->path, &mp, m) == KVB_OK) return 0;
+    if (kvb_model_load(mo->path, &mp, m) == KVB_OK) {
+        if (mi) kvb_model_get_info(*m, mi);
+        return 0;
+    }
     *m = NULL;
     if (mo->name_cmd_on_load) fprintf(stderr, "kvbound %s: %s\n", mo->cmd, kvb_last_error());
     else fprintf(stderr, "kvbound: %s\n", kvb_last_error());

@@ -234,7 +234,7 @@ int cmd_needle(int argc, char **argv) {
     if (o.filler_path && !(filler = cli_read_file(o.filler_path, (size_t)64 << 20, "filler", &filler_len))) goto out;
     cli_warn_threads(o.mo.threads);
     if (mkdir(o.out, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvbound: cannot create '%s': %s\n", o.out, strerror(errno)); goto out; }
-    if (cli_load_model(&o.mo, &m)) goto out;
+    if (cli_load_model(&o.mo, &m, NULL)) goto out;
     if (needle_run(&o, m, filler, &grid) == 0 && needle_write(&o, &grid) == 0) rc = 0;
 out:
     free(filler);

@@ -92,7 +92,7 @@ static int run_setup(const struct run_opts *o, struct run *r) {
         r->plen = strlen(o->prompt);
     }
     struct cli_gen *g = &r->gen;
-    if (cli_gen_load(g, &o->g)) return 1;
+    if (cli_load_model(&o->g.mo, &g->m, &g->mi)) return 1;
     if (kvb_vocab_tokenize(kvb_model_vocab(g->m), r->prompt, r->plen, true, true, &r->ids, &r->n_ids) != KVB_OK) {
         fprintf(stderr, "kvbound: %s\n", kvb_last_error());
         return 1;
