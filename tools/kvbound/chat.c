@@ -12,6 +12,10 @@
  * policy evicts goes to the cold tier and comes back when a turn's queries
  * score it (docs/RECALL.md); /save keeps the cold tier in the image, and
  * /load brings it back (in memory, spilling to --cold-dir beyond it).
+ * cmd_chat: the options (chat_parse, the shared ones by cli_gen_option),
+ * the set-up (chat_setup), then line by line (chat_loop) a /command
+ * (chat_command) or a turn (chat_turn: its text read, then chat_answer);
+ * struct chat holds the conversation and chat_free releases it.
  */
 #include "cli.h"
 

@@ -4,6 +4,9 @@
  * text, streamed (UTF-8 held back until a character is complete); a stats
  * line goes to stderr. With a bounded policy generation never stops because
  * the context is full; with `full` it stops at the context limit.
+ * cmd_run: the options (run_parse, the shared ones by cli_gen_option), the
+ * prompt, model and context (run_setup), generation (run_generate), the
+ * stats line (run_report); struct run holds it all and run_free releases it.
  */
 #include "cli.h"
 
