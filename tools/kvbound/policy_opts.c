@@ -2,7 +2,8 @@
  * policy_opts.c — the policy options every subcommand that chooses a policy
  * accepts (run, chat, ppl, sweep, needle): the budget, sinks, position mode
  * and every knob of struct kvb_policy_params, parsed once, with one --help
- * text whose defaults are read from the library.
+ * text whose defaults are read from the library; the KV row types and the
+ * recall options likewise, and cli_cache_option to take all three in one call.
  */
 #include "cli.h"
 
