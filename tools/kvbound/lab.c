@@ -200,110 +200,136 @@ static void audit_beats(struct lab_report *rep, const char *audit, const char *s
     add_audit(rep, audit, ok, "mean retained mass %s vs %s in %s: %s", kvb_policy_name(a), kvb_policy_name(b), sname, detail);
 }
 
-static void audits_and_findings(struct lab_report *rep) {
+/* Every row of every scenario sums to 1 with no negative entry; no run
+ * ended a step over budget, or with retained mass outside [0, 1]. */
+static void audit_runs(struct lab_report *rep) {
     const struct lab_opts *o = rep->opts;
-    /* 1. rows */
-    if (rep->n_scen) {
-        bool ok = true;
-        double worst = 0, mn = INFINITY;
-        for (int i = 0; i < rep->n_scen; i++) {
-            ok &= rep->scen[i].row_err <= 1e-9 && rep->scen[i].row_min >= 0;
-            worst = worst > rep->scen[i].row_err ? worst : rep->scen[i].row_err;
-            mn = mn < rep->scen[i].row_min ? mn : rep->scen[i].row_min;
+    bool ok = true;
+    double worst = 0, mn = INFINITY;
+    for (int i = 0; i < rep->n_scen; i++) {
+        ok &= rep->scen[i].row_err <= 1e-9 && rep->scen[i].row_min >= 0;
+        worst = worst > rep->scen[i].row_err ? worst : rep->scen[i].row_err;
+        mn = mn < rep->scen[i].row_min ? mn : rep->scen[i].row_min;
+    }
+    add_audit(rep, "rows-normalized", ok, "every row of every scenario: max |sum - 1| = %.3g (<= 1e-9), min entry = %.3g (>= 0)", worst, mn);
+    int viol = 0, out = 0, runs = 0;
+    for (int i = 0; i < rep->n_scen; i++)
+        for (int c = 0; c < o->n_budgets * o->n_pol; c++) {
+            viol += rep->scen[i].cells[c].r.budget_violations;
+            out += rep->scen[i].cells[c].r.mass_out_of_range;
+            runs++;
         }
-        add_audit(rep, "rows-normalized", ok, "every row of every scenario: max |sum - 1| = %.3g (<= 1e-9), min entry = %.3g (>= 0)", worst, mn);
-        /* 2, 3. budgets and mass */
-        int viol = 0, out = 0, runs = 0;
-        for (int i = 0; i < rep->n_scen; i++)
-            for (int c = 0; c < o->n_budgets * o->n_pol; c++) {
-                viol += rep->scen[i].cells[c].r.budget_violations;
-                out += rep->scen[i].cells[c].r.mass_out_of_range;
-                runs++;
-            }
-        add_audit(rep, "budget-respected", viol == 0, "%d runs, %d steps ended over budget", runs, viol);
-        add_audit(rep, "mass-in-range", out == 0, "%d runs, %d steps with retained mass outside [0, 1]", runs, out);
+    add_audit(rep, "budget-respected", viol == 0, "%d runs, %d steps ended over budget", runs, viol);
+    add_audit(rep, "mass-in-range", out == 0, "%d runs, %d steps with retained mass outside [0, 1]", runs, out);
+}
+
+/* snapkv answers every needle query from its cache, at each budget whose
+ * prompt share is more than its observation window. */
+static void audit_snapkv_needle(struct lab_report *rep) {
+    const struct lab_opts *o = rep->opts;
+    struct lab_scen *nd = scen(rep, "needle");
+    if (!nd || !lab_find(o, nd, KVB_POLICY_SNAPKV, 0)) {
+        add_audit(rep, "snapkv-keeps-needle", true, "skipped: needs scenario needle and policy snapkv");
+        return;
+    }
+    bool ok = true;
+    char d[256] = "";
+    size_t used = 0;
+    const struct kvb_policy_params sp = kvb_policy_default_params(KVB_POLICY_SNAPKV);
+    int checked = 0;
+    for (int k = 0; k < o->n_budgets; k++) {
+        const struct kvb_lab_result *r = &lab_find(o, nd, KVB_POLICY_SNAPKV, k)->r;
+        /* the lab gives a quarter of the budget to generated tokens (kvb_lab_run) */
+        const int prompt_budget = o->budgets[k] - (o->budgets[k] / 4 > 1 ? o->budgets[k] / 4 : 1);
+        if (prompt_budget <= sp.obs_window + sp.n_sink) { /* the prompt's budget is the window: nothing to select */
+            used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: not checked (prompt budget %d <= window %d)",
+                                     k ? "; " : "", o->budgets[k], prompt_budget, sp.obs_window);
+            continue;
+        }
+        checked++;
+        ok &= r->fact_hits[0] == r->fact_queries[0] && r->fact_queries[0] > 0;
+        used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: %d/%d", k ? "; " : "",
+                                 o->budgets[k], r->fact_hits[0], r->fact_queries[0]);
+        if (used >= sizeof d) break;
+    }
+    add_audit(rep, "snapkv-keeps-needle", ok && checked > 0, "needle queries answered from the cache: %s", d);
+}
+
+/* With --recall: needle fact hits of every bounded policy without and with recall. */
+static void finding_recall_needle(struct lab_report *rep) {
+    const struct lab_opts *o = rep->opts;
+    struct lab_scen *nr = scen(rep, "needle");
+    if (!o->recall_pages || !nr || !lab_find(o, nr, KVB_POLICY_FULL, 0)) return;
+    char d[1024] = "";
+    size_t used = 0;
+    for (int k = 0; k < o->n_budgets; k++) {
+        const struct kvb_lab_result *full = &lab_find(o, nr, KVB_POLICY_FULL, k)->r;
+        const int fh = full->fact_hits[0] + full->fact_hits[1];
+        for (int p = 0; p < o->n_pol; p++) {
+            const struct lab_cell *cl = &nr->cells[k * o->n_pol + p];
+            if (cl->pid == KVB_POLICY_FULL) continue;
+            used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s@%d %d->%d/%d", used ? ", " : "", kvb_policy_name(cl->pid),
+                                     o->budgets[k], cl->r.fact_hits[0] + cl->r.fact_hits[1], cl->rr.fact_hits[0] + cl->rr.fact_hits[1], fh);
+            if (used >= sizeof d) break;
+        }
+    }
+    add_finding(rep, "recall-needle-fact-hits", "needle fact hits without -> with recall (%d pages), out of the full cache's: %s", o->recall_pages, d);
+}
+
+/* diffuse, at the middle budget: the score-based policies' mean retained mass against window's. */
+static void finding_diffuse(struct lab_report *rep) {
+    const struct lab_opts *o = rep->opts;
+    struct lab_scen *df = scen(rep, "diffuse");
+    if (!df || !lab_find(o, df, KVB_POLICY_WINDOW, 0)) return;
+    char d[1024] = "";
+    size_t used = 0;
+    int k = o->n_budgets / 2;
+    double mw = lab_find(o, df, KVB_POLICY_WINDOW, k)->r.mass_mean;
+    int losers = 0;
+    for (int p = 0; p < o->n_pol; p++) {
+        enum kvb_policy_id id = o->pol[p];
+        if (id == KVB_POLICY_FULL || id == KVB_POLICY_WINDOW || id == KVB_POLICY_STREAMING || id == KVB_POLICY_LMINFINITE) continue;
+        double m = lab_find(o, df, id, k)->r.mass_mean;
+        losers += m < mw;
+        used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s %+.4f", used ? ", " : "", kvb_policy_name(id), m - mw);
+        if (used >= sizeof d) break;
+    }
+    add_finding(rep, "diffuse-score-vs-window", "budget %d: %d score-based policies lose mean retained mass to window (%.4f); difference per policy: %s",
+                o->budgets[k], losers, mw, d);
+}
+
+/* drift: h2o's and snapkv's hits on the facts needed after the drift (B) and before it (A). */
+static void finding_drift(struct lab_report *rep) {
+    const struct lab_opts *o = rep->opts;
+    struct lab_scen *dr = scen(rep, "drift");
+    if (!dr || !lab_find(o, dr, KVB_POLICY_H2O, 0) || !lab_find(o, dr, KVB_POLICY_SNAPKV, 0)) return;
+    char d[512] = "";
+    size_t used = 0;
+    for (int k = 0; k < o->n_budgets; k++) {
+        const struct kvb_lab_result *h = &lab_find(o, dr, KVB_POLICY_H2O, k)->r, *s = &lab_find(o, dr, KVB_POLICY_SNAPKV, k)->r;
+        used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: h2o %d/%d, snapkv %d/%d (A: h2o %d/%d, snapkv %d/%d)",
+                                 k ? "; " : "", o->budgets[k], h->fact_hits[1], h->fact_queries[1], s->fact_hits[1], s->fact_queries[1],
+                                 h->fact_hits[0], h->fact_queries[0], s->fact_hits[0], s->fact_queries[0]);
+        if (used >= sizeof d) break;
+    }
+    add_finding(rep, "drift-b-fact-hits", "B facts (needed after the drift, not revealed by the window): %s", d);
+}
+
+/* The audits (pass or fail) and the findings (reported, never pass/fail), in their order. */
+static void audits_and_findings(struct lab_report *rep) {
+    if (rep->n_scen) {
+        audit_runs(rep);
         audit_beats(rep, "streaming-beats-window-chat", "chat", KVB_POLICY_STREAMING, KVB_POLICY_WINDOW);
         audit_beats(rep, "h2o-beats-window-needle", "needle", KVB_POLICY_H2O, KVB_POLICY_WINDOW);
-        struct lab_scen *nd = scen(rep, "needle");
-        if (nd && lab_find(o, nd, KVB_POLICY_SNAPKV, 0)) {
-            bool ok6 = true;
-            char d[256] = "";
-            size_t used = 0;
-            const struct kvb_policy_params sp = kvb_policy_default_params(KVB_POLICY_SNAPKV);
-            int checked = 0;
-            for (int k = 0; k < o->n_budgets; k++) {
-                const struct kvb_lab_result *r = &lab_find(o, nd, KVB_POLICY_SNAPKV, k)->r;
-                /* the lab gives a quarter of the budget to generated tokens (kvb_lab_run) */
-                const int prompt_budget = o->budgets[k] - (o->budgets[k] / 4 > 1 ? o->budgets[k] / 4 : 1);
-                if (prompt_budget <= sp.obs_window + sp.n_sink) { /* the prompt's budget is the window: nothing to select */
-                    used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: not checked (prompt budget %d <= window %d)",
-                                             k ? "; " : "", o->budgets[k], prompt_budget, sp.obs_window);
-                    continue;
-                }
-                checked++;
-                ok6 &= r->fact_hits[0] == r->fact_queries[0] && r->fact_queries[0] > 0;
-                used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: %d/%d", k ? "; " : "",
-                                         o->budgets[k], r->fact_hits[0], r->fact_queries[0]);
-                if (used >= sizeof d) break;
-            }
-            add_audit(rep, "snapkv-keeps-needle", ok6 && checked > 0, "needle queries answered from the cache: %s", d);
-        } else {
-            add_audit(rep, "snapkv-keeps-needle", true, "skipped: needs scenario needle and policy snapkv");
-        }
+        audit_snapkv_needle(rep);
     }
-    struct lab_scen *nr = scen(rep, "needle");
-    if (o->recall_pages && nr && lab_find(o, nr, KVB_POLICY_FULL, 0)) {
-        char d[1024] = "";
-        size_t used = 0;
-        for (int k = 0; k < o->n_budgets; k++) {
-            const struct kvb_lab_result *full = &lab_find(o, nr, KVB_POLICY_FULL, k)->r;
-            const int fh = full->fact_hits[0] + full->fact_hits[1];
-            for (int p = 0; p < o->n_pol; p++) {
-                const struct lab_cell *cl = &nr->cells[k * o->n_pol + p];
-                if (cl->pid == KVB_POLICY_FULL) continue;
-                used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s@%d %d->%d/%d", used ? ", " : "", kvb_policy_name(cl->pid),
-                                         o->budgets[k], cl->r.fact_hits[0] + cl->r.fact_hits[1], cl->rr.fact_hits[0] + cl->rr.fact_hits[1], fh);
-                if (used >= sizeof d) break;
-            }
-        }
-        add_finding(rep, "recall-needle-fact-hits", "needle fact hits without -> with recall (%d pages), out of the full cache's: %s", o->recall_pages, d);
-    }
+    finding_recall_needle(rep);
     if (rep->trace_ran) {
         const char *want = "<s> System: PostgresDB db def query():";
         add_audit(rep, "trace-h2o", !strcmp(rep->trace_h2o, want), "final h2o cache '%s' (expected '%s')", rep->trace_h2o, want);
     }
-    /* findings: reported, never pass/fail */
-    struct lab_scen *df = scen(rep, "diffuse");
-    if (df && lab_find(o, df, KVB_POLICY_WINDOW, 0)) {
-        char d[1024] = "";
-        size_t used = 0;
-        int k = o->n_budgets / 2;
-        double mw = lab_find(o, df, KVB_POLICY_WINDOW, k)->r.mass_mean;
-        int losers = 0;
-        for (int p = 0; p < o->n_pol; p++) {
-            enum kvb_policy_id id = o->pol[p];
-            if (id == KVB_POLICY_FULL || id == KVB_POLICY_WINDOW || id == KVB_POLICY_STREAMING || id == KVB_POLICY_LMINFINITE) continue;
-            double m = lab_find(o, df, id, k)->r.mass_mean;
-            losers += m < mw;
-            used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s %+.4f", used ? ", " : "", kvb_policy_name(id), m - mw);
-            if (used >= sizeof d) break;
-        }
-        add_finding(rep, "diffuse-score-vs-window", "budget %d: %d score-based policies lose mean retained mass to window (%.4f); difference per policy: %s",
-                    o->budgets[k], losers, mw, d);
-    }
-    struct lab_scen *dr = scen(rep, "drift");
-    if (dr && lab_find(o, dr, KVB_POLICY_H2O, 0) && lab_find(o, dr, KVB_POLICY_SNAPKV, 0)) {
-        char d[512] = "";
-        size_t used = 0;
-        for (int k = 0; k < o->n_budgets; k++) {
-            const struct kvb_lab_result *h = &lab_find(o, dr, KVB_POLICY_H2O, k)->r, *s = &lab_find(o, dr, KVB_POLICY_SNAPKV, k)->r;
-            used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: h2o %d/%d, snapkv %d/%d (A: h2o %d/%d, snapkv %d/%d)",
-                                     k ? "; " : "", o->budgets[k], h->fact_hits[1], h->fact_queries[1], s->fact_hits[1], s->fact_queries[1],
-                                     h->fact_hits[0], h->fact_queries[0], s->fact_hits[0], s->fact_queries[0]);
-            if (used >= sizeof d) break;
-        }
-        add_finding(rep, "drift-b-fact-hits", "B facts (needed after the drift, not revealed by the window): %s", d);
-    }
+    finding_diffuse(rep);
+    finding_drift(rep);
 }
 
 /* ---- output ---- */
