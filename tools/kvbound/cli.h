@@ -153,7 +153,6 @@ void cli_history_init(struct cli_history *h, int32_t window);
 void cli_history_push(struct cli_history *h, int32_t id);
 void cli_history_free(struct cli_history *h);
 
-
 /* The prompt format of chat and tokenize --chat (chat.c): --template NAME
  * when given (a warning when the vocabulary lacks its control tokens), else
  * the model's template as detected, plain when it has none or lacks its
