@@ -58,11 +58,11 @@ if [ -z "$miss" ] && [ $nb -ge 7 ]; then ok help_lists_every_command
 else ko help_lists_every_command "missing from kvbound help:$miss ($nb benchmarks)"; fi
 # bench stream --help names every key of its JSON and the checkpoints the code uses
 "$K" bench stream --help > "$T/bs.txt" 2>&1
-keys=$(sed -n '/^int bench_stream/,/^static int cmp_d/p' "$SRC/bench_model.c" | grep -o '\\"[a-z0-9_]*\\":' | tr -d '\\":' | sort -u)
+keys=$(grep -o '\\"[a-z0-9_]*\\":' "$SRC/bench_stream.c" | tr -d '\\":' | sort -u) # its file prints that JSON only
 miss=""
 for k in $keys; do grep -q "$k" "$T/bs.txt" || miss="$miss $k"; done
 if [ -z "$miss" ] && [ "$(echo "$keys" | wc -w)" -ge 10 ] &&
-   grep -q 'const int64_t cps\[4\] = {1000, 10000, 100000, 1000000};' "$SRC/bench_model.c" &&
+   grep -q 'const int64_t cps\[4\] = {1000, 10000, 100000, 1000000};' "$SRC/bench_stream.c" &&
    grep -q '1,000, 10,000 and' "$T/bs.txt" && grep -q '1,000,000 with --long' "$T/bs.txt" &&
    grep -q 'bench stream .*1,000, 10,000 and 100,000 tokens' "$T/help.txt" && grep -q 'threads (default 1)' "$T/bs.txt"; then
     ok bench_stream_help_matches_its_output

@@ -14,6 +14,10 @@
  * Output: one JSON object per policy (or an array), with ns_per_step (median),
  * the KV bytes attention read per step, the machine's read bandwidth measured
  * in the same run, and the fraction of it that the step achieved.
+ *
+ * bench_cache: the options (struct cache_bench_opts), then the caches and
+ * their data (struct cache_bench, freed in one call), the timed rounds,
+ * the report.
  */
 #include "cli.h"
 
@@ -75,132 +79,175 @@ static float rnd(unsigned long long *s) {
     return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-static int bench_cache(int argc, char **argv) {
-    char policies_arg[256] = "streaming";
-    int layers = 32, kv_heads = 8, heads = 0, head_dim = 128, budget = 2048, steps = 64, threads = 2, block = 16;
-    long long seed = 1;
+struct cache_bench_opts {
+    char policies[256];
+    int layers, kv_heads, heads, head_dim, budget, steps, threads, block;
+    long long seed;
     struct cli_kv_types kvt;
-    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
-    enum kvb_pos_mode pos = KVB_POS_POLICY_DEFAULT;
+    enum kvb_pos_mode pos;
+};
+
+/* What bench cache holds: the caches, the thread pool, DATA_SETS sets of
+ * random q, k, v for every layer, and the attention output. */
+struct cache_bench {
+    struct bench_policy pol[MAX_POL];
+    int n_pol;
+    struct kvb_threadpool *tp;
+    float *q[DATA_SETS], *k[DATA_SETS], *v[DATA_SETS], *out;
+    size_t page_bytes;
+};
+
+/* A value option of bench cache; -1: printed. */
+static int cache_bench_option(struct cache_bench_opts *o, const char *a, const char *v) {
+    if (!strcmp(a, "--policy")) snprintf(o->policies, sizeof o->policies, "%s", v);
+    else if (!strcmp(a, "--layers")) return cli_parse_i32(a, v, 1, 4096, &o->layers);
+    else if (!strcmp(a, "--kv-heads")) return cli_parse_i32(a, v, 1, 1024, &o->kv_heads);
+    else if (!strcmp(a, "--heads")) return cli_parse_i32(a, v, 1, 65536, &o->heads);
+    else if (!strcmp(a, "--head-dim")) return cli_parse_i32(a, v, 1, 512, &o->head_dim);
+    else if (!strcmp(a, "--budget")) return cli_parse_i32(a, v, 1, 1 << 24, &o->budget);
+    else if (!strcmp(a, "--steps")) return cli_parse_i32(a, v, 1, 1 << 24, &o->steps);
+    else if (!strcmp(a, "--block-size")) return cli_parse_i32(a, v, 1, 4096, &o->block);
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) return cli_parse_i32(a, v, 1, 1024, &o->threads);
+    else if (!strcmp(a, "--seed")) return cli_parse_i64(a, v, 0, (1LL << 62), &o->seed);
+    else if (!strcmp(a, "--dtype")) {
+        if (kvb_dtype_from_name(v, &o->kvt.k) != KVB_OK) { fprintf(stderr, "kvbound: --dtype: %s\n", kvb_last_error()); return -1; }
+        o->kvt.v = KVB_DTYPE_AS_K;
+    } else { /* --positions */
+        if (!strcmp(v, "original")) o->pos = KVB_POS_ORIGINAL;
+        else if (!strcmp(v, "contiguous")) o->pos = KVB_POS_CONTIGUOUS;
+        else if (!strcmp(v, "capped")) o->pos = KVB_POS_CAPPED;
+        else { fprintf(stderr, "kvbound: --positions: '%s' is not original, contiguous or capped\n", v); return -1; }
+    }
+    return 0;
+}
+
+static int cache_bench_parse(struct cache_bench_opts *o, int argc, char **argv) {
+    *o = (struct cache_bench_opts){.layers = 32, .kv_heads = 8, .head_dim = 128, .budget = 2048, .steps = 64, .threads = 2, .block = 16, .seed = 1,
+                                   .pos = KVB_POS_POLICY_DEFAULT};
+    snprintf(o->policies, sizeof o->policies, "streaming");
+    cli_kv_types_init(&o->kvt, KVB_DTYPE_F16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_usage(stdout); return 0; }
         else if (!strcmp(a, "--json")) continue;
-        const int kr = cli_kv_types_option(&kvt, argc, argv, &i);
+        const int kr = cli_kv_types_option(&o->kvt, argc, argv, &i);
         if (kr < 0) return 2;
         if (kr > 0) continue;
         if (!(v = cli_opt_value("bench cache", "--policy --layers --kv-heads --heads --head-dim --budget --steps --block-size -t --threads --seed --dtype --positions", argc, argv, &i))) return 2;
-        if (!strcmp(a, "--policy")) snprintf(policies_arg, sizeof policies_arg, "%s", v);
-        else if (!strcmp(a, "--layers")) { if (cli_parse_i32(a, v, 1, 4096, &layers)) return 2; }
-        else if (!strcmp(a, "--kv-heads")) { if (cli_parse_i32(a, v, 1, 1024, &kv_heads)) return 2; }
-        else if (!strcmp(a, "--heads")) { if (cli_parse_i32(a, v, 1, 65536, &heads)) return 2; }
-        else if (!strcmp(a, "--head-dim")) { if (cli_parse_i32(a, v, 1, 512, &head_dim)) return 2; }
-        else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 1, 1 << 24, &budget)) return 2; }
-        else if (!strcmp(a, "--steps")) { if (cli_parse_i32(a, v, 1, 1 << 24, &steps)) return 2; }
-        else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 4096, &block)) return 2; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return 2; }
-        else if (!strcmp(a, "--dtype")) {
-            if (kvb_dtype_from_name(v, &kvt.k) != KVB_OK) { fprintf(stderr, "kvbound: --dtype: %s\n", kvb_last_error()); return 2; }
-            kvt.v = KVB_DTYPE_AS_K;
-        } else if (!strcmp(a, "--positions")) {
-            if (!strcmp(v, "original")) pos = KVB_POS_ORIGINAL;
-            else if (!strcmp(v, "contiguous")) pos = KVB_POS_CONTIGUOUS;
-            else if (!strcmp(v, "capped")) pos = KVB_POS_CAPPED;
-            else { fprintf(stderr, "kvbound: --positions: '%s' is not original, contiguous or capped\n", v); return 2; }
-        } else {
-            fprintf(stderr, "kvbound bench cache: unknown option '%s'\n", a);
-            return 2;
-        }
+        if (cache_bench_option(o, a, v)) return 2;
     }
-    if (!heads) heads = 4 * kv_heads;
-    if (heads % kv_heads) {
-        fprintf(stderr, "kvbound: --heads (%d) must be a multiple of --kv-heads (%d)\n", heads, kv_heads);
+    if (!o->heads) o->heads = 4 * o->kv_heads;
+    if (o->heads % o->kv_heads) {
+        fprintf(stderr, "kvbound: --heads (%d) must be a multiple of --kv-heads (%d)\n", o->heads, o->kv_heads);
         return 2;
     }
-    struct bench_policy pol[MAX_POL];
-    int n_pol = 0;
-    for (char *tok = strtok(policies_arg, ","); tok; tok = strtok(NULL, ",")) {
-        if (n_pol == MAX_POL) { fprintf(stderr, "kvbound: --policy: at most %d policies\n", MAX_POL); return 2; }
-        if (kvb_policy_from_name(tok, &pol[n_pol].id) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; }
-        n_pol++;
-    }
-    struct kvb_threadpool *tp;
-    if (kvb_threadpool_init(threads, &tp) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    return CLI_GO_ON;
+}
 
-    const size_t nq = (size_t)layers * heads * head_dim, nk = (size_t)layers * kv_heads * head_dim;
-    float *q[DATA_SETS], *k[DATA_SETS], *v[DATA_SETS];
-    float *out = malloc(sizeof(float) * (size_t)heads * head_dim);
-    unsigned long long rs = (unsigned long long)seed * 2654435761ull + 1;
+/* --policy a,b,c into b->pol; -1: printed. */
+static int cache_bench_policies(struct cache_bench_opts *o, struct cache_bench *b) {
+    for (char *tok = strtok(o->policies, ","); tok; tok = strtok(NULL, ",")) {
+        if (b->n_pol == MAX_POL) { fprintf(stderr, "kvbound: --policy: at most %d policies\n", MAX_POL); return -1; }
+        if (kvb_policy_from_name(tok, &b->pol[b->n_pol].id) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return -1; }
+        b->n_pol++;
+    }
+    return 0;
+}
+
+/* The random q, k, v (generated before the clock runs); -1: printed. */
+static int cache_bench_data(const struct cache_bench_opts *o, struct cache_bench *b) {
+    const size_t nq = (size_t)o->layers * o->heads * o->head_dim, nk = (size_t)o->layers * o->kv_heads * o->head_dim;
+    b->out = malloc(sizeof(float) * (size_t)o->heads * o->head_dim);
+    unsigned long long rs = (unsigned long long)o->seed * 2654435761ull + 1;
     for (int d = 0; d < DATA_SETS; d++) {
-        q[d] = malloc(sizeof(float) * nq);
-        k[d] = malloc(sizeof(float) * nk);
-        v[d] = malloc(sizeof(float) * nk);
-        if (!q[d] || !k[d] || !v[d] || !out) { fprintf(stderr, "kvbound: out of memory for bench data\n"); return 1; }
-        for (size_t i = 0; i < nq; i++) q[d][i] = rnd(&rs);
-        for (size_t i = 0; i < nk; i++) { k[d][i] = rnd(&rs); v[d][i] = rnd(&rs); }
+        b->q[d] = malloc(sizeof(float) * nq);
+        b->k[d] = malloc(sizeof(float) * nk);
+        b->v[d] = malloc(sizeof(float) * nk);
+        if (!b->q[d] || !b->k[d] || !b->v[d] || !b->out) { fprintf(stderr, "kvbound: out of memory for bench data\n"); return -1; }
+        for (size_t i = 0; i < nq; i++) b->q[d][i] = rnd(&rs);
+        for (size_t i = 0; i < nk; i++) { b->k[d][i] = rnd(&rs); b->v[d][i] = rnd(&rs); }
     }
-    int rc = 0;
-    size_t page_bytes = 0;
-    for (int p = 0; p < n_pol; p++) {
-        struct kvb_cache_params cp = kvb_cache_default_params();
-        cp.max_distance = budget; /* lminfinite: n_local = the cap, as the paper */
-        cp.n_layer = layers; cp.n_kv_head = kv_heads; cp.head_dim = head_dim; cp.dtype = kvt.k; cp.dtype_v = kvt.v; cp.block_size = block;
-        cp.pos_mode = pos;
-        cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, head_dim, 10000.0f, 1.0f, NULL};
-        cp.policy = kvb_policy_default_params(pol[p].id);
-        if (pol[p].id != KVB_POLICY_FULL) cp.policy.budget = budget;
-        /* the snapkv family: the filled cache is its prompt, compressed (kept
-         * whole) at the first step; a decode budget of 1 makes it attend to
-         * budget + 1 tokens like every other bounded policy */
-        if (kvb_policy_compresses(pol[p].id)) cp.policy.decode_budget = 1;
-        size_t page = kvb_cache_page_bytes(&cp);
-        page_bytes = page;
-        int64_t max_tokens = pol[p].id == KVB_POLICY_FULL ? (int64_t)budget + steps + 1 : budget + 2;
-        cp.pool_bytes = (size_t)layers * kv_heads * (size_t)(max_tokens / block + 2) * (page + 64);
-        if (kvb_cache_init(NULL, &cp, &pol[p].cache) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-        for (int t = 0; t < budget; t++)
-            for (int l = 0; l < layers; l++) {
-                const size_t off = ((size_t)t % DATA_SETS);
-                if (kvb_cache_append(pol[p].cache, l, k[off] + (size_t)l * kv_heads * head_dim, v[off] + (size_t)l * kv_heads * head_dim) != KVB_OK) {
-                    fprintf(stderr, "kvbound: fill: %s\n", kvb_last_error());
-                    return 1;
-                }
+    return 0;
+}
+
+/* Policy p's cache, filled to its budget with appends; -1: printed. */
+static int cache_bench_fill(const struct cache_bench_opts *o, struct cache_bench *b, int p) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.max_distance = o->budget; /* lminfinite: n_local = the cap, as the paper */
+    cp.n_layer = o->layers; cp.n_kv_head = o->kv_heads; cp.head_dim = o->head_dim; cp.dtype = o->kvt.k; cp.dtype_v = o->kvt.v; cp.block_size = o->block;
+    cp.pos_mode = o->pos;
+    cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, o->head_dim, 10000.0f, 1.0f, NULL};
+    cp.policy = kvb_policy_default_params(b->pol[p].id);
+    if (b->pol[p].id != KVB_POLICY_FULL) cp.policy.budget = o->budget;
+    /* the snapkv family: the filled cache is its prompt, compressed (kept
+     * whole) at the first step; a decode budget of 1 makes it attend to
+     * budget + 1 tokens like every other bounded policy */
+    if (kvb_policy_compresses(b->pol[p].id)) cp.policy.decode_budget = 1;
+    size_t page = kvb_cache_page_bytes(&cp);
+    b->page_bytes = page;
+    int64_t max_tokens = b->pol[p].id == KVB_POLICY_FULL ? (int64_t)o->budget + o->steps + 1 : o->budget + 2;
+    cp.pool_bytes = (size_t)o->layers * o->kv_heads * (size_t)(max_tokens / o->block + 2) * (page + 64);
+    if (kvb_cache_init(NULL, &cp, &b->pol[p].cache) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+    const size_t kv_layer = (size_t)o->kv_heads * o->head_dim;
+    for (int t = 0; t < o->budget; t++)
+        for (int l = 0; l < o->layers; l++) {
+            const size_t off = ((size_t)t % DATA_SETS);
+            if (kvb_cache_append(b->pol[p].cache, l, b->k[off] + (size_t)l * kv_layer, b->v[off] + (size_t)l * kv_layer) != KVB_OK) {
+                fprintf(stderr, "kvbound: fill: %s\n", kvb_last_error());
+                return -1;
             }
-        pol[p].ns = cli_xcalloc((size_t)steps, sizeof(double), "step times");
-        pol[p].n_ns = 0;
+        }
+    b->pol[p].ns = cli_xcalloc((size_t)o->steps, sizeof(double), "step times");
+    b->pol[p].n_ns = 0;
+    return 0;
+}
+
+/* One decode step of policy p's cache on data set d, every layer; its time in *dt. -1: printed. */
+static int cache_bench_step(const struct cache_bench_opts *o, struct cache_bench *b, int p, int d, double *dt) {
+    const size_t q_layer = (size_t)o->heads * o->head_dim, kv_layer = (size_t)o->kv_heads * o->head_dim;
+    double t0 = cli_now_sec();
+    for (int l = 0; l < o->layers; l++) {
+        kvb_status st = kvb_cache_decode(b->pol[p].cache, l, b->q[d] + (size_t)l * q_layer, o->heads, b->k[d] + (size_t)l * kv_layer,
+                                         b->v[d] + (size_t)l * kv_layer, b->out, b->tp);
+        if (st != KVB_OK) { fprintf(stderr, "kvbound: decode: %s\n", kvb_last_error()); return -1; }
     }
-    /* warm-up: one step each, untimed */
+    *dt = cli_now_sec() - t0;
+    return 0;
+}
+
+/* The timed steps, round-robin over the policies a few at a time, after
+ * one untimed warm-up step each; -1: printed. */
+static int cache_bench_rounds(const struct cache_bench_opts *o, struct cache_bench *b) {
     const int round = 4;
-    for (int done = -1; done < steps; done += round) {
-        for (int p = 0; p < n_pol; p++) {
-            int n_here = done < 0 ? 1 : (steps - done < round ? steps - done : round);
+    for (int done = -1; done < o->steps; done += round) {
+        for (int p = 0; p < b->n_pol; p++) {
+            int n_here = done < 0 ? 1 : (o->steps - done < round ? o->steps - done : round);
             for (int s = 0; s < n_here; s++) {
-                int d = (done + s + DATA_SETS) % DATA_SETS;
-                double t0 = cli_now_sec();
-                for (int l = 0; l < layers; l++) {
-                    kvb_status st = kvb_cache_decode(pol[p].cache, l, q[d] + (size_t)l * heads * head_dim, heads,
-                                                     k[d] + (size_t)l * kv_heads * head_dim, v[d] + (size_t)l * kv_heads * head_dim, out, tp);
-                    if (st != KVB_OK) { fprintf(stderr, "kvbound: decode: %s\n", kvb_last_error()); return 1; }
-                }
-                double dt = cli_now_sec() - t0;
-                if (done >= 0) pol[p].ns[pol[p].n_ns++] = dt * 1e9;
+                double dt;
+                if (cache_bench_step(o, b, p, (done + s + DATA_SETS) % DATA_SETS, &dt)) return -1;
+                if (done >= 0) b->pol[p].ns[b->pol[p].n_ns++] = dt * 1e9;
             }
         }
         if (done < 0) done = 0 - round;
     }
-    double bw = membw_read_gbs(tp, (size_t)1 << 30, 5);
-    double page_bw = membw_page_read_gbs(tp, (size_t)1 << 30, page_bytes, 5);
+    return 0;
+}
+
+/* One JSON object per policy (an array for several), with the machine's read bandwidth measured now. */
+static void cache_bench_report(const struct cache_bench_opts *o, struct cache_bench *b) {
+    double bw = membw_read_gbs(b->tp, (size_t)1 << 30, 5);
+    double page_bw = membw_page_read_gbs(b->tp, (size_t)1 << 30, b->page_bytes, 5);
     char cpu[256];
     cpu_model_name(cpu, sizeof cpu);
     double base_med = 0;
-    printf("%s", n_pol > 1 ? "[\n" : "");
-    for (int p = 0; p < n_pol; p++) {
+    printf("%s", b->n_pol > 1 ? "[\n" : "");
+    for (int p = 0; p < b->n_pol; p++) {
+        struct bench_policy *bp = &b->pol[p];
         struct kvb_cache_stats cs;
-        kvb_cache_get_stats(pol[p].cache, &cs);
-        double med = median(pol[p].ns, pol[p].n_ns);
+        kvb_cache_get_stats(bp->cache, &cs);
+        double med = median(bp->ns, bp->n_ns);
         if (p == 0) base_med = med;
-        double kv_read = (double)cs.slots * (double)(kvb_dtype_row_bytes(kvt.k, head_dim) + kvb_dtype_row_bytes(cli_kv_v(&kvt), head_dim));
+        double kv_read = (double)cs.slots * (double)(kvb_dtype_row_bytes(o->kvt.k, o->head_dim) + kvb_dtype_row_bytes(cli_kv_v(&o->kvt), o->head_dim));
         double gbs = kv_read / med; /* bytes per ns == GB/s */
         printf("%s{\"policy\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"heads\":%d,\"head_dim\":%d,\"budget\":%d,"
                "\"dtype\":\"%s\",\"dtype_v\":\"%s\",\"threads\":%d,\"steps\":%d,\"kernels\":\"%s\",\"positions\":\"%s\","
@@ -208,21 +255,43 @@ static int bench_cache(int argc, char **argv) {
                "\"kv_bytes_read_per_step\":%.0f,\"attn_read_gbs\":%.2f,\"machine_read_gbs\":%.2f,"
                "\"bw_fraction\":%.3f,\"page_bytes\":%zu,\"machine_page_read_gbs\":%.2f,\"page_bw_fraction\":%.3f,"
                "\"ratio_to_first\":%.3f,\"cpu\":\"%s\",\"nproc\":%d}%s\n",
-               n_pol > 1 ? "  " : "", kvb_policy_name(pol[p].id), layers, kv_heads, heads, head_dim, budget,
-               kvb_dtype_name(kvt.k), kvb_dtype_name(cli_kv_v(&kvt)), threads, pol[p].n_ns, kvb_kernels_name(),
-               kvb_pos_mode_name(kvb_cache_pos_mode(pol[p].cache)), med, pol[p].ns[0], pol[p].ns[pol[p].n_ns - 1],
-               cs.bytes_used, cs.bytes_peak, kv_read, gbs, bw, bw > 0 ? gbs / bw : 0, page_bytes, page_bw,
+               b->n_pol > 1 ? "  " : "", kvb_policy_name(bp->id), o->layers, o->kv_heads, o->heads, o->head_dim, o->budget,
+               kvb_dtype_name(o->kvt.k), kvb_dtype_name(cli_kv_v(&o->kvt)), o->threads, bp->n_ns, kvb_kernels_name(),
+               kvb_pos_mode_name(kvb_cache_pos_mode(bp->cache)), med, bp->ns[0], bp->ns[bp->n_ns - 1],
+               cs.bytes_used, cs.bytes_peak, kv_read, gbs, bw, bw > 0 ? gbs / bw : 0, b->page_bytes, page_bw,
                page_bw > 0 ? gbs / page_bw : 0, base_med > 0 ? med / base_med : 0,
-               cpu, threads, p + 1 < n_pol ? "," : "");
+               cpu, o->threads, p + 1 < b->n_pol ? "," : "");
     }
-    printf("%s", n_pol > 1 ? "]\n" : "");
-    for (int p = 0; p < n_pol; p++) {
-        kvb_cache_free(pol[p].cache);
-        free(pol[p].ns);
+    printf("%s", b->n_pol > 1 ? "]\n" : "");
+}
+
+static void cache_bench_free(struct cache_bench *b) {
+    for (int p = 0; p < b->n_pol; p++) {
+        kvb_cache_free(b->pol[p].cache);
+        free(b->pol[p].ns);
     }
-    for (int d = 0; d < DATA_SETS; d++) { free(q[d]); free(k[d]); free(v[d]); }
-    free(out);
-    kvb_threadpool_free(tp);
+    for (int d = 0; d < DATA_SETS; d++) { free(b->q[d]); free(b->k[d]); free(b->v[d]); }
+    free(b->out);
+    kvb_threadpool_free(b->tp);
+}
+
+static int bench_cache(int argc, char **argv) {
+    struct cache_bench_opts o;
+    int rc = cache_bench_parse(&o, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    struct cache_bench b;
+    memset(&b, 0, sizeof b);
+    if (cache_bench_policies(&o, &b)) return 2;
+    rc = 1;
+    if (kvb_threadpool_init(o.threads, &b.tp) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); b.tp = NULL; goto out; }
+    if (cache_bench_data(&o, &b)) goto out;
+    for (int p = 0; p < b.n_pol; p++)
+        if (cache_bench_fill(&o, &b, p)) goto out;
+    if (cache_bench_rounds(&o, &b)) goto out;
+    cache_bench_report(&o, &b);
+    rc = 0;
+out:
+    cache_bench_free(&b);
     return rc;
 }
 

@@ -12,6 +12,8 @@
  *   seen T tokens (synthetic keys and values: full keeps all T, a bounded
  *   policy what it retains, its budget B); how many fit with each, and the
  *   aggregate decode rate each achieves over G steps.
+ * Each parses its options into a struct (the model's through
+ * cli_model_option), loads with cli_load_model and frees on one path.
  */
 #include "cli.h"
 
@@ -102,131 +104,186 @@ static int batch_usage(FILE *f) {
 
 static double now(void) { return cli_now_sec(); }
 
-int bench_batch(int argc, char **argv) {
-    const char *model = NULL, *peer = NULL;
-    struct kvb_model_params mp = kvb_model_default_params();
-    struct cli_recall rec;
-    cli_recall_init(&rec);
-    int par[MAX_PAR] = {1, 2, 4, 8, 16, 32}, n_par = 6, P = 128, G = 64, threads = 2, chunk = 256, step_tokens = 0;
-    enum kvb_policy_id pid = KVB_POLICY_FULL;
+struct batch_opts {
+    struct cli_model_opts mo; /* -m -t --no-mmap */
+    const char *peer;
+    int par[MAX_PAR], n_par, P, G, chunk, step_tokens;
+    enum kvb_policy_id pid;
     struct cli_policy po;
-    cli_policy_init(&po, 1024);
     struct cli_kv_types kvt;
-    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
+    struct cli_recall rec;
+};
+
+/* What one sequence count's run measured. */
+struct batch_result {
+    double t_pp, t_tg; /* seconds reading the prompts, decoding */
+    int64_t decode_tokens;
+    size_t pool_bytes_peak;
+};
+
+/* A value option of bench batch; -1: printed. */
+static int batch_option(struct batch_opts *o, const char *a, const char *v) {
+    if (!strcmp(a, "--peer")) o->peer = v;
+    else if (!strcmp(a, "--parallel")) return (o->n_par = parse_list(a, v, o->par, MAX_PAR, 1, 4096)) < 0 ? -1 : 0;
+    else if (!strcmp(a, "--prompt-tokens")) return cli_parse_i32(a, v, 1, 1 << 20, &o->P);
+    else if (!strcmp(a, "--gen-tokens")) return cli_parse_i32(a, v, 2, 1 << 20, &o->G);
+    else if (!strcmp(a, "--chunk")) return cli_parse_i32(a, v, 1, 8192, &o->chunk);
+    else if (!strcmp(a, "--step-tokens")) return cli_parse_i32(a, v, 1, 65536, &o->step_tokens);
+    else if (kvb_policy_from_name(v, &o->pid) != KVB_OK) { /* --policy */
+        fprintf(stderr, "kvbound bench batch: %s\n", kvb_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int batch_parse(struct batch_opts *o, int argc, char **argv) {
+    *o = (struct batch_opts){.par = {1, 2, 4, 8, 16, 32}, .n_par = 6, .P = 128, .G = 64, .chunk = 256, .pid = KVB_POLICY_FULL};
+    cli_model_init(&o->mo, "bench batch", CLI_MODEL_NO_MMAP | CLI_MODEL_THREADS, 2);
+    cli_recall_init(&o->rec);
+    cli_policy_init(&o->po, 1024);
+    cli_kv_types_init(&o->kvt, KVB_DTYPE_F16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return batch_usage(stdout);
         if (!strcmp(a, "--json")) continue;
-        if (!strcmp(a, "--no-mmap")) { mp.no_mmap = true; continue; }
-        int r = cli_policy_option(&po, argc, argv, &i);
-        if (r == 0) r = cli_kv_types_option(&kvt, argc, argv, &i);
-        if (r == 0) r = cli_recall_option(&rec, argc, argv, &i);
+        int r = cli_model_option(&o->mo, argc, argv, &i);
+        if (r == 0) r = cli_cache_option(&o->po, &o->kvt, &o->rec, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!(v = cli_opt_value("bench batch", "-m --model --peer --parallel --prompt-tokens --gen-tokens --chunk --step-tokens -t --threads --policy", argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--peer")) peer = v;
-        else if (!strcmp(a, "--parallel")) { if ((n_par = parse_list(a, v, par, MAX_PAR, 1, 4096)) < 0) return 2; }
-        else if (!strcmp(a, "--prompt-tokens")) { if (cli_parse_i32(a, v, 1, 1 << 20, &P)) return 2; }
-        else if (!strcmp(a, "--gen-tokens")) { if (cli_parse_i32(a, v, 2, 1 << 20, &G)) return 2; }
-        else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
-        else if (!strcmp(a, "--step-tokens")) { if (cli_parse_i32(a, v, 1, 65536, &step_tokens)) return 2; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "--policy")) {
-            if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound bench batch: %s\n", kvb_last_error()); return 2; }
-        } else { fprintf(stderr, "kvbound bench batch: unknown option '%s' (see --help)\n", a); return 2; }
+        if (!(v = cli_opt_value("bench batch", "--peer --parallel --prompt-tokens --gen-tokens --chunk --step-tokens --policy", argc, argv, &i))) return 2;
+        if (batch_option(o, a, v)) return 2;
     }
-    if (!model) { fprintf(stderr, "kvbound bench batch: -m MODEL is required\n"); return 2; }
-    if (step_tokens && step_tokens < chunk) { fprintf(stderr, "kvbound bench batch: --step-tokens (%d) must be at least --chunk (%d)\n", step_tokens, chunk); return 2; }
-    cli_warn_threads(threads);
-    struct kvb_model *m;
-    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    struct kvb_model_info mi;
-    kvb_model_get_info(m, &mi);
-    cli_policy_warn(&po, pid, mi.n_ctx_train);
+    if (!cli_model_required(&o->mo)) return 2;
+    if (o->step_tokens && o->step_tokens < o->chunk) {
+        fprintf(stderr, "kvbound bench batch: --step-tokens (%d) must be at least --chunk (%d)\n", o->step_tokens, o->chunk);
+        return 2;
+    }
+    return CLI_GO_ON;
+}
+
+/* Every sequence's parameters: the policy, G tokens each, greedy, past end-of-sequence. */
+static struct kvb_seq_params batch_seq_params(const struct batch_opts *o) {
     struct kvb_seq_params sp = kvb_seq_default_params();
-    sp.policy = cli_policy_params(&po, pid);
-    sp.pos_mode = po.pos;
-    sp.max_distance = po.max_distance > 0 ? po.max_distance : 0;
-    sp.n_ctx = P + G + 8;
-    sp.max_tokens = G;
+    sp.policy = cli_policy_params(&o->po, o->pid);
+    sp.pos_mode = o->po.pos;
+    sp.max_distance = o->po.max_distance > 0 ? o->po.max_distance : 0;
+    sp.n_ctx = o->P + o->G + 8;
+    sp.max_tokens = o->G;
     sp.ignore_eos = true;
     sp.sampler.temp = 0;
-    sp.recall = cli_recall_params(&rec);
+    sp.recall = cli_recall_params(&o->rec);
+    return sp;
+}
+
+/* A batch for N sequences with the pool they need (a first batch tells
+ * its size), holding the N prompts; -1: printed (*b may need freeing). */
+static int batch_open(const struct batch_opts *o, const struct kvb_model *m, const struct kvb_seq_params *sp, int N, int32_t *prompt, struct kvb_batch **b) {
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.n_threads = o->mo.threads;
+    bp.kv_dtype = o->kvt.k;
+    bp.kv_dtype_v = o->kvt.v;
+    bp.max_seqs = N;
+    bp.chunk = o->chunk;
+    /* default: every prompt read in one step (up to 4096 rows), as llama-batched-bench reads them before decoding */
+    bp.step_tokens = o->step_tokens ? MAXI(o->step_tokens, N) : MAXI(o->chunk, MINI(N * MINI(o->P, o->chunk), 4096));
+    if (kvb_batch_init(m, &bp, b) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+    bp.kv_pool_bytes = kvb_batch_seq_min_bytes(*b, sp, o->P) * (size_t)N + ((size_t)64 << 20);
+    kvb_batch_free(*b);
+    *b = NULL;
+    if (kvb_batch_init(m, &bp, b) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+    for (int s = 0; s < N; s++) {
+        for (int i = 0; i < o->P; i++) prompt[i] = 1 + (int32_t)(((uint64_t)(s + 1) * 7919u + (uint64_t)i * 104729u) % (uint64_t)(mi.n_vocab - 1));
+        int32_t id;
+        if (kvb_batch_add(*b, sp, prompt, o->P, &id) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+    }
+    return 0;
+}
+
+/* Steps until every prompt is read (each ends with its first token
+ * sampled), then until every sequence is done, timing the two; -1: printed. */
+static int batch_steps(struct kvb_batch *b, int N, struct batch_result *res) {
+    double t0 = now();
+    int rc = 0;
+    for (;;) {
+        int32_t adv, failed;
+        struct kvb_batch_stats bs;
+        if (kvb_batch_step(b, &adv, &failed) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = -1; break; }
+        int waiting = 0, done = 0;
+        for (int s = 0; s < N; s++) {
+            struct kvb_seq_info si;
+            kvb_batch_seq_info(b, s, &si);
+            waiting += si.state == KVB_SEQ_PROMPT;
+            done += si.state == KVB_SEQ_DONE;
+        }
+        kvb_batch_get_stats(b, &bs);
+        if (!waiting && res->t_pp == 0) {
+            res->t_pp = now() - t0;
+            t0 = now();
+            fprintf(stderr, "kvbound bench batch: N %d: %d prompts read in %.2f s\n", N, N, res->t_pp);
+            continue;
+        }
+        if (res->t_pp > 0) res->decode_tokens += adv;
+        if (done == N || adv == 0) break;
+    }
+    res->t_tg = now() - t0;
+    struct kvb_batch_stats bs;
+    kvb_batch_get_stats(b, &bs);
+    res->pool_bytes_peak = bs.pool_bytes_peak;
+    return rc;
+}
+
+/* The JSON object of N sequences (with the peer's speeds for N, if any); last: no comma after it. */
+static void batch_row(const struct batch_opts *o, const struct kvb_seq_params *sp, int N, const struct batch_result *res, const char *cpu,
+                      const struct peer_row *prow, int n_peer, bool last) {
+    const double dec = res->t_tg > 0 ? (double)res->decode_tokens / res->t_tg : 0;
+    printf("  {\"bench\":\"batch\",\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"threads\":%d,\"kernels\":\"%s\",\"parallel\":%d,"
+           "\"prompt_tokens\":%d,\"gen_tokens\":%d,\"prefill_tok_per_s\":%.2f,\"decode_tok_per_s\":%.2f,"
+           "\"decode_tok_per_s_per_seq\":%.2f,\"pool_bytes_peak\":%zu",
+           o->mo.path, kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? 0 : sp->policy.budget, o->mo.threads, kvb_kernels_name(), N, o->P, o->G,
+           res->t_pp > 0 ? (double)N * o->P / res->t_pp : 0, dec, dec / N, res->pool_bytes_peak);
+    if (sp->recall.pages > 0) printf(",\"recall_pages\":%d", (int)sp->recall.pages);
+    for (int r = 0; r < n_peer; r++)
+        if (prow[r].pl == N)
+            printf(",\"peer_prefill_tok_per_s\":%.2f,\"peer_decode_tok_per_s\":%.2f,\"decode_ratio_vs_peer\":%.3f", prow[r].speed_pp,
+                   prow[r].speed_tg, prow[r].speed_tg > 0 ? dec / prow[r].speed_tg : 0);
+    printf(",\"cpu\":\"%s\"}%s\n", cpu, last ? "" : ",");
+    fflush(stdout);
+}
+
+/* Every --parallel N in turn, a JSON list; the exit status. */
+static int batch_run_all(const struct batch_opts *o, const struct kvb_model *m, const struct kvb_seq_params *sp, const struct peer_row *prow, int n_peer) {
     char cpu[256];
     cpu_model_name(cpu, sizeof cpu);
-    struct peer_row prow[MAX_PAR];
-    int n_peer = peer ? run_peer(peer, model, P, G, par, n_par, threads, prow) : 0;
-    if (n_peer < 0) { kvb_model_free(m); return 1; }
-    int32_t *prompt = cli_xmalloc(sizeof(int32_t) * (size_t)P, "prompt");
+    int32_t *prompt = cli_xmalloc(sizeof(int32_t) * (size_t)o->P, "prompt");
     printf("[\n");
     int rc = 0;
-    for (int k = 0; k < n_par && !rc; k++) {
-        const int N = par[k];
-        struct kvb_batch_params bp = kvb_batch_default_params();
-        bp.n_threads = threads;
-        bp.kv_dtype = kvt.k;
-        bp.kv_dtype_v = kvt.v;
-        bp.max_seqs = N;
-        bp.chunk = chunk;
-        /* default: every prompt read in one step (up to 4096 rows), as llama-batched-bench reads them before decoding */
-        bp.step_tokens = step_tokens ? MAXI(step_tokens, N) : MAXI(chunk, MINI(N * MINI(P, chunk), 4096));
-        struct kvb_batch *b = NULL; /* a first batch tells the pool size the N sequences need */
-        if (kvb_batch_init(m, &bp, &b) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
-        bp.kv_pool_bytes = kvb_batch_seq_min_bytes(b, &sp, P) * (size_t)N + ((size_t)64 << 20);
-        kvb_batch_free(b);
-        if (kvb_batch_init(m, &bp, &b) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
-        for (int s = 0; s < N && !rc; s++) {
-            for (int i = 0; i < P; i++) prompt[i] = 1 + (int32_t)(((uint64_t)(s + 1) * 7919u + (uint64_t)i * 104729u) % (uint64_t)(mi.n_vocab - 1));
-            int32_t id;
-            if (kvb_batch_add(b, &sp, prompt, P, &id) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; }
-        }
-        /* prefill: steps until every prompt is read (each ends with its first token sampled) */
-        double t0 = now(), t_pp = 0, t_tg = 0;
-        int64_t decode_tokens = 0;
-        for (;;) {
-            int32_t adv, failed;
-            struct kvb_batch_stats bs;
-            if (kvb_batch_step(b, &adv, &failed) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
-            int waiting = 0, done = 0;
-            for (int s = 0; s < N; s++) {
-                struct kvb_seq_info si;
-                kvb_batch_seq_info(b, s, &si);
-                waiting += si.state == KVB_SEQ_PROMPT;
-                done += si.state == KVB_SEQ_DONE;
-            }
-            kvb_batch_get_stats(b, &bs);
-            if (!waiting && t_pp == 0) {
-                t_pp = now() - t0;
-                t0 = now();
-                fprintf(stderr, "kvbound bench batch: N %d: %d prompts read in %.2f s\n", N, N, t_pp);
-                continue;
-            }
-            if (t_pp > 0) decode_tokens += adv;
-            if (done == N || adv == 0) break;
-        }
-        t_tg = now() - t0;
-        struct kvb_batch_stats bs;
-        kvb_batch_get_stats(b, &bs);
-        if (!rc) {
-            const double dec = t_tg > 0 ? (double)decode_tokens / t_tg : 0;
-            printf("  {\"bench\":\"batch\",\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"threads\":%d,\"kernels\":\"%s\",\"parallel\":%d,"
-                   "\"prompt_tokens\":%d,\"gen_tokens\":%d,\"prefill_tok_per_s\":%.2f,\"decode_tok_per_s\":%.2f,"
-                   "\"decode_tok_per_s_per_seq\":%.2f,\"pool_bytes_peak\":%zu",
-                   model, kvb_policy_name(pid), pid == KVB_POLICY_FULL ? 0 : sp.policy.budget, threads, kvb_kernels_name(), N, P, G,
-                   t_pp > 0 ? (double)N * P / t_pp : 0, dec, dec / N, bs.pool_bytes_peak);
-            if (sp.recall.pages > 0) printf(",\"recall_pages\":%d", (int)sp.recall.pages);
-            for (int r = 0; r < n_peer; r++)
-                if (prow[r].pl == N)
-                    printf(",\"peer_prefill_tok_per_s\":%.2f,\"peer_decode_tok_per_s\":%.2f,\"decode_ratio_vs_peer\":%.3f", prow[r].speed_pp,
-                           prow[r].speed_tg, prow[r].speed_tg > 0 ? dec / prow[r].speed_tg : 0);
-            printf(",\"cpu\":\"%s\"}%s\n", cpu, k + 1 < n_par ? "," : "");
-            fflush(stdout);
-        }
+    for (int k = 0; k < o->n_par && !rc; k++) {
+        struct kvb_batch *b = NULL;
+        struct batch_result res = {0};
+        if (batch_open(o, m, sp, o->par[k], prompt, &b) || batch_steps(b, o->par[k], &res)) rc = 1;
+        else batch_row(o, sp, o->par[k], &res, cpu, prow, n_peer, k + 1 == o->n_par);
         kvb_batch_free(b);
     }
     printf("]\n");
     free(prompt);
+    return rc;
+}
+
+int bench_batch(int argc, char **argv) {
+    struct batch_opts o;
+    int rc = batch_parse(&o, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    cli_warn_threads(o.mo.threads);
+    struct kvb_model *m;
+    struct kvb_model_info mi;
+    if (cli_load_model(&o.mo, &m, &mi)) return 1;
+    cli_policy_warn(&o.po, o.pid, mi.n_ctx_train);
+    const struct kvb_seq_params sp = batch_seq_params(&o);
+    struct peer_row prow[MAX_PAR];
+    int n_peer = o.peer ? run_peer(o.peer, o.mo.path, o.P, o.G, o.par, o.n_par, o.mo.threads, prow) : 0;
+    rc = n_peer < 0 ? 1 : batch_run_all(&o, m, &sp, prow, n_peer);
     kvb_model_free(m);
     return rc;
 }
@@ -308,79 +365,108 @@ static int serve_run(struct kvb_model *m, const struct kvb_model_info *mi, const
     return rc;
 }
 
-int bench_serve_memory(int argc, char **argv) {
-    const char *model = NULL;
-    int pool_mb = 4096, T = 16384, S = 32, G = 16, threads = 2;
-    bool json = false;
-    enum kvb_policy_id pid = KVB_POLICY_STREAMING;
+struct serve_mem_opts {
+    struct cli_model_opts mo; /* -m -t */
+    int pool_mb, T, S, G;
+    bool json;
+    enum kvb_policy_id pid;
     struct cli_policy po;
-    cli_policy_init(&po, 1024);
     struct cli_kv_types kvt;
-    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
+};
+
+/* One side of serve-memory, full or bounded: its sequences, how many fit the pool, what they achieved. */
+struct serve_side {
+    struct kvb_seq_params sp;
+    int hold; /* tokens each sequence holds */
+    int fit;
+    double tok_per_s;
+    size_t peak;
+};
+
+static int serve_mem_parse(struct serve_mem_opts *o, int argc, char **argv) {
+    *o = (struct serve_mem_opts){.pool_mb = 4096, .T = 16384, .S = 32, .G = 16, .pid = KVB_POLICY_STREAMING};
+    cli_model_init(&o->mo, "bench serve-memory", CLI_MODEL_THREADS, 2);
+    cli_policy_init(&o->po, 1024);
+    cli_kv_types_init(&o->kvt, KVB_DTYPE_F16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return serve_usage(stdout);
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        int r = cli_policy_option(&po, argc, argv, &i);
-        if (r == 0) r = cli_kv_types_option(&kvt, argc, argv, &i);
+        if (!strcmp(a, "--json")) { o->json = true; continue; }
+        int r = cli_model_option(&o->mo, argc, argv, &i);
+        if (r == 0) r = cli_cache_option(&o->po, &o->kvt, NULL, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!(v = cli_opt_value("bench serve-memory", "-m --model --pool-mb --context --sessions --gen-tokens -t --threads --policy", argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--pool-mb")) { if (cli_parse_i32(a, v, 1, 1 << 20, &pool_mb)) return 2; }
-        else if (!strcmp(a, "--context")) { if (cli_parse_i32(a, v, 1, 1 << 24, &T)) return 2; }
-        else if (!strcmp(a, "--sessions")) { if (cli_parse_i32(a, v, 1, 4096, &S)) return 2; }
-        else if (!strcmp(a, "--gen-tokens")) { if (cli_parse_i32(a, v, 1, 1 << 20, &G)) return 2; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "--policy")) {
-            if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound bench serve-memory: %s\n", kvb_last_error()); return 2; }
-        } else { fprintf(stderr, "kvbound bench serve-memory: unknown option '%s' (see --help)\n", a); return 2; }
+        if (!(v = cli_opt_value("bench serve-memory", "--pool-mb --context --sessions --gen-tokens --policy", argc, argv, &i))) return 2;
+        if (!strcmp(a, "--pool-mb")) { if (cli_parse_i32(a, v, 1, 1 << 20, &o->pool_mb)) return 2; }
+        else if (!strcmp(a, "--context")) { if (cli_parse_i32(a, v, 1, 1 << 24, &o->T)) return 2; }
+        else if (!strcmp(a, "--sessions")) { if (cli_parse_i32(a, v, 1, 4096, &o->S)) return 2; }
+        else if (!strcmp(a, "--gen-tokens")) { if (cli_parse_i32(a, v, 1, 1 << 20, &o->G)) return 2; }
+        else if (kvb_policy_from_name(v, &o->pid) != KVB_OK) { /* --policy */
+            fprintf(stderr, "kvbound bench serve-memory: %s\n", kvb_last_error());
+            return 2;
+        }
     }
-    if (!model) { fprintf(stderr, "kvbound bench serve-memory: -m MODEL is required\n"); return 2; }
-    if (pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound bench serve-memory: --policy must be a bounded policy (full is the other side)\n"); return 2; }
-    cli_warn_threads(threads);
-    struct kvb_model *m;
-    if (kvb_model_load(model, NULL, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    struct kvb_model_info mi;
-    kvb_model_get_info(m, &mi);
-    const size_t pool = (size_t)pool_mb << 20;
-    struct kvb_seq_params full = kvb_seq_default_params(), bounded = kvb_seq_default_params();
-    full.n_ctx = T + G + 8;
-    full.ignore_eos = bounded.ignore_eos = true;
-    full.sampler.temp = bounded.sampler.temp = 0;
-    bounded.policy = cli_policy_params(&po, pid);
-    bounded.pos_mode = po.pos;
-    const int B = bounded.policy.budget;
-    /* how many fit: each sequence at what it holds after T tokens plus G more */
+    if (!cli_model_required(&o->mo)) return 2;
+    if (o->pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound bench serve-memory: --policy must be a bounded policy (full is the other side)\n"); return 2; }
+    return CLI_GO_ON;
+}
+
+/* How many sequences of each side fit the pool, each at what it holds
+ * after T tokens plus G more (printed); -1: printed. */
+static int serve_mem_fit(const struct serve_mem_opts *o, const struct kvb_model *m, struct serve_side *full, struct serve_side *bounded) {
+    const size_t pool = (size_t)o->pool_mb << 20;
     struct kvb_batch_params bp = kvb_batch_default_params();
-    bp.kv_dtype = kvt.k;
-    bp.kv_dtype_v = kvt.v;
+    bp.kv_dtype = o->kvt.k;
+    bp.kv_dtype_v = o->kvt.v;
     bp.max_seqs = 1;
     bp.kv_pool_bytes = pool;
     struct kvb_batch *probe;
-    if (kvb_batch_init(m, &bp, &probe) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); kvb_model_free(m); return 1; }
-    const size_t per_full = kvb_batch_seq_min_bytes(probe, &full, 1), per_bounded = kvb_batch_seq_min_bytes(probe, &bounded, 1);
+    if (kvb_batch_init(m, &bp, &probe) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+    const size_t per_full = kvb_batch_seq_min_bytes(probe, &full->sp, 1), per_bounded = kvb_batch_seq_min_bytes(probe, &bounded->sp, 1);
     kvb_batch_free(probe);
-    const int fit_full = (int)MINI((size_t)S, pool / per_full), fit_bounded = (int)MINI((size_t)S, pool / per_bounded);
+    full->fit = (int)MINI((size_t)o->S, pool / per_full);
+    bounded->fit = (int)MINI((size_t)o->S, pool / per_bounded);
     fprintf(stderr, "kvbound bench serve-memory: pool %d MiB; full needs %.1f MiB per sequence of %d tokens -> %d; %s at %d needs %.1f MiB -> %d\n",
-            pool_mb, per_full / 1048576.0, T, fit_full, kvb_policy_name(pid), B, per_bounded / 1048576.0, fit_bounded);
-    double tps_full = 0, tps_bounded = 0;
-    size_t peak_full = 0, peak_bounded = 0;
-    int rc = 0;
-    if (fit_full > 0) rc = serve_run(m, &mi, &kvt, &full, fit_full, T, pool, threads, G, &tps_full, &peak_full);
-    if (!rc && fit_bounded > 0) rc = serve_run(m, &mi, &kvt, &bounded, fit_bounded, MINI(T, B), pool, threads, G, &tps_bounded, &peak_bounded);
-    if (!rc) {
-        const double ratio = tps_full > 0 ? tps_bounded / tps_full : 0;
-        if (json)
-            printf("{\"bench\":\"serve-memory\",\"model\":\"%s\",\"pool_bytes\":%zu,\"context\":%d,\"sessions\":%d,\"policy\":\"%s\",\"budget\":%d,"
-                   "\"threads\":%d,\"gen_tokens\":%d,\"sessions_full\":%d,\"sessions_bounded\":%d,\"decode_tok_per_s_full\":%.2f,"
-                   "\"decode_tok_per_s_bounded\":%.2f,\"throughput_ratio\":%.3f,\"pool_bytes_peak_full\":%zu,\"pool_bytes_peak_bounded\":%zu}\n",
-                   model, pool, T, S, kvb_policy_name(pid), B, threads, G, fit_full, fit_bounded, tps_full, tps_bounded, ratio, peak_full,
-                   peak_bounded);
-        else
-            printf("pool %d MiB, context %d, wanted %d sessions\n  full:      %3d sessions, %8.2f tok/s aggregate\n  %-10s %3d sessions, %8.2f tok/s aggregate (budget %d)\n  ratio %.2fx\n",
-                   pool_mb, T, S, fit_full, tps_full, kvb_policy_name(pid), fit_bounded, tps_bounded, B, ratio);
-    }
+            o->pool_mb, per_full / 1048576.0, o->T, full->fit, kvb_policy_name(o->pid), bounded->sp.policy.budget, per_bounded / 1048576.0, bounded->fit);
+    return 0;
+}
+
+static void serve_mem_report(const struct serve_mem_opts *o, const struct serve_side *full, const struct serve_side *bounded) {
+    const double ratio = full->tok_per_s > 0 ? bounded->tok_per_s / full->tok_per_s : 0;
+    const int B = bounded->sp.policy.budget;
+    if (o->json)
+        printf("{\"bench\":\"serve-memory\",\"model\":\"%s\",\"pool_bytes\":%zu,\"context\":%d,\"sessions\":%d,\"policy\":\"%s\",\"budget\":%d,"
+               "\"threads\":%d,\"gen_tokens\":%d,\"sessions_full\":%d,\"sessions_bounded\":%d,\"decode_tok_per_s_full\":%.2f,"
+               "\"decode_tok_per_s_bounded\":%.2f,\"throughput_ratio\":%.3f,\"pool_bytes_peak_full\":%zu,\"pool_bytes_peak_bounded\":%zu}\n",
+               o->mo.path, (size_t)o->pool_mb << 20, o->T, o->S, kvb_policy_name(o->pid), B, o->mo.threads, o->G, full->fit, bounded->fit,
+               full->tok_per_s, bounded->tok_per_s, ratio, full->peak, bounded->peak);
+    else
+        printf("pool %d MiB, context %d, wanted %d sessions\n  full:      %3d sessions, %8.2f tok/s aggregate\n  %-10s %3d sessions, %8.2f tok/s aggregate (budget %d)\n  ratio %.2fx\n",
+               o->pool_mb, o->T, o->S, full->fit, full->tok_per_s, kvb_policy_name(o->pid), bounded->fit, bounded->tok_per_s, B, ratio);
+}
+
+int bench_serve_memory(int argc, char **argv) {
+    struct serve_mem_opts o;
+    int rc = serve_mem_parse(&o, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    cli_warn_threads(o.mo.threads);
+    struct kvb_model *m;
+    struct kvb_model_info mi;
+    if (cli_load_model(&o.mo, &m, &mi)) return 1;
+    struct serve_side full = {.sp = kvb_seq_default_params(), .hold = o.T}, bounded = {.sp = kvb_seq_default_params()};
+    full.sp.n_ctx = o.T + o.G + 8;
+    full.sp.ignore_eos = bounded.sp.ignore_eos = true;
+    full.sp.sampler.temp = bounded.sp.sampler.temp = 0;
+    bounded.sp.policy = cli_policy_params(&o.po, o.pid);
+    bounded.sp.pos_mode = o.po.pos;
+    bounded.hold = MINI(o.T, bounded.sp.policy.budget);
+    const size_t pool = (size_t)o.pool_mb << 20;
+    rc = serve_mem_fit(&o, m, &full, &bounded) ? 1 : 0;
+    struct serve_side *sides[2] = {&full, &bounded};
+    for (int k = 0; k < 2 && !rc; k++)
+        if (sides[k]->fit > 0)
+            rc = serve_run(m, &mi, &o.kvt, &sides[k]->sp, sides[k]->fit, sides[k]->hold, pool, o.mo.threads, o.G, &sides[k]->tok_per_s, &sides[k]->peak);
+    if (!rc) serve_mem_report(&o, &full, &bounded);
     kvb_model_free(m);
     return rc;
 }

@@ -12,6 +12,10 @@
  * policy evicts goes to the cold tier and comes back when a turn's queries
  * score it (docs/RECALL.md); /save keeps the cold tier in the image, and
  * /load brings it back (in memory, spilling to --cold-dir beyond it).
+ * cmd_chat: the options (chat_parse, the shared ones by cli_gen_option),
+ * the set-up (chat_setup), then line by line (chat_loop) a /command
+ * (chat_command) or a turn (chat_turn: its text read, then chat_answer);
+ * struct chat holds the conversation and chat_free releases it.
  */
 #include "cli.h"
 
@@ -82,225 +86,252 @@ static int chat_usage(FILE *f, const struct kvb_sampler_params *sp) {
     return 0;
 }
 
-int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *tok = NULL, *forced = NULL, *system = NULL, *first_turn = NULL, *pfile = NULL;
-    enum kvb_policy_id pid = KVB_POLICY_STREAMING;
-    int n_predict = 256, threads = 2, ctx = 0;
-    struct cli_policy po;
-    cli_policy_init(&po, 1024);
-    struct kvb_sampler_params sp = kvb_sampler_default_params();
-    sp.temp = 0.7f;
-    bool show_prompt = false, no_mmap = false;
-    struct cli_kv_types kvt;
-    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
-    struct cli_recall rec;
-    cli_recall_init(&rec);
+struct chat_opts {
+    struct cli_gen_opts g; /* -m -z --no-mmap -t -ngl, --policy and the cache options, sampling, -n, -c */
+    const char *forced, *system, *first_turn, *pfile;
+    bool show_prompt;
+};
+
+/* A conversation: what it holds (chat_free releases it) and where it stands. */
+struct chat {
+    struct cli_gen gen;
+    struct kvb_context_params cp;
+    const struct kvb_vocab *vocab;
+    enum kvb_chat_style style;
+    bool plain, full, tty;
+    const char *system; /* the first turn's system message, or NULL */
+    char default_system[1024];
+    char *fbuf;             /* the first turn read with -f */
+    const char *first_turn; /* -p / -f: read before stdin */
+    char *line;             /* the line read last */
+    size_t cap;
+    int32_t eos, eot;
+    bool first;   /* the next turn starts the conversation (BOS, the system message) */
+    bool refused; /* a turn or an answer did not fit the context: exit status 1 at the end */
+    char stop_text[128]; /* the end-of-turn token the last answer ended with */
+};
+
+static int chat_parse(struct chat_opts *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    cli_gen_opts_init(&o->g, "chat", KVB_POLICY_STREAMING, 1024, 256);
+    o->g.sp.temp = 0.7f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return chat_usage(stdout, &sp);
-        if (!strcmp(a, "--show-prompt")) { show_prompt = true; continue; }
-        if (!strcmp(a, "--no-mmap")) { no_mmap = true; continue; }
-        int pr = cli_policy_option(&po, argc, argv, &i);
-        if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
-        if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
-        if (pr == 0) pr = cli_sampler_option(&sp, argc, argv, &i);
-        if (pr < 0) return 2;
-        if (pr > 0) continue;
-        if (!(v = cli_opt_value("chat", "-m --model -z --tokenizer --template --system -sys --system-prompt -p --prompt -f --file --policy "
-                                        "-n --n-predict -c --ctx-size --ctx -ngl --n-gpu-layers --gpu-layers -t --threads",
-                                argc, argv, &i)))
-            return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
-        else if (!strcmp(a, "--template")) forced = v;
-        else if (!strcmp(a, "--system") || !strcmp(a, "-sys") || !strcmp(a, "--system-prompt")) system = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) first_turn = v;
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) pfile = v;
-        else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (cli_parse_i32(a, v, -1, 1 << 30, &n_predict)) return 2; }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size") || !strcmp(a, "--ctx")) { if (cli_parse_i32(a, v, 1, 1 << 30, &ctx)) return 2; }
-        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
-            int ngl;
-            if (cli_parse_i32(a, v, -1, 1 << 20, &ngl)) return 2;
-            fprintf(stderr, "kvbound: note: %s ignored: kvbound runs on the CPU, there is no GPU offload\n", a);
-        }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
-        else { fprintf(stderr, "kvbound chat: unknown option '%s' (see --help)\n", a); return 2; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return chat_usage(stdout, &o->g.sp);
+        if (!strcmp(a, "--show-prompt")) { o->show_prompt = true; continue; }
+        const int r = cli_gen_option(&o->g, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!(v = cli_opt_value("chat", "--template --system -sys --system-prompt -p --prompt -f --file", argc, argv, &i))) return 2;
+        if (!strcmp(a, "--template")) o->forced = v;
+        else if (!strcmp(a, "--system") || !strcmp(a, "-sys") || !strcmp(a, "--system-prompt")) o->system = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->first_turn = v;
+        else o->pfile = v; /* -f, --file */
     }
-    if (!model) { fprintf(stderr, "kvbound chat: -m MODEL is required\n"); return 2; }
-    if (first_turn && pfile) { fprintf(stderr, "kvbound chat: give the first turn with -p or with -f, not both\n"); return 2; }
-    char *fbuf = NULL;
-    if (pfile) {
+    if (!cli_model_required(&o->g.mo)) return 2;
+    if (o->first_turn && o->pfile) { fprintf(stderr, "kvbound chat: give the first turn with -p or with -f, not both\n"); return 2; }
+    return CLI_GO_ON;
+}
+
+/* The first turn of -f, the model and the context. CLI_GO_ON, or the exit status (printed). */
+static int chat_setup(const struct chat_opts *o, struct chat *ch) {
+    ch->first_turn = o->first_turn;
+    if (o->pfile) {
         size_t flen;
-        if (!(fbuf = cli_read_prompt_file(pfile, &flen))) return 1;
-        first_turn = fbuf;
+        if (!(ch->fbuf = cli_read_prompt_file(o->pfile, &flen))) return 1;
+        ch->first_turn = ch->fbuf;
     }
-    struct kvb_model_params mp = kvb_model_default_params();
-    mp.tokenizer_path = tok;
-    mp.no_mmap = no_mmap;
-    struct kvb_model *m;
-    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); free(fbuf); return 1; }
-    struct kvb_model_info mi;
-    kvb_model_get_info(m, &mi);
-    struct kvb_context_params cp = kvb_context_default_params();
-    cp.policy = cli_policy_params(&po, pid);
-    cli_policy_warn(&po, pid, mi.n_ctx_train);
-    cli_warn_threads(threads);
-    cp.pos_mode = po.pos;
-    cp.max_distance = po.max_distance;
-    cp.n_threads = threads;
-    cp.chunk = 128;
-    cp.kv_dtype = kvt.k;
-    cp.kv_dtype_v = kvt.v;
-    cp.n_ctx = ctx ? ctx : mi.n_ctx_train;
-    if (pid == KVB_POLICY_FULL && ctx > mi.n_ctx_train)
-        fprintf(stderr, "kvbound chat: warning: -c %d is beyond the model's trained length %d\n", ctx, mi.n_ctx_train);
+    struct cli_gen *g = &ch->gen;
+    if (cli_load_model(&o->g.mo, &g->m, &g->mi)) return 1;
+    ch->cp = cli_gen_context_params(&o->g, &g->mi);
+    cli_warn_threads(o->g.mo.threads);
+    ch->cp.chunk = 128;
+    if (o->g.pid == KVB_POLICY_FULL && o->g.ctx > g->mi.n_ctx_train)
+        fprintf(stderr, "kvbound chat: warning: -c %d is beyond the model's trained length %d\n", o->g.ctx, g->mi.n_ctx_train);
     /* a compressing policy reads each turn whole before compressing: room for
      * turns of up to 4096 tokens on top of what it keeps (or --prefill-budget) */
-    cp.kv_pool_bytes = cli_pool_bytes(&mi, &kvt, &cp.policy, (int64_t)cp.policy.budget + 4096, cp.chunk, cp.block_size, cp.n_ctx) +
-                       cli_recall_pool_bytes(&mi, &kvt, &rec, cp.block_size);
-    cp.recall = cli_recall_params(&rec);
-    struct kvb_context *c = NULL;
-    struct kvb_sampler *smp = NULL;
-    struct cli_history hist;
-    cli_history_init(&hist, sp.repeat_last_n);
-    float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
-    if (!logits || kvb_context_init(m, &cp, &c) != KVB_OK || kvb_sampler_init(&sp, mi.n_vocab, &smp) != KVB_OK) {
-        fprintf(stderr, "kvbound: %s\n", !logits ? "out of memory" : kvb_last_error());
-        free(logits); cli_history_free(&hist); kvb_context_free(c); kvb_model_free(m); free(fbuf);
+    ch->cp.kv_pool_bytes = cli_pool_bytes(&g->mi, &o->g.kvt, &ch->cp.policy, (int64_t)ch->cp.policy.budget + 4096, ch->cp.chunk,
+                                          ch->cp.block_size, ch->cp.n_ctx) +
+                           cli_recall_pool_bytes(&g->mi, &o->g.kvt, &o->g.rec, ch->cp.block_size);
+    if (cli_gen_start(g, &ch->cp, &o->g.sp)) return 1;
+    ch->vocab = kvb_model_vocab(g->m);
+    if (!cli_chat_style("chat", ch->vocab, o->forced, &ch->style)) return 2;
+    ch->plain = ch->style == KVB_CHAT_PLAIN;
+    ch->full = o->g.pid == KVB_POLICY_FULL;
+    ch->system = o->system ? o->system : cli_chat_default_system(ch->vocab, ch->style, ch->default_system, sizeof ch->default_system);
+    ch->eos = kvb_vocab_special(ch->vocab, KVB_SPECIAL_EOS);
+    ch->eot = kvb_vocab_special(ch->vocab, KVB_SPECIAL_EOT);
+    ch->tty = isatty(0);
+    ch->first = true;
+    fprintf(stderr, "kvbound chat: %s, template %s, policy %s (%s %d); /stats /reset /save /load /quit\n", g->mi.arch, kvb_chat_style_name(ch->style),
+            kvb_policy_name(o->g.pid), ch->full ? "context" : "budget", ch->full ? ch->cp.n_ctx : ch->cp.policy.budget);
+    return CLI_GO_ON;
+}
+
+/* The next user line into ch->line, without its line end: the first turn
+ * of -p / -f, then stdin's lines. -1: end of input; -2: out of memory (printed). */
+static ssize_t chat_read(struct chat *ch) {
+    if (ch->first_turn) {
+        free(ch->line);
+        ch->line = strdup(ch->first_turn);
+        ch->first_turn = NULL;
+        if (!ch->line) { fprintf(stderr, "kvbound chat: out of memory\n"); return -2; }
+        ch->cap = strlen(ch->line) + 1;
+        return (ssize_t)strlen(ch->line);
+    }
+    if (ch->tty) { fprintf(stdout, "> "); fflush(stdout); }
+    ssize_t len = getline(&ch->line, &ch->cap, stdin);
+    while (len > 0 && (ch->line[len - 1] == '\n' || ch->line[len - 1] == '\r')) ch->line[--len] = 0;
+    return len;
+}
+
+static void chat_stats(const struct chat *ch, const struct chat_opts *o) {
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(kvb_context_cache(ch->gen.c), &cs);
+    printf("[tokens seen %lld, retained %lld in all streams (longest %d), KV %.2f MB (peak %.2f MB), policy %s]\n",
+           (long long)kvb_context_n_past(ch->gen.c), (long long)cs.slots, cs.slots_max, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(o->g.pid));
+    if (o->g.rec.on)
+        printf("[recall: %lld cold pages (%.1f MiB in memory, %.1f MiB in file), %lld dropped; recall area %.1f MiB; %lld pages loaded]\n",
+               (long long)cs.cold_pages, (double)cs.cold_mem_bytes / (1 << 20), (double)cs.cold_file_bytes / (1 << 20),
+               (long long)cs.cold_dropped_pages, (double)cs.recall_bytes / (1 << 20), (long long)cs.recall_loads);
+}
+
+/* A /command line: /stats, /reset, /save FILE, /load FILE; false for /quit. */
+static bool chat_command(struct chat *ch, const struct chat_opts *o) {
+    const char *line = ch->line;
+    struct kvb_context *c = ch->gen.c;
+    if (!strcmp(line, "/quit")) return false;
+    if (!strcmp(line, "/stats")) {
+        chat_stats(ch, o);
+    } else if (!strcmp(line, "/reset")) {
+        kvb_context_reset(c);
+        ch->first = true;
+        ch->stop_text[0] = 0;
+        ch->gen.hist.n = 0;
+        printf("[conversation reset]\n");
+    } else if (!strncmp(line, "/save ", 6)) {
+        if (kvb_context_save(c, line + 6) == KVB_OK) printf("[saved %s]\n", line + 6);
+        else printf("[save failed: %s]\n", kvb_last_error());
+    } else if (!strncmp(line, "/load ", 6)) {
+        if (kvb_context_load(c, line + 6) == KVB_OK) { printf("[loaded %s: %lld tokens seen]\n", line + 6, (long long)kvb_context_n_past(c)); ch->first = false; }
+        else printf("[load failed: %s]\n", kvb_last_error());
+    } else {
+        printf("[unknown command %s: /stats /reset /save FILE /load FILE /quit]\n", line);
+    }
+    fflush(stdout);
+    return true;
+}
+
+/* The answer to the turn just read (when s is KVB_OK): sampled and printed
+ * up to -n tokens or the end of turn, whose token stays in the cache.
+ * Returns the last status. */
+static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_status s) {
+    struct cli_gen *g = &ch->gen;
+    char text[8192], piece[512];
+    size_t tl = 0;
+    struct kvb_detok dt = {0};
+    bool cut = false; /* the context filled during the answer */
+    ch->stop_text[0] = 0;
+    for (int k = 0; s == KVB_OK && (o->g.n_predict < 0 || k < o->g.n_predict); k++) {
+        int32_t next = kvb_sampler_sample(g->smp, g->logits, g->hist.ids, g->hist.n);
+        if (ch->full && kvb_context_n_past(g->c) + 1 > ch->cp.n_ctx) { cut = true; break; }
+        cli_history_push(&g->hist, next);
+        if (next == ch->eos || next == ch->eot || next == kvb_vocab_special(ch->vocab, KVB_SPECIAL_BOS)) {
+            if (ch->plain) break;
+            size_t sl = kvb_vocab_token_bytes(ch->vocab, next, true, ch->stop_text, sizeof ch->stop_text - 1);
+            ch->stop_text[sl < sizeof ch->stop_text ? sl : sizeof ch->stop_text - 1] = 0;
+            s = kvb_context_eval(g->c, &next, 1, g->logits, false); /* keep the end-of-turn token in the cache */
+            break;
+        }
+        size_t pl = kvb_detok_push(ch->vocab, &dt, next, false, piece, sizeof piece);
+        if (pl > sizeof piece) pl = 0; /* a token longer than 512 bytes: not shown */
+        if (tl + pl < sizeof text) { memcpy(text + tl, piece, pl); tl += pl; }
+        text[tl] = 0;
+        if (ch->plain && strstr(text, "\nUser:")) break; /* the model starts the next turn */
+        fwrite(piece, 1, pl, stdout);
+        fflush(stdout);
+        s = kvb_context_eval(g->c, &next, 1, g->logits, false);
+    }
+    fwrite(piece, 1, kvb_detok_flush(&dt, piece, sizeof piece), stdout);
+    printf("\n");
+    fflush(stdout);
+    if (cut) {
+        fprintf(stderr, "kvbound chat: the answer stops here: the context of %d tokens is full (policy full keeps every token; /reset, a "
+                        "larger -c, or a bounded --policy)\n", ch->cp.n_ctx);
+        ch->refused = true;
+    }
+    return s;
+}
+
+/* One user turn: its text read into the cache, then the answer. A turn
+ * that does not fit is refused whole, the cache as it was. 1: an error (printed). */
+static int chat_turn(struct chat *ch, const struct chat_opts *o) {
+    struct cli_gen *g = &ch->gen;
+    char *turn = NULL;
+    if (kvb_chat_turn_text(ch->style, ch->system, ch->line, ch->first, ch->stop_text, &turn, NULL) != KVB_OK) {
+        fprintf(stderr, "kvbound chat: %s\n", kvb_last_error());
         return 1;
     }
-    const struct kvb_vocab *vocab = kvb_model_vocab(m);
-    enum kvb_chat_style style;
-    if (!cli_chat_style("chat", vocab, forced, &style)) {
-        free(logits); cli_history_free(&hist); kvb_sampler_free(smp); kvb_context_free(c); kvb_model_free(m); free(fbuf);
-        return 2;
-    }
-    const bool plain = style == KVB_CHAT_PLAIN, full = pid == KVB_POLICY_FULL;
-    char default_system[1024];
-    if (!system) system = cli_chat_default_system(vocab, style, default_system, sizeof default_system);
-    const int32_t eos = kvb_vocab_special(vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(vocab, KVB_SPECIAL_EOT);
-    char stop_text[128] = "";
-    const bool tty = isatty(0);
-    fprintf(stderr, "kvbound chat: %s, template %s, policy %s (%s %d); /stats /reset /save /load /quit\n", mi.arch, kvb_chat_style_name(style),
-            kvb_policy_name(pid), full ? "context" : "budget", full ? cp.n_ctx : cp.policy.budget);
-    char *line = NULL;
-    size_t cap = 0;
-    bool first = true, refused = false;
-    int rc = 0;
-    for (;;) {
-        ssize_t len;
-        if (first_turn) { /* -p / -f: the first turn, then stdin */
-            free(line);
-            line = strdup(first_turn);
-            if (!line) { fprintf(stderr, "kvbound chat: out of memory\n"); rc = 1; break; }
-            cap = strlen(line) + 1;
-            len = (ssize_t)strlen(line);
-            first_turn = NULL;
-        } else {
-            if (tty) { fprintf(stdout, "> "); fflush(stdout); }
-            len = getline(&line, &cap, stdin);
-            if (len < 0) break;
-            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        }
-        if (!len) continue;
-        if (line[0] == '/') {
-            struct kvb_cache_stats cs;
-            if (!strcmp(line, "/quit")) break;
-            if (!strcmp(line, "/stats")) {
-                kvb_cache_get_stats(kvb_context_cache(c), &cs);
-                printf("[tokens seen %lld, retained %lld in all streams (longest %d), KV %.2f MB (peak %.2f MB), policy %s]\n",
-                       (long long)kvb_context_n_past(c), (long long)cs.slots, cs.slots_max, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(pid));
-                if (rec.on)
-                    printf("[recall: %lld cold pages (%.1f MiB in memory, %.1f MiB in file), %lld dropped; recall area %.1f MiB; %lld pages loaded]\n",
-                           (long long)cs.cold_pages, (double)cs.cold_mem_bytes / (1 << 20), (double)cs.cold_file_bytes / (1 << 20),
-                           (long long)cs.cold_dropped_pages, (double)cs.recall_bytes / (1 << 20), (long long)cs.recall_loads);
-            } else if (!strcmp(line, "/reset")) {
-                kvb_context_reset(c);
-                first = true;
-                stop_text[0] = 0;
-                hist.n = 0;
-                printf("[conversation reset]\n");
-            } else if (!strncmp(line, "/save ", 6)) {
-                if (kvb_context_save(c, line + 6) == KVB_OK) printf("[saved %s]\n", line + 6);
-                else printf("[save failed: %s]\n", kvb_last_error());
-            } else if (!strncmp(line, "/load ", 6)) {
-                if (kvb_context_load(c, line + 6) == KVB_OK) { printf("[loaded %s: %lld tokens seen]\n", line + 6, (long long)kvb_context_n_past(c)); first = false; }
-                else printf("[load failed: %s]\n", kvb_last_error());
-            } else {
-                printf("[unknown command %s: /stats /reset /save FILE /load FILE /quit]\n", line);
-            }
-            fflush(stdout);
-            continue;
-        }
-        char *turn = NULL;
-        if (kvb_chat_turn_text(style, system, line, first, stop_text, &turn, NULL) != KVB_OK) { fprintf(stderr, "kvbound chat: %s\n", kvb_last_error()); rc = 1; break; }
-        if (show_prompt) fprintf(stderr, "[prompt: %s]\n", turn);
-        int32_t *ids, n;
-        /* BOS once, at the start (later "<s>" texts of Llama 2 become BOS by parse_special) */
-        kvb_status s = kvb_vocab_tokenize(kvb_model_vocab(m), turn, strlen(turn), first, true, &ids, &n);
-        kvb_buffer_free(turn);
-        if (s != KVB_OK) { fprintf(stderr, "kvbound chat: %s\n", kvb_last_error()); rc = 1; break; }
-        const int64_t seen = kvb_context_n_past(c);
-        if (full && seen + n > cp.n_ctx) { /* refused whole, before anything is read: the cache is as it was */
-            fprintf(stderr, "kvbound chat: this turn is not read: its %d tokens do not fit the context (%lld of %d used; policy full keeps "
-                            "every token): /reset, a larger -c, or a bounded --policy; the conversation goes on\n",
-                    n, (long long)seen, cp.n_ctx);
-            kvb_buffer_free(ids);
-            refused = true;
-            continue;
-        }
-        for (int32_t k = 0; k < n; k++) cli_history_push(&hist, ids[k]);
-        s = kvb_context_prompt(c, ids, n, logits, false); /* the turn's text is a prompt: compressed here */
+    if (o->show_prompt) fprintf(stderr, "[prompt: %s]\n", turn);
+    int32_t *ids, n;
+    /* BOS once, at the start (later "<s>" texts of Llama 2 become BOS by parse_special) */
+    kvb_status s = kvb_vocab_tokenize(ch->vocab, turn, strlen(turn), ch->first, true, &ids, &n);
+    kvb_buffer_free(turn);
+    if (s != KVB_OK) { fprintf(stderr, "kvbound chat: %s\n", kvb_last_error()); return 1; }
+    const int64_t seen = kvb_context_n_past(g->c);
+    if (ch->full && seen + n > ch->cp.n_ctx) { /* refused whole, before anything is read: the cache is as it was */
+        fprintf(stderr, "kvbound chat: this turn is not read: its %d tokens do not fit the context (%lld of %d used; policy full keeps "
+                        "every token): /reset, a larger -c, or a bounded --policy; the conversation goes on\n",
+                n, (long long)seen, ch->cp.n_ctx);
         kvb_buffer_free(ids);
-        if (s == KVB_OK && kvb_policy_compresses(pid)) {
-            struct kvb_cache_stats ps;
-            kvb_cache_get_stats(kvb_context_cache(c), &ps);
-            fprintf(stderr, "[compressed prompt: %.1f tokens per stream (min %d, max %d) of %lld seen]\n",
-                    (double)ps.slots / ((double)mi.n_layer * mi.n_head_kv), ps.slots_min, ps.slots_max, (long long)kvb_context_n_past(c));
-        }
-        first = false;
-        char text[8192], piece[512];
-        size_t tl = 0;
-        struct kvb_detok dt = {0};
-        bool cut = false; /* the context filled during the answer */
-        stop_text[0] = 0;
-        for (int g = 0; s == KVB_OK && (n_predict < 0 || g < n_predict); g++) {
-            int32_t next = kvb_sampler_sample(smp, logits, hist.ids, hist.n);
-            if (full && kvb_context_n_past(c) + 1 > cp.n_ctx) { cut = true; break; }
-            cli_history_push(&hist, next);
-            if (next == eos || next == eot || next == kvb_vocab_special(vocab, KVB_SPECIAL_BOS)) {
-                if (plain) break;
-                size_t sl = kvb_vocab_token_bytes(vocab, next, true, stop_text, sizeof stop_text - 1);
-                stop_text[sl < sizeof stop_text ? sl : sizeof stop_text - 1] = 0;
-                s = kvb_context_eval(c, &next, 1, logits, false); /* keep the end-of-turn token in the cache */
-                break;
-            }
-            size_t pl = kvb_detok_push(vocab, &dt, next, false, piece, sizeof piece);
-            if (pl > sizeof piece) pl = 0; /* a token longer than 512 bytes: not shown */
-            if (tl + pl < sizeof text) { memcpy(text + tl, piece, pl); tl += pl; }
-            text[tl] = 0;
-            if (plain && strstr(text, "\nUser:")) break; /* the model starts the next turn */
-            fwrite(piece, 1, pl, stdout);
-            fflush(stdout);
-            s = kvb_context_eval(c, &next, 1, logits, false);
-        }
-        fwrite(piece, 1, kvb_detok_flush(&dt, piece, sizeof piece), stdout);
-        printf("\n");
-        fflush(stdout);
-        if (cut) {
-            fprintf(stderr, "kvbound chat: the answer stops here: the context of %d tokens is full (policy full keeps every token; /reset, a "
-                            "larger -c, or a bounded --policy)\n", cp.n_ctx);
-            refused = true;
-        }
-        if (s != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); rc = 1; break; }
+        ch->refused = true;
+        return 0;
     }
-    free(line);
-    free(fbuf);
-    free(logits);
-    cli_history_free(&hist);
-    kvb_sampler_free(smp);
-    kvb_context_free(c);
-    kvb_model_free(m);
-    return rc ? rc : refused ? 1 : 0;
+    for (int32_t k = 0; k < n; k++) cli_history_push(&g->hist, ids[k]);
+    s = kvb_context_prompt(g->c, ids, n, g->logits, false); /* the turn's text is a prompt: compressed here */
+    kvb_buffer_free(ids);
+    if (s == KVB_OK && kvb_policy_compresses(o->g.pid)) {
+        struct kvb_cache_stats ps;
+        kvb_cache_get_stats(kvb_context_cache(g->c), &ps);
+        fprintf(stderr, "[compressed prompt: %.1f tokens per stream (min %d, max %d) of %lld seen]\n",
+                (double)ps.slots / ((double)g->mi.n_layer * g->mi.n_head_kv), ps.slots_min, ps.slots_max, (long long)kvb_context_n_past(g->c));
+    }
+    ch->first = false;
+    if (chat_answer(ch, o, s) == KVB_OK) return 0;
+    fprintf(stderr, "kvbound: %s\n", kvb_last_error());
+    return 1;
+}
+
+/* Turns and commands until /quit or the end of input: the exit status. */
+static int chat_loop(struct chat *ch, const struct chat_opts *o) {
+    for (;;) {
+        const ssize_t len = chat_read(ch);
+        if (len == -2) return 1;
+        if (len < 0) break;
+        if (!len) continue;
+        if (ch->line[0] == '/') {
+            if (!chat_command(ch, o)) break;
+        } else if (chat_turn(ch, o)) {
+            return 1;
+        }
+    }
+    return ch->refused ? 1 : 0;
+}
+
+static void chat_free(struct chat *ch) {
+    free(ch->line);
+    free(ch->fbuf);
+    cli_gen_free(&ch->gen);
+}
+
+int cmd_chat(int argc, char **argv) {
+    struct chat_opts o;
+    int rc = chat_parse(&o, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    struct chat ch;
+    memset(&ch, 0, sizeof ch);
+    rc = chat_setup(&o, &ch);
+    if (rc == CLI_GO_ON) rc = chat_loop(&ch, &o);
+    chat_free(&ch);
+    return rc;
 }

@@ -238,6 +238,11 @@ double cli_now_sec(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int cli_cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 const char *cpu_model_name(char *buf, size_t n) {
     snprintf(buf, n, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");

@@ -1,7 +1,13 @@
 /*
  * cli.h — helpers shared by the kvbound subcommands: strict number parsing
- * that names the flag on error, the stderr log sink, and the subcommand
- * entry points (one file each).
+ * that names the flag on error, the stderr log sink, the option groups
+ * every command parses the same way (model, policy, KV types, recall,
+ * sampling), and the subcommand entry points (one file each).
+ *
+ * A command is a short function over static helpers of its file: one that
+ * parses the options into a struct (returning CLI_GO_ON, or the exit status
+ * after --help or a usage error), one that sets up and runs, one that
+ * reports; what it holds is released on one path.
  */
 #ifndef KVB_CLI_H
 #define KVB_CLI_H
@@ -9,6 +15,11 @@
 #include "kvbound.h"
 
 #include <stdio.h>
+
+/* What a parse or set-up step returns when the command goes on; any other
+ * value is the command's exit status (0 after --help, 2 after a usage
+ * error, 1 after a failure). */
+#define CLI_GO_ON (-1)
 
 /* Parse "value" of flag into *out within [lo, hi]; prints an error naming the flag. */
 int cli_parse_i64(const char *flag, const char *value, long long lo, long long hi, long long *out);
@@ -48,6 +59,8 @@ int cli_cores(void);
 void cli_warn_threads(int threads);
 void cli_log_stderr(enum kvb_log_level level, const char *msg, void *user);
 double cli_now_sec(void);
+/* qsort comparison of doubles, ascending. */
+int cli_cmp_double(const void *a, const void *b);
 /* The --no-mmap line of every command that loads a model (kvb_model_params.no_mmap). */
 #define CLI_NO_MMAP_HELP                                                                              \
     "  --no-mmap             read the weights into memory (transparent huge pages) instead of\n" \
@@ -58,6 +71,35 @@ void *cli_xmalloc(size_t bytes, const char *what);
 /* tools/serve/main.c, when built with the server */
 int cmd_serve_main(int argc, char **argv);
 void *cli_xcalloc(size_t n, size_t size, const char *what);
+
+/* The model options (model_opts.c), parsed once for every command that
+ * loads a model, as the policy options are: -m/--model FILE, and of the
+ * others those the command takes (CLI_MODEL_*; one it does not take stays
+ * the command's unknown option). */
+enum {
+    CLI_MODEL_TOKENIZER = 1 << 0, /* -z, --tokenizer FILE: llama2.c tokenizer.bin, for .bin checkpoints */
+    CLI_MODEL_NO_MMAP = 1 << 1,   /* --no-mmap: the weights read into memory */
+    CLI_MODEL_THREADS = 1 << 2,   /* -t, --threads N, 1..threads_max */
+    CLI_MODEL_NGL = 1 << 3,       /* -ngl, --n-gpu-layers, --gpu-layers N: llama.cpp's, noted and ignored */
+};
+struct cli_model_opts {
+    const char *cmd; /* the command in messages: "run", "bench decode" */
+    unsigned takes;  /* CLI_MODEL_* */
+    const char *path, *tokenizer;
+    bool no_mmap;
+    int threads, threads_max; /* threads_max: 1024 unless changed after init */
+    bool name_cmd_on_load;    /* a load error reads "kvbound CMD: REASON"; else "kvbound: REASON", as
+                               * the kvbound commands have always printed it */
+};
+void cli_model_init(struct cli_model_opts *mo, const char *cmd, unsigned takes, int default_threads);
+/* 1: argv[*i] was a model option (value consumed), 0: not one, -1: bad value (printed). */
+int cli_model_option(struct cli_model_opts *mo, int argc, char **argv, int *i);
+/* false, after printing "kvbound CMD: -m MODEL is required", when no -m was given. */
+bool cli_model_required(const struct cli_model_opts *mo);
+struct kvb_model_params cli_model_params(const struct cli_model_opts *mo);
+/* Loads mo->path with mo's parameters, and reads its info into *mi unless
+ * mi is NULL; -1 (printed, *m NULL) on failure. */
+int cli_load_model(const struct cli_model_opts *mo, struct kvb_model **m, struct kvb_model_info *mi);
 
 /* KV row types of every command that builds a cache (policy_opts.c):
  * --kv-dtype T (K and V), --kv-dtype-k T, --kv-dtype-v T; T is f32, f16,
@@ -143,6 +185,45 @@ void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t 
  * decode budget; the others budget + chunk; plus page rounding. */
 size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct kvb_policy_params *p,
                       int64_t prompt_tokens, int chunk, int block, int n_ctx);
+/* One of the cache options of a command that builds caches: the policy's,
+ * the KV types' and, unless rec is NULL, recall's. 1: taken (value
+ * consumed), 0: not one, -1: bad value (printed). */
+int cli_cache_option(struct cli_policy *po, struct cli_kv_types *kvt, struct cli_recall *rec, int argc, char **argv, int *i);
+
+/* The options run and chat share (gen_opts.c): the model's (-m, -z,
+ * --no-mmap, -t, -ngl), --policy NAME with the cache options, sampling,
+ * -n/--n-predict N and -c/--ctx-size/--ctx N. */
+struct cli_gen_opts {
+    struct cli_model_opts mo;
+    struct kvb_sampler_params sp;
+    enum kvb_policy_id pid;
+    struct cli_policy po;
+    struct cli_kv_types kvt;
+    struct cli_recall rec;
+    int n_predict, ctx; /* ctx 0: the model's trained length */
+};
+void cli_gen_opts_init(struct cli_gen_opts *g, const char *cmd, enum kvb_policy_id pid, int default_budget, int n_predict);
+/* 1: argv[*i] was one of them (value consumed), 0: not one, -1: bad value (printed). */
+int cli_gen_option(struct cli_gen_opts *g, int argc, char **argv, int *i);
+/* What run and chat generate with: the model, its context, the sampler,
+ * the logits and the recent tokens. */
+struct cli_gen {
+    struct kvb_model *m;
+    struct kvb_model_info mi;
+    struct kvb_context *c;
+    struct kvb_sampler *smp;
+    float *logits;
+    struct cli_history hist;
+};
+/* The context parameters of g's options for model mi (the policy's
+ * warnings printed): policy, positions, KV types, threads, n_ctx, recall;
+ * the caller adds the chunk, the page size and the pool. */
+struct kvb_context_params cli_gen_context_params(const struct cli_gen_opts *g, const struct kvb_model_info *mi);
+/* The context, the sampler, the logits and the history, for gen->m; -1:
+ * printed ("kvbound: REASON"). */
+int cli_gen_start(struct cli_gen *gen, const struct kvb_context_params *cp, const struct kvb_sampler_params *sp);
+/* Frees all of it, the model too; a zeroed cli_gen is fine. */
+void cli_gen_free(struct cli_gen *gen);
 
 int cmd_policies(int argc, char **argv);
 int cmd_cold(int argc, char **argv);

@@ -23,7 +23,9 @@ static int parse_type(const char *v, uint32_t *t) {
 }
 
 int cmd_convert(int argc, char **argv) {
-    const char *in = NULL, *tok = NULL, *out = NULL;
+    struct cli_model_opts mo; /* -m -z */
+    cli_model_init(&mo, "convert", CLI_MODEL_TOKENIZER, 0);
+    const char *out = NULL;
     uint32_t type = KVB_TYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -32,19 +34,17 @@ int cmd_convert(int argc, char **argv) {
                    "Writes a llama2.c checkpoint (or any model kvbound loads) as GGUF (default type f32).\n");
             return 0;
         }
-        if (!(v = cli_opt_value("convert", "-m --model -z --tokenizer -o --out --type", argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) in = v;
-        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--type")) { if (parse_type(v, &type)) return 2; }
-        else { fprintf(stderr, "kvbound convert: unknown option '%s'\n", a); return 2; }
+        const int r = cli_model_option(&mo, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!(v = cli_opt_value("convert", "-o --out --type", argc, argv, &i))) return 2;
+        if (!strcmp(a, "-o") || !strcmp(a, "--out")) out = v;
+        else if (parse_type(v, &type)) return 2; /* --type */
     }
-    if (!in || !out) { fprintf(stderr, "kvbound convert: -m MODEL and -o OUT are required\n"); return 2; }
+    if (!mo.path || !out) { fprintf(stderr, "kvbound convert: -m MODEL and -o OUT are required\n"); return 2; }
     if (cli_check_output_file("convert", "-o", out)) return 1; /* before the model is read and quantized */
-    struct kvb_model_params mp = kvb_model_default_params();
-    mp.tokenizer_path = tok;
     struct kvb_model *m;
-    if (kvb_model_load(in, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
+    if (cli_load_model(&mo, &m, NULL)) return 1;
     kvb_status st = kvb_model_write_gguf(m, out, type, progress, NULL);
     kvb_model_free(m);
     if (st != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }

@@ -1,8 +1,10 @@
 /*
  * gen_opts.c — what `run` and `chat` share for generating text: the
  * sampling options (llama.cpp's names and meanings, one --help text whose
- * defaults are the ones the command passes), and the window of recent
- * tokens that --repeat-penalty looks at.
+ * defaults are the ones the command passes), the window of recent tokens
+ * that --repeat-penalty looks at, the options the two parse alike (model,
+ * policy and cache, sampling, -n, -c), and the set-up they generate with
+ * (model, context, sampler, logits, history), freed in one call.
  */
 #include "cli.h"
 
@@ -63,4 +65,64 @@ void cli_history_free(struct cli_history *h) {
     free(h->ids);
     h->ids = NULL;
     h->n = h->cap = 0;
+}
+
+void cli_gen_opts_init(struct cli_gen_opts *g, const char *cmd, enum kvb_policy_id pid, int default_budget, int n_predict) {
+    cli_model_init(&g->mo, cmd, CLI_MODEL_TOKENIZER | CLI_MODEL_NO_MMAP | CLI_MODEL_THREADS | CLI_MODEL_NGL, 2);
+    g->sp = kvb_sampler_default_params();
+    g->pid = pid;
+    cli_policy_init(&g->po, default_budget);
+    cli_kv_types_init(&g->kvt, KVB_DTYPE_F16);
+    cli_recall_init(&g->rec);
+    g->n_predict = n_predict;
+    g->ctx = 0;
+}
+
+int cli_gen_option(struct cli_gen_opts *g, int argc, char **argv, int *i) {
+    int r = cli_model_option(&g->mo, argc, argv, i);
+    if (r == 0) r = cli_cache_option(&g->po, &g->kvt, &g->rec, argc, argv, i);
+    if (r == 0) r = cli_sampler_option(&g->sp, argc, argv, i);
+    if (r != 0) return r;
+    const char *a = argv[*i], *v;
+    const bool policy = !strcmp(a, "--policy"), n = !strcmp(a, "-n") || !strcmp(a, "--n-predict");
+    if (!policy && !n && strcmp(a, "-c") && strcmp(a, "--ctx-size") && strcmp(a, "--ctx")) return 0;
+    if (!(v = cli_opt_value(g->mo.cmd, a, argc, argv, i))) return -1; /* a is known: only a missing value fails */
+    if (policy) {
+        if (kvb_policy_from_name(v, &g->pid) == KVB_OK) return 1;
+        fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error());
+        return -1;
+    }
+    if (n) return cli_parse_i32(a, v, -1, 1 << 30, &g->n_predict) ? -1 : 1;
+    return cli_parse_i32(a, v, 1, 1 << 30, &g->ctx) ? -1 : 1;
+}
+
+struct kvb_context_params cli_gen_context_params(const struct cli_gen_opts *g, const struct kvb_model_info *mi) {
+    struct kvb_context_params cp = kvb_context_default_params();
+    cp.policy = cli_policy_params(&g->po, g->pid);
+    cli_policy_warn(&g->po, g->pid, mi->n_ctx_train);
+    cp.pos_mode = g->po.pos;
+    cp.max_distance = g->po.max_distance;
+    cp.kv_dtype = g->kvt.k;
+    cp.kv_dtype_v = g->kvt.v;
+    cp.n_threads = g->mo.threads;
+    cp.n_ctx = g->ctx ? g->ctx : mi->n_ctx_train;
+    cp.recall = cli_recall_params(&g->rec);
+    return cp;
+}
+
+int cli_gen_start(struct cli_gen *gen, const struct kvb_context_params *cp, const struct kvb_sampler_params *sp) {
+    cli_history_init(&gen->hist, sp->repeat_last_n);
+    gen->logits = malloc(sizeof(float) * (size_t)gen->mi.n_vocab);
+    if (gen->logits && kvb_context_init(gen->m, cp, &gen->c) == KVB_OK && kvb_sampler_init(sp, gen->mi.n_vocab, &gen->smp) == KVB_OK) return 0;
+    fprintf(stderr, "kvbound: %s\n", !gen->logits ? "out of memory" : kvb_last_error());
+    return -1;
+}
+
+void cli_gen_free(struct cli_gen *gen) {
+    cli_history_free(&gen->hist);
+    free(gen->logits);
+    kvb_sampler_free(gen->smp);
+    kvb_context_free(gen->c);
+    kvb_model_free(gen->m);
+    memset(gen, 0, sizeof *gen);
 }

@@ -31,43 +31,20 @@ static void print_tensors(const char *path) {
     kvb_buffer_free(t);
 }
 
-int cmd_info(int argc, char **argv) {
-    const char *model = NULL, *tok = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound info -m MODEL [-z TOKENIZER.bin]\n\nPrints the architecture, hyperparameters, tensor table with dtypes, and KV bytes per token.\n");
-            return 0;
-        }
-        if (!(v = cli_opt_value("info", "-m --model -z --tokenizer", argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
-        else { fprintf(stderr, "kvbound info: unknown option '%s'\n", a); return 2; }
-    }
-    if (!model) { fprintf(stderr, "kvbound info: -m MODEL is required\n"); return 2; }
-    struct kvb_model_params mp = kvb_model_default_params();
-    mp.tokenizer_path = tok;
-    struct kvb_model *m;
-    if (kvb_model_load(model, &mp, &m) != KVB_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", kvb_last_error());
-        struct kvb_vocab *vocab;
-        if (!tok && kvb_vocab_load(model, &vocab) == KVB_OK) { /* a vocab-only GGUF: what it has */
-            printf("file          %s (gguf, vocabulary only: %s)\n", model, why);
-            struct kvb_vocab_info vi;
-            kvb_vocab_get_info(vocab, &vi);
-            print_tokenizer(vocab);
-            print_chat_template(vi.chat_template);
-            kvb_vocab_free(vocab);
-            print_tensors(model);
-            return 0;
-        }
-        fprintf(stderr, "kvbound: %s\n", why);
-        return 1;
-    }
+/* A GGUF that holds only a vocabulary: what it has (why: the model load's error). */
+static void print_vocab_only(const char *path, const struct kvb_vocab *vocab, const char *why) {
+    printf("file          %s (gguf, vocabulary only: %s)\n", path, why);
+    struct kvb_vocab_info vi;
+    kvb_vocab_get_info(vocab, &vi);
+    print_tokenizer(vocab);
+    print_chat_template(vi.chat_template);
+    print_tensors(path);
+}
+
+static void print_model(const char *path, const struct kvb_model *m) {
     struct kvb_model_info in;
     kvb_model_get_info(m, &in);
-    printf("file          %s (%s)\n", model, in.source);
+    printf("file          %s (%s)\n", path, in.source);
     printf("architecture  %s\n", in.arch);
     printf("vocab         %d\nembedding     %d\nlayers        %d\nheads         %d (KV heads %d, head dim %d)\nffn           %d\n",
            in.n_vocab, in.n_embd, in.n_layer, in.n_head, in.n_head_kv, in.head_dim, in.n_ff);
@@ -80,7 +57,40 @@ int cmd_info(int argc, char **argv) {
     struct kvb_vocab_info vi;
     kvb_vocab_get_info(kvb_model_vocab(m), &vi);
     print_chat_template(vi.chat_template);
-    if (!strcmp(in.source, "gguf")) print_tensors(model);
-    kvb_model_free(m);
-    return 0;
+    if (!strcmp(in.source, "gguf")) print_tensors(path);
+}
+
+int cmd_info(int argc, char **argv) {
+    struct cli_model_opts mo; /* -m -z */
+    cli_model_init(&mo, "info", CLI_MODEL_TOKENIZER, 0);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: kvbound info -m MODEL [-z TOKENIZER.bin]\n\nPrints the architecture, hyperparameters, tensor table with dtypes, and KV bytes per token.\n");
+            return 0;
+        }
+        const int r = cli_model_option(&mo, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r == 0) { /* info has no options of its own: called unknown (or unexpected) */
+            cli_opt_value("info", "", argc, argv, &i);
+            return 2;
+        }
+    }
+    if (!cli_model_required(&mo)) return 2;
+    const struct kvb_model_params mp = cli_model_params(&mo);
+    struct kvb_model *m;
+    if (kvb_model_load(mo.path, &mp, &m) == KVB_OK) {
+        print_model(mo.path, m);
+        kvb_model_free(m);
+        return 0;
+    }
+    char why[512];
+    snprintf(why, sizeof why, "%s", kvb_last_error());
+    struct kvb_vocab *vocab;
+    if (!mo.tokenizer && kvb_vocab_load(mo.path, &vocab) == KVB_OK) { /* a vocab-only GGUF: what it has */
+        print_vocab_only(mo.path, vocab, why);
+        kvb_vocab_free(vocab);
+        return 0;
+    }
+    fprintf(stderr, "kvbound: %s\n", why);
+    return 1;
 }

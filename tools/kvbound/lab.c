@@ -3,7 +3,9 @@
  * embedded default (`make demo`). Runs every selected policy (the library's
  * real policy objects) on every scenario and budget, prints a table or JSON,
  * checks the audits (any failure: exit 1), reports findings, and with --out
- * writes a self-contained HTML report (lab_report.c).
+ * writes a self-contained HTML report (lab_report.c). cmd_lab: the options
+ * (lab_parse, lab_defaults), the runs (lab_run), the output (lab_output),
+ * then the results freed (lab_free).
  */
 #include "lab.h"
 
@@ -112,7 +114,7 @@ static void pick_snapshots(struct lab_scen *sc) {
     sc->snaps[sc->n_snaps++] = G - 1;
 }
 
-static int run_scenario(struct lab_opts *o, struct lab_scen *sc, const char *name) {
+static int run_scenario(const struct lab_opts *o, struct lab_scen *sc, const char *name) {
     sc->name = name;
     if (kvb_lab_stream_init(name, o->prompt, o->steps, o->seed, &sc->st) != KVB_OK) {
         fprintf(stderr, "kvbound: lab: %s\n", kvb_last_error());
@@ -198,110 +200,136 @@ static void audit_beats(struct lab_report *rep, const char *audit, const char *s
     add_audit(rep, audit, ok, "mean retained mass %s vs %s in %s: %s", kvb_policy_name(a), kvb_policy_name(b), sname, detail);
 }
 
-static void audits_and_findings(struct lab_report *rep) {
+/* Every row of every scenario sums to 1 with no negative entry; no run
+ * ended a step over budget, or with retained mass outside [0, 1]. */
+static void audit_runs(struct lab_report *rep) {
     const struct lab_opts *o = rep->opts;
-    /* 1. rows */
-    if (rep->n_scen) {
-        bool ok = true;
-        double worst = 0, mn = INFINITY;
-        for (int i = 0; i < rep->n_scen; i++) {
-            ok &= rep->scen[i].row_err <= 1e-9 && rep->scen[i].row_min >= 0;
-            worst = worst > rep->scen[i].row_err ? worst : rep->scen[i].row_err;
-            mn = mn < rep->scen[i].row_min ? mn : rep->scen[i].row_min;
+    bool ok = true;
+    double worst = 0, mn = INFINITY;
+    for (int i = 0; i < rep->n_scen; i++) {
+        ok &= rep->scen[i].row_err <= 1e-9 && rep->scen[i].row_min >= 0;
+        worst = worst > rep->scen[i].row_err ? worst : rep->scen[i].row_err;
+        mn = mn < rep->scen[i].row_min ? mn : rep->scen[i].row_min;
+    }
+    add_audit(rep, "rows-normalized", ok, "every row of every scenario: max |sum - 1| = %.3g (<= 1e-9), min entry = %.3g (>= 0)", worst, mn);
+    int viol = 0, out = 0, runs = 0;
+    for (int i = 0; i < rep->n_scen; i++)
+        for (int c = 0; c < o->n_budgets * o->n_pol; c++) {
+            viol += rep->scen[i].cells[c].r.budget_violations;
+            out += rep->scen[i].cells[c].r.mass_out_of_range;
+            runs++;
         }
-        add_audit(rep, "rows-normalized", ok, "every row of every scenario: max |sum - 1| = %.3g (<= 1e-9), min entry = %.3g (>= 0)", worst, mn);
-        /* 2, 3. budgets and mass */
-        int viol = 0, out = 0, runs = 0;
-        for (int i = 0; i < rep->n_scen; i++)
-            for (int c = 0; c < o->n_budgets * o->n_pol; c++) {
-                viol += rep->scen[i].cells[c].r.budget_violations;
-                out += rep->scen[i].cells[c].r.mass_out_of_range;
-                runs++;
-            }
-        add_audit(rep, "budget-respected", viol == 0, "%d runs, %d steps ended over budget", runs, viol);
-        add_audit(rep, "mass-in-range", out == 0, "%d runs, %d steps with retained mass outside [0, 1]", runs, out);
+    add_audit(rep, "budget-respected", viol == 0, "%d runs, %d steps ended over budget", runs, viol);
+    add_audit(rep, "mass-in-range", out == 0, "%d runs, %d steps with retained mass outside [0, 1]", runs, out);
+}
+
+/* snapkv answers every needle query from its cache, at each budget whose
+ * prompt share is more than its observation window. */
+static void audit_snapkv_needle(struct lab_report *rep) {
+    const struct lab_opts *o = rep->opts;
+    struct lab_scen *nd = scen(rep, "needle");
+    if (!nd || !lab_find(o, nd, KVB_POLICY_SNAPKV, 0)) {
+        add_audit(rep, "snapkv-keeps-needle", true, "skipped: needs scenario needle and policy snapkv");
+        return;
+    }
+    bool ok = true;
+    char d[256] = "";
+    size_t used = 0;
+    const struct kvb_policy_params sp = kvb_policy_default_params(KVB_POLICY_SNAPKV);
+    int checked = 0;
+    for (int k = 0; k < o->n_budgets; k++) {
+        const struct kvb_lab_result *r = &lab_find(o, nd, KVB_POLICY_SNAPKV, k)->r;
+        /* the lab gives a quarter of the budget to generated tokens (kvb_lab_run) */
+        const int prompt_budget = o->budgets[k] - (o->budgets[k] / 4 > 1 ? o->budgets[k] / 4 : 1);
+        if (prompt_budget <= sp.obs_window + sp.n_sink) { /* the prompt's budget is the window: nothing to select */
+            used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: not checked (prompt budget %d <= window %d)",
+                                     k ? "; " : "", o->budgets[k], prompt_budget, sp.obs_window);
+            continue;
+        }
+        checked++;
+        ok &= r->fact_hits[0] == r->fact_queries[0] && r->fact_queries[0] > 0;
+        used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: %d/%d", k ? "; " : "",
+                                 o->budgets[k], r->fact_hits[0], r->fact_queries[0]);
+        if (used >= sizeof d) break;
+    }
+    add_audit(rep, "snapkv-keeps-needle", ok && checked > 0, "needle queries answered from the cache: %s", d);
+}
+
+/* With --recall: needle fact hits of every bounded policy without and with recall. */
+static void finding_recall_needle(struct lab_report *rep) {
+    const struct lab_opts *o = rep->opts;
+    struct lab_scen *nr = scen(rep, "needle");
+    if (!o->recall_pages || !nr || !lab_find(o, nr, KVB_POLICY_FULL, 0)) return;
+    char d[1024] = "";
+    size_t used = 0;
+    for (int k = 0; k < o->n_budgets; k++) {
+        const struct kvb_lab_result *full = &lab_find(o, nr, KVB_POLICY_FULL, k)->r;
+        const int fh = full->fact_hits[0] + full->fact_hits[1];
+        for (int p = 0; p < o->n_pol; p++) {
+            const struct lab_cell *cl = &nr->cells[k * o->n_pol + p];
+            if (cl->pid == KVB_POLICY_FULL) continue;
+            used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s@%d %d->%d/%d", used ? ", " : "", kvb_policy_name(cl->pid),
+                                     o->budgets[k], cl->r.fact_hits[0] + cl->r.fact_hits[1], cl->rr.fact_hits[0] + cl->rr.fact_hits[1], fh);
+            if (used >= sizeof d) break;
+        }
+    }
+    add_finding(rep, "recall-needle-fact-hits", "needle fact hits without -> with recall (%d pages), out of the full cache's: %s", o->recall_pages, d);
+}
+
+/* diffuse, at the middle budget: the score-based policies' mean retained mass against window's. */
+static void finding_diffuse(struct lab_report *rep) {
+    const struct lab_opts *o = rep->opts;
+    struct lab_scen *df = scen(rep, "diffuse");
+    if (!df || !lab_find(o, df, KVB_POLICY_WINDOW, 0)) return;
+    char d[1024] = "";
+    size_t used = 0;
+    int k = o->n_budgets / 2;
+    double mw = lab_find(o, df, KVB_POLICY_WINDOW, k)->r.mass_mean;
+    int losers = 0;
+    for (int p = 0; p < o->n_pol; p++) {
+        enum kvb_policy_id id = o->pol[p];
+        if (id == KVB_POLICY_FULL || id == KVB_POLICY_WINDOW || id == KVB_POLICY_STREAMING || id == KVB_POLICY_LMINFINITE) continue;
+        double m = lab_find(o, df, id, k)->r.mass_mean;
+        losers += m < mw;
+        used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s %+.4f", used ? ", " : "", kvb_policy_name(id), m - mw);
+        if (used >= sizeof d) break;
+    }
+    add_finding(rep, "diffuse-score-vs-window", "budget %d: %d score-based policies lose mean retained mass to window (%.4f); difference per policy: %s",
+                o->budgets[k], losers, mw, d);
+}
+
+/* drift: h2o's and snapkv's hits on the facts needed after the drift (B) and before it (A). */
+static void finding_drift(struct lab_report *rep) {
+    const struct lab_opts *o = rep->opts;
+    struct lab_scen *dr = scen(rep, "drift");
+    if (!dr || !lab_find(o, dr, KVB_POLICY_H2O, 0) || !lab_find(o, dr, KVB_POLICY_SNAPKV, 0)) return;
+    char d[512] = "";
+    size_t used = 0;
+    for (int k = 0; k < o->n_budgets; k++) {
+        const struct kvb_lab_result *h = &lab_find(o, dr, KVB_POLICY_H2O, k)->r, *s = &lab_find(o, dr, KVB_POLICY_SNAPKV, k)->r;
+        used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: h2o %d/%d, snapkv %d/%d (A: h2o %d/%d, snapkv %d/%d)",
+                                 k ? "; " : "", o->budgets[k], h->fact_hits[1], h->fact_queries[1], s->fact_hits[1], s->fact_queries[1],
+                                 h->fact_hits[0], h->fact_queries[0], s->fact_hits[0], s->fact_queries[0]);
+        if (used >= sizeof d) break;
+    }
+    add_finding(rep, "drift-b-fact-hits", "B facts (needed after the drift, not revealed by the window): %s", d);
+}
+
+/* The audits (pass or fail) and the findings (reported, never pass/fail), in their order. */
+static void audits_and_findings(struct lab_report *rep) {
+    if (rep->n_scen) {
+        audit_runs(rep);
         audit_beats(rep, "streaming-beats-window-chat", "chat", KVB_POLICY_STREAMING, KVB_POLICY_WINDOW);
         audit_beats(rep, "h2o-beats-window-needle", "needle", KVB_POLICY_H2O, KVB_POLICY_WINDOW);
-        struct lab_scen *nd = scen(rep, "needle");
-        if (nd && lab_find(o, nd, KVB_POLICY_SNAPKV, 0)) {
-            bool ok6 = true;
-            char d[256] = "";
-            size_t used = 0;
-            const struct kvb_policy_params sp = kvb_policy_default_params(KVB_POLICY_SNAPKV);
-            int checked = 0;
-            for (int k = 0; k < o->n_budgets; k++) {
-                const struct kvb_lab_result *r = &lab_find(o, nd, KVB_POLICY_SNAPKV, k)->r;
-                /* the lab gives a quarter of the budget to generated tokens (kvb_lab_run) */
-                const int prompt_budget = o->budgets[k] - (o->budgets[k] / 4 > 1 ? o->budgets[k] / 4 : 1);
-                if (prompt_budget <= sp.obs_window + sp.n_sink) { /* the prompt's budget is the window: nothing to select */
-                    used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: not checked (prompt budget %d <= window %d)",
-                                             k ? "; " : "", o->budgets[k], prompt_budget, sp.obs_window);
-                    continue;
-                }
-                checked++;
-                ok6 &= r->fact_hits[0] == r->fact_queries[0] && r->fact_queries[0] > 0;
-                used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: %d/%d", k ? "; " : "",
-                                         o->budgets[k], r->fact_hits[0], r->fact_queries[0]);
-                if (used >= sizeof d) break;
-            }
-            add_audit(rep, "snapkv-keeps-needle", ok6 && checked > 0, "needle queries answered from the cache: %s", d);
-        } else {
-            add_audit(rep, "snapkv-keeps-needle", true, "skipped: needs scenario needle and policy snapkv");
-        }
+        audit_snapkv_needle(rep);
     }
-    struct lab_scen *nr = scen(rep, "needle");
-    if (o->recall_pages && nr && lab_find(o, nr, KVB_POLICY_FULL, 0)) {
-        char d[1024] = "";
-        size_t used = 0;
-        for (int k = 0; k < o->n_budgets; k++) {
-            const struct kvb_lab_result *full = &lab_find(o, nr, KVB_POLICY_FULL, k)->r;
-            const int fh = full->fact_hits[0] + full->fact_hits[1];
-            for (int p = 0; p < o->n_pol; p++) {
-                const struct lab_cell *cl = &nr->cells[k * o->n_pol + p];
-                if (cl->pid == KVB_POLICY_FULL) continue;
-                used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s@%d %d->%d/%d", used ? ", " : "", kvb_policy_name(cl->pid),
-                                         o->budgets[k], cl->r.fact_hits[0] + cl->r.fact_hits[1], cl->rr.fact_hits[0] + cl->rr.fact_hits[1], fh);
-                if (used >= sizeof d) break;
-            }
-        }
-        add_finding(rep, "recall-needle-fact-hits", "needle fact hits without -> with recall (%d pages), out of the full cache's: %s", o->recall_pages, d);
-    }
+    finding_recall_needle(rep);
     if (rep->trace_ran) {
         const char *want = "<s> System: PostgresDB db def query():";
         add_audit(rep, "trace-h2o", !strcmp(rep->trace_h2o, want), "final h2o cache '%s' (expected '%s')", rep->trace_h2o, want);
     }
-    /* findings: reported, never pass/fail */
-    struct lab_scen *df = scen(rep, "diffuse");
-    if (df && lab_find(o, df, KVB_POLICY_WINDOW, 0)) {
-        char d[1024] = "";
-        size_t used = 0;
-        int k = o->n_budgets / 2;
-        double mw = lab_find(o, df, KVB_POLICY_WINDOW, k)->r.mass_mean;
-        int losers = 0;
-        for (int p = 0; p < o->n_pol; p++) {
-            enum kvb_policy_id id = o->pol[p];
-            if (id == KVB_POLICY_FULL || id == KVB_POLICY_WINDOW || id == KVB_POLICY_STREAMING || id == KVB_POLICY_LMINFINITE) continue;
-            double m = lab_find(o, df, id, k)->r.mass_mean;
-            losers += m < mw;
-            used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%s%s %+.4f", used ? ", " : "", kvb_policy_name(id), m - mw);
-            if (used >= sizeof d) break;
-        }
-        add_finding(rep, "diffuse-score-vs-window", "budget %d: %d score-based policies lose mean retained mass to window (%.4f); difference per policy: %s",
-                    o->budgets[k], losers, mw, d);
-    }
-    struct lab_scen *dr = scen(rep, "drift");
-    if (dr && lab_find(o, dr, KVB_POLICY_H2O, 0) && lab_find(o, dr, KVB_POLICY_SNAPKV, 0)) {
-        char d[512] = "";
-        size_t used = 0;
-        for (int k = 0; k < o->n_budgets; k++) {
-            const struct kvb_lab_result *h = &lab_find(o, dr, KVB_POLICY_H2O, k)->r, *s = &lab_find(o, dr, KVB_POLICY_SNAPKV, k)->r;
-            used += (size_t)snprintf(d + used, sizeof d - LAB_MIN(used, sizeof d), "%sbudget %d: h2o %d/%d, snapkv %d/%d (A: h2o %d/%d, snapkv %d/%d)",
-                                     k ? "; " : "", o->budgets[k], h->fact_hits[1], h->fact_queries[1], s->fact_hits[1], s->fact_queries[1],
-                                     h->fact_hits[0], h->fact_queries[0], s->fact_hits[0], s->fact_queries[0]);
-            if (used >= sizeof d) break;
-        }
-        add_finding(rep, "drift-b-fact-hits", "B facts (needed after the drift, not revealed by the window): %s", d);
-    }
+    finding_diffuse(rep);
+    finding_drift(rep);
 }
 
 /* ---- output ---- */
@@ -399,104 +427,157 @@ static void print_json(const struct lab_report *rep) {
     printf("]}\n");
 }
 
-int cmd_lab(int argc, char **argv) {
+/* The command line of lab: the run's options and what to print or write. */
+struct lab_cmd {
     struct lab_opts o;
-    memset(&o, 0, sizeof o);
-    o.prompt = 1024;
-    o.steps = 512;
-    o.seed = 1;
-    const char *scenario = "all", *out_dir = NULL;
-    bool json = false;
+    const char *scenario, *out_dir;
+    char out_buf[3072]; /* --out without trailing slashes: no "dir//report.html" */
+    bool json;
+};
+
+/* --policies a,b,c into o->pol; -1: printed. */
+static int lab_policies_option(struct lab_opts *o, const char *v) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (o->n_pol == KVB_POLICY_COUNT) { fprintf(stderr, "kvbound: --policies: too many\n"); return -1; }
+        if (kvb_policy_from_name(tok, &o->pol[o->n_pol]) != KVB_OK) { fprintf(stderr, "kvbound: --policies: %s\n", kvb_last_error()); return -1; }
+        o->n_pol++;
+    }
+    return 0;
+}
+
+/* A value option of lab (--budget may take more values after it, advancing *i); -1: printed. */
+static int lab_option(struct lab_cmd *c, const char *a, const char *v, int argc, char **argv, int *i) {
+    struct lab_opts *o = &c->o;
+    if (!strcmp(a, "--scenario")) c->scenario = v;
+    else if (!strcmp(a, "--budget")) {
+        if (parse_list_i32(a, v, o->budgets, &o->n_budgets, LAB_MAX_BUDGETS)) return -1;
+        while (*i + 1 < argc && argv[*i + 1][0] >= '0' && argv[*i + 1][0] <= '9') /* --budget 64 128 256 */
+            if (parse_list_i32(a, argv[++*i], o->budgets, &o->n_budgets, LAB_MAX_BUDGETS)) return -1;
+    }
+    else if (!strcmp(a, "--policies")) return lab_policies_option(o, v);
+    else if (!strcmp(a, "--prompt")) return cli_parse_i32(a, v, 64, 1 << 20, &o->prompt);
+    else if (!strcmp(a, "--steps")) return cli_parse_i32(a, v, 16, 1 << 20, &o->steps);
+    else if (!strcmp(a, "--chunk")) return cli_parse_i32(a, v, 1, 1 << 20, &o->chunk);
+    else if (!strcmp(a, "--recall-pages")) return cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &o->recall_pages);
+    else if (!strcmp(a, "--seed")) {
+        long long seed;
+        if (cli_parse_i64(a, v, 0, (1LL << 62), &seed)) return -1;
+        o->seed = (uint64_t)seed;
+    } else c->out_dir = v; /* --out */
+    return 0;
+}
+
+static int lab_parse(struct lab_cmd *c, int argc, char **argv) {
+    memset(c, 0, sizeof *c);
+    c->o.prompt = 1024;
+    c->o.steps = 512;
+    c->o.seed = 1;
+    c->scenario = "all";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { lab_usage(stdout); return 0; }
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        if (!strcmp(a, "--recall")) { if (!o.recall_pages) o.recall_pages = 8; continue; }
+        if (!strcmp(a, "--json")) { c->json = true; continue; }
+        if (!strcmp(a, "--recall")) { if (!c->o.recall_pages) c->o.recall_pages = 8; continue; }
         if (!(v = cli_opt_value("lab", "--scenario --budget --policies --prompt --steps --chunk --recall-pages --seed --out", argc, argv, &i))) return 2;
-        if (!strcmp(a, "--scenario")) scenario = v;
-        else if (!strcmp(a, "--budget")) {
-            if (parse_list_i32(a, v, o.budgets, &o.n_budgets, LAB_MAX_BUDGETS)) return 2;
-            while (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') /* --budget 64 128 256 */
-                if (parse_list_i32(a, argv[++i], o.budgets, &o.n_budgets, LAB_MAX_BUDGETS)) return 2;
-        }
-        else if (!strcmp(a, "--policies")) {
-            char buf[512];
-            snprintf(buf, sizeof buf, "%s", v);
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                if (o.n_pol == KVB_POLICY_COUNT) { fprintf(stderr, "kvbound: --policies: too many\n"); return 2; }
-                if (kvb_policy_from_name(tok, &o.pol[o.n_pol]) != KVB_OK) { fprintf(stderr, "kvbound: --policies: %s\n", kvb_last_error()); return 2; }
-                o.n_pol++;
-            }
-        } else if (!strcmp(a, "--prompt")) { if (cli_parse_i32(a, v, 64, 1 << 20, &o.prompt)) return 2; }
-        else if (!strcmp(a, "--steps")) { if (cli_parse_i32(a, v, 16, 1 << 20, &o.steps)) return 2; }
-        else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 1 << 20, &o.chunk)) return 2; }
-        else if (!strcmp(a, "--recall-pages")) { if (cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &o.recall_pages)) return 2; }
-        else if (!strcmp(a, "--seed")) { long long s; if (cli_parse_i64(a, v, 0, (1LL << 62), &s)) return 2; o.seed = (uint64_t)s; }
-        else if (!strcmp(a, "--out")) out_dir = v;
-        else { fprintf(stderr, "kvbound lab: unknown option '%s' (see --help)\n", a); return 2; }
+        if (lab_option(c, a, v, argc, argv, &i)) return 2;
     }
-    char out_buf[3072]; /* no "dir//report.html" */
-    if (out_dir && !(out_dir = cli_dir_arg("--out", out_dir, out_buf, sizeof out_buf))) return 2;
-    if (!o.n_budgets) { o.budgets[0] = 64; o.budgets[1] = 128; o.budgets[2] = 256; o.n_budgets = 3; }
-    if (!o.n_pol) /* knorm scores keys, and lab rows have none: it would only repeat window */
+    if (c->out_dir && !(c->out_dir = cli_dir_arg("--out", c->out_dir, c->out_buf, sizeof c->out_buf))) return 2;
+    return CLI_GO_ON;
+}
+
+/* Default budgets and policies, budgets sorted; CLI_GO_ON, or 2 for an unknown --scenario (printed). */
+static int lab_defaults(struct lab_cmd *c) {
+    struct lab_opts *o = &c->o;
+    if (!o->n_budgets) { o->budgets[0] = 64; o->budgets[1] = 128; o->budgets[2] = 256; o->n_budgets = 3; }
+    if (!o->n_pol) /* knorm scores keys, and lab rows have none: it would only repeat window */
         for (int p = 0; p < KVB_POLICY_COUNT; p++)
-            if (p != KVB_POLICY_KNORM) o.pol[o.n_pol++] = (enum kvb_policy_id)p;
-    for (int b = 0; b < o.n_budgets; b++) /* sort budgets: the sweep is drawn in order */
-        for (int c = b + 1; c < o.n_budgets; c++)
-            if (o.budgets[c] < o.budgets[b]) { int32_t t = o.budgets[b]; o.budgets[b] = o.budgets[c]; o.budgets[c] = t; }
-    bool all = !strcmp(scenario, "all"), want_trace = all || !strcmp(scenario, "trace");
-    if (!all && !want_trace && !kvb_lab_scenario_describe(scenario)) {
-        fprintf(stderr, "kvbound: --scenario: unknown '%s' (chat, needle, diffuse, drift, trace, all)\n", scenario);
+            if (p != KVB_POLICY_KNORM) o->pol[o->n_pol++] = (enum kvb_policy_id)p;
+    for (int b = 0; b < o->n_budgets; b++) /* sort budgets: the sweep is drawn in order */
+        for (int k = b + 1; k < o->n_budgets; k++)
+            if (o->budgets[k] < o->budgets[b]) { int32_t t = o->budgets[b]; o->budgets[b] = o->budgets[k]; o->budgets[k] = t; }
+    const bool all = !strcmp(c->scenario, "all");
+    if (!all && strcmp(c->scenario, "trace") && !kvb_lab_scenario_describe(c->scenario)) {
+        fprintf(stderr, "kvbound: --scenario: unknown '%s' (chat, needle, diffuse, drift, trace, all)\n", c->scenario);
         return 2;
     }
+    return CLI_GO_ON;
+}
+
+/* The selected scenarios, then the trace (printed unless --json); -1: printed. */
+static int lab_run(const struct lab_cmd *c, struct lab_report *rep) {
+    const bool all = !strcmp(c->scenario, "all");
+    for (int i = 0; i < N_SCEN; i++) {
+        if (!all && strcmp(c->scenario, k_scenarios[i])) continue;
+        if (!c->json) fprintf(stderr, "kvbound lab: %s ...\n", k_scenarios[i]);
+        if (run_scenario(&c->o, &rep->scen[rep->n_scen++], k_scenarios[i])) return -1;
+    }
+    if (!all && strcmp(c->scenario, "trace")) return 0;
+    char fin[256];
+    if (!c->json) {
+        run_trace(KVB_POLICY_H2O, stdout, rep->trace_h2o, sizeof rep->trace_h2o);
+        run_trace(KVB_POLICY_STREAMING, stdout, fin, sizeof fin);
+        printf("\n");
+    } else {
+        run_trace(KVB_POLICY_H2O, NULL, rep->trace_h2o, sizeof rep->trace_h2o);
+    }
+    rep->trace_ran = true;
+    return 0;
+}
+
+/* The table or JSON, --out's report, and the audits' verdict: the exit status. */
+static int lab_output(const struct lab_cmd *c, const struct lab_report *rep) {
+    if (c->json) print_json(rep);
+    else if (rep->n_scen) print_table(rep);
+    else
+        for (int i = 0; i < rep->n_audits; i++)
+            printf("audit %-28s %s  %s\n", rep->audits[i].name, rep->audits[i].skipped ? "SKIP" : rep->audits[i].pass ? "PASS" : "FAIL", rep->audits[i].detail);
+    int rc = 0;
+    if (c->out_dir && rep->n_scen) {
+        if (mkdir(c->out_dir, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "kvbound: --out: cannot create '%s': %s\n", c->out_dir, strerror(errno));
+            rc = 1;
+        } else if (lab_write_report(rep, c->out_dir) != 0) {
+            rc = 1;
+        } else if (!c->json) {
+            printf("\nreport: %s/report.html\n", c->out_dir);
+        }
+    }
+    for (int i = 0; i < rep->n_audits; i++)
+        if (!rep->audits[i].pass) {
+            fprintf(stderr, "kvbound lab: audit failed: %s\n", rep->audits[i].name);
+            rc = 1;
+        }
+    return rc;
+}
+
+static void lab_free(const struct lab_opts *o, struct lab_report *rep) {
+    for (int i = 0; i < rep->n_scen; i++) {
+        if (rep->scen[i].cells)
+            for (int c = 0; c < o->n_budgets * o->n_pol; c++) {
+                kvb_lab_result_free(&rep->scen[i].cells[c].r);
+                kvb_lab_result_free(&rep->scen[i].cells[c].rr);
+            }
+        free(rep->scen[i].cells);
+        kvb_lab_stream_free(rep->scen[i].st);
+    }
+}
+
+int cmd_lab(int argc, char **argv) {
+    struct lab_cmd c;
+    int rc = lab_parse(&c, argc, argv);
+    if (rc == CLI_GO_ON) rc = lab_defaults(&c);
+    if (rc != CLI_GO_ON) return rc;
     static struct lab_report rep;
     memset(&rep, 0, sizeof rep);
-    rep.opts = &o;
-    for (int i = 0; i < N_SCEN; i++) {
-        if (!all && strcmp(scenario, k_scenarios[i])) continue;
-        if (!json) fprintf(stderr, "kvbound lab: %s ...\n", k_scenarios[i]);
-        if (run_scenario(&o, &rep.scen[rep.n_scen++], k_scenarios[i])) return 1;
+    rep.opts = &c.o;
+    if (lab_run(&c, &rep) == 0) {
+        audits_and_findings(&rep);
+        rc = lab_output(&c, &rep);
+    } else {
+        rc = 1;
     }
-    if (want_trace) {
-        char fin[256];
-        if (!json) {
-            run_trace(KVB_POLICY_H2O, stdout, rep.trace_h2o, sizeof rep.trace_h2o);
-            run_trace(KVB_POLICY_STREAMING, stdout, fin, sizeof fin);
-            printf("\n");
-        } else {
-            run_trace(KVB_POLICY_H2O, NULL, rep.trace_h2o, sizeof rep.trace_h2o);
-        }
-        rep.trace_ran = true;
-    }
-    audits_and_findings(&rep);
-    if (json) print_json(&rep);
-    else if (rep.n_scen) print_table(&rep);
-    else
-        for (int i = 0; i < rep.n_audits; i++)
-            printf("audit %-28s %s  %s\n", rep.audits[i].name, rep.audits[i].skipped ? "SKIP" : rep.audits[i].pass ? "PASS" : "FAIL", rep.audits[i].detail);
-    int rc = 0;
-    if (out_dir && rep.n_scen) {
-        if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
-            fprintf(stderr, "kvbound: --out: cannot create '%s': %s\n", out_dir, strerror(errno));
-            rc = 1;
-        } else if (lab_write_report(&rep, out_dir) != 0) {
-            rc = 1;
-        } else if (!json) {
-            printf("\nreport: %s/report.html\n", out_dir);
-        }
-    }
-    for (int i = 0; i < rep.n_audits; i++)
-        if (!rep.audits[i].pass) {
-            fprintf(stderr, "kvbound lab: audit failed: %s\n", rep.audits[i].name);
-            rc = 1;
-        }
-    for (int i = 0; i < rep.n_scen; i++) {
-        for (int c = 0; c < o.n_budgets * o.n_pol; c++) {
-            kvb_lab_result_free(&rep.scen[i].cells[c].r);
-            kvb_lab_result_free(&rep.scen[i].cells[c].rr);
-        }
-        free(rep.scen[i].cells);
-        kvb_lab_stream_free(rep.scen[i].st);
-    }
+    lab_free(&c.o, &rep);
     return rc;
 }

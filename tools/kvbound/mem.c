@@ -3,7 +3,9 @@
  * V row bytes), K and V each in its type, quantized types counted by their
  * blocks (q8_0: 34 bytes per 32 values) and optional page rounding. A bounded
  * policy's size does not depend on T; the saving is printed beside it.
- * GB = 10^9 bytes (GiB with --gib), rounded to nearest.
+ * GB = 10^9 bytes (GiB with --gib), rounded to nearest. The options parse
+ * into struct mem_opts; the shape comes from a preset, a model or the
+ * flags; then a header, a row per tokens x batch, and the notes.
  */
 #include "cli.h"
 
@@ -57,134 +59,185 @@ static int parse_list_ll(const char *flag, const char *v, long long *out, int *n
     return 0;
 }
 
-int cmd_mem(int argc, char **argv) {
-    const char *preset = NULL, *model = NULL;
-    int32_t L = 0, H = 0, D = 0, block = 0, budget = 0, sinks = -1, recall = 0;
+struct mem_opts {
+    struct cli_model_opts mo; /* -m */
+    const char *preset;
+    char name[128]; /* the preset's, the model's or "custom" */
+    int32_t L, H, D, block, budget, sinks, recall;
     long long ctx[16], batch[16];
-    int n_ctx = 0, n_batch = 0;
-    uint32_t type = KVB_TYPE_F16, vtype = KVB_TYPE_F16;
-    bool v_set = false;
-    bool json = false, gib = false;
-    enum kvb_policy_id pid = KVB_POLICY_FULL;
+    int n_ctx, n_batch;
+    uint32_t type, vtype;
+    bool v_set, json, gib;
+    enum kvb_policy_id pid;
+};
+
+static void mem_usage(void) {
+    printf("usage: kvbound mem [--preset NAME | -m MODEL.gguf | --layers L --kv-heads H --head-dim D] --ctx T[,T...]\n"
+           "                   [--batch B[,B...]] [--dtype f32|f16|bf16|q8_0|q4_0] [--dtype-k T --dtype-v T]\n"
+           "                   [--policy P --budget N [--sinks S]] [--recall-pages R] [--block-size N] [--gib] [--json]\n\n"
+           "KV memory M = batch x tokens x layers x kv_heads x (K row + V row bytes), a row being head_dim\n"
+           "elements (q8_0: 34 bytes per 32, q4_0: 18 per 32, ggml's blocks). --dtype sets both (also\n"
+           "--kv-dtype, --kv-dtype-k, --kv-dtype-v as the other commands); --block-size rounds tokens up to whole pages, which\n"
+           "is what a kvbound cache with that page size holds.\n"
+           "--recall-pages R (with a bounded policy): the pool also holds each stream's recall area, R pages\n"
+           "of --block-size (16) tokens; bounded bytes include it (recall_bytes in the JSON). The cold tier is\n"
+           "host memory or disk, not pool: cold_bytes_per_token is what each evicted token costs there.\n"
+           "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
+    for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
+    printf("\n");
+}
+
+/* A value option of mem; -1: printed. */
+static int mem_option(struct mem_opts *o, const char *a, const char *v) {
+    if (!strcmp(a, "--preset")) o->preset = v;
+    else if (!strcmp(a, "--layers")) return cli_parse_i32(a, v, 1, 100000, &o->L);
+    else if (!strcmp(a, "--kv-heads")) return cli_parse_i32(a, v, 1, 100000, &o->H);
+    else if (!strcmp(a, "--head-dim")) return cli_parse_i32(a, v, 1, 100000, &o->D);
+    else if (!strcmp(a, "--ctx")) return parse_list_ll(a, v, o->ctx, &o->n_ctx, 16);
+    else if (!strcmp(a, "--batch")) return parse_list_ll(a, v, o->batch, &o->n_batch, 16);
+    else if (!strcmp(a, "--block-size")) return cli_parse_i32(a, v, 1, 1 << 20, &o->block);
+    else if (!strcmp(a, "--budget")) return cli_parse_i32(a, v, 1, 1 << 30, &o->budget);
+    else if (!strcmp(a, "--recall-pages")) return cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &o->recall);
+    else if (!strcmp(a, "--sinks")) return cli_parse_i32(a, v, 0, 1 << 20, &o->sinks);
+    else if (!strcmp(a, "--policy")) {
+        if (kvb_policy_from_name(v, &o->pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return -1; }
+    } else if (!strcmp(a, "--dtype") || !strcmp(a, "--kv-dtype")) {
+        if (!kv_type(a, v, &o->type)) return -1;
+        o->v_set = false;
+    } else if (!strcmp(a, "--dtype-k") || !strcmp(a, "--kv-dtype-k")) {
+        if (!kv_type(a, v, &o->type)) return -1;
+    } else { /* --dtype-v, --kv-dtype-v */
+        if (!kv_type(a, v, &o->vtype)) return -1;
+        o->v_set = true;
+    }
+    return 0;
+}
+
+static int mem_parse(struct mem_opts *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    cli_model_init(&o->mo, "mem", 0, 0);
+    o->sinks = -1;
+    o->type = o->vtype = KVB_TYPE_F16;
+    o->pid = KVB_POLICY_FULL;
+    snprintf(o->name, sizeof o->name, "custom");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound mem [--preset NAME | -m MODEL.gguf | --layers L --kv-heads H --head-dim D] --ctx T[,T...]\n"
-                   "                   [--batch B[,B...]] [--dtype f32|f16|bf16|q8_0|q4_0] [--dtype-k T --dtype-v T]\n"
-                   "                   [--policy P --budget N [--sinks S]] [--recall-pages R] [--block-size N] [--gib] [--json]\n\n"
-                   "KV memory M = batch x tokens x layers x kv_heads x (K row + V row bytes), a row being head_dim\n"
-                   "elements (q8_0: 34 bytes per 32, q4_0: 18 per 32, ggml's blocks). --dtype sets both (also\n"
-                   "--kv-dtype, --kv-dtype-k, --kv-dtype-v as the other commands); --block-size rounds tokens up to whole pages, which\n"
-                   "is what a kvbound cache with that page size holds.\n"
-                   "--recall-pages R (with a bounded policy): the pool also holds each stream's recall area, R pages\n"
-                   "of --block-size (16) tokens; bounded bytes include it (recall_bytes in the JSON). The cold tier is\n"
-                   "host memory or disk, not pool: cold_bytes_per_token is what each evicted token costs there.\n"
-                   "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
-            for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
-            printf("\n");
-            return 0;
-        }
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        if (!strcmp(a, "--gib")) { gib = true; continue; }
-        if (!(v = cli_opt_value("mem", "--preset -m --model --layers --kv-heads --head-dim --ctx --batch --block-size --budget --recall-pages --sinks --policy "
-                                             "--dtype --kv-dtype --dtype-k --kv-dtype-k --dtype-v --kv-dtype-v", argc, argv, &i))) return 2;
-        if (!strcmp(a, "--preset")) preset = v;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--layers")) { if (cli_parse_i32(a, v, 1, 100000, &L)) return 2; }
-        else if (!strcmp(a, "--kv-heads")) { if (cli_parse_i32(a, v, 1, 100000, &H)) return 2; }
-        else if (!strcmp(a, "--head-dim")) { if (cli_parse_i32(a, v, 1, 100000, &D)) return 2; }
-        else if (!strcmp(a, "--ctx")) { if (parse_list_ll(a, v, ctx, &n_ctx, 16)) return 2; }
-        else if (!strcmp(a, "--batch")) { if (parse_list_ll(a, v, batch, &n_batch, 16)) return 2; }
-        else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 1 << 20, &block)) return 2; }
-        else if (!strcmp(a, "--budget")) { if (cli_parse_i32(a, v, 1, 1 << 30, &budget)) return 2; }
-        else if (!strcmp(a, "--recall-pages")) { if (cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &recall)) return 2; }
-        else if (!strcmp(a, "--sinks")) { if (cli_parse_i32(a, v, 0, 1 << 20, &sinks)) return 2; }
-        else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
-        else if (!strcmp(a, "--dtype") || !strcmp(a, "--kv-dtype")) {
-            if (!kv_type(a, v, &type)) return 2;
-            v_set = false;
-        } else if (!strcmp(a, "--dtype-k") || !strcmp(a, "--kv-dtype-k")) {
-            if (!kv_type(a, v, &type)) return 2;
-        } else if (!strcmp(a, "--dtype-v") || !strcmp(a, "--kv-dtype-v")) {
-            if (!kv_type(a, v, &vtype)) return 2;
-            v_set = true;
-        } else { fprintf(stderr, "kvbound mem: unknown option '%s'\n", a); return 2; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { mem_usage(); return 0; }
+        if (!strcmp(a, "--json")) { o->json = true; continue; }
+        if (!strcmp(a, "--gib")) { o->gib = true; continue; }
+        const int r = cli_model_option(&o->mo, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!(v = cli_opt_value("mem", "--preset --layers --kv-heads --head-dim --ctx --batch --block-size --budget --recall-pages --sinks --policy "
+                                       "--dtype --kv-dtype --dtype-k --kv-dtype-k --dtype-v --kv-dtype-v", argc, argv, &i))) return 2;
+        if (mem_option(o, a, v)) return 2;
     }
-    char name[128] = "custom";
-    if (preset) {
+    return CLI_GO_ON;
+}
+
+/* Layers, KV heads and head dim from --preset or -m (else the flags'):
+ * CLI_GO_ON, or the exit status (printed). */
+static int mem_shape(struct mem_opts *o) {
+    if (o->preset) {
         const struct preset *p = NULL;
         for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++)
-            if (!strcmp(preset, k_presets[k].name)) p = &k_presets[k];
-        if (!p) { fprintf(stderr, "kvbound: --preset: unknown '%s' (see --help)\n", preset); return 2; }
-        L = p->layers; H = p->kv_heads; D = p->head_dim;
-        snprintf(name, sizeof name, "%s", p->name);
-    } else if (model) {
+            if (!strcmp(o->preset, k_presets[k].name)) p = &k_presets[k];
+        if (!p) { fprintf(stderr, "kvbound: --preset: unknown '%s' (see --help)\n", o->preset); return 2; }
+        o->L = p->layers; o->H = p->kv_heads; o->D = p->head_dim;
+        snprintf(o->name, sizeof o->name, "%s", p->name);
+    } else if (o->mo.path) {
         struct kvb_model *m;
-        struct kvb_model_params mp = kvb_model_default_params();
-        if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
         struct kvb_model_info in;
-        kvb_model_get_info(m, &in);
-        L = in.n_layer; H = in.n_head_kv; D = in.head_dim;
-        snprintf(name, sizeof name, "%s", model);
+        if (cli_load_model(&o->mo, &m, &in)) return 1;
+        o->L = in.n_layer; o->H = in.n_head_kv; o->D = in.head_dim;
+        snprintf(o->name, sizeof o->name, "%s", o->mo.path);
         kvb_model_free(m);
     }
-    if (!L || !H || !D) { fprintf(stderr, "kvbound mem: give --preset, -m MODEL, or --layers, --kv-heads and --head-dim\n"); return 2; }
-    if (!v_set) vtype = type;
-    if (!kvb_type_row_bytes(type, D) || !kvb_type_row_bytes(vtype, D)) {
-        fprintf(stderr, "kvbound mem: head dim %d is not a whole number of %s blocks\n", D, kvb_type_name(kvb_type_row_bytes(type, D) ? vtype : type));
+    if (!o->L || !o->H || !o->D) { fprintf(stderr, "kvbound mem: give --preset, -m MODEL, or --layers, --kv-heads and --head-dim\n"); return 2; }
+    return CLI_GO_ON;
+}
+
+/* The types fit the head dim, and the sizes asked for can be computed: CLI_GO_ON, or 2 (printed). */
+static int mem_check(struct mem_opts *o) {
+    if (!o->v_set) o->vtype = o->type;
+    if (!kvb_type_row_bytes(o->type, o->D) || !kvb_type_row_bytes(o->vtype, o->D)) {
+        fprintf(stderr, "kvbound mem: head dim %d is not a whole number of %s blocks\n", o->D, kvb_type_name(kvb_type_row_bytes(o->type, o->D) ? o->vtype : o->type));
         return 2;
     }
-    char tname[64];
-    if (vtype == type) snprintf(tname, sizeof tname, "%s", kvb_type_name(type));
-    else snprintf(tname, sizeof tname, "K %s, V %s", kvb_type_name(type), kvb_type_name(vtype));
-    if (!n_ctx) { fprintf(stderr, "kvbound mem: --ctx T is required\n"); return 2; }
-    if (!n_batch) batch[n_batch++] = 1;
-    if (pid != KVB_POLICY_FULL && !budget) { fprintf(stderr, "kvbound mem: --policy %s needs --budget\n", kvb_policy_name(pid)); return 2; }
-    if (recall && pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound mem: --recall-pages needs a bounded --policy (full never evicts)\n"); return 2; }
-    const int32_t rblock = block > 0 ? block : 16;
-    /* a cold page: 32-byte header, positions, rows, 8-byte padding; its index entry: id, min and max per channel, sums */
-    const unsigned long long rec = (32 + 4ull * (unsigned)rblock + (unsigned long long)rblock * (kvb_type_row_bytes(type, D) + kvb_type_row_bytes(vtype, D)) + 7) / 8 * 8;
-    const double cold_per_tok = (double)L * H * ((double)rec + 8.0 + 12.0 * D) / rblock;
-    const double unit = gib ? 1073741824.0 : 1e9;
-    const char *un = gib ? "GiB" : "GB";
-    if (!json) {
-        printf("%s: %d layers x %d KV heads x %d dims, %s; %s = %s bytes%s\n", name, L, H, D, tname, un,
-               gib ? "2^30" : "10^9", block ? ", tokens rounded up to pages" : "");
-        printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
-        if (pid != KVB_POLICY_FULL) printf(" %14s %10s", "bounded", "saving");
-        printf("\n");
-    } else {
+    if (!o->n_ctx) { fprintf(stderr, "kvbound mem: --ctx T is required\n"); return 2; }
+    if (!o->n_batch) o->batch[o->n_batch++] = 1;
+    if (o->pid != KVB_POLICY_FULL && !o->budget) { fprintf(stderr, "kvbound mem: --policy %s needs --budget\n", kvb_policy_name(o->pid)); return 2; }
+    if (o->recall && o->pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound mem: --recall-pages needs a bounded --policy (full never evicts)\n"); return 2; }
+    return CLI_GO_ON;
+}
+
+static void mem_header(const struct mem_opts *o) {
+    const char *un = o->gib ? "GiB" : "GB";
+    if (o->json) {
         printf("{\"model\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"dtype_k\":\"%s\",\"dtype_v\":\"%s\",\"unit\":\"%s\",\"rows\":[",
-               name, L, H, D, vtype == type ? kvb_type_name(type) : "mixed", kvb_type_name(type), kvb_type_name(vtype), un);
+               o->name, o->L, o->H, o->D, o->vtype == o->type ? kvb_type_name(o->type) : "mixed", kvb_type_name(o->type), kvb_type_name(o->vtype), un);
+        return;
     }
-    int first = 1;
-    for (int c = 0; c < n_ctx; c++)
-        for (int b = 0; b < n_batch; b++) {
-            unsigned long long bytes = kv_bytes(L, H, D, type, vtype, ctx[c], batch[b], block);
-            long long kept = budget < ctx[c] ? budget : ctx[c];
-            const unsigned long long area = recall ? kv_bytes(L, H, D, type, vtype, (long long)recall * rblock, batch[b], rblock) : 0;
-            unsigned long long bounded = pid != KVB_POLICY_FULL ? kv_bytes(L, H, D, type, vtype, kept, batch[b], block) + area : bytes;
-            if (json)
-                printf("%s{\"tokens\":%lld,\"batch\":%lld,\"bytes\":%llu,\"size\":%.2f%s", first ? "" : ",", ctx[c], batch[b], bytes, bytes / unit,
-                       pid != KVB_POLICY_FULL ? "" : "}");
-            else
-                printf("%12lld %6lld %16llu %12.2f", ctx[c], batch[b], bytes, bytes / unit);
-            if (pid != KVB_POLICY_FULL) {
-                if (json) {
-                    printf(",\"policy\":\"%s\",\"budget\":%d,\"bounded_bytes\":%llu,\"bounded_size\":%.2f,\"saving\":%.4f", kvb_policy_name(pid), budget, bounded, bounded / unit, 1.0 - (double)bounded / (double)bytes);
-                    if (recall) printf(",\"recall_pages\":%d,\"recall_bytes\":%llu,\"cold_bytes_per_token\":%.1f", recall, area, cold_per_tok * (double)batch[b]);
-                    printf("}");
-                }
-                else printf(" %14.2f %9.1f%%", bounded / unit, 100.0 * (1.0 - (double)bounded / (double)bytes));
-            }
-            if (!json) printf("\n");
-            first = 0;
+    char tname[64];
+    if (o->vtype == o->type) snprintf(tname, sizeof tname, "%s", kvb_type_name(o->type));
+    else snprintf(tname, sizeof tname, "K %s, V %s", kvb_type_name(o->type), kvb_type_name(o->vtype));
+    printf("%s: %d layers x %d KV heads x %d dims, %s; %s = %s bytes%s\n", o->name, o->L, o->H, o->D, tname, un,
+           o->gib ? "2^30" : "10^9", o->block ? ", tokens rounded up to pages" : "");
+    printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
+    if (o->pid != KVB_POLICY_FULL) printf(" %14s %10s", "bounded", "saving");
+    printf("\n");
+}
+
+/* The row of ctx tokens x batch sequences; cold_per_tok: a recall page's host bytes per evicted token. */
+static void mem_row(const struct mem_opts *o, long long ctx, long long batch, bool first, double cold_per_tok) {
+    const int32_t rblock = o->block > 0 ? o->block : 16;
+    const double unit = o->gib ? 1073741824.0 : 1e9;
+    const bool bounded_too = o->pid != KVB_POLICY_FULL;
+    unsigned long long bytes = kv_bytes(o->L, o->H, o->D, o->type, o->vtype, ctx, batch, o->block);
+    long long kept = o->budget < ctx ? o->budget : ctx;
+    const unsigned long long area = o->recall ? kv_bytes(o->L, o->H, o->D, o->type, o->vtype, (long long)o->recall * rblock, batch, rblock) : 0;
+    unsigned long long bounded = bounded_too ? kv_bytes(o->L, o->H, o->D, o->type, o->vtype, kept, batch, o->block) + area : bytes;
+    if (o->json)
+        printf("%s{\"tokens\":%lld,\"batch\":%lld,\"bytes\":%llu,\"size\":%.2f%s", first ? "" : ",", ctx, batch, bytes, bytes / unit, bounded_too ? "" : "}");
+    else
+        printf("%12lld %6lld %16llu %12.2f", ctx, batch, bytes, bytes / unit);
+    if (bounded_too) {
+        if (o->json) {
+            printf(",\"policy\":\"%s\",\"budget\":%d,\"bounded_bytes\":%llu,\"bounded_size\":%.2f,\"saving\":%.4f", kvb_policy_name(o->pid), o->budget, bounded,
+                   bounded / unit, 1.0 - (double)bounded / (double)bytes);
+            if (o->recall) printf(",\"recall_pages\":%d,\"recall_bytes\":%llu,\"cold_bytes_per_token\":%.1f", o->recall, area, cold_per_tok * (double)batch);
+            printf("}");
+        } else {
+            printf(" %14.2f %9.1f%%", bounded / unit, 100.0 * (1.0 - (double)bounded / (double)bytes));
         }
-    if (json) printf("]}\n");
-    else if (pid != KVB_POLICY_FULL) printf("bounded: %s keeps at most %d tokens per (layer, KV head), whatever the context length%s\n", kvb_policy_name(pid), budget,
-                                            sinks >= 0 ? " (sinks included)" : "");
-    if (!json && recall)
+    }
+    if (!o->json) printf("\n");
+}
+
+static void mem_footer(const struct mem_opts *o, double cold_per_tok) {
+    if (o->json) printf("]}\n");
+    else if (o->pid != KVB_POLICY_FULL)
+        printf("bounded: %s keeps at most %d tokens per (layer, KV head), whatever the context length%s\n", kvb_policy_name(o->pid), o->budget,
+               o->sinks >= 0 ? " (sinks included)" : "");
+    if (!o->json && o->recall)
         printf("recall: bounded includes a recall area of %d pages x %d tokens per (layer, KV head); the cold tier holds %.0f bytes per evicted token (host memory, then --cold-dir)\n",
-               recall, rblock, cold_per_tok);
+               o->recall, o->block > 0 ? o->block : 16, cold_per_tok);
+}
+
+int cmd_mem(int argc, char **argv) {
+    struct mem_opts o;
+    int rc = mem_parse(&o, argc, argv);
+    if (rc == CLI_GO_ON) rc = mem_shape(&o);
+    if (rc == CLI_GO_ON) rc = mem_check(&o);
+    if (rc != CLI_GO_ON) return rc;
+    const int32_t rblock = o.block > 0 ? o.block : 16;
+    /* a cold page: 32-byte header, positions, rows, 8-byte padding; its index entry: id, min and max per channel, sums */
+    const unsigned long long rec =
+        (32 + 4ull * (unsigned)rblock + (unsigned long long)rblock * (kvb_type_row_bytes(o.type, o.D) + kvb_type_row_bytes(o.vtype, o.D)) + 7) / 8 * 8;
+    const double cold_per_tok = (double)o.L * o.H * ((double)rec + 8.0 + 12.0 * o.D) / rblock;
+    mem_header(&o);
+    for (int c = 0; c < o.n_ctx; c++)
+        for (int b = 0; b < o.n_batch; b++) mem_row(&o, o.ctx[c], o.batch[b], c == 0 && b == 0, cold_per_tok);
+    mem_footer(&o, cold_per_tok);
     return 0;
 }

@@ -2,7 +2,9 @@
  * needle.c — `kvbound needle`: passkey retrieval through eviction over a
  * grid of haystack lengths x needle depths (kvb_eval_needle). Writes
  * DIR/needle.json, DIR/needle.md and DIR/needle.svg (heat maps of accuracy
- * and of passkey retention, length x depth).
+ * and of passkey retention, length x depth). Options parse into struct
+ * needle_opts, the grid runs into struct needle_grid, and the three files
+ * are written from them.
  */
 #include "cli.h"
 
@@ -42,141 +44,200 @@ static void heat(FILE *f, int x0, const char *title, const double *lengths, int 
             T + nl * ch / 2, x0 + 14, T + nl * ch / 2);
 }
 
-int cmd_needle(int argc, char **argv) {
-    const char *model = NULL, *tok = NULL, *out = NULL, *filler_path = NULL;
+struct needle_opts {
+    struct cli_model_opts mo; /* -m -z -t */
+    const char *out, *filler_path;
+    char outdir[3072]; /* --out without trailing slashes: no "dir//needle.json" */
     double lengths[16], depths[16];
-    int nl = 0, ndp = 0, trials = 1, threads = 2, chunk = 256;
+    int nl, nd, trials, chunk;
+    long long seed;
+    enum kvb_policy_id pid;
     struct cli_policy po;
-    cli_policy_init(&po, 256);
-    long long seed = 1;
-    enum kvb_policy_id pid = KVB_POLICY_FULL;
     struct cli_kv_types kvt;
-    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
     struct cli_recall rec;
-    cli_recall_init(&rec);
+};
+
+/* Every cell's results, [length * nd + depth]; ...0: the same cell without recall. */
+struct needle_grid {
+    double acc[256], ret[256], ret_hot[256], acc0[256], ret0[256];
+};
+
+static void needle_usage(void) {
+    printf("usage: kvbound needle -m MODEL [-z TOK] --lengths 256,512,... --depths 0,0.25,...,1 --policy P [--budget B]\n"
+           "                      [--trials K] [--seed S] [--filler FILE] [--chunk C] [-t N] [policy options] --out DIR\n\n"
+           "Passkey retrieval: accuracy of the model's greedy answer, and retention (share of streams still holding\n"
+           "the passkey tokens when the question is read, after the prompt's compression), over length x depth.\n"
+           "Writes needle.json/.md/.svg.\n"
+           "With --recall every cell runs twice, with and without recall (same policy and budget): retention then\n"
+           "counts the attended set (retained slots plus the stream's recall area, as the question's last token\n"
+           "chose it), and the cells add accuracy_no_recall, retained_no_recall and retained_hot.\n\n");
+    cli_kv_types_help(stdout, "f16");
+    cli_recall_help(stdout, 1024);
+    cli_policy_help(stdout, 256);
+}
+
+static int needle_parse(struct needle_opts *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    cli_model_init(&o->mo, "needle", CLI_MODEL_TOKENIZER | CLI_MODEL_THREADS, 2);
+    o->trials = 1;
+    o->chunk = 256;
+    o->seed = 1;
+    o->pid = KVB_POLICY_FULL;
+    cli_policy_init(&o->po, 256);
+    cli_kv_types_init(&o->kvt, KVB_DTYPE_F16);
+    cli_recall_init(&o->rec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound needle -m MODEL [-z TOK] --lengths 256,512,... --depths 0,0.25,...,1 --policy P [--budget B]\n"
-                   "                      [--trials K] [--seed S] [--filler FILE] [--chunk C] [-t N] [policy options] --out DIR\n\n"
-                   "Passkey retrieval: accuracy of the model's greedy answer, and retention (share of streams still holding\n"
-                   "the passkey tokens when the question is read, after the prompt's compression), over length x depth.\n"
-                   "Writes needle.json/.md/.svg.\n"
-                   "With --recall every cell runs twice, with and without recall (same policy and budget): retention then\n"
-                   "counts the attended set (retained slots plus the stream's recall area, as the question's last token\n"
-                   "chose it), and the cells add accuracy_no_recall, retained_no_recall and retained_hot.\n\n");
-            cli_kv_types_help(stdout, "f16");
-            cli_recall_help(stdout, 1024);
-            cli_policy_help(stdout, 256);
-            return 0;
-        }
-        int pr = cli_policy_option(&po, argc, argv, &i);
-        if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
-        if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
-        if (pr < 0) return 2;
-        if (pr > 0) continue;
-        if (!(v = cli_opt_value("needle", "-m --model -z --tokenizer --out --filler --lengths --depths --trials --chunk -t --threads --seed --policy", argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
-        else if (!strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--filler")) filler_path = v;
-        else if (!strcmp(a, "--lengths")) { if (parse_dlist(a, v, lengths, &nl, 16, false)) return 2; }
-        else if (!strcmp(a, "--depths")) { if (parse_dlist(a, v, depths, &ndp, 16, true)) return 2; }
-        else if (!strcmp(a, "--trials")) { if (cli_parse_i32(a, v, 1, 1000, &trials)) return 2; }
-        else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, 1LL << 62, &seed)) return 2; }
-        else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
-        else { fprintf(stderr, "kvbound needle: unknown option '%s'\n", a); return 2; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { needle_usage(); return 0; }
+        int r = cli_model_option(&o->mo, argc, argv, &i);
+        if (r == 0) r = cli_cache_option(&o->po, &o->kvt, &o->rec, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!(v = cli_opt_value("needle", "--out --filler --lengths --depths --trials --chunk --seed --policy", argc, argv, &i))) return 2;
+        if (!strcmp(a, "--out")) o->out = v;
+        else if (!strcmp(a, "--filler")) o->filler_path = v;
+        else if (!strcmp(a, "--lengths")) { if (parse_dlist(a, v, o->lengths, &o->nl, 16, false)) return 2; }
+        else if (!strcmp(a, "--depths")) { if (parse_dlist(a, v, o->depths, &o->nd, 16, true)) return 2; }
+        else if (!strcmp(a, "--trials")) { if (cli_parse_i32(a, v, 1, 1000, &o->trials)) return 2; }
+        else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &o->chunk)) return 2; }
+        else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, 1LL << 62, &o->seed)) return 2; }
+        else if (kvb_policy_from_name(v, &o->pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; }
     }
-    if (!model || !out || !nl || !ndp) { fprintf(stderr, "kvbound needle: -m MODEL, --lengths, --depths and --out are required\n"); return 2; }
-    char outdir[3072]; /* no "dir//needle.json" */
-    if (!(out = cli_dir_arg("--out", out, outdir, sizeof outdir))) return 2;
-    char *filler = NULL;
-    size_t filler_len;
-    if (filler_path && !(filler = cli_read_file(filler_path, (size_t)64 << 20, "filler", &filler_len))) return 1;
-    cli_warn_threads(threads);
-    if (mkdir(out, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvbound: cannot create '%s': %s\n", out, strerror(errno)); return 1; }
-    struct kvb_model_params mp = kvb_model_default_params();
-    mp.tokenizer_path = tok;
-    struct kvb_model *m;
-    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-    double acc[256], ret[256], acc0[256], ret0[256], ret_hot[256];
-    unsigned long long rs = (unsigned long long)seed * 0x9E3779B97F4A7C15ull + 7;
-    for (int i = 0; i < nl; i++)
-        for (int j = 0; j < ndp; j++) {
-            int ok = 0, ok0 = 0;
-            double r = 0, r0 = 0, rh = 0;
-            for (int k = 0; k < trials; k++) {
-                rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-                struct kvb_needle_params np = {cli_policy_params(&po, pid), po.pos, (int32_t)lengths[i], depths[j],
-                                               10000u + (uint32_t)((rs >> 33) % 90000u), filler, chunk, threads, kvt.k, kvt.v,
-                                               cli_recall_params(&rec)};
-                struct kvb_needle_result nr;
-                if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-                ok += nr.correct;
-                r += nr.retained;
-                rh += nr.retained_hot;
-                if (rec.on) { /* the same cell without recall */
-                    np.recall = (struct kvb_recall_params){0};
-                    if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return 1; }
-                    ok0 += nr.correct;
-                    r0 += nr.retained;
-                }
-            }
-            acc[i * ndp + j] = (double)ok / trials;
-            ret[i * ndp + j] = r / trials;
-            ret_hot[i * ndp + j] = rh / trials;
-            acc0[i * ndp + j] = (double)ok0 / trials;
-            ret0[i * ndp + j] = r0 / trials;
-            if (rec.on)
-                fprintf(stderr, "kvbound needle: length %.0f depth %.2f: accuracy %.2f, retained %.2f with recall; %.2f, %.2f without\n", lengths[i],
-                        depths[j], acc[i * ndp + j], ret[i * ndp + j], acc0[i * ndp + j], ret0[i * ndp + j]);
-            else
-                fprintf(stderr, "kvbound needle: length %.0f depth %.2f: accuracy %.2f, retained %.2f\n", lengths[i], depths[j], acc[i * ndp + j], ret[i * ndp + j]);
+    if (!o->mo.path || !o->out || !o->nl || !o->nd) { fprintf(stderr, "kvbound needle: -m MODEL, --lengths, --depths and --out are required\n"); return 2; }
+    if (!(o->out = cli_dir_arg("--out", o->out, o->outdir, sizeof o->outdir))) return 2;
+    return CLI_GO_ON;
+}
+
+/* Cell (i, j) of the grid over o->trials passkeys drawn from *rs, with and
+ * (with --recall) without recall; its line on stderr. -1: printed. */
+static int needle_cell(const struct needle_opts *o, const struct kvb_model *m, const char *filler, int i, int j, unsigned long long *rs,
+                       struct needle_grid *g) {
+    int ok = 0, ok0 = 0;
+    double r = 0, r0 = 0, rh = 0;
+    for (int k = 0; k < o->trials; k++) {
+        *rs = *rs * 6364136223846793005ull + 1442695040888963407ull;
+        struct kvb_needle_params np = {cli_policy_params(&o->po, o->pid), o->po.pos, (int32_t)o->lengths[i], o->depths[j],
+                                       10000u + (uint32_t)((*rs >> 33) % 90000u), filler, o->chunk, o->mo.threads, o->kvt.k, o->kvt.v,
+                                       cli_recall_params(&o->rec)};
+        struct kvb_needle_result nr;
+        if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+        ok += nr.correct;
+        r += nr.retained;
+        rh += nr.retained_hot;
+        if (o->rec.on) { /* the same cell without recall */
+            np.recall = (struct kvb_recall_params){0};
+            if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+            ok0 += nr.correct;
+            r0 += nr.retained;
         }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/needle.json", out);
-    FILE *j = fopen(path, "w");
-    snprintf(path, sizeof path, "%s/needle.md", out);
-    FILE *md = fopen(path, "w");
-    snprintf(path, sizeof path, "%s/needle.svg", out);
-    FILE *sv = fopen(path, "w");
-    if (!j || !md || !sv) { fprintf(stderr, "kvbound: cannot write in '%s'\n", out); return 1; }
+    }
+    const int c = i * o->nd + j;
+    g->acc[c] = (double)ok / o->trials;
+    g->ret[c] = r / o->trials;
+    g->ret_hot[c] = rh / o->trials;
+    g->acc0[c] = (double)ok0 / o->trials;
+    g->ret0[c] = r0 / o->trials;
+    if (o->rec.on)
+        fprintf(stderr, "kvbound needle: length %.0f depth %.2f: accuracy %.2f, retained %.2f with recall; %.2f, %.2f without\n", o->lengths[i],
+                o->depths[j], g->acc[c], g->ret[c], g->acc0[c], g->ret0[c]);
+    else
+        fprintf(stderr, "kvbound needle: length %.0f depth %.2f: accuracy %.2f, retained %.2f\n", o->lengths[i], o->depths[j], g->acc[c], g->ret[c]);
+    return 0;
+}
+
+/* Every cell, lengths by depths, the passkeys drawn from --seed; -1: printed. */
+static int needle_run(const struct needle_opts *o, const struct kvb_model *m, const char *filler, struct needle_grid *g) {
+    unsigned long long rs = (unsigned long long)o->seed * 0x9E3779B97F4A7C15ull + 7;
+    for (int i = 0; i < o->nl; i++)
+        for (int j = 0; j < o->nd; j++)
+            if (needle_cell(o, m, filler, i, j, &rs, g)) return -1;
+    return 0;
+}
+
+static void needle_json(FILE *j, const struct needle_opts *o, const struct needle_grid *g) {
     fprintf(j, "{\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"trials\":%d,\"seed\":%lld,",
-            model, kvb_policy_name(pid), pid == KVB_POLICY_FULL ? 0 : po.budget, kvb_dtype_name(kvt.k), kvb_dtype_name(cli_kv_v(&kvt)), trials, seed);
-    if (rec.on) fprintf(j, "\"recall\":true,\"recall_pages\":%d,\"recall_every\":%d,", rec.pages, rec.every);
+            o->mo.path, kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? 0 : o->po.budget, kvb_dtype_name(o->kvt.k),
+            kvb_dtype_name(cli_kv_v(&o->kvt)), o->trials, o->seed);
+    if (o->rec.on) fprintf(j, "\"recall\":true,\"recall_pages\":%d,\"recall_every\":%d,", o->rec.pages, o->rec.every);
     else fprintf(j, "\"recall\":false,");
     fprintf(j, "\"cells\":[");
-    fprintf(md, "Needle retrieval, `%s`, policy %s%s, %d trial(s) per cell. Accuracy (retention)%s:\n\n| tokens / depth |", model, kvb_policy_name(pid),
-            pid == KVB_POLICY_FULL ? "" : " (budget)", trials, rec.on ? " with recall / without" : "");
-    for (int d = 0; d < ndp; d++) fprintf(md, " %.2f |", depths[d]);
-    fprintf(md, "\n|---|");
-    for (int d = 0; d < ndp; d++) fprintf(md, "---|");
-    fprintf(md, "\n");
-    for (int i = 0; i < nl; i++) {
-        fprintf(md, "| %.0f |", lengths[i]);
-        for (int d = 0; d < ndp; d++) {
-            fprintf(j, "%s{\"length\":%.0f,\"depth\":%.4f,\"accuracy\":%.4f,\"retained\":%.4f", i + d ? "," : "", lengths[i], depths[d], acc[i * ndp + d], ret[i * ndp + d]);
-            if (rec.on)
-                fprintf(j, ",\"retained_hot\":%.4f,\"accuracy_no_recall\":%.4f,\"retained_no_recall\":%.4f", ret_hot[i * ndp + d], acc0[i * ndp + d], ret0[i * ndp + d]);
+    for (int i = 0; i < o->nl; i++)
+        for (int d = 0; d < o->nd; d++) {
+            const int c = i * o->nd + d;
+            fprintf(j, "%s{\"length\":%.0f,\"depth\":%.4f,\"accuracy\":%.4f,\"retained\":%.4f", i + d ? "," : "", o->lengths[i], o->depths[d], g->acc[c], g->ret[c]);
+            if (o->rec.on)
+                fprintf(j, ",\"retained_hot\":%.4f,\"accuracy_no_recall\":%.4f,\"retained_no_recall\":%.4f", g->ret_hot[c], g->acc0[c], g->ret0[c]);
             fprintf(j, "}");
-            if (rec.on) fprintf(md, " %.2f (%.2f) / %.2f (%.2f) |", acc[i * ndp + d], ret[i * ndp + d], acc0[i * ndp + d], ret0[i * ndp + d]);
-            else fprintf(md, " %.2f (%.2f) |", acc[i * ndp + d], ret[i * ndp + d]);
+        }
+    fprintf(j, "]}\n");
+}
+
+static void needle_md(FILE *md, const struct needle_opts *o, const struct needle_grid *g) {
+    fprintf(md, "Needle retrieval, `%s`, policy %s%s, %d trial(s) per cell. Accuracy (retention)%s:\n\n| tokens / depth |", o->mo.path,
+            kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? "" : " (budget)", o->trials, o->rec.on ? " with recall / without" : "");
+    for (int d = 0; d < o->nd; d++) fprintf(md, " %.2f |", o->depths[d]);
+    fprintf(md, "\n|---|");
+    for (int d = 0; d < o->nd; d++) fprintf(md, "---|");
+    fprintf(md, "\n");
+    for (int i = 0; i < o->nl; i++) {
+        fprintf(md, "| %.0f |", o->lengths[i]);
+        for (int d = 0; d < o->nd; d++) {
+            const int c = i * o->nd + d;
+            if (o->rec.on) fprintf(md, " %.2f (%.2f) / %.2f (%.2f) |", g->acc[c], g->ret[c], g->acc0[c], g->ret0[c]);
+            else fprintf(md, " %.2f (%.2f) |", g->acc[c], g->ret[c]);
         }
         fprintf(md, "\n");
     }
-    fprintf(j, "]}\n");
-    const int w = 2 * (70 + ndp * 56 + 30), h = 30 + nl * 26 + 40;
+}
+
+static void needle_svg(FILE *sv, const struct needle_opts *o, const struct needle_grid *g) {
+    const int w = 2 * (70 + o->nd * 56 + 30), h = 30 + o->nl * 26 + 40;
     fprintf(sv, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\"><rect width=\"%d\" height=\"%d\" fill=\"white\"/>", w, h, w, h, w, h);
-    heat(sv, 0, "accuracy (greedy answer = passkey)", lengths, nl, depths, ndp, acc);
-    heat(sv, w / 2, "retention (passkey tokens kept in every stream)", lengths, nl, depths, ndp, ret);
+    heat(sv, 0, "accuracy (greedy answer = passkey)", o->lengths, o->nl, o->depths, o->nd, g->acc);
+    heat(sv, w / 2, "retention (passkey tokens kept in every stream)", o->lengths, o->nl, o->depths, o->nd, g->ret);
     fprintf(sv, "</svg>\n");
-    fclose(j);
-    fclose(md);
-    fclose(sv);
-    printf("needle: %s/needle.json, %s/needle.md, %s/needle.svg\n", out, out, out);
+}
+
+/* DIR/needle.json, .md and .svg; -1: printed. */
+static int needle_write(const struct needle_opts *o, const struct needle_grid *g) {
+    static const char *const names[3] = {"needle.json", "needle.md", "needle.svg"};
+    FILE *f[3];
+    for (int k = 0; k < 3; k++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", o->out, names[k]);
+        f[k] = fopen(path, "w");
+    }
+    const bool opened = f[0] && f[1] && f[2];
+    if (opened) {
+        needle_json(f[0], o, g);
+        needle_md(f[1], o, g);
+        needle_svg(f[2], o, g);
+    } else {
+        fprintf(stderr, "kvbound: cannot write in '%s'\n", o->out);
+    }
+    for (int k = 0; k < 3; k++)
+        if (f[k]) fclose(f[k]);
+    if (!opened) return -1;
+    printf("needle: %s/needle.json, %s/needle.md, %s/needle.svg\n", o->out, o->out, o->out);
+    return 0;
+}
+
+int cmd_needle(int argc, char **argv) {
+    struct needle_opts o;
+    int rc = needle_parse(&o, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    char *filler = NULL;
+    struct kvb_model *m = NULL;
+    static struct needle_grid grid;
+    size_t filler_len;
+    rc = 1;
+    if (o.filler_path && !(filler = cli_read_file(o.filler_path, (size_t)64 << 20, "filler", &filler_len))) goto out;
+    cli_warn_threads(o.mo.threads);
+    if (mkdir(o.out, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvbound: cannot create '%s': %s\n", o.out, strerror(errno)); goto out; }
+    if (cli_load_model(&o.mo, &m, NULL)) goto out;
+    if (needle_run(&o, m, filler, &grid) == 0 && needle_write(&o, &grid) == 0) rc = 0;
+out:
     free(filler);
     kvb_model_free(m);
-    return 0;
+    return rc;
 }

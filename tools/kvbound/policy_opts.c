@@ -2,7 +2,8 @@
  * policy_opts.c — the policy options every subcommand that chooses a policy
  * accepts (run, chat, ppl, sweep, needle): the budget, sinks, position mode
  * and every knob of struct kvb_policy_params, parsed once, with one --help
- * text whose defaults are read from the library.
+ * text whose defaults are read from the library; the KV row types and the
+ * recall options likewise, and cli_cache_option to take all three in one call.
  */
 #include "cli.h"
 
@@ -176,6 +177,13 @@ size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types
         if (p->id == KVB_POLICY_PYRAMIDKV || p->id == KVB_POLICY_ADAKV) toks += p->budget; /* layers / heads above average */
     } else toks = (int64_t)p->budget + chunk;
     return per_tok * (size_t)(toks + 4 * block) + ((size_t)64 << 20);
+}
+
+int cli_cache_option(struct cli_policy *po, struct cli_kv_types *kvt, struct cli_recall *rec, int argc, char **argv, int *i) {
+    int r = cli_policy_option(po, argc, argv, i);
+    if (r == 0) r = cli_kv_types_option(kvt, argc, argv, i);
+    if (r == 0 && rec) r = cli_recall_option(rec, argc, argv, i);
+    return r;
 }
 
 /* ---- recall ---- */

@@ -4,6 +4,9 @@
  * text, streamed (UTF-8 held back until a character is complete); a stats
  * line goes to stderr. With a bounded policy generation never stops because
  * the context is full; with `full` it stops at the context limit.
+ * cmd_run: the options (run_parse, the shared ones by cli_gen_option), the
+ * prompt, model and context (run_setup), generation (run_generate), the
+ * stats line (run_report); struct run holds it all and run_free releases it.
  */
 #include "cli.h"
 
@@ -37,167 +40,170 @@ static void run_usage(FILE *f, const struct kvb_sampler_params *sp) {
     cli_policy_help(f, 256);
 }
 
-int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *tok = NULL, *prompt = NULL, *pfile = NULL;
-    int n_predict = 128, threads = 2;
-    bool ignore_eos = false, no_mmap = false;
-    struct kvb_sampler_params sp = kvb_sampler_default_params();
-    struct kvb_context_params cp = kvb_context_default_params();
-    enum kvb_policy_id pid = KVB_POLICY_FULL;
-    int block = 16, ctx = 0, chunk = 256;
-    struct cli_policy po;
-    cli_policy_init(&po, 256);
-    struct cli_kv_types kvt;
-    cli_kv_types_init(&kvt, KVB_DTYPE_F16);
-    struct cli_recall rec;
-    cli_recall_init(&rec);
+struct run_opts {
+    struct cli_gen_opts g; /* -m -z --no-mmap -t -ngl, --policy and the cache options, sampling, -n, -c */
+    const char *prompt, *pfile;
+    int block, chunk;
+    bool ignore_eos;
+};
+
+/* What a run holds (run_free releases it) and what its stats line reports. */
+struct run {
+    struct cli_gen gen;
+    char *pbuf; /* the prompt read with -f */
+    const char *prompt;
+    size_t plen;
+    int32_t *ids, n_ids;       /* the prompt's tokens */
+    struct kvb_cache_stats ps; /* after the prompt (compressed, for the snapkv family) */
+    double t0, t1, t2;         /* start, prompt read, generation done */
+    int generated, rc;
+    const char *stop; /* what ended generation */
+};
+
+static int run_parse(struct run_opts *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    cli_gen_opts_init(&o->g, "run", KVB_POLICY_FULL, 256, 128);
+    o->block = 16;
+    o->chunk = 256;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout, &sp); return 0; }
-        if (!strcmp(a, "--ignore-eos")) { ignore_eos = true; continue; }
-        if (!strcmp(a, "--no-mmap")) { no_mmap = true; continue; }
-        int pr = cli_policy_option(&po, argc, argv, &i);
-        if (pr == 0) pr = cli_kv_types_option(&kvt, argc, argv, &i);
-        if (pr == 0) pr = cli_recall_option(&rec, argc, argv, &i);
-        if (pr == 0) pr = cli_sampler_option(&sp, argc, argv, &i);
-        if (pr < 0) return 2;
-        if (pr > 0) continue;
-        if (!(v = cli_opt_value("run", "-m --model -z --tokenizer -p --prompt -f --file -n --n-predict -ngl --n-gpu-layers --gpu-layers --policy "
-                                       "--block-size --ctx -c --ctx-size --chunk -b --batch-size -t --threads",
-                                argc, argv, &i)))
-            return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) tok = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) pfile = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (cli_parse_i32(a, v, -1, 1 << 30, &n_predict)) return 2; }
-        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
-            int ngl;
-            if (cli_parse_i32(a, v, -1, 1 << 20, &ngl)) return 2;
-            fprintf(stderr, "kvbound: note: %s ignored: kvbound runs on the CPU, there is no GPU offload\n", a);
-        }
-        else if (!strcmp(a, "--policy")) { if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; } }
-        else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 4096, &block)) return 2; }
-        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (cli_parse_i32(a, v, 1, 1 << 30, &ctx)) return 2; }
-        else if (!strcmp(a, "--chunk") || !strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (cli_parse_i32(a, v, 1, 8192, &chunk)) return 2; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_i32(a, v, 1, 1024, &threads)) return 2; }
-        else { fprintf(stderr, "kvbound run: unknown option '%s' (see --help)\n", a); return 2; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout, &o->g.sp); return 0; }
+        if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = true; continue; }
+        const int r = cli_gen_option(&o->g, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!(v = cli_opt_value("run", "-p --prompt -f --file --block-size --chunk -b --batch-size", argc, argv, &i))) return 2;
+        if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->pfile = v;
+        else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 4096, &o->block)) return 2; }
+        else if (cli_parse_i32(a, v, 1, 8192, &o->chunk)) return 2; /* --chunk, -b, --batch-size */
     }
-    if (!model) { fprintf(stderr, "kvbound run: -m MODEL is required\n"); return 2; }
-    if (!prompt && !pfile) { fprintf(stderr, "kvbound run: give a prompt with -p or -f\n"); return 2; }
-    if (prompt && pfile) { fprintf(stderr, "kvbound run: give the prompt with -p or with -f, not both\n"); return 2; }
-    cli_warn_threads(threads);
-    char *pbuf = NULL;
-    size_t plen;
-    if (pfile) {
-        if (!(pbuf = cli_read_prompt_file(pfile, &plen))) return 1;
-        prompt = pbuf;
+    if (!cli_model_required(&o->g.mo)) return 2;
+    if (!o->prompt && !o->pfile) { fprintf(stderr, "kvbound run: give a prompt with -p or -f\n"); return 2; }
+    if (o->prompt && o->pfile) { fprintf(stderr, "kvbound run: give the prompt with -p or with -f, not both\n"); return 2; }
+    return CLI_GO_ON;
+}
+
+/* The prompt, the model, the prompt's tokens and the context: CLI_GO_ON, or 1 (printed). */
+static int run_setup(const struct run_opts *o, struct run *r) {
+    cli_warn_threads(o->g.mo.threads);
+    if (o->pfile) {
+        if (!(r->pbuf = cli_read_prompt_file(o->pfile, &r->plen))) return 1;
+        r->prompt = r->pbuf;
     } else {
-        plen = strlen(prompt);
+        r->prompt = o->prompt;
+        r->plen = strlen(o->prompt);
     }
-    struct kvb_model_params mp = kvb_model_default_params();
-    mp.tokenizer_path = tok;
-    mp.no_mmap = no_mmap;
-    struct kvb_model *m;
-    if (kvb_model_load(model, &mp, &m) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); free(pbuf); return 1; }
-    struct kvb_model_info mi;
-    kvb_model_get_info(m, &mi);
-    int32_t *ids, n_ids;
-    if (kvb_vocab_tokenize(kvb_model_vocab(m), prompt, plen, true, true, &ids, &n_ids) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); kvb_model_free(m); free(pbuf); return 1; }
-    if (n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); kvb_buffer_free(ids); kvb_model_free(m); free(pbuf); return 1; }
-    cp.policy = cli_policy_params(&po, pid);
-    cli_policy_warn(&po, pid, mi.n_ctx_train);
-    cp.pos_mode = po.pos;
-    cp.max_distance = po.max_distance;
-    cp.kv_dtype = kvt.k;
-    cp.kv_dtype_v = kvt.v;
-    cp.block_size = block;
-    cp.n_threads = threads;
-    cp.chunk = chunk;
-    cp.n_ctx = ctx ? ctx : mi.n_ctx_train;
-    if (pid == KVB_POLICY_FULL && n_ids > cp.n_ctx) { /* fail before printing anything */
+    struct cli_gen *g = &r->gen;
+    if (cli_load_model(&o->g.mo, &g->m, &g->mi)) return 1;
+    if (kvb_vocab_tokenize(kvb_model_vocab(g->m), r->prompt, r->plen, true, true, &r->ids, &r->n_ids) != KVB_OK) {
+        fprintf(stderr, "kvbound: %s\n", kvb_last_error());
+        return 1;
+    }
+    if (r->n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); return 1; }
+    struct kvb_context_params cp = cli_gen_context_params(&o->g, &g->mi);
+    cp.block_size = o->block;
+    cp.chunk = o->chunk;
+    if (o->g.pid == KVB_POLICY_FULL && r->n_ids > cp.n_ctx) { /* fail before printing anything */
         fprintf(stderr, "kvbound: the prompt has %d tokens, more than the context of %d that policy full keeps (a bounded --policy, or a larger -c)\n",
-                n_ids, cp.n_ctx);
-        kvb_buffer_free(ids); kvb_model_free(m); free(pbuf);
+                r->n_ids, cp.n_ctx);
         return 1;
     }
-    cp.kv_pool_bytes = cli_pool_bytes(&mi, &kvt, &cp.policy, n_ids, chunk, block, cp.n_ctx) + cli_recall_pool_bytes(&mi, &kvt, &rec, block);
-    cp.recall = cli_recall_params(&rec);
-    if (pid == KVB_POLICY_FULL && ctx > mi.n_ctx_train)
-        fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", ctx, mi.n_ctx_train);
-    struct kvb_context *c = NULL;
-    struct kvb_sampler *smp = NULL;
-    struct cli_history hist;
-    cli_history_init(&hist, sp.repeat_last_n);
-    float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
-    if (!logits || kvb_context_init(m, &cp, &c) != KVB_OK || kvb_sampler_init(&sp, mi.n_vocab, &smp) != KVB_OK) {
-        fprintf(stderr, "kvbound: %s\n", !logits ? "out of memory" : kvb_last_error());
-        free(logits); cli_history_free(&hist); kvb_context_free(c); kvb_buffer_free(ids); kvb_model_free(m); free(pbuf);
-        return 1;
-    }
-    fwrite(prompt, 1, plen, stdout);
+    cp.kv_pool_bytes = cli_pool_bytes(&g->mi, &o->g.kvt, &cp.policy, r->n_ids, o->chunk, o->block, cp.n_ctx) +
+                       cli_recall_pool_bytes(&g->mi, &o->g.kvt, &o->g.rec, o->block);
+    if (o->g.pid == KVB_POLICY_FULL && o->g.ctx > g->mi.n_ctx_train)
+        fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", o->g.ctx, g->mi.n_ctx_train);
+    return cli_gen_start(g, &cp, &o->g.sp) ? 1 : CLI_GO_ON;
+}
+
+/* Why generation ends at token `next`: end of sequence or of turn; NULL: it goes on. */
+static const char *run_end_of(const struct kvb_vocab *vocab, int32_t next) {
+    const int32_t eos = kvb_vocab_special(vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(vocab, KVB_SPECIAL_EOT);
+    if (next != eos && next != eot && next != kvb_vocab_special(vocab, KVB_SPECIAL_BOS)) return NULL;
+    return next == eot && next != eos ? "end of turn (--ignore-eos to go on)" : "end of sequence (--ignore-eos to go on)";
+}
+
+/* Prints the prompt, reads it, then samples and prints up to -n tokens. */
+static void run_generate(const struct run_opts *o, struct run *r) {
+    struct cli_gen *g = &r->gen;
+    const struct kvb_vocab *vocab = kvb_model_vocab(g->m);
+    fwrite(r->prompt, 1, r->plen, stdout);
     fflush(stdout);
-    for (int32_t i = 0; i < n_ids; i++) cli_history_push(&hist, ids[i]);
-    int rc = 0;
-    double t0 = cli_now_sec();
-    kvb_status st = kvb_context_prompt(c, ids, n_ids, logits, false);
-    double t1 = cli_now_sec(), t2 = t1;
-    struct kvb_cache_stats ps; /* after the prompt (compressed, for the snapkv family) */
-    kvb_cache_get_stats(kvb_context_cache(c), &ps);
+    for (int32_t i = 0; i < r->n_ids; i++) cli_history_push(&g->hist, r->ids[i]);
+    r->t0 = cli_now_sec();
+    kvb_status st = kvb_context_prompt(g->c, r->ids, r->n_ids, g->logits, false);
+    r->t1 = cli_now_sec();
+    kvb_cache_get_stats(kvb_context_cache(g->c), &r->ps);
     char out[512];
     struct kvb_detok dt = {0}; /* whole UTF-8 characters only, so every flush is printable */
-    const int32_t eot = kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOT);
-    int generated = 0;
-    const char *why = NULL, *stop = "the token limit (-n)";
+    const char *why = NULL;
+    r->stop = "the token limit (-n)";
     if (st != KVB_OK) {
         why = kvb_last_error();
-        rc = 1;
+        r->rc = 1;
     }
-    for (; st == KVB_OK && (n_predict < 0 || generated < n_predict); generated++) { /* -n -1: no limit */
-        int32_t next = kvb_sampler_sample(smp, logits, hist.ids, hist.n);
-        if (!ignore_eos && (next == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOS) || next == eot || next == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_BOS))) {
-            stop = next == eot && next != kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOS) ? "end of turn (--ignore-eos to go on)" : "end of sequence (--ignore-eos to go on)";
-            break;
-        }
-        cli_history_push(&hist, next);
-        size_t pl = kvb_detok_push(kvb_model_vocab(m), &dt, next, false, out, sizeof out);
+    for (; st == KVB_OK && (o->g.n_predict < 0 || r->generated < o->g.n_predict); r->generated++) { /* -n -1: no limit */
+        int32_t next = kvb_sampler_sample(g->smp, g->logits, g->hist.ids, g->hist.n);
+        const char *end = o->ignore_eos ? NULL : run_end_of(vocab, next);
+        if (end) { r->stop = end; break; }
+        cli_history_push(&g->hist, next);
+        size_t pl = kvb_detok_push(vocab, &dt, next, false, out, sizeof out);
         if (pl <= sizeof out) {
             fwrite(out, 1, pl, stdout);
             fflush(stdout);
         }
-        if (generated + 1 == n_predict) { generated++; break; }
-        st = kvb_context_eval(c, &next, 1, logits, false);
+        if (r->generated + 1 == o->g.n_predict) { r->generated++; break; }
+        st = kvb_context_eval(g->c, &next, 1, g->logits, false);
         if (st != KVB_OK) {
             why = kvb_last_error(); /* `next` was printed: the loop's increment counts it */
-            if (st == KVB_ERR_INVALID && pid == KVB_POLICY_FULL) rc = 0; /* context full: a clean stop */
-            else rc = 1;
+            r->rc = st == KVB_ERR_INVALID && o->g.pid == KVB_POLICY_FULL ? 0 : 1; /* context full: a clean stop */
         }
     }
     fwrite(out, 1, kvb_detok_flush(&dt, out, sizeof out), stdout);
     fflush(stdout);
-    t2 = cli_now_sec();
+    r->t2 = cli_now_sec();
     printf("\n");
     fflush(stdout);
     if (why) {
         fprintf(stderr, "kvbound: stopped: %s\n", why);
-        stop = rc ? "an error" : "the context limit (--ctx)";
+        r->stop = r->rc ? "an error" : "the context limit (--ctx)";
     }
+}
+
+/* The stats line on stderr, and recall's with --recall. */
+static void run_report(const struct run_opts *o, const struct run *r) {
+    const struct cli_gen *g = &r->gen;
     struct kvb_cache_stats cs;
-    kvb_cache_get_stats(kvb_context_cache(c), &cs);
+    kvb_cache_get_stats(kvb_context_cache(g->c), &cs);
     char kept[160] = "";
-    if (kvb_policy_compresses(pid))
+    if (kvb_policy_compresses(o->g.pid))
         snprintf(kept, sizeof kept, ", compressed prompt %.1f tokens per stream (min %d, max %d)",
-                 (double)ps.slots / ((double)mi.n_layer * mi.n_head_kv), ps.slots_min, ps.slots_max);
+                 (double)r->ps.slots / ((double)g->mi.n_layer * g->mi.n_head_kv), r->ps.slots_min, r->ps.slots_max);
+    const double prefill_s = r->t1 - r->t0, decode_s = r->t2 - r->t1;
     fprintf(stderr, "kvbound: prompt %d tokens%s, prefill %.1f tok/s, decode %.1f tok/s (%d tokens), KV %.2f MB (peak %.2f MB), policy %s, kernels %s, stopped at %s\n",
-            n_ids, kept, n_ids / (t1 - t0 > 0 ? t1 - t0 : 1e-9), generated > 1 ? (generated - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, generated,
-            cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(pid), kvb_kernels_name(), stop);
-    if (rec.on) cli_recall_stats(stderr, &cs);
-    kvb_buffer_free(ids);
-    free(logits);
-    cli_history_free(&hist);
-    free(pbuf);
-    kvb_sampler_free(smp);
-    kvb_context_free(c);
-    kvb_model_free(m);
+            r->n_ids, kept, r->n_ids / (prefill_s > 0 ? prefill_s : 1e-9), r->generated > 1 ? (r->generated - 1) / (decode_s > 0 ? decode_s : 1e-9) : 0.0,
+            r->generated, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(o->g.pid), kvb_kernels_name(), r->stop);
+    if (o->g.rec.on) cli_recall_stats(stderr, &cs);
+}
+
+static void run_free(struct run *r) {
+    kvb_buffer_free(r->ids);
+    free(r->pbuf);
+    cli_gen_free(&r->gen);
+}
+
+int cmd_run(int argc, char **argv) {
+    struct run_opts o;
+    int rc = run_parse(&o, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    struct run r;
+    memset(&r, 0, sizeof r);
+    rc = run_setup(&o, &r);
+    if (rc == CLI_GO_ON) {
+        run_generate(&o, &r);
+        run_report(&o, &r);
+        rc = r.rc;
+    }
+    run_free(&r);
     return rc;
 }

@@ -2,7 +2,9 @@
  * tokenize.c — `kvbound tokenize`: text to ids with a model's tokenizer, in
  * llama-tokenize's output formats so the two can be diffed directly:
  * "[1, 2, 3]" with --ids, else one "    id -> 'piece'" line per token.
- * Only the GGUF metadata is read, so vocab-only files work.
+ * Only the GGUF metadata is read, so vocab-only files work. The options
+ * parse into struct tok_opts (which owns the --chat roles); the text comes
+ * from -p, -f, --stdin or the --chat messages formatted as `chat` would.
  */
 #include "cli.h"
 
@@ -29,107 +31,125 @@ static int tokenize_usage(FILE *f) {
     return 0;
 }
 
-int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *file = NULL, *tmpl = NULL;
-    bool from_stdin = false, ids_only = false, add_special = true, parse_special = true, show_count = false;
-    struct kvb_chat_message msgs[64];
-    int n_msgs = 0;
+struct tok_opts {
+    struct cli_model_opts mo; /* -m */
+    const char *prompt, *file, *tmpl;
+    bool from_stdin, ids_only, add_special, parse_special, show_count;
+    struct kvb_chat_message msgs[64]; /* --chat; each role allocated, freed by cmd_tokenize */
+    int n_msgs;
+};
+
+/* --chat ROLE:TEXT; 2 or 1: the exit status (printed), 0: taken. */
+static int tok_chat_option(struct tok_opts *o, const char *v) {
+    const char *colon = strchr(v, ':');
+    if (!colon || o->n_msgs == 64) { fprintf(stderr, "kvbound: --chat wants ROLE:TEXT (at most 64), got '%s'\n", v); return 2; }
+    char *role = malloc((size_t)(colon - v) + 1);
+    if (!role) return 1;
+    memcpy(role, v, (size_t)(colon - v));
+    role[colon - v] = 0;
+    o->msgs[o->n_msgs++] = (struct kvb_chat_message){role, colon + 1};
+    return 0;
+}
+
+static int tok_parse(struct tok_opts *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    cli_model_init(&o->mo, "tokenize", 0, 0);
+    o->add_special = o->parse_special = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return tokenize_usage(stdout);
-        if (!strcmp(a, "--ids")) { ids_only = true; continue; }
-        if (!strcmp(a, "--no-bos")) { add_special = false; continue; }
-        if (!strcmp(a, "--no-parse-special")) { parse_special = false; continue; }
-        if (!strcmp(a, "--show-count")) { show_count = true; continue; }
-        if (!strcmp(a, "--stdin")) { from_stdin = true; continue; }
-        if (!(v = cli_opt_value("tokenize", "-m --model -p --prompt -f --file --template --chat", argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
-        else if (!strcmp(a, "--template")) tmpl = v;
-        else if (!strcmp(a, "--chat")) {
-            const char *colon = strchr(v, ':');
-            if (!colon || n_msgs == 64) { fprintf(stderr, "kvbound: --chat wants ROLE:TEXT (at most 64), got '%s'\n", v); return 2; }
-            char *role = malloc((size_t)(colon - v) + 1);
-            if (!role) return 1;
-            memcpy(role, v, (size_t)(colon - v));
-            role[colon - v] = 0;
-            msgs[n_msgs++] = (struct kvb_chat_message){role, colon + 1};
-        } else {
-            fprintf(stderr, "kvbound: tokenize: unknown option '%s' (see --help)\n", a);
-            return 2;
+        if (!strcmp(a, "--ids")) { o->ids_only = true; continue; }
+        if (!strcmp(a, "--no-bos")) { o->add_special = false; continue; }
+        if (!strcmp(a, "--no-parse-special")) { o->parse_special = false; continue; }
+        if (!strcmp(a, "--show-count")) { o->show_count = true; continue; }
+        if (!strcmp(a, "--stdin")) { o->from_stdin = true; continue; }
+        const int r = cli_model_option(&o->mo, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!(v = cli_opt_value("tokenize", "-p --prompt -f --file --template --chat", argc, argv, &i))) return 2;
+        if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
+        else if (!strcmp(a, "--template")) o->tmpl = v;
+        else {
+            const int cr = tok_chat_option(o, v); /* --chat */
+            if (cr) return cr;
         }
     }
-    int sources = !!prompt + !!file + from_stdin + (n_msgs > 0);
-    if (!model || sources != 1) {
+    int sources = !!o->prompt + !!o->file + o->from_stdin + (o->n_msgs > 0);
+    if (!o->mo.path || sources != 1) {
         fprintf(stderr, "kvbound: tokenize needs -m MODEL and exactly one of -p, -f, --stdin, --chat (see --help)\n");
         return 2;
     }
-    struct kvb_vocab *vocab;
-    if (kvb_vocab_load(model, &vocab) != KVB_OK) {
+    return CLI_GO_ON;
+}
+
+/* The --chat conversation as `kvbound chat` formats it (the model's
+ * template, its default system message when none is given, an assistant
+ * header): CLI_GO_ON, or the exit status (printed). */
+static int tok_chat_text(const struct tok_opts *o, const struct kvb_vocab *vocab, char **text, size_t *len) {
+    enum kvb_chat_style style;
+    char *chat, sys_buf[1024];
+    struct kvb_chat_message all[65];
+    int n_all = 0;
+    bool has_system = false;
+    for (int i = 0; i < o->n_msgs; i++) has_system |= !strcmp(o->msgs[i].role, "system");
+    if (!cli_chat_style("tokenize", vocab, o->tmpl, &style)) return 2;
+    const char *sys = has_system ? NULL : cli_chat_default_system(vocab, style, sys_buf, sizeof sys_buf);
+    if (sys) all[n_all++] = (struct kvb_chat_message){"system", sys};
+    for (int i = 0; i < o->n_msgs; i++) all[n_all++] = o->msgs[i];
+    if (kvb_chat_format(style, all, n_all, true, &chat, len) != KVB_OK) {
         fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
-        for (int i = 0; i < n_msgs; i++) free((void *)msgs[i].role);
+        return 2;
+    }
+    *text = malloc(*len + 1);
+    if (*text) memcpy(*text, chat, *len + 1);
+    kvb_buffer_free(chat);
+    return *text ? CLI_GO_ON : 1;
+}
+
+/* The vocabulary and the text to encode: CLI_GO_ON, or the exit status (printed). */
+static int tok_load(const struct tok_opts *o, struct kvb_vocab **vocab, char **text, size_t *len) {
+    if (kvb_vocab_load(o->mo.path, vocab) != KVB_OK) {
+        *vocab = NULL;
+        fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
         return 1;
     }
-    char *text = NULL;
-    size_t len = 0;
-    int fail_rc = 1; /* 2: a usage error (--template, a message) */
-    if (prompt) {
-        len = strlen(prompt);
-        text = malloc(len + 1);
-        if (text) memcpy(text, prompt, len + 1);
-    } else if (file || from_stdin) {
-        text = cli_read_file(file ? file : "-", (size_t)1 << 31, file ? "text file" : "standard input", &len);
-    } else { /* --chat: as kvbound chat formats the conversation */
-        enum kvb_chat_style style;
-        char *chat, sys_buf[1024];
-        struct kvb_chat_message all[65];
-        int n_all = 0;
-        bool has_system = false;
-        for (int i = 0; i < n_msgs; i++) has_system |= !strcmp(msgs[i].role, "system");
-        fail_rc = 2;
-        if (cli_chat_style("tokenize", vocab, tmpl, &style)) {
-            const char *sys = has_system ? NULL : cli_chat_default_system(vocab, style, sys_buf, sizeof sys_buf);
-            if (sys) all[n_all++] = (struct kvb_chat_message){"system", sys};
-            for (int i = 0; i < n_msgs; i++) all[n_all++] = msgs[i];
-            if (kvb_chat_format(style, all, n_all, true, &chat, &len) == KVB_OK) {
-                fail_rc = 1;
-                text = malloc(len + 1);
-                if (text) memcpy(text, chat, len + 1);
-                kvb_buffer_free(chat);
-            } else {
-                fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
-            }
-        }
+    if (o->prompt) {
+        *len = strlen(o->prompt);
+        *text = malloc(*len + 1);
+        if (*text) memcpy(*text, o->prompt, *len + 1);
+    } else if (o->file || o->from_stdin) {
+        *text = cli_read_file(o->file ? o->file : "-", (size_t)1 << 31, o->file ? "text file" : "standard input", len);
+    } else {
+        return tok_chat_text(o, *vocab, text, len);
     }
-    for (int i = 0; i < n_msgs; i++) free((void *)msgs[i].role);
-    if (!text) {
-        kvb_vocab_free(vocab);
-        return fail_rc;
-    }
+    return *text ? CLI_GO_ON : 1;
+}
+
+/* The ids as [1, 2, 3]; -1: printed. */
+static int tok_print_ids(const int32_t *ids, int32_t n) {
+    size_t cap = (size_t)n * 16 + 64, at = 0; /* one big buffer: printf per token would dominate the run time */
+    char *o = malloc(cap);
+    if (!o) { fprintf(stderr, "kvbound: tokenize: out of memory for the output\n"); return -1; }
+    o[at++] = '[';
+    for (int32_t i = 0; i < n; i++) at += (size_t)snprintf(o + at, cap - at, i ? ", %d" : "%d", ids[i]);
+    o[at++] = ']';
+    o[at++] = '\n';
+    fwrite(o, 1, at, stdout);
+    free(o);
+    return 0;
+}
+
+/* Encodes the text and prints the ids (--ids) or "id -> 'piece'" lines; the exit status. */
+static int tok_print(const struct tok_opts *o, const struct kvb_vocab *vocab, const char *text, size_t len) {
     int32_t *ids, n;
-    kvb_status st = kvb_vocab_tokenize(vocab, text, len, add_special, parse_special, &ids, &n);
-    free(text);
-    if (st != KVB_OK) {
+    if (kvb_vocab_tokenize(vocab, text, len, o->add_special, o->parse_special, &ids, &n) != KVB_OK) {
         fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
-        kvb_vocab_free(vocab);
         return 1;
     }
     int rc = 0;
-    if (ids_only) { /* one big buffer: printf per token would dominate the run time */
-        size_t cap = (size_t)n * 16 + 64, at = 0;
-        char *o = malloc(cap);
-        if (o) {
-            o[at++] = '[';
-            for (int32_t i = 0; i < n; i++) at += (size_t)snprintf(o + at, cap - at, i ? ", %d" : "%d", ids[i]);
-            o[at++] = ']';
-            o[at++] = '\n';
-            fwrite(o, 1, at, stdout);
-            free(o);
-        } else {
-            fprintf(stderr, "kvbound: tokenize: out of memory for the output\n");
-            rc = 1;
-        }
+    if (o->ids_only) {
+        if (tok_print_ids(ids, n)) rc = 1;
     } else {
         char piece[1024];
         for (int32_t i = 0; i < n; i++) {
@@ -138,8 +158,21 @@ int cmd_tokenize(int argc, char **argv) {
             printf("%6d -> '%s'\n", ids[i], piece);
         }
     }
-    if (show_count && rc == 0) printf("Total number of tokens: %d\n", n);
+    if (o->show_count && rc == 0) printf("Total number of tokens: %d\n", n);
     kvb_buffer_free(ids);
+    return rc;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    struct tok_opts o;
+    struct kvb_vocab *vocab = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = tok_parse(&o, argc, argv);
+    if (rc == CLI_GO_ON) rc = tok_load(&o, &vocab, &text, &len);
+    if (rc == CLI_GO_ON) rc = tok_print(&o, vocab, text, len);
+    for (int i = 0; i < o.n_msgs; i++) free((void *)o.msgs[i].role);
+    free(text);
     kvb_vocab_free(vocab);
     return rc;
 }
