@@ -14,20 +14,7 @@
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
-if ! "$K" serve --help > /dev/null 2>&1; then
-    skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"
-    # serve -m a llama2.c checkpoint: GGUF only, and how to convert (it suggested -z, which serve lacks)
-if [ -f "$D/models/stories260K/stories260K.bin" ]; then
-    "$K" serve -m "$D/models/stories260K/stories260K.bin" --port 0 > /dev/null 2> "$T/bin.err"; rc=$?
-    if [ $rc -eq 1 ] && grep -q 'GGUF models only' "$T/bin.err" && grep -q 'kvbound convert' "$T/bin.err" && ! grep -q ' with -z' "$T/bin.err"; then ok serve_non_gguf_named
-    else ko serve_non_gguf_named "rc $rc: $(cat "$T/bin.err")"; fi
-else skip_case serve_non_gguf_named "missing $D/models/stories260K/stories260K.bin"; fi
-cli_summary
-    exit
-fi
-if [ ! -f "$G" ]; then skip_case serve_faults "missing $G"; cli_summary; exit; fi
-command -v curl > /dev/null || { skip_case serve_curl "curl is not installed"; cli_summary; exit; }
-need_tool serve_faults_python python3 KVB_REQUIRE_PYTHON "the raw-socket probes need it; Debian python3" || { cli_summary; exit; }
+serve_ready serve_faults "$G" "the raw-socket probes need it" || exit $SERVE_RC
 PROBE="python3 $(dirname "$0")/serve_faults.py"
 
 # 1. SIGTERM under keep-alive session queries: exit 0, four times over

@@ -12,13 +12,7 @@ if ! "$K" serve --help > /dev/null 2>&1; then skip_case serve_built "kvbound ser
 if [ ! -f "$G" ]; then skip_case serve_redis "missing $G"; cli_summary; exit; fi
 need_tool serve_redis_python python3 KVB_REQUIRE_PYTHON "the checks read JSON with Python; Debian python3" || { cli_summary; exit; }
 R=${KVB_TEST_REDIS:-}
-if [ -z "$R" ] && command -v redis-server > /dev/null; then
-    port=$(free_port)
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no > "$T/redis.log" 2>&1 &
-    PIDS="$PIDS $!"
-    for _ in $(seq 1 50); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.1; done
-    R="redis://127.0.0.1:$port"
-fi
+if [ -z "$R" ] && start_redis; then R=$RURL; fi
 if [ -z "$R" ]; then
     if [ "${KVB_REQUIRE_REDIS:-0}" = 1 ]; then ko serve_redis "no Redis (KVB_TEST_REDIS unset, redis-server not installed)"
     else sk serve_redis "no Redis (KVB_TEST_REDIS unset, redis-server not installed)"; fi

@@ -17,14 +17,7 @@
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
-if ! "$K" serve --help > /dev/null 2>&1; then
-    skip_case serve_built "kvbound serve is not built (install libmicrohttpd-dev libcjson-dev libsqlite3-dev)"
-    cli_summary
-    exit
-fi
-if [ ! -f "$G" ]; then skip_case serve_store "missing $G"; cli_summary; exit; fi
-command -v curl > /dev/null || { skip_case serve_curl "curl is not installed"; cli_summary; exit; }
-need_tool serve_store_python python3 KVB_REQUIRE_PYTHON "the tests read JSON and lock SQLite with it; Debian python3" || { cli_summary; exit; }
+serve_ready serve_store "$G" "the tests read JSON and lock SQLite with it" || exit $SERVE_RC
 
 # turn URL SESSION TEXT [MAX_TOKENS]: the body to $T/out, the status printed
 turn() {
@@ -123,14 +116,7 @@ else ko serve_map_of_stored_session "map $(cat "$T/mapcode"), in_memory $inmem: 
 
 # ---- Redis: out of memory, stopped, and two replicas racing ----
 RS=""
-if command -v redis-server > /dev/null; then
-    rport=$(free_port)
-    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$T/redis.log" 2>&1 &
-    RPID=$!
-    PIDS="$PIDS $RPID"
-    for _ in $(seq 1 50); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
-    RS="redis://127.0.0.1:$rport"
-fi
+if start_redis; then RS=$RURL; rport=$RPORT; fi
 if [ -z "$RS" ]; then
     if [ "${KVB_REQUIRE_REDIS:-0}" = 1 ]; then ko serve_store_redis "redis-server is not installed"
     else sk serve_store_redis "redis-server is not installed"; fi

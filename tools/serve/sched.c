@@ -352,6 +352,19 @@ static void gauges_update(struct server *srv) {
     s->persisted = store_queue_count(s->q); /* counted by the store worker */
 }
 
+/* Shutting down: every queued job is told to come back (503). */
+static void refuse_queue(struct server *srv) {
+    while (srv->queue_head) {
+        struct job *j = srv->queue_head;
+        srv->queue_head = j->next;
+        srv->n_queued--;
+        unbusy(srv, j);
+        job_fail(srv, j, 503, "server_busy", 5, "the server is shutting down; retry on another replica or later");
+        if (j->abandoned) job_free(j);
+    }
+    srv->queue_tail = NULL;
+}
+
 static void *loop(void *arg) {
     struct server *srv = arg;
     struct sched *s = srv->sched;
@@ -471,15 +484,7 @@ static void *loop(void *arg) {
         snprintf(j->error, sizeof j->error, "the server is shutting down; this turn was cut and not kept: retry it on another replica or later");
     }
     cancel_jobs(srv);
-    while (srv->queue_head) {
-        struct job *j = srv->queue_head;
-        srv->queue_head = j->next;
-        srv->n_queued--;
-        unbusy(srv, j);
-        job_fail(srv, j, 503, "server_busy", 5, "the server is shutting down; retry on another replica or later");
-        if (j->abandoned) job_free(j);
-    }
-    srv->queue_tail = NULL;
+    refuse_queue(srv);
     s->running = false;
     /* the store worker ends its request in hand; the rest come back refused */
     pthread_mutex_unlock(&srv->mu);
@@ -487,15 +492,7 @@ static void *loop(void *arg) {
     pthread_mutex_lock(&srv->mu);
     s->store_stopped = true;
     store_done(srv);
-    while (srv->queue_head) { /* parked jobs that came back */
-        struct job *j = srv->queue_head;
-        srv->queue_head = j->next;
-        srv->n_queued--;
-        unbusy(srv, j);
-        job_fail(srv, j, 503, "server_busy", 5, "the server is shutting down; retry on another replica or later");
-        if (j->abandoned) job_free(j);
-    }
-    srv->queue_tail = NULL;
+    refuse_queue(srv); /* parked jobs that came back */
     while (s->ctl_head) run_ctls(srv);
     pthread_mutex_unlock(&srv->mu);
     return NULL;
