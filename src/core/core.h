@@ -124,4 +124,14 @@ static inline uint64_t kvb_splitmix64(uint64_t *state) {
 }
 static inline double kvb_rand_unit(uint64_t *state) { return (double)(kvb_splitmix64(state) >> 11) * (1.0 / 9007199254740992.0); }
 
+/* kvb_threadpool_run for work that threads claim dynamically: fn(ith, nth,
+ * arg) runs on the caller (ith 0) and on each worker that comes to the run
+ * before the caller's own fn(0, ...) has returned, at most once each; a
+ * worker the machine has not scheduled by then is not waited for. nth is the
+ * pool's size (so own-share-first schemes keep their layout), but fn must
+ * leave every result complete and identical whichever threads come: it
+ * claims its work from shared counters, and the caller's call ends only when
+ * nothing is left to claim. Returns when every thread that came has left fn. */
+void kvb_threadpool_run_shared(struct kvb_threadpool *tp, void (*fn)(int32_t ith, int32_t nth, void *arg), void *arg);
+
 #endif /* KVB_CORE_H */

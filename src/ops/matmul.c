@@ -258,6 +258,24 @@ static bool row_share_next(struct row_share *sh, int64_t rows, int32_t ith, int3
     return false;
 }
 
+/* One token (decode, or a T == 1 call): x in w's int8 form, quantized once
+ * per call and thread into the thread's own room, or NULL when w's rows take
+ * the float dot. */
+static const struct kvb_q8_act *one_token_act(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x,
+                                              struct kvb_q8_act *room) {
+    if (!int8_path(k, w)) return NULL;
+    *room = quantize_for(k, w->type, x, w->n_in, t_d, t_q, t_s);
+    return room;
+}
+
+/* Rows [r0, r1) of w for one token: as kvb_matmul_rows with T == 1 computes
+ * them (xa: one_token_act's result for x). */
+static void one_token_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, const struct kvb_q8_act *xa, float *y,
+                           int64_t r0, int64_t r1) {
+    if (xa) q8_rows(k, w, xa, 1, y, 1, r0, r1);
+    else kvb_matmul_rows(k, w, x, 1, y, 1, 1, r0, r1);
+}
+
 struct mm_job {
     const struct kvb_mat *w;
     const float *x;
@@ -288,6 +306,19 @@ static void mm_worker(int32_t ith, int32_t nth, void *arg) {
         }
         return;
     }
+    if (j->T == 1 && nth > 1 && nth <= SHARE_THREADS_MAX) {
+        /* One token: the rows shared in chunks as for batched decode (own
+         * share first, then the others'), so a thread the machine has
+         * descheduled holds the join back by at most the chunk it holds,
+         * not by its whole share; the pool runs this without waiting for
+         * workers that do not come (kvb_threadpool_run_shared). */
+        const struct kvb_dot_kernels *k = kvb_dot_kernels();
+        struct kvb_q8_act room;
+        const struct kvb_q8_act *xa = one_token_act(k, j->w, j->x, &room);
+        int64_t r0, r1;
+        while (row_share_next(&j->share, n, ith, nth, &r0, &r1)) one_token_rows(k, j->w, j->x, xa, j->y, r0, r1);
+        return;
+    }
     if (j->decode && row_share_use(j->xa, j->T, nth)) {
         int64_t r0, r1;
         while (row_share_next(&j->share, n, ith, nth, &r0, &r1))
@@ -301,12 +332,25 @@ static void mm_worker(int32_t ith, int32_t nth, void *arg) {
     else kvb_matmul_rows(kvb_dot_kernels(), j->w, j->x, j->ldx, j->y, j->ldy, j->T, r0, r1);
 }
 
+/* Whether mm_worker claims all of j's work from counters (then the pool
+ * need not wait for a worker the machine has not scheduled). */
+static bool mm_claims(const struct mm_job *j, int32_t nth) {
+    if (j->cr0 || (!j->decode && j->T > 1 && j->w->n_in <= PANEL_MAX_IN)) return true;
+    return nth <= SHARE_THREADS_MAX && (j->T == 1 || (j->decode && row_share_use(j->xa, j->T, nth)));
+}
+
+static void mm_run(struct kvb_threadpool *tp, struct mm_job *j) {
+    if (mm_claims(j, kvb_threadpool_n_threads(tp))) kvb_threadpool_run_shared(tp, mm_worker, j);
+    else kvb_threadpool_run(tp, mm_worker, j);
+}
+
 void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T) {
     struct mm_job j = {.w = w, .x = x, .y = y, .ldx = ldx, .ldy = ldy, .T = T};
     atomic_init(&j.next_panel, 0);
+    row_share_init(&j.share);
     /* small matrices: threads cost more than they save */
     if (w->n_out * w->n_in * (int64_t)T < (1 << 16)) mm_worker(0, 1, &j);
-    else kvb_threadpool_run(tp, mm_worker, &j);
+    else mm_run(tp, &j);
 }
 
 void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
@@ -325,7 +369,7 @@ void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const
         j.xa = qb->act;
     }
     if (w->n_out * w->n_in * (int64_t)N < (1 << 16)) mm_worker(0, 1, &j);
-    else kvb_threadpool_run(tp, mm_worker, &j);
+    else mm_run(tp, &j);
 }
 
 /* Several matrices on the same decode rows (q/k/v, gate/up): one threadpool
@@ -354,8 +398,38 @@ static void mm_group_rows(const struct mm_group_job *j, int64_t g0, int64_t g1) 
     }
 }
 
+/* Whether mm_group_worker claims all its work from counters (N tokens, xa:
+ * their shared int8 form or NULL, nth threads). */
+static bool group_claims(int32_t N, const struct kvb_q8_act *xa, int32_t nth) {
+    return nth <= SHARE_THREADS_MAX && (N == 1 || row_share_use(xa, N, nth));
+}
+
 static void mm_group_worker(int32_t ith, int32_t nth, void *arg) {
     struct mm_group_job *j = arg;
+    if (j->N == 1 && nth > 1 && nth <= SHARE_THREADS_MAX) {
+        /* one token: shared rows, as in mm_worker; the token quantized once
+         * per thread when every matrix takes the same int8 form */
+        const struct kvb_dot_kernels *k = kvb_dot_kernels();
+        struct kvb_q8_act room;
+        const struct kvb_q8_act *xa = j->xa;
+        bool same_form = !xa;
+        for (int32_t i = 0; same_form && i < j->n_mat; i++)
+            same_form = int8_path(k, j->w[i]) && kvb_act_form(j->w[i]->type) == kvb_act_form(j->w[0]->type);
+        if (same_form) xa = one_token_act(k, j->w[0], j->x, &room);
+        int64_t g0, g1;
+        while (row_share_next(&j->share, j->rows, ith, nth, &g0, &g1)) {
+            if (!xa) {
+                mm_group_rows(j, g0, g1);
+                continue;
+            }
+            int64_t base = 0;
+            for (int32_t i = 0; i < j->n_mat && base < g1; base += j->w[i]->n_out, i++) {
+                const int64_t r0 = KVB_MAX(g0 - base, (int64_t)0), r1 = KVB_MIN(g1 - base, j->w[i]->n_out);
+                if (r0 < r1) one_token_rows(k, j->w[i], j->x, xa, j->y[i], r0, r1);
+            }
+        }
+        return;
+    }
     if (row_share_use(j->xa, j->N, nth)) {
         int64_t g0, g1;
         while (row_share_next(&j->share, j->rows, ith, nth, &g0, &g1)) mm_group_rows(j, g0, g1);
@@ -395,6 +469,7 @@ void kvb_matmul_decode_group(struct kvb_threadpool *tp, const struct kvb_mat *co
         j.xa = qb->act;
     }
     if (j.rows * n * (int64_t)N < (1 << 16)) mm_group_worker(0, 1, &j);
+    else if (group_claims(j.N, j.xa, kvb_threadpool_n_threads(tp))) kvb_threadpool_run_shared(tp, mm_group_worker, &j);
     else kvb_threadpool_run(tp, mm_group_worker, &j);
 }
 
@@ -410,7 +485,7 @@ void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const
     struct mm_job j = {.w = w, .x = x, .y = y, .ldx = ldx, .ldy = ldy, .cr0 = r0, .cT = T, .nc = n};
     atomic_init(&j.next_panel, 0);
     if (w->n_out * w->n_in * rows < (1 << 16)) mm_worker(0, 1, &j);
-    else kvb_threadpool_run(tp, mm_worker, &j);
+    else mm_run(tp, &j);
 }
 
 bool kvb_matmul_int8_tiles(const struct kvb_mat *w) {
