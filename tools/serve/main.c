@@ -85,6 +85,7 @@ static int usage(FILE *f) {
 
 /* What the command line says beyond struct serve_opts. */
 struct serve_cli {
+    struct cli_model_opts mo; /* -m, --no-mmap, -t */
     struct cli_policy po;
     enum kvb_policy_id pid;
     struct cli_kv_types kvt;
@@ -98,7 +99,6 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 4;
-    o->threads = cli_cores();
     o->queue_max = 64;
     o->queue_timeout_s = 30;
     o->max_tokens_cap = 16384;
@@ -111,6 +111,9 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->api_key = getenv("KVB_API_KEY");
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
     memset(c, 0, sizeof *c);
+    cli_model_init(&c->mo, "serve", CLI_MODEL_NO_MMAP | CLI_MODEL_THREADS, cli_cores());
+    c->mo.threads_max = 256;
+    c->mo.name_cmd_on_load = true;
     c->pool_mb = 1024;
     c->max_conn = 256;
     c->request_timeout = 30;
@@ -135,15 +138,14 @@ static int add_cors(struct serve_opts *o, const char *v) {
 static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = cli_opt_value("serve",
-                                  "-m --model --host --port --parallel --pool-mb --policy --sessions --api-key -t --threads --queue "
+                                  "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
                                   "--step-tokens --chunk",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
-    else if (!strcmp(a, "--host")) o->host = v;
+    if (!strcmp(a, "--host")) o->host = v;
     else if (!strcmp(a, "--port")) r = cli_parse_i32(a, v, 0, 65535, &o->port);
     else if (!strcmp(a, "--parallel")) r = cli_parse_i32(a, v, 1, 256, &o->parallel);
     else if (!strcmp(a, "--pool-mb")) r = cli_parse_i32(a, v, 1, 1 << 20, &c->pool_mb);
@@ -152,7 +154,6 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     }
     else if (!strcmp(a, "--sessions")) o->sessions = v;
     else if (!strcmp(a, "--api-key")) o->api_key = v;
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) r = cli_parse_i32(a, v, 1, 256, &o->threads);
     else if (!strcmp(a, "--queue")) r = cli_parse_i32(a, v, 0, 1 << 20, &o->queue_max);
     else if (!strcmp(a, "--queue-timeout")) r = cli_parse_i32(a, v, 1, 86400, &o->queue_timeout_s);
     else if (!strcmp(a, "--max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_tokens_cap);
@@ -176,14 +177,15 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
     serve_defaults(o, c);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
-        if (!strcmp(argv[i], "--no-mmap")) { o->no_mmap = true; continue; }
-        int pr = cli_policy_option(&c->po, argc, argv, &i);
-        if (pr == 0) pr = cli_kv_types_option(&c->kvt, argc, argv, &i);
-        if (pr == 0) pr = cli_recall_option(&c->rec, argc, argv, &i);
+        int pr = cli_model_option(&c->mo, argc, argv, &i);
+        if (pr == 0) pr = cli_cache_option(&c->po, &c->kvt, &c->rec, argc, argv, &i);
         if (pr < 0) return 2;
         if (pr == 0 && serve_option(o, c, argc, argv, &i)) return 2;
     }
-    if (!o->model_path) { fprintf(stderr, "kvbound serve: -m MODEL is required\n"); return 2; }
+    if (!cli_model_required(&c->mo)) return 2;
+    o->model_path = c->mo.path;
+    o->threads = c->mo.threads;
+    o->no_mmap = c->mo.no_mmap;
     if (o->chunk > o->step_tokens) {
         fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
         return 2;
@@ -222,13 +224,7 @@ static int serve_load(struct server *srv, const struct serve_cli *c) {
                         "A llama2.c checkpoint: kvbound convert -m MODEL.bin -z TOKENIZER.bin -o MODEL.gguf\n", o->model_path);
         return 1;
     }
-    struct kvb_model_params mp = kvb_model_default_params();
-    mp.no_mmap = o->no_mmap;
-    if (kvb_model_load(o->model_path, &mp, &srv->model) != KVB_OK) {
-        fprintf(stderr, "kvbound serve: %s\n", kvb_last_error());
-        return 1;
-    }
-    kvb_model_get_info(srv->model, &srv->mi);
+    if (cli_load_model(&c->mo, &srv->model, &srv->mi)) return 1;
     srv->vocab = kvb_model_vocab(srv->model);
     cli_policy_warn(&c->po, c->pid, srv->mi.n_ctx_train);
     const char *why = NULL, *forced = c->forced_template;
