@@ -148,7 +148,7 @@ static bool method_in(const char *allow, const char *method) {
 void serve_route(struct server *srv, const struct http_req *q, struct http_resp *r) {
     memset(r, 0, sizeof *r);
     const char *m = q->method, *p = q->path;
-    const bool get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), del = !strcmp(m, "DELETE");
+    const bool get = !strcmp(m, "GET") || !strcmp(m, "HEAD");
     const bool options = !strcmp(m, "OPTIONS");
     if (!host_allowed(srv, q->host)) {
         serve_error(r, 403, "forbidden", "Host '%.200s' does not name this server; a server on a loopback address without --api-key answers "
@@ -240,22 +240,19 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
                                               r->status == 404 ? "not found" : "unavailable");
             return;
         }
-        if (del && !map) {
-            const int st = sched_session_delete(srv, id);
-            if (st == 200) {
-                r->status = 200;
-                r->content_type = "application/json";
-                sb_puts(&r->body, "{\"id\":");
-                serve_json_str(&r->body, id);
-                sb_puts(&r->body, ",\"object\":\"session\",\"deleted\":true}\n");
-            } else {
-                serve_error(r, st, st == 404 ? "not_found" : st == 429 ? "session_busy" : "server_error", "session '%s': %s", id,
-                            st == 404 ? "not found" : st == 429 ? "a turn is running" : "the store failed");
-                if (st == 429) r->retry_after = 1;
-            }
-            return;
+        /* DELETE: route_allow let no other method through, and none on .../map */
+        const int st = sched_session_delete(srv, id);
+        if (st == 200) {
+            r->status = 200;
+            r->content_type = "application/json";
+            sb_puts(&r->body, "{\"id\":");
+            serve_json_str(&r->body, id);
+            sb_puts(&r->body, ",\"object\":\"session\",\"deleted\":true}\n");
+        } else {
+            serve_error(r, st, st == 404 ? "not_found" : st == 429 ? "session_busy" : "server_error", "session '%s': %s", id,
+                        st == 404 ? "not found" : st == 429 ? "a turn is running" : "the store failed");
+            if (st == 429) r->retry_after = 1;
         }
-        serve_error(r, 405, "invalid_request_error", "sessions take GET or DELETE");
         return;
     }
     serve_error(r, 404, "not_found", "no route %s %s", m, p);
