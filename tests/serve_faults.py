@@ -116,19 +116,19 @@ def slowloris(host, port, n, timeout):
     return 0 if ok else 1
 
 
-def halfclose(host, port):
-    body = b'{"prompt":"Once upon a time","max_tokens":4,"temperature":0}'
+def post_half_closed(host, port, body):
+    """POST /v1/completions with body, then shutdown(SHUT_WR); the answer."""
     s = socket.create_connection((host, port), timeout=30)
     s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
     s.shutdown(socket.SHUT_WR)
-    data = read_all(s)
+    return read_all(s)
+
+
+def halfclose(host, port):
+    data = post_half_closed(host, port, b'{"prompt":"Once upon a time","max_tokens":4,"temperature":0}')
     ok = status_of(data) == 200 and b'"text"' in data
     # and a stream, half-closed the same way
-    body = b'{"prompt":"Once upon a time","max_tokens":4,"temperature":0,"stream":true}'
-    s = socket.create_connection((host, port), timeout=30)
-    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-    s.shutdown(socket.SHUT_WR)
-    sdata = read_all(s)
+    sdata = post_half_closed(host, port, b'{"prompt":"Once upon a time","max_tokens":4,"temperature":0,"stream":true}')
     sok = status_of(sdata) == 200 and b"data: [DONE]" in sdata
     print(("ok" if ok and sok else "FAIL") + f" halfclose: answer {status_of(data)} ({len(data)} bytes), stream {status_of(sdata)} "
           f"({'with' if b'[DONE]' in sdata else 'without'} [DONE])")
