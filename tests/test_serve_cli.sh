@@ -171,15 +171,21 @@ kill -TERM $PID; wait $PID 2>/dev/null; rc=$?
 if [ $rc -eq 0 ] && grep -q "SIGTERM" "$T/a.log"; then ok serve_sigterm_clean; else ko serve_sigterm_clean "exit $rc: $(tail -n 2 "$T/a.log")"; fi
 
 # a full queue is 503 with Retry-After: one generating, then three at once
-# for a queue of one: exactly one waits (and is answered), two are refused
-start q -m "$G" --sessions "$T/sq" --budget 64 -t 1 --parallel 1 --queue 1
-curl -s -D "$T/q1.h" -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":8000,"ignore_eos":true}' "$URL/v1/completions" &
-cpids="$!"
-for _ in $(seq 1 100); do [ "$(curl -s "$URL/metrics" | sed -n 's/^kvbound_sessions_active //p')" = 1 ] && break; sleep 0.05; done
+# for a queue of one: exactly one waits, two are refused. The first streams
+# (its 200 is sent at once) and is cut once the two refusals are in, so the
+# waiter's turn comes however slow the machine (TSan, a busy CI host): no
+# count depends on how fast tokens are generated.
+start q -m "$G" --sessions "$T/sq" --budget 64 -t 1 --parallel 1 --queue 1 --queue-timeout 600
+curl -s -N -D "$T/q1.h" -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":16000,"ignore_eos":true,"stream":true}' "$URL/v1/completions" &
+q1pid=$!
+for _ in $(seq 1 400); do [ "$(curl -s "$URL/metrics" | sed -n 's/^kvbound_sessions_active //p')" = 1 ] && break; sleep 0.05; done
+cpids=""
 for i in 2 3 4; do
-    curl -s -D "$T/q$i.h" -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":8000}' "$URL/v1/completions" &
+    curl -s -D "$T/q$i.h" -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":4}' "$URL/v1/completions" &
     cpids="$cpids $!"
 done
+for _ in $(seq 1 400); do [ "$(cat "$T"/q[234].h 2>/dev/null | grep -c '^HTTP/1.1 503')" -ge 2 ] && break; sleep 0.05; done
+kill $q1pid 2>/dev/null; wait $q1pid 2>/dev/null
 # shellcheck disable=SC2086
 wait $cpids
 n503=$(grep -l '^HTTP/1.1 503' "$T"/q*.h | wc -l); n200=$(grep -l '^HTTP/1.1 200' "$T"/q*.h | wc -l)
