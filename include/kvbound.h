@@ -13,10 +13,10 @@
  * Usage summary (decode loop of an engine):
  *
  *     struct kvb_cache_params cp = kvb_cache_default_params();
- *     cp.n_layer = 22; cp.n_kv_head = 4; cp.head_dim = 64; cp.dtype = KVB_DTYPE_F16;
+ *     cp.n_layer = 22; cp.n_kv_head = 4; cp.head_dim = 64;
  *     cp.rope = (struct kvb_rope){ .type = KVB_ROPE_INTERLEAVED, .n_dims = 64, .base = 10000, .freq_scale = 1 };
- *     cp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
- *     cp.policy.budget = 1024;
+ *     cp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+ *     cp.kv.policy.budget = 1024;
  *     struct kvb_cache *c; if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) ...;
  *     for each token, for each layer l:
  *         kvb_cache_decode(c, l, q, n_head, k, v, out, tp);   // q, k before RoPE
@@ -145,7 +145,7 @@ enum kvb_pos_mode {
     KVB_POS_ORIGINAL = 1,       /* keys keep absolute positions; gaps allowed */
     KVB_POS_CONTIGUOUS = 2,     /* retained tokens re-indexed 0..n-1 (StreamingLLM) */
     KVB_POS_CAPPED = 3,         /* original positions, but a query never sees a relative
-                                 * distance above kvb_cache_params.max_distance
+                                 * distance above kvb_kv_params.max_distance
                                  * (LM-Infinite): farther keys are seen at that distance */
 };
 const char *kvb_pos_mode_name(enum kvb_pos_mode m);
@@ -322,21 +322,55 @@ struct kvb_recall_params {
     enum kvb_recall_summary summary; /* how pages are scored (default bounds) */
 };
 
+/* A per-layer override of the KV configuration: layer `layer` keeps its
+ * own policy (a sliding-window layer: window with its width as budget).
+ * Room for the model families with such layers; not applied yet, so a
+ * configuration that gives any is refused (KVB_ERR_UNSUPPORTED, named). */
+struct kvb_kv_layer {
+    int32_t layer;
+    struct kvb_policy_params policy;
+};
+
+/* The KV configuration: what a cache keeps and how it stores it. One
+ * struct, embedded as `kv` in every params struct that makes a cache
+ * (kvb_cache_params, kvb_context_params, kvb_seq_params, kvb_ppl_params,
+ * kvb_needle_params) and in kvb_batch_params, whose pool's page it sets.
+ * kvb_kv_default_params: full, positions the policy's, f16 rows, pages of
+ * 16 tokens, no recall, no overrides. */
+struct kvb_kv_params {
+    struct kvb_policy_params policy;
+    enum kvb_pos_mode pos_mode;
+    int32_t max_distance;        /* KVB_POS_CAPPED (lminfinite's default): the largest relative
+                                  * distance attention sees; > 0 for a bare cache, 0 = the
+                                  * model's trained length for a context, sequence, ppl, needle */
+    enum kvb_dtype kv_dtype, kv_dtype_v; /* K rows (any type but AS_K); V rows (KVB_DTYPE_AS_K: as K) */
+    int32_t block_size;          /* tokens per page, a power of two in 1..4096 */
+    struct kvb_recall_params recall; /* reversible eviction: off when pages is 0 */
+    const struct kvb_kv_layer *layers; /* per-layer overrides (n_layers of them), or NULL */
+    int32_t n_layers;
+};
+struct kvb_kv_params kvb_kv_default_params(void);
+/* The V rows' type in effect (KVB_DTYPE_AS_K resolved to the K rows'). */
+enum kvb_dtype kvb_kv_v_type(const struct kvb_kv_params *kv);
+/* The sizing rule, the one every user of the pool asks (the CLI, batches,
+ * ppl, needle, the server): the pool bytes one sequence's cache needs at
+ * its peak, for a model of n_layer x n_kv_head streams of head_dim. Per
+ * stream: the tokens the policy holds at most (full: n_ctx; the others:
+ * their peak for a prompt of n_prompt tokens, e.g. the snapkv family reads
+ * a prompt whole before compressing it), one prompt chunk read before
+ * eviction (at most the prompt), two pages of compaction slack, and the
+ * recall area; in pages of kvb_kv_params' page size. 0 for a bad argument
+ * (unknown policy or dtype, block_size or geometry out of range). */
+size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int64_t n_ctx,
+                        int64_t n_prompt, int32_t chunk);
+
 struct kvb_cache_params {
     int32_t n_layer;
     int32_t n_kv_head;
     int32_t head_dim;
-    enum kvb_dtype dtype;       /* K rows (default F16); any kvb_dtype but AS_K */
-    enum kvb_dtype dtype_v;     /* V rows: KVB_DTYPE_AS_K (default) = dtype, or any other */
-    int32_t block_size;         /* tokens per page, power of two (default 16) */
-    enum kvb_pos_mode pos_mode;
     struct kvb_rope rope;
-    struct kvb_policy_params policy;
     size_t pool_bytes;          /* private pool size when kvb_cache_init gets pool == NULL */
-    int32_t max_distance;       /* KVB_POS_CAPPED (lminfinite's default): the largest relative
-                                 * distance attention sees, normally the trained length; must be
-                                 * > 0 in that mode. The model context fills it from the model. */
-    struct kvb_recall_params recall; /* off by default */
+    struct kvb_kv_params kv;    /* policy, positions, row types, page size, recall */
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 
@@ -408,7 +442,7 @@ kvb_status kvb_cache_prefill(struct kvb_cache *cache, int32_t layer, int32_t n_t
  * compressed prompt plus up to decode_budget generated tokens, oldest
  * generated first out. Budgets set with kvb_cache_set_budget are the
  * per-stream budgets of snapkv here (pyramidkv and adakv derive theirs from
- * policy.budget). A layer whose prompt is still open when kvb_cache_decode
+ * kv.policy.budget). A layer whose prompt is still open when kvb_cache_decode
  * runs is compressed first. For every other policy it does nothing at all.
  * Cannot fail. */
 void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
@@ -678,18 +712,11 @@ kvb_status kvb_chat_turn_text(enum kvb_chat_style style, const char *system, con
                               char **out, size_t *len);
 
 struct kvb_context_params {
-    struct kvb_policy_params policy; /* default: full */
-    enum kvb_pos_mode pos_mode;
-    enum kvb_dtype kv_dtype;         /* default f16 (K rows, and V rows unless kv_dtype_v says otherwise) */
-    enum kvb_dtype kv_dtype_v;       /* default KVB_DTYPE_AS_K */
-    int32_t block_size;              /* default 16 */
+    struct kvb_kv_params kv;         /* the cache (kvb_kv_default_params) */
     size_t kv_pool_bytes;            /* default 1 GiB */
     int32_t n_threads;               /* default 1 */
     int32_t n_ctx;                   /* token limit for the full policy; 0 = the model's trained length */
     int32_t chunk;                   /* prefill chunk (default 256) */
-    int32_t max_distance;            /* positions capped (lminfinite): the distance cap; 0 = the
-                                      * model's trained length */
-    struct kvb_recall_params recall; /* reversible eviction, off by default */
 };
 struct kvb_context_params kvb_context_default_params(void);
 
@@ -753,9 +780,10 @@ int32_t kvb_sampler_sample(struct kvb_sampler *s, float *logits, const int32_t *
  * token), whatever shares its steps. */
 struct kvb_batch;
 struct kvb_batch_params {
-    enum kvb_dtype kv_dtype;   /* default f16 (K rows, and V rows unless kv_dtype_v says otherwise) */
-    enum kvb_dtype kv_dtype_v; /* default KVB_DTYPE_AS_K */
-    int32_t block_size;        /* default 16 */
+    struct kvb_kv_params kv;   /* the sequences' KV configuration: its row types and block
+                                * size make the pool's page, and every sequence's kv must
+                                * have the same three; kvb_batch_seq_default_params gives
+                                * sequences this whole kv (kvb_kv_default_params) */
     size_t kv_pool_bytes;    /* the pool every sequence draws from (default 1 GiB) */
     int32_t n_threads;       /* default 1 */
     int32_t max_seqs;        /* sequences at once, 1..4096 (default 64) */
@@ -765,19 +793,21 @@ struct kvb_batch_params {
 struct kvb_batch_params kvb_batch_default_params(void);
 
 struct kvb_seq_params {
-    struct kvb_policy_params policy; /* default: full */
-    enum kvb_pos_mode pos_mode;
-    int32_t max_distance;            /* positions capped: 0 = the model's trained length */
+    struct kvb_kv_params kv;         /* the sequence's cache: its row types and block_size
+                                      * must be the batch's (KVB_ERR_INVALID names the field);
+                                      * recall's area counts in the sequence's minimum, and
+                                      * kvb_batch_seq_load takes kv from the image but
+                                      * recall.cold_dir from here */
     int32_t n_ctx;                   /* token limit under full; 0 = the model's trained length */
     struct kvb_sampler_params sampler;
     int32_t max_tokens;              /* tokens to generate; 0 = no limit */
     bool ignore_eos;                 /* default false: end-of-sequence ends the sequence */
-    struct kvb_recall_params recall; /* reversible eviction, as kvb_cache_params.recall (pages 0:
-                                      * off, the default); its recall area counts in the
-                                      * sequence's minimum. kvb_batch_seq_load takes
-                                      * it from the image, and only cold_dir from here */
 };
+/* Defaults: kv = kvb_kv_default_params (f16 rows, pages of 16, full). */
 struct kvb_seq_params kvb_seq_default_params(void);
+/* kvb_seq_default_params with the batch's kv: its row types, page size,
+ * and policy, positions and recall as defaults. */
+struct kvb_seq_params kvb_batch_seq_default_params(const struct kvb_batch *batch);
 
 enum kvb_seq_state { KVB_SEQ_PROMPT, KVB_SEQ_DECODE, KVB_SEQ_DONE };
 struct kvb_seq_info {
@@ -792,10 +822,9 @@ struct kvb_seq_info {
 
 kvb_status kvb_batch_init(const struct kvb_model *model, const struct kvb_batch_params *params, struct kvb_batch **out);
 void kvb_batch_free(struct kvb_batch *batch);
-/* Bytes the pool must hold for a sequence at its smallest: its budget (or
- * its context under full, or prompt + max_tokens if smaller; the snapkv
- * family its whole prompt), a prompt chunk (at most the prompt) and two
- * pages of compaction slack, in every stream. */
+/* Bytes the pool must hold for a sequence at its smallest: kvb_kv_seq_bytes
+ * for the batch's model and chunk, with n_ctx the sequence's context under
+ * full (prompt + max_tokens if smaller). */
 size_t kvb_batch_seq_min_bytes(const struct kvb_batch *batch, const struct kvb_seq_params *params, int32_t n_prompt);
 /* Whether the pool can hold one more sequence at its minimum next to what
  * every admitted sequence needs at its own: KVB_OK, or KVB_ERR_NOMEM saying
@@ -878,7 +907,7 @@ kvb_status kvb_eval_window_nll(const struct kvb_model *model, const int32_t *ids
 
 /* Quality of a policy on a token stream (docs/EVALUATION.md, "kvbound ppl").
  * Tokens are fed in order, `chunk` per step with eviction between steps;
- * every next-token prediction from position 1 on is scored. policy.budget is
+ * every next-token prediction from position 1 on is scored. kv.policy.budget is
  * B, the most tokens any query attends to, the current one included: the
  * cache keeps B - chunk between steps. */
 enum kvb_baseline {
@@ -888,22 +917,17 @@ enum kvb_baseline {
 };
 
 struct kvb_ppl_params {
-    struct kvb_policy_params policy;
-    enum kvb_pos_mode pos_mode;
+    struct kvb_kv_params kv;    /* the policy's cache: streaming and f32 rows by default, to
+                                 * measure the policy, not KV rounding. The full baseline is
+                                 * always f32, so --policy full --kv-dtype q8_0 isolates the bits */
     int32_t chunk;              /* tokens per step (1) */
     enum kvb_baseline baseline;
     bool mass;                  /* retained share of full attention (needs chunk 1; runs the full model too) */
     int32_t n_threads;
     int32_t segment;            /* predictions per curve point (256) */
-    enum kvb_dtype kv_dtype;    /* the policy's K rows (and V rows unless kv_dtype_v): f32 by default,
-                                 * to measure the policy, not KV rounding. The full baseline is
-                                 * always f32, so --policy full --kv-dtype q8_0 isolates the bits */
-    enum kvb_dtype kv_dtype_v;  /* KVB_DTYPE_AS_K by default */
-    int32_t max_distance;       /* positions capped (lminfinite): 0 = the model's trained length */
-    struct kvb_recall_params recall; /* the policy's cache recalls evicted pages (off by default) */
     int32_t prompt;             /* > 0: the kvpress protocol. The first `prompt` tokens (BOS
                                  * included) are a prompt, read through kvb_context_prompt (the
-                                 * snapkv family compresses it to policy.budget per stream and
+                                 * snapkv family compresses it to kv.policy.budget per stream and
                                  * keeps up to decode_budget continuation tokens after it);
                                  * decode-time policies are fed it `chunk` tokens per step and
                                  * hold B - chunk throughout. Only the continuation is scored,
@@ -952,18 +976,15 @@ void kvb_ppl_result_free(struct kvb_ppl_result *r);
  * share of (layer, KV head) streams that still hold every token of the
  * passkey when the question has been read. */
 struct kvb_needle_params {
-    struct kvb_policy_params policy;
-    enum kvb_pos_mode pos_mode;
+    struct kvb_kv_params kv;   /* the cache (kvb_needle_default_params: full, f16 rows) */
     int32_t length;        /* haystack tokens, question included */
     double depth;          /* 0 = start, 1 = end */
     uint32_t key;          /* 10000..99999 */
     const char *filler;    /* text to repeat; NULL = built-in */
     int32_t chunk;         /* prefill chunk (256) */
     int32_t n_threads;
-    enum kvb_dtype kv_dtype;   /* KV rows (a zeroed struct: f32; kvbound needle uses f16) */
-    enum kvb_dtype kv_dtype_v; /* V rows apart, or KVB_DTYPE_AS_K */
-    struct kvb_recall_params recall; /* reversible eviction (off by default) */
 };
+struct kvb_needle_params kvb_needle_default_params(void);
 struct kvb_needle_result {
     bool correct;
     double retained;       /* with recall: the passkey counts as held when every token is

@@ -67,9 +67,9 @@ static inline int check_invariants(const struct kvb_cache *c, struct kvb_pool *p
                 if (si.pos_original <= prev || si.pos_original >= past) { printf("  %s: (%d,%d) slot %d pos %lld after %lld (past %lld)\n", where, l, h, j, (long long)si.pos_original, prev, past); return 1; }
                 prev = si.pos_original;
                 if (pm == KVB_POS_CONTIGUOUS ? si.pos_cache != j : si.pos_cache != si.pos_original) { printf("  %s: (%d,%d) slot %d cache pos %lld\n", where, l, h, j, (long long)si.pos_cache); return 1; }
-                if (j < p->policy.n_sink && past > j && si.pos_original != j) { printf("  %s: (%d,%d) sink %d evicted (slot holds %lld)\n", where, l, h, j, (long long)si.pos_original); return 1; }
+                if (j < p->kv.policy.n_sink && past > j && si.pos_original != j) { printf("  %s: (%d,%d) sink %d evicted (slot holds %lld)\n", where, l, h, j, (long long)si.pos_original); return 1; }
             }
-            expect_pages_max += (n + p->block_size - 1) / p->block_size + 1; /* < 2 pages of holes */
+            expect_pages_max += (n + p->kv.block_size - 1) / p->kv.block_size + 1; /* < 2 pages of holes */
         }
     }
     struct kvb_cache_stats cs;

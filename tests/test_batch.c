@@ -63,8 +63,8 @@ static struct kvb_policy_params policy(enum kvb_policy_id id) {
 static int single_logits(struct kvb_model *model, struct kvb_policy_params pol, struct kvb_recall_params rec, const int32_t *prompt, int32_t n_prompt,
                          const int32_t *fed, int32_t n_fed, float *out /* [(n_fed + 1) * V] */) {
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.policy = pol;
-    cp.recall = rec;
+    cp.kv.policy = pol;
+    cp.kv.recall = rec;
     cp.chunk = CHUNK;
     cp.kv_pool_bytes = (size_t)64 << 20;
     struct kvb_context *c;
@@ -134,8 +134,8 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol, struct kvb_
         for (int i = 0; i < NS; i++) /* joins (when a slot is free) */
             if (tr[i].id < 0 && !tr[i].done && step >= tr[i].start) {
                 struct kvb_seq_params sp = kvb_seq_default_params();
-                sp.policy = policy(tr[i].pol);
-                sp.recall = rec;
+                sp.kv.policy = policy(tr[i].pol);
+                sp.kv.recall = rec;
                 sp.max_tokens = MAX_GEN;
                 sp.ignore_eos = true;
                 sp.sampler.temp = 0;
@@ -287,7 +287,7 @@ TEST(pool_exhaustion_and_allocation_failures_change_no_cache) {
     int32_t ids[6];
     for (int i = 0; i < 6; i++) {
         struct kvb_seq_params sp = kvb_seq_default_params();
-        sp.policy = policy(i % 2 ? KVB_POLICY_FULL : KVB_POLICY_H2O);
+        sp.kv.policy = policy(i % 2 ? KVB_POLICY_FULL : KVB_POLICY_H2O);
         sp.n_ctx = 4096; /* past the trained 128: the full sequences keep growing */
         sp.ignore_eos = true;
         CHECK_OK(kvb_batch_add(b, &sp, g_ids + 50 * i, 30, &ids[i]));
@@ -316,7 +316,7 @@ TEST(pool_exhaustion_and_allocation_failures_change_no_cache) {
     CHECK_OK(kvb_batch_init(g_model, &bp, &b));
     for (int i = 0; i < 4; i++) {
         struct kvb_seq_params sp = kvb_seq_default_params();
-        sp.policy = policy(i % 2 ? KVB_POLICY_SNAPKV : KVB_POLICY_STREAMING);
+        sp.kv.policy = policy(i % 2 ? KVB_POLICY_SNAPKV : KVB_POLICY_STREAMING);
         sp.ignore_eos = true;
         CHECK_OK(kvb_batch_add(b, &sp, g_ids + 70 * i, 20 + 9 * i, &ids[i]));
     }
@@ -387,12 +387,12 @@ TEST(allocation_failures_with_recall_change_nothing) {
         CHECK_OK(kvb_batch_init(g_model, &bp, &b[k]));
         for (int i = 0; i < NS; i++) {
             struct kvb_seq_params sp = kvb_seq_default_params();
-            sp.policy = policy(pols[i]);
+            sp.kv.policy = policy(pols[i]);
             sp.ignore_eos = true;
             sp.max_tokens = 40;
-            sp.recall.pages = 2;
-            sp.recall.every = 1 + i % 2;
-            sp.recall.cold_mem_bytes = (size_t)1 << 20;
+            sp.kv.recall.pages = 2;
+            sp.kv.recall.every = 1 + i % 2;
+            sp.kv.recall.cold_mem_bytes = (size_t)1 << 20;
             CHECK_OK(kvb_batch_add(b[k], &sp, g_ids + 60 * i, 50 + 7 * i, &ids[k][i]));
         }
     }
@@ -470,7 +470,7 @@ TEST(sequences_freed_in_random_order_return_every_page) {
     struct track tr[24];
     for (int i = 0; i < 24; i++) {
         struct kvb_seq_params sp = kvb_seq_default_params();
-        sp.policy = policy((enum kvb_policy_id)(i % KVB_POLICY_COUNT));
+        sp.kv.policy = policy((enum kvb_policy_id)(i % KVB_POLICY_COUNT));
         sp.ignore_eos = true;
         CHECK_OK(kvb_batch_add(b, &sp, g_ids + 30 * i, 10 + i, &ids[i]));
         memset(&tr[i], 0, sizeof tr[i]);
@@ -507,11 +507,11 @@ TEST(admission_and_bad_arguments) {
     sp.n_ctx = 2048;
     const size_t full_min = kvb_batch_seq_min_bytes(b, &sp, 10);
     struct kvb_seq_params bounded = kvb_seq_default_params();
-    bounded.policy = policy(KVB_POLICY_STREAMING);
+    bounded.kv.policy = policy(KVB_POLICY_STREAMING);
     CHECK(kvb_batch_seq_min_bytes(b, &bounded, 10) < full_min / 4);
     { /* recall: the minimum also holds the recall area, R pages per stream */
         struct kvb_seq_params rb = bounded;
-        rb.recall.pages = 3;
+        rb.kv.recall.pages = 3;
         struct kvb_model_info mi;
         kvb_model_get_info(g_model, &mi);
         struct kvb_batch_stats bs;
@@ -527,8 +527,8 @@ TEST(admission_and_bad_arguments) {
     kvb_model_get_info(g_model, &mi);
     struct kvb_batch_stats bs;
     kvb_batch_get_stats(b, &bs);
-    const long long blk = bp.block_size, chunk = CHUNK < 10 ? CHUNK : 10;
-    const long long seq_pages = ((bounded.policy.budget + chunk + blk - 1) / blk + 2) * mi.n_layer * mi.n_head_kv;
+    const long long blk = bp.kv.block_size, chunk = CHUNK < 10 ? CHUNK : 10;
+    const long long seq_pages = ((bounded.kv.policy.budget + chunk + blk - 1) / blk + 2) * mi.n_layer * mi.n_head_kv;
     const long long pool_pages = (long long)(bp.kv_pool_bytes / bs.page_bytes);
     CHECK_EQ_INT((long long)bs.pool_bytes_capacity, pool_pages * (long long)bs.page_bytes);
     CHECK_EQ_INT(seq_pages, 6 * 5 * 4); /* stories260K: 5 layers x 4 KV heads, ceil(50 / 16) + 2 pages each */
@@ -564,6 +564,39 @@ TEST(admission_and_bad_arguments) {
     struct kvb_batch *b2 = NULL;
     CHECK_STATUS(kvb_batch_init(g_model, &bp, &b2), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "step_tokens") != NULL);
+    { /* one KV configuration: a sequence's rows are the pool's, or it is refused by name */
+        struct kvb_batch_stats before, after;
+        kvb_batch_get_stats(b, &before);
+        struct kvb_seq_params bf = kvb_seq_default_params();
+        bf.kv.kv_dtype = KVB_DTYPE_BF16;
+        CHECK_STATUS(kvb_batch_add(b, &bf, g_ids, 4, &id), KVB_ERR_INVALID);
+        CHECK(strstr(kvb_last_error(), "kv.kv_dtype bf16") != NULL && strstr(kvb_last_error(), "the batch's f16") != NULL);
+        struct kvb_seq_params b32 = kvb_seq_default_params();
+        b32.kv.block_size = 32;
+        CHECK_STATUS(kvb_batch_add(b, &b32, g_ids, 4, &id), KVB_ERR_INVALID);
+        CHECK(strstr(kvb_last_error(), "kv.block_size 32") != NULL);
+        kvb_batch_get_stats(b, &after);
+        CHECK_EQ_INT(after.n_seqs, before.n_seqs);
+        /* a bf16 batch gives its sequences bf16 rows, and its policy as their default */
+        struct kvb_batch_params qp = bp;
+        qp.step_tokens = CHUNK;
+        qp.kv.kv_dtype = KVB_DTYPE_BF16;
+        qp.kv.policy = policy(KVB_POLICY_H2O);
+        struct kvb_batch *bq = NULL;
+        CHECK_OK(kvb_batch_init(g_model, &qp, &bq));
+        const struct kvb_seq_params dq = kvb_batch_seq_default_params(bq);
+        CHECK(dq.kv.kv_dtype == KVB_DTYPE_BF16 && dq.kv.policy.id == KVB_POLICY_H2O && dq.kv.policy.budget == qp.kv.policy.budget);
+        CHECK_OK(kvb_batch_add(bq, &dq, g_ids, 4, &id));
+        struct kvb_cache_params cq;
+        kvb_cache_get_params(kvb_batch_seq_cache(bq, id), &cq);
+        CHECK(cq.kv.kv_dtype == KVB_DTYPE_BF16 && cq.kv.policy.id == KVB_POLICY_H2O);
+        kvb_batch_free(bq);
+        const struct kvb_kv_layer sliding = {0, policy(KVB_POLICY_WINDOW)};
+        qp.kv.layers = &sliding;
+        qp.kv.n_layers = 1;
+        CHECK_STATUS(kvb_batch_init(g_model, &qp, &bq), KVB_ERR_UNSUPPORTED);
+        CHECK(strstr(kvb_last_error(), "kv.layers") != NULL);
+    }
     kvb_batch_free(b);
 }
 
@@ -604,11 +637,11 @@ TEST(sessions_continue_save_and_load) {
         bp.step_tokens = 2 * CHUNK;
         bp.kv_pool_bytes = (size_t)16 << 20;
         struct kvb_seq_params sp = kvb_seq_default_params();
-        sp.policy = policy(pols[k]);
+        sp.kv.policy = policy(pols[k]);
         sp.max_tokens = 8;
         sp.ignore_eos = true;
         sp.sampler.temp = 0;
-        if (with_recall) sp.recall = (struct kvb_recall_params){2, 1, (size_t)1 << 20, NULL, KVB_RECALL_BOUNDS};
+        if (with_recall) sp.kv.recall = (struct kvb_recall_params){2, 1, (size_t)1 << 20, NULL, KVB_RECALL_BOUNDS};
         struct kvb_batch *a, *b;
         CHECK_OK(kvb_batch_init(g_model, &bp, &a));
         CHECK_OK(kvb_batch_init(g_model, &bp, &b));
@@ -671,8 +704,8 @@ TEST(sessions_continue_save_and_load) {
         CHECK(memcmp(lg_a, lg_b, sizeof(float) * (size_t)V) == 0);
         /* a lone context: prompt, the first answer, then the second prompt */
         struct kvb_context_params cp = kvb_context_default_params();
-        cp.policy = sp.policy;
-        cp.recall = sp.recall;
+        cp.kv.policy = sp.kv.policy;
+        cp.kv.recall = sp.kv.recall;
         cp.chunk = CHUNK;
         cp.kv_pool_bytes = (size_t)16 << 20;
         struct kvb_context *c;

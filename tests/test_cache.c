@@ -20,18 +20,18 @@ static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
     static const enum kvb_dtype kq[] = {KVB_DTYPE_Q8_0, KVB_DTYPE_Q4_0}, vq[] = {KVB_DTYPE_Q4_0, KVB_DTYPE_Q8_0, KVB_DTYPE_F16, KVB_DTYPE_BF16};
     const int d = seed > 12 ? 32 : D;
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
+    cp.kv.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
     cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = d;
-    cp.dtype = seed > 12 ? kq[seed % 2] : seed & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
-    cp.dtype_v = seed > 12 ? vq[(seed / 2) % 4] : KVB_DTYPE_AS_K;
-    cp.block_size = seed & 2 ? 4 : 16;
-    cp.pos_mode = (enum kvb_pos_mode)(t_rng_next(&rs) % 3);
+    cp.kv.kv_dtype = seed > 12 ? kq[seed % 2] : seed & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
+    cp.kv.kv_dtype_v = seed > 12 ? vq[(seed / 2) % 4] : KVB_DTYPE_AS_K;
+    cp.kv.block_size = seed & 2 ? 4 : 16;
+    cp.kv.pos_mode = (enum kvb_pos_mode)(t_rng_next(&rs) % 3);
     cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, d, 10000.0f, 1.0f, NULL};
-    cp.policy = kvb_policy_default_params(pid);
-    cp.policy.budget = pid == KVB_POLICY_FULL ? 0 : 10 + (int)(t_rng_next(&rs) % 40);
+    cp.kv.policy = kvb_policy_default_params(pid);
+    cp.kv.policy.budget = pid == KVB_POLICY_FULL ? 0 : 10 + (int)(t_rng_next(&rs) % 40);
     if (pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV || pid == KVB_POLICY_ADAKV)
-        cp.policy.obs_window = 2 + (int)(t_rng_next(&rs) % 6);
-    if (cp.policy.budget && cp.policy.budget <= cp.policy.n_sink) cp.policy.budget = cp.policy.n_sink + 1;
+        cp.kv.policy.obs_window = 2 + (int)(t_rng_next(&rs) % 6);
+    if (cp.kv.policy.budget && cp.kv.policy.budget <= cp.kv.policy.n_sink) cp.kv.policy.budget = cp.kv.policy.n_sink + 1;
     struct kvb_pool_params pp = kvb_pool_default_params();
     pp.page_bytes = kvb_cache_page_bytes(&cp);
     pp.capacity_bytes = (size_t)64 << 20;
@@ -71,7 +71,7 @@ static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
         if (step == 60 && pid != KVB_POLICY_FULL) { /* shrink every budget: memory must come back */
             struct kvb_cache_stats before, after;
             kvb_cache_get_stats(c, &before);
-            int nb = cp.policy.n_sink + 2;
+            int nb = cp.kv.policy.n_sink + 2;
             if (kvb_cache_set_budget(c, -1, -1, nb) != KVB_OK) { printf("  set_budget: %s\n", kvb_last_error()); bad = 1; }
             for (int l = 0; l < L; l++) kvb_cache_evict(c, l);
             kvb_cache_get_stats(c, &after);
@@ -79,7 +79,7 @@ static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
             bad = bad || check_invariants(c, pool, where);
             if (!bad && after.slots_max > nb) { printf("  %s: slots_max %d > %d\n", where, after.slots_max, nb); bad = 1; }
             /* every stream now holds nb slots: under two pages of holes each */
-            long long max_pages = (long long)L * HK * ((nb + cp.block_size - 1) / cp.block_size + 1);
+            long long max_pages = (long long)L * HK * ((nb + cp.kv.block_size - 1) / cp.kv.block_size + 1);
             if (!bad && after.pages_in_use > max_pages) {
                 printf("  %s: %lld pages after shrinking (max %lld, before %lld)\n", where, (long long)after.pages_in_use, max_pages, (long long)before.pages_in_use);
                 bad = 1;
@@ -113,10 +113,10 @@ static int images_equal(const struct kvb_cache *c, const void *img, size_t len) 
 TEST(exhausted_pool_leaves_cache_unchanged) {
     for (int pid = 0; pid < KVB_POLICY_COUNT; pid++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
-        cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
-        cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = D; cp.dtype = KVB_DTYPE_F16; cp.block_size = 4;
-        cp.policy = kvb_policy_default_params((enum kvb_policy_id)pid);
-        if (pid != KVB_POLICY_FULL) cp.policy.budget = 40;
+        cp.kv.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
+        cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = D; cp.kv.kv_dtype = KVB_DTYPE_F16; cp.kv.block_size = 4;
+        cp.kv.policy = kvb_policy_default_params((enum kvb_policy_id)pid);
+        if (pid != KVB_POLICY_FULL) cp.kv.policy.budget = 40;
         cp.pool_bytes = kvb_cache_page_bytes(&cp) * 30; /* 30 pages: < 4 streams x 11 pages */
         struct kvb_cache *c;
         CHECK_OK(kvb_cache_init(NULL, &cp, &c));
@@ -159,10 +159,10 @@ TEST(bounded_policies_fit_in_their_pages) {
     /* ...while every bounded policy at budget 40 runs 200 steps in 4 x 11 pages */
     for (int pid = 1; pid < KVB_POLICY_COUNT; pid++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
-        cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
-        cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = D; cp.block_size = 4;
-        cp.policy = kvb_policy_default_params((enum kvb_policy_id)pid);
-        cp.policy.budget = 40;
+        cp.kv.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
+        cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = D; cp.kv.block_size = 4;
+        cp.kv.policy = kvb_policy_default_params((enum kvb_policy_id)pid);
+        cp.kv.policy.budget = 40;
         cp.pool_bytes = kvb_cache_page_bytes(&cp) * 4 * 11;
         struct kvb_cache *c;
         CHECK_OK(kvb_cache_init(NULL, &cp, &c));
@@ -178,6 +178,106 @@ TEST(bounded_policies_fit_in_their_pages) {
     }
 }
 
+/* The one sizing rule, kvb_kv_seq_bytes, holds for every policy: a cache
+ * whose pool has exactly the bytes the rule gives reads a prompt of P tokens
+ * in chunks of C, compresses it and decodes, never runs out of pages, and
+ * never holds more than the rule. Then the rule against a formula written
+ * here (full: n_ctx; snapkv family: the whole prompt, or prefill_budget; the
+ * others: the budget; plus a chunk, two pages and the recall area). */
+static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
+    unsigned long long rs = seed * 104729 + (unsigned long long)pid;
+    const int L = 2, HK = 2, G = 2, d = 8, steps = 80;
+    struct kvb_kv_params kv = kvb_kv_default_params();
+    kv.policy = kvb_policy_default_params(pid);
+    kv.kv_dtype = seed & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
+    kv.block_size = seed & 2 ? 4 : 16;
+    kv.max_distance = 64;
+    if (pid != KVB_POLICY_FULL) kv.policy.budget = kv.policy.n_sink + 8 + (int)(t_rng_next(&rs) % 40);
+    const bool compresses = kvb_policy_compresses(pid);
+    if (compresses) {
+        kv.policy.obs_window = 2 + (int)(t_rng_next(&rs) % 4);
+        if (seed % 3 == 1) kv.policy.prefill_budget = kv.policy.budget + (int)(t_rng_next(&rs) % 20);
+        if (seed % 3 == 2) kv.policy.decode_budget = 1 + (int)(t_rng_next(&rs) % 30);
+        if (seed % 5 == 4) kv.policy.budget_frac = 0.3f;
+    }
+    if (seed % 4 == 3 && pid != KVB_POLICY_FULL && pid != KVB_POLICY_STREAMING) kv.recall.pages = 2;
+    const int P = 5 + (int)(t_rng_next(&rs) % 200), C = 1 + (int)(t_rng_next(&rs) % 64);
+    const size_t rule = kvb_kv_seq_bytes(&kv, L, HK, d, (int64_t)P + steps, P, C);
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = d;
+    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, d, 10000.0f, 1.0f, NULL};
+    cp.kv = kv;
+    struct kvb_pool_params pp = kvb_pool_default_params();
+    pp.page_bytes = kvb_cache_page_bytes(&cp);
+    pp.capacity_bytes = rule;
+    pp.pages_per_slab = 1;
+    struct kvb_pool *pool;
+    struct kvb_cache *c;
+    if (!rule || rule % pp.page_bytes) { printf("  %s seed %llu: rule %zu is not whole pages of %zu\n", kvb_policy_name(pid), seed, rule, pp.page_bytes); return 1; }
+    if (kvb_pool_init(&pp, &pool) != KVB_OK || kvb_cache_init(pool, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
+    float *q = malloc(sizeof(float) * 64 * HK * G * d), *k = malloc(sizeof(float) * 64 * HK * d);
+    float *v = malloc(sizeof(float) * 64 * HK * d), *o = malloc(sizeof(float) * 64 * HK * G * d);
+    int bad = 0;
+    for (int at = 0; at < P && !bad; at += C) {
+        const int n = P - at < C ? P - at : C;
+        for (int l = 0; l < L && !bad; l++) {
+            fill(&rs, q, (size_t)n * HK * G * d); fill(&rs, k, (size_t)n * HK * d); fill(&rs, v, (size_t)n * HK * d);
+            if (kvb_cache_prefill(c, l, n, q, HK * G, k, v, o, NULL) != KVB_OK) {
+                printf("  %s seed %llu: prefill at %d of %d (chunk %d): %s\n", kvb_policy_name(pid), seed, at, P, C, kvb_last_error());
+                bad = 1;
+            }
+        }
+    }
+    kvb_cache_compress(c, NULL);
+    for (int step = 0; step < steps && !bad; step++)
+        for (int l = 0; l < L && !bad; l++) {
+            fill(&rs, q, (size_t)HK * G * d); fill(&rs, k, (size_t)HK * d); fill(&rs, v, (size_t)HK * d);
+            if (kvb_cache_decode(c, l, q, HK * G, k, v, o, NULL) != KVB_OK) {
+                printf("  %s seed %llu: decode step %d (prompt %d, chunk %d): %s\n", kvb_policy_name(pid), seed, step, P, C, kvb_last_error());
+                bad = 1;
+            }
+        }
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(c, &cs);
+    if (!bad && cs.bytes_peak > rule) { printf("  %s seed %llu: peak %zu > rule %zu\n", kvb_policy_name(pid), seed, cs.bytes_peak, rule); bad = 1; }
+    /* the rule, written again here */
+    const long long B = kv.block_size, page = (long long)pp.page_bytes;
+    long long tokens = kv.policy.budget;
+    if (pid == KVB_POLICY_FULL) tokens = (long long)P + steps;
+    else if (compresses) {
+        long long b = kv.policy.budget_frac > 0 ? (long long)(kv.policy.budget_frac * P) : kv.policy.budget;
+        if (b < kv.policy.n_sink + 1) b = kv.policy.n_sink + 1;
+        const long long after = b + (kv.policy.decode_budget ? kv.policy.decode_budget : b), reading = kv.policy.prefill_budget ? kv.policy.prefill_budget : P;
+        tokens = after > reading ? after : reading;
+    }
+    const long long chunk = C < P ? C : P;
+    const long long want = ((tokens + chunk + B - 1) / B + 2 + (pid == KVB_POLICY_FULL ? 0 : kv.recall.pages)) * L * HK * page;
+    if (!bad && (long long)rule != want) { printf("  %s seed %llu: rule %zu, written here %lld\n", kvb_policy_name(pid), seed, rule, want); bad = 1; }
+    kvb_cache_free(c);
+    kvb_pool_free(pool);
+    free(q); free(k); free(v); free(o);
+    return bad;
+}
+
+TEST(sizing_rule_holds_every_policy) {
+    for (int pid = 0; pid < KVB_POLICY_COUNT; pid++)
+        for (unsigned long long seed = 1; seed <= 24; seed++)
+            if (sized_run((enum kvb_policy_id)pid, seed)) FAILF("policy %s seed %llu", kvb_policy_name((enum kvb_policy_id)pid), seed);
+    /* bad arguments: 0, never a guess */
+    struct kvb_kv_params kv = kvb_kv_default_params();
+    CHECK(kvb_kv_seq_bytes(&kv, 2, 2, 8, 100, 10, 4) > 0);
+    CHECK(kvb_kv_seq_bytes(NULL, 2, 2, 8, 100, 10, 4) == 0);
+    CHECK(kvb_kv_seq_bytes(&kv, 0, 2, 8, 100, 10, 4) == 0);
+    kv.block_size = 12;
+    CHECK(kvb_kv_seq_bytes(&kv, 2, 2, 8, 100, 10, 4) == 0);
+    kv = kvb_kv_default_params();
+    kv.kv_dtype = KVB_DTYPE_Q8_0; /* 8 dims: not a block of 32 */
+    CHECK(kvb_kv_seq_bytes(&kv, 2, 2, 8, 100, 10, 4) == 0);
+    kv = kvb_kv_default_params();
+    kv.policy.id = (enum kvb_policy_id)99;
+    CHECK(kvb_kv_seq_bytes(&kv, 2, 2, 8, 100, 10, 4) == 0);
+}
+
 TEST(bad_params_are_named) {
     struct kvb_cache_params cp = kvb_cache_default_params();
     struct kvb_cache *c = NULL;
@@ -185,24 +285,30 @@ TEST(bad_params_are_named) {
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "head_dim") != NULL);
     cp = kvb_cache_default_params();
-    cp.block_size = 12;
+    cp.kv.block_size = 12;
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "block_size") != NULL);
     cp = kvb_cache_default_params();
-    cp.dtype = KVB_DTYPE_Q8_0; /* quantized rows need whole blocks of 32 */
+    cp.kv.kv_dtype = KVB_DTYPE_Q8_0; /* quantized rows need whole blocks of 32 */
     cp.head_dim = 40;
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "head_dim 40") != NULL && strstr(kvb_last_error(), "q8_0") != NULL);
     cp = kvb_cache_default_params();
-    cp.dtype_v = (enum kvb_dtype)9;
+    cp.kv.kv_dtype_v = (enum kvb_dtype)9;
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "dtype_v") != NULL);
     cp = kvb_cache_default_params();
-    cp.policy = kvb_policy_default_params(KVB_POLICY_H2O);
-    cp.policy.budget = 3; /* <= 4 sinks */
+    const struct kvb_kv_layer sliding = {1, kvb_policy_default_params(KVB_POLICY_WINDOW)};
+    cp.kv.layers = &sliding; /* room for per-layer configurations, refused until applied */
+    cp.kv.n_layers = 1;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_UNSUPPORTED);
+    CHECK(strstr(kvb_last_error(), "kv.layers") != NULL);
+    cp = kvb_cache_default_params();
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+    cp.kv.policy.budget = 3; /* <= 4 sinks */
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "n_sink") != NULL);
-    cp.policy.budget = 0;
+    cp.kv.policy.budget = 0;
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "budget") != NULL);
     cp = kvb_cache_default_params();
@@ -233,8 +339,8 @@ TEST(bad_params_are_named) {
  * --dtype-k q8_0 --dtype-v q4_0 --block-size 16` prints (test_kvquant_cli.sh). */
 TEST(quantized_pages_hold_what_mem_predicts) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = 64; cp.block_size = 16;
-    cp.dtype = KVB_DTYPE_Q8_0; cp.dtype_v = KVB_DTYPE_Q4_0;
+    cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = 64; cp.kv.block_size = 16;
+    cp.kv.kv_dtype = KVB_DTYPE_Q8_0; cp.kv.kv_dtype_v = KVB_DTYPE_Q4_0;
     CHECK_EQ_INT(kvb_cache_page_bytes(&cp), 16 * (68 + 36));
     struct kvb_cache *c;
     CHECK_OK(kvb_cache_init(NULL, &cp, &c));
@@ -261,7 +367,7 @@ TEST(quantized_pages_hold_what_mem_predicts) {
 TEST(gqa_rows_stored_once_per_kv_head) {
     /* 32 query heads over 8 KV heads: bytes are those of 8 heads, not 32 */
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = 1; cp.n_kv_head = 8; cp.head_dim = 64; cp.dtype = KVB_DTYPE_F16; cp.block_size = 16;
+    cp.n_layer = 1; cp.n_kv_head = 8; cp.head_dim = 64; cp.kv.kv_dtype = KVB_DTYPE_F16; cp.kv.block_size = 16;
     struct kvb_cache *c;
     CHECK_OK(kvb_cache_init(NULL, &cp, &c));
     static float q[32 * 64], k[8 * 64], v[8 * 64], o[32 * 64];
@@ -277,6 +383,7 @@ int main(void) {
     RUN(randomized_streams_every_policy);
     RUN(exhausted_pool_leaves_cache_unchanged);
     RUN(bounded_policies_fit_in_their_pages);
+    RUN(sizing_rule_holds_every_policy);
     RUN(bad_params_are_named);
     RUN(gqa_rows_stored_once_per_kv_head);
     RUN(quantized_pages_hold_what_mem_predicts);

@@ -21,7 +21,7 @@ static int logits_for(const char *path, float *out, int32_t n_tok) {
     struct kvb_model *m;
     if (kvb_model_load(path, NULL, &m) != KVB_OK) { printf("  load: %s\n", kvb_last_error()); return -1; }
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.kv_dtype = KVB_DTYPE_F32;
+    cp.kv.kv_dtype = KVB_DTYPE_F32;
     cp.chunk = 8;
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) return -1;

@@ -18,7 +18,11 @@ TEST(needle_haystack_and_retention) {
     const double depths[3] = {0.0, 0.5, 1.0};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++) {
-            struct kvb_needle_params np = {kvb_policy_default_params(KVB_POLICY_FULL), KVB_POS_POLICY_DEFAULT, lengths[i], depths[j], 48213, NULL, 64, 1, KVB_DTYPE_F16, KVB_DTYPE_AS_K, {0}};
+            struct kvb_needle_params np = kvb_needle_default_params(); /* full, f16 rows */
+            np.length = lengths[i];
+            np.depth = depths[j];
+            np.key = 48213;
+            np.chunk = 64;
             struct kvb_needle_result r;
             CHECK_OK(kvb_eval_needle(m, &np, &r));
             CHECK_EQ_INT(r.prompt_tokens, lengths[i]);
@@ -30,14 +34,16 @@ TEST(needle_haystack_and_retention) {
             if (depths[j] == 0.5 && fabs(r.needle_pos - (lengths[i] - 50) / 2.0) > 0.2 * lengths[i])
                 FAILF("length %d depth 0.5: needle at %d", lengths[i], r.needle_pos);
             /* streaming at budget 80: kept only when the needle is in the window (depth 1) */
-            np.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-            np.policy.budget = 80; /* window 76 > question + needle tail (~45 tokens) */
+            np.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+            np.kv.policy.budget = 80; /* window 76 > question + needle tail (~45 tokens) */
             np.chunk = 16;
             CHECK_OK(kvb_eval_needle(m, &np, &r));
             if (depths[j] == 1.0) CHECK_NEAR(r.retained, 1.0, 0);
             if (depths[j] == 0.5 && lengths[i] >= 200) CHECK_NEAR(r.retained, 0.0, 0);
         }
-    struct kvb_needle_params bad = {kvb_policy_default_params(KVB_POLICY_FULL), KVB_POS_POLICY_DEFAULT, 100, 1.5, 48213, NULL, 64, 1, KVB_DTYPE_F16, KVB_DTYPE_AS_K, {0}};
+    struct kvb_needle_params bad = kvb_needle_default_params();
+    bad.length = 100;
+    bad.depth = 1.5;
     struct kvb_needle_result r;
     CHECK_STATUS(kvb_eval_needle(m, &bad, &r), KVB_ERR_INVALID);
     kvb_model_free(m);
@@ -55,7 +61,7 @@ TEST(ppl_baselines_are_consistent) {
     n = n > 200 ? 200 : n;
     /* full vs its own full baseline: identical */
     struct kvb_ppl_params pp = kvb_ppl_default_params();
-    pp.policy = kvb_policy_default_params(KVB_POLICY_FULL);
+    pp.kv.policy = kvb_policy_default_params(KVB_POLICY_FULL);
     pp.baseline = KVB_BASELINE_FULL;
     pp.chunk = 8;
     struct kvb_ppl_result r;
@@ -67,8 +73,8 @@ TEST(ppl_baselines_are_consistent) {
     const double full_ppl = r.ppl;
     kvb_ppl_result_free(&r);
     /* recompute with B >= the text is full attention */
-    pp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-    pp.policy.budget = 400;
+    pp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    pp.kv.policy.budget = 400;
     pp.chunk = 1;
     pp.baseline = KVB_BASELINE_RECOMPUTE;
     CHECK_OK(kvb_eval_ppl(m, ids, n, &pp, &r));
@@ -76,7 +82,7 @@ TEST(ppl_baselines_are_consistent) {
     CHECK_NEAR(r.ppl, full_ppl, 1e-4 * full_ppl); /* nothing evicted either */
     kvb_ppl_result_free(&r);
     /* a policy that evicts has KL > 0 and keeps less than all the mass */
-    pp.policy.budget = 24;
+    pp.kv.policy.budget = 24;
     pp.baseline = KVB_BASELINE_FULL;
     pp.mass = true;
     CHECK_OK(kvb_eval_ppl(m, ids, n, &pp, &r));
@@ -87,7 +93,7 @@ TEST(ppl_baselines_are_consistent) {
     kvb_ppl_result_free(&r);
     /* budget too small for sinks + chunk: a clear error */
     pp.mass = false;
-    pp.policy.budget = 5;
+    pp.kv.policy.budget = 5;
     pp.chunk = 4;
     CHECK_STATUS(kvb_eval_ppl(m, ids, n, &pp, &r), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "budget") != NULL);

@@ -42,7 +42,7 @@ static struct kvb_model *load(const char *path, const char *tok) { return load_a
  * without its leading space. */
 static int greedy(struct kvb_model *m, enum kvb_dtype kv, int threads, char *out, size_t cap) {
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.kv_dtype = kv;
+    cp.kv.kv_dtype = kv;
     cp.n_threads = threads;
     cp.n_ctx = 128;
     struct kvb_context *c;
@@ -103,7 +103,7 @@ TEST(bin_and_gguf_logits_agree) {
         CHECK(mg && mb);
         CHECK_EQ_INT(kvb_vocab_size(kvb_model_vocab(mg)), kvb_vocab_size(kvb_model_vocab(mb)));
         struct kvb_context_params cp = kvb_context_default_params();
-        cp.kv_dtype = KVB_DTYPE_F32;
+        cp.kv.kv_dtype = KVB_DTYPE_F32;
         cp.n_ctx = 64;
         struct kvb_context *cg, *cb;
         CHECK_OK(kvb_context_init(mg, &cp, &cg));
@@ -170,7 +170,7 @@ TEST(prefill_equals_decode) {
     CHECK(m != NULL);
     const int32_t V = kvb_vocab_size(kvb_model_vocab(m));
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.kv_dtype = KVB_DTYPE_F32;
+    cp.kv.kv_dtype = KVB_DTYPE_F32;
     cp.chunk = 7;
     struct kvb_context *a, *b;
     CHECK_OK(kvb_context_init(m, &cp, &a));

@@ -72,14 +72,14 @@ static int snapshot(struct kvb_cache *c, void **img, size_t *len) {
 static int scenario(enum kvb_policy_id pid) {
     int bad = 0;
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
-    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = g_quant ? KVB_DTYPE_Q8_0 : KVB_DTYPE_F16; cp.block_size = 4;
-    cp.dtype_v = g_quant ? KVB_DTYPE_Q4_0 : KVB_DTYPE_AS_K;
+    cp.kv.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.kv.kv_dtype = g_quant ? KVB_DTYPE_Q8_0 : KVB_DTYPE_F16; cp.kv.block_size = 4;
+    cp.kv.kv_dtype_v = g_quant ? KVB_DTYPE_Q4_0 : KVB_DTYPE_AS_K;
     cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
-    cp.policy = kvb_policy_default_params(pid);
-    if (pid != KVB_POLICY_FULL) cp.policy.budget = 12;
-    if (pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV || pid == KVB_POLICY_ADAKV) cp.policy.obs_window = 4;
-    if (g_recall) cp.recall = (struct kvb_recall_params){2, 1, (size_t)1 << 20, NULL, KVB_RECALL_BOUNDS};
+    cp.kv.policy = kvb_policy_default_params(pid);
+    if (pid != KVB_POLICY_FULL) cp.kv.policy.budget = 12;
+    if (pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV || pid == KVB_POLICY_ADAKV) cp.kv.policy.obs_window = 4;
+    if (g_recall) cp.kv.recall = (struct kvb_recall_params){2, 1, (size_t)1 << 20, NULL, KVB_RECALL_BOUNDS};
     struct kvb_pool_params pp = kvb_pool_default_params();
     pp.page_bytes = kvb_cache_page_bytes(&cp);
     pp.capacity_bytes = 1 << 22;

@@ -6,11 +6,11 @@
 
 static struct kvb_cache *bookkeeping_cache(enum kvb_policy_id id, int budget, int n_sink, int n_kv, int block) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
-    cp.n_layer = 1; cp.n_kv_head = n_kv; cp.head_dim = 4; cp.dtype = KVB_DTYPE_F32; cp.block_size = block;
-    cp.policy = kvb_policy_default_params(id);
-    cp.policy.budget = budget;
-    cp.policy.n_sink = n_sink;
+    cp.kv.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
+    cp.n_layer = 1; cp.n_kv_head = n_kv; cp.head_dim = 4; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = block;
+    cp.kv.policy = kvb_policy_default_params(id);
+    cp.kv.policy.budget = budget;
+    cp.kv.policy.n_sink = n_sink;
     cp.pool_bytes = 1 << 20;
     struct kvb_cache *c = NULL;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) printf("  init: %s\n", kvb_last_error());
@@ -101,9 +101,9 @@ TEST(tova_evicts_lowest_current_attention) {
 
 TEST(knorm_evicts_largest_key_norm) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 4; cp.dtype = KVB_DTYPE_F32; cp.block_size = 4;
-    cp.policy = kvb_policy_default_params(KVB_POLICY_KNORM);
-    cp.policy.budget = 3;
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 4; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_KNORM);
+    cp.kv.policy.budget = 3;
     struct kvb_cache *c;
     CHECK_OK(kvb_cache_init(NULL, &cp, &c));
     const float norms[6] = {1, 5, 2, 0.5f, 3, 0.1f};
@@ -118,9 +118,9 @@ TEST(knorm_evicts_largest_key_norm) {
 
 TEST(scissorhands_evicts_persistently_unimportant) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 4; cp.block_size = 4;
-    cp.policy = kvb_policy_default_params(KVB_POLICY_SCISSORHANDS);
-    cp.policy.budget = 5; cp.policy.n_sink = 1; cp.policy.history = 4; cp.policy.threshold = 3; cp.policy.n_recent = 1;
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 4; cp.kv.block_size = 4;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_SCISSORHANDS);
+    cp.kv.policy.budget = 5; cp.kv.policy.n_sink = 1; cp.kv.policy.history = 4; cp.kv.policy.threshold = 3; cp.kv.policy.n_recent = 1;
     struct kvb_cache *c;
     CHECK_OK(kvb_cache_init(NULL, &cp, &c));
     for (int t = 0; t < 5; t++) kvb_cache_append(c, 0, NULL, NULL);
@@ -139,9 +139,9 @@ TEST(scissorhands_evicts_persistently_unimportant) {
 TEST(snapkv_keeps_the_needle) {
     enum { P = 200, D = 16, NEEDLE = 40 };
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = D; cp.dtype = KVB_DTYPE_F32; cp.block_size = 16;
-    cp.policy = kvb_policy_default_params(KVB_POLICY_SNAPKV);
-    cp.policy.budget = 48; cp.policy.obs_window = 16;
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 16;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_SNAPKV);
+    cp.kv.policy.budget = 48; cp.kv.policy.obs_window = 16;
     struct kvb_cache *c;
     CHECK_OK(kvb_cache_init(NULL, &cp, &c));
     static float q[P][D], k[P][D], v[P][D], o[P][D];
@@ -173,9 +173,9 @@ TEST(snapkv_keeps_the_needle) {
  * (appended, no votes), then compressed. */
 static struct kvb_cache *prompt_cache(enum kvb_policy_id id, int L, int H, int B, int W, int P) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = L; cp.n_kv_head = H; cp.head_dim = 4; cp.dtype = KVB_DTYPE_F32; cp.block_size = 4;
-    cp.policy = kvb_policy_default_params(id);
-    cp.policy.budget = B; cp.policy.obs_window = W; cp.policy.pyramid_beta = 20;
+    cp.n_layer = L; cp.n_kv_head = H; cp.head_dim = 4; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.kv.policy = kvb_policy_default_params(id);
+    cp.kv.policy.budget = B; cp.kv.policy.obs_window = W; cp.kv.policy.pyramid_beta = 20;
     cp.pool_bytes = 8 << 20;
     struct kvb_cache *c = NULL;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return NULL; }
@@ -290,12 +290,12 @@ static void snapkv_reference(const float *q, const float *k, int P, int G, int D
 
 static struct kvb_cache *snap_cache(int D, int B, int W, bool avg, int prefill_budget) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = D; cp.dtype = KVB_DTYPE_F32; cp.block_size = 8;
-    cp.policy = kvb_policy_default_params(KVB_POLICY_SNAPKV);
-    cp.policy.budget = B; cp.policy.obs_window = W; cp.policy.pool_kernel = 3;
-    cp.policy.pool_mode = avg ? KVB_POOL_AVG : KVB_POOL_MAX;
-    cp.policy.prefill_budget = prefill_budget;
-    cp.policy.decode_budget = 5;
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 8;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_SNAPKV);
+    cp.kv.policy.budget = B; cp.kv.policy.obs_window = W; cp.kv.policy.pool_kernel = 3;
+    cp.kv.policy.pool_mode = avg ? KVB_POOL_AVG : KVB_POOL_MAX;
+    cp.kv.policy.prefill_budget = prefill_budget;
+    cp.kv.policy.decode_budget = 5;
     cp.pool_bytes = 4 << 20;
     struct kvb_cache *c = NULL;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) printf("  init: %s\n", kvb_last_error());
@@ -390,10 +390,10 @@ TEST(tova_layer_and_head_scopes_by_hand) {
     const float w0[4] = {0.1f, 0.5f, 0.05f, 0.35f}, w1[4] = {0.3f, 0.1f, 0.4f, 0.2f};
     for (int scope = 0; scope < 2; scope++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
-        cp.n_layer = 1; cp.n_kv_head = 2; cp.head_dim = 4; cp.block_size = 4;
-        cp.policy = kvb_policy_default_params(KVB_POLICY_TOVA);
-        cp.policy.budget = 3;
-        cp.policy.tova_scope = scope ? KVB_TOVA_HEAD : KVB_TOVA_LAYER;
+        cp.n_layer = 1; cp.n_kv_head = 2; cp.head_dim = 4; cp.kv.block_size = 4;
+        cp.kv.policy = kvb_policy_default_params(KVB_POLICY_TOVA);
+        cp.kv.policy.budget = 3;
+        cp.kv.policy.tova_scope = scope ? KVB_TOVA_HEAD : KVB_TOVA_LAYER;
         struct kvb_cache *c;
         CHECK_OK(kvb_cache_init(NULL, &cp, &c));
         for (int t = 0; t < 4; t++) CHECK_OK(kvb_cache_append(c, 0, NULL, NULL));
@@ -416,9 +416,9 @@ TEST(tova_layer_and_head_scopes_by_hand) {
 TEST(adakv_allocates_across_heads) {
     enum { P = 256, D = 8 };
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = 1; cp.n_kv_head = 2; cp.head_dim = D; cp.dtype = KVB_DTYPE_F32; cp.block_size = 16;
-    cp.policy = kvb_policy_default_params(KVB_POLICY_ADAKV);
-    cp.policy.budget = 64; cp.policy.obs_window = 8; cp.policy.pool_kernel = 1;
+    cp.n_layer = 1; cp.n_kv_head = 2; cp.head_dim = D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 16;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_ADAKV);
+    cp.kv.policy.budget = 64; cp.kv.policy.obs_window = 8; cp.kv.policy.pool_kernel = 1;
     struct kvb_cache *c;
     CHECK_OK(kvb_cache_init(NULL, &cp, &c));
     static float q[P][2][D], k[P][2][D], v[P][2][D], o[P][2][D];

@@ -367,7 +367,7 @@ TEST(cache_streams_lie_in_runs) {
     cp.n_layer = 2;
     cp.n_kv_head = 4;
     cp.head_dim = 64;
-    cp.policy.id = KVB_POLICY_FULL;
+    cp.kv.policy.id = KVB_POLICY_FULL;
     struct kvb_cache *c = NULL;
     CHECK_EQ_INT(kvb_cache_init(NULL, &cp, &c), KVB_OK);
     const int32_t H = 4, D = 64, T = 1200;

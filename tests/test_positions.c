@@ -18,12 +18,12 @@ static int run_case(enum kvb_policy_id pid, enum kvb_pos_mode pm, enum kvb_rope_
                     int prefill, unsigned long long seed, const float *ff, int cap) {
     static struct history hist;
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.dtype = KVB_DTYPE_F32; cp.block_size = 4;
-    cp.pos_mode = pm;
-    cp.max_distance = cap;
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.kv.pos_mode = pm;
+    cp.kv.max_distance = cap;
     cp.rope = (struct kvb_rope){rt, D, 10000.0f, ff ? 0.5f : 1.0f, ff};
-    cp.policy = kvb_policy_default_params(pid);
-    cp.policy.budget = budget;
+    cp.kv.policy = kvb_policy_default_params(pid);
+    cp.kv.policy.budget = budget;
     cp.pool_bytes = 1 << 22;
     struct kvb_cache *c;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
@@ -165,10 +165,10 @@ TEST(scaled_rope_with_freq_factors) {
 TEST(decode_weights_fed_to_policy) {
     for (int dt = 0; dt < 2; dt++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
-        cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = D; cp.dtype = dt ? KVB_DTYPE_F16 : KVB_DTYPE_F32; cp.block_size = 4;
+        cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = D; cp.kv.kv_dtype = dt ? KVB_DTYPE_F16 : KVB_DTYPE_F32; cp.kv.block_size = 4;
         cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, D, 10000.0f, 1.0f, NULL};
-        cp.policy = kvb_policy_default_params(KVB_POLICY_TOVA);
-        cp.policy.budget = 1000;
+        cp.kv.policy = kvb_policy_default_params(KVB_POLICY_TOVA);
+        cp.kv.policy.budget = 1000;
         struct kvb_cache *c;
         CHECK_OK(kvb_cache_init(NULL, &cp, &c));
         struct kvb_cache_params got;
@@ -202,7 +202,7 @@ TEST(decode_weights_fed_to_policy) {
                 struct kvb_slot_info si;
                 CHECK_OK(kvb_cache_slot_info(c, 0, 0, j, &si));
                 sum += si.score;
-                if (fabs(si.score - w[j]) > 1e-5) FAILF("%s step %d slot %d: weight %.8f vs %.8f", kvb_dtype_name(cp.dtype), t, j, (double)si.score, w[j]);
+                if (fabs(si.score - w[j]) > 1e-5) FAILF("%s step %d slot %d: weight %.8f vs %.8f", kvb_dtype_name(cp.kv.kv_dtype), t, j, (double)si.score, w[j]);
             }
             if (fabs(sum - 1.0) > 1e-5) FAILF("weights sum to %.8f", sum);
         }

@@ -360,7 +360,7 @@ static void capture(struct kvb_cache *c, struct shadow *sh) {
 static int check_area(struct kvb_cache *c, const struct shadow *sh, int i, int step) {
     const struct kvb_recall_stream *r = &c->recall[i];
     const struct kvb_cold_geom *g = &c->cold_geom;
-    const int32_t B = c->params.block_size, R = c->params.recall.pages;
+    const int32_t B = c->params.kv.block_size, R = c->params.kv.recall.pages;
     /* the index's bounds are the cold pages' own keys' */
     float key[D];
     for (int64_t p = 0; p < r->n_cold; p++) {
@@ -469,7 +469,7 @@ static void choice_candidates(const struct kvb_cache *c, const struct kvb_rope *
  * rounding of the library's bounds allowed for). 0 or prints and returns 1. */
 static int check_choice(const struct kvb_cache *c, int i, const struct choice *ch, int step) {
     const struct kvb_recall_stream *r = &c->recall[i];
-    const int32_t B = c->params.block_size, R = c->params.recall.pages;
+    const int32_t B = c->params.kv.block_size, R = c->params.kv.recall.pages;
     if (!r->pages || r->since != 1 || ch->n == 0) return 0;
     bool chosen[512] = {false};
     int n_chosen = 0;
@@ -544,16 +544,16 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
     cp.n_layer = L;
     cp.n_kv_head = H;
     cp.head_dim = D;
-    cp.dtype = k->dt;
-    cp.block_size = 16;
-    cp.pos_mode = k->pm;
-    cp.max_distance = 40;
+    cp.kv.kv_dtype = k->dt;
+    cp.kv.block_size = 16;
+    cp.kv.pos_mode = k->pm;
+    cp.kv.max_distance = 40;
     cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, D, 10000.0f, 1.0f, NULL};
-    cp.policy = kvb_policy_default_params(k->pid);
-    cp.policy.budget = 48;
-    cp.policy.n_sink = 4;
+    cp.kv.policy = kvb_policy_default_params(k->pid);
+    cp.kv.policy.budget = 48;
+    cp.kv.policy.n_sink = 4;
     char *dir = k->file ? make_dir() : NULL;
-    cp.recall = (struct kvb_recall_params){k->R, k->every, k->mem, dir, KVB_RECALL_BOUNDS};
+    cp.kv.recall = (struct kvb_recall_params){k->R, k->every, k->mem, dir, KVB_RECALL_BOUNDS};
     struct kvb_pool_params pp = kvb_pool_default_params();
     pp.page_bytes = kvb_cache_page_bytes(&cp);
     pp.capacity_bytes = (size_t)4 << 20;
@@ -618,7 +618,7 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
                     }
                     if (pm == KVB_POS_CAPPED)
                         for (int j = 0; j < n; j++)
-                            if (t - kpos[j] > got.max_distance) kpos[j] = t - got.max_distance;
+                            if (t - kpos[j] > got.kv.max_distance) kpos[j] = t - got.kv.max_distance;
                     double ref[D];
                     ref_attend(&got.rope, D, q[hq], t, kp, vp, kpos, n, ref);
                     for (int x = 0; x < D; x++)
@@ -754,13 +754,13 @@ TEST(threaded_recall_equals_serial) {
     for (int run = 0; run < 2; run++) {
         char *dir = make_dir();
         struct kvb_cache_params cp = kvb_cache_default_params();
-        cp.n_layer = TL; cp.n_kv_head = TH; cp.head_dim = TD; cp.dtype = KVB_DTYPE_F16; cp.block_size = 16;
+        cp.n_layer = TL; cp.n_kv_head = TH; cp.head_dim = TD; cp.kv.kv_dtype = KVB_DTYPE_F16; cp.kv.block_size = 16;
         cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, TD, 10000.0f, 1.0f, NULL};
-        cp.policy = kvb_policy_default_params(KVB_POLICY_H2O);
-        cp.policy.budget = 128;
-        cp.policy.n_sink = 4;
+        cp.kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+        cp.kv.policy.budget = 128;
+        cp.kv.policy.n_sink = 4;
         cp.pool_bytes = (size_t)16 << 20;
-        cp.recall = (struct kvb_recall_params){4, 1, 40000, dir, KVB_RECALL_BOUNDS};
+        cp.kv.recall = (struct kvb_recall_params){4, 1, 40000, dir, KVB_RECALL_BOUNDS};
         struct kvb_cache *c;
         struct kvb_threadpool *tp = NULL;
         CHECK_OK(kvb_cache_init(NULL, &cp, &c));
@@ -785,17 +785,17 @@ TEST(threaded_recall_equals_serial) {
 
 TEST(recall_params_checked) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-    cp.recall.pages = 65;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    cp.kv.recall.pages = 65;
     struct kvb_cache *c;
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "recall.pages"));
-    cp.recall.pages = 4;
-    cp.pos_mode = KVB_POS_CONTIGUOUS;
+    cp.kv.recall.pages = 4;
+    cp.kv.pos_mode = KVB_POS_CONTIGUOUS;
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "contiguous"));
-    cp.pos_mode = KVB_POS_POLICY_DEFAULT;
-    cp.max_distance = 0;
+    cp.kv.pos_mode = KVB_POS_POLICY_DEFAULT;
+    cp.kv.max_distance = 0;
     CHECK_OK(kvb_cache_init(NULL, &cp, &c));
     CHECK_EQ_INT(kvb_cache_pos_mode(c), KVB_POS_ORIGINAL); /* streaming's contiguous default, with recall */
     CHECK_EQ_INT(kvb_cache_recalled(c, 0, 0, NULL, 0), 0);

@@ -17,12 +17,12 @@ static enum kvb_dtype g_dt = KVB_DTYPE_F16, g_dtv = KVB_DTYPE_AS_K;
 
 static struct kvb_cache *make(enum kvb_policy_id id, int budget) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
-    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = g_d; cp.dtype = g_dt; cp.dtype_v = g_dtv; cp.block_size = 4;
+    cp.kv.max_distance = 24; /* lminfinite (positions capped): short, so the cap is exercised */
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = g_d; cp.kv.kv_dtype = g_dt; cp.kv.kv_dtype_v = g_dtv; cp.kv.block_size = 4;
     cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, g_d, 10000.0f, 1.0f, NULL};
-    cp.policy = kvb_policy_default_params(id);
-    if (id != KVB_POLICY_FULL) cp.policy.budget = budget;
-    if (id == KVB_POLICY_SNAPKV || id == KVB_POLICY_PYRAMIDKV || id == KVB_POLICY_ADAKV) cp.policy.obs_window = 4;
+    cp.kv.policy = kvb_policy_default_params(id);
+    if (id != KVB_POLICY_FULL) cp.kv.policy.budget = budget;
+    if (id == KVB_POLICY_SNAPKV || id == KVB_POLICY_PYRAMIDKV || id == KVB_POLICY_ADAKV) cp.kv.policy.obs_window = 4;
     cp.pool_bytes = 1 << 22;
     struct kvb_cache *c = NULL;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) printf("  init: %s\n", kvb_last_error());

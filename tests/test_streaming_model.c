@@ -219,9 +219,9 @@ TEST(ppl_prompt_snapkv_and_window_equal_reference) {
     for (int k = 0; k < n - P; k++) sum_ref += nll[k];
     const double ppl_ref = exp(sum_ref / (n - P));
     struct kvb_ppl_params pp = kvb_ppl_default_params();
-    pp.policy = kvb_policy_default_params(KVB_POLICY_SNAPKV);
-    pp.policy.budget = B;
-    pp.policy.obs_window = W;
+    pp.kv.policy = kvb_policy_default_params(KVB_POLICY_SNAPKV);
+    pp.kv.policy.budget = B;
+    pp.kv.policy.obs_window = W;
     pp.prompt = P;
     pp.baseline = KVB_BASELINE_FULL;
     struct kvb_ppl_result r;
@@ -246,8 +246,8 @@ TEST(ppl_prompt_snapkv_and_window_equal_reference) {
     sum_ref = 0;
     for (int k = 0; k < n - P; k++) sum_ref += nll[k];
     const double wppl_ref = exp(sum_ref / (n - P));
-    pp.policy = kvb_policy_default_params(KVB_POLICY_WINDOW);
-    pp.policy.budget = B + 1;
+    pp.kv.policy = kvb_policy_default_params(KVB_POLICY_WINDOW);
+    pp.kv.policy.budget = B + 1;
     CHECK_OK(kvb_eval_ppl(m, ids, n, &pp, &r));
     worst = 0;
     for (int k = 0; k < n - P; k++) worst = fmax(worst, fabs(nll[k] - r.nll_tok[k]));
@@ -275,8 +275,8 @@ TEST(recompute_baseline_equals_reference) {
     memset(keep, 1, NS);
     double *lr = malloc(sizeof(double) * (size_t)R.V), worst = 0, sum_ref = 0;
     struct kvb_ppl_params pp = kvb_ppl_default_params();
-    pp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-    pp.policy.budget = B;
+    pp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    pp.kv.policy.budget = B;
     pp.baseline = KVB_BASELINE_RECOMPUTE;
     struct kvb_ppl_result r;
     CHECK_OK(kvb_eval_ppl(m, ids, n, &pp, &r));
@@ -303,10 +303,10 @@ TEST(streaming_contiguous_equals_rerotation_reference) {
     CHECK_OK(kvb_model_load(g, NULL, &m));
     struct ref R = ref_new(m);
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-    cp.policy.budget = BUDGET;
-    cp.policy.n_sink = SINKS;
-    cp.kv_dtype = KVB_DTYPE_F32;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    cp.kv.policy.budget = BUDGET;
+    cp.kv.policy.n_sink = SINKS;
+    cp.kv.kv_dtype = KVB_DTYPE_F32;
     struct kvb_context *c;
     CHECK_OK(kvb_context_init(m, &cp, &c));
     CHECK_EQ_INT(kvb_cache_pos_mode(kvb_context_cache(c)), KVB_POS_CONTIGUOUS);
@@ -349,10 +349,10 @@ TEST(ppl_window_and_streaming_equal_direct_recomputation) {
     for (int k = 0; k < 2; k++) {
         SINKS = k == 0 ? 0 : 4;
         struct kvb_ppl_params pp = kvb_ppl_default_params();
-        pp.policy = kvb_policy_default_params(pols[k]);
-        pp.policy.budget = BUDGET + 1; /* attention sees BUDGET + 1 tokens, as the reference */
-        pp.policy.n_sink = SINKS;
-        pp.pos_mode = KVB_POS_CONTIGUOUS;
+        pp.kv.policy = kvb_policy_default_params(pols[k]);
+        pp.kv.policy.budget = BUDGET + 1; /* attention sees BUDGET + 1 tokens, as the reference */
+        pp.kv.policy.n_sink = SINKS;
+        pp.kv.pos_mode = KVB_POS_CONTIGUOUS;
         struct kvb_ppl_result r;
         CHECK_OK(kvb_eval_ppl(m, ids, n, &pp, &r));
         double worst = 0, sum_ref = 0;

@@ -27,7 +27,7 @@ try:  # optional
 except ImportError:  # pragma: no cover
     _np = None
 
-__all__ = ["KvboundError", "Model", "Context", "Cache", "perplexity", "policies", "library_version", "__version__"]
+__all__ = ["KvboundError", "KVConfig", "Model", "Context", "Cache", "perplexity", "policies", "library_version", "__version__"]
 
 
 class KvboundError(Exception):
@@ -89,10 +89,14 @@ def _recall_params(rp, recall_pages, recall_every=1, cold_mb=1024, cold_dir=None
     return keep
 
 
+class _KvParams(_c.Structure):
+    """struct kvb_kv_params: the one KV configuration every params struct that makes a cache embeds."""
+    _fields_ = [("policy", _PolicyParams), ("pos_mode", _enum), ("max_distance", _i32), ("kv_dtype", _enum), ("kv_dtype_v", _enum),
+                ("block_size", _i32), ("recall", _RecallParams), ("layers", _c.c_void_p), ("n_layers", _i32)]
+
+
 class _CacheParams(_c.Structure):
-    _fields_ = [("n_layer", _i32), ("n_kv_head", _i32), ("head_dim", _i32), ("dtype", _enum), ("dtype_v", _enum),
-                ("block_size", _i32), ("pos_mode", _enum), ("rope", _Rope), ("policy", _PolicyParams), ("pool_bytes", _sz), ("max_distance", _i32),
-                ("recall", _RecallParams)]
+    _fields_ = [("n_layer", _i32), ("n_kv_head", _i32), ("head_dim", _i32), ("rope", _Rope), ("pool_bytes", _sz), ("kv", _KvParams)]
 
 
 class _CacheStats(_c.Structure):
@@ -120,9 +124,7 @@ class _ModelInfo(_c.Structure):
 
 
 class _ContextParams(_c.Structure):
-    _fields_ = [("policy", _PolicyParams), ("pos_mode", _enum), ("kv_dtype", _enum), ("kv_dtype_v", _enum), ("block_size", _i32),
-                ("kv_pool_bytes", _sz), ("n_threads", _i32), ("n_ctx", _i32), ("chunk", _i32), ("max_distance", _i32),
-                ("recall", _RecallParams)]
+    _fields_ = [("kv", _KvParams), ("kv_pool_bytes", _sz), ("n_threads", _i32), ("n_ctx", _i32), ("chunk", _i32)]
 
 
 class _SamplerParams(_c.Structure):
@@ -134,9 +136,8 @@ _PROGRESS = _c.CFUNCTYPE(None, _i64, _i64, _c.c_void_p)
 
 
 class _PplParams(_c.Structure):
-    _fields_ = [("policy", _PolicyParams), ("pos_mode", _enum), ("chunk", _i32), ("baseline", _enum), ("mass", _c.c_bool),
-                ("n_threads", _i32), ("segment", _i32), ("kv_dtype", _enum), ("kv_dtype_v", _enum), ("max_distance", _i32),
-                ("recall", _RecallParams), ("prompt", _i32),
+    _fields_ = [("kv", _KvParams), ("chunk", _i32), ("baseline", _enum), ("mass", _c.c_bool),
+                ("n_threads", _i32), ("segment", _i32), ("prompt", _i32),
                 ("progress", _c.c_void_p), ("user", _c.c_void_p)]
 
 
@@ -173,6 +174,8 @@ _policy_name = _fn("kvb_policy_name", _c.c_char_p, _enum)
 _policy_describe = _fn("kvb_policy_describe", _c.c_char_p, _enum)
 _policy_default = _fn("kvb_policy_default_params", _PolicyParams, _enum)
 _cache_default = _fn("kvb_cache_default_params", _CacheParams)
+_kv_default = _fn("kvb_kv_default_params", _KvParams)
+_kv_seq_bytes = _fn("kvb_kv_seq_bytes", _sz, _c.POINTER(_KvParams), _i32, _i32, _i32, _i64, _i64, _i32)
 _cache_init = _fn("kvb_cache_init", _enum, _vp, _c.POINTER(_CacheParams), _c.POINTER(_vp))
 _cache_free = _fn("kvb_cache_free", None, _vp)
 _cache_decode = _fn("kvb_cache_decode", _enum, _vp, _i32, _fp, _i32, _fp, _fp, _fp, _vp)
@@ -217,7 +220,7 @@ _ppl_default = _fn("kvb_ppl_default_params", _PplParams)
 _eval_ppl = _fn("kvb_eval_ppl", _enum, _vp, _ip, _i64, _c.POINTER(_PplParams), _c.POINTER(_PplResult))
 _ppl_free = _fn("kvb_ppl_result_free", None, _c.POINTER(_PplResult))
 
-for _name, _cls in [("kvb_rope", _Rope), ("kvb_policy_params", _PolicyParams), ("kvb_cache_params", _CacheParams),
+for _name, _cls in [("kvb_rope", _Rope), ("kvb_policy_params", _PolicyParams), ("kvb_kv_params", _KvParams), ("kvb_cache_params", _CacheParams),
                     ("kvb_cache_stats", _CacheStats), ("kvb_slot_info", _SlotInfo), ("kvb_model_params", _ModelParams),
                     ("kvb_model_info", _ModelInfo), ("kvb_context_params", _ContextParams), ("kvb_sampler_params", _SamplerParams),
                     ("kvb_ppl_params", _PplParams), ("kvb_ppl_result", _PplResult), ("kvb_detok", _Detok)]:
@@ -265,6 +268,47 @@ def _policy_params(policy, budget, **knobs):
         else:
             raise TypeError("unknown policy option %r" % k)
     return p
+
+
+class KVConfig:
+    """One KV configuration (struct kvb_kv_params): the policy and its knobs
+    (names as kvb_policy_params, or pool='max'|'avg', tova_scope='layer'|
+    'head'), positions, the K and V row types, the page size and recall.
+    Context, Cache and perplexity take one as kv=, or build it from the same
+    keywords."""
+
+    def __init__(self, policy="full", budget=256, positions=None, max_distance=0, kv_dtype="f16", kv_dtype_v=None, block_size=16,
+                 recall_pages=0, recall_every=1, cold_mb=1024, cold_dir=None, recall_summary="bounds", **knobs):
+        self.policy, self.budget, self.knobs = policy, budget, dict(knobs)
+        self.positions, self.max_distance = positions, int(max_distance)
+        self.kv_dtype, self.kv_dtype_v, self.block_size = kv_dtype, kv_dtype_v, int(block_size)
+        self.recall = dict(recall_pages=recall_pages, recall_every=recall_every, cold_mb=cold_mb, cold_dir=cold_dir,
+                           recall_summary=recall_summary)
+        for name, table, v in (("positions", _POS, positions), ("kv_dtype", _DTYPE, kv_dtype), ("recall_summary", _SUMMARY, recall_summary)):
+            if v not in table:
+                raise ValueError("%s %r is not one of %s" % (name, v, ", ".join(repr(k) for k in table)))
+        if kv_dtype_v is not None and kv_dtype_v not in _DTYPE:
+            raise ValueError("kv_dtype_v %r is not one of %s" % (kv_dtype_v, ", ".join(_DTYPE)))
+        _policy_params(policy, budget, **knobs)  # unknown policies and knobs fail here, by name
+
+    def _fill(self, kv):
+        """Fills a _KvParams; returns what must outlive it (the cold directory's bytes)."""
+        kv.policy = _policy_params(self.policy, self.budget, **self.knobs)
+        kv.pos_mode = _POS[self.positions]
+        kv.max_distance = self.max_distance
+        kv.kv_dtype = _DTYPE[self.kv_dtype]
+        kv.kv_dtype_v = -1 if self.kv_dtype_v is None else _DTYPE[self.kv_dtype_v]
+        kv.block_size = self.block_size
+        return _recall_params(kv.recall, **self.recall)
+
+    def seq_bytes(self, n_layer, n_kv_head, head_dim, n_ctx, n_prompt, chunk=256):
+        """Pool bytes one sequence needs at its peak (kvb_kv_seq_bytes, the library's one sizing rule)."""
+        kv = _kv_default()
+        keep = self._fill(kv)  # noqa: F841 (alive through the call)
+        n = _kv_seq_bytes(_c.byref(kv), int(n_layer), int(n_kv_head), int(head_dim), int(n_ctx), int(n_prompt), int(chunk))
+        if not n:
+            raise KvboundError("kvb_kv_seq_bytes: this configuration does not fit head_dim %d" % int(head_dim))
+        return n
 
 
 def policies():
@@ -420,20 +464,27 @@ class Context:
     """A model with a KV cache of any policy (kvb_context)."""
 
     def __init__(self, model, policy="full", budget=256, threads=1, kv_dtype="f16", positions=None, pool_mb=256, n_ctx=0, kv_dtype_v=None,
-                 recall_pages=0, recall_every=1, cold_mb=1024, cold_dir=None, recall_summary="bounds", **knobs):
-        """recall_pages > 0: reversible eviction (docs/RECALL.md): evicted pages go to a cold tier
-        (cold_mb of memory, then a file in cold_dir) and the best recall_pages come back per step."""
+                 recall_pages=0, recall_every=1, cold_mb=1024, cold_dir=None, recall_summary="bounds", kv=None, **knobs):
+        """kv: a KVConfig, or one is built from policy, budget, positions, kv_dtype(_v),
+        recall_* and the knobs. recall_pages > 0: reversible eviction (docs/RECALL.md):
+        evicted pages go to a cold tier (cold_mb of memory, then a file in cold_dir) and
+        the best recall_pages come back per step; their areas are added to pool_mb."""
         self.model = model
+        if kv is None:
+            kv = KVConfig(policy, budget, positions, kv_dtype=kv_dtype, kv_dtype_v=kv_dtype_v, recall_pages=recall_pages,
+                          recall_every=recall_every, cold_mb=cold_mb, cold_dir=cold_dir, recall_summary=recall_summary, **knobs)
         cp = _ctx_default()
-        self._cold_dir = _recall_params(cp.recall, recall_pages, recall_every, cold_mb, cold_dir, recall_summary)
-        cp.policy = _policy_params(policy, budget, **knobs)
-        cp.pos_mode = _POS[positions]
-        cp.kv_dtype = _DTYPE[kv_dtype]
-        if kv_dtype_v is not None:
-            cp.kv_dtype_v = _DTYPE[kv_dtype_v]
+        self._cold_dir = kv._fill(cp.kv)
         cp.n_threads = int(threads)
-        mi = model.info  # the recall areas come from the pool too: pages of 16 f32-sized rows, a margin
-        cp.kv_pool_bytes = (int(pool_mb) << 20) + int(recall_pages) * 16 * mi["n_layer"] * mi["n_head_kv"] * 2 * 4 * mi["head_dim"]
+        mi = model.info
+        area = 0
+        if cp.kv.recall.pages > 0:  # the recall areas come from the pool too: what the sizing rule adds for them
+            pages = cp.kv.recall.pages
+            cp.kv.recall.pages = 0
+            base = _kv_seq_bytes(_c.byref(cp.kv), mi["n_layer"], mi["n_head_kv"], mi["head_dim"], 1, 1, 1)
+            cp.kv.recall.pages = pages
+            area = _kv_seq_bytes(_c.byref(cp.kv), mi["n_layer"], mi["n_head_kv"], mi["head_dim"], 1, 1, 1) - base
+        cp.kv_pool_bytes = (int(pool_mb) << 20) + area
         cp.n_ctx = int(n_ctx)
         h = _vp()
         _check(_ctx_init(model._h, _c.byref(cp), _c.byref(h)))
@@ -514,16 +565,17 @@ class Context:
 
 
 def perplexity(model, text, policy="streaming", budget=256, max_tokens=0, prompt=0, baseline="full", chunk=1, threads=1,
-               positions=None, **knobs):
+               positions=None, kv=None, **knobs):
     """kvbound ppl on a text (tokenized with BOS), as a dict with the fields
     of `kvbound ppl --json`: ppl, nll, tokens, baseline_ppl, kl, top1,
     prompt_kept (with prompt), kv_bytes_peak, segments."""
     ids = model.tokenize(text, bos=True) if isinstance(text, str) else list(text)
     if max_tokens:
         ids = ids[:int(max_tokens)]
+    if kv is None:  # f32 rows: the policy, not KV rounding (kvbound ppl's default)
+        kv = KVConfig(policy, budget, positions, kv_dtype="f32", **knobs)
     pp = _ppl_default()
-    pp.policy = _policy_params(policy, budget, **knobs)
-    pp.pos_mode = _POS[positions]
+    keep = kv._fill(pp.kv)  # noqa: F841 (alive through the call)
     pp.chunk = int(chunk)
     pp.baseline = {"none": 0, "full": 1, "recompute": 2}[baseline]
     pp.n_threads = int(threads)
@@ -532,7 +584,7 @@ def perplexity(model, text, policy="streaming", budget=256, max_tokens=0, prompt
     r = _PplResult()
     _check(_eval_ppl(model._h, arr, len(ids), _c.byref(pp), _c.byref(r)))
     try:
-        out = {"policy": policy, "budget": pp.policy.budget, "tokens": r.tokens, "nll": r.nll, "ppl": r.ppl,
+        out = {"policy": kv.policy, "budget": pp.kv.policy.budget, "tokens": r.tokens, "nll": r.nll, "ppl": r.ppl,
                "kv_bytes_peak": r.kv_bytes_peak, "tok_per_s": r.tok_per_s, "segments": [r.seg_ppl[i] for i in range(r.n_seg)]}
         if r.has_baseline:
             out["baseline"], out["baseline_ppl"] = baseline, r.base_ppl
@@ -552,20 +604,18 @@ class Cache:
 
     def __init__(self, n_layer=1, n_kv_head=1, head_dim=64, policy="h2o", budget=256, dtype="f32", block_size=16,
                  rope=None, positions=None, pool_mb=64, max_distance=0, recall_pages=0, recall_every=1, cold_mb=1024, cold_dir=None,
-                 recall_summary="bounds", **knobs):
+                 recall_summary="bounds", kv=None, **knobs):
+        if kv is None:
+            kv = KVConfig(policy, budget, positions, max_distance, kv_dtype=dtype, block_size=block_size, recall_pages=recall_pages,
+                          recall_every=recall_every, cold_mb=cold_mb, cold_dir=cold_dir, recall_summary=recall_summary, **knobs)
         cp = _cache_default()
-        self._cold_dir = _recall_params(cp.recall, recall_pages, recall_every, cold_mb, cold_dir, recall_summary)
+        self._cold_dir = kv._fill(cp.kv)
         cp.n_layer, cp.n_kv_head, cp.head_dim = int(n_layer), int(n_kv_head), int(head_dim)
-        cp.dtype = _DTYPE[dtype]
-        cp.block_size = int(block_size)
-        cp.pos_mode = _POS[positions]
-        cp.max_distance = int(max_distance)
         if rope:  # {"type": "interleaved"|"neox", "base": 10000.0}
             cp.rope.type = {"interleaved": 1, "neox": 2}[rope.get("type", "interleaved")]
             cp.rope.n_dims = int(rope.get("n_dims", head_dim))
             cp.rope.base = float(rope.get("base", 10000.0))
             cp.rope.freq_scale = float(rope.get("freq_scale", 1.0))
-        cp.policy = _policy_params(policy, budget, **knobs)
         cp.pool_bytes = int(pool_mb) << 20
         h = _vp()
         _check(_cache_init(None, _c.byref(cp), _c.byref(h)))

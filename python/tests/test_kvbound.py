@@ -216,6 +216,34 @@ def raises_value_error(f, *names):
 
 
 @case
+def one_kv_config_drives_context_cache_and_perplexity():
+    kv = kvbound.KVConfig("streaming", 64)
+    m = kvbound.Model(G)
+    text = "Once upon a time" + "".join(m.context(kv=kv).generate("Once upon a time", 60))
+    assert text == REF, repr(text)  # the same text as the keywords give (generate_greedy_bounded)
+    t = open(TEXT, encoding="utf-8").read()[:60000]
+    r = kvbound.perplexity(m, t, kv=kvbound.KVConfig("window", 64, kv_dtype="f32"), max_tokens=500)
+    assert abs(r["ppl"] - 4.0041) < 6e-4, r
+    # the sizing rule, against the formula of include/kvbound.h written here: per stream,
+    # ceil((budget + chunk) / 16) + 2 pages of 16 f16 K and V rows, over 5 layers x 4 KV heads of 8
+    info = m.info
+    L, H, Dh = info["n_layer"], info["n_head_kv"], info["head_dim"]
+    page = 16 * 2 * 2 * Dh
+    assert kv.seq_bytes(L, H, Dh, 512, 100, 32) == ((64 + 32 + 15) // 16 + 2) * L * H * page
+    full = kvbound.KVConfig("full")
+    assert full.seq_bytes(L, H, Dh, 512, 100, 32) == ((512 + 32 + 15) // 16 + 2) * L * H * page
+    snap = kvbound.KVConfig("snapkv", 64)  # the prompt is read whole before it is compressed
+    assert snap.seq_bytes(L, H, Dh, 512, 300, 32) == ((300 + 32 + 15) // 16 + 2) * L * H * page
+    raises_value_error(lambda: kvbound.KVConfig("h2o", 64, kv_dtype="f8"), "kv_dtype", "'f8'")
+    raises_value_error(lambda: kvbound.KVConfig("h2o", 64, positions="sideways"), "positions")
+    try:
+        kvbound.KVConfig("h2o", 64, heavy=0.5)
+        raise AssertionError("no exception")
+    except TypeError as e:
+        assert "heavy" in str(e), str(e)
+
+
+@case
 def bad_arguments_raise_value_error_naming_them():
     c = kvbound.Cache(n_layer=2, n_kv_head=2, head_dim=4, policy="full", budget=0)
     q, kv = [0.5] * 16, [1.0] * 8  # 4 query heads over 2 KV heads of 4

@@ -119,20 +119,20 @@ void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     if (k) {
         memcpy(h->krow, k, sizeof(float) * (size_t)d);
         rotate(c, h, h->krow, pos);
-        kvb_kv_row_store(c->params.dtype, h->krow, kd, d); /* quantized here, once */
+        kvb_kv_row_store(c->params.kv.kv_dtype, h->krow, kd, d); /* quantized here, once */
     } else {
         memset(kd, 0, rb);
     }
     uint8_t *vd = kvb_stream_vrow(&c->geom, s, slot);
-    if (v) kvb_kv_row_store(c->params.dtype_v, v, vd, d);
+    if (v) kvb_kv_row_store(c->params.kv.kv_dtype_v, v, vd, d);
     else memset(vd, 0, c->geom.row_bytes_v);
     if (c->policy.iface->on_append) c->policy.iface->on_append(&c->policy, &s->v, s->v.n - 1, k, d);
 }
 
 void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s, int32_t j, float *k, float *v) {
     const int32_t slot = s->v.order[j];
-    if (k) kvb_kv_row_load(c->params.dtype, kvb_stream_row(&c->geom, s, slot), k, c->params.head_dim);
-    if (v) kvb_kv_row_load(c->params.dtype_v, kvb_stream_vrow(&c->geom, s, slot), v, c->params.head_dim);
+    if (k) kvb_kv_row_load(c->params.kv.kv_dtype, kvb_stream_row(&c->geom, s, slot), k, c->params.head_dim);
+    if (v) kvb_kv_row_load(c->params.kv.kv_dtype_v, kvb_stream_vrow(&c->geom, s, slot), v, c->params.head_dim);
 }
 
 /* ---- runs as a query sees them ---- */
@@ -142,8 +142,8 @@ void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s,
 static bool capped_far(const struct kvb_cache *c, const struct kvb_stream *s, int64_t pq_max) {
     if (c->pos_mode != KVB_POS_CAPPED) return false;
     const struct kvb_recall_stream *ra = kvb_recall_area(c, s);
-    if (ra && pq_max - ra->pos[ra->order[0]] > c->params.max_distance) return true;
-    return s->v.n > 0 && pq_max - s->v.pos[s->v.order[0]] > c->params.max_distance;
+    if (ra && pq_max - ra->pos[ra->order[0]] > c->params.kv.max_distance) return true;
+    return s->v.n > 0 && pq_max - s->v.pos[s->v.order[0]] > c->params.kv.max_distance;
 }
 
 /* Runs of n keys with original positions pos[order[j]] (increasing) as a
@@ -152,8 +152,8 @@ static int32_t keyed_runs(const struct kvb_cache *c, const int32_t *pos, const i
                           struct kvb_head_scratch *hs, int64_t pq, const struct kvb_run **out) {
     static const struct kvb_run one = {0, 0};
     *out = &one;
-    if (c->pos_mode != KVB_POS_CAPPED || n == 0 || pq - pos[order[0]] <= c->params.max_distance) return 1;
-    const int64_t L = c->params.max_distance;
+    if (c->pos_mode != KVB_POS_CAPPED || n == 0 || pq - pos[order[0]] <= c->params.kv.max_distance) return 1;
+    const int64_t L = c->params.kv.max_distance;
     int32_t nr = 0, j = 0;
     for (; j < n && pq - pos[order[j]] > L; j++) hs->cruns[nr++] = (struct kvb_run){j, (int32_t)(pos[order[j]] + L - pq)};
     if (j < n) hs->cruns[nr++] = (struct kvb_run){j, 0};
@@ -186,8 +186,8 @@ static struct kvb_kv_view kv_view(const struct kvb_cache *c, const struct kvb_st
     v.row_bytes = c->geom.row_bytes;
     v.row_bytes_v = c->geom.row_bytes_v;
     v.v_offset = c->geom.v_offset;
-    v.dtype = c->params.dtype;
-    v.dtype_v = c->params.dtype_v;
+    v.dtype = c->params.kv.kv_dtype;
+    v.dtype_v = c->params.kv.kv_dtype_v;
     return v;
 }
 
@@ -243,7 +243,7 @@ static void attend_area(struct kvb_cache *c, struct kvb_stream *s, struct kvb_he
     st->p = NULL;
     int32_t jf = 0; /* capped: keys [0, jf) are farther than max_distance from token i0 */
     if (c->pos_mode == KVB_POS_CAPPED && ra->shadow) {
-        const int64_t L = c->params.max_distance;
+        const int64_t L = c->params.kv.max_distance;
         while (jf < ra->n && p0 + i0 - ra->pos[ra->order[jf]] > L) jf++;
         if (jf > 0) { /* tokens i0 .. i1 - 1 is one token here (attend_tokens: capped_far) */
             uint8_t *sp = (uint8_t *)ra->shadow;

@@ -48,24 +48,20 @@ struct kvb_cache_params kvb_cache_default_params(void) {
     p.n_layer = 1;
     p.n_kv_head = 1;
     p.head_dim = 64;
-    p.dtype = KVB_DTYPE_F16;
-    p.dtype_v = KVB_DTYPE_AS_K;
-    p.block_size = 16;
-    p.pos_mode = KVB_POS_POLICY_DEFAULT;
     p.rope.type = KVB_ROPE_NONE;
     p.rope.base = 10000.0f;
     p.rope.freq_scale = 1.0f;
-    p.policy = kvb_policy_baseline_params();
     p.pool_bytes = (size_t)1 << 30;
+    p.kv = kvb_kv_default_params();
     return p;
 }
 
-static enum kvb_dtype v_dtype(const struct kvb_cache_params *p) { return p->dtype_v == KVB_DTYPE_AS_K ? p->dtype : p->dtype_v; }
+static enum kvb_dtype v_dtype(const struct kvb_cache_params *p) { return kvb_kv_v_type(&p->kv); }
 
 size_t kvb_cache_page_bytes(const struct kvb_cache_params *p) {
-    const size_t rk = kvb_dtype_row_bytes(p->dtype, p->head_dim), rv = kvb_dtype_row_bytes(v_dtype(p), p->head_dim);
-    if (!rk || !rv || p->block_size <= 0) return 0;
-    return (size_t)p->block_size * (rk + rv);
+    const size_t rk = kvb_dtype_row_bytes(p->kv.kv_dtype, p->head_dim), rv = kvb_dtype_row_bytes(v_dtype(p), p->head_dim);
+    if (!rk || !rv || p->kv.block_size <= 0) return 0;
+    return (size_t)p->kv.block_size * (rk + rv);
 }
 
 static kvb_status validate_params(const struct kvb_cache_params *p) {
@@ -73,15 +69,18 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
     if (p->n_kv_head < 1 || p->n_kv_head > KVB_MAX_KV_HEADS)
         return kvb_fail(KVB_ERR_INVALID, "cache: n_kv_head must be in 1..%d, got %d", KVB_MAX_KV_HEADS, (int)p->n_kv_head);
     if (p->head_dim < 1 || p->head_dim > 512) return kvb_fail(KVB_ERR_INVALID, "cache: head_dim must be in 1..512, got %d", (int)p->head_dim);
-    if (p->dtype < KVB_DTYPE_F32 || p->dtype > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype %d", (int)p->dtype);
-    if (p->dtype_v < KVB_DTYPE_AS_K || p->dtype_v > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype_v %d", (int)p->dtype_v);
-    if (!kvb_dtype_row_bytes(p->dtype, p->head_dim) || !kvb_dtype_row_bytes(v_dtype(p), p->head_dim))
+    if (p->kv.kv_dtype < KVB_DTYPE_F32 || p->kv.kv_dtype > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype %d", (int)p->kv.kv_dtype);
+    if (p->kv.kv_dtype_v < KVB_DTYPE_AS_K || p->kv.kv_dtype_v > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype_v %d", (int)p->kv.kv_dtype_v);
+    if (!kvb_dtype_row_bytes(p->kv.kv_dtype, p->head_dim) || !kvb_dtype_row_bytes(v_dtype(p), p->head_dim))
         return kvb_fail(KVB_ERR_INVALID, "cache: head_dim %d does not fill whole blocks of 32 (K %s, V %s need it)", (int)p->head_dim,
-                        kvb_dtype_name(p->dtype), kvb_dtype_name(v_dtype(p)));
-    if (p->block_size < 1 || p->block_size > 4096 || (p->block_size & (p->block_size - 1)))
-        return kvb_fail(KVB_ERR_INVALID, "cache: block_size must be a power of two in 1..4096, got %d", (int)p->block_size);
-    if (p->pos_mode < KVB_POS_POLICY_DEFAULT || p->pos_mode > KVB_POS_CAPPED) return kvb_fail(KVB_ERR_INVALID, "cache: unknown pos_mode %d", (int)p->pos_mode);
-    if (p->max_distance < 0) return kvb_fail(KVB_ERR_INVALID, "cache: max_distance must be >= 0, got %d", (int)p->max_distance);
+                        kvb_dtype_name(p->kv.kv_dtype), kvb_dtype_name(v_dtype(p)));
+    if (p->kv.block_size < 1 || p->kv.block_size > 4096 || (p->kv.block_size & (p->kv.block_size - 1)))
+        return kvb_fail(KVB_ERR_INVALID, "cache: block_size must be a power of two in 1..4096, got %d", (int)p->kv.block_size);
+    if (p->kv.pos_mode < KVB_POS_POLICY_DEFAULT || p->kv.pos_mode > KVB_POS_CAPPED) return kvb_fail(KVB_ERR_INVALID, "cache: unknown pos_mode %d", (int)p->kv.pos_mode);
+    if (p->kv.max_distance < 0) return kvb_fail(KVB_ERR_INVALID, "cache: max_distance must be >= 0, got %d", (int)p->kv.max_distance);
+    if (p->kv.layers || p->kv.n_layers)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: kv.layers: %d per-layer override(s) given; per-layer KV configurations are not applied yet",
+                        (int)p->kv.n_layers);
     if (p->rope.type < KVB_ROPE_NONE || p->rope.type > KVB_ROPE_NEOX) return kvb_fail(KVB_ERR_INVALID, "cache: unknown rope.type %d", (int)p->rope.type);
     if (p->rope.type != KVB_ROPE_NONE) {
         if (p->rope.n_dims < 2 || p->rope.n_dims > p->head_dim || (p->rope.n_dims & 1))
@@ -89,23 +88,23 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         if (!(p->rope.base > 1.0f) || !isfinite(p->rope.base)) return kvb_fail(KVB_ERR_INVALID, "cache: rope.base must be > 1, got %g", (double)p->rope.base);
         if (!(p->rope.freq_scale > 0.0f) || !isfinite(p->rope.freq_scale)) return kvb_fail(KVB_ERR_INVALID, "cache: rope.freq_scale must be > 0, got %g", (double)p->rope.freq_scale);
     }
-    kvb_status st = kvb_policy_validate(&p->policy);
+    kvb_status st = kvb_policy_validate(&p->kv.policy);
     if (st != KVB_OK) return st;
-    const struct kvb_policy_i *pi = kvb_policy_iface(p->policy.id);
+    const struct kvb_policy_i *pi = kvb_policy_iface(p->kv.policy.id);
     const char *pn = pi->name;
-    enum kvb_pos_mode pm = p->pos_mode == KVB_POS_POLICY_DEFAULT ? pi->default_pos : p->pos_mode;
-    if (pm == KVB_POS_CAPPED && p->max_distance < 1)
+    enum kvb_pos_mode pm = p->kv.pos_mode == KVB_POS_POLICY_DEFAULT ? pi->default_pos : p->kv.pos_mode;
+    if (pm == KVB_POS_CAPPED && p->kv.max_distance < 1)
         return kvb_fail(KVB_ERR_INVALID, "cache: positions capped (policy %s) need max_distance > 0 (the trained length)", pn);
-    const struct kvb_recall_params *rp = &p->recall;
+    const struct kvb_recall_params *rp = &p->kv.recall;
     if (rp->pages < 0 || rp->pages > KVB_RECALL_MAX_PAGES)
         return kvb_fail(KVB_ERR_INVALID, "cache: recall.pages must be in 0..%d, got %d", KVB_RECALL_MAX_PAGES, (int)rp->pages);
     if (rp->pages > 0) {
         if (rp->every < 0) return kvb_fail(KVB_ERR_INVALID, "cache: recall.every must be >= 1, got %d", (int)rp->every);
         if (rp->summary < KVB_RECALL_BOUNDS || rp->summary > KVB_RECALL_EXACT)
             return kvb_fail(KVB_ERR_INVALID, "cache: unknown recall.summary %d", (int)rp->summary);
-        if ((int64_t)rp->pages * p->block_size > 65536)
-            return kvb_fail(KVB_ERR_INVALID, "cache: recall area of %d pages of %d tokens exceeds 65536 tokens", (int)rp->pages, (int)p->block_size);
-        if (p->pos_mode == KVB_POS_CONTIGUOUS)
+        if ((int64_t)rp->pages * p->kv.block_size > 65536)
+            return kvb_fail(KVB_ERR_INVALID, "cache: recall area of %d pages of %d tokens exceeds 65536 tokens", (int)rp->pages, (int)p->kv.block_size);
+        if (p->kv.pos_mode == KVB_POS_CONTIGUOUS)
             return kvb_fail(KVB_ERR_INVALID, "cache: recall needs original or capped positions (recalled tokens keep theirs), not contiguous");
     }
     return KVB_OK;
@@ -134,7 +133,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
             total += np + kvb_recall_pages_needed(c, (size_t)l * H + h);
             n_max = KVB_MAX(n_max, (int64_t)s->v.n + n_new);
         }
-    if (c->recall) n_max = KVB_MAX(n_max, (int64_t)c->params.recall.pages * c->params.block_size); /* the recall area's runs */
+    if (c->recall) n_max = KVB_MAX(n_max, (int64_t)c->params.kv.recall.pages * c->params.kv.block_size); /* the recall area's runs */
     for (int32_t h = 0; h < H; h++)
         if (kvb_head_scratch_reserve(c, kvb_head_scratch_at(c->scratch, h), n_max, G) != KVB_OK)
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for attention scratch");
@@ -237,7 +236,7 @@ kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head)
     if (n_new < 1 || n_new > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_reserve: n_new must be in 1..1048576, got %d", (int)n_new);
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if ((st = check_pos(c, l, n_new)) != KVB_OK) return st;
-    const bool rings = (c->policy.iface->flags & KVB_PF_COMPRESS) && c->params.policy.prefill_budget == 0;
+    const bool rings = (c->policy.iface->flags & KVB_PF_COMPRESS) && c->params.kv.policy.prefill_budget == 0;
     if ((st = reserve_layers(c, 0, c->params.n_layer, n_new, n_head / c->params.n_kv_head, rings ? n_head : 0)) != KVB_OK) return st;
     c->has_reserve = true;
     update_peak(c);
@@ -295,8 +294,8 @@ static void init_budgets(struct kvb_cache *c) {
     const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
     for (size_t i = 0; i < n_streams; i++) {
         struct kvb_stream *s = &c->streams[i];
-        s->v.target = c->params.policy.budget;
-        s->v.budget = compress ? c->params.policy.prefill_budget : c->params.policy.budget;
+        s->v.target = c->params.kv.policy.budget;
+        s->v.budget = compress ? c->params.kv.policy.prefill_budget : c->params.kv.policy.budget;
         s->v.prompt_end = -1;
     }
     for (int32_t l = 0; l < c->params.n_layer; l++) c->ring_n[l] = 0;
@@ -309,19 +308,19 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     struct kvb_cache *c = kvb_calloc(1, sizeof *c);
     if (!c) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
     c->params = *params;
-    c->params.dtype_v = v_dtype(params); /* resolved: the V rows' own type */
+    c->params.kv.kv_dtype_v = v_dtype(params); /* resolved: the V rows' own type */
     c->kr = kvb_kernels();
-    c->policy = kvb_policy_make(&params->policy, params->block_size);
-    c->pos_mode = params->pos_mode == KVB_POS_POLICY_DEFAULT ? c->policy.iface->default_pos : params->pos_mode;
-    if (params->recall.pages > 0 && c->pos_mode == KVB_POS_CONTIGUOUS) /* streaming's default: recalled tokens keep their positions */
-        c->pos_mode = params->max_distance > 0 ? KVB_POS_CAPPED : KVB_POS_ORIGINAL;
-    if (params->recall.pages > 0 && c->params.recall.every == 0) c->params.recall.every = 1;
+    c->policy = kvb_policy_make(&params->kv.policy, params->kv.block_size);
+    c->pos_mode = params->kv.pos_mode == KVB_POS_POLICY_DEFAULT ? c->policy.iface->default_pos : params->kv.pos_mode;
+    if (params->kv.recall.pages > 0 && c->pos_mode == KVB_POS_CONTIGUOUS) /* streaming's default: recalled tokens keep their positions */
+        c->pos_mode = params->kv.max_distance > 0 ? KVB_POS_CAPPED : KVB_POS_ORIGINAL;
+    if (params->kv.recall.pages > 0 && c->params.kv.recall.every == 0) c->params.kv.recall.every = 1;
     c->page_bytes = kvb_cache_page_bytes(params);
-    c->geom.block_size = params->block_size;
-    while ((1 << c->geom.block_shift) < params->block_size) c->geom.block_shift++;
-    c->geom.row_bytes = kvb_dtype_row_bytes(params->dtype, params->head_dim);
-    c->geom.row_bytes_v = kvb_dtype_row_bytes(c->params.dtype_v, params->head_dim);
-    c->geom.v_offset = (size_t)params->block_size * c->geom.row_bytes;
+    c->geom.block_size = params->kv.block_size;
+    while ((1 << c->geom.block_shift) < params->kv.block_size) c->geom.block_shift++;
+    c->geom.row_bytes = kvb_dtype_row_bytes(params->kv.kv_dtype, params->head_dim);
+    c->geom.row_bytes_v = kvb_dtype_row_bytes(c->params.kv.kv_dtype_v, params->head_dim);
+    c->geom.v_offset = (size_t)params->kv.block_size * c->geom.row_bytes;
     c->geom.n_state = c->policy.iface->n_state;
     c->geom.runs = c->pos_mode == KVB_POS_CONTIGUOUS;
     c->n_pairs = params->rope.type == KVB_ROPE_NONE ? 0 : params->rope.n_dims / 2;
@@ -370,7 +369,7 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
         kvb_cache_free(c);
         return st;
     }
-    c->params.recall.cold_dir = NULL; /* the store keeps its own copy */
+    c->params.kv.recall.cold_dir = NULL; /* the store keeps its own copy */
     init_budgets(c);
     *out = c;
     return KVB_OK;
@@ -611,7 +610,7 @@ static void combine_and_evict(struct kvb_cache *c, int32_t layer, struct kvb_thr
  * change, so a failure leaves the cache as it was. */
 static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_head) {
     if (c->ring_q[layer] && c->ring_heads[layer] == n_head) return KVB_OK;
-    float *r = kvb_malloc(sizeof(float) * (size_t)c->params.policy.obs_window * (size_t)n_head * (size_t)c->params.head_dim);
+    float *r = kvb_malloc(sizeof(float) * (size_t)c->params.kv.policy.obs_window * (size_t)n_head * (size_t)c->params.head_dim);
     if (!r) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for the observation window's queries (layer %d)", (int)layer);
     kvb_free(c->ring_q[layer]);
     c->ring_q[layer] = r;
@@ -622,7 +621,7 @@ static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_hea
 
 /* Keeps the last obs_window of the recorded queries plus q's C tokens. */
 static void ring_push(struct kvb_cache *c, int32_t layer, const float *q, int32_t C) {
-    const int32_t W = c->params.policy.obs_window;
+    const int32_t W = c->params.kv.policy.obs_window;
     const size_t row = (size_t)c->ring_heads[layer] * (size_t)c->params.head_dim;
     float *ring = c->ring_q[layer];
     if (C >= W) {
@@ -643,7 +642,7 @@ static void open_prompt(struct kvb_cache *c, int32_t layer) {
     for (int32_t h = 0; h < c->params.n_kv_head; h++) {
         struct kvb_stream *s = kvb_cache_stream(c, layer, h);
         s->v.prompt_end = -1;
-        s->v.budget = c->params.policy.prefill_budget;
+        s->v.budget = c->params.kv.policy.prefill_budget;
         if (ns) memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
     }
     c->ring_n[layer] = 0;
@@ -678,7 +677,7 @@ static int32_t stream_target(const struct kvb_policy_params *pp, const struct kv
  * eviction, then the frozen prompt plus decode_budget. Cannot fail. */
 static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp) {
     c->has_reserve = false;
-    const struct kvb_policy_params *pp = &c->params.policy;
+    const struct kvb_policy_params *pp = &c->params.kv.policy;
     struct kvb_stream_view *ptrs[KVB_MAX_KV_HEADS];
     const int32_t H = layer_streams(c, l, ptrs);
     struct layer_job jb = {c, l};
@@ -718,7 +717,7 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     if ((st = check_pos(c, layer, n_tok)) != KVB_OK) return st;
     const struct kvb_policy_i *pi = c->policy.iface;
     const bool compress = pi->flags & KVB_PF_COMPRESS;
-    const bool exact = compress && c->params.policy.prefill_budget == 0;
+    const bool exact = compress && c->params.kv.policy.prefill_budget == 0;
     const int32_t G = n_head / c->params.n_kv_head;
     if (exact && (st = ring_reserve(c, layer, n_head)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;
@@ -749,10 +748,10 @@ kvb_status kvb_cache_set_budget(struct kvb_cache *c, int32_t layer, int32_t head
     if (layer < -1 || layer >= c->params.n_layer) return kvb_fail(KVB_ERR_INVALID, "set_budget: layer %d out of range", (int)layer);
     if (head < -1 || head >= c->params.n_kv_head) return kvb_fail(KVB_ERR_INVALID, "set_budget: head %d out of range", (int)head);
     if (tokens < 0) return kvb_fail(KVB_ERR_INVALID, "set_budget: tokens must be >= 0, got %d", (int)tokens);
-    if (tokens != 0 && tokens <= c->params.policy.n_sink)
-        return kvb_fail(KVB_ERR_INVALID, "set_budget: %d tokens do not exceed n_sink (%d)", (int)tokens, (int)c->params.policy.n_sink);
+    if (tokens != 0 && tokens <= c->params.kv.policy.n_sink)
+        return kvb_fail(KVB_ERR_INVALID, "set_budget: %d tokens do not exceed n_sink (%d)", (int)tokens, (int)c->params.kv.policy.n_sink);
     if (tokens == 0 && !(c->policy.iface->flags & KVB_PF_NEVER_EVICT))
-        return kvb_fail(KVB_ERR_INVALID, "set_budget: policy %s needs a budget > 0", kvb_policy_name(c->params.policy.id));
+        return kvb_fail(KVB_ERR_INVALID, "set_budget: policy %s needs a budget > 0", kvb_policy_name(c->params.kv.policy.id));
     const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
     for (int32_t l = 0; l < c->params.n_layer; l++)
         for (int32_t h = 0; h < c->params.n_kv_head; h++)

@@ -84,7 +84,7 @@ static void w_i64(struct wbuf *w, int64_t v) { w_bytes(w, &v, 8); }
 static void save_recall(const struct kvb_cache *c, struct wbuf *w) {
     const struct kvb_cache_params *p = &c->params;
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
-    const int32_t R = p->recall.pages, B = p->block_size;
+    const int32_t R = p->kv.recall.pages, B = p->kv.block_size;
     const size_t body = kvb_recall_body_bytes(c), rb = c->geom.row_bytes, rbv = c->geom.row_bytes_v;
     const struct kvb_cold_geom *g = &c->cold_geom;
     for (int64_t i = 0; i < n_streams; i++) {
@@ -114,17 +114,17 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_bytes(&w, KVB_CACHE_MAGIC, 8);
     w_u32(&w, c->recall ? KVB_CACHE_VERSION_RECALL : KVB_CACHE_VERSION);
     w_u32(&w, c->recall ? IMAGE_RECALL : 0u);
-    w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->dtype); w_i32(&w, (int32_t)p->dtype_v);
-    w_i32(&w, p->block_size); w_i32(&w, (int32_t)c->pos_mode);
+    w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
+    w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
     w_i32(&w, c->freq_factors ? 1 : 0);
     if (c->freq_factors) w_bytes(&w, c->freq_factors, sizeof(float) * (size_t)c->n_pairs);
-    const struct kvb_policy_params *pp = &p->policy;
+    const struct kvb_policy_params *pp = &p->kv.policy;
     w_i32(&w, (int32_t)pp->id); w_i32(&w, pp->budget); w_f32(&w, pp->budget_frac); w_i32(&w, pp->n_sink);
     w_i32(&w, pp->n_recent); w_f32(&w, pp->heavy_ratio); w_i32(&w, pp->obs_window); w_i32(&w, pp->pool_kernel);
     w_f32(&w, pp->pyramid_beta); w_f32(&w, pp->ada_floor); w_i32(&w, pp->history); w_i32(&w, pp->threshold);
     w_i32(&w, (int32_t)pp->pool_mode); w_i32(&w, pp->decode_budget); w_i32(&w, pp->prefill_budget); w_i32(&w, (int32_t)pp->tova_scope);
-    w_i32(&w, p->max_distance);
+    w_i32(&w, p->kv.max_distance);
     w_i32(&w, ns);
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     if (c->recall) {
@@ -132,8 +132,8 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
         kvb_cold_counts(c->cold, &cc);
         int64_t total = 0;
         for (int64_t i = 0; i < n_streams; i++) total += c->recall[i].n_cold;
-        w_i32(&w, p->recall.pages); w_i32(&w, p->recall.every); w_i32(&w, (int32_t)p->recall.summary);
-        w_i64(&w, (int64_t)KVB_MIN(p->recall.cold_mem_bytes, (size_t)INT64_MAX));
+        w_i32(&w, p->kv.recall.pages); w_i32(&w, p->kv.recall.every); w_i32(&w, (int32_t)p->kv.recall.summary);
+        w_i64(&w, (int64_t)KVB_MIN(p->kv.recall.cold_mem_bytes, (size_t)INT64_MAX));
         w_i32(&w, c->recall_paused ? 1 : 0);
         w_i64(&w, cc.dropped_pages);
         w_i64(&w, total);
@@ -197,7 +197,7 @@ static kvb_status load_recall(struct kvb_cache *c, struct rbuf *rp, int64_t tota
     struct rbuf r = *rp;
     const struct kvb_cache_params *p = &c->params;
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
-    const int32_t R = p->recall.pages, B = p->block_size;
+    const int32_t R = p->kv.recall.pages, B = p->kv.block_size;
     const size_t body = kvb_recall_body_bytes(c), rb = c->geom.row_bytes, rbv = c->geom.row_bytes_v;
     const struct kvb_cold_geom *g = &c->cold_geom;
     uint8_t *rec = kvb_calloc(1, kvb_cold_record_bytes(g));
@@ -215,7 +215,7 @@ static kvb_status load_recall(struct kvb_cache *c, struct rbuf *rp, int64_t tota
             st = TRUNC();
             break;
         }
-        if (n_cold < 0 || n_cold > total_cold - seen || lost < 0 || scorings < 0 || loads < 0 || since < 0 || since > p->recall.every ||
+        if (n_cold < 0 || n_cold > total_cold - seen || lost < 0 || scorings < 0 || loads < 0 || since < 0 || since > p->kv.recall.every ||
             n_stage < 0 || n_stage >= B || (has_area != 0 && has_area != 1)) {
             st = kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %lld has bad recall counts (%lld cold pages, %d staged, since %d)",
                           (long long)i, (long long)n_cold, (int)n_stage, (int)since);
@@ -295,7 +295,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     int32_t dtype, dtype_v = KVB_DTYPE_AS_K, pos_mode, rope_type, has_ff, pid;
     if (!r_i32(&r, &p.n_layer, "n_layer") || !r_i32(&r, &p.n_kv_head, "n_kv_head") || !r_i32(&r, &p.head_dim, "head_dim") ||
         !r_i32(&r, &dtype, "dtype") || (version >= 3u && !r_i32(&r, &dtype_v, "dtype_v")) ||
-        !r_i32(&r, &p.block_size, "block_size") || !r_i32(&r, &pos_mode, "pos_mode") ||
+        !r_i32(&r, &p.kv.block_size, "block_size") || !r_i32(&r, &pos_mode, "pos_mode") ||
         !r_i32(&r, &rope_type, "rope_type") || !r_i32(&r, &p.rope.n_dims, "rope_n_dims") ||
         !r_f32(&r, &p.rope.base, "rope_base") || !r_f32(&r, &p.rope.freq_scale, "rope_freq_scale") ||
         !r_i32(&r, &has_ff, "has_freq_factors"))
@@ -304,9 +304,9 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         pos_mode < 1 || pos_mode > 3 || rope_type < 0 || rope_type > 2 || (has_ff != 0 && has_ff != 1))
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad enum in params (dtype %d, dtype_v %d, pos_mode %d, rope %d, has_ff %d)", dtype,
                         dtype_v, pos_mode, rope_type, has_ff);
-    p.dtype = (enum kvb_dtype)dtype;
-    p.dtype_v = (enum kvb_dtype)dtype_v;
-    p.pos_mode = (enum kvb_pos_mode)pos_mode;
+    p.kv.kv_dtype = (enum kvb_dtype)dtype;
+    p.kv.kv_dtype_v = (enum kvb_dtype)dtype_v;
+    p.kv.pos_mode = (enum kvb_pos_mode)pos_mode;
     p.rope.type = (enum kvb_rope_type)rope_type;
     float ff[256];
     if (has_ff) {
@@ -314,7 +314,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         if (!r_bytes(&r, ff, sizeof(float) * (size_t)(p.rope.n_dims / 2), "rope_freq_factors")) return TRUNC();
         p.rope.freq_factors = ff;
     }
-    struct kvb_policy_params *pp = &p.policy;
+    struct kvb_policy_params *pp = &p.kv.policy;
     if (!r_i32(&r, &pid, "policy.id") || !r_i32(&r, &pp->budget, "policy.budget") || !r_f32(&r, &pp->budget_frac, "policy.budget_frac") ||
         !r_i32(&r, &pp->n_sink, "policy.n_sink") || !r_i32(&r, &pp->n_recent, "policy.n_recent") ||
         !r_f32(&r, &pp->heavy_ratio, "policy.heavy_ratio") || !r_i32(&r, &pp->obs_window, "policy.obs_window") ||
@@ -325,7 +325,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     int32_t pool_mode, tova_scope;
     if (!r_i32(&r, &pool_mode, "policy.pool_mode") || !r_i32(&r, &pp->decode_budget, "policy.decode_budget") ||
         !r_i32(&r, &pp->prefill_budget, "policy.prefill_budget") || !r_i32(&r, &tova_scope, "policy.tova_scope") ||
-        !r_i32(&r, &p.max_distance, "max_distance"))
+        !r_i32(&r, &p.kv.max_distance, "max_distance"))
         return TRUNC();
     if (pool_mode < 0 || pool_mode > 1 || tova_scope < 0 || tova_scope > 1)
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad enum in policy (pool_mode %d, tova_scope %d)", pool_mode, tova_scope);
@@ -343,29 +343,29 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     if (version == KVB_CACHE_VERSION_RECALL) {
         int32_t summary;
         int64_t mem;
-        if (!r_i32(&r, &p.recall.pages, "recall.pages") || !r_i32(&r, &p.recall.every, "recall.every") ||
+        if (!r_i32(&r, &p.kv.recall.pages, "recall.pages") || !r_i32(&r, &p.kv.recall.every, "recall.every") ||
             !r_i32(&r, &summary, "recall.summary") || !r_bytes(&r, &mem, 8, "recall.cold_mem_bytes") ||
             !r_i32(&r, &paused, "recall.paused") || !r_bytes(&r, &dropped, 8, "recall.dropped_pages") ||
             !r_bytes(&r, &total_cold, 8, "recall.cold_pages"))
             return TRUNC();
-        if (p.recall.pages < 1 || summary < 0 || summary > 2 || mem < 0 || (paused != 0 && paused != 1) || dropped < 0 || total_cold < 0)
+        if (p.kv.recall.pages < 1 || summary < 0 || summary > 2 || mem < 0 || (paused != 0 && paused != 1) || dropped < 0 || total_cold < 0)
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: bad recall params (pages %d, summary %d, paused %d, %lld cold pages)",
-                            (int)p.recall.pages, (int)summary, (int)paused, (long long)total_cold);
-        p.recall.summary = (enum kvb_recall_summary)summary;
+                            (int)p.kv.recall.pages, (int)summary, (int)paused, (long long)total_cold);
+        p.kv.recall.summary = (enum kvb_recall_summary)summary;
         image_cold_mem = mem;
         /* the image's cold pages must fit in what remains (each record body
          * holds at least block_size positions and rows), and they all go to
          * host memory: the restored tier has no file (the image names none) */
         const int32_t dt_v = dtype_v == KVB_DTYPE_AS_K ? dtype : dtype_v;
-        const size_t body = p.head_dim >= 1 && p.head_dim <= 4096 && p.block_size >= 1 && p.block_size <= 65536
-                                ? (size_t)p.block_size * (4 + kvb_dtype_row_bytes((enum kvb_dtype)dtype, p.head_dim) +
+        const size_t body = p.head_dim >= 1 && p.head_dim <= 4096 && p.kv.block_size >= 1 && p.kv.block_size <= 65536
+                                ? (size_t)p.kv.block_size * (4 + kvb_dtype_row_bytes((enum kvb_dtype)dtype, p.head_dim) +
                                                           kvb_dtype_row_bytes((enum kvb_dtype)dt_v, p.head_dim))
                                 : 0;
         if (body == 0 || (uint64_t)total_cold > (r.n - r.at) / body)
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: %lld cold pages do not fit the image", (long long)total_cold);
         const size_t need = (size_t)total_cold * (body + KVB_COLD_REC_HEADER + 8);
-        p.recall.cold_mem_bytes = need + KVB_MIN((size_t)mem, (size_t)64 << 30); /* its pages, then its memory budget again */
-        p.recall.cold_dir = NULL;
+        p.kv.recall.cold_mem_bytes = need + KVB_MIN((size_t)mem, (size_t)64 << 30); /* its pages, then its memory budget again */
+        p.kv.recall.cold_dir = NULL;
     }
     /* the n_past array alone must fit in what remains */
     if (p.n_layer < 1 || (size_t)p.n_layer > (r.n - r.at) / 8)
@@ -376,7 +376,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         if (st == KVB_ERR_INVALID) return kvb_fail(KVB_ERR_CORRUPT, "cache image: invalid params (%s)", kvb_last_error());
         return st;
     }
-    const int32_t B = p.block_size;
+    const int32_t B = p.kv.block_size;
     for (int32_t l = 0; l < p.n_layer; l++) {
         if (!r_bytes(&r, &c->n_past[l], 8, "n_past")) { kvb_cache_free(c); return TRUNC(); }
         const int64_t past = c->n_past[l];
@@ -461,7 +461,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             return st;
         }
         c->recall_paused = paused != 0;
-        c->params.recall.cold_mem_bytes = (size_t)image_cold_mem; /* as configured (the store holds at least the image's pages) */
+        c->params.kv.recall.cold_mem_bytes = (size_t)image_cold_mem; /* as configured (the store holds at least the image's pages) */
         kvb_cold_note_dropped(c->cold, dropped);
     }
     if (r.at != r.n) {

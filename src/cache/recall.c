@@ -49,11 +49,11 @@ static void lohi_reset(float *lohi, int32_t d) {
 }
 
 kvb_status kvb_recall_init(struct kvb_cache *c) {
-    const struct kvb_recall_params *rp = &c->params.recall;
+    const struct kvb_recall_params *rp = &c->params.kv.recall;
     if (rp->pages <= 0) return KVB_OK;
     const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
-    const int32_t R = rp->pages, B = c->params.block_size, d = c->params.head_dim;
-    c->cold_geom = (struct kvb_cold_geom){(int32_t)n, B, d, c->params.dtype, c->params.dtype_v, c->geom.row_bytes, c->geom.row_bytes_v};
+    const int32_t R = rp->pages, B = c->params.kv.block_size, d = c->params.head_dim;
+    c->cold_geom = (struct kvb_cold_geom){(int32_t)n, B, d, c->params.kv.kv_dtype, c->params.kv.kv_dtype_v, c->geom.row_bytes, c->geom.row_bytes_v};
     kvb_status st = kvb_cold_create(&c->cold_geom, rp->cold_mem_bytes, rp->cold_dir, &c->cold);
     if (st != KVB_OK) return st;
     if (!(c->recall = kvb_calloc(n, sizeof *c->recall))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for recall");
@@ -87,13 +87,13 @@ kvb_status kvb_recall_init(struct kvb_cache *c) {
 
 static void give_area(struct kvb_cache *c, struct kvb_recall_stream *r) {
     if (!r->pages) return;
-    kvb_pool_give(c->pool, r->pages, c->params.recall.pages);
+    kvb_pool_give(c->pool, r->pages, c->params.kv.recall.pages);
     kvb_free(r->pages);
     r->pages = NULL;
     r->n = 0;
     r->reserved = false;
-    for (int32_t a = 0; a < c->params.recall.pages; a++) r->loaded[a] = -1;
-    for (int32_t t = 0; t < c->params.recall.pages * c->params.block_size; t++) r->pos[t] = -1;
+    for (int32_t a = 0; a < c->params.kv.recall.pages; a++) r->loaded[a] = -1;
+    for (int32_t t = 0; t < c->params.kv.recall.pages * c->params.kv.block_size; t++) r->pos[t] = -1;
 }
 
 void kvb_recall_free(struct kvb_cache *c) {
@@ -130,12 +130,12 @@ void kvb_recall_reset(struct kvb_cache *c) {
 int32_t kvb_recall_pages_needed(const struct kvb_cache *c, size_t i) {
     if (!c->recall) return 0;
     const struct kvb_recall_stream *r = &c->recall[i];
-    return !r->pages && (r->n_cold > 0 || r->n_stage > 0) ? c->params.recall.pages : 0;
+    return !r->pages && (r->n_cold > 0 || r->n_stage > 0) ? c->params.kv.recall.pages : 0;
 }
 
 void kvb_recall_attach(struct kvb_cache *c, size_t i, uint8_t *const *pages, bool reserve) {
     struct kvb_recall_stream *r = &c->recall[i];
-    const int32_t R = c->params.recall.pages;
+    const int32_t R = c->params.kv.recall.pages;
     /* the pointer array itself: small, from the allocator; without it the
      * pages go straight back and this stream attends without recall */
     r->pages = kvb_malloc(sizeof(uint8_t *) * (size_t)R);
@@ -157,14 +157,14 @@ int64_t kvb_recall_pages_held(const struct kvb_cache *c) {
     if (!c->recall) return 0;
     const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
     int64_t k = 0;
-    for (size_t i = 0; i < n; i++) k += c->recall[i].pages ? c->params.recall.pages : 0;
+    for (size_t i = 0; i < n; i++) k += c->recall[i].pages ? c->params.kv.recall.pages : 0;
     return k;
 }
 
 size_t kvb_recall_meta_bytes(const struct kvb_cache *c) {
     if (!c->recall) return 0;
     const size_t n = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head, d = (size_t)c->params.head_dim;
-    const size_t R = (size_t)c->params.recall.pages, B = (size_t)c->params.block_size;
+    const size_t R = (size_t)c->params.kv.recall.pages, B = (size_t)c->params.kv.block_size;
     size_t b = n * (sizeof(struct kvb_recall_stream) + kvb_cold_record_bytes(&c->cold_geom) + SUMW(d) * sizeof(float) +
                     (c->recall[0].shadow ? sizeof(float) * 2 * d << c->recall[0].shadow_shift : 0) +
                     R * (sizeof(int64_t) + sizeof(uint8_t *)) + 2 * R * B * sizeof(int32_t));
@@ -180,7 +180,7 @@ size_t kvb_recall_meta_bytes(const struct kvb_cache *c) {
 static void summary_add(const struct kvb_cache *c, float *lohi3, const uint8_t *krow) {
     const int32_t d = c->params.head_dim;
     float key[512];
-    kvb_kv_row_load(c->params.dtype, krow, key, d);
+    kvb_kv_row_load(c->params.kv.kv_dtype, krow, key, d);
     float *lo = lohi3, *hi = lohi3 + d, *sum = lohi3 + 2 * d;
     for (int32_t ch = 0; ch < d; ch++) {
         lo[ch] = key[ch] < lo[ch] ? key[ch] : lo[ch];
@@ -230,7 +230,7 @@ static void seal_stage(struct kvb_cache *c, struct kvb_recall_stream *r, int32_t
     if (id >= 0 && index_room(c, r)) index_add(c, r, id, r->stage_lohi);
     else r->lost++;
     /* the staged page was possibly in the area: it is a sealed page now, reloaded if chosen */
-    for (int32_t a = 0; a < c->params.recall.pages; a++)
+    for (int32_t a = 0; a < c->params.kv.recall.pages; a++)
         if (r->loaded[a] == -2) r->loaded[a] = -1; /* its rows stay attended until the next choice */
     r->n_stage = 0;
     lohi_reset(r->stage_lohi, c->params.head_dim);
@@ -269,7 +269,7 @@ static float dot(const float *a, const float *b, int32_t d) {
 static float page_score(const struct kvb_cache *c, const float *qrot, int32_t n_rows, const float *lohi, const float *sum, int32_t n,
                         const uint8_t *rec) {
     const int32_t d = c->params.head_dim;
-    const enum kvb_recall_summary mode = c->params.recall.summary;
+    const enum kvb_recall_summary mode = c->params.kv.recall.summary;
     float best = -INFINITY, mean[512], key[512];
     if (mode == KVB_RECALL_BOUNDS) {
         c->kr->page_bounds(qrot, n_rows, lohi, 1, d, &best);
@@ -278,7 +278,7 @@ static float page_score(const struct kvb_cache *c, const float *qrot, int32_t n_
     if (mode == KVB_RECALL_CENTROID)
         for (int32_t i = 0; i < d; i++) mean[i] = sum[i] / (float)n;
     for (int32_t t = 0; t < (mode == KVB_RECALL_EXACT ? n : 1); t++) {
-        if (mode == KVB_RECALL_EXACT) kvb_kv_row_load(c->params.dtype, kvb_cold_rec_k(&c->cold_geom, (uint8_t *)rec) + (size_t)t * c->geom.row_bytes, key, d);
+        if (mode == KVB_RECALL_EXACT) kvb_kv_row_load(c->params.kv.kv_dtype, kvb_cold_rec_k(&c->cold_geom, (uint8_t *)rec) + (size_t)t * c->geom.row_bytes, key, d);
         for (int32_t g = 0; g < n_rows; g++) {
             const float b = dot(qrot + (size_t)g * d, mode == KVB_RECALL_CENTROID ? mean : key, d);
             best = b > best ? b : best;
@@ -328,7 +328,7 @@ static void load_page(const struct kvb_cache *c, struct kvb_recall_stream *r, in
  * r->pos (load_page, and an image's area on restore). */
 static void area_shadow(const struct kvb_cache *c, struct kvb_recall_stream *r, int32_t a, int32_t n) {
     if (!r->shadow) return;
-    const int32_t B = c->params.block_size;
+    const int32_t B = c->params.kv.block_size;
     const uint8_t *page = r->pages[a];
     const int32_t *pos = r->pos + (size_t)a * B;
     /* capped positions: a key farther than max_distance is seen at exactly that
@@ -340,8 +340,8 @@ static void area_shadow(const struct kvb_cache *c, struct kvb_recall_stream *r, 
     const int32_t np = c->n_pairs;
     for (int32_t t = 0; t < n; t++) {
         float *ks = r->shadow + (size_t)(a * B + t) * d;
-        kvb_kv_row_load(c->params.dtype, page + (size_t)t * c->geom.row_bytes, ks, d);
-        kvb_kv_row_load(c->params.dtype_v, page + c->geom.v_offset + (size_t)t * c->geom.row_bytes_v, r->shadow + vofs + (size_t)(a * B + t) * d, d);
+        kvb_kv_row_load(c->params.kv.kv_dtype, page + (size_t)t * c->geom.row_bytes, ks, d);
+        kvb_kv_row_load(c->params.kv.kv_dtype_v, page + c->geom.v_offset + (size_t)t * c->geom.row_bytes_v, r->shadow + vofs + (size_t)(a * B + t) * d, d);
         if (!np) continue;
         const int64_t k = (int64_t)pos[t] - pos[0];
         if (t == 0) {
@@ -364,17 +364,17 @@ void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const f
     if (!c->recall || c->recall_paused) return;
     struct kvb_recall_stream *r = &c->recall[kvb_cache_stream_index(c, s)];
     if (!r->pages) return;
-    if (r->since > 0 && r->since < c->params.recall.every) {
+    if (r->since > 0 && r->since < c->params.kv.recall.every) {
         r->since++;
         return;
     }
     r->since = 1;
-    const int32_t d = c->params.head_dim, R = c->params.recall.pages;
+    const int32_t d = c->params.head_dim, R = c->params.kv.recall.pages;
     const int64_t t0 = now_ns();
     /* candidates: sealed pages 0..n_cold-1, then the staged page as n_cold */
     const int64_t nc = r->n_cold + (r->n_stage > 0);
-    const int32_t B = c->params.block_size;
-    if (c->params.recall.summary == KVB_RECALL_BOUNDS) /* every sealed page in one pass */
+    const int32_t B = c->params.kv.block_size;
+    if (c->params.kv.recall.summary == KVB_RECALL_BOUNDS) /* every sealed page in one pass */
         c->kr->page_bounds(qrot, n_rows, r->lohi, r->n_cold, d, r->score);
     else
         for (int64_t p = 0; p < r->n_cold; p++)
@@ -406,7 +406,7 @@ void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const f
         if (have[i]) continue;
         while (keep[a]) a++;
         if (best[i] < r->n_cold) {
-            load_page(c, r, a, kvb_cold_get(c->cold, r->rec[best[i]]), c->params.block_size);
+            load_page(c, r, a, kvb_cold_get(c->cold, r->rec[best[i]]), c->params.kv.block_size);
             r->loaded[a] = best[i];
         } else {
             load_page(c, r, a, r->stage, r->n_stage);
@@ -418,9 +418,9 @@ void kvb_recall_refresh(struct kvb_cache *c, const struct kvb_stream *s, const f
     for (int32_t b = 0; b < R; b++)
         if (!keep[b]) {
             r->loaded[b] = -1;
-            for (int32_t t = 0; t < c->params.block_size; t++) r->pos[b * c->params.block_size + t] = -1;
+            for (int32_t t = 0; t < c->params.kv.block_size; t++) r->pos[b * c->params.kv.block_size + t] = -1;
         }
-    sort_area(r, R * c->params.block_size);
+    sort_area(r, R * c->params.kv.block_size);
     r->scorings++;
     r->score_ns += t1 - t0;
     r->load_ns += now_ns() - t1;
@@ -435,7 +435,7 @@ const struct kvb_recall_stream *kvb_recall_area(const struct kvb_cache *c, const
 /* ---- restoring an image (cache_io.c) ---- */
 
 size_t kvb_recall_body_bytes(const struct kvb_cache *c) {
-    const size_t B = (size_t)c->params.block_size;
+    const size_t B = (size_t)c->params.kv.block_size;
     return sizeof(int32_t) * B + B * (c->geom.row_bytes + c->geom.row_bytes_v);
 }
 
@@ -460,7 +460,7 @@ void kvb_recall_restore_stage(struct kvb_cache *c, size_t i, int32_t n) {
 }
 
 kvb_status kvb_recall_restore_area(struct kvb_cache *c, size_t i) {
-    const int32_t R = c->params.recall.pages;
+    const int32_t R = c->params.kv.recall.pages;
     uint8_t *got[64];
     kvb_status st = kvb_pool_take(c->pool, R, got);
     if (st != KVB_OK) return st;
@@ -477,7 +477,7 @@ int32_t kvb_recall_area_rows(const struct kvb_recall_stream *r, int32_t a, int32
 
 void kvb_recall_area_done(struct kvb_cache *c, size_t i) {
     struct kvb_recall_stream *r = &c->recall[i];
-    const int32_t R = c->params.recall.pages, B = c->params.block_size;
+    const int32_t R = c->params.kv.recall.pages, B = c->params.kv.block_size;
     for (int32_t a = 0; a < R; a++) area_shadow(c, r, a, kvb_recall_area_rows(r, a, B));
     sort_area(r, R * B);
 }

@@ -156,6 +156,7 @@ size_t kvb_abi_sizeof(const char *name) {
     } sizes[] = {
         {"kvb_rope", sizeof(struct kvb_rope)},
         {"kvb_policy_params", sizeof(struct kvb_policy_params)},
+        {"kvb_kv_params", sizeof(struct kvb_kv_params)},
         {"kvb_cache_params", sizeof(struct kvb_cache_params)},
         {"kvb_cache_stats", sizeof(struct kvb_cache_stats)},
         {"kvb_slot_info", sizeof(struct kvb_slot_info)},

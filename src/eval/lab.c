@@ -324,19 +324,19 @@ static kvb_status lab_run(const struct kvb_lab_stream *st, const struct kvb_poli
     const int64_t T = (int64_t)P + G;
     if (chunk <= 0 || chunk > P) chunk = P;
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.max_distance = (int32_t)KVB_MIN(T, (int64_t)INT32_MAX); /* no RoPE here: the cap changes nothing */
+    cp.kv.max_distance = (int32_t)KVB_MIN(T, (int64_t)INT32_MAX); /* no RoPE here: the cap changes nothing */
     cp.n_layer = 1;
     cp.n_kv_head = 1;
     cp.head_dim = 4; /* bookkeeping only: rows are zero, the attention comes from the generator */
-    cp.dtype = KVB_DTYPE_F32;
-    cp.block_size = 16;
-    cp.policy = *policy;
+    cp.kv.kv_dtype = KVB_DTYPE_F32;
+    cp.kv.block_size = 16;
+    cp.kv.policy = *policy;
     if (kvb_policy_compresses(policy->id) && !policy->decode_budget && policy->budget > 1) {
         /* equal memory in decode: the compressed prompt and the generated
          * tokens share the budget, a quarter of it for generated tokens */
-        cp.policy.decode_budget = KVB_MAX(policy->budget / 4, 1);
-        cp.policy.budget = policy->budget - cp.policy.decode_budget;
-        if (cp.policy.budget <= cp.policy.n_sink) cp.policy.budget = cp.policy.n_sink + 1;
+        cp.kv.policy.decode_budget = KVB_MAX(policy->budget / 4, 1);
+        cp.kv.policy.budget = policy->budget - cp.kv.policy.decode_budget;
+        if (cp.kv.policy.budget <= cp.kv.policy.n_sink) cp.kv.policy.budget = cp.kv.policy.n_sink + 1;
     }
     cp.pool_bytes = (size_t)(T / 16 + 8) * kvb_cache_page_bytes(&cp) + 4096;
     struct kvb_cache *c;

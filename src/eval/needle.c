@@ -62,6 +62,18 @@ static double held_share(const struct kvb_cache *cache, const struct kvb_model_i
     return (double)held / (double)streams;
 }
 
+struct kvb_needle_params kvb_needle_default_params(void) {
+    struct kvb_needle_params p;
+    memset(&p, 0, sizeof p);
+    p.kv = kvb_kv_default_params();
+    p.length = 4096;
+    p.depth = 0.5;
+    p.key = 48213;
+    p.chunk = 256;
+    p.n_threads = 1;
+    return p;
+}
+
 kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_params *p, struct kvb_needle_result *out) {
     if (!m || !p || !out || p->length < 32 || p->length > (1 << 24) || !(p->depth >= 0 && p->depth <= 1) || p->key < 10000 || p->key > 99999)
         return kvb_fail(KVB_ERR_INVALID, "needle: length must be in 32..16M, depth in [0, 1], key five digits");
@@ -111,19 +123,11 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
         struct kvb_model_info in;
         kvb_model_get_info(m, &in);
         struct kvb_context_params cp = kvb_context_default_params();
-        cp.policy = p->policy;
-        cp.pos_mode = p->pos_mode;
+        cp.kv = p->kv;
         cp.n_threads = p->n_threads > 0 ? p->n_threads : 1;
         cp.chunk = p->chunk > 0 ? p->chunk : 256;
         cp.n_ctx = (int32_t)prompt.n + 16;
-        cp.kv_dtype = p->kv_dtype;
-        cp.kv_dtype_v = p->kv_dtype_v;
-        cp.recall = p->recall;
-        const size_t per_tok = (size_t)in.n_layer * in.n_head_kv * in.head_dim * 2 * 4; /* f32 rows: the widest */
-        /* full and the snapkv family (read the whole prompt, then compress) hold the prompt */
-        const bool whole = p->policy.id == KVB_POLICY_FULL || (kvb_policy_compresses(p->policy.id) && !p->policy.prefill_budget);
-        const int64_t keep = whole ? prompt.n + 16 + p->policy.budget : (int64_t)p->policy.budget + cp.chunk + 16;
-        cp.kv_pool_bytes = per_tok * (size_t)(keep + 64 + (int64_t)p->recall.pages * cp.block_size) + ((size_t)16 << 20);
+        cp.kv_pool_bytes = kvb_kv_seq_bytes(&cp.kv, in.n_layer, in.n_head_kv, in.head_dim, cp.n_ctx, prompt.n, cp.chunk);
         st = kvb_context_init(m, &cp, &c);
     }
     float *lg = NULL;
@@ -158,7 +162,7 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
                 /* with recall: the set the answer's first token attended to, its recall area
                  * chosen by its own query over every cold page (the prompt's last chunk can
                  * recall only pages evicted before it) */
-                if (g == 0 && st == KVB_OK && p->recall.pages > 0) out->retained = held_share(cache, &in, kpos, klen, true);
+                if (g == 0 && st == KVB_OK && p->kv.recall.pages > 0) out->retained = held_share(cache, &in, kpos, klen, true);
             }
             out->answer[w] = 0;
             char digits[16];

@@ -60,7 +60,7 @@ kvb_status kvb_eval_window_nll(const struct kvb_model *m, const int32_t *ids, in
                                int64_t max_windows, double *sum_nll, int64_t *count) {
     if (!m || !ids || W < 2 || !sum_nll || !count) return kvb_fail(KVB_ERR_INVALID, "eval: bad arguments (window must be >= 2)");
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.kv_dtype = KVB_DTYPE_F32;
+    cp.kv.kv_dtype = KVB_DTYPE_F32;
     cp.n_threads = n_threads;
     cp.n_ctx = W;
     cp.chunk = W;
@@ -103,14 +103,13 @@ kvb_status kvb_eval_window_nll(const struct kvb_model *m, const int32_t *ids, in
 struct kvb_ppl_params kvb_ppl_default_params(void) {
     struct kvb_ppl_params p;
     memset(&p, 0, sizeof p);
-    p.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-    p.pos_mode = KVB_POS_POLICY_DEFAULT;
+    p.kv = kvb_kv_default_params();
+    p.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    p.kv.kv_dtype = KVB_DTYPE_F32; /* the policy, not KV rounding */
     p.chunk = 1;
     p.baseline = KVB_BASELINE_NONE;
     p.n_threads = 1;
     p.segment = 256;
-    p.kv_dtype = KVB_DTYPE_F32;
-    p.kv_dtype_v = KVB_DTYPE_AS_K;
     return p;
 }
 
@@ -210,33 +209,25 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
     kvb_model_get_info(m, &info);
     const struct kvb_model_info *in = &info;
     const int32_t V = in->n_vocab, C = p->chunk, P = p->prompt;
-    const bool bounded = p->policy.id != KVB_POLICY_FULL;
-    const bool compress_prompt = P > 0 && kvb_policy_compresses(p->policy.id);
-    const int32_t B = p->policy.budget;
+    const bool bounded = p->kv.policy.id != KVB_POLICY_FULL;
+    const bool compress_prompt = P > 0 && kvb_policy_compresses(p->kv.policy.id);
+    const int32_t B = p->kv.policy.budget;
     if (C < 1 || C > 8192) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: chunk must be in 1..8192");
     if (p->mass && (C != 1)) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: --mass needs one token per step (chunk 1)");
     if (P < 0 || P >= n) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: prompt must be in 0..%lld (the text has %lld tokens), got %d", (long long)n - 1, (long long)n, (int)P);
     if (P > 0 && (p->mass || p->baseline == KVB_BASELINE_RECOMPUTE))
         return kvb_fail(KVB_ERR_INVALID, "eval_ppl: --prompt works with the full baseline only, and without --mass");
-    if (bounded && !compress_prompt && B - C <= p->policy.n_sink)
+    if (bounded && !compress_prompt && B - C <= p->kv.policy.n_sink)
         return kvb_fail(KVB_ERR_INVALID, "eval_ppl: budget %d leaves no room beyond %d sinks with chunk %d (a query attends to at most budget tokens)",
-                        (int)B, (int)p->policy.n_sink, (int)C);
+                        (int)B, (int)p->kv.policy.n_sink, (int)C);
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.policy = p->policy;
-    if (bounded && !compress_prompt) cp.policy.budget = B - C;
-    cp.pos_mode = p->pos_mode;
-    cp.kv_dtype = p->kv_dtype;
-    cp.kv_dtype_v = p->kv_dtype_v;
-    cp.max_distance = p->max_distance;
-    cp.recall = p->recall;
+    cp.kv = p->kv;
+    if (bounded && !compress_prompt) cp.kv.policy.budget = B - C;
     cp.n_threads = p->n_threads;
     cp.chunk = compress_prompt ? KVB_MAX(C, 256) : C; /* a compressed prompt is read in big chunks */
     cp.n_ctx = (int32_t)KVB_MIN(n + 8, (int64_t)INT32_MAX);
-    /* pools sized for f32 rows, the widest: the policy's and the baseline's */
-    const size_t per_tok = (size_t)in->n_layer * in->n_head_kv * kvb_dtype_row_bytes(KVB_DTYPE_F32, in->head_dim) * 2;
-    const int64_t dec = p->policy.decode_budget ? p->policy.decode_budget : B;
-    const int64_t hold = !bounded ? n : compress_prompt ? KVB_MAX((int64_t)P, 2 * (int64_t)B) + dec : B;
-    cp.kv_pool_bytes = per_tok * (size_t)(hold + cp.chunk + 64 + (int64_t)p->recall.pages * cp.block_size) + ((size_t)16 << 20);
+    /* the one sizing rule: the policy's peak for the prompt (or the first chunk), the whole text under full */
+    cp.kv_pool_bytes = kvb_kv_seq_bytes(&cp.kv, in->n_layer, in->n_head_kv, in->head_dim, n, P > 0 ? P : C, cp.chunk);
     struct kvb_context *pc = NULL, *fc = NULL, *rc = NULL;
     float *lp = NULL, *lf = NULL;
     struct mass_state ms = {0};
@@ -244,12 +235,11 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
     const bool full_run = p->baseline == KVB_BASELINE_FULL || p->mass;
     if (st == KVB_OK && (full_run || p->baseline == KVB_BASELINE_RECOMPUTE)) {
         struct kvb_context_params fp = cp;
-        fp.policy = kvb_policy_default_params(KVB_POLICY_FULL);
-        fp.pos_mode = KVB_POS_ORIGINAL;
-        fp.kv_dtype = KVB_DTYPE_F32; /* unquantized: the baseline of what the policy and the bits cost */
-        fp.kv_dtype_v = KVB_DTYPE_AS_K;
-        fp.recall = (struct kvb_recall_params){0};
-        fp.kv_pool_bytes = per_tok * (size_t)(n + cp.chunk + 64) + ((size_t)16 << 20);
+        fp.kv = kvb_kv_default_params(); /* full */
+        fp.kv.pos_mode = KVB_POS_ORIGINAL;
+        fp.kv.kv_dtype = KVB_DTYPE_F32; /* unquantized: the baseline of what the policy and the bits cost */
+        fp.kv.max_distance = p->kv.max_distance;
+        fp.kv_pool_bytes = kvb_kv_seq_bytes(&fp.kv, in->n_layer, in->n_head_kv, in->head_dim, n, n, cp.chunk);
         if (full_run) st = kvb_context_init(m, &fp, &fc);
         if (st == KVB_OK && p->baseline == KVB_BASELINE_RECOMPUTE) {
             fp.chunk = KVB_MAX(B, 1);

@@ -52,9 +52,7 @@ struct kvb_batch {
 struct kvb_batch_params kvb_batch_default_params(void) {
     struct kvb_batch_params p;
     memset(&p, 0, sizeof p);
-    p.kv_dtype = KVB_DTYPE_F16;
-    p.kv_dtype_v = KVB_DTYPE_AS_K;
-    p.block_size = 16;
+    p.kv = kvb_kv_default_params();
     p.kv_pool_bytes = (size_t)1 << 30;
     p.n_threads = 1;
     p.max_seqs = 64;
@@ -66,10 +64,26 @@ struct kvb_batch_params kvb_batch_default_params(void) {
 struct kvb_seq_params kvb_seq_default_params(void) {
     struct kvb_seq_params p;
     memset(&p, 0, sizeof p);
-    p.policy = kvb_policy_default_params(KVB_POLICY_FULL);
-    p.pos_mode = KVB_POS_POLICY_DEFAULT;
+    p.kv = kvb_kv_default_params();
     p.sampler = kvb_sampler_default_params();
     return p;
+}
+
+struct kvb_seq_params kvb_batch_seq_default_params(const struct kvb_batch *b) {
+    struct kvb_seq_params p = kvb_seq_default_params();
+    if (b) p.kv = b->p.kv;
+    return p;
+}
+
+/* Whether kv stores rows as the batch's pool pages hold them. */
+static bool same_layout(const struct kvb_batch *b, const struct kvb_kv_params *kv) {
+    return kv->kv_dtype == b->p.kv.kv_dtype && kvb_kv_v_type(kv) == kvb_kv_v_type(&b->p.kv) && kv->block_size == b->p.kv.block_size;
+}
+
+static kvb_status layout_mismatch(const struct kvb_batch *b, const char *what, const struct kvb_kv_params *kv) {
+    return kvb_fail(KVB_ERR_INVALID, "%s: kv.kv_dtype %s, V rows %s, kv.block_size %d differ from the batch's %s, %s, %d (its pool's page holds those)",
+                    what, kvb_dtype_name(kv->kv_dtype), kvb_dtype_name(kvb_kv_v_type(kv)), (int)kv->block_size,
+                    kvb_dtype_name(b->p.kv.kv_dtype), kvb_dtype_name(kvb_kv_v_type(&b->p.kv)), (int)b->p.kv.block_size);
 }
 
 static void seq_clear(struct seq *s) {
@@ -101,12 +115,12 @@ kvb_status kvb_batch_init(const struct kvb_model *m, const struct kvb_batch_para
     if (p->step_tokens < p->chunk || p->step_tokens > 65536)
         return kvb_fail(KVB_ERR_INVALID, "batch: step_tokens must be in chunk (%d)..65536, got %d", (int)p->chunk, (int)p->step_tokens);
     if (p->n_threads < 1 || p->n_threads > 1024) return kvb_fail(KVB_ERR_INVALID, "batch: n_threads must be in 1..1024, got %d", (int)p->n_threads);
-    struct kvb_policy_params full = kvb_policy_default_params(KVB_POLICY_FULL);
-    struct kvb_cache_params cp = kvb_model_cache_params(m, &full, KVB_POS_POLICY_DEFAULT, p->kv_dtype, p->block_size, 0);
-    cp.dtype_v = p->kv_dtype_v;
+    const struct kvb_cache_params cp = kvb_model_cache_params(m, &p->kv, 0);
     const size_t page = kvb_cache_page_bytes(&cp);
-    if (!page) return kvb_fail(KVB_ERR_INVALID, "batch: kv_dtype %s / kv_dtype_v %s or block_size %d does not fit head_dim %d",
-                               kvb_dtype_name(p->kv_dtype), kvb_dtype_name(p->kv_dtype_v), (int)p->block_size, (int)cp.head_dim);
+    if (!page) return kvb_fail(KVB_ERR_INVALID, "batch: kv.kv_dtype %s / V rows %s or kv.block_size %d does not fit head_dim %d",
+                               kvb_dtype_name(p->kv.kv_dtype), kvb_dtype_name(kvb_kv_v_type(&p->kv)), (int)p->kv.block_size, (int)cp.head_dim);
+    if (p->kv.layers || p->kv.n_layers)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "batch: kv.layers: per-layer KV configurations are not applied yet");
     struct kvb_batch *b = kvb_calloc(1, sizeof *b);
     if (!b) return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory");
     b->m = m;
@@ -139,27 +153,18 @@ kvb_status kvb_batch_init(const struct kvb_model *m, const struct kvb_batch_para
 
 /* ---- admission ---- */
 
-static bool is_full(const struct kvb_seq_params *p) { return p->policy.id == KVB_POLICY_FULL; }
+static bool is_full(const struct kvb_seq_params *p) { return p->kv.policy.id == KVB_POLICY_FULL; }
 
 size_t kvb_batch_seq_min_bytes(const struct kvb_batch *b, const struct kvb_seq_params *p, int32_t n_prompt) {
     if (!b || !p) return 0;
     const struct kvb_model_info *in = &b->m->info;
-    const int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : in->n_ctx_train;
-    int64_t tokens;
-    if (is_full(p)) {
-        tokens = n_ctx;
-        if (p->max_tokens > 0) tokens = KVB_MIN(tokens, (int64_t)n_prompt + p->max_tokens);
-    } else {
-        tokens = p->policy.budget;
-        /* the snapkv family reads a prompt whole before compressing it */
-        if (p->policy.prefill_budget == 0 && kvb_policy_compresses(p->policy.id))
-            tokens = KVB_MAX(tokens + (p->policy.decode_budget ? p->policy.decode_budget : p->policy.budget), (int64_t)n_prompt);
-    }
-    const int64_t B = b->p.block_size;
-    const int64_t chunk = KVB_MIN((int64_t)b->p.chunk, (int64_t)KVB_MAX(n_prompt, 1)); /* a prompt chunk read before eviction */
-    const int64_t area = is_full(p) ? 0 : KVB_MAX(p->recall.pages, 0); /* recall: the area's pages, taken with the hot ones */
-    const int64_t pages = (tokens + chunk + B - 1) / B + 2 + area;
-    return (size_t)pages * (size_t)in->n_layer * (size_t)in->n_head_kv * b->page_bytes;
+    int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : in->n_ctx_train;
+    if (is_full(p) && p->max_tokens > 0) n_ctx = KVB_MIN(n_ctx, (int64_t)n_prompt + p->max_tokens);
+    struct kvb_kv_params kv = p->kv; /* in the batch's pages */
+    kv.kv_dtype = b->p.kv.kv_dtype;
+    kv.kv_dtype_v = b->p.kv.kv_dtype_v;
+    kv.block_size = b->p.kv.block_size;
+    return kvb_kv_seq_bytes(&kv, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, b->p.chunk);
 }
 
 static size_t seq_bytes(const struct kvb_batch *b, const struct seq *s) {
@@ -215,8 +220,9 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     for (int32_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= in->n_vocab)
             return kvb_fail(KVB_ERR_INVALID, "batch_add: prompt token %d is %d, out of range 0..%d", (int)i, (int)prompt[i], (int)in->n_vocab - 1);
-    if (p->max_tokens < 0 || p->n_ctx < 0 || p->max_distance < 0)
-        return kvb_fail(KVB_ERR_INVALID, "batch_add: max_tokens, n_ctx and max_distance must be >= 0");
+    if (p->max_tokens < 0 || p->n_ctx < 0 || p->kv.max_distance < 0)
+        return kvb_fail(KVB_ERR_INVALID, "batch_add: max_tokens, n_ctx and kv.max_distance must be >= 0");
+    if (!same_layout(b, &p->kv)) return layout_mismatch(b, "batch_add", &p->kv);
     const int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx : in->n_ctx_train;
     if (is_full(p) && n_prompt > n_ctx)
         return kvb_fail(KVB_ERR_INVALID, "batch_add: a prompt of %d tokens exceeds n_ctx %d under policy full (use a bounded policy)",
@@ -227,11 +233,9 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     memset(&s, 0, sizeof s);
     s.p = *p;
     s.n_ctx = n_ctx;
-    struct kvb_cache_params cp = kvb_model_cache_params(b->m, &p->policy, p->pos_mode, b->p.kv_dtype, b->p.block_size, p->max_distance);
-    cp.dtype_v = b->p.kv_dtype_v;
-    cp.recall = p->recall;
+    const struct kvb_cache_params cp = kvb_model_cache_params(b->m, &p->kv, 0);
     kvb_status st = kvb_cache_init(b->pool, &cp, &s.cache);
-    s.p.recall.cold_dir = NULL; /* the cache keeps its own copy; the caller's string may go */
+    s.p.kv.recall.cold_dir = NULL; /* the cache keeps its own copy; the caller's string may go */
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, n_prompt);
     if (st != KVB_OK) {
         seq_clear(&s);
@@ -511,23 +515,19 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     const int64_t seen = kvb_cache_n_past(s.cache, 0);
     const int64_t want_hist = seen + (last >= 0);
     if (cp.n_layer != mi->n_layer || cp.n_kv_head != mi->n_head_kv || cp.head_dim != mi->head_dim || cp.rope.type != mi->rope_type ||
-        cp.dtype != b->p.kv_dtype || cp.dtype_v != (b->p.kv_dtype_v == KVB_DTYPE_AS_K ? b->p.kv_dtype : b->p.kv_dtype_v) ||
-        cp.block_size != b->p.block_size) {
+        !same_layout(b, &cp.kv)) {
         st = kvb_fail(KVB_ERR_INVALID, "session image: its cache (%d layers, %d KV heads, %d dims, %s, blocks of %d) does not fit this model and batch",
-                      (int)cp.n_layer, (int)cp.n_kv_head, (int)cp.head_dim, kvb_dtype_name(cp.dtype), (int)cp.block_size);
+                      (int)cp.n_layer, (int)cp.n_kv_head, (int)cp.head_dim, kvb_dtype_name(cp.kv.kv_dtype), (int)cp.kv.block_size);
     } else if (nh != want_hist) {
         st = kvb_fail(KVB_ERR_CORRUPT, "session image: %lld tokens of history for a cache that has seen %lld", (long long)nh, (long long)seen);
-    } else if (cp.policy.id == KVB_POLICY_FULL && seen > n_ctx) {
+    } else if (cp.kv.policy.id == KVB_POLICY_FULL && seen > n_ctx) {
         st = kvb_fail(KVB_ERR_CORRUPT, "session image: %lld tokens seen under full exceed n_ctx %d", (long long)seen, (int)n_ctx);
     }
     /* recall comes with the image (its cold tier in memory); beyond it, the
      * caller's cold directory */
-    if (st == KVB_OK && cp.recall.pages > 0 && p->recall.cold_dir) st = kvb_cache_set_cold_dir(s.cache, p->recall.cold_dir);
+    if (st == KVB_OK && cp.kv.recall.pages > 0 && p->kv.recall.cold_dir) st = kvb_cache_set_cold_dir(s.cache, p->kv.recall.cold_dir);
     s.p = *p;
-    s.p.policy = cp.policy;
-    s.p.pos_mode = cp.pos_mode;
-    s.p.max_distance = cp.max_distance;
-    s.p.recall = cp.recall; /* a cache's params name no cold_dir (the store keeps its copy) */
+    s.p.kv = cp.kv; /* a cache's params name no cold_dir (the store keeps its copy) */
     s.p.n_ctx = n_ctx;
     s.n_ctx = n_ctx;
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, KVB_MAX(nh, 1));

@@ -87,11 +87,7 @@ void kvb_fwd_free(struct kvb_fwd *f) {
 struct kvb_context_params kvb_context_default_params(void) {
     struct kvb_context_params p;
     memset(&p, 0, sizeof p);
-    p.policy = kvb_policy_default_params(KVB_POLICY_FULL);
-    p.pos_mode = KVB_POS_POLICY_DEFAULT;
-    p.kv_dtype = KVB_DTYPE_F16;
-    p.kv_dtype_v = KVB_DTYPE_AS_K;
-    p.block_size = 16;
+    p.kv = kvb_kv_default_params();
     p.kv_pool_bytes = (size_t)1 << 30;
     p.n_threads = 1;
     p.n_ctx = 0;
@@ -108,20 +104,16 @@ void kvb_context_free(struct kvb_context *c) {
     kvb_free(c);
 }
 
-struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_policy_params *policy,
-                                               enum kvb_pos_mode pos_mode, enum kvb_dtype dtype, int32_t block_size,
-                                               int32_t max_distance) {
+struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_kv_params *kv, size_t pool_bytes) {
     const struct kvb_model_info *in = &m->info;
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.n_layer = in->n_layer;
     cp.n_kv_head = in->n_head_kv;
     cp.head_dim = in->head_dim;
-    cp.dtype = dtype;
-    cp.block_size = block_size;
-    cp.pos_mode = pos_mode;
     cp.rope = (struct kvb_rope){in->rope_type, in->rope_dims, in->rope_base, in->rope_freq_scale, m->rope_freqs};
-    cp.policy = *policy;
-    cp.max_distance = max_distance > 0 ? max_distance : in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite) */
+    cp.pool_bytes = pool_bytes;
+    cp.kv = *kv;
+    if (cp.kv.max_distance == 0) cp.kv.max_distance = in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite) */
     return cp;
 }
 
@@ -130,28 +122,24 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
     if (params->chunk < 1 || params->chunk > 8192) return kvb_fail(KVB_ERR_INVALID, "context: chunk must be in 1..8192, got %d", (int)params->chunk);
     if (params->n_threads < 1 || params->n_threads > 1024) return kvb_fail(KVB_ERR_INVALID, "context: n_threads must be in 1..1024, got %d", (int)params->n_threads);
     if (params->n_ctx < 0) return kvb_fail(KVB_ERR_INVALID, "context: n_ctx must be >= 0");
-    if (params->max_distance < 0) return kvb_fail(KVB_ERR_INVALID, "context: max_distance must be >= 0");
+    if (params->kv.max_distance < 0) return kvb_fail(KVB_ERR_INVALID, "context: kv.max_distance must be >= 0");
     const struct kvb_model_info *in = &m->info;
     struct kvb_context *c = kvb_calloc(1, sizeof *c);
     if (!c) return kvb_fail(KVB_ERR_NOMEM, "context: out of memory");
     c->m = m;
     c->p = *params;
-    c->p.recall.cold_dir = NULL; /* the caller's string may go: cold_dir holds a copy */
-    if (params->recall.pages > 0 && params->recall.cold_dir) {
-        const size_t n = strlen(params->recall.cold_dir) + 1;
+    c->p.kv.recall.cold_dir = NULL; /* the caller's string may go: cold_dir holds a copy */
+    if (params->kv.recall.pages > 0 && params->kv.recall.cold_dir) {
+        const size_t n = strlen(params->kv.recall.cold_dir) + 1;
         if (!(c->cold_dir = kvb_malloc(n))) {
             kvb_free(c);
             return kvb_fail(KVB_ERR_NOMEM, "context: out of memory");
         }
-        memcpy(c->cold_dir, params->recall.cold_dir, n);
+        memcpy(c->cold_dir, params->kv.recall.cold_dir, n);
     }
     if (!c->p.n_ctx) c->p.n_ctx = in->n_ctx_train;
     c->chunk = params->chunk;
-    struct kvb_cache_params cp = kvb_model_cache_params(m, &params->policy, params->pos_mode, params->kv_dtype, params->block_size,
-                                                        params->max_distance);
-    cp.dtype_v = params->kv_dtype_v;
-    cp.pool_bytes = params->kv_pool_bytes;
-    cp.recall = params->recall;
+    const struct kvb_cache_params cp = kvb_model_cache_params(m, &params->kv, params->kv_pool_bytes);
     kvb_status st = kvb_cache_init(NULL, &cp, &c->cache);
     if (st == KVB_OK) st = kvb_threadpool_init(params->n_threads, &c->tp);
     if (st != KVB_OK) {
@@ -190,7 +178,7 @@ kvb_status kvb_context_load(struct kvb_context *c, const char *path) {
     }
     /* a cache with recall comes back with its cold tier in memory: beyond
      * it, this context's cold directory, as for the cache it replaces */
-    if (p->recall.pages > 0 && c->cold_dir && (st = kvb_cache_set_cold_dir(nc, c->cold_dir)) != KVB_OK) {
+    if (p->kv.recall.pages > 0 && c->cold_dir && (st = kvb_cache_set_cold_dir(nc, c->cold_dir)) != KVB_OK) {
         kvb_cache_free(nc);
         return st;
     }
@@ -341,7 +329,7 @@ static kvb_status eval_tokens(struct kvb_context *c, const int32_t *tokens, int3
     const int32_t V = c->m->info.n_vocab;
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V) return kvb_fail(KVB_ERR_INVALID, "context_eval: token %d is out of range 0..%d", (int)tokens[i], (int)V - 1);
-    if (c->p.policy.id == KVB_POLICY_FULL && c->n_past + n > c->p.n_ctx)
+    if (c->p.kv.policy.id == KVB_POLICY_FULL && c->n_past + n > c->p.n_ctx)
         return kvb_fail(KVB_ERR_INVALID, "context full: %lld + %d tokens exceed n_ctx %d (policy full keeps every token; use a bounded policy or a larger n_ctx)",
                         (long long)c->n_past, (int)n, (int)c->p.n_ctx);
     for (int32_t i = 0; i < n; i += c->chunk) {

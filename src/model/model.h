@@ -42,10 +42,10 @@ kvb_status kvb_model_load_gguf(const char *path, bool in_memory, struct kvb_mode
 /* export.c: kvb_model_write_gguf, kvb_model_make (declared in kvbound.h). */
 kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, bool in_memory, struct kvb_model *m);
 
-/* The cache parameters of a sequence on model m (pool_bytes left default). */
-struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_policy_params *policy,
-                                               enum kvb_pos_mode pos_mode, enum kvb_dtype dtype, int32_t block_size,
-                                               int32_t max_distance);
+/* The cache parameters of a sequence on model m: its geometry and rope,
+ * the KV configuration kv (max_distance 0: the trained length) and a
+ * private pool of pool_bytes (unused when the cache draws from a shared one). */
+struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_kv_params *kv, size_t pool_bytes);
 
 /* ---- the forward pass over rows of many sequences (forward.c) ---- */
 

@@ -69,5 +69,6 @@ const struct kvb_policy_i kvb_policy_adakv = {
     .observe = kvb_snapkv_observe,
     .validate = ada_validate,
     .select = kvb_snapkv_select,
+    .peak_tokens = kvb_snapkv_peak_tokens,
     .budgets = ada_budgets,
 };

@@ -19,6 +19,9 @@
  *   budgets    at kvb_cache_compress: set s->budget of every stream of a
  *              layer to what its compressed prompt keeps (pyramidkv, adakv),
  *              from the prompt length P [each stream keeps its target]
+ *   peak_tokens  the most tokens a stream holds between steps for a prompt of
+ *              P tokens (a chunk read before eviction not counted), for the
+ *              one sizing rule, kvb_kv_seq_bytes [the budget]
  *   recent, prefill_queries, validate: see the struct.
  *
  * Victim choice must depend only on logical order, positions and state, never
@@ -99,6 +102,7 @@ struct kvb_policy_i {
     void (*combine)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams);
     void (*budgets)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams, int32_t layer,
                     int32_t n_layer, int32_t base_budget, int32_t prompt_len);
+    int64_t (*peak_tokens)(const struct kvb_policy_params *p, int64_t n_prompt);
 };
 
 extern const struct kvb_policy_i kvb_policy_full, kvb_policy_window, kvb_policy_streaming, kvb_policy_h2o,
@@ -115,6 +119,11 @@ kvb_status kvb_policy_validate(const struct kvb_policy_params *p);
 /* A policy instance for params (already validated) in a cache of pages of
  * block_size slots. */
 struct kvb_policy kvb_policy_make(const struct kvb_policy_params *params, int32_t block_size);
+
+/* The most tokens a stream of policy p holds between steps for a prompt
+ * of n_prompt tokens: n_ctx for a policy that never evicts, else the
+ * vtable's peak_tokens, else the budget. */
+int64_t kvb_policy_peak_tokens(const struct kvb_policy_params *p, int64_t n_prompt, int64_t n_ctx);
 
 /* ---- helpers shared by policies (policy.c) ---- */
 
@@ -149,6 +158,11 @@ void kvb_snapkv_pooled(const struct kvb_policy *p, const struct kvb_stream_view 
 int32_t kvb_recent_all(const struct kvb_policy_params *p, int32_t room);        /* window, streaming, lminfinite */
 int32_t kvb_recent_heavy(const struct kvb_policy_params *p, int32_t room);      /* h2o, block-h2o */
 int32_t kvb_recent_obs_window(const struct kvb_policy_params *p, int32_t room); /* the snapkv family */
+/* The snapkv family's peak: the prompt read whole (or prefill_budget
+ * between chunks), then the compressed prompt plus decode_budget generated
+ * tokens; per-layer and per-head budgets (pyramidkv, adakv) average the
+ * budget over a layer's or the model's streams, which the pool sums. */
+int64_t kvb_snapkv_peak_tokens(const struct kvb_policy_params *p, int64_t n_prompt);
 int32_t kvb_prefill_obs_window(const struct kvb_policy_params *p);              /* the snapkv family */
 
 /* The policy a default cache runs (full). */

@@ -49,5 +49,6 @@ const struct kvb_policy_i kvb_policy_pyramidkv = {
     .observe = kvb_snapkv_observe,
     .validate = pyramid_validate,
     .select = kvb_snapkv_select,
+    .peak_tokens = kvb_snapkv_peak_tokens,
     .budgets = pyramid_budgets,
 };

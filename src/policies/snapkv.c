@@ -19,4 +19,5 @@ const struct kvb_policy_i kvb_policy_snapkv = {
     .default_pos = KVB_POS_ORIGINAL,
     .observe = kvb_snapkv_observe,
     .select = kvb_snapkv_select,
+    .peak_tokens = kvb_snapkv_peak_tokens,
 };

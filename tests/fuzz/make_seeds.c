@@ -63,9 +63,9 @@ static int session_seeds(const char *model_path, const char *dir) {
     const enum kvb_policy_id ids[] = {KVB_POLICY_FULL, KVB_POLICY_STREAMING, KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING};
     for (int i = 0; i < 5; i++) {
         struct kvb_seq_params sp = kvb_seq_default_params();
-        sp.policy = kvb_policy_default_params(ids[i]);
-        if (ids[i] != KVB_POLICY_FULL) { sp.policy.budget = 8; sp.policy.n_sink = 2; sp.policy.obs_window = 2; }
-        if (i == 4) sp.recall = (struct kvb_recall_params){2, 1, 1 << 16, NULL, KVB_RECALL_BOUNDS};
+        sp.kv.policy = kvb_policy_default_params(ids[i]);
+        if (ids[i] != KVB_POLICY_FULL) { sp.kv.policy.budget = 8; sp.kv.policy.n_sink = 2; sp.kv.policy.obs_window = 2; }
+        if (i == 4) sp.kv.recall = (struct kvb_recall_params){2, 1, 1 << 16, NULL, KVB_RECALL_BOUNDS};
         sp.max_tokens = 6;
         sp.ignore_eos = true;
         sp.n_ctx = 64;
@@ -104,14 +104,14 @@ int main(int argc, char **argv) {
         if (write_bpe_seed(argv[2], pres[i])) return 1;
     for (int id = 0; id < KVB_POLICY_COUNT; id++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
-        cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = 4; cp.block_size = 4;
-        cp.max_distance = 5; /* lminfinite: positions capped */
-        cp.dtype = id & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
+        cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = 4; cp.kv.block_size = 4;
+        cp.kv.max_distance = 5; /* lminfinite: positions capped */
+        cp.kv.kv_dtype = id & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
         cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, 4, 10000.0f, 1.0f, NULL};
-        cp.policy = kvb_policy_default_params((enum kvb_policy_id)id);
-        if (id) cp.policy.budget = 6;
-        if (cp.policy.n_sink >= 6) cp.policy.n_sink = 2;
-        cp.policy.obs_window = 2;
+        cp.kv.policy = kvb_policy_default_params((enum kvb_policy_id)id);
+        if (id) cp.kv.policy.budget = 6;
+        if (cp.kv.policy.n_sink >= 6) cp.kv.policy.n_sink = 2;
+        cp.kv.policy.obs_window = 2;
         cp.pool_bytes = 1 << 20;
         struct kvb_cache *c;
         if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
@@ -145,13 +145,13 @@ int main(int argc, char **argv) {
     /* quantized pages (image version 3): q8_0 K with q4_0 V, and q4_0 K with bf16 V, 32 dims */
     for (int qi = 0; qi < 2; qi++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
-        cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 32; cp.block_size = 4;
-        cp.dtype = qi ? KVB_DTYPE_Q4_0 : KVB_DTYPE_Q8_0;
-        cp.dtype_v = qi ? KVB_DTYPE_BF16 : KVB_DTYPE_Q4_0;
+        cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 32; cp.kv.block_size = 4;
+        cp.kv.kv_dtype = qi ? KVB_DTYPE_Q4_0 : KVB_DTYPE_Q8_0;
+        cp.kv.kv_dtype_v = qi ? KVB_DTYPE_BF16 : KVB_DTYPE_Q4_0;
         cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, 32, 10000.0f, 1.0f, NULL};
-        cp.policy = kvb_policy_default_params(qi ? KVB_POLICY_H2O : KVB_POLICY_STREAMING);
-        cp.policy.budget = 6;
-        cp.policy.n_sink = 2;
+        cp.kv.policy = kvb_policy_default_params(qi ? KVB_POLICY_H2O : KVB_POLICY_STREAMING);
+        cp.kv.policy.budget = 6;
+        cp.kv.policy.n_sink = 2;
         cp.pool_bytes = 1 << 20;
         struct kvb_cache *c;
         if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
@@ -169,15 +169,15 @@ int main(int argc, char **argv) {
      * recall areas; streaming (capped positions: shadows) and h2o */
     for (int ri = 0; ri < 2; ri++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
-        cp.n_layer = 1; cp.n_kv_head = 2; cp.head_dim = 8; cp.block_size = 4;
-        cp.dtype = ri ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
-        cp.max_distance = 12;
+        cp.n_layer = 1; cp.n_kv_head = 2; cp.head_dim = 8; cp.kv.block_size = 4;
+        cp.kv.kv_dtype = ri ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
+        cp.kv.max_distance = 12;
         cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, 8, 10000.0f, 1.0f, NULL};
-        cp.policy = kvb_policy_default_params(ri ? KVB_POLICY_H2O : KVB_POLICY_STREAMING);
-        cp.policy.budget = 6;
-        cp.policy.n_sink = 2;
+        cp.kv.policy = kvb_policy_default_params(ri ? KVB_POLICY_H2O : KVB_POLICY_STREAMING);
+        cp.kv.policy.budget = 6;
+        cp.kv.policy.n_sink = 2;
         cp.pool_bytes = 1 << 20;
-        cp.recall = (struct kvb_recall_params){2, 1 + ri, 1 << 16, NULL, KVB_RECALL_BOUNDS};
+        cp.kv.recall = (struct kvb_recall_params){2, 1 + ri, 1 << 16, NULL, KVB_RECALL_BOUNDS};
         struct kvb_cache *c;
         if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
         float q[4 * 8], k[2 * 8], v[2 * 8], o[4 * 8];

@@ -173,16 +173,16 @@ static int cache_bench_data(const struct cache_bench_opts *o, struct cache_bench
 /* Policy p's cache, filled to its budget with appends; -1: printed. */
 static int cache_bench_fill(const struct cache_bench_opts *o, struct cache_bench *b, int p) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.max_distance = o->budget; /* lminfinite: n_local = the cap, as the paper */
-    cp.n_layer = o->layers; cp.n_kv_head = o->kv_heads; cp.head_dim = o->head_dim; cp.dtype = o->kvt.k; cp.dtype_v = o->kvt.v; cp.block_size = o->block;
-    cp.pos_mode = o->pos;
+    cp.kv.max_distance = o->budget; /* lminfinite: n_local = the cap, as the paper */
+    cp.n_layer = o->layers; cp.n_kv_head = o->kv_heads; cp.head_dim = o->head_dim; cp.kv.kv_dtype = o->kvt.k; cp.kv.kv_dtype_v = o->kvt.v; cp.kv.block_size = o->block;
+    cp.kv.pos_mode = o->pos;
     cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, o->head_dim, 10000.0f, 1.0f, NULL};
-    cp.policy = kvb_policy_default_params(b->pol[p].id);
-    if (b->pol[p].id != KVB_POLICY_FULL) cp.policy.budget = o->budget;
+    cp.kv.policy = kvb_policy_default_params(b->pol[p].id);
+    if (b->pol[p].id != KVB_POLICY_FULL) cp.kv.policy.budget = o->budget;
     /* the snapkv family: the filled cache is its prompt, compressed (kept
      * whole) at the first step; a decode budget of 1 makes it attend to
      * budget + 1 tokens like every other bounded policy */
-    if (kvb_policy_compresses(b->pol[p].id)) cp.policy.decode_budget = 1;
+    if (kvb_policy_compresses(b->pol[p].id)) cp.kv.policy.decode_budget = 1;
     size_t page = kvb_cache_page_bytes(&cp);
     b->page_bytes = page;
     int64_t max_tokens = b->pol[p].id == KVB_POLICY_FULL ? (int64_t)o->budget + o->steps + 1 : o->budget + 2;

@@ -164,14 +164,11 @@ static int batch_parse(struct batch_opts *o, int argc, char **argv) {
 /* Every sequence's parameters: the policy, G tokens each, greedy, past end-of-sequence. */
 static struct kvb_seq_params batch_seq_params(const struct batch_opts *o) {
     struct kvb_seq_params sp = kvb_seq_default_params();
-    sp.policy = cli_policy_params(&o->po, o->pid);
-    sp.pos_mode = o->po.pos;
-    sp.max_distance = o->po.max_distance > 0 ? o->po.max_distance : 0;
+    sp.kv = cli_kv_params(&o->po, o->pid, &o->kvt, &o->rec);
     sp.n_ctx = o->P + o->G + 8;
     sp.max_tokens = o->G;
     sp.ignore_eos = true;
     sp.sampler.temp = 0;
-    sp.recall = cli_recall_params(&o->rec);
     return sp;
 }
 
@@ -182,8 +179,8 @@ static int batch_open(const struct batch_opts *o, const struct kvb_model *m, con
     kvb_model_get_info(m, &mi);
     struct kvb_batch_params bp = kvb_batch_default_params();
     bp.n_threads = o->mo.threads;
-    bp.kv_dtype = o->kvt.k;
-    bp.kv_dtype_v = o->kvt.v;
+    bp.kv.kv_dtype = o->kvt.k;
+    bp.kv.kv_dtype_v = o->kvt.v;
     bp.max_seqs = N;
     bp.chunk = o->chunk;
     /* default: every prompt read in one step (up to 4096 rows), as llama-batched-bench reads them before decoding */
@@ -241,9 +238,9 @@ static void batch_row(const struct batch_opts *o, const struct kvb_seq_params *s
     printf("  {\"bench\":\"batch\",\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"threads\":%d,\"kernels\":\"%s\",\"parallel\":%d,"
            "\"prompt_tokens\":%d,\"gen_tokens\":%d,\"prefill_tok_per_s\":%.2f,\"decode_tok_per_s\":%.2f,"
            "\"decode_tok_per_s_per_seq\":%.2f,\"pool_bytes_peak\":%zu",
-           o->mo.path, kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? 0 : sp->policy.budget, o->mo.threads, kvb_kernels_name(), N, o->P, o->G,
+           o->mo.path, kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? 0 : sp->kv.policy.budget, o->mo.threads, kvb_kernels_name(), N, o->P, o->G,
            res->t_pp > 0 ? (double)N * o->P / res->t_pp : 0, dec, dec / N, res->pool_bytes_peak);
-    if (sp->recall.pages > 0) printf(",\"recall_pages\":%d", (int)sp->recall.pages);
+    if (sp->kv.recall.pages > 0) printf(",\"recall_pages\":%d", (int)sp->kv.recall.pages);
     for (int r = 0; r < n_peer; r++)
         if (prow[r].pl == N)
             printf(",\"peer_prefill_tok_per_s\":%.2f,\"peer_decode_tok_per_s\":%.2f,\"decode_ratio_vs_peer\":%.3f", prow[r].speed_pp,
@@ -317,8 +314,8 @@ static int serve_run(struct kvb_model *m, const struct kvb_model_info *mi, const
                      int threads, int G, double *tok_per_s, size_t *peak) {
     struct kvb_batch_params bp = kvb_batch_default_params();
     bp.n_threads = threads;
-    bp.kv_dtype = kvt->k;
-    bp.kv_dtype_v = kvt->v;
+    bp.kv.kv_dtype = kvt->k;
+    bp.kv.kv_dtype_v = kvt->v;
     bp.max_seqs = n;
     bp.kv_pool_bytes = pool_bytes;
     bp.step_tokens = MAXI(bp.chunk, n);
@@ -345,7 +342,7 @@ static int serve_run(struct kvb_model *m, const struct kvb_model_info *mi, const
                 }
             }
         if (s % 4 == 3 || s + 1 == n) fprintf(stderr, "kvbound bench serve-memory: %s: %d of %d sequences hold %d tokens\n",
-                                              kvb_policy_name(sp->policy.id), s + 1, n, hold);
+                                              kvb_policy_name(sp->kv.policy.id), s + 1, n, hold);
     }
     double t0 = 0;
     int64_t tokens = 0;
@@ -416,8 +413,8 @@ static int serve_mem_parse(struct serve_mem_opts *o, int argc, char **argv) {
 static int serve_mem_fit(const struct serve_mem_opts *o, const struct kvb_model *m, struct serve_side *full, struct serve_side *bounded) {
     const size_t pool = (size_t)o->pool_mb << 20;
     struct kvb_batch_params bp = kvb_batch_default_params();
-    bp.kv_dtype = o->kvt.k;
-    bp.kv_dtype_v = o->kvt.v;
+    bp.kv.kv_dtype = o->kvt.k;
+    bp.kv.kv_dtype_v = o->kvt.v;
     bp.max_seqs = 1;
     bp.kv_pool_bytes = pool;
     struct kvb_batch *probe;
@@ -427,13 +424,13 @@ static int serve_mem_fit(const struct serve_mem_opts *o, const struct kvb_model 
     full->fit = (int)MINI((size_t)o->S, pool / per_full);
     bounded->fit = (int)MINI((size_t)o->S, pool / per_bounded);
     fprintf(stderr, "kvbound bench serve-memory: pool %d MiB; full needs %.1f MiB per sequence of %d tokens -> %d; %s at %d needs %.1f MiB -> %d\n",
-            o->pool_mb, per_full / 1048576.0, o->T, full->fit, kvb_policy_name(o->pid), bounded->sp.policy.budget, per_bounded / 1048576.0, bounded->fit);
+            o->pool_mb, per_full / 1048576.0, o->T, full->fit, kvb_policy_name(o->pid), bounded->sp.kv.policy.budget, per_bounded / 1048576.0, bounded->fit);
     return 0;
 }
 
 static void serve_mem_report(const struct serve_mem_opts *o, const struct serve_side *full, const struct serve_side *bounded) {
     const double ratio = full->tok_per_s > 0 ? bounded->tok_per_s / full->tok_per_s : 0;
-    const int B = bounded->sp.policy.budget;
+    const int B = bounded->sp.kv.policy.budget;
     if (o->json)
         printf("{\"bench\":\"serve-memory\",\"model\":\"%s\",\"pool_bytes\":%zu,\"context\":%d,\"sessions\":%d,\"policy\":\"%s\",\"budget\":%d,"
                "\"threads\":%d,\"gen_tokens\":%d,\"sessions_full\":%d,\"sessions_bounded\":%d,\"decode_tok_per_s_full\":%.2f,"
@@ -457,9 +454,10 @@ int bench_serve_memory(int argc, char **argv) {
     full.sp.n_ctx = o.T + o.G + 8;
     full.sp.ignore_eos = bounded.sp.ignore_eos = true;
     full.sp.sampler.temp = bounded.sp.sampler.temp = 0;
-    bounded.sp.policy = cli_policy_params(&o.po, o.pid);
-    bounded.sp.pos_mode = o.po.pos;
-    bounded.hold = MINI(o.T, bounded.sp.policy.budget);
+    bounded.sp.kv = cli_kv_params(&o.po, o.pid, &o.kvt, NULL);
+    full.sp.kv.kv_dtype = o.kvt.k; /* the pool's rows */
+    full.sp.kv.kv_dtype_v = o.kvt.v;
+    bounded.hold = MINI(o.T, bounded.sp.kv.policy.budget);
     const size_t pool = (size_t)o.pool_mb << 20;
     rc = serve_mem_fit(&o, m, &full, &bounded) ? 1 : 0;
     struct serve_side *sides[2] = {&full, &bounded};

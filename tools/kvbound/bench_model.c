@@ -185,17 +185,15 @@ static int model_bench_setup(const struct model_bench_opts *o, struct model_benc
     *cp = kvb_context_default_params();
     cp->n_threads = o->mo.threads;
     cp->chunk = o->chunk;
-    cp->kv_dtype = o->kvt.k;
-    cp->kv_dtype_v = o->kvt.v;
     cp->n_ctx = o->prefill ? o->chunk * 3 + 8 : o->depth + o->n + 16;
-    if (!o->prefill) {
-        cp->policy = cli_policy_params(&o->po, o->pid);
+    if (o->prefill) { /* full, the row types only */
+        cp->kv.kv_dtype = o->kvt.k;
+        cp->kv.kv_dtype_v = o->kvt.v;
+    } else {
+        cp->kv = cli_kv_params(&o->po, o->pid, &o->kvt, &o->rec);
         cli_policy_warn(&o->po, o->pid, in->n_ctx_train);
     }
-    cp->kv_pool_bytes = o->prefill ? cli_kv_token_bytes(in, &o->kvt) * (size_t)(cp->n_ctx + 64) + ((size_t)16 << 20)
-                                   : cli_pool_bytes(in, &o->kvt, &cp->policy, o->depth + 1, o->chunk, cp->block_size, cp->n_ctx) +
-                                         cli_recall_pool_bytes(in, &o->kvt, &o->rec, cp->block_size);
-    if (!o->prefill) cp->recall = cli_recall_params(&o->rec);
+    cp->kv_pool_bytes = kvb_kv_seq_bytes(&cp->kv, in->n_layer, in->n_head_kv, in->head_dim, cp->n_ctx, o->prefill ? cp->n_ctx : o->depth + 1, o->chunk);
     if (kvb_context_init(b->m, cp, &b->c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
     b->logits = cli_xmalloc(sizeof(float) * (size_t)in->n_vocab, "logits");
     const int n_toks = o->chunk * 3 + o->depth + o->n + 8;
@@ -267,7 +265,7 @@ static void decode_report(const struct model_bench_opts *o, struct model_bench *
     printf("{\"bench\":\"decode\",\"model\":\"%s\",\"weights\":\"%s\",\"threads\":%d,\"tokens\":%d,\"depth\":%d,\"policy\":\"%s\","
            "\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"cache_tokens\":%d,\"prefill_s\":%.2f,\"kernels\":\"%s\",\"tok_per_s\":%.2f,"
            "\"ms_per_token_median\":%.3f,\"bytes_per_token\":%.0f,\"machine_read_gbs\":%.2f,\"roofline_fraction\":%.3f,\"cpu\":\"%s\"",
-           o->mo.path, kvb_type_name(b->in.weight_type), o->mo.threads, n, o->depth, kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? 0 : b->cp.policy.budget,
+           o->mo.path, kvb_type_name(b->in.weight_type), o->mo.threads, n, o->depth, kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? 0 : b->cp.kv.policy.budget,
            kvb_dtype_name(o->kvt.k), kvb_dtype_name(cli_kv_v(&o->kvt)), cs->slots_max, d->prefill_s, kvb_kernels_name(), tps, med * 1e3, bytes, bw,
            bw > 0 ? bytes * tps / (bw * 1e9) : 0, b->cpu);
     if (o->rec.on) {

@@ -27,8 +27,8 @@ static long long rss_bytes(void) {
 static int stream_run(struct kvb_model *m, enum kvb_policy_id id, int budget, int threads, int64_t n, double *lat, long long *rss,
                       const int64_t *cps, int ncp) {
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.policy = kvb_policy_default_params(id);
-    if (id != KVB_POLICY_FULL) cp.policy.budget = budget;
+    cp.kv.policy = kvb_policy_default_params(id);
+    if (id != KVB_POLICY_FULL) cp.kv.policy.budget = budget;
     cp.n_threads = threads;
     cp.n_ctx = (int32_t)(n + 16);
     struct kvb_model_info mi;

@@ -150,9 +150,9 @@ static int chat_setup(const struct chat_opts *o, struct chat *ch) {
         fprintf(stderr, "kvbound chat: warning: -c %d is beyond the model's trained length %d\n", o->g.ctx, g->mi.n_ctx_train);
     /* a compressing policy reads each turn whole before compressing: room for
      * turns of up to 4096 tokens on top of what it keeps (or --prefill-budget) */
-    ch->cp.kv_pool_bytes = cli_pool_bytes(&g->mi, &o->g.kvt, &ch->cp.policy, (int64_t)ch->cp.policy.budget + 4096, ch->cp.chunk,
-                                          ch->cp.block_size, ch->cp.n_ctx) +
-                           cli_recall_pool_bytes(&g->mi, &o->g.kvt, &o->g.rec, ch->cp.block_size);
+    const struct kvb_policy_params *pp = &ch->cp.kv.policy;
+    const int64_t turn = (int64_t)pp->budget + (pp->decode_budget ? pp->decode_budget : pp->budget) + 4096; /* what it keeps + a turn */
+    ch->cp.kv_pool_bytes = kvb_kv_seq_bytes(&ch->cp.kv, g->mi.n_layer, g->mi.n_head_kv, g->mi.head_dim, ch->cp.n_ctx, turn, ch->cp.chunk);
     if (cli_gen_start(g, &ch->cp, &o->g.sp)) return 1;
     ch->vocab = kvb_model_vocab(g->m);
     if (!cli_chat_style("chat", ch->vocab, o->forced, &ch->style)) return 2;
@@ -164,7 +164,7 @@ static int chat_setup(const struct chat_opts *o, struct chat *ch) {
     ch->tty = isatty(0);
     ch->first = true;
     fprintf(stderr, "kvbound chat: %s, template %s, policy %s (%s %d); /stats /reset /save /load /quit\n", g->mi.arch, kvb_chat_style_name(ch->style),
-            kvb_policy_name(o->g.pid), ch->full ? "context" : "budget", ch->full ? ch->cp.n_ctx : ch->cp.policy.budget);
+            kvb_policy_name(o->g.pid), ch->full ? "context" : "budget", ch->full ? ch->cp.n_ctx : ch->cp.kv.policy.budget);
     return CLI_GO_ON;
 }
 

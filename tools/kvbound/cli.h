@@ -132,8 +132,6 @@ void cli_recall_init(struct cli_recall *r);
 int cli_recall_option(struct cli_recall *r, int argc, char **argv, int *i);
 void cli_recall_help(FILE *f, long long cold_mb_default);
 struct kvb_recall_params cli_recall_params(const struct cli_recall *r);
-/* Pool bytes the recall areas take (0 without recall). */
-size_t cli_recall_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct cli_recall *r, int block);
 /* One line on stderr: cold tier, recall area, time scoring and loading. */
 void cli_recall_stats(FILE *f, const struct kvb_cache_stats *s);
 
@@ -180,11 +178,12 @@ void cli_policy_help(FILE *f, int default_budget);
 /* Warnings for options a policy ignores, or a --budget given past the
  * trained length (a command's default budget is not warned about). */
 void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t n_ctx_train);
-/* KV pool bytes for a context: full needs n_ctx tokens per stream; a
- * compressing policy its whole prompt (or prefill_budget + chunk) plus the
- * decode budget; the others budget + chunk; plus page rounding. */
-size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct kvb_policy_params *p,
-                      int64_t prompt_tokens, int chunk, int block, int n_ctx);
+/* The KV configuration the options give (kvb_kv_params): policy pid with
+ * its knobs, positions, --max-distance, the row types and, unless rec is
+ * NULL, recall. Block size: the library's default. Pool sizes come from
+ * kvb_kv_seq_bytes, the library's one sizing rule. */
+struct kvb_kv_params cli_kv_params(const struct cli_policy *po, enum kvb_policy_id pid, const struct cli_kv_types *t,
+                                   const struct cli_recall *rec);
 /* One of the cache options of a command that builds caches: the policy's,
  * the KV types' and, unless rec is NULL, recall's. 1: taken (value
  * consumed), 0: not one, -1: bad value (printed). */

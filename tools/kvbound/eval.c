@@ -67,23 +67,18 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     struct kvb_ppl_params pp = kvb_ppl_default_params();
     struct cli_policy po = o->po;
     po.budget = budget;
-    pp.policy = cli_policy_params(&po, id);
-    if (pp.policy.n_sink >= budget - o->chunk && id != KVB_POLICY_FULL && pp.policy.n_sink > 0) {
+    pp.kv = cli_kv_params(&po, id, &o->kvt, recall ? &o->rec : NULL);
+    if (pp.kv.policy.n_sink >= budget - o->chunk && id != KVB_POLICY_FULL && pp.kv.policy.n_sink > 0) {
         if (o->po.sinks >= 0)
             fprintf(stderr, "kvbound: warning: %s: --sinks %d leaves no room in budget %d with chunk %d; using 0 sinks\n", kvb_policy_name(id),
                     o->po.sinks, budget, o->chunk);
-        pp.policy.n_sink = 0;
+        pp.kv.policy.n_sink = 0;
     }
-    pp.pos_mode = o->po.pos;
-    pp.max_distance = o->po.max_distance;
     pp.prompt = o->prompt;
     pp.chunk = o->chunk;
     pp.baseline = base;
     pp.mass = mass;
     pp.n_threads = o->mo.threads;
-    pp.kv_dtype = o->kvt.k;
-    pp.kv_dtype_v = o->kvt.v;
-    if (recall) pp.recall = cli_recall_params(&o->rec);
     if (isatty(2)) pp.progress = progress; /* stderr: JSON on stdout stays clean */
     if (kvb_eval_ppl(m, ids, n, &pp, r) != KVB_OK) {
         fprintf(stderr, "kvbound: %s (budget %d): %s\n", kvb_policy_name(id), budget, kvb_last_error());

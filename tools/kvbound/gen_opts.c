@@ -98,15 +98,10 @@ int cli_gen_option(struct cli_gen_opts *g, int argc, char **argv, int *i) {
 
 struct kvb_context_params cli_gen_context_params(const struct cli_gen_opts *g, const struct kvb_model_info *mi) {
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.policy = cli_policy_params(&g->po, g->pid);
+    cp.kv = cli_kv_params(&g->po, g->pid, &g->kvt, &g->rec);
     cli_policy_warn(&g->po, g->pid, mi->n_ctx_train);
-    cp.pos_mode = g->po.pos;
-    cp.max_distance = g->po.max_distance;
-    cp.kv_dtype = g->kvt.k;
-    cp.kv_dtype_v = g->kvt.v;
     cp.n_threads = g->mo.threads;
     cp.n_ctx = g->ctx ? g->ctx : mi->n_ctx_train;
-    cp.recall = cli_recall_params(&g->rec);
     return cp;
 }
 

@@ -63,12 +63,12 @@ static const float k_trace_score[8] = {0.95f, 0.85f, 0.10f, 0.90f, 0.05f, 0.20f,
 /* Runs the trace for one policy; writes the final cache as text into final. */
 static int run_trace(enum kvb_policy_id id, FILE *out, char *final, size_t final_n) {
     struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.max_distance = 1 << 20;
-    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 4; cp.dtype = KVB_DTYPE_F32; cp.block_size = 4;
-    cp.policy = kvb_policy_default_params(id);
-    cp.policy.budget = 6;
-    cp.policy.n_sink = 2;
-    cp.policy.heavy_ratio = 0.5f;
+    cp.kv.max_distance = 1 << 20;
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 4; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.kv.policy = kvb_policy_default_params(id);
+    cp.kv.policy.budget = 6;
+    cp.kv.policy.n_sink = 2;
+    cp.kv.policy.heavy_ratio = 0.5f;
     cp.pool_bytes = 1 << 20;
     struct kvb_cache *c;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) {

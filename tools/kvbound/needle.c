@@ -116,16 +116,21 @@ static int needle_cell(const struct needle_opts *o, const struct kvb_model *m, c
     double r = 0, r0 = 0, rh = 0;
     for (int k = 0; k < o->trials; k++) {
         *rs = *rs * 6364136223846793005ull + 1442695040888963407ull;
-        struct kvb_needle_params np = {cli_policy_params(&o->po, o->pid), o->po.pos, (int32_t)o->lengths[i], o->depths[j],
-                                       10000u + (uint32_t)((*rs >> 33) % 90000u), filler, o->chunk, o->mo.threads, o->kvt.k, o->kvt.v,
-                                       cli_recall_params(&o->rec)};
+        struct kvb_needle_params np = kvb_needle_default_params();
+        np.kv = cli_kv_params(&o->po, o->pid, &o->kvt, &o->rec);
+        np.length = (int32_t)o->lengths[i];
+        np.depth = o->depths[j];
+        np.key = 10000u + (uint32_t)((*rs >> 33) % 90000u);
+        np.filler = filler;
+        np.chunk = o->chunk;
+        np.n_threads = o->mo.threads;
         struct kvb_needle_result nr;
         if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
         ok += nr.correct;
         r += nr.retained;
         rh += nr.retained_hot;
         if (o->rec.on) { /* the same cell without recall */
-            np.recall = (struct kvb_recall_params){0};
+            np.kv.recall = (struct kvb_recall_params){0};
             if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
             ok0 += nr.correct;
             r0 += nr.retained;

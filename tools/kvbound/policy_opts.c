@@ -165,18 +165,16 @@ size_t cli_kv_token_bytes(const struct kvb_model_info *mi, const struct cli_kv_t
     return (size_t)mi->n_layer * (size_t)mi->n_head_kv * cli_kv_head_bytes(mi, t);
 }
 
-size_t cli_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct kvb_policy_params *p,
-                      int64_t prompt_tokens, int chunk, int block, int n_ctx) {
-    const size_t per_tok = cli_kv_token_bytes(mi, kv);
-    int64_t toks;
-    if (p->id == KVB_POLICY_FULL) toks = n_ctx;
-    else if (kvb_policy_compresses(p->id)) {
-        const int64_t dec = p->decode_budget ? p->decode_budget : p->budget;
-        /* the whole prompt is read before it is compressed, unless --prefill-budget */
-        toks = (p->prefill_budget ? (int64_t)p->prefill_budget + chunk : KVB_MAX_I64(prompt_tokens, p->budget)) + dec;
-        if (p->id == KVB_POLICY_PYRAMIDKV || p->id == KVB_POLICY_ADAKV) toks += p->budget; /* layers / heads above average */
-    } else toks = (int64_t)p->budget + chunk;
-    return per_tok * (size_t)(toks + 4 * block) + ((size_t)64 << 20);
+struct kvb_kv_params cli_kv_params(const struct cli_policy *po, enum kvb_policy_id pid, const struct cli_kv_types *t,
+                                   const struct cli_recall *rec) {
+    struct kvb_kv_params kv = kvb_kv_default_params();
+    kv.policy = cli_policy_params(po, pid);
+    kv.pos_mode = po->pos;
+    kv.max_distance = po->max_distance > 0 ? po->max_distance : 0;
+    kv.kv_dtype = t->k;
+    kv.kv_dtype_v = t->v;
+    if (rec) kv.recall = cli_recall_params(rec);
+    return kv;
 }
 
 int cli_cache_option(struct cli_policy *po, struct cli_kv_types *kvt, struct cli_recall *rec, int argc, char **argv, int *i) {
@@ -249,10 +247,6 @@ struct kvb_recall_params cli_recall_params(const struct cli_recall *r) {
     p.cold_dir = r->cold_dir;
     p.summary = r->summary;
     return p;
-}
-
-size_t cli_recall_pool_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *kv, const struct cli_recall *r, int block) {
-    return r->on ? cli_kv_token_bytes(mi, kv) * (size_t)r->pages * (size_t)block : 0;
 }
 
 void cli_recall_stats(FILE *f, const struct kvb_cache_stats *s) {

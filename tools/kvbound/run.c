@@ -102,15 +102,14 @@ static int run_setup(const struct run_opts *o, struct run *r) {
     }
     if (r->n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); return 1; }
     struct kvb_context_params cp = cli_gen_context_params(&o->g, &g->mi);
-    cp.block_size = o->block;
+    cp.kv.block_size = o->block;
     cp.chunk = o->chunk;
     if (o->g.pid == KVB_POLICY_FULL && r->n_ids > cp.n_ctx) { /* fail before printing anything */
         fprintf(stderr, "kvbound: the prompt has %d tokens, more than the context of %d that policy full keeps (a bounded --policy, or a larger -c)\n",
                 r->n_ids, cp.n_ctx);
         return 1;
     }
-    cp.kv_pool_bytes = cli_pool_bytes(&g->mi, &o->g.kvt, &cp.policy, r->n_ids, o->chunk, o->block, cp.n_ctx) +
-                       cli_recall_pool_bytes(&g->mi, &o->g.kvt, &o->g.rec, o->block);
+    cp.kv_pool_bytes = kvb_kv_seq_bytes(&cp.kv, g->mi.n_layer, g->mi.n_head_kv, g->mi.head_dim, cp.n_ctx, r->n_ids, o->chunk);
     if (o->g.pid == KVB_POLICY_FULL && o->g.ctx > g->mi.n_ctx_train)
         fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", o->g.ctx, g->mi.n_ctx_train);
     return cli_gen_start(g, &cp, &o->g.sp) ? 1 : CLI_GO_ON;

@@ -195,14 +195,10 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
     if (c->max_body) o->max_body = (size_t)c->max_body;
     if (!c->max_per_ip) c->max_per_ip = c->max_conn > 1 ? c->max_conn / 2 : 1;
     o->pool_bytes = (size_t)c->pool_mb << 20;
-    o->policy = cli_policy_params(&c->po, c->pid);
-    o->pos_mode = c->po.pos;
-    o->kv_dtype = c->kvt.k;
-    o->kv_dtype_v = c->kvt.v;
-    o->max_distance = c->po.max_distance;
-    o->recall = cli_recall_params(&c->rec);
-    o->max_budget = c->max_budget ? c->max_budget : (o->policy.budget ? 8 * o->policy.budget : 8192);
-    if (o->policy.id != KVB_POLICY_FULL && o->policy.budget > o->max_budget) o->max_budget = o->policy.budget;
+    o->kv = cli_kv_params(&c->po, c->pid, &c->kvt, &c->rec);
+    const struct kvb_policy_params *pol = &o->kv.policy;
+    o->max_budget = c->max_budget ? c->max_budget : (pol->budget ? 8 * pol->budget : 8192);
+    if (pol->id != KVB_POLICY_FULL && pol->budget > o->max_budget) o->max_budget = pol->budget;
     if (!o->model_name) {
         const char *slash = strrchr(o->model_path, '/');
         o->model_name = slash ? slash + 1 : o->model_path;
@@ -271,7 +267,7 @@ static int serve_until_signal(struct server *srv, const struct serve_cli *c) {
     }
     const struct serve_opts *o = &srv->o;
     fprintf(stderr, "kvbound serve: %s (%s), template %s, policy %s (budget %d), pool %d MiB, parallel %d, sessions in %s (%s)\n",
-            o->model_name, srv->mi.arch, kvb_chat_style_name(srv->style), kvb_policy_name(o->policy.id), (int)o->policy.budget, c->pool_mb,
+            o->model_name, srv->mi.arch, kvb_chat_style_name(srv->style), kvb_policy_name(o->kv.policy.id), (int)o->kv.policy.budget, c->pool_mb,
             o->parallel, o->sessions, srv->store->kind);
     fprintf(stderr, "kvbound serve: listening on http://%s:%d\n", o->host, port);
     int sig = 0;

@@ -195,9 +195,7 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     bool ok = false;
     j->kind = kind;
     j->sp = kvb_seq_default_params();
-    j->sp.policy = srv->o.policy;
-    j->sp.pos_mode = srv->o.pos_mode;
-    j->sp.max_distance = srv->o.max_distance;
+    j->sp.kv = srv->o.kv;
     j->sp.sampler = kvb_sampler_default_params();
     j->sp.sampler.seed = (uint64_t)(uintptr_t)j * 0x9e3779b97f4a7c15ull + (uint64_t)(serve_now() * 1e6); /* no seed given: a fresh one */
     j->sp.max_tokens = srv->o.default_max_tokens;
@@ -240,31 +238,31 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
             serve_error(r, 400, "invalid_request_error", "'kv_policy' must name a policy (kvbound policies lists them)");
             goto out;
         }
-        if (id == KVB_POLICY_FULL && srv->o.policy.id != KVB_POLICY_FULL) {
-            serve_error(r, 400, "invalid_request_error", "'kv_policy' full is not allowed: this server bounds every session (--policy %s)", kvb_policy_name(srv->o.policy.id));
+        if (id == KVB_POLICY_FULL && srv->o.kv.policy.id != KVB_POLICY_FULL) {
+            serve_error(r, 400, "invalid_request_error", "'kv_policy' full is not allowed: this server bounds every session (--policy %s)", kvb_policy_name(srv->o.kv.policy.id));
             goto out;
         }
-        if (id != srv->o.policy.id) {
-            const int32_t b = j->sp.policy.budget ? j->sp.policy.budget : 256;
-            j->sp.policy = kvb_policy_default_params(id);
-            if (id != KVB_POLICY_FULL) j->sp.policy.budget = b;
+        if (id != srv->o.kv.policy.id) {
+            const int32_t b = j->sp.kv.policy.budget ? j->sp.kv.policy.budget : 256;
+            j->sp.kv.policy = kvb_policy_default_params(id);
+            if (id != KVB_POLICY_FULL) j->sp.kv.policy.budget = b;
         }
         j->policy_given = true;
     }
     if (!get_int(root, "kv_budget", 2, srv->o.max_budget, &v, &given, r)) goto out;
     if (given) {
-        if (j->sp.policy.id == KVB_POLICY_FULL) { serve_error(r, 400, "invalid_request_error", "'kv_budget' needs a bounded 'kv_policy'"); goto out; }
-        j->sp.policy.budget = (int32_t)v;
+        if (j->sp.kv.policy.id == KVB_POLICY_FULL) { serve_error(r, 400, "invalid_request_error", "'kv_budget' needs a bounded 'kv_policy'"); goto out; }
+        j->sp.kv.policy.budget = (int32_t)v;
         j->policy_given = true;
     }
     if (!get_int(root, "kv_sinks", 0, 1 << 20, &v, &given, r)) goto out;
     if (given) {
-        j->sp.policy.n_sink = (int32_t)v;
+        j->sp.kv.policy.n_sink = (int32_t)v;
         j->policy_given = true;
     }
-    if (j->sp.policy.id != KVB_POLICY_FULL) j->sp.recall = srv->o.recall; /* a session keeps its first turn's (its image holds them) */
-    if (j->sp.policy.id != KVB_POLICY_FULL && j->sp.policy.n_sink >= j->sp.policy.budget) {
-        serve_error(r, 400, "invalid_request_error", "'kv_sinks' (%d) must be below the budget (%d)", (int)j->sp.policy.n_sink, (int)j->sp.policy.budget);
+    if (j->sp.kv.policy.id == KVB_POLICY_FULL) j->sp.kv.recall = (struct kvb_recall_params){0}; /* recall is for bounded sessions; a session keeps its first turn's (its image holds them) */
+    if (j->sp.kv.policy.id != KVB_POLICY_FULL && j->sp.kv.policy.n_sink >= j->sp.kv.policy.budget) {
+        serve_error(r, 400, "invalid_request_error", "'kv_sinks' (%d) must be below the budget (%d)", (int)j->sp.kv.policy.n_sink, (int)j->sp.kv.policy.budget);
         goto out;
     }
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(root, "session_id");
@@ -286,12 +284,12 @@ out:
 static void add_kvbound(const struct job *j, cJSON *o) {
     cJSON *k = cJSON_AddObjectToObject(o, "kvbound");
     if (j->session_id[0]) cJSON_AddStringToObject(k, "session_id", j->session_id);
-    cJSON_AddStringToObject(k, "kv_policy", kvb_policy_name(j->sp.policy.id));
-    cJSON_AddNumberToObject(k, "kv_budget", j->sp.policy.budget);
+    cJSON_AddStringToObject(k, "kv_policy", kvb_policy_name(j->sp.kv.policy.id));
+    cJSON_AddNumberToObject(k, "kv_budget", j->sp.kv.policy.budget);
     cJSON_AddNumberToObject(k, "position", (double)j->position);
     cJSON_AddNumberToObject(k, "cache_tokens", (double)j->cache_tokens);
     cJSON_AddNumberToObject(k, "kv_bytes", (double)j->kv_bytes);
-    if (j->sp.recall.pages > 0) cJSON_AddNumberToObject(k, "cold_pages", (double)j->cold_pages);
+    if (j->sp.kv.recall.pages > 0) cJSON_AddNumberToObject(k, "cold_pages", (double)j->cold_pages);
 }
 
 static void add_usage(const struct job *j, cJSON *o) {

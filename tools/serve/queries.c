@@ -116,7 +116,7 @@ void ctl_from_store(struct server *srv, struct ctl *c, struct store_req *r) {
     if (st != KVB_OK) { c->status = st == KVB_ERR_NOMEM ? 503 : 500; return; }
     struct kvb_cache_params cp;
     kvb_cache_get_params(kvb_batch_seq_cache(srv->sched->b, seq), &cp);
-    c->status = seq_map(srv, c->id, seq, &cp.policy, busy, c->out);
+    c->status = seq_map(srv, c->id, seq, &cp.kv.policy, busy, c->out);
     kvb_batch_remove(srv->sched->b, seq);
 }
 

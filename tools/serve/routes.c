@@ -216,7 +216,7 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         serve_json_str(&r->body, srv->o.model_name);
         sb_printf(&r->body, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvbound\",\"kvbound\":{\"arch\":\"%s\",\"n_ctx_train\":%d,"
                             "\"kv_policy\":\"%s\",\"kv_budget\":%d,\"max_budget\":%d}}]}\n",
-                  srv->mi.arch, (int)srv->mi.n_ctx_train, kvb_policy_name(srv->o.policy.id), (int)srv->o.policy.budget, srv->o.max_budget);
+                  srv->mi.arch, (int)srv->mi.n_ctx_train, kvb_policy_name(srv->o.kv.policy.id), (int)srv->o.kv.policy.budget, srv->o.max_budget);
         return;
     }
     if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions")) {

@@ -74,7 +74,7 @@ static int admit(struct server *srv, struct job *j) {
                 fresh = true;
                 x->turns = 0;
                 x->version = STORE_ABSENT;
-                x->pol = j->sp.policy;
+                x->pol = j->sp.kv.policy;
             } else {
                 size_t il = 0;
                 const char *img = blob_meta(j->blob, j->blob_len, x, &il);
@@ -93,18 +93,18 @@ static int admit(struct server *srv, struct job *j) {
                 x->turns = x->turns ? x->turns : 1;
                 struct kvb_cache_params cp;
                 kvb_cache_get_params(kvb_batch_seq_cache(s->b, x->seq), &cp);
-                x->pol = cp.policy;
+                x->pol = cp.kv.policy;
             }
         }
         if (!fresh && j->policy_given &&
-            (j->sp.policy.id != x->pol.id || j->sp.policy.budget != x->pol.budget || j->sp.policy.n_sink != x->pol.n_sink)) {
+            (j->sp.kv.policy.id != x->pol.id || j->sp.kv.policy.budget != x->pol.budget || j->sp.kv.policy.n_sink != x->pol.n_sink)) {
             const struct kvb_policy_params kept = x->pol;
             sess_idle(srv, x);
             job_fail(srv, j, 400, "invalid_request_error", 0, "session '%s' keeps its cache under %s with budget %d and %d sinks; a turn cannot change them",
                      j->session_id, kvb_policy_name(kept.id), (int)kept.budget, (int)kept.n_sink);
             return ADMIT_DONE;
         }
-        if (!fresh) j->sp.policy = x->pol;
+        if (!fresh) j->sp.kv.policy = x->pol;
     }
     if (x) x->busy = j; /* from here on offload_one must not pick it */
     int32_t pending = -1;
@@ -503,8 +503,7 @@ int sched_start(struct server *srv) {
     if (!s) return -1;
     struct kvb_batch_params bp = kvb_batch_default_params();
     bp.kv_pool_bytes = srv->o.pool_bytes;
-    bp.kv_dtype = srv->o.kv_dtype;
-    bp.kv_dtype_v = srv->o.kv_dtype_v;
+    bp.kv = srv->o.kv; /* its row types and page size: every session's */
     bp.n_threads = srv->o.threads;
     bp.max_seqs = srv->o.parallel + srv->o.max_sessions;
     bp.step_tokens = srv->o.step_tokens;

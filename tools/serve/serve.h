@@ -163,11 +163,9 @@ struct serve_opts {
     int port, parallel, threads, queue_max, queue_timeout_s, max_tokens_cap, default_max_tokens;
     int max_budget, max_sessions, step_tokens, chunk;
     size_t pool_bytes, max_body;
-    struct kvb_policy_params policy;
-    enum kvb_pos_mode pos_mode;
-    int max_distance;
-    enum kvb_dtype kv_dtype, kv_dtype_v; /* every session's KV rows (--kv-dtype, -k, -v) */
-    struct kvb_recall_params recall;      /* --recall: every bounded session's (pages 0: off) */
+    struct kvb_kv_params kv; /* every session's KV configuration: --policy and its knobs, --positions,
+                              * --kv-dtype, --recall (a request may change the policy; recall is for
+                              * bounded sessions only) */
     bool no_mmap; /* --no-mmap: weights read into memory */
     const char *cors[8]; /* --cors ORIGIN: origins allowed to write across sites ("*": any) */
     int n_cors;

@@ -1,0 +1,43 @@
+/*
+ * kv_params.c — the KV configuration (struct kvb_kv_params) and the one
+ * sizing rule. Every params struct that makes a cache embeds a kvb_kv_params,
+ * and everything that sizes a pool for a sequence (the CLI, batch admission,
+ * ppl, needle, the server) asks kvb_kv_seq_bytes: per stream, the policy's
+ * peak (kvb_policy_peak_tokens, a vtable slot), one chunk read before
+ * eviction, two pages of compaction slack and the recall area, in pages of
+ * the configuration's page size.
+ */
+#include "cache_impl.h"
+
+struct kvb_kv_params kvb_kv_default_params(void) {
+    struct kvb_kv_params kv;
+    memset(&kv, 0, sizeof kv);
+    kv.policy = kvb_policy_default_params(KVB_POLICY_FULL);
+    kv.pos_mode = KVB_POS_POLICY_DEFAULT;
+    kv.kv_dtype = KVB_DTYPE_F16;
+    kv.kv_dtype_v = KVB_DTYPE_AS_K;
+    kv.block_size = 16;
+    return kv;
+}
+
+enum kvb_dtype kvb_kv_v_type(const struct kvb_kv_params *kv) {
+    return kv->kv_dtype_v == KVB_DTYPE_AS_K ? kv->kv_dtype : kv->kv_dtype_v;
+}
+
+size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int64_t n_ctx,
+                        int64_t n_prompt, int32_t chunk) {
+    if (!kv || n_layer < 1 || n_kv_head < 1 || head_dim < 1 || !kvb_policy_iface(kv->policy.id)) return 0;
+    const int64_t B = kv->block_size;
+    if (B < 1 || B > 4096 || (B & (B - 1))) return 0;
+    if (kv->kv_dtype < KVB_DTYPE_F32 || kv->kv_dtype > KVB_DTYPE_BF16 || kv->kv_dtype_v < KVB_DTYPE_AS_K || kv->kv_dtype_v > KVB_DTYPE_BF16)
+        return 0;
+    const size_t rk = kvb_dtype_row_bytes(kv->kv_dtype, head_dim), rv = kvb_dtype_row_bytes(kvb_kv_v_type(kv), head_dim);
+    if (!rk || !rv) return 0;
+    const bool full = kvb_policy_iface(kv->policy.id)->flags & KVB_PF_NEVER_EVICT;
+    const int64_t tokens = KVB_MAX(kvb_policy_peak_tokens(&kv->policy, n_prompt, n_ctx), (int64_t)0);
+    const int64_t c = KVB_MIN((int64_t)KVB_MAX(chunk, 1), KVB_MAX(n_prompt, (int64_t)1)); /* a chunk read before eviction */
+    const int64_t area = full ? 0 : KVB_MAX(kv->recall.pages, 0);                        /* taken with the hot pages */
+    const double pages = (double)((tokens + c + B - 1) / B + 2 + area);
+    const double bytes = pages * (double)n_layer * (double)n_kv_head * (double)B * (double)(rk + rv);
+    return bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
+}
