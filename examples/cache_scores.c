@@ -16,10 +16,10 @@ int main(void) {
     static const float scores[8] = {0.95f, 0.85f, 0.10f, 0.90f, 0.05f, 0.20f, 0.15f, 0.75f};
     struct kvb_cache_params cp = kvb_cache_default_params(); /* 1 layer, 1 KV head */
     cp.head_dim = 4;
-    cp.block_size = 4;
-    cp.policy = kvb_policy_default_params(KVB_POLICY_H2O);
-    cp.policy.budget = 6;
-    cp.policy.n_sink = 2;
+    cp.kv.block_size = 4;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+    cp.kv.policy.budget = 6;
+    cp.kv.policy.n_sink = 2;
     cp.pool_bytes = 1 << 20;
     struct kvb_cache *cache;
     if (kvb_cache_init(NULL, &cp, &cache) != KVB_OK) {

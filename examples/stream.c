@@ -25,8 +25,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct kvb_context_params cp = kvb_context_default_params();
-    cp.policy = kvb_policy_default_params(KVB_POLICY_STREAMING); /* 4 sinks */
-    cp.policy.budget = 64;                                       /* tokens per (layer, KV head) */
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING); /* 4 sinks */
+    cp.kv.policy.budget = 64;                                       /* tokens per (layer, KV head) */
     cp.kv_pool_bytes = 64u << 20;
     struct kvb_context *ctx;
     int32_t *ids, n;

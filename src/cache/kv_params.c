@@ -12,7 +12,7 @@
 struct kvb_kv_params kvb_kv_default_params(void) {
     struct kvb_kv_params kv;
     memset(&kv, 0, sizeof kv);
-    kv.policy = kvb_policy_default_params(KVB_POLICY_FULL);
+    kv.policy = kvb_policy_baseline_params(); /* full */
     kv.pos_mode = KVB_POS_POLICY_DEFAULT;
     kv.kv_dtype = KVB_DTYPE_F16;
     kv.kv_dtype_v = KVB_DTYPE_AS_K;

@@ -34,8 +34,9 @@ static void setup(void) {
     o->check_host = true;
     o->cors[0] = "http://a.example";
     o->n_cors = 1;
-    o->policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-    o->policy.budget = 256;
+    o->kv = kvb_kv_default_params();
+    o->kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    o->kv.policy.budget = 256;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
