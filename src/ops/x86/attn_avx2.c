@@ -5,6 +5,7 @@
  */
 #include "../ops.h"
 #include "prefetch_kv.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -142,8 +143,7 @@ static inline __m256i sum8_epi32(const __m256i p[8]) {
  * their magnitudes multiplied with each row's codes carrying the key's
  * signs (vpmaddubsw: |k| <= 128 and |q| <= 127, so no pair saturates), the
  * eight rows' block sums reduced together, and each row's chain takes one
- * FMA of 8 lanes. Also the AVX-512 family's when the CPU lacks VNNI. */
-void kvb_scores_i8_avx2(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
+ * FMA of 8 lanes. Also the avx512 family's (avx512vnni's are attn_vnni.c's). */
 void kvb_scores_i8_avx2(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
     const int32_t d = v->head_dim, nb = d / 32;
     const bool q8 = v->dtype == KVB_DTYPE_Q8_0;
@@ -347,7 +347,6 @@ void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n) {
  * two FMAs per 8 channels with the split rows made once per call (up to 8
  * rows at a time, on the stack). Pages are streamed once per 8 rows; tails
  * (d % 8) in scalar. */
-void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out);
 void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out) {
     const int32_t d8 = d & ~7;
     float qp[8 * 512], qn[8 * 512];

@@ -23,6 +23,7 @@
 
 #include "prefetch_kv.h"
 #include "reduce_avx512.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
 
@@ -275,17 +276,6 @@ static void accum_avx512(const struct kvb_kv_view *v, const float *e, int32_t n_
     else accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F32);
 }
 
-void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
-void kvb_scores_i8_avx2(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
-
-/* Integer scores: a key per lane with VNNI (attn_vnni.c), else AVX2's. */
-static void scores_i8_avx512(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
-    static int vnni = -1; /* idempotent: a race writes the same value */
-    if (vnni < 0) vnni = kvb_cpu_has_avx512vnni();
-    if (vnni) kvb_scores_i8_vnni(v, q, n_rows, j0, nt, s);
-    else kvb_scores_i8_avx2(v, q, n_rows, j0, nt, s);
-}
-
 static inline __m512 exp16(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.37626f);
     __mmask16 zero = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
@@ -326,8 +316,9 @@ static void from_f16_avx512(const uint16_t *src, float *dst, int32_t n) {
     for (; i < n; i++) dst[i] = kvb_f16_to_f32(src[i]);
 }
 
-void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out);
-
+/* The avx512 and avx512vnni families' primitives: the same but for the
+ * integer scores, AVX2's (attn_avx2.c) or a key per lane with VNNI
+ * (attn_vnni.c). Both are named "avx512" (kvb_kernels_name). */
 const struct kvb_kernels kvb_kernels_avx512 = {
     .quant_rows = true,
     .f16_tile_rows = 48, /* prefill blocks (64 rows): see the file's note */
@@ -336,7 +327,22 @@ const struct kvb_kernels kvb_kernels_avx512 = {
     .from_q4_0 = from_q4_0_avx512,
     .name = "avx512",
     .scores = scores_avx512,
-    .scores_i8 = scores_i8_avx512,
+    .scores_i8 = kvb_scores_i8_avx2,
+    .accum = accum_avx512,
+    .vexp = vexp_avx512,
+    .to_f16 = to_f16_avx512,
+    .from_f16 = from_f16_avx512,
+};
+
+const struct kvb_kernels kvb_kernels_avx512vnni = {
+    .quant_rows = true,
+    .f16_tile_rows = 48,
+    .page_bounds = kvb_page_bounds_avx2,
+    .from_q8_0 = from_q8_0_avx512,
+    .from_q4_0 = from_q4_0_avx512,
+    .name = "avx512",
+    .scores = scores_avx512,
+    .scores_i8 = kvb_scores_i8_vnni,
     .accum = accum_avx512,
     .vexp = vexp_avx512,
     .to_f16 = to_f16_avx512,

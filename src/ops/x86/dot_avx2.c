@@ -5,6 +5,7 @@
 
 #include "prefetch.h"
 #include "kquant_block.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
 
@@ -196,7 +197,6 @@ static inline __attribute__((always_inline)) void pack8_as(const void *const src
         for (int i = 0; i < 8; i++) wp[(size_t)k * KVB_PANEL_ROWS + g + i] = src[i] ? load1_as(src[i], k, form) : 0.0f;
 }
 
-void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch);
 void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch) {
     const int64_t n = w->n_in;
     const uint32_t type = w->type;
@@ -416,7 +416,6 @@ static void q8_tile_avx2(const void *rows, size_t row_bytes, int nr, const struc
     }
 }
 
-float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     float out;
     q8_tile_avx2(row, 0, 1, x, 1, n, &out, 1, false);
@@ -434,7 +433,6 @@ float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
  * 256 weights. The K-types' offsets (Q4_K's mins, Q6_K's 32) come from the
  * activation sums per 16: one madd per super-block. */
 
-float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q4_0 *b = row;
     const __m256i m4 = _mm256_set1_epi8(0xF), k8 = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
@@ -462,7 +460,6 @@ float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
 /* shuffle_epi8 masks: int16 lane j of a 128-bit vector in every lane */
 #define LANE16(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
 
-float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q4_K *b = row;
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -498,7 +495,6 @@ float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     return hsum(acc) - _mm_cvtss_f32(m);
 }
 
-float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q6_K *b = row;
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);

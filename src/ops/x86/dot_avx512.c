@@ -12,6 +12,7 @@
 #include "prefetch.h"
 #include "kquant_block.h"
 #include "reduce_avx512.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -278,17 +279,10 @@ static void quant_block_avx512(const float *x, int len, float *d, int8_t *q) {
         _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv))));
 }
 
-float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
-void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
-                      bool first);
-void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch); /* dot_avx2.c */
-/* dot_avx2.c: the integer dots (Q8_0's without VNNI too) (AVX2 runs on every
- * AVX-512 CPU; 512-bit versions are not written: no machine here to test them) */
-float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
-float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
-float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
-float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
-
+/* The avx512 and avx512vnni families' weight kernels. The packing and the
+ * q4_0 integer dot (and Q8_0's without VNNI) are AVX2's, dot_avx2.c (AVX2
+ * runs on every AVX-512 CPU; 512-bit versions are not written: no machine
+ * here to test them); with VNNI, Q8_0 goes a row per lane (dot_vnni.c). */
 const struct kvb_dot_kernels kvb_dot_avx512 = {
     .panel = panel_avx512,
     .pack = kvb_pack_panel_avx2,
