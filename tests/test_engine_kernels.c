@@ -3,9 +3,11 @@
  * biases and NeoX RoPE) in every supported weight type: logits of the fast
  * kernels against the scalar reference by NMSE, with a tolerance per type;
  * and crafted GGUF files (absurd counts and dims, unknown types, overlapping
- * tensors, misaligned offsets) that must fail with a clean error.
+ * tensors, misaligned offsets) that must fail with a clean error; and the
+ * kernel family table (src/ops/dispatch.h) and its choice.
  */
 #include "testing.h"
+#include "ops/dispatch.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
 #include "model/model.h"
@@ -153,8 +155,90 @@ TEST(crafted_gguf_errors) {
     CHECK_STATUS(kvb_gguf_open_buffer(buf, n, "v1", &f), KVB_ERR_UNSUPPORTED);
 }
 
+/* The family KVB_KERNELS=<name of family i> should give: the last family at
+ * or below i that the CPU runs (ref when KVB_REF=1 forces it). */
+static const struct kvb_family *family_capped_at(int i, unsigned have, bool forced_ref) {
+    while (i > 0 && (forced_ref || (kvb_families[i].needs & ~have) != 0)) i--;
+    return &kvb_families[i];
+}
+
+/* The kernel table: the reference first; each family needing more than the
+ * one before; the family in use one entry, kvb_kernels() and
+ * kvb_dot_kernels() its two halves; KVB_KERNELS=<name> caps the choice at
+ * that family; and the integer attention scores of every family the CPU
+ * runs give the reference's bits (test_attn tries the avx2 and avx512
+ * primitives; this reaches avx512vnni's, which only the table names). */
+TEST(kernel_table) {
+    const struct kvb_family *fam = kvb_families;
+    const int n = kvb_n_families;
+    CHECK(n >= 1 && n <= 8);
+    CHECK(strcmp(fam[0].name, "ref") == 0 && fam[0].needs == 0 && fam[0].attn == &kvb_kernels_ref && fam[0].dot == &kvb_dot_ref);
+    for (int i = 1; i < n; i++)
+        if ((fam[i].needs & fam[i - 1].needs) != fam[i - 1].needs || fam[i].needs == fam[i - 1].needs)
+            FAILF("%s does not need more than %s", fam[i].name, fam[i - 1].name);
+    kvb_kernels_force_ref(false);
+    const struct kvb_family *used = kvb_family();
+    CHECK(used >= fam && used < fam + n);
+    CHECK(kvb_kernels() == used->attn && kvb_dot_kernels() == used->dot && strcmp(kvb_kernels_name(), used->attn->name) == 0);
+    const unsigned have = kvb_cpu_features();
+    const char *ref = getenv("KVB_REF");
+    const bool forced_ref = ref && ref[0] && strcmp(ref, "0") != 0;
+    CHECK(used == family_capped_at(n - 1, have, forced_ref) || getenv("KVB_KERNELS"));
+
+    const char *cap = getenv("KVB_KERNELS");
+    char *saved = cap ? strdup(cap) : NULL;
+    const struct kvb_family *picked[8];
+    for (int i = 0; i < n; i++) {
+        setenv("KVB_KERNELS", fam[i].name, 1);
+        kvb_kernels_force_ref(false);
+        picked[i] = kvb_family();
+    }
+    setenv("KVB_KERNELS", "no-such-family", 1); /* caps nothing */
+    kvb_kernels_force_ref(false);
+    const struct kvb_family *unknown = kvb_family();
+    if (saved) setenv("KVB_KERNELS", saved, 1);
+    else unsetenv("KVB_KERNELS");
+    free(saved);
+    kvb_kernels_force_ref(false);
+    CHECK(kvb_family() == used);
+    for (int i = 0; i < n; i++)
+        if (picked[i] != family_capped_at(i, have, forced_ref))
+            FAILF("KVB_KERNELS=%s chose %s, not %s", fam[i].name, picked[i]->name, family_capped_at(i, have, forced_ref)->name);
+    CHECK(unknown == family_capped_at(n - 1, have, forced_ref));
+
+    enum { D = 128, N = 40, R = 5 };
+    static float kx[N * D], q[R * D], want[R * KVB_ATTN_TILE], got[R * KVB_ATTN_TILE];
+    static uint8_t rows[N * (D / 32) * 34];
+    static int8_t qq[R * D];
+    static float dq[R * D / 32];
+    static int16_t sq[R * D / 32];
+    int32_t slots[N];
+    unsigned long long rs = 33;
+    for (int i = 0; i < N * D; i++) kx[i] = t_randf(&rs) * 2;
+    for (int i = 0; i < R * D; i++) q[i] = t_randf(&rs);
+    for (int j = 0; j < N; j++) slots[j] = (j * 7) % N; /* scattered slots of one page */
+    const struct kvb_q8_rows qr = kvb_quantize_q_rows(q, R, D, qq, dq, sq);
+    const enum kvb_dtype dts[2] = {KVB_DTYPE_Q8_0, KVB_DTYPE_Q4_0};
+    for (int t = 0; t < 2; t++) {
+        const size_t rb = kvb_dtype_row_bytes(dts[t], D);
+        for (int j = 0; j < N; j++) kvb_kv_row_store(dts[t], kx + (size_t)j * D, rows + (size_t)slots[j] * rb, D);
+        uint8_t *page = rows;
+        const struct kvb_kv_view v = {&page, slots, N, 6, D, rb, rb, 0, dts[t], dts[t]};
+        kvb_kernels_ref.scores_i8(&v, &qr, R, 0, N, want);
+        for (int i = 1; i < n; i++) {
+            if ((fam[i].needs & ~have) != 0) continue;
+            memset(got, 0, sizeof got);
+            fam[i].attn->scores_i8(&v, &qr, R, 0, N, got);
+            for (int r = 0; r < R; r++)
+                if (memcmp(got + r * KVB_ATTN_TILE, want + r * KVB_ATTN_TILE, sizeof(float) * N) != 0)
+                    FAILF("%s %s: integer scores of row %d differ from the reference's", fam[i].name, kvb_dtype_name(dts[t]), r);
+        }
+    }
+}
+
 int main(void) {
     RUN(fast_kernels_match_reference_every_dtype);
     RUN(crafted_gguf_errors);
+    RUN(kernel_table);
     return test_summary();
 }

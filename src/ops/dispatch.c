@@ -1,18 +1,36 @@
 /*
- * dispatch.c — picks the kernel family once: avx512 if the CPU has F, BW, VL
- * (and AVX2/FMA/F16C) and the OS saves ZMM state; else avx2 with FMA and
- * F16C; else the scalar reference. Features come from CPUID and XGETBV
- * directly (compilers disagree on __builtin_cpu_supports names).
- * KVB_REF=1 forces the reference; KVB_KERNELS=avx2|ref caps the choice.
+ * dispatch.c — the kernel family table (dispatch.h) and the one place a
+ * family is chosen. Families, best last: ref (scalar, always built); avx2
+ * (AVX2, FMA, F16C); avx512 (and AVX-512 F, BW, VL with ZMM state saved by
+ * the OS); avx512vnni (and AVX512_VNNI: the int8 weight tiles and integer
+ * attention scores). Features come from CPUID and XGETBV directly
+ * (compilers disagree on __builtin_cpu_supports names).
+ *
+ * The choice is the last family whose needs the CPU meets, at or below a
+ * cap: KVB_REF=1 caps at ref; KVB_KERNELS=<name> (ref, avx2, avx512,
+ * avx512vnni) caps at that family, so KVB_KERNELS=avx2 runs avx2 on an
+ * AVX-512 machine and KVB_KERNELS=avx512 the AVX-512 kernels without VNNI;
+ * an unknown name caps nothing. It is made once, on first use (a race
+ * stores the same pointer), and again by kvb_kernels_force_ref. Nothing
+ * else in the library tests the CPU or a family's name to pick a kernel.
  */
-#include "ops.h"
+#include "dispatch.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
 
-static const struct kvb_kernels *g_kernels;
+const struct kvb_family kvb_families[] = {
+    {"ref", 0, &kvb_kernels_ref, &kvb_dot_ref},
+#if defined(__x86_64__)
+    {"avx2", KVB_CPU_AVX2, &kvb_kernels_avx2, &kvb_dot_avx2},
+    {"avx512", KVB_CPU_AVX2 | KVB_CPU_AVX512, &kvb_kernels_avx512, &kvb_dot_avx512},
+    {"avx512vnni", KVB_CPU_AVX2 | KVB_CPU_AVX512 | KVB_CPU_AVX512VNNI, &kvb_kernels_avx512vnni, &kvb_dot_avx512vnni},
+#endif
+};
+const int kvb_n_families = (int)(sizeof kvb_families / sizeof kvb_families[0]);
 
 #if defined(__x86_64__)
 static uint64_t xgetbv0(void) {
@@ -20,74 +38,61 @@ static uint64_t xgetbv0(void) {
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((uint64_t)hi << 32) | lo;
 }
-
-static void features(bool *avx2, bool *avx512) {
-    unsigned a, b, c, d;
-    *avx2 = *avx512 = false;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
-    bool osxsave = c & (1u << 27), fma = c & (1u << 12), f16c = c & (1u << 29), avx = c & (1u << 28);
-    if (!osxsave || !avx) return;
-    uint64_t xcr0 = xgetbv0();
-    if ((xcr0 & 0x6) != 0x6) return; /* XMM and YMM state */
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
-    *avx2 = (b & (1u << 5)) && fma && f16c;
-    bool f = b & (1u << 16), bw = b & (1u << 30), vl = b & (1u << 31);
-    *avx512 = *avx2 && f && bw && vl && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM hi256, hi16 ZMM */
-}
 #endif
 
-bool kvb_cpu_has_avx2(void) {
-#if defined(__x86_64__)
-    bool a, b;
-    features(&a, &b);
-    return a;
-#else
-    return false;
-#endif
-}
-
-bool kvb_cpu_has_avx512vnni(void) {
+unsigned kvb_cpu_features(void) {
+    unsigned have = 0;
 #if defined(__x86_64__)
     unsigned a, b, c, d;
-    if (!kvb_cpu_has_avx512() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (c >> 11) & 1; /* AVX512_VNNI */
-#else
-    return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const bool osxsave = c & (1u << 27), fma = c & (1u << 12), f16c = c & (1u << 29), avx = c & (1u << 28);
+    if (!osxsave || !avx) return 0;
+    const uint64_t xcr0 = xgetbv0();
+    if ((xcr0 & 0x6) != 0x6) return 0; /* XMM and YMM state */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    if ((b & (1u << 5)) && fma && f16c) have |= KVB_CPU_AVX2;
+    const bool f = b & (1u << 16), bw = b & (1u << 30), vl = b & (1u << 31);
+    if ((have & KVB_CPU_AVX2) && f && bw && vl && (xcr0 & 0xe0) == 0xe0) /* opmask, ZMM hi256, hi16 ZMM */
+        have |= KVB_CPU_AVX512;
+    if ((have & KVB_CPU_AVX512) && ((c >> 11) & 1)) have |= KVB_CPU_AVX512VNNI;
 #endif
+    return have;
 }
 
-bool kvb_cpu_has_avx512(void) {
-#if defined(__x86_64__)
-    bool a, b;
-    features(&a, &b);
-    return b;
-#else
-    return false;
-#endif
-}
+bool kvb_cpu_has_avx2(void) { return kvb_cpu_features() & KVB_CPU_AVX2; }
+bool kvb_cpu_has_avx512(void) { return kvb_cpu_features() & KVB_CPU_AVX512; }
+bool kvb_cpu_has_avx512vnni(void) { return kvb_cpu_features() & KVB_CPU_AVX512VNNI; }
 
-static const struct kvb_kernels *choose(void) {
+/* The highest family the environment allows (an index into kvb_families). */
+static int env_cap(void) {
     const char *ref = getenv("KVB_REF");
-    if (ref && ref[0] && strcmp(ref, "0") != 0) return &kvb_kernels_ref;
-#if defined(__x86_64__)
+    if (ref && ref[0] && strcmp(ref, "0") != 0) return 0;
     const char *cap = getenv("KVB_KERNELS");
-    if (cap && strcmp(cap, "ref") == 0) return &kvb_kernels_ref;
-    if (kvb_cpu_has_avx512() && !(cap && strcmp(cap, "avx2") == 0)) return &kvb_kernels_avx512;
-    if (kvb_cpu_has_avx2()) return &kvb_kernels_avx2;
-#endif
-    return &kvb_kernels_ref;
+    for (int i = 0; cap && i < kvb_n_families; i++)
+        if (strcmp(cap, kvb_families[i].name) == 0) return i;
+    return kvb_n_families - 1;
 }
 
-const struct kvb_kernels *kvb_kernels(void) {
-    if (!g_kernels) g_kernels = choose(); /* idempotent: a race writes the same pointer */
-    return g_kernels;
+static const struct kvb_family *choose(void) {
+    const unsigned have = kvb_cpu_features();
+    for (int i = env_cap(); i > 0; i--)
+        if ((kvb_families[i].needs & ~have) == 0) return &kvb_families[i];
+    return &kvb_families[0];
 }
 
-const char *kvb_kernels_name(void) { return kvb_kernels()->name; }
+static _Atomic(const struct kvb_family *) g_family;
 
-void kvb_matmul_redispatch(void); /* matmul.c */
-
-void kvb_kernels_force_ref(bool ref) {
-    g_kernels = ref ? &kvb_kernels_ref : choose();
-    kvb_matmul_redispatch();
+const struct kvb_family *kvb_family(void) {
+    const struct kvb_family *f = atomic_load_explicit(&g_family, memory_order_relaxed);
+    if (!f) {
+        f = choose();
+        atomic_store_explicit(&g_family, f, memory_order_relaxed);
+    }
+    return f;
 }
+
+const struct kvb_kernels *kvb_kernels(void) { return kvb_family()->attn; }
+const struct kvb_dot_kernels *kvb_dot_kernels(void) { return kvb_family()->dot; }
+const char *kvb_kernels_name(void) { return kvb_family()->attn->name; }
+
+void kvb_kernels_force_ref(bool ref) { atomic_store_explicit(&g_family, ref ? &kvb_families[0] : choose(), memory_order_relaxed); }

@@ -1,4 +1,6 @@
-/* matmul.c — the threaded driver and the dispatch of the dot kernels. */
+/* matmul.c — the threaded driver of the weight kernels. The family's
+ * kernels come from kvb_dot_kernels() (dispatch.c chooses it, with the
+ * attention primitives, from one table); nothing here looks at the CPU. */
 #include "matmul.h"
 #include "quant.h"
 
@@ -6,22 +8,6 @@
 #include <stdatomic.h>
 
 #include <stdlib.h>
-
-static const struct kvb_dot_kernels *g_dot;
-
-const struct kvb_dot_kernels *kvb_dot_kernels(void) {
-    if (!g_dot) {
-        const struct kvb_kernels *k = kvb_kernels(); /* same choice as attention */
-        g_dot = &kvb_dot_ref;
-#if defined(__x86_64__)
-        if (!strcmp(k->name, "avx512")) g_dot = kvb_cpu_has_avx512vnni() ? &kvb_dot_avx512vnni : &kvb_dot_avx512;
-        else if (!strcmp(k->name, "avx2")) g_dot = &kvb_dot_avx2;
-#else
-        (void)k;
-#endif
-    }
-    return g_dot;
-}
 
 /* The activations' int8 form (kvb_quant_block_fn's contract in matmul.h). */
 void kvb_quant_block_ref(const float *x, int len, float *d, int8_t *q) {
@@ -81,9 +67,6 @@ static struct kvb_q8_act quantize_for(const struct kvb_dot_kernels *k, uint32_t 
     else kvb_quantize_act_q8_with(k, x, n, d, q, s);
     return (struct kvb_q8_act){d, q, s};
 }
-
-void kvb_matmul_redispatch(void);
-void kvb_matmul_redispatch(void) { g_dot = NULL; }
 
 bool kvb_matmul_supports(uint32_t type) { return type < GGML_TYPE_COUNT && kvb_dot_ref.dot[type] != NULL; }
 

@@ -4,7 +4,8 @@
  * [T][n_out] f32: Y[t][r] = dot(W[r], X[t]). Rows are split across threads
  * by (ith, nth); each W row is read once for all T tokens (prefill reuses it
  * from cache). Reference kernels are scalar and always built; x86 versions
- * are dispatched with the attention kernels (KVB_REF=1 forces the reference).
+ * are chosen with the attention kernels, as one family of the kernel table
+ * (dispatch.h; KVB_REF=1 forces the reference).
  */
 #ifndef KVB_MATMUL_H
 #define KVB_MATMUL_H
@@ -95,9 +96,6 @@ struct kvb_dot_kernels {
     bool q8_tile_prompts;                  /* prompts too go through q8_tile (else: the f32 panels, faster there) */
     kvb_quant_block_fn quant_block;        /* activations to int8 (NULL: kvb_quant_block_ref) */
 };
-#if defined(__x86_64__)
-extern const struct kvb_dot_kernels kvb_dot_avx512vnni;
-#endif
 /* Quantizes x[0..n) (n a multiple of 32) into q8 blocks of 32 with their sums (the scalar reference). */
 void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q, int16_t *s);
 /* Quantizes x[0..n) (n a multiple of 256) into blocks of 256 with sums per 16 (the scalar reference). */
@@ -115,8 +113,9 @@ float kvb_dot_q6_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n
 kvb_dot_q8_fn kvb_dot_q8_ref(uint32_t type);
 extern const struct kvb_dot_kernels kvb_dot_ref;
 #if defined(__x86_64__)
-extern const struct kvb_dot_kernels kvb_dot_avx512, kvb_dot_avx2;
+extern const struct kvb_dot_kernels kvb_dot_avx2, kvb_dot_avx512, kvb_dot_avx512vnni;
 #endif
+/* The weight kernels of the family in use (dispatch.c, with kvb_kernels()). */
 const struct kvb_dot_kernels *kvb_dot_kernels(void);
 
 /* Whether matmul supports a weight type. */

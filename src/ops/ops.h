@@ -3,8 +3,9 @@
  * caches or policies; they see K/V rows through a page-table view.
  *
  * Attention is split in two layers:
- *   - per-arch primitives (ref, avx2, avx512), chosen once at start-up
- *     (KVB_REF=1 forces ref): tile scores, tile value accumulation, exp;
+ *   - per-arch primitives (ref, avx2, avx512; avx512vnni's integer
+ *     scores), one set per family of the kernel table (dispatch.h), chosen
+ *     once: tile scores, tile value accumulation, exp;
  *   - a generic driver (attn.c) doing online softmax over tiles of keys, with
  *     per-row causal limits, optional per-key probabilities (for policies),
  *     and an exact column-mass pass (for prefill observation).
@@ -133,10 +134,11 @@ extern const struct kvb_kernels kvb_kernels_ref;
 float kvb_page_bound_ref(const float *q, const float *lo, const float *hi, int32_t d);
 #if defined(__x86_64__)
 extern const struct kvb_kernels kvb_kernels_avx2;
-extern const struct kvb_kernels kvb_kernels_avx512;
+/* AVX-512: integer scores by AVX2's kernel; the avx512vnni family's by VNNI. */
+extern const struct kvb_kernels kvb_kernels_avx512, kvb_kernels_avx512vnni;
 #endif
-/* CPU features as dispatch sees them (CPUID + XGETBV). */
-/* The kernels in use (dispatch on first call; KVB_REF=1 forces ref). */
+/* The primitives of the family in use (dispatch.c: chosen on first call;
+ * KVB_REF=1 forces ref, KVB_KERNELS=name caps the choice). */
 const struct kvb_kernels *kvb_kernels(void);
 /* Tests: switch every op family to the reference (true) or back to the
  * dispatched choice (false). Not thread-safe; call between runs. */

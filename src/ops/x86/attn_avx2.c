@@ -1,13 +1,18 @@
 /*
  * attn_avx2.c — AVX2 + FMA + F16C primitives, the same structure as the
  * AVX-512 file with 8-wide vectors. head_dim that is not a multiple of 8 takes
- * the scalar tail. Compiled with -mavx2 -mfma -mf16c.
+ * the scalar tail. Compiled with -mavx2 -mfma -mf16c. The f16 and q8_0 row
+ * conversions are attn_width.h's bodies at 8 lanes (AVX-512 has them at 16).
  */
 #include "../ops.h"
 #include "prefetch_kv.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
 #include <math.h>
+
+#define KVB_W 8
+#include "attn_width.h" /* to_f16_avx2, from_f16_avx2, from_q8_0_avx2 */
 
 static inline __m256 load8(enum kvb_dtype dt, const void *row, int32_t i) {
     if (dt == KVB_DTYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
@@ -16,13 +21,6 @@ static inline __m256 load8(enum kvb_dtype dt, const void *row, int32_t i) {
 
 static inline float load1(enum kvb_dtype dt, const void *row, int32_t i) {
     return dt == KVB_DTYPE_F16 ? kvb_f16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
-}
-
-static inline float hsum8(__m256 a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_view *v, const float *q, int32_t n_rows,
@@ -39,7 +37,7 @@ static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_v
                 a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i + 8), load8(dt, k, i + 8), a1);
             }
             for (; i < d8; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), load8(dt, k, i), a0);
-            float sum = hsum8(_mm256_add_ps(a0, a1));
+            float sum = kvb_hsum8(_mm256_add_ps(a0, a1));
             for (; i < d; i++) sum += qr[i] * load1(dt, k, i);
             s[r * KVB_ATTN_TILE + t] = sum;
         }
@@ -67,14 +65,29 @@ static inline __attribute__((always_inline)) void scores4_rows(const void *const
     }
 }
 
-void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n);
-void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
-static void from_f16_avx2(const uint16_t *src, float *dst, int32_t n);
+/* d * (q - 8): element i < 16 the low nibble of byte i, i >= 16 the high
+ * nibble of byte i - 16; each 16-byte half in two steps of 8 (the AVX-512
+ * version takes it in one, so the two are not one body). */
+static void from_q4_0_avx2(const void *src, float *dst, int32_t n) {
+    const uint8_t *b = src;
+    const __m128i m4 = _mm_set1_epi8(0xF), k8 = _mm_set1_epi8(8);
+    for (int32_t i = 0; i < n; i += 32, b += 18, dst += 32) {
+        uint16_t h;
+        memcpy(&h, b, 2);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m4), k8), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), k8);
+        _mm256_storeu_ps(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+        _mm256_storeu_ps(dst + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+        _mm256_storeu_ps(dst + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+        _mm256_storeu_ps(dst + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+    }
+}
 
 /* A q8_0, q4_0 or f16 row of d elements into f32. */
 static inline void row_to_f32(enum kvb_dtype dt, const void *src, float *dst, int32_t d) {
-    if (dt == KVB_DTYPE_Q8_0) kvb_from_q8_0_avx2(src, dst, d);
-    else if (dt == KVB_DTYPE_Q4_0) kvb_from_q4_0_avx2(src, dst, d);
+    if (dt == KVB_DTYPE_Q8_0) from_q8_0_avx2(src, dst, d);
+    else if (dt == KVB_DTYPE_Q4_0) from_q4_0_avx2(src, dst, d);
     else from_f16_avx2((const uint16_t *)src, dst, d);
 }
 
@@ -124,7 +137,7 @@ static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_r
             const float *qr = q + (size_t)r * d;
             __m256 a0 = _mm256_setzero_ps();
             for (int32_t i = 0; i < d; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), kd == KVB_DTYPE_F16 ? load8(KVB_DTYPE_F16, k1, i) : load8(KVB_DTYPE_F32, k1, i), a0);
-            s[r * KVB_ATTN_TILE + t] = hsum8(a0);
+            s[r * KVB_ATTN_TILE + t] = kvb_hsum8(a0);
         }
     }
 }
@@ -142,8 +155,7 @@ static inline __m256i sum8_epi32(const __m256i p[8]) {
  * their magnitudes multiplied with each row's codes carrying the key's
  * signs (vpmaddubsw: |k| <= 128 and |q| <= 127, so no pair saturates), the
  * eight rows' block sums reduced together, and each row's chain takes one
- * FMA of 8 lanes. Also the AVX-512 family's when the CPU lacks VNNI. */
-void kvb_scores_i8_avx2(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
+ * FMA of 8 lanes. Also the avx512 family's (avx512vnni's are attn_vnni.c's). */
 void kvb_scores_i8_avx2(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
     const int32_t d = v->head_dim, nb = d / 32;
     const bool q8 = v->dtype == KVB_DTYPE_Q8_0;
@@ -298,56 +310,10 @@ static void vexp_avx2(float *x, int32_t n) {
     }
 }
 
-static void to_f16_avx2(const float *src, uint16_t *dst, int32_t n) {
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) dst[i] = kvb_f32_to_f16(src[i]);
-}
-
-static void from_f16_avx2(const uint16_t *src, float *dst, int32_t n) {
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    for (; i < n; i++) dst[i] = kvb_f16_to_f32(src[i]);
-}
-
-/* d * q for 32 int8 per block: the same product as the scalar dequantizer
- * (f16 scale to f32, int8 to f32, one multiply), 8 lanes at a time. */
-void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n);
-void kvb_from_q8_0_avx2(const void *src, float *dst, int32_t n) {
-    const uint8_t *b = src;
-    for (int32_t i = 0; i < n; i += 32, b += 34, dst += 32) {
-        uint16_t h;
-        memcpy(&h, b, 2);
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
-        for (int k = 0; k < 4; k++)
-            _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * k))))));
-    }
-}
-
-/* d * (q - 8): element i < 16 the low nibble of byte i, i >= 16 the high nibble of byte i - 16. */
-void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n);
-void kvb_from_q4_0_avx2(const void *src, float *dst, int32_t n) {
-    const uint8_t *b = src;
-    const __m128i m4 = _mm_set1_epi8(0xF), k8 = _mm_set1_epi8(8);
-    for (int32_t i = 0; i < n; i += 32, b += 18, dst += 32) {
-        uint16_t h;
-        memcpy(&h, b, 2);
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
-        const __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m4), k8), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), k8);
-        _mm256_storeu_ps(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
-        _mm256_storeu_ps(dst + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
-        _mm256_storeu_ps(dst + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
-        _mm256_storeu_ps(dst + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
-    }
-}
-
 /* Page bounds. max(q lo, q hi) = max(q, 0) hi + min(q, 0) lo, as lo <= hi:
  * two FMAs per 8 channels with the split rows made once per call (up to 8
  * rows at a time, on the stack). Pages are streamed once per 8 rows; tails
  * (d % 8) in scalar. */
-void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out);
 void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out) {
     const int32_t d8 = d & ~7;
     float qp[8 * 512], qn[8 * 512];
@@ -394,8 +360,8 @@ void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int
 const struct kvb_kernels kvb_kernels_avx2 = {
     .quant_rows = true,
     .page_bounds = kvb_page_bounds_avx2,
-    .from_q8_0 = kvb_from_q8_0_avx2,
-    .from_q4_0 = kvb_from_q4_0_avx2,
+    .from_q8_0 = from_q8_0_avx2,
+    .from_q4_0 = from_q4_0_avx2,
     .name = "avx2",
     .scores = scores_avx2,
     .scores_i8 = kvb_scores_i8_avx2,

@@ -18,13 +18,19 @@
  * Shapes are compile-time (switch on the row count) so nothing spills;
  * figures per key and shape in docs/BENCHMARKS.md.
  * vexp: range reduction x = n ln2 + r, degree-6 polynomial, scalef by n.
+ * The f16 and q8_0 row conversions are attn_width.h's bodies at 16 lanes
+ * (AVX2 has them at 8).
  */
 #include "../ops.h"
 
 #include "prefetch_kv.h"
 #include "reduce_avx512.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
+
+#define KVB_W 16
+#include "attn_width.h" /* to_f16_avx512, from_f16_avx512, from_q8_0_avx512 */
 
 static inline __m512 load16(enum kvb_dtype dt, const void *row, int32_t i, __mmask16 m) {
     if (dt == KVB_DTYPE_F16)
@@ -142,21 +148,8 @@ static inline __attribute__((always_inline)) void scores_t(const struct kvb_kv_v
     }
 }
 
-/* d * q for 32 int8 per block, 16 lanes at a time: the scalar dequantizer's
- * product (f16 scale to f32, int8 to f32, one multiply). */
-static void from_q8_0_avx512(const void *src, float *dst, int32_t n) {
-    const uint8_t *b = src;
-    for (int32_t i = 0; i < n; i += 32, b += 34, dst += 32) {
-        uint16_t h;
-        memcpy(&h, b, 2);
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
-        const __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 2)), q1 = _mm_loadu_si128((const __m128i *)(b + 18));
-        _mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
-        _mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
-    }
-}
-
-/* d * (q - 8): element i < 16 the low nibble of byte i, i >= 16 the high nibble of byte i - 16. */
+/* d * (q - 8): element i < 16 the low nibble of byte i, i >= 16 the high
+ * nibble of byte i - 16; each 16-byte half in one step of 16. */
 static void from_q4_0_avx512(const void *src, float *dst, int32_t n) {
     const uint8_t *b = src;
     const __m128i m4 = _mm_set1_epi8(0xF), k8 = _mm_set1_epi8(8);
@@ -275,17 +268,6 @@ static void accum_avx512(const struct kvb_kv_view *v, const float *e, int32_t n_
     else accum_t(v, e, n_rows, j0, nt, acc, KVB_DTYPE_F32);
 }
 
-void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
-void kvb_scores_i8_avx2(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
-
-/* Integer scores: a key per lane with VNNI (attn_vnni.c), else AVX2's. */
-static void scores_i8_avx512(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
-    static int vnni = -1; /* idempotent: a race writes the same value */
-    if (vnni < 0) vnni = kvb_cpu_has_avx512vnni();
-    if (vnni) kvb_scores_i8_vnni(v, q, n_rows, j0, nt, s);
-    else kvb_scores_i8_avx2(v, q, n_rows, j0, nt, s);
-}
-
 static inline __m512 exp16(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.37626f);
     __mmask16 zero = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
@@ -313,21 +295,9 @@ static void vexp_avx512(float *x, int32_t n) {
     }
 }
 
-static void to_f16_avx512(const float *src, uint16_t *dst, int32_t n) {
-    int32_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) dst[i] = kvb_f32_to_f16(src[i]);
-}
-
-static void from_f16_avx512(const uint16_t *src, float *dst, int32_t n) {
-    int32_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
-    for (; i < n; i++) dst[i] = kvb_f16_to_f32(src[i]);
-}
-
-void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out);
-
+/* The avx512 and avx512vnni families' primitives: the same but for the
+ * integer scores, AVX2's (attn_avx2.c) or a key per lane with VNNI
+ * (attn_vnni.c). Both are named "avx512" (kvb_kernels_name). */
 const struct kvb_kernels kvb_kernels_avx512 = {
     .quant_rows = true,
     .f16_tile_rows = 48, /* prefill blocks (64 rows): see the file's note */
@@ -336,7 +306,22 @@ const struct kvb_kernels kvb_kernels_avx512 = {
     .from_q4_0 = from_q4_0_avx512,
     .name = "avx512",
     .scores = scores_avx512,
-    .scores_i8 = scores_i8_avx512,
+    .scores_i8 = kvb_scores_i8_avx2,
+    .accum = accum_avx512,
+    .vexp = vexp_avx512,
+    .to_f16 = to_f16_avx512,
+    .from_f16 = from_f16_avx512,
+};
+
+const struct kvb_kernels kvb_kernels_avx512vnni = {
+    .quant_rows = true,
+    .f16_tile_rows = 48,
+    .page_bounds = kvb_page_bounds_avx2,
+    .from_q8_0 = from_q8_0_avx512,
+    .from_q4_0 = from_q4_0_avx512,
+    .name = "avx512",
+    .scores = scores_avx512,
+    .scores_i8 = kvb_scores_i8_vnni,
     .accum = accum_avx512,
     .vexp = vexp_avx512,
     .to_f16 = to_f16_avx512,

@@ -16,13 +16,15 @@
  * the reference's chain bit for bit (attn_ref.c), no horizontal sum is
  * taken, and the result is already the driver's s[row][key] layout.
  *
- * Compiled with -mavx512vnni; used (through attn_avx512.c) only when CPUID
- * reports AVX512_VNNI.
+ * Compiled with -mavx512vnni; the avx512vnni family's scores_i8
+ * (kvb_kernels_avx512vnni, attn_avx512.c), which dispatch.c chooses only
+ * when CPUID reports AVX512_VNNI.
  */
 #include "../ops.h"
 
 #include "prefetch_kv.h"
 #include "transpose_avx512.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
 
@@ -85,7 +87,6 @@ static inline __attribute__((always_inline)) void rows_fixed(const struct keys16
     for (int r = 0; r < NR; r++) _mm512_mask_storeu_ps(s + (size_t)(r0 + r) * KVB_ATTN_TILE, m, acc[r]);
 }
 
-void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
 void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
     const int32_t d = v->head_dim, nb = d / 32;
     const bool q8 = v->dtype == KVB_DTYPE_Q8_0;

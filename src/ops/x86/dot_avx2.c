@@ -1,19 +1,19 @@
 /* dot_avx2.c — AVX2 + FMA + F16C dot products of every weight type (8-wide
- * versions of dot_avx512.c; scalar tail for f32/f16/bf16). */
+ * versions of dot_avx512.c; scalar tail for f32/f16/bf16). The q8_0 and
+ * q6_K dots with f32 activations are dot_width.h's bodies at 8 lanes
+ * (AVX-512 has them at 16); the others differ from AVX-512's in more than
+ * width (accumulators, tails, prefetch, integer schemes). */
 #include "../matmul.h"
 #include "../quant.h"
 
 #include "prefetch.h"
 #include "kquant_block.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
 
-static inline float hsum(__m256 a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#define KVB_W 8
+#include "dot_width.h" /* dot_q8_0_avx2, dot_q6_K_avx2; kvb_hsum8 */
 
 /* The f32 dot keeps one accumulator over steps of 8, then the scalar tail
  * (f32 weights are rare and memory-bound in decode). */
@@ -22,7 +22,7 @@ static float dot_f32_avx2(const void *row, const float *x, int64_t n) {
     __m256 a0 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    float s = hsum(a0);
+    float s = kvb_hsum8(a0);
     for (; i < n; i++) s += w[i] * x[i];
     return s;
 }
@@ -42,7 +42,7 @@ static float dot_f16_avx2(const void *row, const float *x, int64_t n) {
         a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))), _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))), _mm256_loadu_ps(x + i + 8), a1);
     }
-    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    float s = kvb_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; i < n; i++) s += kvb_f16_to_f32(w[i]) * x[i];
     return s;
 }
@@ -55,7 +55,7 @@ static float dot_bf16_avx2(const void *row, const float *x, int64_t n) {
         __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i))), 16));
         a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), a0);
     }
-    float s = hsum(a0);
+    float s = kvb_hsum8(a0);
     for (; i < n; i++) s += kvb_bf16_to_f32(w[i]) * x[i];
     return s;
 }
@@ -196,7 +196,6 @@ static inline __attribute__((always_inline)) void pack8_as(const void *const src
         for (int i = 0; i < 8; i++) wp[(size_t)k * KVB_PANEL_ROWS + g + i] = src[i] ? load1_as(src[i], k, form) : 0.0f;
 }
 
-void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch);
 void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch) {
     const int64_t n = w->n_in;
     const uint32_t type = w->type;
@@ -219,19 +218,6 @@ void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp,
     }
 }
 
-static inline __m256 i8x8(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
-
-static float dot_q8_0_avx2(const void *row, const float *x, int64_t n) {
-    const struct block_q8_0 *b = row;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-        __m256 p = _mm256_mul_ps(i8x8(b[i].qs), _mm256_loadu_ps(x));
-        for (int k = 8; k < 32; k += 8) p = _mm256_fmadd_ps(i8x8(b[i].qs + k), _mm256_loadu_ps(x + k), p);
-        acc = _mm256_fmadd_ps(p, _mm256_set1_ps(kvb_f16_to_f32(b[i].d)), acc);
-    }
-    return hsum(acc);
-}
-
 static float dot_q4_0_avx2(const void *row, const float *x, int64_t n) {
     const struct block_q4_0 *b = row;
     const __m256i lo4 = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
@@ -247,7 +233,7 @@ static float dot_q4_0_avx2(const void *row, const float *x, int64_t n) {
         }
         acc = _mm256_fmadd_ps(p, _mm256_set1_ps(kvb_f16_to_f32(b[i].d)), acc);
     }
-    return hsum(acc);
+    return kvb_hsum8(acc);
 }
 
 static float dot_q4_K_avx2(const void *row, const float *x, int64_t n) {
@@ -272,37 +258,7 @@ static float dot_q4_K_avx2(const void *row, const float *x, int64_t n) {
                 acc = _mm256_fmadd_ps(wh, _mm256_loadu_ps(x + 32 + h), acc);
             }
         }
-        total += hsum(acc);
-    }
-    return total;
-}
-
-static float dot_q6_K_avx2(const void *row, const float *x, int64_t n) {
-    const struct block_q6_K *b = row;
-    const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
-    float total = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kvb_f16_to_f32(b[i].d);
-        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
-        const int8_t *sc = b[i].scales;
-        __m256 acc = _mm256_setzero_ps();
-        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, x += 128) {
-            for (int l = 0; l < 32; l += 8) {
-                const int is = l / 16;
-                __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
-                __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l + 32)));
-                __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
-                __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m2), 4)), k32);
-                __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m2), 4)), k32);
-                __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m2), 4)), k32);
-                __m256i q4 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 6), m2), 4)), k32);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q1), _mm256_set1_ps(d * sc[is])), _mm256_loadu_ps(x + l), acc);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q2), _mm256_set1_ps(d * sc[is + 2])), _mm256_loadu_ps(x + l + 32), acc);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q3), _mm256_set1_ps(d * sc[is + 4])), _mm256_loadu_ps(x + l + 64), acc);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q4), _mm256_set1_ps(d * sc[is + 6])), _mm256_loadu_ps(x + l + 96), acc);
-            }
-        }
-        total += hsum(acc);
+        total += kvb_hsum8(acc);
     }
     return total;
 }
@@ -344,7 +300,7 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
         }
     }
     for (int t = 0; t < NT; t++)
-        for (int r = 0; r < NR; r++) out[(size_t)t * (size_t)ldo + (size_t)r] = hsum(acc[r][t]);
+        for (int r = 0; r < NR; r++) out[(size_t)t * (size_t)ldo + (size_t)r] = kvb_hsum8(acc[r][t]);
 }
 
 /* The full 4 x 2 tile with every value named. Per block the four rows'
@@ -393,8 +349,8 @@ static inline __attribute__((always_inline)) void q8_tile_4x2_with(const void *r
         Q8_ROW(w3, 3, c30, c31);
 #undef Q8_ROW
     }
-    out[0] = hsum(c00); out[1] = hsum(c10); out[2] = hsum(c20); out[3] = hsum(c30);
-    out[ldo] = hsum(c01); out[ldo + 1] = hsum(c11); out[ldo + 2] = hsum(c21); out[ldo + 3] = hsum(c31);
+    out[0] = kvb_hsum8(c00); out[1] = kvb_hsum8(c10); out[2] = kvb_hsum8(c20); out[3] = kvb_hsum8(c30);
+    out[ldo] = kvb_hsum8(c01); out[ldo + 1] = kvb_hsum8(c11); out[ldo + 2] = kvb_hsum8(c21); out[ldo + 3] = kvb_hsum8(c31);
 }
 
 static void q8_tile_4x2(const void *rows, size_t rb, const struct kvb_q8_act *x, int64_t n, float *out, int64_t ldo, bool first) {
@@ -416,7 +372,6 @@ static void q8_tile_avx2(const void *rows, size_t row_bytes, int nr, const struc
     }
 }
 
-float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     float out;
     q8_tile_avx2(row, 0, 1, x, 1, n, &out, 1, false);
@@ -434,7 +389,6 @@ float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
  * 256 weights. The K-types' offsets (Q4_K's mins, Q6_K's 32) come from the
  * activation sums per 16: one madd per super-block. */
 
-float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q4_0 *b = row;
     const __m256i m4 = _mm256_set1_epi8(0xF), k8 = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
@@ -455,14 +409,13 @@ float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     }
     if (i < nb) Q4_0_BLOCK(i, acc0);
 #undef Q4_0_BLOCK
-    return hsum(_mm256_add_ps(acc0, acc1));
+    return kvb_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 
 /* shuffle_epi8 masks: int16 lane j of a 128-bit vector in every lane */
 #define LANE16(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
 
-float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q4_K *b = row;
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -495,10 +448,9 @@ float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     }
     __m128 m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
     m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    return hsum(acc) - _mm_cvtss_f32(m);
+    return kvb_hsum8(acc) - _mm_cvtss_f32(m);
 }
 
-float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q6_K *b = row;
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
@@ -534,7 +486,7 @@ float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
         }
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(_cvtsh_ss(bk->d) * x->d[i]), acc);
     }
-    return hsum(acc);
+    return kvb_hsum8(acc);
 }
 #undef LANE16
 

@@ -4,7 +4,8 @@
  * multiplied with x by FMA; per-block scales are applied once per block.
  * Every row loop prefetches PREFETCH_AHEAD bytes ahead (prefetch.h): on
  * Intel (Emerald Rapids) the f16 dot without it read 14 GB/s of the 25 a
- * decode can (F16 decode 6.6 -> 9.5 tok/s, docs/BENCHMARKS.md).
+ * decode can (F16 decode 6.6 -> 9.5 tok/s, docs/BENCHMARKS.md). The q8_0
+ * and q6_K dots are dot_width.h's bodies at 16 lanes (AVX2 has them at 8).
  */
 #include "../matmul.h"
 #include "../quant.h"
@@ -12,9 +13,13 @@
 #include "prefetch.h"
 #include "kquant_block.h"
 #include "reduce_avx512.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
 #include <string.h>
+
+#define KVB_W 16
+#include "dot_width.h" /* dot_q8_0_avx512, dot_q6_K_avx512 */
 
 static inline __mmask16 tmask(int64_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
@@ -72,19 +77,6 @@ static float dot_bf16_avx512(const void *row, const float *x, int64_t n) {
     return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-static inline __m512 i8x16(const int8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))); }
-
-static float dot_q8_0_avx512(const void *row, const float *x, int64_t n) {
-    const struct block_q8_0 *b = row;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-        __m512 p = _mm512_mul_ps(i8x16(b[i].qs), _mm512_loadu_ps(x));
-        p = _mm512_fmadd_ps(i8x16(b[i].qs + 16), _mm512_loadu_ps(x + 16), p);
-        acc = _mm512_fmadd_ps(p, _mm512_set1_ps(kvb_f16_to_f32(b[i].d)), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
 static float dot_q4_0_avx512(const void *row, const float *x, int64_t n) {
     const struct block_q4_0 *b = row;
     const __m512i eight = _mm512_set1_epi32(8), lo4 = _mm512_set1_epi32(0xF);
@@ -122,36 +114,6 @@ static float dot_q4_K_avx512(const void *row, const float *x, int64_t n) {
             }
         }
         total += _mm512_reduce_add_ps(_mm512_sub_ps(acc, accm));
-    }
-    return total;
-}
-
-static float dot_q6_K_avx512(const void *row, const float *x, int64_t n) {
-    const struct block_q6_K *b = row;
-    const __m512i m4 = _mm512_set1_epi32(0xF), m2 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
-    float total = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kvb_f16_to_f32(b[i].d);
-        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
-        const int8_t *sc = b[i].scales;
-        __m512 acc = _mm512_setzero_ps();
-        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, x += 128) {
-            for (int l = 0; l < 32; l += 16) {
-                const int is = l / 16;
-                __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + l)));
-                __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + l + 32)));
-                __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + l)));
-                __m512i q1 = _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi32(_mm512_and_si512(h, m2), 4)), k32);
-                __m512i q2 = _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(c, m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2), m2), 4)), k32);
-                __m512i q3 = _mm512_sub_epi32(_mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 4), m2), 4)), k32);
-                __m512i q4 = _mm512_sub_epi32(_mm512_or_si512(_mm512_srli_epi32(c, 4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 6), m2), 4)), k32);
-                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q1), _mm512_set1_ps(d * sc[is])), _mm512_loadu_ps(x + l), acc);
-                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q2), _mm512_set1_ps(d * sc[is + 2])), _mm512_loadu_ps(x + l + 32), acc);
-                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q3), _mm512_set1_ps(d * sc[is + 4])), _mm512_loadu_ps(x + l + 64), acc);
-                acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q4), _mm512_set1_ps(d * sc[is + 6])), _mm512_loadu_ps(x + l + 96), acc);
-            }
-        }
-        total += _mm512_reduce_add_ps(acc);
     }
     return total;
 }
@@ -278,17 +240,10 @@ static void quant_block_avx512(const float *x, int len, float *d, int8_t *q) {
         _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv))));
 }
 
-float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n); /* dot_vnni.c */
-void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
-                      bool first);
-void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch); /* dot_avx2.c */
-/* dot_avx2.c: the integer dots (Q8_0's without VNNI too) (AVX2 runs on every
- * AVX-512 CPU; 512-bit versions are not written: no machine here to test them) */
-float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
-float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
-float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
-float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
-
+/* The avx512 and avx512vnni families' weight kernels. The packing and the
+ * q4_0 integer dot (and Q8_0's without VNNI) are AVX2's, dot_avx2.c (AVX2
+ * runs on every AVX-512 CPU; 512-bit versions are not written: no machine
+ * here to test them); with VNNI, Q8_0 goes a row per lane (dot_vnni.c). */
 const struct kvb_dot_kernels kvb_dot_avx512 = {
     .panel = panel_avx512,
     .pack = kvb_pack_panel_avx2,

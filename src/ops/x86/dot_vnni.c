@@ -23,12 +23,14 @@
  * The first token group prefetches the next 16 rows (contiguous after
  * these) into L2, a slice per block, so one token's decode streams ahead
  * of the 16 rows it reads in lockstep. Compiled with -mavx512vnni
- * -mavx512vl; used (through kvb_dot_avx512vnni in dot_avx512.c) only when
- * CPUID reports AVX512_VNNI.
+ * -mavx512vl; the avx512vnni family's (kvb_dot_avx512vnni in
+ * dot_avx512.c), which dispatch.c chooses only when CPUID reports
+ * AVX512_VNNI.
  */
 #include "../matmul.h"
 #include "../quant.h"
 #include "transpose_avx512.h"
+#include "x86_kernels.h"
 
 #include <immintrin.h>
 
@@ -79,8 +81,6 @@ static inline __attribute__((always_inline)) void q8_tile_fixed(const void *rows
 }
 
 void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
-                      bool first);
-void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
                       bool first) {
     if (nr < 1 || nr > TILE_ROWS) return;
     switch (nt * 2 + (first ? 1 : 0)) { /* constant token counts: the accumulators live in registers */
@@ -94,7 +94,6 @@ void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct k
     }
 }
 
-float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n) {
     float out;
     kvb_q8_tile_vnni(row, 0, 1, x, 1, n, &out, 1, false);

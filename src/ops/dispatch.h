@@ -1,0 +1,41 @@
+/*
+ * dispatch.h — the kernel families in one table. A family is everything one
+ * instruction set level runs: its attention primitives and KV row
+ * conversions (struct kvb_kernels, ops.h) and its weight kernels — dots,
+ * int8 dots and tiles, prefill panels, the activation quantizer (struct
+ * kvb_dot_kernels, matmul.h). Each family is one entry of kvb_families,
+ * ordered from the scalar reference (always built, always first) up, each
+ * needing every CPU feature of the one before it. dispatch.c chooses the
+ * entry once (CPU features, KVB_REF, KVB_KERNELS); kvb_kernels() and
+ * kvb_dot_kernels() are the chosen entry's two halves, so attention and
+ * matmul never disagree on the family.
+ */
+#ifndef KVB_DISPATCH_H
+#define KVB_DISPATCH_H
+
+#include "matmul.h"
+
+/* CPU features a family needs (as dispatch.c reads them: CPUID and XGETBV). */
+enum kvb_cpu_feature {
+    KVB_CPU_AVX2 = 1 << 0,       /* AVX2, FMA, F16C; the OS saves YMM */
+    KVB_CPU_AVX512 = 1 << 1,     /* and AVX-512 F, BW, VL; the OS saves ZMM and opmasks */
+    KVB_CPU_AVX512VNNI = 1 << 2, /* and AVX512_VNNI */
+};
+
+struct kvb_family {
+    const char *name;                  /* its KVB_KERNELS name */
+    unsigned needs;                    /* the kvb_cpu_feature bits it runs on */
+    const struct kvb_kernels *attn;    /* attention primitives, KV row conversions */
+    const struct kvb_dot_kernels *dot; /* weight rows: dots, int8 dots and tiles, panels */
+};
+
+/* Every family built, the reference first, then each needing more. */
+extern const struct kvb_family kvb_families[];
+extern const int kvb_n_families;
+
+/* The CPU's kvb_cpu_feature bits. */
+unsigned kvb_cpu_features(void);
+/* The family in use: chosen on first call, again by kvb_kernels_force_ref. */
+const struct kvb_family *kvb_family(void);
+
+#endif
