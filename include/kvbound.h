@@ -1069,8 +1069,9 @@ kvb_status kvb_lab_run_recall(const struct kvb_lab_stream *st, const struct kvb_
 /* Kernels                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* Which kernel family is in use: "ref", "avx2" or "avx512". KVB_REF=1 in the
- * environment forces "ref". */
+/* Which kernel family is in use: "ref", "avx2" or "avx512" (with or without
+ * VNNI). KVB_REF=1 in the environment forces "ref"; KVB_KERNELS=NAME caps the
+ * choice at that family (ref, avx2, avx512, avx512vnni). */
 const char *kvb_kernels_name(void);
 /* What the CPU offers (CPUID and the OS's saved state), whatever KVB_REF says. */
 bool kvb_cpu_has_avx2(void);
