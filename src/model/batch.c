@@ -115,7 +115,7 @@ kvb_status kvb_batch_init(const struct kvb_model *m, const struct kvb_batch_para
     if (p->step_tokens < p->chunk || p->step_tokens > 65536)
         return kvb_fail(KVB_ERR_INVALID, "batch: step_tokens must be in chunk (%d)..65536, got %d", (int)p->chunk, (int)p->step_tokens);
     if (p->n_threads < 1 || p->n_threads > 1024) return kvb_fail(KVB_ERR_INVALID, "batch: n_threads must be in 1..1024, got %d", (int)p->n_threads);
-    const struct kvb_cache_params cp = kvb_model_cache_params(m, &p->kv, 0);
+    const struct kvb_cache_params cp = kvb_model_cache_params(m, &p->kv, 0, 0);
     const size_t page = kvb_cache_page_bytes(&cp);
     if (!page) return kvb_fail(KVB_ERR_INVALID, "batch: kv.kv_dtype %s / V rows %s or kv.block_size %d does not fit head_dim %d",
                                kvb_dtype_name(p->kv.kv_dtype), kvb_dtype_name(kvb_kv_v_type(&p->kv)), (int)p->kv.block_size, (int)cp.head_dim);
@@ -233,7 +233,7 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     memset(&s, 0, sizeof s);
     s.p = *p;
     s.n_ctx = n_ctx;
-    const struct kvb_cache_params cp = kvb_model_cache_params(b->m, &p->kv, 0);
+    const struct kvb_cache_params cp = kvb_model_cache_params(b->m, &p->kv, 0, n_ctx);
     kvb_status st = kvb_cache_init(b->pool, &cp, &s.cache);
     s.p.kv.recall.cold_dir = NULL; /* the cache keeps its own copy; the caller's string may go */
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, n_prompt);

@@ -62,6 +62,54 @@ static kvb_status add_vec(struct gguf_writer *w, const char *name, const float *
     return kvb_gguf_writer_tensor(w, name, GGML_TYPE_F32, 1, &n, v);
 }
 
+struct put_ctx {
+    struct gguf_writer *w;
+    struct owned *o;
+    uint32_t type;
+    int32_t done, total;
+    void (*progress)(int32_t done, int32_t total, void *);
+    void *user;
+};
+
+static kvb_status put_tensor(void *u, const char *name, const struct kvb_mat *mat, const float *vec, int64_t n) {
+    struct put_ctx *c = u;
+    kvb_status st = mat ? add_mat(c->w, c->o, name, mat, c->type) : add_vec(c->w, name, vec, n);
+    if (st == KVB_OK && c->progress && mat) c->progress(KVB_MIN(++c->done, c->total - 1), c->total, c->user); /* about 7 matrices a layer */
+    return st;
+}
+
+/* The family's keys beyond the shape (family.c reads them back). */
+static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) {
+    const struct kvb_model_info *in = &m->info;
+    char key[128];
+#define K(s) (snprintf(key, sizeof key, "%s." s, in->arch), key)
+    if ((int64_t)in->head_dim * in->n_head != in->n_embd) {
+        kvb_gguf_writer_u32(w, K("attention.key_length"), (uint32_t)in->head_dim);
+        kvb_gguf_writer_u32(w, K("attention.value_length"), (uint32_t)in->head_dim);
+    }
+    if (!strcmp(in->arch, "granite")) {
+        kvb_gguf_writer_f32(w, K("embedding_scale"), m->embd_scale);
+        kvb_gguf_writer_f32(w, K("residual_scale"), m->residual_scale);
+        kvb_gguf_writer_f32(w, K("attention.scale"), m->q_scale / sqrtf((float)in->head_dim));
+        kvb_gguf_writer_f32(w, K("logit_scale"), m->logit_scale);
+        if (in->rope_type == KVB_ROPE_NONE) kvb_gguf_writer_bool(w, K("rope.scaling.finetuned"), false);
+    }
+    if (m->temp_beta != 0) kvb_gguf_writer_f32(w, K("attention.temperature_scale"), m->temp_beta);
+    if (m->yarn_factor) {
+        kvb_gguf_writer_str(w, K("rope.scaling.type"), "yarn");
+        kvb_gguf_writer_f32(w, K("rope.scaling.factor"), m->yarn_factor);
+        kvb_gguf_writer_u32(w, K("rope.scaling.original_context_length"), (uint32_t)m->rope_orig_ctx);
+        kvb_gguf_writer_f32(w, K("rope.scaling.yarn_beta_fast"), m->yarn_beta_fast);
+        kvb_gguf_writer_f32(w, K("rope.scaling.yarn_beta_slow"), m->yarn_beta_slow);
+        if (m->yarn_log_mul != 0) kvb_gguf_writer_f32(w, K("rope.scaling.yarn_log_multiplier"), m->yarn_log_mul);
+        if (m->yarn_attn_factor != 1.0f) kvb_gguf_writer_f32(w, K("rope.scaling.attn_factor"), m->yarn_attn_factor);
+    } else {
+        if (m->rope_mscale != 1.0f) kvb_gguf_writer_f32(w, K("rope.scaling.attn_factor"), m->rope_mscale);
+        if (m->rope_freqs_long || m->temp_beta != 0) kvb_gguf_writer_u32(w, K("rope.scaling.original_context_length"), (uint32_t)m->rope_orig_ctx);
+    }
+#undef K
+}
+
 kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uint32_t type, void (*progress)(int32_t done, int32_t total, void *), void *user) {
     if (!kvb_matmul_supports(type)) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: weight type %s is not supported", kvb_ggml_type_name(type));
     const struct kvb_model_info *in = &m->info;
@@ -89,6 +137,7 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
         kvb_gguf_writer_f32(w, K("rope.scaling.factor"), 1.0f / in->rope_freq_scale);
     }
 #undef K
+    write_family_keys(w, m);
     const struct kvb_vocab *v = m->vocab;
     const char **strs = kvb_malloc(sizeof(char *) * (size_t)v->n);
     uint32_t *lens = kvb_malloc(sizeof(uint32_t) * (size_t)v->n);
@@ -130,33 +179,11 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     if (v->unk >= 0) kvb_gguf_writer_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
     kvb_gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
     kvb_gguf_writer_bool(w, "tokenizer.ggml.add_space_prefix", v->add_space_prefix);
-    const int32_t total = in->n_layer + 2;
-    if ((st = add_mat(w, &o, "token_embd.weight", &m->tok_embd, type)) != KVB_OK) goto done;
-    if ((st = add_vec(w, "output_norm.weight", m->output_norm, in->n_embd)) != KVB_OK) goto done;
-    if (!in->tied_output && (st = add_mat(w, &o, "output.weight", &m->output, type)) != KVB_OK) goto done;
-    if (m->rope_freqs && (st = add_vec(w, "rope_freqs.weight", m->rope_freqs, in->rope_dims / 2)) != KVB_OK) goto done;
-    if (progress) progress(1, total, user);
-    char name[96];
-    for (int32_t l = 0; l < in->n_layer; l++) {
-        const struct kvb_layer *L = &m->layers[l];
-#define N(s) (snprintf(name, sizeof name, "blk.%d." s, (int)l), name)
-        if ((st = add_vec(w, N("attn_norm.weight"), L->attn_norm, in->n_embd)) != KVB_OK) goto done;
-        if ((st = add_mat(w, &o, N("attn_q.weight"), &L->wq, type)) != KVB_OK) goto done;
-        if ((st = add_mat(w, &o, N("attn_k.weight"), &L->wk, type)) != KVB_OK) goto done;
-        if ((st = add_mat(w, &o, N("attn_v.weight"), &L->wv, type)) != KVB_OK) goto done;
-        if ((st = add_mat(w, &o, N("attn_output.weight"), &L->wo, type)) != KVB_OK) goto done;
-        if ((st = add_vec(w, N("ffn_norm.weight"), L->ffn_norm, in->n_embd)) != KVB_OK) goto done;
-        if ((st = add_mat(w, &o, N("ffn_gate.weight"), &L->w_gate, type)) != KVB_OK) goto done;
-        if ((st = add_mat(w, &o, N("ffn_up.weight"), &L->w_up, type)) != KVB_OK) goto done;
-        if ((st = add_mat(w, &o, N("ffn_down.weight"), &L->w_down, type)) != KVB_OK) goto done;
-        if (L->bq) {
-            if ((st = add_vec(w, N("attn_q.bias"), L->bq, L->wq.n_out)) != KVB_OK) goto done;
-            if ((st = add_vec(w, N("attn_k.bias"), L->bk, L->wk.n_out)) != KVB_OK) goto done;
-            if ((st = add_vec(w, N("attn_v.bias"), L->bv, L->wv.n_out)) != KVB_OK) goto done;
-        }
-#undef N
-        if (progress) progress(l + 2, total, user);
+    {
+        struct put_ctx pc = {w, &o, type, 0, 7 * in->n_layer + 2, progress, user};
+        if ((st = kvb_family_each_tensor(m, put_tensor, &pc)) != KVB_OK) goto done;
     }
+    const int32_t total = 7 * in->n_layer + 2;
     st = kvb_gguf_writer_write(w, path);
     if (progress) progress(total, total, user);
 done:
@@ -171,25 +198,56 @@ done:
 
 /* ---- random models of real shapes ---- */
 
+/* A shape: the sizes of a real model (or a tiny one of its family for
+ * tests), and what its family carries. head_dim 0: dim / heads; rot 0: all of it. */
 struct shape {
     const char *name, *arch;
-    int32_t vocab, dim, layers, heads, kv_heads, ff, ctx;
+    int32_t vocab, dim, layers, heads, kv_heads, ff, ctx, head_dim, rot;
     float rope_base, eps;
     bool tied, bias, llama3_rope;
+    bool all_bias;        /* every optional bias (wo, ffn) as well: the llama check */
+    bool qk_norm;         /* q/k norms (per head; olmo2: whole) */
+    bool post_norms;      /* olmo2: post-attention and post-FFN norms, no pre-norms */
+    bool longrope;        /* phi3: short and long factors, attn_factor for ctx / orig_ctx */
+    int32_t orig_ctx;     /* longrope, yarn, temperature: the original context */
+    float granite[4];     /* embedding, residual, attention, logit scales */
+    float yarn_factor, temp_beta;
 };
 
 static const struct shape k_shapes[] = {
-    {"tiny", "llama", 512, 256, 2, 4, 2, 512, 512, 10000.0f, 1e-5f, false, false, false},
-    {"tiny-qwen2", "qwen2", 512, 256, 2, 4, 2, 512, 512, 1000000.0f, 1e-6f, true, true, false},
+    {.name = "tiny", .arch = "llama", 512, 256, 2, 4, 2, 512, 512, .rope_base = 10000.0f, .eps = 1e-5f},
+    {.name = "tiny-qwen2", .arch = "qwen2", 512, 256, 2, 4, 2, 512, 512, .rope_base = 1000000.0f, .eps = 1e-6f, .tied = true, .bias = true},
     /* tiny trained to 32K: long sessions in seconds (llama-server caps a slot at the trained length) */
-    {"tiny-32k", "llama", 512, 256, 2, 4, 2, 512, 32768, 10000.0f, 1e-5f, false, false, false},
-    {"tinyllama-1.1b", "llama", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, false, false, false},
-    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, true, false, true},
-    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 1536, 8192, 100000.0f, 1e-5f, true, false, false},
-    {"qwen2.5-0.5b", "qwen2", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, true, true, false},
+    {.name = "tiny-32k", .arch = "llama", 512, 256, 2, 4, 2, 512, 32768, .rope_base = 10000.0f, .eps = 1e-5f},
+    {.name = "tiny-llama-bias", .arch = "llama", 512, 256, 2, 4, 2, 512, 512, .rope_base = 10000.0f, .eps = 1e-5f, .bias = true, .all_bias = true},
+    {.name = "tiny-qwen3", .arch = "qwen3", 512, 256, 2, 4, 2, 512, 4096, .head_dim = 96, .rope_base = 1000000.0f, .eps = 1e-6f, .tied = true,
+     .qk_norm = true},
+    {.name = "tiny-granite", .arch = "granite", 512, 256, 2, 4, 2, 512, 4096, .rope_base = 10000000.0f, .eps = 1e-5f, .tied = true,
+     .granite = {12.0f, 0.22f, 0.015625f, 8.0f}},
+    {.name = "tiny-olmo2", .arch = "olmo2", 512, 256, 2, 4, 4, 512, 4096, .rope_base = 500000.0f, .eps = 1e-6f, .qk_norm = true, .post_norms = true},
+    {.name = "tiny-phi3", .arch = "phi3", 512, 256, 2, 4, 2, 512, 8192, .rot = 48, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .longrope = true, .orig_ctx = 512},
+    {.name = "tiny-mistral3", .arch = "mistral3", 512, 256, 2, 4, 2, 512, 8192, .head_dim = 96, .rope_base = 1000000.0f, .eps = 1e-5f,
+     .orig_ctx = 8, .yarn_factor = 4.0f, .temp_beta = 0.1f}, /* an original context of 8: the temperature and the YaRN ramp both act within a test's tokens */
+    {.name = "tinyllama-1.1b", .arch = "llama", 32000, 2048, 22, 32, 4, 5632, 2048, .rope_base = 10000.0f, .eps = 1e-5f},
+    {.name = "llama-3.2-1b", .arch = "llama", 128256, 2048, 16, 32, 8, 8192, 131072, .rope_base = 500000.0f, .eps = 1e-5f, .tied = true,
+     .llama3_rope = true},
+    {.name = "smollm2-135m", .arch = "llama", 49152, 576, 30, 9, 3, 1536, 8192, .rope_base = 100000.0f, .eps = 1e-5f, .tied = true},
+    {.name = "qwen2.5-0.5b", .arch = "qwen2", 151936, 896, 24, 14, 2, 4864, 32768, .rope_base = 1000000.0f, .eps = 1e-6f, .tied = true, .bias = true},
+    {.name = "qwen3-0.6b", .arch = "qwen3", 151936, 1024, 28, 16, 8, 3072, 40960, .head_dim = 128, .rope_base = 1000000.0f, .eps = 1e-6f,
+     .tied = true, .qk_norm = true},
+    {.name = "granite-3.3-2b", .arch = "granite", 49159, 2048, 40, 32, 8, 8192, 131072, .rope_base = 10000000.0f, .eps = 1e-5f, .tied = true,
+     .granite = {12.0f, 0.22f, 0.015625f, 8.0f}},
+    {.name = "olmo2-1b", .arch = "olmo2", 100352, 2048, 16, 16, 16, 8192, 4096, .rope_base = 500000.0f, .eps = 1e-6f, .qk_norm = true,
+     .post_norms = true},
+    {.name = "phi-4-mini", .arch = "phi3", 200064, 3072, 32, 24, 8, 8192, 131072, .rot = 96, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .longrope = true, .orig_ctx = 4096},
 };
 
-const char *kvb_model_shapes(void) { return "tiny, tiny-qwen2, tiny-32k, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b"; }
+const char *kvb_model_shapes(void) {
+    return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-mistral3, tinyllama-1.1b, "
+           "llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, phi-4-mini";
+}
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
 
@@ -260,18 +318,32 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         return kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
     }
     struct kvb_model_info *in = &m->info;
+    kvb_model_neutral(m);
     snprintf(in->arch, sizeof in->arch, "%s", sh->arch);
     snprintf(in->source, sizeof in->source, "mkmodel");
     snprintf(m->path, sizeof m->path, "kvbound mkmodel %s seed %llu", shape, (unsigned long long)seed);
     in->n_vocab = sh->vocab; in->n_embd = sh->dim; in->n_layer = sh->layers; in->n_head = sh->heads; in->n_head_kv = sh->kv_heads;
-    in->head_dim = sh->dim / sh->heads; in->n_ff = sh->ff; in->n_ctx_train = sh->ctx; in->rms_eps = sh->eps;
-    in->rope_base = sh->rope_base; in->rope_freq_scale = 1.0f; in->rope_dims = in->head_dim;
-    in->rope_type = !strcmp(sh->arch, "qwen2") ? KVB_ROPE_NEOX : KVB_ROPE_INTERLEAVED;
+    in->head_dim = sh->head_dim ? sh->head_dim : sh->dim / sh->heads; in->n_ff = sh->ff; in->n_ctx_train = sh->ctx; in->rms_eps = sh->eps;
+    in->rope_base = sh->rope_base; in->rope_freq_scale = 1.0f; in->rope_dims = sh->rot ? sh->rot : in->head_dim;
+    in->rope_type = !strcmp(sh->arch, "qwen2") || !strcmp(sh->arch, "qwen3") || !strcmp(sh->arch, "olmo2") || !strcmp(sh->arch, "phi3")
+                        ? KVB_ROPE_NEOX : KVB_ROPE_INTERLEAVED;
     in->tied_output = sh->tied;
     in->has_qkv_bias = sh->bias;
+    m->qk_norm_whole = !strcmp(sh->arch, "olmo2");
+    if (sh->granite[0] != 0) {
+        m->embd_scale = sh->granite[0];
+        m->residual_scale = sh->granite[1];
+        m->q_scale = sh->granite[2] * sqrtf((float)in->head_dim);
+        m->logit_scale = sh->granite[3];
+    }
+    m->rope_orig_ctx = sh->orig_ctx ? sh->orig_ctx : sh->ctx;
+    if (sh->temp_beta != 0) {
+        m->temp_beta = sh->temp_beta;
+        m->temp_floor = m->rope_orig_ctx;
+    }
     kvb_status st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
     if (st == KVB_OK) in->n_vocab = m->vocab->n; /* a real vocabulary sets the embedding rows */
-    const int64_t E = sh->dim, D = in->head_dim, F = sh->ff, V = in->n_vocab;
+    const int64_t E = sh->dim, D = in->head_dim, F = sh->ff, V = in->n_vocab, QD = (int64_t)sh->heads * D, KD = (int64_t)sh->kv_heads * D;
     if (st == KVB_OK) st = rand_mat(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
     if (st == KVB_OK && !sh->tied) st = rand_mat(o, &m->output, E, V);
@@ -290,23 +362,55 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         }
         m->rope_freqs = ff;
     }
+    if (sh->longrope) { /* LongRoPE: short factors near 1, long ones growing with the pair, attn_factor as Phi-3's converter writes it */
+        float *sf = const_vec(o, in->rope_dims / 2, 1.0f, true), *lf = const_vec(o, in->rope_dims / 2, 1.0f, false);
+        for (int32_t i = 0; lf && i < in->rope_dims / 2; i++) lf[i] = 1.0f + 40.0f * (float)i / (float)(in->rope_dims / 2);
+        m->rope_freqs = sf;
+        m->rope_freqs_long = lf;
+        const double scale = (double)sh->ctx / (double)sh->orig_ctx;
+        m->rope_mscale = scale > 1 ? (float)sqrt(1.0 + log(scale) / log((double)sh->orig_ctx)) : 1.0f;
+    }
+    if (sh->yarn_factor != 0 && st == KVB_OK) st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, true, 1.0f);
     m->layers = kvb_calloc((size_t)sh->layers, sizeof *m->layers);
     if (!m->layers && st == KVB_OK) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+    const bool fused_up = !strcmp(sh->arch, "phi3");
     for (int32_t l = 0; st == KVB_OK && l < sh->layers; l++) {
         struct kvb_layer *L = &m->layers[l];
-        L->attn_norm = const_vec(o, E, 1.0f, true);
-        L->ffn_norm = const_vec(o, E, 1.0f, true);
-        if (st == KVB_OK) st = rand_mat(o, &L->wq, E, sh->heads * D);
-        if (st == KVB_OK) st = rand_mat(o, &L->wk, E, sh->kv_heads * D);
-        if (st == KVB_OK) st = rand_mat(o, &L->wv, E, sh->kv_heads * D);
-        if (st == KVB_OK) st = rand_mat(o, &L->wo, sh->heads * D, E);
-        if (st == KVB_OK) st = rand_mat(o, &L->w_gate, E, F);
-        if (st == KVB_OK) st = rand_mat(o, &L->w_up, E, F);
+        if (sh->post_norms) {
+            L->post_attn_norm = const_vec(o, E, 1.0f, true);
+            L->post_ffn_norm = const_vec(o, E, 1.0f, true);
+        } else {
+            L->attn_norm = const_vec(o, E, 1.0f, true);
+            L->ffn_norm = const_vec(o, E, 1.0f, true);
+        }
+        if (sh->qk_norm) {
+            L->q_norm = const_vec(o, m->qk_norm_whole ? QD : D, 1.0f, true);
+            L->k_norm = const_vec(o, m->qk_norm_whole ? KD : D, 1.0f, true);
+        }
+        if (st == KVB_OK) st = rand_mat(o, &L->wq, E, QD);
+        if (st == KVB_OK) st = rand_mat(o, &L->wk, E, KD);
+        if (st == KVB_OK) st = rand_mat(o, &L->wv, E, KD);
+        if (st == KVB_OK) st = rand_mat(o, &L->wo, QD, E);
+        if (st == KVB_OK && fused_up) { /* phi3: gate rows then up rows, one tensor */
+            struct kvb_mat gu;
+            st = rand_mat(o, &gu, E, 2 * F);
+            L->w_gate = (struct kvb_mat){gu.type, E, F, gu.row_bytes, gu.data};
+            L->w_up = (struct kvb_mat){gu.type, E, F, gu.row_bytes, gu.data + (size_t)F * gu.row_bytes};
+        } else {
+            if (st == KVB_OK) st = rand_mat(o, &L->w_gate, E, F);
+            if (st == KVB_OK) st = rand_mat(o, &L->w_up, E, F);
+        }
         if (st == KVB_OK) st = rand_mat(o, &L->w_down, F, E);
         if (sh->bias) {
-            L->bq = const_vec(o, sh->heads * D, 0.0f, true);
-            L->bk = const_vec(o, sh->kv_heads * D, 0.0f, true);
-            L->bv = const_vec(o, sh->kv_heads * D, 0.0f, true);
+            L->bq = const_vec(o, QD, 0.0f, true);
+            L->bk = const_vec(o, KD, 0.0f, true);
+            L->bv = const_vec(o, KD, 0.0f, true);
+        }
+        if (sh->all_bias) {
+            L->bo = const_vec(o, E, 0.0f, true);
+            L->b_gate = const_vec(o, F, 0.0f, true);
+            L->b_up = const_vec(o, F, 0.0f, true);
+            L->b_down = const_vec(o, E, 0.0f, true);
         }
     }
     if (st != KVB_OK) {

@@ -104,13 +104,14 @@ void kvb_context_free(struct kvb_context *c) {
     kvb_free(c);
 }
 
-struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_kv_params *kv, size_t pool_bytes) {
+struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_kv_params *kv, size_t pool_bytes, int64_t n_ctx) {
     const struct kvb_model_info *in = &m->info;
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.n_layer = in->n_layer;
     cp.n_kv_head = in->n_head_kv;
     cp.head_dim = in->head_dim;
-    cp.rope = (struct kvb_rope){in->rope_type, in->rope_dims, in->rope_base, in->rope_freq_scale, m->rope_freqs};
+    const bool long_ctx = m->rope_freqs_long && n_ctx > m->rope_orig_ctx; /* LongRoPE: chosen once, for the context */
+    cp.rope = (struct kvb_rope){in->rope_type, in->rope_dims, in->rope_base, in->rope_freq_scale, long_ctx ? m->rope_freqs_long : m->rope_freqs};
     cp.pool_bytes = pool_bytes;
     cp.kv = *kv;
     if (cp.kv.max_distance == 0) cp.kv.max_distance = in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite) */
@@ -139,7 +140,7 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
     }
     if (!c->p.n_ctx) c->p.n_ctx = in->n_ctx_train;
     c->chunk = params->chunk;
-    const struct kvb_cache_params cp = kvb_model_cache_params(m, &params->kv, params->kv_pool_bytes);
+    const struct kvb_cache_params cp = kvb_model_cache_params(m, &params->kv, params->kv_pool_bytes, c->p.n_ctx);
     kvb_status st = kvb_cache_init(NULL, &cp, &c->cache);
     if (st == KVB_OK) st = kvb_threadpool_init(params->n_threads, &c->tp);
     if (st != KVB_OK) {
@@ -241,10 +242,145 @@ static void mm_group(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct 
     for (int32_t i = 0; i < n; i++) mm_prompts(tp, f, w[i], x, ldx, y[i], ldy[i], seg, n_seg);
 }
 
+/* RMS norm of each of the n vectors of size d at x (in place), weights w. */
+static void norm_heads(float *x, int64_t n, int64_t d, const float *w, float eps) {
+    for (int64_t h = 0; h < n; h++) rmsnorm(x + h * d, x + h * d, w, d, eps);
+}
+
+static void add_bias(float *y, int32_t rows, int64_t n, const float *b) {
+    if (b)
+        for (int32_t t = 0; t < rows; t++)
+            for (int64_t i = 0; i < n; i++) y[(size_t)t * n + i] += b[i];
+}
+
+/* What reaches the cache: q and k after biases, their norms, the RoPE
+ * magnitude (on the rotated dims, which is where ggml's cos/sin carry it),
+ * the query scale and Mistral 3's temperature (a per-position factor, linear
+ * like the rotation, so applied before it). */
+static void shape_qk(const struct kvb_model *m, const struct kvb_layer *L, struct kvb_fwd *f, const struct kvb_fwd_seg *seg, int32_t n_seg,
+                     int32_t l) {
+    const struct kvb_model_info *in = &m->info;
+    const int64_t D = in->head_dim, QD = (int64_t)in->n_head * D, KD = (int64_t)in->n_head_kv * D;
+    const int32_t R = f->n_rows;
+    add_bias(f->q, R, QD, L->bq);
+    add_bias(f->k, R, KD, L->bk);
+    add_bias(f->v, R, KD, L->bv);
+    for (int32_t t = 0; t < R; t++) {
+        float *q = f->q + (size_t)t * QD, *k = f->k + (size_t)t * KD;
+        if (L->q_norm) norm_heads(q, m->qk_norm_whole ? 1 : in->n_head, m->qk_norm_whole ? QD : D, L->q_norm, in->rms_eps);
+        if (L->k_norm) norm_heads(k, m->qk_norm_whole ? 1 : in->n_head_kv, m->qk_norm_whole ? KD : D, L->k_norm, in->rms_eps);
+        if (m->rope_mscale != 1.0f && in->rope_type != KVB_ROPE_NONE) {
+            for (int64_t h = 0; h < in->n_head; h++)
+                for (int32_t i = 0; i < in->rope_dims; i++) q[h * D + i] *= m->rope_mscale;
+            for (int64_t h = 0; h < in->n_head_kv; h++)
+                for (int32_t i = 0; i < in->rope_dims; i++) k[h * D + i] *= m->rope_mscale;
+        }
+        if (m->q_scale != 1.0f)
+            for (int64_t i = 0; i < QD; i++) q[i] *= m->q_scale;
+    }
+    if (m->temp_beta != 0)
+        for (int32_t i = 0; i < n_seg; i++) {
+            const int64_t p0 = kvb_cache_n_past(seg[i].cache, l); /* original positions, whatever the cache keeps */
+            for (int32_t t = 0; t < seg[i].T; t++) {
+                const float s = 1.0f + m->temp_beta * logf(1.0f + floorf((float)(p0 + t) / (float)m->temp_floor));
+                float *q = f->q + (size_t)(seg[i].r0 + t) * QD;
+                for (int64_t j = 0; j < QD; j++) q[j] *= s;
+            }
+        }
+}
+
+/* x += scale * norm(y): a branch's output joins the residual stream. */
+static void residual(const struct kvb_model *m, float *x, float *y, const float *post_norm, int32_t rows, int64_t E) {
+    for (int32_t t = 0; t < rows; t++) {
+        float *yt = y + (size_t)t * E, *xt = x + (size_t)t * E;
+        if (post_norm) rmsnorm(yt, yt, post_norm, E, m->info.rms_eps);
+        for (int64_t i = 0; i < E; i++) xt[i] += m->residual_scale * yt[i];
+    }
+}
+
+static float gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x))); }
+
+/* Output bias, Granite's logit scale and the final softcap on n rows. */
+static void finish_logits(const struct kvb_model *m, float *lg, int64_t rows) {
+    const int64_t V = m->info.n_vocab;
+    if (!m->output_bias && m->logit_scale == 1.0f && m->final_softcap == 0) return;
+    for (int64_t r = 0; r < rows; r++) {
+        float *y = lg + r * V;
+        if (m->output_bias)
+            for (int64_t i = 0; i < V; i++) y[i] += m->output_bias[i];
+        if (m->logit_scale != 1.0f)
+            for (int64_t i = 0; i < V; i++) y[i] /= m->logit_scale;
+        if (m->final_softcap != 0)
+            for (int64_t i = 0; i < V; i++) y[i] = m->final_softcap * tanhf(y[i] / m->final_softcap);
+    }
+}
+
+/* The norm before a branch: xb = norm(x), or x itself when the family has none (olmo2). */
+static const float *pre_norm(const struct kvb_model *m, struct kvb_fwd *f, const float *w, int32_t rows, int64_t E) {
+    if (!w) return f->x;
+    for (int32_t t = 0; t < rows; t++) rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, w, E, m->info.rms_eps);
+    return f->xb;
+}
+
+static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg,
+                                  int32_t n_seg, int32_t n_dec, int32_t l) {
+    const struct kvb_model_info *in = &m->info;
+    const struct kvb_layer *L = &m->layers[l];
+    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim;
+    const int32_t R = f->n_rows;
+    const float *xin = pre_norm(m, f, L->attn_norm, R, E);
+    {
+        const struct kvb_mat *w[3] = {&L->wq, &L->wk, &L->wv};
+        float *y[3] = {f->q, f->k, f->v};
+        const int64_t ld[3] = {QD, KD, KD};
+        mm_group(tp, f, w, 3, xin, E, y, ld, seg, n_seg, n_dec);
+    }
+    shape_qk(m, L, f, seg, n_seg, l);
+    for (int32_t i = 0; i < n_seg; i++) {
+        const struct kvb_fwd_seg *g = &seg[i];
+        float *q = f->q + (size_t)g->r0 * QD, *k = f->k + (size_t)g->r0 * KD, *v = f->v + (size_t)g->r0 * KD;
+        float *att = f->att + (size_t)g->r0 * QD;
+        kvb_status st = g->decode ? kvb_cache_decode(g->cache, l, q, in->n_head, k, v, att, tp)
+                                  : kvb_cache_prefill(g->cache, l, g->T, q, in->n_head, k, v, att, tp);
+        if (st != KVB_OK) return st;
+    }
+    mm(tp, f, &L->wo, f->att, QD, f->tmp, E, seg, n_seg, n_dec);
+    add_bias(f->tmp, R, E, L->bo);
+    residual(m, f->x, f->tmp, L->post_attn_norm, R, E);
+    return KVB_OK;
+}
+
+static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg, int32_t n_seg,
+                      int32_t n_dec, int32_t l) {
+    const struct kvb_model_info *in = &m->info;
+    const struct kvb_layer *L = &m->layers[l];
+    const int64_t E = in->n_embd, F = in->n_ff;
+    const int32_t R = f->n_rows;
+    const float *xin = pre_norm(m, f, L->ffn_norm, R, E);
+    {
+        const struct kvb_mat *w[2] = {&L->w_gate, &L->w_up};
+        float *y[2] = {f->hg, f->hu};
+        const int64_t ld[2] = {F, F};
+        mm_group(tp, f, w, 2, xin, E, y, ld, seg, n_seg, n_dec);
+    }
+    add_bias(f->hg, R, F, L->b_gate);
+    add_bias(f->hu, R, F, L->b_up);
+    if (m->act == KVB_FFN_GELU_TANH)
+        for (size_t i = 0; i < (size_t)R * F; i++) f->hg[i] = gelu_tanh(f->hg[i]) * f->hu[i];
+    else
+        for (size_t i = 0; i < (size_t)R * F; i++) {
+            const float g = f->hg[i];
+            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
+        }
+    mm(tp, f, &L->w_down, f->hg, F, f->tmp, E, seg, n_seg, n_dec);
+    add_bias(f->tmp, R, E, L->b_down);
+    residual(m, f->x, f->tmp, L->post_ffn_norm, R, E);
+}
+
 kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const int32_t *tok,
                        const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
     const struct kvb_model_info *in = &m->info;
-    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
+    const int64_t E = in->n_embd;
     int32_t R = 0, n_lg = 0;
     for (int32_t i = 0; i < n_seg; i++) {
         R = KVB_MAX(R, seg[i].r0 + seg[i].T);
@@ -260,46 +396,11 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
             f->cT[f->nc++] = seg[i].T;
         }
     for (int32_t t = 0; t < R; t++) embed_row(&m->tok_embd, tok[t], f->x + (size_t)t * E);
+    if (m->embd_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] *= m->embd_scale;
     for (int32_t l = 0; l < in->n_layer; l++) {
-        const struct kvb_layer *L = &m->layers[l];
-        for (int32_t t = 0; t < R; t++) rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, L->attn_norm, E, in->rms_eps);
-        {
-            const struct kvb_mat *w[3] = {&L->wq, &L->wk, &L->wv};
-            float *y[3] = {f->q, f->k, f->v};
-            const int64_t ld[3] = {QD, KD, KD};
-            mm_group(tp, f, w, 3, f->xb, E, y, ld, seg, n_seg, n_dec);
-        }
-        if (L->bq)
-            for (int32_t t = 0; t < R; t++) {
-                for (int64_t i = 0; i < QD; i++) f->q[(size_t)t * QD + i] += L->bq[i];
-                for (int64_t i = 0; i < KD; i++) {
-                    f->k[(size_t)t * KD + i] += L->bk[i];
-                    f->v[(size_t)t * KD + i] += L->bv[i];
-                }
-            }
-        for (int32_t i = 0; i < n_seg; i++) {
-            const struct kvb_fwd_seg *g = &seg[i];
-            float *q = f->q + (size_t)g->r0 * QD, *k = f->k + (size_t)g->r0 * KD, *v = f->v + (size_t)g->r0 * KD;
-            float *att = f->att + (size_t)g->r0 * QD;
-            st = g->decode ? kvb_cache_decode(g->cache, l, q, in->n_head, k, v, att, tp)
-                                      : kvb_cache_prefill(g->cache, l, g->T, q, in->n_head, k, v, att, tp);
-            if (st != KVB_OK) return st;
-        }
-        mm(tp, f, &L->wo, f->att, QD, f->tmp, E, seg, n_seg, n_dec);
-        for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] += f->tmp[i];
-        for (int32_t t = 0; t < R; t++) rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, L->ffn_norm, E, in->rms_eps);
-        {
-            const struct kvb_mat *w[2] = {&L->w_gate, &L->w_up};
-            float *y[2] = {f->hg, f->hu};
-            const int64_t ld[2] = {F, F};
-            mm_group(tp, f, w, 2, f->xb, E, y, ld, seg, n_seg, n_dec);
-        }
-        for (size_t i = 0; i < (size_t)R * F; i++) {
-            const float g = f->hg[i];
-            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
-        }
-        mm(tp, f, &L->w_down, f->hg, F, f->tmp, E, seg, n_seg, n_dec);
-        for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] += f->tmp[i];
+        if ((st = attention_block(m, tp, f, seg, n_seg, n_dec, l)) != KVB_OK) return st;
+        ffn_block(m, tp, f, seg, n_seg, n_dec, l);
     }
     /* logits: every segment's last row as one decode batch (each row as a
      * lone T == 1 call), a segment's every row as its own chunk */
@@ -311,12 +412,14 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
             for (int32_t t = 0; t < g->T; t++)
                 rmsnorm(f->tmp + (size_t)t * E, f->x + (size_t)(g->r0 + t) * E, m->output_norm, E, in->rms_eps);
             kvb_matmul(tp, &m->output, f->tmp, E, g->logits, in->n_vocab, g->T);
+            finish_logits(m, g->logits, g->T);
         } else {
             rmsnorm(f->xb + (size_t)n_last++ * E, f->x + (size_t)(g->r0 + g->T - 1) * E, m->output_norm, E, in->rms_eps);
         }
     }
     if (!n_last) return KVB_OK;
     kvb_matmul_decode(tp, &m->output, f->xb, E, f->lg, in->n_vocab, n_last, f->q8);
+    finish_logits(m, f->lg, n_last);
     for (int32_t i = 0, r = 0; i < n_seg; i++)
         if (seg[i].logits && !seg[i].all_logits)
             memcpy(seg[i].logits, f->lg + (size_t)r++ * in->n_vocab, sizeof(float) * (size_t)in->n_vocab);

@@ -12,15 +12,28 @@
 struct gguf_file;
 struct kvb_vocab;
 
+/* How the FFN gates: silu(gate) * up (SwiGLU) or gelu_tanh(gate) * up (GeGLU). */
+enum kvb_ffn_act { KVB_FFN_SILU = 0, KVB_FFN_GELU_TANH = 1 };
+
+/* One layer: every weight it reads. A step of the forward pass runs when its
+ * weights are there (a NULL vector, a matrix with data NULL: absent), so the
+ * families differ in data, not in code paths (family.c says which pieces
+ * each may or must carry). */
 struct kvb_layer {
-    const float *attn_norm;      /* [n_embd] */
-    struct kvb_mat wq;           /* [n_head * head_dim][n_embd] */
-    struct kvb_mat wk, wv;       /* [n_head_kv * head_dim][n_embd] */
-    const float *bq, *bk, *bv;   /* qwen2 biases, or NULL */
-    struct kvb_mat wo;           /* [n_embd][n_head * head_dim] */
-    const float *ffn_norm;       /* [n_embd] */
-    struct kvb_mat w_gate, w_up; /* [n_ff][n_embd] */
-    struct kvb_mat w_down;       /* [n_embd][n_ff] */
+    const float *attn_norm;        /* pre-attention RMS norm [E], or NULL (olmo2) */
+    struct kvb_mat wq;             /* [Hq*D][E] (row ranges of a fused attn_qkv: Q, K, V) */
+    struct kvb_mat wk, wv;         /* [Hk*D][E] */
+    const float *bq, *bk, *bv;     /* projection biases, or NULL */
+    const float *q_norm, *k_norm;  /* RMS norms of q and k before RoPE: per head [D], or over the
+                                    * whole projection [Hq*D] / [Hk*D] (kvb_model.qk_norm_whole) */
+    struct kvb_mat wo;             /* [E][Hq*D] */
+    const float *bo;               /* [E] or NULL */
+    const float *post_attn_norm;   /* RMS norm of the attention output before the residual, or NULL */
+    const float *ffn_norm;         /* pre-FFN RMS norm [E], or NULL (olmo2) */
+    struct kvb_mat w_gate, w_up;   /* [F][E] (phi3: the two halves of one fused ffn_up) */
+    struct kvb_mat w_down;         /* [E][F] */
+    const float *b_gate, *b_up, *b_down; /* FFN biases, or NULL */
+    const float *post_ffn_norm;    /* RMS norm of the FFN output before the residual, or NULL */
 };
 
 struct kvb_model {
@@ -28,14 +41,55 @@ struct kvb_model {
     struct kvb_mat tok_embd;     /* [n_vocab][n_embd] */
     const float *output_norm;    /* [n_embd] */
     struct kvb_mat output;       /* [n_vocab][n_embd] (tok_embd when tied) */
-    const float *rope_freqs;     /* [rope_dims / 2] Llama-3 factors, or NULL */
+    const float *output_bias;    /* [n_vocab] (qwen2), or NULL */
+    const float *rope_freqs;     /* [rope_dims / 2] frequency divisors (Llama-3, YaRN, LongRoPE short), or NULL */
+    const float *rope_freqs_long;/* LongRoPE: the divisors past rope_orig_ctx (phi3), or NULL */
     struct kvb_layer *layers;
+    /* the family's arithmetic, resolved at load (family.c); the neutral value does nothing */
+    enum kvb_ffn_act act;
+    bool qk_norm_whole;          /* q_norm/k_norm over the whole projection (olmo2), else per head */
+    float embd_scale;            /* embeddings multiplied (gemma: sqrt(E); granite: embedding_scale); 1 */
+    float residual_scale;        /* each branch multiplied before its residual add (granite); 1 */
+    float q_scale;               /* q multiplied before the cache (which scales scores by 1/sqrt(D)):
+                                  * granite's attention.scale * sqrt(D); 1 */
+    float rope_mscale;           /* cos/sin magnitude (YaRN, LongRoPE attn_factor): q's and k's
+                                  * rotated dims multiplied by it; 1 */
+    int32_t rope_orig_ctx;       /* LongRoPE: contexts above it use rope_freqs_long */
+    float logit_scale;           /* logits divided (granite); 1 */
+    float final_softcap;         /* logits = c * tanh(logits / c); 0: off */
+    float temp_beta;             /* mistral3: q *= 1 + beta * ln(1 + floor(pos / temp_floor)); 0: off */
+    int32_t temp_floor;
+    /* YaRN as the file gave it (rope_freqs then holds the divisors made from it), for export */
+    float yarn_factor;           /* 0: no YaRN */
+    float yarn_beta_fast, yarn_beta_slow, yarn_log_mul; /* log_mul 0: the key was absent */
+    float yarn_attn_factor;      /* rope.scaling.attn_factor beside YaRN */
+    const float *rope_freqs_file;/* the file's own rope_freqs under YaRN, or NULL */
     struct kvb_vocab *vocab;
     struct gguf_file *gguf;      /* GGUF source, or NULL */
     void *map;                   /* llama2.c checkpoint mapping */
     size_t map_size;
+    void *owned;                 /* arrays the loader computed (YaRN divisors), freed with the model */
     char path[512];
 };
+
+/* The neutral arithmetic of a plain llama model (every scale 1, SwiGLU). */
+void kvb_model_neutral(struct kvb_model *m);
+
+/* family.c: the families this engine runs, as data. kvb_family_load reads
+ * the hyperparameters of f's architecture (keys as llama.cpp reads them;
+ * a key that changes the math and is not implemented is refused by name)
+ * and binds every tensor, refusing one the family does not use. */
+kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m);
+/* YaRN with scale fs (1 / factor) from the original context orig: per-pair
+ * divisors over ff (or 1) into rope_freqs, and its magnitude into rope_mscale. */
+kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32_t orig, float beta_fast, float beta_slow, bool has_log_mul,
+                           float log_mul);
+/* The families, comma-separated (messages, --help). */
+const char *kvb_family_names(void);
+/* Writes the model's tensors under their GGUF names (export.c): calls put
+ * for each present piece; 2-D when mat is non-NULL. */
+kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat,
+                                                                              const float *vec, int64_t n), void *u);
 
 kvb_status kvb_model_load_gguf(const char *path, bool in_memory, struct kvb_model *m);
 
@@ -44,8 +98,10 @@ kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, 
 
 /* The cache parameters of a sequence on model m: its geometry and rope,
  * the KV configuration kv (max_distance 0: the trained length) and a
- * private pool of pool_bytes (unused when the cache draws from a shared one). */
-struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_kv_params *kv, size_t pool_bytes);
+ * private pool of pool_bytes (unused when the cache draws from a shared one);
+ * n_ctx, the context it is made for, picks LongRoPE's long divisors when it
+ * exceeds the original context (as llama.cpp picks them, once). */
+struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_kv_params *kv, size_t pool_bytes, int64_t n_ctx);
 
 /* ---- the forward pass over rows of many sequences (forward.c) ---- */
 

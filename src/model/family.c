@@ -1,0 +1,524 @@
+/*
+ * family.c — the model families as data.
+ *
+ * A family is a row of k_families: its RoPE layout, which tensors a layer
+ * must carry, may carry or must not carry (k_slots names them), and the few
+ * traits that change the arithmetic (q/k norms over the whole projection,
+ * Granite's multipliers, the Mistral 3 query temperature, LongRoPE, partial
+ * rotary). Everything else is the one forward pass of forward.c, which runs
+ * a step when its weights are present. Adding a family is a row here, its
+ * keys in load_family_keys when it has its own, and a shape in export.c.
+ *
+ * Keys are read as llama.cpp reads them (docs: llama.cpp's load_hparams and
+ * the per-architecture loaders): missing or zero means unset, so
+ * rope.scaling.factor 0 is no scaling. A key that changes the math and that
+ * this engine does not implement (sliding-window layers, experts, per-layer
+ * head counts, an unknown RoPE scaling type) is refused by name. Every
+ * tensor of the file must be bound: one the family does not use is refused
+ * by name, never ignored (llama.cpp refuses such files too).
+ *
+ * YaRN becomes data: its ramp mixes interpolated and extrapolated angles per
+ * rotary pair, theta_i = theta_e,i * (s (1 - mix_i) + mix_i), which is a
+ * per-pair frequency divisor, plus a magnitude on cos/sin (rope_mscale).
+ */
+#include "model.h"
+#include "../gguf/gguf.h"
+#include "../tokenizer/tokenizer.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* ---- the slots of a layer ---- */
+
+enum slot {
+    S_ATTN_NORM, S_Q, S_K, S_V, S_QKV, S_BQ, S_BK, S_BV, S_BQKV, S_Q_NORM, S_K_NORM, S_O, S_BO, S_POST_ATTN_NORM,
+    S_FFN_NORM, S_GATE, S_UP, S_DOWN, S_BGATE, S_BUP, S_BDOWN, S_POST_FFN_NORM, S_COUNT
+};
+static const char *const k_slots[S_COUNT] = {
+    "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight", "attn_q.bias", "attn_k.bias",
+    "attn_v.bias", "attn_qkv.bias", "attn_q_norm.weight", "attn_k_norm.weight", "attn_output.weight", "attn_output.bias",
+    "post_attention_norm.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_gate.bias",
+    "ffn_up.bias", "ffn_down.bias", "post_ffw_norm.weight"};
+
+enum need { NO = 0, OPT = 1, REQ = 2 };
+
+/* traits */
+#define F_QK_WHOLE 1u      /* q/k norms over the whole projection (olmo2) */
+#define F_FUSED_UP 2u      /* ffn_up holds gate then up rows, no ffn_gate (phi3) */
+#define F_PARTIAL_ROT 4u   /* rope.dimension_count may be below the head size (phi3) */
+#define F_ROPE_FREQS 8u    /* rope_freqs.weight (Llama-3 factors) may be present */
+#define F_LONGROPE 16u     /* rope_factors_short/long.weight may be present (phi3 always; llama-likes with longrope) */
+#define F_OUTPUT_BIAS 32u  /* output.bias may be present (qwen2) */
+#define F_OUTPUT_REQ 64u   /* output.weight required, never tied (olmo2) */
+#define F_GRANITE 128u     /* embedding/residual/attention/logit scales, rope.scaling.finetuned */
+#define F_TEMP 256u        /* mistral3: query temperature, YaRN betas and log multiplier */
+#define F_SWA_IGNORED 512u /* attention.sliding_window is read and then switched off (phi3) */
+
+struct family {
+    const char *arch;
+    enum kvb_rope_type rope;
+    uint32_t traits;
+    uint8_t need[S_COUNT];
+};
+
+/* need[]: the order of enum slot */
+#define LLAMA_ATTN REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ
+#define PLAIN_FFN REQ, REQ, REQ, REQ
+static const struct family k_families[] = {
+    {"llama", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
+    {"qwen2", KVB_ROPE_NEOX, F_OUTPUT_BIAS, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
+    {"qwen3", KVB_ROPE_NEOX, 0, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
+    {"granite", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
+    {"mistral3", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_TEMP, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
+    {"olmo2", KVB_ROPE_NEOX, F_QK_WHOLE | F_OUTPUT_REQ,
+     {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}},
+    {"phi3", KVB_ROPE_NEOX, F_FUSED_UP | F_PARTIAL_ROT | F_LONGROPE | F_SWA_IGNORED,
+     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, NO, NO, REQ, NO, REQ, REQ, NO, NO, NO, NO}},
+};
+#undef LLAMA_ATTN
+#undef PLAIN_FFN
+
+const char *kvb_family_names(void) { return "llama, qwen2, qwen3, granite, mistral3, olmo2, phi3"; }
+
+static const struct family *find_family(struct gguf_str a) {
+    for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
+        if (kvb_gguf_str_eq(a, k_families[i].arch)) return &k_families[i];
+    return NULL;
+}
+
+static const struct family *family_of(const char *arch) {
+    for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
+        if (!strcmp(arch, k_families[i].arch)) return &k_families[i];
+    return NULL;
+}
+
+void kvb_model_neutral(struct kvb_model *m) {
+    m->act = KVB_FFN_SILU;
+    m->qk_norm_whole = false;
+    m->embd_scale = m->residual_scale = m->q_scale = m->rope_mscale = m->logit_scale = 1.0f;
+    m->final_softcap = 0;
+    m->temp_beta = 0;
+    m->temp_floor = 0;
+}
+
+/* ---- keys ---- */
+
+struct keys {
+    const struct gguf_file *f;
+    const char *arch;
+    char key[128];
+};
+
+static const char *K(struct keys *k, const char *suffix) {
+    snprintf(k->key, sizeof k->key, "%s.%s", k->arch, suffix);
+    return k->key;
+}
+
+/* An optional u32 in lo..hi: KVB_OK (set), KVB_ERR_INVALID (absent, *v untouched), or an error. */
+static kvb_status opt_u32(struct keys *k, const char *suffix, uint32_t *v, uint32_t lo, uint32_t hi) {
+    const char *key = K(k, suffix);
+    const struct gguf_kv *kv = kvb_gguf_find(k->f, key);
+    if (!kv) return KVB_ERR_INVALID;
+    if (kv->type == GGUF_T_ARRAY)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' is a per-layer array; kvbound needs one value for every layer", k->f->path, key);
+    kvb_status st = kvb_gguf_get_u32(k->f, key, v, true);
+    if (st != KVB_OK) return st;
+    if (*v < lo || *v > hi) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u is out of range %u..%u", k->f->path, key, *v, lo, hi);
+    return KVB_OK;
+}
+
+static kvb_status req_u32(struct keys *k, const char *suffix, uint32_t *v, uint32_t lo, uint32_t hi) {
+    kvb_status st = opt_u32(k, suffix, v, lo, hi);
+    if (st == KVB_ERR_INVALID) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+    return st;
+}
+
+/* An optional finite float; absent: *v untouched. */
+static kvb_status opt_f32(struct keys *k, const char *suffix, float *v) {
+    const char *key = K(k, suffix);
+    kvb_status st = kvb_gguf_get_f32(k->f, key, v, false);
+    if (st == KVB_ERR_INVALID) return KVB_OK;
+    if (st != KVB_OK) return st;
+    if (!isfinite(*v)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is not finite", k->f->path, key);
+    return KVB_OK;
+}
+
+static double mscale_of(double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0; }
+
+/* YaRN's per-pair divisors over ff (or 1) and its magnitude, as ggml's rope
+ * with ext_factor 1: corr dims from the original context and the betas. */
+kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32_t orig, float beta_fast, float beta_slow, bool has_log_mul,
+                       float log_mul) {
+    const struct kvb_model_info *in = &m->info;
+    const int32_t R = in->rope_dims, P = R / 2;
+    float *div = kvb_malloc(sizeof(float) * (size_t)KVB_MAX(P, 1));
+    if (!div) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the YaRN factors", m->path);
+    const float base = in->rope_base;
+    const float lo_f = (float)R * logf((float)orig / (beta_fast * 2.0f * 3.14159265358979f)) / (2.0f * logf(base));
+    const float hi_f = (float)R * logf((float)orig / (beta_slow * 2.0f * 3.14159265358979f)) / (2.0f * logf(base));
+    const float lo = fmaxf(0.0f, floorf(lo_f)), hi = fminf((float)(R - 1), ceilf(hi_f));
+    for (int32_t i = 0; i < P; i++) {
+        const float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+        const float mix = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+        div[i] = (ff ? ff[i] : 1.0f) / (fs * (1.0f - mix) + mix);
+    }
+    const double f = 1.0 / (double)fs;
+    m->yarn_factor = (float)f;
+    m->yarn_beta_fast = beta_fast;
+    m->yarn_beta_slow = beta_slow;
+    m->yarn_log_mul = has_log_mul ? log_mul : 0;
+    m->yarn_attn_factor = m->rope_mscale;
+    m->rope_freqs_file = ff;
+    m->rope_mscale *= (float)(has_log_mul ? mscale_of(f, 1.0) / mscale_of(f, log_mul) : mscale_of(f, 1.0));
+    m->rope_freqs = div;
+    m->owned = div;
+    m->info.rope_freq_scale = 1.0f; /* now in the divisors */
+    return KVB_OK;
+}
+
+/* The head counts and sizes, the context and the norm epsilon. */
+static kvb_status load_shape(struct keys *k, const struct family *fam, struct kvb_model_info *in) {
+    uint32_t v;
+    kvb_status st;
+    if ((st = req_u32(k, "embedding_length", &v, 1, 1 << 16)) != KVB_OK) return st;
+    in->n_embd = (int32_t)v;
+    if ((st = req_u32(k, "block_count", &v, 1, 4096)) != KVB_OK) return st;
+    in->n_layer = (int32_t)v;
+    if ((st = req_u32(k, "feed_forward_length", &v, 1, 1 << 20)) != KVB_OK) return st;
+    in->n_ff = (int32_t)v;
+    if ((st = req_u32(k, "attention.head_count", &v, 1, 1024)) != KVB_OK) return st;
+    in->n_head = (int32_t)v;
+    in->n_head_kv = in->n_head;
+    if ((st = opt_u32(k, "attention.head_count_kv", &v, 1, 1024)) == KVB_OK) in->n_head_kv = (int32_t)v;
+    else if (st != KVB_ERR_INVALID) return st;
+    if (in->n_head % in->n_head_kv)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: head_count %d is not a multiple of head_count_kv %d", k->f->path, in->n_head, in->n_head_kv);
+    const bool divides = in->n_embd % in->n_head == 0;
+    in->head_dim = divides ? in->n_embd / in->n_head : 0;
+    if ((st = opt_u32(k, "attention.key_length", &v, 1, 512)) == KVB_OK) in->head_dim = (int32_t)v;
+    else if (st != KVB_ERR_INVALID) return st;
+    if (!in->head_dim)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: embedding_length %d is not a multiple of head_count %d and '%s.attention.key_length' is missing",
+                        k->f->path, in->n_embd, in->n_head, k->arch);
+    if ((st = opt_u32(k, "attention.value_length", &v, 1, 512)) == KVB_OK) {
+        if ((int32_t)v != in->head_dim)
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u differs from the key length %d; kvbound needs K and V heads of one size",
+                            k->f->path, k->key, v, in->head_dim);
+    } else if (st != KVB_ERR_INVALID) return st;
+    in->n_ctx_train = 2048;
+    if ((st = opt_u32(k, "context_length", &v, 1, 1u << 30)) == KVB_OK) in->n_ctx_train = (int32_t)v;
+    else if (st != KVB_ERR_INVALID) return st;
+    in->rms_eps = 1e-5f;
+    if ((st = opt_f32(k, "attention.layer_norm_rms_epsilon", &in->rms_eps)) != KVB_OK) return st;
+    if (!(in->rms_eps > 0 && in->rms_eps < 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g is out of range", k->f->path, k->key, (double)in->rms_eps);
+    if (kvb_gguf_find(k->f, K(k, "attention.layer_norm_epsilon")))
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': LayerNorm models are not supported (RMSNorm only)", k->f->path, k->key);
+    if ((st = opt_u32(k, "expert_count", &v, 0, 1u << 20)) == KVB_OK && v > 0)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: mixture-of-experts models are not supported yet", k->f->path, k->key, v);
+    else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (!(fam->traits & F_SWA_IGNORED) && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: sliding-window layers are not supported for '%s' yet", k->f->path, k->key, v, k->arch);
+    else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
+    return KVB_OK;
+}
+
+/* RoPE: base, rotary dims, the scaling type and its keys. ff: the file's
+ * rope_freqs, already bound (or NULL). */
+static kvb_status load_rope(struct keys *k, const struct family *fam, struct kvb_model *m, const float *ff) {
+    struct kvb_model_info *in = &m->info;
+    kvb_status st;
+    in->rope_type = fam->rope;
+    in->rope_base = 10000.0f;
+    if ((st = opt_f32(k, "rope.freq_base", &in->rope_base)) != KVB_OK) return st;
+    if (!(in->rope_base > 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g must be > 1", k->f->path, k->key, (double)in->rope_base);
+    uint32_t v;
+    in->rope_dims = in->head_dim;
+    if ((st = opt_u32(k, "rope.dimension_count", &v, 2, (uint32_t)in->head_dim)) == KVB_OK) in->rope_dims = (int32_t)v;
+    else if (st != KVB_ERR_INVALID) return st;
+    if (in->rope_dims % 2) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %d is odd", k->f->path, k->key, in->rope_dims);
+    if (in->rope_dims != in->head_dim && !(fam->traits & F_PARTIAL_ROT))
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.dimension_count' = %d differs from the head size %d, which '%s' does not allow",
+                        k->f->path, k->arch, in->rope_dims, in->head_dim, k->arch);
+    char type[16] = "linear";
+    struct gguf_str s;
+    if ((st = kvb_gguf_get_str(k->f, K(k, "rope.scaling.type"), &s, false)) == KVB_OK) {
+        if (s.n >= sizeof type || !(kvb_gguf_str_eq(s, "none") || kvb_gguf_str_eq(s, "linear") || kvb_gguf_str_eq(s, "yarn") || kvb_gguf_str_eq(s, "longrope")))
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = '%.*s' is not a RoPE scaling kvbound knows (none, linear, yarn, longrope)", k->f->path,
+                            k->key, (int)KVB_MIN(s.n, (uint64_t)32), s.p);
+        memcpy(type, s.p, (size_t)s.n);
+        type[s.n] = 0;
+    } else if (st != KVB_ERR_INVALID) return st;
+    float factor = 0;
+    if ((st = opt_f32(k, "rope.scale_linear", &factor)) != KVB_OK) return st;
+    if ((st = opt_f32(k, "rope.scaling.factor", &factor)) != KVB_OK) return st;
+    if (factor < 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g is negative", k->f->path, k->key, (double)factor);
+    const float fs = !strcmp(type, "none") || factor == 0 ? 1.0f : 1.0f / factor;
+    in->rope_freq_scale = fs;
+    if ((st = opt_f32(k, "rope.scaling.attn_factor", &m->rope_mscale)) != KVB_OK) return st;
+    if (!(m->rope_mscale > 0)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be > 0", k->f->path, k->key);
+    uint32_t orig = (uint32_t)in->n_ctx_train;
+    if ((st = opt_u32(k, "rope.scaling.original_context_length", &orig, 1, 1u << 30)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    m->rope_orig_ctx = (int32_t)orig;
+    m->rope_freqs = ff;
+    if (fam->traits & F_GRANITE) {
+        bool finetuned = true;
+        if ((st = kvb_gguf_get_bool(k->f, K(k, "rope.scaling.finetuned"), &finetuned, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+        if (!finetuned) in->rope_type = KVB_ROPE_NONE;
+    }
+    if (!strcmp(type, "yarn")) {
+        float beta_fast = 32.0f, beta_slow = 1.0f, log_mul = 0;
+        bool has_log_mul = false;
+        if (fam->traits & F_TEMP) {
+            if ((st = opt_f32(k, "rope.scaling.yarn_beta_fast", &beta_fast)) != KVB_OK) return st;
+            if ((st = opt_f32(k, "rope.scaling.yarn_beta_slow", &beta_slow)) != KVB_OK) return st;
+            has_log_mul = kvb_gguf_find(k->f, K(k, "rope.scaling.yarn_log_multiplier")) != NULL;
+            if ((st = opt_f32(k, "rope.scaling.yarn_log_multiplier", &log_mul)) != KVB_OK) return st;
+        }
+        if (!(beta_fast > 0 && beta_slow > 0)) return kvb_fail(KVB_ERR_CORRUPT, "%s: YaRN betas must be > 0", k->f->path);
+        return kvb_family_yarn(m, ff, fs, (int32_t)orig, beta_fast, beta_slow, has_log_mul, log_mul);
+    }
+    return KVB_OK;
+}
+
+/* Family keys beyond the shape and RoPE. */
+static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
+    kvb_status st;
+    if (fam->traits & F_QK_WHOLE) m->qk_norm_whole = true;
+    if (fam->traits & F_GRANITE) {
+        float emb = 0, res = 0, att = 0, logit = 0;
+        if ((st = opt_f32(k, "embedding_scale", &emb)) != KVB_OK) return st;
+        if ((st = opt_f32(k, "residual_scale", &res)) != KVB_OK) return st;
+        if ((st = opt_f32(k, "attention.scale", &att)) != KVB_OK) return st;
+        if (!kvb_gguf_find(k->f, K(k, "logit_scale"))) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+        if ((st = opt_f32(k, "logit_scale", &logit)) != KVB_OK) return st;
+        if (emb != 0) m->embd_scale = emb;
+        if (res != 0) m->residual_scale = res;
+        if (att != 0) m->q_scale = att * sqrtf((float)m->info.head_dim);
+        if (logit != 0) m->logit_scale = logit;
+    }
+    if (fam->traits & F_TEMP) {
+        float beta = 0;
+        if ((st = opt_f32(k, "attention.temperature_scale", &beta)) != KVB_OK) return st;
+        if (beta != 0) {
+            if (m->rope_orig_ctx <= 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: a query temperature needs the original context length", k->f->path);
+            m->temp_beta = beta;
+            m->temp_floor = m->rope_orig_ctx;
+        }
+    }
+    return KVB_OK;
+}
+
+/* ---- tensors ---- */
+
+struct binder {
+    const struct gguf_file *f;
+    const char *arch;
+    uint8_t *used; /* [n_tensors] */
+};
+
+static const struct gguf_tensor *take(struct binder *b, const char *name) {
+    const struct gguf_tensor *t = kvb_gguf_find_tensor(b->f, name);
+    if (t) b->used[t - b->f->tensors] = 1;
+    return t;
+}
+
+static kvb_status absent(struct binder *b, const char *name, enum need need) {
+    return need == REQ ? kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is missing (architecture '%s' needs it)", b->f->path, name, b->arch) : KVB_OK;
+}
+
+/* A weight of n_out rows of n_in (absent and optional: data NULL). */
+static kvb_status bind_mat(struct binder *b, const char *name, int64_t n_in, int64_t n_out, enum need need, struct kvb_mat *w) {
+    memset(w, 0, sizeof *w);
+    const struct gguf_tensor *t = need == NO ? NULL : take(b, name);
+    if (!t) return absent(b, name, need);
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", b->f->path, name,
+                        (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
+    if (!kvb_matmul_supports(t->type))
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which kvbound's matmuls do not support", b->f->path, name,
+                        kvb_ggml_type_name(t->type));
+    *w = (struct kvb_mat){t->type, n_in, n_out, kvb_ggml_row_size(t->type, n_in), t->data};
+    return KVB_OK;
+}
+
+static kvb_status bind_vec(struct binder *b, const char *name, int64_t n, enum need need, const float **out) {
+    *out = NULL;
+    const struct gguf_tensor *t = need == NO ? NULL : take(b, name);
+    if (!t) return absent(b, name, need);
+    if (t->type != GGML_TYPE_F32 || t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' must be f32 [%lld], is %s [%lld, %lld]", b->f->path, name, (long long)n,
+                        kvb_ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1]);
+    if ((uintptr_t)t->data % 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is misaligned", b->f->path, name);
+    *out = (const float *)t->data;
+    return KVB_OK;
+}
+
+/* Rows [r0, r0 + n) of w as a matrix of their own. */
+static struct kvb_mat rows_of(const struct kvb_mat *w, int64_t r0, int64_t n) {
+    return (struct kvb_mat){w->type, w->n_in, n, w->row_bytes, w->data + (size_t)r0 * w->row_bytes};
+}
+
+static kvb_status bind_layer(struct binder *b, const struct family *fam, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const struct kvb_model_info *in = &m->info;
+    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
+    const uint8_t *need = fam->need;
+    char name[S_COUNT][96];
+    for (int s = 0; s < S_COUNT; s++) snprintf(name[s], sizeof name[s], "blk.%d.%s", (int)l, k_slots[s]);
+    kvb_status st;
+#define VEC(s, n, dst) if ((st = bind_vec(b, name[s], n, (enum need)need[s], &(dst))) != KVB_OK) return st
+#define MAT(s, nin, nout, dst, req) if ((st = bind_mat(b, name[s], nin, nout, req, &(dst))) != KVB_OK) return st
+    VEC(S_ATTN_NORM, E, L->attn_norm);
+    struct kvb_mat qkv;
+    MAT(S_QKV, E, QD + 2 * KD, qkv, (enum need)need[S_QKV]);
+    if (qkv.data) { /* fused: Q, K and V rows of one tensor, and one bias */
+        L->wq = rows_of(&qkv, 0, QD);
+        L->wk = rows_of(&qkv, QD, KD);
+        L->wv = rows_of(&qkv, QD + KD, KD);
+        const float *bqkv;
+        VEC(S_BQKV, QD + 2 * KD, bqkv);
+        if (bqkv) { L->bq = bqkv; L->bk = bqkv + QD; L->bv = bqkv + QD + KD; }
+    } else {
+        const enum need nq = need[S_Q] == OPT ? REQ : (enum need)need[S_Q]; /* optional only beside a fused attn_qkv */
+        MAT(S_Q, E, QD, L->wq, nq);
+        MAT(S_K, E, KD, L->wk, nq);
+        MAT(S_V, E, KD, L->wv, nq);
+        VEC(S_BQ, QD, L->bq);
+        VEC(S_BK, KD, L->bk);
+        VEC(S_BV, KD, L->bv);
+    }
+    VEC(S_Q_NORM, m->qk_norm_whole ? QD : in->head_dim, L->q_norm);
+    VEC(S_K_NORM, m->qk_norm_whole ? KD : in->head_dim, L->k_norm);
+    MAT(S_O, QD, E, L->wo, (enum need)need[S_O]);
+    VEC(S_BO, E, L->bo);
+    VEC(S_POST_ATTN_NORM, E, L->post_attn_norm);
+    VEC(S_FFN_NORM, E, L->ffn_norm);
+    if (fam->traits & F_FUSED_UP) { /* gate rows, then up rows */
+        struct kvb_mat gu;
+        MAT(S_UP, E, 2 * F, gu, REQ);
+        L->w_gate = rows_of(&gu, 0, F);
+        L->w_up = rows_of(&gu, F, F);
+    } else {
+        MAT(S_GATE, E, F, L->w_gate, (enum need)need[S_GATE]);
+        MAT(S_UP, E, F, L->w_up, (enum need)need[S_UP]);
+    }
+    MAT(S_DOWN, F, E, L->w_down, (enum need)need[S_DOWN]);
+    VEC(S_BGATE, F, L->b_gate);
+    VEC(S_BUP, F, L->b_up);
+    VEC(S_BDOWN, E, L->b_down);
+    VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
+#undef VEC
+#undef MAT
+    return KVB_OK;
+}
+
+/* The global tensors, after the shape and before RoPE (rope_freqs feeds it). */
+static kvb_status bind_globals(struct binder *b, const struct family *fam, struct kvb_model *m, const float **ff) {
+    struct kvb_model_info *in = &m->info;
+    const int64_t E = in->n_embd, V = in->n_vocab;
+    kvb_status st;
+    if ((st = bind_mat(b, "token_embd.weight", E, V, REQ, &m->tok_embd)) != KVB_OK) return st;
+    if ((st = bind_vec(b, "output_norm.weight", E, REQ, &m->output_norm)) != KVB_OK) return st;
+    if ((st = bind_mat(b, "output.weight", E, V, fam->traits & F_OUTPUT_REQ ? REQ : OPT, &m->output)) != KVB_OK) return st;
+    in->tied_output = !m->output.data;
+    if (in->tied_output) m->output = m->tok_embd;
+    if ((st = bind_vec(b, "output.bias", V, fam->traits & F_OUTPUT_BIAS ? OPT : NO, &m->output_bias)) != KVB_OK) return st;
+    /* rotary factors: [rope.dimension_count / 2], read before the rope keys settle it */
+    uint32_t R = (uint32_t)in->head_dim;
+    struct keys k = {b->f, b->arch, {0}};
+    if ((st = opt_u32(&k, "rope.dimension_count", &R, 2, (uint32_t)in->head_dim)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if ((st = bind_vec(b, "rope_freqs.weight", R / 2, fam->traits & F_ROPE_FREQS ? OPT : NO, ff)) != KVB_OK) return st;
+    struct gguf_str s;
+    const bool longrope = (fam->traits & F_LONGROPE) ||
+                          ((fam->traits & F_ROPE_FREQS) && kvb_gguf_get_str(b->f, K(&k, "rope.scaling.type"), &s, false) == KVB_OK &&
+                           kvb_gguf_str_eq(s, "longrope"));
+    const float *shrt = NULL;
+    if ((st = bind_vec(b, "rope_factors_short.weight", R / 2, longrope ? OPT : NO, &shrt)) != KVB_OK) return st;
+    if ((st = bind_vec(b, "rope_factors_long.weight", R / 2, longrope ? OPT : NO, &m->rope_freqs_long)) != KVB_OK) return st;
+    if (shrt) {
+        if (*ff) return kvb_fail(KVB_ERR_CORRUPT, "%s: both rope_freqs.weight and rope_factors_short.weight", b->f->path);
+        *ff = shrt;
+    }
+    return KVB_OK;
+}
+
+kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
+    struct gguf_str a;
+    kvb_status st = kvb_gguf_get_str(f, "general.architecture", &a, true);
+    if (st != KVB_OK) return st;
+    const struct family *fam = find_family(a);
+    if (!fam)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (%s)", f->path, (int)KVB_MIN(a.n, (uint64_t)32), a.p,
+                        kvb_family_names());
+    struct kvb_model_info *in = &m->info;
+    snprintf(in->arch, sizeof in->arch, "%s", fam->arch);
+    snprintf(in->source, sizeof in->source, "gguf");
+    kvb_model_neutral(m);
+    struct keys k = {f, fam->arch, {0}};
+    if ((st = load_shape(&k, fam, in)) != KVB_OK) return st;
+    if ((st = kvb_vocab_from_gguf(f, &m->vocab)) != KVB_OK) return st;
+    if ((st = kvb_vocab_read_chat_template(f, m->vocab, f->path)) != KVB_OK) return st;
+    in->n_vocab = m->vocab->n;
+    struct binder b = {f, fam->arch, kvb_calloc((size_t)KVB_MAX(f->n_tensors, 1), 1)};
+    if (!b.used) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
+    const float *ff = NULL;
+    st = bind_globals(&b, fam, m, &ff);
+    if (st == KVB_OK) st = load_rope(&k, fam, m, ff);
+    if (st == KVB_OK) st = load_family_keys(&k, fam, m);
+    if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)in->n_layer, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
+    for (int32_t l = 0; st == KVB_OK && l < in->n_layer; l++) st = bind_layer(&b, fam, m, l, &m->layers[l]);
+    for (uint64_t i = 0; st == KVB_OK && i < f->n_tensors; i++)
+        if (!b.used[i])
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%.*s' is not used by architecture '%s'; kvbound refuses a file it would compute "
+                                               "without it (as llama.cpp does)",
+                          f->path, (int)KVB_MIN(f->tensors[i].name.n, (uint64_t)96), f->tensors[i].name.p, fam->arch);
+    kvb_free(b.used);
+    if (st == KVB_OK) in->has_qkv_bias = m->layers[0].bq != NULL;
+    return st;
+}
+
+/* ---- export ---- */
+
+kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat,
+                                                                              const float *vec, int64_t n),
+                                  void *u) {
+    const struct kvb_model_info *in = &m->info;
+    const struct family *fam = family_of(in->arch);
+    if (!fam) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: architecture '%s' has no GGUF layout", in->arch);
+    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
+    kvb_status st;
+    if ((st = put(u, "token_embd.weight", &m->tok_embd, NULL, 0)) != KVB_OK) return st;
+    if ((st = put(u, "output_norm.weight", NULL, m->output_norm, E)) != KVB_OK) return st;
+    if (!in->tied_output && (st = put(u, "output.weight", &m->output, NULL, 0)) != KVB_OK) return st;
+    if (m->output_bias && (st = put(u, "output.bias", NULL, m->output_bias, in->n_vocab)) != KVB_OK) return st;
+    const bool longrope = m->rope_freqs_long != NULL;
+    const float *ff = m->yarn_factor ? m->rope_freqs_file : m->rope_freqs; /* YaRN: the file's own factors, not the divisors */
+    if (ff && (st = put(u, longrope ? "rope_factors_short.weight" : "rope_freqs.weight", NULL, ff, in->rope_dims / 2)) != KVB_OK) return st;
+    if (longrope && (st = put(u, "rope_factors_long.weight", NULL, m->rope_freqs_long, in->rope_dims / 2)) != KVB_OK) return st;
+    char name[96];
+    for (int32_t l = 0; l < in->n_layer; l++) {
+        const struct kvb_layer *L = &m->layers[l];
+        const struct { int slot; const struct kvb_mat *mat; const float *vec; int64_t n; } t[] = {
+            {S_ATTN_NORM, NULL, L->attn_norm, E}, {S_Q, &L->wq, NULL, 0}, {S_K, &L->wk, NULL, 0}, {S_V, &L->wv, NULL, 0},
+            {S_BQ, NULL, L->bq, QD}, {S_BK, NULL, L->bk, KD}, {S_BV, NULL, L->bv, KD},
+            {S_Q_NORM, NULL, L->q_norm, m->qk_norm_whole ? QD : in->head_dim}, {S_K_NORM, NULL, L->k_norm, m->qk_norm_whole ? KD : in->head_dim},
+            {S_O, &L->wo, NULL, 0}, {S_BO, NULL, L->bo, E}, {S_POST_ATTN_NORM, NULL, L->post_attn_norm, E},
+            {S_FFN_NORM, NULL, L->ffn_norm, E}, {S_GATE, &L->w_gate, NULL, 0}, {S_UP, &L->w_up, NULL, 0}, {S_DOWN, &L->w_down, NULL, 0},
+            {S_BGATE, NULL, L->b_gate, F}, {S_BUP, NULL, L->b_up, F}, {S_BDOWN, NULL, L->b_down, E},
+            {S_POST_FFN_NORM, NULL, L->post_ffn_norm, E}};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            if (t[i].mat ? !t[i].mat->data : !t[i].vec) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", (int)l, k_slots[t[i].slot]);
+            if ((fam->traits & F_FUSED_UP) && t[i].slot == S_GATE) continue;
+            struct kvb_mat gu;
+            const struct kvb_mat *mat = t[i].mat;
+            if ((fam->traits & F_FUSED_UP) && t[i].slot == S_UP) { /* gate and up rows side by side: one tensor */
+                if (L->w_gate.data + (size_t)F * L->w_gate.row_bytes != L->w_up.data || L->w_gate.type != L->w_up.type)
+                    return kvb_fail(KVB_ERR_INVALID, "export: layer %d's gate and up rows are not one fused tensor", (int)l);
+                gu = rows_of(&L->w_gate, 0, 2 * F);
+                mat = &gu;
+            }
+            if ((st = put(u, name, mat, t[i].vec, t[i].n)) != KVB_OK) return st;
+        }
+    }
+    return KVB_OK;
+}

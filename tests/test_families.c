@@ -1,0 +1,441 @@
+/*
+ * test_families.c — every model family against a float64 reference written
+ * here, from the family's description in llama.cpp (its graph per
+ * architecture), not from src/model: the reference reads the GGUF that
+ * `mkmodel` writes for the family's tiny shape through the file reader
+ * alone, and computes every position's logits in double with full causal
+ * attention. The engine must match on the prompt path (one chunk, every
+ * row's logits) and on the decode path (one token at a time), with f32 KV
+ * rows, to NMSE 1e-9, and with its default f16 rows to 1e-5.
+ *
+ * Then the loader's refusals: a tensor the family does not use, a missing
+ * required one, a RoPE scaling type or a sliding window kvbound does not
+ * implement, each refused by name; rope.scaling.factor 0 is no scaling.
+ */
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
+#include "kvbound.h"
+#include "testing.h"
+
+#include <unistd.h>
+
+enum { NT = 12 };
+static const int32_t k_toks[NT] = {1, 300, 301, 302, 260, 400, 263, 511, 270, 305, 290, 2};
+
+/* ---- the reference ---- */
+
+struct ref {
+    const struct gguf_file *f;
+    char arch[16];
+    int E, L, Hq, Hk, D, F, V, R;
+    double eps, base, fs, mscale, emb_scale, res_scale, attn_scale, logit_scale, temp_beta;
+    int orig;
+    bool neox, qk_whole, post_norms, fused_up, tied, granite;
+    double *div; /* [R/2] divisors of the angle (rope factors, YaRN), 1 without */
+};
+
+static double key_f(const struct ref *r, const char *suffix, double def) {
+    char key[128];
+    float v;
+    snprintf(key, sizeof key, "%s.%s", r->arch, suffix);
+    return kvb_gguf_get_f32(r->f, key, &v, false) == KVB_OK ? (double)v : def;
+}
+
+static int key_u(const struct ref *r, const char *suffix, int def) {
+    char key[128];
+    uint32_t v;
+    snprintf(key, sizeof key, "%s.%s", r->arch, suffix);
+    return kvb_gguf_get_u32(r->f, key, &v, false) == KVB_OK ? (int)v : def;
+}
+
+/* A tensor as doubles (f32 in the file), or NULL if absent. */
+static double *tensor(const struct ref *r, const char *name, int64_t n) {
+    const struct gguf_tensor *t = kvb_gguf_find_tensor(r->f, name);
+    if (!t || t->type != 0 || t->ne[0] * t->ne[1] != n) return NULL;
+    double *d = malloc(sizeof(double) * (size_t)n);
+    const float *s = (const float *)t->data;
+    for (int64_t i = 0; i < n; i++) d[i] = s[i];
+    return d;
+}
+
+static double *layer_t(const struct ref *r, int l, const char *what, int64_t n) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", l, what);
+    return tensor(r, name, n);
+}
+
+/* y[o] = sum_i W[o][i] x[i] (+ b[o]) */
+static void matvec(const double *W, const double *b, const double *x, int n_in, int n_out, double *y) {
+    for (int o = 0; o < n_out; o++) {
+        double s = b ? b[o] : 0;
+        for (int i = 0; i < n_in; i++) s += W[(size_t)o * n_in + i] * x[i];
+        y[o] = s;
+    }
+}
+
+static void rms(double *x, int n, const double *w, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const double s = 1 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) x[i] = x[i] * s * w[i];
+}
+
+/* Rotates the first R dims of one head at position pos, magnitude mscale. */
+static void rope(const struct ref *r, double *x, int pos) {
+    for (int i = 0; i < r->R / 2; i++) {
+        const double th = pos * pow(r->base, -2.0 * i / r->R) * r->fs / r->div[i];
+        const double c = cos(th) * r->mscale, s = sin(th) * r->mscale;
+        const int a = r->neox ? i : 2 * i, b = r->neox ? i + r->R / 2 : 2 * i + 1;
+        const double x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+static void set_family(struct ref *r) {
+    const char *a = r->arch;
+    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "olmo2") || !strcmp(a, "phi3");
+    r->qk_whole = !strcmp(a, "olmo2");
+    r->post_norms = !strcmp(a, "olmo2");
+    r->fused_up = !strcmp(a, "phi3");
+    r->granite = !strcmp(a, "granite");
+}
+
+/* RoPE per llama.cpp: linear scaling (factor 0: none), YaRN (ramp between
+ * interpolated and extrapolated angles, magnitude 0.1 ln s + 1, or the ratio
+ * with the log multiplier), LongRoPE (short or long divisors by the context
+ * the engine runs with, magnitude attn_factor). */
+static void set_rope(struct ref *r, int n_ctx) {
+    r->base = key_f(r, "rope.freq_base", 10000);
+    r->R = key_u(r, "rope.dimension_count", r->D);
+    r->orig = key_u(r, "rope.scaling.original_context_length", key_u(r, "context_length", 2048));
+    const double factor = key_f(r, "rope.scaling.factor", 0);
+    r->fs = factor == 0 ? 1 : 1 / factor;
+    r->mscale = key_f(r, "rope.scaling.attn_factor", 1);
+    r->div = malloc(sizeof(double) * (size_t)(r->R / 2));
+    for (int i = 0; i < r->R / 2; i++) r->div[i] = 1;
+    double *sf = tensor(r, "rope_factors_short.weight", r->R / 2), *lf = tensor(r, "rope_factors_long.weight", r->R / 2);
+    const double *pick = lf && n_ctx > r->orig ? lf : sf;
+    for (int i = 0; pick && i < r->R / 2; i++) r->div[i] = pick[i];
+    free(sf);
+    free(lf);
+    struct gguf_str t;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", r->arch);
+    if (kvb_gguf_get_str(r->f, key, &t, false) == KVB_OK && kvb_gguf_str_eq(t, "yarn")) {
+        const double bf = key_f(r, "rope.scaling.yarn_beta_fast", 32), bs = key_f(r, "rope.scaling.yarn_beta_slow", 1);
+        const double lm = key_f(r, "rope.scaling.yarn_log_multiplier", 0), s = 1 / r->fs;
+        const double lo = fmax(0, floor(r->R * log(r->orig / (bf * 2 * 3.14159265358979323846)) / (2 * log(r->base))));
+        const double hi = fmin(r->R - 1, ceil(r->R * log(r->orig / (bs * 2 * 3.14159265358979323846)) / (2 * log(r->base))));
+        for (int i = 0; i < r->R / 2; i++) {
+            const double mix = 1 - fmin(1, fmax(0, (i - lo) / fmax(0.001, hi - lo)));
+            r->div[i] /= r->fs * (1 - mix) + mix; /* theta = theta_e ((1 - mix) fs + mix), fs applied below: undo it */
+            r->div[i] *= r->fs;
+        }
+        const double m1 = s <= 1 ? 1 : 0.1 * log(s) + 1, ml = s <= 1 ? 1 : 0.1 * lm * log(s) + 1;
+        r->mscale *= lm != 0 ? m1 / ml : m1;
+    }
+}
+
+/* Every position's logits [NT][V] of k_toks, in double. */
+static double *reference(const char *path, int n_ctx) {
+    struct gguf_file *f;
+    if (kvb_gguf_open(path, &f) != KVB_OK) return NULL;
+    struct ref r = {.f = f};
+    struct gguf_str a;
+    kvb_gguf_get_str(f, "general.architecture", &a, true);
+    snprintf(r.arch, sizeof r.arch, "%.*s", (int)a.n, a.p);
+    set_family(&r);
+    r.E = key_u(&r, "embedding_length", 0); r.L = key_u(&r, "block_count", 0); r.F = key_u(&r, "feed_forward_length", 0);
+    r.Hq = key_u(&r, "attention.head_count", 0); r.Hk = key_u(&r, "attention.head_count_kv", r.Hq);
+    r.D = key_u(&r, "attention.key_length", r.E / r.Hq);
+    r.eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-5);
+    r.emb_scale = r.granite ? key_f(&r, "embedding_scale", 1) : 1;
+    r.res_scale = r.granite ? key_f(&r, "residual_scale", 1) : 1;
+    r.attn_scale = r.granite && key_f(&r, "attention.scale", 0) != 0 ? key_f(&r, "attention.scale", 0) : 1 / sqrt((double)r.D);
+    r.logit_scale = r.granite ? key_f(&r, "logit_scale", 1) : 1;
+    r.temp_beta = !strcmp(r.arch, "mistral3") ? key_f(&r, "attention.temperature_scale", 0) : 0;
+    set_rope(&r, n_ctx);
+    const struct gguf_tensor *te = kvb_gguf_find_tensor(f, "token_embd.weight");
+    r.V = (int)te->ne[1];
+    const int E = r.E, QD = r.Hq * r.D, KD = r.Hk * r.D, F = r.F, V = r.V, D = r.D;
+    double *emb = tensor(&r, "token_embd.weight", (int64_t)E * V), *out = tensor(&r, "output.weight", (int64_t)E * V);
+    double *onorm = tensor(&r, "output_norm.weight", E), *obias = tensor(&r, "output.bias", V);
+    double *x = calloc((size_t)NT * E, sizeof(double)), *K = calloc((size_t)NT * KD, sizeof(double)), *Vv = calloc((size_t)NT * KD, sizeof(double));
+    double *h = malloc(sizeof(double) * (size_t)E), *q = malloc(sizeof(double) * (size_t)QD), *att = malloc(sizeof(double) * (size_t)QD);
+    double *o = malloc(sizeof(double) * (size_t)E), *g = malloc(sizeof(double) * 2 * (size_t)F), *u = malloc(sizeof(double) * (size_t)F);
+    double *w = malloc(sizeof(double) * NT), *logits = malloc(sizeof(double) * (size_t)NT * V);
+    double *Q = malloc(sizeof(double) * (size_t)NT * QD);
+    for (int t = 0; t < NT; t++)
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)k_toks[t] * E + i] * r.emb_scale;
+    for (int l = 0; l < r.L; l++) {
+        double *an = layer_t(&r, l, "attn_norm.weight", E), *wq = layer_t(&r, l, "attn_q.weight", (int64_t)E * QD);
+        double *wk = layer_t(&r, l, "attn_k.weight", (int64_t)E * KD), *wv = layer_t(&r, l, "attn_v.weight", (int64_t)E * KD);
+        double *bq = layer_t(&r, l, "attn_q.bias", QD), *bk = layer_t(&r, l, "attn_k.bias", KD), *bv = layer_t(&r, l, "attn_v.bias", KD);
+        double *qn = layer_t(&r, l, "attn_q_norm.weight", r.qk_whole ? QD : D), *kn = layer_t(&r, l, "attn_k_norm.weight", r.qk_whole ? KD : D);
+        double *wo = layer_t(&r, l, "attn_output.weight", (int64_t)QD * E), *bo = layer_t(&r, l, "attn_output.bias", E);
+        double *pan = layer_t(&r, l, "post_attention_norm.weight", E), *fn = layer_t(&r, l, "ffn_norm.weight", E);
+        double *wg = r.fused_up ? NULL : layer_t(&r, l, "ffn_gate.weight", (int64_t)E * F);
+        double *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * F * (r.fused_up ? 2 : 1)), *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)F * E);
+        double *bg = layer_t(&r, l, "ffn_gate.bias", F), *bu = layer_t(&r, l, "ffn_up.bias", F), *bd = layer_t(&r, l, "ffn_down.bias", E);
+        double *pfn = layer_t(&r, l, "post_ffw_norm.weight", E);
+        for (int t = 0; t < NT; t++) { /* q, k, v of every position */
+            memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
+            if (an) rms(h, E, an, r.eps);
+            matvec(wq, bq, h, E, QD, Q + (size_t)t * QD);
+            matvec(wk, bk, h, E, KD, K + (size_t)t * KD);
+            matvec(wv, bv, h, E, KD, Vv + (size_t)t * KD);
+            double *qt = Q + (size_t)t * QD, *kt = K + (size_t)t * KD;
+            if (qn) {
+                if (r.qk_whole) { rms(qt, QD, qn, r.eps); rms(kt, KD, kn, r.eps); }
+                else {
+                    for (int hh = 0; hh < r.Hq; hh++) rms(qt + hh * D, D, qn, r.eps);
+                    for (int hh = 0; hh < r.Hk; hh++) rms(kt + hh * D, D, kn, r.eps);
+                }
+            }
+            for (int hh = 0; hh < r.Hq; hh++) rope(&r, qt + hh * D, t);
+            for (int hh = 0; hh < r.Hk; hh++) rope(&r, kt + hh * D, t);
+            if (r.temp_beta != 0)
+                for (int i = 0; i < QD; i++) qt[i] *= 1 + r.temp_beta * log(1 + floor((double)t / r.orig));
+        }
+        for (int t = 0; t < NT; t++) { /* causal attention, then the two blocks */
+            for (int hh = 0; hh < r.Hq; hh++) {
+                const int kh = hh / (r.Hq / r.Hk);
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double s = 0;
+                    for (int i = 0; i < D; i++) s += Q[(size_t)t * QD + hh * D + i] * K[(size_t)j * KD + kh * D + i];
+                    w[j] = s * r.attn_scale;
+                    mx = fmax(mx, w[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                for (int i = 0; i < D; i++) {
+                    double s = 0;
+                    for (int j = 0; j <= t; j++) s += w[j] / sum * Vv[(size_t)j * KD + kh * D + i];
+                    att[hh * D + i] = s;
+                }
+            }
+            double *xt = x + (size_t)t * E;
+            matvec(wo, bo, att, QD, E, o);
+            if (pan) rms(o, E, pan, r.eps);
+            for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
+            memcpy(h, xt, sizeof(double) * (size_t)E);
+            if (fn) rms(h, E, fn, r.eps);
+            if (r.fused_up) matvec(wu, NULL, h, E, 2 * F, g); /* gate rows, then up rows */
+            else { matvec(wg, bg, h, E, F, g); matvec(wu, bu, h, E, F, g + F); }
+            for (int i = 0; i < F; i++) u[i] = g[i] / (1 + exp(-g[i])) * g[F + i];
+            matvec(wd, bd, u, F, E, o);
+            if (pfn) rms(o, E, pfn, r.eps);
+            for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
+        }
+        free(an); free(wq); free(wk); free(wv); free(bq); free(bk); free(bv); free(qn); free(kn); free(wo); free(bo); free(pan);
+        free(fn); free(wg); free(wu); free(wd); free(bg); free(bu); free(bd); free(pfn);
+    }
+    for (int t = 0; t < NT; t++) {
+        memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
+        rms(h, E, onorm, r.eps);
+        matvec(out ? out : emb, obias, h, E, V, logits + (size_t)t * V);
+        for (int i = 0; i < V; i++) logits[(size_t)t * V + i] /= r.logit_scale;
+    }
+    free(emb); free(out); free(onorm); free(obias); free(x); free(K); free(Vv); free(h); free(q); free(att); free(o); free(g); free(u);
+    free(w); free(Q); free(r.div);
+    kvb_gguf_close(f);
+    return logits;
+}
+
+/* ---- the engine against it ---- */
+
+static double nmse(const float *a, const double *b, size_t n) {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        e += (a[i] - b[i]) * (a[i] - b[i]);
+        s += b[i] * b[i];
+    }
+    return e / (s > 0 ? s : 1);
+}
+
+/* Logits of k_toks through a context: every row of one prompt chunk, or one decode step each. */
+static int engine(const struct kvb_model *m, bool decode, enum kvb_dtype kv, int n_ctx, float *out) {
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    struct kvb_context_params cp = kvb_context_default_params();
+    cp.kv.kv_dtype = kv;
+    cp.n_ctx = n_ctx;
+    cp.kv_pool_bytes = (size_t)16 << 20;
+    struct kvb_context *c;
+    if (kvb_context_init(m, &cp, &c) != KVB_OK) return 0;
+    int ok = 1;
+    if (!decode) ok = kvb_context_eval(c, k_toks, NT, out, true) == KVB_OK;
+    for (int t = 0; decode && ok && t < NT; t++) ok = kvb_context_eval(c, &k_toks[t], 1, out + (size_t)t * mi.n_vocab, false) == KVB_OK;
+    kvb_context_free(c);
+    return ok;
+}
+
+static char g_dir[64];
+
+/* mkmodel's shape written as f32 GGUF, loaded back. */
+static const char *write_shape(const char *shape, char *path, size_t cap) {
+    struct kvb_model *m;
+    void *owned;
+    if (kvb_model_make(shape, 11, NULL, &m, &owned) != KVB_OK) return NULL;
+    snprintf(path, cap, "%s/%s.gguf", g_dir, shape);
+    kvb_status st = kvb_model_write_gguf(m, path, 0 /* f32 */, NULL, NULL);
+    kvb_model_make_free(m, owned);
+    return st == KVB_OK ? path : NULL;
+}
+
+static void check_family(const char *shape, int n_ctx) {
+    char path[128];
+    if (!write_shape(shape, path, sizeof path)) FAILF("%s: mkmodel: %s", shape, kvb_last_error());
+    struct kvb_model *m;
+    if (kvb_model_load(path, NULL, &m) != KVB_OK) FAILF("%s: load: %s", shape, kvb_last_error());
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    double *ref = reference(path, n_ctx);
+    float *lg = malloc(sizeof(float) * (size_t)NT * mi.n_vocab);
+    const size_t n = (size_t)NT * mi.n_vocab;
+    const struct { bool decode; enum kvb_dtype kv; double tol; } runs[] = {
+        {false, KVB_DTYPE_F32, 1e-9}, {true, KVB_DTYPE_F32, 1e-9}, {false, KVB_DTYPE_F16, 1e-5}, {true, KVB_DTYPE_F16, 1e-5}};
+    int bad = !ref;
+    for (size_t i = 0; !bad && i < sizeof runs / sizeof runs[0]; i++) {
+        if (!engine(m, runs[i].decode, runs[i].kv, n_ctx, lg)) { printf("  %s: engine: %s\n", shape, kvb_last_error()); bad = 1; break; }
+        const double e = nmse(lg, ref, n);
+        printf("  %-16s %-7s %s KV, n_ctx %5d: NMSE %.2e\n", shape, runs[i].decode ? "decode" : "prompt", kvb_dtype_name(runs[i].kv), n_ctx, e);
+        if (!(e <= runs[i].tol)) { printf("  %s: NMSE %.3g > %.3g\n", shape, e, runs[i].tol); bad = 1; }
+    }
+    free(ref);
+    free(lg);
+    kvb_model_free(m);
+    if (bad) FAILF("%s against its float64 reference", shape);
+}
+
+TEST(llama_with_every_bias_equals_reference) { check_family("tiny-llama-bias", 512); }
+TEST(llama_equals_reference) { check_family("tiny", 512); }
+TEST(qwen2_equals_reference) { check_family("tiny-qwen2", 512); }
+TEST(qwen3_equals_reference) { check_family("tiny-qwen3", 4096); }
+TEST(granite_equals_reference) { check_family("tiny-granite", 4096); }
+TEST(olmo2_equals_reference) { check_family("tiny-olmo2", 4096); }
+TEST(phi3_long_and_short_factors_equal_reference) {
+    check_family("tiny-phi3", 8192); /* past the original 512: long factors */
+    if (t_case_failed) return;
+    check_family("tiny-phi3", 256); /* within it: short */
+}
+TEST(mistral3_yarn_and_temperature_equal_reference) { check_family("tiny-mistral3", 8192); }
+
+/* ---- refusals ---- */
+
+/* Copies src's keys and tensors into a new file, with edits: a key set to
+ * a u32/f32/string, a tensor dropped or one added. */
+struct edit {
+    const char *key, *str;
+    double num;
+    bool is_f32;
+    const char *drop, *add;
+};
+
+/* Every key of f but skip, copied into w. */
+static void copy_kvs(struct gguf_writer *w, const struct gguf_file *f, const char *skip) {
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const struct gguf_kv *kv = &f->kv[i];
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.n, kv->key.p);
+        if (skip && !strcmp(key, skip)) continue;
+        if (kv->type == GGUF_T_FLOAT32 || kv->type == GGUF_T_FLOAT64) kvb_gguf_writer_f32(w, key, (float)kv->v.f);
+        else if (kv->type == GGUF_T_BOOL) kvb_gguf_writer_bool(w, key, kv->v.b);
+        else if (kv->type == GGUF_T_STRING) {
+            char *v = malloc(kv->v.s.n + 1);
+            memcpy(v, kv->v.s.p, kv->v.s.n);
+            v[kv->v.s.n] = 0;
+            kvb_gguf_writer_str(w, key, v);
+            free(v);
+        } else if (kv->type == GGUF_T_ARRAY && kv->v.arr.type == GGUF_T_STRING) {
+            const char **strs = malloc(sizeof(char *) * (size_t)kv->v.arr.n);
+            uint32_t *lens = malloc(sizeof(uint32_t) * (size_t)kv->v.arr.n);
+            const uint8_t *cur = kv->v.arr.data;
+            for (uint64_t j = 0; j < kv->v.arr.n; j++) {
+                const struct gguf_str e = kvb_gguf_arr_next_str(&cur);
+                strs[j] = e.p;
+                lens[j] = (uint32_t)e.n;
+            }
+            kvb_gguf_writer_arr_str(w, key, strs, lens, kv->v.arr.n);
+            free(strs);
+            free(lens);
+        } else if (kv->type == GGUF_T_ARRAY) kvb_gguf_writer_arr(w, key, kv->v.arr.type, kv->v.arr.data, kv->v.arr.n);
+        else kvb_gguf_writer_u32(w, key, (uint32_t)kv->v.u);
+    }
+}
+
+static int rewrite(const char *src, const char *dst, const struct edit *e) {
+    struct gguf_file *f;
+    if (kvb_gguf_open(src, &f) != KVB_OK) return 0;
+    struct gguf_writer *w;
+    if (kvb_gguf_writer_init(&w) != KVB_OK) return 0;
+    int ok = 1;
+    copy_kvs(w, f, e->key);
+    if (e->key && e->str) kvb_gguf_writer_str(w, e->key, e->str);
+    else if (e->key && e->is_f32) kvb_gguf_writer_f32(w, e->key, (float)e->num);
+    else if (e->key) kvb_gguf_writer_u32(w, e->key, (uint32_t)e->num);
+    static const float extra[256] = {0};
+    for (uint64_t i = 0; ok && i < f->n_tensors; i++) {
+        const struct gguf_tensor *t = &f->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.p);
+        if (e->drop && !strcmp(name, e->drop)) continue;
+        ok = kvb_gguf_writer_tensor(w, name, t->type, (int)t->n_dims, t->ne, t->data) == KVB_OK;
+    }
+    const int64_t ne = 256;
+    if (ok && e->add) ok = kvb_gguf_writer_tensor(w, e->add, 0, 1, &ne, extra) == KVB_OK;
+    if (ok) ok = kvb_gguf_writer_write(w, dst) == KVB_OK;
+    kvb_gguf_writer_free(w);
+    kvb_gguf_close(f);
+    return ok;
+}
+
+static void refused(const char *src, const struct edit *e, kvb_status want, const char *names) {
+    char dst[128];
+    snprintf(dst, sizeof dst, "%s/edited.gguf", g_dir);
+    if (!rewrite(src, dst, e)) FAILF("rewrite: %s", kvb_last_error());
+    struct kvb_model *m = NULL;
+    const kvb_status st = kvb_model_load(dst, NULL, &m);
+    kvb_model_free(m);
+    if (st != want) FAILF("%s: status %d, want %d (%s)", names, (int)st, (int)want, st ? kvb_last_error() : "loaded");
+    if (want != KVB_OK && !strstr(kvb_last_error(), names)) FAILF("message does not name '%s': %s", names, kvb_last_error());
+}
+
+TEST(unused_tensors_and_unknown_math_are_refused_by_name) {
+    char llama[128], qwen3[128], olmo[128];
+    if (!write_shape("tiny", llama, sizeof llama) || !write_shape("tiny-qwen3", qwen3, sizeof qwen3) || !write_shape("tiny-olmo2", olmo, sizeof olmo))
+        FAILF("mkmodel: %s", kvb_last_error());
+    /* a bias qwen3 never reads, an NVFP4 scale, a stray tensor: refused, named */
+    refused(qwen3, &(struct edit){.add = "blk.0.attn_output.bias"}, KVB_ERR_UNSUPPORTED, "blk.0.attn_output.bias");
+    refused(llama, &(struct edit){.add = "blk.1.ffn_down.scale"}, KVB_ERR_UNSUPPORTED, "blk.1.ffn_down.scale");
+    refused(llama, &(struct edit){.add = "mystery.weight"}, KVB_ERR_UNSUPPORTED, "mystery.weight");
+    /* a required one missing */
+    refused(qwen3, &(struct edit){.drop = "blk.1.attn_k_norm.weight"}, KVB_ERR_CORRUPT, "blk.1.attn_k_norm.weight");
+    refused(olmo, &(struct edit){.drop = "output.weight"}, KVB_ERR_CORRUPT, "output.weight");
+    /* keys that change the math and are not implemented */
+    refused(llama, &(struct edit){.key = "llama.rope.scaling.type", .str = "su"}, KVB_ERR_UNSUPPORTED, "llama.rope.scaling.type");
+    refused(olmo, &(struct edit){.key = "olmo2.attention.sliding_window", .num = 4096}, KVB_ERR_UNSUPPORTED, "olmo2.attention.sliding_window");
+    refused(llama, &(struct edit){.key = "llama.expert_count", .num = 8}, KVB_ERR_UNSUPPORTED, "llama.expert_count");
+    refused(llama, &(struct edit){.key = "llama.rope.dimension_count", .num = 32}, KVB_ERR_UNSUPPORTED, "llama.rope.dimension_count");
+    /* zero means unset: a scaling factor of 0 is no scaling (llama.cpp), and loads */
+    refused(llama, &(struct edit){.key = "llama.rope.scaling.factor", .num = 0, .is_f32 = true}, KVB_OK, "");
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/kvb-families-XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+    RUN(llama_equals_reference);
+    RUN(llama_with_every_bias_equals_reference);
+    RUN(qwen2_equals_reference);
+    RUN(qwen3_equals_reference);
+    RUN(granite_equals_reference);
+    RUN(olmo2_equals_reference);
+    RUN(phi3_long_and_short_factors_equal_reference);
+    RUN(mistral3_yarn_and_temperature_equal_reference);
+    RUN(unused_tensors_and_unknown_math_are_refused_by_name);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);
+    return test_summary();
+}
