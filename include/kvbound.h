@@ -599,7 +599,7 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
 void kvb_model_free(struct kvb_model *model);
 
 struct kvb_model_info {
-    char arch[16];            /* "llama", "qwen2" */
+    char arch[16];            /* "llama", "qwen2", "qwen3", "granite", "mistral3", "olmo2", "phi3" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -609,6 +609,8 @@ struct kvb_model_info {
     uint32_t weight_type;     /* ggml type of the attention weights */
     size_t weight_bytes;      /* all weights */
     size_t kv_bytes_per_token_f16;
+    char features[160];       /* what the family adds to a plain llama layer, in words ("q/k norms per
+                               * head", "YaRN x4 from 8", ...); empty for none */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 

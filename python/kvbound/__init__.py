@@ -120,7 +120,7 @@ class _ModelInfo(_c.Structure):
                 ("n_head", _i32), ("n_head_kv", _i32), ("head_dim", _i32), ("n_ff", _i32), ("n_ctx_train", _i32),
                 ("rms_eps", _f32), ("rope_base", _f32), ("rope_freq_scale", _f32), ("rope_dims", _i32), ("rope_type", _enum),
                 ("tied_output", _c.c_bool), ("has_qkv_bias", _c.c_bool), ("weight_type", _u32), ("weight_bytes", _sz),
-                ("kv_bytes_per_token_f16", _sz)]
+                ("kv_bytes_per_token_f16", _sz), ("features", _c.c_char * 160)]
 
 
 class _ContextParams(_c.Structure):

@@ -121,7 +121,8 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     char key[128];
 #define K(s) (snprintf(key, sizeof key, "%s." s, a), key)
     kvb_gguf_writer_str(w, "general.architecture", a);
-    kvb_gguf_writer_str(w, "general.name", m->path);
+    /* a made model goes by a neutral name: llama.cpp keys token attributes off general.name (a "phi3" in it wants phi-3 tokens) */
+    kvb_gguf_writer_str(w, "general.name", strcmp(in->source, "mkmodel") ? m->path : "kvbound random weights");
     kvb_gguf_writer_u32(w, "general.alignment", 32);
     kvb_gguf_writer_u32(w, K("context_length"), (uint32_t)in->n_ctx_train);
     kvb_gguf_writer_u32(w, K("embedding_length"), (uint32_t)in->n_embd);
@@ -420,6 +421,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         kvb_model_free(m);
         return st;
     }
+    kvb_family_describe(m, in->features, sizeof in->features);
     *out = m;
     *owned_out = o;
     return KVB_OK;

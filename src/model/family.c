@@ -476,6 +476,33 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     return st;
 }
 
+/* ---- in words ---- */
+
+void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
+    const struct kvb_layer *L = m->info.n_layer > 0 && m->layers ? &m->layers[0] : NULL;
+    size_t n = 0;
+    out[0] = 0;
+#define ADD(...) do { if (n < cap) { int w_ = snprintf(out + n, cap - n, "%s", n ? "; " : ""); if (w_ > 0) n += (size_t)w_; } \
+                      if (n < cap) { int w_ = snprintf(out + n, cap - n, __VA_ARGS__); if (w_ > 0) n += (size_t)w_; } } while (0)
+    if (L && (L->bo || L->b_gate || L->b_up || L->b_down)) ADD("output/FFN biases");
+    if (L && L->q_norm) ADD("q/k norms %s", m->qk_norm_whole ? "over the projection" : "per head");
+    if (L && !L->attn_norm) ADD("no pre-norms");
+    if (L && (L->post_attn_norm || L->post_ffn_norm)) ADD("post norms");
+    if (m->output_bias) ADD("output bias");
+    if (m->act == KVB_FFN_GELU_TANH) ADD("GeGLU");
+    if (m->embd_scale != 1.0f || m->residual_scale != 1.0f || m->q_scale != 1.0f || m->logit_scale != 1.0f)
+        ADD("scales: embedding %g, residual %g, attention %g, logits 1/%g", (double)m->embd_scale, (double)m->residual_scale,
+            (double)(m->q_scale / sqrtf((float)m->info.head_dim)), (double)m->logit_scale);
+    if (m->info.rope_type == KVB_ROPE_NONE) ADD("no RoPE");
+    if (m->info.rope_dims < m->info.head_dim) ADD("rotary %d of %d dims", m->info.rope_dims, m->info.head_dim);
+    if (m->yarn_factor) ADD("YaRN x%g from %d", (double)m->yarn_factor, m->rope_orig_ctx);
+    if (m->rope_freqs_long) ADD("LongRoPE, long factors past %d", m->rope_orig_ctx);
+    if (m->rope_mscale != 1.0f) ADD("RoPE magnitude %g", (double)m->rope_mscale);
+    if (m->temp_beta != 0) ADD("query temperature %g per %d", (double)m->temp_beta, m->temp_floor);
+    if (m->final_softcap != 0) ADD("final softcap %g", (double)m->final_softcap);
+#undef ADD
+}
+
 /* ---- export ---- */
 
 kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat,

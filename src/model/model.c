@@ -161,6 +161,7 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
     }
     in->weight_bytes = bytes;
     in->kv_bytes_per_token_f16 = (size_t)2 * in->n_layer * in->n_head_kv * in->head_dim * 2;
+    kvb_family_describe(m, in->features, sizeof in->features);
     *out = m;
     return KVB_OK;
 }

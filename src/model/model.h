@@ -84,6 +84,8 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m);
  * divisors over ff (or 1) into rope_freqs, and its magnitude into rope_mscale. */
 kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32_t orig, float beta_fast, float beta_slow, bool has_log_mul,
                            float log_mul);
+/* In words, what m computes beyond a plain llama layer (kvb_model_info.features). */
+void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap);
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put

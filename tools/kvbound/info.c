@@ -49,7 +49,9 @@ static void print_model(const char *path, const struct kvb_model *m) {
     printf("vocab         %d\nembedding     %d\nlayers        %d\nheads         %d (KV heads %d, head dim %d)\nffn           %d\n",
            in.n_vocab, in.n_embd, in.n_layer, in.n_head, in.n_head_kv, in.head_dim, in.n_ff);
     printf("context       %d (trained)\nrms eps       %g\nrope          %s, base %g, dims %d, freq scale %g\n", in.n_ctx_train, (double)in.rms_eps,
-           in.rope_type == KVB_ROPE_NEOX ? "neox" : "interleaved", (double)in.rope_base, in.rope_dims, (double)in.rope_freq_scale);
+           in.rope_type == KVB_ROPE_NEOX ? "neox" : in.rope_type == KVB_ROPE_NONE ? "none" : "interleaved", (double)in.rope_base, in.rope_dims,
+           (double)in.rope_freq_scale);
+    if (in.features[0]) printf("features      %s\n", in.features);
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, kvb_type_name(in.weight_type));
     printf("KV per token  %zu bytes in f16 (2 x %d layers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.n_layer, in.n_head_kv, in.head_dim);
