@@ -243,6 +243,27 @@ TEST(batch_equals_single_q8_0_weights) {
     unlink(path);
 }
 
+/* Every model family: a batch of sequences of every policy (recall on the
+ * second half) against lone contexts, on the family's tiny mkmodel shape. */
+TEST(batch_equals_single_every_family) {
+    NEED_MODEL(); /* the prompts' ids (all below the tiny shapes' 512) */
+    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3"};
+    struct kvb_recall_params rec = {0};
+    rec.pages = 2;
+    rec.every = 1;
+    rec.cold_mem_bytes = (size_t)1 << 20;
+    const struct kvb_recall_params none = {0};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        struct kvb_model *m;
+        void *owned;
+        CHECK_OK(kvb_model_make(shapes[k], 5, NULL, &m, &owned));
+        printf("  %s\n", shapes[k]);
+        equality_run(m, KVB_POLICY_COUNT, KVB_POLICY_COUNT, k % 2 ? rec : none);
+        kvb_model_make_free(m, owned);
+        if (t_case_failed) return;
+    }
+}
+
 /* ---- failures change nothing ---- */
 
 static long g_calls, g_fail_at;
@@ -730,6 +751,7 @@ int main(void) {
     RUN(batch_equals_single_every_policy_with_joins_and_cancels);
     RUN(batch_equals_single_with_recall);
     RUN(batch_equals_single_q8_0_weights);
+    RUN(batch_equals_single_every_family);
     RUN(pool_exhaustion_and_allocation_failures_change_no_cache);
     RUN(allocation_failures_with_recall_change_nothing);
     RUN(sequences_freed_in_random_order_return_every_page);

@@ -322,6 +322,60 @@ TEST(phi3_long_and_short_factors_equal_reference) {
 }
 TEST(mistral3_yarn_and_temperature_equal_reference) { check_family("tiny-mistral3", 8192); }
 
+/* Every family through a bounded, quantized cache that is saved and
+ * restored halfway: the restored context continues with the very logits of
+ * the one that never stopped (snapkv compresses the prompt; h2o evicts by
+ * attention with q8_0 rows; streaming with recall). */
+TEST(every_family_saves_and_restores_bounded_quantized_caches) {
+    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3"};
+    static const enum kvb_policy_id pols[] = {KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING};
+    enum { N = 48, HALF = 24 };
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = 3 + (i * 37) % 500;
+    char img[128];
+    snprintf(img, sizeof img, "%s/ctx.kvb", g_dir);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
+            struct kvb_model *m;
+            void *owned;
+            CHECK_OK(kvb_model_make(shapes[k], 3, NULL, &m, &owned));
+            struct kvb_model_info mi;
+            kvb_model_get_info(m, &mi);
+            struct kvb_context_params cp = kvb_context_default_params();
+            cp.kv.kv_dtype = KVB_DTYPE_Q8_0;
+            cp.kv.policy = kvb_policy_default_params(pols[p]);
+            cp.kv.policy.budget = 12;
+            if (pols[p] == KVB_POLICY_SNAPKV) cp.kv.policy.obs_window = 4;
+            if (pols[p] == KVB_POLICY_STREAMING) cp.kv.recall.pages = 1;
+            cp.kv_pool_bytes = (size_t)8 << 20;
+            cp.chunk = 8;
+            struct kvb_context *a, *b;
+            CHECK_OK(kvb_context_init(m, &cp, &a));
+            CHECK_OK(kvb_context_init(m, &cp, &b));
+            float *la = malloc(sizeof(float) * (size_t)mi.n_vocab), *lb = malloc(sizeof(float) * (size_t)mi.n_vocab);
+            CHECK_OK(kvb_context_prompt(a, toks, 16, la, false));
+            for (int t = 16; t < HALF; t++) CHECK_OK(kvb_context_eval(a, &toks[t], 1, la, false));
+            CHECK_OK(kvb_context_save(a, img));
+            CHECK_OK(kvb_context_load(b, img));
+            int same = 1;
+            for (int t = HALF; t < N; t++) {
+                CHECK_OK(kvb_context_eval(a, &toks[t], 1, la, false));
+                CHECK_OK(kvb_context_eval(b, &toks[t], 1, lb, false));
+                same = same && !memcmp(la, lb, sizeof(float) * (size_t)mi.n_vocab);
+            }
+            struct kvb_cache_stats cs;
+            kvb_cache_get_stats(kvb_context_cache(a), &cs);
+            kvb_context_free(a);
+            kvb_context_free(b);
+            free(la);
+            free(lb);
+            kvb_model_make_free(m, owned);
+            if (!same) FAILF("%s, %s: the restored context's logits differ", shapes[k], kvb_policy_name(pols[p]));
+            const int most = pols[p] == KVB_POLICY_SNAPKV ? 12 + 12 : 12; /* snapkv: the compressed prompt + decode_budget (= budget) */
+            if (cs.slots_max > most) FAILF("%s, %s: %d slots held, at most %d", shapes[k], kvb_policy_name(pols[p]), cs.slots_max, most);
+        }
+}
+
 /* ---- refusals ---- */
 
 /* Copies src's keys and tensors into a new file, with edits: a key set to
@@ -433,6 +487,7 @@ int main(void) {
     RUN(olmo2_equals_reference);
     RUN(phi3_long_and_short_factors_equal_reference);
     RUN(mistral3_yarn_and_temperature_equal_reference);
+    RUN(every_family_saves_and_restores_bounded_quantized_caches);
     RUN(unused_tensors_and_unknown_math_are_refused_by_name);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

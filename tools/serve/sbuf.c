@@ -91,6 +91,42 @@ bool utf8_valid(const char *s, size_t n) {
     return true;
 }
 
+/* The length of the well-formed character at p[0..n), or 0 with *bad the
+ * length of its maximal ill-formed subpart. */
+static size_t utf8_char(const unsigned char *p, size_t n, size_t *bad) {
+    const unsigned c = p[0];
+    size_t k;
+    unsigned lo = 0x80, hi = 0xbf; /* the second byte's range */
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) k = 1;
+    else if (c >= 0xe0 && c <= 0xef) { k = 2; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
+    else if (c >= 0xf0 && c <= 0xf4) { k = 3; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
+    else { *bad = 1; return 0; }
+    size_t j = 1;
+    for (; j <= k && j < n; j++) {
+        const unsigned b = p[j];
+        if (j == 1 ? (b < lo || b > hi) : (b & 0xc0) != 0x80) break;
+    }
+    if (j == k + 1) return k + 1;
+    *bad = j; /* the lead and the continuations that fit it */
+    return 0;
+}
+
+void sb_put_utf8(struct sbuf *b, const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run = 0; /* run: well-formed bytes not yet copied */
+    while (i + run < n) {
+        size_t bad = 0;
+        const size_t len = utf8_char(p + i + run, n - i - run, &bad);
+        if (len) { run += len; continue; }
+        sb_put(b, s + i, run);
+        sb_put(b, "\xef\xbf\xbd", 3);
+        i += run + bad;
+        run = 0;
+    }
+    sb_put(b, s + i, run);
+}
+
 void serve_error(struct http_resp *r, int status, const char *type, const char *fmt, ...) {
     char msg[512];
     va_list ap;

@@ -161,7 +161,7 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
     struct sched *s = srv->sched;
     char tail[16];
     const size_t tl = kvb_detok_flush(&j->dt, tail, sizeof tail);
-    if (tl) sb_put(&j->text, tail, tl);
+    if (tl) sb_put_utf8(&j->text, tail, tl); /* a character cut short at the end: U+FFFD */
     j->held = 0;
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
     struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;

@@ -83,6 +83,11 @@ void sb_free(struct sbuf *b);
 void serve_json_str(struct sbuf *b, const char *s);
 /* Whether s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
 bool utf8_valid(const char *s, size_t n);
+/* Appends s to b as valid UTF-8: each maximal ill-formed subpart (a stray
+ * byte, a sequence cut short) becomes U+FFFD, as Unicode recommends and as
+ * Python's errors="replace" decodes. Generated text passes through it: a
+ * model can emit bytes that are no character, and JSON must be UTF-8. */
+void sb_put_utf8(struct sbuf *b, const char *s, size_t n);
 
 /* ---- a request and its response, free of any HTTP library ---- */
 struct http_req {

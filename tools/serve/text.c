@@ -70,7 +70,7 @@ static size_t stop_prefix_tail(const struct job *j) {
 /* Appends piece to the job's text; true when a stop string ended it. */
 bool add_text(struct job *j, const char *piece, size_t pl) {
     const size_t before = j->text.n;
-    sb_put(&j->text, piece, pl);
+    sb_put_utf8(&j->text, piece, pl); /* JSON carries UTF-8: bytes that are no character become U+FFFD */
     for (int k = 0; k < j->n_stops; k++) {
         const size_t ls = strlen(j->stops[k]);
         const size_t from = before >= ls ? before - ls + 1 : 0;
