@@ -73,6 +73,27 @@ static void matvec(const double *W, const double *b, const double *x, int n_in, 
     }
 }
 
+/* llama.cpp's per-tensor output scale <w>.scale of layer l, 1 when absent */
+static double scale_of(const struct ref *r, int l, const char *w) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.scale", l, w);
+    double *v = tensor(r, name, 1), s = v ? *v : 1;
+    free(v);
+    return s;
+}
+
+/* y = s (W x) + b (projections: the scale before the bias) */
+static void proj(const double *W, double s, const double *b, const double *x, int n_in, int n_out, double *y) {
+    matvec(W, NULL, x, n_in, n_out, y);
+    for (int o = 0; o < n_out; o++) y[o] = y[o] * s + (b ? b[o] : 0);
+}
+
+/* y = s (W x + b) (the FFN: the scale after the bias) */
+static void ffn_proj(const double *W, double s, const double *b, const double *x, int n_in, int n_out, double *y) {
+    matvec(W, b, x, n_in, n_out, y);
+    for (int o = 0; o < n_out; o++) y[o] *= s;
+}
+
 static void rms(double *x, int n, const double *w, double eps) {
     double ss = 0;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
@@ -179,12 +200,15 @@ static double *reference(const char *path, int n_ctx) {
         double *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * F * (r.fused_up ? 2 : 1)), *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)F * E);
         double *bg = layer_t(&r, l, "ffn_gate.bias", F), *bu = layer_t(&r, l, "ffn_up.bias", F), *bd = layer_t(&r, l, "ffn_down.bias", E);
         double *pfn = layer_t(&r, l, "post_ffw_norm.weight", E);
+        const double sq = scale_of(&r, l, "attn_q"), sk = scale_of(&r, l, "attn_k"), sv = scale_of(&r, l, "attn_v");
+        const double so = scale_of(&r, l, "attn_output"), sg = scale_of(&r, l, "ffn_gate"), su = scale_of(&r, l, "ffn_up");
+        const double sd = scale_of(&r, l, "ffn_down");
         for (int t = 0; t < NT; t++) { /* q, k, v of every position */
             memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
             if (an) rms(h, E, an, r.eps);
-            matvec(wq, bq, h, E, QD, Q + (size_t)t * QD);
-            matvec(wk, bk, h, E, KD, K + (size_t)t * KD);
-            matvec(wv, bv, h, E, KD, Vv + (size_t)t * KD);
+            proj(wq, sq, bq, h, E, QD, Q + (size_t)t * QD);
+            proj(wk, sk, bk, h, E, KD, K + (size_t)t * KD);
+            proj(wv, sv, bv, h, E, KD, Vv + (size_t)t * KD);
             double *qt = Q + (size_t)t * QD, *kt = K + (size_t)t * KD;
             if (qn) {
                 if (r.qk_whole) { rms(qt, QD, qn, r.eps); rms(kt, KD, kn, r.eps); }
@@ -216,15 +240,15 @@ static double *reference(const char *path, int n_ctx) {
                 }
             }
             double *xt = x + (size_t)t * E;
-            matvec(wo, bo, att, QD, E, o);
+            proj(wo, so, bo, att, QD, E, o);
             if (pan) rms(o, E, pan, r.eps);
             for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
             memcpy(h, xt, sizeof(double) * (size_t)E);
             if (fn) rms(h, E, fn, r.eps);
-            if (r.fused_up) matvec(wu, NULL, h, E, 2 * F, g); /* gate rows, then up rows */
-            else { matvec(wg, bg, h, E, F, g); matvec(wu, bu, h, E, F, g + F); }
+            if (r.fused_up) ffn_proj(wu, su, NULL, h, E, 2 * F, g); /* gate rows, then up rows; one scale */
+            else { ffn_proj(wg, sg, bg, h, E, F, g); ffn_proj(wu, su, bu, h, E, F, g + F); }
             for (int i = 0; i < F; i++) u[i] = g[i] / (1 + exp(-g[i])) * g[F + i];
-            matvec(wd, bd, u, F, E, o);
+            ffn_proj(wd, sd, bd, u, F, E, o);
             if (pfn) rms(o, E, pfn, r.eps);
             for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
         }
@@ -462,7 +486,7 @@ TEST(unused_tensors_and_unknown_math_are_refused_by_name) {
         FAILF("mkmodel: %s", kvb_last_error());
     /* a bias qwen3 never reads, an NVFP4 scale, a stray tensor: refused, named */
     refused(qwen3, &(struct edit){.add = "blk.0.attn_output.bias"}, KVB_ERR_UNSUPPORTED, "blk.0.attn_output.bias");
-    refused(llama, &(struct edit){.add = "blk.1.ffn_down.scale"}, KVB_ERR_UNSUPPORTED, "blk.1.ffn_down.scale");
+    refused(llama, &(struct edit){.add = "blk.1.attn_q_norm.weight"}, KVB_ERR_UNSUPPORTED, "blk.1.attn_q_norm.weight");
     refused(llama, &(struct edit){.add = "mystery.weight"}, KVB_ERR_UNSUPPORTED, "mystery.weight");
     /* a required one missing */
     refused(qwen3, &(struct edit){.drop = "blk.1.attn_k_norm.weight"}, KVB_ERR_CORRUPT, "blk.1.attn_k_norm.weight");

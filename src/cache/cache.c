@@ -338,9 +338,9 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
         if (c->freq_factors) memcpy(c->freq_factors, params->rope.freq_factors, sizeof(float) * (size_t)c->n_pairs);
         else goto nomem;
         for (int32_t i = 0; i < c->n_pairs; i++)
-            if (!(c->freq_factors[i] > 0) || !isfinite(c->freq_factors[i])) {
+            if (c->freq_factors[i] == 0 || !isfinite(c->freq_factors[i])) { /* a negative divisor turns the pair the other way, as in ggml */
                 kvb_cache_free(c);
-                return kvb_fail(KVB_ERR_INVALID, "cache: rope.freq_factors[%d] must be finite and > 0", (int)i);
+                return kvb_fail(KVB_ERR_INVALID, "cache: rope.freq_factors[%d] must be finite and nonzero", (int)i);
             }
     }
     c->params.rope.freq_factors = c->freq_factors;

@@ -152,6 +152,12 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
         lens[i] = kvb_vocab_len(v, i);
         types[i] = v->type[i];
     }
+    if (v->kind == KVB_VOCAB_NONE) { /* ids only, as llama.cpp's test models */
+        kvb_gguf_writer_str(w, "tokenizer.ggml.model", "no_vocab");
+        snprintf(key, sizeof key, "%s.vocab_size", a);
+        kvb_gguf_writer_u32(w, key, (uint32_t)v->n);
+        goto tensors;
+    }
     kvb_gguf_writer_str(w, "tokenizer.ggml.model", v->kind == KVB_VOCAB_BPE ? "gpt2" : "llama");
     kvb_gguf_writer_arr_str(w, "tokenizer.ggml.tokens", strs, lens, (uint64_t)v->n);
     if (v->kind == KVB_VOCAB_SPM) kvb_gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_T_FLOAT32, v->score, (uint64_t)v->n);
@@ -180,7 +186,7 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     if (v->unk >= 0) kvb_gguf_writer_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
     kvb_gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
     kvb_gguf_writer_bool(w, "tokenizer.ggml.add_space_prefix", v->add_space_prefix);
-    {
+tensors : {
         struct put_ctx pc = {w, &o, type, 0, 7 * in->n_layer + 2, progress, user};
         if ((st = kvb_family_each_tensor(m, put_tensor, &pc)) != KVB_OK) goto done;
     }
@@ -374,6 +380,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     if (sh->yarn_factor != 0 && st == KVB_OK) st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, true, 1.0f);
     m->layers = kvb_calloc((size_t)sh->layers, sizeof *m->layers);
     if (!m->layers && st == KVB_OK) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+    if (m->layers) kvb_layers_neutral(m->layers, sh->layers);
     const bool fused_up = !strcmp(sh->arch, "phi3");
     for (int32_t l = 0; st == KVB_OK && l < sh->layers; l++) {
         struct kvb_layer *L = &m->layers[l];
@@ -407,7 +414,10 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->bk = const_vec(o, KD, 0.0f, true);
             L->bv = const_vec(o, KD, 0.0f, true);
         }
-        if (sh->all_bias) {
+        if (sh->all_bias) { /* and llama.cpp's per-tensor output scales, which order against the biases */
+            L->s_q = 1.0f + 0.5f * urand(&o->rs); L->s_k = 1.0f + 0.5f * urand(&o->rs); L->s_v = 1.0f + 0.5f * urand(&o->rs);
+            L->s_o = 1.0f + 0.5f * urand(&o->rs); L->s_gate = 1.0f + 0.5f * urand(&o->rs); L->s_up = 1.0f + 0.5f * urand(&o->rs);
+            L->s_down = 1.0f + 0.5f * urand(&o->rs);
             L->bo = const_vec(o, E, 0.0f, true);
             L->b_gate = const_vec(o, F, 0.0f, true);
             L->b_up = const_vec(o, F, 0.0f, true);

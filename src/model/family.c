@@ -53,6 +53,9 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_GRANITE 128u     /* embedding/residual/attention/logit scales, rope.scaling.finetuned */
 #define F_TEMP 256u        /* mistral3: query temperature, YaRN betas and log multiplier */
 #define F_SWA_IGNORED 512u /* attention.sliding_window is read and then switched off (phi3) */
+#define F_CLS_HEAD 1024u   /* cls.output.weight/.bias: a reranker's head, unused by generation (qwen3, as llama.cpp) */
+#define F_FFN_SCALES 2048u /* llama.cpp's graph applies the FFN's .scale tensors (llama, qwen3; the others load them unused) */
+#define F_NO_QKV_SCALES 4096u /* its graph applies no q/k/v .scale (olmo2) */
 
 struct family {
     const char *arch;
@@ -65,12 +68,12 @@ struct family {
 #define LLAMA_ATTN REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ
 #define PLAIN_FFN REQ, REQ, REQ, REQ
 static const struct family k_families[] = {
-    {"llama", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
+    {"llama", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_FFN_SCALES, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
     {"qwen2", KVB_ROPE_NEOX, F_OUTPUT_BIAS, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
-    {"qwen3", KVB_ROPE_NEOX, 0, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
+    {"qwen3", KVB_ROPE_NEOX, F_CLS_HEAD | F_FFN_SCALES, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
     {"granite", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
     {"mistral3", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_TEMP, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
-    {"olmo2", KVB_ROPE_NEOX, F_QK_WHOLE | F_OUTPUT_REQ,
+    {"olmo2", KVB_ROPE_NEOX, F_QK_WHOLE | F_OUTPUT_REQ | F_NO_QKV_SCALES,
      {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}},
     {"phi3", KVB_ROPE_NEOX, F_FUSED_UP | F_PARTIAL_ROT | F_LONGROPE | F_SWA_IGNORED,
      {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, NO, NO, REQ, NO, REQ, REQ, NO, NO, NO, NO}},
@@ -95,10 +98,17 @@ static const struct family *family_of(const char *arch) {
 void kvb_model_neutral(struct kvb_model *m) {
     m->act = KVB_FFN_SILU;
     m->qk_norm_whole = false;
-    m->embd_scale = m->residual_scale = m->q_scale = m->rope_mscale = m->logit_scale = 1.0f;
+    m->embd_scale = m->residual_scale = m->q_scale = m->rope_mscale = m->logit_scale = m->output_scale = 1.0f;
     m->final_softcap = 0;
     m->temp_beta = 0;
     m->temp_floor = 0;
+}
+
+void kvb_layers_neutral(struct kvb_layer *layers, int32_t n) {
+    for (int32_t l = 0; l < n; l++) {
+        struct kvb_layer *L = &layers[l];
+        L->s_q = L->s_k = L->s_v = L->s_o = L->s_gate = L->s_up = L->s_down = 1.0f;
+    }
 }
 
 /* ---- keys ---- */
@@ -211,8 +221,7 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     in->rms_eps = 1e-5f;
     if ((st = opt_f32(k, "attention.layer_norm_rms_epsilon", &in->rms_eps)) != KVB_OK) return st;
     if (!(in->rms_eps > 0 && in->rms_eps < 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g is out of range", k->f->path, k->key, (double)in->rms_eps);
-    if (kvb_gguf_find(k->f, K(k, "attention.layer_norm_epsilon")))
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': LayerNorm models are not supported (RMSNorm only)", k->f->path, k->key);
+    /* attention.layer_norm_epsilon is LayerNorm's: these families (RMSNorm) never read it, nor does llama.cpp for them */
     if ((st = opt_u32(k, "expert_count", &v, 0, 1u << 20)) == KVB_OK && v > 0)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: mixture-of-experts models are not supported yet", k->f->path, k->key, v);
     else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
@@ -353,6 +362,53 @@ static kvb_status bind_vec(struct binder *b, const char *name, int64_t n, enum n
     return KVB_OK;
 }
 
+/* A per-tensor scale {1} (f32), optional: *out stays 1 when absent. */
+static kvb_status bind_scalar(struct binder *b, const char *name, float *out) {
+    const float *v;
+    kvb_status st = bind_vec(b, name, 1, OPT, &v);
+    if (st == KVB_OK && v) {
+        if (!isfinite(*v)) return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is not finite", b->f->path, name);
+        *out = *v;
+    }
+    return st;
+}
+
+/* The generic scales llama.cpp loads for every architecture: <w>.scale
+ * multiplies w's output; <w>.input_scale is bound and not used (nor is it
+ * by llama.cpp's graphs). */
+static kvb_status bind_scales(struct binder *b, const struct family *fam, int32_t l, struct kvb_layer *L, bool fused_qkv, bool fused_up) {
+    static const char *const w[] = {"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    float s[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    char name[96];
+    kvb_status st;
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.scale", (int)l, w[i]);
+        if ((st = bind_scalar(b, name, &s[i])) != KVB_OK) return st;
+        float unused = 1;
+        snprintf(name, sizeof name, "blk.%d.%s.input_scale", (int)l, w[i]);
+        const bool had = kvb_gguf_find_tensor(b->f, name) != NULL;
+        if ((st = bind_scalar(b, name, &unused)) != KVB_OK) return st;
+        L->input_scales = L->input_scales || had;
+    }
+    L->s_q = fused_qkv ? s[3] : s[0];
+    L->s_k = fused_qkv ? s[3] : s[1];
+    L->s_v = fused_qkv ? s[3] : s[2];
+    L->s_o = s[4];
+    L->s_gate = fused_up ? s[6] : s[5];
+    L->s_up = s[6];
+    L->s_down = s[7];
+    /* as llama.cpp's graph for the family: what it does not apply is bound and left at 1, and said */
+    if (fam->traits & F_NO_QKV_SCALES) {
+        L->scales_unused = L->scales_unused || L->s_q != 1 || L->s_k != 1 || L->s_v != 1;
+        L->s_q = L->s_k = L->s_v = 1;
+    }
+    if (!(fam->traits & F_FFN_SCALES)) {
+        L->scales_unused = L->scales_unused || L->s_gate != 1 || L->s_up != 1 || L->s_down != 1;
+        L->s_gate = L->s_up = L->s_down = 1;
+    }
+    return KVB_OK;
+}
+
 /* Rows [r0, r0 + n) of w as a matrix of their own. */
 static struct kvb_mat rows_of(const struct kvb_mat *w, int64_t r0, int64_t n) {
     return (struct kvb_mat){w->type, w->n_in, n, w->row_bytes, w->data + (size_t)r0 * w->row_bytes};
@@ -406,6 +462,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     VEC(S_BUP, F, L->b_up);
     VEC(S_BDOWN, E, L->b_down);
     VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
+    if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0)) != KVB_OK) return st;
 #undef VEC
 #undef MAT
     return KVB_OK;
@@ -422,6 +479,16 @@ static kvb_status bind_globals(struct binder *b, const struct family *fam, struc
     in->tied_output = !m->output.data;
     if (in->tied_output) m->output = m->tok_embd;
     if ((st = bind_vec(b, "output.bias", V, fam->traits & F_OUTPUT_BIAS ? OPT : NO, &m->output_bias)) != KVB_OK) return st;
+    m->output_scale = 1.0f;
+    if ((st = bind_scalar(b, "output.scale", &m->output_scale)) != KVB_OK) return st;
+    float unused = 1;
+    if ((st = bind_scalar(b, "output.input_scale", &unused)) != KVB_OK) return st;
+    if (fam->traits & F_CLS_HEAD) { /* a reranker's classifier: generation does not read it, nor does llama.cpp's */
+        const struct gguf_tensor *cw = take(b, "cls.output.weight"), *cb = take(b, "cls.output.bias");
+        if ((cw && (cw->ne[0] != E || cw->ne[2] != 1)) || (cb && !cw))
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor 'cls.output' has the wrong shape", b->f->path);
+        m->cls_head = cw != NULL;
+    }
     /* rotary factors: [rope.dimension_count / 2], read before the rope keys settle it */
     uint32_t R = (uint32_t)in->head_dim;
     struct keys k = {b->f, b->arch, {0}};
@@ -473,6 +540,8 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
                           f->path, (int)KVB_MIN(f->tensors[i].name.n, (uint64_t)96), f->tensors[i].name.p, fam->arch);
     kvb_free(b.used);
     if (st == KVB_OK) in->has_qkv_bias = m->layers[0].bq != NULL;
+    if (st == KVB_OK && m->layers[0].scales_unused)
+        kvb_logf(KVB_LOG_WARN, "%s: .scale tensors that llama.cpp's '%s' graph does not apply are not applied here either", f->path, fam->arch);
     return st;
 }
 
@@ -485,6 +554,12 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
 #define ADD(...) do { if (n < cap) { int w_ = snprintf(out + n, cap - n, "%s", n ? "; " : ""); if (w_ > 0) n += (size_t)w_; } \
                       if (n < cap) { int w_ = snprintf(out + n, cap - n, __VA_ARGS__); if (w_ > 0) n += (size_t)w_; } } while (0)
     if (L && (L->bo || L->b_gate || L->b_up || L->b_down)) ADD("output/FFN biases");
+    if (L && (L->s_q != 1 || L->s_k != 1 || L->s_v != 1 || L->s_o != 1 || L->s_gate != 1 || L->s_up != 1 || L->s_down != 1))
+        ADD("per-tensor output scales");
+    if (L && L->input_scales) ADD("input scales (unused, as in llama.cpp)");
+    if (L && L->scales_unused) ADD("%s .scale tensors not applied (as llama.cpp's %s graph)", m->qk_norm_whole ? "q/k/v and FFN" : "FFN", m->info.arch);
+    if (m->output_scale != 1.0f) ADD("output scale %g", (double)m->output_scale);
+    if (m->cls_head) ADD("a reranker head (unused by generation, as in llama.cpp)");
     if (L && L->q_norm) ADD("q/k norms %s", m->qk_norm_whole ? "over the projection" : "per head");
     if (L && !L->attn_norm) ADD("no pre-norms");
     if (L && (L->post_attn_norm || L->post_ffn_norm)) ADD("post norms");
@@ -517,6 +592,7 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
     if ((st = put(u, "output_norm.weight", NULL, m->output_norm, E)) != KVB_OK) return st;
     if (!in->tied_output && (st = put(u, "output.weight", &m->output, NULL, 0)) != KVB_OK) return st;
     if (m->output_bias && (st = put(u, "output.bias", NULL, m->output_bias, in->n_vocab)) != KVB_OK) return st;
+    if (m->output_scale != 1.0f && (st = put(u, "output.scale", NULL, &m->output_scale, 1)) != KVB_OK) return st;
     const bool longrope = m->rope_freqs_long != NULL;
     const float *ff = m->yarn_factor ? m->rope_freqs_file : m->rope_freqs; /* YaRN: the file's own factors, not the divisors */
     if (ff && (st = put(u, longrope ? "rope_factors_short.weight" : "rope_freqs.weight", NULL, ff, in->rope_dims / 2)) != KVB_OK) return st;
@@ -545,6 +621,13 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
                 mat = &gu;
             }
             if ((st = put(u, name, mat, t[i].vec, t[i].n)) != KVB_OK) return st;
+        }
+        const struct { const char *w; const float *s; } sc[] = {{"attn_q", &L->s_q}, {"attn_k", &L->s_k}, {"attn_v", &L->s_v},
+            {"attn_output", &L->s_o}, {"ffn_gate", &L->s_gate}, {"ffn_up", &L->s_up}, {"ffn_down", &L->s_down}};
+        for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
+            if (*sc[i].s == 1.0f || ((fam->traits & F_FUSED_UP) && i == 4)) continue; /* fused up: one scale, ffn_up's */
+            snprintf(name, sizeof name, "blk.%d.%s.scale", (int)l, sc[i].w);
+            if ((st = put(u, name, NULL, sc[i].s, 1)) != KVB_OK) return st;
         }
     }
     return KVB_OK;

@@ -247,6 +247,11 @@ static void norm_heads(float *x, int64_t n, int64_t d, const float *w, float eps
     for (int64_t h = 0; h < n; h++) rmsnorm(x + h * d, x + h * d, w, d, eps);
 }
 
+static void scale_rows(float *y, int32_t rows, int64_t n, float s) {
+    if (s != 1.0f)
+        for (size_t i = 0; i < (size_t)rows * (size_t)n; i++) y[i] *= s;
+}
+
 static void add_bias(float *y, int32_t rows, int64_t n, const float *b) {
     if (b)
         for (int32_t t = 0; t < rows; t++)
@@ -262,6 +267,9 @@ static void shape_qk(const struct kvb_model *m, const struct kvb_layer *L, struc
     const struct kvb_model_info *in = &m->info;
     const int64_t D = in->head_dim, QD = (int64_t)in->n_head * D, KD = (int64_t)in->n_head_kv * D;
     const int32_t R = f->n_rows;
+    scale_rows(f->q, R, QD, L->s_q); /* the per-tensor scales come before the biases here, as in llama.cpp */
+    scale_rows(f->k, R, KD, L->s_k);
+    scale_rows(f->v, R, KD, L->s_v);
     add_bias(f->q, R, QD, L->bq);
     add_bias(f->k, R, KD, L->bk);
     add_bias(f->v, R, KD, L->bv);
@@ -300,12 +308,14 @@ static void residual(const struct kvb_model *m, float *x, float *y, const float 
 
 static float gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x))); }
 
-/* Output bias, Granite's logit scale and the final softcap on n rows. */
+/* The output's scale and bias, Granite's logit scale and the final softcap on n rows. */
 static void finish_logits(const struct kvb_model *m, float *lg, int64_t rows) {
     const int64_t V = m->info.n_vocab;
-    if (!m->output_bias && m->logit_scale == 1.0f && m->final_softcap == 0) return;
+    if (!m->output_bias && m->output_scale == 1.0f && m->logit_scale == 1.0f && m->final_softcap == 0) return;
     for (int64_t r = 0; r < rows; r++) {
         float *y = lg + r * V;
+        if (m->output_scale != 1.0f)
+            for (int64_t i = 0; i < V; i++) y[i] *= m->output_scale;
         if (m->output_bias)
             for (int64_t i = 0; i < V; i++) y[i] += m->output_bias[i];
         if (m->logit_scale != 1.0f)
@@ -345,6 +355,7 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
         if (st != KVB_OK) return st;
     }
     mm(tp, f, &L->wo, f->att, QD, f->tmp, E, seg, n_seg, n_dec);
+    scale_rows(f->tmp, R, E, L->s_o);
     add_bias(f->tmp, R, E, L->bo);
     residual(m, f->x, f->tmp, L->post_attn_norm, R, E);
     return KVB_OK;
@@ -363,8 +374,10 @@ static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, stru
         const int64_t ld[2] = {F, F};
         mm_group(tp, f, w, 2, xin, E, y, ld, seg, n_seg, n_dec);
     }
-    add_bias(f->hg, R, F, L->b_gate);
+    add_bias(f->hg, R, F, L->b_gate); /* in the FFN the scales come after the biases, as in llama.cpp */
     add_bias(f->hu, R, F, L->b_up);
+    scale_rows(f->hg, R, F, L->s_gate);
+    scale_rows(f->hu, R, F, L->s_up);
     if (m->act == KVB_FFN_GELU_TANH)
         for (size_t i = 0; i < (size_t)R * F; i++) f->hg[i] = gelu_tanh(f->hg[i]) * f->hu[i];
     else
@@ -374,6 +387,7 @@ static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, stru
         }
     mm(tp, f, &L->w_down, f->hg, F, f->tmp, E, seg, n_seg, n_dec);
     add_bias(f->tmp, R, E, L->b_down);
+    scale_rows(f->tmp, R, E, L->s_down);
     residual(m, f->x, f->tmp, L->post_ffn_norm, R, E);
 }
 

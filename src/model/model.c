@@ -78,6 +78,7 @@ kvb_status kvb_model_load_llama2c(const char *path, const char *tok_path, bool i
 #define MAT(dst, nin, nout) (mat.type = 0, mat.n_in = (int64_t)(nin), mat.n_out = (int64_t)(nout), mat.row_bytes = (size_t)(nin) * 4, mat.data = (const uint8_t *)p, p += (nin) * (nout), (dst) = mat)
     m->layers = kvb_calloc((size_t)L, sizeof *m->layers);
     if (!m->layers) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", path);
+    kvb_layers_neutral(m->layers, (int32_t)L);
     MAT(m->tok_embd, E, V);
     for (uint64_t l = 0; l < L; l++) m->layers[l].attn_norm = p + l * E;
     p += L * E;

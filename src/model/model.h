@@ -34,6 +34,13 @@ struct kvb_layer {
     struct kvb_mat w_down;         /* [E][F] */
     const float *b_gate, *b_up, *b_down; /* FFN biases, or NULL */
     const float *post_ffn_norm;    /* RMS norm of the FFN output before the residual, or NULL */
+    /* per-tensor output scales (<name>.scale, llama.cpp's NVFP4 scales, which it applies to any
+     * weight type): q/k/v and wo scaled before their bias, gate/up/down after it; 1: none */
+    float s_q, s_k, s_v, s_o, s_gate, s_up, s_down;
+    bool input_scales;             /* <name>.input_scale tensors were present: bound, and unused, as
+                                    * llama.cpp leaves them (they describe NVFP4 activations) */
+    bool scales_unused;            /* .scale tensors this family's llama.cpp graph does not apply (its
+                                    * FFN's but for llama and qwen3; olmo2's q/k/v): bound, not applied */
 };
 
 struct kvb_model {
@@ -42,6 +49,7 @@ struct kvb_model {
     const float *output_norm;    /* [n_embd] */
     struct kvb_mat output;       /* [n_vocab][n_embd] (tok_embd when tied) */
     const float *output_bias;    /* [n_vocab] (qwen2), or NULL */
+    float output_scale;          /* output.scale (llama.cpp's per-tensor scale of the classifier); 1 */
     const float *rope_freqs;     /* [rope_dims / 2] frequency divisors (Llama-3, YaRN, LongRoPE short), or NULL */
     const float *rope_freqs_long;/* LongRoPE: the divisors past rope_orig_ctx (phi3), or NULL */
     struct kvb_layer *layers;
@@ -59,6 +67,7 @@ struct kvb_model {
     float final_softcap;         /* logits = c * tanh(logits / c); 0: off */
     float temp_beta;             /* mistral3: q *= 1 + beta * ln(1 + floor(pos / temp_floor)); 0: off */
     int32_t temp_floor;
+    bool cls_head;               /* qwen3: a reranker's classifier is in the file (bound, unused) */
     /* YaRN as the file gave it (rope_freqs then holds the divisors made from it), for export */
     float yarn_factor;           /* 0: no YaRN */
     float yarn_beta_fast, yarn_beta_slow, yarn_log_mul; /* log_mul 0: the key was absent */
@@ -74,6 +83,8 @@ struct kvb_model {
 
 /* The neutral arithmetic of a plain llama model (every scale 1, SwiGLU). */
 void kvb_model_neutral(struct kvb_model *m);
+/* n zeroed layers get their neutral scales (1). */
+void kvb_layers_neutral(struct kvb_layer *layers, int32_t n);
 
 /* family.c: the families this engine runs, as data. kvb_family_load reads
  * the hyperparameters of f's architecture (keys as llama.cpp reads them;

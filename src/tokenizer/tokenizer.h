@@ -26,6 +26,7 @@ enum kvb_token_type {
 enum kvb_vocab_kind {
     KVB_VOCAB_SPM = 0, /* SentencePiece BPE with byte fallback ("llama") */
     KVB_VOCAB_BPE = 1, /* byte-level BPE with merges ("gpt2") */
+    KVB_VOCAB_NONE = 2, /* "no_vocab": ids only, n_vocab from <arch>.vocab_size (llama.cpp's test models) */
 };
 
 /* Pre-tokenizer of a byte-level BPE vocabulary (tokenizer.ggml.pre). */

@@ -168,10 +168,37 @@ static kvb_status load_merges(const struct gguf_file *f, struct kvb_vocab *v) {
     return st;
 }
 
+/* tokenizer.ggml.model "no_vocab": n empty pieces, n from <arch>.vocab_size;
+ * ids in and out, no text (kvb_vocab_tokenize refuses). */
+static kvb_status no_vocab(const struct gguf_file *f, struct kvb_vocab **out) {
+    struct gguf_str a;
+    kvb_status st = kvb_gguf_get_str(f, "general.architecture", &a, true);
+    if (st != KVB_OK) return st;
+    char key[96];
+    snprintf(key, sizeof key, "%.*s.vocab_size", (int)KVB_MIN(a.n, (uint64_t)64), a.p);
+    uint32_t n;
+    if ((st = kvb_gguf_get_u32(f, key, &n, true)) != KVB_OK) return st;
+    if (n < 1 || n > (1u << 24)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u is out of range 1..16777216", f->path, key, n);
+    struct kvb_vocab *v = alloc_vocab((int32_t)n, n);
+    if (!v) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the vocabulary", f->path);
+    v->kind = KVB_VOCAB_NONE;
+    for (uint32_t i = 0; i <= n; i++) v->off[i] = i;
+    memset(v->arena, 0, n);
+    v->bos = v->eos = v->unk = -1;
+    v->add_bos = v->add_space_prefix = false;
+    if ((st = finish(v, f->path)) != KVB_OK) {
+        kvb_vocab_free(v);
+        return st;
+    }
+    *out = v;
+    return KVB_OK;
+}
+
 kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out) {
     struct gguf_str model;
     kvb_status st = kvb_gguf_get_str(f, "tokenizer.ggml.model", &model, true);
     if (st != KVB_OK) return st;
+    if (kvb_gguf_str_eq(model, "no_vocab")) return no_vocab(f, out);
     const bool bpe = kvb_gguf_str_eq(model, "gpt2");
     if (!bpe && !kvb_gguf_str_eq(model, "llama"))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported (only 'llama' SentencePiece and 'gpt2' byte-level BPE)",
@@ -441,6 +468,8 @@ size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t 
 kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                               int32_t **ids, int32_t *n_ids) {
     if (!v || (!text && len) || !ids || !n_ids) return kvb_fail(KVB_ERR_INVALID, "tokenize: bad arguments");
+    if (v->kind == KVB_VOCAB_NONE)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "tokenize: this model has no vocabulary (tokenizer.ggml.model 'no_vocab'): it takes token ids only");
     struct kvb_tok_out o = {0};
     bool after_special = true;
     if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);

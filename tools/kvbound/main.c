@@ -24,6 +24,7 @@ static void usage(FILE *f) {
             "  cold                check recall's cold-tier files (--recall --cold-dir) page by page\n"
             "  tokenize            text to token ids, in llama-tokenize's formats (vocab-only GGUF works)\n"
             "  info                print a model's architecture, hyperparameters and tensors\n"
+            "  logits              the logits of given token ids, raw float32, to compare with another engine\n"
             "  convert             write a llama2.c checkpoint as GGUF\n"
             "  mkmodel             write a random-weight GGUF of a real model shape\n"
             "  lab                 the synthetic attention lab: policies on known attention (make demo)\n"
@@ -68,6 +69,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 1, argv + 1);
     if (!strcmp(cmd, "needle")) return cmd_needle(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# compare_llama_logits.sh PEER_DIR [MODEL.gguf ...] — kvbound's logits
+# against llama.cpp's on the same files and token ids (docs/EVALUATION.md,
+# "Model families"). PEER_DIR is llama.cpp built by
+# ../shared/tools/build-llama-peer.sh (outside this repository); the script
+# builds bench/peer/dump_logits.cpp (our program on llama.cpp's public API)
+# against it. Without MODELs: every family's tiny mkmodel shape, f32 and f16,
+# plus PEER_DIR/archs/*-dense.gguf (test-llama-archs -o archs) and
+# PEER_DIR/archs/gen/*.gguf (bench/peer/gen_archs.sh) of the families
+# kvbound loads. Both engines run policy full with f32 KV rows, the prompt as
+# one batch with every row's logits and the same ids one decode step at a
+# time. One JSON line per file and mode: NMSE (sum of squared differences
+# over the llama.cpp logits' sum of squares), top-1 agreement, max |diff|.
+set -euo pipefail
+PEER=${1:?usage: $0 PEER_DIR [MODEL.gguf ...]}; shift
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+K=${KVB_BIN:-$HERE/build/kvbound}
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+g++ -O2 -std=c++17 -I"$PEER/include" -I"$PEER/ggml/include" "$HERE/bench/peer/dump_logits.cpp" -o "$W/dump_logits" \
+    "$PEER/build/src/libllama.a" "$PEER/build/ggml/src/libggml.a" "$PEER/build/ggml/src/libggml-cpu.a" \
+    "$PEER/build/ggml/src/libggml-base.a" -fopenmp -lpthread -lm -ldl
+files=("$@")
+if [ ${#files[@]} -eq 0 ]; then
+    for s in tiny tiny-llama-bias tiny-qwen2 tiny-qwen3 tiny-granite tiny-olmo2 tiny-phi3 tiny-mistral3; do
+        for t in f32 f16; do "$K" mkmodel --shape "$s" --type $t -o "$W/$s-$t.gguf" 2>/dev/null; files+=("$W/$s-$t.gguf"); done
+    done
+    for a in llama qwen2 qwen3 granite mistral3 olmo2 phi3; do
+        for f in "$PEER/archs/$a-dense.gguf" "$PEER/archs/gen/$a-f32.gguf" "$PEER/archs/gen/$a-f16.gguf"; do [ -f "$f" ] && files+=("$f"); done
+    done
+fi
+IDS="1,5,9,17,33,65,100,127,3,2,64,50,7,8,90,11,120,44,81,26,13,99,70,31"
+for f in "${files[@]}"; do
+    for mode in prompt decode; do
+        "$W/dump_logits" "$f" "$W/l.bin" --tokens "$IDS" --mode $mode --n-ctx 256 > "$W/l.json" 2> "$W/l.err" || { echo "{\"file\":\"$f\",\"error\":\"llama.cpp: $(tail -n 1 "$W/l.err")\"}"; continue; }
+        "$K" logits -m "$f" --tokens "$IDS" --mode $mode -c 256 -o "$W/k.bin" > /dev/null 2> "$W/k.err" || { echo "{\"file\":\"$f\",\"error\":\"kvbound: $(tail -n 1 "$W/k.err")\"}"; continue; }
+        python3 - "$W/l.bin" "$W/k.bin" "$W/l.json" "$f" "$mode" <<'PY'
+import json, struct, sys
+a, b = open(sys.argv[1], 'rb').read(), open(sys.argv[2], 'rb').read()
+meta = json.load(open(sys.argv[3]))
+V, T = meta['n_vocab'], meta['n_tokens']
+A, B = struct.unpack('<%df' % (len(a) // 4), a), struct.unpack('<%df' % (len(b) // 4), b)
+assert len(A) == len(B) == V * T, (len(A), len(B), V * T)
+e = sum((x - y) ** 2 for x, y in zip(A, B)); s = sum(x * x for x in A)
+top = sum(max(range(V), key=lambda i: A[t * V + i]) == max(range(V), key=lambda i: B[t * V + i]) for t in range(T))
+print(json.dumps({"file": sys.argv[4].split('/')[-1], "arch": meta['arch'], "mode": sys.argv[5], "tokens": T,
+                  "nmse": float('%.3g' % (e / s)), "top1": top / T, "max_abs": float('%.3g' % max(abs(x - y) for x, y in zip(A, B)))}))
+PY
+    done
+done
