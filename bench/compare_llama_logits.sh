@@ -21,10 +21,10 @@ g++ -O2 -std=c++17 -I"$PEER/include" -I"$PEER/ggml/include" "$HERE/bench/peer/du
     "$PEER/build/ggml/src/libggml-base.a" -fopenmp -lpthread -lm -ldl
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
-    for s in tiny tiny-llama-bias tiny-qwen2 tiny-qwen3 tiny-granite tiny-olmo2 tiny-phi3 tiny-mistral3; do
+    for s in tiny tiny-llama-bias tiny-qwen2 tiny-qwen3 tiny-granite tiny-olmo2 tiny-phi3 tiny-mistral3 tiny-smollm3; do
         for t in f32 f16; do "$K" mkmodel --shape "$s" --type $t -o "$W/$s-$t.gguf" 2>/dev/null; files+=("$W/$s-$t.gguf"); done
     done
-    for a in llama qwen2 qwen3 granite mistral3 olmo2 phi3; do
+    for a in llama qwen2 qwen3 granite mistral3 smollm3 olmo2 phi3; do
         for f in "$PEER/archs/$a-dense.gguf" "$PEER/archs/gen/$a-f32.gguf" "$PEER/archs/gen/$a-f16.gguf"; do [ -f "$f" ] && files+=("$f"); done
     done
 fi

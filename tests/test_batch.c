@@ -247,7 +247,7 @@ TEST(batch_equals_single_q8_0_weights) {
  * second half) against lone contexts, on the family's tiny mkmodel shape. */
 TEST(batch_equals_single_every_family) {
     NEED_MODEL(); /* the prompts' ids (all below the tiny shapes' 512) */
-    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3"};
+    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3"};
     struct kvb_recall_params rec = {0};
     rec.pages = 2;
     rec.every = 1;
@@ -258,7 +258,7 @@ TEST(batch_equals_single_every_family) {
         void *owned;
         CHECK_OK(kvb_model_make(shapes[k], 5, NULL, &m, &owned));
         printf("  %s\n", shapes[k]);
-        equality_run(m, KVB_POLICY_COUNT, KVB_POLICY_COUNT, k % 2 ? rec : none);
+        equality_run(m, KVB_POLICY_COUNT, KVB_POLICY_COUNT, k % 2 && strcmp(shapes[k], "tiny-smollm3") ? rec : none); /* no recall over NoPE layers */
         kvb_model_make_free(m, owned);
         if (t_case_failed) return;
     }

@@ -30,7 +30,7 @@ struct ref {
     int E, L, Hq, Hk, D, F, V, R;
     double eps, base, fs, mscale, emb_scale, res_scale, attn_scale, logit_scale, temp_beta;
     int orig;
-    bool neox, qk_whole, post_norms, fused_up, tied, granite;
+    bool neox, qk_whole, post_norms, fused_up, tied, granite, nope4;
     double *div; /* [R/2] divisors of the angle (rope factors, YaRN), 1 without */
 };
 
@@ -120,6 +120,7 @@ static void set_family(struct ref *r) {
     r->post_norms = !strcmp(a, "olmo2");
     r->fused_up = !strcmp(a, "phi3");
     r->granite = !strcmp(a, "granite");
+    r->nope4 = !strcmp(a, "smollm3"); /* layers 3, 7, ... without RoPE (llama.cpp's fixed step of 4) */
 }
 
 /* RoPE per llama.cpp: linear scaling (factor 0: none), YaRN (ramp between
@@ -217,8 +218,8 @@ static double *reference(const char *path, int n_ctx) {
                     for (int hh = 0; hh < r.Hk; hh++) rms(kt + hh * D, D, kn, r.eps);
                 }
             }
-            for (int hh = 0; hh < r.Hq; hh++) rope(&r, qt + hh * D, t);
-            for (int hh = 0; hh < r.Hk; hh++) rope(&r, kt + hh * D, t);
+            for (int hh = 0; hh < r.Hq && !(r.nope4 && (l + 1) % 4 == 0); hh++) rope(&r, qt + hh * D, t);
+            for (int hh = 0; hh < r.Hk && !(r.nope4 && (l + 1) % 4 == 0); hh++) rope(&r, kt + hh * D, t);
             if (r.temp_beta != 0)
                 for (int i = 0; i < QD; i++) qt[i] *= 1 + r.temp_beta * log(1 + floor((double)t / r.orig));
         }
@@ -345,13 +346,14 @@ TEST(phi3_long_and_short_factors_equal_reference) {
     check_family("tiny-phi3", 256); /* within it: short */
 }
 TEST(mistral3_yarn_and_temperature_equal_reference) { check_family("tiny-mistral3", 8192); }
+TEST(smollm3_nope_layers_equal_reference) { check_family("tiny-smollm3", 4096); }
 
 /* Every family through a bounded, quantized cache that is saved and
  * restored halfway: the restored context continues with the very logits of
  * the one that never stopped (snapkv compresses the prompt; h2o evicts by
  * attention with q8_0 rows; streaming with recall). */
 TEST(every_family_saves_and_restores_bounded_quantized_caches) {
-    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3"};
+    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3"};
     static const enum kvb_policy_id pols[] = {KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING};
     enum { N = 48, HALF = 24 };
     int32_t toks[N];
@@ -374,6 +376,11 @@ TEST(every_family_saves_and_restores_bounded_quantized_caches) {
             cp.kv_pool_bytes = (size_t)8 << 20;
             cp.chunk = 8;
             struct kvb_context *a, *b;
+            if (cp.kv.recall.pages && !strcmp(shapes[k], "tiny-smollm3")) { /* recall over NoPE layers: refused, named */
+                CHECK_STATUS(kvb_context_init(m, &cp, &a), KVB_ERR_UNSUPPORTED);
+                CHECK(strstr(kvb_last_error(), "no_rope") != NULL);
+                cp.kv.recall.pages = 0;
+            }
             CHECK_OK(kvb_context_init(m, &cp, &a));
             CHECK_OK(kvb_context_init(m, &cp, &b));
             float *la = malloc(sizeof(float) * (size_t)mi.n_vocab), *lb = malloc(sizeof(float) * (size_t)mi.n_vocab);
@@ -511,6 +518,7 @@ int main(void) {
     RUN(olmo2_equals_reference);
     RUN(phi3_long_and_short_factors_equal_reference);
     RUN(mistral3_yarn_and_temperature_equal_reference);
+    RUN(smollm3_nope_layers_equal_reference);
     RUN(every_family_saves_and_restores_bounded_quantized_caches);
     RUN(unused_tensors_and_unknown_math_are_refused_by_name);
     char cmd[128];

@@ -11,7 +11,7 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 have_py=0; need_tool families_python python3 KVB_REQUIRE_PYTHON "Debian python3; .ci/run installs it" && have_py=1
 have_serve=0; [ $have_py -eq 1 ] && "$K" serve --help > /dev/null 2>&1 && need_tool families_curl curl KVB_REQUIRE_SHARED "Debian curl" && have_serve=1
 for spec in "tiny-llama-bias:output/FFN biases" "tiny-qwen3:q/k norms per head" "tiny-granite:scales: embedding 12" \
-            "tiny-olmo2:no pre-norms" "tiny-phi3:LongRoPE" "tiny-mistral3:YaRN x4"; do
+            "tiny-olmo2:no pre-norms" "tiny-phi3:LongRoPE" "tiny-mistral3:YaRN x4" "tiny-smollm3:1 of 4 layers without RoPE"; do
     s=${spec%%:*}; feat=${spec#*:}; case_name=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" --type q8_0 -o "$M" > /dev/null 2>&1

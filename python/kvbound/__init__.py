@@ -96,7 +96,8 @@ class _KvParams(_c.Structure):
 
 
 class _CacheParams(_c.Structure):
-    _fields_ = [("n_layer", _i32), ("n_kv_head", _i32), ("head_dim", _i32), ("rope", _Rope), ("pool_bytes", _sz), ("kv", _KvParams)]
+    _fields_ = [("n_layer", _i32), ("n_kv_head", _i32), ("head_dim", _i32), ("rope", _Rope), ("no_rope", _c.c_void_p), ("pool_bytes", _sz),
+                ("kv", _KvParams)]
 
 
 class _CacheStats(_c.Structure):

@@ -27,6 +27,7 @@ struct kvb_head_scratch {
     float *memo_cs;  /* [ROPE_MEMO][2*n_pairs] */
     int32_t memo_next;
     struct kvb_run *cruns; /* [cap + 1] runs of one query in CAPPED mode */
+    bool no_rope;    /* the stream being served rotates nothing (a NoPE layer): set by each entry point */
 };
 
 /* ---- scratch ---- */
@@ -105,7 +106,7 @@ static const float *rope_cs(const struct kvb_cache *c, struct kvb_head_scratch *
 }
 
 static void rotate(const struct kvb_cache *c, struct kvb_head_scratch *h, float *x, int64_t pos) {
-    if (c->params.rope.type == KVB_ROPE_NONE) return;
+    if (c->params.rope.type == KVB_ROPE_NONE || h->no_rope) return;
     kvb_rope_apply(c->params.rope.type, c->params.rope.n_dims, rope_cs(c, h, pos), x);
 }
 
@@ -114,6 +115,7 @@ void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
                        const float *v, int32_t pos) {
     const int32_t d = c->params.head_dim;
     const size_t rb = c->geom.row_bytes;
+    h->no_rope = s->no_rope;
     const int32_t slot = kvb_stream_push(&c->geom, s, pos);
     uint8_t *kd = kvb_stream_row(&c->geom, s, slot);
     if (k) {
@@ -279,6 +281,7 @@ static inline int32_t run_end(const struct kvb_run *runs, int32_t nr, int32_t r,
 void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q, int32_t G,
                        int64_t pq, float *out, float *w) {
     const int32_t d = c->params.head_dim;
+    h->no_rope = s->no_rope;
     recall_refresh(c, s, h, q, G, G, 0, 0, 1, pq);
     const struct kvb_run *runs;
     const int32_t nr = attn_runs(c, s, h, pq, &runs);
@@ -300,6 +303,7 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
                        const float *q, int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, float *out,
                        int32_t obs_from, float *col) {
     const int32_t d = c->params.head_dim;
+    hs->no_rope = s->no_rope;
     const struct kvb_kv_view view = kv_view(c, s);
     /* recall: the chunk's last RECALL_WINDOW tokens choose (not for a vote: out == NULL) */
     if (out) recall_refresh(c, s, hs, q, n_head, G, h, KVB_MAX(0, C - RECALL_WINDOW), C, p0);

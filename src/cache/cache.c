@@ -78,6 +78,13 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         return kvb_fail(KVB_ERR_INVALID, "cache: block_size must be a power of two in 1..4096, got %d", (int)p->kv.block_size);
     if (p->kv.pos_mode < KVB_POS_POLICY_DEFAULT || p->kv.pos_mode > KVB_POS_CAPPED) return kvb_fail(KVB_ERR_INVALID, "cache: unknown pos_mode %d", (int)p->kv.pos_mode);
     if (p->kv.max_distance < 0) return kvb_fail(KVB_ERR_INVALID, "cache: max_distance must be >= 0, got %d", (int)p->kv.max_distance);
+    if (p->no_rope) {
+        for (int32_t l = 0; l < p->n_layer; l++)
+            if (p->no_rope[l] > 1) return kvb_fail(KVB_ERR_INVALID, "cache: no_rope[%d] is %d, not 0 or 1", (int)l, (int)p->no_rope[l]);
+        for (int32_t l = 0; l < p->n_layer; l++)
+            if (p->no_rope[l] && p->kv.recall.pages > 0)
+                return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: kv.recall with layers that do not rotate (no_rope, layer %d) is not supported yet", (int)l);
+    }
     if (p->kv.layers || p->kv.n_layers)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: kv.layers: %d per-layer override(s) given; per-layer KV configurations are not applied yet",
                         (int)p->kv.n_layers);
@@ -345,6 +352,13 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     }
     c->params.rope.freq_factors = c->freq_factors;
     if (!c->streams || !c->n_past || !c->scratch || !c->inv_freq || !c->ring_q || !c->ring_n || !c->ring_heads || !c->reserved) goto nomem;
+    if (params->no_rope) {
+        if (!(c->no_rope = kvb_malloc((size_t)params->n_layer))) goto nomem;
+        memcpy(c->no_rope, params->no_rope, (size_t)params->n_layer);
+        for (int32_t l = 0; l < params->n_layer; l++)
+            for (int32_t h = 0; h < params->n_kv_head; h++) c->streams[(size_t)l * params->n_kv_head + h].no_rope = c->no_rope[l];
+    }
+    c->params.no_rope = c->no_rope;
     if (c->n_pairs) kvb_rope_inv_freq(&c->params.rope, c->freq_factors, c->inv_freq);
     if (pool) {
         size_t need = (c->page_bytes + 63) & ~(size_t)63;
@@ -394,7 +408,7 @@ void kvb_cache_free(struct kvb_cache *c) {
     if (c->ring_q)
         for (int32_t l = 0; l < c->params.n_layer; l++) kvb_free(c->ring_q[l]);
     kvb_free(c->ring_q); kvb_free(c->ring_n); kvb_free(c->ring_heads); kvb_free(c->reserved);
-    kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors);
+    kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors); kvb_free(c->no_rope);
     kvb_free(c);
 }
 

@@ -48,6 +48,7 @@ struct kvb_head_scratch; /* attend.c */
 struct kvb_cache {
     struct kvb_cache_params params; /* params.rope.freq_factors points at freq_factors */
     float *freq_factors;
+    uint8_t *no_rope;               /* [n_layer] copy of params.no_rope, or NULL */
     double *inv_freq;
     int32_t n_pairs;
     enum kvb_pos_mode pos_mode;

@@ -48,6 +48,7 @@
 #define KVB_CACHE_VERSION 3u        /* caches without recall */
 #define KVB_CACHE_VERSION_RECALL 4u /* with recall: the cold tier and recall areas follow */
 #define IMAGE_RECALL 1u             /* flags bit (version 4) */
+#define IMAGE_NO_ROPE 2u            /* flags bit (versions 3, 4): u8 no_rope[n_layer] follow n_state */
 
 /* ---- writer ---- */
 struct wbuf {
@@ -113,7 +114,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     struct wbuf w = {0};
     w_bytes(&w, KVB_CACHE_MAGIC, 8);
     w_u32(&w, c->recall ? KVB_CACHE_VERSION_RECALL : KVB_CACHE_VERSION);
-    w_u32(&w, c->recall ? IMAGE_RECALL : 0u);
+    w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -126,6 +127,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_i32(&w, (int32_t)pp->pool_mode); w_i32(&w, pp->decode_budget); w_i32(&w, pp->prefill_budget); w_i32(&w, (int32_t)pp->tova_scope);
     w_i32(&w, p->kv.max_distance);
     w_i32(&w, ns);
+    if (c->no_rope) w_bytes(&w, c->no_rope, (size_t)p->n_layer);
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     if (c->recall) {
         struct kvb_cold_counts cc;
@@ -289,7 +291,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     if (!r_bytes(&r, &version, 4, "version") || !r_bytes(&r, &flags, 4, "flags")) return TRUNC();
     if (version < 2u || version > KVB_CACHE_VERSION_RECALL)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads 2 to %u)", version, KVB_CACHE_VERSION_RECALL);
-    if (flags != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u))
+    if ((flags & ~IMAGE_NO_ROPE) != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u) || ((flags & IMAGE_NO_ROPE) && version < 3u))
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: flags 0x%x are not valid for version %u", flags, version);
     struct kvb_cache_params p = kvb_cache_default_params();
     int32_t dtype, dtype_v = KVB_DTYPE_AS_K, pos_mode, rope_type, has_ff, pid;
@@ -338,6 +340,12 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     if (!r_i32(&r, &ns, "n_state")) return TRUNC();
     if (ns != kvb_policy_iface(pp->id)->n_state)
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_state %d does not match policy %s", ns, kvb_policy_name(pp->id));
+    uint8_t no_rope[4096];
+    if (flags & IMAGE_NO_ROPE) {
+        if (p.n_layer < 1 || p.n_layer > 4096) return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_layer %d out of range", (int)p.n_layer);
+        if (!r_bytes(&r, no_rope, (size_t)p.n_layer, "no_rope")) return TRUNC();
+        p.no_rope = no_rope; /* kvb_cache_init checks each is 0 or 1, and copies them */
+    }
     int32_t paused = 0;
     int64_t dropped = 0, total_cold = 0, image_cold_mem = 0;
     if (version == KVB_CACHE_VERSION_RECALL) {

@@ -54,6 +54,7 @@ struct kvb_stream {
     int32_t n_runs;
     int64_t runs_cap;
     int32_t *victims;         /* [slot_cap] selection output */
+    bool no_rope;             /* its layer rotates neither keys nor queries (a NoPE layer) */
 };
 
 /* K row of a physical slot. */

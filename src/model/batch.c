@@ -515,6 +515,7 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     const int64_t seen = kvb_cache_n_past(s.cache, 0);
     const int64_t want_hist = seen + (last >= 0);
     if (cp.n_layer != mi->n_layer || cp.n_kv_head != mi->n_head_kv || cp.head_dim != mi->head_dim || cp.rope.type != mi->rope_type ||
+        !kvb_model_no_rope_matches(b->m, cp.no_rope) ||
         !same_layout(b, &cp.kv)) {
         st = kvb_fail(KVB_ERR_INVALID, "session image: its cache (%d layers, %d KV heads, %d dims, %s, blocks of %d) does not fit this model and batch",
                       (int)cp.n_layer, (int)cp.n_kv_head, (int)cp.head_dim, kvb_dtype_name(cp.kv.kv_dtype), (int)cp.kv.block_size);

@@ -234,6 +234,7 @@ static const struct shape k_shapes[] = {
     {.name = "tiny-olmo2", .arch = "olmo2", 512, 256, 2, 4, 4, 512, 4096, .rope_base = 500000.0f, .eps = 1e-6f, .qk_norm = true, .post_norms = true},
     {.name = "tiny-phi3", .arch = "phi3", 512, 256, 2, 4, 2, 512, 8192, .rot = 48, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
      .longrope = true, .orig_ctx = 512},
+    {.name = "tiny-smollm3", .arch = "smollm3", 512, 256, 4, 4, 2, 512, 4096, .rope_base = 5000000.0f, .eps = 1e-6f, .tied = true},
     {.name = "tiny-mistral3", .arch = "mistral3", 512, 256, 2, 4, 2, 512, 8192, .head_dim = 96, .rope_base = 1000000.0f, .eps = 1e-5f,
      .orig_ctx = 8, .yarn_factor = 4.0f, .temp_beta = 0.1f}, /* an original context of 8: the temperature and the YaRN ramp both act within a test's tokens */
     {.name = "tinyllama-1.1b", .arch = "llama", 32000, 2048, 22, 32, 4, 5632, 2048, .rope_base = 10000.0f, .eps = 1e-5f},
@@ -247,13 +248,14 @@ static const struct shape k_shapes[] = {
      .granite = {12.0f, 0.22f, 0.015625f, 8.0f}},
     {.name = "olmo2-1b", .arch = "olmo2", 100352, 2048, 16, 16, 16, 8192, 4096, .rope_base = 500000.0f, .eps = 1e-6f, .qk_norm = true,
      .post_norms = true},
+    {.name = "smollm3-3b", .arch = "smollm3", 128256, 2048, 36, 16, 4, 11008, 65536, .rope_base = 5000000.0f, .eps = 1e-6f, .tied = true},
     {.name = "phi-4-mini", .arch = "phi3", 200064, 3072, 32, 24, 8, 8192, 131072, .rot = 96, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
      .longrope = true, .orig_ctx = 4096},
 };
 
 const char *kvb_model_shapes(void) {
-    return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-mistral3, tinyllama-1.1b, "
-           "llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, phi-4-mini";
+    return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
+           "tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, phi-4-mini";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -377,6 +379,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         const double scale = (double)sh->ctx / (double)sh->orig_ctx;
         m->rope_mscale = scale > 1 ? (float)sqrt(1.0 + log(scale) / log((double)sh->orig_ctx)) : 1.0f;
     }
+    if (!strcmp(sh->arch, "smollm3") && st == KVB_OK) st = kvb_family_nope4(m);
     if (sh->yarn_factor != 0 && st == KVB_OK) st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, true, 1.0f);
     m->layers = kvb_calloc((size_t)sh->layers, sizeof *m->layers);
     if (!m->layers && st == KVB_OK) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");

@@ -56,6 +56,7 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_CLS_HEAD 1024u   /* cls.output.weight/.bias: a reranker's head, unused by generation (qwen3, as llama.cpp) */
 #define F_FFN_SCALES 2048u /* llama.cpp's graph applies the FFN's .scale tensors (llama, qwen3; the others load them unused) */
 #define F_NO_QKV_SCALES 4096u /* its graph applies no q/k/v .scale (olmo2) */
+#define F_NOPE4 8192u      /* every fourth layer ((l + 1) % 4 == 0) has no RoPE (smollm3; llama.cpp hard-codes the step) */
 
 struct family {
     const char *arch;
@@ -73,6 +74,7 @@ static const struct family k_families[] = {
     {"qwen3", KVB_ROPE_NEOX, F_CLS_HEAD | F_FFN_SCALES, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
     {"granite", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
     {"mistral3", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_TEMP, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
+    {"smollm3", KVB_ROPE_INTERLEAVED, F_NOPE4, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
     {"olmo2", KVB_ROPE_NEOX, F_QK_WHOLE | F_OUTPUT_REQ | F_NO_QKV_SCALES,
      {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}},
     {"phi3", KVB_ROPE_NEOX, F_FUSED_UP | F_PARTIAL_ROT | F_LONGROPE | F_SWA_IGNORED,
@@ -81,7 +83,7 @@ static const struct family k_families[] = {
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
-const char *kvb_family_names(void) { return "llama, qwen2, qwen3, granite, mistral3, olmo2, phi3"; }
+const char *kvb_family_names(void) { return "llama, qwen2, qwen3, granite, mistral3, smollm3, olmo2, phi3"; }
 
 static const struct family *find_family(struct gguf_str a) {
     for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
@@ -102,6 +104,21 @@ void kvb_model_neutral(struct kvb_model *m) {
     m->final_softcap = 0;
     m->temp_beta = 0;
     m->temp_floor = 0;
+}
+
+bool kvb_model_no_rope_matches(const struct kvb_model *m, const uint8_t *no_rope) {
+    for (int32_t l = 0; l < m->info.n_layer; l++)
+        if ((m->no_rope ? m->no_rope[l] : 0) != (no_rope ? no_rope[l] : 0)) return false;
+    return true;
+}
+
+kvb_status kvb_family_nope4(struct kvb_model *m) {
+    uint8_t *no = kvb_calloc((size_t)m->info.n_layer, 1);
+    if (!no) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int32_t l = 0; l < m->info.n_layer; l++) no[l] = (l + 1) % 4 == 0;
+    kvb_free(m->no_rope);
+    m->no_rope = no;
+    return KVB_OK;
 }
 
 void kvb_layers_neutral(struct kvb_layer *layers, int32_t n) {
@@ -532,6 +549,7 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     if (st == KVB_OK) st = load_rope(&k, fam, m, ff);
     if (st == KVB_OK) st = load_family_keys(&k, fam, m);
     if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)in->n_layer, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
+    if (st == KVB_OK && (fam->traits & F_NOPE4)) st = kvb_family_nope4(m);
     for (int32_t l = 0; st == KVB_OK && l < in->n_layer; l++) st = bind_layer(&b, fam, m, l, &m->layers[l]);
     for (uint64_t i = 0; st == KVB_OK && i < f->n_tensors; i++)
         if (!b.used[i])
@@ -569,6 +587,9 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
         ADD("scales: embedding %g, residual %g, attention %g, logits 1/%g", (double)m->embd_scale, (double)m->residual_scale,
             (double)(m->q_scale / sqrtf((float)m->info.head_dim)), (double)m->logit_scale);
     if (m->info.rope_type == KVB_ROPE_NONE) ADD("no RoPE");
+    int32_t nope = 0;
+    for (int32_t l = 0; m->no_rope && l < m->info.n_layer; l++) nope += m->no_rope[l];
+    if (nope) ADD("%d of %d layers without RoPE (every fourth)", nope, m->info.n_layer);
     if (m->info.rope_dims < m->info.head_dim) ADD("rotary %d of %d dims", m->info.rope_dims, m->info.head_dim);
     if (m->yarn_factor) ADD("YaRN x%g from %d", (double)m->yarn_factor, m->rope_orig_ctx);
     if (m->rope_freqs_long) ADD("LongRoPE, long factors past %d", m->rope_orig_ctx);

@@ -113,6 +113,7 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     const bool long_ctx = m->rope_freqs_long && n_ctx > m->rope_orig_ctx; /* LongRoPE: chosen once, for the context */
     cp.rope = (struct kvb_rope){in->rope_type, in->rope_dims, in->rope_base, in->rope_freq_scale, long_ctx ? m->rope_freqs_long : m->rope_freqs};
     cp.pool_bytes = pool_bytes;
+    cp.no_rope = m->no_rope;
     cp.kv = *kv;
     if (cp.kv.max_distance == 0) cp.kv.max_distance = in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite) */
     return cp;
@@ -172,7 +173,8 @@ kvb_status kvb_context_load(struct kvb_context *c, const char *path) {
     kvb_cache_get_params(nc, &saved);
     const struct kvb_cache_params *p = &saved;
     const struct kvb_model_info *in = &c->m->info;
-    if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->rope.type != in->rope_type) {
+    if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->rope.type != in->rope_type ||
+        !kvb_model_no_rope_matches(c->m, p->no_rope)) {
         kvb_cache_free(nc);
         return kvb_fail(KVB_ERR_INVALID, "%s: the saved cache (%d layers, %d KV heads, %d dims) does not fit this model (%d, %d, %d)", path,
                         (int)p->n_layer, (int)p->n_kv_head, (int)p->head_dim, (int)in->n_layer, (int)in->n_head_kv, (int)in->head_dim);

@@ -174,6 +174,7 @@ void kvb_model_free(struct kvb_model *m) {
     kvb_unmap_file(m->map, m->map_size);
     kvb_free(m->layers);
     kvb_free(m->owned);
+    kvb_free(m->no_rope);
     kvb_free(m);
 }
 

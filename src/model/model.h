@@ -53,6 +53,7 @@ struct kvb_model {
     const float *rope_freqs;     /* [rope_dims / 2] frequency divisors (Llama-3, YaRN, LongRoPE short), or NULL */
     const float *rope_freqs_long;/* LongRoPE: the divisors past rope_orig_ctx (phi3), or NULL */
     struct kvb_layer *layers;
+    uint8_t *no_rope;            /* [n_layer] 1: the layer rotates nothing (SmolLM3's NoPE layers), or NULL */
     /* the family's arithmetic, resolved at load (family.c); the neutral value does nothing */
     enum kvb_ffn_act act;
     bool qk_norm_whole;          /* q_norm/k_norm over the whole projection (olmo2), else per head */
@@ -97,6 +98,10 @@ kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32
                            float log_mul);
 /* In words, what m computes beyond a plain llama layer (kvb_model_info.features). */
 void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap);
+/* Whether a cache's NoPE layers (its params.no_rope) are the model's. */
+bool kvb_model_no_rope_matches(const struct kvb_model *m, const uint8_t *no_rope);
+/* SmolLM3's NoPE layers: every fourth ((l + 1) % 4 == 0) rotates nothing. */
+kvb_status kvb_family_nope4(struct kvb_model *m);
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put
