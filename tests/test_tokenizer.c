@@ -126,15 +126,15 @@ static void run_inp_out(const char *gguf_path, const char *inp_path, const char 
     }
     static const char sep[] = "\n__ggml_vocab_test__\n";
     char *text = in, *line = outs;
-    char dec[8192];
+    static char dec[65536]; /* texts of KVB_LLAMA_VOCABS folders may be long */
     while (in && text < in + in_size && line && *line) {
         char *end = strstr(text, sep);
         size_t tl = end ? (size_t)(end - text) : strlen(text);
         char *nl = strchr(line, '\n');
         if (nl) *nl = 0;
-        int32_t want[1024];
+        static int32_t want[16384];
         int n = 0;
-        for (char *p = line; *p && n < 1024;) {
+        for (char *p = line; *p && n < 16384;) {
             char *e;
             long x = strtol(p, &e, 10);
             if (e == p) break;
