@@ -1,20 +1,39 @@
 /*
- * bpe.c — byte-level BPE (tokenizer.ggml.model = "gpt2"): GPT-2, Llama 3,
- * Qwen2.5, SmolLM2. kvb_vocab_tokenize (vocab.c) splits the text at special
- * tokens; each fragment between them is pre-tokenized here by
- * the family's regular expression — written here as scanners over code
- * points that try the expression's alternatives in order, as a backtracking
- * regex engine would:
+ * bpe.c — byte-level BPE (tokenizer.ggml.model = "gpt2"). kvb_vocab_tokenize
+ * (vocab.c) splits the text at special tokens; each fragment between them is
+ * pre-tokenized here by the regular expressions llama.cpp's llm_tokenizer_bpe
+ * lists for the vocabulary's tokenizer.ggml.pre — written as scanners over
+ * code points that try each expression's alternatives in order, as a
+ * backtracking regex engine would. Where llama.cpp lists several expressions,
+ * each splits every piece the one before left, and the text between two
+ * matches is a piece of its own:
  *
- *   gpt-2   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- *   llama3  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
- *           | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- *   qwen2   as llama3 with \p{N} (one digit at a time)
- *   smollm  every \p{N} on its own first, then gpt-2 on the pieces between
+ *   gpt-2      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   llama-bpe  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
+ *   dbrx         | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *   smaug-bpe
+ *   qwen2      as llama-bpe with \p{N} (one digit at a time)
+ *   smollm     \p{N}, then gpt-2
+ *   refact     the same
+ *   starcoder  the same
+ *   default    [\p{P}\$\+<=>\^~\|]+, then gpt-2, then \p{N}+, then [0-9][0-9][0-9]
+ *   gpt-4o     [^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C?|\p{N}{1,3}
+ *                | ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *              with C = (?i:'s|'t|'re|'ve|'m|'ll|'d)
+ *   tekken     as gpt-4o without C, and \p{N} (one digit at a time)
+ *
+ * U and W: the published gpt-4o / tekken expressions have
+ * [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]; llama.cpp
+ * runs them as (?=\p{L})[^a-z] and (?=\p{L})[^A-Z], and so does kvbound, for
+ * llama.cpp's ids: U is a letter other than a-z, W a letter other than A-Z
+ * (so a non-ASCII letter is both), and a mark (\p{M}) is neither: it falls in
+ * [^\s\p{L}\p{N}]. \s is Unicode White_Space; "default"'s \p{P} is the
+ * general category P* (unicode_tables.c), the rest of that class ASCII.
  *
  * Each piece's bytes are mapped to GPT-2's printable code points and merged
- * by rank (lowest first, ties leftmost, lazy invalidation in a heap). Llama 3
- * ("ignore_merges") takes a whole piece that is already a token as is.
+ * by rank (lowest first, ties leftmost, lazy invalidation in a heap).
+ * ignore_merges (llama-bpe, tekken) takes a whole piece that is already a
+ * token as is.
  */
 #include "tokenizer.h"
 #include "unicode.h"
@@ -28,11 +47,21 @@ static bool is_n(uint32_t c) { return kvb_cp_is_number(c); }
 static bool is_s(uint32_t c) { return kvb_cp_is_space(c); }
 static bool is_other(uint32_t c) { return !is_s(c) && !is_l(c) && !is_n(c); }
 static bool is_nl(uint32_t c) { return c == '\r' || c == '\n'; }
+static bool is_digit(uint32_t c) { return c >= '0' && c <= '9'; }
+static bool is_upper_ish(uint32_t c) { return is_l(c) && !(c >= 'a' && c <= 'z'); } /* U: (?=\p{L})[^a-z] */
+static bool is_lower_ish(uint32_t c) { return is_l(c) && !(c >= 'A' && c <= 'Z'); } /* W: (?=\p{L})[^A-Z] */
 static uint32_t lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* default's first class [\p{P}\$\+<=>\^~\|]: every ASCII punctuation mark or
+ * symbol but '`', and P* beyond ASCII. */
+static bool is_default_punct(uint32_t c) {
+    if (c < 0x80) return c > 0x20 && c < 0x7F && c != '`' && !is_digit(c) && !(c >= 'A' && c <= 'Z') && !(c >= 'a' && c <= 'z');
+    return kvb_cp_is_punct(c);
+}
 
 /* Contraction at i: returns its length (2 or 3) or 0. */
 static int contraction(const uint32_t *c, int i, int n, bool ci) {
-    if (c[i] != '\'' || i + 1 >= n) return 0;
+    if (i + 1 >= n || c[i] != '\'') return 0;
     uint32_t a = ci ? lower(c[i + 1]) : c[i + 1];
     uint32_t b = i + 2 < n ? (ci ? lower(c[i + 2]) : c[i + 2]) : 0;
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
@@ -47,6 +76,17 @@ static int ws_tail(const uint32_t *c, int i, int n) {
     if (k == n) return k - i;          /* end of text: (?!\S) holds */
     if (k - i >= 2) return k - 1 - i;  /* leave the last space to the next piece */
     return k - i;                      /* \s+ */
+}
+
+/* \s*[\r\n]+|\s+(?!\S)|\s+ (llama-bpe, qwen2, gpt-4o, tekken) at a space. */
+static int ws_nl_tail(const uint32_t *c, int i, int n) {
+    int k = i, last_nl = -1;
+    while (k < n && is_s(c[k])) {
+        if (is_nl(c[k])) last_nl = k;
+        k++;
+    }
+    if (last_nl >= 0) return last_nl + 1 - i; /* \s* gives back up to the last newline */
+    return ws_tail(c, i, n);
 }
 
 static int scan_gpt2(const uint32_t *c, int i, int n) {
@@ -79,16 +119,157 @@ static int scan_llama3(const uint32_t *c, int i, int n, int max_digits) {
         while (j < n && is_nl(c[j])) j++;
         return j - i;
     }
-    if (is_s(c[i])) {
-        int k = i, last_nl = -1;
-        while (k < n && is_s(c[k])) {
-            if (is_nl(c[k])) last_nl = k;
-            k++;
-        }
-        if (last_nl >= 0) return last_nl + 1 - i; /* \s*[\r\n]+ */
-        return ws_tail(c, i, n);
-    }
+    if (is_s(c[i])) return ws_nl_tail(c, i, n);
     return 1;
+}
+
+/* gpt-4o (max_digits 3, contractions) and tekken (1, none). */
+static int scan_gpt4o(const uint32_t *c, int i, int n, int max_digits, bool contractions) {
+    /* [^\r\n\p{L}\p{N}]? then letters: such a first character can only lead */
+    int j = i + (!is_nl(c[i]) && !is_l(c[i]) && !is_n(c[i]) && i + 1 < n ? 1 : 0);
+    if (is_l(c[j])) {
+        int u = j;
+        while (u < n && is_upper_ish(c[u])) u++;
+        /* U*W+: U* gives back one letter at a time until W+ can start, so W+
+         * starts at the last k <= u with a W there; none: U+W*, where W* is
+         * then empty (c[u] is no W), so the U run alone. */
+        int k = u;
+        while (k >= j && !(k < n && is_lower_ish(c[k]))) k--;
+        int e = u;
+        if (k >= j)
+            for (e = k; e < n && is_lower_ish(c[e]);) e++;
+        if (contractions) e += contraction(c, e, n, true);
+        return e - i;
+    }
+    if (is_n(c[i])) {
+        int k = i;
+        while (k < n && k - i < max_digits && is_n(c[k])) k++;
+        return k - i;
+    }
+    j = i + (c[i] == ' ' && i + 1 < n && is_other(c[i + 1]) ? 1 : 0);
+    if (is_other(c[j])) { /*  ?[^\s\p{L}\p{N}]+[\r\n/]* */
+        while (j < n && is_other(c[j])) j++;
+        while (j < n && (is_nl(c[j]) || c[j] == '/')) j++;
+        return j - i;
+    }
+    if (is_s(c[i])) return ws_nl_tail(c, i, n);
+    return 1;
+}
+
+/* Piece ends, in code points, appended to end[] (one per piece: at most n). */
+struct cuts {
+    int32_t *end;
+    int n;
+};
+static void cut(struct cuts *o, int at) { o->end[o->n++] = at; }
+
+/* default's last two expressions on the piece c[a..b): runs of \p{N} and the
+ * text between them, then in each, leftmost [0-9][0-9][0-9] matches without
+ * overlap and the text between them. */
+static void default_numbers(const uint32_t *c, int a, int b, struct cuts *o) {
+    for (int i = a; i < b;) {
+        const bool num = is_n(c[i]);
+        int e = i;
+        while (e < b && is_n(c[e]) == num) e++;
+        int g = i; /* start of the text not yet cut */
+        for (int k = i; k + 3 <= e;) {
+            if (is_digit(c[k]) && is_digit(c[k + 1]) && is_digit(c[k + 2])) {
+                if (k > g) cut(o, k);
+                cut(o, k + 3);
+                k += 3;
+                g = k;
+            } else {
+                k++;
+            }
+        }
+        if (e > g) cut(o, e);
+        i = e;
+    }
+}
+
+/* Splits c[0..n) by pre's expressions; returns the number of pieces. */
+static int split(enum kvb_pre_type pre, const uint32_t *c, int n, int32_t *end) {
+    struct cuts o = {end, 0};
+    switch (pre) {
+    case KVB_PRE_SMOLLM:
+    case KVB_PRE_REFACT:
+    case KVB_PRE_STARCODER: /* \p{N}, then gpt-2 on each piece between */
+        for (int i = 0; i < n;) {
+            if (is_n(c[i])) {
+                cut(&o, ++i);
+                continue;
+            }
+            int e = i;
+            while (e < n && !is_n(c[e])) e++;
+            for (int j = i; j < e;) {
+                j += scan_gpt2(c + i, j - i, e - i);
+                cut(&o, j);
+            }
+            i = e;
+        }
+        break;
+    case KVB_PRE_DEFAULT: /* punctuation runs and the text between, then gpt-2, then the numbers */
+        for (int i = 0; i < n;) {
+            const bool p = is_default_punct(c[i]);
+            int e = i;
+            while (e < n && is_default_punct(c[e]) == p) e++;
+            for (int j = i; j < e;) {
+                int k = scan_gpt2(c + i, j - i, e - i);
+                default_numbers(c, j, j + k, &o);
+                j += k;
+            }
+            i = e;
+        }
+        break;
+    default:
+        for (int i = 0; i < n;) {
+            int k;
+            switch (pre) {
+            case KVB_PRE_GPT2: k = scan_gpt2(c, i, n); break;
+            case KVB_PRE_QWEN2: k = scan_llama3(c, i, n, 1); break;
+            case KVB_PRE_GPT4O: k = scan_gpt4o(c, i, n, 3, true); break;
+            case KVB_PRE_TEKKEN: k = scan_gpt4o(c, i, n, 1, false); break;
+            default: k = scan_llama3(c, i, n, 3); break; /* llama-bpe, dbrx, smaug-bpe */
+            }
+            i += k;
+            cut(&o, i);
+        }
+        break;
+    }
+    return o.n;
+}
+
+/* text[0..len) as code points: cp[k] starts at byte off[k], off[n] = len. */
+static int decode_text(const char *text, size_t len, uint32_t *cp, int32_t *off) {
+    int n = 0;
+    for (size_t at = 0; at < len;) {
+        int l;
+        cp[n] = kvb_utf8_decode((const uint8_t *)text + at, len - at, &l);
+        off[n++] = (int32_t)at;
+        at += (size_t)l;
+    }
+    off[n] = (int32_t)len;
+    return n;
+}
+
+kvb_status kvb_bpe_pre_split(enum kvb_pre_type pre, const char *text, size_t len, size_t **ends, int32_t *n_out) {
+    if ((!text && len) || !ends || !n_out || (unsigned)pre >= KVB_PRE_COUNT || len >= (size_t)INT32_MAX)
+        return kvb_fail(KVB_ERR_INVALID, "bpe_pre_split: bad arguments");
+    uint32_t *cp = kvb_malloc(sizeof(uint32_t) * (len + 1));
+    int32_t *off = kvb_malloc(sizeof(int32_t) * (len + 1));
+    int32_t *end = kvb_malloc(sizeof(int32_t) * (len + 1));
+    size_t *e = kvb_malloc(sizeof(size_t) * (len + 1));
+    if (!cp || !off || !end || !e) {
+        kvb_free(cp); kvb_free(off); kvb_free(end); kvb_free(e);
+        return kvb_fail(KVB_ERR_NOMEM, "bpe_pre_split: out of memory for %zu bytes of text", len);
+    }
+    const int n = decode_text(text, len, cp, off);
+    const int np = split(pre, cp, n, end);
+    for (int k = 0; k < np; k++) e[k] = (size_t)off[end[k]];
+    kvb_free(cp); kvb_free(off); kvb_free(end);
+    *ends = e;
+    *n_out = np;
+    return KVB_OK;
 }
 
 /* ---- merges ---- */
@@ -244,40 +425,14 @@ void kvb_bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, s
     if (!len) return;
     uint32_t *cp = kvb_malloc(sizeof(uint32_t) * (len + 1));
     int32_t *off = kvb_malloc(sizeof(int32_t) * (len + 1));
-    if (!cp || !off) { kvb_free(cp); kvb_free(off); o->oom = true; return; }
-    int n = 0;
-    for (size_t at = 0; at < len;) {
-        int l;
-        cp[n] = kvb_utf8_decode((const uint8_t *)text + at, len - at, &l);
-        off[n++] = (int32_t)at;
-        at += (size_t)l;
-    }
-    off[n] = (int32_t)len;
-    if (v->pre == KVB_PRE_SMOLLM) {
-        for (int i = 0; i < n;) {
-            if (is_n(cp[i])) {
-                bpe_word(v, (const uint8_t *)text + off[i], (size_t)(off[i + 1] - off[i]), o);
-                i++;
-                continue;
-            }
-            int e = i;
-            while (e < n && !is_n(cp[e])) e++;
-            for (int j = i; j < e;) { /* gpt-2 on the piece [i, e) */
-                int k = scan_gpt2(cp + i, j - i, e - i);
-                bpe_word(v, (const uint8_t *)text + off[j], (size_t)(off[j + k] - off[j]), o);
-                j += k;
-            }
-            i = e;
-        }
-    } else {
-        for (int i = 0; i < n;) {
-            int k = v->pre == KVB_PRE_GPT2 ? scan_gpt2(cp, i, n) : scan_llama3(cp, i, n, v->pre == KVB_PRE_QWEN2 ? 1 : 3);
-            bpe_word(v, (const uint8_t *)text + off[i], (size_t)(off[i + k] - off[i]), o);
-            i += k;
-        }
-    }
+    int32_t *end = kvb_malloc(sizeof(int32_t) * (len + 1));
+    if (!cp || !off || !end) { kvb_free(cp); kvb_free(off); kvb_free(end); o->oom = true; return; }
+    const int n = decode_text(text, len, cp, off);
+    const int np = split(v->pre, cp, n, end);
+    for (int k = 0, s = 0; k < np; s = end[k++]) bpe_word(v, (const uint8_t *)text + off[s], (size_t)(off[end[k]] - off[s]), o);
     kvb_free(cp);
     kvb_free(off);
+    kvb_free(end);
 }
 
 size_t kvb_bpe_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap) {

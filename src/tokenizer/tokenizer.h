@@ -29,12 +29,21 @@ enum kvb_vocab_kind {
     KVB_VOCAB_NONE = 2, /* "no_vocab": ids only, n_vocab from <arch>.vocab_size (llama.cpp's test models) */
 };
 
-/* Pre-tokenizer of a byte-level BPE vocabulary (tokenizer.ggml.pre). */
+/* Pre-tokenizer of a byte-level BPE vocabulary (tokenizer.ggml.pre), one per
+ * llama.cpp pre type that kvbound knows; the regular expressions are in bpe.c. */
 enum kvb_pre_type {
-    KVB_PRE_GPT2 = 0, /* "gpt-2", "default" */
-    KVB_PRE_LLAMA3,   /* "llama-bpe", "llama3" */
-    KVB_PRE_QWEN2,    /* "qwen2" */
-    KVB_PRE_SMOLLM,   /* "smollm" */
+    KVB_PRE_GPT2 = 0,  /* "gpt-2" */
+    KVB_PRE_LLAMA3,    /* "llama-bpe", "llama3" (ignore_merges, BOS) */
+    KVB_PRE_QWEN2,     /* "qwen2", "deepseek-r1-qwen" */
+    KVB_PRE_SMOLLM,    /* "smollm" */
+    KVB_PRE_DEFAULT,   /* "default", or a BPE vocabulary without the key: four passes */
+    KVB_PRE_DBRX,      /* "dbrx": Llama 3's expression, merges always */
+    KVB_PRE_SMAUG,     /* "smaug-bpe": the same */
+    KVB_PRE_REFACT,    /* "refact" (Granite): digits alone, then GPT-2, as smollm */
+    KVB_PRE_STARCODER, /* "starcoder": the same */
+    KVB_PRE_GPT4O,     /* "gpt-4o" (Phi-4-mini) */
+    KVB_PRE_TEKKEN,    /* "tekken" (Mistral Nemo, Ministral 3; ignore_merges, BOS) */
+    KVB_PRE_COUNT
 };
 
 struct kvb_vocab {
@@ -79,6 +88,9 @@ void kvb_vocab_free(struct kvb_vocab *v);
 
 /* The tokenizer.ggml.pre name of a pre-tokenizer ("gpt-2", "llama-bpe", ...). */
 const char *kvb_pre_name(enum kvb_pre_type pre);
+/* tokenizer.ggml.pre text[0..len) -> its pre-tokenizer and the flags llama.cpp
+ * sets with it (before the GGUF's own add_bos_token key); false if unknown. */
+bool kvb_pre_lookup(const char *text, size_t len, enum kvb_pre_type *pre, bool *ignore_merges, bool *add_bos);
 
 /* Bytes the vocabulary's structures occupy (pieces, tables, merges). */
 size_t kvb_vocab_bytes(const struct kvb_vocab *v);
@@ -111,6 +123,11 @@ void kvb_tok_emit(struct kvb_tok_out *o, int32_t id);
  * (SentencePiece adds its space prefix then). */
 void kvb_spm_fragment(const struct kvb_vocab *v, const char *text, size_t len, bool after_special, struct kvb_tok_out *o);
 void kvb_bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct kvb_tok_out *o);
+
+/* The pre-tokenizer alone, for tests: the byte offset where each piece of
+ * text[0..len) ends (ascending, the last one len). *ends is allocated with the
+ * library allocator (free with kvb_free), even when *n is 0; KVB_ERR_NOMEM. */
+kvb_status kvb_bpe_pre_split(enum kvb_pre_type pre, const char *text, size_t len, size_t **ends, int32_t *n);
 
 /* Byte-level BPE internals (bpe.c), reached through the functions above. */
 kvb_status kvb_bpe_build_merges(struct kvb_vocab *v, const char *const *m, const uint32_t *len, int32_t n, const char *name);

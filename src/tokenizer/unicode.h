@@ -1,8 +1,8 @@
 /*
  * unicode.h — what the byte-level BPE pre-tokenizers need from Unicode:
- * UTF-8 decoding, \p{L} and \p{N} (general categories L* and N*, tables
- * generated from UnicodeData.txt), \s (the White_Space property), and
- * GPT-2's byte <-> code point mapping.
+ * UTF-8 decoding, \p{L}, \p{N} and \p{P} (general categories L*, N* and P*,
+ * tables generated from UnicodeData.txt), \s (the White_Space property),
+ * and GPT-2's byte <-> code point mapping.
  */
 #ifndef KVB_UNICODE_H
 #define KVB_UNICODE_H
@@ -12,11 +12,12 @@
 struct kvb_cp_range {
     uint32_t lo, hi;
 };
-extern const struct kvb_cp_range kvb_unicode_letters[], kvb_unicode_numbers[];
-extern const int kvb_unicode_n_letters, kvb_unicode_n_numbers;
+extern const struct kvb_cp_range kvb_unicode_letters[], kvb_unicode_numbers[], kvb_unicode_punct[];
+extern const int kvb_unicode_n_letters, kvb_unicode_n_numbers, kvb_unicode_n_punct;
 
 bool kvb_cp_is_letter(uint32_t cp);
 bool kvb_cp_is_number(uint32_t cp);
+bool kvb_cp_is_punct(uint32_t cp);
 bool kvb_cp_is_space(uint32_t cp);
 
 /* Decodes one code point at s[0..n); *len gets its byte length. An invalid

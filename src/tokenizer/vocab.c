@@ -118,20 +118,45 @@ static struct kvb_vocab *alloc_vocab(int32_t n, size_t arena_bytes) {
     return v;
 }
 
+/* tokenizer.ggml.pre values, as llama.cpp's llama_vocab::impl::load maps
+ * them, with the flags it sets there; the first name of a type is the one
+ * kvb_pre_name gives (and kvbound convert writes). */
+static const struct pre_name {
+    const char *name;
+    enum kvb_pre_type pre;
+    bool ignore_merges, add_bos;
+} k_pre_names[] = {
+    {"gpt-2", KVB_PRE_GPT2, false, false},
+    {"llama-bpe", KVB_PRE_LLAMA3, true, true},
+    {"llama3", KVB_PRE_LLAMA3, true, true},
+    {"qwen2", KVB_PRE_QWEN2, false, false},
+    {"deepseek-r1-qwen", KVB_PRE_QWEN2, false, false},
+    {"smollm", KVB_PRE_SMOLLM, false, false},
+    {"default", KVB_PRE_DEFAULT, false, false},
+    {"dbrx", KVB_PRE_DBRX, false, false},
+    {"smaug-bpe", KVB_PRE_SMAUG, false, false},
+    {"refact", KVB_PRE_REFACT, false, false},
+    {"starcoder", KVB_PRE_STARCODER, false, false},
+    {"gpt-4o", KVB_PRE_GPT4O, false, false},
+    {"tekken", KVB_PRE_TEKKEN, true, true},
+};
+enum { N_PRE_NAMES = sizeof k_pre_names / sizeof *k_pre_names };
+
 const char *kvb_pre_name(enum kvb_pre_type pre) {
-    static const char *const names[] = {"gpt-2", "llama-bpe", "qwen2", "smollm"};
-    return (unsigned)pre < 4 ? names[pre] : "gpt-2";
+    for (int i = 0; i < N_PRE_NAMES; i++)
+        if (k_pre_names[i].pre == pre) return k_pre_names[i].name;
+    return "default";
 }
 
-/* tokenizer.ggml.pre -> pre-tokenizer; false if unknown. */
-static bool pre_of_name(struct gguf_str s, enum kvb_pre_type *pre, bool *ignore_merges) {
-    *ignore_merges = false;
-    if (kvb_gguf_str_eq(s, "gpt-2") || kvb_gguf_str_eq(s, "default")) *pre = KVB_PRE_GPT2;
-    else if (kvb_gguf_str_eq(s, "llama-bpe") || kvb_gguf_str_eq(s, "llama3")) { *pre = KVB_PRE_LLAMA3; *ignore_merges = true; }
-    else if (kvb_gguf_str_eq(s, "qwen2")) *pre = KVB_PRE_QWEN2;
-    else if (kvb_gguf_str_eq(s, "smollm")) *pre = KVB_PRE_SMOLLM;
-    else return false;
-    return true;
+bool kvb_pre_lookup(const char *text, size_t len, enum kvb_pre_type *pre, bool *ignore_merges, bool *add_bos) {
+    for (int i = 0; i < N_PRE_NAMES; i++)
+        if (strlen(k_pre_names[i].name) == len && memcmp(k_pre_names[i].name, text, len) == 0) {
+            *pre = k_pre_names[i].pre;
+            *ignore_merges = k_pre_names[i].ignore_merges;
+            *add_bos = k_pre_names[i].add_bos;
+            return true;
+        }
+    return false;
 }
 
 /* tokenizer.ggml.merges into v (byte-level BPE). */
@@ -203,14 +228,19 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
     if (!bpe && !kvb_gguf_str_eq(model, "llama"))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported (only 'llama' SentencePiece and 'gpt2' byte-level BPE)",
                         f->path, (int)KVB_MIN(model.n, (uint64_t)32), model.p);
-    enum kvb_pre_type pre = KVB_PRE_GPT2;
-    bool ignore_merges = false;
+    enum kvb_pre_type pre = KVB_PRE_DEFAULT; /* llama.cpp's choice for a BPE vocabulary without the key */
+    bool ignore_merges = false, pre_add_bos = false;
     if (bpe) {
         struct gguf_str ps;
-        if (kvb_gguf_get_str(f, "tokenizer.ggml.pre", &ps, false) == KVB_OK && !pre_of_name(ps, &pre, &ignore_merges))
-            return kvb_fail(KVB_ERR_UNSUPPORTED,
-                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: gpt-2, default, llama-bpe, qwen2, smollm)", f->path,
-                            (int)KVB_MIN(ps.n, (uint64_t)40), ps.p);
+        if (kvb_gguf_get_str(f, "tokenizer.ggml.pre", &ps, false) == KVB_OK &&
+            !kvb_pre_lookup(ps.p, (size_t)KVB_MIN(ps.n, (uint64_t)SIZE_MAX), &pre, &ignore_merges, &pre_add_bos)) {
+            char known[512];
+            size_t at = 0;
+            for (int i = 0; i < N_PRE_NAMES && at < sizeof known; i++)
+                at += (size_t)snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", k_pre_names[i].name);
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not supported (known: %s)", f->path,
+                            (int)KVB_MIN(ps.n, (uint64_t)40), ps.p, known);
+        }
     }
     uint64_t n, ns, nt = 0;
     const uint8_t *toks, *scores, *types = NULL;
@@ -248,7 +278,7 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
         v->kind = KVB_VOCAB_BPE;
         v->pre = pre;
         v->ignore_merges = ignore_merges;
-        v->add_bos = false; v->add_space_prefix = false;
+        v->add_bos = pre_add_bos; v->add_space_prefix = false; /* the GGUF's keys below override these */
         v->bos = v->eos = v->unk = -1;
         if ((st = load_merges(f, v)) != KVB_OK) {
             kvb_vocab_free(v);

@@ -1,9 +1,11 @@
 /*
  * fuzz_tokenize.c — libFuzzer target for the encoders on real vocabularies
  * (../shared/data/tokenizers, or $KVB_SHARED_DATA/tokenizers): random bytes,
- * invalid UTF-8, special-token texts, long inputs. The first byte picks the
- * vocabulary and the add_special / parse_special flags; the rest is the
- * text. Besides not crashing, every result must decode back to the text
+ * invalid UTF-8, special-token texts, long inputs. Each byte-level BPE
+ * pre-tokenizer that none of those files uses (default, dbrx, gpt-4o,
+ * tekken, ...) runs on a further copy of the GPT-2 vocabulary set to it, with
+ * that pre type's flags. The first byte picks the vocabulary and the
+ * add_special / parse_special flags; the rest is the text. Besides not crashing, every result must decode back to the text
  * exactly (SentencePiece: after its added leading space) when special
  * parsing is off — the round-trip property the tests check on books —
  * unless the text holds a byte the vocabulary cannot represent or, for
@@ -19,28 +21,41 @@ static const char *const k_files[] = {
     "llama3/llama3-8b-instruct.vocab.gguf", "qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf", "smollm2/smollm2-135m-instruct.vocab.gguf",
     "gpt2/ggml-vocab-gpt-2.gguf",          "llama2/ggml-vocab-llama-spm.gguf",          "mistral-v0.3/mistral-7b-instruct-v0.3.vocab.gguf",
 };
-enum { N_VOCABS = sizeof k_files / sizeof *k_files };
+enum { N_FILES = sizeof k_files / sizeof *k_files, N_VOCABS = N_FILES + KVB_PRE_COUNT };
 static struct kvb_vocab *g_vocab[N_VOCABS];
 static int g_n;
 static bool g_has_byte[N_VOCABS][256]; /* some vocabularies (SmolLM2) lack bytes that never occur in UTF-8 */
+
+static void note_bytes(int k) {
+    for (int b = 0; b < 256; b++) {
+        char t[4];
+        int l = kvb_utf8_encode(kvb_byte_to_cp((uint8_t)b), t);
+        g_has_byte[k][b] = g_vocab[k]->kind == KVB_VOCAB_BPE ? kvb_vocab_find(g_vocab[k], t, (size_t)l) >= 0 : g_vocab[k]->byte_id[b] >= 0;
+    }
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
     const char *dir = getenv("KVB_SHARED_DATA") ? getenv("KVB_SHARED_DATA") : "../shared/data";
-    for (int i = 0; i < N_VOCABS; i++) {
+    char gpt2[1024] = "";
+    bool has_pre[KVB_PRE_COUNT] = {false};
+    for (int i = 0; i < N_FILES; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/tokenizers/%s", dir, k_files[i]);
         if (kvb_vocab_load(path, &g_vocab[g_n]) == KVB_OK) {
-            for (int b = 0; b < 256; b++) {
-                char t[4];
-                int l = kvb_utf8_encode(kvb_byte_to_cp((uint8_t)b), t);
-                g_has_byte[g_n][b] = g_vocab[g_n]->kind == KVB_VOCAB_BPE ? kvb_vocab_find(g_vocab[g_n], t, (size_t)l) >= 0
-                                                                         : g_vocab[g_n]->byte_id[b] >= 0;
-            }
-            g_n++;
+            if (g_vocab[g_n]->kind == KVB_VOCAB_BPE) has_pre[g_vocab[g_n]->pre] = true;
+            if (g_vocab[g_n]->kind == KVB_VOCAB_BPE && g_vocab[g_n]->pre == KVB_PRE_GPT2) snprintf(gpt2, sizeof gpt2, "%s", path);
+            note_bytes(g_n++);
         }
         else fprintf(stderr, "fuzz_tokenize: skipping %s: %s\n", path, kvb_last_error());
+    }
+    for (int p = 0; gpt2[0] && p < KVB_PRE_COUNT; p++) { /* the other pre-tokenizers on GPT-2's vocabulary */
+        if (has_pre[p] || kvb_vocab_load(gpt2, &g_vocab[g_n]) != KVB_OK) continue;
+        struct kvb_vocab *v = g_vocab[g_n];
+        const char *name = kvb_pre_name((enum kvb_pre_type)p);
+        if (!kvb_pre_lookup(name, strlen(name), &v->pre, &v->ignore_merges, &v->add_bos)) abort();
+        note_bytes(g_n++);
     }
     if (!g_n && getenv("KVB_REQUIRE_SHARED") && !strcmp(getenv("KVB_REQUIRE_SHARED"), "1")) {
         fprintf(stderr, "fuzz_tokenize: no vocabularies under %s (KVB_REQUIRE_SHARED=1)\n", dir);

@@ -99,8 +99,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: make_seeds DIR [GGUF_DIR]\n");
         return 2;
     }
-    static const char *const pres[] = {"gpt-2", "llama-bpe", "qwen2", "smollm"};
-    for (int i = 0; argc == 3 && i < 4; i++)
+    static const char *const pres[] = {"gpt-2", "llama-bpe", "qwen2", "smollm", "default", "dbrx",
+                                       "smaug-bpe", "refact", "starcoder", "gpt-4o", "tekken"};
+    for (int i = 0; argc == 3 && i < (int)(sizeof pres / sizeof *pres); i++)
         if (write_bpe_seed(argv[2], pres[i])) return 1;
     for (int id = 0; id < KVB_POLICY_COUNT; id++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
