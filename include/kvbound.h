@@ -621,8 +621,10 @@ void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *ou
 
 /* ---- Tokenizers on their own (vocab-only GGUF files work) ----
  * The model's vocabulary, or one loaded from any GGUF with tokenizer.ggml.*
- * metadata: SentencePiece ("llama") or byte-level BPE ("gpt2" with pre
- * gpt-2, llama-bpe, qwen2 or smollm). Ids match llama.cpp's. */
+ * metadata: SentencePiece ("llama"), byte-level BPE ("gpt2" with pre
+ * gpt-2, default, llama-bpe, qwen2, deepseek-r1-qwen, smollm, refact,
+ * starcoder, dbrx, smaug-bpe, gpt-4o or tekken), or none ("no_vocab": ids
+ * only, tokenizing refused). Ids match llama.cpp's. */
 struct kvb_vocab;
 enum kvb_special_token { KVB_SPECIAL_BOS, KVB_SPECIAL_EOS, KVB_SPECIAL_EOT, KVB_SPECIAL_PAD };
 
