@@ -1,10 +1,12 @@
 /*
  * fuzz_gguf.c — libFuzzer target for the GGUF reader and the model loader
  * behind it: the input is parsed as a GGUF image; if it parses, the
- * vocabulary and hyperparameter getters run on it too. Any crash, sanitizer
+ * vocabulary and hyperparameter getters run on it, and the family loader
+ * (family.c: keys, RoPE scaling, YaRN, every tensor bound or refused). Any crash, sanitizer
  * report or allocation beyond the input's size is a finding.
  */
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -16,6 +18,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int32_t *ids, n;
         if (kvb_vocab_tokenize(v, "Hello <s> world \xE4\xB8\xAD", 19, true, true, &ids, &n) == KVB_OK) kvb_free(ids);
         kvb_vocab_free(v);
+    }
+    struct kvb_model *m = kvb_calloc(1, sizeof *m);
+    if (m) { /* the family loader on the same file; what it made is freed here (the file is ours) */
+        (void)kvb_family_load(f, m);
+        kvb_vocab_free(m->vocab);
+        kvb_free(m->layers);
+        kvb_free(m->owned);
+        kvb_free(m->no_rope);
+        kvb_free(m);
     }
     uint32_t u;
     float x;
