@@ -370,7 +370,7 @@ struct kvb_cache_params {
     int32_t head_dim;
     struct kvb_rope rope;
     const uint8_t *no_rope;     /* [n_layer]: 1 where a layer's keys and queries are not rotated (NoPE
-                                 * layers, SmolLM3's every fourth), or NULL; copied. Not with recall */
+                                 * layers, SmolLM3's every fourth), or NULL; copied */
     size_t pool_bytes;          /* private pool size when kvb_cache_init gets pool == NULL */
     struct kvb_kv_params kv;    /* policy, positions, row types, page size, recall */
 };

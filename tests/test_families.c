@@ -376,11 +376,6 @@ TEST(every_family_saves_and_restores_bounded_quantized_caches) {
             cp.kv_pool_bytes = (size_t)8 << 20;
             cp.chunk = 8;
             struct kvb_context *a, *b;
-            if (cp.kv.recall.pages && !strcmp(shapes[k], "tiny-smollm3")) { /* recall over NoPE layers: refused, named */
-                CHECK_STATUS(kvb_context_init(m, &cp, &a), KVB_ERR_UNSUPPORTED);
-                CHECK(strstr(kvb_last_error(), "no_rope") != NULL);
-                cp.kv.recall.pages = 0;
-            }
             CHECK_OK(kvb_context_init(m, &cp, &a));
             CHECK_OK(kvb_context_init(m, &cp, &b));
             float *la = malloc(sizeof(float) * (size_t)mi.n_vocab), *lb = malloc(sizeof(float) * (size_t)mi.n_vocab);

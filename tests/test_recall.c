@@ -500,6 +500,7 @@ struct rcase {
     bool file;    /* a cold directory */
     bool reference; /* compare outputs with the double-precision reference (f32 rows) */
     int restore_at; /* > 0: after this step the cache is saved, freed and continued from its image */
+    bool nope;      /* layer 1 rotates nothing (a NoPE layer, kvb_cache_params.no_rope) */
 };
 
 /* c saved, then loaded into pool: the image loads, saves again to the same
@@ -549,6 +550,8 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
     cp.kv.pos_mode = k->pm;
     cp.kv.max_distance = 40;
     cp.rope = (struct kvb_rope){KVB_ROPE_INTERLEAVED, D, 10000.0f, 1.0f, NULL};
+    static const uint8_t nope[L] = {0, 1};
+    if (k->nope) cp.no_rope = nope;
     cp.kv.policy = kvb_policy_default_params(k->pid);
     cp.kv.policy.budget = 48;
     cp.kv.policy.n_sink = 4;
@@ -598,7 +601,9 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
                 hot[h][nhot[h]++] = t;
             }
             static struct choice ch[H];
-            for (int h = 0; c->recall && h < H; h++) choice_candidates(c, &got.rope, l * H + h, (const float(*)[D])&q[h * (NH / H)], NH / H, t, &ch[h]);
+            struct kvb_rope lrope = got.rope; /* the layer's own: none on a NoPE layer */
+            if (k->nope && nope[l]) lrope.type = KVB_ROPE_NONE;
+            for (int h = 0; c->recall && h < H; h++) choice_candidates(c, &lrope, l * H + h, (const float(*)[D])&q[h * (NH / H)], NH / H, t, &ch[h]);
             if (kvb_cache_decode(c, l, &q[0][0], NH, &kk[0][0], &vv[0][0], &out[0][0], NULL) != KVB_OK) { printf("  decode: %s\n", kvb_last_error()); rc = 1; break; }
             for (int h = 0; c->recall && h < H && !rc; h++) rc = check_choice(c, l * H + h, &ch[h], t);
             if (outs) memcpy(outs + ((size_t)t * L + l) * NH * D, out, sizeof out);
@@ -620,7 +625,7 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
                         for (int j = 0; j < n; j++)
                             if (t - kpos[j] > got.kv.max_distance) kpos[j] = t - got.kv.max_distance;
                     double ref[D];
-                    ref_attend(&got.rope, D, q[hq], t, kp, vp, kpos, n, ref);
+                    ref_attend(&lrope, D, q[hq], t, kp, vp, kpos, n, ref);
                     for (int x = 0; x < D; x++)
                         if (fabs(ref[x] - out[hq][x]) > 2e-5) {
                             printf("  step %d layer %d head %d: out[%d] %.7f, reference %.7f (%d hot, %d recalled)\n", t, l, hq, x, out[hq][x], ref[x], nhot[h], nr);
@@ -666,20 +671,23 @@ static int run_recall(const struct rcase *k, size_t *hot_bytes, float *outs) {
 
 TEST(recalled_attention_equals_direct_reference) {
     const struct rcase cases[] = {
-        {KVB_POLICY_STREAMING, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0}, /* capped by default */
-        {KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 3, 1, (size_t)1 << 20, false, true, 0},
-        {KVB_POLICY_WINDOW, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 3, 0, true, true, 0},                       /* file only, every 3 */
-        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, 20000, true, true, 0},                     /* memory then file */
-        {KVB_POLICY_TOVA, KVB_POS_CAPPED, KVB_DTYPE_F32, 1, 1, (size_t)1 << 20, false, true, 0},
-        {KVB_POLICY_KNORM, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 4, 2, (size_t)1 << 20, false, true, 0},
-        {KVB_POLICY_SCISSORHANDS, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
-        {KVB_POLICY_SNAPKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
-        {KVB_POLICY_PYRAMIDKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
-        {KVB_POLICY_ADAKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
-        {KVB_POLICY_LMINFINITE, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0},
-        {KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, 8000, true, false, 0},
-        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q8_0, 2, 1, 0, true, false, 0},
-        {KVB_POLICY_BLOCK_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q4_0, 2, 1, (size_t)1 << 20, false, false, 0},
+        {KVB_POLICY_STREAMING, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false}, /* capped by default */
+        {KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 3, 1, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_WINDOW, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 3, 0, true, true, 0, false},                       /* file only, every 3 */
+        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, 20000, true, true, 0, false},                     /* memory then file */
+        {KVB_POLICY_TOVA, KVB_POS_CAPPED, KVB_DTYPE_F32, 1, 1, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_KNORM, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 4, 2, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_SCISSORHANDS, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_SNAPKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_PYRAMIDKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_ADAKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_LMINFINITE, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_STREAMING, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, 8000, true, false, 0, false},
+        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q8_0, 2, 1, 0, true, false, 0, false},
+        {KVB_POLICY_BLOCK_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q4_0, 2, 1, (size_t)1 << 20, false, false, 0, false},
+        /* a NoPE layer (layer 1) beside a rotating one: original, capped (the shadow keys), restored mid-way */
+        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, true},
+        {KVB_POLICY_STREAMING, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 70, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (run_recall(&cases[i], NULL, NULL)) FAILF("case %zu (%s, %s)", i, kvb_policy_name(cases[i].pid), kvb_dtype_name(cases[i].dt));
@@ -693,8 +701,8 @@ TEST(hot_memory_unchanged_and_tiers_agree) {
     static float o_mem[STEPS * L * NH * D], o_file[STEPS * L * NH * D];
     const enum kvb_policy_id ids[2] = {KVB_POLICY_STREAMING, KVB_POLICY_WINDOW};
     for (int i = 0; i < 2; i++) {
-        struct rcase a = {ids[i], KVB_POS_ORIGINAL, KVB_DTYPE_F16, 0, 0, 0, false, false, 0};
-        struct rcase b = {ids[i], KVB_POS_ORIGINAL, KVB_DTYPE_F16, 4, 1, (size_t)1 << 20, false, false, 0};
+        struct rcase a = {ids[i], KVB_POS_ORIGINAL, KVB_DTYPE_F16, 0, 0, 0, false, false, 0, false};
+        struct rcase b = {ids[i], KVB_POS_ORIGINAL, KVB_DTYPE_F16, 4, 1, (size_t)1 << 20, false, false, 0, false};
         rng = 12345;
         CHECK(run_recall(&a, without, NULL) == 0);
         rng = 12345;
@@ -716,17 +724,17 @@ TEST(hot_memory_unchanged_and_tiers_agree) {
 TEST(restored_recall_cache_continues_bit_identically) {
     static float o_run[STEPS * L * NH * D], o_restored[STEPS * L * NH * D];
     const struct rcase cases[] = {
-        {KVB_POLICY_STREAMING, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0}, /* capped: shadows */
-        {KVB_POLICY_WINDOW, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 3, 0, true, false, 0},                          /* file only, every 3 */
-        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q8_0, 2, 1, 20000, true, false, 0},                        /* memory then file */
-        {KVB_POLICY_TOVA, KVB_POS_CAPPED, KVB_DTYPE_F16, 1, 1, (size_t)1 << 20, false, false, 0},
-        {KVB_POLICY_KNORM, KVB_POS_ORIGINAL, KVB_DTYPE_Q4_0, 4, 2, (size_t)1 << 20, false, false, 0},
-        {KVB_POLICY_SCISSORHANDS, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
-        {KVB_POLICY_SNAPKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
-        {KVB_POLICY_PYRAMIDKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
-        {KVB_POLICY_ADAKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
-        {KVB_POLICY_LMINFINITE, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
-        {KVB_POLICY_BLOCK_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0},
+        {KVB_POLICY_STREAMING, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false}, /* capped: shadows */
+        {KVB_POLICY_WINDOW, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 3, 0, true, false, 0, false},                          /* file only, every 3 */
+        {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q8_0, 2, 1, 20000, true, false, 0, false},                        /* memory then file */
+        {KVB_POLICY_TOVA, KVB_POS_CAPPED, KVB_DTYPE_F16, 1, 1, (size_t)1 << 20, false, false, 0, false},
+        {KVB_POLICY_KNORM, KVB_POS_ORIGINAL, KVB_DTYPE_Q4_0, 4, 2, (size_t)1 << 20, false, false, 0, false},
+        {KVB_POLICY_SCISSORHANDS, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},
+        {KVB_POLICY_SNAPKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},
+        {KVB_POLICY_PYRAMIDKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},
+        {KVB_POLICY_ADAKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},
+        {KVB_POLICY_LMINFINITE, KVB_POS_POLICY_DEFAULT, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},
+        {KVB_POLICY_BLOCK_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int at = 70; at <= 190; at += 120) { /* past the first cold pages, and late */

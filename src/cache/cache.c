@@ -81,9 +81,6 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
     if (p->no_rope) {
         for (int32_t l = 0; l < p->n_layer; l++)
             if (p->no_rope[l] > 1) return kvb_fail(KVB_ERR_INVALID, "cache: no_rope[%d] is %d, not 0 or 1", (int)l, (int)p->no_rope[l]);
-        for (int32_t l = 0; l < p->n_layer; l++)
-            if (p->no_rope[l] && p->kv.recall.pages > 0)
-                return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: kv.recall with layers that do not rotate (no_rope, layer %d) is not supported yet", (int)l);
     }
     if (p->kv.layers || p->kv.n_layers)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: kv.layers: %d per-layer override(s) given; per-layer KV configurations are not applied yet",

@@ -34,6 +34,7 @@ struct kvb_recall_stream {
     int32_t *pos;         /* [R * B] original position per area slot, -1 unused */
     int32_t *order;       /* [R * B] area slots by increasing position */
     int32_t n;            /* tokens in the area */
+    bool no_rope;         /* the stream's layer rotates nothing: its shadow keys are not rotated back */
     float *shadow;        /* capped positions: f32 copies of the area's rows, K rotated back to
                            * position 0 (pre-RoPE), [2^shadow_shift][d] K then as many V rows */
     int32_t shadow_shift;

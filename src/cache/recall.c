@@ -74,6 +74,7 @@ kvb_status kvb_recall_init(struct kvb_cache *c) {
         if (!r->stage || !r->stage_lohi || !r->score || !r->loaded || !r->pos || !r->order)
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for recall");
         lohi_reset(r->stage_lohi, d);
+        r->no_rope = c->streams[i].no_rope;
         if (c->pos_mode == KVB_POS_CAPPED) { /* far recalled keys: one run (see load_page) */
             while ((1 << r->shadow_shift) < R * B) r->shadow_shift++;
             if (!(r->shadow = kvb_malloc(sizeof(float) * 2 * (size_t)d << r->shadow_shift)))
@@ -342,7 +343,7 @@ static void area_shadow(const struct kvb_cache *c, struct kvb_recall_stream *r, 
         float *ks = r->shadow + (size_t)(a * B + t) * d;
         kvb_kv_row_load(c->params.kv.kv_dtype, page + (size_t)t * c->geom.row_bytes, ks, d);
         kvb_kv_row_load(c->params.kv.kv_dtype_v, page + c->geom.v_offset + (size_t)t * c->geom.row_bytes_v, r->shadow + vofs + (size_t)(a * B + t) * d, d);
-        if (!np) continue;
+        if (!np || r->no_rope) continue; /* a NoPE layer's keys were never rotated */
         const int64_t k = (int64_t)pos[t] - pos[0];
         if (t == 0) {
             kvb_rope_cos_sin(c->inv_freq, np, -(int64_t)pos[0], cs0);
