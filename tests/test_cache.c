@@ -186,11 +186,12 @@ TEST(bounded_policies_fit_in_their_pages) {
  * others: the budget; plus a chunk, two pages and the recall area). */
 static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
     unsigned long long rs = seed * 104729 + (unsigned long long)pid;
-    const int L = 2, HK = 2, G = 2, d = 8, steps = 80;
+    /* every third seed: 40 dims and pages of 1 or 2 tokens, whose bytes are no multiple of the pool's 64 */
+    const int L = 2, HK = 2, G = 2, d = seed % 3 == 0 ? 40 : 8, steps = 80;
     struct kvb_kv_params kv = kvb_kv_default_params();
     kv.policy = kvb_policy_default_params(pid);
     kv.kv_dtype = seed & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
-    kv.block_size = seed & 2 ? 4 : 16;
+    kv.block_size = d == 40 ? (seed & 2 ? 1 : 2) : seed & 2 ? 4 : 16;
     kv.max_distance = 64;
     if (pid != KVB_POLICY_FULL) kv.policy.budget = kv.policy.n_sink + 8 + (int)(t_rng_next(&rs) % 40);
     const bool compresses = kvb_policy_compresses(pid);
@@ -213,7 +214,8 @@ static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
     pp.pages_per_slab = 1;
     struct kvb_pool *pool;
     struct kvb_cache *c;
-    if (!rule || rule % pp.page_bytes) { printf("  %s seed %llu: rule %zu is not whole pages of %zu\n", kvb_policy_name(pid), seed, rule, pp.page_bytes); return 1; }
+    const size_t pool_page = (pp.page_bytes + 63) & ~(size_t)63; /* the pool's pages are 64-byte aligned */
+    if (!rule || rule % pool_page) { printf("  %s seed %llu: rule %zu is not whole pages of %zu\n", kvb_policy_name(pid), seed, rule, pp.page_bytes); return 1; }
     if (kvb_pool_init(&pp, &pool) != KVB_OK || kvb_cache_init(pool, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
     float *q = malloc(sizeof(float) * 64 * HK * G * d), *k = malloc(sizeof(float) * 64 * HK * d);
     float *v = malloc(sizeof(float) * 64 * HK * d), *o = malloc(sizeof(float) * 64 * HK * G * d);
@@ -241,7 +243,7 @@ static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
     kvb_cache_get_stats(c, &cs);
     if (!bad && cs.bytes_peak > rule) { printf("  %s seed %llu: peak %zu > rule %zu\n", kvb_policy_name(pid), seed, cs.bytes_peak, rule); bad = 1; }
     /* the rule, written again here */
-    const long long B = kv.block_size, page = (long long)pp.page_bytes;
+    const long long B = kv.block_size, page = (long long)pool_page;
     long long tokens = kv.policy.budget;
     if (pid == KVB_POLICY_FULL) tokens = (long long)P + steps;
     else if (compresses) {

@@ -498,6 +498,7 @@ TEST(unused_tensors_and_unknown_math_are_refused_by_name) {
     refused(olmo, &(struct edit){.key = "olmo2.attention.sliding_window", .num = 4096}, KVB_ERR_UNSUPPORTED, "olmo2.attention.sliding_window");
     refused(llama, &(struct edit){.key = "llama.expert_count", .num = 8}, KVB_ERR_UNSUPPORTED, "llama.expert_count");
     refused(llama, &(struct edit){.key = "llama.rope.dimension_count", .num = 32}, KVB_ERR_UNSUPPORTED, "llama.rope.dimension_count");
+    refused(llama, &(struct edit){.key = "llama.rope.scaling.factor", .num = 1e-39, .is_f32 = true}, KVB_ERR_CORRUPT, "llama.rope.scaling.factor");
     /* zero means unset: a scaling factor of 0 is no scaling (llama.cpp), and loads */
     refused(llama, &(struct edit){.key = "llama.rope.scaling.factor", .num = 0, .is_f32 = true}, KVB_OK, "");
 }

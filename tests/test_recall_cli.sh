@@ -54,7 +54,8 @@ else ko cold_file_after_kill_9 "file '$f': $(cat "$T/k9.json" "$T/k9.err" 2> /de
 
 # hostile files: cut short of the committed pages, and not a cold file at all
 if [ -n "$f" ]; then
-    head -c $(( $(wc -c < "$f") - 100 )) "$f" > "$T/cut.kvc"
+    # cut into the committed pages: past the uncommitted tail a kill -9 may leave (tail_bytes), 100 bytes more
+    head -c $(( $(wc -c < "$f") - $(field tail_bytes "$T/k9.json") - 100 )) "$f" > "$T/cut.kvc"
     "$K" cold "$T/cut.kvc" > /dev/null 2> "$T/cut.err"; r1=$?
     "$K" cold "$M" > /dev/null 2> "$T/foreign.err"; r2=$?
     if [ $r1 -eq 1 ] && grep -q "cut.kvc: truncated" "$T/cut.err" && [ $r2 -eq 1 ] && grep -q "not a kvbound cold-tier file" "$T/foreign.err"; then ok cold_refuses_hostile_files

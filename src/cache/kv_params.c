@@ -33,11 +33,13 @@ size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t
         return 0;
     const size_t rk = kvb_dtype_row_bytes(kv->kv_dtype, head_dim), rv = kvb_dtype_row_bytes(kvb_kv_v_type(kv), head_dim);
     if (!rk || !rv) return 0;
+    const size_t page = ((size_t)B * (rk + rv) + 63) & ~(size_t)63; /* as the pool holds a page: 64-byte aligned (pool.c) */
     const bool full = kvb_policy_iface(kv->policy.id)->flags & KVB_PF_NEVER_EVICT;
-    const int64_t tokens = KVB_MAX(kvb_policy_peak_tokens(&kv->policy, n_prompt, n_ctx), (int64_t)0);
+    const int64_t tokens = KVB_MIN(KVB_MAX(kvb_policy_peak_tokens(&kv->policy, KVB_MIN(n_prompt, (int64_t)1 << 40), KVB_MIN(n_ctx, (int64_t)1 << 40)),
+                                           (int64_t)0), (int64_t)1 << 40); /* no overflow below for any argument */
     const int64_t c = KVB_MIN((int64_t)KVB_MAX(chunk, 1), KVB_MAX(n_prompt, (int64_t)1)); /* a chunk read before eviction */
     const int64_t area = full ? 0 : KVB_MAX(kv->recall.pages, 0);                        /* taken with the hot pages */
     const double pages = (double)((tokens + c + B - 1) / B + 2 + area);
-    const double bytes = pages * (double)n_layer * (double)n_kv_head * (double)B * (double)(rk + rv);
+    const double bytes = pages * (double)n_layer * (double)n_kv_head * (double)page;
     return bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
 }

@@ -219,6 +219,7 @@ struct shape {
     int32_t orig_ctx;     /* longrope, yarn, temperature: the original context */
     float granite[4];     /* embedding, residual, attention, logit scales */
     float yarn_factor, temp_beta;
+    float attn_factor;    /* rope.scaling.attn_factor (cos/sin magnitude); 0: none */
 };
 
 static const struct shape k_shapes[] = {
@@ -234,7 +235,8 @@ static const struct shape k_shapes[] = {
     {.name = "tiny-olmo2", .arch = "olmo2", 512, 256, 2, 4, 4, 512, 4096, .rope_base = 500000.0f, .eps = 1e-6f, .qk_norm = true, .post_norms = true},
     {.name = "tiny-phi3", .arch = "phi3", 512, 256, 2, 4, 2, 512, 8192, .rot = 48, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
      .longrope = true, .orig_ctx = 512},
-    {.name = "tiny-smollm3", .arch = "smollm3", 512, 256, 4, 4, 2, 512, 4096, .rope_base = 5000000.0f, .eps = 1e-6f, .tied = true},
+    {.name = "tiny-smollm3", .arch = "smollm3", 512, 256, 4, 4, 2, 512, 4096, .rope_base = 5000000.0f, .eps = 1e-6f, .tied = true,
+     .attn_factor = 1.15f}, /* a RoPE magnitude: NoPE layers, which have no rotation, must not get it */
     {.name = "tiny-mistral3", .arch = "mistral3", 512, 256, 2, 4, 2, 512, 8192, .head_dim = 96, .rope_base = 1000000.0f, .eps = 1e-5f,
      .orig_ctx = 8, .yarn_factor = 4.0f, .temp_beta = 0.1f}, /* an original context of 8: the temperature and the YaRN ramp both act within a test's tokens */
     {.name = "tinyllama-1.1b", .arch = "llama", 32000, 2048, 22, 32, 4, 5632, 2048, .rope_base = 10000.0f, .eps = 1e-5f},
@@ -379,6 +381,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         const double scale = (double)sh->ctx / (double)sh->orig_ctx;
         m->rope_mscale = scale > 1 ? (float)sqrt(1.0 + log(scale) / log((double)sh->orig_ctx)) : 1.0f;
     }
+    if (sh->attn_factor != 0) m->rope_mscale = sh->attn_factor;
     if (!strcmp(sh->arch, "smollm3") && st == KVB_OK) st = kvb_family_nope4(m);
     if (sh->yarn_factor != 0 && st == KVB_OK) st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, true, 1.0f);
     m->layers = kvb_calloc((size_t)sh->layers, sizeof *m->layers);

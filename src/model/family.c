@@ -188,6 +188,11 @@ kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32
         const float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
         const float mix = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
         div[i] = (ff ? ff[i] : 1.0f) / (fs * (1.0f - mix) + mix);
+        if (!isfinite(div[i]) || div[i] == 0) {
+            kvb_free(div);
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: YaRN gives pair %d no finite frequency (factor %g, original context %d)", m->path, (int)i,
+                            (double)(1.0f / fs), (int)orig);
+        }
     }
     const double f = 1.0 / (double)fs;
     m->yarn_factor = (float)f;
@@ -279,6 +284,7 @@ static kvb_status load_rope(struct keys *k, const struct family *fam, struct kvb
     if ((st = opt_f32(k, "rope.scaling.factor", &factor)) != KVB_OK) return st;
     if (factor < 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g is negative", k->f->path, k->key, (double)factor);
     const float fs = !strcmp(type, "none") || factor == 0 ? 1.0f : 1.0f / factor;
+    if (!isfinite(fs) || !(fs > 0)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s.rope.scaling.factor' = %g gives no usable frequency scale", k->f->path, k->arch, (double)factor);
     in->rope_freq_scale = fs;
     if ((st = opt_f32(k, "rope.scaling.attn_factor", &m->rope_mscale)) != KVB_OK) return st;
     if (!(m->rope_mscale > 0)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be > 0", k->f->path, k->key);
@@ -399,6 +405,8 @@ static kvb_status bind_scales(struct binder *b, const struct family *fam, int32_
     char name[96];
     kvb_status st;
     for (int i = 0; i < 8; i++) {
+        /* beside a fused tensor the parts' scales have nothing to scale: left unbound, so refused by name as unused */
+        if ((fused_qkv && i < 3) || (!fused_qkv && i == 3) || (fused_up && i == 5)) continue;
         snprintf(name, sizeof name, "blk.%d.%s.scale", (int)l, w[i]);
         if ((st = bind_scalar(b, name, &s[i])) != KVB_OK) return st;
         float unused = 1;
@@ -558,7 +566,9 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
                           f->path, (int)KVB_MIN(f->tensors[i].name.n, (uint64_t)96), f->tensors[i].name.p, fam->arch);
     kvb_free(b.used);
     if (st == KVB_OK) in->has_qkv_bias = m->layers[0].bq != NULL;
-    if (st == KVB_OK && m->layers[0].scales_unused)
+    bool unused = false;
+    for (int32_t l = 0; st == KVB_OK && l < in->n_layer; l++) unused = unused || m->layers[l].scales_unused;
+    if (unused)
         kvb_logf(KVB_LOG_WARN, "%s: .scale tensors that llama.cpp's '%s' graph does not apply are not applied here either", f->path, fam->arch);
     return st;
 }
@@ -575,7 +585,9 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (L && (L->s_q != 1 || L->s_k != 1 || L->s_v != 1 || L->s_o != 1 || L->s_gate != 1 || L->s_up != 1 || L->s_down != 1))
         ADD("per-tensor output scales");
     if (L && L->input_scales) ADD("input scales (unused, as in llama.cpp)");
-    if (L && L->scales_unused) ADD("%s .scale tensors not applied (as llama.cpp's %s graph)", m->qk_norm_whole ? "q/k/v and FFN" : "FFN", m->info.arch);
+    bool any_unused = false;
+    for (int32_t l = 0; m->layers && l < m->info.n_layer; l++) any_unused = any_unused || m->layers[l].scales_unused;
+    if (any_unused) ADD("%s .scale tensors not applied (as llama.cpp's %s graph)", m->qk_norm_whole ? "q/k/v and FFN" : "FFN", m->info.arch);
     if (m->output_scale != 1.0f) ADD("output scale %g", (double)m->output_scale);
     if (m->cls_head) ADD("a reranker head (unused by generation, as in llama.cpp)");
     if (L && L->q_norm) ADD("q/k norms %s", m->qk_norm_whole ? "over the projection" : "per head");

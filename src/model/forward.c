@@ -279,7 +279,7 @@ static void shape_qk(const struct kvb_model *m, const struct kvb_layer *L, struc
         float *q = f->q + (size_t)t * QD, *k = f->k + (size_t)t * KD;
         if (L->q_norm) norm_heads(q, m->qk_norm_whole ? 1 : in->n_head, m->qk_norm_whole ? QD : D, L->q_norm, in->rms_eps);
         if (L->k_norm) norm_heads(k, m->qk_norm_whole ? 1 : in->n_head_kv, m->qk_norm_whole ? KD : D, L->k_norm, in->rms_eps);
-        if (m->rope_mscale != 1.0f && in->rope_type != KVB_ROPE_NONE) {
+        if (m->rope_mscale != 1.0f && in->rope_type != KVB_ROPE_NONE && !(m->no_rope && m->no_rope[l])) { /* a NoPE layer has no rotation to scale */
             for (int64_t h = 0; h < in->n_head; h++)
                 for (int32_t i = 0; i < in->rope_dims; i++) q[h * D + i] *= m->rope_mscale;
             for (int64_t h = 0; h < in->n_head_kv; h++)

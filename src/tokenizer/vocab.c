@@ -204,6 +204,9 @@ static kvb_status no_vocab(const struct gguf_file *f, struct kvb_vocab **out) {
     uint32_t n;
     if ((st = kvb_gguf_get_u32(f, key, &n, true)) != KVB_OK) return st;
     if (n < 1 || n > (1u << 24)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u is out of range 1..16777216", f->path, key, n);
+    const struct gguf_tensor *te = kvb_gguf_find_tensor(f, "token_embd.weight"); /* the size is the embedding's, before anything is allocated */
+    if (!te || te->ne[1] != (int64_t)n)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u: a no_vocab file needs token_embd.weight with that many rows", f->path, key, n);
     struct kvb_vocab *v = alloc_vocab((int32_t)n, n);
     if (!v) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory for the vocabulary", f->path);
     v->kind = KVB_VOCAB_NONE;
