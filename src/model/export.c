@@ -336,11 +336,8 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     in->n_vocab = sh->vocab; in->n_embd = sh->dim; in->n_layer = sh->layers; in->n_head = sh->heads; in->n_head_kv = sh->kv_heads;
     in->head_dim = sh->head_dim ? sh->head_dim : sh->dim / sh->heads; in->n_ff = sh->ff; in->n_ctx_train = sh->ctx; in->rms_eps = sh->eps;
     in->rope_base = sh->rope_base; in->rope_freq_scale = 1.0f; in->rope_dims = sh->rot ? sh->rot : in->head_dim;
-    in->rope_type = !strcmp(sh->arch, "qwen2") || !strcmp(sh->arch, "qwen3") || !strcmp(sh->arch, "olmo2") || !strcmp(sh->arch, "phi3")
-                        ? KVB_ROPE_NEOX : KVB_ROPE_INTERLEAVED;
     in->tied_output = sh->tied;
     in->has_qkv_bias = sh->bias;
-    m->qk_norm_whole = !strcmp(sh->arch, "olmo2");
     if (sh->granite[0] != 0) {
         m->embd_scale = sh->granite[0];
         m->residual_scale = sh->granite[1];
@@ -352,7 +349,9 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         m->temp_beta = sh->temp_beta;
         m->temp_floor = m->rope_orig_ctx;
     }
-    kvb_status st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
+    bool fused_up = false;
+    kvb_status st = kvb_family_traits(m, &fused_up); /* rope layout, q/k norm span, NoPE layers: the family's */
+    if (st == KVB_OK) st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
     if (st == KVB_OK) in->n_vocab = m->vocab->n; /* a real vocabulary sets the embedding rows */
     const int64_t E = sh->dim, D = in->head_dim, F = sh->ff, V = in->n_vocab, QD = (int64_t)sh->heads * D, KD = (int64_t)sh->kv_heads * D;
     if (st == KVB_OK) st = rand_mat(o, &m->tok_embd, E, V);
@@ -382,12 +381,10 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         m->rope_mscale = scale > 1 ? (float)sqrt(1.0 + log(scale) / log((double)sh->orig_ctx)) : 1.0f;
     }
     if (sh->attn_factor != 0) m->rope_mscale = sh->attn_factor;
-    if (!strcmp(sh->arch, "smollm3") && st == KVB_OK) st = kvb_family_nope4(m);
     if (sh->yarn_factor != 0 && st == KVB_OK) st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, true, 1.0f);
     m->layers = kvb_calloc((size_t)sh->layers, sizeof *m->layers);
     if (!m->layers && st == KVB_OK) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
     if (m->layers) kvb_layers_neutral(m->layers, sh->layers);
-    const bool fused_up = !strcmp(sh->arch, "phi3");
     for (int32_t l = 0; st == KVB_OK && l < sh->layers; l++) {
         struct kvb_layer *L = &m->layers[l];
         if (sh->post_norms) {

@@ -91,11 +91,7 @@ static const struct family *find_family(struct gguf_str a) {
     return NULL;
 }
 
-static const struct family *family_of(const char *arch) {
-    for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
-        if (!strcmp(arch, k_families[i].arch)) return &k_families[i];
-    return NULL;
-}
+static const struct family *family_of(const char *arch) { return find_family((struct gguf_str){arch, strlen(arch)}); }
 
 void kvb_model_neutral(struct kvb_model *m) {
     m->act = KVB_FFN_SILU;
@@ -112,7 +108,7 @@ bool kvb_model_no_rope_matches(const struct kvb_model *m, const uint8_t *no_rope
     return true;
 }
 
-kvb_status kvb_family_nope4(struct kvb_model *m) {
+static kvb_status family_nope4(struct kvb_model *m) {
     uint8_t *no = kvb_calloc((size_t)m->info.n_layer, 1);
     if (!no) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", m->path);
     for (int32_t l = 0; l < m->info.n_layer; l++) no[l] = (l + 1) % 4 == 0;
@@ -126,6 +122,15 @@ void kvb_layers_neutral(struct kvb_layer *layers, int32_t n) {
         struct kvb_layer *L = &layers[l];
         L->s_q = L->s_k = L->s_v = L->s_o = L->s_gate = L->s_up = L->s_down = 1.0f;
     }
+}
+
+kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up) {
+    const struct family *fam = family_of(m->info.arch);
+    if (!fam) return kvb_fail(KVB_ERR_UNSUPPORTED, "architecture '%s' is not supported (%s)", m->info.arch, kvb_family_names());
+    m->info.rope_type = fam->rope;
+    m->qk_norm_whole = (fam->traits & F_QK_WHOLE) != 0;
+    if (fused_up) *fused_up = (fam->traits & F_FUSED_UP) != 0;
+    return fam->traits & F_NOPE4 ? family_nope4(m) : KVB_OK;
 }
 
 /* ---- keys ---- */
@@ -247,29 +252,27 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     if ((st = opt_u32(k, "expert_count", &v, 0, 1u << 20)) == KVB_OK && v > 0)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: mixture-of-experts models are not supported yet", k->f->path, k->key, v);
     else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
-    if (!(fam->traits & F_SWA_IGNORED) && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: sliding-window layers are not supported for '%s' yet", k->f->path, k->key, v, k->arch);
-    else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
-    return KVB_OK;
-}
-
-/* RoPE: base, rotary dims, the scaling type and its keys. ff: the file's
- * rope_freqs, already bound (or NULL). */
-static kvb_status load_rope(struct keys *k, const struct family *fam, struct kvb_model *m, const float *ff) {
-    struct kvb_model_info *in = &m->info;
-    kvb_status st;
-    in->rope_type = fam->rope;
-    in->rope_base = 10000.0f;
-    if ((st = opt_f32(k, "rope.freq_base", &in->rope_base)) != KVB_OK) return st;
-    if (!(in->rope_base > 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g must be > 1", k->f->path, k->key, (double)in->rope_base);
-    uint32_t v;
-    in->rope_dims = in->head_dim;
+    in->rope_dims = in->head_dim; /* the rotary dims: part of the shape (the RoPE factors' length) */
     if ((st = opt_u32(k, "rope.dimension_count", &v, 2, (uint32_t)in->head_dim)) == KVB_OK) in->rope_dims = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
     if (in->rope_dims % 2) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %d is odd", k->f->path, k->key, in->rope_dims);
     if (in->rope_dims != in->head_dim && !(fam->traits & F_PARTIAL_ROT))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.dimension_count' = %d differs from the head size %d, which '%s' does not allow",
                         k->f->path, k->arch, in->rope_dims, in->head_dim, k->arch);
+    if (!(fam->traits & F_SWA_IGNORED) && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: sliding-window layers are not supported for '%s' yet", k->f->path, k->key, v, k->arch);
+    else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
+    return KVB_OK;
+}
+
+/* RoPE: base, the scaling type and its keys (the rotary dims are the shape's). ff: the file's
+ * rope_freqs, already bound (or NULL). */
+static kvb_status load_rope(struct keys *k, const struct family *fam, struct kvb_model *m, const float *ff) {
+    struct kvb_model_info *in = &m->info;
+    kvb_status st;
+    in->rope_base = 10000.0f;
+    if ((st = opt_f32(k, "rope.freq_base", &in->rope_base)) != KVB_OK) return st;
+    if (!(in->rope_base > 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g must be > 1", k->f->path, k->key, (double)in->rope_base);
     char type[16] = "linear";
     struct gguf_str s;
     if ((st = kvb_gguf_get_str(k->f, K(k, "rope.scaling.type"), &s, false)) == KVB_OK) {
@@ -315,7 +318,6 @@ static kvb_status load_rope(struct keys *k, const struct family *fam, struct kvb
 /* Family keys beyond the shape and RoPE. */
 static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
     kvb_status st;
-    if (fam->traits & F_QK_WHOLE) m->qk_norm_whole = true;
     if (fam->traits & F_GRANITE) {
         float emb = 0, res = 0, att = 0, logit = 0;
         if ((st = opt_f32(k, "embedding_scale", &emb)) != KVB_OK) return st;
@@ -514,10 +516,9 @@ static kvb_status bind_globals(struct binder *b, const struct family *fam, struc
             return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor 'cls.output' has the wrong shape", b->f->path);
         m->cls_head = cw != NULL;
     }
-    /* rotary factors: [rope.dimension_count / 2], read before the rope keys settle it */
-    uint32_t R = (uint32_t)in->head_dim;
+    /* rotary factors: [rope_dims / 2] (load_shape read the dims) */
+    const int64_t R = in->rope_dims;
     struct keys k = {b->f, b->arch, {0}};
-    if ((st = opt_u32(&k, "rope.dimension_count", &R, 2, (uint32_t)in->head_dim)) != KVB_OK && st != KVB_ERR_INVALID) return st;
     if ((st = bind_vec(b, "rope_freqs.weight", R / 2, fam->traits & F_ROPE_FREQS ? OPT : NO, ff)) != KVB_OK) return st;
     struct gguf_str s;
     const bool longrope = (fam->traits & F_LONGROPE) ||
@@ -550,6 +551,7 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     if ((st = kvb_vocab_from_gguf(f, &m->vocab)) != KVB_OK) return st;
     if ((st = kvb_vocab_read_chat_template(f, m->vocab, f->path)) != KVB_OK) return st;
     in->n_vocab = m->vocab->n;
+    if ((st = kvb_family_traits(m, NULL)) != KVB_OK) return st;
     struct binder b = {f, fam->arch, kvb_calloc((size_t)KVB_MAX(f->n_tensors, 1), 1)};
     if (!b.used) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
     const float *ff = NULL;
@@ -557,7 +559,6 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     if (st == KVB_OK) st = load_rope(&k, fam, m, ff);
     if (st == KVB_OK) st = load_family_keys(&k, fam, m);
     if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)in->n_layer, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
-    if (st == KVB_OK && (fam->traits & F_NOPE4)) st = kvb_family_nope4(m);
     for (int32_t l = 0; st == KVB_OK && l < in->n_layer; l++) st = bind_layer(&b, fam, m, l, &m->layers[l]);
     for (uint64_t i = 0; st == KVB_OK && i < f->n_tensors; i++)
         if (!b.used[i])

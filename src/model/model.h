@@ -100,8 +100,11 @@ kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32
 void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap);
 /* Whether a cache's NoPE layers (its params.no_rope) are the model's. */
 bool kvb_model_no_rope_matches(const struct kvb_model *m, const uint8_t *no_rope);
-/* SmolLM3's NoPE layers: every fourth ((l + 1) % 4 == 0) rotates nothing. */
-kvb_status kvb_family_nope4(struct kvb_model *m);
+/* The traits of m's family (by m->info.arch) that are not in its file: the
+ * RoPE layout, q/k norms over the whole projection, NoPE layers (SmolLM3's
+ * every fourth), and, in *fused_up (may be NULL), whether ffn_up holds the
+ * gate rows too (phi3). The loader and mkmodel both take them from here. */
+kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up);
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put

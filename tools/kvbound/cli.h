@@ -115,8 +115,6 @@ void cli_kv_types_help(FILE *f, const char *def);
 enum kvb_dtype cli_kv_v(const struct cli_kv_types *t);
 /* Bytes of one token's K row and V row in one (layer, KV head). */
 size_t cli_kv_head_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t);
-/* Bytes of one token's K and V rows over every layer and KV head. */
-size_t cli_kv_token_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t);
 
 /* Recall options (policy_opts.c): --recall, --recall-pages R,
  * --recall-every N, --cold-mb M, --cold-dir DIR (each implies --recall). */

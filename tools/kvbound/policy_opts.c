@@ -161,9 +161,6 @@ size_t cli_kv_head_bytes(const struct kvb_model_info *mi, const struct cli_kv_ty
     return kvb_dtype_row_bytes(t->k, mi->head_dim) + kvb_dtype_row_bytes(cli_kv_v(t), mi->head_dim);
 }
 
-size_t cli_kv_token_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t) {
-    return (size_t)mi->n_layer * (size_t)mi->n_head_kv * cli_kv_head_bytes(mi, t);
-}
 
 struct kvb_kv_params cli_kv_params(const struct cli_policy *po, enum kvb_policy_id pid, const struct cli_kv_types *t,
                                    const struct cli_recall *rec) {
