@@ -323,9 +323,17 @@ struct kvb_recall_params {
 };
 
 /* A per-layer override of the KV configuration: layer `layer` keeps its
- * own policy (a sliding-window layer: window with its width as budget).
- * Room for the model families with such layers; not applied yet, so a
- * configuration that gives any is refused (KVB_ERR_UNSUPPORTED, named). */
+ * own policy instead of kv.policy. The one override applied is a model's
+ * sliding-window layer (Gemma 2/3): policy.id KVB_POLICY_WINDOW, n_sink 0,
+ * budget W. Such a layer is exact, not an approximation: a query at
+ * position p sees the keys at positions p - W + 1 .. p (itself included,
+ * per query inside a prefill chunk, as llama.cpp's sliding-window mask), and
+ * a token is freed once no later query can see it. kv.policy, its budgets,
+ * prompt compression and recall govern the other (global) layers only. Any
+ * other override, a layer out of range or given twice is refused by name
+ * (KVB_ERR_UNSUPPORTED / KVB_ERR_INVALID). A model's cache gets its model's
+ * windows (kvb_model_cache_params); a context or batch refuses kv.layers
+ * from the caller. */
 struct kvb_kv_layer {
     int32_t layer;
     struct kvb_policy_params policy;
@@ -373,6 +381,13 @@ struct kvb_cache_params {
                                  * layers, SmolLM3's every fourth), or NULL; copied */
     size_t pool_bytes;          /* private pool size when kvb_cache_init gets pool == NULL */
     struct kvb_kv_params kv;    /* policy, positions, row types, page size, recall */
+    struct kvb_rope rope_swa;   /* the sliding-window layers' rotation (kv.layers windows) when
+                                 * rope_swa.base > 0: same type and n_dims as rope, its own base,
+                                 * freq_scale and freq_factors (Gemma 3: 10000, unscaled); base 0:
+                                 * those layers use rope */
+    float attn_softcap;         /* > 0: every attention score s (q.k scaled) becomes
+                                 * cap * tanh(s / cap) before the mask and softmax (Gemma 2's 50);
+                                 * 0: off */
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 
@@ -524,6 +539,10 @@ struct kvb_cache_stats {
     int64_t recall_loads;       /* cold pages copied into recall areas */
     double recall_score_s;      /* worker time scoring cold pages, summed over streams */
     double recall_load_s;       /* worker time copying recalled pages */
+    /* sliding-window layers (kv.layers windows; all zero without): their part of the totals above */
+    int32_t window_layers;      /* layers bounded by the model's window */
+    int64_t window_slots;       /* retained tokens of their streams */
+    int64_t window_pages;       /* pages they hold */
 };
 void kvb_cache_get_stats(const struct kvb_cache *cache, struct kvb_cache_stats *out);
 /* Original positions of the tokens in a stream's recall area (attended
@@ -613,8 +632,15 @@ struct kvb_model_info {
     size_t kv_bytes_per_token_f16;
     char features[160];       /* what the family adds to a plain llama layer, in words ("q/k norms per
                                * head", "YaRN x4 from 8", ...); empty for none */
+    int32_t sliding_window;   /* tokens a sliding-window layer sees (Gemma 2/3), 0 without */
+    int32_t n_swa_layers;     /* layers with that window; the other n_layer - n_swa_layers are global */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
+/* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,
+ * and its sliding-window layers at their window (plus a chunk) whatever kv's
+ * policy. 0 for a bad argument. */
+size_t kvb_model_kv_seq_bytes(const struct kvb_model *model, const struct kvb_kv_params *kv, int64_t n_ctx, int64_t n_prompt,
+                              int32_t chunk);
 
 /* The model's tokenizer is its vocabulary (kvb_model_vocab, below): one
  * token API for models and vocab-only files. */

@@ -119,6 +119,12 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     return cp;
 }
 
+size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_params *kv, int64_t n_ctx, int64_t n_prompt, int32_t chunk) {
+    if (!m || !kv) return 0;
+    const struct kvb_model_info *in = &m->info;
+    return kvb_kv_seq_bytes(kv, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
+}
+
 kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_params *params, struct kvb_context **out) {
     if (!m || !params || !out) return kvb_fail(KVB_ERR_INVALID, "context_init: model, params and out must not be NULL");
     if (params->chunk < 1 || params->chunk > 8192) return kvb_fail(KVB_ERR_INVALID, "context: chunk must be in 1..8192, got %d", (int)params->chunk);
