@@ -367,7 +367,9 @@ enum kvb_dtype kvb_kv_v_type(const struct kvb_kv_params *kv);
  * their peak for a prompt of n_prompt tokens, e.g. the snapkv family reads
  * a prompt whole before compressing it), one prompt chunk read before
  * eviction (at most the prompt), two pages of compaction slack, and the
- * recall area; in pages of kvb_kv_params' page size. 0 for a bad argument
+ * recall area; in pages of kvb_kv_params' page size. A sliding-window
+ * layer of kv.layers holds its window less one plus the chunk, and no recall
+ * area (a model's: kvb_model_kv_seq_bytes). 0 for a bad argument
  * (unknown policy or dtype, block_size or geometry out of range). */
 size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int64_t n_ctx,
                         int64_t n_prompt, int32_t chunk);

@@ -300,11 +300,11 @@ TEST(bad_params_are_named) {
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "dtype_v") != NULL);
     cp = kvb_cache_default_params();
-    const struct kvb_kv_layer sliding = {1, kvb_policy_default_params(KVB_POLICY_WINDOW)};
-    cp.kv.layers = &sliding; /* room for per-layer configurations, refused until applied */
+    const struct kvb_kv_layer other = {0, kvb_policy_default_params(KVB_POLICY_H2O)};
+    cp.kv.layers = &other; /* per-layer overrides other than a model's window: refused (test_windows has the rest) */
     cp.kv.n_layers = 1;
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_UNSUPPORTED);
-    CHECK(strstr(kvb_last_error(), "kv.layers") != NULL);
+    CHECK(strstr(kvb_last_error(), "kv.layers[0].policy") != NULL);
     cp = kvb_cache_default_params();
     cp.kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
     cp.kv.policy.budget = 3; /* <= 4 sinks */

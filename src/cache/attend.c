@@ -27,7 +27,9 @@ struct kvb_head_scratch {
     float *memo_cs;  /* [ROPE_MEMO][2*n_pairs] */
     int32_t memo_next;
     struct kvb_run *cruns; /* [cap + 1] runs of one query in CAPPED mode */
+    int32_t *first;  /* [MAX_ROWS] a window layer's first visible key per query row */
     bool no_rope;    /* the stream being served rotates nothing (a NoPE layer): set by each entry point */
+    bool rope_swa;   /* ... turns by rope_swa (a window layer's rotation): set likewise */
 };
 
 /* ---- scratch ---- */
@@ -35,7 +37,7 @@ struct kvb_head_scratch {
 static void free_scratch(struct kvb_head_scratch *h) {
     kvb_free(h->acc); kvb_free(h->qrot); kvb_free(h->out); kvb_free(h->lse); kvb_free(h->limit); kvb_free(h->krow);
     kvb_free(h->p); kvb_free(h->col); kvb_free(h->seg_j); kvb_free(h->seg_m); kvb_free(h->memo_cs);
-    kvb_free(h->cruns);
+    kvb_free(h->cruns); kvb_free(h->first);
     memset(h, 0, sizeof *h);
 }
 
@@ -62,9 +64,10 @@ kvb_status kvb_head_scratch_reserve(const struct kvb_cache *c, struct kvb_head_s
         t.out = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS * d);
         t.lse = kvb_malloc(sizeof(float) * KVB_ATTN_MAX_ROWS);
         t.limit = kvb_malloc(sizeof(int32_t) * KVB_ATTN_MAX_ROWS);
+        t.first = kvb_malloc(sizeof(int32_t) * KVB_ATTN_MAX_ROWS);
         t.krow = kvb_malloc(sizeof(float) * d * 2);
         t.memo_cs = kvb_malloc(sizeof(float) * ROPE_MEMO * 2 * (size_t)KVB_MAX(c->n_pairs, 1));
-        if (!t.acc || !t.qrot || !t.out || !t.lse || !t.limit || !t.krow || !t.memo_cs) {
+        if (!t.acc || !t.qrot || !t.out || !t.lse || !t.limit || !t.first || !t.krow || !t.memo_cs) {
             free_scratch(&t);
             return KVB_ERR_NOMEM;
         }
@@ -94,15 +97,33 @@ kvb_status kvb_head_scratch_reserve(const struct kvb_cache *c, struct kvb_head_s
 
 /* ---- rows and RoPE ---- */
 
+/* cos/sin at pos of the rotation in force (rope, or a window layer's
+ * rope_swa): memoised under 2 * pos + which. */
 static const float *rope_cs(const struct kvb_cache *c, struct kvb_head_scratch *h, int64_t pos) {
     const size_t w = 2 * (size_t)c->n_pairs;
+    const int64_t key = 2 * pos + (h->rope_swa ? 1 : 0);
     for (int i = 0; i < ROPE_MEMO; i++)
-        if (h->memo_pos[i] == pos) return h->memo_cs + (size_t)i * w;
+        if (h->memo_pos[i] == key) return h->memo_cs + (size_t)i * w;
     const int i = h->memo_next;
     h->memo_next = (i + 1) % ROPE_MEMO;
-    h->memo_pos[i] = pos;
-    kvb_rope_cos_sin(c->inv_freq, c->n_pairs, pos, h->memo_cs + (size_t)i * w);
+    h->memo_pos[i] = key;
+    kvb_rope_cos_sin(h->rope_swa ? c->inv_freq_swa : c->inv_freq, c->n_pairs, pos, h->memo_cs + (size_t)i * w);
     return h->memo_cs + (size_t)i * w;
+}
+
+/* The stream's rotation, for the entry points below. */
+static void serve_stream(struct kvb_head_scratch *h, const struct kvb_stream *s) {
+    h->no_rope = s->no_rope;
+    h->rope_swa = s->rope_swa;
+}
+
+/* The first logical slot of s a query at position pq sees: a window layer's
+ * keys farther than its window are masked (positions increase with logical
+ * order), from slot j on. */
+static int32_t window_first(const struct kvb_stream *s, int64_t pq, int32_t j) {
+    if (!s->window) return 0;
+    while (j < s->v.n && pq - s->v.pos[s->v.order[j]] >= s->window) j++;
+    return j;
 }
 
 static void rotate(const struct kvb_cache *c, struct kvb_head_scratch *h, float *x, int64_t pos) {
@@ -115,7 +136,7 @@ void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
                        const float *v, int32_t pos) {
     const int32_t d = c->params.head_dim;
     const size_t rb = c->geom.row_bytes;
-    h->no_rope = s->no_rope;
+    serve_stream(h, s);
     const int32_t slot = kvb_stream_push(&c->geom, s, pos);
     uint8_t *kd = kvb_stream_row(&c->geom, s, slot);
     if (k) {
@@ -190,6 +211,7 @@ static struct kvb_kv_view kv_view(const struct kvb_cache *c, const struct kvb_st
     v.v_offset = c->geom.v_offset;
     v.dtype = c->params.kv.kv_dtype;
     v.dtype_v = c->params.kv.kv_dtype_v;
+    v.softcap = c->params.attn_softcap;
     return v;
 }
 
@@ -227,7 +249,7 @@ static struct kvb_kv_view area_view(const struct kvb_cache *c, const struct kvb_
  * the scores see them: at their original positions, where keys are stored. */
 static void recall_refresh(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, const float *q, int32_t n_head,
                            int32_t G, int32_t h, int32_t i0, int32_t i1, int64_t p0) {
-    if (!c->recall) return;
+    if (!c->recall || s->window) return; /* a window layer's evicted tokens are never seen again */
     i0 = KVB_MAX(i0, i1 - KVB_ATTN_MAX_ROWS / G); /* qrot holds KVB_ATTN_MAX_ROWS rows */
     rotate_rows(c, hs, q, n_head, G, h, i0, i1, 0, p0, 0); /* recall never runs with contiguous positions */
     kvb_recall_refresh(c, s, hs->qrot, (i1 - i0) * G);
@@ -281,29 +303,35 @@ static inline int32_t run_end(const struct kvb_run *runs, int32_t nr, int32_t r,
 void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q, int32_t G,
                        int64_t pq, float *out, float *w) {
     const int32_t d = c->params.head_dim;
-    h->no_rope = s->no_rope;
+    serve_stream(h, s);
     recall_refresh(c, s, h, q, G, G, 0, 0, 1, pq);
     const struct kvb_run *runs;
     const int32_t nr = attn_runs(c, s, h, pq, &runs);
     const struct kvb_kv_view view = kv_view(c, s);
+    const int32_t jw = window_first(s, pq, 0); /* 0 but right after a restore or a caller's append */
     struct kvb_attn_state st;
     kvb_attn_begin(&st, G, d, h->acc, w ? h->p : NULL, s->v.n, h->seg_j, h->seg_m, (int32_t)h->seg_cap);
     for (int32_t r = 0; r < nr; r++) {
-        const int32_t j0 = runs[r].j0, j1 = run_end(runs, nr, r, s->v.n, s->v.n);
+        const int32_t j0 = KVB_MAX(runs[r].j0, jw), j1 = run_end(runs, nr, r, s->v.n, s->v.n);
+        if (j0 >= j1) continue;
         /* one token: the new one, at logical slot n - 1 and position pq */
         rotate_rows(c, h, q, G, G, 0, 0, 1, s->v.n - 1, pq, runs[r].delta);
         kvb_attn_run(c->kr, &view, h->qrot, NULL, j0, j1, &st);
     }
     attend_area(c, s, h, q, G, G, 0, 0, 1, s->v.n - 1, pq, &st);
-    if (w) kvb_attn_end_mean(&st, out, w, s->v.n);
-    else kvb_attn_end(&st, out, NULL);
+    if (w) {
+        kvb_attn_end_mean(&st, out, w, s->v.n);
+        if (jw > 0) memset(w, 0, sizeof(float) * (size_t)jw); /* the slots outside the window: not seen */
+    } else {
+        kvb_attn_end(&st, out, NULL);
+    }
 }
 
 void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h,
                        const float *q, int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, float *out,
                        int32_t obs_from, float *col) {
     const int32_t d = c->params.head_dim;
-    hs->no_rope = s->no_rope;
+    serve_stream(hs, s);
     const struct kvb_kv_view view = kv_view(c, s);
     /* recall: the chunk's last RECALL_WINDOW tokens choose (not for a vote: out == NULL) */
     if (out) recall_refresh(c, s, hs, q, n_head, G, h, KVB_MAX(0, C - RECALL_WINDOW), C, p0);
@@ -313,15 +341,24 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
         const int32_t i1 = KVB_MIN(C, i0 + tb), R = (i1 - i0) * G;
         const struct kvb_run *runs;
         const int32_t nr = attn_runs(c, s, hs, p0 + i0, &runs);
-        for (int32_t i = i0; i < i1; i++)
-            for (int32_t g = 0; g < G; g++) hs->limit[(i - i0) * G + g] = n_prev + i + 1;
+        int32_t jw = 0; /* a window layer: each row's first visible key, token i0's the least */
+        for (int32_t i = i0; i < i1; i++) {
+            const int32_t fi = (jw = window_first(s, p0 + i, jw));
+            for (int32_t g = 0; g < G; g++) {
+                hs->limit[(i - i0) * G + g] = n_prev + i + 1;
+                hs->first[(i - i0) * G + g] = fi;
+            }
+        }
+        jw = hs->first[0];
         const int32_t jmax = n_prev + i1;
         struct kvb_attn_state st;
         kvb_attn_begin(&st, R, d, hs->acc, NULL, 0, NULL, NULL, 0);
+        if (s->window) st.first = hs->first;
         int32_t j1;
         for (int32_t r = 0; r < nr && (j1 = run_end(runs, nr, r, s->v.n, jmax)) > runs[r].j0; r++) {
+            if (KVB_MAX(runs[r].j0, jw) >= j1) continue;
             rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
-            kvb_attn_run(c->kr, &view, hs->qrot, hs->limit, runs[r].j0, j1, &st);
+            kvb_attn_run(c->kr, &view, hs->qrot, hs->limit, KVB_MAX(runs[r].j0, jw), j1, &st);
         }
         if (out) attend_area(c, s, hs, q, n_head, G, h, i0, i1, n_prev, p0, &st);
         kvb_attn_end(&st, hs->out, hs->lse);

@@ -82,9 +82,34 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         for (int32_t l = 0; l < p->n_layer; l++)
             if (p->no_rope[l] > 1) return kvb_fail(KVB_ERR_INVALID, "cache: no_rope[%d] is %d, not 0 or 1", (int)l, (int)p->no_rope[l]);
     }
-    if (p->kv.layers || p->kv.n_layers)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: kv.layers: %d per-layer override(s) given; per-layer KV configurations are not applied yet",
+    if ((p->kv.n_layers > 0 && !p->kv.layers) || p->kv.n_layers < 0 || p->kv.n_layers > p->n_layer)
+        return kvb_fail(KVB_ERR_INVALID, "cache: kv.n_layers must be in 0..n_layer (%d) with kv.layers set, got %d", (int)p->n_layer,
                         (int)p->kv.n_layers);
+    for (int32_t i = 0; i < p->kv.n_layers; i++) {
+        const struct kvb_kv_layer *o = &p->kv.layers[i];
+        if (o->layer < 0 || o->layer >= p->n_layer)
+            return kvb_fail(KVB_ERR_INVALID, "cache: kv.layers[%d].layer %d out of range 0..%d", (int)i, (int)o->layer, (int)p->n_layer - 1);
+        for (int32_t j = 0; j < i; j++)
+            if (p->kv.layers[j].layer == o->layer)
+                return kvb_fail(KVB_ERR_INVALID, "cache: kv.layers[%d] and kv.layers[%d] both name layer %d", (int)j, (int)i, (int)o->layer);
+        if (o->policy.id != KVB_POLICY_WINDOW || o->policy.n_sink != 0)
+            return kvb_fail(KVB_ERR_UNSUPPORTED,
+                            "cache: kv.layers[%d].policy: %s with %d sinks; the one per-layer override applied is a sliding window "
+                            "(policy window, n_sink 0)", (int)i, kvb_policy_name(o->policy.id), (int)o->policy.n_sink);
+        if (o->policy.budget < 1)
+            return kvb_fail(KVB_ERR_INVALID, "cache: kv.layers[%d].policy.budget (the window) must be >= 1, got %d", (int)i, (int)o->policy.budget);
+    }
+    if (!(p->attn_softcap >= 0.0f) || !isfinite(p->attn_softcap))
+        return kvb_fail(KVB_ERR_INVALID, "cache: attn_softcap must be finite and >= 0 (0: off), got %g", (double)p->attn_softcap);
+    if (p->rope_swa.base != 0.0f) {
+        if (p->rope_swa.type != p->rope.type || p->rope_swa.n_dims != p->rope.n_dims)
+            return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa must have rope's type and n_dims (%d, %d), got %d, %d", (int)p->rope.type,
+                            (int)p->rope.n_dims, (int)p->rope_swa.type, (int)p->rope_swa.n_dims);
+        if (!(p->rope_swa.base > 1.0f) || !isfinite(p->rope_swa.base))
+            return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa.base must be > 1 (or 0: as rope), got %g", (double)p->rope_swa.base);
+        if (!(p->rope_swa.freq_scale > 0.0f) || !isfinite(p->rope_swa.freq_scale))
+            return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa.freq_scale must be > 0, got %g", (double)p->rope_swa.freq_scale);
+    }
     if (p->rope.type < KVB_ROPE_NONE || p->rope.type > KVB_ROPE_NEOX) return kvb_fail(KVB_ERR_INVALID, "cache: unknown rope.type %d", (int)p->rope.type);
     if (p->rope.type != KVB_ROPE_NONE) {
         if (p->rope.n_dims < 2 || p->rope.n_dims > p->head_dim || (p->rope.n_dims & 1))
@@ -279,6 +304,18 @@ static void evict_stream(struct kvb_cache *c, struct kvb_stream *s) {
     kvb_stream_remove(&c->geom, s, c->pool, s->victims, k);
 }
 
+/* A window layer's stream after its step: the tokens no query from position
+ * next on can see (pos <= next - window) leave, their pages go back to the
+ * pool. The model's mask, not a policy: nothing goes cold. Cannot fail. */
+static void evict_window(struct kvb_cache *c, struct kvb_stream *s, int64_t next) {
+    int32_t k = 0;
+    while (k < s->v.n && next - s->v.pos[s->v.order[k]] >= s->window) {
+        s->victims[k] = k;
+        k++;
+    }
+    if (k) kvb_stream_remove(&c->geom, s, c->pool, s->victims, k);
+}
+
 static void update_peak(struct kvb_cache *c) {
     int64_t pages = 0;
     const int64_t n = (int64_t)c->params.n_layer * c->params.n_kv_head;
@@ -298,11 +335,46 @@ static void init_budgets(struct kvb_cache *c) {
     const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
     for (size_t i = 0; i < n_streams; i++) {
         struct kvb_stream *s = &c->streams[i];
-        s->v.target = c->params.kv.policy.budget;
-        s->v.budget = compress ? c->params.kv.policy.prefill_budget : c->params.kv.policy.budget;
-        s->v.prompt_end = -1;
+        s->v.target = s->window ? s->window : c->params.kv.policy.budget;
+        s->v.budget = s->window ? s->window : compress ? c->params.kv.policy.prefill_budget : c->params.kv.policy.budget;
+        s->v.prompt_end = s->window && compress ? 0 : -1; /* a window layer has no prompt to compress */
     }
     for (int32_t l = 0; l < c->params.n_layer; l++) c->ring_n[l] = 0;
+}
+
+/* Sliding-window layers (kv.layers) and their rotation (rope_swa): the
+ * cache's own copies, each stream's window. */
+static kvb_status init_windows(struct kvb_cache *c, const struct kvb_cache_params *params) {
+    const int32_t L = params->n_layer, H = params->n_kv_head;
+    c->params.kv.layers = NULL;
+    if (!(c->window = kvb_calloc((size_t)L, sizeof(int32_t)))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+    if (params->kv.n_layers > 0) {
+        if (!(c->layers = kvb_malloc(sizeof(struct kvb_kv_layer) * (size_t)params->kv.n_layers))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+        memcpy(c->layers, params->kv.layers, sizeof(struct kvb_kv_layer) * (size_t)params->kv.n_layers);
+        c->params.kv.layers = c->layers;
+        for (int32_t i = 0; i < params->kv.n_layers; i++) c->window[c->layers[i].layer] = c->layers[i].policy.budget;
+    }
+    const bool own_rope = params->rope_swa.base > 0 && c->n_pairs > 0;
+    c->params.rope_swa.freq_factors = NULL;
+    if (own_rope) {
+        if (!(c->inv_freq_swa = kvb_malloc(sizeof(double) * (size_t)c->n_pairs))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+        if (params->rope_swa.freq_factors) {
+            if (!(c->freq_factors_swa = kvb_malloc(sizeof(float) * (size_t)c->n_pairs))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+            memcpy(c->freq_factors_swa, params->rope_swa.freq_factors, sizeof(float) * (size_t)c->n_pairs);
+            for (int32_t i = 0; i < c->n_pairs; i++)
+                if (c->freq_factors_swa[i] == 0 || !isfinite(c->freq_factors_swa[i]))
+                    return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa.freq_factors[%d] must be finite and nonzero", (int)i);
+            c->params.rope_swa.freq_factors = c->freq_factors_swa;
+        }
+        kvb_rope_inv_freq(&c->params.rope_swa, c->freq_factors_swa, c->inv_freq_swa);
+    }
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t h = 0; h < H; h++) {
+            struct kvb_stream *s = &c->streams[(size_t)l * H + h];
+            s->window = c->window[l];
+            s->rope_swa = own_rope && c->window[l] > 0;
+        }
+    return KVB_OK;
 }
 
 kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *params, struct kvb_cache **out) {
@@ -357,6 +429,10 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     }
     c->params.no_rope = c->no_rope;
     if (c->n_pairs) kvb_rope_inv_freq(&c->params.rope, c->freq_factors, c->inv_freq);
+    if ((st = init_windows(c, params)) != KVB_OK) {
+        kvb_cache_free(c);
+        return st;
+    }
     if (pool) {
         size_t need = (c->page_bytes + 63) & ~(size_t)63;
         if (pool->page_bytes != need) {
@@ -406,6 +482,7 @@ void kvb_cache_free(struct kvb_cache *c) {
         for (int32_t l = 0; l < c->params.n_layer; l++) kvb_free(c->ring_q[l]);
     kvb_free(c->ring_q); kvb_free(c->ring_n); kvb_free(c->ring_heads); kvb_free(c->reserved);
     kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors); kvb_free(c->no_rope);
+    kvb_free(c->inv_freq_swa); kvb_free(c->freq_factors_swa); kvb_free(c->window); kvb_free(c->layers);
     kvb_free(c);
 }
 
@@ -444,7 +521,8 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
     struct decode_job *jb = arg;
     struct kvb_cache *c = jb->c;
     const int32_t H = c->params.n_kv_head, d = c->params.head_dim;
-    const bool policy_w = (c->policy.iface->flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
+    const bool window = c->window[jb->layer] > 0; /* the model's window, not the policy, bounds this layer */
+    const bool policy_w = !window && (c->policy.iface->flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
     const bool want_w = policy_w || c->observer;
     for (int32_t h = ith; h < H; h += nth) {
         struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
@@ -456,8 +534,9 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
                           want_w ? kvb_head_scratch_col(hs) : NULL);
             if (c->observer) c->observer(c->observer_user, jb->layer, h, kvb_head_scratch_col(hs), s->v.n);
             if (policy_w) c->policy.iface->observe(&c->policy, &s->v, kvb_head_scratch_col(hs), s->v.n, false);
-            if (!c->policy.iface->combine) evict_stream(c, s); /* else after every head: combine_and_evict */
+            if (!window && !c->policy.iface->combine) evict_stream(c, s); /* else after every head: combine_and_evict */
         }
+        if (window) evict_window(c, s, pos + 1);
     }
 }
 
@@ -506,7 +585,7 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
     c->n_past[layer]++;
     update_peak(c);
     /* serial: one O(n) pick per stream costs less than waking the pool again */
-    if (c->policy.iface->combine) combine_and_evict(c, layer, NULL);
+    if (c->policy.iface->combine && !c->window[layer]) combine_and_evict(c, layer, NULL);
     return KVB_OK;
 }
 
@@ -530,6 +609,7 @@ static kvb_status observe_common(struct kvb_cache *c, int32_t layer, int32_t hea
     struct kvb_stream *s = kvb_cache_stream(c, layer, head);
     if (!w || n != s->v.n) return kvb_fail(KVB_ERR_INVALID, "cache_observe: row has %d weights, stream has %d slots", (int)n, (int)s->v.n);
     const struct kvb_policy_i *pi = c->policy.iface;
+    if (c->window[layer]) return KVB_OK; /* the model's window bounds the layer: no evidence is kept */
     if (pi->observe && (pi->flags & (prefill ? KVB_PF_PREFILL_MASS : KVB_PF_DECODE_ATTN))) pi->observe(&c->policy, &s->v, w, n, prefill);
     return KVB_OK;
 }
@@ -593,8 +673,12 @@ struct layer_job {
 
 static void evict_worker(int32_t ith, int32_t nth, void *arg) {
     struct layer_job *jb = arg;
-    for (int32_t h = ith; h < jb->c->params.n_kv_head; h += nth)
-        evict_stream(jb->c, kvb_cache_stream(jb->c, jb->layer, h));
+    struct kvb_cache *c = jb->c;
+    for (int32_t h = ith; h < c->params.n_kv_head; h += nth) {
+        struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
+        if (s->window) evict_window(c, s, c->n_past[jb->layer]);
+        else evict_stream(c, s);
+    }
 }
 
 /* The streams of a layer, for the policy hooks that see a whole layer. */
@@ -606,7 +690,7 @@ static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stre
 /* Layer-wide scores (tova's layer scope), then eviction of every stream
  * (over tp's threads; tp NULL: serially). */
 static void combine_and_evict(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp) {
-    if (c->policy.iface->combine) {
+    if (c->policy.iface->combine && !c->window[layer]) {
         struct kvb_stream_view *ptrs[KVB_MAX_KV_HEADS];
         int32_t H = layer_streams(c, layer, ptrs);
         c->policy.iface->combine(&c->policy, ptrs, H);
@@ -715,7 +799,7 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
 }
 
 static bool prompt_open(const struct kvb_cache *c, int32_t layer) {
-    return (c->policy.iface->flags & KVB_PF_COMPRESS) && kvb_cache_stream(c, layer, 0)->v.prompt_end < 0;
+    return (c->policy.iface->flags & KVB_PF_COMPRESS) && !c->window[layer] && kvb_cache_stream(c, layer, 0)->v.prompt_end < 0;
 }
 
 kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, const float *q, int32_t n_head,
@@ -727,14 +811,14 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     if (!q || !k || !v || !out) return kvb_fail(KVB_ERR_INVALID, "cache_prefill: q, k, v and out must not be NULL");
     if ((st = check_pos(c, layer, n_tok)) != KVB_OK) return st;
     const struct kvb_policy_i *pi = c->policy.iface;
-    const bool compress = pi->flags & KVB_PF_COMPRESS;
+    const bool compress = (pi->flags & KVB_PF_COMPRESS) && !c->window[layer]; /* a window layer: the model's window only */
     const bool exact = compress && c->params.kv.policy.prefill_budget == 0;
     const int32_t G = n_head / c->params.n_kv_head;
     if (exact && (st = ring_reserve(c, layer, n_head)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;
     if (compress && !prompt_open(c, layer)) open_prompt(c, layer);
     struct prefill_job jb = {c, layer, n_tok, n_head, G, q, k, v, out,
-                             !exact && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS)};
+                             !c->window[layer] && !exact && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS)};
     kvb_threadpool_run(worth_threads(c, layer, n_tok, n_head) ? tp : NULL, prefill_worker, &jb);
     if (exact) ring_push(c, layer, q, n_tok);
     c->n_past[layer] += n_tok;
@@ -763,10 +847,13 @@ kvb_status kvb_cache_set_budget(struct kvb_cache *c, int32_t layer, int32_t head
         return kvb_fail(KVB_ERR_INVALID, "set_budget: %d tokens do not exceed n_sink (%d)", (int)tokens, (int)c->params.kv.policy.n_sink);
     if (tokens == 0 && !(c->policy.iface->flags & KVB_PF_NEVER_EVICT))
         return kvb_fail(KVB_ERR_INVALID, "set_budget: policy %s needs a budget > 0", kvb_policy_name(c->params.kv.policy.id));
+    if (layer >= 0 && c->window[layer])
+        return kvb_fail(KVB_ERR_INVALID, "set_budget: layer %d is a sliding-window layer: the model's window (%d) bounds it", (int)layer,
+                        (int)c->window[layer]);
     const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
     for (int32_t l = 0; l < c->params.n_layer; l++)
         for (int32_t h = 0; h < c->params.n_kv_head; h++)
-            if ((layer < 0 || l == layer) && (head < 0 || h == head)) {
+            if ((layer < 0 || l == layer) && (head < 0 || h == head) && !c->window[l]) {
                 struct kvb_stream *s = kvb_cache_stream(c, l, h);
                 s->v.target = tokens;
                 /* an open snapkv-family prompt keeps prefill_budget until its compress */
@@ -848,7 +935,12 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
         o->slots_max = KVB_MAX(o->slots_max, s->v.n);
         o->slots_min = KVB_MIN(o->slots_min, s->v.n);
         meta += kvb_stream_meta_bytes(&c->geom, s);
+        if (s->window) {
+            o->window_slots += s->v.n;
+            o->window_pages += s->v.n_pages;
+        }
     }
+    for (int32_t l = 0; l < c->params.n_layer; l++) o->window_layers += c->window[l] > 0;
     const int64_t area = kvb_recall_pages_held(c);
     o->pages_in_use += area;
     o->recall_bytes = (size_t)area * pb;

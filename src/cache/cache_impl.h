@@ -51,6 +51,10 @@ struct kvb_cache {
     float *freq_factors;
     uint8_t *no_rope;               /* [n_layer] copy of params.no_rope, or NULL */
     double *inv_freq;
+    double *inv_freq_swa;           /* [n_pairs]: rope_swa's, when params.rope_swa.base > 0 */
+    float *freq_factors_swa;
+    int32_t *window;                /* [n_layer]: each layer's sliding window, 0 = global (kv.layers) */
+    struct kvb_kv_layer *layers;    /* copy of params.kv.layers */
     int32_t n_pairs;
     enum kvb_pos_mode pos_mode;
     struct kvb_pool *pool;

@@ -14,6 +14,9 @@
  *           per logical slot: i32 phys_slot i32 pos f32 state[n_state] K row, V row (their stored
  *           types: quantized rows are saved as their blocks, never requantized)
  *           i32 free_slots[n_pages * block_size - n] (the hole stack, bottom first)
+ *   flags 2: u8 no_rope[n_layer] after n_state (NoPE layers)
+ *   flags 4: then i32 n_windows, n_windows x (i32 layer, i32 window), f32 rope_swa base freq_scale,
+ *           i32 has_ff_swa [f32 ff[n_dims/2]], f32 attn_softcap (sliding-window layers, Gemma)
  *   version 4 (flags 1, written for a cache with recall) adds, after n_state:
  *           i32 recall_pages every summary i64 cold_mem_bytes i32 paused
  *           i64 dropped_pages total_cold_pages
@@ -49,6 +52,7 @@
 #define KVB_CACHE_VERSION_RECALL 4u /* with recall: the cold tier and recall areas follow */
 #define IMAGE_RECALL 1u             /* flags bit (version 4) */
 #define IMAGE_NO_ROPE 2u            /* flags bit (versions 3, 4): u8 no_rope[n_layer] follow n_state */
+#define IMAGE_WINDOWS 4u            /* flags bit (versions 3, 4): a model's windows, rope_swa, softcap follow no_rope */
 
 /* ---- writer ---- */
 struct wbuf {
@@ -114,7 +118,8 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     struct wbuf w = {0};
     w_bytes(&w, KVB_CACHE_MAGIC, 8);
     w_u32(&w, c->recall ? KVB_CACHE_VERSION_RECALL : KVB_CACHE_VERSION);
-    w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u));
+    const bool windows = p->kv.n_layers > 0 || p->rope_swa.base > 0 || p->attn_softcap > 0;
+    w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -128,6 +133,14 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_i32(&w, p->kv.max_distance);
     w_i32(&w, ns);
     if (c->no_rope) w_bytes(&w, c->no_rope, (size_t)p->n_layer);
+    if (windows) {
+        w_i32(&w, p->kv.n_layers);
+        for (int32_t i = 0; i < p->kv.n_layers; i++) { w_i32(&w, p->kv.layers[i].layer); w_i32(&w, p->kv.layers[i].policy.budget); }
+        w_f32(&w, p->rope_swa.base); w_f32(&w, p->rope_swa.freq_scale);
+        w_i32(&w, c->freq_factors_swa ? 1 : 0);
+        if (c->freq_factors_swa) w_bytes(&w, c->freq_factors_swa, sizeof(float) * (size_t)c->n_pairs);
+        w_f32(&w, p->attn_softcap);
+    }
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     if (c->recall) {
         struct kvb_cold_counts cc;
@@ -291,7 +304,8 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     if (!r_bytes(&r, &version, 4, "version") || !r_bytes(&r, &flags, 4, "flags")) return TRUNC();
     if (version < 2u || version > KVB_CACHE_VERSION_RECALL)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads 2 to %u)", version, KVB_CACHE_VERSION_RECALL);
-    if ((flags & ~IMAGE_NO_ROPE) != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u) || ((flags & IMAGE_NO_ROPE) && version < 3u))
+    if ((flags & ~(IMAGE_NO_ROPE | IMAGE_WINDOWS)) != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u) ||
+        ((flags & (IMAGE_NO_ROPE | IMAGE_WINDOWS)) && version < 3u))
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: flags 0x%x are not valid for version %u", flags, version);
     struct kvb_cache_params p = kvb_cache_default_params();
     int32_t dtype, dtype_v = KVB_DTYPE_AS_K, pos_mode, rope_type, has_ff, pid;
@@ -346,6 +360,28 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         if (!r_bytes(&r, no_rope, (size_t)p.n_layer, "no_rope")) return TRUNC();
         p.no_rope = no_rope; /* kvb_cache_init checks each is 0 or 1, and copies them */
     }
+    int32_t win[2 * 4096]; /* (layer, window) pairs */
+    int32_t nw = 0;
+    float ff_swa[256];
+    if (flags & IMAGE_WINDOWS) {
+        int32_t has_ff_swa;
+        if (!r_i32(&r, &nw, "n_windows")) return TRUNC();
+        if (nw < 0 || nw > p.n_layer || nw > 4096)
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_windows %d out of range (n_layer %d)", (int)nw, (int)p.n_layer);
+        if (!r_bytes(&r, win, sizeof(int32_t) * 2 * (size_t)nw, "windows")) return TRUNC();
+        p.rope_swa = p.rope;
+        p.rope_swa.freq_factors = NULL;
+        if (!r_f32(&r, &p.rope_swa.base, "rope_swa.base") || !r_f32(&r, &p.rope_swa.freq_scale, "rope_swa.freq_scale") ||
+            !r_i32(&r, &has_ff_swa, "has_freq_factors_swa"))
+            return TRUNC();
+        if (has_ff_swa != 0 && has_ff_swa != 1) return kvb_fail(KVB_ERR_CORRUPT, "cache image: has_freq_factors_swa is %d", (int)has_ff_swa);
+        if (has_ff_swa) {
+            if (p.rope.n_dims < 2 || p.rope.n_dims > 512) return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_n_dims %d out of range", p.rope.n_dims);
+            if (!r_bytes(&r, ff_swa, sizeof(float) * (size_t)(p.rope.n_dims / 2), "rope_swa.freq_factors")) return TRUNC();
+            p.rope_swa.freq_factors = ff_swa;
+        }
+        if (!r_f32(&r, &p.attn_softcap, "attn_softcap")) return TRUNC();
+    }
     int32_t paused = 0;
     int64_t dropped = 0, total_cold = 0, image_cold_mem = 0;
     if (version == KVB_CACHE_VERSION_RECALL) {
@@ -379,7 +415,17 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     if (p.n_layer < 1 || (size_t)p.n_layer > (r.n - r.at) / 8)
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_layer %d does not fit the image", p.n_layer);
     struct kvb_cache *c;
-    kvb_status st = kvb_cache_init(pool, &p, &c);
+    struct kvb_kv_layer *layers = nw ? kvb_malloc(sizeof(struct kvb_kv_layer) * (size_t)nw) : NULL;
+    if (nw && !layers) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory");
+    for (int32_t i = 0; i < nw; i++) {
+        layers[i] = (struct kvb_kv_layer){win[2 * i], kvb_policy_default_params(KVB_POLICY_WINDOW)};
+        layers[i].policy.n_sink = 0;
+        layers[i].policy.budget = win[2 * i + 1];
+    }
+    p.kv.layers = layers;
+    p.kv.n_layers = nw;
+    kvb_status st = kvb_cache_init(pool, &p, &c); /* checks the windows and copies them */
+    kvb_free(layers);
     if (st != KVB_OK) {
         if (st == KVB_ERR_INVALID) return kvb_fail(KVB_ERR_CORRUPT, "cache image: invalid params (%s)", kvb_last_error());
         return st;

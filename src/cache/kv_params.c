@@ -5,7 +5,8 @@
  * ppl, needle, the server) asks kvb_kv_seq_bytes: per stream, the policy's
  * peak (kvb_policy_peak_tokens, a vtable slot), one chunk read before
  * eviction, two pages of compaction slack and the recall area, in pages of
- * the configuration's page size.
+ * the configuration's page size. A model's sliding-window layers (kv.layers)
+ * count their window instead of the policy's peak, and no recall area.
  */
 #include "cache_impl.h"
 
@@ -39,7 +40,19 @@ size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t
                                            (int64_t)0), (int64_t)1 << 40); /* no overflow below for any argument */
     const int64_t c = KVB_MIN((int64_t)KVB_MAX(chunk, 1), KVB_MAX(n_prompt, (int64_t)1)); /* a chunk read before eviction */
     const int64_t area = full ? 0 : KVB_MAX(kv->recall.pages, 0);                        /* taken with the hot pages */
-    const double pages = (double)((tokens + c + B - 1) / B + 2 + area);
-    const double bytes = pages * (double)n_layer * (double)n_kv_head * (double)page;
+    /* sliding-window layers (kv.layers): W - 1 tokens between steps, the
+     * chunk, the slack; no recall area (nothing of theirs goes cold) */
+    int32_t n_win = 0;
+    double win_pages = 0;
+    if (kv->n_layers < 0 || kv->n_layers > n_layer) return 0;
+    for (int32_t i = 0; kv->layers && i < kv->n_layers; i++) {
+        const struct kvb_kv_layer *o = &kv->layers[i];
+        if (o->layer < 0 || o->layer >= n_layer || o->policy.id != KVB_POLICY_WINDOW || o->policy.budget < 1) return 0;
+        const int64_t held = KVB_MIN((int64_t)o->policy.budget - 1, KVB_MAX(KVB_MIN(n_ctx, (int64_t)1 << 40), (int64_t)0));
+        win_pages += (double)((held + c + B - 1) / B + 2);
+        n_win++;
+    }
+    const double pages = (double)((tokens + c + B - 1) / B + 2 + area) * (double)(n_layer - n_win) + win_pages;
+    const double bytes = pages * (double)n_kv_head * (double)page;
     return bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
 }

@@ -55,6 +55,8 @@ struct kvb_stream {
     int64_t runs_cap;
     int32_t *victims;         /* [slot_cap] selection output */
     bool no_rope;             /* its layer rotates neither keys nor queries (a NoPE layer) */
+    int32_t window;           /* > 0: its layer is a model's sliding window of this many positions */
+    bool rope_swa;            /* its keys and queries turn by the cache's rope_swa (a window layer's) */
 };
 
 /* K row of a physical slot. */

@@ -59,6 +59,7 @@ void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float 
     st->seg_m = seg_m;
     st->seg_cap = seg_cap;
     st->n_seg = 0;
+    st->first = NULL;
     for (int32_t r = 0; r < n_rows; r++) {
         st->m[r] = -INFINITY;
         st->l[r] = 0;
@@ -66,14 +67,25 @@ void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float 
     memset(acc, 0, sizeof(float) * (size_t)n_rows * (size_t)d);
 }
 
-/* Masks keys past each row's limit, and the tile's padding (t >= nt), to -inf. */
-static void apply_limits(float *s, const int32_t *limit, int32_t n_rows, int32_t j0, int32_t nt) {
+/* Masks keys past each row's limit, before its first (a sliding window),
+ * and the tile's padding (t >= nt), to -inf. */
+static void apply_limits(float *s, const int32_t *limit, const int32_t *first, int32_t n_rows, int32_t j0, int32_t nt) {
     for (int32_t r = 0; r < n_rows; r++) {
         int32_t first_masked = limit ? limit[r] - j0 : nt;
         if (first_masked < 0) first_masked = 0;
         if (first_masked > nt) first_masked = nt;
         for (int32_t t = first_masked; t < KVB_ATTN_TILE; t++) s[r * KVB_ATTN_TILE + t] = -INFINITY;
+        if (first)
+            for (int32_t t = 0; t < nt && j0 + t < first[r]; t++) s[r * KVB_ATTN_TILE + t] = -INFINITY;
     }
+}
+
+/* Gemma 2's attention softcap: s = cap * tanh(s * (1 / cap)), as ggml
+ * scales, takes tanh and scales back, over the tile's nt scores per row. */
+static void apply_softcap(float *s, int32_t n_rows, int32_t nt, float cap) {
+    const float inv = 1.0f / cap;
+    for (int32_t r = 0; r < n_rows; r++)
+        for (int32_t t = 0; t < nt; t++) s[r * KVB_ATTN_TILE + t] = cap * tanhf(s[r * KVB_ATTN_TILE + t] * inv);
 }
 
 /* Each row's max and sum over its nt scores, in t order exactly as a plain
@@ -144,7 +156,8 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
         }
         if (i8) kr->scores_i8(v, &qq, R, jt, nt, s);
         else kr->scores(tv, q, R, jj, nt, s);
-        apply_limits(s, limit, R, jt, nt);
+        if (v->softcap > 0) apply_softcap(s, R, nt, v->softcap);
+        apply_limits(s, limit, st->first, R, jt, nt);
         float red[KVB_ATTN_MAX_ROWS];
         kvb_attn_row_max(s, R, nt, red);
         for (int32_t r = 0; r < R; r++) {
@@ -235,7 +248,8 @@ void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v,
             const struct kvb_kv_view tile = kvb_kv_tile_view(v, jt, nt, true, false);
             kr->scores(&tile, q, n_rows, 0, nt, s);
         }
-        apply_limits(s, limit, n_rows, jt, nt);
+        if (v->softcap > 0) apply_softcap(s, n_rows, nt, v->softcap);
+        apply_limits(s, limit, NULL, n_rows, jt, nt);
         for (int32_t r = 0; r < n_rows; r++) {
             float *sr = s + r * KVB_ATTN_TILE;
             float l = lse[r];

@@ -68,5 +68,6 @@ struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int
     f.row_bytes = f.row_bytes_v = sizeof(float) * (size_t)d;
     f.v_offset = sizeof(float) * (size_t)KVB_ATTN_TILE * (size_t)d;
     f.dtype = f.dtype_v = KVB_DTYPE_F32;
+    f.softcap = v->softcap;
     return f;
 }

@@ -40,6 +40,8 @@ struct kvb_kv_view {
     size_t v_offset;
     enum kvb_dtype dtype;   /* K rows */
     enum kvb_dtype dtype_v; /* V rows */
+    float softcap;          /* > 0: scores s (q already scaled) become softcap * tanh(s / softcap)
+                             * before masks and softmax (Gemma 2); 0: off */
 };
 
 static inline const void *kvb_view_k(const struct kvb_kv_view *v, int32_t j) {
@@ -167,6 +169,8 @@ struct kvb_attn_state {
     int32_t *seg_j;              /* [seg_cap] first key of each tile */
     float *seg_m;                /* [seg_cap][KVB_ATTN_MAX_ROWS] */
     int32_t n_seg, seg_cap;
+    const int32_t *first;        /* or NULL: row r sees only keys j >= first[r] (a sliding
+                                  * window); set after kvb_attn_begin, which clears it */
     float s[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE]; /* scratch scores */
 };
 
@@ -192,7 +196,8 @@ void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse);
  * (one pass: what a policy needs from the G query heads of a KV head). */
 void kvb_attn_end_mean(struct kvb_attn_state *st, float *out, float *w, int32_t n);
 /* Column mass: col[j] += sum_r w_r * exp(q_r.k_j - lse[r]) over keys [j0, j1),
- * with the same limits; one call per run. */
+ * with the same limits (no sliding window: the cache never observes a
+ * window layer); one call per run. */
 void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                       const float *lse, int32_t n_rows, float w_r, int32_t j0, int32_t j1, float *col, float *s_scratch);
 

@@ -192,5 +192,35 @@ int main(int argc, char **argv) {
         if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
         kvb_cache_free(c);
     }
+    /* sliding-window layers (flags 4): layer 0 a window of 5 with its own RoPE, a softcap, recall on layer 1 */
+    {
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 2; cp.n_kv_head = 1; cp.head_dim = 8; cp.kv.block_size = 2;
+        cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, 8, 1000000.0f, 0.125f, NULL};
+        cp.rope_swa = (struct kvb_rope){KVB_ROPE_NEOX, 8, 10000.0f, 1.0f, NULL};
+        cp.attn_softcap = 50.0f;
+        cp.kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+        cp.kv.policy.budget = 6;
+        cp.kv.policy.n_sink = 1;
+        cp.kv.recall = (struct kvb_recall_params){2, 1, 1 << 16, NULL, KVB_RECALL_BOUNDS};
+        struct kvb_kv_layer win = {0, kvb_policy_default_params(KVB_POLICY_WINDOW)};
+        win.policy.n_sink = 0;
+        win.policy.budget = 5;
+        cp.kv.layers = &win;
+        cp.kv.n_layers = 1;
+        cp.pool_bytes = 1 << 20;
+        struct kvb_cache *c;
+        if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
+        float q[8], k[8], v[8], o[8];
+        for (int t = 0; t < 17; t++)
+            for (int l = 0; l < 2; l++) {
+                for (int i = 0; i < 8; i++) { q[i] = (float)((i * 7 + t) % 11) - 5; k[i] = (float)((i * 3 + t) % 7) - 3; v[i] = (float)(i % 5) * 0.5f; }
+                kvb_cache_decode(c, l, q, 1, k, v, o, NULL);
+            }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/windows.kvb", argv[1]);
+        if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
+        kvb_cache_free(c);
+    }
     return 0;
 }

@@ -190,6 +190,7 @@ static void chat_stats(const struct chat *ch, const struct chat_opts *o) {
     kvb_cache_get_stats(kvb_context_cache(ch->gen.c), &cs);
     printf("[tokens seen %lld, retained %lld in all streams (longest %d), KV %.2f MB (peak %.2f MB), policy %s]\n",
            (long long)kvb_context_n_past(ch->gen.c), (long long)cs.slots, cs.slots_max, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(o->g.pid));
+    if (cs.window_layers) cli_window_stats(stdout, &cs, ch->gen.mi.n_layer);
     if (o->g.rec.on)
         printf("[recall: %lld cold pages (%.1f MiB in memory, %.1f MiB in file), %lld dropped; recall area %.1f MiB; %lld pages loaded]\n",
                (long long)cs.cold_pages, (double)cs.cold_mem_bytes / (1 << 20), (double)cs.cold_file_bytes / (1 << 20),

@@ -22,6 +22,12 @@ static int sess_json(struct server *srv, const struct sess *x, bool busy, bool w
     cJSON_AddNumberToObject(o, "turns", (double)x->turns);
     cJSON_AddNumberToObject(o, "position", (double)x->position);
     cJSON_AddNumberToObject(o, "cache_tokens", (double)x->cache_tokens);
+    if (srv->mi.n_swa_layers) { /* both kinds of layers, per stream */
+        cJSON_AddNumberToObject(o, "window_layers", srv->mi.n_swa_layers);
+        cJSON_AddNumberToObject(o, "window", srv->mi.sliding_window);
+        cJSON_AddNumberToObject(o, "window_cache_tokens", (double)x->window_tokens);
+        cJSON_AddNumberToObject(o, "global_cache_tokens", (double)x->global_tokens);
+    }
     cJSON_AddNumberToObject(o, "kv_bytes", (double)x->kv_bytes);
     cJSON_AddNumberToObject(o, "cold_pages", (double)x->cold_pages);
     cJSON_AddNumberToObject(o, "stored_bytes", (double)x->stored_bytes);

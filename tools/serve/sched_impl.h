@@ -23,6 +23,7 @@ struct sess {
     char stop_text[64];   /* text of the stop token the last answer ended with, "" if cut */
     double last_used;
     int64_t position, cache_tokens, cold_pages;
+    int64_t window_tokens, global_tokens; /* a model with sliding-window layers: per stream of each kind */
     size_t kv_bytes, stored_bytes;
     struct kvb_policy_params pol;
     int64_t version;      /* in the store; STORE_ABSENT: never stored */

@@ -96,7 +96,12 @@ bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *ca
 }
 
 void sess_figures(struct server *srv, struct sess *x) {
-    seq_figures(srv, x->seq, &x->position, &x->cache_tokens, &x->kv_bytes, &x->cold_pages);
+    if (!seq_figures(srv, x->seq, &x->position, &x->cache_tokens, &x->kv_bytes, &x->cold_pages) || !srv->mi.n_swa_layers) return;
+    struct kvb_cache_stats cs; /* both kinds of layers: the model's window and the policy's */
+    kvb_cache_get_stats(kvb_batch_seq_cache(srv->sched->b, x->seq), &cs);
+    const int64_t hk = srv->mi.n_head_kv, nw = cs.window_layers, ng = srv->mi.n_layer - nw;
+    x->window_tokens = nw ? cs.window_slots / (nw * hk) : 0;
+    x->global_tokens = ng ? (cs.slots - cs.window_slots) / (ng * hk) : 0;
 }
 
 static char *meta_json(const struct sess *x) {

@@ -253,7 +253,7 @@ static void accum_quant(const struct kvb_kv_view *v, const float *e, int32_t n_r
     _Alignas(64) float vf[QUANT_V_GROUP * KVB_ATTN_MAX_DIM];
     uint8_t *page = (uint8_t *)vf;
     struct kvb_kv_view fv = {&page, ident, QUANT_V_GROUP, 4, d, sizeof(float) * (size_t)d, sizeof(float) * (size_t)d, 0,
-                             KVB_DTYPE_F32, KVB_DTYPE_F32};
+                             KVB_DTYPE_F32, KVB_DTYPE_F32, 0.0f};
     for (int32_t t0 = 0; t0 < nt; t0 += QUANT_V_GROUP) {
         const int32_t ng = KVB_MIN(QUANT_V_GROUP, nt - t0);
         for (int32_t u = 0; u < ng; u++) quant_row_f32(v->dtype_v, kvb_view_v(v, j0 + t0 + u), vf + (size_t)u * d, d);
