@@ -19,6 +19,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "kvbound.h"
+#include "model/model.h"
 #include "testing.h"
 
 #include <unistd.h>
@@ -652,6 +653,33 @@ TEST(gemma_refusals_and_ignored_keys) {
     CHECK(!strstr(mi.features, "attention softcap"));
 }
 
+/* The query scale by size (llama.cpp's rule: 1/sqrt(E/Hq) for the 27B,
+ * known by its layer count, else 1/sqrt(D)), which the tiny shapes cannot
+ * reach: the factor on q times the cache's 1/sqrt(D). Shapes of Gemma 2
+ * 9B/27B and Gemma 3 4B/27B. */
+TEST(gemma_query_scale_by_size) {
+    static const struct { const char *arch; int L, E, Hq, D; double want; } c[] = {
+        {"gemma2", 42, 3584, 16, 256, 1 / 16.0}, {"gemma2", 46, 4608, 32, 128, 1 / 12.0},
+        {"gemma3", 34, 2560, 8, 256, 1 / 16.0},  {"gemma3", 62, 5376, 32, 128, 0.0771516749810459863}}; /* 1/sqrt(168) */
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        struct kvb_model m;
+        memset(&m, 0, sizeof m);
+        kvb_model_neutral(&m);
+        snprintf(m.info.arch, sizeof m.info.arch, "%s", c[i].arch);
+        m.info.n_layer = c[i].L;
+        m.info.n_embd = c[i].E;
+        m.info.n_head = c[i].Hq;
+        m.info.head_dim = c[i].D;
+        m.info.rope_base = 10000.0f;
+        m.info.rope_freq_scale = 1.0f;
+        CHECK_OK(kvb_family_traits(&m, NULL));
+        CHECK_NEAR(m.q_scale / sqrt((double)c[i].D), c[i].want, 1e-7);
+        CHECK_NEAR(m.embd_scale, sqrt((double)c[i].E), 1e-4);
+        CHECK(m.act == KVB_FFN_GELU_TANH);
+        kvb_free(m.swa_layers);
+    }
+}
+
 /* The callers' kv.layers are refused: the model sets its own windows. */
 TEST(callers_kv_layers_are_refused) {
     struct kvb_model *m;
@@ -699,6 +727,7 @@ int main(void) {
     RUN(gemma3_windows_at_their_own_rope_equal_reference);
     RUN(gemma_key_defaults_equal_reference);
     RUN(gemma_refusals_and_ignored_keys);
+    RUN(gemma_query_scale_by_size);
     RUN(callers_kv_layers_are_refused);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

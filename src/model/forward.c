@@ -12,7 +12,10 @@
  *              x += (silu(xb Wg^T) * (xb Wu^T)) Wd^T
  *   logits = rmsnorm(x) * output_norm, then Wout.
  * The cache sees q and k before RoPE and owns positions (original or
- * contiguous). Logits are computed only for the tokens asked for.
+ * contiguous). Logits are computed only for the tokens asked for. The other
+ * families' steps (biases, q/k norms, post norms, GeGLU, scales, softcaps)
+ * run when the model has them; sliding-window layers, their RoPE and the
+ * attention softcap are the cache's, from kvb_model_cache_params.
  *
  * kvb_context_prompt is the one place where an engine path ends a prompt:
  * every chunk goes through prefill (a one-token tail too), then
