@@ -303,10 +303,72 @@ TEST(sizing_rule_counts_windows) {
     CHECK(kvb_kv_seq_bytes(&cp.kv, L, HK, D, 32768, 512, 512) == 0);
 }
 
+/* Gemma 3 1B's geometry (26 layers, one KV head of 256, window 512 on the
+ * layers with il % 6 < 5): 32K tokens of context under full hold exactly
+ * (4 global layers x 32768 + 22 window layers x 511) rows, in pages, and
+ * less under streaming with a budget of 1024; the sizing rule covers both. */
+static int gemma3_at_32k(enum kvb_policy_id pid, int budget, long long *rows_out, size_t *bytes_out, size_t *rule_out) {
+    enum { GL = 26, GD = 256, GW = 512, T = 32768 };
+    struct kvb_kv_layer ov[GL];
+    int nw = 0;
+    for (int l = 0; l < GL; l++)
+        if (l % 6 < 5) {
+            ov[nw] = (struct kvb_kv_layer){l, kvb_policy_default_params(KVB_POLICY_WINDOW)};
+            ov[nw].policy.n_sink = 0;
+            ov[nw].policy.budget = GW;
+            nw++;
+        }
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = GL; cp.n_kv_head = 1; cp.head_dim = GD;
+    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, GD, 1000000.0f, 1.0f, NULL};
+    cp.rope_swa = (struct kvb_rope){KVB_ROPE_NEOX, GD, 10000.0f, 1.0f, NULL};
+    cp.kv.policy = kvb_policy_default_params(pid);
+    if (budget) cp.kv.policy.budget = budget;
+    cp.kv.layers = ov;
+    cp.kv.n_layers = nw;
+    cp.pool_bytes = *rule_out = kvb_kv_seq_bytes(&cp.kv, GL, 1, GD, T, 1, 1);
+    struct kvb_cache *c;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
+    static float k[GD], v[GD];
+    for (int i = 0; i < GD; i++) { k[i] = (float)(i % 7) - 3; v[i] = (float)(i % 5); }
+    for (int t = 0; t < T; t++)
+        for (int l = 0; l < GL; l++) {
+            if (kvb_cache_append(c, l, k, v) != KVB_OK) { printf("  t %d layer %d: %s\n", t, l, kvb_last_error()); kvb_cache_free(c); return 1; }
+            kvb_cache_evict(c, l);
+        }
+    struct kvb_cache_stats st;
+    kvb_cache_get_stats(c, &st);
+    *rows_out = st.slots;
+    *bytes_out = st.bytes_used;
+    kvb_cache_free(c);
+    if (nw != 22 || st.window_layers != 22 || st.window_slots != 22LL * (GW - 1)) {
+        printf("  %d window layers hold %lld rows, want 22 x %d\n", (int)st.window_layers, (long long)st.window_slots, GW - 1);
+        return 1;
+    }
+    return 0;
+}
+
+TEST(gemma3_1b_geometry_at_32k) {
+    long long rows_full, rows_stream;
+    size_t bytes_full, bytes_stream, rule_full, rule_stream;
+    CHECK(gemma3_at_32k(KVB_POLICY_FULL, 0, &rows_full, &bytes_full, &rule_full) == 0);
+    CHECK_EQ_INT(rows_full, 4LL * 32768 + 22LL * 511);
+    /* f16 rows of 256: 512 bytes K + 512 V per token; pages of 16 */
+    CHECK_EQ_INT((long long)bytes_full, (4LL * (32768 / 16) + 22LL * ((511 + 15) / 16)) * 16 * 1024);
+    CHECK(rule_full >= bytes_full && rule_full < bytes_full + (size_t)26 * 4 * 16 * 1024);
+    CHECK(gemma3_at_32k(KVB_POLICY_STREAMING, 1024, &rows_stream, &bytes_stream, &rule_stream) == 0);
+    CHECK_EQ_INT(rows_stream, 4LL * 1024 + 22LL * 511);
+    CHECK(bytes_stream < bytes_full / 8); /* the window layers now dominate */
+    CHECK(rule_stream >= bytes_stream);
+    printf("  gemma3-1b geometry at 32768 tokens: full %lld rows, %zu bytes (rule %zu); streaming 1024: %lld rows, %zu bytes (rule %zu)\n",
+           rows_full, bytes_full, rule_full, rows_stream, bytes_stream, rule_stream);
+}
+
 int main(void) {
     RUN(window_layers_exact_against_reference);
     RUN(softcap_on_global_layers_exact);
     RUN(window_overrides_refused_by_name);
     RUN(sizing_rule_counts_windows);
+    RUN(gemma3_1b_geometry_at_32k);
     return test_summary();
 }
