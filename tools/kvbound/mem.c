@@ -4,8 +4,9 @@
  * blocks (q8_0: 34 bytes per 32 values) and optional page rounding. A bounded
  * policy's size does not depend on T; the saving is printed beside it. A
  * model's sliding-window layers (Gemma 2/3: its info's window and count, or
- * a preset's, or --window/--window-layers) hold min(W, T) tokens whatever
- * the policy, which governs the other (global) layers only.
+ * a preset's, or --window/--window-layers) hold min(W - 1, T) tokens
+ * whatever the policy (what the cache keeps between steps; a step adds its
+ * tokens), which governs the other (global) layers only.
  * GB = 10^9 bytes (GiB with --gib), rounded to nearest. The options parse
  * into struct mem_opts; the shape comes from a preset, a model or the
  * flags; then a header, a row per tokens x batch, and the notes.
@@ -91,8 +92,8 @@ static void mem_usage(void) {
            "of --block-size (16) tokens; bounded bytes include it (recall_bytes in the JSON). The cold tier is\n"
            "host memory or disk, not pool: cold_bytes_per_token is what each evicted token costs there.\n"
            "Sliding-window layers (Gemma 2/3: from -m MODEL or a gemma preset, or --window W --window-layers N):\n"
-           "those layers hold min(W, tokens) whatever the policy, which bounds the other (global) layers only;\n"
-           "recall areas and the cold tier are the global layers'.\n"
+           "those layers hold min(W - 1, tokens) between steps whatever the policy, which bounds the other (global)\n"
+           "layers only; recall areas and the cold tier are the global layers'.\n"
            "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
     for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
     printf("\n");
@@ -206,7 +207,7 @@ static void mem_header(const struct mem_opts *o) {
     printf("%s: %d layers x %d KV heads x %d dims, %s; %s = %s bytes%s\n", o->name, o->L, o->H, o->D, tname, un,
            o->gib ? "2^30" : "10^9", o->block ? ", tokens rounded up to pages" : "");
     if (o->n_win)
-        printf("%d sliding-window layers hold min(%d, tokens) whatever the policy; the policy bounds the %d global layers\n", o->n_win, o->window,
+        printf("%d sliding-window layers hold min(%d, tokens) between steps whatever the policy; the policy bounds the %d global layers\n", o->n_win, o->window - 1,
                o->L - o->n_win);
     printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
     if (o->pid != KVB_POLICY_FULL) printf(" %14s %10s", "bounded", "saving");
@@ -218,8 +219,9 @@ static void mem_row(const struct mem_opts *o, long long ctx, long long batch, bo
     const int32_t rblock = o->block > 0 ? o->block : 16;
     const double unit = o->gib ? 1073741824.0 : 1e9;
     const bool bounded_too = o->pid != KVB_POLICY_FULL;
-    const int32_t G = o->L - o->n_win; /* global layers; the window layers hold min(W, ctx) under any policy */
-    const unsigned long long win = o->n_win ? kv_bytes(o->n_win, o->H, o->D, o->type, o->vtype, o->window < ctx ? o->window : ctx, batch, o->block) : 0;
+    const int32_t G = o->L - o->n_win; /* global layers; the window layers hold min(W - 1, ctx) between steps under any policy */
+    const long long held = o->window - 1 < ctx ? o->window - 1 : ctx;
+    const unsigned long long win = o->n_win ? kv_bytes(o->n_win, o->H, o->D, o->type, o->vtype, held, batch, o->block) : 0;
     unsigned long long bytes = (G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, ctx, batch, o->block) : 0) + win;
     long long kept = o->budget < ctx ? o->budget : ctx;
     const unsigned long long area = o->recall && G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, (long long)o->recall * rblock, batch, rblock) : 0;
