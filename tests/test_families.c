@@ -631,6 +631,9 @@ TEST(gemma_refusals_and_ignored_keys) {
     refused(g2, &(struct edit){.key = "gemma2.final_logit_softcapping", .num = 0, .is_f32 = true}, KVB_ERR_CORRUPT, "gemma2.final_logit_softcapping");
     /* math not implemented: YaRN under per-layer RoPE, window layers of another head shape */
     refused(g3, &(struct edit){.key = "gemma3.rope.scaling.type", .str = "yarn"}, KVB_ERR_UNSUPPORTED, "gemma3.rope.scaling.type");
+    /* 'none' beside a factor: llama.cpp unscales gemma2's global layers only (its window layers keep the factor) */
+    refused(g2, &(struct edit){.key = "gemma2.rope.scaling.type", .str = "none"}, KVB_ERR_UNSUPPORTED, "gemma2.rope.scaling.type");
+    refused(g3, &(struct edit){.key = "gemma3.rope.scaling.type", .str = "none"}, KVB_OK, "");
     refused(g2, &(struct edit){.key = "gemma2.attention.key_length_swa", .num = 64}, KVB_ERR_UNSUPPORTED, "gemma2.attention.key_length_swa");
     refused(g3, &(struct edit){.key = "gemma3.rope.dimension_count_swa", .num = 32}, KVB_ERR_UNSUPPORTED, "gemma3.rope.dimension_count_swa");
     refused(g3, &(struct edit){.key = "gemma3.attention.key_length_swa", .num = 96}, KVB_OK, "");

@@ -21,7 +21,7 @@
  *
  * Sliding-window layers (gemma2, gemma3) are data too: the family row gives
  * the keys' defaults (window, pattern, the window layers' RoPE base and
- * whether they keep the linear scale, the softcaps), load_swa reads the keys
+ * whether they keep the linear scale, the softcaps), load_gemma reads the keys
  * as llama.cpp's loaders do, and the model hands the cache one window policy
  * per such layer (kvb_model_cache_params): the cache makes them exact.
  *
@@ -428,6 +428,15 @@ static kvb_status load_gemma(struct keys *k, const struct family *fam, struct kv
         if ((st = opt_f32(k, "rope.freq_base_swa", &m->rope_base_swa)) != KVB_OK) return st;
         if (!(m->rope_base_swa > 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g must be > 1", k->f->path, k->key, (double)m->rope_base_swa);
         m->rope_freq_scale_swa = g->scaled ? in->rope_freq_scale : 1.0f;
+        struct gguf_str t;
+        float factor = 0;
+        if (g->scaled && in->n_swa_layers && kvb_gguf_get_str(k->f, K(k, "rope.scaling.type"), &t, false) == KVB_OK && kvb_gguf_str_eq(t, "none") &&
+            ((st = opt_f32(k, "rope.scaling.factor", &factor)) != KVB_OK || factor != 0 ||
+             (st = opt_f32(k, "rope.scale_linear", &factor)) != KVB_OK || factor != 0)) /* llama.cpp: none unscales the global layers only */
+            return st != KVB_OK ? st
+                                : kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.scaling.type' = 'none' beside a scaling factor: llama.cpp would scale "
+                                                                "'%s''s window layers by it and not the global ones; refused as ambiguous",
+                                           k->f->path, k->arch, k->arch);
         if (in->n_swa_layers && ((st = same_as(k, "attention.key_length_swa", in->head_dim, "key length")) != KVB_OK ||
                                  (st = same_as(k, "attention.value_length_swa", in->head_dim, "value length")) != KVB_OK ||
                                  (st = same_as(k, "rope.dimension_count_swa", in->rope_dims, "rotary dims")) != KVB_OK))
