@@ -622,7 +622,7 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
 void kvb_model_free(struct kvb_model *model);
 
 struct kvb_model_info {
-    char arch[16];            /* "llama", "qwen2", "qwen3", "granite", "mistral3", "smollm3", "olmo2", "phi3" */
+    char arch[16];            /* "llama", "qwen2", "qwen3", "granite", "mistral3", "smollm3", "olmo2", "phi3", "gemma2", "gemma3" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;

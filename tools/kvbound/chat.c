@@ -152,7 +152,7 @@ static int chat_setup(const struct chat_opts *o, struct chat *ch) {
      * turns of up to 4096 tokens on top of what it keeps (or --prefill-budget) */
     const struct kvb_policy_params *pp = &ch->cp.kv.policy;
     const int64_t turn = (int64_t)pp->budget + (pp->decode_budget ? pp->decode_budget : pp->budget) + 4096; /* what it keeps + a turn */
-    ch->cp.kv_pool_bytes = kvb_kv_seq_bytes(&ch->cp.kv, g->mi.n_layer, g->mi.n_head_kv, g->mi.head_dim, ch->cp.n_ctx, turn, ch->cp.chunk);
+    ch->cp.kv_pool_bytes = kvb_model_kv_seq_bytes(g->m, &ch->cp.kv, ch->cp.n_ctx, turn, ch->cp.chunk);
     if (cli_gen_start(g, &ch->cp, &o->g.sp)) return 1;
     ch->vocab = kvb_model_vocab(g->m);
     if (!cli_chat_style("chat", ch->vocab, o->forced, &ch->style)) return 2;
