@@ -702,7 +702,9 @@ size_t kvb_detok_flush(struct kvb_detok *d, char *buf, size_t cap);
  * llama.cpp does, and rendered by built-in code for that family. */
 /* KVB_CHAT_PLAIN is no template: "System: ...\n", "User: ...\n",
  * "Assistant: ...\n" lines and an "Assistant:" header, for base models. */
-enum kvb_chat_style { KVB_CHAT_CHATML, KVB_CHAT_LLAMA3, KVB_CHAT_LLAMA2, KVB_CHAT_MISTRAL, KVB_CHAT_PLAIN };
+/* KVB_CHAT_GEMMA: <start_of_turn>user\n...<end_of_turn>\n, the assistant as "model", a
+ * system message prefixed to the first user turn (Gemma 2/3). */
+enum kvb_chat_style { KVB_CHAT_CHATML, KVB_CHAT_LLAMA3, KVB_CHAT_LLAMA2, KVB_CHAT_MISTRAL, KVB_CHAT_PLAIN, KVB_CHAT_GEMMA };
 struct kvb_chat_message {
     const char *role; /* "system", "user" or "assistant" */
     const char *content;

@@ -59,7 +59,7 @@ static int chat_usage(FILE *f, const struct kvb_sampler_params *sp) {
             "A turn that does not fit the context (policy full) is refused with a message and the\n"
             "conversation goes on; the exit status is then 1 at the end.\n"
             "\n"
-            "  --template NAME  chatml, llama3, llama2, mistral or plain (default: detected from the\n"
+            "  --template NAME  chatml, llama3, llama2, mistral, gemma or plain (default: detected from the\n"
             "                   model's chat template; unrecognized -> chatml with a warning;\n"
             "                   no template, or a vocabulary without its tokens -> plain\n"
             "                   User:/Assistant:, with a warning in the second case)\n"
