@@ -270,7 +270,7 @@ const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .q8_tile_tokens = 16,
     .q8_tile_prompts = true,
     .dot_q8 = {
-        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
+        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_vnni, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
         [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
     },
     .dot = {
