@@ -343,7 +343,46 @@ static void residual(const struct kvb_model *m, float *x, float *y, const float 
     }
 }
 
-static float gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x))); }
+/* The gated activations, g = act(g) * u over n values, in blocks through
+ * the kernel family's vexp (ref: expf) and split over the pool's threads
+ * when there is enough work (elementwise: a value's bits do not depend on
+ * the split, so batch equals single):
+ *   SiLU       g / (1 + e^-g)
+ *   GELU-tanh  0.5 g (1 + tanh(k (g + 0.044715 g^3))) = g e / (1 + e),
+ *              e = e^(2 k (g + 0.044715 g^3)), k = sqrt(2 / pi)
+ * vexp clamps its argument (no inf), so both stay finite for any g. */
+struct glu_job {
+    const struct kvb_kernels *kr;
+    bool gelu;
+    float *g;
+    const float *u;
+    size_t n;
+};
+
+static void glu_worker(int32_t ith, int32_t nth, void *arg) {
+    const struct glu_job *j = arg;
+    const size_t per = (j->n + (size_t)nth - 1) / (size_t)nth, a = per * (size_t)ith, b = KVB_MIN(j->n, a + per);
+    float e[256];
+    for (size_t i = a; i < b; i += 256) {
+        const int32_t m = (int32_t)KVB_MIN((size_t)256, b - i);
+        float *g = j->g + i;
+        const float *u = j->u + i;
+        if (j->gelu)
+            for (int32_t k = 0; k < m; k++) e[k] = 1.5957691216057308f * (g[k] + 0.044715f * g[k] * g[k] * g[k]);
+        else
+            for (int32_t k = 0; k < m; k++) e[k] = -g[k];
+        j->kr->vexp(e, m);
+        if (j->gelu)
+            for (int32_t k = 0; k < m; k++) g[k] = g[k] * (e[k] / (1.0f + e[k])) * u[k];
+        else
+            for (int32_t k = 0; k < m; k++) g[k] = g[k] / (1.0f + e[k]) * u[k];
+    }
+}
+
+static void gated_activation(struct kvb_threadpool *tp, bool gelu, float *g, const float *u, size_t n) {
+    struct glu_job j = {kvb_kernels(), gelu, g, u, n};
+    kvb_threadpool_run(n >= 16384 ? tp : NULL, glu_worker, &j); /* below: waking the pool costs more */
+}
 
 /* The output's scale and bias, Granite's logit scale and the final softcap on n rows. */
 static void finish_logits(const struct kvb_model *m, float *lg, int64_t rows) {
@@ -415,13 +454,7 @@ static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, stru
     add_bias(f->hu, R, F, L->b_up);
     scale_rows(f->hg, R, F, L->s_gate);
     scale_rows(f->hu, R, F, L->s_up);
-    if (m->act == KVB_FFN_GELU_TANH)
-        for (size_t i = 0; i < (size_t)R * F; i++) f->hg[i] = gelu_tanh(f->hg[i]) * f->hu[i];
-    else
-        for (size_t i = 0; i < (size_t)R * F; i++) {
-            const float g = f->hg[i];
-            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
-        }
+    gated_activation(tp, m->act == KVB_FFN_GELU_TANH, f->hg, f->hu, (size_t)R * F);
     mm(tp, f, &L->w_down, f->hg, F, f->tmp, E, seg, n_seg, n_dec);
     add_bias(f->tmp, R, E, L->b_down);
     scale_rows(f->tmp, R, E, L->s_down);
