@@ -565,7 +565,7 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .q8_tile_rows = 4,
     .q8_tile_rows_one = 1,
     .q8_tile_tokens = 2,
-    .q8_tile_prompts = true, /* int8 tiles and f32 panels measured alike for Q8_0 prompts (docs/BENCHMARKS.md) */
+    .q8_tile_prompts = false, /* prompts through the f32 panels: since the 16 x 6 tile, 1.25-1.35x the int8 tiles for Q8_0 prompts (docs/BENCHMARKS.md, 2026-12-05) */
     .quant_block = quant_block_avx2,
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
