@@ -159,26 +159,28 @@ static const char *const k_ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-"
 
 /* Tokens of one tag up to its end marker; returns the position after it. */
 static size_t lex_tag(struct ctx *c, const char *s, size_t len, size_t p, int *line, bool var, bool *strip_after, bool *plus_after) {
+    int open = 0; /* brackets: the end marker counts only outside them, as in jinja2 ("{'b': {}}}") */
     for (;;) {
         while (p < len && is_ws(s[p])) { *line += s[p] == '\n'; p++; }
         if (p >= len) fail_at(c, KVB_ERR_INVALID, *line, "unclosed '%s'", var ? "{{" : "{%");
         const char *endm = var ? "}}" : "%}";
         *strip_after = *plus_after = false;
-        if ((s[p] == '-' || s[p] == '+') && p + 2 < len + 0 && p + 3 <= len && !memcmp(s + p + 1, endm, 2)) {
+        if (!open && (s[p] == '-' || s[p] == '+') && p + 3 <= len && !memcmp(s + p + 1, endm, 2)) {
             if (s[p] == '+' && var) fail_at(c, KVB_ERR_INVALID, *line, "unexpected '+'");
             *strip_after = s[p] == '-';
             *plus_after = s[p] == '+';
             push_tok(c, (struct tok){.k = var ? T_VEND : T_BEND, .line = *line});
             return p + 3;
         }
-        if (p + 2 <= len && !memcmp(s + p, endm, 2)) {
+        if (!open && p + 2 <= len && !memcmp(s + p, endm, 2)) {
             push_tok(c, (struct tok){.k = var ? T_VEND : T_BEND, .line = *line});
             return p + 2;
         }
         char ch = s[p];
         if (ch == '\'' || ch == '"') {
+            size_t b = p;
             struct tok t = lex_string(c, s, len, &p, *line);
-            *line += count_nl(t.s, t.n);
+            *line += count_nl(s + b, p - b);
             push_tok(c, t);
         } else if (is_alpha(ch)) {
             size_t b = p;
@@ -224,6 +226,9 @@ static size_t lex_tag(struct ctx *c, const char *s, size_t len, size_t p, int *l
             }
             if (k == nops) fail_at(c, KVB_ERR_INVALID, *line, "unexpected character '%c'", ch);
             size_t ol = strlen(k_ops[k]);
+            if (ol == 1 && strchr("([{", ch)) {
+                if (++open > c->max_depth) fail_at(c, KVB_ERR_NOMEM, *line, "brackets nested too deeply");
+            } else if (ol == 1 && strchr(")]}", ch) && open > 0) open--;
             push_tok(c, (struct tok){.k = T_OP, .line = *line, .s = k_ops[k], .n = ol});
             p += ol;
         }
@@ -1026,12 +1031,13 @@ static void put_str(struct ctx *c, struct jbuf *b, jv x, bool repr, int level) {
         else jbuf_put(A, E, b, x.u.s, x.n);
         break;
     case JV_LIST:
-        jbuf_put(A, E, b, "[", 1);
+        jbuf_put(A, E, b, x.ns ? "(" : "[", 1);
         for (int32_t i = 0; i < x.u.l->n; i++) {
             if (i) jbuf_put(A, E, b, ", ", 2);
             put_str(c, b, x.u.l->v[i], true, level + 1);
         }
-        jbuf_put(A, E, b, "]", 1);
+        if (x.ns && x.u.l->n == 1) jbuf_put(A, E, b, ",", 1);
+        jbuf_put(A, E, b, x.ns ? ")" : "]", 1);
         break;
     case JV_DICT:
         if (x.ns) { jbuf_put(A, E, b, "<Namespace>", 11); break; }
@@ -1534,6 +1540,7 @@ static jv items_of(struct ctx *c, int line, jv d) {
         jv p = jv_list_new(A, E, 2);
         jv_list_push(A, E, p, d.u.d->k[i]);
         jv_list_push(A, E, p, d.u.d->v[i]);
+        p.ns = true; /* a tuple */
         jv_list_push(A, E, r, p);
     }
     return r;
@@ -1818,7 +1825,12 @@ static jv run_filter(struct ctx *c, const char *name, jv v, struct args *a, stru
         }
     }
     if (!strcmp(name, "items")) { check_args(c, a, 0, NULL); return items_of(c, line, v); }
-    if (!strcmp(name, "list")) { check_args(c, a, 0, NULL); return list_of(c, line, v); }
+    if (!strcmp(name, "list")) {
+        check_args(c, a, 0, NULL);
+        jv l = list_of(c, line, v);
+        l.ns = false; /* a tuple becomes a list */
+        return l;
+    }
     if (!strcmp(name, "string")) { check_args(c, a, 0, NULL); return to_str(c, v); }
     if (!strcmp(name, "safe")) { check_args(c, a, 0, NULL); return v; }
     if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "capitalize") || !strcmp(name, "title")) {
@@ -2017,6 +2029,7 @@ static jv eval(struct ctx *c, struct node *n, struct scope *s) {
     case E_LIST: case E_TUPLE:
         r = jv_list_new(A, E, n->n);
         for (int i = 0; i < n->n; i++) jv_list_push(A, E, r, eval(c, n->v[i], s));
+        r.ns = n->k == E_TUPLE;
         break;
     case E_DICT:
         r = jv_dict_new(A, E, n->n / 2);

@@ -25,7 +25,7 @@ struct jmethod;
 
 typedef struct jv {
     uint8_t t;   /* enum jv_type */
-    bool ns;     /* JV_DICT: a namespace() (attributes may be set) */
+    bool ns;     /* JV_DICT: a namespace() (attributes may be set); JV_LIST: a tuple (printed as one) */
     size_t n;    /* JV_STR: bytes */
     union {
         bool b;
