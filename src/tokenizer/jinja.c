@@ -557,10 +557,7 @@ static struct node *p_filters(struct ctx *c, struct node *n) {
             f->neg = accept_name(c, "not");
             struct tok *nt = cur(c);
             if (nt->k == T_NAME) f->name = expect_ident(c);
-            else if (is_op(nt, "==") || is_op(nt, "!=") || is_op(nt, "<") || is_op(nt, ">") || is_op(nt, "<=") || is_op(nt, ">=")) {
-                f->name = tok_str(c, nt);
-                c->ti++;
-            } else fail_at(c, KVB_ERR_INVALID, nt->line, "expected a test name after 'is'");
+            else fail_at(c, KVB_ERR_INVALID, nt->line, "expected a test name after 'is', got %s", tok_desc(c, nt));
             if (accept_op(c, "(")) p_args(c, f);
             else {
                 struct tok *x = cur(c);
@@ -883,7 +880,12 @@ static struct node *p_body(struct ctx *c, const char *const *ends, const char **
     for (;;) {
         struct tok *t = cur(c);
         if (t->k == T_EOF) {
-            if (ends) fail_at(c, KVB_ERR_INVALID, line, "missing '%s' for the block opened here", ends[0]);
+            if (ends) {
+                const char *want = ends[0];
+                for (int i = 0; ends[i]; i++)
+                    if (!strncmp(ends[i], "end", 3)) want = ends[i];
+                fail_at(c, KVB_ERR_INVALID, line, "missing '%s' for the block opened here", want);
+            }
             return body;
         }
         if (t->k == T_TEXT) {
