@@ -12,6 +12,8 @@
 #include "tokenizer/jinja.h"
 #include "tokenizer/tokenizer.h"
 
+#include "fuzz/fuzz_jinja.c" /* LLVMFuzzerTestOneInput, replayed over seeds below */
+
 struct jcase {
     const char *name, *tmpl, *want;
 };
@@ -253,11 +255,61 @@ TEST(float_repr) {
     }
 }
 
+/* the fuzz target over its seeds (tests/jinja/templates, read from the
+ * repository root where the tests run), every prefix of each, and bytes
+ * flipped or deleted at a stride: no crash, no sanitizer report */
+static char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = malloc(2 << 20);
+    *n = b ? fread(b, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    return b;
+}
+
+TEST(fuzz_seeds) {
+    static const char *const seeds[] = {"tests/jinja/templates/chatml_tools.jinja", "tests/jinja/templates/constructs.jinja"};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof seeds / sizeof *seeds; i++) {
+        size_t n = 0;
+        char *b = read_all(seeds[i], &n);
+        if (!b) SKIP_CASE("%s not found (run from the repository root)", seeds[i]);
+        size_t stride = n / 400 + 1;
+        for (size_t k = 0; k <= n; k += stride) LLVMFuzzerTestOneInput((const uint8_t *)b, k); /* prefixes */
+        char *m = malloc(2 << 20);
+        CHECK(m != NULL);
+        static const char flips[] = "{}%#-+()[]'\"\\|.~ \n\0";
+        for (size_t k = 0; k < n; k += stride) {
+            memcpy(m, b, n);
+            m[k] = flips[(k / stride) % (sizeof flips - 1)];
+            LLVMFuzzerTestOneInput((const uint8_t *)m, n);
+            if (k + 1 >= n) continue;
+            memcpy(m, b, k); /* byte k deleted */
+            memmove(m + k, b + k + 1, n - k - 1);
+            LLVMFuzzerTestOneInput((const uint8_t *)m, n - 1);
+        }
+        free(m);
+        free(b);
+        total += n;
+    }
+    /* message and variable parts: broken JSON of every kind */
+#define IN(lit) {lit, sizeof lit - 1}
+    static const struct {
+        const char *s;
+        size_t n;
+    } inputs[] = {IN("{{ messages }}\0["), IN("{{ messages }}\0[{\"role\": 1}]"), IN("{{ x }}\0[]\0{\"x\": [1, {\"y\": \"\\ud800\"}]}"),
+                  IN("{{ x }}\0[]\0[1]"), IN("{{ x }}\0[]\0{\"x\": 1e999999}"), IN("{{ x | tojson }}\0[]\0{\"x\": -0.0}")};
+#undef IN
+    for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++) LLVMFuzzerTestOneInput((const uint8_t *)inputs[i].s, inputs[i].n);
+    CHECK(total > 1000);
+}
+
 int main(void) {
     RUN(constructs);
     RUN(errors_named_with_line);
     RUN(limits);
     RUN(chat_apply);
     RUN(float_repr);
+    RUN(fuzz_seeds);
     return test_summary();
 }

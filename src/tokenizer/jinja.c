@@ -1183,7 +1183,7 @@ static bool str_affix(jv s, jv a, bool start) {
 
 static bool isnum(jv x) { return x.t == JV_INT || x.t == JV_FLOAT || x.t == JV_BOOL; }
 static double fnum(jv x) { return x.t == JV_FLOAT ? x.u.f : x.t == JV_INT ? (double)x.u.i : (double)x.u.b; }
-static int64_t inum(jv x) { return x.t == JV_INT ? x.u.i : (int64_t)x.u.b; }
+static int64_t inum(jv x) { return x.t == JV_INT ? x.u.i : x.t == JV_BOOL ? (int64_t)x.u.b : 0; }
 
 _Noreturn static void bad_operands(struct ctx *c, int line, const char *op, jv a, jv b) {
     if (a.t == JV_UNDEF || b.t == JV_UNDEF) {
@@ -2293,7 +2293,7 @@ kvb_status jinja_render(const struct jinja_input *in, char **out, size_t *len, c
         char *r = kvb_malloc(ob->n + 1);
         if (!r) st = KVB_ERR_NOMEM;
         else {
-            memcpy(r, ob->p, ob->n);
+            if (ob->n) memcpy(r, ob->p, ob->n);
             r[ob->n] = 0;
             *out = r;
             if (len) *len = ob->n;

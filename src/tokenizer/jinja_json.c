@@ -169,17 +169,17 @@ bool jv_equal(jv a, jv b) {
 }
 
 void jbuf_put(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, size_t n) {
-    if (!n) return;
+    if (!n && b->p) return; /* an empty put still gives an empty string */
     if (b->n + n > b->limit) jerr_throw(e, KVB_ERR_NOMEM, "template render: output limit of %zu bytes reached", b->limit);
     if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
+        size_t cap = b->cap ? b->cap * 2 : 32;
         while (cap < b->n + n + 1) cap *= 2;
         char *p = jarena_alloc(a, e, cap);
         if (b->n) memcpy(p, b->p, b->n);
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -511,13 +511,20 @@ void jjson_dump(struct jarena *a, struct jerr *e, struct jbuf *b, jv x, int inde
 
 /* ---- checks and plain messages for kvb_chat_apply ---- */
 
+struct work {
+    struct jerr e;
+    struct jarena a;
+};
+
 kvb_status jjson_check(const char *what, const char *text, char want, bool is_messages, char *msg, size_t msg_cap) {
-    struct jarena a = {.limit = 256u << 20};
-    struct jerr *e = kvb_calloc(1, sizeof *e);
-    if (!e) return KVB_ERR_NOMEM;
+    /* on the heap: what setjmp's frame changes before a longjmp must not be a local */
+    struct work *w = kvb_calloc(1, sizeof *w);
+    if (!w) return KVB_ERR_NOMEM;
+    struct jerr *e = &w->e;
+    w->a.limit = 256u << 20;
     kvb_status st = KVB_OK;
     if (!setjmp(e->jb)) {
-        jv v = jjson_parse(&a, e, what, text, strlen(text), 512);
+        jv v = jjson_parse(&w->a, e, what, text, strlen(text), 512);
         if (want == '[' && v.t != JV_LIST) jerr_throw(e, KVB_ERR_INVALID, "%s: a JSON array expected", what);
         if (want == '{' && v.t != JV_DICT) jerr_throw(e, KVB_ERR_INVALID, "%s: a JSON object expected", what);
         for (int32_t i = 0; is_messages && i < v.u.l->n; i++) {
@@ -530,40 +537,42 @@ kvb_status jjson_check(const char *what, const char *text, char want, bool is_me
         st = e->st;
         if (msg && msg_cap) snprintf(msg, msg_cap, "%s", e->msg);
     }
-    jarena_free(&a);
-    kvb_free(e);
+    jarena_free(&w->a);
+    kvb_free(w);
     return st;
 }
 
 kvb_status jjson_simple_messages(const char *text, struct kvb_chat_message **msgs, int32_t *n, void **block, char *msg, size_t msg_cap) {
-    struct jarena a = {.limit = 256u << 20};
-    struct jerr *e = kvb_calloc(1, sizeof *e);
-    if (!e) return KVB_ERR_NOMEM;
+    /* on the heap: what setjmp's frame changes before a longjmp must not be a local */
+    struct work *w = kvb_calloc(1, sizeof *w);
+    if (!w) return KVB_ERR_NOMEM;
+    struct jerr *e = &w->e;
+    w->a.limit = 256u << 20;
     kvb_status st = KVB_OK;
     *block = NULL;
     *msgs = NULL;
     *n = 0;
     if (!setjmp(e->jb)) {
-        jv v = jjson_parse(&a, e, "messages", text, strlen(text), 512);
+        jv v = jjson_parse(&w->a, e, "messages", text, strlen(text), 512);
         if (v.t != JV_LIST) jerr_throw(e, KVB_ERR_INVALID, "messages: a JSON array expected");
         int32_t k = v.u.l->n;
         /* role and content texts, each NUL-terminated, after the array */
         size_t bytes = sizeof(struct kvb_chat_message) * (size_t)(k + 1);
-        const char **role = jarena_alloc(&a, e, sizeof *role * (size_t)(k + 1)), **cont = jarena_alloc(&a, e, sizeof *cont * (size_t)(k + 1));
-        size_t *clen = jarena_alloc(&a, e, sizeof *clen * (size_t)(k + 1));
+        const char **role = jarena_alloc(&w->a, e, sizeof *role * (size_t)(k + 1)), **cont = jarena_alloc(&w->a, e, sizeof *cont * (size_t)(k + 1));
+        size_t *clen = jarena_alloc(&w->a, e, sizeof *clen * (size_t)(k + 1));
         for (int32_t i = 0; i < k; i++) {
             jv m = v.u.l->v[i];
             jv *r = m.t == JV_DICT ? jv_dict_get(m.u.d, "role", 4) : NULL, *ct = m.t == JV_DICT ? jv_dict_get(m.u.d, "content", 7) : NULL;
             if (!r || r->t != JV_STR) jerr_throw(e, KVB_ERR_INVALID, "messages: message %d has no string \"role\"", (int)i);
             role[i] = r->u.s;
             struct jbuf b = {.limit = 64u << 20};
-            jbuf_put(&a, e, &b, "", 0);
-            if (ct && ct->t == JV_STR) jbuf_put(&a, e, &b, ct->u.s, ct->n);
+            jbuf_put(&w->a, e, &b, "", 0);
+            if (ct && ct->t == JV_STR) jbuf_put(&w->a, e, &b, ct->u.s, ct->n);
             else if (ct && ct->t == JV_LIST)
                 for (int32_t j = 0; j < ct->u.l->n; j++) {
                     jv part = ct->u.l->v[j];
                     jv *t = part.t == JV_DICT ? jv_dict_get(part.u.d, "text", 4) : NULL;
-                    if (t && t->t == JV_STR) jbuf_put(&a, e, &b, t->u.s, t->n);
+                    if (t && t->t == JV_STR) jbuf_put(&w->a, e, &b, t->u.s, t->n);
                 }
             else if (ct && ct->t != JV_NONE) jerr_throw(e, KVB_ERR_INVALID, "messages: message %d: content is neither a string nor a list", (int)i);
             cont[i] = b.p;
@@ -573,16 +582,16 @@ kvb_status jjson_simple_messages(const char *text, struct kvb_chat_message **msg
         char *blk = kvb_malloc(bytes);
         if (!blk) jerr_throw(e, KVB_ERR_NOMEM, "messages: out of memory");
         struct kvb_chat_message *out = (struct kvb_chat_message *)blk;
-        char *w = blk + sizeof(struct kvb_chat_message) * (size_t)(k + 1);
+        char *wp = blk + sizeof(struct kvb_chat_message) * (size_t)(k + 1);
         for (int32_t i = 0; i < k; i++) {
             size_t rl = strlen(role[i]);
-            memcpy(w, role[i], rl + 1);
-            out[i].role = w;
-            w += rl + 1;
-            memcpy(w, cont[i], clen[i]);
-            w[clen[i]] = 0;
-            out[i].content = w;
-            w += clen[i] + 1;
+            memcpy(wp, role[i], rl + 1);
+            out[i].role = wp;
+            wp += rl + 1;
+            memcpy(wp, cont[i], clen[i]);
+            wp[clen[i]] = 0;
+            out[i].content = wp;
+            wp += clen[i] + 1;
         }
         *block = blk;
         *msgs = out;
@@ -591,7 +600,7 @@ kvb_status jjson_simple_messages(const char *text, struct kvb_chat_message **msg
         st = e->st;
         if (msg && msg_cap) snprintf(msg, msg_cap, "%s", e->msg);
     }
-    jarena_free(&a);
-    kvb_free(e);
+    jarena_free(&w->a);
+    kvb_free(w);
     return st;
 }
