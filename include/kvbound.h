@@ -767,6 +767,8 @@ struct kvb_chat_apply_params {
                                       messages (roles system/user/assistant, text content) with the signature
                                       family (kvb_chat_detect, kvb_chat_format) and return KVB_FALLBACK */
     size_t max_output;             /* bytes; 0: 16 MiB */
+    bool strip_bos;                /* drop the vocabulary's BOS text where the prompt starts with it (a template
+                                      writes bos_token; tokenizing with add_special adds BOS again) */
     char *why;                     /* NULL, or a buffer that receives the reason for a fallback */
     size_t why_cap;
 };

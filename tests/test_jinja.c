@@ -11,6 +11,9 @@
 #include "testing.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/tokenizer.h"
+#include "gguf/gguf_write.h"
+
+#include <unistd.h>
 
 #include "fuzz/fuzz_jinja.c" /* LLVMFuzzerTestOneInput, replayed over seeds below */
 
@@ -242,6 +245,51 @@ TEST(chat_apply) {
     CHECK(strstr(kvb_last_error(), "raise_exception: no system") != NULL);
 }
 
+/* a vocab-only GGUF with a chat template: bos_token / eos_token come from
+ * the vocabulary, strip_bos drops the template's leading BOS text */
+TEST(chat_apply_vocab) {
+    static const char *const toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "a"};
+    const uint32_t lens[] = {5, 3, 4, 4, 1};
+    const float scores[] = {0, 0, 0, -1, -2};
+    const int32_t types[] = {2, 3, 3, 1, 1};
+    struct gguf_writer *w;
+    CHECK_EQ_INT(kvb_gguf_writer_init(&w), KVB_OK);
+    kvb_gguf_writer_str(w, "general.architecture", "llama");
+    kvb_gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+    kvb_gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, lens, 5);
+    kvb_gguf_writer_arr(w, "tokenizer.ggml.scores", GGUF_T_FLOAT32, scores, 5);
+    kvb_gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, 5);
+    kvb_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    kvb_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    kvb_gguf_writer_str(w, "tokenizer.chat_template",
+                        "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}");
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kvb-test-jinja-%d.gguf", (int)getpid());
+    kvb_status st = kvb_gguf_writer_write(w, path);
+    kvb_gguf_writer_free(w);
+    CHECK_EQ_INT(st, KVB_OK);
+    struct kvb_vocab *v = NULL;
+    st = kvb_vocab_load(path, &v);
+    remove(path);
+    if (st != KVB_OK) FAILF("vocab: %s", kvb_last_error());
+    struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
+    p.vocab = v;
+    p.messages_json = "[{\"role\": \"user\", \"content\": \"a\"}]";
+    char *out = NULL;
+    size_t len = 0;
+    st = kvb_chat_apply(&p, &out, &len);
+    CHECK_EQ_INT(st, KVB_OK);
+    CHECK(!strcmp(out, "<s>[user] a</s>"));
+    kvb_buffer_free(out);
+    p.strip_bos = true;
+    st = kvb_chat_apply(&p, &out, &len);
+    CHECK_EQ_INT(st, KVB_OK);
+    CHECK(!strcmp(out, "[user] a</s>"));
+    CHECK_EQ_INT(len, 12);
+    kvb_buffer_free(out);
+    kvb_vocab_free(v);
+}
+
 TEST(float_repr) {
     static const struct {
         double f;
@@ -309,6 +357,7 @@ int main(void) {
     RUN(errors_named_with_line);
     RUN(limits);
     RUN(chat_apply);
+    RUN(chat_apply_vocab);
     RUN(float_repr);
     RUN(fuzz_seeds);
     return test_summary();

@@ -13,7 +13,7 @@
 # supported"), both must fail, and a raise_exception message must be the same.
 # Python's jinja2 missing: those cases skip (fail under KVB_REQUIRE_PYTHON=1).
 # KVB_JINJA_RECORD=1 rewrites tests/jinja/expected from jinja2's outputs.
-# Also: --help, usage errors, bad JSON named with line and column, an
+# Also: -m on a model without a template, tokenize --chat --jinja, --help, usage errors, bad JSON named with line and column, an
 # unsupported construct named with its line.
 . "$(dirname "$0")/cli_lib.sh"
 HERE=$(dirname "$0")
@@ -108,4 +108,18 @@ if [ $rc -eq 1 ] && grep -q "'x' is undefined" "$T/e4"; then ok template_undefin
 printf 'no newline added' > "$T/plain.jinja"
 "$K" template --template-file "$T/plain.jinja" --messages "$J/conv/single_user.json" > "$T/plain.out" 2>&1
 if [ "$(od -c < "$T/plain.out" | tail -n 2 | head -n 1 | awk '{print $NF}')" = d ]; then ok template_exact_output; else ko template_exact_output "$(od -c < "$T/plain.out" | tail -n 3)"; fi
+# -m: a vocab-only GGUF without tokenizer.chat_template falls back to the signature families (plain), said on stderr;
+# tokenize --chat --jinja gives the same ids as the plain format then
+V="$D/tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf"
+if [ -f "$V" ]; then
+    "$K" template -m "$V" --messages "$J/conv/single_user.json" > "$T/m.out" 2> "$T/m.err"; rc=$?
+    if [ $rc -eq 0 ] && grep -q 'no chat template' "$T/m.err" && grep -q '^User:   Tell me a joke' "$T/m.out"; then ok template_model_fallback
+    else ko template_model_fallback "rc $rc: $(cat "$T/m.err") $(head -c 200 "$T/m.out")"; fi
+    "$K" tokenize -m "$V" --chat user:Hi --chat assistant:Yo --jinja --ids > "$T/j.ids" 2> /dev/null
+    "$K" tokenize -m "$V" --chat user:Hi --chat assistant:Yo --template plain --ids > "$T/p.ids" 2> /dev/null
+    if [ -s "$T/j.ids" ] && cmp -s "$T/j.ids" "$T/p.ids"; then ok tokenize_chat_jinja_fallback
+    else ko tokenize_chat_jinja_fallback "$(cat "$T/j.ids") vs $(cat "$T/p.ids")"; fi
+else
+    skip_case template_model_fallback "missing $V"
+fi
 cli_summary

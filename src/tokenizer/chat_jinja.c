@@ -75,10 +75,22 @@ kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *p, char **out, siz
     const char *json[] = {p->messages_json, p->tools_json ? p->tools_json : "null", "null", p->add_generation_prompt ? "true" : "false", bos, eos};
     struct jinja_limits lim = {.max_output = p->max_output};
     struct jinja_input in = {.src = tmpl, .src_len = strlen(tmpl), .names = names, .json = json, .n_vars = 6, .vars_object = p->vars_json, .limits = &lim};
-    st = jinja_render(&in, out, len, msg, sizeof msg);
+    size_t rlen = 0;
+    st = jinja_render(&in, out, &rlen, msg, sizeof msg);
+    if (len) *len = rlen;
     kvb_free(bos);
     kvb_free(eos);
-    if (st == KVB_OK) return KVB_OK;
+    if (st == KVB_OK) {
+        if (p->strip_bos && p->vocab && p->vocab->bos >= 0 && p->vocab->bos < p->vocab->n) {
+            const char *t = kvb_vocab_text(p->vocab, p->vocab->bos);
+            size_t tl = strlen(t);
+            if (tl && rlen >= tl && !memcmp(*out, t, tl)) {
+                memmove(*out, *out + tl, rlen - tl + 1);
+                if (len) *len -= tl;
+            }
+        }
+        return KVB_OK;
+    }
     if (st == KVB_ERR_UNSUPPORTED && p->fallback) {
         set_why(p, "the chat template uses something kvbound's Jinja interpreter lacks (%s); using its signature family", msg);
         return fall_back(p, tmpl, out, len);
