@@ -13,7 +13,7 @@
 # supported"), both must fail, and a raise_exception message must be the same.
 # Python's jinja2 missing: those cases skip (fail under KVB_REQUIRE_PYTHON=1).
 # KVB_JINJA_RECORD=1 rewrites tests/jinja/expected from jinja2's outputs.
-# Also: -m on a model without a template, tokenize --chat --jinja, --help, usage errors, bad JSON named with line and column, an
+# Also: -m on a model with a template and chat --jinja over it, -m on a model without a template, tokenize --chat --jinja, --help, usage errors, bad JSON named with line and column, an
 # unsupported construct named with its line.
 . "$(dirname "$0")/cli_lib.sh"
 HERE=$(dirname "$0")
@@ -121,5 +121,26 @@ if [ -f "$V" ]; then
     else ko tokenize_chat_jinja_fallback "$(cat "$T/j.ids") vs $(cat "$T/p.ids")"; fi
 else
     skip_case template_model_fallback "missing $V"
+fi
+# a model with a Jinja template (stories260K with chatml_tools.jinja set, by tests/jinja/gguf_set_template.py):
+# template -m renders it with the vocabulary's bos/eos; chat --jinja feeds each turn's difference
+G="$D/models/stories260K/stories260K.llamacpp.gguf"
+if [ ! -f "$G" ]; then
+    skip_case template_model_jinja "missing $G"
+elif need_tool template_model_jinja python3 KVB_REQUIRE_PYTHON "Debian python3"; then
+    python3 "$J/gguf_set_template.py" "$G" "$J/templates/chatml_tools.jinja" "$T/st.gguf"
+    "$K" template -m "$T/st.gguf" --messages "$J/conv/tools_calls.json" --tools "$J/tools.json" > "$T/tm.out" 2> "$T/tm.err"
+    "$K" template --template-file "$J/templates/chatml_tools.jinja" --messages "$J/conv/tools_calls.json" --tools "$J/tools.json" \
+        --var 'bos_token="<s>"' --var 'eos_token="</s>"' > "$T/tf.out"
+    if [ -s "$T/tm.out" ] && [ ! -s "$T/tm.err" ] && cmp -s "$T/tm.out" "$T/tf.out"; then ok template_model_jinja
+    else ko template_model_jinja "$(cat "$T/tm.err") $(diff "$T/tf.out" "$T/tm.out" | head -n 4 | tr '\n' ' ')"; fi
+    printf 'Hello\nAgain\n' | "$K" chat -m "$T/st.gguf" --jinja -n 4 --temp 0 --show-prompt > /dev/null 2> "$T/chat.err"; rc=$?
+    printf '[{"role": "user", "content": "Hello"}]' > "$T/hello.json"
+    want1=$("$K" template --template-file "$J/templates/chatml_tools.jinja" --messages "$T/hello.json")
+    if [ $rc -eq 0 ] && grep -q 'template jinja' "$T/chat.err" && grep -qF "[prompt: $(printf '%s' "$want1" | head -n 1)" "$T/chat.err" &&
+       grep -qF "$(printf '%s' "$want1" | sed -n 2p)" "$T/chat.err" &&
+       grep -q '^\[prompt: <|im_end|><|im_start|>user$' "$T/chat.err" && grep -q '^Again<|im_end|><|im_start|>assistant$' "$T/chat.err"; then
+        ok chat_jinja_turns
+    else ko chat_jinja_turns "rc $rc: $(head -c 600 "$T/chat.err" | tr '\n' '|')"; fi
 fi
 cli_summary
