@@ -16,6 +16,26 @@
 
 #include <setjmp.h>
 
+/* the library's symbols all start with kvb_ (tests/test_install_cli.sh) */
+#define jinja_render kvb_jinja_render
+#define jjson_parse kvb_jjson_parse
+#define jjson_dump kvb_jjson_dump
+#define jjson_check kvb_jjson_check
+#define jjson_simple_messages kvb_jjson_simple_messages
+#define jarena_alloc kvb_jarena_alloc
+#define jarena_free kvb_jarena_free
+#define jerr_throw kvb_jerr_throw
+#define jv_str kvb_jv_str
+#define jv_list_new kvb_jv_list_new
+#define jv_list_push kvb_jv_list_push
+#define jv_dict_new kvb_jv_dict_new
+#define jv_dict_set kvb_jv_dict_set
+#define jv_dict_get kvb_jv_dict_get
+#define jv_equal kvb_jv_equal
+#define jbuf_put kvb_jbuf_put
+#define jfloat_repr kvb_jfloat_repr
+
+
 enum jv_type { JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_DICT, JV_MACRO, JV_BUILTIN, JV_METHOD };
 
 struct jlist;
