@@ -248,7 +248,7 @@ TEST(chat_apply) {
 /* a vocab-only GGUF with a chat template: bos_token / eos_token come from
  * the vocabulary, strip_bos drops the template's leading BOS text */
 TEST(chat_apply_vocab) {
-    static const char *const toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "a"};
+    static const char *const toks[] = {"<unk>", "<s>", "</s>", "\u2581a", "a"};
     const uint32_t lens[] = {5, 3, 4, 4, 1};
     const float scores[] = {0, 0, 0, -1, -2};
     const int32_t types[] = {2, 3, 3, 1, 1};
