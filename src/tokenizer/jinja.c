@@ -1215,6 +1215,9 @@ static int compare(struct ctx *c, int line, const char *op, jv a, jv b) {
     fail_at(c, KVB_ERR_INVALID, line, "'%s' not supported between '%s' and '%s'", op, type_name(a), type_name(b));
 }
 
+static void step(struct ctx *c, int line);
+static void steps(struct ctx *c, int line, int64_t n);
+
 static bool contains(struct ctx *c, int line, jv hay, jv needle) {
     switch (hay.t) {
     case JV_STR:
@@ -1224,10 +1227,12 @@ static bool contains(struct ctx *c, int line, jv hay, jv needle) {
             if (!memcmp(hay.u.s + i, needle.u.s, needle.n)) return true;
         return false;
     case JV_LIST:
+        steps(c, line, hay.u.l->n / 16);
         for (int32_t i = 0; i < hay.u.l->n; i++)
             if (jv_equal(hay.u.l->v[i], needle)) return true;
         return false;
     case JV_DICT:
+        steps(c, line, hay.u.d->n / 16);
         for (int32_t i = 0; i < hay.u.d->n; i++)
             if (jv_equal(hay.u.d->k[i], needle)) return true;
         return false;
@@ -1317,8 +1322,22 @@ static jv binop(struct ctx *c, int line, const char *op, jv a, jv b) {
         int64_t k = a.t == JV_STR ? inum(b) : inum(a);
         struct jbuf r = {.limit = c->max_out};
         jbuf_put(A, E, &r, "", 0);
-        for (int64_t i = 0; i < k; i++) jbuf_put(A, E, &r, s.u.s, s.n);
+        for (int64_t i = 0; i < k; i++) {
+            step(c, line);
+            jbuf_put(A, E, &r, s.u.s, s.n);
+        }
         return (jv){.t = JV_STR, .n = r.n, .u.s = r.p ? r.p : ""};
+    }
+    if (o == '*' && !two && ((a.t == JV_LIST && (b.t == JV_INT || b.t == JV_BOOL)) || (b.t == JV_LIST && (a.t == JV_INT || a.t == JV_BOOL)))) {
+        jv l = a.t == JV_LIST ? a : b;
+        int64_t k = a.t == JV_LIST ? inum(b) : inum(a);
+        jv r = jv_list_new(A, E, 0);
+        for (int64_t i = 0; i < k; i++) {
+            step(c, line);
+            for (int32_t j = 0; j < l.u.l->n; j++) jv_list_push(A, E, r, l.u.l->v[j]);
+        }
+        r.ns = l.ns;
+        return r;
     }
     if (o == '%' && a.t == JV_STR) fail_at(c, KVB_ERR_UNSUPPORTED, line, "unsupported: '%%' string formatting");
     bad_operands(c, line, op, a, b);
@@ -1398,7 +1417,7 @@ static jv slice(struct ctx *c, int line, jv obj, jv lo, jv hi, jv st) {
         off = cp_offsets(c, obj.u.s, obj.n, &ncp);
         len = (int64_t)ncp;
     } else if (obj.t == JV_UNDEF) fail_at(c, KVB_ERR_INVALID, line, "'%s' is undefined (slicing it)", obj.u.s ? obj.u.s : "value");
-    else fail_at(c, KVB_ERR_INVALID, line, "'%s' object is not subscriptable", type_name(obj));
+    else return undef(NULL); /* jinja2's getitem: a failed lookup is undefined */
     for (int k = 0; k < 3; k++) {
         jv x = k == 0 ? lo : k == 1 ? hi : st;
         if (x.t != JV_NONE && x.t != JV_UNDEF && x.t != JV_INT && x.t != JV_BOOL)
@@ -1479,6 +1498,12 @@ static jv eval(struct ctx *c, struct node *n, struct scope *s);
 static jv call_value(struct ctx *c, jv f, struct args *a, struct scope *s);
 static bool run_test(struct ctx *c, const char *name, jv v, struct args *a);
 static jv run_filter(struct ctx *c, const char *name, jv v, struct args *a, struct scope *s);
+
+/* work in proportion to n (a scan of a list or dict) counts as n steps */
+static void steps(struct ctx *c, int line, int64_t n) {
+    c->steps += n;
+    if (c->steps > c->max_steps) fail_at(c, KVB_ERR_NOMEM, line, "more than %lld loop iterations and calls", (long long)c->max_steps);
+}
 
 static void step(struct ctx *c, int line) {
     if (++c->steps > c->max_steps) fail_at(c, KVB_ERR_NOMEM, line, "more than %lld loop iterations and calls", (long long)c->max_steps);
@@ -1742,8 +1767,8 @@ static bool run_test(struct ctx *c, const char *name, jv v, struct args *a) {
         if (!d) fail_at(c, KVB_ERR_INVALID, a->line, "divisibleby 0");
         return int_arg(c, a, v, "value") % d == 0;
     }
-    if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
-        jv s = str_arg(c, a, v, "value");
+    if (!strcmp(name, "lower") || !strcmp(name, "upper")) { /* str(value).islower() */
+        jv s = to_str(c, v);
         bool any = false;
         for (size_t i = 0; i < s.n; i++) {
             char ch = s.u.s[i];
@@ -1834,7 +1859,7 @@ static jv run_filter(struct ctx *c, const char *name, jv v, struct args *a, stru
         return l;
     }
     if (!strcmp(name, "string")) { check_args(c, a, 0, NULL); return to_str(c, v); }
-    if (!strcmp(name, "safe")) { check_args(c, a, 0, NULL); return v; }
+    if (!strcmp(name, "safe")) { check_args(c, a, 0, NULL); return to_str(c, v); } /* Markup(str(value)) */
     if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "capitalize") || !strcmp(name, "title")) {
         check_args(c, a, 0, NULL);
         int mode = name[0] == 'u' ? 1 : name[0] == 'l' ? 0 : name[0] == 'c' ? 2 : 3;
@@ -1908,6 +1933,7 @@ static jv run_filter(struct ctx *c, const char *name, jv v, struct args *a, stru
     }
     if (!strcmp(name, "abs")) {
         check_args(c, a, 0, NULL);
+        if (v.t == JV_BOOL) return mkint(v.u.b);
         if (v.t == JV_INT && v.u.i != INT64_MIN) return mkint(v.u.i < 0 ? -v.u.i : v.u.i);
         if (v.t == JV_FLOAT) return (jv){.t = JV_FLOAT, .u.f = fabs(v.u.f)};
         fail_at(c, KVB_ERR_INVALID, line, "bad operand type for abs(): '%s'", type_name(v));

@@ -354,6 +354,7 @@ static jv jp_value(struct jp *j) {
                 if (j->p >= j->end || *j->p != ':') jp_fail(j, "':' expected");
                 j->p++;
                 jv v = jp_value(j);
+                if (r.u.d->n >= 10000) jp_fail(j, "an object with more than 10000 members"); /* keys are compared one by one */
                 jv_dict_set(j->a, j->e, r, k, v);
                 jp_ws(j);
                 if (j->p < j->end && *j->p == ',') { j->p++; continue; }
