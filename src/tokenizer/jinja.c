@@ -19,10 +19,21 @@
  * its item; `[key]` the item. Strings are UTF-8 and index, slice and count
  * by code point; upper/lower/title act on ASCII letters only.
  *
+ * The subset: {{ }}, {% %}, {# #} with '-' / '+' whitespace control;
+ * statements if/elif/else, for (tuple targets, a loop filter, else, loop.*),
+ * set (names, tuples, namespace attributes, blocks), macro (defaults,
+ * keyword arguments), call (with caller arguments), break, continue,
+ * transformers' generation block; expressions with Python's operators and
+ * precedence, literals, attributes, subscripts, slices, calls; filters in
+ * run_filter, tests in run_test, string and dict methods in k_str_methods /
+ * k_dict_methods, globals range, namespace, dict, raise_exception,
+ * strftime_now. Lists that jinja2 would yield lazily (map, select, items)
+ * are built at once.
+ *
  * Outside the subset (the error names the construct and its line, status
  * KVB_ERR_UNSUPPORTED): include/import/extends/block, raw, filter blocks,
- * recursive loops, varargs or kwargs in macros, '%' string formatting, filters
- * and tests not listed in k_filters / the test switch.
+ * recursive loops, varargs or kwargs in macros, '%' string formatting,
+ * str.format, any other filter or test.
  */
 #include "jinja.h"
 
