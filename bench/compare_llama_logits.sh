@@ -9,7 +9,9 @@
 # PEER_DIR/archs/gen/*.gguf (bench/peer/gen_archs.sh) of the families
 # kvbound loads. Both engines run policy full with f32 KV rows, the prompt as
 # one batch with every row's logits and the same ids one decode step at a
-# time. One JSON line per file and mode: NMSE (sum of squared differences
+# time. The 24 ids are three windows of the tiny Gemma shapes and of
+# gen/gemma*.gguf (8 tokens), and over one of archs/gemma2-dense.gguf (16).
+# One JSON line per file and mode: NMSE (sum of squared differences
 # over the llama.cpp logits' sum of squares), top-1 agreement, max |diff|.
 set -euo pipefail
 PEER=${1:?usage: $0 PEER_DIR [MODEL.gguf ...]}; shift
@@ -21,10 +23,10 @@ g++ -O2 -std=c++17 -I"$PEER/include" -I"$PEER/ggml/include" "$HERE/bench/peer/du
     "$PEER/build/ggml/src/libggml-base.a" -fopenmp -lpthread -lm -ldl
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
-    for s in tiny tiny-llama-bias tiny-qwen2 tiny-qwen3 tiny-granite tiny-olmo2 tiny-phi3 tiny-mistral3 tiny-smollm3; do
+    for s in tiny tiny-llama-bias tiny-qwen2 tiny-qwen3 tiny-granite tiny-olmo2 tiny-phi3 tiny-mistral3 tiny-smollm3 tiny-gemma2 tiny-gemma3; do
         for t in f32 f16; do "$K" mkmodel --shape "$s" --type $t -o "$W/$s-$t.gguf" 2>/dev/null; files+=("$W/$s-$t.gguf"); done
     done
-    for a in llama qwen2 qwen3 granite mistral3 smollm3 olmo2 phi3; do
+    for a in llama qwen2 qwen3 granite mistral3 smollm3 olmo2 phi3 gemma2 gemma3; do
         for f in "$PEER/archs/$a-dense.gguf" "$PEER/archs/gen/$a-f32.gguf" "$PEER/archs/gen/$a-f16.gguf"; do [ -f "$f" ] && files+=("$f"); done
     done
 fi

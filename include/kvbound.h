@@ -622,7 +622,7 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
 void kvb_model_free(struct kvb_model *model);
 
 struct kvb_model_info {
-    char arch[16];            /* "llama", "qwen2", "qwen3", "granite", "mistral3", "smollm3", "olmo2", "phi3" */
+    char arch[16];            /* "llama", "qwen2", "qwen3", "granite", "mistral3", "smollm3", "olmo2", "phi3", "gemma2", "gemma3" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -702,7 +702,9 @@ size_t kvb_detok_flush(struct kvb_detok *d, char *buf, size_t cap);
  * llama.cpp does, and rendered by built-in code for that family. */
 /* KVB_CHAT_PLAIN is no template: "System: ...\n", "User: ...\n",
  * "Assistant: ...\n" lines and an "Assistant:" header, for base models. */
-enum kvb_chat_style { KVB_CHAT_CHATML, KVB_CHAT_LLAMA3, KVB_CHAT_LLAMA2, KVB_CHAT_MISTRAL, KVB_CHAT_PLAIN };
+/* KVB_CHAT_GEMMA: <start_of_turn>user\n...<end_of_turn>\n, the assistant as "model", a
+ * system message prefixed to the first user turn (Gemma 2/3). */
+enum kvb_chat_style { KVB_CHAT_CHATML, KVB_CHAT_LLAMA3, KVB_CHAT_LLAMA2, KVB_CHAT_MISTRAL, KVB_CHAT_PLAIN, KVB_CHAT_GEMMA };
 struct kvb_chat_message {
     const char *role; /* "system", "user" or "assistant" */
     const char *content;
@@ -1154,12 +1156,12 @@ bool kvb_cpu_has_avx512vnni(void);
 
 /* Weight types, numbered as in GGML / GGUF: the ones kvbound reads and writes. */
 enum kvb_type {
-    KVB_TYPE_F32 = 0, KVB_TYPE_F16 = 1, KVB_TYPE_Q4_0 = 2, KVB_TYPE_Q8_0 = 8,
+    KVB_TYPE_F32 = 0, KVB_TYPE_F16 = 1, KVB_TYPE_Q4_0 = 2, KVB_TYPE_Q5_0 = 6, KVB_TYPE_Q8_0 = 8,
     KVB_TYPE_Q4_K = 12, KVB_TYPE_Q6_K = 14, KVB_TYPE_BF16 = 30
 };
 /* "q8_0", ...; "?" for a number kvbound does not know. */
 const char *kvb_type_name(uint32_t type);
-/* Case-insensitive name of one of the seven types above; KVB_ERR_INVALID
+/* Case-insensitive name of one of the eight types above; KVB_ERR_INVALID
  * (naming them) otherwise. */
 kvb_status kvb_type_from_name(const char *name, uint32_t *type);
 /* Bytes of n values of the type (blocks included); 0 when n is not a whole

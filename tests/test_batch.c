@@ -247,7 +247,8 @@ TEST(batch_equals_single_q8_0_weights) {
  * second half) against lone contexts, on the family's tiny mkmodel shape. */
 TEST(batch_equals_single_every_family) {
     NEED_MODEL(); /* the prompts' ids (all below the tiny shapes' 512) */
-    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3"};
+    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3",
+                                         "tiny-gemma2", "tiny-gemma3"};
     struct kvb_recall_params rec = {0};
     rec.pages = 2;
     rec.every = 1;

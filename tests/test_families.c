@@ -4,9 +4,13 @@
  * architecture), not from src/model: the reference reads the GGUF that
  * `mkmodel` writes for the family's tiny shape through the file reader
  * alone, and computes every position's logits in double with full causal
- * attention. The engine must match on the prompt path (one chunk, every
- * row's logits) and on the decode path (one token at a time), with f32 KV
- * rows, to NMSE 1e-9, and with its default f16 rows to 1e-5.
+ * attention (Gemma: the window mask by position on the window layers, each
+ * layer's RoPE, softcaps, GeGLU, post norms, x sqrt(E)). The engine must
+ * match on the prompt path (one chunk, every row's logits), on the decode
+ * path (one token at a time) and on a prompt in chunks of 5 (windows that
+ * cross chunks), with f32 KV rows, to NMSE 1e-9, and with its default f16
+ * rows to 1e-5. Gemma's prompts are 36 tokens, over 4 windows of its tiny
+ * shapes.
  *
  * Then the loader's refusals: a tensor the family does not use, a missing
  * required one, a RoPE scaling type or a sliding window kvbound does not
@@ -15,12 +19,14 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "kvbound.h"
+#include "model/model.h"
 #include "testing.h"
 
 #include <unistd.h>
 
-enum { NT = 12 };
-static const int32_t k_toks[NT] = {1, 300, 301, 302, 260, 400, 263, 511, 270, 305, 290, 2};
+enum { NT = 12, NT_MAX = 36 };
+static const int32_t k_toks[NT_MAX] = {1,   300, 301, 302, 260, 400, 263, 511, 270, 305, 290, 2,   40,  77,  114, 151, 188, 225,
+                                       262, 299, 336, 373, 410, 447, 484, 21,  58,  95,  132, 169, 206, 243, 280, 317, 354, 391};
 
 /* ---- the reference ---- */
 
@@ -32,6 +38,11 @@ struct ref {
     int orig;
     bool neox, qk_whole, post_norms, fused_up, tied, granite, nope4;
     double *div; /* [R/2] divisors of the angle (rope factors, YaRN), 1 without */
+    /* gemma2/gemma3: GeGLU, x sqrt(E), the query scale's rule; window layers (l % period < period - 1,
+     * period 0: all) seeing W positions (0: none) at their own RoPE; softcaps (0: none) */
+    bool gemma;
+    int W, period;
+    double base_swa, fs_swa, attn_cap, final_cap;
 };
 
 static double key_f(const struct ref *r, const char *suffix, double def) {
@@ -101,10 +112,10 @@ static void rms(double *x, int n, const double *w, double eps) {
     for (int i = 0; i < n; i++) x[i] = x[i] * s * w[i];
 }
 
-/* Rotates the first R dims of one head at position pos, magnitude mscale. */
-static void rope(const struct ref *r, double *x, int pos) {
+/* Rotates the first R dims of one head at position pos, magnitude mscale, at a base and linear scale. */
+static void rope(const struct ref *r, double *x, int pos, double base, double fs) {
     for (int i = 0; i < r->R / 2; i++) {
-        const double th = pos * pow(r->base, -2.0 * i / r->R) * r->fs / r->div[i];
+        const double th = pos * pow(base, -2.0 * i / r->R) * fs / r->div[i];
         const double c = cos(th) * r->mscale, s = sin(th) * r->mscale;
         const int a = r->neox ? i : 2 * i, b = r->neox ? i + r->R / 2 : 2 * i + 1;
         const double x0 = x[a], x1 = x[b];
@@ -121,7 +132,33 @@ static void set_family(struct ref *r) {
     r->fused_up = !strcmp(a, "phi3");
     r->granite = !strcmp(a, "granite");
     r->nope4 = !strcmp(a, "smollm3"); /* layers 3, 7, ... without RoPE (llama.cpp's fixed step of 4) */
+    r->gemma = !strcmp(a, "gemma2") || !strcmp(a, "gemma3");
+    r->neox = r->neox || r->gemma;
 }
+
+/* Gemma's keys as llama.cpp's gemma2 and gemma3 loaders read them (after set_rope). */
+static void set_gemma(struct ref *r) {
+    if (!strcmp(r->arch, "gemma2")) { /* windows always (4096, every other layer) at the global scale; caps 50 and 30 always */
+        r->W = key_u(r, "attention.sliding_window", 4096);
+        r->period = key_u(r, "attention.sliding_window_pattern", 2);
+        r->base_swa = key_f(r, "rope.freq_base_swa", r->base);
+        r->fs_swa = r->fs;
+        r->attn_cap = key_f(r, "attn_logit_softcapping", 50);
+        r->final_cap = key_f(r, "final_logit_softcapping", 30);
+        r->attn_scale = r->L == 46 ? 1 / sqrt((double)(r->E / r->Hq)) : 1 / sqrt((double)r->D);
+    } else { /* windows only with the key (five of six), at base 10000 unscaled; no attention cap; the final one with its key */
+        r->W = key_u(r, "attention.sliding_window", 0);
+        r->period = key_u(r, "attention.sliding_window_pattern", 6);
+        r->base_swa = key_f(r, "rope.freq_base_swa", 10000);
+        r->fs_swa = 1;
+        r->attn_cap = 0;
+        r->final_cap = key_f(r, "final_logit_softcapping", 0);
+        r->attn_scale = r->L == 62 ? 1 / sqrt((double)(r->E / r->Hq)) : 1 / sqrt((double)r->D);
+    }
+    r->emb_scale = sqrt((double)r->E);
+}
+
+static bool is_window_layer(const struct ref *r, int l) { return r->W > 0 && (r->period == 0 || l % r->period < r->period - 1); }
 
 /* RoPE per llama.cpp: linear scaling (factor 0: none), YaRN (ramp between
  * interpolated and extrapolated angles, magnitude 0.1 ln s + 1, or the ratio
@@ -159,8 +196,8 @@ static void set_rope(struct ref *r, int n_ctx) {
     }
 }
 
-/* Every position's logits [NT][V] of k_toks, in double. */
-static double *reference(const char *path, int n_ctx) {
+/* Every position's logits [nt][V] of the first nt of k_toks, in double. */
+static double *reference(const char *path, int n_ctx, int nt) {
     struct gguf_file *f;
     if (kvb_gguf_open(path, &f) != KVB_OK) return NULL;
     struct ref r = {.f = f};
@@ -178,17 +215,18 @@ static double *reference(const char *path, int n_ctx) {
     r.logit_scale = r.granite ? key_f(&r, "logit_scale", 1) : 1;
     r.temp_beta = !strcmp(r.arch, "mistral3") ? key_f(&r, "attention.temperature_scale", 0) : 0;
     set_rope(&r, n_ctx);
+    if (r.gemma) set_gemma(&r);
     const struct gguf_tensor *te = kvb_gguf_find_tensor(f, "token_embd.weight");
     r.V = (int)te->ne[1];
     const int E = r.E, QD = r.Hq * r.D, KD = r.Hk * r.D, F = r.F, V = r.V, D = r.D;
     double *emb = tensor(&r, "token_embd.weight", (int64_t)E * V), *out = tensor(&r, "output.weight", (int64_t)E * V);
     double *onorm = tensor(&r, "output_norm.weight", E), *obias = tensor(&r, "output.bias", V);
-    double *x = calloc((size_t)NT * E, sizeof(double)), *K = calloc((size_t)NT * KD, sizeof(double)), *Vv = calloc((size_t)NT * KD, sizeof(double));
+    double *x = calloc((size_t)nt * E, sizeof(double)), *K = calloc((size_t)nt * KD, sizeof(double)), *Vv = calloc((size_t)nt * KD, sizeof(double));
     double *h = malloc(sizeof(double) * (size_t)E), *q = malloc(sizeof(double) * (size_t)QD), *att = malloc(sizeof(double) * (size_t)QD);
     double *o = malloc(sizeof(double) * (size_t)E), *g = malloc(sizeof(double) * 2 * (size_t)F), *u = malloc(sizeof(double) * (size_t)F);
-    double *w = malloc(sizeof(double) * NT), *logits = malloc(sizeof(double) * (size_t)NT * V);
-    double *Q = malloc(sizeof(double) * (size_t)NT * QD);
-    for (int t = 0; t < NT; t++)
+    double *w = malloc(sizeof(double) * nt), *logits = malloc(sizeof(double) * (size_t)nt * V);
+    double *Q = malloc(sizeof(double) * (size_t)nt * QD);
+    for (int t = 0; t < nt; t++)
         for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)k_toks[t] * E + i] * r.emb_scale;
     for (int l = 0; l < r.L; l++) {
         double *an = layer_t(&r, l, "attn_norm.weight", E), *wq = layer_t(&r, l, "attn_q.weight", (int64_t)E * QD);
@@ -204,7 +242,7 @@ static double *reference(const char *path, int n_ctx) {
         const double sq = scale_of(&r, l, "attn_q"), sk = scale_of(&r, l, "attn_k"), sv = scale_of(&r, l, "attn_v");
         const double so = scale_of(&r, l, "attn_output"), sg = scale_of(&r, l, "ffn_gate"), su = scale_of(&r, l, "ffn_up");
         const double sd = scale_of(&r, l, "ffn_down");
-        for (int t = 0; t < NT; t++) { /* q, k, v of every position */
+        for (int t = 0; t < nt; t++) { /* q, k, v of every position */
             memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
             if (an) rms(h, E, an, r.eps);
             proj(wq, sq, bq, h, E, QD, Q + (size_t)t * QD);
@@ -218,25 +256,29 @@ static double *reference(const char *path, int n_ctx) {
                     for (int hh = 0; hh < r.Hk; hh++) rms(kt + hh * D, D, kn, r.eps);
                 }
             }
-            for (int hh = 0; hh < r.Hq && !(r.nope4 && (l + 1) % 4 == 0); hh++) rope(&r, qt + hh * D, t);
-            for (int hh = 0; hh < r.Hk && !(r.nope4 && (l + 1) % 4 == 0); hh++) rope(&r, kt + hh * D, t);
+            const bool win = is_window_layer(&r, l);
+            const double base = win ? r.base_swa : r.base, fs = win ? r.fs_swa : r.fs;
+            for (int hh = 0; hh < r.Hq && !(r.nope4 && (l + 1) % 4 == 0); hh++) rope(&r, qt + hh * D, t, base, fs);
+            for (int hh = 0; hh < r.Hk && !(r.nope4 && (l + 1) % 4 == 0); hh++) rope(&r, kt + hh * D, t, base, fs);
             if (r.temp_beta != 0)
                 for (int i = 0; i < QD; i++) qt[i] *= 1 + r.temp_beta * log(1 + floor((double)t / r.orig));
         }
-        for (int t = 0; t < NT; t++) { /* causal attention, then the two blocks */
+        for (int t = 0; t < nt; t++) { /* causal attention, then the two blocks */
             for (int hh = 0; hh < r.Hq; hh++) {
                 const int kh = hh / (r.Hq / r.Hk);
                 double mx = -1e300, sum = 0;
-                for (int j = 0; j <= t; j++) {
+                const int j0 = is_window_layer(&r, l) && t - r.W + 1 > 0 ? t - r.W + 1 : 0; /* masked: t - j >= W */
+                for (int j = j0; j <= t; j++) {
                     double s = 0;
                     for (int i = 0; i < D; i++) s += Q[(size_t)t * QD + hh * D + i] * K[(size_t)j * KD + kh * D + i];
                     w[j] = s * r.attn_scale;
+                    if (r.attn_cap != 0) w[j] = r.attn_cap * tanh(w[j] / r.attn_cap); /* before the mask and softmax */
                     mx = fmax(mx, w[j]);
                 }
-                for (int j = 0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                for (int j = j0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
                 for (int i = 0; i < D; i++) {
                     double s = 0;
-                    for (int j = 0; j <= t; j++) s += w[j] / sum * Vv[(size_t)j * KD + kh * D + i];
+                    for (int j = j0; j <= t; j++) s += w[j] / sum * Vv[(size_t)j * KD + kh * D + i];
                     att[hh * D + i] = s;
                 }
             }
@@ -248,7 +290,9 @@ static double *reference(const char *path, int n_ctx) {
             if (fn) rms(h, E, fn, r.eps);
             if (r.fused_up) ffn_proj(wu, su, NULL, h, E, 2 * F, g); /* gate rows, then up rows; one scale */
             else { ffn_proj(wg, sg, bg, h, E, F, g); ffn_proj(wu, su, bu, h, E, F, g + F); }
-            for (int i = 0; i < F; i++) u[i] = g[i] / (1 + exp(-g[i])) * g[F + i];
+            for (int i = 0; i < F; i++)
+                u[i] = r.gemma ? 0.5 * g[i] * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * g[F + i]
+                               : g[i] / (1 + exp(-g[i])) * g[F + i];
             ffn_proj(wd, sd, bd, u, F, E, o);
             if (pfn) rms(o, E, pfn, r.eps);
             for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
@@ -256,11 +300,12 @@ static double *reference(const char *path, int n_ctx) {
         free(an); free(wq); free(wk); free(wv); free(bq); free(bk); free(bv); free(qn); free(kn); free(wo); free(bo); free(pan);
         free(fn); free(wg); free(wu); free(wd); free(bg); free(bu); free(bd); free(pfn);
     }
-    for (int t = 0; t < NT; t++) {
+    for (int t = 0; t < nt; t++) {
         memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
         rms(h, E, onorm, r.eps);
         matvec(out ? out : emb, obias, h, E, V, logits + (size_t)t * V);
         for (int i = 0; i < V; i++) logits[(size_t)t * V + i] /= r.logit_scale;
+        for (int i = 0; r.final_cap != 0 && i < V; i++) logits[(size_t)t * V + i] = r.final_cap * tanh(logits[(size_t)t * V + i] / r.final_cap);
     }
     free(emb); free(out); free(onorm); free(obias); free(x); free(K); free(Vv); free(h); free(q); free(att); free(o); free(g); free(u);
     free(w); free(Q); free(r.div);
@@ -279,19 +324,20 @@ static double nmse(const float *a, const double *b, size_t n) {
     return e / (s > 0 ? s : 1);
 }
 
-/* Logits of k_toks through a context: every row of one prompt chunk, or one decode step each. */
-static int engine(const struct kvb_model *m, bool decode, enum kvb_dtype kv, int n_ctx, float *out) {
+/* Logits of the first nt of k_toks through a context: every row of the prompt in chunks of `chunk`, or one decode step each. */
+static int engine(const struct kvb_model *m, bool decode, enum kvb_dtype kv, int n_ctx, int chunk, int nt, float *out) {
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
     struct kvb_context_params cp = kvb_context_default_params();
     cp.kv.kv_dtype = kv;
     cp.n_ctx = n_ctx;
     cp.kv_pool_bytes = (size_t)16 << 20;
+    cp.chunk = chunk;
     struct kvb_context *c;
     if (kvb_context_init(m, &cp, &c) != KVB_OK) return 0;
     int ok = 1;
-    if (!decode) ok = kvb_context_eval(c, k_toks, NT, out, true) == KVB_OK;
-    for (int t = 0; decode && ok && t < NT; t++) ok = kvb_context_eval(c, &k_toks[t], 1, out + (size_t)t * mi.n_vocab, false) == KVB_OK;
+    if (!decode) ok = kvb_context_eval(c, k_toks, nt, out, true) == KVB_OK;
+    for (int t = 0; decode && ok && t < nt; t++) ok = kvb_context_eval(c, &k_toks[t], 1, out + (size_t)t * mi.n_vocab, false) == KVB_OK;
     kvb_context_free(c);
     return ok;
 }
@@ -309,23 +355,24 @@ static const char *write_shape(const char *shape, char *path, size_t cap) {
     return st == KVB_OK ? path : NULL;
 }
 
-static void check_family(const char *shape, int n_ctx) {
-    char path[128];
-    if (!write_shape(shape, path, sizeof path)) FAILF("%s: mkmodel: %s", shape, kvb_last_error());
+/* The engine on the file at path against the reference: prompt, decode and chunked prompt, f32 and f16 KV. */
+static void check_file(const char *path, const char *shape, int n_ctx, int nt) {
     struct kvb_model *m;
     if (kvb_model_load(path, NULL, &m) != KVB_OK) FAILF("%s: load: %s", shape, kvb_last_error());
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
-    double *ref = reference(path, n_ctx);
-    float *lg = malloc(sizeof(float) * (size_t)NT * mi.n_vocab);
-    const size_t n = (size_t)NT * mi.n_vocab;
-    const struct { bool decode; enum kvb_dtype kv; double tol; } runs[] = {
-        {false, KVB_DTYPE_F32, 1e-9}, {true, KVB_DTYPE_F32, 1e-9}, {false, KVB_DTYPE_F16, 1e-5}, {true, KVB_DTYPE_F16, 1e-5}};
+    double *ref = reference(path, n_ctx, nt);
+    float *lg = malloc(sizeof(float) * (size_t)nt * mi.n_vocab);
+    const size_t n = (size_t)nt * mi.n_vocab;
+    const struct { bool decode; int chunk; enum kvb_dtype kv; double tol; } runs[] = {
+        {false, 256, KVB_DTYPE_F32, 1e-9}, {true, 256, KVB_DTYPE_F32, 1e-9}, {false, 5, KVB_DTYPE_F32, 1e-9},
+        {false, 256, KVB_DTYPE_F16, 1e-5}, {true, 256, KVB_DTYPE_F16, 1e-5}};
     int bad = !ref;
     for (size_t i = 0; !bad && i < sizeof runs / sizeof runs[0]; i++) {
-        if (!engine(m, runs[i].decode, runs[i].kv, n_ctx, lg)) { printf("  %s: engine: %s\n", shape, kvb_last_error()); bad = 1; break; }
+        if (!engine(m, runs[i].decode, runs[i].kv, n_ctx, runs[i].chunk, nt, lg)) { printf("  %s: engine: %s\n", shape, kvb_last_error()); bad = 1; break; }
         const double e = nmse(lg, ref, n);
-        printf("  %-16s %-7s %s KV, n_ctx %5d: NMSE %.2e\n", shape, runs[i].decode ? "decode" : "prompt", kvb_dtype_name(runs[i].kv), n_ctx, e);
+        printf("  %-16s %-7s %s KV, n_ctx %5d, %2d tokens: NMSE %.2e\n", shape, runs[i].decode ? "decode" : runs[i].chunk < nt ? "chunks" : "prompt",
+               kvb_dtype_name(runs[i].kv), n_ctx, nt, e);
         if (!(e <= runs[i].tol)) { printf("  %s: NMSE %.3g > %.3g\n", shape, e, runs[i].tol); bad = 1; }
     }
     free(ref);
@@ -333,6 +380,14 @@ static void check_family(const char *shape, int n_ctx) {
     kvb_model_free(m);
     if (bad) FAILF("%s against its float64 reference", shape);
 }
+
+static void check_family_n(const char *shape, int n_ctx, int nt) {
+    char path[128];
+    if (!write_shape(shape, path, sizeof path)) FAILF("%s: mkmodel: %s", shape, kvb_last_error());
+    check_file(path, shape, n_ctx, nt);
+}
+
+static void check_family(const char *shape, int n_ctx) { check_family_n(shape, n_ctx, NT); }
 
 TEST(llama_with_every_bias_equals_reference) { check_family("tiny-llama-bias", 512); }
 TEST(llama_equals_reference) { check_family("tiny", 512); }
@@ -353,7 +408,8 @@ TEST(smollm3_nope_layers_equal_reference) { check_family("tiny-smollm3", 4096); 
  * the one that never stopped (snapkv compresses the prompt; h2o evicts by
  * attention with q8_0 rows; streaming with recall). */
 TEST(every_family_saves_and_restores_bounded_quantized_caches) {
-    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3"};
+    static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3",
+                                         "tiny-gemma2", "tiny-gemma3"};
     static const enum kvb_policy_id pols[] = {KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING};
     enum { N = 48, HALF = 24 };
     int32_t toks[N];
@@ -405,11 +461,13 @@ TEST(every_family_saves_and_restores_bounded_quantized_caches) {
 /* ---- refusals ---- */
 
 /* Copies src's keys and tensors into a new file, with edits: a key set to
- * a u32/f32/string, a tensor dropped or one added. */
+ * a u32/f32/string/int32 array or dropped, a tensor dropped or one added. */
 struct edit {
     const char *key, *str;
     double num;
-    bool is_f32;
+    bool is_f32, drop_key;
+    const int32_t *arr; /* n_arr int32s */
+    int n_arr;
     const char *drop, *add;
 };
 
@@ -452,7 +510,9 @@ static int rewrite(const char *src, const char *dst, const struct edit *e) {
     if (kvb_gguf_writer_init(&w) != KVB_OK) return 0;
     int ok = 1;
     copy_kvs(w, f, e->key);
-    if (e->key && e->str) kvb_gguf_writer_str(w, e->key, e->str);
+    if (e->key && e->drop_key) {
+    } else if (e->key && e->arr) kvb_gguf_writer_arr(w, e->key, GGUF_T_INT32, e->arr, (uint64_t)e->n_arr);
+    else if (e->key && e->str) kvb_gguf_writer_str(w, e->key, e->str);
     else if (e->key && e->is_f32) kvb_gguf_writer_f32(w, e->key, (float)e->num);
     else if (e->key) kvb_gguf_writer_u32(w, e->key, (uint32_t)e->num);
     static const float extra[256] = {0};
@@ -503,6 +563,155 @@ TEST(unused_tensors_and_unknown_math_are_refused_by_name) {
     refused(llama, &(struct edit){.key = "llama.rope.scaling.factor", .num = 0, .is_f32 = true}, KVB_OK, "");
 }
 
+/* ---- gemma2, gemma3 ---- */
+
+TEST(gemma2_windows_and_softcaps_equal_reference) { check_family_n("tiny-gemma2", 4096, NT_MAX); }
+TEST(gemma3_windows_at_their_own_rope_equal_reference) { check_family_n("tiny-gemma3", 4096, NT_MAX); }
+
+/* src rewritten by each edit in turn into dst. */
+static int rewrite_all(const char *src, const char *dst, const struct edit *e, int n) {
+    char a[128], b[128];
+    snprintf(a, sizeof a, "%s/step-a.gguf", g_dir);
+    snprintf(b, sizeof b, "%s/step-b.gguf", g_dir);
+    const char *from = src;
+    for (int i = 0; i < n; i++) {
+        const char *to = i == n - 1 ? dst : i % 2 ? b : a;
+        if (!rewrite(from, to, &e[i])) return 0;
+        from = to;
+    }
+    return 1;
+}
+
+/* The keys' defaults, as llama.cpp's loaders have them: gemma3 without the window key has no
+ * window layers and no final cap without its key; gemma2 without its keys has windows of 4096
+ * on every other layer and caps of 50 and 30. Both against the reference, which reads the same
+ * defaults. */
+TEST(gemma_key_defaults_equal_reference) {
+    char g2[128], g3[128], d2[128], d3[128];
+    if (!write_shape("tiny-gemma2", g2, sizeof g2) || !write_shape("tiny-gemma3", g3, sizeof g3)) FAILF("mkmodel: %s", kvb_last_error());
+    snprintf(d3, sizeof d3, "%s/gemma3-plain.gguf", g_dir);
+    const struct edit e3[] = {{.key = "gemma3.attention.sliding_window", .drop_key = true},
+                              {.key = "gemma3.final_logit_softcapping", .drop_key = true}};
+    if (!rewrite_all(g3, d3, e3, 2)) FAILF("rewrite: %s", kvb_last_error());
+    struct kvb_model *m;
+    CHECK_OK(kvb_model_load(d3, NULL, &m));
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    kvb_model_free(m);
+    CHECK(mi.sliding_window == 0 && mi.n_swa_layers == 0 && !strstr(mi.features, "softcap"));
+    check_file(d3, "gemma3 no window", 4096, NT_MAX);
+    if (t_case_failed) return;
+    snprintf(d2, sizeof d2, "%s/gemma2-defaults.gguf", g_dir);
+    const struct edit e2[] = {{.key = "gemma2.attention.sliding_window", .drop_key = true},
+                              {.key = "gemma2.attention.sliding_window_pattern", .drop_key = true},
+                              {.key = "gemma2.attn_logit_softcapping", .drop_key = true},
+                              {.key = "gemma2.final_logit_softcapping", .drop_key = true}};
+    if (!rewrite_all(g2, d2, e2, 4)) FAILF("rewrite: %s", kvb_last_error());
+    CHECK_OK(kvb_model_load(d2, NULL, &m));
+    kvb_model_get_info(m, &mi);
+    kvb_model_free(m);
+    CHECK(mi.sliding_window == 4096 && mi.n_swa_layers == 2 && strstr(mi.features, "attention softcap 50; final softcap 30"));
+    check_file(d2, "gemma2 defaults", 4096, NT_MAX);
+}
+
+TEST(gemma_refusals_and_ignored_keys) {
+    char g2[128], g3[128];
+    if (!write_shape("tiny-gemma2", g2, sizeof g2) || !write_shape("tiny-gemma3", g3, sizeof g3)) FAILF("mkmodel: %s", kvb_last_error());
+    /* gemma2's output is token_embd, always (llama.cpp never reads output.weight) */
+    refused(g2, &(struct edit){.add = "output.weight"}, KVB_ERR_UNSUPPORTED, "output.weight");
+    /* EmbeddingGemma's projections: not implemented, named */
+    refused(g3, &(struct edit){.add = "dense_2.weight"}, KVB_ERR_UNSUPPORTED, "dense_2.weight");
+    refused(g3, &(struct edit){.add = "dense_3.weight"}, KVB_ERR_UNSUPPORTED, "dense_3.weight");
+    /* gemma3 needs its q/k norms; neither reads rope factors */
+    refused(g3, &(struct edit){.drop = "blk.2.attn_q_norm.weight"}, KVB_ERR_CORRUPT, "blk.2.attn_q_norm.weight");
+    refused(g2, &(struct edit){.add = "rope_freqs.weight"}, KVB_ERR_UNSUPPORTED, "rope_freqs.weight");
+    /* a window or a cap of 0 where gemma2 always has them */
+    refused(g2, &(struct edit){.key = "gemma2.attention.sliding_window", .num = 0}, KVB_ERR_CORRUPT, "gemma2.attention.sliding_window");
+    refused(g2, &(struct edit){.key = "gemma2.attn_logit_softcapping", .num = 0, .is_f32 = true}, KVB_ERR_CORRUPT, "gemma2.attn_logit_softcapping");
+    refused(g2, &(struct edit){.key = "gemma2.final_logit_softcapping", .num = 0, .is_f32 = true}, KVB_ERR_CORRUPT, "gemma2.final_logit_softcapping");
+    /* math not implemented: YaRN under per-layer RoPE, window layers of another head shape */
+    refused(g3, &(struct edit){.key = "gemma3.rope.scaling.type", .str = "yarn"}, KVB_ERR_UNSUPPORTED, "gemma3.rope.scaling.type");
+    /* 'none' beside a factor: llama.cpp unscales gemma2's global layers only (its window layers keep the factor) */
+    refused(g2, &(struct edit){.key = "gemma2.rope.scaling.type", .str = "none"}, KVB_ERR_UNSUPPORTED, "gemma2.rope.scaling.type");
+    refused(g3, &(struct edit){.key = "gemma3.rope.scaling.type", .str = "none"}, KVB_OK, "");
+    refused(g2, &(struct edit){.key = "gemma2.attention.key_length_swa", .num = 64}, KVB_ERR_UNSUPPORTED, "gemma2.attention.key_length_swa");
+    refused(g3, &(struct edit){.key = "gemma3.rope.dimension_count_swa", .num = 32}, KVB_ERR_UNSUPPORTED, "gemma3.rope.dimension_count_swa");
+    refused(g3, &(struct edit){.key = "gemma3.attention.key_length_swa", .num = 96}, KVB_OK, "");
+    /* as llama.cpp: a per-layer pattern array is ignored (the default, 6: five window layers of the six);
+     * gemma3's attention softcap key is not read */
+    char dst[128];
+    snprintf(dst, sizeof dst, "%s/pattern.gguf", g_dir);
+    static const int32_t every[6] = {1, 1, 1, 1, 1, 1};
+    if (!rewrite(g3, dst, &(struct edit){.key = "gemma3.attention.sliding_window_pattern", .arr = every, .n_arr = 6})) FAILF("rewrite");
+    struct kvb_model *m;
+    CHECK_OK(kvb_model_load(dst, NULL, &m));
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    kvb_model_free(m);
+    CHECK(mi.sliding_window == 8 && mi.n_swa_layers == 5);
+    if (!rewrite(g3, dst, &(struct edit){.key = "gemma3.attn_logit_softcapping", .num = 50, .is_f32 = true})) FAILF("rewrite");
+    CHECK_OK(kvb_model_load(dst, NULL, &m));
+    kvb_model_get_info(m, &mi);
+    kvb_model_free(m);
+    CHECK(!strstr(mi.features, "attention softcap"));
+}
+
+/* The query scale by size (llama.cpp's rule: 1/sqrt(E/Hq) for the 27B,
+ * known by its layer count, else 1/sqrt(D)), which the tiny shapes cannot
+ * reach: the factor on q times the cache's 1/sqrt(D). Shapes of Gemma 2
+ * 9B/27B and Gemma 3 4B/27B. */
+TEST(gemma_query_scale_by_size) {
+    static const struct { const char *arch; int L, E, Hq, D; double want; } c[] = {
+        {"gemma2", 42, 3584, 16, 256, 1 / 16.0}, {"gemma2", 46, 4608, 32, 128, 1 / 12.0},
+        {"gemma3", 34, 2560, 8, 256, 1 / 16.0},  {"gemma3", 62, 5376, 32, 128, 0.0771516749810459863}}; /* 1/sqrt(168) */
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        struct kvb_model m;
+        memset(&m, 0, sizeof m);
+        kvb_model_neutral(&m);
+        snprintf(m.info.arch, sizeof m.info.arch, "%s", c[i].arch);
+        m.info.n_layer = c[i].L;
+        m.info.n_embd = c[i].E;
+        m.info.n_head = c[i].Hq;
+        m.info.head_dim = c[i].D;
+        m.info.rope_base = 10000.0f;
+        m.info.rope_freq_scale = 1.0f;
+        CHECK_OK(kvb_family_traits(&m, NULL));
+        CHECK_NEAR(m.q_scale / sqrt((double)c[i].D), c[i].want, 1e-7);
+        CHECK_NEAR(m.embd_scale, sqrt((double)c[i].E), 1e-4);
+        CHECK(m.act == KVB_FFN_GELU_TANH);
+        kvb_free(m.swa_layers);
+    }
+}
+
+/* The callers' kv.layers are refused: the model sets its own windows. */
+TEST(callers_kv_layers_are_refused) {
+    struct kvb_model *m;
+    void *owned;
+    CHECK_OK(kvb_model_make("tiny-gemma3", 3, NULL, &m, &owned));
+    struct kvb_kv_layer w = {0, kvb_policy_default_params(KVB_POLICY_WINDOW)};
+    struct kvb_context_params cp = kvb_context_default_params();
+    cp.kv.layers = &w;
+    cp.kv.n_layers = 1;
+    struct kvb_context *c = NULL;
+    CHECK(kvb_context_init(m, &cp, &c) == KVB_ERR_UNSUPPORTED && strstr(kvb_last_error(), "kv.layers"));
+    kvb_context_free(c);
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.kv_pool_bytes = (size_t)8 << 20;
+    struct kvb_batch *b = NULL;
+    CHECK_OK(kvb_batch_init(m, &bp, &b));
+    struct kvb_seq_params sp = kvb_batch_seq_default_params(b);
+    sp.kv.layers = &w;
+    sp.kv.n_layers = 1;
+    const int32_t prompt[2] = {1, 300};
+    int32_t id;
+    CHECK(kvb_batch_add(b, &sp, prompt, 2, &id) == KVB_ERR_UNSUPPORTED && strstr(kvb_last_error(), "kv.layers"));
+    kvb_batch_free(b);
+    bp.kv.layers = &w;
+    bp.kv.n_layers = 1;
+    CHECK(kvb_batch_init(m, &bp, &b) == KVB_ERR_UNSUPPORTED && strstr(kvb_last_error(), "kv.layers"));
+    kvb_model_make_free(m, owned);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvb-families-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -517,6 +726,12 @@ int main(void) {
     RUN(smollm3_nope_layers_equal_reference);
     RUN(every_family_saves_and_restores_bounded_quantized_caches);
     RUN(unused_tensors_and_unknown_math_are_refused_by_name);
+    RUN(gemma2_windows_and_softcaps_equal_reference);
+    RUN(gemma3_windows_at_their_own_rope_equal_reference);
+    RUN(gemma_key_defaults_equal_reference);
+    RUN(gemma_refusals_and_ignored_keys);
+    RUN(gemma_query_scale_by_size);
+    RUN(callers_kv_layers_are_refused);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);

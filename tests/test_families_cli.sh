@@ -3,7 +3,9 @@
 # each family's tiny `mkmodel` shape (q8_0 weights), `info` names the family's
 # features, `run` with a bounded policy and q8_0 KV generates, and the same
 # greedy text comes from the Python bindings and from `kvbound serve`
-# (one completion, then a second turn on a stored session).
+# (one completion, then a second turn on a stored session). Gemma's shapes
+# (windows of 8 tokens) also print their window in `info` and both kinds of
+# layers in `run`'s stats, and `mem` counts the window layers at their width.
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,7 +13,8 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 have_py=0; need_tool families_python python3 KVB_REQUIRE_PYTHON "Debian python3; .ci/run installs it" && have_py=1
 have_serve=0; [ $have_py -eq 1 ] && "$K" serve --help > /dev/null 2>&1 && need_tool families_curl curl KVB_REQUIRE_SHARED "Debian curl" && have_serve=1
 for spec in "tiny-llama-bias:output/FFN biases" "tiny-qwen3:q/k norms per head" "tiny-granite:scales: embedding 12" \
-            "tiny-olmo2:no pre-norms" "tiny-phi3:LongRoPE" "tiny-mistral3:YaRN x4" "tiny-smollm3:1 of 4 layers without RoPE"; do
+            "tiny-olmo2:no pre-norms" "tiny-phi3:LongRoPE" "tiny-mistral3:YaRN x4" "tiny-smollm3:1 of 4 layers without RoPE" \
+            "tiny-gemma2:attention softcap 5; final softcap 10; window 8 on 2 of 4 layers" "tiny-gemma3:window 8 on 4 of 6 layers"; do
     s=${spec%%:*}; feat=${spec#*:}; case_name=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" --type q8_0 -o "$M" > /dev/null 2>&1
@@ -21,6 +24,12 @@ for spec in "tiny-llama-bias:output/FFN biases" "tiny-qwen3:q/k norms per head" 
     "$K" run -m "$M" -p "Once upon" -n 24 --temp 0 --policy h2o --budget 16 --kv-dtype q8_0 --ignore-eos > "$T/$s.run" 2> "$T/$s.err"; rr=$?
     if [ $rr -eq 0 ] && [ "$(wc -c < "$T/$s.run")" -gt 10 ] && grep -q "policy h2o" "$T/$s.err"; then ok "${case_name}_run_bounded_q8_0_kv"
     else ko "${case_name}_run_bounded_q8_0_kv" "exit $rr: $(tail -n 1 "$T/$s.err")"; fi
+    case $s in tiny-gemma*)
+        # the window and both kinds of layers, as info and run's stats line give them (a 24-token run: 3 windows)
+        if grep -q "^window        8 tokens on" "$T/$s.info" && grep -q "layers: [0-9]* sliding-window (the model's window: [0-9]* tokens" "$T/$s.err"
+        then ok "${case_name}_info_and_run_window_layers"
+        else ko "${case_name}_info_and_run_window_layers" "$(grep -E '^window' "$T/$s.info"; grep layers: "$T/$s.err")"; fi ;;
+    esac
     "$K" run -m "$M" -p "Once upon" -n 12 --temp 0 --ignore-eos > "$T/$s.greedy" 2>/dev/null
     # make asan (KVB_TEST_QUICK): an instrumented libkvbound cannot be loaded into python3; make test runs this case
     if [ $have_py -eq 1 ] && [ -z "${KVB_TEST_QUICK:-}" ]; then
@@ -50,4 +59,9 @@ print('same' if got == want else 'differ: %r vs %r' % (got, want))" "$T/$s.json"
         else ko "${case_name}_serve_same_text_and_session" "$same; second turn $c2"; fi
     elif [ $have_py -eq 1 ]; then skip_case "${case_name}_serve_same_text_and_session" "kvbound serve is not built (libmicrohttpd-dev libcjson-dev libsqlite3-dev)"; fi
 done
+# mem counts tiny-gemma3's 4 window layers at min(8 - 1, T) (what the cache keeps between steps) and its 2 global
+# ones at T (f16: 768 bytes a token per layer): 2 x 100 x 768 + 4 x 7 x 768
+"$K" mem -m "$T/tiny-gemma3.gguf" --ctx 100 --json > "$T/mem.json" 2> "$T/mem.err"
+if grep -q '"window":8,"window_layers":4,' "$T/mem.json" && grep -q '"tokens":100,"batch":1,"bytes":175104,' "$T/mem.json"; then ok gemma_mem_window_layers
+else ko gemma_mem_window_layers "$(cat "$T/mem.json" "$T/mem.err")"; fi
 cli_summary

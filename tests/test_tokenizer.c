@@ -559,6 +559,7 @@ TEST(chat_templates_detect_and_format) {
         {"{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}{{ '<|eot_id|>' }}", KVB_CHAT_LLAMA3},
         {"{{ bos_token + '[INST] ' + '<<SYS>>\\n' + content.strip() + ' [/INST]' }}", KVB_CHAT_LLAMA2},
         {"{{- '[INST] ' + message['content'] + '[/INST]' }}", KVB_CHAT_MISTRAL},
+        {"{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}", KVB_CHAT_GEMMA},
     };
     for (size_t i = 0; i < sizeof det / sizeof *det; i++) {
         enum kvb_chat_style st;
@@ -579,8 +580,11 @@ TEST(chat_templates_detect_and_format) {
         "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]",
         "[INST] Hi[/INST] Hello.</s>[INST] Be brief.\n\nBye [/INST]",
         "System: Be brief.\nUser: Hi\nAssistant: Hello.\nUser: Bye \nAssistant:",
+        /* Gemma 3's template (Gemma 2's, jinja2-rendered without the system message, is the same from the first user turn on) */
+        "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n"
+        "<start_of_turn>model\n",
     };
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < 6; s++) {
         char *out;
         size_t len;
         CHECK(kvb_chat_format((enum kvb_chat_style)s, conv, 4, true, &out, &len) == KVB_OK);

@@ -185,6 +185,7 @@ _policy_default = _fn("kvb_policy_default_params", _PolicyParams, _enum)
 _cache_default = _fn("kvb_cache_default_params", _CacheParams)
 _kv_default = _fn("kvb_kv_default_params", _KvParams)
 _kv_seq_bytes = _fn("kvb_kv_seq_bytes", _sz, _c.POINTER(_KvParams), _i32, _i32, _i32, _i64, _i64, _i32)
+_model_kv_seq_bytes = _fn("kvb_model_kv_seq_bytes", _sz, _vp, _c.POINTER(_KvParams), _i64, _i64, _i32)
 _cache_init = _fn("kvb_cache_init", _enum, _vp, _c.POINTER(_CacheParams), _c.POINTER(_vp))
 _cache_free = _fn("kvb_cache_free", None, _vp)
 _cache_decode = _fn("kvb_cache_decode", _enum, _vp, _i32, _fp, _i32, _fp, _fp, _fp, _vp)
@@ -513,14 +514,13 @@ class Context:
         cp = _ctx_default()
         self._cold_dir = kv._fill(cp.kv)
         cp.n_threads = int(threads)
-        mi = model.info
         area = 0
-        if cp.kv.recall.pages > 0:  # the recall areas come from the pool too: what the sizing rule adds for them
+        if cp.kv.recall.pages > 0:  # the recall areas come from the pool too: what the model's sizing rule adds for them
             pages = cp.kv.recall.pages
             cp.kv.recall.pages = 0
-            base = _kv_seq_bytes(_c.byref(cp.kv), mi["n_layer"], mi["n_head_kv"], mi["head_dim"], 1, 1, 1)
+            base = _model_kv_seq_bytes(model._h, _c.byref(cp.kv), 1, 1, 1)
             cp.kv.recall.pages = pages
-            area = _kv_seq_bytes(_c.byref(cp.kv), mi["n_layer"], mi["n_head_kv"], mi["head_dim"], 1, 1, 1) - base
+            area = _model_kv_seq_bytes(model._h, _c.byref(cp.kv), 1, 1, 1) - base
         cp.kv_pool_bytes = (int(pool_mb) << 20) + area
         cp.n_ctx = int(n_ctx)
         h = _vp()

@@ -92,7 +92,7 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         for (int32_t j = 0; j < i; j++)
             if (p->kv.layers[j].layer == o->layer)
                 return kvb_fail(KVB_ERR_INVALID, "cache: kv.layers[%d] and kv.layers[%d] both name layer %d", (int)j, (int)i, (int)o->layer);
-        if (o->policy.id != KVB_POLICY_WINDOW || o->policy.n_sink != 0)
+        if (!kvb_policy_is_layer_window(&o->policy))
             return kvb_fail(KVB_ERR_UNSUPPORTED,
                             "cache: kv.layers[%d].policy: %s with %d sinks; the one per-layer override applied is a sliding window "
                             "(policy window, n_sink 0)", (int)i, kvb_policy_name(o->policy.id), (int)o->policy.n_sink);

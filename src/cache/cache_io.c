@@ -418,9 +418,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     struct kvb_kv_layer *layers = nw ? kvb_malloc(sizeof(struct kvb_kv_layer) * (size_t)nw) : NULL;
     if (nw && !layers) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory");
     for (int32_t i = 0; i < nw; i++) {
-        layers[i] = (struct kvb_kv_layer){win[2 * i], kvb_policy_default_params(KVB_POLICY_WINDOW)};
-        layers[i].policy.n_sink = 0;
-        layers[i].policy.budget = win[2 * i + 1];
+        layers[i] = (struct kvb_kv_layer){win[2 * i], kvb_policy_layer_window(win[2 * i + 1])};
     }
     p.kv.layers = layers;
     p.kv.n_layers = nw;

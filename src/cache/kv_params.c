@@ -47,7 +47,7 @@ size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t
     if (kv->n_layers < 0 || kv->n_layers > n_layer) return 0;
     for (int32_t i = 0; kv->layers && i < kv->n_layers; i++) {
         const struct kvb_kv_layer *o = &kv->layers[i];
-        if (o->layer < 0 || o->layer >= n_layer || o->policy.id != KVB_POLICY_WINDOW || o->policy.budget < 1) return 0;
+        if (o->layer < 0 || o->layer >= n_layer || !kvb_policy_is_layer_window(&o->policy) || o->policy.budget < 1) return 0;
         const int64_t held = KVB_MIN((int64_t)o->policy.budget - 1, KVB_MAX(KVB_MIN(n_ctx, (int64_t)1 << 40), (int64_t)0));
         win_pages += (double)((held + c + B - 1) / B + 2);
         n_win++;

@@ -127,7 +127,7 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
         cp.n_threads = p->n_threads > 0 ? p->n_threads : 1;
         cp.chunk = p->chunk > 0 ? p->chunk : 256;
         cp.n_ctx = (int32_t)prompt.n + 16;
-        cp.kv_pool_bytes = kvb_kv_seq_bytes(&cp.kv, in.n_layer, in.n_head_kv, in.head_dim, cp.n_ctx, prompt.n, cp.chunk);
+        cp.kv_pool_bytes = kvb_model_kv_seq_bytes(m, &cp.kv, cp.n_ctx, prompt.n, cp.chunk);
         st = kvb_context_init(m, &cp, &c);
     }
     float *lg = NULL;

@@ -227,7 +227,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
     cp.chunk = compress_prompt ? KVB_MAX(C, 256) : C; /* a compressed prompt is read in big chunks */
     cp.n_ctx = (int32_t)KVB_MIN(n + 8, (int64_t)INT32_MAX);
     /* the one sizing rule: the policy's peak for the prompt (or the first chunk), the whole text under full */
-    cp.kv_pool_bytes = kvb_kv_seq_bytes(&cp.kv, in->n_layer, in->n_head_kv, in->head_dim, n, P > 0 ? P : C, cp.chunk);
+    cp.kv_pool_bytes = kvb_model_kv_seq_bytes(m, &cp.kv, n, P > 0 ? P : C, cp.chunk);
     struct kvb_context *pc = NULL, *fc = NULL, *rc = NULL;
     float *lp = NULL, *lf = NULL;
     struct mass_state ms = {0};
@@ -239,7 +239,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
         fp.kv.pos_mode = KVB_POS_ORIGINAL;
         fp.kv.kv_dtype = KVB_DTYPE_F32; /* unquantized: the baseline of what the policy and the bits cost */
         fp.kv.max_distance = p->kv.max_distance;
-        fp.kv_pool_bytes = kvb_kv_seq_bytes(&fp.kv, in->n_layer, in->n_head_kv, in->head_dim, n, n, cp.chunk);
+        fp.kv_pool_bytes = kvb_model_kv_seq_bytes(m, &fp.kv, n, n, cp.chunk);
         if (full_run) st = kvb_context_init(m, &fp, &fc);
         if (st == KVB_OK && p->baseline == KVB_BASELINE_RECOMPUTE) {
             fp.chunk = KVB_MAX(B, 1);

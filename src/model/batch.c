@@ -120,7 +120,8 @@ kvb_status kvb_batch_init(const struct kvb_model *m, const struct kvb_batch_para
     if (!page) return kvb_fail(KVB_ERR_INVALID, "batch: kv.kv_dtype %s / V rows %s or kv.block_size %d does not fit head_dim %d",
                                kvb_dtype_name(p->kv.kv_dtype), kvb_dtype_name(kvb_kv_v_type(&p->kv)), (int)p->kv.block_size, (int)cp.head_dim);
     if (p->kv.layers || p->kv.n_layers)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "batch: kv.layers: per-layer KV configurations are not applied yet");
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "batch: kv.layers: %d per-layer override(s) given; the model sets its own per-layer windows",
+                        (int)p->kv.n_layers);
     struct kvb_batch *b = kvb_calloc(1, sizeof *b);
     if (!b) return kvb_fail(KVB_ERR_NOMEM, "batch: out of memory");
     b->m = m;
@@ -164,7 +165,7 @@ size_t kvb_batch_seq_min_bytes(const struct kvb_batch *b, const struct kvb_seq_p
     kv.kv_dtype = b->p.kv.kv_dtype;
     kv.kv_dtype_v = b->p.kv.kv_dtype_v;
     kv.block_size = b->p.kv.block_size;
-    return kvb_kv_seq_bytes(&kv, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, b->p.chunk);
+    return kvb_model_kv_seq_bytes(b->m, &kv, n_ctx, n_prompt, b->p.chunk); /* the model's windows at their width */
 }
 
 static size_t seq_bytes(const struct kvb_batch *b, const struct seq *s) {
@@ -223,6 +224,9 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     if (p->max_tokens < 0 || p->n_ctx < 0 || p->kv.max_distance < 0)
         return kvb_fail(KVB_ERR_INVALID, "batch_add: max_tokens, n_ctx and kv.max_distance must be >= 0");
     if (!same_layout(b, &p->kv)) return layout_mismatch(b, "batch_add", &p->kv);
+    if (p->kv.layers || p->kv.n_layers)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "batch_add: kv.layers: %d per-layer override(s) given; the model sets its own per-layer windows",
+                        (int)p->kv.n_layers);
     const int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx : in->n_ctx_train;
     if (is_full(p) && n_prompt > n_ctx)
         return kvb_fail(KVB_ERR_INVALID, "batch_add: a prompt of %d tokens exceeds n_ctx %d under policy full (use a bounded policy)",
@@ -476,6 +480,9 @@ kvb_status kvb_batch_seq_save(const struct kvb_batch *b, int32_t id, void **buf,
 
 kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *p, const void *buf, size_t len, int32_t *seq_id) {
     if (!b || !p || !buf || !seq_id) return kvb_fail(KVB_ERR_INVALID, "batch_seq_load: NULL argument");
+    if (p->kv.layers || p->kv.n_layers)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "batch_seq_load: kv.layers: %d per-layer override(s) given; the model sets its own per-layer windows",
+                        (int)p->kv.n_layers);
     const uint8_t *in8 = buf;
     const size_t head = 8 + 4 + 4 + 4 + 4 + 8;
     if (len < head + 8 + 4) return kvb_fail(KVB_ERR_CORRUPT, "session image too short (%zu bytes)", len);
@@ -514,9 +521,7 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     kvb_cache_get_params(s.cache, &cp);
     const int64_t seen = kvb_cache_n_past(s.cache, 0);
     const int64_t want_hist = seen + (last >= 0);
-    if (cp.n_layer != mi->n_layer || cp.n_kv_head != mi->n_head_kv || cp.head_dim != mi->head_dim || cp.rope.type != mi->rope_type ||
-        !kvb_model_no_rope_matches(b->m, cp.no_rope) ||
-        !same_layout(b, &cp.kv)) {
+    if (!kvb_model_cache_fits(b->m, &cp) || !same_layout(b, &cp.kv)) {
         st = kvb_fail(KVB_ERR_INVALID, "session image: its cache (%d layers, %d KV heads, %d dims, %s, blocks of %d) does not fit this model and batch",
                       (int)cp.n_layer, (int)cp.n_kv_head, (int)cp.head_dim, kvb_dtype_name(cp.kv.kv_dtype), (int)cp.kv.block_size);
     } else if (nh != want_hist) {
@@ -529,6 +534,8 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     if (st == KVB_OK && cp.kv.recall.pages > 0 && p->kv.recall.cold_dir) st = kvb_cache_set_cold_dir(s.cache, p->kv.recall.cold_dir);
     s.p = *p;
     s.p.kv = cp.kv; /* a cache's params name no cold_dir (the store keeps its copy) */
+    s.p.kv.layers = NULL; /* the model's windows, which the cache has: not the sequence's own */
+    s.p.kv.n_layers = 0;
     s.p.n_ctx = n_ctx;
     s.n_ctx = n_ctx;
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, KVB_MAX(nh, 1));

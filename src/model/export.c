@@ -95,6 +95,13 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         if (in->rope_type == KVB_ROPE_NONE) kvb_gguf_writer_bool(w, K("rope.scaling.finetuned"), false);
     }
     if (m->temp_beta != 0) kvb_gguf_writer_f32(w, K("attention.temperature_scale"), m->temp_beta);
+    if (in->sliding_window > 0) { /* gemma2/3: the windows and their RoPE base (their scale is the family's rule) */
+        kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
+        kvb_gguf_writer_u32(w, K("attention.sliding_window_pattern"), m->swa_period);
+        kvb_gguf_writer_f32(w, K("rope.freq_base_swa"), m->rope_base_swa);
+    }
+    if (m->attn_softcap != 0) kvb_gguf_writer_f32(w, K("attn_logit_softcapping"), m->attn_softcap);
+    if (m->final_softcap != 0) kvb_gguf_writer_f32(w, K("final_logit_softcapping"), m->final_softcap);
     if (m->yarn_factor) {
         kvb_gguf_writer_str(w, K("rope.scaling.type"), "yarn");
         kvb_gguf_writer_f32(w, K("rope.scaling.factor"), m->yarn_factor);
@@ -220,6 +227,14 @@ struct shape {
     float granite[4];     /* embedding, residual, attention, logit scales */
     float yarn_factor, temp_beta;
     float attn_factor;    /* rope.scaling.attn_factor (cos/sin magnitude); 0: none */
+    float rope_factor;    /* linear RoPE scaling (rope.scaling.factor); 0: none */
+    bool sandwich;        /* gemma: pre and post norms around both blocks */
+    bool no_space_prefix; /* the SentencePiece vocabulary adds no space prefix (gemma) */
+    /* gemma: window width and pattern, the window layers' RoPE base, the attention and final
+     * softcaps; 0: the family's default (gemma2: 4096, 2, its base, 50, 30; gemma3: none, 6, 10000, none, none) */
+    int32_t window;
+    uint32_t swa_period;
+    float swa_base, attn_cap, final_cap;
 };
 
 static const struct shape k_shapes[] = {
@@ -239,6 +254,14 @@ static const struct shape k_shapes[] = {
      .attn_factor = 1.15f}, /* a RoPE magnitude: NoPE layers, which have no rotation, must not get it */
     {.name = "tiny-mistral3", .arch = "mistral3", 512, 256, 2, 4, 2, 512, 8192, .head_dim = 96, .rope_base = 1000000.0f, .eps = 1e-5f,
      .orig_ctx = 8, .yarn_factor = 4.0f, .temp_beta = 0.1f}, /* an original context of 8: the temperature and the YaRN ramp both act within a test's tokens */
+    /* windows of 8 tokens, so they act within a test's prompts; D 96 != E/Hq 64; the window layers at their own base and,
+     * as gemma2 has it, the global linear scale too; softcaps small enough to bend scores and logits */
+    {.name = "tiny-gemma2", .arch = "gemma2", 512, 256, 4, 4, 2, 512, 4096, .head_dim = 96, .rope_base = 10000.0f, .eps = 1e-6f, .tied = true,
+     .sandwich = true, .no_space_prefix = true, .window = 8, .swa_period = 2, .swa_base = 1000.0f, .rope_factor = 2.0f, .attn_cap = 5.0f,
+     .final_cap = 10.0f},
+    /* windows of 8 on four layers of six (pattern 3) at base 10000 unscaled, the global ones at 1e6 with linear x8; untied; a final softcap */
+    {.name = "tiny-gemma3", .arch = "gemma3", 512, 256, 6, 4, 2, 512, 4096, .head_dim = 96, .rope_base = 1000000.0f, .eps = 1e-6f,
+     .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 8, .swa_period = 3, .rope_factor = 8.0f, .final_cap = 10.0f},
     {.name = "tinyllama-1.1b", .arch = "llama", 32000, 2048, 22, 32, 4, 5632, 2048, .rope_base = 10000.0f, .eps = 1e-5f},
     {.name = "llama-3.2-1b", .arch = "llama", 128256, 2048, 16, 32, 8, 8192, 131072, .rope_base = 500000.0f, .eps = 1e-5f, .tied = true,
      .llama3_rope = true},
@@ -253,11 +276,16 @@ static const struct shape k_shapes[] = {
     {.name = "smollm3-3b", .arch = "smollm3", 128256, 2048, 36, 16, 4, 11008, 65536, .rope_base = 5000000.0f, .eps = 1e-6f, .tied = true},
     {.name = "phi-4-mini", .arch = "phi3", 200064, 3072, 32, 24, 8, 8192, 131072, .rot = 96, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
      .longrope = true, .orig_ctx = 4096},
+    {.name = "gemma2-2b", .arch = "gemma2", 256000, 2304, 26, 8, 4, 9216, 8192, .head_dim = 256, .rope_base = 10000.0f, .eps = 1e-6f, .tied = true,
+     .sandwich = true, .no_space_prefix = true, .window = 4096, .swa_period = 2, .attn_cap = 50.0f, .final_cap = 30.0f},
+    {.name = "gemma3-1b", .arch = "gemma3", 262144, 1152, 26, 4, 1, 6912, 32768, .head_dim = 256, .rope_base = 1000000.0f, .eps = 1e-6f,
+     .tied = true, .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 512, .swa_period = 6, .swa_base = 10000.0f},
 };
 
 const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
-           "tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, phi-4-mini";
+           "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
+           "phi-4-mini, gemma2-2b, gemma3-1b";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -335,7 +363,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     snprintf(m->path, sizeof m->path, "kvbound mkmodel %s seed %llu", shape, (unsigned long long)seed);
     in->n_vocab = sh->vocab; in->n_embd = sh->dim; in->n_layer = sh->layers; in->n_head = sh->heads; in->n_head_kv = sh->kv_heads;
     in->head_dim = sh->head_dim ? sh->head_dim : sh->dim / sh->heads; in->n_ff = sh->ff; in->n_ctx_train = sh->ctx; in->rms_eps = sh->eps;
-    in->rope_base = sh->rope_base; in->rope_freq_scale = 1.0f; in->rope_dims = sh->rot ? sh->rot : in->head_dim;
+    in->rope_base = sh->rope_base; in->rope_freq_scale = sh->rope_factor ? 1.0f / sh->rope_factor : 1.0f; in->rope_dims = sh->rot ? sh->rot : in->head_dim;
     in->tied_output = sh->tied;
     in->has_qkv_bias = sh->bias;
     if (sh->granite[0] != 0) {
@@ -350,8 +378,13 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         m->temp_floor = m->rope_orig_ctx;
     }
     bool fused_up = false;
-    kvb_status st = kvb_family_traits(m, &fused_up); /* rope layout, q/k norm span, NoPE layers: the family's */
+    kvb_status st = kvb_family_traits(m, &fused_up); /* rope layout, q/k norm span, NoPE layers, Gemma's scales and defaults: the family's */
+    if (st == KVB_OK && sh->window) st = kvb_family_windows(m, sh->window, sh->swa_period ? sh->swa_period : m->swa_period);
+    if (sh->swa_base) m->rope_base_swa = sh->swa_base;
+    if (sh->attn_cap) m->attn_softcap = sh->attn_cap;
+    if (sh->final_cap) m->final_softcap = sh->final_cap;
     if (st == KVB_OK) st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
+    if (st == KVB_OK && sh->no_space_prefix && !vocab_path) m->vocab->add_space_prefix = false;
     if (st == KVB_OK) in->n_vocab = m->vocab->n; /* a real vocabulary sets the embedding rows */
     const int64_t E = sh->dim, D = in->head_dim, F = sh->ff, V = in->n_vocab, QD = (int64_t)sh->heads * D, KD = (int64_t)sh->kv_heads * D;
     if (st == KVB_OK) st = rand_mat(o, &m->tok_embd, E, V);
@@ -387,10 +420,11 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     if (m->layers) kvb_layers_neutral(m->layers, sh->layers);
     for (int32_t l = 0; st == KVB_OK && l < sh->layers; l++) {
         struct kvb_layer *L = &m->layers[l];
-        if (sh->post_norms) {
+        if (sh->post_norms || sh->sandwich) {
             L->post_attn_norm = const_vec(o, E, 1.0f, true);
             L->post_ffn_norm = const_vec(o, E, 1.0f, true);
-        } else {
+        }
+        if (!sh->post_norms) {
             L->attn_norm = const_vec(o, E, 1.0f, true);
             L->ffn_norm = const_vec(o, E, 1.0f, true);
         }

@@ -5,17 +5,25 @@
  * must carry, may carry or must not carry (k_slots names them), and the few
  * traits that change the arithmetic (q/k norms over the whole projection,
  * Granite's multipliers, the Mistral 3 query temperature, LongRoPE, partial
- * rotary). Everything else is the one forward pass of forward.c, which runs
- * a step when its weights are present. Adding a family is a row here, its
- * keys in load_family_keys when it has its own, and a shape in export.c.
+ * rotary, Gemma's GeGLU, embedding scale, softcaps and sliding-window layers).
+ * Everything else is the one forward pass of forward.c, which runs a step
+ * when its weights are present. Adding a family is a row here, its keys in
+ * load_family_keys when it has its own, and a shape in export.c.
  *
  * Keys are read as llama.cpp reads them (docs: llama.cpp's load_hparams and
  * the per-architecture loaders): missing or zero means unset, so
  * rope.scaling.factor 0 is no scaling. A key that changes the math and that
- * this engine does not implement (sliding-window layers, experts, per-layer
- * head counts, an unknown RoPE scaling type) is refused by name. Every
+ * this engine does not implement (sliding-window layers outside gemma2/3,
+ * experts, per-layer head counts, an unknown RoPE scaling type) is refused by
+ * name. Every
  * tensor of the file must be bound: one the family does not use is refused
  * by name, never ignored (llama.cpp refuses such files too).
+ *
+ * Sliding-window layers (gemma2, gemma3) are data too: the family row gives
+ * the keys' defaults (window, pattern, the window layers' RoPE base and
+ * whether they keep the linear scale, the softcaps), load_gemma reads the keys
+ * as llama.cpp's loaders do, and the model hands the cache one window policy
+ * per such layer (kvb_model_cache_params): the cache makes them exact.
  *
  * YaRN becomes data: its ramp mixes interpolated and extrapolated angles per
  * rotary pair, theta_i = theta_e,i * (s (1 - mix_i) + mix_i), which is a
@@ -57,33 +65,56 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_FFN_SCALES 2048u /* llama.cpp's graph applies the FFN's .scale tensors (llama, qwen3; the others load them unused) */
 #define F_NO_QKV_SCALES 4096u /* its graph applies no q/k/v .scale (olmo2) */
 #define F_NOPE4 8192u      /* every fourth layer ((l + 1) % 4 == 0) has no RoPE (smollm3; llama.cpp hard-codes the step) */
+#define F_TIED_ALWAYS 16384u /* output is token_embd, always: output.weight is refused (gemma2; llama.cpp never looks it up) */
+
+/* Gemma's arithmetic beyond the slots (GeGLU with tanh GELU, embeddings x sqrt(E) in f32, the
+ * query scale) and its sliding-window layers and softcaps, as llama.cpp's loader for the family
+ * reads them (load_gemma). */
+struct gemma_rule {
+    uint32_t window;       /* attention.sliding_window's default; 0: window layers only when the key is > 0 */
+    uint32_t period;       /* attention.sliding_window_pattern's default (an array there is ignored, as llama.cpp) */
+    float base;            /* rope.freq_base_swa's default; 0: rope.freq_base */
+    bool scaled;           /* the window layers keep the file's linear RoPE scale (gemma2); else unscaled (gemma3) */
+    float attn_cap;        /* attn_logit_softcapping's default, always applied; 0: none (the key is not read) */
+    float final_cap;       /* final_logit_softcapping's default, always applied; 0: only when the key is there and nonzero */
+    int32_t wide_q_layers; /* at this layer count the query scale is 1/sqrt(E/Hq) (the 27B), else 1/sqrt(D) */
+};
+/* gemma2: every other layer a window of 4096 at the global RoPE; softcaps 50 and 30 always on */
+static const struct gemma_rule k_gemma2 = {4096, 2, 0, true, 50.0f, 30.0f, 46};
+/* gemma3 (text): windows only with the key, five layers of six, at base 10000 unscaled; no attention softcap */
+static const struct gemma_rule k_gemma3 = {0, 6, 10000.0f, false, 0, 0, 62};
 
 struct family {
     const char *arch;
     enum kvb_rope_type rope;
     uint32_t traits;
     uint8_t need[S_COUNT];
+    const struct gemma_rule *gemma; /* Gemma's arithmetic and windows, or NULL */
 };
 
 /* need[]: the order of enum slot */
 #define LLAMA_ATTN REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ
 #define PLAIN_FFN REQ, REQ, REQ, REQ
 static const struct family k_families[] = {
-    {"llama", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_FFN_SCALES, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
-    {"qwen2", KVB_ROPE_NEOX, F_OUTPUT_BIAS, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
-    {"qwen3", KVB_ROPE_NEOX, F_CLS_HEAD | F_FFN_SCALES, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
-    {"granite", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
-    {"mistral3", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_TEMP, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}},
-    {"smollm3", KVB_ROPE_INTERLEAVED, F_NOPE4, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}},
+    {"llama", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_FFN_SCALES, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL},
+    {"qwen2", KVB_ROPE_NEOX, F_OUTPUT_BIAS, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL},
+    {"qwen3", KVB_ROPE_NEOX, F_CLS_HEAD | F_FFN_SCALES, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL},
+    {"granite", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL},
+    {"mistral3", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_TEMP, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL},
+    {"smollm3", KVB_ROPE_INTERLEAVED, F_NOPE4, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL},
     {"olmo2", KVB_ROPE_NEOX, F_QK_WHOLE | F_OUTPUT_REQ | F_NO_QKV_SCALES,
-     {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}},
+     {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}, NULL},
     {"phi3", KVB_ROPE_NEOX, F_FUSED_UP | F_PARTIAL_ROT | F_LONGROPE | F_SWA_IGNORED,
-     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, NO, NO, REQ, NO, REQ, REQ, NO, NO, NO, NO}},
+     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, NO, NO, REQ, NO, REQ, REQ, NO, NO, NO, NO}, NULL},
+    /* pre and post norms around both blocks; output always tied */
+    {"gemma2", KVB_ROPE_NEOX, F_TIED_ALWAYS, {LLAMA_ATTN, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma2},
+    /* as gemma2 with q/k norms per head, and output.weight allowed */
+    {"gemma3", KVB_ROPE_NEOX, 0, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma3},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
-const char *kvb_family_names(void) { return "llama, qwen2, qwen3, granite, mistral3, smollm3, olmo2, phi3"; }
+const char *kvb_family_names(void) { return "llama, qwen2, qwen3, granite, mistral3, smollm3, olmo2, phi3, gemma2, gemma3"; }
 
 static const struct family *find_family(struct gguf_str a) {
     for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
@@ -97,7 +128,9 @@ void kvb_model_neutral(struct kvb_model *m) {
     m->act = KVB_FFN_SILU;
     m->qk_norm_whole = false;
     m->embd_scale = m->residual_scale = m->q_scale = m->rope_mscale = m->logit_scale = m->output_scale = 1.0f;
-    m->final_softcap = 0;
+    m->final_softcap = m->attn_softcap = 0;
+    m->rope_base_swa = 0;
+    m->rope_freq_scale_swa = 1.0f;
     m->temp_beta = 0;
     m->temp_floor = 0;
 }
@@ -127,10 +160,50 @@ void kvb_layers_neutral(struct kvb_layer *layers, int32_t n) {
 kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up) {
     const struct family *fam = family_of(m->info.arch);
     if (!fam) return kvb_fail(KVB_ERR_UNSUPPORTED, "architecture '%s' is not supported (%s)", m->info.arch, kvb_family_names());
-    m->info.rope_type = fam->rope;
+    struct kvb_model_info *in = &m->info;
+    in->rope_type = fam->rope;
     m->qk_norm_whole = (fam->traits & F_QK_WHOLE) != 0;
     if (fused_up) *fused_up = (fam->traits & F_FUSED_UP) != 0;
+    if (fam->gemma) {
+        m->act = KVB_FFN_GELU_TANH;
+        m->embd_scale = sqrtf((float)in->n_embd);
+        /* the query scale (q *= f, scores unscaled): 1/sqrt(E/Hq) for the 27B, by its layer count
+         * (E/Hq in integers, as llama.cpp), else 1/sqrt(D); the cache scales by 1/sqrt(D) itself */
+        const float f = in->n_layer == fam->gemma->wide_q_layers ? 1.0f / sqrtf((float)(in->n_embd / in->n_head))
+                                                                  : 1.0f / sqrtf((float)in->head_dim);
+        m->q_scale = f * sqrtf((float)in->head_dim);
+        /* the keys' defaults (the loader reads the keys over them, load_gemma) */
+        m->attn_softcap = fam->gemma->attn_cap;
+        m->final_softcap = fam->gemma->final_cap;
+        m->rope_base_swa = fam->gemma->base ? fam->gemma->base : in->rope_base;
+        m->rope_freq_scale_swa = fam->gemma->scaled ? in->rope_freq_scale : 1.0f;
+        kvb_status st = kvb_family_windows(m, (int32_t)fam->gemma->window, fam->gemma->period);
+        if (st != KVB_OK) return st;
+    }
     return fam->traits & F_NOPE4 ? family_nope4(m) : KVB_OK;
+}
+
+kvb_status kvb_family_windows(struct kvb_model *m, int32_t window, uint32_t period) {
+    struct kvb_model_info *in = &m->info;
+    kvb_free(m->swa_layers);
+    m->swa_layers = NULL;
+    in->sliding_window = in->n_swa_layers = 0;
+    m->swa_period = period;
+    if (window <= 0) return KVB_OK;
+    int32_t n = 0;
+    for (int32_t l = 0; l < in->n_layer; l++) n += period == 0 || (uint32_t)l % period < period - 1;
+    in->sliding_window = window;
+    if (!n) return KVB_OK;
+    if (!(m->swa_layers = kvb_calloc((size_t)n, sizeof *m->swa_layers))) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int32_t l = 0; l < in->n_layer; l++)
+        if (period == 0 || (uint32_t)l % period < period - 1) {
+            struct kvb_kv_layer *w = &m->swa_layers[in->n_swa_layers++];
+            w->layer = l;
+            w->policy = kvb_policy_default_params(KVB_POLICY_WINDOW);
+            w->policy.n_sink = 0;
+            w->policy.budget = window;
+        }
+    return KVB_OK;
 }
 
 /* ---- keys ---- */
@@ -259,7 +332,7 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     if (in->rope_dims != in->head_dim && !(fam->traits & F_PARTIAL_ROT))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.dimension_count' = %d differs from the head size %d, which '%s' does not allow",
                         k->f->path, k->arch, in->rope_dims, in->head_dim, k->arch);
-    if (!(fam->traits & F_SWA_IGNORED) && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
+    if (!(fam->traits & F_SWA_IGNORED) && !fam->gemma && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: sliding-window layers are not supported for '%s' yet", k->f->path, k->key, v, k->arch);
     else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
     return KVB_OK;
@@ -315,9 +388,78 @@ static kvb_status load_rope(struct keys *k, const struct family *fam, struct kvb
     return KVB_OK;
 }
 
+/* A key of the window layers' own head shape (llama.cpp reads them for every
+ * architecture): kvbound's window layers have the global layers' shape. */
+static kvb_status same_as(struct keys *k, const char *suffix, int32_t want, const char *what) {
+    uint32_t v;
+    kvb_status st = opt_u32(k, suffix, &v, 0, 1u << 20);
+    if (st == KVB_ERR_INVALID) return KVB_OK;
+    if (st != KVB_OK) return st;
+    if ((int32_t)v != want)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u differs from the %s %d; kvbound needs window layers of the global layers' shape",
+                        k->f->path, k->key, v, what, (int)want);
+    return KVB_OK;
+}
+
+/* Gemma (the family's gemma_rule): the sliding-window layers, their RoPE and
+ * the softcaps, as llama.cpp's gemma2/gemma3 loaders read them; GeGLU, the
+ * embedding and query scales are the family's traits (kvb_family_traits). */
+static kvb_status load_gemma(struct keys *k, const struct family *fam, struct kvb_model *m) {
+    const struct gemma_rule *g = fam->gemma;
+    struct kvb_model_info *in = &m->info;
+    kvb_status st;
+    if (m->yarn_factor)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.scaling.type' = 'yarn' is not supported for '%s' (its window layers rotate at their own scale)",
+                        k->f->path, k->arch, k->arch);
+    uint32_t window = g->window, period = g->period, v;
+    if ((st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK) window = v;
+    else if (st != KVB_ERR_INVALID) return st;
+    if (g->window && !window) /* llama.cpp would mask every key of the window layers */
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = 0: '%s' always has sliding-window layers, and a window of 0 tokens sees nothing", k->f->path,
+                        k->key, k->arch);
+    if (window) {
+        const struct gguf_kv *kv = kvb_gguf_find(k->f, K(k, "attention.sliding_window_pattern"));
+        if (kv && kv->type == GGUF_T_ARRAY) /* llama.cpp reads the pattern as one u32 and ignores an array */
+            kvb_logf(KVB_LOG_WARN, "%s: key '%s' is a per-layer array, which llama.cpp ignores; the default pattern %u is used, as there", k->f->path,
+                     k->key, period);
+        else if (kv && (st = kvb_gguf_get_u32(k->f, k->key, &period, true)) != KVB_OK) return st;
+        if ((st = kvb_family_windows(m, (int32_t)window, period)) != KVB_OK) return st;
+        m->rope_base_swa = g->base ? g->base : in->rope_base;
+        if ((st = opt_f32(k, "rope.freq_base_swa", &m->rope_base_swa)) != KVB_OK) return st;
+        if (!(m->rope_base_swa > 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g must be > 1", k->f->path, k->key, (double)m->rope_base_swa);
+        m->rope_freq_scale_swa = g->scaled ? in->rope_freq_scale : 1.0f;
+        struct gguf_str t;
+        float factor = 0;
+        if (g->scaled && in->n_swa_layers && kvb_gguf_get_str(k->f, K(k, "rope.scaling.type"), &t, false) == KVB_OK && kvb_gguf_str_eq(t, "none") &&
+            ((st = opt_f32(k, "rope.scaling.factor", &factor)) != KVB_OK || factor != 0 ||
+             (st = opt_f32(k, "rope.scale_linear", &factor)) != KVB_OK || factor != 0)) /* llama.cpp: none unscales the global layers only */
+            return st != KVB_OK ? st
+                                : kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.scaling.type' = 'none' beside a scaling factor: llama.cpp would scale "
+                                                                "'%s''s window layers by it and not the global ones; refused as ambiguous",
+                                           k->f->path, k->arch, k->arch);
+        if (in->n_swa_layers && ((st = same_as(k, "attention.key_length_swa", in->head_dim, "key length")) != KVB_OK ||
+                                 (st = same_as(k, "attention.value_length_swa", in->head_dim, "value length")) != KVB_OK ||
+                                 (st = same_as(k, "rope.dimension_count_swa", in->rope_dims, "rotary dims")) != KVB_OK))
+            return st;
+    }
+    if (g->attn_cap) { /* always on; the key may change it */
+        float c = g->attn_cap;
+        if ((st = opt_f32(k, "attn_logit_softcapping", &c)) != KVB_OK) return st;
+        if (c == 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = 0: '%s' always caps attention scores, and a cap of 0 divides by zero", k->f->path, k->key, k->arch);
+        m->attn_softcap = fabsf(c); /* c tanh(s / c) is even in c */
+    } /* else (gemma3) the key is not read, as llama.cpp, whose converter asserts it is absent */
+    float c = g->final_cap;
+    if ((st = opt_f32(k, "final_logit_softcapping", &c)) != KVB_OK) return st;
+    if (g->final_cap && c == 0)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = 0: '%s' always caps the logits, and a cap of 0 divides by zero", k->f->path, k->key, k->arch);
+    m->final_softcap = fabsf(c); /* 0 (gemma3 without the key): off */
+    return KVB_OK;
+}
+
 /* Family keys beyond the shape and RoPE. */
 static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
     kvb_status st;
+    if (fam->gemma && (st = load_gemma(k, fam, m)) != KVB_OK) return st;
     if (fam->traits & F_GRANITE) {
         float emb = 0, res = 0, att = 0, logit = 0;
         if ((st = opt_f32(k, "embedding_scale", &emb)) != KVB_OK) return st;
@@ -502,7 +644,11 @@ static kvb_status bind_globals(struct binder *b, const struct family *fam, struc
     kvb_status st;
     if ((st = bind_mat(b, "token_embd.weight", E, V, REQ, &m->tok_embd)) != KVB_OK) return st;
     if ((st = bind_vec(b, "output_norm.weight", E, REQ, &m->output_norm)) != KVB_OK) return st;
-    if ((st = bind_mat(b, "output.weight", E, V, fam->traits & F_OUTPUT_REQ ? REQ : OPT, &m->output)) != KVB_OK) return st;
+    if ((fam->traits & F_TIED_ALWAYS) && kvb_gguf_find_tensor(b->f, "output.weight"))
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor 'output.weight': '%s' ties its output to token_embd.weight always (llama.cpp never reads "
+                                             "output.weight and refuses the file)", b->f->path, b->arch);
+    if ((st = bind_mat(b, "output.weight", E, V, fam->traits & F_OUTPUT_REQ ? REQ : fam->traits & F_TIED_ALWAYS ? NO : OPT, &m->output)) != KVB_OK)
+        return st;
     in->tied_output = !m->output.data;
     if (in->tied_output) m->output = m->tok_embd;
     if ((st = bind_vec(b, "output.bias", V, fam->traits & F_OUTPUT_BIAS ? OPT : NO, &m->output_bias)) != KVB_OK) return st;
@@ -561,7 +707,12 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)in->n_layer, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
     for (int32_t l = 0; st == KVB_OK && l < in->n_layer; l++) st = bind_layer(&b, fam, m, l, &m->layers[l]);
     for (uint64_t i = 0; st == KVB_OK && i < f->n_tensors; i++)
-        if (!b.used[i])
+        if (!b.used[i] && fam->gemma && f->tensors[i].name.n > 8 &&
+            (!memcmp(f->tensors[i].name.p, "dense_2.", 8) || !memcmp(f->tensors[i].name.p, "dense_3.", 8)))
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%.*s' is EmbeddingGemma's sentence-embedding projection (embeddings only, never "
+                                               "generation), which kvbound does not implement; llama.cpp's '%s' refuses it too",
+                          f->path, (int)KVB_MIN(f->tensors[i].name.n, (uint64_t)96), f->tensors[i].name.p, fam->arch);
+        else if (!b.used[i])
             st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%.*s' is not used by architecture '%s'; kvbound refuses a file it would compute "
                                                "without it (as llama.cpp does)",
                           f->path, (int)KVB_MIN(f->tensors[i].name.n, (uint64_t)96), f->tensors[i].name.p, fam->arch);
@@ -596,9 +747,18 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (L && (L->post_attn_norm || L->post_ffn_norm)) ADD("post norms");
     if (m->output_bias) ADD("output bias");
     if (m->act == KVB_FFN_GELU_TANH) ADD("GeGLU");
-    if (m->embd_scale != 1.0f || m->residual_scale != 1.0f || m->q_scale != 1.0f || m->logit_scale != 1.0f)
-        ADD("scales: embedding %g, residual %g, attention %g, logits 1/%g", (double)m->embd_scale, (double)m->residual_scale,
-            (double)(m->q_scale / sqrtf((float)m->info.head_dim)), (double)m->logit_scale);
+    if (m->embd_scale != 1.0f || m->residual_scale != 1.0f || m->q_scale != 1.0f || m->logit_scale != 1.0f) { /* those not neutral */
+        char sc[128];
+        size_t k = 0;
+        sc[0] = 0;
+#define SC(cond, ...) do { if ((cond) && k < sizeof sc) { int w_ = snprintf(sc + k, sizeof sc - k, __VA_ARGS__); if (w_ > 0) k += (size_t)w_; } } while (0)
+        SC(m->embd_scale != 1.0f, "%sembedding %g", k ? ", " : "", (double)m->embd_scale);
+        SC(m->residual_scale != 1.0f, "%sresidual %g", k ? ", " : "", (double)m->residual_scale);
+        SC(m->q_scale != 1.0f, "%sattention %g", k ? ", " : "", (double)(m->q_scale / sqrtf((float)m->info.head_dim)));
+        SC(m->logit_scale != 1.0f, "%slogits 1/%g", k ? ", " : "", (double)m->logit_scale);
+#undef SC
+        ADD("scales: %s", sc);
+    }
     if (m->info.rope_type == KVB_ROPE_NONE) ADD("no RoPE");
     int32_t nope = 0;
     for (int32_t l = 0; m->no_rope && l < m->info.n_layer; l++) nope += m->no_rope[l];
@@ -608,7 +768,14 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (m->rope_freqs_long) ADD("LongRoPE, long factors past %d", m->rope_orig_ctx);
     if (m->rope_mscale != 1.0f) ADD("RoPE magnitude %g", (double)m->rope_mscale);
     if (m->temp_beta != 0) ADD("query temperature %g per %d", (double)m->temp_beta, m->temp_floor);
+    if (m->attn_softcap != 0) ADD("attention softcap %g", (double)m->attn_softcap);
     if (m->final_softcap != 0) ADD("final softcap %g", (double)m->final_softcap);
+    if (m->info.sliding_window > 0) {
+        const bool same = m->rope_base_swa == m->info.rope_base && m->rope_freq_scale_swa == m->info.rope_freq_scale;
+        if (same) ADD("window %d on %d of %d layers", (int)m->info.sliding_window, (int)m->info.n_swa_layers, (int)m->info.n_layer);
+        else ADD("window %d on %d of %d layers (RoPE base %g, scale %g)", (int)m->info.sliding_window, (int)m->info.n_swa_layers, (int)m->info.n_layer,
+                 (double)m->rope_base_swa, (double)m->rope_freq_scale_swa);
+    }
 #undef ADD
 }
 

@@ -12,7 +12,10 @@
  *              x += (silu(xb Wg^T) * (xb Wu^T)) Wd^T
  *   logits = rmsnorm(x) * output_norm, then Wout.
  * The cache sees q and k before RoPE and owns positions (original or
- * contiguous). Logits are computed only for the tokens asked for.
+ * contiguous). Logits are computed only for the tokens asked for. The other
+ * families' steps (biases, q/k norms, post norms, GeGLU, scales, softcaps)
+ * run when the model has them; sliding-window layers, their RoPE and the
+ * attention softcap are the cache's, from kvb_model_cache_params.
  *
  * kvb_context_prompt is the one place where an engine path ends a prompt:
  * every chunk goes through prefill (a one-token tail too), then
@@ -116,13 +119,36 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     cp.no_rope = m->no_rope;
     cp.kv = *kv;
     if (cp.kv.max_distance == 0) cp.kv.max_distance = in->n_ctx_train; /* KVB_POS_CAPPED (lminfinite) */
+    /* the model's sliding-window layers (gemma2/3): each its exact window, at its own RoPE */
+    cp.kv.layers = m->swa_layers;
+    cp.kv.n_layers = m->swa_layers ? in->n_swa_layers : 0;
+    if (m->swa_layers) cp.rope_swa = (struct kvb_rope){in->rope_type, in->rope_dims, m->rope_base_swa, m->rope_freq_scale_swa, NULL};
+    cp.attn_softcap = m->attn_softcap;
     return cp;
+}
+
+bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_params *p) {
+    const struct kvb_model_info *in = &m->info;
+    if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->rope.type != in->rope_type ||
+        !kvb_model_no_rope_matches(m, p->no_rope) || p->attn_softcap != m->attn_softcap)
+        return false;
+    const int32_t n = m->swa_layers ? in->n_swa_layers : 0;
+    if (p->kv.n_layers != n || (n && !p->kv.layers)) return false;
+    for (int32_t i = 0; i < n; i++) {
+        const struct kvb_kv_layer *a = &p->kv.layers[i], *b = &m->swa_layers[i];
+        if (a->layer != b->layer || a->policy.id != b->policy.id || a->policy.budget != b->policy.budget || a->policy.n_sink != b->policy.n_sink)
+            return false;
+    }
+    return !n || (p->rope_swa.base == m->rope_base_swa && p->rope_swa.freq_scale == m->rope_freq_scale_swa);
 }
 
 size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_params *kv, int64_t n_ctx, int64_t n_prompt, int32_t chunk) {
     if (!m || !kv) return 0;
     const struct kvb_model_info *in = &m->info;
-    return kvb_kv_seq_bytes(kv, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
+    struct kvb_kv_params k = *kv; /* the model's windows, not the caller's */
+    k.layers = m->swa_layers;
+    k.n_layers = m->swa_layers ? in->n_swa_layers : 0;
+    return kvb_kv_seq_bytes(&k, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
 }
 
 kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_params *params, struct kvb_context **out) {
@@ -131,6 +157,9 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
     if (params->n_threads < 1 || params->n_threads > 1024) return kvb_fail(KVB_ERR_INVALID, "context: n_threads must be in 1..1024, got %d", (int)params->n_threads);
     if (params->n_ctx < 0) return kvb_fail(KVB_ERR_INVALID, "context: n_ctx must be >= 0");
     if (params->kv.max_distance < 0) return kvb_fail(KVB_ERR_INVALID, "context: kv.max_distance must be >= 0");
+    if (params->kv.layers || params->kv.n_layers)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "context: kv.layers: %d per-layer override(s) given; the model sets its own per-layer windows",
+                        (int)params->kv.n_layers);
     const struct kvb_model_info *in = &m->info;
     struct kvb_context *c = kvb_calloc(1, sizeof *c);
     if (!c) return kvb_fail(KVB_ERR_NOMEM, "context: out of memory");
@@ -179,11 +208,11 @@ kvb_status kvb_context_load(struct kvb_context *c, const char *path) {
     kvb_cache_get_params(nc, &saved);
     const struct kvb_cache_params *p = &saved;
     const struct kvb_model_info *in = &c->m->info;
-    if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->rope.type != in->rope_type ||
-        !kvb_model_no_rope_matches(c->m, p->no_rope)) {
+    if (!kvb_model_cache_fits(c->m, p)) {
         kvb_cache_free(nc);
-        return kvb_fail(KVB_ERR_INVALID, "%s: the saved cache (%d layers, %d KV heads, %d dims) does not fit this model (%d, %d, %d)", path,
-                        (int)p->n_layer, (int)p->n_kv_head, (int)p->head_dim, (int)in->n_layer, (int)in->n_head_kv, (int)in->head_dim);
+        return kvb_fail(KVB_ERR_INVALID, "%s: the saved cache (%d layers, %d KV heads, %d dims, %d window layers) does not fit this model (%d, %d, %d, %d)",
+                        path, (int)p->n_layer, (int)p->n_kv_head, (int)p->head_dim, (int)p->kv.n_layers, (int)in->n_layer, (int)in->n_head_kv,
+                        (int)in->head_dim, (int)(c->m->swa_layers ? in->n_swa_layers : 0));
     }
     /* a cache with recall comes back with its cold tier in memory: beyond
      * it, this context's cold directory, as for the cache it replaces */
@@ -314,7 +343,61 @@ static void residual(const struct kvb_model *m, float *x, float *y, const float 
     }
 }
 
-static float gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x))); }
+/* The gated activations, g = act(g) * u over n values, in blocks through
+ * the kernel family's vexp (ref: expf) and split over the pool's threads
+ * when there is enough work (elementwise: a value's bits do not depend on
+ * the split, so batch equals single):
+ *   SiLU       g / (1 + e^-g)
+ *   GELU-tanh  0.5 g (1 + tanh(k (g + 0.044715 g^3))) = g e / (1 + e),
+ *              e = e^(2 k (g + 0.044715 g^3)), k = sqrt(2 / pi)
+ * vexp clamps its argument (no inf), so both stay finite for any g. */
+struct glu_job {
+    const struct kvb_kernels *kr;
+    bool gelu;
+    float *g;
+    const float *u;
+    size_t n;
+};
+
+static void glu_worker(int32_t ith, int32_t nth, void *arg) {
+    const struct glu_job *j = arg;
+    const size_t per = (j->n + (size_t)nth - 1) / (size_t)nth, a = per * (size_t)ith, b = KVB_MIN(j->n, a + per);
+    float e[256];
+    for (size_t i = a; i < b; i += 256) {
+        const int32_t m = (int32_t)KVB_MIN((size_t)256, b - i);
+        float *g = j->g + i;
+        const float *u = j->u + i;
+        if (j->gelu)
+            for (int32_t k = 0; k < m; k++) e[k] = 1.5957691216057308f * (g[k] + 0.044715f * g[k] * g[k] * g[k]);
+        else
+            for (int32_t k = 0; k < m; k++) e[k] = -g[k];
+        j->kr->vexp(e, m);
+        if (j->gelu)
+            for (int32_t k = 0; k < m; k++) g[k] = g[k] * (e[k] / (1.0f + e[k])) * u[k];
+        else
+            for (int32_t k = 0; k < m; k++) g[k] = g[k] / (1.0f + e[k]) * u[k];
+    }
+}
+
+static void gated_activation(struct kvb_threadpool *tp, bool gelu, float *g, const float *u, size_t n) {
+    struct glu_job j = {kvb_kernels(), gelu, g, u, n};
+    kvb_threadpool_run(n >= 16384 ? tp : NULL, glu_worker, &j); /* below: waking the pool costs more */
+}
+
+/* y = cap * tanh(y / cap) over n values, tanh(z) = (e - 1) / (e + 1) with
+ * e = e^(2z) from the kernel family's vexp in blocks (a clamped argument:
+ * +-cap at the extremes, never NaN). */
+static void softcap_row(float *y, int64_t n, float cap) {
+    const struct kvb_kernels *kr = kvb_kernels();
+    const float k = 2.0f / cap;
+    float e[256];
+    for (int64_t i = 0; i < n; i += 256) {
+        const int32_t m = (int32_t)KVB_MIN((int64_t)256, n - i);
+        for (int32_t j = 0; j < m; j++) e[j] = y[i + j] * k;
+        kr->vexp(e, m);
+        for (int32_t j = 0; j < m; j++) y[i + j] = cap * ((e[j] - 1.0f) / (e[j] + 1.0f));
+    }
+}
 
 /* The output's scale and bias, Granite's logit scale and the final softcap on n rows. */
 static void finish_logits(const struct kvb_model *m, float *lg, int64_t rows) {
@@ -329,7 +412,7 @@ static void finish_logits(const struct kvb_model *m, float *lg, int64_t rows) {
         if (m->logit_scale != 1.0f)
             for (int64_t i = 0; i < V; i++) y[i] /= m->logit_scale;
         if (m->final_softcap != 0)
-            for (int64_t i = 0; i < V; i++) y[i] = m->final_softcap * tanhf(y[i] / m->final_softcap);
+            softcap_row(y, V, m->final_softcap);
     }
 }
 
@@ -386,13 +469,7 @@ static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, stru
     add_bias(f->hu, R, F, L->b_up);
     scale_rows(f->hg, R, F, L->s_gate);
     scale_rows(f->hu, R, F, L->s_up);
-    if (m->act == KVB_FFN_GELU_TANH)
-        for (size_t i = 0; i < (size_t)R * F; i++) f->hg[i] = gelu_tanh(f->hg[i]) * f->hu[i];
-    else
-        for (size_t i = 0; i < (size_t)R * F; i++) {
-            const float g = f->hg[i];
-            f->hg[i] = g / (1.0f + expf(-g)) * f->hu[i];
-        }
+    gated_activation(tp, m->act == KVB_FFN_GELU_TANH, f->hg, f->hu, (size_t)R * F);
     mm(tp, f, &L->w_down, f->hg, F, f->tmp, E, seg, n_seg, n_dec);
     add_bias(f->tmp, R, E, L->b_down);
     scale_rows(f->tmp, R, E, L->s_down);

@@ -66,6 +66,12 @@ struct kvb_model {
     int32_t rope_orig_ctx;       /* LongRoPE: contexts above it use rope_freqs_long */
     float logit_scale;           /* logits divided (granite); 1 */
     float final_softcap;         /* logits = c * tanh(logits / c); 0: off */
+    float attn_softcap;          /* attention scores s = c * tanh(s / c) before the mask (gemma2); 0: off */
+    /* sliding-window layers (gemma2/3): swa_layers[info.n_swa_layers], the cache's per-layer
+     * windows (policy window, no sinks, budget info.sliding_window), or NULL; their RoPE */
+    struct kvb_kv_layer *swa_layers;
+    uint32_t swa_period;         /* the pattern they came from: l % period < period - 1 (0: every layer) */
+    float rope_base_swa, rope_freq_scale_swa;
     float temp_beta;             /* mistral3: q *= 1 + beta * ln(1 + floor(pos / temp_floor)); 0: off */
     int32_t temp_floor;
     bool cls_head;               /* qwen3: a reranker's classifier is in the file (bound, unused) */
@@ -102,9 +108,17 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap);
 bool kvb_model_no_rope_matches(const struct kvb_model *m, const uint8_t *no_rope);
 /* The traits of m's family (by m->info.arch) that are not in its file: the
  * RoPE layout, q/k norms over the whole projection, NoPE layers (SmolLM3's
- * every fourth), and, in *fused_up (may be NULL), whether ffn_up holds the
- * gate rows too (phi3). The loader and mkmodel both take them from here. */
+ * every fourth), Gemma's GeGLU, embedding scale sqrt(E) and query scale
+ * (from the shape: call it once the shape and rope_freq_scale are set), the
+ * defaults of Gemma's keys (softcaps, windows and their RoPE), and, in
+ * *fused_up (may be NULL), whether ffn_up holds the gate rows too (phi3).
+ * The loader and mkmodel both take them from here. */
 kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up);
+/* The sliding-window layers of a window of `window` tokens and pattern
+ * `period` (layer l is one iff l % period < period - 1; period 0: every
+ * layer), as llama.cpp's set_swa_pattern: m->swa_layers, swa_period and the
+ * info's sliding_window and n_swa_layers. window 0: none. */
+kvb_status kvb_family_windows(struct kvb_model *m, int32_t window, uint32_t period);
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put
@@ -123,6 +137,9 @@ kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, 
  * n_ctx, the context it is made for, picks LongRoPE's long divisors when it
  * exceeds the original context (as llama.cpp picks them, once). */
 struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_kv_params *kv, size_t pool_bytes, int64_t n_ctx);
+/* Whether a cache made with p (a loaded image's) is one of m's: geometry,
+ * RoPE, NoPE layers, sliding-window layers and their RoPE, softcap. */
+bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_params *p);
 
 /* ---- the forward pass over rows of many sequences (forward.c) ---- */
 

@@ -80,12 +80,17 @@ static void apply_limits(float *s, const int32_t *limit, const int32_t *first, i
     }
 }
 
-/* Gemma 2's attention softcap: s = cap * tanh(s * (1 / cap)), as ggml
- * scales, takes tanh and scales back, over the tile's nt scores per row. */
-static void apply_softcap(float *s, int32_t n_rows, int32_t nt, float cap) {
-    const float inv = 1.0f / cap;
-    for (int32_t r = 0; r < n_rows; r++)
-        for (int32_t t = 0; t < nt; t++) s[r * KVB_ATTN_TILE + t] = cap * tanhf(s[r * KVB_ATTN_TILE + t] * inv);
+/* Gemma 2's attention softcap: s = cap * tanh(s / cap) over the tile's nt
+ * scores per row, tanh(z) = (e - 1) / (e + 1) with e = e^(2z) from the
+ * family's vexp (clamped: +-cap at the extremes). */
+static void apply_softcap(const struct kvb_kernels *kr, float *s, int32_t n_rows, int32_t nt, float cap) {
+    const float k = 2.0f / cap;
+    for (int32_t r = 0; r < n_rows; r++) {
+        float *sr = s + r * KVB_ATTN_TILE, e[KVB_ATTN_TILE];
+        for (int32_t t = 0; t < nt; t++) e[t] = sr[t] * k;
+        kr->vexp(e, nt);
+        for (int32_t t = 0; t < nt; t++) sr[t] = cap * ((e[t] - 1.0f) / (e[t] + 1.0f));
+    }
 }
 
 /* Each row's max and sum over its nt scores, in t order exactly as a plain
@@ -156,7 +161,7 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
         }
         if (i8) kr->scores_i8(v, &qq, R, jt, nt, s);
         else kr->scores(tv, q, R, jj, nt, s);
-        if (v->softcap > 0) apply_softcap(s, R, nt, v->softcap);
+        if (v->softcap > 0) apply_softcap(kr, s, R, nt, v->softcap);
         apply_limits(s, limit, st->first, R, jt, nt);
         float red[KVB_ATTN_MAX_ROWS];
         kvb_attn_row_max(s, R, nt, red);
@@ -248,7 +253,7 @@ void kvb_attn_colmass(const struct kvb_kernels *kr, const struct kvb_kv_view *v,
             const struct kvb_kv_view tile = kvb_kv_tile_view(v, jt, nt, true, false);
             kr->scores(&tile, q, n_rows, 0, nt, s);
         }
-        if (v->softcap > 0) apply_softcap(s, n_rows, nt, v->softcap);
+        if (v->softcap > 0) apply_softcap(kr, s, n_rows, nt, v->softcap);
         apply_limits(s, limit, NULL, n_rows, jt, nt);
         for (int32_t r = 0; r < n_rows; r++) {
             float *sr = s + r * KVB_ATTN_TILE;

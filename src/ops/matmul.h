@@ -15,7 +15,7 @@
 #include "../core/ggml_types.h"
 
 struct kvb_mat {
-    uint32_t type;     /* enum ggml_type: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K */
+    uint32_t type;     /* enum ggml_type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q6_K */
     int64_t n_in, n_out;
     size_t row_bytes;
     const uint8_t *data;
@@ -45,7 +45,7 @@ void kvb_pack_panel(const struct kvb_mat *w, int64_t r0, int nr, float *wp, floa
 
 /* Activations quantized to int8, in the form a weight type's integer dot
  * wants (kvb_act_form):
- *   KVB_ACT_Q8_0 (q8_0, q4_0 rows): blocks of 32, d[n/32] f32 scales, and
+ *   KVB_ACT_Q8_0 (q8_0, q4_0, q5_0 rows): blocks of 32, d[n/32] f32 scales, and
  *     s[n/32], the integer sums of q over each block (the VNNI tiles' offset
  *     of 128 on the weights costs one subtraction of 128 * s per block);
  *   KVB_ACT_Q8_K (q4_K, q6_K rows): blocks of 256, d[n/256] f32 scales, and
@@ -107,6 +107,10 @@ void kvb_quantize_act_q8k_with(const struct kvb_dot_kernels *k, const float *x, 
  * sums inside a block, scaled and summed in double. */
 float kvb_dot_q8_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+/* Q5_0 rows against f32 (the block dequantized, then the reference dot): every family's,
+ * as Q5_0 weights go through their integer dot in decode and the panels in prefill. */
+float kvb_dot_q5_0_ref(const void *row, const float *x, int64_t n);
 float kvb_dot_q4_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q6_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
 /* The reference for a type (NULL: no integer form). */

@@ -5,6 +5,8 @@
  *   Q8_0  32 el, 34 B: f16 d; int8 q[32];                x = d * q
  *   Q4_0  32 el, 18 B: f16 d; u8 qs[16] (el i: low nibble of qs[i] for
  *                      i < 16, high nibble of qs[i-16]);  x = d * (q - 8)
+ *   Q5_0  32 el, 22 B: f16 d; u8 qh[4] (bit i, little-endian: the fifth bit
+ *                      of el i); u8 qs[16] nibbles as Q4_0's;  x = d * (q - 16)
  *   Q4_K 256 el, 144 B: f16 d, dmin; u8 scales[12] (8 x 6-bit scale and
  *                      min); u8 qs[128]. Per 64 elements, 32 bytes of qs:
  *                      low nibbles are sub-block 2k, high nibbles 2k+1;
@@ -23,15 +25,18 @@
 
 #define QK8_0 32
 #define QK4_0 32
+#define QK5_0 32
 #define QK_K 256
 
 struct block_q8_0 { uint16_t d; int8_t qs[QK8_0]; };
 struct block_q4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };
+struct block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
 struct block_q4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 
 _Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block");
 _Static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(struct block_q5_0) == 22, "q5_0 block");
 _Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block");
 _Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block");
 
@@ -46,6 +51,14 @@ static inline uint16_t kvb_f32_to_bf16(float f) {
     memcpy(&u, &f, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64); /* quiet nan */
     return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);           /* round to nearest even */
+}
+
+/* Code j (0..31) of a Q5_0 block, 0..31 (the value is d * (code - 16)). */
+static inline int kvb_q5_0_code(const struct block_q5_0 *b, int j) {
+    uint32_t qh;
+    memcpy(&qh, b->qh, 4);
+    const int nib = j < 16 ? b->qs[j] & 0xF : b->qs[j - 16] >> 4;
+    return nib | (int)(((qh >> j) & 1u) << 4);
 }
 
 /* 6-bit scale and min j of a Q4_K block */

@@ -167,6 +167,11 @@ int32_t kvb_prefill_obs_window(const struct kvb_policy_params *p);              
 
 /* The policy a default cache runs (full). */
 struct kvb_policy_params kvb_policy_baseline_params(void);
+/* The one per-layer override a cache applies (kv.layers): a model's sliding
+ * window of `window` tokens, i.e. the window policy without sinks. */
+struct kvb_policy_params kvb_policy_layer_window(int32_t window);
+/* Whether p is such a window (any budget); its width is p->budget. */
+bool kvb_policy_is_layer_window(const struct kvb_policy_params *p);
 
 /* H2O accumulation: state[0] += w[j]. Shared with block-h2o. */
 void kvb_h2o_observe(const struct kvb_policy *p, struct kvb_stream_view *s, const float *w, int32_t n, bool prefill);

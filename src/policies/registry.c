@@ -51,6 +51,15 @@ struct kvb_policy_params kvb_policy_default_params(enum kvb_policy_id id) {
 
 struct kvb_policy_params kvb_policy_baseline_params(void) { return kvb_policy_default_params(KVB_POLICY_FULL); }
 
+struct kvb_policy_params kvb_policy_layer_window(int32_t window) {
+    struct kvb_policy_params p = kvb_policy_default_params(KVB_POLICY_WINDOW);
+    p.n_sink = 0;
+    p.budget = window;
+    return p;
+}
+
+bool kvb_policy_is_layer_window(const struct kvb_policy_params *p) { return p->id == KVB_POLICY_WINDOW && p->n_sink == 0; }
+
 const char *kvb_policy_name(enum kvb_policy_id id) {
     const struct kvb_policy_i *pi = kvb_policy_iface(id);
     return pi ? pi->name : "?";

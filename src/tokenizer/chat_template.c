@@ -9,6 +9,9 @@
  *   llama2   [INST] <<SYS>>\nSYS\n<</SYS>>\n\nUSER [/INST] ANSWER </s><s>[INST] USER [/INST]
  *   mistral  [INST] USER[/INST] ANSWER</s>[INST] SYS\n\nUSER[/INST]   (v3/v0.3:
  *            the system message goes with the last user turn)
+ *   gemma    <start_of_turn>user\nSYS\n\nUSER.strip()<end_of_turn>\n<start_of_turn>model\n
+ *            (Gemma 3's template; Gemma 2's refuses a system message, which we
+ *            fold into the first user turn the same way)
  *
  * The BOS text at the very start is left out: tokenizing with add_special
  * adds the BOS id, and later "<s>" texts become BOS with parse_special.
@@ -18,8 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static const char *const k_style_name[] = {"chatml", "llama3", "llama2", "mistral", "plain"};
-#define N_STYLES 5
+static const char *const k_style_name[] = {"chatml", "llama3", "llama2", "mistral", "plain", "gemma"};
+#define N_STYLES 6
 
 const char *kvb_chat_style_name(enum kvb_chat_style s) { return (unsigned)s < N_STYLES ? k_style_name[s] : "?"; }
 
@@ -29,12 +32,13 @@ kvb_status kvb_chat_style_from_name(const char *name, enum kvb_chat_style *style
             *style = (enum kvb_chat_style)i;
             return KVB_OK;
         }
-    return kvb_fail(KVB_ERR_INVALID, "chat template '%s' unknown (chatml, llama3, llama2, mistral, plain)", name ? name : "(null)");
+    return kvb_fail(KVB_ERR_INVALID, "chat template '%s' unknown (chatml, llama3, llama2, mistral, gemma, plain)", name ? name : "(null)");
 }
 
 kvb_status kvb_chat_detect(const char *t, enum kvb_chat_style *style) {
     if (!t || !style) return kvb_fail(KVB_ERR_INVALID, "chat_detect: NULL argument");
-    if (strstr(t, "<|im_start|>")) *style = KVB_CHAT_CHATML;
+    if (strstr(t, "<start_of_turn>") && strstr(t, "<end_of_turn>")) *style = KVB_CHAT_GEMMA;
+    else if (strstr(t, "<|im_start|>")) *style = KVB_CHAT_CHATML;
     else if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>")) *style = KVB_CHAT_LLAMA3;
     else if (strstr(t, "[INST]") && strstr(t, "<<SYS>>")) *style = KVB_CHAT_LLAMA2;
     else if (strstr(t, "[INST]")) *style = KVB_CHAT_MISTRAL;
@@ -149,6 +153,16 @@ kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_mess
                 puts_(&b, " "); puts_(&b, c); puts_(&b, "</s>");
             }
             break;
+        case KVB_CHAT_GEMMA:
+            if (i == 0 && sys) break; /* folded into the first user turn */
+            puts_(&b, "<start_of_turn>");
+            puts_(&b, !strcmp(role, "assistant") ? "model" : role);
+            puts_(&b, "\n");
+            if (!strcmp(role, "user") && first_user && sys) { puts_(&b, sys); puts_(&b, "\n\n"); }
+            if (!strcmp(role, "user")) first_user = false;
+            put_stripped(&b, c);
+            puts_(&b, "<end_of_turn>\n");
+            break;
         case KVB_CHAT_PLAIN:
             puts_(&b, !strcmp(role, "system") ? "System: " : !strcmp(role, "user") ? "User: " : "Assistant: ");
             puts_(&b, c);
@@ -160,6 +174,7 @@ kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_mess
         if (style == KVB_CHAT_CHATML) puts_(&b, "<|im_start|>assistant\n");
         else if (style == KVB_CHAT_LLAMA3) puts_(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         else if (style == KVB_CHAT_PLAIN) puts_(&b, "Assistant:");
+        else if (style == KVB_CHAT_GEMMA) puts_(&b, "<start_of_turn>model\n");
     }
     if (b.oom) {
         kvb_free(b.p);
@@ -182,7 +197,8 @@ static bool has_control_token(const struct kvb_vocab *vocab, const char *text) {
 const char *kvb_chat_missing_token(const struct kvb_vocab *vocab, enum kvb_chat_style style) {
     static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
     static const char *const llama3[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", NULL};
-    const char *const *need = style == KVB_CHAT_CHATML ? chatml : style == KVB_CHAT_LLAMA3 ? llama3 : NULL;
+    static const char *const gemma[] = {"<start_of_turn>", "<end_of_turn>", NULL};
+    const char *const *need = style == KVB_CHAT_CHATML ? chatml : style == KVB_CHAT_LLAMA3 ? llama3 : style == KVB_CHAT_GEMMA ? gemma : NULL;
     if (!vocab) return NULL;
     for (; need && *need; need++)
         if (!has_control_token(vocab, *need)) return *need;

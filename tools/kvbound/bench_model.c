@@ -193,7 +193,7 @@ static int model_bench_setup(const struct model_bench_opts *o, struct model_benc
         cp->kv = cli_kv_params(&o->po, o->pid, &o->kvt, &o->rec);
         cli_policy_warn(&o->po, o->pid, in->n_ctx_train);
     }
-    cp->kv_pool_bytes = kvb_kv_seq_bytes(&cp->kv, in->n_layer, in->n_head_kv, in->head_dim, cp->n_ctx, o->prefill ? cp->n_ctx : o->depth + 1, o->chunk);
+    cp->kv_pool_bytes = kvb_model_kv_seq_bytes(b->m, &cp->kv, cp->n_ctx, o->prefill ? cp->n_ctx : o->depth + 1, o->chunk);
     if (kvb_context_init(b->m, cp, &b->c) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
     b->logits = cli_xmalloc(sizeof(float) * (size_t)in->n_vocab, "logits");
     const int n_toks = o->chunk * 3 + o->depth + o->n + 8;

@@ -61,7 +61,7 @@ static int chat_usage(FILE *f, const struct kvb_sampler_params *sp) {
             "A turn that does not fit the context (policy full) is refused with a message and the\n"
             "conversation goes on; the exit status is then 1 at the end.\n"
             "\n"
-            "  --template NAME  chatml, llama3, llama2, mistral or plain (default: detected from the\n"
+            "  --template NAME  chatml, llama3, llama2, mistral, gemma or plain (default: detected from the\n"
             "                   model's chat template; unrecognized -> chatml with a warning;\n"
             "                   no template, or a vocabulary without its tokens -> plain\n"
             "                   User:/Assistant:, with a warning in the second case)\n"
@@ -259,7 +259,7 @@ static int chat_setup(const struct chat_opts *o, struct chat *ch) {
      * turns of up to 4096 tokens on top of what it keeps (or --prefill-budget) */
     const struct kvb_policy_params *pp = &ch->cp.kv.policy;
     const int64_t turn = (int64_t)pp->budget + (pp->decode_budget ? pp->decode_budget : pp->budget) + 4096; /* what it keeps + a turn */
-    ch->cp.kv_pool_bytes = kvb_kv_seq_bytes(&ch->cp.kv, g->mi.n_layer, g->mi.n_head_kv, g->mi.head_dim, ch->cp.n_ctx, turn, ch->cp.chunk);
+    ch->cp.kv_pool_bytes = kvb_model_kv_seq_bytes(g->m, &ch->cp.kv, ch->cp.n_ctx, turn, ch->cp.chunk);
     if (cli_gen_start(g, &ch->cp, &o->g.sp)) return 1;
     ch->vocab = kvb_model_vocab(g->m);
     if (o->jinja) {

@@ -181,7 +181,8 @@ void cli_policy_warn(const struct cli_policy *o, enum kvb_policy_id id, int32_t 
 /* The KV configuration the options give (kvb_kv_params): policy pid with
  * its knobs, positions, --max-distance, the row types and, unless rec is
  * NULL, recall. Block size: the library's default. Pool sizes come from
- * kvb_kv_seq_bytes, the library's one sizing rule. */
+ * kvb_model_kv_seq_bytes, the library's one sizing rule for the model's
+ * caches (its sliding-window layers at their width). */
 struct kvb_kv_params cli_kv_params(const struct cli_policy *po, enum kvb_policy_id pid, const struct cli_kv_types *t,
                                    const struct cli_recall *rec);
 /* One of the cache options of a command that builds caches: the policy's,

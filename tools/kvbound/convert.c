@@ -7,7 +7,6 @@
 #include "cli.h"
 
 #include <string.h>
-#include <strings.h>
 
 static void progress(int32_t done, int32_t total, void *user) {
     (void)user;
@@ -15,10 +14,8 @@ static void progress(int32_t done, int32_t total, void *user) {
 }
 
 static int parse_type(const char *v, uint32_t *t) {
-    const uint32_t all[] = {KVB_TYPE_F32, KVB_TYPE_F16, KVB_TYPE_BF16, KVB_TYPE_Q8_0, KVB_TYPE_Q4_0, KVB_TYPE_Q4_K, KVB_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (!strcasecmp(v, kvb_type_name(all[i]))) { *t = all[i]; return 0; }
-    fprintf(stderr, "kvbound: --type: '%s' is not one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k\n", v);
+    if (kvb_type_from_name(v, t) == KVB_OK) return 0;
+    fprintf(stderr, "kvbound: --type: %s\n", kvb_last_error());
     return -1;
 }
 
@@ -30,7 +27,7 @@ int cmd_convert(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound convert -m MODEL.bin -z TOKENIZER.bin -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]\n\n"
+            printf("usage: kvbound convert -m MODEL.bin -z TOKENIZER.bin -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q5_0|q4_k|q6_k]\n\n"
                    "Writes a llama2.c checkpoint (or any model kvbound loads) as GGUF (default type f32).\n");
             return 0;
         }
@@ -63,7 +60,7 @@ int cmd_mkmodel(int argc, char **argv) {
                    "Writes a random-weight GGUF model of a real shape (seeded; default type f16).\n"
                    "--vocab copies a real tokenizer (SentencePiece or byte-level BPE) from any GGUF;\n"
                    "the embedding rows then follow its size. Without it: a synthetic SentencePiece vocabulary.\n"
-                   "shapes: %s\ntypes: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k\n", kvb_model_shapes());
+                   "shapes: %s\ntypes: f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q6_k\n", kvb_model_shapes());
             return 0;
         }
         if (!(v = cli_opt_value("mkmodel", "--shape --type -o --out --vocab --seed", argc, argv, &i))) return 2;

@@ -1,4 +1,4 @@
-/* info.c — `kvbound info -m FILE`: architecture, hyperparameters, tensors, KV bytes per token. */
+/* info.c — `kvbound info -m FILE`: architecture, hyperparameters (sliding windows too), tensors, KV bytes per token. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -51,6 +51,9 @@ static void print_model(const char *path, const struct kvb_model *m) {
     printf("context       %d (trained)\nrms eps       %g\nrope          %s, base %g, dims %d, freq scale %g\n", in.n_ctx_train, (double)in.rms_eps,
            in.rope_type == KVB_ROPE_NEOX ? "neox" : in.rope_type == KVB_ROPE_NONE ? "none" : "interleaved", (double)in.rope_base, in.rope_dims,
            (double)in.rope_freq_scale);
+    if (in.sliding_window > 0)
+        printf("window        %d tokens on %d sliding-window layers, %d global layers\n", in.sliding_window, in.n_swa_layers,
+               in.n_layer - in.n_swa_layers);
     if (in.features[0]) printf("features      %s\n", in.features);
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, kvb_type_name(in.weight_type));

@@ -87,7 +87,7 @@ int cmd_logits(int argc, char **argv) {
     cp.n_threads = o.mo.threads;
     cp.n_ctx = o.n_ctx ? o.n_ctx : mi.n_ctx_train;
     cp.chunk = n > 0 && n <= 8192 ? n : 256;
-    cp.kv_pool_bytes = kvb_kv_seq_bytes(&cp.kv, mi.n_layer, mi.n_head_kv, mi.head_dim, n, n, cp.chunk);
+    cp.kv_pool_bytes = kvb_model_kv_seq_bytes(m, &cp.kv, n, n, cp.chunk);
     struct kvb_context *c = NULL;
     kvb_status st = n < 0 ? KVB_ERR_INVALID : kvb_context_init(m, &cp, &c);
     if (st == KVB_OK && !o.decode) st = kvb_context_eval(c, ids, n, lg, true);

@@ -109,7 +109,7 @@ static int run_setup(const struct run_opts *o, struct run *r) {
                 r->n_ids, cp.n_ctx);
         return 1;
     }
-    cp.kv_pool_bytes = kvb_kv_seq_bytes(&cp.kv, g->mi.n_layer, g->mi.n_head_kv, g->mi.head_dim, cp.n_ctx, r->n_ids, o->chunk);
+    cp.kv_pool_bytes = kvb_model_kv_seq_bytes(g->m, &cp.kv, cp.n_ctx, r->n_ids, o->chunk);
     if (o->g.pid == KVB_POLICY_FULL && o->g.ctx > g->mi.n_ctx_train)
         fprintf(stderr, "kvbound: warning: --ctx %d is beyond the model's trained length %d\n", o->g.ctx, g->mi.n_ctx_train);
     return cli_gen_start(g, &cp, &o->g.sp) ? 1 : CLI_GO_ON;

@@ -27,7 +27,7 @@ static int tokenize_usage(FILE *f) {
             "      --chat ROLE:TEXT   add a chat message (repeatable); the conversation is formatted as\n"
             "                         'kvbound chat' formats it (the model's template, and its default\n"
             "                         system message when none is given), with an assistant header\n"
-            "      --template NAME    chatml, llama3, llama2, mistral or plain (User:/Assistant: lines)\n"
+            "      --template NAME    chatml, llama3, llama2, mistral, gemma or plain (User:/Assistant: lines)\n"
             "                         (default: the model's template, as detected by 'kvbound chat')\n"
             "      --jinja            format --chat with the model's own Jinja chat template instead, as\n"
             "                         'kvbound template -m MODEL' renders it (its leading BOS text dropped\n"

@@ -68,7 +68,7 @@ static int usage(FILE *f) {
             "                        Origin is another site's is 403. Without --api-key on a loopback\n"
             "                        address, a Host other than localhost or the address is 403 too\n"
             "  --model-name NAME     the model's id in the API (default: the file's name)\n"
-            "  --template NAME       chat format: chatml | llama3 | llama2 | mistral | plain (default: the\n"
+            "  --template NAME       chat format: chatml | llama3 | llama2 | mistral | gemma | plain (default: the\n"
             "                        model's template, plain when it has none or lacks its tokens)\n"
             "\n");
     cli_kv_types_help(f, "f16");

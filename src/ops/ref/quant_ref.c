@@ -21,6 +21,13 @@ static void deq_q4_0(const struct block_q4_0 *b, float *y, int64_t nb) {
     }
 }
 
+static void deq_q5_0(const struct block_q5_0 *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = kvb_f16_to_f32(b[i].d);
+        for (int k = 0; k < QK5_0; k++) y[i * QK5_0 + k] = d * (float)(kvb_q5_0_code(&b[i], k) - 16);
+    }
+}
+
 static void deq_q4_K(const struct block_q4_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         const float d = kvb_f16_to_f32(b[i].d), dmin = kvb_f16_to_f32(b[i].dmin);
@@ -71,6 +78,7 @@ void kvb_dequantize_row(uint32_t type, const void *row, float *y, int64_t n) {
     case GGML_TYPE_BF16: for (int64_t i = 0; i < n; i++) y[i] = kvb_bf16_to_f32(((const uint16_t *)row)[i]); break;
     case GGML_TYPE_Q8_0: deq_q8_0(row, y, n / QK8_0); break;
     case GGML_TYPE_Q4_0: deq_q4_0(row, y, n / QK4_0); break;
+    case GGML_TYPE_Q5_0: deq_q5_0(row, y, n / QK5_0); break;
     case GGML_TYPE_Q4_K: deq_q4_K(row, y, n / QK_K); break;
     case GGML_TYPE_Q6_K: deq_q6_K(row, y, n / QK_K); break;
     default: memset(y, 0, sizeof(float) * (size_t)n); break;
@@ -106,6 +114,27 @@ static void q_q4_0(const float *x, struct block_q4_0 *b, int64_t nb) {
             int hi = KVB_MIN(15, KVB_MAX(0, nearest(x[i * 32 + 16 + k] * id) + 8));
             b[i].qs[k] = (uint8_t)(lo | (hi << 4));
         }
+    }
+}
+
+/* As Q4_0's rule: the value of largest magnitude maps to code 0 (-16 d). */
+static void q_q5_0(const float *x, struct block_q5_0 *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        float mx = 0, amax = 0;
+        for (int k = 0; k < 32; k++) {
+            float v = x[i * 32 + k];
+            if (fabsf(v) > amax) { amax = fabsf(v); mx = v; }
+        }
+        float d = mx / -16.0f, id = d ? 1.0f / d : 0.0f;
+        b[i].d = kvb_f32_to_f16(d);
+        uint32_t qh = 0;
+        memset(b[i].qs, 0, sizeof b[i].qs);
+        for (int k = 0; k < 32; k++) {
+            const int q = KVB_MIN(31, KVB_MAX(0, nearest(x[i * 32 + k] * id) + 16));
+            b[i].qs[k & 15] |= (uint8_t)((q & 0xF) << (k < 16 ? 0 : 4));
+            qh |= (uint32_t)(q >> 4) << k;
+        }
+        memcpy(b[i].qh, &qh, 4);
     }
 }
 
@@ -194,6 +223,7 @@ bool kvb_quantize_row(uint32_t type, const float *x, void *row, int64_t n) {
     case GGML_TYPE_BF16: for (int64_t i = 0; i < n; i++) ((uint16_t *)row)[i] = kvb_f32_to_bf16(x[i]); return true;
     case GGML_TYPE_Q8_0: if (n % QK8_0) return false; q_q8_0(x, row, n / QK8_0); return true;
     case GGML_TYPE_Q4_0: if (n % QK4_0) return false; q_q4_0(x, row, n / QK4_0); return true;
+    case GGML_TYPE_Q5_0: if (n % QK5_0) return false; q_q5_0(x, row, n / QK5_0); return true;
     case GGML_TYPE_Q4_K: if (n % QK_K) return false; q_q4_K(x, row, n / QK_K); return true;
     case GGML_TYPE_Q6_K: if (n % QK_K) return false; q_q6_K(x, row, n / QK_K); return true;
     default: return false;

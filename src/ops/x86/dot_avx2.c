@@ -412,6 +412,38 @@ float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     return kvb_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
+/* Q5_0: Q4_0's nibbles with the fifth bit from qh: qh broadcast to the 32
+ * bytes (byte k gets qh's byte k / 8), tested against bit k % 8, and 16 where
+ * set; weights -16..15, then Q4_0's sign trick (|w| <= 16: no saturation). */
+float kvb_dot_q5_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_0 *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16), ones = _mm256_set1_epi16(1);
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    const int64_t nb = n / QK5_0;
+#define Q5_0_BLOCK(I, ACC)                                                                                                 \
+    do {                                                                                                                  \
+        uint32_t qh;                                                                                                      \
+        memcpy(&qh, b[I].qh, 4);                                                                                          \
+        const __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);               \
+        const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), k16);                                            \
+        const __m128i raw = _mm_loadu_si128((const __m128i *)b[I].qs);                                                   \
+        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);                         \
+        const __m256i w = _mm256_sub_epi8(_mm256_or_si256(nib, hi), k16);                                                \
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(x->q + (I) * QK5_0));                                    \
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a)), ones); \
+        ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_cvtsh_ss(b[I].d) * x->d[I]), ACC);                  \
+    } while (0)
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        Q5_0_BLOCK(i, acc0);
+        Q5_0_BLOCK(i + 1, acc1);
+    }
+    if (i < nb) Q5_0_BLOCK(i, acc0);
+#undef Q5_0_BLOCK
+    return kvb_hsum8(_mm256_add_ps(acc0, acc1));
+}
 
 /* shuffle_epi8 masks: int16 lane j of a 128-bit vector in every lane */
 #define LANE16(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
@@ -526,8 +558,8 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .panel = panel_avx2,
     .pack = kvb_pack_panel_avx2,
     .dot_q8 = {
-        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2,
-        [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
+        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2,
+        [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
     },
     .q8_tile = q8_tile_avx2,
     .q8_tile_rows = 4,
@@ -537,7 +569,7 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .quant_block = quant_block_avx2,
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
-        [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_avx2,
-        [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
+        [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,
+        [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
     },
 };

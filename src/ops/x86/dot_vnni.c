@@ -99,3 +99,38 @@ float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t 
     kvb_q8_tile_vnni(row, 0, 1, x, 1, n, &out, 1, false);
     return out;
 }
+
+/* Q5_0 rows against int8 activations, two blocks per 512 bits: the codes
+ * stay unsigned (0..31: the nibble, plus 16 where qh's bit is set, a byte
+ * mask straight from qh), so one vpdpbusd takes code x activation; lane 0 of
+ * each block's eight starts at -16 x the block's activation sum (x->s), so
+ * the block's lanes add up to exactly sum((code - 16) * x). Then one
+ * conversion and one FMA with d_w * d_x per lane. An odd last block goes
+ * through the AVX2 kernel. */
+float kvb_dot_q5_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_0 *b = row;
+    const __m512i m4 = _mm512_set1_epi8(0xF), k16 = _mm512_set1_epi8(16);
+    __m512 acc = _mm512_setzero_ps();
+    const int64_t nb = n / QK5_0;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m128i r0 = _mm_loadu_si128((const __m128i *)b[i].qs), r1 = _mm_loadu_si128((const __m128i *)b[i + 1].qs);
+        const __m256i n0 = _mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), n1 = _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1);
+        const __m512i nib = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(n0), n1, 1), m4);
+        uint32_t h0, h1;
+        memcpy(&h0, b[i].qh, 4);
+        memcpy(&h1, b[i + 1].qh, 4);
+        const __m512i code = _mm512_mask_add_epi8(nib, (__mmask64)h0 | ((__mmask64)h1 << 32), nib, k16);
+        __m512i init = _mm512_maskz_set1_epi32(0x0001, -16 * (int32_t)x->s[i]);
+        init = _mm512_mask_set1_epi32(init, 0x0100, -16 * (int32_t)x->s[i + 1]);
+        const __m512i dot = _mm512_dpbusd_epi32(init, code, _mm512_loadu_si512((const void *)(x->q + i * QK5_0)));
+        const float s0 = _cvtsh_ss(b[i].d) * x->d[i], s1 = _cvtsh_ss(b[i + 1].d) * x->d[i + 1];
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1)), acc);
+    }
+    float out = _mm512_reduce_add_ps(acc);
+    if (i < nb) {
+        const struct kvb_q8_act t = {x->d + i, x->q + i * QK5_0, x->s + i};
+        out += kvb_dot_q5_0_q8_avx2(b + i, &t, QK5_0);
+    }
+    return out;
+}

@@ -23,6 +23,8 @@ void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q
 void kvb_pack_panel_avx2(const struct kvb_mat *w, int64_t r0, int nr, float *wp, float *scratch);
 float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 
