@@ -747,6 +747,42 @@ kvb_status kvb_chat_style_for_vocab(const struct kvb_vocab *vocab, enum kvb_chat
 kvb_status kvb_chat_turn_text(enum kvb_chat_style style, const char *system, const char *user, bool first, const char *stop_text,
                               char **out, size_t *len);
 
+/* ---- Jinja chat templates ----
+ * kvb_chat_apply renders a Jinja chat template (a GGUF's
+ * tokenizer.chat_template, or any template text) over a conversation, as
+ * transformers' apply_chat_template does: jinja2 with trim_blocks and
+ * lstrip_blocks, raise_exception, strftime_now, and tojson as json.dumps
+ * (ensure_ascii=False). The template sees messages, tools (null when none),
+ * documents (null), add_generation_prompt, bos_token / eos_token (from the
+ * vocabulary, when one is given) and the extra variables. Templates are
+ * untrusted: output, memory, nesting and loop iterations are bounded. */
+struct kvb_chat_apply_params {
+    const char *template_text;     /* Jinja source; NULL: the vocabulary's tokenizer.chat_template */
+    const struct kvb_vocab *vocab; /* NULL, or where bos_token / eos_token (and a NULL template_text) come from */
+    const char *messages_json;     /* a JSON array of messages: {"role": "system" | "developer" | "user" |
+                                      "assistant" | "tool", "content": string or list of parts, "tool_calls",
+                                      "reasoning_content", "name", "tool_call_id", ...} (required) */
+    const char *tools_json;        /* NULL, or a JSON array of tool definitions */
+    const char *vars_json;         /* NULL, or a JSON object of extra variables ({"enable_thinking": false}) */
+    bool add_generation_prompt;
+    bool fallback;                 /* when there is no template, or it fails with KVB_ERR_UNSUPPORTED, render the
+                                      messages (roles system/user/assistant, text content) with the signature
+                                      family (kvb_chat_detect, kvb_chat_format) and return KVB_FALLBACK */
+    size_t max_output;             /* bytes; 0: 16 MiB */
+    bool strip_bos;                /* drop the vocabulary's BOS text where the prompt starts with it (a template
+                                      writes bos_token; tokenizing with add_special adds BOS again) */
+    char *why;                     /* NULL, or a buffer that receives the reason for a fallback */
+    size_t why_cap;
+};
+struct kvb_chat_apply_params kvb_chat_apply_default_params(void);
+/* *out: the rendered prompt, NUL-terminated (kvb_buffer_free); *len its
+ * bytes. KVB_OK; KVB_FALLBACK (see fallback); KVB_ERR_INVALID (bad JSON,
+ * named with line and column; a template syntax or evaluation error, or its
+ * raise_exception, named with the template line; no template);
+ * KVB_ERR_UNSUPPORTED (a construct outside the interpreter's subset, named
+ * with its line); KVB_ERR_NOMEM (a limit or the allocator). */
+kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *params, char **out, size_t *len);
+
 struct kvb_context_params {
     struct kvb_kv_params kv;         /* the cache (kvb_kv_default_params) */
     size_t kv_pool_bytes;            /* default 1 GiB */

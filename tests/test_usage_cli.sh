@@ -13,7 +13,7 @@ G="$D/models/stories260K/stories260K.llamacpp.gguf"
 # value option from its --help, last, needs a value
 bad=""
 nflags=0
-for c in run chat serve ppl sweep needle mem tokenize info convert mkmodel lab cold policies \
+for c in run chat serve ppl sweep needle mem tokenize template info convert mkmodel lab cold policies \
          bench:cache bench:decode bench:prefill bench:stream bench:tokenize bench:batch bench:serve-memory; do
     cmd=$(echo "$c" | tr ':' ' ')
     # shellcheck disable=SC2086

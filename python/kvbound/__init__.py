@@ -18,6 +18,7 @@ mismatched library fails loudly instead of corrupting memory.
 """
 import ctypes
 import ctypes.util
+import json
 import math
 import operator
 import os
@@ -27,7 +28,7 @@ try:  # optional
 except ImportError:  # pragma: no cover
     _np = None
 
-__all__ = ["KvboundError", "KVConfig", "Model", "Context", "Cache", "perplexity", "policies", "library_version", "__version__"]
+__all__ = ["KvboundError", "KVConfig", "Model", "Context", "Cache", "perplexity", "policies", "chat_apply", "library_version", "__version__"]
 
 
 class KvboundError(Exception):
@@ -159,6 +160,12 @@ class _Detok(_c.Structure):
     _fields_ = [("held", _c.c_char * 4), ("n_held", _c.c_int)]
 
 
+class _ChatApplyParams(_c.Structure):
+    _fields_ = [("template_text", _c.c_char_p), ("vocab", _c.c_void_p), ("messages_json", _c.c_char_p), ("tools_json", _c.c_char_p),
+                ("vars_json", _c.c_char_p), ("add_generation_prompt", _c.c_bool), ("fallback", _c.c_bool), ("max_output", _c.c_size_t),
+                ("strip_bos", _c.c_bool), ("why", _c.c_char_p), ("why_cap", _c.c_size_t)]
+
+
 def _fn(name, restype, *argtypes):
     f = getattr(_lib, name)
     f.restype = restype
@@ -222,11 +229,14 @@ _sampler_sample = _fn("kvb_sampler_sample", _i32, _vp, _fp, _ip, _i32)
 _ppl_default = _fn("kvb_ppl_default_params", _PplParams)
 _eval_ppl = _fn("kvb_eval_ppl", _enum, _vp, _ip, _i64, _c.POINTER(_PplParams), _c.POINTER(_PplResult))
 _ppl_free = _fn("kvb_ppl_result_free", None, _c.POINTER(_PplResult))
+_chat_apply_default = _fn("kvb_chat_apply_default_params", _ChatApplyParams)
+_chat_apply = _fn("kvb_chat_apply", _enum, _c.POINTER(_ChatApplyParams), _c.POINTER(_vp), _c.POINTER(_c.c_size_t))
 
 for _name, _cls in [("kvb_rope", _Rope), ("kvb_policy_params", _PolicyParams), ("kvb_kv_params", _KvParams), ("kvb_cache_params", _CacheParams),
                     ("kvb_cache_stats", _CacheStats), ("kvb_slot_info", _SlotInfo), ("kvb_model_params", _ModelParams),
                     ("kvb_model_info", _ModelInfo), ("kvb_context_params", _ContextParams), ("kvb_sampler_params", _SamplerParams),
-                    ("kvb_ppl_params", _PplParams), ("kvb_ppl_result", _PplResult), ("kvb_detok", _Detok)]:
+                    ("kvb_ppl_params", _PplParams), ("kvb_ppl_result", _PplResult), ("kvb_detok", _Detok),
+                    ("kvb_chat_apply_params", _ChatApplyParams)]:
     if _abi_sizeof(_name.encode()) != _c.sizeof(_cls):
         raise ImportError("kvbound: struct %s is %d bytes in the library, %d in these bindings: the library is not the version "
                           "these bindings were written for" % (_name, _abi_sizeof(_name.encode()), _c.sizeof(_cls)))
@@ -392,6 +402,31 @@ def _out(buf, n, like):
     if _np is not None and isinstance(like, _np.ndarray):
         return _np.ctypeslib.as_array(buf, shape=(n,)).copy()
     return list(buf[:n])
+
+
+def chat_apply(messages, template=None, model=None, tools=None, add_generation_prompt=True, strip_bos=False, **variables):
+    """A conversation rendered through a Jinja chat template as transformers'
+    apply_chat_template renders it: messages (a list of dicts, or JSON text),
+    the template text or a Model's own (with its bos_token / eos_token),
+    tools (a list, or JSON text), and extra variables (enable_thinking=False).
+    Raises KvboundError naming what failed (bad JSON, the template line)."""
+    def js(x):
+        return (x if isinstance(x, str) else json.dumps(x)).encode()
+    if template is None and model is None:
+        raise ValueError("chat_apply: give template= or model=")
+    p = _chat_apply_default()
+    p.template_text = template.encode() if template is not None else None
+    p.vocab = _model_vocab(model._h) if model is not None else None
+    msgs, tls, var = js(messages), (js(tools) if tools is not None else None), (js(variables) if variables else None)
+    p.messages_json, p.tools_json, p.vars_json = msgs, tls, var
+    p.add_generation_prompt = bool(add_generation_prompt)
+    p.strip_bos = bool(strip_bos)
+    out, n = _vp(), _c.c_size_t()
+    _check(_chat_apply(_c.byref(p), _c.byref(out), _c.byref(n)))
+    try:
+        return _c.string_at(out, n.value).decode(errors="replace")
+    finally:
+        _buffer_free(out)
 
 
 class Model:

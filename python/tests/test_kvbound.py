@@ -272,6 +272,25 @@ def bad_arguments_raise_value_error_naming_them():
         assert "".join(m.generate("Once upon a time", 60, temp=0, stop_at_eos=False)) == REF[len("Once upon a time"):], "greedy text changed"
 
 
+@case
+def chat_apply_renders_jinja():
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "héllo"}]
+    t = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}{{ tools | tojson }}{{ x }}"
+    assert kvbound.chat_apply(msgs, template=t, tools=[{"type": "function"}], x=5) == '<system>S<user>héllo<a>[{"type": "function"}]5'
+    assert kvbound.chat_apply(msgs, template=t, add_generation_prompt=False) == "<system>S<user>héllonull"
+    try:
+        kvbound.chat_apply(msgs, template="\n{{ raise_exception('no') }}")
+        raise AssertionError("no error")
+    except kvbound.KvboundError as e:
+        assert "template line 2: raise_exception: no" in str(e), e
+    with kvbound.Model(G) as m:  # no template in this model
+        try:
+            kvbound.chat_apply(msgs, model=m)
+            raise AssertionError("no error")
+        except kvbound.KvboundError as e:
+            assert "no template" in str(e), e
+
+
 try:
     import numpy as np
 

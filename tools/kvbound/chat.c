@@ -4,7 +4,9 @@
  * from the GGUF chat template, recognized by kvb_chat_detect (ChatML,
  * Llama 3, Llama 2, Mistral; unrecognized -> ChatML with a warning), or a
  * plain "User: / Assistant:" exchange for models without a template or
- * whose vocabulary lacks the template's control tokens. Each
+ * whose vocabulary lacks the template's control tokens. With --jinja the
+ * template itself runs (kvb_chat_apply) over the conversation kept as JSON
+ * messages, and each turn feeds what the new message adds to the render. Each
  * turn feeds only the new text; answers stream through kvb_detok, so a
  * character split across tokens is never printed half.
  * Commands: /stats, /reset, /save FILE, /load FILE, /quit. Works with stdin
@@ -67,6 +69,10 @@ static int chat_usage(FILE *f, const struct kvb_sampler_params *sp) {
             "                   own, if any; also --system)\n"
             "  -p, --prompt TEXT  the first user turn, before those from stdin\n"
             "  -f, --file FILE  the first user turn from a file (- = stdin), less one trailing newline\n"
+            "  --jinja          format turns with the model's own Jinja chat template (kvb_chat_apply, as\n"
+            "                   'kvbound template -m' renders it): each turn feeds what the conversation\n"
+            "                   with the new message adds to its rendering without it; a model without a\n"
+            "                   template, or one kvbound cannot run, keeps the signature families (warned)\n"
             "  --show-prompt    print the text fed to the model each turn to stderr, as [prompt: ...]\n"
             "  --policy NAME    cache policy (default streaming); snapkv, pyramidkv and adakv compress\n"
             "                   every turn's text with what the cache holds, and report the result\n"
@@ -89,7 +95,7 @@ static int chat_usage(FILE *f, const struct kvb_sampler_params *sp) {
 struct chat_opts {
     struct cli_gen_opts g; /* -m -z --no-mmap -t -ngl, --policy and the cache options, sampling, -n, -c */
     const char *forced, *system, *first_turn, *pfile;
-    bool show_prompt;
+    bool show_prompt, jinja;
 };
 
 /* A conversation: what it holds (chat_free releases it) and where it stands. */
@@ -109,7 +115,106 @@ struct chat {
     bool first;   /* the next turn starts the conversation (BOS, the system message) */
     bool refused; /* a turn or an answer did not fit the context: exit status 1 at the end */
     char stop_text[128]; /* the end-of-turn token the last answer ended with */
+    /* --jinja: the conversation as a JSON array of messages, and the last answer's text */
+    bool jinja;
+    char *conv, *answer;
+    size_t conv_n, conv_cap, answer_n, answer_cap;
 };
+
+/* s appended to *b (n bytes used of cap); false when out of memory */
+static bool buf_add(char **b, size_t *n, size_t *cap, const char *s, size_t len) {
+    if (*n + len + 1 > *cap) {
+        size_t nc = (*n + len + 1) * 2;
+        char *p = realloc(*b, nc);
+        if (!p) return false;
+        *b = p;
+        *cap = nc;
+    }
+    memcpy(*b + *n, s, len);
+    *n += len;
+    (*b)[*n] = 0;
+    return true;
+}
+
+/* {"role": ROLE, "content": TEXT} appended to the conversation's JSON array */
+static bool conv_add(struct chat *ch, const char *role, const char *text, size_t len) {
+    bool ok = buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, ch->conv_n ? ", {\"role\": \"" : "{\"role\": \"", ch->conv_n ? 12 : 10) &&
+              buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, role, strlen(role)) &&
+              buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, "\", \"content\": \"", 15);
+    for (size_t i = 0; ok && i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        char e[8];
+        int el = 1;
+        if (c == '"' || c == '\\') { e[0] = '\\'; e[1] = (char)c; el = 2; }
+        else if (c < 0x20) el = snprintf(e, sizeof e, "\\u%04x", c);
+        else e[0] = (char)c;
+        ok = buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, e, (size_t)el);
+    }
+    return ok && buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, "\"}", 2);
+}
+
+/* The conversation (plus one more message, when role) rendered by the
+ * model's template: kvb_buffer_free; NULL after printing the error. */
+static char *conv_render(struct chat *ch, bool add_generation_prompt) {
+    char *js = malloc(ch->conv_n + 3), *out = NULL;
+    if (!js) return NULL;
+    js[0] = '[';
+    if (ch->conv_n) memcpy(js + 1, ch->conv, ch->conv_n);
+    js[ch->conv_n + 1] = ']';
+    js[ch->conv_n + 2] = 0;
+    struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
+    p.vocab = ch->vocab;
+    p.messages_json = js;
+    p.add_generation_prompt = add_generation_prompt;
+    p.strip_bos = true; /* BOS is added by tokenizing the first turn */
+    size_t len;
+    if (kvb_chat_apply(&p, &out, &len) != KVB_OK) {
+        fprintf(stderr, "kvbound chat: %s\n", kvb_last_error());
+        out = NULL;
+    }
+    free(js);
+    return out;
+}
+
+/* The text of the turn in ch->line under --jinja: what the conversation with
+ * it (and the generation prompt) adds to its rendering without it, after
+ * what the template writes behind the end-of-turn token the answer ended
+ * with (or behind the answer, when it was cut). kvb_buffer_free; NULL: printed. */
+static char *jinja_turn_text(struct chat *ch) {
+    char *past = NULL;
+    if (ch->conv_n && !(past = conv_render(ch, false))) return NULL;
+    size_t keep = ch->conv_n;
+    if (ch->first && ch->system && !conv_add(ch, "system", ch->system, strlen(ch->system))) goto oom;
+    if (!conv_add(ch, "user", ch->line, strlen(ch->line))) goto oom;
+    char *now = conv_render(ch, true);
+    if (!now) {
+        ch->conv_n = keep; /* the turn is not taken */
+        if (ch->conv) ch->conv[keep] = 0;
+        kvb_buffer_free(past);
+        return NULL;
+    }
+    const char *glue = "";
+    size_t common = 0;
+    if (past) {
+        const char *mark = ch->stop_text[0] ? ch->stop_text : ch->answer;
+        for (const char *q = mark && *mark ? strstr(past, mark) : NULL; q; q = strstr(q + 1, mark)) glue = q + strlen(mark);
+        while (past[common] && past[common] == now[common]) common++;
+    }
+    size_t gl = strlen(glue), nl = strlen(now + common);
+    char *t = malloc(gl + nl + 1);
+    if (t) {
+        memcpy(t, glue, gl);
+        memcpy(t + gl, now + common, nl + 1);
+    }
+    kvb_buffer_free(past);
+    kvb_buffer_free(now);
+    if (!t) fprintf(stderr, "kvbound chat: out of memory\n");
+    return t;
+oom:
+    kvb_buffer_free(past);
+    fprintf(stderr, "kvbound chat: out of memory\n");
+    return NULL;
+}
 
 static int chat_parse(struct chat_opts *o, int argc, char **argv) {
     memset(o, 0, sizeof *o);
@@ -119,6 +224,7 @@ static int chat_parse(struct chat_opts *o, int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return chat_usage(stdout, &o->g.sp);
         if (!strcmp(a, "--show-prompt")) { o->show_prompt = true; continue; }
+        if (!strcmp(a, "--jinja")) { o->jinja = true; continue; }
         const int r = cli_gen_option(&o->g, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
@@ -129,6 +235,7 @@ static int chat_parse(struct chat_opts *o, int argc, char **argv) {
         else o->pfile = v; /* -f, --file */
     }
     if (!cli_model_required(&o->g.mo)) return 2;
+    if (o->jinja && o->forced) { fprintf(stderr, "kvbound chat: --jinja uses the model's template; it excludes --template\n"); return 2; }
     if (o->first_turn && o->pfile) { fprintf(stderr, "kvbound chat: give the first turn with -p or with -f, not both\n"); return 2; }
     return CLI_GO_ON;
 }
@@ -155,15 +262,36 @@ static int chat_setup(const struct chat_opts *o, struct chat *ch) {
     ch->cp.kv_pool_bytes = kvb_model_kv_seq_bytes(g->m, &ch->cp.kv, ch->cp.n_ctx, turn, ch->cp.chunk);
     if (cli_gen_start(g, &ch->cp, &o->g.sp)) return 1;
     ch->vocab = kvb_model_vocab(g->m);
-    if (!cli_chat_style("chat", ch->vocab, o->forced, &ch->style)) return 2;
+    if (o->jinja) {
+        struct kvb_vocab_info vi;
+        kvb_vocab_get_info(ch->vocab, &vi);
+        struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
+        char *probe = NULL, why[512] = "";
+        size_t pl;
+        p.vocab = ch->vocab;
+        p.messages_json = "[{\"role\": \"user\", \"content\": \"hi\"}]";
+        p.fallback = true;
+        p.why = why;
+        p.why_cap = sizeof why;
+        const kvb_status ps = vi.chat_template ? kvb_chat_apply(&p, &probe, &pl) : KVB_FALLBACK;
+        kvb_buffer_free(probe);
+        if (ps == KVB_OK) {
+            ch->jinja = true;
+            ch->style = KVB_CHAT_CHATML; /* not plain: end-of-turn tokens end answers and stay in the cache */
+        } else
+            fprintf(stderr, "kvbound chat: warning: --jinja: %s; using the signature families\n",
+                    !vi.chat_template ? "the model has no chat template" : ps == KVB_FALLBACK ? why : kvb_last_error());
+    }
+    if (!ch->jinja && !cli_chat_style("chat", ch->vocab, o->forced, &ch->style)) return 2;
     ch->plain = ch->style == KVB_CHAT_PLAIN;
     ch->full = o->g.pid == KVB_POLICY_FULL;
-    ch->system = o->system ? o->system : cli_chat_default_system(ch->vocab, ch->style, ch->default_system, sizeof ch->default_system);
+    ch->system = o->system ? o->system : ch->jinja ? NULL : cli_chat_default_system(ch->vocab, ch->style, ch->default_system, sizeof ch->default_system);
     ch->eos = kvb_vocab_special(ch->vocab, KVB_SPECIAL_EOS);
     ch->eot = kvb_vocab_special(ch->vocab, KVB_SPECIAL_EOT);
     ch->tty = isatty(0);
     ch->first = true;
-    fprintf(stderr, "kvbound chat: %s, template %s, policy %s (%s %d); /stats /reset /save /load /quit\n", g->mi.arch, kvb_chat_style_name(ch->style),
+    fprintf(stderr, "kvbound chat: %s, template %s, policy %s (%s %d); /stats /reset /save /load /quit\n", g->mi.arch,
+            ch->jinja ? "jinja (the model's)" : kvb_chat_style_name(ch->style),
             kvb_policy_name(o->g.pid), ch->full ? "context" : "budget", ch->full ? ch->cp.n_ctx : ch->cp.kv.policy.budget);
     return CLI_GO_ON;
 }
@@ -209,12 +337,17 @@ static bool chat_command(struct chat *ch, const struct chat_opts *o) {
         ch->first = true;
         ch->stop_text[0] = 0;
         ch->gen.hist.n = 0;
+        ch->conv_n = 0;
         printf("[conversation reset]\n");
     } else if (!strncmp(line, "/save ", 6)) {
         if (kvb_context_save(c, line + 6) == KVB_OK) printf("[saved %s]\n", line + 6);
         else printf("[save failed: %s]\n", kvb_last_error());
     } else if (!strncmp(line, "/load ", 6)) {
-        if (kvb_context_load(c, line + 6) == KVB_OK) { printf("[loaded %s: %lld tokens seen]\n", line + 6, (long long)kvb_context_n_past(c)); ch->first = false; }
+        if (kvb_context_load(c, line + 6) == KVB_OK) {
+            printf("[loaded %s: %lld tokens seen]\n", line + 6, (long long)kvb_context_n_past(c));
+            ch->first = false;
+            ch->conv_n = 0; /* --jinja: the saved conversation's messages are not in the image */
+        }
         else printf("[load failed: %s]\n", kvb_last_error());
     } else {
         printf("[unknown command %s: /stats /reset /save FILE /load FILE /quit]\n", line);
@@ -233,6 +366,8 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
     struct kvb_detok dt = {0};
     bool cut = false; /* the context filled during the answer */
     ch->stop_text[0] = 0;
+    ch->answer_n = 0;
+    if (ch->answer) ch->answer[0] = 0;
     for (int k = 0; s == KVB_OK && (o->g.n_predict < 0 || k < o->g.n_predict); k++) {
         int32_t next = kvb_sampler_sample(g->smp, g->logits, g->hist.ids, g->hist.n);
         if (ch->full && kvb_context_n_past(g->c) + 1 > ch->cp.n_ctx) { cut = true; break; }
@@ -246,6 +381,7 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
         }
         size_t pl = kvb_detok_push(ch->vocab, &dt, next, false, piece, sizeof piece);
         if (pl > sizeof piece) pl = 0; /* a token longer than 512 bytes: not shown */
+        if (ch->jinja && !buf_add(&ch->answer, &ch->answer_n, &ch->answer_cap, piece, pl)) s = KVB_ERR_NOMEM;
         if (tl + pl < sizeof text) { memcpy(text + tl, piece, pl); tl += pl; }
         text[tl] = 0;
         if (ch->plain && strstr(text, "\nUser:")) break; /* the model starts the next turn */
@@ -253,7 +389,13 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
         fflush(stdout);
         s = kvb_context_eval(g->c, &next, 1, g->logits, false);
     }
-    fwrite(piece, 1, kvb_detok_flush(&dt, piece, sizeof piece), stdout);
+    const size_t fl = kvb_detok_flush(&dt, piece, sizeof piece);
+    fwrite(piece, 1, fl, stdout);
+    if (ch->jinja && (!buf_add(&ch->answer, &ch->answer_n, &ch->answer_cap, piece, fl) ||
+                      !conv_add(ch, "assistant", ch->answer ? ch->answer : "", ch->answer_n)) && s == KVB_OK) {
+        fprintf(stderr, "kvbound chat: out of memory for the conversation\n");
+        s = KVB_ERR_NOMEM;
+    }
     printf("\n");
     fflush(stdout);
     if (cut) {
@@ -269,7 +411,10 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
 static int chat_turn(struct chat *ch, const struct chat_opts *o) {
     struct cli_gen *g = &ch->gen;
     char *turn = NULL;
-    if (kvb_chat_turn_text(ch->style, ch->system, ch->line, ch->first, ch->stop_text, &turn, NULL) != KVB_OK) {
+    const size_t conv_keep = ch->conv_n; /* --jinja: the messages before this turn */
+    if (ch->jinja) {
+        if (!(turn = jinja_turn_text(ch))) return 1;
+    } else if (kvb_chat_turn_text(ch->style, ch->system, ch->line, ch->first, ch->stop_text, &turn, NULL) != KVB_OK) {
         fprintf(stderr, "kvbound chat: %s\n", kvb_last_error());
         return 1;
     }
@@ -286,6 +431,8 @@ static int chat_turn(struct chat *ch, const struct chat_opts *o) {
                 n, (long long)seen, ch->cp.n_ctx);
         kvb_buffer_free(ids);
         ch->refused = true;
+        ch->conv_n = conv_keep; /* --jinja: nor is its message */
+        if (ch->conv) ch->conv[conv_keep] = 0;
         return 0;
     }
     for (int32_t k = 0; k < n; k++) cli_history_push(&g->hist, ids[k]);
@@ -322,6 +469,8 @@ static int chat_loop(struct chat *ch, const struct chat_opts *o) {
 static void chat_free(struct chat *ch) {
     free(ch->line);
     free(ch->fbuf);
+    free(ch->conv);
+    free(ch->answer);
     cli_gen_free(&ch->gen);
 }
 

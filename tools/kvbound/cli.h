@@ -244,6 +244,7 @@ int cmd_info(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 
 /* Machine read bandwidth in GB/s: all threads of tp stream a buffer of

@@ -22,6 +22,7 @@ static void usage(FILE *f) {
             "  needle              passkey retrieval through eviction over length x depth (JSON, Markdown, SVG)\n"
             "  mem                 KV-cache memory calculator (presets, models, policies)\n"
             "  cold                check recall's cold-tier files (--recall --cold-dir) page by page\n"
+            "  template            render a conversation through a Jinja chat template (the model's or a file)\n"
             "  tokenize            text to token ids, in llama-tokenize's formats (vocab-only GGUF works)\n"
             "  info                print a model's architecture, hyperparameters and tensors\n"
             "  logits              the logits of given token ids, raw float32, to compare with another engine\n"
@@ -63,6 +64,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);
     if (!strcmp(cmd, "mem")) return cmd_mem(argc - 1, argv + 1);
     if (!strcmp(cmd, "cold")) return cmd_cold(argc - 1, argv + 1);
     if (!strcmp(cmd, "ppl")) return cmd_ppl(argc - 1, argv + 1);

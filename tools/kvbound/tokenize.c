@@ -8,6 +8,7 @@
  */
 #include "cli.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,14 +28,17 @@ static int tokenize_usage(FILE *f) {
             "                         'kvbound chat' formats it (the model's template, and its default\n"
             "                         system message when none is given), with an assistant header\n"
             "      --template NAME    chatml, llama3, llama2, mistral, gemma or plain (User:/Assistant: lines)\n"
-            "                         (default: the model's template, as detected by 'kvbound chat')\n");
+            "                         (default: the model's template, as detected by 'kvbound chat')\n"
+            "      --jinja            format --chat with the model's own Jinja chat template instead, as\n"
+            "                         'kvbound template -m MODEL' renders it (its leading BOS text dropped\n"
+            "                         when BOS is added)\n");
     return 0;
 }
 
 struct tok_opts {
     struct cli_model_opts mo; /* -m */
     const char *prompt, *file, *tmpl;
-    bool from_stdin, ids_only, add_special, parse_special, show_count;
+    bool from_stdin, ids_only, add_special, parse_special, show_count, jinja;
     struct kvb_chat_message msgs[64]; /* --chat; each role allocated, freed by cmd_tokenize */
     int n_msgs;
 };
@@ -63,6 +67,7 @@ static int tok_parse(struct tok_opts *o, int argc, char **argv) {
         if (!strcmp(a, "--no-parse-special")) { o->parse_special = false; continue; }
         if (!strcmp(a, "--show-count")) { o->show_count = true; continue; }
         if (!strcmp(a, "--stdin")) { o->from_stdin = true; continue; }
+        if (!strcmp(a, "--jinja")) { o->jinja = true; continue; }
         const int r = cli_model_option(&o->mo, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
@@ -80,7 +85,61 @@ static int tok_parse(struct tok_opts *o, int argc, char **argv) {
         fprintf(stderr, "kvbound: tokenize needs -m MODEL and exactly one of -p, -f, --stdin, --chat (see --help)\n");
         return 2;
     }
+    if (o->jinja && (!o->n_msgs || o->tmpl)) {
+        fprintf(stderr, "kvbound: tokenize: --jinja formats --chat messages and excludes --template (see --help)\n");
+        return 2;
+    }
     return CLI_GO_ON;
+}
+
+/* s as a JSON string literal at w (room: 6 bytes per byte of s, plus 2); returns the end */
+static char *json_str(char *w, const char *s) {
+    *w++ = '"';
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { *w++ = '\\'; *w++ = (char)c; }
+        else if (c < 0x20) w += sprintf(w, "\\u%04x", c);
+        else *w++ = (char)c;
+    }
+    *w++ = '"';
+    return w;
+}
+
+/* --chat --jinja: the messages as JSON through kvb_chat_apply, the model's
+ * template (its signature family as the fallback, said on stderr) */
+static int tok_jinja_text(const struct tok_opts *o, const struct kvb_vocab *vocab, char **text, size_t *len) {
+    size_t cap = 4;
+    for (int i = 0; i < o->n_msgs; i++) cap += 6 * (strlen(o->msgs[i].role) + strlen(o->msgs[i].content)) + 40;
+    char *js = malloc(cap), *w = js, *chat = NULL, why[512] = "";
+    if (!js) { fprintf(stderr, "kvbound: tokenize: out of memory\n"); return 1; }
+    *w++ = '[';
+    for (int i = 0; i < o->n_msgs; i++) {
+        w += sprintf(w, "%s{\"role\": ", i ? ", " : "");
+        w = json_str(w, o->msgs[i].role);
+        w += sprintf(w, ", \"content\": ");
+        w = json_str(w, o->msgs[i].content);
+        *w++ = '}';
+    }
+    *w++ = ']';
+    *w = 0;
+    struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
+    p.vocab = vocab;
+    p.messages_json = js;
+    p.fallback = true;
+    p.strip_bos = o->add_special; /* the template writes bos_token; tokenizing adds BOS again */
+    p.why = why;
+    p.why_cap = sizeof why;
+    kvb_status st = kvb_chat_apply(&p, &chat, len);
+    free(js);
+    if (st != KVB_OK && st != KVB_FALLBACK) {
+        fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
+        return 1;
+    }
+    if (st == KVB_FALLBACK) fprintf(stderr, "kvbound: tokenize: note: %s\n", why);
+    *text = malloc(*len + 1);
+    if (*text) memcpy(*text, chat, *len + 1);
+    kvb_buffer_free(chat);
+    return *text ? CLI_GO_ON : 1;
 }
 
 /* The --chat conversation as `kvbound chat` formats it (the model's
@@ -120,6 +179,8 @@ static int tok_load(const struct tok_opts *o, struct kvb_vocab **vocab, char **t
         if (*text) memcpy(*text, o->prompt, *len + 1);
     } else if (o->file || o->from_stdin) {
         *text = cli_read_file(o->file ? o->file : "-", (size_t)1 << 31, o->file ? "text file" : "standard input", len);
+    } else if (o->jinja) {
+        return tok_jinja_text(o, *vocab, text, len);
     } else {
         return tok_chat_text(o, *vocab, text, len);
     }

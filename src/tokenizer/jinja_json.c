@@ -1,0 +1,607 @@
+/*
+ * jinja_json.c — the values of the Jinja interpreter (jinja.h): the arena
+ * they live in, lists and ordered dicts, and JSON in and out.
+ *
+ * JSON in: RFC 8259 text to values (objects keep their key order, as Python's
+ * json.loads does; a repeated key keeps its first place and its last value),
+ * bounded nesting, errors with line and column. JSON out: what Python's
+ * json.dumps(x, ensure_ascii=False, indent=N) writes, which is the tojson
+ * filter of transformers' chat templates: ", " and ": " separators without
+ * indent, "," and ": " with it; non-ASCII characters as they are; control
+ * characters as \uXXXX; floats as Python's repr.
+ */
+#include "jinja.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <limits.h>
+#include <stdlib.h>
+
+struct jchunk {
+    struct jchunk *next;
+    size_t cap, used;
+    max_align_t data[];
+};
+
+_Noreturn void jerr_throw(struct jerr *e, kvb_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->st = st;
+    longjmp(e->jb, 1);
+}
+
+void *jarena_alloc(struct jarena *a, struct jerr *e, size_t n) {
+    n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    if (!n) n = sizeof(max_align_t);
+    struct jchunk *c = a->head;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > 60000 ? n : 60000;
+        if (n > a->limit || a->total + cap + sizeof *c > a->limit)
+            jerr_throw(e, KVB_ERR_NOMEM, "template render: memory limit of %zu bytes reached", a->limit);
+        c = kvb_malloc(sizeof *c + cap);
+        if (!c) jerr_throw(e, KVB_ERR_NOMEM, "template render: out of memory");
+        c->cap = cap;
+        c->used = 0;
+        a->total += cap + sizeof *c;
+        if (a->head && a->head->cap - a->head->used > cap - n) { /* keep the fuller chunk's room in front */
+            c->next = a->head->next;
+            a->head->next = c;
+        } else {
+            c->next = a->head;
+            a->head = c;
+        }
+    }
+    void *p = (char *)c->data + c->used;
+    c->used += n;
+    return p;
+}
+
+void jarena_free(struct jarena *a) {
+    for (struct jchunk *c = a->head, *n; c; c = n) {
+        n = c->next;
+        kvb_free(c);
+    }
+    a->head = NULL;
+    a->total = 0;
+}
+
+jv jv_str(struct jarena *a, struct jerr *e, const char *s, size_t n) {
+    char *p = jarena_alloc(a, e, n + 1);
+    if (n) memcpy(p, s, n);
+    p[n] = 0;
+    return (jv){.t = JV_STR, .n = n, .u.s = p};
+}
+
+jv jv_list_new(struct jarena *a, struct jerr *e, int32_t cap) {
+    struct jlist *l = jarena_alloc(a, e, sizeof *l);
+    l->n = 0;
+    l->cap = cap > 0 ? cap : 0;
+    l->v = l->cap ? jarena_alloc(a, e, sizeof(jv) * (size_t)l->cap) : NULL;
+    return (jv){.t = JV_LIST, .u.l = l};
+}
+
+void jv_list_push(struct jarena *a, struct jerr *e, jv list, jv x) {
+    struct jlist *l = list.u.l;
+    if (l->n == l->cap) {
+        if (l->cap > (1 << 28)) jerr_throw(e, KVB_ERR_NOMEM, "template render: list too long");
+        int32_t cap = l->cap ? l->cap * 2 : 4;
+        jv *v = jarena_alloc(a, e, sizeof(jv) * (size_t)cap);
+        if (l->n) memcpy(v, l->v, sizeof(jv) * (size_t)l->n);
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = x;
+}
+
+jv jv_dict_new(struct jarena *a, struct jerr *e, int32_t cap) {
+    struct jdict *d = jarena_alloc(a, e, sizeof *d);
+    d->n = 0;
+    d->cap = cap > 0 ? cap : 0;
+    d->k = d->cap ? jarena_alloc(a, e, sizeof(jv) * (size_t)d->cap) : NULL;
+    d->v = d->cap ? jarena_alloc(a, e, sizeof(jv) * (size_t)d->cap) : NULL;
+    return (jv){.t = JV_DICT, .u.d = d};
+}
+
+void jv_dict_set(struct jarena *a, struct jerr *e, jv dict, jv key, jv val) {
+    struct jdict *d = dict.u.d;
+    for (int32_t i = 0; i < d->n; i++)
+        if (jv_equal(d->k[i], key)) {
+            d->v[i] = val;
+            return;
+        }
+    if (d->n == d->cap) {
+        if (d->cap > (1 << 26)) jerr_throw(e, KVB_ERR_NOMEM, "template render: dict too large");
+        int32_t cap = d->cap ? d->cap * 2 : 4;
+        jv *k = jarena_alloc(a, e, sizeof(jv) * (size_t)cap), *v = jarena_alloc(a, e, sizeof(jv) * (size_t)cap);
+        if (d->n) {
+            memcpy(k, d->k, sizeof(jv) * (size_t)d->n);
+            memcpy(v, d->v, sizeof(jv) * (size_t)d->n);
+        }
+        d->k = k;
+        d->v = v;
+        d->cap = cap;
+    }
+    d->k[d->n] = key;
+    d->v[d->n++] = val;
+}
+
+jv *jv_dict_get(const struct jdict *d, const char *key, size_t n) {
+    for (int32_t i = 0; i < d->n; i++)
+        if (d->k[i].t == JV_STR && d->k[i].n == n && !memcmp(d->k[i].u.s, key, n)) return &d->v[i];
+    return NULL;
+}
+
+static bool is_num(jv x) { return x.t == JV_INT || x.t == JV_FLOAT || x.t == JV_BOOL; }
+static double num(jv x) { return x.t == JV_FLOAT ? x.u.f : x.t == JV_INT ? (double)x.u.i : (double)x.u.b; }
+
+bool jv_equal(jv a, jv b) {
+    if (is_num(a) && is_num(b)) {
+        if (a.t != JV_FLOAT && b.t != JV_FLOAT) return (a.t == JV_INT ? a.u.i : a.u.b) == (b.t == JV_INT ? b.u.i : b.u.b);
+        return num(a) == num(b);
+    }
+    if (a.t != b.t) return false;
+    switch (a.t) {
+    case JV_UNDEF: case JV_NONE: return true;
+    case JV_STR: return a.n == b.n && !memcmp(a.u.s, b.u.s, a.n);
+    case JV_LIST:
+        if (a.u.l->n != b.u.l->n) return false;
+        for (int32_t i = 0; i < a.u.l->n; i++)
+            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return false;
+        return true;
+    case JV_DICT:
+        if (a.u.d->n != b.u.d->n) return false;
+        for (int32_t i = 0; i < a.u.d->n; i++) {
+            bool found = false;
+            for (int32_t j = 0; j < b.u.d->n && !found; j++)
+                if (jv_equal(a.u.d->k[i], b.u.d->k[j])) {
+                    if (!jv_equal(a.u.d->v[i], b.u.d->v[j])) return false;
+                    found = true;
+                }
+            if (!found) return false;
+        }
+        return true;
+    case JV_MACRO: return a.u.m == b.u.m;
+    case JV_BUILTIN: return a.u.fn == b.u.fn;
+    default: return false;
+    }
+}
+
+void jbuf_put(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, size_t n) {
+    if (!n && b->p) return; /* an empty put still gives an empty string */
+    if (b->n + n > b->limit) jerr_throw(e, KVB_ERR_NOMEM, "template render: output limit of %zu bytes reached", b->limit);
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 32;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = jarena_alloc(a, e, cap);
+        if (b->n) memcpy(p, b->p, b->n);
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+void jfloat_repr(double f, char *buf) {
+    if (isnan(f)) { strcpy(buf, "nan"); return; }
+    if (isinf(f)) { strcpy(buf, f < 0 ? "-inf" : "inf"); return; }
+    char e[40];
+    int p = 1;
+    for (; p <= 17; p++) { /* the shortest digits that read back as f */
+        snprintf(e, sizeof e, "%.*e", p - 1, f);
+        if (strtod(e, NULL) == f) break;
+    }
+    /* e: [-]D[.DDD]e[+-]XX */
+    const char *q = e;
+    char digits[24];
+    int nd = 0;
+    bool neg = *q == '-';
+    if (neg) q++;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.') digits[nd++] = *q;
+    int exp = atoi(q + 1);
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    char *o = buf;
+    if (neg) *o++ = '-';
+    if (exp >= -4 && exp < 16) {
+        if (exp < 0) {
+            *o++ = '0';
+            *o++ = '.';
+            for (int i = -1; i > exp; i--) *o++ = '0';
+            for (int i = 0; i < nd; i++) *o++ = digits[i];
+        } else {
+            for (int i = 0; i <= exp; i++) *o++ = i < nd ? digits[i] : '0';
+            *o++ = '.';
+            if (nd > exp + 1)
+                for (int i = exp + 1; i < nd; i++) *o++ = digits[i];
+            else *o++ = '0';
+        }
+        *o = 0;
+    } else {
+        *o++ = digits[0];
+        if (nd > 1) {
+            *o++ = '.';
+            for (int i = 1; i < nd; i++) *o++ = digits[i];
+        }
+        sprintf(o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    }
+}
+
+/* ---- JSON in ---- */
+
+struct jp {
+    struct jarena *a;
+    struct jerr *e;
+    const char *what, *s, *end, *p;
+    int depth, max_depth;
+};
+
+_Noreturn static void jp_fail(struct jp *j, const char *why) {
+    int line = 1, col = 1;
+    for (const char *q = j->s; q < j->p; q++) {
+        if (*q == '\n') { line++; col = 1; }
+        else col++;
+    }
+    jerr_throw(j->e, KVB_ERR_INVALID, "%s: invalid JSON at line %d, column %d: %s", j->what, line, col, why);
+}
+
+static void jp_ws(struct jp *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static int put_utf8(char *o, uint32_t cp) {
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+static uint32_t jp_hex4(struct jp *j) {
+    if (j->end - j->p < 4) jp_fail(j, "short \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(j->p[i]);
+        if (h < 0) jp_fail(j, "bad \\u escape");
+        v = v * 16 + (uint32_t)h;
+    }
+    j->p += 4;
+    return v;
+}
+
+static jv jp_string(struct jp *j) {
+    j->p++; /* the quote */
+    const char *b = j->p;
+    size_t n = 0;
+    bool esc = false;
+    while (j->p < j->end && *j->p != '"') {
+        if ((unsigned char)*j->p < 0x20) jp_fail(j, "control character in a string");
+        if (*j->p == '\\') { esc = true; j->p++; }
+        j->p++;
+        n++;
+    }
+    if (j->p >= j->end) jp_fail(j, "unterminated string");
+    if (!esc) {
+        jv s = jv_str(j->a, j->e, b, (size_t)(j->p - b));
+        j->p++;
+        return s;
+    }
+    char *o = jarena_alloc(j->a, j->e, (size_t)(j->p - b) + 1), *w = o; /* escapes never grow */
+    const char *stop = j->p;
+    j->p = b;
+    while (j->p < stop) {
+        if (*j->p != '\\') { *w++ = *j->p++; continue; }
+        j->p++;
+        char c = *j->p++;
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '/': *w++ = '/'; break;
+        case 'b': *w++ = '\b'; break;
+        case 'f': *w++ = '\f'; break;
+        case 'n': *w++ = '\n'; break;
+        case 'r': *w++ = '\r'; break;
+        case 't': *w++ = '\t'; break;
+        case 'u': {
+            uint32_t cp = jp_hex4(j);
+            if (cp >= 0xD800 && cp < 0xDC00 && stop - j->p >= 6 && j->p[0] == '\\' && j->p[1] == 'u') {
+                const char *save = j->p;
+                j->p += 2;
+                uint32_t lo = jp_hex4(j);
+                if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                else j->p = save;
+            }
+            if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD; /* a lone surrogate has no UTF-8 */
+            w += put_utf8(w, cp);
+            break;
+        }
+        default: j->p--; jp_fail(j, "bad escape");
+        }
+    }
+    *w = 0;
+    j->p = stop + 1;
+    (void)n;
+    return (jv){.t = JV_STR, .n = (size_t)(w - o), .u.s = o};
+}
+
+static jv jp_value(struct jp *j) {
+    jp_ws(j);
+    if (j->p >= j->end) jp_fail(j, "value expected");
+    if (++j->depth > j->max_depth) jp_fail(j, "nested too deeply");
+    jv r;
+    char c = *j->p;
+    if (c == '{') {
+        j->p++;
+        r = jv_dict_new(j->a, j->e, 0);
+        jp_ws(j);
+        if (j->p < j->end && *j->p == '}') j->p++;
+        else
+            for (;;) {
+                jp_ws(j);
+                if (j->p >= j->end || *j->p != '"') jp_fail(j, "object key expected");
+                jv k = jp_string(j);
+                jp_ws(j);
+                if (j->p >= j->end || *j->p != ':') jp_fail(j, "':' expected");
+                j->p++;
+                jv v = jp_value(j);
+                if (r.u.d->n >= 10000) jp_fail(j, "an object with more than 10000 members"); /* keys are compared one by one */
+                jv_dict_set(j->a, j->e, r, k, v);
+                jp_ws(j);
+                if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+                if (j->p < j->end && *j->p == '}') { j->p++; break; }
+                jp_fail(j, "',' or '}' expected");
+            }
+    } else if (c == '[') {
+        j->p++;
+        r = jv_list_new(j->a, j->e, 0);
+        jp_ws(j);
+        if (j->p < j->end && *j->p == ']') j->p++;
+        else
+            for (;;) {
+                jv_list_push(j->a, j->e, r, jp_value(j));
+                jp_ws(j);
+                if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+                if (j->p < j->end && *j->p == ']') { j->p++; break; }
+                jp_fail(j, "',' or ']' expected");
+            }
+    } else if (c == '"') {
+        r = jp_string(j);
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        const char *b = j->p;
+        bool flt = false;
+        if (*j->p == '-') j->p++;
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') jp_fail(j, "digit expected");
+        if (*j->p == '0') j->p++;
+        else while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+        if (j->p < j->end && *j->p == '.') {
+            flt = true;
+            j->p++;
+            if (j->p >= j->end || *j->p < '0' || *j->p > '9') jp_fail(j, "digit expected after '.'");
+            while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+        }
+        if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+            flt = true;
+            j->p++;
+            if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
+            if (j->p >= j->end || *j->p < '0' || *j->p > '9') jp_fail(j, "digit expected in exponent");
+            while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+        }
+        char tmp[64];
+        size_t n = (size_t)(j->p - b);
+        if (n >= sizeof tmp) { flt = true; n = sizeof tmp - 1; }
+        memcpy(tmp, b, n);
+        tmp[n] = 0;
+        if (!flt) {
+            char *endp;
+            long long v = strtoll(tmp, &endp, 10);
+            if ((v == LLONG_MAX || v == LLONG_MIN)) r = (jv){.t = JV_FLOAT, .u.f = strtod(tmp, NULL)};
+            else r = (jv){.t = JV_INT, .u.i = v};
+        } else r = (jv){.t = JV_FLOAT, .u.f = strtod(tmp, NULL)};
+    } else if (j->end - j->p >= 4 && !memcmp(j->p, "true", 4)) {
+        j->p += 4;
+        r = (jv){.t = JV_BOOL, .u.b = true};
+    } else if (j->end - j->p >= 5 && !memcmp(j->p, "false", 5)) {
+        j->p += 5;
+        r = (jv){.t = JV_BOOL, .u.b = false};
+    } else if (j->end - j->p >= 4 && !memcmp(j->p, "null", 4)) {
+        j->p += 4;
+        r = (jv){.t = JV_NONE};
+    } else jp_fail(j, "unexpected character");
+    j->depth--;
+    return r;
+}
+
+jv jjson_parse(struct jarena *a, struct jerr *e, const char *what, const char *text, size_t len, int depth) {
+    struct jp j = {a, e, what, text, text + len, text, 0, depth > 0 ? depth : 512};
+    jv r = jp_value(&j);
+    jp_ws(&j);
+    if (j.p != j.end) jp_fail(&j, "text after the value");
+    return r;
+}
+
+/* ---- JSON out ---- */
+
+static void put_s(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s) { jbuf_put(a, e, b, s, strlen(s)); }
+
+static void dump_string(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, size_t n) {
+    jbuf_put(a, e, b, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *rep = NULL;
+        char u[8];
+        if (c == '"') rep = "\\\"";
+        else if (c == '\\') rep = "\\\\";
+        else if (c == '\n') rep = "\\n";
+        else if (c == '\r') rep = "\\r";
+        else if (c == '\t') rep = "\\t";
+        else if (c == '\b') rep = "\\b";
+        else if (c == '\f') rep = "\\f";
+        else if (c < 0x20) { snprintf(u, sizeof u, "\\u%04x", c); rep = u; }
+        if (rep) {
+            jbuf_put(a, e, b, s + i - run, run);
+            run = 0;
+            put_s(a, e, b, rep);
+        } else run++;
+    }
+    jbuf_put(a, e, b, s + n - run, run);
+    jbuf_put(a, e, b, "\"", 1);
+}
+
+static void newline_indent(struct jarena *a, struct jerr *e, struct jbuf *b, int indent, int level) {
+    jbuf_put(a, e, b, "\n", 1);
+    for (int i = 0; i < indent * level; i++) jbuf_put(a, e, b, " ", 1);
+}
+
+void jjson_dump(struct jarena *a, struct jerr *e, struct jbuf *b, jv x, int indent, int level) {
+    char t[40];
+    if (level > 512) jerr_throw(e, KVB_ERR_INVALID, "tojson: nested too deeply");
+    switch (x.t) {
+    case JV_NONE: put_s(a, e, b, "null"); break;
+    case JV_BOOL: put_s(a, e, b, x.u.b ? "true" : "false"); break;
+    case JV_INT: snprintf(t, sizeof t, "%lld", (long long)x.u.i); put_s(a, e, b, t); break;
+    case JV_FLOAT:
+        if (isnan(x.u.f)) put_s(a, e, b, "NaN");
+        else if (isinf(x.u.f)) put_s(a, e, b, x.u.f < 0 ? "-Infinity" : "Infinity");
+        else { jfloat_repr(x.u.f, t); put_s(a, e, b, t); }
+        break;
+    case JV_STR: dump_string(a, e, b, x.u.s, x.n); break;
+    case JV_LIST:
+        if (!x.u.l->n) { put_s(a, e, b, "[]"); break; }
+        jbuf_put(a, e, b, "[", 1);
+        for (int32_t i = 0; i < x.u.l->n; i++) {
+            if (i) put_s(a, e, b, indent >= 0 ? "," : ", ");
+            if (indent >= 0) newline_indent(a, e, b, indent, level + 1);
+            jjson_dump(a, e, b, x.u.l->v[i], indent, level + 1);
+        }
+        if (indent >= 0) newline_indent(a, e, b, indent, level);
+        jbuf_put(a, e, b, "]", 1);
+        break;
+    case JV_DICT:
+        if (!x.u.d->n) { put_s(a, e, b, "{}"); break; }
+        jbuf_put(a, e, b, "{", 1);
+        for (int32_t i = 0; i < x.u.d->n; i++) {
+            if (i) put_s(a, e, b, indent >= 0 ? "," : ", ");
+            if (indent >= 0) newline_indent(a, e, b, indent, level + 1);
+            jv k = x.u.d->k[i];
+            if (k.t == JV_STR) dump_string(a, e, b, k.u.s, k.n);
+            else if (k.t == JV_INT) { snprintf(t, sizeof t, "\"%lld\"", (long long)k.u.i); put_s(a, e, b, t); }
+            else if (k.t == JV_BOOL) put_s(a, e, b, k.u.b ? "\"true\"" : "\"false\"");
+            else if (k.t == JV_NONE) put_s(a, e, b, "\"null\"");
+            else jerr_throw(e, KVB_ERR_INVALID, "tojson: keys must be str, int, float, bool or None");
+            put_s(a, e, b, ": ");
+            jjson_dump(a, e, b, x.u.d->v[i], indent, level + 1);
+        }
+        if (indent >= 0) newline_indent(a, e, b, indent, level);
+        jbuf_put(a, e, b, "}", 1);
+        break;
+    case JV_UNDEF: jerr_throw(e, KVB_ERR_INVALID, "tojson: Object of type Undefined is not JSON serializable");
+    default: jerr_throw(e, KVB_ERR_INVALID, "tojson: a callable is not JSON serializable");
+    }
+}
+
+/* ---- checks and plain messages for kvb_chat_apply ---- */
+
+struct work {
+    struct jerr e;
+    struct jarena a;
+};
+
+kvb_status jjson_check(const char *what, const char *text, char want, bool is_messages, char *msg, size_t msg_cap) {
+    /* on the heap: what setjmp's frame changes before a longjmp must not be a local */
+    struct work *w = kvb_calloc(1, sizeof *w);
+    if (!w) return KVB_ERR_NOMEM;
+    struct jerr *e = &w->e;
+    w->a.limit = 256u << 20;
+    kvb_status st = KVB_OK;
+    if (!setjmp(e->jb)) {
+        jv v = jjson_parse(&w->a, e, what, text, strlen(text), 512);
+        if (want == '[' && v.t != JV_LIST) jerr_throw(e, KVB_ERR_INVALID, "%s: a JSON array expected", what);
+        if (want == '{' && v.t != JV_DICT) jerr_throw(e, KVB_ERR_INVALID, "%s: a JSON object expected", what);
+        for (int32_t i = 0; is_messages && i < v.u.l->n; i++) {
+            jv m = v.u.l->v[i];
+            if (m.t != JV_DICT) jerr_throw(e, KVB_ERR_INVALID, "%s: message %d is not an object", what, (int)i);
+            jv *r = jv_dict_get(m.u.d, "role", 4);
+            if (!r || r->t != JV_STR) jerr_throw(e, KVB_ERR_INVALID, "%s: message %d has no string \"role\"", what, (int)i);
+        }
+    } else {
+        st = e->st;
+        if (msg && msg_cap) snprintf(msg, msg_cap, "%s", e->msg);
+    }
+    jarena_free(&w->a);
+    kvb_free(w);
+    return st;
+}
+
+kvb_status jjson_simple_messages(const char *text, struct kvb_chat_message **msgs, int32_t *n, void **block, char *msg, size_t msg_cap) {
+    /* on the heap: what setjmp's frame changes before a longjmp must not be a local */
+    struct work *w = kvb_calloc(1, sizeof *w);
+    if (!w) return KVB_ERR_NOMEM;
+    struct jerr *e = &w->e;
+    w->a.limit = 256u << 20;
+    kvb_status st = KVB_OK;
+    *block = NULL;
+    *msgs = NULL;
+    *n = 0;
+    if (!setjmp(e->jb)) {
+        jv v = jjson_parse(&w->a, e, "messages", text, strlen(text), 512);
+        if (v.t != JV_LIST) jerr_throw(e, KVB_ERR_INVALID, "messages: a JSON array expected");
+        int32_t k = v.u.l->n;
+        /* role and content texts, each NUL-terminated, after the array */
+        size_t bytes = sizeof(struct kvb_chat_message) * (size_t)(k + 1);
+        const char **role = jarena_alloc(&w->a, e, sizeof *role * (size_t)(k + 1)), **cont = jarena_alloc(&w->a, e, sizeof *cont * (size_t)(k + 1));
+        size_t *clen = jarena_alloc(&w->a, e, sizeof *clen * (size_t)(k + 1));
+        for (int32_t i = 0; i < k; i++) {
+            jv m = v.u.l->v[i];
+            jv *r = m.t == JV_DICT ? jv_dict_get(m.u.d, "role", 4) : NULL, *ct = m.t == JV_DICT ? jv_dict_get(m.u.d, "content", 7) : NULL;
+            if (!r || r->t != JV_STR) jerr_throw(e, KVB_ERR_INVALID, "messages: message %d has no string \"role\"", (int)i);
+            role[i] = r->u.s;
+            struct jbuf b = {.limit = 64u << 20};
+            jbuf_put(&w->a, e, &b, "", 0);
+            if (ct && ct->t == JV_STR) jbuf_put(&w->a, e, &b, ct->u.s, ct->n);
+            else if (ct && ct->t == JV_LIST)
+                for (int32_t j = 0; j < ct->u.l->n; j++) {
+                    jv part = ct->u.l->v[j];
+                    jv *t = part.t == JV_DICT ? jv_dict_get(part.u.d, "text", 4) : NULL;
+                    if (t && t->t == JV_STR) jbuf_put(&w->a, e, &b, t->u.s, t->n);
+                }
+            else if (ct && ct->t != JV_NONE) jerr_throw(e, KVB_ERR_INVALID, "messages: message %d: content is neither a string nor a list", (int)i);
+            cont[i] = b.p;
+            clen[i] = b.n;
+            bytes += strlen(role[i]) + 1 + clen[i] + 1;
+        }
+        char *blk = kvb_malloc(bytes);
+        if (!blk) jerr_throw(e, KVB_ERR_NOMEM, "messages: out of memory");
+        struct kvb_chat_message *out = (struct kvb_chat_message *)blk;
+        char *wp = blk + sizeof(struct kvb_chat_message) * (size_t)(k + 1);
+        for (int32_t i = 0; i < k; i++) {
+            size_t rl = strlen(role[i]);
+            memcpy(wp, role[i], rl + 1);
+            out[i].role = wp;
+            wp += rl + 1;
+            memcpy(wp, cont[i], clen[i]);
+            wp[clen[i]] = 0;
+            out[i].content = wp;
+            wp += clen[i] + 1;
+        }
+        *block = blk;
+        *msgs = out;
+        *n = k;
+    } else {
+        st = e->st;
+        if (msg && msg_cap) snprintf(msg, msg_cap, "%s", e->msg);
+    }
+    jarena_free(&w->a);
+    kvb_free(w);
+    return st;
+}
