@@ -249,6 +249,10 @@ start key -m "$G" --sessions "$T/skey" --budget 64 -t 1 --api-key sekrit
 c1=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/models"); c2=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer wrong' "$URL/v1/models")
 c3=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sekrit' "$URL/v1/models"); c4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")
 if [ "$c1" = 401 ] && [ "$c2" = 401 ] && [ "$c3" = 200 ] && [ "$c4" = 200 ]; then ok serve_api_key; else ko serve_api_key "$c1 $c2 $c3 $c4"; fi
+# the scheme is case-insensitive and may be followed by several spaces; the key is not
+c5=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: bearer sekrit' "$URL/v1/models"); c6=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: BEARER   sekrit' "$URL/v1/models")
+c7=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer SEKRIT' "$URL/v1/models"); c8=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearersekrit' "$URL/v1/models")
+if [ "$c5" = 200 ] && [ "$c6" = 200 ] && [ "$c7" = 401 ] && [ "$c8" = 401 ]; then ok serve_api_key_scheme_any_case; else ko serve_api_key_scheme_any_case "$c5 $c6 $c7 $c8"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 
 # docs/SERVING.md's example block runs as written (on a free port instead of 8080)

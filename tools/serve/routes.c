@@ -31,9 +31,12 @@
 static bool authorized(const struct server *srv, const struct http_req *q) {
     if (!srv->o.api_key) return true;
     const char *a = q->authorization;
-    if (!a || strncmp(a, "Bearer ", 7)) return false;
+    /* the scheme is case-insensitive, then one or more spaces (RFC 9110 11.1, 11.6.2) */
+    if (!a || strncasecmp(a, "Bearer", 6) || a[6] != ' ') return false;
+    const char *g = a + 6;
+    while (*g == ' ') g++;
     /* compare every byte, whatever matches first */
-    const char *k = srv->o.api_key, *g = a + 7;
+    const char *k = srv->o.api_key;
     size_t lk = strlen(k), lg = strlen(g);
     unsigned diff = (unsigned)(lk ^ lg);
     for (size_t i = 0; i < lk; i++) diff |= (unsigned)(k[i] ^ (i < lg ? g[i] : 0));
