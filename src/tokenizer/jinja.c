@@ -36,6 +36,7 @@
  * str.format, any other filter or test.
  */
 #include "jinja.h"
+#include "unicode.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -106,22 +107,6 @@ static int count_nl(const char *s, size_t n) {
     return k;
 }
 
-static int hexv(char ch) {
-    return is_digit(ch) ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-}
-
-static int utf8_put(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* A string literal at s[*p] (the quote): Python's escapes. */
 static struct tok lex_string(struct ctx *c, const char *s, size_t len, size_t *p, int line) {
     char q = s[*p];
@@ -137,12 +122,12 @@ static struct tok lex_string(struct ctx *c, const char *s, size_t len, size_t *p
             uint32_t cp = 0;
             bool ok = j + (size_t)nh < i;
             for (int h = 1; ok && h <= nh; h++) {
-                int v = hexv(s[j + (size_t)h]);
+                int v = kvb_jinja_hex_digit(s[j + (size_t)h]);
                 if (v < 0) ok = false;
                 else cp = cp * 16 + (uint32_t)v;
             }
             if (!ok || cp > 0x10FFFF) fail_at(c, KVB_ERR_INVALID, line, "bad \\%c escape in a string", e);
-            w += utf8_put(w, cp);
+            w += kvb_utf8_encode(cp, w);
             j += (size_t)nh;
             continue;
         }

@@ -148,4 +148,9 @@ kvb_status jjson_check(const char *what, const char *text, char want, bool is_me
  * the strings live in one kvb_malloc'ed block (free *block). */
 kvb_status jjson_simple_messages(const char *text, struct kvb_chat_message **msgs, int32_t *n, void **block, char *msg, size_t msg_cap);
 
+/* The value of a hex digit, or -1 (string escapes of templates and JSON). */
+static inline int kvb_jinja_hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 #endif

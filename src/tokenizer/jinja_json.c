@@ -11,6 +11,7 @@
  * characters as \uXXXX; floats as Python's repr.
  */
 #include "jinja.h"
+#include "unicode.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -251,27 +252,11 @@ static void jp_ws(struct jp *j) {
     while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
 }
 
-static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-static int put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 static uint32_t jp_hex4(struct jp *j) {
     if (j->end - j->p < 4) jp_fail(j, "short \\u escape");
     uint32_t v = 0;
     for (int i = 0; i < 4; i++) {
-        int h = hexval(j->p[i]);
+        int h = kvb_jinja_hex_digit(j->p[i]);
         if (h < 0) jp_fail(j, "bad \\u escape");
         v = v * 16 + (uint32_t)h;
     }
@@ -322,7 +307,7 @@ static jv jp_string(struct jp *j) {
                 else j->p = save;
             }
             if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD; /* a lone surrogate has no UTF-8 */
-            w += put_utf8(w, cp);
+            w += kvb_utf8_encode(cp, w);
             break;
         }
         default: j->p--; jp_fail(j, "bad escape");
@@ -517,12 +502,31 @@ struct work {
     struct jarena a;
 };
 
-kvb_status jjson_check(const char *what, const char *text, char want, bool is_messages, char *msg, size_t msg_cap) {
-    /* on the heap: what setjmp's frame changes before a longjmp must not be a local */
+/* The two entry points below parse inside one setjmp frame: their state is
+ * on the heap (what the frame changes before a longjmp must not be a local),
+ * with an arena of at most 256 MiB. */
+static struct work *work_new(void) {
     struct work *w = kvb_calloc(1, sizeof *w);
+    if (w) w->a.limit = 256u << 20;
+    return w;
+}
+
+/* After a longjmp: the failure's status, its message copied to msg. */
+static kvb_status work_failed(const struct work *w, char *msg, size_t msg_cap) {
+    if (msg && msg_cap) snprintf(msg, msg_cap, "%s", w->e.msg);
+    return w->e.st;
+}
+
+static kvb_status work_free(struct work *w, kvb_status st) {
+    jarena_free(&w->a);
+    kvb_free(w);
+    return st;
+}
+
+kvb_status jjson_check(const char *what, const char *text, char want, bool is_messages, char *msg, size_t msg_cap) {
+    struct work *w = work_new();
     if (!w) return KVB_ERR_NOMEM;
     struct jerr *e = &w->e;
-    w->a.limit = 256u << 20;
     kvb_status st = KVB_OK;
     if (!setjmp(e->jb)) {
         jv v = jjson_parse(&w->a, e, what, text, strlen(text), 512);
@@ -535,20 +539,15 @@ kvb_status jjson_check(const char *what, const char *text, char want, bool is_me
             if (!r || r->t != JV_STR) jerr_throw(e, KVB_ERR_INVALID, "%s: message %d has no string \"role\"", what, (int)i);
         }
     } else {
-        st = e->st;
-        if (msg && msg_cap) snprintf(msg, msg_cap, "%s", e->msg);
+        st = work_failed(w, msg, msg_cap);
     }
-    jarena_free(&w->a);
-    kvb_free(w);
-    return st;
+    return work_free(w, st);
 }
 
 kvb_status jjson_simple_messages(const char *text, struct kvb_chat_message **msgs, int32_t *n, void **block, char *msg, size_t msg_cap) {
-    /* on the heap: what setjmp's frame changes before a longjmp must not be a local */
-    struct work *w = kvb_calloc(1, sizeof *w);
+    struct work *w = work_new();
     if (!w) return KVB_ERR_NOMEM;
     struct jerr *e = &w->e;
-    w->a.limit = 256u << 20;
     kvb_status st = KVB_OK;
     *block = NULL;
     *msgs = NULL;
@@ -598,10 +597,7 @@ kvb_status jjson_simple_messages(const char *text, struct kvb_chat_message **msg
         *msgs = out;
         *n = k;
     } else {
-        st = e->st;
-        if (msg && msg_cap) snprintf(msg, msg_cap, "%s", e->msg);
+        st = work_failed(w, msg, msg_cap);
     }
-    jarena_free(&w->a);
-    kvb_free(w);
-    return st;
+    return work_free(w, st);
 }
