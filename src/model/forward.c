@@ -384,21 +384,6 @@ static void gated_activation(struct kvb_threadpool *tp, bool gelu, float *g, con
     kvb_threadpool_run(n >= 16384 ? tp : NULL, glu_worker, &j); /* below: waking the pool costs more */
 }
 
-/* y = cap * tanh(y / cap) over n values, tanh(z) = (e - 1) / (e + 1) with
- * e = e^(2z) from the kernel family's vexp in blocks (a clamped argument:
- * +-cap at the extremes, never NaN). */
-static void softcap_row(float *y, int64_t n, float cap) {
-    const struct kvb_kernels *kr = kvb_kernels();
-    const float k = 2.0f / cap;
-    float e[256];
-    for (int64_t i = 0; i < n; i += 256) {
-        const int32_t m = (int32_t)KVB_MIN((int64_t)256, n - i);
-        for (int32_t j = 0; j < m; j++) e[j] = y[i + j] * k;
-        kr->vexp(e, m);
-        for (int32_t j = 0; j < m; j++) y[i + j] = cap * ((e[j] - 1.0f) / (e[j] + 1.0f));
-    }
-}
-
 /* The output's scale and bias, Granite's logit scale and the final softcap on n rows. */
 static void finish_logits(const struct kvb_model *m, float *lg, int64_t rows) {
     const int64_t V = m->info.n_vocab;
@@ -412,7 +397,7 @@ static void finish_logits(const struct kvb_model *m, float *lg, int64_t rows) {
         if (m->logit_scale != 1.0f)
             for (int64_t i = 0; i < V; i++) y[i] /= m->logit_scale;
         if (m->final_softcap != 0)
-            softcap_row(y, V, m->final_softcap);
+            kvb_softcap(kvb_kernels(), y, V, m->final_softcap);
     }
 }
 

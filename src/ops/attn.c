@@ -80,17 +80,20 @@ static void apply_limits(float *s, const int32_t *limit, const int32_t *first, i
     }
 }
 
-/* Gemma 2's attention softcap: s = cap * tanh(s / cap) over the tile's nt
- * scores per row, tanh(z) = (e - 1) / (e + 1) with e = e^(2z) from the
- * family's vexp (clamped: +-cap at the extremes). */
-static void apply_softcap(const struct kvb_kernels *kr, float *s, int32_t n_rows, int32_t nt, float cap) {
+void kvb_softcap(const struct kvb_kernels *kr, float *x, int64_t n, float cap) {
     const float k = 2.0f / cap;
-    for (int32_t r = 0; r < n_rows; r++) {
-        float *sr = s + r * KVB_ATTN_TILE, e[KVB_ATTN_TILE];
-        for (int32_t t = 0; t < nt; t++) e[t] = sr[t] * k;
-        kr->vexp(e, nt);
-        for (int32_t t = 0; t < nt; t++) sr[t] = cap * ((e[t] - 1.0f) / (e[t] + 1.0f));
+    float e[256];
+    for (int64_t i = 0; i < n; i += 256) {
+        const int32_t m = (int32_t)(n - i < 256 ? n - i : 256);
+        for (int32_t j = 0; j < m; j++) e[j] = x[i + j] * k;
+        kr->vexp(e, m);
+        for (int32_t j = 0; j < m; j++) x[i + j] = cap * ((e[j] - 1.0f) / (e[j] + 1.0f));
     }
+}
+
+/* Gemma 2's attention softcap over the tile's nt scores per row. */
+static void apply_softcap(const struct kvb_kernels *kr, float *s, int32_t n_rows, int32_t nt, float cap) {
+    for (int32_t r = 0; r < n_rows; r++) kvb_softcap(kr, s + r * KVB_ATTN_TILE, nt, cap);
 }
 
 /* Each row's max and sum over its nt scores, in t order exactly as a plain

@@ -195,6 +195,10 @@ void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse);
  * w[j] = mean over rows of the normalised probability of key j, j < n
  * (one pass: what a policy needs from the G query heads of a KV head). */
 void kvb_attn_end_mean(struct kvb_attn_state *st, float *out, float *w, int32_t n);
+/* x = cap * tanh(x / cap) over n values (Gemma's softcaps, attention and
+ * logits): tanh(z) = (e - 1) / (e + 1), e = e^(2z) from the family's vexp,
+ * whose clamped argument gives +-cap at the extremes, never NaN. */
+void kvb_softcap(const struct kvb_kernels *kr, float *x, int64_t n, float cap);
 /* Column mass: col[j] += sum_r w_r * exp(q_r.k_j - lse[r]) over keys [j0, j1),
  * with the same limits (no sliding window: the cache never observes a
  * window layer); one call per run. */

@@ -100,14 +100,18 @@ static void q_q8_0(const float *x, struct block_q8_0 *b, int64_t nb) {
     }
 }
 
+/* The value of largest magnitude among x[0..32), with its sign (the first
+ * such): Q4_0 and Q5_0 map it to their lowest code. */
+static float signed_absmax32(const float *x) {
+    float mx = 0, amax = 0;
+    for (int k = 0; k < 32; k++)
+        if (fabsf(x[k]) > amax) { amax = fabsf(x[k]); mx = x[k]; }
+    return mx;
+}
+
 static void q_q4_0(const float *x, struct block_q4_0 *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
-        float mx = 0, amax = 0;
-        for (int k = 0; k < 32; k++) {
-            float v = x[i * 32 + k];
-            if (fabsf(v) > amax) { amax = fabsf(v); mx = v; }
-        }
-        float d = mx / -8.0f, id = d ? 1.0f / d : 0.0f;
+        float d = signed_absmax32(x + i * 32) / -8.0f, id = d ? 1.0f / d : 0.0f;
         b[i].d = kvb_f32_to_f16(d);
         for (int k = 0; k < 16; k++) {
             int lo = KVB_MIN(15, KVB_MAX(0, nearest(x[i * 32 + k] * id) + 8));
@@ -120,12 +124,7 @@ static void q_q4_0(const float *x, struct block_q4_0 *b, int64_t nb) {
 /* As Q4_0's rule: the value of largest magnitude maps to code 0 (-16 d). */
 static void q_q5_0(const float *x, struct block_q5_0 *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
-        float mx = 0, amax = 0;
-        for (int k = 0; k < 32; k++) {
-            float v = x[i * 32 + k];
-            if (fabsf(v) > amax) { amax = fabsf(v); mx = v; }
-        }
-        float d = mx / -16.0f, id = d ? 1.0f / d : 0.0f;
+        float d = signed_absmax32(x + i * 32) / -16.0f, id = d ? 1.0f / d : 0.0f;
         b[i].d = kvb_f32_to_f16(d);
         uint32_t qh = 0;
         memset(b[i].qs, 0, sizeof b[i].qs);

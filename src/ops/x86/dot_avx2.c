@@ -389,18 +389,25 @@ float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
  * 256 weights. The K-types' offsets (Q4_K's mins, Q6_K's 32) come from the
  * activation sums per 16: one madd per super-block. */
 
+/* One block of 32 signed weight codes w (|w| <= 16: maddubs cannot
+ * saturate) against 32 int8 activations, the sign trick of the Q8_0 kernel,
+ * added to acc times the block's d_w * d_x. */
+static inline __m256 small_codes_block(__m256i w, const int8_t *xq, float scale, __m256 acc) {
+    const __m256i a = _mm256_loadu_si256((const __m256i *)xq);
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a)), _mm256_set1_epi16(1));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale), acc);
+}
+
 float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q4_0 *b = row;
-    const __m256i m4 = _mm256_set1_epi8(0xF), k8 = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0xF), k8 = _mm256_set1_epi8(8);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     const int64_t nb = n / QK4_0;
 #define Q4_0_BLOCK(I, ACC)                                                                                                 \
     do {                                                                                                                  \
         const __m128i raw = _mm_loadu_si128((const __m128i *)b[I].qs);                                                   \
         const __m256i w = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), k8);     \
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(x->q + (I) * QK4_0));                                    \
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a)), ones); \
-        ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_cvtsh_ss(b[I].d) * x->d[I]), ACC);                  \
+        ACC = small_codes_block(w, x->q + (I) * QK4_0, _cvtsh_ss(b[I].d) * x->d[I], ACC);                               \
     } while (0)
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
@@ -417,7 +424,7 @@ float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
  * set; weights -16..15, then Q4_0's sign trick (|w| <= 16: no saturation). */
 float kvb_dot_q5_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q5_0 *b = row;
-    const __m256i m4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16);
     const __m256i spread = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
@@ -431,9 +438,7 @@ float kvb_dot_q5_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
         const __m128i raw = _mm_loadu_si128((const __m128i *)b[I].qs);                                                   \
         const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);                         \
         const __m256i w = _mm256_sub_epi8(_mm256_or_si256(nib, hi), k16);                                                \
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(x->q + (I) * QK5_0));                                    \
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a)), ones); \
-        ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_cvtsh_ss(b[I].d) * x->d[I]), ACC);                  \
+        ACC = small_codes_block(w, x->q + (I) * QK5_0, _cvtsh_ss(b[I].d) * x->d[I], ACC);                               \
     } while (0)
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
