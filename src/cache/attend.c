@@ -337,19 +337,19 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     if (out) recall_refresh(c, s, hs, q, n_head, G, h, KVB_MAX(0, C - RECALL_WINDOW), C, p0);
     /* capped positions with far keys: every token has its own runs */
     const int32_t tb = capped_far(c, s, p0 + C - 1) ? 1 : KVB_MAX(1, KVB_ATTN_MAX_ROWS / G);
+    int32_t wf = 0; /* a window layer: the first key the current token sees, which only moves forward */
     for (int32_t i0 = 0; i0 < C; i0 += tb) {
         const int32_t i1 = KVB_MIN(C, i0 + tb), R = (i1 - i0) * G;
         const struct kvb_run *runs;
         const int32_t nr = attn_runs(c, s, hs, p0 + i0, &runs);
-        int32_t jw = 0; /* a window layer: each row's first visible key, token i0's the least */
         for (int32_t i = i0; i < i1; i++) {
-            const int32_t fi = (jw = window_first(s, p0 + i, jw));
+            wf = window_first(s, p0 + i, wf);
             for (int32_t g = 0; g < G; g++) {
                 hs->limit[(i - i0) * G + g] = n_prev + i + 1;
-                hs->first[(i - i0) * G + g] = fi;
+                hs->first[(i - i0) * G + g] = wf;
             }
         }
-        jw = hs->first[0];
+        const int32_t jw = hs->first[0]; /* token i0's, the block's least */
         const int32_t jmax = n_prev + i1;
         struct kvb_attn_state st;
         kvb_attn_begin(&st, R, d, hs->acc, NULL, 0, NULL, NULL, 0);

@@ -167,8 +167,8 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
         if (kvb_head_scratch_reserve(c, kvb_head_scratch_at(c->scratch, h), n_max, G) != KVB_OK)
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for attention scratch");
     kvb_status st;
-    for (int32_t l = l0; ring_heads > 0 && l < l1; l++) /* the queries a prompt keeps for its vote */
-        if ((st = ring_reserve(c, l, ring_heads)) != KVB_OK) return st;
+    for (int32_t l = l0; ring_heads > 0 && l < l1; l++) /* the queries a prompt keeps for its vote (no window layer votes) */
+        if (!c->window[l] && (st = ring_reserve(c, l, ring_heads)) != KVB_OK) return st;
     /* One request per stream, near its last page, so that a long stream's
      * pages lie in runs (pool.c), and one per recall area. A stream that
      * becomes long with this request also moves the pages it holds into

@@ -165,7 +165,7 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
     j->held = 0;
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
     struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;
-    seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes, &j->cold_pages);
+    seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes, &j->cold_pages, NULL, NULL);
     if (x) {
         const int32_t eos = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOT);
         x->stop_text[0] = 0;

@@ -68,7 +68,8 @@ void sess_drop(struct sched *s, struct sess *x);
 void sess_release(struct sched *s, struct sess *x);
 void sess_idle(struct server *srv, struct sess *x);
 bool offload_one(struct server *srv);
-bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages);
+bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages,
+                 int64_t *window_tokens, int64_t *global_tokens);
 void sess_figures(struct server *srv, struct sess *x);
 void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size_t *len);
 const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_len);

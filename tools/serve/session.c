@@ -81,9 +81,11 @@ bool offload_one(struct server *srv) {
 }
 
 /* A sequence's figures as the API reports them: tokens seen, retained
- * tokens per (layer, KV head) on average, KV bytes, cold pages (--recall).
- * false: no such sequence. */
-bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages) {
+ * tokens per (layer, KV head) on average, KV bytes, cold pages (--recall),
+ * and with window_tokens (or NULL), for a model with sliding-window layers,
+ * the tokens per stream of each kind. false: no such sequence. */
+bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages,
+                 int64_t *window_tokens, int64_t *global_tokens) {
     struct kvb_seq_info si;
     if (seq < 0 || kvb_batch_seq_info(srv->sched->b, seq, &si) != KVB_OK) return false;
     struct kvb_cache_stats cs;
@@ -92,16 +94,16 @@ bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *ca
     *cache_tokens = cs.slots / ((int64_t)srv->mi.n_layer * srv->mi.n_head_kv);
     *kv_bytes = si.kv_bytes;
     *cold_pages = cs.cold_pages;
+    if (window_tokens && srv->mi.n_swa_layers) { /* both kinds of layers: the model's window and the policy's */
+        const int64_t hk = srv->mi.n_head_kv, nw = cs.window_layers, ng = srv->mi.n_layer - nw;
+        *window_tokens = nw ? cs.window_slots / (nw * hk) : 0;
+        *global_tokens = ng ? (cs.slots - cs.window_slots) / (ng * hk) : 0;
+    }
     return true;
 }
 
 void sess_figures(struct server *srv, struct sess *x) {
-    if (!seq_figures(srv, x->seq, &x->position, &x->cache_tokens, &x->kv_bytes, &x->cold_pages) || !srv->mi.n_swa_layers) return;
-    struct kvb_cache_stats cs; /* both kinds of layers: the model's window and the policy's */
-    kvb_cache_get_stats(kvb_batch_seq_cache(srv->sched->b, x->seq), &cs);
-    const int64_t hk = srv->mi.n_head_kv, nw = cs.window_layers, ng = srv->mi.n_layer - nw;
-    x->window_tokens = nw ? cs.window_slots / (nw * hk) : 0;
-    x->global_tokens = ng ? (cs.slots - cs.window_slots) / (ng * hk) : 0;
+    seq_figures(srv, x->seq, &x->position, &x->cache_tokens, &x->kv_bytes, &x->cold_pages, &x->window_tokens, &x->global_tokens);
 }
 
 static char *meta_json(const struct sess *x) {
