@@ -783,6 +783,28 @@ struct kvb_chat_apply_params kvb_chat_apply_default_params(void);
  * with its line); KVB_ERR_NOMEM (a limit or the allocator). */
 kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *params, char **out, size_t *len);
 
+
+/* TEMP STUBS */
+struct kvb_grammar; struct kvb_grammar_vocab; struct kvb_matcher;
+kvb_status kvb_grammar_parse(const char *gbnf, size_t len, const char *root, struct kvb_grammar **out);
+void kvb_grammar_free(struct kvb_grammar *g);
+kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len);
+kvb_status kvb_grammar_vocab_new(const struct kvb_vocab *vocab, struct kvb_grammar_vocab **out);
+void kvb_grammar_vocab_free(struct kvb_grammar_vocab *gv);
+kvb_status kvb_matcher_new(const struct kvb_grammar *g, const struct kvb_grammar_vocab *gv, struct kvb_matcher **out);
+void kvb_matcher_free(struct kvb_matcher *m);
+kvb_status kvb_matcher_mask(struct kvb_matcher *m, float *logits);
+bool kvb_matcher_allows(const struct kvb_matcher *m, int32_t token);
+kvb_status kvb_matcher_accept(struct kvb_matcher *m, int32_t token);
+enum kvb_tool_format { KVB_TOOLS_NONE, KVB_TOOLS_HERMES, KVB_TOOLS_LLAMA3, KVB_TOOLS_MISTRAL, KVB_TOOLS_HARMONY, KVB_TOOLS_GRANITE };
+struct kvb_chat_syntax { enum kvb_tool_format tools; bool think; bool think_open; };
+const char *kvb_tool_format_name(enum kvb_tool_format f);
+kvb_status kvb_chat_syntax_detect(const char *template_text, const char *rendered_prompt, struct kvb_chat_syntax *out);
+struct kvb_chat_parser;
+kvb_status kvb_chat_parser_new(const struct kvb_chat_syntax *syn, struct kvb_chat_parser **out);
+void kvb_chat_parser_free(struct kvb_chat_parser *p);
+kvb_status kvb_chat_parser_feed(struct kvb_chat_parser *p, const char *text, size_t n, bool final, char **delta_json);
+kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **message_json);
 struct kvb_context_params {
     struct kvb_kv_params kv;         /* the cache (kvb_kv_default_params) */
     size_t kv_pool_bytes;            /* default 1 GiB */
@@ -820,22 +842,43 @@ int64_t kvb_context_n_past(const struct kvb_context *ctx);
 /* Sampling                                                                 */
 /* ------------------------------------------------------------------------ */
 
+struct kvb_logit_bias {
+    int32_t token;
+    float bias;
+};
 struct kvb_sampler_params {
     float temp;            /* <= 0: greedy (argmax) */
     int32_t top_k;         /* 0: off */
     float top_p;           /* 1: off */
     float min_p;           /* 0: off; keep tokens with p >= min_p * p_max */
     float repeat_penalty;  /* 1: off; logits of recent tokens divided (positive) or multiplied (negative) */
-    int32_t repeat_last_n; /* window of recent tokens for the penalty */
+    int32_t repeat_last_n; /* window of recent tokens for the penalties (repeat, presence, frequency) */
     uint64_t seed;
+    float presence_penalty;  /* 0: off; subtracted once from the logit of every token in the window (OpenAI's) */
+    float frequency_penalty; /* 0: off; subtracted per occurrence in the window (OpenAI's) */
+    const struct kvb_logit_bias *logit_bias; /* NULL, or n_logit_bias (token, bias) pairs added to the logits
+                                              * first (-INFINITY bans a token); kvb_sampler_init copies them */
+    int32_t n_logit_bias;
 };
 struct kvb_sampler_params kvb_sampler_default_params(void);
 struct kvb_sampler;
 kvb_status kvb_sampler_init(const struct kvb_sampler_params *params, int32_t n_vocab, struct kvb_sampler **out);
 void kvb_sampler_free(struct kvb_sampler *s);
-/* Picks a token from logits (modified in place); history = tokens so far.
- * Same seed and same logits give the same choices. */
+/* Picks a token from logits (modified in place: logit bias, then the
+ * penalties); history = tokens so far. Same seed and same logits give the
+ * same choices. KVB_ERR_INVALID from init: a bias token outside the
+ * vocabulary or a NaN bias (named), more than 65536 biases. */
 int32_t kvb_sampler_sample(struct kvb_sampler *s, float *logits, const int32_t *history, int32_t n_history);
+/* The logits a sample is drawn from after bias and penalties, without
+ * drawing: what a caller that constrains the choice (a grammar) masks
+ * before kvb_sampler_pick. */
+void kvb_sampler_adjust(const struct kvb_sampler *s, float *logits, const int32_t *history, int32_t n_history);
+/* The draw of kvb_sampler_sample on logits already adjusted. */
+int32_t kvb_sampler_pick(struct kvb_sampler *s, const float *logits);
+/* Log-probabilities (natural log) of the distribution softmax(logits) at
+ * temperature 1: of token (returned), and the top k tokens, most likely
+ * first, ties by id, into top_ids/top_lp (k <= 64, and n_vocab; may be 0). */
+float kvb_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t k, int32_t *top_ids, float *top_lp);
 
 /* ------------------------------------------------------------------------ */
 /* Batches: many sequences, one forward pass per step, one page pool        */
@@ -937,6 +980,14 @@ struct kvb_cache *kvb_batch_seq_cache(struct kvb_batch *batch, int32_t seq_id);
  * KVB_ERR_NOMEM: the sequence is unchanged. */
 kvb_status kvb_batch_continue(struct kvb_batch *batch, int32_t seq_id, const struct kvb_seq_params *params, const int32_t *tokens,
                               int32_t n);
+/* Constrains the sequence's sampling by a grammar from now until its turn
+ * ends (kvb_batch_continue clears it) or m is NULL: each sampled token is
+ * one the matcher allows (the sampler's own pick when allowed, else a pick
+ * among the allowed after kvb_matcher_mask) and is accepted into it. The
+ * caller owns m and keeps it until it clears it or removes the sequence.
+ * KVB_ERR_INVALID for an unknown id. */
+struct kvb_matcher;
+kvb_status kvb_batch_set_matcher(struct kvb_batch *batch, int32_t seq_id, struct kvb_matcher *m);
 /* Ends a decoding sequence's turn now (a stop string seen by the caller):
  * DONE with stop "stop"; its last sampled token stays pending. */
 kvb_status kvb_batch_finish(struct kvb_batch *batch, int32_t seq_id);

@@ -132,7 +132,8 @@ class _ContextParams(_c.Structure):
 
 class _SamplerParams(_c.Structure):
     _fields_ = [("temp", _f32), ("top_k", _i32), ("top_p", _f32), ("min_p", _f32), ("repeat_penalty", _f32),
-                ("repeat_last_n", _i32), ("seed", _u64)]
+                ("repeat_last_n", _i32), ("seed", _u64), ("presence_penalty", _f32), ("frequency_penalty", _f32),
+                ("logit_bias", _c.c_void_p), ("n_logit_bias", _i32)]
 
 
 _PROGRESS = _c.CFUNCTYPE(None, _i64, _i64, _c.c_void_p)

@@ -32,6 +32,7 @@ struct seq {
     int64_t order;               /* admission order */
     float *logits, *work;        /* [n_vocab] raw logits; the sampler's copy */
     bool has_logits;
+    struct kvb_matcher *matcher; /* the caller's grammar, or NULL */
 };
 
 struct kvb_batch {
@@ -240,6 +241,8 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     const struct kvb_cache_params cp = kvb_model_cache_params(b->m, &p->kv, 0, n_ctx);
     kvb_status st = kvb_cache_init(b->pool, &cp, &s.cache);
     s.p.kv.recall.cold_dir = NULL; /* the cache keeps its own copy; the caller's string may go */
+    s.p.sampler.logit_bias = NULL;  /* the sampler's too */
+    s.p.sampler.n_logit_bias = 0;
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, n_prompt);
     if (st != KVB_OK) {
         seq_clear(&s);
@@ -287,7 +290,18 @@ static void sample_next(struct kvb_batch *b, struct seq *s) {
     const int32_t V = b->m->info.n_vocab;
     memcpy(s->work, s->logits, sizeof(float) * (size_t)V);
     s->has_logits = true;
-    const int32_t tok = kvb_sampler_sample(s->smp, s->work, s->hist, s->n_hist);
+    int32_t tok;
+    if (s->matcher) {
+        /* the unconstrained pick when the grammar takes it (one check), else
+         * a pick among what it allows: for a plain draw both give the masked
+         * distribution, and most steps skip the mask */
+        kvb_sampler_adjust(s->smp, s->work, s->hist, s->n_hist);
+        tok = kvb_sampler_pick(s->smp, s->work);
+        if (!kvb_matcher_allows(s->matcher, tok) && kvb_matcher_mask(s->matcher, s->work) == KVB_OK) tok = kvb_sampler_pick(s->smp, s->work);
+        kvb_matcher_accept(s->matcher, tok); /* refused (nothing allowed): the matcher stays; the text is the model's */
+    } else {
+        tok = kvb_sampler_sample(s->smp, s->work, s->hist, s->n_hist);
+    }
     s->hist[s->n_hist++] = tok;
     s->n_generated++;
     s->last_token = s->next = tok;
@@ -418,10 +432,20 @@ kvb_status kvb_batch_continue(struct kvb_batch *b, int32_t id, const struct kvb_
     s->state = KVB_SEQ_PROMPT;
     s->order = b->next_order++;
     s->p.sampler = p->sampler;
+    s->p.sampler.logit_bias = NULL; /* the sampler holds its own copy; the caller's may go */
+    s->p.sampler.n_logit_bias = 0;
     s->p.max_tokens = p->max_tokens;
     s->p.ignore_eos = p->ignore_eos;
+    s->matcher = NULL;
     kvb_sampler_free(s->smp);
     s->smp = smp;
+    return KVB_OK;
+}
+
+kvb_status kvb_batch_set_matcher(struct kvb_batch *b, int32_t id, struct kvb_matcher *m) {
+    struct seq *s = get_seq(b, id);
+    if (!s) return kvb_fail(KVB_ERR_INVALID, "batch_set_matcher: no sequence %d", (int)id);
+    s->matcher = m;
     return KVB_OK;
 }
 
@@ -538,6 +562,8 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     s.p.kv.n_layers = 0;
     s.p.n_ctx = n_ctx;
     s.n_ctx = n_ctx;
+    s.p.sampler.logit_bias = NULL; /* the sampler keeps its own copy */
+    s.p.sampler.n_logit_bias = 0;
     if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, KVB_MAX(nh, 1));
     if (st != KVB_OK) {
         seq_clear(&s);

@@ -37,6 +37,10 @@ static void setup(void) {
     o->kv = kvb_kv_default_params();
     o->kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
     o->kv.policy.budget = 256;
+    g_srv.mi.n_vocab = 1000;
+    g_srv.jinja = true; /* tools, grammars and template variables are checked as with a template */
+    g_srv.tmpl_tools = true;
+    g_srv.syntax.tools = KVB_TOOLS_HERMES;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -45,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         {"POST", "/v1/chat/completions"}, {"POST", "/v1/completions"}, {"GET", "/v1/models"}, {"GET", "/health"},
         {"GET", "/metrics"}, {"GET", "/v1/sessions/abc"}, {"DELETE", "/v1/sessions/abc"}, {"GET", "/"},
         {"PUT", "/v1/completions"}, {"GET", "/v1/sessions/abc/map"}, {"POST", "/nothing"}, {"GET", "/v1/sessions//x"},
-        {"OPTIONS", "/v1/chat/completions"}, {"POST", "/health"},
+        {"OPTIONS", "/v1/chat/completions"}, {"POST", "/health"}, {"POST", "/tokenize"}, {"POST", "/detokenize"},
+        {"GET", "/props"}, {"GET", "/v1/models/fuzz"}, {"GET", "/tokenize"},
     };
     setup();
     if (size < 2) return 0;

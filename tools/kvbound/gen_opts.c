@@ -12,7 +12,8 @@
 #include <string.h>
 
 int cli_sampler_option(struct kvb_sampler_params *sp, int argc, char **argv, int *i) {
-    static const char *const flags[] = {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s", "--seed"};
+    static const char *const flags[] = {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s", "--seed",
+                                        "--presence-penalty", "--frequency-penalty"};
     const char *a = argv[*i];
     bool known = false;
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(a, flags[k]);
@@ -26,6 +27,8 @@ int cli_sampler_option(struct kvb_sampler_params *sp, int argc, char **argv, int
     else if (!strcmp(a, "--min-p")) r = cli_parse_f32(a, v, 0, 1, &sp->min_p);
     else if (!strcmp(a, "--repeat-penalty")) r = cli_parse_f32(a, v, 0.01, 100, &sp->repeat_penalty);
     else if (!strcmp(a, "--repeat-last-n")) r = cli_parse_i32(a, v, 0, 1 << 20, &sp->repeat_last_n);
+    else if (!strcmp(a, "--presence-penalty")) r = cli_parse_f32(a, v, -100, 100, &sp->presence_penalty);
+    else if (!strcmp(a, "--frequency-penalty")) r = cli_parse_f32(a, v, -100, 100, &sp->frequency_penalty);
     else { /* -s, --seed */
         long long seed;
         r = cli_parse_i64(a, v, 0, 1LL << 62, &seed);
@@ -41,7 +44,9 @@ void cli_sampler_help(FILE *f, const struct kvb_sampler_params *sp) {
             "  --top-p P             keep the likeliest tokens up to probability P (default %g; 1 = off)\n"
             "  --min-p P             keep tokens at least P x the likeliest's probability (default %g; 0 = off)\n"
             "  --repeat-penalty R    penalize the last --repeat-last-n tokens (default %g = off)\n"
-            "  --repeat-last-n N     the window of --repeat-penalty (default %d)\n"
+            "  --repeat-last-n N     the window of the three penalties (default %d)\n"
+            "  --presence-penalty P  subtract P from the logit of every token in that window (default 0 = off)\n"
+            "  --frequency-penalty F subtract F per occurrence in that window (default 0 = off)\n"
             "  -s, --seed S          sampling seed (default %llu); same seed and threads, same text\n",
             (double)sp->temp, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty, sp->repeat_last_n,
             (unsigned long long)sp->seed);

@@ -32,6 +32,10 @@ static void run_usage(FILE *f, const struct kvb_sampler_params *sp) {
             "  -b, --batch-size C    prefill chunk (default 256; also --chunk)\n"
             "  -ngl N                accepted for llama.cpp's command lines; kvbound runs on the CPU (no offload)\n"
             "  --ignore-eos          keep generating after end-of-sequence / end-of-turn\n"
+            "  --grammar-file FILE   constrain the text to a GBNF grammar (llama.cpp's)\n"
+            "  -j, --json-schema SCHEMA  constrain the text to JSON valid under a JSON Schema (text)\n"
+            "  -jf, --json-schema-file FILE  the same, the schema read from FILE\n"
+            "                        (with a grammar the stats line adds the time spent masking)\n"
             "  -t, --threads N       threads (default 2)\n"
             CLI_NO_MMAP_HELP
             "\n");
@@ -45,6 +49,7 @@ struct run_opts {
     const char *prompt, *pfile;
     int block, chunk;
     bool ignore_eos;
+    const char *grammar_file, *json_schema, *json_schema_file;
 };
 
 /* What a run holds (run_free releases it) and what its stats line reports. */
@@ -58,6 +63,11 @@ struct run {
     double t0, t1, t2;         /* start, prompt read, generation done */
     int generated, rc;
     const char *stop; /* what ended generation */
+    struct kvb_grammar *grammar;   /* --grammar-file, --json-schema */
+    struct kvb_grammar_vocab *gv;
+    struct kvb_matcher *matcher;
+    double mask_s;                 /* time in the grammar's checks and masks */
+    int masks;                     /* steps that masked the vocabulary */
 };
 
 static int run_parse(struct run_opts *o, int argc, char **argv) {
@@ -72,8 +82,13 @@ static int run_parse(struct run_opts *o, int argc, char **argv) {
         const int r = cli_gen_option(&o->g, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!(v = cli_opt_value("run", "-p --prompt -f --file --block-size --chunk -b --batch-size", argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("run", "-p --prompt -f --file --block-size --chunk -b --batch-size --grammar-file -j --json-schema -jf --json-schema-file",
+                                argc, argv, &i)))
+            return 2;
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--grammar-file")) o->grammar_file = v;
+        else if (!strcmp(a, "-j") || !strcmp(a, "--json-schema")) o->json_schema = v;
+        else if (!strcmp(a, "-jf") || !strcmp(a, "--json-schema-file")) o->json_schema_file = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->pfile = v;
         else if (!strcmp(a, "--block-size")) { if (cli_parse_i32(a, v, 1, 4096, &o->block)) return 2; }
         else if (cli_parse_i32(a, v, 1, 8192, &o->chunk)) return 2; /* --chunk, -b, --batch-size */
@@ -81,7 +96,38 @@ static int run_parse(struct run_opts *o, int argc, char **argv) {
     if (!cli_model_required(&o->g.mo)) return 2;
     if (!o->prompt && !o->pfile) { fprintf(stderr, "kvbound run: give a prompt with -p or -f\n"); return 2; }
     if (o->prompt && o->pfile) { fprintf(stderr, "kvbound run: give the prompt with -p or with -f, not both\n"); return 2; }
+    if (!!o->grammar_file + !!o->json_schema + !!o->json_schema_file > 1) {
+        fprintf(stderr, "kvbound run: give one of --grammar-file, --json-schema and --json-schema-file\n");
+        return 2;
+    }
     return CLI_GO_ON;
+}
+
+/* The grammar of --grammar-file / --json-schema(-file), if any: 0, or 1 (printed). */
+static int run_grammar(const struct run_opts *o, struct run *r) {
+    if (!o->grammar_file && !o->json_schema && !o->json_schema_file) return 0;
+    size_t len = 0;
+    char *text = NULL, *gbnf = NULL;
+    const char *what = o->grammar_file ? o->grammar_file : o->json_schema_file ? o->json_schema_file : "--json-schema";
+    if (o->grammar_file || o->json_schema_file) {
+        text = cli_read_file(o->grammar_file ? o->grammar_file : o->json_schema_file, (size_t)16 << 20, what, &len);
+        if (!text) return 1;
+    }
+    kvb_status st = KVB_OK;
+    if (!o->grammar_file) {
+        const char *schema = text ? text : o->json_schema;
+        st = kvb_json_schema_to_gbnf(schema, strlen(schema), NULL, &gbnf, &len);
+    }
+    if (st == KVB_OK) st = kvb_grammar_parse(gbnf ? gbnf : text, gbnf ? len : strlen(text), NULL, &r->grammar);
+    kvb_buffer_free(gbnf);
+    free(text);
+    if (st == KVB_OK) st = kvb_grammar_vocab_new(kvb_model_vocab(r->gen.m), &r->gv);
+    if (st == KVB_OK) st = kvb_matcher_new(r->grammar, r->gv, &r->matcher);
+    if (st != KVB_OK) {
+        fprintf(stderr, "kvbound run: %s: %s\n", what, kvb_last_error());
+        return 1;
+    }
+    return 0;
 }
 
 /* The prompt, the model, the prompt's tokens and the context: CLI_GO_ON, or 1 (printed). */
@@ -101,6 +147,7 @@ static int run_setup(const struct run_opts *o, struct run *r) {
         return 1;
     }
     if (r->n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); return 1; }
+    if (run_grammar(o, r)) return 1;
     struct kvb_context_params cp = cli_gen_context_params(&o->g, &g->mi);
     cp.kv.block_size = o->block;
     cp.chunk = o->chunk;
@@ -142,7 +189,21 @@ static void run_generate(const struct run_opts *o, struct run *r) {
         r->rc = 1;
     }
     for (; st == KVB_OK && (o->g.n_predict < 0 || r->generated < o->g.n_predict); r->generated++) { /* -n -1: no limit */
-        int32_t next = kvb_sampler_sample(g->smp, g->logits, g->hist.ids, g->hist.n);
+        int32_t next;
+        if (r->matcher) { /* the sampler's pick when the grammar takes it, else a pick among what it allows */
+            const double tm = cli_now_sec();
+            kvb_sampler_adjust(g->smp, g->logits, g->hist.ids, g->hist.n);
+            next = kvb_sampler_pick(g->smp, g->logits);
+            if (!kvb_matcher_allows(r->matcher, next)) {
+                kvb_matcher_mask(r->matcher, g->logits);
+                next = kvb_sampler_pick(g->smp, g->logits);
+                r->masks++;
+            }
+            kvb_matcher_accept(r->matcher, next);
+            r->mask_s += cli_now_sec() - tm;
+        } else {
+            next = kvb_sampler_sample(g->smp, g->logits, g->hist.ids, g->hist.n);
+        }
         const char *end = o->ignore_eos ? NULL : run_end_of(vocab, next);
         if (end) { r->stop = end; break; }
         cli_history_push(&g->hist, next);
@@ -184,9 +245,15 @@ static void run_report(const struct run_opts *o, const struct run *r) {
             r->generated, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(o->g.pid), kvb_kernels_name(), r->stop);
     if (cs.window_layers) cli_window_stats(stderr, &cs, g->mi.n_layer);
     if (o->g.rec.on) cli_recall_stats(stderr, &cs);
+    if (r->matcher)
+        fprintf(stderr, "kvbound: grammar: %.3f ms per token in checks and masks (%d of %d tokens masked the vocabulary), %.1f%% of decode time\n",
+                r->generated ? 1e3 * r->mask_s / r->generated : 0.0, r->masks, r->generated, decode_s > 0 ? 100 * r->mask_s / decode_s : 0.0);
 }
 
 static void run_free(struct run *r) {
+    kvb_matcher_free(r->matcher);
+    kvb_grammar_vocab_free(r->gv);
+    kvb_grammar_free(r->grammar);
     kvb_buffer_free(r->ids);
     free(r->pbuf);
     cli_gen_free(&r->gen);

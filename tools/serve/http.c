@@ -138,18 +138,34 @@ static enum MHD_Result refuse_early(struct MHD_Connection *c, int status, const 
 
 /* ---- server-sent events ---- */
 
+/* The logprob lines not yet written (NULL: none). */
+static const char *lp_unsent(const struct job *j) { return j->lp.n > j->lp_sent ? j->lp.s + j->lp_sent : NULL; }
+
 /* Appends every event now due (under mu). */
 static void stream_events(struct stream *st) {
     struct job *j = st->j;
     const struct server *srv = st->srv;
     if (!j->role_sent) {
-        if (j->kind == JOB_CHAT) openai_chunk(srv, j, NULL, 0, true, NULL, false, &st->out);
+        if (j->kind == JOB_CHAT) openai_chunk(srv, j, NULL, 0, true, NULL, false, NULL, 0, &st->out);
         j->role_sent = true;
     }
-    const size_t ready = j->done ? j->text.n : j->text.n - (j->held < j->text.n ? j->held : j->text.n);
-    if (ready > j->sent) {
-        openai_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, NULL, false, &st->out);
-        j->sent = ready;
+    if (j->parser) {
+        /* the parser's deltas, each with the logprobs that came since the last */
+        while (j->deltas_sent < j->deltas.n) {
+            const char *d = j->deltas.s + j->deltas_sent;
+            const char *nl = memchr(d, '\n', j->deltas.n - j->deltas_sent);
+            if (!nl) break;
+            openai_delta_chunk(srv, j, d, (size_t)(nl - d), lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
+            j->lp_sent = j->lp.n;
+            j->deltas_sent += (size_t)(nl - d) + 1;
+        }
+    } else {
+        const size_t ready = j->done ? j->text.n : j->text.n - (j->held < j->text.n ? j->held : j->text.n);
+        if (ready > j->sent) {
+            openai_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, NULL, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
+            j->lp_sent = j->lp.n;
+            j->sent = ready;
+        }
     }
     if (!j->done) return;
     if (j->failed) {
@@ -161,8 +177,9 @@ static void stream_events(struct stream *st) {
         sb_puts(&st->out, "\n\n");
         http_resp_free(&e);
     } else {
-        openai_chunk(srv, j, NULL, 0, false, j->finish, false, &st->out);
-        if (j->include_usage) openai_chunk(srv, j, NULL, 0, false, NULL, true, &st->out);
+        openai_chunk(srv, j, NULL, 0, false, j->finish, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
+        j->lp_sent = j->lp.n;
+        if (j->include_usage) openai_chunk(srv, j, NULL, 0, false, NULL, true, NULL, 0, &st->out);
     }
     sb_puts(&st->out, "data: [DONE]\n\n");
     st->finished = true;

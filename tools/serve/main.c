@@ -68,8 +68,18 @@ static int usage(FILE *f) {
             "                        Origin is another site's is 403. Without --api-key on a loopback\n"
             "                        address, a Host other than localhost or the address is 403 too\n"
             "  --model-name NAME     the model's id in the API (default: the file's name)\n"
-            "  --template NAME       chat format: chatml | llama3 | llama2 | mistral | gemma | plain (default: the\n"
-            "                        model's template, plain when it has none or lacks its tokens)\n"
+            "  --jinja               chat through the model's own Jinja chat template (tokenizer.chat_template),\n"
+            "                        with tools and its variables: the default when the template runs\n"
+            "  --no-jinja            chat through the template's signature family instead (no tools)\n"
+            "  --chat-template-file FILE  a Jinja chat template to use instead of the model's\n"
+            "  --chat-template NAME|TEMPLATE  chatml | llama3 | llama2 | mistral | gemma | plain: that signature\n"
+            "                        family (as --template); anything else is Jinja template text\n"
+            "  --template NAME       chat format: chatml | llama3 | llama2 | mistral | gemma | plain (no Jinja;\n"
+            "                        default: the model's template, plain when it has none or lacks its tokens)\n"
+            "  -c, --ctx-size N      tokens a session may hold under --policy full (default: the model's\n"
+            "                        trained length); bounded policies hold their budget\n"
+            "  -np N                 as --parallel; -a, --alias NAME as --model-name (llama-server's spellings)\n"
+            "  -ngl N                accepted and noted: kvbound runs on the CPU\n"
             "\n");
     cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
@@ -90,7 +100,8 @@ struct serve_cli {
     enum kvb_policy_id pid;
     struct cli_kv_types kvt;
     struct cli_recall rec;
-    const char *forced_template;
+    const char *forced_template, *template_file, *template_text;
+    bool no_jinja;
     int pool_mb, max_conn, max_per_ip, request_timeout, max_budget;
     long long max_body;
 };
@@ -141,7 +152,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk",
+                                  "--step-tokens --chunk -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -165,7 +176,20 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--max-connections-per-ip")) r = cli_parse_i32(a, v, 1, 65536, &c->max_per_ip);
     else if (!strcmp(a, "--request-timeout")) r = cli_parse_i32(a, v, 1, 3600, &c->request_timeout);
     else if (!strcmp(a, "--cors")) r = add_cors(o, v);
-    else if (!strcmp(a, "--model-name")) o->model_name = v;
+    else if (!strcmp(a, "--model-name") || !strcmp(a, "-a") || !strcmp(a, "--alias")) o->model_name = v;
+    else if (!strcmp(a, "-np")) r = cli_parse_i32(a, v, 1, 256, &o->parallel);
+    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) r = cli_parse_i32(a, v, 0, 1 << 30, &o->n_ctx);
+    else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) {
+        int32_t ngl = 0;
+        r = cli_parse_i32(a, v, -1, 1 << 20, &ngl);
+        if (!r) fprintf(stderr, "kvbound serve: note: %s %s changes nothing: kvbound runs on the CPU\n", a, v);
+    }
+    else if (!strcmp(a, "--chat-template")) {
+        enum kvb_chat_style st;
+        if (kvb_chat_style_from_name(v, &st) == KVB_OK) c->forced_template = v;
+        else c->template_text = v;
+    }
+    else if (!strcmp(a, "--chat-template-file")) c->template_file = v;
     else if (!strcmp(a, "--template")) c->forced_template = v;
     else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
     else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
@@ -177,6 +201,8 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
     serve_defaults(o, c);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
+        if (!strcmp(argv[i], "--jinja")) { c->no_jinja = false; continue; }
+        if (!strcmp(argv[i], "--no-jinja")) { c->no_jinja = true; continue; }
         int pr = cli_model_option(&c->mo, argc, argv, &i);
         if (pr == 0) pr = cli_cache_option(&c->po, &c->kvt, &c->rec, argc, argv, &i);
         if (pr < 0) return 2;
@@ -186,6 +212,14 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
     o->model_path = c->mo.path;
     o->threads = c->mo.threads;
     o->no_mmap = c->mo.no_mmap;
+    if ((c->template_file || c->template_text) && (c->no_jinja || c->forced_template)) {
+        fprintf(stderr, "kvbound serve: a Jinja template (--chat-template-file, --chat-template TEXT) cannot go with --no-jinja or --template\n");
+        return 2;
+    }
+    if (c->template_file && c->template_text) {
+        fprintf(stderr, "kvbound serve: give --chat-template-file or --chat-template TEXT, not both\n");
+        return 2;
+    }
     if (o->chunk > o->step_tokens) {
         fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
         return 2;
@@ -204,6 +238,55 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
         o->model_name = slash ? slash + 1 : o->model_path;
     }
     return -1;
+}
+
+/* The Jinja template (--chat-template-file, --chat-template TEXT, or the
+ * model's), tried on a stand-in exchange: what it writes after an answer
+ * (srv->closing), whether it renders tools, and its model's syntax. A
+ * template given on the command line that fails is an error (nonzero); the
+ * model's own falls back to its signature family with a warning. */
+static int serve_jinja(struct server *srv, const struct serve_cli *c, const char *model_template) {
+    size_t len = 0;
+    char *own = NULL;
+    if (c->template_file) {
+        own = cli_read_file(c->template_file, (size_t)1 << 20, "--chat-template-file", &len);
+        if (!own) return 1;
+    } else if (c->template_text) {
+        own = strdup(c->template_text);
+    } else if (model_template) {
+        own = strdup(model_template);
+    } else {
+        return 0; /* no template: the signature family (plain) */
+    }
+    if (!own) { fprintf(stderr, "kvbound serve: out of memory\n"); return 1; }
+    const char *what = c->template_file ? c->template_file : c->template_text ? "--chat-template" : "the model's chat template";
+    struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
+    p.template_text = own;
+    p.vocab = srv->vocab;
+    p.messages_json = "[{\"role\":\"user\",\"content\":\"Hello.\"},{\"role\":\"assistant\",\"content\":\"" SERVE_TEMPLATE_MARK "\"}]";
+    p.strip_bos = true;
+    char *out = NULL;
+    size_t ol = 0;
+    kvb_status st = kvb_chat_apply(&p, &out, &ol);
+    const char *mark = st == KVB_OK ? strstr(out, SERVE_TEMPLATE_MARK) : NULL;
+    if (!mark) {
+        const bool given = c->template_file || c->template_text;
+        fprintf(stderr, "kvbound serve: %s%s: %s%s\n", given ? "" : "warning: ", what,
+                st != KVB_OK ? kvb_last_error() : "it does not write an assistant's answer as given",
+                given ? "" : "; chatting through its signature family instead (no tools)");
+        kvb_buffer_free(out);
+        free(own);
+        return given ? 1 : 0;
+    }
+    srv->closing = strdup(mark + strlen(SERVE_TEMPLATE_MARK));
+    kvb_buffer_free(out);
+    if (!srv->closing) { free(own); return 1; }
+    srv->template_text = own;
+    srv->jinja = true;
+    srv->tmpl_tools = strstr(own, "tools") != NULL;
+    srv->tmpl_developer = strstr(own, "developer") != NULL;
+    kvb_chat_syntax_detect(own, NULL, &srv->syntax);
+    return 0;
 }
 
 /* The model (GGUF only: a llama2.c checkpoint is converted first; the
@@ -238,6 +321,17 @@ static int serve_load(struct server *srv, const struct serve_cli *c) {
     struct kvb_vocab_info vi;
     kvb_vocab_get_info(srv->vocab, &vi);
     if (srv->style == KVB_CHAT_CHATML && vi.chat_template) kvb_chat_default_system(vi.chat_template, srv->default_system, sizeof srv->default_system);
+    if (!c->no_jinja && !forced && serve_jinja(srv, c, vi.chat_template)) {
+        kvb_model_free(srv->model);
+        return 2;
+    }
+    if (kvb_grammar_vocab_new(srv->vocab, &srv->gvocab) != KVB_OK) {
+        fprintf(stderr, "kvbound serve: the vocabulary for grammars: %s\n", kvb_last_error());
+        free(srv->template_text);
+        free(srv->closing);
+        kvb_model_free(srv->model);
+        return 1;
+    }
     return 0;
 }
 
@@ -266,8 +360,9 @@ static int serve_until_signal(struct server *srv, const struct serve_cli *c) {
         return 1;
     }
     const struct serve_opts *o = &srv->o;
-    fprintf(stderr, "kvbound serve: %s (%s), template %s, policy %s (budget %d), pool %d MiB, parallel %d, sessions in %s (%s)\n",
-            o->model_name, srv->mi.arch, kvb_chat_style_name(srv->style), kvb_policy_name(o->kv.policy.id), (int)o->kv.policy.budget, c->pool_mb,
+    fprintf(stderr, "kvbound serve: %s (%s), template %s%s%s, policy %s (budget %d), pool %d MiB, parallel %d, sessions in %s (%s)\n",
+            o->model_name, srv->mi.arch, srv->jinja ? "jinja" : kvb_chat_style_name(srv->style), srv->jinja ? ", tool calls " : "",
+            srv->jinja ? kvb_tool_format_name(srv->syntax.tools) : "", kvb_policy_name(o->kv.policy.id), (int)o->kv.policy.budget, c->pool_mb,
             o->parallel, o->sessions, srv->store->kind);
     fprintf(stderr, "kvbound serve: listening on http://%s:%d\n", o->host, port);
     int sig = 0;
@@ -293,6 +388,9 @@ int cmd_serve_main(int argc, char **argv) {
     srv.store = store_open(srv.o.sessions, err, sizeof err);
     if (!srv.store) {
         fprintf(stderr, "kvbound serve: %s\n", err);
+        kvb_grammar_vocab_free(srv.gvocab);
+        free(srv.template_text);
+        free(srv.closing);
         kvb_model_free(srv.model);
         return 1;
     }
@@ -303,6 +401,9 @@ int cmd_serve_main(int argc, char **argv) {
     srv.store->close(srv.store);
     metrics_free(srv.metrics);
     kvb_model_free(srv.model);
+    free(srv.template_text);
+    free(srv.closing);
+    kvb_grammar_vocab_free(srv.gvocab);
     pthread_cond_destroy(&srv.work);
     pthread_mutex_destroy(&srv.mu);
     return rc;

@@ -93,44 +93,174 @@ static char *content_text(const cJSON *c, int idx, struct http_resp *r) {
     return NULL;
 }
 
-static bool parse_messages(const cJSON *root, struct job *j, struct http_resp *r) {
+/* A copy of message m as the template wants it: role, content as text
+ * (NULL content kept as null for an assistant with tool_calls), name,
+ * tool_call_id, reasoning_content, and tool_calls with their arguments
+ * parsed from the JSON string OpenAI sends into an object (templates
+ * write them with tojson). NULL with resp filled on error. */
+static cJSON *message_copy(const cJSON *m, const char *role, const char *text, int idx, struct http_resp *r) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) goto oom;
+    cJSON_AddStringToObject(o, "role", role);
+    if (text) cJSON_AddStringToObject(o, "content", text);
+    else cJSON_AddNullToObject(o, "content");
+    static const char *const strs[] = {"name", "tool_call_id", "reasoning_content"};
+    for (size_t k = 0; k < sizeof strs / sizeof *strs; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, strs[k]);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsString(v)) {
+            serve_error(r, 400, "invalid_request_error", "messages[%d].%s must be a string", idx, strs[k]);
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON_AddStringToObject(o, strs[k], v->valuestring);
+    }
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    if (tc && !cJSON_IsNull(tc)) {
+        if (strcmp(role, "assistant") || !cJSON_IsArray(tc)) {
+            serve_error(r, 400, "invalid_request_error", "messages[%d].tool_calls must be an array, on an assistant message", idx);
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON *calls = cJSON_AddArrayToObject(o, "tool_calls");
+        int k = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, tc) {
+            const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function"), *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+            const cJSON *nm = f ? cJSON_GetObjectItemCaseSensitive(f, "name") : NULL, *args = f ? cJSON_GetObjectItemCaseSensitive(f, "arguments") : NULL;
+            if (!cJSON_IsObject(f) || !cJSON_IsString(nm) || !(cJSON_IsString(args) || cJSON_IsObject(args)) || (id && !cJSON_IsString(id))) {
+                serve_error(r, 400, "invalid_request_error",
+                            "messages[%d].tool_calls[%d] must be {\"id\": string, \"type\": \"function\", \"function\": {\"name\": string, \"arguments\": string}}", idx, k);
+                cJSON_Delete(o);
+                return NULL;
+            }
+            cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : cJSON_Duplicate(args, true);
+            if (!cJSON_IsObject(parsed)) {
+                cJSON_Delete(parsed);
+                serve_error(r, 400, "invalid_request_error", "messages[%d].tool_calls[%d].function.arguments is not a JSON object", idx, k);
+                cJSON_Delete(o);
+                return NULL;
+            }
+            cJSON *call = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+            if (id) cJSON_AddStringToObject(call, "id", id->valuestring);
+            cJSON_AddStringToObject(call, "type", "function");
+            cJSON_AddStringToObject(fn, "name", nm->valuestring);
+            cJSON_AddItemToObject(fn, "arguments", parsed);
+            cJSON_AddItemToObject(call, "function", fn);
+            cJSON_AddItemToArray(calls, call);
+            k++;
+        }
+    }
+    return o;
+oom:
+    serve_error(r, 500, "server_error", "out of memory");
+    return NULL;
+}
+
+static char *json_of(cJSON *a) {
+    char *s = a ? cJSON_PrintUnformatted(a) : NULL;
+    cJSON_Delete(a);
+    return s;
+}
+
+/* The messages a session turn reads through the Jinja template (serve.h:
+ * all_json ... standin_json). */
+static bool message_sets(struct job *j, cJSON *all, int last_assistant, struct http_resp *r) {
+    const int n = cJSON_GetArraySize(all);
+    cJSON *prev = last_assistant >= 0 ? cJSON_CreateArray() : NULL, *cont = last_assistant >= 0 ? cJSON_CreateArray() : NULL;
+    cJSON *sprev = cJSON_CreateArray(), *scont = cJSON_CreateArray();
+    cJSON *u = cJSON_CreateObject(), *a = cJSON_CreateObject();
+    cJSON_AddStringToObject(u, "role", "user");
+    cJSON_AddStringToObject(u, "content", "Hello.");
+    cJSON_AddStringToObject(a, "role", "assistant");
+    cJSON_AddStringToObject(a, "content", SERVE_TEMPLATE_MARK);
+    cJSON_AddItemToArray(sprev, u);
+    cJSON_AddItemToArray(sprev, a);
+    cJSON_AddItemToArray(scont, cJSON_Duplicate(u, true));
+    cJSON_AddItemToArray(scont, cJSON_Duplicate(a, true));
+    for (int i = 0; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(all, i);
+        const bool sys = !strcmp(cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, "system") ||
+                         !strcmp(cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, "developer");
+        if (prev && i <= last_assistant) cJSON_AddItemToArray(prev, cJSON_Duplicate(m, true));
+        if (cont && (i <= last_assistant || !sys)) cJSON_AddItemToArray(cont, cJSON_Duplicate(m, true));
+        if (i > last_assistant && !sys) cJSON_AddItemToArray(scont, cJSON_Duplicate(m, true));
+    }
+    j->all_json = cJSON_PrintUnformatted(all);
+    j->prev_json = prev ? json_of(prev) : NULL;
+    j->cont_json = cont ? json_of(cont) : NULL;
+    j->standin_prev_json = json_of(sprev);
+    j->standin_json = json_of(scont);
+    if (!j->all_json || (last_assistant >= 0 && (!j->prev_json || !j->cont_json)) || !j->standin_prev_json || !j->standin_json) {
+        serve_error(r, 500, "server_error", "out of memory");
+        return false;
+    }
+    return true;
+}
+
+static bool parse_messages(const struct server *srv, const cJSON *root, struct job *j, struct http_resp *r) {
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (!cJSON_IsArray(ms)) { serve_error(r, 400, "invalid_request_error", "'messages' is required and must be an array"); return false; }
     const int n = cJSON_GetArraySize(ms);
     if (n < 1 || n > 1024) { serve_error(r, 400, "invalid_request_error", "'messages' must hold 1 to 1024 messages, not %d", n); return false; }
     j->msgs = calloc((size_t)n, sizeof *j->msgs);
-    if (!j->msgs) { serve_error(r, 500, "server_error", "out of memory"); return false; }
-    int i = 0;
+    cJSON *all = cJSON_CreateArray();
+    if (!j->msgs || !all) { cJSON_Delete(all); serve_error(r, 500, "server_error", "out of memory"); return false; }
+    int i = 0, last_assistant = -1;
     const cJSON *m;
     cJSON_ArrayForEach(m, ms) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
             serve_error(r, 400, "invalid_request_error", "messages[%d] must be an object with a string 'role'", i);
-            return false;
+            goto fail;
         }
         const char *rl = role->valuestring;
-        if (!strcmp(rl, "developer")) rl = "system";
-        if (strcmp(rl, "system") && strcmp(rl, "user") && strcmp(rl, "assistant")) {
-            serve_error(r, 400, "invalid_request_error", "messages[%d].role '%.40s' is not system, developer, user or assistant", i, role->valuestring);
-            return false;
+        if (strcmp(rl, "system") && strcmp(rl, "developer") && strcmp(rl, "user") && strcmp(rl, "assistant") && strcmp(rl, "tool")) {
+            serve_error(r, 400, "invalid_request_error", "messages[%d].role '%.40s' is not system, developer, user, assistant or tool", i, role->valuestring);
+            goto fail;
         }
-        char *text = content_text(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r);
-        if (!text) return false;
-        j->msgs[i].role = rl[0] == 's' ? "system" : rl[0] == 'u' ? "user" : "assistant";
-        j->msgs[i].content = text;
+        static const char *const known[] = {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content", "refusal", NULL};
+        const cJSON *f;
+        cJSON_ArrayForEach(f, m) {
+            int k = 0;
+            while (known[k] && strcmp(known[k], f->string)) k++;
+            if (!known[k] && !(cJSON_IsNull(f))) {
+                serve_error(r, 400, "invalid_request_error", "messages[%d].%.60s is not implemented by kvbound", i, f->string);
+                goto fail;
+            }
+        }
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        const bool may_be_null = !strcmp(rl, "assistant") && cJSON_IsArray(tc) && cJSON_GetArraySize(tc) > 0;
+        char *text = (!content || cJSON_IsNull(content)) && may_be_null ? NULL : content_text(content, i, r);
+        if (!text && !may_be_null) goto fail;
+        /* developer is system to a template that does not know it (gpt-oss's does) */
+        cJSON *copy = message_copy(m, !strcmp(rl, "developer") && !srv->tmpl_developer ? "system" : rl, text, i, r);
+        if (!copy) { free(text); goto fail; }
+        cJSON_AddItemToArray(all, copy);
+        if (!strcmp(rl, "assistant")) last_assistant = i;
+        j->msgs[i].role = rl[0] == 's' || rl[0] == 'd' ? "system" : rl[0] == 'u' ? "user" : rl[0] == 'a' ? "assistant" : "tool";
+        j->msgs[i].content = text ? text : strdup("");
         j->n_msgs = ++i;
+        if (!j->msgs[i - 1].content) { serve_error(r, 500, "server_error", "out of memory"); goto fail; }
     }
-    /* with a session only the newest user message is new text; a system
-     * message counts on the session's first turn */
-    if (strcmp(j->msgs[n - 1].role, "user")) {
-        serve_error(r, 400, "invalid_request_error", "the last message must have role 'user'");
-        return false;
+    /* with a session only the new messages are new text (those after the
+     * last assistant message); a system message counts on the session's
+     * first turn */
+    if (strcmp(j->msgs[n - 1].role, "user") && strcmp(j->msgs[n - 1].role, "tool")) {
+        serve_error(r, 400, "invalid_request_error", "the last message must have role 'user' or 'tool'");
+        goto fail;
     }
     j->user = xstrdup(j->msgs[n - 1].content);
     for (int k = 0; k < n; k++)
         if (!strcmp(j->msgs[k].role, "system")) { j->system = xstrdup(j->msgs[k].content); break; }
-    if (!j->user) { serve_error(r, 500, "server_error", "out of memory"); return false; }
+    if (!j->user) { serve_error(r, 500, "server_error", "out of memory"); goto fail; }
+    if (!message_sets(j, all, last_assistant, r)) goto fail;
+    cJSON_Delete(all);
     return true;
+fail:
+    cJSON_Delete(all);
+    return false;
 }
 
 static bool parse_stop(const cJSON *root, struct job *j, struct http_resp *r) {
@@ -183,6 +313,355 @@ static long escaped_nul_at(const char *body, size_t len) {
     return -1;
 }
 
+/* Fields kvbound reads, per route; anything else that is not null is a
+ * 400 naming it (docs/SERVING.md lists both). The last ones are known to
+ * change nothing kvbound does: user, metadata, store, cache_prompt. */
+static const char *const chat_fields[] = {
+    "model", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stream", "stream_options", "stop",
+    "ignore_eos", "kv_policy", "kv_budget", "kv_sinks", "session_id", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
+    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+    "response_format", "grammar", "json_schema", "chat_template_kwargs", "reasoning_effort", "user", "metadata", "store", "cache_prompt", NULL};
+static const char *const completion_fields[] = {
+    "model", "prompt", "n", "max_tokens", "temperature", "top_p", "seed", "stream", "stream_options", "stop", "ignore_eos", "kv_policy",
+    "kv_budget", "kv_sinks", "session_id", "top_k", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
+    "logit_bias", "logprobs", "grammar", "json_schema", "response_format", "echo", "best_of", "user", "metadata", "store", "cache_prompt", NULL};
+
+static bool fields_known(const cJSON *root, enum job_kind kind, struct http_resp *r) {
+    const char *const *known = kind == JOB_CHAT ? chat_fields : completion_fields;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, root) {
+        if (cJSON_IsNull(f)) continue;
+        int k = 0;
+        while (known[k] && strcmp(known[k], f->string)) k++;
+        if (!known[k]) {
+            serve_error(r, 400, "invalid_request_error", "'%.80s' is not implemented by kvbound%s; leave it out (docs/SERVING.md lists the fields)",
+                        f->string, kind == JOB_COMPLETION && !strcmp(f->string, "suffix") ? " (no fill-in-the-middle)" : "");
+            return false;
+        }
+    }
+    return true;
+}
+
+/* logit_bias: {"TOKEN_ID": bias in -100..100}; -100 bans the token. */
+static bool parse_logit_bias(const struct server *srv, const cJSON *root, struct job *j, struct http_resp *r) {
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (!lb || cJSON_IsNull(lb)) return true;
+    if (!cJSON_IsObject(lb)) { serve_error(r, 400, "invalid_request_error", "'logit_bias' must be an object of token ids to numbers"); return false; }
+    const int n = cJSON_GetArraySize(lb);
+    if (n > 1024) { serve_error(r, 400, "invalid_request_error", "'logit_bias' holds %d tokens; at most 1024", n); return false; }
+    if (!n) return true;
+    j->bias = calloc((size_t)n, sizeof *j->bias);
+    if (!j->bias) { serve_error(r, 500, "server_error", "out of memory"); return false; }
+    const int32_t V = srv->mi.n_vocab;
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, lb) {
+        char *end = NULL;
+        const long id = strtol(e->string, &end, 10);
+        if (!e->string[0] || *end || id < 0 || id >= V) {
+            serve_error(r, 400, "invalid_request_error", "'logit_bias' key '%.40s' is no token id of this model (0..%d)", e->string, (int)V - 1);
+            return false;
+        }
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100) {
+            serve_error(r, 400, "invalid_request_error", "'logit_bias' of token %ld must be a number in -100..100", id);
+            return false;
+        }
+        j->bias[k++] = (struct kvb_logit_bias){(int32_t)id, e->valuedouble <= -100 ? -INFINITY : (float)e->valuedouble};
+    }
+    j->sp.sampler.logit_bias = j->bias;
+    j->sp.sampler.n_logit_bias = k;
+    return true;
+}
+
+/* top_k, min_p, the penalties, logprobs. */
+static bool parse_sampling(const struct server *srv, const cJSON *root, struct job *j, struct http_resp *r) {
+    long long v = 0;
+    bool given = false;
+    if (!get_int(root, "top_k", 0, 1 << 20, &v, &given, r)) return false;
+    if (given) j->sp.sampler.top_k = (int32_t)v;
+    if (!get_num(root, "min_p", 0, 1, false, &j->sp.sampler.min_p, r)) return false;
+    if (!get_num(root, "repeat_penalty", 0, 10, true, &j->sp.sampler.repeat_penalty, r)) return false;
+    if (!get_int(root, "repeat_last_n", 0, 1 << 20, &v, &given, r)) return false;
+    if (given) j->sp.sampler.repeat_last_n = (int32_t)v;
+    if (!get_num(root, "presence_penalty", -2, 2, false, &j->sp.sampler.presence_penalty, r)) return false;
+    if (!get_num(root, "frequency_penalty", -2, 2, false, &j->sp.sampler.frequency_penalty, r)) return false;
+    if (!parse_logit_bias(srv, root, j, r)) return false;
+    if (j->kind == JOB_CHAT) {
+        if (!get_bool(root, "logprobs", &j->logprobs, r)) return false;
+        if (!get_int(root, "top_logprobs", 0, 20, &v, &given, r)) return false;
+        if (given) {
+            if (!j->logprobs) { serve_error(r, 400, "invalid_request_error", "'top_logprobs' needs 'logprobs': true"); return false; }
+            j->top_logprobs = (int)v;
+        }
+    } else {
+        if (!get_int(root, "logprobs", 0, 5, &v, &given, r)) return false;
+        if (given) { j->logprobs = true; j->top_logprobs = (int)v; }
+        bool echo = false;
+        if (!get_bool(root, "echo", &echo, r)) return false;
+        if (echo) { serve_error(r, 400, "invalid_request_error", "'echo': true is not implemented by kvbound"); return false; }
+        if (!get_int(root, "best_of", 1, 1, &v, NULL, r)) return false;
+    }
+    return true;
+}
+
+/* A JSON Schema (or NULL: any object) as the job's grammar. */
+static bool schema_grammar(const cJSON *schema, struct job *j, const char *field, struct http_resp *r) {
+    char *text = schema ? cJSON_PrintUnformatted(schema) : NULL;
+    if (schema && !text) { serve_error(r, 500, "server_error", "out of memory"); return false; }
+    char *gbnf = NULL;
+    size_t gl = 0;
+    const char *src = text ? text : "{\"type\":\"object\"}";
+    const kvb_status st = kvb_json_schema_to_gbnf(src, strlen(src), NULL, &gbnf, &gl);
+    free(text);
+    if (st != KVB_OK) {
+        serve_error(r, st == KVB_ERR_NOMEM ? 500 : 400, st == KVB_ERR_NOMEM ? "server_error" : "invalid_request_error", "'%s': %s", field, kvb_last_error());
+        return false;
+    }
+    j->gbnf = strdup(gbnf);
+    kvb_buffer_free(gbnf);
+    if (!j->gbnf) { serve_error(r, 500, "server_error", "out of memory"); return false; }
+    j->json_output = true;
+    return true;
+}
+
+/* A GBNF literal of s, quoted. */
+static void gbnf_literal(struct sbuf *b, const char *s) {
+    sb_puts(b, "\"");
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') sb_printf(b, "\\%c", c);
+        else if (c == '\n') sb_puts(b, "\\n");
+        else if (c < 0x20) sb_printf(b, "\\x%02X", c);
+        else sb_put(b, s, 1);
+    }
+    sb_puts(b, "\"");
+}
+
+/* tool_choice required or named: the answer starts with the format's call
+ * marker (j->prefill, read with the prompt: it is a control token in some
+ * vocabularies, which no grammar emits), then exactly one call whose
+ * arguments follow the tool's parameters schema (j->gbnf), then the end. */
+static bool forced_call_grammar(const struct server *srv, const cJSON *tools, struct job *j, struct http_resp *r) {
+    const enum kvb_tool_format f = srv->syntax.tools;
+    const char *pre = f == KVB_TOOLS_HERMES ? "<tool_call>\n" : f == KVB_TOOLS_MISTRAL ? "[TOOL_CALLS]" : f == KVB_TOOLS_GRANITE ? "<|tool_call|>" : "";
+    const char *open = f == KVB_TOOLS_MISTRAL || f == KVB_TOOLS_GRANITE ? "[{\"name\": \"" : "{\"name\": \"";
+    const char *args = f == KVB_TOOLS_LLAMA3 ? "\", \"parameters\": " : "\", \"arguments\": ";
+    const char *close = f == KVB_TOOLS_HERMES ? "}\n</tool_call>" : f == KVB_TOOLS_GRANITE ? "}]" : "}";
+    if (f == KVB_TOOLS_HARMONY) {
+        int n = cJSON_GetArraySize(tools);
+        if (j->tool_choice == TOOLS_REQUIRED && n == 1) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, 0), "function");
+            snprintf(j->tool_name, sizeof j->tool_name, "%s", cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
+            j->tool_choice = TOOLS_NAMED;
+        }
+        if (j->tool_choice != TOOLS_NAMED) {
+            serve_error(r, 400, "invalid_request_error", "'tool_choice': required with several tools is not implemented for harmony (gpt-oss); name the function");
+            return false;
+        }
+    }
+    if (f != KVB_TOOLS_HERMES && f != KVB_TOOLS_LLAMA3 && f != KVB_TOOLS_MISTRAL && f != KVB_TOOLS_GRANITE && f != KVB_TOOLS_HARMONY) {
+        serve_error(r, 400, "invalid_request_error", "'tool_choice': kvbound cannot force a call in this model's format (%s)", kvb_tool_format_name(f));
+        return false;
+    }
+    struct sbuf g = {0}, alts = {0};
+    int k = 0;
+    const cJSON *t;
+    bool ok = true;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
+        if (j->tool_choice == TOOLS_NAMED && strcmp(name, j->tool_name)) continue;
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        char *schema = cJSON_IsObject(params) ? cJSON_PrintUnformatted(params) : NULL;
+        char prefix[32], *gbnf = NULL;
+        size_t gl = 0;
+        snprintf(prefix, sizeof prefix, "t%d-", k);
+        const char *src = schema ? schema : "{\"type\":\"object\"}";
+        const kvb_status st = kvb_json_schema_to_gbnf(src, strlen(src), prefix, &gbnf, &gl);
+        free(schema);
+        if (st != KVB_OK) {
+            serve_error(r, st == KVB_ERR_NOMEM ? 500 : 400, st == KVB_ERR_NOMEM ? "server_error" : "invalid_request_error", "tools[%d].function.parameters: %s", k,
+                        kvb_last_error());
+            ok = false;
+            break;
+        }
+        sb_put(&g, gbnf, gl);
+        sb_puts(&g, "\n");
+        kvb_buffer_free(gbnf);
+        if (f == KVB_TOOLS_HARMONY) sb_printf(&alts, "%st%d-root", alts.n ? " | " : "", k);
+        else {
+            char lit[256];
+            snprintf(lit, sizeof lit, "%.120s%s", name, args);
+            sb_puts(&alts, alts.n ? " | " : "");
+            gbnf_literal(&alts, lit);
+            sb_printf(&alts, " t%d-root", k);
+        }
+        k++;
+    }
+    if (ok) {
+        sb_puts(&g, "root ::= ");
+        if (f == KVB_TOOLS_HARMONY) sb_printf(&g, "( %s )\n", alts.s ? alts.s : "\"\"");
+        else {
+            gbnf_literal(&g, open);
+            sb_printf(&g, " ( %s ) ", alts.s ? alts.s : "\"\"");
+            if (f == KVB_TOOLS_MISTRAL) sb_puts(&g, "\", \\\"id\\\": \\\"\" [a-zA-Z0-9]{9} \"\\\"}]\"");
+            else gbnf_literal(&g, close);
+            sb_puts(&g, "\n");
+        }
+    }
+    sb_free(&alts);
+    if (!ok || g.oom) {
+        if (ok) serve_error(r, 500, "server_error", "out of memory");
+        sb_free(&g);
+        return false;
+    }
+    j->gbnf = g.s;
+    if (f == KVB_TOOLS_HARMONY) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "<|channel|>commentary to=functions.%s <|constrain|>json<|message|>", j->tool_name);
+        j->prefill = xstrdup(buf);
+    } else {
+        j->prefill = xstrdup(pre);
+    }
+    if (!j->prefill) { serve_error(r, 500, "server_error", "out of memory"); return false; }
+    return true;
+}
+
+/* tools, tool_choice, parallel_tool_calls, response_format, grammar,
+ * json_schema, chat_template_kwargs, reasoning_effort. */
+static bool parse_structure(const struct server *srv, const cJSON *root, struct job *j, struct http_resp *r) {
+    const bool chat = j->kind == JOB_CHAT;
+    const cJSON *tools = chat ? cJSON_GetObjectItemCaseSensitive(root, "tools") : NULL;
+    const cJSON *choice = chat ? cJSON_GetObjectItemCaseSensitive(root, "tool_choice") : NULL;
+    j->parallel_tool_calls = true;
+    if (chat && !get_bool(root, "parallel_tool_calls", &j->parallel_tool_calls, r)) return false;
+    bool none = false;
+    if (choice && !cJSON_IsNull(choice)) {
+        const cJSON *fn = cJSON_IsObject(choice) ? cJSON_GetObjectItemCaseSensitive(choice, "function") : NULL;
+        const cJSON *nm = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+        if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) none = true;
+        else if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "auto")) j->tool_choice = TOOLS_AUTO;
+        else if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "required")) j->tool_choice = TOOLS_REQUIRED;
+        else if (cJSON_IsString(nm) && strlen(nm->valuestring) < sizeof j->tool_name) {
+            j->tool_choice = TOOLS_NAMED;
+            snprintf(j->tool_name, sizeof j->tool_name, "%s", nm->valuestring);
+        } else {
+            serve_error(r, 400, "invalid_request_error", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            return false;
+        }
+    }
+    if (tools && !cJSON_IsNull(tools)) {
+        if (!cJSON_IsArray(tools)) { serve_error(r, 400, "invalid_request_error", "'tools' must be an array"); return false; }
+        int k = 0;
+        bool named_found = false;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            const cJSON *nm = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL, *params = fn ? cJSON_GetObjectItemCaseSensitive(fn, "parameters") : NULL;
+            if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(fn) || !cJSON_IsString(nm) || !nm->valuestring[0] ||
+                (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))) {
+                serve_error(r, 400, "invalid_request_error", "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": string, \"parameters\": JSON Schema object}}", k);
+                return false;
+            }
+            for (const char *c = nm->valuestring; *c; c++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-' || *c == '.') ||
+                    c - nm->valuestring >= 64) {
+                    serve_error(r, 400, "invalid_request_error", "tools[%d].function.name must be 1 to 64 characters of a-z A-Z 0-9 _ - .", k);
+                    return false;
+                }
+            if (j->tool_choice == TOOLS_NAMED && !strcmp(nm->valuestring, j->tool_name)) named_found = true;
+            k++;
+        }
+        if (j->tool_choice == TOOLS_NAMED && !named_found) {
+            serve_error(r, 400, "invalid_request_error", "'tool_choice' names '%s', which is not in 'tools'", j->tool_name);
+            return false;
+        }
+        if (k && !none) {
+            if (!srv->jinja || !srv->tmpl_tools || srv->syntax.tools == KVB_TOOLS_NONE) {
+                serve_error(r, 400, "invalid_request_error", "'tools': %s", !srv->jinja ? "tools need the model's Jinja chat template (serve runs without it: --no-jinja, or a template it cannot run)"
+                                                                          : "the model's chat template does not render tools, or kvbound knows no tool-call format for it");
+                return false;
+            }
+            j->tools_json = cJSON_PrintUnformatted(tools);
+            if (!j->tools_json) { serve_error(r, 500, "server_error", "out of memory"); return false; }
+        }
+    }
+    if (!j->tools_json && choice && !cJSON_IsNull(choice) && !none && j->tool_choice != TOOLS_AUTO) {
+        serve_error(r, 400, "invalid_request_error", "'tool_choice' needs 'tools'");
+        return false;
+    }
+    /* structured output */
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    const cJSON *gr = cJSON_GetObjectItemCaseSensitive(root, "grammar"), *js = cJSON_GetObjectItemCaseSensitive(root, "json_schema");
+    const int n_struct = (rf && !cJSON_IsNull(rf)) + (gr && !cJSON_IsNull(gr)) + (js && !cJSON_IsNull(js));
+    if (n_struct > 1) { serve_error(r, 400, "invalid_request_error", "give one of 'response_format', 'grammar' and 'json_schema'"); return false; }
+    if (n_struct && j->tools_json && j->tool_choice != TOOLS_AUTO) {
+        serve_error(r, 400, "invalid_request_error", "a forced tool call ('tool_choice') and a constrained answer ('response_format', 'grammar') exclude each other");
+        return false;
+    }
+    if (rf && !cJSON_IsNull(rf)) {
+        const cJSON *type = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(type)) { serve_error(r, 400, "invalid_request_error", "'response_format' must be an object with a 'type'"); return false; }
+        if (!strcmp(type->valuestring, "json_object")) {
+            const cJSON *sch = cJSON_GetObjectItemCaseSensitive(rf, "schema"); /* llama-server's */
+            if (!schema_grammar(cJSON_IsObject(sch) ? sch : NULL, j, "response_format", r)) return false;
+        } else if (!strcmp(type->valuestring, "json_schema")) {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+            const cJSON *sch = cJSON_IsObject(w) ? cJSON_GetObjectItemCaseSensitive(w, "schema") : NULL;
+            if (!cJSON_IsObject(sch)) {
+                serve_error(r, 400, "invalid_request_error", "'response_format': json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+                return false;
+            }
+            if (!schema_grammar(sch, j, "response_format.json_schema.schema", r)) return false;
+        } else if (strcmp(type->valuestring, "text")) {
+            serve_error(r, 400, "invalid_request_error", "'response_format' type '%.40s' is not text, json_object or json_schema", type->valuestring);
+            return false;
+        }
+    }
+    if (js && !cJSON_IsNull(js)) {
+        if (!cJSON_IsObject(js)) { serve_error(r, 400, "invalid_request_error", "'json_schema' must be a JSON Schema object"); return false; }
+        if (!schema_grammar(js, j, "json_schema", r)) return false;
+    }
+    if (gr && !cJSON_IsNull(gr)) {
+        if (!cJSON_IsString(gr) || !gr->valuestring[0]) { serve_error(r, 400, "invalid_request_error", "'grammar' must be a GBNF grammar (a string)"); return false; }
+        j->gbnf = xstrdup(gr->valuestring);
+        if (!j->gbnf) { serve_error(r, 500, "server_error", "out of memory"); return false; }
+    }
+    if (j->tools_json && j->tool_choice != TOOLS_AUTO && !forced_call_grammar(srv, tools, j, r)) return false;
+    if (j->gbnf) {
+        const kvb_status st = kvb_grammar_parse(j->gbnf, strlen(j->gbnf), NULL, &j->grammar);
+        if (st != KVB_OK) {
+            serve_error(r, st == KVB_ERR_NOMEM ? 500 : 400, st == KVB_ERR_NOMEM ? "server_error" : "invalid_request_error", "'%s': %s",
+                        gr && !cJSON_IsNull(gr) ? "grammar" : "response_format", kvb_last_error());
+            return false;
+        }
+    }
+    /* the template's variables */
+    const cJSON *kw = chat ? cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs") : NULL;
+    const cJSON *effort = chat ? cJSON_GetObjectItemCaseSensitive(root, "reasoning_effort") : NULL;
+    if ((kw && !cJSON_IsNull(kw)) || (effort && !cJSON_IsNull(effort))) {
+        if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw)) { serve_error(r, 400, "invalid_request_error", "'chat_template_kwargs' must be an object"); return false; }
+        if (effort && !cJSON_IsNull(effort) &&
+            (!cJSON_IsString(effort) || (strcmp(effort->valuestring, "low") && strcmp(effort->valuestring, "medium") && strcmp(effort->valuestring, "high")))) {
+            serve_error(r, 400, "invalid_request_error", "'reasoning_effort' must be low, medium or high");
+            return false;
+        }
+        if (!srv->jinja) {
+            serve_error(r, 400, "invalid_request_error", "'%s' needs the model's Jinja chat template (serve runs without it)",
+                        kw && !cJSON_IsNull(kw) ? "chat_template_kwargs" : "reasoning_effort");
+            return false;
+        }
+        cJSON *vars = kw && cJSON_IsObject(kw) ? cJSON_Duplicate(kw, true) : cJSON_CreateObject();
+        if (vars && effort && cJSON_IsString(effort)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(vars, "reasoning_effort");
+            cJSON_AddStringToObject(vars, "reasoning_effort", effort->valuestring);
+        }
+        j->vars_json = json_of(vars);
+        if (!j->vars_json) { serve_error(r, 500, "server_error", "out of memory"); return false; }
+    }
+    return true;
+}
+
 bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size_t len, struct job *j, struct http_resp *r) {
     if (!utf8_valid(body, len)) { serve_error(r, 400, "invalid_request_error", "the request body is not valid UTF-8"); return false; }
     const long nul = escaped_nul_at(body, len);
@@ -199,13 +678,15 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     j->sp.sampler = kvb_sampler_default_params();
     j->sp.sampler.seed = (uint64_t)(uintptr_t)j * 0x9e3779b97f4a7c15ull + (uint64_t)(serve_now() * 1e6); /* no seed given: a fresh one */
     j->sp.max_tokens = srv->o.default_max_tokens;
+    j->sp.n_ctx = srv->o.n_ctx;
     long long v = 0;
     bool given = false;
     if (!cJSON_IsObject(root)) { serve_error(r, 400, "invalid_request_error", "the request body must be a JSON object"); goto out; }
+    if (!fields_known(root, kind, r)) goto out;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (model && !cJSON_IsString(model) && !cJSON_IsNull(model)) { serve_error(r, 400, "invalid_request_error", "'model' must be a string"); goto out; }
     if (kind == JOB_CHAT) {
-        if (!parse_messages(root, j, r)) goto out;
+        if (!parse_messages(srv, root, j, r)) goto out;
     } else {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
         if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0))) p = cJSON_GetArrayItem(p, 0);
@@ -230,6 +711,8 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
         if (!get_bool(so, "include_usage", &j->include_usage, r)) goto out;
     }
     if (!parse_stop(root, j, r)) goto out;
+    if (!parse_sampling(srv, root, j, r)) goto out;
+    if (!parse_structure(srv, root, j, r)) goto out;
     /* kvbound's own fields */
     const cJSON *pol = cJSON_GetObjectItemCaseSensitive(root, "kv_policy");
     if (pol && !cJSON_IsNull(pol)) {
@@ -318,6 +801,68 @@ static cJSON *head(const struct server *srv, const struct job *j, const char *ob
     return o;
 }
 
+/* Logprob lines (output.c) as OpenAI's: chat {"content": [...]}, or the
+ * completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. */
+static cJSON *logprobs_object(const struct job *j, const char *lines, size_t n, size_t text_at) {
+    cJSON *content = cJSON_CreateArray();
+    for (size_t at = 0; at < n;) {
+        const char *nl = memchr(lines + at, '\n', n - at);
+        const size_t len = nl ? (size_t)(nl - lines - at) : n - at;
+        cJSON *e = cJSON_ParseWithLength(lines + at, len);
+        if (e) cJSON_AddItemToArray(content, e);
+        at += len + 1;
+    }
+    if (j->kind == JOB_CHAT) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "content", content);
+        return o;
+    }
+    cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, content) {
+        const cJSON *tok = cJSON_GetObjectItemCaseSensitive(e, "token");
+        cJSON_AddItemToArray(toks, cJSON_CreateString(cJSON_IsString(tok) ? tok->valuestring : ""));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(cJSON_GetObjectItemCaseSensitive(e, "logprob")->valuedouble));
+        cJSON *top = cJSON_CreateObject();
+        const cJSON *t;
+        cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(e, "top_logprobs")) {
+            const cJSON *tt = cJSON_GetObjectItemCaseSensitive(t, "token");
+            if (cJSON_IsString(tt) && !cJSON_GetObjectItemCaseSensitive(top, tt->valuestring))
+                cJSON_AddNumberToObject(top, tt->valuestring, cJSON_GetObjectItemCaseSensitive(t, "logprob")->valuedouble);
+        }
+        cJSON_AddItemToArray(tops, top);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)text_at));
+        text_at += cJSON_IsString(tok) ? strlen(tok->valuestring) : 0;
+    }
+    cJSON_Delete(content);
+    return o;
+}
+
+/* The parser's message, with parallel_tool_calls false cut to its first call. */
+static cJSON *parsed_message(const struct job *j) {
+    cJSON *m = cJSON_Parse(j->message);
+    if (!m) return NULL;
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    if (!j->parallel_tool_calls && cJSON_IsArray(calls))
+        while (cJSON_GetArraySize(calls) > 1) cJSON_DeleteItemFromArray(calls, cJSON_GetArraySize(calls) - 1);
+    return m;
+}
+
+static bool has_calls(const struct job *j) {
+    if (!j->message) return false;
+    cJSON *m = cJSON_Parse(j->message);
+    const bool yes = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) > 0;
+    cJSON_Delete(m);
+    return yes;
+}
+
+/* finish_reason: tool_calls when the answer is calls */
+static const char *finish_of(const struct job *j) {
+    if (j->finish && !strcmp(j->finish, "length")) return "length";
+    return has_calls(j) ? "tool_calls" : j->finish ? j->finish : "stop";
+}
+
 void openai_response(const struct server *srv, const struct job *j, struct sbuf *out) {
     const bool chat = j->kind == JOB_CHAT;
     cJSON *o = head(srv, j, chat ? "chat.completion" : "text_completion");
@@ -330,23 +875,52 @@ void openai_response(const struct server *srv, const struct job *j, struct sbuf 
         text[j->text.n] = 0;
     }
     if (chat) {
-        cJSON *m = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", text ? text : "");
+        cJSON *m = j->message ? parsed_message(j) : NULL;
+        if (m) cJSON_AddItemToObject(c, "message", m);
+        else {
+            m = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddStringToObject(m, "content", text ? text : "");
+        }
     } else {
         cJSON_AddStringToObject(c, "text", text ? text : "");
-        cJSON_AddNullToObject(c, "logprobs");
     }
     free(text);
-    cJSON_AddStringToObject(c, "finish_reason", j->finish ? j->finish : "stop");
+    if (j->logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_object(j, j->lp.s, j->lp.n, 0));
+    else cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", finish_of(j));
     cJSON_AddItemToArray(choices, c);
     add_usage(j, o);
     add_kvbound(j, o);
     emit(o, out, false);
 }
 
+/* One event of a chat stream with the parser's delta (a JSON object). */
+void openai_delta_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, const char *lp, size_t lp_n, struct sbuf *out) {
+    cJSON *o = head(srv, j, "chat.completion.chunk");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *d = cJSON_ParseWithLength(delta, n);
+    if (!cJSON_IsObject(d)) { cJSON_Delete(d); d = cJSON_CreateObject(); }
+    if (!j->parallel_tool_calls) { /* calls past the first are not shown */
+        cJSON *calls = cJSON_GetObjectItemCaseSensitive(d, "tool_calls");
+        for (int i = cJSON_GetArraySize(calls) - 1; i >= 0; i--) {
+            const cJSON *ix = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(calls, i), "index");
+            if (cJSON_IsNumber(ix) && ix->valueint > 0) cJSON_DeleteItemFromArray(calls, i);
+        }
+        if (calls && !cJSON_GetArraySize(calls)) cJSON_DeleteItemFromObjectCaseSensitive(d, "tool_calls");
+    }
+    cJSON_AddItemToObject(c, "delta", d);
+    if (j->logprobs && lp_n) cJSON_AddItemToObject(c, "logprobs", logprobs_object(j, lp, lp_n, 0));
+    else cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(choices, c);
+    emit(o, out, true);
+}
+
 void openai_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, bool role, const char *finish, bool usage_only,
-                  struct sbuf *out) {
+                  const char *lp, size_t lp_n, struct sbuf *out) {
     const bool chat = j->kind == JOB_CHAT;
     cJSON *o = head(srv, j, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
@@ -366,13 +940,14 @@ void openai_chunk(const struct server *srv, const struct job *j, const char *del
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (role) cJSON_AddStringToObject(d, "role", "assistant");
-        if (n || role) cJSON_AddStringToObject(d, "content", text ? text : "");
+        if (n || (role && !j->parser)) cJSON_AddStringToObject(d, "content", text ? text : "");
     } else {
         cJSON_AddStringToObject(c, "text", text ? text : "");
-        cJSON_AddNullToObject(c, "logprobs");
     }
     free(text);
-    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    if (j->logprobs && lp_n) cJSON_AddItemToObject(c, "logprobs", logprobs_object(j, lp, lp_n, 0));
+    else cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", chat ? finish_of(j) : finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     cJSON_AddItemToArray(choices, c);
     if (finish) add_kvbound(j, o);

@@ -6,7 +6,9 @@
  *   GET  /                          the page (page.html)
  *   GET  /health                    {"status":"ok"}
  *   GET  /metrics                   Prometheus text
- *   GET  /v1/models                 the one model
+ *   GET  /v1/models                 the one model; /v1/models/{id} it alone
+ *   POST /tokenize, /detokenize     llama-server's (extras.c)
+ *   GET  /props                     llama-server's: slots, context, template
  *   POST /v1/chat/completions       chat (stream or not)
  *   POST /v1/completions            raw completion
  *   GET  /v1/sessions/{id}          a session's state
@@ -125,8 +127,10 @@ static bool same_origin(const char *origin, const char *host) {
 
 /* Allowed methods of each fixed route; NULL: not one of them. */
 static const char *route_allow(const char *p) {
-    if (!strcmp(p, "/") || !strcmp(p, "/health") || !strcmp(p, "/metrics") || !strcmp(p, "/v1/models")) return "GET, HEAD";
-    if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions")) return "POST";
+    if (!strcmp(p, "/") || !strcmp(p, "/health") || !strcmp(p, "/metrics") || !strcmp(p, "/v1/models") || !strcmp(p, "/props") ||
+        (!strncmp(p, "/v1/models/", 11) && p[11]))
+        return "GET, HEAD";
+    if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions") || !strcmp(p, "/tokenize") || !strcmp(p, "/detokenize")) return "POST";
     if (!strncmp(p, "/v1/sessions/", 13)) {
         const char *slash = strchr(p + 13, '/');
         return slash ? "GET, HEAD" : "GET, HEAD, DELETE";
@@ -212,16 +216,11 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         metrics_render(srv->metrics, &g, &r->body);
         return;
     }
-    if (get && !strcmp(p, "/v1/models")) {
-        r->status = 200;
-        r->content_type = "application/json";
-        sb_puts(&r->body, "{\"object\":\"list\",\"data\":[{\"id\":");
-        serve_json_str(&r->body, srv->o.model_name);
-        sb_printf(&r->body, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvbound\",\"kvbound\":{\"arch\":\"%s\",\"n_ctx_train\":%d,"
-                            "\"kv_policy\":\"%s\",\"kv_budget\":%d,\"max_budget\":%d}}]}\n",
-                  srv->mi.arch, (int)srv->mi.n_ctx_train, kvb_policy_name(srv->o.kv.policy.id), (int)srv->o.kv.policy.budget, srv->o.max_budget);
-        return;
-    }
+    if (get && !strcmp(p, "/v1/models")) { serve_models(srv, NULL, r); return; }
+    if (get && !strncmp(p, "/v1/models/", 11)) { serve_models(srv, p + 11, r); return; }
+    if (get && !strcmp(p, "/props")) { serve_props(srv, r); return; }
+    if (!strcmp(p, "/tokenize")) { serve_tokenize(srv, q, r); return; }
+    if (!strcmp(p, "/detokenize")) { serve_detokenize(srv, q, r); return; }
     if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions")) {
         generation(srv, p[4] == 'c' && p[5] == 'h' ? JOB_CHAT : JOB_COMPLETION, q, r);
         return;

@@ -114,11 +114,12 @@ static int admit(struct server *srv, struct job *j) {
         pending = si.last_token;
     }
     int32_t n = 0;
-    int32_t *ids = turn_tokens(srv, j, x && !fresh ? x : NULL, pending, &n);
+    char why[320];
+    int32_t *ids = turn_tokens(srv, j, x && !fresh ? x : NULL, pending, &n, why, sizeof why);
     if (!ids || n < 1) {
         free(ids);
         if (x) sess_idle(srv, x);
-        job_fail(srv, j, 400, "invalid_request_error", 0, "the prompt is empty after tokenizing");
+        job_fail(srv, j, 400, "invalid_request_error", 0, "%s", why);
         return ADMIT_DONE;
     }
     kvb_status st = kvb_batch_can_admit(s->b, &j->sp, n);
@@ -153,6 +154,14 @@ static int admit(struct server *srv, struct job *j) {
     }
     j->prompt_tokens = n;
     j->started = true;
+    if (!output_start(srv, j)) {
+        /* cannot happen but for memory: the turn ends before it starts */
+        if (x) sess_release(s, x);
+        else kvb_batch_remove(s->b, j->seq);
+        j->seq = -1;
+        job_fail(srv, j, 500, "server_error", 0, "out of memory");
+        return ADMIT_DONE;
+    }
     s->active[s->n_active++] = j;
     return ADMIT_DONE;
 }
@@ -163,6 +172,8 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
     const size_t tl = kvb_detok_flush(&j->dt, tail, sizeof tail);
     if (tl) sb_put_utf8(&j->text, tail, tl); /* a character cut short at the end: U+FFFD */
     j->held = 0;
+    if (j->matcher) kvb_batch_set_matcher(s->b, j->seq, NULL);
+    output_finish(j);
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
     struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;
     seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes, &j->cold_pages, NULL, NULL);
@@ -227,7 +238,9 @@ static void publish(struct server *srv) {
                 char piece[256];
                 size_t pl = kvb_detok_push(srv->vocab, &j->dt, tok, false, piece, sizeof piece);
                 if (pl > sizeof piece) pl = 0;
+                if (j->logprobs) add_logprobs(srv, j, tok, kvb_batch_logits(s->b, j->seq));
                 stopped = add_text(j, piece, pl);
+                if (j->parser) feed_parser(j, false);
                 if (stopped) {
                     j->finish = "stop";
                     if (si.state == KVB_SEQ_DECODE) kvb_batch_finish(s->b, j->seq);

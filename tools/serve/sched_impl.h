@@ -75,8 +75,15 @@ void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size
 const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_len);
 
 /* text.c: what a turn reads, and stop strings in what it writes */
-int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, int32_t pending, int32_t *n);
+int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, int32_t pending, int32_t *n, char *err, size_t cap);
 bool add_text(struct job *j, const char *piece, size_t pl);
+/* output.c: what a turn writes beyond text: the grammar's matcher and the
+ * parser set up when it starts (false: out of memory), the parser fed what
+ * text is certain (final: all of it), a token's logprobs, the message. */
+bool output_start(struct server *srv, struct job *j);
+void feed_parser(struct job *j, bool final);
+void add_logprobs(const struct server *srv, struct job *j, int32_t token, const float *logits);
+void output_finish(struct job *j);
 
 /* queries.c: session queries, answered from memory or through the store */
 void run_ctls(struct server *srv);

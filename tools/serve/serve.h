@@ -68,6 +68,8 @@
 
 #define SERVE_MAX_STOPS 4
 #define SERVE_ID_MAX 64
+/* the stand-in assistant answer whose rendering shows what a template writes after one */
+#define SERVE_TEMPLATE_MARK "KVBOUNDANSWERMARK7F3A"
 
 /* ---- sbuf.c: growing text buffer (the bottom: it calls nothing of serve) ---- */
 struct sbuf {
@@ -124,6 +126,25 @@ struct job {
     struct kvb_chat_message *msgs;     /* chat without a session: the whole conversation */
     int32_t n_msgs;
     char *prompt;                      /* completion */
+    /* chat through the model's Jinja template: the request's messages as JSON arrays (content as text,
+     * tool_calls' arguments as objects): all of them; those up to the last assistant message (NULL: none);
+     * those with the messages after it (a session's later turn reads what comes after the previous ones);
+     * a stand-in exchange and the same with the new messages (a session turn that sends no history) */
+    char *all_json, *prev_json, *cont_json, *standin_prev_json, *standin_json;
+    char *tools_json;                  /* NULL, or the request's tools (tool_choice none: NULL) */
+    char *vars_json;                   /* chat_template_kwargs (and reasoning_effort) as a JSON object, or NULL */
+    enum { TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED } tool_choice;
+    char tool_name[128];               /* TOOLS_NAMED */
+    bool parallel_tool_calls;          /* false: at most one call is returned */
+    char *gbnf;                        /* a grammar the output must match (grammar, response_format, a forced tool call), or NULL */
+    struct kvb_grammar *grammar;       /* gbnf compiled */
+    struct kvb_matcher *matcher;       /* the scheduler's, while the turn runs */
+    char *prefill;                     /* text the answer starts with, read with the prompt (a forced call's marker) */
+    struct kvb_chat_syntax syntax;     /* the server's, with think_open from this turn's prompt */
+    bool json_output;                  /* response_format json_object / json_schema: the grammar is the output */
+    bool logprobs;                     /* chat: logprobs; completion: logprobs given */
+    int top_logprobs;
+    struct kvb_logit_bias *bias;       /* logit_bias, sp.sampler points at it */
     struct kvb_seq_params sp;
     bool policy_given;                 /* kv_policy/kv_budget/kv_sinks were in the request */
     char *stops[SERVE_MAX_STOPS];
@@ -155,6 +176,13 @@ struct job {
     char fetch_error[160];
     int32_t seq;
     struct kvb_detok dt;
+    struct kvb_chat_parser *parser; /* chat with tools or reasoning: the text as content, reasoning and calls */
+    size_t parsed;           /* bytes of text fed to it */
+    struct sbuf deltas;      /* its deltas, one JSON object a line (under the server mutex) */
+    size_t deltas_sent;      /* bytes of them the connection has written */
+    char *message;           /* done: the whole message as JSON (the parser's), or NULL (plain text) */
+    struct sbuf lp;          /* logprobs: one {"token","logprob","bytes","top_logprobs"} a line, a line per token */
+    size_t lp_sent;
     size_t held;             /* bytes of text held back (a stop string may be starting) */
     struct job *next;
 };
@@ -167,6 +195,7 @@ struct serve_opts {
     const char *model_path, *host, *sessions, *api_key, *model_name;
     int port, parallel, threads, queue_max, queue_timeout_s, max_tokens_cap, default_max_tokens;
     int max_budget, max_sessions, step_tokens, chunk;
+    int n_ctx;    /* -c: a session's token limit under full; 0: the model's trained length */
     size_t pool_bytes, max_body;
     struct kvb_kv_params kv; /* every session's KV configuration: --policy and its knobs, --positions,
                               * --kv-dtype, --recall (a request may change the policy; recall is for
@@ -184,6 +213,13 @@ struct server {
     const struct kvb_vocab *vocab;
     struct kvb_model_info mi;
     enum kvb_chat_style style;
+    bool jinja;                  /* chat through the Jinja template (template_text); else the signature family `style` */
+    char *template_text;         /* --chat-template-file, or the model's tokenizer.chat_template */
+    bool tmpl_developer;         /* the template knows the developer role */
+    bool tmpl_tools;             /* the template renders tools */
+    struct kvb_chat_syntax syntax; /* how its model writes tool calls and reasoning */
+    struct kvb_grammar_vocab *gvocab; /* the vocabulary for grammars */
+    char *closing;               /* what the template writes after an assistant answer (ChatML: "<|im_end|>\n") */
     char default_system[1024];
     pthread_mutex_t mu;
     pthread_cond_t work;     /* the scheduler waits on it */
@@ -202,13 +238,22 @@ void serve_route(struct server *srv, const struct http_req *req, struct http_res
 /* sbuf.c: r becomes OpenAI's error object with this status */
 void serve_error(struct http_resp *r, int status, const char *type, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* extras.c: GET /v1/models (id NULL) and /v1/models/{id}, POST /tokenize and /detokenize, GET /props */
+void serve_models(const struct server *srv, const char *id, struct http_resp *r);
+void serve_tokenize(const struct server *srv, const struct http_req *q, struct http_resp *r);
+void serve_detokenize(const struct server *srv, const struct http_req *q, struct http_resp *r);
+void serve_props(const struct server *srv, struct http_resp *r);
+
 /* openai.c: the JSON of the OpenAI API */
 /* Fills j from a request body; on a bad body fills resp (400) and returns false. */
 bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size_t len, struct job *j, struct http_resp *resp);
 /* A whole response (stream false), or one SSE event of a stream. */
 void openai_response(const struct server *srv, const struct job *j, struct sbuf *out);
 void openai_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, bool role, const char *finish,
-                  bool usage_only, struct sbuf *out);
+                  bool usage_only, const char *lp, size_t lp_n, struct sbuf *out);
+/* A chat stream's event with one of the parser's deltas (a JSON object) and the logprob lines since the last. */
+void openai_delta_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, const char *lp, size_t lp_n,
+                        struct sbuf *out);
 
 /* sched.c: the scheduler thread over the batch */
 struct sched;

@@ -1,12 +1,15 @@
 /*
  * text.c — a turn's text in and out: the tokens a turn reads (the whole
  * conversation through the chat template on a session's first turn, else
- * only the new user message glued on after the stop token the last answer
+ * only the new messages glued on after the stop token the last answer
  * ended with; a completion's prompt as is), and stop strings cut from what
  * it writes, with the tail that may begin one held back from the client.
+ * The template is the model's Jinja one (kvb_chat_apply) unless serve runs
+ * without it, then its signature family (kvb_chat_format).
  */
 #include "sched_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,15 +26,99 @@ static int32_t *tokens_of(struct server *srv, const char *text, bool bos, int32_
     return all;
 }
 
-/* The text a turn reads, as tokens. */
-int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, int32_t pending, int32_t *n) {
+static kvb_status render(const struct server *srv, const struct job *j, const char *msgs, bool gen, char **out, size_t *len) {
+    struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
+    p.template_text = srv->template_text;
+    p.vocab = srv->vocab;
+    p.messages_json = msgs;
+    p.tools_json = j->tools_json;
+    p.vars_json = j->vars_json;
+    p.add_generation_prompt = gen;
+    p.strip_bos = true;
+    return kvb_chat_apply(&p, out, len);
+}
+
+/* What a session's later turn reads through the Jinja template: the
+ * template's rendering of the new messages after the previous exchange
+ * (the conversation with them, less the conversation up to its last
+ * answer), preceded by what the template writes after an answer less the
+ * stop token the model ended it with (that token is fed as `pending`).
+ * The request's own history is used when it sends one and the template
+ * renders it as a prefix of the whole; else a stand-in exchange. */
+static kvb_status jinja_continue(struct server *srv, const struct job *j, const struct sess *x, char **out, char *err, size_t cap) {
+    const char *prev[2] = {j->prev_json, j->standin_prev_json}, *cont[2] = {j->cont_json, j->standin_json};
+    kvb_status st = KVB_ERR_INVALID;
+    for (int k = 0; k < 2; k++) {
+        if (!prev[k]) continue;
+        char *p = NULL, *f = NULL;
+        size_t pl = 0, fl = 0;
+        st = render(srv, j, prev[k], false, &p, &pl);
+        if (st == KVB_OK) st = render(srv, j, cont[k], true, &f, &fl);
+        if (st != KVB_OK) snprintf(err, cap, "the chat template: %s", kvb_last_error());
+        else if (fl < pl || memcmp(f, p, pl)) {
+            st = KVB_ERR_INVALID;
+            snprintf(err, cap, "the chat template renders the conversation so that its new messages are no continuation of the session");
+        } else {
+            /* the closing after the answer, less the stop token the model wrote */
+            const char *close = srv->closing ? srv->closing : "";
+            const size_t sl = strlen(x->stop_text);
+            if (sl && !strncmp(close, x->stop_text, sl)) close += sl;
+            else if (sl) close = "";
+            const size_t cl = strlen(close);
+            char *t = malloc(cl + fl - pl + 1);
+            if (!t) st = KVB_ERR_NOMEM;
+            else {
+                memcpy(t, close, cl);
+                memcpy(t + cl, f + pl, fl - pl);
+                t[cl + fl - pl] = 0;
+                *out = t;
+            }
+        }
+        kvb_buffer_free(p);
+        kvb_buffer_free(f);
+        if (st == KVB_OK || st == KVB_ERR_NOMEM) break;
+    }
+    return st;
+}
+
+/* The text a turn reads, as tokens; NULL with err filled. */
+int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, int32_t pending, int32_t *n, char *err, size_t cap) {
     const bool first = !x || x->turns == 0;
     char *text = NULL;
     kvb_status st;
+    snprintf(err, cap, "the prompt is empty after tokenizing");
     if (j->kind == JOB_COMPLETION) {
         return tokens_of(srv, j->prompt, first, first ? -1 : pending, n);
     }
-    if (first) {
+    bool own = false; /* text from malloc, not the library */
+    if (srv->jinja) {
+        size_t len = 0;
+        if (first) {
+            st = render(srv, j, j->all_json, true, &text, &len);
+            if (st != KVB_OK) snprintf(err, cap, "the chat template: %s", kvb_last_error());
+        } else {
+            st = jinja_continue(srv, j, x, &text, err, cap);
+            own = true;
+        }
+        if (st == KVB_OK) {
+            j->syntax = srv->syntax;
+            kvb_chat_syntax_detect(srv->template_text, text, &j->syntax); /* think_open from the prompt's end */
+            j->syntax.tools = srv->syntax.tools;
+        }
+        if (st == KVB_OK && j->prefill) {
+            const size_t tl = strlen(text), fl = strlen(j->prefill);
+            char *t = malloc(tl + fl + 1);
+            if (!t) st = KVB_ERR_NOMEM;
+            else {
+                memcpy(t, text, tl);
+                memcpy(t + tl, j->prefill, fl + 1);
+                if (own) free(text);
+                else kvb_buffer_free(text);
+                text = t;
+                own = true;
+            }
+        }
+    } else if (first) {
         /* the whole conversation, with the template's default system message if it has one */
         struct kvb_chat_message *msgs = j->msgs;
         int32_t nm = j->n_msgs;
@@ -46,13 +133,19 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
         }
         size_t len;
         st = kvb_chat_format(srv->style, msgs, nm, true, &text, &len);
+        if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
         free(withsys);
     } else {
         st = kvb_chat_turn_text(srv->style, NULL, j->user, false, x->stop_text, &text, NULL);
+        if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
     }
-    if (st != KVB_OK) return NULL;
+    if (st != KVB_OK) {
+        if (st == KVB_ERR_NOMEM) snprintf(err, cap, "out of memory");
+        return NULL;
+    }
     int32_t *ids = tokens_of(srv, text, first, first ? -1 : pending, n);
-    kvb_buffer_free(text);
+    if (own) free(text);
+    else kvb_buffer_free(text);
     return ids;
 }
 

@@ -1,0 +1,172 @@
+#!/bin/sh
+# test_serve_agents_cli.sh BUILD_DIR — `kvbound serve` for agents, on a
+# random-weight qwen2 with the real Qwen2.5 vocabulary and a Jinja chat
+# template with tools (tests/jinja/templates/chatml_tools.jinja, set in the
+# file by tests/jinja/gguf_set_template.py):
+#   - the template is run (the log says so); a session's second turn reads
+#     exactly the template's text for its new message (counted through
+#     /tokenize);
+#   - no request field is ignored: one kvbound does not implement is a 400
+#     naming it, the harmless ones (user, metadata, store) are accepted;
+#   - logprobs: one entry per token, top_logprobs sorted, the greedy token
+#     the most likely; logit_bias bans a token and forces another;
+#   - response_format json_schema and GBNF grammar: the answer parses and
+#     validates; tool_choice required / named: a call that validates;
+#   - llama-server's routes and flags: /v1/models/{id}, /tokenize,
+#     /detokenize, /props, Allow on 405, -a, -np, -c, -ngl,
+#     --chat-template-file, --no-jinja;
+#   - the official openai npm client runs an agent's loop of 20 turns on one
+#     bounded session (tests/serve/agent_loop.mjs).
+. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+HERE=$(cd "$(dirname "$0")" && pwd)
+QV="$D/tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf"
+TM="$HERE/jinja/templates/chatml_tools.jinja"
+serve_ready serve_agents "$QV" "the requests' checks are Python" || exit $SERVE_RC
+"$K" mkmodel --shape tiny-qwen2 --type q8_0 --vocab "$QV" -o "$T/q0.gguf" > /dev/null 2>&1
+python3 "$HERE/jinja/gguf_set_template.py" "$T/q0.gguf" "$TM" "$T/q.gguf" > /dev/null 2>&1
+post() { # post PATH JSON: the body; the status in $T/code
+    curl -s -o "$T/body" -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" "$URL$1" > "$T/code"
+    cat "$T/body"
+}
+jget() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+check() { # check NAME PYTHON FILE: the Python (d = the JSON of FILE) must pass
+    if python3 -c "import json,sys
+d=json.load(open(sys.argv[1]))
+$2" "$3" > "$T/check.out" 2>&1; then ok "$1"; else ko "$1" "$(tail -n 2 "$T/check.out" | tr '\n' ' ') $(head -c 300 "$3")"; fi
+}
+
+start a -m "$T/q.gguf" --sessions "$T/sa" --budget 256 -t 1 -a agent-model -np 2 -ngl 99
+if [ -z "$URL" ]; then ko serve_agents_starts "$(tail -n 3 "$T/a.log")"; cli_summary; exit; fi
+if grep -q "template jinja, tool calls hermes" "$T/a.log" && grep -q "\-ngl 99 changes nothing" "$T/a.log"; then ok serve_jinja_template_runs
+else ko serve_jinja_template_runs "$(cat "$T/a.log")"; fi
+
+# a session's second turn reads the template's text for the new message: the pending <|im_end|>, then
+# the template's rendering after an answer ("<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n" here)
+post /v1/chat/completions '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello there"}],"max_tokens":6,"temperature":0,"session_id":"j","ignore_eos":true}' > "$T/j1.json"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Again"}],"max_tokens":6,"temperature":0,"session_id":"j"}' > "$T/j2.json"
+printf '%s' '[{"role":"user","content":"x"},{"role":"assistant","content":"MARK"},{"role":"user","content":"Again"}]' > "$T/conv.json"
+"$K" template --template-file "$TM" --messages "$T/conv.json" > "$T/conv.txt" 2> "$T/template.err"
+python3 - "$T/conv.txt" > "$T/tail.json" <<'EOF'
+import json, sys
+t = open(sys.argv[1]).read()
+print(json.dumps({"content": t[t.index("MARK") + 4:]}))
+EOF
+want=$(post /tokenize "$(cat "$T/tail.json")" | jget 'len(d["tokens"])')
+# the answer was cut by max_tokens (ignore_eos): no stop token pending, the whole closing is read
+got=$(jget 'd["usage"]["prompt_tokens"]' < "$T/j2.json" 2>/dev/null)
+if [ -n "$want" ] && [ "$got" = "$want" ]; then ok serve_jinja_session_turn_exact
+else ko serve_jinja_session_turn_exact "turn 2 read $got tokens, the template's text is $want: $(head -c 300 "$T/j2.json")"; fi
+
+# nothing ignored
+bad() { # bad NAME PATH BODY WORD: a 400 whose message names WORD
+    post "$2" "$3" > "$T/e.json"
+    if [ "$(cat "$T/code")" = 400 ] && grep -q "$4" "$T/e.json"; then ok "$1"; else ko "$1" "status $(cat "$T/code"): $(head -c 200 "$T/e.json")"; fi
+}
+bad serve_field_n /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"n":2}' "'n'"
+bad serve_field_audio /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"audio":{"voice":"alloy"}}' "'audio' is not implemented"
+bad serve_field_modalities /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"modalities":["text"]}' "'modalities' is not implemented"
+bad serve_field_prediction /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"prediction":{"type":"content","content":"x"}}' "'prediction' is not implemented"
+bad serve_field_suffix /v1/completions '{"prompt":"x","suffix":"y"}' "'suffix' is not implemented"
+bad serve_field_echo /v1/completions '{"prompt":"x","echo":true}' "'echo'"
+bad serve_field_message_audio /v1/chat/completions '{"messages":[{"role":"user","content":"x","audio":{"id":"a"}}]}' "messages\[0\].audio"
+bad serve_tool_choice_unknown /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}' "names 'g'"
+bad serve_bad_schema /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","patternProperties":{"a":{}}}}}}' "patternProperties"
+bad serve_bad_grammar /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= undefined-rule"}' "undefined-rule"
+bad serve_bad_logit_bias /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"logit_bias":{"99999999":5}}' "logit_bias"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"user":"u1","metadata":{"k":"v"},"store":false,"n":1}' > /dev/null
+if [ "$(cat "$T/code")" = 200 ]; then ok serve_harmless_fields; else ko serve_harmless_fields "status $(cat "$T/code"): $(head -c 200 "$T/body")"; fi
+
+# logprobs: one entry a token, sorted tops, the greedy pick the likeliest
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Count"}],"max_tokens":8,"temperature":0,"ignore_eos":true,"logprobs":true,"top_logprobs":5}' > "$T/lp.json"
+check serve_logprobs '
+c=d["choices"][0]["logprobs"]["content"]
+assert len(c)==d["usage"]["completion_tokens"]==8, len(c)
+for e in c:
+    t=e["top_logprobs"]; assert len(t)==5
+    assert all(t[i]["logprob"]>=t[i+1]["logprob"] for i in range(4))
+    assert abs(e["logprob"]-t[0]["logprob"])<1e-6 and e["token"]==t[0]["token"], e
+    assert e["logprob"]<=0 and bytes(e["bytes"]).decode("utf-8","replace")
+assert "".join(bytes(b for e in c for b in e["bytes"]).decode("utf-8","replace"))==d["choices"][0]["message"]["content"]
+' "$T/lp.json"
+first=$(post /tokenize "{\"content\":$(jget 'json.dumps(d["choices"][0]["logprobs"]["content"][0]["token"])' < "$T/lp.json")}" | jget 'd["tokens"][0]')
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Count\"}],\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"logit_bias\":{\"$first\":-100}}" > "$T/ban.json"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Count"}],"max_tokens":4,"temperature":0,"ignore_eos":true,"logit_bias":{"9707":100}}' > "$T/force.json"
+force=$(post /detokenize '{"tokens":[9707,9707,9707,9707]}' | jget 'd["content"]')
+if [ "$(jget 'd["choices"][0]["logprobs"]["content"][0]["token"]' < "$T/ban.json")" != "$(jget 'd["choices"][0]["logprobs"]["content"][0]["token"]' < "$T/lp.json")" ] &&
+   [ "$(jget 'd["choices"][0]["message"]["content"]' < "$T/force.json")" = "$force" ]; then ok serve_logit_bias
+else ko serve_logit_bias "ban: $(head -c 200 "$T/ban.json") force: $(head -c 200 "$T/force.json") want '$force'"; fi
+
+# structured output
+SCHEMA='{"type":"object","properties":{"name":{"type":"string","maxLength":10},"age":{"type":"integer","minimum":0,"maximum":150},"pets":{"type":"array","items":{"enum":["cat","dog"]},"maxItems":2}},"required":["name","age"],"additionalProperties":false}'
+for seed in 1 2 3; do
+    post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"A person\"}],\"max_tokens\":120,\"temperature\":1,\"seed\":$seed,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":$SCHEMA}}}" > "$T/js$seed.json"
+    check "serve_json_schema_$seed" '
+v=json.loads(d["choices"][0]["message"]["content"])
+assert set(v)<=set(["name","age","pets"]) and "name" in v and "age" in v, v
+assert isinstance(v["name"],str) and len(v["name"])<=10 and type(v["age"]) is int and 0<=v["age"]<=150, v
+assert all(p in ("cat","dog") for p in v.get("pets",[])) and len(v.get("pets",[]))<=2, v
+' "$T/js$seed.json"
+done
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Pick"}],"max_tokens":40,"temperature":1,"seed":5,"response_format":{"type":"json_object"}}' > "$T/jo.json"
+check serve_json_object 'assert isinstance(json.loads(d["choices"][0]["message"]["content"]),dict)' "$T/jo.json"
+post /v1/completions '{"prompt":"Answer:","max_tokens":20,"temperature":1,"seed":3,"grammar":"root ::= (\"yes\" | \"no\") \" \" [0-9] [0-9]?"}' > "$T/g.json"
+check serve_grammar_completion '
+import re
+assert re.fullmatch(r"(yes|no) [0-9][0-9]?", d["choices"][0]["text"]), d["choices"][0]["text"]' "$T/g.json"
+
+# forced tool calls
+TOOLS='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":12},"unit":{"enum":["c","f"]}},"required":["city","unit"]}}},{"type":"function","function":{"name":"noop","parameters":{"type":"object","properties":{}}}}]'
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":80,\"temperature\":1,\"seed\":7,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}" > "$T/tc.json"
+check serve_tool_call_named '
+ch=d["choices"][0]; m=ch["message"]; c=m["tool_calls"]
+assert ch["finish_reason"]=="tool_calls" and len(c)==1 and c[0]["type"]=="function" and c[0]["id"], ch
+assert c[0]["function"]["name"]=="get_weather", c
+a=json.loads(c[0]["function"]["arguments"]); assert set(a)>={"city","unit"} and a["unit"] in ("c","f") and len(a["city"])<=12, a
+' "$T/tc.json"
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Anything\"}],\"max_tokens\":80,\"temperature\":1,\"seed\":8,\"tools\":$TOOLS,\"tool_choice\":\"required\"}" > "$T/tr.json"
+check serve_tool_call_required '
+c=d["choices"][0]["message"]["tool_calls"]; assert c and c[0]["function"]["name"] in ("get_weather","noop"), d
+json.loads(c[0]["function"]["arguments"])' "$T/tr.json"
+
+# llama-server's routes
+code() { curl -s -o "$T/r.out" -w '%{http_code}' "$@"; }
+if [ "$(code "$URL/v1/models/agent-model")" = 200 ] && grep -q '"id":"agent-model"' "$T/r.out" && [ "$(code "$URL/v1/models/other")" = 404 ]; then ok serve_models_id
+else ko serve_models_id "$(cat "$T/r.out")"; fi
+tok=$(post /tokenize '{"content":"Hello <|im_start|> world","with_pieces":true}')
+back=$(post /detokenize "{\"tokens\":$(echo "$tok" | jget 'json.dumps([t["id"] for t in d["tokens"]])')}" | jget 'd["content"]')
+if [ "$back" = "Hello <|im_start|> world" ] && echo "$tok" | grep -q '"piece":"<|im_start|>"'; then ok serve_tokenize_detokenize
+else ko serve_tokenize_detokenize "$tok -> '$back'"; fi
+if [ "$(code "$URL/props")" = 200 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["total_slots"]==2 and d["jinja"] is True and d["tool_call_format"]=="hermes" and "<tool_call>" in d["chat_template"] and d["model_alias"]=="agent-model"' "$T/r.out"; then ok serve_props
+else ko serve_props "$(head -c 300 "$T/r.out")"; fi
+curl -s -D "$T/h.txt" -o /dev/null "$URL/tokenize"
+if grep -q "^HTTP/1.1 405" "$T/h.txt" && grep -qi "^Allow: POST" "$T/h.txt"; then ok serve_405_allow; else ko serve_405_allow "$(head -n 5 "$T/h.txt")"; fi
+
+# the agent's loop through the official openai client
+if command -v node > /dev/null && [ -d "$HERE/serve/node_modules/openai" ]; then
+    out=$(timeout 600 node "$HERE/serve/agent_loop.mjs" "$URL" 20 2>&1)
+    while IFS= read -r line; do
+        case "$line" in
+            "ok   "*) ok "${line#ok   }" ;;
+            "FAIL "*) rest=${line#FAIL }; ko "${rest%%:*}" "${rest#*: }" ;;
+            *Error*|*error*) ko agent_loop_ran "$line" ;;
+        esac
+    done <<EOT
+$out
+EOT
+elif [ "${KVB_REQUIRE_NPM:-0}" = 1 ]; then ko agent_loop "node or tests/serve/node_modules missing (KVB_REQUIRE_NPM=1)"
+else sk agent_loop "node or tests/serve/node_modules missing (npm install --prefix tests/serve)"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+
+# flags: --chat-template-file; --no-jinja refuses tools by name; -c bounds a full session
+start b -m "$T/q0.gguf" --sessions "$T/sb" --policy full -c 40 -t 1 --chat-template-file "$TM"
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":60,\"tools\":$TOOLS,\"tool_choice\":\"required\"}" > "$T/b1.json"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Hello there, this is a somewhat longer message to pass forty tokens of context for sure, surely"}],"max_tokens":30}' > "$T/b2.json"
+if grep -q "template jinja" "$T/b.log" && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["choices"][0]["message"]["tool_calls"]' "$T/b1.json" &&
+   { [ "$(cat "$T/code")" = 400 ] || jget 'd["choices"][0]["finish_reason"]' < "$T/b2.json" | grep -q length; }; then ok serve_flags_template_file_ctx
+else ko serve_flags_template_file_ctx "$(tail -n 2 "$T/b.log") $(head -c 200 "$T/b1.json") $(head -c 200 "$T/b2.json")"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+start c -m "$T/q.gguf" --sessions "$T/sc" -t 1 --no-jinja
+bad serve_no_jinja_tools /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":$TOOLS}" "'tools'"
+kill -TERM $PID; wait $PID 2>/dev/null
+cli_summary

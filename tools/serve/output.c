@@ -1,0 +1,109 @@
+/*
+ * output.c — what a turn writes beyond its text, on the scheduler thread:
+ *  - a grammar (response_format, grammar, a forced tool call): the job's
+ *    matcher, which the batch consults at every sample;
+ *  - the chat parser (tools, or a model that reasons): the text that is
+ *    certain (no stop string may begin in it) is fed to it as it comes, and
+ *    its deltas are queued one JSON object a line for the stream; at the
+ *    end it gives the whole message (content, reasoning_content,
+ *    tool_calls);
+ *  - logprobs: for each token, its log-probability under the model's
+ *    distribution (softmax of the raw logits, before any penalty, bias or
+ *    grammar) and the top_logprobs most likely, one JSON object a line.
+ */
+#include "sched_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool output_start(struct server *srv, struct job *j) {
+    struct sched *s = srv->sched;
+    if (j->grammar) {
+        if (kvb_matcher_new(j->grammar, srv->gvocab, &j->matcher) != KVB_OK) return false;
+        kvb_batch_set_matcher(s->b, j->seq, j->matcher);
+    }
+    if (j->kind == JOB_CHAT && srv->jinja && (j->tools_json || j->syntax.think)) {
+        struct kvb_chat_syntax syn = j->syntax;
+        if (!j->tools_json) syn.tools = KVB_TOOLS_NONE; /* no tools offered: no text is a call */
+        if (kvb_chat_parser_new(&syn, &j->parser) != KVB_OK) return false;
+        if (j->prefill) {
+            char *delta = NULL;
+            if (kvb_chat_parser_feed(j->parser, j->prefill, strlen(j->prefill), false, &delta) != KVB_OK) return false;
+            if (delta) {
+                sb_puts(&j->deltas, delta);
+                sb_puts(&j->deltas, "\n");
+                kvb_buffer_free(delta);
+            }
+        }
+    }
+    return true;
+}
+
+void feed_parser(struct job *j, bool final) {
+    const size_t ready = final ? j->text.n : j->text.n - (j->held < j->text.n ? j->held : j->text.n);
+    if (ready <= j->parsed && !final) return;
+    char *delta = NULL;
+    const size_t from = j->parsed < ready ? j->parsed : ready;
+    if (kvb_chat_parser_feed(j->parser, j->text.s ? j->text.s + from : "", ready - from, final, &delta) != KVB_OK) {
+        j->deltas.oom = true;
+        return;
+    }
+    j->parsed = ready;
+    if (delta) {
+        sb_puts(&j->deltas, delta);
+        sb_puts(&j->deltas, "\n");
+        kvb_buffer_free(delta);
+    }
+}
+
+/* A token's text as a JSON string (ill-formed UTF-8 as U+FFFD) and its bytes. */
+static void token_fields(const struct server *srv, struct sbuf *b, int32_t id) {
+    char piece[256];
+    size_t pl = kvb_vocab_token_bytes(srv->vocab, id, true, piece, sizeof piece);
+    if (pl > sizeof piece) pl = sizeof piece;
+    struct sbuf t = {0};
+    sb_put_utf8(&t, piece, pl);
+    sb_put(&t, "", 1);
+    sb_puts(b, "\"token\":");
+    serve_json_str(b, t.s ? t.s : "");
+    sb_free(&t);
+    sb_puts(b, ",\"bytes\":[");
+    for (size_t k = 0; k < pl; k++) sb_printf(b, "%s%u", k ? "," : "", (unsigned)(unsigned char)piece[k]);
+    sb_puts(b, "]");
+}
+
+static void put_lp(struct sbuf *b, float lp) {
+    if (isfinite(lp)) sb_printf(b, ",\"logprob\":%.9g", (double)lp);
+    else sb_puts(b, ",\"logprob\":-9999.0"); /* OpenAI's stand-in for -inf */
+}
+
+void add_logprobs(const struct server *srv, struct job *j, int32_t token, const float *logits) {
+    if (!logits) return;
+    int32_t ids[20];
+    float lps[20];
+    const int k = j->top_logprobs < 20 ? j->top_logprobs : 20;
+    const float lp = kvb_logprobs(logits, srv->mi.n_vocab, token, k, ids, lps);
+    sb_puts(&j->lp, "{");
+    token_fields(srv, &j->lp, token);
+    put_lp(&j->lp, lp);
+    sb_puts(&j->lp, ",\"top_logprobs\":[");
+    for (int i = 0; i < k; i++) {
+        sb_puts(&j->lp, i ? ",{" : "{");
+        token_fields(srv, &j->lp, ids[i]);
+        put_lp(&j->lp, lps[i]);
+        sb_puts(&j->lp, "}");
+    }
+    sb_puts(&j->lp, "]}\n");
+}
+
+void output_finish(struct job *j) {
+    if (!j->parser) return;
+    feed_parser(j, true);
+    char *msg = NULL;
+    if (kvb_chat_parser_message(j->parser, &msg) == KVB_OK && msg) {
+        j->message = strdup(msg);
+        kvb_buffer_free(msg);
+    }
+}
