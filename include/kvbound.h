@@ -784,27 +784,6 @@ struct kvb_chat_apply_params kvb_chat_apply_default_params(void);
 kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *params, char **out, size_t *len);
 
 
-/* TEMP STUBS */
-struct kvb_grammar; struct kvb_grammar_vocab; struct kvb_matcher;
-kvb_status kvb_grammar_parse(const char *gbnf, size_t len, const char *root, struct kvb_grammar **out);
-void kvb_grammar_free(struct kvb_grammar *g);
-kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len);
-kvb_status kvb_grammar_vocab_new(const struct kvb_vocab *vocab, struct kvb_grammar_vocab **out);
-void kvb_grammar_vocab_free(struct kvb_grammar_vocab *gv);
-kvb_status kvb_matcher_new(const struct kvb_grammar *g, const struct kvb_grammar_vocab *gv, struct kvb_matcher **out);
-void kvb_matcher_free(struct kvb_matcher *m);
-kvb_status kvb_matcher_mask(struct kvb_matcher *m, float *logits);
-bool kvb_matcher_allows(const struct kvb_matcher *m, int32_t token);
-kvb_status kvb_matcher_accept(struct kvb_matcher *m, int32_t token);
-enum kvb_tool_format { KVB_TOOLS_NONE, KVB_TOOLS_HERMES, KVB_TOOLS_LLAMA3, KVB_TOOLS_MISTRAL, KVB_TOOLS_HARMONY, KVB_TOOLS_GRANITE };
-struct kvb_chat_syntax { enum kvb_tool_format tools; bool think; bool think_open; };
-const char *kvb_tool_format_name(enum kvb_tool_format f);
-kvb_status kvb_chat_syntax_detect(const char *template_text, const char *rendered_prompt, struct kvb_chat_syntax *out);
-struct kvb_chat_parser;
-kvb_status kvb_chat_parser_new(const struct kvb_chat_syntax *syn, struct kvb_chat_parser **out);
-void kvb_chat_parser_free(struct kvb_chat_parser *p);
-kvb_status kvb_chat_parser_feed(struct kvb_chat_parser *p, const char *text, size_t n, bool final, char **delta_json);
-kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **message_json);
 struct kvb_context_params {
     struct kvb_kv_params kv;         /* the cache (kvb_kv_default_params) */
     size_t kv_pool_bytes;            /* default 1 GiB */
