@@ -859,6 +859,52 @@ int32_t kvb_sampler_pick(struct kvb_sampler *s, const float *logits);
  * first, ties by id, into top_ids/top_lp (k <= 64, and n_vocab; may be 0). */
 float kvb_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t k, int32_t *top_ids, float *top_lp);
 
+/* ---- Grammars: constrained decoding ----
+ * A grammar is compiled once (kvb_grammar_parse) and shared; each sequence
+ * has its own matcher (its position in the grammar), which masks the logits
+ * of tokens the grammar cannot take next and advances by the token sampled.
+ * Matching is on the UTF-8 bytes each token decodes to (kvb_vocab_token_bytes
+ * without render_special), so a character may be split across tokens.
+ * Limits on untrusted grammars: 16 MiB of text, 16,384 rules, 2,000,000
+ * compiled elements, 64 nested parentheses, repetition counts up to 10,000,
+ * matcher stacks 2,048 deep (deeper nesting is refused, not grown). */
+struct kvb_grammar;   /* a compiled GBNF grammar: immutable once built, shareable across threads */
+/* Parses llama.cpp's GBNF (rules `name ::= ...`, literals "..." with \n \t \\ \" \xHH \uHHHH \UHHHHHHHH escapes, char classes [a-z] [^...],
+ * '.', grouping ( ), alternation |, repetition * + ? {m} {m,} {m,n}, comments #). root: the start rule's name (NULL: "root").
+ * KVB_ERR_INVALID with the line and column / the undefined or left-recursive rule named; KVB_ERR_NOMEM. */
+kvb_status kvb_grammar_parse(const char *gbnf, size_t len, const char *root, struct kvb_grammar **out);
+void kvb_grammar_free(struct kvb_grammar *g);
+/* JSON Schema -> GBNF text. Every rule it writes starts with rule_prefix (NULL or "": none); the schema's value is the rule
+ * `<prefix>root`. schema_json NULL or "{}" : any JSON value; json_object mode = {"type":"object"}.
+ * An object schema with "properties" and no "additionalProperties" allows no other keys (as if it were false);
+ * without "properties" any keys are allowed. Properties come in the schema's order, optional ones may be left out.
+ * Integers' minimum/maximum (and exclusive ones) are enforced when both bounds fit in 0..10^15 (else refused);
+ * a number's bounds, multipleOf, string formats other than date, time, date-time, uuid are refused.
+ * Whitespace between tokens is bounded (at most one space, or a newline and up to 20 spaces or tabs).
+ * KVB_ERR_UNSUPPORTED names a keyword it does not implement (never silently ignored: e.g. "patternProperties", "not", "if");
+ * KVB_ERR_INVALID a malformed schema (with the JSON pointer of the bad node). *gbnf: kvb_buffer_free. */
+kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len);
+struct kvb_grammar_vocab; /* a vocabulary's tokens as bytes, precomputed once (token trie...), immutable, shareable */
+kvb_status kvb_grammar_vocab_new(const struct kvb_vocab *vocab, struct kvb_grammar_vocab **out);
+void kvb_grammar_vocab_free(struct kvb_grammar_vocab *gv);
+struct kvb_matcher; /* one sequence's position in a grammar (not for concurrent use: it keeps a cache of states) */
+kvb_status kvb_matcher_new(const struct kvb_grammar *g, const struct kvb_grammar_vocab *gv, struct kvb_matcher **out);
+void kvb_matcher_free(struct kvb_matcher *m);
+/* Sets to -INFINITY the logits (n_vocab) of every token the grammar cannot take next. End-of-generation tokens stay allowed only
+ * where the grammar may end (and are the only ones allowed when it must end); other control tokens are never allowed. */
+kvb_status kvb_matcher_mask(struct kvb_matcher *m, float *logits);
+/* Whether one token may come next (cheap: the sampler tries its pick first and masks only when refused). */
+bool kvb_matcher_allows(const struct kvb_matcher *m, int32_t token);
+/* Advances by the token; KVB_ERR_INVALID (state unchanged) when it is not allowed. After an end-of-generation token
+ * nothing more is allowed. */
+kvb_status kvb_matcher_accept(struct kvb_matcher *m, int32_t token);
+bool kvb_matcher_can_end(const struct kvb_matcher *m);  /* the text so far is a complete sentence */
+bool kvb_matcher_must_end(const struct kvb_matcher *m); /* ... and nothing may follow */
+/* Byte-level, for tests and tools: advance by raw bytes (KVB_ERR_INVALID, unchanged, when refused). */
+kvb_status kvb_matcher_accept_bytes(struct kvb_matcher *m, const char *s, size_t n);
+/* Back to the grammar's start (a matcher may be reused for the next sequence). */
+void kvb_matcher_reset(struct kvb_matcher *m);
+
 /* ------------------------------------------------------------------------ */
 /* Batches: many sequences, one forward pass per step, one page pool        */
 /* ------------------------------------------------------------------------ */

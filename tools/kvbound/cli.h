@@ -244,6 +244,8 @@ int cmd_info(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_grammar(int argc, char **argv);       /* grammar.c */
+int cmd_grammar_bench(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 

@@ -24,6 +24,8 @@ static void usage(FILE *f) {
             "  cold                check recall's cold-tier files (--recall --cold-dir) page by page\n"
             "  template            render a conversation through a Jinja chat template (the model's or a file)\n"
             "  tokenize            text to token ids, in llama-tokenize's formats (vocab-only GGUF works)\n"
+            "  grammar             JSON Schema to GBNF; whether a text matches a grammar (constrained decoding)\n"
+            "  grammar-bench       the grammar token mask's cost on a model's vocabulary vs its decode step (JSON)\n"
             "  info                print a model's architecture, hyperparameters and tensors\n"
             "  logits              the logits of given token ids, raw float32, to compare with another engine\n"
             "  convert             write a llama2.c checkpoint as GGUF\n"
@@ -64,6 +66,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "grammar")) return cmd_grammar(argc - 1, argv + 1);
+    if (!strcmp(cmd, "grammar-bench")) return cmd_grammar_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);
     if (!strcmp(cmd, "mem")) return cmd_mem(argc - 1, argv + 1);
     if (!strcmp(cmd, "cold")) return cmd_cold(argc - 1, argv + 1);
