@@ -143,6 +143,17 @@ TEST(names_and_errors) {
     id = a ? strstr(a, "\"id\":\"") : NULL;
     CHECK(id && strlen(id) > 16 && id[15] == '"');
     kvb_buffer_free(a);
+    /* white space runs longer than what is held back */
+    char *w = malloc(3000);
+    w[0] = 'a';
+    memset(w + 1, ' ', 2000);
+    memcpy(w + 2001, "b \n", 4);
+    syn.tools = KVB_TOOLS_NONE;
+    a = parse_once(&syn, w, strlen(w));
+    CHECK(a && strlen(a) == strlen("{\"role\":\"assistant\",\"content\":\"\"}") + 2002 && strstr(a, "a    ") && strstr(a, " b\"}"));
+    kvb_buffer_free(a);
+    check_streams(&syn, w, strlen(w), "long white space");
+    free(w);
     /* bounds: a call over 1 MiB stays content; so does one nested too deeply */
     size_t big = (1u << 20) + 100;
     char *s = malloc(big + 64);
@@ -162,6 +173,93 @@ TEST(names_and_errors) {
     CHECK(a && !strstr(a, "tool_calls"));
     kvb_buffer_free(a);
     free(s);
+}
+
+/* ---- allocation failures: a failed feed leaves the parser as it was ---- */
+
+static long g_calls, g_fail_at, g_live;
+static void *t_malloc(size_t n, void *u) {
+    (void)u;
+    if (++g_calls == g_fail_at) return NULL;
+    void *p = malloc(n);
+    if (p) g_live++;
+    return p;
+}
+static void t_free(void *p, void *u) {
+    (void)u;
+    if (!p) return;
+    g_live--;
+    free(p);
+}
+
+/* One run over the pieces with the fail_at-th allocation failing; a failed
+ * feed must leave the message as it was and succeed when retried. The
+ * deltas (joined by '|') and the final message go to *out. */
+static int oom_run(const struct kvb_chat_syntax *syn, const char *const *pieces, int n, long fail_at, char **out) {
+    g_calls = 0;
+    g_fail_at = fail_at;
+    struct kvb_chat_parser *p;
+    kvb_status st = kvb_chat_parser_new(syn, &p);
+    if (st == KVB_ERR_NOMEM) {
+        g_fail_at = 0;
+        st = kvb_chat_parser_new(syn, &p);
+    }
+    if (st) return -1;
+    size_t cap = 1 << 16, o = 0;
+    char *acc = malloc(cap);
+    acc[0] = 0;
+    int bad = 0;
+    for (int i = 0; i < n && !bad; i++) {
+        long keep = g_fail_at;
+        g_fail_at = 0;
+        char *before = NULL, *after = NULL, *d = NULL;
+        kvb_chat_parser_message(p, &before);
+        g_fail_at = keep;
+        st = kvb_chat_parser_feed(p, pieces[i], strlen(pieces[i]), i == n - 1, &d);
+        if (st == KVB_ERR_NOMEM) {
+            g_fail_at = 0;
+            kvb_chat_parser_message(p, &after);
+            if (d || !before || !after || strcmp(before, after)) bad = 1;
+            st = kvb_chat_parser_feed(p, pieces[i], strlen(pieces[i]), i == n - 1, &d);
+        }
+        if (st) bad = 1;
+        o += (size_t)snprintf(acc + o, cap - o, "%s|", d ? d : "");
+        kvb_buffer_free(d);
+        kvb_buffer_free(before);
+        kvb_buffer_free(after);
+    }
+    g_fail_at = 0;
+    char *m = NULL;
+    if (kvb_chat_parser_message(p, &m)) bad = 1;
+    else o += (size_t)snprintf(acc + o, cap - o, "%s", m);
+    kvb_buffer_free(m);
+    kvb_chat_parser_free(p);
+    *out = acc;
+    return bad ? -1 : 0;
+}
+
+TEST(out_of_memory) {
+    static const char *const pieces[] = {"<thi", "nk>\nR \xc3", "\xa9\n</think>\n\nHi <tool", "_call>\n{\"name\": \"f\", \"argu", "ments\": {\"a\": [1, \"x\"]}}\n</tool_call>",
+                                         " end <tool_call>{\"name\": \"g\"}</tool_call>", "<tool_call>{\"bad\"", ""};
+    struct kvb_chat_syntax syn = {KVB_TOOLS_HERMES, true, false};
+    struct kvb_allocator al = {t_malloc, t_free, NULL};
+    kvb_allocator_set(&al);
+    char *ref = NULL;
+    g_live = 0;
+    int r = oom_run(&syn, pieces, 8, 0, &ref);
+    long count = g_calls;
+    if (r) FAILC("the run without failures failed");
+    for (long n = 1; n <= count + 2 && !r; n++) {
+        char *got = NULL;
+        g_live = 0;
+        if (oom_run(&syn, pieces, 8, n, &got)) FAILC("allocation %ld failing: a feed failed or changed the parser", n);
+        else if (strcmp(got, ref)) FAILC("allocation %ld failing: the stream differs:\n%s\n%s", n, got, ref);
+        if (g_live) FAILC("allocation %ld failing: %ld allocations leaked", n, g_live);
+        free(got);
+    }
+    kvb_allocator_set(NULL);
+    free(ref);
+    CHECK(count > 10);
 }
 
 /* ---- the official templates ---- */
@@ -367,6 +465,7 @@ int main(void) {
     RUN(formats);
     RUN(deltas);
     RUN(names_and_errors);
+    RUN(out_of_memory);
     RUN(detect);
     RUN(round_trip);
     RUN(fuzz_seeds);

@@ -41,7 +41,7 @@
 #define KVB_CHAT_MAX_CALLS 256
 #define KVB_CHAT_MAX_HEAD 1024  /* a harmony header */
 #define KVB_CHAT_MAX_NAME 256   /* a function name */
-#define KVB_CHAT_MAX_WS 4096    /* held trailing white space before it is shown anyway */
+#define KVB_CHAT_MAX_WS 1024    /* held trailing white space before it is shown anyway */
 
 /* ---- names and detection ---- */
 
@@ -196,23 +196,27 @@ static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\
 /* ---- text sinks: content and reasoning ---- */
 
 struct sink {
-    struct sbuf out, ws; /* shown-or-showable text; trailing white space held */
+    struct sbuf out;     /* shown-or-showable text */
+    char ws[KVB_CHAT_MAX_WS]; /* trailing white space held (in the struct: a failed feed restores it by copy) */
+    size_t nws;
     size_t shown;        /* bytes of out already in a delta */
     unsigned char u8[4]; /* an unfinished character */
     int nu8;
 };
 
 static void sink_char(struct sink *k, bool *oom, const char *c, size_t n) {
-    if (n == 1 && is_ws(c[0])) {
-        if (!k->out.n) return; /* leading */
-        sb_put(&k->ws, oom, c, 1);
-        if (k->ws.n < KVB_CHAT_MAX_WS) return;
+    bool w = n == 1 && is_ws(c[0]);
+    if (w && !k->out.n) return; /* leading */
+    if (w && k->nws < KVB_CHAT_MAX_WS) {
+        k->ws[k->nws++] = c[0];
+        return;
     }
-    if (k->ws.n) {
-        sb_put(&k->out, oom, k->ws.p, k->ws.n);
-        k->ws.n = 0;
+    if (k->nws) {
+        if (!sb_put(&k->out, oom, k->ws, k->nws)) return;
+        k->nws = 0;
     }
-    if (!(n == 1 && is_ws(c[0]))) sb_put(&k->out, oom, c, n);
+    if (w) k->ws[k->nws++] = c[0];
+    else sb_put(&k->out, oom, c, n);
 }
 
 static void sink_put(struct sink *k, bool *oom, const char *s, size_t n) {
@@ -322,9 +326,7 @@ void kvb_chat_parser_free(struct kvb_chat_parser *p) {
     if (!p) return;
     kvb_free(p->buf.p);
     kvb_free(p->content.out.p);
-    kvb_free(p->content.ws.p);
     kvb_free(p->reason.out.p);
-    kvb_free(p->reason.ws.p);
     kvb_free(p->strs.p);
     kvb_free(p->calls);
     kvb_free(p);
@@ -558,7 +560,8 @@ static int take_call_object(struct kvb_chat_parser *p, struct work *w, const cha
         jv *vp = jv_dict_get(obj.u.d, key, strlen(key));
         if (vp) val = *vp;
         r = args_text(w, s, vb, ve, val, &args, &p->oom);
-    } else sb_put(&args, &p->oom, "{}", 2);
+    } else if (params) return 0; /* Llama 3: bare JSON without arguments is an answer, not a call */
+    else sb_put(&args, &p->oom, "{}", 2);
     jv *id = jv_dict_get(obj.u.d, "id", 2);
     if (r > 0 && !p->oom) r = push_call(p, name->u.s, name->n, args.p, args.n, id && id->t == JV_STR ? id->u.s : NULL, id && id->t == JV_STR ? id->n : 0) ? 1 : 0;
     kvb_free(args.p);
@@ -1125,9 +1128,7 @@ static void restore(struct kvb_chat_parser *p, struct kvb_chat_parser *s) {
     } while (0)
     KEEP(buf);
     KEEP(content.out);
-    KEEP(content.ws);
     KEEP(reason.out);
-    KEEP(reason.ws);
     KEEP(strs);
 #undef KEEP
     s->calls = p->calls;
@@ -1147,7 +1148,7 @@ kvb_status kvb_chat_parser_feed(struct kvb_chat_parser *p, const char *text, siz
     if (final && !p->oom) {
         sink_end(&p->content, &p->oom);
         sink_end(&p->reason, &p->oom);
-        p->content.ws.n = p->reason.ws.n = 0;
+        p->content.nws = p->reason.nws = 0;
         p->ended = true;
     }
     struct sbuf d = {0};

@@ -8,6 +8,8 @@
  * concatenate (content, reasoning_content, per index id, name and
  * arguments) to exactly the one-shot message.
  *
+ * Seeds: tests/fuzz/chat_parse_corpus (the texts of test_chat_parse.c's cases,
+ * each after its format byte and a zero); .ci/run fuzzes it for 30 s.
  * test_chat_parse.c includes this file and uses chat_parse_check directly.
  */
 #include "kvbound.h"
