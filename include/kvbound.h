@@ -802,8 +802,10 @@ kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *params, char **out
  * arguments an object (or a string holding one); its arguments string is that object as compact JSON
  * (white space outside strings dropped). A call whose JSON never closes by final, does not parse, is
  * longer than 1 MiB or nested deeper than 64 stays content as written (its marker and text); at most
- * 256 calls per message. Ids: "call_" + 24 alphanumerics (9 for Mistral; an id the model wrote is
- * kept), deterministic per parser (kvb_chat_parser_seed). */
+ * 256 calls per message. Ids: "call_" + 24 alphanumerics (9 for Mistral), deterministic per parser
+ * (kvb_chat_parser_seed); an id the model wrote is kept when it fits (up to 64 of [A-Za-z0-9_-]; for
+ * Mistral 9 alphanumerics). gpt-oss: text before the first <|message|> is held (up to 1 KiB) as the
+ * rest of the header the prompt's "<|start|>assistant" opened. */
 enum kvb_tool_format { KVB_TOOLS_NONE, KVB_TOOLS_HERMES, KVB_TOOLS_LLAMA3, KVB_TOOLS_MISTRAL, KVB_TOOLS_HARMONY, KVB_TOOLS_GRANITE };
 struct kvb_chat_syntax {
     enum kvb_tool_format tools; /* how the model writes a call */

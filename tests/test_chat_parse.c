@@ -12,6 +12,7 @@
 #include "testing.h"
 
 #include <ctype.h>
+#include <time.h>
 
 #include "fuzz/fuzz_chat_parse.c" /* chat_parse_split, chat_parse_check, LLVMFuzzerTestOneInput */
 
@@ -173,6 +174,55 @@ TEST(names_and_errors) {
     CHECK(a && !strstr(a, "tool_calls"));
     kvb_buffer_free(a);
     free(s);
+}
+
+/* Time stays linear: big calls fed in small pieces, and texts that start a
+ * call over and over without finishing one, in every format. */
+TEST(linear_time) {
+    static const struct {
+        enum kvb_tool_format f;
+        const char *head, *unit, *tail;
+    } k[] = {
+        {KVB_TOOLS_HERMES, "<tool_call>{\"name\":\"f\",\"arguments\":{\"s\":\"", "abcdefgh", "\"}}</tool_call>"},
+        {KVB_TOOLS_HERMES, "", "<tool_call>{\"a\":\"", ""},
+        {KVB_TOOLS_LLAMA3, "<|python_tag|>f.call(x=\"", "abcdefgh", "\")"},
+        {KVB_TOOLS_LLAMA3, "", "<|python_tag|>a.call(x=\"", ""},
+        {KVB_TOOLS_MISTRAL, "", "[TOOL_CALLS]f[ARGS]{\"a\":\"", ""},
+        {KVB_TOOLS_MISTRAL, "[TOOL_CALLS]f[ARGS]", "[[[[", ""},
+        {KVB_TOOLS_HARMONY, "", "<|channel|>", ""},
+        {KVB_TOOLS_HARMONY, "<|channel|>commentary to=functions.f<|message|>{\"a\":[", "1,2,3,", "4]}"},
+        {KVB_TOOLS_GRANITE, "", "<|tool_call|>[{\"a\":\"", ""},
+        {KVB_TOOLS_NONE, "<think>", "a <think> b ", ""},
+    };
+    size_t total = 900000;
+    char *text = malloc(total + 200);
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        size_t o = strlen(strcpy(text, k[i].head)), ul = strlen(k[i].unit);
+        while (o + ul < total) {
+            memcpy(text + o, k[i].unit, ul);
+            o += ul;
+        }
+        strcpy(text + o, k[i].tail);
+        size_t n = strlen(text);
+        struct kvb_chat_syntax syn = {k[i].f, true, false};
+        struct kvb_chat_parser *p;
+        CHECK_OK(kvb_chat_parser_new(&syn, &p));
+        clock_t t0 = clock();
+        for (size_t at = 0; at < n; at += 3) {
+            char *d = NULL;
+            size_t len = n - at < 3 ? n - at : 3;
+            if (kvb_chat_parser_feed(p, text + at, len, false, &d)) FAILC("case %zu: feed failed", i);
+            kvb_buffer_free(d);
+        }
+        char *d = NULL;
+        CHECK_OK(kvb_chat_parser_feed(p, "", 0, true, &d));
+        kvb_buffer_free(d);
+        double sec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+        if (sec > 20) FAILC("case %zu (%s): %.1f s for %zu bytes", i, kvb_tool_format_name(k[i].f), sec, n);
+        printf("  linear %zu %s: %.2f s\n", i, kvb_tool_format_name(k[i].f), sec);
+        kvb_chat_parser_free(p);
+    }
+    free(text);
 }
 
 /* ---- allocation failures: a failed feed leaves the parser as it was ---- */
@@ -466,6 +516,7 @@ int main(void) {
     RUN(deltas);
     RUN(names_and_errors);
     RUN(out_of_memory);
+    RUN(linear_time);
     RUN(detect);
     RUN(round_trip);
     RUN(fuzz_seeds);

@@ -282,6 +282,7 @@ struct jscan {
     size_t at; /* bytes scanned from the value's start */
     int depth;
     bool in_str, esc;
+    char q; /* the quote of the string (Llama 3 builtin arguments) */
 };
 
 struct kvb_chat_parser {
@@ -381,7 +382,9 @@ static int jscan(struct jscan *s, const char *t, size_t n) {
         case ']':
             if (--s->depth <= 0) return s->depth == 0 ? 1 : -1;
             break;
-        default: break;
+        default: /* outside strings only what JSON has there, so text that is no JSON is refused early */
+            if (!is_ws(c) && (!c || !strchr(",:0123456789+-.eEtrufalsn", c))) return -1;
+            break;
         }
         if (s->depth <= 0) return -1; /* only '{' or '[' starts a value here */
     }
@@ -498,8 +501,9 @@ static bool push_call(struct kvb_chat_parser *p, const char *name, size_t name_n
     }
     struct call cl;
     char gid[40];
-    bool ok_id = id && id_n && id_n <= 64;
-    for (size_t i = 0; ok_id && i < id_n; i++) ok_id = id_char(id[i]);
+    bool mistral = p->syn.tools == KVB_TOOLS_MISTRAL; /* its template takes 9 alphanumerics only */
+    bool ok_id = id && id_n && (mistral ? id_n == 9 : id_n <= 64);
+    for (size_t i = 0; ok_id && i < id_n; i++) ok_id = id_char(id[i]) && (!mistral || (id[i] != '_' && id[i] != '-'));
     if (!ok_id) {
         gen_id(p, gid);
         id = gid;
@@ -838,7 +842,7 @@ static int call_step(struct kvb_chat_parser *p, const char *t, size_t n, bool fi
                 const char *s = t + p->jb;
                 size_t sn = p->js.at;
                 if (p->kind == K_HERMES) {
-                    size_t i = skip_ws(t, n, p->at);
+                    size_t i = p->at = skip_ws(t, n, p->at);
                     int m = match_at(t + i, n - i, "</tool_call>");
                     if (m < 0) return FAIL;
                     if (m == 0 && !final) return NEED;
@@ -899,26 +903,28 @@ static int call_step(struct kvb_chat_parser *p, const char *t, size_t n, bool fi
                 int m = p->at > p->nb ? match_at(t + p->at, n - p->at, ".call(") : -1;
                 if (m <= 0) return m == 0 ? NEED : FAIL;
                 p->at += 6;
-                p->ib = p->at; /* the scan restarts here (string state is not kept) */
+                memset(&p->js, 0, sizeof p->js);
+                p->js.at = p->at;
                 p->phase = 21;
             }
-            if (p->phase == 21) {
-                bool str = false, esc = false;
-                char q = 0;
-                for (size_t i = p->ib; i < n; i++) {
-                    char c = t[i];
-                    if (str) {
-                        if (esc) esc = false;
-                        else if (c == '\\') esc = true;
-                        else if (c == q) str = false;
+            if (p->phase == 21) { /* the arguments to ')', where the scan stopped last time (p->js) */
+                struct jscan *js = &p->js;
+                for (; js->at < n; js->at++) {
+                    char c = t[js->at];
+                    if (js->at - p->nb > KVB_CHAT_MAX_CALL) return FAIL;
+                    if (js->in_str) {
+                        if (js->esc) js->esc = false;
+                        else if (c == '\\') js->esc = true;
+                        else if (c == js->q) js->in_str = false;
                         continue;
                     }
                     if (c == '"' || c == '\'') {
-                        str = true;
-                        q = c;
-                    } else if (c == ')') {
-                        *used = i + 1;
-                        return take_builtin(p, t + p->nb, i + 1 - p->nb) > 0 ? DONE : FAIL;
+                        js->in_str = true;
+                        js->q = c;
+                    } else if (!id_char(c) && !is_ws(c) && (!c || !strchr("=,.+", c))) { /* no Python literal goes on like this */
+                        if (c != ')') return FAIL;
+                        *used = js->at + 1;
+                        return take_builtin(p, t + p->nb, js->at + 1 - p->nb) > 0 ? DONE : FAIL;
                     }
                 }
                 return NEED;
@@ -927,10 +933,13 @@ static int call_step(struct kvb_chat_parser *p, const char *t, size_t n, bool fi
         case K_H_HEAD: { /* harmony: <|start|>role ... <|channel|>name [to=functions.f] [<|constrain|>json] <|message|> */
             static const char *const stops[] = {"<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|start|>"};
             size_t at, hold;
-            int k = find_marker(t + p->mlen, n - p->mlen, stops, 5, &at, &hold);
-            if (k < 0) return n > KVB_CHAT_MAX_HEAD ? FAIL : NEED;
+            int k = find_marker(t + p->at, n - p->at, stops, 5, &at, &hold); /* from where the last look stopped */
+            if (k < 0) {
+                p->at = n - hold;
+                return n > KVB_CHAT_MAX_HEAD ? FAIL : NEED;
+            }
             if (k > 0) return FAIL;
-            size_t he = p->mlen + at; /* header t[0..he) */
+            size_t he = p->at + at; /* header t[0..he) */
             const char *ch = NULL;
             for (size_t i = 0; i + 11 <= he; i++)
                 if (!memcmp(t + i, "<|channel|>", 11)) {
