@@ -836,6 +836,8 @@ kvb_status kvb_chat_parser_feed(struct kvb_chat_parser *p, const char *text, siz
  * "tool_calls":[{"id","type":"function","function":{"name","arguments": a JSON string}}] (only when any)}. Before the final
  * feed: what is decided so far. *message_json: kvb_buffer_free. */
 kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **message_json);
+/* The number of tool calls taken so far (at the end: finish_reason "tool_calls" when > 0). */
+int32_t kvb_chat_parser_n_calls(const struct kvb_chat_parser *p);
 
 struct kvb_context_params {
     struct kvb_kv_params kv;         /* the cache (kvb_kv_default_params) */

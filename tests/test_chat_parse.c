@@ -128,6 +128,14 @@ TEST(names_and_errors) {
     const char *t = "<tool_call>{\"name\":\"f\"}</tool_call><tool_call>{\"name\":\"g\"}</tool_call>";
     char *a = parse_once(&syn, t, strlen(t)), *b = parse_once(&syn, t, strlen(t));
     CHECK(a && b && !strcmp(a, b));
+    struct kvb_chat_parser *q;
+    CHECK_OK(kvb_chat_parser_new(&syn, &q));
+    char *dq = NULL;
+    CHECK_OK(kvb_chat_parser_feed(q, t, strlen(t), true, &dq));
+    CHECK_EQ_INT(kvb_chat_parser_n_calls(q), 2);
+    CHECK_EQ_INT(kvb_chat_parser_n_calls(NULL), 0);
+    kvb_buffer_free(dq);
+    kvb_chat_parser_free(q);
     const char *id = a ? strstr(a, "\"id\":\"call_") : NULL;
     CHECK(id != NULL);
     if (id) {
@@ -355,6 +363,28 @@ TEST(detect) {
         free(t);
     }
     CHECK(seen > 10);
+    /* DeepSeek-R1 distills: their generation prompt opens the reasoning */
+    static const char *const r1[] = {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"};
+    for (int i = 0; i < 2; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, r1[i]);
+        char *t = read_text(path), *prompt = NULL;
+        if (!t) continue;
+        struct kvb_chat_apply_params ap = kvb_chat_apply_default_params();
+        ap.template_text = t;
+        ap.messages_json = "[{\"role\": \"user\", \"content\": \"2+2?\"}]";
+        ap.vars_json = "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"enable_thinking\": true}"; /* llama.cpp's Qwen-32B copy closes it otherwise */
+        struct kvb_chat_syntax syn;
+        CHECK_OK(kvb_chat_apply(&ap, &prompt, NULL));
+        CHECK_OK(kvb_chat_syntax_detect(t, prompt, &syn));
+        if (!syn.think || !syn.think_open) FAILC("%s: think %d think_open %d", r1[i], syn.think, syn.think_open);
+        const char *out = "Okay, 4.\n</think>\n\n**4**";
+        char *m = parse_once(&syn, out, strlen(out));
+        if (!m || strcmp(m, "{\"role\":\"assistant\",\"content\":\"**4**\",\"reasoning_content\":\"Okay, 4.\"}")) FAILC("%s: %s", r1[i], m ? m : "NULL");
+        kvb_buffer_free(m);
+        kvb_buffer_free(prompt);
+        free(t);
+    }
     /* think_open from the rendered prompt */
     struct kvb_chat_syntax syn;
     CHECK_OK(kvb_chat_syntax_detect("{{ '<think>' }}", "<|User|>hi<|Assistant|><think>\n", &syn));

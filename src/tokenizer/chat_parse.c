@@ -1235,3 +1235,5 @@ kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **messa
     *message_json = b.p;
     return KVB_OK;
 }
+
+int32_t kvb_chat_parser_n_calls(const struct kvb_chat_parser *p) { return p ? p->n_calls : 0; }
