@@ -787,18 +787,21 @@ kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *params, char **out
  * kvb_chat_parser turns generated text into OpenAI's assistant message,
  * incrementally for streaming. Formats:
  *   KVB_TOOLS_HERMES  <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>, several in a row, after
- *                     prose too (Qwen2.5/3, QwQ, Hermes 2/3 Pro, Granite 4.0, SmolLM3)
+ *                     prose too (Qwen2.5/3, QwQ, Hermes 2/3 Pro, Granite 4.0); templates of XML calls
+ *                     (<function=f> of Qwen3-Coder / Qwen3.5, GLM's <arg_key>) are detected as none
  *   KVB_TOOLS_LLAMA3  the whole output (after white space) {"name": "f", "parameters"|"arguments": {...}}, calls
- *                     separated by ';'; <|python_tag|> then such JSON or a builtin name.call(k="v", ...)
+ *                     separated by ';'; <|python_tag|> (anywhere) then such JSON or a builtin
+ *                     name.call(k="v", n=1) (other code after it stays content)
  *   KVB_TOOLS_MISTRAL [TOOL_CALLS][{"name", "arguments", "id"?}, ...] or [TOOL_CALLS]name[CALL_ID]id?[ARGS]{...},
  *                     repeated; reasoning in [THINK]...[/THINK]; ids of 9 alphanumerics
  *   KVB_TOOLS_HARMONY gpt-oss: <|channel|>analysis<|message|>...<|end|> reasoning, final -> content,
  *                     commentary to=functions.f [<|constrain|>json]<|message|>{...}<|call|> a call (the
  *                     recipient may be in the role part: <|start|>assistant to=functions.f<|channel|>...)
- *   KVB_TOOLS_GRANITE <|tool_call|>[{"name", "arguments"}, ...] (Granite 3.x); <response> markers dropped
+ *   KVB_TOOLS_GRANITE <|tool_call|>[{"name", "arguments"}, ...] (Granite 3.x), <tool_call> as Hermes;
+ *                     <response> and </response> dropped
  * Reasoning (think): <think>...</think> at the start of the output (after white space); unterminated at
- * final, it is all reasoning. Content and reasoning are trimmed of white space at both ends; invalid
- * UTF-8 becomes U+FFFD. A call is taken only whole: its JSON closed and parsed, a string "name",
+ * final, it is all reasoning. Content and reasoning are trimmed of white space at both ends (content
+ * is null when empty); invalid UTF-8 becomes U+FFFD. A call is taken only whole: its JSON closed and parsed, a string "name",
  * arguments an object (or a string holding one); its arguments string is that object as compact JSON
  * (white space outside strings dropped). A call whose JSON never closes by final, does not parse, is
  * longer than 1 MiB or nested deeper than 64 stays content as written (its marker and text); at most
