@@ -783,6 +783,64 @@ struct kvb_chat_apply_params kvb_chat_apply_default_params(void);
  * with its line); KVB_ERR_NOMEM (a limit or the allocator). */
 kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *params, char **out, size_t *len);
 
+/* ---- What a chat model wrote: content, reasoning and tool calls ----
+ * kvb_chat_parser turns generated text into OpenAI's assistant message,
+ * incrementally for streaming. Formats:
+ *   KVB_TOOLS_HERMES  <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>, several in a row, after
+ *                     prose too (Qwen2.5/3, QwQ, Hermes 2/3 Pro, Granite 4.0); templates of XML calls
+ *                     (<function=f> of Qwen3-Coder / Qwen3.5, GLM's <arg_key>) are detected as none
+ *   KVB_TOOLS_LLAMA3  the whole output (after white space) {"name": "f", "parameters"|"arguments": {...}}, calls
+ *                     separated by ';'; <|python_tag|> (anywhere) then such JSON or a builtin
+ *                     name.call(k="v", n=1) (other code after it stays content)
+ *   KVB_TOOLS_MISTRAL [TOOL_CALLS][{"name", "arguments", "id"?}, ...] or [TOOL_CALLS]name[CALL_ID]id?[ARGS]{...},
+ *                     repeated; reasoning in [THINK]...[/THINK]; ids of 9 alphanumerics
+ *   KVB_TOOLS_HARMONY gpt-oss: <|channel|>analysis<|message|>...<|end|> reasoning, final -> content,
+ *                     commentary to=functions.f [<|constrain|>json]<|message|>{...}<|call|> a call (the
+ *                     recipient may be in the role part: <|start|>assistant to=functions.f<|channel|>...)
+ *   KVB_TOOLS_GRANITE <|tool_call|>[{"name", "arguments"}, ...] (Granite 3.x), <tool_call> as Hermes;
+ *                     <response> and </response> dropped
+ * Reasoning (think): <think>...</think> at the start of the output (after white space); unterminated at
+ * final, it is all reasoning. Content and reasoning are trimmed of white space at both ends (content
+ * is null when empty); invalid UTF-8 becomes U+FFFD. A call is taken only whole: its JSON closed and parsed, a string "name",
+ * arguments an object (or a string holding one); its arguments string is that object as compact JSON
+ * (white space outside strings dropped). A call whose JSON never closes by final, does not parse, is
+ * longer than 1 MiB or nested deeper than 64 stays content as written (its marker and text); at most
+ * 256 calls per message. Ids: "call_" + 24 alphanumerics (9 for Mistral), deterministic per parser
+ * (kvb_chat_parser_seed); an id the model wrote is kept when it fits (up to 64 of [A-Za-z0-9_-]; for
+ * Mistral 9 alphanumerics). gpt-oss: text before the first <|message|> is held (up to 1 KiB) as the
+ * rest of the header the prompt's "<|start|>assistant" opened. */
+enum kvb_tool_format { KVB_TOOLS_NONE, KVB_TOOLS_HERMES, KVB_TOOLS_LLAMA3, KVB_TOOLS_MISTRAL, KVB_TOOLS_HARMONY, KVB_TOOLS_GRANITE };
+struct kvb_chat_syntax {
+    enum kvb_tool_format tools; /* how the model writes a call */
+    bool think;                 /* <think>...</think> (or the family's own markers) go to reasoning_content */
+    bool think_open;            /* the prompt already opened the reasoning block (it ends with "<think>\n"), so output starts inside it */
+};
+const char *kvb_tool_format_name(enum kvb_tool_format f); /* "none","hermes","llama3","mistral","harmony","granite" */
+kvb_status kvb_tool_format_from_name(const char *name, enum kvb_tool_format *out);
+/* From a chat template's text (its signatures, e.g. "<tool_call>", "<|python_tag|>"/"ipython", "[TOOL_CALLS]", "<|channel|>",
+ * "<|tool_call|>", "<think>"): the syntax its model writes. rendered_prompt (may be NULL): the prompt as rendered, to set think_open. */
+kvb_status kvb_chat_syntax_detect(const char *template_text, const char *rendered_prompt, struct kvb_chat_syntax *out);
+struct kvb_chat_parser;
+kvb_status kvb_chat_parser_new(const struct kvb_chat_syntax *syn, struct kvb_chat_parser **out);
+void kvb_chat_parser_free(struct kvb_chat_parser *p);
+/* The seed of the parser's call ids (default 0); call before the first feed. */
+void kvb_chat_parser_seed(struct kvb_chat_parser *p, uint64_t seed);
+/* Feeds generated text (any split, even inside a UTF-8 character or a marker). *delta_json: NULL when nothing new can be shown yet,
+ * else one JSON object, the chat.completion.chunk `delta` for what became certain: {"content":"..."}, {"reasoning_content":"..."},
+ * {"tool_calls":[{"index":0,"id":"call_...","type":"function","function":{"name":"f","arguments":"..."}}]}
+ * (several keys at once allowed). A call is shown once whole, so its first delta carries the whole arguments
+ * string; argument pieces {"tool_calls":[{"index":0,"function":{"arguments":"..."}}]} may follow in later
+ * versions (a client concatenates arguments by index). Text that might start a marker is held back until
+ * decided. final: the generation ended: flush everything (an unterminated call: its text stays content, or a call
+ * whose JSON is incomplete is refused -> see kvb_chat_parser_message); text fed after it is KVB_ERR_INVALID.
+ * Errors (KVB_ERR_NOMEM) leave the parser as it was. *delta_json: kvb_buffer_free. */
+kvb_status kvb_chat_parser_feed(struct kvb_chat_parser *p, const char *text, size_t n, bool final, char **delta_json);
+/* The whole message as OpenAI's: {"role":"assistant","content":"..." or null,"reasoning_content":"..." (only when any),
+ * "tool_calls":[{"id","type":"function","function":{"name","arguments": a JSON string}}] (only when any)}. Before the final
+ * feed: what is decided so far. *message_json: kvb_buffer_free. */
+kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **message_json);
+/* The number of tool calls taken so far (at the end: finish_reason "tool_calls" when > 0). */
+int32_t kvb_chat_parser_n_calls(const struct kvb_chat_parser *p);
 
 struct kvb_context_params {
     struct kvb_kv_params kv;         /* the cache (kvb_kv_default_params) */
