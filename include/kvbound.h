@@ -676,6 +676,11 @@ void kvb_vocab_get_info(const struct kvb_vocab *vocab, struct kvb_vocab_info *ou
 /* Id of a special token, or -1 when the vocabulary has none. EOT is the
  * end-of-turn token (<|eot_id|>, <|im_end|>); it falls back to EOS. */
 int32_t kvb_vocab_special(const struct kvb_vocab *vocab, enum kvb_special_token which);
+/* Whether a token ends generation: EOS, EOT, or a control token that is a
+ * family's end-of-turn or end-of-text marker (<|endoftext|>, <|eom_id|>,
+ * <|return|>, <|call|>, ...), as llama.cpp's end-of-generation set. Batches
+ * end a sequence on it; grammars allow it where they may end. */
+bool kvb_vocab_is_eog(const struct kvb_vocab *vocab, int32_t id);
 /* Tokenizes text[0..len): add_special adds BOS/EOS as the vocabulary asks;
  * parse_special turns control-token text ("<|im_start|>") into its id.
  * *ids allocated (kvb_buffer_free), even when *n_ids is 0. KVB_ERR_NOMEM. */

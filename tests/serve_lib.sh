@@ -25,7 +25,7 @@ start() {
     PIDS="$PIDS $PID"
     URL=""
     for _ in $(seq 1 100); do
-        URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$T/$name.log" | head -n 1)
+        URL=$(grep -o 'http://[0-9.]*:[0-9]*' "$T/$name.log" 2>/dev/null | head -n 1)
         [ -n "$URL" ] && break
         kill -0 $PID 2>/dev/null || break
         sleep 0.1

@@ -52,8 +52,8 @@ import json, sys
 t = open(sys.argv[1]).read()
 print(json.dumps({"content": t[t.index("MARK") + 4:]}))
 EOF
-want=$(post /tokenize "$(cat "$T/tail.json")" | jget 'len(d["tokens"])')
-# the answer was cut by max_tokens (ignore_eos): no stop token pending, the whole closing is read
+want=$(post /tokenize "$(cat "$T/tail.json")" | jget 'len(d["tokens"]) + 1')
+# the answer was cut by max_tokens (ignore_eos): its last token is read first (it is not in the cache yet), then the whole closing
 got=$(jget 'd["usage"]["prompt_tokens"]' < "$T/j2.json" 2>/dev/null)
 if [ -n "$want" ] && [ "$got" = "$want" ]; then ok serve_jinja_session_turn_exact
 else ko serve_jinja_session_turn_exact "turn 2 read $got tokens, the template's text is $want: $(head -c 300 "$T/j2.json")"; fi
@@ -109,7 +109,11 @@ assert all(p in ("cat","dog") for p in v.get("pets",[])) and len(v.get("pets",[]
 ' "$T/js$seed.json"
 done
 post /v1/chat/completions '{"messages":[{"role":"user","content":"Pick"}],"max_tokens":40,"temperature":1,"seed":5,"response_format":{"type":"json_object"}}' > "$T/jo.json"
-check serve_json_object 'assert isinstance(json.loads(d["choices"][0]["message"]["content"]),dict)' "$T/jo.json"
+# any object: strings have no bound, so a random model may be cut by max_tokens; whole, it parses
+check serve_json_object '
+c=d["choices"][0]
+if c["finish_reason"]=="length": assert c["message"]["content"].lstrip().startswith("{"), c
+else: assert isinstance(json.loads(c["message"]["content"]),dict), c' "$T/jo.json"
 post /v1/completions '{"prompt":"Answer:","max_tokens":20,"temperature":1,"seed":3,"grammar":"root ::= (\"yes\" | \"no\") \" \" [0-9] [0-9]?"}' > "$T/g.json"
 check serve_grammar_completion '
 import re
@@ -159,11 +163,12 @@ else sk agent_loop "node or tests/serve/node_modules missing (npm install --pref
 kill -TERM $PID; wait $PID 2>/dev/null
 
 # flags: --chat-template-file; --no-jinja refuses tools by name; -c bounds a full session
-start b -m "$T/q0.gguf" --sessions "$T/sb" --policy full -c 40 -t 1 --chat-template-file "$TM"
+start b -m "$T/q0.gguf" --sessions "$T/sb" --policy full -c 300 -t 1 --chat-template-file "$TM"
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":60,\"tools\":$TOOLS,\"tool_choice\":\"required\"}" > "$T/b1.json"
-post /v1/chat/completions '{"messages":[{"role":"user","content":"Hello there, this is a somewhat longer message to pass forty tokens of context for sure, surely"}],"max_tokens":30}' > "$T/b2.json"
+long=$(python3 -c 'print("hello there " * 200)')
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$long\"}],\"max_tokens\":30}" > "$T/b2.json"
 if grep -q "template jinja" "$T/b.log" && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["choices"][0]["message"]["tool_calls"]' "$T/b1.json" &&
-   { [ "$(cat "$T/code")" = 400 ] || jget 'd["choices"][0]["finish_reason"]' < "$T/b2.json" | grep -q length; }; then ok serve_flags_template_file_ctx
+   [ "$(cat "$T/code")" = 400 ] && grep -q "n_ctx 300" "$T/b2.json"; then ok serve_flags_template_file_ctx
 else ko serve_flags_template_file_ctx "$(tail -n 2 "$T/b.log") $(head -c 200 "$T/b1.json") $(head -c 200 "$T/b2.json")"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 start c -m "$T/q.gguf" --sessions "$T/sc" -t 1 --no-jinja

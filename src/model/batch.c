@@ -306,7 +306,7 @@ static void sample_next(struct kvb_batch *b, struct seq *s) {
     s->n_generated++;
     s->last_token = s->next = tok;
     const struct kvb_vocab *v = b->m->vocab;
-    if (!s->p.ignore_eos && (tok == kvb_vocab_special(v, KVB_SPECIAL_EOS) || tok == kvb_vocab_special(v, KVB_SPECIAL_EOT))) {
+    if (!s->p.ignore_eos && kvb_vocab_is_eog(v, tok)) {
         s->state = KVB_SEQ_DONE;
         s->stop = "eos";
     } else if (s->p.max_tokens > 0 && s->n_generated >= s->p.max_tokens) {

@@ -399,6 +399,19 @@ size_t kvb_vocab_bytes(const struct kvb_vocab *v) {
     return b;
 }
 
+bool kvb_vocab_is_eog(const struct kvb_vocab *v, int32_t id) {
+    if (!v || id < 0 || id >= v->n) return false;
+    if (id == v->eos || id == v->eot) return true;
+    if (!v->type || (v->type[id] != KVB_TOKEN_CONTROL && v->type[id] != KVB_TOKEN_USER_DEFINED)) return false;
+    /* the end-of-turn and end-of-text markers of the families, as llama.cpp collects its EOG set */
+    static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|eom_id|>",
+                                        "</s>", "<|return|>", "<|call|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>"};
+    const char *t = kvb_vocab_text(v, id);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (t && !strcmp(t, names[i])) return true;
+    return false;
+}
+
 int32_t kvb_vocab_special(const struct kvb_vocab *v, enum kvb_special_token which) {
     switch (which) {
     case KVB_SPECIAL_BOS: return v->bos;

@@ -165,7 +165,7 @@ static int run_setup(const struct run_opts *o, struct run *r) {
 /* Why generation ends at token `next`: end of sequence or of turn; NULL: it goes on. */
 static const char *run_end_of(const struct kvb_vocab *vocab, int32_t next) {
     const int32_t eos = kvb_vocab_special(vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(vocab, KVB_SPECIAL_EOT);
-    if (next != eos && next != eot && next != kvb_vocab_special(vocab, KVB_SPECIAL_BOS)) return NULL;
+    if (!kvb_vocab_is_eog(vocab, next) && next != kvb_vocab_special(vocab, KVB_SPECIAL_BOS)) return NULL;
     return next == eot && next != eos ? "end of turn (--ignore-eos to go on)" : "end of sequence (--ignore-eos to go on)";
 }
 

@@ -265,6 +265,7 @@ static int serve_jinja(struct server *srv, const struct serve_cli *c, const char
     p.vocab = srv->vocab;
     p.messages_json = "[{\"role\":\"user\",\"content\":\"Hello.\"},{\"role\":\"assistant\",\"content\":\"" SERVE_TEMPLATE_MARK "\"}]";
     p.strip_bos = true;
+    p.add_generation_prompt = false;
     char *out = NULL;
     size_t ol = 0;
     kvb_status st = kvb_chat_apply(&p, &out, &ol);

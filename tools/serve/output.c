@@ -28,6 +28,7 @@ bool output_start(struct server *srv, struct job *j) {
         struct kvb_chat_syntax syn = j->syntax;
         if (!j->tools_json) syn.tools = KVB_TOOLS_NONE; /* no tools offered: no text is a call */
         if (kvb_chat_parser_new(&syn, &j->parser) != KVB_OK) return false;
+        kvb_chat_parser_seed(j->parser, j->sp.sampler.seed); /* ids as random as the draw, the same for the same seed */
         if (j->prefill) {
             char *delta = NULL;
             if (kvb_chat_parser_feed(j->parser, j->prefill, strlen(j->prefill), false, &delta) != KVB_OK) return false;

@@ -178,9 +178,8 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
     struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;
     seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes, &j->cold_pages, NULL, NULL);
     if (x) {
-        const int32_t eos = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOT);
         x->stop_text[0] = 0;
-        if (si->last_token >= 0 && (si->last_token == eos || si->last_token == eot) && srv->style != KVB_CHAT_PLAIN) {
+        if (si->last_token >= 0 && kvb_vocab_is_eog(srv->vocab, si->last_token) && (srv->jinja || srv->style != KVB_CHAT_PLAIN)) {
             const size_t n = kvb_vocab_token_bytes(srv->vocab, si->last_token, true, x->stop_text, sizeof x->stop_text - 1);
             x->stop_text[n < sizeof x->stop_text ? n : sizeof x->stop_text - 1] = 0;
         }
@@ -220,7 +219,6 @@ static void drop_active(struct sched *s, int i) { s->active[i] = s->active[--s->
  * session's handed to the store worker). Under mu. */
 static void publish(struct server *srv) {
     struct sched *s = srv->sched;
-    const int32_t eos = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOS), eot = kvb_vocab_special(srv->vocab, KVB_SPECIAL_EOT);
     for (int i = 0; i < s->n_active; i++) {
         struct job *j = s->active[i];
         struct kvb_seq_info si;
@@ -232,7 +230,7 @@ static void publish(struct server *srv) {
             if (!j->completion_tokens) j->t_first = now;
             j->t_last = now;
             const int32_t tok = si.last_token;
-            const bool end = si.state == KVB_SEQ_DONE && si.stop && !strcmp(si.stop, "eos") && (tok == eos || tok == eot);
+            const bool end = si.state == KVB_SEQ_DONE && si.stop && !strcmp(si.stop, "eos") && kvb_vocab_is_eog(srv->vocab, tok);
             if (!end) {
                 j->completion_tokens = si.n_generated;
                 char piece[256];
