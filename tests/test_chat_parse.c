@@ -121,7 +121,10 @@ TEST(names_and_errors) {
     CHECK_STATUS(kvb_chat_parser_new(&syn, &p), KVB_ERR_INVALID);
     CHECK(p == NULL);
     CHECK_STATUS(kvb_chat_parser_new(NULL, &p), KVB_ERR_INVALID);
-    CHECK_STATUS(kvb_chat_syntax_detect(NULL, NULL, &syn), KVB_ERR_INVALID);
+    CHECK_STATUS(kvb_chat_syntax_detect("", NULL, NULL), KVB_ERR_INVALID);
+    syn.think = true;
+    CHECK_OK(kvb_chat_syntax_detect(NULL, "x<think>\n", &syn));
+    CHECK(syn.tools == KVB_TOOLS_NONE && !syn.think && !syn.think_open);
     kvb_chat_parser_free(NULL);
     /* ids: call_ + 24 alphanumerics, per parser seed; Mistral 9 */
     syn = (struct kvb_chat_syntax){KVB_TOOLS_HERMES, false, false};

@@ -65,8 +65,9 @@ static const char *think_open_marker(enum kvb_tool_format f) { return f == KVB_T
 static const char *think_close_marker(enum kvb_tool_format f) { return f == KVB_TOOLS_MISTRAL ? "[/THINK]" : "</think>"; }
 
 kvb_status kvb_chat_syntax_detect(const char *t, const char *rendered_prompt, struct kvb_chat_syntax *out) {
-    if (!t || !out) return kvb_fail(KVB_ERR_INVALID, "chat syntax: NULL argument");
+    if (!out) return kvb_fail(KVB_ERR_INVALID, "chat syntax: NULL argument");
     struct kvb_chat_syntax s = {KVB_TOOLS_NONE, false, false};
+    if (!t) t = ""; /* no template: plain text */
     if (strstr(t, "<|channel|>")) {
         s.tools = KVB_TOOLS_HARMONY;
         s.think = true;
