@@ -823,7 +823,8 @@ struct kvb_chat_syntax {
 const char *kvb_tool_format_name(enum kvb_tool_format f); /* "none","hermes","llama3","mistral","harmony","granite" */
 kvb_status kvb_tool_format_from_name(const char *name, enum kvb_tool_format *out);
 /* From a chat template's text (its signatures, e.g. "<tool_call>", "<|python_tag|>"/"ipython", "[TOOL_CALLS]", "<|channel|>",
- * "<|tool_call|>", "<think>"): the syntax its model writes. rendered_prompt (may be NULL): the prompt as rendered, to set think_open. */
+ * "<|tool_call|>", "<think>"): the syntax its model writes (template_text NULL: none). rendered_prompt (may be NULL): the prompt as
+ * rendered, to set think_open. */
 kvb_status kvb_chat_syntax_detect(const char *template_text, const char *rendered_prompt, struct kvb_chat_syntax *out);
 struct kvb_chat_parser;
 kvb_status kvb_chat_parser_new(const struct kvb_chat_syntax *syn, struct kvb_chat_parser **out);

@@ -109,3 +109,11 @@ static const struct pcase k_cases[] = {
     {"none_markers_are_text", N, 0, 0, "<tool_call>{\"name\":\"f\"}</tool_call>",
      "{\"role\":\"assistant\",\"content\":\"<tool_call>{\\\"name\\\":\\\"f\\\"}</tool_call>\"}"},
 };
+
+#undef H
+#undef L
+#undef M
+#undef O
+#undef G
+#undef N
+#undef WX

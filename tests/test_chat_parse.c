@@ -121,7 +121,10 @@ TEST(names_and_errors) {
     CHECK_STATUS(kvb_chat_parser_new(&syn, &p), KVB_ERR_INVALID);
     CHECK(p == NULL);
     CHECK_STATUS(kvb_chat_parser_new(NULL, &p), KVB_ERR_INVALID);
-    CHECK_STATUS(kvb_chat_syntax_detect(NULL, NULL, &syn), KVB_ERR_INVALID);
+    CHECK_STATUS(kvb_chat_syntax_detect("", NULL, NULL), KVB_ERR_INVALID);
+    syn.think = true;
+    CHECK_OK(kvb_chat_syntax_detect(NULL, "x<think>\n", &syn));
+    CHECK(syn.tools == KVB_TOOLS_NONE && !syn.think && !syn.think_open);
     kvb_chat_parser_free(NULL);
     /* ids: call_ + 24 alphanumerics, per parser seed; Mistral 9 */
     syn = (struct kvb_chat_syntax){KVB_TOOLS_HERMES, false, false};
@@ -163,6 +166,25 @@ TEST(names_and_errors) {
     kvb_buffer_free(a);
     check_streams(&syn, w, strlen(w), "long white space");
     free(w);
+    /* limits decide by position, never by how much was fed: texts around each limit, split everywhere */
+    char *lim = malloc(4096);
+    for (int len = 1008; len <= 1030; len += 2) {
+        struct {
+            enum kvb_tool_format f;
+            const char *head, *fill, *tail;
+        } k[] = {{KVB_TOOLS_HARMONY, "", "a", "<|message|>hi"},
+                 {KVB_TOOLS_HARMONY, "<|channel|>final", " ", "<|message|>hi"},
+                 {KVB_TOOLS_HERMES, "<tool_call>{\"name\":\"f\"}", " ", "</tool_call>"},
+                 {KVB_TOOLS_LLAMA3, "{", "\n", "\"name\": \"f\", \"parameters\": {}}"}};
+        for (int j = 0; j < 4; j++) {
+            size_t o = strlen(strcpy(lim, k[j].head));
+            for (int r = 0; r < len; r++) lim[o++] = k[j].fill[0];
+            strcpy(lim + o, k[j].tail);
+            syn.tools = k[j].f;
+            check_streams(&syn, lim, strlen(lim), "limit");
+        }
+    }
+    free(lim);
     /* bounds: a call over 1 MiB stays content; so does one nested too deeply */
     size_t big = (1u << 20) + 100;
     char *s = malloc(big + 64);

@@ -65,8 +65,9 @@ static const char *think_open_marker(enum kvb_tool_format f) { return f == KVB_T
 static const char *think_close_marker(enum kvb_tool_format f) { return f == KVB_TOOLS_MISTRAL ? "[/THINK]" : "</think>"; }
 
 kvb_status kvb_chat_syntax_detect(const char *t, const char *rendered_prompt, struct kvb_chat_syntax *out) {
-    if (!t || !out) return kvb_fail(KVB_ERR_INVALID, "chat syntax: NULL argument");
+    if (!out) return kvb_fail(KVB_ERR_INVALID, "chat syntax: NULL argument");
     struct kvb_chat_syntax s = {KVB_TOOLS_NONE, false, false};
+    if (!t) t = ""; /* no template: plain text */
     if (strstr(t, "<|channel|>")) {
         s.tools = KVB_TOOLS_HARMONY;
         s.think = true;
@@ -786,6 +787,7 @@ enum { NEED = 0, DONE = 1, FAIL = -1 };
 static int bare_first_key(const char *t, size_t n) {
     static const char *const keys[] = {"\"name\"", "\"type\"", "\"function\""};
     size_t i = skip_ws(t, n, 1);
+    if (i > KVB_CHAT_MAX_HEAD) return FAIL;
     if (i >= n) return NEED;
     for (int k = 0; k < 3; k++) {
         int r = match_at(t + i, n - i, keys[k]);
@@ -814,8 +816,8 @@ static int call_step(struct kvb_chat_parser *p, const char *t, size_t n, bool fi
                     continue;
                 }
                 p->at = skip_ws(t, n, p->at);
-                if (p->at >= n) return NEED;
                 if (p->at > KVB_CHAT_MAX_CALL) return FAIL;
+                if (p->at >= n) return NEED;
                 if (p->kind == K_MISTRAL && t[p->at] != '[' && t[p->at] != '{') {
                     p->nb = p->at;
                     p->phase = 10;
@@ -843,6 +845,7 @@ static int call_step(struct kvb_chat_parser *p, const char *t, size_t n, bool fi
                 size_t sn = p->js.at;
                 if (p->kind == K_HERMES) {
                     size_t i = p->at = skip_ws(t, n, p->at);
+                    if (i - (p->jb + sn) > KVB_CHAT_MAX_HEAD) return FAIL;
                     int m = match_at(t + i, n - i, "</tool_call>");
                     if (m < 0) return FAIL;
                     if (m == 0 && !final) return NEED;
@@ -934,12 +937,13 @@ static int call_step(struct kvb_chat_parser *p, const char *t, size_t n, bool fi
             static const char *const stops[] = {"<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|start|>"};
             size_t at, hold;
             int k = find_marker(t + p->at, n - p->at, stops, 5, &at, &hold); /* from where the last look stopped */
+            /* (the limit on where <|message|> starts, never on what was fed: any split decides alike) */
             if (k < 0) {
                 p->at = n - hold;
-                return n > KVB_CHAT_MAX_HEAD ? FAIL : NEED;
+                return p->at > KVB_CHAT_MAX_HEAD ? FAIL : NEED;
             }
-            if (k > 0) return FAIL;
             size_t he = p->at + at; /* header t[0..he) */
+            if (k > 0 || he > KVB_CHAT_MAX_HEAD) return FAIL;
             const char *ch = NULL;
             for (size_t i = 0; i + 11 <= he; i++)
                 if (!memcmp(t + i, "<|channel|>", 11)) {
@@ -1066,17 +1070,13 @@ static bool step(struct kvb_chat_parser *p, bool final) {
         start_call(p, k, ml);
         return true;
     }
-    case M_AFTER: { /* Llama 3 after a call: ';' or another '{', else content */
+    case M_AFTER: { /* Llama 3 after a call: ';' or another '{', else content (the white space is dropped) */
         size_t i = skip_ws(t, n, 0);
-        if (i >= n) {
-            if (final) {
-                p->pos += n;
-                p->mode = M_CONTENT;
-                return true;
-            }
-            return false;
-        }
         p->pos += i;
+        if (i >= n) {
+            if (final) p->mode = M_CONTENT;
+            return final;
+        }
         if (t[i] == ';') {
             p->pos++;
             return true;
@@ -1089,7 +1089,7 @@ static bool step(struct kvb_chat_parser *p, bool final) {
         size_t used = 0;
         enum kind k0 = p->kind;
         int r = call_step(p, t, n, final, &used);
-        if (r == NEED && !final && n <= KVB_CHAT_MAX_CALL + 4096) return false;
+        if (r == NEED && !final) return false; /* (every wait is bounded by a position: KVB_CHAT_MAX_*) */
         if (r == DONE) {
             p->pos += used;
             if (k0 == K_H_HEAD && p->kind == K_H_HEAD) p->mode = M_H_BODY;
