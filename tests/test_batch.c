@@ -633,7 +633,7 @@ static int run_turn(struct kvb_batch *b, int32_t id, int32_t *out, int *n, float
         if (kvb_batch_seq_info(b, id, &si) != KVB_OK) return 0;
         if (si.n_generated > *n) {
             out[(*n)++] = si.last_token;
-            memcpy(lg, kvb_batch_logits(b, id), sizeof(float) * (size_t)V);
+            if (lg) memcpy(lg, kvb_batch_logits(b, id), sizeof(float) * (size_t)V);
         }
         if (si.state == KVB_SEQ_DONE) return 1;
     }
@@ -748,6 +748,91 @@ TEST(sessions_continue_save_and_load) {
     free(want);
 }
 
+/* A grammar on one sequence of a batch: every token it samples is one a
+ * fresh matcher allows at that point, it ends (end of sequence) only where
+ * the grammar may end, its text matches the grammar; the sequence beside it
+ * samples exactly what it samples alone; kvb_batch_continue clears it. */
+TEST(grammar_constrains_one_sequence) {
+    NEED_MODEL();
+    const struct kvb_vocab *vocab = kvb_model_vocab(g_model);
+    const char *gbnf = "root ::= \"Once\" (\" \" [a-z]+){2,5} \".\"\n";
+    struct kvb_grammar *g = NULL;
+    struct kvb_grammar_vocab *gv = NULL;
+    CHECK_OK(kvb_grammar_parse(gbnf, strlen(gbnf), NULL, &g));
+    CHECK_OK(kvb_grammar_vocab_new(vocab, &gv));
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        struct kvb_batch_params bp = kvb_batch_default_params();
+        bp.chunk = CHUNK;
+        bp.kv_pool_bytes = (size_t)16 << 20;
+        struct kvb_seq_params sp = kvb_seq_default_params();
+        sp.max_tokens = 60;
+        sp.sampler.temp = 1.0f;
+        sp.sampler.seed = seed;
+        struct kvb_batch *b, *alone;
+        CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+        CHECK_OK(kvb_batch_init(g_model, &bp, &alone));
+        int32_t ia, ib, ic;
+        struct kvb_matcher *m = NULL;
+        CHECK_OK(kvb_matcher_new(g, gv, &m));
+        CHECK_OK(kvb_batch_add(b, &sp, g_ids, 30, &ia));
+        CHECK_OK(kvb_batch_add(b, &sp, g_ids + 100, 25, &ib));
+        CHECK_OK(kvb_batch_set_matcher(b, ia, m));
+        CHECK_OK(kvb_batch_add(alone, &sp, g_ids + 100, 25, &ic));
+        int32_t ta[64], tb[64], tc[64];
+        int na = 0, nb = 0, nc = 0;
+        bool done_a = false, done_b = false;
+        for (int step = 0; step < 400 && !(done_a && done_b); step++) {
+            int32_t adv, failed;
+            CHECK_OK(kvb_batch_step(b, &adv, &failed));
+            struct kvb_seq_info si;
+            CHECK_OK(kvb_batch_seq_info(b, ia, &si));
+            if (si.n_generated > na) ta[na++] = si.last_token;
+            done_a = si.state == KVB_SEQ_DONE;
+            CHECK_OK(kvb_batch_seq_info(b, ib, &si));
+            if (si.n_generated > nb) tb[nb++] = si.last_token;
+            done_b = si.state == KVB_SEQ_DONE;
+        }
+        CHECK(done_a && done_b);
+        CHECK(run_turn(alone, ic, tc, &nc, NULL, 0));
+        /* the neighbour is untouched by the grammar */
+        CHECK_EQ_INT(nb, nc);
+        for (int i = 0; i < nb; i++) CHECK_EQ_INT(tb[i], tc[i]);
+        /* replayed through a fresh matcher: each token allowed; the last one an end where the grammar may end */
+        struct kvb_matcher *r = NULL;
+        CHECK_OK(kvb_matcher_new(g, gv, &r));
+        char text[1024];
+        size_t tl = 0;
+        for (int i = 0; i < na; i++) {
+            if (!kvb_matcher_allows(r, ta[i])) FAILF("seed %llu: token %d (%d) not allowed by the grammar", (unsigned long long)seed, i, (int)ta[i]);
+            if (kvb_vocab_is_eog(vocab, ta[i])) {
+                CHECK(i == na - 1 && kvb_matcher_can_end(r));
+                break;
+            }
+            CHECK_OK(kvb_matcher_accept(r, ta[i]));
+            tl += kvb_vocab_token_bytes(vocab, ta[i], false, text + tl, sizeof text - 1 - tl);
+        }
+        text[tl] = 0;
+        CHECK(kvb_vocab_is_eog(vocab, ta[na - 1]));
+        CHECK(!strncmp(text, "Once ", 5) && text[tl - 1] == '.');
+        struct kvb_matcher *chk = NULL;
+        CHECK_OK(kvb_matcher_new(g, gv, &chk));
+        CHECK_OK(kvb_matcher_accept_bytes(chk, text, tl));
+        CHECK(kvb_matcher_can_end(chk));
+        kvb_matcher_free(chk);
+        kvb_matcher_free(r);
+        /* a new turn runs free: the matcher was cleared */
+        struct kvb_seq_info si;
+        CHECK_OK(kvb_batch_seq_info(b, ia, &si));
+        CHECK_OK(kvb_batch_continue(b, ia, &sp, &si.last_token, 1));
+        kvb_matcher_free(m); /* the batch holds no pointer to it now */
+        CHECK(run_turn(b, ia, ta, &na, NULL, 0));
+        kvb_batch_free(b);
+        kvb_batch_free(alone);
+    }
+    kvb_grammar_vocab_free(gv);
+    kvb_grammar_free(g);
+}
+
 int main(void) {
     RUN(batch_equals_single_every_policy_with_joins_and_cancels);
     RUN(batch_equals_single_with_recall);
@@ -758,6 +843,7 @@ int main(void) {
     RUN(sequences_freed_in_random_order_return_every_page);
     RUN(admission_and_bad_arguments);
     RUN(sessions_continue_save_and_load);
+    RUN(grammar_constrains_one_sequence);
     kvb_buffer_free(g_ids);
     kvb_model_free(g_model);
     return test_summary();

@@ -24,9 +24,10 @@ bool output_start(struct server *srv, struct job *j) {
         if (kvb_matcher_new(j->grammar, srv->gvocab, &j->matcher) != KVB_OK) return false;
         kvb_batch_set_matcher(s->b, j->seq, j->matcher);
     }
-    if (j->kind == JOB_CHAT && srv->jinja && (j->tools_json || j->syntax.think)) {
+    /* harmony's channels need the parser even without tools: the answer is its final channel */
+    if (j->kind == JOB_CHAT && srv->jinja && (j->tools_json || j->syntax.think || j->syntax.tools == KVB_TOOLS_HARMONY)) {
         struct kvb_chat_syntax syn = j->syntax;
-        if (!j->tools_json) syn.tools = KVB_TOOLS_NONE; /* no tools offered: no text is a call */
+        if (!j->tools_json && syn.tools != KVB_TOOLS_HARMONY) syn.tools = KVB_TOOLS_NONE; /* no tools offered: no text is a call */
         if (kvb_chat_parser_new(&syn, &j->parser) != KVB_OK) return false;
         kvb_chat_parser_seed(j->parser, j->sp.sampler.seed); /* ids as random as the draw, the same for the same seed */
         if (j->prefill) {

@@ -234,7 +234,8 @@ static void publish(struct server *srv) {
             if (!end) {
                 j->completion_tokens = si.n_generated;
                 char piece[256];
-                size_t pl = kvb_detok_push(srv->vocab, &j->dt, tok, false, piece, sizeof piece);
+                /* with a parser, control tokens are text: the call markers (<|channel|>, [TOOL_CALLS]) are control tokens */
+                size_t pl = kvb_detok_push(srv->vocab, &j->dt, tok, j->parser != NULL, piece, sizeof piece);
                 if (pl > sizeof piece) pl = 0;
                 if (j->logprobs) add_logprobs(srv, j, tok, kvb_batch_logits(s->b, j->seq));
                 stopped = add_text(j, piece, pl);
