@@ -882,6 +882,8 @@ bool kvb_matcher_must_end(const struct kvb_matcher *m); /* ... and nothing may f
 kvb_status kvb_matcher_accept_bytes(struct kvb_matcher *m, const char *s, size_t n);
 /* Back to the grammar's start (a matcher may be reused for the next sequence). */
 void kvb_matcher_reset(struct kvb_matcher *m);
+/* A new matcher at m's position (its own caches start empty): n > 1 samples of one prompt, look-ahead. */
+kvb_status kvb_matcher_clone(const struct kvb_matcher *m, struct kvb_matcher **out);
 
 /* ------------------------------------------------------------------------ */
 /* Batches: many sequences, one forward pass per step, one page pool        */

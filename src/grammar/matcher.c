@@ -468,7 +468,10 @@ static bool prefix_meets(const struct kvb_grammar *g, const struct kvb_gset *s, 
     uint32_t lo = cp << (6 * rem), hi = lo | ((1u << (6 * rem)) - 1);
     if (lo < min_cp[len]) lo = min_cp[len];
     if (hi > 0x10FFFF) hi = 0x10FFFF;
-    return lo <= hi && kvb_gset_meets(g, s, lo, hi);
+    if (lo > hi) return false;
+    /* surrogates are never characters: only the parts of [lo, hi] outside them count */
+    if (lo < 0xD800 && kvb_gset_meets(g, s, lo, KVB_MIN(hi, 0xD7FFu))) return true;
+    return hi > 0xDFFF && kvb_gset_meets(g, s, KVB_MAX(lo, 0xE000u), hi);
 }
 
 /* The state after byte b from state si: its id, NO_STATE, FAILED. */
@@ -557,15 +560,12 @@ static void matcher_tables_free(struct kvb_matcher *m) {
     kvb_free(m->rows);
 }
 
+static void scratch_free(struct kvb_matcher *m);
+
 void kvb_matcher_free(struct kvb_matcher *m) {
     if (!m) return;
     matcher_tables_free(m);
-    kvb_free(m->out);
-    kvb_free(m->work);
-    kvb_free(m->vis);
-    kvb_free(m->vis_gen);
-    kvb_free(m->dstate);
-    kvb_free(m->allowed);
+    scratch_free(m);
     kvb_free(m);
 }
 
@@ -598,50 +598,59 @@ nomem:
     return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
 }
 
+/* Interns src's state cur (its stacks and partial characters) into t, whose tables are fresh: the state's id in t,
+ * NO_STATE, FAILED. */
+static int32_t copy_state(const struct kvb_matcher *src, int32_t cur, struct kvb_matcher *t) {
+    if (cur < 0) return cur;
+    const uint32_t ne = src->states[cur].n, first = src->states[cur].first;
+    int64_t total = 0;
+    for (uint32_t k = 0; k < ne; k++) total += src->nodes[src->ent[first + k] >> 32].depth;
+    uint32_t *buf = kvb_malloc(sizeof *buf * (size_t)(total + 1));
+    uint64_t *ents = kvb_malloc(sizeof *ents * ((size_t)ne + 1));
+    int32_t ns = FAILED;
+    if (!buf || !ents) goto done;
+    for (uint32_t k = 0; k < ne; k++) ents[k] = src->ent[first + k];
+    t->n_out = 0;
+    for (uint32_t k = 0; k < ne; k++) {
+        uint32_t nid = (uint32_t)(ents[k] >> 32), d = src->nodes[nid].depth, id = 0;
+        for (uint32_t i = nid, j = 0; i; i = src->nodes[i].parent, j++) buf[d - 1 - j] = src->nodes[i].pos;
+        for (uint32_t j = 0; j < d; j++) {
+            id = node_get(t, buf[j], id);
+            if (id >= NIL - 1) goto done;
+        }
+        if (!out_push(t, (uint64_t)id << 32 | (uint32_t)ents[k])) goto done;
+    }
+    ns = state_of_out(t);
+done:
+    kvb_free(buf);
+    kvb_free(ents);
+    return ns;
+}
+
+static void scratch_free(struct kvb_matcher *m) {
+    kvb_free(m->out);
+    kvb_free(m->work);
+    kvb_free(m->vis);
+    kvb_free(m->vis_gen);
+    kvb_free(m->dstate);
+    kvb_free(m->allowed);
+}
+
 /* When the caches have grown past their bounds: start them over from the current state alone.
  * On failure the old tables stay (still correct, only larger). */
 static void maybe_flush(struct kvb_matcher *m) {
     if (m->n_states < SOFT_STATES && m->n_nodes < SOFT_NODES) return;
-    /* the current state's stacks, bottom first, in one buffer */
-    int64_t total = 0;
-    const int32_t cur = m->cur;
-    uint32_t ne = cur >= 0 ? m->states[cur].n : 0;
-    for (uint32_t k = 0; k < ne; k++) total += m->nodes[m->ent[m->states[cur].first + k] >> 32].depth + 2;
-    uint32_t *buf = kvb_malloc(sizeof *buf * (size_t)(total + 1));
     struct kvb_matcher t = {0};
-    if (!buf) return;
     t.g = m->g;
-    if (kvb_grow((void **)&t.nodes, &t.cap_nodes, 1024, sizeof *t.nodes) || !node_table_init(&t, 1024) || !state_table_init(&t, 256)) goto fail;
-    int64_t w = 0;
-    for (uint32_t k = 0; k < ne; k++) {
-        uint64_t e = m->ent[m->states[cur].first + k];
-        uint32_t nid = (uint32_t)(e >> 32), d = m->nodes[nid].depth;
-        buf[w] = d;
-        buf[w + 1] = (uint32_t)e;
-        for (uint32_t i = nid, j = 0; i; i = m->nodes[i].parent, j++) buf[w + 2 + d - 1 - j] = m->nodes[i].pos;
-        w += d + 2;
+    int32_t ns = FAILED;
+    if (tables_init(&t)) ns = copy_state(m, m->cur, &t);
+    if (ns == FAILED || (m->cur >= 0 && ns < 0)) {
+        matcher_tables_free(&t);
+        kvb_free(t.out);
+        return;
     }
-    t.out = m->out;
-    t.cap_out = m->cap_out;
-    t.n_out = 0;
-    int32_t ns = NO_STATE;
-    w = 0;
-    bool ok = true;
-    for (uint32_t k = 0; k < ne && ok; k++) {
-        uint32_t d = buf[w], part = buf[w + 1], id = 0;
-        for (uint32_t j = 0; j < d && ok; j++) {
-            id = node_get(&t, buf[w + 2 + j], id);
-            ok = id < NIL - 1;
-        }
-        ok = ok && out_push(&t, (uint64_t)id << 32 | part);
-        w += d + 2;
-    }
-    if (ok && ne) ns = state_of_out(&t);
-    m->out = t.out;
-    m->cap_out = t.cap_out;
-    t.out = NULL;
-    if (!ok || ns == FAILED) goto fail;
     matcher_tables_free(m);
+    kvb_free(m->out);
     m->nodes = t.nodes;
     m->cap_nodes = t.cap_nodes;
     m->n_nodes = t.n_nodes;
@@ -657,13 +666,36 @@ static void maybe_flush(struct kvb_matcher *m) {
     m->cap_ent = t.cap_ent;
     m->rows = NULL;
     m->n_rows = m->cap_rows = 0;
+    m->out = t.out;
+    m->cap_out = t.cap_out;
     m->cur = ns;
     m->start = FAILED; /* recomputed on reset */
-    kvb_free(buf);
-    return;
-fail:
-    matcher_tables_free(&t);
-    kvb_free(buf);
+}
+
+kvb_status kvb_matcher_clone(const struct kvb_matcher *m, struct kvb_matcher **out) {
+    if (!m || !out) return kvb_fail(KVB_ERR_INVALID, "kvb_matcher_clone: NULL argument");
+    struct kvb_matcher *t = kvb_calloc(1, sizeof *t);
+    if (!t) return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+    t->g = m->g;
+    t->gv = m->gv;
+    t->vis_mask = 255;
+    t->vis = kvb_malloc(sizeof *t->vis * 256);
+    t->vis_gen = kvb_calloc(256, sizeof *t->vis_gen);
+    if (t->gv) {
+        t->dstate = kvb_malloc(sizeof *t->dstate * ((size_t)t->gv->max_depth + 2));
+        t->allowed = kvb_malloc((size_t)t->gv->n_vocab + 1);
+    }
+    int32_t ns = FAILED;
+    if (t->vis && t->vis_gen && (!t->gv || (t->dstate && t->allowed)) && tables_init(t)) ns = copy_state(m, m->cur, t);
+    if (ns == FAILED || (m->cur >= 0 && ns < 0)) {
+        kvb_matcher_free(t);
+        return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+    }
+    t->cur = ns;
+    t->start = FAILED;
+    t->ended = m->ended;
+    *out = t;
+    return KVB_OK;
 }
 
 void kvb_matcher_reset(struct kvb_matcher *m) {
