@@ -257,7 +257,7 @@ static const char *gen(struct sc *s, jv node, const char *ptr);
 /* ---- keywords ---- */
 
 static const char *const k_annotations[] = {"$schema", "$id", "id", "title", "description", "default", "examples", "$comment", "readOnly",
-                                            "writeOnly", "deprecated", "$defs", "definitions", "strict", "name", NULL};
+                                            "writeOnly", "deprecated", "$defs", "definitions", NULL};
 static const char *const k_known[] = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "nullable", "properties", "required",
                                       "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
                                       "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};

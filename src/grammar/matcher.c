@@ -197,9 +197,9 @@ struct gstate {
 #define NO_STATE (-1)   /* dead */
 #define UNKNOWN (-2)    /* transition not computed yet */
 #define FAILED (-3)     /* out of memory */
-#define SOFT_STATES 4096
+#define SOFT_STATES 1024
 #define SOFT_NODES (1 << 20)
-#define HARD_STATES (1 << 18)
+#define HARD_STATES (1 << 16)
 #define NIL UINT32_MAX
 
 struct kvb_matcher {
