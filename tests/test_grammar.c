@@ -964,6 +964,150 @@ TEST(schema_refusals) {
     kvb_grammar_free(g);
 }
 
+/* ---- caches rebuilt, allocation failures ---- */
+
+TEST(matcher_cache_rebuild) {
+    /* every count of the repetition is its own state: thousands of states, so the caches are rebuilt many times */
+    struct kvb_grammar *g = parse("root ::= ([a-c] | \"é\"){0,5000} \"!\"");
+    CHECK(g);
+    struct kvb_vocab *v = byte_vocab();
+    struct kvb_grammar_vocab *gv;
+    CHECK_OK(kvb_grammar_vocab_new(v, &gv));
+    struct kvb_matcher *m;
+    CHECK_OK(kvb_matcher_new(g, gv, &m));
+    float lg[258];
+    int32_t na;
+    for (int i = 0; i < 4000; i++) {
+        if (i % 500 == 7) {
+            CHECK_EQ_INT(check_mask(m, v, lg, &na), 1);
+            CHECK_EQ_INT(na, 5); /* a b c, é's lead byte, ! */
+            CHECK_OK(kvb_matcher_accept_bytes(m, "\xC3", 1)); /* a character split around a rebuild */
+            CHECK_EQ_INT(check_mask(m, v, lg, &na), 1);
+            CHECK_EQ_INT(na, 1);
+            CHECK_OK(kvb_matcher_accept(m, 0xA9));
+        } else CHECK_OK(kvb_matcher_accept_bytes(m, i % 3 ? "a" : "c", 1));
+    }
+    CHECK(!kvb_matcher_can_end(m));
+    CHECK_OK(kvb_matcher_accept_bytes(m, "!", 1));
+    CHECK(kvb_matcher_must_end(m));
+    CHECK_OK(kvb_matcher_accept(m, 257));
+    CHECK_STATUS(kvb_matcher_accept_bytes(m, "a", 1), KVB_ERR_INVALID);
+    kvb_matcher_reset(m);
+    CHECK(!kvb_matcher_can_end(m));
+    CHECK_OK(kvb_matcher_accept_bytes(m, "abc!", 4));
+    CHECK(kvb_matcher_must_end(m));
+    /* past the bound */
+    kvb_matcher_reset(m);
+    for (int i = 0; i < 5000; i++) CHECK_OK(kvb_matcher_accept_bytes(m, "b", 1));
+    CHECK_STATUS(kvb_matcher_accept_bytes(m, "b", 1), KVB_ERR_INVALID);
+    CHECK_OK(kvb_matcher_accept_bytes(m, "!", 1));
+    kvb_matcher_free(m);
+    kvb_grammar_vocab_free(gv);
+    kvb_grammar_free(g);
+    synth_free(v);
+}
+
+static long g_calls, g_fail_at, g_live;
+static bool g_suspend;
+static void *t_malloc(size_t n, void *u) {
+    (void)u;
+    void *p = NULL;
+    if (g_suspend || ++g_calls != g_fail_at) {
+        p = malloc(n);
+        if (p) g_live++;
+    }
+    return p;
+}
+static void t_free(void *p, void *u) {
+    (void)u;
+    if (!p) return;
+    g_live--;
+    free(p);
+}
+
+/* schema -> GBNF -> grammar -> trie -> matcher -> masks and bytes; 0 done, 1 stopped by a failed allocation
+ * (reported as KVB_ERR_NOMEM, nothing changed), -1 wrong */
+static int oom_scenario(const struct kvb_vocab *v, int32_t want_first) {
+    static const char schema[] = "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"maxLength\":4},"
+                                 "\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99}},\"required\":[\"k\"]}";
+    static const char doc[] = "{\"k\":\"ab\xC3\xA9\",\"n\":42}";
+    char *gb = NULL;
+    size_t n;
+    struct kvb_grammar *g = NULL;
+    struct kvb_grammar_vocab *gv = NULL;
+    struct kvb_matcher *m = NULL;
+    int r = 1;
+    kvb_status st = kvb_json_schema_to_gbnf(schema, sizeof schema - 1, NULL, &gb, &n);
+    if (st == KVB_OK) st = kvb_grammar_parse(gb, n, NULL, &g);
+    if (st == KVB_OK) st = kvb_grammar_vocab_new(v, &gv);
+    if (st == KVB_OK) st = kvb_matcher_new(g, gv, &m);
+    if (st != KVB_OK) { r = st == KVB_ERR_NOMEM ? 1 : -1; goto done; }
+    float lg[400];
+    for (int i = 0; i < v->n; i++) lg[i] = 0;
+    st = kvb_matcher_mask(m, lg);
+    if (st == KVB_ERR_NOMEM) { /* unchanged: the same mask without the failure */
+        g_suspend = true;
+        st = kvb_matcher_mask(m, lg);
+        g_suspend = false;
+    }
+    int32_t na = 0;
+    for (int i = 0; i < v->n; i++) na += lg[i] == 0;
+    if (st != KVB_OK || na != want_first) { r = -1; goto done; }
+    for (size_t i = 0; i < sizeof doc - 1; i++) {
+        st = kvb_matcher_accept_bytes(m, doc + i, 1);
+        if (st == KVB_ERR_NOMEM) {
+            g_suspend = true;
+            st = kvb_matcher_accept_bytes(m, doc + i, 1);
+            g_suspend = false;
+        }
+        if (st != KVB_OK) { r = -1; goto done; }
+    }
+    r = kvb_matcher_can_end(m) && !kvb_matcher_must_end(m) ? 0 : -1; /* trailing whitespace may follow */
+done:
+    kvb_matcher_free(m);
+    kvb_grammar_vocab_free(gv);
+    kvb_grammar_free(g);
+    kvb_buffer_free(gb);
+    return r;
+}
+
+TEST(allocation_failures) {
+    struct kvb_vocab *v = synth_vocab();
+    struct kvb_allocator a = {t_malloc, t_free, NULL};
+    int r;
+    struct kvb_grammar *g = schema_grammar("{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"maxLength\":4},"
+                                           "\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99}},\"required\":[\"k\"]}", NULL);
+    struct kvb_grammar_vocab *gv;
+    struct kvb_matcher *m;
+    CHECK_OK(kvb_grammar_vocab_new(v, &gv));
+    CHECK_OK(kvb_matcher_new(g, gv, &m));
+    float lg[400];
+    for (int i = 0; i < v->n; i++) lg[i] = 0;
+    CHECK_OK(kvb_matcher_mask(m, lg));
+    int32_t want = 0;
+    for (int i = 0; i < v->n; i++) want += lg[i] == 0;
+    kvb_matcher_free(m);
+    kvb_grammar_vocab_free(gv);
+    kvb_grammar_free(g);
+    CHECK(want > 0);
+    int failures = 0;
+    for (long k = 1;; k++) {
+        g_calls = 0;
+        g_fail_at = k;
+        g_live = 0;
+        kvb_allocator_set(&a);
+        r = oom_scenario(v, want);
+        kvb_allocator_set(NULL);
+        if (g_live != 0) FAILF("allocation %ld failing: %ld blocks leaked", k, g_live);
+        if (r < 0) FAILF("allocation %ld failing: wrong result (%s)", k, kvb_last_error());
+        if (r == 0 && g_calls < k) break; /* the failure point is past the whole scenario */
+        failures++;
+    }
+    printf("  %d allocation failure points, each reported and leak-free\n", failures);
+    CHECK(failures > 20);
+    synth_free(v);
+}
+
 int main(void) {
     RUN(gbnf_accepts);
     RUN(gbnf_refuses);
@@ -976,5 +1120,7 @@ int main(void) {
     RUN(schema_known_documents);
     RUN(schema_random_walks);
     RUN(schema_refusals);
+    RUN(matcher_cache_rebuild);
+    RUN(allocation_failures);
     return test_summary();
 }
