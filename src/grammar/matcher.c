@@ -197,7 +197,7 @@ struct gstate {
 #define NO_STATE (-1)   /* dead */
 #define UNKNOWN (-2)    /* transition not computed yet */
 #define FAILED (-3)     /* out of memory */
-#define SOFT_STATES 1024
+#define SOFT_STATES 4096
 #define SOFT_NODES (1 << 20)
 #define HARD_STATES (1 << 16)
 #define NIL UINT32_MAX
@@ -474,9 +474,39 @@ static bool prefix_meets(const struct kvb_grammar *g, const struct kvb_gset *s, 
     return hi > 0xDFFF && kvb_gset_meets(g, s, KVB_MAX(lo, 0xE000u), hi);
 }
 
+/* A partial character whose every completion is in the set: only the number of continuation bytes still due
+ * matters (so the many prefixes of a string's characters are one state, not one per prefix). */
+#define P_ANY(rem) (1u | (uint32_t)(rem) << 1 | 0x1FFFFFu << 5)
+#define P_IS_ANY(p) (((p) >> 5) == 0x1FFFFFu)
+
+/* Whether every completion of prefix cp (rem bytes missing, of a len-byte character) is a valid character in s:
+ * no overlong form, surrogate or value past U+10FFFF among them (those depend on the next byte: not yet). */
+static bool prefix_covers(const struct kvb_grammar *g, const struct kvb_gset *s, uint32_t cp, int rem, int len) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    const uint32_t lo = cp << (6 * rem), hi = lo | ((1u << (6 * rem)) - 1);
+    if (lo < min_cp[len] || hi > 0x10FFFF || (lo <= 0xDFFF && hi >= 0xD800)) return false;
+    const uint32_t *r = g->ranges + 2 * (size_t)s->first;
+    for (uint32_t i = 0; i < s->n; i++)
+        if (r[2 * i] <= lo) {
+            if (r[2 * i + 1] >= hi) return true;
+        } else break;
+    return false;
+}
+
+/* The entry for node nid after a byte left a partial character (prefix c, rem bytes due, len bytes in all);
+ * false when out of memory. Nothing is added when no completion can be in the set. */
+static bool push_partial(struct kvb_matcher *m, const struct kvb_gset *s, uint32_t nid, uint32_t c, int rem, int len) {
+    uint32_t part;
+    if (prefix_covers(m->g, s, c, rem, len)) part = P_ANY(rem);
+    else if (prefix_meets(m->g, s, c, rem, len)) part = P_MAKE(c, rem, len & 3);
+    else return true;
+    return out_push(m, (uint64_t)nid << 32 | part);
+}
+
 /* The state after byte b from state si: its id, NO_STATE, FAILED. */
 static int32_t step_slow(struct kvb_matcher *m, int32_t si, uint8_t b) {
     const struct kvb_grammar *g = m->g;
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
     m->n_out = 0;
     vis_reset(m);
     const uint32_t first = m->states[si].first, n = m->states[si].n;
@@ -486,32 +516,33 @@ static int32_t step_slow(struct kvb_matcher *m, int32_t si, uint8_t b) {
         if (!nid) continue;
         const uint32_t pos = m->nodes[nid].pos;
         const struct kvb_gset *s = &g->sets[G_ARG(g->elems[pos])];
-        uint32_t cp;
         if (!part) {
             if (b < 0x80) {
                 if (!kvb_gset_has(g, s, b)) continue;
-                cp = b;
             } else {
                 int len = utf8_len(b);
-                if (!len) continue;
-                uint32_t c = b & (0x7Fu >> len);
-                if (prefix_meets(g, s, c, len - 1, len) && !out_push(m, (uint64_t)nid << 32 | P_MAKE(c, len - 1, len & 3))) return FAILED;
+                if (len && !push_partial(m, s, nid, b & (0x7Fu >> len), len - 1, len)) return FAILED;
                 continue;
             }
         } else {
             if ((b & 0xC0) != 0x80) continue;
-            int rem = (int)((part >> 1) & 3) - 1, len = (int)((part >> 3) & 3);
-            if (len == 0) len = 4; /* 4 wraps in two bits */
-            uint32_t c = (part >> 5) << 6 | (b & 0x3Fu);
-            if (rem > 0) {
-                if (prefix_meets(g, s, c, rem, len) && !out_push(m, (uint64_t)nid << 32 | P_MAKE(c, rem, len & 3))) return FAILED;
-                continue;
+            const int rem = (int)((part >> 1) & 3) - 1;
+            if (P_IS_ANY(part)) {
+                if (rem > 0) {
+                    if (!out_push(m, (uint64_t)nid << 32 | P_ANY(rem))) return FAILED;
+                    continue;
+                }
+            } else {
+                int len = (int)((part >> 3) & 3);
+                if (len == 0) len = 4; /* 4 wraps in two bits */
+                const uint32_t c = (part >> 5) << 6 | (b & 0x3Fu);
+                if (rem > 0) {
+                    if (!push_partial(m, s, nid, c, rem, len)) return FAILED;
+                    continue;
+                }
+                if (c < min_cp[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF) || !kvb_gset_has(g, s, c)) continue;
             }
-            static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-            if (c < min_cp[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF) || !kvb_gset_has(g, s, c)) continue;
-            cp = c;
         }
-        (void)cp;
         if (!closure(m, pos + 1, m->nodes[nid].parent)) return FAILED;
     }
     return state_of_out(m);
