@@ -743,6 +743,9 @@ static const char *const k_schemas[] = {
     /* 8 allOf of objects, nullable, unanchored pattern */
     "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"nullable\":true}},\"required\":[\"a\"]},"
     "{\"properties\":{\"b\":{\"type\":\"string\",\"pattern\":\"^z[0-9]\"}}}]}",
+    /* 9 a type list with keywords of one of its types; a nullable object */
+    "{\"type\":[\"string\",\"null\",\"array\"],\"maxLength\":3,\"items\":{\"type\":\"object\",\"nullable\":true,"
+    "\"properties\":{\"q\":{\"const\":[1,{\"r\":\"s\"}]}},\"additionalProperties\":true},\"maxItems\":2}",
     NULL,
 };
 
@@ -800,6 +803,12 @@ static const struct {
     {8, "{\"a\":1}", true},
     {8, "{\"b\":\"z1\"}", false},
     {8, "{\"a\":1,\"b\":\"zz\"}", false},
+    {9, "\"abc\"", true},
+    {9, "null", true},
+    {9, "\"abcd\"", false},
+    {9, "[null,{\"q\":[1,{\"r\":\"s\"}],\"z\":{}}]", true},
+    {9, "[{\"q\":[1,{\"r\":\"t\"}]}]", false},
+    {9, "[{},{},{}]", false},
 };
 
 static struct kvb_grammar *schema_grammar(const char *schema, char **text) {
