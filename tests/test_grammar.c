@@ -138,6 +138,18 @@ TEST(gbnf_limits) {
     CHECK(depth > 1000 && depth < 3000);
     kvb_matcher_free(m);
     kvb_grammar_free(g);
+    /* ambiguity that doubles the parses at every byte is refused by name past a bound, the position unchanged */
+    g = parse("root ::= \"(\" root . \")\" | \"(\" root . \"\" | \"\"");
+    CHECK(g);
+    CHECK_OK(kvb_matcher_new(g, NULL, &m));
+    st = KVB_OK;
+    for (depth = 0; depth < 40 && st == KVB_OK; depth++) st = kvb_matcher_accept_bytes(m, "(", 1);
+    CHECK_STATUS(st, KVB_ERR_UNSUPPORTED);
+    CHECK(strstr(kvb_last_error(), "ambiguous"));
+    CHECK(depth > 8 && depth < 20);
+    CHECK_OK(kvb_matcher_accept_bytes(m, "x", 1));
+    kvb_matcher_free(m);
+    kvb_grammar_free(g);
 }
 
 /* ---- the reference recognizer: backtracking over code points on the compiled grammar ---- */

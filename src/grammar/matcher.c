@@ -196,7 +196,9 @@ struct gstate {
 
 #define NO_STATE (-1)   /* dead */
 #define UNKNOWN (-2)    /* transition not computed yet */
-#define FAILED (-3)     /* out of memory */
+#define FAILED (-3)     /* out of memory, or too ambiguous (m->ambiguous) */
+#define MAX_ENTRIES 4096     /* stacks in one state: more is refused as too ambiguous */
+#define MAX_PUSHES (1 << 20) /* expansions in one step */
 #define SOFT_STATES 4096
 #define SOFT_NODES (1 << 20)
 #define HARD_STATES (1 << 16)
@@ -218,6 +220,8 @@ struct kvb_matcher {
     int32_t cur;              /* current state, NO_STATE: nothing can follow */
     int32_t start;
     bool ended;               /* an end-of-generation token was accepted */
+    bool ambiguous;           /* the last failure was a bound on stacks or expansions, not memory */
+    int64_t n_pushes;         /* expansions in this step */
     /* scratch of one step */
     uint64_t *out;
     int64_t n_out, cap_out;
@@ -228,6 +232,8 @@ struct kvb_matcher {
     int32_t *dstate;          /* per trie depth */
     uint8_t *allowed;         /* per token */
 };
+
+static kvb_status failed(const struct kvb_matcher *m);
 
 static uint32_t mix32(uint64_t x) {
     x ^= x >> 33;
@@ -287,12 +293,17 @@ static uint32_t node_get(struct kvb_matcher *m, uint32_t pos, uint32_t parent) {
 /* ---- closure: from element pos over return stack parent, the stacks whose top is a set ---- */
 
 static bool out_push(struct kvb_matcher *m, uint64_t e) {
+    if (m->n_out >= MAX_ENTRIES) {
+        m->ambiguous = true;
+        return false;
+    }
     if (m->n_out >= m->cap_out && kvb_grow((void **)&m->out, &m->cap_out, m->n_out + 1, sizeof *m->out)) return false;
     m->out[m->n_out++] = e;
     return true;
 }
 
 static bool vis_reset(struct kvb_matcher *m) {
+    m->n_pushes = 0;
     if (++m->gen == 0) { /* wrapped: clear */
         memset(m->vis_gen, 0, sizeof *m->vis_gen * ((size_t)m->vis_mask + 1));
         m->gen = 1;
@@ -339,6 +350,10 @@ static bool vis_grow(struct kvb_matcher *m) {
 }
 
 static bool work_push(struct kvb_matcher *m, uint32_t pos, uint32_t parent) {
+    if (++m->n_pushes > MAX_PUSHES) {
+        m->ambiguous = true;
+        return false;
+    }
     int r;
     while ((r = vis_first(m, pos, parent)) < 0)
         if (!vis_grow(m)) return false;
@@ -621,7 +636,11 @@ kvb_status kvb_matcher_new(const struct kvb_grammar *g, const struct kvb_grammar
     }
     if (!m->vis || !m->vis_gen || (gv && (!m->dstate || !m->allowed)) || !tables_init(m)) goto nomem;
     m->start = m->cur = start_state(m);
-    if (m->cur == FAILED) goto nomem;
+    if (m->cur == FAILED) {
+        kvb_status st = failed(m);
+        kvb_matcher_free(m);
+        return st;
+    }
     *out = m;
     return KVB_OK;
 nomem:
@@ -742,6 +761,13 @@ void kvb_matcher_reset(struct kvb_matcher *m) {
     m->cur = m->start;
 }
 
+/* The failure behind FAILED: too ambiguous, or out of memory. */
+static kvb_status failed(const struct kvb_matcher *m) {
+    if (m->ambiguous)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "grammar: more than %d parses at once here (the grammar is too ambiguous)", MAX_ENTRIES);
+    return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+}
+
 /* The state after bytes s[0..n) from state si (NO_STATE, FAILED). */
 static int32_t walk(struct kvb_matcher *m, int32_t si, const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n && si >= 0; i++) si = step(m, si, s[i]);
@@ -753,8 +779,9 @@ kvb_status kvb_matcher_accept_bytes(struct kvb_matcher *m, const char *s, size_t
     if (!n) return KVB_OK;
     if (m->ended || m->cur < 0) return kvb_fail(KVB_ERR_INVALID, "grammar: nothing may follow");
     maybe_flush(m);
+    m->ambiguous = false;
     int32_t t = walk(m, m->cur, (const uint8_t *)s, n);
-    if (t == FAILED) return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+    if (t == FAILED) return failed(m);
     if (t < 0) return kvb_fail(KVB_ERR_INVALID, "grammar: the text is refused");
     m->cur = t;
     return KVB_OK;
@@ -779,6 +806,7 @@ bool kvb_matcher_allows(const struct kvb_matcher *cm, int32_t token) {
     /* the matcher is the caller's own (not shared); only its caches change */
     struct kvb_matcher *m = (struct kvb_matcher *)(uintptr_t)cm;
     if (!m) return false;
+    m->ambiguous = false;
     int32_t t = token_step(m, token);
     return t >= 0 || t == -4;
 }
@@ -786,8 +814,9 @@ bool kvb_matcher_allows(const struct kvb_matcher *cm, int32_t token) {
 kvb_status kvb_matcher_accept(struct kvb_matcher *m, int32_t token) {
     if (!m || !m->gv) return kvb_fail(KVB_ERR_INVALID, "kvb_matcher_accept: no matcher or no vocabulary");
     maybe_flush(m);
+    m->ambiguous = false;
     int32_t t = token_step(m, token);
-    if (t == FAILED) return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+    if (t == FAILED) return failed(m);
     if (t == -4) {
         m->ended = true;
         return KVB_OK;
@@ -806,6 +835,7 @@ kvb_status kvb_matcher_mask(struct kvb_matcher *m, float *logits) {
         return KVB_OK;
     }
     maybe_flush(m);
+    m->ambiguous = false;
     uint8_t *allowed = m->allowed;
     memset(allowed, 0, (size_t)nv);
     int32_t *ds = m->dstate;
@@ -820,7 +850,7 @@ kvb_status kvb_matcher_mask(struct kvb_matcher *m, float *logits) {
         if (row >= 0 && (t = m->rows[(size_t)row * 256 + tb[i]]) != UNKNOWN) {
         } else t = step(m, s, tb[i]);
         if (t < 0) {
-            if (t == FAILED) return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory (state cache)");
+            if (t == FAILED) return failed(m);
             i = skip[i];
             continue;
         }
