@@ -845,7 +845,9 @@ int32_t kvb_sampler_sample(struct kvb_sampler *s, float *logits, const int32_t *
  * without render_special), so a character may be split across tokens.
  * Limits on untrusted grammars: 16 MiB of text, 16,384 rules, 2,000,000
  * compiled elements, 64 nested parentheses, repetition counts up to 10,000,
- * matcher stacks 2,048 deep (deeper nesting is refused, not grown). */
+ * matcher stacks 2,048 deep (deeper nesting is refused, not grown). A grammar
+ * so ambiguous that more than 4,096 parses are alive at once makes the matcher
+ * calls fail with KVB_ERR_UNSUPPORTED (the position unchanged). */
 struct kvb_grammar;   /* a compiled GBNF grammar: immutable once built, shareable across threads */
 /* Parses llama.cpp's GBNF (rules `name ::= ...`, literals "..." with \n \t \\ \" \xHH \uHHHH \UHHHHHHHH escapes, char classes [a-z] [^...],
  * '.', grouping ( ), alternation |, repetition * + ? {m} {m,} {m,n}, comments #). root: the start rule's name (NULL: "root").
