@@ -931,7 +931,9 @@ float kvb_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t 
  * without render_special), so a character may be split across tokens.
  * Limits on untrusted grammars: 16 MiB of text, 16,384 rules, 2,000,000
  * compiled elements, 64 nested parentheses, repetition counts up to 10,000,
- * matcher stacks 2,048 deep (deeper nesting is refused, not grown). */
+ * matcher stacks 2,048 deep (deeper nesting is refused, not grown). A grammar
+ * so ambiguous that more than 4,096 parses are alive at once makes the matcher
+ * calls fail with KVB_ERR_UNSUPPORTED (the position unchanged). */
 struct kvb_grammar;   /* a compiled GBNF grammar: immutable once built, shareable across threads */
 /* Parses llama.cpp's GBNF (rules `name ::= ...`, literals "..." with \n \t \\ \" \xHH \uHHHH \UHHHHHHHH escapes, char classes [a-z] [^...],
  * '.', grouping ( ), alternation |, repetition * + ? {m} {m,} {m,n}, comments #). root: the start rule's name (NULL: "root").
@@ -940,11 +942,16 @@ kvb_status kvb_grammar_parse(const char *gbnf, size_t len, const char *root, str
 void kvb_grammar_free(struct kvb_grammar *g);
 /* JSON Schema -> GBNF text. Every rule it writes starts with rule_prefix (NULL or "": none); the schema's value is the rule
  * `<prefix>root`. schema_json NULL or "{}" : any JSON value; json_object mode = {"type":"object"}.
- * An object schema with "properties" and no "additionalProperties" allows no other keys (as if it were false);
- * without "properties" any keys are allowed. Properties come in the schema's order, optional ones may be left out.
- * Integers' minimum/maximum (and exclusive ones) are enforced when both bounds fit in 0..10^15 (else refused);
- * a number's bounds, multipleOf, string formats other than date, time, date-time, uuid are refused.
- * Whitespace between tokens is bounded (at most one space, or a newline and up to 20 spaces or tabs).
+ * Objects: properties in the schema's order, optional ones may be left out; with non-empty "properties" and no
+ * "additionalProperties" no other key is allowed (as if it were false: say true to allow them); an extra key may not
+ * be a declared property's name. Arrays: items, prefixItems, minItems, maxItems (up to 10,000). Strings: minLength,
+ * maxLength, pattern (a regular-expression subset: classes, groups, alternation, quantifiers; ^ and $ only at the
+ * ends), format date, time, date-time, uuid. Integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (|bound|
+ * < 10^15, as digit ranges). Numbers: no bounds, no multipleOf (refused). enum and const of any JSON value, anyOf and
+ * oneOf as alternatives (oneOf's exclusivity is not enforced), allOf of objects (merged), $ref to #/$defs/... and
+ * #/definitions/... (recursion allowed), type lists, nullable. Annotations (title, description, default, examples,
+ * $schema, $id, $comment, readOnly, writeOnly, deprecated) are ignored.
+ * Whitespace between tokens is bounded (none, one space, or a newline and up to 20 spaces or tabs).
  * KVB_ERR_UNSUPPORTED names a keyword it does not implement (never silently ignored: e.g. "patternProperties", "not", "if");
  * KVB_ERR_INVALID a malformed schema (with the JSON pointer of the bad node). *gbnf: kvb_buffer_free. */
 kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len);
@@ -952,6 +959,7 @@ struct kvb_grammar_vocab; /* a vocabulary's tokens as bytes, precomputed once (t
 kvb_status kvb_grammar_vocab_new(const struct kvb_vocab *vocab, struct kvb_grammar_vocab **out);
 void kvb_grammar_vocab_free(struct kvb_grammar_vocab *gv);
 struct kvb_matcher; /* one sequence's position in a grammar (not for concurrent use: it keeps a cache of states) */
+/* gv NULL: a byte-level matcher (kvb_matcher_accept_bytes and the queries; token calls refuse). g and gv must outlive it. */
 kvb_status kvb_matcher_new(const struct kvb_grammar *g, const struct kvb_grammar_vocab *gv, struct kvb_matcher **out);
 void kvb_matcher_free(struct kvb_matcher *m);
 /* Sets to -INFINITY the logits (n_vocab) of every token the grammar cannot take next. End-of-generation tokens stay allowed only
@@ -968,6 +976,8 @@ bool kvb_matcher_must_end(const struct kvb_matcher *m); /* ... and nothing may f
 kvb_status kvb_matcher_accept_bytes(struct kvb_matcher *m, const char *s, size_t n);
 /* Back to the grammar's start (a matcher may be reused for the next sequence). */
 void kvb_matcher_reset(struct kvb_matcher *m);
+/* A new matcher at m's position (its own caches start empty): n > 1 samples of one prompt, look-ahead. */
+kvb_status kvb_matcher_clone(const struct kvb_matcher *m, struct kvb_matcher **out);
 
 /* ------------------------------------------------------------------------ */
 /* Batches: many sequences, one forward pass per step, one page pool        */

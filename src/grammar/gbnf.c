@@ -104,6 +104,9 @@ static void grow(struct gp *p, void **a, int64_t *cap, int64_t need, size_t elem
     if (need > *cap && kvb_grow(a, cap, need, elem) != KVB_OK) fail(p, KVB_ERR_NOMEM, "out of memory");
 }
 
+/* scratch + i (no arithmetic on NULL while it is still empty) */
+static uint32_t *sc_at(struct gp *p, int64_t i) { return p->scratch ? p->scratch + i : NULL; }
+
 static void push_scratch(struct gp *p, uint32_t x) {
     if (p->n_scratch >= KVB_GRAMMAR_MAX_ELEMS) fail_at(p, p->p, "grammar too large (more than %d elements)", KVB_GRAMMAR_MAX_ELEMS);
     grow(p, (void **)&p->scratch, &p->cap_scratch, p->n_scratch + 1, sizeof *p->scratch);
@@ -314,7 +317,7 @@ static void parse_alternatives(struct gp *p, bool nested);
 static void wrap_term(struct gp *p, int64_t from, const char *at) {
     if (p->n_scratch - from == 1) return;
     int32_t id = gen_rule(p, at);
-    commit_rule(p, id, p->scratch + from, p->n_scratch - from);
+    commit_rule(p, id, sc_at(p, from), p->n_scratch - from);
     p->n_scratch = from;
     push_scratch(p, G_MAKE(G_REF, id));
 }
@@ -388,7 +391,7 @@ static void parse_sequence(struct gp *p, bool nested) {
             }
             if (p->p >= p->end) fail_at(p, at, "unterminated character class");
             p->p++;
-            uint32_t s = add_set(p, p->scratch + base, n, neg);
+            uint32_t s = add_set(p, sc_at(p, base), n, neg);
             p->n_scratch = base;
             last = p->n_scratch;
             push_scratch(p, G_MAKE(G_SET, s));
@@ -414,7 +417,7 @@ static void parse_sequence(struct gp *p, bool nested) {
             p->p++;
             p->depth--;
             int32_t r = gen_rule(p, at);
-            commit_rule(p, r, p->scratch + from, p->n_scratch - from);
+            commit_rule(p, r, sc_at(p, from), p->n_scratch - from);
             p->n_scratch = from;
             last = p->n_scratch;
             push_scratch(p, G_MAKE(G_REF, r));
@@ -471,7 +474,7 @@ static void parse_rule(struct gp *p) {
     p->cur_rule = id;
     int64_t from = p->n_scratch;
     parse_alternatives(p, false);
-    commit_rule(p, id, p->scratch + from, p->n_scratch - from);
+    commit_rule(p, id, sc_at(p, from), p->n_scratch - from);
     p->n_scratch = from;
     if (p->p < p->end) {
         if (*p->p == '\r') p->p += (p->p + 1 < p->end && p->p[1] == '\n') ? 2 : 1;

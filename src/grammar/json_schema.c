@@ -257,10 +257,26 @@ static const char *gen(struct sc *s, jv node, const char *ptr);
 /* ---- keywords ---- */
 
 static const char *const k_annotations[] = {"$schema", "$id", "id", "title", "description", "default", "examples", "$comment", "readOnly",
-                                            "writeOnly", "deprecated", "$defs", "definitions", "strict", "name", NULL};
+                                            "writeOnly", "deprecated", "$defs", "definitions", NULL};
 static const char *const k_known[] = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "nullable", "properties", "required",
                                       "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
                                       "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+
+/* the keywords of one type each */
+static const char *const k_obj[] = {"properties", "required", "additionalProperties", NULL};
+static const char *const k_arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
+static const char *const k_str[] = {"minLength", "maxLength", "pattern", "format", NULL};
+static const char *const k_num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+
+/* The keywords of type t (a JSON string value), or NULL for types that have none. */
+static const char *const *keywords_of(jv t) {
+    if (t.t != JV_STR) return NULL;
+    if (t.n == 6 && !memcmp(t.u.s, "object", 6)) return k_obj;
+    if (t.n == 5 && !memcmp(t.u.s, "array", 5)) return k_arr;
+    if (t.n == 6 && !memcmp(t.u.s, "string", 6)) return k_str;
+    if ((t.n == 7 && !memcmp(t.u.s, "integer", 7)) || (t.n == 6 && !memcmp(t.u.s, "number", 6))) return k_num;
+    return NULL;
+}
 
 static bool key_is(jv k, const char *name) { return k.t == JV_STR && k.n == strlen(name) && !memcmp(k.u.s, name, k.n); }
 
@@ -1004,10 +1020,15 @@ static void gen_body(struct sc *s, struct jbuf *b, jv node, const char *ptr) {
             jv t = type->u.l->v[i];
             if (t.t != JV_STR) bad(s, ptr, "\"type\" must list strings");
             if (type->u.l->n == 1) break;
+            /* one alternative per type, with the keywords that apply to it (the others constrain other types) */
+            const char *const *mine = keywords_of(t), *const *groups[] = {k_obj, k_arr, k_str, k_num};
             jv copy = jv_dict_new(s->a, s->e, node.u.d->n);
             for (int32_t j = 0; j < node.u.d->n; j++) {
                 jv k = node.u.d->k[j];
-                jv_dict_set(s->a, s->e, copy, k, (k.t == JV_STR && k.n == 4 && !memcmp(k.u.s, "type", 4)) ? t : node.u.d->v[j]);
+                bool other = false;
+                for (int gi = 0; gi < 4; gi++)
+                    if (groups[gi] != mine && k.t == JV_STR && in_list(groups[gi], k.u.s, k.n)) other = true;
+                if (!other) jv_dict_set(s->a, s->e, copy, k, key_is(k, "type") ? t : node.u.d->v[j]);
             }
             if (i) put(s, b, " | ");
             put(s, b, gen(s, copy, ptr));
@@ -1027,10 +1048,6 @@ static void gen_body(struct sc *s, struct jbuf *b, jv node, const char *ptr) {
         }
     }
     /* keywords of other types are refused rather than ignored */
-    static const char *const k_obj[] = {"properties", "required", "additionalProperties", NULL};
-    static const char *const k_arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
-    static const char *const k_str[] = {"minLength", "maxLength", "pattern", "format", NULL};
-    static const char *const k_num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
     const char *const *own = !strcmp(tn, "object") ? k_obj : !strcmp(tn, "array") ? k_arr : !strcmp(tn, "string") ? k_str
                            : (!strcmp(tn, "integer") || !strcmp(tn, "number")) ? k_num : NULL;
     const char *const *all[] = {k_obj, k_arr, k_str, k_num};

@@ -82,15 +82,8 @@ void kvb_grammar_vocab_free(struct kvb_grammar_vocab *gv) {
     kvb_free(gv);
 }
 
-static bool is_eog(const struct kvb_vocab *v, int32_t id) {
-    if (id == v->eos || id == v->eot) return true;
-    if (v->type[id] != KVB_TOKEN_CONTROL && v->type[id] != KVB_TOKEN_USER_DEFINED) return false;
-    static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|eom_id|>", "</s>"};
-    const char *t = kvb_vocab_text(v, id);
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(t, names[i])) return true;
-    return false;
-}
+/* the end-of-generation set the batch ends sequences on */
+static bool is_eog(const struct kvb_vocab *v, int32_t id) { return kvb_vocab_is_eog(v, id); }
 
 kvb_status kvb_grammar_vocab_new(const struct kvb_vocab *v, struct kvb_grammar_vocab **out) {
     if (!v || !out) return kvb_fail(KVB_ERR_INVALID, "kvb_grammar_vocab_new: NULL argument");
@@ -196,10 +189,12 @@ struct gstate {
 
 #define NO_STATE (-1)   /* dead */
 #define UNKNOWN (-2)    /* transition not computed yet */
-#define FAILED (-3)     /* out of memory */
+#define FAILED (-3)     /* out of memory, or too ambiguous (m->ambiguous) */
+#define MAX_ENTRIES 4096     /* stacks in one state: more is refused as too ambiguous */
+#define MAX_PUSHES (1 << 20) /* expansions in one step */
 #define SOFT_STATES 4096
 #define SOFT_NODES (1 << 20)
-#define HARD_STATES (1 << 18)
+#define HARD_STATES (1 << 16)
 #define NIL UINT32_MAX
 
 struct kvb_matcher {
@@ -218,6 +213,8 @@ struct kvb_matcher {
     int32_t cur;              /* current state, NO_STATE: nothing can follow */
     int32_t start;
     bool ended;               /* an end-of-generation token was accepted */
+    bool ambiguous;           /* the last failure was a bound on stacks or expansions, not memory */
+    int64_t n_pushes;         /* expansions in this step */
     /* scratch of one step */
     uint64_t *out;
     int64_t n_out, cap_out;
@@ -228,6 +225,8 @@ struct kvb_matcher {
     int32_t *dstate;          /* per trie depth */
     uint8_t *allowed;         /* per token */
 };
+
+static kvb_status failed(const struct kvb_matcher *m);
 
 static uint32_t mix32(uint64_t x) {
     x ^= x >> 33;
@@ -287,12 +286,17 @@ static uint32_t node_get(struct kvb_matcher *m, uint32_t pos, uint32_t parent) {
 /* ---- closure: from element pos over return stack parent, the stacks whose top is a set ---- */
 
 static bool out_push(struct kvb_matcher *m, uint64_t e) {
+    if (m->n_out >= MAX_ENTRIES) {
+        m->ambiguous = true;
+        return false;
+    }
     if (m->n_out >= m->cap_out && kvb_grow((void **)&m->out, &m->cap_out, m->n_out + 1, sizeof *m->out)) return false;
     m->out[m->n_out++] = e;
     return true;
 }
 
 static bool vis_reset(struct kvb_matcher *m) {
+    m->n_pushes = 0;
     if (++m->gen == 0) { /* wrapped: clear */
         memset(m->vis_gen, 0, sizeof *m->vis_gen * ((size_t)m->vis_mask + 1));
         m->gen = 1;
@@ -339,6 +343,10 @@ static bool vis_grow(struct kvb_matcher *m) {
 }
 
 static bool work_push(struct kvb_matcher *m, uint32_t pos, uint32_t parent) {
+    if (++m->n_pushes > MAX_PUSHES) {
+        m->ambiguous = true;
+        return false;
+    }
     int r;
     while ((r = vis_first(m, pos, parent)) < 0)
         if (!vis_grow(m)) return false;
@@ -468,12 +476,45 @@ static bool prefix_meets(const struct kvb_grammar *g, const struct kvb_gset *s, 
     uint32_t lo = cp << (6 * rem), hi = lo | ((1u << (6 * rem)) - 1);
     if (lo < min_cp[len]) lo = min_cp[len];
     if (hi > 0x10FFFF) hi = 0x10FFFF;
-    return lo <= hi && kvb_gset_meets(g, s, lo, hi);
+    if (lo > hi) return false;
+    /* surrogates are never characters: only the parts of [lo, hi] outside them count */
+    if (lo < 0xD800 && kvb_gset_meets(g, s, lo, KVB_MIN(hi, 0xD7FFu))) return true;
+    return hi > 0xDFFF && kvb_gset_meets(g, s, KVB_MAX(lo, 0xE000u), hi);
+}
+
+/* A partial character whose every completion is in the set: only the number of continuation bytes still due
+ * matters (so the many prefixes of a string's characters are one state, not one per prefix). */
+#define P_ANY(rem) (1u | (uint32_t)(rem) << 1 | 0x1FFFFFu << 5)
+#define P_IS_ANY(p) (((p) >> 5) == 0x1FFFFFu)
+
+/* Whether every completion of prefix cp (rem bytes missing, of a len-byte character) is a valid character in s:
+ * no overlong form, surrogate or value past U+10FFFF among them (those depend on the next byte: not yet). */
+static bool prefix_covers(const struct kvb_grammar *g, const struct kvb_gset *s, uint32_t cp, int rem, int len) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    const uint32_t lo = cp << (6 * rem), hi = lo | ((1u << (6 * rem)) - 1);
+    if (lo < min_cp[len] || hi > 0x10FFFF || (lo <= 0xDFFF && hi >= 0xD800)) return false;
+    const uint32_t *r = g->ranges + 2 * (size_t)s->first;
+    for (uint32_t i = 0; i < s->n; i++)
+        if (r[2 * i] <= lo) {
+            if (r[2 * i + 1] >= hi) return true;
+        } else break;
+    return false;
+}
+
+/* The entry for node nid after a byte left a partial character (prefix c, rem bytes due, len bytes in all);
+ * false when out of memory. Nothing is added when no completion can be in the set. */
+static bool push_partial(struct kvb_matcher *m, const struct kvb_gset *s, uint32_t nid, uint32_t c, int rem, int len) {
+    uint32_t part;
+    if (prefix_covers(m->g, s, c, rem, len)) part = P_ANY(rem);
+    else if (prefix_meets(m->g, s, c, rem, len)) part = P_MAKE(c, rem, len & 3);
+    else return true;
+    return out_push(m, (uint64_t)nid << 32 | part);
 }
 
 /* The state after byte b from state si: its id, NO_STATE, FAILED. */
 static int32_t step_slow(struct kvb_matcher *m, int32_t si, uint8_t b) {
     const struct kvb_grammar *g = m->g;
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
     m->n_out = 0;
     vis_reset(m);
     const uint32_t first = m->states[si].first, n = m->states[si].n;
@@ -483,32 +524,33 @@ static int32_t step_slow(struct kvb_matcher *m, int32_t si, uint8_t b) {
         if (!nid) continue;
         const uint32_t pos = m->nodes[nid].pos;
         const struct kvb_gset *s = &g->sets[G_ARG(g->elems[pos])];
-        uint32_t cp;
         if (!part) {
             if (b < 0x80) {
                 if (!kvb_gset_has(g, s, b)) continue;
-                cp = b;
             } else {
                 int len = utf8_len(b);
-                if (!len) continue;
-                uint32_t c = b & (0x7Fu >> len);
-                if (prefix_meets(g, s, c, len - 1, len) && !out_push(m, (uint64_t)nid << 32 | P_MAKE(c, len - 1, len & 3))) return FAILED;
+                if (len && !push_partial(m, s, nid, b & (0x7Fu >> len), len - 1, len)) return FAILED;
                 continue;
             }
         } else {
             if ((b & 0xC0) != 0x80) continue;
-            int rem = (int)((part >> 1) & 3) - 1, len = (int)((part >> 3) & 3);
-            if (len == 0) len = 4; /* 4 wraps in two bits */
-            uint32_t c = (part >> 5) << 6 | (b & 0x3Fu);
-            if (rem > 0) {
-                if (prefix_meets(g, s, c, rem, len) && !out_push(m, (uint64_t)nid << 32 | P_MAKE(c, rem, len & 3))) return FAILED;
-                continue;
+            const int rem = (int)((part >> 1) & 3) - 1;
+            if (P_IS_ANY(part)) {
+                if (rem > 0) {
+                    if (!out_push(m, (uint64_t)nid << 32 | P_ANY(rem))) return FAILED;
+                    continue;
+                }
+            } else {
+                int len = (int)((part >> 3) & 3);
+                if (len == 0) len = 4; /* 4 wraps in two bits */
+                const uint32_t c = (part >> 5) << 6 | (b & 0x3Fu);
+                if (rem > 0) {
+                    if (!push_partial(m, s, nid, c, rem, len)) return FAILED;
+                    continue;
+                }
+                if (c < min_cp[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF) || !kvb_gset_has(g, s, c)) continue;
             }
-            static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-            if (c < min_cp[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF) || !kvb_gset_has(g, s, c)) continue;
-            cp = c;
         }
-        (void)cp;
         if (!closure(m, pos + 1, m->nodes[nid].parent)) return FAILED;
     }
     return state_of_out(m);
@@ -557,15 +599,12 @@ static void matcher_tables_free(struct kvb_matcher *m) {
     kvb_free(m->rows);
 }
 
+static void scratch_free(struct kvb_matcher *m);
+
 void kvb_matcher_free(struct kvb_matcher *m) {
     if (!m) return;
     matcher_tables_free(m);
-    kvb_free(m->out);
-    kvb_free(m->work);
-    kvb_free(m->vis);
-    kvb_free(m->vis_gen);
-    kvb_free(m->dstate);
-    kvb_free(m->allowed);
+    scratch_free(m);
     kvb_free(m);
 }
 
@@ -590,7 +629,11 @@ kvb_status kvb_matcher_new(const struct kvb_grammar *g, const struct kvb_grammar
     }
     if (!m->vis || !m->vis_gen || (gv && (!m->dstate || !m->allowed)) || !tables_init(m)) goto nomem;
     m->start = m->cur = start_state(m);
-    if (m->cur == FAILED) goto nomem;
+    if (m->cur == FAILED) {
+        kvb_status st = failed(m);
+        kvb_matcher_free(m);
+        return st;
+    }
     *out = m;
     return KVB_OK;
 nomem:
@@ -598,50 +641,59 @@ nomem:
     return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
 }
 
+/* Interns src's state cur (its stacks and partial characters) into t, whose tables are fresh: the state's id in t,
+ * NO_STATE, FAILED. */
+static int32_t copy_state(const struct kvb_matcher *src, int32_t cur, struct kvb_matcher *t) {
+    if (cur < 0) return cur;
+    const uint32_t ne = src->states[cur].n, first = src->states[cur].first;
+    int64_t total = 0;
+    for (uint32_t k = 0; k < ne; k++) total += src->nodes[src->ent[first + k] >> 32].depth;
+    uint32_t *buf = kvb_malloc(sizeof *buf * (size_t)(total + 1));
+    uint64_t *ents = kvb_malloc(sizeof *ents * ((size_t)ne + 1));
+    int32_t ns = FAILED;
+    if (!buf || !ents) goto done;
+    for (uint32_t k = 0; k < ne; k++) ents[k] = src->ent[first + k];
+    t->n_out = 0;
+    for (uint32_t k = 0; k < ne; k++) {
+        uint32_t nid = (uint32_t)(ents[k] >> 32), d = src->nodes[nid].depth, id = 0;
+        for (uint32_t i = nid, j = 0; i; i = src->nodes[i].parent, j++) buf[d - 1 - j] = src->nodes[i].pos;
+        for (uint32_t j = 0; j < d; j++) {
+            id = node_get(t, buf[j], id);
+            if (id >= NIL - 1) goto done;
+        }
+        if (!out_push(t, (uint64_t)id << 32 | (uint32_t)ents[k])) goto done;
+    }
+    ns = state_of_out(t);
+done:
+    kvb_free(buf);
+    kvb_free(ents);
+    return ns;
+}
+
+static void scratch_free(struct kvb_matcher *m) {
+    kvb_free(m->out);
+    kvb_free(m->work);
+    kvb_free(m->vis);
+    kvb_free(m->vis_gen);
+    kvb_free(m->dstate);
+    kvb_free(m->allowed);
+}
+
 /* When the caches have grown past their bounds: start them over from the current state alone.
  * On failure the old tables stay (still correct, only larger). */
 static void maybe_flush(struct kvb_matcher *m) {
     if (m->n_states < SOFT_STATES && m->n_nodes < SOFT_NODES) return;
-    /* the current state's stacks, bottom first, in one buffer */
-    int64_t total = 0;
-    const int32_t cur = m->cur;
-    uint32_t ne = cur >= 0 ? m->states[cur].n : 0;
-    for (uint32_t k = 0; k < ne; k++) total += m->nodes[m->ent[m->states[cur].first + k] >> 32].depth + 2;
-    uint32_t *buf = kvb_malloc(sizeof *buf * (size_t)(total + 1));
     struct kvb_matcher t = {0};
-    if (!buf) return;
     t.g = m->g;
-    if (kvb_grow((void **)&t.nodes, &t.cap_nodes, 1024, sizeof *t.nodes) || !node_table_init(&t, 1024) || !state_table_init(&t, 256)) goto fail;
-    int64_t w = 0;
-    for (uint32_t k = 0; k < ne; k++) {
-        uint64_t e = m->ent[m->states[cur].first + k];
-        uint32_t nid = (uint32_t)(e >> 32), d = m->nodes[nid].depth;
-        buf[w] = d;
-        buf[w + 1] = (uint32_t)e;
-        for (uint32_t i = nid, j = 0; i; i = m->nodes[i].parent, j++) buf[w + 2 + d - 1 - j] = m->nodes[i].pos;
-        w += d + 2;
+    int32_t ns = FAILED;
+    if (tables_init(&t)) ns = copy_state(m, m->cur, &t);
+    if (ns == FAILED || (m->cur >= 0 && ns < 0)) {
+        matcher_tables_free(&t);
+        kvb_free(t.out);
+        return;
     }
-    t.out = m->out;
-    t.cap_out = m->cap_out;
-    t.n_out = 0;
-    int32_t ns = NO_STATE;
-    w = 0;
-    bool ok = true;
-    for (uint32_t k = 0; k < ne && ok; k++) {
-        uint32_t d = buf[w], part = buf[w + 1], id = 0;
-        for (uint32_t j = 0; j < d && ok; j++) {
-            id = node_get(&t, buf[w + 2 + j], id);
-            ok = id < NIL - 1;
-        }
-        ok = ok && out_push(&t, (uint64_t)id << 32 | part);
-        w += d + 2;
-    }
-    if (ok && ne) ns = state_of_out(&t);
-    m->out = t.out;
-    m->cap_out = t.cap_out;
-    t.out = NULL;
-    if (!ok || ns == FAILED) goto fail;
     matcher_tables_free(m);
+    kvb_free(m->out);
     m->nodes = t.nodes;
     m->cap_nodes = t.cap_nodes;
     m->n_nodes = t.n_nodes;
@@ -657,13 +709,36 @@ static void maybe_flush(struct kvb_matcher *m) {
     m->cap_ent = t.cap_ent;
     m->rows = NULL;
     m->n_rows = m->cap_rows = 0;
+    m->out = t.out;
+    m->cap_out = t.cap_out;
     m->cur = ns;
     m->start = FAILED; /* recomputed on reset */
-    kvb_free(buf);
-    return;
-fail:
-    matcher_tables_free(&t);
-    kvb_free(buf);
+}
+
+kvb_status kvb_matcher_clone(const struct kvb_matcher *m, struct kvb_matcher **out) {
+    if (!m || !out) return kvb_fail(KVB_ERR_INVALID, "kvb_matcher_clone: NULL argument");
+    struct kvb_matcher *t = kvb_calloc(1, sizeof *t);
+    if (!t) return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+    t->g = m->g;
+    t->gv = m->gv;
+    t->vis_mask = 255;
+    t->vis = kvb_malloc(sizeof *t->vis * 256);
+    t->vis_gen = kvb_calloc(256, sizeof *t->vis_gen);
+    if (t->gv) {
+        t->dstate = kvb_malloc(sizeof *t->dstate * ((size_t)t->gv->max_depth + 2));
+        t->allowed = kvb_malloc((size_t)t->gv->n_vocab + 1);
+    }
+    int32_t ns = FAILED;
+    if (t->vis && t->vis_gen && (!t->gv || (t->dstate && t->allowed)) && tables_init(t)) ns = copy_state(m, m->cur, t);
+    if (ns == FAILED || (m->cur >= 0 && ns < 0)) {
+        kvb_matcher_free(t);
+        return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+    }
+    t->cur = ns;
+    t->start = FAILED;
+    t->ended = m->ended;
+    *out = t;
+    return KVB_OK;
 }
 
 void kvb_matcher_reset(struct kvb_matcher *m) {
@@ -679,6 +754,13 @@ void kvb_matcher_reset(struct kvb_matcher *m) {
     m->cur = m->start;
 }
 
+/* The failure behind FAILED: too ambiguous, or out of memory. */
+static kvb_status failed(const struct kvb_matcher *m) {
+    if (m->ambiguous)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "grammar: more than %d parses at once here (the grammar is too ambiguous)", MAX_ENTRIES);
+    return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+}
+
 /* The state after bytes s[0..n) from state si (NO_STATE, FAILED). */
 static int32_t walk(struct kvb_matcher *m, int32_t si, const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n && si >= 0; i++) si = step(m, si, s[i]);
@@ -690,8 +772,9 @@ kvb_status kvb_matcher_accept_bytes(struct kvb_matcher *m, const char *s, size_t
     if (!n) return KVB_OK;
     if (m->ended || m->cur < 0) return kvb_fail(KVB_ERR_INVALID, "grammar: nothing may follow");
     maybe_flush(m);
+    m->ambiguous = false;
     int32_t t = walk(m, m->cur, (const uint8_t *)s, n);
-    if (t == FAILED) return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+    if (t == FAILED) return failed(m);
     if (t < 0) return kvb_fail(KVB_ERR_INVALID, "grammar: the text is refused");
     m->cur = t;
     return KVB_OK;
@@ -716,6 +799,7 @@ bool kvb_matcher_allows(const struct kvb_matcher *cm, int32_t token) {
     /* the matcher is the caller's own (not shared); only its caches change */
     struct kvb_matcher *m = (struct kvb_matcher *)(uintptr_t)cm;
     if (!m) return false;
+    m->ambiguous = false;
     int32_t t = token_step(m, token);
     return t >= 0 || t == -4;
 }
@@ -723,8 +807,9 @@ bool kvb_matcher_allows(const struct kvb_matcher *cm, int32_t token) {
 kvb_status kvb_matcher_accept(struct kvb_matcher *m, int32_t token) {
     if (!m || !m->gv) return kvb_fail(KVB_ERR_INVALID, "kvb_matcher_accept: no matcher or no vocabulary");
     maybe_flush(m);
+    m->ambiguous = false;
     int32_t t = token_step(m, token);
-    if (t == FAILED) return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory");
+    if (t == FAILED) return failed(m);
     if (t == -4) {
         m->ended = true;
         return KVB_OK;
@@ -743,6 +828,7 @@ kvb_status kvb_matcher_mask(struct kvb_matcher *m, float *logits) {
         return KVB_OK;
     }
     maybe_flush(m);
+    m->ambiguous = false;
     uint8_t *allowed = m->allowed;
     memset(allowed, 0, (size_t)nv);
     int32_t *ds = m->dstate;
@@ -757,7 +843,7 @@ kvb_status kvb_matcher_mask(struct kvb_matcher *m, float *logits) {
         if (row >= 0 && (t = m->rows[(size_t)row * 256 + tb[i]]) != UNKNOWN) {
         } else t = step(m, s, tb[i]);
         if (t < 0) {
-            if (t == FAILED) return kvb_fail(KVB_ERR_NOMEM, "grammar matcher: out of memory (state cache)");
+            if (t == FAILED) return failed(m);
             i = skip[i];
             continue;
         }

@@ -271,7 +271,10 @@ static jv jp_string(struct jp *j) {
     bool esc = false;
     while (j->p < j->end && *j->p != '"') {
         if ((unsigned char)*j->p < 0x20) jp_fail(j, "control character in a string");
-        if (*j->p == '\\') { esc = true; j->p++; }
+        if (*j->p == '\\') {
+            esc = true;
+            if (++j->p >= j->end) break; /* a backslash ending the text: unterminated, never past the end */
+        }
         j->p++;
         n++;
     }
