@@ -16,7 +16,8 @@
 #     /detokenize, /props, Allow on 405, -a, -np, -c, -ngl,
 #     --chat-template-file, --no-jinja;
 #   - the official openai npm client runs an agent's loop of 20 turns on one
-#     bounded session (tests/serve/agent_loop.mjs).
+#     bounded session (tests/serve/agent_loop.mjs), on that model and on
+#     the shared stories260K with the same template.
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -146,21 +147,31 @@ else ko serve_props "$(head -c 300 "$T/r.out")"; fi
 curl -s -D "$T/h.txt" -o /dev/null "$URL/tokenize"
 if grep -q "^HTTP/1.1 405" "$T/h.txt" && grep -qi "^Allow: POST" "$T/h.txt"; then ok serve_405_allow; else ko serve_405_allow "$(head -n 5 "$T/h.txt")"; fi
 
-# the agent's loop through the official openai client
-if command -v node > /dev/null && [ -d "$HERE/serve/node_modules/openai" ]; then
-    out=$(timeout 600 node "$HERE/serve/agent_loop.mjs" "$URL" 20 2>&1)
-    while IFS= read -r line; do
-        case "$line" in
-            "ok   "*) ok "${line#ok   }" ;;
-            "FAIL "*) rest=${line#FAIL }; ko "${rest%%:*}" "${rest#*: }" ;;
-            *Error*|*error*) ko agent_loop_ran "$line" ;;
-        esac
-    done <<EOT
+# the agent's loop through the official openai client: LABEL runs it against $URL
+agent_loop() {
+    if command -v node > /dev/null && [ -d "$HERE/serve/node_modules/openai" ]; then
+        out=$(timeout 600 node "$HERE/serve/agent_loop.mjs" "$URL" 20 2>&1)
+        while IFS= read -r line; do
+            case "$line" in
+                "ok   "*) ok "$1_${line#ok   }" ;;
+                "FAIL "*) rest=${line#FAIL }; ko "$1_${rest%%:*}" "${rest#*: }" ;;
+                *Error*|*error*) ko "$1_agent_loop_ran" "$line" ;;
+            esac
+        done <<EOT
 $out
 EOT
-elif [ "${KVB_REQUIRE_NPM:-0}" = 1 ]; then ko agent_loop "node or tests/serve/node_modules missing (KVB_REQUIRE_NPM=1)"
-else sk agent_loop "node or tests/serve/node_modules missing (npm install --prefix tests/serve)"; fi
+    elif [ "${KVB_REQUIRE_NPM:-0}" = 1 ]; then ko "$1_agent_loop" "node or tests/serve/node_modules missing (KVB_REQUIRE_NPM=1)"
+    else sk "$1_agent_loop" "node or tests/serve/node_modules missing (npm install --prefix tests/serve)"; fi
+}
+agent_loop qwen
 kill -TERM $PID; wait $PID 2>/dev/null
+# and on a shared trained model (stories260K: its vocabulary has none of the template's markers, which it reads as text)
+G="$D/models/stories260K/stories260K.llamacpp.gguf"
+if [ -f "$G" ]; then
+    start st -m "$G" --sessions "$T/sst" --budget 512 -t 1 --chat-template-file "$TM"
+    agent_loop stories
+    kill -TERM $PID; wait $PID 2>/dev/null
+else skip_case serve_agents_stories "missing $G"; fi
 
 # flags: --chat-template-file; --no-jinja refuses tools by name; -c bounds a full session
 start b -m "$T/q0.gguf" --sessions "$T/sb" --policy full -c 300 -t 1 --chat-template-file "$TM"
