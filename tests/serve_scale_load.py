@@ -3,7 +3,7 @@
 behind a load balancer (used by tests/test_serve_scale_cli.sh). Python 3
 standard library only.
 
-  serve_scale_load.py URL CLIENTS SECONDS [MAX_TOKENS [PREFIX]]
+  serve_scale_load.py URL CLIENTS SECONDS [MAX_TOKENS [PREFIX [FROM:TO]]]
 
 CLIENTS threads, each owning the session PREFIX-<i>, send chat turns (one
 new user message each, `max_tokens` MAX_TOKENS, default 4) to URL for
@@ -32,7 +32,8 @@ answered and raise `turns` by one (no session corrupt).
 
 Prints one JSON line: clients, turns_acknowledged, turns_stored_unacknowledged,
 turns_lost, turns_extra, failures (with the first few), retries by kind,
-latency_ms p50/p99/max over the acknowledged turns, sessions_checked,
+latency_ms p50/p99/max over the acknowledged turns (and latency_window_ms over
+those that started FROM..TO seconds into the load: around a kill), sessions_checked,
 sessions_corrupt. Exits 0 when lost, extra, failures and corrupt are all 0.
 """
 import http.client
@@ -52,7 +53,7 @@ class Client:
         self.conn = None
         self.acked = 0            # turns answered 200
         self.unacked = 0          # turns stored whose answer never came
-        self.latencies = []
+        self.latencies = []       # (start, milliseconds) of each acknowledged turn
         self.retries = {}
         self.failures = []
         self.resets = []          # the first few connection errors, as seen
@@ -120,7 +121,7 @@ class Client:
                     self.failures.append(f"{self.sid} turn {n}: 200 without a chat.completion: {data[:200]!r}")
                     return "fail"
                 self.acked += 1
-                self.latencies.append((time.monotonic() - t0) * 1000.0)
+                self.latencies.append((t0, (time.monotonic() - t0) * 1000.0))
                 return "ack"
             if st in (503, 429, 409):
                 if st == 503 and resp.getheader("Retry-After") is None:
@@ -188,9 +189,11 @@ def main():
     url, nclients, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     max_tokens = int(sys.argv[4]) if len(sys.argv) > 4 else 4
     prefix = sys.argv[5] if len(sys.argv) > 5 else "scale"
+    win = [float(x) for x in sys.argv[6].split(":")] if len(sys.argv) > 6 else None
     u = urllib.parse.urlparse(url)
     clients = [Client(u.hostname, u.port, f"{prefix}-{i}", max_tokens) for i in range(nclients)]
-    end = time.monotonic() + seconds
+    start = time.monotonic()
+    end = start + seconds
     ts = [threading.Thread(target=c.run, args=(end,)) for c in clients]
     for t in ts:
         t.start()
@@ -205,7 +208,8 @@ def main():
     for c in clients:
         for k, v in c.retries.items():
             retries[k] = retries.get(k, 0) + v
-    lat = [x for c in clients for x in c.latencies]
+    lat = [ms for c in clients for _, ms in c.latencies]
+    lw = [ms for c in clients for t, ms in c.latencies if win and win[0] <= t - start < win[1]]
     failures = [f for c in clients for f in c.failures]
     out = {
         "clients": nclients, "seconds": seconds, "max_tokens": max_tokens,
@@ -214,6 +218,8 @@ def main():
         "turns_lost": lost, "turns_extra": extra,
         "retries": retries, "resets_first": [r for c in clients for r in c.resets][:3], "failures": len(failures), "failures_first": failures[:5],
         "latency_ms": {"p50": pct(lat, 50), "p99": pct(lat, 99), "max": round(max(lat), 1) if lat else None},
+        "latency_window_ms": {"from_s": win[0], "to_s": win[1], "turns": len(lw), "p50": pct(lw, 50), "p99": pct(lw, 99),
+                              "max": round(max(lw), 1) if lw else None} if win else None,
         "sessions_checked": nclients, "sessions_corrupt": corrupt,
     }
     print(json.dumps(out, sort_keys=True))
