@@ -31,7 +31,8 @@ turn counted once: "lost" counts the difference), and one more turn must be
 answered and raise `turns` by one (no session corrupt).
 
 Prints one JSON line: clients, turns_acknowledged, turns_stored_unacknowledged,
-turns_lost, turns_extra, failures (with the first few), retries by kind,
+turns_lost, turns_extra, failures (with the first few), the retryable errors
+met by kind ("errors") and of them those whose turn was sent again ("retries"),
 latency_ms p50/p99/max over the acknowledged turns (and latency_window_ms over
 those that started FROM..TO seconds into the load: around a kill), sessions_checked,
 sessions_corrupt. Exits 0 when lost, extra, failures and corrupt are all 0.
@@ -54,7 +55,8 @@ class Client:
         self.acked = 0            # turns answered 200
         self.unacked = 0          # turns stored whose answer never came
         self.latencies = []       # (start, milliseconds) of each acknowledged turn
-        self.retries = {}
+        self.errors = {}          # errors met, by kind
+        self.retries = {}         # of them, the ones whose turn was sent again
         self.failures = []
         self.resets = []          # the first few connection errors, as seen
 
@@ -75,6 +77,9 @@ class Client:
             self.conn.close()
             self.conn = None
             raise
+
+    def met(self, kind):
+        self.errors[kind] = self.errors.get(kind, 0) + 1
 
     def retried(self, kind):
         self.retries[kind] = self.retries.get(kind, 0) + 1
@@ -128,12 +133,14 @@ class Client:
                     # the proxy's own 503: no replica could take it
                     self.failures.append(f"{self.sid} turn {n}: 503 without Retry-After: {data[:200]!r}")
                     return "fail"
+                self.met(str(st))
                 self.retried(str(st))
                 ra = resp.getheader("Retry-After")
                 time.sleep(min(float(ra), RETRY_CAP) if ra else 0.2)
                 continue
             if st is None or st in (502, 504):
-                self.retried("reset" if st is None else str(st))
+                kind = "reset" if st is None else str(st)
+                self.met(kind)
                 stored = self.stored_turns()
                 if stored is None:
                     self.failures.append(f"{self.sid} turn {n}: the session's state could not be read after {st}")
@@ -145,6 +152,7 @@ class Client:
                     self.failures.append(f"{self.sid} turn {n}: after {st} the store holds {stored} turns, "
                                          f"the client {self.acked} acknowledged + {self.unacked} unacknowledged")
                     return "fail"
+                self.retried(kind)
                 time.sleep(0.1)
                 continue
             self.failures.append(f"{self.sid} turn {n}: {st}: {data[:200]!r}")
@@ -204,10 +212,12 @@ def main():
         c.conn = None
         lo, ex, co = c.check()
         lost, extra, corrupt = lost + lo, extra + ex, corrupt + co
-    retries = {}
+    retries, errors = {}, {}
     for c in clients:
         for k, v in c.retries.items():
             retries[k] = retries.get(k, 0) + v
+        for k, v in c.errors.items():
+            errors[k] = errors.get(k, 0) + v
     lat = [ms for c in clients for _, ms in c.latencies]
     lw = [ms for c in clients for t, ms in c.latencies if win and win[0] <= t - start < win[1]]
     failures = [f for c in clients for f in c.failures]
@@ -216,7 +226,7 @@ def main():
         "turns_acknowledged": sum(c.acked for c in clients),
         "turns_stored_unacknowledged": sum(c.unacked for c in clients),
         "turns_lost": lost, "turns_extra": extra,
-        "retries": retries, "resets_first": [r for c in clients for r in c.resets][:3], "failures": len(failures), "failures_first": failures[:5],
+        "errors": errors, "retries": retries, "resets_first": [r for c in clients for r in c.resets][:3], "failures": len(failures), "failures_first": failures[:5],
         "latency_ms": {"p50": pct(lat, 50), "p99": pct(lat, 99), "max": round(max(lat), 1) if lat else None},
         "latency_window_ms": {"from_s": win[0], "to_s": win[1], "turns": len(lw), "p50": pct(lw, 50), "p99": pct(lw, 99),
                               "max": round(max(lw), 1) if lw else None} if win else None,
