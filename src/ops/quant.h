@@ -11,6 +11,9 @@
  *                      min); u8 qs[128]. Per 64 elements, 32 bytes of qs:
  *                      low nibbles are sub-block 2k, high nibbles 2k+1;
  *                      x = d * sc_j * q - dmin * m_j
+ *   Q5_K 256 el, 176 B: f16 d, dmin; u8 scales[12] as Q4_K's; u8 qh[32]
+ *                      (el l of sub-block j: bit j of qh[l]); u8 qs[128]
+ *                      nibbles as Q4_K's; x = d * sc_j * (q + 16 h) - dmin * m_j
  *   Q6_K 256 el, 210 B: u8 ql[128] (low 4 bits), u8 qh[64] (high 2 bits),
  *                      int8 scales[16] (one per 16 el), f16 d;
  *                      x = d * scale * (q - 32)
@@ -32,12 +35,14 @@ struct block_q8_0 { uint16_t d; int8_t qs[QK8_0]; };
 struct block_q4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };
 struct block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
 struct block_q4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
+struct block_q5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 
 _Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block");
 _Static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(struct block_q5_0) == 22, "q5_0 block");
 _Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(struct block_q5_K) == 176, "q5_K block");
 _Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block");
 
 static inline float kvb_bf16_to_f32(uint16_t h) {
@@ -70,6 +75,13 @@ static inline void kvb_q4k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_
         *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
+}
+
+/* Code e (0..255) of a Q5_K block, 0..31, and its sub-block e / 32. */
+static inline int kvb_q5k_code(const struct block_q5_K *b, int e) {
+    const int j = e / 32, l = e % 32;
+    const uint8_t byte = b->qs[(j / 2) * 32 + l];
+    return (j % 2 ? byte >> 4 : byte & 0xF) | (((b->qh[l] >> j) & 1) << 4);
 }
 
 /* y[0..n) = dequantized row; n must be a multiple of the block size. */

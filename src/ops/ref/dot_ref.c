@@ -101,6 +101,27 @@ float kvb_dot_q4_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n
     return (float)acc;
 }
 
+/* Q5_K against Q8_K-form activations: Q4_K's sum with 5-bit codes. */
+float kvb_dot_q5_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_K *b = row;
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *xq = x->q + i * QK_K;
+        int64_t sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            kvb_q4k_scale_min(j, b[i].scales, &sc, &m);
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++) s += (int32_t)kvb_q5k_code(&b[i], j * 32 + l) * xq[j * 32 + l];
+            sumi += (int64_t)sc * s;
+            summ += (int64_t)m * (x->s[i * 16 + 2 * j] + x->s[i * 16 + 2 * j + 1]);
+        }
+        const double dx = x->d[i];
+        acc += dx * ((double)kvb_f16_to_f32(b[i].d) * (double)sumi - (double)kvb_f16_to_f32(b[i].dmin) * (double)summ);
+    }
+    return (float)acc;
+}
+
 /* Q6_K against Q8_K-form activations: per super-block,
  * d * d_x * sum over 16-element sub-blocks of sc * sum((q - 32) * qx). */
 float kvb_dot_q6_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n) {
@@ -132,6 +153,7 @@ kvb_dot_q8_fn kvb_dot_q8_ref(uint32_t type) {
     case GGML_TYPE_Q4_0: return kvb_dot_q4_0_q8_ref;
     case GGML_TYPE_Q5_0: return kvb_dot_q5_0_q8_ref;
     case GGML_TYPE_Q4_K: return kvb_dot_q4_K_q8_ref;
+    case GGML_TYPE_Q5_K: return kvb_dot_q5_K_q8_ref;
     case GGML_TYPE_Q6_K: return kvb_dot_q6_K_q8_ref;
     default: return NULL;
     }
@@ -140,6 +162,7 @@ kvb_dot_q8_fn kvb_dot_q8_ref(uint32_t type) {
 static float dot_q4_0_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q4_0, row, x, n); }
 float kvb_dot_q5_0_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q5_0, row, x, n); }
 static float dot_q4_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q4_K, row, x, n); }
+float kvb_dot_q5_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q5_K, row, x, n); }
 static float dot_q6_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q6_K, row, x, n); }
 
 /* The prefill contract (matmul.h): one fmaf chain per (row, token) in k
@@ -162,6 +185,6 @@ const struct kvb_dot_kernels kvb_dot_ref = {
     .dot = {
         [GGML_TYPE_F32] = dot_f32_ref, [GGML_TYPE_F16] = dot_f16_ref, [GGML_TYPE_BF16] = dot_bf16_ref,
         [GGML_TYPE_Q8_0] = dot_q8_0_ref, [GGML_TYPE_Q4_0] = dot_q4_0_ref, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,
-        [GGML_TYPE_Q4_K] = dot_q4_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_ref,
+        [GGML_TYPE_Q4_K] = dot_q4_K_ref, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_ref,
     },
 };

@@ -46,6 +46,19 @@ static void deq_q4_K(const struct block_q4_K *b, float *y, int64_t nb) {
     }
 }
 
+/* As ggml: (d * sc) * q - dmin * m, q the nibble plus 16 times its qh bit. */
+static void deq_q5_K(const struct block_q5_K *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += QK_K) {
+        const float d = kvb_f16_to_f32(b[i].d), dmin = kvb_f16_to_f32(b[i].dmin);
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            kvb_q4k_scale_min(j, b[i].scales, &sc, &m);
+            const float dj = d * sc, mj = dmin * m;
+            for (int l = 0; l < 32; l++) y[j * 32 + l] = dj * (float)kvb_q5k_code(&b[i], j * 32 + l) - mj;
+        }
+    }
+}
+
 static void deq_q6_K(const struct block_q6_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         const float d = kvb_f16_to_f32(b[i].d);
@@ -80,6 +93,7 @@ void kvb_dequantize_row(uint32_t type, const void *row, float *y, int64_t n) {
     case GGML_TYPE_Q4_0: deq_q4_0(row, y, n / QK4_0); break;
     case GGML_TYPE_Q5_0: deq_q5_0(row, y, n / QK5_0); break;
     case GGML_TYPE_Q4_K: deq_q4_K(row, y, n / QK_K); break;
+    case GGML_TYPE_Q5_K: deq_q5_K(row, y, n / QK_K); break;
     case GGML_TYPE_Q6_K: deq_q6_K(row, y, n / QK_K); break;
     default: memset(y, 0, sizeof(float) * (size_t)n); break;
     }
@@ -137,48 +151,64 @@ static void q_q5_0(const float *x, struct block_q5_0 *b, int64_t nb) {
     }
 }
 
+/* One K-quant super-block of 256 (Q4_K: nmax 15, Q5_K: 31): per sub-block of
+ * 32, a scale (range / nmax) and a min (clamped at 0: x = s*q - m with
+ * m >= 0), both as 6-bit multiples of the f16 d and dmin; codes q[256] in
+ * 0..nmax rounded to nearest. */
+static void kquant_block(const float *x, int nmax, uint16_t *dh, uint16_t *dminh, uint8_t scales[12], int q[QK_K]) {
+    float scale[8], mins[8], max_s = 0, max_m = 0;
+    for (int j = 0; j < 8; j++) {
+        float lo = 0, hi = 0;
+        for (int l = 0; l < 32; l++) { lo = fminf(lo, x[j * 32 + l]); hi = fmaxf(hi, x[j * 32 + l]); }
+        scale[j] = (hi - lo) / (float)nmax;
+        mins[j] = -lo;
+        max_s = fmaxf(max_s, scale[j]);
+        max_m = fmaxf(max_m, mins[j]);
+    }
+    *dh = kvb_f32_to_f16(max_s / 63.0f);
+    *dminh = kvb_f32_to_f16(max_m / 63.0f);
+    const float d = kvb_f16_to_f32(*dh), dmin = kvb_f16_to_f32(*dminh);
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; j++) {
+        ls[j] = (uint8_t)KVB_MIN(63, KVB_MAX(0, d ? nearest(scale[j] / d) : 0));
+        lm[j] = (uint8_t)KVB_MIN(63, KVB_MAX(0, dmin ? nearest(mins[j] / dmin) : 0));
+    }
+    memset(scales, 0, 12);
+    for (int j = 0; j < 8; j++) { /* inverse of kvb_q4k_scale_min */
+        if (j < 4) {
+            scales[j] |= ls[j] & 63;
+            scales[j + 4] |= lm[j] & 63;
+        } else {
+            scales[j + 4] |= (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+            scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+            scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+        }
+    }
+    for (int j = 0; j < 8; j++) {
+        const float sd = d * ls[j], sm = dmin * lm[j];
+        for (int l = 0; l < 32; l++) q[j * 32 + l] = KVB_MIN(nmax, KVB_MAX(0, sd ? nearest((x[j * 32 + l] + sm) / sd) : 0));
+    }
+}
+
 static void q_q4_K(const float *x, struct block_q4_K *b, int64_t nb) {
+    int q[QK_K];
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
-        float scale[8], mins[8], max_s = 0, max_m = 0;
-        for (int j = 0; j < 8; j++) {
-            float lo = 0, hi = 0; /* the min is clamped at 0: x = s*q - m with m >= 0 */
-            for (int l = 0; l < 32; l++) { lo = fminf(lo, x[j * 32 + l]); hi = fmaxf(hi, x[j * 32 + l]); }
-            scale[j] = (hi - lo) / 15.0f;
-            mins[j] = -lo;
-            max_s = fmaxf(max_s, scale[j]);
-            max_m = fmaxf(max_m, mins[j]);
+        kquant_block(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
+        for (int k = 0; k < 128; k++) /* byte (j / 2) * 32 + l: sub-block j even low nibble, odd high */
+            b[i].qs[k] = (uint8_t)(q[(k / 32) * 64 + k % 32] | (q[(k / 32) * 64 + 32 + k % 32] << 4));
+    }
+}
+
+static void q_q5_K(const float *x, struct block_q5_K *b, int64_t nb) {
+    int q[QK_K];
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        kquant_block(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
+        memset(b[i].qh, 0, sizeof b[i].qh);
+        for (int k = 0; k < 128; k++) {
+            const int lo = q[(k / 32) * 64 + k % 32], hi = q[(k / 32) * 64 + 32 + k % 32];
+            b[i].qs[k] = (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
         }
-        float d = max_s / 63.0f, dmin = max_m / 63.0f;
-        b[i].d = kvb_f32_to_f16(d);
-        b[i].dmin = kvb_f32_to_f16(dmin);
-        d = kvb_f16_to_f32(b[i].d);
-        dmin = kvb_f16_to_f32(b[i].dmin);
-        uint8_t ls[8], lm[8];
-        for (int j = 0; j < 8; j++) {
-            ls[j] = (uint8_t)KVB_MIN(63, KVB_MAX(0, d ? nearest(scale[j] / d) : 0));
-            lm[j] = (uint8_t)KVB_MIN(63, KVB_MAX(0, dmin ? nearest(mins[j] / dmin) : 0));
-        }
-        memset(b[i].scales, 0, 12);
-        for (int j = 0; j < 8; j++) { /* inverse of kvb_q4k_scale_min */
-            if (j < 4) {
-                b[i].scales[j] |= ls[j] & 63;
-                b[i].scales[j + 4] |= lm[j] & 63;
-            } else {
-                b[i].scales[j + 4] |= (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-                b[i].scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
-                b[i].scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
-            }
-        }
-        for (int j = 0; j < 8; j++) {
-            float sd = d * ls[j], sm = dmin * lm[j];
-            for (int l = 0; l < 32; l++) {
-                int q = sd ? nearest((x[j * 32 + l] + sm) / sd) : 0;
-                q = KVB_MIN(15, KVB_MAX(0, q));
-                int byte = (j / 2) * 32 + l;
-                if (j % 2 == 0) b[i].qs[byte] = (uint8_t)((b[i].qs[byte] & 0xF0) | q);
-                else b[i].qs[byte] = (uint8_t)((b[i].qs[byte] & 0x0F) | (q << 4));
-            }
-        }
+        for (int e = 0; e < QK_K; e++) b[i].qh[e % 32] |= (uint8_t)((q[e] >> 4) << (e / 32));
     }
 }
 
@@ -224,6 +254,7 @@ bool kvb_quantize_row(uint32_t type, const float *x, void *row, int64_t n) {
     case GGML_TYPE_Q4_0: if (n % QK4_0) return false; q_q4_0(x, row, n / QK4_0); return true;
     case GGML_TYPE_Q5_0: if (n % QK5_0) return false; q_q5_0(x, row, n / QK5_0); return true;
     case GGML_TYPE_Q4_K: if (n % QK_K) return false; q_q4_K(x, row, n / QK_K); return true;
+    case GGML_TYPE_Q5_K: if (n % QK_K) return false; q_q5_K(x, row, n / QK_K); return true;
     case GGML_TYPE_Q6_K: if (n % QK_K) return false; q_q6_K(x, row, n / QK_K); return true;
     default: return false;
     }

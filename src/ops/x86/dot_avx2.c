@@ -488,6 +488,50 @@ float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     return kvb_hsum8(acc) - _mm_cvtss_f32(m);
 }
 
+/* Q5_K: Q4_K's kernel with the fifth bit of sub-block j from bit j of qh[l]
+ * (l = the element within its 32): qh's 32 bytes shifted right by 2 per pair
+ * of sub-blocks, bit 0 and bit 1 moved to 16 (codes 0..31: maddubs at most
+ * 2 * 31 * 127, the block's int32 sum below 2^27). */
+float kvb_dot_q5_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_K *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q5_K *bk = &b[i];
+        const int8_t *xq = x->q + i * QK_K;
+        prefetch_ahead(bk, sizeof *bk);
+        __m128 summ;
+        const __m256i sc = _mm256_broadcastsi128_si256(q4k_block_scales((const struct block_q4_K *)(const void *)bk, x->s + i * 16, &summ));
+        __m256i sumi = _mm256_setzero_si256();
+        __m256i qh = _mm256_loadu_si256((const __m256i *)bk->qh);
+#define Q5K_PAIR(K)                                                                                                            \
+    do {                                                                                                                       \
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(bk->qs + 32 * (K)));                                           \
+        const __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(qh, 4), k16);                                                 \
+        const __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(qh, 3), k16);                                                 \
+        const __m256i lo = _mm256_maddubs_epi16(_mm256_or_si256(_mm256_and_si256(q, m4), h0),                                \
+                                                _mm256_loadu_si256((const __m256i *)(xq + 64 * (K))));                       \
+        const __m256i hi = _mm256_maddubs_epi16(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1),         \
+                                                _mm256_loadu_si256((const __m256i *)(xq + 64 * (K) + 32)));                  \
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, LANE16(2 * (K)))),        \
+                                                       _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, LANE16(2 * (K) + 1))))); \
+        qh = _mm256_srli_epi16(qh, 2);                                                                                        \
+    } while (0)
+        Q5K_PAIR(0);
+        Q5K_PAIR(1);
+        Q5K_PAIR(2);
+        Q5K_PAIR(3);
+#undef Q5K_PAIR
+        const float dx = x->d[i];
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(_cvtsh_ss(bk->d) * dx), acc);
+        accm = _mm_fmadd_ps(summ, _mm_set1_ps(_cvtsh_ss(bk->dmin) * dx), accm);
+    }
+    __m128 m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return kvb_hsum8(acc) - _mm_cvtss_f32(m);
+}
+
 float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q6_K *b = row;
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
@@ -564,7 +608,7 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .pack = kvb_pack_panel_avx2,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2,
-        [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
+        [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
     },
     .q8_tile = q8_tile_avx2,
     .q8_tile_rows = 4,
@@ -575,6 +619,6 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,
-        [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
+        [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
     },
 };
