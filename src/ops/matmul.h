@@ -45,7 +45,7 @@ void kvb_pack_panel(const struct kvb_mat *w, int64_t r0, int nr, float *wp, floa
 
 /* Activations quantized to int8, in the form a weight type's integer dot
  * wants (kvb_act_form):
- *   KVB_ACT_Q8_0 (q8_0, q4_0, q5_0 rows): blocks of 32, d[n/32] f32 scales, and
+ *   KVB_ACT_Q8_0 (q8_0, q4_0, q5_0, q4_1, q5_1 rows): blocks of 32, d[n/32] f32 scales, and
  *     s[n/32], the integer sums of q over each block (the VNNI tiles' offset
  *     of 128 on the weights costs one subtraction of 128 * s per block);
  *   KVB_ACT_Q8_K (q4_K, q5_K, q6_K rows): blocks of 256, d[n/256] f32 scales, and
@@ -117,6 +117,10 @@ float kvb_dot_q6_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n
 /* Rows against f32 by the reference (dequantized blocks): the types whose
  * every family decodes through its integer dot and prefills through panels. */
 float kvb_dot_q5_K_ref(const void *row, const float *x, int64_t n);
+float kvb_dot_q4_1_ref(const void *row, const float *x, int64_t n);
+float kvb_dot_q5_1_ref(const void *row, const float *x, int64_t n);
+float kvb_dot_q4_1_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_1_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
 /* The reference for a type (NULL: no integer form). */
 kvb_dot_q8_fn kvb_dot_q8_ref(uint32_t type);
 extern const struct kvb_dot_kernels kvb_dot_ref;

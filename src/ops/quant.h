@@ -5,6 +5,8 @@
  *   Q8_0  32 el, 34 B: f16 d; int8 q[32];                x = d * q
  *   Q4_0  32 el, 18 B: f16 d; u8 qs[16] (el i: low nibble of qs[i] for
  *                      i < 16, high nibble of qs[i-16]);  x = d * (q - 8)
+ *   Q4_1  32 el, 20 B: f16 d, m; u8 qs[16] nibbles as Q4_0's;  x = d * q + m
+ *   Q5_1  32 el, 24 B: f16 d, m; u8 qh[4], u8 qs[16] as Q5_0's; x = d * q + m
  *   Q5_0  32 el, 22 B: f16 d; u8 qh[4] (bit i, little-endian: the fifth bit
  *                      of el i); u8 qs[16] nibbles as Q4_0's;  x = d * (q - 16)
  *   Q4_K 256 el, 144 B: f16 d, dmin; u8 scales[12] (8 x 6-bit scale and
@@ -29,11 +31,15 @@
 #define QK8_0 32
 #define QK4_0 32
 #define QK5_0 32
+#define QK4_1 32
+#define QK5_1 32
 #define QK_K 256
 
 struct block_q8_0 { uint16_t d; int8_t qs[QK8_0]; };
 struct block_q4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };
 struct block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
+struct block_q4_1 { uint16_t d, m; uint8_t qs[QK4_1 / 2]; };
+struct block_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
 struct block_q4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
 struct block_q5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
@@ -41,6 +47,8 @@ struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK
 _Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block");
 _Static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(struct block_q5_0) == 22, "q5_0 block");
+_Static_assert(sizeof(struct block_q4_1) == 20, "q4_1 block");
+_Static_assert(sizeof(struct block_q5_1) == 24, "q5_1 block");
 _Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block");
 _Static_assert(sizeof(struct block_q5_K) == 176, "q5_K block");
 _Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block");
@@ -58,13 +66,17 @@ static inline uint16_t kvb_f32_to_bf16(float f) {
     return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);           /* round to nearest even */
 }
 
-/* Code j (0..31) of a Q5_0 block, 0..31 (the value is d * (code - 16)). */
-static inline int kvb_q5_0_code(const struct block_q5_0 *b, int j) {
+/* Code j (0..31) of a block of 32 five-bit codes (Q5_0, Q5_1): 0..31. */
+static inline int kvb_q5_code(const uint8_t *qh4, const uint8_t *qs, int j) {
     uint32_t qh;
-    memcpy(&qh, b->qh, 4);
-    const int nib = j < 16 ? b->qs[j] & 0xF : b->qs[j - 16] >> 4;
+    memcpy(&qh, qh4, 4);
+    const int nib = j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4;
     return nib | (int)(((qh >> j) & 1u) << 4);
 }
+/* Code j of a Q5_0 block (the value is d * (code - 16)). */
+static inline int kvb_q5_0_code(const struct block_q5_0 *b, int j) { return kvb_q5_code(b->qh, b->qs, j); }
+/* Code j (0..15) of a block of 32 nibbles (Q4_0, Q4_1, IQ4_NL, MXFP4). */
+static inline int kvb_nib_code(const uint8_t *qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
 
 /* 6-bit scale and min j of a Q4_K block */
 static inline void kvb_q4k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {

@@ -76,6 +76,30 @@ float kvb_dot_q5_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n
     return (float)acc;
 }
 
+/* Q4_1 and Q5_1 against Q8_0-form activations: per block,
+ * d_x * (d * sum(q * qx) + m * sum(qx)), sum(qx) the activations' s. */
+float kvb_dot_q4_1_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q4_1 *b = row;
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < QK4_1; j++) s += (int32_t)kvb_nib_code(b[i].qs, j) * (int32_t)x->q[i * QK4_1 + j];
+        acc += (double)x->d[i] * ((double)kvb_f16_to_f32(b[i].d) * (double)s + (double)kvb_f16_to_f32(b[i].m) * (double)x->s[i]);
+    }
+    return (float)acc;
+}
+
+float kvb_dot_q5_1_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_1 *b = row;
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < QK5_1; j++) s += (int32_t)kvb_q5_code(b[i].qh, b[i].qs, j) * (int32_t)x->q[i * QK5_1 + j];
+        acc += (double)x->d[i] * ((double)kvb_f16_to_f32(b[i].d) * (double)s + (double)kvb_f16_to_f32(b[i].m) * (double)x->s[i]);
+    }
+    return (float)acc;
+}
+
 /* Q4_K against Q8_K-form activations: per super-block,
  * d_x * (d * sum_j sc_j * sum(q * qx) - dmin * sum_j m_j * sum(qx)). */
 float kvb_dot_q4_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n) {
@@ -152,6 +176,8 @@ kvb_dot_q8_fn kvb_dot_q8_ref(uint32_t type) {
     case GGML_TYPE_Q8_0: return kvb_dot_q8_0_q8_ref;
     case GGML_TYPE_Q4_0: return kvb_dot_q4_0_q8_ref;
     case GGML_TYPE_Q5_0: return kvb_dot_q5_0_q8_ref;
+    case GGML_TYPE_Q4_1: return kvb_dot_q4_1_q8_ref;
+    case GGML_TYPE_Q5_1: return kvb_dot_q5_1_q8_ref;
     case GGML_TYPE_Q4_K: return kvb_dot_q4_K_q8_ref;
     case GGML_TYPE_Q5_K: return kvb_dot_q5_K_q8_ref;
     case GGML_TYPE_Q6_K: return kvb_dot_q6_K_q8_ref;
@@ -163,6 +189,8 @@ static float dot_q4_0_ref(const void *row, const float *x, int64_t n) { return d
 float kvb_dot_q5_0_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q5_0, row, x, n); }
 static float dot_q4_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q4_K, row, x, n); }
 float kvb_dot_q5_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q5_K, row, x, n); }
+float kvb_dot_q4_1_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q4_1, row, x, n); }
+float kvb_dot_q5_1_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q5_1, row, x, n); }
 static float dot_q6_K_ref(const void *row, const float *x, int64_t n) { return dot_blocks(GGML_TYPE_Q6_K, row, x, n); }
 
 /* The prefill contract (matmul.h): one fmaf chain per (row, token) in k
@@ -185,6 +213,7 @@ const struct kvb_dot_kernels kvb_dot_ref = {
     .dot = {
         [GGML_TYPE_F32] = dot_f32_ref, [GGML_TYPE_F16] = dot_f16_ref, [GGML_TYPE_BF16] = dot_bf16_ref,
         [GGML_TYPE_Q8_0] = dot_q8_0_ref, [GGML_TYPE_Q4_0] = dot_q4_0_ref, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
         [GGML_TYPE_Q4_K] = dot_q4_K_ref, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_ref,
     },
 };

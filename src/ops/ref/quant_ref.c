@@ -28,6 +28,21 @@ static void deq_q5_0(const struct block_q5_0 *b, float *y, int64_t nb) {
     }
 }
 
+/* As ggml: code * d + m. */
+static void deq_q4_1(const struct block_q4_1 *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = kvb_f16_to_f32(b[i].d), m = kvb_f16_to_f32(b[i].m);
+        for (int k = 0; k < QK4_1; k++) y[i * QK4_1 + k] = (float)kvb_nib_code(b[i].qs, k) * d + m;
+    }
+}
+
+static void deq_q5_1(const struct block_q5_1 *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = kvb_f16_to_f32(b[i].d), m = kvb_f16_to_f32(b[i].m);
+        for (int k = 0; k < QK5_1; k++) y[i * QK5_1 + k] = (float)kvb_q5_code(b[i].qh, b[i].qs, k) * d + m;
+    }
+}
+
 static void deq_q4_K(const struct block_q4_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         const float d = kvb_f16_to_f32(b[i].d), dmin = kvb_f16_to_f32(b[i].dmin);
@@ -92,6 +107,8 @@ void kvb_dequantize_row(uint32_t type, const void *row, float *y, int64_t n) {
     case GGML_TYPE_Q8_0: deq_q8_0(row, y, n / QK8_0); break;
     case GGML_TYPE_Q4_0: deq_q4_0(row, y, n / QK4_0); break;
     case GGML_TYPE_Q5_0: deq_q5_0(row, y, n / QK5_0); break;
+    case GGML_TYPE_Q4_1: deq_q4_1(row, y, n / QK4_1); break;
+    case GGML_TYPE_Q5_1: deq_q5_1(row, y, n / QK5_1); break;
     case GGML_TYPE_Q4_K: deq_q4_K(row, y, n / QK_K); break;
     case GGML_TYPE_Q5_K: deq_q5_K(row, y, n / QK_K); break;
     case GGML_TYPE_Q6_K: deq_q6_K(row, y, n / QK_K); break;
@@ -147,6 +164,36 @@ static void q_q5_0(const float *x, struct block_q5_0 *b, int64_t nb) {
             b[i].qs[k & 15] |= (uint8_t)((q & 0xF) << (k < 16 ? 0 : 4));
             qh |= (uint32_t)(q >> 4) << k;
         }
+        memcpy(b[i].qh, &qh, 4);
+    }
+}
+
+/* Q4_1 (nmax 15) and Q5_1 (31) as ggml's reference: m = the block's min,
+ * d = range / nmax, codes (x - m) / d rounded to nearest. */
+static void q_min_range(const float *x, int nmax, uint16_t *dh, uint16_t *mh, int q[32]) {
+    float lo = x[0], hi = x[0];
+    for (int k = 1; k < 32; k++) { lo = fminf(lo, x[k]); hi = fmaxf(hi, x[k]); }
+    const float d = (hi - lo) / (float)nmax, id = d ? 1.0f / d : 0.0f;
+    *dh = kvb_f32_to_f16(d);
+    *mh = kvb_f32_to_f16(lo);
+    for (int k = 0; k < 32; k++) q[k] = KVB_MIN(nmax, KVB_MAX(0, nearest((x[k] - lo) * id)));
+}
+
+static void q_q4_1(const float *x, struct block_q4_1 *b, int64_t nb) {
+    int q[32];
+    for (int64_t i = 0; i < nb; i++) {
+        q_min_range(x + i * 32, 15, &b[i].d, &b[i].m, q);
+        for (int k = 0; k < 16; k++) b[i].qs[k] = (uint8_t)(q[k] | (q[k + 16] << 4));
+    }
+}
+
+static void q_q5_1(const float *x, struct block_q5_1 *b, int64_t nb) {
+    int q[32];
+    for (int64_t i = 0; i < nb; i++) {
+        q_min_range(x + i * 32, 31, &b[i].d, &b[i].m, q);
+        uint32_t qh = 0;
+        for (int k = 0; k < 16; k++) b[i].qs[k] = (uint8_t)((q[k] & 0xF) | ((q[k + 16] & 0xF) << 4));
+        for (int k = 0; k < 32; k++) qh |= (uint32_t)(q[k] >> 4) << k;
         memcpy(b[i].qh, &qh, 4);
     }
 }
@@ -253,6 +300,8 @@ bool kvb_quantize_row(uint32_t type, const float *x, void *row, int64_t n) {
     case GGML_TYPE_Q8_0: if (n % QK8_0) return false; q_q8_0(x, row, n / QK8_0); return true;
     case GGML_TYPE_Q4_0: if (n % QK4_0) return false; q_q4_0(x, row, n / QK4_0); return true;
     case GGML_TYPE_Q5_0: if (n % QK5_0) return false; q_q5_0(x, row, n / QK5_0); return true;
+    case GGML_TYPE_Q4_1: if (n % QK4_1) return false; q_q4_1(x, row, n / QK4_1); return true;
+    case GGML_TYPE_Q5_1: if (n % QK5_1) return false; q_q5_1(x, row, n / QK5_1); return true;
     case GGML_TYPE_Q4_K: if (n % QK_K) return false; q_q4_K(x, row, n / QK_K); return true;
     case GGML_TYPE_Q5_K: if (n % QK_K) return false; q_q5_K(x, row, n / QK_K); return true;
     case GGML_TYPE_Q6_K: if (n % QK_K) return false; q_q6_K(x, row, n / QK_K); return true;

@@ -450,6 +450,48 @@ float kvb_dot_q5_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     return kvb_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
+/* Q4_1 and Q5_1: unsigned codes (0..31) straight into maddubs (at most
+ * 2 * 31 * 127), one FMA with d_w * d_x per block; the min's part,
+ * m * d_x * (sum of the block's activations), summed in a second vector. */
+static inline __m256 unsigned_codes_block(__m256i w, const int8_t *xq, float scale, __m256 acc) {
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)xq)), _mm256_set1_epi16(1));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale), acc);
+}
+
+float kvb_dot_q4_1_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q4_1 *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
+        const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        acc = unsigned_codes_block(w, x->q + i * QK4_1, _cvtsh_ss(b[i].d) * x->d[i], acc);
+        accm += _cvtsh_ss(b[i].m) * x->d[i] * (float)x->s[i];
+    }
+    return kvb_hsum8(acc) + accm;
+}
+
+float kvb_dot_q5_1_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_1 *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16);
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        uint32_t qh;
+        memcpy(&qh, b[i].qh, 4);
+        const __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);
+        const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), k16);
+        const __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
+        const __m256i w = _mm256_or_si256(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), hi);
+        acc = unsigned_codes_block(w, x->q + i * QK5_1, _cvtsh_ss(b[i].d) * x->d[i], acc);
+        accm += _cvtsh_ss(b[i].m) * x->d[i] * (float)x->s[i];
+    }
+    return kvb_hsum8(acc) + accm;
+}
+
 /* shuffle_epi8 masks: int16 lane j of a 128-bit vector in every lane */
 #define LANE16(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
 
@@ -608,6 +650,7 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .pack = kvb_pack_panel_avx2,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
         [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
     },
     .q8_tile = q8_tile_avx2,
@@ -619,6 +662,7 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
         [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
     },
 };
