@@ -32,8 +32,9 @@ TEST(dequantize_equals_ggml_bits) {
         const uint32_t t = k_golden[g].type;
         const int64_t bs = kvb_ggml_blck_size(t);
         const size_t tb = kvb_ggml_type_size(t);
-        if (!kvb_matmul_supports(t)) { printf("  %-6s not supported yet\n", kvb_ggml_type_name(t)); continue; } /* WIP */
+        CHECK(kvb_matmul_supports(t));
         CHECK(bs > 0 && bs <= QK_K);
+        if (bs <= 0 || bs > QK_K) continue;
         int bad = 0;
         for (int k = 0; k < 3; k++) {
             kvb_dequantize_row(t, k_golden[g].bytes + (size_t)k * tb, y, bs);
@@ -57,7 +58,6 @@ TEST(reference_dot_equals_float64_sum) {
     unsigned long long rs = 99;
     for (size_t g = 0; g < N_GOLDEN; g++) {
         const uint32_t t = k_golden[g].type;
-        if (!kvb_matmul_supports(t)) continue;
         const size_t rb = kvb_ggml_row_size(t, N);
         CHECK(rb > 0 && rb <= sizeof row);
         for (int trial = 0; trial < 4; trial++) {
@@ -82,12 +82,36 @@ TEST(reference_dot_equals_float64_sum) {
     }
 }
 
+/* Every kernel family has a dot for every type the reference computes, and
+ * an integer dot for every type with an activation form (a NULL there would
+ * crash matmul on a file of that type). */
+TEST(every_family_covers_every_type) {
+    const struct kvb_dot_kernels *fams[4] = {&kvb_dot_ref, NULL, NULL, NULL};
+#if defined(__x86_64__)
+    fams[1] = &kvb_dot_avx2;
+    fams[2] = &kvb_dot_avx512;
+    fams[3] = &kvb_dot_avx512vnni;
+#endif
+    int n = 0;
+    for (int f = 0; f < 4; f++) {
+        if (!fams[f]) continue;
+        for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
+            if (!kvb_dot_ref.dot[t]) continue;
+            n++;
+            if (!fams[f]->dot[t]) FAILF("%s: no dot for %s", fams[f]->name, kvb_ggml_type_name(t));
+            if (f > 0 && kvb_act_form(t) != KVB_ACT_NONE && !fams[f]->dot_q8[t]) FAILF("%s: no integer dot for %s", fams[f]->name, kvb_ggml_type_name(t));
+            if (kvb_act_form(t) != KVB_ACT_NONE && !kvb_dot_q8_ref(t)) FAILF("no integer reference for %s", kvb_ggml_type_name(t));
+        }
+    }
+    for (size_t g = 0; g < N_GOLDEN; g++) CHECK(kvb_act_form(k_golden[g].type) != KVB_ACT_NONE);
+    CHECK(n >= 14);
+}
+
 /* Names: kvb_type_name / kvb_type_from_name know the new types; a type
  * kvbound cannot compute with (q2_K, q3_K) stays unsupported and unnamed. */
 TEST(names_and_refusals) {
     for (size_t g = 0; g < N_GOLDEN; g++) {
         const uint32_t t = k_golden[g].type;
-        if (!kvb_matmul_supports(t)) continue; /* WIP */
         uint32_t back = 9999;
         const char *name = kvb_type_name(t);
         CHECK(strcmp(name, "?") != 0);
@@ -104,6 +128,7 @@ TEST(names_and_refusals) {
 int main(void) {
     RUN(dequantize_equals_ggml_bits);
     RUN(reference_dot_equals_float64_sum);
+    RUN(every_family_covers_every_type);
     RUN(names_and_refusals);
     return test_summary();
 }

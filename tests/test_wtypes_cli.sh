@@ -15,7 +15,7 @@
 . "$(dirname "$0")/cli_lib.sh"
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 # type as llama-quantize names it : kvbound's name ("-": kvbound does not write it) : decode NMSE bound
-TYPES="Q5_K_M:q5_k:1e-5 Q4_1:q4_1:1e-3 Q5_1:q5_1:1e-3"
+TYPES="Q5_K_M:q5_k:1e-5 Q4_1:q4_1:1e-3 Q5_1:q5_1:1e-3 IQ4_NL:iq4_nl:1e-3 IQ4_XS:iq4_xs:1e-5 MXFP4_MOE:mxfp4:1e-3"
 for spec in $TYPES; do
     qt=${spec%%:*}
     rest=${spec#*:}

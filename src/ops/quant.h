@@ -16,6 +16,15 @@
  *   Q5_K 256 el, 176 B: f16 d, dmin; u8 scales[12] as Q4_K's; u8 qh[32]
  *                      (el l of sub-block j: bit j of qh[l]); u8 qs[128]
  *                      nibbles as Q4_K's; x = d * sc_j * (q + 16 h) - dmin * m_j
+ *   IQ4_NL 32 el, 18 B: f16 d; u8 qs[16] nibbles as Q4_0's; x = d * kv[q]
+ *                      (kv: kvb_kvalues_iq4nl, 16 values -127..113)
+ *   IQ4_XS 256 el, 136 B: f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128];
+ *                      per 32 (ib): 6-bit ls from nibble ib of scales_l and
+ *                      bits 2ib.. of scales_h, 16 bytes of nibbles as IQ4_NL's;
+ *                      x = d * (ls - 32) * kv[q]
+ *   MXFP4 32 el, 17 B: u8 e (E8M0); u8 qs[16] nibbles as Q4_0's;
+ *                      x = 2^(e-128) * kv[q] (kv: kvb_kvalues_mxfp4, the E2M1
+ *                      values doubled, -12..12; e < 2 gives the subnormal 2^(e-128))
  *   Q6_K 256 el, 210 B: u8 ql[128] (low 4 bits), u8 qh[64] (high 2 bits),
  *                      int8 scales[16] (one per 16 el), f16 d;
  *                      x = d * scale * (q - 32)
@@ -34,6 +43,8 @@
 #define QK4_1 32
 #define QK5_1 32
 #define QK_K 256
+#define QK4_NL 32
+#define QK_MXFP4 32
 
 struct block_q8_0 { uint16_t d; int8_t qs[QK8_0]; };
 struct block_q4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };
@@ -42,6 +53,9 @@ struct block_q4_1 { uint16_t d, m; uint8_t qs[QK4_1 / 2]; };
 struct block_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
 struct block_q4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
 struct block_q5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
+struct block_iq4_nl { uint16_t d; uint8_t qs[QK4_NL / 2]; };
+struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+struct block_mxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 
 _Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block");
@@ -52,6 +66,25 @@ _Static_assert(sizeof(struct block_q5_1) == 24, "q5_1 block");
 _Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block");
 _Static_assert(sizeof(struct block_q5_K) == 176, "q5_K block");
 _Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block");
+_Static_assert(sizeof(struct block_iq4_nl) == 18, "iq4_nl block");
+_Static_assert(sizeof(struct block_iq4_xs) == 136, "iq4_xs block");
+_Static_assert(sizeof(struct block_mxfp4) == 17, "mxfp4 block");
+
+/* The 16 values of IQ4_NL / IQ4_XS and of MXFP4 codes (quant_ref.c). */
+extern const int8_t kvb_kvalues_iq4nl[16], kvb_kvalues_mxfp4[16];
+
+/* 2^(e - 128): half the E8M0 scale e (MXFP4 codes are doubled E2M1 values). */
+static inline float kvb_e8m0_half(uint8_t e) {
+    const uint32_t u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The 6-bit scale (0..63; the factor is ls - 32) of sub-block ib of an IQ4_XS block. */
+static inline int kvb_iq4xs_ls(const struct block_iq4_xs *b, int ib) {
+    return ((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b->scales_h >> (2 * ib)) & 3) << 4);
+}
 
 static inline float kvb_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;

@@ -43,6 +43,33 @@ static void deq_q5_1(const struct block_q5_1 *b, float *y, int64_t nb) {
     }
 }
 
+const int8_t kvb_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t kvb_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void deq_iq4_nl(const struct block_iq4_nl *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = kvb_f16_to_f32(b[i].d);
+        for (int k = 0; k < QK4_NL; k++) y[i * QK4_NL + k] = d * (float)kvb_kvalues_iq4nl[kvb_nib_code(b[i].qs, k)];
+    }
+}
+
+static void deq_iq4_xs(const struct block_iq4_xs *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = kvb_f16_to_f32(b[i].d);
+        for (int ib = 0; ib < 8; ib++) {
+            const float dl = d * (float)(kvb_iq4xs_ls(&b[i], ib) - 32);
+            for (int k = 0; k < 32; k++) y[i * QK_K + ib * 32 + k] = dl * (float)kvb_kvalues_iq4nl[kvb_nib_code(b[i].qs + 16 * ib, k)];
+        }
+    }
+}
+
+static void deq_mxfp4(const struct block_mxfp4 *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = kvb_e8m0_half(b[i].e);
+        for (int k = 0; k < QK_MXFP4; k++) y[i * QK_MXFP4 + k] = (float)kvb_kvalues_mxfp4[kvb_nib_code(b[i].qs, k)] * d;
+    }
+}
+
 static void deq_q4_K(const struct block_q4_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         const float d = kvb_f16_to_f32(b[i].d), dmin = kvb_f16_to_f32(b[i].dmin);
@@ -109,6 +136,9 @@ void kvb_dequantize_row(uint32_t type, const void *row, float *y, int64_t n) {
     case GGML_TYPE_Q5_0: deq_q5_0(row, y, n / QK5_0); break;
     case GGML_TYPE_Q4_1: deq_q4_1(row, y, n / QK4_1); break;
     case GGML_TYPE_Q5_1: deq_q5_1(row, y, n / QK5_1); break;
+    case GGML_TYPE_IQ4_NL: deq_iq4_nl(row, y, n / QK4_NL); break;
+    case GGML_TYPE_IQ4_XS: deq_iq4_xs(row, y, n / QK_K); break;
+    case GGML_TYPE_MXFP4: deq_mxfp4(row, y, n / QK_MXFP4); break;
     case GGML_TYPE_Q4_K: deq_q4_K(row, y, n / QK_K); break;
     case GGML_TYPE_Q5_K: deq_q5_K(row, y, n / QK_K); break;
     case GGML_TYPE_Q6_K: deq_q6_K(row, y, n / QK_K); break;
@@ -195,6 +225,65 @@ static void q_q5_1(const float *x, struct block_q5_1 *b, int64_t nb) {
         for (int k = 0; k < 16; k++) b[i].qs[k] = (uint8_t)((q[k] & 0xF) | ((q[k + 16] & 0xF) << 4));
         for (int k = 0; k < 32; k++) qh |= (uint32_t)(q[k] >> 4) << k;
         memcpy(b[i].qh, &qh, 4);
+    }
+}
+
+/* The index of the value of kv[16] nearest v (the first of equals). */
+static int nearest_kv(const int8_t *kv, float v) {
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabsf(v - (float)kv[k]) < fabsf(v - (float)kv[best])) best = k;
+    return best;
+}
+
+/* IQ4_NL: the value of largest magnitude maps to kv[0] = -127 (ggml's first
+ * guess, without its search for a better scale); codes the nearest values. */
+static void q_iq4_nl(const float *x, struct block_iq4_nl *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        b[i].d = kvb_f32_to_f16(signed_absmax32(x + i * 32) / -127.0f);
+        const float d = kvb_f16_to_f32(b[i].d), id = d ? 1.0f / d : 0.0f;
+        memset(b[i].qs, 0, sizeof b[i].qs);
+        for (int k = 0; k < 32; k++) b[i].qs[k & 15] |= (uint8_t)(nearest_kv(kvb_kvalues_iq4nl, x[i * 32 + k] * id) << (k < 16 ? 0 : 4));
+    }
+}
+
+/* IQ4_XS: per 32, the scale IQ4_NL's rule gives; d = the largest of them in
+ * magnitude / -32 (that sub-block gets ls - 32 = -32), the others rounded. */
+static void q_iq4_xs(const float *x, struct block_iq4_xs *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        float sc[8], smax = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            sc[ib] = signed_absmax32(x + ib * 32) / -127.0f;
+            if (fabsf(sc[ib]) > fabsf(smax)) smax = sc[ib];
+        }
+        b[i].d = kvb_f32_to_f16(smax / -32.0f);
+        const float d = kvb_f16_to_f32(b[i].d);
+        b[i].scales_h = 0;
+        memset(b[i].scales_l, 0, sizeof b[i].scales_l);
+        memset(b[i].qs, 0, sizeof b[i].qs);
+        for (int ib = 0; ib < 8; ib++) {
+            const int l = KVB_MIN(31, KVB_MAX(-32, d ? nearest(sc[ib] / d) : 0));
+            const int ls = l + 32;
+            b[i].scales_l[ib / 2] |= (uint8_t)((ls & 0xF) << (4 * (ib % 2)));
+            b[i].scales_h |= (uint16_t)((ls >> 4) << (2 * ib));
+            const float dl = d * (float)l, idl = dl ? 1.0f / dl : 0.0f;
+            for (int k = 0; k < 32; k++)
+                b[i].qs[16 * ib + (k & 15)] |= (uint8_t)(nearest_kv(kvb_kvalues_iq4nl, x[ib * 32 + k] * idl) << (k < 16 ? 0 : 4));
+        }
+    }
+}
+
+/* MXFP4 as ggml's reference: e = floor(log2(amax)) - 2 + 127 (the largest
+ * E2M1 value, 6, is 2^2 * 1.5), codes the nearest doubled values. */
+static void q_mxfp4(const float *x, struct block_mxfp4 *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        float amax = 0;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[i * 32 + k]));
+        const int e = amax > 0 ? KVB_MIN(254, KVB_MAX(1, (int)floorf(log2f(amax)) - 2 + 127)) : 0;
+        b[i].e = (uint8_t)e;
+        const float d = kvb_e8m0_half((uint8_t)e), id = 1.0f / d;
+        memset(b[i].qs, 0, sizeof b[i].qs);
+        for (int k = 0; k < 32; k++) b[i].qs[k & 15] |= (uint8_t)(nearest_kv(kvb_kvalues_mxfp4, x[i * 32 + k] * id) << (k < 16 ? 0 : 4));
     }
 }
 
@@ -302,6 +391,9 @@ bool kvb_quantize_row(uint32_t type, const float *x, void *row, int64_t n) {
     case GGML_TYPE_Q5_0: if (n % QK5_0) return false; q_q5_0(x, row, n / QK5_0); return true;
     case GGML_TYPE_Q4_1: if (n % QK4_1) return false; q_q4_1(x, row, n / QK4_1); return true;
     case GGML_TYPE_Q5_1: if (n % QK5_1) return false; q_q5_1(x, row, n / QK5_1); return true;
+    case GGML_TYPE_IQ4_NL: if (n % QK4_NL) return false; q_iq4_nl(x, row, n / QK4_NL); return true;
+    case GGML_TYPE_IQ4_XS: if (n % QK_K) return false; q_iq4_xs(x, row, n / QK_K); return true;
+    case GGML_TYPE_MXFP4: if (n % QK_MXFP4) return false; q_mxfp4(x, row, n / QK_MXFP4); return true;
     case GGML_TYPE_Q4_K: if (n % QK_K) return false; q_q4_K(x, row, n / QK_K); return true;
     case GGML_TYPE_Q5_K: if (n % QK_K) return false; q_q5_K(x, row, n / QK_K); return true;
     case GGML_TYPE_Q6_K: if (n % QK_K) return false; q_q6_K(x, row, n / QK_K); return true;

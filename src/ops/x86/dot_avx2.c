@@ -492,6 +492,52 @@ float kvb_dot_q5_1_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     return kvb_hsum8(acc) + accm;
 }
 
+/* IQ4_NL and MXFP4: the nibbles index their 16 values with one byte shuffle
+ * (the table in both 128-bit lanes), then Q4_0's sign trick (|w| <= 127:
+ * maddubs at most 2 * 127 * 127, no saturation); one FMA per block with its
+ * scale times d_x. IQ4_XS: the same codes per 32 of a super-block, their
+ * int32 sums times the sub-block's ls - 32 in integers, one FMA with
+ * d * d_x per 256 (|sum| < 8 * 32 * 32 * 127 * 127 < 2^28). */
+static inline __m256i kv_codes(const uint8_t *qs, __m256i table) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0xF)));
+}
+
+float kvb_dot_iq4_nl_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_iq4_nl *b = row;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvb_kvalues_iq4nl));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK4_NL; i++)
+        acc = small_codes_block(kv_codes(b[i].qs, table), x->q + i * QK4_NL, _cvtsh_ss(b[i].d) * x->d[i], acc);
+    return kvb_hsum8(acc);
+}
+
+float kvb_dot_mxfp4_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_mxfp4 *b = row;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvb_kvalues_mxfp4));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_MXFP4; i++)
+        acc = small_codes_block(kv_codes(b[i].qs, table), x->q + i * QK_MXFP4, kvb_e8m0_half(b[i].e) * x->d[i], acc);
+    return kvb_hsum8(acc);
+}
+
+float kvb_dot_iq4_xs_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_iq4_xs *b = row;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvb_kvalues_iq4nl)), ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *xq = x->q + i * QK_K;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const __m256i w = kv_codes(b[i].qs + 16 * ib, table), a = _mm256_loadu_si256((const __m256i *)(xq + 32 * ib));
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a)), ones);
+            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, _mm256_set1_epi32(kvb_iq4xs_ls(&b[i], ib) - 32)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]), acc);
+    }
+    return kvb_hsum8(acc);
+}
+
 /* shuffle_epi8 masks: int16 lane j of a 128-bit vector in every lane */
 #define LANE16(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
 
@@ -651,6 +697,7 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2,
         [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_avx2, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_avx2, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_avx2,
         [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
     },
     .q8_tile = q8_tile_avx2,
@@ -663,6 +710,7 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,
         [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_ref,
         [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
     },
 };

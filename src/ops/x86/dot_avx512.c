@@ -290,12 +290,15 @@ const struct kvb_dot_kernels kvb_dot_avx512 = {
     .quant_block = quant_block_avx512,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
-        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2, [GGML_TYPE_Q5_K] = dot_q5_K_q8_avx512, [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_avx2, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_avx2, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_avx2,
+        [GGML_TYPE_Q5_K] = dot_q5_K_q8_avx512, [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
     },
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx512, [GGML_TYPE_Q4_0] = dot_q4_0_avx512, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref, [GGML_TYPE_Q4_K] = dot_q4_K_avx512,
         [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_ref,
         [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx512,
     },
 };
@@ -313,12 +316,14 @@ const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_vnni, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
         [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_avx2, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_avx2, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_avx2,
         [GGML_TYPE_Q5_K] = dot_q5_K_q8_avx512, [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
     },
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx512, [GGML_TYPE_Q4_0] = dot_q4_0_avx512, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref, [GGML_TYPE_Q4_K] = dot_q4_K_avx512,
         [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_ref,
         [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx512,
     },
 };
