@@ -107,6 +107,48 @@ TEST(every_family_covers_every_type) {
     CHECK(n >= 14);
 }
 
+/* Every family's integer dot equals the scalar reference on rows of 1 to 9
+ * blocks of 32 (the VNNI kernels take blocks in pairs, an odd last one by
+ * the AVX2 kernel) and 1 to 3 of 256. */
+TEST(integer_dots_every_length) {
+    enum { N = 768 };
+    static float w[N], x[N], xd[N / 32];
+    static int8_t xq[N];
+    static int16_t xs[N / 16];
+    static uint8_t row[N * 2];
+    const struct kvb_dot_kernels *fams[3] = {NULL, NULL, NULL};
+#if defined(__x86_64__)
+    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
+    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
+    if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
+#endif
+    unsigned long long rs = 7;
+    int n_cmp = 0;
+    for (size_t g = 0; g < N_GOLDEN; g++) {
+        const uint32_t t = k_golden[g].type;
+        const int64_t bs = kvb_ggml_blck_size(t);
+        for (int64_t n = bs; n <= (bs == 32 ? 9 * 32 : 3 * 256); n += bs) {
+            for (int64_t i = 0; i < n; i++) { w[i] = t_randf(&rs); x[i] = t_randf(&rs) * 2; }
+            CHECK(kvb_quantize_row(t, w, row, n));
+            const struct kvb_q8_act a = {xd, xq, xs};
+            if (kvb_act_form(t) == KVB_ACT_Q8_K) kvb_quantize_act_q8k(x, n, xd, xq, xs);
+            else kvb_quantize_act_q8(x, n, xd, xq, xs);
+            const double want = kvb_dot_q8_ref(t)(row, &a, n);
+            double mag = 0;
+            for (int64_t i = 0; i < n; i++) mag += fabs((double)w[i] * x[i]);
+            for (int f = 0; f < 3; f++) {
+                if (!fams[f]) continue;
+                const double got = fams[f]->dot_q8[t](row, &a, n);
+                n_cmp++;
+                if (fabs(got - want) > 1e-5 * mag + 1e-6)
+                    FAILF("%s %s n=%lld: %.9g vs reference %.9g", fams[f]->name, kvb_ggml_type_name(t), (long long)n, got, want);
+            }
+        }
+    }
+    if (!fams[0]) printf("  (no AVX2 on this CPU: nothing to compare)\n");
+    else printf("  %d kernel results equal the reference\n", n_cmp);
+}
+
 /* Names: kvb_type_name / kvb_type_from_name know the new types; a type
  * kvbound cannot compute with (q2_K, q3_K) stays unsupported and unnamed. */
 TEST(names_and_refusals) {
@@ -129,6 +171,7 @@ int main(void) {
     RUN(dequantize_equals_ggml_bits);
     RUN(reference_dot_equals_float64_sum);
     RUN(every_family_covers_every_type);
+    RUN(integer_dots_every_length);
     RUN(names_and_refusals);
     return test_summary();
 }

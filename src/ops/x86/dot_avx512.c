@@ -316,7 +316,7 @@ const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_vnni, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
         [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
-        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_avx2, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_avx2, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_avx2,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_vnni, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_avx2, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_vnni,
         [GGML_TYPE_Q5_K] = dot_q5_K_q8_avx512, [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
     },
     .dot = {
