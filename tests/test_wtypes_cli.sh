@@ -23,6 +23,8 @@ for spec in $TYPES; do
     dlim=${rest#*:}
     name=$(echo "$qt" | tr 'A-Z' 'a-z')
     if [ -z "${KVB_LLAMA_PEER:-}" ]; then sk "wtypes_vs_llama_$name" "KVB_LLAMA_PEER=DIR (llama.cpp built with its static libraries) is not set"; continue; fi
+    need_tool "wtypes_vs_llama_$name" python3 KVB_REQUIRE_PYTHON "it compares the logits" || continue
+    need_tool "wtypes_vs_llama_$name" g++ KVB_REQUIRE_CXX "it builds bench/peer/dump_logits.cpp" || continue
     Q="$KVB_LLAMA_PEER/build/bin/llama-quantize"
     [ -f "$T/tiny-f16.gguf" ] || "$K" mkmodel --shape tiny --type f16 -o "$T/tiny-f16.gguf" > /dev/null 2>&1
     files=""
