@@ -13,6 +13,8 @@
 # gen/gemma*.gguf (8 tokens), and over one of archs/gemma2-dense.gguf (16).
 # One JSON line per file and mode: NMSE (sum of squared differences
 # over the llama.cpp logits' sum of squares), top-1 agreement, max |diff|.
+# PEER_ARGS: more arguments of dump_logits (--no-repack: llama.cpp without
+# its AMX/repacked weights, which crash on quantized prompt batches here).
 set -euo pipefail
 PEER=${1:?usage: $0 PEER_DIR [MODEL.gguf ...]}; shift
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,7 +35,7 @@ fi
 IDS="1,5,9,17,33,65,100,127,3,2,64,50,7,8,90,11,120,44,81,26,13,99,70,31"
 for f in "${files[@]}"; do
     for mode in prompt decode; do
-        "$W/dump_logits" "$f" "$W/l.bin" --tokens "$IDS" --mode $mode --n-ctx 256 > "$W/l.json" 2> "$W/l.err" || { echo "{\"file\":\"$f\",\"error\":\"llama.cpp: $(tail -n 1 "$W/l.err")\"}"; continue; }
+        "$W/dump_logits" "$f" "$W/l.bin" --tokens "$IDS" --mode $mode --n-ctx 256 ${PEER_ARGS:-} > "$W/l.json" 2> "$W/l.err" || { echo "{\"file\":\"$f\",\"error\":\"llama.cpp: $(tail -n 1 "$W/l.err")\"}"; continue; }
         "$K" logits -m "$f" --tokens "$IDS" --mode $mode -c 256 -o "$W/k.bin" > /dev/null 2> "$W/k.err" || { echo "{\"file\":\"$f\",\"error\":\"kvbound: $(tail -n 1 "$W/k.err")\"}"; continue; }
         python3 - "$W/l.bin" "$W/k.bin" "$W/l.json" "$f" "$mode" <<'PY'
 import json, struct, sys

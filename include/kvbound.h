@@ -1306,12 +1306,13 @@ bool kvb_cpu_has_avx512vnni(void);
 
 /* Weight types, numbered as in GGML / GGUF: the ones kvbound reads and writes. */
 enum kvb_type {
-    KVB_TYPE_F32 = 0, KVB_TYPE_F16 = 1, KVB_TYPE_Q4_0 = 2, KVB_TYPE_Q5_0 = 6, KVB_TYPE_Q8_0 = 8,
-    KVB_TYPE_Q4_K = 12, KVB_TYPE_Q6_K = 14, KVB_TYPE_BF16 = 30
+    KVB_TYPE_F32 = 0, KVB_TYPE_F16 = 1, KVB_TYPE_Q4_0 = 2, KVB_TYPE_Q4_1 = 3, KVB_TYPE_Q5_0 = 6, KVB_TYPE_Q5_1 = 7, KVB_TYPE_Q8_0 = 8,
+    KVB_TYPE_Q4_K = 12, KVB_TYPE_Q5_K = 13, KVB_TYPE_Q6_K = 14, KVB_TYPE_IQ4_NL = 20, KVB_TYPE_IQ4_XS = 23, KVB_TYPE_BF16 = 30,
+    KVB_TYPE_MXFP4 = 39
 };
 /* "q8_0", ...; "?" for a number kvbound does not know. */
 const char *kvb_type_name(uint32_t type);
-/* Case-insensitive name of one of the eight types above; KVB_ERR_INVALID
+/* Case-insensitive name of one of the types above; KVB_ERR_INVALID
  * (naming them) otherwise. */
 kvb_status kvb_type_from_name(const char *name, uint32_t *type);
 /* Bytes of n values of the type (blocks included); 0 when n is not a whole

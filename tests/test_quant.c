@@ -10,7 +10,9 @@
 #include "ops/matmul.h"
 #include "ops/quant.h"
 
-static const uint32_t k_types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+static const uint32_t k_types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
+                                   GGML_TYPE_Q5_K, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1,
+                              GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4};
 
 TEST(hand_built_blocks) {
     float y[256];
@@ -78,9 +80,10 @@ TEST(hand_built_blocks) {
 
 TEST(round_trip_error_per_type) {
     /* relative RMS error: measured 0, 2.13e-4, 1.70e-3, 4.37e-3, 6.90e-2,
-     * 3.44e-2, 6.62e-2, 1.56e-2; the bounds allow ~15%, while codes truncated
+     * 3.44e-2, 6.62e-2, 1.56e-2, 3.21e-2 (q5_K), 6.57e-2 (q4_1), 3.17e-2 (q5_1),
+     * 7.26e-2 (iq4_nl), 7.26e-2 (iq4_xs), 1.13e-1 (mxfp4); the bounds allow ~15%, while codes truncated
      * instead of rounded double the error (q8_0: 8.5e-3) */
-    const double max_rel[] = {0, 2.5e-4, 2e-3, 5e-3, 8e-2, 4e-2, 7.6e-2, 1.8e-2};
+    const double max_rel[] = {0, 2.5e-4, 2e-3, 5e-3, 8e-2, 4e-2, 7.6e-2, 1.8e-2, 3.7e-2, 7.6e-2, 3.7e-2, 8.4e-2, 8.4e-2, 1.3e-1};
     enum { N = 4096 };
     static float x[N], y[N];
     static uint8_t row[N * 4];
@@ -270,7 +273,8 @@ static void dequant_act(uint32_t type, const struct kvb_q8_act *a, int64_t n, fl
 
 TEST(int8_kernels_equal_reference) {
     enum { N = 2048 };
-    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1,
+                              GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4};
     static float w[N], x[N], wd[N], xd[N], xs[N / 32];
     static int8_t xq[N];
     static int16_t xsum[N / 16];
@@ -300,6 +304,31 @@ TEST(int8_kernels_equal_reference) {
                     struct block_q4_K *bk = (struct block_q4_K *)row + b;
                     memset(bk->scales, 0xff, sizeof bk->scales);
                     memset(bk->qs, trial == 10 ? 0xff : 0x0f, sizeof bk->qs);
+                }
+            if (edge && type == GGML_TYPE_Q5_K) /* the largest codes (31 or 15: qh set or clear), scales and mins */
+                for (int64_t b = 0; b < n / 256; b++) {
+                    struct block_q5_K *bk = (struct block_q5_K *)row + b;
+                    memset(bk->scales, 0xff, sizeof bk->scales);
+                    memset(bk->qs, 0xff, sizeof bk->qs);
+                    memset(bk->qh, trial == 10 ? 0xff : 0x5a, sizeof bk->qh);
+                }
+            if (edge && (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1)) /* the largest codes (31: every nibble and qh bit set) */
+                for (int64_t b = 0; b < n / 32; b++) {
+                    uint8_t *bk = row + (size_t)b * kvb_ggml_type_size(type);
+                    memset(bk + 4, trial == 10 ? 0xff : 0x00, kvb_ggml_type_size(type) - 4);
+                }
+            if (edge && (type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_MXFP4)) /* codes of the largest magnitude (-127, -12) */
+                for (int64_t b = 0; b < n / 32; b++) {
+                    uint8_t *bk = row + (size_t)b * kvb_ggml_type_size(type);
+                    const size_t off = type == GGML_TYPE_MXFP4 ? 1 : 2;
+                    memset(bk + off, type == GGML_TYPE_MXFP4 ? 0xff : (trial == 10 ? 0x00 : 0xff), kvb_ggml_type_size(type) - off);
+                }
+            if (edge && type == GGML_TYPE_IQ4_XS) /* -127 everywhere with ls - 32 = -32, and 113 with 31 */
+                for (int64_t b = 0; b < n / 256; b++) {
+                    struct block_iq4_xs *bk = (struct block_iq4_xs *)row + b;
+                    memset(bk->qs, trial == 10 ? 0x00 : 0xff, sizeof bk->qs);
+                    memset(bk->scales_l, trial == 10 ? 0x00 : 0xff, sizeof bk->scales_l);
+                    bk->scales_h = trial == 10 ? 0 : 0x5555;
                 }
             if (edge && type == GGML_TYPE_Q6_K)
                 for (int64_t b = 0; b < n / 256; b++) {
@@ -337,6 +366,12 @@ TEST(int8_kernels_equal_reference) {
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_K), KVB_ACT_Q8_K);
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_0), KVB_ACT_Q8_0);
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q5_0), KVB_ACT_Q8_0);
+    CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q5_K), KVB_ACT_Q8_K);
+    CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_1), KVB_ACT_Q8_0);
+    CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q5_1), KVB_ACT_Q8_0);
+    CHECK_EQ_INT(kvb_act_form(GGML_TYPE_IQ4_NL), KVB_ACT_Q8_0);
+    CHECK_EQ_INT(kvb_act_form(GGML_TYPE_MXFP4), KVB_ACT_Q8_0);
+    CHECK_EQ_INT(kvb_act_form(GGML_TYPE_IQ4_XS), KVB_ACT_Q8_K);
 }
 
 /* The prefill panel kernel of every family equals kvb_panel_ref bit for
@@ -410,7 +445,9 @@ TEST(panel_packing_equals_reference) {
     enum { N = 512, ROWS = 40 };
     static float src[ROWS * N], want[KVB_PANEL_ROWS * N], got[KVB_PANEL_ROWS * N], scratch[KVB_PACK_SCRATCH_ROWS * N];
     static uint8_t q[ROWS * N * 4];
-    const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
+                              GGML_TYPE_Q5_K, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1,
+                              GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4};
     unsigned long long rs = 4242;
     for (int i = 0; i < ROWS * N; i++) src[i] = t_randf(&rs) * 2;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {

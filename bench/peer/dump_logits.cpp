@@ -52,6 +52,7 @@ int main(int argc, char ** argv) {
     int n_threads = 2;
     int n_ctx_req = 0;
     ggml_type kv_type = GGML_TYPE_F32;
+    bool extra_bufts = true;
     llama_flash_attn_type fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
 
     for (int i = 3; i < argc; i++) {
@@ -75,7 +76,8 @@ int main(int argc, char ** argv) {
             else if (t == "on") fa = LLAMA_FLASH_ATTN_TYPE_ENABLED;
             else if (t == "auto") fa = LLAMA_FLASH_ATTN_TYPE_AUTO;
             else { fprintf(stderr, "bad --flash-attn %s\n", t.c_str()); return 2; }
-        } else if (a == "-v" || a == "--verbose") g_verbose = true;
+        } else if (a == "--no-repack") extra_bufts = false; /* no AMX/repacked weights (this peer's AMX crashes on quantized prompt batches) */
+        else if (a == "-v" || a == "--verbose") g_verbose = true;
         else { fprintf(stderr, "unknown argument: %s\n", a.c_str()); usage(argv[0]); return 2; }
     }
     if (mode != "prompt" && mode != "decode") { fprintf(stderr, "bad --mode %s\n", mode.c_str()); return 2; }
@@ -86,6 +88,7 @@ int main(int argc, char ** argv) {
 
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    mp.use_extra_bufts = extra_bufts;
     llama_model * model = llama_model_load_from_file(model_path, mp);
     if (!model) { fprintf(stderr, "failed to load %s\n", model_path); return 1; }
 

@@ -54,8 +54,9 @@ void kvb_quantize_act_q8k_with(const struct kvb_dot_kernels *k, const float *x, 
 
 enum kvb_act_form kvb_act_form(uint32_t type) {
     switch (type) {
-    case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: return KVB_ACT_Q8_0;
-    case GGML_TYPE_Q4_K: case GGML_TYPE_Q6_K: return KVB_ACT_Q8_K;
+    case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1:
+    case GGML_TYPE_IQ4_NL: case GGML_TYPE_MXFP4: return KVB_ACT_Q8_0;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: case GGML_TYPE_IQ4_XS: return KVB_ACT_Q8_K;
     default: return KVB_ACT_NONE;
     }
 }

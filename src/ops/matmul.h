@@ -15,7 +15,7 @@
 #include "../core/ggml_types.h"
 
 struct kvb_mat {
-    uint32_t type;     /* enum ggml_type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q6_K */
+    uint32_t type;     /* enum ggml_type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K, q6_K, ... */
     int64_t n_in, n_out;
     size_t row_bytes;
     const uint8_t *data;
@@ -45,10 +45,10 @@ void kvb_pack_panel(const struct kvb_mat *w, int64_t r0, int nr, float *wp, floa
 
 /* Activations quantized to int8, in the form a weight type's integer dot
  * wants (kvb_act_form):
- *   KVB_ACT_Q8_0 (q8_0, q4_0, q5_0 rows): blocks of 32, d[n/32] f32 scales, and
+ *   KVB_ACT_Q8_0 (q8_0, q4_0, q5_0, q4_1, q5_1, iq4_nl, mxfp4 rows): blocks of 32, d[n/32] f32 scales, and
  *     s[n/32], the integer sums of q over each block (the VNNI tiles' offset
  *     of 128 on the weights costs one subtraction of 128 * s per block);
- *   KVB_ACT_Q8_K (q4_K, q6_K rows): blocks of 256, d[n/256] f32 scales, and
+ *   KVB_ACT_Q8_K (q4_K, q5_K, q6_K, iq4_xs rows): blocks of 256, d[n/256] f32 scales, and
  *     s[n/16], the integer sums of q over each 16 (for the K-types' mins and
  *     q6_K's offset of 32, so they cost one multiply per sub-block).
  * Either way x[i] ~ d[block(i)] * q[i] with q in -127..127. */
@@ -112,7 +112,21 @@ float kvb_dot_q5_0_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n
  * as Q5_0 weights go through their integer dot in decode and the panels in prefill. */
 float kvb_dot_q5_0_ref(const void *row, const float *x, int64_t n);
 float kvb_dot_q4_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q6_K_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+/* Rows against f32 by the reference (dequantized blocks): the types whose
+ * every family decodes through its integer dot and prefills through panels. */
+float kvb_dot_q5_K_ref(const void *row, const float *x, int64_t n);
+float kvb_dot_q4_1_ref(const void *row, const float *x, int64_t n);
+float kvb_dot_q5_1_ref(const void *row, const float *x, int64_t n);
+float kvb_dot_q4_1_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_1_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_iq4_nl_ref(const void *row, const float *x, int64_t n);
+float kvb_dot_iq4_xs_ref(const void *row, const float *x, int64_t n);
+float kvb_dot_mxfp4_ref(const void *row, const float *x, int64_t n);
+float kvb_dot_iq4_nl_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_iq4_xs_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_mxfp4_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t n);
 /* The reference for a type (NULL: no integer form). */
 kvb_dot_q8_fn kvb_dot_q8_ref(uint32_t type);
 extern const struct kvb_dot_kernels kvb_dot_ref;

@@ -27,7 +27,7 @@ int cmd_convert(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: kvbound convert -m MODEL.bin -z TOKENIZER.bin -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q5_0|q4_k|q6_k]\n\n"
+            printf("usage: kvbound convert -m MODEL.bin -z TOKENIZER.bin -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q5_0|q4_1|q5_1|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|mxfp4]\n\n"
                    "Writes a llama2.c checkpoint (or any model kvbound loads) as GGUF (default type f32).\n");
             return 0;
         }
@@ -60,7 +60,7 @@ int cmd_mkmodel(int argc, char **argv) {
                    "Writes a random-weight GGUF model of a real shape (seeded; default type f16).\n"
                    "--vocab copies a real tokenizer (SentencePiece or byte-level BPE) from any GGUF;\n"
                    "the embedding rows then follow its size. Without it: a synthetic SentencePiece vocabulary.\n"
-                   "shapes: %s\ntypes: f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q6_k\n", kvb_model_shapes());
+                   "shapes: %s\ntypes: f32, f16, bf16, q8_0, q4_0, q5_0, q4_1, q5_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4\n", kvb_model_shapes());
             return 0;
         }
         if (!(v = cli_opt_value("mkmodel", "--shape --type -o --out --vocab --seed", argc, argv, &i))) return 2;

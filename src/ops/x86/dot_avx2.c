@@ -450,6 +450,94 @@ float kvb_dot_q5_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     return kvb_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
+/* Q4_1 and Q5_1: unsigned codes (0..31) straight into maddubs (at most
+ * 2 * 31 * 127), one FMA with d_w * d_x per block; the min's part,
+ * m * d_x * (sum of the block's activations), summed in a second vector. */
+static inline __m256 unsigned_codes_block(__m256i w, const int8_t *xq, float scale, __m256 acc) {
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)xq)), _mm256_set1_epi16(1));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale), acc);
+}
+
+float kvb_dot_q4_1_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q4_1 *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
+        const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        acc = unsigned_codes_block(w, x->q + i * QK4_1, _cvtsh_ss(b[i].d) * x->d[i], acc);
+        accm += _cvtsh_ss(b[i].m) * x->d[i] * (float)x->s[i];
+    }
+    return kvb_hsum8(acc) + accm;
+}
+
+float kvb_dot_q5_1_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_1 *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16);
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        uint32_t qh;
+        memcpy(&qh, b[i].qh, 4);
+        const __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);
+        const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), k16);
+        const __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
+        const __m256i w = _mm256_or_si256(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), hi);
+        acc = unsigned_codes_block(w, x->q + i * QK5_1, _cvtsh_ss(b[i].d) * x->d[i], acc);
+        accm += _cvtsh_ss(b[i].m) * x->d[i] * (float)x->s[i];
+    }
+    return kvb_hsum8(acc) + accm;
+}
+
+/* IQ4_NL and MXFP4: the nibbles index their 16 values with one byte shuffle
+ * (the table in both 128-bit lanes), then Q4_0's sign trick (|w| <= 127:
+ * maddubs at most 2 * 127 * 127, no saturation); one FMA per block with its
+ * scale times d_x. IQ4_XS: the same codes per 32 of a super-block, their
+ * int32 sums times the sub-block's ls - 32 in integers, one FMA with
+ * d * d_x per 256 (|sum| < 8 * 32 * 32 * 127 * 127 < 2^28). */
+static inline __m256i kv_codes(const uint8_t *qs, __m256i table) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0xF)));
+}
+
+float kvb_dot_iq4_nl_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_iq4_nl *b = row;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvb_kvalues_iq4nl));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK4_NL; i++)
+        acc = small_codes_block(kv_codes(b[i].qs, table), x->q + i * QK4_NL, _cvtsh_ss(b[i].d) * x->d[i], acc);
+    return kvb_hsum8(acc);
+}
+
+float kvb_dot_mxfp4_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_mxfp4 *b = row;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvb_kvalues_mxfp4));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_MXFP4; i++)
+        acc = small_codes_block(kv_codes(b[i].qs, table), x->q + i * QK_MXFP4, kvb_e8m0_half(b[i].e) * x->d[i], acc);
+    return kvb_hsum8(acc);
+}
+
+float kvb_dot_iq4_xs_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_iq4_xs *b = row;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvb_kvalues_iq4nl)), ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *xq = x->q + i * QK_K;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const __m256i w = kv_codes(b[i].qs + 16 * ib, table), a = _mm256_loadu_si256((const __m256i *)(xq + 32 * ib));
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(w, a)), ones);
+            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, _mm256_set1_epi32(kvb_iq4xs_ls(&b[i], ib) - 32)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]), acc);
+    }
+    return kvb_hsum8(acc);
+}
+
 /* shuffle_epi8 masks: int16 lane j of a 128-bit vector in every lane */
 #define LANE16(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
 
@@ -479,6 +567,50 @@ float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
         Q4K_PAIR(2);
         Q4K_PAIR(3);
 #undef Q4K_PAIR
+        const float dx = x->d[i];
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(_cvtsh_ss(bk->d) * dx), acc);
+        accm = _mm_fmadd_ps(summ, _mm_set1_ps(_cvtsh_ss(bk->dmin) * dx), accm);
+    }
+    __m128 m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return kvb_hsum8(acc) - _mm_cvtss_f32(m);
+}
+
+/* Q5_K: Q4_K's kernel with the fifth bit of sub-block j from bit j of qh[l]
+ * (l = the element within its 32): qh's 32 bytes shifted right by 2 per pair
+ * of sub-blocks, bit 0 and bit 1 moved to 16 (codes 0..31: maddubs at most
+ * 2 * 31 * 127, the block's int32 sum below 2^27). */
+float kvb_dot_q5_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_K *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q5_K *bk = &b[i];
+        const int8_t *xq = x->q + i * QK_K;
+        prefetch_ahead(bk, sizeof *bk);
+        __m128 summ;
+        const __m256i sc = _mm256_broadcastsi128_si256(q4k_block_scales((const struct block_q4_K *)(const void *)bk, x->s + i * 16, &summ));
+        __m256i sumi = _mm256_setzero_si256();
+        __m256i qh = _mm256_loadu_si256((const __m256i *)bk->qh);
+#define Q5K_PAIR(K)                                                                                                            \
+    do {                                                                                                                       \
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(bk->qs + 32 * (K)));                                           \
+        const __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(qh, 4), k16);                                                 \
+        const __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(qh, 3), k16);                                                 \
+        const __m256i lo = _mm256_maddubs_epi16(_mm256_or_si256(_mm256_and_si256(q, m4), h0),                                \
+                                                _mm256_loadu_si256((const __m256i *)(xq + 64 * (K))));                       \
+        const __m256i hi = _mm256_maddubs_epi16(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1),         \
+                                                _mm256_loadu_si256((const __m256i *)(xq + 64 * (K) + 32)));                  \
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, LANE16(2 * (K)))),        \
+                                                       _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, LANE16(2 * (K) + 1))))); \
+        qh = _mm256_srli_epi16(qh, 2);                                                                                        \
+    } while (0)
+        Q5K_PAIR(0);
+        Q5K_PAIR(1);
+        Q5K_PAIR(2);
+        Q5K_PAIR(3);
+#undef Q5K_PAIR
         const float dx = x->d[i];
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(_cvtsh_ss(bk->d) * dx), acc);
         accm = _mm_fmadd_ps(summ, _mm_set1_ps(_cvtsh_ss(bk->dmin) * dx), accm);
@@ -564,7 +696,9 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .pack = kvb_pack_panel_avx2,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2,
-        [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_avx2, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_avx2, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_avx2,
+        [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
     },
     .q8_tile = q8_tile_avx2,
     .q8_tile_rows = 4,
@@ -575,6 +709,8 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,
-        [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_ref,
+        [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
     },
 };

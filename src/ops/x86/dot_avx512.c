@@ -197,6 +197,78 @@ static float dot_q4_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int
     return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(m);
 }
 
+/* q5_K: q4_K's kernel with the fifth bits: the 64 bytes of qs hold sub-blocks
+ * 4h, 4h + 2 in their low nibbles and 4h + 1, 4h + 3 in their high ones, so
+ * qh (bits 4h.., the low 256 bits) and qh >> 2 (the high) give both halves'
+ * bits at once, moved to 16. */
+static float dot_q5_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_K *b = row;
+    const __m512i m4 = _mm512_set1_epi8(0xF), k16 = _mm512_set1_epi8(16);
+    __m512 acc = _mm512_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q5_K *bk = &b[i];
+        const int8_t *xq = x->q + i * QK_K;
+        prefetch_ahead(bk, sizeof *bk);
+        __m128 summ;
+        const __m512i sc16 = _mm512_castsi128_si512(q4k_block_scales((const struct block_q4_K *)(const void *)bk, x->s + i * 16, &summ));
+        const __m256i qh256 = _mm256_loadu_si256((const __m256i *)bk->qh);
+        __m512i qh = _mm512_inserti64x4(_mm512_castsi256_si512(qh256), _mm256_srli_epi16(qh256, 2), 1);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) { /* 64 bytes of qs: sub-blocks 4h .. 4h + 3 */
+            const __m512i q = _mm512_loadu_si512((const void *)(bk->qs + 64 * h));
+            const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), k16));
+            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_and_si512(_mm512_slli_epi16(qh, 3), k16));
+            qh = _mm512_srli_epi16(qh, 4);
+            const __m512i u0 = _mm512_shuffle_i64x2(lo, hi, 0x44), u1 = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+            const __m512i p0 = _mm512_maddubs_epi16(u0, _mm512_loadu_si512((const void *)(xq + 128 * h)));
+            const __m512i p1 = _mm512_maddubs_epi16(u1, _mm512_loadu_si512((const void *)(xq + 128 * h + 64)));
+            const int s = 4 * h;
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p0, scale_lanes(sc16, s, s, s + 1, s + 1)));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p1, scale_lanes(sc16, s + 2, s + 2, s + 3, s + 3)));
+        }
+        const float dx = x->d[i];
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(bk->d) * dx), acc);
+        accm = _mm_fmadd_ps(summ, _mm_set1_ps(_cvtsh_ss(bk->dmin) * dx), accm);
+    }
+    __m128 m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(m);
+}
+
+/* iq4_xs: two sub-blocks of 32 per 64 bytes: their 32 bytes of nibbles as
+ * lanes (low, high) of each, the values by vpshufb from the table in every
+ * lane, then the sign trick (no vpsignb here: the activations' signs as a
+ * mask negate the values), maddubs (at most 2 * 127 * 127) and madd give 8
+ * int32 per sub-block, times its ls - 32 in integers; one FMA per 256. */
+static float dot_iq4_xs_q8_avx512(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_iq4_xs *b = row;
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvb_kvalues_iq4nl));
+    const __m512i m4 = _mm512_set1_epi8(0xF), ones = _mm512_set1_epi16(1);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_iq4_xs *bk = &b[i];
+        const int8_t *xq = x->q + i * QK_K;
+        prefetch_ahead(bk, sizeof *bk);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) { /* sub-blocks 2k, 2k + 1 */
+            const __m256i r = _mm256_loadu_si256((const __m256i *)(bk->qs + 32 * k));
+            const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(r), _mm256_srli_epi16(r, 4), 1); /* lanes r0, r1, r0>>4, r1>>4 */
+            const __m512i nib = _mm512_and_si512(_mm512_shuffle_i64x2(both, both, 0xD8), m4);               /* r0, r0>>4, r1, r1>>4 */
+            const __m512i w = _mm512_shuffle_epi8(table, nib);
+            const __m512i a = _mm512_loadu_si512((const void *)(xq + 64 * k));
+            const __mmask64 neg = _mm512_movepi8_mask(a);
+            const __m512i ws = _mm512_mask_sub_epi8(w, neg, _mm512_setzero_si512(), w);
+            const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(a), ws), ones);
+            const __m512i sc = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(kvb_iq4xs_ls(bk, 2 * k) - 32),
+                                                       _mm512_set1_epi32(kvb_iq4xs_ls(bk, 2 * k + 1) - 32));
+            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, sc));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(bk->d) * x->d[i]), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
 static float dot_q6_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q6_K *b = row;
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
@@ -250,12 +322,17 @@ const struct kvb_dot_kernels kvb_dot_avx512 = {
     .name = "avx512",
     .quant_block = quant_block_avx512,
     .dot_q8 = {
-        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512, [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
+        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_avx2, [GGML_TYPE_IQ4_XS] = dot_iq4_xs_q8_avx512, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_avx2,
+        [GGML_TYPE_Q5_K] = dot_q5_K_q8_avx512, [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
     },
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx512, [GGML_TYPE_Q4_0] = dot_q4_0_avx512, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref, [GGML_TYPE_Q4_K] = dot_q4_K_avx512,
-        [GGML_TYPE_Q6_K] = dot_q6_K_avx512,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_ref,
+        [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx512,
     },
 };
 
@@ -271,11 +348,15 @@ const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .q8_tile_prompts = true,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_vnni, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
-        [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_vnni, [GGML_TYPE_IQ4_XS] = dot_iq4_xs_q8_avx512, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_vnni,
+        [GGML_TYPE_Q5_K] = dot_q5_K_q8_avx512, [GGML_TYPE_Q6_K] = dot_q6_K_q8_avx512,
     },
     .dot = {
         [GGML_TYPE_F32] = dot_f32_avx512, [GGML_TYPE_F16] = dot_f16_avx512, [GGML_TYPE_BF16] = dot_bf16_avx512,
         [GGML_TYPE_Q8_0] = dot_q8_0_avx512, [GGML_TYPE_Q4_0] = dot_q4_0_avx512, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref, [GGML_TYPE_Q4_K] = dot_q4_K_avx512,
-        [GGML_TYPE_Q6_K] = dot_q6_K_avx512,
+        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
+        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_ref,
+        [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx512,
     },
 };

@@ -134,3 +134,62 @@ float kvb_dot_q5_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t 
     }
     return out;
 }
+
+/* IQ4_NL and MXFP4 rows, two blocks per 512 bits as Q5_0's: the nibbles
+ * index the 16 values plus an offset that makes them unsigned (IQ4_NL +128:
+ * 1..241; MXFP4 +12: 0..24) by one byte shuffle per 128-bit lane, and lane 0
+ * of each block's eight starts at -offset x the block's activation sum, so
+ * the lanes add up to exactly sum(kv[q] * x). One FMA per lane with the
+ * block's scale times d_x; an odd last block goes through the AVX2 kernel. */
+static inline __m512i kv_pair_vnni(const uint8_t *qs0, const uint8_t *qs1, __m512i table, int32_t off, const struct kvb_q8_act *x, int64_t i) {
+    const __m128i r0 = _mm_loadu_si128((const __m128i *)qs0), r1 = _mm_loadu_si128((const __m128i *)qs1);
+    const __m256i n0 = _mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), n1 = _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1);
+    const __m512i nib = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(n0), n1, 1), _mm512_set1_epi8(0xF));
+    __m512i init = _mm512_maskz_set1_epi32(0x0001, -off * (int32_t)x->s[i]);
+    init = _mm512_mask_set1_epi32(init, 0x0100, -off * (int32_t)x->s[i + 1]);
+    return _mm512_dpbusd_epi32(init, _mm512_shuffle_epi8(table, nib), _mm512_loadu_si512((const void *)(x->q + i * 32)));
+}
+
+static inline __m512i kv_table_vnni(const int8_t *kv, int off) {
+    uint8_t t[16];
+    for (int k = 0; k < 16; k++) t[k] = (uint8_t)(kv[k] + off);
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+}
+
+float kvb_dot_iq4_nl_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_iq4_nl *b = row;
+    const __m512i table = kv_table_vnni(kvb_kvalues_iq4nl, 128);
+    __m512 acc = _mm512_setzero_ps();
+    const int64_t nb = n / QK4_NL;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m512i dot = kv_pair_vnni(b[i].qs, b[i + 1].qs, table, 128, x, i);
+        const float s0 = _cvtsh_ss(b[i].d) * x->d[i], s1 = _cvtsh_ss(b[i + 1].d) * x->d[i + 1];
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1)), acc);
+    }
+    float out = _mm512_reduce_add_ps(acc);
+    if (i < nb) {
+        const struct kvb_q8_act t = {x->d + i, x->q + i * QK4_NL, x->s + i};
+        out += kvb_dot_iq4_nl_q8_avx2(b + i, &t, QK4_NL);
+    }
+    return out;
+}
+
+float kvb_dot_mxfp4_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_mxfp4 *b = row;
+    const __m512i table = kv_table_vnni(kvb_kvalues_mxfp4, 12);
+    __m512 acc = _mm512_setzero_ps();
+    const int64_t nb = n / QK_MXFP4;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m512i dot = kv_pair_vnni(b[i].qs, b[i + 1].qs, table, 12, x, i);
+        const float s0 = kvb_e8m0_half(b[i].e) * x->d[i], s1 = kvb_e8m0_half(b[i + 1].e) * x->d[i + 1];
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1)), acc);
+    }
+    float out = _mm512_reduce_add_ps(acc);
+    if (i < nb) {
+        const struct kvb_q8_act t = {x->d + i, x->q + i * QK_MXFP4, x->s + i};
+        out += kvb_dot_mxfp4_q8_avx2(b + i, &t, QK_MXFP4);
+    }
+    return out;
+}

@@ -25,7 +25,15 @@ float kvb_dot_q8_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
 float kvb_dot_q4_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q5_0_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q5_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_iq4_nl_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_mxfp4_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_1_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_1_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_iq4_nl_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_iq4_xs_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_mxfp4_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q4_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t n);
 
 /* dot_vnni.c: Q8_0 rows against int8 tokens, a row per lane. */
