@@ -121,7 +121,7 @@ import re
 assert re.fullmatch(r"(yes|no) [0-9][0-9]?", d["choices"][0]["text"]), d["choices"][0]["text"]' "$T/g.json"
 
 # forced tool calls
-TOOLS='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":12},"unit":{"enum":["c","f"]}},"required":["city","unit"]}}},{"type":"function","function":{"name":"noop","parameters":{"type":"object","properties":{}}}}]'
+TOOLS='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":12},"unit":{"enum":["c","f"]}},"required":["city","unit"]}}},{"type":"function","function":{"name":"noop","parameters":{"type":"object","properties":{},"additionalProperties":false}}}]'
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":80,\"temperature\":1,\"seed\":7,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}" > "$T/tc.json"
 check serve_tool_call_named '
 ch=d["choices"][0]; m=ch["message"]; c=m["tool_calls"]
@@ -175,7 +175,7 @@ else skip_case serve_agents_stories "missing $G"; fi
 
 # flags: --chat-template-file; --no-jinja refuses tools by name; -c bounds a full session
 start b -m "$T/q0.gguf" --sessions "$T/sb" --policy full -c 300 -t 1 --chat-template-file "$TM"
-post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":60,\"tools\":$TOOLS,\"tool_choice\":\"required\"}" > "$T/b1.json"
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":60,\"seed\":9,\"tools\":$TOOLS,\"tool_choice\":\"required\"}" > "$T/b1.json"
 long=$(python3 -c 'print("hello there " * 200)')
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$long\"}],\"max_tokens\":30}" > "$T/b2.json"
 if grep -q "template jinja" "$T/b.log" && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["choices"][0]["message"]["tool_calls"]' "$T/b1.json" &&
