@@ -6,6 +6,9 @@
 # prompts, 32 generated tokens, temperature 0, ignore_eos) to each in turn,
 # after one unmeasured warm-up request.
 # KVB_SERVE_ARGS adds flags to kvbound serve (e.g. "--step-tokens 128").
+# LLAMA_SERVER_ARGS adds flags to llama-server (e.g. "--no-repack", which
+# builds whose AMX repacked matmul crashes at warm-up need).
+# LLAMA_SERVER "-" runs kvbound serve alone (e.g. to alternate its options).
 # Prints one JSON object per server and N (aggregate generated tok/s, p50/p99
 # time to first token and inter-token latency).
 set -u
@@ -27,8 +30,9 @@ for N in $NS; do
     python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 1 --requests 1 --max-tokens 2 --extra '{"prompt": "A warm-up request that shares no prefix with the measured ones."}' > /dev/null # warm up (weights paged in)
     python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients "$N" --requests "$REQ" --label "kvbound serve"
     kill "$(cat "$T/k.pid")"; wait "$(cat "$T/k.pid")" 2>/dev/null; rm -f "$T/k.pid"
+    [ "$PEER" = - ] && continue
     p=$(free_port)
-    "$PEER" -m "$M" --port "$p" --parallel "$N" -t 2 -c $((N * 1024)) --no-webui > "$T/l.log" 2>&1 & echo $! > "$T/l.pid"
+    "$PEER" -m "$M" --port "$p" --parallel "$N" -t 2 -c $((N * 1024)) --no-webui ${LLAMA_SERVER_ARGS:-} > "$T/l.log" 2>&1 & echo $! > "$T/l.pid"
     wait_up "$p" || { echo "llama-server did not start: $(tail -n 2 "$T/l.log")" >&2; exit 1; }
     python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients 1 --requests 1 --max-tokens 2 --extra '{"prompt": "A warm-up request that shares no prefix with the measured ones."}' > /dev/null
     python3 "$HERE/serve_load.py" "http://127.0.0.1:$p" --clients "$N" --requests "$REQ" --label "llama-server"

@@ -1003,8 +1003,37 @@ struct kvb_batch_params {
     int32_t max_seqs;        /* sequences at once, 1..4096 (default 64) */
     int32_t step_tokens;     /* rows per step: decode tokens + prompt chunks (default 512) */
     int32_t chunk;           /* prompts join in chunks of this many tokens, <= step_tokens (default 256) */
+    /* Stall-free steps (Sarathi-Serve): a step that carries decode rows takes
+     * prompt rows only while its predicted time stays under a target, so a
+     * prompt no longer pauses every decoder for a whole chunk. The step's
+     * time is predicted from the batch's own measured steps
+     * (kvb_step_cost). Both 0 (default): off, today's steps (prompts join
+     * while step_tokens lasts). A step with no decode rows stalls nobody
+     * and still takes prompts up to step_tokens. */
+    float step_target_ms;    /* > 0: the target, milliseconds */
+    float step_target_x;     /* > 0 (step_target_ms 0): the target is x times the measured
+                              * decode-only step */
+    int32_t prompt_min_rows; /* with a target: the oldest waiting prompt reads at least this many
+                              * rows a step (1..chunk, default 16), so no prompt starves however
+                              * small the budget; a prompt may then be read in pieces smaller
+                              * than `chunk` (see kvb_batch_step) */
 };
 struct kvb_batch_params kvb_batch_default_params(void);
+
+/* The step-cost model behind step_target_*: a step's time t is fitted as
+ * a + r * P (P = prompt rows of the step; a = the rest: the weights' read
+ * and the decode rows) by least squares over recent steps, weighted
+ * exponentially (each step's weight decays by 0.9 per later step). Pure
+ * functions; the batch keeps one and observes each of its steps. */
+struct kvb_step_cost {
+    double w, sp, st, spp, spt;  /* decayed sums: weight, P, t, P^2, P*t */
+    double a_ms, r_ms;           /* the fit (a >= 0, r > 0); r 0: none yet */
+};
+/* Folds in one step of n_prompt prompt rows that took ms. */
+void kvb_step_cost_observe(struct kvb_step_cost *c, int32_t n_prompt, double ms);
+/* Prompt rows a step may take to stay under target_ms: (target - a) / r,
+ * clamped to [min_rows, max_rows]; min_rows while there is no fit yet. */
+int32_t kvb_step_cost_budget(const struct kvb_step_cost *c, double target_ms, int32_t min_rows, int32_t max_rows);
 
 struct kvb_seq_params {
     struct kvb_kv_params kv;         /* the sequence's cache: its row types and block_size
@@ -1056,7 +1085,17 @@ kvb_status kvb_batch_remove(struct kvb_batch *batch, int32_t seq_id);
 /* Replaces the token a decoding sequence feeds next (its last sampled one):
  * teacher forcing, or a caller's own sampling from kvb_batch_logits. */
 kvb_status kvb_batch_set_token(struct kvb_batch *batch, int32_t seq_id, int32_t token);
-/* One step. Returns the number of sequences it advanced in *n_advanced
+/* One step. With a step target (kvb_batch_params.step_target_*), prompt
+ * rows beyond prompt_min_rows join only while the predicted step time
+ * stays under it, and a prompt may be read in a piece smaller than `chunk`
+ * when that cannot change its logits: while its cache cannot evict before
+ * the prompt ends (policy full, or every token of the prompt within the
+ * policy's budget, and no per-layer windows); otherwise it waits for room
+ * for a whole chunk (the oldest prompt always gets one), so a sequence's
+ * logits still equal a lone context's with chunks of `chunk` (bit for bit
+ * where no piece is cut; within float rounding, 1e-4 in test_batch, where
+ * one is).
+ * Returns the number of sequences it advanced in *n_advanced
  * (0: nothing to do). KVB_ERR_NOMEM when the pool cannot give a sequence
  * the pages the step needs: *failed_seq names it and no cache changed
  * (remove or wait for a sequence, then step again). */

@@ -12,7 +12,13 @@
  *     images), a step failed at every allocation in turn leaves each
  *     sequence's state and stats as they were, and its logits then equal a
  *     twin batch's that never failed;
- *   - sequences removed in random order give back every page.
+ *   - sequences removed in random order give back every page;
+ *   - stall-free steps (step_target_ms): the step-cost fit (kvb_step_cost)
+ *     finds a synthetic cost, follows a change and gives the budget; with a
+ *     target so small that prompts read prompt_min_rows a step (pieces cut
+ *     below the chunk where the cache cannot evict), every policy's logits
+ *     still equal a lone context's with chunks of CHUNK, and the oldest
+ *     prompt progresses by at least prompt_min_rows a step next to decoders.
  */
 #include "testing.h"
 #include "kvbound.h"
@@ -106,6 +112,9 @@ static int pool_matches(struct kvb_batch *b, const struct track *tr, int n) {
  * most 8 at once, one cancelled mid-prompt and one mid-answer; every one's
  * logits against a lone context. Returns through FAILF. */
 #define NS_MAX (KVB_POLICY_COUNT + 2)
+static float g_eq_target_ms;  /* > 0: the runs' batches have this step target */
+static int32_t g_eq_min_rows; /* and this prompt_min_rows */
+static long g_eq_cuts;        /* prompts seen part-read at a point that is not a chunk boundary */
 static void equality_run(struct kvb_model *model, int NS, int n_pol, struct kvb_recall_params rec) {
     struct kvb_model_info mi;
     kvb_model_get_info(model, &mi);
@@ -126,6 +135,10 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol, struct kvb_
     bp.chunk = CHUNK;
     bp.step_tokens = 3 * CHUNK;
     bp.kv_pool_bytes = (size_t)64 << 20;
+    if (g_eq_target_ms > 0) {
+        bp.step_target_ms = g_eq_target_ms;
+        bp.prompt_min_rows = g_eq_min_rows;
+    }
     struct kvb_batch *b;
     CHECK_OK(kvb_batch_init(model, &bp, &b));
     int active_max = 0;
@@ -153,6 +166,7 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol, struct kvb_
                 tr[i].fed[tr[i].n_lg++] = si.last_token;
             }
             active += si.state != KVB_SEQ_DONE;
+            if (si.state == KVB_SEQ_PROMPT && si.n_prompt_done % CHUNK) g_eq_cuts++;
             if (step == tr[i].cancel_at || si.state == KVB_SEQ_DONE) {
                 struct kvb_cache_stats cs;
                 kvb_cache_get_stats(kvb_batch_seq_cache(b, tr[i].id), &cs);
@@ -175,7 +189,7 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol, struct kvb_
         for (int i = 0; i < NS; i++) all = all && tr[i].done;
         if (all) break;
     }
-    CHECK(active_max >= (NS >= 8 ? 6 : NS / 2));
+    CHECK(active_max >= (NS >= 8 ? (g_eq_target_ms > 0 ? 4 : 6) : NS / 2));
     if (rec.pages > 0 && recall_loads == 0) FAILF("recall on, but no sequence loaded a page into its recall area");
     if (rec.pages == 0) CHECK_EQ_INT((int)recall_loads, 0);
     struct kvb_batch_stats bs;
@@ -833,6 +847,109 @@ TEST(grammar_constrains_one_sequence) {
     kvb_grammar_free(g);
 }
 
+/* ---- stall-free steps ---- */
+
+/* The fit finds t = 40 + 3P from steps of varied sizes, gives the budget
+ * (target - a) / r clamped to [min, max], keeps its fit through steps of
+ * one size, and follows the machine when the cost changes. */
+TEST(step_cost_fit_and_budget) {
+    struct kvb_step_cost c;
+    memset(&c, 0, sizeof c);
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 100, 16, 512), 16); /* no fit: the minimum */
+    for (int i = 0; i < 5; i++) kvb_step_cost_observe(&c, 0, 40); /* decode-only steps: no slope yet */
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 100, 16, 512), 16);
+    static const int32_t P[] = {0, 64, 0, 16, 200, 0, 32, 128, 0, 48};
+    for (int i = 0; i < 40; i++) kvb_step_cost_observe(&c, P[i % 10], 40 + 3.0 * P[i % 10]);
+    CHECK(fabs(c.a_ms - 40) < 1e-6 && fabs(c.r_ms - 3) < 1e-6);
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 100, 16, 512), 20);   /* (100 - 40) / 3 */
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 100, 0, 10), 10);     /* step_tokens caps it */
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 30, 16, 512), 16);     /* below a decode step: the minimum */
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 30, 0, 512), 0);
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 1e9, 16, 512), 512);
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 100, 600, 512), 512); /* min above max: max */
+    for (int i = 0; i < 200; i++) kvb_step_cost_observe(&c, 16, 88); /* one size: the slope stands, the intercept follows */
+    CHECK(fabs(c.r_ms - 3) < 1e-3 && fabs(c.a_ms - 40) < 1.0);
+    for (int i = 0; i < 200; i++) kvb_step_cost_observe(&c, P[i % 10], 80 + 6.0 * P[i % 10]); /* a slower machine */
+    CHECK(fabs(c.a_ms - 80) < 0.5 && fabs(c.r_ms - 6) < 0.05);
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 3 * c.a_ms, 16, 512), 26); /* 3x the decode step: (240 - 80) / 6 */
+    kvb_step_cost_observe(&c, 10, -1); /* a clock that went back: ignored */
+    kvb_step_cost_observe(&c, -1, 5);
+    CHECK(fabs(c.a_ms - 80) < 0.5);
+    kvb_step_cost_observe(NULL, 1, 1);
+    CHECK_EQ_INT(kvb_step_cost_budget(NULL, 1, 2, 3), 2);
+}
+
+/* A target no step can meet: prompts read prompt_min_rows (5) a step next
+ * to the decoders, cut below CHUNK where the cache cannot evict, whole
+ * chunks where it can; every policy still equals a lone context. */
+TEST(stall_free_steps_equal_single_every_policy) {
+    NEED_MODEL();
+    struct kvb_recall_params none = {0};
+    g_eq_target_ms = 1e-3f;
+    g_eq_min_rows = 5;
+    g_eq_cuts = 0;
+    equality_run(g_model, NS_MAX, KVB_POLICY_COUNT, none);
+    g_eq_target_ms = 0;
+    if (!g_eq_cuts) FAILF("no prompt was read in pieces smaller than the chunk");
+    struct kvb_recall_params rec = {0};
+    rec.pages = 2;
+    rec.every = 1;
+    rec.cold_mem_bytes = (size_t)1 << 20;
+    g_eq_target_ms = 1e-3f;
+    equality_run(g_model, NS_MAX, KVB_POLICY_COUNT, rec);
+    g_eq_target_ms = 0;
+}
+
+/* Next to four decoders and under a target no step meets, a 70-token
+ * prompt still reads prompt_min_rows a step (oldest first), and the
+ * decoders advance every step; parameters out of range are refused. */
+TEST(stall_free_no_starvation_and_params) {
+    NEED_MODEL();
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.n_threads = 2;
+    bp.max_seqs = 8;
+    bp.chunk = CHUNK;
+    bp.step_tokens = 3 * CHUNK;
+    bp.kv_pool_bytes = (size_t)64 << 20;
+    bp.step_target_ms = 1e-3f;
+    bp.prompt_min_rows = 7;
+    struct kvb_batch *b;
+    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+    struct kvb_seq_params sp = kvb_seq_default_params();
+    sp.ignore_eos = true;
+    sp.sampler.temp = 0;
+    int32_t dec[4], pr, pr2, adv, failed;
+    for (int i = 0; i < 4; i++) CHECK_OK(kvb_batch_add(b, &sp, g_ids + 10 * i, 5, &dec[i]));
+    CHECK_OK(kvb_batch_step(b, &adv, &failed)); /* no decoders yet: their prompts at once */
+    CHECK_EQ_INT((int)adv, 4);
+    CHECK_OK(kvb_batch_add(b, &sp, g_ids + 300, 70, &pr));
+    CHECK_OK(kvb_batch_add(b, &sp, g_ids + 400, 30, &pr2));
+    int32_t done = 0;
+    int steps = 0;
+    for (; done < 70 && steps < 40; steps++) {
+        CHECK_OK(kvb_batch_step(b, &adv, &failed));
+        struct kvb_seq_info si, si2;
+        CHECK_OK(kvb_batch_seq_info(b, pr, &si));
+        CHECK_OK(kvb_batch_seq_info(b, pr2, &si2));
+        CHECK(si.n_prompt_done - done >= 7 || si.n_prompt_done == 70);
+        CHECK_EQ_INT((int)si2.n_prompt_done, 0); /* first come, first served: the newer one waits */
+        CHECK_EQ_INT((int)adv, 5);               /* four decoders and the prompt */
+        done = si.n_prompt_done;
+    }
+    CHECK_EQ_INT((int)steps, 10); /* ceil(70 / 7) */
+    kvb_batch_free(b);
+    bp.prompt_min_rows = CHUNK + 1;
+    CHECK(kvb_batch_init(g_model, &bp, &b) == KVB_ERR_INVALID);
+    bp.prompt_min_rows = 0;
+    CHECK(kvb_batch_init(g_model, &bp, &b) == KVB_ERR_INVALID);
+    bp.prompt_min_rows = 16;
+    bp.step_target_ms = -1;
+    CHECK(kvb_batch_init(g_model, &bp, &b) == KVB_ERR_INVALID);
+    bp.step_target_ms = 0;
+    bp.step_target_x = NAN;
+    CHECK(kvb_batch_init(g_model, &bp, &b) == KVB_ERR_INVALID);
+}
+
 int main(void) {
     RUN(batch_equals_single_every_policy_with_joins_and_cancels);
     RUN(batch_equals_single_with_recall);
@@ -844,6 +961,9 @@ int main(void) {
     RUN(admission_and_bad_arguments);
     RUN(sessions_continue_save_and_load);
     RUN(grammar_constrains_one_sequence);
+    RUN(step_cost_fit_and_budget);
+    RUN(stall_free_steps_equal_single_every_policy);
+    RUN(stall_free_no_starvation_and_params);
     kvb_buffer_free(g_ids);
     kvb_model_free(g_model);
     return test_summary();

@@ -12,10 +12,35 @@
  * failed step changes no cache; (3) kvb_forward; (4) per sequence: a prompt
  * that ended compresses (kvb_cache_compress) and samples, a decode samples;
  * a sequence ends at EOS, max_tokens or, under full, n_ctx.
+ *
+ * Stall-free steps (step_target_ms / step_target_x, issue 37): on a CPU a
+ * prompt row costs far more than a decode row (decode is bound by reading
+ * the weights, prefill by arithmetic), so a step that carries a 256-token
+ * chunk pauses every decoder for the whole chunk (p99 inter-token gap 24x
+ * the median under 16 clients). With a target, a step that has decode rows
+ * takes prompt rows only while its predicted time stays under the target,
+ * as Sarathi-Serve does. The prediction is a fit of the batch's own recent
+ * steps, t = a + r * P (kvb_step_cost: exponentially weighted least squares,
+ * pure, tested alone), so it follows the machine, the thread count and the
+ * load; step_target_x sets the target as a multiple of a, the decode-only
+ * step. A step without decode rows stalls nobody and fills step_tokens as
+ * before. Progress: prompts are served oldest first, and the oldest always
+ * gets prompt_min_rows (or a whole chunk if it may not be cut), so a prompt
+ * waits at most for the ones ahead of it, each read at >= prompt_min_rows a
+ * step; giving every waiting prompt a minimum instead would make the pause
+ * grow with the queue, which is what this removes.
+ * Exactness: a lone context reads a prompt in chunks of `chunk`; a piece
+ * smaller than that gives the same attention (every row sees every earlier
+ * row, nothing is evicted in between) as long as the cache cannot evict
+ * before the prompt ends, so pieces are cut only then (cuttable()): full,
+ * or the whole prompt within the policy's budget, no per-layer windows,
+ * no budget_frac. A sequence that may not be cut waits for a whole chunk.
  */
 #include "model.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <time.h>
 
 struct seq {
     bool used;
@@ -48,6 +73,7 @@ struct kvb_batch {
     int32_t *seg_seq;            /* [max_seqs] */
     int32_t *by_order;           /* [max_seqs] */
     size_t page_bytes;           /* the pool's */
+    struct kvb_step_cost cost;   /* the fit of recent steps' times (step targets) */
 };
 
 struct kvb_batch_params kvb_batch_default_params(void) {
@@ -59,7 +85,45 @@ struct kvb_batch_params kvb_batch_default_params(void) {
     p.max_seqs = 64;
     p.step_tokens = 512;
     p.chunk = 256;
+    p.prompt_min_rows = 16;
     return p;
+}
+
+/* ---- the step-cost model (pure) ---- */
+
+#define COST_DECAY 0.9
+
+void kvb_step_cost_observe(struct kvb_step_cost *c, int32_t n_prompt, double ms) {
+    if (!c || !(ms >= 0) || !isfinite(ms) || n_prompt < 0) return;
+    const double P = n_prompt;
+    c->w = COST_DECAY * c->w + 1;
+    c->sp = COST_DECAY * c->sp + P;
+    c->st = COST_DECAY * c->st + ms;
+    c->spp = COST_DECAY * c->spp + P * P;
+    c->spt = COST_DECAY * c->spt + P * ms;
+    const double mp = c->sp / c->w, mt = c->st / c->w;
+    const double var = c->spp / c->w - mp * mp, cov = c->spt / c->w - mp * mt;
+    /* a slope needs steps of different sizes (variance of P above one row);
+     * until then, or when noise gives a slope <= 0, the last fit stands */
+    if (var > 1.0 && cov > 0) {
+        const double r = cov / var;
+        c->r_ms = r;
+        c->a_ms = mt - r * mp > 0 ? mt - r * mp : 0;
+    } else if (c->r_ms > 0) {
+        c->a_ms = mt - c->r_ms * mp > 0 ? mt - c->r_ms * mp : 0; /* the intercept follows the load */
+    }
+}
+
+int32_t kvb_step_cost_budget(const struct kvb_step_cost *c, double target_ms, int32_t min_rows, int32_t max_rows) {
+    if (max_rows < 0) max_rows = 0;
+    if (min_rows > max_rows) min_rows = max_rows;
+    if (min_rows < 0) min_rows = 0;
+    if (!c || !(c->r_ms > 0)) return min_rows; /* no fit yet: the safe side; steps of min_rows next to
+                                                * decode-only ones give the fit its slope */
+    const double rows = (target_ms - c->a_ms) / c->r_ms;
+    if (!(rows > min_rows)) return min_rows;
+    if (rows >= max_rows) return max_rows;
+    return (int32_t)rows;
 }
 
 struct kvb_seq_params kvb_seq_default_params(void) {
@@ -116,6 +180,12 @@ kvb_status kvb_batch_init(const struct kvb_model *m, const struct kvb_batch_para
     if (p->step_tokens < p->chunk || p->step_tokens > 65536)
         return kvb_fail(KVB_ERR_INVALID, "batch: step_tokens must be in chunk (%d)..65536, got %d", (int)p->chunk, (int)p->step_tokens);
     if (p->n_threads < 1 || p->n_threads > 1024) return kvb_fail(KVB_ERR_INVALID, "batch: n_threads must be in 1..1024, got %d", (int)p->n_threads);
+    if (!(p->step_target_ms >= 0 && p->step_target_ms <= 1e7f) || !(p->step_target_x >= 0 && p->step_target_x <= 1e4f))
+        return kvb_fail(KVB_ERR_INVALID, "batch: step_target_ms must be in 0..1e7 and step_target_x in 0..1e4, got %g and %g",
+                        (double)p->step_target_ms, (double)p->step_target_x);
+    if ((p->step_target_ms > 0 || p->step_target_x > 0) && (p->prompt_min_rows < 1 || p->prompt_min_rows > p->chunk))
+        return kvb_fail(KVB_ERR_INVALID, "batch: prompt_min_rows must be in 1..chunk (%d) with a step target, got %d", (int)p->chunk,
+                        (int)p->prompt_min_rows);
     const struct kvb_cache_params cp = kvb_model_cache_params(m, &p->kv, 0, 0);
     const size_t page = kvb_cache_page_bytes(&cp);
     if (!page) return kvb_fail(KVB_ERR_INVALID, "batch: kv.kv_dtype %s / V rows %s or kv.block_size %d does not fit head_dim %d",
@@ -283,6 +353,26 @@ kvb_status kvb_batch_set_token(struct kvb_batch *b, int32_t id, int32_t token) {
 
 /* ---- a step ---- */
 
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Whether the rest of s's prompt may be read in pieces smaller than
+ * `chunk` with the logits a lone context gets: only while the cache cannot
+ * evict before the prompt ends (then every row attends to every earlier
+ * row however the prompt is cut). */
+static bool cuttable(const struct seq *s) {
+    struct kvb_cache_params cp;
+    kvb_cache_get_params(s->cache, &cp);
+    if (cp.kv.n_layers || cp.kv.layers) return false; /* per-layer windows evict on their own */
+    const struct kvb_policy_params *pol = &cp.kv.policy;
+    if (pol->id == KVB_POLICY_FULL) return true;
+    if (pol->budget_frac > 0 || pol->budget <= 0) return false;
+    return kvb_cache_n_past(s->cache, 0) + (s->n_prompt - s->n_prompt_done) <= pol->budget;
+}
+
 /* After the sequence's logits are in s->logits: sample, then decide whether
  * it goes on. The history has room for the token (the step reserved it), so
  * this cannot fail. */
@@ -336,6 +426,13 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
         rows++;
     }
     const int32_t n_dec = rows;
+    const bool target = n_dec > 0 && (b->p.step_target_ms > 0 || b->p.step_target_x > 0);
+    int32_t left = b->p.step_tokens - rows; /* prompt rows the step may still take */
+    if (target) {
+        const double t = b->p.step_target_ms > 0 ? (double)b->p.step_target_ms : (double)b->p.step_target_x * b->cost.a_ms;
+        left = kvb_step_cost_budget(&b->cost, t, 0, left);
+    }
+    const double t0 = now_ms();
     /* then prompts, oldest first, a whole chunk each while the budget lasts */
     int32_t n_wait = 0;
     for (int32_t i = 0; i < b->p.max_seqs; i++)
@@ -349,8 +446,19 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
     for (int32_t a = 0; a < n_wait; a++) {
         const int32_t i = b->by_order[a];
         struct seq *s = &b->seqs[i];
-        const int32_t T = KVB_MIN(b->p.chunk, s->n_prompt - s->n_prompt_done);
-        if (rows + T > b->p.step_tokens) break; /* first come, first served */
+        int32_t T = KVB_MIN(b->p.chunk, s->n_prompt - s->n_prompt_done);
+        if (!target) {
+            if (rows + T > b->p.step_tokens) break; /* first come, first served */
+        } else {
+            const int32_t room = b->p.step_tokens - rows;
+            const int32_t allow = KVB_MIN(room, a == 0 ? KVB_MAX(left, b->p.prompt_min_rows) : left);
+            if (T > allow) {
+                if (cuttable(s)) T = allow;
+                else if (a > 0 || T > room) break; /* the oldest may take a whole chunk past the budget */
+            }
+            if (T < 1) break;
+            left -= T;
+        }
         memcpy(b->tok + rows, s->hist + s->prompt_at + s->n_prompt_done, sizeof(int32_t) * (size_t)T);
         const bool last = s->n_prompt_done + T == s->n_prompt;
         b->segs[n_seg] = (struct kvb_fwd_seg){s->cache, rows, T, false, last ? s->logits : NULL, false};
@@ -392,6 +500,7 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
         }
         sample_next(b, s);
     }
+    kvb_step_cost_observe(&b->cost, rows - n_dec, now_ms() - t0);
     if (n_advanced) *n_advanced = n_seg;
     return KVB_OK;
 }

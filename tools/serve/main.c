@@ -51,7 +51,13 @@ static int usage(FILE *f) {
             CLI_NO_MMAP_HELP
             "  --step-tokens N       rows of one step: decode tokens + prompt chunks (default 512; smaller\n"
             "                        bounds the pause a long prompt puts on everyone's next token)\n"
-            "  --chunk N             prompts join steps in chunks of N tokens (default 256, <= --step-tokens)\n"
+            "  --chunk N             prompts join steps in chunks of N tokens (default 256, <= --step-tokens)\n");
+    fprintf(f,
+            "  --step-target-ms N|Kx stall-free steps: a step that carries decoders takes prompt rows only\n"
+            "                        while its predicted time (fitted to the measured steps) stays under\n"
+            "                        N ms, or K times the decode-only step (Kx); a prompt still reads at\n"
+            "                        least 16 rows a step, oldest first; 0: off, prompts fill --step-tokens\n"
+            "                        (default 4x: gaps within about 4 decode steps; see docs/SERVING.md)\n"
             "  --queue N             requests waiting for room at most; beyond, 503 (default 64)\n"
             "  --queue-timeout S     seconds a request may wait for room; then 503 (default 30)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default 16384)\n"
@@ -117,6 +123,7 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->max_sessions = 256;
     o->step_tokens = 512;
     o->chunk = 256;
+    o->step_target_x = 4; /* the default: see --help and docs/SERVING.md */
     o->max_body = (size_t)4 << 20;
     o->sessions = "kvbound-sessions";
     o->api_key = getenv("KVB_API_KEY");
@@ -152,7 +159,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
+                                  "--step-tokens --chunk --step-target-ms -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -193,6 +200,19 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--template")) c->forced_template = v;
     else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
     else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
+    else if (!strcmp(a, "--step-target-ms")) {
+        const size_t n = v ? strlen(v) : 0;
+        char num[32];
+        if (n && n < sizeof num && (v[n - 1] == 'x' || v[n - 1] == 'X')) { /* Kx: a multiple of the decode-only step */
+            memcpy(num, v, n - 1);
+            num[n - 1] = 0;
+            r = cli_parse_f32(a, num, 1, 1000, &o->step_target_x);
+            o->step_target_ms = 0;
+        } else {
+            r = cli_parse_f32(a, v, 0, 1e6, &o->step_target_ms);
+            o->step_target_x = 0;
+        }
+    }
     return r ? 2 : 0;
 }
 

@@ -520,6 +520,9 @@ int sched_start(struct server *srv) {
     bp.max_seqs = srv->o.parallel + srv->o.max_sessions;
     bp.step_tokens = srv->o.step_tokens;
     bp.chunk = srv->o.chunk;
+    bp.step_target_ms = srv->o.step_target_ms;
+    bp.step_target_x = srv->o.step_target_x;
+    bp.prompt_min_rows = bp.chunk < 16 ? bp.chunk : 16;
     if (bp.max_seqs > 4096) bp.max_seqs = 4096;
     if (kvb_batch_init(srv->model, &bp, &s->b) != KVB_OK) {
         fprintf(stderr, "kvbound serve: %s\n", kvb_last_error());

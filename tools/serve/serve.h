@@ -195,6 +195,7 @@ struct serve_opts {
     const char *model_path, *host, *sessions, *api_key, *model_name;
     int port, parallel, threads, queue_max, queue_timeout_s, max_tokens_cap, default_max_tokens;
     int max_budget, max_sessions, step_tokens, chunk;
+    float step_target_ms, step_target_x; /* --step-target-ms: N ms, or Kx the decode-only step; both 0: off */
     int n_ctx;    /* -c: a session's token limit under full; 0: the model's trained length */
     size_t pool_bytes, max_body;
     struct kvb_kv_params kv; /* every session's KV configuration: --policy and its knobs, --positions,
