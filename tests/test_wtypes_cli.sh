@@ -15,6 +15,10 @@
 . "$(dirname "$0")/cli_lib.sh"
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 # type as llama-quantize names it : kvbound's name ("-": kvbound does not write it) : decode NMSE bound
+if [ -n "${KVB_LLAMA_PEER:-}" ]; then
+    need_tool wtypes_python python3 KVB_REQUIRE_PYTHON "it compares the logits" || { cli_summary; exit; }
+    need_tool wtypes_cxx g++ KVB_REQUIRE_CXX "it builds bench/peer/dump_logits.cpp" || { cli_summary; exit; }
+fi
 TYPES="Q5_K_M:q5_k:1e-5 Q4_1:q4_1:1e-3 Q5_1:q5_1:1e-3 IQ4_NL:iq4_nl:1e-3 IQ4_XS:iq4_xs:1e-5 MXFP4_MOE:mxfp4:1e-3"
 for spec in $TYPES; do
     qt=${spec%%:*}
@@ -23,8 +27,6 @@ for spec in $TYPES; do
     dlim=${rest#*:}
     name=$(echo "$qt" | tr 'A-Z' 'a-z')
     if [ -z "${KVB_LLAMA_PEER:-}" ]; then sk "wtypes_vs_llama_$name" "KVB_LLAMA_PEER=DIR (llama.cpp built with its static libraries) is not set"; continue; fi
-    need_tool "wtypes_vs_llama_$name" python3 KVB_REQUIRE_PYTHON "it compares the logits" || continue
-    need_tool "wtypes_vs_llama_$name" g++ KVB_REQUIRE_CXX "it builds bench/peer/dump_logits.cpp" || continue
     Q="$KVB_LLAMA_PEER/build/bin/llama-quantize"
     [ -f "$T/tiny-f16.gguf" ] || "$K" mkmodel --shape tiny --type f16 -o "$T/tiny-f16.gguf" > /dev/null 2>&1
     files=""
