@@ -46,25 +46,13 @@ static cJSON *body_object(const struct http_req *q, const char *const *known, st
         serve_error(r, 400, "invalid_request_error", "the request body must be a JSON object");
         return NULL;
     }
-    const cJSON *f;
-    cJSON_ArrayForEach(f, root) {
-        int k = 0;
-        while (known[k] && strcmp(known[k], f->string)) k++;
-        if (!known[k] && !cJSON_IsNull(f)) {
-            serve_error(r, 400, "invalid_request_error", "'%.80s' is not implemented by kvbound", f->string);
-            cJSON_Delete(root);
-            return NULL;
-        }
+    const char *unknown = openai_unknown_field(root, known);
+    if (unknown) {
+        serve_error(r, 400, "invalid_request_error", "'%.80s' is not implemented by kvbound", unknown);
+        cJSON_Delete(root);
+        return NULL;
     }
     return root;
-}
-
-static bool opt_bool(const cJSON *o, const char *name, bool *out, struct http_resp *r) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!v || cJSON_IsNull(v)) return true;
-    if (!cJSON_IsBool(v)) { serve_error(r, 400, "invalid_request_error", "'%s' must be true or false", name); return false; }
-    *out = cJSON_IsTrue(v);
-    return true;
 }
 
 void serve_tokenize(const struct server *srv, const struct http_req *q, struct http_resp *r) {
@@ -80,8 +68,8 @@ void serve_tokenize(const struct server *srv, const struct http_req *q, struct h
     bool add_special = false, parse_special = true, pieces = false;
     int32_t *ids = NULL, n = 0;
     if (!cJSON_IsString(c)) { serve_error(r, 400, "invalid_request_error", "'content' is required and must be a string"); goto out; }
-    if (!opt_bool(root, "add_special", &add_special, r) || !opt_bool(root, "parse_special", &parse_special, r) ||
-        !opt_bool(root, "with_pieces", &pieces, r))
+    if (!openai_get_bool(root, "add_special", &add_special, r) || !openai_get_bool(root, "parse_special", &parse_special, r) ||
+        !openai_get_bool(root, "with_pieces", &pieces, r))
         goto out;
     if (kvb_vocab_tokenize(srv->vocab, c->valuestring, strlen(c->valuestring), add_special, parse_special, &ids, &n) != KVB_OK) {
         serve_error(r, 500, "server_error", "tokenize: %s", kvb_last_error());

@@ -58,7 +58,7 @@ static bool get_num(const cJSON *o, const char *name, double lo, double hi, bool
     return true;
 }
 
-static bool get_bool(const cJSON *o, const char *name, bool *out, struct http_resp *r) {
+bool openai_get_bool(const cJSON *o, const char *name, bool *out, struct http_resp *r) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v || cJSON_IsNull(v)) return true;
     if (!cJSON_IsBool(v)) {
@@ -67,6 +67,17 @@ static bool get_bool(const cJSON *o, const char *name, bool *out, struct http_re
     }
     *out = cJSON_IsTrue(v);
     return true;
+}
+
+const char *openai_unknown_field(const cJSON *o, const char *const *known) {
+    const cJSON *f;
+    cJSON_ArrayForEach(f, o) {
+        if (cJSON_IsNull(f)) continue;
+        int k = 0;
+        while (known[k] && strcmp(known[k], f->string)) k++;
+        if (!known[k]) return f->string;
+    }
+    return NULL;
 }
 
 /* A message's content: a string, or an array of {"type":"text","text":...}
@@ -220,14 +231,10 @@ static bool parse_messages(const struct server *srv, const cJSON *root, struct j
             goto fail;
         }
         static const char *const known[] = {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content", "refusal", NULL};
-        const cJSON *f;
-        cJSON_ArrayForEach(f, m) {
-            int k = 0;
-            while (known[k] && strcmp(known[k], f->string)) k++;
-            if (!known[k] && !(cJSON_IsNull(f))) {
-                serve_error(r, 400, "invalid_request_error", "messages[%d].%.60s is not implemented by kvbound", i, f->string);
-                goto fail;
-            }
+        const char *unknown = openai_unknown_field(m, known);
+        if (unknown) {
+            serve_error(r, 400, "invalid_request_error", "messages[%d].%.60s is not implemented by kvbound", i, unknown);
+            goto fail;
         }
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
@@ -327,19 +334,11 @@ static const char *const completion_fields[] = {
     "logit_bias", "logprobs", "grammar", "json_schema", "response_format", "echo", "best_of", "user", "metadata", "store", "cache_prompt", NULL};
 
 static bool fields_known(const cJSON *root, enum job_kind kind, struct http_resp *r) {
-    const char *const *known = kind == JOB_CHAT ? chat_fields : completion_fields;
-    const cJSON *f;
-    cJSON_ArrayForEach(f, root) {
-        if (cJSON_IsNull(f)) continue;
-        int k = 0;
-        while (known[k] && strcmp(known[k], f->string)) k++;
-        if (!known[k]) {
-            serve_error(r, 400, "invalid_request_error", "'%.80s' is not implemented by kvbound%s; leave it out (docs/SERVING.md lists the fields)",
-                        f->string, kind == JOB_COMPLETION && !strcmp(f->string, "suffix") ? " (no fill-in-the-middle)" : "");
-            return false;
-        }
-    }
-    return true;
+    const char *unknown = openai_unknown_field(root, kind == JOB_CHAT ? chat_fields : completion_fields);
+    if (!unknown) return true;
+    serve_error(r, 400, "invalid_request_error", "'%.80s' is not implemented by kvbound%s; leave it out (docs/SERVING.md lists the fields)", unknown,
+                kind == JOB_COMPLETION && !strcmp(unknown, "suffix") ? " (no fill-in-the-middle)" : "");
+    return false;
 }
 
 /* logit_bias: {"TOKEN_ID": bias in -100..100}; -100 bans the token. */
@@ -387,7 +386,7 @@ static bool parse_sampling(const struct server *srv, const cJSON *root, struct j
     if (!get_num(root, "frequency_penalty", -2, 2, false, &j->sp.sampler.frequency_penalty, r)) return false;
     if (!parse_logit_bias(srv, root, j, r)) return false;
     if (j->kind == JOB_CHAT) {
-        if (!get_bool(root, "logprobs", &j->logprobs, r)) return false;
+        if (!openai_get_bool(root, "logprobs", &j->logprobs, r)) return false;
         if (!get_int(root, "top_logprobs", 0, 20, &v, &given, r)) return false;
         if (given) {
             if (!j->logprobs) { serve_error(r, 400, "invalid_request_error", "'top_logprobs' needs 'logprobs': true"); return false; }
@@ -397,7 +396,7 @@ static bool parse_sampling(const struct server *srv, const cJSON *root, struct j
         if (!get_int(root, "logprobs", 0, 5, &v, &given, r)) return false;
         if (given) { j->logprobs = true; j->top_logprobs = (int)v; }
         bool echo = false;
-        if (!get_bool(root, "echo", &echo, r)) return false;
+        if (!openai_get_bool(root, "echo", &echo, r)) return false;
         if (echo) { serve_error(r, 400, "invalid_request_error", "'echo': true is not implemented by kvbound"); return false; }
         if (!get_int(root, "best_of", 1, 1, &v, NULL, r)) return false;
     }
@@ -534,7 +533,7 @@ static bool parse_structure(const struct server *srv, const cJSON *root, struct 
     const cJSON *tools = chat ? cJSON_GetObjectItemCaseSensitive(root, "tools") : NULL;
     const cJSON *choice = chat ? cJSON_GetObjectItemCaseSensitive(root, "tool_choice") : NULL;
     j->parallel_tool_calls = true;
-    if (chat && !get_bool(root, "parallel_tool_calls", &j->parallel_tool_calls, r)) return false;
+    if (chat && !openai_get_bool(root, "parallel_tool_calls", &j->parallel_tool_calls, r)) return false;
     bool none = false;
     if (choice && !cJSON_IsNull(choice)) {
         const cJSON *fn = cJSON_IsObject(choice) ? cJSON_GetObjectItemCaseSensitive(choice, "function") : NULL;
@@ -703,12 +702,12 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     if (!get_num(root, "top_p", 0, 1, true, &j->sp.sampler.top_p, r)) goto out;
     if (!get_int(root, "seed", -(1ll << 53), 1ll << 53, &v, &given, r)) goto out;
     if (given) j->sp.sampler.seed = (uint64_t)v;
-    if (!get_bool(root, "stream", &j->stream, r)) goto out;
-    if (!get_bool(root, "ignore_eos", &j->sp.ignore_eos, r)) goto out; /* llama-server's extension: exactly max_tokens */
+    if (!openai_get_bool(root, "stream", &j->stream, r)) goto out;
+    if (!openai_get_bool(root, "ignore_eos", &j->sp.ignore_eos, r)) goto out; /* llama-server's extension: exactly max_tokens */
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) { serve_error(r, 400, "invalid_request_error", "'stream_options' must be an object"); goto out; }
-        if (!get_bool(so, "include_usage", &j->include_usage, r)) goto out;
+        if (!openai_get_bool(so, "include_usage", &j->include_usage, r)) goto out;
     }
     if (!parse_stop(root, j, r)) goto out;
     if (!parse_sampling(srv, root, j, r)) goto out;

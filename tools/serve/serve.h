@@ -252,6 +252,12 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
 void openai_response(const struct server *srv, const struct job *j, struct sbuf *out);
 void openai_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, bool role, const char *finish,
                   bool usage_only, const char *lp, size_t lp_n, struct sbuf *out);
+/* Shared with extras.c: a boolean field (absent or null leaves *out; else a
+ * 400 naming it), and the first field of o, not null, that known (NULL-ended)
+ * does not list, or NULL. */
+struct cJSON;
+bool openai_get_bool(const struct cJSON *o, const char *name, bool *out, struct http_resp *resp);
+const char *openai_unknown_field(const struct cJSON *o, const char *const *known);
 /* A chat stream's event with one of the parser's deltas (a JSON object) and the logprob lines since the last. */
 void openai_delta_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, const char *lp, size_t lp_n,
                         struct sbuf *out);
