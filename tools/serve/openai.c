@@ -848,18 +848,10 @@ static cJSON *parsed_message(const struct job *j) {
     return m;
 }
 
-static bool has_calls(const struct job *j) {
-    if (!j->message) return false;
-    cJSON *m = cJSON_Parse(j->message);
-    const bool yes = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) > 0;
-    cJSON_Delete(m);
-    return yes;
-}
-
 /* finish_reason: tool_calls when the answer is calls */
 static const char *finish_of(const struct job *j) {
     if (j->finish && !strcmp(j->finish, "length")) return "length";
-    return has_calls(j) ? "tool_calls" : j->finish ? j->finish : "stop";
+    return j->parser && kvb_chat_parser_n_calls(j->parser) > 0 ? "tool_calls" : j->finish ? j->finish : "stop";
 }
 
 void openai_response(const struct server *srv, const struct job *j, struct sbuf *out) {
