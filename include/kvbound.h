@@ -622,7 +622,8 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
 void kvb_model_free(struct kvb_model *model);
 
 struct kvb_model_info {
-    char arch[16];            /* "llama", "qwen2", "qwen3", "granite", "mistral3", "smollm3", "olmo2", "phi3", "gemma2", "gemma3" */
+    char arch[16];            /* "llama", "qwen2", "qwen3", "qwen3moe", "granite", "granitemoe", "mistral3", "smollm3", "olmo2", "phi3",
+                               * "gemma2", "gemma3" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -636,6 +637,11 @@ struct kvb_model_info {
                                * head", "YaRN x4 from 8", ...); empty for none */
     int32_t sliding_window;   /* tokens a sliding-window layer sees (Gemma 2/3), 0 without */
     int32_t n_swa_layers;     /* layers with that window; the other n_layer - n_swa_layers are global */
+    int32_t n_expert;         /* mixture of experts: experts per MoE layer, 0 for a dense model */
+    int32_t n_expert_used;    /* experts each token is routed to */
+    int32_t n_ff_exp;         /* an expert's FFN width */
+    int32_t n_moe_layers;     /* layers with experts (the others are dense) */
+    size_t expert_bytes_per_token; /* weight bytes of the experts one token reads (n_expert_used of each MoE layer) */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

@@ -40,8 +40,11 @@ static void *keep(struct owned *o, size_t bytes) {
     return p;
 }
 
-static kvb_status add_mat(struct gguf_writer *w, struct owned *o, const char *name, const struct kvb_mat *m, uint32_t want) {
+/* m as `want` (n_mat > 1: n_mat stacked matrices, one 3-D tensor); a matrix already of that type is written as it is */
+static kvb_status add_mat(struct gguf_writer *w, struct owned *o, const char *name, const struct kvb_mat *m, int64_t n_mat, uint32_t want) {
     uint32_t type = pick_type(want, m->n_in);
+    int64_t ne[3] = {m->n_in, n_mat > 1 ? m->n_out / n_mat : m->n_out, n_mat};
+    if (type == m->type) return kvb_gguf_writer_tensor(w, name, type, n_mat > 1 ? 3 : 2, ne, m->data);
     size_t row = kvb_ggml_row_size(type, m->n_in);
     uint8_t *dst = keep(o, row * (size_t)m->n_out);
     float *tmp = kvb_malloc(sizeof(float) * (size_t)m->n_in);
@@ -54,8 +57,7 @@ static kvb_status add_mat(struct gguf_writer *w, struct owned *o, const char *na
         kvb_quantize_row(type, tmp, dst + (size_t)r * row, m->n_in);
     }
     kvb_free(tmp);
-    int64_t ne[2] = {m->n_in, m->n_out};
-    return kvb_gguf_writer_tensor(w, name, type, 2, ne, dst);
+    return kvb_gguf_writer_tensor(w, name, type, n_mat > 1 ? 3 : 2, ne, dst);
 }
 
 static kvb_status add_vec(struct gguf_writer *w, const char *name, const float *v, int64_t n) {
@@ -73,7 +75,7 @@ struct put_ctx {
 
 static kvb_status put_tensor(void *u, const char *name, const struct kvb_mat *mat, const float *vec, int64_t n) {
     struct put_ctx *c = u;
-    kvb_status st = mat ? add_mat(c->w, c->o, name, mat, c->type) : add_vec(c->w, name, vec, n);
+    kvb_status st = mat ? add_mat(c->w, c->o, name, mat, n, c->type) : add_vec(c->w, name, vec, n);
     if (st == KVB_OK && c->progress && mat) c->progress(KVB_MIN(++c->done, c->total - 1), c->total, c->user); /* about 7 matrices a layer */
     return st;
 }

@@ -66,6 +66,17 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_NO_QKV_SCALES 4096u /* its graph applies no q/k/v .scale (olmo2) */
 #define F_NOPE4 8192u      /* every fourth layer ((l + 1) % 4 == 0) has no RoPE (smollm3; llama.cpp hard-codes the step) */
 #define F_TIED_ALWAYS 16384u /* output is token_embd, always: output.weight is refused (gemma2; llama.cpp never looks it up) */
+#define F_EXP_BIASES 65536u /* the router and every expert have biases (gpt-oss) */
+#define F_EXP_SCALES 32768u /* llama.cpp's graph applies the experts' .scale tensors (llama, qwen3moe; the others load them unused) */
+
+/* Experts, as llama.cpp's loader and graph for the family have them: with
+ * expert_count > 0 every layer is a mixture of experts (softmax over the
+ * router's logits, the top expert_used_count renormalized to sum 1, SwiGLU
+ * experts), whose width is feed_forward_length (MOE_OPT) or
+ * expert_feed_forward_length, else feed_forward_length / expert_used_count
+ * (MOE_ALWAYS: the family always has experts). None of these families
+ * reads expert_gating_func, expert_weights_norm or expert_weights_scale. */
+enum moe_kind { MOE_NONE, MOE_OPT, MOE_ALWAYS };
 
 /* Gemma's arithmetic beyond the slots (GeGLU with tanh GELU, embeddings x sqrt(E) in f32, the
  * query scale) and its sliding-window layers and softcaps, as llama.cpp's loader for the family
@@ -90,31 +101,37 @@ struct family {
     uint32_t traits;
     uint8_t need[S_COUNT];
     const struct gemma_rule *gemma; /* Gemma's arithmetic and windows, or NULL */
+    enum moe_kind moe;
 };
 
 /* need[]: the order of enum slot */
 #define LLAMA_ATTN REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ
 #define PLAIN_FFN REQ, REQ, REQ, REQ
 static const struct family k_families[] = {
-    {"llama", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_FFN_SCALES, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL},
-    {"qwen2", KVB_ROPE_NEOX, F_OUTPUT_BIAS, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL},
-    {"qwen3", KVB_ROPE_NEOX, F_CLS_HEAD | F_FFN_SCALES, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL},
-    {"granite", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL},
-    {"mistral3", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_TEMP, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL},
-    {"smollm3", KVB_ROPE_INTERLEAVED, F_NOPE4, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL},
+    {"llama", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT},
+    {"qwen2", KVB_ROPE_NEOX, F_OUTPUT_BIAS, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_NONE},
+    {"qwen3", KVB_ROPE_NEOX, F_CLS_HEAD | F_FFN_SCALES, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
+     MOE_NONE},
+    /* qwen3 with experts on every layer and no output bias */
+    {"qwen3moe", KVB_ROPE_NEOX, F_EXP_SCALES, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
+     MOE_ALWAYS},
+    {"granite", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT},
+    {"granitemoe", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT},
+    {"mistral3", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_TEMP, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT},
+    {"smollm3", KVB_ROPE_INTERLEAVED, F_NOPE4, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_NONE},
     {"olmo2", KVB_ROPE_NEOX, F_QK_WHOLE | F_OUTPUT_REQ | F_NO_QKV_SCALES,
-     {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}, NULL},
+     {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}, NULL, MOE_NONE},
     {"phi3", KVB_ROPE_NEOX, F_FUSED_UP | F_PARTIAL_ROT | F_LONGROPE | F_SWA_IGNORED,
-     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, NO, NO, REQ, NO, REQ, REQ, NO, NO, NO, NO}, NULL},
+     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, NO, NO, REQ, NO, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_NONE},
     /* pre and post norms around both blocks; output always tied */
-    {"gemma2", KVB_ROPE_NEOX, F_TIED_ALWAYS, {LLAMA_ATTN, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma2},
+    {"gemma2", KVB_ROPE_NEOX, F_TIED_ALWAYS, {LLAMA_ATTN, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma2, MOE_NONE},
     /* as gemma2 with q/k norms per head, and output.weight allowed */
-    {"gemma3", KVB_ROPE_NEOX, 0, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma3},
+    {"gemma3", KVB_ROPE_NEOX, 0, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma3, MOE_NONE},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
-const char *kvb_family_names(void) { return "llama, qwen2, qwen3, granite, mistral3, smollm3, olmo2, phi3, gemma2, gemma3"; }
+const char *kvb_family_names(void) { return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3"; }
 
 static const struct family *find_family(struct gguf_str a) {
     for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
@@ -133,6 +150,9 @@ void kvb_model_neutral(struct kvb_model *m) {
     m->rope_freq_scale_swa = 1.0f;
     m->temp_beta = 0;
     m->temp_floor = 0;
+    m->moe_gating = KVB_MOE_SOFTMAX;
+    m->moe_norm = true;
+    m->moe_scale = 1.0f;
 }
 
 bool kvb_model_no_rope_matches(const struct kvb_model *m, const uint8_t *no_rope) {
@@ -286,6 +306,34 @@ kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32
     return KVB_OK;
 }
 
+/* The experts' count, how many a token uses and their width (enum moe_kind). */
+static kvb_status load_experts(struct keys *k, const struct family *fam, struct kvb_model_info *in) {
+    uint32_t n = 0, used = 0, ff = 0;
+    kvb_status st = opt_u32(k, "expert_count", &n, 0, 512); /* llama.cpp's bound */
+    if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (n == 0 && fam->moe == MOE_ALWAYS)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing or 0: '%s' is a mixture of experts", k->f->path, K(k, "expert_count"), k->arch);
+    if (n == 0) return KVB_OK;
+    if (fam->moe == MOE_NONE)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' has no experts (as in llama.cpp); the families with experts are llama, "
+                                             "qwen3moe, granite, granitemoe and mistral3", k->f->path, k->key, n, k->arch);
+    if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
+    if ((fam->traits & F_GRANITE) && (st = opt_u32(k, "expert_shared_feed_forward_length", &ff, 0, 1u << 20)) == KVB_OK && ff > 0)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: shared experts are not supported yet", k->f->path, k->key, ff);
+    else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
+    ff = 0;
+    if (fam->moe == MOE_ALWAYS && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (fam->moe == MOE_OPT) ff = (uint32_t)in->n_ff;
+    else if (ff == 0) ff = (uint32_t)in->n_ff / used;
+    if (ff == 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: the experts of '%s' have no width (feed_forward_length %d over %u experts used)", k->f->path,
+                                 k->arch, (int)in->n_ff, used);
+    in->n_expert = (int32_t)n;
+    in->n_expert_used = (int32_t)used;
+    in->n_ff_exp = (int32_t)ff;
+    in->n_moe_layers = in->n_layer;
+    return KVB_OK;
+}
+
 /* The head counts and sizes, the context and the norm epsilon. */
 static kvb_status load_shape(struct keys *k, const struct family *fam, struct kvb_model_info *in) {
     uint32_t v;
@@ -322,9 +370,7 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     if ((st = opt_f32(k, "attention.layer_norm_rms_epsilon", &in->rms_eps)) != KVB_OK) return st;
     if (!(in->rms_eps > 0 && in->rms_eps < 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g is out of range", k->f->path, k->key, (double)in->rms_eps);
     /* attention.layer_norm_epsilon is LayerNorm's: these families (RMSNorm) never read it, nor does llama.cpp for them */
-    if ((st = opt_u32(k, "expert_count", &v, 0, 1u << 20)) == KVB_OK && v > 0)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: mixture-of-experts models are not supported yet", k->f->path, k->key, v);
-    else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if ((st = load_experts(k, fam, in)) != KVB_OK) return st;
     in->rope_dims = in->head_dim; /* the rotary dims: part of the shape (the RoPE factors' length) */
     if ((st = opt_u32(k, "rope.dimension_count", &v, 2, (uint32_t)in->head_dim)) == KVB_OK) in->rope_dims = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
@@ -578,6 +624,73 @@ static kvb_status bind_scales(struct binder *b, const struct family *fam, int32_
     return KVB_OK;
 }
 
+/* n_mat stacked matrices of n_out rows of n_in (llama.cpp's 3-D experts, ne [n_in, n_out, n_mat]) as one of n_mat * n_out rows. */
+static kvb_status bind_stack(struct binder *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_mat, struct kvb_mat *w) {
+    memset(w, 0, sizeof *w);
+    const struct gguf_tensor *t = take(b, name);
+    if (!t) return absent(b, name, REQ);
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_mat || t->ne[3] != 1)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", b->f->path, name,
+                        (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)n_in, (long long)n_out, (long long)n_mat);
+    if (!kvb_matmul_supports(t->type))
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which kvbound's matmuls do not support", b->f->path, name,
+                        kvb_ggml_type_name(t->type));
+    *w = (struct kvb_mat){t->type, n_in, n_out * n_mat, kvb_ggml_row_size(t->type, n_in), t->data};
+    return KVB_OK;
+}
+
+/* An f32 [n1][n0] (ne [n0, n1]): the experts' biases. */
+static kvb_status bind_f32_2d(struct binder *b, const char *name, int64_t n0, int64_t n1, enum need need, const float **out) {
+    *out = NULL;
+    const struct gguf_tensor *t = need == NO ? NULL : take(b, name);
+    if (!t) return absent(b, name, need);
+    if (t->type != GGML_TYPE_F32 || t->ne[0] != n0 || t->ne[1] != n1 || t->ne[2] != 1 || t->ne[3] != 1 || (uintptr_t)t->data % 4)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' must be f32 [%lld, %lld], is %s [%lld, %lld, %lld]", b->f->path, name, (long long)n0,
+                        (long long)n1, kvb_ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2]);
+    *out = (const float *)t->data;
+    return KVB_OK;
+}
+
+/* A layer's experts: the router, the three stacks, and what llama.cpp loads
+ * beside them: per-expert .scale tensors [n_expert] (applied where the
+ * family's graph applies them, else bound and said) and .input_scale ones
+ * (bound, unused, as there). */
+static kvb_status bind_experts(struct binder *b, const struct family *fam, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const struct kvb_model_info *in = &m->info;
+    const int64_t E = in->n_embd, N = in->n_expert, Fe = in->n_ff_exp;
+    char name[96];
+    kvb_status st;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", (int)l, s), name)
+    if ((st = bind_mat(b, NAME("ffn_gate_inp.weight"), E, N, REQ, &L->router)) != KVB_OK) return st;
+    if (!kvb_gguf_find_tensor(b->f, NAME("ffn_gate_exps.weight")))
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' is missing: experts without a gate (silu(up)) are not supported", b->f->path, name);
+    if ((st = bind_stack(b, name, E, Fe, N, &L->gate_exps)) != KVB_OK) return st;
+    if ((st = bind_stack(b, NAME("ffn_up_exps.weight"), E, Fe, N, &L->up_exps)) != KVB_OK) return st;
+    if ((st = bind_stack(b, NAME("ffn_down_exps.weight"), Fe, E, N, &L->down_exps)) != KVB_OK) return st;
+    const enum need nb = fam->traits & F_EXP_BIASES ? REQ : NO;
+    if ((st = bind_vec(b, NAME("ffn_gate_inp.bias"), N, nb, &L->b_router)) != KVB_OK) return st;
+    if ((st = bind_f32_2d(b, NAME("ffn_gate_exps.bias"), Fe, N, nb, &L->b_gate_exps)) != KVB_OK) return st;
+    if ((st = bind_f32_2d(b, NAME("ffn_up_exps.bias"), Fe, N, nb, &L->b_up_exps)) != KVB_OK) return st;
+    if ((st = bind_f32_2d(b, NAME("ffn_down_exps.bias"), E, N, nb, &L->b_down_exps)) != KVB_OK) return st;
+    static const char *const w[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    const float **sc[3] = {&L->s_gate_exps, &L->s_up_exps, &L->s_down_exps};
+    for (int i = 0; i < 3; i++) {
+        const float *v, *unused;
+        char what[48];
+        snprintf(what, sizeof what, "%s.scale", w[i]);
+        if ((st = bind_vec(b, NAME(what), N, OPT, &v)) != KVB_OK) return st;
+        for (int64_t e = 0; v && e < N; e++)
+            if (!isfinite(v[e])) return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is not finite", b->f->path, name);
+        if (fam->traits & F_EXP_SCALES) *sc[i] = v;
+        else for (int64_t e = 0; v && e < N; e++) L->scales_unused = L->scales_unused || v[e] != 1.0f;
+        snprintf(what, sizeof what, "%s.input_scale", w[i]);
+        if ((st = bind_vec(b, NAME(what), N, OPT, &unused)) != KVB_OK) return st;
+        L->input_scales = L->input_scales || unused;
+    }
+#undef NAME
+    return KVB_OK;
+}
+
 /* Rows [r0, r0 + n) of w as a matrix of their own. */
 static struct kvb_mat rows_of(const struct kvb_mat *w, int64_t r0, int64_t n) {
     return (struct kvb_mat){w->type, w->n_in, n, w->row_bytes, w->data + (size_t)r0 * w->row_bytes};
@@ -586,7 +699,10 @@ static struct kvb_mat rows_of(const struct kvb_mat *w, int64_t r0, int64_t n) {
 static kvb_status bind_layer(struct binder *b, const struct family *fam, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
     const struct kvb_model_info *in = &m->info;
     const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
-    const uint8_t *need = fam->need;
+    uint8_t need[S_COUNT];
+    memcpy(need, fam->need, sizeof need);
+    if (in->n_expert > 0) /* experts instead of the dense FFN */
+        need[S_GATE] = need[S_UP] = need[S_DOWN] = need[S_BGATE] = need[S_BUP] = need[S_BDOWN] = NO;
     char name[S_COUNT][96];
     for (int s = 0; s < S_COUNT; s++) snprintf(name[s], sizeof name[s], "blk.%d.%s", (int)l, k_slots[s]);
     kvb_status st;
@@ -632,6 +748,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     VEC(S_BDOWN, E, L->b_down);
     VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
     if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0)) != KVB_OK) return st;
+    if (in->n_expert > 0 && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
 #undef VEC
 #undef MAT
     return KVB_OK;

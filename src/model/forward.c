@@ -53,16 +53,18 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
     f->hu = kvb_malloc(sizeof(float) * T * F);
     f->tmp = kvb_malloc(sizeof(float) * T * KVB_MAX(E, QD));
     f->q8 = kvb_calloc(1, sizeof *f->q8);
-    f->cr0 = kvb_malloc(sizeof(int32_t) * T);
-    f->cT = kvb_malloc(sizeof(int32_t) * T);
-    const size_t widest = KVB_MAX(KVB_MAX(E, QD), F);
+    f->pass.cr0 = kvb_malloc(sizeof(int32_t) * T);
+    f->pass.cT = kvb_malloc(sizeof(int32_t) * T);
+    f->pass.one = kvb_malloc(sizeof(int32_t) * T);
+    const size_t widest = KVB_MAX(KVB_MAX(E, QD), KVB_MAX(F, (size_t)in->n_ff_exp));
     if (f->q8) {
         f->q8->cap = (int64_t)(T * widest);
         f->q8->q = kvb_malloc(T * widest);
         f->q8->d = kvb_malloc(sizeof(float) * (T * widest / 32 + 1));
         f->q8->s = kvb_malloc(sizeof(int16_t) * (T * widest / 16 + 1));
     }
-    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->q8->s || !f->cr0 || !f->cT) {
+    if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->q8->s || !f->pass.cr0 || !f->pass.cT || !f->pass.one ||
+        kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK) {
         kvb_fwd_free(f);
         return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
     }
@@ -83,7 +85,8 @@ void kvb_fwd_free(struct kvb_fwd *f) {
     kvb_free(f->x); kvb_free(f->xb); kvb_free(f->q); kvb_free(f->k); kvb_free(f->v);
     kvb_free(f->att); kvb_free(f->hg); kvb_free(f->hu); kvb_free(f->tmp); kvb_free(f->lg);
     if (f->q8) { kvb_free(f->q8->q); kvb_free(f->q8->d); kvb_free(f->q8->s); kvb_free(f->q8); }
-    kvb_free(f->cr0); kvb_free(f->cT);
+    kvb_free(f->pass.cr0); kvb_free(f->pass.cT); kvb_free(f->pass.one);
+    kvb_moe_buf_free(&f->moe);
     memset(f, 0, sizeof *f);
 }
 
@@ -239,31 +242,25 @@ static void embed_row(const struct kvb_mat *e, int32_t tok, float *out) {
 }
 
 /* y = W x over the prompt rows of a pass: the chunks together (each as if
- * alone), one-token prompt tails as kvb_matmul with T = 1. */
-static void mm_prompts(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
-                       int64_t ldy, const struct kvb_fwd_seg *seg, int32_t n_seg) {
-    kvb_matmul_chunks(tp, w, x, ldx, y, ldy, f->cr0, f->cT, f->nc); /* weights expanded once for every chunk */
-    for (int32_t i = 0; i < n_seg; i++)
-        if (!seg[i].decode && seg[i].T == 1) kvb_matmul(tp, w, x + (size_t)seg[i].r0 * ldx, ldx, y + (size_t)seg[i].r0 * ldy, ldy, 1);
+ * alone), one-row prompts as kvb_matmul with T = 1. */
+static void mm_prompts(struct kvb_threadpool *tp, const struct kvb_pass_rows *p, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
+                       int64_t ldy) {
+    kvb_matmul_chunks(tp, w, x, ldx, y, ldy, p->cr0, p->cT, p->nc); /* weights expanded once for every chunk */
+    for (int32_t i = 0; i < p->n_one; i++) kvb_matmul(tp, w, x + (size_t)p->one[i] * ldx, ldx, y + (size_t)p->one[i] * ldy, ldy, 1);
 }
 
-/* y = W x over the rows of a pass: the decode rows [0, n_dec) as one batch,
- * the prompt chunks together (each as if alone). */
-static void mm(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
-               const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
+void kvb_fwd_mm(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *w, const float *x,
+                int64_t ldx, float *y, int64_t ldy) {
     if (kvb_matmul_int8_tiles(w)) { /* Q8_0 on int8 tiles: every row of the pass in one go, prompts too */
-        kvb_matmul_decode(tp, w, x, ldx, y, ldy, f->n_rows, f->q8);
+        kvb_matmul_decode(tp, w, x, ldx, y, ldy, p->n_rows, q8);
         return;
     }
-    kvb_matmul_decode(tp, w, x, ldx, y, ldy, n_dec, f->q8);
-    mm_prompts(tp, f, w, x, ldx, y, ldy, seg, n_seg);
+    kvb_matmul_decode(tp, w, x, ldx, y, ldy, p->n_dec, q8);
+    mm_prompts(tp, p, w, x, ldx, y, ldy);
 }
 
-/* mm for n matrices on the same input (q/k/v; gate/up): the decode rows of
- * all of them in one kvb_matmul_decode_group; prompt chunks matrix by matrix
- * as mm. Every output is the bits mm gives. */
-static void mm_group(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_mat *const *w, int32_t n, const float *x, int64_t ldx,
-                     float *const *y, const int64_t *ldy, const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec) {
+void kvb_fwd_mm_group(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *const *w, int32_t n,
+                      const float *x, int64_t ldx, float *const *y, const int64_t *ldy) {
     bool tiles = true, mixed = false;
     for (int32_t i = 0; i < n; i++) {
         const bool t = kvb_matmul_int8_tiles(w[i]);
@@ -271,12 +268,12 @@ static void mm_group(struct kvb_threadpool *tp, struct kvb_fwd *f, const struct 
         mixed = mixed || t != kvb_matmul_int8_tiles(w[0]);
     }
     if (mixed) {
-        for (int32_t i = 0; i < n; i++) mm(tp, f, w[i], x, ldx, y[i], ldy[i], seg, n_seg, n_dec);
+        for (int32_t i = 0; i < n; i++) kvb_fwd_mm(tp, q8, p, w[i], x, ldx, y[i], ldy[i]);
         return;
     }
-    kvb_matmul_decode_group(tp, w, n, x, ldx, y, ldy, tiles ? f->n_rows : n_dec, f->q8);
+    kvb_matmul_decode_group(tp, w, n, x, ldx, y, ldy, tiles ? p->n_rows : p->n_dec, q8);
     if (tiles) return;
-    for (int32_t i = 0; i < n; i++) mm_prompts(tp, f, w[i], x, ldx, y[i], ldy[i], seg, n_seg);
+    for (int32_t i = 0; i < n; i++) mm_prompts(tp, p, w[i], x, ldx, y[i], ldy[i]);
 }
 
 /* RMS norm of each of the n vectors of size d at x (in place), weights w. */
@@ -303,7 +300,7 @@ static void shape_qk(const struct kvb_model *m, const struct kvb_layer *L, struc
                      int32_t l) {
     const struct kvb_model_info *in = &m->info;
     const int64_t D = in->head_dim, QD = (int64_t)in->n_head * D, KD = (int64_t)in->n_head_kv * D;
-    const int32_t R = f->n_rows;
+    const int32_t R = f->pass.n_rows;
     scale_rows(f->q, R, QD, L->s_q); /* the per-tensor scales come before the biases here, as in llama.cpp */
     scale_rows(f->k, R, KD, L->s_k);
     scale_rows(f->v, R, KD, L->s_v);
@@ -350,10 +347,11 @@ static void residual(const struct kvb_model *m, float *x, float *y, const float 
  *   SiLU       g / (1 + e^-g)
  *   GELU-tanh  0.5 g (1 + tanh(k (g + 0.044715 g^3))) = g e / (1 + e),
  *              e = e^(2 k (g + 0.044715 g^3)), k = sqrt(2 / pi)
- * vexp clamps its argument (no inf), so both stay finite for any g. */
+ *   OAI        g' = min(g, 7), u' = clamp(u, -7, 7): g' / (1 + e^(-1.702 g')) * (u' + 1)
+ * vexp clamps its argument (no inf), so all stay finite for any g. */
 struct glu_job {
     const struct kvb_kernels *kr;
-    bool gelu;
+    enum kvb_ffn_act act;
     float *g;
     const float *u;
     size_t n;
@@ -367,20 +365,27 @@ static void glu_worker(int32_t ith, int32_t nth, void *arg) {
         const int32_t m = (int32_t)KVB_MIN((size_t)256, b - i);
         float *g = j->g + i;
         const float *u = j->u + i;
-        if (j->gelu)
+        switch (j->act) {
+        case KVB_FFN_GELU_TANH:
             for (int32_t k = 0; k < m; k++) e[k] = 1.5957691216057308f * (g[k] + 0.044715f * g[k] * g[k] * g[k]);
-        else
-            for (int32_t k = 0; k < m; k++) e[k] = -g[k];
-        j->kr->vexp(e, m);
-        if (j->gelu)
+            j->kr->vexp(e, m);
             for (int32_t k = 0; k < m; k++) g[k] = g[k] * (e[k] / (1.0f + e[k])) * u[k];
-        else
+            break;
+        case KVB_FFN_SWIGLU_OAI:
+            for (int32_t k = 0; k < m; k++) e[k] = -1.702f * fminf(g[k], 7.0f);
+            j->kr->vexp(e, m);
+            for (int32_t k = 0; k < m; k++) g[k] = fminf(g[k], 7.0f) / (1.0f + e[k]) * (fminf(fmaxf(u[k], -7.0f), 7.0f) + 1.0f);
+            break;
+        default:
+            for (int32_t k = 0; k < m; k++) e[k] = -g[k];
+            j->kr->vexp(e, m);
             for (int32_t k = 0; k < m; k++) g[k] = g[k] / (1.0f + e[k]) * u[k];
+        }
     }
 }
 
-static void gated_activation(struct kvb_threadpool *tp, bool gelu, float *g, const float *u, size_t n) {
-    struct glu_job j = {kvb_kernels(), gelu, g, u, n};
+void kvb_fwd_glu(struct kvb_threadpool *tp, enum kvb_ffn_act act, float *g, const float *u, size_t n) {
+    struct glu_job j = {kvb_kernels(), act, g, u, n};
     kvb_threadpool_run(n >= 16384 ? tp : NULL, glu_worker, &j); /* below: waking the pool costs more */
 }
 
@@ -409,17 +414,17 @@ static const float *pre_norm(const struct kvb_model *m, struct kvb_fwd *f, const
 }
 
 static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg,
-                                  int32_t n_seg, int32_t n_dec, int32_t l) {
+                                  int32_t n_seg, int32_t l) {
     const struct kvb_model_info *in = &m->info;
     const struct kvb_layer *L = &m->layers[l];
     const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim;
-    const int32_t R = f->n_rows;
+    const int32_t R = f->pass.n_rows;
     const float *xin = pre_norm(m, f, L->attn_norm, R, E);
     {
         const struct kvb_mat *w[3] = {&L->wq, &L->wk, &L->wv};
         float *y[3] = {f->q, f->k, f->v};
         const int64_t ld[3] = {QD, KD, KD};
-        mm_group(tp, f, w, 3, xin, E, y, ld, seg, n_seg, n_dec);
+        kvb_fwd_mm_group(tp, f->q8, &f->pass, w, 3, xin, E, y, ld);
     }
     shape_qk(m, L, f, seg, n_seg, l);
     for (int32_t i = 0; i < n_seg; i++) {
@@ -430,32 +435,36 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
                                   : kvb_cache_prefill(g->cache, l, g->T, q, in->n_head, k, v, att, tp);
         if (st != KVB_OK) return st;
     }
-    mm(tp, f, &L->wo, f->att, QD, f->tmp, E, seg, n_seg, n_dec);
+    kvb_fwd_mm(tp, f->q8, &f->pass, &L->wo, f->att, QD, f->tmp, E);
     scale_rows(f->tmp, R, E, L->s_o);
     add_bias(f->tmp, R, E, L->bo);
     residual(m, f->x, f->tmp, L->post_attn_norm, R, E);
     return KVB_OK;
 }
 
-static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg, int32_t n_seg,
-                      int32_t n_dec, int32_t l) {
+static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, int32_t l) {
     const struct kvb_model_info *in = &m->info;
     const struct kvb_layer *L = &m->layers[l];
     const int64_t E = in->n_embd, F = in->n_ff;
-    const int32_t R = f->n_rows;
+    const int32_t R = f->pass.n_rows;
     const float *xin = pre_norm(m, f, L->ffn_norm, R, E);
+    if (L->router.data) { /* a mixture of experts */
+        kvb_moe_ffn(m, tp, f, &f->pass, l, xin, f->tmp);
+        residual(m, f->x, f->tmp, L->post_ffn_norm, R, E);
+        return;
+    }
     {
         const struct kvb_mat *w[2] = {&L->w_gate, &L->w_up};
         float *y[2] = {f->hg, f->hu};
         const int64_t ld[2] = {F, F};
-        mm_group(tp, f, w, 2, xin, E, y, ld, seg, n_seg, n_dec);
+        kvb_fwd_mm_group(tp, f->q8, &f->pass, w, 2, xin, E, y, ld);
     }
     add_bias(f->hg, R, F, L->b_gate); /* in the FFN the scales come after the biases, as in llama.cpp */
     add_bias(f->hu, R, F, L->b_up);
     scale_rows(f->hg, R, F, L->s_gate);
     scale_rows(f->hu, R, F, L->s_up);
-    gated_activation(tp, m->act == KVB_FFN_GELU_TANH, f->hg, f->hu, (size_t)R * F);
-    mm(tp, f, &L->w_down, f->hg, F, f->tmp, E, seg, n_seg, n_dec);
+    kvb_fwd_glu(tp, m->act, f->hg, f->hu, (size_t)R * F);
+    kvb_fwd_mm(tp, f->q8, &f->pass, &L->w_down, f->hg, F, f->tmp, E);
     add_bias(f->tmp, R, E, L->b_down);
     scale_rows(f->tmp, R, E, L->s_down);
     residual(m, f->x, f->tmp, L->post_ffn_norm, R, E);
@@ -472,19 +481,23 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
     }
     kvb_status st = kvb_fwd_reserve_logits(f, in, n_lg); /* before any change */
     if (st != KVB_OK) return st;
-    f->nc = 0;
-    f->n_rows = R;
+    struct kvb_pass_rows *p = &f->pass;
+    p->n_rows = R;
+    p->n_dec = n_dec;
+    p->nc = p->n_one = 0;
     for (int32_t i = 0; i < n_seg; i++)
         if (!seg[i].decode && seg[i].T >= 2) {
-            f->cr0[f->nc] = seg[i].r0;
-            f->cT[f->nc++] = seg[i].T;
+            p->cr0[p->nc] = seg[i].r0;
+            p->cT[p->nc++] = seg[i].T;
+        } else if (!seg[i].decode) {
+            p->one[p->n_one++] = seg[i].r0;
         }
     for (int32_t t = 0; t < R; t++) embed_row(&m->tok_embd, tok[t], f->x + (size_t)t * E);
     if (m->embd_scale != 1.0f)
         for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] *= m->embd_scale;
     for (int32_t l = 0; l < in->n_layer; l++) {
-        if ((st = attention_block(m, tp, f, seg, n_seg, n_dec, l)) != KVB_OK) return st;
-        ffn_block(m, tp, f, seg, n_seg, n_dec, l);
+        if ((st = attention_block(m, tp, f, seg, n_seg, l)) != KVB_OK) return st;
+        ffn_block(m, tp, f, l);
     }
     /* logits: every segment's last row as one decode batch (each row as a
      * lone T == 1 call), a segment's every row as its own chunk */

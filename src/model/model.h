@@ -12,8 +12,16 @@
 struct gguf_file;
 struct kvb_vocab;
 
-/* How the FFN gates: silu(gate) * up (SwiGLU) or gelu_tanh(gate) * up (GeGLU). */
-enum kvb_ffn_act { KVB_FFN_SILU = 0, KVB_FFN_GELU_TANH = 1 };
+/* How the FFN gates: silu(gate) * up (SwiGLU), gelu_tanh(gate) * up (GeGLU),
+ * or gpt-oss' clamped SwiGLU: g = min(g, 7), u = clamp(u, -7, 7),
+ * g * sigmoid(1.702 g) * (u + 1). */
+enum kvb_ffn_act { KVB_FFN_SILU = 0, KVB_FFN_GELU_TANH = 1, KVB_FFN_SWIGLU_OAI = 2 };
+
+/* How a router turns its logits into the chosen experts' weights (llama.cpp's
+ * expert_gating_func values): softmax over all experts then the top k;
+ * sigmoid of each then the top k; or the top k logits, then a softmax over
+ * those k (gpt-oss). */
+enum kvb_moe_gating { KVB_MOE_SOFTMAX = 1, KVB_MOE_SIGMOID = 2, KVB_MOE_SOFTMAX_WEIGHT = 3 };
 
 /* One layer: every weight it reads. A step of the forward pass runs when its
  * weights are there (a NULL vector, a matrix with data NULL: absent), so the
@@ -41,6 +49,17 @@ struct kvb_layer {
                                     * llama.cpp leaves them (they describe NVFP4 activations) */
     bool scales_unused;            /* .scale tensors this family's llama.cpp graph does not apply (its
                                     * FFN's but for llama and qwen3; olmo2's q/k/v): bound, not applied */
+    /* mixture of experts: a layer with a router runs its experts instead of the dense FFN above
+     * (whose slots stay empty). The experts are llama.cpp's 3-D ffn_*_exps, ne [n_in, rows,
+     * n_expert], seen as 2-D: expert e owns rows [e * Fe, (e + 1) * Fe) of gate_exps and up_exps
+     * and [e * E, (e + 1) * E) of down_exps (kvb_moe_expert). */
+    struct kvb_mat router;             /* ffn_gate_inp [n_expert][E] */
+    const float *b_router;             /* [n_expert] or NULL */
+    struct kvb_mat gate_exps, up_exps; /* [n_expert * Fe][E] */
+    struct kvb_mat down_exps;          /* [n_expert * E][Fe] */
+    const float *b_gate_exps, *b_up_exps; /* [n_expert][Fe] or NULL */
+    const float *b_down_exps;          /* [n_expert][E] or NULL */
+    const float *s_gate_exps, *s_up_exps, *s_down_exps; /* per-expert output scales [n_expert] (after the biases), or NULL */
 };
 
 struct kvb_model {
@@ -75,6 +94,10 @@ struct kvb_model {
     float temp_beta;             /* mistral3: q *= 1 + beta * ln(1 + floor(pos / temp_floor)); 0: off */
     int32_t temp_floor;
     bool cls_head;               /* qwen3: a reranker's classifier is in the file (bound, unused) */
+    /* mixture of experts (info.n_expert > 0): how the router weighs the chosen experts */
+    enum kvb_moe_gating moe_gating;
+    bool moe_norm;               /* the chosen experts' weights divided by their sum */
+    float moe_scale;             /* then multiplied by this (expert_weights_scale); 1 */
     /* YaRN as the file gave it (rope_freqs then holds the divisors made from it), for export */
     float yarn_factor;           /* 0: no YaRN */
     float yarn_beta_fast, yarn_beta_slow, yarn_log_mul; /* log_mul 0: the key was absent */
@@ -122,7 +145,9 @@ kvb_status kvb_family_windows(struct kvb_model *m, int32_t window, uint32_t peri
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put
- * for each present piece; 2-D when mat is non-NULL. */
+ * for each present piece: a vector of n floats, or a matrix, 2-D when n <= 1
+ * and else n matrices of mat->n_out / n rows stacked (llama.cpp's 3-D
+ * experts, ne [n_in, n_out / n, n]). */
 kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat,
                                                                               const float *vec, int64_t n), void *u);
 
@@ -143,6 +168,28 @@ bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_para
 
 /* ---- the forward pass over rows of many sequences (forward.c) ---- */
 
+/* The rows of a pass as its matmuls see them: decode rows [0, n_dec), each
+ * computed as a lone decode; prompt chunks of >= 2 rows (cr0[i], cT[i]),
+ * each as if alone; one-row prompts at rows one[0..n_one), each as a chunk
+ * of one. So a row's bits never depend on what shares the pass. */
+struct kvb_pass_rows {
+    int32_t n_rows, n_dec;
+    int32_t *cr0, *cT, nc;
+    int32_t *one, n_one;
+};
+
+/* The buffers of a mixture-of-experts layer (moe.c), for up to rows rows. */
+struct kvb_moe_buf {
+    float *logits;             /* [rows][n_expert] the router's */
+    int32_t *sel;              /* [rows][n_expert_used] the chosen experts */
+    float *wt;                 /* [rows][n_expert_used] their weights */
+    int32_t *by_expert, *off;  /* (row * n_expert_used + slot) grouped by expert: by_expert[off[e] .. off[e + 1]) */
+    int32_t *group;            /* [rows] a prompt row's chunk (its first row) */
+    float *x, *g, *u, *y;      /* [rows][E], [rows][Fe] x 2, [rows][E]: one expert's gathered rows */
+    struct kvb_pass_rows pass; /* one expert's rows as a pass (cr0, cT, one: [rows]) */
+    int64_t bytes_read;        /* expert weight bytes read since the last reset */
+};
+
 /* Activation buffers for up to `rows` rows. */
 struct kvb_fwd {
     int32_t rows;
@@ -150,11 +197,35 @@ struct kvb_fwd {
     float *lg;        /* [lg_rows][n_vocab] last-row logits, grown on demand */
     int32_t lg_rows;
     struct kvb_q8_buf *q8; /* int8 activations of the decode rows */
-    int32_t *cr0, *cT;     /* [rows] this pass's prompt chunks of >= 2 rows */
-    int32_t nc;
-    int32_t n_rows;        /* rows of this pass */
+    struct kvb_pass_rows pass; /* this pass (cr0, cT, one: [rows]) */
+    struct kvb_moe_buf moe;    /* allocated for a model with experts */
 };
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows);
+/* y = W x over the rows of pass p (each row as described there); q8 holds the
+ * decode rows' int8 activations. */
+void kvb_fwd_mm(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *w, const float *x,
+                int64_t ldx, float *y, int64_t ldy);
+/* kvb_fwd_mm of n (<= 4) matrices on the same input: the decode rows of all of
+ * them in one threadpool run; every output the bits kvb_fwd_mm gives. */
+void kvb_fwd_mm_group(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *const *w, int32_t n,
+                      const float *x, int64_t ldx, float *const *y, const int64_t *ldy);
+/* g = act(g) * u over n values (elementwise: bits independent of the split). */
+void kvb_fwd_glu(struct kvb_threadpool *tp, enum kvb_ffn_act act, float *g, const float *u, size_t n);
+
+/* moe.c: expert e's gate/up (which 0, 1) or down (2) rows of layer L. */
+struct kvb_mat kvb_moe_expert(const struct kvb_layer *L, int which, int32_t e);
+/* The buffers of m's expert layers for rows rows (none for a dense model). */
+kvb_status kvb_moe_buf_init(struct kvb_moe_buf *b, const struct kvb_model_info *in, int32_t rows);
+void kvb_moe_buf_free(struct kvb_moe_buf *b);
+/* out[r] = the experts of layer l on xin[r], for the rows of pass p: each
+ * row routed to its top n_expert_used experts, every expert's rows gathered
+ * and multiplied together (a decode row as a lone decode, a prompt chunk's
+ * rows as that chunk alone), the weighted outputs summed in expert order. */
+void kvb_moe_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_pass_rows *p, int32_t l,
+                 const float *xin, float *out);
+/* The router of one row: logits (n_expert) to the chosen experts and their
+ * weights (k each), by m's gating, normalization and scale. */
+void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel, float *wt);
 void kvb_fwd_free(struct kvb_fwd *f);
 /* Room for the last-row logits of n segments (kvb_forward grows it itself;
  * a batch calls it before reserving, so a step fails before any change). */
