@@ -262,7 +262,7 @@ TEST(batch_equals_single_q8_0_weights) {
 TEST(batch_equals_single_every_family) {
     NEED_MODEL(); /* the prompts' ids (all below the tiny shapes' 512) */
     static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3",
-                                         "tiny-gemma2", "tiny-gemma3"};
+                                         "tiny-gemma2", "tiny-gemma3", "tiny-qwen3moe", "tiny-mixtral", "tiny-granitemoe"};
     struct kvb_recall_params rec = {0};
     rec.pages = 2;
     rec.every = 1;
@@ -275,6 +275,36 @@ TEST(batch_equals_single_every_family) {
         printf("  %s\n", shapes[k]);
         equality_run(m, KVB_POLICY_COUNT, KVB_POLICY_COUNT, k % 2 == 0 ? rec : none); /* recall on tiny-smollm3's NoPE layers too */
         kvb_model_make_free(m, owned);
+        if (t_case_failed) return;
+    }
+}
+
+/* Experts in the weight types people's files use: each step's rows are
+ * grouped by expert across the sequences (decode rows of q8_0 experts on
+ * int8 tiles with the prompts, q4_K's through their integer dot), and every
+ * sequence still has the bits of a lone context. */
+TEST(batch_equals_single_quantized_experts) {
+    NEED_MODEL();
+    static const char *const types[] = {"q8_0", "q4_K", "mxfp4"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        struct kvb_model *made, *m;
+        void *owned;
+        CHECK_OK(kvb_model_make("tiny-qwen3moe", 7, NULL, &made, &owned));
+        char path[] = "/tmp/kvb_test_batch_moe_XXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        close(fd);
+        uint32_t type;
+        CHECK_OK(kvb_type_from_name(types[i], &type));
+        CHECK_OK(kvb_model_write_gguf(made, path, type, NULL, NULL));
+        kvb_model_make_free(made, owned);
+        struct kvb_model_params mp = kvb_model_default_params();
+        CHECK_OK(kvb_model_load(path, &mp, &m));
+        unlink(path);
+        printf("  tiny-qwen3moe %s\n", types[i]);
+        struct kvb_recall_params none = {0};
+        equality_run(m, 8, 4, none); /* full, window, streaming, h2o */
+        kvb_model_free(m);
         if (t_case_failed) return;
     }
 }
@@ -955,6 +985,7 @@ int main(void) {
     RUN(batch_equals_single_with_recall);
     RUN(batch_equals_single_q8_0_weights);
     RUN(batch_equals_single_every_family);
+    RUN(batch_equals_single_quantized_experts);
     RUN(pool_exhaustion_and_allocation_failures_change_no_cache);
     RUN(allocation_failures_with_recall_change_nothing);
     RUN(sequences_freed_in_random_order_return_every_page);

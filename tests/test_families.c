@@ -43,6 +43,7 @@ struct ref {
     bool gemma;
     int W, period;
     double base_swa, fs_swa, attn_cap, final_cap;
+    int n_exp, n_used, F_exp; /* experts (0: dense) */
 };
 
 static double key_f(const struct ref *r, const char *suffix, double def) {
@@ -66,6 +67,17 @@ static double *tensor(const struct ref *r, const char *name, int64_t n) {
     double *d = malloc(sizeof(double) * (size_t)n);
     const float *s = (const float *)t->data;
     for (int64_t i = 0; i < n; i++) d[i] = s[i];
+    return d;
+}
+
+/* A 3-D tensor (experts: ne [n_in, rows, n_expert]) as doubles, or NULL. */
+static double *stack_t(const struct ref *r, int l, const char *what, int64_t n) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", l, what);
+    const struct gguf_tensor *t = kvb_gguf_find_tensor(r->f, name);
+    if (!t || t->type != 0 || t->ne[0] * t->ne[1] * t->ne[2] != n) return NULL;
+    double *d = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) d[i] = ((const float *)t->data)[i];
     return d;
 }
 
@@ -124,13 +136,57 @@ static void rope(const struct ref *r, double *x, int pos, double base, double fs
     }
 }
 
+/* A mixture of experts on h (E), as llama.cpp's build_moe_ffn for these
+ * families: softmax over the router's logits, the top K (ties: the lower
+ * index), their weights renormalized, each expert silu(gate) * up then
+ * down, with its per-expert scales where the family applies them (llama,
+ * qwen3moe), the weighted outputs summed. */
+static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
+    const int E = r->E, N = r->n_exp, K = r->n_used, Fe = r->F_exp;
+    double *wr = layer_t(r, l, "ffn_gate_inp.weight", (int64_t)E * N);
+    double *wg = stack_t(r, l, "ffn_gate_exps.weight", (int64_t)E * Fe * N), *wu = stack_t(r, l, "ffn_up_exps.weight", (int64_t)E * Fe * N);
+    double *wd = stack_t(r, l, "ffn_down_exps.weight", (int64_t)Fe * E * N);
+    const bool scales = !strcmp(r->arch, "llama") || !strcmp(r->arch, "qwen3moe");
+    double *sg = scales ? layer_t(r, l, "ffn_gate_exps.scale", N) : NULL, *su = scales ? layer_t(r, l, "ffn_up_exps.scale", N) : NULL;
+    double *sd = scales ? layer_t(r, l, "ffn_down_exps.scale", N) : NULL;
+    double lg[64], p[64], g[1024], u[1024], y[1024], mx = -1e300, sum = 0;
+    matvec(wr, NULL, h, E, N, lg);
+    for (int e = 0; e < N; e++) mx = fmax(mx, lg[e]);
+    for (int e = 0; e < N; e++) sum += (p[e] = exp(lg[e] - mx));
+    for (int e = 0; e < N; e++) p[e] /= sum;
+    int sel[64];
+    double wsum = 0;
+    for (int k = 0; k < K; k++) {
+        sel[k] = -1;
+        for (int e = 0; e < N; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken = taken || sel[j] == e;
+            if (!taken && (sel[k] < 0 || p[e] > p[sel[k]])) sel[k] = e;
+        }
+        wsum += p[sel[k]];
+    }
+    for (int i = 0; i < E; i++) o[i] = 0;
+    for (int k = 0; k < K; k++) {
+        const int e = sel[k];
+        matvec(wg + (size_t)e * Fe * E, NULL, h, E, Fe, g);
+        matvec(wu + (size_t)e * Fe * E, NULL, h, E, Fe, u);
+        for (int i = 0; i < Fe; i++) {
+            const double a = g[i] * (sg ? sg[e] : 1), b = u[i] * (su ? su[e] : 1);
+            g[i] = a / (1 + exp(-a)) * b;
+        }
+        matvec(wd + (size_t)e * E * Fe, NULL, g, Fe, E, y);
+        for (int i = 0; i < E; i++) o[i] += p[e] / wsum * y[i] * (sd ? sd[e] : 1);
+    }
+    free(wr); free(wg); free(wu); free(wd); free(sg); free(su); free(sd);
+}
+
 static void set_family(struct ref *r) {
     const char *a = r->arch;
-    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "olmo2") || !strcmp(a, "phi3");
+    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "olmo2") || !strcmp(a, "phi3");
     r->qk_whole = !strcmp(a, "olmo2");
     r->post_norms = !strcmp(a, "olmo2");
     r->fused_up = !strcmp(a, "phi3");
-    r->granite = !strcmp(a, "granite");
+    r->granite = !strcmp(a, "granite") || !strcmp(a, "granitemoe");
     r->nope4 = !strcmp(a, "smollm3"); /* layers 3, 7, ... without RoPE (llama.cpp's fixed step of 4) */
     r->gemma = !strcmp(a, "gemma2") || !strcmp(a, "gemma3");
     r->neox = r->neox || r->gemma;
@@ -214,6 +270,9 @@ static double *reference(const char *path, int n_ctx, int nt) {
     r.attn_scale = r.granite && key_f(&r, "attention.scale", 0) != 0 ? key_f(&r, "attention.scale", 0) : 1 / sqrt((double)r.D);
     r.logit_scale = r.granite ? key_f(&r, "logit_scale", 1) : 1;
     r.temp_beta = !strcmp(r.arch, "mistral3") ? key_f(&r, "attention.temperature_scale", 0) : 0;
+    r.n_exp = key_u(&r, "expert_count", 0);
+    r.n_used = key_u(&r, "expert_used_count", 0);
+    r.F_exp = !strcmp(r.arch, "qwen3moe") ? key_u(&r, "expert_feed_forward_length", r.F / (r.n_used ? r.n_used : 1)) : r.F;
     set_rope(&r, n_ctx);
     if (r.gemma) set_gemma(&r);
     const struct gguf_tensor *te = kvb_gguf_find_tensor(f, "token_embd.weight");
@@ -288,6 +347,11 @@ static double *reference(const char *path, int n_ctx, int nt) {
             for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
             memcpy(h, xt, sizeof(double) * (size_t)E);
             if (fn) rms(h, E, fn, r.eps);
+            if (r.n_exp) {
+                moe_ref(&r, l, h, o);
+                for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
+                continue;
+            }
             if (r.fused_up) ffn_proj(wu, su, NULL, h, E, 2 * F, g); /* gate rows, then up rows; one scale */
             else { ffn_proj(wg, sg, bg, h, E, F, g); ffn_proj(wu, su, bu, h, E, F, g + F); }
             for (int i = 0; i < F; i++)
@@ -402,6 +466,9 @@ TEST(phi3_long_and_short_factors_equal_reference) {
 }
 TEST(mistral3_yarn_and_temperature_equal_reference) { check_family("tiny-mistral3", 8192); }
 TEST(smollm3_nope_layers_equal_reference) { check_family("tiny-smollm3", 4096); }
+TEST(qwen3moe_experts_equal_reference) { check_family_n("tiny-qwen3moe", 4096, NT_MAX); }
+TEST(mixtral_style_llama_experts_equal_reference) { check_family_n("tiny-mixtral", 4096, NT_MAX); }
+TEST(granitemoe_experts_equal_reference) { check_family_n("tiny-granitemoe", 4096, NT_MAX); }
 
 /* Every family through a bounded, quantized cache that is saved and
  * restored halfway: the restored context continues with the very logits of
@@ -556,7 +623,9 @@ TEST(unused_tensors_and_unknown_math_are_refused_by_name) {
     /* keys that change the math and are not implemented */
     refused(llama, &(struct edit){.key = "llama.rope.scaling.type", .str = "su"}, KVB_ERR_UNSUPPORTED, "llama.rope.scaling.type");
     refused(olmo, &(struct edit){.key = "olmo2.attention.sliding_window", .num = 4096}, KVB_ERR_UNSUPPORTED, "olmo2.attention.sliding_window");
-    refused(llama, &(struct edit){.key = "llama.expert_count", .num = 8}, KVB_ERR_UNSUPPORTED, "llama.expert_count");
+    refused(olmo, &(struct edit){.key = "olmo2.expert_count", .num = 8}, KVB_ERR_UNSUPPORTED, "olmo2.expert_count"); /* no experts in olmo2 */
+    refused(llama, &(struct edit){.key = "llama.expert_count", .num = 8}, KVB_ERR_CORRUPT, "llama.expert_used_count");
+    refused(llama, &(struct edit){.key = "llama.expert_count", .num = 513}, KVB_ERR_CORRUPT, "llama.expert_count"); /* llama.cpp's bound: 512 */
     refused(llama, &(struct edit){.key = "llama.rope.dimension_count", .num = 32}, KVB_ERR_UNSUPPORTED, "llama.rope.dimension_count");
     refused(llama, &(struct edit){.key = "llama.rope.scaling.factor", .num = 1e-39, .is_f32 = true}, KVB_ERR_CORRUPT, "llama.rope.scaling.factor");
     /* zero means unset: a scaling factor of 0 is no scaling (llama.cpp), and loads */
@@ -724,6 +793,9 @@ int main(void) {
     RUN(phi3_long_and_short_factors_equal_reference);
     RUN(mistral3_yarn_and_temperature_equal_reference);
     RUN(smollm3_nope_layers_equal_reference);
+    RUN(qwen3moe_experts_equal_reference);
+    RUN(mixtral_style_llama_experts_equal_reference);
+    RUN(granitemoe_experts_equal_reference);
     RUN(every_family_saves_and_restores_bounded_quantized_caches);
     RUN(unused_tensors_and_unknown_math_are_refused_by_name);
     RUN(gemma2_windows_and_softcaps_equal_reference);

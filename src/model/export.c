@@ -89,7 +89,7 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         kvb_gguf_writer_u32(w, K("attention.key_length"), (uint32_t)in->head_dim);
         kvb_gguf_writer_u32(w, K("attention.value_length"), (uint32_t)in->head_dim);
     }
-    if (!strcmp(in->arch, "granite")) {
+    if (!strncmp(in->arch, "granite", 7)) { /* granite, granitemoe */
         kvb_gguf_writer_f32(w, K("embedding_scale"), m->embd_scale);
         kvb_gguf_writer_f32(w, K("residual_scale"), m->residual_scale);
         kvb_gguf_writer_f32(w, K("attention.scale"), m->q_scale / sqrtf((float)in->head_dim));
@@ -97,6 +97,11 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         if (in->rope_type == KVB_ROPE_NONE) kvb_gguf_writer_bool(w, K("rope.scaling.finetuned"), false);
     }
     if (m->temp_beta != 0) kvb_gguf_writer_f32(w, K("attention.temperature_scale"), m->temp_beta);
+    if (in->n_expert > 0) { /* expert_feed_forward_length: read by the families whose experts have their own width */
+        kvb_gguf_writer_u32(w, K("expert_count"), (uint32_t)in->n_expert);
+        kvb_gguf_writer_u32(w, K("expert_used_count"), (uint32_t)in->n_expert_used);
+        kvb_gguf_writer_u32(w, K("expert_feed_forward_length"), (uint32_t)in->n_ff_exp);
+    }
     if (in->sliding_window > 0) { /* gemma2/3: the windows and their RoPE base (their scale is the family's rule) */
         kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
         kvb_gguf_writer_u32(w, K("attention.sliding_window_pattern"), m->swa_period);
@@ -237,6 +242,7 @@ struct shape {
     int32_t window;
     uint32_t swa_period;
     float swa_base, attn_cap, final_cap;
+    int32_t experts, experts_used, ff_exp; /* a mixture of experts on every layer (ff_exp: their width); 0: dense */
 };
 
 static const struct shape k_shapes[] = {
@@ -264,6 +270,13 @@ static const struct shape k_shapes[] = {
     /* windows of 8 on four layers of six (pattern 3) at base 10000 unscaled, the global ones at 1e6 with linear x8; untied; a final softcap */
     {.name = "tiny-gemma3", .arch = "gemma3", 512, 256, 6, 4, 2, 512, 4096, .head_dim = 96, .rope_base = 1000000.0f, .eps = 1e-6f,
      .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 8, .swa_period = 3, .rope_factor = 8.0f, .final_cap = 10.0f},
+    /* experts: 8, 2 per token (qwen3moe: width 128, set apart from the dense 512); mixtral is llama with experts of the FFN's width */
+    {.name = "tiny-qwen3moe", .arch = "qwen3moe", 512, 256, 2, 4, 2, 512, 4096, .head_dim = 64, .rope_base = 1000000.0f, .eps = 1e-6f,
+     .qk_norm = true, .experts = 8, .experts_used = 2, .ff_exp = 128},
+    {.name = "tiny-mixtral", .arch = "llama", 512, 256, 2, 4, 2, 256, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .experts = 8, .experts_used = 2,
+     .ff_exp = 256},
+    {.name = "tiny-granitemoe", .arch = "granitemoe", 512, 256, 2, 4, 2, 256, 4096, .rope_base = 10000.0f, .eps = 1e-6f, .tied = true,
+     .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .experts = 8, .experts_used = 2, .ff_exp = 256},
     {.name = "tinyllama-1.1b", .arch = "llama", 32000, 2048, 22, 32, 4, 5632, 2048, .rope_base = 10000.0f, .eps = 1e-5f},
     {.name = "llama-3.2-1b", .arch = "llama", 128256, 2048, 16, 32, 8, 8192, 131072, .rope_base = 500000.0f, .eps = 1e-5f, .tied = true,
      .llama3_rope = true},
@@ -282,12 +295,15 @@ static const struct shape k_shapes[] = {
      .sandwich = true, .no_space_prefix = true, .window = 4096, .swa_period = 2, .attn_cap = 50.0f, .final_cap = 30.0f},
     {.name = "gemma3-1b", .arch = "gemma3", 262144, 1152, 26, 4, 1, 6912, 32768, .head_dim = 256, .rope_base = 1000000.0f, .eps = 1e-6f,
      .tied = true, .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 512, .swa_period = 6, .swa_base = 10000.0f},
+    /* Qwen3-30B-A3B's width (128 experts, 8 per token, expert FFN 768, GQA 32:4, head 128) with 8 of its 48 layers */
+    {.name = "qwen3-30b-a3b-8l", .arch = "qwen3moe", 151936, 2048, 8, 32, 4, 6144, 40960, .head_dim = 128, .rope_base = 1000000.0f, .eps = 1e-6f,
+     .qk_norm = true, .experts = 128, .experts_used = 8, .ff_exp = 768},
 };
 
 const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
-           "phi-4-mini, gemma2-2b, gemma3-1b";
+           "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, qwen3-30b-a3b-8l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -298,6 +314,28 @@ static kvb_status rand_mat(struct owned *o, struct kvb_mat *m, int64_t n_in, int
     const float s = 1.0f / sqrtf((float)n_in);
     for (int64_t i = 0; i < n_in * n_out; i++) p[i] = urand(&o->rs) * s;
     *m = (struct kvb_mat){GGML_TYPE_F32, n_in, n_out, sizeof(float) * (size_t)n_in, (const uint8_t *)p};
+    return KVB_OK;
+}
+
+/* n_out rows as rand_mat makes them (the same random values), held as q8_0
+ * when large: a 30B-A3B's experts (4.8G values in 8 layers) would not fit
+ * in f32. Writing to q8_0 then copies them; to another type, requantizes. */
+static kvb_status rand_stack(struct owned *o, struct kvb_mat *m, int64_t n_in, int64_t n_out) {
+    if (n_in * n_out < ((int64_t)1 << 24) || n_in % 32) return rand_mat(o, m, n_in, n_out);
+    const size_t rb = kvb_ggml_row_size(GGML_TYPE_Q8_0, n_in);
+    uint8_t *p = keep(o, rb * (size_t)n_out);
+    float *row = kvb_malloc(sizeof(float) * (size_t)n_in);
+    if (!p || !row) {
+        kvb_free(row);
+        return kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory for %lld expert rows of %lld", (long long)n_out, (long long)n_in);
+    }
+    const float s = 1.0f / sqrtf((float)n_in);
+    for (int64_t r = 0; r < n_out; r++) {
+        for (int64_t i = 0; i < n_in; i++) row[i] = urand(&o->rs) * s;
+        kvb_quantize_row(GGML_TYPE_Q8_0, row, p + (size_t)r * rb, n_in);
+    }
+    kvb_free(row);
+    *m = (struct kvb_mat){GGML_TYPE_Q8_0, n_in, n_out, rb, p};
     return KVB_OK;
 }
 
@@ -368,6 +406,12 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     in->rope_base = sh->rope_base; in->rope_freq_scale = sh->rope_factor ? 1.0f / sh->rope_factor : 1.0f; in->rope_dims = sh->rot ? sh->rot : in->head_dim;
     in->tied_output = sh->tied;
     in->has_qkv_bias = sh->bias;
+    if (sh->experts) {
+        in->n_expert = sh->experts;
+        in->n_expert_used = sh->experts_used;
+        in->n_ff_exp = sh->ff_exp;
+        in->n_moe_layers = sh->layers;
+    }
     if (sh->granite[0] != 0) {
         m->embd_scale = sh->granite[0];
         m->residual_scale = sh->granite[1];
@@ -443,11 +487,17 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             st = rand_mat(o, &gu, E, 2 * F);
             L->w_gate = (struct kvb_mat){gu.type, E, F, gu.row_bytes, gu.data};
             L->w_up = (struct kvb_mat){gu.type, E, F, gu.row_bytes, gu.data + (size_t)F * gu.row_bytes};
+        } else if (sh->experts) { /* the router and the experts' stacks, instead of the dense FFN */
+            const int64_t N = sh->experts, Fe = sh->ff_exp;
+            if (st == KVB_OK) st = rand_mat(o, &L->router, E, N);
+            if (st == KVB_OK) st = rand_stack(o, &L->gate_exps, E, N * Fe);
+            if (st == KVB_OK) st = rand_stack(o, &L->up_exps, E, N * Fe);
+            if (st == KVB_OK) st = rand_stack(o, &L->down_exps, Fe, N * E);
         } else {
             if (st == KVB_OK) st = rand_mat(o, &L->w_gate, E, F);
             if (st == KVB_OK) st = rand_mat(o, &L->w_up, E, F);
         }
-        if (st == KVB_OK) st = rand_mat(o, &L->w_down, F, E);
+        if (st == KVB_OK && !sh->experts) st = rand_mat(o, &L->w_down, F, E);
         if (sh->bias) {
             L->bq = const_vec(o, QD, 0.0f, true);
             L->bk = const_vec(o, KD, 0.0f, true);

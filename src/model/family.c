@@ -876,6 +876,11 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
 #undef SC
         ADD("scales: %s", sc);
     }
+    if (m->info.n_expert > 0)
+        ADD("%d of %d experts per token (%s%s), expert FFN %d", (int)m->info.n_expert_used, (int)m->info.n_expert,
+            m->moe_gating == KVB_MOE_SOFTMAX_WEIGHT ? "softmax of the top logits" : m->moe_gating == KVB_MOE_SIGMOID ? "sigmoid" : "softmax",
+            m->moe_norm ? ", renormalized" : "", (int)m->info.n_ff_exp);
+    if (m->act == KVB_FFN_SWIGLU_OAI) ADD("clamped SwiGLU");
     if (m->info.rope_type == KVB_ROPE_NONE) ADD("no RoPE");
     int32_t nope = 0;
     for (int32_t l = 0; m->no_rope && l < m->info.n_layer; l++) nope += m->no_rope[l];
@@ -939,6 +944,24 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
                 mat = &gu;
             }
             if ((st = put(u, name, mat, t[i].vec, t[i].n)) != KVB_OK) return st;
+        }
+        if (L->router.data) { /* experts: the router, the three stacks, their biases and per-expert scales */
+            const int64_t N = in->n_expert;
+            const struct { const char *name; const struct kvb_mat *mat; int64_t n; } x[] = {
+                {"ffn_gate_inp.weight", &L->router, 1}, {"ffn_gate_exps.weight", &L->gate_exps, N}, {"ffn_up_exps.weight", &L->up_exps, N},
+                {"ffn_down_exps.weight", &L->down_exps, N}};
+            for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+                snprintf(name, sizeof name, "blk.%d.%s", (int)l, x[i].name);
+                if ((st = put(u, name, x[i].mat, NULL, x[i].n)) != KVB_OK) return st;
+            }
+            const struct { const char *name; const float *v; } sv[] = {
+                {"ffn_gate_exps.scale", L->s_gate_exps}, {"ffn_up_exps.scale", L->s_up_exps}, {"ffn_down_exps.scale", L->s_down_exps}};
+            for (size_t i = 0; i < sizeof sv / sizeof sv[0]; i++) {
+                snprintf(name, sizeof name, "blk.%d.%s", (int)l, sv[i].name);
+                if (sv[i].v && (st = put(u, name, NULL, sv[i].v, N)) != KVB_OK) return st;
+            }
+            if (L->b_router || L->b_gate_exps || L->b_up_exps || L->b_down_exps)
+                return kvb_fail(KVB_ERR_UNSUPPORTED, "export: layer %d's expert biases have no writer yet", (int)l);
         }
         const struct { const char *w; const float *s; } sc[] = {{"attn_q", &L->s_q}, {"attn_k", &L->s_k}, {"attn_v", &L->s_v},
             {"attn_output", &L->s_o}, {"ffn_gate", &L->s_gate}, {"ffn_up", &L->s_up}, {"ffn_down", &L->s_down}};

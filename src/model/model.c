@@ -159,6 +159,10 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
         const struct kvb_layer *L = &m->layers[l];
         bytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) + mat_bytes(&L->w_gate) +
                  mat_bytes(&L->w_up) + mat_bytes(&L->w_down) + 2 * (size_t)in->n_embd * 4;
+        if (!L->router.data) continue;
+        const size_t experts = mat_bytes(&L->gate_exps) + mat_bytes(&L->up_exps) + mat_bytes(&L->down_exps);
+        bytes += mat_bytes(&L->router) + experts;
+        in->expert_bytes_per_token += experts / (size_t)in->n_expert * (size_t)in->n_expert_used;
     }
     in->weight_bytes = bytes;
     in->kv_bytes_per_token_f16 = (size_t)2 * in->n_layer * in->n_head_kv * in->head_dim * 2;
