@@ -390,6 +390,11 @@ struct kvb_cache_params {
     float attn_softcap;         /* > 0: every attention score s (q.k scaled) becomes
                                  * cap * tanh(s / cap) before the mask and softmax (Gemma 2's 50);
                                  * 0: off */
+    const float *sinks;         /* [n_layer][n_sink_heads] learned sink logits (gpt-oss): query head
+                                 * h's softmax has one more logit, sinks[l][h], whose value row is
+                                 * zero, so the kept keys share 1 - its mass; copied; NULL: none.
+                                 * Then decode and prefill take n_head == n_sink_heads. */
+    int32_t n_sink_heads;
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 

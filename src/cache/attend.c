@@ -30,6 +30,7 @@ struct kvb_head_scratch {
     int32_t *first;  /* [MAX_ROWS] a window layer's first visible key per query row */
     bool no_rope;    /* the stream being served rotates nothing (a NoPE layer): set by each entry point */
     bool rope_swa;   /* ... turns by rope_swa (a window layer's rotation): set likewise */
+    float sink[KVB_ATTN_MAX_ROWS]; /* a block's rows' sink logits (their heads') */
 };
 
 /* ---- scratch ---- */
@@ -311,6 +312,7 @@ void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     const int32_t jw = window_first(s, pq, 0); /* 0 but right after a restore or a caller's append */
     struct kvb_attn_state st;
     kvb_attn_begin(&st, G, d, h->acc, w ? h->p : NULL, s->v.n, h->seg_j, h->seg_m, (int32_t)h->seg_cap);
+    st.sink = s->sink; /* rows are this KV head's G query heads */
     for (int32_t r = 0; r < nr; r++) {
         const int32_t j0 = KVB_MAX(runs[r].j0, jw), j1 = run_end(runs, nr, r, s->v.n, s->v.n);
         if (j0 >= j1) continue;
@@ -354,6 +356,10 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
         struct kvb_attn_state st;
         kvb_attn_begin(&st, R, d, hs->acc, NULL, 0, NULL, NULL, 0);
         if (s->window) st.first = hs->first;
+        if (s->sink) { /* row (token, g): query head g's */
+            for (int32_t r = 0; r < R; r++) hs->sink[r] = s->sink[r % G];
+            st.sink = hs->sink;
+        }
         int32_t j1;
         for (int32_t r = 0; r < nr && (j1 = run_end(runs, nr, r, s->v.n, jmax)) > runs[r].j0; r++) {
             if (KVB_MAX(runs[r].j0, jw) >= j1) continue;

@@ -99,6 +99,13 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         if (o->policy.budget < 1)
             return kvb_fail(KVB_ERR_INVALID, "cache: kv.layers[%d].policy.budget (the window) must be >= 1, got %d", (int)i, (int)o->policy.budget);
     }
+    if (p->sinks) {
+        if (p->n_sink_heads < p->n_kv_head || p->n_sink_heads % p->n_kv_head || p->n_sink_heads / p->n_kv_head > KVB_ATTN_MAX_ROWS)
+            return kvb_fail(KVB_ERR_INVALID, "cache: n_sink_heads %d must be a multiple of n_kv_head %d (at most %d per KV head)", (int)p->n_sink_heads,
+                            (int)p->n_kv_head, KVB_ATTN_MAX_ROWS);
+        for (int64_t i = 0; i < (int64_t)p->n_layer * p->n_sink_heads; i++)
+            if (!isfinite(p->sinks[i])) return kvb_fail(KVB_ERR_INVALID, "cache: sinks[%lld] is not finite", (long long)i);
+    }
     if (!(p->attn_softcap >= 0.0f) || !isfinite(p->attn_softcap))
         return kvb_fail(KVB_ERR_INVALID, "cache: attn_softcap must be finite and >= 0 (0: off), got %g", (double)p->attn_softcap);
     if (p->rope_swa.base != 0.0f) {
@@ -428,6 +435,17 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
             for (int32_t h = 0; h < params->n_kv_head; h++) c->streams[(size_t)l * params->n_kv_head + h].no_rope = c->no_rope[l];
     }
     c->params.no_rope = c->no_rope;
+    if (params->sinks) { /* each stream sees its own query heads' */
+        const size_t n = (size_t)params->n_layer * (size_t)params->n_sink_heads;
+        if (!(c->sinks = kvb_malloc(sizeof(float) * n))) goto nomem;
+        memcpy(c->sinks, params->sinks, sizeof(float) * n);
+        const int32_t G = params->n_sink_heads / params->n_kv_head;
+        for (int32_t l = 0; l < params->n_layer; l++)
+            for (int32_t h = 0; h < params->n_kv_head; h++)
+                c->streams[(size_t)l * params->n_kv_head + h].sink = c->sinks + (size_t)l * params->n_sink_heads + (size_t)h * G;
+    }
+    c->params.sinks = c->sinks;
+    if (!c->sinks) c->params.n_sink_heads = 0;
     if (c->n_pairs) kvb_rope_inv_freq(&c->params.rope, c->freq_factors, c->inv_freq);
     if ((st = init_windows(c, params)) != KVB_OK) {
         kvb_cache_free(c);
@@ -481,7 +499,7 @@ void kvb_cache_free(struct kvb_cache *c) {
     if (c->ring_q)
         for (int32_t l = 0; l < c->params.n_layer; l++) kvb_free(c->ring_q[l]);
     kvb_free(c->ring_q); kvb_free(c->ring_n); kvb_free(c->ring_heads); kvb_free(c->reserved);
-    kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors); kvb_free(c->no_rope);
+    kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors); kvb_free(c->no_rope); kvb_free(c->sinks);
     kvb_free(c->inv_freq_swa); kvb_free(c->freq_factors_swa); kvb_free(c->window); kvb_free(c->layers);
     kvb_free(c);
 }
@@ -561,6 +579,8 @@ static kvb_status check_heads(const struct kvb_cache *c, int32_t n_head) {
                         (int)n_head, (int)c->params.n_kv_head);
     if (n_head / c->params.n_kv_head > KVB_ATTN_MAX_ROWS)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: more than %d query heads per KV head", KVB_ATTN_MAX_ROWS);
+    if (c->sinks && n_head != c->params.n_sink_heads)
+        return kvb_fail(KVB_ERR_INVALID, "cache: n_head (%d) differs from the %d heads its sinks are for", (int)n_head, (int)c->params.n_sink_heads);
     return KVB_OK;
 }
 

@@ -50,6 +50,7 @@ struct kvb_cache {
     struct kvb_cache_params params; /* params.rope.freq_factors points at freq_factors */
     float *freq_factors;
     uint8_t *no_rope;               /* [n_layer] copy of params.no_rope, or NULL */
+    float *sinks;                   /* [n_layer][n_sink_heads] copy of params.sinks, or NULL */
     double *inv_freq;
     double *inv_freq_swa;           /* [n_pairs]: rope_swa's, when params.rope_swa.base > 0 */
     float *freq_factors_swa;

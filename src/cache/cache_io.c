@@ -17,6 +17,8 @@
  *   flags 2: u8 no_rope[n_layer] after n_state (NoPE layers)
  *   flags 4: then i32 n_windows, n_windows x (i32 layer, i32 window), f32 rope_swa base freq_scale,
  *           i32 has_ff_swa [f32 ff[n_dims/2]], f32 attn_softcap (sliding-window layers, Gemma)
+ *   flags 8: i32 n_sink_heads, f32 sinks[n_layer][n_sink_heads] before n_past (learned sink
+ *           logits, gpt-oss)
  *   version 4 (flags 1, written for a cache with recall) adds, after n_state:
  *           i32 recall_pages every summary i64 cold_mem_bytes i32 paused
  *           i64 dropped_pages total_cold_pages
@@ -53,6 +55,7 @@
 #define IMAGE_RECALL 1u             /* flags bit (version 4) */
 #define IMAGE_NO_ROPE 2u            /* flags bit (versions 3, 4): u8 no_rope[n_layer] follow n_state */
 #define IMAGE_WINDOWS 4u            /* flags bit (versions 3, 4): a model's windows, rope_swa, softcap follow no_rope */
+#define IMAGE_SINKS 8u              /* flags bit (versions 3, 4): the sink logits come before n_past */
 
 /* ---- writer ---- */
 struct wbuf {
@@ -119,7 +122,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_bytes(&w, KVB_CACHE_MAGIC, 8);
     w_u32(&w, c->recall ? KVB_CACHE_VERSION_RECALL : KVB_CACHE_VERSION);
     const bool windows = p->kv.n_layers > 0 || p->rope_swa.base > 0 || p->attn_softcap > 0;
-    w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u));
+    w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u) | (c->sinks ? IMAGE_SINKS : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -152,6 +155,10 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
         w_i32(&w, c->recall_paused ? 1 : 0);
         w_i64(&w, cc.dropped_pages);
         w_i64(&w, total);
+    }
+    if (c->sinks) {
+        w_i32(&w, p->n_sink_heads);
+        w_bytes(&w, c->sinks, sizeof(float) * (size_t)p->n_layer * (size_t)p->n_sink_heads);
     }
     for (int32_t l = 0; l < p->n_layer; l++) w_i64(&w, c->n_past[l]);
     for (int64_t i = 0; i < n_streams; i++) {
@@ -304,8 +311,8 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     if (!r_bytes(&r, &version, 4, "version") || !r_bytes(&r, &flags, 4, "flags")) return TRUNC();
     if (version < 2u || version > KVB_CACHE_VERSION_RECALL)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads 2 to %u)", version, KVB_CACHE_VERSION_RECALL);
-    if ((flags & ~(IMAGE_NO_ROPE | IMAGE_WINDOWS)) != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u) ||
-        ((flags & (IMAGE_NO_ROPE | IMAGE_WINDOWS)) && version < 3u))
+    if ((flags & ~(IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS)) != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u) ||
+        ((flags & (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS)) && version < 3u))
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: flags 0x%x are not valid for version %u", flags, version);
     struct kvb_cache_params p = kvb_cache_default_params();
     int32_t dtype, dtype_v = KVB_DTYPE_AS_K, pos_mode, rope_type, has_ff, pid;
@@ -414,16 +421,34 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     /* the n_past array alone must fit in what remains */
     if (p.n_layer < 1 || (size_t)p.n_layer > (r.n - r.at) / 8)
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_layer %d does not fit the image", p.n_layer);
+    float *sinks = NULL; /* copied out (the image need not be aligned for floats); kvb_cache_init checks them */
+    if (flags & IMAGE_SINKS) {
+        if (!r_i32(&r, &p.n_sink_heads, "n_sink_heads")) return TRUNC();
+        if (p.n_sink_heads < 1 || p.n_sink_heads > 65536 || (uint64_t)p.n_layer * (uint64_t)p.n_sink_heads > (r.n - r.at) / 4)
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: %d sink heads per layer do not fit the image", (int)p.n_sink_heads);
+        const size_t nb = sizeof(float) * (size_t)p.n_layer * (size_t)p.n_sink_heads;
+        if (!(sinks = kvb_malloc(nb))) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory");
+        r_bytes(&r, sinks, nb, "sinks");
+        p.sinks = sinks;
+        if ((size_t)p.n_layer > (r.n - r.at) / 8) {
+            kvb_free(sinks);
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_layer %d does not fit the image", p.n_layer);
+        }
+    }
     struct kvb_cache *c;
     struct kvb_kv_layer *layers = nw ? kvb_malloc(sizeof(struct kvb_kv_layer) * (size_t)nw) : NULL;
-    if (nw && !layers) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory");
+    if (nw && !layers) {
+        kvb_free(sinks);
+        return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory");
+    }
     for (int32_t i = 0; i < nw; i++) {
         layers[i] = (struct kvb_kv_layer){win[2 * i], kvb_policy_layer_window(win[2 * i + 1])};
     }
     p.kv.layers = layers;
     p.kv.n_layers = nw;
-    kvb_status st = kvb_cache_init(pool, &p, &c); /* checks the windows and copies them */
+    kvb_status st = kvb_cache_init(pool, &p, &c); /* checks the windows and sinks and copies them */
     kvb_free(layers);
+    kvb_free(sinks);
     if (st != KVB_OK) {
         if (st == KVB_ERR_INVALID) return kvb_fail(KVB_ERR_CORRUPT, "cache image: invalid params (%s)", kvb_last_error());
         return st;

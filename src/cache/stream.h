@@ -57,6 +57,7 @@ struct kvb_stream {
     bool no_rope;             /* its layer rotates neither keys nor queries (a NoPE layer) */
     int32_t window;           /* > 0: its layer is a model's sliding window of this many positions */
     bool rope_swa;            /* its keys and queries turn by the cache's rope_swa (a window layer's) */
+    const float *sink;        /* its query heads' sink logits (the cache's copy), or NULL */
 };
 
 /* K row of a physical slot. */

@@ -60,8 +60,9 @@ static kvb_status add_mat(struct gguf_writer *w, struct owned *o, const char *na
     return kvb_gguf_writer_tensor(w, name, type, n_mat > 1 ? 3 : 2, ne, dst);
 }
 
-static kvb_status add_vec(struct gguf_writer *w, const char *name, const float *v, int64_t n) {
-    return kvb_gguf_writer_tensor(w, name, GGML_TYPE_F32, 1, &n, v);
+static kvb_status add_vec(struct gguf_writer *w, const char *name, const float *v, int64_t n, int64_t rows) {
+    const int64_t ne[2] = {n, rows};
+    return kvb_gguf_writer_tensor(w, name, GGML_TYPE_F32, rows > 1 ? 2 : 1, ne, v);
 }
 
 struct put_ctx {
@@ -73,9 +74,9 @@ struct put_ctx {
     void *user;
 };
 
-static kvb_status put_tensor(void *u, const char *name, const struct kvb_mat *mat, const float *vec, int64_t n) {
+static kvb_status put_tensor(void *u, const char *name, const struct kvb_mat *mat, const float *vec, int64_t n, int64_t rows) {
     struct put_ctx *c = u;
-    kvb_status st = mat ? add_mat(c->w, c->o, name, mat, n, c->type) : add_vec(c->w, name, vec, n);
+    kvb_status st = mat ? add_mat(c->w, c->o, name, mat, n, c->type) : add_vec(c->w, name, vec, n, rows);
     if (st == KVB_OK && c->progress && mat) c->progress(KVB_MIN(++c->done, c->total - 1), c->total, c->user); /* about 7 matrices a layer */
     return st;
 }
@@ -105,7 +106,7 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
     if (in->sliding_window > 0) { /* gemma2/3: the windows and their RoPE base (their scale is the family's rule) */
         kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
         kvb_gguf_writer_u32(w, K("attention.sliding_window_pattern"), m->swa_period);
-        kvb_gguf_writer_f32(w, K("rope.freq_base_swa"), m->rope_base_swa);
+        kvb_gguf_writer_f32(w, K("rope.freq_base_swa"), m->rope_base_swa ? m->rope_base_swa : in->rope_base); /* 0: the global base */
     }
     if (m->attn_softcap != 0) kvb_gguf_writer_f32(w, K("attn_logit_softcapping"), m->attn_softcap);
     if (m->final_softcap != 0) kvb_gguf_writer_f32(w, K("final_logit_softcapping"), m->final_softcap);

@@ -67,6 +67,9 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_NOPE4 8192u      /* every fourth layer ((l + 1) % 4 == 0) has no RoPE (smollm3; llama.cpp hard-codes the step) */
 #define F_TIED_ALWAYS 16384u /* output is token_embd, always: output.weight is refused (gemma2; llama.cpp never looks it up) */
 #define F_EXP_BIASES 65536u /* the router and every expert have biases (gpt-oss) */
+#define F_FFN_NORM_AS_POST 131072u /* the pre-FFN norm is stored as post_attention_norm.weight (gpt-oss) */
+#define F_SINKS 262144u     /* blk.N.attn_sinks.weight [n_head]: learned sink logits in every softmax (gpt-oss) */
+#define F_OAI_WINDOWS 524288u /* gpt-oss: attention.sliding_window required, the pattern 2 (even layers), rope.freq_base_swa */
 #define F_EXP_SCALES 32768u /* llama.cpp's graph applies the experts' .scale tensors (llama, qwen3moe; the others load them unused) */
 
 /* Experts, as llama.cpp's loader and graph for the family have them: with
@@ -76,7 +79,9 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
  * expert_feed_forward_length, else feed_forward_length / expert_used_count
  * (MOE_ALWAYS: the family always has experts). None of these families
  * reads expert_gating_func, expert_weights_norm or expert_weights_scale. */
-enum moe_kind { MOE_NONE, MOE_OPT, MOE_ALWAYS };
+enum moe_kind { MOE_NONE, MOE_OPT, MOE_ALWAYS,
+                MOE_OAI }; /* gpt-oss: always; expert_feed_forward_length required; the top k logits, then a softmax over them (no
+                            * renormalization); biases; the clamped SwiGLU */
 
 /* Gemma's arithmetic beyond the slots (GeGLU with tanh GELU, embeddings x sqrt(E) in f32, the
  * query scale) and its sliding-window layers and softcaps, as llama.cpp's loader for the family
@@ -123,6 +128,9 @@ static const struct family k_families[] = {
      {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}, NULL, MOE_NONE},
     {"phi3", KVB_ROPE_NEOX, F_FUSED_UP | F_PARTIAL_ROT | F_LONGROPE | F_SWA_IGNORED,
      {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, NO, NO, REQ, NO, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_NONE},
+    /* experts with biases and the clamped SwiGLU, sinks, windows on even layers; the FFN's norm named post_attention_norm */
+    {"gpt-oss", KVB_ROPE_NEOX, F_OUTPUT_REQ | F_EXP_BIASES | F_FFN_NORM_AS_POST | F_SINKS | F_OAI_WINDOWS,
+     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, REQ, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_OAI},
     /* pre and post norms around both blocks; output always tied */
     {"gemma2", KVB_ROPE_NEOX, F_TIED_ALWAYS, {LLAMA_ATTN, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma2, MOE_NONE},
     /* as gemma2 with q/k norms per head, and output.weight allowed */
@@ -131,7 +139,9 @@ static const struct family k_families[] = {
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
-const char *kvb_family_names(void) { return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3"; }
+const char *kvb_family_names(void) {
+    return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss";
+}
 
 static const struct family *find_family(struct gguf_str a) {
     for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
@@ -199,6 +209,11 @@ kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up) {
         m->rope_freq_scale_swa = fam->gemma->scaled ? in->rope_freq_scale : 1.0f;
         kvb_status st = kvb_family_windows(m, (int32_t)fam->gemma->window, fam->gemma->period);
         if (st != KVB_OK) return st;
+    }
+    if (fam->moe == MOE_OAI) { /* llama.cpp's build_moe_ffn as openai-moe calls it */
+        m->moe_gating = KVB_MOE_SOFTMAX_WEIGHT;
+        m->moe_norm = false;
+        m->act = KVB_FFN_SWIGLU_OAI;
     }
     return fam->traits & F_NOPE4 ? family_nope4(m) : KVB_OK;
 }
@@ -311,17 +326,18 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     uint32_t n = 0, used = 0, ff = 0;
     kvb_status st = opt_u32(k, "expert_count", &n, 0, 512); /* llama.cpp's bound */
     if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
-    if (n == 0 && fam->moe == MOE_ALWAYS)
+    if (n == 0 && fam->moe >= MOE_ALWAYS)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing or 0: '%s' is a mixture of experts", k->f->path, K(k, "expert_count"), k->arch);
     if (n == 0) return KVB_OK;
     if (fam->moe == MOE_NONE)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' has no experts (as in llama.cpp); the families with experts are llama, "
-                                             "qwen3moe, granite, granitemoe and mistral3", k->f->path, k->key, n, k->arch);
+                                             "qwen3moe, granite, granitemoe, mistral3 and gpt-oss", k->f->path, k->key, n, k->arch);
     if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
     if ((fam->traits & F_GRANITE) && (st = opt_u32(k, "expert_shared_feed_forward_length", &ff, 0, 1u << 20)) == KVB_OK && ff > 0)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: shared experts are not supported yet", k->f->path, k->key, ff);
     else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
     ff = 0;
+    if (fam->moe == MOE_OAI && (st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
     if (fam->moe == MOE_ALWAYS && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
     if (fam->moe == MOE_OPT) ff = (uint32_t)in->n_ff;
     else if (ff == 0) ff = (uint32_t)in->n_ff / used;
@@ -378,7 +394,7 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     if (in->rope_dims != in->head_dim && !(fam->traits & F_PARTIAL_ROT))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.dimension_count' = %d differs from the head size %d, which '%s' does not allow",
                         k->f->path, k->arch, in->rope_dims, in->head_dim, k->arch);
-    if (!(fam->traits & F_SWA_IGNORED) && !fam->gemma && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
+    if (!(fam->traits & (F_SWA_IGNORED | F_OAI_WINDOWS)) && !fam->gemma && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: sliding-window layers are not supported for '%s' yet", k->f->path, k->key, v, k->arch);
     else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
     return KVB_OK;
@@ -502,9 +518,36 @@ static kvb_status load_gemma(struct keys *k, const struct family *fam, struct kv
     return KVB_OK;
 }
 
+/* gpt-oss: a window on every other layer (pattern 2: the even ones), of
+ * attention.sliding_window tokens (required), at rope.freq_base_swa
+ * (default: the global base) and the global scale, YaRN included: with the
+ * global base they are the global rotation (the cache's rope), else their own. */
+static kvb_status load_oai_windows(struct keys *k, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    uint32_t window, period = 2;
+    kvb_status st = req_u32(k, "attention.sliding_window", &window, 1, 1u << 30);
+    if (st != KVB_OK) return st;
+    const struct gguf_kv *kv = kvb_gguf_find(k->f, K(k, "attention.sliding_window_pattern"));
+    if (kv && kv->type == GGUF_T_ARRAY) /* llama.cpp reads the pattern as one u32 and ignores an array */
+        kvb_logf(KVB_LOG_WARN, "%s: key '%s' is a per-layer array, which llama.cpp ignores; the default pattern 2 is used, as there", k->f->path,
+                 k->key);
+    else if (kv && (st = kvb_gguf_get_u32(k->f, k->key, &period, true)) != KVB_OK) return st;
+    if ((st = kvb_family_windows(m, (int32_t)window, period)) != KVB_OK) return st;
+    float base = in->rope_base;
+    if ((st = opt_f32(k, "rope.freq_base_swa", &base)) != KVB_OK) return st;
+    if (!(base > 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g must be > 1", k->f->path, k->key, (double)base);
+    if (base != in->rope_base && m->yarn_factor)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %g differs from the global base under YaRN, which kvbound does not implement", k->f->path,
+                        k->key, (double)base);
+    m->rope_base_swa = base == in->rope_base ? 0 : base; /* 0: the window layers turn by the global rope */
+    m->rope_freq_scale_swa = in->rope_freq_scale;
+    return KVB_OK;
+}
+
 /* Family keys beyond the shape and RoPE. */
 static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
     kvb_status st;
+    if ((fam->traits & F_OAI_WINDOWS) && (st = load_oai_windows(k, m)) != KVB_OK) return st;
     if (fam->gemma && (st = load_gemma(k, fam, m)) != KVB_OK) return st;
     if (fam->traits & F_GRANITE) {
         float emb = 0, res = 0, att = 0, logit = 0;
@@ -749,6 +792,10 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
     if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0)) != KVB_OK) return st;
     if (in->n_expert > 0 && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
+    if (fam->traits & F_FFN_NORM_AS_POST) { /* the norm before the FFN, on the residual stream */
+        L->ffn_norm = L->post_attn_norm;
+        L->post_attn_norm = NULL;
+    }
 #undef VEC
 #undef MAT
     return KVB_OK;
@@ -797,6 +844,23 @@ static kvb_status bind_globals(struct binder *b, const struct family *fam, struc
     return KVB_OK;
 }
 
+/* Every layer's sink logits [n_head], into one array the caches copy. */
+static kvb_status bind_sinks(struct binder *b, struct kvb_model *m) {
+    const struct kvb_model_info *in = &m->info;
+    if (!(m->sinks = kvb_malloc(sizeof(float) * (size_t)in->n_layer * (size_t)in->n_head))) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", b->f->path);
+    char name[96];
+    for (int32_t l = 0; l < in->n_layer; l++) {
+        const float *v;
+        snprintf(name, sizeof name, "blk.%d.attn_sinks.weight", (int)l);
+        kvb_status st = bind_vec(b, name, in->n_head, REQ, &v);
+        if (st != KVB_OK) return st;
+        for (int32_t h = 0; h < in->n_head; h++)
+            if (!isfinite(v[h])) return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is not finite", b->f->path, name);
+        memcpy(m->sinks + (size_t)l * in->n_head, v, sizeof(float) * (size_t)in->n_head);
+    }
+    return KVB_OK;
+}
+
 kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     struct gguf_str a;
     kvb_status st = kvb_gguf_get_str(f, "general.architecture", &a, true);
@@ -823,6 +887,7 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     if (st == KVB_OK) st = load_family_keys(&k, fam, m);
     if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)in->n_layer, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
     for (int32_t l = 0; st == KVB_OK && l < in->n_layer; l++) st = bind_layer(&b, fam, m, l, &m->layers[l]);
+    if (st == KVB_OK && (fam->traits & F_SINKS)) st = bind_sinks(&b, m);
     for (uint64_t i = 0; st == KVB_OK && i < f->n_tensors; i++)
         if (!b.used[i] && fam->gemma && f->tensors[i].name.n > 8 &&
             (!memcmp(f->tensors[i].name.p, "dense_2.", 8) || !memcmp(f->tensors[i].name.p, "dense_3.", 8)))
@@ -850,6 +915,12 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     out[0] = 0;
 #define ADD(...) do { if (n < cap) { int w_ = snprintf(out + n, cap - n, "%s", n ? "; " : ""); if (w_ > 0) n += (size_t)w_; } \
                       if (n < cap) { int w_ = snprintf(out + n, cap - n, __VA_ARGS__); if (w_ > 0) n += (size_t)w_; } } while (0)
+    if (m->info.n_expert > 0)
+        ADD("%d of %d experts per token (%s%s), expert FFN %d", (int)m->info.n_expert_used, (int)m->info.n_expert,
+            m->moe_gating == KVB_MOE_SOFTMAX_WEIGHT ? "softmax of the top logits" : m->moe_gating == KVB_MOE_SIGMOID ? "sigmoid" : "softmax",
+            m->moe_norm ? ", renormalized" : "", (int)m->info.n_ff_exp);
+    if (m->act == KVB_FFN_SWIGLU_OAI) ADD("clamped SwiGLU");
+    if (m->sinks) ADD("attention sinks");
     if (L && (L->bo || L->b_gate || L->b_up || L->b_down)) ADD("output/FFN biases");
     if (L && (L->s_q != 1 || L->s_k != 1 || L->s_v != 1 || L->s_o != 1 || L->s_gate != 1 || L->s_up != 1 || L->s_down != 1))
         ADD("per-tensor output scales");
@@ -876,11 +947,6 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
 #undef SC
         ADD("scales: %s", sc);
     }
-    if (m->info.n_expert > 0)
-        ADD("%d of %d experts per token (%s%s), expert FFN %d", (int)m->info.n_expert_used, (int)m->info.n_expert,
-            m->moe_gating == KVB_MOE_SOFTMAX_WEIGHT ? "softmax of the top logits" : m->moe_gating == KVB_MOE_SIGMOID ? "sigmoid" : "softmax",
-            m->moe_norm ? ", renormalized" : "", (int)m->info.n_ff_exp);
-    if (m->act == KVB_FFN_SWIGLU_OAI) ADD("clamped SwiGLU");
     if (m->info.rope_type == KVB_ROPE_NONE) ADD("no RoPE");
     int32_t nope = 0;
     for (int32_t l = 0; m->no_rope && l < m->info.n_layer; l++) nope += m->no_rope[l];
@@ -893,7 +959,7 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (m->attn_softcap != 0) ADD("attention softcap %g", (double)m->attn_softcap);
     if (m->final_softcap != 0) ADD("final softcap %g", (double)m->final_softcap);
     if (m->info.sliding_window > 0) {
-        const bool same = m->rope_base_swa == m->info.rope_base && m->rope_freq_scale_swa == m->info.rope_freq_scale;
+        const bool same = m->rope_base_swa == 0 || (m->rope_base_swa == m->info.rope_base && m->rope_freq_scale_swa == m->info.rope_freq_scale);
         if (same) ADD("window %d on %d of %d layers", (int)m->info.sliding_window, (int)m->info.n_swa_layers, (int)m->info.n_layer);
         else ADD("window %d on %d of %d layers (RoPE base %g, scale %g)", (int)m->info.sliding_window, (int)m->info.n_swa_layers, (int)m->info.n_layer,
                  (double)m->rope_base_swa, (double)m->rope_freq_scale_swa);
@@ -904,22 +970,22 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
 /* ---- export ---- */
 
 kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat,
-                                                                              const float *vec, int64_t n),
+                                                                              const float *vec, int64_t n, int64_t rows),
                                   void *u) {
     const struct kvb_model_info *in = &m->info;
     const struct family *fam = family_of(in->arch);
     if (!fam) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: architecture '%s' has no GGUF layout", in->arch);
     const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
     kvb_status st;
-    if ((st = put(u, "token_embd.weight", &m->tok_embd, NULL, 0)) != KVB_OK) return st;
-    if ((st = put(u, "output_norm.weight", NULL, m->output_norm, E)) != KVB_OK) return st;
-    if (!in->tied_output && (st = put(u, "output.weight", &m->output, NULL, 0)) != KVB_OK) return st;
-    if (m->output_bias && (st = put(u, "output.bias", NULL, m->output_bias, in->n_vocab)) != KVB_OK) return st;
-    if (m->output_scale != 1.0f && (st = put(u, "output.scale", NULL, &m->output_scale, 1)) != KVB_OK) return st;
+    if ((st = put(u, "token_embd.weight", &m->tok_embd, NULL, 0, 1)) != KVB_OK) return st;
+    if ((st = put(u, "output_norm.weight", NULL, m->output_norm, E, 1)) != KVB_OK) return st;
+    if (!in->tied_output && (st = put(u, "output.weight", &m->output, NULL, 0, 1)) != KVB_OK) return st;
+    if (m->output_bias && (st = put(u, "output.bias", NULL, m->output_bias, in->n_vocab, 1)) != KVB_OK) return st;
+    if (m->output_scale != 1.0f && (st = put(u, "output.scale", NULL, &m->output_scale, 1, 1)) != KVB_OK) return st;
     const bool longrope = m->rope_freqs_long != NULL;
     const float *ff = m->yarn_factor ? m->rope_freqs_file : m->rope_freqs; /* YaRN: the file's own factors, not the divisors */
-    if (ff && (st = put(u, longrope ? "rope_factors_short.weight" : "rope_freqs.weight", NULL, ff, in->rope_dims / 2)) != KVB_OK) return st;
-    if (longrope && (st = put(u, "rope_factors_long.weight", NULL, m->rope_freqs_long, in->rope_dims / 2)) != KVB_OK) return st;
+    if (ff && (st = put(u, longrope ? "rope_factors_short.weight" : "rope_freqs.weight", NULL, ff, in->rope_dims / 2, 1)) != KVB_OK) return st;
+    if (longrope && (st = put(u, "rope_factors_long.weight", NULL, m->rope_freqs_long, in->rope_dims / 2, 1)) != KVB_OK) return st;
     char name[96];
     for (int32_t l = 0; l < in->n_layer; l++) {
         const struct kvb_layer *L = &m->layers[l];
@@ -933,7 +999,8 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             {S_POST_FFN_NORM, NULL, L->post_ffn_norm, E}};
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
             if (t[i].mat ? !t[i].mat->data : !t[i].vec) continue;
-            snprintf(name, sizeof name, "blk.%d.%s", (int)l, k_slots[t[i].slot]);
+            const bool as_post = (fam->traits & F_FFN_NORM_AS_POST) && t[i].slot == S_FFN_NORM;
+            snprintf(name, sizeof name, "blk.%d.%s", (int)l, k_slots[as_post ? S_POST_ATTN_NORM : t[i].slot]);
             if ((fam->traits & F_FUSED_UP) && t[i].slot == S_GATE) continue;
             struct kvb_mat gu;
             const struct kvb_mat *mat = t[i].mat;
@@ -943,7 +1010,7 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
                 gu = rows_of(&L->w_gate, 0, 2 * F);
                 mat = &gu;
             }
-            if ((st = put(u, name, mat, t[i].vec, t[i].n)) != KVB_OK) return st;
+            if ((st = put(u, name, mat, t[i].vec, t[i].n, 1)) != KVB_OK) return st;
         }
         if (L->router.data) { /* experts: the router, the three stacks, their biases and per-expert scales */
             const int64_t N = in->n_expert;
@@ -952,23 +1019,33 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
                 {"ffn_down_exps.weight", &L->down_exps, N}};
             for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
                 snprintf(name, sizeof name, "blk.%d.%s", (int)l, x[i].name);
-                if ((st = put(u, name, x[i].mat, NULL, x[i].n)) != KVB_OK) return st;
+                if ((st = put(u, name, x[i].mat, NULL, x[i].n, 1)) != KVB_OK) return st;
             }
             const struct { const char *name; const float *v; } sv[] = {
                 {"ffn_gate_exps.scale", L->s_gate_exps}, {"ffn_up_exps.scale", L->s_up_exps}, {"ffn_down_exps.scale", L->s_down_exps}};
             for (size_t i = 0; i < sizeof sv / sizeof sv[0]; i++) {
                 snprintf(name, sizeof name, "blk.%d.%s", (int)l, sv[i].name);
-                if (sv[i].v && (st = put(u, name, NULL, sv[i].v, N)) != KVB_OK) return st;
+                if (sv[i].v && (st = put(u, name, NULL, sv[i].v, N, 1)) != KVB_OK) return st;
             }
-            if (L->b_router || L->b_gate_exps || L->b_up_exps || L->b_down_exps)
-                return kvb_fail(KVB_ERR_UNSUPPORTED, "export: layer %d's expert biases have no writer yet", (int)l);
+            const int64_t Fe = in->n_ff_exp;
+            const struct { const char *name; const float *v; int64_t n, rows; } xb[] = {
+                {"ffn_gate_inp.bias", L->b_router, N, 1}, {"ffn_gate_exps.bias", L->b_gate_exps, Fe, N}, {"ffn_up_exps.bias", L->b_up_exps, Fe, N},
+                {"ffn_down_exps.bias", L->b_down_exps, E, N}};
+            for (size_t i = 0; i < sizeof xb / sizeof xb[0]; i++) {
+                snprintf(name, sizeof name, "blk.%d.%s", (int)l, xb[i].name);
+                if (xb[i].v && (st = put(u, name, NULL, xb[i].v, xb[i].n, xb[i].rows)) != KVB_OK) return st;
+            }
+        }
+        if (m->sinks) {
+            snprintf(name, sizeof name, "blk.%d.attn_sinks.weight", (int)l);
+            if ((st = put(u, name, NULL, m->sinks + (size_t)l * in->n_head, in->n_head, 1)) != KVB_OK) return st;
         }
         const struct { const char *w; const float *s; } sc[] = {{"attn_q", &L->s_q}, {"attn_k", &L->s_k}, {"attn_v", &L->s_v},
             {"attn_output", &L->s_o}, {"ffn_gate", &L->s_gate}, {"ffn_up", &L->s_up}, {"ffn_down", &L->s_down}};
         for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
             if (*sc[i].s == 1.0f || ((fam->traits & F_FUSED_UP) && i == 4)) continue; /* fused up: one scale, ffn_up's */
             snprintf(name, sizeof name, "blk.%d.%s.scale", (int)l, sc[i].w);
-            if ((st = put(u, name, NULL, sc[i].s, 1)) != KVB_OK) return st;
+            if ((st = put(u, name, NULL, sc[i].s, 1, 1)) != KVB_OK) return st;
         }
     }
     return KVB_OK;

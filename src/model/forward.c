@@ -127,13 +127,17 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     cp.kv.n_layers = m->swa_layers ? in->n_swa_layers : 0;
     if (m->swa_layers) cp.rope_swa = (struct kvb_rope){in->rope_type, in->rope_dims, m->rope_base_swa, m->rope_freq_scale_swa, NULL};
     cp.attn_softcap = m->attn_softcap;
+    cp.sinks = m->sinks;
+    cp.n_sink_heads = m->sinks ? in->n_head : 0;
     return cp;
 }
 
 bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_params *p) {
     const struct kvb_model_info *in = &m->info;
     if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->rope.type != in->rope_type ||
-        !kvb_model_no_rope_matches(m, p->no_rope) || p->attn_softcap != m->attn_softcap)
+        !kvb_model_no_rope_matches(m, p->no_rope) || p->attn_softcap != m->attn_softcap || !p->sinks != !m->sinks)
+        return false;
+    if (m->sinks && (p->n_sink_heads != in->n_head || memcmp(p->sinks, m->sinks, sizeof(float) * (size_t)in->n_layer * (size_t)in->n_head)))
         return false;
     const int32_t n = m->swa_layers ? in->n_swa_layers : 0;
     if (p->kv.n_layers != n || (n && !p->kv.layers)) return false;

@@ -98,6 +98,7 @@ struct kvb_model {
     enum kvb_moe_gating moe_gating;
     bool moe_norm;               /* the chosen experts' weights divided by their sum */
     float moe_scale;             /* then multiplied by this (expert_weights_scale); 1 */
+    float *sinks;                /* [n_layer][n_head] learned attention-sink logits (gpt-oss), owned; or NULL */
     /* YaRN as the file gave it (rope_freqs then holds the divisors made from it), for export */
     float yarn_factor;           /* 0: no YaRN */
     float yarn_beta_fast, yarn_beta_slow, yarn_log_mul; /* log_mul 0: the key was absent */
@@ -145,11 +146,12 @@ kvb_status kvb_family_windows(struct kvb_model *m, int32_t window, uint32_t peri
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put
- * for each present piece: a vector of n floats, or a matrix, 2-D when n <= 1
- * and else n matrices of mat->n_out / n rows stacked (llama.cpp's 3-D
- * experts, ne [n_in, n_out / n, n]). */
+ * for each present piece: rows (>= 1) vectors of n floats (f32, 1-D when
+ * rows is 1, else ne [n, rows]: the experts' biases), or a matrix, 2-D when
+ * n <= 1 and else n matrices of mat->n_out / n rows stacked (llama.cpp's
+ * 3-D experts, ne [n_in, n_out / n, n]). */
 kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat,
-                                                                              const float *vec, int64_t n), void *u);
+                                                                              const float *vec, int64_t n, int64_t rows), void *u);
 
 kvb_status kvb_model_load_gguf(const char *path, bool in_memory, struct kvb_model *m);
 

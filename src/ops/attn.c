@@ -60,6 +60,7 @@ void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float 
     st->seg_cap = seg_cap;
     st->n_seg = 0;
     st->first = NULL;
+    st->sink = NULL;
     for (int32_t r = 0; r < n_rows; r++) {
         st->m[r] = -INFINITY;
         st->l[r] = 0;
@@ -199,7 +200,45 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
     }
 }
 
+/* Row r's log softmax denominator with its sink logit s (one more key, value
+ * zero): log(e^s + l e^m), -inf never (the sink is always there). */
+static float sink_lse(const struct kvb_attn_state *st, int32_t r) {
+    const float s = st->sink[r];
+    if (!(st->l[r] > 0)) return s;
+    const float base = st->m[r] + logf(st->l[r]), hi = fmaxf(base, s);
+    return hi + log1pf(expf(fminf(base, s) - hi));
+}
+
+/* kvb_attn_end with sinks: every weight exp(z - lse), the sink's share dropped. */
+static void end_with_sinks(struct kvb_attn_state *st, float *out, float *lse) {
+    const int32_t R = st->n_rows, d = st->d;
+    float L[KVB_ATTN_MAX_ROWS];
+    for (int32_t r = 0; r < R; r++) {
+        L[r] = sink_lse(st, r);
+        const float f = st->l[r] > 0 ? expf(st->m[r] - L[r]) : 0.0f; /* acc holds sum exp(z - m) v */
+        const float *ar = st->acc + (size_t)r * d;
+        float *o = out + (size_t)r * d;
+        for (int32_t i = 0; i < d; i++) o[i] = ar[i] * f;
+        if (lse) lse[r] = L[r];
+    }
+    if (!st->p) return;
+    for (int32_t g = 0; g < st->n_seg; g++) {
+        int32_t a = st->seg_j[g];
+        int32_t b = g + 1 < st->n_seg ? st->seg_j[g + 1] : st->p_stride;
+        for (int32_t r = 0; r < R; r++) {
+            float sm = st->seg_m[(size_t)g * KVB_ATTN_MAX_ROWS + r];
+            float f = sm != -INFINITY ? expf(sm - L[r]) : 0.0f;
+            float *pr = st->p + (size_t)r * st->p_stride;
+            for (int32_t j = a; j < b; j++) pr[j] *= f;
+        }
+    }
+}
+
 void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse) {
+    if (st->sink) {
+        end_with_sinks(st, out, lse);
+        return;
+    }
     const int32_t R = st->n_rows, d = st->d;
     for (int32_t r = 0; r < R; r++) {
         float inv = st->l[r] > 0 ? 1.0f / st->l[r] : 0.0f;
@@ -233,7 +272,8 @@ void kvb_attn_end_mean(struct kvb_attn_state *st, float *out, float *w, int32_t 
         int32_t a = st->seg_j[g], b = g + 1 < st->n_seg ? st->seg_j[g + 1] : n;
         for (int32_t r = 0; r < R; r++) {
             float sm = st->seg_m[(size_t)g * KVB_ATTN_MAX_ROWS + r];
-            f[r] = (st->l[r] > 0 && sm != -INFINITY) ? expf(sm - st->m[r]) / st->l[r] * inv_r : 0.0f;
+            if (st->sink) f[r] = sm != -INFINITY ? expf(sm - sink_lse(st, r)) * inv_r : 0.0f;
+            else f[r] = (st->l[r] > 0 && sm != -INFINITY) ? expf(sm - st->m[r]) / st->l[r] * inv_r : 0.0f;
         }
         for (int32_t j = a; j < b; j++) w[j] = p[j] * f[0];
         for (int32_t r = 1; r < R; r++) {

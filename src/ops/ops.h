@@ -171,6 +171,8 @@ struct kvb_attn_state {
     int32_t n_seg, seg_cap;
     const int32_t *first;        /* or NULL: row r sees only keys j >= first[r] (a sliding
                                   * window); set after kvb_attn_begin, which clears it */
+    const float *sink;           /* or NULL: row r's softmax has one more logit, sink[r], with a
+                                  * zero value row (gpt-oss); set likewise */
     float s[KVB_ATTN_MAX_ROWS * KVB_ATTN_TILE]; /* scratch scores */
 };
 
