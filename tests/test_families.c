@@ -44,6 +44,7 @@ struct ref {
     int W, period;
     double base_swa, fs_swa, attn_cap, final_cap;
     int n_exp, n_used, F_exp; /* experts (0: dense) */
+    bool oai;                 /* gpt-oss: sinks, biased experts ranked by logit, the clamped SwiGLU */
 };
 
 static double key_f(const struct ref *r, const char *suffix, double def) {
@@ -149,11 +150,13 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
     const bool scales = !strcmp(r->arch, "llama") || !strcmp(r->arch, "qwen3moe");
     double *sg = scales ? layer_t(r, l, "ffn_gate_exps.scale", N) : NULL, *su = scales ? layer_t(r, l, "ffn_up_exps.scale", N) : NULL;
     double *sd = scales ? layer_t(r, l, "ffn_down_exps.scale", N) : NULL;
+    double *br = layer_t(r, l, "ffn_gate_inp.bias", N), *bg = layer_t(r, l, "ffn_gate_exps.bias", (int64_t)Fe * N);
+    double *bu = layer_t(r, l, "ffn_up_exps.bias", (int64_t)Fe * N), *bd = layer_t(r, l, "ffn_down_exps.bias", (int64_t)E * N);
     double lg[64], p[64], g[1024], u[1024], y[1024], mx = -1e300, sum = 0;
-    matvec(wr, NULL, h, E, N, lg);
+    matvec(wr, br, h, E, N, lg);
     for (int e = 0; e < N; e++) mx = fmax(mx, lg[e]);
     for (int e = 0; e < N; e++) sum += (p[e] = exp(lg[e] - mx));
-    for (int e = 0; e < N; e++) p[e] /= sum;
+    for (int e = 0; e < N; e++) p[e] = r->oai ? lg[e] : p[e] / sum; /* gpt-oss: rank by logit, then a softmax over the chosen */
     int sel[64];
     double wsum = 0;
     for (int k = 0; k < K; k++) {
@@ -165,24 +168,38 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
         }
         wsum += p[sel[k]];
     }
+    double wt[64];
+    for (int k = 0; k < K; k++) wt[k] = p[sel[k]] / wsum;
+    if (r->oai) { /* softmax over the chosen logits, no renormalization */
+        double m2 = -1e300, s2 = 0;
+        for (int k = 0; k < K; k++) m2 = fmax(m2, p[sel[k]]);
+        for (int k = 0; k < K; k++) s2 += exp(p[sel[k]] - m2);
+        for (int k = 0; k < K; k++) wt[k] = exp(p[sel[k]] - m2) / s2;
+    }
     for (int i = 0; i < E; i++) o[i] = 0;
     for (int k = 0; k < K; k++) {
         const int e = sel[k];
-        matvec(wg + (size_t)e * Fe * E, NULL, h, E, Fe, g);
-        matvec(wu + (size_t)e * Fe * E, NULL, h, E, Fe, u);
+        matvec(wg + (size_t)e * Fe * E, bg ? bg + (size_t)e * Fe : NULL, h, E, Fe, g);
+        matvec(wu + (size_t)e * Fe * E, bu ? bu + (size_t)e * Fe : NULL, h, E, Fe, u);
         for (int i = 0; i < Fe; i++) {
             const double a = g[i] * (sg ? sg[e] : 1), b = u[i] * (su ? su[e] : 1);
-            g[i] = a / (1 + exp(-a)) * b;
+            if (r->oai) { /* x = min(g, 7), y = clamp(u, -7, 7): x sigmoid(1.702 x) (y + 1) */
+                const double x = fmin(a, 7), yy = fmin(fmax(b, -7), 7);
+                g[i] = x / (1 + exp(-1.702 * x)) * (yy + 1);
+            } else {
+                g[i] = a / (1 + exp(-a)) * b;
+            }
         }
-        matvec(wd + (size_t)e * E * Fe, NULL, g, Fe, E, y);
-        for (int i = 0; i < E; i++) o[i] += p[e] / wsum * y[i] * (sd ? sd[e] : 1);
+        matvec(wd + (size_t)e * E * Fe, bd ? bd + (size_t)e * E : NULL, g, Fe, E, y);
+        for (int i = 0; i < E; i++) o[i] += wt[k] * y[i] * (sd ? sd[e] : 1);
     }
-    free(wr); free(wg); free(wu); free(wd); free(sg); free(su); free(sd);
+    free(wr); free(wg); free(wu); free(wd); free(sg); free(su); free(sd); free(br); free(bg); free(bu); free(bd);
 }
 
 static void set_family(struct ref *r) {
     const char *a = r->arch;
-    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "olmo2") || !strcmp(a, "phi3");
+    r->oai = !strcmp(a, "gpt-oss");
+    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "olmo2") || !strcmp(a, "phi3") || r->oai;
     r->qk_whole = !strcmp(a, "olmo2");
     r->post_norms = !strcmp(a, "olmo2");
     r->fused_up = !strcmp(a, "phi3");
@@ -272,9 +289,15 @@ static double *reference(const char *path, int n_ctx, int nt) {
     r.temp_beta = !strcmp(r.arch, "mistral3") ? key_f(&r, "attention.temperature_scale", 0) : 0;
     r.n_exp = key_u(&r, "expert_count", 0);
     r.n_used = key_u(&r, "expert_used_count", 0);
-    r.F_exp = !strcmp(r.arch, "qwen3moe") ? key_u(&r, "expert_feed_forward_length", r.F / (r.n_used ? r.n_used : 1)) : r.F;
+    r.F_exp = !strcmp(r.arch, "qwen3moe") || !strcmp(r.arch, "gpt-oss") ? key_u(&r, "expert_feed_forward_length", r.F / (r.n_used ? r.n_used : 1)) : r.F;
     set_rope(&r, n_ctx);
     if (r.gemma) set_gemma(&r);
+    if (r.oai) { /* windows on every other layer (the even ones) at the global rotation, or their own base */
+        r.W = key_u(&r, "attention.sliding_window", 0);
+        r.period = key_u(&r, "attention.sliding_window_pattern", 2);
+        r.base_swa = key_f(&r, "rope.freq_base_swa", r.base);
+        r.fs_swa = r.fs;
+    }
     const struct gguf_tensor *te = kvb_gguf_find_tensor(f, "token_embd.weight");
     r.V = (int)te->ne[1];
     const int E = r.E, QD = r.Hq * r.D, KD = r.Hk * r.D, F = r.F, V = r.V, D = r.D;
@@ -298,6 +321,12 @@ static double *reference(const char *path, int n_ctx, int nt) {
         double *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * F * (r.fused_up ? 2 : 1)), *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)F * E);
         double *bg = layer_t(&r, l, "ffn_gate.bias", F), *bu = layer_t(&r, l, "ffn_up.bias", F), *bd = layer_t(&r, l, "ffn_down.bias", E);
         double *pfn = layer_t(&r, l, "post_ffw_norm.weight", E);
+        if (r.oai) { /* post_attention_norm is the FFN's pre-norm there */
+            free(fn);
+            fn = pan;
+            pan = NULL;
+        }
+        double *sink = layer_t(&r, l, "attn_sinks.weight", r.Hq);
         const double sq = scale_of(&r, l, "attn_q"), sk = scale_of(&r, l, "attn_k"), sv = scale_of(&r, l, "attn_v");
         const double so = scale_of(&r, l, "attn_output"), sg = scale_of(&r, l, "ffn_gate"), su = scale_of(&r, l, "ffn_up");
         const double sd = scale_of(&r, l, "ffn_down");
@@ -334,7 +363,9 @@ static double *reference(const char *path, int n_ctx, int nt) {
                     if (r.attn_cap != 0) w[j] = r.attn_cap * tanh(w[j] / r.attn_cap); /* before the mask and softmax */
                     mx = fmax(mx, w[j]);
                 }
+                if (sink) mx = fmax(mx, sink[hh]); /* one more logit, with a zero value */
                 for (int j = j0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                if (sink) sum += exp(sink[hh] - mx);
                 for (int i = 0; i < D; i++) {
                     double s = 0;
                     for (int j = j0; j <= t; j++) s += w[j] / sum * Vv[(size_t)j * KD + kh * D + i];
@@ -362,7 +393,7 @@ static double *reference(const char *path, int n_ctx, int nt) {
             for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
         }
         free(an); free(wq); free(wk); free(wv); free(bq); free(bk); free(bv); free(qn); free(kn); free(wo); free(bo); free(pan);
-        free(fn); free(wg); free(wu); free(wd); free(bg); free(bu); free(bd); free(pfn);
+        free(fn); free(wg); free(wu); free(wd); free(bg); free(bu); free(bd); free(pfn); free(sink);
     }
     for (int t = 0; t < nt; t++) {
         memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
@@ -469,6 +500,7 @@ TEST(smollm3_nope_layers_equal_reference) { check_family("tiny-smollm3", 4096); 
 TEST(qwen3moe_experts_equal_reference) { check_family_n("tiny-qwen3moe", 4096, NT_MAX); }
 TEST(mixtral_style_llama_experts_equal_reference) { check_family_n("tiny-mixtral", 4096, NT_MAX); }
 TEST(granitemoe_experts_equal_reference) { check_family_n("tiny-granitemoe", 4096, NT_MAX); }
+TEST(gpt_oss_sinks_windows_and_experts_equal_reference) { check_family_n("tiny-gpt-oss", 4096, NT_MAX); }
 
 /* Every family through a bounded, quantized cache that is saved and
  * restored halfway: the restored context continues with the very logits of
@@ -476,7 +508,7 @@ TEST(granitemoe_experts_equal_reference) { check_family_n("tiny-granitemoe", 409
  * attention with q8_0 rows; streaming with recall). */
 TEST(every_family_saves_and_restores_bounded_quantized_caches) {
     static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3",
-                                         "tiny-gemma2", "tiny-gemma3"};
+                                         "tiny-gemma2", "tiny-gemma3", "tiny-qwen3moe", "tiny-gpt-oss"};
     static const enum kvb_policy_id pols[] = {KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING};
     enum { N = 48, HALF = 24 };
     int32_t toks[N];
@@ -796,6 +828,7 @@ int main(void) {
     RUN(qwen3moe_experts_equal_reference);
     RUN(mixtral_style_llama_experts_equal_reference);
     RUN(granitemoe_experts_equal_reference);
+    RUN(gpt_oss_sinks_windows_and_experts_equal_reference);
     RUN(every_family_saves_and_restores_bounded_quantized_caches);
     RUN(unused_tensors_and_unknown_math_are_refused_by_name);
     RUN(gemma2_windows_and_softcaps_equal_reference);

@@ -24,3 +24,16 @@ gen granite  granite  $NOBIAS --kv @.logit_scale=f32:8 --kv @.residual_scale=f32
 gen mistral3 mistral3 $NOBIAS --rope-base 1000000 --head-dim 128
 gen olmo2    olmo2    $NOBIAS --rope-base 500000
 gen olmo2-swa olmo2   $NOBIAS --swa 8 --swa-pattern 2
+# mixtures of experts (8 experts, 2-3 per token, renormalized or not), read by compare_llama_logits.sh from archs/moe/
+mkdir -p archs/moe
+M="--plain --seed 42 --n-layer 3 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 192 --n-vocab 128 $NOBIAS"
+X="--kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2"
+$G qwen3moe archs/moe/qwen3moe-f32.gguf $M --head-dim 64 --rope-base 1000000 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:3 --kv @.expert_feed_forward_length=u32:96
+$G qwen3moe archs/moe/qwen3moe-f16.gguf $M --f16 --head-dim 64 --rope-base 1000000 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:3 --kv @.expert_feed_forward_length=u32:96
+$G llama archs/moe/mixtral-f32.gguf $M $X
+$G granitemoe archs/moe/granitemoe-f32.gguf $M $X --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625
+$G mistral3 archs/moe/mistral3moe-f32.gguf $M --head-dim 128 $X
+# gpt-oss: biases kept, sinks, windows of 8 on the even layers; plain, and with YaRN x4 from 8
+O="--plain --seed 42 --n-layer 4 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 192 --n-vocab 128 --head-dim 64 --std 0.05 --swa 8 $X --kv @.expert_feed_forward_length=u32:96"
+$G gpt-oss archs/moe/gpt-oss-f32.gguf $O
+$G gpt-oss archs/moe/gpt-oss-yarn-f32.gguf $O --rope-base 150000 --kv @.rope.scaling.type=str:yarn --kv @.rope.scaling.factor=f32:4 --kv @.rope.scaling.original_context_length=u32:8

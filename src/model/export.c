@@ -244,6 +244,7 @@ struct shape {
     uint32_t swa_period;
     float swa_base, attn_cap, final_cap;
     int32_t experts, experts_used, ff_exp; /* a mixture of experts on every layer (ff_exp: their width); 0: dense */
+    bool oai;             /* gpt-oss: sinks, the output bias, the router's and experts' biases */
 };
 
 static const struct shape k_shapes[] = {
@@ -278,6 +279,9 @@ static const struct shape k_shapes[] = {
      .ff_exp = 256},
     {.name = "tiny-granitemoe", .arch = "granitemoe", 512, 256, 2, 4, 2, 256, 4096, .rope_base = 10000.0f, .eps = 1e-6f, .tied = true,
      .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .experts = 8, .experts_used = 2, .ff_exp = 256},
+    /* windows of 8 on the even layers, YaRN x4 from 8 (so both act within a test's prompts), sinks */
+    {.name = "tiny-gpt-oss", .arch = "gpt-oss", 512, 256, 4, 4, 2, 256, 4096, .head_dim = 64, .rope_base = 150000.0f, .eps = 1e-5f, .bias = true,
+     .window = 8, .swa_period = 2, .orig_ctx = 8, .yarn_factor = 4.0f, .experts = 8, .experts_used = 2, .ff_exp = 128, .oai = true},
     {.name = "tinyllama-1.1b", .arch = "llama", 32000, 2048, 22, 32, 4, 5632, 2048, .rope_base = 10000.0f, .eps = 1e-5f},
     {.name = "llama-3.2-1b", .arch = "llama", 128256, 2048, 16, 32, 8, 8192, 131072, .rope_base = 500000.0f, .eps = 1e-5f, .tied = true,
      .llama3_rope = true},
@@ -299,12 +303,17 @@ static const struct shape k_shapes[] = {
     /* Qwen3-30B-A3B's width (128 experts, 8 per token, expert FFN 768, GQA 32:4, head 128) with 8 of its 48 layers */
     {.name = "qwen3-30b-a3b-8l", .arch = "qwen3moe", 151936, 2048, 8, 32, 4, 6144, 40960, .head_dim = 128, .rope_base = 1000000.0f, .eps = 1e-6f,
      .qk_norm = true, .experts = 128, .experts_used = 8, .ff_exp = 768},
+    /* gpt-oss-20b's width (32 experts, 4 per token, 64 query heads over 8, head 64, windows of 128 on even layers, YaRN x32 from
+     * 4096) with 4 of its 24 layers */
+    {.name = "gpt-oss-20b-4l", .arch = "gpt-oss", 201088, 2880, 4, 64, 8, 2880, 131072, .head_dim = 64, .rope_base = 150000.0f, .eps = 1e-5f,
+     .bias = true, .window = 128, .swa_period = 2, .orig_ctx = 4096, .yarn_factor = 32.0f, .experts = 32, .experts_used = 4, .ff_exp = 2880,
+     .oai = true},
 };
 
 const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
-           "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, qwen3-30b-a3b-8l";
+           "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -461,7 +470,12 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         m->rope_mscale = scale > 1 ? (float)sqrt(1.0 + log(scale) / log((double)sh->orig_ctx)) : 1.0f;
     }
     if (sh->attn_factor != 0) m->rope_mscale = sh->attn_factor;
-    if (sh->yarn_factor != 0 && st == KVB_OK) st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, true, 1.0f);
+    const bool log_mul = !strcmp(sh->arch, "mistral3"); /* the family that reads yarn_log_multiplier */
+    if (sh->yarn_factor != 0 && st == KVB_OK) st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, log_mul, log_mul ? 1.0f : 0);
+    if (sh->oai && st == KVB_OK) { /* sink logits around 1 (a real model's are a few units) */
+        if (!(m->sinks = kvb_malloc(sizeof(float) * (size_t)sh->layers * (size_t)sh->heads))) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+        for (int32_t i = 0; m->sinks && i < sh->layers * sh->heads; i++) m->sinks[i] = 1.0f + 2.0f * urand(&o->rs);
+    }
     m->layers = kvb_calloc((size_t)sh->layers, sizeof *m->layers);
     if (!m->layers && st == KVB_OK) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
     if (m->layers) kvb_layers_neutral(m->layers, sh->layers);
@@ -494,6 +508,13 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             if (st == KVB_OK) st = rand_stack(o, &L->gate_exps, E, N * Fe);
             if (st == KVB_OK) st = rand_stack(o, &L->up_exps, E, N * Fe);
             if (st == KVB_OK) st = rand_stack(o, &L->down_exps, Fe, N * E);
+            if (sh->oai) {
+                L->b_router = const_vec(o, N, 0.0f, true);
+                L->b_gate_exps = const_vec(o, N * Fe, 0.0f, true);
+                L->b_up_exps = const_vec(o, N * Fe, 0.0f, true);
+                L->b_down_exps = const_vec(o, N * E, 0.0f, true);
+                L->bo = const_vec(o, E, 0.0f, true);
+            }
         } else {
             if (st == KVB_OK) st = rand_mat(o, &L->w_gate, E, F);
             if (st == KVB_OK) st = rand_mat(o, &L->w_up, E, F);
