@@ -137,7 +137,9 @@ static const struct pre_name {
     {"smaug-bpe", KVB_PRE_SMAUG, false, false},
     {"refact", KVB_PRE_REFACT, false, false},
     {"starcoder", KVB_PRE_STARCODER, false, false},
-    {"gpt-4o", KVB_PRE_GPT4O, false, false},
+    {"gpt-4o", KVB_PRE_GPT4O, false, false}, /* o200k: gpt-oss */
+    {"llama4", KVB_PRE_GPT4O, false, false},
+    {"kanana2", KVB_PRE_GPT4O, false, false},
     {"tekken", KVB_PRE_TEKKEN, true, true},
 };
 enum { N_PRE_NAMES = sizeof k_pre_names / sizeof *k_pre_names };
