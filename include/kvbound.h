@@ -891,6 +891,10 @@ struct kvb_cache *kvb_context_cache(struct kvb_context *ctx);
 kvb_status kvb_context_save(const struct kvb_context *ctx, const char *path);
 kvb_status kvb_context_load(struct kvb_context *ctx, const char *path);
 int64_t kvb_context_n_past(const struct kvb_context *ctx);
+/* Mixture of experts: the expert weight bytes this context's evaluations
+ * have read so far (each routed expert once per chunk; 0 for a dense model).
+ * Against kvb_model_info.expert_bytes_per_token, the ideal of one token. */
+int64_t kvb_context_expert_bytes_read(const struct kvb_context *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                 */
@@ -1157,6 +1161,8 @@ struct kvb_batch_stats {
     int64_t steps, rows;         /* steps run, rows processed */
     size_t pool_bytes_in_use, pool_bytes_peak, pool_bytes_capacity;
     size_t page_bytes;           /* one page of the pool */
+    int64_t expert_bytes_read;   /* mixture of experts: expert weight bytes the steps read (each
+                                  * routed expert once per step for all its rows); 0 for a dense model */
 };
 void kvb_batch_get_stats(const struct kvb_batch *batch, struct kvb_batch_stats *out);
 

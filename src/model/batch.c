@@ -727,6 +727,7 @@ void kvb_batch_get_stats(const struct kvb_batch *b, struct kvb_batch_stats *o) {
     }
     o->steps = b->steps;
     o->rows = b->rows;
+    o->expert_bytes_read = b->fwd.moe.bytes_read;
     struct kvb_pool_stats ps;
     kvb_pool_get_stats(b->pool, &ps);
     o->pool_bytes_in_use = ps.bytes_used;

@@ -233,6 +233,7 @@ kvb_status kvb_context_load(struct kvb_context *c, const char *path) {
     return KVB_OK;
 }
 int64_t kvb_context_n_past(const struct kvb_context *c) { return c->n_past; }
+int64_t kvb_context_expert_bytes_read(const struct kvb_context *c) { return c ? c->fwd.moe.bytes_read : 0; }
 
 static void rmsnorm(float *o, const float *x, const float *w, int64_t n, float eps) {
     double ss = 0;

@@ -83,6 +83,8 @@ static int batch_usage(FILE *f) {
             "N sequences read P-token prompts together, then decode G tokens each together;\n"
             "prints a JSON list, one object per N: parallel, prefill_tok_per_s,\n"
             "decode_tok_per_s (aggregate), decode_tok_per_s_per_seq, pool_bytes_peak\n"
+            "(and expert_bytes_per_token for a mixture of experts: the expert weight bytes a decoded\n"
+            "token cost, each routed expert read once per step for all the sequences it serves)\n"
             "(and recall_pages with --recall: every sequence with its own cold tier).\n"
             "\n"
             "  --parallel LIST      sequence counts (default 1,2,4,8,16,32)\n"
@@ -119,6 +121,7 @@ struct batch_result {
     double t_pp, t_tg; /* seconds reading the prompts, decoding */
     int64_t decode_tokens;
     size_t pool_bytes_peak;
+    int64_t expert_bytes_decode; /* expert weight bytes the decode steps read */
 };
 
 /* A value option of bench batch; -1: printed. */
@@ -217,6 +220,7 @@ static int batch_steps(struct kvb_batch *b, int N, struct batch_result *res) {
         kvb_batch_get_stats(b, &bs);
         if (!waiting && res->t_pp == 0) {
             res->t_pp = now() - t0;
+            res->expert_bytes_decode = -bs.expert_bytes_read; /* from here on */
             t0 = now();
             fprintf(stderr, "kvbound bench batch: N %d: %d prompts read in %.2f s\n", N, N, res->t_pp);
             continue;
@@ -228,6 +232,7 @@ static int batch_steps(struct kvb_batch *b, int N, struct batch_result *res) {
     struct kvb_batch_stats bs;
     kvb_batch_get_stats(b, &bs);
     res->pool_bytes_peak = bs.pool_bytes_peak;
+    res->expert_bytes_decode += bs.expert_bytes_read;
     return rc;
 }
 
@@ -241,6 +246,8 @@ static void batch_row(const struct batch_opts *o, const struct kvb_seq_params *s
            o->mo.path, kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? 0 : sp->kv.policy.budget, o->mo.threads, kvb_kernels_name(), N, o->P, o->G,
            res->t_pp > 0 ? (double)N * o->P / res->t_pp : 0, dec, dec / N, res->pool_bytes_peak);
     if (sp->kv.recall.pages > 0) printf(",\"recall_pages\":%d", (int)sp->kv.recall.pages);
+    if (res->expert_bytes_decode > 0) /* each routed expert read once per step for all the rows it serves */
+        printf(",\"expert_bytes_per_token\":%.0f", res->decode_tokens > 0 ? (double)res->expert_bytes_decode / (double)res->decode_tokens : 0);
     for (int r = 0; r < n_peer; r++)
         if (prow[r].pl == N)
             printf(",\"peer_prefill_tok_per_s\":%.2f,\"peer_decode_tok_per_s\":%.2f,\"decode_ratio_vs_peer\":%.3f", prow[r].speed_pp,

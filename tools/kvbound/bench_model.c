@@ -102,9 +102,11 @@ static void model_usage(FILE *f, bool prefill) {
                "                            [--chunk C] [--kv-dtype T | --kv-dtype-k T --kv-dtype-v T] [--no-mmap] [--json]\n\n"
                "Reads a D-token prompt (default 0; in chunks of C, a bounded policy evicting\n"
                "between chunks), then times N decode steps (default 64); prints JSON: tok_per_s\n"
-               "(from the median step), bytes_per_token (weights + the KV rows attended),\n"
-               "machine_read_gbs (measured in the same run), roofline_fraction, depth,\n"
-               "cache_tokens (retained per stream at the end), prefill_s.\n"
+               "(from the median step), bytes_per_token (weights + the KV rows attended; of a\n"
+               "mixture of experts, only the routed experts'), machine_read_gbs (measured in the\n"
+               "same run), roofline_fraction, depth, cache_tokens (retained per stream at the end),\n"
+               "prefill_s; with experts, experts, experts_used, expert_bytes_per_token (measured)\n"
+               "and expert_bytes_ideal (the routed experts' bytes).\n"
                "  --policy NAME   cache policy (default full); its options as in 'kvbound run --help'\n"
                "  --kv-dtype T    KV rows: f16 (default), bf16, f32, q8_0, q4_0 (--kv-dtype-k T, --kv-dtype-v T apart)\n"
                "  --no-mmap       read the weights into memory (huge pages) instead of mapping the file\n"
@@ -143,6 +145,7 @@ struct decode_steps {
     double *dt, *dt0;
     int n_on, n_off;
     double prefill_s, kv_read, score_s, load_s;
+    double expert_read;        /* expert weight bytes of the timed steps */
     struct kvb_cache_stats cs; /* after the last step */
 };
 
@@ -200,6 +203,8 @@ static int model_bench_setup(const struct model_bench_opts *o, struct model_benc
     b->toks = cli_xmalloc(sizeof(int32_t) * (size_t)n_toks, "tokens");
     for (int i = 0; i < n_toks; i++) b->toks[i] = 1 + (i * 7919) % (in->n_vocab - 1);
     b->w_bytes = (double)in->weight_bytes - (double)kvb_model_token_embd_bytes(b->m) * (in->tied_output ? 0 : 1);
+    if (in->n_expert > 0) /* a token reads its routed experts only: the others' bytes are not its */
+        b->w_bytes -= (double)in->expert_bytes_per_token / in->n_expert_used * (in->n_expert - in->n_expert_used);
     cpu_model_name(b->cpu, sizeof b->cpu);
     kvb_threadpool_init(o->mo.threads, &b->tp);
     return 0;
@@ -237,9 +242,11 @@ static int decode_run(const struct model_bench_opts *o, struct model_bench *b, s
             if (i % 8 == 0) kvb_cache_set_recall(cache, on); /* a block's first step: resuming chooses afresh */
             kvb_cache_get_stats(cache, &before);
         }
+        const int64_t e0 = kvb_context_expert_bytes_read(b->c);
         double t0 = cli_now_sec();
         if (kvb_context_eval(b->c, &b->toks[plen + i], 1, b->logits, false) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
         const double t = cli_now_sec() - t0;
+        if (on) d->expert_read += (double)(kvb_context_expert_bytes_read(b->c) - e0);
         kvb_cache_get_stats(cache, &d->cs); /* the rows this step attended: what its streams hold */
         if (on) {
             d->dt[d->n_on++] = t;
@@ -268,6 +275,9 @@ static void decode_report(const struct model_bench_opts *o, struct model_bench *
            o->mo.path, kvb_type_name(b->in.weight_type), o->mo.threads, n, o->depth, kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? 0 : b->cp.kv.policy.budget,
            kvb_dtype_name(o->kvt.k), kvb_dtype_name(cli_kv_v(&o->kvt)), cs->slots_max, d->prefill_s, kvb_kernels_name(), tps, med * 1e3, bytes, bw,
            bw > 0 ? bytes * tps / (bw * 1e9) : 0, b->cpu);
+    if (b->in.n_expert > 0) /* measured against the ideal: the routed experts only */
+        printf(",\"experts\":%d,\"experts_used\":%d,\"expert_bytes_per_token\":%.0f,\"expert_bytes_ideal\":%zu", b->in.n_expert,
+               b->in.n_expert_used, n ? d->expert_read / n : 0, b->in.expert_bytes_per_token);
     if (o->rec.on) {
         const struct cli_recall *rec = &o->rec;
         const double med0 = d->n_off ? d->dt0[d->n_off / 2] : 0;
