@@ -14,7 +14,9 @@ have_py=0; need_tool families_python python3 KVB_REQUIRE_PYTHON "Debian python3;
 have_serve=0; [ $have_py -eq 1 ] && "$K" serve --help > /dev/null 2>&1 && need_tool families_curl curl KVB_REQUIRE_SHARED "Debian curl" && have_serve=1
 for spec in "tiny-llama-bias:output/FFN biases" "tiny-qwen3:q/k norms per head" "tiny-granite:scales: embedding 12" \
             "tiny-olmo2:no pre-norms" "tiny-phi3:LongRoPE" "tiny-mistral3:YaRN x4" "tiny-smollm3:1 of 4 layers without RoPE" \
-            "tiny-gemma2:attention softcap 5; final softcap 10; window 8 on 2 of 4 layers" "tiny-gemma3:window 8 on 4 of 6 layers"; do
+            "tiny-gemma2:attention softcap 5; final softcap 10; window 8 on 2 of 4 layers" "tiny-gemma3:window 8 on 4 of 6 layers" \
+            "tiny-qwen3moe:2 of 8 experts per token (softmax, renormalized), expert FFN 128" "tiny-mixtral:2 of 8 experts per token" \
+            "tiny-granitemoe:2 of 8 experts per token" "tiny-gpt-oss:(softmax of the top logits), expert FFN 128; clamped SwiGLU; attention sinks"; do
     s=${spec%%:*}; feat=${spec#*:}; case_name=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" --type q8_0 -o "$M" > /dev/null 2>&1
@@ -58,6 +60,17 @@ print('same' if got == want else 'differ: %r vs %r' % (got, want))" "$T/$s.json"
         if [ "$same" = same ] && [ "$c2" = 200 ]; then ok "${case_name}_serve_same_text_and_session"
         else ko "${case_name}_serve_same_text_and_session" "$same; second turn $c2"; fi
     elif [ $have_py -eq 1 ]; then skip_case "${case_name}_serve_same_text_and_session" "kvbound serve is not built (libmicrohttpd-dev libcjson-dev libsqlite3-dev)"; fi
+done
+# the mixtures of experts under every policy (a prompt past the budget of 16, so each one evicts), and the info line of experts
+for s in tiny-qwen3moe tiny-gpt-oss; do
+    bad=""
+    for p in $("$K" policies | awk '{print $1}'); do
+        "$K" run -m "$T/$s.gguf" -p "Once upon a time there was a little fox who lived in the woods" -n 8 --temp 0 --policy "$p" --budget 16 \
+            --ignore-eos > /dev/null 2> "$T/$s.$p.err" || bad="$bad $p($(tail -n 1 "$T/$s.$p.err"))"
+    done
+    case_name=$(echo "$s" | tr '-' '_')
+    if [ -z "$bad" ] && grep -q "^experts       8 per layer on [0-9]* layers, 2 used per token" "$T/$s.info"; then ok "${case_name}_every_policy_runs"
+    else ko "${case_name}_every_policy_runs" "${bad:-$(grep '^experts' "$T/$s.info")}"; fi
 done
 # mem counts tiny-gemma3's 4 window layers at min(8 - 1, T) (what the cache keeps between steps) and its 2 global
 # ones at T (f16: 768 bytes a token per layer): 2 x 100 x 768 + 4 x 7 x 768
