@@ -234,6 +234,65 @@ TEST(decode_matches_naive_every_family) {
                     }
 }
 
+/* gpt-oss's learned sinks: each row's softmax has one more logit, its sink,
+ * whose value row is zero. Against a double reference: the outputs, each
+ * key's weight (summing to 1 minus the sink's share), the log denominator
+ * (colmass reads it) and the mean weights, for sinks below, among and far
+ * above the scores, and for a row that sees no key (all to the sink). */
+TEST(sinks_take_their_share) {
+    enum { d = 64, G = 4 };
+    const int lens[] = {0, 1, 65, 130};
+    const float sinks[G] = {-3.0f, 0.2f, 1.5f, 40.0f};
+    for (int fa = 0; fa < n_families; fa++)
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const int n = lens[li];
+            struct fake f;
+            fake_init2(&f, n, d, KVB_DTYPE_F32, KVB_DTYPE_F32, 40 + li);
+            unsigned long long rs = 77 + li;
+            float q[G * 64], acc[G * 64], out[G * 64], out2[G * 64], lse[G], p[G * 130], w[130];
+            for (int i = 0; i < G * d; i++) q[i] = t_randf(&rs) * 0.5f;
+            int32_t seg_j[64];
+            float seg_m[64 * KVB_ATTN_MAX_ROWS];
+            struct kvb_attn_state st;
+            struct kvb_kv_view v = fake_view(&f);
+            for (int pass = 0; pass < 2; pass++) {
+                kvb_attn_begin(&st, G, d, acc, p, n > 0 ? n : 1, seg_j, seg_m, 64);
+                st.sink = sinks;
+                kvb_attn_run(families[fa], &v, q, NULL, 0, n / 2, &st);
+                kvb_attn_run(families[fa], &v, q, NULL, n / 2, n, &st);
+                if (pass == 0) kvb_attn_end_mean(&st, out2, w, n);
+                else kvb_attn_end(&st, out, lse); /* last: p normalized */
+            }
+            double mean[130] = {0};
+            for (int g = 0; g < G; g++) {
+                double sc[130], mx = sinks[g], sum = 0;
+                for (int j = 0; j < n; j++) {
+                    sc[j] = 0;
+                    for (int i = 0; i < d; i++) sc[j] += (double)q[g * d + i] * f.k[(size_t)j * d + i];
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j < n; j++) sum += exp(sc[j] - mx);
+                sum += exp(sinks[g] - mx);
+                for (int i = 0; i < d; i++) {
+                    double o = 0;
+                    for (int j = 0; j < n; j++) o += exp(sc[j] - mx) / sum * f.v[(size_t)j * d + i];
+                    if (fabs(out[g * d + i] - o) > 1e-5 || fabs(out2[g * d + i] - out[g * d + i]) > 0)
+                        FAILF("%s n=%d head %d dim %d: %.9g (mean pass %.9g) vs %.9g", families[fa]->name, n, g, i, (double)out[g * d + i],
+                              (double)out2[g * d + i], o);
+                }
+                if (fabs(lse[g] - (mx + log(sum))) > 1e-4) FAILF("%s n=%d head %d: lse %.9g vs %.9g", families[fa]->name, n, g, (double)lse[g], mx + log(sum));
+                for (int j = 0; j < n; j++) {
+                    const double pj = exp(sc[j] - mx) / sum;
+                    mean[j] += pj / G;
+                    if (fabs(p[(size_t)g * n + j] - pj) > 1e-6) FAILF("%s n=%d head %d key %d: %.9g vs %.9g", families[fa]->name, n, g, j, (double)p[(size_t)g * n + j], pj);
+                }
+            }
+            for (int j = 0; j < n; j++)
+                if (fabs(w[j] - mean[j]) > 1e-6) FAILF("%s n=%d mean weight %d: %.9g vs %.9g", families[fa]->name, n, j, (double)w[j], mean[j]);
+            fake_free(&f);
+        }
+}
+
 /* The runs of one state may bring other query rows in the same buffer
  * (attend.c rotates them in place by each run's position delta): every run
  * is scored with the rows it was given, quantized keys included. */
@@ -576,6 +635,7 @@ int main(void) {
     find_families();
     printf("kernel families on this CPU: %d\n", n_families);
     RUN(decode_matches_naive_every_family);
+    RUN(sinks_take_their_share);
     RUN(prefill_rows_and_column_mass);
     RUN(f16_tiles_for_many_rows_are_the_direct_bits);
     RUN(runs_may_bring_other_query_rows);

@@ -209,13 +209,28 @@ static float sink_lse(const struct kvb_attn_state *st, int32_t r) {
     return hi + log1pf(expf(fminf(base, s) - hi));
 }
 
-/* kvb_attn_end with sinks: every weight exp(z - lse), the sink's share dropped. */
-static void end_with_sinks(struct kvb_attn_state *st, float *out, float *lse) {
+/* A key's weight from its tile's max sm: exp(sm - lse) with a sink in lse
+ * (L: the rows' lse), else exp(sm - m) / l; 0 for a row or tile that saw nothing. */
+static inline float tile_weight(const struct kvb_attn_state *st, const float *L, int32_t r, float sm) {
+    if (sm == -INFINITY) return 0.0f;
+    if (L) return expf(sm - L[r]);
+    return st->l[r] > 0 ? expf(sm - st->m[r]) / st->l[r] : 0.0f;
+}
+
+/* With sinks every weight is exp(z - lse), the sink's share left out of the
+ * outputs and the per-key probabilities alike. */
+void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse) {
     const int32_t R = st->n_rows, d = st->d;
     float L[KVB_ATTN_MAX_ROWS];
     for (int32_t r = 0; r < R; r++) {
-        L[r] = sink_lse(st, r);
-        const float f = st->l[r] > 0 ? expf(st->m[r] - L[r]) : 0.0f; /* acc holds sum exp(z - m) v */
+        float f; /* acc holds sum exp(z - m) v */
+        if (st->sink) {
+            L[r] = sink_lse(st, r);
+            f = st->l[r] > 0 ? expf(st->m[r] - L[r]) : 0.0f;
+        } else {
+            L[r] = st->l[r] > 0 ? st->m[r] + logf(st->l[r]) : -INFINITY;
+            f = st->l[r] > 0 ? 1.0f / st->l[r] : 0.0f;
+        }
         const float *ar = st->acc + (size_t)r * d;
         float *o = out + (size_t)r * d;
         for (int32_t i = 0; i < d; i++) o[i] = ar[i] * f;
@@ -226,34 +241,7 @@ static void end_with_sinks(struct kvb_attn_state *st, float *out, float *lse) {
         int32_t a = st->seg_j[g];
         int32_t b = g + 1 < st->n_seg ? st->seg_j[g + 1] : st->p_stride;
         for (int32_t r = 0; r < R; r++) {
-            float sm = st->seg_m[(size_t)g * KVB_ATTN_MAX_ROWS + r];
-            float f = sm != -INFINITY ? expf(sm - L[r]) : 0.0f;
-            float *pr = st->p + (size_t)r * st->p_stride;
-            for (int32_t j = a; j < b; j++) pr[j] *= f;
-        }
-    }
-}
-
-void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse) {
-    if (st->sink) {
-        end_with_sinks(st, out, lse);
-        return;
-    }
-    const int32_t R = st->n_rows, d = st->d;
-    for (int32_t r = 0; r < R; r++) {
-        float inv = st->l[r] > 0 ? 1.0f / st->l[r] : 0.0f;
-        const float *ar = st->acc + (size_t)r * d;
-        float *o = out + (size_t)r * d;
-        for (int32_t i = 0; i < d; i++) o[i] = ar[i] * inv;
-        if (lse) lse[r] = st->l[r] > 0 ? st->m[r] + logf(st->l[r]) : -INFINITY;
-    }
-    if (!st->p) return;
-    for (int32_t g = 0; g < st->n_seg; g++) {
-        int32_t a = st->seg_j[g];
-        int32_t b = g + 1 < st->n_seg ? st->seg_j[g + 1] : st->p_stride;
-        for (int32_t r = 0; r < R; r++) {
-            float sm = st->seg_m[(size_t)g * KVB_ATTN_MAX_ROWS + r];
-            float f = (st->l[r] > 0 && sm != -INFINITY) ? expf(sm - st->m[r]) / st->l[r] : 0.0f;
+            const float f = tile_weight(st, st->sink ? L : NULL, r, st->seg_m[(size_t)g * KVB_ATTN_MAX_ROWS + r]);
             float *pr = st->p + (size_t)r * st->p_stride;
             for (int32_t j = a; j < b; j++) pr[j] *= f;
         }
@@ -261,20 +249,16 @@ void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse) {
 }
 
 void kvb_attn_end_mean(struct kvb_attn_state *st, float *out, float *w, int32_t n) {
-    float *p = st->p;
+    float *p = st->p, L[KVB_ATTN_MAX_ROWS];
     st->p = NULL; /* outputs only */
-    kvb_attn_end(st, out, NULL);
+    kvb_attn_end(st, out, L);
     st->p = p;
     const int32_t R = st->n_rows;
     const float inv_r = 1.0f / (float)R;
     float f[KVB_ATTN_MAX_ROWS];
     for (int32_t g = 0; g < st->n_seg; g++) {
         int32_t a = st->seg_j[g], b = g + 1 < st->n_seg ? st->seg_j[g + 1] : n;
-        for (int32_t r = 0; r < R; r++) {
-            float sm = st->seg_m[(size_t)g * KVB_ATTN_MAX_ROWS + r];
-            if (st->sink) f[r] = sm != -INFINITY ? expf(sm - sink_lse(st, r)) * inv_r : 0.0f;
-            else f[r] = (st->l[r] > 0 && sm != -INFINITY) ? expf(sm - st->m[r]) / st->l[r] * inv_r : 0.0f;
-        }
+        for (int32_t r = 0; r < R; r++) f[r] = tile_weight(st, st->sink ? L : NULL, r, st->seg_m[(size_t)g * KVB_ATTN_MAX_ROWS + r]) * inv_r;
         for (int32_t j = a; j < b; j++) w[j] = p[j] * f[0];
         for (int32_t r = 1; r < R; r++) {
             const float *pr = p + (size_t)r * st->p_stride;
