@@ -950,6 +950,8 @@ TEST(schema_refusals) {
         {"{\"type\":", KVB_ERR_INVALID, "json schema"},
         {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", KVB_ERR_INVALID, "maxLength"},
         {"{\"type\":\"array\",\"minItems\":20000}", KVB_ERR_UNSUPPORTED, "minItems"},
+        {"{\"type\":\"array\",\"maxItems\":3e62}", KVB_ERR_UNSUPPORTED, "maxItems"}, /* past int64: refused, never cast (a fuzzer's find) */
+        {"{\"type\":\"array\",\"maxItems\":1.5}", KVB_ERR_INVALID, "maxItems"},
         {"{\"type\":\"string\",\"minItems\":2}", KVB_ERR_UNSUPPORTED, "minItems"},
         {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", KVB_ERR_INVALID, "no integer"},
     };

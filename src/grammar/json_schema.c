@@ -240,7 +240,7 @@ static _Noreturn void bad(struct sc *s, const char *ptr, const char *what) {
 static int64_t count_of(struct sc *s, const char *ptr, jv *x, const char *kw, int64_t dflt) {
     if (!x) return dflt;
     double v = x->t == JV_INT ? (double)x->u.i : x->t == JV_FLOAT ? x->u.f : -1;
-    if ((x->t != JV_INT && x->t != JV_FLOAT) || v < 0 || v != (double)(int64_t)v)
+    if ((x->t != JV_INT && x->t != JV_FLOAT) || !(v >= 0) || v != floor(v)) /* floor: no cast of a value past int64 (3e62 is an integer) */
         jerr_throw(s->e, KVB_ERR_INVALID, "json schema %s: \"%s\" must be a non-negative integer", *ptr ? ptr : "(root)", kw);
     if (v > MAX_REPEAT) jerr_throw(s->e, KVB_ERR_UNSUPPORTED, "json schema %s: \"%s\" above %d is not supported", *ptr ? ptr : "(root)", kw, MAX_REPEAT);
     return (int64_t)v;
