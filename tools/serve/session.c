@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #define BLOB_MAGIC "KVBSRV1"
@@ -148,6 +149,11 @@ void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size
     return blob;
 }
 
+/* A count in a blob's meta: a whole number in 0..2^53. */
+static bool count_ok(const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0 && v->valuedouble == floor(v->valuedouble);
+}
+
 /* Reads a stored blob's meta into x and returns where the image starts, or
  * NULL (corrupt). */
 const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_len) {
@@ -160,7 +166,10 @@ const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "turns"), *st = cJSON_GetObjectItemCaseSensitive(o, "stop_text");
     const cJSON *pos = cJSON_GetObjectItemCaseSensitive(o, "position"), *ct = cJSON_GetObjectItemCaseSensitive(o, "cache_tokens");
     const cJSON *kb = cJSON_GetObjectItemCaseSensitive(o, "kv_bytes"), *cp = cJSON_GetObjectItemCaseSensitive(o, "cold_pages");
-    if (!cJSON_IsNumber(t) || !cJSON_IsString(st) || !cJSON_IsNumber(pos) || !cJSON_IsNumber(ct)) { cJSON_Delete(o); return NULL; }
+    if (!count_ok(t) || !cJSON_IsString(st) || !count_ok(pos) || !count_ok(ct) || (kb && !count_ok(kb)) || (cp && !count_ok(cp))) {
+        cJSON_Delete(o); /* a count that is no count (negative, past 2^53, not a number) is a corrupt blob, never cast */
+        return NULL;
+    }
     x->turns = (int64_t)t->valuedouble;
     snprintf(x->stop_text, sizeof x->stop_text, "%s", st->valuestring);
     x->position = (int64_t)pos->valuedouble;
