@@ -17,6 +17,7 @@
  */
 #include "cli.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +44,8 @@ struct peer_row {
 };
 
 /* Runs llama-batched-bench and reads its jsonl rows. Returns rows read, -1 on failure (printed). */
-static int run_peer(const char *peer, const char *model, int P, int G, const int *par, int n_par, int threads, struct peer_row *rows) {
+static int run_peer(const char *peer, const char *peer_args, const char *model, int P, int G, const int *par, int n_par, int threads,
+                    struct peer_row *rows) {
     char npl[256] = "";
     int max_n = 1;
     for (int i = 0; i < n_par; i++) {
@@ -53,8 +55,8 @@ static int run_peer(const char *peer, const char *model, int P, int G, const int
     }
     const int ctx = max_n * (P + G) + 256;
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -c %d -b 2048 -ub 512 -npp %d -ntg %d -npl %s -t %d --output-format jsonl 2>/dev/null", peer, model,
-             ctx, P, G, npl, threads);
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -c %d -b 2048 -ub 512 -npp %d -ntg %d -npl %s -t %d %s --output-format jsonl 2>/dev/null", peer,
+             model, ctx, P, G, npl, threads, peer_args ? peer_args : "");
     fprintf(stderr, "kvbound bench batch: peer: %s\n", cmd);
     FILE *f = popen(cmd, "r");
     if (!f) { fprintf(stderr, "kvbound bench batch: cannot run the peer '%s'\n", peer); return -1; }
@@ -96,6 +98,8 @@ static int batch_usage(FILE *f) {
             "  -t N                 threads (default 2)\n"
             "  --no-mmap            read the weights into memory (huge pages) instead of mapping the file\n"
             "  --peer PATH          also run llama.cpp's llama-batched-bench on the same file and shapes\n"
+            "  --peer-args ARGS     more arguments for the peer (e.g. --no-repack: llama.cpp without its AMX and\n"
+            "                       repacked weights, which crash on prompt batches on some Xeons)\n"
             "  --json               accepted (the output is JSON)\n"
             "\n");
     cli_kv_types_help(f, "f16");
@@ -108,7 +112,7 @@ static double now(void) { return cli_now_sec(); }
 
 struct batch_opts {
     struct cli_model_opts mo; /* -m -t --no-mmap */
-    const char *peer;
+    const char *peer, *peer_args;
     int par[MAX_PAR], n_par, P, G, chunk, step_tokens;
     enum kvb_policy_id pid;
     struct cli_policy po;
@@ -127,6 +131,14 @@ struct batch_result {
 /* A value option of bench batch; -1: printed. */
 static int batch_option(struct batch_opts *o, const char *a, const char *v) {
     if (!strcmp(a, "--peer")) o->peer = v;
+    else if (!strcmp(a, "--peer-args")) { /* words and dashes only: they go through a shell */
+        for (const char *c = v; *c; c++)
+            if (!(isalnum((unsigned char)*c) || strchr(" -_.,=/:", *c))) {
+                fprintf(stderr, "kvbound bench batch: --peer-args '%s': '%c' is not allowed (letters, digits, spaces and -_.,=/: only)\n", v, *c);
+                return -1;
+            }
+        o->peer_args = v;
+    }
     else if (!strcmp(a, "--parallel")) return (o->n_par = parse_list(a, v, o->par, MAX_PAR, 1, 4096)) < 0 ? -1 : 0;
     else if (!strcmp(a, "--prompt-tokens")) return cli_parse_i32(a, v, 1, 1 << 20, &o->P);
     else if (!strcmp(a, "--gen-tokens")) return cli_parse_i32(a, v, 2, 1 << 20, &o->G);
@@ -153,7 +165,7 @@ static int batch_parse(struct batch_opts *o, int argc, char **argv) {
         if (r == 0) r = cli_cache_option(&o->po, &o->kvt, &o->rec, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!(v = cli_opt_value("bench batch", "--peer --parallel --prompt-tokens --gen-tokens --chunk --step-tokens --policy", argc, argv, &i))) return 2;
+        if (!(v = cli_opt_value("bench batch", "--peer --peer-args --parallel --prompt-tokens --gen-tokens --chunk --step-tokens --policy", argc, argv, &i))) return 2;
         if (batch_option(o, a, v)) return 2;
     }
     if (!cli_model_required(&o->mo)) return 2;
@@ -286,7 +298,7 @@ int bench_batch(int argc, char **argv) {
     cli_policy_warn(&o.po, o.pid, mi.n_ctx_train);
     const struct kvb_seq_params sp = batch_seq_params(&o);
     struct peer_row prow[MAX_PAR];
-    int n_peer = o.peer ? run_peer(o.peer, o.mo.path, o.P, o.G, o.par, o.n_par, o.mo.threads, prow) : 0;
+    int n_peer = o.peer ? run_peer(o.peer, o.peer_args, o.mo.path, o.P, o.G, o.par, o.n_par, o.mo.threads, prow) : 0;
     rc = n_peer < 0 ? 1 : batch_run_all(&o, m, &sp, prow, n_peer);
     kvb_model_free(m);
     return rc;
