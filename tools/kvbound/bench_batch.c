@@ -98,7 +98,7 @@ static int batch_usage(FILE *f) {
             "  -t N                 threads (default 2)\n"
             "  --no-mmap            read the weights into memory (huge pages) instead of mapping the file\n"
             "  --peer PATH          also run llama.cpp's llama-batched-bench on the same file and shapes\n"
-            "  --peer-args ARGS     more arguments for the peer (e.g. --no-repack: llama.cpp without its AMX and\n"
+            "  --peer-args ARGS     more arguments for the peer, e.g. '--no-repack' (llama.cpp without its AMX and\n"
             "                       repacked weights, which crash on prompt batches on some Xeons)\n"
             "  --json               accepted (the output is JSON)\n"
             "\n");
