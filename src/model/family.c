@@ -591,31 +591,50 @@ static kvb_status absent(struct binder *b, const char *name, enum need need) {
     return need == REQ ? kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is missing (architecture '%s' needs it)", b->f->path, name, b->arch) : KVB_OK;
 }
 
-/* A weight of n_out rows of n_in (absent and optional: data NULL). */
-static kvb_status bind_mat(struct binder *b, const char *name, int64_t n_in, int64_t n_out, enum need need, struct kvb_mat *w) {
+/* A weight of n_out rows of n_in, or n_mat such stacked (llama.cpp's 3-D
+ * experts, ne [n_in, n_out, n_mat]) seen as one of n_mat * n_out rows
+ * (absent and optional: data NULL). */
+static kvb_status bind_weights(struct binder *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_mat, enum need need, struct kvb_mat *w) {
     memset(w, 0, sizeof *w);
     const struct gguf_tensor *t = need == NO ? NULL : take(b, name);
     if (!t) return absent(b, name, need);
-    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
-        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", b->f->path, name,
-                        (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_mat || t->ne[3] != 1) {
+        if (n_mat == 1)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", b->f->path, name,
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)n_in, (long long)n_out);
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", b->f->path, name,
+                        (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)n_in, (long long)n_out, (long long)n_mat);
+    }
     if (!kvb_matmul_supports(t->type))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which kvbound's matmuls do not support", b->f->path, name,
                         kvb_ggml_type_name(t->type));
-    *w = (struct kvb_mat){t->type, n_in, n_out, kvb_ggml_row_size(t->type, n_in), t->data};
+    *w = (struct kvb_mat){t->type, n_in, n_out * n_mat, kvb_ggml_row_size(t->type, n_in), t->data};
+    return KVB_OK;
+}
+
+static kvb_status bind_mat(struct binder *b, const char *name, int64_t n_in, int64_t n_out, enum need need, struct kvb_mat *w) {
+    return bind_weights(b, name, n_in, n_out, 1, need, w);
+}
+
+/* An f32 vector [n0], or a table of n1 of them (ne [n0, n1]: the experts' biases). */
+static kvb_status bind_f32(struct binder *b, const char *name, int64_t n0, int64_t n1, enum need need, const float **out) {
+    *out = NULL;
+    const struct gguf_tensor *t = need == NO ? NULL : take(b, name);
+    if (!t) return absent(b, name, need);
+    if (t->type != GGML_TYPE_F32 || t->ne[0] != n0 || t->ne[1] != n1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        if (n1 == 1)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' must be f32 [%lld], is %s [%lld, %lld]", b->f->path, name, (long long)n0,
+                            kvb_ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1]);
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' must be f32 [%lld, %lld], is %s [%lld, %lld, %lld]", b->f->path, name, (long long)n0,
+                        (long long)n1, kvb_ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2]);
+    }
+    if ((uintptr_t)t->data % 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is misaligned", b->f->path, name);
+    *out = (const float *)t->data;
     return KVB_OK;
 }
 
 static kvb_status bind_vec(struct binder *b, const char *name, int64_t n, enum need need, const float **out) {
-    *out = NULL;
-    const struct gguf_tensor *t = need == NO ? NULL : take(b, name);
-    if (!t) return absent(b, name, need);
-    if (t->type != GGML_TYPE_F32 || t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' must be f32 [%lld], is %s [%lld, %lld]", b->f->path, name, (long long)n,
-                        kvb_ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1]);
-    if ((uintptr_t)t->data % 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is misaligned", b->f->path, name);
-    *out = (const float *)t->data;
-    return KVB_OK;
+    return bind_f32(b, name, n, 1, need, out);
 }
 
 /* A per-tensor scale {1} (f32), optional: *out stays 1 when absent. */
@@ -667,33 +686,6 @@ static kvb_status bind_scales(struct binder *b, const struct family *fam, int32_
     return KVB_OK;
 }
 
-/* n_mat stacked matrices of n_out rows of n_in (llama.cpp's 3-D experts, ne [n_in, n_out, n_mat]) as one of n_mat * n_out rows. */
-static kvb_status bind_stack(struct binder *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_mat, struct kvb_mat *w) {
-    memset(w, 0, sizeof *w);
-    const struct gguf_tensor *t = take(b, name);
-    if (!t) return absent(b, name, REQ);
-    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_mat || t->ne[3] != 1)
-        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", b->f->path, name,
-                        (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)n_in, (long long)n_out, (long long)n_mat);
-    if (!kvb_matmul_supports(t->type))
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which kvbound's matmuls do not support", b->f->path, name,
-                        kvb_ggml_type_name(t->type));
-    *w = (struct kvb_mat){t->type, n_in, n_out * n_mat, kvb_ggml_row_size(t->type, n_in), t->data};
-    return KVB_OK;
-}
-
-/* An f32 [n1][n0] (ne [n0, n1]): the experts' biases. */
-static kvb_status bind_f32_2d(struct binder *b, const char *name, int64_t n0, int64_t n1, enum need need, const float **out) {
-    *out = NULL;
-    const struct gguf_tensor *t = need == NO ? NULL : take(b, name);
-    if (!t) return absent(b, name, need);
-    if (t->type != GGML_TYPE_F32 || t->ne[0] != n0 || t->ne[1] != n1 || t->ne[2] != 1 || t->ne[3] != 1 || (uintptr_t)t->data % 4)
-        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' must be f32 [%lld, %lld], is %s [%lld, %lld, %lld]", b->f->path, name, (long long)n0,
-                        (long long)n1, kvb_ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2]);
-    *out = (const float *)t->data;
-    return KVB_OK;
-}
-
 /* A layer's experts: the router, the three stacks, and what llama.cpp loads
  * beside them: per-expert .scale tensors [n_expert] (applied where the
  * family's graph applies them, else bound and said) and .input_scale ones
@@ -707,14 +699,14 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     if ((st = bind_mat(b, NAME("ffn_gate_inp.weight"), E, N, REQ, &L->router)) != KVB_OK) return st;
     if (!kvb_gguf_find_tensor(b->f, NAME("ffn_gate_exps.weight")))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' is missing: experts without a gate (silu(up)) are not supported", b->f->path, name);
-    if ((st = bind_stack(b, name, E, Fe, N, &L->gate_exps)) != KVB_OK) return st;
-    if ((st = bind_stack(b, NAME("ffn_up_exps.weight"), E, Fe, N, &L->up_exps)) != KVB_OK) return st;
-    if ((st = bind_stack(b, NAME("ffn_down_exps.weight"), Fe, E, N, &L->down_exps)) != KVB_OK) return st;
+    if ((st = bind_weights(b, name, E, Fe, N, REQ, &L->gate_exps)) != KVB_OK) return st;
+    if ((st = bind_weights(b, NAME("ffn_up_exps.weight"), E, Fe, N, REQ, &L->up_exps)) != KVB_OK) return st;
+    if ((st = bind_weights(b, NAME("ffn_down_exps.weight"), Fe, E, N, REQ, &L->down_exps)) != KVB_OK) return st;
     const enum need nb = fam->traits & F_EXP_BIASES ? REQ : NO;
     if ((st = bind_vec(b, NAME("ffn_gate_inp.bias"), N, nb, &L->b_router)) != KVB_OK) return st;
-    if ((st = bind_f32_2d(b, NAME("ffn_gate_exps.bias"), Fe, N, nb, &L->b_gate_exps)) != KVB_OK) return st;
-    if ((st = bind_f32_2d(b, NAME("ffn_up_exps.bias"), Fe, N, nb, &L->b_up_exps)) != KVB_OK) return st;
-    if ((st = bind_f32_2d(b, NAME("ffn_down_exps.bias"), E, N, nb, &L->b_down_exps)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ffn_gate_exps.bias"), Fe, N, nb, &L->b_gate_exps)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ffn_up_exps.bias"), Fe, N, nb, &L->b_up_exps)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ffn_down_exps.bias"), E, N, nb, &L->b_down_exps)) != KVB_OK) return st;
     static const char *const w[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     const float **sc[3] = {&L->s_gate_exps, &L->s_up_exps, &L->s_down_exps};
     for (int i = 0; i < 3; i++) {

@@ -286,12 +286,12 @@ static void norm_heads(float *x, int64_t n, int64_t d, const float *w, float eps
     for (int64_t h = 0; h < n; h++) rmsnorm(x + h * d, x + h * d, w, d, eps);
 }
 
-static void scale_rows(float *y, int32_t rows, int64_t n, float s) {
+void kvb_fwd_scale_rows(float *y, int32_t rows, int64_t n, float s) {
     if (s != 1.0f)
         for (size_t i = 0; i < (size_t)rows * (size_t)n; i++) y[i] *= s;
 }
 
-static void add_bias(float *y, int32_t rows, int64_t n, const float *b) {
+void kvb_fwd_add_bias(float *y, int32_t rows, int64_t n, const float *b) {
     if (b)
         for (int32_t t = 0; t < rows; t++)
             for (int64_t i = 0; i < n; i++) y[(size_t)t * n + i] += b[i];
@@ -306,12 +306,12 @@ static void shape_qk(const struct kvb_model *m, const struct kvb_layer *L, struc
     const struct kvb_model_info *in = &m->info;
     const int64_t D = in->head_dim, QD = (int64_t)in->n_head * D, KD = (int64_t)in->n_head_kv * D;
     const int32_t R = f->pass.n_rows;
-    scale_rows(f->q, R, QD, L->s_q); /* the per-tensor scales come before the biases here, as in llama.cpp */
-    scale_rows(f->k, R, KD, L->s_k);
-    scale_rows(f->v, R, KD, L->s_v);
-    add_bias(f->q, R, QD, L->bq);
-    add_bias(f->k, R, KD, L->bk);
-    add_bias(f->v, R, KD, L->bv);
+    kvb_fwd_scale_rows(f->q, R, QD, L->s_q); /* the per-tensor scales come before the biases here, as in llama.cpp */
+    kvb_fwd_scale_rows(f->k, R, KD, L->s_k);
+    kvb_fwd_scale_rows(f->v, R, KD, L->s_v);
+    kvb_fwd_add_bias(f->q, R, QD, L->bq);
+    kvb_fwd_add_bias(f->k, R, KD, L->bk);
+    kvb_fwd_add_bias(f->v, R, KD, L->bv);
     for (int32_t t = 0; t < R; t++) {
         float *q = f->q + (size_t)t * QD, *k = f->k + (size_t)t * KD;
         if (L->q_norm) norm_heads(q, m->qk_norm_whole ? 1 : in->n_head, m->qk_norm_whole ? QD : D, L->q_norm, in->rms_eps);
@@ -441,8 +441,8 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
         if (st != KVB_OK) return st;
     }
     kvb_fwd_mm(tp, f->q8, &f->pass, &L->wo, f->att, QD, f->tmp, E);
-    scale_rows(f->tmp, R, E, L->s_o);
-    add_bias(f->tmp, R, E, L->bo);
+    kvb_fwd_scale_rows(f->tmp, R, E, L->s_o);
+    kvb_fwd_add_bias(f->tmp, R, E, L->bo);
     residual(m, f->x, f->tmp, L->post_attn_norm, R, E);
     return KVB_OK;
 }
@@ -464,14 +464,14 @@ static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, stru
         const int64_t ld[2] = {F, F};
         kvb_fwd_mm_group(tp, f->q8, &f->pass, w, 2, xin, E, y, ld);
     }
-    add_bias(f->hg, R, F, L->b_gate); /* in the FFN the scales come after the biases, as in llama.cpp */
-    add_bias(f->hu, R, F, L->b_up);
-    scale_rows(f->hg, R, F, L->s_gate);
-    scale_rows(f->hu, R, F, L->s_up);
+    kvb_fwd_add_bias(f->hg, R, F, L->b_gate); /* in the FFN the scales come after the biases, as in llama.cpp */
+    kvb_fwd_add_bias(f->hu, R, F, L->b_up);
+    kvb_fwd_scale_rows(f->hg, R, F, L->s_gate);
+    kvb_fwd_scale_rows(f->hu, R, F, L->s_up);
     kvb_fwd_glu(tp, m->act, f->hg, f->hu, (size_t)R * F);
     kvb_fwd_mm(tp, f->q8, &f->pass, &L->w_down, f->hg, F, f->tmp, E);
-    add_bias(f->tmp, R, E, L->b_down);
-    scale_rows(f->tmp, R, E, L->s_down);
+    kvb_fwd_add_bias(f->tmp, R, E, L->b_down);
+    kvb_fwd_scale_rows(f->tmp, R, E, L->s_down);
     residual(m, f->x, f->tmp, L->post_ffn_norm, R, E);
 }
 

@@ -211,6 +211,9 @@ void kvb_fwd_mm(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct k
  * them in one threadpool run; every output the bits kvb_fwd_mm gives. */
 void kvb_fwd_mm_group(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *const *w, int32_t n,
                       const float *x, int64_t ldx, float *const *y, const int64_t *ldy);
+/* y[t][i] *= s over rows x n (s 1: nothing); y[t][i] += b[i] (b NULL: nothing). */
+void kvb_fwd_scale_rows(float *y, int32_t rows, int64_t n, float s);
+void kvb_fwd_add_bias(float *y, int32_t rows, int64_t n, const float *b);
 /* g = act(g) * u over n values (elementwise: bits independent of the split). */
 void kvb_fwd_glu(struct kvb_threadpool *tp, enum kvb_ffn_act act, float *g, const float *u, size_t n);
 

@@ -83,7 +83,7 @@ static void softmax(const float *v, int32_t n, float *p) {
 
 void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel, float *wt) {
     const int32_t n = m->info.n_expert, k = m->info.n_expert_used;
-    float p[1024]; /* n_expert <= 1024 (family.c) */
+    float p[512]; /* n_expert <= 512 (family.c, llama.cpp's bound; mkmodel's shapes have at most 128) */
     switch (m->moe_gating) {
     case KVB_MOE_SIGMOID:
         for (int32_t i = 0; i < n; i++) p[i] = 1.0f / (1.0f + expf(-logits[i]));
@@ -111,17 +111,8 @@ void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel,
         for (int32_t j = 0; j < k; j++) wt[j] *= m->moe_scale;
 }
 
-static void add_row_bias(float *y, int32_t rows, int64_t n, const float *b) {
-    if (b)
-        for (int32_t t = 0; t < rows; t++)
-            for (int64_t i = 0; i < n; i++) y[(size_t)t * n + i] += b[i];
-}
-
-/* y *= s[e] (s NULL: none) */
-static void scale(float *y, size_t n, const float *s, int32_t e) {
-    if (s && s[e] != 1.0f)
-        for (size_t i = 0; i < n; i++) y[i] *= s[e];
-}
+/* the per-expert scale s[e] (s NULL: none) */
+static float expert_scale(const float *s, int32_t e) { return s ? s[e] : 1.0f; }
 
 /* The rows of one expert (entries by_expert[a..b), rows ascending) as a pass:
  * decode rows first, then each prompt group's rows together (a chunk when
@@ -156,7 +147,7 @@ void kvb_moe_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kv
     const int32_t R = p->n_rows, N = in->n_expert, K = in->n_expert_used;
     const int64_t E = in->n_embd, Fe = in->n_ff_exp;
     kvb_fwd_mm(tp, f->q8, p, &L->router, xin, E, B->logits, N);
-    add_row_bias(B->logits, R, N, L->b_router);
+    kvb_fwd_add_bias(B->logits, R, N, L->b_router);
     for (int32_t r = 0; r < R; r++) kvb_moe_route(m, B->logits + (size_t)r * N, B->sel + (size_t)r * K, B->wt + (size_t)r * K);
     /* each prompt row's group: its chunk's first row, or itself */
     for (int32_t r = 0; r < R; r++) B->group[r] = r;
@@ -180,14 +171,14 @@ void kvb_moe_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kv
         float *y[2] = {B->g, B->u};
         const int64_t ld[2] = {Fe, Fe};
         kvb_fwd_mm_group(tp, f->q8, &B->pass, w, 2, B->x, E, y, ld);
-        add_row_bias(B->g, n, Fe, L->b_gate_exps ? L->b_gate_exps + (size_t)e * Fe : NULL);
-        add_row_bias(B->u, n, Fe, L->b_up_exps ? L->b_up_exps + (size_t)e * Fe : NULL);
-        scale(B->g, (size_t)n * Fe, L->s_gate_exps, e); /* the scales after the biases, as llama.cpp's build_moe_ffn */
-        scale(B->u, (size_t)n * Fe, L->s_up_exps, e);
+        kvb_fwd_add_bias(B->g, n, Fe, L->b_gate_exps ? L->b_gate_exps + (size_t)e * Fe : NULL);
+        kvb_fwd_add_bias(B->u, n, Fe, L->b_up_exps ? L->b_up_exps + (size_t)e * Fe : NULL);
+        kvb_fwd_scale_rows(B->g, n, Fe, expert_scale(L->s_gate_exps, e)); /* the scales after the biases, as llama.cpp's build_moe_ffn */
+        kvb_fwd_scale_rows(B->u, n, Fe, expert_scale(L->s_up_exps, e));
         kvb_fwd_glu(tp, m->act, B->g, B->u, (size_t)n * (size_t)Fe);
         kvb_fwd_mm(tp, f->q8, &B->pass, &down, B->g, Fe, B->y, E);
-        add_row_bias(B->y, n, E, L->b_down_exps ? L->b_down_exps + (size_t)e * E : NULL);
-        scale(B->y, (size_t)n * E, L->s_down_exps, e);
+        kvb_fwd_add_bias(B->y, n, E, L->b_down_exps ? L->b_down_exps + (size_t)e * E : NULL);
+        kvb_fwd_scale_rows(B->y, n, E, expert_scale(L->s_down_exps, e));
         for (int32_t i = 0; i < n; i++) {
             const int32_t slot = B->by_expert[a + i], r = slot / K;
             const float wgt = B->wt[slot];
