@@ -1,0 +1,76 @@
+#!/bin/sh
+# tools/train/train.py's smoke test: a few steps of a tiny configuration on
+# two texts cut short (never the real training), checking that
+# - the validation loss falls by at least 0.5 nats;
+# - the export reads back: train.py compares kvbound's logits of model.gguf
+#   with its own forward (NMSE < 1e-6, top-1 >= 0.99) and fails otherwise;
+#   here export.json is read again, and kvbound info / run load the file;
+# - the same seed gives the same file (sha256), another seed another;
+# - a second run into the same folder with another configuration is refused
+#   by name instead of resuming from the wrong checkpoint.
+# Needs python3 with torch (Debian python3-torch; CI installs it and sets
+# KVB_REQUIRE_TORCH=1, which turns the skip into a failure) and ../shared/data.
+. "$(dirname "$0")/cli_lib.sh"
+HERE=$(dirname "$0")
+TRAIN="$HERE/../tools/train/train.py"
+
+PY=""
+for p in /usr/bin/python3 python3; do
+    if command -v "$p" > /dev/null 2>&1 && "$p" -c 'import torch, numpy' > /dev/null 2>&1; then PY=$p; break; fi
+done
+if [ -z "$PY" ]; then
+    if [ "${KVB_REQUIRE_TORCH:-0}" = 1 ]; then ko train_smoke "python3 with torch is not installed (Debian python3-torch; KVB_REQUIRE_TORCH=1)"
+    else sk train_smoke "python3 with torch is not installed (Debian python3-torch)"; fi
+    cli_summary
+    exit
+fi
+if [ ! -f "$D/models/stories260K/tok512.bin" ] || [ ! -f "$D/text/pg345_dracula.txt" ]; then
+    skip_case train_smoke "missing $D/models/stories260K or $D/text"
+    cli_summary
+    exit
+fi
+if [ -n "${KVB_TEST_QUICK:-}" ]; then
+    echo "quick mode (KVB_TEST_QUICK): the training script is checked by make test"
+    cli_summary
+    exit
+fi
+
+BA=$(cd "$B" && pwd)
+tiny() { # OUT SEED [extra]
+    out=$1 seed=$2
+    shift 2
+    "$PY" "$TRAIN" --out "$out" --seed "$seed" --build "$BA" --data "$D" --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 \
+        --ctx 64 --steps 60 --batch 8 --micro 4 --warmup 5 --lr 3e-3 --eval-every 30 --eval-rows 4 --max-text-bytes 200000 \
+        --precision fp32 --threads 1 "$@"
+}
+field() { "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, d))' "$1" "$2"; }
+
+if tiny "$T/a" 7 > "$T/a.out" 2> "$T/a.err"; then
+    first=$(head -n 1 "$T/a/loss.jsonl" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["val_loss"])')
+    last=$(tail -n 1 "$T/a/loss.jsonl" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["val_loss"])')
+    if "$PY" -c "import sys; sys.exit(0 if $last < $first - 0.5 else 1)"; then ok train_loss_falls
+    else ko train_loss_falls "validation loss $first -> $last (want a fall of 0.5)"; fi
+    nmse=$(field "$T/a/export.json" 'check["nmse"]')
+    top1=$(field "$T/a/export.json" 'check["top1_agreement"]')
+    if "$PY" -c "import sys; sys.exit(0 if $nmse < 1e-6 and $top1 >= 0.99 else 1)"; then ok train_export_reads_back
+    else ko train_export_reads_back "kvbound's logits against train.py's: NMSE $nmse, top-1 $top1"; fi
+    sha=$(field "$T/a/export.json" 'gguf_sha256')
+    if [ "$(sha256sum "$T/a/model.gguf" | cut -d' ' -f1)" = "$sha" ]; then ok train_export_sha256
+    else ko train_export_sha256 "export.json's sha256 is not model.gguf's"; fi
+    if "$K" info -m "$T/a/model.gguf" > "$T/info.txt" 2>&1 && grep -q "^context *64 (trained)" "$T/info.txt" \
+       && "$K" run -m "$T/a/model.gguf" -p "Once upon a time" -n 16 --temp 0 > "$T/run.txt" 2>&1; then ok train_gguf_loads
+    else ko train_gguf_loads "$(tail -n 2 "$T/info.txt" "$T/run.txt" 2>/dev/null | tr '\n' ' ')"; fi
+    tiny "$T/b" 7 --no-export > /dev/null 2>&1
+    tiny "$T/c" 8 --no-export > /dev/null 2>&1
+    la=$(sed -n 3p "$T/a/loss.jsonl" | cut -d, -f2-4) lb=$(sed -n 3p "$T/b/loss.jsonl" | cut -d, -f2-4) lc=$(sed -n 3p "$T/c/loss.jsonl" | cut -d, -f2-4)
+    if [ -n "$la" ] && [ "$la" = "$lb" ] && [ "$la" != "$lc" ]; then ok train_deterministic
+    else ko train_deterministic "seed 7 twice: '$la' / '$lb'; seed 8: '$lc'"; fi
+    if tiny "$T/a" 7 --dim 48 --heads 4 > "$T/d.out" 2> "$T/d.err"; then ko train_refuses_other_config "a run with --dim 48 resumed a --dim 32 checkpoint"
+    elif grep -q "ckpt.pt was trained with another configuration" "$T/d.err"; then ok train_refuses_other_config
+    else ko train_refuses_other_config "$(tail -n 1 "$T/d.err")"; fi
+else
+    ko train_smoke "train.py failed: $(tail -n 3 "$T/a.err" | tr '\n' ' ')"
+fi
+if "$PY" "$TRAIN" --help > "$T/help.txt" 2>&1 && grep -q -- "--sink-token" "$T/help.txt"; then ok train_help
+else ko train_help "train.py --help: $(head -n 2 "$T/help.txt")"; fi
+cli_summary
