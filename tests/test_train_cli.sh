@@ -14,6 +14,10 @@
 HERE=$(dirname "$0")
 TRAIN="$HERE/../tools/train/train.py"
 
+if ! need_tool train_smoke python3 KVB_REQUIRE_PYTHON "Debian python3; .ci/run installs it"; then
+    cli_summary
+    exit
+fi
 PY=""
 for p in /usr/bin/python3 python3; do
     if command -v "$p" > /dev/null 2>&1 && "$p" -c 'import torch, numpy' > /dev/null 2>&1; then PY=$p; break; fi
