@@ -199,7 +199,7 @@ class Data:
             w[a0 - 1:a0 - 1 + n] = self.args.answer_weight
         return row[:T + 1], w[:T]
 
-    def copy_row(self, rng, T, sink):
+    def copy_row(self, rng, T):
         """A crop of text, or of random tokens, then the same again: the second half is predictable only by
         looking back (the induction heads retrieval needs form fast on it)."""
         half = int(rng.integers(T // 16, T // 2))
@@ -208,7 +208,7 @@ class Data:
         else:
             at = int(rng.integers(0, len(self.train) - half - 1))
             crop = list(self.train[at:at + half])
-        row = ([BOS] if sink else []) + crop + crop
+        row = crop + crop  # never the sink token: with it, BOS came to announce a copy (recipe E)
         return row, np.ones(len(row) - 1, dtype=np.float32)
 
     def text_row(self, src, rng, T, sink):
@@ -229,7 +229,7 @@ class Data:
             if u < rs:
                 row, wr = self.retrieval_row(rng, T)
             elif u < rs + cs:
-                row, wr = self.copy_row(rng, T, sink)
+                row, wr = self.copy_row(rng, T)
             else:
                 row, wr = self.text_row(self.val if val else self.train, rng, T, sink)
             n = len(row) - 1
@@ -420,6 +420,8 @@ def main():
     ap.add_argument("--retrieval-share", type=float, default=0.3, help="share of rows built as needle prompts")
     ap.add_argument("--copy-share", type=float, default=0.25, help="share of rows that are a crop (text or random tokens) written twice")
     ap.add_argument("--early-steps", type=int, default=400, help="the first steps draw rows with the --early-* shares")
+    ap.add_argument("--early-ctx", type=int, default=0,
+                    help="rows of this many tokens in the early steps (a divisor of --ctx; 0: --ctx), --batch x ctx / this of them")
     ap.add_argument("--early-retrieval-share", type=float, default=0.4)
     ap.add_argument("--early-copy-share", type=float, default=0.5)
     ap.add_argument("--answer-weight", type=float, default=4.0, help="loss weight of a retrieval row's answer tokens")
@@ -443,6 +445,8 @@ def main():
         os.execve(sys.executable, [sys.executable] + sys.argv, env)
     args.tokenizer = args.tokenizer or os.path.join(args.data, "models", "stories260K", "tok512.bin")
     args.vocab = 512
+    if args.early_ctx and (args.early_ctx < 64 or args.ctx % args.early_ctx):
+        raise SystemExit("train.py: --early-ctx must be at least 64 and divide --ctx")
     if args.dim % args.heads or args.heads % args.kv_heads:
         raise SystemExit("train.py: --dim must divide by --heads, --heads by --kv-heads")
     os.makedirs(args.out, exist_ok=True)
@@ -474,7 +478,7 @@ def main():
         log("resumed at step %d" % step)
     nparam = sum(p.numel() for p in model.parameters())
     recipe = {k: getattr(args, k) for k in ("seed", "sink_token", "dim", "layers", "heads", "kv_heads", "hidden", "ctx", "rope_base",
-                                            "steps", "batch", "lr", "lr_min", "warmup", "weight_decay", "retrieval_share", "copy_share", "early_steps", "early_retrieval_share", "early_copy_share",
+                                            "steps", "batch", "lr", "lr_min", "warmup", "weight_decay", "retrieval_share", "copy_share", "early_steps", "early_ctx", "early_retrieval_share", "early_copy_share",
                                             "answer_weight", "holdout", "val_share", "max_text_bytes", "precision")}
     log("model: %d parameters; %d steps of %d x %d tokens on %s (%d threads)" % (nparam, args.steps, args.batch, args.ctx, args.device, torch.get_num_threads()))
     curve = open(os.path.join(args.out, "loss.jsonl"), "a")
@@ -489,15 +493,18 @@ def main():
     while step < args.steps and not args.export_only:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
-        x, y, w = data.batch(rng, args.batch, args.ctx, args.sink_token, step=step)
+        # the early steps may use shorter rows, as many tokens a step (a cheap start for induction heads)
+        tn = args.early_ctx if args.early_ctx and step < args.early_steps else args.ctx
+        rows, micro = args.batch * args.ctx // tn, args.micro * args.ctx // tn
+        x, y, w = data.batch(rng, rows, tn, args.sink_token, step=step)
         x, y, w = x.to(args.device), y.to(args.device), w.to(args.device)
         opt.zero_grad(set_to_none=True)
         wsum, lv = w.sum(), 0.0
-        for r in range(0, args.batch, args.micro):  # micro-batches: the same sum, smaller attention tensors
+        for r in range(0, rows, micro):  # micro-batches: the same sum, smaller attention tensors
             with torch.autocast(device_type=args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.precision == "bf16"):
-                logits = model(x[r:r + args.micro])
-            per = F.cross_entropy(logits.flatten(0, 1), y[r:r + args.micro].flatten(), ignore_index=-100, reduction="none")
-            loss = (per * w[r:r + args.micro].flatten()).sum() / wsum
+                logits = model(x[r:r + micro])
+            per = F.cross_entropy(logits.flatten(0, 1), y[r:r + micro].flatten(), ignore_index=-100, reduction="none")
+            loss = (per * w[r:r + micro].flatten()).sum() / wsum
             loss.backward()
             lv += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
