@@ -6,6 +6,8 @@
 # missing shared file is then an error. need_tool NAME TOOL VAR WHY checks that
 # a program is on PATH: when it is not, case NAME is skipped naming it, or
 # fails when the environment variable VAR is 1 (CI's KVB_REQUIRE_*).
+# ppl_field, near and check_ppl compare published figures with a
+# `kvbound ppl --json` output (test_figures_cli.sh, test_trained_cli.sh).
 B=${1:-build}
 K="$B/kvbound"
 D=${KVB_SHARED_DATA:-../shared/data}
@@ -29,4 +31,28 @@ need_tool() {
 cli_summary() {
     echo "cases: $pass passed, $fail failed, $skipped skipped"
     [ "$fail" -eq 0 ]
+}
+# ppl_field FILE POLICY FIELD: FIELD of the run of POLICY in a `kvbound ppl --json` output
+ppl_field() {
+    awk -v pol="$2" -v fld="$3" '{
+        n = split($0, runs, /\{"policy":/)
+        for (i = 2; i <= n; i++) if (index(runs[i], "\"" pol "\"") == 1) {
+            if (match(runs[i], "\"" fld "\":[-0-9.e]+")) { v = substr(runs[i], RSTART, RLENGTH); sub(/.*:/, "", v); print v; exit }
+        }
+    }' "$1"
+}
+# near NAME GOT WANT TOL
+near() {
+    if [ -n "$2" ] && awk -v g="$2" -v w="$3" -v t="$4" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= t) }'; then return 0; fi
+    echo "  $1: got '${2:-none}', the doc says $3 (tolerance $4)"
+    return 1
+}
+# check_ppl CASE FILE "POLICY FIELD WANT TOL" ...: one case, every listed figure
+check_ppl() {
+    name=$1; file=$2; shift 2; bad=0
+    for spec in "$@"; do
+        set -- $spec
+        near "$name $1 $2" "$(ppl_field "$file" "$1" "$2")" "$3" "$4" || bad=1
+    done
+    if [ $bad -eq 0 ]; then ok "$name"; else ko "$name" "a published figure moved (update the doc with the change)"; fi
 }

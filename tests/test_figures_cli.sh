@@ -15,30 +15,6 @@ if [ ! -f "$S" ] || [ ! -f "$D/text/tinystories_validation_head.txt" ]; then
 fi
 head -c 60000 "$D/text/tinystories_validation_head.txt" > "$T/ts60k.txt"
 
-# value FILE POLICY FIELD: FIELD of the run of POLICY in a `kvbound ppl --json` output
-value() {
-    awk -v pol="$2" -v fld="$3" '{
-        n = split($0, runs, /\{"policy":/)
-        for (i = 2; i <= n; i++) if (index(runs[i], "\"" pol "\"") == 1) {
-            if (match(runs[i], "\"" fld "\":[-0-9.e]+")) { v = substr(runs[i], RSTART, RLENGTH); sub(/.*:/, "", v); print v; exit }
-        }
-    }' "$1"
-}
-# near NAME GOT WANT TOL
-near() {
-    if [ -n "$2" ] && awk -v g="$2" -v w="$3" -v t="$4" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= t) }'; then return 0; fi
-    echo "  $1: got '${2:-none}', docs/EVALUATION.md says $3 (tolerance $4)"
-    return 1
-}
-# check CASE FILE "POLICY FIELD WANT TOL" ...: one case, every listed figure
-check() {
-    name=$1; file=$2; shift 2; bad=0
-    for spec in "$@"; do
-        set -- $spec
-        near "$name $1 $2" "$(value "$file" "$1" "$2")" "$3" "$4" || bad=1
-    done
-    if [ $bad -eq 0 ]; then ok "$name"; else ko "$name" "a published figure moved (update the doc with the change)"; fi
-}
 P="window streaming h2o tova scissorhands"
 
 full_run() { [ -z "${KVB_TEST_QUICK:-}" ]; }
@@ -48,19 +24,19 @@ BS="32 64 128"; full_run || BS=64
 for B in $BS; do
     "$K" ppl -m "$S" -f "$T/ts60k.txt" --policy window,streaming,h2o,tova,scissorhands --budget $B --max-tokens 500 --json > "$T/in$B.json" 2>/dev/null
 done
-full_run && check figures_in_context_b32 "$T/in32.json" "window baseline_ppl 3.7659 0.00015" \
+full_run && check_ppl figures_in_context_b32 "$T/in32.json" "window baseline_ppl 3.7659 0.00015" \
     "window ppl 4.5968 0.0006" "window kl 0.1875 0.0006" "window top1 0.836 0.0011" \
     "streaming ppl 4.9531 0.0006" "streaming kl 0.2316 0.0006" "streaming top1 0.806 0.0011" \
     "h2o ppl 4.7824 0.0006" "h2o kl 0.2018 0.0006" "h2o top1 0.830 0.0011" \
     "tova ppl 4.6934 0.0006" "tova kl 0.1820 0.0006" "tova top1 0.846 0.0011" \
     "scissorhands ppl 4.5781 0.0006" "scissorhands kl 0.1391 0.0006" "scissorhands top1 0.856 0.0011"
-check figures_in_context_b64 "$T/in64.json" \
+check_ppl figures_in_context_b64 "$T/in64.json" \
     "window ppl 4.0041 0.0006" "window kl 0.0740 0.0006" "window top1 0.906 0.0011" \
     "streaming ppl 4.3262 0.0006" "streaming kl 0.1101 0.0006" "streaming top1 0.882 0.0011" \
     "h2o ppl 4.5377 0.0006" "h2o kl 0.1415 0.0006" "h2o top1 0.876 0.0011" \
     "tova ppl 4.2892 0.0006" "tova kl 0.0894 0.0006" "tova top1 0.894 0.0011" \
     "scissorhands ppl 3.9144 0.0006" "scissorhands kl 0.0351 0.0006" "scissorhands top1 0.950 0.0011"
-full_run && check figures_in_context_b128 "$T/in128.json" \
+full_run && check_ppl figures_in_context_b128 "$T/in128.json" \
     "window ppl 3.8105 0.0006" "window kl 0.0074 0.0006" "window top1 0.960 0.0011" \
     "streaming ppl 3.8147 0.0006" "streaming kl 0.0117 0.0006" "streaming top1 0.974 0.0011" \
     "h2o ppl 3.9235 0.0006" "h2o kl 0.0163 0.0006" "h2o top1 0.968 0.0011" \
@@ -69,11 +45,11 @@ full_run && check figures_in_context_b128 "$T/in128.json" \
 if full_run; then
 # TOVA's per-KV-head variant (the seed's behaviour)
 "$K" ppl -m "$S" -f "$T/ts60k.txt" --policy tova --tova-scope head --budget 64 --max-tokens 500 --json > "$T/th.json" 2>/dev/null
-check figures_tova_head_scope "$T/th.json" "tova ppl 4.5692 0.0006" "tova kl 0.1465 0.0006"
+check_ppl figures_tova_head_scope "$T/th.json" "tova ppl 4.5692 0.0006" "tova kl 0.1465 0.0006"
 
 # Past the trained length: 2,000 tokens, B = 128
 "$K" ppl -m "$S" -f "$T/ts60k.txt" --policy window,streaming,h2o,scissorhands,tova,knorm,snapkv,lminfinite --budget 128 --max-tokens 2000 --json > "$T/past.json" 2>/dev/null
-check figures_past_trained_length "$T/past.json" "window baseline_ppl 5.1464 0.0006" \
+check_ppl figures_past_trained_length "$T/past.json" "window baseline_ppl 5.1464 0.0006" \
     "window ppl 3.7628 0.0006" "streaming ppl 3.7705 0.0006" "h2o ppl 5.3112 0.0006" "h2o kl 0.1205 0.0006" \
     "scissorhands ppl 5.1703 0.0006" "tova ppl 3.7965 0.0006" "knorm ppl 35.5123 0.005" "snapkv ppl 3.7628 0.0006" \
     "lminfinite ppl 3.8152 0.0006"
@@ -81,17 +57,17 @@ check figures_past_trained_length "$T/past.json" "window baseline_ppl 5.1464 0.0
 # LM-Infinite beside streaming, past the trained lengths (llama2.c checkpoints: their true lengths)
 M5="$D/models/babyllama-tok105"
 "$K" ppl -m "$M5/model5000.bin" -z "$M5/tok105.bin" -f "$T/ts60k.txt" --policy streaming,lminfinite,window --budget 512 --max-tokens 4000 --baseline none --json > "$T/lm5.json" 2>/dev/null
-check figures_lminfinite_model5000 "$T/lm5.json" "streaming ppl 40.5826 0.005" "lminfinite ppl 2.1736 0.0006" "window ppl 40.7324 0.005"
+check_ppl figures_lminfinite_model5000 "$T/lm5.json" "streaming ppl 40.5826 0.005" "lminfinite ppl 2.1736 0.0006" "window ppl 40.7324 0.005"
 "$K" ppl -m "$M5/model5000.bin" -z "$M5/tok105.bin" -f "$T/ts60k.txt" --policy streaming,lminfinite,window --budget 256 --max-tokens 4000 --baseline none --json > "$T/lm5b.json" 2>/dev/null
-check figures_lminfinite_model5000_at_trained_length "$T/lm5b.json" "streaming ppl 2.1586 0.0006" "lminfinite ppl 2.1603 0.0006" "window ppl 2.1612 0.0006"
+check_ppl figures_lminfinite_model5000_at_trained_length "$T/lm5b.json" "streaming ppl 2.1586 0.0006" "lminfinite ppl 2.1603 0.0006" "window ppl 2.1612 0.0006"
 S2="$D/models/stories260K"
 "$K" ppl -m "$S2/stories260K.bin" -z "$S2/tok512.bin" -f "$T/ts60k.txt" --policy streaming,lminfinite --budget 1024 --max-tokens 4000 --baseline none --json > "$T/lm2.json" 2>/dev/null
-check figures_lminfinite_stories260k "$T/lm2.json" "streaming ppl 4.2703 0.0006" "lminfinite ppl 3.9419 0.0006"
+check_ppl figures_lminfinite_stories260k "$T/lm2.json" "streaming ppl 4.2703 0.0006" "lminfinite ppl 3.9419 0.0006"
 fi
 
 # Prompt compression (--prompt 400, 100 scored continuation tokens, B = 64)
 "$K" ppl -m "$S" -f "$T/ts60k.txt" --policy snapkv,pyramidkv,adakv,h2o,tova,streaming,window --budget 64 --prompt 400 --max-tokens 500 --json > "$T/pr.json" 2>/dev/null
-check figures_prompt_compression "$T/pr.json" "snapkv baseline_ppl 3.3356 0.0006" \
+check_ppl figures_prompt_compression "$T/pr.json" "snapkv baseline_ppl 3.3356 0.0006" \
     "snapkv ppl 3.4729 0.0006" "snapkv kl 0.0161 0.0006" "snapkv prompt_kept 64.00 0.001" \
     "pyramidkv ppl 3.5043 0.0006" "pyramidkv prompt_kept 63.60 0.001" "pyramidkv prompt_kept_min 33 0" "pyramidkv prompt_kept_max 94 0" \
     "adakv ppl 3.4255 0.0006" "adakv kl 0.0109 0.0006" "adakv top1 0.990 0.0011" "adakv prompt_kept_min 38 0" "adakv prompt_kept_max 99 0" \
@@ -107,7 +83,7 @@ sinks() { # NAME MODEL MASS "L0 L1 ..."
         near "$1 sink layer $i" "$g" "$w" 0.00006 || bad=1
         i=$((i + 1))
     done
-    near "$1 mass" "$(value "$T/m.json" streaming mass)" "$3" 0.005 || bad=1
+    near "$1 mass" "$(ppl_field "$T/m.json" streaming mass)" "$3" 0.005 || bad=1
     if [ $bad -eq 0 ]; then ok "$1"; else ko "$1" "a published figure moved"; fi
 }
 sinks figures_sinks_stories260k "$S" 0.86 "0.0052 0.0077 0.0155 0.0043 0.0095"
@@ -146,9 +122,9 @@ recall_ppl() { # NAME MODEL "ppl kl top1 without" "ppl kl top1 with" TOL_PPL
     "$K" ppl -m "$2" -f "$T/ts60k.txt" --policy streaming --budget 64 --recall --max-tokens 2000 -t 1 --json > "$T/rc.json" 2>/dev/null
     set -- "$1" "$2" $3 $4 "$5"
     bad=0
-    near "$1 ppl" "$(value "$T/rc.json" streaming ppl)" "$3" "$9" || bad=1
-    near "$1 kl" "$(value "$T/rc.json" streaming kl)" "$4" 0.0006 || bad=1
-    near "$1 top1" "$(value "$T/rc.json" streaming top1)" "$5" 0.0011 || bad=1
+    near "$1 ppl" "$(ppl_field "$T/rc.json" streaming ppl)" "$3" "$9" || bad=1
+    near "$1 kl" "$(ppl_field "$T/rc.json" streaming kl)" "$4" 0.0006 || bad=1
+    near "$1 top1" "$(ppl_field "$T/rc.json" streaming top1)" "$5" 0.0011 || bad=1
     near "$1 ppl with recall" "$(rvalue "$T/rc.json" ppl)" "$6" "$9" || bad=1
     near "$1 kl with recall" "$(rvalue "$T/rc.json" kl)" "$7" 0.0006 || bad=1
     near "$1 top1 with recall" "$(rvalue "$T/rc.json" top1)" "$8" 0.0011 || bad=1

@@ -4,7 +4,7 @@ kvbound CLI only (ppl, needle), so every figure has a command a reader can
 rerun. Writes OUT/figures.json (every command and its JSON) and
 OUT/figures.md (the tables of docs/EVALUATION.md and the model card).
 
-    tools/train/figures.py --vanilla models/kvb-vanilla-2m.gguf --sink models/kvb-sink-2m.gguf --out figs
+    tools/train/figures.py --vanilla models/kvb-vanilla-1m.gguf --sink models/kvb-sink-1m.gguf --out figs
 
 The held-out book is Dracula's body (its Project Gutenberg header and footer
 cut, as train.py cut every book), written to OUT/dracula.txt.
@@ -110,7 +110,7 @@ def main():
 
     # 1. sinks: the share of full attention on position 0, per layer
     for name, m in models.items():
-        r = R.ppl("sink mass (%s)" % name, m, ["streaming"], B, 2 * T, ["--mass"])["runs"][0]
+        r = R.ppl("sink mass (%s)" % name, m, ["streaming"], B, T, ["--mass"])["runs"][0]
         fig["sink_mass_%s" % name] = r["sink_mass_layer"]
 
     # 2. the StreamingLLM table, past T at equal budget: window, streaming, full, recompute
@@ -151,8 +151,13 @@ def main():
     fig["recall"]["ratio"] = fig["recall"]["retained"] / fig["recall"]["full_retained"] if fig["recall"]["full_retained"] else None
 
     # 5. every policy on the vanilla model: ppl, KL, top-1 and KV bytes over 2T tokens at B = T/4
-    r = R.ppl("policy table", m, POLICIES, T // 4, 2 * T)
-    fig["policy_table"] = {x["policy"]: {k: x.get(k) for k in ("ppl", "baseline_ppl", "kl", "top1", "kv_bytes_peak")} for x in r["runs"]}
+    # inside the trained context (T tokens, so the full cache is the reference), B = T/4; the prompt-compression
+    # policies also by their own protocol (a prompt of 3T/4 compressed, the rest scored: --prompt)
+    keys = ("ppl", "baseline_ppl", "kl", "top1", "kv_bytes_peak")
+    r = R.ppl("policy table", m, POLICIES, T // 4, T)
+    fig["policy_table"] = {x["policy"]: {k: x.get(k) for k in keys} for x in r["runs"]}
+    r = R.ppl("policy table, prompt compression", m, ["snapkv", "pyramidkv", "adakv", "window"], T // 4, T, ["--prompt", str(3 * T // 4)])
+    fig["policy_table_prompt"] = {x["policy"]: {k: x.get(k) for k in keys} for x in r["runs"]}
 
     with open(os.path.join(args.out, "figures.json"), "w") as f:
         json.dump({"figures": fig, "runs": R.records}, f, indent=1)
@@ -164,7 +169,7 @@ def write_md(fig, records, path):
     T, B = fig["ctx"], fig["budget"]
     L = []
     a = L.append
-    a("## Sinks: share of full attention on position 0, per layer (%d tokens)\n" % (2 * T))
+    a("## Sinks: share of full attention on position 0, per layer (%d tokens)\n" % T)
     a("| model | " + " | ".join("layer %d" % i for i in range(len(fig["sink_mass_vanilla"]))) + " |")
     a("|---|" + "---|" * len(fig["sink_mass_vanilla"]))
     for n in ("vanilla", "sink"):
@@ -193,7 +198,7 @@ def write_md(fig, records, path):
     for p in POLICIES:
         c = [fig["needle_policies"]["%s/%d" % (p, b)] for b in (T // 4, T // 2)]
         a("| %s | %.2f (%.2f) | %.2f (%.2f) |" % (p, c[0]["accuracy"], c[0]["retained"], c[1]["accuracy"], c[1]["retained"]))
-    a("\n## Every policy (vanilla, %d tokens, B = %d)\n" % (2 * T, T // 4))
+    a("\n## Every policy (vanilla, %d tokens, B = %d)\n" % (T, T // 4))
     a("| policy | ppl | KL | top-1 | KV bytes (peak) | needle accuracy at length T |")
     a("|---|---|---|---|---|---|")
     pt = fig["policy_table"]
@@ -201,6 +206,12 @@ def write_md(fig, records, path):
     a("| full | %.3f | | | | %.2f |" % (first["baseline_ppl"], fig["needle_full_vanilla"]["accuracy"]))
     for p, x in pt.items():
         a("| %s | %.3f | %.4f | %.3f | %d | %.2f |" % (p, x["ppl"], x["kl"], x["top1"], x["kv_bytes_peak"], fig["needle_policies"]["%s/%d" % (p, T // 4)]["accuracy"]))
+    pp = fig["policy_table_prompt"]
+    a("\nPrompt compression by its own protocol (`--prompt %d`: the first 3T/4 tokens compressed to B, the rest scored):\n" % (3 * T // 4))
+    a("| policy | ppl | full | KL | top-1 |")
+    a("|---|---|---|---|---|")
+    for p, x in pp.items():
+        a("| %s | %.3f | %.3f | %.4f | %.3f |" % (p, x["ppl"], x["baseline_ppl"], x["kl"], x["top1"]))
     a("\n## Commands\n")
     for r in records:
         a("- %s: `%s`" % (r["what"], r["command"]))
