@@ -6,7 +6,7 @@
 # missing shared file is then an error. need_tool NAME TOOL VAR WHY checks that
 # a program is on PATH: when it is not, case NAME is skipped naming it, or
 # fails when the environment variable VAR is 1 (CI's KVB_REQUIRE_*).
-# ppl_field, near and check_ppl compare published figures with a
+# ppl_field, near, near_list and check_ppl compare published figures with a
 # `kvbound ppl --json` output (test_figures_cli.sh, test_trained_cli.sh).
 B=${1:-build}
 K="$B/kvbound"
@@ -46,6 +46,15 @@ near() {
     if [ -n "$2" ] && awk -v g="$2" -v w="$3" -v t="$4" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= t) }'; then return 0; fi
     echo "  $1: got '${2:-none}', the doc says $3 (tolerance $4)"
     return 1
+}
+# near_list NAME "GOT..." "WANT..." TOL: near for each pair, the i-th of GOT against the i-th of WANT
+near_list() {
+    _bad=0; _i=1
+    for _w in $3; do
+        near "$1 $_i" "$(echo "$2" | awk -v i=$_i '{print $i}')" "$_w" "$4" || _bad=1
+        _i=$((_i + 1))
+    done
+    return $_bad
 }
 # check_ppl CASE FILE "POLICY FIELD WANT TOL" ...: one case, every listed figure
 check_ppl() {

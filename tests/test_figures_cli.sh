@@ -77,12 +77,8 @@ check_ppl figures_prompt_compression "$T/pr.json" "snapkv baseline_ppl 3.3356 0.
 sinks() { # NAME MODEL MASS "L0 L1 ..."
     "$K" ppl -m "$2" -f "$T/ts60k.txt" --policy streaming --budget 64 --max-tokens 1000 --mass --json > "$T/m.json" 2>/dev/null
     got=$(grep -o '"sink_mass_layer":\[[^]]*\]' "$T/m.json" | sed 's/.*\[//; s/\]//; s/,/ /g')
-    bad=0; i=1
-    for w in $4; do
-        g=$(echo "$got" | awk -v i=$i '{print $i}')
-        near "$1 sink layer $i" "$g" "$w" 0.00006 || bad=1
-        i=$((i + 1))
-    done
+    bad=0
+    near_list "$1 sink layer" "$got" "$4" 0.00006 || bad=1
     near "$1 mass" "$(ppl_field "$T/m.json" streaming mass)" "$3" 0.005 || bad=1
     if [ $bad -eq 0 ]; then ok "$1"; else ko "$1" "a published figure moved"; fi
 }

@@ -76,12 +76,7 @@ python3 "$HERE/tools/train/texts.py" "$D/text/pg345_dracula.txt" > "$T/dracula.t
 sink_mass() {
     "$K" ppl -m "$2" -f "$T/dracula.txt" --policy streaming --budget 256 --max-tokens 512 --mass --json > "$T/m.json" 2>/dev/null
     got=$(grep -o '"sink_mass_layer":\[[^]]*\]' "$T/m.json" | sed 's/.*\[//; s/\]//; s/,/ /g')
-    bad=0; i=1
-    for w in $3; do
-        near "$1 layer $i" "$(echo "$got" | awk -v i=$i '{print $i}')" "$w" 0.0006 || bad=1
-        i=$((i + 1))
-    done
-    if [ $bad -eq 0 ]; then ok "$1"; else ko "$1" "a published figure moved"; fi
+    if near_list "$1 layer" "$got" "$3" 0.0006; then ok "$1"; else ko "$1" "a published figure moved"; fi
 }
 sink_mass trained_sink_mass_vanilla "$MV" "0.024342 0.013832 0.017855 0.100553 0.010229 0.019620"
 sink_mass trained_sink_mass_sink_token "$MS" "0.062331 0.024450 0.066947 0.278598 0.013711 0.033904"

@@ -152,7 +152,7 @@ def main():
                      "cells": rec["cells"]}
     fig["recall"]["ratio"] = fig["recall"]["retained"] / fig["recall"]["full_retained"] if fig["recall"]["full_retained"] else None
 
-    # 5. every policy on the vanilla model: ppl, KL, top-1 and KV bytes over 2T tokens at B = T/4
+    # 5. every policy on the vanilla model: ppl, KL, top-1 and KV bytes
     # inside the trained context (T tokens, so the full cache is the reference), B = T/4; the prompt-compression
     # policies also by their own protocol (a prompt of 3T/4 compressed, the rest scored: --prompt)
     keys = ("ppl", "baseline_ppl", "kl", "top1", "kv_bytes_peak")
