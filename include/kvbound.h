@@ -192,6 +192,8 @@ struct kvb_pool_stats {
     size_t bytes_used;       /* pages_in_use * page_bytes */
     size_t bytes_reserved;   /* pages_reserved * page_bytes */
     size_t bytes_peak;       /* pages_peak * page_bytes */
+    int64_t pages_shared;    /* pages in use held by more than one cache (kvb_cache_fork):
+                              * each counts once in pages_in_use */
 };
 
 /* Creates a pool. Returns KVB_ERR_INVALID for zero sizes, KVB_ERR_NOMEM. */
@@ -410,6 +412,22 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
 void kvb_cache_free(struct kvb_cache *cache);
 /* Drops every token and returns all pages to the pool; budgets reset to the policy's. */
 void kvb_cache_reset(struct kvb_cache *cache);
+/* A second cache that continues exactly as src would (same parameters,
+ * positions, retained tokens, policy scores, holes and page layout), made
+ * without copying a row: the two hold the same pages of the pool, copy on
+ * write. A cache copies a shared page before it writes into it (a token's
+ * rows into a hole; compaction moves rows only into pages it alone holds),
+ * and a page goes back to the pool when its last holder lets it go, so
+ * sessions that begin with the same tokens hold those tokens' pages once
+ * (kvb_pool_stats.pages_shared). Copies are taken in the same all-or-
+ * nothing request as the step's pages, so a step that cannot copy fails
+ * with KVB_ERR_NOMEM and leaves the cache unchanged, as for any page.
+ * src must use a pool given to kvb_cache_init (KVB_ERR_INVALID: its own),
+ * have no recall (KVB_ERR_UNSUPPORTED: the cold tier is per cache), no
+ * reservation pending and no snapkv-family prompt open (KVB_ERR_INVALID).
+ * The caches may then be used and freed in any order, on different threads
+ * (the pool locks). KVB_ERR_NOMEM (metadata): src unchanged. */
+kvb_status kvb_cache_fork(struct kvb_cache *src, struct kvb_cache **out);
 /* A copy of the cache's parameters (rope.freq_factors points into the cache). */
 void kvb_cache_get_params(const struct kvb_cache *cache, struct kvb_cache_params *out);
 /* Position mode in effect (the policy default resolved). */

@@ -152,6 +152,85 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
 
 static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_head);
 
+/* Whether the step of n_new tokens may move rows within stream s when it
+ * evicts (compaction moves rows once two pages of holes are free; see
+ * stream.c): an upper bound on what it evicts, from the budget or, for a
+ * window layer, from the positions that leave the window. Prompt
+ * compression (the snapkv family) rewrites the stream: always. */
+static bool may_compact(const struct kvb_cache *c, const struct kvb_stream *s, int32_t layer, int32_t n_new) {
+    if (c->policy.iface->flags & KVB_PF_COMPRESS) return true;
+    int64_t k = 0;
+    if (s->window) {
+        const int64_t next = c->n_past[layer] + n_new;
+        while (k < s->v.n && next - s->v.pos[s->v.order[k]] >= s->window) k++;
+        k += KVB_MAX(0, (int64_t)n_new - s->window + 1);
+    } else if (s->v.budget > 0 && !(c->policy.iface->flags & KVB_PF_NEVER_EVICT)) {
+        k = KVB_MAX(0, (int64_t)s->v.n + n_new - s->v.budget);
+    }
+    if (k == 0) return false;
+    const int64_t B = c->geom.block_size;
+    const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
+    return s->n_free + np * B - n_new + k >= 2 * B;
+}
+
+/* Copy on write: appends to *list (pairs stream index, page index; *n of
+ * them, capacity *cap, grown from stack) the pages of stream i that other
+ * caches also hold and that it will write into: those holding the holes its
+ * next n_new tokens pop (top of the stack first), or every one when all. */
+static kvb_status cow_collect(struct kvb_cache *c, size_t i, int32_t n_new, bool all, int32_t **list, int32_t *stack, int64_t *cap, int64_t *n) {
+    struct kvb_stream *s = &c->streams[i];
+    const int64_t first = *n;
+    const int32_t count = all ? s->v.n_pages : KVB_MIN(n_new, s->n_free);
+    for (int32_t t = 0; t < count; t++) {
+        const int32_t pg = all ? t : s->free_slots[s->n_free - 1 - t] >> c->geom.block_shift;
+        bool seen = false; /* holes of one page need not be adjacent in the stack */
+        for (int64_t q = *n - 1; q >= first && !all && !seen; q--) seen = (*list)[2 * q + 1] == pg;
+        if (seen || !kvb_pool_is_shared(c->pool, s->pages[pg])) continue;
+        if (*n == *cap) {
+            int32_t *grown = kvb_malloc(sizeof(int32_t) * 4 * (size_t)*cap);
+            if (!grown) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+            memcpy(grown, *list, sizeof(int32_t) * 2 * (size_t)*cap);
+            if (*list != stack) kvb_free(*list);
+            *list = grown;
+            *cap *= 2;
+        }
+        (*list)[2 * *n] = (int32_t)i;
+        (*list)[2 * *n + 1] = pg;
+        (*n)++;
+    }
+    return KVB_OK;
+}
+
+/* The copy-on-write pages of layers [l0, l1) for a step of n_new tokens. */
+static kvb_status cow_pages(struct kvb_cache *c, int32_t l0, int32_t l1, int32_t n_new, int32_t **list, int32_t *stack, int64_t cap, int64_t *n) {
+    const int32_t H = c->params.n_kv_head;
+    *n = 0;
+    for (int32_t l = l0; l < l1; l++)
+        for (int32_t h = 0; h < H; h++) {
+            const size_t i = (size_t)l * H + h;
+            if (!c->streams[i].cow) continue;
+            kvb_status st = cow_collect(c, i, n_new, may_compact(c, &c->streams[i], l, n_new), list, stack, &cap, n);
+            if (st != KVB_OK) {
+                if (*list != stack) kvb_free(*list);
+                *list = stack;
+                return st;
+            }
+        }
+    return KVB_OK;
+}
+
+/* Swaps each listed page for its copy in fresh[0..n) and lets the shared one go. */
+static void cow_swap(struct kvb_cache *c, const int32_t *list, int64_t n, uint8_t *const *fresh) {
+    const size_t page_used = c->geom.v_offset + (size_t)c->geom.block_size * c->geom.row_bytes_v;
+    for (int64_t i = 0; i < n; i++) {
+        struct kvb_stream *s = &c->streams[list[2 * i]];
+        uint8_t *old = s->pages[list[2 * i + 1]];
+        memcpy(fresh[i], old, page_used);
+        s->pages[list[2 * i + 1]] = fresh[i];
+        kvb_pool_give(c->pool, &old, 1);
+    }
+}
+
 /* Reserves room for n_new tokens in every stream of layers [l0, l1), plus
  * attention scratch for G query heads and, when ring_heads > 0, the snapkv
  * family's query rings: array capacities first, then the pages from the pool
@@ -181,11 +260,18 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
      * becomes long with this request also moves the pages it holds into
      * the start of its first run (a copy of less than half a run, once per
      * stream), unless the pool lacks room for both at once. */
+    /* Copy on write: the pages this step's tokens will be written into
+     * (the holes they pop) that other caches also hold are copied first,
+     * with pages taken in the same request. */
+    int64_t n_cow = 0;
+    int32_t cow_stack[32], *cow = cow_stack; /* pairs (stream, page) */
+    if ((st = cow_pages(c, l0, l1, n_new, &cow, cow_stack, 16, &n_cow)) != KVB_OK) return st;
+    total += n_cow;
     uint8_t *stack[64];
     uint8_t **got = stack;
     int64_t n_moved = 0;
     if (total > 0) {
-        const int64_t n_req = 2 * (int64_t)(l1 - l0) * H;
+        const int64_t n_req = 2 * (int64_t)(l1 - l0) * H + 1;
         struct kvb_pool_req rstack[32];
         struct kvb_pool_req *reqs = n_req <= 32 ? rstack : kvb_malloc(sizeof(struct kvb_pool_req) * (size_t)n_req);
         int64_t moving = 0;
@@ -200,8 +286,10 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
         if (!got || !reqs) {
             if (got != stack) kvb_free(got);
             if (reqs != rstack) kvb_free(reqs);
+            if (cow != cow_stack) kvb_free(cow);
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
         }
+        reqs[n_req - 1] = (struct kvb_pool_req){n_cow, 0, NULL}; /* the copies, taken last */
         for (int pass = moving > 0 ? 0 : 1; pass < 2; pass++) { /* pass 0 moves the pages of streams turning long */
             for (int32_t l = l0, r = 0; l < l1; l++)
                 for (int32_t h = 0; h < H; h++, r += 2) {
@@ -221,10 +309,13 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
         if (reqs != rstack) kvb_free(reqs);
         if (st != KVB_OK) {
             if (got != stack) kvb_free(got);
+            if (cow != cow_stack) kvb_free(cow);
             return st;
         }
     }
     const size_t page_used = c->geom.v_offset + (size_t)c->geom.block_size * c->geom.row_bytes_v;
+    cow_swap(c, cow, n_cow, got + total + n_moved - n_cow);
+    if (cow != cow_stack) kvb_free(cow);
     int64_t k = 0;
     for (int32_t l = l0; l < l1; l++)
         for (int32_t h = 0; h < H; h++) {
@@ -514,6 +605,69 @@ void kvb_cache_reset(struct kvb_cache *c) {
     for (int32_t l = 0; l < c->params.n_layer; l++) c->n_past[l] = 0;
     c->has_reserve = false;
     init_budgets(c);
+}
+
+kvb_status kvb_cache_fork(struct kvb_cache *src, struct kvb_cache **out) {
+    if (!src || !out) return kvb_fail(KVB_ERR_INVALID, "cache_fork: src and out must not be NULL");
+    if (src->own_pool) return kvb_fail(KVB_ERR_INVALID, "cache_fork: the cache has a pool of its own; a fork needs one the caches share (kvb_cache_init with a pool)");
+    if (src->recall) return kvb_fail(KVB_ERR_UNSUPPORTED, "cache_fork: a cache with recall (kv.recall.pages %d) cannot be forked: its cold tier is its own",
+                                     (int)src->params.kv.recall.pages);
+    if (src->has_reserve) return kvb_fail(KVB_ERR_INVALID, "cache_fork: the cache holds a reservation (kvb_cache_reserve) not yet used");
+    for (int32_t l = 0; l < src->params.n_layer; l++)
+        if (src->ring_n[l] > 0) return kvb_fail(KVB_ERR_INVALID, "cache_fork: layer %d has a %s prompt open (not yet compressed)", (int)l,
+                                                kvb_policy_name(src->params.kv.policy.id));
+    struct kvb_cache *c;
+    kvb_status st = kvb_cache_init(src->pool, &src->params, &c);
+    if (st != KVB_OK) return st;
+    const size_t n_streams = (size_t)src->params.n_layer * (size_t)src->params.n_kv_head;
+    const int32_t B = src->geom.block_size;
+    const size_t ns = (size_t)src->geom.n_state;
+    for (size_t i = 0; i < n_streams; i++) {
+        const struct kvb_stream *a = &src->streams[i];
+        struct kvb_stream *b = &c->streams[i];
+        if (kvb_stream_reserve(&c->geom, b, a->v.n_pages, (int64_t)a->n_runs + 1) != KVB_OK) {
+            kvb_cache_free(c);
+            return kvb_fail(KVB_ERR_NOMEM, "cache_fork: out of memory for slot metadata");
+        }
+    }
+    for (size_t i = 0; i < n_streams; i++) { /* nothing below can fail but sharing the pages */
+        const struct kvb_stream *a = &src->streams[i];
+        struct kvb_stream *b = &c->streams[i];
+        const size_t slots = (size_t)a->v.n_pages * (size_t)B;
+        if (slots) memcpy(b->v.pos, a->v.pos, sizeof(int32_t) * slots);
+        if (a->v.n) memcpy(b->v.order, a->v.order, sizeof(int32_t) * (size_t)a->v.n);
+        if (a->v.n && ns) memcpy(b->v.state, a->v.state, sizeof(float) * (size_t)a->v.n * ns);
+        if (a->n_free) memcpy(b->free_slots, a->free_slots, sizeof(int32_t) * (size_t)a->n_free);
+        if (a->n_runs) memcpy(b->runs, a->runs, sizeof(struct kvb_run) * (size_t)a->n_runs);
+        if (a->v.n_pages) {
+            memcpy(b->pages, a->pages, sizeof(uint8_t *) * (size_t)a->v.n_pages);
+            memcpy(b->v.page_live, a->v.page_live, sizeof(int32_t) * (size_t)a->v.n_pages);
+        }
+        b->v.n = a->v.n;
+        b->v.n_pages = a->v.n_pages;
+        b->v.budget = a->v.budget;
+        b->v.target = a->v.target;
+        b->v.prompt_end = a->v.prompt_end;
+        b->n_free = a->n_free;
+        b->n_runs = a->n_runs;
+    }
+    for (size_t i = 0; i < n_streams && st == KVB_OK; i++) {
+        st = kvb_pool_share(c->pool, c->streams[i].pages, c->streams[i].v.n_pages);
+        if (st != KVB_OK) { /* the streams before i hold their shares; the rest none */
+            for (size_t r = i; r < n_streams; r++) c->streams[r].v.n_pages = 0, c->streams[r].n_free = 0, c->streams[r].v.n = 0;
+            kvb_cache_free(c);
+            return st;
+        }
+    }
+    for (size_t i = 0; i < n_streams; i++) {
+        src->streams[i].cow = src->streams[i].v.n_pages > 0;
+        c->streams[i].cow = c->streams[i].v.n_pages > 0;
+    }
+    memcpy(c->n_past, src->n_past, sizeof(int64_t) * (size_t)src->params.n_layer);
+    c->pages_peak = src->pages_peak;
+    c->recall_paused = src->recall_paused;
+    *out = c;
+    return KVB_OK;
 }
 
 void kvb_cache_get_params(const struct kvb_cache *c, struct kvb_cache_params *out) { *out = c->params; }
@@ -871,6 +1025,22 @@ kvb_status kvb_cache_set_budget(struct kvb_cache *c, int32_t layer, int32_t head
         return kvb_fail(KVB_ERR_INVALID, "set_budget: layer %d is a sliding-window layer: the model's window (%d) bounds it", (int)layer,
                         (int)c->window[layer]);
     const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
+    /* a stream that will shrink may compact: the pages it shares become its own first */
+    int32_t stack[32] = {0}, *list = stack;
+    int64_t n = 0, cap = 16;
+    kvb_status st = KVB_OK;
+    for (int32_t l = 0; l < c->params.n_layer && st == KVB_OK; l++)
+        for (int32_t h = 0; h < c->params.n_kv_head && st == KVB_OK; h++) {
+            const struct kvb_stream *s = kvb_cache_stream(c, l, h);
+            if ((layer < 0 || l == layer) && (head < 0 || h == head) && !c->window[l] && s->cow && tokens && s->v.n > tokens)
+                st = cow_collect(c, (size_t)l * c->params.n_kv_head + h, 0, true, &list, stack, &cap, &n);
+        }
+    uint8_t **fresh = n > 0 && st == KVB_OK ? kvb_malloc(sizeof(uint8_t *) * (size_t)n) : NULL;
+    if (n > 0 && st == KVB_OK) st = !fresh ? kvb_fail(KVB_ERR_NOMEM, "set_budget: out of memory") : kvb_pool_take(c->pool, n, fresh);
+    if (st == KVB_OK) cow_swap(c, list, n, fresh);
+    kvb_free(fresh);
+    if (list != stack) kvb_free(list);
+    if (st != KVB_OK) return st;
     for (int32_t l = 0; l < c->params.n_layer; l++)
         for (int32_t h = 0; h < c->params.n_kv_head; h++)
             if ((layer < 0 || l == layer) && (head < 0 || h == head) && !c->window[l]) {

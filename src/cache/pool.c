@@ -31,6 +31,11 @@
  * and not in use: at most one partly used RUN extent per long stream (less
  * than 256 KiB each, and never past the capacity).
  *
+ * Pages can have several holders (kvb_cache_fork: copy-on-write sharing):
+ * each extent counts, per page, the holders beyond the first; giving back a
+ * page with holders left only drops one, so in_use counts a shared page
+ * once. Writers ask kvb_pool_is_shared before writing and copy first.
+ *
  * take is all-or-nothing: capacity is checked first, and if the allocator
  * fails part way the pages taken are given back. Metadata grows before a
  * slab is allocated. A mutex guards take/give: caches on several threads
@@ -95,6 +100,7 @@ void kvb_pool_get_stats(const struct kvb_pool *pool, struct kvb_pool_stats *o) {
     o->pages_in_use = pool->in_use;
     o->pages_free = pool->cap_pages - pool->in_use;
     o->pages_peak = pool->peak;
+    o->pages_shared = pool->shared;
     pthread_mutex_unlock((pthread_mutex_t *)&pool->mu);
     o->bytes_used = (size_t)o->pages_in_use * o->page_bytes;
     o->bytes_reserved = (size_t)o->pages_reserved * o->page_bytes;
@@ -243,17 +249,23 @@ static uint8_t *take_run(struct kvb_pool *p, const uint8_t *tail) {
 }
 
 static void give_locked(struct kvb_pool *p, uint8_t *const *pages, int64_t n) {
+    int64_t freed = 0;
     for (int64_t k = 0; k < n; k++) {
         int i = 0;
         const int64_t x = find_page(p, pages[k], &i);
         if (x < 0) continue; /* not ours: nothing to do (callers never do this) */
         struct kvb_pool_extent *e = &p->ext[x];
+        if (e->refs[i] > 0) { /* another holder keeps it */
+            if (--e->refs[i] == 0) p->shared--;
+            continue;
+        }
         e->free_bits |= (uint64_t)1 << i;
         e->n_free++;
         p->n_free++;
+        freed++;
         relist(p, x);
     }
-    p->in_use -= n;
+    p->in_use -= freed;
 }
 
 kvb_status kvb_pool_take_reqs(struct kvb_pool *p, const struct kvb_pool_req *reqs, int64_t n_reqs, uint8_t **out) {
@@ -302,10 +314,51 @@ void kvb_pool_give(struct kvb_pool *p, uint8_t *const *pages, int64_t n) {
     pthread_mutex_unlock(&p->mu);
 }
 
+kvb_status kvb_pool_share(struct kvb_pool *p, uint8_t *const *pages, int64_t n) {
+    if (n <= 0) return KVB_OK;
+    pthread_mutex_lock(&p->mu);
+    for (int64_t k = 0; k < n; k++) { /* every page checked before any changes */
+        int i = 0;
+        const int64_t x = find_page(p, pages[k], &i);
+        const char *why = x < 0 ? "not a page of this pool" : (p->ext[x].free_bits >> i & 1) ? "a free page" : NULL;
+        if (why) {
+            pthread_mutex_unlock(&p->mu);
+            return kvb_fail(KVB_ERR_INVALID, "pool_share: page %lld of %lld is %s", (long long)k, (long long)n, why);
+        }
+        if (p->ext[x].refs[i] >= KVB_POOL_MAX_REFS) { /* (pages listed twice count once here: bounded below too) */
+            pthread_mutex_unlock(&p->mu);
+            return kvb_fail(KVB_ERR_NOMEM, "pool_share: a page already has %d holders", KVB_POOL_MAX_REFS + 1);
+        }
+    }
+    int64_t k = 0;
+    for (; k < n; k++) {
+        int i = 0;
+        struct kvb_pool_extent *e = &p->ext[find_page(p, pages[k], &i)];
+        if (e->refs[i] >= KVB_POOL_MAX_REFS) break; /* the same page twice in pages, at its limit */
+        if (e->refs[i]++ == 0) p->shared++;
+    }
+    if (k < n) { /* undo: all or nothing */
+        give_locked(p, pages, k);
+        pthread_mutex_unlock(&p->mu);
+        return kvb_fail(KVB_ERR_NOMEM, "pool_share: a page already has %d holders", KVB_POOL_MAX_REFS + 1);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return KVB_OK;
+}
+
+bool kvb_pool_is_shared(struct kvb_pool *p, const uint8_t *page) {
+    pthread_mutex_lock(&p->mu);
+    int i = 0;
+    const int64_t x = find_page(p, page, &i);
+    const bool shared = x >= 0 && p->ext[x].refs[i] > 0;
+    pthread_mutex_unlock(&p->mu);
+    return shared;
+}
+
 const char *kvb_pool_check(struct kvb_pool *p) {
     const char *why = NULL;
     pthread_mutex_lock(&p->mu);
-    int64_t free_pages = 0, pages = 0, on_lists = 0;
+    int64_t free_pages = 0, pages = 0, on_lists = 0, shared_pages = 0;
     for (int64_t s = 0; s < p->n_slabs && !why; s++) {
         pages += p->slabs[s].n_pages;
         if (s > 0 && (uintptr_t)p->slabs[s - 1].base >= (uintptr_t)p->slabs[s].base) why = "slabs out of address order";
@@ -315,6 +368,11 @@ const char *kvb_pool_check(struct kvb_pool *p) {
         if (e->slab < 0 || e->slab >= p->n_slabs) { why = "an extent's slab is out of range"; break; }
         if (e->size < 1 || e->size > p->extent_pages || e->first + e->size > p->slabs[e->slab].n_pages) { why = "an extent outside its slab"; break; }
         if (__builtin_popcountll(e->free_bits) != e->n_free) { why = "an extent's free count disagrees with its bits"; break; }
+        for (int i = 0; i < e->size && !why; i++) {
+            if (e->refs[i] && (e->free_bits >> i & 1)) why = "a free page has holders";
+            shared_pages += e->refs[i] > 0;
+        }
+        if (why) break;
         if (e->size < 64 && (e->free_bits >> e->size)) { why = "free bits past an extent's end"; break; }
         free_pages += e->n_free;
         const uint8_t want = e->n_free == e->size ? KVB_EXT_FREE : e->n_free == 0 ? KVB_EXT_NONE : e->claimed ? KVB_EXT_RUN : KVB_EXT_OPEN;
@@ -334,6 +392,7 @@ const char *kvb_pool_check(struct kvb_pool *p) {
         else if (pages != p->reserved) why = "reserved pages differ from the slabs'";
         else if (p->reserved - p->n_free != p->in_use) why = "pages in use differ from reserved less free";
         else if (p->reserved > p->cap_pages) why = "reserved past the capacity";
+        else if (shared_pages != p->shared) why = "shared pages differ from the extents' holders";
     }
     pthread_mutex_unlock(&p->mu);
     return why;

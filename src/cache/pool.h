@@ -29,6 +29,7 @@ struct kvb_pool_extent {
     uint8_t size, n_free;
     uint8_t list;       /* KVB_EXT_*: NONE when no page is free */
     bool claimed;       /* a long stream's run: others take from it only when nothing else is left */
+    uint16_t refs[KVB_POOL_MAX_EXTENT]; /* holders of page first + i beyond its first (copy-on-write sharing) */
 };
 
 struct kvb_pool {
@@ -45,6 +46,7 @@ struct kvb_pool {
     int64_t head[4];       /* list heads by KVB_EXT_* (NONE unused) */
     int64_t n_free;        /* free pages in slabs */
     int64_t reserved, in_use, peak;
+    int64_t shared;        /* pages in use with more than one holder */
 };
 
 /* One stream's request: n pages, for a stream that holds `held` pages, the
@@ -64,8 +66,18 @@ struct kvb_pool_req {
 kvb_status kvb_pool_take_reqs(struct kvb_pool *pool, const struct kvb_pool_req *reqs, int64_t n_reqs, uint8_t **out);
 /* Takes n pages for one new holder (kvb_pool_take_reqs with held 0, no tail). */
 kvb_status kvb_pool_take(struct kvb_pool *pool, int64_t n, uint8_t **out);
-/* Returns n pages to the pool. Cannot fail. */
+/* Returns n pages to the pool: a page with other holders (kvb_pool_share)
+ * loses one holder and stays in use. Cannot fail. */
 void kvb_pool_give(struct kvb_pool *pool, uint8_t *const *pages, int64_t n);
+/* Adds one holder to each of n pages in use (a cache forked from another
+ * holds the same pages; each holder gives them back once). All or nothing:
+ * KVB_ERR_NOMEM when a page already has KVB_POOL_MAX_REFS holders, or
+ * KVB_ERR_INVALID for a pointer that is not one of the pool's pages. */
+#define KVB_POOL_MAX_REFS 65535
+kvb_status kvb_pool_share(struct kvb_pool *pool, uint8_t *const *pages, int64_t n);
+/* Whether a page in use has another holder than its caller, so that the
+ * caller must copy it before writing into it (copy-on-write). */
+bool kvb_pool_is_shared(struct kvb_pool *pool, const uint8_t *page);
 /* Checks the pool's lists and counts against its extents (tests); NULL or what is wrong. */
 const char *kvb_pool_check(struct kvb_pool *pool);
 

@@ -183,6 +183,18 @@ static void move_slot(const struct kvb_stream_geom *g, struct kvb_stream *s, int
     rank_of[dst] = j;
 }
 
+/* Holes in pages [0, L) that s alone holds; marks each page's sharing in
+ * v.fscratch (1: shared), which compaction then reads. */
+static int32_t private_holes(const struct kvb_stream_geom *g, struct kvb_stream *s, struct kvb_pool *pool, int32_t L) {
+    int32_t n = 0;
+    for (int32_t pg = 0; pg < L; pg++) {
+        const bool shared = kvb_pool_is_shared(pool, s->pages[pg]);
+        s->v.fscratch[pg] = shared ? 1.0f : 0.0f;
+        if (!shared) n += g->block_size - s->v.page_live[pg];
+    }
+    return n;
+}
+
 /* Returns whole pages to the pool. An empty page goes back at once (pointer
  * moves only: it is swapped with the last page). Moving live rows out of the
  * last page into holes waits until the stream holds two pages worth of holes,
@@ -223,11 +235,12 @@ static void compact(const struct kvb_stream_geom *g, struct kvb_stream *s, struc
                 }
             } else if (!move_rows) {
                 break;
-            } else { /* move the last page's live rows into holes */
+            } else { /* move the last page's live rows into holes (of pages it alone holds) */
+                if (s->cow && private_holes(g, s, pool, L) < s->v.page_live[L]) break;
                 for (int32_t i = 0; i < B; i++) {
                     const int32_t src = L * B + i;
                     if (s->v.pos[src] < 0) continue;
-                    while (s->v.pos[hole] >= 0) hole++;
+                    while (s->v.pos[hole] >= 0 || (s->cow && s->v.fscratch[hole / B] != 0)) hole++;
                     move_slot(g, s, rank_of, src, hole, true);
                     s->v.page_live[hole / B]++;
                     s->v.page_live[L]--;
@@ -290,6 +303,7 @@ void kvb_stream_clear(struct kvb_stream *s, struct kvb_pool *pool) {
     s->v.n = 0;
     s->n_free = 0;
     s->n_runs = 0;
+    s->cow = false;
 }
 
 void kvb_stream_free(struct kvb_stream *s) {
@@ -325,7 +339,7 @@ const char *kvb_stream_check(const struct kvb_stream_geom *g, const struct kvb_s
         const int32_t slot = s->free_slots[i];
         if (slot < 0 || slot >= slots || s->v.pos[slot] >= 0) return "a hole is not a free slot";
     }
-    if (s->v.n_pages > 0 && s->n_free >= 2 * B) return "two pages of holes left after compaction";
+    if (s->v.n_pages > 0 && s->n_free >= 2 * B && !s->cow) return "two pages of holes left after compaction";
     if (g->runs) {
         int32_t r = 0;
         for (int32_t j = 0; j < s->v.n; j++) {

@@ -17,7 +17,8 @@
  * Holes left by eviction are refilled by the next appends, so a steady
  * evict-one/append-one stream never moves a row. When a stream holds two
  * pages worth of holes, compaction moves live rows from the last pages into
- * holes and returns pages to the pool (kvb_stream_remove). The module knows
+ * holes and returns pages to the pool (kvb_stream_remove); a page other
+ * caches also hold (copy-on-write, `cow`) never receives a row. The module knows
  * rows only as bytes; it does not know attention, RoPE or policies, and is
  * unit-tested alone (tests/test_stream.c).
  */
@@ -58,6 +59,10 @@ struct kvb_stream {
     int32_t window;           /* > 0: its layer is a model's sliding window of this many positions */
     bool rope_swa;            /* its keys and queries turn by the cache's rope_swa (a window layer's) */
     const float *sink;        /* its query heads' sink logits (the cache's copy), or NULL */
+    bool cow;                 /* its pages may have other holders (a forked cache): it writes
+                               * only into pages it alone holds (kvb_pool_is_shared), so
+                               * compaction never moves a row into a shared page and may
+                               * leave more than two pages of holes */
 };
 
 /* K row of a physical slot. */
