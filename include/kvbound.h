@@ -1092,7 +1092,7 @@ struct kvb_seq_info {
     int32_t n_generated;   /* tokens sampled so far */
     int32_t last_token;    /* sampled by the last step that advanced it, or -1 */
     int64_t n_past;        /* tokens the cache has seen */
-    const char *stop;      /* DONE: "eos", "length", "context", "stop" (kvb_batch_finish) or "restored"; else NULL */
+    const char *stop;      /* DONE: "eos", "length", "context", "stop" (kvb_batch_finish), "restored" or "forked"; else NULL */
     size_t kv_bytes;       /* pages the sequence holds now */
 };
 
@@ -1174,6 +1174,19 @@ kvb_status kvb_batch_seq_save(const struct kvb_batch *batch, int32_t seq_id, voi
  * KVB_ERR_NOMEM (no slot, or the pool cannot hold it): the batch is
  * unchanged. */
 kvb_status kvb_batch_seq_load(struct kvb_batch *batch, const struct kvb_seq_params *params, const void *buf, size_t len, int32_t *seq_id);
+/* Adds a sequence that shares a DONE sequence's cache, copy on write
+ * (kvb_cache_fork): the same tokens seen, history and pending token, DONE
+ * (stop "forked"), ready for kvb_batch_continue, which it then continues
+ * exactly as the source would. Sessions that begin with the same prompt
+ * (a system prompt, few-shot examples) read it once: one sequence reads it
+ * and finishes (max_tokens 1), each session forks it and continues with
+ * its own tokens, leaving the pending token out. Their pages are held once
+ * until a sequence writes into them or compacts (kvb_pool_stats.pages_shared).
+ * p gives the sampler, max_tokens and ignore_eos; the cache's configuration
+ * and n_ctx are the source's. KVB_ERR_INVALID (unknown or not DONE),
+ * KVB_ERR_UNSUPPORTED (recall), KVB_ERR_NOMEM (no slot, memory): the batch
+ * is unchanged. */
+kvb_status kvb_batch_seq_fork(struct kvb_batch *batch, int32_t src_seq, const struct kvb_seq_params *params, int32_t *seq_id);
 struct kvb_batch_stats {
     int32_t n_seqs, n_active;    /* held; not DONE */
     int64_t steps, rows;         /* steps run, rows processed */

@@ -792,6 +792,106 @@ TEST(sessions_continue_save_and_load) {
     free(want);
 }
 
+/* Sessions forked from one sequence that read a shared prompt (a system
+ * prompt) continue exactly as that sequence would have: for every policy,
+ * four forks, each continuing with its own tokens in the same steps, give
+ * bit for bit the tokens and logits of a batch without forks in which each
+ * session read the shared prompt itself; right after the forks the pool
+ * holds the shared prompt's pages once, and every page comes back. */
+TEST(forked_sequences_continue_exactly_every_policy) {
+    NEED_MODEL();
+    struct kvb_model_info mi;
+    kvb_model_get_info(g_model, &mi);
+    const int32_t V = mi.n_vocab;
+    enum { NF = 4, GEN = 6 };
+    float *lg = malloc(sizeof(float) * (size_t)V * NF), *want = malloc(sizeof(float) * (size_t)V);
+    for (int pid = 0; pid < KVB_POLICY_COUNT; pid++) {
+        struct kvb_batch_params bp = kvb_batch_default_params();
+        bp.chunk = CHUNK;
+        bp.step_tokens = 3 * CHUNK;
+        bp.kv_pool_bytes = (size_t)16 << 20;
+        struct kvb_seq_params sp = kvb_seq_default_params(), pre;
+        sp.kv.policy = policy((enum kvb_policy_id)pid);
+        sp.ignore_eos = true;
+        sp.sampler.temp = 0;
+        pre = sp;
+        pre.max_tokens = 1;
+        sp.max_tokens = GEN;
+        struct kvb_batch *b, *r;
+        CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+        CHECK_OK(kvb_batch_init(g_model, &bp, &r));
+        int32_t src, ids[NF], got[NF][16], n_got[NF], ref[16], n_ref, tmp[4];
+        int n;
+        CHECK_OK(kvb_batch_add(b, &pre, g_ids, 60, &src));
+        CHECK(run_turn(b, src, tmp, &n, NULL, V));
+        struct kvb_batch_stats st0, st1;
+        kvb_batch_get_stats(b, &st0);
+        for (int i = 0; i < NF; i++) CHECK_OK(kvb_batch_seq_fork(b, src, &sp, &ids[i]));
+        kvb_batch_get_stats(b, &st1);
+        CHECK(st1.pool_bytes_in_use == st0.pool_bytes_in_use); /* nothing copied yet */
+        struct kvb_seq_info si;
+        CHECK_OK(kvb_batch_seq_info(b, ids[0], &si));
+        CHECK(si.state == KVB_SEQ_DONE && !strcmp(si.stop, "forked") && si.n_past == 60);
+        for (int i = 0; i < NF; i++) CHECK_OK(kvb_batch_continue(b, ids[i], &sp, g_ids + 100 + 40 * i, 20 + 5 * i));
+        CHECK_STATUS(kvb_batch_seq_fork(b, ids[0], &sp, &n), KVB_ERR_INVALID); /* mid-turn */
+        /* all four in the same steps; the source stays, DONE */
+        for (int i = 0; i < NF; i++) n_got[i] = 0;
+        for (int step = 0; step < 400; step++) {
+            int32_t adv, failed;
+            CHECK_OK(kvb_batch_step(b, &adv, &failed));
+            int done = 0;
+            for (int i = 0; i < NF; i++) {
+                CHECK_OK(kvb_batch_seq_info(b, ids[i], &si));
+                if (si.n_generated > n_got[i]) {
+                    got[i][n_got[i]++] = si.last_token;
+                    memcpy(lg + (size_t)i * V, kvb_batch_logits(b, ids[i]), sizeof(float) * (size_t)V);
+                }
+                done += si.state == KVB_SEQ_DONE;
+            }
+            if (done == NF) break;
+        }
+        for (int i = 0; i < NF; i++) {
+            /* the reference: a sequence of its own reads the shared prompt, then continues */
+            int32_t own;
+            CHECK_OK(kvb_batch_add(r, &pre, g_ids, 60, &own));
+            CHECK(run_turn(r, own, tmp, &n, NULL, V));
+            CHECK_OK(kvb_batch_continue(r, own, &sp, g_ids + 100 + 40 * i, 20 + 5 * i));
+            CHECK(run_turn(r, own, ref, &n_ref, want, V));
+            CHECK_EQ_INT(n_got[i], GEN);
+            CHECK_EQ_INT(n_ref, GEN);
+            for (int t = 0; t < GEN; t++)
+                if (got[i][t] != ref[t]) FAILF("%s: fork %d's token %d is %d, the unforked session's %d", kvb_policy_name((enum kvb_policy_id)pid), i, t, (int)got[i][t], (int)ref[t]);
+            if (memcmp(lg + (size_t)i * V, want, sizeof(float) * (size_t)V) != 0)
+                FAILF("%s: fork %d's last logits differ from the unforked session's", kvb_policy_name((enum kvb_policy_id)pid), i);
+            CHECK_OK(kvb_batch_remove(r, own));
+        }
+        CHECK_OK(kvb_batch_remove(b, src));
+        for (int i = 0; i < NF; i++) CHECK_OK(kvb_batch_remove(b, ids[i]));
+        kvb_batch_get_stats(b, &st1);
+        CHECK_EQ_INT((int)st1.pool_bytes_in_use, 0);
+        kvb_batch_free(b);
+        kvb_batch_free(r);
+    }
+    /* a recall sequence is not forked: its cold tier is its own */
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.kv_pool_bytes = (size_t)16 << 20;
+    struct kvb_seq_params sp = kvb_seq_default_params();
+    sp.kv.policy = policy(KVB_POLICY_STREAMING);
+    sp.kv.recall = (struct kvb_recall_params){2, 1, (size_t)1 << 20, NULL, KVB_RECALL_BOUNDS};
+    sp.max_tokens = 1;
+    struct kvb_batch *b;
+    int32_t src, f, tmp[4];
+    int n;
+    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+    CHECK_OK(kvb_batch_add(b, &sp, g_ids, 30, &src));
+    CHECK(run_turn(b, src, tmp, &n, NULL, V));
+    CHECK_STATUS(kvb_batch_seq_fork(b, src, &sp, &f), KVB_ERR_UNSUPPORTED);
+    CHECK_STATUS(kvb_batch_seq_fork(b, 77, &sp, &f), KVB_ERR_INVALID);
+    kvb_batch_free(b);
+    free(lg);
+    free(want);
+}
+
 /* A grammar on one sequence of a batch: every token it samples is one a
  * fresh matcher allows at that point, it ends (end of sequence) only where
  * the grammar may end, its text matches the grammar; the sequence beside it
@@ -991,6 +1091,7 @@ int main(void) {
     RUN(sequences_freed_in_random_order_return_every_page);
     RUN(admission_and_bad_arguments);
     RUN(sessions_continue_save_and_load);
+    RUN(forked_sequences_continue_exactly_every_policy);
     RUN(grammar_constrains_one_sequence);
     RUN(step_cost_fit_and_budget);
     RUN(stall_free_steps_equal_single_every_policy);

@@ -692,6 +692,44 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     return KVB_OK;
 }
 
+kvb_status kvb_batch_seq_fork(struct kvb_batch *b, int32_t src_id, const struct kvb_seq_params *p, int32_t *seq_id) {
+    const struct seq *src = get_seq(b, src_id);
+    if (!src || !p || !seq_id) return kvb_fail(KVB_ERR_INVALID, "batch_seq_fork: no sequence %d (or NULL argument)", (int)src_id);
+    if (src->state != KVB_SEQ_DONE) return kvb_fail(KVB_ERR_INVALID, "batch_seq_fork: sequence %d has not finished its turn", (int)src_id);
+    const int32_t id = free_slot(b);
+    if (id < 0) return kvb_fail(KVB_ERR_NOMEM, "batch: all %d sequence slots are in use", (int)b->p.max_seqs);
+    struct seq s;
+    memset(&s, 0, sizeof s);
+    kvb_status st = kvb_cache_fork(src->cache, &s.cache);
+    if (st == KVB_OK) st = seq_buffers(b, &s, &p->sampler, KVB_MAX(src->n_hist, 1));
+    if (st != KVB_OK) {
+        seq_clear(&s);
+        return st;
+    }
+    s.p = src->p; /* the cache's configuration and n_ctx are the source's */
+    s.p.sampler = p->sampler;
+    s.p.sampler.logit_bias = NULL; /* the sampler keeps its own copy */
+    s.p.sampler.n_logit_bias = 0;
+    s.p.max_tokens = p->max_tokens;
+    s.p.ignore_eos = p->ignore_eos;
+    s.n_ctx = src->n_ctx;
+    memcpy(s.hist, src->hist, sizeof(int32_t) * (size_t)src->n_hist);
+    s.n_hist = src->n_hist;
+    s.prompt_at = src->prompt_at;
+    s.n_prompt = src->n_prompt;
+    s.n_prompt_done = src->n_prompt_done;
+    s.n_generated = src->n_generated;
+    s.last_token = src->last_token;
+    s.next = src->next;
+    s.state = KVB_SEQ_DONE;
+    s.stop = "forked";
+    s.used = true;
+    s.order = b->next_order++;
+    b->seqs[id] = s;
+    *seq_id = id;
+    return KVB_OK;
+}
+
 /* ---- introspection ---- */
 
 kvb_status kvb_batch_seq_info(const struct kvb_batch *b, int32_t id, struct kvb_seq_info *o) {
