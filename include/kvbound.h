@@ -1194,6 +1194,8 @@ struct kvb_batch_stats {
     size_t page_bytes;           /* one page of the pool */
     int64_t expert_bytes_read;   /* mixture of experts: expert weight bytes the steps read (each
                                   * routed expert once per step for all its rows); 0 for a dense model */
+    size_t pool_bytes_shared;    /* pages in use held by more than one sequence (kvb_batch_seq_fork),
+                                  * each counted once in pool_bytes_in_use */
 };
 void kvb_batch_get_stats(const struct kvb_batch *batch, struct kvb_batch_stats *out);
 

@@ -28,6 +28,7 @@ void job_free(struct job *j) {
     free(j->user);
     free(j->prompt);
     free(j->all_json);
+    free(j->shared_json);
     free(j->prev_json);
     free(j->cont_json);
     free(j->standin_prev_json);

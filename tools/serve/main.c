@@ -38,7 +38,7 @@ static int usage(FILE *f) {
             "An OpenAI-compatible server (POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
             "/v1/sessions/ID, /metrics, /health, and a page at /) for many long sessions on one page pool.\n"
             "\n"
-            "  -m, --model PATH      GGUF model (llama, qwen2)\n"
+            "  -m, --model PATH      GGUF model (a family kvbound loads: see `kvbound info`, the README)\n"
             "  --host ADDR           address to listen on (default 127.0.0.1: loopback only)\n"
             "  --port N              port (default 8080; 0 picks a free one, printed at start)\n"
             "  --parallel N          requests generating at once, batched in every step (default 4)\n"
@@ -64,6 +64,11 @@ static int usage(FILE *f) {
             "  --default-max-tokens N  max_tokens when a request gives none (default 512)\n"
             "  --max-budget N        largest kv_budget a request may ask (default 8 x --budget)\n"
             "  --max-sessions N      idle sessions kept in memory; more are in the store only (default 256)\n"
+            "  --prefix-cache N      shared prefixes kept (default 8; 0: none): a chat's first turn is cut\n"
+            "                        after the messages before its last user message (a system prompt,\n"
+            "                        few-shot examples); turns with the same ones read them once and hold\n"
+            "                        their pages once, copy on write (usage.prompt_tokens_details.cached_tokens)\n"
+            "  --prefix-min N        the fewest tokens a shared prefix may have (default 32)\n"
             "  --max-body BYTES      largest request body; beyond, 413 (default 4194304)\n"
             "  --max-connections N   connections at once; one more is refused at once (default 256)\n"
             "  --max-connections-per-ip N  connections from one address (default half of --max-connections)\n"
@@ -121,6 +126,8 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->max_tokens_cap = 16384;
     o->default_max_tokens = 512;
     o->max_sessions = 256;
+    o->prefix_cache = 8;
+    o->prefix_min = 32;
     o->step_tokens = 512;
     o->chunk = 256;
     o->step_target_x = 4; /* the default: see --help and docs/SERVING.md */
@@ -157,7 +164,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     const char *a = argv[*i];
     const char *v = cli_opt_value("serve",
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
-                                  "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --max-body "
+                                  "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
                                   "--step-tokens --chunk --step-target-ms -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
@@ -178,6 +185,8 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--default-max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->default_max_tokens);
     else if (!strcmp(a, "--max-budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &c->max_budget);
     else if (!strcmp(a, "--max-sessions")) r = cli_parse_i32(a, v, 0, 4000, &o->max_sessions);
+    else if (!strcmp(a, "--prefix-cache")) r = cli_parse_i32(a, v, 0, 64, &o->prefix_cache);
+    else if (!strcmp(a, "--prefix-min")) r = cli_parse_i32(a, v, 1, 1 << 20, &o->prefix_min);
     else if (!strcmp(a, "--max-body")) r = cli_parse_i64(a, v, 1024, 1ll << 30, &c->max_body);
     else if (!strcmp(a, "--max-connections")) r = cli_parse_i32(a, v, 1, 65536, &c->max_conn);
     else if (!strcmp(a, "--max-connections-per-ip")) r = cli_parse_i32(a, v, 1, 65536, &c->max_per_ip);

@@ -86,6 +86,10 @@ void metrics_render(struct metrics *m, const struct sched_gauges *g, struct sbuf
     GAUGE("kvbound_pool_pages_free", "Pages of the KV pool free.", g->pages_free);
     GAUGE("kvbound_pool_bytes_used", "Bytes of the KV pool in use.", g->pages_used * g->page_bytes);
     GAUGE("kvbound_pool_bytes_free", "Bytes of the KV pool free.", g->pages_free * g->page_bytes);
+    GAUGE("kvbound_pool_pages_shared", "Pages of the KV pool in use held by more than one sequence (shared prefixes), each counted once in pages_used.", g->pages_shared);
+    GAUGE("kvbound_prefixes", "Shared prefixes kept (--prefix-cache).", g->prefixes);
+    COUNTER("kvbound_prefix_hits_total", "Turns that forked a shared prefix instead of reading it.", g->prefix_hits);
+    COUNTER("kvbound_prefix_tokens_reused_total", "Prompt tokens those turns did not read.", g->prefix_tokens_reused);
     GAUGE("kvbound_sessions_active", "Requests generating now.", g->active);
     GAUGE("kvbound_sessions_queued", "Requests waiting for room.", g->queued);
     GAUGE("kvbound_sessions_in_memory", "Sessions whose cache is in the pool.", g->in_memory);

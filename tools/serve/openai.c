@@ -197,6 +197,14 @@ static bool message_sets(struct job *j, cJSON *all, int last_assistant, struct h
         if (cont && (i <= last_assistant || !sys)) cJSON_AddItemToArray(cont, cJSON_Duplicate(m, true));
         if (i > last_assistant && !sys) cJSON_AddItemToArray(scont, cJSON_Duplicate(m, true));
     }
+    int last_user = -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(all, i), "role")->valuestring, "user")) last_user = i;
+    if (last_user > 0) { /* what sessions may share: the messages before the last user message */
+        cJSON *shared = cJSON_CreateArray();
+        for (int i = 0; shared && i < last_user; i++) cJSON_AddItemToArray(shared, cJSON_Duplicate(cJSON_GetArrayItem(all, i), true));
+        j->shared_json = json_of(shared); /* NULL for want of memory: no sharing */
+    }
     j->all_json = cJSON_PrintUnformatted(all);
     j->prev_json = prev ? json_of(prev) : NULL;
     j->cont_json = cont ? json_of(cont) : NULL;
@@ -779,6 +787,8 @@ static void add_usage(const struct job *j, cJSON *o) {
     cJSON_AddNumberToObject(u, "prompt_tokens", j->prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", j->completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", j->prompt_tokens + j->completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details"); /* OpenAI's: prompt tokens served from a cache */
+    cJSON_AddNumberToObject(d, "cached_tokens", j->cached_tokens);
 }
 
 static void emit(cJSON *o, struct sbuf *out, bool sse) {

@@ -50,6 +50,7 @@ static void generation(struct server *srv, enum job_kind kind, const struct http
     if (!j) { serve_error(r, 500, "server_error", "out of memory"); return; }
     pthread_cond_init(&j->cv, NULL);
     j->seq = -1;
+    j->prefix_n = -1;
     pthread_mutex_lock(&srv->mu);
     const int64_t id = ++srv->next_id;
     pthread_mutex_unlock(&srv->mu);

@@ -136,7 +136,12 @@ static int admit(struct server *srv, struct job *j) {
     if (x && x->seq >= 0) st = kvb_batch_continue(s->b, x->seq, &j->sp, ids, n);
     else {
         int32_t id = -1;
-        st = kvb_batch_add(s->b, &j->sp, ids, n, &id);
+        const int pr = prefix_admit(srv, j, ids, n, &id);
+        if (pr == PREFIX_WAIT) { /* its prefix is being read; x stays busy with j */
+            free(ids);
+            return ADMIT_WAIT;
+        }
+        st = pr == PREFIX_FORKED ? KVB_OK : kvb_batch_add(s->b, &j->sp, ids, n, &id);
         while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_add(s->b, &j->sp, ids, n, &id);
         if (st == KVB_OK && x) x->seq = id;
         j->seq = id;
@@ -362,6 +367,7 @@ static void gauges_update(struct server *srv) {
     s->pages_used = bs.page_bytes ? (int64_t)(bs.pool_bytes_in_use / bs.page_bytes) : 0;
     s->pages_free = bs.page_bytes ? (int64_t)((bs.pool_bytes_capacity - bs.pool_bytes_in_use) / bs.page_bytes) : 0;
     s->persisted = store_queue_count(s->q); /* counted by the store worker */
+    s->pages_shared = bs.page_bytes ? (int64_t)(bs.pool_bytes_shared / bs.page_bytes) : 0;
 }
 
 /* Shutting down: every queued job is told to come back (503). */
@@ -429,7 +435,7 @@ static void *loop(void *arg) {
             pp = &j->next;
         }
         gauges_update(srv);
-        if (!s->n_active) {
+        if (!s->n_active && !s->n_reading) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 200 * 1000 * 1000;
@@ -455,7 +461,7 @@ static void *loop(void *arg) {
         const double dt = serve_now() - t0;
         pthread_mutex_lock(&srv->mu);
         if (st == KVB_ERR_NOMEM) {
-            if (offload_one(srv)) continue;
+            if (offload_one(srv) || prefix_step_failed(srv, failed)) continue;
             /* nothing idle to return: the failing job ends */
             for (int i = 0; i < s->n_active; i++)
                 if (s->active[i]->seq == failed) {
@@ -483,6 +489,7 @@ static void *loop(void *arg) {
         metrics_count(srv->metrics, rows - n_dec, n_dec, 0, 0);
         metrics_rate(srv->metrics, s->prefill_time > 0 ? (double)s->prefill_tokens / s->prefill_time : 0,
                      s->decode_time > 0 ? (double)s->decode_tokens / s->decode_time : 0);
+        prefix_poll(srv);
         publish(srv);
     }
     /* shutting down: whatever still runs is cut (sessions are as stored)
@@ -517,7 +524,7 @@ int sched_start(struct server *srv) {
     bp.kv_pool_bytes = srv->o.pool_bytes;
     bp.kv = srv->o.kv; /* its row types and page size: every session's */
     bp.n_threads = srv->o.threads;
-    bp.max_seqs = srv->o.parallel + srv->o.max_sessions;
+    bp.max_seqs = srv->o.parallel + srv->o.max_sessions + srv->o.prefix_cache;
     bp.step_tokens = srv->o.step_tokens;
     bp.chunk = srv->o.chunk;
     bp.step_target_ms = srv->o.step_target_ms;
@@ -532,11 +539,19 @@ int sched_start(struct server *srv) {
     s->active = calloc((size_t)srv->o.parallel, sizeof *s->active);
     if (!s->active) { kvb_batch_free(s->b); free(s); return -1; }
     srv->sched = s;
+    if (prefix_init(srv)) {
+        kvb_batch_free(s->b);
+        free(s->active);
+        free(s);
+        srv->sched = NULL;
+        return -1;
+    }
     s->q = store_queue_start(srv);
     s->running = s->q != NULL;
     if (!s->q || pthread_create(&s->th, NULL, loop, srv)) {
         if (s->q) store_queue_stop(s->q);
         store_queue_free(s->q);
+        prefix_free(srv);
         kvb_batch_free(s->b);
         free(s->active);
         free(s);
@@ -563,6 +578,7 @@ void sched_free(struct server *srv) {
     struct sched *s = srv->sched;
     if (!s) return;
     store_queue_free(s->q);
+    prefix_free(srv);
     kvb_batch_free(s->b);
     for (int i = 0; i < s->n_sess; i++) free(s->sess[i]);
     free(s->sess);
@@ -601,6 +617,10 @@ void sched_gauges(struct server *srv, struct sched_gauges *g) {
         g->persisted = s->persisted;
         g->records = s->n_sess;
         g->store_pending = s->q ? store_queue_pending(s->q) : 0;
+        g->pages_shared = s->pages_shared;
+        g->prefixes = s->n_prefixes;
+        g->prefix_hits = s->prefix_hits;
+        g->prefix_tokens_reused = s->prefix_tokens_reused;
     }
     g->queued = srv->n_queued;
     pthread_mutex_unlock(&srv->mu);

@@ -55,6 +55,9 @@ struct sched {
     struct store_queue *q; /* the store worker */
     bool store_stopped;
     int n_parked;          /* jobs waiting for their session from the store */
+    struct prefix *prefixes; /* shared prefixes (prefix.c), at most --prefix-cache */
+    int n_prefixes, n_reading;
+    int64_t prefix_hits, prefix_tokens_reused, pages_shared;
     /* figures */
     int64_t prefill_tokens, decode_tokens, offloaded;
     double prefill_time, decode_time;
@@ -89,6 +92,23 @@ void output_finish(struct job *j);
 void run_ctls(struct server *srv);
 void ctl_from_store(struct server *srv, struct ctl *c, struct store_req *r);
 void ctl_finish(struct ctl *c);
+
+/* prefix.c: shared prefixes. prefix_admit starts a turn that has one:
+ * PREFIX_FORKED (*seq is its sequence, reading the rest of its prompt),
+ * PREFIX_WAIT (its prefix is being read: try again after a step), or
+ * PREFIX_NONE (no prefix, or no sharing: read the whole prompt). */
+enum { PREFIX_NONE = 0, PREFIX_FORKED = 1, PREFIX_WAIT = 2 };
+int prefix_init(struct server *srv);
+void prefix_free(struct server *srv);
+int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t n, int32_t *seq);
+/* After a step: prefixes whose sequences finished reading become ready. */
+void prefix_poll(struct server *srv);
+/* The step failed for want of pages at sequence seq: a prefix being read is dropped (true). */
+bool prefix_step_failed(struct server *srv, int32_t seq);
+/* Lets the least recently used ready prefix go (its forks keep what they share); false: none. */
+bool prefix_drop_lru(struct server *srv);
+/* text.c: how many of ids[0..n) the job's shared messages cover (0: none). */
+int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *ids, int32_t n);
 
 /* job.c: a job ends in failure, with its status and error */
 void job_fail(struct server *srv, struct job *j, int status, const char *type, int retry_after, const char *fmt, ...)

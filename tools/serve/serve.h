@@ -131,6 +131,8 @@ struct job {
      * those with the messages after it (a session's later turn reads what comes after the previous ones);
      * a stand-in exchange and the same with the new messages (a session turn that sends no history) */
     char *all_json, *prev_json, *cont_json, *standin_prev_json, *standin_json;
+    char *shared_json;                 /* the messages before the last user message (a system prompt, few-shot
+                                        * examples: the prefix sessions may share, prefix.c), or NULL */
     char *tools_json;                  /* NULL, or the request's tools (tool_choice none: NULL) */
     char *vars_json;                   /* chat_template_kwargs (and reasoning_effort) as a JSON object, or NULL */
     enum { TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED } tool_choice;
@@ -175,6 +177,10 @@ struct job {
     int64_t blob_version;
     char fetch_error[160];
     int32_t seq;
+    int32_t prefix_n;        /* tokens of its prompt a shared prefix covers: -1 not yet known, 0 none */
+    bool prefix_waiting, prefix_tried; /* waiting for its prefix to be read; sharing tried (or none) */
+    bool prefix_started;     /* it started the reading of its prefix (its cached_tokens stay 0) */
+    int32_t cached_tokens;   /* prompt tokens it did not read: a shared prefix's (usage.prompt_tokens_details) */
     struct kvb_detok dt;
     struct kvb_chat_parser *parser; /* chat with tools or reasoning: the text as content, reasoning and calls */
     size_t parsed;           /* bytes of text fed to it */
@@ -195,6 +201,7 @@ struct serve_opts {
     const char *model_path, *host, *sessions, *api_key, *model_name;
     int port, parallel, threads, queue_max, queue_timeout_s, max_tokens_cap, default_max_tokens;
     int max_budget, max_sessions, step_tokens, chunk;
+    int prefix_cache, prefix_min; /* shared prefixes kept (0: no sharing); the fewest tokens one may have */
     float step_target_ms, step_target_x; /* --step-target-ms: N ms, or Kx the decode-only step; both 0: off */
     int n_ctx;    /* -c: a session's token limit under full; 0: the model's trained length */
     size_t pool_bytes, max_body;
@@ -282,6 +289,7 @@ int sched_session_delete(struct server *srv, const char *id);
 struct sched_gauges {
     int64_t pages_used, pages_free, page_bytes, active, queued, in_memory, persisted, evictions_idle;
     int64_t records, store_pending;                  /* the session table's size; store requests not yet done */
+    int64_t pages_shared, prefixes, prefix_hits, prefix_tokens_reused; /* shared prefixes (prefix.c) */
     int64_t conn_open, conn_refused, conn_timed_out; /* guard.c */
 };
 void sched_gauges(struct server *srv, struct sched_gauges *g);

@@ -75,7 +75,7 @@ bool offload_one(struct server *srv) {
         struct sess *x = s->sess[i];
         if (x->seq >= 0 && !x->busy && (!lru || x->last_used < lru->last_used)) lru = x;
     }
-    if (!lru) return false;
+    if (!lru) return prefix_drop_lru(srv); /* then a shared prefix (its forks keep what they share) */
     sess_release(s, lru);
     s->offloaded++;
     return true;

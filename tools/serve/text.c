@@ -149,6 +149,35 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
     return ids;
 }
 
+int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *ids, int32_t n) {
+    if (j->kind != JOB_CHAT) return 0;
+    char *text = NULL;
+    size_t len = 0;
+    kvb_status st = KVB_ERR_INVALID;
+    if (srv->jinja) {
+        if (j->shared_json) st = render(srv, j, j->shared_json, false, &text, &len);
+    } else {
+        int32_t last_user = -1;
+        for (int32_t i = 0; i < j->n_msgs; i++)
+            if (!strcmp(j->msgs[i].role, "user")) last_user = i;
+        const bool sys = !j->system && srv->default_system[0];
+        struct kvb_chat_message *m = last_user >= 0 && last_user + sys > 0 ? malloc(sizeof *m * (size_t)(last_user + 1)) : NULL;
+        if (m) {
+            if (sys) m[0] = (struct kvb_chat_message){"system", srv->default_system};
+            memcpy(m + sys, j->msgs, sizeof *m * (size_t)last_user);
+            st = kvb_chat_format(srv->style, m, last_user + sys, false, &text, &len);
+            free(m);
+        }
+    }
+    int32_t nb = 0;
+    int32_t *pre = st == KVB_OK ? tokens_of(srv, text, true, -1, &nb) : NULL;
+    if (st == KVB_OK) kvb_buffer_free(text);
+    /* the shared messages' tokens must begin the prompt's (a merge across the cut would not) */
+    const int32_t cut = pre && nb >= srv->o.prefix_min && nb < n && !memcmp(pre, ids, sizeof(int32_t) * (size_t)nb) ? nb : 0;
+    free(pre);
+    return cut;
+}
+
 /* The longest tail of text that begins some stop string. */
 static size_t stop_prefix_tail(const struct job *j) {
     size_t best = 0;
