@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""serve_prefix_load.py URL SYSTEM_FILE N TURNS CONCURRENCY [MAX_TOKENS] -- sessions
+"""serve_prefix_load.py URL SYSTEM_FILE N TURNS CONCURRENCY [MAX_TOKENS [TAG]] -- sessions
 that share a system prompt, against a running `kvbound serve`.
 
-Session i (0..N-1) sends TURNS turns with session_id "s<i>": the first with
+Session i (0..N-1) sends TURNS turns with session_id "<TAG>s<i>": the first with
 the system prompt (SYSTEM_FILE's text) and a user message of its own, the
 later ones a user message each. Sessions start CONCURRENCY at a time (each
 runs its turns in order). Greedy (temperature 0), ignore_eos, MAX_TOKENS
@@ -56,6 +56,7 @@ def turn(url, body):
 def main():
     url, system_file, n, turns, conc = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     max_tokens = int(sys.argv[6]) if len(sys.argv) > 6 else 16
+    tag = sys.argv[7] if len(sys.argv) > 7 else ""
     system = open(system_file).read()
     users = ["Tell me what happened next.", "Who was in the garden?", "Why was the cat sad?", "What did the dog find?",
              "Where did they go after lunch?", "How did the story end?", "What was in the box?", "Who helped them?"]
@@ -71,7 +72,7 @@ def main():
             user = users[(i + t) % len(users)] + " (%d)" % i
             msgs = ([{"role": "system", "content": system}] if t == 0 else []) + [{"role": "user", "content": user}]
             body = {"messages": msgs, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                    "session_id": "s%d" % i, "stream": True, "stream_options": {"include_usage": True}}
+                    "session_id": "%ss%d" % (tag, i), "stream": True, "stream_options": {"include_usage": True}}
             if t == 0:
                 sem.acquire()
             try:

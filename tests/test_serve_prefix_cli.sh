@@ -1,0 +1,115 @@
+#!/bin/sh
+# test_serve_prefix_cli.sh BUILD_DIR — shared prefixes in `kvbound serve`
+# (--prefix-cache, tools/serve/prefix.c), on the trained models/kvb-vanilla-1m
+# (greedy text that follows its prompt), streaming with budget 1024:
+#   - eight sessions with one system prompt (about 290 tokens), four at a
+#     time, two turns each (tests/serve_prefix_load.py): every turn's text
+#     equals, byte for byte, that of a server with --prefix-cache 0;
+#   - every first turn but the one that had the prefix read reports
+#     usage.prompt_tokens_details.cached_tokens = the prefix's tokens,
+#     counted independently (`kvbound template` of the system message alone,
+#     then /tokenize); later turns and the server without sharing report 0;
+#   - right after the first turns the pool holds the prefix's whole pages
+#     once: pages shared = whole pages of the prefix x 12 streams, and the
+#     pool holds under half the pages the server without sharing holds;
+#     /metrics counts 7 hits and 7 prefixes' tokens;
+#   - with --prefix-cache 1 and two system prompts in turn, texts still equal
+#     the unshared server's and at most one prefix is kept;
+#   - a session with --recall is not shared (its cold tier is its own) and
+#     still answers.
+. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+HERE=$(cd "$(dirname "$0")" && pwd)
+M="$HERE/../models/kvb-vanilla-1m.gguf"
+serve_ready serve_prefix "$M" "the load client is Python" || exit $SERVE_RC
+python3 - > "$T/sys.txt" <<'EOF'
+import random
+random.seed(1)
+w = "the little girl saw a big dog in the park and they played with a red ball all day until the sun went down and mom called her home for dinner".split()
+print("Once upon a time, " + " ".join(random.choice(w) for _ in range(160)) + ".")
+EOF
+python3 - > "$T/sys2.txt" <<'EOF'
+import random
+random.seed(2)
+w = "a small boy named tim had a blue boat and he sailed it on the pond every morning with his friend sam who liked to sing".split()
+print("One day, " + " ".join(random.choice(w) for _ in range(120)) + ".")
+EOF
+ARGS="-m $M --budget 1024 -t 1"
+load() { # load NAME SYSTEM_FILE N TURNS CONCURRENCY: the client's JSON in $T/NAME.json (sessions NAME-s0 ...)
+    python3 "$HERE/serve_prefix_load.py" "$URL" "$2" "$3" "$4" "$5" 32 "$1-" > "$T/$1.json" 2> "$T/$1.err"
+}
+pyq() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+
+start off $ARGS --sessions "$T/s-off" --prefix-cache 0
+[ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/off.log")"; cli_summary; exit; }
+load off "$T/sys.txt" 8 2 4
+kill $PID
+start on $ARGS --sessions "$T/s-on"
+[ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/on.log")"; cli_summary; exit; }
+load on "$T/sys.txt" 8 2 4
+# the prefix's tokens, counted apart from the server's cut: the system message alone through the template, BOS first
+python3 -c 'import json,sys; print(json.dumps([{"role": "system", "content": open(sys.argv[1]).read()}]))' "$T/sys.txt" > "$T/sysmsg.json"
+"$K" template -m "$M" --messages "$T/sysmsg.json" --no-generation-prompt > "$T/sys.rendered" 2> "$T/template.err"
+P=$(python3 -c 'import json,sys; print(json.dumps({"content": open(sys.argv[1]).read()}))' "$T/sys.rendered" |
+    curl -s -H 'Content-Type: application/json' -d @- "$URL/tokenize" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["tokens"]) + 1)')
+metric() { curl -s "$URL/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+hits=$(metric kvbound_prefix_hits_total); reused=$(metric kvbound_prefix_tokens_reused_total)
+
+errs=$(pyq "$T/on.json" 'len(d["errors"]) + 0'); errs_off=$(pyq "$T/off.json" 'len(d["errors"]) + 0')
+same=$(python3 -c 'import json,sys
+a = json.load(open(sys.argv[1]))["turns"]; b = json.load(open(sys.argv[2]))["turns"]
+print(len(a) == len(b) == 16 and all(x["content"] == y["content"] and x["prompt_tokens"] == y["prompt_tokens"] for x, y in zip(a, b)))' "$T/on.json" "$T/off.json" 2>/dev/null)
+varied=$(pyq "$T/on.json" 'len(set(t["content"] for t in d["turns"]))')
+if [ "$errs" = 0 ] && [ "$errs_off" = 0 ] && [ "$same" = True ] && [ "${varied:-0}" -ge 4 ]; then ok serve_prefix_text_equals_unshared
+else ko serve_prefix_text_equals_unshared "errors $errs/$errs_off, equal $same, $varied distinct texts: $(head -c 400 "$T/on.json") $(cat "$T/on.err")"; fi
+
+# first turns: one 0 (it had the prefix read), seven P; later turns 0; the unshared server all 0
+firsts=$(pyq "$T/on.json" '" ".join(sorted(str(t["cached_tokens"]) for t in d["turns"] if t["turn"] == 0))')
+laters=$(pyq "$T/on.json" 'sum(t["cached_tokens"] for t in d["turns"] if t["turn"] > 0)')
+offc=$(pyq "$T/off.json" 'sum(t["cached_tokens"] for t in d["turns"])')
+want="0 $(printf '%s ' $P $P $P $P $P $P $P | sed 's/ $//')"
+if [ -n "$P" ] && [ "$P" -ge 200 ] && [ "$firsts" = "$want" ] && [ "$laters" = 0 ] && [ "$offc" = 0 ] && [ "$hits" = 7 ] && [ "$reused" = $((7 * P)) ]; then
+    ok serve_prefix_cached_tokens
+else ko serve_prefix_cached_tokens "prefix $P tokens; first turns cached: $firsts (want $want); later $laters; unshared $offc; hits $hits, reused $reused"; fi
+
+# pages: the prefix's whole pages (16 tokens each) held once by 8 sessions and the prefix, in 6 layers x 2 KV heads
+shared=$(pyq "$T/on.json" 'd["shared_after_first_turns"]'); pon=$(pyq "$T/on.json" 'd["pages_after_first_turns"]')
+poff=$(pyq "$T/off.json" 'd["pages_after_first_turns"]')
+if [ -n "$P" ] && [ "$shared" = $((P / 16 * 12)) ] && [ -n "$pon" ] && [ -n "$poff" ] && [ $((2 * pon)) -lt "$poff" ]; then ok serve_prefix_pages_shared
+else ko serve_prefix_pages_shared "shared $shared (want $((P / 16 * 12))), pool pages $pon with sharing, $poff without"; fi
+kill $PID
+
+# one place for two system prompts used in turn: prefixes come and go, texts stay those of the unshared server
+start one $ARGS --sessions "$T/s-one" --prefix-cache 1
+[ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/one.log")"; cli_summary; exit; }
+for k in 1 2 3; do
+    load one-a$k "$T/sys.txt" 2 1 2; load one-b$k "$T/sys2.txt" 2 1 2
+done
+np=$(metric kvbound_prefixes)
+kill $PID
+start two $ARGS --sessions "$T/s-two" --prefix-cache 0
+[ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/two.log")"; cli_summary; exit; }
+load two-a "$T/sys.txt" 2 1 2; load two-b "$T/sys2.txt" 2 1 2
+kill $PID
+bad=""
+for k in 1 2 3; do
+    for s in a b; do
+        eq=$(python3 -c 'import json,sys
+a = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
+print(not a["errors"] and not b["errors"] and [t["content"] for t in a["turns"]] == [t["content"] for t in b["turns"]])' "$T/one-$s$k.json" "$T/two-$s.json" 2>/dev/null)
+        [ "$eq" = True ] || bad="$bad $s$k"
+    done
+done
+hit1=$(pyq "$T/one-a3.json" 'max(t["cached_tokens"] for t in d["turns"])')
+if [ -z "$bad" ] && [ "$np" = 1 ] && [ "${hit1:-0}" -gt 0 ]; then ok serve_prefix_one_place_two_prompts
+else ko serve_prefix_one_place_two_prompts "differ:$bad; prefixes kept $np; a3's cached $hit1"; fi
+
+# recall: no sharing, still answers
+start rec $ARGS --sessions "$T/s-rec" --recall-pages 2
+[ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/rec.log")"; cli_summary; exit; }
+load rec "$T/sys.txt" 2 1 2
+rc=$(pyq "$T/rec.json" 'str(not d["errors"] and all(t["cached_tokens"] == 0 and t["content"] for t in d["turns"]))')
+if [ "$rc" = True ] && [ "$(metric kvbound_prefixes)" = 0 ]; then ok serve_prefix_not_with_recall
+else ko serve_prefix_not_with_recall "$(head -c 300 "$T/rec.json") $(cat "$T/rec.err")"; fi
+kill $PID
+cli_summary
