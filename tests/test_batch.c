@@ -263,7 +263,7 @@ TEST(batch_equals_single_every_family) {
     NEED_MODEL(); /* the prompts' ids (all below the tiny shapes' 512) */
     static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3",
                                          "tiny-gemma2", "tiny-gemma3", "tiny-qwen3moe", "tiny-mixtral", "tiny-granitemoe", "tiny-gpt-oss",
-                                         "tiny-granitemoe-shared", "tiny-qwen2moe", "tiny-deepseek"};
+                                         "tiny-granitemoe-shared", "tiny-qwen2moe", "tiny-deepseek", "tiny-olmoe"};
     struct kvb_recall_params rec = {0};
     rec.pages = 2;
     rec.every = 1;

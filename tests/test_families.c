@@ -219,8 +219,8 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
 static void set_family(struct ref *r) {
     const char *a = r->arch;
     r->oai = !strcmp(a, "gpt-oss");
-    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "qwen2moe") || !strcmp(a, "olmo2") || !strcmp(a, "phi3") || r->oai;
-    r->qk_whole = !strcmp(a, "olmo2");
+    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "qwen2moe") || !strcmp(a, "olmoe") || !strcmp(a, "olmo2") || !strcmp(a, "phi3") || r->oai;
+    r->qk_whole = !strcmp(a, "olmo2") || !strcmp(a, "olmoe");
     r->post_norms = !strcmp(a, "olmo2");
     r->fused_up = !strcmp(a, "phi3");
     r->granite = !strcmp(a, "granite") || !strcmp(a, "granitemoe");
@@ -316,7 +316,7 @@ static double *reference(const char *path, int n_ctx, int nt) {
              : !strcmp(r.arch, "deepseek") ? key_u(&r, "expert_shared_count", 0) * r.F_exp
              : r.granite                   ? key_u(&r, "expert_shared_feed_forward_length", 0)
                                            : 0;
-    r.no_norm = !strcmp(r.arch, "qwen2moe") || !strcmp(r.arch, "deepseek");
+    r.no_norm = !strcmp(r.arch, "qwen2moe") || !strcmp(r.arch, "deepseek") || !strcmp(r.arch, "olmoe");
     r.lead = !strcmp(r.arch, "deepseek") ? key_u(&r, "leading_dense_block_count", 0) : 0;
     r.w_scale = !strcmp(r.arch, "deepseek") ? key_f(&r, "expert_weights_scale", 1) : 1;
     set_rope(&r, n_ctx);
@@ -532,6 +532,7 @@ TEST(granitemoe_experts_equal_reference) { check_family_n("tiny-granitemoe", 409
 TEST(granitemoe_shared_expert_equals_reference) { check_family_n("tiny-granitemoe-shared", 4096, NT_MAX); }
 TEST(qwen2moe_gated_shared_expert_equals_reference) { check_family_n("tiny-qwen2moe", 4096, NT_MAX); }
 TEST(deepseek_dense_lead_and_shared_experts_equal_reference) { check_family_n("tiny-deepseek", 4096, NT_MAX); }
+TEST(olmoe_whole_qk_norms_and_experts_equal_reference) { check_family_n("tiny-olmoe", 4096, NT_MAX); }
 TEST(gpt_oss_sinks_windows_and_experts_equal_reference) { check_family_n("tiny-gpt-oss", 4096, NT_MAX); }
 
 /* Every family through a bounded, quantized cache that is saved and
@@ -885,6 +886,7 @@ int main(void) {
     RUN(granitemoe_shared_expert_equals_reference);
     RUN(qwen2moe_gated_shared_expert_equals_reference);
     RUN(deepseek_dense_lead_and_shared_experts_equal_reference);
+    RUN(olmoe_whole_qk_norms_and_experts_equal_reference);
     RUN(gpt_oss_sinks_windows_and_experts_equal_reference);
     RUN(every_family_saves_and_restores_bounded_quantized_caches);
     RUN(unused_tensors_and_unknown_math_are_refused_by_name);

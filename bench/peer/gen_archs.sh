@@ -46,3 +46,6 @@ D="--kv @.expert_count=u32:8 --kv @.expert_used_count=u32:3 --kv @.expert_feed_f
 $G deepseek archs/moe/deepseek-f32.gguf $M $D
 $G deepseek archs/moe/deepseek-f16.gguf $M --f16 $D
 $G granitemoe archs/moe/granitemoe-shared-f32.gguf $M $X --kv @.expert_shared_feed_forward_length=u32:128 --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625
+# olmoe: q/k norms over the whole projection (so as many KV heads as query heads: llama.cpp sizes k_norm by n_embd), 2 of 8
+$G olmoe archs/moe/olmoe-f32.gguf $M --n-head-kv 4 $X
+$G olmoe archs/moe/olmoe-f16.gguf $M --n-head-kv 4 --f16 $X

@@ -295,6 +295,8 @@ static const struct shape k_shapes[] = {
      .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .experts = 8, .experts_used = 2, .ff_exp = 256, .ff_shexp = 192},
     {.name = "tiny-qwen2moe", .arch = "qwen2moe", 512, 256, 2, 4, 2, 384, 4096, .rope_base = 1000000.0f, .eps = 1e-6f, .bias = true, .experts = 8,
      .experts_used = 2, .ff_exp = 128, .ff_shexp = 320},
+    {.name = "tiny-olmoe", .arch = "olmoe", 512, 256, 2, 4, 4, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .qk_norm = true, .experts = 8,
+     .experts_used = 2, .ff_exp = 128},
     {.name = "tiny-deepseek", .arch = "deepseek", 512, 256, 3, 4, 2, 512, 4096, .rope_base = 10000.0f, .eps = 1e-6f, .experts = 8, .experts_used = 3,
      .ff_exp = 96, .ff_shexp = 192, .dense_lead = 1, .moe_scale = 1.5f},
     /* windows of 8 on the even layers, YaRN x4 from 8 (so both act within a test's prompts), sinks */
@@ -331,7 +333,7 @@ static const struct shape k_shapes[] = {
 const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
-           "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l";
+           "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }

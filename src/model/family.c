@@ -86,8 +86,9 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
  * layers are dense and it reads expert_weights_scale (F_MOE_LEAD). None of
  * these families reads expert_gating_func or expert_weights_norm. */
 enum moe_kind { MOE_NONE, MOE_OPT, MOE_ALWAYS,
-                MOE_OAI }; /* gpt-oss: always; expert_feed_forward_length required; the top k logits, then a softmax over them (no
+                MOE_OAI,   /* gpt-oss: always; expert_feed_forward_length required; the top k logits, then a softmax over them (no
                             * renormalization); biases; the clamped SwiGLU */
+                MOE_ALWAYS_FF }; /* always, of feed_forward_length (olmoe) */
 
 /* Shared experts (ffn_{gate,up,down}_shexp: a dense SwiGLU FFN every token of an MoE layer runs,
  * added to the routed experts' sum), as the family's llama.cpp loader sizes them: none; when
@@ -138,6 +139,10 @@ static const struct family k_families[] = {
     {"granitemoe", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT, SH_KEY},
     /* experts on every layer, not renormalized, beside a gated shared expert; no output or FFN biases, output untied */
     {"qwen2moe", KVB_ROPE_NEOX, F_OUTPUT_REQ | F_MOE_NO_NORM, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_GATED},
+    /* OLMoE: olmo2's q/k norms over the whole projection (no biases: its graph applies none) with pre-norms, experts of
+     * feed_forward_length on every layer, not renormalized */
+    {"olmoe", KVB_ROPE_NEOX, F_QK_WHOLE | F_OUTPUT_REQ | F_NO_QKV_SCALES | F_MOE_NO_NORM,
+     {REQ, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_ALWAYS_FF, SH_NONE},
     /* DeepSeek-MoE (plain attention, not deepseek2's MLA): dense layers first, then experts (not renormalized, scaled) beside
      * ungated shared ones */
     {"deepseek", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_MOE_NO_NORM | F_MOE_LEAD, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_ALWAYS,
@@ -160,7 +165,7 @@ static const struct family k_families[] = {
 #undef PLAIN_FFN
 
 const char *kvb_family_names(void) {
-    return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek";
+    return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -353,11 +358,11 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     if (n == 0) return KVB_OK;
     if (fam->moe == MOE_NONE)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' has no experts (as in llama.cpp); the families with experts are llama, "
-                                             "qwen3moe, qwen2moe, deepseek, granite, granitemoe, mistral3 and gpt-oss", k->f->path, k->key, n, k->arch);
+                                             "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3 and gpt-oss", k->f->path, k->key, n, k->arch);
     if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
     if ((fam->moe == MOE_OAI || (fam->traits & F_MOE_LEAD)) && (st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
     if (fam->moe == MOE_ALWAYS && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
-    if (fam->moe == MOE_OPT) ff = (uint32_t)in->n_ff;
+    if (fam->moe == MOE_OPT || fam->moe == MOE_ALWAYS_FF) ff = (uint32_t)in->n_ff;
     else if (ff == 0) ff = (uint32_t)in->n_ff / used;
     if (ff == 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: the experts of '%s' have no width (feed_forward_length %d over %u experts used)", k->f->path,
                                  k->arch, (int)in->n_ff, used);
