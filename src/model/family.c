@@ -974,7 +974,10 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (m->info.n_expert > 0 && m->moe_scale != 1.0f) ADD("expert weights x%g", (double)m->moe_scale);
     if (m->info.n_ff_shexp > 0)
         ADD("%sshared experts of FFN %d", m->layers && m->layers[m->info.n_layer - 1].gate_inp_shexp ? "gated " : "", (int)m->info.n_ff_shexp);
-    if (m->info.n_expert > 0 && m->info.n_moe_layers < m->info.n_layer) ADD("first %d layers dense", (int)(m->info.n_layer - m->info.n_moe_layers));
+    if (m->info.n_expert > 0 && m->info.n_moe_layers < m->info.n_layer) {
+        const int32_t lead = m->info.n_layer - m->info.n_moe_layers;
+        ADD("the first %d layer%s dense", (int)lead, lead == 1 ? "" : "s");
+    }
     if (m->act == KVB_FFN_SWIGLU_OAI) ADD("clamped SwiGLU");
     if (m->sinks) ADD("attention sinks");
     if (L && (L->bo || L->b_gate || L->b_up || L->b_down)) ADD("output/FFN biases");
