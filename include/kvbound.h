@@ -646,7 +646,7 @@ void kvb_model_free(struct kvb_model *model);
 
 struct kvb_model_info {
     char arch[16];            /* "llama", "qwen2", "qwen3", "qwen3moe", "granite", "granitemoe", "mistral3", "smollm3", "olmo2", "phi3",
-                               * "gemma2", "gemma3" */
+                               * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -665,6 +665,7 @@ struct kvb_model_info {
     int32_t n_ff_exp;         /* an expert's FFN width */
     int32_t n_moe_layers;     /* layers with experts (the others are dense) */
     size_t expert_bytes_per_token; /* weight bytes of the experts one token reads (n_expert_used of each MoE layer) */
+    int32_t n_ff_shexp;       /* the shared experts' FFN width (run on every token of an MoE layer), 0 without */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

@@ -262,7 +262,8 @@ TEST(batch_equals_single_q8_0_weights) {
 TEST(batch_equals_single_every_family) {
     NEED_MODEL(); /* the prompts' ids (all below the tiny shapes' 512) */
     static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3",
-                                         "tiny-gemma2", "tiny-gemma3", "tiny-qwen3moe", "tiny-mixtral", "tiny-granitemoe", "tiny-gpt-oss"};
+                                         "tiny-gemma2", "tiny-gemma3", "tiny-qwen3moe", "tiny-mixtral", "tiny-granitemoe", "tiny-gpt-oss",
+                                         "tiny-granitemoe-shared", "tiny-qwen2moe", "tiny-deepseek", "tiny-olmoe"};
     struct kvb_recall_params rec = {0};
     rec.pages = 2;
     rec.every = 1;
@@ -285,11 +286,12 @@ TEST(batch_equals_single_every_family) {
  * sequence still has the bits of a lone context. */
 TEST(batch_equals_single_quantized_experts) {
     NEED_MODEL();
-    static const char *const types[] = {"q8_0", "q4_K", "mxfp4"};
+    /* and deepseek's dense first layer and shared experts, quantized beside its experts */
+    static const char *const types[] = {"q8_0", "q4_K", "mxfp4", "q8_0"}, *const shapes[] = {"tiny-qwen3moe", "tiny-qwen3moe", "tiny-qwen3moe", "tiny-deepseek"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         struct kvb_model *made, *m;
         void *owned;
-        CHECK_OK(kvb_model_make("tiny-qwen3moe", 7, NULL, &made, &owned));
+        CHECK_OK(kvb_model_make(shapes[i], 7, NULL, &made, &owned));
         char path[] = "/tmp/kvb_test_batch_moe_XXXXXX";
         int fd = mkstemp(path);
         CHECK(fd >= 0);
@@ -301,7 +303,7 @@ TEST(batch_equals_single_quantized_experts) {
         struct kvb_model_params mp = kvb_model_default_params();
         CHECK_OK(kvb_model_load(path, &mp, &m));
         unlink(path);
-        printf("  tiny-qwen3moe %s\n", types[i]);
+        printf("  %s %s\n", shapes[i], types[i]);
         struct kvb_recall_params none = {0};
         equality_run(m, 8, 4, none); /* full, window, streaming, h2o */
         kvb_model_free(m);

@@ -44,6 +44,9 @@ struct ref {
     int W, period;
     double base_swa, fs_swa, attn_cap, final_cap;
     int n_exp, n_used, F_exp; /* experts (0: dense) */
+    int F_sh, lead;           /* shared experts' width (0: none); the first `lead` layers dense (deepseek) */
+    bool no_norm;             /* the chosen experts' weights not renormalized (qwen2moe, deepseek) */
+    double w_scale;           /* expert_weights_scale (deepseek), 1 without */
     bool oai;                 /* gpt-oss: sinks, biased experts ranked by logit, the clamped SwiGLU */
 };
 
@@ -169,7 +172,7 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
         wsum += p[sel[k]];
     }
     double wt[64];
-    for (int k = 0; k < K; k++) wt[k] = p[sel[k]] / wsum;
+    for (int k = 0; k < K; k++) wt[k] = (r->no_norm ? p[sel[k]] : p[sel[k]] / wsum) * r->w_scale;
     if (r->oai) { /* softmax over the chosen logits, no renormalization */
         double m2 = -1e300, s2 = 0;
         for (int k = 0; k < K; k++) m2 = fmax(m2, p[sel[k]]);
@@ -193,14 +196,31 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
         matvec(wd + (size_t)e * E * Fe, bd ? bd + (size_t)e * E : NULL, g, Fe, E, y);
         for (int i = 0; i < E; i++) o[i] += wt[k] * y[i] * (sd ? sd[e] : 1);
     }
+    if (r->F_sh) { /* the shared experts: silu(gate) * up then down on every token, times sigmoid(gate_inp_shexp . h) where gated */
+        const int Fs = r->F_sh;
+        double *sg_ = layer_t(r, l, "ffn_gate_shexp.weight", (int64_t)E * Fs), *su_ = layer_t(r, l, "ffn_up_shexp.weight", (int64_t)E * Fs);
+        double *sd_ = layer_t(r, l, "ffn_down_shexp.weight", (int64_t)Fs * E), *gi = layer_t(r, l, "ffn_gate_inp_shexp.weight", E);
+        double gs[1024], us[1024], gate = 1;
+        matvec(sg_, NULL, h, E, Fs, gs);
+        matvec(su_, NULL, h, E, Fs, us);
+        for (int i = 0; i < Fs; i++) gs[i] = gs[i] / (1 + exp(-gs[i])) * us[i];
+        matvec(sd_, NULL, gs, Fs, E, y);
+        if (gi) {
+            double d = 0;
+            for (int i = 0; i < E; i++) d += gi[i] * h[i];
+            gate = 1 / (1 + exp(-d));
+        }
+        for (int i = 0; i < E; i++) o[i] += gate * y[i];
+        free(sg_); free(su_); free(sd_); free(gi);
+    }
     free(wr); free(wg); free(wu); free(wd); free(sg); free(su); free(sd); free(br); free(bg); free(bu); free(bd);
 }
 
 static void set_family(struct ref *r) {
     const char *a = r->arch;
     r->oai = !strcmp(a, "gpt-oss");
-    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "olmo2") || !strcmp(a, "phi3") || r->oai;
-    r->qk_whole = !strcmp(a, "olmo2");
+    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "qwen2moe") || !strcmp(a, "olmoe") || !strcmp(a, "olmo2") || !strcmp(a, "phi3") || r->oai;
+    r->qk_whole = !strcmp(a, "olmo2") || !strcmp(a, "olmoe");
     r->post_norms = !strcmp(a, "olmo2");
     r->fused_up = !strcmp(a, "phi3");
     r->granite = !strcmp(a, "granite") || !strcmp(a, "granitemoe");
@@ -289,7 +309,16 @@ static double *reference(const char *path, int n_ctx, int nt) {
     r.temp_beta = !strcmp(r.arch, "mistral3") ? key_f(&r, "attention.temperature_scale", 0) : 0;
     r.n_exp = key_u(&r, "expert_count", 0);
     r.n_used = key_u(&r, "expert_used_count", 0);
-    r.F_exp = !strcmp(r.arch, "qwen3moe") || !strcmp(r.arch, "gpt-oss") ? key_u(&r, "expert_feed_forward_length", r.F / (r.n_used ? r.n_used : 1)) : r.F;
+    const bool own_width = !strcmp(r.arch, "qwen3moe") || !strcmp(r.arch, "gpt-oss") || !strcmp(r.arch, "qwen2moe") || !strcmp(r.arch, "deepseek");
+    r.F_exp = own_width ? key_u(&r, "expert_feed_forward_length", r.F / (r.n_used ? r.n_used : 1)) : r.F;
+    /* shared experts as llama.cpp's loaders size them: granite by its key (0: none), qwen2moe by its key or n_ff, deepseek by count */
+    r.F_sh = !strcmp(r.arch, "qwen2moe")   ? key_u(&r, "expert_shared_feed_forward_length", r.F)
+             : !strcmp(r.arch, "deepseek") ? key_u(&r, "expert_shared_count", 0) * r.F_exp
+             : r.granite                   ? key_u(&r, "expert_shared_feed_forward_length", 0)
+                                           : 0;
+    r.no_norm = !strcmp(r.arch, "qwen2moe") || !strcmp(r.arch, "deepseek") || !strcmp(r.arch, "olmoe");
+    r.lead = !strcmp(r.arch, "deepseek") ? key_u(&r, "leading_dense_block_count", 0) : 0;
+    r.w_scale = !strcmp(r.arch, "deepseek") ? key_f(&r, "expert_weights_scale", 1) : 1;
     set_rope(&r, n_ctx);
     if (r.gemma) set_gemma(&r);
     if (r.oai) { /* windows on every other layer (the even ones) at the global rotation, or their own base */
@@ -378,7 +407,7 @@ static double *reference(const char *path, int n_ctx, int nt) {
             for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
             memcpy(h, xt, sizeof(double) * (size_t)E);
             if (fn) rms(h, E, fn, r.eps);
-            if (r.n_exp) {
+            if (r.n_exp && l >= r.lead) {
                 moe_ref(&r, l, h, o);
                 for (int i = 0; i < E; i++) xt[i] += r.res_scale * o[i];
                 continue;
@@ -500,6 +529,10 @@ TEST(smollm3_nope_layers_equal_reference) { check_family("tiny-smollm3", 4096); 
 TEST(qwen3moe_experts_equal_reference) { check_family_n("tiny-qwen3moe", 4096, NT_MAX); }
 TEST(mixtral_style_llama_experts_equal_reference) { check_family_n("tiny-mixtral", 4096, NT_MAX); }
 TEST(granitemoe_experts_equal_reference) { check_family_n("tiny-granitemoe", 4096, NT_MAX); }
+TEST(granitemoe_shared_expert_equals_reference) { check_family_n("tiny-granitemoe-shared", 4096, NT_MAX); }
+TEST(qwen2moe_gated_shared_expert_equals_reference) { check_family_n("tiny-qwen2moe", 4096, NT_MAX); }
+TEST(deepseek_dense_lead_and_shared_experts_equal_reference) { check_family_n("tiny-deepseek", 4096, NT_MAX); }
+TEST(olmoe_whole_qk_norms_and_experts_equal_reference) { check_family_n("tiny-olmoe", 4096, NT_MAX); }
 TEST(gpt_oss_sinks_windows_and_experts_equal_reference) { check_family_n("tiny-gpt-oss", 4096, NT_MAX); }
 
 /* Every family through a bounded, quantized cache that is saved and
@@ -508,7 +541,7 @@ TEST(gpt_oss_sinks_windows_and_experts_equal_reference) { check_family_n("tiny-g
  * attention with q8_0 rows; streaming with recall). */
 TEST(every_family_saves_and_restores_bounded_quantized_caches) {
     static const char *const shapes[] = {"tiny-llama-bias", "tiny-qwen3", "tiny-granite", "tiny-olmo2", "tiny-phi3", "tiny-mistral3", "tiny-smollm3",
-                                         "tiny-gemma2", "tiny-gemma3", "tiny-qwen3moe", "tiny-gpt-oss"};
+                                         "tiny-gemma2", "tiny-gemma3", "tiny-qwen3moe", "tiny-gpt-oss", "tiny-qwen2moe", "tiny-deepseek"};
     static const enum kvb_policy_id pols[] = {KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING};
     enum { N = 48, HALF = 24 };
     int32_t toks[N];
@@ -662,6 +695,28 @@ TEST(unused_tensors_and_unknown_math_are_refused_by_name) {
     refused(llama, &(struct edit){.key = "llama.rope.scaling.factor", .num = 1e-39, .is_f32 = true}, KVB_ERR_CORRUPT, "llama.rope.scaling.factor");
     /* zero means unset: a scaling factor of 0 is no scaling (llama.cpp), and loads */
     refused(llama, &(struct edit){.key = "llama.rope.scaling.factor", .num = 0, .is_f32 = true}, KVB_OK, "");
+}
+
+TEST(shared_experts_and_dense_layers_are_bound_by_name) {
+    char ds[128], q2[128], gm[128], gms[128];
+    if (!write_shape("tiny-deepseek", ds, sizeof ds) || !write_shape("tiny-qwen2moe", q2, sizeof q2) || !write_shape("tiny-granitemoe", gm, sizeof gm) ||
+        !write_shape("tiny-granitemoe-shared", gms, sizeof gms))
+        FAILF("mkmodel: %s", kvb_last_error());
+    /* deepseek's required keys; a second leading dense layer wants a dense FFN where the file has experts */
+    refused(ds, &(struct edit){.key = "deepseek.expert_shared_count", .drop_key = true}, KVB_ERR_CORRUPT, "deepseek.expert_shared_count");
+    refused(ds, &(struct edit){.key = "deepseek.expert_feed_forward_length", .drop_key = true}, KVB_ERR_CORRUPT, "deepseek.expert_feed_forward_length");
+    refused(ds, &(struct edit){.key = "deepseek.leading_dense_block_count", .num = 2}, KVB_ERR_CORRUPT, "blk.1.ffn_gate.weight");
+    refused(ds, &(struct edit){.key = "deepseek.leading_dense_block_count", .num = 4}, KVB_ERR_CORRUPT, "deepseek.leading_dense_block_count");
+    /* no lead: layer 0's dense FFN is not read, and is named */
+    refused(ds, &(struct edit){.key = "deepseek.leading_dense_block_count", .num = 0}, KVB_ERR_CORRUPT, "blk.0.ffn_gate_inp.weight");
+    /* qwen2moe's shared expert gate is required; granitemoe has none to read; without its key granite's shared expert is unused */
+    refused(q2, &(struct edit){.drop = "blk.1.ffn_gate_inp_shexp.weight"}, KVB_ERR_CORRUPT, "blk.1.ffn_gate_inp_shexp.weight");
+    refused(gms, &(struct edit){.add = "blk.0.ffn_gate_inp_shexp.weight"}, KVB_ERR_UNSUPPORTED, "blk.0.ffn_gate_inp_shexp.weight");
+    refused(gm, &(struct edit){.add = "blk.1.ffn_gate_inp_shexp.weight"}, KVB_ERR_UNSUPPORTED, "blk.1.ffn_gate_inp_shexp.weight");
+    refused(gms, &(struct edit){.key = "granitemoe.expert_shared_feed_forward_length", .drop_key = true}, KVB_ERR_UNSUPPORTED, "ffn_gate_shexp.weight");
+    /* qwen2moe without the key: the shared expert is feed_forward_length wide (320 != 384) */
+    refused(q2, &(struct edit){.key = "qwen2moe.expert_shared_feed_forward_length", .drop_key = true}, KVB_ERR_CORRUPT, "blk.0.ffn_gate_shexp.weight");
+    refused(q2, &(struct edit){.key = "qwen2moe.expert_shared_feed_forward_length", .num = 320}, KVB_OK, "");
 }
 
 /* ---- gemma2, gemma3 ---- */
@@ -828,9 +883,14 @@ int main(void) {
     RUN(qwen3moe_experts_equal_reference);
     RUN(mixtral_style_llama_experts_equal_reference);
     RUN(granitemoe_experts_equal_reference);
+    RUN(granitemoe_shared_expert_equals_reference);
+    RUN(qwen2moe_gated_shared_expert_equals_reference);
+    RUN(deepseek_dense_lead_and_shared_experts_equal_reference);
+    RUN(olmoe_whole_qk_norms_and_experts_equal_reference);
     RUN(gpt_oss_sinks_windows_and_experts_equal_reference);
     RUN(every_family_saves_and_restores_bounded_quantized_caches);
     RUN(unused_tensors_and_unknown_math_are_refused_by_name);
+    RUN(shared_experts_and_dense_layers_are_bound_by_name);
     RUN(gemma2_windows_and_softcaps_equal_reference);
     RUN(gemma3_windows_at_their_own_rope_equal_reference);
     RUN(gemma_key_defaults_equal_reference);

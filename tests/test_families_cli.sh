@@ -16,7 +16,10 @@ for spec in "tiny-llama-bias:output/FFN biases" "tiny-qwen3:q/k norms per head" 
             "tiny-olmo2:no pre-norms" "tiny-phi3:LongRoPE" "tiny-mistral3:YaRN x4" "tiny-smollm3:1 of 4 layers without RoPE" \
             "tiny-gemma2:attention softcap 5; final softcap 10; window 8 on 2 of 4 layers" "tiny-gemma3:window 8 on 4 of 6 layers" \
             "tiny-qwen3moe:2 of 8 experts per token (softmax, renormalized), expert FFN 128" "tiny-mixtral:2 of 8 experts per token" \
-            "tiny-granitemoe:2 of 8 experts per token" "tiny-gpt-oss:(softmax of the top logits), expert FFN 128; clamped SwiGLU; attention sinks"; do
+            "tiny-granitemoe:2 of 8 experts per token" "tiny-gpt-oss:(softmax of the top logits), expert FFN 128; clamped SwiGLU; attention sinks" \
+            "tiny-granitemoe-shared:expert FFN 256; shared experts of FFN 192" "tiny-qwen2moe:2 of 8 experts per token (softmax), expert FFN 128; gated shared experts of FFN 320" \
+            "tiny-deepseek:3 of 8 experts per token (softmax), expert FFN 96; expert weights x1.5; shared experts of FFN 192; the first 1 layer dense" \
+            "tiny-olmoe:2 of 8 experts per token (softmax), expert FFN 128; q/k norms over the projection"; do
     s=${spec%%:*}; feat=${spec#*:}; case_name=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" --type q8_0 -o "$M" > /dev/null 2>&1
@@ -61,15 +64,19 @@ print('same' if got == want else 'differ: %r vs %r' % (got, want))" "$T/$s.json"
         else ko "${case_name}_serve_same_text_and_session" "$same; second turn $c2"; fi
     elif [ $have_py -eq 1 ]; then skip_case "${case_name}_serve_same_text_and_session" "kvbound serve is not built (libmicrohttpd-dev libcjson-dev libsqlite3-dev)"; fi
 done
-# the mixtures of experts under every policy (a prompt past the budget of 16, so each one evicts), and the info line of experts
-for s in tiny-qwen3moe tiny-gpt-oss; do
+# the mixtures of experts under every policy (a prompt past the budget of 16, so each one evicts), and the info line of experts;
+# deepseek's experts start after its dense first layer, and its shared ones are said
+if grep -q "^experts       8 per layer on 2 layers, 3 used per token, expert ffn 96" "$T/tiny-deepseek.info" &&
+   grep -q "^shared        a dense ffn of 192 on each expert layer" "$T/tiny-deepseek.info"; then ok deepseek_info_dense_lead_and_shared
+else ko deepseek_info_dense_lead_and_shared "$(grep -E '^(experts|shared)' "$T/tiny-deepseek.info")"; fi
+for s in tiny-qwen3moe tiny-gpt-oss tiny-qwen2moe tiny-deepseek; do
     bad=""
     for p in $("$K" policies | awk '{print $1}'); do
         "$K" run -m "$T/$s.gguf" -p "Once upon a time there was a little fox who lived in the woods" -n 8 --temp 0 --policy "$p" --budget 16 \
             --ignore-eos > /dev/null 2> "$T/$s.$p.err" || bad="$bad $p($(tail -n 1 "$T/$s.$p.err"))"
     done
     case_name=$(echo "$s" | tr '-' '_')
-    if [ -z "$bad" ] && grep -q "^experts       8 per layer on [0-9]* layers, 2 used per token" "$T/$s.info"; then ok "${case_name}_every_policy_runs"
+    if [ -z "$bad" ] && grep -q "^experts       8 per layer on [0-9]* layers, [23] used per token" "$T/$s.info"; then ok "${case_name}_every_policy_runs"
     else ko "${case_name}_every_policy_runs" "${bad:-$(grep '^experts' "$T/$s.info")}"; fi
 done
 # mem counts tiny-gemma3's 4 window layers at min(8 - 1, T) (what the cache keeps between steps) and its 2 global

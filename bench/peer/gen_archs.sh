@@ -26,7 +26,8 @@ gen olmo2    olmo2    $NOBIAS --rope-base 500000
 gen olmo2-swa olmo2   $NOBIAS --swa 8 --swa-pattern 2
 # mixtures of experts (8 experts, 2-3 per token, renormalized or not), read by compare_llama_logits.sh from archs/moe/
 mkdir -p archs/moe
-M="--plain --seed 42 --n-layer 3 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 192 --n-vocab 128 $NOBIAS"
+M0="--plain --seed 42 --n-layer 3 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 192 --n-vocab 128"
+M="$M0 $NOBIAS"
 X="--kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2"
 $G qwen3moe archs/moe/qwen3moe-f32.gguf $M --head-dim 64 --rope-base 1000000 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:3 --kv @.expert_feed_forward_length=u32:96
 $G qwen3moe archs/moe/qwen3moe-f16.gguf $M --f16 --head-dim 64 --rope-base 1000000 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:3 --kv @.expert_feed_forward_length=u32:96
@@ -37,3 +38,14 @@ $G mistral3 archs/moe/mistral3moe-f32.gguf $M --head-dim 128 $X
 O="--plain --seed 42 --n-layer 4 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 192 --n-vocab 128 --head-dim 64 --std 0.05 --swa 8 $X --kv @.expert_feed_forward_length=u32:96"
 $G gpt-oss archs/moe/gpt-oss-f32.gguf $O
 $G gpt-oss archs/moe/gpt-oss-yarn-f32.gguf $O --rope-base 150000 --kv @.rope.scaling.type=str:yarn --kv @.rope.scaling.factor=f32:4 --kv @.rope.scaling.original_context_length=u32:8
+# shared experts and leading dense layers: qwen2moe (gated shared expert 160 wide, q/k/v biases kept, experts not renormalized),
+# deepseek (one dense layer first, 2 shared experts of the experts' width, weights x1.5, 3 of 8), granitemoe with a shared expert
+$G qwen2moe archs/moe/qwen2moe-f32.gguf $M0 --drop '(attn_output|ffn_[a-z_]+)\.bias$' --rope-base 1000000 $X --kv @.expert_feed_forward_length=u32:96 --kv @.expert_shared_feed_forward_length=u32:160
+$G qwen2moe archs/moe/qwen2moe-f16.gguf $M0 --f16 --drop '(attn_output|ffn_[a-z_]+)\.bias$' --rope-base 1000000 $X --kv @.expert_feed_forward_length=u32:96 --kv @.expert_shared_feed_forward_length=u32:160
+D="--kv @.expert_count=u32:8 --kv @.expert_used_count=u32:3 --kv @.expert_feed_forward_length=u32:64 --kv @.expert_shared_count=u32:2 --kv @.leading_dense_block_count=u32:1 --kv @.expert_weights_scale=f32:1.5"
+$G deepseek archs/moe/deepseek-f32.gguf $M $D
+$G deepseek archs/moe/deepseek-f16.gguf $M --f16 $D
+$G granitemoe archs/moe/granitemoe-shared-f32.gguf $M $X --kv @.expert_shared_feed_forward_length=u32:128 --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625
+# olmoe: q/k norms over the whole projection (so as many KV heads as query heads: llama.cpp sizes k_norm by n_embd), 2 of 8
+$G olmoe archs/moe/olmoe-f32.gguf $M --n-head-kv 4 $X
+$G olmoe archs/moe/olmoe-f16.gguf $M --n-head-kv 4 --f16 $X

@@ -124,7 +124,8 @@ class _ModelInfo(_c.Structure):
                 ("rms_eps", _f32), ("rope_base", _f32), ("rope_freq_scale", _f32), ("rope_dims", _i32), ("rope_type", _enum),
                 ("tied_output", _c.c_bool), ("has_qkv_bias", _c.c_bool), ("weight_type", _u32), ("weight_bytes", _sz),
                 ("kv_bytes_per_token_f16", _sz), ("features", _c.c_char * 160), ("sliding_window", _i32), ("n_swa_layers", _i32),
-                ("n_expert", _i32), ("n_expert_used", _i32), ("n_ff_exp", _i32), ("n_moe_layers", _i32), ("expert_bytes_per_token", _sz)]
+                ("n_expert", _i32), ("n_expert_used", _i32), ("n_ff_exp", _i32), ("n_moe_layers", _i32), ("expert_bytes_per_token", _sz),
+                ("n_ff_shexp", _i32)]
 
 
 class _ContextParams(_c.Structure):

@@ -102,6 +102,13 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         kvb_gguf_writer_u32(w, K("expert_count"), (uint32_t)in->n_expert);
         kvb_gguf_writer_u32(w, K("expert_used_count"), (uint32_t)in->n_expert_used);
         kvb_gguf_writer_u32(w, K("expert_feed_forward_length"), (uint32_t)in->n_ff_exp);
+        if (!strcmp(in->arch, "deepseek")) { /* shared experts as a count of experts' widths; dense layers first */
+            kvb_gguf_writer_u32(w, K("expert_shared_count"), (uint32_t)(in->n_ff_shexp / in->n_ff_exp));
+            kvb_gguf_writer_u32(w, K("leading_dense_block_count"), (uint32_t)(in->n_layer - in->n_moe_layers));
+            if (m->moe_scale != 1.0f) kvb_gguf_writer_f32(w, K("expert_weights_scale"), m->moe_scale);
+        } else if (in->n_ff_shexp > 0) {
+            kvb_gguf_writer_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)in->n_ff_shexp);
+        }
     }
     if (in->sliding_window > 0) { /* gemma2/3: the windows and their RoPE base (their scale is the family's rule) */
         kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
@@ -244,6 +251,9 @@ struct shape {
     uint32_t swa_period;
     float swa_base, attn_cap, final_cap;
     int32_t experts, experts_used, ff_exp; /* a mixture of experts on every layer (ff_exp: their width); 0: dense */
+    int32_t ff_shexp;     /* shared experts' width (gated when the family gates them: qwen2moe); 0: none */
+    int32_t dense_lead;   /* the first layers dense (deepseek's leading_dense_block_count) */
+    float moe_scale;      /* expert_weights_scale (deepseek); 0: none */
     bool oai;             /* gpt-oss: sinks, the output bias, the router's and experts' biases */
 };
 
@@ -279,6 +289,16 @@ static const struct shape k_shapes[] = {
      .ff_exp = 256},
     {.name = "tiny-granitemoe", .arch = "granitemoe", 512, 256, 2, 4, 2, 256, 4096, .rope_base = 10000.0f, .eps = 1e-6f, .tied = true,
      .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .experts = 8, .experts_used = 2, .ff_exp = 256},
+    /* shared experts: granite's ungated (192 wide); qwen2moe's gated (320), with q/k/v biases and experts not renormalized;
+     * deepseek's two of the experts' width (2 x 96), after one dense layer, weights scaled */
+    {.name = "tiny-granitemoe-shared", .arch = "granitemoe", 512, 256, 2, 4, 2, 256, 4096, .rope_base = 10000.0f, .eps = 1e-6f, .tied = true,
+     .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .experts = 8, .experts_used = 2, .ff_exp = 256, .ff_shexp = 192},
+    {.name = "tiny-qwen2moe", .arch = "qwen2moe", 512, 256, 2, 4, 2, 384, 4096, .rope_base = 1000000.0f, .eps = 1e-6f, .bias = true, .experts = 8,
+     .experts_used = 2, .ff_exp = 128, .ff_shexp = 320},
+    {.name = "tiny-olmoe", .arch = "olmoe", 512, 256, 2, 4, 4, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .qk_norm = true, .experts = 8,
+     .experts_used = 2, .ff_exp = 128},
+    {.name = "tiny-deepseek", .arch = "deepseek", 512, 256, 3, 4, 2, 512, 4096, .rope_base = 10000.0f, .eps = 1e-6f, .experts = 8, .experts_used = 3,
+     .ff_exp = 96, .ff_shexp = 192, .dense_lead = 1, .moe_scale = 1.5f},
     /* windows of 8 on the even layers, YaRN x4 from 8 (so both act within a test's prompts), sinks */
     {.name = "tiny-gpt-oss", .arch = "gpt-oss", 512, 256, 4, 4, 2, 256, 4096, .head_dim = 64, .rope_base = 150000.0f, .eps = 1e-5f, .bias = true,
      .window = 8, .swa_period = 2, .orig_ctx = 8, .yarn_factor = 4.0f, .experts = 8, .experts_used = 2, .ff_exp = 128, .oai = true},
@@ -313,7 +333,7 @@ static const struct shape k_shapes[] = {
 const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
-           "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l";
+           "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -420,7 +440,8 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         in->n_expert = sh->experts;
         in->n_expert_used = sh->experts_used;
         in->n_ff_exp = sh->ff_exp;
-        in->n_moe_layers = sh->layers;
+        in->n_moe_layers = sh->layers - sh->dense_lead;
+        in->n_ff_shexp = sh->ff_shexp;
     }
     if (sh->granite[0] != 0) {
         m->embd_scale = sh->granite[0];
@@ -429,6 +450,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         m->logit_scale = sh->granite[3];
     }
     m->rope_orig_ctx = sh->orig_ctx ? sh->orig_ctx : sh->ctx;
+    if (sh->moe_scale != 0) m->moe_scale = sh->moe_scale;
     if (sh->temp_beta != 0) {
         m->temp_beta = sh->temp_beta;
         m->temp_floor = m->rope_orig_ctx;
@@ -502,12 +524,16 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             st = rand_mat(o, &gu, E, 2 * F);
             L->w_gate = (struct kvb_mat){gu.type, E, F, gu.row_bytes, gu.data};
             L->w_up = (struct kvb_mat){gu.type, E, F, gu.row_bytes, gu.data + (size_t)F * gu.row_bytes};
-        } else if (sh->experts) { /* the router and the experts' stacks, instead of the dense FFN */
-            const int64_t N = sh->experts, Fe = sh->ff_exp;
+        } else if (sh->experts && l >= sh->dense_lead) { /* the router and the experts' stacks, instead of the dense FFN */
+            const int64_t N = sh->experts, Fe = sh->ff_exp, Fs = sh->ff_shexp;
             if (st == KVB_OK) st = rand_mat(o, &L->router, E, N);
             if (st == KVB_OK) st = rand_stack(o, &L->gate_exps, E, N * Fe);
             if (st == KVB_OK) st = rand_stack(o, &L->up_exps, E, N * Fe);
             if (st == KVB_OK) st = rand_stack(o, &L->down_exps, Fe, N * E);
+            if (st == KVB_OK && Fs) st = rand_mat(o, &L->gate_shexp, E, Fs);
+            if (st == KVB_OK && Fs) st = rand_mat(o, &L->up_shexp, E, Fs);
+            if (st == KVB_OK && Fs) st = rand_mat(o, &L->down_shexp, Fs, E);
+            if (Fs && !strcmp(sh->arch, "qwen2moe")) L->gate_inp_shexp = const_vec(o, E, 0.0f, true); /* the family that gates them */
             if (sh->oai) {
                 L->b_router = const_vec(o, N, 0.0f, true);
                 L->b_gate_exps = const_vec(o, N * Fe, 0.0f, true);
@@ -519,7 +545,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             if (st == KVB_OK) st = rand_mat(o, &L->w_gate, E, F);
             if (st == KVB_OK) st = rand_mat(o, &L->w_up, E, F);
         }
-        if (st == KVB_OK && !sh->experts) st = rand_mat(o, &L->w_down, F, E);
+        if (st == KVB_OK && !L->router.data) st = rand_mat(o, &L->w_down, F, E);
         if (sh->bias) {
             L->bq = const_vec(o, QD, 0.0f, true);
             L->bk = const_vec(o, KD, 0.0f, true);

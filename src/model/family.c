@@ -15,7 +15,8 @@
  * rope.scaling.factor 0 is no scaling. A key that changes the math and that
  * this engine does not implement (sliding-window layers outside gemma2/3,
  * experts, per-layer head counts, an unknown RoPE scaling type) is refused by
- * name. Every
+ * name. Experts, shared experts and leading dense layers are data too
+ * (enum moe_kind, enum shexp_kind, F_MOE_*). Every
  * tensor of the file must be bound: one the family does not use is refused
  * by name, never ignored (llama.cpp refuses such files too).
  *
@@ -71,17 +72,30 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_SINKS 262144u     /* blk.N.attn_sinks.weight [n_head]: learned sink logits in every softmax (gpt-oss) */
 #define F_OAI_WINDOWS 524288u /* gpt-oss: attention.sliding_window required, the pattern 2 (even layers), rope.freq_base_swa */
 #define F_EXP_SCALES 32768u /* llama.cpp's graph applies the experts' .scale tensors (llama, qwen3moe; the others load them unused) */
+#define F_MOE_NO_NORM 1048576u /* the chosen experts' weights are not renormalized (qwen2moe, deepseek) */
+#define F_MOE_LEAD 2097152u /* deepseek: expert_feed_forward_length and expert_shared_count required; leading_dense_block_count dense
+                             * layers first; expert_weights_scale */
 
 /* Experts, as llama.cpp's loader and graph for the family have them: with
  * expert_count > 0 every layer is a mixture of experts (softmax over the
  * router's logits, the top expert_used_count renormalized to sum 1, SwiGLU
  * experts), whose width is feed_forward_length (MOE_OPT) or
  * expert_feed_forward_length, else feed_forward_length / expert_used_count
- * (MOE_ALWAYS: the family always has experts). None of these families
- * reads expert_gating_func, expert_weights_norm or expert_weights_scale. */
+ * (MOE_ALWAYS: the family always has experts). qwen2moe and deepseek do not
+ * renormalize (F_MOE_NO_NORM); deepseek's first leading_dense_block_count
+ * layers are dense and it reads expert_weights_scale (F_MOE_LEAD). None of
+ * these families reads expert_gating_func or expert_weights_norm. */
 enum moe_kind { MOE_NONE, MOE_OPT, MOE_ALWAYS,
-                MOE_OAI }; /* gpt-oss: always; expert_feed_forward_length required; the top k logits, then a softmax over them (no
+                MOE_OAI,   /* gpt-oss: always; expert_feed_forward_length required; the top k logits, then a softmax over them (no
                             * renormalization); biases; the clamped SwiGLU */
+                MOE_ALWAYS_FF }; /* always, of feed_forward_length (olmoe) */
+
+/* Shared experts (ffn_{gate,up,down}_shexp: a dense SwiGLU FFN every token of an MoE layer runs,
+ * added to the routed experts' sum), as the family's llama.cpp loader sizes them: none; when
+ * expert_shared_feed_forward_length > 0, of that width (granite); always, of that width or else
+ * feed_forward_length, times sigmoid(ffn_gate_inp_shexp . x) (qwen2moe); always, expert_shared_count
+ * experts' width (deepseek). */
+enum shexp_kind { SH_NONE, SH_KEY, SH_GATED, SH_COUNT };
 
 /* Gemma's arithmetic beyond the slots (GeGLU with tanh GELU, embeddings x sqrt(E) in f32, the
  * query scale) and its sliding-window layers and softcaps, as llama.cpp's loader for the family
@@ -107,40 +121,51 @@ struct family {
     uint8_t need[S_COUNT];
     const struct gemma_rule *gemma; /* Gemma's arithmetic and windows, or NULL */
     enum moe_kind moe;
+    enum shexp_kind shexp;
 };
 
 /* need[]: the order of enum slot */
 #define LLAMA_ATTN REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ
 #define PLAIN_FFN REQ, REQ, REQ, REQ
 static const struct family k_families[] = {
-    {"llama", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT},
-    {"qwen2", KVB_ROPE_NEOX, F_OUTPUT_BIAS, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_NONE},
+    {"llama", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT, SH_NONE},
+    {"qwen2", KVB_ROPE_NEOX, F_OUTPUT_BIAS, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_NONE, SH_NONE},
     {"qwen3", KVB_ROPE_NEOX, F_CLS_HEAD | F_FFN_SCALES, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
-     MOE_NONE},
+     MOE_NONE, SH_NONE},
     /* qwen3 with experts on every layer and no output bias */
     {"qwen3moe", KVB_ROPE_NEOX, F_EXP_SCALES, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
-     MOE_ALWAYS},
-    {"granite", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT},
-    {"granitemoe", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT},
-    {"mistral3", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_TEMP, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT},
-    {"smollm3", KVB_ROPE_INTERLEAVED, F_NOPE4, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_NONE},
+     MOE_ALWAYS, SH_NONE},
+    {"granite", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT, SH_KEY},
+    {"granitemoe", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT, SH_KEY},
+    /* experts on every layer, not renormalized, beside a gated shared expert; no output or FFN biases, output untied */
+    {"qwen2moe", KVB_ROPE_NEOX, F_OUTPUT_REQ | F_MOE_NO_NORM, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_GATED},
+    /* OLMoE: olmo2's q/k norms over the whole projection (no biases: its graph applies none) with pre-norms, experts of
+     * feed_forward_length on every layer, not renormalized */
+    {"olmoe", KVB_ROPE_NEOX, F_QK_WHOLE | F_OUTPUT_REQ | F_NO_QKV_SCALES | F_MOE_NO_NORM,
+     {REQ, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_ALWAYS_FF, SH_NONE},
+    /* DeepSeek-MoE (plain attention, not deepseek2's MLA): dense layers first, then experts (not renormalized, scaled) beside
+     * ungated shared ones */
+    {"deepseek", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_MOE_NO_NORM | F_MOE_LEAD, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_ALWAYS,
+     SH_COUNT},
+    {"mistral3", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_TEMP, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT, SH_NONE},
+    {"smollm3", KVB_ROPE_INTERLEAVED, F_NOPE4, {LLAMA_ATTN, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_NONE, SH_NONE},
     {"olmo2", KVB_ROPE_NEOX, F_QK_WHOLE | F_OUTPUT_REQ | F_NO_QKV_SCALES,
-     {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}, NULL, MOE_NONE},
+     {NO, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, REQ}, NULL, MOE_NONE, SH_NONE},
     {"phi3", KVB_ROPE_NEOX, F_FUSED_UP | F_PARTIAL_ROT | F_LONGROPE | F_SWA_IGNORED,
-     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, NO, NO, REQ, NO, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_NONE},
+     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, NO, NO, REQ, NO, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_NONE, SH_NONE},
     /* experts with biases and the clamped SwiGLU, sinks, windows on even layers; the FFN's norm named post_attention_norm */
     {"gpt-oss", KVB_ROPE_NEOX, F_OUTPUT_REQ | F_EXP_BIASES | F_FFN_NORM_AS_POST | F_SINKS | F_OAI_WINDOWS,
-     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, REQ, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_OAI},
+     {REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, REQ, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_OAI, SH_NONE},
     /* pre and post norms around both blocks; output always tied */
-    {"gemma2", KVB_ROPE_NEOX, F_TIED_ALWAYS, {LLAMA_ATTN, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma2, MOE_NONE},
+    {"gemma2", KVB_ROPE_NEOX, F_TIED_ALWAYS, {LLAMA_ATTN, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma2, MOE_NONE, SH_NONE},
     /* as gemma2 with q/k norms per head, and output.weight allowed */
-    {"gemma3", KVB_ROPE_NEOX, 0, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma3, MOE_NONE},
+    {"gemma3", KVB_ROPE_NEOX, 0, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma3, MOE_NONE, SH_NONE},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
 const char *kvb_family_names(void) {
-    return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss";
+    return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -215,6 +240,7 @@ kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up) {
         m->moe_norm = false;
         m->act = KVB_FFN_SWIGLU_OAI;
     }
+    if (fam->traits & F_MOE_NO_NORM) m->moe_norm = false;
     return fam->traits & F_NOPE4 ? family_nope4(m) : KVB_OK;
 }
 
@@ -321,9 +347,10 @@ kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32
     return KVB_OK;
 }
 
-/* The experts' count, how many a token uses and their width (enum moe_kind). */
+/* The experts' count, how many a token uses, their width (enum moe_kind),
+ * the shared experts' width (enum shexp_kind) and the leading dense layers. */
 static kvb_status load_experts(struct keys *k, const struct family *fam, struct kvb_model_info *in) {
-    uint32_t n = 0, used = 0, ff = 0;
+    uint32_t n = 0, used = 0, ff = 0, shff = 0, lead = 0;
     kvb_status st = opt_u32(k, "expert_count", &n, 0, 512); /* llama.cpp's bound */
     if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
     if (n == 0 && fam->moe >= MOE_ALWAYS)
@@ -331,22 +358,30 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     if (n == 0) return KVB_OK;
     if (fam->moe == MOE_NONE)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' has no experts (as in llama.cpp); the families with experts are llama, "
-                                             "qwen3moe, granite, granitemoe, mistral3 and gpt-oss", k->f->path, k->key, n, k->arch);
+                                             "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3 and gpt-oss", k->f->path, k->key, n, k->arch);
     if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
-    if ((fam->traits & F_GRANITE) && (st = opt_u32(k, "expert_shared_feed_forward_length", &ff, 0, 1u << 20)) == KVB_OK && ff > 0)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: shared experts are not supported yet", k->f->path, k->key, ff);
-    else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
-    ff = 0;
-    if (fam->moe == MOE_OAI && (st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
+    if ((fam->moe == MOE_OAI || (fam->traits & F_MOE_LEAD)) && (st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
     if (fam->moe == MOE_ALWAYS && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
-    if (fam->moe == MOE_OPT) ff = (uint32_t)in->n_ff;
+    if (fam->moe == MOE_OPT || fam->moe == MOE_ALWAYS_FF) ff = (uint32_t)in->n_ff;
     else if (ff == 0) ff = (uint32_t)in->n_ff / used;
     if (ff == 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: the experts of '%s' have no width (feed_forward_length %d over %u experts used)", k->f->path,
                                  k->arch, (int)in->n_ff, used);
+    if (fam->shexp == SH_KEY || fam->shexp == SH_GATED) {
+        if ((st = opt_u32(k, "expert_shared_feed_forward_length", &shff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+        if (fam->shexp == SH_GATED && shff == 0) shff = (uint32_t)in->n_ff; /* llama.cpp's default there */
+    } else if (fam->shexp == SH_COUNT) {
+        uint32_t count;
+        if ((st = req_u32(k, "expert_shared_count", &count, 1, 64)) != KVB_OK) return st;
+        shff = count * ff;
+    }
+    if (fam->traits & F_MOE_LEAD) {
+        if ((st = opt_u32(k, "leading_dense_block_count", &lead, 0, (uint32_t)in->n_layer)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    }
     in->n_expert = (int32_t)n;
     in->n_expert_used = (int32_t)used;
     in->n_ff_exp = (int32_t)ff;
-    in->n_moe_layers = in->n_layer;
+    in->n_ff_shexp = (int32_t)shff;
+    in->n_moe_layers = in->n_layer - (int32_t)lead;
     return KVB_OK;
 }
 
@@ -547,6 +582,11 @@ static kvb_status load_oai_windows(struct keys *k, struct kvb_model *m) {
 /* Family keys beyond the shape and RoPE. */
 static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
     kvb_status st;
+    if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
+        float sc = 0;
+        if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
+        if (sc != 0) m->moe_scale = sc;
+    }
     if ((fam->traits & F_OAI_WINDOWS) && (st = load_oai_windows(k, m)) != KVB_OK) return st;
     if (fam->gemma && (st = load_gemma(k, fam, m)) != KVB_OK) return st;
     if (fam->traits & F_GRANITE) {
@@ -722,6 +762,25 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
         if ((st = bind_vec(b, NAME(what), N, OPT, &unused)) != KVB_OK) return st;
         L->input_scales = L->input_scales || unused;
     }
+    if (in->n_ff_shexp > 0) { /* the shared experts, and their .scale tensors (loaded by llama.cpp, which these graphs do not apply) */
+        const int64_t Fs = in->n_ff_shexp;
+        if ((st = bind_mat(b, NAME("ffn_gate_shexp.weight"), E, Fs, REQ, &L->gate_shexp)) != KVB_OK) return st;
+        if ((st = bind_mat(b, NAME("ffn_up_shexp.weight"), E, Fs, REQ, &L->up_shexp)) != KVB_OK) return st;
+        if ((st = bind_mat(b, NAME("ffn_down_shexp.weight"), Fs, E, REQ, &L->down_shexp)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME("ffn_gate_inp_shexp.weight"), E, fam->shexp == SH_GATED ? REQ : NO, &L->gate_inp_shexp)) != KVB_OK) return st;
+        static const char *const sw[3] = {"ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"};
+        for (int i = 0; i < 3; i++) {
+            char what[48];
+            float s = 1, unused = 1;
+            snprintf(what, sizeof what, "%s.scale", sw[i]);
+            if ((st = bind_scalar(b, NAME(what), &s)) != KVB_OK) return st;
+            L->scales_unused = L->scales_unused || s != 1.0f;
+            snprintf(what, sizeof what, "%s.input_scale", sw[i]);
+            const bool had = kvb_gguf_find_tensor(b->f, NAME(what)) != NULL;
+            if ((st = bind_scalar(b, name, &unused)) != KVB_OK) return st;
+            L->input_scales = L->input_scales || had;
+        }
+    }
 #undef NAME
     return KVB_OK;
 }
@@ -736,7 +795,8 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
     uint8_t need[S_COUNT];
     memcpy(need, fam->need, sizeof need);
-    if (in->n_expert > 0) /* experts instead of the dense FFN */
+    const bool moe = in->n_expert > 0 && l >= in->n_layer - in->n_moe_layers; /* the leading n_layer - n_moe_layers are dense */
+    if (moe) /* experts instead of the dense FFN */
         need[S_GATE] = need[S_UP] = need[S_DOWN] = need[S_BGATE] = need[S_BUP] = need[S_BDOWN] = NO;
     char name[S_COUNT][96];
     for (int s = 0; s < S_COUNT; s++) snprintf(name[s], sizeof name[s], "blk.%d.%s", (int)l, k_slots[s]);
@@ -783,7 +843,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     VEC(S_BDOWN, E, L->b_down);
     VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
     if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0)) != KVB_OK) return st;
-    if (in->n_expert > 0 && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
+    if (moe && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
     if (fam->traits & F_FFN_NORM_AS_POST) { /* the norm before the FFN, on the residual stream */
         L->ffn_norm = L->post_attn_norm;
         L->post_attn_norm = NULL;
@@ -911,6 +971,13 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
         ADD("%d of %d experts per token (%s%s), expert FFN %d", (int)m->info.n_expert_used, (int)m->info.n_expert,
             m->moe_gating == KVB_MOE_SOFTMAX_WEIGHT ? "softmax of the top logits" : m->moe_gating == KVB_MOE_SIGMOID ? "sigmoid" : "softmax",
             m->moe_norm ? ", renormalized" : "", (int)m->info.n_ff_exp);
+    if (m->info.n_expert > 0 && m->moe_scale != 1.0f) ADD("expert weights x%g", (double)m->moe_scale);
+    if (m->info.n_ff_shexp > 0)
+        ADD("%sshared experts of FFN %d", m->layers && m->layers[m->info.n_layer - 1].gate_inp_shexp ? "gated " : "", (int)m->info.n_ff_shexp);
+    if (m->info.n_expert > 0 && m->info.n_moe_layers < m->info.n_layer) {
+        const int32_t lead = m->info.n_layer - m->info.n_moe_layers;
+        ADD("the first %d layer%s dense", (int)lead, lead == 1 ? "" : "s");
+    }
     if (m->act == KVB_FFN_SWIGLU_OAI) ADD("clamped SwiGLU");
     if (m->sinks) ADD("attention sinks");
     if (L && (L->bo || L->b_gate || L->b_up || L->b_down)) ADD("output/FFN biases");
@@ -1027,6 +1094,14 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
                 snprintf(name, sizeof name, "blk.%d.%s", (int)l, xb[i].name);
                 if (xb[i].v && (st = put(u, name, NULL, xb[i].v, xb[i].n, xb[i].rows)) != KVB_OK) return st;
             }
+            const struct { const char *name; const struct kvb_mat *mat; } sh[] = {
+                {"ffn_gate_shexp.weight", &L->gate_shexp}, {"ffn_up_shexp.weight", &L->up_shexp}, {"ffn_down_shexp.weight", &L->down_shexp}};
+            for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+                snprintf(name, sizeof name, "blk.%d.%s", (int)l, sh[i].name);
+                if (sh[i].mat->data && (st = put(u, name, sh[i].mat, NULL, 1, 1)) != KVB_OK) return st;
+            }
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", (int)l);
+            if (L->gate_inp_shexp && (st = put(u, name, NULL, L->gate_inp_shexp, E, 1)) != KVB_OK) return st;
         }
         if (m->sinks) {
             snprintf(name, sizeof name, "blk.%d.attn_sinks.weight", (int)l);

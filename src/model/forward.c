@@ -41,7 +41,7 @@ struct kvb_context {
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows) {
     memset(f, 0, sizeof *f);
     const size_t T = (size_t)rows, E = (size_t)in->n_embd, QD = (size_t)in->n_head * in->head_dim,
-                 KD = (size_t)in->n_head_kv * in->head_dim, F = (size_t)in->n_ff;
+                 KD = (size_t)in->n_head_kv * in->head_dim, F = (size_t)KVB_MAX(in->n_ff, in->n_ff_shexp); /* hg, hu: the dense FFN's and the shared experts' */
     f->rows = rows;
     f->x = kvb_malloc(sizeof(float) * T * E);
     f->xb = kvb_malloc(sizeof(float) * T * E);
@@ -447,31 +447,38 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
     return KVB_OK;
 }
 
+void kvb_fwd_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_pass_rows *p, const struct kvb_ffn_w *w,
+                 int64_t F, const float *xin, float *out) {
+    const int64_t E = m->info.n_embd;
+    const int32_t R = p->n_rows;
+    {
+        const struct kvb_mat *mw[2] = {w->gate, w->up};
+        float *y[2] = {f->hg, f->hu};
+        const int64_t ld[2] = {F, F};
+        kvb_fwd_mm_group(tp, f->q8, p, mw, 2, xin, E, y, ld);
+    }
+    kvb_fwd_add_bias(f->hg, R, F, w->b_gate); /* in the FFN the scales come after the biases, as in llama.cpp */
+    kvb_fwd_add_bias(f->hu, R, F, w->b_up);
+    kvb_fwd_scale_rows(f->hg, R, F, w->s_gate);
+    kvb_fwd_scale_rows(f->hu, R, F, w->s_up);
+    kvb_fwd_glu(tp, m->act, f->hg, f->hu, (size_t)R * F);
+    kvb_fwd_mm(tp, f->q8, p, w->down, f->hg, F, out, E);
+    kvb_fwd_add_bias(out, R, E, w->b_down);
+    kvb_fwd_scale_rows(out, R, E, w->s_down);
+}
+
 static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, int32_t l) {
     const struct kvb_model_info *in = &m->info;
     const struct kvb_layer *L = &m->layers[l];
-    const int64_t E = in->n_embd, F = in->n_ff;
+    const int64_t E = in->n_embd;
     const int32_t R = f->pass.n_rows;
     const float *xin = pre_norm(m, f, L->ffn_norm, R, E);
     if (L->router.data) { /* a mixture of experts */
         kvb_moe_ffn(m, tp, f, &f->pass, l, xin, f->tmp);
-        residual(m, f->x, f->tmp, L->post_ffn_norm, R, E);
-        return;
+    } else {
+        const struct kvb_ffn_w w = {&L->w_gate, &L->w_up, &L->w_down, L->b_gate, L->b_up, L->b_down, L->s_gate, L->s_up, L->s_down};
+        kvb_fwd_ffn(m, tp, f, &f->pass, &w, in->n_ff, xin, f->tmp);
     }
-    {
-        const struct kvb_mat *w[2] = {&L->w_gate, &L->w_up};
-        float *y[2] = {f->hg, f->hu};
-        const int64_t ld[2] = {F, F};
-        kvb_fwd_mm_group(tp, f->q8, &f->pass, w, 2, xin, E, y, ld);
-    }
-    kvb_fwd_add_bias(f->hg, R, F, L->b_gate); /* in the FFN the scales come after the biases, as in llama.cpp */
-    kvb_fwd_add_bias(f->hu, R, F, L->b_up);
-    kvb_fwd_scale_rows(f->hg, R, F, L->s_gate);
-    kvb_fwd_scale_rows(f->hu, R, F, L->s_up);
-    kvb_fwd_glu(tp, m->act, f->hg, f->hu, (size_t)R * F);
-    kvb_fwd_mm(tp, f->q8, &f->pass, &L->w_down, f->hg, F, f->tmp, E);
-    kvb_fwd_add_bias(f->tmp, R, E, L->b_down);
-    kvb_fwd_scale_rows(f->tmp, R, E, L->s_down);
     residual(m, f->x, f->tmp, L->post_ffn_norm, R, E);
 }
 

@@ -161,7 +161,7 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
                  mat_bytes(&L->w_up) + mat_bytes(&L->w_down) + 2 * (size_t)in->n_embd * 4;
         if (!L->router.data) continue;
         const size_t experts = mat_bytes(&L->gate_exps) + mat_bytes(&L->up_exps) + mat_bytes(&L->down_exps);
-        bytes += mat_bytes(&L->router) + experts;
+        bytes += mat_bytes(&L->router) + experts + mat_bytes(&L->gate_shexp) + mat_bytes(&L->up_shexp) + mat_bytes(&L->down_shexp);
         in->expert_bytes_per_token += experts / (size_t)in->n_expert * (size_t)in->n_expert_used;
     }
     in->weight_bytes = bytes;

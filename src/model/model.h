@@ -60,6 +60,12 @@ struct kvb_layer {
     const float *b_gate_exps, *b_up_exps; /* [n_expert][Fe] or NULL */
     const float *b_down_exps;          /* [n_expert][E] or NULL */
     const float *s_gate_exps, *s_up_exps, *s_down_exps; /* per-expert output scales [n_expert] (after the biases), or NULL */
+    /* shared experts (ffn_*_shexp): a dense SwiGLU FFN of width info.n_ff_shexp that every token of
+     * the layer runs, added to the routed experts' sum; gated (qwen2moe) when gate_inp_shexp is
+     * there: its output times sigmoid(gate_inp_shexp . x). data NULL: none */
+    struct kvb_mat gate_shexp, up_shexp; /* [Fs][E] */
+    struct kvb_mat down_shexp;           /* [E][Fs] */
+    const float *gate_inp_shexp;         /* [E] or NULL */
 };
 
 struct kvb_model {
@@ -216,6 +222,17 @@ void kvb_fwd_scale_rows(float *y, int32_t rows, int64_t n, float s);
 void kvb_fwd_add_bias(float *y, int32_t rows, int64_t n, const float *b);
 /* g = act(g) * u over n values (elementwise: bits independent of the split). */
 void kvb_fwd_glu(struct kvb_threadpool *tp, enum kvb_ffn_act act, float *g, const float *u, size_t n);
+
+/* A dense FFN's weights: the layer's own, or its shared experts' (scales 1 and biases NULL: none). */
+struct kvb_ffn_w {
+    const struct kvb_mat *gate, *up, *down; /* [F][E], [F][E], [E][F] */
+    const float *b_gate, *b_up, *b_down;
+    float s_gate, s_up, s_down;
+};
+/* out = (act(xin Wg^T + bg) * (xin Wu^T + bu)) Wd^T + bd over the rows of pass p, each scale after
+ * its bias, F wide (through f->hg and f->hu, which hold max(n_ff, n_ff_shexp) per row). */
+void kvb_fwd_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_pass_rows *p, const struct kvb_ffn_w *w,
+                 int64_t F, const float *xin, float *out);
 
 /* moe.c: expert e's gate/up (which 0, 1) or down (2) rows of layer L. */
 struct kvb_mat kvb_moe_expert(const struct kvb_layer *L, int which, int32_t e);

@@ -15,6 +15,13 @@
  * prompt chunk reads each expert once for all its tokens, and a row's bits
  * never depend on what shares the pass (batch equals single). The outputs
  * are summed per row in expert order, each times its weight.
+ *
+ * Shared experts (deepseek, qwen2moe, granite's) are a dense FFN that every
+ * row of the layer runs (kvb_fwd_ffn over the same pass, so they keep batch
+ * equal to single); their output is added to the routed sum, times
+ * sigmoid(gate_inp_shexp . x) per row where the layer has that gate
+ * (qwen2moe). A model's MoE layers may follow dense ones (deepseek's
+ * leading_dense_block_count): a layer without a router runs its dense FFN.
  */
 #include "model.h"
 
@@ -187,5 +194,20 @@ void kvb_moe_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kv
             for (int64_t j = 0; j < E; j++) o[j] += wgt * ye[j];
         }
         B->bytes_read += (int64_t)(2 * (size_t)Fe * gate.row_bytes + (size_t)E * down.row_bytes);
+    }
+    if (!L->gate_shexp.data) return;
+    /* the shared experts: every row, as a dense FFN over the pass; gated, each row's output times sigmoid(gate_inp_shexp . x) */
+    const struct kvb_ffn_w w = {&L->gate_shexp, &L->up_shexp, &L->down_shexp, NULL, NULL, NULL, 1.0f, 1.0f, 1.0f};
+    kvb_fwd_ffn(m, tp, f, p, &w, in->n_ff_shexp, xin, B->y);
+    for (int32_t r = 0; r < R; r++) {
+        const float *x = xin + (size_t)r * E, *ys = B->y + (size_t)r * E;
+        float gate = 1.0f;
+        if (L->gate_inp_shexp) {
+            float d = 0;
+            for (int64_t j = 0; j < E; j++) d += L->gate_inp_shexp[j] * x[j];
+            gate = 1.0f / (1.0f + expf(-d));
+        }
+        float *o = out + (size_t)r * E;
+        for (int64_t j = 0; j < E; j++) o[j] += gate * ys[j];
     }
 }

@@ -57,6 +57,7 @@ static void print_model(const char *path, const struct kvb_model *m) {
     if (in.n_expert > 0)
         printf("experts       %d per layer on %d layers, %d used per token, expert ffn %d (%zu expert weight bytes read per token)\n", in.n_expert,
                in.n_moe_layers, in.n_expert_used, in.n_ff_exp, in.expert_bytes_per_token);
+    if (in.n_ff_shexp > 0) printf("shared        a dense ffn of %d on each expert layer, run on every token\n", in.n_ff_shexp);
     if (in.features[0]) printf("features      %s\n", in.features);
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, kvb_type_name(in.weight_type));
