@@ -20,12 +20,19 @@ D=${KVB_SHARED_DATA:-$HERE/../../shared/data}
 T=$(mktemp -d)
 trap 'kill $(cat "$T"/*.pid 2>/dev/null) 2>/dev/null; rm -rf "$T"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() { for _ in $(seq 1 600); do curl -s "http://127.0.0.1:$1/health" 2>/dev/null | grep -q ok && return 0; sleep 0.5; done; return 1; }
 serve() { # serve NAME ARGS...: a server on a free port, URL set
+    name=$1; shift
     p=$(free_port)
-    "$K" serve -m "$M" --port "$p" -t 2 --policy streaming --budget 1024 --pool-mb 2048 --sessions "$T/s-$1" "$@" > "$T/$1.log" 2>&1 & echo $! > "$T/$1.pid"
+    "$K" serve -m "$M" --port "$p" -t 2 --policy streaming --budget 1024 --pool-mb 2048 --sessions "$T/s-$name" "$@" > "$T/$name.log" 2>&1 &
+    echo $! > "$T/$name.pid"
     URL="http://127.0.0.1:$p"
-    wait_up "$p" || { echo "kvbound serve did not start: $(tail -n 2 "$T/$1.log")" >&2; exit 1; }
+    for _ in $(seq 1 600); do
+        curl -s "$URL/health" 2>/dev/null | grep -q ok && return 0
+        kill -0 "$(cat "$T/$name.pid")" 2>/dev/null || break
+        sleep 0.5
+    done
+    echo "kvbound serve did not start: $(tail -n 2 "$T/$name.log")" >&2
+    exit 1
 }
 stop() { kill "$(cat "$T/$1.pid")"; wait "$(cat "$T/$1.pid")" 2>/dev/null; rm -f "$T/$1.pid"; }
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(date -u +%Y-%m-%d)"
