@@ -175,13 +175,19 @@ TEST(fork_continues_exactly_every_policy) {
             if (fork_run((enum kvb_policy_id)pid, seed)) FAILF("policy %s seed %llu", kvb_policy_name((enum kvb_policy_id)pid), seed);
 }
 
+/* A small cache of the test's shape: policy pid at budget, rows of dtype, pages of block tokens. */
+static struct kvb_cache_params small_params(enum kvb_policy_id pid, int budget, enum kvb_dtype dtype, int block) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.kv.kv_dtype = dtype; cp.kv.block_size = block;
+    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
+    cp.kv.policy = kvb_policy_default_params(pid);
+    cp.kv.policy.budget = budget;
+    return cp;
+}
+
 TEST(forks_share_pages_until_written) {
     /* one 40-token prompt (pages of 16: 3 pages a stream, the last part-filled), 8 forks */
-    struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.kv.kv_dtype = KVB_DTYPE_F16; cp.kv.block_size = 16;
-    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
-    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-    cp.kv.policy.budget = 64;
+    struct kvb_cache_params cp = small_params(KVB_POLICY_STREAMING, 64, KVB_DTYPE_F16, 16);
     struct kvb_pool *pool = new_pool(&cp, 1024);
     CHECK(pool != NULL);
     struct kvb_cache *src, *f[8];
@@ -213,11 +219,7 @@ TEST(forks_share_pages_until_written) {
 }
 
 TEST(fork_copy_fails_cleanly_when_the_pool_is_full) {
-    struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
-    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
-    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_WINDOW);
-    cp.kv.policy.budget = 8;
+    struct kvb_cache_params cp = small_params(KVB_POLICY_WINDOW, 8, KVB_DTYPE_F32, 4);
     struct kvb_pool *pool = new_pool(&cp, 9); /* 4 streams x 2 pages, 1 spare */
     CHECK(pool != NULL);
     struct kvb_cache *a, *b;
@@ -256,17 +258,14 @@ TEST(fork_copy_fails_cleanly_when_the_pool_is_full) {
 }
 
 TEST(fork_refusals_are_named) {
-    struct kvb_cache_params cp = kvb_cache_default_params();
-    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D; cp.kv.block_size = 4;
-    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
+    struct kvb_cache_params cp = small_params(KVB_POLICY_FULL, 0, KVB_DTYPE_F16, 4);
     struct kvb_cache *c, *f = NULL;
     CHECK_OK(kvb_cache_init(NULL, &cp, &c)); /* its own pool */
     CHECK_STATUS(kvb_cache_fork(c, &f), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "pool of its own") != NULL && f == NULL);
     CHECK_STATUS(kvb_cache_fork(NULL, &f), KVB_ERR_INVALID);
     kvb_cache_free(c);
-    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
-    cp.kv.policy.budget = 16;
+    cp = small_params(KVB_POLICY_STREAMING, 16, KVB_DTYPE_F16, 4);
     cp.kv.recall.pages = 2;
     struct kvb_pool *pool = new_pool(&cp, 64);
     CHECK_OK(kvb_cache_init(pool, &cp, &c));

@@ -611,6 +611,17 @@ kvb_status kvb_batch_seq_save(const struct kvb_batch *b, int32_t id, void **buf,
     return KVB_OK;
 }
 
+/* A sequence made whole outside the batch takes slot id, DONE with stop. */
+static kvb_status seq_install_done(struct kvb_batch *b, struct seq *s, int32_t id, const char *stop, int32_t *seq_id) {
+    s->state = KVB_SEQ_DONE;
+    s->stop = stop;
+    s->used = true;
+    s->order = b->next_order++;
+    b->seqs[id] = *s;
+    *seq_id = id;
+    return KVB_OK;
+}
+
 kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *p, const void *buf, size_t len, int32_t *seq_id) {
     if (!b || !p || !buf || !seq_id) return kvb_fail(KVB_ERR_INVALID, "batch_seq_load: NULL argument");
     if (p->kv.layers || p->kv.n_layers)
@@ -683,13 +694,7 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     s.last_token = last;
     s.next = last;
     s.n_generated = last >= 0;
-    s.state = KVB_SEQ_DONE;
-    s.stop = "restored";
-    s.used = true;
-    s.order = b->next_order++;
-    b->seqs[id] = s;
-    *seq_id = id;
-    return KVB_OK;
+    return seq_install_done(b, &s, id, "restored", seq_id);
 }
 
 kvb_status kvb_batch_seq_fork(struct kvb_batch *b, int32_t src_id, const struct kvb_seq_params *p, int32_t *seq_id) {
@@ -721,13 +726,7 @@ kvb_status kvb_batch_seq_fork(struct kvb_batch *b, int32_t src_id, const struct 
     s.n_generated = src->n_generated;
     s.last_token = src->last_token;
     s.next = src->next;
-    s.state = KVB_SEQ_DONE;
-    s.stop = "forked";
-    s.used = true;
-    s.order = b->next_order++;
-    b->seqs[id] = s;
-    *seq_id = id;
-    return KVB_OK;
+    return seq_install_done(b, &s, id, "forked", seq_id);
 }
 
 /* ---- introspection ---- */
