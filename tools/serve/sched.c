@@ -395,32 +395,36 @@ static void *loop(void *arg) {
         if (srv->stopping && !stop_deadline) stop_deadline = serve_now() + 5.0;
         /* stopping: running turns finish and their sessions are stored, for 5 s at most */
         if (srv->stopping && ((s->n_active == 0 && store_queue_pending(s->q) == 0) || serve_now() > stop_deadline)) break;
-        /* admit in order */
+        /* admit in order; a turn waiting for its shared prefix to be read keeps its place without holding up those behind it */
         const double now = serve_now();
-        while (srv->queue_head && !srv->stopping) {
-            struct job *j = srv->queue_head;
+        for (struct job *prev = NULL, *j = srv->queue_head, *next; j && !srv->stopping; j = next) {
+            next = j->next;
+            bool leaves = false;
             if (j->cancelled) {
-                srv->queue_head = j->next;
-                if (!srv->queue_head) srv->queue_tail = NULL;
-                srv->n_queued--;
                 unbusy(srv, j);
                 j->done = j->failed = true;
                 j->status = 499;
-                if (j->abandoned) job_free(j);
-                else pthread_cond_broadcast(&j->cv);
+                leaves = true;
+            } else {
+                if (s->n_active + s->n_parked >= srv->o.parallel) break;
+                const int r = admit(srv, j);
+                if (r == ADMIT_WAIT && !j->prefix_waiting) break; /* the pool is full: first come, first served */
+                leaves = r != ADMIT_WAIT; /* started, done, or parked (store_done puts it back) */
+            }
+            if (!leaves) {
+                prev = j;
                 continue;
             }
-            if (s->n_active + s->n_parked >= srv->o.parallel) break;
-            const int r = admit(srv, j);
-            if (r == ADMIT_WAIT) break; /* the pool is full: first come, first served */
-            srv->queue_head = j->next; /* started, done, or parked (store_done puts it back) */
-            if (!srv->queue_head) srv->queue_tail = NULL;
+            if (prev) prev->next = next;
+            else srv->queue_head = next;
+            if (srv->queue_tail == j) srv->queue_tail = prev;
             srv->n_queued--;
             if (j->done && j->abandoned) job_free(j);
+            else if (j->done) pthread_cond_broadcast(&j->cv);
         }
         /* deadlines of those still waiting */
         for (struct job **pp = &srv->queue_head, *j; (j = *pp);) {
-            if (now - j->t_submit > srv->o.queue_timeout_s || srv->stopping) {
+            if ((now - j->t_submit > srv->o.queue_timeout_s && !j->prefix_waiting) || srv->stopping) { /* a prefix being read is progress */
                 *pp = j->next;
                 srv->n_queued--;
                 if (srv->queue_tail == j) {
