@@ -14,8 +14,9 @@
  * prompt begins with a prefix that is there forks it (kvb_batch_seq_fork:
  * the same pages, copy on write) and reads only the rest of its prompt; so
  * does a turn whose prefix is not there yet, after a sequence it starts has
- * read it (it waits at the head of the queue meanwhile, as for room in the
- * pool): the second session's first token skips the prefix, and every turn
+ * read it (meanwhile it keeps its place in the queue without holding up the
+ * turns behind it, and --queue-timeout does not end it: the reading is
+ * progress): the second session's first token skips the prefix, and every turn
  * with a prefix reads its prompt cut at the same place. A fork continues
  * exactly as the prefix's own sequence would (test_batch), so a session's
  * text is the same with or without sharing (test_serve_prefix_cli.sh).
