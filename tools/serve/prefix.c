@@ -21,8 +21,10 @@
  * exactly as the prefix's own sequence would (test_batch), so a session's
  * text is the same with or without sharing (test_serve_prefix_cli.sh).
  *
- * A prefix is let go, least recently used first, when another needs its
- * place, or when the pool is short and no idle session is left to offload;
+ * Prefixes take places among the batch's sequences as idle sessions do
+ * (--parallel + --max-sessions in all). A prefix is let go, least recently
+ * used first, when another needs its place, or when the pool or the batch
+ * is short and no idle session is left to offload;
  * pages its forks still share stay theirs. A prefix whose reading fails for
  * want of pages is dropped, and the turns that waited for it read their
  * whole prompts as if there were no sharing.
@@ -89,7 +91,9 @@ static bool start_reading(struct server *srv, const struct job *j, const int32_t
     int32_t *copy = malloc(sizeof(int32_t) * (size_t)n);
     if (!copy) return false;
     int32_t seq = -1;
-    if (kvb_batch_add(s->b, &sp, ids, n, &seq) != KVB_OK) {
+    kvb_status st = kvb_batch_add(s->b, &sp, ids, n, &seq);
+    while (st == KVB_ERR_NOMEM && offload_session(srv)) st = kvb_batch_add(s->b, &sp, ids, n, &seq); /* a place among the sessions' */
+    if (st != KVB_OK) {
         free(copy);
         return false;
     }
@@ -133,6 +137,7 @@ int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t 
     }
     int32_t id = -1;
     kvb_status st = kvb_batch_seq_fork(s->b, p->seq, &j->sp, &id);
+    while (st == KVB_ERR_NOMEM && offload_session(srv)) st = kvb_batch_seq_fork(s->b, p->seq, &j->sp, &id);
     if (st == KVB_OK) {
         st = kvb_batch_continue(s->b, id, &j->sp, ids + p->n, n - p->n);
         if (st != KVB_OK) kvb_batch_remove(s->b, id);

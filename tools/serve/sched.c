@@ -528,7 +528,7 @@ int sched_start(struct server *srv) {
     bp.kv_pool_bytes = srv->o.pool_bytes;
     bp.kv = srv->o.kv; /* its row types and page size: every session's */
     bp.n_threads = srv->o.threads;
-    bp.max_seqs = srv->o.parallel + srv->o.max_sessions + srv->o.prefix_cache;
+    bp.max_seqs = srv->o.parallel + srv->o.max_sessions; /* shared prefixes take places among the idle sessions' */
     bp.step_tokens = srv->o.step_tokens;
     bp.chunk = srv->o.chunk;
     bp.step_target_ms = srv->o.step_target_ms;

@@ -70,6 +70,10 @@ struct sess *sess_new(struct sched *s, const char *id);
 void sess_drop(struct sched *s, struct sess *x);
 void sess_release(struct sched *s, struct sess *x);
 void sess_idle(struct server *srv, struct sess *x);
+/* Returns the pages (and the batch's place) of the least recently used idle
+ * session in memory (it is in the store already); false: none. */
+bool offload_session(struct server *srv);
+/* offload_session, else lets the least recently used shared prefix go. */
 bool offload_one(struct server *srv);
 bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages,
                  int64_t *window_tokens, int64_t *global_tokens);

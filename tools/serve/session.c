@@ -66,19 +66,21 @@ void sess_idle(struct server *srv, struct sess *x) {
     if (x->seq < 0 || srv->store->shared) sess_release(srv->sched, x);
 }
 
-/* Returns the pages of the least recently used idle session in memory (it
- * is in the store already). false: none. */
-bool offload_one(struct server *srv) {
+bool offload_session(struct server *srv) {
     struct sched *s = srv->sched;
     struct sess *lru = NULL;
     for (int i = 0; i < s->n_sess; i++) {
         struct sess *x = s->sess[i];
         if (x->seq >= 0 && !x->busy && (!lru || x->last_used < lru->last_used)) lru = x;
     }
-    if (!lru) return prefix_drop_lru(srv); /* then a shared prefix (its forks keep what they share) */
+    if (!lru) return false;
     sess_release(s, lru);
     s->offloaded++;
     return true;
+}
+
+bool offload_one(struct server *srv) {
+    return offload_session(srv) || prefix_drop_lru(srv); /* a prefix's forks keep what they share */
 }
 
 /* A sequence's figures as the API reports them: tokens seen, retained
