@@ -1104,8 +1104,9 @@ void kvb_batch_free(struct kvb_batch *batch);
  * full (prompt + max_tokens if smaller). */
 size_t kvb_batch_seq_min_bytes(const struct kvb_batch *batch, const struct kvb_seq_params *params, int32_t n_prompt);
 /* Whether the pool can hold one more sequence at its minimum next to what
- * every admitted sequence needs at its own: KVB_OK, or KVB_ERR_NOMEM saying
- * how many bytes are missing. Admission control; kvb_batch_add does not ask. */
+ * every admitted sequence needs at its own (pages forks share counted
+ * once): KVB_OK, or KVB_ERR_NOMEM saying how many bytes are missing.
+ * Admission control; kvb_batch_add does not ask. */
 kvb_status kvb_batch_can_admit(const struct kvb_batch *batch, const struct kvb_seq_params *params, int32_t n_prompt);
 /* Adds a sequence that starts reading prompt[0..n_prompt) at the next step
  * (n_prompt >= 1). *seq_id names it until kvb_batch_remove. KVB_ERR_INVALID

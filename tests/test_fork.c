@@ -257,6 +257,40 @@ TEST(fork_copy_fails_cleanly_when_the_pool_is_full) {
     kvb_pool_free(pool);
 }
 
+/* A snapkv-family cache forks only with its prompt compressed (with or
+ * without a prefill budget), and its pages then stay shared through decode
+ * steps: only the page a token is written into is copied. */
+TEST(compressed_prompts_fork_and_stay_shared) {
+    for (int pb = 0; pb < 2; pb++) {
+        struct kvb_cache_params cp = small_params(KVB_POLICY_SNAPKV, 24, KVB_DTYPE_F16, 4);
+        cp.kv.policy.obs_window = 4;
+        cp.kv.policy.prefill_budget = pb ? 32 : 0;
+        struct kvb_pool *pool = new_pool(&cp, 1024);
+        struct kvb_cache *a, *f = NULL;
+        CHECK_OK(kvb_cache_init(pool, &cp, &a));
+        unsigned long long rs = 21;
+        float q[40 * L * HK * D], k[40 * L * HK * D], v[40 * L * HK * D], o[40 * L * HK * D];
+        fill(&rs, q, sizeof q / sizeof *q); fill(&rs, k, sizeof k / sizeof *k); fill(&rs, v, sizeof v / sizeof *v);
+        CHECK_OK(feed(a, 20, q, k, v, o, 1));
+        CHECK_STATUS(kvb_cache_fork(a, &f), KVB_ERR_INVALID); /* the prompt is open */
+        CHECK(strstr(kvb_last_error(), "prompt open") != NULL && f == NULL);
+        CHECK_OK(feed(a, 20, q, k, v, o, 1));
+        kvb_cache_compress(a, NULL);
+        CHECK_OK(kvb_cache_fork(a, &f));
+        struct kvb_pool_stats ps0, ps1;
+        kvb_pool_get_stats(pool, &ps0);
+        fill(&rs, q, L * HK * D); fill(&rs, k, L * HK * D); fill(&rs, v, L * HK * D);
+        CHECK_OK(feed(f, 1, q, k, v, o, 1));
+        kvb_pool_get_stats(pool, &ps1);
+        if (ps1.pages_shared < ps0.pages_shared - L * HK || ps1.pages_in_use > ps0.pages_in_use + L * HK)
+            FAILF("prefill_budget %d: a decode step on the fork took %lld pages (shared %lld -> %lld)", cp.kv.policy.prefill_budget,
+                  (long long)(ps1.pages_in_use - ps0.pages_in_use), (long long)ps0.pages_shared, (long long)ps1.pages_shared);
+        kvb_cache_free(f);
+        kvb_cache_free(a);
+        kvb_pool_free(pool);
+    }
+}
+
 TEST(fork_refusals_are_named) {
     struct kvb_cache_params cp = small_params(KVB_POLICY_FULL, 0, KVB_DTYPE_F16, 4);
     struct kvb_cache *c, *f = NULL;
@@ -279,6 +313,7 @@ int main(void) {
     RUN(fork_continues_exactly_every_policy);
     RUN(forks_share_pages_until_written);
     RUN(fork_copy_fails_cleanly_when_the_pool_is_full);
+    RUN(compressed_prompts_fork_and_stay_shared);
     RUN(fork_refusals_are_named);
     return test_summary();
 }

@@ -6,15 +6,19 @@
 #     time, two turns each (tests/serve_prefix_load.py): every turn's text
 #     equals, byte for byte, that of a server with --prefix-cache 0;
 #   - every first turn but the one that had the prefix read reports
-#     usage.prompt_tokens_details.cached_tokens = the prefix's tokens,
-#     counted independently (`kvbound template` of the system message alone,
-#     then /tokenize); later turns and the server without sharing report 0;
+#     usage.prompt_tokens_details.cached_tokens = the prefix's tokens: the
+#     system message's, counted independently (`kvbound template` of it
+#     alone, then /tokenize), cut down to a chunk's end (--chunk 64); later
+#     turns and the server without sharing report 0;
 #   - right after the first turns the pool holds the prefix's whole pages
 #     once: pages shared = whole pages of the prefix x 12 streams, and the
 #     pool holds under half the pages the server without sharing holds;
 #     /metrics counts 7 hits and 7 prefixes' tokens;
 #   - with --prefix-cache 1 and two system prompts in turn, texts still equal
 #     the unshared server's and at most one prefix is kept;
+#   - under h2o with a budget (96) below the prefix, evicting while the
+#     prefix is read, texts still equal the unshared server's; snapkv is not
+#     shared (it compresses a prompt where it ends) and equal too;
 #   - a session with --recall is not shared (its cold tier is its own) and
 #     still answers.
 . "$(dirname "$0")/cli_lib.sh"
@@ -34,7 +38,8 @@ random.seed(2)
 w = "a small boy named tim had a blue boat and he sailed it on the pond every morning with his friend sam who liked to sing".split()
 print("One day, " + " ".join(random.choice(w) for _ in range(120)) + ".")
 EOF
-ARGS="-m $M --budget 1024 -t 1"
+CHUNK=64
+ARGS="-m $M --budget 1024 -t 1 --chunk $CHUNK"
 load() { # load NAME SYSTEM_FILE N TURNS CONCURRENCY: the client's JSON in $T/NAME.json (sessions NAME-s0 ...)
     python3 "$HERE/serve_prefix_load.py" "$URL" "$2" "$3" "$4" "$5" 32 "$1-" > "$T/$1.json" 2> "$T/$1.err"
 }
@@ -50,8 +55,9 @@ load on "$T/sys.txt" 8 2 4
 # the prefix's tokens, counted apart from the server's cut: the system message alone through the template, BOS first
 python3 -c 'import json,sys; print(json.dumps([{"role": "system", "content": open(sys.argv[1]).read()}]))' "$T/sys.txt" > "$T/sysmsg.json"
 "$K" template -m "$M" --messages "$T/sysmsg.json" --no-generation-prompt > "$T/sys.rendered" 2> "$T/template.err"
-P=$(python3 -c 'import json,sys; print(json.dumps({"content": open(sys.argv[1]).read()}))' "$T/sys.rendered" |
+W=$(python3 -c 'import json,sys; print(json.dumps({"content": open(sys.argv[1]).read()}))' "$T/sys.rendered" |
     curl -s -H 'Content-Type: application/json' -d @- "$URL/tokenize" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["tokens"]) + 1)')
+P=$((W - W % CHUNK)) # the cut falls on a chunk's end
 metric() { curl -s "$URL/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 hits=$(metric kvbound_prefix_hits_total); reused=$(metric kvbound_prefix_tokens_reused_total)
 
@@ -68,9 +74,9 @@ firsts=$(pyq "$T/on.json" '" ".join(sorted(str(t["cached_tokens"]) for t in d["t
 laters=$(pyq "$T/on.json" 'sum(t["cached_tokens"] for t in d["turns"] if t["turn"] > 0)')
 offc=$(pyq "$T/off.json" 'sum(t["cached_tokens"] for t in d["turns"])')
 want="0 $(printf '%s ' $P $P $P $P $P $P $P | sed 's/ $//')"
-if [ -n "$P" ] && [ "$P" -ge 200 ] && [ "$firsts" = "$want" ] && [ "$laters" = 0 ] && [ "$offc" = 0 ] && [ "$hits" = 7 ] && [ "$reused" = $((7 * P)) ]; then
+if [ -n "$W" ] && [ "$P" -ge 200 ] && [ "$P" -lt "$W" ] && [ "$firsts" = "$want" ] && [ "$laters" = 0 ] && [ "$offc" = 0 ] && [ "$hits" = 7 ] && [ "$reused" = $((7 * P)) ]; then
     ok serve_prefix_cached_tokens
-else ko serve_prefix_cached_tokens "prefix $P tokens; first turns cached: $firsts (want $want); later $laters; unshared $offc; hits $hits, reused $reused"; fi
+else ko serve_prefix_cached_tokens "prefix $P tokens (the system message $W); first turns cached: $firsts (want $want); later $laters; unshared $offc; hits $hits, reused $reused"; fi
 
 # pages: the prefix's whole pages (16 tokens each) held once by 8 sessions and the prefix, in 6 layers x 2 KV heads
 shared=$(pyq "$T/on.json" 'd["shared_after_first_turns"]'); pon=$(pyq "$T/on.json" 'd["pages_after_first_turns"]')
@@ -103,6 +109,27 @@ done
 hit1=$(pyq "$T/one-a3.json" 'max(t["cached_tokens"] for t in d["turns"])')
 if [ -z "$bad" ] && [ "$np" = 1 ] && [ "${hit1:-0}" -gt 0 ]; then ok serve_prefix_one_place_two_prompts
 else ko serve_prefix_one_place_two_prompts "differ:$bad; prefixes kept $np; a3's cached $hit1"; fi
+
+# past the budget: the prefix itself is evicted from while it is read (h2o, budget 96 < the prefix), and
+# the texts still equal the unshared server's, the cut falling on a chunk's end; snapkv is not shared
+for pol in h2o snapkv; do
+    for mode in on off; do
+        a=""; [ $mode = off ] && a="--prefix-cache 0"
+        start "$pol-$mode" -m "$M" -t 1 --chunk $CHUNK --policy $pol --budget 96 --sessions "$T/s-$pol-$mode" $a
+        [ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/$pol-$mode.log")"; cli_summary; exit; }
+        load "$pol-$mode" "$T/sys.txt" 4 1 2
+        kill $PID
+    done
+done
+eq=$(python3 -c 'import json,sys
+r = []
+for pol in ("h2o", "snapkv"):
+    a = json.load(open(sys.argv[1] + "/" + pol + "-on.json")); b = json.load(open(sys.argv[1] + "/" + pol + "-off.json"))
+    r.append(not a["errors"] and not b["errors"] and len(a["turns"]) == 4 and [t["content"] for t in a["turns"]] == [t["content"] for t in b["turns"]])
+    r.append(sum(t["cached_tokens"] > 0 for t in a["turns"]))
+print(r)' "$T" 2>/dev/null)
+if [ "$eq" = "[True, 3, True, 0]" ]; then ok serve_prefix_exact_past_budget
+else ko serve_prefix_exact_past_budget "h2o: equal, turns cached; snapkv: equal, turns cached = $eq (want [True, 3, True, 0])"; fi
 
 # recall: no sharing, still answers
 start rec $ARGS --sessions "$T/s-rec" --recall-pages 2

@@ -156,9 +156,12 @@ static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_hea
  * evicts (compaction moves rows once two pages of holes are free; see
  * stream.c): an upper bound on what it evicts, from the budget or, for a
  * window layer, from the positions that leave the window. Prompt
- * compression (the snapkv family) rewrites the stream: always. */
+ * compression (the snapkv family) rewrites the stream: always while a
+ * prompt is open or a chunk opens one. block-h2o takes whole pages: up to
+ * a page less one more than the budget says. */
+static bool prompt_open(const struct kvb_cache *c, int32_t layer);
 static bool may_compact(const struct kvb_cache *c, const struct kvb_stream *s, int32_t layer, int32_t n_new) {
-    if (c->policy.iface->flags & KVB_PF_COMPRESS) return true;
+    if ((c->policy.iface->flags & KVB_PF_COMPRESS) && !s->window && (n_new > 1 || prompt_open(c, layer))) return true; /* a prompt to compress */
     int64_t k = 0;
     if (s->window) {
         const int64_t next = c->n_past[layer] + n_new;
@@ -166,6 +169,7 @@ static bool may_compact(const struct kvb_cache *c, const struct kvb_stream *s, i
         k += KVB_MAX(0, (int64_t)n_new - s->window + 1);
     } else if (s->v.budget > 0 && !(c->policy.iface->flags & KVB_PF_NEVER_EVICT)) {
         k = KVB_MAX(0, (int64_t)s->v.n + n_new - s->v.budget);
+        if (k > 0 && (c->policy.iface->flags & KVB_PF_WHOLE_PAGES)) k += c->geom.block_size - 1;
     }
     if (k == 0) return false;
     const int64_t B = c->geom.block_size;
@@ -614,8 +618,9 @@ kvb_status kvb_cache_fork(struct kvb_cache *src, struct kvb_cache **out) {
                                      (int)src->params.kv.recall.pages);
     if (src->has_reserve) return kvb_fail(KVB_ERR_INVALID, "cache_fork: the cache holds a reservation (kvb_cache_reserve) not yet used");
     for (int32_t l = 0; l < src->params.n_layer; l++)
-        if (src->ring_n[l] > 0) return kvb_fail(KVB_ERR_INVALID, "cache_fork: layer %d has a %s prompt open (not yet compressed)", (int)l,
-                                                kvb_policy_name(src->params.kv.policy.id));
+        if (src->ring_n[l] > 0 || prompt_open(src, l))
+            return kvb_fail(KVB_ERR_INVALID, "cache_fork: layer %d has a %s prompt open (not yet compressed)", (int)l,
+                            kvb_policy_name(src->params.kv.policy.id));
     struct kvb_cache *c;
     kvb_status st = kvb_cache_init(src->pool, &src->params, &c);
     if (st != KVB_OK) return st;

@@ -247,15 +247,19 @@ static size_t seq_bytes(const struct kvb_batch *b, const struct seq *s) {
 
 kvb_status kvb_batch_can_admit(const struct kvb_batch *b, const struct kvb_seq_params *p, int32_t n_prompt) {
     if (!b || !p) return kvb_fail(KVB_ERR_INVALID, "batch_can_admit: NULL argument");
-    size_t need = kvb_batch_seq_min_bytes(b, p, n_prompt);
+    size_t need = kvb_batch_seq_min_bytes(b, p, n_prompt), held = 0;
     for (int32_t i = 0; i < b->p.max_seqs; i++) {
         const struct seq *s = &b->seqs[i];
         if (!s->used) continue;
         const size_t cur = seq_bytes(b, s);
+        held += cur;
         need += s->state == KVB_SEQ_DONE ? cur : KVB_MAX(cur, kvb_batch_seq_min_bytes(b, &s->p, s->n_prompt));
     }
     struct kvb_pool_stats ps;
     kvb_pool_get_stats(b->pool, &ps);
+    /* a page that forks share is held by each of them but takes the pool one page */
+    const size_t in_use = (size_t)ps.pages_in_use * ps.page_bytes;
+    if (held > in_use) need -= held - in_use;
     const size_t cap = (size_t)ps.pages_capacity * ps.page_bytes;
     if (need > cap)
         return kvb_fail(KVB_ERR_NOMEM, "batch: the pool (%zu bytes) cannot hold one more sequence at its minimum (%zu bytes short)", cap,

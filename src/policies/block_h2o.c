@@ -53,7 +53,7 @@ static int32_t block_select(const struct kvb_policy *p, struct kvb_stream_view *
 const struct kvb_policy_i kvb_policy_block_h2o = {
     .name = "block-h2o",
     .describe = "block H2O: H2O scores summed per page, whole pages evicted. params: budget=256 n_sink=4 heavy_ratio=0.5 n_recent=-1 block_size=16 (cache)",
-    .flags = KVB_PF_DECODE_ATTN | KVB_PF_PREFILL_MASS,
+    .flags = KVB_PF_DECODE_ATTN | KVB_PF_PREFILL_MASS | KVB_PF_WHOLE_PAGES,
     .n_state = 1,
     .recent = kvb_recent_heavy,
     .default_pos = KVB_POS_ORIGINAL,

@@ -80,6 +80,7 @@ struct kvb_policy {
 #define KVB_PF_PREFILL_MASS 2u  /* wants prefill column mass */
 #define KVB_PF_NEVER_EVICT 4u   /* full */
 #define KVB_PF_COMPRESS 8u      /* prompt compression at kvb_cache_compress (snapkv family) */
+#define KVB_PF_WHOLE_PAGES 16u  /* evicts whole pages: up to a page less one more than the budget asks (block-h2o) */
 
 struct kvb_policy_i {
     const char *name;

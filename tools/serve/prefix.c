@@ -21,10 +21,10 @@
  * exactly as the prefix's own sequence would (test_batch), so a session's
  * text is the same with or without sharing (test_serve_prefix_cli.sh).
  *
- * Prefixes take places among the batch's sequences as idle sessions do
- * (--parallel + --max-sessions in all). A prefix is let go, least recently
- * used first, when another needs its place, or when the pool or the batch
- * is short and no idle session is left to offload;
+ * Prefixes have --prefix-cache places in the batch beside the sessions'
+ * (session_place keeps sessions and turns to --parallel + --max-sessions).
+ * A prefix is let go, least recently used first, when another needs its
+ * place, or when the pool is short and no idle session is left to offload;
  * pages its forks still share stay theirs. A prefix whose reading fails for
  * want of pages is dropped, and the turns that waited for it read their
  * whole prompts as if there were no sharing.
@@ -115,7 +115,11 @@ static bool start_reading(struct server *srv, const struct job *j, const int32_t
 
 int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t n, int32_t *seq) {
     struct sched *s = srv->sched;
-    if (srv->o.prefix_cache <= 0 || j->prefix_tried || j->sp.kv.recall.pages > 0) return PREFIX_NONE;
+    /* the snapkv family compresses a prompt where it ends: a prefix read alone would be compressed at its own end */
+    const enum kvb_policy_id pid = j->sp.kv.policy.id;
+    if (srv->o.prefix_cache <= 0 || j->prefix_tried || j->sp.kv.recall.pages > 0 || pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV ||
+        pid == KVB_POLICY_ADAKV)
+        return PREFIX_NONE;
     if (j->prefix_n < 0) j->prefix_n = prefix_boundary(srv, j, ids, n);
     if (j->prefix_n <= 0) {
         j->prefix_tried = true;
@@ -124,15 +128,15 @@ int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t 
     struct prefix *p = find(s, ids, j->prefix_n, &j->sp);
     if (!p) {
         /* it was dropped while this turn waited for it, or there is no room to read it: no sharing */
-        if (j->prefix_waiting || !start_reading(srv, j, ids, j->prefix_n)) {
+        if (j->prefix_asked || !start_reading(srv, j, ids, j->prefix_n)) {
             j->prefix_tried = true;
             return PREFIX_NONE;
         }
-        j->prefix_waiting = j->prefix_started = true;
+        j->prefix_waiting = j->prefix_asked = j->prefix_started = true;
         return PREFIX_WAIT;
     }
     if (!p->ready) {
-        j->prefix_waiting = true;
+        j->prefix_waiting = j->prefix_asked = true;
         return PREFIX_WAIT;
     }
     int32_t id = -1;
@@ -164,6 +168,7 @@ void prefix_poll(struct server *srv) {
         struct kvb_seq_info si;
         if (p->ready || kvb_batch_seq_info(s->b, p->seq, &si) != KVB_OK || si.state != KVB_SEQ_DONE) continue;
         p->ready = true;
+        p->last_used = serve_now(); /* the turns that waited for it come next: not the first to go */
         s->n_reading--;
     }
 }

@@ -117,6 +117,7 @@ void ctl_from_store(struct server *srv, struct ctl *c, struct store_req *r) {
     /* the map of a stored session: loaded for the moment, then let go */
     struct kvb_seq_params sp = kvb_seq_default_params();
     int32_t seq = -1;
+    session_place(srv);
     kvb_status st = kvb_batch_seq_load(srv->sched->b, &sp, img, il, &seq);
     while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_seq_load(srv->sched->b, &sp, img, il, &seq);
     if (st != KVB_OK) { c->status = st == KVB_ERR_NOMEM ? 503 : 500; return; }

@@ -43,6 +43,7 @@ enum { ADMIT_WAIT = 0, ADMIT_DONE = 1, ADMIT_PARKED = 2 };
  * the queue with it (store_done). */
 static int admit(struct server *srv, struct job *j) {
     struct sched *s = srv->sched;
+    j->prefix_waiting = false; /* set again only if its prefix is still being read */
     struct sess *x = NULL;
     bool fresh = false;
     if (j->session_id[0]) {
@@ -78,6 +79,7 @@ static int admit(struct server *srv, struct job *j) {
             } else {
                 size_t il = 0;
                 const char *img = blob_meta(j->blob, j->blob_len, x, &il);
+                if (img) session_place(srv);
                 kvb_status st = img ? kvb_batch_seq_load(s->b, &j->sp, img, il, &x->seq) : KVB_ERR_CORRUPT;
                 while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_seq_load(s->b, &j->sp, img, il, &x->seq);
                 if (st == KVB_ERR_NOMEM) { x->seq = -1; return ADMIT_WAIT; } /* the blob stays on j */
@@ -126,7 +128,7 @@ static int admit(struct server *srv, struct job *j) {
     while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_can_admit(s->b, &j->sp, n);
     if (st == KVB_ERR_NOMEM) {
         free(ids);
-        if (s->n_active == 0) { /* an empty pool cannot hold it: waiting will not help */
+        if (s->n_active == 0 && s->n_reading == 0) { /* an empty pool cannot hold it: waiting will not help */
             if (x) sess_idle(srv, x);
             job_fail(srv, j, 400, "invalid_request_error", 0, "the page pool (--pool-mb) cannot hold this request even when empty: %s", kvb_last_error());
             return ADMIT_DONE;
@@ -136,6 +138,7 @@ static int admit(struct server *srv, struct job *j) {
     if (x && x->seq >= 0) st = kvb_batch_continue(s->b, x->seq, &j->sp, ids, n);
     else {
         int32_t id = -1;
+        session_place(srv);
         const int pr = prefix_admit(srv, j, ids, n, &id);
         if (pr == PREFIX_WAIT) { /* its prefix is being read; x stays busy with j */
             free(ids);
@@ -528,7 +531,7 @@ int sched_start(struct server *srv) {
     bp.kv_pool_bytes = srv->o.pool_bytes;
     bp.kv = srv->o.kv; /* its row types and page size: every session's */
     bp.n_threads = srv->o.threads;
-    bp.max_seqs = srv->o.parallel + srv->o.max_sessions; /* shared prefixes take places among the idle sessions' */
+    bp.max_seqs = srv->o.parallel + srv->o.max_sessions + srv->o.prefix_cache; /* session_place keeps sessions to theirs */
     bp.step_tokens = srv->o.step_tokens;
     bp.chunk = srv->o.chunk;
     bp.step_target_ms = srv->o.step_target_ms;

@@ -73,6 +73,10 @@ void sess_idle(struct server *srv, struct sess *x);
 /* Returns the pages (and the batch's place) of the least recently used idle
  * session in memory (it is in the store already); false: none. */
 bool offload_session(struct server *srv);
+/* Before a turn's or a session's sequence joins the batch: idle sessions go
+ * until sessions and turns hold fewer than --parallel + --max-sessions
+ * places (shared prefixes have --prefix-cache places of their own). */
+void session_place(struct server *srv);
 /* offload_session, else lets the least recently used shared prefix go. */
 bool offload_one(struct server *srv);
 bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages,

@@ -178,7 +178,9 @@ struct job {
     char fetch_error[160];
     int32_t seq;
     int32_t prefix_n;        /* tokens of its prompt a shared prefix covers: -1 not yet known, 0 none */
-    bool prefix_waiting, prefix_tried; /* waiting for its prefix to be read; sharing tried (or none) */
+    bool prefix_waiting;     /* its last admission found its prefix being read (it keeps its place, not the queue's head) */
+    bool prefix_asked;       /* it has waited for a prefix: one gone since is not read again for it */
+    bool prefix_tried;       /* sharing tried and given up (or no prefix): it reads its whole prompt */
     bool prefix_started;     /* it started the reading of its prefix (its cached_tokens stay 0) */
     int32_t cached_tokens;   /* prompt tokens it did not read: a shared prefix's (usage.prompt_tokens_details) */
     struct kvb_detok dt;

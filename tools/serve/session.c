@@ -79,6 +79,13 @@ bool offload_session(struct server *srv) {
     return true;
 }
 
+void session_place(struct server *srv) {
+    struct sched *s = srv->sched;
+    struct kvb_batch_stats bs;
+    kvb_batch_get_stats(s->b, &bs);
+    while (bs.n_seqs - s->n_prefixes >= srv->o.parallel + srv->o.max_sessions && offload_session(srv)) kvb_batch_get_stats(s->b, &bs);
+}
+
 bool offload_one(struct server *srv) {
     return offload_session(srv) || prefix_drop_lru(srv); /* a prefix's forks keep what they share */
 }
