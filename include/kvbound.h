@@ -1079,6 +1079,12 @@ struct kvb_seq_params {
     struct kvb_sampler_params sampler;
     int32_t max_tokens;              /* tokens to generate; 0 = no limit */
     bool ignore_eos;                 /* default false: end-of-sequence ends the sequence */
+    int32_t prompt_split;            /* 0 (default), or a point in the prompt (kvb_batch_add, or
+                                      * the turn's tokens in kvb_batch_continue) no chunk crosses:
+                                      * its tokens before and after are each read in chunks of
+                                      * `chunk` from their start, as if the prompt were two turns
+                                      * (where a shared prefix ends: a sequence forked after reading
+                                      * the first part then reads the same chunks) */
 };
 /* Defaults: kv = kvb_kv_default_params (f16 rows, pages of 16, full). */
 struct kvb_seq_params kvb_seq_default_params(void);

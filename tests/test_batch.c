@@ -798,7 +798,9 @@ TEST(sessions_continue_save_and_load) {
  * prompt) continue exactly as that sequence would have: for every policy,
  * four forks, each continuing with its own tokens in the same steps, give
  * bit for bit the tokens and logits of a batch without forks in which each
- * session read the shared prompt itself; right after the forks the pool
+ * session read the shared prompt itself, and (but for the snapkv family,
+ * which compresses where a prompt ends) of one that read each whole prompt
+ * with prompt_split at the shared part's end; right after the forks the pool
  * holds the shared prompt's pages once, and every page comes back. */
 TEST(forked_sequences_continue_exactly_every_policy) {
     NEED_MODEL();
@@ -866,6 +868,24 @@ TEST(forked_sequences_continue_exactly_every_policy) {
             if (memcmp(lg + (size_t)i * V, want, sizeof(float) * (size_t)V) != 0)
                 FAILF("%s: fork %d's last logits differ from the unforked session's", kvb_policy_name((enum kvb_policy_id)pid), i);
             CHECK_OK(kvb_batch_remove(r, own));
+            /* the whole prompt read with no chunk across the prefix's end (prompt_split) reads the same chunks:
+             * the same tokens and logits, but for the snapkv family, which compresses once, at the end */
+            if (pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV || pid == KVB_POLICY_ADAKV) continue;
+            int32_t whole[60 + 40];
+            memcpy(whole, g_ids, sizeof(int32_t) * 60);
+            memcpy(whole + 60, g_ids + 100 + 40 * i, sizeof(int32_t) * (size_t)(20 + 5 * i));
+            struct kvb_seq_params ssp = sp;
+            ssp.prompt_split = 60;
+            CHECK_OK(kvb_batch_add(r, &ssp, whole, 60 + 20 + 5 * i, &own));
+            CHECK(run_turn(r, own, ref, &n_ref, want, V));
+            CHECK_EQ_INT(n_ref, GEN);
+            for (int t = 0; t < GEN; t++)
+                if (got[i][t] != ref[t]) FAILF("%s: fork %d's token %d is %d, the split prompt's %d", kvb_policy_name((enum kvb_policy_id)pid), i, t, (int)got[i][t], (int)ref[t]);
+            if (memcmp(lg + (size_t)i * V, want, sizeof(float) * (size_t)V) != 0)
+                FAILF("%s: fork %d's last logits differ from the split prompt's", kvb_policy_name((enum kvb_policy_id)pid), i);
+            CHECK_OK(kvb_batch_remove(r, own));
+            ssp.prompt_split = 60 + 20 + 5 * i; /* not inside the prompt */
+            CHECK_STATUS(kvb_batch_add(r, &ssp, whole, 60 + 20 + 5 * i, &own), KVB_ERR_INVALID);
         }
         CHECK_OK(kvb_batch_remove(b, src));
         for (int i = 0; i < NF; i++) CHECK_OK(kvb_batch_remove(b, ids[i]));

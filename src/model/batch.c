@@ -51,6 +51,7 @@ struct seq {
     int32_t n_hist, prompt_at;   /* the current prompt is hist[prompt_at, prompt_at + n_prompt) */
     int64_t hist_cap;
     int32_t n_prompt, n_prompt_done, n_generated, last_token, next;
+    int32_t split;               /* no chunk of the current prompt crosses it (kvb_seq_params.prompt_split) */
     int32_t n_ctx;
     enum kvb_seq_state state;
     const char *stop;
@@ -298,6 +299,8 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
             return kvb_fail(KVB_ERR_INVALID, "batch_add: prompt token %d is %d, out of range 0..%d", (int)i, (int)prompt[i], (int)in->n_vocab - 1);
     if (p->max_tokens < 0 || p->n_ctx < 0 || p->kv.max_distance < 0)
         return kvb_fail(KVB_ERR_INVALID, "batch_add: max_tokens, n_ctx and kv.max_distance must be >= 0");
+    if (p->prompt_split < 0 || p->prompt_split >= n_prompt)
+        return kvb_fail(KVB_ERR_INVALID, "batch_add: prompt_split %d is not 0 or inside the prompt of %d tokens", (int)p->prompt_split, (int)n_prompt);
     if (!same_layout(b, &p->kv)) return layout_mismatch(b, "batch_add", &p->kv);
     if (p->kv.layers || p->kv.n_layers)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "batch_add: kv.layers: %d per-layer override(s) given; the model sets its own per-layer windows",
@@ -325,6 +328,7 @@ kvb_status kvb_batch_add(struct kvb_batch *b, const struct kvb_seq_params *p, co
     memcpy(s.hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
     s.n_hist = n_prompt;
     s.n_prompt = n_prompt;
+    s.split = p->prompt_split;
     s.state = KVB_SEQ_PROMPT;
     s.last_token = -1;
     s.used = true;
@@ -451,6 +455,7 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
         const int32_t i = b->by_order[a];
         struct seq *s = &b->seqs[i];
         int32_t T = KVB_MIN(b->p.chunk, s->n_prompt - s->n_prompt_done);
+        if (s->split > s->n_prompt_done) T = KVB_MIN(T, s->split - s->n_prompt_done); /* no chunk crosses the split */
         if (!target) {
             if (rows + T > b->p.step_tokens) break; /* first come, first served */
         } else {
@@ -521,6 +526,8 @@ kvb_status kvb_batch_continue(struct kvb_batch *b, int32_t id, const struct kvb_
         if (tokens[i] < 0 || tokens[i] >= in->n_vocab)
             return kvb_fail(KVB_ERR_INVALID, "batch_continue: token %d is %d, out of range 0..%d", (int)i, (int)tokens[i], (int)in->n_vocab - 1);
     if (p->max_tokens < 0) return kvb_fail(KVB_ERR_INVALID, "batch_continue: max_tokens must be >= 0");
+    if (p->prompt_split < 0 || p->prompt_split >= n)
+        return kvb_fail(KVB_ERR_INVALID, "batch_continue: prompt_split %d is not 0 or inside the turn's %d tokens", (int)p->prompt_split, (int)n);
     const int64_t seen = kvb_cache_n_past(s->cache, 0);
     if (is_full(&s->p) && seen + n > s->n_ctx)
         return kvb_fail(KVB_ERR_INVALID, "batch_continue: %lld tokens seen + %d exceed n_ctx %d under policy full", (long long)seen, (int)n,
@@ -537,6 +544,7 @@ kvb_status kvb_batch_continue(struct kvb_batch *b, int32_t id, const struct kvb_
     s->n_hist = keep + n;
     s->prompt_at = keep;
     s->n_prompt = n;
+    s->split = p->prompt_split;
     s->n_prompt_done = 0;
     s->n_generated = 0;
     s->last_token = -1;

@@ -7,6 +7,10 @@
  * first turn is cut after the messages before its last user message,
  * rendered alone through the same template (text.c, prefix_boundary), when
  * their tokens begin the whole prompt's and number at least --prefix-min.
+ * Every such turn is read with no chunk crossing the cut
+ * (kvb_seq_params.prompt_split), shared or not, --prefix-cache 0 too, so
+ * the chunks, and what a policy evicts between them, never depend on
+ * whether a prefix was there.
  *
  * The scheduler keeps up to --prefix-cache prefixes, each a sequence of the
  * batch that read exactly those tokens under one cache configuration and
@@ -83,6 +87,7 @@ static bool start_reading(struct server *srv, const struct job *j, const int32_t
     struct sched *s = srv->sched;
     if (s->n_prefixes == srv->o.prefix_cache && !prefix_drop_lru(srv)) return false; /* every place is being read */
     struct kvb_seq_params sp = j->sp;
+    sp.prompt_split = 0;
     sp.sampler = kvb_sampler_default_params();
     sp.sampler.temp = 0;
     sp.max_tokens = 1;
@@ -120,7 +125,6 @@ int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t 
     if (srv->o.prefix_cache <= 0 || j->prefix_tried || j->sp.kv.recall.pages > 0 || pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV ||
         pid == KVB_POLICY_ADAKV)
         return PREFIX_NONE;
-    if (j->prefix_n < 0) j->prefix_n = prefix_boundary(srv, j, ids, n);
     if (j->prefix_n <= 0) {
         j->prefix_tried = true;
         return PREFIX_NONE;
@@ -143,7 +147,9 @@ int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t 
     kvb_status st = kvb_batch_seq_fork(s->b, p->seq, &j->sp, &id);
     while (st == KVB_ERR_NOMEM && offload_session(srv)) st = kvb_batch_seq_fork(s->b, p->seq, &j->sp, &id);
     if (st == KVB_OK) {
-        st = kvb_batch_continue(s->b, id, &j->sp, ids + p->n, n - p->n);
+        struct kvb_seq_params rest = j->sp;
+        rest.prompt_split = 0; /* the split is where the rest begins */
+        st = kvb_batch_continue(s->b, id, &rest, ids + p->n, n - p->n);
         if (st != KVB_OK) kvb_batch_remove(s->b, id);
     }
     if (st != KVB_OK) {

@@ -139,6 +139,8 @@ static int admit(struct server *srv, struct job *j) {
     else {
         int32_t id = -1;
         session_place(srv);
+        if (j->prefix_n < 0) j->prefix_n = prefix_boundary(srv, j, ids, n); /* where its shared messages end (0: none) */
+        j->sp.prompt_split = j->prefix_n > 0 ? j->prefix_n : 0;
         const int pr = prefix_admit(srv, j, ids, n, &id);
         if (pr == PREFIX_WAIT) { /* its prefix is being read; x stays busy with j */
             free(ids);

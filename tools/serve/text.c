@@ -172,11 +172,8 @@ int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *
     int32_t nb = 0;
     int32_t *pre = st == KVB_OK ? tokens_of(srv, text, true, -1, &nb) : NULL;
     if (st == KVB_OK) kvb_buffer_free(text);
-    /* the shared messages' tokens must begin the prompt's (a merge across the cut would not); the cut falls
-     * on a chunk's end, where a prompt read whole is cut too, so every chunk (and what is evicted between
-     * chunks) is the same with sharing or without */
-    const int32_t whole = pre && nb < n && !memcmp(pre, ids, sizeof(int32_t) * (size_t)nb) ? nb : 0;
-    const int32_t cut = whole - whole % srv->o.chunk;
+    /* the shared messages' tokens must begin the prompt's (a merge across the cut would not) */
+    const int32_t cut = pre && nb < n && !memcmp(pre, ids, sizeof(int32_t) * (size_t)nb) ? nb : 0;
     free(pre);
     return cut >= srv->o.prefix_min ? cut : 0;
 }
