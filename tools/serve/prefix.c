@@ -82,6 +82,10 @@ bool prefix_drop_lru(struct server *srv) {
     return true;
 }
 
+bool offload_one(struct server *srv) {
+    return offload_session(srv) || prefix_drop_lru(srv); /* a prefix's forks keep what they share */
+}
+
 /* Starts a sequence that reads ids[0..n) as a new prefix. */
 static bool start_reading(struct server *srv, const struct job *j, const int32_t *ids, int32_t n) {
     struct sched *s = srv->sched;

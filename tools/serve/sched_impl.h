@@ -77,8 +77,6 @@ bool offload_session(struct server *srv);
  * until sessions and turns hold fewer than --parallel + --max-sessions
  * places (shared prefixes have --prefix-cache places of their own). */
 void session_place(struct server *srv);
-/* offload_session, else lets the least recently used shared prefix go. */
-bool offload_one(struct server *srv);
 bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages,
                  int64_t *window_tokens, int64_t *global_tokens);
 void sess_figures(struct server *srv, struct sess *x);
@@ -115,6 +113,8 @@ void prefix_poll(struct server *srv);
 bool prefix_step_failed(struct server *srv, int32_t seq);
 /* Lets the least recently used ready prefix go (its forks keep what they share); false: none. */
 bool prefix_drop_lru(struct server *srv);
+/* Room in the pool: offload_session, else prefix_drop_lru. */
+bool offload_one(struct server *srv);
 /* text.c: how many of ids[0..n) the job's shared messages cover (0: none). */
 int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *ids, int32_t n);
 

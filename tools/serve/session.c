@@ -86,9 +86,7 @@ void session_place(struct server *srv) {
     while (bs.n_seqs - s->n_prefixes >= srv->o.parallel + srv->o.max_sessions && offload_session(srv)) kvb_batch_get_stats(s->b, &bs);
 }
 
-bool offload_one(struct server *srv) {
-    return offload_session(srv) || prefix_drop_lru(srv); /* a prefix's forks keep what they share */
-}
+
 
 /* A sequence's figures as the API reports them: tokens seen, retained
  * tokens per (layer, KV head) on average, KV bytes, cold pages (--recall),
