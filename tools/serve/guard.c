@@ -110,6 +110,14 @@ void guard_answering(struct guard *g, struct guard_conn *c, bool on) {
     pthread_mutex_unlock(&g->mu);
 }
 
+int guard_answering_count(struct guard *g) {
+    int n = 0;
+    pthread_mutex_lock(&g->mu);
+    for (struct guard_conn *c = g->head; c; c = c->next) n += c->answering;
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}
+
 static void *watchdog(void *arg) {
     struct guard *g = arg;
     pthread_mutex_lock(&g->mu);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Library messages: warnings only. Its errors are statuses the server
  * answers with (a bad request's 400 names the cause), not log lines. */
@@ -400,6 +401,8 @@ static int serve_until_signal(struct server *srv, const struct serve_cli *c) {
     fprintf(stderr, "kvbound serve: %s: finishing running turns, then stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     http_quiesce(d);
     sched_stop(srv);
+    /* the answers the scheduler gave last (503 to turns cut or queued) are sent before the connections close */
+    for (int i = 0; i < 200 && guard_answering_count(srv->guard) > 0; i++) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     http_stop(d);
     sched_free(srv);
     guard_free(srv->guard);

@@ -384,6 +384,8 @@ struct guard_conn *guard_open(struct guard *g, int fd, const struct sockaddr *ad
 void guard_close(struct guard *g, struct guard_conn *c);
 void guard_answering(struct guard *g, struct guard_conn *c, bool on);
 void guard_counts(struct guard *g, int64_t *open, int64_t *refused, int64_t *timed_out);
+/* Connections whose request is in and whose answer is not yet sent. */
+int guard_answering_count(struct guard *g);
 
 double serve_now(void);
 int cmd_serve_main(int argc, char **argv);
