@@ -802,6 +802,25 @@ TEST(sessions_continue_save_and_load) {
  * which compresses where a prompt ends) of one that read each whole prompt
  * with prompt_split at the shared part's end; right after the forks the pool
  * holds the shared prompt's pages once, and every page comes back. */
+/* Fork i's GEN tokens and last logits against a reference run's (n_ref tokens); false: said why. */
+static bool same_run(enum kvb_policy_id pid, int i, const int32_t *got, const int32_t *ref, int n_ref, const float *lg, const float *want,
+                     int32_t V, const char *what) {
+    enum { GEN = 6 };
+    if (n_ref != GEN) { printf("  %s: %s run gave %d tokens, want %d\n", kvb_policy_name(pid), what, n_ref, GEN); t_case_failed = 1; return false; }
+    for (int t = 0; t < GEN; t++)
+        if (got[t] != ref[t]) {
+            printf("  %s: fork %d's token %d is %d, %s %d\n", kvb_policy_name(pid), i, t, (int)got[t], what, (int)ref[t]);
+            t_case_failed = 1;
+            return false;
+        }
+    if (memcmp(lg, want, sizeof(float) * (size_t)V) != 0) {
+        printf("  %s: fork %d's last logits differ from %s\n", kvb_policy_name(pid), i, what);
+        t_case_failed = 1;
+        return false;
+    }
+    return true;
+}
+
 TEST(forked_sequences_continue_exactly_every_policy) {
     NEED_MODEL();
     struct kvb_model_info mi;
@@ -862,11 +881,7 @@ TEST(forked_sequences_continue_exactly_every_policy) {
             CHECK_OK(kvb_batch_continue(r, own, &sp, g_ids + 100 + 40 * i, 20 + 5 * i));
             CHECK(run_turn(r, own, ref, &n_ref, want, V));
             CHECK_EQ_INT(n_got[i], GEN);
-            CHECK_EQ_INT(n_ref, GEN);
-            for (int t = 0; t < GEN; t++)
-                if (got[i][t] != ref[t]) FAILF("%s: fork %d's token %d is %d, the unforked session's %d", kvb_policy_name((enum kvb_policy_id)pid), i, t, (int)got[i][t], (int)ref[t]);
-            if (memcmp(lg + (size_t)i * V, want, sizeof(float) * (size_t)V) != 0)
-                FAILF("%s: fork %d's last logits differ from the unforked session's", kvb_policy_name((enum kvb_policy_id)pid), i);
+            if (!same_run((enum kvb_policy_id)pid, i, got[i], ref, n_ref, lg + (size_t)i * V, want, V, "the unforked session's")) return;
             CHECK_OK(kvb_batch_remove(r, own));
             /* the whole prompt read with no chunk across the prefix's end (prompt_split) reads the same chunks:
              * the same tokens and logits, but for the snapkv family, which compresses once, at the end */
@@ -878,11 +893,7 @@ TEST(forked_sequences_continue_exactly_every_policy) {
             ssp.prompt_split = 60;
             CHECK_OK(kvb_batch_add(r, &ssp, whole, 60 + 20 + 5 * i, &own));
             CHECK(run_turn(r, own, ref, &n_ref, want, V));
-            CHECK_EQ_INT(n_ref, GEN);
-            for (int t = 0; t < GEN; t++)
-                if (got[i][t] != ref[t]) FAILF("%s: fork %d's token %d is %d, the split prompt's %d", kvb_policy_name((enum kvb_policy_id)pid), i, t, (int)got[i][t], (int)ref[t]);
-            if (memcmp(lg + (size_t)i * V, want, sizeof(float) * (size_t)V) != 0)
-                FAILF("%s: fork %d's last logits differ from the split prompt's", kvb_policy_name((enum kvb_policy_id)pid), i);
+            if (!same_run((enum kvb_policy_id)pid, i, got[i], ref, n_ref, lg + (size_t)i * V, want, V, "the split prompt's")) return;
             CHECK_OK(kvb_batch_remove(r, own));
             ssp.prompt_split = 60 + 20 + 5 * i; /* not inside the prompt */
             CHECK_STATUS(kvb_batch_add(r, &ssp, whole, 60 + 20 + 5 * i, &own), KVB_ERR_INVALID);
