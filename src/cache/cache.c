@@ -178,10 +178,10 @@ static bool may_compact(const struct kvb_cache *c, const struct kvb_stream *s, i
 }
 
 /* Copy on write: appends to *list (pairs stream index, page index; *n of
- * them, capacity *cap, grown from stack) the pages of stream i that other
- * caches also hold and that it will write into: those holding the holes its
- * next n_new tokens pop (top of the stack first), or every one when all. */
-static kvb_status cow_collect(struct kvb_cache *c, size_t i, int32_t n_new, bool all, int32_t **list, int32_t *stack, int64_t *cap, int64_t *n) {
+ * them in *cap int32s, kvb_grow) the pages of stream i that other caches
+ * also hold and that it will write into: those holding the holes its next
+ * n_new tokens pop (top of the stack first), or every one when all. */
+static kvb_status cow_collect(struct kvb_cache *c, size_t i, int32_t n_new, bool all, int32_t **list, int64_t *cap, int64_t *n) {
     struct kvb_stream *s = &c->streams[i];
     const int64_t first = *n;
     const int32_t count = all ? s->v.n_pages : KVB_MIN(n_new, s->n_free);
@@ -190,14 +190,7 @@ static kvb_status cow_collect(struct kvb_cache *c, size_t i, int32_t n_new, bool
         bool seen = false; /* holes of one page need not be adjacent in the stack */
         for (int64_t q = *n - 1; q >= first && !all && !seen; q--) seen = (*list)[2 * q + 1] == pg;
         if (seen || !kvb_pool_is_shared(c->pool, s->pages[pg])) continue;
-        if (*n == *cap) {
-            int32_t *grown = kvb_malloc(sizeof(int32_t) * 4 * (size_t)*cap);
-            if (!grown) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
-            memcpy(grown, *list, sizeof(int32_t) * 2 * (size_t)*cap);
-            if (*list != stack) kvb_free(*list);
-            *list = grown;
-            *cap *= 2;
-        }
+        if (kvb_grow((void **)list, cap, 2 * *n + 2, sizeof(int32_t)) != KVB_OK) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
         (*list)[2 * *n] = (int32_t)i;
         (*list)[2 * *n + 1] = pg;
         (*n)++;
@@ -205,31 +198,32 @@ static kvb_status cow_collect(struct kvb_cache *c, size_t i, int32_t n_new, bool
     return KVB_OK;
 }
 
-/* The copy-on-write pages of layers [l0, l1) for a step of n_new tokens. */
-static kvb_status cow_pages(struct kvb_cache *c, int32_t l0, int32_t l1, int32_t n_new, int32_t **list, int32_t *stack, int64_t cap, int64_t *n) {
+/* The copy-on-write pages of layers [l0, l1) for a step of n_new tokens
+ * (*list: NULL or allocated, the caller frees it). */
+static kvb_status cow_pages(struct kvb_cache *c, int32_t l0, int32_t l1, int32_t n_new, int32_t **list, int64_t *n) {
     const int32_t H = c->params.n_kv_head;
+    int64_t cap = 0;
+    kvb_status st = KVB_OK;
     *n = 0;
-    for (int32_t l = l0; l < l1; l++)
-        for (int32_t h = 0; h < H; h++) {
+    for (int32_t l = l0; l < l1 && st == KVB_OK; l++)
+        for (int32_t h = 0; h < H && st == KVB_OK; h++) {
             const size_t i = (size_t)l * H + h;
-            if (!c->streams[i].cow) continue;
-            kvb_status st = cow_collect(c, i, n_new, may_compact(c, &c->streams[i], l, n_new), list, stack, &cap, n);
-            if (st != KVB_OK) {
-                if (*list != stack) kvb_free(*list);
-                *list = stack;
-                return st;
-            }
+            if (c->streams[i].cow) st = cow_collect(c, i, n_new, may_compact(c, &c->streams[i], l, n_new), list, &cap, n);
         }
-    return KVB_OK;
+    return st;
+}
+
+/* The bytes of a page that rows use: K rows, then V rows. */
+static size_t page_used_bytes(const struct kvb_cache *c) {
+    return c->geom.v_offset + (size_t)c->geom.block_size * c->geom.row_bytes_v;
 }
 
 /* Swaps each listed page for its copy in fresh[0..n) and lets the shared one go. */
 static void cow_swap(struct kvb_cache *c, const int32_t *list, int64_t n, uint8_t *const *fresh) {
-    const size_t page_used = c->geom.v_offset + (size_t)c->geom.block_size * c->geom.row_bytes_v;
     for (int64_t i = 0; i < n; i++) {
         struct kvb_stream *s = &c->streams[list[2 * i]];
         uint8_t *old = s->pages[list[2 * i + 1]];
-        memcpy(fresh[i], old, page_used);
+        memcpy(fresh[i], old, page_used_bytes(c));
         s->pages[list[2 * i + 1]] = fresh[i];
         kvb_pool_give(c->pool, &old, 1);
     }
@@ -268,8 +262,11 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
      * (the holes they pop) that other caches also hold are copied first,
      * with pages taken in the same request. */
     int64_t n_cow = 0;
-    int32_t cow_stack[32], *cow = cow_stack; /* pairs (stream, page) */
-    if ((st = cow_pages(c, l0, l1, n_new, &cow, cow_stack, 16, &n_cow)) != KVB_OK) return st;
+    int32_t *cow = NULL; /* pairs (stream, page) */
+    if ((st = cow_pages(c, l0, l1, n_new, &cow, &n_cow)) != KVB_OK) {
+        kvb_free(cow);
+        return st;
+    }
     total += n_cow;
     uint8_t *stack[64];
     uint8_t **got = stack;
@@ -290,7 +287,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
         if (!got || !reqs) {
             if (got != stack) kvb_free(got);
             if (reqs != rstack) kvb_free(reqs);
-            if (cow != cow_stack) kvb_free(cow);
+            kvb_free(cow);
             return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
         }
         reqs[n_req - 1] = (struct kvb_pool_req){n_cow, 0, NULL}; /* the copies, taken last */
@@ -313,13 +310,12 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
         if (reqs != rstack) kvb_free(reqs);
         if (st != KVB_OK) {
             if (got != stack) kvb_free(got);
-            if (cow != cow_stack) kvb_free(cow);
+            kvb_free(cow);
             return st;
         }
     }
-    const size_t page_used = c->geom.v_offset + (size_t)c->geom.block_size * c->geom.row_bytes_v;
     cow_swap(c, cow, n_cow, got + total + n_moved - n_cow);
-    if (cow != cow_stack) kvb_free(cow);
+    kvb_free(cow);
     int64_t k = 0;
     for (int32_t l = l0; l < l1; l++)
         for (int32_t h = 0; h < H; h++) {
@@ -327,7 +323,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
             const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new), held = s->v.n_pages;
             if (n_moved && np > 0 && held > 0 && held < c->pool->long_pages && held + np >= c->pool->long_pages) {
                 for (int64_t i = 0; i < held; i++) { /* the page table keeps its order: slots do not change */
-                    memcpy(got[k + i], s->pages[i], page_used);
+                    memcpy(got[k + i], s->pages[i], page_used_bytes(c));
                     uint8_t *old = s->pages[i];
                     s->pages[i] = got[k + i];
                     got[k + i] = old;
@@ -670,7 +666,6 @@ kvb_status kvb_cache_fork(struct kvb_cache *src, struct kvb_cache **out) {
     }
     memcpy(c->n_past, src->n_past, sizeof(int64_t) * (size_t)src->params.n_layer);
     c->pages_peak = src->pages_peak;
-    c->recall_paused = src->recall_paused;
     *out = c;
     return KVB_OK;
 }
@@ -1031,20 +1026,20 @@ kvb_status kvb_cache_set_budget(struct kvb_cache *c, int32_t layer, int32_t head
                         (int)c->window[layer]);
     const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
     /* a stream that will shrink may compact: the pages it shares become its own first */
-    int32_t stack[32] = {0}, *list = stack;
-    int64_t n = 0, cap = 16;
+    int32_t *list = NULL;
+    int64_t n = 0, cap = 0;
     kvb_status st = KVB_OK;
     for (int32_t l = 0; l < c->params.n_layer && st == KVB_OK; l++)
         for (int32_t h = 0; h < c->params.n_kv_head && st == KVB_OK; h++) {
             const struct kvb_stream *s = kvb_cache_stream(c, l, h);
             if ((layer < 0 || l == layer) && (head < 0 || h == head) && !c->window[l] && s->cow && tokens && s->v.n > tokens)
-                st = cow_collect(c, (size_t)l * c->params.n_kv_head + h, 0, true, &list, stack, &cap, &n);
+                st = cow_collect(c, (size_t)l * c->params.n_kv_head + h, 0, true, &list, &cap, &n);
         }
     uint8_t **fresh = n > 0 && st == KVB_OK ? kvb_malloc(sizeof(uint8_t *) * (size_t)n) : NULL;
     if (n > 0 && st == KVB_OK) st = !fresh ? kvb_fail(KVB_ERR_NOMEM, "set_budget: out of memory") : kvb_pool_take(c->pool, n, fresh);
     if (st == KVB_OK) cow_swap(c, list, n, fresh);
     kvb_free(fresh);
-    if (list != stack) kvb_free(list);
+    kvb_free(list);
     if (st != KVB_OK) return st;
     for (int32_t l = 0; l < c->params.n_layer; l++)
         for (int32_t h = 0; h < c->params.n_kv_head; h++)

@@ -189,17 +189,16 @@ static bool message_sets(struct job *j, cJSON *all, int last_assistant, struct h
     cJSON_AddItemToArray(sprev, a);
     cJSON_AddItemToArray(scont, cJSON_Duplicate(u, true));
     cJSON_AddItemToArray(scont, cJSON_Duplicate(a, true));
+    int last_user = -1;
     for (int i = 0; i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(all, i);
-        const bool sys = !strcmp(cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, "system") ||
-                         !strcmp(cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, "developer");
+        const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
+        const bool sys = !strcmp(role, "system") || !strcmp(role, "developer");
+        if (!strcmp(role, "user")) last_user = i;
         if (prev && i <= last_assistant) cJSON_AddItemToArray(prev, cJSON_Duplicate(m, true));
         if (cont && (i <= last_assistant || !sys)) cJSON_AddItemToArray(cont, cJSON_Duplicate(m, true));
         if (i > last_assistant && !sys) cJSON_AddItemToArray(scont, cJSON_Duplicate(m, true));
     }
-    int last_user = -1;
-    for (int i = 0; i < n; i++)
-        if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(all, i), "role")->valuestring, "user")) last_user = i;
     if (last_user > 0) { /* what sessions may share: the messages before the last user message */
         cJSON *shared = cJSON_CreateArray();
         for (int i = 0; shared && i < last_user; i++) cJSON_AddItemToArray(shared, cJSON_Duplicate(cJSON_GetArrayItem(all, i), true));

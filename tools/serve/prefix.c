@@ -47,7 +47,6 @@ struct prefix {
     int32_t seq;             /* its sequence in the batch */
     bool ready;              /* read: turns may fork it */
     double last_used;
-    int64_t hits;
 };
 
 static bool same_config(const struct kvb_kv_params *a, int32_t a_ctx, const struct kvb_seq_params *sp) {
@@ -100,9 +99,7 @@ static bool start_reading(struct server *srv, const struct job *j, const int32_t
     int32_t *copy = malloc(sizeof(int32_t) * (size_t)n);
     if (!copy) return false;
     int32_t seq = -1;
-    kvb_status st = kvb_batch_add(s->b, &sp, ids, n, &seq);
-    while (st == KVB_ERR_NOMEM && offload_session(srv)) st = kvb_batch_add(s->b, &sp, ids, n, &seq); /* a place among the sessions' */
-    if (st != KVB_OK) {
+    if (kvb_batch_add(s->b, &sp, ids, n, &seq) != KVB_OK) { /* its place is one of --prefix-cache's */
         free(copy);
         return false;
     }
@@ -148,8 +145,7 @@ int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t 
         return PREFIX_WAIT;
     }
     int32_t id = -1;
-    kvb_status st = kvb_batch_seq_fork(s->b, p->seq, &j->sp, &id);
-    while (st == KVB_ERR_NOMEM && offload_session(srv)) st = kvb_batch_seq_fork(s->b, p->seq, &j->sp, &id);
+    kvb_status st = kvb_batch_seq_fork(s->b, p->seq, &j->sp, &id); /* its place: session_place made it */
     if (st == KVB_OK) {
         struct kvb_seq_params rest = j->sp;
         rest.prompt_split = 0; /* the split is where the rest begins */
@@ -162,7 +158,6 @@ int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t 
     }
     p->last_used = serve_now();
     if (!j->prefix_started) { /* the turn that had it read paid for it */
-        p->hits++;
         s->prefix_hits++;
         s->prefix_tokens_reused += p->n;
         j->cached_tokens = p->n;

@@ -38,6 +38,21 @@ static kvb_status render(const struct server *srv, const struct job *j, const ch
     return kvb_chat_apply(&p, out, len);
 }
 
+/* The request's messages [0, n) through the template's signature family,
+ * after the template's default system message when the request has no
+ * system message and the template has one. */
+static kvb_status format_messages(const struct server *srv, const struct job *j, int32_t n, bool gen, char **text) {
+    const bool sys = !j->system && srv->default_system[0];
+    struct kvb_chat_message *m = malloc(sizeof *m * (size_t)(n + 1));
+    if (!m) return KVB_ERR_NOMEM;
+    if (sys) m[0] = (struct kvb_chat_message){"system", srv->default_system};
+    if (n) memcpy(m + sys, j->msgs, sizeof *m * (size_t)n);
+    size_t len;
+    const kvb_status st = kvb_chat_format(srv->style, m, n + sys, gen, text, &len);
+    free(m);
+    return st;
+}
+
 /* What a session's later turn reads through the Jinja template: the
  * template's rendering of the new messages after the previous exchange
  * (the conversation with them, less the conversation up to its last
@@ -120,21 +135,8 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
         }
     } else if (first) {
         /* the whole conversation, with the template's default system message if it has one */
-        struct kvb_chat_message *msgs = j->msgs;
-        int32_t nm = j->n_msgs;
-        struct kvb_chat_message *withsys = NULL;
-        if (!j->system && srv->default_system[0]) {
-            withsys = malloc(sizeof *withsys * (size_t)(nm + 1));
-            if (!withsys) return NULL;
-            withsys[0] = (struct kvb_chat_message){"system", srv->default_system};
-            memcpy(withsys + 1, msgs, sizeof *msgs * (size_t)nm);
-            msgs = withsys;
-            nm++;
-        }
-        size_t len;
-        st = kvb_chat_format(srv->style, msgs, nm, true, &text, &len);
+        st = format_messages(srv, j, j->n_msgs, true, &text);
         if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
-        free(withsys);
     } else {
         st = kvb_chat_turn_text(srv->style, NULL, j->user, false, x->stop_text, &text, NULL);
         if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
@@ -160,14 +162,7 @@ int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *
         int32_t last_user = -1;
         for (int32_t i = 0; i < j->n_msgs; i++)
             if (!strcmp(j->msgs[i].role, "user")) last_user = i;
-        const bool sys = !j->system && srv->default_system[0];
-        struct kvb_chat_message *m = last_user >= 0 && last_user + sys > 0 ? malloc(sizeof *m * (size_t)(last_user + 1)) : NULL;
-        if (m) {
-            if (sys) m[0] = (struct kvb_chat_message){"system", srv->default_system};
-            memcpy(m + sys, j->msgs, sizeof *m * (size_t)last_user);
-            st = kvb_chat_format(srv->style, m, last_user + sys, false, &text, &len);
-            free(m);
-        }
+        if (last_user > 0 || (last_user == 0 && !j->system && srv->default_system[0])) st = format_messages(srv, j, last_user, false, &text);
     }
     int32_t nb = 0;
     int32_t *pre = st == KVB_OK ? tokens_of(srv, text, true, -1, &nb) : NULL;
