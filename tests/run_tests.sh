@@ -4,7 +4,8 @@
 # line "N passed, M failed, K skipped". A skipped case is never counted as
 # passed; a test binary that is missing or not executable is a failure, as is
 # one that exits non-zero or prints no "cases:" line. Exit status is non-zero
-# if anything failed or nothing passed.
+# if anything failed or nothing passed. Each test also prints "time NAME: S s",
+# so a slow CI run shows where its time went.
 BUILD_DIR=${1:-build}
 passed=0
 failed=0
@@ -22,12 +23,14 @@ done
 for t in "$BUILD_DIR"/test_* "$HERE"/test_*.sh; do
     [ -f "$t" ] || continue
     name=$(basename "$t")
+    t0=$(date +%s)
     case "$t" in
         *.sh) out=$(sh "$t" "$BUILD_DIR" 2>&1) ;;
         *) [ -x "$t" ] || continue; out=$("$t" 2>&1) ;;
     esac
     rc=$?
     printf '%s\n' "$out"
+    echo "time $name: $(( $(date +%s) - t0 )) s"
     line=$(printf '%s\n' "$out" | grep -E '^cases: [0-9]+ passed, [0-9]+ failed' | tail -n 1)
     f=0
     if [ -n "$line" ]; then
