@@ -1055,18 +1055,24 @@ struct kvb_batch_params {
 struct kvb_batch_params kvb_batch_default_params(void);
 
 /* The step-cost model behind step_target_*: a step's time t is fitted as
- * a + r * P (P = prompt rows of the step; a = the rest: the weights' read
- * and the decode rows) by least squares over recent steps, weighted
- * exponentially (each step's weight decays by 0.9 per later step). Pure
- * functions; the batch keeps one and observes each of its steps. */
+ * a + r * R (R = all rows of the step, decode and prompt: in one pass a
+ * decode row costs about what a prompt row does; a = the rest, mostly the
+ * weights' read) by least squares over recent steps, weighted
+ * exponentially (each step's weight decays by 0.9 per later step). The
+ * decode-only step of n decoders is then a + r * n. Pure functions; the
+ * batch keeps one and observes each of its steps but the first (which
+ * pages the weights in). */
 struct kvb_step_cost {
-    double w, sp, st, spp, spt;  /* decayed sums: weight, P, t, P^2, P*t */
+    double w, sp, st, spp, spt;  /* decayed sums: weight, R, t, R^2, R*t */
     double a_ms, r_ms;           /* the fit (a >= 0, r > 0); r 0: none yet */
 };
-/* Folds in one step of n_prompt prompt rows that took ms. */
-void kvb_step_cost_observe(struct kvb_step_cost *c, int32_t n_prompt, double ms);
-/* Prompt rows a step may take to stay under target_ms: (target - a) / r,
- * clamped to [min_rows, max_rows]; min_rows while there is no fit yet. */
+/* Folds in one step of n_rows rows that took ms. */
+void kvb_step_cost_observe(struct kvb_step_cost *c, int32_t n_rows, double ms);
+/* The predicted time of a step of n_rows rows, a + r * n_rows; 0 while
+ * there is no fit. */
+double kvb_step_cost_predict(const struct kvb_step_cost *c, int32_t n_rows);
+/* Rows a step may have to stay under target_ms: (target - a) / r, clamped
+ * to [min_rows, max_rows]; min_rows while there is no fit yet. */
 int32_t kvb_step_cost_budget(const struct kvb_step_cost *c, double target_ms, int32_t min_rows, int32_t max_rows);
 
 struct kvb_seq_params {

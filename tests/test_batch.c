@@ -1012,19 +1012,25 @@ TEST(grammar_constrains_one_sequence) {
 
 /* ---- stall-free steps ---- */
 
-/* The fit finds t = 40 + 3P from steps of varied sizes, gives the budget
- * (target - a) / r clamped to [min, max], keeps its fit through steps of
- * one size, and follows the machine when the cost changes. */
+/* The fit finds t = 40 + 3R (R: a step's rows) from steps of varied sizes,
+ * predicts a step, gives the budget (target - a) / r clamped to [min, max],
+ * keeps its fit through steps of one size, and follows the machine when the
+ * cost changes. */
 TEST(step_cost_fit_and_budget) {
     struct kvb_step_cost c;
     memset(&c, 0, sizeof c);
     CHECK_EQ_INT(kvb_step_cost_budget(&c, 100, 16, 512), 16); /* no fit: the minimum */
-    for (int i = 0; i < 5; i++) kvb_step_cost_observe(&c, 0, 40); /* decode-only steps: no slope yet */
+    CHECK(kvb_step_cost_predict(&c, 10) == 0);
+    for (int i = 0; i < 5; i++) kvb_step_cost_observe(&c, 0, 40); /* steps of one size: no slope yet */
     CHECK_EQ_INT(kvb_step_cost_budget(&c, 100, 16, 512), 16);
+    CHECK(kvb_step_cost_predict(&c, 10) == 0);
     static const int32_t P[] = {0, 64, 0, 16, 200, 0, 32, 128, 0, 48};
     for (int i = 0; i < 40; i++) kvb_step_cost_observe(&c, P[i % 10], 40 + 3.0 * P[i % 10]);
     CHECK(fabs(c.a_ms - 40) < 1e-6 && fabs(c.r_ms - 3) < 1e-6);
     CHECK_EQ_INT(kvb_step_cost_budget(&c, 100, 16, 512), 20);   /* (100 - 40) / 3 */
+    CHECK(fabs(kvb_step_cost_predict(&c, 4) - 52) < 1e-6);       /* four decoders alone */
+    /* what kvb_batch_step asks next to 4 decoders with step_target_x 4: rows (4 * 52 - 40) / 3 = 56, 52 of them prompt */
+    CHECK_EQ_INT(kvb_step_cost_budget(&c, 4 * kvb_step_cost_predict(&c, 4), 4, 512), 56);
     CHECK_EQ_INT(kvb_step_cost_budget(&c, 100, 0, 10), 10);     /* step_tokens caps it */
     CHECK_EQ_INT(kvb_step_cost_budget(&c, 30, 16, 512), 16);     /* below a decode step: the minimum */
     CHECK_EQ_INT(kvb_step_cost_budget(&c, 30, 0, 512), 0);

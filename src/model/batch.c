@@ -13,17 +13,22 @@
  * that ended compresses (kvb_cache_compress) and samples, a decode samples;
  * a sequence ends at EOS, max_tokens or, under full, n_ctx.
  *
- * Stall-free steps (step_target_ms / step_target_x, issue 37): on a CPU a
- * prompt row costs far more than a decode row (decode is bound by reading
- * the weights, prefill by arithmetic), so a step that carries a 256-token
- * chunk pauses every decoder for the whole chunk (p99 inter-token gap 24x
- * the median under 16 clients). With a target, a step that has decode rows
- * takes prompt rows only while its predicted time stays under the target,
- * as Sarathi-Serve does. The prediction is a fit of the batch's own recent
- * steps, t = a + r * P (kvb_step_cost: exponentially weighted least squares,
- * pure, tested alone), so it follows the machine, the thread count and the
- * load; step_target_x sets the target as a multiple of a, the decode-only
- * step. A step without decode rows stalls nobody and fills step_tokens as
+ * Stall-free steps (step_target_ms / step_target_x, issue 37): a step that
+ * carries a 256-token chunk pauses every decoder for the whole chunk (p99
+ * inter-token gap 24x the median under 16 clients). With a target, a step
+ * that has decode rows takes prompt rows only while its predicted time
+ * stays under the target, as Sarathi-Serve does. The prediction is a fit
+ * of the batch's own recent steps, t = a + r * R over all R rows of a step
+ * (kvb_step_cost: exponentially weighted least squares, pure, tested
+ * alone), so it follows the machine, the thread count and the load. In one
+ * pass a decode row costs about what a prompt row does (measured: 16
+ * decoders alone 220 ms, with 64 prompt rows 667 ms, 1 with 511 3,954 ms;
+ * one line a = 105, r = 7.2 within 10%), so the decode-only step of n
+ * decoders is a + r n, and step_target_x sets the target as a multiple of
+ * that. A fit over prompt rows alone (the first version) took the
+ * decoders into its intercept, and was wrong whenever their number changed,
+ * as it does when a burst of prompts becomes decoders. A step without
+ * decode rows stalls nobody and fills step_tokens as
  * before. Progress: prompts are served oldest first, and the oldest always
  * gets prompt_min_rows (or a whole chunk if it may not be cut), so a prompt
  * waits at most for the ones ahead of it, each read at >= prompt_min_rows a
@@ -94,9 +99,9 @@ struct kvb_batch_params kvb_batch_default_params(void) {
 
 #define COST_DECAY 0.9
 
-void kvb_step_cost_observe(struct kvb_step_cost *c, int32_t n_prompt, double ms) {
-    if (!c || !(ms >= 0) || !isfinite(ms) || n_prompt < 0) return;
-    const double P = n_prompt;
+void kvb_step_cost_observe(struct kvb_step_cost *c, int32_t n_rows, double ms) {
+    if (!c || !(ms >= 0) || !isfinite(ms) || n_rows < 0) return;
+    const double P = n_rows;
     c->w = COST_DECAY * c->w + 1;
     c->sp = COST_DECAY * c->sp + P;
     c->st = COST_DECAY * c->st + ms;
@@ -113,6 +118,11 @@ void kvb_step_cost_observe(struct kvb_step_cost *c, int32_t n_prompt, double ms)
     } else if (c->r_ms > 0) {
         c->a_ms = mt - c->r_ms * mp > 0 ? mt - c->r_ms * mp : 0; /* the intercept follows the load */
     }
+}
+
+double kvb_step_cost_predict(const struct kvb_step_cost *c, int32_t n_rows) {
+    if (!c || !(c->r_ms > 0)) return 0;
+    return c->a_ms + c->r_ms * (n_rows > 0 ? n_rows : 0);
 }
 
 int32_t kvb_step_cost_budget(const struct kvb_step_cost *c, double target_ms, int32_t min_rows, int32_t max_rows) {
@@ -437,8 +447,9 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
     const bool target = n_dec > 0 && (b->p.step_target_ms > 0 || b->p.step_target_x > 0);
     int32_t left = b->p.step_tokens - rows; /* prompt rows the step may still take */
     if (target) {
-        const double t = b->p.step_target_ms > 0 ? (double)b->p.step_target_ms : (double)b->p.step_target_x * b->cost.a_ms;
-        left = kvb_step_cost_budget(&b->cost, t, 0, left);
+        const double t = b->p.step_target_ms > 0 ? (double)b->p.step_target_ms
+                                                 : (double)b->p.step_target_x * kvb_step_cost_predict(&b->cost, n_dec);
+        left = kvb_step_cost_budget(&b->cost, t, n_dec, n_dec + left) - n_dec;
     }
     const double t0 = now_ms();
     /* then prompts, oldest first, a whole chunk each while the budget lasts */
@@ -509,7 +520,7 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
         }
         sample_next(b, s);
     }
-    kvb_step_cost_observe(&b->cost, rows - n_dec, now_ms() - t0);
+    if (b->steps > 1) kvb_step_cost_observe(&b->cost, rows, now_ms() - t0); /* the first pages the weights in */
     if (n_advanced) *n_advanced = n_seg;
     return KVB_OK;
 }
