@@ -7,6 +7,8 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# tests run at once under make asan: its tests mostly use one core each
+ASAN_TEST_JOBS ?= $(JOBS)
 CMAKE_FLAGS ?=
 
 PREFIX ?= /usr/local
@@ -28,7 +30,7 @@ demo: build
 asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVB_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	@KVB_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run_tests.sh $(ASAN_BUILD)
+	@KVB_TEST_JOBS=$(ASAN_TEST_JOBS) KVB_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run_tests.sh $(ASAN_BUILD)
 
 # the threaded tests (thread pool, batches, attention workers) under ThreadSanitizer
 TSAN_TESTS ?= test_batch test_core test_cache test_streaming_model test_recall

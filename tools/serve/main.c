@@ -58,7 +58,7 @@ static int usage(FILE *f) {
             "                        while its predicted time (fitted to the measured steps) stays under\n"
             "                        N ms, or K times the decode-only step (Kx); a prompt still reads at\n"
             "                        least 16 rows a step, oldest first; 0: off, prompts fill --step-tokens\n"
-            "                        (default 4x: gaps within about 4 decode steps; see docs/SERVING.md)\n"
+            "                        (default 3.5x: gaps within about 3.5 decode steps; docs/SERVING.md)\n"
             "  --queue N             requests waiting for room at most; beyond, 503 (default 64)\n"
             "  --queue-timeout S     seconds a request may wait for room; then 503 (default 30)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default 16384)\n"
@@ -131,7 +131,7 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->prefix_min = 32;
     o->step_tokens = 512;
     o->chunk = 256;
-    o->step_target_x = 4; /* the default: see --help and docs/SERVING.md */
+    o->step_target_x = 3.5f; /* the default: see --help and docs/SERVING.md */
     o->max_body = (size_t)4 << 20;
     o->sessions = "kvbound-sessions";
     o->api_key = getenv("KVB_API_KEY");
