@@ -1210,6 +1210,8 @@ struct kvb_batch_stats {
                                   * routed expert once per step for all its rows); 0 for a dense model */
     size_t pool_bytes_shared;    /* pages in use held by more than one sequence (kvb_batch_seq_fork),
                                   * each counted once in pool_bytes_in_use */
+    struct kvb_step_cost step_cost; /* the step-cost fit the next step's budget will use (stall-free
+                                     * steps: kvb_step_cost_predict / kvb_step_cost_budget) */
 };
 void kvb_batch_get_stats(const struct kvb_batch *batch, struct kvb_batch_stats *out);
 

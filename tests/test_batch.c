@@ -1069,6 +1069,85 @@ TEST(stall_free_steps_equal_single_every_policy) {
     g_eq_target_ms = 0;
 }
 
+static int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
+static int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
+
+/* Each step's prompt rows are the ones kvb_step_cost gives for the decoders
+ * at hand: before every step the fit is read (kvb_batch_stats.step_cost),
+ * the rows the oldest prompt should take are computed with the pure
+ * functions (x times the decode-only step of n decoders, a + r n), and the
+ * step must take exactly that many. Decoders join along the way, so steps
+ * differ in size and the fit has a slope. The test fails unless some step's
+ * budget differs from what a target of x * a (blind to the decoders) would
+ * give, so it cannot pass on the clamps alone. */
+TEST(stall_free_budget_follows_decoders) {
+    NEED_MODEL();
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.n_threads = 2;
+    bp.max_seqs = 16;
+    bp.chunk = 512;
+    bp.step_tokens = 1024;
+    bp.kv_pool_bytes = (size_t)64 << 20;
+    bp.step_target_x = 1.5f;
+    bp.prompt_min_rows = 2;
+    struct kvb_batch *b;
+    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+    struct kvb_seq_params sp = kvb_seq_default_params();
+    sp.ignore_eos = true;
+    sp.sampler.temp = 0;
+    sp.max_tokens = 80;
+    sp.n_ctx = 512;
+    int32_t id, adv, failed, joined = 0, told = 0, steps = 0;
+    /* steps of 4 (the first, not observed), 50 and 150 prompt rows alone give the fit its slope */
+    static const int32_t warm[] = {4, 50, 150};
+    struct kvb_seq_params once = sp;
+    once.max_tokens = 1;
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(kvb_batch_add(b, &once, g_ids + 200 * i, warm[i], &id));
+        CHECK_OK(kvb_batch_step(b, &adv, &failed));
+    }
+    for (int i = 0; i < 6; i++) CHECK_OK(kvb_batch_add(b, &sp, g_ids + 700 + 10 * i, 3, &id)); /* six decoders */
+    CHECK_OK(kvb_batch_step(b, &adv, &failed));
+    int32_t big;
+    CHECK_OK(kvb_batch_add(b, &sp, g_ids + 40, 400, &big));
+    for (;; steps++) {
+        struct kvb_seq_info si;
+        CHECK_OK(kvb_batch_seq_info(b, big, &si));
+        if (si.n_prompt_done == si.n_prompt || steps > 2000) break;
+        if (steps % 3 == 0 && joined < 4) { /* a decoder joins (its 3-token prompt reads behind the big one) */
+            CHECK_OK(kvb_batch_add(b, &sp, g_ids + 500 + 10 * joined, 3, &id));
+            joined++;
+        }
+        struct kvb_batch_stats st;
+        kvb_batch_get_stats(b, &st);
+        int32_t n_dec = 0;
+        for (int32_t q = 0; q < 16; q++) {
+            struct kvb_seq_info qi;
+            if (kvb_batch_seq_info(b, q, &qi) == KVB_OK && qi.state == KVB_SEQ_DECODE) n_dec++;
+        }
+        int32_t want = imin(bp.chunk, si.n_prompt - si.n_prompt_done);
+        if (n_dec > 0) {
+            const int32_t room = bp.step_tokens - n_dec;
+            const double x = bp.step_target_x;
+            const int32_t left = kvb_step_cost_budget(&st.step_cost, x * kvb_step_cost_predict(&st.step_cost, n_dec), n_dec, n_dec + room) - n_dec;
+            const int32_t blind = kvb_step_cost_budget(&st.step_cost, x * st.step_cost.a_ms, 0, room);
+            told += left != blind && imax(left, 2) < want;
+            want = imin(want, imin(room, imax(left, 2)));
+        }
+        const int32_t before = si.n_prompt_done;
+        CHECK_OK(kvb_batch_step(b, &adv, &failed));
+        CHECK_OK(kvb_batch_seq_info(b, big, &si));
+        if (si.n_prompt_done - before != want) {
+            FAILF("step %d, %d decoders, fit a %.4f r %.6f: the prompt read %d rows, want %d", (int)steps, (int)n_dec, st.step_cost.a_ms,
+                  st.step_cost.r_ms, (int)(si.n_prompt_done - before), (int)want);
+            break;
+        }
+    }
+    CHECK(steps > 2 && steps <= 2000);
+    if (!told) FAILF("no step's budget told the decoders' count apart (%d steps): the test checked only clamps", (int)steps);
+    kvb_batch_free(b);
+}
+
 /* Next to four decoders and under a target no step meets, a 70-token
  * prompt still reads prompt_min_rows a step (oldest first), and the
  * decoders advance every step; parameters out of range are refused. */
@@ -1135,6 +1214,7 @@ int main(void) {
     RUN(step_cost_fit_and_budget);
     RUN(stall_free_steps_equal_single_every_policy);
     RUN(stall_free_no_starvation_and_params);
+    RUN(stall_free_budget_follows_decoders);
     kvb_buffer_free(g_ids);
     kvb_model_free(g_model);
     return test_summary();

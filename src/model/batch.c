@@ -795,4 +795,5 @@ void kvb_batch_get_stats(const struct kvb_batch *b, struct kvb_batch_stats *o) {
     o->pool_bytes_capacity = (size_t)ps.pages_capacity * ps.page_bytes;
     o->page_bytes = ps.page_bytes;
     o->pool_bytes_shared = (size_t)ps.pages_shared * ps.page_bytes;
+    o->step_cost = b->cost;
 }
