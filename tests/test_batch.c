@@ -18,7 +18,9 @@
  *     target so small that prompts read prompt_min_rows a step (pieces cut
  *     below the chunk where the cache cannot evict), every policy's logits
  *     still equal a lone context's with chunks of CHUNK, and the oldest
- *     prompt progresses by at least prompt_min_rows a step next to decoders.
+ *     prompt progresses by at least prompt_min_rows a step next to decoders;
+ *     with step_target_x, every step takes exactly the prompt rows the fit
+ *     gives for x times the decode-only step of its decoders.
  */
 #include "testing.h"
 #include "kvbound.h"
