@@ -1071,6 +1071,27 @@ TEST(stall_free_steps_equal_single_every_policy) {
     g_eq_target_ms = 0;
 }
 
+/* A batch of two threads and a 64 MiB pool with the given steps and
+ * target, and greedy sequence parameters that ignore EOS. */
+static struct kvb_batch *stall_free_batch(int32_t max_seqs, int32_t chunk, int32_t step_tokens, float target_ms, float target_x,
+                                          int32_t min_rows, struct kvb_seq_params *sp) {
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.n_threads = 2;
+    bp.max_seqs = max_seqs;
+    bp.chunk = chunk;
+    bp.step_tokens = step_tokens;
+    bp.kv_pool_bytes = (size_t)64 << 20;
+    bp.step_target_ms = target_ms;
+    bp.step_target_x = target_x;
+    bp.prompt_min_rows = min_rows;
+    struct kvb_batch *b = NULL;
+    if (kvb_batch_init(g_model, &bp, &b) != KVB_OK) return NULL;
+    *sp = kvb_seq_default_params();
+    sp->ignore_eos = true;
+    sp->sampler.temp = 0;
+    return b;
+}
+
 static int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
 static int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
 
@@ -1084,19 +1105,11 @@ static int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
  * give, so it cannot pass on the clamps alone. */
 TEST(stall_free_budget_follows_decoders) {
     NEED_MODEL();
-    struct kvb_batch_params bp = kvb_batch_default_params();
-    bp.n_threads = 2;
-    bp.max_seqs = 16;
-    bp.chunk = 512;
-    bp.step_tokens = 1024;
-    bp.kv_pool_bytes = (size_t)64 << 20;
-    bp.step_target_x = 1.5f;
-    bp.prompt_min_rows = 2;
-    struct kvb_batch *b;
-    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
-    struct kvb_seq_params sp = kvb_seq_default_params();
-    sp.ignore_eos = true;
-    sp.sampler.temp = 0;
+    const int32_t chunk = 512, step_tokens = 1024;
+    const double x = 1.5;
+    struct kvb_seq_params sp;
+    struct kvb_batch *b = stall_free_batch(16, chunk, step_tokens, 0, (float)x, 2, &sp);
+    if (!b) FAILF("batch: %s", kvb_last_error());
     sp.max_tokens = 80;
     sp.n_ctx = 512;
     int32_t id, adv, failed, joined = 0, told = 0, steps = 0;
@@ -1127,10 +1140,9 @@ TEST(stall_free_budget_follows_decoders) {
             struct kvb_seq_info qi;
             if (kvb_batch_seq_info(b, q, &qi) == KVB_OK && qi.state == KVB_SEQ_DECODE) n_dec++;
         }
-        int32_t want = imin(bp.chunk, si.n_prompt - si.n_prompt_done);
+        int32_t want = imin(chunk, si.n_prompt - si.n_prompt_done);
         if (n_dec > 0) {
-            const int32_t room = bp.step_tokens - n_dec;
-            const double x = bp.step_target_x;
+            const int32_t room = step_tokens - n_dec;
             const int32_t left = kvb_step_cost_budget(&st.step_cost, x * kvb_step_cost_predict(&st.step_cost, n_dec), n_dec, n_dec + room) - n_dec;
             const int32_t blind = kvb_step_cost_budget(&st.step_cost, x * st.step_cost.a_ms, 0, room);
             told += left != blind && imax(left, 2) < want;
@@ -1155,19 +1167,9 @@ TEST(stall_free_budget_follows_decoders) {
  * decoders advance every step; parameters out of range are refused. */
 TEST(stall_free_no_starvation_and_params) {
     NEED_MODEL();
-    struct kvb_batch_params bp = kvb_batch_default_params();
-    bp.n_threads = 2;
-    bp.max_seqs = 8;
-    bp.chunk = CHUNK;
-    bp.step_tokens = 3 * CHUNK;
-    bp.kv_pool_bytes = (size_t)64 << 20;
-    bp.step_target_ms = 1e-3f;
-    bp.prompt_min_rows = 7;
-    struct kvb_batch *b;
-    CHECK_OK(kvb_batch_init(g_model, &bp, &b));
-    struct kvb_seq_params sp = kvb_seq_default_params();
-    sp.ignore_eos = true;
-    sp.sampler.temp = 0;
+    struct kvb_seq_params sp;
+    struct kvb_batch *b = stall_free_batch(8, CHUNK, 3 * CHUNK, 1e-3f, 0, 7, &sp);
+    if (!b) FAILF("batch: %s", kvb_last_error());
     int32_t dec[4], pr, pr2, adv, failed;
     for (int i = 0; i < 4; i++) CHECK_OK(kvb_batch_add(b, &sp, g_ids + 10 * i, 5, &dec[i]));
     CHECK_OK(kvb_batch_step(b, &adv, &failed)); /* no decoders yet: their prompts at once */
@@ -1187,6 +1189,14 @@ TEST(stall_free_no_starvation_and_params) {
         done = si.n_prompt_done;
     }
     CHECK_EQ_INT((int)steps, 10); /* ceil(70 / 7) */
+    kvb_batch_free(b);
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.chunk = CHUNK;
+    bp.step_tokens = 3 * CHUNK;
+    bp.kv_pool_bytes = (size_t)64 << 20;
+    bp.step_target_ms = 1e-3f;
+    bp.prompt_min_rows = 7;
+    CHECK_OK(kvb_batch_init(g_model, &bp, &b)); /* the parameters above, then one wrong at a time */
     kvb_batch_free(b);
     bp.prompt_min_rows = CHUNK + 1;
     CHECK(kvb_batch_init(g_model, &bp, &b) == KVB_ERR_INVALID);
