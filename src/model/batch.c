@@ -101,22 +101,22 @@ struct kvb_batch_params kvb_batch_default_params(void) {
 
 void kvb_step_cost_observe(struct kvb_step_cost *c, int32_t n_rows, double ms) {
     if (!c || !(ms >= 0) || !isfinite(ms) || n_rows < 0) return;
-    const double P = n_rows;
+    const double R = n_rows;
     c->w = COST_DECAY * c->w + 1;
-    c->sp = COST_DECAY * c->sp + P;
+    c->sp = COST_DECAY * c->sp + R;
     c->st = COST_DECAY * c->st + ms;
-    c->spp = COST_DECAY * c->spp + P * P;
-    c->spt = COST_DECAY * c->spt + P * ms;
-    const double mp = c->sp / c->w, mt = c->st / c->w;
-    const double var = c->spp / c->w - mp * mp, cov = c->spt / c->w - mp * mt;
-    /* a slope needs steps of different sizes (variance of P above one row);
+    c->spp = COST_DECAY * c->spp + R * R;
+    c->spt = COST_DECAY * c->spt + R * ms;
+    const double mr = c->sp / c->w, mt = c->st / c->w;
+    const double var = c->spp / c->w - mr * mr, cov = c->spt / c->w - mr * mt;
+    /* a slope needs steps of different sizes (variance of R above one row);
      * until then, or when noise gives a slope <= 0, the last fit stands */
     if (var > 1.0 && cov > 0) {
         const double r = cov / var;
         c->r_ms = r;
-        c->a_ms = mt - r * mp > 0 ? mt - r * mp : 0;
+        c->a_ms = mt - r * mr > 0 ? mt - r * mr : 0;
     } else if (c->r_ms > 0) {
-        c->a_ms = mt - c->r_ms * mp > 0 ? mt - c->r_ms * mp : 0; /* the intercept follows the load */
+        c->a_ms = mt - c->r_ms * mr > 0 ? mt - c->r_ms * mr : 0; /* the intercept follows the load */
     }
 }
 
