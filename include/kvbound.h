@@ -790,7 +790,13 @@ kvb_status kvb_chat_turn_text(enum kvb_chat_style style, const char *system, con
  * (ensure_ascii=False). The template sees messages, tools (null when none),
  * documents (null), add_generation_prompt, bos_token / eos_token (from the
  * vocabulary, when one is given) and the extra variables. Templates are
- * untrusted: output, memory, nesting and loop iterations are bounded. */
+ * untrusted: each render is bounded in output, memory, nesting (of the
+ * template, of macro calls, and of values: every comparison, print and
+ * tojson counts its depth, at most 200), work (1,000,000 steps: a step is a
+ * loop iteration or call, or 256 bytes scanned by `in`, find, count, split,
+ * replace and the like, or 256 values compared or written; substring search
+ * is linear) and wall-clock time (deadline_ms). Past a limit the render
+ * fails with KVB_ERR_NOMEM naming it, never a crash. */
 struct kvb_chat_apply_params {
     const char *template_text;     /* Jinja source; NULL: the vocabulary's tokenizer.chat_template */
     const struct kvb_vocab *vocab; /* NULL, or where bos_token / eos_token (and a NULL template_text) come from */
@@ -804,6 +810,7 @@ struct kvb_chat_apply_params {
                                       messages (roles system/user/assistant, text content) with the signature
                                       family (kvb_chat_detect, kvb_chat_format) and return KVB_FALLBACK */
     size_t max_output;             /* bytes; 0: 16 MiB */
+    int32_t deadline_ms;           /* wall-clock limit of the render; 0: 2000 ms; < 0: none (the step budget still holds) */
     bool strip_bos;                /* drop the vocabulary's BOS text where the prompt starts with it (a template
                                       writes bos_token; tokenizing with add_special adds BOS again) */
     char *why;                     /* NULL, or a buffer that receives the reason for a fallback */
@@ -815,7 +822,8 @@ struct kvb_chat_apply_params kvb_chat_apply_default_params(void);
  * named with line and column; a template syntax or evaluation error, or its
  * raise_exception, named with the template line; no template);
  * KVB_ERR_UNSUPPORTED (a construct outside the interpreter's subset, named
- * with its line); KVB_ERR_NOMEM (a limit or the allocator). */
+ * with its line); KVB_ERR_NOMEM (a limit, named: output, memory, nesting,
+ * step budget, deadline; or the allocator). */
 kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *params, char **out, size_t *len);
 
 /* ---- What a chat model wrote: content, reasoning and tool calls ----

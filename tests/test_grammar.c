@@ -621,6 +621,15 @@ static bool is_type(jv x, const char *t) {
     return false;
 }
 
+/* jv_equal without a budget (parsed values nest at most 64 levels here); a
+ * failure would count as unequal */
+static bool same_value(jv a, jv b) {
+    struct jerr e;
+    memset(&e, 0, sizeof e);
+    if (setjmp(e.jb)) return false;
+    return jv_equal(&e, a, b);
+}
+
 static bool validate(struct vctx *c, jv s, jv x, int depth, bool loose) {
     if (depth > 60) return vfail(c, "too deep");
     if (s.t == JV_BOOL) return s.u.b ? true : vfail(c, "false schema");
@@ -634,10 +643,10 @@ static bool validate(struct vctx *c, jv s, jv x, int depth, bool loose) {
         return validate(c, *t, x, depth + 1, false);
     }
     if ((k = sget(s, "nullable")) && k->u.b && x.t == JV_NONE) return true;
-    if ((k = sget(s, "const")) && !jv_equal(*k, x)) return vfail(c, "const");
+    if ((k = sget(s, "const")) && !same_value(*k, x)) return vfail(c, "const");
     if ((k = sget(s, "enum"))) {
         bool any = false;
-        for (int32_t i = 0; i < k->u.l->n && !any; i++) any = jv_equal(k->u.l->v[i], x) && k->u.l->v[i].t == x.t;
+        for (int32_t i = 0; i < k->u.l->n && !any; i++) any = same_value(k->u.l->v[i], x) && k->u.l->v[i].t == x.t;
         if (!any) return vfail(c, "enum");
     }
     if ((k = sget(s, "anyOf")) || (k = sget(s, "oneOf"))) {

@@ -189,6 +189,130 @@ TEST(limits) {
     CHECK(strstr(msg, "nested too deeply") != NULL);
 }
 
+/* issue 47, item 3: values nested past the depth limit (built in a loop, as a
+ * template can) fail every recursive walk with a status naming the limit,
+ * never overflow the stack (building them costs a step and an allocation a
+ * level: bounded by the step budget and the arena). Python compares identical lists by identity, so the issue's own
+ * template (a list against itself) is True at once. */
+#define DEEP2(n) "{% set ns = namespace(a=[], b=[]) %}{% for i in range(" #n ") %}{% set ns.a = [ns.a] %}{% set ns.b = [ns.b] %}{% endfor %}"
+TEST(deep_values_bounded) {
+    char *out = NULL, msg[256];
+    CHECK_EQ_INT(render("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l == ns.l }}",
+                        NULL, NULL, &out, msg, sizeof msg),
+                 KVB_OK);
+    CHECK(out && !strcmp(out, "True"));
+    kvb_free(out);
+    out = NULL;
+    static const struct {
+        const char *tmpl, *msg;
+    } k[] = {
+        {DEEP2(100000) "{{ ns.a == ns.b }}", "values nested too deeply to compare (more than 200 levels)"},
+        {DEEP2(1000) "{{ ns.a != ns.b }}", "nested too deeply to compare"},
+        {DEEP2(1000) "{{ ns.a < ns.b }}", "nested too deeply to compare"},
+        {DEEP2(1000) "{{ ns.a in [ns.b] }}", "nested too deeply to compare"},
+        {DEEP2(1000) "{{ ns.a is eq ns.b }}", "nested too deeply to compare"},
+        {DEEP2(1000) "{{ [ns.a, ns.b] | unique | list }}", "nested too deeply to compare"},
+        {DEEP2(1000) "{{ [[ns.a], [ns.b]] | sort }}", "nested too deeply to compare"},
+        {DEEP2(1000) "{{ {ns.a: 1, ns.b: 2} }}", "nested too deeply to compare"},
+        {DEEP2(1000) "{{ {ns.a: 1}.get(ns.b) }}", "nested too deeply to compare"},
+        {DEEP2(1000) "{{ ns.a | tojson }}", "nested too deeply for tojson (more than 200 levels)"},
+        {DEEP2(1000) "{{ ns.a }}", "nested too deeply to print"},
+        {DEEP2(1000) "{{ ns.a ~ '' }}", "nested too deeply to print"},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        kvb_status st = render(k[i].tmpl, NULL, NULL, &out, msg, sizeof msg);
+        if (st != KVB_ERR_NOMEM || !strstr(msg, k[i].msg) || out) {
+            printf("  [%s]: status %d (want %d), message [%s] (want [%s])\n", k[i].tmpl + strlen(DEEP2(1000)), st, KVB_ERR_NOMEM, msg, k[i].msg);
+            bad++;
+        }
+        kvb_free(out);
+        out = NULL;
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* map calling map: filters nested as deep as the value */
+    char t[4096];
+    int n = snprintf(t, sizeof t, "%s{{ ns.a | map('map'", DEEP2(1000));
+    for (int i = 0; i < 300; i++) n += snprintf(t + n, sizeof t - (size_t)n, ", 'map'");
+    snprintf(t + n, sizeof t - (size_t)n, ") | list }}");
+    CHECK_EQ_INT(render(t, NULL, NULL, &out, msg, sizeof msg), KVB_ERR_NOMEM);
+    CHECK(strstr(msg, "filters nested too deeply (more than 200)") != NULL);
+}
+
+/* issue 47, item 4: scans are charged by bytes to the step budget and
+ * substring search is linear. Each template scans a 128 KiB string 1000
+ * times (on the old interpreter `in`, find, count, split and replace were
+ * O(n*m): hours; the rest unbounded by the 20,000 steps), and fails fast
+ * naming the budget. */
+#define BIG "{% set ns = namespace(a='a') %}{% for i in range(17) %}{% set ns.a = ns.a ~ ns.a %}{% endfor %}{% set a = ns.a %}{% set b = a[:65536] ~ 'b' %}"
+TEST(scans_charged) {
+    static const char *const k[] = {
+        "b in a", "b not in a", "a.find(b)", "a.count(b)", "a.split(b)", "a.replace(b, '')", "a | replace(b, '')", "a | length", "a < a ~ 'b'",
+        "a == a ~ ''", "a.startswith(a)", "a is lower", "a.split()", "a.strip('b')", "a | trim", "a.upper()", "a[5]", "a | first",
+    };
+    struct jinja_limits lim = {.max_steps = 20000};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        char t[1024], *out = NULL, msg[256];
+        snprintf(t, sizeof t, "%s{%% for i in range(1000) %%}{{ %s }}{%% endfor %%}", BIG, k[i]);
+        kvb_status st = render(t, NULL, &lim, &out, msg, sizeof msg);
+        if (st != KVB_ERR_NOMEM || !strstr(msg, "step budget spent: more than 20000 steps")) {
+            printf("  [%s]: status %d, message [%s]\n", k[i], st, msg);
+            bad++;
+        }
+        kvb_free(out);
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* the searches still find what Python finds (overlaps, borders, UTF-8) */
+    char *out = NULL, msg[256];
+    CHECK_EQ_INT(render("{{ 'aabaabaaab'.find('aaab') }} {{ 'aaaa'.count('aa') }} {{ 'h\\u00e9llo'.count('') }} {{ 'h\\u00e9llo'.find('llo') }} "
+                        "{{ 'abcabd' | replace('abd', 'X') }} {{ 'a--b--'.split('--') }} {{ 'abababc'.replace('abc', '!') }} {{ 'xy' in 'axxy' }} "
+                        "{{ 'a,b,c'.split(',', 1) }} {{ 'aaa'.replace('a', 'b', 2) }}",
+                        NULL, NULL, &out, msg, sizeof msg),
+                 KVB_OK);
+    const char *want = "6 2 6 2 abcX ['a', 'b', ''] abab! True ['a', 'b,c'] bba";
+    if (strcmp(out, want)) printf("  got  [%s]\n  want [%s]\n", out, want);
+    bad += strcmp(out, want) != 0;
+    kvb_free(out);
+    out = NULL;
+    /* other super-linear shapes: a string grown by concatenation in a loop
+     * (quadratic copying), string and list repetition, joins of empties */
+    static const char *const g[] = {
+        "{% set ns = namespace(s='') %}{% for i in range(10000) %}{% set ns.s = ns.s ~ 'xxxxxxxxxxxxxxxx' %}{% endfor %}",
+        "{% for i in range(1000) %}{% set s = 'ab' * 100000 %}{% endfor %}",
+        "{% set l = [''] * 1000 %}{% for i in range(1000) %}{% set s = (l * 100) | join %}{% endfor %}",
+    };
+    for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
+        kvb_status st = render(g[i], NULL, &lim, &out, msg, sizeof msg);
+        if (st != KVB_ERR_NOMEM || !strstr(msg, "step budget")) {
+            printf("  [%s]: status %d, message [%s]\n", g[i], st, msg);
+            bad++;
+        }
+        kvb_free(out);
+        out = NULL;
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* issue 47, item 4: a wall-clock deadline per render (jinja_limits and
+ * kvb_chat_apply's deadline_ms), named when it passes */
+TEST(render_deadline) {
+    const char *spin = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+    struct jinja_limits lim = {.max_steps = INT64_MAX / 1024, .deadline_ms = 30};
+    char *out = NULL, msg[256];
+    CHECK_EQ_INT(render(spin, NULL, &lim, &out, msg, sizeof msg), KVB_ERR_NOMEM);
+    CHECK(strstr(msg, "deadline of 30 ms passed") != NULL);
+    CHECK(out == NULL);
+    struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
+    p.template_text = spin;
+    p.messages_json = "[]";
+    p.deadline_ms = 30;
+    size_t len = 0;
+    CHECK_EQ_INT(kvb_chat_apply(&p, &out, &len), KVB_ERR_NOMEM);
+    CHECK(strstr(kvb_last_error(), "deadline of 30 ms passed") != NULL);
+    CHECK(out == NULL);
+}
+
 TEST(chat_apply) {
     const char *msgs = "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"U\"}]";
     struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
@@ -356,6 +480,9 @@ int main(void) {
     RUN(constructs);
     RUN(errors_named_with_line);
     RUN(limits);
+    RUN(deep_values_bounded);
+    RUN(scans_charged);
+    RUN(render_deadline);
     RUN(chat_apply);
     RUN(chat_apply_vocab);
     RUN(float_repr);

@@ -166,7 +166,7 @@ class _Detok(_c.Structure):
 class _ChatApplyParams(_c.Structure):
     _fields_ = [("template_text", _c.c_char_p), ("vocab", _c.c_void_p), ("messages_json", _c.c_char_p), ("tools_json", _c.c_char_p),
                 ("vars_json", _c.c_char_p), ("add_generation_prompt", _c.c_bool), ("fallback", _c.c_bool), ("max_output", _c.c_size_t),
-                ("strip_bos", _c.c_bool), ("why", _c.c_char_p), ("why_cap", _c.c_size_t)]
+                ("deadline_ms", _c.c_int32), ("strip_bos", _c.c_bool), ("why", _c.c_char_p), ("why_cap", _c.c_size_t)]
 
 
 def _fn(name, restype, *argtypes):

@@ -73,7 +73,7 @@ kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *p, char **out, siz
     if (p->vocab && p->vocab->eos >= 0 && p->vocab->eos < p->vocab->n) eos = json_quote(kvb_vocab_text(p->vocab, p->vocab->eos));
     const char *names[] = {"messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"};
     const char *json[] = {p->messages_json, p->tools_json ? p->tools_json : "null", "null", p->add_generation_prompt ? "true" : "false", bos, eos};
-    struct jinja_limits lim = {.max_output = p->max_output};
+    struct jinja_limits lim = {.max_output = p->max_output, .deadline_ms = p->deadline_ms};
     struct jinja_input in = {.src = tmpl, .src_len = strlen(tmpl), .names = names, .json = json, .n_vars = 6, .vars_object = p->vars_json, .limits = &lim};
     size_t rlen = 0;
     st = jinja_render(&in, out, &rlen, msg, sizeof msg);

@@ -69,8 +69,9 @@ struct ctx {
     struct jbuf *out;
     size_t max_out;
     int depth, max_depth;
-    int64_t steps, max_steps;
     int brk; /* 1 break, 2 continue pending */
+    size_t *scratch; /* the substring search's table (struct finder), reused */
+    size_t scratch_cap;
 };
 
 #define A (&c->ar)
@@ -962,9 +963,10 @@ static bool truthy(jv x) {
 }
 
 static void scope_set(struct ctx *c, struct scope *s, const char *name, jv v) { jv_dict_set(A, E, s->vars, lit(name), v); }
-static jv lookup(struct scope *s, const char *name) {
+static jv lookup(struct ctx *c, struct scope *s, const char *name) {
     size_t n = strlen(name);
     for (; s; s = s->parent) {
+        jwork(E, s->vars.u.d->n);
         jv *v = jv_dict_get(s->vars.u.d, name, n);
         if (v) return *v;
     }
@@ -986,6 +988,7 @@ static size_t utf8_len(const char *s, size_t n) {
 }
 /* byte offsets of each code point, plus n at the end: [cps + 1] */
 static size_t *cp_offsets(struct ctx *c, const char *s, size_t n, size_t *ncp) {
+    jwork(E, (int64_t)n);
     size_t k = utf8_len(s, n), j = 0;
     size_t *off = jarena_alloc(A, E, sizeof *off * (k + 1));
     for (size_t i = 0; i < n; i++)
@@ -1073,6 +1076,7 @@ static jv strip(struct ctx *c, jv s, jv chars, int which) {
             size_t l = 1;
             while (b + l < e && ((unsigned char)s.u.s[b + l] & 0xC0) == 0x80) l++;
             bool in = false;
+            jwork(E, (int64_t)ncp + 1);
             if (has) {
                 for (size_t k = 0; k < ncp && !in; k++) in = off[k + 1] - off[k] == l && !memcmp(chars.u.s + off[k], s.u.s + b, l);
             } else in = l == 1 && py_space((unsigned char)s.u.s[b]);
@@ -1084,6 +1088,7 @@ static jv strip(struct ctx *c, jv s, jv chars, int which) {
             size_t l = 1;
             while (e - l > b && ((unsigned char)s.u.s[e - l] & 0xC0) == 0x80) l++;
             bool in = false;
+            jwork(E, (int64_t)ncp + 1);
             if (has) {
                 for (size_t k = 0; k < ncp && !in; k++) in = off[k + 1] - off[k] == l && !memcmp(chars.u.s + off[k], s.u.s + e - l, l);
             } else in = l == 1 && py_space((unsigned char)s.u.s[e - 1]);
@@ -1094,6 +1099,7 @@ static jv strip(struct ctx *c, jv s, jv chars, int which) {
 }
 
 static jv str_case(struct ctx *c, jv s, int mode) { /* 0 lower, 1 upper, 2 capitalize, 3 title */
+    jwork(E, (int64_t)s.n);
     char *o = jarena_alloc(A, E, s.n + 1);
     bool prev_letter = false;
     for (size_t i = 0; i < s.n; i++) {
@@ -1109,6 +1115,55 @@ static jv str_case(struct ctx *c, jv s, int mode) { /* 0 lower, 1 upper, 2 capit
     return (jv){.t = JV_STR, .n = s.n, .u.s = o};
 }
 
+/* Substring search in time linear in the text and the needle
+ * (Knuth-Morris-Pratt, with memchr to the needle's first byte), each byte
+ * passed charged as a unit of work. One finder is in use at a time: its
+ * table is the context's scratch. */
+struct finder {
+    const char *p;
+    size_t m;
+    const size_t *fail; /* fail[i]: the longest proper border of p[0..i] */
+};
+
+static struct finder finder_new(struct ctx *c, jv needle) {
+    struct finder f = {needle.u.s, needle.n, NULL};
+    jwork(E, (int64_t)needle.n);
+    if (needle.n > c->scratch_cap) {
+        size_t cap = KVB_MAX(needle.n, 2 * c->scratch_cap);
+        c->scratch = jarena_alloc(A, E, sizeof *c->scratch * cap);
+        c->scratch_cap = cap;
+    }
+    size_t *fail = c->scratch;
+    if (needle.n) fail[0] = 0;
+    for (size_t i = 1, k = 0; i < needle.n; i++) {
+        while (k && needle.u.s[i] != needle.u.s[k]) k = fail[k - 1];
+        if (needle.u.s[i] == needle.u.s[k]) k++;
+        fail[i] = k;
+    }
+    f.fail = fail;
+    return f;
+}
+
+/* The first occurrence of the needle in s[from, n), or SIZE_MAX. */
+static size_t finder_next(struct ctx *c, const struct finder *f, const char *s, size_t n, size_t from) {
+    if (!f->m) return from <= n ? from : SIZE_MAX;
+    size_t i = from, k = 0, at = SIZE_MAX;
+    while (i < n) {
+        if (!k) {
+            const char *q = memchr(s + i, f->p[0], n - i);
+            if (!q) { i = n; break; }
+            i = (size_t)(q - s);
+        }
+        if (s[i] == f->p[k]) {
+            i++;
+            if (++k == f->m) { at = i - f->m; break; }
+        } else if (k) k = f->fail[k - 1];
+        else i++;
+    }
+    jwork(E, (int64_t)(i - from));
+    return at;
+}
+
 static jv str_replace(struct ctx *c, jv s, jv old, jv new_, int64_t count) {
     struct jbuf b = {.limit = c->max_out};
     jbuf_put(A, E, &b, "", 0);
@@ -1120,15 +1175,18 @@ static jv str_replace(struct ctx *c, jv s, jv old, jv new_, int64_t count) {
             if (k < ncp) jbuf_put(A, E, &b, s.u.s + off[k], off[k + 1] - off[k]);
         }
     } else {
+        struct finder f = finder_new(c, old);
         size_t i = 0;
         int64_t done = 0;
-        while (i < s.n) {
-            if ((count < 0 || done < count) && i + old.n <= s.n && !memcmp(s.u.s + i, old.u.s, old.n)) {
-                jbuf_put(A, E, &b, new_.u.s, new_.n);
-                i += old.n;
-                done++;
-            } else jbuf_put(A, E, &b, s.u.s + i++, 1);
+        while (count < 0 || done < count) {
+            size_t at = finder_next(c, &f, s.u.s, s.n, i);
+            if (at == SIZE_MAX) break;
+            jbuf_put(A, E, &b, s.u.s + i, at - i);
+            jbuf_put(A, E, &b, new_.u.s, new_.n);
+            i = at + old.n;
+            done++;
         }
+        jbuf_put(A, E, &b, s.u.s + i, s.n - i);
     }
     return (jv){.t = JV_STR, .n = b.n, .u.s = b.p ? b.p : ""};
 }
@@ -1137,19 +1195,20 @@ static jv str_split(struct ctx *c, jv s, jv sep, int64_t maxsplit) {
     jv r = jv_list_new(A, E, 0);
     if (sep.t == JV_STR) {
         if (!sep.n) jerr_throw(E, KVB_ERR_INVALID, "split: empty separator");
-        size_t b = 0, i = 0;
+        struct finder f = finder_new(c, sep);
+        size_t b = 0;
         int64_t done = 0;
-        while (i + sep.n <= s.n) {
-            if ((maxsplit < 0 || done < maxsplit) && !memcmp(s.u.s + i, sep.u.s, sep.n)) {
-                jv_list_push(A, E, r, (jv){.t = JV_STR, .n = i - b, .u.s = s.u.s + b});
-                i += sep.n;
-                b = i;
-                done++;
-            } else i++;
+        while (maxsplit < 0 || done < maxsplit) {
+            size_t at = finder_next(c, &f, s.u.s, s.n, b);
+            if (at == SIZE_MAX) break;
+            jv_list_push(A, E, r, (jv){.t = JV_STR, .n = at - b, .u.s = s.u.s + b});
+            b = at + sep.n;
+            done++;
         }
         jv_list_push(A, E, r, (jv){.t = JV_STR, .n = s.n - b, .u.s = s.u.s + b});
         return r;
     }
+    jwork(E, (int64_t)s.n);
     size_t i = 0;
     int64_t done = 0;
     for (;;) {
@@ -1189,7 +1248,8 @@ _Noreturn static void bad_operands(struct ctx *c, int line, const char *op, jv a
     fail_at(c, KVB_ERR_INVALID, line, "unsupported operand types for %s: '%s' and '%s'", op, type_name(a), type_name(b));
 }
 
-static int compare(struct ctx *c, int line, const char *op, jv a, jv b) {
+static int compare_at(struct ctx *c, int line, const char *op, jv a, jv b, int level) {
+    jwork(E, 1);
     if (isnum(a) && isnum(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) return inum(a) < inum(b) ? -1 : inum(a) > inum(b);
         double x = fnum(a), y = fnum(b);
@@ -1197,40 +1257,41 @@ static int compare(struct ctx *c, int line, const char *op, jv a, jv b) {
     }
     if (a.t == JV_STR && b.t == JV_STR) {
         size_t n = KVB_MIN(a.n, b.n);
+        jwork(E, (int64_t)n);
         int r = memcmp(a.u.s, b.u.s, n);
         if (r) return r < 0 ? -1 : 1;
         return a.n < b.n ? -1 : a.n > b.n;
     }
     if (a.t == JV_LIST && b.t == JV_LIST) {
+        if (level >= c->max_depth) fail_at(c, KVB_ERR_NOMEM, line, "values nested too deeply to compare (more than %d levels)", c->max_depth);
         for (int32_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
-            if (jv_equal(a.u.l->v[i], b.u.l->v[i])) continue;
-            return compare(c, line, op, a.u.l->v[i], b.u.l->v[i]);
+            if (jv_equal(E, a.u.l->v[i], b.u.l->v[i])) continue;
+            return compare_at(c, line, op, a.u.l->v[i], b.u.l->v[i], level + 1);
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
     fail_at(c, KVB_ERR_INVALID, line, "'%s' not supported between '%s' and '%s'", op, type_name(a), type_name(b));
 }
+static int compare(struct ctx *c, int line, const char *op, jv a, jv b) { return compare_at(c, line, op, a, b, 0); }
 
 static void step(struct ctx *c, int line);
-static void steps(struct ctx *c, int line, int64_t n);
 
 static bool contains(struct ctx *c, int line, jv hay, jv needle) {
     switch (hay.t) {
     case JV_STR:
         if (needle.t != JV_STR) fail_at(c, KVB_ERR_INVALID, line, "'in <string>' requires string as left operand, not %s", type_name(needle));
         if (!needle.n) return true;
-        for (size_t i = 0; i + needle.n <= hay.n; i++)
-            if (!memcmp(hay.u.s + i, needle.u.s, needle.n)) return true;
-        return false;
+        {
+            struct finder f = finder_new(c, needle);
+            return finder_next(c, &f, hay.u.s, hay.n, 0) != SIZE_MAX;
+        }
     case JV_LIST:
-        steps(c, line, hay.u.l->n / 16);
         for (int32_t i = 0; i < hay.u.l->n; i++)
-            if (jv_equal(hay.u.l->v[i], needle)) return true;
+            if (jv_equal(E, hay.u.l->v[i], needle)) return true;
         return false;
     case JV_DICT:
-        steps(c, line, hay.u.d->n / 16);
         for (int32_t i = 0; i < hay.u.d->n; i++)
-            if (jv_equal(hay.u.d->k[i], needle)) return true;
+            if (jv_equal(E, hay.u.d->k[i], needle)) return true;
         return false;
     case JV_UNDEF: return false;
     default: fail_at(c, KVB_ERR_INVALID, line, "argument of type '%s' is not iterable", type_name(hay));
@@ -1252,8 +1313,8 @@ static jv binop(struct ctx *c, int line, const char *op, jv a, jv b) {
         jbuf_put(A, E, &o, y.u.s, y.n);
         return (jv){.t = JV_STR, .n = o.n, .u.s = o.p ? o.p : ""};
     }
-    if (!strcmp(op, "==")) return mkbool(jv_equal(a, b));
-    if (!strcmp(op, "!=")) return mkbool(!jv_equal(a, b));
+    if (!strcmp(op, "==")) return mkbool(jv_equal(E, a, b));
+    if (!strcmp(op, "!=")) return mkbool(!jv_equal(E, a, b));
     if (!strcmp(op, "<")) return mkbool(compare(c, line, op, a, b) < 0);
     if (!strcmp(op, "<=")) return mkbool(compare(c, line, op, a, b) <= 0);
     if (!strcmp(op, ">")) return mkbool(compare(c, line, op, a, b) > 0);
@@ -1309,6 +1370,7 @@ static jv binop(struct ctx *c, int line, const char *op, jv a, jv b) {
     }
     if (o == '+' && a.t == JV_LIST && b.t == JV_LIST) {
         jv r = jv_list_new(A, E, a.u.l->n + b.u.l->n);
+        jwork(E, (int64_t)a.u.l->n + b.u.l->n);
         for (int32_t i = 0; i < a.u.l->n; i++) jv_list_push(A, E, r, a.u.l->v[i]);
         for (int32_t i = 0; i < b.u.l->n; i++) jv_list_push(A, E, r, b.u.l->v[i]);
         return r;
@@ -1330,6 +1392,7 @@ static jv binop(struct ctx *c, int line, const char *op, jv a, jv b) {
         jv r = jv_list_new(A, E, 0);
         for (int64_t i = 0; i < k; i++) {
             step(c, line);
+            jwork(E, l.u.l->n);
             for (int32_t j = 0; j < l.u.l->n; j++) jv_list_push(A, E, r, l.u.l->v[j]);
         }
         r.ns = l.ns;
@@ -1364,6 +1427,7 @@ static jv getattr_(struct ctx *c, int line, jv obj, const char *name) {
         fail_at(c, KVB_ERR_INVALID, line, "'%s' is undefined (reading its attribute '%s')", obj.u.s ? obj.u.s : "value", name);
     if (obj.t == JV_DICT) {
         if (!obj.ns && in_names(k_dict_methods, name, n)) return method(c, obj, name);
+        jwork(E, obj.u.d->n);
         jv *v = jv_dict_get(obj.u.d, name, n);
         return v ? *v : undef(name);
     }
@@ -1375,7 +1439,7 @@ static jv getitem(struct ctx *c, int line, jv obj, jv key) {
     if (obj.t == JV_UNDEF) fail_at(c, KVB_ERR_INVALID, line, "'%s' is undefined (reading an item)", obj.u.s ? obj.u.s : "value");
     if (obj.t == JV_DICT) {
         for (int32_t i = 0; i < obj.u.d->n; i++)
-            if (jv_equal(obj.u.d->k[i], key)) return obj.u.d->v[i];
+            if (jv_equal(E, obj.u.d->k[i], key)) return obj.u.d->v[i];
         if (key.t == JV_STR) {
             char *nm = jarena_alloc(A, E, key.n + 1);
             memcpy(nm, key.u.s, key.n);
@@ -1495,14 +1559,10 @@ static jv call_value(struct ctx *c, jv f, struct args *a, struct scope *s);
 static bool run_test(struct ctx *c, const char *name, jv v, struct args *a);
 static jv run_filter(struct ctx *c, const char *name, jv v, struct args *a, struct scope *s);
 
-/* work in proportion to n (a scan of a list or dict) counts as n steps */
-static void steps(struct ctx *c, int line, int64_t n) {
-    c->steps += n;
-    if (c->steps > c->max_steps) fail_at(c, KVB_ERR_NOMEM, line, "more than %lld loop iterations and calls", (long long)c->max_steps);
-}
-
+/* a loop iteration or a call: JWORK_STEP units of the render's budget */
 static void step(struct ctx *c, int line) {
-    if (++c->steps > c->max_steps) fail_at(c, KVB_ERR_NOMEM, line, "more than %lld loop iterations and calls", (long long)c->max_steps);
+    E->line = line;
+    jwork(E, JWORK_STEP);
 }
 
 static jv call_macro(struct ctx *c, struct jmacro *m, struct args *a, jv caller) {
@@ -1510,6 +1570,7 @@ static jv call_macro(struct ctx *c, struct jmacro *m, struct args *a, jv caller)
     step(c, a->line);
     if (++c->depth > c->max_depth) fail_at(c, KVB_ERR_NOMEM, a->line, "macro calls nested too deeply (more than %d)", c->max_depth);
     struct scope *s = new_scope(c, m->closure);
+    jwork(E, 3 * (int64_t)(a->nk + 1) * (def->nk + 1)); /* matching keyword arguments to parameters */
     if (a->npos > def->nk) fail_at(c, KVB_ERR_INVALID, a->line, "macro '%s' takes %d arguments (%d given)", def->name ? def->name : "caller", def->nk, a->npos);
     for (int k = 0; k < a->nk; k++) {
         bool ok = !strcmp(a->kn[k], "caller") && caller.t != JV_UNDEF;
@@ -1586,7 +1647,7 @@ static jv call_method(struct ctx *c, struct jmethod *m, struct args *a) {
             check_args(c, a, 2, NULL);
             if (a->npos < 1) fail_at(c, KVB_ERR_INVALID, a->line, "get expected at least 1 argument");
             for (int32_t i = 0; i < o.u.d->n; i++)
-                if (jv_equal(o.u.d->k[i], a->pos[0])) return o.u.d->v[i];
+                if (jv_equal(E, o.u.d->k[i], a->pos[0])) return o.u.d->v[i];
             return a->npos > 1 ? a->pos[1] : (jv){.t = JV_NONE};
         }
     }
@@ -1607,11 +1668,16 @@ static jv call_method(struct ctx *c, struct jmethod *m, struct args *a) {
         jv p = arg(a, 0, NULL, undef(NULL));
         bool start = nm[0] == 's';
         if (p.t == JV_LIST) {
-            for (int32_t i = 0; i < p.u.l->n; i++)
-                if (str_affix(o, str_arg(c, a, p.u.l->v[i], "prefix"), start)) return mkbool(true);
+            for (int32_t i = 0; i < p.u.l->n; i++) {
+                jv x = str_arg(c, a, p.u.l->v[i], "prefix");
+                jwork(E, (int64_t)KVB_MIN(x.n, o.n) + 1);
+                if (str_affix(o, x, start)) return mkbool(true);
+            }
             return mkbool(false);
         }
-        return mkbool(str_affix(o, str_arg(c, a, p, "prefix"), start));
+        jv x = str_arg(c, a, p, "prefix");
+        jwork(E, (int64_t)KVB_MIN(x.n, o.n) + 1);
+        return mkbool(str_affix(o, x, start));
     }
     if (!strcmp(nm, "upper")) { check_args(c, a, 0, NULL); return str_case(c, o, 1); }
     if (!strcmp(nm, "lower")) { check_args(c, a, 0, NULL); return str_case(c, o, 0); }
@@ -1625,13 +1691,21 @@ static jv call_method(struct ctx *c, struct jmethod *m, struct args *a) {
     if (!strcmp(nm, "find") || !strcmp(nm, "count")) {
         check_args(c, a, 1, NULL);
         jv x = str_arg(c, a, arg(a, 0, NULL, undef(NULL)), "sub");
+        if (nm[0] == 'c' && !x.n) { /* Python: one more than the code points */
+            jwork(E, (int64_t)o.n);
+            return mkint((int64_t)utf8_len(o.u.s, o.n) + 1);
+        }
+        struct finder f = finder_new(c, x);
         int64_t k = 0;
-        for (size_t i = 0; i + x.n <= o.n;) {
-            if (!memcmp(o.u.s + i, x.u.s, x.n)) {
-                if (nm[0] == 'f') return mkint((int64_t)utf8_len(o.u.s, i));
-                k++;
-                i += x.n ? x.n : 1;
-            } else i++;
+        for (size_t i = 0;;) {
+            size_t at = finder_next(c, &f, o.u.s, o.n, i);
+            if (at == SIZE_MAX) break;
+            if (nm[0] == 'f') {
+                jwork(E, (int64_t)at);
+                return mkint((int64_t)utf8_len(o.u.s, at));
+            }
+            k++;
+            i = at + x.n;
         }
         return mkint(nm[0] == 'f' ? -1 : k);
     }
@@ -1641,6 +1715,7 @@ static jv call_method(struct ctx *c, struct jmethod *m, struct args *a) {
         struct jbuf b = {.limit = c->max_out};
         jbuf_put(A, E, &b, "", 0);
         for (int32_t i = 0; i < l.u.l->n; i++) {
+            jwork(E, 1);
             if (i) jbuf_put(A, E, &b, o.u.s, o.n);
             jv x = str_arg(c, a, l.u.l->v[i], "item");
             jbuf_put(A, E, &b, x.u.s, x.n);
@@ -1746,9 +1821,9 @@ static bool run_test(struct ctx *c, const char *name, jv v, struct args *a) {
     if (!strcmp(name, "callable")) return v.t == JV_MACRO || v.t == JV_BUILTIN || v.t == JV_METHOD;
     if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "==") || !strcmp(name, "sameas")) {
         if (!strcmp(name, "sameas") && (v.t != x.t)) return false;
-        return jv_equal(v, x);
+        return jv_equal(E, v, x);
     }
-    if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !jv_equal(v, x);
+    if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !jv_equal(E, v, x);
     if (!strcmp(name, "lt") || !strcmp(name, "<") || !strcmp(name, "lessthan")) return compare(c, a->line, "<", v, x) < 0;
     if (!strcmp(name, "le") || !strcmp(name, "<=")) return compare(c, a->line, "<=", v, x) <= 0;
     if (!strcmp(name, "gt") || !strcmp(name, ">") || !strcmp(name, "greaterthan")) return compare(c, a->line, ">", v, x) > 0;
@@ -1765,6 +1840,7 @@ static bool run_test(struct ctx *c, const char *name, jv v, struct args *a) {
     }
     if (!strcmp(name, "lower") || !strcmp(name, "upper")) { /* str(value).islower() */
         jv s = to_str(c, v);
+        jwork(E, (int64_t)s.n);
         bool any = false;
         for (size_t i = 0; i < s.n; i++) {
             char ch = s.u.s[i];
@@ -1816,7 +1892,18 @@ static int cmp_sort(struct ctx *c, int line, jv attr, bool ci, jv a, jv b) {
     return compare(c, line, "<", a, b);
 }
 
+static jv run_filter_(struct ctx *c, const char *name, jv v, struct args *a, struct scope *s);
+
+/* map(filter) calls filters in filters: nested as deep as the value */
 static jv run_filter(struct ctx *c, const char *name, jv v, struct args *a, struct scope *s) {
+    if (++c->depth > c->max_depth) fail_at(c, KVB_ERR_NOMEM, a->line, "filters nested too deeply (more than %d)", c->max_depth);
+    jwork(E, 1);
+    jv r = run_filter_(c, name, v, a, s);
+    c->depth--;
+    return r;
+}
+
+static jv run_filter_(struct ctx *c, const char *name, jv v, struct args *a, struct scope *s) {
     a->what = name;
     int line = a->line;
     if (!strcmp(name, "tojson")) {
@@ -1840,7 +1927,7 @@ static jv run_filter(struct ctx *c, const char *name, jv v, struct args *a, stru
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
         check_args(c, a, 0, NULL);
         switch (v.t) {
-        case JV_STR: return mkint((int64_t)utf8_len(v.u.s, v.n));
+        case JV_STR: jwork(E, (int64_t)v.n); return mkint((int64_t)utf8_len(v.u.s, v.n));
         case JV_LIST: return mkint(v.u.l->n);
         case JV_DICT: return mkint(v.u.d->n);
         case JV_UNDEF: return mkint(0);
@@ -1884,6 +1971,7 @@ static jv run_filter(struct ctx *c, const char *name, jv v, struct args *a, stru
         struct jbuf b = {.limit = c->max_out};
         jbuf_put(A, E, &b, "", 0);
         for (int32_t i = 0; i < l.u.l->n; i++) {
+            jwork(E, 1);
             if (i) jbuf_put(A, E, &b, sep.u.s, sep.n);
             jv x = at.t != JV_NONE ? attr_path(c, line, l.u.l->v[i], at) : l.u.l->v[i];
             x = to_str(c, x);
@@ -2046,10 +2134,12 @@ static jv run_filter(struct ctx *c, const char *name, jv v, struct args *a, stru
 
 static jv eval(struct ctx *c, struct node *n, struct scope *s) {
     if (++c->depth > c->max_depth) fail_at(c, KVB_ERR_NOMEM, n->line, "evaluation nested too deeply (more than %d)", c->max_depth);
+    E->line = n->line;
+    jwork(E, 1);
     jv r;
     switch (n->k) {
     case E_LIT: r = n->lit; break;
-    case E_NAME: r = lookup(s, n->name); break;
+    case E_NAME: r = lookup(c, s, n->name); break;
     case E_LIST: case E_TUPLE:
         r = jv_list_new(A, E, n->n);
         for (int i = 0; i < n->n; i++) jv_list_push(A, E, r, eval(c, n->v[i], s));
@@ -2190,6 +2280,8 @@ static void exec_for(struct ctx *c, struct node *n, struct scope *s) {
 
 static void exec(struct ctx *c, struct node *n, struct scope *s) {
     if (++c->depth > c->max_depth) fail_at(c, KVB_ERR_NOMEM, n->line, "statements nested too deeply (more than %d)", c->max_depth);
+    E->line = n->line;
+    jwork(E, 1);
     switch (n->k) {
     case N_BODY:
         for (int i = 0; i < n->n && !c->brk; i++) exec(c, n->v[i], s);
@@ -2294,19 +2386,27 @@ kvb_status jinja_render(const struct jinja_input *in, char **out, size_t *len, c
     if (!in || !in->src || !out) return KVB_ERR_INVALID;
     *out = NULL;
     if (len) *len = 0;
-    struct jinja_limits lim = {16u << 20, 256u << 20, 200, 1000000};
+    struct jinja_limits lim = {16u << 20, 256u << 20, 200, 1000000, 2000};
     if (in->limits) {
         if (in->limits->max_output) lim.max_output = in->limits->max_output;
         if (in->limits->max_memory) lim.max_memory = in->limits->max_memory;
         if (in->limits->max_depth > 0) lim.max_depth = in->limits->max_depth;
-        if (in->limits->max_steps > 0) lim.max_steps = in->limits->max_steps;
+        if (in->limits->max_steps > 0) lim.max_steps = KVB_MIN(in->limits->max_steps, INT64_MAX / JWORK_STEP);
+        if (in->limits->deadline_ms) lim.deadline_ms = in->limits->deadline_ms;
     }
     struct ctx *c = kvb_calloc(1, sizeof *c);
     if (!c) return KVB_ERR_NOMEM;
     c->ar.limit = lim.max_memory;
     c->max_out = lim.max_output;
     c->max_depth = lim.max_depth;
-    c->max_steps = lim.max_steps;
+    c->err.max_depth = lim.max_depth;
+    c->err.max_work = lim.max_steps * JWORK_STEP;
+    if (lim.deadline_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        c->err.deadline_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + (int64_t)lim.deadline_ms * 1000000;
+        c->err.deadline_ms = lim.deadline_ms;
+    }
     struct jbuf *ob = kvb_calloc(1, sizeof *ob);
     kvb_status st = ob ? KVB_OK : KVB_ERR_NOMEM;
     if (ob && !setjmp(c->err.jb)) {

@@ -7,7 +7,10 @@
  * need no reference counts. Errors inside the interpreter unwind with
  * longjmp to the render's entry point (nothing to release but the arena).
  * Limits keep untrusted templates and inputs bounded: arena bytes, output
- * bytes, nesting depth (parser and evaluator), loop iterations in total.
+ * bytes, nesting depth (parser, evaluator, and every recursive walk over
+ * values: equality, comparison, printing, tojson), work in total (struct
+ * jerr's budget: loop iterations, calls, and every byte scanned, value
+ * compared or node evaluated), and wall-clock time.
  */
 #ifndef KVB_JINJA_H
 #define KVB_JINJA_H
@@ -33,6 +36,7 @@
 #define jv_dict_get kvb_jv_dict_get
 #define jv_equal kvb_jv_equal
 #define jbuf_put kvb_jbuf_put
+#define jwork_check kvb_jwork_check
 #define jfloat_repr kvb_jfloat_repr
 
 
@@ -75,17 +79,39 @@ struct jarena {
     size_t total, limit; /* bytes taken from the allocator, and the most allowed */
 };
 
-/* The interpreter's error channel: a status, a message, and where to jump. */
+/* The interpreter's error channel and budget: a status, a message, and where
+ * to jump; and what a render may still spend. Work is counted in units: a
+ * byte scanned, copied or written, a value compared, a node evaluated, a
+ * name looked up is one; a loop iteration or a call is JWORK_STEP. A zeroed
+ * struct (the JSON readers of the grammar and the chat parser) has no work
+ * limit and no deadline, and its walks nest at most 512 levels. */
 struct jerr {
     jmp_buf jb;
     kvb_status st;
     char msg[256];
+    int line;            /* the template line being evaluated, for messages (0: none) */
+    int max_depth;       /* nesting a walk over values may enter (0: 512) */
+    int64_t work;        /* units spent */
+    int64_t max_work;    /* the most (0: no limit) */
+    int64_t next_check;  /* work at which jwork_check runs next */
+    int64_t deadline_ns; /* CLOCK_MONOTONIC time past which the render fails (0: none) */
+    int32_t deadline_ms; /* the same, as given, for the message */
 };
+#define JWORK_STEP 256      /* units of one loop iteration or call */
+#define JWORK_CLOCK 65536   /* units between two readings of the clock */
 
 void *jarena_alloc(struct jarena *a, struct jerr *e, size_t n);
 void jarena_free(struct jarena *a);
 /* Records status and message and jumps to e->jb. */
 _Noreturn void jerr_throw(struct jerr *e, kvb_status st, const char *fmt, ...) KVB_PRINTF(3, 4);
+
+/* Past max_work or the deadline: KVB_ERR_NOMEM naming the limit (jumps). */
+void jwork_check(struct jerr *e);
+/* Charges units of work (cheap unless a check is due). */
+static inline void jwork(struct jerr *e, int64_t units) {
+    e->work += units;
+    if (e->work >= e->next_check) jwork_check(e);
+}
 
 jv jv_str(struct jarena *a, struct jerr *e, const char *s, size_t n);
 jv jv_list_new(struct jarena *a, struct jerr *e, int32_t cap);
@@ -95,12 +121,15 @@ jv jv_dict_new(struct jarena *a, struct jerr *e, int32_t cap);
 void jv_dict_set(struct jarena *a, struct jerr *e, jv dict, jv key, jv val);
 /* The value of key, or NULL */
 jv *jv_dict_get(const struct jdict *d, const char *key, size_t n);
-bool jv_equal(jv a, jv b);
+/* Python's ==, with its identity shortcut for lists and dicts. Charges e a
+ * unit per value and per byte compared; nesting past e->max_depth fails
+ * (KVB_ERR_NOMEM, jumps). */
+bool jv_equal(struct jerr *e, jv a, jv b);
 
 /* Python's repr of a float ("1.0", "1e+16", "0.1"); buf >= 32 bytes. */
 void jfloat_repr(double f, char *buf);
 
-/* Growable output bytes, bounded by limit. */
+/* Growable output bytes, bounded by limit; each byte put is a unit of work. */
 struct jbuf {
     char *p;
     size_t n, cap, limit;
@@ -110,22 +139,26 @@ void jbuf_put(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, s
 /* JSON text -> value (objects keep their key order). depth: most nesting. */
 jv jjson_parse(struct jarena *a, struct jerr *e, const char *what, const char *text, size_t len, int depth);
 /* Python's json.dumps(x, ensure_ascii=False, indent=indent or None,
- * separators default) as transformers' tojson filter calls it. indent < 0: none. */
+ * separators default) as transformers' tojson filter calls it. indent < 0:
+ * none. Nesting past e->max_depth fails (KVB_ERR_NOMEM). */
 void jjson_dump(struct jarena *a, struct jerr *e, struct jbuf *b, jv x, int indent, int level);
 
 /* One render. Inputs are JSON texts (NULL: absent). */
 struct jinja_limits {
     size_t max_output;   /* bytes of rendered text (default 16 MiB) */
     size_t max_memory;   /* arena bytes (default 256 MiB) */
-    int32_t max_depth;   /* nesting of expressions, statements and macro calls (default 200) */
-    int64_t max_steps;   /* loop iterations and macro calls in total (default 1,000,000) */
+    int32_t max_depth;   /* nesting of expressions, statements, macro calls and values (default 200) */
+    int64_t max_steps;   /* work in total, in steps of JWORK_STEP units: a loop iteration or call is a
+                            step, and so are 256 bytes scanned or values compared (default 1,000,000) */
+    int32_t deadline_ms; /* wall-clock time of one render (default 2000; < 0: none) */
 };
 /* Renders src (template text) with the variables of the JSON object
  * vars_json (may be NULL). *out: kvb_malloc'ed, NUL-terminated. On failure
  * the message (with the template line) is in msg, and the status is
  * KVB_ERR_INVALID (template or input error, raise_exception),
  * KVB_ERR_UNSUPPORTED (a construct outside the subset), KVB_ERR_NOMEM (a
- * limit or the allocator). */
+ * limit, named in msg: output, memory, nesting, steps, deadline; or the
+ * allocator). */
 struct jinja_input {
     const char *src;
     size_t src_len;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <time.h>
 
 struct jchunk {
     struct jchunk *next;
@@ -31,6 +32,40 @@ _Noreturn void jerr_throw(struct jerr *e, kvb_status st, const char *fmt, ...) {
     va_end(ap);
     e->st = st;
     longjmp(e->jb, 1);
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* "template line N: " while a template is evaluated, else "" */
+static void line_prefix(const struct jerr *e, char at[32]) {
+    at[0] = 0;
+    if (e->line > 0) snprintf(at, 32, "template line %d: ", e->line);
+}
+
+_Noreturn static void too_deep(struct jerr *e, const char *what, int limit) {
+    char at[32];
+    line_prefix(e, at);
+    jerr_throw(e, KVB_ERR_NOMEM, "%svalues nested too deeply %s (more than %d levels)", at, what, limit);
+}
+
+void jwork_check(struct jerr *e) {
+    char at[32];
+    line_prefix(e, at);
+    if (e->max_work && e->work > e->max_work)
+        jerr_throw(e, KVB_ERR_NOMEM,
+                   "%sstep budget spent: more than %lld steps (loop iterations and calls; also 256 bytes scanned or values compared each)",
+                   at, (long long)(e->max_work / JWORK_STEP));
+    int64_t next = INT64_MAX;
+    if (e->deadline_ns) {
+        if (now_ns() > e->deadline_ns) jerr_throw(e, KVB_ERR_NOMEM, "%stemplate render: deadline of %d ms passed", at, (int)e->deadline_ms);
+        next = e->work + JWORK_CLOCK;
+    }
+    if (e->max_work && e->max_work < next) next = e->max_work + 1;
+    e->next_check = next;
 }
 
 void *jarena_alloc(struct jarena *a, struct jerr *e, size_t n) {
@@ -108,7 +143,7 @@ jv jv_dict_new(struct jarena *a, struct jerr *e, int32_t cap) {
 void jv_dict_set(struct jarena *a, struct jerr *e, jv dict, jv key, jv val) {
     struct jdict *d = dict.u.d;
     for (int32_t i = 0; i < d->n; i++)
-        if (jv_equal(d->k[i], key)) {
+        if (jv_equal(e, d->k[i], key)) {
             d->v[i] = val;
             return;
         }
@@ -137,7 +172,10 @@ jv *jv_dict_get(const struct jdict *d, const char *key, size_t n) {
 static bool is_num(jv x) { return x.t == JV_INT || x.t == JV_FLOAT || x.t == JV_BOOL; }
 static double num(jv x) { return x.t == JV_FLOAT ? x.u.f : x.t == JV_INT ? (double)x.u.i : (double)x.u.b; }
 
-bool jv_equal(jv a, jv b) {
+static int walk_depth(const struct jerr *e) { return e->max_depth > 0 ? e->max_depth : 512; }
+
+static bool equal_at(struct jerr *e, jv a, jv b, int level) {
+    jwork(e, 1);
     if (is_num(a) && is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) return (a.t == JV_INT ? a.u.i : a.u.b) == (b.t == JV_INT ? b.u.i : b.u.b);
         return num(a) == num(b);
@@ -145,19 +183,26 @@ bool jv_equal(jv a, jv b) {
     if (a.t != b.t) return false;
     switch (a.t) {
     case JV_UNDEF: case JV_NONE: return true;
-    case JV_STR: return a.n == b.n && !memcmp(a.u.s, b.u.s, a.n);
+    case JV_STR:
+        if (a.n != b.n) return false;
+        jwork(e, (int64_t)a.n);
+        return !memcmp(a.u.s, b.u.s, a.n);
     case JV_LIST:
+        if (a.u.l == b.u.l) return true; /* Python compares items by identity first */
         if (a.u.l->n != b.u.l->n) return false;
+        if (level >= walk_depth(e)) too_deep(e, "to compare", walk_depth(e));
         for (int32_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return false;
+            if (!equal_at(e, a.u.l->v[i], b.u.l->v[i], level + 1)) return false;
         return true;
     case JV_DICT:
+        if (a.u.d == b.u.d) return true;
         if (a.u.d->n != b.u.d->n) return false;
+        if (level >= walk_depth(e)) too_deep(e, "to compare", walk_depth(e));
         for (int32_t i = 0; i < a.u.d->n; i++) {
             bool found = false;
             for (int32_t j = 0; j < b.u.d->n && !found; j++)
-                if (jv_equal(a.u.d->k[i], b.u.d->k[j])) {
-                    if (!jv_equal(a.u.d->v[i], b.u.d->v[j])) return false;
+                if (equal_at(e, a.u.d->k[i], b.u.d->k[j], level + 1)) {
+                    if (!equal_at(e, a.u.d->v[i], b.u.d->v[j], level + 1)) return false;
                     found = true;
                 }
             if (!found) return false;
@@ -169,9 +214,12 @@ bool jv_equal(jv a, jv b) {
     }
 }
 
+bool jv_equal(struct jerr *e, jv a, jv b) { return equal_at(e, a, b, 0); }
+
 void jbuf_put(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, size_t n) {
     if (!n && b->p) return; /* an empty put still gives an empty string */
     if (b->n + n > b->limit) jerr_throw(e, KVB_ERR_NOMEM, "template render: output limit of %zu bytes reached", b->limit);
+    jwork(e, (int64_t)n);
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 32;
         while (cap < b->n + n + 1) cap *= 2;
@@ -453,7 +501,7 @@ static void newline_indent(struct jarena *a, struct jerr *e, struct jbuf *b, int
 
 void jjson_dump(struct jarena *a, struct jerr *e, struct jbuf *b, jv x, int indent, int level) {
     char t[40];
-    if (level > 512) jerr_throw(e, KVB_ERR_INVALID, "tojson: nested too deeply");
+    if (level > walk_depth(e)) too_deep(e, "for tojson", walk_depth(e));
     switch (x.t) {
     case JV_NONE: put_s(a, e, b, "null"); break;
     case JV_BOOL: put_s(a, e, b, x.u.b ? "true" : "false"); break;
@@ -507,10 +555,13 @@ struct work {
 
 /* The two entry points below parse inside one setjmp frame: their state is
  * on the heap (what the frame changes before a longjmp must not be a local),
- * with an arena of at most 256 MiB. */
+ * with an arena of at most 256 MiB and a render's default work budget. */
 static struct work *work_new(void) {
     struct work *w = kvb_calloc(1, sizeof *w);
-    if (w) w->a.limit = 256u << 20;
+    if (w) {
+        w->a.limit = 256u << 20;
+        w->e.max_work = (int64_t)1000000 * JWORK_STEP; /* a render's default budget: an object's keys are compared one by one */
+    }
     return w;
 }
 
