@@ -429,7 +429,8 @@ TEST(float_repr) {
 
 /* the fuzz target over its seeds (tests/jinja/templates, read from the
  * repository root where the tests run), every prefix of each, and bytes
- * flipped or deleted at a stride: no crash, no sanitizer report */
+ * flipped or deleted at a stride; and over the hostile shapes of
+ * tests/jinja/hostile: no crash, no hang, no sanitizer report */
 static char *read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -474,6 +475,16 @@ TEST(fuzz_seeds) {
 #undef IN
     for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++) LLVMFuzzerTestOneInput((const uint8_t *)inputs[i].s, inputs[i].n);
     CHECK(total > 1000);
+    /* the hostile shapes (issue 47): whole, and cut at a few points */
+    static const char *const hostile[] = {"tests/jinja/hostile/deep_equal.jinja", "tests/jinja/hostile/long_scan.jinja",
+                                          "tests/jinja/hostile/growth.jinja"};
+    for (size_t i = 0; i < sizeof hostile / sizeof *hostile; i++) {
+        size_t n = 0;
+        char *b = read_all(hostile[i], &n);
+        if (!b) SKIP_CASE("%s not found (run from the repository root)", hostile[i]);
+        for (size_t k = n; k > n / 2; k -= n / 8) LLVMFuzzerTestOneInput((const uint8_t *)b, k);
+        free(b);
+    }
 }
 
 int main(void) {

@@ -8,8 +8,12 @@
  * output limit, and a failure a status and a message.
  *
  * Seeds: the .jinja files of tests/jinja/templates (and llama.cpp's models/templates
- * where present); .ci/run fuzzes it for 60 s. test_jinja.c replays this
- * entry point over those seeds, their prefixes and byte flips.
+ * where present), and the hostile shapes of tests/jinja/hostile (values
+ * nested past the depth limit under every walk, long string scans in loops,
+ * quadratic growth), which must fail with a status naming a limit (depth,
+ * steps, memory, deadline: 200 ms here) and never crash or hang; .ci/run
+ * fuzzes it for 60 s. test_jinja.c replays this entry point over those
+ * seeds, their prefixes and byte flips.
  */
 #include "tokenizer/jinja.h"
 
@@ -39,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *names[] = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"};
     const char *json[] = {msgs ? msgs : k_default_messages, "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "true", "\"<s>\"",
                           "\"</s>\""};
-    struct jinja_limits lim = {.max_output = 1u << 20, .max_memory = 64u << 20, .max_depth = 100, .max_steps = 100000};
+    struct jinja_limits lim = {.max_output = 1u << 20, .max_memory = 64u << 20, .max_depth = 100, .max_steps = 100000, .deadline_ms = 200};
     struct jinja_input in = {.src = tmpl, .src_len = tlen, .names = names, .json = json, .n_vars = 5, .vars_object = vars, .limits = &lim};
     char *out = NULL, msg[256];
     size_t len = 0;
@@ -57,6 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     p.vars_json = vars;
     p.fallback = true;
     p.max_output = 1u << 20;
+    p.deadline_ms = 200; /* the default limits otherwise */
     st = kvb_chat_apply(&p, &out, &len);
     if ((st == KVB_OK || st == KVB_FALLBACK) && (!out || out[len] != 0)) abort();
     kvb_buffer_free(out);
