@@ -1,7 +1,9 @@
 /*
  * test_jinja.c — the Jinja interpreter (src/tokenizer/jinja.c) construct by
  * construct, its errors (status, message, template line), its limits on
- * untrusted templates (output, memory, nesting, loop iterations), and
+ * untrusted templates (output, memory, nesting of the source and of values
+ * under every walk, the step budget with scans charged by bytes, the
+ * deadline), and
  * kvb_chat_apply (variables, JSON errors, the signature-family fallback).
  * The expected texts of the construct table are what Python's jinja2 renders
  * in transformers' chat-template environment (trim_blocks, lstrip_blocks,

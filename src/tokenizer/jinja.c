@@ -8,6 +8,15 @@
  * walks it over values (jv) in scopes (a dict per scope, parent chain) and
  * appends to a bounded output buffer. Errors longjmp to jinja_render.
  *
+ * Templates are untrusted: every recursion counts its depth against one
+ * limit (the parser's pdepth; depth for eval, exec, macro calls and filters
+ * in filters; a level argument for each walk over a value: jv_equal,
+ * compare, put_str, jjson_dump), and all work is charged to the budget in
+ * struct jerr (jwork: a node evaluated, a name looked up, a byte scanned or
+ * written, a value compared is a unit, a loop iteration or call a step of
+ * JWORK_STEP units), which also holds the render's wall-clock deadline.
+ * Substring search (struct finder) is linear, so charging by bytes bounds it.
+ *
  * Semantics are jinja2's as transformers' apply_chat_template configures it:
  * ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with
  * the loopcontrols extension (break, continue), globals raise_exception and
