@@ -40,10 +40,10 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* "template line N: " while a template is evaluated, else "" */
+/* "template line N: " while a template is evaluated, else "template render: " */
 static void line_prefix(const struct jerr *e, char at[32]) {
-    at[0] = 0;
     if (e->line > 0) snprintf(at, 32, "template line %d: ", e->line);
+    else snprintf(at, 32, "template render: ");
 }
 
 _Noreturn static void too_deep(struct jerr *e, const char *what, int limit) {
@@ -61,7 +61,7 @@ void jwork_check(struct jerr *e) {
                    at, (long long)(e->max_work / JWORK_STEP));
     int64_t next = INT64_MAX;
     if (e->deadline_ns) {
-        if (now_ns() > e->deadline_ns) jerr_throw(e, KVB_ERR_NOMEM, "%stemplate render: deadline of %d ms passed", at, (int)e->deadline_ms);
+        if (now_ns() > e->deadline_ns) jerr_throw(e, KVB_ERR_NOMEM, "%sdeadline of %d ms passed", at, (int)e->deadline_ms);
         next = e->work + JWORK_CLOCK;
     }
     if (e->max_work && e->max_work < next) next = e->max_work + 1;
