@@ -71,6 +71,11 @@ static const struct jcase k_cases[] = {
     {"print_values", "{{ none }} {{ true }} {{ false }} {{ 1 }} {{ -2 }} {{ d }} {{ xs }} {{ 'x' }}", "None True False 1 -2 {'b': 2, 'a': 1} [3, 1, 2] x"},
     {"bos_eos", "{{ bos_token }}x{{ eos_token }}", "<s>x</s>"},
     {"generation_tag", "a{% generation %}b{% endgeneration %}c", "abc"},
+    /* issue 47, item 4: ** by squaring (1 ** 10**12 took 10**12 multiplications), and indices that would pass INT64's end */
+    {"pow_by_squaring", "{{ 1 ** 1000000000000 }} {{ (-1) ** 1000000000001 }} {{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 3 ** 39 }} {{ 0 ** 0 }}",
+     "1 -1 4611686018427387904 -9223372036854775808 4052555153018976267 1"},
+    {"huge_steps", "{{ [1, 2, 3][1::9223372036854775807] }} {{ 'abc'[1::9223372036854775807] }} {{ [1, 2, 3][1::-9223372036854775807] }} {{ range(9223372036854775800, 9223372036854775807, 5) | list }}",
+     "[2] b [2] [9223372036854775800, 9223372036854775805]"},
 };
 #define VARS "{\"xs\": [3, 1, 2], \"d\": {\"b\": 2, \"a\": 1}, \"s\": \"  Hello, World  \", \"msgs\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"x\": 1}}}]}, {\"role\": \"tool\", \"content\": \"r\"}], \"n\": null, \"t\": true, \"u8\": \"h\\u00e9llo \\u4e16\\u754c\", \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}"
 
@@ -128,6 +133,8 @@ TEST(errors_named_with_line) {
         {"{% set d = {} %}{% set d.x = 1 %}", KVB_ERR_INVALID, "non-namespace"},
         {"{% for a, b in [1] %}{% endfor %}", KVB_ERR_INVALID, "'int' object is not iterable"},
         {"{{ none | tojson(sort_keys=true) }}", KVB_ERR_UNSUPPORTED, "sort_keys"},
+        {"{{ 2 ** 63 }}", KVB_ERR_UNSUPPORTED, "integer overflow in **"},
+        {"{{ 3 ** 1000000000000 }}", KVB_ERR_UNSUPPORTED, "integer overflow in **"},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
@@ -251,6 +258,7 @@ TEST(scans_charged) {
     static const char *const k[] = {
         "b in a", "b not in a", "a.find(b)", "a.count(b)", "a.split(b)", "a.replace(b, '')", "a | replace(b, '')", "a | length", "a < a ~ 'b'",
         "a == a ~ ''", "a.startswith(a)", "a is lower", "a.split()", "a.strip('b')", "a | trim", "a.upper()", "a[5]", "a | first",
+        "[a] | map(attribute=a) | list", "a | int", "a | float",
     };
     struct jinja_limits lim = {.max_steps = 20000};
     int bad = 0;

@@ -1354,10 +1354,13 @@ static jv binop(struct ctx *c, int line, const char *op, jv a, jv b) {
             if (fy == 0) fail_at(c, KVB_ERR_INVALID, line, "float division by zero");
             double q = floor(fx / fy);
             return (jv){.t = JV_FLOAT, .u.f = o == '%' ? fx - q * fy : q};
-        } else if (o == '*' && two && ints && y >= 0) {
-            int64_t r = 1;
-            for (int64_t i = 0; i < y; i++)
-                if (__builtin_mul_overflow(r, x, &r)) fail_at(c, KVB_ERR_UNSUPPORTED, line, "integer overflow in **");
+        } else if (o == '*' && two && ints && y >= 0) { /* by squaring: 1 ** 10**18 takes 60 steps, not 10**18 */
+            int64_t r = 1, base = x;
+            for (int64_t e = y; e; e >>= 1) {
+                if ((e & 1) && __builtin_mul_overflow(r, base, &r)) fail_at(c, KVB_ERR_UNSUPPORTED, line, "integer overflow in **");
+                /* base squared overflowing with bits left means the result would (|base| >= 2) */
+                if (e > 1 && __builtin_mul_overflow(base, base, &base)) fail_at(c, KVB_ERR_UNSUPPORTED, line, "integer overflow in **");
+            }
             return mkint(r);
         }
         double fx = fnum(a), fy = fnum(b);
@@ -1513,7 +1516,10 @@ static jv slice(struct ctx *c, int line, jv obj, jv lo, jv hi, jv st) {
     }
     if (obj.t == JV_LIST) {
         jv r = jv_list_new(A, E, 0);
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) jv_list_push(A, E, r, obj.u.l->v[i]);
+        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+            jv_list_push(A, E, r, obj.u.l->v[i]);
+            if (step > 0 ? step >= stop - i : step <= stop - i) break; /* the next index is past stop (and i + step may overflow) */
+        }
         return r;
     }
     if (step == 1) {
@@ -1522,7 +1528,10 @@ static jv slice(struct ctx *c, int line, jv obj, jv lo, jv hi, jv st) {
     }
     struct jbuf b = {.limit = c->max_out};
     jbuf_put(A, E, &b, "", 0);
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) jbuf_put(A, E, &b, obj.u.s + off[i], off[i + 1] - off[i]);
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        jbuf_put(A, E, &b, obj.u.s + off[i], off[i + 1] - off[i]);
+        if (step > 0 ? step >= stop - i : step <= stop - i) break;
+    }
     return (jv){.t = JV_STR, .n = b.n, .u.s = b.p};
 }
 
@@ -1749,9 +1758,10 @@ static jv call_builtin(struct ctx *c, int fn, struct args *a) {
         }
         if (!st) fail_at(c, KVB_ERR_INVALID, a->line, "range() arg 3 must not be zero");
         jv r = jv_list_new(A, E, 0);
-        for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+        for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
             step(c, a->line);
             jv_list_push(A, E, r, mkint(i));
+            if (__builtin_add_overflow(i, st, &i)) break; /* past INT64's ends: past hi too */
         }
         return r;
     }
@@ -1868,6 +1878,7 @@ static bool run_test(struct ctx *c, const char *name, jv v, struct args *a) {
 static jv attr_path(struct ctx *c, int line, jv v, jv path) {
     /* "a.b" or an integer */
     if (path.t == JV_INT) return getitem(c, line, v, path);
+    jwork(E, (int64_t)path.n);
     size_t b = 0;
     for (size_t i = 0; i <= path.n; i++)
         if (i == path.n || path.u.s[i] == '.') {
@@ -2003,6 +2014,7 @@ static jv run_filter_(struct ctx *c, const char *name, jv v, struct args *a, str
         if (v.t == JV_FLOAT) return isfinite(v.u.f) && fabs(v.u.f) < 9e18 ? mkint((int64_t)v.u.f) : def;
         if (v.t == JV_STR) {
             jv t = strip(c, v, (jv){.t = JV_NONE}, 3);
+            jwork(E, 2 * (int64_t)t.n);
             const char *z = jv_str(A, E, t.u.s, t.n).u.s;
             char *end;
             errno = 0;
@@ -2017,6 +2029,7 @@ static jv run_filter_(struct ctx *c, const char *name, jv v, struct args *a, str
         check_args(c, a, 1, NULL);
         if (isnum(v)) return (jv){.t = JV_FLOAT, .u.f = fnum(v)};
         if (v.t == JV_STR) {
+            jwork(E, (int64_t)v.n);
             const char *z = jv_str(A, E, v.u.s, v.n).u.s;
             char *end;
             double f = strtod(z, &end);
