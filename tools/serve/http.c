@@ -6,7 +6,9 @@
  *  - stream true: until it starts (so a refusal still gets its own status),
  *    then server-sent events from a content reader that waits for text.
  * While waiting, the socket is checked every 100 ms; a client that went
- * away cancels its job, which returns its pages at the next step.
+ * away cancels its job, which returns its pages at the next step. Before
+ * an answer starts, a FIN is probed (probe_half): a client that closed
+ * both ends is cancelled, one that only half-closed is still answered.
  */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "serve.h"
@@ -54,6 +56,21 @@ static enum peer peer_state(int fd) {
     char c;
     const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     return n == 0 ? PEER_HALF : PEER_OK;
+}
+
+/* A peer whose FIN came while its answer has not started: a client that
+ * closed both ends (gone: its request is cancelled, as llama-server and
+ * vLLM cancel it) or one that only half-closed and still reads. An
+ * HTTP/1.1 client must accept an interim 100 (Continue) before its answer
+ * (RFC 9110 15.2), so one is written once: a closed peer answers it with
+ * a reset (PEER_GONE at the next look). An HTTP/1.0 client may not get a
+ * 1xx: its FIN is read as gone. Returns whether the peer is gone now. */
+static bool probe_half(int fd, bool http11, bool *probed) {
+    if (!http11) return true;
+    if (*probed) return false;
+    *probed = true;
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    return send(fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)(sizeof cont - 1);
 }
 
 static void wait_100ms(struct server *srv, struct job *j) {
@@ -236,7 +253,6 @@ static struct guard_conn *guard_of(struct MHD_Connection *c) {
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls) {
-    (void)version;
     struct server *srv = cls;
     struct conn *cc = *con_cls;
     if (!cc) { /* the headers are in; the body is not read yet */
@@ -281,10 +297,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct job *j = r.job;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     const int fd = ci ? ci->connect_fd : -1;
+    const bool http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
+    bool probed = false;
     pthread_mutex_lock(&srv->mu);
     while (!(j->done || (j->stream && j->started))) {
         wait_100ms(srv, j);
-        if (peer_state(fd) == PEER_GONE) {
+        const enum peer ps = peer_state(fd);
+        if (ps == PEER_GONE || (ps == PEER_HALF && probe_half(fd, http11, &probed))) {
             release_job(j);
             pthread_mutex_unlock(&srv->mu);
             http_resp_free(&r);

@@ -63,6 +63,9 @@ static int usage(FILE *f) {
             "  --queue-timeout S     seconds a request may wait for room; then 503 (default 30)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default 16384)\n"
             "  --default-max-tokens N  max_tokens when a request gives none (default 512)\n"
+            "  --max-prompt-tokens N the most tokens a turn's prompt may have; beyond, 400 (default 8 x the\n"
+            "                        larger of --budget and the trained length). A prompt past the budget\n"
+            "                        or the trained length is answered with kvbound.warnings (and logged)\n"
             "  --max-budget N        largest kv_budget a request may ask (default 8 x --budget)\n"
             "  --max-sessions N      idle sessions kept in memory; more are in the store only (default 256)\n"
             "  --prefix-cache N      shared prefixes kept (default 8; 0: none): a chat's first turn is cut\n"
@@ -167,7 +170,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk --step-target-ms -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
+                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -183,6 +186,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--queue")) r = cli_parse_i32(a, v, 0, 1 << 20, &o->queue_max);
     else if (!strcmp(a, "--queue-timeout")) r = cli_parse_i32(a, v, 1, 86400, &o->queue_timeout_s);
     else if (!strcmp(a, "--max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_tokens_cap);
+    else if (!strcmp(a, "--max-prompt-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_prompt_tokens);
     else if (!strcmp(a, "--default-max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->default_max_tokens);
     else if (!strcmp(a, "--max-budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &c->max_budget);
     else if (!strcmp(a, "--max-sessions")) r = cli_parse_i32(a, v, 0, 4000, &o->max_sessions);
@@ -337,6 +341,11 @@ static int serve_load(struct server *srv, const struct serve_cli *c) {
     if (cli_load_model(&c->mo, &srv->model, &srv->mi)) return 1;
     srv->vocab = kvb_model_vocab(srv->model);
     cli_policy_warn(&c->po, c->pid, srv->mi.n_ctx_train);
+    if (!srv->o.max_prompt_tokens) { /* 8 x the larger of the budget and the trained length */
+        const int64_t budget = srv->o.kv.policy.budget, trained = srv->mi.n_ctx_train;
+        const int64_t most = 8 * (budget > trained ? budget : trained);
+        srv->o.max_prompt_tokens = most < 1 ? 1 << 30 : most > (1 << 30) ? 1 << 30 : (int)most;
+    }
     const char *why = NULL, *forced = c->forced_template;
     if (forced) {
         if (kvb_chat_style_from_name(forced, &srv->style) != KVB_OK) {

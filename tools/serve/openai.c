@@ -779,6 +779,10 @@ static void add_kvbound(const struct job *j, cJSON *o) {
     cJSON_AddNumberToObject(k, "cache_tokens", (double)j->cache_tokens);
     cJSON_AddNumberToObject(k, "kv_bytes", (double)j->kv_bytes);
     if (j->sp.kv.recall.pages > 0) cJSON_AddNumberToObject(k, "cold_pages", (double)j->cold_pages);
+    if (j->n_warnings) { /* a prompt past the budget or the trained length (job.c) */
+        cJSON *w = cJSON_AddArrayToObject(k, "warnings");
+        for (int i = 0; i < j->n_warnings; i++) cJSON_AddItemToArray(w, cJSON_CreateString(j->warnings[i]));
+    }
 }
 
 static void add_usage(const struct job *j, cJSON *o) {

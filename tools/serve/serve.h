@@ -159,6 +159,8 @@ struct job {
     struct sbuf text;        /* text generated so far, stop strings cut out */
     size_t sent;             /* bytes of text the connection has written */
     bool started, done, failed, cancelled, abandoned, role_sent, final_sent, done_sent;
+    char warnings[2][256];   /* said with the answer (kvbound.warnings) and in the log: a prompt past the budget or trained length */
+    int n_warnings;
     int status;              /* on failure before any text: the HTTP status */
     int retry_after;
     char error[256];
@@ -206,6 +208,7 @@ struct serve_opts {
     int prefix_cache, prefix_min; /* shared prefixes kept (0: no sharing); the fewest tokens one may have */
     float step_target_ms, step_target_x; /* --step-target-ms: N ms, or Kx the decode-only step; both 0: off */
     int n_ctx;    /* -c: a session's token limit under full; 0: the model's trained length */
+    int max_prompt_tokens; /* --max-prompt-tokens: a turn's prompt beyond it is 400 (0: the default, set at start) */
     size_t pool_bytes, max_body;
     struct kvb_kv_params kv; /* every session's KV configuration: --policy and its knobs, --positions,
                               * --kv-dtype, --recall (a request may change the policy; recall is for
