@@ -83,6 +83,12 @@ h3=$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: attacker.example' -d '{"pr
 h4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/rebind")
 if [ "$h1" = 403 ] && [ "$h2" = 200 ] && [ "$h3" = 403 ] && [ "$h4" = 404 ] && grep -q attacker.example "$T/h1"; then ok serve_foreign_host_403
 else ko serve_foreign_host_403 "foreign $h1, localhost $h2, foreign POST $h3, then the session $h4"; fi
+# any loopback address passes, as SERVING.md says (127.0.0.2 was 403); a name that only starts like one does not
+h5=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: 127.0.0.2:$port" "$URL/v1/models")
+h6=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: [::1]:$port" "$URL/v1/models")
+h7=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: 127.0.0.2.attacker.example" "$URL/v1/models")
+if [ "$h5" = 200 ] && [ "$h6" = 200 ] && [ "$h7" = 403 ]; then ok serve_any_loopback_host
+else ko serve_any_loopback_host "127.0.0.2 $h5, [::1] $h6, 127.0.0.2.attacker.example $h7"; fi
 
 # Origin: a cross-site write is 403 and appends nothing; the server's own page passes
 o1=$(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: http://evil.example' -d '{"prompt":"Once","max_tokens":2,"session_id":"csrf"}' "$URL/v1/completions")

@@ -23,6 +23,8 @@
  */
 #include "serve.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,16 +100,19 @@ static bool host_name(const char *h, size_t n, char *out, size_t cap) {
 }
 
 /* Whether the Host header names this server as a browser on this machine
- * would: the --host address, localhost or a loopback literal (any port: a
+ * would: the --host address, localhost or a loopback literal (127.0.0.0/8,
+ * ::1; any port: a
  * load balancer on this machine forwards its own). A page on another name
  * that resolves here (DNS rebinding) names that other name. */
 static bool host_allowed(const struct server *srv, const char *host) {
     if (!srv->o.check_host || !host) return true; /* HTTP/1.0 without Host: no browser */
     char name[256];
     if (!host_name(host, strlen(host), name, sizeof name)) return false;
-    static const char *const loop[] = {"localhost", "127.0.0.1", "::1"};
-    for (size_t i = 0; i < sizeof loop / sizeof *loop; i++)
-        if (!strcasecmp(name, loop[i])) return true;
+    if (!strcasecmp(name, "localhost")) return true;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) return true; /* any of 127.0.0.0/8 */
+    if (inet_pton(AF_INET6, name, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6)) return true;
     char bound[256];
     return host_name(srv->o.host, strlen(srv->o.host), bound, sizeof bound) && !strcasecmp(name, bound);
 }
