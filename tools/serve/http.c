@@ -105,7 +105,7 @@ static void add_headers(struct MHD_Response *r, const struct http_resp *h) {
     }
     if (h->preflight) {
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
     if (h->close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -178,7 +178,8 @@ static void stream_events(struct stream *st) {
         }
     } else {
         const size_t ready = j->done ? j->text.n : j->text.n - (j->held < j->text.n ? j->held : j->text.n);
-        if (ready > j->sent) {
+        if (ready > j->sent && j->native) native_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, &st->out);
+        else if (ready > j->sent) {
             openai_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, NULL, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
             j->lp_sent = j->lp.n;
             j->sent = ready;
@@ -193,6 +194,10 @@ static void stream_events(struct stream *st) {
         sb_put(&st->out, e.body.s, e.body.n ? e.body.n - 1 : 0);
         sb_puts(&st->out, "\n\n");
         http_resp_free(&e);
+    } else if (j->native) { /* llama-server's /completion: the last event says stop, and no [DONE] follows */
+        native_chunk(srv, j, NULL, 0, true, &st->out);
+        st->finished = true;
+        return;
     } else {
         openai_chunk(srv, j, NULL, 0, false, j->finish, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
         j->lp_sent = j->lp.n;
@@ -286,7 +291,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct http_req q = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                          cc->body.s ? cc->body.s : "", cc->body.n, cc->too_large || cc->body.oom,
                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
-                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")};
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key")};
     struct http_resp r;
     serve_route(srv, &q, &r);
     if (!r.job) {
@@ -320,7 +326,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (!j->stream) {
         sb_free(&r.body);
-        openai_response(srv, j, &r.body);
+        if (j->native) native_response(srv, j, &r.body);
+        else openai_response(srv, j, &r.body);
         job_free(j);
         pthread_mutex_unlock(&srv->mu);
         r.status = 200;

@@ -65,6 +65,7 @@ void job_free(struct job *j) {
     kvb_grammar_free(j->grammar);
     kvb_matcher_free(j->matcher);
     free(j->prefill);
+    free(j->answer_prefix);
     free(j->bias);
     for (int i = 0; i < j->n_msgs; i++) free((char *)j->msgs[i].content);
     free(j->msgs);

@@ -116,8 +116,11 @@ struct serve_cli {
     struct cli_kv_types kvt;
     struct cli_recall rec;
     const char *forced_template, *template_file, *template_text;
-    bool no_jinja;
+    const char *forced_template_flag; /* --template or --chat-template */
+    bool no_jinja, jinja_given;
+    const char *api_key_file;
     int pool_mb, max_conn, max_per_ip, request_timeout, max_budget;
+    int n_predict; /* -n: 0 not given, -1 up to --max-tokens */
     long long max_body;
 };
 
@@ -135,6 +138,7 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->step_tokens = 512;
     o->chunk = 256;
     o->step_target_x = 3.5f; /* the default: see --help and docs/SERVING.md */
+    o->default_temp = -1;
     o->max_body = (size_t)4 << 20;
     o->sessions = "kvbound-sessions";
     o->api_key = getenv("KVB_API_KEY");
@@ -170,7 +174,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
+                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens --temp --seed -n --n-predict --api-key-file -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -183,6 +187,20 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     }
     else if (!strcmp(a, "--sessions")) o->sessions = v;
     else if (!strcmp(a, "--api-key")) o->api_key = v;
+    else if (!strcmp(a, "--api-key-file")) c->api_key_file = v;
+    else if (!strcmp(a, "--temp")) r = cli_parse_f32(a, v, 0, 2, &o->default_temp);
+    else if (!strcmp(a, "--seed")) {
+        long long seed = 0; /* -1: a fresh seed per request, as llama-server's default */
+        r = cli_parse_i64(a, v, -1, 1ll << 53, &seed);
+        o->seed_given = !r && seed >= 0;
+        o->default_seed = seed >= 0 ? (uint64_t)seed : 0;
+    }
+    else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { /* llama-server's: a request's n_predict when it gives none */
+        int32_t n = 0;
+        r = cli_parse_i32(a, v, -1, 1 << 30, &n);
+        if (!r && n == 0) { fprintf(stderr, "kvbound serve: %s 0: a request must generate at least one token (-1: up to --max-tokens)\n", a); r = 2; }
+        c->n_predict = n;
+    }
     else if (!strcmp(a, "--queue")) r = cli_parse_i32(a, v, 0, 1 << 20, &o->queue_max);
     else if (!strcmp(a, "--queue-timeout")) r = cli_parse_i32(a, v, 1, 86400, &o->queue_timeout_s);
     else if (!strcmp(a, "--max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_tokens_cap);
@@ -207,11 +225,17 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     }
     else if (!strcmp(a, "--chat-template")) {
         enum kvb_chat_style st;
-        if (kvb_chat_style_from_name(v, &st) == KVB_OK) c->forced_template = v;
+        static const char name_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
+        if (kvb_chat_style_from_name(v, &st) == KVB_OK) c->forced_template = v, c->forced_template_flag = a;
+        else if (v[0] && strspn(v, name_chars) == strlen(v)) { /* a name, not template text: one kvbound does not know */
+            fprintf(stderr, "kvbound serve: --chat-template %s: no such name; the names are chatml, llama3, llama2, mistral, gemma, plain "
+                            "(signature families); else give Jinja template text, or --chat-template-file FILE\n", v);
+            r = 2;
+        }
         else c->template_text = v;
     }
     else if (!strcmp(a, "--chat-template-file")) c->template_file = v;
-    else if (!strcmp(a, "--template")) c->forced_template = v;
+    else if (!strcmp(a, "--template")) c->forced_template = v, c->forced_template_flag = a;
     else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
     else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
     else if (!strcmp(a, "--step-target-ms")) {
@@ -235,7 +259,18 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
     serve_defaults(o, c);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
-        if (!strcmp(argv[i], "--jinja")) { c->no_jinja = false; continue; }
+        if (!strcmp(argv[i], "--jinja")) { c->no_jinja = false; c->jinja_given = true; continue; }
+        /* llama-server's spellings of --kv-dtype-k/-v */
+        if (!strcmp(argv[i], "-ctk") || !strcmp(argv[i], "--cache-type-k")) argv[i] = (char *)"--kv-dtype-k";
+        else if (!strcmp(argv[i], "-ctv") || !strcmp(argv[i], "--cache-type-v")) argv[i] = (char *)"--kv-dtype-v";
+        if (!strcmp(argv[i], "-fa") || !strcmp(argv[i], "--flash-attn")) { /* llama-server's; its value (on, off, auto) is optional */
+            const char *fv = i + 1 < argc ? argv[i + 1] : NULL;
+            const bool val = fv && (!strcmp(fv, "on") || !strcmp(fv, "off") || !strcmp(fv, "auto"));
+            fprintf(stderr, "kvbound serve: note: %s%s%s changes nothing: kvbound's attention runs on the CPU, over its own paged cache\n", argv[i],
+                    val ? " " : "", val ? fv : "");
+            i += val;
+            continue;
+        }
         if (!strcmp(argv[i], "--no-jinja")) { c->no_jinja = true; continue; }
         int pr = cli_model_option(&c->mo, argc, argv, &i);
         if (pr == 0) pr = cli_cache_option(&c->po, &c->kvt, &c->rec, argc, argv, &i);
@@ -258,7 +293,30 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
         fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
         return 2;
     }
+    if (c->api_key_file) { /* llama-server's --api-key-file: the key on its first line (one key: kvbound takes one) */
+        if (o->api_key && o->api_key != getenv("KVB_API_KEY")) { fprintf(stderr, "kvbound serve: give --api-key or --api-key-file, not both\n"); return 2; }
+        size_t len = 0;
+        char *text = cli_read_file(c->api_key_file, 4096, "--api-key-file", &len);
+        if (!text) return 2;
+        char *line = text + strspn(text, " \t\r\n");
+        size_t kl = strcspn(line, "\r\n");
+        const char *rest = line + kl;
+        rest += strspn(rest, " \t\r\n");
+        while (kl && (line[kl - 1] == ' ' || line[kl - 1] == '\t')) kl--;
+        line[kl] = 0;
+        if (!line[0] || *rest) {
+            fprintf(stderr, "kvbound serve: --api-key-file %s: want one key on one line (kvbound takes one key), %s\n", c->api_key_file,
+                    line[0] ? "found more lines" : "found none");
+            free(text);
+            return 2;
+        }
+        static char key[4096];
+        snprintf(key, sizeof key, "%s", line);
+        free(text);
+        o->api_key = key;
+    }
     o->check_host = !o->api_key && host_is_loopback(o->host);
+    if (c->n_predict) o->default_max_tokens = c->n_predict < 0 ? o->max_tokens_cap : c->n_predict;
     if (o->default_max_tokens > o->max_tokens_cap) o->default_max_tokens = o->max_tokens_cap;
     if (c->max_body) o->max_body = (size_t)c->max_body;
     if (!c->max_per_ip) c->max_per_ip = c->max_conn > 1 ? c->max_conn / 2 : 1;
@@ -341,12 +399,24 @@ static int serve_load(struct server *srv, const struct serve_cli *c) {
     if (cli_load_model(&c->mo, &srv->model, &srv->mi)) return 1;
     srv->vocab = kvb_model_vocab(srv->model);
     cli_policy_warn(&c->po, c->pid, srv->mi.n_ctx_train);
+    if (srv->o.n_ctx && srv->o.kv.policy.id != KVB_POLICY_FULL)
+        fprintf(stderr, "kvbound serve: note: -c %d changes nothing under --policy %s: a session holds at most its budget (%d tokens) and runs "
+                        "past any length; -c is a session's token limit under --policy full\n", srv->o.n_ctx, kvb_policy_name(srv->o.kv.policy.id),
+                (int)srv->o.kv.policy.budget);
+    else if (srv->o.n_ctx > srv->mi.n_ctx_train && srv->mi.n_ctx_train > 0)
+        fprintf(stderr, "kvbound serve: note: -c %d is past the model's trained length (%d): a session may hold %d tokens, and positions "
+                        "past %d are ones the model was not trained on (its answers may get worse there)\n", srv->o.n_ctx,
+                (int)srv->mi.n_ctx_train, srv->o.n_ctx, (int)srv->mi.n_ctx_train);
     if (!srv->o.max_prompt_tokens) { /* 8 x the larger of the budget and the trained length */
         const int64_t budget = srv->o.kv.policy.budget, trained = srv->mi.n_ctx_train;
         const int64_t most = 8 * (budget > trained ? budget : trained);
         srv->o.max_prompt_tokens = most < 1 ? 1 << 30 : most > (1 << 30) ? 1 << 30 : (int)most;
     }
     const char *why = NULL, *forced = c->forced_template;
+    if (forced && c->jinja_given)
+        fprintf(stderr, "kvbound serve: note: --jinja with %s %s: kvbound chats through the %s signature family (its own formatting, "
+                        "no Jinja, no tools), not a Jinja template of that name; leave %s out to use the model's own Jinja template\n",
+                c->forced_template_flag, forced, forced, c->forced_template_flag);
     if (forced) {
         if (kvb_chat_style_from_name(forced, &srv->style) != KVB_OK) {
             fprintf(stderr, "kvbound serve: --template: %s\n", kvb_last_error());

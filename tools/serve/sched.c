@@ -257,6 +257,7 @@ static void publish(struct server *srv) {
                 if (j->parser) feed_parser(j, false);
                 if (stopped) {
                     j->finish = "stop";
+                    j->stop_word = true;
                     if (si.state == KVB_SEQ_DECODE) kvb_batch_finish(s->b, j->seq);
                     kvb_batch_seq_info(s->b, j->seq, &si);
                 }
