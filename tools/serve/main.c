@@ -36,8 +36,9 @@ static bool host_is_loopback(const char *host) {
 static int usage(FILE *f) {
     fprintf(f,
             "usage: kvbound serve -m MODEL [options]\n"
-            "An OpenAI-compatible server (POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
-            "/v1/sessions/ID, /metrics, /health, and a page at /) for many long sessions on one page pool.\n"
+            "An OpenAI-compatible server (POST /v1/chat/completions, /v1/completions, both also without /v1,\n"
+            "and llama-server's /completion; GET /v1/models, /v1/sessions/ID, /metrics, /health, and a page\n"
+            "at /) for many long sessions on one page pool.\n"
             "\n"
             "  -m, --model PATH      GGUF model (a family kvbound loads: see `kvbound info`, the README)\n"
             "  --host ADDR           address to listen on (default 127.0.0.1: loopback only)\n"
@@ -47,7 +48,9 @@ static int usage(FILE *f) {
             "  --policy NAME         cache policy of every session (default streaming; full is allowed)\n"
             "  --sessions DIR|URL    session store: a directory (SQLite file DIR/sessions.sqlite) or\n"
             "                        redis://HOST:PORT (default ./kvbound-sessions)\n"
-            "  --api-key KEY         require 'Authorization: Bearer KEY' (also KVB_API_KEY); /, /health open\n"
+            "  --api-key KEY         require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (also KVB_API_KEY);\n"
+            "                        /, /health open\n"
+            "  --api-key-file FILE   the key from FILE's one line (llama-server's flag; one key)\n"
             "  -t, --threads N       threads of each step (default: the cores)\n"
             CLI_NO_MMAP_HELP
             "  --step-tokens N       rows of one step: decode tokens + prompt chunks (default 512; smaller\n"
@@ -81,20 +84,27 @@ static int usage(FILE *f) {
             "  --cors ORIGIN         let pages from ORIGIN (e.g. http://localhost:3000, or *) call the API\n"
             "                        across sites; repeatable. Off by default: a POST or DELETE whose\n"
             "                        Origin is another site's is 403. Without --api-key on a loopback\n"
-            "                        address, a Host other than localhost or the address is 403 too\n"
+            "                        address, a Host other than localhost or the address is 403 too\n");
+    fprintf(f,
             "  --model-name NAME     the model's id in the API (default: the file's name)\n"
             "  --jinja               chat through the model's own Jinja chat template (tokenizer.chat_template),\n"
             "                        with tools and its variables: the default when the template runs\n"
             "  --no-jinja            chat through the template's signature family instead (no tools)\n"
             "  --chat-template-file FILE  a Jinja chat template to use instead of the model's\n"
             "  --chat-template NAME|TEMPLATE  chatml | llama3 | llama2 | mistral | gemma | plain: that signature\n"
-            "                        family (as --template); anything else is Jinja template text\n"
+            "                        family (as --template; with --jinja a note says so); another name is an\n"
+            "                        error; anything else is Jinja template text\n"
             "  --template NAME       chat format: chatml | llama3 | llama2 | mistral | gemma | plain (no Jinja;\n"
             "                        default: the model's template, plain when it has none or lacks its tokens)\n"
             "  -c, --ctx-size N      tokens a session may hold under --policy full (default: the model's\n"
-            "                        trained length); bounded policies hold their budget\n"
+            "                        trained length; past it, a note says so); bounded policies hold their\n"
+            "                        budget and run past any length (-c is then noted as changing nothing)\n"
+            "  --temp T              a request's temperature when it gives none (default the sampler's, 0.8)\n"
+            "  --seed N              a request's seed when it gives none (default -1: a fresh one each request)\n"
+            "  -n, --n-predict N     as --default-max-tokens (-1: up to --max-tokens)\n"
             "  -np N                 as --parallel; -a, --alias NAME as --model-name (llama-server's spellings)\n"
-            "  -ngl N                accepted and noted: kvbound runs on the CPU\n"
+            "  -ctk T, -ctv T        as --kv-dtype-k T, --kv-dtype-v T (also --cache-type-k, --cache-type-v)\n"
+            "  -ngl N, -fa [on|off|auto]  accepted and noted: kvbound runs on the CPU, with its own attention\n"
             "\n");
     cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
@@ -104,7 +114,9 @@ static int usage(FILE *f) {
             "                        cold file are per session, and a session's cold tier is stored with it)\n"
             "\n"
             "Request fields beyond OpenAI's: kv_policy, kv_budget, kv_sinks (a session keeps the ones of its\n"
-            "first turn), session_id (the server keeps the conversation; each turn reads only its new text).\n");
+            "first turn), session_id (the server keeps the conversation; each turn reads only its new text),\n"
+            "llama-server's n_predict (max_tokens). A chat whose last message is the assistant's text is a\n"
+            "prefill: the answer continues it.\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -174,7 +186,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens --temp --seed -n --n-predict --api-key-file -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
+                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -188,6 +200,12 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--sessions")) o->sessions = v;
     else if (!strcmp(a, "--api-key")) o->api_key = v;
     else if (!strcmp(a, "--api-key-file")) c->api_key_file = v;
+    else if (!strcmp(a, "-ctk") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-k") || !strcmp(a, "--cache-type-v")) {
+        enum kvb_dtype d; /* llama-server's spellings of --kv-dtype-k/-v */
+        if (kvb_dtype_from_name(v, &d) != KVB_OK) { fprintf(stderr, "kvbound serve: %s: %s\n", a, kvb_last_error()); return 2; }
+        if (a[strlen(a) - 1] == 'k') c->kvt.k = d;
+        else c->kvt.v = d;
+    }
     else if (!strcmp(a, "--temp")) r = cli_parse_f32(a, v, 0, 2, &o->default_temp);
     else if (!strcmp(a, "--seed")) {
         long long seed = 0; /* -1: a fresh seed per request, as llama-server's default */
@@ -260,9 +278,6 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
         if (!strcmp(argv[i], "--jinja")) { c->no_jinja = false; c->jinja_given = true; continue; }
-        /* llama-server's spellings of --kv-dtype-k/-v */
-        if (!strcmp(argv[i], "-ctk") || !strcmp(argv[i], "--cache-type-k")) argv[i] = (char *)"--kv-dtype-k";
-        else if (!strcmp(argv[i], "-ctv") || !strcmp(argv[i], "--cache-type-v")) argv[i] = (char *)"--kv-dtype-v";
         if (!strcmp(argv[i], "-fa") || !strcmp(argv[i], "--flash-attn")) { /* llama-server's; its value (on, off, auto) is optional */
             const char *fv = i + 1 < argc ? argv[i + 1] : NULL;
             const bool val = fv && (!strcmp(fv, "on") || !strcmp(fv, "off") || !strcmp(fv, "auto"));
