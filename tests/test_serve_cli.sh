@@ -267,12 +267,15 @@ if [ -n "$URL" ]; then
     tp=$(curl -s -H "$H" "$URL/props" | jget 'd["default_generation_settings"]["params"]["temperature"], d["default_generation_settings"]["params"]["n_predict"]' 2>/dev/null)
     if [ "$tp" = "0 5" ] && grep -q 'note: -fa on changes nothing' "$T/ll.log" && grep -q 'note: -c 100000 changes nothing under --policy streaming' "$T/ll.log"
     then ok serve_llama_flags; else ko serve_llama_flags "props '$tp': $(cat "$T/ll.log")"; fi
-    n1=$(post /completion '{"prompt":"Once upon a time","n_predict":6}' -H "$H" | jget 'd["content"] != "" and d["stop"] and d["stop_type"] == "limit" and d["tokens_predicted"] == 6' 2>/dev/null)
-    curl -s -N -H "$H" -d '{"prompt":"Once upon a time","n_predict":3,"stream":true}' "$URL/completion" > "$T/nat.sse"
+    post /completion '{"prompt":"Once upon a time","n_predict":300,"ignore_eos":true}' -H "$H" > "$T/nat.json"
+    n1=$(jget 'd["content"] != "" and d["stop"] and d["stop_type"] == "limit" and d["tokens_predicted"] == 300' < "$T/nat.json" 2>/dev/null)
+    curl -s -N -H "$H" -d '{"prompt":"Once upon a time","n_predict":300,"ignore_eos":true,"stream":true}' "$URL/completion" > "$T/nat.sse"
+    # streamed (at --temp 0): the pieces make the same text, each said once, the last event stops with the figures
     n2=$(python3 -c '
 import json, sys
 ev = [json.loads(l[6:]) for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
-print(len(ev) >= 2 and not ev[0]["stop"] and ev[-1]["stop"] and ev[-1]["tokens_predicted"] == 3 and all("content" in e for e in ev))' "$T/nat.sse" 2>/dev/null)
+whole = json.load(open(sys.argv[2]))["content"]
+print(len(ev) >= 2 and not ev[0]["stop"] and ev[-1]["stop"] and ev[-1]["tokens_predicted"] == 300 and "".join(e["content"] for e in ev) == whole)' "$T/nat.sse" "$T/nat.json" 2>/dev/null)
     c1=$(curl -s -o /dev/null -w '%{http_code}' -H "$H" -d '{"prompt":"Once","max_tokens":2}' "$URL/completions")
     c2=$(curl -s -o /dev/null -w '%{http_code}' -H "$H" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}' "$URL/chat/completions")
     c3=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/health")

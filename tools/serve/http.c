@@ -178,8 +178,10 @@ static void stream_events(struct stream *st) {
         }
     } else {
         const size_t ready = j->done ? j->text.n : j->text.n - (j->held < j->text.n ? j->held : j->text.n);
-        if (ready > j->sent && j->native) native_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, &st->out);
-        else if (ready > j->sent) {
+        if (ready > j->sent && j->native) {
+            native_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, &st->out);
+            j->sent = ready;
+        } else if (ready > j->sent) {
             openai_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, NULL, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
             j->lp_sent = j->lp.n;
             j->sent = ready;
@@ -196,14 +198,12 @@ static void stream_events(struct stream *st) {
         http_resp_free(&e);
     } else if (j->native) { /* llama-server's /completion: the last event says stop, and no [DONE] follows */
         native_chunk(srv, j, NULL, 0, true, &st->out);
-        st->finished = true;
-        return;
     } else {
         openai_chunk(srv, j, NULL, 0, false, j->finish, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
         j->lp_sent = j->lp.n;
         if (j->include_usage) openai_chunk(srv, j, NULL, 0, false, NULL, true, NULL, 0, &st->out);
     }
-    sb_puts(&st->out, "data: [DONE]\n\n");
+    if (!j->native) sb_puts(&st->out, "data: [DONE]\n\n");
     st->finished = true;
 }
 
