@@ -148,11 +148,11 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
         else {
             memcpy(t, text, tl);
             memcpy(t + tl, j->answer_prefix, al + 1);
-            if (own) free(text);
-            else kvb_buffer_free(text);
-            text = t;
-            own = true;
         }
+        if (own) free(text);
+        else kvb_buffer_free(text);
+        text = t; /* NULL for want of memory: st says so */
+        own = true;
     }
     if (st != KVB_OK) {
         if (st == KVB_ERR_NOMEM) snprintf(err, cap, "out of memory");
