@@ -12,6 +12,9 @@ line, "ok ..." or "FAIL ...", and exits 0 or 1.
                                                 another address is answered at once,
                                                 and after TIMEOUT one from theirs too
   serve_faults.py HOST PORT halfclose           a request, then shutdown(SHUT_WR)
+  serve_faults.py HOST PORT closed              a long non-streamed request sent and
+                                                closed after 0.5 s (--parallel 1): its
+                                                slot comes back, a bystander is served
   serve_faults.py HOST PORT framing MAXBODY     two Content-Length, Content-Length
                                                 with chunked, Expect: 100-continue
                                                 over MAXBODY
@@ -39,6 +42,13 @@ def read_all(s, limit=30):
 
 def status_of(data):
     return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.") else 0
+
+
+def final_status(data):
+    """The status of the final answer: interim 1xx answers skipped, as a client must (RFC 9110 15.2)."""
+    while 100 <= status_of(data) < 200 and b"\r\n\r\n" in data:
+        data = data.split(b"\r\n\r\n", 1)[1]
+    return status_of(data)
 
 
 def raw(host, port, head, body=b"", src=None, timeout=30):
@@ -125,14 +135,31 @@ def post_half_closed(host, port, body):
 
 
 def halfclose(host, port):
+    # a FIN before the answer is probed with an interim 100 (Continue), which a half-closed client reads past
     data = post_half_closed(host, port, b'{"prompt":"Once upon a time","max_tokens":4,"temperature":0}')
-    ok = status_of(data) == 200 and b'"text"' in data
+    ok = final_status(data) == 200 and b'"text"' in data
     # and a stream, half-closed the same way
     sdata = post_half_closed(host, port, b'{"prompt":"Once upon a time","max_tokens":4,"temperature":0,"stream":true}')
-    sok = status_of(sdata) == 200 and b"data: [DONE]" in sdata
-    print(("ok" if ok and sok else "FAIL") + f" halfclose: answer {status_of(data)} ({len(data)} bytes), stream {status_of(sdata)} "
+    sok = final_status(sdata) == 200 and b"data: [DONE]" in sdata
+    print(("ok" if ok and sok else "FAIL") + f" halfclose: answer {final_status(data)} ({len(data)} bytes), stream {final_status(sdata)} "
           f"({'with' if b'[DONE]' in sdata else 'without'} [DONE])")
     return 0 if ok and sok else 1
+
+
+def closed(host, port):
+    body = b'{"prompt":"Once upon a time","max_tokens":1000000,"ignore_eos":true,"temperature":0}'
+    s = socket.create_connection((host, port), timeout=10)
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    time.sleep(0.5)
+    s.close()
+    t0 = time.time()
+    small = b'{"prompt":"Once","max_tokens":4}'
+    by = raw(host, port, f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(small)}\r\n"
+             f"Connection: close\r\n\r\n".encode(), small)
+    dt = time.time() - t0
+    ok = status_of(by) == 200 and dt < 2
+    print(("ok" if ok else "FAIL") + f" closed: a bystander behind a closed request got {status_of(by)} in {dt:.2f} s: {by[-200:]!r}")
+    return 0 if ok else 1
 
 
 def framing(host, port, maxbody):
@@ -165,6 +192,8 @@ def main():
         return slowloris(host, port, int(sys.argv[4]), float(sys.argv[5]))
     if what == "halfclose":
         return halfclose(host, port)
+    if what == "closed":
+        return closed(host, port)
     if what == "framing":
         return framing(host, port, int(sys.argv[4]))
     print(f"FAIL unknown probe {what}")

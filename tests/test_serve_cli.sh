@@ -255,6 +255,57 @@ c7=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer SEKRIT' "$
 if [ "$c5" = 200 ] && [ "$c6" = 200 ] && [ "$c7" = 401 ] && [ "$c8" = 401 ]; then ok serve_api_key_scheme_any_case; else ko serve_api_key_scheme_any_case "$c5 $c6 $c7 $c8"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 
+# issue 47 item 13: llama-server's habits. Its flags (--api-key-file, --temp,
+# --seed, -n, -ctk/-ctv, -fa noted, -c noted under a bounded policy), its
+# routes (/completion in its shape, /completions and /chat/completions
+# without /v1, /v1/health), X-Api-Key, n_predict, and a final assistant
+# message as a prefill; each failed before (unknown option, 404, 401, 400)
+printf '  llama-key \n' > "$T/keyfile"
+start ll -m "$G" --sessions "$T/sll" --budget 64 -t 1 --api-key-file "$T/keyfile" --temp 0 --seed 7 -n 5 -ctk f32 -ctv f16 -fa on -c 100000
+if [ -n "$URL" ]; then
+    H='X-Api-Key: llama-key'
+    tp=$(curl -s -H "$H" "$URL/props" | jget 'd["default_generation_settings"]["params"]["temperature"], d["default_generation_settings"]["params"]["n_predict"]' 2>/dev/null)
+    if [ "$tp" = "0 5" ] && grep -q 'note: -fa on changes nothing' "$T/ll.log" && grep -q 'note: -c 100000 changes nothing under --policy streaming' "$T/ll.log"
+    then ok serve_llama_flags; else ko serve_llama_flags "props '$tp': $(cat "$T/ll.log")"; fi
+    post /completion '{"prompt":"Once upon a time","n_predict":300,"ignore_eos":true}' -H "$H" > "$T/nat.json"
+    n1=$(jget 'd["content"] != "" and d["stop"] and d["stop_type"] == "limit" and d["tokens_predicted"] == 300' < "$T/nat.json" 2>/dev/null)
+    curl -s -N -H "$H" -d '{"prompt":"Once upon a time","n_predict":300,"ignore_eos":true,"stream":true}' "$URL/completion" > "$T/nat.sse"
+    # streamed (at --temp 0): the pieces make the same text, each said once, the last event stops with the figures
+    n2=$(python3 -c '
+import json, sys
+ev = [json.loads(l[6:]) for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+whole = json.load(open(sys.argv[2]))["content"]
+print(len(ev) >= 2 and not ev[0]["stop"] and ev[-1]["stop"] and ev[-1]["tokens_predicted"] == 300 and "".join(e["content"] for e in ev) == whole)' "$T/nat.sse" "$T/nat.json" 2>/dev/null)
+    c1=$(curl -s -o /dev/null -w '%{http_code}' -H "$H" -d '{"prompt":"Once","max_tokens":2}' "$URL/completions")
+    c2=$(curl -s -o /dev/null -w '%{http_code}' -H "$H" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}' "$URL/chat/completions")
+    c3=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/health")
+    if [ "$n1" = True ] && [ "$n2" = True ] && ! grep -q 'DONE' "$T/nat.sse" && [ "$c1" = 200 ] && [ "$c2" = 200 ] && [ "$c3" = 200 ]; then ok serve_llama_routes
+    else ko serve_llama_routes "/completion $n1, stream $n2 ($(head -c 200 "$T/nat.sse")), /completions $c1, /chat/completions $c2, /v1/health $c3"; fi
+    k1=$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: wrong' "$URL/v1/models"); k2=$(curl -s -o /dev/null -w '%{http_code}' -H "$H" "$URL/v1/models")
+    k3=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer llama-key' "$URL/v1/models")
+    if [ "$k1" = 401 ] && [ "$k2" = 200 ] && [ "$k3" = 200 ]; then ok serve_x_api_key; else ko serve_x_api_key "wrong $k1, X-Api-Key $k2, Bearer $k3"; fi
+    np=$(post /v1/completions '{"prompt":"Once upon a time","n_predict":3}' -H "$H" | jget 'd["usage"]["completion_tokens"]' 2>/dev/null)
+    nd=$(post /v1/completions '{"prompt":"Once upon a time"}' -H "$H" | jget 'd["usage"]["completion_tokens"]' 2>/dev/null)
+    post /v1/completions '{"prompt":"Once","n_predict":3,"max_tokens":4}' -H "$H" > /dev/null; nb=$(cat "$T/code")
+    if [ "$np" = 3 ] && [ "$nd" = 5 ] && [ "$nb" = 400 ]; then ok serve_n_predict; else ko serve_n_predict "n_predict 3 gave $np, none gave $nd (-n 5), both $nb"; fi
+    # a prefill: the answer continues the final assistant message (at --temp 0 as the completion of the same text does)
+    pa=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Tell a story."},{"role":"assistant","content":"Once upon a time"}],"max_tokens":4}' -H "$H")
+    pc=$(cat "$T/code")
+    pu=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Tell a story."}],"max_tokens":4}' -H "$H" | jget 'd["usage"]["prompt_tokens"]' 2>/dev/null)
+    pt=$(printf '%s' "$pa" | jget 'd["usage"]["prompt_tokens"]' 2>/dev/null); ptxt=$(printf '%s' "$pa" | jget 'd["choices"][0]["message"]["content"]' 2>/dev/null)
+    post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Once"}],"max_tokens":2,"session_id":"pre"}' -H "$H" > "$T/ps.json"; ps=$(cat "$T/code")
+    if [ "$pc" = 200 ] && [ -n "$pu" ] && [ "$pt" -ge $((pu + 3)) ] && [ -n "$ptxt" ] && ! printf '%s' "$ptxt" | grep -q '^Once upon' && [ "$ps" = 400 ] && grep -q prefill "$T/ps.json"
+    then ok serve_assistant_prefill; else ko serve_assistant_prefill "status $pc, prompt $pt vs $pu without, '$ptxt'; with a session $ps"; fi
+    kill -TERM $PID; wait $PID 2>/dev/null
+else for c in serve_llama_flags serve_llama_routes serve_x_api_key serve_n_predict serve_assistant_prefill; do ko $c "no start: $(tail -n 3 "$T/ll.log")"; done; fi
+# -c past the trained length under full, and --jinja with a signature family's name, say what they do; an unknown name is an error
+start lc -m "$G" --sessions "$T/slc" --policy full -c 4096 -t 1 --jinja --chat-template chatml
+[ -n "$URL" ] && kill -TERM $PID && wait $PID 2>/dev/null
+"$K" serve -m "$G" --chat-template qwen2 > /dev/null 2> "$T/qwen2.err"; rc=$?
+if grep -q 'note: -c 4096 is past the model.s trained length' "$T/lc.log" && grep -q 'chatml signature family' "$T/lc.log" && [ $rc = 2 ] &&
+   grep -q 'qwen2: no such name; the names are chatml, llama3' "$T/qwen2.err"; then ok serve_llama_ctx_and_template_named
+else ko serve_llama_ctx_and_template_named "$(cat "$T/lc.log") / rc $rc: $(cat "$T/qwen2.err")"; fi
+
 # docs/SERVING.md's example block runs as written (on a free port instead of 8080)
 DOCS=$(cd "$(dirname "$0")/.." && pwd)/docs/SERVING.md
 port=$(free_port)

@@ -4,7 +4,8 @@
 # unstreamed answers, a two-turn session, errors) on stories260K and on a
 # random-weight model made with `kvbound mkmodel --vocab`; and the page at /
 # in Debian's Chromium through puppeteer-core (streamed text, the cache map
-# drawn and redrawn, pool usage). The npm packages live in
+# drawn and redrawn, pool usage, a random UUID as session id; with --api-key
+# the key typed into the page and kept for the tab only). The npm packages live in
 # tests/serve/node_modules (`npm install --prefix tests/serve`, as .ci/run
 # does); without them, or without Chromium, the cases are skipped — failures
 # under KVB_REQUIRE_NPM=1 / KVB_REQUIRE_BROWSER=1.
@@ -38,6 +39,10 @@ start s -m "$G" --sessions "$T/s" --budget 64 -t 1
 report stories "$(timeout 300 node "$HERE/serve/openai_client.mjs" "$URL" 2>&1)"
 if [ -x "${CHROMIUM:-/usr/bin/chromium}" ] && [ -d "$HERE/serve/node_modules/puppeteer-core" ]; then
     report browser "$(timeout 300 node "$HERE/serve/page_test.mjs" "$URL" 2>&1)"
+    # with --api-key: the key is typed into the page and kept for the tab (it came from the URL)
+    kill -TERM $PID; wait $PID 2>/dev/null
+    start sk -m "$G" --sessions "$T/sk" --budget 64 -t 1 --api-key page-sekrit
+    report browser_key "$(timeout 300 node "$HERE/serve/page_test.mjs" "$URL" page-sekrit 2>&1)"
 elif [ "${KVB_REQUIRE_BROWSER:-0}" = 1 ]; then ko browser_page "no Chromium or puppeteer-core (KVB_REQUIRE_BROWSER=1)"
 else sk browser_page "no Chromium or puppeteer-core"; fi
 kill -TERM $PID; wait $PID 2>/dev/null

@@ -83,6 +83,12 @@ h3=$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: attacker.example' -d '{"pr
 h4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/rebind")
 if [ "$h1" = 403 ] && [ "$h2" = 200 ] && [ "$h3" = 403 ] && [ "$h4" = 404 ] && grep -q attacker.example "$T/h1"; then ok serve_foreign_host_403
 else ko serve_foreign_host_403 "foreign $h1, localhost $h2, foreign POST $h3, then the session $h4"; fi
+# any loopback address passes, as SERVING.md says (127.0.0.2 was 403); a name that only starts like one does not
+h5=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: 127.0.0.2:$port" "$URL/v1/models")
+h6=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: [::1]:$port" "$URL/v1/models")
+h7=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: 127.0.0.2.attacker.example" "$URL/v1/models")
+if [ "$h5" = 200 ] && [ "$h6" = 200 ] && [ "$h7" = 403 ]; then ok serve_any_loopback_host
+else ko serve_any_loopback_host "127.0.0.2 $h5, [::1] $h6, 127.0.0.2.attacker.example $h7"; fi
 
 # Origin: a cross-site write is 403 and appends nothing; the server's own page passes
 o1=$(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: http://evil.example' -d '{"prompt":"Once","max_tokens":2,"session_id":"csrf"}' "$URL/v1/completions")
@@ -103,6 +109,31 @@ if printf '%s\n' "$p" | grep -q '^HTTP/1.1 204' && printf '%s\n' "$p" | grep -q 
 else ko serve_cors_origin_allowed "preflight: $(printf '%s' "$p" | head -n 1), write: $(printf '%s' "$w" | head -n 1), another origin $x"; fi
 "$K" serve -m "$G" --cors evil.example > /dev/null 2> "$T/cors.err"; rc=$?
 if [ $rc -eq 2 ] && grep -q -- '--cors evil.example' "$T/cors.err"; then ok serve_cors_flag_checked; else ko serve_cors_flag_checked "rc $rc: $(cat "$T/cors.err")"; fi
+# issue 47 item 2: a non-streamed request sent and closed is cancelled (a FIN
+# was read as a half-close and the request ran on, holding its slot); a
+# prompt past --max-prompt-tokens is 400 naming it; one past the budget is
+# answered with kvbound.warnings and logged; a 503 for full slots names
+# --parallel (it said "no room in the page pool")
+jget() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+start cx -m "$G" --sessions "$T/scx" --budget 64 -t 1 --parallel 1 --max-tokens 1000000 --queue-timeout 2 --max-prompt-tokens 300
+if [ -n "$URL" ]; then
+    if out=$($PROBE $HOSTPORT closed); then ok serve_closed_request_cancelled; else ko serve_closed_request_cancelled "$out"; fi
+    long=$(python3 -c 'import json; print(json.dumps({"prompt": "Once upon a time there was a little girl. " * 40, "max_tokens": 2}))')
+    mid=$(python3 -c 'import json; print(json.dumps({"prompt": "Once upon a time there was a little girl. " * 8, "max_tokens": 2}))')
+    c1=$(curl -s -o "$T/mp1" -w '%{http_code}' -d "$long" "$URL/v1/completions")
+    c2=$(curl -s -o "$T/mp2" -w '%{http_code}' -d "$mid" "$URL/v1/completions")
+    w=$(jget 'd["kvbound"]["warnings"][0]' < "$T/mp2" 2>/dev/null)
+    if [ "$c1" = 400 ] && grep -q -- '--max-prompt-tokens 300' "$T/mp1" && [ "$c2" = 200 ] && printf '%s' "$w" | grep -q 'more than the cache budget (64' &&
+       grep -q 'warning: cmpl-[0-9]*: the prompt has [0-9]* tokens, more than the cache budget' "$T/cx.log"; then ok serve_prompt_limit_and_warning
+    else ko serve_prompt_limit_and_warning "long $c1 $(cat "$T/mp1"); past the budget $c2, warning '$w'"; fi
+    curl -s -N -o /dev/null -d '{"prompt":"Once","max_tokens":1000000,"ignore_eos":true,"stream":true}' "$URL/v1/completions" &
+    hold=$!
+    sleep 0.3
+    c3=$(curl -s -o "$T/busy" -w '%{http_code}' -d '{"prompt":"Once","max_tokens":2}' "$URL/v1/completions")
+    kill $hold 2>/dev/null; wait $hold 2>/dev/null
+    if [ "$c3" = 503 ] && grep -q -- 'slots (--parallel)' "$T/busy" && ! grep -q 'page pool' "$T/busy"; then ok serve_busy_slots_503_named
+    else ko serve_busy_slots_503_named "$c3: $(cat "$T/busy")"; fi
+else ko serve_closed_request_cancelled "no start: $(tail -n 2 "$T/cx.log")"; fi
 # serve -m a llama2.c checkpoint: GGUF only, and how to convert (it suggested -z, which serve lacks)
 if [ -f "$D/models/stories260K/stories260K.bin" ]; then
     "$K" serve -m "$D/models/stories260K/stories260K.bin" --port 0 > /dev/null 2> "$T/bin.err"; rc=$?

@@ -154,7 +154,8 @@ void serve_props(const struct server *srv, struct http_resp *r) {
     const struct kvb_sampler_params sp = kvb_sampler_default_params();
     cJSON_AddNumberToObject(g, "n_ctx", srv->o.n_ctx ? srv->o.n_ctx : srv->mi.n_ctx_train);
     cJSON *p = cJSON_AddObjectToObject(g, "params");
-    cJSON_AddNumberToObject(p, "temperature", sp.temp);
+    cJSON_AddNumberToObject(p, "temperature", srv->o.default_temp >= 0 ? srv->o.default_temp : sp.temp); /* --temp */
+    if (srv->o.seed_given) cJSON_AddNumberToObject(p, "seed", (double)srv->o.default_seed);                  /* --seed */
     cJSON_AddNumberToObject(p, "top_k", sp.top_k);
     cJSON_AddNumberToObject(p, "top_p", sp.top_p);
     cJSON_AddNumberToObject(p, "min_p", sp.min_p);

@@ -6,7 +6,9 @@
  *  - stream true: until it starts (so a refusal still gets its own status),
  *    then server-sent events from a content reader that waits for text.
  * While waiting, the socket is checked every 100 ms; a client that went
- * away cancels its job, which returns its pages at the next step.
+ * away cancels its job, which returns its pages at the next step. Before
+ * an answer starts, a FIN is probed (probe_half): a client that closed
+ * both ends is cancelled, one that only half-closed is still answered.
  */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "serve.h"
@@ -56,6 +58,21 @@ static enum peer peer_state(int fd) {
     return n == 0 ? PEER_HALF : PEER_OK;
 }
 
+/* A peer whose FIN came while its answer has not started: a client that
+ * closed both ends (gone: its request is cancelled, as llama-server and
+ * vLLM cancel it) or one that only half-closed and still reads. An
+ * HTTP/1.1 client must accept an interim 100 (Continue) before its answer
+ * (RFC 9110 15.2), so one is written once: a closed peer answers it with
+ * a reset (PEER_GONE at the next look). An HTTP/1.0 client may not get a
+ * 1xx: its FIN is read as gone. Returns whether the peer is gone now. */
+static bool probe_half(int fd, bool http11, bool *probed) {
+    if (!http11) return true;
+    if (*probed) return false;
+    *probed = true;
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    return send(fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)(sizeof cont - 1);
+}
+
 static void wait_100ms(struct server *srv, struct job *j) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -88,7 +105,7 @@ static void add_headers(struct MHD_Response *r, const struct http_resp *h) {
     }
     if (h->preflight) {
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
     if (h->close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -161,7 +178,10 @@ static void stream_events(struct stream *st) {
         }
     } else {
         const size_t ready = j->done ? j->text.n : j->text.n - (j->held < j->text.n ? j->held : j->text.n);
-        if (ready > j->sent) {
+        if (ready > j->sent && j->native) {
+            native_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, &st->out);
+            j->sent = ready;
+        } else if (ready > j->sent) {
             openai_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, NULL, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
             j->lp_sent = j->lp.n;
             j->sent = ready;
@@ -176,12 +196,14 @@ static void stream_events(struct stream *st) {
         sb_put(&st->out, e.body.s, e.body.n ? e.body.n - 1 : 0);
         sb_puts(&st->out, "\n\n");
         http_resp_free(&e);
+    } else if (j->native) { /* llama-server's /completion: the last event says stop, and no [DONE] follows */
+        native_chunk(srv, j, NULL, 0, true, &st->out);
     } else {
         openai_chunk(srv, j, NULL, 0, false, j->finish, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
         j->lp_sent = j->lp.n;
         if (j->include_usage) openai_chunk(srv, j, NULL, 0, false, NULL, true, NULL, 0, &st->out);
     }
-    sb_puts(&st->out, "data: [DONE]\n\n");
+    if (!j->native) sb_puts(&st->out, "data: [DONE]\n\n");
     st->finished = true;
 }
 
@@ -236,7 +258,6 @@ static struct guard_conn *guard_of(struct MHD_Connection *c) {
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls) {
-    (void)version;
     struct server *srv = cls;
     struct conn *cc = *con_cls;
     if (!cc) { /* the headers are in; the body is not read yet */
@@ -270,7 +291,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct http_req q = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                          cc->body.s ? cc->body.s : "", cc->body.n, cc->too_large || cc->body.oom,
                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
-                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")};
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key")};
     struct http_resp r;
     serve_route(srv, &q, &r);
     if (!r.job) {
@@ -281,10 +303,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct job *j = r.job;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     const int fd = ci ? ci->connect_fd : -1;
+    const bool http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
+    bool probed = false;
     pthread_mutex_lock(&srv->mu);
     while (!(j->done || (j->stream && j->started))) {
         wait_100ms(srv, j);
-        if (peer_state(fd) == PEER_GONE) {
+        const enum peer ps = peer_state(fd);
+        if (ps == PEER_GONE || (ps == PEER_HALF && probe_half(fd, http11, &probed))) {
             release_job(j);
             pthread_mutex_unlock(&srv->mu);
             http_resp_free(&r);
@@ -301,7 +326,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (!j->stream) {
         sb_free(&r.body);
-        openai_response(srv, j, &r.body);
+        if (j->native) native_response(srv, j, &r.body);
+        else openai_response(srv, j, &r.body);
         job_free(j);
         pthread_mutex_unlock(&srv->mu);
         r.status = 200;

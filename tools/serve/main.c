@@ -36,8 +36,9 @@ static bool host_is_loopback(const char *host) {
 static int usage(FILE *f) {
     fprintf(f,
             "usage: kvbound serve -m MODEL [options]\n"
-            "An OpenAI-compatible server (POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
-            "/v1/sessions/ID, /metrics, /health, and a page at /) for many long sessions on one page pool.\n"
+            "An OpenAI-compatible server (POST /v1/chat/completions, /v1/completions, both also without /v1,\n"
+            "and llama-server's /completion; GET /v1/models, /v1/sessions/ID, /metrics, /health, and a page\n"
+            "at /) for many long sessions on one page pool.\n"
             "\n"
             "  -m, --model PATH      GGUF model (a family kvbound loads: see `kvbound info`, the README)\n"
             "  --host ADDR           address to listen on (default 127.0.0.1: loopback only)\n"
@@ -47,7 +48,9 @@ static int usage(FILE *f) {
             "  --policy NAME         cache policy of every session (default streaming; full is allowed)\n"
             "  --sessions DIR|URL    session store: a directory (SQLite file DIR/sessions.sqlite) or\n"
             "                        redis://HOST:PORT (default ./kvbound-sessions)\n"
-            "  --api-key KEY         require 'Authorization: Bearer KEY' (also KVB_API_KEY); /, /health open\n"
+            "  --api-key KEY         require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (also KVB_API_KEY);\n"
+            "                        /, /health open\n"
+            "  --api-key-file FILE   the key from FILE's one line (llama-server's flag; one key)\n"
             "  -t, --threads N       threads of each step (default: the cores)\n"
             CLI_NO_MMAP_HELP
             "  --step-tokens N       rows of one step: decode tokens + prompt chunks (default 512; smaller\n"
@@ -63,6 +66,9 @@ static int usage(FILE *f) {
             "  --queue-timeout S     seconds a request may wait for room; then 503 (default 30)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default 16384)\n"
             "  --default-max-tokens N  max_tokens when a request gives none (default 512)\n"
+            "  --max-prompt-tokens N the most tokens a turn's prompt may have; beyond, 400 (default 8 x the\n"
+            "                        larger of --budget and the trained length). A prompt past the budget\n"
+            "                        or the trained length is answered with kvbound.warnings (and logged)\n"
             "  --max-budget N        largest kv_budget a request may ask (default 8 x --budget)\n"
             "  --max-sessions N      idle sessions kept in memory; more are in the store only (default 256)\n"
             "  --prefix-cache N      shared prefixes kept (default 8; 0: none): a chat's first turn is cut\n"
@@ -78,20 +84,27 @@ static int usage(FILE *f) {
             "  --cors ORIGIN         let pages from ORIGIN (e.g. http://localhost:3000, or *) call the API\n"
             "                        across sites; repeatable. Off by default: a POST or DELETE whose\n"
             "                        Origin is another site's is 403. Without --api-key on a loopback\n"
-            "                        address, a Host other than localhost or the address is 403 too\n"
+            "                        address, a Host other than localhost or the address is 403 too\n");
+    fprintf(f,
             "  --model-name NAME     the model's id in the API (default: the file's name)\n"
             "  --jinja               chat through the model's own Jinja chat template (tokenizer.chat_template),\n"
             "                        with tools and its variables: the default when the template runs\n"
             "  --no-jinja            chat through the template's signature family instead (no tools)\n"
             "  --chat-template-file FILE  a Jinja chat template to use instead of the model's\n"
             "  --chat-template NAME|TEMPLATE  chatml | llama3 | llama2 | mistral | gemma | plain: that signature\n"
-            "                        family (as --template); anything else is Jinja template text\n"
+            "                        family (as --template; with --jinja a note says so); another name is an\n"
+            "                        error; anything else is Jinja template text\n"
             "  --template NAME       chat format: chatml | llama3 | llama2 | mistral | gemma | plain (no Jinja;\n"
             "                        default: the model's template, plain when it has none or lacks its tokens)\n"
             "  -c, --ctx-size N      tokens a session may hold under --policy full (default: the model's\n"
-            "                        trained length); bounded policies hold their budget\n"
+            "                        trained length; past it, a note says so); bounded policies hold their\n"
+            "                        budget and run past any length (-c is then noted as changing nothing)\n"
+            "  --temp T              a request's temperature when it gives none (default the sampler's, 0.8)\n"
+            "  --seed N              a request's seed when it gives none (default -1: a fresh one each request)\n"
+            "  -n, --n-predict N     as --default-max-tokens (-1: up to --max-tokens)\n"
             "  -np N                 as --parallel; -a, --alias NAME as --model-name (llama-server's spellings)\n"
-            "  -ngl N                accepted and noted: kvbound runs on the CPU\n"
+            "  -ctk T, -ctv T        as --kv-dtype-k T, --kv-dtype-v T (also --cache-type-k, --cache-type-v)\n"
+            "  -ngl N, -fa [on|off|auto]  accepted and noted: kvbound runs on the CPU, with its own attention\n"
             "\n");
     cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
@@ -101,7 +114,9 @@ static int usage(FILE *f) {
             "                        cold file are per session, and a session's cold tier is stored with it)\n"
             "\n"
             "Request fields beyond OpenAI's: kv_policy, kv_budget, kv_sinks (a session keeps the ones of its\n"
-            "first turn), session_id (the server keeps the conversation; each turn reads only its new text).\n");
+            "first turn), session_id (the server keeps the conversation; each turn reads only its new text),\n"
+            "llama-server's n_predict (max_tokens). A chat whose last message is the assistant's text is a\n"
+            "prefill: the answer continues it.\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -113,8 +128,11 @@ struct serve_cli {
     struct cli_kv_types kvt;
     struct cli_recall rec;
     const char *forced_template, *template_file, *template_text;
-    bool no_jinja;
+    const char *forced_template_flag; /* --template or --chat-template */
+    bool no_jinja, jinja_given;
+    const char *api_key_file;
     int pool_mb, max_conn, max_per_ip, request_timeout, max_budget;
+    int n_predict; /* -n: 0 not given, -1 up to --max-tokens */
     long long max_body;
 };
 
@@ -132,6 +150,7 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->step_tokens = 512;
     o->chunk = 256;
     o->step_target_x = 3.5f; /* the default: see --help and docs/SERVING.md */
+    o->default_temp = -1;
     o->max_body = (size_t)4 << 20;
     o->sessions = "kvbound-sessions";
     o->api_key = getenv("KVB_API_KEY");
@@ -167,7 +186,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk --step-target-ms -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
+                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -180,9 +199,30 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     }
     else if (!strcmp(a, "--sessions")) o->sessions = v;
     else if (!strcmp(a, "--api-key")) o->api_key = v;
+    else if (!strcmp(a, "--api-key-file")) c->api_key_file = v;
+    else if (!strcmp(a, "-ctk") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-k") || !strcmp(a, "--cache-type-v")) {
+        enum kvb_dtype d; /* llama-server's spellings of --kv-dtype-k/-v */
+        if (kvb_dtype_from_name(v, &d) != KVB_OK) { fprintf(stderr, "kvbound serve: %s: %s\n", a, kvb_last_error()); return 2; }
+        if (a[strlen(a) - 1] == 'k') c->kvt.k = d;
+        else c->kvt.v = d;
+    }
+    else if (!strcmp(a, "--temp")) r = cli_parse_f32(a, v, 0, 2, &o->default_temp);
+    else if (!strcmp(a, "--seed")) {
+        long long seed = 0; /* -1: a fresh seed per request, as llama-server's default */
+        r = cli_parse_i64(a, v, -1, 1ll << 53, &seed);
+        o->seed_given = !r && seed >= 0;
+        o->default_seed = seed >= 0 ? (uint64_t)seed : 0;
+    }
+    else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { /* llama-server's: a request's n_predict when it gives none */
+        int32_t n = 0;
+        r = cli_parse_i32(a, v, -1, 1 << 30, &n);
+        if (!r && n == 0) { fprintf(stderr, "kvbound serve: %s 0: a request must generate at least one token (-1: up to --max-tokens)\n", a); r = 2; }
+        c->n_predict = n;
+    }
     else if (!strcmp(a, "--queue")) r = cli_parse_i32(a, v, 0, 1 << 20, &o->queue_max);
     else if (!strcmp(a, "--queue-timeout")) r = cli_parse_i32(a, v, 1, 86400, &o->queue_timeout_s);
     else if (!strcmp(a, "--max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_tokens_cap);
+    else if (!strcmp(a, "--max-prompt-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_prompt_tokens);
     else if (!strcmp(a, "--default-max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->default_max_tokens);
     else if (!strcmp(a, "--max-budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &c->max_budget);
     else if (!strcmp(a, "--max-sessions")) r = cli_parse_i32(a, v, 0, 4000, &o->max_sessions);
@@ -203,11 +243,17 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     }
     else if (!strcmp(a, "--chat-template")) {
         enum kvb_chat_style st;
-        if (kvb_chat_style_from_name(v, &st) == KVB_OK) c->forced_template = v;
+        static const char name_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
+        if (kvb_chat_style_from_name(v, &st) == KVB_OK) c->forced_template = v, c->forced_template_flag = a;
+        else if (v[0] && strspn(v, name_chars) == strlen(v)) { /* a name, not template text: one kvbound does not know */
+            fprintf(stderr, "kvbound serve: --chat-template %s: no such name; the names are chatml, llama3, llama2, mistral, gemma, plain "
+                            "(signature families); else give Jinja template text, or --chat-template-file FILE\n", v);
+            r = 2;
+        }
         else c->template_text = v;
     }
     else if (!strcmp(a, "--chat-template-file")) c->template_file = v;
-    else if (!strcmp(a, "--template")) c->forced_template = v;
+    else if (!strcmp(a, "--template")) c->forced_template = v, c->forced_template_flag = a;
     else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
     else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
     else if (!strcmp(a, "--step-target-ms")) {
@@ -231,7 +277,15 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
     serve_defaults(o, c);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
-        if (!strcmp(argv[i], "--jinja")) { c->no_jinja = false; continue; }
+        if (!strcmp(argv[i], "--jinja")) { c->no_jinja = false; c->jinja_given = true; continue; }
+        if (!strcmp(argv[i], "-fa") || !strcmp(argv[i], "--flash-attn")) { /* llama-server's; its value (on, off, auto) is optional */
+            const char *fv = i + 1 < argc ? argv[i + 1] : NULL;
+            const bool val = fv && (!strcmp(fv, "on") || !strcmp(fv, "off") || !strcmp(fv, "auto"));
+            fprintf(stderr, "kvbound serve: note: %s%s%s changes nothing: kvbound's attention runs on the CPU, over its own paged cache\n", argv[i],
+                    val ? " " : "", val ? fv : "");
+            i += val;
+            continue;
+        }
         if (!strcmp(argv[i], "--no-jinja")) { c->no_jinja = true; continue; }
         int pr = cli_model_option(&c->mo, argc, argv, &i);
         if (pr == 0) pr = cli_cache_option(&c->po, &c->kvt, &c->rec, argc, argv, &i);
@@ -254,7 +308,30 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
         fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
         return 2;
     }
+    if (c->api_key_file) { /* llama-server's --api-key-file: the key on its first line (one key: kvbound takes one) */
+        if (o->api_key && o->api_key != getenv("KVB_API_KEY")) { fprintf(stderr, "kvbound serve: give --api-key or --api-key-file, not both\n"); return 2; }
+        size_t len = 0;
+        char *text = cli_read_file(c->api_key_file, 4096, "--api-key-file", &len);
+        if (!text) return 2;
+        char *line = text + strspn(text, " \t\r\n");
+        size_t kl = strcspn(line, "\r\n");
+        const char *rest = line + kl;
+        rest += strspn(rest, " \t\r\n");
+        while (kl && (line[kl - 1] == ' ' || line[kl - 1] == '\t')) kl--;
+        line[kl] = 0;
+        if (!line[0] || *rest) {
+            fprintf(stderr, "kvbound serve: --api-key-file %s: want one key on one line (kvbound takes one key), %s\n", c->api_key_file,
+                    line[0] ? "found more lines" : "found none");
+            free(text);
+            return 2;
+        }
+        static char key[4096];
+        snprintf(key, sizeof key, "%s", line);
+        free(text);
+        o->api_key = key;
+    }
     o->check_host = !o->api_key && host_is_loopback(o->host);
+    if (c->n_predict) o->default_max_tokens = c->n_predict < 0 ? o->max_tokens_cap : c->n_predict;
     if (o->default_max_tokens > o->max_tokens_cap) o->default_max_tokens = o->max_tokens_cap;
     if (c->max_body) o->max_body = (size_t)c->max_body;
     if (!c->max_per_ip) c->max_per_ip = c->max_conn > 1 ? c->max_conn / 2 : 1;
@@ -337,7 +414,24 @@ static int serve_load(struct server *srv, const struct serve_cli *c) {
     if (cli_load_model(&c->mo, &srv->model, &srv->mi)) return 1;
     srv->vocab = kvb_model_vocab(srv->model);
     cli_policy_warn(&c->po, c->pid, srv->mi.n_ctx_train);
+    if (srv->o.n_ctx && srv->o.kv.policy.id != KVB_POLICY_FULL)
+        fprintf(stderr, "kvbound serve: note: -c %d changes nothing under --policy %s: a session holds at most its budget (%d tokens) and runs "
+                        "past any length; -c is a session's token limit under --policy full\n", srv->o.n_ctx, kvb_policy_name(srv->o.kv.policy.id),
+                (int)srv->o.kv.policy.budget);
+    else if (srv->o.n_ctx > srv->mi.n_ctx_train && srv->mi.n_ctx_train > 0)
+        fprintf(stderr, "kvbound serve: note: -c %d is past the model's trained length (%d): a session may hold %d tokens, and positions "
+                        "past %d are ones the model was not trained on (its answers may get worse there)\n", srv->o.n_ctx,
+                (int)srv->mi.n_ctx_train, srv->o.n_ctx, (int)srv->mi.n_ctx_train);
+    if (!srv->o.max_prompt_tokens) { /* 8 x the larger of the budget and the trained length */
+        const int64_t budget = srv->o.kv.policy.budget, trained = srv->mi.n_ctx_train;
+        const int64_t most = 8 * (budget > trained ? budget : trained);
+        srv->o.max_prompt_tokens = most < 1 ? 1 << 30 : most > (1 << 30) ? 1 << 30 : (int)most;
+    }
     const char *why = NULL, *forced = c->forced_template;
+    if (forced && c->jinja_given)
+        fprintf(stderr, "kvbound serve: note: --jinja with %s %s: kvbound chats through the %s signature family (its own formatting, "
+                        "no Jinja, no tools), not a Jinja template of that name; leave %s out to use the model's own Jinja template\n",
+                c->forced_template_flag, forced, forced, c->forced_template_flag);
     if (forced) {
         if (kvb_chat_style_from_name(forced, &srv->style) != KVB_OK) {
             fprintf(stderr, "kvbound serve: --template: %s\n", kvb_last_error());

@@ -258,15 +258,30 @@ static bool parse_messages(const struct server *srv, const cJSON *root, struct j
         j->n_msgs = ++i;
         if (!j->msgs[i - 1].content) { serve_error(r, 500, "server_error", "out of memory"); goto fail; }
     }
+    /* a final assistant message with text and no calls is a prefill: the
+     * answer continues it (llama-server's and Anthropic's reading); it leaves
+     * the messages and is read after the generation prompt (text.c) */
+    int last = n - 1;
+    if (last > 0 && !strcmp(j->msgs[last].role, "assistant") && j->msgs[last].content[0] &&
+        !cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(all, last), "tool_calls")) {
+        j->answer_prefix = (char *)j->msgs[last].content;
+        j->msgs[last].content = NULL;
+        j->n_msgs = last;
+        cJSON_DeleteItemFromArray(all, last);
+        last_assistant = -1;
+        for (int k = 0; k < last; k++)
+            if (!strcmp(j->msgs[k].role, "assistant")) last_assistant = k;
+        last--;
+    }
     /* with a session only the new messages are new text (those after the
      * last assistant message); a system message counts on the session's
      * first turn */
-    if (strcmp(j->msgs[n - 1].role, "user") && strcmp(j->msgs[n - 1].role, "tool")) {
-        serve_error(r, 400, "invalid_request_error", "the last message must have role 'user' or 'tool'");
+    if (strcmp(j->msgs[last].role, "user") && strcmp(j->msgs[last].role, "tool")) {
+        serve_error(r, 400, "invalid_request_error", "the last message must have role 'user' or 'tool' (or be an assistant's text, a prefill the answer continues)");
         goto fail;
     }
-    j->user = xstrdup(j->msgs[n - 1].content);
-    for (int k = 0; k < n; k++)
+    j->user = xstrdup(j->msgs[last].content);
+    for (int k = 0; k <= last; k++)
         if (!strcmp(j->msgs[k].role, "system")) { j->system = xstrdup(j->msgs[k].content); break; }
     if (!j->user) { serve_error(r, 500, "server_error", "out of memory"); goto fail; }
     if (!message_sets(j, all, last_assistant, r)) goto fail;
@@ -334,11 +349,12 @@ static const char *const chat_fields[] = {
     "model", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stream", "stream_options", "stop",
     "ignore_eos", "kv_policy", "kv_budget", "kv_sinks", "session_id", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-    "response_format", "grammar", "json_schema", "chat_template_kwargs", "reasoning_effort", "user", "metadata", "store", "cache_prompt", NULL};
+    "response_format", "grammar", "json_schema", "chat_template_kwargs", "reasoning_effort", "user", "metadata", "store", "cache_prompt", "n_predict", NULL};
 static const char *const completion_fields[] = {
     "model", "prompt", "n", "max_tokens", "temperature", "top_p", "seed", "stream", "stream_options", "stop", "ignore_eos", "kv_policy",
     "kv_budget", "kv_sinks", "session_id", "top_k", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
-    "logit_bias", "logprobs", "grammar", "json_schema", "response_format", "echo", "best_of", "user", "metadata", "store", "cache_prompt", NULL};
+    "logit_bias", "logprobs", "grammar", "json_schema", "response_format", "echo", "best_of", "user", "metadata", "store", "cache_prompt",
+    "n_predict", NULL};
 
 static bool fields_known(const cJSON *root, enum job_kind kind, struct http_resp *r) {
     const char *unknown = openai_unknown_field(root, kind == JOB_CHAT ? chat_fields : completion_fields);
@@ -683,6 +699,8 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     j->sp.kv = srv->o.kv;
     j->sp.sampler = kvb_sampler_default_params();
     j->sp.sampler.seed = (uint64_t)(uintptr_t)j * 0x9e3779b97f4a7c15ull + (uint64_t)(serve_now() * 1e6); /* no seed given: a fresh one */
+    if (srv->o.default_temp >= 0) j->sp.sampler.temp = srv->o.default_temp; /* --temp */
+    if (srv->o.seed_given) j->sp.sampler.seed = srv->o.default_seed;       /* --seed */
     j->sp.max_tokens = srv->o.default_max_tokens;
     j->sp.n_ctx = srv->o.n_ctx;
     long long v = 0;
@@ -703,8 +721,18 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     if (!get_int(root, "n", 1, 1, &v, NULL, r)) goto out;
     if (!get_int(root, "max_tokens", 1, srv->o.max_tokens_cap, &v, &given, r)) goto out;
     if (given) j->sp.max_tokens = (int32_t)v;
+    bool max_given = given;
     if (!get_int(root, "max_completion_tokens", 1, srv->o.max_tokens_cap, &v, &given, r)) goto out;
     if (given) j->sp.max_tokens = (int32_t)v;
+    max_given = max_given || given;
+    /* llama-server's n_predict: max_tokens by another name; -1 is the most --max-tokens allows */
+    if (!get_int(root, "n_predict", -1, srv->o.max_tokens_cap, &v, &given, r)) goto out;
+    if (given && (max_given || v == 0)) {
+        serve_error(r, 400, "invalid_request_error", "%s", v == 0 ? "'n_predict' 0 (read the prompt only) is not implemented by kvbound"
+                                                                  : "give 'n_predict' or 'max_tokens' (max_completion_tokens), not both");
+        goto out;
+    }
+    if (given) j->sp.max_tokens = v < 0 ? srv->o.max_tokens_cap : (int32_t)v;
     if (!get_num(root, "temperature", 0, 2, false, &j->sp.sampler.temp, r)) goto out;
     if (!get_num(root, "top_p", 0, 1, true, &j->sp.sampler.top_p, r)) goto out;
     if (!get_int(root, "seed", -(1ll << 53), 1ll << 53, &v, &given, r)) goto out;
@@ -762,6 +790,12 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
         }
         snprintf(j->session_id, sizeof j->session_id, "%s", sid->valuestring);
     }
+    if (j->answer_prefix && (j->session_id[0] || j->gbnf || j->tools_json)) {
+        serve_error(r, 400, "invalid_request_error", "a final assistant message (a prefill the answer continues) cannot go with %s",
+                    j->session_id[0] ? "'session_id' (a session's turn ends with a user or tool message)"
+                    : j->gbnf ? "a grammar, a schema or a forced tool call (they constrain the whole answer)" : "'tools'");
+        goto out;
+    }
     ok = true;
 out:
     cJSON_Delete(root);
@@ -779,6 +813,10 @@ static void add_kvbound(const struct job *j, cJSON *o) {
     cJSON_AddNumberToObject(k, "cache_tokens", (double)j->cache_tokens);
     cJSON_AddNumberToObject(k, "kv_bytes", (double)j->kv_bytes);
     if (j->sp.kv.recall.pages > 0) cJSON_AddNumberToObject(k, "cold_pages", (double)j->cold_pages);
+    if (j->n_warnings) { /* a prompt past the budget or the trained length (job.c) */
+        cJSON *w = cJSON_AddArrayToObject(k, "warnings");
+        for (int i = 0; i < j->n_warnings; i++) cJSON_AddItemToArray(w, cJSON_CreateString(j->warnings[i]));
+    }
 }
 
 static void add_usage(const struct job *j, cJSON *o) {

@@ -4,13 +4,14 @@
  * reads back a struct http_resp (a status and a body, or a job to stream).
  *
  *   GET  /                          the page (page.html)
- *   GET  /health                    {"status":"ok"}
+ *   GET  /health, /v1/health        {"status":"ok"}
  *   GET  /metrics                   Prometheus text
  *   GET  /v1/models                 the one model; /v1/models/{id} it alone
  *   POST /tokenize, /detokenize     llama-server's (extras.c)
  *   GET  /props                     llama-server's: slots, context, template
- *   POST /v1/chat/completions       chat (stream or not)
- *   POST /v1/completions            raw completion
+ *   POST /v1/chat/completions       chat (stream or not); also without /v1
+ *   POST /v1/completions            raw completion; also without /v1
+ *   POST /completion                llama-server's: a completion in its shape (native.c)
  *   GET  /v1/sessions/{id}          a session's state
  *   GET  /v1/sessions/{id}/map      its cache, position by position
  *   DELETE /v1/sessions/{id}
@@ -23,6 +24,8 @@
  */
 #include "serve.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,19 +33,24 @@
 #include <strings.h>
 #include <time.h>
 
+/* Whether g is the key: every byte compared, whatever matches first. */
+static bool key_equal(const char *k, const char *g) {
+    size_t lk = strlen(k), lg = strlen(g);
+    unsigned diff = (unsigned)(lk ^ lg);
+    for (size_t i = 0; i < lk; i++) diff |= (unsigned)(k[i] ^ (i < lg ? g[i] : 0));
+    return diff == 0;
+}
+
+/* Authorization: Bearer KEY, or X-Api-Key: KEY (llama-server takes both). */
 static bool authorized(const struct server *srv, const struct http_req *q) {
     if (!srv->o.api_key) return true;
+    if (q->x_api_key && key_equal(srv->o.api_key, q->x_api_key)) return true;
     const char *a = q->authorization;
     /* the scheme is case-insensitive, then one or more spaces (RFC 9110 11.1, 11.6.2) */
     if (!a || strncasecmp(a, "Bearer", 6) || a[6] != ' ') return false;
     const char *g = a + 6;
     while (*g == ' ') g++;
-    /* compare every byte, whatever matches first */
-    const char *k = srv->o.api_key;
-    size_t lk = strlen(k), lg = strlen(g);
-    unsigned diff = (unsigned)(lk ^ lg);
-    for (size_t i = 0; i < lk; i++) diff |= (unsigned)(k[i] ^ (i < lg ? g[i] : 0));
-    return diff == 0;
+    return key_equal(srv->o.api_key, g);
 }
 
 static void generation(struct server *srv, enum job_kind kind, const struct http_req *q, struct http_resp *r) {
@@ -55,6 +63,12 @@ static void generation(struct server *srv, enum job_kind kind, const struct http
     const int64_t id = ++srv->next_id;
     pthread_mutex_unlock(&srv->mu);
     if (!openai_parse(srv, kind, q->body, q->body_len, j, r)) {
+        job_free(j);
+        return;
+    }
+    j->native = !strcmp(q->path, "/completion"); /* llama-server's own route: its answer's shape (native.c) */
+    if (j->native && j->logprobs) {
+        serve_error(r, 400, "invalid_request_error", "'logprobs' is not implemented on /completion (llama-server's n_probs neither); use /v1/completions");
         job_free(j);
         return;
     }
@@ -98,16 +112,19 @@ static bool host_name(const char *h, size_t n, char *out, size_t cap) {
 }
 
 /* Whether the Host header names this server as a browser on this machine
- * would: the --host address, localhost or a loopback literal (any port: a
+ * would: the --host address, localhost or a loopback literal (127.0.0.0/8,
+ * ::1; any port: a
  * load balancer on this machine forwards its own). A page on another name
  * that resolves here (DNS rebinding) names that other name. */
 static bool host_allowed(const struct server *srv, const char *host) {
     if (!srv->o.check_host || !host) return true; /* HTTP/1.0 without Host: no browser */
     char name[256];
     if (!host_name(host, strlen(host), name, sizeof name)) return false;
-    static const char *const loop[] = {"localhost", "127.0.0.1", "::1"};
-    for (size_t i = 0; i < sizeof loop / sizeof *loop; i++)
-        if (!strcasecmp(name, loop[i])) return true;
+    if (!strcasecmp(name, "localhost")) return true;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) return true; /* any of 127.0.0.0/8 */
+    if (inet_pton(AF_INET6, name, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6)) return true;
     char bound[256];
     return host_name(srv->o.host, strlen(srv->o.host), bound, sizeof bound) && !strcasecmp(name, bound);
 }
@@ -128,10 +145,12 @@ static bool same_origin(const char *origin, const char *host) {
 
 /* Allowed methods of each fixed route; NULL: not one of them. */
 static const char *route_allow(const char *p) {
-    if (!strcmp(p, "/") || !strcmp(p, "/health") || !strcmp(p, "/metrics") || !strcmp(p, "/v1/models") || !strcmp(p, "/props") ||
+    if (!strcmp(p, "/") || !strcmp(p, "/health") || !strcmp(p, "/v1/health") || !strcmp(p, "/metrics") || !strcmp(p, "/v1/models") || !strcmp(p, "/props") ||
         (!strncmp(p, "/v1/models/", 11) && p[11]))
         return "GET, HEAD";
-    if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions") || !strcmp(p, "/tokenize") || !strcmp(p, "/detokenize")) return "POST";
+    if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions") || !strcmp(p, "/tokenize") || !strcmp(p, "/detokenize") ||
+        !strcmp(p, "/chat/completions") || !strcmp(p, "/completions") || !strcmp(p, "/completion"))
+        return "POST";
     if (!strncmp(p, "/v1/sessions/", 13)) {
         const char *slash = strchr(p + 13, '/');
         return slash ? "GET, HEAD" : "GET, HEAD, DELETE";
@@ -193,14 +212,14 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         sb_put(&r->body, serve_page_html, serve_page_html_len);
         return;
     }
-    if (get && !strcmp(p, "/health")) {
+    if (get && (!strcmp(p, "/health") || !strcmp(p, "/v1/health"))) {
         r->status = 200;
         r->content_type = "application/json";
         sb_puts(&r->body, "{\"status\":\"ok\"}\n");
         return;
     }
     if (!authorized(srv, q)) {
-        serve_error(r, 401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)");
+        serve_error(r, 401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY, or X-Api-Key: KEY)");
         return;
     }
     if (q->body_too_large) {
@@ -222,10 +241,9 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
     if (get && !strcmp(p, "/props")) { serve_props(srv, r); return; }
     if (!strcmp(p, "/tokenize")) { serve_tokenize(srv, q, r); return; }
     if (!strcmp(p, "/detokenize")) { serve_detokenize(srv, q, r); return; }
-    if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/v1/completions")) {
-        generation(srv, p[4] == 'c' && p[5] == 'h' ? JOB_CHAT : JOB_COMPLETION, q, r);
-        return;
-    }
+    /* without /v1 too, as llama-server and many clients' base URLs have them; /completion is llama-server's own */
+    if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/chat/completions")) { generation(srv, JOB_CHAT, q, r); return; }
+    if (!strcmp(p, "/v1/completions") || !strcmp(p, "/completions") || !strcmp(p, "/completion")) { generation(srv, JOB_COMPLETION, q, r); return; }
     if (!strncmp(p, "/v1/sessions/", 13)) {
         char id[SERVE_ID_MAX + 8];
         const char *rest = p + 13;

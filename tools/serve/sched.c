@@ -124,6 +124,11 @@ static int admit(struct server *srv, struct job *j) {
         job_fail(srv, j, 400, "invalid_request_error", 0, "%s", why);
         return ADMIT_DONE;
     }
+    if (!j->n_warnings && !job_prompt_size(srv, j, n)) { /* too long: 400; past the budget: a warning (once, though admission may wait) */
+        free(ids);
+        if (x) sess_idle(srv, x);
+        return ADMIT_DONE;
+    }
     kvb_status st = kvb_batch_can_admit(s->b, &j->sp, n);
     while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_can_admit(s->b, &j->sp, n);
     if (st == KVB_ERR_NOMEM) {
@@ -252,6 +257,7 @@ static void publish(struct server *srv) {
                 if (j->parser) feed_parser(j, false);
                 if (stopped) {
                     j->finish = "stop";
+                    j->stop_word = true;
                     if (si.state == KVB_SEQ_DECODE) kvb_batch_finish(s->b, j->seq);
                     kvb_batch_seq_info(s->b, j->seq, &si);
                 }
@@ -437,7 +443,10 @@ static void *loop(void *arg) {
                     for (struct job *t = srv->queue_head; t; t = t->next) srv->queue_tail = t;
                 }
                 unbusy(srv, j);
-                job_fail(srv, j, 503, "server_busy", 5, "no room in the page pool for %d s (--queue-timeout); retry later", srv->o.queue_timeout_s);
+                if (s->n_active + s->n_parked >= srv->o.parallel) /* the limit met is the slots', not the pool's */
+                    job_fail(srv, j, 503, "server_busy", 5, "all %d slots (--parallel) stayed busy for %d s (--queue-timeout); retry later",
+                             srv->o.parallel, srv->o.queue_timeout_s);
+                else job_fail(srv, j, 503, "server_busy", 5, "no room in the page pool for %d s (--queue-timeout); retry later", srv->o.queue_timeout_s);
                 if (j->abandoned) job_free(j);
                 continue;
             }

@@ -118,6 +118,10 @@ bool offload_one(struct server *srv);
 /* text.c: how many of ids[0..n) the job's shared messages cover (0: none). */
 int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *ids, int32_t n);
 
+/* job.c: a turn's prompt of n tokens checked against --max-prompt-tokens
+ * (false: the job failed with 400 naming the limit) and, past its budget
+ * or the trained length, given a warning (kvbound.warnings, the log). */
+bool job_prompt_size(struct server *srv, struct job *j, int32_t n);
 /* job.c: a job ends in failure, with its status and error */
 void job_fail(struct server *srv, struct job *j, int status, const char *type, int retry_after, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));

@@ -100,6 +100,7 @@ struct http_req {
     bool body_too_large;        /* the body passed --max-body: answered 413 */
     const char *host;           /* Host header or NULL */
     const char *origin;         /* Origin header or NULL */
+    const char *x_api_key;      /* X-Api-Key header (llama-server's other spelling of the key) or NULL */
 };
 struct job;
 struct http_resp {
@@ -121,6 +122,8 @@ struct job {
     /* request (set before submit, read-only after) */
     enum job_kind kind;
     bool stream, include_usage;
+    bool native;                       /* llama-server's POST /completion: its request and answer shape (native.c) */
+    char *answer_prefix;               /* chat: a final assistant message, which the answer continues (a prefill), or NULL */
     char session_id[SERVE_ID_MAX + 1]; /* "" = none */
     char *system, *user;               /* chat: system (may be NULL) and the newest user message */
     struct kvb_chat_message *msgs;     /* chat without a session: the whole conversation */
@@ -159,6 +162,9 @@ struct job {
     struct sbuf text;        /* text generated so far, stop strings cut out */
     size_t sent;             /* bytes of text the connection has written */
     bool started, done, failed, cancelled, abandoned, role_sent, final_sent, done_sent;
+    bool stop_word;          /* a stop string ended it (native.c's stop_type "word") */
+    char warnings[2][256];   /* said with the answer (kvbound.warnings) and in the log: a prompt past the budget or trained length */
+    int n_warnings;
     int status;              /* on failure before any text: the HTTP status */
     int retry_after;
     char error[256];
@@ -205,7 +211,11 @@ struct serve_opts {
     int max_budget, max_sessions, step_tokens, chunk;
     int prefix_cache, prefix_min; /* shared prefixes kept (0: no sharing); the fewest tokens one may have */
     float step_target_ms, step_target_x; /* --step-target-ms: N ms, or Kx the decode-only step; both 0: off */
+    float default_temp;  /* --temp: a request's temperature when it gives none (<0: the library's default) */
+    bool seed_given;     /* --seed: a request's seed when it gives none (else a fresh one each request) */
+    uint64_t default_seed;
     int n_ctx;    /* -c: a session's token limit under full; 0: the model's trained length */
+    int max_prompt_tokens; /* --max-prompt-tokens: a turn's prompt beyond it is 400 (0: the default, set at start) */
     size_t pool_bytes, max_body;
     struct kvb_kv_params kv; /* every session's KV configuration: --policy and its knobs, --positions,
                               * --kv-dtype, --recall (a request may change the policy; recall is for
@@ -361,6 +371,10 @@ void metrics_token(struct metrics *m, bool first, double seconds); /* TTFT or in
 void metrics_count(struct metrics *m, int64_t prefill_tokens, int64_t decode_tokens, int64_t requests_ok, int64_t requests_failed);
 void metrics_rate(struct metrics *m, double prefill_tok_s, double decode_tok_s);
 void metrics_render(struct metrics *m, const struct sched_gauges *g, struct sbuf *out);
+
+/* native.c: llama-server's POST /completion answer: {"content", "stop", ...}, whole or as one SSE event */
+void native_response(const struct server *srv, const struct job *j, struct sbuf *out);
+void native_chunk(const struct server *srv, const struct job *j, const char *text, size_t n, bool final, struct sbuf *out);
 
 /* page.c (generated from page.html) */
 extern const char serve_page_html[];

@@ -141,6 +141,19 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
         st = kvb_chat_turn_text(srv->style, NULL, j->user, false, x->stop_text, &text, NULL);
         if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
     }
+    if (st == KVB_OK && j->answer_prefix) { /* a final assistant message: the answer continues it (no session: openai.c) */
+        const size_t tl = strlen(text), al = strlen(j->answer_prefix);
+        char *t = malloc(tl + al + 1);
+        if (!t) st = KVB_ERR_NOMEM;
+        else {
+            memcpy(t, text, tl);
+            memcpy(t + tl, j->answer_prefix, al + 1);
+        }
+        if (own) free(text);
+        else kvb_buffer_free(text);
+        text = t; /* NULL for want of memory: st says so */
+        own = true;
+    }
     if (st != KVB_OK) {
         if (st == KVB_ERR_NOMEM) snprintf(err, cap, "out of memory");
         return NULL;
