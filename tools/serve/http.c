@@ -270,7 +270,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct http_req q = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                          cc->body.s ? cc->body.s : "", cc->body.n, cc->too_large || cc->body.oom,
                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
-                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")};
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key")};
     struct http_resp r;
     serve_route(srv, &q, &r);
     if (!r.job) {

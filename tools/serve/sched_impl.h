@@ -27,6 +27,7 @@ struct sess {
     size_t kv_bytes, stored_bytes;
     struct kvb_policy_params pol;
     int64_t version;      /* in the store; STORE_ABSENT: never stored */
+    char *extra;          /* its history and keyed answers as stored (history.c), or NULL: unknown */
 };
 
 struct ctl {
@@ -36,6 +37,7 @@ struct ctl {
     int status;
     bool done;
     bool was_in_memory; /* DELETE: the session was in memory (so found) */
+    char error[200];    /* a store failure's cause */
     pthread_cond_t cv;
     struct ctl *next;
 };
@@ -80,7 +82,7 @@ void session_place(struct server *srv);
 bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages,
                  int64_t *window_tokens, int64_t *global_tokens);
 void sess_figures(struct server *srv, struct sess *x);
-void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size_t *len);
+void *session_blob(struct server *srv, const struct sess *x, int64_t turns, const char *extra, size_t *len);
 const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_len);
 
 /* text.c: what a turn reads, and stop strings in what it writes */
@@ -117,6 +119,15 @@ bool prefix_drop_lru(struct server *srv);
 bool offload_one(struct server *srv);
 /* text.c: how many of ids[0..n) the job's shared messages cover (0: none). */
 int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *ids, int32_t n);
+
+/* history.c: what a session holds of its conversation (sess.extra).
+ * history_check: false with why filled when the history j sends is not the
+ * session's (409); history_answer: the stored answer of the turn sent with
+ * key (malloc), or NULL; history_next: extra after j's turn, whose whole
+ * response body is response (malloc; NULL: out of memory). */
+bool history_check(const struct job *j, const char *extra, char *why, size_t cap);
+char *history_answer(const char *extra, const char *key);
+char *history_next(const struct job *j, const char *extra, bool fresh, const char *response);
 
 /* job.c: a job ends in failure, with its status and error */
 void job_fail(struct server *srv, struct job *j, int status, const char *type, int retry_after, const char *fmt, ...)
