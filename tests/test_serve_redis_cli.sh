@@ -51,7 +51,7 @@ rhp=${R#redis://}
 PP=$(free_port)
 python3 "$(dirname "$0")/serve_faults.py" "${rhp%:*}" "${rhp##*:}" redisproxy "$PP" "$T/arm" 3 > "$T/proxy.log" 2>&1 &
 PIDS="$PIDS $!"
-sleep 0.3
+for _ in $(seq 1 50); do python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$PP" 2> /dev/null && break; sleep 0.1; done
 start p -m "$G" --sessions "redis://127.0.0.1:$PP" --budget 64 -t 1; P=$URL
 k1=$(kturn "$P" "Once upon a time, a frog" key-1)
 touch "$T/arm"

@@ -126,7 +126,7 @@ c.execute("COMMIT")
 holder=$!
 for _ in $(seq 1 50); do [ -f "$T/hlocked" ] && break; sleep 0.1; done
 h1=000
-for _ in $(seq 1 15); do h1=$(curl -s -o "$T/h1.json" -w '%{http_code}' "$HS/health"); [ "$h1" = 503 ] && break; sleep 0.2; done
+for _ in $(seq 1 10); do h1=$(curl -s -o "$T/h1.json" -w '%{http_code}' "$HS/health"); [ "$h1" = 503 ] && break; sleep 0.1; done
 d1=$(curl -s -o "$T/d1.json" -w '%{http_code}' -X DELETE "$HS/v1/sessions/D")
 wait $holder
 h2=000
