@@ -5,6 +5,7 @@
  *   sched.c   (admission, the loop, the store's answers)
  *     -> queries.c (GET/DELETE /v1/sessions/{id}, .../map)
  *     -> text.c    (turn text and stop strings)
+ *     -> history.c (a session's conversation and keyed answers)
  *     -> session.c (the table, the stored blob, offloading)
  *     -> job.c, store_queue.c, metrics.c, sbuf.c
  * All of it runs on the scheduler thread under the server mutex, except

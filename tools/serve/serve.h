@@ -51,7 +51,10 @@
  *    conditional on the version the turn started from; so kill -9 loses at
  *    most the turns not yet acknowledged, and two replicas never overwrite
  *    each other (the later write is refused: 409). A write that fails
- *    keeps nothing of its turn (503): the store holds the session. On
+ *    keeps nothing of its turn (503): the store holds the session. A write
+ *    whose reply was lost may have been made (504 store_outcome_unknown);
+ *    a turn resent with its Idempotency-Key gets the stored answer if the
+ *    store holds it (history.c), so no turn is stored twice. On
  *    SIGINT/SIGTERM the server stops accepting work, lets running turns
  *    finish and be stored (5 s at most), then exits; the scheduler is freed
  *    only after the HTTP daemon has stopped.

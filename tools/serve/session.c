@@ -6,7 +6,8 @@
  * allocation, so a pointer to one stays good while others come and go.
  * A session no longer in memory is forgotten here: the store holds it.
  * The blob is "KVBSRV1\0", u32 meta length, the meta JSON (turns, the stop
- * token's text, figures, policy), then the library's session image
+ * token's text, figures, policy, and history.c's history, tools and
+ * answers), then the library's session image
  * (kvb_batch_seq_save).
  */
 #include "sched_impl.h"
