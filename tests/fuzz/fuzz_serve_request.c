@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(body, data + 2 + alen, blen);
     body[blen] = 0;
     struct http_req q = {routes[r][0], routes[r][1], (data[0] & 0x80) ? "Bearer k" : auth, body, blen, false,
-                         (data[1] & 0x40) ? auth : NULL, (data[1] & 0x20) ? auth : NULL};
+                         (data[1] & 0x40) ? auth : NULL, (data[1] & 0x20) ? auth : NULL, (data[1] & 0x10) ? auth : NULL};
     struct http_resp resp;
     serve_route(&g_srv, &q, &resp);
     if (resp.status < 200 || resp.status > 599 || (!resp.body.s && resp.status != 204) || resp.job) abort();
