@@ -10,8 +10,9 @@
  *
  * A later turn is checked against it: the messages a request sends before
  * its new ones (all up to its last assistant message; without one, its
- * leading system messages) must be the session's, one for one, and tools
- * sent must be its first turn's; else 409 naming the first message that
+ * leading system messages) must be the session's, one for one (all of
+ * them, or its last ones, ending with its last answer), and tools sent
+ * must be its first turn's; else 409 naming the first message that
  * differs. A request that sends only its new messages (the short form)
  * passes. A retry whose key the session holds gets that turn's answer
  * again instead of a second turn.
@@ -95,7 +96,14 @@ bool history_check(const struct job *j, const char *extra, char *why, size_t cap
     if (cJSON_IsArray(hist) && cJSON_IsArray(msgs)) {
         const int nh = cJSON_GetArraySize(hist), n = cJSON_GetArraySize(msgs), h = sent_history(msgs);
         const bool full = h > 0 && !is_system(cJSON_GetArrayItem(msgs, h - 1)); /* it sends an assistant message */
-        for (int i = 0; ok && i < h && i < nh; i++) {
+        bool tail = full && h < nh; /* it sends the session's last messages only (up to its last answer): they agree */
+        for (int i = 0; tail && i < h; i++) {
+            cJSON *r = reduce(cJSON_GetArrayItem(msgs, i));
+            tail = r && cJSON_Compare(r, cJSON_GetArrayItem(hist, nh - h + i), true);
+            cJSON_Delete(r);
+        }
+        const int cmp = tail ? 0 : h; /* how many to compare from the start */
+        for (int i = 0; ok && i < cmp && i < nh; i++) {
             const cJSON *m = cJSON_GetArrayItem(msgs, i), *s = cJSON_GetArrayItem(hist, i);
             cJSON *r = reduce(m);
             const bool same = r && cJSON_Compare(r, s, true);
@@ -108,12 +116,12 @@ bool history_check(const struct job *j, const char *extra, char *why, size_t cap
                 ok = false;
             }
         }
-        if (ok && h > nh) {
+        if (ok && cmp > nh) {
             const char *role = str_of(cJSON_GetArrayItem(msgs, nh), "role");
             snprintf(why, cap, "session '%s' holds %d messages; the request sends messages[%d] (%s) as history before its new ones, which the "
                      "session does not hold (start a new session, or send only the new messages)", j->session_id, nh, nh, role ? role : "?");
             ok = false;
-        } else if (ok && full && h < nh) { /* its history ends where the session's goes on (a turn it never saw the answer of) */
+        } else if (ok && full && cmp && cmp < nh) { /* its history ends where the session's goes on (a turn it never saw the answer of) */
             const char *role = h < n ? str_of(cJSON_GetArrayItem(msgs, h), "role") : NULL, *srole = str_of(cJSON_GetArrayItem(hist, h), "role");
             snprintf(why, cap, "session '%s' holds %d messages, the request's history %d: its messages[%d] (%s) stands where the session holds "
                      "message %d (%s); GET /v1/sessions/%s shows its turns (send the whole conversation, or only the new messages)", j->session_id, nh,

@@ -361,11 +361,15 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
          * outcome is unknown: then the store may hold it) */
         const int64_t x_turns_after = x->turns + 1;
         sess_release(s, x);
-        if (r->rc == STORE_UNKNOWN)
+        if (r->rc == STORE_UNKNOWN) {
+            char before[40];
+            if (x_turns_after > 1) snprintf(before, sizeof before, "turns %lld", (long long)(x_turns_after - 1));
+            else snprintf(before, sizeof before, "404");
             job_fail(srv, j, 504, "store_outcome_unknown", 0,
                      "the store's reply to this turn's write was lost (%.120s): the turn may be stored or not. GET /v1/sessions/%s says: turns %lld "
-                     "means it was stored, %lld that it was not. Resend it with the same Idempotency-Key header, and a stored turn answers as it did",
-                     r->error, j->session_id, (long long)x_turns_after, (long long)(x_turns_after - 1));
+                     "means it was stored, %s that it was not. Resend it with the same Idempotency-Key header, and a stored turn answers as it did",
+                     r->error, j->session_id, (long long)x_turns_after, before);
+        }
         else if (r->rc == STORE_CONFLICT)
             job_fail(srv, j, 409, "session_conflict", 0, "session '%s' was changed elsewhere (another replica) while this turn ran; this turn was not kept: retry it",
                      j->session_id);
