@@ -625,7 +625,10 @@ void sched_free(struct server *srv) {
     store_queue_free(s->q);
     prefix_free(srv);
     kvb_batch_free(s->b);
-    for (int i = 0; i < s->n_sess; i++) free(s->sess[i]);
+    for (int i = 0; i < s->n_sess; i++) {
+        free(s->sess[i]->extra);
+        free(s->sess[i]);
+    }
     free(s->sess);
     free(s->active);
     free(s);
