@@ -45,7 +45,7 @@ curl -s -X DELETE "$B/v1/sessions/$sid" > /dev/null
 code=$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/sessions/$sid")
 if [ "$code" = 404 ]; then ok serve_redis_delete_everywhere; else ko serve_redis_delete_everywhere "GET on A after DELETE on B: $code"; fi
 # a write whose reply was lost: its outcome is unknown, and a keyed retry never stores the turn twice
-kturn() { curl -s -o "$T/k.json" -w '%{http_code}' -H 'Content-Type: application/json' -H "Idempotency-Key: $3" \
+kturn() { curl -s -D "$T/k.hdr" -o "$T/k.json" -w '%{http_code}' -H 'Content-Type: application/json' -H "Idempotency-Key: $3" \
     -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$2\"}],\"max_tokens\":30,\"temperature\":0,\"session_id\":\"lost$$\"}" "$1/v1/chat/completions"; }
 rhp=${R#redis://}
 PP=$(free_port)
@@ -55,7 +55,7 @@ for _ in $(seq 1 50); do python3 -c 'import socket,sys; socket.create_connection
 start p -m "$G" --sessions "redis://127.0.0.1:$PP" --budget 64 -t 1; P=$URL
 k1=$(kturn "$P" "Once upon a time, a frog" key-1)
 touch "$T/arm"
-k2=$(kturn "$P" "The frog jumped" key-2); cp "$T/k.json" "$T/k2.json"
+k2=$(kturn "$P" "The frog jumped" key-2); cp "$T/k.json" "$T/k2.json"; tr -d '\r' < "$T/k.hdr" > "$T/k2.hdr"
 h1=$(curl -s -o "$T/h1.json" -w '%{http_code}' "$P/health")
 d1=$(curl -s -o "$T/d1.json" -w '%{http_code}' -X DELETE "$P/v1/sessions/nobody$$")
 r1=000
@@ -64,7 +64,7 @@ cp "$T/k.json" "$T/r1.json"
 r2=$(kturn "$P" "The frog jumped" key-2); cp "$T/k.json" "$T/r2.json"
 got=$(content < "$T/r1.json")
 turns=$(curl -s "$P/v1/sessions/lost$$" | python3 -c 'import json,sys; print(json.load(sys.stdin)["turns"])')
-if [ "$k1" = 200 ] && [ "$k2" = 504 ] && grep -q store_outcome_unknown "$T/k2.json" && grep -q "GET /v1/sessions/lost$$" "$T/k2.json" &&
+if [ "$k1" = 200 ] && [ "$k2" = 504 ] && grep -q store_outcome_unknown "$T/k2.json" && grep -qi '^x-should-retry: false$' "$T/k2.hdr" && grep -q "GET /v1/sessions/lost$$" "$T/k2.json" &&
    [ "$r1" = 200 ] && [ "$r2" = 200 ] && cmp -s "$T/r1.json" "$T/r2.json" && [ "$got" = "$want" ] && [ "$turns" = 2 ]; then ok serve_redis_lost_reply_not_stored_twice
 else ko serve_redis_lost_reply_not_stored_twice "turn 1 $k1, lost turn $k2 ($(head -c 300 "$T/k2.json")), keyed retries $r1/$r2 ('$got', want '$want'), turns $turns (want 2)"; fi
 h2=$(curl -s -o /dev/null -w '%{http_code}' "$P/health")

@@ -369,6 +369,7 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
                      "the store's reply to this turn's write was lost (%.120s): the turn may be stored or not. GET /v1/sessions/%s says: turns %lld "
                      "means it was stored, %s that it was not. Resend it with the same Idempotency-Key header, and a stored turn answers as it did",
                      r->error, j->session_id, (long long)x_turns_after, before);
+            j->no_retry = true;
         }
         else if (r->rc == STORE_CONFLICT)
             job_fail(srv, j, 409, "session_conflict", 0, "session '%s' was changed elsewhere (another replica) while this turn ran; this turn was not kept: retry it",

@@ -116,6 +116,7 @@ struct http_resp {
     const char *cors_origin;    /* Access-Control-Allow-Origin (a --cors origin) or NULL */
     bool preflight;             /* the CORS preflight's Allow-Methods/-Headers too */
     bool close;                 /* Connection: close */
+    bool no_retry;              /* x-should-retry: false (the OpenAI clients then do not resend on their own) */
     struct job *job;            /* a generation: the body comes from it */
 };
 void http_resp_free(struct http_resp *r);
@@ -169,6 +170,7 @@ struct job {
     bool started, done, failed, cancelled, abandoned, role_sent, final_sent, done_sent;
     int status;              /* on failure before any text: the HTTP status */
     int retry_after;
+    bool no_retry;           /* its failure must not be resent blindly (the outcome is unknown) */
     char error[256];
     char error_type[40];
     const char *finish;      /* "stop", "length" */
