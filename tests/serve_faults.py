@@ -18,6 +18,13 @@ line, "ok ..." or "FAIL ...", and exits 0 or 1.
   serve_faults.py HOST PORT framing MAXBODY     two Content-Length, Content-Length
                                                 with chunked, Expect: 100-continue
                                                 over MAXBODY
+  serve_faults.py HOST PORT redisproxy LISTEN ARM SECONDS
+                                                a TCP proxy on 127.0.0.1:LISTEN to the
+                                                Redis at HOST:PORT; once the file ARM
+                                                exists, the reply to the first session
+                                                write (EVAL of the script that HSETs)
+                                                is dropped: both ends closed, and new
+                                                connections refused for SECONDS
 """
 import socket
 import sys
@@ -184,6 +191,68 @@ def framing(host, port, maxbody):
     return 0 if ok else 1
 
 
+def redisproxy(host, port, listen_port, arm, refuse_s):
+    import os
+    import select
+    state = {"listener": None, "dropped": False}
+    lock = threading.Lock()
+
+    def listen():
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", listen_port))
+        sock.listen(16)
+        sock.settimeout(0.1)
+        return sock
+
+    def pump(c, u):
+        drop_next_reply = False
+        try:
+            while True:
+                ready, _, _ = select.select([c, u], [], [], 1)
+                for s in ready:
+                    data = s.recv(65536)
+                    if not data:
+                        return
+                    if s is c:
+                        with lock:
+                            if not state["dropped"] and os.path.exists(arm) and data.startswith(b"*") and b"EVAL" in data[:40] and b"HSET" in data:
+                                drop_next_reply = True
+                        u.sendall(data)
+                    elif drop_next_reply:  # the write ran; its reply is lost, and Redis goes out of reach for a while
+                        with lock:
+                            state["dropped"] = True
+                            state["listener"].close()
+                            state["listener"] = None
+                        threading.Timer(refuse_s, lambda: state.__setitem__("listener", listen())).start()
+                        return
+                    else:
+                        c.sendall(data)
+        except OSError:
+            pass
+        finally:
+            c.close()
+            u.close()
+
+    state["listener"] = listen()
+    while True:
+        lst = state["listener"]
+        if lst is None:
+            time.sleep(0.05)
+            continue
+        try:
+            c, _ = lst.accept()
+        except (socket.timeout, OSError):
+            continue
+        c.settimeout(None)
+        try:
+            u = socket.create_connection((host, port), timeout=5)
+        except OSError:
+            c.close()
+            continue
+        threading.Thread(target=pump, args=(c, u), daemon=True).start()
+
+
 def main():
     host, port, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if what == "keepalive":
@@ -196,6 +265,8 @@ def main():
         return closed(host, port)
     if what == "framing":
         return framing(host, port, int(sys.argv[4]))
+    if what == "redisproxy":
+        return redisproxy(host, port, int(sys.argv[4]), sys.argv[5], float(sys.argv[6]))
     print(f"FAIL unknown probe {what}")
     return 2
 

@@ -59,6 +59,39 @@ got=$(jget 'd["usage"]["prompt_tokens"]' < "$T/j2.json" 2>/dev/null)
 if [ -n "$want" ] && [ "$got" = "$want" ]; then ok serve_jinja_session_turn_exact
 else ko serve_jinja_session_turn_exact "turn 2 read $got tokens, the template's text is $want: $(head -c 300 "$T/j2.json")"; fi
 
+# a session reads only its new messages, so the history a request sends must be the session's (issue 47):
+# a new system prompt, an invented answer, a history that stops short or tools added mid-session are 409
+# naming what differs; the whole conversation echoed, its last answer alone, or only the new message, goes on
+python3 - "$T/j1.json" "$T/j2.json" "$T" <<'EOF'
+import json, sys
+a1, a2 = (json.load(open(f))["choices"][0]["message"]["content"] for f in sys.argv[1:3])
+hist = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}, {"role": "assistant", "content": a1},
+        {"role": "user", "content": "Again"}, {"role": "assistant", "content": a2}]
+more = [{"role": "user", "content": "More"}]
+def body(name, msgs, **kw):
+    open(f"{sys.argv[3]}/{name}.req", "w").write(json.dumps(dict(messages=msgs, max_tokens=4, temperature=0, session_id="j", **kw)))
+body("hsys", [{"role": "system", "content": "Be verbose."}] + more)
+body("hinv", hist[:2] + [{"role": "assistant", "content": "I never said this."}] + hist[3:] + more)
+body("hshort", hist[:3] + [{"role": "user", "content": "Again"}])
+body("htools", more, tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}])
+body("hfull", hist + more)
+body("htail", [{"role": "assistant", "content": a2}] + [{"role": "user", "content": "Its last answer, then this"}])
+EOF
+codes=""
+for r in hsys hinv hshort htools hfull; do post /v1/chat/completions "$(cat "$T/$r.req")" > "$T/$r.out"; codes="$codes $r:$(cat "$T/code")"; done
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Then"}],"max_tokens":4,"temperature":0,"session_id":"j"}' > "$T/then.json"
+codes="$codes short:$(cat "$T/code")"
+post /v1/chat/completions "$(cat "$T/htail.req")" > /dev/null # the session's last answer is "Then"'s now: this one is no tail
+codes="$codes stale-tail:$(cat "$T/code")"
+post /v1/chat/completions "$(python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["choices"][0]["message"]["content"]
+print(json.dumps({"messages":[{"role":"assistant","content":a},{"role":"user","content":"Go on"}],"max_tokens":4,"temperature":0,"session_id":"j"}))' "$T/then.json")" > /dev/null
+codes="$codes tail:$(cat "$T/code")"
+turns=$(curl -s "$URL/v1/sessions/j" | jget 'd["turns"]')
+if [ "$codes" = " hsys:409 hinv:409 hshort:409 htools:409 hfull:200 short:200 stale-tail:409 tail:200" ] && grep -q 'messages\[0\] (system)' "$T/hsys.out" &&
+   grep -q 'messages\[2\] (assistant)' "$T/hinv.out" && grep -q 'session_history_mismatch' "$T/hinv.out" && grep -q 'messages\[3\] (user)' "$T/hshort.out" &&
+   grep -q "'tools'" "$T/htools.out" && [ "$turns" = 5 ]; then ok serve_session_history_mismatch_409
+else ko serve_session_history_mismatch_409 "$codes, turns $turns (want 5): $(head -c 300 "$T/hsys.out")"; fi
+
 # nothing ignored
 bad() { # bad NAME PATH BODY WORD: a 400 whose message names WORD
     post "$2" "$3" > "$T/e.json"

@@ -5,6 +5,12 @@
 # bytes in Redis are what GET /v1/sessions reports. Redis: KVB_TEST_REDIS
 # (redis://HOST:PORT, started by .ci/run), else a redis-server started here
 # on a free loopback port, else skipped (a failure under KVB_REQUIRE_REDIS=1).
+# Through a proxy that loses the reply to one session write and then
+# refuses connections for 3 s (issue 47): that turn is 504
+# store_outcome_unknown (it was 503 "retry the turn", and the retry stored
+# it twice), /health is 503 and a DELETE 503 store_unavailable while Redis is
+# out of reach, and the retry with the same Idempotency-Key gets the stored
+# answer, twice over, with the session holding exactly the turns answered.
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
@@ -38,6 +44,35 @@ else ko serve_redis_session_state "$(cat "$T/s.json")"; fi
 curl -s -X DELETE "$B/v1/sessions/$sid" > /dev/null
 code=$(curl -s -o /dev/null -w '%{http_code}' "$A/v1/sessions/$sid")
 if [ "$code" = 404 ]; then ok serve_redis_delete_everywhere; else ko serve_redis_delete_everywhere "GET on A after DELETE on B: $code"; fi
+# a write whose reply was lost: its outcome is unknown, and a keyed retry never stores the turn twice
+kturn() { curl -s -D "$T/k.hdr" -o "$T/k.json" -w '%{http_code}' -H 'Content-Type: application/json' -H "Idempotency-Key: $3" \
+    -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$2\"}],\"max_tokens\":30,\"temperature\":0,\"session_id\":\"lost$$\"}" "$1/v1/chat/completions"; }
+rhp=${R#redis://}
+PP=$(free_port)
+python3 "$(dirname "$0")/serve_faults.py" "${rhp%:*}" "${rhp##*:}" redisproxy "$PP" "$T/arm" 3 > "$T/proxy.log" 2>&1 &
+PIDS="$PIDS $!"
+for _ in $(seq 1 50); do python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$PP" 2> /dev/null && break; sleep 0.1; done
+start p -m "$G" --sessions "redis://127.0.0.1:$PP" --budget 64 -t 1; P=$URL
+k1=$(kturn "$P" "Once upon a time, a frog" key-1)
+touch "$T/arm"
+k2=$(kturn "$P" "The frog jumped" key-2); cp "$T/k.json" "$T/k2.json"; tr -d '\r' < "$T/k.hdr" > "$T/k2.hdr"
+h1=$(curl -s -o "$T/h1.json" -w '%{http_code}' "$P/health")
+d1=$(curl -s -o "$T/d1.json" -w '%{http_code}' -X DELETE "$P/v1/sessions/nobody$$")
+r1=000
+for _ in $(seq 1 40); do r1=$(kturn "$P" "The frog jumped" key-2); [ "$r1" = 200 ] && break; sleep 0.2; done
+cp "$T/k.json" "$T/r1.json"
+r2=$(kturn "$P" "The frog jumped" key-2); cp "$T/k.json" "$T/r2.json"
+got=$(content < "$T/r1.json")
+turns=$(curl -s "$P/v1/sessions/lost$$" | python3 -c 'import json,sys; print(json.load(sys.stdin)["turns"])')
+if [ "$k1" = 200 ] && [ "$k2" = 504 ] && grep -q store_outcome_unknown "$T/k2.json" && grep -qi '^x-should-retry: false$' "$T/k2.hdr" && grep -q "GET /v1/sessions/lost$$" "$T/k2.json" &&
+   [ "$r1" = 200 ] && [ "$r2" = 200 ] && cmp -s "$T/r1.json" "$T/r2.json" && [ "$got" = "$want" ] && [ "$turns" = 2 ]; then ok serve_redis_lost_reply_not_stored_twice
+else ko serve_redis_lost_reply_not_stored_twice "turn 1 $k1, lost turn $k2 ($(head -c 300 "$T/k2.json")), keyed retries $r1/$r2 ('$got', want '$want'), turns $turns (want 2)"; fi
+h2=$(curl -s -o /dev/null -w '%{http_code}' "$P/health")
+for _ in $(seq 1 20); do [ "$h2" = 200 ] && break; sleep 0.2; h2=$(curl -s -o /dev/null -w '%{http_code}' "$P/health"); done
+if [ "$h1" = 503 ] && grep -q '"store":"redis"' "$T/h1.json" && grep -q '"store_error":"redis' "$T/h1.json" && [ "$h2" = 200 ]; then ok serve_redis_health_names_store
+else ko serve_redis_health_names_store "health while Redis was out of reach $h1 ($(cat "$T/h1.json")), then $h2"; fi
+if [ "$d1" = 503 ] && grep -q '"type":"store_unavailable"' "$T/d1.json"; then ok serve_redis_delete_store_unavailable_503
+else ko serve_redis_delete_store_unavailable_503 "DELETE while Redis was out of reach: $d1 $(cat "$T/d1.json")"; fi
 "$K" serve -m "$G" --port 0 --sessions redis://127.0.0.1:1 > /dev/null 2> "$T/bad.log"; rc=$?
 if [ $rc -eq 1 ] && grep -q "redis://127.0.0.1:1" "$T/bad.log"; then ok serve_redis_unreachable_named; else ko serve_redis_unreachable_named "rc $rc: $(cat "$T/bad.log")"; fi
 cli_summary

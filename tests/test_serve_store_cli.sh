@@ -13,7 +13,12 @@
 #     gets 409 and keeps nothing; its retry continues from the newer state;
 #     two replicas racing on one Redis session never both win;
 #   - growth: the session table stays within --max-sessions and --parallel,
-#     and the map of a session in the store only is served.
+#     and the map of a session in the store only is served;
+#   - issue 47: while the SQLite file is locked /health is 503 naming the
+#     store and a DELETE is 503 store_unavailable (it was 500), both back
+#     once the lock goes; a turn sent again with its Idempotency-Key, to
+#     another replica on the same file, gets the stored answer and appends
+#     nothing.
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
@@ -93,6 +98,45 @@ cr=$(turn "$VA" V "A bird sang")                          # the retry reads vers
 if [ "$cb" = 200 ] && [ "$ca" = 409 ] && grep -q session_conflict "$T/va.json" && [ "$ver" = 2/2 ] && [ "$cr" = 200 ] &&
    [ "$(field "$VA" V turns)" = 3 ]; then ok serve_store_stale_replica_409
 else ko serve_store_stale_replica_409 "B $cb, stale A $ca ($(cat "$T/va.json")), store then $ver, retry $cr, turns $(field "$VA" V turns)"; fi
+
+# ---- Idempotency-Key: a retry to another replica gets the stored answer, no second turn ----
+kturn() { curl -s -o "$T/out" -w '%{http_code}' -H 'Content-Type: application/json' -H "Idempotency-Key: $3" \
+    -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$2\"}],\"max_tokens\":24,\"temperature\":0,\"session_id\":\"I\"}" "$1/v1/chat/completions"; }
+i1=$(kturn "$VA" "Once upon a time, a frog" ik-1); cp "$T/out" "$T/i1.json"
+i2=$(kturn "$VB" "Once upon a time, a frog" ik-1); cp "$T/out" "$T/i2.json"
+i3=$(kturn "$VB" "The frog jumped" ik-2); got3=$(content "$T/out")
+i4=$(kturn "$VB" "The frog jumped" ik-2); cp "$T/out" "$T/i4.json"
+bad=$(curl -s -o /dev/null -w '%{http_code}' -H 'Idempotency-Key: two words' -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"session_id":"I"}' "$VA/v1/chat/completions")
+if [ "$i1" = 200 ] && [ "$i2" = 200 ] && cmp -s "$T/i1.json" "$T/i2.json" && [ "$i3" = 200 ] && [ "$got3" = "$want2" ] && [ "$i4" = 200 ] &&
+   [ "$(content "$T/i4.json")" = "$want2" ] && [ "$(field "$VB" I turns)" = 2 ] && [ "$bad" = 400 ]; then ok serve_store_idempotency_key_retry
+else ko serve_store_idempotency_key_retry "turn $i1, retry on B $i2 ($(head -c 120 "$T/i2.json")), turn 2 $i3 '$got3', retry $i4, turns $(field "$VB" I turns) (want 2), bad key $bad"; fi
+
+# ---- /health and DELETE while the SQLite file is locked: 503 naming the store, then back ----
+start hs -m "$G" --sessions "$T/hs" --budget 64 -t 1; HS=$URL
+turn "$HS" D "Once upon a time" > /dev/null
+h0=$(curl -s -o /dev/null -w '%{http_code}' "$HS/health")
+python3 -c '
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+c.execute("BEGIN EXCLUSIVE")
+open(sys.argv[2], "w").close()
+time.sleep(float(sys.argv[3]))
+c.execute("COMMIT")
+' "$T/hs/sessions.sqlite" "$T/hlocked" 8 &
+holder=$!
+for _ in $(seq 1 50); do [ -f "$T/hlocked" ] && break; sleep 0.1; done
+h1=000
+for _ in $(seq 1 10); do h1=$(curl -s -o "$T/h1.json" -w '%{http_code}' "$HS/health"); [ "$h1" = 503 ] && break; sleep 0.1; done
+d1=$(curl -s -o "$T/d1.json" -w '%{http_code}' -X DELETE "$HS/v1/sessions/D")
+wait $holder
+h2=000
+for _ in $(seq 1 15); do h2=$(curl -s -o /dev/null -w '%{http_code}' "$HS/health"); [ "$h2" = 200 ] && break; sleep 0.2; done
+turnsD=$(field "$HS" D turns)
+d2=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$HS/v1/sessions/D")
+if [ "$h0" = 200 ] && [ "$h1" = 503 ] && grep -q '"store":"sqlite"' "$T/h1.json" && grep -q 'locked' "$T/h1.json" && [ "$h2" = 200 ]; then ok serve_health_store_unwritable_503
+else ko serve_health_store_unwritable_503 "before $h0, locked $h1 ($(cat "$T/h1.json")), after $h2"; fi
+if [ "$d1" = 503 ] && grep -q '"type":"store_unavailable"' "$T/d1.json" && grep -q locked "$T/d1.json" && [ "$turnsD" = 1 ] && [ "$d2" = 200 ]; then ok serve_delete_store_failed_503
+else ko serve_delete_store_failed_503 "DELETE while locked $d1 ($(cat "$T/d1.json")), the session then has $turnsD turns, DELETE after $d2"; fi
 
 # ---- growth: 30 sessions, --max-sessions 2 and --parallel 2: at most 4 records ----
 start gr -m "$G" --sessions "$T/gr" --budget 64 -t 1 --max-sessions 2 --parallel 2; GR=$URL

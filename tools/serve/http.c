@@ -105,10 +105,11 @@ static void add_headers(struct MHD_Response *r, const struct http_resp *h) {
     }
     if (h->preflight) {
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key, Idempotency-Key");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
     if (h->close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (h->no_retry) MHD_add_response_header(r, "x-should-retry", "false");
 }
 
 static enum MHD_Result send_resp(struct MHD_Connection *c, const struct http_resp *h) {
@@ -124,6 +125,7 @@ static enum MHD_Result send_resp(struct MHD_Connection *c, const struct http_res
 static void job_error_body(const struct job *j, struct http_resp *r) {
     serve_error(r, j->status ? j->status : 500, j->error_type[0] ? j->error_type : "server_error", "%s", j->error[0] ? j->error : "failed");
     r->retry_after = j->retry_after;
+    r->no_retry = j->no_retry;
 }
 
 /* Counts the Content-Length and Transfer-Encoding headers of a request. */
@@ -292,7 +294,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                          cc->body.s ? cc->body.s : "", cc->body.n, cc->too_large || cc->body.oom,
                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
-                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key")};
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"),
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key")};
+
     struct http_resp r;
     serve_route(srv, &q, &r);
     if (!r.job) {

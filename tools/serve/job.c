@@ -76,6 +76,8 @@ void job_free(struct job *j) {
     free(j->message);
     kvb_chat_parser_free(j->parser);
     free(j->blob);
+    free(j->replay);
+    free(j->turn_meta);
     pthread_cond_destroy(&j->cv);
     free(j);
 }

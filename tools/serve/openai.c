@@ -902,6 +902,7 @@ static const char *finish_of(const struct job *j) {
 }
 
 void openai_response(const struct server *srv, const struct job *j, struct sbuf *out) {
+    if (j->replay) { sb_puts(out, j->replay); return; } /* a retry of a stored turn (Idempotency-Key): its answer as stored */
     const bool chat = j->kind == JOB_CHAT;
     cJSON *o = head(srv, j, chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");

@@ -97,6 +97,11 @@ static bool ctl_from_memory(struct server *srv, struct ctl *c) {
 
 /* Answers c from what the store said. */
 void ctl_from_store(struct server *srv, struct ctl *c, struct store_req *r) {
+    if (r->rc == STORE_ERROR || r->rc == STORE_UNKNOWN) { /* the store failed: as a turn's, 503 store_unavailable with its cause */
+        c->status = 503;
+        snprintf(c->error, sizeof c->error, "%.190s", r->error[0] ? r->error : "the store failed");
+        return;
+    }
     if (c->kind == CTL_DELETE) {
         c->status = r->rc == STORE_OK || (r->rc == STORE_NOT_FOUND && c->was_in_memory) ? 200 : r->rc == STORE_NOT_FOUND ? 404 : 500;
         return;
@@ -110,6 +115,7 @@ void ctl_from_store(struct server *srv, struct ctl *c, struct store_req *r) {
     tmp.version = r->version;
     size_t il = 0;
     const char *img = blob_meta(r->buf, r->len, &tmp, &il);
+    free(tmp.extra); /* its history is not shown */
     if (!img) { c->status = 500; return; }
     const struct sess *live = sess_find(srv->sched, c->id);
     const bool busy = live && live->busy;
@@ -142,12 +148,17 @@ void run_ctls(struct server *srv) {
         nx = c->next;
         if (ctl_from_memory(srv, c)) { ctl_finish(c); continue; }
         struct store_req *r = s->store_stopped ? NULL : store_req_new(c->kind == CTL_DELETE ? SOP_DEL : SOP_GET, c->id, c, OWN_CTL);
-        if (!r) { c->status = 503; ctl_finish(c); continue; }
+        if (!r) {
+            c->status = 503;
+            snprintf(c->error, sizeof c->error, "%s", s->store_stopped ? "the server is stopping" : "out of memory");
+            ctl_finish(c);
+            continue;
+        }
         store_queue_post(s->q, r);
     }
 }
 
-int ctl_run(struct server *srv, int kind, const char *id, struct sbuf *out) {
+static int ctl_run(struct server *srv, int kind, const char *id, struct sbuf *out, char *err, size_t cap) {
     struct ctl c;
     memset(&c, 0, sizeof c);
     c.kind = kind;
@@ -158,6 +169,7 @@ int ctl_run(struct server *srv, int kind, const char *id, struct sbuf *out) {
     if (!srv->sched->running) {
         pthread_mutex_unlock(&srv->mu);
         pthread_cond_destroy(&c.cv);
+        if (err) snprintf(err, cap, "the server is stopping");
         return 503;
     }
     c.next = srv->sched->ctl_head;
@@ -166,9 +178,12 @@ int ctl_run(struct server *srv, int kind, const char *id, struct sbuf *out) {
     while (!c.done) pthread_cond_wait(&c.cv, &srv->mu);
     pthread_mutex_unlock(&srv->mu);
     pthread_cond_destroy(&c.cv);
+    if (err) snprintf(err, cap, "%s", c.error);
     return c.status;
 }
 
-int sched_session_json(struct server *srv, const char *id, bool map, struct sbuf *out) { return ctl_run(srv, map ? CTL_MAP : CTL_JSON, id, out); }
+int sched_session_json(struct server *srv, const char *id, bool map, struct sbuf *out, char *err, size_t cap) {
+    return ctl_run(srv, map ? CTL_MAP : CTL_JSON, id, out, err, cap);
+}
 
-int sched_session_delete(struct server *srv, const char *id) { return ctl_run(srv, CTL_DELETE, id, NULL); }
+int sched_session_delete(struct server *srv, const char *id, char *err, size_t cap) { return ctl_run(srv, CTL_DELETE, id, NULL, err, cap); }

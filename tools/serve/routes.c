@@ -4,7 +4,7 @@
  * reads back a struct http_resp (a status and a body, or a job to stream).
  *
  *   GET  /                          the page (page.html)
- *   GET  /health, /v1/health        {"status":"ok"}
+ *   GET  /health, /v1/health        {"status":"ok"}; 503 when the session store fails
  *   GET  /metrics                   Prometheus text
  *   GET  /v1/models                 the one model; /v1/models/{id} it alone
  *   POST /tokenize, /detokenize     llama-server's (extras.c)
@@ -71,6 +71,17 @@ static void generation(struct server *srv, enum job_kind kind, const struct http
         serve_error(r, 400, "invalid_request_error", "'logprobs' is not implemented on /completion (llama-server's n_probs neither); use /v1/completions");
         job_free(j);
         return;
+    }
+    if (q->idempotency_key) { /* a session turn's: a retry of a stored turn gets its stored answer */
+        const char *k = q->idempotency_key;
+        size_t n = 0;
+        while (k[n] > 0x20 && k[n] < 0x7f) n++;
+        if (!n || k[n] || n > SERVE_IDEM_MAX) {
+            job_free(j);
+            serve_error(r, 400, "invalid_request_error", "the Idempotency-Key header must be 1 to %d visible ASCII characters", SERVE_IDEM_MAX);
+            return;
+        }
+        memcpy(j->idem_key, k, n + 1);
     }
     snprintf(j->id, sizeof j->id, "%s-%lld", kind == JOB_CHAT ? "chatcmpl" : "cmpl", (long long)id);
     j->created = (int64_t)time(NULL);
@@ -213,8 +224,17 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         return;
     }
     if (get && (!strcmp(p, "/health") || !strcmp(p, "/v1/health"))) {
-        r->status = 200;
+        char err[256] = "";
         r->content_type = "application/json";
+        if (!srv->o.dry_run && !sched_store_healthy(srv, err, sizeof err)) { /* turns would fail: a load balancer should send them elsewhere */
+            r->status = 503;
+            r->retry_after = 1;
+            sb_printf(&r->body, "{\"status\":\"store_unavailable\",\"store\":\"%s\",\"store_error\":", srv->store ? srv->store->kind : "");
+            serve_json_str(&r->body, err);
+            sb_puts(&r->body, "}\n");
+            return;
+        }
+        r->status = 200;
         sb_puts(&r->body, "{\"status\":\"ok\"}\n");
         return;
     }
@@ -254,21 +274,30 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         memcpy(id, rest, n);
         id[n] = 0;
         if (srv->o.dry_run) { serve_error(r, 404, "not_found", "no session '%s'", id); return; }
+        char err[200] = "";
         if (get) {
             r->content_type = "application/json";
-            r->status = sched_session_json(srv, id, map, &r->body);
-            if (r->status != 200) serve_error(r, r->status, r->status == 404 ? "not_found" : "server_error", "session '%s': %s", id,
-                                              r->status == 404 ? "not found" : "unavailable");
+            r->status = sched_session_json(srv, id, map, &r->body, err, sizeof err);
+            if (r->status == 503 && err[0]) {
+                serve_error(r, 503, "store_unavailable", "session '%s': the session store cannot be read (%s); retry", id, err);
+                r->retry_after = 1;
+            } else if (r->status != 200)
+                serve_error(r, r->status, r->status == 404 ? "not_found" : "server_error", "session '%s': %s", id,
+                            r->status == 404 ? "not found" : "unavailable");
             return;
         }
         /* DELETE: route_allow let no other method through, and none on .../map */
-        const int st = sched_session_delete(srv, id);
+        const int st = sched_session_delete(srv, id, err, sizeof err);
         if (st == 200) {
             r->status = 200;
             r->content_type = "application/json";
             sb_puts(&r->body, "{\"id\":");
             serve_json_str(&r->body, id);
             sb_puts(&r->body, ",\"object\":\"session\",\"deleted\":true}\n");
+        } else if (st == 503) { /* as a turn whose store write failed: the store still holds the session */
+            serve_error(r, 503, "store_unavailable", "session '%s' was not deleted: the session store failed (%s); it holds the session still: retry",
+                        id, err[0] ? err : "unavailable");
+            r->retry_after = 1;
         } else {
             serve_error(r, st, st == 404 ? "not_found" : st == 429 ? "session_busy" : "server_error", "session '%s': %s", id,
                         st == 404 ? "not found" : st == 429 ? "a turn is running" : "the store failed");

@@ -98,6 +98,23 @@ static int admit(struct server *srv, struct job *j) {
                 x->pol = cp.kv.policy;
             }
         }
+        if (!fresh && j->idem_key[0]) { /* a retry of a turn the session holds: its answer again, no second turn */
+            char *ans = history_answer(x->extra, j->idem_key);
+            if (ans) {
+                j->replay = ans;
+                j->stream = false; /* the stored answer is one body */
+                sess_idle(srv, x);
+                j->done = true;
+                metrics_count(srv->metrics, 0, 0, 1, 0);
+                return ADMIT_DONE;
+            }
+        }
+        char mismatch[480];
+        if (!fresh && !history_check(j, x->extra, mismatch, sizeof mismatch)) {
+            sess_idle(srv, x);
+            job_fail(srv, j, 409, "session_history_mismatch", 0, "%s", mismatch);
+            return ADMIT_DONE;
+        }
         if (!fresh && j->policy_given &&
             (j->sp.kv.policy.id != x->pol.id || j->sp.kv.policy.budget != x->pol.budget || j->sp.kv.policy.n_sink != x->pol.n_sink)) {
             const struct kvb_policy_params kept = x->pol;
@@ -203,8 +220,13 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         /* the turn is acknowledged only once its session is stored: the
          * blob is made here (the batch is this thread's), written by the
          * store worker, and the job ends in store_done */
+        struct sbuf body = {0};
+        openai_response(srv, j, &body); /* what the client gets: the history's answer, the retry's with its key */
+        free(j->turn_meta);
+        j->turn_meta = body.oom ? NULL : history_next(j, x->extra, x->turns == 0, body.s ? body.s : "{}");
+        sb_free(&body);
         size_t bl = 0;
-        void *blob = session_blob(srv, x, x->turns + 1, &bl);
+        void *blob = session_blob(srv, x, x->turns + 1, j->turn_meta, &bl);
         struct store_req *r = blob && !s->store_stopped ? store_req_new(SOP_PUT, x->id, j, OWN_SAVE) : NULL;
         if (!r) {
             free(blob);
@@ -331,6 +353,9 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
         x->version = r->version;
         x->turns++;
         x->stored_bytes = r->len;
+        free(x->extra);
+        x->extra = j->turn_meta;
+        j->turn_meta = NULL;
         x->last_used = serve_now();
         sess_idle(srv, x);
         j->done = true;
@@ -338,9 +363,21 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
         pthread_cond_broadcast(&j->cv);
     } else {
         /* not stored: nothing of this turn is kept, the store's state is the
-         * session's, and the same turn can be sent again */
+         * session's, and the same turn can be sent again (unless its
+         * outcome is unknown: then the store may hold it) */
+        const int64_t x_turns_after = x->turns + 1;
         sess_release(s, x);
-        if (r->rc == STORE_CONFLICT)
+        if (r->rc == STORE_UNKNOWN) {
+            char before[40];
+            if (x_turns_after > 1) snprintf(before, sizeof before, "turns %lld", (long long)(x_turns_after - 1));
+            else snprintf(before, sizeof before, "404");
+            job_fail(srv, j, 504, "store_outcome_unknown", 0,
+                     "the store's reply to this turn's write was lost (%.120s): the turn may be stored or not. GET /v1/sessions/%s says: turns %lld "
+                     "means it was stored, %s that it was not. Resend it with the same Idempotency-Key header, and a stored turn answers as it did",
+                     r->error, j->session_id, (long long)x_turns_after, before);
+            j->no_retry = true;
+        }
+        else if (r->rc == STORE_CONFLICT)
             job_fail(srv, j, 409, "session_conflict", 0, "session '%s' was changed elsewhere (another replica) while this turn ran; this turn was not kept: retry it",
                      j->session_id);
         else
@@ -598,7 +635,10 @@ void sched_free(struct server *srv) {
     store_queue_free(s->q);
     prefix_free(srv);
     kvb_batch_free(s->b);
-    for (int i = 0; i < s->n_sess; i++) free(s->sess[i]);
+    for (int i = 0; i < s->n_sess; i++) {
+        free(s->sess[i]->extra);
+        free(s->sess[i]);
+    }
     free(s->sess);
     free(s->active);
     free(s);
@@ -619,6 +659,14 @@ bool sched_submit(struct server *srv, struct job *j) {
     pthread_cond_signal(&srv->work);
     pthread_mutex_unlock(&srv->mu);
     return true;
+}
+
+bool sched_store_healthy(struct server *srv, char *err, size_t cap) {
+    pthread_mutex_lock(&srv->mu);
+    struct sched *s = srv->sched;
+    const bool ok = !s || !s->q || s->store_stopped || store_queue_healthy(s->q, err, cap);
+    pthread_mutex_unlock(&srv->mu);
+    return ok;
 }
 
 void sched_gauges(struct server *srv, struct sched_gauges *g) {

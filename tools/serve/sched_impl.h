@@ -5,6 +5,7 @@
  *   sched.c   (admission, the loop, the store's answers)
  *     -> queries.c (GET/DELETE /v1/sessions/{id}, .../map)
  *     -> text.c    (turn text and stop strings)
+ *     -> history.c (a session's conversation and keyed answers)
  *     -> session.c (the table, the stored blob, offloading)
  *     -> job.c, store_queue.c, metrics.c, sbuf.c
  * All of it runs on the scheduler thread under the server mutex, except
@@ -27,6 +28,7 @@ struct sess {
     size_t kv_bytes, stored_bytes;
     struct kvb_policy_params pol;
     int64_t version;      /* in the store; STORE_ABSENT: never stored */
+    char *extra;          /* its history and keyed answers as stored (history.c), or NULL: unknown */
 };
 
 struct ctl {
@@ -36,6 +38,7 @@ struct ctl {
     int status;
     bool done;
     bool was_in_memory; /* DELETE: the session was in memory (so found) */
+    char error[200];    /* a store failure's cause */
     pthread_cond_t cv;
     struct ctl *next;
 };
@@ -80,7 +83,7 @@ void session_place(struct server *srv);
 bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *cache_tokens, size_t *kv_bytes, int64_t *cold_pages,
                  int64_t *window_tokens, int64_t *global_tokens);
 void sess_figures(struct server *srv, struct sess *x);
-void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size_t *len);
+void *session_blob(struct server *srv, const struct sess *x, int64_t turns, const char *extra, size_t *len);
 const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_len);
 
 /* text.c: what a turn reads, and stop strings in what it writes */
@@ -122,6 +125,15 @@ int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *
  * (false: the job failed with 400 naming the limit) and, past its budget
  * or the trained length, given a warning (kvbound.warnings, the log). */
 bool job_prompt_size(struct server *srv, struct job *j, int32_t n);
+/* history.c: what a session holds of its conversation (sess.extra).
+ * history_check: false with why filled when the history j sends is not the
+ * session's (409); history_answer: the stored answer of the turn sent with
+ * key (malloc), or NULL; history_next: extra after j's turn, whose whole
+ * response body is response (malloc; NULL: out of memory). */
+bool history_check(const struct job *j, const char *extra, char *why, size_t cap);
+char *history_answer(const char *extra, const char *key);
+char *history_next(const struct job *j, const char *extra, bool fresh, const char *response);
+
 /* job.c: a job ends in failure, with its status and error */
 void job_fail(struct server *srv, struct job *j, int status, const char *type, int retry_after, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));

@@ -51,7 +51,10 @@
  *    conditional on the version the turn started from; so kill -9 loses at
  *    most the turns not yet acknowledged, and two replicas never overwrite
  *    each other (the later write is refused: 409). A write that fails
- *    keeps nothing of its turn (503): the store holds the session. On
+ *    keeps nothing of its turn (503): the store holds the session. A write
+ *    whose reply was lost may have been made (504 store_outcome_unknown);
+ *    a turn resent with its Idempotency-Key gets the stored answer if the
+ *    store holds it (history.c), so no turn is stored twice. On
  *    SIGINT/SIGTERM the server stops accepting work, lets running turns
  *    finish and be stored (5 s at most), then exits; the scheduler is freed
  *    only after the HTTP daemon has stopped.
@@ -68,6 +71,7 @@
 
 #define SERVE_MAX_STOPS 4
 #define SERVE_ID_MAX 64
+#define SERVE_IDEM_MAX 128 /* the longest Idempotency-Key */
 /* the stand-in assistant answer whose rendering shows what a template writes after one */
 #define SERVE_TEMPLATE_MARK "KVBOUNDANSWERMARK7F3A"
 
@@ -101,6 +105,7 @@ struct http_req {
     const char *host;           /* Host header or NULL */
     const char *origin;         /* Origin header or NULL */
     const char *x_api_key;      /* X-Api-Key header (llama-server's other spelling of the key) or NULL */
+    const char *idempotency_key; /* Idempotency-Key header or NULL */
 };
 struct job;
 struct http_resp {
@@ -112,6 +117,7 @@ struct http_resp {
     const char *cors_origin;    /* Access-Control-Allow-Origin (a --cors origin) or NULL */
     bool preflight;             /* the CORS preflight's Allow-Methods/-Headers too */
     bool close;                 /* Connection: close */
+    bool no_retry;              /* x-should-retry: false (the OpenAI clients then do not resend on their own) */
     struct job *job;            /* a generation: the body comes from it */
 };
 void http_resp_free(struct http_resp *r);
@@ -154,6 +160,9 @@ struct job {
     bool policy_given;                 /* kv_policy/kv_budget/kv_sinks were in the request */
     char *stops[SERVE_MAX_STOPS];
     int n_stops;
+    char idem_key[SERVE_IDEM_MAX + 1]; /* the Idempotency-Key header, "" = none */
+    char *replay;                      /* a retry of a stored turn: its stored answer (the whole body), or NULL */
+    char *turn_meta;                   /* a session turn being stored: its history and answers for the blob (session.c) */
     char id[40];
     int64_t created;
     double t_submit;
@@ -167,6 +176,7 @@ struct job {
     int n_warnings;
     int status;              /* on failure before any text: the HTTP status */
     int retry_after;
+    bool no_retry;           /* its failure must not be resent blindly (the outcome is unknown) */
     char error[256];
     char error_type[40];
     const char *finish;      /* "stop", "length" */
@@ -294,9 +304,9 @@ void sched_free(struct server *srv);
 bool sched_submit(struct server *srv, struct job *j);
 /* queries.c: session state as JSON (GET /v1/sessions/{id}), its cache
  * map, or delete: run on the scheduler thread, answered here. Return the
- * HTTP status. */
-int sched_session_json(struct server *srv, const char *id, bool map, struct sbuf *out);
-int sched_session_delete(struct server *srv, const char *id);
+ * HTTP status; 503: the store failed (its cause in err, "" otherwise). */
+int sched_session_json(struct server *srv, const char *id, bool map, struct sbuf *out, char *err, size_t cap);
+int sched_session_delete(struct server *srv, const char *id, char *err, size_t cap);
 /* Metrics gauges the scheduler keeps. */
 struct sched_gauges {
     int64_t pages_used, pages_free, page_bytes, active, queued, in_memory, persisted, evictions_idle;
@@ -305,6 +315,9 @@ struct sched_gauges {
     int64_t conn_open, conn_refused, conn_timed_out; /* guard.c */
 };
 void sched_gauges(struct server *srv, struct sched_gauges *g);
+/* GET /health: false with the store's failure in err when the session store
+ * cannot be read or written now. */
+bool sched_store_healthy(struct server *srv, char *err, size_t cap);
 
 /* store.c: where sessions live between turns. Every stored session has a
  * version, raised by each write; a write names the version it read
@@ -313,7 +326,10 @@ void sched_gauges(struct server *srv, struct sched_gauges *g);
  * turns on the same session cannot overwrite each other. Every call runs
  * on the store worker thread (store_queue.c), never on the step loop. */
 #define STORE_ABSENT (-1)
-enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_ERROR = -1 };
+/* STORE_UNKNOWN: a write was sent and its reply lost (the connection broke
+ * after the request went out, and the store could not be asked again):
+ * it may or may not have been made. */
+enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_UNKNOWN = 3, STORE_ERROR = -1 };
 struct store {
     const char *kind; /* "sqlite", "redis" */
     bool shared;      /* other replicas write it too: no session stays in memory between turns */
@@ -323,6 +339,9 @@ struct store {
     int (*get)(struct store *s, const char *id, void **buf, size_t *len, int64_t *version);
     int (*del)(struct store *s, const char *id); /* STORE_OK, STORE_NOT_FOUND or STORE_ERROR */
     int64_t (*count)(struct store *s);           /* sessions stored; -1 unknown */
+    /* A small write that shows the store can be written now (its own key or
+     * table, never a session), waiting at most a moment: STORE_OK or STORE_ERROR. */
+    int (*probe)(struct store *s);
     void (*close)(struct store *s);
     char error[256]; /* the last failure's cause */
 };
@@ -359,6 +378,11 @@ struct store_req *store_queue_done(struct store_queue *q);
 int store_queue_pending(const struct store_queue *q);
 /* Under srv->mu: sessions in the store (-1: not known yet). */
 int64_t store_queue_count(const struct store_queue *q);
+/* Under srv->mu: whether the store answered its last use (a read, a write,
+ * a probe) or failed it, with the failure in err; asks the worker for a
+ * probe when the last is over a second old (the answer then is as of the
+ * probe before). */
+bool store_queue_healthy(struct store_queue *q, char *err, size_t cap);
 /* Not under srv->mu: the worker finishes the request it runs; those not
  * started come back done with STORE_ERROR "the server is stopping". */
 void store_queue_stop(struct store_queue *q);

@@ -6,7 +6,8 @@
  * allocation, so a pointer to one stays good while others come and go.
  * A session no longer in memory is forgotten here: the store holds it.
  * The blob is "KVBSRV1\0", u32 meta length, the meta JSON (turns, the stop
- * token's text, figures, policy), then the library's session image
+ * token's text, figures, policy, and history.c's history, tools and
+ * answers), then the library's session image
  * (kvb_batch_seq_save).
  */
 #include "sched_impl.h"
@@ -47,6 +48,7 @@ void sess_drop(struct sched *s, struct sess *x) {
             s->sess[i] = s->sess[--s->n_sess];
             break;
         }
+    free(x->extra);
     free(x);
 }
 
@@ -124,6 +126,16 @@ static char *meta_json(const struct sess *x) {
     cJSON_AddNumberToObject(o, "cold_pages", (double)x->cold_pages);
     cJSON_AddStringToObject(o, "kv_policy", kvb_policy_name(x->pol.id));
     cJSON_AddNumberToObject(o, "kv_budget", x->pol.budget);
+    cJSON *e = x->extra ? cJSON_Parse(x->extra) : NULL; /* history, tools, answers (history.c) */
+    if (e) {
+        cJSON *it = e->child;
+        while (it) {
+            cJSON *nx = it->next;
+            cJSON_AddItemToObject(o, it->string, cJSON_DetachItemViaPointer(e, it));
+            it = nx;
+        }
+    }
+    cJSON_Delete(e);
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return t;
@@ -131,7 +143,7 @@ static char *meta_json(const struct sess *x) {
 
 /* The session (DONE in the batch) as the stored blob, its meta saying
  * `turns` turns. NULL on failure (the cause to stderr). */
-void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size_t *len) {
+void *session_blob(struct server *srv, const struct sess *x, int64_t turns, const char *extra, size_t *len) {
     void *img = NULL;
     size_t il = 0;
     if (kvb_batch_seq_save(srv->sched->b, x->seq, &img, &il) != KVB_OK) {
@@ -140,6 +152,7 @@ void *session_blob(struct server *srv, const struct sess *x, int64_t turns, size
     }
     struct sess with = *x;
     with.turns = turns;
+    with.extra = (char *)extra;
     char *meta = meta_json(&with);
     const uint32_t ml = meta ? (uint32_t)strlen(meta) : 0;
     const size_t total = 8 + 4 + ml + il;
@@ -184,6 +197,16 @@ const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_
     x->kv_bytes = cJSON_IsNumber(kb) ? (size_t)kb->valuedouble : 0;
     x->cold_pages = cJSON_IsNumber(cp) ? (int64_t)cp->valuedouble : 0;
     x->stored_bytes = len;
+    free(x->extra);
+    x->extra = NULL;
+    cJSON *e = cJSON_CreateObject();
+    static const char *const keys[] = {"history", "tools", "answers"};
+    for (size_t k = 0; e && k < sizeof keys / sizeof *keys; k++) {
+        cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(o, keys[k]);
+        if (v) cJSON_AddItemToObject(e, keys[k], v);
+    }
+    if (e && e->child) x->extra = cJSON_PrintUnformatted(e); /* NULL (none, or no memory): unknown */
+    cJSON_Delete(e);
     cJSON_Delete(o);
     *img_len = len - 12 - ml;
     return blob + 12 + ml;

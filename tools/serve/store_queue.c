@@ -12,6 +12,12 @@
  * seen by it. Between requests, and every 2 s when idle, the worker counts
  * the stored sessions (a counter in Redis, COUNT(*) in SQLite) for
  * /metrics, so no count runs on the loop.
+ *
+ * Health (GET /health): every request's outcome says whether the store
+ * works (a failed read or write: it does not; a write made: it does), and
+ * when /health asks and the last word is over a second old, the worker
+ * probes it with a small write of its own, so a store that broke while no
+ * turn came is seen, and one that came back is too.
  */
 #include "serve.h"
 
@@ -29,7 +35,21 @@ struct store_queue {
     bool stop, changed;
     int64_t count;
     double counted_at;
+    bool failing, probe_wanted;  /* the store failed its last use; /health asked for a probe */
+    double checked_at;           /* when the last use or probe ended */
+    char fail_error[256];
 };
+
+/* Under srv->mu: what a request's or a probe's outcome says of the store. */
+static void note_outcome(struct store_queue *q, enum store_op op, int rc, bool probe, const char *error) {
+    q->checked_at = serve_now();
+    if (rc == STORE_ERROR || rc == STORE_UNKNOWN) {
+        q->failing = true;
+        snprintf(q->fail_error, sizeof q->fail_error, "%s", error[0] ? error : "the store failed");
+    } else if (probe || op != SOP_GET) {
+        q->failing = false; /* a write was made (or refused by its version): the store can be written */
+    }
+}
 
 static void append(struct store_req **head, struct store_req **tail, struct store_req *r) {
     r->next = NULL;
@@ -56,7 +76,7 @@ static void run_one(struct store *st, struct store_req *r) {
         r->rc = st->del(st, r->id);
         break;
     }
-    if (r->rc == STORE_ERROR) snprintf(r->error, sizeof r->error, "%s", st->error[0] ? st->error : "the store failed");
+    if (r->rc == STORE_ERROR || r->rc == STORE_UNKNOWN) snprintf(r->error, sizeof r->error, "%s", st->error[0] ? st->error : "the store failed");
 }
 
 static void *worker(void *arg) {
@@ -66,6 +86,17 @@ static void *worker(void *arg) {
     for (;;) {
         if (q->stop) break;
         struct store_req *r = q->todo_head;
+        if (!r && q->probe_wanted && srv->store->probe) {
+            q->probe_wanted = false;
+            pthread_mutex_unlock(&srv->mu);
+            srv->store->error[0] = 0;
+            const int rc = srv->store->probe(srv->store);
+            char err[256];
+            snprintf(err, sizeof err, "%s", srv->store->error);
+            pthread_mutex_lock(&srv->mu);
+            note_outcome(q, SOP_PUT, rc, true, err);
+            continue;
+        }
         if (!r) {
             const double now = serve_now();
             if (q->changed || now - q->counted_at > 2.0) {
@@ -88,6 +119,7 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&srv->mu);
         run_one(srv->store, r);
         pthread_mutex_lock(&srv->mu);
+        note_outcome(q, r->op, r->rc, false, r->error);
         if (r->op != SOP_GET) q->changed = true;
         append(&q->done_head, &q->done_tail, r);
         pthread_cond_broadcast(&srv->work);
@@ -147,6 +179,15 @@ struct store_req *store_queue_done(struct store_queue *q) {
 
 int store_queue_pending(const struct store_queue *q) { return q->pending; }
 int64_t store_queue_count(const struct store_queue *q) { return q->count; }
+
+bool store_queue_healthy(struct store_queue *q, char *err, size_t cap) {
+    if (serve_now() - q->checked_at > 1.0 && !q->probe_wanted) {
+        q->probe_wanted = true;
+        pthread_cond_signal(&q->cv);
+    }
+    if (q->failing) snprintf(err, cap, "%s", q->fail_error);
+    return !q->failing;
+}
 
 void store_queue_stop(struct store_queue *q) {
     pthread_mutex_lock(&q->srv->mu);

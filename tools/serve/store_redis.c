@@ -6,7 +6,10 @@
  * which also keeps the set "kvbound:sessions" of stored ids that /metrics
  * counts. A key written before versions (a plain string) reads as version
  * 0 and is replaced by a hash at its next write. The connection is
- * re-established once when a command fails.
+ * re-established once when a command fails. A write whose request went
+ * out and whose reply was lost, and that the one retry could not send
+ * again (Redis unreachable), is STORE_UNKNOWN: the script may have run.
+ * The health probe SETs "kvbound:probe".
  */
 #include "serve.h"
 
@@ -40,9 +43,12 @@ static bool reconnect(struct redis_store *s) {
     return true;
 }
 
-static redisReply *command(struct redis_store *s, int argc, const char **argv, const size_t *lens) {
+/* *sent (may be NULL): a request went out whose reply was lost, so it may
+ * have run. */
+static redisReply *command_sent(struct redis_store *s, int argc, const char **argv, const size_t *lens, bool *sent) {
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!s->c && !reconnect(s)) return NULL;
+        if (sent) *sent = true;
         redisReply *r = redisCommandArgv(s->c, argc, argv, lens);
         if (r) return r;
         snprintf(s->base.error, sizeof s->base.error, "redis: %s", s->c->errstr);
@@ -51,6 +57,8 @@ static redisReply *command(struct redis_store *s, int argc, const char **argv, c
     }
     return NULL;
 }
+
+static redisReply *command(struct redis_store *s, int argc, const char **argv, const size_t *lens) { return command_sent(s, argc, argv, lens, NULL); }
 
 static void key_of(const char *id, char *k, size_t n) { snprintf(k, n, "kvbound:session:%s", id); }
 #define INDEX_KEY "kvbound:sessions" /* a set of the stored ids: counted with SCARD */
@@ -81,8 +89,14 @@ static int put(struct store *st, const char *id, const void *buf, size_t len, in
     snprintf(token, sizeof token, "%s-%llu", s->nonce, ++s->writes);
     const char *argv[] = {"EVAL", PUT_SCRIPT, "2", k, INDEX_KEY, ev, buf, id, token};
     const size_t lens[] = {4, strlen(PUT_SCRIPT), 1, strlen(k), strlen(INDEX_KEY), strlen(ev), len, strlen(id), strlen(token)};
-    redisReply *r = command(s, 9, argv, lens);
-    if (!r) return STORE_ERROR;
+    bool sent = false;
+    redisReply *r = command_sent(s, 9, argv, lens, &sent);
+    if (!r) {
+        if (!sent) return STORE_ERROR;
+        snprintf(st->error, sizeof st->error, "redis %.60s:%d: the write's reply was lost, and it could not be checked: %.80s", s->host,
+                 s->port, s->c ? s->c->errstr : "cannot connect");
+        return STORE_UNKNOWN;
+    }
     int res = STORE_ERROR;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[1]->type == REDIS_REPLY_INTEGER) {
@@ -179,6 +193,18 @@ static int64_t count(struct store *st) {
     return n;
 }
 
+static int probe(struct store *st) {
+    struct redis_store *s = (struct redis_store *)st;
+    const char *argv[] = {"SET", "kvbound:probe", "1"};
+    const size_t lens[] = {3, 13, 1};
+    redisReply *r = command(s, 3, argv, lens);
+    if (!r) return STORE_ERROR;
+    const int res = r->type == REDIS_REPLY_STATUS ? STORE_OK : STORE_ERROR;
+    if (res != STORE_OK) snprintf(st->error, sizeof st->error, "redis write: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    freeReplyObject(r);
+    return res;
+}
+
 static void close_store(struct store *st) {
     struct redis_store *s = (struct redis_store *)st;
     if (s->c) redisFree(s->c);
@@ -220,6 +246,7 @@ struct store *store_redis_open(const char *url, char *err, size_t errlen) {
     s->base.get = get;
     s->base.del = del;
     s->base.count = count;
+    s->base.probe = probe;
     s->base.close = close_store;
     return &s->base;
 }

@@ -6,7 +6,9 @@
  * conditional on the version read: an INSERT OR IGNORE for a new session,
  * an UPDATE ... WHERE version = the one read otherwise; no row changed is
  * a conflict (another process wrote it meanwhile). A file from before
- * versions gains the column, its rows at version 0.
+ * versions gains the column, its rows at version 0. The health probe
+ * writes one row of a table of its own (kvbound_probe), waiting 250 ms at
+ * most for a lock.
  */
 #include "serve.h"
 
@@ -119,6 +121,17 @@ static int64_t count(struct store *st) {
     return n;
 }
 
+static int probe(struct store *st) {
+    struct sqlite_store *s = (struct sqlite_store *)st;
+    sqlite3_busy_timeout(s->db, 250);
+    char *msg = NULL;
+    const int rc = sqlite3_exec(s->db, "INSERT OR REPLACE INTO kvbound_probe(k, t) VALUES (1, strftime('%s','now'))", NULL, NULL, &msg);
+    if (rc != SQLITE_OK) snprintf(st->error, sizeof st->error, "sqlite: %s", msg ? msg : sqlite3_errstr(rc));
+    sqlite3_free(msg);
+    sqlite3_busy_timeout(s->db, 5000);
+    return rc == SQLITE_OK ? STORE_OK : STORE_ERROR;
+}
+
 static void close_store(struct store *st) {
     struct sqlite_store *s = (struct sqlite_store *)st;
     sqlite3_close(s->db);
@@ -146,7 +159,8 @@ struct store *store_sqlite_open(const char *dir, char *err, size_t errlen) {
     char *msg = NULL;
     if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=5000;"
                             "CREATE TABLE IF NOT EXISTS sessions(id TEXT PRIMARY KEY, image BLOB NOT NULL, updated INTEGER NOT NULL,"
-                            " version INTEGER NOT NULL DEFAULT 0);",
+                            " version INTEGER NOT NULL DEFAULT 0);"
+                            "CREATE TABLE IF NOT EXISTS kvbound_probe(k INTEGER PRIMARY KEY, t INTEGER NOT NULL);",
                      NULL, NULL, &msg) != SQLITE_OK ||
         !has_version_column(s->db, &msg)) {
         snprintf(err, errlen, "%s: %s", path, msg ? msg : "cannot create the sessions table");
@@ -160,6 +174,7 @@ struct store *store_sqlite_open(const char *dir, char *err, size_t errlen) {
     s->base.get = get;
     s->base.del = del;
     s->base.count = count;
+    s->base.probe = probe;
     s->base.close = close_store;
     return &s->base;
 }
