@@ -62,5 +62,14 @@ then ok sweep_outputs; else ko sweep_outputs "$(cat "$T/sw/sweep.csv" 2>&1 | hea
 if grep -q '"accuracy":[0-9.]*,"retained":1.0000}' "$T/nd/needle.json" && ! grep -q '"retained":0' "$T/nd/needle.json" &&
    grep -q '| 256 |' "$T/nd/needle.md" && { ! command -v xmllint > /dev/null || xmllint --noout "$T/nd/needle.svg"; }
 then ok needle_outputs_full_retains; else ko needle_outputs_full_retains "$(cat "$T/nd/needle.json" 2>&1 | head -c 300)"; fi
+# needle --policy takes a list, as ppl does, one set of files per policy; --out defaults to ./needle (issue 47, item 14)
+KA=$(cd "$(dirname "$K")" && pwd)/kvbound; GA=$(cd "$(dirname "$G")" && pwd)/$(basename "$G")
+mkdir "$T/cwd"
+(cd "$T/cwd" && "$KA" needle -m "$GA" --lengths 128 --depths 0,1 --policy full,streaming --budget 64 > out.txt 2> err.txt); r=$?
+if [ $r -eq 0 ] && grep -q '"policy":"full","budget":0,' "$T/cwd/needle/needle-full.json" &&
+   grep -q '"policy":"streaming","budget":64,' "$T/cwd/needle/needle-streaming.json" &&
+   [ -s "$T/cwd/needle/needle-streaming.md" ] && [ -s "$T/cwd/needle/needle-full.svg" ] && ! [ -e "$T/cwd/needle/needle.json" ] &&
+   grep -q 'needle: needle/needle-streaming.json, needle/needle-streaming.md, needle/needle-streaming.svg' "$T/cwd/out.txt"
+then ok needle_policy_list_default_out; else ko needle_policy_list_default_out "rc $r: $(cat "$T/cwd/err.txt" "$T/cwd/out.txt" | tail -n 3)"; fi
 
 cli_summary
