@@ -4,7 +4,9 @@ pseudo-terminal (stdin, stdout and stderr are its tty, as in a terminal) and
 prints everything it wrote, \\r included. With --keys, FILE holds one chunk of
 keystrokes per line as a Python bytes literal (b"hi\\x1b[D!\\r"); each chunk is
 typed once the program has been quiet for 0.3 s, as a person types after
-seeing the prompt. A chunk b"<SIGINT>" sends the tty's interrupt (Ctrl-C).
+seeing the prompt. A line (S, b"...") types its chunk S seconds after the
+previous one, whatever the program is writing (b"\\x03", Ctrl-C, during an
+answer).
 The exit status is the program's (128 + signal when killed); past --timeout
 (default 60 s) it is killed and the status is 124.
 Used by tests/test_eval_cli.sh (ppl's progress on a terminal) and
@@ -39,7 +41,7 @@ def main():
             os._exit(127)
     out = bytearray()
     t_end = time.time() + timeout
-    last = time.time()
+    last = sent = time.time()
     status = None
     while True:
         now = time.time()
@@ -49,7 +51,7 @@ def main():
             sys.stdout.write(out.decode(errors="replace"))
             return 124
         r, _, _ = select.select([fd], [], [], 0.05)
-        if r:
+        if r and not (keys and isinstance(keys[0], tuple) and time.time() - sent > keys[0][0]):
             try:
                 d = os.read(fd, 4096)
             except OSError:
@@ -63,13 +65,11 @@ def main():
             done, st = os.waitpid(pid, os.WNOHANG)
             if done:
                 status = st
-        if keys and time.time() - last > 0.3:
+        timed = keys and isinstance(keys[0], tuple)
+        if keys and ((timed and time.time() - sent > keys[0][0]) or (not timed and time.time() - last > 0.3)):
             k = keys.pop(0)
-            if k == b"<SIGINT>":
-                os.write(fd, b"\x03")  # the line discipline (ISIG) or the program's raw mode reads it
-            else:
-                os.write(fd, k)
-            last = time.time()
+            os.write(fd, k[1] if timed else k)
+            last = sent = time.time()
         elif not keys and status is not None:
             # drain what is left, then stop
             while select.select([fd], [], [], 0.1)[0]:
