@@ -1,8 +1,9 @@
 #!/bin/sh
 # test_lab_cli.sh BUILD_DIR — the lab as users run it: byte-identical JSON for
 # a seed, the trace expectations, a well-formed HTML report (strict XML parse
-# with xmllint), and a real browser: headless Chromium loads report.html from
-# disk, runs its script without error, and the SVG panels are in the DOM.
+# with xmllint) that draws every policy in a colour (no "(null)"), and a real
+# browser: headless Chromium loads report.html from disk, runs its script
+# without error, and the SVG panels are in the DOM.
 # Without xmllint or chromium those cases skip, unless KVB_REQUIRE_BROWSER=1.
 . "$(dirname "$0")/cli_lib.sh"
 skip() {
@@ -38,6 +39,10 @@ else ko lab_bad_flag "$(cat "$T/err.txt")"; fi
 if [ $rr -eq 0 ] && [ -s "$T/rep/report.html" ] && grep -q "report: $T/rep/report.html" "$T/out.txt" &&
    ! grep -q -E '(src|href)="(https?:)?//' "$T/rep/report.html"; then ok lab_report_written
 else ko lab_report_written "exit $rr"; fi
+
+# every policy is drawn with a colour: a policy without one printed "(null)" (issue 47, item 15)
+if [ -s "$T/rep/report.html" ] && ! grep -q '(null)' "$T/rep/report.html" && grep -q 'lminfinite' "$T/rep/report.html"; then ok lab_report_no_null
+else ko lab_report_no_null "$(grep -o '.\{60\}(null).\{20\}' "$T/rep/report.html" | head -n 1)"; fi
 
 if command -v xmllint >/dev/null 2>&1; then
     if xmllint --noout "$T/rep/report.html" 2> "$T/xml.txt"; then ok lab_report_well_formed

@@ -46,6 +46,28 @@ ok serve_starts
 if curl -s "$URL/health" | grep -q '"ok"' && curl -s "$URL/v1/models" | grep -q '"stories260K.llamacpp.gguf"'; then ok serve_health_models
 else ko serve_health_models "$(curl -s "$URL/v1/models")"; fi
 
+# a start that fails (here: the port is taken) leaves no ./kvbound-sessions behind; -v logs one line per
+# request: method, path, status, ms, session (issue 47, item 14)
+KA=$(cd "$(dirname "$K")" && pwd)/kvbound; GA=$(cd "$(dirname "$G")" && pwd)/$(basename "$G")
+mkdir "$T/cwd"
+(cd "$T/cwd" && "$KA" serve -m "$GA" -t 1 --port "$(echo "$HOSTPORT" | cut -d' ' -f2)" > start.log 2>&1); r=$?
+if [ $r -eq 1 ] && grep -q 'cannot listen' "$T/cwd/start.log" && [ ! -e "$T/cwd/kvbound-sessions" ]; then ok serve_failed_start_leaves_no_sessions_dir
+else ko serve_failed_start_leaves_no_sessions_dir "rc $r, $(ls "$T/cwd"): $(tail -n 1 "$T/cwd/start.log")"; fi
+URLA=$URL; PIDA=$PID; HOSTPORTA=$HOSTPORT
+start v -m "$G" --sessions "$T/sv" --policy streaming --budget 64 -t 1 -v
+curl -s "$URL/health" > /dev/null
+curl -s -o /dev/null -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"session_id":"vlog"}' "$URL/v1/chat/completions"
+curl -s -o /dev/null "$URL/v1/sessions/vlog"
+curl -s -o /dev/null "$URL/nope"
+for _ in $(seq 1 20); do grep -q ' /nope ' "$T/v.log" && break; sleep 0.1; done
+if grep -q '^kvbound serve: GET /health 200 [0-9]* ms session -$' "$T/v.log" &&
+   grep -q '^kvbound serve: POST /v1/chat/completions 200 [0-9]* ms session vlog$' "$T/v.log" &&
+   grep -q '^kvbound serve: GET /v1/sessions/vlog 200 [0-9]* ms session vlog$' "$T/v.log" &&
+   grep -q '^kvbound serve: GET /nope 404 [0-9]* ms session -$' "$T/v.log" && ! grep -q ' /health ' "$T/a.log"; then ok serve_verbose_request_lines
+else ko serve_verbose_request_lines "$(tail -n 5 "$T/v.log")"; fi
+kill $PID 2>/dev/null
+URL=$URLA; PID=$PIDA; HOSTPORT=$HOSTPORTA
+
 # a completion equals kvbound run with the same policy at temperature 0
 post /v1/completions '{"prompt":"Once upon a time","max_tokens":24,"temperature":0}' > "$T/c.json"
 "$K" run -m "$G" -p "Once upon a time" -n 24 --temp 0 --policy streaming --budget 64 -t 1 > "$T/run.txt" 2> /dev/null

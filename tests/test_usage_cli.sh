@@ -5,15 +5,23 @@
 # option anywhere is called unknown; chat takes llama.cpp's flags (-c,
 # sampling, -f, -sys) and refuses a turn that does not fit the context
 # without ending the conversation, naming only flags it has; run -n -1 goes
-# to end-of-sequence or the context; -f drops one trailing newline.
+# to end-of-sequence or the context; -f drops one trailing newline; chat on
+# a terminal (a pty) edits lines, recalls them, and Ctrl-C stops an answer.
 . "$(dirname "$0")/cli_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
 
 # every command: "--bogus" last is an unknown option; each option its --help names is taken, and each
 # value option from its --help, last, needs a value
+# (a kvbound built without the server's libraries has no serve options to check: its serve only says
+# what to install, so serve is left out there, and said so, as on a fresh Debian with gcc, cmake, make)
 bad=""
 nflags=0
-for c in run chat serve ppl sweep needle mem tokenize template info convert mkmodel lab cold policies \
+serve_cmd=serve
+if "$K" serve --bogus 2>&1 | grep -q 'built without the server'; then
+    serve_cmd=""
+    sk unknown_option_serve "this kvbound was built without the server (libmicrohttpd, cJSON, SQLite): no serve options to check"
+fi
+for c in run chat $serve_cmd ppl sweep needle mem tokenize template info convert mkmodel lab cold policies \
          bench:cache bench:decode bench:prefill bench:stream bench:tokenize bench:batch bench:serve-memory; do
     cmd=$(echo "$c" | tr ':' ' ')
     # shellcheck disable=SC2086
@@ -226,4 +234,32 @@ printf 'Once upon a time\n\n' > "$T/p2.txt"
 if [ -s "$T/o1.txt" ] && cmp -s "$T/o1.txt" "$T/o2.txt" && grep -q 'prompt 5 tokens' "$T/o1.err" &&
    head -c 17 "$T/o3.txt" | cmp -s - "$T/p1.txt" && grep -q 'prompt 6 tokens' "$T/o3.err"; then ok prompt_file_drops_one_trailing_newline
 else ko prompt_file_drops_one_trailing_newline "$(head -c 80 "$T/o1.txt") / $(tail -n 1 "$T/o1.err") / $(tail -n 1 "$T/o3.err")"; fi
+# chat on a terminal (a pty from tests/pty_run.py): the line editor (arrows, home/end, backspace,
+# Ctrl-A/E/U/K, up/down history), and Ctrl-C during an answer stops the answer, not the chat (issue 47, item 14)
+if need_tool chat_line_editor python3 KVB_REQUIRE_PYTHON "Debian python3"; then
+    PTY="python3 $(dirname "$0")/pty_run.py"
+    cat > "$T/keys.txt" <<'EOF'
+b"helo\x1b[D\x1b[Dl\r"
+b"\x1b[A\r"
+b"xyz\x01ab\x05c\r"
+b"junk\x15ok\r"
+b"abcdef\x01\x1b[C\x1b[C\x0b\r"
+b"abx\x7fc\x1b[H>\x1b[F<\r"
+b"typed\x1b[A\x1b[A\x1b[B\x1b[B!\r"
+b"/quit\r"
+EOF
+    $PTY --keys "$T/keys.txt" --timeout 60 "$K" chat -m "$G" -n 4 --temp 0 -t 1 --show-prompt > "$T/le.txt" 2>&1; r=$?
+    got=$(tr -d '\r' < "$T/le.txt" | grep -a -o 'User: .*' | sed 's/^User: //' | tr '\n' '|')
+    if [ $r -eq 0 ] && [ "$got" = 'hello|hello|abxyzc|ok|ab|>abc<|typed!|' ]; then ok chat_line_editor
+    else ko chat_line_editor "rc $r, lines read: $got"; fi
+    if [ -f "$VQ" ]; then
+        # a random model with Qwen's 151k vocabulary: it almost never ends an answer by itself
+        "$K" mkmodel --shape tiny --type q8_0 --vocab "$VQ" -o "$T/tq.gguf" 2> /dev/null
+        printf '%s\n' 'b"go on\r"' '(1.0, b"\x03")' 'b"/stats\r"' 'b"/quit\r"' > "$T/keys2.txt"
+        $PTY --keys "$T/keys2.txt" --timeout 60 "$K" chat -m "$T/tq.gguf" -n 1000000 -t 1 > "$T/cc.txt" 2>&1; r=$?
+        if [ $r -eq 0 ] && grep -a -q '^\[answer stopped (Ctrl-C); the chat goes on\]' "$T/cc.txt" && grep -a -q '^\[tokens seen [0-9]*,' "$T/cc.txt"
+        then ok chat_ctrl_c_stops_the_answer
+        else ko chat_ctrl_c_stops_the_answer "rc $r: $(tr -d '\r' < "$T/cc.txt" | tail -n 3 | cut -c1-200)"; fi
+    else skip_case chat_ctrl_c_stops_the_answer "missing $VQ"; fi
+fi
 cli_summary

@@ -10,7 +10,10 @@
  * turn feeds only the new text; answers stream through kvb_detok, so a
  * character split across tokens is never printed half.
  * Commands: /stats, /reset, /save FILE, /load FILE, /quit. Works with stdin
- * as a pipe (no prompt marker is printed then). With --recall, what the
+ * as a pipe (no prompt marker is printed then). On a terminal, lines are
+ * typed through a small line editor with history (lineedit.c), and Ctrl-C
+ * during an answer stops that answer (a SIGINT handler sets a flag read at
+ * every token); a second Ctrl-C before the first is seen ends the program. With --recall, what the
  * policy evicts goes to the cold tier and comes back when a turn's queries
  * score it (docs/RECALL.md); /save keeps the cold tier in the image, and
  * /load brings it back (in memory, spilling to --cold-dir beyond it).
@@ -21,9 +24,21 @@
  */
 #include "cli.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Ctrl-C during a turn (stdin a terminal): the answer stops at its next token. */
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig) {
+    if (g_interrupted) { /* not seen yet (a long prefill, a stuck step): the default, the program ends */
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    g_interrupted = 1;
+}
 
 bool cli_chat_style(const char *cmd, const struct kvb_vocab *vocab, const char *forced, enum kvb_chat_style *style) {
     *style = KVB_CHAT_PLAIN;
@@ -58,6 +73,10 @@ static int chat_usage(FILE *f, const struct kvb_sampler_params *sp) {
             "  /stats  cache memory and tokens   /reset  forget the conversation\n"
             "  /save FILE  save the cache (with its cold tier)  /load FILE  restore a saved cache\n"
             "  /quit\n"
+            "On a terminal a line can be edited: left/right, backspace, Delete, home/end, Ctrl-A/E (start, end),\n"
+            "Ctrl-U/K (delete to the start, to the end), up/down for the lines entered before. Ctrl-C during an\n"
+            "answer stops the answer (what was generated stays in the conversation) and the chat goes on; at the\n"
+            "prompt it clears the line, and on an empty line it ends the chat, as Ctrl-D does.\n"
             "A turn that does not fit the context (policy full) is refused with a message and the\n"
             "conversation goes on; the exit status is then 1 at the end.\n"
             "\n"
@@ -111,6 +130,7 @@ struct chat {
     const char *first_turn; /* -p / -f: read before stdin */
     char *line;             /* the line read last */
     size_t cap;
+    struct cli_lineedit le; /* on a terminal: the lines entered, for up/down */
     int32_t eos, eot;
     bool first;   /* the next turn starts the conversation (BOS, the system message) */
     bool refused; /* a turn or an answer did not fit the context: exit status 1 at the end */
@@ -290,6 +310,13 @@ static int chat_setup(const struct chat_opts *o, struct chat *ch) {
     ch->eot = kvb_vocab_special(ch->vocab, KVB_SPECIAL_EOT);
     ch->tty = isatty(0);
     ch->first = true;
+    if (ch->tty) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigint; /* no SA_RESTART: nothing blocks while generating */
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+    }
     fprintf(stderr, "kvbound chat: %s, template %s, policy %s (%s %d); /stats /reset /save /load /quit\n", g->mi.arch,
             ch->jinja ? "jinja (the model's)" : kvb_chat_style_name(ch->style),
             kvb_policy_name(o->g.pid), ch->full ? "context" : "budget", ch->full ? ch->cp.n_ctx : ch->cp.kv.policy.budget);
@@ -307,9 +334,9 @@ static ssize_t chat_read(struct chat *ch) {
         ch->cap = strlen(ch->line) + 1;
         return (ssize_t)strlen(ch->line);
     }
-    if (ch->tty) { fprintf(stdout, "> "); fflush(stdout); }
-    ssize_t len = getline(&ch->line, &ch->cap, stdin);
-    while (len > 0 && (ch->line[len - 1] == '\n' || ch->line[len - 1] == '\r')) ch->line[--len] = 0;
+    fflush(stdout);
+    const ssize_t len = cli_lineedit_read(&ch->le, ch->tty ? "> " : "", &ch->line, &ch->cap);
+    if (len == -2) fprintf(stderr, "kvbound chat: out of memory\n");
     return len;
 }
 
@@ -368,7 +395,9 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
     ch->stop_text[0] = 0;
     ch->answer_n = 0;
     if (ch->answer) ch->answer[0] = 0;
+    bool stopped = false; /* Ctrl-C */
     for (int k = 0; s == KVB_OK && (o->g.n_predict < 0 || k < o->g.n_predict); k++) {
+        if (g_interrupted) { stopped = true; break; }
         int32_t next = kvb_sampler_sample(g->smp, g->logits, g->hist.ids, g->hist.n);
         if (ch->full && kvb_context_n_past(g->c) + 1 > ch->cp.n_ctx) { cut = true; break; }
         cli_history_push(&g->hist, next);
@@ -398,6 +427,8 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
     }
     printf("\n");
     fflush(stdout);
+    if (stopped) fprintf(stderr, "[answer stopped (Ctrl-C); the chat goes on]\n");
+    g_interrupted = 0;
     if (cut) {
         fprintf(stderr, "kvbound chat: the answer stops here: the context of %d tokens is full (policy full keeps every token; /reset, a "
                         "larger -c, or a bounded --policy)\n", ch->cp.n_ctx);
@@ -419,6 +450,7 @@ static int chat_turn(struct chat *ch, const struct chat_opts *o) {
         return 1;
     }
     if (o->show_prompt) fprintf(stderr, "[prompt: %s]\n", turn);
+    g_interrupted = 0; /* a Ctrl-C from here on stops this turn's answer */
     int32_t *ids, n;
     /* BOS once, at the start (later "<s>" texts of Llama 2 become BOS by parse_special) */
     kvb_status s = kvb_vocab_tokenize(ch->vocab, turn, strlen(turn), ch->first, true, &ids, &n);
@@ -467,6 +499,8 @@ static int chat_loop(struct chat *ch, const struct chat_opts *o) {
 }
 
 static void chat_free(struct chat *ch) {
+    if (ch->tty) signal(SIGINT, SIG_DFL);
+    cli_lineedit_free(&ch->le);
     free(ch->line);
     free(ch->fbuf);
     free(ch->conv);

@@ -15,6 +15,7 @@
 #include "kvbound.h"
 
 #include <stdio.h>
+#include <sys/types.h>
 
 /* What a parse or set-up step returns when the command goes on; any other
  * value is the command's exit status (0 after --help, 2 after a usage
@@ -150,6 +151,19 @@ struct cli_history {
 void cli_history_init(struct cli_history *h, int32_t window);
 void cli_history_push(struct cli_history *h, int32_t id);
 void cli_history_free(struct cli_history *h);
+
+/* chat's line editor (lineedit.c): on a terminal, raw mode while a line is
+ * typed (arrows, backspace, home/end, Ctrl-A/E/U/K, up/down through this
+ * session's lines); otherwise getline. Prints prompt, then reads a line
+ * into *line (without its line end; realloc'd, *cap its size). Returns its
+ * length; -1 at the end of input (EOF, Ctrl-D or Ctrl-C on an empty line);
+ * -2 out of memory. cli_lineedit_free releases the history. */
+struct cli_lineedit {
+    char **hist;
+    int n;
+};
+ssize_t cli_lineedit_read(struct cli_lineedit *le, const char *prompt, char **line, size_t *cap);
+void cli_lineedit_free(struct cli_lineedit *le);
 
 /* The prompt format of chat and tokenize --chat (chat.c): --template NAME
  * when given (a warning when the vocabulary lacks its control tokens), else

@@ -17,11 +17,39 @@
 
 static const char *const k_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#222222"};
 
+/* Progress of one run on stderr (JSON on stdout stays clean): on a terminal
+ * a bar with the elapsed time and an ETA, redrawn in place; otherwise, so
+ * that a long run in a log is not silent, a line every 30 s once it has run
+ * 10 s (a short run prints nothing). */
+struct progress_state {
+    const char *label; /* "streaming budget 256" */
+    double t0, last_line;
+    bool tty;
+};
+
+static void fmt_secs(char *b, size_t cap, double s) {
+    if (s < 60) snprintf(b, cap, "%.0f s", s);
+    else if (s < 3600) snprintf(b, cap, "%d min %02d s", (int)(s / 60), (int)s % 60);
+    else snprintf(b, cap, "%d h %02d min", (int)(s / 3600), (int)s / 60 % 60);
+}
+
 static void progress(int64_t done, int64_t total, void *user) {
-    (void)user;
-    int w = 40, k = (int)(w * done / (total ? total : 1));
-    fprintf(stderr, "\r[%.*s%*s] %lld/%lld", k, "========================================", w - k, "", (long long)done, (long long)total);
-    if (done == total) fprintf(stderr, "\n");
+    struct progress_state *ps = user;
+    const double el = cli_now_sec() - ps->t0;
+    char es[32], eta[32];
+    fmt_secs(es, sizeof es, el);
+    if (done > 0 && done < total) fmt_secs(eta, sizeof eta, el * (double)(total - done) / (double)done);
+    else snprintf(eta, sizeof eta, "%s", done >= total ? "done" : "?");
+    if (ps->tty) {
+        int w = 30, k = (int)(w * done / (total ? total : 1));
+        fprintf(stderr, "\r%s [%.*s%*s] %lld/%lld, %s, ETA %s   ", ps->label, k, "==============================", w - k, "", (long long)done,
+                (long long)total, es, eta);
+        if (done == total) fprintf(stderr, "\n");
+    } else if (ps->last_line > 0 ? el - ps->last_line >= 30 || done == total : el >= 10) {
+        fprintf(stderr, "kvbound: %s: %lld/%lld predictions (%.0f%%), %s, ETA %s\n", ps->label, (long long)done, (long long)total,
+                100.0 * (double)done / (double)(total ? total : 1), es, eta);
+        ps->last_line = el;
+    }
 }
 
 struct eval_opts {
@@ -34,7 +62,7 @@ struct eval_opts {
     struct cli_policy po; /* --budget, --sinks, --positions and every policy knob */
     struct cli_kv_types kvt; /* the policy's KV rows (default f32); the full baseline's are f32 */
     struct cli_recall rec;   /* ppl --recall: each bounded policy also runs with recall */
-    bool mass, json;
+    bool mass, json, long_baseline;
     const char *csv, *plot;
 };
 
@@ -62,6 +90,24 @@ static void warn_full_past_trained(const struct kvb_model *m, int32_t n) {
                         "paper; --max-tokens %d stays within it)\n", n, mi.n_ctx_train, mi.n_ctx_train);
 }
 
+/* Past 8x the trained length, without --max-tokens, it is most likely a whole book
+ * given by mistake (hours of quadratic work): refused, -1 (printed), unless
+ * --allow-long-baseline. */
+#define PPL_LONG_BASELINE 8
+static int check_full_past_trained(const struct eval_opts *o, const struct kvb_model *m, int32_t n) {
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    if (mi.n_ctx_train > 0 && n > (int64_t)PPL_LONG_BASELINE * mi.n_ctx_train && !o->max_tokens && !o->long_baseline) {
+        fprintf(stderr, "kvbound ppl: the text is %d tokens, more than %dx the model's trained length %d: the full baseline would attend "
+                        "over all of them, at a cost that grows with the square of the length. Score the first N tokens with --max-tokens N (e.g. --max-tokens %d), "
+                        "run it whole with --allow-long-baseline, or drop the baseline with --baseline none\n",
+                n, PPL_LONG_BASELINE, mi.n_ctx_train, PPL_LONG_BASELINE * mi.n_ctx_train);
+        return -1;
+    }
+    warn_full_past_trained(m, n);
+    return 0;
+}
+
 static int run_one(const struct eval_opts *o, const struct kvb_model *m, const int32_t *ids, int32_t n, enum kvb_policy_id id, int32_t budget,
                    enum kvb_baseline base, bool mass, bool recall, struct kvb_ppl_result *r) {
     struct kvb_ppl_params pp = kvb_ppl_default_params();
@@ -79,7 +125,11 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     pp.baseline = base;
     pp.mass = mass;
     pp.n_threads = o->mo.threads;
-    if (isatty(2)) pp.progress = progress; /* stderr: JSON on stdout stays clean */
+    char label[96];
+    snprintf(label, sizeof label, "%s%s budget %d", kvb_policy_name(id), recall ? "+recall" : "", id == KVB_POLICY_FULL ? 0 : budget);
+    struct progress_state ps = {.label = label, .t0 = cli_now_sec(), .tty = isatty(2)};
+    pp.progress = progress;
+    pp.user = &ps;
     if (kvb_eval_ppl(m, ids, n, &pp, r) != KVB_OK) {
         fprintf(stderr, "kvbound: %s (budget %d): %s\n", kvb_policy_name(id), budget, kvb_last_error());
         return -1;
@@ -194,12 +244,15 @@ struct ppl_runs {
 
 static void ppl_usage(void) {
     printf("usage: kvbound ppl -m MODEL [-z TOK] -f TEXT --policy P[,P...] --budget B [--prompt P]\n"
-           "                   [--chunk C] [--max-tokens N] [--baseline full|recompute|none] [--mass] [-t N]\n"
+           "                   [--chunk C] [--max-tokens N] [--baseline full|recompute|none] [--allow-long-baseline]\n"
+           "                   [--mass] [-t N]\n"
            "                   [--json] [--csv FILE] [--plot FILE.svg] [policy options]\n\n"
            "The file is tokenized as one string with BOS; every next-token prediction from position 1 is scored.\n"
            "B is the most tokens any query attends to, the current one included. Baseline (default full) gives\n"
            "baseline_ppl, and for full also KL(full || policy) and top-1 agreement. --mass measures the share of the\n"
-           "full attention that falls on retained tokens (and on position 0), per layer. See docs/EVALUATION.md.\n\n"
+           "full attention that falls on retained tokens (and on position 0), per layer. See docs/EVALUATION.md.\n"
+           "A text past 8x the model's trained length is refused with the full baseline unless --max-tokens N\n"
+           "is given or --allow-long-baseline runs it whole. Progress, with an ETA, goes to stderr.\n\n"
            "--prompt P (the kvpress protocol, for prompt compression): the first P tokens (BOS included) are a prompt,\n"
            "prefilled and compressed by the policy (snapkv, pyramidkv, adakv keep B per stream and then up to\n"
            "--decode-budget continuation tokens); decode-time policies hold B throughout. Only the continuation is\n"
@@ -224,6 +277,7 @@ static int ppl_parse(struct eval_opts *o, int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { ppl_usage(); return 0; }
         if (!strcmp(a, "--json")) { o->json = true; continue; }
         if (!strcmp(a, "--mass")) { o->mass = true; continue; }
+        if (!strcmp(a, "--allow-long-baseline")) { o->long_baseline = true; continue; }
         int r = cli_model_option(&o->mo, argc, argv, &i);
         if (r == 0) r = cli_cache_option(&o->po, &o->kvt, &o->rec, argc, argv, &i);
         if (r < 0) return 2;
@@ -320,8 +374,8 @@ int cmd_ppl(int argc, char **argv) {
     int32_t *ids = NULL, n = 0;
     rc = 1;
     if (load(&o, &m, &ids, &n) == 0) {
-        if (o.baseline == KVB_BASELINE_FULL) warn_full_past_trained(m, n);
-        rc = ppl_run_all(&o, m, ids, n, &runs);
+        if (o.baseline == KVB_BASELINE_FULL && check_full_past_trained(&o, m, n)) rc = 2;
+        else rc = ppl_run_all(&o, m, ids, n, &runs);
         if (o.csv && runs.n && ppl_csv(&o, &runs)) rc = 1;
         if (o.plot && runs.n && plot_nll(o.plot, runs.r, runs.names, runs.n)) rc = 1;
     }

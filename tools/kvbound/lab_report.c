@@ -15,10 +15,13 @@
 
 #include <string.h>
 
-static const char *const k_colors[KVB_POLICY_COUNT] = {
+/* one colour per policy, in enum kvb_policy_id order; the table is unsized so
+ * that a policy added without its colour fails the build below */
+static const char *const k_colors[] = {
     "#222222", "#9e9e9e", "#1f77b4", "#d62728", "#ff7f0e", "#8c564b",
-    "#2ca02c", "#17becf", "#9467bd", "#e377c2", "#bcbd22",
+    "#2ca02c", "#17becf", "#9467bd", "#e377c2", "#bcbd22", "#6a3d9a",
 };
+_Static_assert(sizeof k_colors / sizeof k_colors[0] == KVB_POLICY_COUNT, "k_colors needs one colour per policy");
 
 #define W 900
 #define ML 110

@@ -2,9 +2,11 @@
  * needle.c — `kvbound needle`: passkey retrieval through eviction over a
  * grid of haystack lengths x needle depths (kvb_eval_needle). Writes
  * DIR/needle.json, DIR/needle.md and DIR/needle.svg (heat maps of accuracy
- * and of passkey retention, length x depth). Options parse into struct
- * needle_opts, the grid runs into struct needle_grid, and the three files
- * are written from them.
+ * and of passkey retention, length x depth); DIR is ./needle unless --out.
+ * --policy takes a list, as ppl's does: the grid runs once per policy, and
+ * with more than one each policy's files are DIR/needle-POLICY.json, .md and
+ * .svg. Options parse into struct needle_opts, each policy's grid runs into
+ * struct needle_grid, and its three files are written from them.
  */
 #include "cli.h"
 
@@ -44,6 +46,22 @@ static void heat(FILE *f, int x0, const char *title, const double *lengths, int 
             T + nl * ch / 2, x0 + 14, T + nl * ch / 2);
 }
 
+/* --policy P[,P...] into ids (at most 16, no repeats); -1: printed */
+static int parse_policies(const char *v, enum kvb_policy_id *ids, int *n) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    *n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n >= 16) { fprintf(stderr, "kvbound: --policy: at most 16\n"); return -1; }
+        if (kvb_policy_from_name(tok, &ids[*n]) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return -1; }
+        for (int k = 0; k < *n; k++)
+            if (ids[k] == ids[*n]) { fprintf(stderr, "kvbound: --policy: %s is listed twice\n", tok); return -1; }
+        (*n)++;
+    }
+    if (!*n) { fprintf(stderr, "kvbound: --policy: no policy named\n"); return -1; }
+    return 0;
+}
+
 struct needle_opts {
     struct cli_model_opts mo; /* -m -z -t */
     const char *out, *filler_path;
@@ -51,7 +69,9 @@ struct needle_opts {
     double lengths[16], depths[16];
     int nl, nd, trials, chunk;
     long long seed;
-    enum kvb_policy_id pid;
+    enum kvb_policy_id pid;      /* the policy being run */
+    enum kvb_policy_id pids[16]; /* --policy's list */
+    int np;
     struct cli_policy po;
     struct cli_kv_types kvt;
     struct cli_recall rec;
@@ -63,11 +83,14 @@ struct needle_grid {
 };
 
 static void needle_usage(void) {
-    printf("usage: kvbound needle -m MODEL [-z TOK] --lengths 256,512,... --depths 0,0.25,...,1 --policy P [--budget B]\n"
-           "                      [--trials K] [--seed S] [--filler FILE] [--chunk C] [-t N] [policy options] --out DIR\n\n"
+    printf("usage: kvbound needle -m MODEL [-z TOK] --lengths 256,512,... --depths 0,0.25,...,1 [--policy P[,P...]]\n"
+           "                      [--budget B] [--trials K] [--seed S] [--filler FILE] [--chunk C] [-t N] [policy options]\n"
+           "                      [--out DIR]\n\n"
            "Passkey retrieval: accuracy of the model's greedy answer, and retention (share of streams still holding\n"
            "the passkey tokens when the question is read, after the prompt's compression), over length x depth.\n"
-           "Writes needle.json/.md/.svg.\n"
+           "--policy (default full) takes a list, as ppl's does: each policy runs the whole grid. Writes\n"
+           "DIR/needle.json/.md/.svg (DIR: --out, default ./needle); with several policies, DIR/needle-POLICY.json/.md/.svg\n"
+           "for each.\n"
            "With --recall every cell runs twice, with and without recall (same policy and budget): retention then\n"
            "counts the attended set (retained slots plus the stream's recall area, as the question's last token\n"
            "chose it), and the cells add accuracy_no_recall, retained_no_recall and retained_hot.\n\n");
@@ -82,7 +105,9 @@ static int needle_parse(struct needle_opts *o, int argc, char **argv) {
     o->trials = 1;
     o->chunk = 256;
     o->seed = 1;
-    o->pid = KVB_POLICY_FULL;
+    o->pid = o->pids[0] = KVB_POLICY_FULL;
+    o->np = 1;
+    o->out = "needle";
     cli_policy_init(&o->po, 256);
     cli_kv_types_init(&o->kvt, KVB_DTYPE_F16);
     cli_recall_init(&o->rec);
@@ -101,9 +126,9 @@ static int needle_parse(struct needle_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--trials")) { if (cli_parse_i32(a, v, 1, 1000, &o->trials)) return 2; }
         else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &o->chunk)) return 2; }
         else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, 1LL << 62, &o->seed)) return 2; }
-        else if (kvb_policy_from_name(v, &o->pid) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; }
+        else if (parse_policies(v, o->pids, &o->np)) return 2; /* --policy */
     }
-    if (!o->mo.path || !o->out || !o->nl || !o->nd) { fprintf(stderr, "kvbound needle: -m MODEL, --lengths, --depths and --out are required\n"); return 2; }
+    if (!o->mo.path || !o->nl || !o->nd) { fprintf(stderr, "kvbound needle: -m MODEL, --lengths and --depths are required\n"); return 2; }
     if (!(o->out = cli_dir_arg("--out", o->out, o->outdir, sizeof o->outdir))) return 2;
     return CLI_GO_ON;
 }
@@ -203,14 +228,17 @@ static void needle_svg(FILE *sv, const struct needle_opts *o, const struct needl
     fprintf(sv, "</svg>\n");
 }
 
-/* DIR/needle.json, .md and .svg; -1: printed. */
+/* DIR/needle.json, .md and .svg (needle-POLICY.* when --policy lists
+ * several); -1: printed. */
 static int needle_write(const struct needle_opts *o, const struct needle_grid *g) {
-    static const char *const names[3] = {"needle.json", "needle.md", "needle.svg"};
+    static const char *const ext[3] = {"json", "md", "svg"};
+    char stem[64], path[3][4096];
+    if (o->np > 1) snprintf(stem, sizeof stem, "needle-%s", kvb_policy_name(o->pid));
+    else snprintf(stem, sizeof stem, "needle");
     FILE *f[3];
     for (int k = 0; k < 3; k++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", o->out, names[k]);
-        f[k] = fopen(path, "w");
+        snprintf(path[k], sizeof path[k], "%s/%s.%s", o->out, stem, ext[k]);
+        f[k] = fopen(path[k], "w");
     }
     const bool opened = f[0] && f[1] && f[2];
     if (opened) {
@@ -223,7 +251,7 @@ static int needle_write(const struct needle_opts *o, const struct needle_grid *g
     for (int k = 0; k < 3; k++)
         if (f[k]) fclose(f[k]);
     if (!opened) return -1;
-    printf("needle: %s/needle.json, %s/needle.md, %s/needle.svg\n", o->out, o->out, o->out);
+    printf("needle: %s, %s, %s\n", path[0], path[1], path[2]);
     return 0;
 }
 
@@ -240,7 +268,13 @@ int cmd_needle(int argc, char **argv) {
     cli_warn_threads(o.mo.threads);
     if (mkdir(o.out, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvbound: cannot create '%s': %s\n", o.out, strerror(errno)); goto out; }
     if (cli_load_model(&o.mo, &m, NULL)) goto out;
-    if (needle_run(&o, m, filler, &grid) == 0 && needle_write(&o, &grid) == 0) rc = 0;
+    rc = 0;
+    for (int p = 0; p < o.np && rc == 0; p++) {
+        o.pid = o.pids[p];
+        if (o.np > 1) fprintf(stderr, "kvbound needle: policy %s\n", kvb_policy_name(o.pid));
+        memset(&grid, 0, sizeof grid);
+        if (needle_run(&o, m, filler, &grid) || needle_write(&o, &grid)) rc = 1;
+    }
 out:
     free(filler);
     kvb_model_free(m);

@@ -9,6 +9,9 @@
  * away cancels its job, which returns its pages at the next step. Before
  * an answer starts, a FIN is probed (probe_half): a client that closed
  * both ends is cancelled, one that only half-closed is still answered.
+ * With -v each request ends with one line on stderr (log_request): method,
+ * path, status (0: the client went away first), ms from its headers to its
+ * end, and its session.
  */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "serve.h"
@@ -29,7 +32,23 @@
 struct conn {
     struct sbuf body;
     bool too_large;
+    /* -v */
+    double t0;
+    int status;
+    char method[16], path[128], session[SERVE_ID_MAX + 1];
 };
+
+/* src into dst, bytes outside printable ASCII as '?' (a log line stays one line) */
+static void log_copy(char *dst, size_t cap, const char *src) {
+    size_t k = 0;
+    for (; src && src[k] && k + 1 < cap; k++) dst[k] = (unsigned char)src[k] < 0x20 || (unsigned char)src[k] >= 0x7f ? '?' : src[k];
+    dst[k] = 0;
+}
+
+/* -v: a request's line (method and path as log_copy left them) */
+static void log_request(const char *method, const char *path, int status, double ms, const char *session) {
+    fprintf(stderr, "kvbound serve: %s %s %d %.0f ms session %s\n", method, path, status, ms, session[0] ? session : "-");
+}
 
 struct stream {
     struct server *srv;
@@ -145,7 +164,14 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
  * large): the connection closes after it, as the unread body cannot be
  * told from the next request. Queued in the first call, so a client that
  * sent Expect: 100-continue gets this at once instead of 100. */
-static enum MHD_Result refuse_early(struct MHD_Connection *c, int status, const char *type, const char *msg) {
+static enum MHD_Result refuse_early(const struct server *srv, struct MHD_Connection *c, const char *method, const char *url, int status,
+                                    const char *type, const char *msg) {
+    if (srv->o.verbose) {
+        char m[16], p[128];
+        log_copy(m, sizeof m, method);
+        log_copy(p, sizeof p, url);
+        log_request(m, p, status, 0, "");
+    }
     struct http_resp r;
     memset(&r, 0, sizeof r);
     serve_error(&r, status, type, "%s", msg);
@@ -266,18 +292,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         struct framing f = {0, 0};
         MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
         if (f.content_length > 1)
-            return refuse_early(c, 400, "invalid_request_error", "the request has more than one Content-Length header");
+            return refuse_early(srv, c, method, url, 400, "invalid_request_error", "the request has more than one Content-Length header");
         if (f.content_length && f.transfer_encoding)
-            return refuse_early(c, 400, "invalid_request_error", "the request has both Content-Length and Transfer-Encoding");
+            return refuse_early(srv, c, method, url, 400, "invalid_request_error", "the request has both Content-Length and Transfer-Encoding");
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > srv->o.max_body) {
             char msg[128];
             snprintf(msg, sizeof msg, "the request body is larger than %zu bytes (--max-body)", srv->o.max_body);
-            return refuse_early(c, 413, "invalid_request_error", msg);
+            return refuse_early(srv, c, method, url, 413, "invalid_request_error", msg);
         }
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        if (srv->o.verbose) {
+            cc->t0 = serve_now();
+            log_copy(cc->method, sizeof cc->method, method);
+            log_copy(cc->path, sizeof cc->path, url);
+        }
         return MHD_YES;
     }
     if (*upload_size) {
@@ -299,6 +330,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
     struct http_resp r;
     serve_route(srv, &q, &r);
+    cc->status = r.status;
+    if (r.job) snprintf(cc->session, sizeof cc->session, "%s", r.job->session_id);
+    else if (!strncmp(url, "/v1/sessions/", 13)) { /* GET, DELETE: the id is in the path */
+        log_copy(cc->session, sizeof cc->session, url + 13);
+        cc->session[strcspn(cc->session, "/?")] = 0;
+    }
     if (!r.job) {
         const enum MHD_Result ok = send_resp(c, &r);
         http_resp_free(&r);
@@ -322,6 +359,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (j->failed && (!j->stream || !j->started)) {
         job_error_body(j, &r);
+        cc->status = r.status;
         job_free(j);
         pthread_mutex_unlock(&srv->mu);
         const enum MHD_Result ok = send_resp(c, &r);
@@ -334,7 +372,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         else openai_response(srv, j, &r.body);
         job_free(j);
         pthread_mutex_unlock(&srv->mu);
-        r.status = 200;
+        r.status = cc->status = 200;
         r.content_type = "application/json";
         const enum MHD_Result ok = send_resp(c, &r);
         http_resp_free(&r);
@@ -362,17 +400,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     add_headers(resp, &r);
     http_resp_free(&r);
+    cc->status = 200;
     const enum MHD_Result ok = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     return ok;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)toe;
     struct server *srv = cls;
     guard_answering(srv->guard, guard_of(c), false);
     struct conn *cc = *con_cls;
     if (!cc) return;
+    if (srv->o.verbose) log_request(cc->method, cc->path, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? cc->status : 0,
+                                    (serve_now() - cc->t0) * 1e3, cc->session);
     sb_free(&cc->body);
     free(cc);
     *con_cls = NULL;

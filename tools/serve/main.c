@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Library messages: warnings only. Its errors are statuses the server
  * answers with (a bad request's 400 names the cause), not log lines. */
@@ -105,6 +107,7 @@ static int usage(FILE *f) {
             "  -np N                 as --parallel; -a, --alias NAME as --model-name (llama-server's spellings)\n"
             "  -ctk T, -ctv T        as --kv-dtype-k T, --kv-dtype-v T (also --cache-type-k, --cache-type-v)\n"
             "  -ngl N, -fa [on|off|auto]  accepted and noted: kvbound runs on the CPU, with its own attention\n"
+            "  -v, --verbose         a line per request on stderr: method, path, status, ms, session\n"
             "\n");
     cli_kv_types_help(f, "f16");
     cli_policy_help(f, 1024);
@@ -287,6 +290,7 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
             continue;
         }
         if (!strcmp(argv[i], "--no-jinja")) { c->no_jinja = true; continue; }
+        if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) { o->verbose = true; continue; }
         int pr = cli_model_option(&c->mo, argc, argv, &i);
         if (pr == 0) pr = cli_cache_option(&c->po, &c->kvt, &c->rec, argc, argv, &i);
         if (pr < 0) return 2;
@@ -503,6 +507,17 @@ static int serve_until_signal(struct server *srv, const struct serve_cli *c) {
     return 0;
 }
 
+/* The session directory a failed start made (its SQLite files, then itself). */
+static void remove_new_store(const char *dir) {
+    static const char *const files[] = {"sessions.sqlite", "sessions.sqlite-wal", "sessions.sqlite-shm", "sessions.sqlite-journal"};
+    char path[4096];
+    for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[k]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 int cmd_serve_main(int argc, char **argv) {
     struct server srv;
     memset(&srv, 0, sizeof srv);
@@ -512,8 +527,11 @@ int cmd_serve_main(int argc, char **argv) {
     kvb_log_set(log_warnings, NULL);
     if ((rc = serve_load(&srv, &c)) != 0) return rc;
     char err[512];
+    struct stat sb; /* a session directory made by a start that fails is removed again */
+    const bool new_dir = strncmp(srv.o.sessions, "redis://", 8) && stat(srv.o.sessions, &sb) != 0;
     srv.store = store_open(srv.o.sessions, err, sizeof err);
     if (!srv.store) {
+        if (new_dir) remove_new_store(srv.o.sessions);
         fprintf(stderr, "kvbound serve: %s\n", err);
         kvb_grammar_vocab_free(srv.gvocab);
         free(srv.template_text);
@@ -526,6 +544,7 @@ int cmd_serve_main(int argc, char **argv) {
     pthread_cond_init(&srv.work, NULL);
     rc = serve_until_signal(&srv, &c);
     srv.store->close(srv.store);
+    if (rc != 0 && new_dir) remove_new_store(srv.o.sessions); /* 1: it never started */
     metrics_free(srv.metrics);
     kvb_model_free(srv.model);
     free(srv.template_text);

@@ -235,6 +235,7 @@ struct serve_opts {
     int n_cors;
     bool check_host; /* no --api-key on a loopback address: Host must name this server (DNS rebinding) */
     bool dry_run; /* the fuzz target: requests are checked, never generated */
+    bool verbose; /* -v: one line per request on stderr (http.c) */
 };
 
 struct server {
