@@ -256,7 +256,8 @@ static bool is_window_layer(const struct ref *r, int l) { return r->W > 0 && (r-
 /* RoPE per llama.cpp: linear scaling (factor 0: none), YaRN (ramp between
  * interpolated and extrapolated angles, magnitude 0.1 ln s + 1, or the ratio
  * with the log multiplier), LongRoPE (short or long divisors by the context
- * the engine runs with, magnitude attn_factor). */
+ * the engine runs with, rounded up to a multiple of 256 as llama.cpp sizes
+ * it, magnitude attn_factor). */
 static void set_rope(struct ref *r, int n_ctx) {
     r->base = key_f(r, "rope.freq_base", 10000);
     r->R = key_u(r, "rope.dimension_count", r->D);
@@ -267,7 +268,8 @@ static void set_rope(struct ref *r, int n_ctx) {
     r->div = malloc(sizeof(double) * (size_t)(r->R / 2));
     for (int i = 0; i < r->R / 2; i++) r->div[i] = 1;
     double *sf = tensor(r, "rope_factors_short.weight", r->R / 2), *lf = tensor(r, "rope_factors_long.weight", r->R / 2);
-    const double *pick = lf && n_ctx > r->orig ? lf : sf;
+    /* llama.cpp rounds its context up to a multiple of 256 (llama_context) and picks by that */
+    const double *pick = lf && (n_ctx + 255) / 256 * 256 > r->orig ? lf : sf;
     for (int i = 0; pick && i < r->R / 2; i++) r->div[i] = pick[i];
     free(sf);
     free(lf);
@@ -674,6 +676,26 @@ static void refused(const char *src, const struct edit *e, kvb_status want, cons
     if (want != KVB_OK && !strstr(kvb_last_error(), names)) FAILF("message does not name '%s': %s", names, kvb_last_error());
 }
 
+/* LongRoPE past an original context that is not a multiple of 256, as
+ * llama.cpp's own test models have it (test-llama-archs -o: context 128):
+ * llama.cpp rounds the context up to 256 and so rotates by the long factors
+ * at a context of 128 (checked against it: bench/compare_llama_logits.sh on
+ * gen_archs.sh's phi3-longrope at -c 128, NMSE 0.44 before, 7e-12 after); at
+ * an original of 256 the same context keeps the short ones. */
+TEST(phi3_long_factors_by_the_context_rounded_to_256) {
+    char src[128], dst[128];
+    if (!write_shape("tiny-phi3", src, sizeof src)) FAILF("mkmodel: %s", kvb_last_error());
+    snprintf(dst, sizeof dst, "%s/phi3-orig128.gguf", g_dir);
+    if (!rewrite(src, dst, &(struct edit){.key = "phi3.rope.scaling.original_context_length", .num = 128})) FAILF("rewrite: %s", kvb_last_error());
+    check_file(dst, "phi3 orig 128", 128, NT); /* 128 -> 256 > 128: long */
+    if (t_case_failed) return;
+    check_file(dst, "phi3 orig 128", 12, NT); /* 12 -> 256: long */
+    if (t_case_failed) return;
+    snprintf(dst, sizeof dst, "%s/phi3-orig256.gguf", g_dir);
+    if (!rewrite(src, dst, &(struct edit){.key = "phi3.rope.scaling.original_context_length", .num = 256})) FAILF("rewrite: %s", kvb_last_error());
+    check_file(dst, "phi3 orig 256", 128, NT); /* 128 -> 256, not > 256: short */
+}
+
 TEST(unused_tensors_and_unknown_math_are_refused_by_name) {
     char llama[128], qwen3[128], olmo[128];
     if (!write_shape("tiny", llama, sizeof llama) || !write_shape("tiny-qwen3", qwen3, sizeof qwen3) || !write_shape("tiny-olmo2", olmo, sizeof olmo))
@@ -878,6 +900,7 @@ int main(void) {
     RUN(granite_equals_reference);
     RUN(olmo2_equals_reference);
     RUN(phi3_long_and_short_factors_equal_reference);
+    RUN(phi3_long_factors_by_the_context_rounded_to_256);
     RUN(mistral3_yarn_and_temperature_equal_reference);
     RUN(smollm3_nope_layers_equal_reference);
     RUN(qwen3moe_experts_equal_reference);

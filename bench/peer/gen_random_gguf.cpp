@@ -10,7 +10,8 @@
 //          [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...]
 //   --kv: extra metadata; TYPE is u32|i32|f32|bool|str; a leading '@' in NAME stands for "ARCH"
 //         (e.g. --kv @.attn_logit_softcapping=f32:50 --kv @.final_logit_softcapping=f32:30).
-//   weights ~ N(0, std); tensors whose name contains "norm" ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
+//   weights ~ N(0, std); tensors whose name contains "norm", and the RoPE frequency factors (rope_freqs, rope_factors_long,
+//   rope_factors_short: divisors of the rotary frequencies), ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
 //   --f16: store 2-D weight matrices as F16 (1-D tensors stay F32), done by a second build pass.
 //   llama_model_init_from_user creates EVERY optional tensor the architecture knows (biases, rope_freqs, per-tensor
 //   ".scale"/".input_scale" multipliers, ...). The file holds only the tensors that survive:
@@ -47,7 +48,7 @@ static void fill_tensor(ggml_tensor * t, void * ud) {
     st->tensors.push_back(t);
     std::mt19937_64 gen(fnv1a(t->name) ^ (st->seed * 0x9E3779B97F4A7C15ull));
     std::normal_distribution<float> dis(0.0f, st->std);
-    const bool is_norm = strstr(t->name, "norm") != nullptr;
+    const bool is_norm = strstr(t->name, "norm") != nullptr || strncmp(t->name, "rope_f", 6) == 0;
     const int64_t ne = ggml_nelements(t);
     std::vector<float> v(ne);
     for (int64_t i = 0; i < ne; i++) v[i] = (is_norm ? 1.0f : 0.0f) + dis(gen);

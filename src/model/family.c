@@ -1012,7 +1012,7 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (nope) ADD("%d of %d layers without RoPE (every fourth)", nope, m->info.n_layer);
     if (m->info.rope_dims < m->info.head_dim) ADD("rotary %d of %d dims", m->info.rope_dims, m->info.head_dim);
     if (m->yarn_factor) ADD("YaRN x%g from %d", (double)m->yarn_factor, m->rope_orig_ctx);
-    if (m->rope_freqs_long) ADD("LongRoPE, long factors past %d", m->rope_orig_ctx);
+    if (m->rope_freqs_long) ADD("LongRoPE, long factors past %d", m->rope_orig_ctx); /* the context rounded up to 256 (kvb_model_cache_params); features[] is short */
     if (m->rope_mscale != 1.0f) ADD("RoPE magnitude %g", (double)m->rope_mscale);
     if (m->temp_beta != 0) ADD("query temperature %g per %d", (double)m->temp_beta, m->temp_floor);
     if (m->attn_softcap != 0) ADD("attention softcap %g", (double)m->attn_softcap);

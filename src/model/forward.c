@@ -116,7 +116,13 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     cp.n_layer = in->n_layer;
     cp.n_kv_head = in->n_head_kv;
     cp.head_dim = in->head_dim;
-    const bool long_ctx = m->rope_freqs_long && n_ctx > m->rope_orig_ctx; /* LongRoPE: chosen once, for the context */
+    /* LongRoPE: chosen once, for the context as llama.cpp sizes it, rounded up to a multiple of 256 (its
+     * llama_context pads n_ctx so, then picks the long factors when that exceeds the original context): a
+     * file whose original context is not a multiple of 256 (128: llama.cpp's own test models) rotates by
+     * its long factors at a context of 128 there, so here too. At originals of multiples of 256 (real
+     * checkpoints: 4096, 8192, ...) the rounding changes nothing. */
+    const int64_t ctx_256 = (n_ctx + 255) / 256 * 256;
+    const bool long_ctx = m->rope_freqs_long && ctx_256 > m->rope_orig_ctx;
     cp.rope = (struct kvb_rope){in->rope_type, in->rope_dims, in->rope_base, in->rope_freq_scale, long_ctx ? m->rope_freqs_long : m->rope_freqs};
     cp.pool_bytes = pool_bytes;
     cp.no_rope = m->no_rope;

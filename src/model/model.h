@@ -167,8 +167,9 @@ kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, 
 /* The cache parameters of a sequence on model m: its geometry and rope,
  * the KV configuration kv (max_distance 0: the trained length) and a
  * private pool of pool_bytes (unused when the cache draws from a shared one);
- * n_ctx, the context it is made for, picks LongRoPE's long divisors when it
- * exceeds the original context (as llama.cpp picks them, once). */
+ * n_ctx, the context it is made for, picks LongRoPE's long divisors when it,
+ * rounded up to a multiple of 256, exceeds the original context (as
+ * llama.cpp picks them, once, by its padded context). */
 struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const struct kvb_kv_params *kv, size_t pool_bytes, int64_t n_ctx);
 /* Whether a cache made with p (a loaded image's) is one of m's: geometry,
  * RoPE, NoPE layers, sliding-window layers and their RoPE, softcap. */

@@ -49,8 +49,8 @@ static int logits_parse(struct logits_opts *o, int argc, char **argv) {
                    "Writes the logits after every id as float32 [n_tokens][n_vocab] to OUT.bin and one JSON line\n"
                    "(n_tokens, n_vocab, arch, mode) to stdout: the model under policy full, to compare with\n"
                    "another engine on the same ids. --mode prompt (default): one prompt, every row's logits;\n"
-                   "decode: one id per step. -c: the context (LongRoPE picks its factors by it; default the\n"
-                   "trained length). KV rows f32 unless --kv-dtype.\n");
+                   "decode: one id per step. -c: the context (default the trained length; LongRoPE picks its\n"
+                   "factors by it, rounded up to a multiple of 256 as llama.cpp does). KV rows f32 unless --kv-dtype.\n");
             cli_kv_types_help(stdout, "f32");
             return 0;
         }
