@@ -11,7 +11,8 @@
 #   - logprobs: one entry per token, top_logprobs sorted, the greedy token
 #     the most likely; logit_bias bans a token and forces another;
 #   - response_format json_schema and GBNF grammar: the answer parses and
-#     validates; tool_choice required / named: a call that validates;
+#     validates; tool_choice required / named: a call that validates, and
+#     the same request with the same seed the same call under a new id;
 #   - llama-server's routes and flags: /v1/models/{id}, /tokenize,
 #     /detokenize, /props, Allow on 405, -a, -np, -c, -ngl,
 #     --chat-template-file, --no-jinja;
@@ -133,6 +134,14 @@ post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Anyth
 check serve_tool_call_required '
 c=d["choices"][0]["message"]["tool_calls"]; assert c and c[0]["function"]["name"] in ("get_weather","noop"), d
 json.loads(c[0]["function"]["arguments"])' "$T/tr.json"
+# the same request with the same seed: the same call, under a new id (ids come from the system's random source)
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":80,\"temperature\":1,\"seed\":7,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}" > "$T/tc2.json"
+check serve_tool_call_ids_fresh '
+e=json.load(open(sys.argv[1].replace("tc2","tc")))["choices"][0]["message"]["tool_calls"][0]
+c=d["choices"][0]["message"]["tool_calls"][0]
+assert c["function"]==e["function"], (c, e)
+assert c["id"]!=e["id"] and c["id"].startswith("call_") and len(c["id"])==29, (c["id"], e["id"])
+' "$T/tc2.json"
 
 # llama-server's routes
 code() { curl -s -o "$T/r.out" -w '%{http_code}' "$@"; }
