@@ -254,6 +254,12 @@ void serve_tokenize(const struct server *srv, const struct http_req *q, struct h
 void serve_detokenize(const struct server *srv, const struct http_req *q, struct http_resp *r);
 void serve_props(const struct server *srv, struct http_resp *r);
 
+/* json_body.c: a request body as exactly one valid JSON value (UTF-8, no
+ * raw control byte, no \u0000, nothing after it, no key twice in an
+ * object); NULL with resp filled (400 naming the offset or the key). */
+struct cJSON;
+struct cJSON *serve_json_body(const char *body, size_t len, struct http_resp *resp);
+
 /* openai.c: the JSON of the OpenAI API */
 /* Fills j from a request body; on a bad body fills resp (400) and returns false. */
 bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size_t len, struct job *j, struct http_resp *resp);
