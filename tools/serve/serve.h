@@ -215,6 +215,7 @@ struct serve_opts {
     int n_cors;
     bool check_host; /* no --api-key on a loopback address: Host must name this server (DNS rebinding) */
     bool dry_run; /* the fuzz target: requests are checked, never generated */
+    bool special_in_content; /* --special-in-content: control-token text in a message is the token (the old reading) */
 };
 
 struct server {

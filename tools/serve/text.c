@@ -9,13 +9,21 @@
  */
 #include "sched_impl.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The prompt is tokenized with parse_special (the template's markers are
+ * control tokens), and the client's text goes in marked
+ * (kvb_vocab_mark_plain): its "<|im_end|>" stays text, so a message cannot
+ * close its turn and write another role's. --special-in-content: as
+ * written (the old reading). */
 static int32_t *tokens_of(struct server *srv, const char *text, bool bos, int32_t pending, int32_t *n) {
     int32_t *ids = NULL, k = 0;
-    if (kvb_vocab_tokenize(srv->vocab, text, strlen(text), bos, true, &ids, &k) != KVB_OK) return NULL;
+    const kvb_status ts = srv->o.special_in_content ? kvb_vocab_tokenize(srv->vocab, text, strlen(text), bos, true, &ids, &k)
+                                                    : kvb_vocab_tokenize_marked(srv->vocab, text, strlen(text), bos, &ids, &k);
+    if (ts != KVB_OK) return NULL;
     int32_t *all = malloc(sizeof(int32_t) * (size_t)(k + 1));
     if (!all) { kvb_buffer_free(ids); return NULL; }
     int32_t m = 0;
@@ -26,16 +34,60 @@ static int32_t *tokens_of(struct server *srv, const char *text, bool bos, int32_
     return all;
 }
 
+/* *s marked in place (a cJSON string); false for want of memory. */
+static bool mark_str(const struct server *srv, char **s) {
+    char *m = NULL;
+    size_t ml = 0;
+    const size_t sl = strlen(*s);
+    if (kvb_vocab_mark_plain(srv->vocab, *s, sl, &m, &ml) != KVB_OK) return false;
+    if (ml != sl) { /* marks only add bytes: the same length is the same text */
+        char *c = cJSON_malloc(ml + 1);
+        if (!c) { kvb_buffer_free(m); return false; }
+        memcpy(c, m, ml + 1);
+        cJSON_free(*s);
+        *s = c;
+    }
+    kvb_buffer_free(m);
+    return true;
+}
+
+static bool mark_tree(const struct server *srv, cJSON *n) {
+    for (; n; n = n->next) {
+        if (n->string && !(n->type & cJSON_StringIsConst) && !mark_str(srv, &n->string)) return false;
+        if (cJSON_IsString(n) && n->valuestring && !mark_str(srv, &n->valuestring)) return false;
+        if (n->child && !mark_tree(srv, n->child)) return false;
+    }
+    return true;
+}
+
+/* The client's JSON (messages, tools, template variables) with every
+ * string and key marked, or NULL with *oom; NULL without it: use json as
+ * it is (none given, or --special-in-content). */
+static char *marked_json(const struct server *srv, const char *json, bool *oom) {
+    if (!json || srv->o.special_in_content) return NULL;
+    cJSON *t = cJSON_Parse(json);
+    char *out = t && mark_tree(srv, t) ? cJSON_PrintUnformatted(t) : NULL;
+    cJSON_Delete(t);
+    if (!out) *oom = true;
+    return out;
+}
+
 static kvb_status render(const struct server *srv, const struct job *j, const char *msgs, bool gen, char **out, size_t *len) {
+    bool oom = false;
+    char *m = marked_json(srv, msgs, &oom), *tools = marked_json(srv, j->tools_json, &oom), *vars = marked_json(srv, j->vars_json, &oom);
     struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
     p.template_text = srv->template_text;
     p.vocab = srv->vocab;
-    p.messages_json = msgs;
-    p.tools_json = j->tools_json;
-    p.vars_json = j->vars_json;
+    p.messages_json = m ? m : msgs;
+    p.tools_json = tools ? tools : j->tools_json;
+    p.vars_json = vars ? vars : j->vars_json;
     p.add_generation_prompt = gen;
     p.strip_bos = true;
-    return kvb_chat_apply(&p, out, len);
+    const kvb_status st = oom ? KVB_ERR_NOMEM : kvb_chat_apply(&p, out, len);
+    cJSON_free(m);
+    cJSON_free(tools);
+    cJSON_free(vars);
+    return st;
 }
 
 /* The request's messages [0, n) through the template's signature family,
@@ -47,8 +99,17 @@ static kvb_status format_messages(const struct server *srv, const struct job *j,
     if (!m) return KVB_ERR_NOMEM;
     if (sys) m[0] = (struct kvb_chat_message){"system", srv->default_system};
     if (n) memcpy(m + sys, j->msgs, sizeof *m * (size_t)n);
+    kvb_status st = KVB_OK;
+    char **marked = srv->o.special_in_content ? NULL : calloc((size_t)n + 1, sizeof *marked); /* the client's text, marked */
+    if (!srv->o.special_in_content && !marked) st = KVB_ERR_NOMEM;
+    for (int32_t i = 0; marked && i < n && st == KVB_OK; i++) {
+        st = kvb_vocab_mark_plain(srv->vocab, j->msgs[i].content, strlen(j->msgs[i].content), &marked[i], NULL);
+        if (st == KVB_OK) m[sys + i].content = marked[i];
+    }
     size_t len;
-    const kvb_status st = kvb_chat_format(srv->style, m, n + sys, gen, text, &len);
+    if (st == KVB_OK) st = kvb_chat_format(srv->style, m, n + sys, gen, text, &len);
+    for (int32_t i = 0; marked && i < n; i++) kvb_buffer_free(marked[i]);
+    free(marked);
     free(m);
     return st;
 }
@@ -138,7 +199,10 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
         st = format_messages(srv, j, j->n_msgs, true, &text);
         if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
     } else {
-        st = kvb_chat_turn_text(srv->style, NULL, j->user, false, x->stop_text, &text, NULL);
+        char *user = NULL;
+        st = srv->o.special_in_content ? KVB_OK : kvb_vocab_mark_plain(srv->vocab, j->user, strlen(j->user), &user, NULL);
+        if (st == KVB_OK) st = kvb_chat_turn_text(srv->style, NULL, user ? user : j->user, false, x->stop_text, &text, NULL);
+        kvb_buffer_free(user);
         if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
     }
     if (st != KVB_OK) {
