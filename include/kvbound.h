@@ -716,6 +716,21 @@ bool kvb_vocab_is_eog(const struct kvb_vocab *vocab, int32_t id);
  * *ids allocated (kvb_buffer_free), even when *n_ids is 0. KVB_ERR_NOMEM. */
 kvb_status kvb_vocab_tokenize(const struct kvb_vocab *vocab, const char *text, size_t len, bool add_special, bool parse_special,
                               int32_t **ids, int32_t *n_ids);
+/* Client text for a prompt that is tokenized with parse_special (a chat
+ * message's content through the template), marked so that its control-token
+ * text stays text: each control token's text (one parse_special alone turns
+ * into the token, e.g. "<|im_end|>") is wrapped in U+FDD0 ... U+FDD1, a
+ * literal U+FDD0 becomes U+FDD0 U+FDD1, and all else is unchanged (text
+ * with neither is copied as is). *out NUL-terminated (kvb_buffer_free).
+ * KVB_ERR_NOMEM. */
+kvb_status kvb_vocab_mark_plain(const struct kvb_vocab *vocab, const char *text, size_t len, char **out, size_t *out_len);
+/* kvb_vocab_tokenize with parse_special, except that the text
+ * kvb_vocab_mark_plain marked is plain text (tokens as without
+ * parse_special, within its fragment) and the marks are gone: so only the
+ * text around it (the template's) can be control tokens. A U+FDD0 followed
+ * by neither form is text as written. */
+kvb_status kvb_vocab_tokenize_marked(const struct kvb_vocab *vocab, const char *text, size_t len, bool add_special, int32_t **ids,
+                                     int32_t *n_ids);
 /* Bytes of one token; control tokens give nothing unless render_special.
  * Returns the full length, writing at most cap bytes. */
 size_t kvb_vocab_token_bytes(const struct kvb_vocab *vocab, int32_t id, bool render_special, char *buf, size_t cap);

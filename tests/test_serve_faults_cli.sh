@@ -8,6 +8,8 @@
 #     keep other addresses out; a half-closed client is answered; two
 #     Content-Length (or one with chunked) are 400; Expect: 100-continue over
 #     --max-body is 413 at once; wrong methods are 405 with Allow;
+#   - JSON: a body is one valid value, strictly: a raw control byte (NUL
+#     cut a string), bytes after the value and a key named twice are 400;
 #   - identity: \u0000 in session_id or a message is refused; a foreign Host
 #     on loopback without --api-key is 403; a cross-origin write is 403
 #     unless --cors allows the origin, and a preflight then answers.
@@ -74,6 +76,33 @@ c3=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/demo")
 c4=$(curl -s -o /dev/null -w '%{http_code}' -d '{"messages":[{"role":"user","content":"a \\\\u0000 written out"}],"max_tokens":2}' "$URL/v1/chat/completions")
 if [ "$c1" = 400 ] && [ "$c2" = 400 ] && [ "$c3" = 404 ] && [ "$c4" = 200 ] && grep -q 'u0000' "$T/n1"; then ok serve_nul_refused
 else ko serve_nul_refused "session_id $c1, content $c2, demo then $c3, an escaped backslash $c4: $(cat "$T/n1")"; fi
+
+# one valid JSON value, strictly (issue 47): a raw NUL or control byte, bytes after the value, a key twice
+jpost() { # jpost NAME PATH: the body in $T/NAME.json, the status printed
+    curl -s -o "$T/$1.out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$T/$1.json" "$URL$2"
+}
+printf '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"session_id":"rawnul\000x"}' > "$T/j1.json"
+printf '{"prompt":"Once\001","max_tokens":2}' > "$T/j2.json"
+printf '{"prompt":"Once",\001"max_tokens":2}' > "$T/j3.json"
+j1=$(jpost j1 /v1/chat/completions); j2=$(jpost j2 /v1/completions); j3=$(jpost j3 /v1/completions)
+j4=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/rawnul")
+if [ "$j1" = 400 ] && [ "$j2" = 400 ] && [ "$j3" = 400 ] && [ "$j4" = 404 ] && grep -q 'control byte 0x00 at byte 80' "$T/j1.out" &&
+   grep -q 'control byte 0x01 at byte 15' "$T/j2.out"; then ok serve_json_raw_control_bytes
+else ko serve_json_raw_control_bytes "raw NUL $j1, in a string $j2, between tokens $j3, the session then $j4: $(cat "$T/j1.out" "$T/j2.out")"; fi
+printf '{"prompt":"Once","max_tokens":2} {"prompt":"x","max_tokens":9}' > "$T/j5.json"
+printf '{"content":"a"}x' > "$T/j6.json"
+j5=$(jpost j5 /v1/completions); j6=$(jpost j6 /tokenize)
+if [ "$j5" = 400 ] && [ "$j6" = 400 ] && grep -q 'bytes follow it at byte 33' "$T/j5.out" && grep -q 'at byte 15' "$T/j6.out"; then ok serve_json_trailing_bytes
+else ko serve_json_trailing_bytes "completion $j5, tokenize $j6: $(cat "$T/j5.out" "$T/j6.out")"; fi
+printf '{"prompt":"Once","max_tokens":2,"max_tokens":3}' > "$T/j7.json"
+printf '{"messages":[{"role":"user","content":"a","content":"b"}],"max_tokens":2}' > "$T/j8.json"
+printf '{"content":"a","content":"b"}' > "$T/j9.json"
+printf '{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\\"a\\":1,\\"a\\":2}"}}]},{"role":"tool","tool_call_id":"c","content":"x"}],"max_tokens":2}' > "$T/j10.json"
+j7=$(jpost j7 /v1/completions); j8=$(jpost j8 /v1/chat/completions); j9=$(jpost j9 /tokenize); j10=$(jpost j10 /v1/chat/completions)
+if [ "$j7" = 400 ] && [ "$j8" = 400 ] && [ "$j9" = 400 ] && [ "$j10" = 400 ] && grep -q "key 'max_tokens' twice" "$T/j7.out" &&
+   grep -q "key 'content' twice" "$T/j8.out" && grep -q "key 'content' twice" "$T/j9.out" && grep -q "arguments is not one JSON object" "$T/j10.out"; then
+    ok serve_json_duplicate_keys
+else ko serve_json_duplicate_keys "top $j7, in a message $j8, tokenize $j9, in arguments $j10: $(cat "$T/j7.out" "$T/j8.out" "$T/j10.out")"; fi
 
 # Host: a foreign name is 403 (DNS rebinding); localhost and the address pass
 port=${URL##*:}

@@ -104,6 +104,11 @@ int32_t kvb_vocab_find(const struct kvb_vocab *v, const char *text, size_t len);
 kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_t len, bool add_special,
                               bool parse_special, int32_t **ids, int32_t *n_ids);
 
+/* The special token whose text starts at text[at], longest first, or -1:
+ * USER_DEFINED tokens always match, CONTROL/UNKNOWN ones only with
+ * parse_special (llama.cpp's partition rule). */
+int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special);
+
 /* Bytes a token decodes to ("▁" -> ' ', byte tokens -> their byte, control
  * tokens -> nothing). Returns the length; writes at most cap bytes. */
 size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap);

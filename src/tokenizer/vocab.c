@@ -360,7 +360,7 @@ int32_t kvb_vocab_size(const struct kvb_vocab *v) { return v->n; }
 /* The special token whose text starts at text[at], longest first, or -1:
  * USER_DEFINED tokens always match, CONTROL/UNKNOWN ones only with
  * parse_special (llama.cpp's partition rule). */
-static int32_t match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special) {
+int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, size_t len, size_t at, bool parse_special) {
     for (int32_t k = 0; k < v->n_special; k++) {
         int32_t id = v->special[k];
         if (!parse_special && v->type[id] != KVB_TOKEN_USER_DEFINED) continue;
@@ -523,7 +523,7 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
     if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);
     size_t start = 0;
     for (size_t at = 0; at <= len;) {
-        int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? match_special(v, text, len, at, parse_special) : -1;
+        int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? kvb_vocab_match_special(v, text, len, at, parse_special) : -1;
         if (at == len || sp >= 0) {
             if (at > start) {
                 if (v->kind == KVB_VOCAB_BPE) kvb_bpe_fragment(v, text + start, at - start, &o);

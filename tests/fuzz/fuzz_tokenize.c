@@ -9,7 +9,9 @@
  * exactly (SentencePiece: after its added leading space) when special
  * parsing is off — the round-trip property the tests check on books —
  * unless the text holds a byte the vocabulary cannot represent or, for
- * SentencePiece, a literal "▁" (which decodes as a space by design).
+ * SentencePiece, a literal "▁" (which decodes as a space by design). With
+ * parse_special, the text marked by kvb_vocab_mark_plain must give through
+ * kvb_vocab_tokenize_marked exactly the ids of the text without it.
  */
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -99,5 +101,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     free(dec);
     kvb_free(ids);
+    if (parse_special && !add_special) { /* client text marked (plain.c) reads as it does without parse_special */
+        char *m = NULL;
+        size_t ml = 0;
+        int32_t *want, nw, *got, ng;
+        if (kvb_vocab_mark_plain(v, text, len, &m, &ml) != KVB_OK) return 0;
+        if (kvb_vocab_tokenize(v, text, len, false, false, &want, &nw) == KVB_OK) {
+            if (kvb_vocab_tokenize_marked(v, m, ml, false, &got, &ng) == KVB_OK) {
+                if (ng != nw || (nw && memcmp(got, want, sizeof *got * (size_t)nw))) {
+                    fprintf(stderr, "marked text tokenizes otherwise than plain text (vocab %d, %d ids against %d)\n", data[0] % g_n, (int)ng, (int)nw);
+                    abort();
+                }
+                kvb_free(got);
+            }
+            kvb_free(want);
+        }
+        kvb_buffer_free(m);
+    }
     return 0;
 }

@@ -39,8 +39,8 @@ void serve_models(const struct server *srv, const char *id, struct http_resp *r)
 }
 
 static cJSON *body_object(const struct http_req *q, const char *const *known, struct http_resp *r) {
-    if (!utf8_valid(q->body, q->body_len)) { serve_error(r, 400, "invalid_request_error", "the request body is not valid UTF-8"); return NULL; }
-    cJSON *root = cJSON_ParseWithLength(q->body ? q->body : "", q->body_len);
+    cJSON *root = serve_json_body(q->body, q->body_len, r);
+    if (!root) return NULL;
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         serve_error(r, 400, "invalid_request_error", "the request body must be a JSON object");

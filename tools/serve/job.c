@@ -59,6 +59,9 @@ void job_free(struct job *j) {
     free(j->cont_json);
     free(j->standin_prev_json);
     free(j->standin_json);
+    free(j->r_all);
+    free(j->r_cont);
+    free(j->r_shared);
     free(j->tools_json);
     free(j->vars_json);
     free(j->gbnf);

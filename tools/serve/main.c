@@ -92,6 +92,9 @@ static int usage(FILE *f) {
             "  --jinja               chat through the model's own Jinja chat template (tokenizer.chat_template),\n"
             "                        with tools and its variables: the default when the template runs\n"
             "  --no-jinja            chat through the template's signature family instead (no tools)\n"
+            "  --special-in-content  read control-token text in a message's content (\"<|im_end|>\") as the\n"
+            "                        token, as the template's own: a user can then close their turn and\n"
+            "                        write a system one. Off: only the template's text is control tokens\n"
             "  --chat-template-file FILE  a Jinja chat template to use instead of the model's\n"
             "  --chat-template NAME|TEMPLATE  chatml | llama3 | llama2 | mistral | gemma | plain: that signature\n"
             "                        family (as --template; with --jinja a note says so); another name is an\n"
@@ -291,6 +294,7 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
         }
         if (!strcmp(argv[i], "--no-jinja")) { c->no_jinja = true; continue; }
         if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) { o->verbose = true; continue; }
+        if (!strcmp(argv[i], "--special-in-content")) { o->special_in_content = true; continue; }
         int pr = cli_model_option(&c->mo, argc, argv, &i);
         if (pr == 0) pr = cli_cache_option(&c->po, &c->kvt, &c->rec, argc, argv, &i);
         if (pr < 0) return 2;

@@ -145,10 +145,10 @@ static cJSON *message_copy(const cJSON *m, const char *role, const char *text, i
                 cJSON_Delete(o);
                 return NULL;
             }
-            cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : cJSON_Duplicate(args, true);
+            cJSON *parsed = cJSON_IsString(args) ? serve_json_body(args->valuestring, strlen(args->valuestring), r) : cJSON_Duplicate(args, true);
             if (!cJSON_IsObject(parsed)) {
                 cJSON_Delete(parsed);
-                serve_error(r, 400, "invalid_request_error", "messages[%d].tool_calls[%d].function.arguments is not a JSON object", idx, k);
+                serve_error(r, 400, "invalid_request_error", "messages[%d].tool_calls[%d].function.arguments is not one JSON object (strictly: no key twice, nothing after it)", idx, k);
                 cJSON_Delete(o);
                 return NULL;
             }
@@ -323,23 +323,6 @@ static bool session_id_ok(const char *s) {
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.')) return false;
     }
     return true;
-}
-
-/* Where a JSON string of the body escapes U+0000 (\u0000), as an offset,
- * or -1. cJSON keeps strings NUL-terminated, so such a string would be cut
- * short without a word (a session_id "demo\u0000x" read as "demo"). A raw
- * NUL byte is no valid JSON and is refused by the parser. */
-static long escaped_nul_at(const char *body, size_t len) {
-    bool in_str = false;
-    for (size_t i = 0; i < len; i++) {
-        const char c = body[i];
-        if (!in_str) { in_str = c == '"'; continue; }
-        if (c == '"') { in_str = false; continue; }
-        if (c != '\\' || i + 1 >= len) continue;
-        if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4)) return (long)i;
-        i++; /* the escaped character */
-    }
-    return -1;
 }
 
 /* Fields kvbound reads, per route; anything else that is not null is a
@@ -685,14 +668,8 @@ static bool parse_structure(const struct server *srv, const cJSON *root, struct 
 }
 
 bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size_t len, struct job *j, struct http_resp *r) {
-    if (!utf8_valid(body, len)) { serve_error(r, 400, "invalid_request_error", "the request body is not valid UTF-8"); return false; }
-    const long nul = escaped_nul_at(body, len);
-    if (nul >= 0) {
-        serve_error(r, 400, "invalid_request_error", "a string of the request holds U+0000 (\\u0000, at byte %ld), which kvbound refuses rather than cut the string there", nul);
-        return false;
-    }
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) { serve_error(r, 400, "invalid_request_error", "the request body is not valid JSON (near byte %ld)", cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - body) : -1L); return false; }
+    cJSON *root = serve_json_body(body, len, r); /* one valid value, strictly (json_body.c) */
+    if (!root) return false;
     bool ok = false;
     j->kind = kind;
     j->sp = kvb_seq_default_params();

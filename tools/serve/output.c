@@ -17,6 +17,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* 64 bits for the parser's tool call ids, from the system's random source
+ * and never from the request's seed: a fixed seed must not give every call
+ * the same id across requests (clients pair tool results with calls by
+ * id). Should getrandom fail, the clock and the job's address, mixed. */
+static uint64_t call_id_seed(const struct job *j) {
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    static uint64_t counter;
+    return (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)j ^ ++counter * 0xBF58476D1CE4E5B9ull;
+}
 
 bool output_start(struct server *srv, struct job *j) {
     struct sched *s = srv->sched;
@@ -29,7 +44,7 @@ bool output_start(struct server *srv, struct job *j) {
         struct kvb_chat_syntax syn = j->syntax;
         if (!j->tools_json && syn.tools != KVB_TOOLS_HARMONY) syn.tools = KVB_TOOLS_NONE; /* no tools offered: no text is a call */
         if (kvb_chat_parser_new(&syn, &j->parser) != KVB_OK) return false;
-        kvb_chat_parser_seed(j->parser, j->sp.sampler.seed); /* ids as random as the draw, the same for the same seed */
+        kvb_chat_parser_seed(j->parser, call_id_seed(j)); /* fresh ids every turn, whatever the request's seed */
         if (j->prefill) {
             char *delta = NULL;
             if (kvb_chat_parser_feed(j->parser, j->prefill, strlen(j->prefill), false, &delta) != KVB_OK) return false;

@@ -93,6 +93,7 @@ static void generation(struct server *srv, enum job_kind kind, const struct http
         job_free(j);
         return;
     }
+    text_render(srv, j); /* here, not on the scheduler thread: a slow template holds this request only */
     if (!sched_submit(srv, j)) {
         job_free(j);
         serve_error(r, 503, "server_busy", "the request queue is full (%d waiting); retry later", srv->o.queue_max);

@@ -23,7 +23,9 @@
  *    request in time. The main thread parses flags and waits for a signal.
  *
  *  - Queues. A generation is a struct job. serve_route parses and checks it
- *    (openai.c) and submits it to the scheduler's bounded queue; a full
+ *    (openai.c: grammars are compiled there), renders a chat's template
+ *    (text_render: a slow template holds its own connection's thread, never
+ *    the steps) and submits it to the scheduler's bounded queue; a full
  *    queue is 503 with Retry-After. The scheduler admits queued jobs in
  *    order when the pool can hold the sequence's minimum
  *    (kvb_batch_can_admit), after returning the pages of idle sessions
@@ -142,6 +144,15 @@ struct job {
     char *all_json, *prev_json, *cont_json, *standin_prev_json, *standin_json;
     char *shared_json;                 /* the messages before the last user message (a system prompt, few-shot
                                         * examples: the prefix sessions may share, prefix.c), or NULL */
+    /* their renderings through the template, made on the connection thread before the job is queued
+     * (text_render), so that a slow template holds its own request and never the scheduler's steps: the
+     * whole conversation (a first turn), the new messages after the last answer (a later turn; what follows
+     * the stop token is put before it at admission), the shared messages (NULL: none, or no rendering); a
+     * failed one keeps its status and why, answered if the turn needs it */
+    bool rendered;
+    char *r_all, *r_cont, *r_shared;
+    kvb_status r_all_st, r_cont_st;
+    char r_all_err[320], r_cont_err[320];
     char *tools_json;                  /* NULL, or the request's tools (tool_choice none: NULL) */
     char *vars_json;                   /* chat_template_kwargs (and reasoning_effort) as a JSON object, or NULL */
     enum { TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED } tool_choice;
@@ -236,6 +247,7 @@ struct serve_opts {
     bool check_host; /* no --api-key on a loopback address: Host must name this server (DNS rebinding) */
     bool dry_run; /* the fuzz target: requests are checked, never generated */
     bool verbose; /* -v: one line per request on stderr (http.c) */
+    bool special_in_content; /* --special-in-content: control-token text in a message is the token (the old reading) */
 };
 
 struct server {
@@ -274,6 +286,17 @@ void serve_models(const struct server *srv, const char *id, struct http_resp *r)
 void serve_tokenize(const struct server *srv, const struct http_req *q, struct http_resp *r);
 void serve_detokenize(const struct server *srv, const struct http_req *q, struct http_resp *r);
 void serve_props(const struct server *srv, struct http_resp *r);
+
+/* text.c: a chat job's Jinja renderings (struct job's r_*), on the calling
+ * (connection) thread; nothing for a completion, without --jinja or in a
+ * dry run. */
+void text_render(struct server *srv, struct job *j);
+
+/* json_body.c: a request body as exactly one valid JSON value (UTF-8, no
+ * raw control byte, no \u0000, nothing after it, no key twice in an
+ * object); NULL with resp filled (400 naming the offset or the key). */
+struct cJSON;
+struct cJSON *serve_json_body(const char *body, size_t len, struct http_resp *resp);
 
 /* openai.c: the JSON of the OpenAI API */
 /* Fills j from a request body; on a bad body fills resp (400) and returns false. */

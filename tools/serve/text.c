@@ -5,17 +5,27 @@
  * ended with; a completion's prompt as is), and stop strings cut from what
  * it writes, with the tail that may begin one held back from the client.
  * The template is the model's Jinja one (kvb_chat_apply) unless serve runs
- * without it, then its signature family (kvb_chat_format).
+ * without it, then its signature family (kvb_chat_format). Jinja renders
+ * run on the connection thread before the job is queued (text_render);
+ * the scheduler only joins and tokenizes what they made.
  */
 #include "sched_impl.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The prompt is tokenized with parse_special (the template's markers are
+ * control tokens), and the client's text goes in marked
+ * (kvb_vocab_mark_plain): its "<|im_end|>" stays text, so a message cannot
+ * close its turn and write another role's. --special-in-content: as
+ * written (the old reading). */
 static int32_t *tokens_of(struct server *srv, const char *text, bool bos, int32_t pending, int32_t *n) {
     int32_t *ids = NULL, k = 0;
-    if (kvb_vocab_tokenize(srv->vocab, text, strlen(text), bos, true, &ids, &k) != KVB_OK) return NULL;
+    const kvb_status ts = srv->o.special_in_content ? kvb_vocab_tokenize(srv->vocab, text, strlen(text), bos, true, &ids, &k)
+                                                    : kvb_vocab_tokenize_marked(srv->vocab, text, strlen(text), bos, &ids, &k);
+    if (ts != KVB_OK) return NULL;
     int32_t *all = malloc(sizeof(int32_t) * (size_t)(k + 1));
     if (!all) { kvb_buffer_free(ids); return NULL; }
     int32_t m = 0;
@@ -26,16 +36,60 @@ static int32_t *tokens_of(struct server *srv, const char *text, bool bos, int32_
     return all;
 }
 
+/* *s marked in place (a cJSON string); false for want of memory. */
+static bool mark_str(const struct server *srv, char **s) {
+    char *m = NULL;
+    size_t ml = 0;
+    const size_t sl = strlen(*s);
+    if (kvb_vocab_mark_plain(srv->vocab, *s, sl, &m, &ml) != KVB_OK) return false;
+    if (ml != sl) { /* marks only add bytes: the same length is the same text */
+        char *c = cJSON_malloc(ml + 1);
+        if (!c) { kvb_buffer_free(m); return false; }
+        memcpy(c, m, ml + 1);
+        cJSON_free(*s);
+        *s = c;
+    }
+    kvb_buffer_free(m);
+    return true;
+}
+
+static bool mark_tree(const struct server *srv, cJSON *n) {
+    for (; n; n = n->next) {
+        if (n->string && !(n->type & cJSON_StringIsConst) && !mark_str(srv, &n->string)) return false;
+        if (cJSON_IsString(n) && n->valuestring && !mark_str(srv, &n->valuestring)) return false;
+        if (n->child && !mark_tree(srv, n->child)) return false;
+    }
+    return true;
+}
+
+/* The client's JSON (messages, tools, template variables) with every
+ * string and key marked, or NULL with *oom; NULL without it: use json as
+ * it is (none given, or --special-in-content). */
+static char *marked_json(const struct server *srv, const char *json, bool *oom) {
+    if (!json || srv->o.special_in_content) return NULL;
+    cJSON *t = cJSON_Parse(json);
+    char *out = t && mark_tree(srv, t) ? cJSON_PrintUnformatted(t) : NULL;
+    cJSON_Delete(t);
+    if (!out) *oom = true;
+    return out;
+}
+
 static kvb_status render(const struct server *srv, const struct job *j, const char *msgs, bool gen, char **out, size_t *len) {
+    bool oom = false;
+    char *m = marked_json(srv, msgs, &oom), *tools = marked_json(srv, j->tools_json, &oom), *vars = marked_json(srv, j->vars_json, &oom);
     struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
     p.template_text = srv->template_text;
     p.vocab = srv->vocab;
-    p.messages_json = msgs;
-    p.tools_json = j->tools_json;
-    p.vars_json = j->vars_json;
+    p.messages_json = m ? m : msgs;
+    p.tools_json = tools ? tools : j->tools_json;
+    p.vars_json = vars ? vars : j->vars_json;
     p.add_generation_prompt = gen;
     p.strip_bos = true;
-    return kvb_chat_apply(&p, out, len);
+    const kvb_status st = oom ? KVB_ERR_NOMEM : kvb_chat_apply(&p, out, len);
+    cJSON_free(m);
+    cJSON_free(tools);
+    cJSON_free(vars);
+    return st;
 }
 
 /* The request's messages [0, n) through the template's signature family,
@@ -47,20 +101,39 @@ static kvb_status format_messages(const struct server *srv, const struct job *j,
     if (!m) return KVB_ERR_NOMEM;
     if (sys) m[0] = (struct kvb_chat_message){"system", srv->default_system};
     if (n) memcpy(m + sys, j->msgs, sizeof *m * (size_t)n);
+    kvb_status st = KVB_OK;
+    char **marked = srv->o.special_in_content ? NULL : calloc((size_t)n + 1, sizeof *marked); /* the client's text, marked */
+    if (!srv->o.special_in_content && !marked) st = KVB_ERR_NOMEM;
+    for (int32_t i = 0; marked && i < n && st == KVB_OK; i++) {
+        st = kvb_vocab_mark_plain(srv->vocab, j->msgs[i].content, strlen(j->msgs[i].content), &marked[i], NULL);
+        if (st == KVB_OK) m[sys + i].content = marked[i];
+    }
     size_t len;
-    const kvb_status st = kvb_chat_format(srv->style, m, n + sys, gen, text, &len);
+    if (st == KVB_OK) st = kvb_chat_format(srv->style, m, n + sys, gen, text, &len);
+    for (int32_t i = 0; marked && i < n; i++) kvb_buffer_free(marked[i]);
+    free(marked);
     free(m);
     return st;
 }
 
-/* What a session's later turn reads through the Jinja template: the
+/* A library buffer as a malloc'ed copy (NULL: out of memory). */
+static char *own_copy(char *lib, size_t len) {
+    char *t = malloc(len + 1);
+    if (t) {
+        memcpy(t, lib, len);
+        t[len] = 0;
+    }
+    kvb_buffer_free(lib);
+    return t;
+}
+
+/* What a session's later turn reads through the Jinja template, less what
+ * comes after the stop token (put before it at admission, with_close): the
  * template's rendering of the new messages after the previous exchange
  * (the conversation with them, less the conversation up to its last
- * answer), preceded by what the template writes after an answer less the
- * stop token the model ended it with (that token is fed as `pending`).
- * The request's own history is used when it sends one and the template
- * renders it as a prefix of the whole; else a stand-in exchange. */
-static kvb_status jinja_continue(struct server *srv, const struct job *j, const struct sess *x, char **out, char *err, size_t cap) {
+ * answer). The request's own history is used when it sends one and the
+ * template renders it as a prefix of the whole; else a stand-in exchange. */
+static kvb_status jinja_continue(struct server *srv, const struct job *j, char **out, char *err, size_t cap) {
     const char *prev[2] = {j->prev_json, j->standin_prev_json}, *cont[2] = {j->cont_json, j->standin_json};
     kvb_status st = KVB_ERR_INVALID;
     for (int k = 0; k < 2; k++) {
@@ -74,20 +147,10 @@ static kvb_status jinja_continue(struct server *srv, const struct job *j, const 
             st = KVB_ERR_INVALID;
             snprintf(err, cap, "the chat template renders the conversation so that its new messages are no continuation of the session");
         } else {
-            /* the closing after the answer, less the stop token the model wrote */
-            const char *close = srv->closing ? srv->closing : "";
-            const size_t sl = strlen(x->stop_text);
-            if (sl && !strncmp(close, x->stop_text, sl)) close += sl;
-            else if (sl) close = "";
-            const size_t cl = strlen(close);
-            char *t = malloc(cl + fl - pl + 1);
-            if (!t) st = KVB_ERR_NOMEM;
-            else {
-                memcpy(t, close, cl);
-                memcpy(t + cl, f + pl, fl - pl);
-                t[cl + fl - pl] = 0;
-                *out = t;
-            }
+            memmove(f, f + pl, fl - pl + 1);
+            *out = own_copy(f, fl - pl);
+            f = NULL;
+            if (!*out) st = KVB_ERR_NOMEM;
         }
         kvb_buffer_free(p);
         kvb_buffer_free(f);
@@ -96,24 +159,54 @@ static kvb_status jinja_continue(struct server *srv, const struct job *j, const 
     return st;
 }
 
+/* The closing the template writes after an answer, less the stop token the
+ * model ended it with (that token is fed as `pending`), then delta. */
+static char *with_close(const struct server *srv, const struct sess *x, const char *delta) {
+    const char *close = srv->closing ? srv->closing : "";
+    const size_t sl = strlen(x->stop_text);
+    if (sl && !strncmp(close, x->stop_text, sl)) close += sl;
+    else if (sl) close = "";
+    const size_t cl = strlen(close), dl = strlen(delta);
+    char *t = malloc(cl + dl + 1);
+    if (t) {
+        memcpy(t, close, cl);
+        memcpy(t + cl, delta, dl + 1);
+    }
+    return t;
+}
+
+void text_render(struct server *srv, struct job *j) {
+    if (j->rendered || j->kind != JOB_CHAT || !srv->jinja || srv->o.dry_run) return;
+    j->rendered = true;
+    char *t = NULL;
+    size_t len = 0;
+    j->r_all_st = render(srv, j, j->all_json, true, &t, &len);
+    if (j->r_all_st == KVB_OK && !(j->r_all = own_copy(t, len))) j->r_all_st = KVB_ERR_NOMEM;
+    if (j->r_all_st != KVB_OK) snprintf(j->r_all_err, sizeof j->r_all_err, "the chat template: %s", kvb_last_error());
+    if (j->session_id[0]) j->r_cont_st = jinja_continue(srv, j, &j->r_cont, j->r_cont_err, sizeof j->r_cont_err);
+    if (j->shared_json && render(srv, j, j->shared_json, false, &t, &len) == KVB_OK) j->r_shared = own_copy(t, len);
+}
+
 /* The text a turn reads, as tokens; NULL with err filled. */
 int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, int32_t pending, int32_t *n, char *err, size_t cap) {
     const bool first = !x || x->turns == 0;
-    char *text = NULL;
+    const char *text = NULL;
+    char *mine = NULL, *lib = NULL; /* what text points into, to free: malloc's, the library's */
     kvb_status st;
     snprintf(err, cap, "the prompt is empty after tokenizing");
     if (j->kind == JOB_COMPLETION) {
         return tokens_of(srv, j->prompt, first, first ? -1 : pending, n);
     }
-    bool own = false; /* text from malloc, not the library */
     if (srv->jinja) {
-        size_t len = 0;
+        text_render(srv, j); /* made before the job was queued; here only for one queued without it */
         if (first) {
-            st = render(srv, j, j->all_json, true, &text, &len);
-            if (st != KVB_OK) snprintf(err, cap, "the chat template: %s", kvb_last_error());
+            st = j->r_all_st;
+            text = j->r_all;
+            if (st != KVB_OK) snprintf(err, cap, "%s", j->r_all_err);
         } else {
-            st = jinja_continue(srv, j, x, &text, err, cap);
-            own = true;
+            st = j->r_cont_st;
+            if (st != KVB_OK) snprintf(err, cap, "%s", j->r_cont_err);
+            else if (!(text = mine = with_close(srv, x, j->r_cont))) st = KVB_ERR_NOMEM;
         }
         if (st == KVB_OK) {
             j->syntax = srv->syntax;
@@ -127,59 +220,63 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
             else {
                 memcpy(t, text, tl);
                 memcpy(t + tl, j->prefill, fl + 1);
-                if (own) free(text);
-                else kvb_buffer_free(text);
-                text = t;
-                own = true;
+                free(mine);
+                text = mine = t;
             }
         }
     } else if (first) {
         /* the whole conversation, with the template's default system message if it has one */
-        st = format_messages(srv, j, j->n_msgs, true, &text);
+        st = format_messages(srv, j, j->n_msgs, true, &lib);
         if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
+        text = lib;
     } else {
-        st = kvb_chat_turn_text(srv->style, NULL, j->user, false, x->stop_text, &text, NULL);
+        char *user = NULL;
+        st = srv->o.special_in_content ? KVB_OK : kvb_vocab_mark_plain(srv->vocab, j->user, strlen(j->user), &user, NULL);
+        if (st == KVB_OK) st = kvb_chat_turn_text(srv->style, NULL, user ? user : j->user, false, x->stop_text, &lib, NULL);
+        kvb_buffer_free(user);
         if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
+        text = lib;
     }
     if (st == KVB_OK && j->answer_prefix) { /* a final assistant message: the answer continues it (no session: openai.c) */
-        const size_t tl = strlen(text), al = strlen(j->answer_prefix);
-        char *t = malloc(tl + al + 1);
-        if (!t) st = KVB_ERR_NOMEM;
-        else {
+        char *marked = NULL; /* the client's text: its control-token text stays text, as in the messages */
+        const char *ap = j->answer_prefix;
+        if (!srv->o.special_in_content && kvb_vocab_mark_plain(srv->vocab, ap, strlen(ap), &marked, NULL) != KVB_OK) st = KVB_ERR_NOMEM;
+        if (marked) ap = marked;
+        const size_t tl = st == KVB_OK ? strlen(text) : 0, al = strlen(ap);
+        char *t = st == KVB_OK ? malloc(tl + al + 1) : NULL;
+        if (st == KVB_OK && !t) st = KVB_ERR_NOMEM;
+        else if (t) {
             memcpy(t, text, tl);
-            memcpy(t + tl, j->answer_prefix, al + 1);
+            memcpy(t + tl, ap, al + 1);
+            free(mine);
+            text = mine = t;
         }
-        if (own) free(text);
-        else kvb_buffer_free(text);
-        text = t; /* NULL for want of memory: st says so */
-        own = true;
+        kvb_buffer_free(marked);
     }
-    if (st != KVB_OK) {
-        if (st == KVB_ERR_NOMEM) snprintf(err, cap, "out of memory");
-        return NULL;
-    }
-    int32_t *ids = tokens_of(srv, text, first, first ? -1 : pending, n);
-    if (own) free(text);
-    else kvb_buffer_free(text);
+    int32_t *ids = NULL;
+    if (st == KVB_ERR_NOMEM) snprintf(err, cap, "out of memory");
+    else if (st == KVB_OK) ids = tokens_of(srv, text, first, first ? -1 : pending, n);
+    free(mine);
+    kvb_buffer_free(lib);
     return ids;
 }
 
 int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *ids, int32_t n) {
     if (j->kind != JOB_CHAT) return 0;
-    char *text = NULL;
-    size_t len = 0;
-    kvb_status st = KVB_ERR_INVALID;
+    char *lib = NULL;
+    const char *text = NULL;
     if (srv->jinja) {
-        if (j->shared_json) st = render(srv, j, j->shared_json, false, &text, &len);
+        text = j->r_shared; /* text_render's */
     } else {
         int32_t last_user = -1;
         for (int32_t i = 0; i < j->n_msgs; i++)
             if (!strcmp(j->msgs[i].role, "user")) last_user = i;
-        if (last_user > 0 || (last_user == 0 && !j->system && srv->default_system[0])) st = format_messages(srv, j, last_user, false, &text);
+        if ((last_user > 0 || (last_user == 0 && !j->system && srv->default_system[0])) && format_messages(srv, j, last_user, false, &lib) == KVB_OK)
+            text = lib;
     }
     int32_t nb = 0;
-    int32_t *pre = st == KVB_OK ? tokens_of(srv, text, true, -1, &nb) : NULL;
-    if (st == KVB_OK) kvb_buffer_free(text);
+    int32_t *pre = text ? tokens_of(srv, text, true, -1, &nb) : NULL;
+    kvb_buffer_free(lib);
     /* the shared messages' tokens must begin the prompt's (a merge across the cut would not) */
     const int32_t cut = pre && nb < n && !memcmp(pre, ids, sizeof(int32_t) * (size_t)nb) ? nb : 0;
     free(pre);
