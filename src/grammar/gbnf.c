@@ -66,16 +66,27 @@ struct gp {
     uint32_t *stk_pos;
     struct kvb_grammar *g;
     const char *root;
+    const char *w_at;             /* where(): the last position asked, its line and column */
+    uint32_t w_line, w_col;
+    uint64_t work;                /* bytes where() scanned and hash probes: the compile's work, for tests */
 };
 
-static void where(const struct gp *p, const char *at, uint32_t *line, uint32_t *col) {
-    uint32_t l = 1, c = 1;
-    for (const char *q = p->src; q < at && q < p->end; q++) {
+/* Line and column of at. The parser asks for positions that only move
+ * forward, so the scan resumes from the last answer (p->w_at): linear in the
+ * text overall, not in text x rules. A position behind it (an error pointing
+ * back) rescans from the start. */
+static void where(struct gp *p, const char *at, uint32_t *line, uint32_t *col) {
+    if (at > p->end) at = p->end;
+    if (!p->w_at || at < p->w_at) { p->w_at = p->src; p->w_line = 1; p->w_col = 1; }
+    uint32_t l = p->w_line, c = p->w_col;
+    for (const char *q = p->w_at; q < at; q++) {
         if (*q == '\n') { l++; c = 1; }
         else c++;
     }
-    *line = l;
-    *col = c;
+    p->work += (uint64_t)(at - p->w_at);
+    p->w_at = at;
+    p->w_line = *line = l;
+    p->w_col = *col = c;
 }
 
 static _Noreturn KVB_PRINTF(3, 4) void fail_at(struct gp *p, const char *at, const char *fmt, ...) {
@@ -154,10 +165,11 @@ static int32_t new_rule(struct gp *p, const char *name, size_t n, const char *at
     return id;
 }
 
-static int32_t find_rule(const struct gp *p, const char *name, size_t n) {
+static int32_t find_rule(struct gp *p, const char *name, size_t n) {
     if (!p->hash_cap) return -1;
     uint32_t h = name_hash(name, n) & (p->hash_cap - 1);
     for (; p->hash[h] >= 0; h = (h + 1) & (p->hash_cap - 1)) {
+        p->work++;
         const char *nm = p->rules[p->hash[h]].name;
         if (strlen(nm) == n && !memcmp(nm, name, n)) return p->hash[h];
     }
@@ -641,6 +653,7 @@ static kvb_status run_parse(struct gp *p) {
         struct kvb_grammar *g = p->g = kvb_calloc(1, sizeof *g);
         if (!g) fail(p, KVB_ERR_NOMEM, "out of memory");
         g->n_rules = nr;
+        g->compile_work = p->work;
         g->n_elems = (int32_t)p->n_elems;
         g->n_sets = (int32_t)p->n_sets;
         g->root = rid;
