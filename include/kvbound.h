@@ -987,7 +987,9 @@ void kvb_grammar_free(struct kvb_grammar *g);
  * $schema, $id, $comment, readOnly, writeOnly, deprecated) are ignored.
  * Whitespace between tokens is bounded (none, one space, or a newline and up to 20 spaces or tabs).
  * KVB_ERR_UNSUPPORTED names a keyword it does not implement (never silently ignored: e.g. "patternProperties", "not", "if");
- * KVB_ERR_INVALID a malformed schema (with the JSON pointer of the bad node). *gbnf: kvb_buffer_free. */
+ * KVB_ERR_INVALID a malformed schema (with the JSON pointer of the bad node), or one past a size limit, named: more than 16,384
+ * object keys and array items (enum values included, counted on the text before it is read), a grammar of more than
+ * 16,384 rules or 8 MiB of text. *gbnf: kvb_buffer_free. */
 kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len);
 struct kvb_grammar_vocab; /* a vocabulary's tokens as bytes, precomputed once (token trie...), immutable, shareable */
 kvb_status kvb_grammar_vocab_new(const struct kvb_vocab *vocab, struct kvb_grammar_vocab **out);

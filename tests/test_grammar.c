@@ -950,6 +950,77 @@ TEST(schema_random_walks) {
     synth_free(v);
 }
 
+static int count_of_str(const char *h, const char *n) {
+    int k = 0;
+    for (const char *p = h; (p = strstr(p, n)); p += strlen(n)) k++;
+    return k;
+}
+
+/* Issue 47: a schema's size is bounded before it is compiled, each bound refused by name (400, not 500 "out of
+ * memory"); the compiler's message is not formatted into itself (it came out garbled); a pattern's error offset
+ * counts from the pattern's start (it was negative); a big object compiles in linear work. */
+TEST(schema_size_limits_and_messages) {
+    char *gb = NULL;
+    size_t n = 0;
+    const char *self = "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}";
+    CHECK_STATUS(kvb_json_schema_to_gbnf(self, strlen(self), NULL, &gb, &n), KVB_ERR_INVALID);
+    const char *msg = kvb_last_error();
+    if (count_of_str(msg, "json schema") != 1 || !strstr(msg, "left-recursive") || strncmp(msg, "json schema: refers to itself", 29))
+        FAILF("garbled message: %s", msg);
+    const char *rx = "{\"type\":\"string\",\"pattern\":\"abc(?=x)\"}";
+    CHECK_STATUS(kvb_json_schema_to_gbnf(rx, strlen(rx), NULL, &gb, &n), KVB_ERR_UNSUPPORTED);
+    if (!strstr(kvb_last_error(), "at offset 4)")) FAILF("offset: %s", kvb_last_error());
+    size_t cap = (size_t)12 << 20;
+    char *big = malloc(cap);
+    CHECK(big);
+    /* an enum of 100,000 strings */
+    size_t k = (size_t)snprintf(big, cap, "{\"enum\":[");
+    for (int i = 0; i < 100000; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"value number %d\"", i ? "," : "", i);
+    k += (size_t)snprintf(big + k, cap - k, "]}");
+    kvb_status st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    if (st != KVB_ERR_INVALID || !strstr(kvb_last_error(), "16384") || !strstr(kvb_last_error(), "limit")) {
+        free(big);
+        FAILF("enum of 100,000: status %d, %s", (int)st, kvb_last_error());
+    }
+    /* an enum of few, long strings: past the text bound, refused by name (was "out of memory") */
+    k = (size_t)snprintf(big, cap, "{\"enum\":[");
+    for (int i = 0; i < 5000; i++) {
+        k += (size_t)snprintf(big + k, cap - k, "%s\"%d", i ? "," : "", i);
+        memset(big + k, 'x', 2000);
+        k += 2000;
+        big[k++] = '"';
+    }
+    k += (size_t)snprintf(big + k, cap - k, "]}");
+    st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    if (st != KVB_ERR_INVALID || !strstr(kvb_last_error(), "MiB of text (the limit)")) {
+        free(big);
+        FAILF("long enum: status %d, %s", (int)st, kvb_last_error());
+    }
+    /* more properties than the rules allow: refused naming the rule limit */
+    k = (size_t)snprintf(big, cap, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 4500; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"p%d\":{\"type\":\"string\"}", i ? "," : "", i);
+    k += (size_t)snprintf(big + k, cap - k, "}}");
+    st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    if (st != KVB_ERR_INVALID || !strstr(kvb_last_error(), "more than 16384 rules (the limit)")) {
+        free(big);
+        FAILF("4500 properties: status %d, %s", (int)st, kvb_last_error());
+    }
+    /* 2000 properties compile, in work linear in the grammar's text */
+    k = (size_t)snprintf(big, cap, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 2000; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"p%d\":{\"type\":\"string\"}", i ? "," : "", i);
+    k += (size_t)snprintf(big + k, cap - k, "}}");
+    st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    free(big);
+    CHECK_OK(st);
+    struct kvb_grammar *g = NULL;
+    st = kvb_grammar_parse(gb, n, NULL, &g);
+    kvb_buffer_free(gb);
+    CHECK_OK(st);
+    uint64_t work = g->compile_work;
+    kvb_grammar_free(g);
+    if (work > 4 * (uint64_t)n) FAILF("compile work %llu for %zu bytes: more than linear", (unsigned long long)work, n);
+}
+
 TEST(schema_refusals) {
     static const struct {
         const char *schema;
@@ -1166,6 +1237,7 @@ int main(void) {
     RUN(schema_known_documents);
     RUN(schema_random_walks);
     RUN(schema_refusals);
+    RUN(schema_size_limits_and_messages);
     RUN(matcher_cache_rebuild);
     RUN(allocation_failures);
     return test_summary();

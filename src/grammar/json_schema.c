@@ -35,6 +35,7 @@
 
 #define OUT_LIMIT ((size_t)8 << 20)
 #define MAX_REPEAT 10000
+#define MAX_ITEMS 16384 /* object keys and array items of a schema, counted on its text before it is read */
 
 struct sc {
     struct jarena *a;
@@ -43,6 +44,7 @@ struct sc {
     const char *prefix;
     jv root;
     int n_rules;
+    int n_written; /* rules written */
     unsigned have; /* shared rules written */
     jv refs;       /* dict: "#/..." -> rule name */
     int depth;
@@ -50,7 +52,14 @@ struct sc {
 
 enum { H_SPACE = 1, H_STRING = 2, H_NUMBER = 4, H_INTEGER = 8, H_BOOLEAN = 16, H_NULL = 32, H_VALUE = 64, H_CHAR = 128 };
 
-static void put(struct sc *s, struct jbuf *b, const char *t) { jbuf_put(s->a, s->e, b, t, strlen(t)); }
+/* Every write goes through here: past OUT_LIMIT the schema is refused by name (a request's fault, not memory). */
+static void put_n(struct sc *s, struct jbuf *b, const char *t, size_t n) {
+    if (b->n + n + 1 > OUT_LIMIT)
+        jerr_throw(s->e, KVB_ERR_INVALID, "json schema: the grammar it makes would pass %zu MiB of text (the limit)", OUT_LIMIT >> 20);
+    jbuf_put(s->a, s->e, b, t, n);
+}
+
+static void put(struct sc *s, struct jbuf *b, const char *t) { put_n(s, b, t, strlen(t)); }
 
 static KVB_PRINTF(3, 4) void putf(struct sc *s, struct jbuf *b, const char *fmt, ...) {
     char tmp[512];
@@ -59,19 +68,21 @@ static KVB_PRINTF(3, 4) void putf(struct sc *s, struct jbuf *b, const char *fmt,
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     if (n < 0 || n >= (int)sizeof tmp) jerr_throw(s->e, KVB_ERR_INVALID, "json schema: name too long");
-    jbuf_put(s->a, s->e, b, tmp, (size_t)n);
+    put_n(s, b, tmp, (size_t)n);
 }
 
-static struct jbuf newbuf(void) { return (struct jbuf){NULL, 0, 0, OUT_LIMIT}; }
+static struct jbuf newbuf(void) { return (struct jbuf){NULL, 0, 0, OUT_LIMIT + 1}; }
 
 static const char *bufstr(struct sc *s, struct jbuf *b) {
-    jbuf_put(s->a, s->e, b, "", 1);
+    put_n(s, b, "", 1);
     b->n--;
     return b->p;
 }
 
 /* Writes rule "<prefix>name ::= body". */
 static void rule(struct sc *s, const char *name, const char *body) {
+    if (++s->n_written > KVB_GRAMMAR_MAX_RULES)
+        jerr_throw(s->e, KVB_ERR_INVALID, "json schema: the grammar it makes would have more than %d rules (the limit)", KVB_GRAMMAR_MAX_RULES);
     putf(s, &s->out, "%s%s ::= ", s->prefix, name);
     put(s, &s->out, body);
     put(s, &s->out, "\n");
@@ -155,7 +166,7 @@ static void gbnf_lit(struct sc *s, struct jbuf *b, const char *t, size_t n) {
         uint8_t c = (uint8_t)t[i];
         if (c == '"' || c == '\\') { char x[3] = {'\\', (char)c, 0}; put(s, b, x); }
         else if (c < 0x20 || c == 0x7F) putf(s, b, "\\x%02X", c);
-        else jbuf_put(s->a, s->e, b, (const char *)&t[i], 1);
+        else put_n(s, b, (const char *)&t[i], 1);
     }
     put(s, b, "\"");
 }
@@ -178,7 +189,7 @@ static void dump_compact(struct sc *s, struct jbuf *b, jv x) {
             uint8_t c = (uint8_t)x.u.s[i];
             if (c == '"' || c == '\\') { char t[3] = {'\\', (char)c, 0}; put(s, b, t); }
             else if (c < 0x20) putf(s, b, "\\u%04x", c);
-            else jbuf_put(s->a, s->e, b, x.u.s + i, 1);
+            else put_n(s, b, x.u.s + i, 1);
         }
         put(s, b, "\"");
         break;
@@ -218,7 +229,7 @@ static const char *child_ptr(struct sc *s, const char *ptr, const char *key, int
         for (const char *k = key; *k; k++) {
             if (*k == '~') put(s, &b, "~0");
             else if (*k == '/') put(s, &b, "~1");
-            else jbuf_put(s->a, s->e, &b, k, 1);
+            else put_n(s, &b, k, 1);
         }
     } else putf(s, &b, "%d", idx);
     return bufstr(s, &b);
@@ -311,11 +322,12 @@ struct rx {
     struct sc *s;
     const char *p, *end, *ptr;
     int depth;
+    const char *begin; /* the pattern's first byte: error offsets count from it */
 };
 
 static _Noreturn void rx_unsupported(struct rx *r, const char *what) {
     jerr_throw(r->s->e, KVB_ERR_UNSUPPORTED, "json schema %s: pattern: %s is not supported (at offset %d)", *r->ptr ? r->ptr : "(root)", what,
-               (int)(r->p - (r->end - strlen(r->end))));
+               (int)(r->p - r->begin));
 }
 
 static uint32_t rx_utf8(struct rx *r) {
@@ -472,7 +484,7 @@ static void rx_seq(struct rx *r, struct jbuf *b) {
         put(s, b, ")");
         any = true;
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
-            jbuf_put(s->a, s->e, b, r->p, 1);
+            put_n(r->s, b, r->p, 1);
             r->p++;
         } else if (r->p < r->end && *r->p == '{') {
             const char *q = r->p + 1;
@@ -511,7 +523,7 @@ static void rx_alt(struct rx *r, struct jbuf *b) {
 static void string_pattern(struct sc *s, struct jbuf *b, jv pat, const char *ptr) {
     if (pat.t != JV_STR) bad(s, ptr, "\"pattern\" must be a string");
     const char *p = cstr(s, pat);
-    struct rx r = {s, p, p + strlen(p), ptr, 0};
+    struct rx r = {s, p, p + strlen(p), ptr, 0, p};
     bool start = r.p < r.end && *r.p == '^';
     if (start) r.p++;
     bool end_anchor = r.end > r.p && r.end[-1] == '$' && (r.end - 1 == r.p || r.end[-2] != '\\');
@@ -1105,6 +1117,22 @@ static kvb_status run(struct swork *w) {
     return KVB_OK;
 }
 
+/* Object keys and array items of JSON text (its ':' and ',' outside strings): the size bound, checked before anything is
+ * built from it, so a huge schema costs one pass over its bytes. */
+static size_t count_items(const char *t, size_t n) {
+    size_t k = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') in_str = true;
+        else if (c == ':' || c == ',') k++;
+    }
+    return k;
+}
+
 kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len) {
     if (!gbnf || !gbnf_len) return kvb_fail(KVB_ERR_INVALID, "kvb_json_schema_to_gbnf: NULL argument");
     const char *pre = rule_prefix ? rule_prefix : "";
@@ -1112,6 +1140,9 @@ kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const ch
     for (const char *c = pre; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
             return kvb_fail(KVB_ERR_INVALID, "json schema: rule prefix '%s' has characters other than letters, digits, '-', '_'", pre);
+    if (schema_json && count_items(schema_json, len) > MAX_ITEMS)
+        return kvb_fail(KVB_ERR_INVALID, "json schema: more than %d object keys and array items (enum values included): the limit of a schema's size",
+                        MAX_ITEMS);
     struct swork *w = kvb_calloc(1, sizeof *w);
     if (!w) return kvb_fail(KVB_ERR_NOMEM, "json schema: out of memory");
     w->a.limit = 256u << 20;
@@ -1126,7 +1157,15 @@ kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const ch
         char root[64];
         snprintf(root, sizeof root, "%sroot", pre);
         st = kvb_grammar_parse(w->s.out.p, w->s.out.n, root, &g);
-        if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_INVALID, "json schema: refers to itself without a value in between, or too large (%s)", kvb_last_error());
+        if (st == KVB_ERR_INVALID) {
+            /* the compiler's message is copied out first: formatting the last error into itself garbles it */
+            char why[320];
+            snprintf(why, sizeof why, "%s", kvb_last_error());
+            const char *w0 = !strncmp(why, "grammar: ", 9) ? why + 9 : why;
+            if (strstr(why, "left-recursive") || strstr(why, "left recursion"))
+                st = kvb_fail(KVB_ERR_INVALID, "json schema: refers to itself without a value in between (%s)", w0);
+            else st = kvb_fail(KVB_ERR_INVALID, "json schema: the grammar it makes is refused: %s", w0);
+        }
         kvb_grammar_free(g);
         if (st == KVB_OK) {
             char *o = kvb_malloc(w->s.out.n + 1);
