@@ -976,8 +976,8 @@ kvb_status kvb_grammar_parse(const char *gbnf, size_t len, const char *root, str
 void kvb_grammar_free(struct kvb_grammar *g);
 /* JSON Schema -> GBNF text. Every rule it writes starts with rule_prefix (NULL or "": none); the schema's value is the rule
  * `<prefix>root`. schema_json NULL or "{}" : any JSON value; json_object mode = {"type":"object"}.
- * Objects: properties in the schema's order, optional ones may be left out; with non-empty "properties" and no
- * "additionalProperties" no other key is allowed (as if it were false: say true to allow them); an extra key may not
+ * Objects: properties in the schema's order, optional ones may be left out; with "properties" (even empty: a tool
+ * without arguments is {}) and no "additionalProperties" no other key is allowed (as if it were false: say true to allow them); an extra key may not
  * be a declared property's name. Arrays: items, prefixItems, minItems, maxItems (up to 10,000). Strings: minLength,
  * maxLength, pattern (a regular-expression subset: classes, groups, alternation, quantifiers; ^ and $ only at the
  * ends), format date, time, date-time, uuid. Integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (|bound|

@@ -780,6 +780,10 @@ static const char *const k_schemas[] = {
     /* 9 a type list with keywords of one of its types; a nullable object */
     "{\"type\":[\"string\",\"null\",\"array\"],\"maxLength\":3,\"items\":{\"type\":\"object\",\"nullable\":true,"
     "\"properties\":{\"q\":{\"const\":[1,{\"r\":\"s\"}]}},\"additionalProperties\":true},\"maxItems\":2}",
+    /* 10 a tool without arguments (issue 47: it allowed any object; llama.cpp gives {}) */
+    "{\"type\":\"object\",\"properties\":{}}",
+    /* 11 no properties, more allowed */
+    "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":true}",
     NULL,
 };
 
@@ -843,6 +847,11 @@ static const struct {
     {9, "[null,{\"q\":[1,{\"r\":\"s\"}],\"z\":{}}]", true},
     {9, "[{\"q\":[1,{\"r\":\"t\"}]}]", false},
     {9, "[{},{},{}]", false},
+    {10, "{}", true},
+    {10, "{ }", true},
+    {10, "{\"a\":1}", false},
+    {11, "{}", true},
+    {11, "{\"a\":1}", true},
 };
 
 static struct kvb_grammar *schema_grammar(const char *schema, char **text) {

@@ -13,7 +13,8 @@
  * alternatives: oneOf's exclusivity is not enforced), allOf of one schema or
  * of object schemas (merged), objects (properties in order, optional ones may
  * be left out, additionalProperties false / true / a schema; with properties
- * and no additionalProperties no other key is allowed; extra keys may not be
+ * (even none) and no additionalProperties no other key is allowed, as in
+ * llama.cpp; extra keys may not be
  * a declared property's name), arrays (items, prefixItems, minItems,
  * maxItems), strings (minLength, maxLength, pattern: a regular-expression
  * subset, format date / time / date-time / uuid), integers with minimum /
@@ -757,7 +758,9 @@ static void gen_object(struct sc *s, struct jbuf *b, jv node, const char *ptr) {
     int32_t np = props ? props->u.d->n : 0;
     /* the extra key-value pairs */
     const char *extra = NULL;
-    bool extra_ok = addl ? !(addl->t == JV_BOOL && !addl->u.b) : np == 0;
+    /* as llama.cpp: a schema that lists properties (even none: a tool without arguments) allows no other key unless
+     * additionalProperties says so; without properties, any key */
+    bool extra_ok = addl ? !(addl->t == JV_BOOL && !addl->u.b) : !props;
     if (addl && addl->t != JV_BOOL && addl->t != JV_DICT) bad(s, ptr, "\"additionalProperties\" must be a boolean or a schema");
     if (req)
         for (int32_t i = 0; i < req->u.l->n; i++) {
