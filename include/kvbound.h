@@ -991,6 +991,10 @@ void kvb_grammar_free(struct kvb_grammar *g);
  * object keys and array items (enum values included, counted on the text before it is read), a grammar of more than
  * 16,384 rules or 8 MiB of text. *gbnf: kvb_buffer_free. */
 kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len);
+/* The same, with flags: KVB_SCHEMA_COMPACT allows no white space between tokens (a forced tool call: a weak model cannot
+ * spend its tokens on white space between values). */
+#define KVB_SCHEMA_COMPACT 1u
+kvb_status kvb_json_schema_to_gbnf_flags(const char *schema_json, size_t len, const char *rule_prefix, unsigned flags, char **gbnf, size_t *gbnf_len);
 struct kvb_grammar_vocab; /* a vocabulary's tokens as bytes, precomputed once (token trie...), immutable, shareable */
 kvb_status kvb_grammar_vocab_new(const struct kvb_vocab *vocab, struct kvb_grammar_vocab **out);
 void kvb_grammar_vocab_free(struct kvb_grammar_vocab *gv);

@@ -1030,6 +1030,46 @@ TEST(schema_size_limits_and_messages) {
     if (work > 4 * (uint64_t)n) FAILF("compile work %llu for %zu bytes: more than linear", (unsigned long long)work, n);
 }
 
+/* Issue 47: a forced tool call's arguments are compact JSON (KVB_SCHEMA_COMPACT): no white space between tokens, so a
+ * weak model cannot spend max_tokens on tabs; without the flag the bounded white space stays allowed. */
+TEST(schema_compact) {
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"array\",\"items\":{}}},"
+                         "\"required\":[\"a\"]}";
+    static const struct {
+        const char *doc;
+        int compact, loose;
+    } docs[] = {
+        {"{\"a\":1}", 1, 1},
+        {"{\"a\":1,\"b\":[{\"x\":[true,null]},\"s p\"]}", 1, 1},
+        {"{\"a\": 1}", 0, 1},
+        {"{ \"a\":1}", 0, 1},
+        {"{\"a\":1,\"b\":[\n\t1]}", 0, 1},
+        {"{\"a\":1,\"b\":[{\"x\" :2}]}", 0, 1},
+        {"{\"a\":1}\n", 0, 1},
+    };
+    for (int mode = 0; mode < 2; mode++) {
+        char *gb = NULL;
+        size_t n = 0;
+        CHECK_OK(kvb_json_schema_to_gbnf_flags(schema, strlen(schema), NULL, mode ? 0 : KVB_SCHEMA_COMPACT, &gb, &n));
+        struct kvb_grammar *g = NULL;
+        kvb_status st = kvb_grammar_parse(gb, n, NULL, &g);
+        kvb_buffer_free(gb);
+        CHECK_OK(st);
+        for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+            int want = mode ? docs[i].loose : docs[i].compact;
+            int got = match_text(g, docs[i].doc, strlen(docs[i].doc));
+            if (got != want) {
+                kvb_grammar_free(g);
+                FAILF("%s grammar on %s: %d, want %d", mode ? "loose" : "compact", docs[i].doc, got, want);
+            }
+        }
+        kvb_grammar_free(g);
+    }
+    char *gb = NULL;
+    size_t n = 0;
+    CHECK_STATUS(kvb_json_schema_to_gbnf_flags("{}", 2, NULL, 4, &gb, &n), KVB_ERR_INVALID);
+}
+
 TEST(schema_refusals) {
     static const struct {
         const char *schema;
@@ -1246,6 +1286,7 @@ int main(void) {
     RUN(schema_known_documents);
     RUN(schema_random_walks);
     RUN(schema_refusals);
+    RUN(schema_compact);
     RUN(schema_size_limits_and_messages);
     RUN(matcher_cache_rebuild);
     RUN(allocation_failures);

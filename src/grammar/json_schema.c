@@ -49,6 +49,7 @@ struct sc {
     unsigned have; /* shared rules written */
     jv refs;       /* dict: "#/..." -> rule name */
     int depth;
+    bool compact; /* KVB_SCHEMA_COMPACT: no white space between tokens */
 };
 
 enum { H_SPACE = 1, H_STRING = 2, H_NUMBER = 4, H_INTEGER = 8, H_BOOLEAN = 16, H_NULL = 32, H_VALUE = 64, H_CHAR = 128 };
@@ -111,7 +112,7 @@ static void write_helpers(struct sc *s, unsigned h) {
     char b[1024];
     const char *p = s->prefix;
     switch (h) {
-    case H_SPACE: rule(s, "space", "| \" \" | \"\\n\" [ \\t]{0,20}"); break;
+    case H_SPACE: rule(s, "space", s->compact ? "\"\"" : "| \" \" | \"\\n\" [ \\t]{0,20}"); break;
     case H_CHAR: rule(s, "char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})"); break;
     case H_STRING:
         need(s, H_CHAR), need(s, H_SPACE);
@@ -1137,6 +1138,11 @@ static size_t count_items(const char *t, size_t n) {
 }
 
 kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len) {
+    return kvb_json_schema_to_gbnf_flags(schema_json, len, rule_prefix, 0, gbnf, gbnf_len);
+}
+
+kvb_status kvb_json_schema_to_gbnf_flags(const char *schema_json, size_t len, const char *rule_prefix, unsigned flags, char **gbnf, size_t *gbnf_len) {
+    if (flags & ~KVB_SCHEMA_COMPACT) return kvb_fail(KVB_ERR_INVALID, "kvb_json_schema_to_gbnf_flags: unknown flags 0x%x", flags & ~KVB_SCHEMA_COMPACT);
     if (!gbnf || !gbnf_len) return kvb_fail(KVB_ERR_INVALID, "kvb_json_schema_to_gbnf: NULL argument");
     const char *pre = rule_prefix ? rule_prefix : "";
     if (strlen(pre) > 32) return kvb_fail(KVB_ERR_INVALID, "json schema: rule prefix longer than 32 bytes");
@@ -1150,6 +1156,7 @@ kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const ch
     if (!w) return kvb_fail(KVB_ERR_NOMEM, "json schema: out of memory");
     w->a.limit = 256u << 20;
     w->s.prefix = pre;
+    w->s.compact = (flags & KVB_SCHEMA_COMPACT) != 0;
     w->text = schema_json;
     w->len = schema_json ? len : 0;
     kvb_status st = run(w);

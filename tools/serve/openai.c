@@ -483,7 +483,8 @@ static bool forced_call_grammar(const struct server *srv, const cJSON *tools, st
         size_t gl = 0;
         snprintf(prefix, sizeof prefix, "t%d-", k);
         const char *src = schema ? schema : "{\"type\":\"object\"}";
-        const kvb_status st = kvb_json_schema_to_gbnf(src, strlen(src), prefix, &gbnf, &gl);
+        /* compact: no free white space between a forced call's tokens (a weak model spent max_tokens on tabs) */
+        const kvb_status st = kvb_json_schema_to_gbnf_flags(src, strlen(src), prefix, KVB_SCHEMA_COMPACT, &gbnf, &gl);
         free(schema);
         if (st != KVB_OK) {
             serve_error(r, st == KVB_ERR_NOMEM ? 500 : 400, st == KVB_ERR_NOMEM ? "server_error" : "invalid_request_error", "tools[%d].function.parameters: %s", k,
