@@ -875,6 +875,11 @@ kvb_status kvb_chat_parser_feed(struct kvb_chat_parser *p, const char *text, siz
  * "tool_calls":[{"id","type":"function","function":{"name","arguments": a JSON string}}] (only when any)}. Before the final
  * feed: what is decided so far. *message_json: kvb_buffer_free. */
 kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **message_json);
+/* Says the text ends cut short (max_tokens) in a call the caller forced (tool_choice required or named): at the final feed,
+ * a call still open is kept as a call instead of content: its name as far as written (name, when given, where the text has
+ * not finished one), its arguments the text written after "arguments": (which may not parse; OpenAI does the same, with
+ * finish_reason "length"). JSON call forms and gpt-oss's. Call before the final feed. */
+void kvb_chat_parser_cut(struct kvb_chat_parser *p, const char *name);
 /* The number of tool calls taken so far (at the end: finish_reason "tool_calls" when > 0). */
 int32_t kvb_chat_parser_n_calls(const struct kvb_chat_parser *p);
 

@@ -107,6 +107,55 @@ TEST(deltas) {
     kvb_chat_parser_free(p);
 }
 
+/* Issue 47: a forced call cut by max_tokens (kvb_chat_parser_cut) comes back as a call, never as markup in content;
+ * without the cut, an unfinished call stays content as before. */
+static char *parse_cut(enum kvb_tool_format f, const char *pre, const char *text, bool cut, const char *hint) {
+    struct kvb_chat_syntax syn = {f, false, false};
+    struct kvb_chat_parser *p;
+    char *d = NULL, *m = NULL;
+    if (kvb_chat_parser_new(&syn, &p)) return NULL;
+    kvb_chat_parser_seed(p, 7);
+    if (kvb_chat_parser_feed(p, pre, strlen(pre), false, &d) == KVB_OK) {
+        kvb_buffer_free(d);
+        d = NULL;
+        if (cut) kvb_chat_parser_cut(p, hint);
+        if (kvb_chat_parser_feed(p, text, strlen(text), true, &d) == KVB_OK) kvb_chat_parser_message(p, &m);
+    }
+    kvb_buffer_free(d);
+    kvb_chat_parser_free(p);
+    return m;
+}
+
+TEST(cut_forced_call) {
+    static const struct {
+        enum kvb_tool_format f;
+        const char *pre, *text, *hint, *want; /* want: the message's tool_calls part */
+    } cases[] = {
+        {KVB_TOOLS_HERMES, "<tool_call>\n", "{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Par", NULL,
+         "\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Par\"}"},
+        {KVB_TOOLS_HERMES, "<tool_call>\n", "{\"name\": \"get_we", "get_weather", "\"name\":\"get_weather\",\"arguments\":\"\"}"},
+        {KVB_TOOLS_HERMES, "<tool_call>\n", "{\"name\": \"f\", \"arguments\": ", NULL, "\"name\":\"f\",\"arguments\":\"\"}"},
+        {KVB_TOOLS_MISTRAL, "[TOOL_CALLS]", "[{\"name\": \"f\", \"arguments\": {\"a\":[1,", NULL, "\"name\":\"f\",\"arguments\":\"{\\\"a\\\":[1,\"}"},
+        {KVB_TOOLS_LLAMA3, "", "{\"name\": \"f\", \"parameters\": {\"a\":", NULL, "\"name\":\"f\",\"arguments\":\"{\\\"a\\\":\"}"},
+        {KVB_TOOLS_HARMONY, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>", "{\"a\":\"x", NULL,
+         "\"name\":\"f\",\"arguments\":\"{\\\"a\\\":\\\"x\"}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *m = parse_cut(cases[i].f, cases[i].pre, cases[i].text, true, cases[i].hint);
+        if (!m || !strstr(m, "\"content\":null") || !strstr(m, cases[i].want) || strstr(m, "<tool_call>") || strstr(m, "TOOL_CALLS"))
+            FAILC("case %zu: %s\n  want a call with %s", i, m ? m : "(none)", cases[i].want);
+        kvb_buffer_free(m);
+        /* not cut: the unfinished call stays content, as written */
+        m = parse_cut(cases[i].f, cases[i].pre, cases[i].text, false, NULL);
+        if (!m || strstr(m, "tool_calls")) FAILC("case %zu uncut: %s", i, m ? m : "(none)");
+        kvb_buffer_free(m);
+    }
+    /* a whole call is taken as ever, cut or not */
+    char *m = parse_cut(KVB_TOOLS_HERMES, "<tool_call>\n", "{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>", true, "f");
+    if (!m || !strstr(m, "\"arguments\":\"{\\\"a\\\":1}\"")) FAILC("whole call: %s", m ? m : "(none)");
+    kvb_buffer_free(m);
+}
+
 TEST(names_and_errors) {
     for (int f = 0; f <= KVB_TOOLS_GRANITE; f++) {
         enum kvb_tool_format g;
@@ -567,6 +616,7 @@ int main(void) {
     RUN(formats);
     RUN(deltas);
     RUN(names_and_errors);
+    RUN(cut_forced_call);
     RUN(out_of_memory);
     RUN(linear_time);
     RUN(detect);

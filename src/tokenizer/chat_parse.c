@@ -303,12 +303,20 @@ struct kvb_chat_parser {
     struct sbuf strs;
     struct call *calls;
     int32_t n_calls, cap_calls, calls_shown;
+    bool cut;           /* kvb_chat_parser_cut: an open call at final is kept */
+    char cut_name[128]; /* its name when the text has not finished one ("" none) */
 };
 
 static void start_call(struct kvb_chat_parser *p, enum kind k, size_t mlen);
 
 void kvb_chat_parser_seed(struct kvb_chat_parser *p, uint64_t seed) {
     if (p) p->seed = seed;
+}
+
+void kvb_chat_parser_cut(struct kvb_chat_parser *p, const char *name) {
+    if (!p) return;
+    p->cut = true;
+    snprintf(p->cut_name, sizeof p->cut_name, "%s", name ? name : "");
 }
 
 kvb_status kvb_chat_parser_new(const struct kvb_chat_syntax *syn, struct kvb_chat_parser **out) {
@@ -979,6 +987,61 @@ static int call_step(struct kvb_chat_parser *p, const char *t, size_t n, bool fi
 
 static void emit_content(struct kvb_chat_parser *p, const char *s, size_t n) { sink_put(&p->content, &p->oom, s, n); }
 
+/* The open call at t[0..n), cut short (kvb_chat_parser_cut), as a call: its name as far as written (or
+ * p->cut_name when the name is not whole), its arguments the text after "arguments": so far (which may
+ * not parse). JSON forms ({"name": ..., "arguments": ...}, in an array or not) and harmony's. false: not
+ * one of those, or out of memory. */
+static bool take_cut_call(struct kvb_chat_parser *p, const char *t, size_t n) {
+    const char *name = "";
+    size_t name_n = 0, ab = n;
+    bool name_whole = false;
+    if (p->kind == K_H_CALL) {
+        name = t + p->nb;
+        name_n = p->ne - p->nb;
+        name_whole = true;
+        ab = skip_ws(t, n, p->phase >= 1 ? p->jb : p->at);
+    } else if (p->kind == K_HERMES || p->kind == K_ARRAY || p->kind == K_BARE) {
+        size_t i = skip_ws(t, n, p->phase >= 1 ? p->jb : p->at);
+        if (i < n && t[i] == '[') i = skip_ws(t, n, i + 1);
+        if (i < n && t[i] == '{') {
+            i = skip_ws(t, n, i + 1);
+            if (match_at(t + i, n - i, "\"name\"") == 1) {
+                i = skip_ws(t, n, i + 6);
+                if (i < n && t[i] == ':') i = skip_ws(t, n, i + 1);
+                if (i < n && t[i] == '"') {
+                    size_t e = ++i;
+                    while (e < n && t[e] != '"') e += t[e] == '\\' ? 2 : 1;
+                    if (e > n) e = n;
+                    name = t + i;
+                    name_n = e - i;
+                    name_whole = e < n;
+                    i = e < n ? skip_ws(t, n, e + 1) : n;
+                    if (i < n && t[i] == ',') i = skip_ws(t, n, i + 1);
+                    size_t k = i;
+                    if (match_at(t + i, n - i, "\"arguments\"") == 1) k = i + 11;
+                    else if (match_at(t + i, n - i, "\"parameters\"") == 1) k = i + 12;
+                    if (k > i) {
+                        k = skip_ws(t, n, k);
+                        if (k < n && t[k] == ':') ab = skip_ws(t, n, k + 1);
+                    }
+                }
+            }
+        }
+    } else return false;
+    if (!name_whole && p->cut_name[0]) {
+        name = p->cut_name;
+        name_n = strlen(p->cut_name);
+    }
+    size_t ae = n;
+    while (ae > ab && is_ws(t[ae - 1])) ae--;
+    struct sbuf args = {0};
+    sb_put_clean(&args, &p->oom, t + ab, ae - ab);
+    if (!p->oom && !args.p) sb_put(&args, &p->oom, "", 0);
+    bool ok = !p->oom && push_call(p, name, name_n, args.p ? args.p : "", args.n, NULL, 0);
+    kvb_free(args.p);
+    return ok;
+}
+
 /* One decision; false when nothing more can be decided now. */
 static bool step(struct kvb_chat_parser *p, bool final) {
     const char *t = p->buf.p + p->pos;
@@ -1095,6 +1158,12 @@ static bool step(struct kvb_chat_parser *p, bool final) {
             if (k0 == K_H_HEAD && p->kind == K_H_HEAD) p->mode = M_H_BODY;
             else if (p->kind == K_BARE || p->kind == K_PYTAG) p->mode = M_AFTER;
             else p->mode = p->syn.tools == KVB_TOOLS_HARMONY ? M_H_OUT : M_CONTENT;
+            return true;
+        }
+        if (p->oom) return false;
+        if (r == NEED && final && p->cut && take_cut_call(p, t, n)) { /* cut short by the caller's limit: a call all the same */
+            p->pos += n;
+            p->mode = M_DONE;
             return true;
         }
         if (p->oom) return false;
