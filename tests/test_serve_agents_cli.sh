@@ -11,7 +11,9 @@
 #   - logprobs: one entry per token, top_logprobs sorted, the greedy token
 #     the most likely; logit_bias bans a token and forces another;
 #   - response_format json_schema and GBNF grammar: the answer parses and
-#     validates; tool_choice required / named: a call that validates;
+#     validates; tool_choice required / named: a call that validates, cut
+#     by max_tokens still a call (finish_reason length), {} for a tool
+#     without arguments;
 #   - llama-server's routes and flags: /v1/models/{id}, /tokenize,
 #     /detokenize, /props, Allow on 405, -a, -np, -c, -ngl,
 #     --chat-template-file, --no-jinja;
@@ -133,6 +135,30 @@ post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Anyth
 check serve_tool_call_required '
 c=d["choices"][0]["message"]["tool_calls"]; assert c and c[0]["function"]["name"] in ("get_weather","noop"), d
 json.loads(c[0]["function"]["arguments"])' "$T/tr.json"
+# issue 47: a forced call cut by max_tokens is a call with finish_reason length, never <tool_call> markup in content
+# (streamed too; cut inside the name, a named call keeps its name); a tool without arguments ({"type":"object","properties":{}}) is called with {} (it was any object)
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":6,\"temperature\":1,\"seed\":7,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}" > "$T/tcut.json"
+check serve_tool_call_cut_is_a_call '
+ch=d["choices"][0]; m=ch["message"]
+assert ch["finish_reason"]=="length", ch
+assert not m.get("content") and "tool_call" not in json.dumps(m.get("content")), m
+c=m["tool_calls"]; assert len(c)==1 and c[0]["function"]["name"]=="get_weather" and c[0]["id"], c
+assert isinstance(c[0]["function"]["arguments"], str), c' "$T/tcut.json"
+curl -s -N -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":16,\"temperature\":1,\"seed\":7,\"stream\":true,\"tools\":$TOOLS,\"tool_choice\":\"required\"}" "$URL/v1/chat/completions" > "$T/tcut.sse"
+if python3 -c '
+import json,sys
+ev=[json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("data: {")]
+ds=[c["delta"] for e in ev for c in e["choices"]]
+fin=[c["finish_reason"] for e in ev for c in e["choices"] if c["finish_reason"]]
+assert fin==["length"], fin
+assert not any(d.get("content") for d in ds), ds
+calls=[t for d in ds for t in d.get("tool_calls",[])]; assert len(calls)==1 and calls[0]["function"]["name"] in ("get_weather","noop"), ds
+' "$T/tcut.sse" 2> "$T/check.out"; then ok serve_tool_call_cut_streamed; else ko serve_tool_call_cut_streamed "$(tail -n 1 "$T/check.out") $(head -c 400 "$T/tcut.sse")"; fi
+NOARGS='[{"type":"function","function":{"name":"ping","parameters":{"type":"object","properties":{}}}}]'
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Ping\"}],\"max_tokens\":40,\"temperature\":1,\"seed\":3,\"tools\":$NOARGS,\"tool_choice\":\"required\"}" > "$T/noargs.json"
+check serve_tool_without_arguments_is_empty_object '
+ch=d["choices"][0]; c=ch["message"]["tool_calls"]
+assert ch["finish_reason"]=="tool_calls" and c[0]["function"]["name"]=="ping" and c[0]["function"]["arguments"]=="{}", ch' "$T/noargs.json"
 
 # llama-server's routes
 code() { curl -s -o "$T/r.out" -w '%{http_code}' "$@"; }
