@@ -156,6 +156,62 @@ TEST(cut_forced_call) {
     kvb_buffer_free(m);
 }
 
+/* Issue 47: with the request's tools declared (kvb_chat_parser_tools), a call to an undeclared function, or with
+ * arguments its schema refuses, is not a call: its text stays content; valid calls (keys in any order) are taken. */
+static char *parse_tools(const char *tools, const char *text) {
+    struct kvb_chat_syntax syn = {KVB_TOOLS_HERMES, false, false};
+    struct kvb_chat_parser *p;
+    char *d = NULL, *m = NULL;
+    if (kvb_chat_parser_new(&syn, &p)) return NULL;
+    if (kvb_chat_parser_tools(p, tools, strlen(tools)) == KVB_OK && kvb_chat_parser_feed(p, text, strlen(text), true, &d) == KVB_OK)
+        kvb_chat_parser_message(p, &m);
+    kvb_buffer_free(d);
+    kvb_chat_parser_free(p);
+    return m;
+}
+
+TEST(calls_checked_against_tools) {
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]},\"at\":{\"type\":\"object\","
+                        "\"properties\":{\"h\":{\"type\":\"integer\"},\"m\":{\"type\":\"integer\"}}}},\"required\":[\"city\"]}}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"ping\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"free\"}}]";
+    static const struct {
+        const char *args;
+        const char *name;
+        bool call;
+    } cases[] = {
+        {"{\"city\": \"Paris\"}", "get_weather", true},
+        {"{\"unit\": \"c\", \"city\": \"Paris\"}", "get_weather", true},           /* keys in another order */
+        {"{\"city\": \"P\", \"at\": {\"m\": 5, \"h\": 1}}", "get_weather", true}, /* nested, too */
+        {"{}", "ping", true},
+        {"{\"anything\": [1, {\"x\": null}]}", "free", true}, /* no parameters: any object */
+        {"{\"city\": 3}", "get_weather", false},                /* wrong type */
+        {"{\"unit\": \"c\"}", "get_weather", false},            /* required missing */
+        {"{\"city\": \"P\", \"unit\": \"k\"}", "get_weather", false},
+        {"{\"city\": \"P\", \"x\": 1}", "get_weather", false}, /* not a declared property */
+        {"{\"a\": 1}", "ping", false},                           /* a tool without arguments */
+        {"{\"city\": \"Paris\"}", "rm_rf", false},               /* not a declared function */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "Sure.\n<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>", cases[i].name, cases[i].args);
+        char *m = parse_tools(tools, text);
+        bool is_call = m && strstr(m, "\"tool_calls\"");
+        bool markup_in_content = m && strstr(m, "\"content\":\"Sure.\\n<tool_call>");
+        if (!m || is_call != cases[i].call || markup_in_content == cases[i].call) FAILC("case %zu (%s %s): %s", i, cases[i].name, cases[i].args, m ? m : "(none)");
+        kvb_buffer_free(m);
+    }
+    /* declared once, before the first feed; a bad list is refused */
+    struct kvb_chat_syntax syn = {KVB_TOOLS_HERMES, false, false};
+    struct kvb_chat_parser *p;
+    CHECK_OK(kvb_chat_parser_new(&syn, &p));
+    CHECK_STATUS(kvb_chat_parser_tools(p, "{}", 2), KVB_ERR_INVALID);
+    CHECK_OK(kvb_chat_parser_tools(p, "[]", 2));
+    CHECK_STATUS(kvb_chat_parser_tools(p, "[]", 2), KVB_ERR_INVALID);
+    kvb_chat_parser_free(p);
+}
+
 TEST(names_and_errors) {
     for (int f = 0; f <= KVB_TOOLS_GRANITE; f++) {
         enum kvb_tool_format g;
@@ -617,6 +673,7 @@ int main(void) {
     RUN(deltas);
     RUN(names_and_errors);
     RUN(cut_forced_call);
+    RUN(calls_checked_against_tools);
     RUN(out_of_memory);
     RUN(linear_time);
     RUN(detect);
