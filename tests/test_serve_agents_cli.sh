@@ -154,6 +154,17 @@ assert fin==["length"], fin
 assert not any(d.get("content") for d in ds), ds
 calls=[t for d in ds for t in d.get("tool_calls",[])]; assert len(calls)==1 and calls[0]["function"]["name"] in ("get_weather","noop"), ds
 ' "$T/tcut.sse" 2> "$T/check.out"; then ok serve_tool_call_cut_streamed; else ko serve_tool_call_cut_streamed "$(tail -n 1 "$T/check.out") $(head -c 400 "$T/tcut.sse")"; fi
+# issue 47: under tool_choice auto a call is checked against the request's tools: one to an undeclared function, or with
+# arguments its schema refuses, stays content; a valid one is a call (a GBNF grammar makes the model write each)
+for c in 'rm_rf:{"city":"x"}:content' 'get_weather:{"city":"Paris"}:content' 'get_weather:{"unit":"c","city":"Paris"}:call'; do
+    fn=${c%%:*}; rest=${c#*:}; args=${rest%:*}; want=${rest##*:}
+    g=$(python3 -c 'import json,sys; print(json.dumps("root ::= " + json.dumps("<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>" % (sys.argv[1], sys.argv[2])).replace("\\\\n","\\n")))' "$fn" "$args")
+    post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Go\"}],\"max_tokens\":60,\"temperature\":1,\"seed\":4,\"tools\":$TOOLS,\"grammar\":$g}" > "$T/val.json"
+    check "serve_tool_call_checked_${fn}_$want" "
+m=d['choices'][0]['message']; want='$want'
+if want=='call': assert m.get('tool_calls') and m['tool_calls'][0]['function']['name']=='$fn' and d['choices'][0]['finish_reason']=='tool_calls', d
+else: assert not m.get('tool_calls') and '<tool_call>' in (m.get('content') or ''), d" "$T/val.json"
+done
 NOARGS='[{"type":"function","function":{"name":"ping","parameters":{"type":"object","properties":{}}}}]'
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Ping\"}],\"max_tokens\":40,\"temperature\":1,\"seed\":3,\"tools\":$NOARGS,\"tool_choice\":\"required\"}" > "$T/noargs.json"
 check serve_tool_without_arguments_is_empty_object '
