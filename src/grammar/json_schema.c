@@ -23,6 +23,12 @@
  * (KVB_ERR_UNSUPPORTED); annotations (title, description, default, ...) are
  * ignored. A malformed node is KVB_ERR_INVALID with its JSON pointer.
  *
+ * Size: the schema's keys and items are counted on its text before it is
+ * read (MAX_ITEMS), the rules written (KVB_GRAMMAR_MAX_RULES) and the text
+ * (OUT_LIMIT) as they grow; each is refused naming its limit (KVB_ERR_INVALID,
+ * a request's fault, never "out of memory"). KVB_SCHEMA_COMPACT makes the
+ * space rule empty: no white space between tokens.
+ *
  * The text is parsed once as GBNF before it is returned, so whatever this
  * accepts compiles (a schema that refers to itself without any value in
  * between is refused here, as left recursion).

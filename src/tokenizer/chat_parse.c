@@ -26,8 +26,14 @@
  * Refusals: a call whose JSON does not close by final, does not parse, is
  * not a call (no string "name", arguments not an object), is longer than
  * KVB_CHAT_MAX_CALL bytes or nested deeper than KVB_CHAT_MAX_DEPTH, is not
- * a call: its marker and text stay content, as written. At most
- * KVB_CHAT_MAX_CALLS calls per message; later ones stay content.
+ * a call: its marker and text stay content, as written. So is, once the
+ * request's tools are declared (kvb_chat_parser_tools), a call to an
+ * undeclared function or with arguments its schema's grammar refuses (the
+ * arguments re-ordered to the schema's key order first, then matched byte
+ * by byte; each tool's grammar compiled on its first call). At most
+ * KVB_CHAT_MAX_CALLS calls per message; later ones stay content. A caller
+ * that forced a call and cut it short (kvb_chat_parser_cut) gets the open
+ * call at final as a call, its arguments as far as written.
  *
  * Formats: see include/kvbound.h (enum kvb_tool_format).
  */
