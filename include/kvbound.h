@@ -878,7 +878,7 @@ kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **messa
 /* Declares the tools a call may name (tools_json: OpenAI's "tools" array; call before the first feed). A call to a function not
  * declared, or whose arguments do not match its "parameters" schema (compiled as kvb_json_schema_to_gbnf does, object keys
  * judged in the schema's order whatever order they were written in), is refused as a malformed call is: its marker and text
- * stay content. Without this, any call is taken. KVB_ERR_INVALID (not an array of functions), KVB_ERR_NOMEM. */
+ * stay content. A schema kvb_json_schema_to_gbnf refuses (a keyword it does not implement) checks the name only. Without this, any call is taken. KVB_ERR_INVALID (not an array of functions), KVB_ERR_NOMEM. */
 kvb_status kvb_chat_parser_tools(struct kvb_chat_parser *p, const char *tools_json, size_t len);
 /* Says the text ends cut short (max_tokens) in a call the caller forced (tool_choice required or named): at the final feed,
  * a call still open is kept as a call instead of content: its name as far as written (name, when given, where the text has

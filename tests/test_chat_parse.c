@@ -175,7 +175,8 @@ TEST(calls_checked_against_tools) {
                         "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]},\"at\":{\"type\":\"object\","
                         "\"properties\":{\"h\":{\"type\":\"integer\"},\"m\":{\"type\":\"integer\"}}}},\"required\":[\"city\"]}}},"
                         "{\"type\":\"function\",\"function\":{\"name\":\"ping\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}},"
-                        "{\"type\":\"function\",\"function\":{\"name\":\"free\"}}]";
+                        "{\"type\":\"function\",\"function\":{\"name\":\"free\"}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"odd\",\"parameters\":{\"type\":\"object\",\"patternProperties\":{}}}}]";
     static const struct {
         const char *args;
         const char *name;
@@ -192,6 +193,7 @@ TEST(calls_checked_against_tools) {
         {"{\"city\": \"P\", \"x\": 1}", "get_weather", false}, /* not a declared property */
         {"{\"a\": 1}", "ping", false},                           /* a tool without arguments */
         {"{\"city\": \"Paris\"}", "rm_rf", false},               /* not a declared function */
+        {"{\"z\": 1}", "odd", true}, /* a schema the compiler refuses: the name only */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[512];

@@ -28,7 +28,8 @@
  * KVB_CHAT_MAX_CALL bytes or nested deeper than KVB_CHAT_MAX_DEPTH, is not
  * a call: its marker and text stay content, as written. So is, once the
  * request's tools are declared (kvb_chat_parser_tools), a call to an
- * undeclared function or with arguments its schema's grammar refuses (the
+ * undeclared function or with arguments its schema's grammar refuses (a
+ * schema the compiler refuses checks the name only; the
  * arguments re-ordered to the schema's key order first, then matched byte
  * by byte; each tool's grammar compiled on its first call). At most
  * KVB_CHAT_MAX_CALLS calls per message; later ones stay content. A caller
@@ -323,7 +324,7 @@ static void start_call(struct kvb_chat_parser *p, enum kind k, size_t mlen);
 struct tool_decl {
     char *name, *schema;
     struct kvb_grammar *g;
-    bool bad; /* the schema does not compile: no call to it validates */
+    bool bad; /* the schema does not compile (a keyword kvbound does not implement): only the name is checked */
 };
 
 void kvb_chat_parser_seed(struct kvb_chat_parser *p, uint64_t seed) {
@@ -568,12 +569,13 @@ static jv in_schema_order(struct jarena *a, struct jerr *e, jv x, jv sch, jv roo
 }
 
 /* Whether the call (name, arguments: compact JSON of an object) names a declared tool and its arguments
- * match that tool's parameters. -1: out of memory. */
+ * match that tool's parameters (any, when the schema does not compile). -1: out of memory. */
 static int call_valid(struct kvb_chat_parser *p, const char *name, size_t name_n, const char *args, size_t args_n) {
     struct tool_decl *t = NULL;
     for (int32_t i = 0; i < p->n_tools && !t; i++)
         if (strlen(p->tools[i].name) == name_n && !memcmp(p->tools[i].name, name, name_n)) t = &p->tools[i];
-    if (!t || t->bad) return 0;
+    if (!t) return 0;
+    if (t->bad) return 1;
     if (!t->g) {
         char *gb = NULL;
         size_t gn = 0;
@@ -581,7 +583,7 @@ static int call_valid(struct kvb_chat_parser *p, const char *name, size_t name_n
         if (st == KVB_OK) st = kvb_grammar_parse(gb, gn, NULL, &t->g);
         kvb_buffer_free(gb);
         if (st == KVB_ERR_NOMEM) return -1;
-        if (st != KVB_OK) { t->bad = true; return 0; }
+        if (st != KVB_OK) { t->bad = true; return 1; }
     }
     struct work *w = kvb_calloc(1, sizeof *w);
     if (!w) return -1;
