@@ -1028,6 +1028,22 @@ TEST(schema_size_limits_and_messages) {
     uint64_t work = g->compile_work;
     kvb_grammar_free(g);
     if (work > 4 * (uint64_t)n) FAILF("compile work %llu for %zu bytes: more than linear", (unsigned long long)work, n);
+    /* other keys allowed: a trie of the names' bytes, one rule a node, each with nested groups (positions asked
+     * backwards, from a group's '(' after the groups inside it) */
+    big = malloc(cap);
+    CHECK(big);
+    k = (size_t)snprintf(big, cap, "{\"type\":\"object\",\"additionalProperties\":true,\"properties\":{");
+    for (int i = 0; i < 1500; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"key%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+    k += (size_t)snprintf(big + k, cap - k, "}}");
+    st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    free(big);
+    CHECK_OK(st);
+    st = kvb_grammar_parse(gb, n, NULL, &g);
+    kvb_buffer_free(gb);
+    CHECK_OK(st);
+    work = g->compile_work;
+    kvb_grammar_free(g);
+    if (work > 4 * (uint64_t)n) FAILF("compile work %llu for %zu bytes (other keys allowed): more than linear", (unsigned long long)work, n);
 }
 
 /* Issue 47: a forced tool call's arguments are compact JSON (KVB_SCHEMA_COMPACT): no white space between tokens, so a

@@ -66,27 +66,39 @@ struct gp {
     uint32_t *stk_pos;
     struct kvb_grammar *g;
     const char *root;
-    const char *w_at;             /* where(): the last position asked, its line and column */
-    uint32_t w_line, w_col;
+    const char *w_at, *w_ls;      /* where(): the furthest position asked, the start of its line */
+    uint32_t w_line;              /* and its line */
     uint64_t work;                /* bytes where() scanned and hash probes: the compile's work, for tests */
 };
 
-/* Line and column of at. The parser asks for positions that only move
- * forward, so the scan resumes from the last answer (p->w_at): linear in the
- * text overall, not in text x rules. A position behind it (an error pointing
- * back) rescans from the start. */
+/* Line and column of at. The parser asks for positions that mostly move
+ * forward, so the scan resumes from the furthest one asked (p->w_at, on the
+ * line starting at p->w_ls): linear in the text overall, not in text x
+ * rules. A position behind it (a group's '(' asked after the groups inside
+ * it) counts back from there, over the group's own bytes only. */
 static void where(struct gp *p, const char *at, uint32_t *line, uint32_t *col) {
     if (at > p->end) at = p->end;
-    if (!p->w_at || at < p->w_at) { p->w_at = p->src; p->w_line = 1; p->w_col = 1; }
-    uint32_t l = p->w_line, c = p->w_col;
-    for (const char *q = p->w_at; q < at; q++) {
-        if (*q == '\n') { l++; c = 1; }
-        else c++;
+    if (at < p->src) at = p->src;
+    if (!p->w_at) { p->w_at = p->w_ls = p->src; p->w_line = 1; }
+    if (at >= p->w_at) {
+        for (const char *q = p->w_at; q < at; q++)
+            if (*q == '\n') { p->w_line++; p->w_ls = q + 1; }
+        p->work += (uint64_t)(at - p->w_at);
+        p->w_at = at;
+        *line = p->w_line;
+        *col = (uint32_t)(at - p->w_ls) + 1;
+        return;
     }
-    p->work += (uint64_t)(at - p->w_at);
-    p->w_at = at;
-    p->w_line = *line = l;
-    p->w_col = *col = c;
+    uint32_t l = p->w_line;
+    const char *ls = p->w_ls;
+    if (at < ls) {
+        for (const char *q = at; q < p->w_ls; q++) l -= *q == '\n';
+        ls = at;
+        while (ls > p->src && ls[-1] != '\n') ls--;
+        p->work += (uint64_t)(p->w_ls - ls);
+    }
+    *line = l;
+    *col = (uint32_t)(at - ls) + 1;
 }
 
 static _Noreturn KVB_PRINTF(3, 4) void fail_at(struct gp *p, const char *at, const char *fmt, ...) {

@@ -691,55 +691,77 @@ static void gen_integer(struct sc *s, struct jbuf *b, jv node, const char *ptr) 
 
 /* ---- objects and arrays ---- */
 
+/* byte order of two JSON strings */
+static int cmp_names(const void *a, const void *b) {
+    const jv *x = a, *y = b;
+    size_t n = x->n < y->n ? x->n : y->n;
+    int c = n ? memcmp(x->u.s, y->u.s, n) : 0;
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
 /* A string rule for keys that are none of names[0..n) (their JSON text with no escapes). */
 static const char *key_not_in(struct sc *s, jv *names, int32_t n) {
     /* a trie over the names' bytes, each node a rule: stop here (when no name ends here), take a child's byte,
-     * or take any other character (then anything may follow) */
+     * or take any other character (then anything may follow). Built from the names sorted, so each name adds
+     * the nodes past its common prefix with the one before, in preorder: linear in the names' bytes. */
     const char *ch = need(s, H_CHAR);
     const char *base = new_name(s);
-    int32_t counter = 0;
-    /* nodes by (prefix): iterate over distinct prefixes in order; a prefix's rule name is base_k */
     struct node {
         const char *p;
         size_t len;
-        int32_t id;
+        int32_t parent, first, next, last; /* children: first..next links (last: the newest) */
+        bool ends;
     };
     /* only names of plain printable ASCII (no '"' or '\\') are excluded: a name with other characters may come
      * again as an extra key */
     jv *plain = jarena_alloc(s->a, s->e, sizeof *plain * (size_t)(n + 1));
     int32_t np = 0;
+    size_t longest = 0;
     for (int32_t i = 0; i < n; i++) {
         bool ok = names[i].t == JV_STR;
         for (size_t j = 0; ok && j < names[i].n; j++) ok = names[i].u.s[j] >= 0x20 && names[i].u.s[j] < 0x7F && names[i].u.s[j] != '"' && names[i].u.s[j] != '\\';
-        if (ok) plain[np++] = names[i];
+        if (ok) {
+            plain[np++] = names[i];
+            if (names[i].n > longest) longest = names[i].n;
+        }
     }
     names = plain;
     n = np;
+    qsort(names, (size_t)n, sizeof *names, cmp_names);
     size_t total = 0;
     for (int32_t i = 0; i < n; i++) total += names[i].n + 1;
     struct node *nodes = jarena_alloc(s->a, s->e, sizeof *nodes * (total + 1));
+    int32_t *path = jarena_alloc(s->a, s->e, sizeof *path * (longest + 1)); /* path[l]: the node of the current name's first l bytes */
     int32_t nn = 0;
-    nodes[nn++] = (struct node){"", 0, counter++};
-    for (int32_t i = 0; i < n; i++)
-        for (size_t l = 1; l <= names[i].n; l++) {
-            bool seen = false;
-            for (int32_t k = 0; k < nn && !seen; k++) seen = nodes[k].len == l && !memcmp(nodes[k].p, names[i].u.s, l);
-            if (!seen) nodes[nn++] = (struct node){names[i].u.s, l, counter++};
+    nodes[nn++] = (struct node){"", 0, -1, -1, -1, -1, false};
+    path[0] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        size_t lcp = 0;
+        if (i)
+            while (lcp < names[i].n && lcp < names[i - 1].n && names[i].u.s[lcp] == names[i - 1].u.s[lcp]) lcp++;
+        for (size_t l = lcp + 1; l <= names[i].n; l++) {
+            if (nn > KVB_GRAMMAR_MAX_RULES)
+                jerr_throw(s->e, KVB_ERR_INVALID, "json schema: the grammar it makes would have more than %d rules (the limit)", KVB_GRAMMAR_MAX_RULES);
+            int32_t par = path[l - 1];
+            nodes[nn] = (struct node){names[i].u.s, l, par, -1, -1, -1, false};
+            if (nodes[par].last < 0) nodes[par].first = nn;
+            else nodes[nodes[par].last].next = nn;
+            nodes[par].last = nn;
+            path[l] = nn++;
         }
+        nodes[path[names[i].n]].ends = true;
+    }
     for (int32_t k = 0; k < nn; k++) {
         struct jbuf b = newbuf();
-        bool ends = false;
-        for (int32_t i = 0; i < n; i++) ends |= names[i].n == nodes[k].len && !memcmp(names[i].u.s, nodes[k].p, nodes[k].len);
         bool alt = false;
-        if (!ends) { put(s, &b, "\"\""); alt = true; }
+        if (!nodes[k].ends) { put(s, &b, "\"\""); alt = true; }
         /* children bytes */
         char excl[1024];
         size_t ne = 0;
-        for (int32_t c = 0; c < nn; c++) {
-            if (nodes[c].len != nodes[k].len + 1 || memcmp(nodes[c].p, nodes[k].p, nodes[k].len)) continue;
+        for (int32_t c = nodes[k].first; c >= 0; c = nodes[c].next) {
             uint8_t byte = (uint8_t)nodes[c].p[nodes[k].len];
             char t[16];
-            putf(s, &b, "%s[%s] %ss%s_%d", alt ? " | " : "", json_char_class_byte(byte, t), s->prefix, base, nodes[c].id);
+            putf(s, &b, "%s[%s] %ss%s_%d", alt ? " | " : "", json_char_class_byte(byte, t), s->prefix, base, c);
             alt = true;
             if (ne + 16 < sizeof excl) { memcpy(excl + ne, t, strlen(t)); ne += strlen(t); }
         }
@@ -747,7 +769,7 @@ static const char *key_not_in(struct sc *s, jv *names, int32_t n) {
         /* any other character (or an escape: a name spelled with escapes is not recognised), then anything */
         putf(s, &b, "%s([^\"\\\\\\x00-\\x1F%s] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})) %s*", alt ? " | " : "", excl, ch);
         char nm[64];
-        snprintf(nm, sizeof nm, "s%s_%d", base, nodes[k].id);
+        snprintf(nm, sizeof nm, "s%s_%d", base, k);
         rule(s, nm, bufstr(s, &b));
     }
     const char *r = new_name(s);
