@@ -242,6 +242,10 @@ for i in 1 2 3 4 5 6 7 8; do
     elif [ "$c" != 400 ]; then other="$other $c:$(head -c 200 "$T/heavy$i.out")"; fi
 done
 if [ "$n503" -ge 1 ] && [ -z "$other" ]; then ok serve_compiles_capped; else ko serve_compiles_capped "$n503 answered 503;$other"; fi
+# issue 47: an enum of 100,000 strings is a 400 naming the limit (it was 500 "out of memory")
+python3 -c 'import json; print(json.dumps({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"json_schema":{"enum":["value number %d" % i for i in range(100000)]}}))' > "$T/enum.json"
+c=$(curl -s -o "$T/enum.out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$T/enum.json" "$URL/v1/chat/completions")
+if [ "$c" = 400 ] && grep -q "16384 object keys and array items" "$T/enum.out"; then ok serve_schema_size_named; else ko serve_schema_size_named "$c $(head -c 300 "$T/enum.out")"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 start c -m "$T/q.gguf" --sessions "$T/sc" -t 1 --no-jinja
 bad serve_no_jinja_tools /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":$TOOLS}" "'tools'"
