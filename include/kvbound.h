@@ -898,6 +898,16 @@ kvb_status kvb_chat_parser_feed(struct kvb_chat_parser *p, const char *text, siz
  * "tool_calls":[{"id","type":"function","function":{"name","arguments": a JSON string}}] (only when any)}. Before the final
  * feed: what is decided so far. *message_json: kvb_buffer_free. */
 kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **message_json);
+/* Declares the tools a call may name (tools_json: OpenAI's "tools" array; call before the first feed). A call to a function not
+ * declared, or whose arguments do not match its "parameters" schema (compiled as kvb_json_schema_to_gbnf does, object keys
+ * judged in the schema's order whatever order they were written in), is refused as a malformed call is: its marker and text
+ * stay content. A schema kvb_json_schema_to_gbnf refuses (a keyword it does not implement) checks the name only. Without this, any call is taken. KVB_ERR_INVALID (not an array of functions), KVB_ERR_NOMEM. */
+kvb_status kvb_chat_parser_tools(struct kvb_chat_parser *p, const char *tools_json, size_t len);
+/* Says the text ends cut short (max_tokens) in a call the caller forced (tool_choice required or named): at the final feed,
+ * a call still open is kept as a call instead of content: its name as far as written (name, when given, where the text has
+ * not finished one), its arguments the text written after "arguments": (which may not parse; OpenAI does the same, with
+ * finish_reason "length"). JSON call forms and gpt-oss's. Call before the final feed. */
+void kvb_chat_parser_cut(struct kvb_chat_parser *p, const char *name);
 /* The number of tool calls taken so far (at the end: finish_reason "tool_calls" when > 0). */
 int32_t kvb_chat_parser_n_calls(const struct kvb_chat_parser *p);
 
@@ -999,8 +1009,8 @@ kvb_status kvb_grammar_parse(const char *gbnf, size_t len, const char *root, str
 void kvb_grammar_free(struct kvb_grammar *g);
 /* JSON Schema -> GBNF text. Every rule it writes starts with rule_prefix (NULL or "": none); the schema's value is the rule
  * `<prefix>root`. schema_json NULL or "{}" : any JSON value; json_object mode = {"type":"object"}.
- * Objects: properties in the schema's order, optional ones may be left out; with non-empty "properties" and no
- * "additionalProperties" no other key is allowed (as if it were false: say true to allow them); an extra key may not
+ * Objects: properties in the schema's order, optional ones may be left out; with "properties" (even empty: a tool
+ * without arguments is {}) and no "additionalProperties" no other key is allowed (as if it were false: say true to allow them); an extra key may not
  * be a declared property's name. Arrays: items, prefixItems, minItems, maxItems (up to 10,000). Strings: minLength,
  * maxLength, pattern (a regular-expression subset: classes, groups, alternation, quantifiers; ^ and $ only at the
  * ends), format date, time, date-time, uuid. Integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (|bound|
@@ -1010,8 +1020,14 @@ void kvb_grammar_free(struct kvb_grammar *g);
  * $schema, $id, $comment, readOnly, writeOnly, deprecated) are ignored.
  * Whitespace between tokens is bounded (none, one space, or a newline and up to 20 spaces or tabs).
  * KVB_ERR_UNSUPPORTED names a keyword it does not implement (never silently ignored: e.g. "patternProperties", "not", "if");
- * KVB_ERR_INVALID a malformed schema (with the JSON pointer of the bad node). *gbnf: kvb_buffer_free. */
+ * KVB_ERR_INVALID a malformed schema (with the JSON pointer of the bad node), or one past a size limit, named: more than 16,384
+ * object keys and array items (enum values included, counted on the text before it is read), a grammar of more than
+ * 16,384 rules or 8 MiB of text. *gbnf: kvb_buffer_free. */
 kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len);
+/* The same, with flags: KVB_SCHEMA_COMPACT allows no white space between tokens (a forced tool call: a weak model cannot
+ * spend its tokens on white space between values). */
+#define KVB_SCHEMA_COMPACT 1u
+kvb_status kvb_json_schema_to_gbnf_flags(const char *schema_json, size_t len, const char *rule_prefix, unsigned flags, char **gbnf, size_t *gbnf_len);
 struct kvb_grammar_vocab; /* a vocabulary's tokens as bytes, precomputed once (token trie...), immutable, shareable */
 kvb_status kvb_grammar_vocab_new(const struct kvb_vocab *vocab, struct kvb_grammar_vocab **out);
 void kvb_grammar_vocab_free(struct kvb_grammar_vocab *gv);

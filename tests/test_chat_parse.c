@@ -107,6 +107,113 @@ TEST(deltas) {
     kvb_chat_parser_free(p);
 }
 
+/* Issue 47: a forced call cut by max_tokens (kvb_chat_parser_cut) comes back as a call, never as markup in content;
+ * without the cut, an unfinished call stays content as before. */
+static char *parse_cut(enum kvb_tool_format f, const char *pre, const char *text, bool cut, const char *hint) {
+    struct kvb_chat_syntax syn = {f, false, false};
+    struct kvb_chat_parser *p;
+    char *d = NULL, *m = NULL;
+    if (kvb_chat_parser_new(&syn, &p)) return NULL;
+    kvb_chat_parser_seed(p, 7);
+    if (kvb_chat_parser_feed(p, pre, strlen(pre), false, &d) == KVB_OK) {
+        kvb_buffer_free(d);
+        d = NULL;
+        if (cut) kvb_chat_parser_cut(p, hint);
+        if (kvb_chat_parser_feed(p, text, strlen(text), true, &d) == KVB_OK) kvb_chat_parser_message(p, &m);
+    }
+    kvb_buffer_free(d);
+    kvb_chat_parser_free(p);
+    return m;
+}
+
+TEST(cut_forced_call) {
+    static const struct {
+        enum kvb_tool_format f;
+        const char *pre, *text, *hint, *want; /* want: the message's tool_calls part */
+    } cases[] = {
+        {KVB_TOOLS_HERMES, "<tool_call>\n", "{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Par", NULL,
+         "\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Par\"}"},
+        {KVB_TOOLS_HERMES, "<tool_call>\n", "{\"name\": \"get_we", "get_weather", "\"name\":\"get_weather\",\"arguments\":\"\"}"},
+        {KVB_TOOLS_HERMES, "<tool_call>\n", "{\"name\": \"f\", \"arguments\": ", NULL, "\"name\":\"f\",\"arguments\":\"\"}"},
+        {KVB_TOOLS_MISTRAL, "[TOOL_CALLS]", "[{\"name\": \"f\", \"arguments\": {\"a\":[1,", NULL, "\"name\":\"f\",\"arguments\":\"{\\\"a\\\":[1,\"}"},
+        {KVB_TOOLS_LLAMA3, "", "{\"name\": \"f\", \"parameters\": {\"a\":", NULL, "\"name\":\"f\",\"arguments\":\"{\\\"a\\\":\"}"},
+        {KVB_TOOLS_HARMONY, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>", "{\"a\":\"x", NULL,
+         "\"name\":\"f\",\"arguments\":\"{\\\"a\\\":\\\"x\"}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *m = parse_cut(cases[i].f, cases[i].pre, cases[i].text, true, cases[i].hint);
+        if (!m || !strstr(m, "\"content\":null") || !strstr(m, cases[i].want) || strstr(m, "<tool_call>") || strstr(m, "TOOL_CALLS"))
+            FAILC("case %zu: %s\n  want a call with %s", i, m ? m : "(none)", cases[i].want);
+        kvb_buffer_free(m);
+        /* not cut: the unfinished call stays content, as written */
+        m = parse_cut(cases[i].f, cases[i].pre, cases[i].text, false, NULL);
+        if (!m || strstr(m, "tool_calls")) FAILC("case %zu uncut: %s", i, m ? m : "(none)");
+        kvb_buffer_free(m);
+    }
+    /* a whole call is taken as ever, cut or not */
+    char *m = parse_cut(KVB_TOOLS_HERMES, "<tool_call>\n", "{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>", true, "f");
+    if (!m || !strstr(m, "\"arguments\":\"{\\\"a\\\":1}\"")) FAILC("whole call: %s", m ? m : "(none)");
+    kvb_buffer_free(m);
+}
+
+/* Issue 47: with the request's tools declared (kvb_chat_parser_tools), a call to an undeclared function, or with
+ * arguments its schema refuses, is not a call: its text stays content; valid calls (keys in any order) are taken. */
+static char *parse_tools(const char *tools, const char *text) {
+    struct kvb_chat_syntax syn = {KVB_TOOLS_HERMES, false, false};
+    struct kvb_chat_parser *p;
+    char *d = NULL, *m = NULL;
+    if (kvb_chat_parser_new(&syn, &p)) return NULL;
+    if (kvb_chat_parser_tools(p, tools, strlen(tools)) == KVB_OK && kvb_chat_parser_feed(p, text, strlen(text), true, &d) == KVB_OK)
+        kvb_chat_parser_message(p, &m);
+    kvb_buffer_free(d);
+    kvb_chat_parser_free(p);
+    return m;
+}
+
+TEST(calls_checked_against_tools) {
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]},\"at\":{\"type\":\"object\","
+                        "\"properties\":{\"h\":{\"type\":\"integer\"},\"m\":{\"type\":\"integer\"}}}},\"required\":[\"city\"]}}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"ping\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"free\"}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"odd\",\"parameters\":{\"type\":\"object\",\"patternProperties\":{}}}}]";
+    static const struct {
+        const char *args;
+        const char *name;
+        bool call;
+    } cases[] = {
+        {"{\"city\": \"Paris\"}", "get_weather", true},
+        {"{\"unit\": \"c\", \"city\": \"Paris\"}", "get_weather", true},           /* keys in another order */
+        {"{\"city\": \"P\", \"at\": {\"m\": 5, \"h\": 1}}", "get_weather", true}, /* nested, too */
+        {"{}", "ping", true},
+        {"{\"anything\": [1, {\"x\": null}]}", "free", true}, /* no parameters: any object */
+        {"{\"city\": 3}", "get_weather", false},                /* wrong type */
+        {"{\"unit\": \"c\"}", "get_weather", false},            /* required missing */
+        {"{\"city\": \"P\", \"unit\": \"k\"}", "get_weather", false},
+        {"{\"city\": \"P\", \"x\": 1}", "get_weather", false}, /* not a declared property */
+        {"{\"a\": 1}", "ping", false},                           /* a tool without arguments */
+        {"{\"city\": \"Paris\"}", "rm_rf", false},               /* not a declared function */
+        {"{\"z\": 1}", "odd", true}, /* a schema the compiler refuses: the name only */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "Sure.\n<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>", cases[i].name, cases[i].args);
+        char *m = parse_tools(tools, text);
+        bool is_call = m && strstr(m, "\"tool_calls\"");
+        bool markup_in_content = m && strstr(m, "\"content\":\"Sure.\\n<tool_call>");
+        if (!m || is_call != cases[i].call || markup_in_content == cases[i].call) FAILC("case %zu (%s %s): %s", i, cases[i].name, cases[i].args, m ? m : "(none)");
+        kvb_buffer_free(m);
+    }
+    /* declared once, before the first feed; a bad list is refused */
+    struct kvb_chat_syntax syn = {KVB_TOOLS_HERMES, false, false};
+    struct kvb_chat_parser *p;
+    CHECK_OK(kvb_chat_parser_new(&syn, &p));
+    CHECK_STATUS(kvb_chat_parser_tools(p, "{}", 2), KVB_ERR_INVALID);
+    CHECK_OK(kvb_chat_parser_tools(p, "[]", 2));
+    CHECK_STATUS(kvb_chat_parser_tools(p, "[]", 2), KVB_ERR_INVALID);
+    kvb_chat_parser_free(p);
+}
+
 TEST(names_and_errors) {
     for (int f = 0; f <= KVB_TOOLS_GRANITE; f++) {
         enum kvb_tool_format g;
@@ -567,6 +674,8 @@ int main(void) {
     RUN(formats);
     RUN(deltas);
     RUN(names_and_errors);
+    RUN(cut_forced_call);
+    RUN(calls_checked_against_tools);
     RUN(out_of_memory);
     RUN(linear_time);
     RUN(detect);

@@ -102,6 +102,28 @@ TEST(gbnf_refuses) {
     }
 }
 
+/* Issue 47: a grammar of many rules compiled in time quadratic in its rules (16,000 rules: 7 s), since every rule's
+ * line and column were found by scanning the text from its start. The compile's work is counted (compile_work: bytes
+ * scanned for positions and name-table probes) and must stay linear in the text. */
+TEST(gbnf_many_rules_linear) {
+    const int n = 16000;
+    size_t cap = (size_t)n * 40 + 64;
+    char *big = malloc(cap);
+    CHECK(big);
+    size_t k = (size_t)snprintf(big, cap, "root ::= r0\n");
+    for (int i = 0; i < n - 1; i++) k += (size_t)snprintf(big + k, cap - k, "r%d ::= \"a\" r%d | \"b\"\n", i, i + 1);
+    k += (size_t)snprintf(big + k, cap - k, "r%d ::= \"z\"\n", n - 1);
+    struct kvb_grammar *g = NULL;
+    kvb_status st = kvb_grammar_parse(big, k, NULL, &g);
+    free(big);
+    CHECK_OK(st);
+    CHECK_EQ_INT(g->n_rules, n + 1);
+    uint64_t work = g->compile_work;
+    kvb_grammar_free(g);
+    if (work > 4 * (uint64_t)k) FAILF("compile work %llu for %zu bytes of text: more than linear", (unsigned long long)work, k);
+    CHECK(work >= (uint64_t)k / 2); /* the counter counts */
+}
+
 TEST(gbnf_limits) {
     /* nesting */
     char buf[4096];
@@ -767,6 +789,10 @@ static const char *const k_schemas[] = {
     /* 9 a type list with keywords of one of its types; a nullable object */
     "{\"type\":[\"string\",\"null\",\"array\"],\"maxLength\":3,\"items\":{\"type\":\"object\",\"nullable\":true,"
     "\"properties\":{\"q\":{\"const\":[1,{\"r\":\"s\"}]}},\"additionalProperties\":true},\"maxItems\":2}",
+    /* 10 a tool without arguments (issue 47: it allowed any object; llama.cpp gives {}) */
+    "{\"type\":\"object\",\"properties\":{}}",
+    /* 11 no properties, more allowed */
+    "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":true}",
     NULL,
 };
 
@@ -830,6 +856,11 @@ static const struct {
     {9, "[null,{\"q\":[1,{\"r\":\"s\"}],\"z\":{}}]", true},
     {9, "[{\"q\":[1,{\"r\":\"t\"}]}]", false},
     {9, "[{},{},{}]", false},
+    {10, "{}", true},
+    {10, "{ }", true},
+    {10, "{\"a\":1}", false},
+    {11, "{}", true},
+    {11, "{\"a\":1}", true},
 };
 
 static struct kvb_grammar *schema_grammar(const char *schema, char **text) {
@@ -935,6 +966,133 @@ TEST(schema_random_walks) {
     printf("  %d generated documents validated\n", docs);
     kvb_grammar_vocab_free(gv);
     synth_free(v);
+}
+
+static int count_of_str(const char *h, const char *n) {
+    int k = 0;
+    for (const char *p = h; (p = strstr(p, n)); p += strlen(n)) k++;
+    return k;
+}
+
+/* Issue 47: a schema's size is bounded before it is compiled, each bound refused by name (400, not 500 "out of
+ * memory"); the compiler's message is not formatted into itself (it came out garbled); a pattern's error offset
+ * counts from the pattern's start (it was negative); a big object compiles in linear work. */
+TEST(schema_size_limits_and_messages) {
+    char *gb = NULL;
+    size_t n = 0;
+    const char *self = "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}";
+    CHECK_STATUS(kvb_json_schema_to_gbnf(self, strlen(self), NULL, &gb, &n), KVB_ERR_INVALID);
+    const char *msg = kvb_last_error();
+    if (count_of_str(msg, "json schema") != 1 || !strstr(msg, "left-recursive") || strncmp(msg, "json schema: refers to itself", 29))
+        FAILF("garbled message: %s", msg);
+    const char *rx = "{\"type\":\"string\",\"pattern\":\"abc(?=x)\"}";
+    CHECK_STATUS(kvb_json_schema_to_gbnf(rx, strlen(rx), NULL, &gb, &n), KVB_ERR_UNSUPPORTED);
+    if (!strstr(kvb_last_error(), "at offset 4)")) FAILF("offset: %s", kvb_last_error());
+    size_t cap = (size_t)12 << 20;
+    char *big = malloc(cap);
+    CHECK(big);
+    /* an enum of 100,000 strings */
+    size_t k = (size_t)snprintf(big, cap, "{\"enum\":[");
+    for (int i = 0; i < 100000; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"value number %d\"", i ? "," : "", i);
+    k += (size_t)snprintf(big + k, cap - k, "]}");
+    kvb_status st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    if (st != KVB_ERR_INVALID || !strstr(kvb_last_error(), "16384") || !strstr(kvb_last_error(), "limit")) {
+        free(big);
+        FAILF("enum of 100,000: status %d, %s", (int)st, kvb_last_error());
+    }
+    /* an enum of few, long strings: past the text bound, refused by name (was "out of memory") */
+    k = (size_t)snprintf(big, cap, "{\"enum\":[");
+    for (int i = 0; i < 5000; i++) {
+        k += (size_t)snprintf(big + k, cap - k, "%s\"%d", i ? "," : "", i);
+        memset(big + k, 'x', 2000);
+        k += 2000;
+        big[k++] = '"';
+    }
+    k += (size_t)snprintf(big + k, cap - k, "]}");
+    st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    if (st != KVB_ERR_INVALID || !strstr(kvb_last_error(), "MiB of text (the limit)")) {
+        free(big);
+        FAILF("long enum: status %d, %s", (int)st, kvb_last_error());
+    }
+    /* more properties than the rules allow: refused naming the rule limit */
+    k = (size_t)snprintf(big, cap, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 4500; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"p%d\":{\"type\":\"string\"}", i ? "," : "", i);
+    k += (size_t)snprintf(big + k, cap - k, "}}");
+    st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    if (st != KVB_ERR_INVALID || !strstr(kvb_last_error(), "more than 16384 rules (the limit)")) {
+        free(big);
+        FAILF("4500 properties: status %d, %s", (int)st, kvb_last_error());
+    }
+    /* 2000 properties compile, in work linear in the grammar's text */
+    k = (size_t)snprintf(big, cap, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 2000; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"p%d\":{\"type\":\"string\"}", i ? "," : "", i);
+    k += (size_t)snprintf(big + k, cap - k, "}}");
+    st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    free(big);
+    CHECK_OK(st);
+    struct kvb_grammar *g = NULL;
+    st = kvb_grammar_parse(gb, n, NULL, &g);
+    kvb_buffer_free(gb);
+    CHECK_OK(st);
+    uint64_t work = g->compile_work;
+    kvb_grammar_free(g);
+    if (work > 4 * (uint64_t)n) FAILF("compile work %llu for %zu bytes: more than linear", (unsigned long long)work, n);
+    /* other keys allowed: a trie of the names' bytes, one rule a node, each with nested groups (positions asked
+     * backwards, from a group's '(' after the groups inside it) */
+    big = malloc(cap);
+    CHECK(big);
+    k = (size_t)snprintf(big, cap, "{\"type\":\"object\",\"additionalProperties\":true,\"properties\":{");
+    for (int i = 0; i < 1500; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"key%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+    k += (size_t)snprintf(big + k, cap - k, "}}");
+    st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
+    free(big);
+    CHECK_OK(st);
+    st = kvb_grammar_parse(gb, n, NULL, &g);
+    kvb_buffer_free(gb);
+    CHECK_OK(st);
+    work = g->compile_work;
+    kvb_grammar_free(g);
+    if (work > 4 * (uint64_t)n) FAILF("compile work %llu for %zu bytes (other keys allowed): more than linear", (unsigned long long)work, n);
+}
+
+/* Issue 47: a forced tool call's arguments are compact JSON (KVB_SCHEMA_COMPACT): no white space between tokens, so a
+ * weak model cannot spend max_tokens on tabs; without the flag the bounded white space stays allowed. */
+TEST(schema_compact) {
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"array\",\"items\":{}}},"
+                         "\"required\":[\"a\"]}";
+    static const struct {
+        const char *doc;
+        int compact, loose;
+    } docs[] = {
+        {"{\"a\":1}", 1, 1},
+        {"{\"a\":1,\"b\":[{\"x\":[true,null]},\"s p\"]}", 1, 1},
+        {"{\"a\": 1}", 0, 1},
+        {"{ \"a\":1}", 0, 1},
+        {"{\"a\":1,\"b\":[\n\t1]}", 0, 1},
+        {"{\"a\":1,\"b\":[{\"x\" :2}]}", 0, 1},
+        {"{\"a\":1}\n", 0, 1},
+    };
+    for (int mode = 0; mode < 2; mode++) {
+        char *gb = NULL;
+        size_t n = 0;
+        CHECK_OK(kvb_json_schema_to_gbnf_flags(schema, strlen(schema), NULL, mode ? 0 : KVB_SCHEMA_COMPACT, &gb, &n));
+        struct kvb_grammar *g = NULL;
+        kvb_status st = kvb_grammar_parse(gb, n, NULL, &g);
+        kvb_buffer_free(gb);
+        CHECK_OK(st);
+        for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+            int want = mode ? docs[i].loose : docs[i].compact;
+            int got = match_text(g, docs[i].doc, strlen(docs[i].doc));
+            if (got != want) {
+                kvb_grammar_free(g);
+                FAILF("%s grammar on %s: %d, want %d", mode ? "loose" : "compact", docs[i].doc, got, want);
+            }
+        }
+        kvb_grammar_free(g);
+    }
+    char *gb = NULL;
+    size_t n = 0;
+    CHECK_STATUS(kvb_json_schema_to_gbnf_flags("{}", 2, NULL, 4, &gb, &n), KVB_ERR_INVALID);
 }
 
 TEST(schema_refusals) {
@@ -1144,6 +1302,7 @@ int main(void) {
     RUN(gbnf_accepts);
     RUN(gbnf_refuses);
     RUN(gbnf_limits);
+    RUN(gbnf_many_rules_linear);
     RUN(matcher_vs_reference);
     RUN(matcher_utf8_and_state);
     RUN(mask_synthetic_vocab);
@@ -1152,6 +1311,8 @@ int main(void) {
     RUN(schema_known_documents);
     RUN(schema_random_walks);
     RUN(schema_refusals);
+    RUN(schema_compact);
+    RUN(schema_size_limits_and_messages);
     RUN(matcher_cache_rebuild);
     RUN(allocation_failures);
     return test_summary();

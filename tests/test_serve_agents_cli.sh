@@ -12,7 +12,9 @@
 #     the most likely; logit_bias bans a token and forces another;
 #   - response_format json_schema and GBNF grammar: the answer parses and
 #     validates; tool_choice required / named: a call that validates, and
-#     the same request with the same seed the same call under a new id;
+#     the same request with the same seed the same call under a new id; cut
+#     by max_tokens still a call (finish_reason length), {} for a tool
+#     without arguments;
 #   - llama-server's routes and flags: /v1/models/{id}, /tokenize,
 #     /detokenize, /props, Allow on 405, -a, -np, -c, -ngl,
 #     --chat-template-file, --no-jinja;
@@ -201,6 +203,41 @@ c=d["choices"][0]["message"]["tool_calls"][0]
 assert c["function"]==e["function"], (c, e)
 assert c["id"]!=e["id"] and c["id"].startswith("call_") and len(c["id"])==29, (c["id"], e["id"])
 ' "$T/tc2.json"
+# issue 47: a forced call cut by max_tokens is a call with finish_reason length, never <tool_call> markup in content
+# (streamed too; cut inside the name, a named call keeps its name); a tool without arguments ({"type":"object","properties":{}}) is called with {} (it was any object)
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":6,\"temperature\":1,\"seed\":7,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}" > "$T/tcut.json"
+check serve_tool_call_cut_is_a_call '
+ch=d["choices"][0]; m=ch["message"]
+assert ch["finish_reason"]=="length", ch
+assert not m.get("content") and "tool_call" not in json.dumps(m.get("content")), m
+c=m["tool_calls"]; assert len(c)==1 and c[0]["function"]["name"]=="get_weather" and c[0]["id"], c
+assert isinstance(c[0]["function"]["arguments"], str), c' "$T/tcut.json"
+curl -s -N -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":16,\"temperature\":1,\"seed\":7,\"stream\":true,\"tools\":$TOOLS,\"tool_choice\":\"required\"}" "$URL/v1/chat/completions" > "$T/tcut.sse"
+if python3 -c '
+import json,sys
+ev=[json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("data: {")]
+ds=[c["delta"] for e in ev for c in e["choices"]]
+fin=[c["finish_reason"] for e in ev for c in e["choices"] if c["finish_reason"]]
+assert fin==["length"], fin
+assert not any(d.get("content") for d in ds), ds
+calls=[t for d in ds for t in d.get("tool_calls",[])]; assert len(calls)==1 and calls[0]["function"]["name"] in ("get_weather","noop"), ds
+' "$T/tcut.sse" 2> "$T/check.out"; then ok serve_tool_call_cut_streamed; else ko serve_tool_call_cut_streamed "$(tail -n 1 "$T/check.out") $(head -c 400 "$T/tcut.sse")"; fi
+# issue 47: under tool_choice auto a call is checked against the request's tools: one to an undeclared function, or with
+# arguments its schema refuses, stays content; a valid one is a call (a GBNF grammar makes the model write each)
+for c in 'rm_rf:{"city":"x"}:content' 'get_weather:{"city":"Paris"}:content' 'get_weather:{"unit":"c","city":"Paris"}:call'; do
+    fn=${c%%:*}; rest=${c#*:}; args=${rest%:*}; want=${rest##*:}
+    g=$(python3 -c 'import json,sys; print(json.dumps("root ::= " + json.dumps("<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>" % (sys.argv[1], sys.argv[2])).replace("\\\\n","\\n")))' "$fn" "$args")
+    post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Go\"}],\"max_tokens\":60,\"temperature\":1,\"seed\":4,\"tools\":$TOOLS,\"grammar\":$g}" > "$T/val.json"
+    check "serve_tool_call_checked_${fn}_$want" "
+m=d['choices'][0]['message']; want='$want'
+if want=='call': assert m.get('tool_calls') and m['tool_calls'][0]['function']['name']=='$fn' and d['choices'][0]['finish_reason']=='tool_calls', d
+else: assert not m.get('tool_calls') and '<tool_call>' in (m.get('content') or ''), d" "$T/val.json"
+done
+NOARGS='[{"type":"function","function":{"name":"ping","parameters":{"type":"object","properties":{}}}}]'
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Ping\"}],\"max_tokens\":40,\"temperature\":1,\"seed\":3,\"tools\":$NOARGS,\"tool_choice\":\"required\"}" > "$T/noargs.json"
+check serve_tool_without_arguments_is_empty_object '
+ch=d["choices"][0]; c=ch["message"]["tool_calls"]
+assert ch["finish_reason"]=="tool_calls" and c[0]["function"]["name"]=="ping" and c[0]["function"]["arguments"]=="{}", ch' "$T/noargs.json"
 
 # llama-server's routes
 code() { curl -s -o "$T/r.out" -w '%{http_code}' "$@"; }
@@ -278,6 +315,31 @@ post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$long
 if grep -q "template jinja" "$T/b.log" && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["choices"][0]["message"]["tool_calls"]' "$T/b1.json" &&
    [ "$(cat "$T/code")" = 400 ] && grep -q "n_ctx 300" "$T/b2.json"; then ok serve_flags_template_file_ctx
 else ko serve_flags_template_file_ctx "$(tail -n 2 "$T/b.log") $(head -c 200 "$T/b1.json") $(head -c 200 "$T/b2.json")"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+# issue 47: grammar compilations at once are capped (KVB_SERVE_MAX_COMPILES); past the cap and its wait, 503 naming it.
+# Eight requests at once, each a schema that takes ~0.1 s to read and is then refused (400): with a cap of 1 and no
+# wait, some are turned away; every answer is 400 or that 503
+export KVB_SERVE_MAX_COMPILES=1 KVB_SERVE_COMPILE_WAIT_MS=0
+start g -m "$T/q.gguf" --sessions "$T/sg" -t 1
+unset KVB_SERVE_MAX_COMPILES KVB_SERVE_COMPILE_WAIT_MS
+python3 -c 'import json; print(json.dumps({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"json_schema":{"type":"object","properties":{"p%d" % i: {} for i in range(8000)}}}))' > "$T/heavy.json"
+cpids=""
+for i in 1 2 3 4 5 6 7 8; do
+    curl -s -o "$T/heavy$i.out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$T/heavy.json" "$URL/v1/chat/completions" > "$T/heavy$i.code" &
+    cpids="$cpids $!"
+done
+for p in $cpids; do wait "$p"; done
+n503=0; other=""
+for i in 1 2 3 4 5 6 7 8; do
+    c=$(cat "$T/heavy$i.code")
+    if [ "$c" = 503 ] && grep -q "KVB_SERVE_MAX_COMPILES" "$T/heavy$i.out"; then n503=$((n503 + 1))
+    elif [ "$c" != 400 ]; then other="$other $c:$(head -c 200 "$T/heavy$i.out")"; fi
+done
+if [ "$n503" -ge 1 ] && [ -z "$other" ]; then ok serve_compiles_capped; else ko serve_compiles_capped "$n503 answered 503;$other"; fi
+# issue 47: an enum of 100,000 strings is a 400 naming the limit (it was 500 "out of memory")
+python3 -c 'import json; print(json.dumps({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"json_schema":{"enum":["value number %d" % i for i in range(100000)]}}))' > "$T/enum.json"
+c=$(curl -s -o "$T/enum.out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$T/enum.json" "$URL/v1/chat/completions")
+if [ "$c" = 400 ] && grep -q "16384 object keys and array items" "$T/enum.out"; then ok serve_schema_size_named; else ko serve_schema_size_named "$c $(head -c 300 "$T/enum.out")"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 start c -m "$T/q.gguf" --sessions "$T/sc" -t 1 --no-jinja
 bad serve_no_jinja_tools /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":$TOOLS}" "'tools'"

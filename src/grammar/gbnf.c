@@ -66,16 +66,39 @@ struct gp {
     uint32_t *stk_pos;
     struct kvb_grammar *g;
     const char *root;
+    const char *w_at, *w_ls;      /* where(): the furthest position asked, the start of its line */
+    uint32_t w_line;              /* and its line */
+    uint64_t work;                /* bytes where() scanned and hash probes: the compile's work, for tests */
 };
 
-static void where(const struct gp *p, const char *at, uint32_t *line, uint32_t *col) {
-    uint32_t l = 1, c = 1;
-    for (const char *q = p->src; q < at && q < p->end; q++) {
-        if (*q == '\n') { l++; c = 1; }
-        else c++;
+/* Line and column of at. The parser asks for positions that mostly move
+ * forward, so the scan resumes from the furthest one asked (p->w_at, on the
+ * line starting at p->w_ls): linear in the text overall, not in text x
+ * rules. A position behind it (a group's '(' asked after the groups inside
+ * it) counts back from there, over the group's own bytes only. */
+static void where(struct gp *p, const char *at, uint32_t *line, uint32_t *col) {
+    if (at > p->end) at = p->end;
+    if (at < p->src) at = p->src;
+    if (!p->w_at) { p->w_at = p->w_ls = p->src; p->w_line = 1; }
+    if (at >= p->w_at) {
+        for (const char *q = p->w_at; q < at; q++)
+            if (*q == '\n') { p->w_line++; p->w_ls = q + 1; }
+        p->work += (uint64_t)(at - p->w_at);
+        p->w_at = at;
+        *line = p->w_line;
+        *col = (uint32_t)(at - p->w_ls) + 1;
+        return;
+    }
+    uint32_t l = p->w_line;
+    const char *ls = p->w_ls;
+    if (at < ls) {
+        for (const char *q = at; q < p->w_ls; q++) l -= *q == '\n';
+        ls = at;
+        while (ls > p->src && ls[-1] != '\n') ls--;
+        p->work += (uint64_t)(p->w_ls - ls);
     }
     *line = l;
-    *col = c;
+    *col = (uint32_t)(at - ls) + 1;
 }
 
 static _Noreturn KVB_PRINTF(3, 4) void fail_at(struct gp *p, const char *at, const char *fmt, ...) {
@@ -154,10 +177,11 @@ static int32_t new_rule(struct gp *p, const char *name, size_t n, const char *at
     return id;
 }
 
-static int32_t find_rule(const struct gp *p, const char *name, size_t n) {
+static int32_t find_rule(struct gp *p, const char *name, size_t n) {
     if (!p->hash_cap) return -1;
     uint32_t h = name_hash(name, n) & (p->hash_cap - 1);
     for (; p->hash[h] >= 0; h = (h + 1) & (p->hash_cap - 1)) {
+        p->work++;
         const char *nm = p->rules[p->hash[h]].name;
         if (strlen(nm) == n && !memcmp(nm, name, n)) return p->hash[h];
     }
@@ -641,6 +665,7 @@ static kvb_status run_parse(struct gp *p) {
         struct kvb_grammar *g = p->g = kvb_calloc(1, sizeof *g);
         if (!g) fail(p, KVB_ERR_NOMEM, "out of memory");
         g->n_rules = nr;
+        g->compile_work = p->work;
         g->n_elems = (int32_t)p->n_elems;
         g->n_sets = (int32_t)p->n_sets;
         g->root = rid;

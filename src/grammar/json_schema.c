@@ -13,7 +13,8 @@
  * alternatives: oneOf's exclusivity is not enforced), allOf of one schema or
  * of object schemas (merged), objects (properties in order, optional ones may
  * be left out, additionalProperties false / true / a schema; with properties
- * and no additionalProperties no other key is allowed; extra keys may not be
+ * (even none) and no additionalProperties no other key is allowed, as in
+ * llama.cpp; extra keys may not be
  * a declared property's name), arrays (items, prefixItems, minItems,
  * maxItems), strings (minLength, maxLength, pattern: a regular-expression
  * subset, format date / time / date-time / uuid), integers with minimum /
@@ -21,6 +22,12 @@
  * boolean, null. Any other keyword that constrains values is refused by name
  * (KVB_ERR_UNSUPPORTED); annotations (title, description, default, ...) are
  * ignored. A malformed node is KVB_ERR_INVALID with its JSON pointer.
+ *
+ * Size: the schema's keys and items are counted on its text before it is
+ * read (MAX_ITEMS), the rules written (KVB_GRAMMAR_MAX_RULES) and the text
+ * (OUT_LIMIT) as they grow; each is refused naming its limit (KVB_ERR_INVALID,
+ * a request's fault, never "out of memory"). KVB_SCHEMA_COMPACT makes the
+ * space rule empty: no white space between tokens.
  *
  * The text is parsed once as GBNF before it is returned, so whatever this
  * accepts compiles (a schema that refers to itself without any value in
@@ -35,6 +42,7 @@
 
 #define OUT_LIMIT ((size_t)8 << 20)
 #define MAX_REPEAT 10000
+#define MAX_ITEMS 16384 /* object keys and array items of a schema, counted on its text before it is read */
 
 struct sc {
     struct jarena *a;
@@ -43,14 +51,23 @@ struct sc {
     const char *prefix;
     jv root;
     int n_rules;
+    int n_written; /* rules written */
     unsigned have; /* shared rules written */
     jv refs;       /* dict: "#/..." -> rule name */
     int depth;
+    bool compact; /* KVB_SCHEMA_COMPACT: no white space between tokens */
 };
 
 enum { H_SPACE = 1, H_STRING = 2, H_NUMBER = 4, H_INTEGER = 8, H_BOOLEAN = 16, H_NULL = 32, H_VALUE = 64, H_CHAR = 128 };
 
-static void put(struct sc *s, struct jbuf *b, const char *t) { jbuf_put(s->a, s->e, b, t, strlen(t)); }
+/* Every write goes through here: past OUT_LIMIT the schema is refused by name (a request's fault, not memory). */
+static void put_n(struct sc *s, struct jbuf *b, const char *t, size_t n) {
+    if (b->n + n + 1 > OUT_LIMIT)
+        jerr_throw(s->e, KVB_ERR_INVALID, "json schema: the grammar it makes would pass %zu MiB of text (the limit)", OUT_LIMIT >> 20);
+    jbuf_put(s->a, s->e, b, t, n);
+}
+
+static void put(struct sc *s, struct jbuf *b, const char *t) { put_n(s, b, t, strlen(t)); }
 
 static KVB_PRINTF(3, 4) void putf(struct sc *s, struct jbuf *b, const char *fmt, ...) {
     char tmp[512];
@@ -59,19 +76,21 @@ static KVB_PRINTF(3, 4) void putf(struct sc *s, struct jbuf *b, const char *fmt,
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     if (n < 0 || n >= (int)sizeof tmp) jerr_throw(s->e, KVB_ERR_INVALID, "json schema: name too long");
-    jbuf_put(s->a, s->e, b, tmp, (size_t)n);
+    put_n(s, b, tmp, (size_t)n);
 }
 
-static struct jbuf newbuf(void) { return (struct jbuf){NULL, 0, 0, OUT_LIMIT}; }
+static struct jbuf newbuf(void) { return (struct jbuf){NULL, 0, 0, OUT_LIMIT + 1}; }
 
 static const char *bufstr(struct sc *s, struct jbuf *b) {
-    jbuf_put(s->a, s->e, b, "", 1);
+    put_n(s, b, "", 1);
     b->n--;
     return b->p;
 }
 
 /* Writes rule "<prefix>name ::= body". */
 static void rule(struct sc *s, const char *name, const char *body) {
+    if (++s->n_written > KVB_GRAMMAR_MAX_RULES)
+        jerr_throw(s->e, KVB_ERR_INVALID, "json schema: the grammar it makes would have more than %d rules (the limit)", KVB_GRAMMAR_MAX_RULES);
     putf(s, &s->out, "%s%s ::= ", s->prefix, name);
     put(s, &s->out, body);
     put(s, &s->out, "\n");
@@ -99,7 +118,7 @@ static void write_helpers(struct sc *s, unsigned h) {
     char b[1024];
     const char *p = s->prefix;
     switch (h) {
-    case H_SPACE: rule(s, "space", "| \" \" | \"\\n\" [ \\t]{0,20}"); break;
+    case H_SPACE: rule(s, "space", s->compact ? "\"\"" : "| \" \" | \"\\n\" [ \\t]{0,20}"); break;
     case H_CHAR: rule(s, "char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})"); break;
     case H_STRING:
         need(s, H_CHAR), need(s, H_SPACE);
@@ -155,7 +174,7 @@ static void gbnf_lit(struct sc *s, struct jbuf *b, const char *t, size_t n) {
         uint8_t c = (uint8_t)t[i];
         if (c == '"' || c == '\\') { char x[3] = {'\\', (char)c, 0}; put(s, b, x); }
         else if (c < 0x20 || c == 0x7F) putf(s, b, "\\x%02X", c);
-        else jbuf_put(s->a, s->e, b, (const char *)&t[i], 1);
+        else put_n(s, b, (const char *)&t[i], 1);
     }
     put(s, b, "\"");
 }
@@ -178,7 +197,7 @@ static void dump_compact(struct sc *s, struct jbuf *b, jv x) {
             uint8_t c = (uint8_t)x.u.s[i];
             if (c == '"' || c == '\\') { char t[3] = {'\\', (char)c, 0}; put(s, b, t); }
             else if (c < 0x20) putf(s, b, "\\u%04x", c);
-            else jbuf_put(s->a, s->e, b, x.u.s + i, 1);
+            else put_n(s, b, x.u.s + i, 1);
         }
         put(s, b, "\"");
         break;
@@ -218,7 +237,7 @@ static const char *child_ptr(struct sc *s, const char *ptr, const char *key, int
         for (const char *k = key; *k; k++) {
             if (*k == '~') put(s, &b, "~0");
             else if (*k == '/') put(s, &b, "~1");
-            else jbuf_put(s->a, s->e, &b, k, 1);
+            else put_n(s, &b, k, 1);
         }
     } else putf(s, &b, "%d", idx);
     return bufstr(s, &b);
@@ -311,11 +330,12 @@ struct rx {
     struct sc *s;
     const char *p, *end, *ptr;
     int depth;
+    const char *begin; /* the pattern's first byte: error offsets count from it */
 };
 
 static _Noreturn void rx_unsupported(struct rx *r, const char *what) {
     jerr_throw(r->s->e, KVB_ERR_UNSUPPORTED, "json schema %s: pattern: %s is not supported (at offset %d)", *r->ptr ? r->ptr : "(root)", what,
-               (int)(r->p - (r->end - strlen(r->end))));
+               (int)(r->p - r->begin));
 }
 
 static uint32_t rx_utf8(struct rx *r) {
@@ -472,7 +492,7 @@ static void rx_seq(struct rx *r, struct jbuf *b) {
         put(s, b, ")");
         any = true;
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
-            jbuf_put(s->a, s->e, b, r->p, 1);
+            put_n(r->s, b, r->p, 1);
             r->p++;
         } else if (r->p < r->end && *r->p == '{') {
             const char *q = r->p + 1;
@@ -511,7 +531,7 @@ static void rx_alt(struct rx *r, struct jbuf *b) {
 static void string_pattern(struct sc *s, struct jbuf *b, jv pat, const char *ptr) {
     if (pat.t != JV_STR) bad(s, ptr, "\"pattern\" must be a string");
     const char *p = cstr(s, pat);
-    struct rx r = {s, p, p + strlen(p), ptr, 0};
+    struct rx r = {s, p, p + strlen(p), ptr, 0, p};
     bool start = r.p < r.end && *r.p == '^';
     if (start) r.p++;
     bool end_anchor = r.end > r.p && r.end[-1] == '$' && (r.end - 1 == r.p || r.end[-2] != '\\');
@@ -671,55 +691,77 @@ static void gen_integer(struct sc *s, struct jbuf *b, jv node, const char *ptr) 
 
 /* ---- objects and arrays ---- */
 
+/* byte order of two JSON strings */
+static int cmp_names(const void *a, const void *b) {
+    const jv *x = a, *y = b;
+    size_t n = x->n < y->n ? x->n : y->n;
+    int c = n ? memcmp(x->u.s, y->u.s, n) : 0;
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
 /* A string rule for keys that are none of names[0..n) (their JSON text with no escapes). */
 static const char *key_not_in(struct sc *s, jv *names, int32_t n) {
     /* a trie over the names' bytes, each node a rule: stop here (when no name ends here), take a child's byte,
-     * or take any other character (then anything may follow) */
+     * or take any other character (then anything may follow). Built from the names sorted, so each name adds
+     * the nodes past its common prefix with the one before, in preorder: linear in the names' bytes. */
     const char *ch = need(s, H_CHAR);
     const char *base = new_name(s);
-    int32_t counter = 0;
-    /* nodes by (prefix): iterate over distinct prefixes in order; a prefix's rule name is base_k */
     struct node {
         const char *p;
         size_t len;
-        int32_t id;
+        int32_t parent, first, next, last; /* children: first..next links (last: the newest) */
+        bool ends;
     };
     /* only names of plain printable ASCII (no '"' or '\\') are excluded: a name with other characters may come
      * again as an extra key */
     jv *plain = jarena_alloc(s->a, s->e, sizeof *plain * (size_t)(n + 1));
     int32_t np = 0;
+    size_t longest = 0;
     for (int32_t i = 0; i < n; i++) {
         bool ok = names[i].t == JV_STR;
         for (size_t j = 0; ok && j < names[i].n; j++) ok = names[i].u.s[j] >= 0x20 && names[i].u.s[j] < 0x7F && names[i].u.s[j] != '"' && names[i].u.s[j] != '\\';
-        if (ok) plain[np++] = names[i];
+        if (ok) {
+            plain[np++] = names[i];
+            if (names[i].n > longest) longest = names[i].n;
+        }
     }
     names = plain;
     n = np;
+    qsort(names, (size_t)n, sizeof *names, cmp_names);
     size_t total = 0;
     for (int32_t i = 0; i < n; i++) total += names[i].n + 1;
     struct node *nodes = jarena_alloc(s->a, s->e, sizeof *nodes * (total + 1));
+    int32_t *path = jarena_alloc(s->a, s->e, sizeof *path * (longest + 1)); /* path[l]: the node of the current name's first l bytes */
     int32_t nn = 0;
-    nodes[nn++] = (struct node){"", 0, counter++};
-    for (int32_t i = 0; i < n; i++)
-        for (size_t l = 1; l <= names[i].n; l++) {
-            bool seen = false;
-            for (int32_t k = 0; k < nn && !seen; k++) seen = nodes[k].len == l && !memcmp(nodes[k].p, names[i].u.s, l);
-            if (!seen) nodes[nn++] = (struct node){names[i].u.s, l, counter++};
+    nodes[nn++] = (struct node){"", 0, -1, -1, -1, -1, false};
+    path[0] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        size_t lcp = 0;
+        if (i)
+            while (lcp < names[i].n && lcp < names[i - 1].n && names[i].u.s[lcp] == names[i - 1].u.s[lcp]) lcp++;
+        for (size_t l = lcp + 1; l <= names[i].n; l++) {
+            if (nn > KVB_GRAMMAR_MAX_RULES)
+                jerr_throw(s->e, KVB_ERR_INVALID, "json schema: the grammar it makes would have more than %d rules (the limit)", KVB_GRAMMAR_MAX_RULES);
+            int32_t par = path[l - 1];
+            nodes[nn] = (struct node){names[i].u.s, l, par, -1, -1, -1, false};
+            if (nodes[par].last < 0) nodes[par].first = nn;
+            else nodes[nodes[par].last].next = nn;
+            nodes[par].last = nn;
+            path[l] = nn++;
         }
+        nodes[path[names[i].n]].ends = true;
+    }
     for (int32_t k = 0; k < nn; k++) {
         struct jbuf b = newbuf();
-        bool ends = false;
-        for (int32_t i = 0; i < n; i++) ends |= names[i].n == nodes[k].len && !memcmp(names[i].u.s, nodes[k].p, nodes[k].len);
         bool alt = false;
-        if (!ends) { put(s, &b, "\"\""); alt = true; }
+        if (!nodes[k].ends) { put(s, &b, "\"\""); alt = true; }
         /* children bytes */
         char excl[1024];
         size_t ne = 0;
-        for (int32_t c = 0; c < nn; c++) {
-            if (nodes[c].len != nodes[k].len + 1 || memcmp(nodes[c].p, nodes[k].p, nodes[k].len)) continue;
+        for (int32_t c = nodes[k].first; c >= 0; c = nodes[c].next) {
             uint8_t byte = (uint8_t)nodes[c].p[nodes[k].len];
             char t[16];
-            putf(s, &b, "%s[%s] %ss%s_%d", alt ? " | " : "", json_char_class_byte(byte, t), s->prefix, base, nodes[c].id);
+            putf(s, &b, "%s[%s] %ss%s_%d", alt ? " | " : "", json_char_class_byte(byte, t), s->prefix, base, c);
             alt = true;
             if (ne + 16 < sizeof excl) { memcpy(excl + ne, t, strlen(t)); ne += strlen(t); }
         }
@@ -727,7 +769,7 @@ static const char *key_not_in(struct sc *s, jv *names, int32_t n) {
         /* any other character (or an escape: a name spelled with escapes is not recognised), then anything */
         putf(s, &b, "%s([^\"\\\\\\x00-\\x1F%s] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})) %s*", alt ? " | " : "", excl, ch);
         char nm[64];
-        snprintf(nm, sizeof nm, "s%s_%d", base, nodes[k].id);
+        snprintf(nm, sizeof nm, "s%s_%d", base, k);
         rule(s, nm, bufstr(s, &b));
     }
     const char *r = new_name(s);
@@ -745,7 +787,9 @@ static void gen_object(struct sc *s, struct jbuf *b, jv node, const char *ptr) {
     int32_t np = props ? props->u.d->n : 0;
     /* the extra key-value pairs */
     const char *extra = NULL;
-    bool extra_ok = addl ? !(addl->t == JV_BOOL && !addl->u.b) : np == 0;
+    /* as llama.cpp: a schema that lists properties (even none: a tool without arguments) allows no other key unless
+     * additionalProperties says so; without properties, any key */
+    bool extra_ok = addl ? !(addl->t == JV_BOOL && !addl->u.b) : !props;
     if (addl && addl->t != JV_BOOL && addl->t != JV_DICT) bad(s, ptr, "\"additionalProperties\" must be a boolean or a schema");
     if (req)
         for (int32_t i = 0; i < req->u.l->n; i++) {
@@ -1105,17 +1149,42 @@ static kvb_status run(struct swork *w) {
     return KVB_OK;
 }
 
+/* Object keys and array items of JSON text (its ':' and ',' outside strings): the size bound, checked before anything is
+ * built from it, so a huge schema costs one pass over its bytes. */
+static size_t count_items(const char *t, size_t n) {
+    size_t k = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') in_str = true;
+        else if (c == ':' || c == ',') k++;
+    }
+    return k;
+}
+
 kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const char *rule_prefix, char **gbnf, size_t *gbnf_len) {
+    return kvb_json_schema_to_gbnf_flags(schema_json, len, rule_prefix, 0, gbnf, gbnf_len);
+}
+
+kvb_status kvb_json_schema_to_gbnf_flags(const char *schema_json, size_t len, const char *rule_prefix, unsigned flags, char **gbnf, size_t *gbnf_len) {
+    if (flags & ~KVB_SCHEMA_COMPACT) return kvb_fail(KVB_ERR_INVALID, "kvb_json_schema_to_gbnf_flags: unknown flags 0x%x", flags & ~KVB_SCHEMA_COMPACT);
     if (!gbnf || !gbnf_len) return kvb_fail(KVB_ERR_INVALID, "kvb_json_schema_to_gbnf: NULL argument");
     const char *pre = rule_prefix ? rule_prefix : "";
     if (strlen(pre) > 32) return kvb_fail(KVB_ERR_INVALID, "json schema: rule prefix longer than 32 bytes");
     for (const char *c = pre; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
             return kvb_fail(KVB_ERR_INVALID, "json schema: rule prefix '%s' has characters other than letters, digits, '-', '_'", pre);
+    if (schema_json && count_items(schema_json, len) > MAX_ITEMS)
+        return kvb_fail(KVB_ERR_INVALID, "json schema: more than %d object keys and array items (enum values included): the limit of a schema's size",
+                        MAX_ITEMS);
     struct swork *w = kvb_calloc(1, sizeof *w);
     if (!w) return kvb_fail(KVB_ERR_NOMEM, "json schema: out of memory");
     w->a.limit = 256u << 20;
     w->s.prefix = pre;
+    w->s.compact = (flags & KVB_SCHEMA_COMPACT) != 0;
     w->text = schema_json;
     w->len = schema_json ? len : 0;
     kvb_status st = run(w);
@@ -1126,7 +1195,15 @@ kvb_status kvb_json_schema_to_gbnf(const char *schema_json, size_t len, const ch
         char root[64];
         snprintf(root, sizeof root, "%sroot", pre);
         st = kvb_grammar_parse(w->s.out.p, w->s.out.n, root, &g);
-        if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_INVALID, "json schema: refers to itself without a value in between, or too large (%s)", kvb_last_error());
+        if (st == KVB_ERR_INVALID) {
+            /* the compiler's message is copied out first: formatting the last error into itself garbles it */
+            char why[320];
+            snprintf(why, sizeof why, "%s", kvb_last_error());
+            const char *w0 = !strncmp(why, "grammar: ", 9) ? why + 9 : why;
+            if (strstr(why, "left-recursive") || strstr(why, "left recursion"))
+                st = kvb_fail(KVB_ERR_INVALID, "json schema: refers to itself without a value in between (%s)", w0);
+            else st = kvb_fail(KVB_ERR_INVALID, "json schema: the grammar it makes is refused: %s", w0);
+        }
         kvb_grammar_free(g);
         if (st == KVB_OK) {
             char *o = kvb_malloc(w->s.out.n + 1);

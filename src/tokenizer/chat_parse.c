@@ -26,12 +26,20 @@
  * Refusals: a call whose JSON does not close by final, does not parse, is
  * not a call (no string "name", arguments not an object), is longer than
  * KVB_CHAT_MAX_CALL bytes or nested deeper than KVB_CHAT_MAX_DEPTH, is not
- * a call: its marker and text stay content, as written. At most
- * KVB_CHAT_MAX_CALLS calls per message; later ones stay content.
+ * a call: its marker and text stay content, as written. So is, once the
+ * request's tools are declared (kvb_chat_parser_tools), a call to an
+ * undeclared function or with arguments its schema's grammar refuses (a
+ * schema the compiler refuses checks the name only; the
+ * arguments re-ordered to the schema's key order first, then matched byte
+ * by byte; each tool's grammar compiled on its first call). At most
+ * KVB_CHAT_MAX_CALLS calls per message; later ones stay content. A caller
+ * that forced a call and cut it short (kvb_chat_parser_cut) gets the open
+ * call at final as a call, its arguments as far as written.
  *
  * Formats: see include/kvbound.h (enum kvb_tool_format).
  */
 #include "jinja.h"
+#include "../grammar/grammar.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,12 +311,30 @@ struct kvb_chat_parser {
     struct sbuf strs;
     struct call *calls;
     int32_t n_calls, cap_calls, calls_shown;
+    bool cut;           /* kvb_chat_parser_cut: an open call at final is kept */
+    bool no_check;      /* while a cut call is taken: not checked against the tools */
+    int32_t n_tools;    /* kvb_chat_parser_tools: -1 any call; else calls must name one of these */
+    struct tool_decl *tools;
+    char cut_name[128]; /* its name when the text has not finished one ("" none) */
 };
 
 static void start_call(struct kvb_chat_parser *p, enum kind k, size_t mlen);
 
+/* a declared tool: its name, its parameters schema's JSON text, the schema's grammar (compiled on first use) */
+struct tool_decl {
+    char *name, *schema;
+    struct kvb_grammar *g;
+    bool bad; /* the schema does not compile (a keyword kvbound does not implement): only the name is checked */
+};
+
 void kvb_chat_parser_seed(struct kvb_chat_parser *p, uint64_t seed) {
     if (p) p->seed = seed;
+}
+
+void kvb_chat_parser_cut(struct kvb_chat_parser *p, const char *name) {
+    if (!p) return;
+    p->cut = true;
+    snprintf(p->cut_name, sizeof p->cut_name, "%s", name ? name : "");
 }
 
 kvb_status kvb_chat_parser_new(const struct kvb_chat_syntax *syn, struct kvb_chat_parser **out) {
@@ -318,6 +344,7 @@ kvb_status kvb_chat_parser_new(const struct kvb_chat_syntax *syn, struct kvb_cha
     struct kvb_chat_parser *p = kvb_calloc(1, sizeof *p);
     if (!p) return kvb_fail(KVB_ERR_NOMEM, "chat parser: out of memory");
     p->syn = *syn;
+    p->n_tools = -1;
     p->mode = syn->think && syn->think_open ? M_THINK : M_START;
     if (syn->tools == KVB_TOOLS_HARMONY) start_call(p, K_H_HEAD, 0); /* the prompt ends inside a header: "<|start|>assistant" */
     *out = p;
@@ -331,6 +358,12 @@ void kvb_chat_parser_free(struct kvb_chat_parser *p) {
     kvb_free(p->reason.out.p);
     kvb_free(p->strs.p);
     kvb_free(p->calls);
+    for (int32_t i = 0; i < p->n_tools; i++) {
+        kvb_free(p->tools[i].name);
+        kvb_free(p->tools[i].schema);
+        kvb_grammar_free(p->tools[i].g);
+    }
+    kvb_free(p->tools);
     kvb_free(p);
 }
 
@@ -487,10 +520,146 @@ static bool name_ok(const char *s, size_t n) {
 
 static bool id_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; }
 
+/* ---- calls checked against the declared tools ---- */
+
+static jv *dget(jv d, const char *k) { return d.t == JV_DICT ? jv_dict_get(d.u.d, k, strlen(k)) : NULL; }
+
+/* x with its object keys in the schema's order (declared properties first, as the schema lists them; the
+ * others after, as written), so the grammar, which takes properties in the schema's order, judges the
+ * value and not its key order. Follows properties, additionalProperties, items, prefixItems and local
+ * $refs; other schemas keep the order written. */
+static jv in_schema_order(struct jarena *a, struct jerr *e, jv x, jv sch, jv root, int depth) {
+    if (depth > 64 || sch.t != JV_DICT) return x;
+    jv *ref = dget(sch, "$ref");
+    if (ref && ref->t == JV_STR) {
+        jv *t = NULL;
+        if (ref->n > 8 && !memcmp(ref->u.s, "#/$defs/", 8) && dget(root, "$defs")) t = jv_dict_get(dget(root, "$defs")->u.d, ref->u.s + 8, ref->n - 8);
+        else if (ref->n > 14 && !memcmp(ref->u.s, "#/definitions/", 14) && dget(root, "definitions"))
+            t = jv_dict_get(dget(root, "definitions")->u.d, ref->u.s + 14, ref->n - 14);
+        else if (ref->n == 1 && ref->u.s[0] == '#') t = &root;
+        return t ? in_schema_order(a, e, x, *t, root, depth + 1) : x;
+    }
+    if (x.t == JV_DICT) {
+        jv *props = dget(sch, "properties"), *addl = dget(sch, "additionalProperties");
+        jv out = jv_dict_new(a, e, x.u.d->n);
+        if (props && props->t == JV_DICT)
+            for (int32_t i = 0; i < props->u.d->n; i++) {
+                jv k = props->u.d->k[i];
+                jv *v = k.t == JV_STR ? jv_dict_get(x.u.d, k.u.s, k.n) : NULL;
+                if (v) jv_dict_set(a, e, out, k, in_schema_order(a, e, *v, props->u.d->v[i], root, depth + 1));
+            }
+        for (int32_t i = 0; i < x.u.d->n; i++) {
+            jv k = x.u.d->k[i];
+            if (props && props->t == JV_DICT && k.t == JV_STR && jv_dict_get(props->u.d, k.u.s, k.n)) continue;
+            jv v = addl && addl->t == JV_DICT ? in_schema_order(a, e, x.u.d->v[i], *addl, root, depth + 1) : x.u.d->v[i];
+            jv_dict_set(a, e, out, k, v);
+        }
+        return out;
+    }
+    if (x.t == JV_LIST) {
+        jv *items = dget(sch, "items"), *pre = dget(sch, "prefixItems");
+        jv out = jv_list_new(a, e, x.u.l->n);
+        for (int32_t i = 0; i < x.u.l->n; i++) {
+            jv si = pre && pre->t == JV_LIST && i < pre->u.l->n ? pre->u.l->v[i] : items ? *items : (jv){0};
+            jv_list_push(a, e, out, in_schema_order(a, e, x.u.l->v[i], si, root, depth + 1));
+        }
+        return out;
+    }
+    return x;
+}
+
+/* Whether the call (name, arguments: compact JSON of an object) names a declared tool and its arguments
+ * match that tool's parameters (any, when the schema does not compile). -1: out of memory. */
+static int call_valid(struct kvb_chat_parser *p, const char *name, size_t name_n, const char *args, size_t args_n) {
+    struct tool_decl *t = NULL;
+    for (int32_t i = 0; i < p->n_tools && !t; i++)
+        if (strlen(p->tools[i].name) == name_n && !memcmp(p->tools[i].name, name, name_n)) t = &p->tools[i];
+    if (!t) return 0;
+    if (t->bad) return 1;
+    if (!t->g) {
+        char *gb = NULL;
+        size_t gn = 0;
+        kvb_status st = kvb_json_schema_to_gbnf(t->schema, strlen(t->schema), NULL, &gb, &gn);
+        if (st == KVB_OK) st = kvb_grammar_parse(gb, gn, NULL, &t->g);
+        kvb_buffer_free(gb);
+        if (st == KVB_ERR_NOMEM) return -1;
+        if (st != KVB_OK) { t->bad = true; return 1; }
+    }
+    struct work *w = kvb_calloc(1, sizeof *w);
+    if (!w) return -1;
+    w->a.limit = 64u << 20;
+    int r;
+    if (setjmp(w->e.jb)) r = w->e.st == KVB_ERR_NOMEM ? -1 : 0;
+    else {
+        jv sch = jjson_parse(&w->a, &w->e, "tool parameters", t->schema, strlen(t->schema), 64);
+        jv x = jjson_parse(&w->a, &w->e, "tool arguments", args, args_n, 64);
+        struct jbuf b = {NULL, 0, 0, (size_t)64 << 20};
+        jjson_dump(&w->a, &w->e, &b, in_schema_order(&w->a, &w->e, x, sch, sch, 0), -1, 0);
+        struct kvb_matcher *m = NULL;
+        kvb_status st = kvb_matcher_new(t->g, NULL, &m);
+        if (st == KVB_OK) st = kvb_matcher_accept_bytes(m, b.p ? b.p : "", b.n);
+        r = st == KVB_ERR_NOMEM ? -1 : st == KVB_OK && kvb_matcher_can_end(m);
+        kvb_matcher_free(m);
+    }
+    jarena_free(&w->a);
+    kvb_free(w);
+    return r;
+}
+
+kvb_status kvb_chat_parser_tools(struct kvb_chat_parser *p, const char *tools_json, size_t len) {
+    if (!p || (!tools_json && len)) return kvb_fail(KVB_ERR_INVALID, "chat parser: NULL argument");
+    if (p->n_tools >= 0 || p->buf.n || p->ended) return kvb_fail(KVB_ERR_INVALID, "chat parser: tools are declared once, before the first feed");
+    if (!tools_json) return KVB_OK;
+    struct work *w = kvb_calloc(1, sizeof *w);
+    if (!w) return kvb_fail(KVB_ERR_NOMEM, "chat parser: out of memory");
+    w->a.limit = 256u << 20;
+    kvb_status st = KVB_OK;
+    struct tool_decl *volatile tools = NULL; /* (volatile: kept across the longjmp of an error) */
+    volatile int32_t n = 0;
+    if (setjmp(w->e.jb)) st = w->e.st;
+    else {
+        jv v = jjson_parse(&w->a, &w->e, "tools", tools_json, len, 64);
+        if (v.t != JV_LIST) jerr_throw(&w->e, KVB_ERR_INVALID, "chat parser: tools must be a JSON array");
+        tools = kvb_calloc((size_t)v.u.l->n + 1, sizeof *tools);
+        if (!tools) jerr_throw(&w->e, KVB_ERR_NOMEM, "chat parser: out of memory");
+        for (int32_t i = 0; i < v.u.l->n; i++) {
+            jv t = v.u.l->v[i], *fn = dget(t, "function");
+            jv *nm = fn ? dget(*fn, "name") : NULL, *params = fn ? dget(*fn, "parameters") : NULL;
+            if (!nm || nm->t != JV_STR) jerr_throw(&w->e, KVB_ERR_INVALID, "chat parser: tools[%d] has no function name", (int)i);
+            struct jbuf b = {NULL, 0, 0, (size_t)64 << 20};
+            if (params && params->t == JV_DICT) jjson_dump(&w->a, &w->e, &b, *params, -1, 0);
+            else jbuf_put(&w->a, &w->e, &b, "{\"type\":\"object\"}", 17);
+            tools[n].name = kvb_malloc(nm->n + 1);
+            tools[n].schema = kvb_malloc(b.n + 1);
+            if (tools[n].name) { memcpy(tools[n].name, nm->u.s, nm->n); tools[n].name[nm->n] = 0; }
+            if (tools[n].schema) { memcpy(tools[n].schema, b.p, b.n); tools[n].schema[b.n] = 0; }
+            n++;
+            if (!tools[n - 1].name || !tools[n - 1].schema) jerr_throw(&w->e, KVB_ERR_NOMEM, "chat parser: out of memory");
+        }
+    }
+    if (st != KVB_OK) {
+        st = kvb_fail(st, "%s", w->e.msg);
+        for (int32_t i = 0; tools && i < n; i++) { kvb_free(tools[i].name); kvb_free(tools[i].schema); }
+        kvb_free(tools);
+    } else {
+        p->tools = tools;
+        p->n_tools = n;
+    }
+    jarena_free(&w->a);
+    kvb_free(w);
+    return st;
+}
+
 /* Appends a call (name, arguments as compact JSON text of an object, id or
- * NULL for a new one). false: too many calls or out of memory. */
+ * NULL for a new one). false: too many calls, out of memory, or (tools
+ * declared) a call to no declared tool or with arguments its schema refuses. */
 static bool push_call(struct kvb_chat_parser *p, const char *name, size_t name_n, const char *args, size_t args_n, const char *id, size_t id_n) {
     if (p->n_calls >= KVB_CHAT_MAX_CALLS) return false;
+    if (p->n_tools >= 0 && !p->no_check) {
+        int v = call_valid(p, name, name_n, args, args_n);
+        if (v < 0) p->oom = true;
+        if (v <= 0) return false;
+    }
     if (p->n_calls == p->cap_calls) {
         int32_t c = p->cap_calls ? p->cap_calls * 2 : 4;
         struct call *q = kvb_malloc(sizeof *q * (size_t)c);
@@ -979,6 +1148,63 @@ static int call_step(struct kvb_chat_parser *p, const char *t, size_t n, bool fi
 
 static void emit_content(struct kvb_chat_parser *p, const char *s, size_t n) { sink_put(&p->content, &p->oom, s, n); }
 
+/* The open call at t[0..n), cut short (kvb_chat_parser_cut), as a call: its name as far as written (or
+ * p->cut_name when the name is not whole), its arguments the text after "arguments": so far (which may
+ * not parse). JSON forms ({"name": ..., "arguments": ...}, in an array or not) and harmony's. false: not
+ * one of those, or out of memory. */
+static bool take_cut_call(struct kvb_chat_parser *p, const char *t, size_t n) {
+    const char *name = "";
+    size_t name_n = 0, ab = n;
+    bool name_whole = false;
+    if (p->kind == K_H_CALL) {
+        name = t + p->nb;
+        name_n = p->ne - p->nb;
+        name_whole = true;
+        ab = skip_ws(t, n, p->phase >= 1 ? p->jb : p->at);
+    } else if (p->kind == K_HERMES || p->kind == K_ARRAY || p->kind == K_BARE) {
+        size_t i = skip_ws(t, n, p->phase >= 1 ? p->jb : p->at);
+        if (i < n && t[i] == '[') i = skip_ws(t, n, i + 1);
+        if (i < n && t[i] == '{') {
+            i = skip_ws(t, n, i + 1);
+            if (match_at(t + i, n - i, "\"name\"") == 1) {
+                i = skip_ws(t, n, i + 6);
+                if (i < n && t[i] == ':') i = skip_ws(t, n, i + 1);
+                if (i < n && t[i] == '"') {
+                    size_t e = ++i;
+                    while (e < n && t[e] != '"') e += t[e] == '\\' ? 2 : 1;
+                    if (e > n) e = n;
+                    name = t + i;
+                    name_n = e - i;
+                    name_whole = e < n;
+                    i = e < n ? skip_ws(t, n, e + 1) : n;
+                    if (i < n && t[i] == ',') i = skip_ws(t, n, i + 1);
+                    size_t k = i;
+                    if (match_at(t + i, n - i, "\"arguments\"") == 1) k = i + 11;
+                    else if (match_at(t + i, n - i, "\"parameters\"") == 1) k = i + 12;
+                    if (k > i) {
+                        k = skip_ws(t, n, k);
+                        if (k < n && t[k] == ':') ab = skip_ws(t, n, k + 1);
+                    }
+                }
+            }
+        }
+    } else return false;
+    if (!name_whole && p->cut_name[0]) {
+        name = p->cut_name;
+        name_n = strlen(p->cut_name);
+    }
+    size_t ae = n;
+    while (ae > ab && is_ws(t[ae - 1])) ae--;
+    struct sbuf args = {0};
+    sb_put_clean(&args, &p->oom, t + ab, ae - ab);
+    if (!p->oom && !args.p) sb_put(&args, &p->oom, "", 0);
+    p->no_check = true; /* cut short: its arguments cannot be whole */
+    bool ok = !p->oom && push_call(p, name, name_n, args.p ? args.p : "", args.n, NULL, 0);
+    p->no_check = false;
+    kvb_free(args.p);
+    return ok;
+}
+
 /* One decision; false when nothing more can be decided now. */
 static bool step(struct kvb_chat_parser *p, bool final) {
     const char *t = p->buf.p + p->pos;
@@ -1095,6 +1321,12 @@ static bool step(struct kvb_chat_parser *p, bool final) {
             if (k0 == K_H_HEAD && p->kind == K_H_HEAD) p->mode = M_H_BODY;
             else if (p->kind == K_BARE || p->kind == K_PYTAG) p->mode = M_AFTER;
             else p->mode = p->syn.tools == KVB_TOOLS_HARMONY ? M_H_OUT : M_CONTENT;
+            return true;
+        }
+        if (p->oom) return false;
+        if (r == NEED && final && p->cut && take_cut_call(p, t, n)) { /* cut short by the caller's limit: a call all the same */
+            p->pos += n;
+            p->mode = M_DONE;
             return true;
         }
         if (p->oom) return false;

@@ -1,6 +1,7 @@
 /*
  * fuzz_chat_parse.c — libFuzzer target for kvb_chat_parser (chat_parse.c).
- * Input: byte 0 picks the format (6) and think / think_open, byte 1 seeds the
+ * Input: byte 0 picks the format (6), think / think_open and (its bit 24s)
+ * whether calls are checked against a fixed tools list, byte 1 seeds the
  * splits, the rest is the generated text. The text is parsed in one feed and
  * again fed in random pieces (and byte by byte for short inputs); besides not
  * crashing: every delta and the message are valid JSON with valid UTF-8
@@ -150,6 +151,9 @@ static int cp_same(struct cp_work *w, const char *message, const struct cp_acc *
 /* Parses text (one feed), then again in the pieces cuts[0..n_cuts) (ascending
  * offsets); 0 when the deltas concatenate to the message. *message (may be
  * NULL): the one-shot message (free). */
+/* the tools both parsers are declared (kvb_chat_parser_tools), or NULL: any call */
+static const char *cp_tools;
+
 static int chat_parse_split(const struct kvb_chat_syntax *syn, const char *text, size_t n, const size_t *cuts, int n_cuts, char **message,
                             const char **why) {
     struct kvb_chat_parser *p1 = NULL, *p2 = NULL;
@@ -163,6 +167,7 @@ static int chat_parse_split(const struct kvb_chat_syntax *syn, const char *text,
     if (kvb_chat_parser_new(syn, &p1) || kvb_chat_parser_new(syn, &p2)) goto out;
     kvb_chat_parser_seed(p1, 7);
     kvb_chat_parser_seed(p2, 7);
+    if (cp_tools && (kvb_chat_parser_tools(p1, cp_tools, strlen(cp_tools)) || kvb_chat_parser_tools(p2, cp_tools, strlen(cp_tools)))) goto out;
     if (kvb_chat_parser_feed(p1, text, n, true, &d)) { *why = "one-shot feed failed"; goto out; }
     if (d && cp_add_delta(w, a, d, why)) goto out;
     kvb_buffer_free(d);
@@ -214,6 +219,11 @@ static int chat_parse_check(const uint8_t *data, size_t size, const char **why) 
     *why = "";
     if (size < 2) return 0;
     struct kvb_chat_syntax syn = {(enum kvb_tool_format)(data[0] % 6), (data[0] / 6) % 2 == 1, (data[0] / 12) % 2 == 1};
+    /* (data[0] / 24) odd: calls are checked against these tools */
+    static const char k_tools[] = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                                  "{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},\"required\":[\"a\"]}}},"
+                                  "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]";
+    cp_tools = (data[0] / 24) % 2 ? k_tools : NULL;
     uint64_t seed = data[1] * 0x9E3779B97F4A7C15ull + 1;
     const char *text = (const char *)data + 2;
     size_t n = size - 2;
@@ -229,6 +239,7 @@ static int chat_parse_check(const uint8_t *data, size_t size, const char **why) 
                 if (cp_rand(&seed) % (round == 1 ? 3 : 17) == 0) cuts[k++] = i;
         rc = chat_parse_split(&syn, text, n, cuts, k, NULL, why);
     }
+    cp_tools = NULL;
     free(cuts);
     return rc;
 }

@@ -4,7 +4,7 @@
  * (with the rule prefix), NUL-terminated at the reported length; a refusal
  * must be KVB_ERR_UNSUPPORTED, KVB_ERR_INVALID or KVB_ERR_NOMEM with a
  * message and leave the outputs alone. The first input byte picks a rule
- * prefix. Seeds: tests/fuzz/seeds_json_schema; .ci/run fuzzes it for 30 s.
+ * prefix (bits 0-1) and KVB_SCHEMA_COMPACT (bit 2). Seeds: tests/fuzz/seeds_json_schema; .ci/run fuzzes it for 30 s.
  */
 #include "kvbound.h"
 
@@ -19,7 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *prefix = prefixes[data[0] & 3];
     char *gb = (char *)1;
     size_t n = 12345;
-    kvb_status st = kvb_json_schema_to_gbnf((const char *)data + 1, size - 1, prefix, &gb, &n);
+    const unsigned flags = data[0] & 4 ? KVB_SCHEMA_COMPACT : 0;
+    kvb_status st = kvb_json_schema_to_gbnf_flags((const char *)data + 1, size - 1, prefix, flags, &gb, &n);
     if (st != KVB_OK) {
         if (gb != (char *)1 || n != 12345 || !kvb_last_error()[0]) abort();
         if (st != KVB_ERR_UNSUPPORTED && st != KVB_ERR_INVALID && st != KVB_ERR_NOMEM) abort();

@@ -12,7 +12,9 @@
 #include "serve.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -482,7 +484,8 @@ static bool forced_call_grammar(const struct server *srv, const cJSON *tools, st
         size_t gl = 0;
         snprintf(prefix, sizeof prefix, "t%d-", k);
         const char *src = schema ? schema : "{\"type\":\"object\"}";
-        const kvb_status st = kvb_json_schema_to_gbnf(src, strlen(src), prefix, &gbnf, &gl);
+        /* compact: no free white space between a forced call's tokens (a weak model spent max_tokens on tabs) */
+        const kvb_status st = kvb_json_schema_to_gbnf_flags(src, strlen(src), prefix, KVB_SCHEMA_COMPACT, &gbnf, &gl);
         free(schema);
         if (st != KVB_OK) {
             serve_error(r, st == KVB_ERR_NOMEM ? 500 : 400, st == KVB_ERR_NOMEM ? "server_error" : "invalid_request_error", "tools[%d].function.parameters: %s", k,
@@ -530,6 +533,56 @@ static bool forced_call_grammar(const struct server *srv, const cJSON *tools, st
     }
     if (!j->prefill) { serve_error(r, 500, "server_error", "out of memory"); return false; }
     return true;
+}
+
+/* At most `limit` requests compile grammars at once (issue 47: eight
+ * big grammars at once took 30 s of CPU from the connection threads); one
+ * past it waits up to wait_ms for a turn, then is answered 503 naming the
+ * limit. KVB_SERVE_MAX_COMPILES (1-64, default 4) and
+ * KVB_SERVE_COMPILE_WAIT_MS (0-60000, default 2000) set them. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int busy, limit, wait_ms;
+} g_compiles = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+
+static int env_int(const char *name, int lo, int hi, int dflt) {
+    const char *v = getenv(name);
+    char *e;
+    long x = v && *v ? strtol(v, &e, 10) : dflt;
+    return v && *v && (*e || x < lo || x > hi) ? dflt : (int)x;
+}
+
+static bool compile_enter(struct http_resp *r) {
+    pthread_mutex_lock(&g_compiles.mu);
+    if (!g_compiles.limit) {
+        g_compiles.limit = env_int("KVB_SERVE_MAX_COMPILES", 1, 64, 4);
+        g_compiles.wait_ms = env_int("KVB_SERVE_COMPILE_WAIT_MS", 0, 60000, 2000);
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += g_compiles.wait_ms / 1000;
+    until.tv_nsec += (long)(g_compiles.wait_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    int rc = 0;
+    while (g_compiles.busy >= g_compiles.limit && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&g_compiles.cv, &g_compiles.mu, &until);
+    const bool ok = g_compiles.busy < g_compiles.limit;
+    if (ok) g_compiles.busy++;
+    const int limit = g_compiles.limit, wait_ms = g_compiles.wait_ms;
+    pthread_mutex_unlock(&g_compiles.mu);
+    if (!ok) {
+        r->retry_after = 1;
+        serve_error(r, 503, "server_busy", "%d grammar compilations are running (the limit, KVB_SERVE_MAX_COMPILES) and none ended within %d ms; retry",
+                    limit, wait_ms);
+    }
+    return ok;
+}
+
+static void compile_leave(void) {
+    pthread_mutex_lock(&g_compiles.mu);
+    g_compiles.busy--;
+    pthread_cond_signal(&g_compiles.cv);
+    pthread_mutex_unlock(&g_compiles.mu);
 }
 
 /* tools, tool_choice, parallel_tool_calls, response_format, grammar,
@@ -723,7 +776,19 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     }
     if (!parse_stop(root, j, r)) goto out;
     if (!parse_sampling(srv, root, j, r)) goto out;
-    if (!parse_structure(srv, root, j, r)) goto out;
+    {
+        /* a request that may compile a grammar takes a turn at it */
+        static const char *const compiles[] = {"grammar", "json_schema", "response_format", "tools", NULL};
+        bool gated = false;
+        for (int i = 0; compiles[i] && !gated; i++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, compiles[i]);
+            gated = x && !cJSON_IsNull(x);
+        }
+        if (gated && !compile_enter(r)) goto out;
+        const bool structured = parse_structure(srv, root, j, r);
+        if (gated) compile_leave();
+        if (!structured) goto out;
+    }
     /* kvbound's own fields */
     const cJSON *pol = cJSON_GetObjectItemCaseSensitive(root, "kv_policy");
     if (pol && !cJSON_IsNull(pol)) {

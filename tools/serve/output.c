@@ -45,6 +45,8 @@ bool output_start(struct server *srv, struct job *j) {
         if (!j->tools_json && syn.tools != KVB_TOOLS_HARMONY) syn.tools = KVB_TOOLS_NONE; /* no tools offered: no text is a call */
         if (kvb_chat_parser_new(&syn, &j->parser) != KVB_OK) return false;
         kvb_chat_parser_seed(j->parser, call_id_seed(j)); /* fresh ids every turn, whatever the request's seed */
+        /* a call must name a tool of the request and match its parameters; else it stays content (issue 47) */
+        if (j->tools_json && kvb_chat_parser_tools(j->parser, j->tools_json, strlen(j->tools_json)) != KVB_OK) return false;
         if (j->prefill) {
             char *delta = NULL;
             if (kvb_chat_parser_feed(j->parser, j->prefill, strlen(j->prefill), false, &delta) != KVB_OK) return false;

@@ -205,6 +205,9 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
     if (tl) sb_put_utf8(&j->text, tail, tl); /* a character cut short at the end: U+FFFD */
     j->held = 0;
     if (j->matcher) kvb_batch_set_matcher(s->b, j->seq, NULL);
+    /* a forced call cut by max_tokens is a call (finish_reason length), never its markup as content */
+    if (j->parser && j->prefill && j->tools_json && j->tool_choice != TOOLS_AUTO && si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")))
+        kvb_chat_parser_cut(j->parser, j->tool_choice == TOOLS_NAMED ? j->tool_name : NULL);
     output_finish(j);
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
     struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;
