@@ -282,11 +282,12 @@ if [ -f "$G" ]; then
 else skip_case serve_agents_stories "missing $G"; fi
 
 # a slow template holds its own request only: it renders on its connection's thread, not the scheduler's, so a
-# bystander's 8-token answer comes while the slow one (a message that says SLOWDOWN: 750 scans of 200 KB, about
-# 1.5 s) is still rendering. Before, the scheduler rendered it and admitted both at once: the slow 1-token answer
-# came first. A template the interpreter refuses for its cost is no test of this (skipped, naming why).
+# bystander's 3-token answer comes while the slow one (a message that says SLOWDOWN: 900 searches of 200 KB that
+# defeat memchr, 180 M bytes scanned, about 0.4 s here and within the interpreter's step budget) is still
+# rendering. Before, the scheduler rendered it and admitted both at once: the slow 1-token answer came first.
+# A template the interpreter refuses for its cost is no test of this (skipped, naming why).
 cat > "$T/slow.jinja" <<'EOF2'
-{%- for m in messages %}{% if 'SLOWDOWN' in m.content %}{% set s = 'ab' * 100000 %}{% for i in range(750) %}{% if 'zz' in s %}{% endif %}{% endfor %}{% endif %}<|im_start|>{{ m.role }}
+{%- for m in messages %}{% if 'SLOWDOWN' in m.content %}{% set s = 'a' * 200000 %}{% for i in range(900) %}{% if 'aaaaaaab' in s %}{% endif %}{% endfor %}{% endif %}<|im_start|>{{ m.role }}
 {{ m.content }}<|im_end|>
 {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
 {% endif %}
@@ -294,12 +295,12 @@ EOF2
 start d -m "$T/q0.gguf" --sessions "$T/sd" -t 1 -np 2 --chat-template-file "$T/slow.jinja"
 ( curl -s -o "$T/slow.json" -w '%{http_code}' -d '{"messages":[{"role":"user","content":"SLOWDOWN please"}],"max_tokens":1}' "$URL/v1/chat/completions" > "$T/slow.code"; touch "$T/slow.done" ) &
 slow=$!
-sleep 0.3
-post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":8,"ignore_eos":true,"temperature":0}' > "$T/by.json"
+sleep 0.1
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"ignore_eos":true,"temperature":0}' > "$T/by.json"
 if [ -f "$T/slow.done" ]; then by_first=no; else by_first=yes; fi
 wait $slow
 if [ "$(cat "$T/slow.code")" != 200 ]; then skip_case serve_slow_template_holds_its_request_only "the slow template was refused: $(head -c 200 "$T/slow.json")"
-elif [ "$by_first" = yes ] && [ "$(jget 'd["usage"]["completion_tokens"]' < "$T/by.json")" = 8 ]; then ok serve_slow_template_holds_its_request_only
+elif [ "$by_first" = yes ] && [ "$(jget 'd["usage"]["completion_tokens"]' < "$T/by.json")" = 3 ]; then ok serve_slow_template_holds_its_request_only
 else ko serve_slow_template_holds_its_request_only "the bystander's answer came after the slow template's: $(head -c 200 "$T/by.json")"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 

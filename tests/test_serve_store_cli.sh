@@ -112,6 +112,7 @@ if [ "$i1" = 200 ] && [ "$i2" = 200 ] && cmp -s "$T/i1.json" "$T/i2.json" && [ "
 else ko serve_store_idempotency_key_retry "turn $i1, retry on B $i2 ($(head -c 120 "$T/i2.json")), turn 2 $i3 '$got3', retry $i4, turns $(field "$VB" I turns) (want 2), bad key $bad"; fi
 
 # ---- /health and DELETE while the SQLite file is locked: 503 naming the store, then back ----
+# (/health probes the store once its last use is a second old and answers as of the last probe: up to 4 s to see it)
 start hs -m "$G" --sessions "$T/hs" --budget 64 -t 1; HS=$URL
 turn "$HS" D "Once upon a time" > /dev/null
 h0=$(curl -s -o /dev/null -w '%{http_code}' "$HS/health")
@@ -126,7 +127,7 @@ c.execute("COMMIT")
 holder=$!
 for _ in $(seq 1 50); do [ -f "$T/hlocked" ] && break; sleep 0.1; done
 h1=000
-for _ in $(seq 1 10); do h1=$(curl -s -o "$T/h1.json" -w '%{http_code}' "$HS/health"); [ "$h1" = 503 ] && break; sleep 0.1; done
+for _ in $(seq 1 40); do h1=$(curl -s -o "$T/h1.json" -w '%{http_code}' "$HS/health"); [ "$h1" = 503 ] && break; sleep 0.1; done
 d1=$(curl -s -o "$T/d1.json" -w '%{http_code}' -X DELETE "$HS/v1/sessions/D")
 wait $holder
 h2=000
