@@ -247,6 +247,13 @@ tok=$(post /tokenize '{"content":"Hello <|im_start|> world","with_pieces":true}'
 back=$(post /detokenize "{\"tokens\":$(echo "$tok" | jget 'json.dumps([t["id"] for t in d["tokens"]])')}" | jget 'd["content"]')
 if [ "$back" = "Hello <|im_start|> world" ] && echo "$tok" | grep -q '"piece":"<|im_start|>"'; then ok serve_tokenize_detokenize
 else ko serve_tokenize_detokenize "$tok -> '$back'"; fi
+# a completion's prompt is the client's whole text, read as /tokenize reads it: U+FDD0 U+FDD1 (the marks that keep a chat
+# message's control-token text plain) are text as written there, not a mark (issue 47 review: it read one character fewer)
+FP='"a<|im_start|>\ufdd0\ufdd1\ufdd0<|im_end|>\ufdd1b"'
+nt=$(post /tokenize "{\"content\":$FP}" | jget 'len(d["tokens"])')
+nc=$(post /v1/completions "{\"prompt\":$FP,\"max_tokens\":1}" | jget 'd["usage"]["prompt_tokens"]')
+if [ -n "$nt" ] && [ "$nt" = "$nc" ]; then ok serve_completion_prompt_as_tokenize
+else ko serve_completion_prompt_as_tokenize "/tokenize $nt tokens, the completion read $nc"; fi
 if [ "$(code "$URL/props")" = 200 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["total_slots"]==2 and d["jinja"] is True and d["tool_call_format"]=="hermes" and "<tool_call>" in d["chat_template"] and d["model_alias"]=="agent-model"' "$T/r.out"; then ok serve_props
 else ko serve_props "$(head -c 300 "$T/r.out")"; fi
 curl -s -D "$T/h.txt" -o /dev/null "$URL/tokenize"

@@ -14,8 +14,10 @@
  * kvb_vocab_tokenize with parse_special does, except that OPEN T CLOSE is T
  * as plain text, within its fragment (the tokens are those of the same text
  * tokenized without parse_special), and OPEN CLOSE is the character U+FDD0.
- * An OPEN with neither after it (a template that cut a marked string) is
- * text, as written.
+ * An OPEN followed by a control token's text but no CLOSE (a template that
+ * sliced or truncated a marked string between the two) is still client
+ * text: the token's text as plain text, the OPEN dropped, since no template
+ * writes OPEN. An OPEN followed by neither is text, as written.
  */
 #include "tokenizer.h"
 
@@ -105,7 +107,10 @@ kvb_status kvb_vocab_tokenize_marked(const struct kvb_vocab *v, const char *text
             } else if (sp >= 0 && at_mark(text, len, in + kvb_vocab_len(v, sp), CLOSE)) { /* client text: plain */
                 put(&frag, text + in, kvb_vocab_len(v, sp));
                 at = in + kvb_vocab_len(v, sp) + MARK_LEN;
-            } else { /* cut by the template: text as written */
+            } else if (sp >= 0) { /* client text whose close the template cut off (a slice, truncate): still plain */
+                put(&frag, text + in, kvb_vocab_len(v, sp));
+                at = in + kvb_vocab_len(v, sp);
+            } else { /* not a mark of ours: text as written */
                 put(&frag, OPEN, MARK_LEN);
                 at = in;
             }

@@ -20,11 +20,13 @@
  * control tokens), and the client's text goes in marked
  * (kvb_vocab_mark_plain): its "<|im_end|>" stays text, so a message cannot
  * close its turn and write another role's. --special-in-content: as
- * written (the old reading). */
-static int32_t *tokens_of(struct server *srv, const char *text, bool bos, int32_t pending, int32_t *n) {
+ * written (the old reading). A completion's prompt (marked false) is the
+ * client's whole text, read as /tokenize reads it: with parse_special and
+ * no marks, so a literal U+FDD0 in it is text as written. */
+static int32_t *tokens_of(struct server *srv, const char *text, bool marked, bool bos, int32_t pending, int32_t *n) {
     int32_t *ids = NULL, k = 0;
-    const kvb_status ts = srv->o.special_in_content ? kvb_vocab_tokenize(srv->vocab, text, strlen(text), bos, true, &ids, &k)
-                                                    : kvb_vocab_tokenize_marked(srv->vocab, text, strlen(text), bos, &ids, &k);
+    const kvb_status ts = !marked || srv->o.special_in_content ? kvb_vocab_tokenize(srv->vocab, text, strlen(text), bos, true, &ids, &k)
+                                                               : kvb_vocab_tokenize_marked(srv->vocab, text, strlen(text), bos, &ids, &k);
     if (ts != KVB_OK) return NULL;
     int32_t *all = malloc(sizeof(int32_t) * (size_t)(k + 1));
     if (!all) { kvb_buffer_free(ids); return NULL; }
@@ -195,7 +197,7 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
     kvb_status st;
     snprintf(err, cap, "the prompt is empty after tokenizing");
     if (j->kind == JOB_COMPLETION) {
-        return tokens_of(srv, j->prompt, first, first ? -1 : pending, n);
+        return tokens_of(srv, j->prompt, false, first, first ? -1 : pending, n);
     }
     if (srv->jinja) {
         text_render(srv, j); /* made before the job was queued; here only for one queued without it */
@@ -255,7 +257,7 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
     }
     int32_t *ids = NULL;
     if (st == KVB_ERR_NOMEM) snprintf(err, cap, "out of memory");
-    else if (st == KVB_OK) ids = tokens_of(srv, text, first, first ? -1 : pending, n);
+    else if (st == KVB_OK) ids = tokens_of(srv, text, true, first, first ? -1 : pending, n);
     free(mine);
     kvb_buffer_free(lib);
     return ids;
@@ -275,7 +277,7 @@ int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *
             text = lib;
     }
     int32_t nb = 0;
-    int32_t *pre = text ? tokens_of(srv, text, true, -1, &nb) : NULL;
+    int32_t *pre = text ? tokens_of(srv, text, true, true, -1, &nb) : NULL;
     kvb_buffer_free(lib);
     /* the shared messages' tokens must begin the prompt's (a merge across the cut would not) */
     const int32_t cut = pre && nb < n && !memcmp(pre, ids, sizeof(int32_t) * (size_t)nb) ? nb : 0;
