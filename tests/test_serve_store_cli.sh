@@ -42,19 +42,22 @@ turn "$REF" L "Once upon a time, a frog" > /dev/null
 turn "$REF" L "The frog jumped" > /dev/null
 want2=$(content "$T/out")
 
-# ---- SQLite locked by another process ----
-start lk -m "$G" --sessions "$T/lk" --budget 64 -t 1
-LK=$URL
-c1=$(turn "$LK" L "Once upon a time, a frog")
-p1=$(field "$LK" L position)
-python3 -c '
-import sqlite3, sys, time, os
+lock_sqlite() { # lock_sqlite FILE FLAG SECONDS: another process holds FILE's database exclusively, touches FLAG once it does
+    python3 -c '
+import sqlite3, sys, time
 c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
 c.execute("BEGIN EXCLUSIVE")
 open(sys.argv[2], "w").close()
 time.sleep(float(sys.argv[3]))
 c.execute("COMMIT")
-' "$T/lk/sessions.sqlite" "$T/locked" 12 &
+' "$@"
+}
+# ---- SQLite locked by another process ----
+start lk -m "$G" --sessions "$T/lk" --budget 64 -t 1
+LK=$URL
+c1=$(turn "$LK" L "Once upon a time, a frog")
+p1=$(field "$LK" L position)
+lock_sqlite "$T/lk/sessions.sqlite" "$T/locked" 12 &
 holder=$!
 for _ in $(seq 1 50); do [ -f "$T/locked" ] && break; sleep 0.1; done
 t0=$(date +%s.%N)
@@ -116,14 +119,7 @@ else ko serve_store_idempotency_key_retry "turn $i1, retry on B $i2 ($(head -c 1
 start hs -m "$G" --sessions "$T/hs" --budget 64 -t 1; HS=$URL
 turn "$HS" D "Once upon a time" > /dev/null
 h0=$(curl -s -o /dev/null -w '%{http_code}' "$HS/health")
-python3 -c '
-import sqlite3, sys, time
-c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-c.execute("BEGIN EXCLUSIVE")
-open(sys.argv[2], "w").close()
-time.sleep(float(sys.argv[3]))
-c.execute("COMMIT")
-' "$T/hs/sessions.sqlite" "$T/hlocked" 8 &
+lock_sqlite "$T/hs/sessions.sqlite" "$T/hlocked" 8 &
 holder=$!
 for _ in $(seq 1 50); do [ -f "$T/hlocked" ] && break; sleep 0.1; done
 h1=000
