@@ -114,6 +114,61 @@ if [ "$i1" = 200 ] && [ "$i2" = 200 ] && cmp -s "$T/i1.json" "$T/i2.json" && [ "
    [ "$(content "$T/i4.json")" = "$want2" ] && [ "$(field "$VB" I turns)" = 2 ] && [ "$bad" = 400 ]; then ok serve_store_idempotency_key_retry
 else ko serve_store_idempotency_key_retry "turn $i1, retry on B $i2 ($(head -c 120 "$T/i2.json")), turn 2 $i3 '$got3', retry $i4, turns $(field "$VB" I turns) (want 2), bad key $bad"; fi
 
+# ---- issue 47: a long session's stored header stays bounded (digests of its first 8 and last 256 messages, not their text);
+# the history a turn sends is still checked where the session holds it, and a header stored with whole messages still loads ----
+start hb -m "$G" --sessions "$T/hb" --budget 64 -t 1 --max-prompt-tokens 40000; HB=$URL
+hpost() { curl -s -o "$T/$1.out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary "@$T/$1.req" "$HB/v1/chat/completions"; }
+hmeta() { python3 -c 'import sqlite3, struct, sys
+b = sqlite3.connect(sys.argv[1]).execute("SELECT image FROM sessions WHERE id = ?", (sys.argv[2],)).fetchone()[0]
+print(struct.unpack("<I", b[8:12])[0])' "$T/hb/sessions.sqlite" "$1"; }
+python3 - "$T" <<'PY'
+import json, sys
+T = sys.argv[1]
+msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i} " + "the cat sat on the mat and " * 5} for i in range(300)]
+msgs.append({"role": "user", "content": "Go on"})
+json.dump(msgs, open(f"{T}/h1.msgs", "w"))
+open(f"{T}/h1.req", "w").write(json.dumps({"messages": msgs, "max_tokens": 2, "temperature": 0, "session_id": "H"}))
+PY
+h1=$(hpost h1); m1=$(hmeta H)
+python3 - "$T" <<'PY'
+import json, sys, copy
+T = sys.argv[1]
+msgs = json.load(open(f"{T}/h1.msgs")) + [json.load(open(f"{T}/h1.out"))["choices"][0]["message"]] + [{"role": "user", "content": "More"}]
+def req(name, m):
+    open(f"{T}/{name}.req", "w").write(json.dumps({"messages": m, "max_tokens": 2, "temperature": 0, "session_id": "H"}))
+for name, i in (("hhead", 2), ("htail", 290)):
+    m = copy.deepcopy(msgs); m[i]["content"] += " (changed)"; req(name, m)
+req("hfull", msgs)
+PY
+hh=$(hpost hhead); ht=$(hpost htail); hf=$(hpost hfull); m2=$(hmeta H)
+# a session stored before the digests: its whole messages in "history", read as digests and checked
+python3 - "$T" <<'PY'
+import json, sqlite3, struct, sys
+T = sys.argv[1]
+db = sqlite3.connect(f"{T}/hb/sessions.sqlite")
+b = db.execute("SELECT image FROM sessions WHERE id = 'H'").fetchone()[0]
+n = struct.unpack("<I", b[8:12])[0]
+meta = json.loads(b[12:12 + n])
+for k in ("msg_count", "msg_head", "msg_tail", "tools_digest"): meta.pop(k, None)
+hist = [{"role": "user", "content": "Once upon a time, a frog"}, {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "The frog jumped"}, {"role": "assistant", "content": "It jumped high."}]
+meta["history"] = hist; meta["tools"] = None
+m = json.dumps(meta, separators=(",", ":")).encode()
+db.execute("INSERT INTO sessions(id, image, updated, version) VALUES ('OLD', ?, 0, 1)", (b[:8] + struct.pack("<I", len(m)) + m + b[12 + n:],))
+db.commit()
+msgs = [{"role": "user", "content": "Once upon a time, a frog"}, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "The frog jumped"},
+        {"role": "assistant", "content": "not what it said"}, {"role": "user", "content": "And"}]
+open(f"{T}/hold1.req", "w").write(json.dumps({"messages": msgs, "max_tokens": 2, "temperature": 0, "session_id": "OLD"}))
+msgs[3] = dict(hist[3], content=" It jumped high.\n")  # the ends' whitespace is not the message's
+open(f"{T}/hold2.req", "w").write(json.dumps({"messages": msgs, "max_tokens": 2, "temperature": 0, "session_id": "OLD"}))
+PY
+ho1=$(hpost hold1); ho2=$(hpost hold2)
+if [ "$h1" = 200 ] && [ "$hh" = 409 ] && grep -q 'messages\[2\] (user) differs' "$T/hhead.out" && [ "$ht" = 409 ] &&
+   grep -q 'messages\[290\] (user) differs' "$T/htail.out" && [ "$hf" = 200 ] && [ "$m1" -lt 12000 ] && [ "$m2" -lt 12000 ] &&
+   [ "$(field "$HB" H turns)" = 2 ] && [ "$ho1" = 409 ] && grep -q 'messages\[3\] (assistant) differs' "$T/hold1.out" && [ "$ho2" = 200 ]; then
+    ok "serve_store_history_header_bounded (header $m1 then $m2 bytes)"
+else ko serve_store_history_header_bounded "first turn $h1 (header $m1 bytes, want < 12000), changed head $hh, changed tail $ht ($(head -c 160 "$T/htail.out")), whole $hf (header $m2), turns $(field "$HB" H turns); old-format session: changed $ho1 ($(head -c 160 "$T/hold1.out")), same $ho2 ($(head -c 160 "$T/hold2.out"))"; fi
+
 # ---- /health and DELETE while the SQLite file is locked: 503 naming the store, then back ----
 # (/health probes the store once its last use is a second old and answers as of the last probe: up to 4 s to see it)
 start hs -m "$G" --sessions "$T/hs" --budget 64 -t 1; HS=$URL

@@ -110,7 +110,7 @@ static int admit(struct server *srv, struct job *j) {
             }
         }
         char mismatch[480];
-        if (!fresh && !history_check(j, x->extra, mismatch, sizeof mismatch)) {
+        if (!history_begin(j, x->extra, fresh, mismatch, sizeof mismatch)) {
             sess_idle(srv, x);
             job_fail(srv, j, 409, "session_history_mismatch", 0, "%s", mismatch);
             return ADMIT_DONE;
@@ -225,8 +225,9 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
          * store worker, and the job ends in store_done */
         struct sbuf body = {0};
         openai_response(srv, j, &body); /* what the client gets: the history's answer, the retry's with its key */
+        char *meta = body.oom ? NULL : history_next(j, x->extra, body.s ? body.s : "{}"); /* from j->turn_meta, history_begin's */
         free(j->turn_meta);
-        j->turn_meta = body.oom ? NULL : history_next(j, x->extra, x->turns == 0, body.s ? body.s : "{}");
+        j->turn_meta = meta;
         sb_free(&body);
         size_t bl = 0;
         void *blob = session_blob(srv, x, x->turns + 1, j->turn_meta, &bl);

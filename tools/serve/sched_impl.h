@@ -125,14 +125,21 @@ int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *
  * (false: the job failed with 400 naming the limit) and, past its budget
  * or the trained length, given a warning (kvbound.warnings, the log). */
 bool job_prompt_size(struct server *srv, struct job *j, int32_t n);
-/* history.c: what a session holds of its conversation (sess.extra).
- * history_check: false with why filled when the history j sends is not the
- * session's (409); history_answer: the stored answer of the turn sent with
- * key (malloc), or NULL; history_next: extra after j's turn, whose whole
- * response body is response (malloc; NULL: out of memory). */
-bool history_check(const struct job *j, const char *extra, char *why, size_t cap);
+/* history.c: what a session holds of its conversation (sess.extra): a
+ * bounded digest of its messages, its first turn's tools, keyed answers.
+ * history_begin: at a session turn's admission (fresh: a new session),
+ * false with why filled when the history j sends is not the session's
+ * (409); else j->turn_meta is the header the turn will store less its
+ * answer (NULL: none, unknown). history_answer: the stored answer of the
+ * turn sent with key (malloc), or NULL. history_next: extra after j's
+ * turn, whose whole response body is response (malloc; NULL: out of
+ * memory). history_from_meta: the history, tools and answers of a stored
+ * blob's meta (any format kvbound stored; items may be moved out of meta)
+ * as extra (malloc), or NULL: unknown. */
+bool history_begin(struct job *j, const char *extra, bool fresh, char *why, size_t cap);
 char *history_answer(const char *extra, const char *key);
-char *history_next(const struct job *j, const char *extra, bool fresh, const char *response);
+char *history_next(const struct job *j, const char *extra, const char *response);
+char *history_from_meta(struct cJSON *meta);
 
 /* job.c: a job ends in failure, with its status and error */
 void job_fail(struct server *srv, struct job *j, int status, const char *type, int retry_after, const char *fmt, ...)

@@ -6,9 +6,9 @@
  * allocation, so a pointer to one stays good while others come and go.
  * A session no longer in memory is forgotten here: the store holds it.
  * The blob is "KVBSRV1\0", u32 meta length, the meta JSON (turns, the stop
- * token's text, figures, policy, and history.c's history, tools and
- * answers), then the library's session image
- * (kvb_batch_seq_save).
+ * token's text, figures, policy, and history.c's digests of the
+ * conversation, tools and answers, joined as history.c printed them), then
+ * the library's session image (kvb_batch_seq_save).
  */
 #include "sched_impl.h"
 
@@ -126,19 +126,20 @@ static char *meta_json(const struct sess *x) {
     cJSON_AddNumberToObject(o, "cold_pages", (double)x->cold_pages);
     cJSON_AddStringToObject(o, "kv_policy", kvb_policy_name(x->pol.id));
     cJSON_AddNumberToObject(o, "kv_budget", x->pol.budget);
-    cJSON *e = x->extra ? cJSON_Parse(x->extra) : NULL; /* history, tools, answers (history.c) */
-    if (e) {
-        cJSON *it = e->child;
-        while (it) {
-            cJSON *nx = it->next;
-            cJSON_AddItemToObject(o, it->string, cJSON_DetachItemViaPointer(e, it));
-            it = nx;
-        }
-    }
-    cJSON_Delete(e);
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    return t;
+    /* history.c's object (history digests, tools, answers) joins it as
+     * printed, never parsed again: "{...}" + "{h...}" is "{...,h...}" */
+    const size_t el = x->extra ? strlen(x->extra) : 0, tl = t ? strlen(t) : 0;
+    if (!t || el < 3 || x->extra[0] != '{' || x->extra[el - 1] != '}') return t;
+    char *m = malloc(tl + el);
+    if (m) {
+        memcpy(m, t, tl - 1);
+        m[tl - 1] = ',';
+        memcpy(m + tl, x->extra + 1, el); /* with its NUL */
+    }
+    free(t);
+    return m;
 }
 
 /* The session (DONE in the batch) as the stored blob, its meta saying
@@ -199,14 +200,7 @@ const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_
     x->stored_bytes = len;
     free(x->extra);
     x->extra = NULL;
-    cJSON *e = cJSON_CreateObject();
-    static const char *const keys[] = {"history", "tools", "answers"};
-    for (size_t k = 0; e && k < sizeof keys / sizeof *keys; k++) {
-        cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(o, keys[k]);
-        if (v) cJSON_AddItemToObject(e, keys[k], v);
-    }
-    if (e && e->child) x->extra = cJSON_PrintUnformatted(e); /* NULL (none, or no memory): unknown */
-    cJSON_Delete(e);
+    x->extra = history_from_meta(o); /* NULL (none, or no memory): unknown */
     cJSON_Delete(o);
     *img_len = len - 12 - ml;
     return blob + 12 + ml;
