@@ -777,17 +777,40 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     if (!parse_stop(root, j, r)) goto out;
     if (!parse_sampling(srv, root, j, r)) goto out;
     {
-        /* a request that may compile a grammar takes a turn at it */
-        static const char *const compiles[] = {"grammar", "json_schema", "response_format", "tools", NULL};
+        /* a request that compiles a grammar takes a turn at it: grammar, json_schema, a response_format
+         * other than text, tools with a forced call (tool_choice required or named). Tools under auto (an
+         * agent's every request) compile only their calls' checks, below, bounded by the schema limits:
+         * they never wait behind big grammars */
+        static const char *const compiles[] = {"grammar", "json_schema", "response_format", NULL};
         bool gated = false;
         for (int i = 0; compiles[i] && !gated; i++) {
             const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, compiles[i]);
-            gated = x && !cJSON_IsNull(x);
+            const cJSON *type = i == 2 && cJSON_IsObject(x) ? cJSON_GetObjectItemCaseSensitive(x, "type") : NULL;
+            gated = x && !cJSON_IsNull(x) && !(cJSON_IsString(type) && !strcmp(type->valuestring, "text"));
+        }
+        if (!gated && kind == JOB_CHAT) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools"), *c = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+            gated = cJSON_IsArray(t) && cJSON_GetArraySize(t) > 0 && c && !cJSON_IsNull(c) &&
+                    !(cJSON_IsString(c) && (!strcmp(c->valuestring, "auto") || !strcmp(c->valuestring, "none")));
         }
         if (gated && !compile_enter(r)) goto out;
         const bool structured = parse_structure(srv, root, j, r);
         if (gated) compile_leave();
         if (!structured) goto out;
+    }
+    if (j->tools_json && j->tool_choice == TOOLS_AUTO && kind == JOB_CHAT && srv->jinja) {
+        /* a call must name a tool of the request and match its parameters, else it stays content (issue 47):
+         * the tools' schemas are parsed and compiled here, on this request's thread, once, and never on
+         * the scheduler's (output.c sets the syntax at admission). A forced call needs no check: its
+         * grammar makes it one of the tools, with its parameters. */
+        struct kvb_chat_syntax syn = srv->syntax;
+        kvb_status st = kvb_chat_parser_new(&syn, &j->parser);
+        if (st == KVB_OK) st = kvb_chat_parser_tools(j->parser, j->tools_json, strlen(j->tools_json));
+        if (st != KVB_OK) {
+            if (st == KVB_ERR_NOMEM) serve_error(r, 500, "server_error", "'tools': %s", kvb_last_error());
+            else serve_error(r, 400, "invalid_request_error", "'tools' must be nested at most 64 deep (kvbound reads them to check the calls): %s", kvb_last_error());
+            goto out;
+        }
     }
     /* kvbound's own fields */
     const cJSON *pol = cJSON_GetObjectItemCaseSensitive(root, "kv_policy");
