@@ -999,6 +999,51 @@ void openai_response(const struct server *srv, const struct job *j, struct sbuf 
     emit(o, out, false);
 }
 
+void openai_replay_stream(const struct server *srv, const struct job *j, struct sbuf *out) {
+    (void)srv;
+    cJSON *a = cJSON_Parse(j->replay);
+    const bool chat = j->kind == JOB_CHAT;
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a, "choices"), 0);
+    if (!cJSON_IsObject(a) || !cJSON_IsObject(c0)) { cJSON_Delete(a); out->oom = true; return; }
+    const char *const keep[] = {"id", "created", "model"};
+    cJSON *ev[3];
+    for (int e = 0; e < 3; e++) { /* the whole answer, its end, its usage: each with the stored id, created and model */
+        ev[e] = cJSON_CreateObject();
+        cJSON_AddItemToObject(ev[e], "id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, keep[0]), true));
+        cJSON_AddStringToObject(ev[e], "object", chat ? "chat.completion.chunk" : "text_completion");
+        for (int k = 1; k < 3; k++) cJSON_AddItemToObject(ev[e], keep[k], cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, keep[k]), true));
+    }
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(c0, "logprobs");
+    for (int e = 0; e < 2; e++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", 0);
+        if (chat) {
+            cJSON *d = e ? cJSON_CreateObject() : cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c0, "message"), true);
+            if (!cJSON_IsObject(d)) { cJSON_Delete(d); d = cJSON_CreateObject(); }
+            cJSON *calls = cJSON_GetObjectItemCaseSensitive(d, "tool_calls"), *call;
+            int i = 0;
+            cJSON_ArrayForEach(call, calls) cJSON_AddNumberToObject(call, "index", i++); /* a delta's calls are indexed */
+            cJSON_AddItemToObject(c, "delta", d);
+        } else {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(c0, "text");
+            cJSON_AddStringToObject(c, "text", !e && cJSON_IsString(t) ? t->valuestring : "");
+        }
+        cJSON_AddItemToObject(c, "logprobs", !e && lp ? cJSON_Duplicate(lp, true) : cJSON_CreateNull());
+        cJSON_AddItemToObject(c, "finish_reason", e ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c0, "finish_reason"), true) : cJSON_CreateNull());
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(ev[e], "choices"), c);
+    }
+    cJSON_AddItemToObject(ev[1], "kvbound", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, "kvbound"), true));
+    cJSON_AddArrayToObject(ev[2], "choices");
+    cJSON_AddItemToObject(ev[2], "usage", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, "usage"), true));
+    cJSON_AddItemToObject(ev[2], "kvbound", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, "kvbound"), true));
+    cJSON_Delete(a);
+    emit(ev[0], out, true);
+    emit(ev[1], out, true);
+    if (j->include_usage) emit(ev[2], out, true);
+    else cJSON_Delete(ev[2]);
+    sb_puts(out, "data: [DONE]\n\n");
+}
+
 /* One event of a chat stream with the parser's delta (a JSON object). */
 void openai_delta_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, const char *lp, size_t lp_n, struct sbuf *out) {
     cJSON *o = head(srv, j, "chat.completion.chunk");
