@@ -480,6 +480,29 @@ TEST(out_of_memory) {
     kvb_allocator_set(NULL);
     free(ref);
     CHECK(count > 10);
+    /* the tools' declaration (every schema parsed and compiled there): any allocation failing is KVB_ERR_NOMEM, nothing leaks */
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"enum\":[\"x\",\"y\"]}}}}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
+    syn = (struct kvb_chat_syntax){KVB_TOOLS_HERMES, false, false};
+    kvb_allocator_set(&al);
+    long total = 0;
+    for (long n = 0; n <= total + 2; n++) {
+        struct kvb_chat_parser *p = NULL;
+        g_calls = 0;
+        g_live = 0;
+        g_fail_at = 0;
+        if (kvb_chat_parser_new(&syn, &p) != KVB_OK) { FAILC("new"); break; }
+        const long base = g_calls;
+        g_fail_at = n ? base + n : 0;
+        const kvb_status st = kvb_chat_parser_tools(p, tools, strlen(tools));
+        if (!n) total = g_calls - base;
+        else if (n <= total && st != KVB_ERR_NOMEM) FAILC("allocation %ld of the tools failing: status %d", n, (int)st);
+        g_fail_at = 0;
+        kvb_chat_parser_free(p);
+        if (g_live) FAILC("allocation %ld of the tools failing: %ld allocations leaked", n, g_live);
+    }
+    kvb_allocator_set(NULL);
+    CHECK(total > 5);
 }
 
 /* ---- the official templates ---- */
