@@ -882,6 +882,9 @@ kvb_status kvb_chat_syntax_detect(const char *template_text, const char *rendere
 struct kvb_chat_parser;
 kvb_status kvb_chat_parser_new(const struct kvb_chat_syntax *syn, struct kvb_chat_parser **out);
 void kvb_chat_parser_free(struct kvb_chat_parser *p);
+/* Sets the syntax anew, as kvb_chat_parser_new would (before the first feed; declared tools are kept): a parser with its tools
+ * declared ahead of time, whose think_open is known only once the prompt is rendered. */
+kvb_status kvb_chat_parser_syntax(struct kvb_chat_parser *p, const struct kvb_chat_syntax *syn);
 /* The seed of the parser's call ids (default 0); call before the first feed. */
 void kvb_chat_parser_seed(struct kvb_chat_parser *p, uint64_t seed);
 /* Feeds generated text (any split, even inside a UTF-8 character or a marker). *delta_json: NULL when nothing new can be shown yet,
@@ -901,7 +904,9 @@ kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **messa
 /* Declares the tools a call may name (tools_json: OpenAI's "tools" array; call before the first feed). A call to a function not
  * declared, or whose arguments do not match its "parameters" schema (compiled as kvb_json_schema_to_gbnf does, object keys
  * judged in the schema's order whatever order they were written in), is refused as a malformed call is: its marker and text
- * stay content. A schema kvb_json_schema_to_gbnf refuses (a keyword it does not implement) checks the name only. Without this, any call is taken. KVB_ERR_INVALID (not an array of functions), KVB_ERR_NOMEM. */
+ * stay content. A schema kvb_json_schema_to_gbnf refuses (a keyword it does not implement) checks the name only. Without this, any call is taken.
+ * Every tool's schema is parsed and compiled here, once (a call then costs one match): declare the tools on the thread that may
+ * spend that time. KVB_ERR_INVALID (not an array of functions, or nested deeper than 64), KVB_ERR_NOMEM. */
 kvb_status kvb_chat_parser_tools(struct kvb_chat_parser *p, const char *tools_json, size_t len);
 /* Says the text ends cut short (max_tokens) in a call the caller forced (tool_choice required or named): at the final feed,
  * a call still open is kept as a call instead of content: its name as far as written (name, when given, where the text has

@@ -214,6 +214,39 @@ TEST(calls_checked_against_tools) {
     kvb_chat_parser_free(p);
 }
 
+/* Issue 47: a server declares the tools on the request's thread (every schema compiled there, once) and sets the syntax
+ * at admission, when think_open is known; the calls are still checked. A tools list deeper than 64 is KVB_ERR_INVALID. */
+TEST(tools_declared_before_syntax) {
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}]";
+    struct kvb_chat_syntax syn = {KVB_TOOLS_HERMES, false, false};
+    struct kvb_chat_parser *p;
+    CHECK_OK(kvb_chat_parser_new(&syn, &p));
+    CHECK_OK(kvb_chat_parser_tools(p, tools, strlen(tools)));
+    syn.think = syn.think_open = true;
+    CHECK_OK(kvb_chat_parser_syntax(p, &syn));
+    const char *t = "hmm</think><tool_call>{\"name\":\"f\",\"arguments\":{\"a\":\"x\"}}</tool_call>"
+                    "<tool_call>{\"name\":\"f\",\"arguments\":{\"a\":2}}</tool_call>";
+    char *d = NULL, *m = NULL;
+    CHECK_OK(kvb_chat_parser_feed(p, t, strlen(t), true, &d));
+    CHECK_OK(kvb_chat_parser_message(p, &m));
+    CHECK(kvb_chat_parser_n_calls(p) == 1);
+    if (!m || !strstr(m, "\"reasoning_content\":\"hmm\"") || !strstr(m, "\"arguments\":\"{\\\"a\\\":2}\"")) FAILC("message: %s", m ? m : "(none)");
+    CHECK_STATUS(kvb_chat_parser_syntax(p, &syn), KVB_ERR_INVALID); /* after the first feed */
+    kvb_buffer_free(d);
+    kvb_buffer_free(m);
+    kvb_chat_parser_free(p);
+    char deep[400];
+    size_t n = 0;
+    n += (size_t)snprintf(deep + n, sizeof deep - n, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":");
+    for (int i = 0; i < 70; i++) deep[n++] = '[';
+    for (int i = 0; i < 70; i++) deep[n++] = ']';
+    n += (size_t)snprintf(deep + n, sizeof deep - n, "}}]");
+    CHECK_OK(kvb_chat_parser_new(&syn, &p));
+    CHECK_STATUS(kvb_chat_parser_tools(p, deep, n), KVB_ERR_INVALID);
+    kvb_chat_parser_free(p);
+}
+
 TEST(names_and_errors) {
     for (int f = 0; f <= KVB_TOOLS_GRANITE; f++) {
         enum kvb_tool_format g;
@@ -447,6 +480,29 @@ TEST(out_of_memory) {
     kvb_allocator_set(NULL);
     free(ref);
     CHECK(count > 10);
+    /* the tools' declaration (every schema parsed and compiled there): any allocation failing is KVB_ERR_NOMEM, nothing leaks */
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"enum\":[\"x\",\"y\"]}}}}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
+    syn = (struct kvb_chat_syntax){KVB_TOOLS_HERMES, false, false};
+    kvb_allocator_set(&al);
+    long total = 0;
+    for (long n = 0; n <= total + 2; n++) {
+        struct kvb_chat_parser *p = NULL;
+        g_calls = 0;
+        g_live = 0;
+        g_fail_at = 0;
+        if (kvb_chat_parser_new(&syn, &p) != KVB_OK) { FAILC("new"); break; }
+        const long base = g_calls;
+        g_fail_at = n ? base + n : 0;
+        const kvb_status st = kvb_chat_parser_tools(p, tools, strlen(tools));
+        if (!n) total = g_calls - base;
+        else if (n <= total && st != KVB_ERR_NOMEM) FAILC("allocation %ld of the tools failing: status %d", n, (int)st);
+        g_fail_at = 0;
+        kvb_chat_parser_free(p);
+        if (g_live) FAILC("allocation %ld of the tools failing: %ld allocations leaked", n, g_live);
+    }
+    kvb_allocator_set(NULL);
+    CHECK(total > 5);
 }
 
 /* ---- the official templates ---- */
@@ -676,6 +732,7 @@ int main(void) {
     RUN(names_and_errors);
     RUN(cut_forced_call);
     RUN(calls_checked_against_tools);
+    RUN(tools_declared_before_syntax);
     RUN(out_of_memory);
     RUN(linear_time);
     RUN(detect);

@@ -18,7 +18,8 @@
 #     store and a DELETE is 503 store_unavailable (it was 500), both back
 #     once the lock goes; a turn sent again with its Idempotency-Key, to
 #     another replica on the same file, gets the stored answer and appends
-#     nothing.
+#     nothing; on /completion in llama-server's shape, and asked to stream,
+#     as events.
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
@@ -113,6 +114,46 @@ bad=$(curl -s -o /dev/null -w '%{http_code}' -H 'Idempotency-Key: two words' -d 
 if [ "$i1" = 200 ] && [ "$i2" = 200 ] && cmp -s "$T/i1.json" "$T/i2.json" && [ "$i3" = 200 ] && [ "$got3" = "$want2" ] && [ "$i4" = 200 ] &&
    [ "$(content "$T/i4.json")" = "$want2" ] && [ "$(field "$VB" I turns)" = 2 ] && [ "$bad" = 400 ]; then ok serve_store_idempotency_key_retry
 else ko serve_store_idempotency_key_retry "turn $i1, retry on B $i2 ($(head -c 120 "$T/i2.json")), turn 2 $i3 '$got3', retry $i4, turns $(field "$VB" I turns) (want 2), bad key $bad"; fi
+# issue 47: a retry on llama-server's /completion gets its own route's stored answer (it got the OpenAI shape), as
+# JSON or, asked to stream, as its one last event; a streamed retry on /v1/chat/completions or /v1/completions gets
+# the stored answer as events: one chunk with the whole answer, the final chunk, the usage chunk, [DONE] (it got JSON)
+rturn() { # rturn URL PATH KEY BODY: the status; the body to $T/out
+    curl -s -o "$T/out" -w '%{http_code}' -H 'Content-Type: application/json' -H "Idempotency-Key: $3" -d "$4" "$1$2"; }
+n1=$(rturn "$VA" /completion nk-1 '{"prompt":"Once upon a time","n_predict":8,"temperature":0,"session_id":"N"}'); cp "$T/out" "$T/n1.json"
+n2=$(rturn "$VB" /completion nk-1 '{"prompt":"Once upon a time","n_predict":8,"temperature":0,"session_id":"N"}'); cp "$T/out" "$T/n2.json"
+n3=$(rturn "$VB" /completion nk-1 '{"prompt":"Once upon a time","n_predict":8,"temperature":0,"session_id":"N","stream":true}'); cp "$T/out" "$T/n3.sse"
+s1=$(rturn "$VB" /v1/chat/completions ik-2 '{"messages":[{"role":"user","content":"The frog jumped"}],"max_tokens":24,"temperature":0,"session_id":"I","stream":true,"stream_options":{"include_usage":true}}'); cp "$T/out" "$T/s1.sse"
+c1=$(rturn "$VB" /v1/completions ck-1 '{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"session_id":"C"}'); cp "$T/out" "$T/c1.json"
+c2=$(rturn "$VA" /v1/completions ck-1 '{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"session_id":"C","stream":true}'); cp "$T/out" "$T/c2.sse"
+if [ "$n1$n2$n3$s1$c1$c2" = 200200200200200200 ] && python3 - "$T" "$(field "$VB" N turns)/$(field "$VB" C turns)" > "$T/replay.out" 2>&1 <<'PY'
+import json, sys
+t, turns = sys.argv[1], sys.argv[2]
+def events(name):
+    raw = open(f"{t}/{name}").read()
+    assert raw.startswith("data: "), raw[:200]
+    ev = [e[6:] for e in raw.split("\n\n") if e.startswith("data: ")]
+    return ev
+n1, n2 = (json.load(open(f"{t}/{f}")) for f in ("n1.json", "n2.json"))
+assert n1 == n2 and "content" in n1 and n1["stop"] is True and "choices" not in n1, (n1, n2)
+ev = events("n3.sse")
+assert len(ev) == 1 and json.loads(ev[0]) == n1, ev            # llama-server's route: one last event, no [DONE]
+stored = json.load(open(f"{t}/i4.json"))
+ev = events("s1.sse")
+assert ev[-1] == "[DONE]" and len(ev) == 4, ev
+a, b, u = (json.loads(e) for e in ev[:3])
+assert a["object"] == "chat.completion.chunk" and a["id"] == stored["id"], a
+assert a["choices"][0]["delta"]["content"] == stored["choices"][0]["message"]["content"] and a["choices"][0]["finish_reason"] is None, a
+assert b["choices"][0]["finish_reason"] == stored["choices"][0]["finish_reason"] and b["choices"][0]["delta"] == {}, b
+assert u["choices"] == [] and u["usage"] == stored["usage"], u
+c1 = json.load(open(f"{t}/c1.json"))
+ev = events("c2.sse")
+assert ev[-1] == "[DONE]" and len(ev) == 3, ev
+a, b = (json.loads(e) for e in ev[:2])
+assert a["object"] == "text_completion" and a["choices"][0]["text"] == c1["choices"][0]["text"] and b["choices"][0]["finish_reason"] == c1["choices"][0]["finish_reason"], (a, b)
+assert turns == "1/1", turns
+PY
+then ok serve_store_idempotency_replay_shapes
+else ko serve_store_idempotency_replay_shapes "$n1 $n2 $n3 $s1 $c1 $c2: $(tail -n 3 "$T/replay.out" | tr '\n' ' ')"; fi
 
 # ---- issue 47: a long session's stored header stays bounded (digests of its first 8 and last 256 messages, not their text);
 # the history a turn sends is still checked where the session holds it, and a header stored with whole messages still loads ----

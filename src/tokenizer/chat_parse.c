@@ -31,7 +31,8 @@
  * undeclared function or with arguments its schema's grammar refuses (a
  * schema the compiler refuses checks the name only; the
  * arguments re-ordered to the schema's key order first, then matched byte
- * by byte; each tool's grammar compiled on its first call). At most
+ * by byte; each tool's schema parsed and compiled once, when the tools are
+ * declared, so a call costs one match). At most
  * KVB_CHAT_MAX_CALLS calls per message; later ones stay content. A caller
  * that forced a call and cut it short (kvb_chat_parser_cut) gets the open
  * call at final as a call, its arguments as far as written.
@@ -46,6 +47,7 @@
 
 #define KVB_CHAT_MAX_CALL (1u << 20) /* bytes of one call's text (marker, JSON) */
 #define KVB_CHAT_MAX_DEPTH 64        /* nesting of a call's JSON */
+#define KVB_CHAT_TOOLS_MAX_DEPTH 64  /* nesting of the declared tools' JSON (kvb_chat_parser_tools) */
 #define KVB_CHAT_MAX_CALLS 256
 #define KVB_CHAT_MAX_HEAD 1024  /* a harmony header */
 #define KVB_CHAT_MAX_NAME 256   /* a function name */
@@ -315,14 +317,17 @@ struct kvb_chat_parser {
     bool no_check;      /* while a cut call is taken: not checked against the tools */
     int32_t n_tools;    /* kvb_chat_parser_tools: -1 any call; else calls must name one of these */
     struct tool_decl *tools;
+    struct jarena tools_a; /* the declared tools' parsed JSON */
     char cut_name[128]; /* its name when the text has not finished one ("" none) */
 };
 
 static void start_call(struct kvb_chat_parser *p, enum kind k, size_t mlen);
 
-/* a declared tool: its name, its parameters schema's JSON text, the schema's grammar (compiled on first use) */
+/* a declared tool: its name, its parameters schema (parsed once, in the parser's tools arena), the schema's grammar
+ * (compiled when the tools are declared, so that a call costs a match and no compile) */
 struct tool_decl {
-    char *name, *schema;
+    char *name;
+    jv sch;
     struct kvb_grammar *g;
     bool bad; /* the schema does not compile (a keyword kvbound does not implement): only the name is checked */
 };
@@ -351,6 +356,16 @@ kvb_status kvb_chat_parser_new(const struct kvb_chat_syntax *syn, struct kvb_cha
     return KVB_OK;
 }
 
+kvb_status kvb_chat_parser_syntax(struct kvb_chat_parser *p, const struct kvb_chat_syntax *syn) {
+    if (!p || !syn) return kvb_fail(KVB_ERR_INVALID, "chat parser: NULL argument");
+    if ((unsigned)syn->tools > KVB_TOOLS_GRANITE) return kvb_fail(KVB_ERR_INVALID, "chat parser: unknown tool format %d", (int)syn->tools);
+    if (p->buf.n || p->ended) return kvb_fail(KVB_ERR_INVALID, "chat parser: the syntax is set before the first feed");
+    p->syn = *syn;
+    p->mode = syn->think && syn->think_open ? M_THINK : M_START;
+    if (syn->tools == KVB_TOOLS_HARMONY) start_call(p, K_H_HEAD, 0);
+    return KVB_OK;
+}
+
 void kvb_chat_parser_free(struct kvb_chat_parser *p) {
     if (!p) return;
     kvb_free(p->buf.p);
@@ -360,10 +375,10 @@ void kvb_chat_parser_free(struct kvb_chat_parser *p) {
     kvb_free(p->calls);
     for (int32_t i = 0; i < p->n_tools; i++) {
         kvb_free(p->tools[i].name);
-        kvb_free(p->tools[i].schema);
         kvb_grammar_free(p->tools[i].g);
     }
     kvb_free(p->tools);
+    jarena_free(&p->tools_a);
     kvb_free(p);
 }
 
@@ -576,22 +591,13 @@ static int call_valid(struct kvb_chat_parser *p, const char *name, size_t name_n
         if (strlen(p->tools[i].name) == name_n && !memcmp(p->tools[i].name, name, name_n)) t = &p->tools[i];
     if (!t) return 0;
     if (t->bad) return 1;
-    if (!t->g) {
-        char *gb = NULL;
-        size_t gn = 0;
-        kvb_status st = kvb_json_schema_to_gbnf(t->schema, strlen(t->schema), NULL, &gb, &gn);
-        if (st == KVB_OK) st = kvb_grammar_parse(gb, gn, NULL, &t->g);
-        kvb_buffer_free(gb);
-        if (st == KVB_ERR_NOMEM) return -1;
-        if (st != KVB_OK) { t->bad = true; return 1; }
-    }
     struct work *w = kvb_calloc(1, sizeof *w);
     if (!w) return -1;
     w->a.limit = 64u << 20;
     int r;
     if (setjmp(w->e.jb)) r = w->e.st == KVB_ERR_NOMEM ? -1 : 0;
     else {
-        jv sch = jjson_parse(&w->a, &w->e, "tool parameters", t->schema, strlen(t->schema), 64);
+        const jv sch = t->sch;
         jv x = jjson_parse(&w->a, &w->e, "tool arguments", args, args_n, 64);
         struct jbuf b = {NULL, 0, 0, (size_t)64 << 20};
         jjson_dump(&w->a, &w->e, &b, in_schema_order(&w->a, &w->e, x, sch, sch, 0), -1, 0);
@@ -612,13 +618,15 @@ kvb_status kvb_chat_parser_tools(struct kvb_chat_parser *p, const char *tools_js
     if (!tools_json) return KVB_OK;
     struct work *w = kvb_calloc(1, sizeof *w);
     if (!w) return kvb_fail(KVB_ERR_NOMEM, "chat parser: out of memory");
-    w->a.limit = 256u << 20;
+    w->a.limit = 64u << 20;                  /* a schema's text, while it compiles */
+    p->tools_a = (struct jarena){.limit = 256u << 20}; /* the tools, kept with the parser */
+    struct jarena *const ta = &p->tools_a;
     kvb_status st = KVB_OK;
     struct tool_decl *volatile tools = NULL; /* (volatile: kept across the longjmp of an error) */
     volatile int32_t n = 0;
     if (setjmp(w->e.jb)) st = w->e.st;
     else {
-        jv v = jjson_parse(&w->a, &w->e, "tools", tools_json, len, 64);
+        jv v = jjson_parse(ta, &w->e, "tools", tools_json, len, KVB_CHAT_TOOLS_MAX_DEPTH);
         if (v.t != JV_LIST) jerr_throw(&w->e, KVB_ERR_INVALID, "chat parser: tools must be a JSON array");
         tools = kvb_calloc((size_t)v.u.l->n + 1, sizeof *tools);
         if (!tools) jerr_throw(&w->e, KVB_ERR_NOMEM, "chat parser: out of memory");
@@ -626,21 +634,31 @@ kvb_status kvb_chat_parser_tools(struct kvb_chat_parser *p, const char *tools_js
             jv t = v.u.l->v[i], *fn = dget(t, "function");
             jv *nm = fn ? dget(*fn, "name") : NULL, *params = fn ? dget(*fn, "parameters") : NULL;
             if (!nm || nm->t != JV_STR) jerr_throw(&w->e, KVB_ERR_INVALID, "chat parser: tools[%d] has no function name", (int)i);
+            struct tool_decl *d = &tools[n++];
+            d->name = kvb_malloc(nm->n + 1);
+            if (!d->name) jerr_throw(&w->e, KVB_ERR_NOMEM, "chat parser: out of memory");
+            memcpy(d->name, nm->u.s, nm->n);
+            d->name[nm->n] = 0;
+            d->sch = params && params->t == JV_DICT ? *params : jv_dict_new(ta, &w->e, 0);
+            /* the grammar now (the caller's thread, not the first call's) */
             struct jbuf b = {NULL, 0, 0, (size_t)64 << 20};
             if (params && params->t == JV_DICT) jjson_dump(&w->a, &w->e, &b, *params, -1, 0);
             else jbuf_put(&w->a, &w->e, &b, "{\"type\":\"object\"}", 17);
-            tools[n].name = kvb_malloc(nm->n + 1);
-            tools[n].schema = kvb_malloc(b.n + 1);
-            if (tools[n].name) { memcpy(tools[n].name, nm->u.s, nm->n); tools[n].name[nm->n] = 0; }
-            if (tools[n].schema) { memcpy(tools[n].schema, b.p, b.n); tools[n].schema[b.n] = 0; }
-            n++;
-            if (!tools[n - 1].name || !tools[n - 1].schema) jerr_throw(&w->e, KVB_ERR_NOMEM, "chat parser: out of memory");
+            char *gb = NULL;
+            size_t gn = 0;
+            kvb_status cs = kvb_json_schema_to_gbnf(b.p, b.n, NULL, &gb, &gn);
+            if (cs == KVB_OK) cs = kvb_grammar_parse(gb, gn, NULL, &d->g);
+            kvb_buffer_free(gb);
+            if (cs == KVB_ERR_NOMEM) jerr_throw(&w->e, KVB_ERR_NOMEM, "chat parser: out of memory compiling tools[%d]'s parameters", (int)i);
+            if (cs != KVB_OK) d->bad = true;
+            jarena_free(&w->a);
         }
     }
     if (st != KVB_OK) {
         st = kvb_fail(st, "%s", w->e.msg);
-        for (int32_t i = 0; tools && i < n; i++) { kvb_free(tools[i].name); kvb_free(tools[i].schema); }
+        for (int32_t i = 0; tools && i < n; i++) { kvb_free(tools[i].name); kvb_grammar_free(tools[i].g); }
         kvb_free(tools);
+        jarena_free(ta);
     } else {
         p->tools = tools;
         p->n_tools = n;

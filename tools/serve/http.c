@@ -190,6 +190,12 @@ static const char *lp_unsent(const struct job *j) { return j->lp.n > j->lp_sent 
 static void stream_events(struct stream *st) {
     struct job *j = st->j;
     const struct server *srv = st->srv;
+    if (j->replay) { /* a retry of a stored turn (Idempotency-Key): the stored answer, as events */
+        if (j->native) native_replay_stream(j, &st->out);
+        else openai_replay_stream(srv, j, &st->out);
+        st->finished = true;
+        return;
+    }
     if (!j->role_sent) {
         if (j->kind == JOB_CHAT) openai_chunk(srv, j, NULL, 0, true, NULL, false, NULL, 0, &st->out);
         j->role_sent = true;

@@ -8,7 +8,8 @@
  *    "kvbound": {...}}
  * and a stream is server-sent events of {"content": PIECE, "stop": false}
  * ending with one whose "stop" is true and carries the figures (no
- * [DONE], as llama-server sends none on this route).
+ * [DONE], as llama-server sends none on this route). A streamed retry of a
+ * stored turn (Idempotency-Key) is its stored answer as that one last event.
  */
 #include "serve.h"
 
@@ -51,6 +52,7 @@ static void add_final(const struct server *srv, const struct job *j, cJSON *o) {
 }
 
 void native_response(const struct server *srv, const struct job *j, struct sbuf *out) {
+    if (j->replay) { sb_puts(out, j->replay); return; } /* a retry of a stored turn (Idempotency-Key): its answer as stored */
     cJSON *o = cJSON_CreateObject();
     if (o) {
         cJSON_AddStringToObject(o, "content", j->text.s ? j->text.s : "");
@@ -58,6 +60,9 @@ void native_response(const struct server *srv, const struct job *j, struct sbuf 
     }
     emit(o, out, false);
 }
+
+/* A streamed retry of a stored turn: the stored answer (its whole content, stop true, the figures) as the one event. */
+void native_replay_stream(const struct job *j, struct sbuf *out) { emit(cJSON_Parse(j->replay), out, true); }
 
 void native_chunk(const struct server *srv, const struct job *j, const char *text, size_t n, bool final, struct sbuf *out) {
     cJSON *o = cJSON_CreateObject();

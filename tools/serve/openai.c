@@ -777,17 +777,40 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     if (!parse_stop(root, j, r)) goto out;
     if (!parse_sampling(srv, root, j, r)) goto out;
     {
-        /* a request that may compile a grammar takes a turn at it */
-        static const char *const compiles[] = {"grammar", "json_schema", "response_format", "tools", NULL};
+        /* a request that compiles a grammar takes a turn at it: grammar, json_schema, a response_format
+         * other than text, tools with a forced call (tool_choice required or named). Tools under auto (an
+         * agent's every request) compile only their calls' checks, below, bounded by the schema limits:
+         * they never wait behind big grammars */
+        static const char *const compiles[] = {"grammar", "json_schema", "response_format", NULL};
         bool gated = false;
         for (int i = 0; compiles[i] && !gated; i++) {
             const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, compiles[i]);
-            gated = x && !cJSON_IsNull(x);
+            const cJSON *type = i == 2 && cJSON_IsObject(x) ? cJSON_GetObjectItemCaseSensitive(x, "type") : NULL;
+            gated = x && !cJSON_IsNull(x) && !(cJSON_IsString(type) && !strcmp(type->valuestring, "text"));
+        }
+        if (!gated && kind == JOB_CHAT) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools"), *c = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+            gated = cJSON_IsArray(t) && cJSON_GetArraySize(t) > 0 && c && !cJSON_IsNull(c) &&
+                    !(cJSON_IsString(c) && (!strcmp(c->valuestring, "auto") || !strcmp(c->valuestring, "none")));
         }
         if (gated && !compile_enter(r)) goto out;
         const bool structured = parse_structure(srv, root, j, r);
         if (gated) compile_leave();
         if (!structured) goto out;
+    }
+    if (j->tools_json && j->tool_choice == TOOLS_AUTO && kind == JOB_CHAT && srv->jinja) {
+        /* a call must name a tool of the request and match its parameters, else it stays content (issue 47):
+         * the tools' schemas are parsed and compiled here, on this request's thread, once, and never on
+         * the scheduler's (output.c sets the syntax at admission). A forced call needs no check: its
+         * grammar makes it one of the tools, with its parameters. */
+        struct kvb_chat_syntax syn = srv->syntax;
+        kvb_status st = kvb_chat_parser_new(&syn, &j->parser);
+        if (st == KVB_OK) st = kvb_chat_parser_tools(j->parser, j->tools_json, strlen(j->tools_json));
+        if (st != KVB_OK) {
+            if (st == KVB_ERR_NOMEM) serve_error(r, 500, "server_error", "'tools': %s", kvb_last_error());
+            else serve_error(r, 400, "invalid_request_error", "'tools' must be nested at most 64 deep (kvbound reads them to check the calls): %s", kvb_last_error());
+            goto out;
+        }
     }
     /* kvbound's own fields */
     const cJSON *pol = cJSON_GetObjectItemCaseSensitive(root, "kv_policy");
@@ -974,6 +997,51 @@ void openai_response(const struct server *srv, const struct job *j, struct sbuf 
     add_usage(j, o);
     add_kvbound(j, o);
     emit(o, out, false);
+}
+
+void openai_replay_stream(const struct server *srv, const struct job *j, struct sbuf *out) {
+    (void)srv;
+    cJSON *a = cJSON_Parse(j->replay);
+    const bool chat = j->kind == JOB_CHAT;
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a, "choices"), 0);
+    if (!cJSON_IsObject(a) || !cJSON_IsObject(c0)) { cJSON_Delete(a); out->oom = true; return; }
+    const char *const keep[] = {"id", "created", "model"};
+    cJSON *ev[3];
+    for (int e = 0; e < 3; e++) { /* the whole answer, its end, its usage: each with the stored id, created and model */
+        ev[e] = cJSON_CreateObject();
+        cJSON_AddItemToObject(ev[e], "id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, keep[0]), true));
+        cJSON_AddStringToObject(ev[e], "object", chat ? "chat.completion.chunk" : "text_completion");
+        for (int k = 1; k < 3; k++) cJSON_AddItemToObject(ev[e], keep[k], cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, keep[k]), true));
+    }
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(c0, "logprobs");
+    for (int e = 0; e < 2; e++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", 0);
+        if (chat) {
+            cJSON *d = e ? cJSON_CreateObject() : cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c0, "message"), true);
+            if (!cJSON_IsObject(d)) { cJSON_Delete(d); d = cJSON_CreateObject(); }
+            cJSON *calls = cJSON_GetObjectItemCaseSensitive(d, "tool_calls"), *call;
+            int i = 0;
+            cJSON_ArrayForEach(call, calls) cJSON_AddNumberToObject(call, "index", i++); /* a delta's calls are indexed */
+            cJSON_AddItemToObject(c, "delta", d);
+        } else {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(c0, "text");
+            cJSON_AddStringToObject(c, "text", !e && cJSON_IsString(t) ? t->valuestring : "");
+        }
+        cJSON_AddItemToObject(c, "logprobs", !e && lp ? cJSON_Duplicate(lp, true) : cJSON_CreateNull());
+        cJSON_AddItemToObject(c, "finish_reason", e ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c0, "finish_reason"), true) : cJSON_CreateNull());
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(ev[e], "choices"), c);
+    }
+    cJSON_AddItemToObject(ev[1], "kvbound", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, "kvbound"), true));
+    cJSON_AddArrayToObject(ev[2], "choices");
+    cJSON_AddItemToObject(ev[2], "usage", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, "usage"), true));
+    cJSON_AddItemToObject(ev[2], "kvbound", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(a, "kvbound"), true));
+    cJSON_Delete(a);
+    emit(ev[0], out, true);
+    emit(ev[1], out, true);
+    if (j->include_usage) emit(ev[2], out, true);
+    else cJSON_Delete(ev[2]);
+    sb_puts(out, "data: [DONE]\n\n");
 }
 
 /* One event of a chat stream with the parser's delta (a JSON object). */

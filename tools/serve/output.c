@@ -43,10 +43,9 @@ bool output_start(struct server *srv, struct job *j) {
     if (j->kind == JOB_CHAT && srv->jinja && (j->tools_json || j->syntax.think || j->syntax.tools == KVB_TOOLS_HARMONY)) {
         struct kvb_chat_syntax syn = j->syntax;
         if (!j->tools_json && syn.tools != KVB_TOOLS_HARMONY) syn.tools = KVB_TOOLS_NONE; /* no tools offered: no text is a call */
-        if (kvb_chat_parser_new(&syn, &j->parser) != KVB_OK) return false;
+        /* tools under auto: made with its tools declared on the connection thread (openai.c); the syntax is known now */
+        if (j->parser ? kvb_chat_parser_syntax(j->parser, &syn) != KVB_OK : kvb_chat_parser_new(&syn, &j->parser) != KVB_OK) return false;
         kvb_chat_parser_seed(j->parser, call_id_seed(j)); /* fresh ids every turn, whatever the request's seed */
-        /* a call must name a tool of the request and match its parameters; else it stays content (issue 47) */
-        if (j->tools_json && kvb_chat_parser_tools(j->parser, j->tools_json, strlen(j->tools_json)) != KVB_OK) return false;
         if (j->prefill) {
             char *delta = NULL;
             if (kvb_chat_parser_feed(j->parser, j->prefill, strlen(j->prefill), false, &delta) != KVB_OK) return false;

@@ -101,8 +101,7 @@ static int admit(struct server *srv, struct job *j) {
         if (!fresh && j->idem_key[0]) { /* a retry of a turn the session holds: its answer again, no second turn */
             char *ans = history_answer(x->extra, j->idem_key);
             if (ans) {
-                j->replay = ans;
-                j->stream = false; /* the stored answer is one body */
+                j->replay = ans; /* a stream asked for gets it as events (http.c) */
                 sess_idle(srv, x);
                 j->done = true;
                 metrics_count(srv->metrics, 0, 0, 1, 0);
@@ -224,7 +223,8 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
          * blob is made here (the batch is this thread's), written by the
          * store worker, and the job ends in store_done */
         struct sbuf body = {0};
-        openai_response(srv, j, &body); /* what the client gets: the history's answer, the retry's with its key */
+        if (j->native) native_response(srv, j, &body); /* what the client gets: the retry's with its key */
+        else openai_response(srv, j, &body);           /* (and the history's answer) */
         char *meta = body.oom ? NULL : history_next(j, x->extra, body.s ? body.s : "{}"); /* from j->turn_meta, history_begin's */
         free(j->turn_meta);
         j->turn_meta = meta;

@@ -303,6 +303,9 @@ struct cJSON *serve_json_body(const char *body, size_t len, struct http_resp *re
 bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size_t len, struct job *j, struct http_resp *resp);
 /* A whole response (stream false), or one SSE event of a stream. */
 void openai_response(const struct server *srv, const struct job *j, struct sbuf *out);
+/* A retry of a stored turn (j->replay) that asked for a stream: the stored answer as one chunk carrying its whole
+ * message (or text), the final chunk with its finish_reason, the usage chunk (include_usage), [DONE]. */
+void openai_replay_stream(const struct server *srv, const struct job *j, struct sbuf *out);
 void openai_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, bool role, const char *finish,
                   bool usage_only, const char *lp, size_t lp_n, struct sbuf *out);
 /* Shared with extras.c: a boolean field (absent or null leaves *out; else a
@@ -422,6 +425,7 @@ void metrics_render(struct metrics *m, const struct sched_gauges *g, struct sbuf
 
 /* native.c: llama-server's POST /completion answer: {"content", "stop", ...}, whole or as one SSE event */
 void native_response(const struct server *srv, const struct job *j, struct sbuf *out);
+void native_replay_stream(const struct job *j, struct sbuf *out);
 void native_chunk(const struct server *srv, const struct job *j, const char *text, size_t n, bool final, struct sbuf *out);
 
 /* page.c (generated from page.html) */
