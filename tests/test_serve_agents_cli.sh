@@ -324,12 +324,10 @@ if grep -q "template jinja" "$T/b.log" && python3 -c 'import json,sys; d=json.lo
    [ "$(cat "$T/code")" = 400 ] && grep -q "n_ctx 300" "$T/b2.json"; then ok serve_flags_template_file_ctx
 else ko serve_flags_template_file_ctx "$(tail -n 2 "$T/b.log") $(head -c 200 "$T/b1.json") $(head -c 200 "$T/b2.json")"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
-# issue 47: grammar compilations at once are capped (KVB_SERVE_MAX_COMPILES); past the cap and its wait, 503 naming it.
+# issue 47: grammar compilations at once are capped (--max-compiles); past the cap and its wait, 503 naming it.
 # Eight requests at once, each a schema that takes ~0.1 s to read and is then refused (400): with a cap of 1 and no
 # wait, some are turned away; every answer is 400 or that 503
-export KVB_SERVE_MAX_COMPILES=1 KVB_SERVE_COMPILE_WAIT_MS=0
-start g -m "$T/q.gguf" --sessions "$T/sg" -t 1
-unset KVB_SERVE_MAX_COMPILES KVB_SERVE_COMPILE_WAIT_MS
+start g -m "$T/q.gguf" --sessions "$T/sg" -t 1 --max-compiles 1 --compile-wait-ms 0
 python3 -c 'import json; print(json.dumps({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"json_schema":{"type":"object","properties":{"p%d" % i: {} for i in range(8000)}}}))' > "$T/heavy.json"
 cpids=""
 for i in 1 2 3 4 5 6 7 8; do
@@ -340,7 +338,7 @@ for p in $cpids; do wait "$p"; done
 n503=0; other=""
 for i in 1 2 3 4 5 6 7 8; do
     c=$(cat "$T/heavy$i.code")
-    if [ "$c" = 503 ] && grep -q "KVB_SERVE_MAX_COMPILES" "$T/heavy$i.out"; then n503=$((n503 + 1))
+    if [ "$c" = 503 ] && grep -q "(the limit, --max-compiles)" "$T/heavy$i.out"; then n503=$((n503 + 1))
     elif [ "$c" != 400 ]; then other="$other $c:$(head -c 200 "$T/heavy$i.out")"; fi
 done
 if [ "$n503" -ge 1 ] && [ -z "$other" ]; then ok serve_compiles_capped; else ko serve_compiles_capped "$n503 answered 503;$other"; fi

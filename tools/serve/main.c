@@ -71,6 +71,8 @@ static int usage(FILE *f) {
             "  --max-prompt-tokens N the most tokens a turn's prompt may have; beyond, 400 (default 8 x the\n"
             "                        larger of --budget and the trained length). A prompt past the budget\n"
             "                        or the trained length is answered with kvbound.warnings (and logged)\n"
+            "  --max-compiles N      requests compiling a grammar or schema at once (1-64, default 4); one\n"
+            "                        past it waits --compile-wait-ms (0-60000, default 2000), then 503\n"
             "  --max-budget N        largest kv_budget a request may ask (default 8 x --budget)\n"
             "  --max-sessions N      idle sessions kept in memory; more are in the store only (default 256)\n"
             "  --prefix-cache N      shared prefixes kept (default 8; 0: none): a chat's first turn is cut\n"
@@ -158,6 +160,8 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->step_target_x = 3.5f; /* the default: see --help and docs/SERVING.md */
     o->default_temp = -1;
     o->max_body = (size_t)4 << 20;
+    o->max_compiles = 4;
+    o->compile_wait_ms = 2000;
     o->sessions = "kvbound-sessions";
     o->api_key = getenv("KVB_API_KEY");
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
@@ -192,7 +196,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
+                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens --max-compiles --compile-wait-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -229,6 +233,8 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--queue-timeout")) r = cli_parse_i32(a, v, 1, 86400, &o->queue_timeout_s);
     else if (!strcmp(a, "--max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_tokens_cap);
     else if (!strcmp(a, "--max-prompt-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_prompt_tokens);
+    else if (!strcmp(a, "--max-compiles")) r = cli_parse_i32(a, v, 1, 64, &o->max_compiles);
+    else if (!strcmp(a, "--compile-wait-ms")) r = cli_parse_i32(a, v, 0, 60000, &o->compile_wait_ms);
     else if (!strcmp(a, "--default-max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->default_max_tokens);
     else if (!strcmp(a, "--max-budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &c->max_budget);
     else if (!strcmp(a, "--max-sessions")) r = cli_parse_i32(a, v, 0, 4000, &o->max_sessions);

@@ -538,27 +538,18 @@ static bool forced_call_grammar(const struct server *srv, const cJSON *tools, st
 /* At most `limit` requests compile grammars at once (issue 47: eight
  * big grammars at once took 30 s of CPU from the connection threads); one
  * past it waits up to wait_ms for a turn, then is answered 503 naming the
- * limit. KVB_SERVE_MAX_COMPILES (1-64, default 4) and
- * KVB_SERVE_COMPILE_WAIT_MS (0-60000, default 2000) set them. */
+ * limit. --max-compiles (1-64, default 4) and --compile-wait-ms (0-60000,
+ * default 2000) set them. */
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int busy, limit, wait_ms;
 } g_compiles = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
 
-static int env_int(const char *name, int lo, int hi, int dflt) {
-    const char *v = getenv(name);
-    char *e;
-    long x = v && *v ? strtol(v, &e, 10) : dflt;
-    return v && *v && (*e || x < lo || x > hi) ? dflt : (int)x;
-}
-
-static bool compile_enter(struct http_resp *r) {
+static bool compile_enter(const struct server *srv, struct http_resp *r) {
     pthread_mutex_lock(&g_compiles.mu);
-    if (!g_compiles.limit) {
-        g_compiles.limit = env_int("KVB_SERVE_MAX_COMPILES", 1, 64, 4);
-        g_compiles.wait_ms = env_int("KVB_SERVE_COMPILE_WAIT_MS", 0, 60000, 2000);
-    }
+    g_compiles.limit = srv->o.max_compiles > 0 ? srv->o.max_compiles : 4;
+    g_compiles.wait_ms = srv->o.compile_wait_ms;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += g_compiles.wait_ms / 1000;
@@ -572,7 +563,7 @@ static bool compile_enter(struct http_resp *r) {
     pthread_mutex_unlock(&g_compiles.mu);
     if (!ok) {
         r->retry_after = 1;
-        serve_error(r, 503, "server_busy", "%d grammar compilations are running (the limit, KVB_SERVE_MAX_COMPILES) and none ended within %d ms; retry",
+        serve_error(r, 503, "server_busy", "%d grammar compilations are running (the limit, --max-compiles) and none ended within %d ms (--compile-wait-ms); retry",
                     limit, wait_ms);
     }
     return ok;
@@ -793,7 +784,7 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
             gated = cJSON_IsArray(t) && cJSON_GetArraySize(t) > 0 && c && !cJSON_IsNull(c) &&
                     !(cJSON_IsString(c) && (!strcmp(c->valuestring, "auto") || !strcmp(c->valuestring, "none")));
         }
-        if (gated && !compile_enter(r)) goto out;
+        if (gated && !compile_enter(srv, r)) goto out;
         const bool structured = parse_structure(srv, root, j, r);
         if (gated) compile_leave();
         if (!structured) goto out;
