@@ -299,7 +299,8 @@ cat > "$T/slow.jinja" <<'EOF2'
 {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
 {% endif %}
 EOF2
-start d -m "$T/q0.gguf" --sessions "$T/sd" -t 1 -np 2 --chat-template-file "$T/slow.jinja"
+# (--template-deadline-ms 60000: under ASan the same scans take past the default 2 s)
+start d -m "$T/q0.gguf" --sessions "$T/sd" -t 1 -np 2 --chat-template-file "$T/slow.jinja" --template-deadline-ms 60000
 ( curl -s -o "$T/slow.json" -w '%{http_code}' -d '{"messages":[{"role":"user","content":"SLOWDOWN please"}],"max_tokens":1}' "$URL/v1/chat/completions" > "$T/slow.code"; touch "$T/slow.done" ) &
 slow=$!
 sleep 0.1
@@ -309,6 +310,11 @@ wait $slow
 if [ "$(cat "$T/slow.code")" != 200 ]; then skip_case serve_slow_template_holds_its_request_only "the slow template was refused: $(head -c 200 "$T/slow.json")"
 elif [ "$by_first" = yes ] && [ "$(jget 'd["usage"]["completion_tokens"]' < "$T/by.json")" = 3 ]; then ok serve_slow_template_holds_its_request_only
 else ko serve_slow_template_holds_its_request_only "the bystander's answer came after the slow template's: $(head -c 200 "$T/by.json")"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+# --template-deadline-ms: the same render past a 20 ms deadline is a 400 naming it (not "out of memory", which the
+# turn's tokenizing wrote over the library's reason)
+start d2 -m "$T/q0.gguf" --sessions "$T/sd2" -t 1 --chat-template-file "$T/slow.jinja" --template-deadline-ms 20
+bad serve_template_deadline_named /v1/chat/completions '{"messages":[{"role":"user","content":"SLOWDOWN please"}],"max_tokens":1}' "deadline of 20 ms passed"
 kill -TERM $PID; wait $PID 2>/dev/null
 
 # flags: --chat-template-file; --no-jinja refuses tools by name; -c bounds a full session

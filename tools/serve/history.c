@@ -103,7 +103,7 @@ static bool feed_json(uint64_t *h, const cJSON *v) {
         if (n && !kids) return false;
         int k = 0;
         for (const cJSON *c = v->child; c && k < n; c = c->next) kids[k++] = c;
-        if (cJSON_IsObject(v)) qsort(kids, (size_t)k, sizeof *kids, by_key);
+        if (k > 1 && cJSON_IsObject(v)) qsort(kids, (size_t)k, sizeof *kids, by_key); /* not qsort(NULL, 0): an empty object has no kids */
         bool ok = true;
         for (int i = 0; ok && i < k; i++) {
             if (cJSON_IsObject(v)) feed_str(h, kids[i]->string ? kids[i]->string : "");

@@ -71,6 +71,8 @@ static int usage(FILE *f) {
             "  --max-prompt-tokens N the most tokens a turn's prompt may have; beyond, 400 (default 8 x the\n"
             "                        larger of --budget and the trained length). A prompt past the budget\n"
             "                        or the trained length is answered with kvbound.warnings (and logged)\n"
+            "  --template-deadline-ms MS  wall-clock limit of one chat-template render (1-600000, default\n"
+            "                        2000); past it the request is 400 naming it (renders also have a step budget)\n"
             "  --max-compiles N      requests compiling a grammar or schema at once (1-64, default 4); one\n"
             "                        past it waits --compile-wait-ms (0-60000, default 2000), then 503\n"
             "  --max-budget N        largest kv_budget a request may ask (default 8 x --budget)\n"
@@ -196,7 +198,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens --max-compiles --compile-wait-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
+                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens --max-compiles --compile-wait-ms --template-deadline-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -234,6 +236,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_tokens_cap);
     else if (!strcmp(a, "--max-prompt-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->max_prompt_tokens);
     else if (!strcmp(a, "--max-compiles")) r = cli_parse_i32(a, v, 1, 64, &o->max_compiles);
+    else if (!strcmp(a, "--template-deadline-ms")) r = cli_parse_i32(a, v, 1, 600000, &o->template_deadline_ms);
     else if (!strcmp(a, "--compile-wait-ms")) r = cli_parse_i32(a, v, 0, 60000, &o->compile_wait_ms);
     else if (!strcmp(a, "--default-max-tokens")) r = cli_parse_i32(a, v, 1, 1 << 30, &o->default_max_tokens);
     else if (!strcmp(a, "--max-budget")) r = cli_parse_i32(a, v, 2, 1 << 24, &c->max_budget);

@@ -237,6 +237,7 @@ struct serve_opts {
     uint64_t default_seed;
     int n_ctx;    /* -c: a session's token limit under full; 0: the model's trained length */
     int max_prompt_tokens; /* --max-prompt-tokens: a turn's prompt beyond it is 400 (0: the default, set at start) */
+    int template_deadline_ms; /* --template-deadline-ms: a chat template's render past it fails, naming it (0: 2000) */
     int max_compiles, compile_wait_ms; /* --max-compiles, --compile-wait-ms: requests compiling grammars at once, and how long one past it waits before a 503 */
     size_t pool_bytes, max_body;
     struct kvb_kv_params kv; /* every session's KV configuration: --policy and its knobs, --positions,

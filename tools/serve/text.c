@@ -87,6 +87,7 @@ static kvb_status render(const struct server *srv, const struct job *j, const ch
     p.vars_json = vars ? vars : j->vars_json;
     p.add_generation_prompt = gen;
     p.strip_bos = true;
+    p.deadline_ms = srv->o.template_deadline_ms; /* 0: the library's 2 s */
     const kvb_status st = oom ? KVB_ERR_NOMEM : kvb_chat_apply(&p, out, len);
     cJSON_free(m);
     cJSON_free(tools);
@@ -195,6 +196,7 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
     const char *text = NULL;
     char *mine = NULL, *lib = NULL; /* what text points into, to free: malloc's, the library's */
     kvb_status st;
+    bool named = false; /* err holds why st failed (a template's limit is KVB_ERR_NOMEM too, named by the library) */
     snprintf(err, cap, "the prompt is empty after tokenizing");
     if (j->kind == JOB_COMPLETION) {
         return tokens_of(srv, j->prompt, false, first, first ? -1 : pending, n);
@@ -204,10 +206,10 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
         if (first) {
             st = j->r_all_st;
             text = j->r_all;
-            if (st != KVB_OK) snprintf(err, cap, "%s", j->r_all_err);
+            if (st != KVB_OK) named = snprintf(err, cap, "%s", j->r_all_err) > 0;
         } else {
             st = j->r_cont_st;
-            if (st != KVB_OK) snprintf(err, cap, "%s", j->r_cont_err);
+            if (st != KVB_OK) named = snprintf(err, cap, "%s", j->r_cont_err) > 0;
             else if (!(text = mine = with_close(srv, x, j->r_cont))) st = KVB_ERR_NOMEM;
         }
         if (st == KVB_OK) {
@@ -229,14 +231,14 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
     } else if (first) {
         /* the whole conversation, with the template's default system message if it has one */
         st = format_messages(srv, j, j->n_msgs, true, &lib);
-        if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
+        if (st != KVB_OK) named = snprintf(err, cap, "%s", kvb_last_error()) > 0;
         text = lib;
     } else {
         char *user = NULL;
         st = srv->o.special_in_content ? KVB_OK : kvb_vocab_mark_plain(srv->vocab, j->user, strlen(j->user), &user, NULL);
         if (st == KVB_OK) st = kvb_chat_turn_text(srv->style, NULL, user ? user : j->user, false, x->stop_text, &lib, NULL);
         kvb_buffer_free(user);
-        if (st != KVB_OK) snprintf(err, cap, "%s", kvb_last_error());
+        if (st != KVB_OK) named = snprintf(err, cap, "%s", kvb_last_error()) > 0;
         text = lib;
     }
     if (st == KVB_OK && j->answer_prefix) { /* a final assistant message: the answer continues it (no session: openai.c) */
@@ -256,7 +258,7 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
         kvb_buffer_free(marked);
     }
     int32_t *ids = NULL;
-    if (st == KVB_ERR_NOMEM) snprintf(err, cap, "out of memory");
+    if (st == KVB_ERR_NOMEM && !named) snprintf(err, cap, "out of memory");
     else if (st == KVB_OK) ids = tokens_of(srv, text, true, first, first ? -1 : pending, n);
     free(mine);
     kvb_buffer_free(lib);
