@@ -5,7 +5,8 @@
  * generation is checked and answered {} instead of queued. Input: byte 0
  * picks the method and path, byte 1 the length of an Authorization
  * header that follows, the rest is the body; bits of byte 1 also send
- * that header's bytes as the Host and as the Origin (the server checks
+ * that header's bytes as the Host (0x40), the Origin (0x20), X-Api-Key
+ * (0x10) and Idempotency-Key (0x08) (the server checks
  * Host as on loopback without a key, and allows one --cors origin). Every
  * answer must be a status between 200 and 599 with a body (a 204
  * preflight's is empty); a 4xx must carry OpenAI's error object.
@@ -66,7 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(body, data + 2 + alen, blen);
     body[blen] = 0;
     struct http_req q = {routes[r][0], routes[r][1], (data[0] & 0x80) ? "Bearer k" : auth, body, blen, false,
-                         (data[1] & 0x40) ? auth : NULL, (data[1] & 0x20) ? auth : NULL, (data[1] & 0x10) ? auth : NULL};
+                         (data[1] & 0x40) ? auth : NULL, (data[1] & 0x20) ? auth : NULL, (data[1] & 0x10) ? auth : NULL,
+                         (data[1] & 0x08) ? auth : NULL};
     struct http_resp resp;
     serve_route(&g_srv, &q, &resp);
     if (resp.status < 200 || resp.status > 599 || (!resp.body.s && resp.status != 204) || resp.job) abort();
