@@ -977,6 +977,14 @@ static int count_of_str(const char *h, const char *n) {
 /* Issue 47: a schema's size is bounded before it is compiled, each bound refused by name (400, not 500 "out of
  * memory"); the compiler's message is not formatted into itself (it came out garbled); a pattern's error offset
  * counts from the pattern's start (it was negative); a big object compiles in linear work. */
+/* An object schema of n properties "NAMEi": {"type": TYPE} into big (cap
+ * bytes), with `head` after its opening brace; its length. */
+static size_t object_schema(char *big, size_t cap, const char *head, const char *name, const char *type, int n) {
+    size_t k = (size_t)snprintf(big, cap, "{\"type\":\"object\",%s\"properties\":{", head);
+    for (int i = 0; i < n; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"%s%d\":{\"type\":\"%s\"}", i ? "," : "", name, i, type);
+    return k + (size_t)snprintf(big + k, cap - k, "}}");
+}
+
 TEST(schema_size_limits_and_messages) {
     char *gb = NULL;
     size_t n = 0;
@@ -1015,18 +1023,14 @@ TEST(schema_size_limits_and_messages) {
         FAILF("long enum: status %d, %s", (int)st, kvb_last_error());
     }
     /* more properties than the rules allow: refused naming the rule limit */
-    k = (size_t)snprintf(big, cap, "{\"type\":\"object\",\"properties\":{");
-    for (int i = 0; i < 4500; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"p%d\":{\"type\":\"string\"}", i ? "," : "", i);
-    k += (size_t)snprintf(big + k, cap - k, "}}");
+    k = object_schema(big, cap, "", "p", "string", 4500);
     st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
     if (st != KVB_ERR_INVALID || !strstr(kvb_last_error(), "more than 16384 rules (the limit)")) {
         free(big);
         FAILF("4500 properties: status %d, %s", (int)st, kvb_last_error());
     }
     /* 2000 properties compile, in work linear in the grammar's text */
-    k = (size_t)snprintf(big, cap, "{\"type\":\"object\",\"properties\":{");
-    for (int i = 0; i < 2000; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"p%d\":{\"type\":\"string\"}", i ? "," : "", i);
-    k += (size_t)snprintf(big + k, cap - k, "}}");
+    k = object_schema(big, cap, "", "p", "string", 2000);
     st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
     free(big);
     CHECK_OK(st);
@@ -1041,9 +1045,7 @@ TEST(schema_size_limits_and_messages) {
      * backwards, from a group's '(' after the groups inside it) */
     big = malloc(cap);
     CHECK(big);
-    k = (size_t)snprintf(big, cap, "{\"type\":\"object\",\"additionalProperties\":true,\"properties\":{");
-    for (int i = 0; i < 1500; i++) k += (size_t)snprintf(big + k, cap - k, "%s\"key%d\":{\"type\":\"integer\"}", i ? "," : "", i);
-    k += (size_t)snprintf(big + k, cap - k, "}}");
+    k = object_schema(big, cap, "\"additionalProperties\":true,", "key", "integer", 1500);
     st = kvb_json_schema_to_gbnf(big, k, NULL, &gb, &n);
     free(big);
     CHECK_OK(st);

@@ -120,15 +120,9 @@ kvb_status kvb_vocab_tokenize_marked(const struct kvb_vocab *v, const char *text
         const int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? kvb_vocab_match_special(v, text, len, at, true) : -1;
         if (at == len || sp >= 0) {
             put(&frag, text + run, at - run);
-            if (frag.n && !frag.oom) {
-                if (v->kind == KVB_VOCAB_BPE) kvb_bpe_fragment(v, frag.p, frag.n, &o);
-                else kvb_spm_fragment(v, frag.p, frag.n, after_special, &o);
-                after_special = false;
-            }
+            kvb_tok_fragment(v, frag.p, frag.oom ? 0 : frag.n, sp, &after_special, &o);
             frag.n = 0;
             if (at == len) break;
-            kvb_tok_emit(&o, sp);
-            after_special = true;
             at += kvb_vocab_len(v, sp);
             run = at;
             continue;

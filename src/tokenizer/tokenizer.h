@@ -128,6 +128,11 @@ void kvb_tok_emit(struct kvb_tok_out *o, int32_t id);
  * (SentencePiece adds its space prefix then). */
 void kvb_spm_fragment(const struct kvb_vocab *v, const char *text, size_t len, bool after_special, struct kvb_tok_out *o);
 void kvb_bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct kvb_tok_out *o);
+/* One fragment by the vocabulary's encoder, then (special >= 0) the special
+ * token that ends it: *after_special is the SentencePiece state carried
+ * between them (true at the text's start). Nothing is encoded for len 0. */
+void kvb_tok_fragment(const struct kvb_vocab *v, const char *text, size_t len, int32_t special, bool *after_special,
+                      struct kvb_tok_out *o);
 
 /* The pre-tokenizer alone, for tests: the byte offset where each piece of
  * text[0..len) ends (ascending, the last one len). *ends is allocated with the

@@ -510,6 +510,19 @@ size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t 
     return n;
 }
 
+void kvb_tok_fragment(const struct kvb_vocab *v, const char *text, size_t len, int32_t special, bool *after_special,
+                      struct kvb_tok_out *o) {
+    if (len) {
+        if (v->kind == KVB_VOCAB_BPE) kvb_bpe_fragment(v, text, len, o);
+        else kvb_spm_fragment(v, text, len, *after_special, o);
+        *after_special = false;
+    }
+    if (special >= 0) {
+        kvb_tok_emit(o, special);
+        *after_special = true;
+    }
+}
+
 /* Splits the text at special tokens (match_special's rule), emits
  * their ids and hands each raw fragment between them to the vocabulary's
  * encoder; BOS/EOS around it all when add_special and the vocabulary asks. */
@@ -525,14 +538,8 @@ kvb_status kvb_vocab_tokenize(const struct kvb_vocab *v, const char *text, size_
     for (size_t at = 0; at <= len;) {
         int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? kvb_vocab_match_special(v, text, len, at, parse_special) : -1;
         if (at == len || sp >= 0) {
-            if (at > start) {
-                if (v->kind == KVB_VOCAB_BPE) kvb_bpe_fragment(v, text + start, at - start, &o);
-                else kvb_spm_fragment(v, text + start, at - start, after_special, &o);
-                after_special = false;
-            }
+            kvb_tok_fragment(v, text + start, at - start, sp, &after_special, &o);
             if (at == len) break;
-            kvb_tok_emit(&o, sp);
-            after_special = true;
             at += kvb_vocab_len(v, sp);
             start = at;
             continue;
