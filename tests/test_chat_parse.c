@@ -1,5 +1,5 @@
 /*
- * test_chat_parse.c — kvb_chat_parser (src/tokenizer/chat_parse.c): model
+ * test_chat_parse.c — kvb_chat_parser (src/chat/chat_parse.c): model
  * outputs of every format parsed into the exact OpenAI message; the same
  * texts streamed split at every byte boundary, at each single boundary and
  * at random, whose deltas must concatenate to the one-shot message; format

@@ -10,7 +10,7 @@
  */
 #include "testing.h"
 #include "grammar/grammar.h"
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 #include <regex.h>

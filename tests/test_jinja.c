@@ -1,5 +1,5 @@
 /*
- * test_jinja.c — the Jinja interpreter (src/tokenizer/jinja.c) construct by
+ * test_jinja.c — the Jinja interpreter (src/chat/jinja.c) construct by
  * construct, its errors (status, message, template line), its limits on
  * untrusted templates (output, memory, nesting of the source and of values
  * under every walk, the step budget with scans charged by bytes, the
@@ -11,7 +11,7 @@
  * variables.
  */
 #include "testing.h"
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 #include "tokenizer/tokenizer.h"
 #include "gguf/gguf_write.h"
 

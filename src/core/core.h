@@ -114,6 +114,13 @@ static inline uint16_t kvb_f32_to_f16(float f) {
  * previous value, starting from 0. */
 uint32_t kvb_crc32(uint32_t crc, const void *data, size_t n);
 
+/* Decodes one code point at s[0..n); *len gets its byte length. An invalid
+ * or truncated sequence decodes as one byte with the marker value
+ * 0x110000 + byte (not a letter, number or space). */
+uint32_t kvb_utf8_decode(const uint8_t *s, size_t n, int *len);
+/* Writes cp as UTF-8 (1..4 bytes); returns the length. */
+int kvb_utf8_encode(uint32_t cp, char *out);
+
 /* The library's one seeded random stream (splitmix64): the next 64 bits,
  * and a uniform double in [0, 1). Reentrant: the caller owns the state. */
 static inline uint64_t kvb_splitmix64(uint64_t *state) {

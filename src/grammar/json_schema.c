@@ -2,7 +2,7 @@
  * json_schema.c — JSON Schema to GBNF (kvb_json_schema_to_gbnf), for
  * response_format json_schema / json_object and forced tool calls.
  *
- * The schema is read with the library's JSON reader (jinja_json.c) into one
+ * The schema is read with the library's JSON reader (src/json) into one
  * arena; every schema node becomes a rule whose body is built in its own
  * buffer and appended when complete, so nested nodes simply come first.
  * Shared pieces (space, string, number, value...) are written once, on first
@@ -34,7 +34,7 @@
  * between is refused here, as left recursion).
  */
 #include "grammar.h"
-#include "../tokenizer/jinja.h"
+#include "../json/json.h"
 
 #include <math.h>
 #include <stdio.h>

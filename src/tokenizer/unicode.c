@@ -1,4 +1,4 @@
-/* unicode.c — UTF-8, category lookups, GPT-2's byte <-> unicode map. */
+/* unicode.c — category lookups, GPT-2's byte <-> unicode map. */
 #include "unicode.h"
 
 static bool in_ranges(const struct kvb_cp_range *r, int n, uint32_t cp) {
@@ -19,28 +19,6 @@ bool kvb_cp_is_punct(uint32_t cp) { return cp < 0x110000 && in_ranges(kvb_unicod
 bool kvb_cp_is_space(uint32_t cp) { /* Unicode White_Space */
     return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
            cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
-
-uint32_t kvb_utf8_decode(const uint8_t *s, size_t n, int *len) {
-    uint8_t c = s[0];
-    int need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (need == 1) { *len = 1; return c; }
-    if (need == 0 || (size_t)need > n) { *len = 1; return 0x110000u + c; }
-    uint32_t cp = c & (0x7F >> need);
-    for (int i = 1; i < need; i++) {
-        if ((s[i] & 0xC0) != 0x80) { *len = 1; return 0x110000u + c; }
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    *len = need;
-    return cp;
-}
-
-int kvb_utf8_encode(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) { o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F)); return 3; }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F)); o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
 }
 
 /* Printable bytes map to themselves; the other 68 take 256, 257, ... in order. */

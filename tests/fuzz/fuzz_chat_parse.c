@@ -14,7 +14,7 @@
  * test_chat_parse.c includes this file and uses chat_parse_check directly.
  */
 #include "kvbound.h"
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
  * fuzzes it for 60 s. test_jinja.c replays this entry point over those
  * seeds, their prefixes and byte flips.
  */
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -45,7 +45,6 @@
  * str.format, any other filter or test.
  */
 #include "jinja.h"
-#include "unicode.h"
 
 #include <errno.h>
 #include <limits.h>

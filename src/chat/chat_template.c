@@ -16,7 +16,7 @@
  * The BOS text at the very start is left out: tokenizing with add_special
  * adds the BOS id, and later "<s>" texts become BOS with parse_special.
  */
-#include "tokenizer.h"
+#include "../tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * something outside the interpreter's subset.
  */
 #include "jinja.h"
-#include "tokenizer.h"
+#include "../tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
