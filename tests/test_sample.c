@@ -107,6 +107,34 @@ TEST(bans_are_never_drawn_and_sample_is_adjust_then_pick) {
     }
 }
 
+/* issue 48 survivor 9 (the library's half; the server's -100 is tested in
+ * test_serve_cli.sh serve_logit_bias_minus_100_bans): a ban is -INFINITY,
+ * never a large subtraction. Token 7 leads the rest by 1000: a bias of -100
+ * leaves it the pick, -INFINITY never draws it, greedy or sampled. */
+TEST(logit_bias_ban_is_not_a_subtraction_of_100) {
+    enum { V = 50 };
+    for (int trial = 0; trial < 8; trial++) {
+        struct kvb_sampler_params p = kvb_sampler_default_params();
+        p.temp = trial == 0 ? 0.0f : (float)(0.5 * trial);
+        p.seed = (uint64_t)trial;
+        struct kvb_logit_bias b = {7, -100.0f};
+        p.logit_bias = &b;
+        p.n_logit_bias = 1;
+        struct kvb_sampler *sub = NULL, *ban = NULL;
+        CHECK_OK(kvb_sampler_init(&p, V, &sub));
+        b.bias = -INFINITY;
+        CHECK_OK(kvb_sampler_init(&p, V, &ban));
+        for (int step = 0; step < 20; step++) {
+            float l1[V], l2[V];
+            for (int i = 0; i < V; i++) l1[i] = l2[i] = (float)(2 * urand() - 1) + (i == 7 ? 1000.0f : 0.0f);
+            CHECK_EQ_INT(kvb_sampler_sample(sub, l1, NULL, 0), 7); /* 900 above the rest: still the pick */
+            CHECK(kvb_sampler_sample(ban, l2, NULL, 0) != 7);
+        }
+        kvb_sampler_free(sub);
+        kvb_sampler_free(ban);
+    }
+}
+
 TEST(bad_bias_is_refused_by_name) {
     struct kvb_sampler_params p = kvb_sampler_default_params();
     struct kvb_logit_bias b = {100, 1.0f};
@@ -167,6 +195,7 @@ TEST(logprobs_match_sorted_log_softmax) {
 int main(void) {
     RUN(bias_and_penalties_match_reference);
     RUN(bans_are_never_drawn_and_sample_is_adjust_then_pick);
+    RUN(logit_bias_ban_is_not_a_subtraction_of_100); /* issue 48 survivor 9 */
     RUN(bad_bias_is_refused_by_name);
     RUN(logprobs_match_sorted_log_softmax);
     return test_summary();

@@ -149,6 +149,38 @@ bad serve_no_messages 400 /v1/chat/completions '{"messages":[]}'
 bad serve_bad_role 400 /v1/chat/completions '{"messages":[{"role":"robot","content":"x"}]}'
 bad serve_not_object 400 /v1/completions '[1,2,3]'
 bad serve_unknown_route 404 /v1/nothing '{}'
+# issue 48 survivor 9: logit_bias -100 bans the token (OpenAI), it is no subtraction of 100. The
+# greedy token t of a prompt gets -100 and every other token of the vocabulary (512) -99.9: a
+# subtraction leaves t the pick (it led the runner-up by more than 0.1 before), a ban never picks it.
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":1,"temperature":0,"logprobs":2}' > "$T/lb0.json"
+python3 - "$URL" "$T/lb0.json" > "$T/lb.out" 2>&1 <<'EOF2'
+import json, re, sys, urllib.error, urllib.request
+url, d = sys.argv[1], json.load(open(sys.argv[2]))
+def post(path, body):
+    rq = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(rq))
+lp = d["choices"][0]["logprobs"]
+text = d["choices"][0]["text"]
+tops = sorted(lp["top_logprobs"][0].values(), reverse=True)
+assert tops[0] - tops[1] > 0.1, ("the top two are too close for the test", tops)
+p = post("/tokenize", {"content": "Once upon a time"})["tokens"]
+q = post("/tokenize", {"content": "Once upon a time" + text})["tokens"]
+assert q[:len(p)] == p and len(q) == len(p) + 1, (p, q)
+t = q[-1]
+# V, the vocabulary's size: from the refusal of an id past it
+try: post("/v1/completions", {"prompt": "x", "max_tokens": 1, "logit_bias": {"99999999": 1}}); V = 0
+except urllib.error.HTTPError as e: V = int(re.search(r"\(0\.\.(\d+)\)", e.read().decode()).group(1)) + 1
+assert 0 < V <= 1024, V
+bias = {str(i): -99.9 for i in range(V)}
+bias[str(t)] = -100
+req = {"prompt": "Once upon a time", "max_tokens": 1, "temperature": 0, "logit_bias": bias}
+got = post("/v1/completions", req)["choices"][0]["text"]
+assert got != text, ("token %d still picked under -100: %r" % (t, got))
+bias[str(t)] = -99.8  # control: the same map without the ban keeps t
+assert post("/v1/completions", req)["choices"][0]["text"] == text
+print("ok")
+EOF2
+if [ "$(cat "$T/lb.out")" = ok ]; then ok serve_logit_bias_minus_100_bans; else ko serve_logit_bias_minus_100_bans "$(tail -n 3 "$T/lb.out")"; fi
 head -c 70000 /dev/zero | tr '\0' 'a' > "$T/big"
 curl -s -o "$T/e.json" -w '%{http_code}' --data-binary @"$T/big" "$URL/v1/completions" > "$T/code"
 if [ "$(cat "$T/code")" = 413 ]; then ok serve_body_too_large; else ko serve_body_too_large "status $(cat "$T/code")"; fi
