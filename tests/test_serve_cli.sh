@@ -149,6 +149,13 @@ bad serve_no_messages 400 /v1/chat/completions '{"messages":[]}'
 bad serve_bad_role 400 /v1/chat/completions '{"messages":[{"role":"robot","content":"x"}]}'
 bad serve_not_object 400 /v1/completions '[1,2,3]'
 bad serve_unknown_route 404 /v1/nothing '{}'
+named() { # named NAME PATH BODY WORD: a 400 whose message names WORD
+    post "$2" "$3" > "$T/e.json"
+    if [ "$(cat "$T/code")" = 400 ] && grep -q "$4" "$T/e.json"; then ok "$1"; else ko "$1" "status $(cat "$T/code"): $(head -c 200 "$T/e.json")"; fi
+}
+# issue 48 survivor 10: top_logprobs without logprobs: true is refused by name (OpenAI's 400), absent or false
+named serve_top_logprobs_without_logprobs_refused /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":1,"top_logprobs":2}' "'top_logprobs' needs 'logprobs': true"
+named serve_top_logprobs_with_logprobs_false_refused /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":1,"logprobs":false,"top_logprobs":0}' "'top_logprobs' needs 'logprobs': true"
 # issue 48 survivor 9: logit_bias -100 bans the token (OpenAI), it is no subtraction of 100. The
 # greedy token t of a prompt gets -100 and every other token of the vocabulary (512) -99.9: a
 # subtraction leaves t the pick (it led the runner-up by more than 0.1 before), a ban never picks it.
