@@ -156,6 +156,13 @@ named() { # named NAME PATH BODY WORD: a 400 whose message names WORD
 # issue 48 survivor 10: top_logprobs without logprobs: true is refused by name (OpenAI's 400), absent or false
 named serve_top_logprobs_without_logprobs_refused /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":1,"top_logprobs":2}' "'top_logprobs' needs 'logprobs': true"
 named serve_top_logprobs_with_logprobs_false_refused /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":1,"logprobs":false,"top_logprobs":0}' "'top_logprobs' needs 'logprobs': true"
+# issue 48 survivor 11: /tokenize and /detokenize refuse an unknown field by name, as the other routes do
+named serve_tokenize_unknown_field_refused /tokenize '{"content":"Once","add_bos":true}' "'add_bos' is not implemented"
+named serve_detokenize_unknown_field_refused /detokenize '{"tokens":[1,2],"with_pieces":true}' "'with_pieces' is not implemented"
+post /tokenize '{"content":"Once","add_special":false,"parse_special":true,"with_pieces":false,"model":"x"}' > "$T/tk.json"; c1=$(cat "$T/code")
+post /detokenize '{"tokens":[1,2],"model":"x"}' > "$T/dt.json"; c2=$(cat "$T/code")
+if [ "$c1" = 200 ] && grep -q '"tokens":\[[0-9]' "$T/tk.json" && [ "$c2" = 200 ] && grep -q '"content":' "$T/dt.json"; then ok serve_tokenize_known_fields_accepted
+else ko serve_tokenize_known_fields_accepted "/tokenize $c1 $(head -c 100 "$T/tk.json"), /detokenize $c2 $(head -c 100 "$T/dt.json")"; fi
 # issue 48 survivor 9: logit_bias -100 bans the token (OpenAI), it is no subtraction of 100. The
 # greedy token t of a prompt gets -100 and every other token of the vocabulary (512) -99.9: a
 # subtraction leaves t the pick (it led the runner-up by more than 0.1 before), a ban never picks it.
