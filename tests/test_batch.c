@@ -20,7 +20,8 @@
  *     still equal a lone context's with chunks of CHUNK, and the oldest
  *     prompt progresses by at least prompt_min_rows a step next to decoders;
  *     with step_target_x, every step takes exactly the prompt rows the fit
- *     gives for x times the decode-only step of its decoders.
+ *     gives for x times the decode-only step of its decoders; the fit
+ *     observes every row of a step, the decoders' too.
  */
 #include "testing.h"
 #include "kvbound.h"
@@ -1208,6 +1209,36 @@ TEST(stall_free_no_starvation_and_params) {
     CHECK(kvb_batch_init(g_model, &bp, &b) == KVB_ERR_INVALID);
 }
 
+/* issue 48 survivor 12: the step-cost fit observes every row of a step,
+ * the decoders' included (a fit over prompt rows alone takes the decoders
+ * into its intercept). Each observed step adds its rows to the decayed sum
+ * sp and one to the weight w: a decode-only step of four adds 4, a step of
+ * four decoders and a 10-token prompt adds 14. */
+TEST(step_cost_fit_observes_decode_rows) {
+    NEED_MODEL();
+    struct kvb_seq_params sp;
+    struct kvb_batch *b = stall_free_batch(8, CHUNK, 3 * CHUNK, 0, 0, 16, &sp);
+    if (!b) FAILF("batch: %s", kvb_last_error());
+    int32_t id, adv, failed;
+    for (int i = 0; i < 4; i++) CHECK_OK(kvb_batch_add(b, &sp, g_ids + 10 * i, 5, &id));
+    CHECK_OK(kvb_batch_step(b, &adv, &failed)); /* the first step: not observed */
+    struct kvb_batch_stats s0, s1, s2;
+    kvb_batch_get_stats(b, &s0);
+    CHECK_OK(kvb_batch_step(b, &adv, &failed)); /* four decoders alone */
+    CHECK_EQ_INT((int)adv, 4);
+    kvb_batch_get_stats(b, &s1);
+    CHECK_NEAR(s1.step_cost.w, 0.9 * s0.step_cost.w + 1, 1e-9);
+    CHECK_NEAR(s1.step_cost.sp, 0.9 * s0.step_cost.sp + 4, 1e-9);
+    CHECK_NEAR(s1.step_cost.spp, 0.9 * s0.step_cost.spp + 16, 1e-9);
+    CHECK_OK(kvb_batch_add(b, &sp, g_ids + 300, 10, &id));
+    CHECK_OK(kvb_batch_step(b, &adv, &failed)); /* four decoders and a 10-token prompt */
+    CHECK_EQ_INT((int)adv, 5);
+    kvb_batch_get_stats(b, &s2);
+    CHECK_NEAR(s2.step_cost.sp, 0.9 * s1.step_cost.sp + 14, 1e-9);
+    CHECK_NEAR(s2.step_cost.spp, 0.9 * s1.step_cost.spp + 196, 1e-9);
+    kvb_batch_free(b);
+}
+
 int main(void) {
     RUN(batch_equals_single_every_policy_with_joins_and_cancels);
     RUN(batch_equals_single_with_recall);
@@ -1225,6 +1256,7 @@ int main(void) {
     RUN(stall_free_steps_equal_single_every_policy);
     RUN(stall_free_no_starvation_and_params);
     RUN(stall_free_budget_follows_decoders);
+    RUN(step_cost_fit_observes_decode_rows);      /* issue 48 survivor 12 */
     kvb_buffer_free(g_ids);
     kvb_model_free(g_model);
     return test_summary();
