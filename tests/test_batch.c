@@ -21,7 +21,8 @@
  *     prompt progresses by at least prompt_min_rows a step next to decoders;
  *     with step_target_x, every step takes exactly the prompt rows the fit
  *     gives for x times the decode-only step of its decoders; the fit
- *     observes every row of a step, the decoders' too.
+ *     observes every row of a step, the decoders' too;
+ *   - prompt_min_rows may equal the chunk (one above is refused).
  */
 #include "testing.h"
 #include "kvbound.h"
@@ -1239,6 +1240,36 @@ TEST(step_cost_fit_observes_decode_rows) {
     kvb_batch_free(b);
 }
 
+/* issue 48 survivor 13: prompt_min_rows may equal the chunk (kvbound serve
+ * --chunk 16 gives 16 and 16; --chunk 1 gives 1 and 1); one above is
+ * refused by name, as 0 is. */
+TEST(prompt_min_rows_equal_to_chunk_accepted) {
+    NEED_MODEL();
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.kv_pool_bytes = (size_t)16 << 20;
+    bp.step_target_x = 3.5f;
+    static const int32_t chunks[] = {1, 15, 16, 17};
+    for (int i = 0; i < 4; i++) {
+        struct kvb_batch *b = NULL;
+        bp.chunk = chunks[i];
+        bp.step_tokens = 64;
+        bp.prompt_min_rows = chunks[i];
+        CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+        kvb_batch_free(b);
+        bp.prompt_min_rows = chunks[i] - 1;
+        if (bp.prompt_min_rows >= 1) {
+            CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+            kvb_batch_free(b);
+        }
+        bp.prompt_min_rows = chunks[i] + 1;
+        b = NULL;
+        CHECK_STATUS(kvb_batch_init(g_model, &bp, &b), KVB_ERR_INVALID);
+        CHECK(b == NULL && strstr(kvb_last_error(), "prompt_min_rows") != NULL);
+        bp.prompt_min_rows = 0;
+        CHECK_STATUS(kvb_batch_init(g_model, &bp, &b), KVB_ERR_INVALID);
+    }
+}
+
 int main(void) {
     RUN(batch_equals_single_every_policy_with_joins_and_cancels);
     RUN(batch_equals_single_with_recall);
@@ -1257,6 +1288,7 @@ int main(void) {
     RUN(stall_free_no_starvation_and_params);
     RUN(stall_free_budget_follows_decoders);
     RUN(step_cost_fit_observes_decode_rows);      /* issue 48 survivor 12 */
+    RUN(prompt_min_rows_equal_to_chunk_accepted); /* issue 48 survivor 13 */
     kvb_buffer_free(g_ids);
     kvb_model_free(g_model);
     return test_summary();

@@ -10,7 +10,10 @@
 #     stored session holds its cold tier and the restarted turn is exact too;
 #   - bad input gets its 4xx (bad JSON, wrong types, huge numbers, invalid
 #     UTF-8, cut and oversized bodies, wrong key, unknown routes) and the
-#     server stays up; slow clients and 64 connections at once;
+#     server stays up; slow clients and 64 connections at once; an unknown
+#     field of /tokenize or /detokenize, and top_logprobs without logprobs,
+#     are 400s naming the field; logit_bias -100 bans a token (no
+#     subtraction); --chunk 1, 15, 16 and 17 start and answer;
 #   - a full queue is 503 with Retry-After, a busy session 429; a dropped
 #     stream returns its pages; a small pool moves idle sessions to the
 #     store and brings them back.
@@ -373,6 +376,21 @@ start lc -m "$G" --sessions "$T/slc" --policy full -c 4096 -t 1 --jinja --chat-t
 if grep -q 'note: -c 4096 is past the model.s trained length' "$T/lc.log" && grep -q 'chatml signature family' "$T/lc.log" && [ $rc = 2 ] &&
    grep -q 'qwen2: no such name; the names are chatml, llama3' "$T/qwen2.err"; then ok serve_llama_ctx_and_template_named
 else ko serve_llama_ctx_and_template_named "$(cat "$T/lc.log") / rc $rc: $(cat "$T/qwen2.err")"; fi
+
+# issue 48 survivor 13: prompt_min_rows == chunk is allowed: --chunk 16 (prompt_min_rows 16) starts
+# and answers a chat whose prompt spans several chunks, as do the values around it (1: both 1; 15; 17)
+chunks_ok=""
+for c in 1 15 16 17; do
+    start "chunk$c" -m "$G" --sessions "$T/sc$c" --budget 64 -t 1 --chunk $c
+    if [ -n "$URL" ]; then
+        post /v1/chat/completions '{"messages":[{"role":"user","content":"Once upon a time there was a little girl who liked to play in the park with her dog"}],"max_tokens":4,"temperature":0,"ignore_eos":true}' > "$T/ch$c.json"
+        [ "$(cat "$T/code")" = 200 ] && [ "$(jget 'd["usage"]["completion_tokens"]' < "$T/ch$c.json")" = 4 ] &&
+            [ "$(jget 'd["usage"]["prompt_tokens"]' < "$T/ch$c.json")" -gt 32 ] && chunks_ok="$chunks_ok $c"
+        kill -TERM $PID; wait $PID 2>/dev/null
+    fi
+done
+if [ "$chunks_ok" = " 1 15 16 17" ]; then ok serve_chunk_16_prompt_min_rows_equal_chunk_starts
+else ko serve_chunk_16_prompt_min_rows_equal_chunk_starts "answered with --chunk$chunks_ok of 1 15 16 17: $(tail -n 2 "$T/chunk16.log")"; fi
 
 # docs/SERVING.md's example block runs as written (on a free port instead of 8080)
 DOCS=$(cd "$(dirname "$0")/.." && pwd)/docs/SERVING.md
