@@ -24,7 +24,10 @@ line, "ok ..." or "FAIL ...", and exits 0 or 1.
                                                 exists, the reply to the first session
                                                 write (EVAL of the script that HSETs)
                                                 is dropped: both ends closed, and new
-                                                connections refused for SECONDS
+                                                connections refused for SECONDS (0: a
+                                                new connection is taken at once, so the
+                                                write sent again reaches Redis); prints
+                                                a line when it drops
 """
 import socket
 import sys
@@ -222,9 +225,12 @@ def redisproxy(host, port, listen_port, arm, refuse_s):
                     elif drop_next_reply:  # the write ran; its reply is lost, and Redis goes out of reach for a while
                         with lock:
                             state["dropped"] = True
-                            state["listener"].close()
-                            state["listener"] = None
-                        threading.Timer(refuse_s, lambda: state.__setitem__("listener", listen())).start()
+                            if refuse_s > 0:
+                                state["listener"].close()
+                                state["listener"] = None
+                        print("dropped the reply to a session write", flush=True)
+                        if refuse_s > 0:
+                            threading.Timer(refuse_s, lambda: state.__setitem__("listener", listen())).start()
                         return
                     else:
                         c.sendall(data)

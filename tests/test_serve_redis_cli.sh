@@ -14,6 +14,9 @@
 # A record written before versions (a plain string) is read and then
 # replaced by a versioned hash: two turns after it are 200, not 409 (issue 48
 # survivor 14).
+# Through a proxy that loses one write's reply but lets the write be sent
+# again at once, the write finds its own token: 200 and one stored turn, not
+# 409 (issue 48 survivor 15).
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
@@ -103,6 +106,23 @@ if [ "$h1" = 503 ] && grep -q '"store":"redis"' "$T/h1.json" && grep -q '"store_
 else ko serve_redis_health_names_store "health while Redis was out of reach $h1 ($(cat "$T/h1.json")), then $h2"; fi
 if [ "$d1" = 503 ] && grep -q '"type":"store_unavailable"' "$T/d1.json"; then ok serve_redis_delete_store_unavailable_503
 else ko serve_redis_delete_store_unavailable_503 "DELETE while Redis was out of reach: $d1 $(cat "$T/d1.json")"; fi
+# issue 48 survivor 15: a write whose reply was lost, sent again at once (Redis still reachable), finds the
+# session at the version it made itself, with its own write token: that is the write made, a 200 and one
+# stored turn, not 409 session_conflict (nor a second turn)
+PQ=$(free_port)
+python3 "$(dirname "$0")/serve_faults.py" "${rhp%:*}" "${rhp##*:}" redisproxy "$PQ" "$T/armq" 0 > "$T/proxyq.log" 2>&1 &
+PIDS="$PIDS $!"
+for _ in $(seq 1 50); do python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$PQ" 2> /dev/null && break; sleep 0.1; done
+start q -m "$G" --sessions "redis://127.0.0.1:$PQ" --budget 64 -t 1; Q=$URL
+q1=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time, a frog\"}],\"max_tokens\":30,\"temperature\":0,\"session_id\":\"resent$$\"}" "$Q/v1/chat/completions")
+touch "$T/armq"
+q2=$(curl -s -o "$T/q2.json" -w '%{http_code}' -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"The frog jumped\"}],\"max_tokens\":30,\"temperature\":0,\"session_id\":\"resent$$\"}" "$Q/v1/chat/completions")
+qgot=$(content < "$T/q2.json" 2> /dev/null)
+qturns=$(curl -s "$Q/v1/sessions/resent$$" | python3 -c 'import json,sys; print(json.load(sys.stdin)["turns"])' 2> /dev/null)
+qv=$(resp "$rhp" HGET "kvbound:session:resent$$" v)
+if [ "$q1" = 200 ] && grep -q "dropped the reply" "$T/proxyq.log" && [ "$q2" = 200 ] && [ "$qgot" = "$want" ] && [ "$qturns" = 2 ] && [ "$qv" = 2 ]; then
+    ok serve_redis_resent_write_finds_own_token # issue 48 survivor 15
+else ko serve_redis_resent_write_finds_own_token "turn 1 $q1; the turn whose write's reply was lost ($(cat "$T/proxyq.log")) $q2: $(head -c 300 "$T/q2.json") ('$qgot', want '$want'); turns $qturns, version $qv (want 2 and 2)"; fi
 "$K" serve -m "$G" --port 0 --sessions redis://127.0.0.1:1 > /dev/null 2> "$T/bad.log"; rc=$?
 if [ $rc -eq 1 ] && grep -q "redis://127.0.0.1:1" "$T/bad.log"; then ok serve_redis_unreachable_named; else ko serve_redis_unreachable_named "rc $rc: $(cat "$T/bad.log")"; fi
 cli_summary
