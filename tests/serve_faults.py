@@ -27,8 +27,9 @@ line, "ok ..." or "FAIL ...", and exits 0 or 1.
                                                 1; once one of the N closes, a new one
                                                 is answered
   serve_faults.py HOST PORT keepdeadline TIMEOUT  a keep-alive connection asking every
-                                                0.6 x TIMEOUT is answered 5 times, then
-                                                idle is closed after TIMEOUT
+                                                0.6 x TIMEOUT (one answer a completion
+                                                of about TIMEOUT) is answered 5
+                                                times, then idle is closed after TIMEOUT
   serve_faults.py HOST PORT redisproxy LISTEN ARM SECONDS
                                                 a TCP proxy on 127.0.0.1:LISTEN to the
                                                 Redis at HOST:PORT; once the file ARM
@@ -40,6 +41,7 @@ line, "ok ..." or "FAIL ...", and exits 0 or 1.
                                                 write sent again reaches Redis); prints
                                                 a line when it drops
 """
+import json
 import socket
 import sys
 import threading
@@ -213,10 +215,14 @@ def ka_open(host, port, src):
     return s
 
 
-def ka_get(s, host, path):
-    """GET path on the keep-alive connection s: the status, or 0 when the connection ended without an answer."""
+def ka_get(s, host, path, body=None):
+    """GET path (POST body, when given) on the keep-alive connection s: the status, or 0 when the connection
+    ended without an answer."""
     try:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        if body is None:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        else:
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = s.recv(65536)
@@ -277,14 +283,24 @@ def conncap(host, port, n, per_ip):
 
 
 def keepdeadline(host, port, timeout):
-    """A keep-alive connection asking every 0.6 x timeout is answered for 2.4 x timeout (each answer restarts
-    its deadline), and once idle it is closed after timeout, not before."""
+    """A keep-alive connection busy with an answer of about timeout, then asking every 0.6 x timeout,
+    is answered throughout (each answer's end restarts its deadline, not its start), and once idle it is
+    closed after timeout, not before."""
     s = ka_open(host, port, "127.0.0.1")
-    s.settimeout(timeout + 5)
-    got = []
-    for i in range(5):
-        if i:
-            time.sleep(0.6 * timeout)
+    s.settimeout(timeout + 60)
+
+    def complete(n):
+        t0 = time.time()
+        st = ka_get(s, host, "/v1/completions", json.dumps({"prompt": "Once", "max_tokens": n, "ignore_eos": True, "temperature": 0}).encode())
+        return st, time.time() - t0
+    st, dt = complete(2000)  # how fast this machine generates, for an answer of the length wanted
+    got = [st]
+    n = max(2000, int(2000 * timeout / max(dt, 1e-3)))
+    time.sleep(0.6 * timeout)
+    st, busy = complete(n)
+    got.append(st)
+    for i in range(3):
+        time.sleep(0.6 * timeout)
         got.append(ka_get(s, host, "/health"))
     t0 = time.time()
     try:
@@ -293,9 +309,9 @@ def keepdeadline(host, port, timeout):
         end = b""
     idle = time.time() - t0
     s.close()
-    ok = got == [200] * 5 and end == b"" and timeout - 0.5 < idle < timeout + 1.5
-    print(("ok" if ok else "FAIL") + f" keepdeadline: --request-timeout {timeout}: answers every {0.6 * timeout:.1f} s {got}; "
-          f"then idle, closed after {idle:.2f} s")
+    ok = got == [200] * 5 and busy > 0.5 * timeout and end == b"" and timeout - 0.5 < idle < timeout + 1.5
+    print(("ok" if ok else "FAIL") + f" keepdeadline: --request-timeout {timeout}: asked every {0.6 * timeout:.1f} s, one answer taking "
+          f"{busy:.2f} s ({n} tokens): {got}; then idle, closed after {idle:.2f} s")
     return 0 if ok else 1
 
 

@@ -16,7 +16,8 @@
 #   - connection limits at their boundary (issue 48 survivors 16-18): with
 #     --max-connections-per-ip 3 (or --max-connections 3) three keep-alive
 #     connections are answered and a fourth is closed unanswered; a
-#     keep-alive connection's --request-timeout restarts after each answer.
+#     keep-alive connection's --request-timeout restarts when each answer
+#     ends (one answer a completion about as long as the timeout).
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
@@ -176,7 +177,7 @@ else skip_case serve_non_gguf_named "missing $D/models/stories260K/stories260K.b
 # the connection limits at their boundary: with a limit of 3, three keep-alive connections are answered and a
 # fourth is closed unanswered (refused at accept, as SERVING.md says); a keep-alive connection's deadline
 # restarts after each answer
-start lim -m "$G" --sessions "$T/slim" --budget 64 -t 1 --max-connections 8 --max-connections-per-ip 3 --request-timeout 2
+start lim -m "$G" --sessions "$T/slim" --budget 64 -t 1 --max-connections 8 --max-connections-per-ip 3 --request-timeout 2 --max-tokens 1000000
 if [ -n "$URL" ]; then
     if out=$($PROBE $HOSTPORT conncap 3 per-ip); then ok serve_max_connections_per_ip_exact # issue 48 survivor 16
     else ko serve_max_connections_per_ip_exact "$out"; fi
