@@ -18,14 +18,30 @@ line, "ok ..." or "FAIL ...", and exits 0 or 1.
   serve_faults.py HOST PORT framing MAXBODY     two Content-Length, Content-Length
                                                 with chunked, Expect: 100-continue
                                                 over MAXBODY
+  serve_faults.py HOST PORT conncap N per-ip|all  N keep-alive connections (from 127.0.0.1,
+                                                or from .1 and .2 under "all") are
+                                                answered; one more (from .1, or .3)
+                                                is closed unanswered; per-ip: another
+                                                address is answered and
+                                                kvbound_connections_refused_total is
+                                                1; once one of the N closes, a new one
+                                                is answered
+  serve_faults.py HOST PORT keepdeadline TIMEOUT  a keep-alive connection asking every
+                                                0.6 x TIMEOUT (one answer a completion
+                                                of about TIMEOUT) is answered 5
+                                                times, then idle is closed after TIMEOUT
   serve_faults.py HOST PORT redisproxy LISTEN ARM SECONDS
                                                 a TCP proxy on 127.0.0.1:LISTEN to the
                                                 Redis at HOST:PORT; once the file ARM
                                                 exists, the reply to the first session
                                                 write (EVAL of the script that HSETs)
                                                 is dropped: both ends closed, and new
-                                                connections refused for SECONDS
+                                                connections refused for SECONDS (0: a
+                                                new connection is taken at once, so the
+                                                write sent again reaches Redis); prints
+                                                a line when it drops
 """
+import json
 import socket
 import sys
 import threading
@@ -191,6 +207,114 @@ def framing(host, port, maxbody):
     return 0 if ok else 1
 
 
+def ka_open(host, port, src):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.bind((src, 0))
+    s.connect((host, port))
+    return s
+
+
+def ka_get(s, host, path, body=None):
+    """GET path (POST body, when given) on the keep-alive connection s: the status, or 0 when the connection
+    ended without an answer."""
+    try:
+        if body is None:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        else:
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                return 0
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                length = int(v)
+        while len(body) < length:
+            chunk = s.recv(65536)
+            if not chunk:
+                return 0
+            body += chunk
+        return status_of(head)
+    except OSError:
+        return 0
+
+
+def conncap(host, port, n, per_ip):
+    """With a limit of n connections (per_ip: from one address, else in all), n keep-alive connections are
+    each answered, the one past them is closed unanswered, and once one of the n closes a new one is answered."""
+    srcs = ["127.0.0.1"] * n if per_ip else ["127.0.0.1", "127.0.0.2"] * n
+    held = [ka_open(host, port, src) for src in srcs[:n]]
+    answered = [ka_get(s, host, "/health") for s in held]
+    past_src = "127.0.0.1" if per_ip else "127.0.0.3"
+    past = ka_open(host, port, past_src)
+    past_status = ka_get(past, host, "/health")
+    past.close()
+    other, refused = -1, -1
+    if per_ip:  # another address is still let in, and the refusal is counted once
+        o = ka_open(host, port, "127.0.0.2")
+        other = ka_get(o, host, "/health")
+        o.close()
+        m = raw(host, port, f"GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode(), src="127.0.0.2")
+        for line in m.decode(errors="replace").splitlines():
+            if line.startswith("kvbound_connections_refused_total "):
+                refused = int(float(line.split()[1]))
+    held[0].close()
+    after = 0
+    for _ in range(30):  # the server sees the close a moment later
+        time.sleep(0.1)
+        a = ka_open(host, port, past_src)
+        after = ka_get(a, host, "/health")
+        a.close()
+        if after == 200:
+            break
+    for s in held[1:]:
+        s.close()
+    ok = answered == [200] * n and past_status == 0 and after == 200 and (not per_ip or (other == 200 and refused == 1))
+    print(("ok" if ok else "FAIL") + f" conncap: limit {n} {'per address' if per_ip else 'in all'}: the {n} answered {answered}; "
+          f"the one past them {past_status or 'closed unanswered'}; another address {other}; refused_total {refused}; "
+          f"after one closed, a new one {after}")
+    return 0 if ok else 1
+
+
+def keepdeadline(host, port, timeout):
+    """A keep-alive connection busy with an answer of about timeout, then asking every 0.6 x timeout,
+    is answered throughout (each answer's end restarts its deadline, not its start), and once idle it is
+    closed after timeout, not before."""
+    s = ka_open(host, port, "127.0.0.1")
+    s.settimeout(timeout + 60)
+
+    def complete(n):
+        t0 = time.time()
+        st = ka_get(s, host, "/v1/completions", json.dumps({"prompt": "Once", "max_tokens": n, "ignore_eos": True, "temperature": 0}).encode())
+        return st, time.time() - t0
+    st, dt = complete(2000)  # how fast this machine generates, for an answer of the length wanted
+    got = [st]
+    n = max(2000, int(2000 * timeout / max(dt, 1e-3)))
+    time.sleep(0.6 * timeout)
+    st, busy = complete(n)
+    got.append(st)
+    for i in range(3):
+        time.sleep(0.6 * timeout)
+        got.append(ka_get(s, host, "/health"))
+    t0 = time.time()
+    try:
+        end = s.recv(1)
+    except OSError:
+        end = b""
+    idle = time.time() - t0
+    s.close()
+    ok = got == [200] * 5 and busy > 0.5 * timeout and end == b"" and timeout - 0.5 < idle < timeout + 1.5
+    print(("ok" if ok else "FAIL") + f" keepdeadline: --request-timeout {timeout}: asked every {0.6 * timeout:.1f} s, one answer taking "
+          f"{busy:.2f} s ({n} tokens): {got}; then idle, closed after {idle:.2f} s")
+    return 0 if ok else 1
+
+
 def redisproxy(host, port, listen_port, arm, refuse_s):
     import os
     import select
@@ -222,9 +346,12 @@ def redisproxy(host, port, listen_port, arm, refuse_s):
                     elif drop_next_reply:  # the write ran; its reply is lost, and Redis goes out of reach for a while
                         with lock:
                             state["dropped"] = True
-                            state["listener"].close()
-                            state["listener"] = None
-                        threading.Timer(refuse_s, lambda: state.__setitem__("listener", listen())).start()
+                            if refuse_s > 0:
+                                state["listener"].close()
+                                state["listener"] = None
+                        print("dropped the reply to a session write", flush=True)
+                        if refuse_s > 0:
+                            threading.Timer(refuse_s, lambda: state.__setitem__("listener", listen())).start()
                         return
                     else:
                         c.sendall(data)
@@ -265,6 +392,10 @@ def main():
         return closed(host, port)
     if what == "framing":
         return framing(host, port, int(sys.argv[4]))
+    if what == "conncap":
+        return conncap(host, port, int(sys.argv[4]), sys.argv[5] == "per-ip")
+    if what == "keepdeadline":
+        return keepdeadline(host, port, float(sys.argv[4]))
     if what == "redisproxy":
         return redisproxy(host, port, int(sys.argv[4]), sys.argv[5], float(sys.argv[6]))
     print(f"FAIL unknown probe {what}")

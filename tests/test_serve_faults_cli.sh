@@ -13,6 +13,11 @@
 #   - identity: \u0000 in session_id or a message is refused; a foreign Host
 #     on loopback without --api-key is 403; a cross-origin write is 403
 #     unless --cors allows the origin, and a preflight then answers.
+#   - connection limits at their boundary (issue 48 survivors 16-18): with
+#     --max-connections-per-ip 3 (or --max-connections 3) three keep-alive
+#     connections are answered and a fourth is closed unanswered; a
+#     keep-alive connection's --request-timeout restarts when each answer
+#     ends (one answer a completion about as long as the timeout).
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
@@ -169,4 +174,21 @@ if [ -f "$D/models/stories260K/stories260K.bin" ]; then
     if [ $rc -eq 1 ] && grep -q 'GGUF models only' "$T/bin.err" && grep -q 'kvbound convert' "$T/bin.err" && ! grep -q ' with -z' "$T/bin.err"; then ok serve_non_gguf_named
     else ko serve_non_gguf_named "rc $rc: $(cat "$T/bin.err")"; fi
 else skip_case serve_non_gguf_named "missing $D/models/stories260K/stories260K.bin"; fi
+# the connection limits at their boundary: with a limit of 3, three keep-alive connections are answered and a
+# fourth is closed unanswered (refused at accept, as SERVING.md says); a keep-alive connection's deadline
+# restarts after each answer
+start lim -m "$G" --sessions "$T/slim" --budget 64 -t 1 --max-connections 8 --max-connections-per-ip 3 --request-timeout 2 --max-tokens 1000000
+if [ -n "$URL" ]; then
+    if out=$($PROBE $HOSTPORT conncap 3 per-ip); then ok serve_max_connections_per_ip_exact # issue 48 survivor 16
+    else ko serve_max_connections_per_ip_exact "$out"; fi
+    if out=$($PROBE $HOSTPORT keepdeadline 2); then ok serve_keepalive_deadline_restarted_after_answer # issue 48 survivor 17
+    else ko serve_keepalive_deadline_restarted_after_answer "$out"; fi
+    kill $PID
+else ko serve_max_connections_per_ip_exact "no start: $(tail -n 2 "$T/lim.log")"; fi
+start tot -m "$G" --sessions "$T/stot" --budget 64 -t 1 --max-connections 3 --max-connections-per-ip 3
+if [ -n "$URL" ]; then
+    if out=$($PROBE $HOSTPORT conncap 3 all); then ok serve_max_connections_exact # issue 48 survivor 18
+    else ko serve_max_connections_exact "$out"; fi
+    kill $PID
+else ko serve_max_connections_exact "no start: $(tail -n 2 "$T/tot.log")"; fi
 cli_summary

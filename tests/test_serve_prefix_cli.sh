@@ -22,6 +22,11 @@
 #     shared (it compresses a prompt where it ends) and equal too;
 #   - a session with --recall is not shared (its cold tier is its own) and
 #     still answers.
+#   - a prefix read under h2o at budget 96 is not forked by turns at budget
+#     512 or under tova (texts equal the unshared server's), and is by a
+#     later turn at h2o 96 (issue 48 survivor 19);
+#   - with --prefix-cache 2, prompts A, B, A, C: B goes, and A is forked
+#     again (issue 48 survivor 20).
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -139,5 +144,59 @@ load rec "$T/sys.txt" 2 1 2
 rc=$(pyq "$T/rec.json" 'str(not d["errors"] and all(t["cached_tokens"] == 0 and t["content"] for t in d["turns"]))')
 if [ "$rc" = True ] && [ "$(metric kvbound_prefixes)" = 0 ]; then ok serve_prefix_not_with_recall
 else ko serve_prefix_not_with_recall "$(head -c 300 "$T/rec.json") $(cat "$T/rec.err")"; fi
+kill $PID
+# issue 48 survivors 19 and 20: a prefix is forked only by a turn with its cache configuration, and the least
+# recently used one goes first. ask NAME SYSTEM_FILE USER [FIELDS]: one greedy chat turn without a session
+# (FIELDS: more JSON members), its text and usage.prompt_tokens_details.cached_tokens in $T/NAME.ask
+ask() {
+    python3 - "$URL" "$2" "$3" "${4:-}" > "$T/$1.ask" 2>&1 <<'EOF'
+import json, sys, urllib.request
+url, system, user, extra = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3], sys.argv[4]
+body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}], "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+body.update(json.loads("{" + extra + "}"))
+req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+d = json.load(urllib.request.urlopen(req, timeout=120))
+print(json.dumps([d["choices"][0]["message"]["content"], d["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)]))
+EOF
+}
+cached() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[1])' "$T/$1.ask" 2> /dev/null; }
+# 19: read under h2o at budget 96, then turns at budget 512 and under tova at 96 (each a text of its own without
+# sharing): each reads its own prefix, so the text is the unshared server's; a later turn at h2o 96 forks the first's
+for mode in on off; do
+    a=""; [ $mode = off ] && a="--prefix-cache 0"
+    start "cfg-$mode" -m "$M" -t 1 --chunk $CHUNK --policy h2o --budget 96 --max-budget 1024 --sessions "$T/s-cfg-$mode" $a
+    [ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/cfg-$mode.log")"; cli_summary; exit; }
+    ask "cfg-$mode-1" "$T/sys.txt" "Who was in the garden?" '"kv_policy":"h2o","kv_budget":96'
+    ask "cfg-$mode-2" "$T/sys.txt" "Who was in the garden?" '"kv_policy":"h2o","kv_budget":512'
+    ask "cfg-$mode-3" "$T/sys.txt" "Who was in the garden?" '"kv_policy":"tova","kv_budget":96'
+    ask "cfg-$mode-4" "$T/sys.txt" "Why was the cat sad?" '"kv_policy":"h2o","kv_budget":96'
+    kill $PID
+done
+bad=""
+text() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0])' "$T/$1.ask" 2> /dev/null; }
+for k in 1 2 3 4; do [ -n "$(text cfg-on-$k)" ] && [ "$(text cfg-on-$k)" = "$(text cfg-off-$k)" ] || bad="$bad turn$k"; done
+# the three configurations give three texts, so a fork of the wrong prefix shows
+[ "$(text cfg-off-1)" != "$(text cfg-off-2)" ] && [ "$(text cfg-off-1)" != "$(text cfg-off-3)" ] || bad="$bad (the configurations' texts are alike)"
+cc="$(cached cfg-on-1) $(cached cfg-on-2) $(cached cfg-on-3) $(cached cfg-on-4)"
+if [ -z "$bad" ] && [ "$cc" = "0 0 0 $(cached cfg-on-4)" ] && [ "$(cached cfg-on-4)" -gt 0 ] && [ "$(cached cfg-off-4)" = 0 ]; then
+    ok serve_prefix_other_policy_or_budget_not_forked # issue 48 survivor 19
+else ko serve_prefix_other_policy_or_budget_not_forked "differ from --prefix-cache 0:$bad; cached $cc (want 0 0 0 P); $(cat "$T/cfg-on-2.ask" "$T/cfg-off-2.ask" "$T/cfg-on-3.ask" "$T/cfg-off-3.ask")"; fi
+# 20: two places; A and B read, A used again, then C: B (least recently used) goes, A is still forked
+python3 - > "$T/sys3.txt" <<'EOF'
+import random
+random.seed(3)
+w = "the old man had a garden with tall trees and red flowers and every day a bird came to sing on his window".split()
+print("Long ago, " + " ".join(random.choice(w) for _ in range(120)) + ".")
+EOF
+start lru $ARGS --sessions "$T/s-lru" --prefix-cache 2
+[ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/lru.log")"; cli_summary; exit; }
+ask lru-a1 "$T/sys.txt" "Who was in the garden?"; ask lru-b1 "$T/sys2.txt" "Who was in the garden?"
+ask lru-a2 "$T/sys.txt" "Why was the cat sad?"; ask lru-c1 "$T/sys3.txt" "Who was in the garden?"
+ask lru-a3 "$T/sys.txt" "What did the dog find?"; ask lru-b2 "$T/sys2.txt" "Why was the cat sad?"
+lc="$(cached lru-a1) $(cached lru-b1) $(cached lru-a2) $(cached lru-c1) $(cached lru-a3) $(cached lru-b2)"
+la=$(cached lru-a2)
+if [ "${la:-0}" -gt 0 ] && [ "$lc" = "0 0 $la 0 $la 0" ] && [ "$(metric kvbound_prefixes)" = 2 ] && [ "$(metric kvbound_prefix_hits_total)" = 2 ]; then
+    ok serve_prefix_least_recently_used_dropped # issue 48 survivor 20
+else ko serve_prefix_least_recently_used_dropped "cached per turn (A B A C A B): $lc (want 0 0 P 0 P 0); prefixes $(metric kvbound_prefixes), hits $(metric kvbound_prefix_hits_total)"; fi
 kill $PID
 cli_summary
