@@ -2,6 +2,9 @@
  * model.h — the llama-family model: hyperparameters and weight views
  * (mmapped, never copied), from GGUF or a llama2.c checkpoint. Shapes in the
  * comments: every matrix is row-major [n_out][n_in], y = W x.
+ *
+ * one unit split for size: forward.c + moe.c (the experts run the forward
+ * pass's matmuls and dense FFN; the FFN block runs the experts).
  */
 #ifndef KVB_MODEL_H
 #define KVB_MODEL_H

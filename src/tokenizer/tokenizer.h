@@ -5,6 +5,9 @@
  * pieces, byte tokens written "<0xNN>", token types as in llama.cpp.
  * The encoder is chosen by the vocabulary kind: SentencePiece BPE (spm.c)
  * or byte-level BPE with a family pre-tokenizer (bpe.c).
+ *
+ * one unit split for size: vocab.c + bpe.c + spm.c (the tokenizing front
+ * calls the encoders, which look pieces up and emit ids through vocab.c).
  */
 #ifndef KVB_TOKENIZER_H
 #define KVB_TOKENIZER_H
