@@ -66,7 +66,6 @@ NOTES = {
 # Files of one room that call one another both ways because they are one
 # unit split for size: room -> [(files, reason)].
 UNITS = {
-    "model": [(["forward.c", "moe.c"], "the experts run the forward pass's matmuls and FFN, which runs them")],
     "tokenizer": [(["vocab.c", "bpe.c", "spm.c"], "the tokenizing front calls the encoders, which emit through it")],
 }
 
