@@ -6,11 +6,12 @@
  * The encoder is chosen by the vocabulary kind: SentencePiece BPE (spm.c)
  * or byte-level BPE with a family pre-tokenizer (bpe.c).
  *
- * Files call one way (tests/src_layers.py): the fronts — vocab.c (loading,
- * pieces back to bytes, kvb_vocab_tokenize), plain.c (client text kept plain)
- * and decode.c (streams of ids to bytes) — call the encoders spm.c and bpe.c
- * (bpe.c -> unicode.c -> unicode_tables.c), and every one of them calls
- * lookup.c, which calls none: a piece's id and the id list the encoders fill.
+ * Files call one way (tests/src_layers.py): plain.c (client text kept
+ * plain) and decode.c (streams of ids to bytes) call vocab.c (loading, pieces
+ * back to bytes, the front kvb_vocab_tokenize), which calls the encoders
+ * spm.c and bpe.c (bpe.c -> unicode.c -> unicode_tables.c); the fronts and
+ * the encoders look pieces up and emit ids through lookup.c, which calls
+ * none of them.
  */
 #ifndef KVB_TOKENIZER_H
 #define KVB_TOKENIZER_H
