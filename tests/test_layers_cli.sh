@@ -27,11 +27,13 @@ if need_tool src_layers nm KVB_REQUIRE_BINUTILS "the check reads the library's o
     else ko src_rooms_down_files_one_way "$(echo "$out" | grep '^FAIL' | tr '\n' ' ')"; fi
     CC=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$B/CMakeCache.txt")
     objs() { rm -rf "$T/b" && mkdir -p "$T/b/CMakeFiles/kvbound_obj.dir" && cp -r "$B/$O" "$T/b/$O"; }
+    # a copy of the sources (an object is read only where its source is there)
+    mkdir -p "$T/root" && cp -r "$R/src" "$R/docs" "$T/root/"
     # core calls up into the cache: an arrow up, and core -> cache -> core a circle of rooms
     objs
-    printf 'void kvb_cache_free(void *c);\nvoid layers_probe(void);\nvoid layers_probe(void) { kvb_cache_free(0); }\n' > "$T/probe.c"
-    if ! "$CC" -c "$T/probe.c" -o "$T/b/$O/core/probe.c.o"; then ko src_layers_finds_arrow_up "cannot compile the probe with '$CC'"
-    elif out=$(python3 "$L" "$T/b"); then ko src_layers_finds_arrow_up "core calling kvb_cache_free was not found"
+    printf 'void kvb_cache_free(void *c);\nvoid layers_probe(void);\nvoid layers_probe(void) { kvb_cache_free(0); }\n' > "$T/root/src/core/probe.c"
+    if ! "$CC" -c "$T/root/src/core/probe.c" -o "$T/b/$O/core/probe.c.o"; then ko src_layers_finds_arrow_up "cannot compile the probe with '$CC'"
+    elif out=$(python3 "$L" "$T/b" --root "$T/root"); then ko src_layers_finds_arrow_up "core calling kvb_cache_free was not found"
     elif echo "$out" | grep -q '^FAIL arrow up core -> cache: core/probe.c -> cache/cache.c (kvb_cache_free' &&
          echo "$out" | grep -q '^FAIL circle of rooms '; then ok src_layers_finds_arrow_up
     else ko src_layers_finds_arrow_up "not named: $(echo "$out" | grep '^FAIL' | tr '\n' ' ')"; fi
@@ -45,8 +47,8 @@ if need_tool src_layers nm KVB_REQUIRE_BINUTILS "the check reads the library's o
     else ko src_layers_finds_file_circle "not named: $(echo "$out" | grep '^FAIL' | tr '\n' ' ')"; fi
     # that circle declared one unit split for size: it passes only where the cache's design note names it,
     # and the declaration fails once the files call one way again
+    rm "$T/root/src/core/probe.c"
     out=$(python3 "$L" "$T/b" --unit cache:pool.c+stream.c); r1=$?
-    mkdir -p "$T/root" && cp -r "$R/src" "$R/docs" "$T/root/"
     printf '/* one unit split for size: pool.c +\n * stream.c (the test) */\n' >> "$T/root/src/cache/cache_impl.h"
     out2=$(python3 "$L" "$T/b" --root "$T/root" --unit cache:pool.c+stream.c); r2=$?
     out3=$(python3 "$L" "$B" --root "$T/root" --unit cache:pool.c+stream.c); r3=$?
