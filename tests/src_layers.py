@@ -21,9 +21,9 @@ to src/ops). Checked:
       names every room's note.
 --root DIR: the source tree whose docs and notes are read (default: this
 script's ..); an object whose source is not in it is a leftover of an
-earlier build and is not read. --unit ROOM:a.c+b.c: one more declared unit, for the test of
-this check (tests/test_layers_cli.sh). Prints the room arrows, then "ok ..."
-or one "FAIL ..." line per fault; exits 0 or 1."""
+earlier build and is not read. --unit ROOM:a.c+b.c: one more declared unit,
+for the test of this check (tests/test_layers_cli.sh). Prints the room
+arrows, then "ok ..." or one "FAIL ..." line per fault; exits 0 or 1."""
 import os
 import re
 import subprocess
