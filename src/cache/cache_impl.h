@@ -8,6 +8,15 @@
  *   recall.c   reversible eviction: evicted rows to the cold tier (cold.c),
  *              page summaries, scoring, the recall area
  * A cache is n_layer x n_kv_head streams (layer-major) sharing one geometry.
+ *
+ * Files call one way (tests/src_layers.py): cache_io.c -> cache.c ->
+ * attend.c -> recall.c -> cold.c; cache.c also calls stream.c, pool.c,
+ * recall.c, cold.c and kv_params.c (which calls none of them); stream.c ->
+ * pool.c. All of them read the layout below, but none calls a file above
+ * it: cache.c prepares what the workers need (slots, scratch, recall pages)
+ * before attend.c runs, attend.c reaches recall only through
+ * kvb_recall_area and kvb_recall_refresh, and recall.c takes from the cache
+ * only this header's inline kvb_cache_stream_index.
  */
 #ifndef KVB_CACHE_IMPL_H
 #define KVB_CACHE_IMPL_H

@@ -2,6 +2,11 @@
  * model.h — the llama-family model: hyperparameters and weight views
  * (mmapped, never copied), from GGUF or a llama2.c checkpoint. Shapes in the
  * comments: every matrix is row-major [n_out][n_in], y = W x.
+ *
+ * Files call one way (tests/src_layers.py): batch.c -> forward.c (contexts,
+ * the layers of a pass) -> moe.c (the experts) -> ffn.c (a pass's matmuls,
+ * scales, biases, gated activations, the dense FFN), which forward.c calls
+ * too; export.c -> model.c (loading) -> family.c (the families as data).
  */
 #ifndef KVB_MODEL_H
 #define KVB_MODEL_H
@@ -209,7 +214,11 @@ struct kvb_fwd {
     struct kvb_pass_rows pass; /* this pass (cr0, cT, one: [rows]) */
     struct kvb_moe_buf moe;    /* allocated for a model with experts */
 };
+/* forward.c: the buffers of a pass (and of its experts: moe.c). */
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows);
+void kvb_fwd_free(struct kvb_fwd *f);
+
+/* ---- ffn.c: below forward.c and moe.c, calls neither ---- */
 /* y = W x over the rows of pass p (each row as described there); q8 holds the
  * decode rows' int8 activations. */
 void kvb_fwd_mm(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *w, const float *x,
@@ -235,7 +244,8 @@ struct kvb_ffn_w {
 void kvb_fwd_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_pass_rows *p, const struct kvb_ffn_w *w,
                  int64_t F, const float *xin, float *out);
 
-/* moe.c: expert e's gate/up (which 0, 1) or down (2) rows of layer L. */
+/* ---- moe.c: below forward.c, calls ffn.c for each expert ---- */
+/* Expert e's gate/up (which 0, 1) or down (2) rows of layer L. */
 struct kvb_mat kvb_moe_expert(const struct kvb_layer *L, int which, int32_t e);
 /* The buffers of m's expert layers for rows rows (none for a dense model). */
 kvb_status kvb_moe_buf_init(struct kvb_moe_buf *b, const struct kvb_model_info *in, int32_t rows);
@@ -249,7 +259,8 @@ void kvb_moe_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kv
 /* The router of one row: logits (n_expert) to the chosen experts and their
  * weights (k each), by m's gating, normalization and scale. */
 void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel, float *wt);
-void kvb_fwd_free(struct kvb_fwd *f);
+
+/* ---- forward.c ---- */
 /* Room for the last-row logits of n segments (kvb_forward grows it itself;
  * a batch calls it before reserving, so a step fails before any change). */
 kvb_status kvb_fwd_reserve_logits(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t n);

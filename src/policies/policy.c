@@ -32,13 +32,6 @@ int32_t kvb_recent_obs_window(const struct kvb_policy_params *p, int32_t room) {
 
 int32_t kvb_prefill_obs_window(const struct kvb_policy_params *p) { return p->obs_window; }
 
-int64_t kvb_policy_peak_tokens(const struct kvb_policy_params *p, int64_t n_prompt, int64_t n_ctx) {
-    const struct kvb_policy_i *pi = kvb_policy_iface(p->id);
-    if (!pi) return 0;
-    if (pi->flags & KVB_PF_NEVER_EVICT) return KVB_MAX(n_ctx, (int64_t)0);
-    return pi->peak_tokens ? pi->peak_tokens(p, KVB_MAX(n_prompt, (int64_t)0)) : (int64_t)p->budget;
-}
-
 int64_t kvb_snapkv_peak_tokens(const struct kvb_policy_params *p, int64_t n_prompt) {
     int64_t B = p->budget; /* the budget kvb_cache_compress resolves (budget_frac: of the prompt) */
     if (p->budget_frac > 0) B = KVB_MAX((int64_t)floor((double)p->budget_frac * (double)n_prompt), (int64_t)p->n_sink + 1);

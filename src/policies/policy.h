@@ -29,6 +29,11 @@
  * must continue bit-identically. (block-h2o reads page geometry, which a
  * cache image saves exactly.) Adding a policy: one file with its vtable, one
  * line in registry.c, one enum value in kvbound.h.
+ *
+ * Files call one way (tests/src_layers.py): registry.c (the table, and what
+ * is asked by policy id: defaults, names, checks, peak tokens) -> each
+ * policy's file -> policy.c (helpers shared by the policies, which call
+ * nothing else of the folder).
  */
 #ifndef KVB_POLICY_H
 #define KVB_POLICY_H

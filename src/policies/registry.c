@@ -1,6 +1,7 @@
 /*
  * registry.c — the policy table, indexed by enum kvb_policy_id, with lookup
- * by name for the CLI and the defaults every policy starts from.
+ * by name for the CLI, the defaults every policy starts from, the parameter
+ * checks and each policy's peak tokens for the sizing rule.
  */
 #include "policy.h"
 
@@ -115,6 +116,13 @@ kvb_status kvb_policy_validate(const struct kvb_policy_params *pp) {
     if (pp->budget_frac > 0 && !(pi->flags & KVB_PF_COMPRESS))
         return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv)", pn);
     return pi->validate ? pi->validate(pp) : KVB_OK;
+}
+
+int64_t kvb_policy_peak_tokens(const struct kvb_policy_params *p, int64_t n_prompt, int64_t n_ctx) {
+    const struct kvb_policy_i *pi = kvb_policy_iface(p->id);
+    if (!pi) return 0;
+    if (pi->flags & KVB_PF_NEVER_EVICT) return KVB_MAX(n_ctx, (int64_t)0);
+    return pi->peak_tokens ? pi->peak_tokens(p, KVB_MAX(n_prompt, (int64_t)0)) : (int64_t)p->budget;
 }
 
 struct kvb_policy kvb_policy_make(const struct kvb_policy_params *params, int32_t block_size) {

@@ -274,12 +274,6 @@ kvb_status kvb_bpe_pre_split(enum kvb_pre_type pre, const char *text, size_t len
 
 /* ---- merges ---- */
 
-static uint32_t fnv(const char *s, size_t n) {
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
-    return h;
-}
-
 /* Rank of merging a|b, or -1. */
 static int32_t merge_rank(const struct kvb_vocab *v, const char *a, size_t na, const char *b, size_t nb) {
     char key[512];
@@ -289,7 +283,7 @@ static int32_t merge_rank(const struct kvb_vocab *v, const char *a, size_t na, c
     memcpy(key + na + 1, b, nb);
     const size_t n = na + nb + 1;
     const uint32_t m = v->merge_cap - 1;
-    for (uint32_t h = fnv(key, n) & m;; h = (h + 1) & m) {
+    for (uint32_t h = kvb_fnv1a(key, n) & m;; h = (h + 1) & m) {
         int32_t r = v->merge_hash[h];
         if (r < 0) return -1;
         if (v->merge_off[r + 1] - v->merge_off[r] - 1 == n && memcmp(v->merge_arena + v->merge_off[r], key, n) == 0) return r;
@@ -313,7 +307,7 @@ kvb_status kvb_bpe_build_merges(struct kvb_vocab *v, const char *const *m, const
         at += len[i];
         v->merge_arena[at++] = 0;
         const uint32_t mask = v->merge_cap - 1;
-        uint32_t h = fnv(m[i], len[i]) & mask;
+        uint32_t h = kvb_fnv1a(m[i], len[i]) & mask;
         bool dup = false;
         while (v->merge_hash[h] >= 0) {
             int32_t r = v->merge_hash[h];

@@ -5,6 +5,13 @@
  * pieces, byte tokens written "<0xNN>", token types as in llama.cpp.
  * The encoder is chosen by the vocabulary kind: SentencePiece BPE (spm.c)
  * or byte-level BPE with a family pre-tokenizer (bpe.c).
+ *
+ * Files call one way (tests/src_layers.py): plain.c (client text kept
+ * plain) and decode.c (streams of ids to bytes) call vocab.c (loading, pieces
+ * back to bytes, the front kvb_vocab_tokenize), which calls the encoders
+ * spm.c and bpe.c (bpe.c -> unicode.c -> unicode_tables.c); the fronts and
+ * the encoders look pieces up and emit ids through lookup.c, which calls
+ * none of them.
  */
 #ifndef KVB_TOKENIZER_H
 #define KVB_TOKENIZER_H
@@ -75,6 +82,12 @@ struct kvb_vocab {
 
 static inline const char *kvb_vocab_text(const struct kvb_vocab *v, int32_t id) { return v->arena + v->off[id]; }
 static inline uint32_t kvb_vocab_len(const struct kvb_vocab *v, int32_t id) { return v->off[id + 1] - v->off[id] - 1; }
+/* FNV-1a of s[0..n): the hash of pieces (lookup.c) and of merges (bpe.c). */
+static inline uint32_t kvb_fnv1a(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
 
 /* From GGUF metadata: tokenizer.ggml.model "llama" (SentencePiece) or "gpt2"
  * (byte-level BPE; tokenizer.ggml.pre picks the pre-tokenizer and must be a
@@ -95,9 +108,6 @@ bool kvb_pre_lookup(const char *text, size_t len, enum kvb_pre_type *pre, bool *
 /* Bytes the vocabulary's structures occupy (pieces, tables, merges). */
 size_t kvb_vocab_bytes(const struct kvb_vocab *v);
 
-/* Id of an exact piece, or -1. */
-int32_t kvb_vocab_find(const struct kvb_vocab *v, const char *text, size_t len);
-
 /* Tokenizes text[0..len). *ids is allocated with the library allocator (free
  * with kvb_free), even when *n_ids is 0; KVB_ERR_NOMEM. add_special: BOS (and EOS) as the vocabulary
  * asks; parse_special: control-token text such as "<s>" becomes that token. */
@@ -113,6 +123,13 @@ int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, siz
  * tokens -> nothing). Returns the length; writes at most cap bytes. */
 size_t kvb_vocab_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap);
 
+/* ---- lookup.c: below the fronts and the encoders, calls none of them ---- */
+
+/* Id of an exact piece, or -1. */
+int32_t kvb_vocab_find(const struct kvb_vocab *v, const char *text, size_t len);
+/* Puts piece id into v's hash (allocated, all -1 at first) unless an equal
+ * piece is already there: the first occurrence wins. vocab.c, at load. */
+void kvb_vocab_index(struct kvb_vocab *v, int32_t id);
 /* The id list the encoders fill (kvb_tok_emit grows it; oom is sticky). */
 struct kvb_tok_out {
     int32_t *ids;
@@ -122,13 +139,15 @@ struct kvb_tok_out {
 };
 void kvb_tok_emit(struct kvb_tok_out *o, int32_t id);
 
+/* ---- the encoders (spm.c, bpe.c), called by the fronts ---- */
+
 /* Encoders of one raw fragment (text between special tokens), called by
  * kvb_vocab_tokenize after it has split the text at special tokens.
  * after_special: the fragment starts the text or follows a special token
  * (SentencePiece adds its space prefix then). */
 void kvb_spm_fragment(const struct kvb_vocab *v, const char *text, size_t len, bool after_special, struct kvb_tok_out *o);
 void kvb_bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct kvb_tok_out *o);
-/* One fragment by the vocabulary's encoder, then (special >= 0) the special
+/* vocab.c: one fragment by the vocabulary's encoder, then (special >= 0) the special
  * token that ends it: *after_special is the SentencePiece state carried
  * between them (true at the text's start). Nothing is encoded for len 0. */
 void kvb_tok_fragment(const struct kvb_vocab *v, const char *text, size_t len, int32_t special, bool *after_special,

@@ -28,21 +28,6 @@ static int byte_of_piece(const char *t, uint32_t len) {
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-static uint32_t fnv1a(const char *s, size_t n) {
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
-    return h;
-}
-
-int32_t kvb_vocab_find(const struct kvb_vocab *v, const char *text, size_t len) {
-    uint32_t m = v->hash_cap - 1;
-    for (uint32_t h = fnv1a(text, len) & m;; h = (h + 1) & m) {
-        int32_t id = v->hash[h];
-        if (id < 0) return -1;
-        if (kvb_vocab_len(v, id) == len && memcmp(kvb_vocab_text(v, id), text, len) == 0) return id;
-    }
-}
-
 void kvb_vocab_free(struct kvb_vocab *v) {
     if (!v) return;
     kvb_free(v->arena); kvb_free(v->off); kvb_free(v->score); kvb_free(v->type); kvb_free(v->hash); kvb_free(v->special);
@@ -77,11 +62,7 @@ static kvb_status finish(struct kvb_vocab *v, const char *name) {
         uint32_t len = kvb_vocab_len(v, id);
         for (uint32_t i = 1; i + 3 <= len && v->spm_word_split; i++) /* "x▁" inside a piece would span a cut */
             if (memcmp(t + i, "\xE2\x96\x81", 3) == 0 && !(i >= 3 && memcmp(t + i - 3, "\xE2\x96\x81", 3) == 0)) v->spm_word_split = false;
-        if (kvb_vocab_find(v, t, len) < 0) { /* first occurrence wins */
-            uint32_t m = v->hash_cap - 1, h = fnv1a(t, len) & m;
-            while (v->hash[h] >= 0) h = (h + 1) & m;
-            v->hash[h] = id;
-        }
+        kvb_vocab_index(v, id);
         int byte = v->type[id] == KVB_TOKEN_BYTE ? byte_of_piece(t, len) : -1;
         if (byte >= 0 && v->byte_id[byte] < 0) v->byte_id[byte] = id;
         if ((v->type[id] == KVB_TOKEN_CONTROL || v->type[id] == KVB_TOKEN_USER_DEFINED || v->type[id] == KVB_TOKEN_UNKNOWN) && len > 0)
@@ -368,16 +349,6 @@ int32_t kvb_vocab_match_special(const struct kvb_vocab *v, const char *text, siz
         if (l <= len - at && memcmp(text + at, kvb_vocab_text(v, id), l) == 0) return id;
     }
     return -1;
-}
-
-void kvb_tok_emit(struct kvb_tok_out *o, int32_t id) {
-    if (o->oom) return;
-    if (o->n == o->cap && /* the call only when full: this runs once per token */
-        kvb_grow((void **)&o->ids, &o->cap, (int64_t)o->n + 1, sizeof(int32_t)) != KVB_OK) {
-        o->oom = true;
-        return;
-    }
-    o->ids[o->n++] = id;
 }
 
 static kvb_status tok_finish(struct kvb_tok_out *o, size_t text_len, int32_t **ids, int32_t *n_ids) {
