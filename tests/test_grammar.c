@@ -1261,6 +1261,91 @@ TEST(matcher_cache_rebuild) {
     synth_free(v);
 }
 
+/* issue 48 survivor 2: after the caches are rebuilt (a long repetition), reset must go back to the grammar's start,
+ * not to the state id the start had in the old tables (that id now names another state: a valid text was refused).
+ * The start here differs from every state inside the repetition: only 'x' may begin. */
+TEST(matcher_reset_after_rebuild_stale_start) { /* issue 48 survivor 2 */
+    struct kvb_grammar *g = parse("root ::= \"x\" ([a-c] | \"é\"){0,6000} \"!\"");
+    CHECK(g);
+    struct kvb_vocab *v = byte_vocab();
+    struct kvb_grammar_vocab *gv;
+    CHECK_OK(kvb_grammar_vocab_new(v, &gv));
+    struct kvb_matcher *m;
+    CHECK_OK(kvb_matcher_new(g, gv, &m));
+    float lg[258];
+    int32_t na;
+    for (int round = 0; round < 3; round++) {
+        /* the start: 'x' alone */
+        CHECK_EQ_INT(check_mask(m, v, lg, &na), 1);
+        CHECK_EQ_INT(na, 1);
+        CHECK(lg['x'] != -INFINITY);
+        CHECK_STATUS(kvb_matcher_accept_bytes(m, "a", 1), KVB_ERR_INVALID);
+        CHECK_OK(kvb_matcher_accept_bytes(m, "x", 1));
+        for (int i = 0; i < 5000; i++) CHECK_OK(kvb_matcher_accept_bytes(m, i % 2 ? "b" : "c", 1));
+        if (round == 1) { /* reset in the middle of the repetition, not after an end */
+            kvb_matcher_reset(m);
+            continue;
+        }
+        CHECK_OK(kvb_matcher_accept_bytes(m, "!", 1));
+        CHECK_OK(kvb_matcher_accept(m, 257));
+        kvb_matcher_reset(m);
+    }
+    CHECK(!kvb_matcher_can_end(m));
+    CHECK_STATUS(kvb_matcher_accept_bytes(m, "abc!", 4), KVB_ERR_INVALID);
+    CHECK_OK(kvb_matcher_accept_bytes(m, "xabc!", 5));
+    CHECK(kvb_matcher_must_end(m));
+    CHECK_OK(kvb_matcher_accept(m, 257));
+    kvb_matcher_free(m);
+    kvb_grammar_vocab_free(gv);
+    kvb_grammar_free(g);
+    synth_free(v);
+}
+
+/* issue 48 survivor 3: a clone of an ended matcher is ended too: a second end-of-generation, more text or any token is
+ * refused, and its mask allows nothing, as on the original. */
+TEST(matcher_clone_of_ended_is_ended) { /* issue 48 survivor 3 */
+    struct kvb_grammar *g = parse("root ::= \"a\"+");
+    CHECK(g);
+    struct kvb_vocab *v = byte_vocab();
+    struct kvb_grammar_vocab *gv;
+    CHECK_OK(kvb_grammar_vocab_new(v, &gv));
+    struct kvb_matcher *m, *c = NULL;
+    CHECK_OK(kvb_matcher_new(g, gv, &m));
+    CHECK_OK(kvb_matcher_accept_bytes(m, "aa", 2));
+    CHECK_OK(kvb_matcher_accept(m, 257));
+    CHECK_OK(kvb_matcher_clone(m, &c));
+    struct kvb_matcher *both[2] = {m, c};
+    for (int i = 0; i < 2; i++) {
+        struct kvb_matcher *x = both[i];
+        CHECK(kvb_matcher_can_end(x));
+        CHECK(kvb_matcher_must_end(x));
+        CHECK(!kvb_matcher_allows(x, 257));
+        CHECK(!kvb_matcher_allows(x, 'a'));
+        float lg[258];
+        for (int k = 0; k < 258; k++) lg[k] = 0;
+        CHECK_OK(kvb_matcher_mask(x, lg));
+        for (int k = 0; k < 258; k++)
+            if (lg[k] == 0) FAILF("matcher %d: token %d allowed after the end", i, k);
+        CHECK_STATUS(kvb_matcher_accept(x, 257), KVB_ERR_INVALID);
+        CHECK_STATUS(kvb_matcher_accept(x, 'a'), KVB_ERR_INVALID);
+        CHECK_STATUS(kvb_matcher_accept_bytes(x, "a", 1), KVB_ERR_INVALID);
+    }
+    /* a clone taken before the end is not ended, and ends on its own */
+    kvb_matcher_free(c);
+    kvb_matcher_reset(m);
+    CHECK_OK(kvb_matcher_accept_bytes(m, "a", 1));
+    CHECK_OK(kvb_matcher_clone(m, &c));
+    CHECK(kvb_matcher_allows(c, 257));
+    CHECK_OK(kvb_matcher_accept(c, 257));
+    CHECK_STATUS(kvb_matcher_accept(c, 257), KVB_ERR_INVALID);
+    CHECK_OK(kvb_matcher_accept_bytes(m, "a", 1)); /* the original goes on */
+    kvb_matcher_free(c);
+    kvb_matcher_free(m);
+    kvb_grammar_vocab_free(gv);
+    kvb_grammar_free(g);
+    synth_free(v);
+}
+
 static long g_calls, g_fail_at, g_live;
 static bool g_suspend;
 static void *t_malloc(size_t n, void *u) {
@@ -1379,6 +1464,8 @@ int main(void) {
     RUN(schema_compact);
     RUN(schema_size_limits_and_messages);
     RUN(matcher_cache_rebuild);
+    RUN(matcher_reset_after_rebuild_stale_start);
+    RUN(matcher_clone_of_ended_is_ended);
     RUN(allocation_failures);
     return test_summary();
 }
