@@ -991,8 +991,12 @@ void kvb_sampler_adjust(const struct kvb_sampler *s, float *logits, const int32_
 /* The draw of kvb_sampler_sample on logits already adjusted. */
 int32_t kvb_sampler_pick(struct kvb_sampler *s, const float *logits);
 /* Log-probabilities (natural log) of the distribution softmax(logits) at
- * temperature 1: of token (returned), and the top k tokens, most likely
- * first, ties by id, into top_ids/top_lp (k <= 64, and n_vocab; may be 0). */
+ * temperature 1: of token (returned; -INFINITY outside the vocabulary), and
+ * the top k tokens, most likely first, ties by id, into top_ids/top_lp. k is
+ * clamped to KVB_LOGPROBS_MAX_K and to n_vocab: min(k, KVB_LOGPROBS_MAX_K,
+ * n_vocab) entries are written and none past them (none for k <= 0, when
+ * top_ids/top_lp may be NULL). */
+#define KVB_LOGPROBS_MAX_K 64
 float kvb_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t k, int32_t *top_ids, float *top_lp);
 
 /* ---- Grammars: constrained decoding ----

@@ -70,6 +70,17 @@ static const struct pcase k_cases[] = {
      "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"cFoQWrnX4\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}},{\"id\":\"kRLjeWZj1\",\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":\"{}\"}}]}"},
     {"mistral_call_id", M, 0, 0, "[TOOL_CALLS]get_weather[CALL_ID]abcDEF123[ARGS]{\"city\": \"Paris\"}",
      "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"abcDEF123\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]}"},
+    /* issue 48 survivor 6: a call array is all or nothing: an invalid later item (in the middle, at the end) leaves no
+     * call, and the text is content */
+    {"mistral_array_invalid_later_item", M, 0, 0, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"arguments\": {\"k\": 1}}, {\"name\": 5}, {\"name\": \"c\", \"arguments\": {}}]",
+     "{\"role\":\"assistant\",\"content\":\"[TOOL_CALLS][{\\\"name\\\": \\\"a\\\", \\\"arguments\\\": {}}, {\\\"name\\\": \\\"b\\\", \\\"arguments\\\": {\\\"k\\\": 1}}, {\\\"name\\\": 5}, {\\\"name\\\": \\\"c\\\", \\\"arguments\\\": {}}]\"}"}, /* issue 48 survivor 6 */
+    {"granite_array_invalid_later_item", G, 0, 0, "<|tool_call|>[{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", \"arguments\": 3}]",
+     "{\"role\":\"assistant\",\"content\":\"<|tool_call|>[{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": {}}, {\\\"name\\\": \\\"g\\\", \\\"arguments\\\": 3}]\"}"}, /* issue 48 survivor 6 */
+    /* issue 48 survivor 7: Mistral's ids are exactly 9 alphanumerics; any other id (shorter, longer, '_' or '-') is replaced */
+    {"mistral_call_id_short_replaced", M, 0, 0, "[TOOL_CALLS]get_weather[CALL_ID]abcDEF12[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]f[CALL_ID]a[ARGS]{}",
+     "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"cFoQWrnX4\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}},{\"id\":\"kRLjeWZj1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}"}, /* issue 48 survivor 7 */
+    {"mistral_array_ids_not_nine_replaced", M, 0, 0, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}, \"id\": \"abc\"}, {\"name\": \"b\", \"arguments\": {}, \"id\": \"abcDEF1234\"}, {\"name\": \"c\", \"arguments\": {}, \"id\": \"abc_DEF12\"}, {\"name\": \"d\", \"arguments\": {}, \"id\": \"xyz789UVW\"}]",
+     "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"cFoQWrnX4\",\"type\":\"function\",\"function\":{\"name\":\"a\",\"arguments\":\"{}\"}},{\"id\":\"kRLjeWZj1\",\"type\":\"function\",\"function\":{\"name\":\"b\",\"arguments\":\"{}\"}},{\"id\":\"VLmgXckil\",\"type\":\"function\",\"function\":{\"name\":\"c\",\"arguments\":\"{}\"}},{\"id\":\"xyz789UVW\",\"type\":\"function\",\"function\":{\"name\":\"d\",\"arguments\":\"{}\"}}]}"}, /* issue 48 survivor 7 */
     {"mistral_after_prose", M, 0, 0, "Checking.[TOOL_CALLS]f[ARGS]{\"a\": 1}",
      "{\"role\":\"assistant\",\"content\":\"Checking.\",\"tool_calls\":[{\"id\":\"cFoQWrnX4\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]}"},
     {"mistral_think", M, 1, 0, "[THINK]Let me see.[/THINK]Answer.",

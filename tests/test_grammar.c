@@ -889,6 +889,68 @@ TEST(schema_known_documents) {
     }
 }
 
+/* issue 48 survivor 1: an integer range with one digit between the bounds' leading digits (minimum 18, maximum 120
+ * refused 115: the middle digit class was dropped). Exhaustive over a window: for each (minimum, maximum) pair, across
+ * 1-, 2-, 3- and 4-digit boundaries, negatives and random pairs, the compiled grammar accepts exactly the integers in
+ * the range, each written the one JSON way (no leading zeros, no "-0"), so any slip in a digit class is caught. */
+static int int_range_check(int64_t lo, int64_t hi, int64_t from, int64_t to, char *why, size_t cap) {
+    char schema[128];
+    snprintf(schema, sizeof schema, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", (long long)lo, (long long)hi);
+    struct kvb_grammar *g = schema_grammar(schema, NULL);
+    if (!g) return snprintf(why, cap, "%s: %s", schema, kvb_last_error()), 0;
+    for (int64_t x = from; x <= to; x++) {
+        char t[32];
+        int n = snprintf(t, sizeof t, "%lld", (long long)x);
+        int want = x >= lo && x <= hi;
+        if (match_text(g, t, (size_t)n) != want) {
+            snprintf(why, cap, "%s: %s %s", schema, t, want ? "refused" : "accepted");
+            kvb_grammar_free(g);
+            return 0;
+        }
+        /* the same value with a leading zero is no JSON integer */
+        n = snprintf(t, sizeof t, x < 0 ? "-0%lld" : "0%lld", (long long)(x < 0 ? -x : x));
+        if (x != 0 && match_text(g, t, (size_t)n) != 0) {
+            snprintf(why, cap, "%s: %s accepted", schema, t);
+            kvb_grammar_free(g);
+            return 0;
+        }
+    }
+    int minus_zero = match_text(g, "-0", 2);
+    kvb_grammar_free(g);
+    if (minus_zero) return snprintf(why, cap, "%s: -0 accepted", schema), 0;
+    return 1;
+}
+
+TEST(schema_int_range_one_middle_digit) { /* issue 48 survivor 1 */
+    static const int64_t pairs[][2] = {
+        {18, 120}, {100, 120}, {105, 125}, {0, 9}, {0, 10}, {1, 99}, {5, 5}, {9, 10}, {10, 99}, {99, 100}, {100, 999},
+        {123, 456}, {109, 301}, {190, 210}, {7, 31}, {12, 34}, {11, 29}, {1, 1000}, {998, 1002}, {1234, 1432},
+        {1090, 1310}, {0, 0}, {-120, -18}, {-5, 5}, {-10, -1}, {-9, 0}, {-100, 100}, {-999, -100}, {-1002, -998},
+        {-31, 7}, {-125, 105}, {-210, -190}, {-1, 0}, {-1432, -1234},
+    };
+    char why[256];
+    int n = 0;
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++, n++)
+        if (!int_range_check(pairs[i][0], pairs[i][1], pairs[i][0] - 25, pairs[i][1] + 25, why, sizeof why)) FAILF("%s", why);
+    /* random pairs of random digit lengths: each bound's width drawn first, so every length mix comes up */
+    static const int64_t tens[] = {1, 10, 100, 1000};
+    uint64_t saved = rng_state; /* the other cases' random streams stay as they were */
+    rng_state = 48;
+    for (int i = 0; i < 80; i++, n++) {
+        int64_t a = (int64_t)rnd((uint32_t)tens[rnd(4)] * 10), b = (int64_t)rnd((uint32_t)tens[rnd(4)] * 10);
+        if (rnd(4) == 0) a = -a;
+        if (rnd(6) == 0) b = -b;
+        int64_t lo = KVB_MIN(a, b), hi = KVB_MAX(a, b);
+        /* every integer for short ranges; for long ones, the ends and every tenth value between */
+        if (hi - lo <= 400) {
+            if (!int_range_check(lo, hi, lo - 25, hi + 25, why, sizeof why)) FAILF("%s", why);
+        } else if (!int_range_check(lo, hi, lo - 25, lo + 200, why, sizeof why) ||
+                   !int_range_check(lo, hi, hi - 200, hi + 25, why, sizeof why)) FAILF("%s", why);
+    }
+    rng_state = saved;
+    printf("  %d integer ranges checked\n", n);
+}
+
 /* a byte-level random walk (allowed bytes from the mask over a 256-byte vocabulary + EOS), steered to end */
 static struct kvb_vocab *byte_vocab(void) {
     struct kvb_vocab *v = kvb_calloc(1, sizeof *v);
@@ -1199,6 +1261,91 @@ TEST(matcher_cache_rebuild) {
     synth_free(v);
 }
 
+/* issue 48 survivor 2: after the caches are rebuilt (a long repetition), reset must go back to the grammar's start,
+ * not to the state id the start had in the old tables (that id now names another state: a valid text was refused).
+ * The start here differs from every state inside the repetition: only 'x' may begin. */
+TEST(matcher_reset_after_rebuild_stale_start) { /* issue 48 survivor 2 */
+    struct kvb_grammar *g = parse("root ::= \"x\" ([a-c] | \"é\"){0,6000} \"!\"");
+    CHECK(g);
+    struct kvb_vocab *v = byte_vocab();
+    struct kvb_grammar_vocab *gv;
+    CHECK_OK(kvb_grammar_vocab_new(v, &gv));
+    struct kvb_matcher *m;
+    CHECK_OK(kvb_matcher_new(g, gv, &m));
+    float lg[258];
+    int32_t na;
+    for (int round = 0; round < 3; round++) {
+        /* the start: 'x' alone */
+        CHECK_EQ_INT(check_mask(m, v, lg, &na), 1);
+        CHECK_EQ_INT(na, 1);
+        CHECK(lg['x'] != -INFINITY);
+        CHECK_STATUS(kvb_matcher_accept_bytes(m, "a", 1), KVB_ERR_INVALID);
+        CHECK_OK(kvb_matcher_accept_bytes(m, "x", 1));
+        for (int i = 0; i < 5000; i++) CHECK_OK(kvb_matcher_accept_bytes(m, i % 2 ? "b" : "c", 1));
+        if (round == 1) { /* reset in the middle of the repetition, not after an end */
+            kvb_matcher_reset(m);
+            continue;
+        }
+        CHECK_OK(kvb_matcher_accept_bytes(m, "!", 1));
+        CHECK_OK(kvb_matcher_accept(m, 257));
+        kvb_matcher_reset(m);
+    }
+    CHECK(!kvb_matcher_can_end(m));
+    CHECK_STATUS(kvb_matcher_accept_bytes(m, "abc!", 4), KVB_ERR_INVALID);
+    CHECK_OK(kvb_matcher_accept_bytes(m, "xabc!", 5));
+    CHECK(kvb_matcher_must_end(m));
+    CHECK_OK(kvb_matcher_accept(m, 257));
+    kvb_matcher_free(m);
+    kvb_grammar_vocab_free(gv);
+    kvb_grammar_free(g);
+    synth_free(v);
+}
+
+/* issue 48 survivor 3: a clone of an ended matcher is ended too: a second end-of-generation, more text or any token is
+ * refused, and its mask allows nothing, as on the original. */
+TEST(matcher_clone_of_ended_is_ended) { /* issue 48 survivor 3 */
+    struct kvb_grammar *g = parse("root ::= \"a\"+");
+    CHECK(g);
+    struct kvb_vocab *v = byte_vocab();
+    struct kvb_grammar_vocab *gv;
+    CHECK_OK(kvb_grammar_vocab_new(v, &gv));
+    struct kvb_matcher *m, *c = NULL;
+    CHECK_OK(kvb_matcher_new(g, gv, &m));
+    CHECK_OK(kvb_matcher_accept_bytes(m, "aa", 2));
+    CHECK_OK(kvb_matcher_accept(m, 257));
+    CHECK_OK(kvb_matcher_clone(m, &c));
+    struct kvb_matcher *both[2] = {m, c};
+    for (int i = 0; i < 2; i++) {
+        struct kvb_matcher *x = both[i];
+        CHECK(kvb_matcher_can_end(x));
+        CHECK(kvb_matcher_must_end(x));
+        CHECK(!kvb_matcher_allows(x, 257));
+        CHECK(!kvb_matcher_allows(x, 'a'));
+        float lg[258];
+        for (int k = 0; k < 258; k++) lg[k] = 0;
+        CHECK_OK(kvb_matcher_mask(x, lg));
+        for (int k = 0; k < 258; k++)
+            if (lg[k] == 0) FAILF("matcher %d: token %d allowed after the end", i, k);
+        CHECK_STATUS(kvb_matcher_accept(x, 257), KVB_ERR_INVALID);
+        CHECK_STATUS(kvb_matcher_accept(x, 'a'), KVB_ERR_INVALID);
+        CHECK_STATUS(kvb_matcher_accept_bytes(x, "a", 1), KVB_ERR_INVALID);
+    }
+    /* a clone taken before the end is not ended, and ends on its own */
+    kvb_matcher_free(c);
+    kvb_matcher_reset(m);
+    CHECK_OK(kvb_matcher_accept_bytes(m, "a", 1));
+    CHECK_OK(kvb_matcher_clone(m, &c));
+    CHECK(kvb_matcher_allows(c, 257));
+    CHECK_OK(kvb_matcher_accept(c, 257));
+    CHECK_STATUS(kvb_matcher_accept(c, 257), KVB_ERR_INVALID);
+    CHECK_OK(kvb_matcher_accept_bytes(m, "a", 1)); /* the original goes on */
+    kvb_matcher_free(c);
+    kvb_matcher_free(m);
+    kvb_grammar_vocab_free(gv);
+    kvb_grammar_free(g);
+    synth_free(v);
+}
+
 static long g_calls, g_fail_at, g_live;
 static bool g_suspend;
 static void *t_malloc(size_t n, void *u) {
@@ -1311,11 +1458,14 @@ int main(void) {
     RUN(mask_llama_spm_vocab);
     RUN(mask_gpt2_vocab);
     RUN(schema_known_documents);
+    RUN(schema_int_range_one_middle_digit);
     RUN(schema_random_walks);
     RUN(schema_refusals);
     RUN(schema_compact);
     RUN(schema_size_limits_and_messages);
     RUN(matcher_cache_rebuild);
+    RUN(matcher_reset_after_rebuild_stale_start);
+    RUN(matcher_clone_of_ended_is_ended);
     RUN(allocation_failures);
     return test_summary();
 }

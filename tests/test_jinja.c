@@ -36,6 +36,12 @@ static const struct jcase k_cases[] = {
     {"for_loop", "{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }}:{{ x }};{% endfor %}", "10TrueFalse332:3;21FalseFalse321:1;32FalseTrue310:2;"},
     {"for_else", "{% for x in [] %}x{% else %}empty{% endfor %}", "empty"},
     {"for_filter", "{% for x in xs if x > 1 %}{{ x }}/{{ loop.length }} {% endfor %}", "3/2 2/2 "},
+    /* issue 48 survivor 4: the else branch runs when no item passes the loop filter (not only when the list is empty) */
+    {"for_filter_else_filtered_empty", "{% for x in xs if x > 5 %}{{ x }}{% else %}none:{{ xs | length }}{% endfor %}|{% for x in xs if x > 2 %}{{ x }}{% else %}none{% endfor %}|{% for x in [] if x %}{{ x }}{% else %}empty{% endfor %}",
+     "none:3|3|empty"}, /* issue 48 survivor 4 */
+    /* as Jinja2's compiled loop: else also runs when every body that ran stopped at a break or continue */
+    {"for_else_after_break_or_continue", "{% for x in xs %}{% break %}{% else %}E{% endfor %}|{% for x in xs %}{{ x }}{% if x == 1 %}{% break %}{% endif %}{% else %}E{% endfor %}|{% for x in xs %}{{ x }}{% continue %}{% else %}E{% endfor %}|{% for x in xs %}{{ x }}{% if x == 2 %}{% continue %}{% endif %}{% else %}E{% endfor %}|{% for x in xs if x < 3 %}{% for y in xs %}{% continue %}{% endfor %}{{ x }}{% else %}E{% endfor %}",
+     "E|31|312E|312|12"},
     {"for_items", "{% for k, v in d.items() %}{{ k }}={{ v }} {% endfor %}{% for k in d %}{{ k }}{% endfor %}", "b=2 a=1 ba"},
     {"for_string", "{% for ch in u8 %}[{{ ch }}]{% endfor %}", "[h][\303\251][l][l][o][ ][\344\270\226][\347\225\214]"},
     {"break_continue", "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}", "0134"},
@@ -64,6 +70,13 @@ static const struct jcase k_cases[] = {
     {"filters_list", "{{ xs | length }} {{ xs | first }} {{ xs | last }} {{ xs | sort }} {{ xs | sort(reverse=true) }} {{ xs | join('-') }} {{ xs | join }} {{ 'ab' | list }} {{ xs | reverse | list }} {{ [1, 1, 2] | unique | list }} {{ d | items | list }}", "3 3 2 [1, 2, 3] [3, 2, 1] 3-1-2 312 ['a', 'b'] [2, 1, 3] [1, 2] [('b', 2), ('a', 1)]"},
     {"filters_attr", "{{ msgs | selectattr('role', 'equalto', 'user') | list | length }} {{ msgs | rejectattr('role', 'equalto', 'user') | map(attribute='role') | join(',') }} {{ msgs | selectattr('tool_calls') | list | length }} {{ msgs | selectattr('tool_calls', 'defined') | map(attribute='tool_calls') | first | map(attribute='function.name') | list }} {{ msgs | map(attribute='role') | join(',') }} {{ msgs | join(', ', attribute='content') }}", "1 assistant,tool 1 ['f'] user,assistant,tool hi, yo, r"},
     {"default", "{{ nope | default('x') }} {{ n | default('x') }} {{ '' | default('x', true) }} {{ nope | d('y') }}", "x None x y"},
+    /* issue 48 survivor 5: Jinja2 3.x indents no blank line unless blank=true (2.x padded them); the first line only with
+     * first, then even when empty */
+    {"indent_blank_lines_not_padded", "{{ 'a\\n\\nb\\n' | indent(2) }}|{{ 'a\\n\\n b' | indent(2, blank=true) }}|{{ '\\nx' | indent(3, true) }}|{{ '' | indent(2, true) }}|{{ 'a\\n \\nb' | indent('> ') }}|{{ '\\n\\n' | indent(1, first=true, blank=true) }}|{{ '\\n\\n' | indent(1, true) }}",
+     "a\n\n  b\n|a\n  \n   b|   \n   x|  |a\n>  \n> b| \n \n | \n\n"}, /* issue 48 survivor 5 */
+    /* the lines are those of Python's str.splitlines (\r\n, \r, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029), joined by \n */
+    {"indent_line_breaks_of_splitlines", "{{ 'a\\r\\nb\\rc\\x0bd' | indent(2) }}|{{ 'a\\r' | indent(2) }}|{{ 'a\\r' | indent(2, blank=true) }}|{{ 'a\\r\\r' | indent(2, blank=true) }}|{{ 'x\\u2028y\\u0085z\\x1c\\x0cw\\u2029v' | indent(1) }}|{{ '\\r\\n' | indent(1, true, true) }}",
+     "a\n  b\n  c\n  d|a|a|a\n  |x\n y\n z\n\n w\n v| \n "}, /* issue 48 survivor 5 */
     {"tojson", "{{ msgs[1] | tojson }}|{{ d | tojson(indent=2) }}|{{ u8 | tojson }}|{{ 'q\"\\\\\\n\\x01' | tojson }}|{{ [1.0, 2.5, none, true] | tojson }}|{{ {} | tojson }}|{{ [] | tojson(indent=4) }}", "{\"role\": \"assistant\", \"content\": \"yo\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"x\": 1}}}]}|{\n  \"b\": 2,\n  \"a\": 1\n}|\"h\303\251llo \344\270\226\347\225\214\"|\"q\\\"\\\\\\n\\u0001\"|[1.0, 2.5, null, true]|{}|[]"},
     {"tests", "{{ n is none }} {{ nope is defined }} {{ nope is undefined }} {{ s is string }} {{ d is mapping }} {{ xs is iterable }} {{ xs is sequence }} {{ 1 is number }} {{ t is boolean }} {{ t is true }} {{ t is false }} {{ 'a' is equalto 'a' }} {{ n is not none }} {{ 3 is odd }} {{ 3 is even }} {{ 6 is divisibleby(3) }} {{ 1 is in xs }}", "True False True True True True True True True True False True False True False True True"},
     {"undefined", "[{{ nope }}] {{ nope | length }} {% for x in nope %}x{% endfor %}{{ 'a' if nope else 'b' }} {{ nope is none }} {{ nope ~ 'c' }}", "[] 0 b False c"},

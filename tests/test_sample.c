@@ -192,11 +192,63 @@ TEST(logprobs_match_sorted_log_softmax) {
     CHECK_NEAR(tot, 1.0, 1e-3);
 }
 
+/* issue 48 survivor 8: k at and past the internal top array (KVB_LOGPROBS_MAX_K = 64) is clamped as the header says:
+ * min(k, 64, n_vocab) entries written, equal to the sorted reference, and nothing past them (a canary after the
+ * caller's arrays; under ASan the internal array too). Without the clamp, k = 65 wrote past both. */
+TEST(logprobs_k_at_and_past_limit_clamped) { /* issue 48 survivor 8 */
+    enum { V = 1000, CAN = 16 };
+    static float lg[V];
+    static double pairs[V][2];
+    for (int i = 0; i < V; i++) {
+        lg[i] = (float)(30 * urand() - 15);
+        pairs[i][0] = lg[i];
+        pairs[i][1] = i;
+    }
+    double mx = -INFINITY, z = 0;
+    for (int i = 0; i < V; i++) mx = fmax(mx, lg[i]);
+    for (int i = 0; i < V; i++) z += exp(lg[i] - mx);
+    qsort(pairs, V, sizeof pairs[0], cmp_desc);
+    CHECK_EQ_INT(KVB_LOGPROBS_MAX_K, 64);
+    static const struct {
+        int32_t v, k;
+    } cases[] = {{V, 64}, {V, 65}, {V, 1000}, {V, INT32_MAX}, {50, 65}, {50, 50}, {70, 69}, {V, 0}, {V, -1}, {V, INT32_MIN}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const int32_t nv = cases[c].v, k = cases[c].k;
+        int32_t ids[KVB_LOGPROBS_MAX_K + CAN];
+        float lp[KVB_LOGPROBS_MAX_K + CAN];
+        for (int i = 0; i < KVB_LOGPROBS_MAX_K + CAN; i++) ids[i] = -7, lp[i] = 77.0f;
+        const float l = kvb_logprobs(lg, nv, 3, k, ids, lp);
+        /* the reference over the first nv logits */
+        double m2 = -INFINITY, z2 = 0;
+        for (int i = 0; i < nv; i++) m2 = fmax(m2, lg[i]);
+        for (int i = 0; i < nv; i++) z2 += exp(lg[i] - m2);
+        CHECK_NEAR(l, lg[3] - m2 - log(z2), 1e-4);
+        int want = k < 0 ? 0 : k;
+        if (want > KVB_LOGPROBS_MAX_K) want = KVB_LOGPROBS_MAX_K;
+        if (want > nv) want = nv;
+        int n = 0; /* the top entries: the sorted reference restricted to ids below nv */
+        for (int i = 0; i < V && n < want; i++) {
+            if (pairs[i][1] >= nv) continue;
+            if (ids[n] != (int32_t)pairs[i][1]) FAILF("v %d, k %d: top %d is id %d, want %d", nv, k, n, ids[n], (int)pairs[i][1]);
+            CHECK_NEAR(lp[n], pairs[i][0] - m2 - log(z2), 1e-4);
+            n++;
+        }
+        for (int i = want; i < KVB_LOGPROBS_MAX_K + CAN; i++)
+            if (ids[i] != -7 || lp[i] != 77.0f) FAILF("v %d, k %d: entry %d written (only %d may be)", nv, k, i, want);
+    }
+    /* k <= 0 takes NULL arrays */
+    CHECK_NEAR(kvb_logprobs(lg, V, 5, 0, NULL, NULL), lg[5] - mx - log(z), 1e-4);
+    CHECK_NEAR(kvb_logprobs(lg, V, 5, -3, NULL, NULL), lg[5] - mx - log(z), 1e-4);
+    CHECK(kvb_logprobs(lg, V, V, 0, NULL, NULL) == -INFINITY);
+    CHECK(kvb_logprobs(lg, V, -1, 0, NULL, NULL) == -INFINITY);
+}
+
 int main(void) {
     RUN(bias_and_penalties_match_reference);
     RUN(bans_are_never_drawn_and_sample_is_adjust_then_pick);
     RUN(logit_bias_ban_is_not_a_subtraction_of_100); /* issue 48 survivor 9 */
     RUN(bad_bias_is_refused_by_name);
     RUN(logprobs_match_sorted_log_softmax);
+    RUN(logprobs_k_at_and_past_limit_clamped);
     return test_summary();
 }

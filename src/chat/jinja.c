@@ -1063,6 +1063,17 @@ static void put_str(struct ctx *c, struct jbuf *b, jv x, bool repr, int level) {
     }
 }
 
+/* The length of the line break at p[i] as Python's str.splitlines sees one (\n, \r, \r\n, \v, \f, \x1c-\x1e,
+ * U+0085, U+2028, U+2029 in UTF-8), 0 where none starts */
+static size_t line_break(const char *p, size_t n, size_t i) {
+    const unsigned char *u = (const unsigned char *)p;
+    if (u[i] == '\r') return i + 1 < n && u[i + 1] == '\n' ? 2 : 1;
+    if (u[i] == '\n' || u[i] == 0x0b || u[i] == 0x0c || (u[i] >= 0x1c && u[i] <= 0x1e)) return 1;
+    if (u[i] == 0xc2 && i + 1 < n && u[i + 1] == 0x85) return 2;
+    if (u[i] == 0xe2 && i + 2 < n && u[i + 1] == 0x80 && (u[i + 2] == 0xa8 || u[i + 2] == 0xa9)) return 3;
+    return 0;
+}
+
 static jv to_str(struct ctx *c, jv x) {
     if (x.t == JV_STR) return x;
     struct jbuf b = {.limit = c->max_out};
@@ -2133,18 +2144,22 @@ static jv run_filter_(struct ctx *c, const char *name, jv v, struct args *a, str
         jv sv = to_str(c, v);
         struct jbuf b = {.limit = c->max_out};
         jbuf_put(A, E, &b, "", 0);
-        size_t i = 0;
+        /* Jinja2 3.x: the lines of Python's str.splitlines, joined by "\n"; the first line padded only with first
+         * (then even when empty), a blank line only with blank (issue 48 survivor 5) */
+        size_t i = 0, brk = 0;
         bool at_start = true;
         while (i <= sv.n) {
             size_t e = i;
-            while (e < sv.n && sv.u.s[e] != '\n') e++;
+            while (e < sv.n && !(brk = line_break(sv.u.s, sv.n, e))) e++;
             bool empty = e == i;
-            if ((!at_start || first) && (blank || !empty)) jbuf_put(A, E, &b, pad.u.s, pad.n);
+            /* Jinja2 splits the text with a "\n" added: a last lone "\r" joins it into one break, the end */
+            bool last = e == sv.n || (brk == 1 && sv.u.s[e] == '\r' && e + 1 == sv.n);
+            if (at_start ? first : blank || !empty) jbuf_put(A, E, &b, pad.u.s, pad.n);
             jbuf_put(A, E, &b, sv.u.s + i, e - i);
-            if (e < sv.n) jbuf_put(A, E, &b, "\n", 1);
+            if (!last) jbuf_put(A, E, &b, "\n", 1);
             at_start = false;
-            i = e + 1;
-            if (e == sv.n) break;
+            if (last) break;
+            i = e + brk;
         }
         return (jv){.t = JV_STR, .n = b.n, .u.s = b.p};
     }
@@ -2288,15 +2303,19 @@ static void exec_for(struct ctx *c, struct node *n, struct scope *s) {
         }
     }
     int32_t cnt = items.u.l->n;
+    /* Jinja2 runs the else branch when no body ran to its end: no item passed the filter (issue 48 survivor 4), or
+     * each body that ran stopped at a break or continue (its compiled loop clears the mark at the body's end) */
+    bool completed = false;
     for (int32_t i = 0; i < cnt; i++) {
         step(c, n->line);
         assign(c, n->a, items.u.l->v[i], ls);
         scope_set(c, ls, "loop", loop_var(c, i, cnt, items));
         exec(c, n->d, ls);
         if (c->brk == 1) { c->brk = 0; break; }
+        if (!c->brk) completed = true;
         c->brk = 0;
     }
-    if (!cnt && n->e) exec(c, n->e, s);
+    if (!completed && n->e) exec(c, n->e, s);
 }
 
 static void exec(struct ctx *c, struct node *n, struct scope *s) {

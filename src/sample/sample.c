@@ -168,10 +168,10 @@ float kvb_logprobs(const float *logits, int32_t V, int32_t token, int32_t k, int
     const double lz = (double)mx + log(z);
     if (k > V) k = V;
     if (k > 0) {
-        /* a running top k, kept sorted (k is small: OpenAI allows 20) */
-        struct cand best[64];
+        /* a running top k, kept sorted (k is small: OpenAI allows 20); k clamped to the array, as the header says */
+        struct cand best[KVB_LOGPROBS_MAX_K];
         int32_t nb = 0;
-        if (k > 64) k = 64;
+        if (k > KVB_LOGPROBS_MAX_K) k = KVB_LOGPROBS_MAX_K;
         for (int32_t i = 0; i < V; i++) {
             const struct cand c = {logits[i], i};
             if (nb == k && cmp_top(&c, &best[nb - 1]) >= 0) continue;

@@ -101,7 +101,8 @@ void add_logprobs(const struct server *srv, struct job *j, int32_t token, const 
     if (!logits) return;
     int32_t ids[20];
     float lps[20];
-    const int k = j->top_logprobs < 20 ? j->top_logprobs : 20;
+    int k = j->top_logprobs < 20 ? j->top_logprobs : 20; /* OpenAI's cap, below KVB_LOGPROBS_MAX_K */
+    if (k > srv->mi.n_vocab) k = srv->mi.n_vocab;         /* kvb_logprobs writes no more (issue 48 survivor 8) */
     const float lp = kvb_logprobs(logits, srv->mi.n_vocab, token, k, ids, lps);
     sb_puts(&j->lp, "{");
     token_fields(srv, &j->lp, token);
