@@ -562,7 +562,7 @@ static int call_valid(struct kvb_chat_parser *p, const char *name, size_t name_n
     else {
         const jv sch = t->sch;
         jv x = jjson_parse(&w->a, &w->e, "tool arguments", args, args_n, 64);
-        struct jbuf b = {NULL, 0, 0, (size_t)64 << 20};
+        struct jbuf b = {.limit = (size_t)64 << 20};
         jjson_dump(&w->a, &w->e, &b, in_schema_order(&w->a, &w->e, x, sch, sch, 0), -1, 0);
         struct kvb_matcher *m = NULL;
         kvb_status st = kvb_matcher_new(t->g, NULL, &m);
@@ -604,7 +604,7 @@ kvb_status kvb_chat_parser_tools(struct kvb_chat_parser *p, const char *tools_js
             d->name[nm->n] = 0;
             d->sch = params && params->t == JV_DICT ? *params : jv_dict_new(ta, &w->e, 0);
             /* the grammar now (the caller's thread, not the first call's) */
-            struct jbuf b = {NULL, 0, 0, (size_t)64 << 20};
+            struct jbuf b = {.limit = (size_t)64 << 20};
             if (params && params->t == JV_DICT) jjson_dump(&w->a, &w->e, &b, *params, -1, 0);
             else jbuf_put(&w->a, &w->e, &b, "{\"type\":\"object\"}", 17);
             char *gb = NULL;

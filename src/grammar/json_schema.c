@@ -79,7 +79,7 @@ static KVB_PRINTF(3, 4) void putf(struct sc *s, struct jbuf *b, const char *fmt,
     put_n(s, b, tmp, (size_t)n);
 }
 
-static struct jbuf newbuf(void) { return (struct jbuf){NULL, 0, 0, OUT_LIMIT + 1}; }
+static struct jbuf newbuf(void) { return (struct jbuf){.limit = OUT_LIMIT + 1}; }
 
 static const char *bufstr(struct sc *s, struct jbuf *b) {
     put_n(s, b, "", 1);
