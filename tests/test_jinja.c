@@ -497,10 +497,46 @@ TEST(fuzz_seeds) {
     }
 }
 
+/* tojson writes through the core builder (kvb_str_json) into a jbuf: the
+ * output limit, the arena's limit and the work charge still hold there. */
+TEST(tojson_limits_through_the_builder) {
+    char *out = NULL, msg[256];
+    const size_t n = 600000;
+    char *vars = malloc(n + 16);
+    CHECK(vars != NULL);
+    strcpy(vars, "{\"s\": \"");
+    memset(vars + 7, 'x', n);
+    strcpy(vars + 7 + n, "\"}");
+    struct jinja_limits lim = {.max_output = 1000};
+    kvb_status st = render("{{ s | tojson }}", vars, &lim, &out, msg, sizeof msg);
+    if (st != KVB_ERR_NOMEM || !strstr(msg, "output limit of 1000 bytes")) { free(vars); FAILF("output limit: status %d [%s]", (int)st, msg); }
+    lim = (struct jinja_limits){.max_memory = 5u << 20}; /* the text fits, its JSON's growth does not */
+    st = render("{{ (s ~ s) | length }}", vars, &lim, &out, msg, sizeof msg);
+    if (st != KVB_OK) { free(vars); FAILF("memory without tojson: status %d [%s]", (int)st, msg); }
+    kvb_free(out);
+    st = render("{{ (s ~ s) | tojson }}", vars, &lim, &out, msg, sizeof msg);
+    if (st != KVB_ERR_NOMEM || !strstr(msg, "memory limit of")) { free(vars); FAILF("memory limit: status %d [%s]", (int)st, msg); }
+    /* each byte tojson writes is a unit of work: a budget that reads s and
+     * takes its length is spent by writing its JSON too */
+    lim = (struct jinja_limits){.max_steps = 3500};
+    st = render("{{ s | length }}", vars, &lim, &out, msg, sizeof msg);
+    if (st != KVB_OK) { free(vars); FAILF("work without tojson: status %d [%s]", (int)st, msg); }
+    kvb_free(out);
+    st = render("{{ s | tojson | length }}", vars, &lim, &out, msg, sizeof msg);
+    if (st != KVB_ERR_NOMEM || !strstr(msg, "step budget")) { free(vars); FAILF("work: status %d [%s]", (int)st, msg); }
+    lim = (struct jinja_limits){.max_output = 700000};
+    st = render("{{ s | tojson | length }}", vars, &lim, &out, msg, sizeof msg);
+    free(vars);
+    CHECK_EQ_INT(st, KVB_OK);
+    CHECK(!strcmp(out, "600002"));
+    kvb_free(out);
+}
+
 int main(void) {
     RUN(constructs);
     RUN(errors_named_with_line);
     RUN(limits);
+    RUN(tojson_limits_through_the_builder);
     RUN(deep_values_bounded);
     RUN(scans_charged);
     RUN(render_deadline);
