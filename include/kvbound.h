@@ -104,6 +104,66 @@ struct kvb_allocator {
 };
 void kvb_allocator_set(const struct kvb_allocator *a);
 
+/* String builder (modelled on SQLite's sqlite3_str). Appends never fail in
+ * the caller's face: the first failure is recorded in err, every later
+ * append is a no-op, and the caller checks kvb_str_error once at the end.
+ * Start from a zeroed struct (set limit, and alloc/ctx, before the first
+ * append if wanted). After any append, even of no bytes, that succeeded, p
+ * is a NUL-terminated string of n bytes. The library's own text (chat
+ * templates, the tool-call parser, the Jinja engine, the JSON Schema
+ * compiler) is built with it, and so are kvbound serve's bodies. */
+struct kvb_str {
+    char *p;        /* the text, NUL-terminated; NULL before the first append */
+    size_t n;       /* its length in bytes */
+    size_t cap;     /* bytes allocated at p */
+    size_t limit;   /* the most bytes the text may hold (0: no bound); an
+                     * append that would pass it fails with KVB_ERR_INVALID */
+    kvb_status err; /* KVB_OK, or the first failure: KVB_ERR_NOMEM (the
+                     * allocator said no), KVB_ERR_INVALID (the limit; a
+                     * format vsnprintf refused). A caller may set it too. */
+    /* NULL: the library allocator (kvb_allocator_set), and the builder frees
+     * what it outgrows. Else every block comes from alloc(ctx, bytes) (NULL:
+     * KVB_ERR_NOMEM) and the builder never frees one (an arena's). */
+    void *(*alloc)(void *ctx, size_t size);
+    void *ctx;
+};
+/* Appends s[0..n). Fails (recorded in b->err, text unchanged) when memory
+ * runs out or the text would pass b->limit. */
+void kvb_str_put(struct kvb_str *b, const char *s, size_t n);
+/* The same for a NUL-terminated s, and for one byte. */
+void kvb_str_puts(struct kvb_str *b, const char *s);
+void kvb_str_putc(struct kvb_str *b, char c);
+/* Appends printf's text of fmt, of any length. Fails as kvb_str_put, and
+ * with KVB_ERR_INVALID when vsnprintf refuses the format. */
+void kvb_str_printf(struct kvb_str *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* kvb_str_json's flags. With none, '"' and '\\' take a backslash, every
+ * byte below 0x20 is written \u00xx (lowercase hex), and every other byte
+ * (DEL, UTF-8, invalid UTF-8) is copied as it is: the text must be valid
+ * UTF-8 for the result to be valid JSON. */
+#define KVB_JSON_SHORT_NRT 1u /* \n \r \t as two-character escapes */
+#define KVB_JSON_SHORT_BF 2u  /* \b \f as two-character escapes */
+#define KVB_JSON_DEL 4u       /* DEL (0x7f) as \u007f */
+/* Python's json.dumps(s, ensure_ascii=False), the tojson of chat templates */
+#define KVB_JSON_PYTHON (KVB_JSON_SHORT_NRT | KVB_JSON_SHORT_BF)
+/* Appends s[0..n) as a JSON string: quoted, escaped as flags say. Fails as
+ * kvb_str_put (the text is then cut anywhere in the string). */
+void kvb_str_json(struct kvb_str *b, const char *s, size_t n, unsigned flags);
+/* KVB_OK, or the builder's first failure. */
+kvb_status kvb_str_error(const struct kvb_str *b);
+/* Hands the text over: with the library allocator, the caller frees it with
+ * kvb_buffer_free (an empty builder gives an allocated ""); *len (may be
+ * NULL) gets its length. Returns NULL when an append failed (or the
+ * allocation of "" did), with the text freed; b is emptied either way
+ * (limit, alloc and ctx kept). */
+char *kvb_str_finish(struct kvb_str *b, size_t *len);
+/* Frees the text (not an arena's) and empties b: p NULL, n 0, err KVB_OK;
+ * limit, alloc and ctx are kept, so b can be used again. */
+void kvb_str_free(struct kvb_str *b);
+
 /* ------------------------------------------------------------------------ */
 /* Thread pool: ops take (ith, nth) and split work themselves               */
 /* ------------------------------------------------------------------------ */

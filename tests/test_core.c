@@ -1,4 +1,5 @@
-/* test_core.c — f16 conversion, CRC-32, status strings, thread pool. */
+/* test_core.c — f16 conversion, CRC-32, status strings, thread pool, the
+ * string builder and its JSON string writer. */
 #include "testing.h"
 #include "core/core.h"
 #include "ops/ops.h"
@@ -283,6 +284,183 @@ TEST(threadpool_shared_runs) {
     CHECK_EQ_INT(a.done[4095], 1);
 }
 
+
+/* ---- the string builder (kvb_str) ---- */
+
+TEST(str_builder_grows_and_stays_terminated) {
+    struct kvb_str b = {0};
+    CHECK(b.p == NULL);
+    kvb_str_put(&b, "", 0); /* an empty append still gives a string */
+    CHECK(b.p != NULL && b.n == 0 && b.p[0] == 0);
+    char want[5001];
+    for (int i = 0; i < 5000; i++) {
+        const char c = (char)('a' + i % 26);
+        if (i % 3 == 0) kvb_str_putc(&b, c);
+        else if (i % 3 == 1) kvb_str_put(&b, &c, 1);
+        else { char s[2] = {c, 0}; kvb_str_puts(&b, s); }
+        want[i] = c;
+    }
+    want[5000] = 0;
+    CHECK_EQ_INT(kvb_str_error(&b), KVB_OK);
+    CHECK_EQ_INT(b.n, 5000);
+    CHECK(b.cap > b.n && strcmp(b.p, want) == 0);
+    size_t len = 1;
+    char *t = kvb_str_finish(&b, &len);
+    CHECK(t && len == 5000 && !strcmp(t, want));
+    CHECK(b.p == NULL && b.n == 0 && b.cap == 0);
+    kvb_buffer_free(t);
+    t = kvb_str_finish(&b, &len); /* an empty builder hands over "" */
+    CHECK(t && len == 0 && t[0] == 0);
+    kvb_buffer_free(t);
+}
+
+TEST(str_printf_past_1kib) {
+    struct kvb_str b = {0};
+    kvb_str_printf(&b, "%d-%s", 42, "x");
+    CHECK(!strcmp(b.p, "42-x"));
+    char big[3000];
+    memset(big, 'q', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    kvb_str_printf(&b, "[%s|%05d]", big, 7); /* past the room, and past 1 KiB */
+    CHECK_EQ_INT(kvb_str_error(&b), KVB_OK);
+    CHECK_EQ_INT(b.n, 4 + 1 + 2999 + 7);
+    CHECK(!memcmp(b.p + 5, big, 2999) && !strcmp(b.p + 5 + 2999, "|00007]"));
+    kvb_str_printf(&b, "%s", ""); /* nothing, and still terminated */
+    CHECK_EQ_INT(b.n, 4 + 1 + 2999 + 7);
+    kvb_str_free(&b);
+    CHECK(b.p == NULL && b.n == 0);
+}
+
+TEST(str_limit_recorded_once) {
+    struct kvb_str b = {.limit = 10};
+    kvb_str_put(&b, "0123456789", 10); /* exactly the limit */
+    CHECK_EQ_INT(kvb_str_error(&b), KVB_OK);
+    kvb_str_putc(&b, 'x');
+    CHECK_EQ_INT(kvb_str_error(&b), KVB_ERR_INVALID);
+    CHECK(b.n == 10 && !strcmp(b.p, "0123456789"));
+    b.limit = 0; /* even with room again, a failed builder takes nothing */
+    kvb_str_puts(&b, "more");
+    kvb_str_printf(&b, "%d", 5);
+    CHECK(b.n == 10 && !strcmp(b.p, "0123456789"));
+    struct kvb_str c = {.limit = 8};
+    kvb_str_puts(&c, "ab");
+    kvb_str_printf(&c, "%s", "cdefghij"); /* fits the room, not the limit */
+    CHECK_EQ_INT(kvb_str_error(&c), KVB_ERR_INVALID);
+    CHECK(c.n == 2 && !strcmp(c.p, "ab"));
+    CHECK(kvb_str_finish(&c, NULL) == NULL && c.p == NULL && c.err == KVB_OK && c.limit == 8);
+    kvb_str_free(&b);
+}
+
+static long g_str_allocs, g_str_fail_at, g_str_live;
+static void *str_malloc(size_t n, void *u) {
+    (void)u;
+    if (++g_str_allocs == g_str_fail_at) return NULL;
+    g_str_live++;
+    return malloc(n);
+}
+static void str_free(void *p, void *u) {
+    (void)u;
+    g_str_live--;
+    free(p);
+}
+
+/* Every allocation failing in turn: the error is recorded once, later
+ * appends are no-ops, the text written before stays, nothing leaks. */
+TEST(str_allocation_failure_recorded_once) {
+    struct kvb_allocator a = {str_malloc, str_free, NULL};
+    kvb_allocator_set(&a);
+    bool any_failed = false;
+    for (long fail_at = 1; fail_at <= 12; fail_at++) {
+        g_str_allocs = 0;
+        g_str_fail_at = fail_at;
+        g_str_live = 0;
+        struct kvb_str b = {0};
+        size_t last_ok = 0;
+        for (int i = 0; i < 200; i++) {
+            kvb_str_printf(&b, "line %03d of the text\n", i);
+            if (!kvb_str_error(&b)) last_ok = b.n;
+        }
+        kvb_str_json(&b, "tail", 4, 0);
+        const kvb_status st = kvb_str_error(&b);
+        const long allocs = g_str_allocs;
+        if (st != KVB_OK) {
+            any_failed = true;
+            if (st != KVB_ERR_NOMEM || b.n != last_ok || (b.p && strlen(b.p) != b.n)) {
+                kvb_allocator_set(NULL);
+                FAILF("fail_at %ld: status %d, n %zu, last good %zu", fail_at, (int)st, b.n, last_ok);
+            }
+            if (allocs != fail_at) { kvb_allocator_set(NULL); FAILF("fail_at %ld: %ld allocations (retried after failing)", fail_at, allocs); }
+            if (b.n && memcmp(b.p, "line 000", 8)) { kvb_allocator_set(NULL); FAILF("fail_at %ld: text lost", fail_at); }
+        }
+        char *t = kvb_str_finish(&b, NULL);
+        if ((t == NULL) != (st != KVB_OK)) { kvb_allocator_set(NULL); FAILF("fail_at %ld: finish %p with status %d", fail_at, (void *)t, (int)st); }
+        kvb_buffer_free(t);
+        if (g_str_live) { kvb_allocator_set(NULL); FAILF("fail_at %ld: %ld blocks leaked", fail_at, g_str_live); }
+    }
+    kvb_allocator_set(NULL);
+    CHECK(any_failed);
+}
+
+/* An arena's allocator: blocks the builder must not free. */
+static char g_arena[4096];
+static size_t g_arena_used;
+static void *arena_take(void *ctx, size_t n) {
+    (void)ctx;
+    if (n > sizeof g_arena - g_arena_used) return NULL;
+    void *p = g_arena + g_arena_used;
+    g_arena_used += n;
+    return p;
+}
+
+TEST(str_arena_allocator) {
+    g_arena_used = 0;
+    struct kvb_str b = {.alloc = arena_take};
+    for (int i = 0; i < 100; i++) kvb_str_puts(&b, "0123456789");
+    CHECK_EQ_INT(kvb_str_error(&b), KVB_OK);
+    CHECK(b.p >= g_arena && b.p < g_arena + sizeof g_arena && b.n == 1000);
+    for (int i = 0; i < 300; i++) kvb_str_puts(&b, "0123456789"); /* the arena runs out */
+    CHECK_EQ_INT(kvb_str_error(&b), KVB_ERR_NOMEM);
+    CHECK(b.n < 4096 && b.n % 10 == 0 && strlen(b.p) == b.n);
+    kvb_str_free(&b); /* frees nothing of the arena (the allocator would abort) */
+    CHECK(b.alloc == arena_take && b.p == NULL);
+}
+
+static const char *json_of(struct kvb_str *b, const char *s, size_t n, unsigned flags) {
+    kvb_str_free(b);
+    kvb_str_json(b, s, n, flags);
+    return b->p;
+}
+
+/* Every control byte, quote, backslash, DEL and UTF-8 under each flag:
+ * none (the server's bodies, the schema compiler's literals), Python's
+ * (tojson), and the tool-call parser's (short \n \r \t, DEL escaped). */
+TEST(str_json_escapes_every_control_byte) {
+    struct kvb_str b = {0};
+    static const char *py_short[32] = {[8] = "\\b", [9] = "\\t", [10] = "\\n", [12] = "\\f", [13] = "\\r"};
+    for (unsigned c = 0; c < 0x20; c++) {
+        const char s[1] = {(char)c};
+        char u[16];
+        snprintf(u, sizeof u, "\"\\u%04x\"", c);
+        CHECK(!strcmp(json_of(&b, s, 1, 0), u));
+        char want[16];
+        if (py_short[c]) snprintf(want, sizeof want, "\"%s\"", py_short[c]);
+        else snprintf(want, sizeof want, "%s", u);
+        CHECK(!strcmp(json_of(&b, s, 1, KVB_JSON_PYTHON), want));
+        if (c == 8 || c == 12) snprintf(want, sizeof want, "%s", u);
+        CHECK(!strcmp(json_of(&b, s, 1, KVB_JSON_SHORT_NRT | KVB_JSON_DEL), want));
+    }
+    CHECK(!strcmp(json_of(&b, "\x1f", 1, 0), "\"\\u001f\"")); /* lowercase hex */
+    CHECK(!strcmp(json_of(&b, "a\"b\\c/d", 7, KVB_JSON_PYTHON), "\"a\\\"b\\\\c/d\""));
+    CHECK(!strcmp(json_of(&b, "\x7f", 1, KVB_JSON_PYTHON), "\"\x7f\""));
+    CHECK(!strcmp(json_of(&b, "\x7f", 1, KVB_JSON_DEL), "\"\\u007f\""));
+    const char utf8[] = "h\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xff"; /* é € 😀 and a stray byte: copied */
+    CHECK(!strcmp(json_of(&b, utf8, sizeof utf8 - 1, KVB_JSON_PYTHON), "\"h\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xff\""));
+    CHECK(!strcmp(json_of(&b, "a\0b", 3, 0), "\"a\\u0000b\"")); /* a NUL inside is a character */
+    CHECK(!strcmp(json_of(&b, "", 0, 0), "\"\""));
+    CHECK(!strcmp(json_of(&b, "x\ny", 3, KVB_JSON_PYTHON), "\"x\\ny\""));
+    kvb_str_free(&b);
+}
+
 int main(void) {
     RUN(f16_roundtrip_every_half);
     RUN(f16_known_values);
@@ -294,5 +472,11 @@ int main(void) {
     RUN(threadpool_idle_workers_sleep);
     RUN(threadpool_rapid_runs_see_all_rows);
     RUN(threadpool_shared_runs);
+    RUN(str_builder_grows_and_stays_terminated);
+    RUN(str_printf_past_1kib);
+    RUN(str_limit_recorded_once);
+    RUN(str_allocation_failure_recorded_once);
+    RUN(str_arena_allocator);
+    RUN(str_json_escapes_every_control_byte);
     return test_summary();
 }

@@ -510,10 +510,58 @@ TEST(fuzz_seeds) {
     }
 }
 
+/* "" when tmpl renders (want NULL) or fails with KVB_ERR_NOMEM naming want; else what happened */
+static const char *render_as(const char *tmpl, const char *vars, struct jinja_limits lim, const char *want, char msg[256]) {
+    char *out = NULL;
+    kvb_status st = render(tmpl, vars, &lim, &out, msg, 256);
+    kvb_free(out);
+    if (want ? st == KVB_ERR_NOMEM && strstr(msg, want) : st == KVB_OK) return "";
+    if (st == KVB_OK) snprintf(msg, 256, "rendered");
+    return msg;
+}
+
+/* tojson writes through the core builder (kvb_str_json) into a jbuf: the
+ * output limit, the arena's limit and the work charge still hold there. */
+TEST(tojson_limits_through_the_builder) {
+    char msg[256];
+    const size_t n = 600000;
+    char *vars = malloc(n + 16);
+    CHECK(vars != NULL);
+    strcpy(vars, "{\"s\": \"");
+    memset(vars + 7, 'x', n);
+    strcpy(vars + 7 + n, "\"}");
+    const struct jinja_limits out_lim = {.max_output = 1000};
+    const struct jinja_limits mem_lim = {.max_memory = 5u << 20};  /* the text fits, its JSON's growth does not */
+    const struct jinja_limits work_lim = {.max_steps = 3500};       /* s read and measured, but not its JSON written too */
+    const struct {
+        const char *tmpl;
+        struct jinja_limits lim;
+        const char *want; /* NULL: renders */
+    } k[] = {
+        {"{{ s | tojson }}", out_lim, "output limit of 1000 bytes"},
+        {"{{ (s ~ s) | length }}", mem_lim, NULL},
+        {"{{ (s ~ s) | tojson }}", mem_lim, "memory limit of"},
+        {"{{ s | length }}", work_lim, NULL},
+        {"{{ s | tojson | length }}", work_lim, "step budget"}, /* each byte written is a unit */
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        const char *r = render_as(k[i].tmpl, vars, k[i].lim, k[i].want, msg);
+        if (*r) { free(vars); FAILF("%s: %s", k[i].tmpl, r); }
+    }
+    char *out = NULL;
+    const struct jinja_limits ok_lim = {.max_output = 700000};
+    kvb_status st = render("{{ s | tojson | length }}", vars, &ok_lim, &out, msg, sizeof msg);
+    free(vars);
+    CHECK_EQ_INT(st, KVB_OK);
+    CHECK(!strcmp(out, "600002"));
+    kvb_free(out);
+}
+
 int main(void) {
     RUN(constructs);
     RUN(errors_named_with_line);
     RUN(limits);
+    RUN(tojson_limits_through_the_builder);
     RUN(deep_values_bounded);
     RUN(scans_charged);
     RUN(render_deadline);

@@ -15,21 +15,11 @@ struct kvb_chat_apply_params kvb_chat_apply_default_params(void) {
     return (struct kvb_chat_apply_params){.add_generation_prompt = true};
 }
 
-/* s as a JSON string literal (kvb_malloc'ed) */
+/* s as a JSON string literal (kvb_malloc'ed), or NULL */
 static char *json_quote(const char *s) {
-    size_t n = strlen(s), cap = n * 6 + 3, o = 0;
-    char *r = kvb_malloc(cap);
-    if (!r) return NULL;
-    r[o++] = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') { r[o++] = '\\'; r[o++] = (char)ch; }
-        else if (ch < 0x20) o += (size_t)snprintf(r + o, cap - o, "\\u%04x", ch);
-        else r[o++] = (char)ch;
-    }
-    r[o++] = '"';
-    r[o] = 0;
-    return r;
+    struct kvb_str b = {0};
+    kvb_str_json(&b, s, strlen(s), 0);
+    return kvb_str_finish(&b, NULL);
 }
 
 static void set_why(const struct kvb_chat_apply_params *p, const char *fmt, const char *a) {

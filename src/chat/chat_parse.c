@@ -106,36 +106,18 @@ kvb_status kvb_chat_syntax_detect(const char *t, const char *rendered_prompt, st
     return KVB_OK;
 }
 
-/* ---- growable bytes ---- */
-
-struct sbuf {
-    char *p;
-    size_t n, cap;
-};
+/* ---- growable bytes: the core builder (struct kvb_str), its failure
+ * carried into the parser's one flag (*oom: a failed feed is undone whole) ---- */
 
 /* false (and *oom set) when memory ran out; the bytes are then not added */
-static bool sb_put(struct sbuf *b, bool *oom, const char *s, size_t n) {
+static bool sb_put(struct kvb_str *b, bool *oom, const char *s, size_t n) {
     if (*oom) return false;
-    if (b->cap - b->n < n + 1) {
-        size_t c = b->cap ? b->cap : 64;
-        while (c - b->n < n + 1) {
-            if (c > SIZE_MAX / 4) { *oom = true; return false; }
-            c *= 2;
-        }
-        char *q = kvb_malloc(c);
-        if (!q) { *oom = true; return false; }
-        if (b->n) memcpy(q, b->p, b->n);
-        kvb_free(b->p);
-        b->p = q;
-        b->cap = c;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return true;
+    kvb_str_put(b, s, n);
+    if (kvb_str_error(b)) *oom = true;
+    return !*oom;
 }
-static void sb_putc(struct sbuf *b, bool *oom, char c) { sb_put(b, oom, &c, 1); }
-static void sb_puts(struct sbuf *b, bool *oom, const char *s) { sb_put(b, oom, s, strlen(s)); }
+static void sb_putc(struct kvb_str *b, bool *oom, char c) { sb_put(b, oom, &c, 1); }
+static void sb_puts(struct kvb_str *b, bool *oom, const char *s) { sb_put(b, oom, s, strlen(s)); }
 
 /* the length of a valid UTF-8 sequence at s (n bytes available): >0 valid,
  * 0 an unfinished but so far valid prefix, -1 invalid first byte(s) */
@@ -163,7 +145,7 @@ static int utf8_len(const unsigned char *s, size_t n) {
 }
 
 /* s as valid UTF-8 (invalid bytes -> U+FFFD) */
-static void sb_put_clean(struct sbuf *b, bool *oom, const char *s, size_t n) {
+static void sb_put_clean(struct kvb_str *b, bool *oom, const char *s, size_t n) {
     size_t i = 0, run = 0;
     while (i < n) {
         int l = utf8_len((const unsigned char *)s + i, n - i);
@@ -177,29 +159,10 @@ static void sb_put_clean(struct sbuf *b, bool *oom, const char *s, size_t n) {
 }
 
 /* s as a JSON string literal (s is valid UTF-8) */
-static void sb_put_json_str(struct sbuf *b, bool *oom, const char *s, size_t n) {
-    sb_putc(b, oom, '"');
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = NULL;
-        char tmp[8];
-        if (c == '"') esc = "\\\"";
-        else if (c == '\\') esc = "\\\\";
-        else if (c == '\n') esc = "\\n";
-        else if (c == '\r') esc = "\\r";
-        else if (c == '\t') esc = "\\t";
-        else if (c < 0x20 || c == 0x7f) {
-            snprintf(tmp, sizeof tmp, "\\u%04x", c);
-            esc = tmp;
-        }
-        if (!esc) continue;
-        sb_put(b, oom, s + run, i - run);
-        sb_puts(b, oom, esc);
-        run = i + 1;
-    }
-    sb_put(b, oom, s + run, n - run);
-    sb_putc(b, oom, '"');
+static void sb_put_json_str(struct kvb_str *b, bool *oom, const char *s, size_t n) {
+    if (*oom) return;
+    kvb_str_json(b, s, n, KVB_JSON_SHORT_NRT | KVB_JSON_DEL);
+    if (kvb_str_error(b)) *oom = true;
 }
 
 static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -207,7 +170,7 @@ static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\
 /* ---- text sinks: content and reasoning ---- */
 
 struct sink {
-    struct sbuf out;     /* shown-or-showable text */
+    struct kvb_str out;     /* shown-or-showable text */
     char ws[KVB_CHAT_MAX_WS]; /* trailing white space held (in the struct: a failed feed restores it by copy) */
     size_t nws;
     size_t shown;        /* bytes of out already in a delta */
@@ -300,7 +263,7 @@ struct kvb_chat_parser {
     struct kvb_chat_syntax syn;
     uint64_t seed;
     bool oom, ended;
-    struct sbuf buf; /* fed bytes from 0; decided up to pos */
+    struct kvb_str buf; /* fed bytes from 0; decided up to pos */
     size_t pos;
     enum mode mode;
     bool body_reason; /* M_H_BODY: reasoning, else content */
@@ -310,7 +273,7 @@ struct kvb_chat_parser {
     size_t mlen, at, jb, nb, ne, ib, ie;
     struct jscan js;
     struct sink content, reason;
-    struct sbuf strs;
+    struct kvb_str strs;
     struct call *calls;
     int32_t n_calls, cap_calls, calls_shown;
     bool cut;           /* kvb_chat_parser_cut: an open call at final is kept */
@@ -506,7 +469,7 @@ static bool member_span(const char *s, size_t e, size_t b, const char *key, size
 }
 
 /* The valid JSON s[0..n) without white space outside strings, as valid UTF-8 */
-static void put_compact(struct sbuf *b, bool *oom, const char *s, size_t n) {
+static void put_compact(struct kvb_str *b, bool *oom, const char *s, size_t n) {
     bool str = false, esc = false;
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
@@ -599,7 +562,7 @@ static int call_valid(struct kvb_chat_parser *p, const char *name, size_t name_n
     else {
         const jv sch = t->sch;
         jv x = jjson_parse(&w->a, &w->e, "tool arguments", args, args_n, 64);
-        struct jbuf b = {NULL, 0, 0, (size_t)64 << 20};
+        struct jbuf b = {.limit = (size_t)64 << 20};
         jjson_dump(&w->a, &w->e, &b, in_schema_order(&w->a, &w->e, x, sch, sch, 0), -1, 0);
         struct kvb_matcher *m = NULL;
         kvb_status st = kvb_matcher_new(t->g, NULL, &m);
@@ -641,7 +604,7 @@ kvb_status kvb_chat_parser_tools(struct kvb_chat_parser *p, const char *tools_js
             d->name[nm->n] = 0;
             d->sch = params && params->t == JV_DICT ? *params : jv_dict_new(ta, &w->e, 0);
             /* the grammar now (the caller's thread, not the first call's) */
-            struct jbuf b = {NULL, 0, 0, (size_t)64 << 20};
+            struct jbuf b = {.limit = (size_t)64 << 20};
             if (params && params->t == JV_DICT) jjson_dump(&w->a, &w->e, &b, *params, -1, 0);
             else jbuf_put(&w->a, &w->e, &b, "{\"type\":\"object\"}", 17);
             char *gb = NULL;
@@ -713,7 +676,7 @@ static bool push_call(struct kvb_chat_parser *p, const char *name, size_t name_n
 
 /* Arguments from the JSON value s[vb..ve) (an object, or a string holding
  * one) compacted into out. false: not an object. */
-static int args_text(struct work *w, const char *s, size_t vb, size_t ve, jv val, struct sbuf *out, bool *oom) {
+static int args_text(struct work *w, const char *s, size_t vb, size_t ve, jv val, struct kvb_str *out, bool *oom) {
     if (vb < ve && s[vb] == '{') {
         put_compact(out, oom, s + vb, ve - vb);
         return 1;
@@ -746,7 +709,7 @@ static int take_call_object(struct kvb_chat_parser *p, struct work *w, const cha
     const char *key = NULL;
     if (member_span(s, e, b, "arguments", &vb, &ve)) key = "arguments";
     else if (params && member_span(s, e, b, "parameters", &vb, &ve)) key = "parameters";
-    struct sbuf args = {0};
+    struct kvb_str args = {0};
     int r = 1;
     if (key) {
         jv *vp = jv_dict_get(obj.u.d, key, strlen(key));
@@ -803,7 +766,7 @@ static int take_args_call(struct kvb_chat_parser *p, const char *name, size_t na
     int r = json_parse(w, s, n, &v);
     if (r > 0 && v.t != JV_DICT) r = 0;
     if (r > 0) {
-        struct sbuf args = {0};
+        struct kvb_str args = {0};
         put_compact(&args, &p->oom, s, n);
         r = p->oom ? -1 : push_call(p, name, name_n, args.p, args.n, id, id_n) ? 1 : p->oom ? -1 : 0;
         kvb_free(args.p);
@@ -821,7 +784,7 @@ static int take_builtin(struct kvb_chat_parser *p, const char *s, size_t n) {
     size_t name_n = i;
     if (!name_n || n - i < 6 || memcmp(s + i, ".call(", 6) || s[n - 1] != ')') return 0;
     i += 6;
-    struct sbuf a = {0};
+    struct kvb_str a = {0};
     sb_putc(&a, &p->oom, '{');
     int r = 1;
     bool first = true;
@@ -840,7 +803,7 @@ static int take_builtin(struct kvb_chat_parser *p, const char *s, size_t n) {
         sb_putc(&a, &p->oom, ':');
         if (i < n - 1 && (s[i] == '"' || s[i] == '\'')) {
             char q = s[i++];
-            struct sbuf v = {0};
+            struct kvb_str v = {0};
             while (i < n - 1 && s[i] != q) {
                 if (s[i] == '\\' && i + 1 < n - 1) {
                     char c = s[++i];
@@ -850,7 +813,7 @@ static int take_builtin(struct kvb_chat_parser *p, const char *s, size_t n) {
             }
             if (i >= n - 1) { kvb_free(v.p); r = 0; break; }
             i++;
-            struct sbuf clean = {0};
+            struct kvb_str clean = {0};
             sb_put_clean(&clean, &p->oom, v.p ? v.p : "", v.n);
             sb_put_json_str(&a, &p->oom, clean.p ? clean.p : "", clean.n);
             kvb_free(clean.p);
@@ -1213,7 +1176,7 @@ static bool take_cut_call(struct kvb_chat_parser *p, const char *t, size_t n) {
     }
     size_t ae = n;
     while (ae > ab && is_ws(t[ae - 1])) ae--;
-    struct sbuf args = {0};
+    struct kvb_str args = {0};
     sb_put_clean(&args, &p->oom, t + ab, ae - ab);
     if (!p->oom && !args.p) sb_put(&args, &p->oom, "", 0);
     p->no_check = true; /* cut short: its arguments cannot be whole */
@@ -1360,7 +1323,7 @@ static bool step(struct kvb_chat_parser *p, bool final) {
 
 /* ---- deltas and the message ---- */
 
-static void put_call_json(const struct kvb_chat_parser *p, struct sbuf *b, bool *oom, int32_t i, bool with_index) {
+static void put_call_json(const struct kvb_chat_parser *p, struct kvb_str *b, bool *oom, int32_t i, bool with_index) {
     const struct call *c = &p->calls[i];
     char tmp[32];
     sb_putc(b, oom, '{');
@@ -1410,7 +1373,7 @@ kvb_status kvb_chat_parser_feed(struct kvb_chat_parser *p, const char *text, siz
         p->content.nws = p->reason.nws = 0;
         p->ended = true;
     }
-    struct sbuf d = {0};
+    struct kvb_str d = {0};
     bool any = false;
     if (!p->oom) {
         sb_putc(&d, &p->oom, '{');
@@ -1461,7 +1424,7 @@ kvb_status kvb_chat_parser_message(const struct kvb_chat_parser *p, char **messa
     if (message_json) *message_json = NULL;
     if (!p || !message_json) return kvb_fail(KVB_ERR_INVALID, "chat parser: NULL argument");
     bool oom = false;
-    struct sbuf b = {0};
+    struct kvb_str b = {0};
     sb_puts(&b, &oom, "{\"role\":\"assistant\",\"content\":");
     if (p->content.out.n) sb_put_json_str(&b, &oom, p->content.out.p, p->content.out.n);
     else sb_puts(&b, &oom, "null");

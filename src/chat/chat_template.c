@@ -77,28 +77,12 @@ size_t kvb_chat_default_system(const char *t, char *buf, size_t cap) {
     return 0;
 }
 
-struct sbuf {
-    char *p;
-    size_t n;
-    int64_t cap; /* for kvb_grow */
-    bool oom;
-};
-
-static void put(struct sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (kvb_grow((void **)&b->p, &b->cap, (int64_t)(b->n + n + 1), 1) != KVB_OK) { b->oom = true; return; }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void puts_(struct sbuf *b, const char *s) { put(b, s, strlen(s)); }
-
 /* Python's str.strip() on ASCII whitespace. */
-static void put_stripped(struct sbuf *b, const char *s) {
+static void put_stripped(struct kvb_str *b, const char *s) {
     size_t n = strlen(s), i = 0;
     while (i < n && strchr(" \t\n\r\v\f", s[i])) i++;
     while (n > i && strchr(" \t\n\r\v\f", s[n - 1])) n--;
-    put(b, s + i, n - i);
+    kvb_str_put(b, s + i, n - i);
 }
 
 kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_message *m, int32_t n, bool add_assistant, char **out,
@@ -109,8 +93,8 @@ kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_mess
         if (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") && strcmp(m[i].role, "assistant"))
             return kvb_fail(KVB_ERR_INVALID, "chat_format: message %d has role '%s' (system, user or assistant)", (int)i, m[i].role);
     }
-    struct sbuf b = {0};
-    puts_(&b, "");
+    struct kvb_str b = {0};
+    kvb_str_puts(&b, "");
     const char *sys = n > 0 && !strcmp(m[0].role, "system") ? m[0].content : NULL;
     int32_t last_user = -1;
     for (int32_t i = 0; i < n; i++)
@@ -120,68 +104,66 @@ kvb_status kvb_chat_format(enum kvb_chat_style style, const struct kvb_chat_mess
         const char *role = m[i].role, *c = m[i].content;
         switch (style) {
         case KVB_CHAT_CHATML:
-            puts_(&b, "<|im_start|>"); puts_(&b, role); puts_(&b, "\n"); puts_(&b, c); puts_(&b, "<|im_end|>\n");
+            kvb_str_puts(&b, "<|im_start|>"); kvb_str_puts(&b, role); kvb_str_puts(&b, "\n"); kvb_str_puts(&b, c); kvb_str_puts(&b, "<|im_end|>\n");
             break;
         case KVB_CHAT_LLAMA3:
-            puts_(&b, "<|start_header_id|>"); puts_(&b, role); puts_(&b, "<|end_header_id|>\n\n"); put_stripped(&b, c);
-            puts_(&b, "<|eot_id|>");
+            kvb_str_puts(&b, "<|start_header_id|>"); kvb_str_puts(&b, role); kvb_str_puts(&b, "<|end_header_id|>\n\n"); put_stripped(&b, c);
+            kvb_str_puts(&b, "<|eot_id|>");
             break;
         case KVB_CHAT_LLAMA2:
             if (i == 0 && sys) break; /* folded into the first user turn */
             if (!strcmp(role, "user")) {
-                if (!first_user) puts_(&b, "<s>");
-                puts_(&b, "[INST] ");
-                struct sbuf t = {0};
-                if (first_user && sys) { puts_(&t, "<<SYS>>\n"); puts_(&t, sys); puts_(&t, "\n<</SYS>>\n\n"); }
-                puts_(&t, c);
-                if (t.oom) { kvb_free(t.p); b.oom = true; break; }
+                if (!first_user) kvb_str_puts(&b, "<s>");
+                kvb_str_puts(&b, "[INST] ");
+                struct kvb_str t = {0};
+                if (first_user && sys) { kvb_str_puts(&t, "<<SYS>>\n"); kvb_str_puts(&t, sys); kvb_str_puts(&t, "\n<</SYS>>\n\n"); }
+                kvb_str_puts(&t, c);
+                if (kvb_str_error(&t)) { kvb_free(t.p); b.err = KVB_ERR_NOMEM; break; }
                 put_stripped(&b, t.p);
                 kvb_free(t.p);
-                puts_(&b, " [/INST]");
+                kvb_str_puts(&b, " [/INST]");
                 first_user = false;
             } else if (!strcmp(role, "assistant")) {
-                puts_(&b, " "); put_stripped(&b, c); puts_(&b, " </s>");
+                kvb_str_puts(&b, " "); put_stripped(&b, c); kvb_str_puts(&b, " </s>");
             }
             break;
         case KVB_CHAT_MISTRAL:
             if (!strcmp(role, "user")) {
-                puts_(&b, "[INST] ");
-                if (i == last_user && sys) { puts_(&b, sys); puts_(&b, "\n\n"); }
-                puts_(&b, c);
-                puts_(&b, "[/INST]");
+                kvb_str_puts(&b, "[INST] ");
+                if (i == last_user && sys) { kvb_str_puts(&b, sys); kvb_str_puts(&b, "\n\n"); }
+                kvb_str_puts(&b, c);
+                kvb_str_puts(&b, "[/INST]");
             } else if (!strcmp(role, "assistant")) {
-                puts_(&b, " "); puts_(&b, c); puts_(&b, "</s>");
+                kvb_str_puts(&b, " "); kvb_str_puts(&b, c); kvb_str_puts(&b, "</s>");
             }
             break;
         case KVB_CHAT_GEMMA:
             if (i == 0 && sys) break; /* folded into the first user turn */
-            puts_(&b, "<start_of_turn>");
-            puts_(&b, !strcmp(role, "assistant") ? "model" : role);
-            puts_(&b, "\n");
-            if (!strcmp(role, "user") && first_user && sys) { puts_(&b, sys); puts_(&b, "\n\n"); }
+            kvb_str_puts(&b, "<start_of_turn>");
+            kvb_str_puts(&b, !strcmp(role, "assistant") ? "model" : role);
+            kvb_str_puts(&b, "\n");
+            if (!strcmp(role, "user") && first_user && sys) { kvb_str_puts(&b, sys); kvb_str_puts(&b, "\n\n"); }
             if (!strcmp(role, "user")) first_user = false;
             put_stripped(&b, c);
-            puts_(&b, "<end_of_turn>\n");
+            kvb_str_puts(&b, "<end_of_turn>\n");
             break;
         case KVB_CHAT_PLAIN:
-            puts_(&b, !strcmp(role, "system") ? "System: " : !strcmp(role, "user") ? "User: " : "Assistant: ");
-            puts_(&b, c);
-            puts_(&b, "\n");
+            kvb_str_puts(&b, !strcmp(role, "system") ? "System: " : !strcmp(role, "user") ? "User: " : "Assistant: ");
+            kvb_str_puts(&b, c);
+            kvb_str_puts(&b, "\n");
             break;
         }
     }
     if (add_assistant) {
-        if (style == KVB_CHAT_CHATML) puts_(&b, "<|im_start|>assistant\n");
-        else if (style == KVB_CHAT_LLAMA3) puts_(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        else if (style == KVB_CHAT_PLAIN) puts_(&b, "Assistant:");
-        else if (style == KVB_CHAT_GEMMA) puts_(&b, "<start_of_turn>model\n");
+        if (style == KVB_CHAT_CHATML) kvb_str_puts(&b, "<|im_start|>assistant\n");
+        else if (style == KVB_CHAT_LLAMA3) kvb_str_puts(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        else if (style == KVB_CHAT_PLAIN) kvb_str_puts(&b, "Assistant:");
+        else if (style == KVB_CHAT_GEMMA) kvb_str_puts(&b, "<start_of_turn>model\n");
     }
-    if (b.oom) {
-        kvb_free(b.p);
-        return kvb_fail(KVB_ERR_NOMEM, "chat_format: out of memory");
-    }
-    *out = b.p;
-    if (len) *len = b.n;
+    size_t n_out;
+    *out = kvb_str_finish(&b, &n_out);
+    if (!*out) return kvb_fail(KVB_ERR_NOMEM, "chat_format: out of memory");
+    if (len) *len = n_out;
     return KVB_OK;
 }
 

@@ -168,6 +168,7 @@ size_t kvb_abi_sizeof(const char *name) {
         {"kvb_ppl_result", sizeof(struct kvb_ppl_result)},
         {"kvb_detok", sizeof(struct kvb_detok)},
         {"kvb_chat_apply_params", sizeof(struct kvb_chat_apply_params)},
+        {"kvb_str", sizeof(struct kvb_str)},
     };
     for (size_t i = 0; name && i < sizeof sizes / sizeof sizes[0]; i++)
         if (!strcmp(name, sizes[i].name)) return sizes[i].size;

@@ -60,10 +60,14 @@ struct sc {
 
 enum { H_SPACE = 1, H_STRING = 2, H_NUMBER = 4, H_INTEGER = 8, H_BOOLEAN = 16, H_NULL = 32, H_VALUE = 64, H_CHAR = 128 };
 
-/* Every write goes through here: past OUT_LIMIT the schema is refused by name (a request's fault, not memory). */
+_Noreturn static void out_limit(struct sc *s) {
+    jerr_throw(s->e, KVB_ERR_INVALID, "json schema: the grammar it makes would pass %zu MiB of text (the limit)", OUT_LIMIT >> 20);
+}
+
+/* Every write goes through here or jbuf_json (a buffer's limit is the same
+ * bound): past OUT_LIMIT the schema is refused by name (a request's fault, not memory). */
 static void put_n(struct sc *s, struct jbuf *b, const char *t, size_t n) {
-    if (b->n + n + 1 > OUT_LIMIT)
-        jerr_throw(s->e, KVB_ERR_INVALID, "json schema: the grammar it makes would pass %zu MiB of text (the limit)", OUT_LIMIT >> 20);
+    if (b->n + n + 1 > OUT_LIMIT) out_limit(s);
     jbuf_put(s->a, s->e, b, t, n);
 }
 
@@ -79,7 +83,7 @@ static KVB_PRINTF(3, 4) void putf(struct sc *s, struct jbuf *b, const char *fmt,
     put_n(s, b, tmp, (size_t)n);
 }
 
-static struct jbuf newbuf(void) { return (struct jbuf){NULL, 0, 0, OUT_LIMIT + 1}; }
+static struct jbuf newbuf(void) { return (struct jbuf){.limit = OUT_LIMIT - 1}; /* n + 1 <= OUT_LIMIT, as put_n */ }
 
 static const char *bufstr(struct sc *s, struct jbuf *b) {
     put_n(s, b, "", 1);
@@ -192,14 +196,7 @@ static void dump_compact(struct sc *s, struct jbuf *b, jv x) {
         break;
     }
     case JV_STR:
-        put(s, b, "\"");
-        for (size_t i = 0; i < x.n; i++) {
-            uint8_t c = (uint8_t)x.u.s[i];
-            if (c == '"' || c == '\\') { char t[3] = {'\\', (char)c, 0}; put(s, b, t); }
-            else if (c < 0x20) putf(s, b, "\\u%04x", c);
-            else put_n(s, b, x.u.s + i, 1);
-        }
-        put(s, b, "\"");
+        if (!jbuf_json(s->a, s->e, b, x.u.s, x.n, 0)) out_limit(s);
         break;
     case JV_LIST:
         put(s, b, "[");

@@ -68,16 +68,17 @@ void jwork_check(struct jerr *e) {
     e->next_check = next;
 }
 
-void *jarena_alloc(struct jarena *a, struct jerr *e, size_t n) {
+/* n bytes of the arena, or NULL with *why 1 (its limit) or 2 (the allocator) */
+static void *arena_take(struct jarena *a, size_t n, int *why) {
     n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
     if (!n) n = sizeof(max_align_t);
     struct jchunk *c = a->head;
     if (!c || c->cap - c->used < n) {
         size_t cap = n > 60000 ? n : 60000;
         if (n > a->limit || a->total + cap + sizeof *c > a->limit)
-            jerr_throw(e, KVB_ERR_NOMEM, "template render: memory limit of %zu bytes reached", a->limit);
+            return *why = 1, NULL;
         c = kvb_malloc(sizeof *c + cap);
-        if (!c) jerr_throw(e, KVB_ERR_NOMEM, "template render: out of memory");
+        if (!c) return *why = 2, NULL;
         c->cap = cap;
         c->used = 0;
         a->total += cap + sizeof *c;
@@ -91,6 +92,18 @@ void *jarena_alloc(struct jarena *a, struct jerr *e, size_t n) {
     }
     void *p = (char *)c->data + c->used;
     c->used += n;
+    return p;
+}
+
+_Noreturn static void arena_refused(struct jarena *a, struct jerr *e, int why) {
+    if (why == 1) jerr_throw(e, KVB_ERR_NOMEM, "template render: memory limit of %zu bytes reached", a->limit);
+    jerr_throw(e, KVB_ERR_NOMEM, "template render: out of memory");
+}
+
+void *jarena_alloc(struct jarena *a, struct jerr *e, size_t n) {
+    int why = 0;
+    void *p = arena_take(a, n, &why);
+    if (!p) arena_refused(a, e, why);
     return p;
 }
 
@@ -216,21 +229,47 @@ static bool equal_at(struct jerr *e, jv a, jv b, int level) {
 
 bool jv_equal(struct jerr *e, jv a, jv b) { return equal_at(e, a, b, 0); }
 
+/* The builder's allocator: blocks of the arena (ctx), never freed one by one. */
+static void *jbuf_grow(void *ctx, size_t n) {
+    struct jarena *a = ctx;
+    return arena_take(a, n, &a->refused);
+}
+
+/* b grows in a's arena from here on */
+static void jbuf_bind(struct jarena *a, struct jbuf *b) {
+    b->alloc = jbuf_grow;
+    b->ctx = a;
+}
+
+_Noreturn static void output_limit(struct jerr *e, const struct jbuf *b) {
+    jerr_throw(e, KVB_ERR_NOMEM, "template render: output limit of %zu bytes reached", b->limit);
+}
+
+/* After an append b refused: the arena's message, else the output limit's. */
+_Noreturn static void jbuf_refused(struct jarena *a, struct jerr *e, struct jbuf *b) {
+    const int why = a->refused;
+    a->refused = 0;
+    if (why) arena_refused(a, e, why);
+    output_limit(e, b);
+}
+
 void jbuf_put(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, size_t n) {
     if (!n && b->p) return; /* an empty put still gives an empty string */
-    if (b->n + n > b->limit) jerr_throw(e, KVB_ERR_NOMEM, "template render: output limit of %zu bytes reached", b->limit);
+    if (b->n + n > b->limit) output_limit(e, b);
     jwork(e, (int64_t)n);
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 32;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = jarena_alloc(a, e, cap);
-        if (b->n) memcpy(p, b->p, b->n);
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
+    jbuf_bind(a, b);
+    kvb_str_put(b, s, n);
+    if (kvb_str_error(b)) jbuf_refused(a, e, b);
+}
+
+bool jbuf_json(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, size_t n, unsigned flags) {
+    const size_t before = b->n;
+    jbuf_bind(a, b);
+    kvb_str_json(b, s, n, flags);
+    jwork(e, (int64_t)(b->n - before));
+    if (kvb_str_error(b) == KVB_ERR_INVALID) return false; /* the limit */
+    if (kvb_str_error(b)) jbuf_refused(a, e, b);
+    return true;
 }
 
 void jfloat_repr(double f, char *buf) {
@@ -470,28 +509,7 @@ jv jjson_parse(struct jarena *a, struct jerr *e, const char *what, const char *t
 static void put_s(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s) { jbuf_put(a, e, b, s, strlen(s)); }
 
 static void dump_string(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, size_t n) {
-    jbuf_put(a, e, b, "\"", 1);
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *rep = NULL;
-        char u[8];
-        if (c == '"') rep = "\\\"";
-        else if (c == '\\') rep = "\\\\";
-        else if (c == '\n') rep = "\\n";
-        else if (c == '\r') rep = "\\r";
-        else if (c == '\t') rep = "\\t";
-        else if (c == '\b') rep = "\\b";
-        else if (c == '\f') rep = "\\f";
-        else if (c < 0x20) { snprintf(u, sizeof u, "\\u%04x", c); rep = u; }
-        if (rep) {
-            jbuf_put(a, e, b, s + i - run, run);
-            run = 0;
-            put_s(a, e, b, rep);
-        } else run++;
-    }
-    jbuf_put(a, e, b, s + n - run, run);
-    jbuf_put(a, e, b, "\"", 1);
+    if (!jbuf_json(a, e, b, s, n, KVB_JSON_PYTHON)) output_limit(e, b);
 }
 
 static void newline_indent(struct jarena *a, struct jerr *e, struct jbuf *b, int indent, int level) {

@@ -36,6 +36,7 @@
 #define jv_dict_get kvb_jv_dict_get
 #define jv_equal kvb_jv_equal
 #define jbuf_put kvb_jbuf_put
+#define jbuf_json kvb_jbuf_json
 #define jwork_check kvb_jwork_check
 #define jfloat_repr kvb_jfloat_repr
 
@@ -77,6 +78,7 @@ struct jchunk;
 struct jarena {
     struct jchunk *head;
     size_t total, limit; /* bytes taken from the allocator, and the most allowed */
+    int refused;         /* why a jbuf's growth was refused: 1 the limit, 2 the allocator (0: it was not) */
 };
 
 /* The interpreter's error channel and budget: a status, a message, and where
@@ -129,12 +131,18 @@ bool jv_equal(struct jerr *e, jv a, jv b);
 /* Python's repr of a float ("1.0", "1e+16", "0.1"); buf >= 32 bytes. */
 void jfloat_repr(double f, char *buf);
 
-/* Growable output bytes, bounded by limit; each byte put is a unit of work. */
-struct jbuf {
-    char *p;
-    size_t n, cap, limit;
-};
+/* Output bytes: the core builder (struct kvb_str, kvbound.h) under its old
+ * name, growing in the arena (jbuf_put and jbuf_json set its allocator) and
+ * bounded by its limit, the output limit: p, n, cap, limit, as before. Each
+ * byte written is a unit of work; past the limit, or out of arena,
+ * jbuf_put throws (KVB_ERR_NOMEM: "output limit of N bytes reached", or
+ * the arena's message). */
+#define jbuf kvb_str
 void jbuf_put(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, size_t n);
+/* s[0..n) as a JSON string (kvb_str_json's flags). false when it would pass
+ * b->limit (the caller throws its own message; b takes nothing more); the
+ * arena's failures throw as in jbuf_put. */
+bool jbuf_json(struct jarena *a, struct jerr *e, struct jbuf *b, const char *s, size_t n, unsigned flags);
 
 /* JSON text -> value (objects keep their key order). depth: most nesting. */
 jv jjson_parse(struct jarena *a, struct jerr *e, const char *what, const char *text, size_t len, int depth);

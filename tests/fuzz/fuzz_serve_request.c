@@ -71,8 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                          (data[1] & 0x08) ? auth : NULL};
     struct http_resp resp;
     serve_route(&g_srv, &q, &resp);
-    if (resp.status < 200 || resp.status > 599 || (!resp.body.s && resp.status != 204) || resp.job) abort();
-    if (resp.status >= 400 && !strstr(resp.body.s, "\"error\":{\"message\":")) abort();
+    if (resp.status < 200 || resp.status > 599 || (!resp.body.p && resp.status != 204) || resp.job) abort();
+    if (resp.status >= 400 && !strstr(resp.body.p, "\"error\":{\"message\":")) abort();
     http_resp_free(&resp);
     free(body);
     free(auth);

@@ -137,51 +137,46 @@ struct chat {
     char stop_text[128]; /* the end-of-turn token the last answer ended with */
     /* --jinja: the conversation as a JSON array of messages, and the last answer's text */
     bool jinja;
-    char *conv, *answer;
-    size_t conv_n, conv_cap, answer_n, answer_cap;
+    struct kvb_str conv, answer;
 };
 
-/* s appended to *b (n bytes used of cap); false when out of memory */
-static bool buf_add(char **b, size_t *n, size_t *cap, const char *s, size_t len) {
-    if (*n + len + 1 > *cap) {
-        size_t nc = (*n + len + 1) * 2;
-        char *p = realloc(*b, nc);
-        if (!p) return false;
-        *b = p;
-        *cap = nc;
-    }
-    memcpy(*b + *n, s, len);
-    *n += len;
-    (*b)[*n] = 0;
-    return true;
+/* s appended to b; false when out of memory (b then takes nothing more until cut) */
+static bool str_add(struct kvb_str *b, const char *s, size_t len) {
+    kvb_str_put(b, s, len);
+    return !kvb_str_error(b);
 }
 
-/* {"role": ROLE, "content": TEXT} appended to the conversation's JSON array */
+/* b cut back to its first n bytes, a failure forgotten (what failed is not taken) */
+static void str_cut(struct kvb_str *b, size_t n) {
+    b->n = n;
+    b->err = KVB_OK;
+    if (b->p) b->p[n] = 0;
+}
+
+/* {"role": ROLE, "content": TEXT} appended to the conversation's JSON array;
+ * false (the conversation as it was) when out of memory */
 static bool conv_add(struct chat *ch, const char *role, const char *text, size_t len) {
-    bool ok = buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, ch->conv_n ? ", {\"role\": \"" : "{\"role\": \"", ch->conv_n ? 12 : 10) &&
-              buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, role, strlen(role)) &&
-              buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, "\", \"content\": \"", 15);
-    for (size_t i = 0; ok && i < len; i++) {
-        unsigned char c = (unsigned char)text[i];
-        char e[8];
-        int el = 1;
-        if (c == '"' || c == '\\') { e[0] = '\\'; e[1] = (char)c; el = 2; }
-        else if (c < 0x20) el = snprintf(e, sizeof e, "\\u%04x", c);
-        else e[0] = (char)c;
-        ok = buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, e, (size_t)el);
-    }
-    return ok && buf_add(&ch->conv, &ch->conv_n, &ch->conv_cap, "\"}", 2);
+    struct kvb_str *b = &ch->conv;
+    const size_t keep = b->n;
+    kvb_str_puts(b, keep ? ", {\"role\": \"" : "{\"role\": \"");
+    kvb_str_puts(b, role);
+    kvb_str_puts(b, "\", \"content\": ");
+    kvb_str_json(b, text, len, 0);
+    kvb_str_puts(b, "}");
+    if (!kvb_str_error(b)) return true;
+    str_cut(b, keep);
+    return false;
 }
 
 /* The conversation (plus one more message, when role) rendered by the
  * model's template: kvb_buffer_free; NULL after printing the error. */
 static char *conv_render(struct chat *ch, bool add_generation_prompt) {
-    char *js = malloc(ch->conv_n + 3), *out = NULL;
+    char *js = malloc(ch->conv.n + 3), *out = NULL;
     if (!js) return NULL;
     js[0] = '[';
-    if (ch->conv_n) memcpy(js + 1, ch->conv, ch->conv_n);
-    js[ch->conv_n + 1] = ']';
-    js[ch->conv_n + 2] = 0;
+    if (ch->conv.n) memcpy(js + 1, ch->conv.p, ch->conv.n);
+    js[ch->conv.n + 1] = ']';
+    js[ch->conv.n + 2] = 0;
     struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
     p.vocab = ch->vocab;
     p.messages_json = js;
@@ -202,21 +197,20 @@ static char *conv_render(struct chat *ch, bool add_generation_prompt) {
  * with (or behind the answer, when it was cut). kvb_buffer_free; NULL: printed. */
 static char *jinja_turn_text(struct chat *ch) {
     char *past = NULL;
-    if (ch->conv_n && !(past = conv_render(ch, false))) return NULL;
-    size_t keep = ch->conv_n;
+    if (ch->conv.n && !(past = conv_render(ch, false))) return NULL;
+    size_t keep = ch->conv.n;
     if (ch->first && ch->system && !conv_add(ch, "system", ch->system, strlen(ch->system))) goto oom;
     if (!conv_add(ch, "user", ch->line, strlen(ch->line))) goto oom;
     char *now = conv_render(ch, true);
     if (!now) {
-        ch->conv_n = keep; /* the turn is not taken */
-        if (ch->conv) ch->conv[keep] = 0;
+        str_cut(&ch->conv, keep); /* the turn is not taken */
         kvb_buffer_free(past);
         return NULL;
     }
     const char *glue = "";
     size_t common = 0;
     if (past) {
-        const char *mark = ch->stop_text[0] ? ch->stop_text : ch->answer;
+        const char *mark = ch->stop_text[0] ? ch->stop_text : ch->answer.p;
         for (const char *q = mark && *mark ? strstr(past, mark) : NULL; q; q = strstr(q + 1, mark)) glue = q + strlen(mark);
         while (past[common] && past[common] == now[common]) common++;
     }
@@ -364,7 +358,7 @@ static bool chat_command(struct chat *ch, const struct chat_opts *o) {
         ch->first = true;
         ch->stop_text[0] = 0;
         ch->gen.hist.n = 0;
-        ch->conv_n = 0;
+        str_cut(&ch->conv, 0);
         printf("[conversation reset]\n");
     } else if (!strncmp(line, "/save ", 6)) {
         if (kvb_context_save(c, line + 6) == KVB_OK) printf("[saved %s]\n", line + 6);
@@ -373,7 +367,7 @@ static bool chat_command(struct chat *ch, const struct chat_opts *o) {
         if (kvb_context_load(c, line + 6) == KVB_OK) {
             printf("[loaded %s: %lld tokens seen]\n", line + 6, (long long)kvb_context_n_past(c));
             ch->first = false;
-            ch->conv_n = 0; /* --jinja: the saved conversation's messages are not in the image */
+            str_cut(&ch->conv, 0); /* --jinja: the saved conversation's messages are not in the image */
         }
         else printf("[load failed: %s]\n", kvb_last_error());
     } else {
@@ -393,8 +387,7 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
     struct kvb_detok dt = {0};
     bool cut = false; /* the context filled during the answer */
     ch->stop_text[0] = 0;
-    ch->answer_n = 0;
-    if (ch->answer) ch->answer[0] = 0;
+    str_cut(&ch->answer, 0);
     bool stopped = false; /* Ctrl-C */
     for (int k = 0; s == KVB_OK && (o->g.n_predict < 0 || k < o->g.n_predict); k++) {
         if (g_interrupted) { stopped = true; break; }
@@ -410,7 +403,7 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
         }
         size_t pl = kvb_detok_push(ch->vocab, &dt, next, false, piece, sizeof piece);
         if (pl > sizeof piece) pl = 0; /* a token longer than 512 bytes: not shown */
-        if (ch->jinja && !buf_add(&ch->answer, &ch->answer_n, &ch->answer_cap, piece, pl)) s = KVB_ERR_NOMEM;
+        if (ch->jinja && !str_add(&ch->answer, piece, pl)) s = KVB_ERR_NOMEM;
         if (tl + pl < sizeof text) { memcpy(text + tl, piece, pl); tl += pl; }
         text[tl] = 0;
         if (ch->plain && strstr(text, "\nUser:")) break; /* the model starts the next turn */
@@ -420,8 +413,8 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
     }
     const size_t fl = kvb_detok_flush(&dt, piece, sizeof piece);
     fwrite(piece, 1, fl, stdout);
-    if (ch->jinja && (!buf_add(&ch->answer, &ch->answer_n, &ch->answer_cap, piece, fl) ||
-                      !conv_add(ch, "assistant", ch->answer ? ch->answer : "", ch->answer_n)) && s == KVB_OK) {
+    if (ch->jinja && (!str_add(&ch->answer, piece, fl) ||
+                      !conv_add(ch, "assistant", ch->answer.p ? ch->answer.p : "", ch->answer.n)) && s == KVB_OK) {
         fprintf(stderr, "kvbound chat: out of memory for the conversation\n");
         s = KVB_ERR_NOMEM;
     }
@@ -442,7 +435,7 @@ static kvb_status chat_answer(struct chat *ch, const struct chat_opts *o, kvb_st
 static int chat_turn(struct chat *ch, const struct chat_opts *o) {
     struct cli_gen *g = &ch->gen;
     char *turn = NULL;
-    const size_t conv_keep = ch->conv_n; /* --jinja: the messages before this turn */
+    const size_t conv_keep = ch->conv.n; /* --jinja: the messages before this turn */
     if (ch->jinja) {
         if (!(turn = jinja_turn_text(ch))) return 1;
     } else if (kvb_chat_turn_text(ch->style, ch->system, ch->line, ch->first, ch->stop_text, &turn, NULL) != KVB_OK) {
@@ -463,8 +456,7 @@ static int chat_turn(struct chat *ch, const struct chat_opts *o) {
                 n, (long long)seen, ch->cp.n_ctx);
         kvb_buffer_free(ids);
         ch->refused = true;
-        ch->conv_n = conv_keep; /* --jinja: nor is its message */
-        if (ch->conv) ch->conv[conv_keep] = 0;
+        str_cut(&ch->conv, conv_keep); /* --jinja: nor is its message */
         return 0;
     }
     for (int32_t k = 0; k < n; k++) cli_history_push(&g->hist, ids[k]);
@@ -503,8 +495,8 @@ static void chat_free(struct chat *ch) {
     cli_lineedit_free(&ch->le);
     free(ch->line);
     free(ch->fbuf);
-    free(ch->conv);
-    free(ch->answer);
+    kvb_str_free(&ch->conv);
+    kvb_str_free(&ch->answer);
     cli_gen_free(&ch->gen);
 }
 

@@ -367,13 +367,10 @@ static void print_table(const struct lab_report *rep) {
 }
 
 static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
-    }
-    fputc('"', f);
+    struct kvb_str b = {0};
+    kvb_str_json(&b, s, strlen(s), 0);
+    if (b.p) fwrite(b.p, 1, b.n, f); /* out of memory: what was written */
+    kvb_str_free(&b);
 }
 
 static void print_json(const struct lab_report *rep) {

@@ -30,8 +30,7 @@ static int template_usage(FILE *f) {
 struct tmpl_opts {
     const char *model, *tmpl_file, *messages, *tools;
     bool no_gen;
-    char *vars; /* a JSON object built from the --var options */
-    size_t vars_n, vars_cap;
+    struct kvb_str vars; /* a JSON object built from the --var options */
 };
 
 static int add_var(struct tmpl_opts *o, const char *v) {
@@ -45,17 +44,8 @@ static int add_var(struct tmpl_opts *o, const char *v) {
             fprintf(stderr, "kvbound template: --var name '%.*s' is not an identifier\n", (int)(eq - v), v);
             return 2;
         }
-    size_t need = o->vars_n + strlen(v) + 8;
-    if (need > o->vars_cap) {
-        size_t cap = need * 2;
-        char *p = realloc(o->vars, cap);
-        if (!p) return 1;
-        o->vars = p;
-        o->vars_cap = cap;
-    }
-    o->vars_n += (size_t)snprintf(o->vars + o->vars_n, o->vars_cap - o->vars_n, "%s\"%.*s\": %s", o->vars_n ? ", " : "{", (int)(eq - v), v,
-                                  eq + 1);
-    return 0;
+    kvb_str_printf(&o->vars, "%s\"%.*s\": %s", o->vars.n ? ", " : "{", (int)(eq - v), v, eq + 1);
+    return kvb_str_error(&o->vars) ? 1 : 0;
 }
 
 static int tmpl_parse(struct tmpl_opts *o, int argc, char **argv) {
@@ -92,7 +82,8 @@ int cmd_template(int argc, char **argv) {
     size_t flen = 0;
     if (rc != CLI_GO_ON) goto done;
     rc = 1;
-    if (o.vars && o.vars_n + 2 <= o.vars_cap) strcat(o.vars, "}");
+    if (o.vars.n) kvb_str_puts(&o.vars, "}");
+    if (kvb_str_error(&o.vars)) goto done;
     if (o.tmpl_file && !(tmpl = cli_read_file(o.tmpl_file, 16u << 20, "template", &flen))) goto done;
     if (!(msgs = cli_read_file(o.messages, 64u << 20, "messages", &flen))) goto done;
     if (o.tools && !(tools = cli_read_file(o.tools, 64u << 20, "tools", &flen))) goto done;
@@ -105,7 +96,7 @@ int cmd_template(int argc, char **argv) {
     p.vocab = vocab;
     p.messages_json = msgs;
     p.tools_json = tools;
-    p.vars_json = o.vars;
+    p.vars_json = o.vars.p;
     p.add_generation_prompt = !o.no_gen;
     p.fallback = o.model != NULL;
     p.why = why;
@@ -125,6 +116,6 @@ done:
     free(tmpl);
     free(msgs);
     free(tools);
-    free(o.vars);
+    kvb_str_free(&o.vars);
     return rc;
 }

@@ -92,36 +92,21 @@ static int tok_parse(struct tok_opts *o, int argc, char **argv) {
     return CLI_GO_ON;
 }
 
-/* s as a JSON string literal at w (room: 6 bytes per byte of s, plus 2); returns the end */
-static char *json_str(char *w, const char *s) {
-    *w++ = '"';
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') { *w++ = '\\'; *w++ = (char)c; }
-        else if (c < 0x20) w += sprintf(w, "\\u%04x", c);
-        else *w++ = (char)c;
-    }
-    *w++ = '"';
-    return w;
-}
-
 /* --chat --jinja: the messages as JSON through kvb_chat_apply, the model's
  * template (its signature family as the fallback, said on stderr) */
 static int tok_jinja_text(const struct tok_opts *o, const struct kvb_vocab *vocab, char **text, size_t *len) {
-    size_t cap = 4;
-    for (int i = 0; i < o->n_msgs; i++) cap += 6 * (strlen(o->msgs[i].role) + strlen(o->msgs[i].content)) + 40;
-    char *js = malloc(cap), *w = js, *chat = NULL, why[512] = "";
-    if (!js) { fprintf(stderr, "kvbound: tokenize: out of memory\n"); return 1; }
-    *w++ = '[';
+    struct kvb_str b = {0};
+    char *js, *chat = NULL, why[512] = "";
+    kvb_str_putc(&b, '[');
     for (int i = 0; i < o->n_msgs; i++) {
-        w += sprintf(w, "%s{\"role\": ", i ? ", " : "");
-        w = json_str(w, o->msgs[i].role);
-        w += sprintf(w, ", \"content\": ");
-        w = json_str(w, o->msgs[i].content);
-        *w++ = '}';
+        kvb_str_printf(&b, "%s{\"role\": ", i ? ", " : "");
+        kvb_str_json(&b, o->msgs[i].role, strlen(o->msgs[i].role), 0);
+        kvb_str_puts(&b, ", \"content\": ");
+        kvb_str_json(&b, o->msgs[i].content, strlen(o->msgs[i].content), 0);
+        kvb_str_putc(&b, '}');
     }
-    *w++ = ']';
-    *w = 0;
+    kvb_str_putc(&b, ']');
+    if (!(js = kvb_str_finish(&b, NULL))) { fprintf(stderr, "kvbound: tokenize: out of memory\n"); return 1; }
     struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
     p.vocab = vocab;
     p.messages_json = js;
@@ -130,7 +115,7 @@ static int tok_jinja_text(const struct tok_opts *o, const struct kvb_vocab *voca
     p.why = why;
     p.why_cap = sizeof why;
     kvb_status st = kvb_chat_apply(&p, &chat, len);
-    free(js);
+    kvb_buffer_free(js);
     if (st != KVB_OK && st != KVB_FALLBACK) {
         fprintf(stderr, "kvbound: tokenize: %s\n", kvb_last_error());
         return 1;

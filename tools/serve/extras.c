@@ -18,10 +18,10 @@
 
 #define EXTRAS_MAX_TOKENS (1 << 20)
 
-static void model_object(const struct server *srv, struct sbuf *b) {
-    sb_puts(b, "{\"id\":");
-    serve_json_str(b, srv->o.model_name);
-    sb_printf(b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvbound\",\"kvbound\":{\"arch\":\"%s\",\"n_ctx_train\":%d,"
+static void model_object(const struct server *srv, struct kvb_str *b) {
+    kvb_str_puts(b, "{\"id\":");
+    kvb_str_json(b, srv->o.model_name, strlen(srv->o.model_name), 0);
+    kvb_str_printf(b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvbound\",\"kvbound\":{\"arch\":\"%s\",\"n_ctx_train\":%d,"
                  "\"kv_policy\":\"%s\",\"kv_budget\":%d,\"max_budget\":%d}}",
               srv->mi.arch, (int)srv->mi.n_ctx_train, kvb_policy_name(srv->o.kv.policy.id), (int)srv->o.kv.policy.budget, srv->o.max_budget);
 }
@@ -33,9 +33,9 @@ void serve_models(const struct server *srv, const char *id, struct http_resp *r)
     }
     r->status = 200;
     r->content_type = "application/json";
-    if (!id) sb_puts(&r->body, "{\"object\":\"list\",\"data\":[");
+    if (!id) kvb_str_puts(&r->body, "{\"object\":\"list\",\"data\":[");
     model_object(srv, &r->body);
-    sb_puts(&r->body, id ? "\n" : "]}\n");
+    kvb_str_puts(&r->body, id ? "\n" : "]}\n");
 }
 
 static cJSON *body_object(const struct http_req *q, const char *const *known, struct http_resp *r) {
@@ -77,24 +77,24 @@ void serve_tokenize(const struct server *srv, const struct http_req *q, struct h
     }
     r->status = 200;
     r->content_type = "application/json";
-    sb_puts(&r->body, "{\"tokens\":[");
+    kvb_str_puts(&r->body, "{\"tokens\":[");
     for (int32_t i = 0; i < n; i++) {
-        if (i) sb_puts(&r->body, ",");
-        if (!pieces) { sb_printf(&r->body, "%d", (int)ids[i]); continue; }
+        if (i) kvb_str_puts(&r->body, ",");
+        if (!pieces) { kvb_str_printf(&r->body, "%d", (int)ids[i]); continue; }
         char piece[512];
         size_t pl = kvb_vocab_token_bytes(srv->vocab, ids[i], true, piece, sizeof piece - 1);
         if (pl > sizeof piece - 1) pl = sizeof piece - 1;
         piece[pl] = 0;
-        sb_printf(&r->body, "{\"id\":%d,\"piece\":", (int)ids[i]);
-        if (utf8_valid(piece, pl)) serve_json_str(&r->body, piece);
+        kvb_str_printf(&r->body, "{\"id\":%d,\"piece\":", (int)ids[i]);
+        if (utf8_valid(piece, pl)) kvb_str_json(&r->body, piece, strlen(piece), 0);
         else { /* part of a character: its bytes, as llama-server gives them */
-            sb_puts(&r->body, "[");
-            for (size_t k = 0; k < pl; k++) sb_printf(&r->body, "%s%u", k ? "," : "", (unsigned)(unsigned char)piece[k]);
-            sb_puts(&r->body, "]");
+            kvb_str_puts(&r->body, "[");
+            for (size_t k = 0; k < pl; k++) kvb_str_printf(&r->body, "%s%u", k ? "," : "", (unsigned)(unsigned char)piece[k]);
+            kvb_str_puts(&r->body, "]");
         }
-        sb_puts(&r->body, "}");
+        kvb_str_puts(&r->body, "}");
     }
-    sb_puts(&r->body, "]}\n");
+    kvb_str_puts(&r->body, "]}\n");
 out:
     kvb_buffer_free(ids);
     cJSON_Delete(root);
@@ -105,7 +105,7 @@ void serve_detokenize(const struct server *srv, const struct http_req *q, struct
     cJSON *root = body_object(q, known, r);
     if (!root) return;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    struct sbuf text = {0};
+    struct kvb_str text = {0};
     if (!srv->vocab) {
         cJSON_Delete(root);
         serve_error(r, 503, "server_busy", "no model");
@@ -126,24 +126,24 @@ void serve_detokenize(const struct server *srv, const struct http_req *q, struct
         }
         char piece[512];
         const size_t pl = kvb_detok_push(srv->vocab, &dt, (int32_t)e->valuedouble, true, piece, sizeof piece);
-        if (pl <= sizeof piece) sb_put(&text, piece, pl);
+        if (pl <= sizeof piece) kvb_str_put(&text, piece, pl);
         i++;
     }
     char tail[8];
     const size_t tl = kvb_detok_flush(&dt, tail, sizeof tail);
-    struct sbuf clean = {0};
-    sb_put_utf8(&clean, text.s ? text.s : "", text.n);
+    struct kvb_str clean = {0};
+    sb_put_utf8(&clean, text.p ? text.p : "", text.n);
     sb_put_utf8(&clean, tail, tl);
-    sb_put(&clean, "", 1);
-    if (text.oom || clean.oom) { sb_free(&clean); serve_error(r, 500, "server_error", "out of memory"); goto out; }
+    kvb_str_put(&clean, "", 1);
+    if (text.err || clean.err) { kvb_str_free(&clean); serve_error(r, 500, "server_error", "out of memory"); goto out; }
     r->status = 200;
     r->content_type = "application/json";
-    sb_puts(&r->body, "{\"content\":");
-    serve_json_str(&r->body, clean.s);
-    sb_puts(&r->body, "}\n");
-    sb_free(&clean);
+    kvb_str_puts(&r->body, "{\"content\":");
+    kvb_str_json(&r->body, clean.p, strlen(clean.p), 0);
+    kvb_str_puts(&r->body, "}\n");
+    kvb_str_free(&clean);
 out:
-    sb_free(&text);
+    kvb_str_free(&text);
     cJSON_Delete(root);
 }
 
@@ -190,7 +190,7 @@ void serve_props(const struct server *srv, struct http_resp *r) {
     if (!s) { serve_error(r, 500, "server_error", "out of memory"); return; }
     r->status = 200;
     r->content_type = "application/json";
-    sb_puts(&r->body, s);
-    sb_puts(&r->body, "\n");
+    kvb_str_puts(&r->body, s);
+    kvb_str_puts(&r->body, "\n");
     free(s);
 }

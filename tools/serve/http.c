@@ -30,7 +30,7 @@
 #include <time.h>
 
 struct conn {
-    struct sbuf body;
+    struct kvb_str body;
     bool too_large;
     /* -v */
     double t0;
@@ -54,7 +54,7 @@ struct stream {
     struct server *srv;
     struct job *j;
     int fd;
-    struct sbuf out;
+    struct kvb_str out;
     size_t off;
     bool finished;
     double pinged; /* when a comment last went to a half-closed peer */
@@ -132,7 +132,7 @@ static void add_headers(struct MHD_Response *r, const struct http_resp *h) {
 }
 
 static enum MHD_Result send_resp(struct MHD_Connection *c, const struct http_resp *h) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(h->body.n, h->body.s ? h->body.s : (char *)"", MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *r = MHD_create_response_from_buffer(h->body.n, h->body.p ? h->body.p : (char *)"", MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     if (h->body.n || h->status != 204) MHD_add_response_header(r, "Content-Type", h->content_type ? h->content_type : "application/json");
     add_headers(r, h);
@@ -184,7 +184,7 @@ static enum MHD_Result refuse_early(const struct server *srv, struct MHD_Connect
 /* ---- server-sent events ---- */
 
 /* The logprob lines not yet written (NULL: none). */
-static const char *lp_unsent(const struct job *j) { return j->lp.n > j->lp_sent ? j->lp.s + j->lp_sent : NULL; }
+static const char *lp_unsent(const struct job *j) { return j->lp.n > j->lp_sent ? j->lp.p + j->lp_sent : NULL; }
 
 /* Appends every event now due (under mu). */
 static void stream_events(struct stream *st) {
@@ -203,7 +203,7 @@ static void stream_events(struct stream *st) {
     if (j->parser) {
         /* the parser's deltas, each with the logprobs that came since the last */
         while (j->deltas_sent < j->deltas.n) {
-            const char *d = j->deltas.s + j->deltas_sent;
+            const char *d = j->deltas.p + j->deltas_sent;
             const char *nl = memchr(d, '\n', j->deltas.n - j->deltas_sent);
             if (!nl) break;
             openai_delta_chunk(srv, j, d, (size_t)(nl - d), lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
@@ -213,10 +213,10 @@ static void stream_events(struct stream *st) {
     } else {
         const size_t ready = j->done ? j->text.n : j->text.n - (j->held < j->text.n ? j->held : j->text.n);
         if (ready > j->sent && j->native) {
-            native_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, &st->out);
+            native_chunk(srv, j, j->text.p + j->sent, ready - j->sent, false, &st->out);
             j->sent = ready;
         } else if (ready > j->sent) {
-            openai_chunk(srv, j, j->text.s + j->sent, ready - j->sent, false, NULL, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
+            openai_chunk(srv, j, j->text.p + j->sent, ready - j->sent, false, NULL, false, lp_unsent(j), j->lp.n - j->lp_sent, &st->out);
             j->lp_sent = j->lp.n;
             j->sent = ready;
         }
@@ -226,9 +226,9 @@ static void stream_events(struct stream *st) {
         struct http_resp e;
         memset(&e, 0, sizeof e);
         job_error_body(j, &e);
-        sb_puts(&st->out, "data: ");
-        sb_put(&st->out, e.body.s, e.body.n ? e.body.n - 1 : 0);
-        sb_puts(&st->out, "\n\n");
+        kvb_str_puts(&st->out, "data: ");
+        kvb_str_put(&st->out, e.body.p, e.body.n ? e.body.n - 1 : 0);
+        kvb_str_puts(&st->out, "\n\n");
         http_resp_free(&e);
     } else if (j->native) { /* llama-server's /completion: the last event says stop, and no [DONE] follows */
         native_chunk(srv, j, NULL, 0, true, &st->out);
@@ -237,7 +237,7 @@ static void stream_events(struct stream *st) {
         j->lp_sent = j->lp.n;
         if (j->include_usage) openai_chunk(srv, j, NULL, 0, false, NULL, true, NULL, 0, &st->out);
     }
-    if (!j->native) sb_puts(&st->out, "data: [DONE]\n\n");
+    if (!j->native) kvb_str_puts(&st->out, "data: [DONE]\n\n");
     st->finished = true;
 }
 
@@ -260,16 +260,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             if (ps == PEER_HALF && serve_now() - st->pinged > 0.5) {
                 /* an SSE comment, which clients skip: a peer that closed
                  * both ends answers it with a reset, seen as PEER_GONE */
-                sb_puts(&st->out, ": keep-alive\n\n");
+                kvb_str_puts(&st->out, ": keep-alive\n\n");
                 st->pinged = serve_now();
                 break;
             }
         }
         pthread_mutex_unlock(&st->srv->mu);
-        if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (st->out.err) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     const size_t n = st->out.n - st->off < max ? st->out.n - st->off : max;
-    memcpy(buf, st->out.s + st->off, n);
+    memcpy(buf, st->out.p + st->off, n);
     st->off += n;
     return (ssize_t)n;
 }
@@ -279,7 +279,7 @@ static void stream_free(void *cls) {
     pthread_mutex_lock(&st->srv->mu);
     release_job(st->j);
     pthread_mutex_unlock(&st->srv->mu);
-    sb_free(&st->out);
+    kvb_str_free(&st->out);
     free(st);
 }
 
@@ -318,17 +318,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!cc->too_large && cc->body.n + *upload_size <= srv->o.max_body) sb_put(&cc->body, upload_data, *upload_size);
+        if (!cc->too_large && cc->body.n + *upload_size <= srv->o.max_body) kvb_str_put(&cc->body, upload_data, *upload_size);
         else {
             cc->too_large = true;
-            sb_free(&cc->body);
+            kvb_str_free(&cc->body);
         }
         *upload_size = 0;
         return MHD_YES;
     }
     guard_answering(srv->guard, guard_of(c), true);
     struct http_req q = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
-                         cc->body.s ? cc->body.s : "", cc->body.n, cc->too_large || cc->body.oom,
+                         cc->body.p ? cc->body.p : "", cc->body.n, cc->too_large || cc->body.err,
                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"),
@@ -373,7 +373,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return ok;
     }
     if (!j->stream) {
-        sb_free(&r.body);
+        kvb_str_free(&r.body);
         if (j->native) native_response(srv, j, &r.body);
         else openai_response(srv, j, &r.body);
         job_free(j);
@@ -419,7 +419,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (!cc) return;
     if (srv->o.verbose) log_request(cc->method, cc->path, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? cc->status : 0,
                                     (serve_now() - cc->t0) * 1e3, cc->session);
-    sb_free(&cc->body);
+    kvb_str_free(&cc->body);
     free(cc);
     *con_cls = NULL;
 }

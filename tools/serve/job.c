@@ -73,9 +73,9 @@ void job_free(struct job *j) {
     for (int i = 0; i < j->n_msgs; i++) free((char *)j->msgs[i].content);
     free(j->msgs);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    sb_free(&j->text);
-    sb_free(&j->deltas);
-    sb_free(&j->lp);
+    kvb_str_free(&j->text);
+    kvb_str_free(&j->deltas);
+    kvb_str_free(&j->lp);
     free(j->message);
     kvb_chat_parser_free(j->parser);
     free(j->blob);

@@ -66,21 +66,21 @@ void metrics_rate(struct metrics *m, double prefill, double decode) {
     pthread_mutex_unlock(&m->mu);
 }
 
-static void render_hist(struct sbuf *o, const char *name, const char *help, const struct hist *h) {
-    sb_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+static void render_hist(struct kvb_str *o, const char *name, const char *help, const struct hist *h) {
+    kvb_str_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     int64_t cum = 0;
     for (size_t i = 0; i < N_BOUNDS; i++) {
         cum += h->bucket[i];
-        sb_printf(o, "%s_bucket{le=\"%g\"} %lld\n", name, k_bounds[i], (long long)cum);
+        kvb_str_printf(o, "%s_bucket{le=\"%g\"} %lld\n", name, k_bounds[i], (long long)cum);
     }
     cum += h->bucket[N_BOUNDS];
-    sb_printf(o, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n", name, (long long)cum, name, h->sum, name, (long long)h->count);
+    kvb_str_printf(o, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n", name, (long long)cum, name, h->sum, name, (long long)h->count);
 }
 
-#define GAUGE(name, help, v) sb_printf(o, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " %lld\n", (long long)(v))
-#define COUNTER(name, help, v) sb_printf(o, "# HELP " name " " help "\n# TYPE " name " counter\n" name " %lld\n", (long long)(v))
+#define GAUGE(name, help, v) kvb_str_printf(o, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " %lld\n", (long long)(v))
+#define COUNTER(name, help, v) kvb_str_printf(o, "# HELP " name " " help "\n# TYPE " name " counter\n" name " %lld\n", (long long)(v))
 
-void metrics_render(struct metrics *m, const struct sched_gauges *g, struct sbuf *o) {
+void metrics_render(struct metrics *m, const struct sched_gauges *g, struct kvb_str *o) {
     pthread_mutex_lock(&m->mu);
     GAUGE("kvbound_pool_pages_used", "Pages of the KV pool in use.", g->pages_used);
     GAUGE("kvbound_pool_pages_free", "Pages of the KV pool free.", g->pages_free);
@@ -104,9 +104,9 @@ void metrics_render(struct metrics *m, const struct sched_gauges *g, struct sbuf
     COUNTER("kvbound_tokens_prefill_total", "Prompt tokens read.", m->prefill_tokens);
     COUNTER("kvbound_requests_total", "Generations that finished.", m->requests_ok);
     COUNTER("kvbound_requests_failed_total", "Generations that failed or were cancelled.", m->requests_failed);
-    sb_printf(o, "# HELP kvbound_prefill_tokens_per_second Prompt tokens per second of prefill steps.\n# TYPE kvbound_prefill_tokens_per_second gauge\n"
+    kvb_str_printf(o, "# HELP kvbound_prefill_tokens_per_second Prompt tokens per second of prefill steps.\n# TYPE kvbound_prefill_tokens_per_second gauge\n"
                  "kvbound_prefill_tokens_per_second %.3f\n", m->prefill_rate);
-    sb_printf(o, "# HELP kvbound_decode_tokens_per_second Generated tokens per second of decode steps.\n# TYPE kvbound_decode_tokens_per_second gauge\n"
+    kvb_str_printf(o, "# HELP kvbound_decode_tokens_per_second Generated tokens per second of decode steps.\n# TYPE kvbound_decode_tokens_per_second gauge\n"
                  "kvbound_decode_tokens_per_second %.3f\n", m->decode_rate);
     render_hist(o, "kvbound_time_to_first_token_seconds", "From request to its first generated token.", &m->ttft);
     render_hist(o, "kvbound_inter_token_latency_seconds", "Between consecutive generated tokens of a request.", &m->itl);

@@ -22,13 +22,13 @@ static const char *stop_type(const struct job *j) {
     return j->stop_word ? "word" : "eos";
 }
 
-static void emit(cJSON *o, struct sbuf *out, bool sse) {
+static void emit(cJSON *o, struct kvb_str *out, bool sse) {
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
-    if (!s) { out->oom = true; return; }
-    if (sse) sb_puts(out, "data: ");
-    sb_puts(out, s);
-    sb_puts(out, sse ? "\n\n" : "\n");
+    if (!s) { out->err = KVB_ERR_NOMEM; return; }
+    if (sse) kvb_str_puts(out, "data: ");
+    kvb_str_puts(out, s);
+    kvb_str_puts(out, sse ? "\n\n" : "\n");
     free(s);
 }
 
@@ -51,20 +51,20 @@ static void add_final(const struct server *srv, const struct job *j, cJSON *o) {
     }
 }
 
-void native_response(const struct server *srv, const struct job *j, struct sbuf *out) {
-    if (j->replay) { sb_puts(out, j->replay); return; } /* a retry of a stored turn (Idempotency-Key): its answer as stored */
+void native_response(const struct server *srv, const struct job *j, struct kvb_str *out) {
+    if (j->replay) { kvb_str_puts(out, j->replay); return; } /* a retry of a stored turn (Idempotency-Key): its answer as stored */
     cJSON *o = cJSON_CreateObject();
     if (o) {
-        cJSON_AddStringToObject(o, "content", j->text.s ? j->text.s : "");
+        cJSON_AddStringToObject(o, "content", j->text.p ? j->text.p : "");
         add_final(srv, j, o);
     }
     emit(o, out, false);
 }
 
 /* A streamed retry of a stored turn: the stored answer (its whole content, stop true, the figures) as the one event. */
-void native_replay_stream(const struct job *j, struct sbuf *out) { emit(cJSON_Parse(j->replay), out, true); }
+void native_replay_stream(const struct job *j, struct kvb_str *out) { emit(cJSON_Parse(j->replay), out, true); }
 
-void native_chunk(const struct server *srv, const struct job *j, const char *text, size_t n, bool final, struct sbuf *out) {
+void native_chunk(const struct server *srv, const struct job *j, const char *text, size_t n, bool final, struct kvb_str *out) {
     cJSON *o = cJSON_CreateObject();
     char *t = malloc(n + 1);
     if (o && t) {

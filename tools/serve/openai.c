@@ -87,20 +87,21 @@ const char *openai_unknown_field(const cJSON *o, const char *const *known) {
 static char *content_text(const cJSON *c, int idx, struct http_resp *r) {
     if (cJSON_IsString(c)) return xstrdup(c->valuestring);
     if (cJSON_IsArray(c)) {
-        struct sbuf b = {0};
+        struct kvb_str b = {0};
         const cJSON *part;
         cJSON_ArrayForEach(part, c) {
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "type"), *x = cJSON_GetObjectItemCaseSensitive(part, "text");
             if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(x)) {
-                sb_free(&b);
+                kvb_str_free(&b);
                 serve_error(r, 400, "invalid_request_error", "messages[%d].content: only text parts ({\"type\":\"text\",\"text\":...}) are supported", idx);
                 return NULL;
             }
-            sb_puts(&b, x->valuestring);
+            kvb_str_puts(&b, x->valuestring);
         }
-        if (!b.s) sb_put(&b, "", 0);
-        if (b.oom) { sb_free(&b); serve_error(r, 500, "server_error", "out of memory"); return NULL; }
-        return b.s;
+        char *text = b.err ? NULL : xstrdup(b.p ? b.p : ""); /* the caller free()s it: libc's memory */
+        kvb_str_free(&b);
+        if (!text) serve_error(r, 500, "server_error", "out of memory");
+        return text;
     }
     serve_error(r, 400, "invalid_request_error", "messages[%d].content must be a string or an array of text parts", idx);
     return NULL;
@@ -432,16 +433,16 @@ static bool schema_grammar(const cJSON *schema, struct job *j, const char *field
 }
 
 /* A GBNF literal of s, quoted. */
-static void gbnf_literal(struct sbuf *b, const char *s) {
-    sb_puts(b, "\"");
+static void gbnf_literal(struct kvb_str *b, const char *s) {
+    kvb_str_puts(b, "\"");
     for (; *s; s++) {
         const unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') sb_printf(b, "\\%c", c);
-        else if (c == '\n') sb_puts(b, "\\n");
-        else if (c < 0x20) sb_printf(b, "\\x%02X", c);
-        else sb_put(b, s, 1);
+        if (c == '"' || c == '\\') kvb_str_printf(b, "\\%c", c);
+        else if (c == '\n') kvb_str_puts(b, "\\n");
+        else if (c < 0x20) kvb_str_printf(b, "\\x%02X", c);
+        else kvb_str_put(b, s, 1);
     }
-    sb_puts(b, "\"");
+    kvb_str_puts(b, "\"");
 }
 
 /* tool_choice required or named: the answer starts with the format's call
@@ -470,7 +471,7 @@ static bool forced_call_grammar(const struct server *srv, const cJSON *tools, st
         serve_error(r, 400, "invalid_request_error", "'tool_choice': kvbound cannot force a call in this model's format (%s)", kvb_tool_format_name(f));
         return false;
     }
-    struct sbuf g = {0}, alts = {0};
+    struct kvb_str g = {0}, alts = {0};
     int k = 0;
     const cJSON *t;
     bool ok = true;
@@ -493,37 +494,42 @@ static bool forced_call_grammar(const struct server *srv, const cJSON *tools, st
             ok = false;
             break;
         }
-        sb_put(&g, gbnf, gl);
-        sb_puts(&g, "\n");
+        kvb_str_put(&g, gbnf, gl);
+        kvb_str_puts(&g, "\n");
         kvb_buffer_free(gbnf);
-        if (f == KVB_TOOLS_HARMONY) sb_printf(&alts, "%st%d-root", alts.n ? " | " : "", k);
+        if (f == KVB_TOOLS_HARMONY) kvb_str_printf(&alts, "%st%d-root", alts.n ? " | " : "", k);
         else {
             char lit[256];
             snprintf(lit, sizeof lit, "%.120s%s", name, args);
-            sb_puts(&alts, alts.n ? " | " : "");
+            kvb_str_puts(&alts, alts.n ? " | " : "");
             gbnf_literal(&alts, lit);
-            sb_printf(&alts, " t%d-root", k);
+            kvb_str_printf(&alts, " t%d-root", k);
         }
         k++;
     }
     if (ok) {
-        sb_puts(&g, "root ::= ");
-        if (f == KVB_TOOLS_HARMONY) sb_printf(&g, "( %s )\n", alts.s ? alts.s : "\"\"");
+        kvb_str_puts(&g, "root ::= ");
+        if (f == KVB_TOOLS_HARMONY) kvb_str_printf(&g, "( %s )\n", alts.p ? alts.p : "\"\"");
         else {
             gbnf_literal(&g, open);
-            sb_printf(&g, " ( %s ) ", alts.s ? alts.s : "\"\"");
-            if (f == KVB_TOOLS_MISTRAL) sb_puts(&g, "\", \\\"id\\\": \\\"\" [a-zA-Z0-9]{9} \"\\\"}]\"");
+            kvb_str_printf(&g, " ( %s ) ", alts.p ? alts.p : "\"\"");
+            if (f == KVB_TOOLS_MISTRAL) kvb_str_puts(&g, "\", \\\"id\\\": \\\"\" [a-zA-Z0-9]{9} \"\\\"}]\"");
             else gbnf_literal(&g, close);
-            sb_puts(&g, "\n");
+            kvb_str_puts(&g, "\n");
         }
     }
-    sb_free(&alts);
-    if (!ok || g.oom) {
+    kvb_str_free(&alts);
+    if (!ok || g.err) {
         if (ok) serve_error(r, 500, "server_error", "out of memory");
-        sb_free(&g);
+        kvb_str_free(&g);
         return false;
     }
-    j->gbnf = g.s;
+    j->gbnf = xstrdup(g.p); /* job_free free()s it */
+    kvb_str_free(&g);
+    if (!j->gbnf) {
+        serve_error(r, 500, "server_error", "out of memory");
+        return false;
+    }
     if (f == KVB_TOOLS_HARMONY) {
         char buf[256];
         snprintf(buf, sizeof buf, "<|channel|>commentary to=functions.%s <|constrain|>json<|message|>", j->tool_name);
@@ -884,12 +890,12 @@ static void add_usage(const struct job *j, cJSON *o) {
     cJSON_AddNumberToObject(d, "cached_tokens", j->cached_tokens);
 }
 
-static void emit(cJSON *o, struct sbuf *out, bool sse) {
+static void emit(cJSON *o, struct kvb_str *out, bool sse) {
     char *s = cJSON_PrintUnformatted(o);
-    if (!s) { out->oom = true; cJSON_Delete(o); return; }
-    if (sse) sb_puts(out, "data: ");
-    sb_puts(out, s);
-    sb_puts(out, sse ? "\n\n" : "\n");
+    if (!s) { out->err = KVB_ERR_NOMEM; cJSON_Delete(o); return; }
+    if (sse) kvb_str_puts(out, "data: ");
+    kvb_str_puts(out, s);
+    kvb_str_puts(out, sse ? "\n\n" : "\n");
     free(s);
     cJSON_Delete(o);
 }
@@ -957,8 +963,8 @@ static const char *finish_of(const struct job *j) {
     return j->parser && kvb_chat_parser_n_calls(j->parser) > 0 ? "tool_calls" : j->finish ? j->finish : "stop";
 }
 
-void openai_response(const struct server *srv, const struct job *j, struct sbuf *out) {
-    if (j->replay) { sb_puts(out, j->replay); return; } /* a retry of a stored turn (Idempotency-Key): its answer as stored */
+void openai_response(const struct server *srv, const struct job *j, struct kvb_str *out) {
+    if (j->replay) { kvb_str_puts(out, j->replay); return; } /* a retry of a stored turn (Idempotency-Key): its answer as stored */
     const bool chat = j->kind == JOB_CHAT;
     cJSON *o = head(srv, j, chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
@@ -966,7 +972,7 @@ void openai_response(const struct server *srv, const struct job *j, struct sbuf 
     cJSON_AddNumberToObject(c, "index", 0);
     char *text = malloc(j->text.n + 1);
     if (text) {
-        memcpy(text, j->text.s ? j->text.s : "", j->text.n);
+        memcpy(text, j->text.p ? j->text.p : "", j->text.n);
         text[j->text.n] = 0;
     }
     if (chat) {
@@ -981,7 +987,7 @@ void openai_response(const struct server *srv, const struct job *j, struct sbuf 
         cJSON_AddStringToObject(c, "text", text ? text : "");
     }
     free(text);
-    if (j->logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_object(j, j->lp.s, j->lp.n, 0));
+    if (j->logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_object(j, j->lp.p, j->lp.n, 0));
     else cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", finish_of(j));
     cJSON_AddItemToArray(choices, c);
@@ -990,12 +996,12 @@ void openai_response(const struct server *srv, const struct job *j, struct sbuf 
     emit(o, out, false);
 }
 
-void openai_replay_stream(const struct server *srv, const struct job *j, struct sbuf *out) {
+void openai_replay_stream(const struct server *srv, const struct job *j, struct kvb_str *out) {
     (void)srv;
     cJSON *a = cJSON_Parse(j->replay);
     const bool chat = j->kind == JOB_CHAT;
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a, "choices"), 0);
-    if (!cJSON_IsObject(a) || !cJSON_IsObject(c0)) { cJSON_Delete(a); out->oom = true; return; }
+    if (!cJSON_IsObject(a) || !cJSON_IsObject(c0)) { cJSON_Delete(a); out->err = KVB_ERR_NOMEM; return; }
     const char *const keep[] = {"id", "created", "model"};
     cJSON *ev[3];
     for (int e = 0; e < 3; e++) { /* the whole answer, its end, its usage: each with the stored id, created and model */
@@ -1032,11 +1038,11 @@ void openai_replay_stream(const struct server *srv, const struct job *j, struct 
     emit(ev[1], out, true);
     if (j->include_usage) emit(ev[2], out, true);
     else cJSON_Delete(ev[2]);
-    sb_puts(out, "data: [DONE]\n\n");
+    kvb_str_puts(out, "data: [DONE]\n\n");
 }
 
 /* One event of a chat stream with the parser's delta (a JSON object). */
-void openai_delta_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, const char *lp, size_t lp_n, struct sbuf *out) {
+void openai_delta_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, const char *lp, size_t lp_n, struct kvb_str *out) {
     cJSON *o = head(srv, j, "chat.completion.chunk");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
@@ -1060,7 +1066,7 @@ void openai_delta_chunk(const struct server *srv, const struct job *j, const cha
 }
 
 void openai_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, bool role, const char *finish, bool usage_only,
-                  const char *lp, size_t lp_n, struct sbuf *out) {
+                  const char *lp, size_t lp_n, struct kvb_str *out) {
     const bool chat = j->kind == JOB_CHAT;
     cJSON *o = head(srv, j, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");

@@ -50,8 +50,8 @@ bool output_start(struct server *srv, struct job *j) {
             char *delta = NULL;
             if (kvb_chat_parser_feed(j->parser, j->prefill, strlen(j->prefill), false, &delta) != KVB_OK) return false;
             if (delta) {
-                sb_puts(&j->deltas, delta);
-                sb_puts(&j->deltas, "\n");
+                kvb_str_puts(&j->deltas, delta);
+                kvb_str_puts(&j->deltas, "\n");
                 kvb_buffer_free(delta);
             }
         }
@@ -64,37 +64,37 @@ void feed_parser(struct job *j, bool final) {
     if (ready <= j->parsed && !final) return;
     char *delta = NULL;
     const size_t from = j->parsed < ready ? j->parsed : ready;
-    if (kvb_chat_parser_feed(j->parser, j->text.s ? j->text.s + from : "", ready - from, final, &delta) != KVB_OK) {
-        j->deltas.oom = true;
+    if (kvb_chat_parser_feed(j->parser, j->text.p ? j->text.p + from : "", ready - from, final, &delta) != KVB_OK) {
+        j->deltas.err = KVB_ERR_NOMEM;
         return;
     }
     j->parsed = ready;
     if (delta) {
-        sb_puts(&j->deltas, delta);
-        sb_puts(&j->deltas, "\n");
+        kvb_str_puts(&j->deltas, delta);
+        kvb_str_puts(&j->deltas, "\n");
         kvb_buffer_free(delta);
     }
 }
 
 /* A token's text as a JSON string (ill-formed UTF-8 as U+FFFD) and its bytes. */
-static void token_fields(const struct server *srv, struct sbuf *b, int32_t id) {
+static void token_fields(const struct server *srv, struct kvb_str *b, int32_t id) {
     char piece[256];
     size_t pl = kvb_vocab_token_bytes(srv->vocab, id, true, piece, sizeof piece);
     if (pl > sizeof piece) pl = sizeof piece;
-    struct sbuf t = {0};
+    struct kvb_str t = {0};
     sb_put_utf8(&t, piece, pl);
-    sb_put(&t, "", 1);
-    sb_puts(b, "\"token\":");
-    serve_json_str(b, t.s ? t.s : "");
-    sb_free(&t);
-    sb_puts(b, ",\"bytes\":[");
-    for (size_t k = 0; k < pl; k++) sb_printf(b, "%s%u", k ? "," : "", (unsigned)(unsigned char)piece[k]);
-    sb_puts(b, "]");
+    kvb_str_put(&t, "", 1);
+    kvb_str_puts(b, "\"token\":");
+    kvb_str_json(b, t.p ? t.p : "", t.p ? strlen(t.p) : 0, 0);
+    kvb_str_free(&t);
+    kvb_str_puts(b, ",\"bytes\":[");
+    for (size_t k = 0; k < pl; k++) kvb_str_printf(b, "%s%u", k ? "," : "", (unsigned)(unsigned char)piece[k]);
+    kvb_str_puts(b, "]");
 }
 
-static void put_lp(struct sbuf *b, float lp) {
-    if (isfinite(lp)) sb_printf(b, ",\"logprob\":%.9g", (double)lp);
-    else sb_puts(b, ",\"logprob\":-9999.0"); /* OpenAI's stand-in for -inf */
+static void put_lp(struct kvb_str *b, float lp) {
+    if (isfinite(lp)) kvb_str_printf(b, ",\"logprob\":%.9g", (double)lp);
+    else kvb_str_puts(b, ",\"logprob\":-9999.0"); /* OpenAI's stand-in for -inf */
 }
 
 void add_logprobs(const struct server *srv, struct job *j, int32_t token, const float *logits) {
@@ -104,17 +104,17 @@ void add_logprobs(const struct server *srv, struct job *j, int32_t token, const 
     int k = j->top_logprobs < 20 ? j->top_logprobs : 20; /* OpenAI's cap, below KVB_LOGPROBS_MAX_K */
     if (k > srv->mi.n_vocab) k = srv->mi.n_vocab;         /* kvb_logprobs writes no more (issue 48 survivor 8) */
     const float lp = kvb_logprobs(logits, srv->mi.n_vocab, token, k, ids, lps);
-    sb_puts(&j->lp, "{");
+    kvb_str_puts(&j->lp, "{");
     token_fields(srv, &j->lp, token);
     put_lp(&j->lp, lp);
-    sb_puts(&j->lp, ",\"top_logprobs\":[");
+    kvb_str_puts(&j->lp, ",\"top_logprobs\":[");
     for (int i = 0; i < k; i++) {
-        sb_puts(&j->lp, i ? ",{" : "{");
+        kvb_str_puts(&j->lp, i ? ",{" : "{");
         token_fields(srv, &j->lp, ids[i]);
         put_lp(&j->lp, lps[i]);
-        sb_puts(&j->lp, "}");
+        kvb_str_puts(&j->lp, "}");
     }
-    sb_puts(&j->lp, "]}\n");
+    kvb_str_puts(&j->lp, "]}\n");
 }
 
 void output_finish(struct job *j) {

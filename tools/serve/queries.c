@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int sess_json(struct server *srv, const struct sess *x, bool busy, bool with_policy, struct sbuf *out) {
+static int sess_json(struct server *srv, const struct sess *x, bool busy, bool with_policy, struct kvb_str *out) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", x->id);
     cJSON_AddStringToObject(o, "object", "session");
@@ -41,36 +41,36 @@ static int sess_json(struct server *srv, const struct sess *x, bool busy, bool w
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!t) return 500;
-    sb_puts(out, t);
-    sb_puts(out, "\n");
+    kvb_str_puts(out, t);
+    kvb_str_puts(out, "\n");
     free(t);
     return 200;
 }
 
 /* Which positions each layer keeps (per KV head) in a sequence, for the page. */
-static int seq_map(struct server *srv, const char *id, int32_t seq, const struct kvb_policy_params *pol, bool busy, struct sbuf *out) {
+static int seq_map(struct server *srv, const char *id, int32_t seq, const struct kvb_policy_params *pol, bool busy, struct kvb_str *out) {
     struct kvb_cache *c = kvb_batch_seq_cache(srv->sched->b, seq);
     if (!c) return 404;
     const int32_t L = srv->mi.n_layer, H = srv->mi.n_head_kv;
-    sb_printf(out, "{\"id\":\"%s\",\"object\":\"session.map\",\"position\":%lld,\"n_layer\":%d,\"n_head_kv\":%d,\"kv_policy\":\"%s\",\"kv_budget\":%d,"
+    kvb_str_printf(out, "{\"id\":\"%s\",\"object\":\"session.map\",\"position\":%lld,\"n_layer\":%d,\"n_head_kv\":%d,\"kv_policy\":\"%s\",\"kv_budget\":%d,"
                    "\"kv_sinks\":%d,\"busy\":%s,\"layers\":[",
               id, (long long)kvb_cache_n_past(c, 0), (int)L, (int)H, kvb_policy_name(pol->id), (int)pol->budget, (int)pol->n_sink,
               busy ? "true" : "false");
     for (int32_t l = 0; l < L; l++) {
-        sb_puts(out, l ? ",[" : "[");
+        kvb_str_puts(out, l ? ",[" : "[");
         for (int32_t h = 0; h < H; h++) {
-            sb_puts(out, h ? ",[" : "[");
+            kvb_str_puts(out, h ? ",[" : "[");
             const int32_t n = kvb_cache_n_slots(c, l, h);
             for (int32_t k = 0; k < n; k++) {
                 struct kvb_slot_info si;
-                if (kvb_cache_slot_info(c, l, h, k, &si) == KVB_OK) sb_printf(out, k ? ",%lld" : "%lld", (long long)si.pos_original);
+                if (kvb_cache_slot_info(c, l, h, k, &si) == KVB_OK) kvb_str_printf(out, k ? ",%lld" : "%lld", (long long)si.pos_original);
             }
-            sb_puts(out, "]");
+            kvb_str_puts(out, "]");
         }
-        sb_puts(out, "]");
+        kvb_str_puts(out, "]");
     }
-    sb_puts(out, "]}\n");
-    return out->oom ? 500 : 200;
+    kvb_str_puts(out, "]}\n");
+    return out->err ? 500 : 200;
 }
 
 /* Answers c from memory when it can; false: it needs the store. */
@@ -158,7 +158,7 @@ void run_ctls(struct server *srv) {
     }
 }
 
-static int ctl_run(struct server *srv, int kind, const char *id, struct sbuf *out, char *err, size_t cap) {
+static int ctl_run(struct server *srv, int kind, const char *id, struct kvb_str *out, char *err, size_t cap) {
     struct ctl c;
     memset(&c, 0, sizeof c);
     c.kind = kind;
@@ -182,7 +182,7 @@ static int ctl_run(struct server *srv, int kind, const char *id, struct sbuf *ou
     return c.status;
 }
 
-int sched_session_json(struct server *srv, const char *id, bool map, struct sbuf *out, char *err, size_t cap) {
+int sched_session_json(struct server *srv, const char *id, bool map, struct kvb_str *out, char *err, size_t cap) {
     return ctl_run(srv, map ? CTL_MAP : CTL_JSON, id, out, err, cap);
 }
 

@@ -89,7 +89,7 @@ static void generation(struct server *srv, enum job_kind kind, const struct http
     if (srv->o.dry_run) { /* the fuzz target: checked, not generated */
         r->status = 200;
         r->content_type = "application/json";
-        sb_puts(&r->body, "{}\n");
+        kvb_str_puts(&r->body, "{}\n");
         job_free(j);
         return;
     }
@@ -221,7 +221,7 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
     if (get && !strcmp(p, "/")) {
         r->status = 200;
         r->content_type = "text/html; charset=utf-8";
-        sb_put(&r->body, serve_page_html, serve_page_html_len);
+        kvb_str_put(&r->body, serve_page_html, serve_page_html_len);
         return;
     }
     if (get && (!strcmp(p, "/health") || !strcmp(p, "/v1/health"))) {
@@ -230,13 +230,13 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         if (!srv->o.dry_run && !sched_store_healthy(srv, err, sizeof err)) { /* turns would fail: a load balancer should send them elsewhere */
             r->status = 503;
             r->retry_after = 1;
-            sb_printf(&r->body, "{\"status\":\"store_unavailable\",\"store\":\"%s\",\"store_error\":", srv->store ? srv->store->kind : "");
-            serve_json_str(&r->body, err);
-            sb_puts(&r->body, "}\n");
+            kvb_str_printf(&r->body, "{\"status\":\"store_unavailable\",\"store\":\"%s\",\"store_error\":", srv->store ? srv->store->kind : "");
+            kvb_str_json(&r->body, err, strlen(err), 0);
+            kvb_str_puts(&r->body, "}\n");
             return;
         }
         r->status = 200;
-        sb_puts(&r->body, "{\"status\":\"ok\"}\n");
+        kvb_str_puts(&r->body, "{\"status\":\"ok\"}\n");
         return;
     }
     if (!authorized(srv, q)) {
@@ -292,9 +292,9 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         if (st == 200) {
             r->status = 200;
             r->content_type = "application/json";
-            sb_puts(&r->body, "{\"id\":");
-            serve_json_str(&r->body, id);
-            sb_puts(&r->body, ",\"object\":\"session\",\"deleted\":true}\n");
+            kvb_str_puts(&r->body, "{\"id\":");
+            kvb_str_json(&r->body, id, strlen(id), 0);
+            kvb_str_puts(&r->body, ",\"object\":\"session\",\"deleted\":true}\n");
         } else if (st == 503) { /* as a turn whose store write failed: the store still holds the session */
             serve_error(r, 503, "store_unavailable", "session '%s' was not deleted: the session store failed (%s); it holds the session still: retry",
                         id, err[0] ? err : "unavailable");

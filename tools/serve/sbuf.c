@@ -1,8 +1,9 @@
 /*
- * sbuf.c — the bottom of kvbound serve, calling nothing of it: the growing
- * text buffer, the monotonic clock, JSON string escaping for bodies
- * written by hand, UTF-8 validation, OpenAI's error object, and a
- * response's memory.
+ * sbuf.c — the bottom of kvbound serve, calling nothing of it: the
+ * monotonic clock, UTF-8 validation and cleaning, OpenAI's error object,
+ * and a response's memory. Bodies are built with the library's string
+ * builder (struct kvb_str, kvb_str_json for their JSON strings: every byte
+ * below 0x20 as \u00xx), whose failure a body's writer checks once.
  */
 #include "serve.h"
 
@@ -18,55 +19,7 @@ double serve_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void sb_put(struct sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *t = realloc(b->s, cap);
-        if (!t) { b->oom = true; return; }
-        b->s = t;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-void sb_puts(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-void sb_printf(struct sbuf *b, const char *fmt, ...) {
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) { sb_put(b, tmp, (size_t)n); return; }
-    char *big = malloc((size_t)n + 1);
-    if (!big) { b->oom = true; return; }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)n);
-    free(big);
-}
-void sb_free(struct sbuf *b) {
-    free(b->s);
-    memset(b, 0, sizeof *b);
-}
-
-void http_resp_free(struct http_resp *r) { sb_free(&r->body); }
-
-/* JSON string escaping for the few bodies written by hand here. */
-void serve_json_str(struct sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
-    for (; *s; s++) {
-        const unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') { sb_put(b, "\\", 1); sb_put(b, s, 1); }
-        else if (c < 0x20) sb_printf(b, "\\u%04x", c);
-        else sb_put(b, s, 1);
-    }
-    sb_put(b, "\"", 1);
-}
+void http_resp_free(struct http_resp *r) { kvb_str_free(&r->body); }
 
 bool utf8_valid(const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
@@ -112,19 +65,19 @@ static size_t utf8_char(const unsigned char *p, size_t n, size_t *bad) {
     return 0;
 }
 
-void sb_put_utf8(struct sbuf *b, const char *s, size_t n) {
+void sb_put_utf8(struct kvb_str *b, const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0, run = 0; /* run: well-formed bytes not yet copied */
     while (i + run < n) {
         size_t bad = 0;
         const size_t len = utf8_char(p + i + run, n - i - run, &bad);
         if (len) { run += len; continue; }
-        sb_put(b, s + i, run);
-        sb_put(b, "\xef\xbf\xbd", 3);
+        kvb_str_put(b, s + i, run);
+        kvb_str_put(b, "\xef\xbf\xbd", 3);
         i += run + bad;
         run = 0;
     }
-    sb_put(b, s + i, run);
+    kvb_str_put(b, s + i, run);
 }
 
 void serve_error(struct http_resp *r, int status, const char *type, const char *fmt, ...) {
@@ -134,13 +87,13 @@ void serve_error(struct http_resp *r, int status, const char *type, const char *
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (!utf8_valid(msg, strlen(msg))) snprintf(msg, sizeof msg, "bad request");
-    sb_free(&r->body);
+    kvb_str_free(&r->body);
     r->status = status;
     r->content_type = "application/json";
-    sb_puts(&r->body, "{\"error\":{\"message\":");
-    serve_json_str(&r->body, msg);
-    sb_puts(&r->body, ",\"type\":");
-    serve_json_str(&r->body, type);
-    sb_printf(&r->body, ",\"param\":null,\"code\":%d}}\n", status);
+    kvb_str_puts(&r->body, "{\"error\":{\"message\":");
+    kvb_str_json(&r->body, msg, strlen(msg), 0);
+    kvb_str_puts(&r->body, ",\"type\":");
+    kvb_str_json(&r->body, type, strlen(type), 0);
+    kvb_str_printf(&r->body, ",\"param\":null,\"code\":%d}}\n", status);
 }
 

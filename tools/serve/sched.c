@@ -222,13 +222,13 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         /* the turn is acknowledged only once its session is stored: the
          * blob is made here (the batch is this thread's), written by the
          * store worker, and the job ends in store_done */
-        struct sbuf body = {0};
+        struct kvb_str body = {0};
         if (j->native) native_response(srv, j, &body); /* what the client gets: the retry's with its key */
         else openai_response(srv, j, &body);           /* (and the history's answer) */
-        char *meta = body.oom ? NULL : history_next(j, x->extra, body.s ? body.s : "{}"); /* from j->turn_meta, history_begin's */
+        char *meta = body.err ? NULL : history_next(j, x->extra, body.p ? body.p : "{}"); /* from j->turn_meta, history_begin's */
         free(j->turn_meta);
         j->turn_meta = meta;
-        sb_free(&body);
+        kvb_str_free(&body);
         size_t bl = 0;
         void *blob = session_blob(srv, x, x->turns + 1, j->turn_meta, &bl);
         struct store_req *r = blob && !s->store_stopped ? store_req_new(SOP_PUT, x->id, j, OWN_SAVE) : NULL;

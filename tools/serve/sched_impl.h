@@ -34,7 +34,7 @@ struct sess {
 struct ctl {
     enum { CTL_JSON, CTL_MAP, CTL_DELETE } kind;
     const char *id;
-    struct sbuf *out;
+    struct kvb_str *out;
     int status;
     bool done;
     bool was_in_memory; /* DELETE: the session was in memory (so found) */

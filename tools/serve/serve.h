@@ -77,25 +77,16 @@
 /* the stand-in assistant answer whose rendering shows what a template writes after one */
 #define SERVE_TEMPLATE_MARK "KVBOUNDANSWERMARK7F3A"
 
-/* ---- sbuf.c: growing text buffer (the bottom: it calls nothing of serve) ---- */
-struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool oom;
-};
-void sb_put(struct sbuf *b, const char *s, size_t n);
-void sb_puts(struct sbuf *b, const char *s);
-void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sb_free(struct sbuf *b);
-/* s as a JSON string, quoted and escaped */
-void serve_json_str(struct sbuf *b, const char *s);
+/* ---- sbuf.c: the bottom (it calls nothing of serve). Bodies are built
+ * with the library's struct kvb_str (kvbound.h): a writer checks its
+ * kvb_str_error once at the end. ---- */
 /* Whether s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
 bool utf8_valid(const char *s, size_t n);
 /* Appends s to b as valid UTF-8: each maximal ill-formed subpart (a stray
  * byte, a sequence cut short) becomes U+FFFD, as Unicode recommends and as
  * Python's errors="replace" decodes. Generated text passes through it: a
  * model can emit bytes that are no character, and JSON must be UTF-8. */
-void sb_put_utf8(struct sbuf *b, const char *s, size_t n);
+void sb_put_utf8(struct kvb_str *b, const char *s, size_t n);
 
 /* ---- a request and its response, free of any HTTP library ---- */
 struct http_req {
@@ -113,7 +104,7 @@ struct job;
 struct http_resp {
     int status;
     const char *content_type;
-    struct sbuf body;
+    struct kvb_str body;
     int retry_after;            /* seconds; 0: no header */
     const char *allow;          /* Allow header (405, OPTIONS) or NULL */
     const char *cors_origin;    /* Access-Control-Allow-Origin (a --cors origin) or NULL */
@@ -179,7 +170,7 @@ struct job {
     double t_submit;
     /* progress (under the server mutex) */
     pthread_cond_t cv;
-    struct sbuf text;        /* text generated so far, stop strings cut out */
+    struct kvb_str text;        /* text generated so far, stop strings cut out */
     size_t sent;             /* bytes of text the connection has written */
     bool started, done, failed, cancelled, abandoned, role_sent, final_sent, done_sent;
     bool stop_word;          /* a stop string ended it (native.c's stop_type "word") */
@@ -213,10 +204,10 @@ struct job {
     struct kvb_detok dt;
     struct kvb_chat_parser *parser; /* chat with tools or reasoning: the text as content, reasoning and calls */
     size_t parsed;           /* bytes of text fed to it */
-    struct sbuf deltas;      /* its deltas, one JSON object a line (under the server mutex) */
+    struct kvb_str deltas;      /* its deltas, one JSON object a line (under the server mutex) */
     size_t deltas_sent;      /* bytes of them the connection has written */
     char *message;           /* done: the whole message as JSON (the parser's), or NULL (plain text) */
-    struct sbuf lp;          /* logprobs: one {"token","logprob","bytes","top_logprobs"} a line, a line per token */
+    struct kvb_str lp;          /* logprobs: one {"token","logprob","bytes","top_logprobs"} a line, a line per token */
     size_t lp_sent;
     size_t held;             /* bytes of text held back (a stop string may be starting) */
     struct job *next;
@@ -304,12 +295,12 @@ struct cJSON *serve_json_body(const char *body, size_t len, struct http_resp *re
 /* Fills j from a request body; on a bad body fills resp (400) and returns false. */
 bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size_t len, struct job *j, struct http_resp *resp);
 /* A whole response (stream false), or one SSE event of a stream. */
-void openai_response(const struct server *srv, const struct job *j, struct sbuf *out);
+void openai_response(const struct server *srv, const struct job *j, struct kvb_str *out);
 /* A retry of a stored turn (j->replay) that asked for a stream: the stored answer as one chunk carrying its whole
  * message (or text), the final chunk with its finish_reason, the usage chunk (include_usage), [DONE]. */
-void openai_replay_stream(const struct server *srv, const struct job *j, struct sbuf *out);
+void openai_replay_stream(const struct server *srv, const struct job *j, struct kvb_str *out);
 void openai_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, bool role, const char *finish,
-                  bool usage_only, const char *lp, size_t lp_n, struct sbuf *out);
+                  bool usage_only, const char *lp, size_t lp_n, struct kvb_str *out);
 /* Shared with extras.c: a boolean field (absent or null leaves *out; else a
  * 400 naming it), and the first field of o, not null, that known (NULL-ended)
  * does not list, or NULL. */
@@ -318,7 +309,7 @@ bool openai_get_bool(const struct cJSON *o, const char *name, bool *out, struct 
 const char *openai_unknown_field(const struct cJSON *o, const char *const *known);
 /* A chat stream's event with one of the parser's deltas (a JSON object) and the logprob lines since the last. */
 void openai_delta_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, const char *lp, size_t lp_n,
-                        struct sbuf *out);
+                        struct kvb_str *out);
 
 /* sched.c: the scheduler thread over the batch */
 struct sched;
@@ -334,7 +325,7 @@ bool sched_submit(struct server *srv, struct job *j);
 /* queries.c: session state as JSON (GET /v1/sessions/{id}), its cache
  * map, or delete: run on the scheduler thread, answered here. Return the
  * HTTP status; 503: the store failed (its cause in err, "" otherwise). */
-int sched_session_json(struct server *srv, const char *id, bool map, struct sbuf *out, char *err, size_t cap);
+int sched_session_json(struct server *srv, const char *id, bool map, struct kvb_str *out, char *err, size_t cap);
 int sched_session_delete(struct server *srv, const char *id, char *err, size_t cap);
 /* Metrics gauges the scheduler keeps. */
 struct sched_gauges {
@@ -423,12 +414,12 @@ void metrics_free(struct metrics *m);
 void metrics_token(struct metrics *m, bool first, double seconds); /* TTFT or inter-token */
 void metrics_count(struct metrics *m, int64_t prefill_tokens, int64_t decode_tokens, int64_t requests_ok, int64_t requests_failed);
 void metrics_rate(struct metrics *m, double prefill_tok_s, double decode_tok_s);
-void metrics_render(struct metrics *m, const struct sched_gauges *g, struct sbuf *out);
+void metrics_render(struct metrics *m, const struct sched_gauges *g, struct kvb_str *out);
 
 /* native.c: llama-server's POST /completion answer: {"content", "stop", ...}, whole or as one SSE event */
-void native_response(const struct server *srv, const struct job *j, struct sbuf *out);
-void native_replay_stream(const struct job *j, struct sbuf *out);
-void native_chunk(const struct server *srv, const struct job *j, const char *text, size_t n, bool final, struct sbuf *out);
+void native_response(const struct server *srv, const struct job *j, struct kvb_str *out);
+void native_replay_stream(const struct job *j, struct kvb_str *out);
+void native_chunk(const struct server *srv, const struct job *j, const char *text, size_t n, bool final, struct kvb_str *out);
 
 /* page.c (generated from page.html) */
 extern const char serve_page_html[];

@@ -293,7 +293,7 @@ static size_t stop_prefix_tail(const struct job *j) {
     for (int k = 0; k < j->n_stops; k++) {
         const size_t ls = strlen(j->stops[k]);
         for (size_t t = ls - 1; t > best; t--)
-            if (t <= j->text.n && !memcmp(j->text.s + j->text.n - t, j->stops[k], t)) { best = t; break; }
+            if (t <= j->text.n && !memcmp(j->text.p + j->text.n - t, j->stops[k], t)) { best = t; break; }
     }
     return best;
 }
@@ -306,9 +306,9 @@ bool add_text(struct job *j, const char *piece, size_t pl) {
         const size_t ls = strlen(j->stops[k]);
         const size_t from = before >= ls ? before - ls + 1 : 0;
         for (size_t at = from; at + ls <= j->text.n; at++)
-            if (!memcmp(j->text.s + at, j->stops[k], ls)) {
+            if (!memcmp(j->text.p + at, j->stops[k], ls)) {
                 j->text.n = at;
-                j->text.s[at] = 0;
+                j->text.p[at] = 0;
                 j->held = 0;
                 return true;
             }
