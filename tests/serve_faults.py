@@ -194,17 +194,22 @@ def framing(host, port, maxbody):
     s = socket.create_connection((host, port), timeout=10)
     s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {maxbody + 1}\r\nExpect: 100-continue\r\n\r\n".encode())
     s.settimeout(5)
-    t0 = time.time()
-    try:
-        first = s.recv(4096)
-    except OSError:
-        first = b""
-    dt = time.time() - t0
+    first, dt = timed_recv(s, 4096)
     s.close()
     ok = status_of(two) == 400 and status_of(te) == 400 and status_of(first) == 413 and dt < 2
     print(("ok" if ok else "FAIL") + f" framing: two Content-Length {status_of(two)}, Content-Length + chunked {status_of(te)}, "
           f"100-continue over --max-body {status_of(first)} in {dt:.2f} s")
     return 0 if ok else 1
+
+
+def timed_recv(s, n):
+    """One recv of at most n bytes (b"" on a reset or timeout) and the seconds it took."""
+    t0 = time.time()
+    try:
+        got = s.recv(n)
+    except OSError:
+        got = b""
+    return got, time.time() - t0
 
 
 def ka_open(host, port, src):
@@ -302,12 +307,7 @@ def keepdeadline(host, port, timeout):
     for i in range(3):
         time.sleep(0.6 * timeout)
         got.append(ka_get(s, host, "/health"))
-    t0 = time.time()
-    try:
-        end = s.recv(1)
-    except OSError:
-        end = b""
-    idle = time.time() - t0
+    end, idle = timed_recv(s, 1)
     s.close()
     ok = got == [200] * 5 and busy > 0.5 * timeout and end == b"" and timeout - 0.5 < idle < timeout + 1.5
     print(("ok" if ok else "FAIL") + f" keepdeadline: --request-timeout {timeout}: asked every {0.6 * timeout:.1f} s, one answer taking "

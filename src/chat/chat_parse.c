@@ -193,6 +193,18 @@ static void sink_char(struct sink *k, bool *oom, const char *c, size_t n) {
     else sb_put(&k->out, oom, c, n);
 }
 
+static void sink_put(struct sink *k, bool *oom, const char *s, size_t n);
+
+/* the held bytes are invalid: U+FFFD for the first, the rest fed again */
+static void sink_held_invalid(struct sink *k, bool *oom) {
+    unsigned char rest[4];
+    int nr = k->nu8 - 1;
+    memcpy(rest, k->u8 + 1, (size_t)nr);
+    k->nu8 = 0;
+    sink_char(k, oom, "\xEF\xBF\xBD", 3);
+    sink_put(k, oom, (const char *)rest, (size_t)nr);
+}
+
 static void sink_put(struct sink *k, bool *oom, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (*oom) return;
@@ -205,13 +217,7 @@ static void sink_put(struct sink *k, bool *oom, const char *s, size_t n) {
                 k->nu8 = 0;
                 continue;
             }
-            /* the held bytes are invalid: U+FFFD for the first, the rest again */
-            unsigned char rest[4];
-            int nr = k->nu8 - 1;
-            memcpy(rest, k->u8 + 1, (size_t)nr);
-            k->nu8 = 0;
-            sink_char(k, oom, "\xEF\xBF\xBD", 3);
-            sink_put(k, oom, (const char *)rest, (size_t)nr);
+            sink_held_invalid(k, oom);
             continue;
         }
         unsigned char c = (unsigned char)s[i];
@@ -234,12 +240,7 @@ static void sink_put(struct sink *k, bool *oom, const char *s, size_t n) {
 /* the end of a stretch of this kind of text: an unfinished character is invalid */
 static void sink_end(struct sink *k, bool *oom) {
     if (!k->nu8) return;
-    unsigned char rest[4];
-    int nr = k->nu8 - 1;
-    memcpy(rest, k->u8 + 1, (size_t)nr);
-    k->nu8 = 0;
-    sink_char(k, oom, "\xEF\xBF\xBD", 3);
-    sink_put(k, oom, (const char *)rest, (size_t)nr);
+    sink_held_invalid(k, oom);
     sink_end(k, oom);
 }
 
