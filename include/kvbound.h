@@ -134,7 +134,8 @@ void kvb_str_put(struct kvb_str *b, const char *s, size_t n);
 void kvb_str_puts(struct kvb_str *b, const char *s);
 void kvb_str_putc(struct kvb_str *b, char c);
 /* Appends printf's text of fmt, of any length. Fails as kvb_str_put, and
- * with KVB_ERR_INVALID when vsnprintf refuses the format. */
+ * with KVB_ERR_INVALID when vsnprintf refuses the format. An argument must
+ * not point into b's own text (the text may move as it grows). */
 void kvb_str_printf(struct kvb_str *b, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

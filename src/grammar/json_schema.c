@@ -1140,9 +1140,7 @@ static kvb_status run(struct swork *w) {
     s->refs = jv_dict_new(s->a, s->e, 8);
     s->root = w->text ? jjson_parse(s->a, s->e, "json schema", w->text, w->len, 64) : (jv){.t = JV_DICT, .u.d = jv_dict_new(s->a, s->e, 1).u.d};
     const char *top = gen(s, s->root, "");
-    putf(s, &s->out, "%sroot ::= %s\n", s->prefix, top);
-    jbuf_put(s->a, s->e, &s->out, "", 1);
-    s->out.n--;
+    putf(s, &s->out, "%sroot ::= %s\n", s->prefix, top); /* the builder keeps its text NUL-terminated */
     return KVB_OK;
 }
 

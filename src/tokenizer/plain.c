@@ -27,25 +27,6 @@
 #define CLOSE "\xEF\xB7\x91"
 enum { MARK_LEN = 3 };
 
-/* A growing byte buffer of the library's allocator (oom is sticky). */
-struct pbuf {
-    char *p;
-    size_t n;
-    int64_t cap;
-    bool oom;
-};
-
-static void put(struct pbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if ((int64_t)(b->n + n + 1) > b->cap && kvb_grow((void **)&b->p, &b->cap, (int64_t)(b->n + n + 1), 1) != KVB_OK) {
-        b->oom = true;
-        return;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
 static bool at_mark(const char *text, size_t len, size_t at, const char *mark) {
     return at <= len && len - at >= MARK_LEN && !memcmp(text + at, mark, MARK_LEN);
 }
@@ -58,30 +39,28 @@ static bool has_open(const char *text, size_t len) {
 
 kvb_status kvb_vocab_mark_plain(const struct kvb_vocab *v, const char *text, size_t len, char **out, size_t *out_len) {
     if (!v || (!text && len) || !out) return kvb_fail(KVB_ERR_INVALID, "mark_plain: bad arguments");
-    struct pbuf b = {0};
-    put(&b, "", 0); /* an allocation even for empty text */
+    struct kvb_str b = {0};
     size_t start = 0;
     for (size_t at = 0; at < len;) {
         const int32_t sp = v->special_first[(uint8_t)text[at]] ? kvb_vocab_match_special(v, text, len, at, true) : -1;
         const bool control = sp >= 0 && v->type[sp] != KVB_TOKEN_USER_DEFINED;
         if (control || at_mark(text, len, at, OPEN)) {
-            put(&b, text + start, at - start);
-            put(&b, OPEN, MARK_LEN);
-            if (control) put(&b, text + at, kvb_vocab_len(v, sp));
-            put(&b, CLOSE, MARK_LEN);
+            kvb_str_put(&b, text + start, at - start);
+            kvb_str_put(&b, OPEN, MARK_LEN);
+            if (control) kvb_str_put(&b, text + at, kvb_vocab_len(v, sp));
+            kvb_str_put(&b, CLOSE, MARK_LEN);
             at += control ? kvb_vocab_len(v, sp) : MARK_LEN;
             start = at;
             continue;
         }
         at += sp >= 0 ? kvb_vocab_len(v, sp) : 1; /* a USER_DEFINED token is one either way */
     }
-    put(&b, text + start, len - start);
-    if (b.oom) {
-        kvb_free(b.p);
-        return kvb_fail(KVB_ERR_NOMEM, "mark_plain: out of memory for %zu bytes of text", len);
-    }
-    *out = b.p;
-    if (out_len) *out_len = b.n;
+    kvb_str_put(&b, text + start, len - start);
+    size_t n = 0;
+    char *p = kvb_str_finish(&b, &n); /* "" allocated for empty text */
+    if (!p) return kvb_fail(KVB_ERR_NOMEM, "mark_plain: out of memory for %zu bytes of text", len);
+    *out = p;
+    if (out_len) *out_len = n;
     return KVB_OK;
 }
 
@@ -92,26 +71,26 @@ kvb_status kvb_vocab_tokenize_marked(const struct kvb_vocab *v, const char *text
         return kvb_fail(KVB_ERR_UNSUPPORTED, "tokenize: this model has no vocabulary (tokenizer.ggml.model 'no_vocab'): it takes token ids only");
     if (!has_open(text, len)) return kvb_vocab_tokenize(v, text, len, add_special, true, ids, n_ids);
     struct kvb_tok_out o = {0};
-    struct pbuf frag = {0}; /* the fragment being gathered, marks taken out */
+    struct kvb_str frag = {0}; /* the fragment being gathered, marks taken out */
     bool after_special = true;
     if (add_special && v->add_bos && v->bos >= 0) kvb_tok_emit(&o, v->bos);
     size_t run = 0; /* text[run, at) is plain text not yet in frag */
     for (size_t at = 0; at <= len;) {
         if (at < len && at_mark(text, len, at, OPEN)) {
-            put(&frag, text + run, at - run);
+            kvb_str_put(&frag, text + run, at - run);
             const size_t in = at + MARK_LEN;
             const int32_t sp = in < len ? kvb_vocab_match_special(v, text, len, in, true) : -1;
             if (at_mark(text, len, in, CLOSE)) { /* a literal U+FDD0 */
-                put(&frag, OPEN, MARK_LEN);
+                kvb_str_put(&frag, OPEN, MARK_LEN);
                 at = in + MARK_LEN;
             } else if (sp >= 0 && at_mark(text, len, in + kvb_vocab_len(v, sp), CLOSE)) { /* client text: plain */
-                put(&frag, text + in, kvb_vocab_len(v, sp));
+                kvb_str_put(&frag, text + in, kvb_vocab_len(v, sp));
                 at = in + kvb_vocab_len(v, sp) + MARK_LEN;
             } else if (sp >= 0) { /* client text whose close the template cut off (a slice, truncate): still plain */
-                put(&frag, text + in, kvb_vocab_len(v, sp));
+                kvb_str_put(&frag, text + in, kvb_vocab_len(v, sp));
                 at = in + kvb_vocab_len(v, sp);
             } else { /* not a mark of ours: text as written */
-                put(&frag, OPEN, MARK_LEN);
+                kvb_str_put(&frag, OPEN, MARK_LEN);
                 at = in;
             }
             run = at;
@@ -119,8 +98,8 @@ kvb_status kvb_vocab_tokenize_marked(const struct kvb_vocab *v, const char *text
         }
         const int32_t sp = at < len && v->special_first[(uint8_t)text[at]] ? kvb_vocab_match_special(v, text, len, at, true) : -1;
         if (at == len || sp >= 0) {
-            put(&frag, text + run, at - run);
-            kvb_tok_fragment(v, frag.p, frag.oom ? 0 : frag.n, sp, &after_special, &o);
+            kvb_str_put(&frag, text + run, at - run);
+            kvb_tok_fragment(v, frag.p, frag.err ? 0 : frag.n, sp, &after_special, &o);
             frag.n = 0;
             if (at == len) break;
             at += kvb_vocab_len(v, sp);
@@ -130,8 +109,8 @@ kvb_status kvb_vocab_tokenize_marked(const struct kvb_vocab *v, const char *text
         at++;
     }
     if (add_special && v->add_eos && v->eos >= 0) kvb_tok_emit(&o, v->eos);
-    const bool oom = frag.oom || o.oom;
-    kvb_free(frag.p);
+    const bool oom = frag.err != KVB_OK || o.oom;
+    kvb_str_free(&frag);
     if (!oom && !o.ids) o.ids = kvb_malloc(sizeof(int32_t));
     if (oom || !o.ids) {
         kvb_free(o.ids);

@@ -369,7 +369,11 @@ static void print_table(const struct lab_report *rep) {
 static void json_str(FILE *f, const char *s) {
     struct kvb_str b = {0};
     kvb_str_json(&b, s, strlen(s), 0);
-    if (b.p) fwrite(b.p, 1, b.n, f); /* out of memory: what was written */
+    if (kvb_str_error(&b) != KVB_OK) { /* never a cut string in the report */
+        fprintf(stderr, "kvbound lab: out of memory writing the JSON report\n");
+        exit(1);
+    }
+    fwrite(b.p, 1, b.n, f);
     kvb_str_free(&b);
 }
 

@@ -132,6 +132,16 @@ static void add_headers(struct MHD_Response *r, const struct http_resp *h) {
 }
 
 static enum MHD_Result send_resp(struct MHD_Connection *c, const struct http_resp *h) {
+    if (kvb_str_error(&h->body) != KVB_OK) { /* a body cut short by a failed append is never sent: a 500 instead */
+        if (h->status == 500) return MHD_NO;
+        struct http_resp e;
+        memset(&e, 0, sizeof e);
+        serve_error(&e, 500, "server_error", "out of memory while writing the answer");
+        e.close = true;
+        const enum MHD_Result ok = kvb_str_error(&e.body) == KVB_OK ? send_resp(c, &e) : MHD_NO;
+        http_resp_free(&e);
+        return ok;
+    }
     struct MHD_Response *r = MHD_create_response_from_buffer(h->body.n, h->body.p ? h->body.p : (char *)"", MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     if (h->body.n || h->status != 204) MHD_add_response_header(r, "Content-Type", h->content_type ? h->content_type : "application/json");
@@ -250,6 +260,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         pthread_mutex_lock(&st->srv->mu);
         for (;;) {
             stream_events(st);
+            if (kvb_str_error(&st->out) != KVB_OK || kvb_str_error(&st->j->deltas) != KVB_OK) { /* an event cut short: end the stream broken, never with [DONE] */
+                pthread_mutex_unlock(&st->srv->mu);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
             if (st->out.n || st->finished) break;
             wait_100ms(st->srv, st->j);
             const enum peer ps = peer_state(st->fd);

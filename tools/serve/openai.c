@@ -518,6 +518,7 @@ static bool forced_call_grammar(const struct server *srv, const cJSON *tools, st
             kvb_str_puts(&g, "\n");
         }
     }
+    if (alts.err) g.err = alts.err; /* a call's alternative lost: the grammar is not built */
     kvb_str_free(&alts);
     if (!ok || g.err) {
         if (ok) serve_error(r, 500, "server_error", "out of memory");

@@ -84,6 +84,7 @@ static void token_fields(const struct server *srv, struct kvb_str *b, int32_t id
     struct kvb_str t = {0};
     sb_put_utf8(&t, piece, pl);
     kvb_str_put(&t, "", 1);
+    if (t.err && !b->err) b->err = t.err; /* the token's text lost: the whole answer fails, never a cut string */
     kvb_str_puts(b, "\"token\":");
     kvb_str_json(b, t.p ? t.p : "", t.p ? strlen(t.p) : 0, 0);
     kvb_str_free(&t);
