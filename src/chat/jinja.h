@@ -2,6 +2,16 @@
  * jinja.h — the chat room's internal header: a Jinja2 interpreter for chat
  * templates (jinja.c) over the library's JSON values (src/json/json.h), and
  * the checks of kvb_chat_apply's JSON inputs (chat_json.c).
+ *
+ * The room (src/chat), and how its files call one another (one way; checked
+ * by tests/src_layers.py): chat_jinja.c (kvb_chat_apply, the front) calls
+ * jinja.c (a render), chat_json.c (the inputs checked, plain messages) and
+ * chat_template.c (the signature families, the fallback); those three call
+ * nothing else in the room. chat_parse.c (the model's output back as an
+ * assistant message) stands alone: it reads calls with src/json and checks
+ * their arguments through src/grammar. Below the room: the tokenizer (a
+ * vocabulary's template and special tokens), src/json, src/grammar and core;
+ * nothing below calls into it.
  */
 #ifndef KVB_CHAT_JINJA_H
 #define KVB_CHAT_JINJA_H
