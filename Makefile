@@ -21,8 +21,10 @@ build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# tests run at once under make test (KVB_TEST_JOBS overrides): one per core keeps it under ten minutes on two
+TEST_JOBS ?= $(JOBS)
 test: build
-	@sh tests/run_tests.sh $(BUILD)
+	@KVB_TEST_JOBS=$${KVB_TEST_JOBS:-$(TEST_JOBS)} sh tests/run_tests.sh $(BUILD)
 
 demo: build
 	@$(BUILD)/kvbound lab --scenario all --out lab-report
