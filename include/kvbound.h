@@ -419,7 +419,15 @@ struct kvb_kv_params {
     struct kvb_recall_params recall; /* reversible eviction: off when pages is 0 */
     const struct kvb_kv_layer *layers; /* per-layer overrides (n_layers of them), or NULL */
     int32_t n_layers;
+    int32_t keep;                /* the pinned span: the first `keep` positions of a sequence (its
+                                  * instructions) are never evicted by any policy, never go cold,
+                                  * and sit ON TOP of the budget, which bounds the tokens after
+                                  * them; the policy's sinks are the positions 0..n_sink-1, so the
+                                  * span subsumes them (n_sink - keep sinks remain after it).
+                                  * 0..KVB_KEEP_MAX; 0 = none (the default); a sliding-window
+                                  * layer's window still bounds that layer */
 };
+#define KVB_KEEP_MAX (1 << 20) /* the largest kvb_kv_params.keep */
 struct kvb_kv_params kvb_kv_default_params(void);
 /* The V rows' type in effect (KVB_DTYPE_AS_K resolved to the K rows'). */
 enum kvb_dtype kvb_kv_v_type(const struct kvb_kv_params *kv);
@@ -430,7 +438,8 @@ enum kvb_dtype kvb_kv_v_type(const struct kvb_kv_params *kv);
  * their peak for a prompt of n_prompt tokens, e.g. the snapkv family reads
  * a prompt whole before compressing it), one prompt chunk read before
  * eviction (at most the prompt), two pages of compaction slack, and the
- * recall area; in pages of kvb_kv_params' page size. A sliding-window
+ * recall area, plus the pinned span (kv.keep) of every evicting policy's
+ * stream; in pages of kvb_kv_params' page size. A sliding-window
  * layer of kv.layers holds its window less one plus the chunk, and no recall
  * area (a model's: kvb_model_kv_seq_bytes). 0 for a bad argument
  * (unknown policy or dtype, block_size or geometry out of range). */

@@ -150,7 +150,11 @@ void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     uint8_t *vd = kvb_stream_vrow(&c->geom, s, slot);
     if (v) kvb_kv_row_store(c->params.kv.kv_dtype_v, v, vd, d);
     else memset(vd, 0, c->geom.row_bytes_v);
-    if (c->policy.iface->on_append) c->policy.iface->on_append(&c->policy, &s->v, s->v.n - 1, k, d);
+    if (c->policy.iface->on_append) { /* a pinned token is no slot of the policy's view */
+        struct kvb_stream_view pv;
+        const int32_t pin = kvb_cache_policy_view(c, s, &pv);
+        if (s->v.n - 1 >= pin) c->policy.iface->on_append(&c->policy, &pv, s->v.n - 1 - pin, k, d);
+    }
 }
 
 void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s, int32_t j, float *k, float *v) {

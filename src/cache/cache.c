@@ -78,6 +78,8 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         return kvb_fail(KVB_ERR_INVALID, "cache: block_size must be a power of two in 1..4096, got %d", (int)p->kv.block_size);
     if (p->kv.pos_mode < KVB_POS_POLICY_DEFAULT || p->kv.pos_mode > KVB_POS_CAPPED) return kvb_fail(KVB_ERR_INVALID, "cache: unknown pos_mode %d", (int)p->kv.pos_mode);
     if (p->kv.max_distance < 0) return kvb_fail(KVB_ERR_INVALID, "cache: max_distance must be >= 0, got %d", (int)p->kv.max_distance);
+    if (p->kv.keep < 0 || p->kv.keep > KVB_KEEP_MAX)
+        return kvb_fail(KVB_ERR_INVALID, "cache: kv.keep (the pinned span) must be in 0..%d, got %d", KVB_KEEP_MAX, (int)p->kv.keep);
     if (p->no_rope) {
         for (int32_t l = 0; l < p->n_layer; l++)
             if (p->no_rope[l] > 1) return kvb_fail(KVB_ERR_INVALID, "cache: no_rope[%d] is %d, not 0 or 1", (int)l, (int)p->no_rope[l]);
@@ -168,7 +170,7 @@ static bool may_compact(const struct kvb_cache *c, const struct kvb_stream *s, i
         while (k < s->v.n && next - s->v.pos[s->v.order[k]] >= s->window) k++;
         k += KVB_MAX(0, (int64_t)n_new - s->window + 1);
     } else if (s->v.budget > 0 && !(c->policy.iface->flags & KVB_PF_NEVER_EVICT)) {
-        k = KVB_MAX(0, (int64_t)s->v.n + n_new - s->v.budget);
+        k = KVB_MAX(0, (int64_t)s->v.n - kvb_cache_pinned(c, s) + n_new - s->v.budget); /* the span is never evicted */
         if (k > 0 && (c->policy.iface->flags & KVB_PF_WHOLE_PAGES)) k += c->geom.block_size - 1;
     }
     if (k == 0) return false;
@@ -392,11 +394,16 @@ void kvb_cache_unreserve(struct kvb_cache *c) {
 /* eviction: the cache asks, the policy answers                             */
 /* ------------------------------------------------------------------------ */
 
-/* Evicts stream s down to its budget. Cannot fail. */
+/* Evicts stream s down to its budget: the slots after its pinned span
+ * (kv.keep) down to the budget, the policy choosing among them only. Cannot
+ * fail. */
 static void evict_stream(struct kvb_cache *c, struct kvb_stream *s) {
     const struct kvb_policy_i *pi = c->policy.iface;
-    if (!s->v.budget || s->v.n <= s->v.budget || (pi->flags & KVB_PF_NEVER_EVICT)) return;
-    int32_t k = pi->select(&c->policy, &s->v, s->v.n - s->v.budget, s->victims);
+    struct kvb_stream_view pv;
+    const int32_t pin = kvb_cache_policy_view(c, s, &pv);
+    if (!pv.budget || pv.n <= pv.budget || (pi->flags & KVB_PF_NEVER_EVICT)) return;
+    int32_t k = pi->select(&c->policy, &pv, pv.n - pv.budget, s->victims);
+    for (int32_t i = 0; pin && i < k; i++) s->victims[i] += pin; /* the view's logical slots are the stream's after the span */
     k = kvb_stream_sort_victims(s->victims, k);
     kvb_recall_evicted(c, s, s->victims, k); /* recall: to the cold tier first */
     kvb_stream_remove(&c->geom, s, c->pool, s->victims, k);
@@ -485,6 +492,9 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     c->params.kv.kv_dtype_v = v_dtype(params); /* resolved: the V rows' own type */
     c->kr = kvb_kernels();
     c->policy = kvb_policy_make(&params->kv.policy, params->kv.block_size);
+    /* the pinned span holds positions 0..keep-1, so it is the sinks: the
+     * policy's view (after the span) keeps only the sinks past it */
+    c->policy.params.n_sink = KVB_MAX(0, params->kv.policy.n_sink - params->kv.keep);
     c->pos_mode = params->kv.pos_mode == KVB_POS_POLICY_DEFAULT ? c->policy.iface->default_pos : params->kv.pos_mode;
     if (params->kv.recall.pages > 0 && c->pos_mode == KVB_POS_CONTIGUOUS) /* streaming's default: recalled tokens keep their positions */
         c->pos_mode = params->kv.max_distance > 0 ? KVB_POS_CAPPED : KVB_POS_ORIGINAL;
@@ -705,7 +715,11 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
             kvb_attend_decode(c, s, hs, jb->q + (size_t)h * jb->G * d, jb->G, pos, jb->out + (size_t)h * jb->G * d,
                           want_w ? kvb_head_scratch_col(hs) : NULL);
             if (c->observer) c->observer(c->observer_user, jb->layer, h, kvb_head_scratch_col(hs), s->v.n);
-            if (policy_w) c->policy.iface->observe(&c->policy, &s->v, kvb_head_scratch_col(hs), s->v.n, false);
+            if (policy_w) {
+                struct kvb_stream_view pv;
+                const int32_t pin = kvb_cache_policy_view(c, s, &pv);
+                c->policy.iface->observe(&c->policy, &pv, kvb_head_scratch_col(hs) + pin, pv.n, false);
+            }
             if (!window && !c->policy.iface->combine) evict_stream(c, s); /* else after every head: combine_and_evict */
         }
         if (window) evict_window(c, s, pos + 1);
@@ -784,7 +798,11 @@ static kvb_status observe_common(struct kvb_cache *c, int32_t layer, int32_t hea
     if (!w || n != s->v.n) return kvb_fail(KVB_ERR_INVALID, "cache_observe: row has %d weights, stream has %d slots", (int)n, (int)s->v.n);
     const struct kvb_policy_i *pi = c->policy.iface;
     if (c->window[layer]) return KVB_OK; /* the model's window bounds the layer: no evidence is kept */
-    if (pi->observe && (pi->flags & (prefill ? KVB_PF_PREFILL_MASS : KVB_PF_DECODE_ATTN))) pi->observe(&c->policy, &s->v, w, n, prefill);
+    if (pi->observe && (pi->flags & (prefill ? KVB_PF_PREFILL_MASS : KVB_PF_DECODE_ATTN))) {
+        struct kvb_stream_view pv;
+        const int32_t pin = kvb_cache_policy_view(c, s, &pv);
+        pi->observe(&c->policy, &pv, w + pin, pv.n, prefill); /* the pinned span keeps no evidence */
+    }
     return KVB_OK;
 }
 
@@ -836,7 +854,11 @@ static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
             kvb_attend_append(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v + ((size_t)i * H + h) * d, (int32_t)(p0 + i));
         if (jb->mass) memset(kvb_head_scratch_col(hs), 0, sizeof(float) * (size_t)s->v.n);
         kvb_attend_tokens(c, s, hs, h, jb->q, jb->n_head, jb->G, C, n_prev, p0, jb->out, obs_from, jb->mass ? kvb_head_scratch_col(hs) : NULL);
-        if (jb->mass) c->policy.iface->observe(&c->policy, &s->v, kvb_head_scratch_col(hs), s->v.n, true);
+        if (jb->mass) {
+            struct kvb_stream_view pv;
+            const int32_t pin = kvb_cache_policy_view(c, s, &pv);
+            c->policy.iface->observe(&c->policy, &pv, kvb_head_scratch_col(hs) + pin, pv.n, true);
+        }
     }
 }
 
@@ -855,9 +877,14 @@ static void evict_worker(int32_t ith, int32_t nth, void *arg) {
     }
 }
 
-/* The streams of a layer, for the policy hooks that see a whole layer. */
-static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stream_view **ptrs) {
-    for (int32_t h = 0; h < c->params.n_kv_head; h++) ptrs[h] = &kvb_cache_stream(c, layer, h)->v;
+/* The policy's views of a layer's streams (each after its pinned span), for
+ * the policy hooks that see a whole layer: views[h], pointed at by ptrs[h].
+ * A hook that sets budgets writes them into the views (view_budgets_back). */
+static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stream_view *views, struct kvb_stream_view **ptrs) {
+    for (int32_t h = 0; h < c->params.n_kv_head; h++) {
+        kvb_cache_policy_view(c, kvb_cache_stream(c, layer, h), &views[h]);
+        ptrs[h] = &views[h];
+    }
     return c->params.n_kv_head;
 }
 
@@ -865,8 +892,8 @@ static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stre
  * (over tp's threads; tp NULL: serially). */
 static void combine_and_evict(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp) {
     if (c->policy.iface->combine && !c->window[layer]) {
-        struct kvb_stream_view *ptrs[KVB_MAX_KV_HEADS];
-        int32_t H = layer_streams(c, layer, ptrs);
+        struct kvb_stream_view views[KVB_MAX_KV_HEADS], *ptrs[KVB_MAX_KV_HEADS];
+        int32_t H = layer_streams(c, layer, views, ptrs);
         c->policy.iface->combine(&c->policy, ptrs, H);
     }
     struct layer_job ej = {c, layer};
@@ -932,7 +959,9 @@ static void vote_worker(int32_t ith, int32_t nth, void *arg) {
         memset(kvb_head_scratch_col(hs), 0, sizeof(float) * (size_t)s->v.n);
         kvb_attend_tokens(c, s, hs, h, c->ring_q[l], n_head, n_head / H, r, s->v.n - r, p0, NULL, 0, kvb_head_scratch_col(hs));
         memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
-        c->policy.iface->observe(&c->policy, &s->v, kvb_head_scratch_col(hs), s->v.n, true);
+        struct kvb_stream_view pv;
+        const int32_t pin = kvb_cache_policy_view(c, s, &pv);
+        c->policy.iface->observe(&c->policy, &pv, kvb_head_scratch_col(hs) + pin, pv.n, true);
     }
 }
 
@@ -947,14 +976,14 @@ static int32_t stream_target(const struct kvb_policy_params *pp, const struct kv
 static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp) {
     c->has_reserve = false;
     const struct kvb_policy_params *pp = &c->params.kv.policy;
-    struct kvb_stream_view *ptrs[KVB_MAX_KV_HEADS];
-    const int32_t H = layer_streams(c, l, ptrs);
+    struct kvb_stream_view views[KVB_MAX_KV_HEADS], *ptrs[KVB_MAX_KV_HEADS];
     struct layer_job jb = {c, l};
     if (c->ring_n[l] > 0) kvb_threadpool_run(tp, vote_worker, &jb);
+    const int32_t H = layer_streams(c, l, views, ptrs); /* the prompt after the pinned span is what compresses */
     const int64_t prompt = c->n_past[l];
     int32_t base = pp->budget, P = 0;
     if (pp->budget_frac > 0) {
-        double b = floor((double)pp->budget_frac * (double)prompt);
+        double b = floor((double)pp->budget_frac * (double)(prompt - KVB_MIN(prompt, (int64_t)c->params.kv.keep)));
         base = KVB_MAX((int32_t)KVB_MIN(b, (double)INT32_MAX), pp->n_sink + 1);
     }
     for (int32_t h = 0; h < H; h++) {
@@ -962,12 +991,14 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
         P = KVB_MAX(P, ptrs[h]->n);
     }
     if (c->policy.iface->budgets) c->policy.iface->budgets(&c->policy, ptrs, H, l, c->params.n_layer, base, P);
+    for (int32_t h = 0; h < H; h++) kvb_cache_stream(c, l, h)->v.budget = views[h].budget;
     kvb_threadpool_run(tp, evict_worker, &jb);
     for (int32_t h = 0; h < H; h++) {
-        struct kvb_stream_view *s = ptrs[h];
+        struct kvb_stream *st = kvb_cache_stream(c, l, h);
+        struct kvb_stream_view *s = &st->v;
         const int64_t dec = pp->decode_budget ? pp->decode_budget : stream_target(pp, s, base);
         s->prompt_end = (int32_t)prompt;
-        s->budget = (int32_t)KVB_MIN((int64_t)s->n + dec, (int64_t)INT32_MAX);
+        s->budget = (int32_t)KVB_MIN((int64_t)s->n - kvb_cache_pinned(c, st) + dec, (int64_t)INT32_MAX);
     }
     c->ring_n[l] = 0;
 }
@@ -1032,7 +1063,7 @@ kvb_status kvb_cache_set_budget(struct kvb_cache *c, int32_t layer, int32_t head
     for (int32_t l = 0; l < c->params.n_layer && st == KVB_OK; l++)
         for (int32_t h = 0; h < c->params.n_kv_head && st == KVB_OK; h++) {
             const struct kvb_stream *s = kvb_cache_stream(c, l, h);
-            if ((layer < 0 || l == layer) && (head < 0 || h == head) && !c->window[l] && s->cow && tokens && s->v.n > tokens)
+            if ((layer < 0 || l == layer) && (head < 0 || h == head) && !c->window[l] && s->cow && tokens && s->v.n - kvb_cache_pinned(c, s) > tokens)
                 st = cow_collect(c, (size_t)l * c->params.n_kv_head + h, 0, true, &list, &cap, &n);
         }
     uint8_t **fresh = n > 0 && st == KVB_OK ? kvb_malloc(sizeof(uint8_t *) * (size_t)n) : NULL;

@@ -103,6 +103,38 @@ static inline struct kvb_stream *kvb_cache_stream(const struct kvb_cache *c, int
 
 void kvb_cache_note_peak(struct kvb_cache *c);
 
+/* The pinned span (kv.keep) of stream s: how many of its first logical
+ * slots hold an original position below keep. They are never evicted, so
+ * they lead the logical order; 0 for a sliding-window layer (the model's
+ * window bounds it, not a policy). O(log keep): positions increase. */
+static inline int32_t kvb_cache_pinned(const struct kvb_cache *c, const struct kvb_stream *s) {
+    const int32_t keep = c->params.kv.keep;
+    if (keep <= 0 || s->window) return 0;
+    int32_t lo = 0, hi = KVB_MIN(s->v.n, keep); /* distinct positions >= 0: at most keep lie below keep */
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (s->v.pos[s->v.order[mid]] < keep) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* What the policy sees of s: its slots after the pinned span (their state,
+ * order and count), everything else as s's own view; returns the span's
+ * length, the view's logical slot j being s's slot j + span. The policy
+ * never sees, scores or chooses a pinned slot; the view's budget is s's,
+ * which so bounds the tokens after the span. With keep 0 it is s->v. */
+static inline int32_t kvb_cache_policy_view(const struct kvb_cache *c, const struct kvb_stream *s, struct kvb_stream_view *v) {
+    const int32_t pin = kvb_cache_pinned(c, s);
+    *v = s->v;
+    if (pin) {
+        v->n -= pin;
+        v->order += pin;
+        if (c->geom.n_state) v->state += (size_t)pin * (size_t)c->geom.n_state;
+    }
+    return pin;
+}
+
 static inline size_t kvb_cache_stream_index(const struct kvb_cache *c, const struct kvb_stream *s) {
     return (size_t)(s - c->streams);
 }

@@ -19,6 +19,8 @@
  *           i32 has_ff_swa [f32 ff[n_dims/2]], f32 attn_softcap (sliding-window layers, Gemma)
  *   flags 8: i32 n_sink_heads, f32 sinks[n_layer][n_sink_heads] before n_past (learned sink
  *           logits, gpt-oss)
+ *   flags 16: then i32 keep (kv.keep > 0, the pinned span; an image of a build without it
+ *           is refused by its flags)
  *   version 4 (flags 1, written for a cache with recall) adds, after n_state:
  *           i32 recall_pages every summary i64 cold_mem_bytes i32 paused
  *           i64 dropped_pages total_cold_pages
@@ -56,6 +58,8 @@
 #define IMAGE_NO_ROPE 2u            /* flags bit (versions 3, 4): u8 no_rope[n_layer] follow n_state */
 #define IMAGE_WINDOWS 4u            /* flags bit (versions 3, 4): a model's windows, rope_swa, softcap follow no_rope */
 #define IMAGE_SINKS 8u              /* flags bit (versions 3, 4): the sink logits come before n_past */
+#define IMAGE_KEEP 16u              /* flags bit (versions 3, 4): i32 keep (the pinned span) follows the windows */
+#define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP)
 
 /* ---- writer ---- */
 struct wbuf {
@@ -122,7 +126,8 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_bytes(&w, KVB_CACHE_MAGIC, 8);
     w_u32(&w, c->recall ? KVB_CACHE_VERSION_RECALL : KVB_CACHE_VERSION);
     const bool windows = p->kv.n_layers > 0 || p->rope_swa.base > 0 || p->attn_softcap > 0;
-    w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u) | (c->sinks ? IMAGE_SINKS : 0u));
+    w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u) | (c->sinks ? IMAGE_SINKS : 0u) |
+                  (p->kv.keep ? IMAGE_KEEP : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -144,6 +149,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
         if (c->freq_factors_swa) w_bytes(&w, c->freq_factors_swa, sizeof(float) * (size_t)c->n_pairs);
         w_f32(&w, p->attn_softcap);
     }
+    if (p->kv.keep) w_i32(&w, p->kv.keep);
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     if (c->recall) {
         struct kvb_cold_counts cc;
@@ -311,8 +317,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     if (!r_bytes(&r, &version, 4, "version") || !r_bytes(&r, &flags, 4, "flags")) return TRUNC();
     if (version < 2u || version > KVB_CACHE_VERSION_RECALL)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads 2 to %u)", version, KVB_CACHE_VERSION_RECALL);
-    if ((flags & ~(IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS)) != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u) ||
-        ((flags & (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS)) && version < 3u))
+    if ((flags & ~IMAGE_FLAGS) != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u) || ((flags & IMAGE_FLAGS) && version < 3u))
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: flags 0x%x are not valid for version %u", flags, version);
     struct kvb_cache_params p = kvb_cache_default_params();
     int32_t dtype, dtype_v = KVB_DTYPE_AS_K, pos_mode, rope_type, has_ff, pid;
@@ -388,6 +393,10 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
             p.rope_swa.freq_factors = ff_swa;
         }
         if (!r_f32(&r, &p.attn_softcap, "attn_softcap")) return TRUNC();
+    }
+    if (flags & IMAGE_KEEP) { /* kvb_cache_init checks its range */
+        if (!r_i32(&r, &p.kv.keep, "keep")) return TRUNC();
+        if (p.kv.keep < 1) return kvb_fail(KVB_ERR_CORRUPT, "cache image: keep %d with flags 16 (a pinned span)", (int)p.kv.keep);
     }
     int32_t paused = 0;
     int64_t dropped = 0, total_cold = 0, image_cold_mem = 0;

@@ -5,7 +5,8 @@
  * ppl, needle, the server) asks kvb_kv_seq_bytes: per stream, the policy's
  * peak (kvb_policy_peak_tokens, a vtable slot), one chunk read before
  * eviction, two pages of compaction slack and the recall area, in pages of
- * the configuration's page size. A model's sliding-window layers (kv.layers)
+ * the configuration's page size, plus the pinned span (kv.keep), which sits
+ * on top of the budget. A model's sliding-window layers (kv.layers)
  * count their window instead of the policy's peak, and no recall area.
  */
 #include "cache_impl.h"
@@ -38,6 +39,9 @@ size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t
     const bool full = kvb_policy_iface(kv->policy.id)->flags & KVB_PF_NEVER_EVICT;
     const int64_t tokens = KVB_MIN(KVB_MAX(kvb_policy_peak_tokens(&kv->policy, KVB_MIN(n_prompt, (int64_t)1 << 40), KVB_MIN(n_ctx, (int64_t)1 << 40)),
                                            (int64_t)0), (int64_t)1 << 40); /* no overflow below for any argument */
+    /* the pinned span (kv.keep) sits on top of the budget: an evicting
+     * policy's stream holds it besides its peak (at most the context) */
+    const int64_t keep = full || kv->keep < 0 ? 0 : KVB_MIN((int64_t)kv->keep, KVB_MAX(KVB_MIN(n_ctx, (int64_t)1 << 40), (int64_t)0));
     const int64_t c = KVB_MIN((int64_t)KVB_MAX(chunk, 1), KVB_MAX(n_prompt, (int64_t)1)); /* a chunk read before eviction */
     const int64_t area = full ? 0 : KVB_MAX(kv->recall.pages, 0);                        /* taken with the hot pages */
     /* sliding-window layers (kv.layers): W - 1 tokens between steps, the
@@ -52,7 +56,7 @@ size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t
         win_pages += (double)((held + c + B - 1) / B + 2);
         n_win++;
     }
-    const double pages = (double)((tokens + c + B - 1) / B + 2 + area) * (double)(n_layer - n_win) + win_pages;
+    const double pages = (double)((tokens + keep + c + B - 1) / B + 2 + area) * (double)(n_layer - n_win) + win_pages;
     const double bytes = pages * (double)n_kv_head * (double)page;
     return bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
 }

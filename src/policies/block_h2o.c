@@ -1,8 +1,9 @@
 /*
  * block_h2o.c — block-level H2O (PagedAttention-style eviction): H2O scores
  * summed per page, and whole pages evicted, so memory returns to the pool a
- * page at a time and no page is left partly used. A page holding a sink or a
- * protected recent slot is not eligible; if no page is eligible, single slots
+ * page at a time and no page is left partly used. A page holding a sink, a
+ * protected recent slot or a slot the view does not show (the cache's pinned
+ * span) is not eligible; if no page is eligible, single slots
  * go by H2O's rule. Ties: the lower page index (the physical layout is saved
  * and restored exactly, so this stays deterministic across restarts).
  */
@@ -20,6 +21,7 @@ static int32_t block_select(const struct kvb_policy *p, struct kvb_stream_view *
     int32_t *rank_of = s->iscratch; /* physical slot -> logical index */
     float *page_sum = s->fscratch;  /* [n_pages], then per-page flags below */
     for (int32_t pg = 0; pg < s->n_pages; pg++) page_sum[pg] = 0;
+    for (int32_t slot = 0; slot < s->n_pages * B; slot++) rank_of[slot] = -1;
     for (int32_t j = 0; j < s->n; j++) {
         int32_t slot = s->order[j];
         rank_of[slot] = j;
@@ -27,6 +29,8 @@ static int32_t block_select(const struct kvb_policy *p, struct kvb_stream_view *
         if (j < lo || j >= hi) page_sum[pg] = INFINITY; /* holds a protected slot */
         else if (page_sum[pg] != INFINITY) page_sum[pg] += s->state[j];
     }
+    for (int32_t slot = 0; slot < s->n_pages * B; slot++) /* holds a slot the view does not show (the pinned span) */
+        if (s->pos[slot] >= 0 && rank_of[slot] < 0) page_sum[slot / B] = INFINITY;
     int32_t k = 0;
     while (k < n_over) {
         int32_t best = -1;
