@@ -59,7 +59,12 @@ static inline int check_invariants(const struct kvb_cache *c, struct kvb_pool *p
         long long past = kvb_cache_n_past(c, l);
         for (int h = 0; h < p->n_kv_head; h++) {
             int n = kvb_cache_n_slots(c, l, h), budget = kvb_cache_budget(c, l, h);
-            if (budget > 0 && n > budget) { printf("  %s: stream (%d,%d) holds %d > budget %d\n", where, l, h, n, budget); return 1; }
+            const int span = (int)(past < p->kv.keep ? past : p->kv.keep); /* the pinned span sits on top of the budget */
+            for (int j = 0; j < span && j < n; j++) {
+                struct kvb_slot_info si;
+                if (kvb_cache_slot_info(c, l, h, j, &si) != KVB_OK || si.pos_original != j) { printf("  %s: (%d,%d) pinned position %d evicted\n", where, l, h, j); return 1; }
+            }
+            if (budget > 0 && n - span > budget) { printf("  %s: stream (%d,%d) holds %d > keep %d + budget %d\n", where, l, h, n, span, budget); return 1; }
             long long prev = -1;
             for (int j = 0; j < n; j++) {
                 struct kvb_slot_info si;

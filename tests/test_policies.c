@@ -500,8 +500,155 @@ TEST(compress_keeps_set_budgets) {
     kvb_cache_free(c);
 }
 
+/* ---- the pinned span (kv.keep) ---- */
+
+static float keep_rand(unsigned *st) {
+    *st = *st * 1664525u + 1013904223u;
+    return (float)((*st >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* A real cache (3 layers, 2 KV heads, 4 query heads, d 8, pages of 4) under
+ * policy id with budget 8 and the span kv.keep; a 40-token prompt read in
+ * chunks of 8 (compressed after, for the snapkv family), then n_dec decode
+ * steps of random q, k, v. After the prompt and after every step, every
+ * stream must hold positions 0..keep-1 as its first slots, and at most
+ * keep + its budget tokens. Returns the failures' count (printed). */
+static int keep_run(enum kvb_policy_id id, int keep, int n_dec, struct kvb_cache **out_c) {
+    enum { L = 3, H = 2, NH = 4, D = 8, P = 40, CH = 8 };
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = L; cp.n_kv_head = H; cp.head_dim = D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.rope.type = KVB_ROPE_NEOX; cp.rope.n_dims = D;
+    cp.kv.policy = kvb_policy_default_params(id);
+    if (id != KVB_POLICY_FULL) cp.kv.policy.budget = 8;
+    if (cp.kv.policy.n_sink >= 8) cp.kv.policy.n_sink = 2;
+    if (id == KVB_POLICY_SNAPKV || id == KVB_POLICY_PYRAMIDKV || id == KVB_POLICY_ADAKV) cp.kv.policy.obs_window = 2;
+    if (id == KVB_POLICY_LMINFINITE) cp.kv.max_distance = 16;
+    cp.kv.keep = keep;
+    cp.pool_bytes = 8 << 20;
+    struct kvb_cache *c = NULL;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  %s: init: %s\n", kvb_policy_name(id), kvb_last_error()); return 1; }
+    unsigned st = 12345u + (unsigned)id;
+    static float q[CH * NH * D], k[CH * H * D], v[CH * H * D], o[CH * NH * D];
+    int bad = 0;
+    for (int step = -P / CH; step < n_dec && !bad; step++) {
+        const int n = step < 0 ? CH : 1;
+        for (int l = 0; l < L; l++) {
+            for (int i = 0; i < n * NH * D; i++) q[i] = keep_rand(&st);
+            for (int i = 0; i < n * H * D; i++) { k[i] = keep_rand(&st); v[i] = keep_rand(&st); }
+            kvb_status s = step < 0 ? kvb_cache_prefill(c, l, n, q, NH, k, v, o, NULL) : kvb_cache_decode(c, l, q, NH, k, v, o, NULL);
+            if (s != KVB_OK) { printf("  %s: step %d: %s\n", kvb_policy_name(id), step, kvb_last_error()); bad++; }
+        }
+        if (step == -1) kvb_cache_compress(c, NULL);
+        const long long past = kvb_cache_n_past(c, 0);
+        for (int l = 0; l < L && !bad; l++)
+            for (int h = 0; h < H && !bad; h++) {
+                const int m = kvb_cache_n_slots(c, l, h), budget = kvb_cache_budget(c, l, h);
+                const long long span = past < keep ? past : keep;
+                for (int j = 0; j < span && !bad; j++) {
+                    struct kvb_slot_info si;
+                    if (kvb_cache_slot_info(c, l, h, j, &si) != KVB_OK || si.pos_original != j) {
+                        printf("  %s: step %d stream (%d,%d): pinned position %d gone (slot %d holds %lld)\n", kvb_policy_name(id), step, l,
+                               h, j, j, (long long)si.pos_original);
+                        bad++;
+                    }
+                }
+                if (budget > 0 && m - span > budget) {
+                    printf("  %s: step %d stream (%d,%d): %d tokens > keep %lld + budget %d\n", kvb_policy_name(id), step, l, h, m, span, budget);
+                    bad++;
+                }
+            }
+    }
+    if (out_c) *out_c = c;
+    else kvb_cache_free(c);
+    return bad;
+}
+
+/* Under every policy a stream read far past its budget (40 prompt tokens and
+ * 60 decode steps, budget 8) keeps every one of its first keep positions and
+ * holds at most keep + budget tokens; the snapkv family's compression keeps
+ * the span; the pool bytes never exceed the sizing rule's (which counts keep). */
+TEST(pinned_span_kept_under_every_policy) {
+    int lost = 0;
+    for (int id = 0; id < KVB_POLICY_COUNT; id++) { /* every policy reports, not only the first that fails */
+        if (keep_run((enum kvb_policy_id)id, 10, 60, NULL)) {
+            printf("  policy %s lost its pinned span\n", kvb_policy_name((enum kvb_policy_id)id));
+            lost++;
+        }
+    }
+    if (lost) FAILF("%d policies lost their pinned span", lost);
+    for (int id = 0; id < KVB_POLICY_COUNT; id++) {
+        struct kvb_cache *c = NULL;
+        if (keep_run((enum kvb_policy_id)id, 10, 60, &c)) FAILF("policy %s lost its pinned span", kvb_policy_name((enum kvb_policy_id)id));
+        struct kvb_cache_params got;
+        kvb_cache_get_params(c, &got);
+        CHECK_EQ_INT(got.kv.keep, 10);
+        if (id != KVB_POLICY_FULL) { /* the span sits on top: the conversation still has its budget */
+            int held = 0;
+            for (int h = 0; h < 2; h++) held += kvb_cache_n_slots(c, 0, h);
+            if (held <= 2 * 10) FAILF("%s: %d tokens held in layer 0: the span ate the budget", kvb_policy_name((enum kvb_policy_id)id), held);
+        }
+        struct kvb_cache_stats cs;
+        kvb_cache_get_stats(c, &cs);
+        const size_t rule = kvb_kv_seq_bytes(&got.kv, 3, 2, 8, 100, 40, 8);
+        if (cs.bytes_peak > rule)
+            FAILF("%s: peak %zu bytes > the sizing rule's %zu", kvb_policy_name((enum kvb_policy_id)id), cs.bytes_peak, rule);
+        kvb_cache_free(c);
+    }
+}
+
+/* StreamingLLM with a span: the span is the attention sink, so kept = the
+ * span + the budget's most recent tokens (n_sink 4 <= keep 10: subsumed);
+ * with keep 2 < n_sink 4, positions 2 and 3 stay as the sinks after the
+ * span, inside the budget. */
+TEST(pinned_span_subsumes_streaming_sinks) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 4; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    cp.kv.policy.budget = 6;
+    cp.kv.policy.n_sink = 4;
+    cp.kv.keep = 10;
+    struct kvb_cache *c = NULL;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    for (int t = 0; t < 30; t++) { CHECK_OK(kvb_cache_append(c, 0, NULL, NULL)); kvb_cache_evict(c, 0); }
+    CHECK_KEPT(c, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 24, 25, 26, 27, 28, 29);
+    kvb_cache_free(c);
+    cp.kv.keep = 2;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    for (int t = 0; t < 30; t++) { CHECK_OK(kvb_cache_append(c, 0, NULL, NULL)); kvb_cache_evict(c, 0); }
+    CHECK_KEPT(c, 0, 0, 1, 2, 3, 26, 27, 28, 29);
+    kvb_cache_free(c);
+    cp.kv.keep = -1; /* the library has no "whole instruction span": refused by name */
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "kv.keep") != NULL);
+    cp.kv.keep = KVB_KEEP_MAX + 1;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+}
+
+/* The sizing rule counts the span on top of an evicting policy's peak (whole
+ * pages of keep more tokens per stream); full already holds the context. */
+TEST(pinned_span_counted_by_sizing_rule) {
+    struct kvb_kv_params kv = kvb_kv_default_params();
+    kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+    kv.policy.budget = 64;
+    const size_t page = (size_t)16 * 2 * kvb_dtype_row_bytes(KVB_DTYPE_F16, 64);
+    const size_t b0 = kvb_kv_seq_bytes(&kv, 4, 2, 64, 4096, 512, 32);
+    kv.keep = 160;
+    const size_t b1 = kvb_kv_seq_bytes(&kv, 4, 2, 64, 4096, 512, 32);
+    CHECK_EQ_INT((long long)(b1 - b0), (long long)(4 * 2 * 10 * page)); /* 160 tokens: 10 pages per stream */
+    kv.keep = 10000; /* never more than the context */
+    CHECK_EQ_INT((long long)kvb_kv_seq_bytes(&kv, 4, 2, 64, 4096, 512, 32) - (long long)b0, (long long)(4 * 2 * 256 * page));
+    kv.policy = kvb_policy_default_params(KVB_POLICY_FULL);
+    kv.keep = 0;
+    const size_t f0 = kvb_kv_seq_bytes(&kv, 4, 2, 64, 4096, 512, 32);
+    kv.keep = 160;
+    CHECK_EQ_INT((long long)kvb_kv_seq_bytes(&kv, 4, 2, 64, 4096, 512, 32), (long long)f0);
+}
+
 int main(void) {
     RUN(compress_keeps_set_budgets);
+    RUN(pinned_span_kept_under_every_policy);
+    RUN(pinned_span_subsumes_streaming_sinks);
+    RUN(pinned_span_counted_by_sizing_rule);
     RUN(h2o_trace_keeps_heavy_hitters);
     RUN(streaming_trace_keeps_sinks_and_window);
     RUN(window_keeps_most_recent);
