@@ -811,6 +811,52 @@ TEST(recall_params_checked) {
     kvb_cache_free(c);
 }
 
+/* A pinned token (kv.keep) never goes cold, so recall never brings it
+ * back: the span's keys are the ones every query wants most, so if the
+ * window policy ever evicted them they would go cold and be recalled at
+ * once. Others do go cold and come back. */
+TEST(pinned_span_never_goes_cold) {
+    enum { KD = 8, KEEP = 8 };
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.head_dim = KD; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_WINDOW);
+    cp.kv.policy.budget = 8;
+    cp.kv.recall.pages = 2;
+    cp.kv.recall.cold_mem_bytes = 1 << 20;
+    cp.kv.keep = KEEP;
+    cp.pool_bytes = 4 << 20;
+    struct kvb_cache *c;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    unsigned st = 7u;
+    int recalled_any = 0;
+    for (int t = 0; t < 120; t++) {
+        float q[KD], k[KD], v[KD], o[KD];
+        for (int i = 0; i < KD; i++) {
+            st = st * 1664525u + 1013904223u;
+            const float r = (float)((st >> 8) & 0xffff) / 65536.0f - 0.5f;
+            q[i] = i == 0 ? 4.0f : 0.0f;
+            k[i] = t < KEEP ? (i == 0 ? 4.0f : 0.0f) : (i == 0 ? 2.0f * r + (t % 9 == 0 ? 3.0f : 0.0f) : r);
+            v[i] = r;
+        }
+        CHECK_OK(kvb_cache_decode(c, 0, q, 1, k, v, o, NULL));
+        for (int j = 0; j < KEEP && j <= t; j++) {
+            struct kvb_slot_info si;
+            CHECK_OK(kvb_cache_slot_info(c, 0, 0, j, &si));
+            if (si.pos_original != j) FAILF("step %d: pinned position %d left the hot slots", t, j);
+        }
+        int32_t rec[64];
+        const int nr = kvb_cache_recalled(c, 0, 0, rec, 64);
+        for (int i = 0; i < nr; i++)
+            if (rec[i] < KEEP) FAILF("step %d: pinned position %d was recalled (it went cold)", t, (int)rec[i]);
+        recalled_any += nr > 0;
+    }
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(c, &cs);
+    CHECK(cs.cold_pages > 0); /* the conversation did go cold... */
+    CHECK(recalled_any > 0);  /* ...and came back: recall was at work */
+    kvb_cache_free(c);
+}
+
 int main(void) {
     RUN(cold_store_roundtrip_memory_and_file);
     RUN(cold_file_survives_kill_9);
@@ -821,5 +867,6 @@ int main(void) {
     RUN(restored_recall_cache_continues_bit_identically);
     RUN(threaded_recall_equals_serial);
     RUN(recall_params_checked);
+    RUN(pinned_span_never_goes_cold);
     return test_summary();
 }

@@ -14,6 +14,7 @@ enum { L = 2, HK = 2, G = 2, D = 8, DMAX = 32 };
 /* head dim and K/V types of the caches make() builds (the quantized test sets them) */
 static int g_d = D;
 static enum kvb_dtype g_dt = KVB_DTYPE_F16, g_dtv = KVB_DTYPE_AS_K;
+static int g_keep; /* kv.keep of the caches make() makes */
 
 static struct kvb_cache *make(enum kvb_policy_id id, int budget) {
     struct kvb_cache_params cp = kvb_cache_default_params();
@@ -23,6 +24,7 @@ static struct kvb_cache *make(enum kvb_policy_id id, int budget) {
     cp.kv.policy = kvb_policy_default_params(id);
     if (id != KVB_POLICY_FULL) cp.kv.policy.budget = budget;
     if (id == KVB_POLICY_SNAPKV || id == KVB_POLICY_PYRAMIDKV || id == KVB_POLICY_ADAKV) cp.kv.policy.obs_window = 4;
+    cp.kv.keep = g_keep;
     cp.pool_bytes = 1 << 22;
     struct kvb_cache *c = NULL;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) printf("  init: %s\n", kvb_last_error());
@@ -186,10 +188,59 @@ TEST(signed_hostile_images_are_corrupt) {
     kvb_cache_free(a);
 }
 
+/* A cache with a pinned span (kv.keep 6, budget 14) under every policy: its image
+ * carries keep (flags 16), the restored cache continues bit-identically and
+ * still holds positions 0..5; a cache without a span writes no flag 16 (its
+ * image is as before). */
+TEST(pinned_span_restored_bit_identically) {
+    enum { S1 = 40, S2 = 60 };
+    static float out_a[S2 * L * HK * G * DMAX], out_b[S2 * L * HK * G * DMAX], scratch[S1 * L * HK * G * DMAX];
+    for (int id = 0; id < KVB_POLICY_COUNT; id++) {
+        g_keep = 6;
+        struct kvb_cache *a = make((enum kvb_policy_id)id, 14), *b;
+        g_keep = 0;
+        prefill(a);
+        run_steps(a, 0, S1, scratch);
+        void *img;
+        size_t len;
+        CHECK_OK(kvb_cache_save(a, &img, &len));
+        uint32_t flags;
+        memcpy(&flags, (const uint8_t *)img + 12, 4);
+        CHECK(flags & 16u);
+        CHECK_OK(kvb_cache_load(NULL, img, len, 1 << 22, &b));
+        kvb_buffer_free(img);
+        struct kvb_cache_params got;
+        kvb_cache_get_params(b, &got);
+        CHECK_EQ_INT(got.kv.keep, 6);
+        run_steps(a, S1, S1 + S2, out_a);
+        run_steps(b, S1, S1 + S2, out_b);
+        if (memcmp(out_a, out_b, sizeof out_a) != 0) FAILF("policy %s: outputs differ after restore", kvb_policy_name((enum kvb_policy_id)id));
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < HK; h++)
+                for (int j = 0; j < 6; j++) {
+                    struct kvb_slot_info si;
+                    CHECK_OK(kvb_cache_slot_info(b, l, h, j, &si));
+                    if (si.pos_original != j) FAILF("policy %s: restored stream (%d,%d) lost pinned position %d", kvb_policy_name((enum kvb_policy_id)id), l, h, j);
+                }
+        kvb_cache_free(a);
+        kvb_cache_free(b);
+    }
+    struct kvb_cache *c = make(KVB_POLICY_H2O, 10);
+    void *img;
+    size_t len;
+    CHECK_OK(kvb_cache_save(c, &img, &len));
+    uint32_t flags;
+    memcpy(&flags, (const uint8_t *)img + 12, 4);
+    CHECK_EQ_INT(flags & 16u, 0);
+    kvb_buffer_free(img);
+    kvb_cache_free(c);
+}
+
 int main(void) {
     RUN(restore_continues_bit_identically);
     RUN(file_roundtrip);
     RUN(every_truncation_and_flip_is_corrupt);
     RUN(signed_hostile_images_are_corrupt);
+    RUN(pinned_span_restored_bit_identically);
     return test_summary();
 }
