@@ -93,7 +93,8 @@ def _recall_params(rp, recall_pages, recall_every=1, cold_mb=1024, cold_dir=None
 class _KvParams(_c.Structure):
     """struct kvb_kv_params: the one KV configuration every params struct that makes a cache embeds."""
     _fields_ = [("policy", _PolicyParams), ("pos_mode", _enum), ("max_distance", _i32), ("kv_dtype", _enum), ("kv_dtype_v", _enum),
-                ("block_size", _i32), ("recall", _RecallParams), ("layers", _c.c_void_p), ("n_layers", _i32)]
+                ("block_size", _i32), ("recall", _RecallParams), ("layers", _c.c_void_p), ("n_layers", _i32),
+                ("keep", _i32)]
 
 
 class _CacheParams(_c.Structure):
@@ -289,13 +290,16 @@ def _policy_params(policy, budget, **knobs):
 class KVConfig:
     """One KV configuration (struct kvb_kv_params): the policy and its knobs
     (names as kvb_policy_params, or pool='max'|'avg', tova_scope='layer'|
-    'head'), positions, the K and V row types, the page size and recall.
+    'head'), positions, the K and V row types, the page size, recall and
+    keep (the pinned span: the first keep positions are never evicted and
+    sit on top of the budget).
     Context, Cache and perplexity take one as kv=, or build it from the same
     keywords."""
 
     def __init__(self, policy="full", budget=256, positions=None, max_distance=0, kv_dtype="f16", kv_dtype_v=None, block_size=16,
-                 recall_pages=0, recall_every=1, cold_mb=1024, cold_dir=None, recall_summary="bounds", **knobs):
+                 recall_pages=0, recall_every=1, cold_mb=1024, cold_dir=None, recall_summary="bounds", keep=0, **knobs):
         self.policy, self.budget, self.knobs = policy, budget, dict(knobs)
+        self.keep = int(keep)
         self.positions, self.max_distance = positions, int(max_distance)
         self.kv_dtype, self.kv_dtype_v, self.block_size = kv_dtype, kv_dtype_v, int(block_size)
         self.recall = dict(recall_pages=recall_pages, recall_every=recall_every, cold_mb=cold_mb, cold_dir=cold_dir,
@@ -315,6 +319,7 @@ class KVConfig:
         kv.kv_dtype = _DTYPE[self.kv_dtype]
         kv.kv_dtype_v = -1 if self.kv_dtype_v is None else _DTYPE[self.kv_dtype_v]
         kv.block_size = self.block_size
+        kv.keep = self.keep
         return _recall_params(kv.recall, **self.recall)
 
     def seq_bytes(self, n_layer, n_kv_head, head_dim, n_ctx, n_prompt, chunk=256):

@@ -234,6 +234,8 @@ def one_kv_config_drives_context_cache_and_perplexity():
     assert full.seq_bytes(L, H, Dh, 512, 100, 32) == ((512 + 32 + 15) // 16 + 2) * L * H * page
     snap = kvbound.KVConfig("snapkv", 64)  # the prompt is read whole before it is compressed
     assert snap.seq_bytes(L, H, Dh, 512, 300, 32) == ((300 + 32 + 15) // 16 + 2) * L * H * page
+    pinned = kvbound.KVConfig("h2o", 64, keep=40)  # the pinned span sits on top of the budget
+    assert pinned.seq_bytes(L, H, Dh, 512, 100, 32) == ((64 + 40 + 32 + 15) // 16 + 2) * L * H * page
     raises_value_error(lambda: kvbound.KVConfig("h2o", 64, kv_dtype="f8"), "kv_dtype", "'f8'")
     raises_value_error(lambda: kvbound.KVConfig("h2o", 64, positions="sideways"), "positions")
     try:
