@@ -41,6 +41,29 @@ if cmp -s "$T/s1.txt" "$T/s2.txt" && ! cmp -s "$T/s1.txt" "$T/s3.txt"; then ok r
 if grep -q '(3000 tokens), KV \([0-9.]*\) MB (peak \1 MB), policy streaming' "$T/b.txt"; then ok run_bounded_past_context
 else ko run_bounded_past_context "$(tail -n 1 "$T/b.txt")"; fi
 
+# --keep N: the first N positions pinned under every bounded policy, on top of the budget (the
+# longest stream holds keep + budget); --keep -1 pins the whole prompt; a bad value names the flag
+P30='Once upon a time there was a little girl named Lily. She loved to play outside in the park'
+bad=""
+for p in window streaming h2o tova scissorhands snapkv pyramidkv adakv knorm block-h2o lminfinite; do
+    "$K" run -m "$G" -p "$P30" -n 100 --temp 0 --ignore-eos --policy $p --budget 32 --keep 20 > /dev/null 2> "$T/k.txt"
+    grep -q 'keep 20: positions 0..19 pinned in every stream (20 tokens)' "$T/k.txt" || bad="$bad $p: $(tail -n 1 "$T/k.txt")"
+done
+"$K" run -m "$G" -p "$P30" -n 100 --temp 0 --ignore-eos --policy streaming --budget 32 --keep 20 > /dev/null 2> "$T/k1.txt"
+"$K" run -m "$G" -p "Once upon a time there was a little girl" -n 100 --temp 0 --ignore-eos --policy h2o --budget 32 --keep -1 > /dev/null 2> "$T/k2.txt"
+"$K" run -m "$G" -p x --keep -2 > /dev/null 2> "$T/k3.txt"; rk=$?
+if [ -z "$bad" ] && grep -q 'the longest stream holds 52 tokens' "$T/k1.txt" &&
+   grep -q 'keep 12: positions 0..11 pinned in every stream (12 tokens), the longest stream holds 44 tokens' "$T/k2.txt" &&
+   [ $rk -eq 2 ] && grep -q -- '--keep: -2 is out of range' "$T/k3.txt"
+then ok run_keep_pins_the_span_under_every_policy
+else ko run_keep_pins_the_span_under_every_policy "$bad $(tail -n 1 "$T/k1.txt") $(tail -n 1 "$T/k2.txt") $(cat "$T/k3.txt")"; fi
+# chat --keep -1: the system message's span (the first turn's tokens before the user's words) stays
+printf 'Tell me a story about a dog and a cat.\nMore please.\n/stats\n/quit\n' |
+    "$K" chat -m "$G" --temp 0 -n 60 --budget 32 -sys "You are a storyteller who tells short stories." --keep -1 > "$T/kc.txt" 2>&1
+if grep -q 'longest 74)' "$T/kc.txt" && grep -q '^\[keep 42: positions 0..41 pinned in every stream\]' "$T/kc.txt"
+then ok chat_keep_minus_one_pins_the_system_message
+else ko chat_keep_minus_one_pins_the_system_message "$(tail -n 3 "$T/kc.txt")"; fi
+
 # full: stops at the context limit with a clear message, exit 0
 "$K" run -m "$G" -p "Once upon a time" -n 500 --ignore-eos --policy full > /dev/null 2> "$T/f.txt"; rf=$?
 if [ $rf -eq 0 ] && grep -q 'context full: 128 + 1 tokens exceed n_ctx 128' "$T/f.txt"; then ok run_full_stops_at_context

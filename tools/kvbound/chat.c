@@ -105,6 +105,7 @@ static int chat_usage(FILE *f, const struct kvb_sampler_params *sp) {
             "  -t, --threads N  threads (default 2)\n"
             CLI_NO_MMAP_HELP
             "\n");
+    cli_keep_help(f, "the system message: the first turn's tokens before the user's words");
     cli_kv_types_help(f, "f16");
     cli_recall_help(f, 1024);
     cli_policy_help(f, 1024);
@@ -254,6 +255,37 @@ static int chat_parse(struct chat_opts *o, int argc, char **argv) {
     return CLI_GO_ON;
 }
 
+/* --keep -1: the tokens of the first turn's text before the user's own
+ * words (BOS, the system message as the template renders it, the user
+ * header), tokenized as that turn is; 0 without a system message. A
+ * sentinel stands for the user's line. 1: an error (printed). */
+static int chat_system_span(struct chat *ch, int32_t *keep) {
+    static const char sentinel[] = "\x01kvbound-user\x01";
+    *keep = 0;
+    if (!ch->system) return 0;
+    char *text = NULL;
+    bool ok;
+    if (ch->jinja) {
+        const size_t n0 = ch->conv.n;
+        ok = conv_add(ch, "system", ch->system, strlen(ch->system)) && conv_add(ch, "user", sentinel, strlen(sentinel)) &&
+             (text = conv_render(ch, true)) != NULL;
+        str_cut(&ch->conv, n0);
+    } else {
+        ok = kvb_chat_turn_text(ch->style, ch->system, sentinel, true, "", &text, NULL) == KVB_OK;
+    }
+    const char *at = ok ? strstr(text, sentinel) : NULL;
+    int32_t *ids = NULL, n = 0;
+    if (at && kvb_vocab_tokenize(ch->vocab, text, (size_t)(at - text), true, true, &ids, &n) == KVB_OK) {
+        *keep = n;
+        kvb_buffer_free(ids);
+        kvb_buffer_free(text);
+        return 0;
+    }
+    fprintf(stderr, "kvbound chat: --keep -1: %s\n", ok && !at ? "the template does not write the user's message" : kvb_last_error());
+    kvb_buffer_free(text);
+    return 1;
+}
+
 /* The first turn of -f, the model and the context. CLI_GO_ON, or the exit status (printed). */
 static int chat_setup(const struct chat_opts *o, struct chat *ch) {
     ch->first_turn = o->first_turn;
@@ -273,8 +305,6 @@ static int chat_setup(const struct chat_opts *o, struct chat *ch) {
      * turns of up to 4096 tokens on top of what it keeps (or --prefill-budget) */
     const struct kvb_policy_params *pp = &ch->cp.kv.policy;
     const int64_t turn = (int64_t)pp->budget + (pp->decode_budget ? pp->decode_budget : pp->budget) + 4096; /* what it keeps + a turn */
-    ch->cp.kv_pool_bytes = kvb_model_kv_seq_bytes(g->m, &ch->cp.kv, ch->cp.n_ctx, turn, ch->cp.chunk);
-    if (cli_gen_start(g, &ch->cp, &o->g.sp)) return 1;
     ch->vocab = kvb_model_vocab(g->m);
     if (o->jinja) {
         struct kvb_vocab_info vi;
@@ -300,6 +330,9 @@ static int chat_setup(const struct chat_opts *o, struct chat *ch) {
     ch->plain = ch->style == KVB_CHAT_PLAIN;
     ch->full = o->g.pid == KVB_POLICY_FULL;
     ch->system = o->system ? o->system : ch->jinja ? NULL : cli_chat_default_system(ch->vocab, ch->style, ch->default_system, sizeof ch->default_system);
+    if (o->g.keep < 0 && chat_system_span(ch, &ch->cp.kv.keep)) return 1; /* --keep -1: the system message's span */
+    ch->cp.kv_pool_bytes = kvb_model_kv_seq_bytes(g->m, &ch->cp.kv, ch->cp.n_ctx, turn, ch->cp.chunk); /* the span on top */
+    if (cli_gen_start(g, &ch->cp, &o->g.sp)) return 1;
     ch->eos = kvb_vocab_special(ch->vocab, KVB_SPECIAL_EOS);
     ch->eot = kvb_vocab_special(ch->vocab, KVB_SPECIAL_EOT);
     ch->tty = isatty(0);
@@ -340,6 +373,9 @@ static void chat_stats(const struct chat *ch, const struct chat_opts *o) {
     printf("[tokens seen %lld, retained %lld in all streams (longest %d), KV %.2f MB (peak %.2f MB), policy %s]\n",
            (long long)kvb_context_n_past(ch->gen.c), (long long)cs.slots, cs.slots_max, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(o->g.pid));
     if (cs.window_layers) cli_window_stats(stdout, &cs, ch->gen.mi.n_layer);
+    if (ch->cp.kv.keep > 0)
+        printf("[keep %d: positions 0..%lld pinned in every stream]\n", (int)ch->cp.kv.keep,
+               (long long)cli_pinned_kept(kvb_context_cache(ch->gen.c), ch->cp.kv.keep, kvb_context_n_past(ch->gen.c)) - 1);
     if (o->g.rec.on)
         printf("[recall: %lld cold pages (%.1f MiB in memory, %.1f MiB in file), %lld dropped; recall area %.1f MiB; %lld pages loaded]\n",
                (long long)cs.cold_pages, (double)cs.cold_mem_bytes / (1 << 20), (double)cs.cold_file_bytes / (1 << 20),

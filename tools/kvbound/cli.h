@@ -215,6 +215,8 @@ struct cli_gen_opts {
     struct cli_kv_types kvt;
     struct cli_recall rec;
     int n_predict, ctx; /* ctx 0: the model's trained length */
+    int keep;           /* --keep N: the pinned span (kvb_kv_params.keep); -1: the command's
+                         * whole instruction span (run: the prompt, chat: the system message) */
 };
 void cli_gen_opts_init(struct cli_gen_opts *g, const char *cmd, enum kvb_policy_id pid, int default_budget, int n_predict);
 /* 1: argv[*i] was one of them (value consumed), 0: not one, -1: bad value (printed). */
@@ -238,6 +240,12 @@ struct kvb_context_params cli_gen_context_params(const struct cli_gen_opts *g, c
 int cli_gen_start(struct cli_gen *gen, const struct kvb_context_params *cp, const struct kvb_sampler_params *sp);
 /* Frees all of it, the model too; a zeroed cli_gen is fine. */
 void cli_gen_free(struct cli_gen *gen);
+/* The --keep line of run's and chat's --help; what_minus_one: what -1 pins. */
+void cli_keep_help(FILE *f, const char *what_minus_one);
+/* How many of the first keep positions every policy-governed stream of the
+ * cache still holds (all keep of them, or as many as were read, when the
+ * span is kept): the pinned span as the cache shows it. */
+int64_t cli_pinned_kept(const struct kvb_cache *cache, int32_t keep, int64_t n_past);
 
 int cmd_policies(int argc, char **argv);
 int cmd_cold(int argc, char **argv);

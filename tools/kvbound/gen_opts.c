@@ -81,6 +81,7 @@ void cli_gen_opts_init(struct cli_gen_opts *g, const char *cmd, enum kvb_policy_
     cli_recall_init(&g->rec);
     g->n_predict = n_predict;
     g->ctx = 0;
+    g->keep = 0;
 }
 
 int cli_gen_option(struct cli_gen_opts *g, int argc, char **argv, int *i) {
@@ -89,8 +90,8 @@ int cli_gen_option(struct cli_gen_opts *g, int argc, char **argv, int *i) {
     if (r == 0) r = cli_sampler_option(&g->sp, argc, argv, i);
     if (r != 0) return r;
     const char *a = argv[*i], *v;
-    const bool policy = !strcmp(a, "--policy"), n = !strcmp(a, "-n") || !strcmp(a, "--n-predict");
-    if (!policy && !n && strcmp(a, "-c") && strcmp(a, "--ctx-size") && strcmp(a, "--ctx")) return 0;
+    const bool policy = !strcmp(a, "--policy"), n = !strcmp(a, "-n") || !strcmp(a, "--n-predict"), keep = !strcmp(a, "--keep");
+    if (!policy && !n && !keep && strcmp(a, "-c") && strcmp(a, "--ctx-size") && strcmp(a, "--ctx")) return 0;
     if (!(v = cli_opt_value(g->mo.cmd, a, argc, argv, i))) return -1; /* a is known: only a missing value fails */
     if (policy) {
         if (kvb_policy_from_name(v, &g->pid) == KVB_OK) return 1;
@@ -98,12 +99,14 @@ int cli_gen_option(struct cli_gen_opts *g, int argc, char **argv, int *i) {
         return -1;
     }
     if (n) return cli_parse_i32(a, v, -1, 1 << 30, &g->n_predict) ? -1 : 1;
+    if (keep) return cli_parse_i32(a, v, -1, KVB_KEEP_MAX, &g->keep) ? -1 : 1;
     return cli_parse_i32(a, v, 1, 1 << 30, &g->ctx) ? -1 : 1;
 }
 
 struct kvb_context_params cli_gen_context_params(const struct cli_gen_opts *g, const struct kvb_model_info *mi) {
     struct kvb_context_params cp = kvb_context_default_params();
     cp.kv = cli_kv_params(&g->po, g->pid, &g->kvt, &g->rec);
+    cp.kv.keep = g->keep > 0 ? g->keep : 0; /* -1: the caller resolves it */
     cli_policy_warn(&g->po, g->pid, mi->n_ctx_train);
     cp.n_threads = g->mo.threads;
     cp.n_ctx = g->ctx ? g->ctx : mi->n_ctx_train;
@@ -116,6 +119,31 @@ int cli_gen_start(struct cli_gen *gen, const struct kvb_context_params *cp, cons
     if (gen->logits && kvb_context_init(gen->m, cp, &gen->c) == KVB_OK && kvb_sampler_init(sp, gen->mi.n_vocab, &gen->smp) == KVB_OK) return 0;
     fprintf(stderr, "kvbound: %s\n", !gen->logits ? "out of memory" : kvb_last_error());
     return -1;
+}
+
+void cli_keep_help(FILE *f, const char *what_minus_one) {
+    fprintf(f,
+            "  --keep N              pin the first N tokens: no policy evicts them (sinks included), they never\n"
+            "                        go cold, and they sit on top of --budget, which bounds the rest (default 0;\n"
+            "                        -1 = %s; at most %d)\n",
+            what_minus_one, KVB_KEEP_MAX);
+}
+
+int64_t cli_pinned_kept(const struct kvb_cache *cache, int32_t keep, int64_t n_past) {
+    struct kvb_cache_params p;
+    kvb_cache_get_params(cache, &p);
+    int64_t kept = n_past < keep ? n_past : keep;
+    for (int32_t l = 0; l < p.n_layer; l++) {
+        bool window = false; /* a model's sliding-window layer: its window bounds it, not the policy */
+        for (int32_t i = 0; i < p.kv.n_layers; i++) window |= p.kv.layers[i].layer == l;
+        for (int32_t h = 0; h < p.n_kv_head && !window; h++) {
+            int64_t j = 0;
+            struct kvb_slot_info si;
+            while (j < kept && kvb_cache_slot_info(cache, l, h, (int32_t)j, &si) == KVB_OK && si.pos_original == j) j++;
+            kept = j;
+        }
+    }
+    return kept;
 }
 
 void cli_gen_free(struct cli_gen *gen) {

@@ -39,6 +39,7 @@ static void run_usage(FILE *f, const struct kvb_sampler_params *sp) {
             "  -t, --threads N       threads (default 2)\n"
             CLI_NO_MMAP_HELP
             "\n");
+    cli_keep_help(f, "the whole prompt, as llama.cpp's --keep -1");
     cli_kv_types_help(f, "f16");
     cli_recall_help(f, 1024);
     cli_policy_help(f, 256);
@@ -149,6 +150,7 @@ static int run_setup(const struct run_opts *o, struct run *r) {
     if (r->n_ids == 0) { fprintf(stderr, "kvbound: the prompt gives no tokens\n"); return 1; }
     if (run_grammar(o, r)) return 1;
     struct kvb_context_params cp = cli_gen_context_params(&o->g, &g->mi);
+    if (o->g.keep < 0) cp.kv.keep = r->n_ids; /* --keep -1: the whole prompt */
     cp.kv.block_size = o->block;
     cp.chunk = o->chunk;
     if (o->g.pid == KVB_POLICY_FULL && r->n_ids > cp.n_ctx) { /* fail before printing anything */
@@ -245,6 +247,13 @@ static void run_report(const struct run_opts *o, const struct run *r) {
             r->generated, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(o->g.pid), kvb_kernels_name(), r->stop);
     if (cs.window_layers) cli_window_stats(stderr, &cs, g->mi.n_layer);
     if (o->g.rec.on) cli_recall_stats(stderr, &cs);
+    struct kvb_cache_params kp;
+    kvb_cache_get_params(kvb_context_cache(g->c), &kp);
+    if (kp.kv.keep > 0) { /* the span as the cache shows it: how many of positions 0..N-1 every policy-governed stream holds */
+        const long long held = (long long)cli_pinned_kept(kvb_context_cache(g->c), kp.kv.keep, kvb_context_n_past(g->c));
+        fprintf(stderr, "kvbound: keep %d: positions 0..%lld pinned in every stream (%lld tokens), the longest stream holds %d tokens\n",
+                (int)kp.kv.keep, held - 1, held, cs.slots_max);
+    }
     if (r->matcher)
         fprintf(stderr, "kvbound: grammar: %.3f ms per token in checks and masks (%d of %d tokens masked the vocabulary), %.1f%% of decode time\n",
                 r->generated ? 1e3 * r->mask_s / r->generated : 0.0, r->masks, r->generated, decode_s > 0 ? 100 * r->mask_s / decode_s : 0.0);
