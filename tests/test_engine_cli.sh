@@ -64,6 +64,15 @@ if grep -q 'longest 74)' "$T/kc.txt" && grep -q '^\[keep 42: positions 0..41 pin
 then ok chat_keep_minus_one_pins_the_system_message
 else ko chat_keep_minus_one_pins_the_system_message "$(tail -n 3 "$T/kc.txt")"; fi
 
+# mem --keep: a stream holds min(budget + keep, tokens): 4 layers x 2 KV heads x (64 + 160) tokens x 256 bytes
+"$K" mem --layers 4 --kv-heads 2 --head-dim 64 --ctx 4096 --policy h2o --budget 64 --keep 160 --block-size 16 --json > "$T/m1.txt" 2>&1
+"$K" mem --layers 4 --kv-heads 2 --head-dim 64 --ctx 4096 --policy h2o --budget 64 --block-size 16 --json > "$T/m2.txt" 2>&1
+"$K" mem --layers 4 --kv-heads 2 --head-dim 64 --ctx 4096 --keep 16 > /dev/null 2> "$T/m3.txt"; rm3=$?
+if grep -q '"keep":160,.*"bounded_bytes":458752,' "$T/m1.txt" && grep -q '"bounded_bytes":131072,' "$T/m2.txt" && ! grep -q keep "$T/m2.txt" &&
+   [ $rm3 -eq 2 ] && grep -q -- '--keep needs a bounded --policy' "$T/m3.txt"
+then ok mem_keep_counts_the_pinned_span
+else ko mem_keep_counts_the_pinned_span "$(cat "$T/m1.txt" "$T/m2.txt" "$T/m3.txt" | head -c 400)"; fi
+
 # full: stops at the context limit with a clear message, exit 0
 "$K" run -m "$G" -p "Once upon a time" -n 500 --ignore-eos --policy full > /dev/null 2> "$T/f.txt"; rf=$?
 if [ $rf -eq 0 ] && grep -q 'context full: 128 + 1 tokens exceed n_ctx 128' "$T/f.txt"; then ok run_full_stops_at_context

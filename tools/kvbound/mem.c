@@ -70,7 +70,7 @@ struct mem_opts {
     struct cli_model_opts mo; /* -m */
     const char *preset;
     char name[128]; /* the preset's, the model's or "custom" */
-    int32_t L, H, D, block, budget, sinks, recall;
+    int32_t L, H, D, block, budget, sinks, recall, keep; /* keep: the pinned span, on top of the budget */
     int32_t window, n_win; /* sliding-window layers: n_win of the L hold min(window, T) tokens; 0: none */
     long long ctx[16], batch[16];
     int n_ctx, n_batch;
@@ -82,7 +82,7 @@ struct mem_opts {
 static void mem_usage(void) {
     printf("usage: kvbound mem [--preset NAME | -m MODEL.gguf | --layers L --kv-heads H --head-dim D] --ctx T[,T...]\n"
            "                   [--batch B[,B...]] [--dtype f32|f16|bf16|q8_0|q4_0] [--dtype-k T --dtype-v T]\n"
-           "                   [--policy P --budget N [--sinks S]] [--recall-pages R] [--block-size N] [--gib] [--json]\n"
+           "                   [--policy P --budget N [--sinks S] [--keep K]] [--recall-pages R] [--block-size N] [--gib] [--json]\n"
            "                   [--window W --window-layers N]\n\n"
            "KV memory M = batch x tokens x layers x kv_heads x (K row + V row bytes), a row being head_dim\n"
            "elements (q8_0: 34 bytes per 32, q4_0: 18 per 32, ggml's blocks). --dtype sets both (also\n"
@@ -91,6 +91,8 @@ static void mem_usage(void) {
            "--recall-pages R (with a bounded policy): the pool also holds each stream's recall area, R pages\n"
            "of --block-size (16) tokens; bounded bytes include it (recall_bytes in the JSON). The cold tier is\n"
            "host memory or disk, not pool: cold_bytes_per_token is what each evicted token costs there.\n"
+           "--keep K (with a bounded policy): the first K tokens are pinned (never evicted) on top of the budget,\n"
+           "so a stream holds min(budget + K, tokens), as run's, chat's and the library's sizing rule count them.\n"
            "Sliding-window layers (Gemma 2/3: from -m MODEL or a gemma preset, or --window W --window-layers N):\n"
            "those layers hold min(W - 1, tokens) between steps whatever the policy, which bounds the other (global)\n"
            "layers only; recall areas and the cold tier are the global layers'.\n"
@@ -110,6 +112,7 @@ static int mem_option(struct mem_opts *o, const char *a, const char *v) {
     else if (!strcmp(a, "--block-size")) return cli_parse_i32(a, v, 1, 1 << 20, &o->block);
     else if (!strcmp(a, "--budget")) return cli_parse_i32(a, v, 1, 1 << 30, &o->budget);
     else if (!strcmp(a, "--recall-pages")) return cli_parse_i32(a, v, 1, KVB_RECALL_MAX_PAGES, &o->recall);
+    else if (!strcmp(a, "--keep")) return cli_parse_i32(a, v, 0, KVB_KEEP_MAX, &o->keep);
     else if (!strcmp(a, "--sinks")) return cli_parse_i32(a, v, 0, 1 << 20, &o->sinks);
     else if (!strcmp(a, "--window")) return cli_parse_i32(a, v, 1, 1 << 30, &o->window);
     else if (!strcmp(a, "--window-layers")) return cli_parse_i32(a, v, 0, 100000, &o->n_win);
@@ -142,7 +145,7 @@ static int mem_parse(struct mem_opts *o, int argc, char **argv) {
         const int r = cli_model_option(&o->mo, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!(v = cli_opt_value("mem", "--preset --layers --kv-heads --head-dim --ctx --batch --block-size --budget --recall-pages --sinks --policy "
+        if (!(v = cli_opt_value("mem", "--preset --layers --kv-heads --head-dim --ctx --batch --block-size --budget --recall-pages --sinks --keep --policy "
                                        "--dtype --kv-dtype --dtype-k --kv-dtype-k --dtype-v --kv-dtype-v --window --window-layers", argc, argv, &i))) return 2;
         if (mem_option(o, a, v)) return 2;
     }
@@ -188,6 +191,7 @@ static int mem_check(struct mem_opts *o) {
     if (!o->n_ctx) { fprintf(stderr, "kvbound mem: --ctx T is required\n"); return 2; }
     if (!o->n_batch) o->batch[o->n_batch++] = 1;
     if (o->pid != KVB_POLICY_FULL && !o->budget) { fprintf(stderr, "kvbound mem: --policy %s needs --budget\n", kvb_policy_name(o->pid)); return 2; }
+    if (o->keep && o->pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound mem: --keep needs a bounded --policy (full keeps every token)\n"); return 2; }
     if (o->recall && o->pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound mem: --recall-pages needs a bounded --policy (full never evicts)\n"); return 2; }
     return CLI_GO_ON;
 }
@@ -198,6 +202,7 @@ static void mem_header(const struct mem_opts *o) {
         printf("{\"model\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"dtype_k\":\"%s\",\"dtype_v\":\"%s\",\"unit\":\"%s\",",
                o->name, o->L, o->H, o->D, o->vtype == o->type ? kvb_type_name(o->type) : "mixed", kvb_type_name(o->type), kvb_type_name(o->vtype), un);
         if (o->n_win) printf("\"window\":%d,\"window_layers\":%d,", o->window, o->n_win);
+        if (o->keep) printf("\"keep\":%d,", o->keep);
         printf("\"rows\":[");
         return;
     }
@@ -223,7 +228,7 @@ static void mem_row(const struct mem_opts *o, long long ctx, long long batch, bo
     const long long held = o->window - 1 < ctx ? o->window - 1 : ctx;
     const unsigned long long win = o->n_win ? kv_bytes(o->n_win, o->H, o->D, o->type, o->vtype, held, batch, o->block) : 0;
     unsigned long long bytes = (G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, ctx, batch, o->block) : 0) + win;
-    long long kept = o->budget < ctx ? o->budget : ctx;
+    long long kept = (long long)o->budget + o->keep < ctx ? (long long)o->budget + o->keep : ctx; /* the pinned span on top */
     const unsigned long long area = o->recall && G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, (long long)o->recall * rblock, batch, rblock) : 0;
     unsigned long long bounded = bounded_too ? (G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, kept, batch, o->block) : 0) + win + area : bytes;
     if (o->json)
@@ -246,8 +251,8 @@ static void mem_row(const struct mem_opts *o, long long ctx, long long batch, bo
 static void mem_footer(const struct mem_opts *o, double cold_per_tok) {
     if (o->json) printf("]}\n");
     else if (o->pid != KVB_POLICY_FULL)
-        printf("bounded: %s keeps at most %d tokens per (%slayer, KV head), whatever the context length%s\n", kvb_policy_name(o->pid), o->budget,
-               o->n_win ? "global " : "", o->sinks >= 0 ? " (sinks included)" : "");
+        printf("bounded: %s keeps at most %d tokens per (%slayer, KV head), whatever the context length%s\n", kvb_policy_name(o->pid), o->budget + o->keep,
+               o->n_win ? "global " : "", o->keep ? " (the pinned span of --keep on top of the budget)" : o->sinks >= 0 ? " (sinks included)" : "");
     if (!o->json && o->recall)
         printf("recall: bounded includes a recall area of %d pages x %d tokens per (layer, KV head); the cold tier holds %.0f bytes per evicted token (host memory, then --cold-dir)\n",
                o->recall, o->block > 0 ? o->block : 16, cold_per_tok);
