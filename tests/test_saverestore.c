@@ -234,6 +234,22 @@ TEST(pinned_span_restored_bit_identically) {
     CHECK_EQ_INT(flags & 16u, 0);
     kvb_buffer_free(img);
     kvb_cache_free(c);
+    /* hostile keep fields, re-signed: refused by name */
+    g_keep = 6;
+    c = make(KVB_POLICY_H2O, 10);
+    g_keep = 0;
+    CHECK_OK(kvb_cache_save(c, &img, &len));
+    const size_t at = 16 + 7 * 4 + 5 * 4 + 16 * 4 + 4 + 4; /* after n_state: no freq factors, no_rope or windows */
+    int32_t kv;
+    memcpy(&kv, (const uint8_t *)img + at, 4);
+    CHECK_EQ_INT(kv, 6);
+    CHECK_STATUS(load_edited(img, len, at, 0), KVB_ERR_CORRUPT);
+    CHECK(strstr(kvb_last_error(), "keep 0") != NULL);
+    CHECK_STATUS(load_edited(img, len, at, -3), KVB_ERR_CORRUPT);
+    CHECK_STATUS(load_edited(img, len, at, KVB_KEEP_MAX + 1), KVB_ERR_CORRUPT);
+    if (!strstr(kvb_last_error(), "kv.keep")) FAILF("error: %s", kvb_last_error());
+    kvb_buffer_free(img);
+    kvb_cache_free(c);
 }
 
 int main(void) {

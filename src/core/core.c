@@ -56,10 +56,12 @@ void kvb_logf(enum kvb_log_level level, const char *fmt, ...) {
 }
 
 kvb_status kvb_fail(kvb_status s, const char *fmt, ...) {
+    char buf[sizeof t_last_error]; /* formatted apart: an argument may be kvb_last_error() itself */
     va_list ap;
     va_start(ap, fmt);
-    vlog(KVB_LOG_ERROR, fmt, ap, t_last_error, sizeof t_last_error);
+    vlog(KVB_LOG_ERROR, fmt, ap, buf, sizeof buf);
     va_end(ap);
+    memcpy(t_last_error, buf, strlen(buf) + 1);
     return s;
 }
 

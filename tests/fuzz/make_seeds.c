@@ -127,6 +127,26 @@ int main(int argc, char **argv) {
         if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
         kvb_cache_free(c);
     }
+    /* a cache with a pinned span (kv.keep 3: flags bit 16), read past its budget */
+    {
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 4; cp.kv.block_size = 4; cp.kv.kv_dtype = KVB_DTYPE_F32;
+        cp.kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+        cp.kv.policy.budget = 6;
+        cp.kv.keep = 3;
+        cp.pool_bytes = 1 << 20;
+        struct kvb_cache *c;
+        if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
+        float q[4] = {1, 2, 3, 4}, k[4] = {1, 0, 1, 0}, v[4] = {1, 1, 1, 1}, o[4];
+        for (int t = 0; t < 14; t++) {
+            k[1] = (float)t;
+            kvb_cache_decode(c, 0, q, 1, k, v, o, NULL);
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/h2o-keep.kvb", argv[1]);
+        if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
+        kvb_cache_free(c);
+    }
     /* a cold-tier file (recall): 5 pages of 4 tokens, f16 K / q8_0 V rows of 32, one page partial */
     {
         const struct kvb_cold_geom g = {2, 4, 32, KVB_DTYPE_F16, KVB_DTYPE_Q8_0, 64, 34};
