@@ -4,7 +4,8 @@
 # reference) with stats on stderr; a bounded policy runs far past the trained
 # context in constant KV memory; `full` stops at the context limit with a
 # clear message; `chat` works through a pipe with /save and /load; `convert`
-# and `mkmodel` write models that load; --no-mmap gives the same text; bad
+# and `mkmodel` write models that load; --no-mmap gives the same text; --keep pins
+# the first tokens under every policy (run, chat, mem); bad
 # flags are named.
 . "$(dirname "$0")/cli_lib.sh"
 if [ ! -f "$D/models/stories260K/stories260K.llamacpp.gguf" ]; then

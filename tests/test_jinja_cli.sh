@@ -13,7 +13,7 @@
 # supported"), both must fail, and a raise_exception message must be the same.
 # Python's jinja2 missing: those cases skip (fail under KVB_REQUIRE_PYTHON=1).
 # KVB_JINJA_RECORD=1 rewrites tests/jinja/expected from jinja2's outputs.
-# Also: -m on a model with a template and chat --jinja over it, -m on a model without a template, tokenize --chat --jinja, --help, usage errors, bad JSON named with line and column, an
+# Also: -m on a model with a template and chat --jinja over it (and its --keep -1 span), -m on a model without a template, tokenize --chat --jinja, --help, usage errors, bad JSON named with line and column, an
 # unsupported construct named with its line.
 . "$(dirname "$0")/cli_lib.sh"
 HERE=$(dirname "$0")
@@ -142,5 +142,9 @@ elif need_tool template_model_jinja python3 KVB_REQUIRE_PYTHON "Debian python3";
        grep -q '^\[prompt: <|im_end|><|im_start|>user$' "$T/chat.err" && grep -q '^Again<|im_end|><|im_start|>assistant$' "$T/chat.err"; then
         ok chat_jinja_turns
     else ko chat_jinja_turns "rc $rc: $(head -c 600 "$T/chat.err" | tr '\n' '|')"; fi
+    # --keep -1 under --jinja: the rendered system message and the user header (47 tokens) stay pinned on top of --budget 16
+    printf 'Hello\nAgain\n/stats\n' | "$K" chat -m "$T/st.gguf" --jinja -n 4 --temp 0 -sys "You are brief." --keep -1 --budget 16 > "$T/ck.out" 2>&1
+    if grep -q '^\[keep 47: positions 0..46 pinned in every stream\]' "$T/ck.out" && grep -q 'longest 63)' "$T/ck.out"; then ok chat_jinja_keep_minus_one_pins_the_system_message
+    else ko chat_jinja_keep_minus_one_pins_the_system_message "$(tail -n 3 "$T/ck.out" | tr '\n' '|')"; fi
 fi
 cli_summary
