@@ -32,6 +32,12 @@
  * prefill_budget), its last obs_window queries are kept pre-RoPE per layer
  * (ring_q), and kvb_cache_compress has them vote over the whole stream with
  * the same attention code as prefill; see compress_layer.
+ *
+ * The pinned span (kv.keep). A stream's first keep positions lead its
+ * logical order and are never evicted: every policy hook gets the view
+ * after them (kvb_cache_policy_view, cache_impl.h), the victims it names are
+ * shifted back, and the budget bounds the tokens after the span. The
+ * policy's own n_sink is what the span leaves of its sinks (n_sink - keep).
  */
 #include "cache_impl.h"
 

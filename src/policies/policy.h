@@ -41,11 +41,15 @@
 #include "../core/core.h"
 
 /* What a policy sees of one stream (the retained tokens of one layer and KV
- * head). The cache owns the arrays; a policy writes only state, the scratch
- * arrays and (in `budgets`) budget.
+ * head after its pinned span, kv.keep: the cache offers only those, so a
+ * policy never sees, scores or names a pinned token, and the budget bounds
+ * the tokens after the span). The cache owns the arrays; a policy writes
+ * only state, the scratch arrays and (in `budgets`) budget.
  *   n            live slots, logical order = increasing original position
  *   state        [n * n_state] score words of logical slot j at j*n_state
- *   pos[slot]    original position of physical slot `slot`, -1 = a hole
+ *   pos[slot]    original position of physical slot `slot`, -1 = a hole; a
+ *                page may also hold slots the view does not show (the pinned
+ *                span): a policy that takes whole pages must leave those pages
  *   order[j]     physical slot of logical slot j
  *   page_live    live slots of each of the n_pages pages (page = slot / block_size)
  *   budget       limit in force (0 = unbounded); target: the budget set for
