@@ -34,6 +34,7 @@ static struct kvb_cache_params fork_params(enum kvb_policy_id pid, unsigned long
     cp.kv.policy.budget = pid == KVB_POLICY_FULL ? 0 : 10 + (int)(t_rng_next(rs) % 40);
     if (pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV || pid == KVB_POLICY_ADAKV) cp.kv.policy.obs_window = 2 + (int)(t_rng_next(rs) % 6);
     if (cp.kv.policy.budget && cp.kv.policy.budget <= cp.kv.policy.n_sink) cp.kv.policy.budget = cp.kv.policy.n_sink + 1;
+    if (seed > 12) cp.kv.keep = 3 + (int)(seed % 9); /* a pinned span: never evicted, on top of the budget */
     return cp;
 }
 
@@ -175,6 +176,15 @@ TEST(fork_continues_exactly_every_policy) {
             if (fork_run((enum kvb_policy_id)pid, seed)) FAILF("policy %s seed %llu", kvb_policy_name((enum kvb_policy_id)pid), seed);
 }
 
+/* The same with a pinned span (kv.keep 4..6): the fork and the original
+ * continue exactly, their pages accounted for, while eviction beside the
+ * span compacts next to shared pages. */
+TEST(fork_continues_exactly_with_a_pinned_span) {
+    for (int pid = 0; pid < KVB_POLICY_COUNT; pid++)
+        for (unsigned long long seed = 13; seed <= 15; seed++)
+            if (fork_run((enum kvb_policy_id)pid, seed)) FAILF("policy %s seed %llu", kvb_policy_name((enum kvb_policy_id)pid), seed);
+}
+
 /* A small cache of the test's shape: policy pid at budget, rows of dtype, pages of block tokens. */
 static struct kvb_cache_params small_params(enum kvb_policy_id pid, int budget, enum kvb_dtype dtype, int block) {
     struct kvb_cache_params cp = kvb_cache_default_params();
@@ -311,6 +321,7 @@ TEST(fork_refusals_are_named) {
 
 int main(void) {
     RUN(fork_continues_exactly_every_policy);
+    RUN(fork_continues_exactly_with_a_pinned_span);
     RUN(forks_share_pages_until_written);
     RUN(fork_copy_fails_cleanly_when_the_pool_is_full);
     RUN(compressed_prompts_fork_and_stay_shared);
