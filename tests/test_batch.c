@@ -591,6 +591,11 @@ TEST(admission_and_bad_arguments) {
         kvb_batch_get_stats(b, &bs);
         CHECK_EQ_INT((long long)(kvb_batch_seq_min_bytes(b, &rb, 10) - kvb_batch_seq_min_bytes(b, &bounded, 10)),
                      3LL * mi.n_layer * mi.n_head_kv * (long long)bs.page_bytes);
+        /* the pinned span (kv.keep) sits on top of the budget: admission counts 32 more tokens, 2 pages, per stream */
+        struct kvb_seq_params kb = bounded;
+        kb.kv.keep = 32;
+        CHECK_EQ_INT((long long)(kvb_batch_seq_min_bytes(b, &kb, 10) - kvb_batch_seq_min_bytes(b, &bounded, 10)),
+                     2LL * mi.n_layer * mi.n_head_kv * (long long)bs.page_bytes);
     }
     /* admission: a bounded sequence's minimum, by the formula written here (not
      * kvb_batch_seq_min_bytes): per stream, its budget plus the prompt chunk read
