@@ -65,6 +65,7 @@ static void generation(struct server *srv, enum job_kind kind, const struct http
     }
     if (srv->o.keys.n) memcpy(j->tenant, srv->o.keys.digest[tenant], SERVE_DIGEST); /* no key: all zero, one tenant */
     tenant_scope(j->tenant, j->salt_given ? j->cache_salt : NULL, j->scope);
+    if (j->session_id[0]) tenant_session_key(&srv->o.keys, tenant, j->session_id, j->session_key); /* each tenant its own ids */
     j->native = !strcmp(q->path, "/completion"); /* llama-server's own route: its answer's shape (native.c) */
     if (j->native && j->logprobs) {
         serve_error(r, 400, "invalid_request_error", "'logprobs' is not implemented on /completion (llama-server's n_probs neither); use /v1/completions");
@@ -270,7 +271,7 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
     if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/chat/completions")) { generation(srv, JOB_CHAT, q, tenant, r); return; }
     if (!strcmp(p, "/v1/completions") || !strcmp(p, "/completions") || !strcmp(p, "/completion")) { generation(srv, JOB_COMPLETION, q, tenant, r); return; }
     if (!strncmp(p, "/v1/sessions/", 13)) {
-        char id[SERVE_ID_MAX + 8];
+        char id[SERVE_ID_MAX + 8], key[SERVE_SKEY_MAX + 1];
         const char *rest = p + 13;
         const char *slash = strchr(rest, '/');
         const size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
@@ -278,11 +279,12 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         if (n < 1 || n > SERVE_ID_MAX || (slash && !map)) { serve_error(r, 404, "not_found", "no such route"); return; }
         memcpy(id, rest, n);
         id[n] = 0;
+        tenant_session_key(&srv->o.keys, tenant, id, key); /* another tenant's session is not there: 404 as any absent one */
         if (srv->o.dry_run) { serve_error(r, 404, "not_found", "no session '%s'", id); return; }
         char err[200] = "";
         if (get) {
             r->content_type = "application/json";
-            r->status = sched_session_json(srv, id, map, &r->body, err, sizeof err);
+            r->status = sched_session_json(srv, key, map, &r->body, err, sizeof err);
             if (r->status == 503 && err[0]) {
                 serve_error(r, 503, "store_unavailable", "session '%s': the session store cannot be read (%s); retry", id, err);
                 r->retry_after = 1;
@@ -292,7 +294,7 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
             return;
         }
         /* DELETE: route_allow let no other method through, and none on .../map */
-        const int st = sched_session_delete(srv, id, err, sizeof err);
+        const int st = sched_session_delete(srv, key, err, sizeof err);
         if (st == 200) {
             r->status = 200;
             r->content_type = "application/json";

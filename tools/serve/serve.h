@@ -73,6 +73,8 @@
 
 #define SERVE_MAX_STOPS 4
 #define SERVE_ID_MAX 64
+/* a session's key in the table and the store: its id, after its tenant's tag but for the first tenant (tenant.c) */
+#define SERVE_SKEY_MAX (SERVE_ID_MAX + 34)
 #define SERVE_IDEM_MAX 128 /* the longest Idempotency-Key */
 /* the stand-in assistant answer whose rendering shows what a template writes after one */
 #define SERVE_TEMPLATE_MARK "KVBOUNDANSWERMARK7F3A"
@@ -110,6 +112,13 @@ int tenant_match(const struct serve_keys *k, const char *g);
 /* What a request may reuse of others' (a shared prefix): the digest of
  * its tenant's and its cache_salt (NULL: none given). */
 void tenant_scope(const unsigned char tenant[SERVE_DIGEST], const char *salt, unsigned char out[SERVE_DIGEST]);
+/* A session's key (out: SERVE_SKEY_MAX + 1 bytes): the first tenant's (the
+ * first key, or everyone without a key) is its id, as before tenants; any
+ * other tenant's is "t", 32 hex digits of its digest, ":" and the id, so
+ * each tenant has its own ids (":" is in no id). */
+void tenant_session_key(const struct serve_keys *k, int tenant, const char *id, char *out);
+/* The id in a session's key. */
+const char *tenant_public_id(const char *key);
 
 /* ---- a request and its response, free of any HTTP library ---- */
 struct http_req {
@@ -147,6 +156,7 @@ struct job {
     bool native;                       /* llama-server's POST /completion: its request and answer shape (native.c) */
     char *answer_prefix;               /* chat: a final assistant message, which the answer continues (a prefill), or NULL */
     char session_id[SERVE_ID_MAX + 1]; /* "" = none */
+    char session_key[SERVE_SKEY_MAX + 1]; /* its key in the table and the store (tenant_session_key) */
     bool salt_given;                   /* cache_salt was in the request */
     char cache_salt[SERVE_SALT_MAX + 1];
     unsigned char tenant[SERVE_DIGEST]; /* its API key's digest (tenant.c; all zero without keys) */
@@ -405,7 +415,7 @@ struct store *store_redis_open(const char *url, char *err, size_t errlen);
 enum store_op { SOP_GET, SOP_PUT, SOP_DEL };
 struct store_req {
     enum store_op op;
-    char id[SERVE_ID_MAX + 1];
+    char id[SERVE_SKEY_MAX + 1];
     void *buf;        /* PUT: the blob (freed once written); GET: what was read (malloc) */
     size_t len;
     int64_t version;  /* PUT: the version read (STORE_ABSENT: new), then the one written; GET: the one read */

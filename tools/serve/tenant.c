@@ -184,3 +184,19 @@ void tenant_scope(const unsigned char tenant[SERVE_DIGEST], const char *salt, un
     if (salt) sha_put(&c, salt, strlen(salt));
     sha_end(&c, out);
 }
+
+void tenant_session_key(const struct serve_keys *k, int tenant, const char *id, char *out) {
+    if (tenant <= 0 || tenant >= k->n) { /* the first tenant's sessions keep the ids they had before tenants */
+        snprintf(out, SERVE_SKEY_MAX + 1, "%s", id);
+        return;
+    }
+    char tag[34];
+    tag[0] = 't';
+    for (int i = 0; i < 16; i++) snprintf(tag + 1 + 2 * i, 3, "%02x", k->digest[tenant][i]);
+    snprintf(out, SERVE_SKEY_MAX + 1, "%s:%.*s", tag, SERVE_ID_MAX, id);
+}
+
+const char *tenant_public_id(const char *key) {
+    const char *c = strchr(key, ':');
+    return c ? c + 1 : key;
+}
