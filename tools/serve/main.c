@@ -127,8 +127,9 @@ static int usage(FILE *f) {
             "\n"
             "Request fields beyond OpenAI's: kv_policy, kv_budget, kv_sinks (a session keeps the ones of its\n"
             "first turn), session_id (the server keeps the conversation; each turn reads only its new text),\n"
-            "llama-server's n_predict (max_tokens). A chat whose last message is the assistant's text is a\n"
-            "prefill: the answer continues it.\n");
+            "llama-server's n_predict (max_tokens), vLLM's cache_salt (a string of 1 to 256 bytes: a shared\n"
+            "prefix is reused only between requests with the same key and salt). A chat whose last message\n"
+            "is the assistant's text is a prefill: the answer continues it.\n");
     return f == stdout ? 0 : 2;
 }
 
