@@ -48,6 +48,11 @@
  *    get its pages, the newest job is ended with an error and its session
  *    falls back to its stored snapshot.
  *
+ *  - Tenants (tenant.c). Each API key is a tenant; what one request
+ *    reuses of another's (a shared prefix, a session id) is looked up
+ *    only within its tenant (and, for prefixes, its cache_salt), so no
+ *    field, counter or timing of reuse crosses tenants.
+ *
  *  - Crash. A turn is acknowledged only once its session is written to the
  *    store, in one atomic write (an SQLite statement, a Redis script),
  *    conditional on the version the turn started from; so kill -9 loses at

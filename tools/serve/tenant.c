@@ -112,7 +112,9 @@ static bool keys_add(struct serve_keys *k, const char *key) {
     unsigned char(*dd)[SERVE_DIGEST] = realloc(k->digest, sizeof *dd * (size_t)(k->n + 1));
     if (!dd) return false;
     k->digest = dd;
-    if (!(k->key[k->n] = strdup(key))) return false;
+    const size_t n = strlen(key) + 1;
+    if (!(k->key[k->n] = malloc(n))) return false;
+    memcpy(k->key[k->n], key, n);
     key_digest(key, k->digest[k->n]);
     k->n++;
     return true;
