@@ -147,14 +147,16 @@ else ko serve_prefix_not_with_recall "$(head -c 300 "$T/rec.json") $(cat "$T/rec
 kill $PID
 # issue 48 survivors 19 and 20: a prefix is forked only by a turn with its cache configuration, and the least
 # recently used one goes first. ask NAME SYSTEM_FILE USER [FIELDS]: one greedy chat turn without a session
-# (FIELDS: more JSON members), its text and usage.prompt_tokens_details.cached_tokens in $T/NAME.ask
+# (FIELDS: more JSON members; $ASK_KEY: the API key it sends), its text and usage.prompt_tokens_details.cached_tokens in $T/NAME.ask
 ask() {
     python3 - "$URL" "$2" "$3" "${4:-}" > "$T/$1.ask" 2>&1 <<'EOF'
-import json, sys, urllib.request
+import json, os, sys, urllib.request
 url, system, user, extra = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3], sys.argv[4]
 body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}], "max_tokens": 24, "temperature": 0, "ignore_eos": True}
 body.update(json.loads("{" + extra + "}"))
-req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+headers = {"Content-Type": "application/json"}
+if os.environ.get("ASK_KEY"): headers["Authorization"] = "Bearer " + os.environ["ASK_KEY"]
+req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers=headers)
 d = json.load(urllib.request.urlopen(req, timeout=120))
 print(json.dumps([d["choices"][0]["message"]["content"], d["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)]))
 EOF
@@ -199,4 +201,54 @@ if [ "${la:-0}" -gt 0 ] && [ "$lc" = "0 0 $la 0 $la 0" ] && [ "$(metric kvbound_
     ok serve_prefix_least_recently_used_dropped # issue 48 survivor 20
 else ko serve_prefix_least_recently_used_dropped "cached per turn (A B A C A B): $lc (want 0 0 P 0 P 0); prefixes $(metric kvbound_prefixes), hits $(metric kvbound_prefix_hits_total)"; fi
 kill $PID
+
+# issue 49 part 4: reuse never crosses tenants. Two keys in one file (a comment, a blank line, spaces around a key),
+# each its own tenant; cache_salt splits a tenant further. The same six turns on a server with --prefix-cache 0 give
+# the texts each must equal, whatever was shared.
+printf '# the operator first\nkey-one\n\n  key-two  \n' > "$T/keys"
+for mode in on off; do
+    a=""; [ $mode = off ] && a="--prefix-cache 0"
+    start "ten-$mode" $ARGS --sessions "$T/s-ten-$mode" --api-key-file "$T/keys" $a
+    [ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/ten-$mode.log")"; cli_summary; exit; }
+    ASK_KEY=key-one ask "ten-$mode-1" "$T/sys.txt" "Who was in the garden?"                       # reads the prefix
+    ASK_KEY=key-one ask "ten-$mode-2" "$T/sys.txt" "Why was the cat sad?"                         # same key: forks it
+    ASK_KEY=key-two ask "ten-$mode-3" "$T/sys.txt" "Why was the cat sad?"                         # another key: its own
+    ASK_KEY=key-one ask "ten-$mode-4" "$T/sys.txt" "Why was the cat sad?" '"cache_salt":"team-a"' # another salt: its own
+    ASK_KEY=key-one ask "ten-$mode-5" "$T/sys.txt" "What did the dog find?" '"cache_salt":"team-a"' # same key and salt: forks
+    ASK_KEY=key-two ask "ten-$mode-6" "$T/sys.txt" "What did the dog find?" '"cache_salt":"team-a"' # the salt, another key
+    if [ $mode = on ]; then
+        m2=$(curl -s -o "$T/m2.json" -w '%{http_code}' -H 'Authorization: Bearer key-two' "$URL/metrics")
+        m1=$(curl -s -H 'Authorization: Bearer key-one' "$URL/metrics" | awk '$1 == "kvbound_prefix_hits_total" { print $2 }')
+        for bad in 5 '""' "\"$(printf '%0257d' 0)\"" '["a"]'; do
+            curl -s -o "$T/salt.json" -w '%{http_code}\n' -H 'Authorization: Bearer key-one' \
+                -d "{\"prompt\":\"Once\",\"max_tokens\":1,\"cache_salt\":$bad}" "$URL/v1/completions" >> "$T/salt.codes"
+            grep -q "'cache_salt' must be a string of 1 to 256 bytes" "$T/salt.json" || echo "no name for $bad" >> "$T/salt.codes"
+        done
+        for route in /v1/completions /completion; do
+            curl -s -o /dev/null -w '%{http_code}\n' -H 'Authorization: Bearer key-one' \
+                -d "{\"prompt\":\"Once\",\"max_tokens\":1,\"cache_salt\":\"$(printf '%0256d' 0)\"}" "$URL$route" >> "$T/salt.codes"
+        done
+    fi
+    kill $PID
+done
+bad=""
+for k in 1 2 3 4 5 6; do [ -n "$(text ten-on-$k)" ] && [ "$(text ten-on-$k)" = "$(text ten-off-$k)" ] || bad="$bad turn$k"; done
+tc="$(cached ten-on-1) $(cached ten-on-2) $(cached ten-on-3) $(cached ten-on-4) $(cached ten-on-5) $(cached ten-on-6)"
+tp=$(cached ten-on-2)
+if [ -z "$bad" ] && [ "${tp:-0}" -gt 0 ] && [ "$tc" = "0 $tp 0 0 $tp 0" ] && [ "$m1" = 2 ]; then
+    ok serve_prefix_tenants_and_cache_salt_never_reuse_across # issue 49 part 4
+else ko serve_prefix_tenants_and_cache_salt_never_reuse_across "differ from --prefix-cache 0:$bad; cached per turn $tc (want 0 P 0 0 P 0); hits seen by the operator $m1"; fi
+if [ "$m2" = 403 ] && grep -q 'first key of --api-key-file' "$T/m2.json" && [ "$(tr '\n' ' ' < "$T/salt.codes")" = "400 400 400 400 200 200 " ]; then
+    ok serve_tenant_metrics_operator_only_and_cache_salt_checked
+else ko serve_tenant_metrics_operator_only_and_cache_salt_checked "/metrics for the second key: $m2 $(cat "$T/m2.json"); cache_salt 5, \"\", 257 bytes, an array, 256 bytes twice: $(cat "$T/salt.codes")"; fi
+# the key file's faults are refused at start, by line, the key never said (a server that starts is cut at 30 s)
+printf 'alpha-key\n# two\nbeta-key\n alpha-key\n' > "$T/keys-dup"; printf '# only a comment\n\n   \n' > "$T/keys-none"
+printf 'good-key\nbad key\n' > "$T/keys-space"
+timeout 30 "$K" serve -m "$M" --port 0 --sessions "$T/s-kd" --api-key-file "$T/keys-dup" > /dev/null 2> "$T/kd.err"; r1=$?
+timeout 30 "$K" serve -m "$M" --port 0 --sessions "$T/s-kn" --api-key-file "$T/keys-none" > /dev/null 2> "$T/kn.err"; r2=$?
+timeout 30 "$K" serve -m "$M" --port 0 --sessions "$T/s-ks" --api-key-file "$T/keys-space" > /dev/null 2> "$T/ks.err"; r3=$?
+if [ $r1 = 2 ] && grep -q 'keys-dup: line 4 repeats the key of line 1' "$T/kd.err" && ! grep -q alpha "$T/kd.err" && [ $r2 = 2 ] &&
+   grep -q 'keys-none: holds no key' "$T/kn.err" && [ $r3 = 2 ] && grep -q 'keys-space: line 2: a key is visible characters' "$T/ks.err" && ! grep -q 'bad key' "$T/ks.err"
+then ok serve_tenant_key_file_faults_by_line
+else ko serve_tenant_key_file_faults_by_line "rc $r1 $r2 $r3: $(cat "$T/kd.err" "$T/kn.err" "$T/ks.err")"; fi
 cli_summary

@@ -20,6 +20,10 @@
 #     another replica on the same file, gets the stored answer and appends
 #     nothing; on /completion in llama-server's shape, and asked to stream,
 #     as events.
+#   - issue 49: with two keys, a session of the first is absent (404) for the
+#     second (GET, map, DELETE, from memory and from the store), whose turn
+#     with the same id starts its own session; the first key's stay as the
+#     one-key server's.
 . "$(dirname "$0")/cli_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 G="$D/models/stories260K/stories260K.llamacpp.gguf"
@@ -250,6 +254,37 @@ if [ "$(cat "$T/mapcode")" = 200 ] && [ "$inmem" = False ] &&
    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["object"]=="session.map" and d["position"]>0 and len(d["layers"])>0 and all(len(h)>0 for l in d["layers"] for h in l)' "$T/map.json"
 then ok serve_map_of_stored_session
 else ko serve_map_of_stored_session "map $(cat "$T/mapcode"), in_memory $inmem: $(head -c 200 "$T/map.json")"; fi
+
+# ---- issue 49 part 4: sessions per tenant. Two keys in one file; each tenant has its own session ids: the
+# other's session is absent for it (GET, /map, DELETE 404; a turn with its id starts a session of its own, which
+# continues nothing of the first); the first key's sessions keep their bare ids, so a server with that one key
+# (--api-key) on the same store has them ----
+kturn() { # kturn URL KEY SESSION TEXT: the body to $T/out, the status printed
+    curl -s -o "$T/out" -w '%{http_code}' -H "Authorization: Bearer $2" \
+        -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$4\"}],\"max_tokens\":16,\"temperature\":0,\"session_id\":\"$3\"}" "$1/v1/chat/completions"
+}
+kget() { curl -s -o "$T/kget.json" -w '%{http_code}' -H "Authorization: Bearer $2" -X "${4:-GET}" "$1/v1/sessions/$3"; }
+kturns() { kget "$1" "$2" "$3" > /dev/null; python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["id"], d["turns"])' "$T/kget.json" 2> /dev/null; }
+printf '# the operator\nk-one\nk-two\n' > "$T/tkeys"
+start tn -m "$G" --sessions "$T/tn" --budget 64 -t 1 --api-key-file "$T/tkeys"; TN=$URL
+a1=$(kturn "$TN" k-one S "Once upon a time"); ta=$(content "$T/out")
+g2="$(kget "$TN" k-two S) $(kget "$TN" k-two S/map) $(kget "$TN" k-two S DELETE)"
+b1=$(kturn "$TN" k-two S "Once upon a time"); tb=$(content "$T/out"); n2=$(kturns "$TN" k-two S)
+n1=$(kturns "$TN" k-one S)
+a2=$(kturn "$TN" k-one S "The end"); n1b=$(kturns "$TN" k-one S); m1=$(kget "$TN" k-one S/map)
+d2=$(kget "$TN" k-two S DELETE); g2b=$(kget "$TN" k-two S); n1c=$(kturns "$TN" k-one S)
+kill $PID; wait $PID 2> /dev/null
+start tn1 -m "$G" --sessions "$T/tn" --budget 64 -t 1 --api-key k-one; TN=$URL
+n1d=$(kturns "$TN" k-one S)
+kill $PID; wait $PID 2> /dev/null
+start tn2 -m "$G" --sessions "$T/tn" --budget 64 -t 1 --api-key-file "$T/tkeys"; TN=$URL
+g2c="$(kget "$TN" k-two S) $(kget "$TN" k-two S/map)"; n1e=$(kturns "$TN" k-one S)
+kill $PID; wait $PID 2> /dev/null
+if [ "$a1 $b1 $a2" = "200 200 200" ] && [ -n "$ta" ] && [ "$ta" = "$tb" ] && [ "$g2" = "404 404 404" ] && [ "$n2" = "S 1" ] && [ "$n1" = "S 1" ] &&
+   [ "$n1b" = "S 2" ] && [ "$m1" = 200 ] && [ "$d2" = 200 ] && [ "$g2b" = 404 ] && [ "$n1c" = "S 2" ] && [ "$n1d" = "S 2" ] && [ "$g2c" = "404 404" ] && [ "$n1e" = "S 2" ]
+then ok serve_store_sessions_per_tenant_404_to_another_key
+else ko serve_store_sessions_per_tenant_404_to_another_key "key one's turns $a1 $a2 ('$ta'), key two's GET/map/DELETE $g2, its own turn $b1 ('$tb'), its session '$n2';
+ key one's '$n1' then '$n1b' (map $m1); key two's DELETE $d2, GET after $g2b; key one's '$n1c'; one key's server '$n1d'; restarted: key two $g2c, key one '$n1e'"; fi
 
 # ---- Redis: out of memory, stopped, and two replicas racing ----
 RS=""

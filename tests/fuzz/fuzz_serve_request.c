@@ -6,7 +6,9 @@
  * picks the method and path, byte 1 the length of an Authorization
  * header that follows, the rest is the body; bits of byte 1 also send
  * that header's bytes as the Host (0x40), the Origin (0x20), X-Api-Key
- * (0x10) and Idempotency-Key (0x08) (the server checks
+ * (0x10) and Idempotency-Key (0x08); with byte 0's 0x80 (the right key)
+ * bit 0x04 makes it the second tenant's key, "j" (--api-key-file of two
+ * keys: "k" the operator's, "j") (the server checks
  * Host as on loopback without a key, and allows one --cors origin). Every
  * answer must be a status between 200 and 599 with a body (a 204
  * preflight's is empty); a 4xx must carry OpenAI's error object.
@@ -30,7 +32,8 @@ static void setup(void) {
     o->max_budget = 4096;
     o->queue_max = 4;
     o->max_body = 1 << 20;
-    o->api_key = "k";
+    if (!tenant_one_key(&o->keys, "k") || !tenant_one_key(&o->keys, "j")) abort(); /* two tenants */
+    o->api_key = o->keys.key[0];
     o->host = "127.0.0.1";
     o->check_host = true;
     o->cors[0] = "http://a.example";
@@ -66,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *body = malloc(blen + 1); /* exactly the bytes: an overread is caught by ASan */
     memcpy(body, data + 2 + alen, blen);
     body[blen] = 0;
-    struct http_req q = {routes[r][0], routes[r][1], (data[0] & 0x80) ? "Bearer k" : auth, body, blen, false,
+    struct http_req q = {routes[r][0], routes[r][1], (data[0] & 0x80) ? ((data[1] & 0x04) ? "Bearer j" : "Bearer k") : auth, body, blen, false,
                          (data[1] & 0x40) ? auth : NULL, (data[1] & 0x20) ? auth : NULL, (data[1] & 0x10) ? auth : NULL,
                          (data[1] & 0x08) ? auth : NULL};
     struct http_resp resp;

@@ -52,7 +52,9 @@ static int usage(FILE *f) {
             "                        redis://HOST:PORT (default ./kvbound-sessions)\n"
             "  --api-key KEY         require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' (also KVB_API_KEY);\n"
             "                        /, /health open\n"
-            "  --api-key-file FILE   the key from FILE's one line (llama-server's flag; one key)\n"
+            "  --api-key-file FILE   keys from FILE, one a line, each its own tenant: no request reuses\n"
+            "                        another tenant's state; # starts a comment line; the first key's\n"
+            "                        alone reads /metrics when there are several (llama-server's flag)\n"
             "  -t, --threads N       threads of each step (default: the cores)\n"
             CLI_NO_MMAP_HELP
             "  --step-tokens N       rows of one step: decode tokens + prompt chunks (default 512; smaller\n"
@@ -125,8 +127,9 @@ static int usage(FILE *f) {
             "\n"
             "Request fields beyond OpenAI's: kv_policy, kv_budget, kv_sinks (a session keeps the ones of its\n"
             "first turn), session_id (the server keeps the conversation; each turn reads only its new text),\n"
-            "llama-server's n_predict (max_tokens). A chat whose last message is the assistant's text is a\n"
-            "prefill: the answer continues it.\n");
+            "llama-server's n_predict (max_tokens), vLLM's cache_salt (a string of 1 to 256 bytes: a shared\n"
+            "prefix is reused only between requests with the same key and salt). A chat whose last message\n"
+            "is the assistant's text is a prefill: the answer continues it.\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -325,28 +328,20 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
         fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
         return 2;
     }
-    if (c->api_key_file) { /* llama-server's --api-key-file: the key on its first line (one key: kvbound takes one) */
+    if (c->api_key_file) { /* llama-server's --api-key-file; here one key a line, each its own tenant (tenant.c) */
         if (o->api_key && o->api_key != getenv("KVB_API_KEY")) { fprintf(stderr, "kvbound serve: give --api-key or --api-key-file, not both\n"); return 2; }
         size_t len = 0;
-        char *text = cli_read_file(c->api_key_file, 4096, "--api-key-file", &len);
+        char *text = cli_read_file(c->api_key_file, 1 << 20, "--api-key-file", &len);
         if (!text) return 2;
-        char *line = text + strspn(text, " \t\r\n");
-        size_t kl = strcspn(line, "\r\n");
-        const char *rest = line + kl;
-        rest += strspn(rest, " \t\r\n");
-        while (kl && (line[kl - 1] == ' ' || line[kl - 1] == '\t')) kl--;
-        line[kl] = 0;
-        if (!line[0] || *rest) {
-            fprintf(stderr, "kvbound serve: --api-key-file %s: want one key on one line (kvbound takes one key), %s\n", c->api_key_file,
-                    line[0] ? "found more lines" : "found none");
-            free(text);
-            return 2;
-        }
-        static char key[4096];
-        snprintf(key, sizeof key, "%s", line);
+        char err[200];
+        const bool ok = tenant_parse_keys(text, len, &o->keys, err, sizeof err);
         free(text);
-        o->api_key = key;
+        if (!ok) { fprintf(stderr, "kvbound serve: --api-key-file %s: %s\n", c->api_key_file, err); return 2; }
+    } else if (o->api_key && !tenant_one_key(&o->keys, o->api_key)) {
+        fprintf(stderr, "kvbound serve: out of memory\n");
+        return 2;
     }
+    o->api_key = o->keys.n ? o->keys.key[0] : NULL;
     o->check_host = !o->api_key && host_is_loopback(o->host);
     if (c->n_predict) o->default_max_tokens = c->n_predict < 0 ? o->max_tokens_cap : c->n_predict;
     if (o->default_max_tokens > o->max_tokens_cap) o->default_max_tokens = o->max_tokens_cap;

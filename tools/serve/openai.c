@@ -335,12 +335,12 @@ static const char *const chat_fields[] = {
     "model", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stream", "stream_options", "stop",
     "ignore_eos", "kv_policy", "kv_budget", "kv_sinks", "session_id", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-    "response_format", "grammar", "json_schema", "chat_template_kwargs", "reasoning_effort", "user", "metadata", "store", "cache_prompt", "n_predict", NULL};
+    "response_format", "grammar", "json_schema", "chat_template_kwargs", "reasoning_effort", "user", "metadata", "store", "cache_prompt", "n_predict", "cache_salt", NULL};
 static const char *const completion_fields[] = {
     "model", "prompt", "n", "max_tokens", "temperature", "top_p", "seed", "stream", "stream_options", "stop", "ignore_eos", "kv_policy",
     "kv_budget", "kv_sinks", "session_id", "top_k", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
     "logit_bias", "logprobs", "grammar", "json_schema", "response_format", "echo", "best_of", "user", "metadata", "store", "cache_prompt",
-    "n_predict", NULL};
+    "n_predict", "cache_salt", NULL};
 
 static bool fields_known(const cJSON *root, enum job_kind kind, struct http_resp *r) {
     const char *unknown = openai_unknown_field(root, kind == JOB_CHAT ? chat_fields : completion_fields);
@@ -844,6 +844,15 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     if (j->sp.kv.policy.id != KVB_POLICY_FULL && j->sp.kv.policy.n_sink >= j->sp.kv.policy.budget) {
         serve_error(r, 400, "invalid_request_error", "'kv_sinks' (%d) must be below the budget (%d)", (int)j->sp.kv.policy.n_sink, (int)j->sp.kv.policy.budget);
         goto out;
+    }
+    const cJSON *salt = cJSON_GetObjectItemCaseSensitive(root, "cache_salt"); /* vLLM's: reuse only between requests with the same */
+    if (salt && !cJSON_IsNull(salt)) {
+        if (!cJSON_IsString(salt) || !salt->valuestring[0] || strlen(salt->valuestring) > SERVE_SALT_MAX) {
+            serve_error(r, 400, "invalid_request_error", "'cache_salt' must be a string of 1 to %d bytes", SERVE_SALT_MAX);
+            goto out;
+        }
+        j->salt_given = true;
+        snprintf(j->cache_salt, sizeof j->cache_salt, "%s", salt->valuestring);
     }
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(root, "session_id");
     if (sid && !cJSON_IsNull(sid)) {

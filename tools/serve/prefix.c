@@ -25,6 +25,11 @@
  * exactly as the prefix's own sequence would (test_batch), so a session's
  * text is the same with or without sharing (test_serve_prefix_cli.sh).
  *
+ * A prefix is found only by turns of the tenant and cache_salt of the turn
+ * that had it read (its scope, tenant.c): another tenant's turn with the
+ * same prompt reads its own, so nothing it sees (cached_tokens, the time to
+ * its first token) depends on what another tenant sent.
+ *
  * Prefixes have --prefix-cache places in the batch beside the sessions'
  * (session_place keeps sessions and turns to --parallel + --max-sessions).
  * A prefix is let go, least recently used first, when another needs its
@@ -44,6 +49,7 @@ struct prefix {
     int32_t n;
     struct kvb_kv_params kv; /* the cache configuration it was read under (recall off) */
     int32_t n_ctx;
+    unsigned char scope[SERVE_DIGEST]; /* the tenant and cache_salt of the turn that read it (tenant.c): no other forks it */
     int32_t seq;             /* its sequence in the batch */
     bool ready;              /* read: turns may fork it */
     double last_used;
@@ -55,10 +61,12 @@ static bool same_config(const struct kvb_kv_params *a, int32_t a_ctx, const stru
            a->kv_dtype == b->kv_dtype && a->kv_dtype_v == b->kv_dtype_v && a->block_size == b->block_size && a_ctx == sp->n_ctx;
 }
 
-static struct prefix *find(struct sched *s, const int32_t *ids, int32_t n, const struct kvb_seq_params *sp) {
+static struct prefix *find(struct sched *s, const struct job *j, const int32_t *ids, int32_t n) {
     for (int i = 0; i < s->n_prefixes; i++) {
         struct prefix *p = &s->prefixes[i];
-        if (p->n == n && !memcmp(p->ids, ids, sizeof(int32_t) * (size_t)n) && same_config(&p->kv, p->n_ctx, sp)) return p;
+        if (p->n == n && !memcmp(p->scope, j->scope, SERVE_DIGEST) && !memcmp(p->ids, ids, sizeof(int32_t) * (size_t)n) &&
+            same_config(&p->kv, p->n_ctx, &j->sp))
+            return p;
     }
     return NULL;
 }
@@ -113,6 +121,7 @@ static bool start_reading(struct server *srv, const struct job *j, const int32_t
     p->kv.n_layers = 0;
     p->kv.recall.cold_dir = NULL;
     p->n_ctx = j->sp.n_ctx;
+    memcpy(p->scope, j->scope, SERVE_DIGEST);
     p->seq = seq;
     p->last_used = serve_now();
     s->n_reading++;
@@ -130,7 +139,7 @@ int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t 
         j->prefix_tried = true;
         return PREFIX_NONE;
     }
-    struct prefix *p = find(s, ids, j->prefix_n, &j->sp);
+    struct prefix *p = find(s, j, ids, j->prefix_n);
     if (!p) {
         /* it was dropped while this turn waited for it, or there is no room to read it: no sharing */
         if (j->prefix_asked || !start_reading(srv, j, ids, j->prefix_n)) {

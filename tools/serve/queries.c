@@ -15,7 +15,7 @@
 
 static int sess_json(struct server *srv, const struct sess *x, bool busy, bool with_policy, struct kvb_str *out) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", x->id);
+    cJSON_AddStringToObject(o, "id", tenant_public_id(x->id));
     cJSON_AddStringToObject(o, "object", "session");
     cJSON_AddBoolToObject(o, "in_memory", x->seq >= 0);
     cJSON_AddBoolToObject(o, "busy", busy);
@@ -54,7 +54,7 @@ static int seq_map(struct server *srv, const char *id, int32_t seq, const struct
     const int32_t L = srv->mi.n_layer, H = srv->mi.n_head_kv;
     kvb_str_printf(out, "{\"id\":\"%s\",\"object\":\"session.map\",\"position\":%lld,\"n_layer\":%d,\"n_head_kv\":%d,\"kv_policy\":\"%s\",\"kv_budget\":%d,"
                    "\"kv_sinks\":%d,\"busy\":%s,\"layers\":[",
-              id, (long long)kvb_cache_n_past(c, 0), (int)L, (int)H, kvb_policy_name(pol->id), (int)pol->budget, (int)pol->n_sink,
+              tenant_public_id(id), (long long)kvb_cache_n_past(c, 0), (int)L, (int)H, kvb_policy_name(pol->id), (int)pol->budget, (int)pol->n_sink,
               busy ? "true" : "false");
     for (int32_t l = 0; l < L; l++) {
         kvb_str_puts(out, l ? ",[" : "[");

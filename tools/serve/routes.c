@@ -33,27 +33,24 @@
 #include <strings.h>
 #include <time.h>
 
-/* Whether g is the key: every byte compared, whatever matches first. */
-static bool key_equal(const char *k, const char *g) {
-    size_t lk = strlen(k), lg = strlen(g);
-    unsigned diff = (unsigned)(lk ^ lg);
-    for (size_t i = 0; i < lk; i++) diff |= (unsigned)(k[i] ^ (i < lg ? g[i] : 0));
-    return diff == 0;
-}
-
-/* Authorization: Bearer KEY, or X-Api-Key: KEY (llama-server takes both). */
-static bool authorized(const struct server *srv, const struct http_req *q) {
-    if (!srv->o.api_key) return true;
-    if (q->x_api_key && key_equal(srv->o.api_key, q->x_api_key)) return true;
+/* The tenant of a request's key: Authorization: Bearer KEY, or X-Api-Key:
+ * KEY (llama-server takes both); its index in srv->o.keys, 0 when no key is
+ * configured (one tenant for everyone), -1 no key or a wrong one. */
+static int tenant_of(const struct server *srv, const struct http_req *q) {
+    if (!srv->o.keys.n) return 0;
+    if (q->x_api_key) {
+        const int t = tenant_match(&srv->o.keys, q->x_api_key);
+        if (t >= 0) return t;
+    }
     const char *a = q->authorization;
     /* the scheme is case-insensitive, then one or more spaces (RFC 9110 11.1, 11.6.2) */
-    if (!a || strncasecmp(a, "Bearer", 6) || a[6] != ' ') return false;
+    if (!a || strncasecmp(a, "Bearer", 6) || a[6] != ' ') return -1;
     const char *g = a + 6;
     while (*g == ' ') g++;
-    return key_equal(srv->o.api_key, g);
+    return tenant_match(&srv->o.keys, g);
 }
 
-static void generation(struct server *srv, enum job_kind kind, const struct http_req *q, struct http_resp *r) {
+static void generation(struct server *srv, enum job_kind kind, const struct http_req *q, int tenant, struct http_resp *r) {
     struct job *j = calloc(1, sizeof *j);
     if (!j) { serve_error(r, 500, "server_error", "out of memory"); return; }
     pthread_cond_init(&j->cv, NULL);
@@ -66,6 +63,9 @@ static void generation(struct server *srv, enum job_kind kind, const struct http
         job_free(j);
         return;
     }
+    if (srv->o.keys.n) memcpy(j->tenant, srv->o.keys.digest[tenant], SERVE_DIGEST); /* no key: all zero, one tenant */
+    tenant_scope(j->tenant, j->salt_given ? j->cache_salt : NULL, j->scope);
+    if (j->session_id[0]) tenant_session_key(&srv->o.keys, tenant, j->session_id, j->session_key); /* each tenant its own ids */
     j->native = !strcmp(q->path, "/completion"); /* llama-server's own route: its answer's shape (native.c) */
     if (j->native && j->logprobs) {
         serve_error(r, 400, "invalid_request_error", "'logprobs' is not implemented on /completion (llama-server's n_probs neither); use /v1/completions");
@@ -239,7 +239,8 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         kvb_str_puts(&r->body, "{\"status\":\"ok\"}\n");
         return;
     }
-    if (!authorized(srv, q)) {
+    const int tenant = tenant_of(srv, q);
+    if (tenant < 0) {
         serve_error(r, 401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY, or X-Api-Key: KEY)");
         return;
     }
@@ -248,6 +249,10 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         return;
     }
     if (get && !strcmp(p, "/metrics")) {
+        if (tenant != 0) { /* its counters are every tenant's (a prefix hit says someone sent that prompt): the operator's alone */
+            serve_error(r, 403, "forbidden", "/metrics counts every tenant's requests: it answers the first key of --api-key-file only");
+            return;
+        }
         struct sched_gauges g;
         memset(&g, 0, sizeof g);
         if (!srv->o.dry_run) sched_gauges(srv, &g);
@@ -263,10 +268,10 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
     if (!strcmp(p, "/tokenize")) { serve_tokenize(srv, q, r); return; }
     if (!strcmp(p, "/detokenize")) { serve_detokenize(srv, q, r); return; }
     /* without /v1 too, as llama-server and many clients' base URLs have them; /completion is llama-server's own */
-    if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/chat/completions")) { generation(srv, JOB_CHAT, q, r); return; }
-    if (!strcmp(p, "/v1/completions") || !strcmp(p, "/completions") || !strcmp(p, "/completion")) { generation(srv, JOB_COMPLETION, q, r); return; }
+    if (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/chat/completions")) { generation(srv, JOB_CHAT, q, tenant, r); return; }
+    if (!strcmp(p, "/v1/completions") || !strcmp(p, "/completions") || !strcmp(p, "/completion")) { generation(srv, JOB_COMPLETION, q, tenant, r); return; }
     if (!strncmp(p, "/v1/sessions/", 13)) {
-        char id[SERVE_ID_MAX + 8];
+        char id[SERVE_ID_MAX + 8], key[SERVE_SKEY_MAX + 1];
         const char *rest = p + 13;
         const char *slash = strchr(rest, '/');
         const size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
@@ -274,11 +279,12 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         if (n < 1 || n > SERVE_ID_MAX || (slash && !map)) { serve_error(r, 404, "not_found", "no such route"); return; }
         memcpy(id, rest, n);
         id[n] = 0;
+        tenant_session_key(&srv->o.keys, tenant, id, key); /* another tenant's session is not there: 404 as any absent one */
         if (srv->o.dry_run) { serve_error(r, 404, "not_found", "no session '%s'", id); return; }
         char err[200] = "";
         if (get) {
             r->content_type = "application/json";
-            r->status = sched_session_json(srv, id, map, &r->body, err, sizeof err);
+            r->status = sched_session_json(srv, key, map, &r->body, err, sizeof err);
             if (r->status == 503 && err[0]) {
                 serve_error(r, 503, "store_unavailable", "session '%s': the session store cannot be read (%s); retry", id, err);
                 r->retry_after = 1;
@@ -288,7 +294,7 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
             return;
         }
         /* DELETE: route_allow let no other method through, and none on .../map */
-        const int st = sched_session_delete(srv, id, err, sizeof err);
+        const int st = sched_session_delete(srv, key, err, sizeof err);
         if (st == 200) {
             r->status = 200;
             r->content_type = "application/json";

@@ -31,7 +31,7 @@
 /* A queued job leaves the queue without starting: a session it held (a
  * fetched one waiting for room) is let go. */
 static void unbusy(struct server *srv, struct job *j) {
-    struct sess *x = j->session_id[0] ? sess_find(srv->sched, j->session_id) : NULL;
+    struct sess *x = j->session_id[0] ? sess_find(srv->sched, j->session_key) : NULL;
     if (x && x->busy == j) sess_idle(srv, x);
 }
 
@@ -47,13 +47,13 @@ static int admit(struct server *srv, struct job *j) {
     struct sess *x = NULL;
     bool fresh = false;
     if (j->session_id[0]) {
-        x = sess_find(s, j->session_id);
+        x = sess_find(s, j->session_key);
         if (x && x->busy && x->busy != j) {
             job_fail(srv, j, 429, "session_busy", 1, "session '%s' is running a turn; retry when it ends", j->session_id);
             return ADMIT_DONE;
         }
         if (!x || x->seq < 0) {
-            if (!x && !(x = sess_new(s, j->session_id))) { job_fail(srv, j, 500, "server_error", 0, "out of memory"); return ADMIT_DONE; }
+            if (!x && !(x = sess_new(s, j->session_key))) { job_fail(srv, j, 500, "server_error", 0, "out of memory"); return ADMIT_DONE; }
             x->busy = j;
             if (!j->fetched) { /* ask the store, off this thread */
                 struct store_req *r = s->store_stopped ? NULL : store_req_new(SOP_GET, x->id, j, OWN_FETCH);
@@ -209,7 +209,7 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         kvb_chat_parser_cut(j->parser, j->tool_choice == TOOLS_NAMED ? j->tool_name : NULL);
     output_finish(j);
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
-    struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;
+    struct sess *x = j->session_id[0] ? sess_find(s, j->session_key) : NULL;
     seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes, &j->cold_pages, NULL, NULL);
     if (x) {
         x->stop_text[0] = 0;
@@ -304,7 +304,7 @@ static void cancel_jobs(struct server *srv) {
     for (int i = 0; i < s->n_active; i++) {
         struct job *j = s->active[i];
         if (!j->cancelled) continue;
-        struct sess *x = j->session_id[0] ? sess_find(s, j->session_id) : NULL;
+        struct sess *x = j->session_id[0] ? sess_find(s, j->session_key) : NULL;
         /* pages back now; a session is as of its last stored turn */
         if (x) sess_release(s, x);
         else kvb_batch_remove(s->b, j->seq);
@@ -333,7 +333,7 @@ static void fetch_done(struct server *srv, struct job *j, struct store_req *r) {
     r->buf = NULL;
     snprintf(j->fetch_error, sizeof j->fetch_error, "%.150s", r->error);
     if (j->cancelled || srv->stopping) {
-        struct sess *x = sess_find(s, j->session_id);
+        struct sess *x = sess_find(s, j->session_key);
         if (x && x->busy == j) sess_idle(srv, x);
         if (srv->stopping) job_fail(srv, j, 503, "server_busy", 5, "the server is shutting down; retry on another replica or later");
         else { j->done = j->failed = true; j->status = 499; }
@@ -349,7 +349,7 @@ static void fetch_done(struct server *srv, struct job *j, struct store_req *r) {
 
 static void save_done(struct server *srv, struct job *j, struct store_req *r) {
     struct sched *s = srv->sched;
-    struct sess *x = sess_find(s, j->session_id);
+    struct sess *x = sess_find(s, j->session_key);
     j->saving = false;
     if (!x || x->busy != j) { /* cannot happen: a saving session is busy, and nothing drops a busy one */
         job_fail(srv, j, 500, "server_error", 0, "session '%s' was lost while it was stored", j->session_id);

@@ -17,7 +17,7 @@
 #include "serve.h"
 
 struct sess {
-    char id[SERVE_ID_MAX + 1];
+    char id[SERVE_SKEY_MAX + 1]; /* its key (tenant_session_key); tenant_public_id gives the id the client sent */
     int32_t seq;          /* in the batch, or -1 (in the store only) */
     struct job *busy;     /* the job running a turn on it */
     int64_t turns;

@@ -48,6 +48,11 @@
  *    get its pages, the newest job is ended with an error and its session
  *    falls back to its stored snapshot.
  *
+ *  - Tenants (tenant.c). Each API key is a tenant; what one request
+ *    reuses of another's (a shared prefix, a session id) is looked up
+ *    only within its tenant (and, for prefixes, its cache_salt), so no
+ *    field, counter or timing of reuse crosses tenants.
+ *
  *  - Crash. A turn is acknowledged only once its session is written to the
  *    store, in one atomic write (an SQLite statement, a Redis script),
  *    conditional on the version the turn started from; so kill -9 loses at
@@ -73,6 +78,8 @@
 
 #define SERVE_MAX_STOPS 4
 #define SERVE_ID_MAX 64
+/* a session's key in the table and the store: its id, after its tenant's tag but for the first tenant (tenant.c) */
+#define SERVE_SKEY_MAX (SERVE_ID_MAX + 34)
 #define SERVE_IDEM_MAX 128 /* the longest Idempotency-Key */
 /* the stand-in assistant answer whose rendering shows what a template writes after one */
 #define SERVE_TEMPLATE_MARK "KVBOUNDANSWERMARK7F3A"
@@ -87,6 +94,36 @@ bool utf8_valid(const char *s, size_t n);
  * Python's errors="replace" decodes. Generated text passes through it: a
  * model can emit bytes that are no character, and JSON must be UTF-8. */
 void sb_put_utf8(struct kvb_str *b, const char *s, size_t n);
+
+/* ---- tenant.c: also at the bottom. Tenants and what they may reuse
+ * (docs/SERVING.md "Tenants"). A key is kept only here; everything else
+ * holds its digest. ---- */
+#define SERVE_DIGEST 32
+#define SERVE_SALT_MAX 256 /* the longest cache_salt, in bytes */
+struct serve_keys {
+    char **key;                         /* the API keys, in the file's order (key[0]: the operator's) */
+    unsigned char (*digest)[SERVE_DIGEST]; /* each key's tenant digest */
+    int n;                              /* 0: no key, one tenant for everyone (its digest all zero) */
+};
+void serve_sha256(const void *data, size_t n, unsigned char out[SERVE_DIGEST]);
+/* --api-key-file's text (len bytes, changed in place): one key a line,
+ * blank lines and lines starting with # skipped, spaces around a key
+ * trimmed. false with why in err (a line number, never a key): a NUL, a
+ * key with a space or control byte inside, a key twice, no key. */
+bool tenant_parse_keys(char *text, size_t len, struct serve_keys *k, char *err, size_t cap);
+bool tenant_one_key(struct serve_keys *k, const char *key); /* --api-key: false out of memory */
+/* The index of the key g is (every key compared in full), or -1. */
+int tenant_match(const struct serve_keys *k, const char *g);
+/* What a request may reuse of others' (a shared prefix): the digest of
+ * its tenant's and its cache_salt (NULL: none given). */
+void tenant_scope(const unsigned char tenant[SERVE_DIGEST], const char *salt, unsigned char out[SERVE_DIGEST]);
+/* A session's key (out: SERVE_SKEY_MAX + 1 bytes): the first tenant's (the
+ * first key, or everyone without a key) is its id, as before tenants; any
+ * other tenant's is "t", 32 hex digits of its digest, ":" and the id, so
+ * each tenant has its own ids (":" is in no id). */
+void tenant_session_key(const struct serve_keys *k, int tenant, const char *id, char *out);
+/* The id in a session's key. */
+const char *tenant_public_id(const char *key);
 
 /* ---- a request and its response, free of any HTTP library ---- */
 struct http_req {
@@ -124,6 +161,11 @@ struct job {
     bool native;                       /* llama-server's POST /completion: its request and answer shape (native.c) */
     char *answer_prefix;               /* chat: a final assistant message, which the answer continues (a prefill), or NULL */
     char session_id[SERVE_ID_MAX + 1]; /* "" = none */
+    char session_key[SERVE_SKEY_MAX + 1]; /* its key in the table and the store (tenant_session_key) */
+    bool salt_given;                   /* cache_salt was in the request */
+    char cache_salt[SERVE_SALT_MAX + 1];
+    unsigned char tenant[SERVE_DIGEST]; /* its API key's digest (tenant.c; all zero without keys) */
+    unsigned char scope[SERVE_DIGEST];  /* tenant_scope of it and cache_salt: what it may share (prefix.c) */
     char *system, *user;               /* chat: system (may be NULL) and the newest user message */
     struct kvb_chat_message *msgs;     /* chat without a session: the whole conversation */
     int32_t n_msgs;
@@ -218,7 +260,8 @@ void job_free(struct job *j); /* job.c */
 struct store;
 struct metrics;
 struct serve_opts {
-    const char *model_path, *host, *sessions, *api_key, *model_name;
+    const char *model_path, *host, *sessions, *api_key, *model_name; /* api_key: the first of keys, or NULL */
+    struct serve_keys keys; /* --api-key, KVB_API_KEY or --api-key-file: one tenant each */
     int port, parallel, threads, queue_max, queue_timeout_s, max_tokens_cap, default_max_tokens;
     int max_budget, max_sessions, step_tokens, chunk;
     int prefix_cache, prefix_min; /* shared prefixes kept (0: no sharing); the fewest tokens one may have */
@@ -377,7 +420,7 @@ struct store *store_redis_open(const char *url, char *err, size_t errlen);
 enum store_op { SOP_GET, SOP_PUT, SOP_DEL };
 struct store_req {
     enum store_op op;
-    char id[SERVE_ID_MAX + 1];
+    char id[SERVE_SKEY_MAX + 1];
     void *buf;        /* PUT: the blob (freed once written); GET: what was read (malloc) */
     size_t len;
     int64_t version;  /* PUT: the version read (STORE_ABSENT: new), then the one written; GET: the one read */
