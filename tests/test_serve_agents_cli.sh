@@ -477,5 +477,12 @@ d_got=$(( $(jget 'd["usage"]["prompt_tokens"]' < "$T/nj2.json") - $(jget 'd["usa
 d_want=$(( $(post /tokenize "{\"content\":$(jget 'json.dumps(d[0]["content"])' < "$T/inj.json"),\"parse_special\":false}" | jget 'len(d["tokens"])') - 1 ))
 if [ "$d_got" = "$d_want" ]; then ok serve_no_jinja_content_control_text_is_text
 else ko serve_no_jinja_content_control_text_is_text "the injection read $d_got tokens more than 'x', its text is $d_want more"; fi
+# --no-jinja pins the signature family's rendering of the system message (ChatML here), the span found the same way
+post /v1/chat/completions '{"messages":[{"role":"system","content":"Be brief and kind."},{"role":"user","content":"x"}],"max_tokens":1}' > "$T/njk.json"
+nj_want=$(post /tokenize '{"content":"<|im_start|>system\nBe brief and kind.<|im_end|>\n"}' | jget 'len(d["tokens"])')
+nj_got=$(jget 'd["kvbound"]["keep"]["pinned"]' < "$T/njk.json" 2>/dev/null)
+nj_none=$(jget '"keep" in d["kvbound"]' < "$T/nj1.json" 2>/dev/null)
+if [ -n "$nj_want" ] && [ "$nj_got" = "$nj_want" ] && [ "$nj_none" = False ]; then ok serve_no_jinja_pins_the_system_message
+else ko serve_no_jinja_pins_the_system_message "pinned $nj_got, the system message's rendering is $nj_want tokens; without one: keep $nj_none"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 cli_summary
