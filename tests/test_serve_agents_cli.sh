@@ -445,6 +445,28 @@ python3 "$T/keep1.py" "$URL" "$T" "$span" "$TOOLS" > "$T/keep.out" 2>&1
 if [ "$(cat "$T/keep.out")" = ok ]; then ok serve_instructions_pinned_under_every_policy_map_checked_n_keep_0_evicts_them
 else ko serve_instructions_pinned_under_every_policy_map_checked_n_keep_0_evicts_them "span $span: $(head -c 1500 "$T/keep.out")"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
+# after a restart the stored session keeps its span: its header (pinned, n_keep), its image (the map), a later
+# turn's n_keep checked against it, and the span still pinned after the turn
+start k3 -m "$T/q.gguf" --sessions "$T/sk" --budget 48 -t 1 --prefix-cache 0
+cat "$T/keep_lib.py" - > "$T/keep3.py" <<'EOF'
+st, v = call("GET", "/v1/sessions/pin-h2o-none")
+if st != 200 or v.get("pinned") != span or v.get("n_keep") != -1 or v.get("in_memory"): fails.append("stored view: %d %s" % (st, v))
+m, held = streams("pin-h2o-none")
+if m.get("pinned") != span or any(not set(range(span)) <= h for h in held): fails.append("stored map: pinned %s" % m.get("pinned"))
+nxt = {"messages": [{"role": "user", "content": "And tomorrow, and the day after, and next week?"}], "max_tokens": 60, "ignore_eos": True, "temperature": 0,
+       "session_id": "pin-h2o-none"}
+st, d = call("POST", "/v1/chat/completions", dict(nxt, n_keep=5))
+if st != 400 or "'n_keep'" not in d["error"]["message"]: fails.append("restored, n_keep 5: %d %s" % (st, d))
+st, d = call("POST", "/v1/chat/completions", nxt)
+if st != 200 or d["kvbound"].get("keep") != {"pinned": span, "span": span, "capped": False}: fails.append("restored turn: %d %s" % (st, d))
+m, held = streams("pin-h2o-none")
+if any(not set(range(span)) <= h for h in held): fails.append("restored turn lost pinned positions")
+print("\n".join(fails) if fails else "ok")
+EOF
+python3 "$T/keep3.py" "$URL" "$T" "$span" "$TOOLS" > "$T/keep3.out" 2>&1
+if [ "$(cat "$T/keep3.out")" = ok ]; then ok serve_pinned_span_kept_by_a_stored_session_after_restart
+else ko serve_pinned_span_kept_by_a_stored_session_after_restart "$(head -c 1000 "$T/keep3.out")"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
 # --keep-max below the span: exactly its first keep-max positions pinned, the response says capped, the log says it once;
 # --keep 0 pins nothing unless a request asks (n_keep -1)
 start k2 -m "$T/q.gguf" --sessions "$T/sk2" --budget 48 -t 1 --prefix-cache 0 --keep 0 --keep-max 8
