@@ -377,6 +377,119 @@ python3 -c 'import json; print(json.dumps({"messages":[{"role":"user","content":
 c=$(curl -s -o "$T/enum.out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$T/enum.json" "$URL/v1/chat/completions")
 if [ "$c" = 400 ] && grep -q "16384 object keys and array items" "$T/enum.out"; then ok serve_schema_size_named; else ko serve_schema_size_named "$c $(head -c 300 "$T/enum.out")"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
+# issue 49 part 2: pinned instructions. A session whose system message and tools are followed by a conversation past
+# twice the budget keeps every position of their span (the rendering of the system message and tools alone, as the
+# template writes it), under every bounded policy, with the map checked; n_keep 0 lets the policy evict them
+printf '%s' '[{"role":"system","content":"You are a careful agent. Always answer in one short sentence, never guess a city, and call get_weather whenever the user asks about the weather anywhere."}]' > "$T/ksys.json"
+printf '%s' "$TOOLS" > "$T/ktools.json"
+"$K" template --template-file "$TM" --messages "$T/ksys.json" --tools "$T/ktools.json" --no-generation-prompt > "$T/ksys.txt" 2> "$T/ksys.err"
+cat > "$T/keep_lib.py" <<'EOF'
+import json, sys, urllib.request, urllib.error
+url, tdir, span, tools = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+system = json.load(open(tdir + "/ksys.json"))
+def call(method, path, body=None):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode() if body is not None else None, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r: return r.status, json.load(r)
+    except urllib.error.HTTPError as e: return e.code, json.load(e)
+def first_turn(sid, nk, **kw):  # the system message, the tools, then a conversation past twice the budget (48)
+    body = dict({"messages": system + [{"role": "user", "content": "What is the weather like in Paris today?"}], "tools": tools,
+                 "max_tokens": 110, "ignore_eos": True, "temperature": 0, "session_id": sid}, **kw)
+    if nk is not None: body["n_keep"] = nk
+    return call("POST", "/v1/chat/completions", body)
+def streams(sid):  # the map, and the positions each stream holds
+    st, m = call("GET", "/v1/sessions/%s/map" % sid)
+    assert st == 200, m
+    return m, [set(h) for layer in m["layers"] for h in layer]
+fails = []
+EOF
+start k -m "$T/q.gguf" --sessions "$T/sk" --budget 48 -t 1 -np 2 --prefix-cache 0
+span=$(post /tokenize "$(python3 -c 'import json,sys; print(json.dumps({"content": open(sys.argv[1]).read()}))' "$T/ksys.txt")" | jget 'len(d["tokens"])')
+cat "$T/keep_lib.py" - > "$T/keep1.py" <<'EOF'
+assert span > 60, span
+for pol in ["window", "streaming", "h2o", "tova", "scissorhands", "snapkv", "pyramidkv", "adakv", "knorm", "block-h2o", "lminfinite"]:
+    for nk in (None, 0):
+        sid = "pin-%s-%s" % (pol, "none" if nk is None else nk)
+        st, d = first_turn(sid, nk, kv_policy=pol)
+        if st != 200: fails.append("%s: %d %s" % (sid, st, d)); continue
+        if d["kvbound"]["position"] - span < 2 * 48: fails.append("%s: only %d past the span" % (sid, d["kvbound"]["position"] - span))
+        m, held = streams(sid)
+        st, v = call("GET", "/v1/sessions/" + sid)
+        if nk is None:
+            if d["kvbound"].get("keep") != {"pinned": span, "span": span, "capped": False}: fails.append("%s: keep %s, want span %d" % (sid, d["kvbound"].get("keep"), span))
+            if v.get("pinned") != span or m.get("pinned") != span: fails.append("%s: session pinned %s, map %s" % (sid, v.get("pinned"), m.get("pinned")))
+            lost = max(len(set(range(span)) - h) for h in held)
+            if lost: fails.append("%s: a stream lost %d of the %d pinned positions" % (sid, lost, span))
+        else:
+            if "keep" in d["kvbound"] or v.get("pinned") != 0: fails.append("%s: n_keep 0 pinned %s" % (sid, d["kvbound"].get("keep")))
+            if all(set(range(span)) <= h for h in held): fails.append("%s: n_keep 0 kept every instruction position (the test shows nothing)" % sid)
+# a session's span is fixed at its first turn: another n_keep is refused by name, the same one goes on
+nxt = {"messages": [{"role": "user", "content": "And tomorrow?"}], "max_tokens": 2, "temperature": 0, "session_id": "pin-streaming-none"}
+st, d = call("POST", "/v1/chat/completions", dict(nxt, n_keep=0))
+if st != 400 or "'n_keep'" not in d["error"]["message"]: fails.append("a later n_keep 0: %d %s" % (st, d))
+st, d = call("POST", "/v1/chat/completions", dict(nxt, n_keep=-1))
+if st != 200 or d["kvbound"].get("keep", {}).get("pinned") != span: fails.append("a later n_keep -1: %d %s" % (st, d))
+# n_keep is an integer >= -1
+for bad in (-2, 1.5, "x", True):
+    st, d = call("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "n_keep": bad})
+    if st != 400 or "'n_keep'" not in d["error"]["message"]: fails.append("n_keep %r: %d %s" % (bad, st, d))
+# /v1/completions has no instructions: n_keep -1 pins nothing, N the prompt's first N tokens
+st, d = call("POST", "/v1/completions", {"prompt": "Once upon a time there was", "max_tokens": 1})
+if st != 200 or "keep" in d["kvbound"]: fails.append("completion n_keep -1: %d %s" % (st, d))
+st, d = call("POST", "/v1/completions", {"prompt": "Once upon a time there was", "max_tokens": 1, "n_keep": 3})
+if st != 200 or d["kvbound"].get("keep") != {"pinned": 3, "span": 3, "capped": False}: fails.append("completion n_keep 3: %d %s" % (st, d))
+print("\n".join(fails) if fails else "ok")
+EOF
+python3 "$T/keep1.py" "$URL" "$T" "$span" "$TOOLS" > "$T/keep.out" 2>&1
+if [ "$(cat "$T/keep.out")" = ok ]; then ok serve_instructions_pinned_under_every_policy_map_checked_n_keep_0_evicts_them
+else ko serve_instructions_pinned_under_every_policy_map_checked_n_keep_0_evicts_them "span $span: $(head -c 1500 "$T/keep.out")"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+# after a restart the stored session keeps its span: its header (pinned, n_keep), its image (the map), a later
+# turn's n_keep checked against it, and the span still pinned after the turn
+start k3 -m "$T/q.gguf" --sessions "$T/sk" --budget 48 -t 1 --prefix-cache 0
+cat "$T/keep_lib.py" - > "$T/keep3.py" <<'EOF'
+st, v = call("GET", "/v1/sessions/pin-h2o-none")
+if st != 200 or v.get("pinned") != span or v.get("n_keep") != -1 or v.get("in_memory"): fails.append("stored view: %d %s" % (st, v))
+m, held = streams("pin-h2o-none")
+if m.get("pinned") != span or any(not set(range(span)) <= h for h in held): fails.append("stored map: pinned %s" % m.get("pinned"))
+nxt = {"messages": [{"role": "user", "content": "And tomorrow, and the day after, and next week?"}], "max_tokens": 60, "ignore_eos": True, "temperature": 0,
+       "session_id": "pin-h2o-none"}
+st, d = call("POST", "/v1/chat/completions", dict(nxt, n_keep=5))
+if st != 400 or "'n_keep'" not in d["error"]["message"]: fails.append("restored, n_keep 5: %d %s" % (st, d))
+st, d = call("POST", "/v1/chat/completions", nxt)
+if st != 200 or d["kvbound"].get("keep") != {"pinned": span, "span": span, "capped": False}: fails.append("restored turn: %d %s" % (st, d))
+m, held = streams("pin-h2o-none")
+if any(not set(range(span)) <= h for h in held): fails.append("restored turn lost pinned positions")
+print("\n".join(fails) if fails else "ok")
+EOF
+python3 "$T/keep3.py" "$URL" "$T" "$span" "$TOOLS" > "$T/keep3.out" 2>&1
+if [ "$(cat "$T/keep3.out")" = ok ]; then ok serve_pinned_span_kept_by_a_stored_session_after_restart
+else ko serve_pinned_span_kept_by_a_stored_session_after_restart "$(head -c 1000 "$T/keep3.out")"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
+# --keep-max below the span: exactly its first keep-max positions pinned, the response says capped, the log says it once;
+# --keep 0 pins nothing unless a request asks (n_keep -1)
+start k2 -m "$T/q.gguf" --sessions "$T/sk2" --budget 48 -t 1 --prefix-cache 0 --keep 0 --keep-max 8
+cat "$T/keep_lib.py" - > "$T/keep2.py" <<'EOF'
+for sid, nk in (("capped", -1), ("unpinned", None)):
+    st, d = first_turn(sid, nk)
+    if st != 200: fails.append("%s: %d %s" % (sid, st, d)); continue
+    m, held = streams(sid)
+    low = [set(p for p in h if p < span) for h in held]
+    if sid == "capped":
+        if d["kvbound"].get("keep") != {"pinned": 8, "span": span, "capped": True}: fails.append("capped: keep %s" % d["kvbound"].get("keep"))
+        odd = [sorted(s) for s in low if s != set(range(8))]
+        if odd: fails.append("capped: a stream holds %s of the span" % odd[0])
+        st, v = call("GET", "/v1/sessions/capped")
+        if v.get("pinned") != 8 or v.get("keep_span") != span: fails.append("capped: session %s" % v)
+    elif "keep" in d["kvbound"] or m.get("pinned") != 0: fails.append("--keep 0: pinned %s" % d["kvbound"].get("keep"))
+print("\n".join(fails) if fails else "ok")
+EOF
+python3 "$T/keep2.py" "$URL" "$T" "$span" "$TOOLS" > "$T/keep2.out" 2>&1
+logged=$(grep -c "keep-max 8 pins the first 8" "$T/k2.log")
+if [ "$(cat "$T/keep2.out")" = ok ] && [ "$logged" = 1 ]; then ok serve_keep_max_caps_the_pinned_span_and_says_so
+else ko serve_keep_max_caps_the_pinned_span_and_says_so "logged $logged times: $(head -c 1000 "$T/keep2.out")"; fi
+kill -TERM $PID; wait $PID 2>/dev/null
 start c -m "$T/q.gguf" --sessions "$T/sc" -t 1 --no-jinja
 bad serve_no_jinja_tools /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":$TOOLS}" "'tools'"
 # the signature family's prompt too: the injection reads as many more tokens than "x" as its text has, without parse_special
@@ -386,5 +499,12 @@ d_got=$(( $(jget 'd["usage"]["prompt_tokens"]' < "$T/nj2.json") - $(jget 'd["usa
 d_want=$(( $(post /tokenize "{\"content\":$(jget 'json.dumps(d[0]["content"])' < "$T/inj.json"),\"parse_special\":false}" | jget 'len(d["tokens"])') - 1 ))
 if [ "$d_got" = "$d_want" ]; then ok serve_no_jinja_content_control_text_is_text
 else ko serve_no_jinja_content_control_text_is_text "the injection read $d_got tokens more than 'x', its text is $d_want more"; fi
+# --no-jinja pins the signature family's rendering of the system message (ChatML here), the span found the same way
+post /v1/chat/completions '{"messages":[{"role":"system","content":"Be brief and kind."},{"role":"user","content":"x"}],"max_tokens":1}' > "$T/njk.json"
+nj_want=$(post /tokenize '{"content":"<|im_start|>system\nBe brief and kind.<|im_end|>\n"}' | jget 'len(d["tokens"])')
+nj_got=$(jget 'd["kvbound"]["keep"]["pinned"]' < "$T/njk.json" 2>/dev/null)
+nj_none=$(jget '"keep" in d["kvbound"]' < "$T/nj1.json" 2>/dev/null)
+if [ -n "$nj_want" ] && [ "$nj_got" = "$nj_want" ] && [ "$nj_none" = False ]; then ok serve_no_jinja_pins_the_system_message
+else ko serve_no_jinja_pins_the_system_message "pinned $nj_got, the system message's rendering is $nj_want tokens; without one: keep $nj_none"; fi
 kill -TERM $PID; wait $PID 2>/dev/null
 cli_summary

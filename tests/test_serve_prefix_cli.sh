@@ -17,8 +17,9 @@
 #     /metrics counts 7 hits and 7 prefixes' tokens;
 #   - with --prefix-cache 1 and two system prompts in turn, texts still equal
 #     the unshared server's and at most one prefix is kept;
-#   - under h2o with a budget (96) below the prefix, evicting while the
-#     prefix is read, texts still equal the unshared server's; snapkv is not
+#   - under h2o with a budget (96) below the prefix, with --keep 0 evicting
+#     while the prefix is read, and by default pinning it (the system
+#     prompt), texts still equal the unshared server's; snapkv is not
 #     shared (it compresses a prompt where it ends) and equal too;
 #   - a session with --recall is not shared (its cold tier is its own) and
 #     still answers.
@@ -116,26 +117,28 @@ hit1=$(pyq "$T/one-a3.json" 'max(t["cached_tokens"] for t in d["turns"])')
 if [ -z "$bad" ] && [ "$np" = 1 ] && [ "${hit1:-0}" -gt 0 ]; then ok serve_prefix_one_place_two_prompts
 else ko serve_prefix_one_place_two_prompts "differ:$bad; prefixes kept $np; a3's cached $hit1"; fi
 
-# past the budget: the prefix itself is evicted from while it is read (h2o, budget 96 < the prefix), and
-# the texts still equal the unshared server's (both read no chunk across the cut); snapkv is not shared
-for pol in h2o snapkv; do
+# past the budget: the prefix itself is evicted from while it is read (h2o0: h2o with --keep 0, budget 96 < the
+# prefix), and the texts still equal the unshared server's (both read no chunk across the cut); h2o pins the system
+# prompt (the default) and its forks evict only what follows it, equal too; snapkv is not shared
+for cfg in h2o h2o0 snapkv; do
+    pol=${cfg%0}; k=""; [ $cfg = h2o0 ] && k="--keep 0"
     for mode in on off; do
         a=""; [ $mode = off ] && a="--prefix-cache 0"
-        start "$pol-$mode" -m "$M" -t 1 --chunk $CHUNK --policy $pol --budget 96 --sessions "$T/s-$pol-$mode" $a
-        [ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/$pol-$mode.log")"; cli_summary; exit; }
-        load "$pol-$mode" "$T/sys.txt" 4 1 2
+        start "$cfg-$mode" -m "$M" -t 1 --chunk $CHUNK --policy $pol --budget 96 --sessions "$T/s-$cfg-$mode" $a $k
+        [ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/$cfg-$mode.log")"; cli_summary; exit; }
+        load "$cfg-$mode" "$T/sys.txt" 4 1 2
         kill $PID
     done
 done
 eq=$(python3 -c 'import json,sys
 r = []
-for pol in ("h2o", "snapkv"):
+for pol in ("h2o", "h2o0", "snapkv"):
     a = json.load(open(sys.argv[1] + "/" + pol + "-on.json")); b = json.load(open(sys.argv[1] + "/" + pol + "-off.json"))
     r.append(not a["errors"] and not b["errors"] and len(a["turns"]) == 4 and [t["content"] for t in a["turns"]] == [t["content"] for t in b["turns"]])
     r.append(sum(t["cached_tokens"] > 0 for t in a["turns"]))
 print(r)' "$T" 2>/dev/null)
-if [ "$eq" = "[True, 3, True, 0]" ]; then ok serve_prefix_exact_past_budget
-else ko serve_prefix_exact_past_budget "h2o: equal, turns cached; snapkv: equal, turns cached = $eq (want [True, 3, True, 0])"; fi
+if [ "$eq" = "[True, 3, True, 3, True, 0]" ]; then ok serve_prefix_exact_past_budget
+else ko serve_prefix_exact_past_budget "h2o, h2o --keep 0, snapkv: equal, turns cached = $eq (want [True, 3, True, 3, True, 0])"; fi
 
 # recall: no sharing, still answers
 start rec $ARGS --sessions "$T/s-rec" --recall-pages 2
@@ -163,10 +166,11 @@ EOF
 }
 cached() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[1])' "$T/$1.ask" 2> /dev/null; }
 # 19: read under h2o at budget 96, then turns at budget 512 and under tova at 96 (each a text of its own without
-# sharing): each reads its own prefix, so the text is the unshared server's; a later turn at h2o 96 forks the first's
+# sharing): each reads its own prefix, so the text is the unshared server's; a later turn at h2o 96 forks the first's.
+# --keep 0: the policies govern the system prompt too (pinned, it would never be evicted, and the three texts be one)
 for mode in on off; do
     a=""; [ $mode = off ] && a="--prefix-cache 0"
-    start "cfg-$mode" -m "$M" -t 1 --chunk $CHUNK --policy h2o --budget 96 --max-budget 1024 --sessions "$T/s-cfg-$mode" $a
+    start "cfg-$mode" -m "$M" -t 1 --chunk $CHUNK --policy h2o --budget 96 --max-budget 1024 --keep 0 --sessions "$T/s-cfg-$mode" $a
     [ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/cfg-$mode.log")"; cli_summary; exit; }
     ask "cfg-$mode-1" "$T/sys.txt" "Who was in the garden?" '"kv_policy":"h2o","kv_budget":96'
     ask "cfg-$mode-2" "$T/sys.txt" "Who was in the garden?" '"kv_policy":"h2o","kv_budget":512'

@@ -30,6 +30,8 @@ static void setup(void) {
     o->max_tokens_cap = 4096;
     o->default_max_tokens = 16;
     o->max_budget = 4096;
+    o->keep = -1; /* the defaults: n_keep -1, at most 4096 pinned */
+    o->keep_max = 4096;
     o->queue_max = 4;
     o->max_body = 1 << 20;
     if (!tenant_one_key(&o->keys, "k") || !tenant_one_key(&o->keys, "j")) abort(); /* two tenants */

@@ -100,7 +100,10 @@ for (let turn = 0; turn < turns; turn++) {
     const r = await client.chat.completions.create(req);
     const m = r.choices[0].message;
     if (!r.kvbound || r.kvbound.position <= position) throw new Error(`the session did not advance: ${JSON.stringify(r.kvbound)}`);
-    if (r.kvbound.cache_tokens > 512) throw new Error(`the cache holds ${r.kvbound.cache_tokens} tokens, over the budget 512`);
+    // the budget bounds the conversation; the pinned instructions (system message and tools) sit on top of it
+    const pinned = r.kvbound.keep ? r.kvbound.keep.pinned : 0;
+    if (!pinned) throw new Error(`the system message and tools are not pinned: ${JSON.stringify(r.kvbound)}`);
+    if (r.kvbound.cache_tokens > 512 + pinned) throw new Error(`the cache holds ${r.kvbound.cache_tokens} tokens, over the budget 512 + ${pinned} pinned`);
     position = r.kvbound.position;
     if (kind === 0 || kind === 1 || (kind === 2 && m.tool_calls && m.tool_calls.length)) {
       const e = checkCalls(m.tool_calls);

@@ -62,6 +62,7 @@ void job_free(struct job *j) {
     free(j->r_all);
     free(j->r_cont);
     free(j->r_shared);
+    free(j->r_instr);
     free(j->tools_json);
     free(j->vars_json);
     free(j->gbnf);

@@ -84,6 +84,13 @@ static int usage(FILE *f) {
             "                        few-shot examples); turns with the same ones read them once and hold\n"
             "                        their pages once, copy on write (usage.prompt_tokens_details.cached_tokens)\n"
             "  --prefix-min N        the fewest tokens a shared prefix may have (default 32)\n"
+            "  --keep N              what a session pins (a request's n_keep when it gives none): -1 its\n"
+            "                        instructions, the leading system/developer messages and the tools\n"
+            "                        (default); 0 nothing (the policy's sinks only); N the first N tokens.\n"
+            "                        Pinned tokens are never evicted by any policy and sit on top of the\n"
+            "                        budget; a session keeps its first turn's span\n"
+            "  --keep-max N          the most tokens pinned (default 4096); past it the policy governs the\n"
+            "                        rest of the span (kvbound.keep.capped, and a line in the log)\n"
             "  --max-body BYTES      largest request body; beyond, 413 (default 4194304)\n"
             "  --max-connections N   connections at once; one more is refused at once (default 256)\n"
             "  --max-connections-per-ip N  connections from one address (default half of --max-connections)\n"
@@ -125,8 +132,8 @@ static int usage(FILE *f) {
             "                        (serve: --recall applies to every bounded session, --cold-mb and the\n"
             "                        cold file are per session, and a session's cold tier is stored with it)\n"
             "\n"
-            "Request fields beyond OpenAI's: kv_policy, kv_budget, kv_sinks (a session keeps the ones of its\n"
-            "first turn), session_id (the server keeps the conversation; each turn reads only its new text),\n"
+            "Request fields beyond OpenAI's: kv_policy, kv_budget, kv_sinks, n_keep (a session keeps the ones of\n"
+            "its first turn), session_id (the server keeps the conversation; each turn reads only its new text),\n"
             "llama-server's n_predict (max_tokens), vLLM's cache_salt (a string of 1 to 256 bytes: a shared\n"
             "prefix is reused only between requests with the same key and salt). A chat whose last message\n"
             "is the assistant's text is a prefill: the answer continues it.\n");
@@ -160,6 +167,8 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->max_sessions = 256;
     o->prefix_cache = 8;
     o->prefix_min = 32;
+    o->keep = -1;
+    o->keep_max = 4096;
     o->step_tokens = 512;
     o->chunk = 256;
     o->step_target_x = 3.5f; /* the default: see --help and docs/SERVING.md */
@@ -200,6 +209,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     const char *v = cli_opt_value("serve",
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
+                                  "--keep --keep-max "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
                                   "--step-tokens --chunk --step-target-ms --max-prompt-tokens --max-compiles --compile-wait-ms --template-deadline-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
@@ -246,6 +256,8 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--max-sessions")) r = cli_parse_i32(a, v, 0, 4000, &o->max_sessions);
     else if (!strcmp(a, "--prefix-cache")) r = cli_parse_i32(a, v, 0, 64, &o->prefix_cache);
     else if (!strcmp(a, "--prefix-min")) r = cli_parse_i32(a, v, 1, 1 << 20, &o->prefix_min);
+    else if (!strcmp(a, "--keep")) r = cli_parse_i32(a, v, -1, KVB_KEEP_MAX, &o->keep);
+    else if (!strcmp(a, "--keep-max")) r = cli_parse_i32(a, v, 0, KVB_KEEP_MAX, &o->keep_max);
     else if (!strcmp(a, "--max-body")) r = cli_parse_i64(a, v, 1024, 1ll << 30, &c->max_body);
     else if (!strcmp(a, "--max-connections")) r = cli_parse_i32(a, v, 1, 65536, &c->max_conn);
     else if (!strcmp(a, "--max-connections-per-ip")) r = cli_parse_i32(a, v, 1, 65536, &c->max_per_ip);

@@ -335,12 +335,12 @@ static const char *const chat_fields[] = {
     "model", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stream", "stream_options", "stop",
     "ignore_eos", "kv_policy", "kv_budget", "kv_sinks", "session_id", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-    "response_format", "grammar", "json_schema", "chat_template_kwargs", "reasoning_effort", "user", "metadata", "store", "cache_prompt", "n_predict", "cache_salt", NULL};
+    "response_format", "grammar", "json_schema", "chat_template_kwargs", "reasoning_effort", "user", "metadata", "store", "cache_prompt", "n_predict", "cache_salt", "n_keep", NULL};
 static const char *const completion_fields[] = {
     "model", "prompt", "n", "max_tokens", "temperature", "top_p", "seed", "stream", "stream_options", "stop", "ignore_eos", "kv_policy",
     "kv_budget", "kv_sinks", "session_id", "top_k", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
     "logit_bias", "logprobs", "grammar", "json_schema", "response_format", "echo", "best_of", "user", "metadata", "store", "cache_prompt",
-    "n_predict", "cache_salt", NULL};
+    "n_predict", "cache_salt", "n_keep", NULL};
 
 static bool fields_known(const cJSON *root, enum job_kind kind, struct http_resp *r) {
     const char *unknown = openai_unknown_field(root, kind == JOB_CHAT ? chat_fields : completion_fields);
@@ -725,6 +725,7 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
     j->kind = kind;
     j->sp = kvb_seq_default_params();
     j->sp.kv = srv->o.kv;
+    j->n_keep = srv->o.keep;
     j->sp.sampler = kvb_sampler_default_params();
     j->sp.sampler.seed = (uint64_t)(uintptr_t)j * 0x9e3779b97f4a7c15ull + (uint64_t)(serve_now() * 1e6); /* no seed given: a fresh one */
     if (srv->o.default_temp >= 0) j->sp.sampler.temp = srv->o.default_temp; /* --temp */
@@ -840,6 +841,8 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
         j->sp.kv.policy.n_sink = (int32_t)v;
         j->policy_given = true;
     }
+    if (!get_int(root, "n_keep", -1, KVB_KEEP_MAX, &v, &j->n_keep_given, r)) goto out; /* llama.cpp's: -1 the instruction span, 0 none */
+    if (j->n_keep_given) j->n_keep = (int32_t)v;
     if (j->sp.kv.policy.id == KVB_POLICY_FULL) j->sp.kv.recall = (struct kvb_recall_params){0}; /* recall is for bounded sessions; a session keeps its first turn's (its image holds them) */
     if (j->sp.kv.policy.id != KVB_POLICY_FULL && j->sp.kv.policy.n_sink >= j->sp.kv.policy.budget) {
         serve_error(r, 400, "invalid_request_error", "'kv_sinks' (%d) must be below the budget (%d)", (int)j->sp.kv.policy.n_sink, (int)j->sp.kv.policy.budget);
@@ -885,6 +888,12 @@ static void add_kvbound(const struct job *j, cJSON *o) {
     cJSON_AddNumberToObject(k, "cache_tokens", (double)j->cache_tokens);
     cJSON_AddNumberToObject(k, "kv_bytes", (double)j->kv_bytes);
     if (j->sp.kv.recall.pages > 0) cJSON_AddNumberToObject(k, "cold_pages", (double)j->cold_pages);
+    if (j->keep_span > 0) { /* the pinned span: what n_keep named, what is pinned of it, and whether --keep-max cut it */
+        cJSON *p = cJSON_AddObjectToObject(k, "keep");
+        cJSON_AddNumberToObject(p, "pinned", j->keep_pinned);
+        cJSON_AddNumberToObject(p, "span", j->keep_span);
+        cJSON_AddBoolToObject(p, "capped", j->keep_pinned < j->keep_span);
+    }
     if (j->n_warnings) { /* a prompt past the budget or the trained length (job.c) */
         cJSON *w = cJSON_AddArrayToObject(k, "warnings");
         for (int i = 0; i < j->n_warnings; i++) cJSON_AddItemToArray(w, cJSON_CreateString(j->warnings[i]));

@@ -58,7 +58,8 @@ struct prefix {
 static bool same_config(const struct kvb_kv_params *a, int32_t a_ctx, const struct kvb_seq_params *sp) {
     const struct kvb_kv_params *b = &sp->kv;
     return !memcmp(&a->policy, &b->policy, sizeof a->policy) && a->pos_mode == b->pos_mode && a->max_distance == b->max_distance &&
-           a->kv_dtype == b->kv_dtype && a->kv_dtype_v == b->kv_dtype_v && a->block_size == b->block_size && a_ctx == sp->n_ctx;
+           a->kv_dtype == b->kv_dtype && a->kv_dtype_v == b->kv_dtype_v && a->block_size == b->block_size && a_ctx == sp->n_ctx &&
+           a->keep == b->keep;
 }
 
 static struct prefix *find(struct sched *s, const struct job *j, const int32_t *ids, int32_t n) {

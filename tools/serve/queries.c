@@ -37,6 +37,9 @@ static int sess_json(struct server *srv, const struct sess *x, bool busy, bool w
         cJSON_AddNumberToObject(o, "kv_budget", x->pol.budget);
         cJSON_AddNumberToObject(o, "kv_sinks", x->pol.n_sink);
     }
+    cJSON_AddNumberToObject(o, "pinned", x->keep); /* positions 0..pinned-1 are never evicted (n_keep, --keep-max) */
+    cJSON_AddNumberToObject(o, "keep_span", x->keep_span);
+    cJSON_AddNumberToObject(o, "n_keep", x->n_keep);
     cJSON_AddStringToObject(o, "store", srv->store->kind);
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -52,9 +55,11 @@ static int seq_map(struct server *srv, const char *id, int32_t seq, const struct
     struct kvb_cache *c = kvb_batch_seq_cache(srv->sched->b, seq);
     if (!c) return 404;
     const int32_t L = srv->mi.n_layer, H = srv->mi.n_head_kv;
+    struct kvb_cache_params cp;
+    kvb_cache_get_params(c, &cp);
     kvb_str_printf(out, "{\"id\":\"%s\",\"object\":\"session.map\",\"position\":%lld,\"n_layer\":%d,\"n_head_kv\":%d,\"kv_policy\":\"%s\",\"kv_budget\":%d,"
-                   "\"kv_sinks\":%d,\"busy\":%s,\"layers\":[",
-              tenant_public_id(id), (long long)kvb_cache_n_past(c, 0), (int)L, (int)H, kvb_policy_name(pol->id), (int)pol->budget, (int)pol->n_sink,
+                   "\"kv_sinks\":%d,\"pinned\":%d,\"busy\":%s,\"layers\":[",
+              tenant_public_id(id), (long long)kvb_cache_n_past(c, 0), (int)L, (int)H, kvb_policy_name(pol->id), (int)pol->budget, (int)pol->n_sink, (int)cp.kv.keep,
               busy ? "true" : "false");
     for (int32_t l = 0; l < L; l++) {
         kvb_str_puts(out, l ? ",[" : "[");

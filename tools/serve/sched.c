@@ -37,6 +37,27 @@ static void unbusy(struct server *srv, struct job *j) {
 
 enum { ADMIT_WAIT = 0, ADMIT_DONE = 1, ADMIT_PARKED = 2 };
 
+/* A first turn's pinned span (docs/SERVING.md "Pinned instructions"):
+ * n_keep -1 the instruction span (text.c), 0 none, N > 0 the prompt's
+ * first N tokens; at most --keep-max are pinned (kv.keep, counted by
+ * admission), the policy governing the rest, said once in the log. A
+ * session keeps it for its whole life. */
+static void keep_resolve(struct server *srv, struct job *j, struct sess *x, const int32_t *ids, int32_t n) {
+    const int32_t span = j->n_keep < 0 ? instruction_span(srv, j, ids, n) : j->n_keep < n ? j->n_keep : n;
+    const int32_t pinned = span < srv->o.keep_max ? span : srv->o.keep_max;
+    if (pinned < span && j->keep_span != span) /* once: admission may try again */
+        fprintf(stderr, "kvbound serve: %s%s: the pinned span (n_keep %d) is %d tokens; --keep-max %d pins the first %d, the policy governs the rest\n",
+                x ? "session " : "request ", x ? x->id : j->id, (int)j->n_keep, (int)span, srv->o.keep_max, (int)pinned);
+    j->keep_span = span;
+    j->keep_pinned = pinned;
+    j->sp.kv.keep = pinned;
+    if (x) {
+        x->n_keep = j->n_keep;
+        x->keep_span = span;
+        x->keep = pinned;
+    }
+}
+
 /* Tries to start j. ADMIT_DONE: started, or failed for good (j is done);
  * ADMIT_WAIT: the pool is full, j keeps its place; ADMIT_PARKED: its
  * session is being read from the store, and j comes back to the head of
@@ -96,6 +117,7 @@ static int admit(struct server *srv, struct job *j) {
                 struct kvb_cache_params cp;
                 kvb_cache_get_params(kvb_batch_seq_cache(s->b, x->seq), &cp);
                 x->pol = cp.kv.policy;
+                x->keep = cp.kv.keep; /* the image carries the span; the meta what named it */
             }
         }
         if (!fresh && j->idem_key[0]) { /* a retry of a turn the session holds: its answer again, no second turn */
@@ -122,7 +144,19 @@ static int admit(struct server *srv, struct job *j) {
                      j->session_id, kvb_policy_name(kept.id), (int)kept.budget, (int)kept.n_sink);
             return ADMIT_DONE;
         }
-        if (!fresh) j->sp.kv.policy = x->pol;
+        if (!fresh && j->n_keep_given && j->n_keep != x->n_keep) { /* the span is fixed at the first turn */
+            const int32_t kept = x->n_keep, pinned = x->keep;
+            sess_idle(srv, x);
+            job_fail(srv, j, 400, "invalid_request_error", 0, "'n_keep' is %d, but session '%s' was opened with n_keep %d (%d tokens pinned); a turn cannot change it",
+                     (int)j->n_keep, j->session_id, (int)kept, (int)pinned);
+            return ADMIT_DONE;
+        }
+        if (!fresh) {
+            j->sp.kv.policy = x->pol;
+            j->sp.kv.keep = x->keep;
+            j->keep_span = x->keep_span;
+            j->keep_pinned = x->keep;
+        }
     }
     if (x) x->busy = j; /* from here on offload_one must not pick it */
     int32_t pending = -1;
@@ -140,6 +174,7 @@ static int admit(struct server *srv, struct job *j) {
         job_fail(srv, j, 400, "invalid_request_error", 0, "%s", why);
         return ADMIT_DONE;
     }
+    if (!x || fresh) keep_resolve(srv, j, x, ids, n);
     if (!j->n_warnings && !job_prompt_size(srv, j, n)) { /* too long: 400; past the budget: a warning (once, though admission may wait) */
         free(ids);
         if (x) sess_idle(srv, x);

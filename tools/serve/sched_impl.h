@@ -29,6 +29,7 @@ struct sess {
     struct kvb_policy_params pol;
     int64_t version;      /* in the store; STORE_ABSENT: never stored */
     char *extra;          /* its history and keyed answers as stored (history.c), or NULL: unknown */
+    int32_t n_keep, keep_span, keep; /* its first turn's n_keep, the span it named, the tokens pinned (kv.keep) */
 };
 
 struct ctl {
@@ -120,6 +121,11 @@ bool prefix_drop_lru(struct server *srv);
 bool offload_one(struct server *srv);
 /* text.c: how many of ids[0..n) the job's shared messages cover (0: none). */
 int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *ids, int32_t n);
+/* The instruction span of a chat's first-turn prompt ids[0..n): the tokens
+ * that the rendering of its leading system and developer messages and its
+ * tools alone (no generation prompt; tokenized as the prompt is) has in
+ * common with the prompt's start; 0 for none or a completion. */
+int32_t instruction_span(struct server *srv, const struct job *j, const int32_t *ids, int32_t n);
 
 /* job.c: a turn's prompt of n tokens checked against --max-prompt-tokens
  * (false: the job failed with 400 naming the limit) and, past its budget

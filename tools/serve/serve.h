@@ -202,6 +202,10 @@ struct job {
     struct kvb_logit_bias *bias;       /* logit_bias, sp.sampler points at it */
     struct kvb_seq_params sp;
     bool policy_given;                 /* kv_policy/kv_budget/kv_sinks were in the request */
+    int32_t n_keep;                    /* n_keep (else --keep): -1 the instruction span, 0 none, N > 0 the first N tokens */
+    bool n_keep_given;                 /* n_keep was in the request */
+    char *r_instr;                     /* --jinja: the leading system/developer messages and the tools rendered alone, or NULL */
+    int32_t keep_span, keep_pinned;    /* admission: the span n_keep names (tokens) and what is pinned of it (<= --keep-max) */
     char *stops[SERVE_MAX_STOPS];
     int n_stops;
     char idem_key[SERVE_IDEM_MAX + 1]; /* the Idempotency-Key header, "" = none */
@@ -265,6 +269,7 @@ struct serve_opts {
     int port, parallel, threads, queue_max, queue_timeout_s, max_tokens_cap, default_max_tokens;
     int max_budget, max_sessions, step_tokens, chunk;
     int prefix_cache, prefix_min; /* shared prefixes kept (0: no sharing); the fewest tokens one may have */
+    int keep, keep_max; /* --keep: a request's n_keep when it gives none (-1: the instruction span); --keep-max: the most pinned */
     float step_target_ms, step_target_x; /* --step-target-ms: N ms, or Kx the decode-only step; both 0: off */
     float default_temp;  /* --temp: a request's temperature when it gives none (<0: the library's default) */
     bool seed_given;     /* --seed: a request's seed when it gives none (else a fresh one each request) */

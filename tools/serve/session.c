@@ -126,6 +126,9 @@ static char *meta_json(const struct sess *x) {
     cJSON_AddNumberToObject(o, "cold_pages", (double)x->cold_pages);
     cJSON_AddStringToObject(o, "kv_policy", kvb_policy_name(x->pol.id));
     cJSON_AddNumberToObject(o, "kv_budget", x->pol.budget);
+    cJSON_AddNumberToObject(o, "n_keep", x->n_keep);
+    cJSON_AddNumberToObject(o, "keep_span", x->keep_span);
+    cJSON_AddNumberToObject(o, "keep", x->keep);
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     /* history.c's object (history digests, tools, answers) joins it as
@@ -198,6 +201,11 @@ const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_
     x->kv_bytes = cJSON_IsNumber(kb) ? (size_t)kb->valuedouble : 0;
     x->cold_pages = cJSON_IsNumber(cp) ? (int64_t)cp->valuedouble : 0;
     x->stored_bytes = len;
+    const cJSON *nk = cJSON_GetObjectItemCaseSensitive(o, "n_keep"), *ks = cJSON_GetObjectItemCaseSensitive(o, "keep_span");
+    const cJSON *kp = cJSON_GetObjectItemCaseSensitive(o, "keep");
+    x->n_keep = cJSON_IsNumber(nk) && nk->valuedouble >= -1 && nk->valuedouble <= KVB_KEEP_MAX ? (int32_t)nk->valuedouble : 0; /* none: it pinned nothing */
+    x->keep_span = count_ok(ks) && ks->valuedouble <= KVB_KEEP_MAX ? (int32_t)ks->valuedouble : 0;
+    x->keep = count_ok(kp) && kp->valuedouble <= KVB_KEEP_MAX ? (int32_t)kp->valuedouble : 0; /* the image's, once loaded */
     free(x->extra);
     x->extra = NULL;
     x->extra = history_from_meta(o); /* NULL (none, or no memory): unknown */

@@ -178,6 +178,25 @@ static char *with_close(const struct server *srv, const struct sess *x, const ch
     return t;
 }
 
+/* The conversation's instructions: its leading system and developer
+ * messages of the JSON array all, as a JSON array (malloc), or NULL (none
+ * and want_empty false, or no memory). */
+static char *instruction_messages(const char *all, bool want_empty) {
+    cJSON *a = all ? cJSON_Parse(all) : NULL, *out = cJSON_CreateArray();
+    int k = 0;
+    for (cJSON *m = cJSON_IsArray(a) ? a->child : NULL; m && out; m = m->next, k++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role) || (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "developer"))) break;
+        cJSON *c = cJSON_Duplicate(m, true);
+        if (!c) break;
+        cJSON_AddItemToArray(out, c);
+    }
+    char *t = out && (k || want_empty) ? cJSON_PrintUnformatted(out) : NULL;
+    cJSON_Delete(a);
+    cJSON_Delete(out);
+    return t;
+}
+
 void text_render(struct server *srv, struct job *j) {
     if (j->rendered || j->kind != JOB_CHAT || !srv->jinja || srv->o.dry_run) return;
     j->rendered = true;
@@ -188,6 +207,29 @@ void text_render(struct server *srv, struct job *j) {
     if (j->r_all_st != KVB_OK) snprintf(j->r_all_err, sizeof j->r_all_err, "the chat template: %s", kvb_last_error());
     if (j->session_id[0]) j->r_cont_st = jinja_continue(srv, j, &j->r_cont, j->r_cont_err, sizeof j->r_cont_err);
     if (j->shared_json && render(srv, j, j->shared_json, false, &t, &len) == KVB_OK) j->r_shared = own_copy(t, len);
+    char *instr = j->n_keep < 0 ? instruction_messages(j->all_json, j->tools_json != NULL) : NULL; /* n_keep -1: the span is wanted */
+    if (instr && render(srv, j, instr, false, &t, &len) == KVB_OK) j->r_instr = own_copy(t, len);
+    free(instr);
+}
+
+int32_t instruction_span(struct server *srv, const struct job *j, const int32_t *ids, int32_t n) {
+    if (j->kind != JOB_CHAT) return 0; /* a completion has no messages: n_keep -1 pins nothing */
+    char *lib = NULL;
+    const char *text = NULL;
+    if (srv->jinja) {
+        text = j->r_instr; /* text_render's */
+    } else {
+        int32_t k = 0;
+        while (k < j->n_msgs && (!strcmp(j->msgs[k].role, "system") || !strcmp(j->msgs[k].role, "developer"))) k++;
+        if (k > 0 && format_messages(srv, j, k, false, &lib) == KVB_OK) text = lib;
+    }
+    int32_t nb = 0, span = 0;
+    int32_t *pre = text ? tokens_of(srv, text, true, true, -1, &nb) : NULL;
+    kvb_buffer_free(lib);
+    /* the tokens the instructions rendered alone share with the whole prompt (a merge across the end would differ) */
+    while (pre && span < nb && span < n && pre[span] == ids[span]) span++;
+    free(pre);
+    return span;
 }
 
 /* The text a turn reads, as tokens; NULL with err filled. */
