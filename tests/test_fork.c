@@ -239,7 +239,8 @@ TEST(forks_share_pages_until_written) {
  * After every step of every fork: (a) the span's 25 whole pages (pages of
  * 16) are still the parent's own pages in every fork (the page holding the
  * span's end, the few-shot block and the conversation follow copy on
- * write); (b) the fork's outputs and whole cache image equal those of an
+ * write, and the few-shot block's whole pages stay shared until each fork
+ * may compact, as before); (b) the fork's outputs and whole cache image equal those of an
  * unshared cache fed the same tokens (built without a fork, in a pool of
  * its own); (c) the pool holds the span once and each fork's own pages:
  * at the end at most span + 32 x (budget + 4 pages) a stream, under 0.7 of
@@ -275,7 +276,16 @@ static int span_shared_run(enum kvb_policy_id pid) {
     size_t plen = 0;
     bad = bad || kvb_cache_save(parent, &pimg, &plen) != KVB_OK;
     char where[160];
-    for (int round = 0; round < ROUNDS && !bad; round++)
+    for (int round = 0; round < ROUNDS && !bad; round++) {
+        if (round == 1 && pid != KVB_POLICY_SNAPKV) { /* the few-shot block follows copy on write: its whole */
+            struct kvb_pool_stats ps;               /* pages (2 a stream) stay shared until a fork may compact */
+            kvb_pool_get_stats(pool, &ps);
+            if (ps.pages_shared != (int64_t)S * (span_pages + 2)) {
+                printf("  %s after a turn: %lld pages shared, want %d (the span and the few-shot block's whole pages)\n", kvb_policy_name(pid),
+                       (long long)ps.pages_shared, S * (span_pages + 2));
+                bad = 1;
+            }
+        }
         for (int i = 0; i < N_FORK && !bad; i++)
             for (int step = 0; step <= DEC && !bad; step++) {
                 const int C = step == 0 ? CH : 1; /* a user's turn, then a few generated tokens */
@@ -302,6 +312,7 @@ static int span_shared_run(enum kvb_policy_id pid) {
                     bad = 1;
                 }
             }
+    }
     struct kvb_pool_stats ps, rps;
     kvb_pool_get_stats(pool, &ps);
     kvb_pool_get_stats(rpool, &rps);
