@@ -354,8 +354,9 @@ static int span_shared_run(enum kvb_policy_id pid) {
 }
 
 TEST(thirty_two_forks_share_a_pinned_span_past_their_budget) {
-    static const enum kvb_policy_id pids[] = {KVB_POLICY_H2O, KVB_POLICY_STREAMING, KVB_POLICY_SNAPKV, KVB_POLICY_BLOCK_H2O};
-    for (size_t i = 0; i < sizeof pids / sizeof *pids; i++)
+    static const enum kvb_policy_id pids[] = {KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING, KVB_POLICY_BLOCK_H2O};
+    const size_t n = getenv("KVB_TEST_QUICK") ? 2 : sizeof pids / sizeof *pids; /* sanitizer builds: h2o and snapkv */
+    for (size_t i = 0; i < n; i++)
         if (span_shared_run(pids[i])) FAILF("policy %s", kvb_policy_name(pids[i]));
 }
 
