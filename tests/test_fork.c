@@ -235,16 +235,17 @@ TEST(forks_share_pages_until_written) {
 
 /* 32 sessions that open with the same instructions (a pinned span of 410
  * positions, kv.keep) and a few-shot block of 30 (not pinned), forked from
- * one cache, each talking past its budget of 512 under an evicting policy.
- * After every step of every fork: (a) the span's 25 whole pages (pages of
- * 16) are still the parent's own pages in every fork (the page holding the
- * span's end, the few-shot block and the conversation follow copy on
- * write, and the few-shot block's whole pages stay shared until each fork
- * may compact, as before); (b) the fork's outputs and whole cache image equal those of an
- * unshared cache fed the same tokens (built without a fork, in a pool of
- * its own); (c) the pool holds the span once and each fork's own pages:
- * at the end at most span + 32 x (budget + 4 pages) a stream, under 0.7 of
- * the unshared caches' pages, with pages_shared exactly the span's. */
+ * one cache, each talking past its budget of 512 under an evicting policy
+ * (turns of 40 tokens and 4 decode steps). After every step of every fork:
+ * (a) the span's 25 whole pages (pages of 16) are still the parent's own
+ * pages and no pinned slot has moved (the page holding the span's end, the
+ * few-shot block and the conversation follow copy on write: after a turn
+ * that cannot compact the few-shot block's whole pages are still shared);
+ * (b) the fork's outputs (and its whole cache image after each turn) equal
+ * those of an unshared cache fed the same tokens (built without a fork, in
+ * a pool of its own); (c) the pool holds the span once and each fork's own
+ * pages: at the end at most span + 32 x (budget + 4 pages) a stream, under
+ * 0.7 of the unshared caches' pages, with pages_shared exactly the span's. */
 static int span_shared_run(enum kvb_policy_id pid) {
     enum { N_FORK = 32, KEEP = 410, FEW = 30, BUDGET = 512, B = 16, ROUNDS = 13, CH = 40, DEC = 4, S = L * HK };
     const int span_pages = KEEP / B; /* 25 whole pages of pinned slots */
@@ -299,12 +300,19 @@ static int span_shared_run(enum kvb_policy_id pid) {
                 }
                 if (memcmp(o, ro, sizeof(float) * n) != 0) { printf("  %s: outputs differ from the unshared cache's\n", where); bad = 1; }
                 bad = bad || (step == DEC && same_image(f[i], r[i], where));
-                for (int st = 0; st < S && !bad; st++) /* (a): the span's pages are the parent's */
+                for (int st = 0; st < S && !bad; st++) { /* (a): the span's pages are the parent's */
                     for (int pg = 0; pg < span_pages && !bad; pg++)
                         if (parent->streams[st].pages[pg] != f[i]->streams[st].pages[pg]) {
                             printf("  %s: stream %d page %d of the span is no longer shared\n", where, st, pg);
                             bad = 1;
                         }
+                    const struct kvb_stream *fs = &f[i]->streams[st]; /* and no pinned slot ever moved */
+                    for (int j = 0; j < KEEP && !bad; j++)
+                        if (fs->v.order[j] != j || fs->v.pos[j] != j) {
+                            printf("  %s: stream %d: pinned position %d is in slot %d\n", where, st, j, (int)fs->v.order[j]);
+                            bad = 1;
+                        }
+                }
                 struct kvb_pool_stats ps;
                 kvb_pool_get_stats(pool, &ps);
                 if (!bad && ps.pages_shared < (int64_t)S * span_pages) {
