@@ -489,7 +489,11 @@ void kvb_cache_reset(struct kvb_cache *cache);
  * rows into a hole; compaction moves rows only into pages it alone holds),
  * and a page goes back to the pool when its last holder lets it go, so
  * sessions that begin with the same tokens hold those tokens' pages once
- * (kvb_pool_stats.pages_shared). Copies are taken in the same all-or-
+ * (kvb_pool_stats.pages_shared). A step that may compact copies every page
+ * it shares first, except the pages of the pinned span (kv.keep) whose
+ * every slot is pinned: nothing writes into those, so forks share them for
+ * as long as they live, past their budgets (the page holding the span's
+ * end is copied like any other). Copies are taken in the same all-or-
  * nothing request as the step's pages, so a step that cannot copy fails
  * with KVB_ERR_NOMEM and leaves the cache unchanged, as for any page.
  * src must use a pool given to kvb_cache_init (KVB_ERR_INVALID: its own),
@@ -1313,7 +1317,8 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *batch, const struct kvb_seq_para
  * (a system prompt, few-shot examples) read it once: one sequence reads it
  * and finishes (max_tokens 1), each session forks it and continues with
  * its own tokens, leaving the pending token out. Their pages are held once
- * until a sequence writes into them or compacts (kvb_pool_stats.pages_shared).
+ * until a sequence writes into them or compacts (kvb_pool_stats.pages_shared);
+ * the whole pages of a pinned span (kv.keep) stay shared for good.
  * p gives the sampler, max_tokens and ignore_eos; the cache's configuration
  * and n_ctx are the source's. KVB_ERR_INVALID (unknown or not DONE),
  * KVB_ERR_UNSUPPORTED (recall), KVB_ERR_NOMEM (no slot, memory): the batch

@@ -804,6 +804,90 @@ TEST(sessions_continue_save_and_load) {
     free(want);
 }
 
+/* Sessions forked from a sequence whose instructions are pinned (kv.keep 48:
+ * 3 whole pages of 16 a stream) keep sharing those pages after each talks
+ * past its budget of 40 (h2o, streaming; an 80-token turn read in chunks of
+ * 64 evicts more than two pages at once, so a fork may compact and copies
+ * every other page it shares first): every fork's tokens and last
+ * logits equal those of a session that read the instructions itself, and
+ * once all are DONE the pool still holds the span's pages once
+ * (pool_bytes_shared: 3 pages a stream); without a span (keep 0) every
+ * shared page was copied when a fork could compact, as before. */
+TEST(forks_keep_a_pinned_span_shared_past_their_budget) {
+    NEED_MODEL();
+    struct kvb_model_info mi;
+    kvb_model_get_info(g_model, &mi);
+    const int32_t V = mi.n_vocab;
+    enum { NF = 4, GEN = 24, KEEP = 48, PROMPT = 50, TURN = 80 };
+    float *lg = malloc(sizeof(float) * (size_t)V * NF), *want = malloc(sizeof(float) * (size_t)V);
+    static const enum kvb_policy_id pids[] = {KVB_POLICY_H2O, KVB_POLICY_STREAMING};
+    for (size_t pi = 0; pi < 2 * sizeof pids / sizeof *pids; pi++) {
+        const enum kvb_policy_id pid = pids[pi / 2];
+        const int keep = pi % 2 ? KEEP : 0;
+        struct kvb_batch_params bp = kvb_batch_default_params();
+        bp.chunk = 64; /* a turn's chunk evicts more than two pages: a fork may compact */
+        bp.kv_pool_bytes = (size_t)16 << 20;
+        struct kvb_seq_params sp = kvb_seq_default_params(), pre;
+        sp.kv.policy = policy(pid);
+        sp.kv.keep = keep;
+        sp.ignore_eos = true;
+        sp.sampler.temp = 0;
+        pre = sp;
+        pre.max_tokens = 1;
+        sp.max_tokens = GEN;
+        struct kvb_batch *b, *r;
+        CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+        CHECK_OK(kvb_batch_init(g_model, &bp, &r));
+        int32_t src, ids[NF], got[NF][GEN], n_got[NF] = {0}, ref[GEN + 4], tmp[4];
+        int n, n_ref;
+        CHECK_OK(kvb_batch_add(b, &pre, g_ids, PROMPT, &src));
+        CHECK(run_turn(b, src, tmp, &n, NULL, V));
+        for (int i = 0; i < NF; i++) CHECK_OK(kvb_batch_seq_fork(b, src, &sp, &ids[i]));
+        for (int i = 0; i < NF; i++) CHECK_OK(kvb_batch_continue(b, ids[i], &sp, g_ids + 100 + 40 * i, TURN));
+        struct kvb_seq_info si;
+        for (int step = 0; step < 400; step++) {
+            int32_t adv, failed;
+            CHECK_OK(kvb_batch_step(b, &adv, &failed));
+            int done = 0;
+            for (int i = 0; i < NF; i++) {
+                CHECK_OK(kvb_batch_seq_info(b, ids[i], &si));
+                if (si.n_generated > n_got[i]) {
+                    got[i][n_got[i]++] = si.last_token;
+                    memcpy(lg + (size_t)i * V, kvb_batch_logits(b, ids[i]), sizeof(float) * (size_t)V);
+                }
+                done += si.state == KVB_SEQ_DONE;
+            }
+            if (done == NF) break;
+        }
+        struct kvb_batch_stats st;
+        kvb_batch_get_stats(b, &st);
+        const size_t span = (size_t)(KEEP / 16) * mi.n_layer * mi.n_head_kv * st.page_bytes;
+        if (st.pool_bytes_shared != (keep ? span : 0))
+            FAILF("%s keep %d: %zu bytes shared after the forks passed their budget, want %zu", kvb_policy_name(pid), keep, st.pool_bytes_shared,
+                  keep ? span : (size_t)0);
+        for (int i = 0; i < NF; i++) {
+            int32_t own;
+            CHECK_OK(kvb_batch_add(r, &pre, g_ids, PROMPT, &own));
+            CHECK(run_turn(r, own, tmp, &n, NULL, V));
+            CHECK_OK(kvb_batch_continue(r, own, &sp, g_ids + 100 + 40 * i, TURN));
+            CHECK(run_turn(r, own, ref, &n_ref, want, V));
+            CHECK_EQ_INT(n_got[i], GEN);
+            CHECK_EQ_INT(n_ref, GEN);
+            if (memcmp(got[i], ref, sizeof(int32_t) * GEN) != 0 || memcmp(lg + (size_t)i * V, want, sizeof(float) * (size_t)V) != 0)
+                FAILF("%s keep %d: fork %d differs from the session that read the instructions itself", kvb_policy_name(pid), keep, i);
+            CHECK_OK(kvb_batch_remove(r, own));
+        }
+        CHECK_OK(kvb_batch_remove(b, src));
+        for (int i = 0; i < NF; i++) CHECK_OK(kvb_batch_remove(b, ids[i]));
+        kvb_batch_get_stats(b, &st);
+        CHECK_EQ_INT((int)st.pool_bytes_in_use, 0);
+        kvb_batch_free(b);
+        kvb_batch_free(r);
+    }
+    free(lg);
+    free(want);
+}
+
 /* Sessions forked from one sequence that read a shared prompt (a system
  * prompt) continue exactly as that sequence would have: for every policy,
  * four forks, each continuing with its own tokens in the same steps, give
@@ -1287,6 +1371,7 @@ int main(void) {
     RUN(admission_and_bad_arguments);
     RUN(sessions_continue_save_and_load);
     RUN(forked_sequences_continue_exactly_every_policy);
+    RUN(forks_keep_a_pinned_span_shared_past_their_budget);
     RUN(grammar_constrains_one_sequence);
     RUN(step_cost_fit_and_budget);
     RUN(stall_free_steps_equal_single_every_policy);

@@ -12,6 +12,7 @@
  */
 #include "cache_helpers.h"
 
+#include "../src/cache/cache_impl.h"
 #include "../src/cache/pool.h"
 
 enum { D = 8, L = 2, HK = 2 };
@@ -38,13 +39,17 @@ static struct kvb_cache_params fork_params(enum kvb_policy_id pid, unsigned long
     return cp;
 }
 
-static struct kvb_pool *new_pool(const struct kvb_cache_params *cp, size_t pages) {
+static struct kvb_pool *new_pool_slabs(const struct kvb_cache_params *cp, size_t pages, int32_t per_slab) {
     struct kvb_pool_params pp = kvb_pool_default_params();
     pp.page_bytes = kvb_cache_page_bytes(cp);
     pp.capacity_bytes = ((pp.page_bytes + 63) & ~(size_t)63) * pages;
-    pp.pages_per_slab = 8;
+    pp.pages_per_slab = per_slab;
     struct kvb_pool *p = NULL;
     return kvb_pool_init(&pp, &p) == KVB_OK ? p : NULL;
+}
+
+static struct kvb_pool *new_pool(const struct kvb_cache_params *cp, size_t pages) {
+    return new_pool_slabs(cp, pages, 8);
 }
 
 /* One chunk (C tokens, prefill when C > 1) into every layer of c; outputs to o. */
@@ -228,6 +233,141 @@ TEST(forks_share_pages_until_written) {
     kvb_pool_free(pool);
 }
 
+/* 32 sessions that open with the same instructions (a pinned span of 410
+ * positions, kv.keep) and a few-shot block of 30 (not pinned), forked from
+ * one cache, each talking past its budget of 512 under an evicting policy
+ * (turns of 40 tokens and 4 decode steps). After every step of every fork:
+ * (a) the span's 25 whole pages (pages of 16) are still the parent's own
+ * pages and no pinned slot has moved (the page holding the span's end, the
+ * few-shot block and the conversation follow copy on write: after a turn
+ * that cannot compact the few-shot block's whole pages are still shared);
+ * (b) the fork's outputs (and its whole cache image after each turn) equal
+ * those of an unshared cache fed the same tokens (built without a fork, in
+ * a pool of its own); (c) the pool holds the span once and each fork's own
+ * pages: at the end at most span + 32 x (budget + 4 pages) a stream, under
+ * 0.7 of the unshared caches' pages, with pages_shared exactly the span's. */
+static int span_shared_run(enum kvb_policy_id pid) {
+    enum { N_FORK = 32, KEEP = 410, FEW = 30, BUDGET = 512, B = 16, ROUNDS = 13, CH = 40, DEC = 4, S = L * HK };
+    const int span_pages = KEEP / B; /* 25 whole pages of pinned slots */
+    struct kvb_cache_params cp = small_params(pid, BUDGET, KVB_DTYPE_F16, B);
+    cp.kv.keep = KEEP;
+    int bad_pool = 0;
+    if (pid == KVB_POLICY_SNAPKV) cp.kv.policy.obs_window = 4;
+    /* slabs of 2 MiB (pages of 512 bytes: runs of 64 pages), so a stream of 28 pages turns long
+     * (32, pool.c) in the conversation: a fork then keeps the span's pages where they are */
+    struct kvb_pool *pool = new_pool_slabs(&cp, 16384, 0), *rpool = new_pool_slabs(&cp, 16384, 0);
+    struct kvb_cache *parent = NULL, *f[N_FORK] = {0}, *r[N_FORK] = {0};
+    if (pool && pool->long_pages != 32) { printf("  the pool's runs are not of 64 pages (long at %d)\n", (int)pool->long_pages); bad_pool = 1; }
+    int bad = bad_pool || !pool || !rpool || kvb_cache_init(pool, &cp, &parent) != KVB_OK;
+    const int P = KEEP + FEW;
+    const size_t pn = (size_t)L * P * HK * D;
+    float *q = malloc(sizeof(float) * pn), *k = malloc(sizeof(float) * pn), *v = malloc(sizeof(float) * pn);
+    float *o = malloc(sizeof(float) * pn), *ro = malloc(sizeof(float) * pn);
+    unsigned long long rs = 77 + (unsigned long long)pid;
+    fill(&rs, q, pn); fill(&rs, k, pn); fill(&rs, v, pn);
+    /* the prompt, read once by the parent and by every reference */
+    bad = bad || feed(parent, P, q, k, v, o, 1) != KVB_OK;
+    if (!bad) kvb_cache_compress(parent, NULL);
+    for (int i = 0; i < N_FORK && !bad; i++) {
+        bad = kvb_cache_fork(parent, &f[i]) != KVB_OK || kvb_cache_init(rpool, &cp, &r[i]) != KVB_OK || feed(r[i], P, q, k, v, ro, 1) != KVB_OK;
+        if (!bad) kvb_cache_compress(r[i], NULL);
+    }
+    if (bad) printf("  %s: setup: %s\n", kvb_policy_name(pid), kvb_last_error());
+    void *pimg = NULL;
+    size_t plen = 0;
+    bad = bad || kvb_cache_save(parent, &pimg, &plen) != KVB_OK;
+    char where[160];
+    for (int round = 0; round < ROUNDS && !bad; round++) {
+        if (round == 1 && pid != KVB_POLICY_SNAPKV) { /* the few-shot block follows copy on write: its whole */
+            struct kvb_pool_stats ps;               /* pages (2 a stream) stay shared until a fork may compact */
+            kvb_pool_get_stats(pool, &ps);
+            if (ps.pages_shared != (int64_t)S * (span_pages + 2)) {
+                printf("  %s after a turn: %lld pages shared, want %d (the span and the few-shot block's whole pages)\n", kvb_policy_name(pid),
+                       (long long)ps.pages_shared, S * (span_pages + 2));
+                bad = 1;
+            }
+        }
+        for (int i = 0; i < N_FORK && !bad; i++)
+            for (int step = 0; step <= DEC && !bad; step++) {
+                const int C = step == 0 ? CH : 1; /* a user's turn, then a few generated tokens */
+                const size_t n = (size_t)L * C * HK * D;
+                fill(&rs, q, n); fill(&rs, k, n); fill(&rs, v, n);
+                snprintf(where, sizeof where, "%s round %d fork %d step %d", kvb_policy_name(pid), round, i, step);
+                if (feed(f[i], C, q, k, v, o, 1) != KVB_OK || feed(r[i], C, q, k, v, ro, 1) != KVB_OK) {
+                    printf("  %s: %s\n", where, kvb_last_error());
+                    bad = 1;
+                    break;
+                }
+                if (memcmp(o, ro, sizeof(float) * n) != 0) { printf("  %s: outputs differ from the unshared cache's\n", where); bad = 1; }
+                bad = bad || (step == DEC && same_image(f[i], r[i], where));
+                for (int st = 0; st < S && !bad; st++) { /* (a): the span's pages are the parent's */
+                    for (int pg = 0; pg < span_pages && !bad; pg++)
+                        if (parent->streams[st].pages[pg] != f[i]->streams[st].pages[pg]) {
+                            printf("  %s: stream %d page %d of the span is no longer shared\n", where, st, pg);
+                            bad = 1;
+                        }
+                    const struct kvb_stream *fs = &f[i]->streams[st]; /* and no pinned slot ever moved */
+                    for (int j = 0; j < KEEP && !bad; j++)
+                        if (fs->v.order[j] != j || fs->v.pos[j] != j) {
+                            printf("  %s: stream %d: pinned position %d is in slot %d\n", where, st, j, (int)fs->v.order[j]);
+                            bad = 1;
+                        }
+                }
+                struct kvb_pool_stats ps;
+                kvb_pool_get_stats(pool, &ps);
+                if (!bad && ps.pages_shared < (int64_t)S * span_pages) {
+                    printf("  %s: %lld pages shared, the span is %d\n", where, (long long)ps.pages_shared, S * span_pages);
+                    bad = 1;
+                }
+            }
+    }
+    struct kvb_pool_stats ps, rps;
+    kvb_pool_get_stats(pool, &ps);
+    kvb_pool_get_stats(rpool, &rps);
+    int64_t holders = held(parent);
+    for (int i = 0; i < N_FORK; i++) holders += f[i] ? held(f[i]) : 0;
+    const int64_t bound = (int64_t)S * (span_pages + 3 + N_FORK * (BUDGET / B + 4));
+    if (!bad) {
+        /* every fork is past its budget (each read 30 + 13 x 44 tokens) and has compacted beside the span */
+        for (int i = 0; i < N_FORK && !bad; i++)
+            if (kvb_cache_n_slots(f[i], 0, 0) < KEEP || kvb_cache_n_slots(f[i], 0, 0) > KEEP + BUDGET + CH) { printf("  %s fork %d holds %d slots\n", kvb_policy_name(pid), i, kvb_cache_n_slots(f[i], 0, 0)); bad = 1; }
+        if (!bad && (ps.pages_shared != (int64_t)S * span_pages || holders - ps.pages_in_use != (int64_t)N_FORK * S * span_pages)) {
+            printf("  %s: %lld pages shared, %lld extra holders; the span is %d pages held by %d forks and the parent\n", kvb_policy_name(pid),
+                   (long long)ps.pages_shared, (long long)(holders - ps.pages_in_use), S * span_pages, N_FORK);
+            bad = 1;
+        }
+        if (!bad && (ps.pages_in_use > bound || (double)ps.pages_in_use > 0.7 * (double)rps.pages_in_use)) {
+            printf("  %s: the pool holds %lld pages (bound %lld), the unshared caches %lld\n", kvb_policy_name(pid), (long long)ps.pages_in_use,
+                   (long long)bound, (long long)rps.pages_in_use);
+            bad = 1;
+        }
+        if (!bad) printf("  %s: %lld pages shared by 33 caches, %lld in use vs %lld unshared (%.2fx)\n", kvb_policy_name(pid), (long long)ps.pages_shared,
+                         (long long)ps.pages_in_use, (long long)rps.pages_in_use, (double)ps.pages_in_use / (double)rps.pages_in_use);
+    }
+    /* the parent never changed; once every fork is gone it holds its pages alone */
+    void *img = NULL;
+    size_t len = 0;
+    if (!bad && (kvb_cache_save(parent, &img, &len) != KVB_OK || len != plen || memcmp(img, pimg, len) != 0)) { printf("  %s: the parent changed\n", kvb_policy_name(pid)); bad = 1; }
+    kvb_buffer_free(img); kvb_buffer_free(pimg);
+    for (int i = 0; i < N_FORK; i++) { kvb_cache_free(f[i]); kvb_cache_free(r[i]); }
+    if (pool) kvb_pool_get_stats(pool, &ps);
+    if (!bad && parent && (ps.pages_shared != 0 || ps.pages_in_use != held(parent) || kvb_pool_check(pool))) {
+        printf("  %s: after the forks, %lld pages shared, %lld in use\n", kvb_policy_name(pid), (long long)ps.pages_shared, (long long)ps.pages_in_use);
+        bad = 1;
+    }
+    kvb_cache_free(parent);
+    kvb_pool_free(pool); kvb_pool_free(rpool);
+    free(q); free(k); free(v); free(o); free(ro);
+    return bad;
+}
+
+TEST(thirty_two_forks_share_a_pinned_span_past_their_budget) {
+    static const enum kvb_policy_id pids[] = {KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING, KVB_POLICY_BLOCK_H2O};
+    const size_t n = getenv("KVB_TEST_QUICK") ? 2 : sizeof pids / sizeof *pids; /* sanitizer builds: h2o and snapkv */
+    for (size_t i = 0; i < n; i++)
+        if (span_shared_run(pids[i])) FAILF("policy %s", kvb_policy_name(pids[i]));
+}
+
 TEST(fork_copy_fails_cleanly_when_the_pool_is_full) {
     struct kvb_cache_params cp = small_params(KVB_POLICY_WINDOW, 8, KVB_DTYPE_F32, 4);
     struct kvb_pool *pool = new_pool(&cp, 9); /* 4 streams x 2 pages, 1 spare */
@@ -323,6 +463,7 @@ int main(void) {
     RUN(fork_continues_exactly_every_policy);
     RUN(fork_continues_exactly_with_a_pinned_span);
     RUN(forks_share_pages_until_written);
+    RUN(thirty_two_forks_share_a_pinned_span_past_their_budget);
     RUN(fork_copy_fails_cleanly_when_the_pool_is_full);
     RUN(compressed_prompts_fork_and_stay_shared);
     RUN(fork_refusals_are_named);

@@ -185,10 +185,45 @@ static bool may_compact(const struct kvb_cache *c, const struct kvb_stream *s, i
     return s->n_free + np * B - n_new + k >= 2 * B;
 }
 
+/* Whether page pg of stream s is never written again: every slot of it
+ * holds a pinned position (kv.keep; a window layer pins nothing). A pinned
+ * slot is never evicted, so the page has no hole for an append and none
+ * for compaction to move a row into; the pinned pages are the stream's
+ * lowest (the span's positions come first, into a fresh stream's lowest
+ * slots, and a page below them never empties), so compaction never moves
+ * their rows out either. Forks share such pages for as long as they live.
+ * The page holding the span's end and the conversation's start is not one
+ * of them: it follows the copy-on-write rules (a fork copies it before it
+ * writes or compacts), so a fork copies at most that one page of the span
+ * and its layout stays the unforked cache's. O(block_size). */
+static bool page_never_written(const struct kvb_cache *c, const struct kvb_stream *s, int32_t pg) {
+    const int32_t keep = c->params.kv.keep, B = c->geom.block_size;
+    if (keep < B || s->window || s->v.page_live[pg] != B) return false;
+    for (int32_t t = 0; t < B; t++) {
+        const int32_t pos = s->v.pos[pg * B + t];
+        if (pos < 0 || pos >= keep) return false;
+    }
+    return true;
+}
+
+/* Whether stream s, asking for np more pages, turns long with them (pool.c:
+ * it then holds half an extent or more) and moves the pages it holds into
+ * the start of its first run. A fork whose first page is a page of the
+ * pinned span does not move: the span's pages stay shared (a move copies
+ * every page it holds), and its new pages still come in runs. The answer
+ * depends on s alone, so it is the same before and after the step's copies. */
+static bool turns_long(const struct kvb_cache *c, const struct kvb_stream *s, int64_t np) {
+    const int64_t held = s->v.n_pages;
+    return np > 0 && held > 0 && held < c->pool->long_pages && held + np >= c->pool->long_pages &&
+           !(s->cow && page_never_written(c, s, 0));
+}
+
 /* Copy on write: appends to *list (pairs stream index, page index; *n of
  * them in *cap int32s, kvb_grow) the pages of stream i that other caches
  * also hold and that it will write into: those holding the holes its next
- * n_new tokens pop (top of the stack first), or every one when all. */
+ * n_new tokens pop (top of the stack first), or, when all (the step may
+ * compact), every one but the pages of the pinned span, which nothing
+ * writes into (page_never_written). */
 static kvb_status cow_collect(struct kvb_cache *c, size_t i, int32_t n_new, bool all, int32_t **list, int64_t *cap, int64_t *n) {
     struct kvb_stream *s = &c->streams[i];
     const int64_t first = *n;
@@ -197,7 +232,7 @@ static kvb_status cow_collect(struct kvb_cache *c, size_t i, int32_t n_new, bool
         const int32_t pg = all ? t : s->free_slots[s->n_free - 1 - t] >> c->geom.block_shift;
         bool seen = false; /* holes of one page need not be adjacent in the stack */
         for (int64_t q = *n - 1; q >= first && !all && !seen; q--) seen = (*list)[2 * q + 1] == pg;
-        if (seen || !kvb_pool_is_shared(c->pool, s->pages[pg])) continue;
+        if (seen || (all && page_never_written(c, s, pg)) || !kvb_pool_is_shared(c->pool, s->pages[pg])) continue;
         if (kvb_grow((void **)list, cap, 2 * *n + 2, sizeof(int32_t)) != KVB_OK) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
         (*list)[2 * *n] = (int32_t)i;
         (*list)[2 * *n + 1] = pg;
@@ -288,8 +323,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
             for (int32_t h = 0; h < H; h++) {
                 const struct kvb_stream *s = kvb_cache_stream(c, l, h);
                 const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
-                if (np > 0 && s->v.n_pages > 0 && s->v.n_pages < c->pool->long_pages && s->v.n_pages + np >= c->pool->long_pages)
-                    moving += s->v.n_pages;
+                if (turns_long(c, s, np)) moving += s->v.n_pages;
             }
         if (total + moving > 64) got = kvb_malloc(sizeof(uint8_t *) * (size_t)(total + moving));
         if (!got || !reqs) {
@@ -304,7 +338,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
                 for (int32_t h = 0; h < H; h++, r += 2) {
                     const struct kvb_stream *s = kvb_cache_stream(c, l, h);
                     const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new), held = s->v.n_pages;
-                    const bool move = pass == 0 && np > 0 && held > 0 && held < c->pool->long_pages && held + np >= c->pool->long_pages;
+                    const bool move = pass == 0 && turns_long(c, s, np);
                     reqs[r] = move ? (struct kvb_pool_req){held + np, 0, NULL}
                                    : (struct kvb_pool_req){np, held, held ? s->pages[held - 1] : NULL};
                     reqs[r + 1] = (struct kvb_pool_req){kvb_recall_pages_needed(c, (size_t)l * H + h), 0, NULL};
@@ -329,7 +363,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
         for (int32_t h = 0; h < H; h++) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
             const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new), held = s->v.n_pages;
-            if (n_moved && np > 0 && held > 0 && held < c->pool->long_pages && held + np >= c->pool->long_pages) {
+            if (n_moved && turns_long(c, s, np)) {
                 for (int64_t i = 0; i < held; i++) { /* the page table keeps its order: slots do not change */
                     memcpy(got[k + i], s->pages[i], page_used_bytes(c));
                     uint8_t *old = s->pages[i];

@@ -18,7 +18,10 @@
  * evict-one/append-one stream never moves a row. When a stream holds two
  * pages worth of holes, compaction moves live rows from the last pages into
  * holes and returns pages to the pool (kvb_stream_remove); a page other
- * caches also hold (copy-on-write, `cow`) never receives a row. The module knows
+ * caches also hold (copy-on-write, `cow`) never receives a row. Rows move
+ * only out of the last page into holes and an empty page trades places with
+ * the last, so a page full of never-evicted slots (a pinned span, at the
+ * stream's lowest pages) is never written or moved. The module knows
  * rows only as bytes; it does not know attention, RoPE or policies, and is
  * unit-tested alone (tests/test_stream.c).
  */
