@@ -21,6 +21,11 @@
 #     while the prefix is read, and by default pinning it (the system
 #     prompt), texts still equal the unshared server's; snapkv is not
 #     shared (it compresses a prompt where it ends) and equal too;
+#   - 32 sessions with one system prompt (about 414 tokens, pinned) talk past a
+#     streaming budget of 128 over three turns: at the end the pool still
+#     holds the span's whole pages once (pages shared = 25 x 12, every
+#     stream's), pages used 3768 against 13056 without sharing (< 0.4 asserted),
+#     texts equal (issue 49 part 3);
 #   - a session with --recall is not shared (its cold tier is its own) and
 #     still answers.
 #   - a prefix read under h2o at budget 96 is not forked by turns at budget
@@ -139,6 +144,36 @@ for pol in ("h2o", "h2o0", "snapkv"):
 print(r)' "$T" 2>/dev/null)
 if [ "$eq" = "[True, 3, True, 3, True, 0]" ]; then ok serve_prefix_exact_past_budget
 else ko serve_prefix_exact_past_budget "h2o, h2o --keep 0, snapkv: equal, turns cached = $eq (want [True, 3, True, 3, True, 0])"; fi
+
+# issue 49 part 3: shared instructions stay shared for a session's whole life. 32 sessions open with one system
+# prompt (about 414 tokens, pinned by default), then talk past a streaming budget of 128 over three turns of their own;
+# at the end every session's pinned span still holds the prefix's whole pages (the library's forks never copy a page of
+# the span: src/cache/cache.c), so the pool holds them once, and the texts are the unshared server's
+python3 - > "$T/sys4.txt" <<'EOF'
+import random
+random.seed(4)
+w = "the little girl saw a big dog in the park and they played with a red ball all day until the sun went down and mom called her home for dinner".split()
+print("Once upon a time, " + " ".join(random.choice(w) for _ in range(230)) + ".")
+EOF
+for mode in on off; do
+    a=""; [ $mode = off ] && a="--prefix-cache 0"
+    start "life-$mode" -m "$M" -t 1 --chunk $CHUNK --policy streaming --budget 128 --sessions "$T/s-life-$mode" $a
+    [ -n "$URL" ] || { ko serve_prefix_starts "$(tail -n 3 "$T/life-$mode.log")"; cli_summary; exit; }
+    python3 "$HERE/serve_prefix_load.py" "$URL" "$T/sys4.txt" 32 3 8 48 life- > "$T/life-$mode.json" 2> "$T/life-$mode.err"
+    curl -s "$URL/v1/sessions/life-s5" > "$T/life-$mode.sess"
+    kill $PID
+done
+life=$(python3 -c 'import json,sys
+a = json.load(open(sys.argv[1] + "/life-on.json")); b = json.load(open(sys.argv[1] + "/life-off.json"))
+x = json.load(open(sys.argv[1] + "/life-on.sess"))
+same = not a["errors"] and not b["errors"] and len(a["turns"]) == 96 and [t["content"] for t in a["turns"]] == [t["content"] for t in b["turns"]]
+past = x["position"] > x["pinned"] + x["kv_budget"] and x["cache_tokens"] <= x["pinned"] + x["kv_budget"]
+print(same, past, x["pinned"], a["shared_end"], b["shared_end"], a["pages_end"], b["pages_end"], sum(t["cached_tokens"] > 0 for t in a["turns"]))' "$T" 2>/dev/null)
+set -- $life
+if [ "$1 $2" = "True True" ] && [ "$3" -ge 400 ] && [ "$4" = $(($3 / 16 * 12)) ] && [ "$5" = 0 ] && [ $((10 * $6)) -lt $((4 * $7)) ] && [ "$8" = 31 ]; then
+    ok serve_prefix_32_sessions_share_their_instructions_past_their_budget # issue 49 part 3
+else ko serve_prefix_32_sessions_share_their_instructions_past_their_budget "texts equal, past the budget, pinned, pages shared (want pinned/16*12) with and without sharing, pages used with and without, turns cached (want 31): $life; $(head -c 300 "$T/life-on.json") $(cat "$T/life-on.err" "$T/life-on.sess")"; fi
+set --
 
 # recall: no sharing, still answers
 start rec $ARGS --sessions "$T/s-rec" --recall-pages 2
