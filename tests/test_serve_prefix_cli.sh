@@ -25,7 +25,8 @@
 #     streaming budget of 128 over three turns: at the end the pool still
 #     holds the span's whole pages once (pages shared = 25 x 12, every
 #     stream's), pages used 3768 against 13056 without sharing (< 0.4 asserted),
-#     texts equal (issue 49 part 3);
+#     texts equal; the same pages are shared right after the first turns, whose
+#     prompts (446 tokens) are past the budget already (issue 49 part 3);
 #   - a session with --recall is not shared (its cold tier is its own) and
 #     still answers.
 #   - a prefix read under h2o at budget 96 is not forked by turns at budget
@@ -168,6 +169,7 @@ a = json.load(open(sys.argv[1] + "/life-on.json")); b = json.load(open(sys.argv[
 x = json.load(open(sys.argv[1] + "/life-on.sess"))
 same = not a["errors"] and not b["errors"] and len(a["turns"]) == 96 and [t["content"] for t in a["turns"]] == [t["content"] for t in b["turns"]]
 past = x["position"] > x["pinned"] + x["kv_budget"] and x["cache_tokens"] <= x["pinned"] + x["kv_budget"]
+past = past and a["shared_after_first_turns"] == a["shared_end"] # each first prompt (446 tokens) is past the budget already
 print(same, past, x["pinned"], a["shared_end"], b["shared_end"], a["pages_end"], b["pages_end"], sum(t["cached_tokens"] > 0 for t in a["turns"]))' "$T" 2>/dev/null)
 set -- $life
 if [ "$1 $2" = "True True" ] && [ "$3" -ge 400 ] && [ "$4" = $(($3 / 16 * 12)) ] && [ "$5" = 0 ] && [ $((10 * $6)) -lt $((4 * $7)) ] && [ "$8" = 31 ]; then
