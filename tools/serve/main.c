@@ -538,11 +538,11 @@ static void remove_new_store(const char *dir) {
     rmdir(dir);
 }
 
-int cmd_serve_main(int argc, char **argv) {
-    struct server srv;
-    memset(&srv, 0, sizeof srv);
+static int serve_main(struct server *srvp, int argc, char **argv) {
+    struct server srv = *srvp;
     struct serve_cli c;
     int rc = serve_args(&srv.o, &c, argc, argv);
+    srvp->o.keys = srv.o.keys; /* the caller frees them, whichever way this returns */
     if (rc >= 0) return rc;
     kvb_log_set(log_warnings, NULL);
     if ((rc = serve_load(&srv, &c)) != 0) return rc;
@@ -572,5 +572,13 @@ int cmd_serve_main(int argc, char **argv) {
     kvb_grammar_vocab_free(srv.gvocab);
     pthread_cond_destroy(&srv.work);
     pthread_mutex_destroy(&srv.mu);
+    return rc;
+}
+
+int cmd_serve_main(int argc, char **argv) {
+    struct server srv;
+    memset(&srv, 0, sizeof srv);
+    const int rc = serve_main(&srv, argc, argv);
+    tenant_keys_free(&srv.o.keys);
     return rc;
 }

@@ -112,6 +112,7 @@ void serve_sha256(const void *data, size_t n, unsigned char out[SERVE_DIGEST]);
  * key with a space or control byte inside, a key twice, no key. */
 bool tenant_parse_keys(char *text, size_t len, struct serve_keys *k, char *err, size_t cap);
 bool tenant_one_key(struct serve_keys *k, const char *key); /* --api-key: false out of memory */
+void tenant_keys_free(struct serve_keys *k); /* every key and digest; k emptied */
 /* The index of the key g is (every key compared in full), or -1. */
 int tenant_match(const struct serve_keys *k, const char *g);
 /* What a request may reuse of others' (a shared prefix): the digest of

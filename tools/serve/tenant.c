@@ -122,6 +122,13 @@ static bool keys_add(struct serve_keys *k, const char *key) {
 
 bool tenant_one_key(struct serve_keys *k, const char *key) { return keys_add(k, key); }
 
+void tenant_keys_free(struct serve_keys *k) {
+    for (int i = 0; i < k->n; i++) free(k->key[i]);
+    free(k->key);
+    free(k->digest);
+    memset(k, 0, sizeof *k);
+}
+
 bool tenant_parse_keys(char *text, size_t len, struct serve_keys *k, char *err, size_t cap) {
     int *lines = NULL; /* each key's line, for the duplicate's message */
     bool ok = false;
