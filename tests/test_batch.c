@@ -696,6 +696,28 @@ static int run_turn(struct kvb_batch *b, int32_t id, int32_t *out, int *n, float
     return 0;
 }
 
+/* Steps the batch until the nf sequences ids are all DONE (at most 400
+ * steps): sequence i's new tokens go to got[i * cap + n_got[i]++] and the
+ * logits of its last sample to lg + i * V. 0 when a call fails. */
+static int step_forks(struct kvb_batch *b, const int32_t *ids, int nf, int32_t *got, int cap, int32_t *n_got, float *lg, int32_t V) {
+    for (int step = 0; step < 400; step++) {
+        int32_t adv, failed;
+        if (kvb_batch_step(b, &adv, &failed) != KVB_OK) return 0;
+        int done = 0;
+        for (int i = 0; i < nf; i++) {
+            struct kvb_seq_info si;
+            if (kvb_batch_seq_info(b, ids[i], &si) != KVB_OK) return 0;
+            if (si.n_generated > n_got[i]) {
+                got[(size_t)i * (size_t)cap + (size_t)n_got[i]++] = si.last_token;
+                memcpy(lg + (size_t)i * V, kvb_batch_logits(b, ids[i]), sizeof(float) * (size_t)V);
+            }
+            done += si.state == KVB_SEQ_DONE;
+        }
+        if (done == nf) return 1;
+    }
+    return 1;
+}
+
 /* Two turns on one sequence equal a lone context that reads the first
  * prompt, its answer and the second prompt; a saved and reloaded session
  * (in a new batch) continues with the same tokens and bit-identical logits;
@@ -844,21 +866,7 @@ TEST(forks_keep_a_pinned_span_shared_past_their_budget) {
         CHECK(run_turn(b, src, tmp, &n, NULL, V));
         for (int i = 0; i < NF; i++) CHECK_OK(kvb_batch_seq_fork(b, src, &sp, &ids[i]));
         for (int i = 0; i < NF; i++) CHECK_OK(kvb_batch_continue(b, ids[i], &sp, g_ids + 100 + 40 * i, TURN));
-        struct kvb_seq_info si;
-        for (int step = 0; step < 400; step++) {
-            int32_t adv, failed;
-            CHECK_OK(kvb_batch_step(b, &adv, &failed));
-            int done = 0;
-            for (int i = 0; i < NF; i++) {
-                CHECK_OK(kvb_batch_seq_info(b, ids[i], &si));
-                if (si.n_generated > n_got[i]) {
-                    got[i][n_got[i]++] = si.last_token;
-                    memcpy(lg + (size_t)i * V, kvb_batch_logits(b, ids[i]), sizeof(float) * (size_t)V);
-                }
-                done += si.state == KVB_SEQ_DONE;
-            }
-            if (done == NF) break;
-        }
+        CHECK(step_forks(b, ids, NF, &got[0][0], (int)(sizeof got[0] / sizeof got[0][0]), n_got, lg, V));
         struct kvb_batch_stats st;
         kvb_batch_get_stats(b, &st);
         const size_t span = (size_t)(KEEP / 16) * mi.n_layer * mi.n_head_kv * st.page_bytes;
@@ -953,20 +961,7 @@ TEST(forked_sequences_continue_exactly_every_policy) {
         CHECK_STATUS(kvb_batch_seq_fork(b, ids[0], &sp, &n), KVB_ERR_INVALID); /* mid-turn */
         /* all four in the same steps; the source stays, DONE */
         for (int i = 0; i < NF; i++) n_got[i] = 0;
-        for (int step = 0; step < 400; step++) {
-            int32_t adv, failed;
-            CHECK_OK(kvb_batch_step(b, &adv, &failed));
-            int done = 0;
-            for (int i = 0; i < NF; i++) {
-                CHECK_OK(kvb_batch_seq_info(b, ids[i], &si));
-                if (si.n_generated > n_got[i]) {
-                    got[i][n_got[i]++] = si.last_token;
-                    memcpy(lg + (size_t)i * V, kvb_batch_logits(b, ids[i]), sizeof(float) * (size_t)V);
-                }
-                done += si.state == KVB_SEQ_DONE;
-            }
-            if (done == NF) break;
-        }
+        CHECK(step_forks(b, ids, NF, &got[0][0], (int)(sizeof got[0] / sizeof got[0][0]), n_got, lg, V));
         for (int i = 0; i < NF; i++) {
             /* the reference: a sequence of its own reads the shared prompt, then continues */
             int32_t own;
