@@ -62,21 +62,20 @@ static const char *str_of(const cJSON *o, const char *k) {
 
 /* ---- hashing: FNV-1a over a length-prefixed walk of the JSON, mixed at the end ---- */
 
-static void feed(uint64_t *h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) *h = (*h ^ b[i]) * 0x100000001b3ull;
+/* The canonical bytes of a JSON value, which the digests hash: each value
+ * a type byte, strings and containers length-prefixed (u64, little
+ * endian), numbers as doubles (-0 as 0), object members in sorted key
+ * order; false: out of memory. */
+static void put_u64(struct kvb_str *b, uint64_t v) {
+    char c[8];
+    for (int i = 0; i < 8; i++) c[i] = (char)(unsigned char)(v >> (8 * i));
+    kvb_str_put(b, c, 8);
 }
 
-static void feed_u64(uint64_t *h, uint64_t v) {
-    unsigned char b[8];
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-    feed(h, b, 8);
-}
-
-static void feed_str(uint64_t *h, const char *s) {
+static void put_lstr(struct kvb_str *b, const char *s) {
     const size_t n = strlen(s);
-    feed_u64(h, n);
-    feed(h, s, n);
+    put_u64(b, n);
+    kvb_str_put(b, s, n);
 }
 
 static int by_key(const void *a, const void *b) {
@@ -84,21 +83,20 @@ static int by_key(const void *a, const void *b) {
     return strcmp(x ? x : "", y ? y : "");
 }
 
-/* false: out of memory */
-static bool feed_json(uint64_t *h, const cJSON *v) {
+static bool canon_json(struct kvb_str *b, const cJSON *v) {
     if (cJSON_IsString(v)) {
-        feed(h, "s", 1);
-        feed_str(h, v->valuestring);
+        kvb_str_putc(b, 's');
+        put_lstr(b, v->valuestring);
     } else if (cJSON_IsNumber(v)) {
         double d = v->valuedouble == 0 ? 0.0 : v->valuedouble; /* -0 is 0 */
         uint64_t bits;
         memcpy(&bits, &d, 8);
-        feed(h, "n", 1);
-        feed_u64(h, bits);
+        kvb_str_putc(b, 'n');
+        put_u64(b, bits);
     } else if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
         const int n = cJSON_GetArraySize(v);
-        feed(h, cJSON_IsArray(v) ? "a" : "o", 1);
-        feed_u64(h, (uint64_t)n);
+        kvb_str_putc(b, cJSON_IsArray(v) ? 'a' : 'o');
+        put_u64(b, (uint64_t)n);
         const cJSON **kids = n ? malloc(sizeof *kids * (size_t)n) : NULL;
         if (n && !kids) return false;
         int k = 0;
@@ -106,21 +104,25 @@ static bool feed_json(uint64_t *h, const cJSON *v) {
         if (k > 1 && cJSON_IsObject(v)) qsort(kids, (size_t)k, sizeof *kids, by_key); /* not qsort(NULL, 0): an empty object has no kids */
         bool ok = true;
         for (int i = 0; ok && i < k; i++) {
-            if (cJSON_IsObject(v)) feed_str(h, kids[i]->string ? kids[i]->string : "");
-            ok = feed_json(h, kids[i]);
+            if (cJSON_IsObject(v)) put_lstr(b, kids[i]->string ? kids[i]->string : "");
+            ok = canon_json(b, kids[i]);
         }
         free(kids);
         return ok;
     } else {
-        feed(h, cJSON_IsTrue(v) ? "t" : cJSON_IsFalse(v) ? "f" : "0", 1);
+        kvb_str_putc(b, cJSON_IsTrue(v) ? 't' : cJSON_IsFalse(v) ? 'f' : '0');
     }
-    return true;
+    return !kvb_str_error(b);
 }
 
-/* the hash of v as 16 hex digits into out (17 bytes); false: out of memory */
+/* the hash of v (FNV-1a over its canonical bytes, mixed at the end) as 16 hex digits into out (17 bytes); false: out of memory */
 static bool hash_json(const cJSON *v, char *out) {
+    struct kvb_str b = {0};
+    const bool ok = canon_json(&b, v);
     uint64_t h = 0xcbf29ce484222325ull;
-    if (!feed_json(&h, v)) return false;
+    for (size_t i = 0; ok && i < b.n; i++) h = (h ^ (unsigned char)b.p[i]) * 0x100000001b3ull;
+    kvb_str_free(&b);
+    if (!ok) return false;
     h ^= h >> 30; /* splitmix64's finalizer */
     h *= 0xbf58476d1ce4e5b9ull;
     h ^= h >> 27;
@@ -172,6 +174,15 @@ static bool digest_of_reduced(const cJSON *r, char *out) {
     snprintf(out + 16, DIGEST_CAP - 16, " %.*s", HISTORY_ROLE_MAX, role ? role : "");
     return true;
 }
+
+bool history_canon_message(const cJSON *m, struct kvb_str *out) {
+    cJSON *r = reduce(m);
+    const bool ok = r && canon_json(out, r);
+    cJSON_Delete(r);
+    return ok;
+}
+
+bool history_canon_json(const cJSON *v, struct kvb_str *out) { return canon_json(out, v); }
 
 static bool digest_of_message(const cJSON *m, char *out) {
     cJSON *r = reduce(m);

@@ -61,6 +61,7 @@ void job_free(struct job *j) {
     free(j->standin_json);
     free(j->r_all);
     free(j->r_cont);
+    for (int c = 0; c < j->n_cand; c++) free(j->cand_cont[c]);
     free(j->r_shared);
     free(j->r_instr);
     free(j->tools_json);

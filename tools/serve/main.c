@@ -90,7 +90,19 @@ static int usage(FILE *f) {
             "                        Pinned tokens are never evicted by any policy and sit on top of the\n"
             "                        budget; a session keeps its first turn's span\n"
             "  --keep-max N          the most tokens pinned (default 4096); past it the policy governs the\n"
-            "                        rest of the span (kvbound.keep.capped, and a line in the log)\n"
+            "                        rest of the span (kvbound.keep.capped, and a line in the log)\n");
+    fprintf(f,
+            "  --checkpoints N       implicit sessions: a chat without session_id (an OpenAI client resending\n"
+            "                        its whole history) resumes the state of the turn its history ends\n"
+            "                        with and reads only the rest, exactly as with session_id; each turn's\n"
+            "                        end is a checkpoint in the --sessions store, the last N of each\n"
+            "                        conversation kept, so a client that rewrote its last turns resumes\n"
+            "                        from an earlier one (0-16, default 4; 0: off). kvbound.implicit says\n"
+            "                        which was resumed; cached_tokens counts the tokens not read again\n"
+            "  --checkpoint-max N    checkpoints kept in the store, all conversations (default 4096)\n"
+            "  --checkpoint-mb M     their bytes at most (default 1024); past either, the least recently\n"
+            "                        used go first\n"
+            "  --checkpoint-ttl S    a checkpoint unused for S seconds goes (default 86400)\n"
             "  --max-body BYTES      largest request body; beyond, 413 (default 4194304)\n"
             "  --max-connections N   connections at once; one more is refused at once (default 256)\n"
             "  --max-connections-per-ip N  connections from one address (default half of --max-connections)\n"
@@ -169,6 +181,10 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->prefix_min = 32;
     o->keep = -1;
     o->keep_max = 4096;
+    o->checkpoints = 4;
+    o->checkpoint_max = 4096;
+    o->checkpoint_bytes = 1024ll << 20;
+    o->checkpoint_ttl_s = 86400;
     o->step_tokens = 512;
     o->chunk = 256;
     o->step_target_x = 3.5f; /* the default: see --help and docs/SERVING.md */
@@ -209,7 +225,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     const char *v = cli_opt_value("serve",
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
-                                  "--keep --keep-max "
+                                  "--keep --keep-max --checkpoints --checkpoint-max --checkpoint-mb --checkpoint-ttl "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
                                   "--step-tokens --chunk --step-target-ms --max-prompt-tokens --max-compiles --compile-wait-ms --template-deadline-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
@@ -258,6 +274,14 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--prefix-min")) r = cli_parse_i32(a, v, 1, 1 << 20, &o->prefix_min);
     else if (!strcmp(a, "--keep")) r = cli_parse_i32(a, v, -1, KVB_KEEP_MAX, &o->keep);
     else if (!strcmp(a, "--keep-max")) r = cli_parse_i32(a, v, 0, KVB_KEEP_MAX, &o->keep_max);
+    else if (!strcmp(a, "--checkpoints")) r = cli_parse_i32(a, v, 0, SERVE_CANDS, &o->checkpoints);
+    else if (!strcmp(a, "--checkpoint-max") || !strcmp(a, "--checkpoint-mb") || !strcmp(a, "--checkpoint-ttl")) {
+        long long n = 0;
+        r = cli_parse_i64(a, v, 1, !strcmp(a, "--checkpoint-mb") ? 1ll << 24 : 1ll << 40, &n);
+        if (!strcmp(a, "--checkpoint-max")) o->checkpoint_max = n;
+        else if (!strcmp(a, "--checkpoint-mb")) o->checkpoint_bytes = (int64_t)n << 20;
+        else o->checkpoint_ttl_s = n;
+    }
     else if (!strcmp(a, "--max-body")) r = cli_parse_i64(a, v, 1024, 1ll << 30, &c->max_body);
     else if (!strcmp(a, "--max-connections")) r = cli_parse_i32(a, v, 1, 65536, &c->max_conn);
     else if (!strcmp(a, "--max-connections-per-ip")) r = cli_parse_i32(a, v, 1, 65536, &c->max_per_ip);

@@ -20,6 +20,7 @@ struct hist {
 struct metrics {
     pthread_mutex_t mu;
     int64_t prefill_tokens, decode_tokens, requests_ok, requests_failed;
+    int64_t implicit_hits, implicit_misses, implicit_reused, checkpoints_stored;
     double prefill_rate, decode_rate;
     struct hist ttft, itl;
 };
@@ -59,6 +60,15 @@ void metrics_count(struct metrics *m, int64_t prefill, int64_t decode, int64_t o
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_implicit(struct metrics *m, int hits, int misses, int64_t reused, int stored) {
+    pthread_mutex_lock(&m->mu);
+    m->implicit_hits += hits;
+    m->implicit_misses += misses;
+    m->implicit_reused += reused;
+    m->checkpoints_stored += stored;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_rate(struct metrics *m, double prefill, double decode) {
     pthread_mutex_lock(&m->mu);
     m->prefill_rate = prefill;
@@ -90,6 +100,12 @@ void metrics_render(struct metrics *m, const struct sched_gauges *g, struct kvb_
     GAUGE("kvbound_prefixes", "Shared prefixes kept (--prefix-cache).", g->prefixes);
     COUNTER("kvbound_prefix_hits_total", "Turns that forked a shared prefix instead of reading it.", g->prefix_hits);
     COUNTER("kvbound_prefix_tokens_reused_total", "Prompt tokens those turns did not read.", g->prefix_tokens_reused);
+    COUNTER("kvbound_implicit_hits_total", "Stateless turns (no session_id) that resumed a checkpoint of their conversation.", m->implicit_hits);
+    COUNTER("kvbound_implicit_misses_total", "Stateless turns that found no checkpoint and read their whole prompt.", m->implicit_misses);
+    COUNTER("kvbound_implicit_tokens_reused_total", "Conversation tokens the resumed turns did not read again.", m->implicit_reused);
+    COUNTER("kvbound_checkpoints_stored_total", "Checkpoints stored at turn ends (implicit sessions).", m->checkpoints_stored);
+    GAUGE("kvbound_checkpoints", "Checkpoints in the session store (-1: not counted yet).", g->checkpoints);
+    GAUGE("kvbound_checkpoint_bytes", "Their bytes (-1: not counted yet).", g->checkpoint_bytes);
     GAUGE("kvbound_sessions_active", "Requests generating now.", g->active);
     GAUGE("kvbound_sessions_queued", "Requests waiting for room.", g->queued);
     GAUGE("kvbound_sessions_in_memory", "Sessions whose cache is in the pool.", g->in_memory);

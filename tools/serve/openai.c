@@ -888,6 +888,15 @@ static void add_kvbound(const struct job *j, cJSON *o) {
     cJSON_AddNumberToObject(k, "cache_tokens", (double)j->cache_tokens);
     cJSON_AddNumberToObject(k, "kv_bytes", (double)j->kv_bytes);
     if (j->sp.kv.recall.pages > 0) cJSON_AddNumberToObject(k, "cold_pages", (double)j->cold_pages);
+    if (j->implicit) { /* implicit sessions: the checkpoint resumed (null: none) and the one this turn's end was stored as */
+        cJSON *im = cJSON_AddObjectToObject(k, "implicit");
+        if (j->resumed[0]) cJSON_AddStringToObject(im, "resumed", j->resumed);
+        else cJSON_AddNullToObject(im, "resumed");
+        cJSON_AddNumberToObject(im, "messages", j->hit >= 0 ? j->cand_msgs[j->hit] : 0);
+        cJSON_AddNumberToObject(im, "tokens", j->implicit_tokens);
+        if (j->stored[0]) cJSON_AddStringToObject(im, "checkpoint", j->stored);
+        else cJSON_AddNullToObject(im, "checkpoint");
+    }
     if (j->keep_span > 0) { /* the pinned span: what n_keep named, what is pinned of it, and whether --keep-max cut it */
         cJSON *p = cJSON_AddObjectToObject(k, "keep");
         cJSON_AddNumberToObject(p, "pinned", j->keep_pinned);

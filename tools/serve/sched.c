@@ -31,7 +31,7 @@
 /* A queued job leaves the queue without starting: a session it held (a
  * fetched one waiting for room) is let go. */
 static void unbusy(struct server *srv, struct job *j) {
-    struct sess *x = j->session_id[0] ? sess_find(srv->sched, j->session_key) : NULL;
+    struct sess *x = j->session_key[0] ? sess_find(srv->sched, j->session_key) : NULL;
     if (x && x->busy == j) sess_idle(srv, x);
 }
 
@@ -62,12 +62,74 @@ static void keep_resolve(struct server *srv, struct job *j, struct sess *x, cons
  * ADMIT_WAIT: the pool is full, j keeps its place; ADMIT_PARKED: its
  * session is being read from the store, and j comes back to the head of
  * the queue with it (store_done). */
+/* An implicit session's turn (implicit.c): which checkpoint it resumes,
+ * the latest of its candidates in memory (idle), else in the store (the
+ * worker is asked, and j parked); none: a fresh conversation, under a key
+ * of its own until its checkpoint's is known. ADMIT_PARKED, or -1: resolved
+ * (j->session_key set; a checkpoint read from the store is on j). */
+static int implicit_resolve(struct server *srv, struct job *j) {
+    struct sched *s = srv->sched;
+    int found = -1;
+    for (int c = 0; c < j->n_cand && found < 0; c++) {
+        const struct sess *y = j->cand_st[c] == KVB_OK ? sess_find(s, j->cand_key[c]) : NULL;
+        if (y && y->seq >= 0 && !y->busy) found = c;
+    }
+    if (found < 0 && !j->fetched) {
+        int usable = 0;
+        for (int c = 0; c < j->n_cand; c++) usable += j->cand_st[c] == KVB_OK;
+        struct store_req *r = usable && !s->store_stopped ? store_req_new(SOP_CFIND, "", j, OWN_FETCH) : NULL;
+        if (r && !(r->keys = malloc(sizeof *r->keys * (size_t)usable))) { store_req_free(r); r = NULL; }
+        if (r) {
+            for (int c = 0; c < j->n_cand; c++)
+                if (j->cand_st[c] == KVB_OK) memcpy(r->keys[r->n_keys++], j->cand_key[c], SERVE_CKEY);
+            r->lim.ttl_s = srv->o.checkpoint_ttl_s;
+            store_queue_post(s->q, r);
+            s->n_parked++;
+            return ADMIT_PARKED;
+        }
+        j->fetched = true; /* nothing to ask (or no memory to ask): a fresh conversation */
+        j->fetch_rc = STORE_NOT_FOUND;
+    }
+    if (found < 0 && j->fetch_rc == STORE_OK) { /* the worker's hit: the blob is on j (fetch_done) */
+        const struct sess *y = sess_find(s, j->cand_key[j->hit]);
+        if (!y) found = j->hit;
+        else { /* in memory after all, busy with another turn: that one goes on; this one starts afresh */
+            free(j->blob);
+            j->blob = NULL;
+            j->fetch_rc = STORE_NOT_FOUND;
+        }
+    } else if (found >= 0) {
+        j->fetched = false; /* in memory: nothing read */
+    }
+    if (found < 0 && j->fetch_rc == STORE_ERROR) { /* the store cannot be read: the turn still runs, from the start */
+        fprintf(stderr, "kvbound serve: request %s: the checkpoints cannot be read (%s); reading its whole prompt\n", j->id, j->fetch_error);
+        j->fetch_rc = STORE_NOT_FOUND;
+    }
+    j->hit = found;
+    if (found >= 0) {
+        snprintf(j->session_key, sizeof j->session_key, "%s", j->cand_key[found]);
+        snprintf(j->resumed, sizeof j->resumed, "%.16s", j->cand_key[found] + 2);
+        free(j->r_cont);
+        j->r_cont = j->cand_cont[found]; /* its new messages, as a session's later turn reads them */
+        j->cand_cont[found] = NULL;
+        j->r_cont_st = KVB_OK;
+        metrics_implicit(srv->metrics, 1, 0, 0, 0);
+    } else {
+        snprintf(j->session_key, sizeof j->session_key, "n:%s", j->id); /* its record's key until its checkpoint's is known */
+        j->fetched = true;
+        j->fetch_rc = STORE_NOT_FOUND;
+        metrics_implicit(srv->metrics, 0, 1, 0, 0);
+    }
+    return -1;
+}
+
 static int admit(struct server *srv, struct job *j) {
     struct sched *s = srv->sched;
     j->prefix_waiting = false; /* set again only if its prefix is still being read */
     struct sess *x = NULL;
     bool fresh = false;
-    if (j->session_id[0]) {
+    if (j->implicit && !j->session_key[0] && implicit_resolve(srv, j) == ADMIT_PARKED) return ADMIT_PARKED;
+    if (j->session_key[0]) {
         x = sess_find(s, j->session_key);
         if (x && x->busy && x->busy != j) {
             job_fail(srv, j, 429, "session_busy", 1, "session '%s' is running a turn; retry when it ends", j->session_id);
@@ -120,7 +182,8 @@ static int admit(struct server *srv, struct job *j) {
                 x->keep = cp.kv.keep; /* the image carries the span; the meta what named it */
             }
         }
-        if (!fresh && j->idem_key[0]) { /* a retry of a turn the session holds: its answer again, no second turn */
+        if (!fresh && j->implicit) j->implicit_tokens = (int32_t)(x->position < INT32_MAX ? x->position : INT32_MAX); /* not read again */
+        if (!fresh && j->idem_key[0] && !j->implicit) { /* a retry of a turn the session holds: its answer again, no second turn */
             char *ans = history_answer(x->extra, j->idem_key);
             if (ans) {
                 j->replay = ans; /* a stream asked for gets it as events (http.c) */
@@ -131,7 +194,7 @@ static int admit(struct server *srv, struct job *j) {
             }
         }
         char mismatch[480];
-        if (!history_begin(j, x->extra, fresh, mismatch, sizeof mismatch)) {
+        if (!j->implicit && !history_begin(j, x->extra, fresh, mismatch, sizeof mismatch)) { /* implicit: its key is its history */
             sess_idle(srv, x);
             job_fail(srv, j, 409, "session_history_mismatch", 0, "%s", mismatch);
             return ADMIT_DONE;
@@ -218,7 +281,9 @@ static int admit(struct server *srv, struct job *j) {
         x->busy = j;
         x->last_used = serve_now();
     }
-    j->prompt_tokens = n;
+    j->prompt_tokens = n + j->implicit_tokens; /* the whole prompt: what a checkpoint held, and what was read */
+    j->cached_tokens += j->implicit_tokens;
+    if (j->implicit_tokens) metrics_implicit(srv->metrics, 0, 0, j->implicit_tokens, 0);
     j->started = true;
     if (!output_start(srv, j)) {
         /* cannot happen but for memory: the turn ends before it starts */
@@ -244,7 +309,7 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         kvb_chat_parser_cut(j->parser, j->tool_choice == TOOLS_NAMED ? j->tool_name : NULL);
     output_finish(j);
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
-    struct sess *x = j->session_id[0] ? sess_find(s, j->session_key) : NULL;
+    struct sess *x = j->session_key[0] ? sess_find(s, j->session_key) : NULL;
     seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes, &j->cold_pages, NULL, NULL);
     if (x) {
         x->stop_text[0] = 0;
@@ -260,13 +325,29 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         struct kvb_str body = {0};
         if (j->native) native_response(srv, j, &body); /* what the client gets: the retry's with its key */
         else openai_response(srv, j, &body);           /* (and the history's answer) */
-        char *meta = body.err ? NULL : history_next(j, x->extra, body.p ? body.p : "{}"); /* from j->turn_meta, history_begin's */
+        char *meta = NULL;
+        if (!j->implicit) meta = body.err ? NULL : history_next(j, x->extra, body.p ? body.p : "{}"); /* from j->turn_meta, history_begin's */
+        else if (!body.err && implicit_answer_key(j, body.p ? body.p : "{}", j->ckpt_key)) /* the conversation with this answer */
+            meta = implicit_meta(j, x->extra, srv->o.checkpoints, j->ckpt_drop);
         free(j->turn_meta);
         j->turn_meta = meta;
         kvb_str_free(&body);
         size_t bl = 0;
-        void *blob = session_blob(srv, x, x->turns + 1, j->turn_meta, &bl);
-        struct store_req *r = blob && !s->store_stopped ? store_req_new(SOP_PUT, x->id, j, OWN_SAVE) : NULL;
+        void *blob = !j->implicit || meta ? session_blob(srv, x, x->turns + 1, j->turn_meta, &bl) : NULL;
+        struct store_req *r = blob && !s->store_stopped ? store_req_new(j->implicit ? SOP_CPUT : SOP_PUT, j->implicit ? j->ckpt_key : x->id, j, OWN_SAVE) : NULL;
+        if (!r && j->implicit) { /* not checkpointed: the answer stands, the next turn reads its whole prompt */
+            free(blob);
+            sess_release(s, x);
+            j->seq = -1;
+            j->done = true;
+            metrics_count(srv->metrics, 0, 0, 1, 0);
+            pthread_cond_broadcast(&j->cv);
+            return;
+        }
+        if (r && j->implicit) {
+            memcpy(r->drop, j->ckpt_drop, SERVE_CKEY);
+            r->lim = (struct ckpt_limits){srv->o.checkpoint_max, srv->o.checkpoint_bytes, srv->o.checkpoint_ttl_s};
+        }
         if (!r) {
             free(blob);
             sess_release(s, x);
@@ -339,7 +420,7 @@ static void cancel_jobs(struct server *srv) {
     for (int i = 0; i < s->n_active; i++) {
         struct job *j = s->active[i];
         if (!j->cancelled) continue;
-        struct sess *x = j->session_id[0] ? sess_find(s, j->session_key) : NULL;
+        struct sess *x = j->session_key[0] ? sess_find(s, j->session_key) : NULL;
         /* pages back now; a session is as of its last stored turn */
         if (x) sess_release(s, x);
         else kvb_batch_remove(s->b, j->seq);
@@ -366,6 +447,9 @@ static void fetch_done(struct server *srv, struct job *j, struct store_req *r) {
     j->blob_len = r->len;
     j->blob_version = r->version;
     r->buf = NULL;
+    if (r->op == SOP_CFIND && r->rc == STORE_OK) /* which candidate: r->keys holds the usable ones, in order */
+        for (int c = 0; c < j->n_cand; c++)
+            if (!strcmp(j->cand_key[c], r->keys[r->hit])) { j->hit = c; break; }
     snprintf(j->fetch_error, sizeof j->fetch_error, "%.150s", r->error);
     if (j->cancelled || srv->stopping) {
         struct sess *x = sess_find(s, j->session_key);
@@ -386,6 +470,31 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
     struct sched *s = srv->sched;
     struct sess *x = sess_find(s, j->session_key);
     j->saving = false;
+    if (j->implicit && x && x->busy == j) { /* a checkpoint: the answer stands whether it was stored or not */
+        if (r->rc == STORE_OK) {
+            snprintf(j->stored, sizeof j->stored, "%.16s", j->ckpt_key + 2);
+            metrics_implicit(srv->metrics, 0, 0, 0, 1);
+        } else {
+            fprintf(stderr, "kvbound serve: request %s: its checkpoint was not stored (%s); the conversation's next turn reads its whole prompt\n",
+                    j->id, r->error[0] ? r->error : "the store failed");
+        }
+        struct sess *twin = sess_find(s, j->ckpt_key); /* the same conversation served twice (the same answer at temperature 0) */
+        if (twin && twin != x && !twin->busy) sess_release(s, twin), twin = NULL;
+        x->turns++;
+        x->stored_bytes = r->len;
+        free(x->extra);
+        x->extra = j->turn_meta;
+        j->turn_meta = NULL;
+        x->last_used = serve_now();
+        if (!twin) snprintf(x->id, sizeof x->id, "%s", j->ckpt_key); /* found by the conversation's next turn */
+        if (twin || r->rc != STORE_OK) sess_release(s, x); /* kept in memory only as a stored checkpoint (the store is its copy) */
+        else sess_idle(srv, x);
+        j->seq = -1;
+        j->done = true;
+        metrics_count(srv->metrics, 0, 0, 1, 0);
+        pthread_cond_broadcast(&j->cv);
+        return;
+    }
     if (!x || x->busy != j) { /* cannot happen: a saving session is busy, and nothing drops a busy one */
         job_fail(srv, j, 500, "server_error", 0, "session '%s' was lost while it was stored", j->session_id);
     } else if (r->rc == STORE_OK) {
@@ -436,8 +545,7 @@ static void store_done(struct server *srv) {
             ctl_from_store(srv, r->owner, r);
             ctl_finish(r->owner);
         }
-        free(r->buf);
-        free(r);
+        store_req_free(r);
     }
 }
 
@@ -726,6 +834,8 @@ void sched_gauges(struct server *srv, struct sched_gauges *g) {
         g->prefixes = s->n_prefixes;
         g->prefix_hits = s->prefix_hits;
         g->prefix_tokens_reused = s->prefix_tokens_reused;
+        g->checkpoints = g->checkpoint_bytes = -1;
+        if (s->q) store_queue_checkpoints(s->q, &g->checkpoints, &g->checkpoint_bytes);
     }
     g->queued = srv->n_queued;
     pthread_mutex_unlock(&srv->mu);

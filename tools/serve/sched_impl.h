@@ -146,6 +146,12 @@ bool history_begin(struct job *j, const char *extra, bool fresh, char *why, size
 char *history_answer(const char *extra, const char *key);
 char *history_next(const struct job *j, const char *extra, const char *response);
 char *history_from_meta(struct cJSON *meta);
+/* The canonical bytes the digests hash (key order and spacing do not
+ * matter): of a message reduced as the history holds it (role, content less
+ * the white space at its ends, tool calls' names and parsed arguments),
+ * and of any JSON value; false: out of memory. implicit.c chains them. */
+bool history_canon_message(const struct cJSON *m, struct kvb_str *out);
+bool history_canon_json(const struct cJSON *v, struct kvb_str *out);
 
 /* job.c: a job ends in failure, with its status and error */
 void job_fail(struct server *srv, struct job *j, int status, const char *type, int retry_after, const char *fmt, ...)

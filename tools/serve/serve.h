@@ -81,6 +81,8 @@
 /* a session's key in the table and the store: its id, after its tenant's tag but for the first tenant (tenant.c) */
 #define SERVE_SKEY_MAX (SERVE_ID_MAX + 34)
 #define SERVE_IDEM_MAX 128 /* the longest Idempotency-Key */
+#define SERVE_CANDS 16     /* the most checkpoints a stateless request tries (the latest --checkpoints turns) */
+#define SERVE_CKEY 67      /* a checkpoint's key: "c:" and 64 hex digits, NUL */
 /* the stand-in assistant answer whose rendering shows what a template writes after one */
 #define SERVE_TEMPLATE_MARK "KVBOUNDANSWERMARK7F3A"
 
@@ -106,6 +108,16 @@ struct serve_keys {
     int n;                              /* 0: no key, one tenant for everyone (its digest all zero) */
 };
 void serve_sha256(const void *data, size_t n, unsigned char out[SERVE_DIGEST]);
+/* The same, fed piece by piece (implicit.c chains a conversation's messages). */
+struct serve_sha {
+    uint32_t h[8];
+    uint64_t len;          /* bytes fed */
+    unsigned char buf[64];
+    size_t n;              /* bytes in buf */
+};
+void serve_sha_init(struct serve_sha *c);
+void serve_sha_put(struct serve_sha *c, const void *data, size_t n);
+void serve_sha_end(struct serve_sha *c, unsigned char out[SERVE_DIGEST]);
 /* --api-key-file's text (len bytes, changed in place): one key a line,
  * blank lines and lines starting with # skipped, spaces around a key
  * trimmed. false with why in err (a line number, never a key): a NUL, a
@@ -212,6 +224,20 @@ struct job {
     char idem_key[SERVE_IDEM_MAX + 1]; /* the Idempotency-Key header, "" = none */
     char *replay;                      /* a retry of a stored turn: its stored answer (the whole body), or NULL */
     char *turn_meta;                   /* a session turn being stored: its history and answers for the blob (session.c) */
+    /* implicit sessions (implicit.c; docs/SERVING.md "Implicit sessions"): a chat without session_id
+     * resumes the latest checkpoint whose conversation begins its messages, and its end is checkpointed */
+    bool implicit;                     /* looked up and checkpointed (--checkpoints > 0, --jinja, no session_id, no prefill) */
+    int n_cand;                        /* the checkpoints to try, latest first: each a key, the messages it covers, */
+    char cand_key[SERVE_CANDS][SERVE_CKEY];  /* and its new messages rendered (text_render; r_cont's kind) */
+    int32_t cand_msgs[SERVE_CANDS];
+    char *cand_cont[SERVE_CANDS];
+    kvb_status cand_st[SERVE_CANDS];
+    unsigned char chain[SERVE_DIGEST]; /* the digest chain over all its messages (the answer is chained on at the end) */
+    int hit;                           /* the candidate resumed, -1: none (a fresh conversation) */
+    char resumed[17], stored[17];      /* kvbound.implicit: the checkpoint used and the one stored (16 hex digits), "" none */
+    int32_t implicit_tokens;           /* tokens the resumed checkpoint held (cached_tokens) */
+    char ckpt_key[SERVE_CKEY];         /* the checkpoint of this turn's end (its conversation with the answer) */
+    char ckpt_drop[SERVE_CKEY];        /* the conversation's checkpoint past --checkpoints, deleted once it is stored ("" none) */
     char id[40];
     int64_t created;
     double t_submit;
@@ -270,6 +296,8 @@ struct serve_opts {
     int port, parallel, threads, queue_max, queue_timeout_s, max_tokens_cap, default_max_tokens;
     int max_budget, max_sessions, step_tokens, chunk;
     int prefix_cache, prefix_min; /* shared prefixes kept (0: no sharing); the fewest tokens one may have */
+    int checkpoints;      /* --checkpoints: a conversation's checkpoints kept (its last N turns); 0: no implicit sessions */
+    int64_t checkpoint_max, checkpoint_bytes, checkpoint_ttl_s; /* --checkpoint-max, --checkpoint-mb (as bytes), --checkpoint-ttl */
     int keep, keep_max; /* --keep: a request's n_keep when it gives none (-1: the instruction span); --keep-max: the most pinned */
     float step_target_ms, step_target_x; /* --step-target-ms: N ms, or Kx the decode-only step; both 0: off */
     float default_temp;  /* --temp: a request's temperature when it gives none (<0: the library's default) */
@@ -317,6 +345,19 @@ struct server {
     struct metrics *metrics;
     struct guard *guard;
 };
+
+/* implicit.c: implicit sessions (docs/SERVING.md). implicit_prepare: for
+ * a job with implicit set (a chat without session_id, after its scope is
+ * known), the checkpoints to try (cand_key, cand_msgs) and the digest
+ * chain over its messages; false for want of memory (implicit is then
+ * off for it). implicit_answer_key: the key of the checkpoint of its
+ * conversation with the answer in the response body; false: none.
+ * implicit_meta: the meta of that checkpoint (its conversation's earlier
+ * checkpoints, at most keep - 1, from extra, the resumed one's); drop the
+ * one that falls off ("" none); NULL: out of memory. */
+bool implicit_prepare(struct server *srv, struct job *j);
+bool implicit_answer_key(const struct job *j, const char *response, char out[SERVE_CKEY]);
+char *implicit_meta(const struct job *j, const char *extra, int keep, char drop[SERVE_CKEY]);
 
 /* routes.c: every request */
 void serve_route(struct server *srv, const struct http_req *req, struct http_resp *resp);
@@ -381,6 +422,7 @@ struct sched_gauges {
     int64_t pages_used, pages_free, page_bytes, active, queued, in_memory, persisted, evictions_idle;
     int64_t records, store_pending;                  /* the session table's size; store requests not yet done */
     int64_t pages_shared, prefixes, prefix_hits, prefix_tokens_reused; /* shared prefixes (prefix.c) */
+    int64_t checkpoints, checkpoint_bytes;           /* implicit sessions' checkpoints in the store (-1: not known yet) */
     int64_t conn_open, conn_refused, conn_timed_out; /* guard.c */
 };
 void sched_gauges(struct server *srv, struct sched_gauges *g);
@@ -399,6 +441,7 @@ bool sched_store_healthy(struct server *srv, char *err, size_t cap);
  * after the request went out, and the store could not be asked again):
  * it may or may not have been made. */
 enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_UNKNOWN = 3, STORE_ERROR = -1 };
+struct ckpt_limits { int64_t max_count, max_bytes, ttl_s; };
 struct store {
     const char *kind; /* "sqlite", "redis" */
     bool shared;      /* other replicas write it too: no session stays in memory between turns */
@@ -408,6 +451,17 @@ struct store {
     int (*get)(struct store *s, const char *id, void **buf, size_t *len, int64_t *version);
     int (*del)(struct store *s, const char *id); /* STORE_OK, STORE_NOT_FOUND or STORE_ERROR */
     int64_t (*count)(struct store *s);           /* sessions stored; -1 unknown */
+    /* Checkpoints (implicit sessions): immutable records under content keys
+     * ("c:" and hex), apart from the sessions (count counts none of them).
+     * cput stores one (replacing one of the same key), its last use now,
+     * then removes those unused for ttl_s seconds and, least recently used
+     * first, those past max_count or max_bytes; *count and *bytes are what
+     * is kept then. cget reads one not expired and marks it used now
+     * (STORE_OK, STORE_NOT_FOUND, STORE_ERROR). */
+    int (*cput)(struct store *s, const char *key, const void *buf, size_t len, const struct ckpt_limits *l, int64_t *count, int64_t *bytes);
+    int (*cget)(struct store *s, const char *key, int64_t ttl_s, void **buf, size_t *len);
+    int (*cdel)(struct store *s, const char *key);
+    int (*cstats)(struct store *s, int64_t *count, int64_t *bytes); /* the checkpoints kept: STORE_OK or STORE_ERROR */
     /* A small write that shows the store can be written now (its own key or
      * table, never a session), waiting at most a moment: STORE_OK or STORE_ERROR. */
     int (*probe)(struct store *s);
@@ -423,7 +477,10 @@ struct store *store_redis_open(const char *url, char *err, size_t errlen);
 /* store_queue.c: the store worker. The scheduler posts requests (under the
  * server mutex) and goes on stepping; the worker runs them in order, one
  * at a time, and hands each back finished, waking the scheduler. */
-enum store_op { SOP_GET, SOP_PUT, SOP_DEL };
+/* SOP_CFIND: the first of keys[0..n_keys) that is a checkpoint (hit its
+ * index, buf what was read); SOP_CPUT: a checkpoint stored, then drop (a
+ * conversation's checkpoint past --checkpoints, "" none) deleted. */
+enum store_op { SOP_GET, SOP_PUT, SOP_DEL, SOP_CFIND, SOP_CPUT };
 struct store_req {
     enum store_op op;
     char id[SERVE_SKEY_MAX + 1];
@@ -432,12 +489,18 @@ struct store_req {
     int64_t version;  /* PUT: the version read (STORE_ABSENT: new), then the one written; GET: the one read */
     int rc;           /* STORE_OK, STORE_NOT_FOUND, STORE_CONFLICT, STORE_ERROR */
     char error[256];
+    char (*keys)[SERVE_CKEY]; /* SOP_CFIND: the keys to try, in order (malloc, freed with the request) */
+    int n_keys, hit;
+    char drop[SERVE_CKEY];    /* SOP_CPUT: a checkpoint to delete once it is stored, "" none */
+    struct ckpt_limits lim;   /* SOP_CPUT */
+    int64_t c_count, c_bytes; /* SOP_CPUT: the checkpoints kept after it */
     void *owner;      /* the scheduler's: what waits for it */
     int owner_kind;
     struct store_req *next;
 };
 struct store_queue;
 struct store_req *store_req_new(enum store_op op, const char *id, void *owner, int owner_kind); /* NULL: out of memory */
+void store_req_free(struct store_req *r); /* with what it holds (buf, keys) */
 struct store_queue *store_queue_start(struct server *srv);
 /* Under srv->mu. */
 void store_queue_post(struct store_queue *q, struct store_req *r);
@@ -447,6 +510,8 @@ struct store_req *store_queue_done(struct store_queue *q);
 int store_queue_pending(const struct store_queue *q);
 /* Under srv->mu: sessions in the store (-1: not known yet). */
 int64_t store_queue_count(const struct store_queue *q);
+/* Under srv->mu: the checkpoints in the store and their bytes (-1: not known yet). */
+void store_queue_checkpoints(const struct store_queue *q, int64_t *count, int64_t *bytes);
 /* Under srv->mu: whether the store answered its last use (a read, a write,
  * a probe) or failed it, with the failure in err; asks the worker for a
  * probe when the last is over a second old (the answer then is as of the
@@ -461,6 +526,8 @@ void store_queue_free(struct store_queue *q);
 struct metrics *metrics_new(void);
 void metrics_free(struct metrics *m);
 void metrics_token(struct metrics *m, bool first, double seconds); /* TTFT or inter-token */
+/* implicit sessions: lookups that hit or missed, conversation tokens not read again, checkpoints stored */
+void metrics_implicit(struct metrics *m, int hits, int misses, int64_t reused, int stored);
 void metrics_count(struct metrics *m, int64_t prefill_tokens, int64_t decode_tokens, int64_t requests_ok, int64_t requests_failed);
 void metrics_rate(struct metrics *m, double prefill_tok_s, double decode_tok_s);
 void metrics_render(struct metrics *m, const struct sched_gauges *g, struct kvb_str *out);

@@ -209,6 +209,12 @@ const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_
     free(x->extra);
     x->extra = NULL;
     x->extra = history_from_meta(o); /* NULL (none, or no memory): unknown */
+    cJSON *anc = cJSON_GetObjectItemCaseSensitive(o, "ancestors"); /* a checkpoint's (implicit.c): its conversation's earlier ones */
+    if (cJSON_IsArray(anc) && !x->extra) {
+        cJSON *e = cJSON_CreateObject();
+        if (e && cJSON_AddItemToObject(e, "ancestors", cJSON_Duplicate(anc, true))) x->extra = cJSON_PrintUnformatted(e);
+        cJSON_Delete(e);
+    }
     cJSON_Delete(o);
     *img_len = len - 12 - ml;
     return blob + 12 + ml;

@@ -33,7 +33,7 @@ struct store_queue {
     struct store_req *todo_head, *todo_tail, *done_head, *done_tail;
     int pending;       /* posted, not yet taken back done */
     bool stop, changed;
-    int64_t count;
+    int64_t count, c_count, c_bytes; /* sessions stored; checkpoints and their bytes */
     double counted_at;
     bool failing, probe_wanted;  /* the store failed its last use; /health asked for a probe */
     double checked_at;           /* when the last use or probe ended */
@@ -46,7 +46,7 @@ static void note_outcome(struct store_queue *q, enum store_op op, int rc, bool p
     if (rc == STORE_ERROR || rc == STORE_UNKNOWN) {
         q->failing = true;
         snprintf(q->fail_error, sizeof q->fail_error, "%s", error[0] ? error : "the store failed");
-    } else if (probe || op != SOP_GET) {
+    } else if (probe || (op != SOP_GET && op != SOP_CFIND)) {
         q->failing = false; /* a write was made (or refused by its version): the store can be written */
     }
 }
@@ -74,6 +74,20 @@ static void run_one(struct store *st, struct store_req *r) {
     }
     case SOP_DEL:
         r->rc = st->del(st, r->id);
+        break;
+    case SOP_CFIND: /* the latest checkpoint first: the first found is the one to resume */
+        r->rc = STORE_NOT_FOUND;
+        r->hit = -1;
+        for (int i = 0; i < r->n_keys && r->rc == STORE_NOT_FOUND; i++) {
+            r->rc = st->cget(st, r->keys[i], r->lim.ttl_s, &r->buf, &r->len);
+            if (r->rc == STORE_OK) r->hit = i;
+        }
+        break;
+    case SOP_CPUT:
+        r->rc = st->cput(st, r->id, r->buf, r->len, &r->lim, &r->c_count, &r->c_bytes);
+        free(r->buf);
+        r->buf = NULL;
+        if (r->rc == STORE_OK && r->drop[0] && st->cdel(st, r->drop) == STORE_OK) r->c_count--; /* the conversation's oldest past --checkpoints */
         break;
     }
     if (r->rc == STORE_ERROR || r->rc == STORE_UNKNOWN) snprintf(r->error, sizeof r->error, "%s", st->error[0] ? st->error : "the store failed");
@@ -104,8 +118,11 @@ static void *worker(void *arg) {
                 q->counted_at = now;
                 pthread_mutex_unlock(&srv->mu);
                 const int64_t n = srv->store->count(srv->store);
+                int64_t cc = -1, cb = -1;
+                if (srv->store->cstats(srv->store, &cc, &cb) != STORE_OK) cc = cb = -1;
                 pthread_mutex_lock(&srv->mu);
                 if (n >= 0) q->count = n;
+                if (cc >= 0) { q->c_count = cc; q->c_bytes = cb; }
                 continue;
             }
             struct timespec ts;
@@ -120,7 +137,8 @@ static void *worker(void *arg) {
         run_one(srv->store, r);
         pthread_mutex_lock(&srv->mu);
         note_outcome(q, r->op, r->rc, false, r->error);
-        if (r->op != SOP_GET) q->changed = true;
+        if (r->op == SOP_CPUT && r->rc == STORE_OK) { q->c_count = r->c_count; q->c_bytes = r->c_bytes; }
+        if (r->op != SOP_GET && r->op != SOP_CFIND) q->changed = true;
         append(&q->done_head, &q->done_tail, r);
         pthread_cond_broadcast(&srv->work);
     }
@@ -128,7 +146,7 @@ static void *worker(void *arg) {
     while (q->todo_head) {
         struct store_req *r = q->todo_head;
         q->todo_head = r->next;
-        if (r->op == SOP_PUT) { free(r->buf); r->buf = NULL; }
+        if (r->op == SOP_PUT || r->op == SOP_CPUT) { free(r->buf); r->buf = NULL; }
         r->rc = STORE_ERROR;
         snprintf(r->error, sizeof r->error, "the server is stopping");
         append(&q->done_head, &q->done_tail, r);
@@ -149,11 +167,18 @@ struct store_req *store_req_new(enum store_op op, const char *id, void *owner, i
     return r;
 }
 
+void store_req_free(struct store_req *r) {
+    if (!r) return;
+    free(r->buf);
+    free(r->keys);
+    free(r);
+}
+
 struct store_queue *store_queue_start(struct server *srv) {
     struct store_queue *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     q->srv = srv;
-    q->count = -1;
+    q->count = q->c_count = q->c_bytes = -1;
     q->counted_at = -1e9;
     pthread_cond_init(&q->cv, NULL);
     if (pthread_create(&q->th, NULL, worker, q)) {
@@ -179,6 +204,10 @@ struct store_req *store_queue_done(struct store_queue *q) {
 
 int store_queue_pending(const struct store_queue *q) { return q->pending; }
 int64_t store_queue_count(const struct store_queue *q) { return q->count; }
+void store_queue_checkpoints(const struct store_queue *q, int64_t *count, int64_t *bytes) {
+    *count = q->c_count;
+    *bytes = q->c_bytes;
+}
 
 bool store_queue_healthy(struct store_queue *q, char *err, size_t cap) {
     if (serve_now() - q->checked_at > 1.0 && !q->probe_wanted) {
@@ -201,8 +230,7 @@ void store_queue_free(struct store_queue *q) {
     if (!q) return;
     for (struct store_req *r = q->done_head, *nx; r; r = nx) {
         nx = r->next;
-        free(r->buf);
-        free(r);
+        store_req_free(r);
     }
     pthread_cond_destroy(&q->cv);
     free(q);

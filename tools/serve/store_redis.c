@@ -10,6 +10,13 @@
  * out and whose reply was lost, and that the one retry could not send
  * again (Redis unreachable), is STORE_UNKNOWN: the script may have run.
  * The health probe SETs "kvbound:probe".
+ *
+ * Checkpoints (implicit sessions): "kvbound:ckpt:KEY" a hash of the blob
+ * ("image") and its size ("bytes"); the sorted set "kvbound:ckpts" their
+ * keys by last use (Redis's own clock, TIME, so every replica agrees); the
+ * counter "kvbound:ckpt_bytes" their bytes. One script stores one and
+ * trims the rest (unused past the TTL, then least recently used past the
+ * count or bytes); another reads one and marks it used.
  */
 #include "serve.h"
 
@@ -193,6 +200,114 @@ static int64_t count(struct store *st) {
     return n;
 }
 
+/* ---- checkpoints ---- */
+#define CKPT_PREFIX "kvbound:ckpt:"
+#define CKPT_SET "kvbound:ckpts"
+#define CKPT_BYTES "kvbound:ckpt_bytes"
+#define CKPT_NOW "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) + tonumber(t[2]) / 1e6\n"
+#define CKPT_DROP                                                                                                                          \
+    "local function drop(m)\n"                                                                                                              \
+    "  local b = tonumber(redis.call('HGET', '" CKPT_PREFIX "' .. m, 'bytes') or '0')\n"                                                   \
+    "  redis.call('DEL', '" CKPT_PREFIX "' .. m)\n"                                                                                         \
+    "  redis.call('ZREM', KEYS[2], m)\n"                                                                                                     \
+    "  return redis.call('INCRBY', KEYS[3], -b)\n"                                                                                          \
+    "end\n"
+/* KEYS: the record, the set, the byte counter; ARGV: key, image, ttl, max count, max bytes */
+static const char CPUT_SCRIPT[] = CKPT_NOW CKPT_DROP
+    "local old = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')\n"
+    "redis.call('HSET', KEYS[1], 'image', ARGV[2], 'bytes', #ARGV[2])\n"
+    "redis.call('ZADD', KEYS[2], now, ARGV[1])\n"
+    "local total = redis.call('INCRBY', KEYS[3], #ARGV[2] - old)\n"
+    "for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[3])))) do total = drop(m) end\n"
+    "while redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[4]) or total > tonumber(ARGV[5]) do\n"
+    "  local m = redis.call('ZRANGE', KEYS[2], 0, 0)[1]\n"
+    "  if not m then break end\n"
+    "  total = drop(m)\n"
+    "end\n"
+    "return {redis.call('ZCARD', KEYS[2]), total}\n";
+/* KEYS: the record, the set; ARGV: key, ttl */
+static const char CGET_SCRIPT[] = CKPT_NOW
+    "local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
+    "if not s or tonumber(s) < now - tonumber(ARGV[2]) then return false end\n"
+    "local img = redis.call('HGET', KEYS[1], 'image')\n"
+    "if not img then redis.call('ZREM', KEYS[2], ARGV[1]) return false end\n"
+    "redis.call('ZADD', KEYS[2], now, ARGV[1])\n"
+    "return img\n";
+/* KEYS: the record, the set, the byte counter; ARGV: key */
+static const char CDEL_SCRIPT[] = CKPT_DROP "local had = redis.call('EXISTS', KEYS[1])\ndrop(ARGV[1])\nreturn had\n";
+
+static int cput(struct store *st, const char *key, const void *buf, size_t len, const struct ckpt_limits *l, int64_t *count, int64_t *bytes) {
+    struct redis_store *s = (struct redis_store *)st;
+    char k[128], ttl[32], mc[32], mb[32];
+    snprintf(k, sizeof k, CKPT_PREFIX "%s", key);
+    snprintf(ttl, sizeof ttl, "%lld", (long long)l->ttl_s);
+    snprintf(mc, sizeof mc, "%lld", (long long)l->max_count);
+    snprintf(mb, sizeof mb, "%lld", (long long)l->max_bytes);
+    const char *argv[] = {"EVAL", CPUT_SCRIPT, "3", k, CKPT_SET, CKPT_BYTES, key, buf, ttl, mc, mb};
+    const size_t lens[] = {4, strlen(CPUT_SCRIPT), 1, strlen(k), strlen(CKPT_SET), strlen(CKPT_BYTES), strlen(key), len, strlen(ttl), strlen(mc), strlen(mb)};
+    redisReply *r = command(s, 11, argv, lens); /* sent twice at worst: the same record, the same trim */
+    if (!r) return STORE_ERROR;
+    int res = STORE_ERROR;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
+        *count = r->element[0]->integer;
+        *bytes = r->element[1]->integer;
+        res = STORE_OK;
+    } else {
+        snprintf(st->error, sizeof st->error, "redis checkpoint write: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    freeReplyObject(r);
+    return res;
+}
+
+static int cget(struct store *st, const char *key, int64_t ttl_s, void **buf, size_t *len) {
+    struct redis_store *s = (struct redis_store *)st;
+    char k[128], ttl[32];
+    snprintf(k, sizeof k, CKPT_PREFIX "%s", key);
+    snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_s);
+    const char *argv[] = {"EVAL", CGET_SCRIPT, "2", k, CKPT_SET, key, ttl};
+    const size_t lens[] = {4, strlen(CGET_SCRIPT), 1, strlen(k), strlen(CKPT_SET), strlen(key), strlen(ttl)};
+    *buf = NULL;
+    *len = 0;
+    redisReply *r = command(s, 7, argv, lens);
+    if (!r) return STORE_ERROR;
+    int res = STORE_ERROR;
+    if (r->type == REDIS_REPLY_NIL) res = STORE_NOT_FOUND;
+    else if (r->type == REDIS_REPLY_STRING) res = take_string(st, r, buf, len);
+    else snprintf(st->error, sizeof st->error, "redis checkpoint read: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    freeReplyObject(r);
+    return res;
+}
+
+static int cdel(struct store *st, const char *key) {
+    struct redis_store *s = (struct redis_store *)st;
+    char k[128];
+    snprintf(k, sizeof k, CKPT_PREFIX "%s", key);
+    const char *argv[] = {"EVAL", CDEL_SCRIPT, "3", k, CKPT_SET, CKPT_BYTES, key};
+    const size_t lens[] = {4, strlen(CDEL_SCRIPT), 1, strlen(k), strlen(CKPT_SET), strlen(CKPT_BYTES), strlen(key)};
+    redisReply *r = command(s, 7, argv, lens);
+    if (!r) return STORE_ERROR;
+    int res = STORE_ERROR;
+    if (r->type == REDIS_REPLY_INTEGER) res = r->integer > 0 ? STORE_OK : STORE_NOT_FOUND;
+    else snprintf(st->error, sizeof st->error, "redis checkpoint delete: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    freeReplyObject(r);
+    return res;
+}
+
+static int cstats(struct store *st, int64_t *count, int64_t *bytes) {
+    struct redis_store *s = (struct redis_store *)st;
+    const char *a1[] = {"ZCARD", CKPT_SET}, *a2[] = {"GET", CKPT_BYTES};
+    const size_t l1[] = {5, strlen(CKPT_SET)}, l2[] = {3, strlen(CKPT_BYTES)};
+    redisReply *r = command(s, 2, a1, l1);
+    if (!r) return STORE_ERROR;
+    const bool ok = r->type == REDIS_REPLY_INTEGER;
+    *count = ok ? (int64_t)r->integer : -1;
+    freeReplyObject(r);
+    if (!ok || !(r = command(s, 2, a2, l2))) return STORE_ERROR;
+    *bytes = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    return STORE_OK;
+}
+
 static int probe(struct store *st) {
     struct redis_store *s = (struct redis_store *)st;
     const char *argv[] = {"SET", "kvbound:probe", "1"};
@@ -246,6 +361,10 @@ struct store *store_redis_open(const char *url, char *err, size_t errlen) {
     s->base.get = get;
     s->base.del = del;
     s->base.count = count;
+    s->base.cput = cput;
+    s->base.cget = cget;
+    s->base.cdel = cdel;
+    s->base.cstats = cstats;
     s->base.probe = probe;
     s->base.close = close_store;
     return &s->base;

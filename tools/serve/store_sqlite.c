@@ -9,6 +9,13 @@
  * versions gains the column, its rows at version 0. The health probe
  * writes one row of a table of its own (kvbound_probe), waiting 250 ms at
  * most for a lock.
+ *
+ * Checkpoints (implicit sessions) are a table of their own, kvbound_checkpoints
+ * (key, image, bytes, used: the wall clock's seconds of its last use). A
+ * put is one transaction: the row, then the rows unused past the TTL, then,
+ * least recently used first, the rows past the count and past the bytes (a
+ * running sum over the rows newest first). A read takes a row not expired
+ * and marks it used.
  */
 #include "serve.h"
 
@@ -100,6 +107,100 @@ static int del(struct store *st, const char *id) {
     return sqlite3_changes(s->db) > 0 ? STORE_OK : STORE_NOT_FOUND;
 }
 
+/* ---- checkpoints ---- */
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* One statement, its named parameters those it has of :key, :image, :now
+ * and :n, stepped: SQLITE_DONE or the failure (its message in the store). */
+static int ck_exec(struct sqlite_store *s, const char *sql, const char *key, const void *buf, size_t len, double now, int64_t n) {
+    sqlite3_stmt *q = NULL;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &q, NULL);
+    int at;
+    if (rc == SQLITE_OK && (at = sqlite3_bind_parameter_index(q, ":key"))) rc = sqlite3_bind_text(q, at, key, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK && (at = sqlite3_bind_parameter_index(q, ":image"))) rc = sqlite3_bind_blob64(q, at, buf, (sqlite3_uint64)len, SQLITE_STATIC);
+    if (rc == SQLITE_OK && (at = sqlite3_bind_parameter_index(q, ":now"))) rc = sqlite3_bind_double(q, at, now);
+    if (rc == SQLITE_OK && (at = sqlite3_bind_parameter_index(q, ":n"))) rc = sqlite3_bind_int64(q, at, (sqlite3_int64)n);
+    return exec_changes(s, q, rc);
+}
+
+static int cstats(struct store *st, int64_t *count, int64_t *bytes) {
+    struct sqlite_store *s = (struct sqlite_store *)st;
+    sqlite3_stmt *q = NULL;
+    int res = STORE_ERROR;
+    if (sqlite3_prepare_v2(s->db, "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM kvbound_checkpoints", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW) {
+        *count = sqlite3_column_int64(q, 0);
+        *bytes = sqlite3_column_int64(q, 1);
+        res = STORE_OK;
+    } else {
+        set_err(st, s->db);
+    }
+    sqlite3_finalize(q);
+    return res;
+}
+
+static int cput(struct store *st, const char *key, const void *buf, size_t len, const struct ckpt_limits *l, int64_t *count, int64_t *bytes) {
+    struct sqlite_store *s = (struct sqlite_store *)st;
+    const double now = wall_now();
+    if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) { set_err(st, s->db); return STORE_ERROR; }
+    bool ok = ck_exec(s, "INSERT OR REPLACE INTO kvbound_checkpoints(key, image, bytes, used) VALUES (:key, :image, length(:image), :now)", key,
+                      buf, len, now, 0) == SQLITE_DONE;
+    ok = ok && ck_exec(s, "DELETE FROM kvbound_checkpoints WHERE used < :now - :n", NULL, NULL, 0, now, l->ttl_s) == SQLITE_DONE;
+    ok = ok && ck_exec(s, "DELETE FROM kvbound_checkpoints WHERE key IN (SELECT key FROM kvbound_checkpoints ORDER BY used DESC, key LIMIT -1 OFFSET :n)",
+                       NULL, NULL, 0, now, l->max_count) == SQLITE_DONE;
+    ok = ok && ck_exec(s, "DELETE FROM kvbound_checkpoints WHERE key IN (SELECT key FROM (SELECT key, SUM(bytes) OVER (ORDER BY used DESC, key"
+                          " ROWS UNBOUNDED PRECEDING) AS upto FROM kvbound_checkpoints) WHERE upto > :n)",
+                       NULL, NULL, 0, now, l->max_bytes) == SQLITE_DONE;
+    ok = ok && cstats(st, count, bytes) == STORE_OK;
+    if (ok && sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK) return STORE_OK;
+    if (ok) set_err(st, s->db);
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return STORE_ERROR;
+}
+
+static int cget(struct store *st, const char *key, int64_t ttl_s, void **buf, size_t *len) {
+    struct sqlite_store *s = (struct sqlite_store *)st;
+    const double now = wall_now();
+    sqlite3_stmt *q = NULL;
+    *buf = NULL;
+    *len = 0;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT image FROM kvbound_checkpoints WHERE key = ?1 AND used >= ?2", -1, &q, NULL);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_text(q, 1, key, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_double(q, 2, now - (double)ttl_s);
+    if (rc == SQLITE_OK) rc = sqlite3_step(q);
+    int res = STORE_ERROR;
+    if (rc == SQLITE_ROW) {
+        const int n = sqlite3_column_bytes(q, 0);
+        const void *b = sqlite3_column_blob(q, 0);
+        *buf = malloc(n > 0 ? (size_t)n : 1);
+        if (!*buf) snprintf(st->error, sizeof st->error, "out of memory for a %d-byte checkpoint", n);
+        else {
+            if (n > 0) memcpy(*buf, b, (size_t)n);
+            *len = (size_t)n;
+            res = STORE_OK;
+        }
+    } else if (rc == SQLITE_DONE) {
+        res = STORE_NOT_FOUND;
+    } else {
+        set_err(st, s->db);
+    }
+    sqlite3_finalize(q);
+    if (res == STORE_OK) /* its last use: a failure here costs only its place in the order */
+        ck_exec(s, "UPDATE kvbound_checkpoints SET used = :now WHERE key = :key", key, NULL, 0, now, 0);
+    return res;
+}
+
+static int cdel(struct store *st, const char *key) {
+    struct sqlite_store *s = (struct sqlite_store *)st;
+    if (ck_exec(s, "DELETE FROM kvbound_checkpoints WHERE key = :key", key, NULL, 0, 0, 0) != SQLITE_DONE) return STORE_ERROR;
+    return sqlite3_changes(s->db) > 0 ? STORE_OK : STORE_NOT_FOUND;
+}
+
 /* A file written before sessions had versions gains the column (its rows
  * at version 0). false with *msg (sqlite3_free) on failure. */
 static bool has_version_column(sqlite3 *db, char **msg) {
@@ -160,7 +261,10 @@ struct store *store_sqlite_open(const char *dir, char *err, size_t errlen) {
     if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=5000;"
                             "CREATE TABLE IF NOT EXISTS sessions(id TEXT PRIMARY KEY, image BLOB NOT NULL, updated INTEGER NOT NULL,"
                             " version INTEGER NOT NULL DEFAULT 0);"
-                            "CREATE TABLE IF NOT EXISTS kvbound_probe(k INTEGER PRIMARY KEY, t INTEGER NOT NULL);",
+                            "CREATE TABLE IF NOT EXISTS kvbound_probe(k INTEGER PRIMARY KEY, t INTEGER NOT NULL);"
+                            "CREATE TABLE IF NOT EXISTS kvbound_checkpoints(key TEXT PRIMARY KEY, image BLOB NOT NULL, bytes INTEGER NOT NULL,"
+                            " used REAL NOT NULL);"
+                            "CREATE INDEX IF NOT EXISTS kvbound_checkpoints_used ON kvbound_checkpoints(used);",
                      NULL, NULL, &msg) != SQLITE_OK ||
         !has_version_column(s->db, &msg)) {
         snprintf(err, errlen, "%s: %s", path, msg ? msg : "cannot create the sessions table");
@@ -174,6 +278,10 @@ struct store *store_sqlite_open(const char *dir, char *err, size_t errlen) {
     s->base.get = get;
     s->base.del = del;
     s->base.count = count;
+    s->base.cput = cput;
+    s->base.cget = cget;
+    s->base.cdel = cdel;
+    s->base.cstats = cstats;
     s->base.probe = probe;
     s->base.close = close_store;
     return &s->base;

@@ -29,16 +29,9 @@ static const uint32_t K256[64] = {
     0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f,
     0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
-struct sha256 {
-    uint32_t h[8];
-    uint64_t len; /* bytes fed */
-    unsigned char buf[64];
-    size_t n;     /* bytes in buf */
-};
-
 static uint32_t ror(uint32_t x, int r) { return (x >> r) | (x << (32 - r)); }
 
-static void sha_block(struct sha256 *c, const unsigned char *p) {
+static void sha_block(struct serve_sha *c, const unsigned char *p) {
     uint32_t w[64];
     for (int t = 0; t < 16; t++) w[t] = (uint32_t)p[4 * t] << 24 | (uint32_t)p[4 * t + 1] << 16 | (uint32_t)p[4 * t + 2] << 8 | p[4 * t + 3];
     for (int t = 16; t < 64; t++) {
@@ -55,14 +48,14 @@ static void sha_block(struct sha256 *c, const unsigned char *p) {
     c->h[0] += a; c->h[1] += b; c->h[2] += cc; c->h[3] += d; c->h[4] += e; c->h[5] += f; c->h[6] += g; c->h[7] += h;
 }
 
-static void sha_init(struct sha256 *c) {
+void serve_sha_init(struct serve_sha *c) {
     static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     memcpy(c->h, h0, sizeof h0);
     c->len = 0;
     c->n = 0;
 }
 
-static void sha_put(struct sha256 *c, const void *data, size_t n) {
+void serve_sha_put(struct serve_sha *c, const void *data, size_t n) {
     const unsigned char *p = data;
     c->len += n;
     while (n) {
@@ -76,33 +69,33 @@ static void sha_put(struct sha256 *c, const void *data, size_t n) {
     }
 }
 
-static void sha_end(struct sha256 *c, unsigned char out[SERVE_DIGEST]) {
+void serve_sha_end(struct serve_sha *c, unsigned char out[SERVE_DIGEST]) {
     const uint64_t bits = c->len * 8;
     const unsigned char one = 0x80, zero = 0;
-    sha_put(c, &one, 1);
-    while (c->n != 56) sha_put(c, &zero, 1);
+    serve_sha_put(c, &one, 1);
+    while (c->n != 56) serve_sha_put(c, &zero, 1);
     unsigned char lb[8];
     for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(bits >> (56 - 8 * i));
-    sha_put(c, lb, 8);
+    serve_sha_put(c, lb, 8);
     for (int i = 0; i < 8; i++)
         for (int k = 0; k < 4; k++) out[4 * i + k] = (unsigned char)(c->h[i] >> (24 - 8 * k));
 }
 
 void serve_sha256(const void *data, size_t n, unsigned char out[SERVE_DIGEST]) {
-    struct sha256 c;
-    sha_init(&c);
-    sha_put(&c, data, n);
-    sha_end(&c, out);
+    struct serve_sha c;
+    serve_sha_init(&c);
+    serve_sha_put(&c, data, n);
+    serve_sha_end(&c, out);
 }
 
 /* ---- tenants ---- */
 static void key_digest(const char *key, unsigned char out[SERVE_DIGEST]) {
-    struct sha256 c;
-    sha_init(&c);
+    struct serve_sha c;
+    serve_sha_init(&c);
     static const char label[] = "kvbound tenant key\n";
-    sha_put(&c, label, sizeof label - 1);
-    sha_put(&c, key, strlen(key));
-    sha_end(&c, out);
+    serve_sha_put(&c, label, sizeof label - 1);
+    serve_sha_put(&c, key, strlen(key));
+    serve_sha_end(&c, out);
 }
 
 static bool keys_add(struct serve_keys *k, const char *key) {
@@ -183,15 +176,15 @@ int tenant_match(const struct serve_keys *k, const char *g) {
 }
 
 void tenant_scope(const unsigned char tenant[SERVE_DIGEST], const char *salt, unsigned char out[SERVE_DIGEST]) {
-    struct sha256 c;
-    sha_init(&c);
+    struct serve_sha c;
+    serve_sha_init(&c);
     static const char label[] = "kvbound reuse scope\n";
-    sha_put(&c, label, sizeof label - 1);
-    sha_put(&c, tenant, SERVE_DIGEST);
+    serve_sha_put(&c, label, sizeof label - 1);
+    serve_sha_put(&c, tenant, SERVE_DIGEST);
     const unsigned char given = salt ? 1 : 0; /* no salt is not the salt "" (which is refused anyway) */
-    sha_put(&c, &given, 1);
-    if (salt) sha_put(&c, salt, strlen(salt));
-    sha_end(&c, out);
+    serve_sha_put(&c, &given, 1);
+    if (salt) serve_sha_put(&c, salt, strlen(salt));
+    serve_sha_end(&c, out);
 }
 
 void tenant_session_key(const struct serve_keys *k, int tenant, const char *id, char *out) {

@@ -136,8 +136,8 @@ static char *own_copy(char *lib, size_t len) {
  * (the conversation with them, less the conversation up to its last
  * answer). The request's own history is used when it sends one and the
  * template renders it as a prefix of the whole; else a stand-in exchange. */
-static kvb_status jinja_continue(struct server *srv, const struct job *j, char **out, char *err, size_t cap) {
-    const char *prev[2] = {j->prev_json, j->standin_prev_json}, *cont[2] = {j->cont_json, j->standin_json};
+static kvb_status continue_of(struct server *srv, const struct job *j, const char *const prev[2], const char *const cont[2], char **out, char *err,
+                              size_t cap) {
     kvb_status st = KVB_ERR_INVALID;
     for (int k = 0; k < 2; k++) {
         if (!prev[k]) continue;
@@ -159,6 +159,41 @@ static kvb_status jinja_continue(struct server *srv, const struct job *j, char *
         kvb_buffer_free(f);
         if (st == KVB_OK || st == KVB_ERR_NOMEM) break;
     }
+    return st;
+}
+
+static kvb_status jinja_continue(struct server *srv, const struct job *j, char **out, char *err, size_t cap) {
+    const char *prev[2] = {j->prev_json, j->standin_prev_json}, *cont[2] = {j->cont_json, j->standin_json};
+    return continue_of(srv, j, prev, cont, out, err, cap);
+}
+
+/* An implicit session's candidate c (implicit.c): what the request reads
+ * after the checkpoint of its first cand_msgs[c] messages, as a session's
+ * later turn reads its new messages (message_sets in openai.c: the history
+ * up to the checkpoint's answer, and it with the later messages but for
+ * system messages, which a session never reads after its first turn). */
+static kvb_status candidate_continue(struct server *srv, const struct job *j, int c, char **out) {
+    cJSON *all = cJSON_Parse(j->all_json), *prev = cJSON_CreateArray(), *cont = cJSON_CreateArray();
+    int i = 0;
+    const cJSON *m;
+    bool ok = all && prev && cont;
+    const cJSON *msgs = ok ? all : NULL;
+    cJSON_ArrayForEach(m, msgs) {
+        const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
+        const bool sys = !strcmp(role, "system") || !strcmp(role, "developer");
+        if (i < j->cand_msgs[c]) ok = ok && cJSON_AddItemToArray(prev, cJSON_Duplicate(m, true));
+        if (i < j->cand_msgs[c] || !sys) ok = ok && cJSON_AddItemToArray(cont, cJSON_Duplicate(m, true));
+        i++;
+    }
+    char *pj = ok ? cJSON_PrintUnformatted(prev) : NULL, *cj = ok ? cJSON_PrintUnformatted(cont) : NULL;
+    cJSON_Delete(all);
+    cJSON_Delete(prev);
+    cJSON_Delete(cont);
+    char err[320];
+    const char *p2[2] = {pj, NULL}, *c2[2] = {cj, NULL};
+    const kvb_status st = pj && cj ? continue_of(srv, j, p2, c2, out, err, sizeof err) : KVB_ERR_NOMEM;
+    cJSON_free(pj);
+    cJSON_free(cj);
     return st;
 }
 
@@ -206,6 +241,7 @@ void text_render(struct server *srv, struct job *j) {
     if (j->r_all_st == KVB_OK && !(j->r_all = own_copy(t, len))) j->r_all_st = KVB_ERR_NOMEM;
     if (j->r_all_st != KVB_OK) snprintf(j->r_all_err, sizeof j->r_all_err, "the chat template: %s", kvb_last_error());
     if (j->session_id[0]) j->r_cont_st = jinja_continue(srv, j, &j->r_cont, j->r_cont_err, sizeof j->r_cont_err);
+    for (int c = 0; j->implicit && c < j->n_cand; c++) j->cand_st[c] = candidate_continue(srv, j, c, &j->cand_cont[c]); /* one that fails is not tried */
     if (j->shared_json && render(srv, j, j->shared_json, false, &t, &len) == KVB_OK) j->r_shared = own_copy(t, len);
     char *instr = j->n_keep < 0 ? instruction_messages(j->all_json, j->tools_json != NULL) : NULL; /* n_keep -1: the span is wanted */
     if (instr && render(srv, j, instr, false, &t, &len) == KVB_OK) j->r_instr = own_copy(t, len);
