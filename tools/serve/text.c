@@ -174,26 +174,33 @@ static kvb_status jinja_continue(struct server *srv, const struct job *j, char *
  * system messages, which a session never reads after its first turn). */
 static kvb_status candidate_continue(struct server *srv, const struct job *j, int c, char **out) {
     cJSON *all = cJSON_Parse(j->all_json), *prev = cJSON_CreateArray(), *cont = cJSON_CreateArray();
+    cJSON *sprev = cJSON_Parse(j->standin_prev_json), *scont = cJSON_Parse(j->standin_prev_json); /* the stand-in exchange, then the new messages */
     int i = 0;
     const cJSON *m;
-    bool ok = all && prev && cont;
+    bool ok = all && prev && cont && sprev && scont;
     const cJSON *msgs = ok ? all : NULL;
     cJSON_ArrayForEach(m, msgs) {
         const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
         const bool sys = !strcmp(role, "system") || !strcmp(role, "developer");
         if (i < j->cand_msgs[c]) ok = ok && cJSON_AddItemToArray(prev, cJSON_Duplicate(m, true));
         if (i < j->cand_msgs[c] || !sys) ok = ok && cJSON_AddItemToArray(cont, cJSON_Duplicate(m, true));
+        if (i >= j->cand_msgs[c] && !sys) ok = ok && cJSON_AddItemToArray(scont, cJSON_Duplicate(m, true));
         i++;
     }
     char *pj = ok ? cJSON_PrintUnformatted(prev) : NULL, *cj = ok ? cJSON_PrintUnformatted(cont) : NULL;
+    char *sc = ok ? cJSON_PrintUnformatted(scont) : NULL;
     cJSON_Delete(all);
     cJSON_Delete(prev);
     cJSON_Delete(cont);
+    cJSON_Delete(sprev);
+    cJSON_Delete(scont);
     char err[320];
-    const char *p2[2] = {pj, NULL}, *c2[2] = {cj, NULL};
-    const kvb_status st = pj && cj ? continue_of(srv, j, p2, c2, out, err, sizeof err) : KVB_ERR_NOMEM;
+    /* as jinja_continue: the request's own history when the template renders it as a prefix of the whole, else the stand-in */
+    const char *p2[2] = {pj, j->standin_prev_json}, *c2[2] = {cj, sc};
+    const kvb_status st = pj && cj && sc ? continue_of(srv, j, p2, c2, out, err, sizeof err) : KVB_ERR_NOMEM;
     cJSON_free(pj);
     cJSON_free(cj);
+    cJSON_free(sc);
     return st;
 }
 
