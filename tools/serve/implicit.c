@@ -75,6 +75,7 @@ static bool chain_seed(const struct server *srv, const struct job *j, unsigned c
     static const char label[] = "kvbound implicit v1\n";
     serve_sha_put(&c, label, sizeof label - 1);
     serve_sha_put(&c, j->scope, SERVE_DIGEST); /* tenant and cache_salt: never found by another */
+    put_i64(&c, j->kind);             /* a chat's and a completion's never meet */
     put_text(&c, srv->o.model_name);
     const struct kvb_model_info *mi = &srv->mi;
     put_i64(&c, mi->n_layer);
@@ -142,6 +143,10 @@ bool implicit_prepare(struct server *srv, struct job *j) {
     j->hit = -1;
     j->n_cand = 0;
     if (!j->implicit) return true;
+    if (j->kind == JOB_COMPLETION) { /* its checkpoints are token sequences under this seed (implicit_token_key) */
+        if (!chain_seed(srv, j, j->chain)) j->implicit = false;
+        return j->implicit;
+    }
     cJSON *all = cJSON_Parse(j->all_json);
     const int n = cJSON_GetArraySize(all);
     unsigned char c[SERVE_DIGEST];
@@ -206,4 +211,37 @@ char *implicit_meta(const struct job *j, const char *extra, int keep, char drop[
     cJSON_Delete(old);
     cJSON_Delete(o);
     return t;
+}
+
+void implicit_token_key(const unsigned char seed[SERVE_DIGEST], const int32_t *t, int32_t n, char out[SERVE_CKEY]) {
+    struct serve_sha c;
+    serve_sha_init(&c);
+    static const char label[] = "kvbound tokens\n";
+    serve_sha_put(&c, label, sizeof label - 1);
+    serve_sha_put(&c, seed, SERVE_DIGEST);
+    for (int32_t i = 0; i < n; i++) {
+        unsigned char b[4];
+        for (int k = 0; k < 4; k++) b[k] = (unsigned char)((uint32_t)t[i] >> (8 * k));
+        serve_sha_put(&c, b, 4);
+    }
+    unsigned char d[SERVE_DIGEST];
+    serve_sha_end(&c, d);
+    key_of(d, out);
+}
+
+void implicit_token_group(const unsigned char seed[SERVE_DIGEST], const int32_t *t, char out[SERVE_CKEY]) {
+    struct serve_sha c;
+    serve_sha_init(&c);
+    static const char label[] = "kvbound token group\n";
+    serve_sha_put(&c, label, sizeof label - 1);
+    serve_sha_put(&c, seed, SERVE_DIGEST);
+    for (int32_t i = 0; i < IMPLICIT_GROUP_TOKENS; i++) {
+        unsigned char b[4];
+        for (int k = 0; k < 4; k++) b[k] = (unsigned char)((uint32_t)t[i] >> (8 * k));
+        serve_sha_put(&c, b, 4);
+    }
+    unsigned char d[SERVE_DIGEST];
+    serve_sha_end(&c, d);
+    key_of(d, out);
+    out[0] = 'g';
 }

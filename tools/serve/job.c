@@ -61,6 +61,8 @@ void job_free(struct job *j) {
     free(j->standin_json);
     free(j->r_all);
     free(j->r_cont);
+    free(j->ptoks);
+    free(j->gen);
     for (int c = 0; c < j->n_cand; c++) free(j->cand_cont[c]);
     free(j->r_shared);
     free(j->r_instr);

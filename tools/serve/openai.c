@@ -892,7 +892,7 @@ static void add_kvbound(const struct job *j, cJSON *o) {
         cJSON *im = cJSON_AddObjectToObject(k, "implicit");
         if (j->resumed[0]) cJSON_AddStringToObject(im, "resumed", j->resumed);
         else cJSON_AddNullToObject(im, "resumed");
-        cJSON_AddNumberToObject(im, "messages", j->hit >= 0 ? j->cand_msgs[j->hit] : 0);
+        if (j->kind == JOB_CHAT) cJSON_AddNumberToObject(im, "messages", j->hit >= 0 ? j->cand_msgs[j->hit] : 0);
         cJSON_AddNumberToObject(im, "tokens", j->implicit_tokens);
         if (j->stored[0]) cJSON_AddStringToObject(im, "checkpoint", j->stored);
         else cJSON_AddNullToObject(im, "checkpoint");

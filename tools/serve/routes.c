@@ -68,7 +68,8 @@ static void generation(struct server *srv, enum job_kind kind, const struct http
     if (j->session_id[0]) tenant_session_key(&srv->o.keys, tenant, j->session_id, j->session_key); /* each tenant its own ids */
     j->native = !strcmp(q->path, "/completion"); /* llama-server's own route: its answer's shape (native.c) */
     /* a stateless chat resumes where its history ends (implicit.c); a prefill's answer continues text that is no answer of ours */
-    j->implicit = kind == JOB_CHAT && !j->session_id[0] && srv->o.checkpoints > 0 && srv->jinja && !j->answer_prefix;
+    j->implicit = !j->session_id[0] && srv->o.checkpoints > 0 &&
+                  (kind == JOB_CHAT ? srv->jinja && !j->answer_prefix : !j->native); /* a completion: on the token prefix of its prompt */
     if (j->implicit && !implicit_prepare(srv, j)) {
         job_free(j);
         serve_error(r, 500, "server_error", "out of memory");

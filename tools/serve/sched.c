@@ -67,14 +67,57 @@ static void keep_resolve(struct server *srv, struct job *j, struct sess *x, cons
  * worker is asked, and j parked); none: a fresh conversation, under a key
  * of its own until its checkpoint's is known. ADMIT_PARKED, or -1: resolved
  * (j->session_key set; a checkpoint read from the store is on j). */
+/* A completion's: its prompt's tokens, then the longest checkpoint in
+ * memory whose tokens begin them, else the store's (by the group of its
+ * first tokens); its one candidate is the one found. */
+static int implicit_resolve_tokens(struct server *srv, struct job *j) {
+    struct sched *s = srv->sched;
+    if (!j->ptoks) j->ptoks = completion_tokens(srv, j, &j->n_ptoks);
+    struct sess *best = NULL;
+    for (int i = 0; j->ptoks && !j->fetched && i < s->n_sess; i++) {
+        struct sess *y = s->sess[i];
+        if (y->ntok < IMPLICIT_GROUP_TOKENS || y->ntok > j->n_ptoks || y->seq < 0 || y->busy || (best && y->ntok <= best->ntok)) continue;
+        char k[SERVE_CKEY];
+        implicit_token_key(j->chain, j->ptoks, y->ntok, k);
+        if (!strcmp(k, y->id)) best = y;
+    }
+    if (best) {
+        j->n_cand = 1;
+        j->hit = 0;
+        memcpy(j->cand_key[0], best->id, SERVE_CKEY);
+        j->cand_ntok = best->ntok;
+        j->fetched = false;
+    } else if (!j->fetched) {
+        struct store_req *r = j->ptoks && j->n_ptoks >= IMPLICIT_GROUP_TOKENS && !s->store_stopped ? store_req_new(SOP_CFIND, "", j, OWN_FETCH) : NULL;
+        if (r && !(r->toks = malloc(sizeof *r->toks * (size_t)j->n_ptoks))) { store_req_free(r); r = NULL; }
+        if (r) {
+            memcpy(r->toks, j->ptoks, sizeof *r->toks * (size_t)j->n_ptoks);
+            r->n_toks = j->n_ptoks;
+            memcpy(r->seed, j->chain, SERVE_DIGEST);
+            implicit_token_group(j->chain, j->ptoks, r->grp);
+            r->lim.ttl_s = srv->o.checkpoint_ttl_s;
+            store_queue_post(s->q, r);
+            s->n_parked++;
+            return ADMIT_PARKED;
+        }
+        j->fetched = true;
+        j->fetch_rc = STORE_NOT_FOUND;
+    }
+    return -1;
+}
+
 static int implicit_resolve(struct server *srv, struct job *j) {
     struct sched *s = srv->sched;
     int found = -1;
-    for (int c = 0; c < j->n_cand && found < 0; c++) {
+    if (j->kind == JOB_COMPLETION) {
+        if (implicit_resolve_tokens(srv, j) == ADMIT_PARKED) return ADMIT_PARKED;
+        if (!j->fetched) found = 0; /* in memory */
+    }
+    for (int c = 0; j->kind == JOB_CHAT && c < j->n_cand && found < 0; c++) {
         const struct sess *y = j->cand_st[c] == KVB_OK ? sess_find(s, j->cand_key[c]) : NULL;
         if (y && y->seq >= 0 && !y->busy) found = c;
     }
-    if (found < 0 && !j->fetched) {
+    if (found < 0 && !j->fetched && j->kind == JOB_CHAT) {
         int usable = 0;
         for (int c = 0; c < j->n_cand; c++) usable += j->cand_st[c] == KVB_OK;
         struct store_req *r = usable && !s->store_stopped ? store_req_new(SOP_CFIND, "", j, OWN_FETCH) : NULL;
@@ -109,10 +152,12 @@ static int implicit_resolve(struct server *srv, struct job *j) {
     if (found >= 0) {
         snprintf(j->session_key, sizeof j->session_key, "%s", j->cand_key[found]);
         snprintf(j->resumed, sizeof j->resumed, "%.16s", j->cand_key[found] + 2);
-        free(j->r_cont);
-        j->r_cont = j->cand_cont[found]; /* its new messages, as a session's later turn reads them */
-        j->cand_cont[found] = NULL;
-        j->r_cont_st = KVB_OK;
+        if (j->kind == JOB_CHAT) {
+            free(j->r_cont);
+            j->r_cont = j->cand_cont[found]; /* its new messages, as a session's later turn reads them */
+            j->cand_cont[found] = NULL;
+            j->r_cont_st = KVB_OK;
+        }
         metrics_implicit(srv->metrics, 1, 0, 0, 0);
     } else {
         snprintf(j->session_key, sizeof j->session_key, "n:%s", j->id); /* its record's key until its checkpoint's is known */
@@ -297,6 +342,21 @@ static int admit(struct server *srv, struct job *j) {
     return ADMIT_DONE;
 }
 
+/* A completion's checkpoint key: its prompt's tokens and those generated,
+ * when its text is exactly theirs (it ended by max_tokens: no stop string
+ * cut, no end-of-generation token the text leaves out); false: none. */
+static bool completion_key(struct job *j, const struct kvb_seq_info *si) {
+    if (!j->ptoks || j->n_ptoks < IMPLICIT_GROUP_TOKENS || !si->stop || strcmp(si->stop, "length") || j->stop_word || j->n_gen != si->n_generated)
+        return false;
+    int32_t *t = malloc(sizeof *t * (size_t)(j->n_ptoks + j->n_gen));
+    if (!t) return false;
+    memcpy(t, j->ptoks, sizeof *t * (size_t)j->n_ptoks);
+    memcpy(t + j->n_ptoks, j->gen, sizeof *t * (size_t)j->n_gen);
+    implicit_token_key(j->chain, t, j->n_ptoks + j->n_gen, j->ckpt_key);
+    free(t);
+    return true;
+}
+
 static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_info *si) {
     struct sched *s = srv->sched;
     char tail[16];
@@ -327,8 +387,8 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         else openai_response(srv, j, &body);           /* (and the history's answer) */
         char *meta = NULL;
         if (!j->implicit) meta = body.err ? NULL : history_next(j, x->extra, body.p ? body.p : "{}"); /* from j->turn_meta, history_begin's */
-        else if (!body.err && implicit_answer_key(j, body.p ? body.p : "{}", j->ckpt_key)) /* the conversation with this answer */
-            meta = implicit_meta(j, x->extra, srv->o.checkpoints, j->ckpt_drop);
+        else if (j->kind == JOB_COMPLETION ? completion_key(j, si) : !body.err && implicit_answer_key(j, body.p ? body.p : "{}", j->ckpt_key))
+            meta = implicit_meta(j, x->extra, srv->o.checkpoints, j->ckpt_drop); /* the conversation with this answer */
         free(j->turn_meta);
         j->turn_meta = meta;
         kvb_str_free(&body);
@@ -345,6 +405,10 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
             return;
         }
         if (r && j->implicit) {
+            if (j->kind == JOB_COMPLETION) {
+                implicit_token_group(j->chain, j->ptoks, r->grp);
+                r->ntok = j->n_ptoks + j->n_gen;
+            }
             memcpy(r->drop, j->ckpt_drop, SERVE_CKEY);
             r->lim = (struct ckpt_limits){srv->o.checkpoint_max, srv->o.checkpoint_bytes, srv->o.checkpoint_ttl_s};
         }
@@ -387,6 +451,14 @@ static void publish(struct server *srv) {
             if (!j->completion_tokens) j->t_first = now;
             j->t_last = now;
             const int32_t tok = si.last_token;
+            if (j->implicit && j->kind == JOB_COMPLETION && tok >= 0) { /* its checkpoint is its tokens (completion_key) */
+                if (j->n_gen == j->cap_gen) {
+                    const int32_t cap = j->cap_gen ? 2 * j->cap_gen : 64;
+                    int32_t *g = realloc(j->gen, sizeof *g * (size_t)cap);
+                    if (g) j->gen = g, j->cap_gen = cap;
+                }
+                if (j->n_gen < j->cap_gen) j->gen[j->n_gen++] = tok;
+            }
             const bool end = si.state == KVB_SEQ_DONE && si.stop && !strcmp(si.stop, "eos") && kvb_vocab_is_eog(srv->vocab, tok);
             if (!end) {
                 j->completion_tokens = si.n_generated;
@@ -447,7 +519,12 @@ static void fetch_done(struct server *srv, struct job *j, struct store_req *r) {
     j->blob_len = r->len;
     j->blob_version = r->version;
     r->buf = NULL;
-    if (r->op == SOP_CFIND && r->rc == STORE_OK) /* which candidate: r->keys holds the usable ones, in order */
+    if (r->op == SOP_CFIND && r->rc == STORE_OK && r->grp[0]) { /* a completion's: the one found is its candidate */
+        j->n_cand = 1;
+        j->hit = 0;
+        memcpy(j->cand_key[0], r->keys[r->hit], SERVE_CKEY);
+        j->cand_ntok = r->ntok;
+    } else if (r->op == SOP_CFIND && r->rc == STORE_OK) /* which candidate: r->keys holds the usable ones, in order */
         for (int c = 0; c < j->n_cand; c++)
             if (!strcmp(j->cand_key[c], r->keys[r->hit])) { j->hit = c; break; }
     snprintf(j->fetch_error, sizeof j->fetch_error, "%.150s", r->error);
@@ -482,6 +559,7 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
         if (twin && twin != x && !twin->busy) sess_release(s, twin), twin = NULL;
         x->turns++;
         x->stored_bytes = r->len;
+        x->ntok = j->kind == JOB_COMPLETION ? r->ntok : 0;
         free(x->extra);
         x->extra = j->turn_meta;
         j->turn_meta = NULL;

@@ -30,6 +30,7 @@ struct sess {
     int64_t version;      /* in the store; STORE_ABSENT: never stored */
     char *extra;          /* its history and keyed answers as stored (history.c), or NULL: unknown */
     int32_t n_keep, keep_span, keep; /* its first turn's n_keep, the span it named, the tokens pinned (kv.keep) */
+    int32_t ntok;         /* a completion's checkpoint (implicit.c): the tokens of its sequence; 0 otherwise */
 };
 
 struct ctl {
@@ -89,6 +90,8 @@ const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_
 
 /* text.c: what a turn reads, and stop strings in what it writes */
 int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, int32_t pending, int32_t *n, char *err, size_t cap);
+/* A completion's whole prompt as its first turn reads it (NULL: out of memory or no tokens). */
+int32_t *completion_tokens(struct server *srv, const struct job *j, int32_t *n);
 bool add_text(struct job *j, const char *piece, size_t pl);
 /* output.c: what a turn writes beyond text: the grammar's matcher and the
  * parser set up when it starts (false: out of memory), the parser fed what

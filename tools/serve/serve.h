@@ -238,6 +238,9 @@ struct job {
     int32_t implicit_tokens;           /* tokens the resumed checkpoint held (cached_tokens) */
     char ckpt_key[SERVE_CKEY];         /* the checkpoint of this turn's end (its conversation with the answer) */
     char ckpt_drop[SERVE_CKEY];        /* the conversation's checkpoint past --checkpoints, deleted once it is stored ("" none) */
+    int32_t *ptoks, n_ptoks;           /* a completion: its prompt's tokens (the checkpoints are token sequences) */
+    int32_t cand_ntok;                 /* a completion: the tokens of the checkpoint resumed */
+    int32_t *gen, n_gen, cap_gen;      /* a completion: the tokens generated (its checkpoint is ptoks and them) */
     char id[40];
     int64_t created;
     double t_submit;
@@ -356,6 +359,12 @@ struct server {
  * checkpoints, at most keep - 1, from extra, the resumed one's); drop the
  * one that falls off ("" none); NULL: out of memory. */
 bool implicit_prepare(struct server *srv, struct job *j);
+/* A completion's checkpoint: the key of the token sequence t[0..n) (the
+ * prompt's tokens and those generated) under seed, and its group (seed and
+ * the first IMPLICIT_GROUP_TOKENS tokens; a sequence shorter has none). */
+#define IMPLICIT_GROUP_TOKENS 16
+void implicit_token_key(const unsigned char seed[SERVE_DIGEST], const int32_t *t, int32_t n, char out[SERVE_CKEY]);
+void implicit_token_group(const unsigned char seed[SERVE_DIGEST], const int32_t *t, char out[SERVE_CKEY]);
 bool implicit_answer_key(const struct job *j, const char *response, char out[SERVE_CKEY]);
 char *implicit_meta(const struct job *j, const char *extra, int keep, char drop[SERVE_CKEY]);
 
@@ -457,8 +466,14 @@ struct store {
      * then removes those unused for ttl_s seconds and, least recently used
      * first, those past max_count or max_bytes; *count and *bytes are what
      * is kept then. cget reads one not expired and marks it used now
-     * (STORE_OK, STORE_NOT_FOUND, STORE_ERROR). */
-    int (*cput)(struct store *s, const char *key, const void *buf, size_t len, const struct ckpt_limits *l, int64_t *count, int64_t *bytes);
+     * (STORE_OK, STORE_NOT_FOUND, STORE_ERROR). A completion's checkpoint
+     * (a token sequence) has a group, grp (a digest of its scope,
+     * configuration and first tokens; NULL for a chat's), and its length
+     * ntok: clist gives the keys and lengths of a group's checkpoints, at
+     * most max, the most recently used first (*n of them). */
+    int (*cput)(struct store *s, const char *key, const char *grp, int32_t ntok, const void *buf, size_t len, const struct ckpt_limits *l,
+                int64_t *count, int64_t *bytes);
+    int (*clist)(struct store *s, const char *grp, int max, char (*keys)[SERVE_CKEY], int32_t *ntok, int *n);
     int (*cget)(struct store *s, const char *key, int64_t ttl_s, void **buf, size_t *len);
     int (*cdel)(struct store *s, const char *key);
     int (*cstats)(struct store *s, int64_t *count, int64_t *bytes); /* the checkpoints kept: STORE_OK or STORE_ERROR */
@@ -478,7 +493,9 @@ struct store *store_redis_open(const char *url, char *err, size_t errlen);
  * server mutex) and goes on stepping; the worker runs them in order, one
  * at a time, and hands each back finished, waking the scheduler. */
 /* SOP_CFIND: the first of keys[0..n_keys) that is a checkpoint (hit its
- * index, buf what was read); SOP_CPUT: a checkpoint stored, then drop (a
+ * index, buf what was read), or with grp the longest checkpoint of group
+ * grp whose tokens begin toks (keys[0] its key, ntok its length); SOP_CPUT:
+ * a checkpoint stored (grp and ntok: a completion's), then drop (a
  * conversation's checkpoint past --checkpoints, "" none) deleted. */
 enum store_op { SOP_GET, SOP_PUT, SOP_DEL, SOP_CFIND, SOP_CPUT };
 struct store_req {
@@ -491,6 +508,10 @@ struct store_req {
     char error[256];
     char (*keys)[SERVE_CKEY]; /* SOP_CFIND: the keys to try, in order (malloc, freed with the request) */
     int n_keys, hit;
+    char grp[SERVE_CKEY];     /* a completion's checkpoint group, "" none (a chat's) */
+    int32_t *toks, n_toks;    /* SOP_CFIND with grp: the prompt's tokens (malloc, freed with the request) */
+    int32_t ntok;             /* SOP_CPUT with grp: the checkpoint's tokens; SOP_CFIND: the one found's */
+    unsigned char seed[SERVE_DIGEST]; /* SOP_CFIND with grp: the chain's seed the keys are made from */
     char drop[SERVE_CKEY];    /* SOP_CPUT: a checkpoint to delete once it is stored, "" none */
     struct ckpt_limits lim;   /* SOP_CPUT */
     int64_t c_count, c_bytes; /* SOP_CPUT: the checkpoints kept after it */

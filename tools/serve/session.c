@@ -129,6 +129,7 @@ static char *meta_json(const struct sess *x) {
     cJSON_AddNumberToObject(o, "n_keep", x->n_keep);
     cJSON_AddNumberToObject(o, "keep_span", x->keep_span);
     cJSON_AddNumberToObject(o, "keep", x->keep);
+    if (x->ntok > 0) cJSON_AddNumberToObject(o, "ntok", x->ntok); /* a completion's checkpoint: its sequence's tokens */
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     /* history.c's object (history digests, tools, answers) joins it as
@@ -206,6 +207,8 @@ const char *blob_meta(const char *blob, size_t len, struct sess *x, size_t *img_
     x->n_keep = cJSON_IsNumber(nk) && nk->valuedouble >= -1 && nk->valuedouble <= KVB_KEEP_MAX ? (int32_t)nk->valuedouble : 0; /* none: it pinned nothing */
     x->keep_span = count_ok(ks) && ks->valuedouble <= KVB_KEEP_MAX ? (int32_t)ks->valuedouble : 0;
     x->keep = count_ok(kp) && kp->valuedouble <= KVB_KEEP_MAX ? (int32_t)kp->valuedouble : 0; /* the image's, once loaded */
+    const cJSON *nt = cJSON_GetObjectItemCaseSensitive(o, "ntok");
+    x->ntok = count_ok(nt) && nt->valuedouble <= INT32_MAX ? (int32_t)nt->valuedouble : 0;
     free(x->extra);
     x->extra = NULL;
     x->extra = history_from_meta(o); /* NULL (none, or no memory): unknown */

@@ -58,6 +58,36 @@ static void append(struct store_req **head, struct store_req **tail, struct stor
     *tail = r;
 }
 
+/* A completion's lookup: its group's checkpoints whose tokens begin the
+ * prompt's (each listed key made again from the prompt's first ntok
+ * tokens), longest first, become r->keys for the reads below. */
+#define FIND_LISTED 64
+static void find_tokens(struct store *st, struct store_req *r) {
+    char (*keys)[SERVE_CKEY] = malloc(sizeof *keys * FIND_LISTED);
+    int32_t ntok[FIND_LISTED];
+    int n = 0;
+    if (!keys || st->clist(st, r->grp, FIND_LISTED, keys, ntok, &n) != STORE_OK) n = 0;
+    free(r->keys);
+    r->keys = NULL;
+    r->n_keys = 0;
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (ntok[i] < IMPLICIT_GROUP_TOKENS || ntok[i] > r->n_toks || (best >= 0 && ntok[i] <= ntok[best])) continue;
+        char k[SERVE_CKEY];
+        implicit_token_key(r->seed, r->toks, ntok[i], k);
+        if (!strcmp(k, keys[i])) best = i;
+    }
+    if (best >= 0) {
+        r->keys = malloc(sizeof *r->keys);
+        if (r->keys) {
+            memcpy(r->keys[0], keys[best], SERVE_CKEY);
+            r->n_keys = 1;
+            r->ntok = ntok[best];
+        }
+    }
+    free(keys);
+}
+
 static void run_one(struct store *st, struct store_req *r) {
     st->error[0] = 0;
     switch (r->op) {
@@ -78,13 +108,14 @@ static void run_one(struct store *st, struct store_req *r) {
     case SOP_CFIND: /* the latest checkpoint first: the first found is the one to resume */
         r->rc = STORE_NOT_FOUND;
         r->hit = -1;
+        if (r->grp[0]) find_tokens(st, r);
         for (int i = 0; i < r->n_keys && r->rc == STORE_NOT_FOUND; i++) {
             r->rc = st->cget(st, r->keys[i], r->lim.ttl_s, &r->buf, &r->len);
             if (r->rc == STORE_OK) r->hit = i;
         }
         break;
     case SOP_CPUT:
-        r->rc = st->cput(st, r->id, r->buf, r->len, &r->lim, &r->c_count, &r->c_bytes);
+        r->rc = st->cput(st, r->id, r->grp[0] ? r->grp : NULL, r->ntok, r->buf, r->len, &r->lim, &r->c_count, &r->c_bytes);
         free(r->buf);
         r->buf = NULL;
         if (r->rc == STORE_OK && r->drop[0] && st->cdel(st, r->drop) == STORE_OK) r->c_count--; /* the conversation's oldest past --checkpoints */
@@ -171,6 +202,7 @@ void store_req_free(struct store_req *r) {
     if (!r) return;
     free(r->buf);
     free(r->keys);
+    free(r->toks);
     free(r);
 }
 

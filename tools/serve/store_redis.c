@@ -16,7 +16,9 @@
  * keys by last use (Redis's own clock, TIME, so every replica agrees); the
  * counter "kvbound:ckpt_bytes" their bytes. One script stores one and
  * trims the rest (unused past the TTL, then least recently used past the
- * count or bytes); another reads one and marks it used.
+ * count or bytes); another reads one and marks it used. A completion's
+ * checkpoint also has "grp" and "ntok" in its hash and its key in the
+ * sorted set "kvbound:ckgrp:GRP" (by last use), which lists its group.
  */
 #include "serve.h"
 
@@ -204,18 +206,25 @@ static int64_t count(struct store *st) {
 #define CKPT_PREFIX "kvbound:ckpt:"
 #define CKPT_SET "kvbound:ckpts"
 #define CKPT_BYTES "kvbound:ckpt_bytes"
+#define CKPT_GROUP "kvbound:ckgrp:"
 #define CKPT_NOW "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) + tonumber(t[2]) / 1e6\n"
 #define CKPT_DROP                                                                                                                          \
     "local function drop(m)\n"                                                                                                              \
     "  local b = tonumber(redis.call('HGET', '" CKPT_PREFIX "' .. m, 'bytes') or '0')\n"                                                   \
+    "  local g = redis.call('HGET', '" CKPT_PREFIX "' .. m, 'grp')\n"                                                                      \
+    "  if g then redis.call('ZREM', '" CKPT_GROUP "' .. g, m) end\n"                                                                       \
     "  redis.call('DEL', '" CKPT_PREFIX "' .. m)\n"                                                                                         \
     "  redis.call('ZREM', KEYS[2], m)\n"                                                                                                     \
     "  return redis.call('INCRBY', KEYS[3], -b)\n"                                                                                          \
     "end\n"
-/* KEYS: the record, the set, the byte counter; ARGV: key, image, ttl, max count, max bytes */
+/* KEYS: the record, the set, the byte counter; ARGV: key, image, ttl, max count, max bytes, group ("" none), ntok */
 static const char CPUT_SCRIPT[] = CKPT_NOW CKPT_DROP
     "local old = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')\n"
     "redis.call('HSET', KEYS[1], 'image', ARGV[2], 'bytes', #ARGV[2])\n"
+    "if ARGV[6] ~= '' then\n"
+    "  redis.call('HSET', KEYS[1], 'grp', ARGV[6], 'ntok', ARGV[7])\n"
+    "  redis.call('ZADD', '" CKPT_GROUP "' .. ARGV[6], now, ARGV[1])\n"
+    "end\n"
     "redis.call('ZADD', KEYS[2], now, ARGV[1])\n"
     "local total = redis.call('INCRBY', KEYS[3], #ARGV[2] - old)\n"
     "for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[3])))) do total = drop(m) end\n"
@@ -232,20 +241,34 @@ static const char CGET_SCRIPT[] = CKPT_NOW
     "local img = redis.call('HGET', KEYS[1], 'image')\n"
     "if not img then redis.call('ZREM', KEYS[2], ARGV[1]) return false end\n"
     "redis.call('ZADD', KEYS[2], now, ARGV[1])\n"
+    "local g = redis.call('HGET', KEYS[1], 'grp')\n"
+    "if g then redis.call('ZADD', '" CKPT_GROUP "' .. g, now, ARGV[1]) end\n"
     "return img\n";
+/* KEYS: the group's set; ARGV: max. {key, ntok, key, ntok, ...}, the most recently used first */
+static const char CLIST_SCRIPT[] =
+    "local out = {}\n"
+    "for _, m in ipairs(redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do\n"
+    "  local n = redis.call('HGET', '" CKPT_PREFIX "' .. m, 'ntok')\n"
+    "  if n then table.insert(out, m) table.insert(out, n) else redis.call('ZREM', KEYS[1], m) end\n"
+    "end\n"
+    "return out\n";
 /* KEYS: the record, the set, the byte counter; ARGV: key */
 static const char CDEL_SCRIPT[] = CKPT_DROP "local had = redis.call('EXISTS', KEYS[1])\ndrop(ARGV[1])\nreturn had\n";
 
-static int cput(struct store *st, const char *key, const void *buf, size_t len, const struct ckpt_limits *l, int64_t *count, int64_t *bytes) {
+static int cput(struct store *st, const char *key, const char *grp, int32_t ntok, const void *buf, size_t len, const struct ckpt_limits *l,
+                int64_t *count, int64_t *bytes) {
     struct redis_store *s = (struct redis_store *)st;
-    char k[128], ttl[32], mc[32], mb[32];
+    char k[128], ttl[32], mc[32], mb[32], nt[16];
+    snprintf(nt, sizeof nt, "%d", (int)ntok);
+    if (!grp) grp = "";
     snprintf(k, sizeof k, CKPT_PREFIX "%s", key);
     snprintf(ttl, sizeof ttl, "%lld", (long long)l->ttl_s);
     snprintf(mc, sizeof mc, "%lld", (long long)l->max_count);
     snprintf(mb, sizeof mb, "%lld", (long long)l->max_bytes);
-    const char *argv[] = {"EVAL", CPUT_SCRIPT, "3", k, CKPT_SET, CKPT_BYTES, key, buf, ttl, mc, mb};
-    const size_t lens[] = {4, strlen(CPUT_SCRIPT), 1, strlen(k), strlen(CKPT_SET), strlen(CKPT_BYTES), strlen(key), len, strlen(ttl), strlen(mc), strlen(mb)};
-    redisReply *r = command(s, 11, argv, lens); /* sent twice at worst: the same record, the same trim */
+    const char *argv[] = {"EVAL", CPUT_SCRIPT, "3", k, CKPT_SET, CKPT_BYTES, key, buf, ttl, mc, mb, grp, nt};
+    const size_t lens[] = {4, strlen(CPUT_SCRIPT), 1, strlen(k), strlen(CKPT_SET), strlen(CKPT_BYTES), strlen(key), len, strlen(ttl), strlen(mc), strlen(mb),
+                           strlen(grp), strlen(nt)};
+    redisReply *r = command(s, 13, argv, lens); /* sent twice at worst: the same record, the same trim */
     if (!r) return STORE_ERROR;
     int res = STORE_ERROR;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
@@ -274,6 +297,32 @@ static int cget(struct store *st, const char *key, int64_t ttl_s, void **buf, si
     if (r->type == REDIS_REPLY_NIL) res = STORE_NOT_FOUND;
     else if (r->type == REDIS_REPLY_STRING) res = take_string(st, r, buf, len);
     else snprintf(st->error, sizeof st->error, "redis checkpoint read: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    freeReplyObject(r);
+    return res;
+}
+
+static int clist(struct store *st, const char *grp, int max, char (*keys)[SERVE_CKEY], int32_t *ntok, int *n) {
+    struct redis_store *s = (struct redis_store *)st;
+    char g[128], mx[16];
+    snprintf(g, sizeof g, CKPT_GROUP "%s", grp);
+    snprintf(mx, sizeof mx, "%d", max);
+    const char *argv[] = {"EVAL", CLIST_SCRIPT, "1", g, mx};
+    const size_t lens[] = {4, strlen(CLIST_SCRIPT), 1, strlen(g), strlen(mx)};
+    *n = 0;
+    redisReply *r = command(s, 5, argv, lens);
+    if (!r) return STORE_ERROR;
+    int res = STORE_OK;
+    if (r->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i + 1 < r->elements && *n < max; i += 2) {
+            const redisReply *k = r->element[i], *v = r->element[i + 1];
+            if (k->type != REDIS_REPLY_STRING || k->len != SERVE_CKEY - 1 || v->type != REDIS_REPLY_STRING) continue;
+            memcpy(keys[*n], k->str, SERVE_CKEY);
+            ntok[(*n)++] = (int32_t)strtol(v->str, NULL, 10);
+        }
+    } else {
+        snprintf(st->error, sizeof st->error, "redis checkpoint list: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        res = STORE_ERROR;
+    }
     freeReplyObject(r);
     return res;
 }
@@ -363,6 +412,7 @@ struct store *store_redis_open(const char *url, char *err, size_t errlen) {
     s->base.count = count;
     s->base.cput = cput;
     s->base.cget = cget;
+    s->base.clist = clist;
     s->base.cdel = cdel;
     s->base.cstats = cstats;
     s->base.probe = probe;

@@ -11,7 +11,8 @@
  * most for a lock.
  *
  * Checkpoints (implicit sessions) are a table of their own, kvbound_checkpoints
- * (key, image, bytes, used: the wall clock's seconds of its last use). A
+ * (key, image, bytes, used: the wall clock's seconds of its last use; a
+ * completion's also grp and ntok, listed by grp). A
  * put is one transaction: the row, then the rows unused past the TTL, then,
  * least recently used first, the rows past the count and past the bytes (a
  * running sum over the rows newest first). A read takes a row not expired
@@ -117,15 +118,21 @@ static double wall_now(void) {
 
 /* One statement, its named parameters those it has of :key, :image, :now
  * and :n, stepped: SQLITE_DONE or the failure (its message in the store). */
-static int ck_exec(struct sqlite_store *s, const char *sql, const char *key, const void *buf, size_t len, double now, int64_t n) {
+static int ck_exec_grp(struct sqlite_store *s, const char *sql, const char *key, const char *grp, const void *buf, size_t len, double now, int64_t n) {
     sqlite3_stmt *q = NULL;
     int rc = sqlite3_prepare_v2(s->db, sql, -1, &q, NULL);
     int at;
     if (rc == SQLITE_OK && (at = sqlite3_bind_parameter_index(q, ":key"))) rc = sqlite3_bind_text(q, at, key, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK && (at = sqlite3_bind_parameter_index(q, ":grp")))
+        rc = grp ? sqlite3_bind_text(q, at, grp, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(q, at);
     if (rc == SQLITE_OK && (at = sqlite3_bind_parameter_index(q, ":image"))) rc = sqlite3_bind_blob64(q, at, buf, (sqlite3_uint64)len, SQLITE_STATIC);
     if (rc == SQLITE_OK && (at = sqlite3_bind_parameter_index(q, ":now"))) rc = sqlite3_bind_double(q, at, now);
     if (rc == SQLITE_OK && (at = sqlite3_bind_parameter_index(q, ":n"))) rc = sqlite3_bind_int64(q, at, (sqlite3_int64)n);
     return exec_changes(s, q, rc);
+}
+
+static int ck_exec(struct sqlite_store *s, const char *sql, const char *key, const void *buf, size_t len, double now, int64_t n) {
+    return ck_exec_grp(s, sql, key, NULL, buf, len, now, n);
 }
 
 static int cstats(struct store *st, int64_t *count, int64_t *bytes) {
@@ -144,12 +151,13 @@ static int cstats(struct store *st, int64_t *count, int64_t *bytes) {
     return res;
 }
 
-static int cput(struct store *st, const char *key, const void *buf, size_t len, const struct ckpt_limits *l, int64_t *count, int64_t *bytes) {
+static int cput(struct store *st, const char *key, const char *grp, int32_t ntok, const void *buf, size_t len, const struct ckpt_limits *l,
+                int64_t *count, int64_t *bytes) {
     struct sqlite_store *s = (struct sqlite_store *)st;
     const double now = wall_now();
     if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) { set_err(st, s->db); return STORE_ERROR; }
-    bool ok = ck_exec(s, "INSERT OR REPLACE INTO kvbound_checkpoints(key, image, bytes, used) VALUES (:key, :image, length(:image), :now)", key,
-                      buf, len, now, 0) == SQLITE_DONE;
+    bool ok = ck_exec_grp(s, "INSERT OR REPLACE INTO kvbound_checkpoints(key, image, bytes, used, grp, ntok) VALUES (:key, :image, length(:image), :now,"
+                          " :grp, :n)", key, grp, buf, len, now, ntok) == SQLITE_DONE;
     ok = ok && ck_exec(s, "DELETE FROM kvbound_checkpoints WHERE used < :now - :n", NULL, NULL, 0, now, l->ttl_s) == SQLITE_DONE;
     ok = ok && ck_exec(s, "DELETE FROM kvbound_checkpoints WHERE key IN (SELECT key FROM kvbound_checkpoints ORDER BY used DESC, key LIMIT -1 OFFSET :n)",
                        NULL, NULL, 0, now, l->max_count) == SQLITE_DONE;
@@ -193,6 +201,26 @@ static int cget(struct store *st, const char *key, int64_t ttl_s, void **buf, si
     if (res == STORE_OK) /* its last use: a failure here costs only its place in the order */
         ck_exec(s, "UPDATE kvbound_checkpoints SET used = :now WHERE key = :key", key, NULL, 0, now, 0);
     return res;
+}
+
+static int clist(struct store *st, const char *grp, int max, char (*keys)[SERVE_CKEY], int32_t *ntok, int *n) {
+    struct sqlite_store *s = (struct sqlite_store *)st;
+    sqlite3_stmt *q = NULL;
+    *n = 0;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT key, ntok FROM kvbound_checkpoints WHERE grp = ?1 ORDER BY used DESC LIMIT ?2", -1, &q, NULL);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_text(q, 1, grp, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_int(q, 2, max);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const unsigned char *k = sqlite3_column_text(q, 0);
+        if (k && strlen((const char *)k) == SERVE_CKEY - 1 && *n < max) {
+            memcpy(keys[*n], k, SERVE_CKEY);
+            ntok[(*n)++] = (int32_t)sqlite3_column_int(q, 1);
+        }
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) { set_err(st, s->db); return STORE_ERROR; }
+    return STORE_OK;
 }
 
 static int cdel(struct store *st, const char *key) {
@@ -263,8 +291,9 @@ struct store *store_sqlite_open(const char *dir, char *err, size_t errlen) {
                             " version INTEGER NOT NULL DEFAULT 0);"
                             "CREATE TABLE IF NOT EXISTS kvbound_probe(k INTEGER PRIMARY KEY, t INTEGER NOT NULL);"
                             "CREATE TABLE IF NOT EXISTS kvbound_checkpoints(key TEXT PRIMARY KEY, image BLOB NOT NULL, bytes INTEGER NOT NULL,"
-                            " used REAL NOT NULL);"
-                            "CREATE INDEX IF NOT EXISTS kvbound_checkpoints_used ON kvbound_checkpoints(used);",
+                            " used REAL NOT NULL, grp TEXT, ntok INTEGER);"
+                            "CREATE INDEX IF NOT EXISTS kvbound_checkpoints_used ON kvbound_checkpoints(used);"
+                            "CREATE INDEX IF NOT EXISTS kvbound_checkpoints_grp ON kvbound_checkpoints(grp, used);",
                      NULL, NULL, &msg) != SQLITE_OK ||
         !has_version_column(s->db, &msg)) {
         snprintf(err, errlen, "%s: %s", path, msg ? msg : "cannot create the sessions table");
@@ -280,6 +309,7 @@ struct store *store_sqlite_open(const char *dir, char *err, size_t errlen) {
     s->base.count = count;
     s->base.cput = cput;
     s->base.cget = cget;
+    s->base.clist = clist;
     s->base.cdel = cdel;
     s->base.cstats = cstats;
     s->base.probe = probe;

@@ -283,6 +283,14 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
     kvb_status st;
     bool named = false; /* err holds why st failed (a template's limit is KVB_ERR_NOMEM too, named by the library) */
     snprintf(err, cap, "the prompt is empty after tokenizing");
+    if (j->kind == JOB_COMPLETION && j->implicit && !first) { /* a checkpoint of its first cand_ntok tokens: the rest, from the pending one */
+        const int32_t from = j->cand_ntok - 1;
+        if (!j->ptoks || from < 0 || from >= j->n_ptoks || j->ptoks[from] != pending) return NULL;
+        int32_t *ids = malloc(sizeof *ids * (size_t)(j->n_ptoks - from));
+        if (ids) memcpy(ids, j->ptoks + from, sizeof *ids * (size_t)(j->n_ptoks - from));
+        *n = j->n_ptoks - from;
+        return ids;
+    }
     if (j->kind == JOB_COMPLETION) {
         return tokens_of(srv, j->prompt, false, first, first ? -1 : pending, n);
     }
@@ -349,6 +357,8 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
     kvb_buffer_free(lib);
     return ids;
 }
+
+int32_t *completion_tokens(struct server *srv, const struct job *j, int32_t *n) { return tokens_of(srv, j->prompt, false, true, -1, n); }
 
 int32_t prefix_boundary(struct server *srv, const struct job *j, const int32_t *ids, int32_t n) {
     if (j->kind != JOB_CHAT) return 0;
