@@ -45,6 +45,7 @@ static void add_final(const struct server *srv, const struct job *j, cJSON *o) {
     cJSON_AddNumberToObject(k, "kv_budget", j->sp.kv.policy.budget);
     cJSON_AddNumberToObject(k, "position", (double)j->position);
     cJSON_AddNumberToObject(k, "cache_tokens", (double)j->cache_tokens);
+    openai_kvbound_state(j, k);
     if (j->n_warnings) {
         cJSON *w = cJSON_AddArrayToObject(k, "warnings");
         for (int i = 0; i < j->n_warnings; i++) cJSON_AddItemToArray(w, cJSON_CreateString(j->warnings[i]));

@@ -879,15 +879,8 @@ out:
 
 /* ---- responses ---- */
 
-static void add_kvbound(const struct job *j, cJSON *o) {
-    cJSON *k = cJSON_AddObjectToObject(o, "kvbound");
-    if (j->session_id[0]) cJSON_AddStringToObject(k, "session_id", j->session_id);
-    cJSON_AddStringToObject(k, "kv_policy", kvb_policy_name(j->sp.kv.policy.id));
-    cJSON_AddNumberToObject(k, "kv_budget", j->sp.kv.policy.budget);
-    cJSON_AddNumberToObject(k, "position", (double)j->position);
-    cJSON_AddNumberToObject(k, "cache_tokens", (double)j->cache_tokens);
-    cJSON_AddNumberToObject(k, "kv_bytes", (double)j->kv_bytes);
-    if (j->sp.kv.recall.pages > 0) cJSON_AddNumberToObject(k, "cold_pages", (double)j->cold_pages);
+/* The kvbound object's pinned span (keep) and implicit session (implicit); llama-server's /completion answer has them too (native.c). */
+void openai_kvbound_state(const struct job *j, struct cJSON *k) {
     if (j->implicit) { /* implicit sessions: the checkpoint resumed (null: none) and the one this turn's end was stored as */
         cJSON *im = cJSON_AddObjectToObject(k, "implicit");
         if (j->resumed[0]) cJSON_AddStringToObject(im, "resumed", j->resumed);
@@ -903,6 +896,18 @@ static void add_kvbound(const struct job *j, cJSON *o) {
         cJSON_AddNumberToObject(p, "span", j->keep_span);
         cJSON_AddBoolToObject(p, "capped", j->keep_pinned < j->keep_span);
     }
+}
+
+static void add_kvbound(const struct job *j, cJSON *o) {
+    cJSON *k = cJSON_AddObjectToObject(o, "kvbound");
+    if (j->session_id[0]) cJSON_AddStringToObject(k, "session_id", j->session_id);
+    cJSON_AddStringToObject(k, "kv_policy", kvb_policy_name(j->sp.kv.policy.id));
+    cJSON_AddNumberToObject(k, "kv_budget", j->sp.kv.policy.budget);
+    cJSON_AddNumberToObject(k, "position", (double)j->position);
+    cJSON_AddNumberToObject(k, "cache_tokens", (double)j->cache_tokens);
+    cJSON_AddNumberToObject(k, "kv_bytes", (double)j->kv_bytes);
+    if (j->sp.kv.recall.pages > 0) cJSON_AddNumberToObject(k, "cold_pages", (double)j->cold_pages);
+    openai_kvbound_state(j, k);
     if (j->n_warnings) { /* a prompt past the budget or the trained length (job.c) */
         cJSON *w = cJSON_AddArrayToObject(k, "warnings");
         for (int i = 0; i < j->n_warnings; i++) cJSON_AddItemToArray(w, cJSON_CreateString(j->warnings[i]));

@@ -406,6 +406,8 @@ void openai_chunk(const struct server *srv, const struct job *j, const char *del
 struct cJSON;
 bool openai_get_bool(const struct cJSON *o, const char *name, bool *out, struct http_resp *resp);
 const char *openai_unknown_field(const struct cJSON *o, const char *const *known);
+/* Adds the kvbound object's pinned span ("keep") and implicit session ("implicit") of j to k (native.c's answer too). */
+void openai_kvbound_state(const struct job *j, struct cJSON *k);
 /* A chat stream's event with one of the parser's deltas (a JSON object) and the logprob lines since the last. */
 void openai_delta_chunk(const struct server *srv, const struct job *j, const char *delta, size_t n, const char *lp, size_t lp_n,
                         struct kvb_str *out);
