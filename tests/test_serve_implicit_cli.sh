@@ -98,7 +98,8 @@ start ten $ARGS --sessions "$T/sten" --api-key-file "$T/keys"
 client implicit_tenants_never_cross tenants "$URL" key-one key-two
 kill $PID 2>/dev/null
 
-# kill -9 and a restart on the same store: turn 4 resumes turn 3's checkpoint; the reference: an uninterrupted server
+# kill -9 and a restart on the same store: turn 4 resumes turn 3's checkpoint; the reference: an uninterrupted server.
+# The kill comes right after turn 3's answer: a checkpoint is in the store once its turn is answered, as a session's turn
 start ref $ARGS --sessions "$T/sref"
 $CL chat "$URL" 6 "$T/ref.json" > "$T/ref.out" 2>&1
 kill $PID 2>/dev/null
