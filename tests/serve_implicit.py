@@ -22,6 +22,8 @@ Cases (URL is a server's base address):
   metrics URL                 kvbound_implicit_* and kvbound_checkpoint* move as the turns say
   checkpoints_off URL         (--checkpoints 0) no turn resumes
   checkpoint_max URL          (--checkpoint-max 2) after 3 other conversations the first is gone
+  prefill URL                 a prefill after a served history is not resumed
+  key_order URL               a call's arguments sent back in another key order still resume
   completions URL             a stateless /v1/completions continuation resumes and equals session_id's
 """
 import json
@@ -357,6 +359,60 @@ def case_checkpoint_max(url):
         fails.append("--checkpoint-max 2: conversation A's checkpoint outlived three others: %s" % implicit(a2))
     if not (implicit(d2) or {}).get("resumed") or (implicit(d2) or {}).get("resumed") != (implicit(rd) or {}).get("checkpoint"):
         fails.append("--checkpoint-max 2: the latest conversation's checkpoint %s was not resumed: %s" % ((implicit(rd) or {}).get("checkpoint"), implicit(d2)))
+
+
+def case_prefill(url):
+    """a request ending with an assistant message (a prefill) after a served history is not resumed; the same
+    history ending with a user message is (no tools: a prefill takes none)"""
+    ex = {"temperature": 0, "max_tokens": 8, "ignore_eos": True, "kv_policy": "streaming", "kv_budget": BUDGET}
+    m = [dict(SYSTEM), {"role": "user", "content": "What time is it in Paris?"}]
+    r1 = turn(url, m, ex)
+    if r1["status"] != 200:
+        fails.append("turn 1: %s" % r1.get("error"))
+        return
+    hist = m + [r1["message"], {"role": "user", "content": "And in Tokyo?"}]
+    pf = turn(url, hist + [{"role": "assistant", "content": "In Tokyo it is"}], ex)
+    r2 = turn(url, hist, ex)
+    cp = (implicit(r1) or {}).get("checkpoint")
+    if pf["status"] != 200 or (implicit(pf) or {}).get("resumed") is not None:
+        fails.append("a prefill after a served history: status %d, implicit %s (want resumed null or no implicit)" % (pf["status"], implicit(pf)))
+    if r2["status"] != 200 or not cp or (implicit(r2) or {}).get("resumed") != cp or cached(r2) <= 0:
+        fails.append("the same history without the prefill: implicit %s, cached_tokens %d (want resumed %s)" % (implicit(r2), cached(r2), cp))
+
+
+def case_key_order(url):
+    """a call's arguments sent back in another key order (and the content's ends trimmed) resume the
+    latest checkpoint, and the next answer equals a session_id session's sent the same"""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"]}}}]
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>'
+    grammar = "root ::= " + json.dumps(" Let me check. ") + " " + json.dumps(call)
+    out = {}
+    for mode in ("stateless", "session"):
+        sid = {"session_id": "key-order"} if mode == "session" else {}
+        ex = dict({"tools": tools, "temperature": 0, "kv_policy": "h2o", "kv_budget": BUDGET}, **sid)
+        m = [dict(SYSTEM), {"role": "user", "content": "Weather in Paris?"}]
+        r1 = turn(url, m, dict(ex, max_tokens=60, grammar=grammar))
+        a = dict(r1["message"] or {})
+        calls = a.get("tool_calls") or []
+        if r1["status"] != 200 or len(calls) != 1 or json.loads(calls[0]["function"]["arguments"]) != {"city": "Paris", "unit": "c"}:
+            fails.append("the test's premise: turn 1 is one call of get_weather(Paris, c): %s" % (r1.get("error") or a))
+            return
+        a["tool_calls"] = [dict(calls[0], function={"name": "get_weather", "arguments": json.dumps({"unit": "c", "city": "Paris"})})]
+        if a.get("content"):
+            a["content"] = a["content"].strip()
+        m += [a, {"role": "tool", "tool_call_id": calls[0]["id"], "content": "18 C"}]
+        r2 = turn(url, m, dict(ex, max_tokens=12, ignore_eos=True, frequency_penalty=1.0))
+        out[mode] = (r1, r2)
+    (s1, s2), (e1, e2) = out["stateless"], out["session"]
+    if s2["status"] != 200 or e2["status"] != 200:
+        fails.append("turn 2: %s %s" % (s2.get("error"), e2.get("error")))
+        return
+    cp = (implicit(s1) or {}).get("checkpoint")
+    if not cp or (implicit(s2) or {}).get("resumed") != cp or cached(s2) <= 0:
+        fails.append("arguments in another key order, content trimmed: implicit %s, cached_tokens %d (want resumed %s)" % (implicit(s2), cached(s2), cp))
+    if answer(s2) != answer(e2):
+        fails.append("turn 2: stateless %r, session_id %r" % (answer(s2), answer(e2)))
 
 
 def case_completions(url):

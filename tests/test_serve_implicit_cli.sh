@@ -19,6 +19,11 @@
 #     earlier answer) resumes the latest checkpoint; one that edits its last
 #     user message resumes the one before it (fewer messages covered), and
 #     both answers equal a session_id session sent the same chat;
+#   - implicit_prefill_not_resumed: a chat ending with an assistant message
+#     after a served history is not resumed, the same without it is;
+#   - implicit_tool_argument_key_order_ignored: a call's arguments sent back
+#     in another key order (content trimmed) resume the latest checkpoint, and
+#     the next answer equals a session_id session's sent the same;
 #   - implicit_tenants_never_cross: --api-key-file with two keys; the second
 #     tenant, or the first with another cache_salt, sending the first's
 #     conversation gets cached_tokens 0 and resumed null; the first with its
@@ -71,6 +76,8 @@ client implicit_equals_session_every_policy_full policies "$URL" server
 kill $PID 2>/dev/null
 
 client implicit_reasoning_dropped_and_edit_resume_from_checkpoint reasoning_edit "$P"
+client implicit_prefill_not_resumed prefill "$P"
+client implicit_tool_argument_key_order_ignored key_order "$P"
 client implicit_completions_continuation_equals_session completions "$P"
 client implicit_metrics_move metrics "$P"
 
