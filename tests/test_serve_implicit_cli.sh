@@ -1,0 +1,185 @@
+#!/bin/sh
+# test_serve_implicit_cli.sh BUILD_DIR — implicit sessions in `kvbound serve`
+# (issue 49 part 1): a chat request without session_id whose messages begin
+# with a conversation the server served resumes its state at a checkpoint
+# and reads only the rest. On a random-weight qwen2 with the real Qwen2.5
+# vocabulary and the tools template of test_serve_agents_cli.sh (less the
+# tool result's id, which a client's calls make differ run to run), through
+# tests/serve_implicit.py (the clients; each case prints "ok" or why not):
+#   - implicit_equals_session_every_policy_POLICY: for every policy
+#     `kvbound policies` lists (full on a server run with --policy full), a
+#     10-turn chat (a system message, one tool, two forced calls and their
+#     results, three streamed turns, budget 64, 12 tokens a turn, greedy with
+#     frequency_penalty 1, ignore_eos) sent statelessly equals the same chat
+#     sent with session_id answer for answer; from turn 2 each stateless turn
+#     resumed the previous turn's checkpoint and read (prompt_tokens -
+#     cached_tokens) at most the session turn's prompt_tokens + 2;
+#   - implicit_reasoning_dropped_and_edit_resume_from_checkpoint: a client
+#     that drops the last answer's reasoning_content (and makes one up for an
+#     earlier answer) resumes the latest checkpoint; one that edits its last
+#     user message resumes the one before it (fewer messages covered), and
+#     both answers equal a session_id session sent the same chat;
+#   - implicit_prefill_not_resumed: a chat ending with an assistant message
+#     after a served history is not resumed, the same without it is;
+#   - implicit_tool_argument_key_order_ignored: a call's arguments sent back
+#     in another key order (content trimmed) resume the latest checkpoint, and
+#     the next answer equals a session_id session's sent the same;
+#   - implicit_tenants_never_cross: --api-key-file with two keys; the second
+#     tenant, or the first with another cache_salt, sending the first's
+#     conversation gets cached_tokens 0 and resumed null; the first with its
+#     own salt resumes;
+#   - implicit_survives_restart: turns 1-3, kill -9, a restart on the same
+#     --sessions, turn 4 resumes turn 3's checkpoint and equals an
+#     uninterrupted server's;
+#   - implicit_haproxy_two_replicas: two replicas on one Redis behind haproxy
+#     (round robin): a 6-turn stateless chat resumes on every turn from 2 on
+#     and equals a single replica's (Redis or haproxy missing: skipped, a
+#     failure under KVB_REQUIRE_REDIS=1);
+#   - implicit_retention_flags_*: --checkpoints 0 never resumes,
+#     --checkpoint-max 2 forgets the oldest conversation after three others,
+#     --help lists the four flags, bad values are refused naming the flag;
+#   - implicit_metrics_move: kvbound_implicit_* and kvbound_checkpoint*;
+#   - implicit_completions_continuation_equals_session: a /v1/completions
+#     prompt continued statelessly (prompt + returned text + more) resumes and
+#     equals the same sent with session_id;
+#   - implicit_openai_client_stateless_agent (tests/serve/stateless_agent.mjs)
+#     and implicit_readme_agent_loop_runs_as_written (the README's block
+#     marked agent-example).
+. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+HERE=$(cd "$(dirname "$0")" && pwd)
+QV="$D/tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf"
+TM="$HERE/jinja/templates/chatml_tools.jinja"
+serve_ready serve_implicit "$QV" "the clients are Python" || exit $SERVE_RC
+"$K" mkmodel --shape tiny-qwen2 --type q8_0 --vocab "$QV" -o "$T/q0.gguf" > /dev/null 2>&1
+# the template less the tool result's id: a stateless chat and its session_id twin get calls of other ids
+sed 's/ id="{{ m.tool_call_id }}"//' "$TM" > "$T/tools.jinja"
+python3 "$HERE/jinja/gguf_set_template.py" "$T/q0.gguf" "$T/tools.jinja" "$T/q.gguf" > /dev/null 2>&1
+CL="python3 $HERE/serve_implicit.py"
+# client NAME CASE ARGS...: runs a case of serve_implicit.py, NAME ok when it prints "ok", else its lines
+client() {
+    name=$1; shift
+    $CL "$@" > "$T/$name.out" 2>&1
+    if [ "$(cat "$T/$name.out")" = ok ]; then ok "$name"; else ko "$name" "$(head -c 1500 "$T/$name.out")"; fi
+}
+ARGS="-m $T/q.gguf --budget 64 -t 1"
+
+# every bounded policy on one server (kv_policy and kv_budget per request), full on its own
+start p $ARGS --sessions "$T/sp"
+[ -n "$URL" ] || { ko implicit_server_starts "$(tail -n 3 "$T/p.log")"; cli_summary; exit; }
+P=$URL; PP=$PID
+for pol in $("$K" policies | awk '$1 != "full" { print $1 }'); do
+    client "implicit_equals_session_every_policy_$pol" policies "$P" "$pol"
+done
+start full $ARGS --policy full --sessions "$T/sfull"
+client implicit_equals_session_every_policy_full policies "$URL" server
+kill $PID 2>/dev/null
+
+client implicit_reasoning_dropped_and_edit_resume_from_checkpoint reasoning_edit "$P"
+client implicit_prefill_not_resumed prefill "$P"
+client implicit_tool_argument_key_order_ignored key_order "$P"
+client implicit_completions_continuation_equals_session completions "$P"
+client implicit_metrics_move metrics "$P"
+
+# the official openai client, and the README's agent loop as written (its port replaced)
+if command -v node > /dev/null && [ -d "$HERE/serve/node_modules/openai" ]; then
+    out=$(timeout 120 node "$HERE/serve/stateless_agent.mjs" "$P" 8 2>&1)
+    if [ "$(echo "$out" | tail -n 1)" = ok ]; then ok implicit_openai_client_stateless_agent
+    else ko implicit_openai_client_stateless_agent "$(echo "$out" | head -c 1500)"; fi
+    mkdir -p "$T/readme"
+    ln -s "$HERE/serve/node_modules" "$T/readme/node_modules"
+    awk '/agent-example/ { want = 1; next } want && /^```/ { if (inb) exit; inb = 1; next } inb { print }' "$HERE/../README.md" |
+        sed "s#http://127\.0\.0\.1:8080#$P#g" > "$T/readme/agent.mjs"
+    (cd "$T/readme" && timeout 120 node agent.mjs > "$T/readme.out" 2>&1); rc=$?
+    # its lines: "turn N: P prompt tokens, C cached, resumed ID"; from the second on, C > 0 and an ID
+    if [ $rc -eq 0 ] && grep -q "$P" "$T/readme/agent.mjs" && awk '/^turn [0-9]+:/ { n++; if (n >= 2 && ($6 + 0 <= 0 || $9 == "null")) bad = 1 } END { exit !(n >= 3 && !bad) }' "$T/readme.out"
+    then ok implicit_readme_agent_loop_runs_as_written
+    else ko implicit_readme_agent_loop_runs_as_written "exit $rc: $(head -c 800 "$T/readme.out")"; fi
+elif [ "${KVB_REQUIRE_NPM:-0}" = 1 ]; then ko implicit_openai_client "node or tests/serve/node_modules missing (KVB_REQUIRE_NPM=1)"
+else sk implicit_openai_client "node or tests/serve/node_modules missing (npm install --prefix tests/serve)"; fi
+kill $PP
+
+# tenants: two keys
+printf 'key-one\nkey-two\n' > "$T/keys"
+start ten $ARGS --sessions "$T/sten" --api-key-file "$T/keys"
+client implicit_tenants_never_cross tenants "$URL" key-one key-two
+kill $PID 2>/dev/null
+
+# kill -9 and a restart on the same store: turn 4 resumes turn 3's checkpoint; the reference: an uninterrupted server.
+# The kill comes right after turn 3's answer: a checkpoint is in the store once its turn is answered, as a session's turn
+start ref $ARGS --sessions "$T/sref"
+$CL chat "$URL" 6 "$T/ref.json" > "$T/ref.out" 2>&1
+kill $PID 2>/dev/null
+start r1 $ARGS --sessions "$T/sr"
+$CL chat "$URL" 3 "$T/r3.json" > "$T/r3.out" 2>&1
+kill -9 $PID; wait $PID 2>/dev/null
+start r2 $ARGS --sessions "$T/sr"
+$CL chat "$URL" 4 "$T/r4.json" "$T/r3.json" > "$T/r4.out" 2>&1
+if [ "$(cat "$T/ref.out" "$T/r3.out" "$T/r4.out")" != "$(printf 'ok\nok\nok')" ]; then
+    ko implicit_survives_restart "the chats: $(cat "$T/ref.out" "$T/r3.out" "$T/r4.out" | head -c 600)"
+else client implicit_survives_restart compare "$T/ref.json" "$T/r4.json" 2; fi
+kill $PID 2>/dev/null
+
+# two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous
+if need_tool implicit_haproxy_two_replicas haproxy KVB_REQUIRE_REDIS "the load balancer; Debian haproxy"; then
+    R=${KVB_TEST_REDIS:-}
+    if [ -z "$R" ] && start_redis; then R=$RURL; fi
+    if [ -z "$R" ]; then
+        if [ "${KVB_REQUIRE_REDIS:-0}" = 1 ]; then ko implicit_haproxy_two_replicas "no Redis (KVB_TEST_REDIS unset, redis-server not installed)"
+        else sk implicit_haproxy_two_replicas "no Redis (KVB_TEST_REDIS unset, redis-server not installed)"; fi
+    else
+        start h1 $ARGS --sessions "$R" --max-connections-per-ip 256; H1=${URL##*:}; U1=$URL
+        start h2 $ARGS --sessions "$R" --max-connections-per-ip 256; H2=${URL##*:}; U2=$URL
+        HP=$(free_port)
+        cat > "$T/haproxy.cfg" <<EOF
+global
+    maxconn 256
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 60s
+    timeout server 60s
+    option http-server-close
+frontend api
+    bind 127.0.0.1:$HP
+    default_backend kvbound
+backend kvbound
+    balance roundrobin
+    server h1 127.0.0.1:$H1
+    server h2 127.0.0.1:$H2
+EOF
+        haproxy -db -f "$T/haproxy.cfg" > "$T/haproxy.log" 2>&1 &
+        PIDS="$PIDS $!"
+        for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$HP/health" && break; sleep 0.1; done
+        $CL chat "http://127.0.0.1:$HP" 6 "$T/lb.json" > "$T/lb.out" 2>&1
+        n1=$(curl -s "$U1/metrics" | awk '$1 == "kvbound_requests_total" { print $2 + 0 }')
+        n2=$(curl -s "$U2/metrics" | awk '$1 == "kvbound_requests_total" { print $2 + 0 }')
+        if [ "$(cat "$T/lb.out")" != ok ] || [ "${n1:-0}" -lt 3 ] || [ "${n2:-0}" -lt 3 ]; then
+            ko implicit_haproxy_two_replicas "the chat: $(head -c 400 "$T/lb.out"); requests per replica $n1 and $n2 (want 3 each)"
+        else client implicit_haproxy_two_replicas compare "$T/ref.json" "$T/lb.json" 2; fi
+    fi
+fi
+
+# retention: --checkpoints 0 turns implicit sessions off; --checkpoint-max 2 keeps two in the store
+start off $ARGS --sessions "$T/soff" --checkpoints 0
+if [ -n "$URL" ]; then client implicit_retention_flags_checkpoints_0_never_resumes checkpoints_off "$URL"; kill $PID 2>/dev/null
+else ko implicit_retention_flags_checkpoints_0_never_resumes "the server did not start: $(tail -n 2 "$T/off.log" | tr '\n' ' ')"; fi
+start max $ARGS --sessions "$T/smax" --checkpoint-max 2
+if [ -n "$URL" ]; then client implicit_retention_flags_checkpoint_max_2_forgets_the_oldest checkpoint_max "$URL"; kill $PID 2>/dev/null
+else ko implicit_retention_flags_checkpoint_max_2_forgets_the_oldest "the server did not start: $(tail -n 2 "$T/max.log" | tr '\n' ' ')"; fi
+"$K" serve --help > "$T/help.txt" 2>&1
+miss=""
+for f in --checkpoints --checkpoint-max --checkpoint-mb --checkpoint-ttl; do grep -q -- "^ *$f " "$T/help.txt" || miss="$miss $f"; done
+if [ -z "$miss" ]; then ok implicit_retention_flags_in_help; else ko implicit_retention_flags_in_help "--help lacks$miss"; fi
+bad=""
+for fv in "--checkpoints -1" "--checkpoints x" "--checkpoint-max -1" "--checkpoint-mb -1" "--checkpoint-ttl -1" "--checkpoint-ttl 1.5x"; do
+    set -- $fv
+    timeout 20 "$K" serve -m "$T/q.gguf" --port 0 --sessions "$T/sbad" "$1" "$2" > "$T/bad.out" 2>&1; rc=$?
+    if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -q -- "$1" "$T/bad.out"; then bad="$bad [$fv: exit $rc, $(head -c 150 "$T/bad.out" | tr '\n' ' ')]"; fi
+done
+# and good ones start a server (an unknown flag too is refused naming it)
+start good $ARGS --sessions "$T/sgood" --checkpoints 2 --checkpoint-max 10 --checkpoint-mb 16 --checkpoint-ttl 60
+[ -n "$URL" ] || bad="$bad [good values refused: $(tail -n 2 "$T/good.log" | tr '\n' ' ')]"
+kill $PID 2>/dev/null
+if [ -z "$bad" ]; then ok implicit_retention_flags_bad_values_refused_by_name; else ko implicit_retention_flags_bad_values_refused_by_name "$bad"; fi
+cli_summary
