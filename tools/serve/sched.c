@@ -346,13 +346,15 @@ static int admit(struct server *srv, struct job *j) {
  * when its text is exactly theirs (it ended by max_tokens: no stop string
  * cut, no end-of-generation token the text leaves out); false: none. */
 static bool completion_key(struct job *j, const struct kvb_seq_info *si) {
-    if (!j->ptoks || j->n_ptoks < IMPLICIT_GROUP_TOKENS || !si->stop || strcmp(si->stop, "length") || j->stop_word || j->n_gen != si->n_generated)
+    if (!j->ptoks || j->n_ptoks + j->n_gen < IMPLICIT_GROUP_TOKENS || !si->stop || strcmp(si->stop, "length") || j->stop_word ||
+        j->n_gen != si->n_generated)
         return false;
     int32_t *t = malloc(sizeof *t * (size_t)(j->n_ptoks + j->n_gen));
     if (!t) return false;
     memcpy(t, j->ptoks, sizeof *t * (size_t)j->n_ptoks);
     memcpy(t + j->n_ptoks, j->gen, sizeof *t * (size_t)j->n_gen);
     implicit_token_key(j->chain, t, j->n_ptoks + j->n_gen, j->ckpt_key);
+    implicit_token_group(j->chain, t, j->ckpt_grp); /* its first tokens: a later prompt's, which begins with them */
     free(t);
     return true;
 }
@@ -406,7 +408,7 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         }
         if (r && j->implicit) {
             if (j->kind == JOB_COMPLETION) {
-                implicit_token_group(j->chain, j->ptoks, r->grp);
+                memcpy(r->grp, j->ckpt_grp, SERVE_CKEY);
                 r->ntok = j->n_ptoks + j->n_gen;
             }
             memcpy(r->drop, j->ckpt_drop, SERVE_CKEY);
@@ -543,6 +545,29 @@ static void fetch_done(struct server *srv, struct job *j, struct store_req *r) {
     srv->n_queued++;
 }
 
+/* Checkpoints kept in memory (each conversation's latest, idle) obey the
+ * store's limits too: unused past --checkpoint-ttl, then least recently
+ * used past --checkpoint-max or --checkpoint-mb, they leave memory, so a
+ * conversation the store forgot is not resumed from memory either. */
+static void trim_checkpoints(struct server *srv) {
+    struct sched *s = srv->sched;
+    const double now = serve_now();
+    for (;;) {
+        struct sess *lru = NULL;
+        int64_t count = 0, bytes = 0;
+        for (int i = 0; i < s->n_sess; i++) {
+            struct sess *y = s->sess[i];
+            if (strncmp(y->id, "c:", 2) || y->busy) continue;
+            if (now - y->last_used > (double)srv->o.checkpoint_ttl_s) { lru = y; count = INT64_MAX; break; }
+            count++;
+            bytes += (int64_t)y->stored_bytes;
+            if (!lru || y->last_used < lru->last_used) lru = y;
+        }
+        if (!lru || (count <= srv->o.checkpoint_max && bytes <= srv->o.checkpoint_bytes)) return;
+        sess_release(s, lru);
+    }
+}
+
 static void save_done(struct server *srv, struct job *j, struct store_req *r) {
     struct sched *s = srv->sched;
     struct sess *x = sess_find(s, j->session_key);
@@ -567,6 +592,7 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
         if (!twin) snprintf(x->id, sizeof x->id, "%s", j->ckpt_key); /* found by the conversation's next turn */
         if (twin || r->rc != STORE_OK) sess_release(s, x); /* kept in memory only as a stored checkpoint (the store is its copy) */
         else sess_idle(srv, x);
+        trim_checkpoints(srv);
         j->seq = -1;
         j->done = true;
         metrics_count(srv->metrics, 0, 0, 1, 0);

@@ -240,6 +240,7 @@ struct job {
     char ckpt_drop[SERVE_CKEY];        /* the conversation's checkpoint past --checkpoints, deleted once it is stored ("" none) */
     int32_t *ptoks, n_ptoks;           /* a completion: its prompt's tokens (the checkpoints are token sequences) */
     int32_t cand_ntok;                 /* a completion: the tokens of the checkpoint resumed */
+    char ckpt_grp[SERVE_CKEY];         /* a completion: its checkpoint's group (implicit_token_group) */
     int32_t *gen, n_gen, cap_gen;      /* a completion: the tokens generated (its checkpoint is ptoks and them) */
     char id[40];
     int64_t created;
