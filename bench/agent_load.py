@@ -47,8 +47,9 @@ Prints one JSON object per turn
 and then a summary object: label, turns, total read tokens, total and
 per-phase ttft (median of the first 5 and of the last 5 turns), the last
 turn's ttft, and errors. Exits 1 if any request failed.
---warmup first sends one short unmeasured request that shares no prefix with
-the agent's (weights paged in).
+--warmup first sends one short unmeasured request (no system prompt, no
+tools: it shares only the template's opening with the agent's prompt) so
+that the weights are paged in.
 Python 3 standard library only.
 """
 import argparse

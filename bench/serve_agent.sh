@@ -9,7 +9,7 @@
 # per answer (temperature 0, ignore_eos), the model's control and
 # partial-UTF-8 tokens banned (--ban-vocab) so both servers answer plain text.
 # Each server: 2 threads, one slot (--parallel 1), one unmeasured warm-up
-# request first (sharing no prefix with the agent's).
+# request first (it shares only the template's opening with the agent's).
 #   kvbound serve: --policy streaming --budget 1024, its own temp sessions dir
 #                  (the agent's tool_choice auto: under "none" kvbound drops
 #                  the tools from the prompt);
