@@ -17,11 +17,15 @@
 #                  (tool_choice none: it renders the tools all the same and
 #                  parses the answer as plain text).
 # KVB_SERVE_ARGS adds flags to kvbound serve; LLAMA_SERVER_ARGS to
-# llama-server (e.g. "--ctx-checkpoints 0": since llama.cpp PR 15293 it keeps
-# context checkpoints of a sliding-window model's cache and re-reads only
-# from the last one; 0 gives the full re-processing of older builds).
-# LLAMA_SERVER_ALT="FLAGS" runs llama-server a second time with FLAGS added
-# (label "llama-server FLAGS"), e.g. LLAMA_SERVER_ALT="--ctx-checkpoints 0".
+# llama-server. LLAMA_SERVER_ALT="FLAGS" runs llama-server a second time with
+# FLAGS added (label "llama-server FLAGS"), e.g. "--ctx-checkpoints 0" (no
+# context checkpoints of a sliding-window cache; llama.cpp PR 15293).
+# llama-server re-reads a sliding-window model's whole prompt ("forcing full
+# prompt re-processing") only where its window cache (the window plus one
+# batch of positions) and its checkpoints no longer reach back to where the
+# new prompt leaves the cached one; an agent that only appends does not get
+# there (3-turn smoke run, window 8: each turn's new tokens only, with and
+# without checkpoints).
 # LLAMA_SERVER "-" runs kvbound serve alone.
 # Prints the machine line, then per server one JSON object per turn
 # (prompt_tokens, read_tokens: the prompt tokens the server read, ttft_s,
