@@ -191,6 +191,19 @@ assert ch["finish_reason"]=="tool_calls" and len(c)==1 and c[0]["type"]=="functi
 assert c[0]["function"]["name"]=="get_weather", c
 a=json.loads(c[0]["function"]["arguments"]); assert set(a)>={"city","unit"} and a["unit"] in ("c","f") and len(a["city"])<=12, a
 ' "$T/tc.json"
+# tool_choice none: the model still sees the tools (OpenAI's, llama-server's and vLLM's reading: the prompt is auto's) and
+# no text is a call; the id of a session or checkpoint of another kind (with ':') is no session id: 404
+for c in none auto; do
+    post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":4,\"temperature\":0,\"tools\":$TOOLS,\"tool_choice\":\"$c\"}" > "$T/tn_$c.json"
+done
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Weather?"}],"max_tokens":4,"temperature":0}' > "$T/tn_no.json"
+python3 -c 'import json,sys; print(json.dumps([json.load(open(f)) for f in sys.argv[1:]]))' "$T/tn_none.json" "$T/tn_auto.json" "$T/tn_no.json" > "$T/tn.json"
+check serve_tool_choice_none_renders_the_tools '
+n,a,x=d
+assert n["usage"]["prompt_tokens"]==a["usage"]["prompt_tokens"]>x["usage"]["prompt_tokens"], (n["usage"],a["usage"],x["usage"])
+assert not n["choices"][0]["message"].get("tool_calls") and n["choices"][0]["finish_reason"]!="tool_calls", n' "$T/tn.json"
+st=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/t0123456789abcdef0123456789abcdef:j"); st2=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/sessions/c:00")
+if [ "$st" = 404 ] && [ "$st2" = 404 ]; then ok serve_session_route_refuses_keys_with_colon; else ko serve_session_route_refuses_keys_with_colon "$st $st2"; fi
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Anything\"}],\"max_tokens\":80,\"temperature\":1,\"seed\":8,\"tools\":$TOOLS,\"tool_choice\":\"required\"}" > "$T/tr.json"
 check serve_tool_call_required '
 c=d["choices"][0]["message"]["tool_calls"]; assert c and c[0]["function"]["name"] in ("get_weather","noop"), d

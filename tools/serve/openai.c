@@ -595,7 +595,7 @@ static bool parse_structure(const struct server *srv, const cJSON *root, struct 
     if (choice && !cJSON_IsNull(choice)) {
         const cJSON *fn = cJSON_IsObject(choice) ? cJSON_GetObjectItemCaseSensitive(choice, "function") : NULL;
         const cJSON *nm = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
-        if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) none = true;
+        if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) none = true, j->tool_choice = TOOLS_NONE;
         else if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "auto")) j->tool_choice = TOOLS_AUTO;
         else if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "required")) j->tool_choice = TOOLS_REQUIRED;
         else if (cJSON_IsString(nm) && strlen(nm->valuestring) < sizeof j->tool_name) {
@@ -632,8 +632,10 @@ static bool parse_structure(const struct server *srv, const cJSON *root, struct 
             serve_error(r, 400, "invalid_request_error", "'tool_choice' names '%s', which is not in 'tools'", j->tool_name);
             return false;
         }
-        if (k && !none) {
-            if (!srv->jinja || !srv->tmpl_tools || srv->syntax.tools == KVB_TOOLS_NONE) {
+        /* under none the model still sees the tools (OpenAI's, llama-server's and vLLM's reading) and calls none: a template that
+         * cannot render them leaves them out */
+        if (k && (!none || (srv->jinja && srv->tmpl_tools && srv->syntax.tools != KVB_TOOLS_HARMONY))) { /* harmony: its channels name calls */
+            if (!none && (!srv->jinja || !srv->tmpl_tools || srv->syntax.tools == KVB_TOOLS_NONE)) {
                 serve_error(r, 400, "invalid_request_error", "'tools': %s", !srv->jinja ? "tools need the model's Jinja chat template (serve runs without it: --no-jinja, or a template it cannot run)"
                                                                           : "the model's chat template does not render tools, or kvbound knows no tool-call format for it");
                 return false;
@@ -651,7 +653,8 @@ static bool parse_structure(const struct server *srv, const cJSON *root, struct 
     const cJSON *gr = cJSON_GetObjectItemCaseSensitive(root, "grammar"), *js = cJSON_GetObjectItemCaseSensitive(root, "json_schema");
     const int n_struct = (rf && !cJSON_IsNull(rf)) + (gr && !cJSON_IsNull(gr)) + (js && !cJSON_IsNull(js));
     if (n_struct > 1) { serve_error(r, 400, "invalid_request_error", "give one of 'response_format', 'grammar' and 'json_schema'"); return false; }
-    if (n_struct && j->tools_json && j->tool_choice != TOOLS_AUTO) {
+    const bool forced = j->tools_json && (j->tool_choice == TOOLS_REQUIRED || j->tool_choice == TOOLS_NAMED);
+    if (n_struct && forced) {
         serve_error(r, 400, "invalid_request_error", "a forced tool call ('tool_choice') and a constrained answer ('response_format', 'grammar') exclude each other");
         return false;
     }
@@ -683,7 +686,7 @@ static bool parse_structure(const struct server *srv, const cJSON *root, struct 
         j->gbnf = xstrdup(gr->valuestring);
         if (!j->gbnf) { serve_error(r, 500, "server_error", "out of memory"); return false; }
     }
-    if (j->tools_json && j->tool_choice != TOOLS_AUTO && !forced_call_grammar(srv, tools, j, r)) return false;
+    if (forced && !forced_call_grammar(srv, tools, j, r)) return false;
     if (j->gbnf) {
         const kvb_status st = kvb_grammar_parse(j->gbnf, strlen(j->gbnf), NULL, &j->grammar);
         if (st != KVB_OK) {
@@ -865,7 +868,7 @@ bool openai_parse(struct server *srv, enum job_kind kind, const char *body, size
         }
         snprintf(j->session_id, sizeof j->session_id, "%s", sid->valuestring);
     }
-    if (j->answer_prefix && (j->session_id[0] || j->gbnf || j->tools_json)) {
+    if (j->answer_prefix && (j->session_id[0] || j->gbnf || (j->tools_json && j->tool_choice != TOOLS_NONE))) {
         serve_error(r, 400, "invalid_request_error", "a final assistant message (a prefill the answer continues) cannot go with %s",
                     j->session_id[0] ? "'session_id' (a session's turn ends with a user or tool message)"
                     : j->gbnf ? "a grammar, a schema or a forced tool call (they constrain the whole answer)" : "'tools'");

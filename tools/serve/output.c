@@ -42,7 +42,7 @@ bool output_start(struct server *srv, struct job *j) {
     /* harmony's channels need the parser even without tools: the answer is its final channel */
     if (j->kind == JOB_CHAT && srv->jinja && (j->tools_json || j->syntax.think || j->syntax.tools == KVB_TOOLS_HARMONY)) {
         struct kvb_chat_syntax syn = j->syntax;
-        if (!j->tools_json && syn.tools != KVB_TOOLS_HARMONY) syn.tools = KVB_TOOLS_NONE; /* no tools offered: no text is a call */
+        if ((!j->tools_json || j->tool_choice == TOOLS_NONE) && syn.tools != KVB_TOOLS_HARMONY) syn.tools = KVB_TOOLS_NONE; /* no call wanted: no text is a call */
         /* tools under auto: made with its tools declared on the connection thread (openai.c); the syntax is known now */
         if (j->parser ? kvb_chat_parser_syntax(j->parser, &syn) != KVB_OK : kvb_chat_parser_new(&syn, &j->parser) != KVB_OK) return false;
         kvb_chat_parser_seed(j->parser, call_id_seed(j)); /* fresh ids every turn, whatever the request's seed */

@@ -287,6 +287,10 @@ void serve_route(struct server *srv, const struct http_req *q, struct http_resp 
         if (n < 1 || n > SERVE_ID_MAX || (slash && !map)) { serve_error(r, 404, "not_found", "no such route"); return; }
         memcpy(id, rest, n);
         id[n] = 0;
+        if (memchr(id, ':', n)) { /* no session id has one: the table's other keys (another tenant's sessions, checkpoints) are not reachable */
+            serve_error(r, 404, "not_found", "no session '%s'", id);
+            return;
+        }
         tenant_session_key(&srv->o.keys, tenant, id, key); /* another tenant's session is not there: 404 as any absent one */
         if (srv->o.dry_run) { serve_error(r, 404, "not_found", "no session '%s'", id); return; }
         char err[200] = "";

@@ -135,11 +135,12 @@ static int implicit_resolve(struct server *srv, struct job *j) {
     }
     if (found < 0 && j->fetch_rc == STORE_OK) { /* the worker's hit: the blob is on j (fetch_done) */
         const struct sess *y = sess_find(s, j->cand_key[j->hit]);
-        if (!y) found = j->hit;
-        else { /* in memory after all, busy with another turn: that one goes on; this one starts afresh */
+        if (!y || (!y->busy && y->seq >= 0)) found = j->hit; /* in memory meanwhile (and idle): that copy, the same state */
+        if (y) { /* the read is not needed; one busy with another turn: that one goes on, this one starts afresh */
             free(j->blob);
             j->blob = NULL;
-            j->fetch_rc = STORE_NOT_FOUND;
+            if (found < 0) j->fetch_rc = STORE_NOT_FOUND;
+            else j->fetched = false;
         }
     } else if (found >= 0) {
         j->fetched = false; /* in memory: nothing read */
@@ -211,6 +212,19 @@ static int admit(struct server *srv, struct job *j) {
                 kvb_status st = img ? kvb_batch_seq_load(s->b, &j->sp, img, il, &x->seq) : KVB_ERR_CORRUPT;
                 while (st == KVB_ERR_NOMEM && offload_one(srv)) st = kvb_batch_seq_load(s->b, &j->sp, img, il, &x->seq);
                 if (st == KVB_ERR_NOMEM) { x->seq = -1; return ADMIT_WAIT; } /* the blob stays on j */
+                if (st != KVB_OK && j->implicit) { /* a checkpoint that does not load (damaged, another build's): the turn reads its whole prompt */
+                    fprintf(stderr, "kvbound serve: request %s: checkpoint %.18s does not load (%s); reading the whole prompt\n", j->id, x->id,
+                            img ? kvb_last_error() : "the stored snapshot is damaged");
+                    x->seq = -1;
+                    sess_release(s, x);
+                    free(j->blob);
+                    j->blob = NULL;
+                    j->hit = -1;
+                    j->resumed[0] = 0;
+                    snprintf(j->session_key, sizeof j->session_key, "n:%s", j->id);
+                    j->fetch_rc = STORE_NOT_FOUND;
+                    return admit(srv, j);
+                }
                 if (st != KVB_OK) {
                     x->seq = -1;
                     sess_idle(srv, x);
@@ -367,7 +381,7 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
     j->held = 0;
     if (j->matcher) kvb_batch_set_matcher(s->b, j->seq, NULL);
     /* a forced call cut by max_tokens is a call (finish_reason length), never its markup as content */
-    if (j->parser && j->prefill && j->tools_json && j->tool_choice != TOOLS_AUTO && si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")))
+    if (j->parser && j->prefill && j->tools_json && (j->tool_choice == TOOLS_REQUIRED || j->tool_choice == TOOLS_NAMED) && si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")))
         kvb_chat_parser_cut(j->parser, j->tool_choice == TOOLS_NAMED ? j->tool_name : NULL);
     output_finish(j);
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
@@ -395,7 +409,12 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         j->turn_meta = meta;
         kvb_str_free(&body);
         size_t bl = 0;
+        if (j->implicit) x->ntok = j->kind == JOB_COMPLETION ? j->n_ptoks + j->n_gen : 0; /* the blob's meta says it */
         void *blob = !j->implicit || meta ? session_blob(srv, x, x->turns + 1, j->turn_meta, &bl) : NULL;
+        if (blob && j->implicit && (int64_t)bl > srv->o.checkpoint_bytes) { /* larger than all checkpoints may be: not stored */
+            free(blob);
+            blob = NULL;
+        }
         struct store_req *r = blob && !s->store_stopped ? store_req_new(j->implicit ? SOP_CPUT : SOP_PUT, j->implicit ? j->ckpt_key : x->id, j, OWN_SAVE) : NULL;
         if (!r && j->implicit) { /* not checkpointed: the answer stands, the next turn reads its whole prompt */
             free(blob);
@@ -584,7 +603,6 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
         if (twin && twin != x && !twin->busy) sess_release(s, twin), twin = NULL;
         x->turns++;
         x->stored_bytes = r->len;
-        x->ntok = j->kind == JOB_COMPLETION ? r->ntok : 0;
         free(x->extra);
         x->extra = j->turn_meta;
         j->turn_meta = NULL;
@@ -596,7 +614,8 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
         j->seq = -1;
         j->done = true;
         metrics_count(srv->metrics, 0, 0, 1, 0);
-        pthread_cond_broadcast(&j->cv);
+        if (j->abandoned) job_free(j); /* its client left while the checkpoint was written */
+        else pthread_cond_broadcast(&j->cv);
         return;
     }
     if (!x || x->busy != j) { /* cannot happen: a saving session is busy, and nothing drops a busy one */

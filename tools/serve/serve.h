@@ -199,9 +199,9 @@ struct job {
     char *r_all, *r_cont, *r_shared;
     kvb_status r_all_st, r_cont_st;
     char r_all_err[320], r_cont_err[320];
-    char *tools_json;                  /* NULL, or the request's tools (tool_choice none: NULL) */
+    char *tools_json;                  /* NULL, or the request's tools (rendered under tool_choice none too, as OpenAI's and llama-server's) */
     char *vars_json;                   /* chat_template_kwargs (and reasoning_effort) as a JSON object, or NULL */
-    enum { TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED } tool_choice;
+    enum { TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED, TOOLS_NONE } tool_choice; /* none: the tools are in the prompt, no text is a call */
     char tool_name[128];               /* TOOLS_NAMED */
     bool parallel_tool_calls;          /* false: at most one call is returned */
     char *gbnf;                        /* a grammar the output must match (grammar, response_format, a forced tool call), or NULL */
@@ -514,6 +514,7 @@ struct store_req {
     char grp[SERVE_CKEY];     /* a completion's checkpoint group, "" none (a chat's) */
     int32_t *toks, n_toks;    /* SOP_CFIND with grp: the prompt's tokens (malloc, freed with the request) */
     int32_t ntok;             /* SOP_CPUT with grp: the checkpoint's tokens; SOP_CFIND: the one found's */
+    int32_t ntoks[64];        /* SOP_CFIND with grp: each of keys' tokens */
     unsigned char seed[SERVE_DIGEST]; /* SOP_CFIND with grp: the chain's seed the keys are made from */
     char drop[SERVE_CKEY];    /* SOP_CPUT: a checkpoint to delete once it is stored, "" none */
     struct ckpt_limits lim;   /* SOP_CPUT */

@@ -60,32 +60,37 @@ static void append(struct store_req **head, struct store_req **tail, struct stor
 
 /* A completion's lookup: its group's checkpoints whose tokens begin the
  * prompt's (each listed key made again from the prompt's first ntok
- * tokens), longest first, become r->keys for the reads below. */
+ * tokens) become r->keys, longest first, for the reads below (one gone
+ * or expired meanwhile: the next). */
 #define FIND_LISTED 64
 static void find_tokens(struct store *st, struct store_req *r) {
     char (*keys)[SERVE_CKEY] = malloc(sizeof *keys * FIND_LISTED);
     int32_t ntok[FIND_LISTED];
-    int n = 0;
+    int n = 0, m = 0;
     if (!keys || st->clist(st, r->grp, FIND_LISTED, keys, ntok, &n) != STORE_OK) n = 0;
-    free(r->keys);
-    r->keys = NULL;
-    r->n_keys = 0;
-    int best = -1;
-    for (int i = 0; i < n; i++) {
-        if (ntok[i] < IMPLICIT_GROUP_TOKENS || ntok[i] > r->n_toks || (best >= 0 && ntok[i] <= ntok[best])) continue;
+    for (int i = 0; i < n; i++) { /* the matches, in place */
         char k[SERVE_CKEY];
+        if (ntok[i] < IMPLICIT_GROUP_TOKENS || ntok[i] > r->n_toks) continue;
         implicit_token_key(r->seed, r->toks, ntok[i], k);
-        if (!strcmp(k, keys[i])) best = i;
+        if (strcmp(k, keys[i])) continue;
+        memcpy(keys[m], keys[i], SERVE_CKEY);
+        ntok[m++] = ntok[i];
     }
-    if (best >= 0) {
-        r->keys = malloc(sizeof *r->keys);
-        if (r->keys) {
-            memcpy(r->keys[0], keys[best], SERVE_CKEY);
-            r->n_keys = 1;
-            r->ntok = ntok[best];
+    for (int i = 1; i < m; i++) /* longest first (insertion sort: at most FIND_LISTED) */
+        for (int k = i; k > 0 && ntok[k] > ntok[k - 1]; k--) {
+            char t[SERVE_CKEY];
+            memcpy(t, keys[k], SERVE_CKEY);
+            memcpy(keys[k], keys[k - 1], SERVE_CKEY);
+            memcpy(keys[k - 1], t, SERVE_CKEY);
+            const int32_t tn = ntok[k];
+            ntok[k] = ntok[k - 1];
+            ntok[k - 1] = tn;
         }
-    }
-    free(keys);
+    free(r->keys);
+    r->keys = m ? keys : NULL;
+    r->n_keys = m;
+    memcpy(r->ntoks, ntok, sizeof(int32_t) * (size_t)m);
+    if (!m) free(keys);
 }
 
 static void run_one(struct store *st, struct store_req *r) {
@@ -112,6 +117,7 @@ static void run_one(struct store *st, struct store_req *r) {
         for (int i = 0; i < r->n_keys && r->rc == STORE_NOT_FOUND; i++) {
             r->rc = st->cget(st, r->keys[i], r->lim.ttl_s, &r->buf, &r->len);
             if (r->rc == STORE_OK) r->hit = i;
+            if (r->rc == STORE_OK && r->grp[0]) r->ntok = r->ntoks[i];
         }
         break;
     case SOP_CPUT:
@@ -167,7 +173,7 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&srv->mu);
         run_one(srv->store, r);
         pthread_mutex_lock(&srv->mu);
-        note_outcome(q, r->op, r->rc, false, r->error);
+        if (r->op != SOP_CPUT && r->op != SOP_CFIND) note_outcome(q, r->op, r->rc, false, r->error); /* checkpoints are a cache: the sessions' health is theirs */
         if (r->op == SOP_CPUT && r->rc == STORE_OK) { q->c_count = r->c_count; q->c_bytes = r->c_bytes; }
         if (r->op != SOP_GET && r->op != SOP_CFIND) q->changed = true;
         append(&q->done_head, &q->done_tail, r);

@@ -14,7 +14,9 @@
  * Checkpoints (implicit sessions): "kvbound:ckpt:KEY" a hash of the blob
  * ("image") and its size ("bytes"); the sorted set "kvbound:ckpts" their
  * keys by last use (Redis's own clock, TIME, so every replica agrees); the
- * counter "kvbound:ckpt_bytes" their bytes. One script stores one and
+ * counter "kvbound:ckpt_bytes" their bytes, the hash "kvbound:ckpt_size" each
+ * one's (apart from its record, which a Redis under maxmemory may evict:
+ * the counter stays true). One script stores one and
  * trims the rest (unused past the TTL, then least recently used past the
  * count or bytes); another reads one and marks it used. A completion's
  * checkpoint also has "grp" and "ntok" in its hash and its key in the
@@ -208,38 +210,47 @@ static int64_t count(struct store *st) {
 #define CKPT_BYTES "kvbound:ckpt_bytes"
 #define CKPT_GROUP "kvbound:ckgrp:"
 #define CKPT_NOW "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) + tonumber(t[2]) / 1e6\n"
+#define CKPT_SIZES "kvbound:ckpt_size" /* each checkpoint's bytes, apart from its record (which Redis may evict) */
 #define CKPT_DROP                                                                                                                          \
     "local function drop(m)\n"                                                                                                              \
-    "  local b = tonumber(redis.call('HGET', '" CKPT_PREFIX "' .. m, 'bytes') or '0')\n"                                                   \
+    "  local b = tonumber(redis.call('HGET', '" CKPT_SIZES "', m) or '0')\n"                                                               \
     "  local g = redis.call('HGET', '" CKPT_PREFIX "' .. m, 'grp')\n"                                                                      \
     "  if g then redis.call('ZREM', '" CKPT_GROUP "' .. g, m) end\n"                                                                       \
     "  redis.call('DEL', '" CKPT_PREFIX "' .. m)\n"                                                                                         \
-    "  redis.call('ZREM', KEYS[2], m)\n"                                                                                                     \
-    "  return redis.call('INCRBY', KEYS[3], -b)\n"                                                                                          \
+    "  redis.call('HDEL', '" CKPT_SIZES "', m)\n"                                                                                           \
+    "  redis.call('ZREM', '" CKPT_SET "', m)\n"                                                                                             \
+    "  local total = redis.call('INCRBY', '" CKPT_BYTES "', -b)\n"                                                                          \
+    "  if total < 0 or redis.call('ZCARD', '" CKPT_SET "') == 0 then redis.call('SET', '" CKPT_BYTES "', 0) total = 0 end\n"              \
+    "  return total\n"                                                                                                                      \
     "end\n"
-/* KEYS: the record, the set, the byte counter; ARGV: key, image, ttl, max count, max bytes, group ("" none), ntok */
+/* KEYS: the record, the set, the byte counter; ARGV: key, image, ttl, max count, max bytes, group ("" none), ntok. The one
+ * written is never trimmed by its own write (the server sends none larger than max bytes). */
 static const char CPUT_SCRIPT[] = CKPT_NOW CKPT_DROP
-    "local old = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')\n"
-    "redis.call('HSET', KEYS[1], 'image', ARGV[2], 'bytes', #ARGV[2])\n"
+    "local old = tonumber(redis.call('HGET', '" CKPT_SIZES "', ARGV[1]) or '0')\n"
+    "redis.call('HSET', KEYS[1], 'image', ARGV[2])\n"
+    "redis.call('HSET', '" CKPT_SIZES "', ARGV[1], #ARGV[2])\n"
     "if ARGV[6] ~= '' then\n"
     "  redis.call('HSET', KEYS[1], 'grp', ARGV[6], 'ntok', ARGV[7])\n"
     "  redis.call('ZADD', '" CKPT_GROUP "' .. ARGV[6], now, ARGV[1])\n"
     "end\n"
     "redis.call('ZADD', KEYS[2], now, ARGV[1])\n"
     "local total = redis.call('INCRBY', KEYS[3], #ARGV[2] - old)\n"
-    "for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[3])))) do total = drop(m) end\n"
+    "for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[3])))) do\n"
+    "  if m ~= ARGV[1] then total = drop(m) end\n"
+    "end\n"
     "while redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[4]) or total > tonumber(ARGV[5]) do\n"
-    "  local m = redis.call('ZRANGE', KEYS[2], 0, 0)[1]\n"
+    "  local m = nil\n"
+    "  for _, c in ipairs(redis.call('ZRANGE', KEYS[2], 0, 1)) do if c ~= ARGV[1] and not m then m = c end end\n"
     "  if not m then break end\n"
     "  total = drop(m)\n"
     "end\n"
     "return {redis.call('ZCARD', KEYS[2]), total}\n";
-/* KEYS: the record, the set; ARGV: key, ttl */
-static const char CGET_SCRIPT[] = CKPT_NOW
+/* KEYS: the record, the set; ARGV: key, ttl. A record Redis evicted is dropped (its bytes counted off). */
+static const char CGET_SCRIPT[] = CKPT_NOW CKPT_DROP
     "local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
     "if not s or tonumber(s) < now - tonumber(ARGV[2]) then return false end\n"
     "local img = redis.call('HGET', KEYS[1], 'image')\n"
-    "if not img then redis.call('ZREM', KEYS[2], ARGV[1]) return false end\n"
+    "if not img then drop(ARGV[1]) return false end\n"
     "redis.call('ZADD', KEYS[2], now, ARGV[1])\n"
     "local g = redis.call('HGET', KEYS[1], 'grp')\n"
     "if g then redis.call('ZADD', '" CKPT_GROUP "' .. g, now, ARGV[1]) end\n"

@@ -291,6 +291,12 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
         *n = j->n_ptoks - from;
         return ids;
     }
+    if (j->kind == JOB_COMPLETION && first && j->ptoks) { /* tokenized already (implicit.c's lookup) */
+        int32_t *ids = malloc(sizeof *ids * (size_t)(j->n_ptoks ? j->n_ptoks : 1));
+        if (ids && j->n_ptoks) memcpy(ids, j->ptoks, sizeof *ids * (size_t)j->n_ptoks);
+        *n = j->n_ptoks;
+        return ids;
+    }
     if (j->kind == JOB_COMPLETION) {
         return tokens_of(srv, j->prompt, false, first, first ? -1 : pending, n);
     }
