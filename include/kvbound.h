@@ -900,8 +900,9 @@ struct kvb_chat_apply_params {
                                       family (kvb_chat_detect, kvb_chat_format) and return KVB_FALLBACK */
     size_t max_output;             /* bytes; 0: 16 MiB */
     int32_t deadline_ms;           /* wall-clock limit of the render; 0: 2000 ms; < 0: none (the step budget still holds) */
-    bool strip_bos;                /* drop the vocabulary's BOS text where the prompt starts with it (a template
-                                      writes bos_token; tokenizing with add_special adds BOS again) */
+    bool strip_bos;                /* drop the vocabulary's BOS text where the prompt starts with it, when the
+                                      vocabulary adds BOS itself (a template writes bos_token; tokenizing with
+                                      add_special adds BOS again); a vocabulary that adds none keeps it */
     char *why;                     /* NULL, or a buffer that receives the reason for a fallback */
     size_t why_cap;
 };

@@ -392,15 +392,14 @@ TEST(chat_apply) {
     CHECK(strstr(kvb_last_error(), "raise_exception: no system") != NULL);
 }
 
-/* a vocab-only GGUF with a chat template: bos_token / eos_token come from
- * the vocabulary, strip_bos drops the template's leading BOS text */
-TEST(chat_apply_vocab) {
+/* a vocab-only GGUF with a chat template (add_bos: the tokenizer.ggml.add_bos_token it says; -1 none, the default: true) */
+static struct kvb_vocab *chat_vocab(int add_bos) {
     static const char *const toks[] = {"<unk>", "<s>", "</s>", "\u2581a", "a"};
     const uint32_t lens[] = {5, 3, 4, 4, 1};
     const float scores[] = {0, 0, 0, -1, -2};
     const int32_t types[] = {2, 3, 3, 1, 1};
     struct gguf_writer *w;
-    CHECK_EQ_INT(kvb_gguf_writer_init(&w), KVB_OK);
+    if (kvb_gguf_writer_init(&w) != KVB_OK) return NULL;
     kvb_gguf_writer_str(w, "general.architecture", "llama");
     kvb_gguf_writer_str(w, "tokenizer.ggml.model", "llama");
     kvb_gguf_writer_arr_str(w, "tokenizer.ggml.tokens", toks, lens, 5);
@@ -408,23 +407,32 @@ TEST(chat_apply_vocab) {
     kvb_gguf_writer_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, 5);
     kvb_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 1);
     kvb_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (add_bos >= 0) kvb_gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", add_bos != 0);
     kvb_gguf_writer_str(w, "tokenizer.chat_template",
                         "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}");
     char path[64];
     snprintf(path, sizeof path, "/tmp/kvb-test-jinja-%d.gguf", (int)getpid());
     kvb_status st = kvb_gguf_writer_write(w, path);
     kvb_gguf_writer_free(w);
-    CHECK_EQ_INT(st, KVB_OK);
     struct kvb_vocab *v = NULL;
-    st = kvb_vocab_load(path, &v);
+    if (st == KVB_OK) st = kvb_vocab_load(path, &v);
     remove(path);
-    if (st != KVB_OK) FAILF("vocab: %s", kvb_last_error());
+    return st == KVB_OK ? v : NULL;
+}
+
+/* bos_token / eos_token come from the vocabulary, and strip_bos drops the
+ * template's leading BOS text where the tokenizer adds BOS again, as
+ * llama.cpp does (common/chat.cpp), never where it adds none: SmolLM2's
+ * BOS is <|im_start|>, its template's first text, and the prompt must keep it */
+TEST(chat_apply_vocab) {
+    struct kvb_vocab *v = chat_vocab(-1);
+    if (!v) FAILF("vocab: %s", kvb_last_error());
     struct kvb_chat_apply_params p = kvb_chat_apply_default_params();
     p.vocab = v;
     p.messages_json = "[{\"role\": \"user\", \"content\": \"a\"}]";
     char *out = NULL;
     size_t len = 0;
-    st = kvb_chat_apply(&p, &out, &len);
+    kvb_status st = kvb_chat_apply(&p, &out, &len);
     CHECK_EQ_INT(st, KVB_OK);
     CHECK(!strcmp(out, "<s>[user] a</s>"));
     kvb_buffer_free(out);
@@ -433,6 +441,15 @@ TEST(chat_apply_vocab) {
     CHECK_EQ_INT(st, KVB_OK);
     CHECK(!strcmp(out, "[user] a</s>"));
     CHECK_EQ_INT(len, 12);
+    kvb_buffer_free(out);
+    kvb_vocab_free(v);
+    v = chat_vocab(0); /* adds no BOS: the prompt keeps the template's */
+    if (!v) FAILF("vocab: %s", kvb_last_error());
+    p.vocab = v;
+    st = kvb_chat_apply(&p, &out, &len);
+    CHECK_EQ_INT(st, KVB_OK);
+    CHECK(!strcmp(out, "<s>[user] a</s>"));
+    CHECK_EQ_INT(len, 15);
     kvb_buffer_free(out);
     kvb_vocab_free(v);
 }

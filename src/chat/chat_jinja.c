@@ -71,7 +71,7 @@ kvb_status kvb_chat_apply(const struct kvb_chat_apply_params *p, char **out, siz
     kvb_free(bos);
     kvb_free(eos);
     if (st == KVB_OK) {
-        if (p->strip_bos && p->vocab && p->vocab->bos >= 0 && p->vocab->bos < p->vocab->n) {
+        if (p->strip_bos && p->vocab && p->vocab->add_bos && p->vocab->bos >= 0 && p->vocab->bos < p->vocab->n) { /* as llama.cpp: only a BOS the tokenizer adds again */
             const char *t = kvb_vocab_text(p->vocab, p->vocab->bos);
             size_t tl = strlen(t);
             if (tl && rlen >= tl && !memcmp(*out, t, tl)) {
