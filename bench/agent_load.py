@@ -21,11 +21,10 @@ session_id; each turn it sends the whole history again:
     role "tool" result for each call instead.
 Each request: stream true, stream_options.include_usage true, temperature 0,
 max_tokens M (default 32), ignore_eos true (so every answer is M tokens),
-tool_choice auto by default. Give llama-server --tool-choice none: it still
-renders the tools (so the prompt is the same) and then parses the answer as
-plain text, where auto's tool-call parser answers 500 to most random text;
-kvbound drops the tools from the prompt under "none", so it keeps auto (a
-random-weight model writes no <tool_call>: its text is the answer).
+tool_choice auto by default; bench/serve_agent.sh gives both servers
+--tool-choice none: they still render the tools (so the prompt is the same)
+and read the answer as plain text, where llama-server's tool-call parser
+answers 500 to most random text under auto.
 --ban-vocab MODEL.gguf adds a logit_bias of -100 for the model's control
 tokens and for the tokens that are not whole UTF-8 characters (read from
 the GGUF's vocabulary): llama-server's chat parser answers 500 to an answer

@@ -10,12 +10,12 @@
 # partial-UTF-8 tokens banned (--ban-vocab) so both servers answer plain text.
 # Each server: 2 threads, one slot (--parallel 1), one unmeasured warm-up
 # request first (it shares only the template's opening with the agent's).
-#   kvbound serve: --policy streaming --budget 1024, its own temp sessions dir
-#                  (the agent's tool_choice auto: under "none" kvbound drops
-#                  the tools from the prompt);
-#   llama-server:  --jinja, -c big enough for the whole history, --no-webui
-#                  (tool_choice none: it renders the tools all the same and
-#                  parses the answer as plain text).
+#   kvbound serve: --policy streaming --budget 1024, its own temp sessions dir;
+#   llama-server:  --jinja, -c big enough for the whole history, --no-webui.
+# Both get tool_choice none: the tools are in the prompt all the same and the
+# answer is plain text (no tool-call parser holding text back, which would
+# move the first text of the stream; llama-server's answers 500 to most
+# random text under auto).
 # KVB_SERVE_ARGS adds flags to kvbound serve; LLAMA_SERVER_ARGS to
 # llama-server. LLAMA_SERVER_ALT="FLAGS" runs llama-server a second time with
 # FLAGS added (label "llama-server FLAGS"), e.g. "--ctx-checkpoints 0" (no
@@ -50,7 +50,7 @@ p=$(free_port)
 "$K" serve -m "$M" --port "$p" --parallel 1 -t 2 --policy streaming --budget 1024 --pool-mb 2048 --sessions "$T/s" ${KVB_SERVE_ARGS:-} \
     > "$T/k.log" 2>&1 & echo $! > "$T/k.pid"
 wait_up "$p" || { echo "kvbound serve did not start: $(tail -n 2 "$T/k.log")" >&2; exit 1; }
-agent "$p" "kvbound serve" auto
+agent "$p" "kvbound serve" none
 kill "$(cat "$T/k.pid")"; wait "$(cat "$T/k.pid")" 2>/dev/null; rm -f "$T/k.pid"
 [ "$PEER" = - ] && exit 0
 run_llama() { # run_llama LABEL EXTRA_FLAGS
