@@ -145,10 +145,11 @@ static int usage(FILE *f) {
             "                        cold file are per session, and a session's cold tier is stored with it)\n"
             "\n"
             "Request fields beyond OpenAI's: kv_policy, kv_budget, kv_sinks, n_keep (a session keeps the ones of\n"
-            "its first turn), session_id (the server keeps the conversation; each turn reads only its new text),\n"
-            "llama-server's n_predict (max_tokens), vLLM's cache_salt (a string of 1 to 256 bytes: a shared\n"
-            "prefix is reused only between requests with the same key and salt). A chat whose last message\n"
-            "is the assistant's text is a prefill: the answer continues it.\n");
+            "its first turn), session_id (the server keeps the conversation; each turn reads only its new text;\n"
+            "without it, a chat that resends a conversation the server answered resumes it all the same:\n"
+            "--checkpoints), llama-server's n_predict (max_tokens), vLLM's cache_salt (a string of 1 to 256\n"
+            "bytes: a shared prefix or a checkpoint is reused only between requests with the same API key and\n"
+            "salt). A chat whose last message is the assistant's text is a prefill: the answer continues it.\n");
     return f == stdout ? 0 : 2;
 }
 
