@@ -213,35 +213,32 @@ char *implicit_meta(const struct job *j, const char *extra, int keep, char drop[
     return t;
 }
 
-void implicit_token_key(const unsigned char seed[SERVE_DIGEST], const int32_t *t, int32_t n, char out[SERVE_CKEY]) {
-    struct serve_sha c;
-    serve_sha_init(&c);
-    static const char label[] = "kvbound tokens\n";
-    serve_sha_put(&c, label, sizeof label - 1);
-    serve_sha_put(&c, seed, SERVE_DIGEST);
+/* token ids as 4 bytes each, little endian */
+static void put_tokens(struct serve_sha *c, const int32_t *t, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         unsigned char b[4];
         for (int k = 0; k < 4; k++) b[k] = (unsigned char)((uint32_t)t[i] >> (8 * k));
-        serve_sha_put(&c, b, 4);
+        serve_sha_put(c, b, 4);
     }
+}
+
+/* "c:" and the hex of SHA-256(label, seed, t[0..n)) */
+static void token_digest(const char *label, const unsigned char seed[SERVE_DIGEST], const int32_t *t, int32_t n, char out[SERVE_CKEY]) {
+    struct serve_sha c;
+    serve_sha_init(&c);
+    serve_sha_put(&c, label, strlen(label));
+    serve_sha_put(&c, seed, SERVE_DIGEST);
+    put_tokens(&c, t, n);
     unsigned char d[SERVE_DIGEST];
     serve_sha_end(&c, d);
     key_of(d, out);
 }
 
+void implicit_token_key(const unsigned char seed[SERVE_DIGEST], const int32_t *t, int32_t n, char out[SERVE_CKEY]) {
+    token_digest("kvbound tokens\n", seed, t, n, out);
+}
+
 void implicit_token_group(const unsigned char seed[SERVE_DIGEST], const int32_t *t, char out[SERVE_CKEY]) {
-    struct serve_sha c;
-    serve_sha_init(&c);
-    static const char label[] = "kvbound token group\n";
-    serve_sha_put(&c, label, sizeof label - 1);
-    serve_sha_put(&c, seed, SERVE_DIGEST);
-    for (int32_t i = 0; i < IMPLICIT_GROUP_TOKENS; i++) {
-        unsigned char b[4];
-        for (int k = 0; k < 4; k++) b[k] = (unsigned char)((uint32_t)t[i] >> (8 * k));
-        serve_sha_put(&c, b, 4);
-    }
-    unsigned char d[SERVE_DIGEST];
-    serve_sha_end(&c, d);
-    key_of(d, out);
+    token_digest("kvbound token group\n", seed, t, IMPLICIT_GROUP_TOKENS, out);
     out[0] = 'g';
 }

@@ -587,6 +587,16 @@ static void trim_checkpoints(struct server *srv) {
     }
 }
 
+/* A turn's session as stored: one turn more, its size, the header it was stored with. */
+static void turn_stored(struct sess *x, struct job *j, const struct store_req *r) {
+    x->turns++;
+    x->stored_bytes = r->len;
+    free(x->extra);
+    x->extra = j->turn_meta;
+    j->turn_meta = NULL;
+    x->last_used = serve_now();
+}
+
 static void save_done(struct server *srv, struct job *j, struct store_req *r) {
     struct sched *s = srv->sched;
     struct sess *x = sess_find(s, j->session_key);
@@ -601,12 +611,7 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
         }
         struct sess *twin = sess_find(s, j->ckpt_key); /* the same conversation served twice (the same answer at temperature 0) */
         if (twin && twin != x && !twin->busy) sess_release(s, twin), twin = NULL;
-        x->turns++;
-        x->stored_bytes = r->len;
-        free(x->extra);
-        x->extra = j->turn_meta;
-        j->turn_meta = NULL;
-        x->last_used = serve_now();
+        turn_stored(x, j, r);
         if (!twin) snprintf(x->id, sizeof x->id, "%s", j->ckpt_key); /* found by the conversation's next turn */
         if (twin || r->rc != STORE_OK) sess_release(s, x); /* kept in memory only as a stored checkpoint (the store is its copy) */
         else sess_idle(srv, x);
@@ -622,12 +627,7 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
         job_fail(srv, j, 500, "server_error", 0, "session '%s' was lost while it was stored", j->session_id);
     } else if (r->rc == STORE_OK) {
         x->version = r->version;
-        x->turns++;
-        x->stored_bytes = r->len;
-        free(x->extra);
-        x->extra = j->turn_meta;
-        j->turn_meta = NULL;
-        x->last_used = serve_now();
+        turn_stored(x, j, r);
         sess_idle(srv, x);
         j->done = true;
         metrics_count(srv->metrics, 0, 0, 1, 0);

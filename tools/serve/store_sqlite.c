@@ -44,6 +44,20 @@ static int exec_changes(struct sqlite_store *s, sqlite3_stmt *q, int rc) {
     return rc;
 }
 
+/* A row's first column (a blob) copied into *buf (malloc); what names it in the error. */
+static int column_blob(struct store *st, sqlite3_stmt *q, const char *what, void **buf, size_t *len) {
+    const int n = sqlite3_column_bytes(q, 0);
+    const void *b = sqlite3_column_blob(q, 0);
+    *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!*buf) {
+        snprintf(st->error, sizeof st->error, "out of memory for a %d-byte %s", n, what);
+        return STORE_ERROR;
+    }
+    if (n > 0) memcpy(*buf, b, (size_t)n);
+    *len = (size_t)n;
+    return STORE_OK;
+}
+
 static int put(struct store *st, const char *id, const void *buf, size_t len, int64_t expect, int64_t *version) {
     struct sqlite_store *s = (struct sqlite_store *)st;
     sqlite3_stmt *q = NULL;
@@ -77,16 +91,8 @@ static int get(struct store *st, const char *id, void **buf, size_t *len, int64_
     if (rc == SQLITE_OK) rc = sqlite3_step(q);
     int res;
     if (rc == SQLITE_ROW) {
-        const int n = sqlite3_column_bytes(q, 0);
-        const void *b = sqlite3_column_blob(q, 0);
         *version = (int64_t)sqlite3_column_int64(q, 1);
-        *buf = malloc(n > 0 ? (size_t)n : 1);
-        if (!*buf) { snprintf(st->error, sizeof st->error, "out of memory for a %d-byte session", n); res = STORE_ERROR; }
-        else {
-            if (n > 0) memcpy(*buf, b, (size_t)n);
-            *len = (size_t)n;
-            res = STORE_OK;
-        }
+        res = column_blob(st, q, "session", buf, len);
     } else if (rc == SQLITE_DONE) {
         res = STORE_NOT_FOUND;
     } else {
@@ -183,15 +189,7 @@ static int cget(struct store *st, const char *key, int64_t ttl_s, void **buf, si
     if (rc == SQLITE_OK) rc = sqlite3_step(q);
     int res = STORE_ERROR;
     if (rc == SQLITE_ROW) {
-        const int n = sqlite3_column_bytes(q, 0);
-        const void *b = sqlite3_column_blob(q, 0);
-        *buf = malloc(n > 0 ? (size_t)n : 1);
-        if (!*buf) snprintf(st->error, sizeof st->error, "out of memory for a %d-byte checkpoint", n);
-        else {
-            if (n > 0) memcpy(*buf, b, (size_t)n);
-            *len = (size_t)n;
-            res = STORE_OK;
-        }
+        res = column_blob(st, q, "checkpoint", buf, len);
     } else if (rc == SQLITE_DONE) {
         res = STORE_NOT_FOUND;
     } else {
