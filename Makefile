@@ -43,12 +43,13 @@ tsan:
 	  TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 $(TSAN_BUILD)/$$t > $(TSAN_BUILD)/$$t.log 2>&1 || { cat $(TSAN_BUILD)/$$t.log; exit 1; }; \
 	  ! grep -q 'WARNING: ThreadSanitizer' $(TSAN_BUILD)/$$t.log || { cat $(TSAN_BUILD)/$$t.log; exit 1; }; \
 	  echo "$$t: $$(tail -n 1 $(TSAN_BUILD)/$$t.log)"; done
-	@# kvbound serve (connection threads, the scheduler, the store worker, the connection guard, the batch's pool) through its HTTP tests
+	@# kvbound serve (connection threads, the scheduler, the store worker and its checkpoints, the connection guard, the batch's pool) through its HTTP tests
 	@if grep -q 'KVB_HAVE_SERVE:INTERNAL=ON' $(TSAN_BUILD)/CMakeCache.txt; then \
 	  cmake --build $(TSAN_BUILD) -j $(JOBS) --target kvbound && rm -f $(TSAN_BUILD)/serve-tsan.* && \
 	  { TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_cli.sh $(TSAN_BUILD) && \
 	    TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_faults_cli.sh $(TSAN_BUILD) && \
-	    TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_store_cli.sh $(TSAN_BUILD); } > $(TSAN_BUILD)/serve.log 2>&1; rc=$$?; \
+	    TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_store_cli.sh $(TSAN_BUILD) && \
+	    TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_implicit_cli.sh $(TSAN_BUILD); } > $(TSAN_BUILD)/serve.log 2>&1; rc=$$?; \
 	  if ls $(TSAN_BUILD)/serve-tsan.* >/dev/null 2>&1; then cat $(TSAN_BUILD)/serve-tsan.*; exit 1; fi; \
 	  [ $$rc -eq 0 ] || { cat $(TSAN_BUILD)/serve.log; exit 1; }; \
 	  echo "kvbound serve: $$(tail -n 1 $(TSAN_BUILD)/serve.log)"; fi
