@@ -49,7 +49,7 @@ tsan:
 	  { TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_cli.sh $(TSAN_BUILD) && \
 	    TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_faults_cli.sh $(TSAN_BUILD) && \
 	    TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_store_cli.sh $(TSAN_BUILD) && \
-	    TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_implicit_cli.sh $(TSAN_BUILD); } > $(TSAN_BUILD)/serve.log 2>&1; rc=$$?; \
+	    KVB_TEST_TSAN=1 TSAN_OPTIONS=halt_on_error=0:log_path=$$(pwd)/$(TSAN_BUILD)/serve-tsan sh tests/test_serve_implicit_cli.sh $(TSAN_BUILD); } > $(TSAN_BUILD)/serve.log 2>&1; rc=$$?; \
 	  if ls $(TSAN_BUILD)/serve-tsan.* >/dev/null 2>&1; then cat $(TSAN_BUILD)/serve-tsan.*; exit 1; fi; \
 	  [ $$rc -eq 0 ] || { cat $(TSAN_BUILD)/serve.log; exit 1; }; \
 	  echo "kvbound serve: $$(tail -n 1 $(TSAN_BUILD)/serve.log)"; fi

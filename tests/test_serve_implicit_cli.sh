@@ -7,7 +7,8 @@
 # tool result's id, which a client's calls make differ run to run), through
 # tests/serve_implicit.py (the clients; each case prints "ok" or why not):
 #   - implicit_equals_session_every_policy_POLICY: for every policy
-#     `kvbound policies` lists (full on a server run with --policy full), a
+#     `kvbound policies` lists (full on a server run with --policy full;
+#     under make asan three and full, under make tsan streaming alone), a
 #     10-turn chat (a system message, one tool, two forced calls and their
 #     results, three streamed turns, budget 64, 12 tokens a turn, greedy with
 #     frequency_penalty 1, ignore_eos) sent statelessly equals the same chat
@@ -68,9 +69,16 @@ ARGS="-m $T/q.gguf --budget 64 -t 1"
 start p $ARGS --sessions "$T/sp"
 [ -n "$URL" ] || { ko implicit_server_starts "$(tail -n 3 "$T/p.log")"; cli_summary; exit; }
 P=$URL; PP=$PID
-for pol in $("$K" policies | awk '$1 != "full" { print $1 }'); do
+# make asan (KVB_TEST_QUICK): three policies of each kind (a window, heavy hitters, prompt compression) and full; make
+# tsan (KVB_TEST_TSAN): the streaming case alone, its connection threads, scheduler and store worker (checkpoint reads
+# and writes) under ThreadSanitizer, which runs each case ten times slower; make test: all of them
+POLS=$("$K" policies | awk '$1 != "full" { print $1 }')
+[ -n "${KVB_TEST_QUICK:-}" ] && POLS="streaming h2o snapkv"
+[ -n "${KVB_TEST_TSAN:-}" ] && POLS=streaming
+for pol in $POLS; do
     client "implicit_equals_session_every_policy_$pol" policies "$P" "$pol"
 done
+if [ -n "${KVB_TEST_TSAN:-}" ]; then kill $PP 2>/dev/null; cli_summary; exit; fi
 start full $ARGS --policy full --sessions "$T/sfull"
 client implicit_equals_session_every_policy_full policies "$URL" server
 kill $PID 2>/dev/null
