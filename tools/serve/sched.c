@@ -58,15 +58,13 @@ static void keep_resolve(struct server *srv, struct job *j, struct sess *x, cons
     }
 }
 
-/* Tries to start j. ADMIT_DONE: started, or failed for good (j is done);
- * ADMIT_WAIT: the pool is full, j keeps its place; ADMIT_PARKED: its
- * session is being read from the store, and j comes back to the head of
- * the queue with it (store_done). */
-/* An implicit session's turn (implicit.c): which checkpoint it resumes,
- * the latest of its candidates in memory (idle), else in the store (the
- * worker is asked, and j parked); none: a fresh conversation, under a key
- * of its own until its checkpoint's is known. ADMIT_PARKED, or -1: resolved
- * (j->session_key set; a checkpoint read from the store is on j). */
+/* j waits for the store worker's answer to r (fetch_done puts it back at the head of the queue). */
+static int park(struct sched *s, struct store_req *r) {
+    store_queue_post(s->q, r);
+    s->n_parked++;
+    return ADMIT_PARKED;
+}
+
 /* A completion's: its prompt's tokens, then the longest checkpoint in
  * memory whose tokens begin them, else the store's (by the group of its
  * first tokens); its one candidate is the one found. */
@@ -96,9 +94,7 @@ static int implicit_resolve_tokens(struct server *srv, struct job *j) {
             memcpy(r->seed, j->chain, SERVE_DIGEST);
             implicit_token_group(j->chain, j->ptoks, r->grp);
             r->lim.ttl_s = srv->o.checkpoint_ttl_s;
-            store_queue_post(s->q, r);
-            s->n_parked++;
-            return ADMIT_PARKED;
+            return park(s, r);
         }
         j->fetched = true;
         j->fetch_rc = STORE_NOT_FOUND;
@@ -106,6 +102,11 @@ static int implicit_resolve_tokens(struct server *srv, struct job *j) {
     return -1;
 }
 
+/* An implicit session's turn (implicit.c): which checkpoint it resumes,
+ * the latest of its candidates in memory (idle), else in the store (the
+ * worker is asked, and j parked); none: a fresh conversation, under a key
+ * of its own until its checkpoint's is known. ADMIT_PARKED, or -1: resolved
+ * (j->session_key set; a checkpoint read from the store is on j). */
 static int implicit_resolve(struct server *srv, struct job *j) {
     struct sched *s = srv->sched;
     int found = -1;
@@ -126,9 +127,7 @@ static int implicit_resolve(struct server *srv, struct job *j) {
             for (int c = 0; c < j->n_cand; c++)
                 if (j->cand_st[c] == KVB_OK) memcpy(r->keys[r->n_keys++], j->cand_key[c], SERVE_CKEY);
             r->lim.ttl_s = srv->o.checkpoint_ttl_s;
-            store_queue_post(s->q, r);
-            s->n_parked++;
-            return ADMIT_PARKED;
+            return park(s, r);
         }
         j->fetched = true; /* nothing to ask (or no memory to ask): a fresh conversation */
         j->fetch_rc = STORE_NOT_FOUND;
@@ -169,6 +168,10 @@ static int implicit_resolve(struct server *srv, struct job *j) {
     return -1;
 }
 
+/* Tries to start j. ADMIT_DONE: started, or failed for good (j is done);
+ * ADMIT_WAIT: the pool is full, j keeps its place; ADMIT_PARKED: its
+ * session is being read from the store, and j comes back to the head of
+ * the queue with it (store_done). */
 static int admit(struct server *srv, struct job *j) {
     struct sched *s = srv->sched;
     j->prefix_waiting = false; /* set again only if its prefix is still being read */
@@ -191,9 +194,7 @@ static int admit(struct server *srv, struct job *j) {
                     job_fail(srv, j, 503, "server_busy", 1, "the session store cannot be asked now; retry");
                     return ADMIT_DONE;
                 }
-                store_queue_post(s->q, r);
-                s->n_parked++;
-                return ADMIT_PARKED;
+                return park(s, r);
             }
             if (j->fetch_rc == STORE_ERROR) {
                 sess_idle(srv, x);
@@ -619,11 +620,8 @@ static void save_done(struct server *srv, struct job *j, struct store_req *r) {
         j->seq = -1;
         j->done = true;
         metrics_count(srv->metrics, 0, 0, 1, 0);
-        if (j->abandoned) job_free(j); /* its client left while the checkpoint was written */
-        else pthread_cond_broadcast(&j->cv);
-        return;
-    }
-    if (!x || x->busy != j) { /* cannot happen: a saving session is busy, and nothing drops a busy one */
+        pthread_cond_broadcast(&j->cv);
+    } else if (!x || x->busy != j) { /* cannot happen: a saving session is busy, and nothing drops a busy one */
         job_fail(srv, j, 500, "server_error", 0, "session '%s' was lost while it was stored", j->session_id);
     } else if (r->rc == STORE_OK) {
         x->version = r->version;

@@ -136,24 +136,29 @@ static char *own_copy(char *lib, size_t len) {
  * (the conversation with them, less the conversation up to its last
  * answer). The request's own history is used when it sends one and the
  * template renders it as a prefix of the whole; else a stand-in exchange. */
-static kvb_status continue_of(struct server *srv, const struct job *j, const char *const prev[2], const char *const cont[2], char **out, char *err,
-                              size_t cap) {
+/* The rendering of cont[k] after that of prev[k], for the first k whose
+ * renderings agree (prev's a prefix of cont's). whole: cont[0] rendered
+ * already (text_render's r_all, when cont[0] is the whole conversation), or
+ * NULL. */
+static kvb_status continue_of(struct server *srv, const struct job *j, const char *const prev[2], const char *const cont[2], const char *whole,
+                              char **out, char *err, size_t cap) {
     kvb_status st = KVB_ERR_INVALID;
     for (int k = 0; k < 2; k++) {
         if (!prev[k]) continue;
         char *p = NULL, *f = NULL;
         size_t pl = 0, fl = 0;
+        const char *c = k == 0 ? whole : NULL;
         st = render(srv, j, prev[k], false, &p, &pl);
-        if (st == KVB_OK) st = render(srv, j, cont[k], true, &f, &fl);
+        if (st == KVB_OK && !c && (st = render(srv, j, cont[k], true, &f, &fl)) == KVB_OK) c = f;
+        if (c && !f) fl = strlen(c);
         if (st != KVB_OK) snprintf(err, cap, "the chat template: %s", kvb_last_error());
-        else if (fl < pl || memcmp(f, p, pl)) {
+        else if (fl < pl || memcmp(c, p, pl)) {
             st = KVB_ERR_INVALID;
             snprintf(err, cap, "the chat template renders the conversation so that its new messages are no continuation of the session");
+        } else if (!(*out = malloc(fl - pl + 1))) {
+            st = KVB_ERR_NOMEM;
         } else {
-            memmove(f, f + pl, fl - pl + 1);
-            *out = own_copy(f, fl - pl);
-            f = NULL;
-            if (!*out) st = KVB_ERR_NOMEM;
+            memcpy(*out, c + pl, fl - pl + 1);
         }
         kvb_buffer_free(p);
         kvb_buffer_free(f);
@@ -164,7 +169,7 @@ static kvb_status continue_of(struct server *srv, const struct job *j, const cha
 
 static kvb_status jinja_continue(struct server *srv, const struct job *j, char **out, char *err, size_t cap) {
     const char *prev[2] = {j->prev_json, j->standin_prev_json}, *cont[2] = {j->cont_json, j->standin_json};
-    return continue_of(srv, j, prev, cont, out, err, cap);
+    return continue_of(srv, j, prev, cont, NULL, out, err, cap);
 }
 
 /* An implicit session's candidate c (implicit.c): what the request reads
@@ -174,10 +179,10 @@ static kvb_status jinja_continue(struct server *srv, const struct job *j, char *
  * system messages, which a session never reads after its first turn). */
 static kvb_status candidate_continue(struct server *srv, const struct job *j, int c, char **out) {
     cJSON *all = cJSON_Parse(j->all_json), *prev = cJSON_CreateArray(), *cont = cJSON_CreateArray();
-    cJSON *sprev = cJSON_Parse(j->standin_prev_json), *scont = cJSON_Parse(j->standin_prev_json); /* the stand-in exchange, then the new messages */
+    cJSON *scont = cJSON_Parse(j->standin_prev_json); /* the stand-in exchange, then the new messages */
     int i = 0;
     const cJSON *m;
-    bool ok = all && prev && cont && sprev && scont;
+    bool ok = all && prev && cont && scont;
     const cJSON *msgs = ok ? all : NULL;
     cJSON_ArrayForEach(m, msgs) {
         const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
@@ -189,15 +194,17 @@ static kvb_status candidate_continue(struct server *srv, const struct job *j, in
     }
     char *pj = ok ? cJSON_PrintUnformatted(prev) : NULL, *cj = ok ? cJSON_PrintUnformatted(cont) : NULL;
     char *sc = ok ? cJSON_PrintUnformatted(scont) : NULL;
+    const bool all_kept = ok && cJSON_GetArraySize(cont) == i; /* no system message after the checkpoint was left out */
     cJSON_Delete(all);
     cJSON_Delete(prev);
     cJSON_Delete(cont);
-    cJSON_Delete(sprev);
     cJSON_Delete(scont);
     char err[320];
     /* as jinja_continue: the request's own history when the template renders it as a prefix of the whole, else the stand-in */
     const char *p2[2] = {pj, j->standin_prev_json}, *c2[2] = {cj, sc};
-    const kvb_status st = pj && cj && sc ? continue_of(srv, j, p2, c2, out, err, sizeof err) : KVB_ERR_NOMEM;
+    /* none left out: the continuation is the whole conversation, rendered already (r_all) */
+    const char *whole = all_kept && j->r_all_st == KVB_OK ? j->r_all : NULL;
+    const kvb_status st = pj && cj && sc ? continue_of(srv, j, p2, c2, whole, out, err, sizeof err) : KVB_ERR_NOMEM;
     cJSON_free(pj);
     cJSON_free(cj);
     cJSON_free(sc);
@@ -283,18 +290,13 @@ int32_t *turn_tokens(struct server *srv, struct job *j, const struct sess *x, in
     kvb_status st;
     bool named = false; /* err holds why st failed (a template's limit is KVB_ERR_NOMEM too, named by the library) */
     snprintf(err, cap, "the prompt is empty after tokenizing");
-    if (j->kind == JOB_COMPLETION && j->implicit && !first) { /* a checkpoint of its first cand_ntok tokens: the rest, from the pending one */
-        const int32_t from = j->cand_ntok - 1;
-        if (!j->ptoks || from < 0 || from >= j->n_ptoks || j->ptoks[from] != pending) return NULL;
-        int32_t *ids = malloc(sizeof *ids * (size_t)(j->n_ptoks - from));
-        if (ids) memcpy(ids, j->ptoks + from, sizeof *ids * (size_t)(j->n_ptoks - from));
+    if (j->kind == JOB_COMPLETION && j->ptoks) { /* tokenized already (implicit.c's lookup): all of it, or after a checkpoint of
+                                                   * its first cand_ntok tokens the rest, from the pending one */
+        const int32_t from = first ? 0 : j->cand_ntok - 1;
+        if (!first && (from < 0 || from >= j->n_ptoks || j->ptoks[from] != pending)) return NULL;
+        int32_t *ids = malloc(sizeof *ids * (size_t)(j->n_ptoks - from ? j->n_ptoks - from : 1));
+        if (ids && j->n_ptoks - from) memcpy(ids, j->ptoks + from, sizeof *ids * (size_t)(j->n_ptoks - from));
         *n = j->n_ptoks - from;
-        return ids;
-    }
-    if (j->kind == JOB_COMPLETION && first && j->ptoks) { /* tokenized already (implicit.c's lookup) */
-        int32_t *ids = malloc(sizeof *ids * (size_t)(j->n_ptoks ? j->n_ptoks : 1));
-        if (ids && j->n_ptoks) memcpy(ids, j->ptoks, sizeof *ids * (size_t)j->n_ptoks);
-        *n = j->n_ptoks;
         return ids;
     }
     if (j->kind == JOB_COMPLETION) {
