@@ -60,6 +60,8 @@ import sys
 import time
 import urllib.parse
 
+from serve_load import sse_events  # bench/serve_load.py: the stream's events
+
 # A fixed word list; texts are drawn from it by a fixed linear congruential
 # generator, so every run sends the same bytes.
 WORDS = ("the build server reads each file from the queue and writes a short report for the team when a test fails "
@@ -226,52 +228,40 @@ def post_stream(host, port, path, body, timeout):
         if r.status != 200:
             res["error"] = "HTTP %d: %s" % (r.status, r.read()[:300].decode("utf-8", "replace"))
             return res
-        buf = b""
         calls = {}
-        while True:
-            data = r.read1(65536) if hasattr(r, "read1") else r.read(1)
-            if not data:
-                break
-            buf += data
-            while b"\n\n" in buf:
-                ev, buf = buf.split(b"\n\n", 1)
-                for line in ev.split(b"\n"):
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        continue
-                    o = json.loads(payload)
-                    if "error" in o:
-                        res["error"] = json.dumps(o["error"])[:300]
-                    if o.get("usage"):
-                        res["usage"] = o["usage"]
-                    if o.get("timings"):
-                        res["timings"] = o["timings"]
-                    if o.get("kvbound"):
-                        res["kvbound"] = o["kvbound"]
-                    for ch in o.get("choices") or []:
-                        d = ch.get("delta") or {}
-                        got = False
-                        if d.get("content"):
-                            res["content"] += d["content"]
-                            got = True
-                        if d.get("reasoning_content"):
-                            got = True
-                        for tc in d.get("tool_calls") or []:
-                            got = True
-                            k = tc.get("index", 0)
-                            cur = calls.setdefault(k, {"id": "", "type": "function",
-                                                       "function": {"name": "", "arguments": ""}})
-                            if tc.get("id"):
-                                cur["id"] = tc["id"]
-                            f = tc.get("function") or {}
-                            if f.get("name"):
-                                cur["function"]["name"] += f["name"]
-                            if f.get("arguments"):
-                                cur["function"]["arguments"] += f["arguments"]
-                        if got and res["ttft_s"] is None:
-                            res["ttft_s"] = time.perf_counter() - t0
+        for o in sse_events(r):
+            if o == "[DONE]":
+                continue
+            if "error" in o:
+                res["error"] = json.dumps(o["error"])[:300]
+            if o.get("usage"):
+                res["usage"] = o["usage"]
+            if o.get("timings"):
+                res["timings"] = o["timings"]
+            if o.get("kvbound"):
+                res["kvbound"] = o["kvbound"]
+            for ch in o.get("choices") or []:
+                d = ch.get("delta") or {}
+                got = False
+                if d.get("content"):
+                    res["content"] += d["content"]
+                    got = True
+                if d.get("reasoning_content"):
+                    got = True
+                for tc in d.get("tool_calls") or []:
+                    got = True
+                    k = tc.get("index", 0)
+                    cur = calls.setdefault(k, {"id": "", "type": "function",
+                                               "function": {"name": "", "arguments": ""}})
+                    if tc.get("id"):
+                        cur["id"] = tc["id"]
+                    f = tc.get("function") or {}
+                    if f.get("name"):
+                        cur["function"]["name"] += f["name"]
+                    if f.get("arguments"):
+                        cur["function"]["arguments"] += f["arguments"]
+                if got and res["ttft_s"] is None:
+                    res["ttft_s"] = time.perf_counter() - t0
         res["tool_calls"] = [calls[k] for k in sorted(calls)]
     except (OSError, http.client.HTTPException, ValueError) as e:
         res["error"] = "%s: %s" % (type(e).__name__, e)

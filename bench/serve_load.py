@@ -32,6 +32,22 @@ TEXT = ("It was the best of times, it was the worst of times, it was the age of 
         "Darkness, it was the spring of hope, it was the winter of despair").split()
 
 
+def sse_events(r):
+    """The JSON objects of a server-sent event stream as they come, and "[DONE]" for its end marker."""
+    buf = b""
+    while True:
+        data = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+        if not data:
+            return
+        buf += data
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            for line in ev.split(b"\n"):
+                if line.startswith(b"data:"):
+                    payload = line[5:].strip()
+                    yield "[DONE]" if payload == b"[DONE]" else json.loads(payload)
+
+
 def pct(xs, p):
     if not xs:
         return None
@@ -54,39 +70,27 @@ def one_request(host, port, body, out, texts=None):
     last = None
     chunks = 0
     usage_tokens = None
-    buf = b""
     done = False
-    while True:
-        data = r.read1(65536) if hasattr(r, "read1") else r.read(1)
-        if not data:
-            break
-        buf += data
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            for line in ev.split(b"\n"):
-                if not line.startswith(b"data: "):
-                    continue
-                payload = line[6:].strip()
-                if payload == b"[DONE]":
-                    done = True
-                    continue
-                o = json.loads(payload)
-                if o.get("usage") and o["usage"].get("completion_tokens") is not None:
-                    usage_tokens = o["usage"]["completion_tokens"]
-                if "error" in o:
-                    out["errors"] += 1
-                for ch in o.get("choices", []):
-                    if ch.get("text") and texts is not None:
-                        texts.append(ch["text"])
-                    if ch.get("text"):
-                        now = time.perf_counter()
-                        if first is None:
-                            first = now
-                            out["ttft"].append((now - t0) * 1000)
-                        else:
-                            out["itl"].append((now - last) * 1000)
-                        last = now
-                        chunks += 1
+    for o in sse_events(r):
+        if o == "[DONE]":
+            done = True
+            continue
+        if o.get("usage") and o["usage"].get("completion_tokens") is not None:
+            usage_tokens = o["usage"]["completion_tokens"]
+        if "error" in o:
+            out["errors"] += 1
+        for ch in o.get("choices", []):
+            if ch.get("text") and texts is not None:
+                texts.append(ch["text"])
+            if ch.get("text"):
+                now = time.perf_counter()
+                if first is None:
+                    first = now
+                    out["ttft"].append((now - t0) * 1000)
+                else:
+                    out["itl"].append((now - last) * 1000)
+                last = now
+                chunks += 1
     c.close()
     if not done:
         out["errors"] += 1
