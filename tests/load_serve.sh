@@ -6,8 +6,10 @@
 #   - every answer is 200 or the documented 429/503 (hey's status table);
 #   - no session lost a turn: each one's turn count (GET /v1/sessions/ID)
 #     equals the turns its client saw succeed;
-#   - afterwards the pool is back to idle: with the sessions deleted, no
-#     page in use and nothing active or queued; and the server's RSS grew
+#   - afterwards the pool is back to idle: with the sessions deleted and
+#     the completions' checkpoints past their --checkpoint-ttl (2 s here;
+#     the server drops expired ones from memory once a second), no page in
+#     use and nothing active or queued; and the server's RSS grew
 #     by less than 64 MiB over a warmed-up start (no leak per request).
 # Prints "cases: P passed, F failed, S skipped" like the other tests.
 . "$(dirname "$0")/cli_lib.sh"
@@ -18,7 +20,7 @@ if [ ! -f "$G" ]; then skip_case load_serve "missing $G"; cli_summary; exit; fi
 if ! command -v hey > /dev/null; then skip_case load_serve "hey is not installed (apt-get install hey)"; cli_summary; exit; fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 URL="http://127.0.0.1:$port"
-"$K" serve -m "$G" --port "$port" --budget 64 -t 2 --parallel 16 --queue 32 --queue-timeout 5 --pool-mb 64 --sessions "$T/s" > "$T/serve.log" 2>&1 &
+"$K" serve -m "$G" --port "$port" --budget 64 -t 2 --parallel 16 --queue 32 --queue-timeout 5 --pool-mb 64 --sessions "$T/s" --checkpoint-ttl 2 > "$T/serve.log" 2>&1 &
 SP=$!
 trap 'kill -9 $SP 2>/dev/null; rm -rf "$T"' EXIT
 for _ in $(seq 1 100); do curl -s "$URL/health" | grep -q ok && break; sleep 0.1; done
@@ -85,7 +87,7 @@ if [ -z "$lost" ] && ! grep -q -E '^(unexpected|error)' "$T/sessions.txt" && [ "
 else ko load_no_session_lost "$lost $(head -n 3 "$T/sessions.txt")"; fi
 echo "# session turns: $counts"
 for i in 0 1 2 3 4 5 6 7; do curl -s -X DELETE "$URL/v1/sessions/load-$i" > /dev/null; done
-sleep 1
+sleep 4   # the checkpoints' TTL (2 s) and the once-a-second trim
 curl -s "$URL/metrics" > "$T/m.txt"
 used=$(awk '/^kvbound_pool_pages_used /{print $2}' "$T/m.txt"); act=$(awk '/^kvbound_sessions_active /{print $2}' "$T/m.txt")
 q=$(awk '/^kvbound_sessions_queued /{print $2}' "$T/m.txt"); rss1=$(rss)

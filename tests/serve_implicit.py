@@ -22,6 +22,8 @@ Cases (URL is a server's base address):
   metrics URL                 kvbound_implicit_* and kvbound_checkpoint* move as the turns say
   checkpoints_off URL         (--checkpoints 0) no turn resumes
   checkpoint_max URL          (--checkpoint-max 2) after 3 other conversations the first is gone
+  checkpoint_ttl URL          (--checkpoint-ttl 1) a checkpoint unused for 1 s leaves memory on an idle
+                              server (no page of the pool in use) and is not resumed
   prefill URL                 a prefill after a served history is not resumed
   key_order URL               a call's arguments sent back in another key order still resume
   completions URL             a stateless /v1/completions continuation resumes and equals session_id's
@@ -359,6 +361,23 @@ def case_checkpoint_max(url):
         fails.append("--checkpoint-max 2: conversation A's checkpoint outlived three others: %s" % implicit(a2))
     if not (implicit(d2) or {}).get("resumed") or (implicit(d2) or {}).get("resumed") != (implicit(rd) or {}).get("checkpoint"):
         fails.append("--checkpoint-max 2: the latest conversation's checkpoint %s was not resumed: %s" % ((implicit(rd) or {}).get("checkpoint"), implicit(d2)))
+
+
+def case_checkpoint_ttl(url):
+    import time
+    m = [dict(SYSTEM), {"role": "user", "content": "Conversation T: what time is it?"}]
+    r1 = turn(url, m, request_extra(1, "streaming"))
+    if r1["status"] != 200 or not (implicit(r1) or {}).get("checkpoint"):
+        fails.append("--checkpoint-ttl 1, turn 1: status %d, implicit %s" % (r1["status"], implicit(r1)))
+        return
+    held = metrics(url).get("kvbound_pool_pages_used", -1)
+    time.sleep(3)  # the TTL, and the server's once-a-second trim
+    left = metrics(url).get("kvbound_pool_pages_used", -1)
+    if held <= 0 or left != 0:
+        fails.append("--checkpoint-ttl 1: pool pages used %s after the turn, %s 3 s later (want > 0, then 0)" % (held, left))
+    r2 = turn(url, m + [r1["message"], {"role": "user", "content": "Go on."}], request_extra(1, "streaming"))
+    if r2["status"] != 200 or (implicit(r2) or {}).get("resumed") is not None:
+        fails.append("--checkpoint-ttl 1: an expired checkpoint was resumed: status %d, implicit %s" % (r2["status"], implicit(r2)))
 
 
 def case_prefill(url):

@@ -168,13 +168,16 @@ EOF
     fi
 fi
 
-# retention: --checkpoints 0 turns implicit sessions off; --checkpoint-max 2 keeps two in the store
+# retention: --checkpoints 0 turns implicit sessions off; --checkpoint-max 2 keeps two in the store; --checkpoint-ttl 1 frees an idle server's memory
 start off $ARGS --sessions "$T/soff" --checkpoints 0
 if [ -n "$URL" ]; then client implicit_retention_flags_checkpoints_0_never_resumes checkpoints_off "$URL"; kill $PID 2>/dev/null
 else ko implicit_retention_flags_checkpoints_0_never_resumes "the server did not start: $(tail -n 2 "$T/off.log" | tr '\n' ' ')"; fi
 start max $ARGS --sessions "$T/smax" --checkpoint-max 2
 if [ -n "$URL" ]; then client implicit_retention_flags_checkpoint_max_2_forgets_the_oldest checkpoint_max "$URL"; kill $PID 2>/dev/null
 else ko implicit_retention_flags_checkpoint_max_2_forgets_the_oldest "the server did not start: $(tail -n 2 "$T/max.log" | tr '\n' ' ')"; fi
+start ttl $ARGS --sessions "$T/sttl" --checkpoint-ttl 1 --prefix-cache 0   # no shared prefix holding pages
+if [ -n "$URL" ]; then client implicit_retention_flags_checkpoint_ttl_1_frees_memory checkpoint_ttl "$URL"; kill $PID 2>/dev/null
+else ko implicit_retention_flags_checkpoint_ttl_1_frees_memory "the server did not start: $(tail -n 2 "$T/ttl.log" | tr '\n' ' ')"; fi
 "$K" serve --help > "$T/help.txt" 2>&1
 miss=""
 for f in --checkpoints --checkpoint-max --checkpoint-mb --checkpoint-ttl; do grep -q -- "^ *$f " "$T/help.txt" || miss="$miss $f"; done

@@ -568,7 +568,9 @@ static void fetch_done(struct server *srv, struct job *j, struct store_req *r) {
 /* Checkpoints kept in memory (each conversation's latest, idle) obey the
  * store's limits too: unused past --checkpoint-ttl, then least recently
  * used past --checkpoint-max or --checkpoint-mb, they leave memory, so a
- * conversation the store forgot is not resumed from memory either. */
+ * conversation the store forgot is not resumed from memory either. Run at
+ * each checkpoint stored, and once a second by the loop, so an idle server
+ * gives back the pages of those that expired. */
 static void trim_checkpoints(struct server *srv) {
     struct sched *s = srv->sched;
     const double now = serve_now();
@@ -702,7 +704,7 @@ static void refuse_queue(struct server *srv) {
 static void *loop(void *arg) {
     struct server *srv = arg;
     struct sched *s = srv->sched;
-    double stop_deadline = 0;
+    double stop_deadline = 0, last_trim = 0;
     pthread_mutex_lock(&srv->mu);
     for (;;) {
         store_done(srv);
@@ -756,6 +758,10 @@ static void *loop(void *arg) {
                 continue;
             }
             pp = &j->next;
+        }
+        if (now - last_trim >= 1.0) {
+            trim_checkpoints(srv);
+            last_trim = now;
         }
         gauges_update(srv);
         if (!s->n_active && !s->n_reading) {
