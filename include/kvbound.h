@@ -467,12 +467,23 @@ struct kvb_cache_params {
                                  * zero, so the kept keys share 1 - its mass; copied; NULL: none.
                                  * Then decode and prefill take n_head == n_sink_heads. */
     int32_t n_sink_heads;
+    const uint8_t *recurrent;   /* [n_layer]: 1 where a layer keeps a fixed-size recurrent state
+                                 * instead of K/V (a hybrid model's Gated DeltaNet layers), or NULL;
+                                 * copied. Its streams stay empty: no policy, budget or sizing rule
+                                 * sees it, decode/prefill/append refuse it (kvb_cache_state) */
+    int32_t state_rows;         /* rows of one recurrent layer's state (with recurrent layers) */
+    int32_t state_row_floats;   /* floats per row; a row lies within one page of the pool, so
+                                 * state_row_floats * 4 <= kvb_cache_page_bytes */
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 
 /* Page size the cache needs: block_size * (K row bytes + V row bytes), K
  * rows then V rows. */
 size_t kvb_cache_page_bytes(const struct kvb_cache_params *params);
+/* Pages of the pool a cache's recurrent state takes, all its recurrent
+ * layers (rows packed whole into pages); 0 without; -1 when a row does not
+ * fit a page (kvb_cache_init refuses those params). */
+int64_t kvb_cache_state_pages(const struct kvb_cache_params *params);
 
 /* Creates an empty cache. pool == NULL gives the cache a private pool of
  * params->pool_bytes. A shared pool's page_bytes must equal
@@ -591,6 +602,17 @@ void kvb_cache_set_observer(struct kvb_cache *cache, kvb_attn_observer_fn fn, vo
 /* Evicts every stream of the layer down to its budget. Cannot fail. */
 void kvb_cache_evict(struct kvb_cache *cache, int32_t layer);
 
+/* The recurrent state of a recurrent layer (params.recurrent), for its next
+ * n_tok tokens: *rows receives params.state_rows row addresses, each row
+ * state_row_floats floats, writable in place (zero for a fresh or reset
+ * cache), and the layer's original position advances by n_tok. The state
+ * takes its pages from the pool at the first write, or copies the pages a
+ * fork shares (kvb_cache_reserve takes them ahead of a step). Errors:
+ * KVB_ERR_INVALID (not a recurrent layer, n_tok < 1), KVB_ERR_NOMEM (pool
+ * exhausted): the cache unchanged. The rows stay valid until the next call
+ * that takes or gives pages. */
+kvb_status kvb_cache_state(struct kvb_cache *cache, int32_t layer, int32_t n_tok, float *const **rows);
+
 /* Per-stream budget in tokens (0 = unbounded, full only). Takes effect at the
  * next evict/decode. For the snapkv family it is also the stream's budget at
  * the next kvb_cache_compress, and while a prompt is open it waits for that
@@ -642,6 +664,11 @@ struct kvb_cache_stats {
     int32_t window_layers;      /* layers bounded by the model's window */
     int64_t window_slots;       /* retained tokens of their streams */
     int64_t window_pages;       /* pages they hold */
+    /* recurrent layers (params.recurrent; all zero without): their state, included in
+     * bytes_used and pages_in_use; slots, slots_max and slots_min count K/V streams only */
+    int32_t state_layers;       /* recurrent layers */
+    int64_t state_pages;        /* pages their state holds (0 while it is zero) */
+    size_t state_bytes;         /* state_pages * page bytes */
 };
 void kvb_cache_get_stats(const struct kvb_cache *cache, struct kvb_cache_stats *out);
 /* Original positions of the tokens in a stream's recall area (attended

@@ -71,6 +71,7 @@ size_t kvb_cache_page_bytes(const struct kvb_cache_params *p) {
 }
 
 static kvb_status validate_params(const struct kvb_cache_params *p) {
+    kvb_status st_rec;
     if (p->n_layer < 1 || p->n_layer > 4096) return kvb_fail(KVB_ERR_INVALID, "cache: n_layer must be in 1..4096, got %d", (int)p->n_layer);
     if (p->n_kv_head < 1 || p->n_kv_head > KVB_MAX_KV_HEADS)
         return kvb_fail(KVB_ERR_INVALID, "cache: n_kv_head must be in 1..%d, got %d", KVB_MAX_KV_HEADS, (int)p->n_kv_head);
@@ -114,6 +115,7 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         for (int64_t i = 0; i < (int64_t)p->n_layer * p->n_sink_heads; i++)
             if (!isfinite(p->sinks[i])) return kvb_fail(KVB_ERR_INVALID, "cache: sinks[%lld] is not finite", (long long)i);
     }
+    if ((st_rec = kvb_state_validate(p, kvb_cache_page_bytes(p))) != KVB_OK) return st_rec;
     if (!(p->attn_softcap >= 0.0f) || !isfinite(p->attn_softcap))
         return kvb_fail(KVB_ERR_INVALID, "cache: attn_softcap must be finite and >= 0 (0: off), got %g", (double)p->attn_softcap);
     if (p->rope_swa.base != 0.0f) {
@@ -272,6 +274,11 @@ static void cow_swap(struct kvb_cache *c, const int32_t *list, int64_t n, uint8_
     }
 }
 
+/* Pages stream s of layer l needs for n_new more tokens: none in a recurrent layer (no K/V). */
+static int64_t pages_needed(const struct kvb_cache *c, int32_t l, const struct kvb_stream *s, int32_t n_new) {
+    return kvb_cache_is_recurrent(c, l) ? 0 : kvb_stream_pages_needed(&c->geom, s, n_new);
+}
+
 /* Reserves room for n_new tokens in every stream of layers [l0, l1), plus
  * attention scratch for G query heads and, when ring_heads > 0, the snapkv
  * family's query rings: array capacities first, then the pages from the pool
@@ -283,7 +290,8 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
     for (int32_t l = l0; l < l1; l++)
         for (int32_t h = 0; h < H; h++) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
-            const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
+            const int64_t np = pages_needed(c, l, s, n_new);
+            if (kvb_cache_is_recurrent(c, l)) continue;
             if (kvb_stream_reserve(&c->geom, s, s->v.n_pages + np, (int64_t)s->v.n + n_new + 1) != KVB_OK)
                 return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for slot metadata (layer %d)", (int)l);
             total += np + kvb_recall_pages_needed(c, (size_t)l * H + h);
@@ -322,7 +330,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
         for (int32_t l = l0; reqs && l < l1; l++)
             for (int32_t h = 0; h < H; h++) {
                 const struct kvb_stream *s = kvb_cache_stream(c, l, h);
-                const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new);
+                const int64_t np = pages_needed(c, l, s, n_new);
                 if (turns_long(c, s, np)) moving += s->v.n_pages;
             }
         if (total + moving > 64) got = kvb_malloc(sizeof(uint8_t *) * (size_t)(total + moving));
@@ -337,7 +345,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
             for (int32_t l = l0, r = 0; l < l1; l++)
                 for (int32_t h = 0; h < H; h++, r += 2) {
                     const struct kvb_stream *s = kvb_cache_stream(c, l, h);
-                    const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new), held = s->v.n_pages;
+                    const int64_t np = pages_needed(c, l, s, n_new), held = s->v.n_pages;
                     const bool move = pass == 0 && turns_long(c, s, np);
                     reqs[r] = move ? (struct kvb_pool_req){held + np, 0, NULL}
                                    : (struct kvb_pool_req){np, held, held ? s->pages[held - 1] : NULL};
@@ -362,7 +370,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
     for (int32_t l = l0; l < l1; l++)
         for (int32_t h = 0; h < H; h++) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
-            const int64_t np = kvb_stream_pages_needed(&c->geom, s, n_new), held = s->v.n_pages;
+            const int64_t np = pages_needed(c, l, s, n_new), held = s->v.n_pages;
             if (n_moved && turns_long(c, s, np)) {
                 for (int64_t i = 0; i < held; i++) { /* the page table keeps its order: slots do not change */
                     memcpy(got[k + i], s->pages[i], page_used_bytes(c));
@@ -408,6 +416,12 @@ kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head)
     const bool rings = (c->policy.iface->flags & KVB_PF_COMPRESS) && c->params.kv.policy.prefill_budget == 0;
     if ((st = reserve_layers(c, 0, c->params.n_layer, n_new, n_head / c->params.n_kv_head, rings ? n_head : 0)) != KVB_OK) return st;
     c->has_reserve = true;
+    const bool had_state = kvb_state_pages_held(c) > 0;
+    if ((st = kvb_state_prepare(c)) != KVB_OK) { /* the recurrent state's pages, or its copies of a fork's */
+        kvb_cache_unreserve(c);
+        return st;
+    }
+    c->state_reserved = !had_state && kvb_state_pages_held(c) > 0;
     update_peak(c);
     return KVB_OK;
 }
@@ -427,6 +441,8 @@ void kvb_cache_unreserve(struct kvb_cache *c) {
         c->reserved[i] = 0;
         kvb_recall_unreserve(c, i);
     }
+    if (c->state_reserved) kvb_state_release(c); /* a zero state again, as before (copies of a fork's pages stay: same bytes) */
+    c->state_reserved = false;
     c->has_reserve = false;
 }
 
@@ -465,7 +481,7 @@ static void update_peak(struct kvb_cache *c) {
     int64_t pages = 0;
     const int64_t n = (int64_t)c->params.n_layer * c->params.n_kv_head;
     for (int64_t i = 0; i < n; i++) pages += c->streams[i].v.n_pages;
-    pages += kvb_recall_pages_held(c);
+    pages += kvb_recall_pages_held(c) + kvb_state_pages_held(c);
     if (pages > c->pages_peak) c->pages_peak = pages;
 }
 
@@ -482,7 +498,7 @@ static void init_budgets(struct kvb_cache *c) {
         struct kvb_stream *s = &c->streams[i];
         s->v.target = s->window ? s->window : c->params.kv.policy.budget;
         s->v.budget = s->window ? s->window : compress ? c->params.kv.policy.prefill_budget : c->params.kv.policy.budget;
-        s->v.prompt_end = s->window && compress ? 0 : -1; /* a window layer has no prompt to compress */
+        s->v.prompt_end = (s->window || s->recurrent) && compress ? 0 : -1; /* a window or recurrent layer has no prompt to compress */
     }
     for (int32_t l = 0; l < c->params.n_layer; l++) c->ring_n[l] = 0;
 }
@@ -611,6 +627,12 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
         }
         c->own_pool = true;
     }
+    if ((st = kvb_state_init(c, params)) != KVB_OK) {
+        kvb_cache_free(c);
+        return st;
+    }
+    for (int32_t l = 0; c->recurrent && l < params->n_layer; l++)
+        for (int32_t h = 0; h < params->n_kv_head; h++) c->streams[(size_t)l * params->n_kv_head + h].recurrent = c->recurrent[l];
     if ((st = kvb_recall_init(c)) != KVB_OK) { /* after the pool: areas come from it */
         kvb_cache_free(c);
         return st;
@@ -635,6 +657,7 @@ void kvb_cache_free(struct kvb_cache *c) {
         }
     }
     kvb_recall_free(c); /* area pages back to the pool before it goes */
+    kvb_state_free(c);
     kvb_head_scratch_free_array(c->scratch, c->params.n_kv_head);
     if (c->own_pool) kvb_pool_free(c->pool);
     if (c->ring_q)
@@ -652,6 +675,7 @@ void kvb_cache_reset(struct kvb_cache *c) {
         kvb_stream_clear(&c->streams[i], c->pool);
     }
     kvb_recall_reset(c);
+    kvb_state_release(c);
     for (int32_t l = 0; l < c->params.n_layer; l++) c->n_past[l] = 0;
     c->has_reserve = false;
     init_budgets(c);
@@ -710,6 +734,11 @@ kvb_status kvb_cache_fork(struct kvb_cache *src, struct kvb_cache **out) {
             return st;
         }
     }
+    if ((st = kvb_state_fork(src, c)) != KVB_OK) { /* the recurrent state's pages: shared too */
+        kvb_cache_free(c);
+        return st;
+    }
+    kvb_state_mark_shared(src);
     for (size_t i = 0; i < n_streams; i++) {
         src->streams[i].cow = src->streams[i].v.n_pages > 0;
         c->streams[i].cow = c->streams[i].v.n_pages > 0;
@@ -774,6 +803,7 @@ static bool worth_threads(const struct kvb_cache *c, int32_t layer, int32_t n_to
     return (int64_t)n_tok * n_head * keys * c->params.head_dim >= (1 << 16) && c->params.n_kv_head > 1;
 }
 
+static kvb_status check_kv_layer(const struct kvb_cache *c, int32_t layer, const char *what);
 static kvb_status check_layer(const struct kvb_cache *c, int32_t layer) {
     if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
     if (layer < 0 || layer >= c->params.n_layer)
@@ -800,7 +830,7 @@ static kvb_status check_pos(const struct kvb_cache *c, int32_t layer, int64_t n_
 
 kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, int32_t n_head, const float *k,
                             const float *v, float *out, struct kvb_threadpool *tp) {
-    kvb_status st = check_layer(c, layer);
+    kvb_status st = check_kv_layer(c, layer, "cache_decode");
     if (st != KVB_OK) return st;
     if ((st = check_heads(c, n_head)) != KVB_OK) return st;
     if (!q || !k || !v || !out) return kvb_fail(KVB_ERR_INVALID, "cache_decode: q, k, v and out must not be NULL");
@@ -818,7 +848,7 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
 }
 
 kvb_status kvb_cache_append(struct kvb_cache *c, int32_t layer, const float *k, const float *v) {
-    kvb_status st = check_layer(c, layer);
+    kvb_status st = check_kv_layer(c, layer, "cache_append");
     if (st != KVB_OK) return st;
     if ((st = check_pos(c, layer, 1)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, 1, 1)) != KVB_OK) return st;
@@ -1044,12 +1074,12 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
 }
 
 static bool prompt_open(const struct kvb_cache *c, int32_t layer) {
-    return (c->policy.iface->flags & KVB_PF_COMPRESS) && !c->window[layer] && kvb_cache_stream(c, layer, 0)->v.prompt_end < 0;
+    return (c->policy.iface->flags & KVB_PF_COMPRESS) && !c->window[layer] && !kvb_cache_is_recurrent(c, layer) && kvb_cache_stream(c, layer, 0)->v.prompt_end < 0;
 }
 
 kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, const float *q, int32_t n_head,
                              const float *k, const float *v, float *out, struct kvb_threadpool *tp) {
-    kvb_status st = check_layer(c, layer);
+    kvb_status st = check_kv_layer(c, layer, "cache_prefill");
     if (st != KVB_OK) return st;
     if ((st = check_heads(c, n_head)) != KVB_OK) return st;
     if (n_tok < 1 || n_tok > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_prefill: n_tok must be in 1..1048576, got %d", (int)n_tok);
@@ -1191,6 +1221,7 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
     o->slots_min = INT32_MAX;
     for (size_t i = 0; i < n_streams; i++) {
         const struct kvb_stream *s = &c->streams[i];
+        if (s->recurrent) continue; /* no K/V: its state is counted below */
         o->pages_in_use += s->v.n_pages;
         o->slots += s->v.n;
         o->slots_max = KVB_MAX(o->slots_max, s->v.n);
@@ -1202,6 +1233,11 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
         }
     }
     for (int32_t l = 0; l < c->params.n_layer; l++) o->window_layers += c->window[l] > 0;
+    o->state_layers = c->n_rec;
+    o->state_pages = kvb_state_pages_held(c);
+    o->state_bytes = (size_t)o->state_pages * pb;
+    o->pages_in_use += o->state_pages;
+    if (o->slots_min == INT32_MAX) o->slots_min = 0;
     const int64_t area = kvb_recall_pages_held(c);
     o->pages_in_use += area;
     o->recall_bytes = (size_t)area * pb;
@@ -1232,6 +1268,41 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
     struct kvb_pool_stats ps;
     kvb_pool_get_stats(c->pool, &ps);
     o->pages_free = ps.pages_free;
+}
+
+/* ------------------------------------------------------------------------ */
+/* recurrent layers (state.c holds their pages)                             */
+/* ------------------------------------------------------------------------ */
+
+static kvb_status check_kv_layer(const struct kvb_cache *c, int32_t layer, const char *what) {
+    kvb_status st = check_layer(c, layer);
+    if (st == KVB_OK && kvb_cache_is_recurrent(c, layer))
+        return kvb_fail(KVB_ERR_INVALID, "%s: layer %d is recurrent: it keeps a state (kvb_cache_state), no K/V", what, (int)layer);
+    return st;
+}
+
+int64_t kvb_cache_state_pages(const struct kvb_cache_params *p) {
+    if (!p || !p->recurrent) return 0;
+    const int64_t per = kvb_state_layer_pages(p, kvb_cache_page_bytes(p));
+    if (per <= 0) return per;
+    int64_t n = 0;
+    for (int32_t l = 0; l < p->n_layer; l++) n += p->recurrent[l] != 0;
+    return n * per;
+}
+
+kvb_status kvb_cache_state(struct kvb_cache *c, int32_t layer, int32_t n_tok, float *const **rows) {
+    kvb_status st = check_layer(c, layer);
+    if (st != KVB_OK) return st;
+    if (!rows) return kvb_fail(KVB_ERR_INVALID, "cache_state: rows must not be NULL");
+    if (!kvb_cache_is_recurrent(c, layer)) return kvb_fail(KVB_ERR_INVALID, "cache_state: layer %d is not recurrent", (int)layer);
+    if (n_tok < 1 || n_tok > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_state: n_tok must be in 1..1048576, got %d", (int)n_tok);
+    if ((st = check_pos(c, layer, n_tok)) != KVB_OK) return st;
+    if ((st = kvb_state_prepare(c)) != KVB_OK) return st;
+    c->has_reserve = c->state_reserved = false; /* what follows writes */
+    *rows = kvb_state_layer_rows(c, layer);
+    c->n_past[layer] += n_tok;
+    update_peak(c);
+    return KVB_OK;
 }
 
 /* ------------------------------------------------------------------------ */

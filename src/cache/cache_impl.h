@@ -7,12 +7,14 @@
  *   cache_io.c images (save/restore)
  *   recall.c   reversible eviction: evicted rows to the cold tier (cold.c),
  *              page summaries, scoring, the recall area
+ *   state.c    the recurrent state of a hybrid model's layers (params.recurrent):
+ *              fixed-size rows in pool pages, shared copy-on-write by forks
  * A cache is n_layer x n_kv_head streams (layer-major) sharing one geometry.
  *
  * Files call one way (tests/src_layers.py): cache_io.c -> cache.c ->
  * attend.c -> recall.c -> cold.c; cache.c also calls stream.c, pool.c,
- * recall.c, cold.c and kv_params.c (which calls none of them); stream.c ->
- * pool.c. All of them read the layout below, but none calls a file above
+ * recall.c, cold.c, state.c and kv_params.c (which calls none of them);
+ * cache_io.c also calls state.c; stream.c -> pool.c; state.c -> pool.c. All of them read the layout below, but none calls a file above
  * it: cache.c prepares what the workers need (slots, scratch, recall pages)
  * before attend.c runs, attend.c reaches recall only through
  * kvb_recall_area and kvb_recall_refresh, and recall.c takes from the cache
@@ -95,7 +97,42 @@ struct kvb_cache {
     struct kvb_cold_geom cold_geom;
     bool recall_paused;               /* kvb_cache_set_recall(false): evictions still go cold */
     float *recall_cs_step;            /* capped: cos/sin of -k * inv_freq, k < block_size ([B][2 * n_pairs]) */
+    /* recurrent state (state.c): params.recurrent layers keep no K/V (their
+     * streams stay empty) but state_rows rows of state_row_floats floats each */
+    uint8_t *recurrent;               /* [n_layer] copy of params.recurrent, or NULL */
+    int32_t *rec_slot;                /* [n_layer] index among the recurrent layers, -1 for the others */
+    int32_t n_rec;                    /* recurrent layers (0: none) */
+    int32_t state_ppl;                /* pages per recurrent layer */
+    uint8_t **state_pages;            /* [n_rec * state_ppl]: all NULL while the state is zero */
+    float **state_rows;               /* [n_rec * state_rows] each row's address in its page */
+    bool state_cow;                   /* pages may be shared with a fork: copy before writing */
+    bool state_reserved;              /* the last kvb_cache_reserve took the state's first pages (unreserve gives them back) */
 };
+
+static inline bool kvb_cache_is_recurrent(const struct kvb_cache *c, int32_t layer) {
+    return c->recurrent && c->recurrent[layer];
+}
+
+/* state.c */
+/* Pages one recurrent layer's state takes at page_bytes (0 without; -1: a row exceeds a page). */
+int64_t kvb_state_layer_pages(const struct kvb_cache_params *p, size_t page_bytes);
+kvb_status kvb_state_validate(const struct kvb_cache_params *p, size_t page_bytes);
+/* The cache's tables (no pages: the state starts at zero); kvb_state_free releases all. */
+kvb_status kvb_state_init(struct kvb_cache *c, const struct kvb_cache_params *params);
+void kvb_state_free(struct kvb_cache *c);
+/* Back to zero: the pages go back to the pool. */
+void kvb_state_release(struct kvb_cache *c);
+/* Makes the state writable: takes its pages (zeroed) or copies the ones a
+ * fork shares, all or nothing (KVB_ERR_NOMEM: unchanged). */
+kvb_status kvb_state_prepare(struct kvb_cache *c);
+/* dst (fresh, same params and pool) holds src's state pages too; both copy on write. */
+kvb_status kvb_state_fork(const struct kvb_cache *src, struct kvb_cache *dst);
+void kvb_state_mark_shared(struct kvb_cache *c);
+int64_t kvb_state_pages_held(const struct kvb_cache *c);
+/* A recurrent layer's rows (NULL while the state is zero or for another layer). */
+float *const *kvb_state_layer_rows(const struct kvb_cache *c, int32_t layer);
+/* The state from an image: n_rec * state_rows rows of state_row_floats floats, packed. */
+kvb_status kvb_state_restore(struct kvb_cache *c, const void *rows);
 
 static inline struct kvb_stream *kvb_cache_stream(const struct kvb_cache *c, int32_t layer, int32_t head) {
     return &c->streams[(size_t)layer * (size_t)c->params.n_kv_head + (size_t)head];

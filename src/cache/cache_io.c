@@ -19,6 +19,9 @@
  *           i32 has_ff_swa [f32 ff[n_dims/2]], f32 attn_softcap (sliding-window layers, Gemma)
  *   flags 8: i32 n_sink_heads, f32 sinks[n_layer][n_sink_heads] before n_past (learned sink
  *           logits, gpt-oss)
+ *   flags 32: then u8 recurrent[n_layer] i32 state_rows state_row_floats (a hybrid model's
+ *           recurrent layers), and after the streams u8 has_state and, when 1, the state's
+ *           rows (f32 [n_recurrent][state_rows][state_row_floats]); 0: the state is zero
  *   flags 16: then i32 keep (kv.keep > 0, the pinned span; an image of a build without it
  *           is refused by its flags)
  *   version 4 (flags 1, written for a cache with recall) adds, after n_state:
@@ -59,7 +62,8 @@
 #define IMAGE_WINDOWS 4u            /* flags bit (versions 3, 4): a model's windows, rope_swa, softcap follow no_rope */
 #define IMAGE_SINKS 8u              /* flags bit (versions 3, 4): the sink logits come before n_past */
 #define IMAGE_KEEP 16u              /* flags bit (versions 3, 4): i32 keep (the pinned span) follows the windows */
-#define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP)
+#define IMAGE_STATE 32u             /* flags bit (version 3): recurrent layers follow keep; their state follows the streams */
+#define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP | IMAGE_STATE)
 
 /* ---- writer ---- */
 struct wbuf {
@@ -127,7 +131,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_u32(&w, c->recall ? KVB_CACHE_VERSION_RECALL : KVB_CACHE_VERSION);
     const bool windows = p->kv.n_layers > 0 || p->rope_swa.base > 0 || p->attn_softcap > 0;
     w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u) | (c->sinks ? IMAGE_SINKS : 0u) |
-                  (p->kv.keep ? IMAGE_KEEP : 0u));
+                  (p->kv.keep ? IMAGE_KEEP : 0u) | (c->n_rec ? IMAGE_STATE : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -150,6 +154,11 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
         w_f32(&w, p->attn_softcap);
     }
     if (p->kv.keep) w_i32(&w, p->kv.keep);
+    if (c->n_rec) {
+        w_bytes(&w, c->recurrent, (size_t)p->n_layer);
+        w_i32(&w, p->state_rows);
+        w_i32(&w, p->state_row_floats);
+    }
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     if (c->recall) {
         struct kvb_cold_counts cc;
@@ -181,6 +190,13 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
         w_bytes(&w, s->free_slots, sizeof(int32_t) * (size_t)s->n_free);
     }
     if (c->recall) save_recall(c, &w);
+    if (c->n_rec) {
+        const bool has = kvb_state_pages_held(c) > 0;
+        const uint8_t flag = has ? 1 : 0;
+        w_bytes(&w, &flag, 1);
+        for (size_t i = 0; has && i < (size_t)c->n_rec * (size_t)p->state_rows; i++)
+            w_bytes(&w, c->state_rows[i], sizeof(float) * (size_t)p->state_row_floats);
+    }
     uint32_t crc = w.oom ? 0 : kvb_crc32(0, w.p, w.n);
     w_u32(&w, crc);
     if (w.oom) {
@@ -398,6 +414,17 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         if (!r_i32(&r, &p.kv.keep, "keep")) return TRUNC();
         if (p.kv.keep < 1) return kvb_fail(KVB_ERR_CORRUPT, "cache image: keep %d with flags 16 (a pinned span)", (int)p.kv.keep);
     }
+    uint8_t rec_layers[4096]; /* kvb_cache_init copies them and checks the rows against the page size */
+    if (flags & IMAGE_STATE) {
+        if (p.n_layer < 1 || p.n_layer > 4096) return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_layer %d out of range", (int)p.n_layer);
+        if (!r_bytes(&r, rec_layers, (size_t)p.n_layer, "recurrent") || !r_i32(&r, &p.state_rows, "state_rows") ||
+            !r_i32(&r, &p.state_row_floats, "state_row_floats"))
+            return TRUNC();
+        int32_t n_rec = 0;
+        for (int32_t l = 0; l < p.n_layer; l++) n_rec += rec_layers[l] == 1;
+        if (n_rec == 0) return kvb_fail(KVB_ERR_CORRUPT, "cache image: flags 32 (recurrent layers) without a recurrent layer");
+        p.recurrent = rec_layers;
+    }
     int32_t paused = 0;
     int64_t dropped = 0, total_cold = 0, image_cold_mem = 0;
     if (version == KVB_CACHE_VERSION_RECALL) {
@@ -549,6 +576,28 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         c->recall_paused = paused != 0;
         c->params.kv.recall.cold_mem_bytes = (size_t)image_cold_mem; /* as configured (the store holds at least the image's pages) */
         kvb_cold_note_dropped(c->cold, dropped);
+    }
+    if (c->n_rec) {
+        uint8_t has = 0;
+        if (!r_bytes(&r, &has, 1, "has_state")) { kvb_cache_free(c); return TRUNC(); }
+        const size_t bytes = (size_t)c->n_rec * (size_t)p.state_rows * (size_t)p.state_row_floats * sizeof(float);
+        if (has > 1 || (has && bytes > r.n - r.at)) {
+            kvb_cache_free(c);
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: the recurrent state (%zu bytes, has_state %d) does not fit the image", bytes, (int)has);
+        }
+        if (has) {
+            if ((st = kvb_state_restore(c, r.p + r.at)) != KVB_OK) {
+                kvb_cache_free(c);
+                return st;
+            }
+            r.at += bytes;
+        }
+        for (int32_t l = 0; l < p.n_layer; l++)
+            for (int32_t h = 0; h < p.n_kv_head; h++)
+                if (c->recurrent[l] && c->streams[(size_t)l * p.n_kv_head + h].v.n_pages) {
+                    kvb_cache_free(c);
+                    return kvb_fail(KVB_ERR_CORRUPT, "cache image: recurrent layer %d holds K/V pages", (int)l);
+                }
     }
     if (r.at != r.n) {
         kvb_cache_free(c);
