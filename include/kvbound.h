@@ -767,6 +767,11 @@ struct kvb_model_info {
     int32_t n_moe_layers;     /* layers with experts (the others are dense) */
     size_t expert_bytes_per_token; /* weight bytes of the experts one token reads (n_expert_used of each MoE layer) */
     int32_t n_ff_shexp;       /* the shared experts' FFN width (run on every token of an MoE layer), 0 without */
+    int32_t n_rec_layers;        /* Gated DeltaNet layers (no KV cache) */
+    int32_t ssm_conv, ssm_state, ssm_groups, ssm_heads; /* K, Dk(=Dv), Hk, Hv; 0 without */
+    int32_t n_nextn_layers;      /* MTP layers in the file, loaded and not run */
+    bool attn_gated;             /* attention output times sigmoid(a gate the query projection yields) (qwen35) */
+    size_t state_bytes;          /* a sequence's recurrent state, all layers */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

@@ -63,8 +63,12 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
         f->q8->d = kvb_malloc(sizeof(float) * (T * widest / 32 + 1));
         f->q8->s = kvb_malloc(sizeof(int16_t) * (T * widest / 16 + 1));
     }
+    if (in->attn_gated) {
+        f->qg = kvb_malloc(sizeof(float) * T * 2 * QD);
+        f->gate = kvb_malloc(sizeof(float) * T * QD);
+    }
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->q8->s || !f->pass.cr0 || !f->pass.cT || !f->pass.one ||
-        kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK) {
+        (in->attn_gated && (!f->qg || !f->gate)) || kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK || kvb_rec_buf_init(&f->rec, in, rows) != KVB_OK) {
         kvb_fwd_free(f);
         return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
     }
@@ -87,6 +91,8 @@ void kvb_fwd_free(struct kvb_fwd *f) {
     if (f->q8) { kvb_free(f->q8->q); kvb_free(f->q8->d); kvb_free(f->q8->s); kvb_free(f->q8); }
     kvb_free(f->pass.cr0); kvb_free(f->pass.cT); kvb_free(f->pass.one);
     kvb_moe_buf_free(&f->moe);
+    kvb_rec_buf_free(&f->rec);
+    kvb_free(f->qg); kvb_free(f->gate);
     memset(f, 0, sizeof *f);
 }
 
@@ -135,13 +141,21 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     cp.attn_softcap = m->attn_softcap;
     cp.sinks = m->sinks;
     cp.n_sink_heads = m->sinks ? in->n_head : 0;
+    if (m->recurrent) { /* the Gated DeltaNet layers' state: Hv*Dk rows of Dv floats, then the conv history */
+        cp.recurrent = m->recurrent;
+        cp.state_rows = kvb_rec_state_rows(in);
+        cp.state_row_floats = in->ssm_state;
+    }
     return cp;
 }
 
 bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_params *p) {
     const struct kvb_model_info *in = &m->info;
     if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->rope.type != in->rope_type ||
-        !kvb_model_no_rope_matches(m, p->no_rope) || p->attn_softcap != m->attn_softcap || !p->sinks != !m->sinks)
+        !kvb_model_no_rope_matches(m, p->no_rope) || p->attn_softcap != m->attn_softcap || !p->sinks != !m->sinks || !p->recurrent != !m->recurrent)
+        return false;
+    if (m->recurrent && (memcmp(p->recurrent, m->recurrent, (size_t)in->n_layer) || p->state_rows != kvb_rec_state_rows(in) ||
+                         p->state_row_floats != in->ssm_state))
         return false;
     if (m->sinks && (p->n_sink_heads != in->n_head || memcmp(p->sinks, m->sinks, sizeof(float) * (size_t)in->n_layer * (size_t)in->n_head)))
         return false;
@@ -161,7 +175,13 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
     struct kvb_kv_params k = *kv; /* the model's windows, not the caller's */
     k.layers = m->swa_layers;
     k.n_layers = m->swa_layers ? in->n_swa_layers : 0;
-    return kvb_kv_seq_bytes(&k, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
+    if (!m->recurrent) return kvb_kv_seq_bytes(&k, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
+    /* a hybrid model: K/V in its attention layers only, and the recurrent state's pages */
+    const struct kvb_cache_params cp = kvb_model_cache_params(m, kv, 0, n_ctx);
+    const int64_t state_pages = kvb_cache_state_pages(&cp);
+    const size_t attn = kvb_kv_seq_bytes(&k, in->n_layer - in->n_rec_layers, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
+    if (state_pages < 0 || (!attn && in->n_layer > in->n_rec_layers)) return 0;
+    return attn + (size_t)state_pages * ((kvb_cache_page_bytes(&cp) + 63) & ~(size_t)63);
 }
 
 kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_params *params, struct kvb_context **out) {
@@ -336,12 +356,25 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
     const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim;
     const int32_t R = f->pass.n_rows;
     const float *xin = pre_norm(m, f, L->attn_norm, R, E);
+    if (m->recurrent && m->recurrent[l]) { /* a Gated DeltaNet layer: a recurrent state instead of K/V */
+        kvb_status st = kvb_rec_layer(m, tp, f, seg, n_seg, l, xin, f->tmp);
+        if (st != KVB_OK) return st;
+        residual(m, f->x, f->tmp, L->post_attn_norm, R, E);
+        return KVB_OK;
+    }
     {
         const struct kvb_mat *w[3] = {&L->wq, &L->wk, &L->wv};
-        float *y[3] = {f->q, f->k, f->v};
-        const int64_t ld[3] = {QD, KD, KD};
+        float *y[3] = {m->q_gate ? f->qg : f->q, f->k, f->v};
+        const int64_t ld[3] = {m->q_gate ? 2 * QD : QD, KD, KD};
         kvb_fwd_mm_group(tp, f->q8, &f->pass, w, 3, xin, E, y, ld);
     }
+    if (m->q_gate) /* each head's query rows, then its gate's (qwen35) */
+        for (int32_t t = 0; t < R; t++)
+            for (int32_t h = 0; h < in->n_head; h++) {
+                const float *src = f->qg + (size_t)t * 2 * QD + (size_t)h * 2 * in->head_dim;
+                memcpy(f->q + (size_t)t * QD + (size_t)h * in->head_dim, src, sizeof(float) * (size_t)in->head_dim);
+                memcpy(f->gate + (size_t)t * QD + (size_t)h * in->head_dim, src + in->head_dim, sizeof(float) * (size_t)in->head_dim);
+            }
     shape_qk(m, L, f, seg, n_seg, l);
     for (int32_t i = 0; i < n_seg; i++) {
         const struct kvb_fwd_seg *g = &seg[i];
@@ -351,6 +384,8 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
                                   : kvb_cache_prefill(g->cache, l, g->T, q, in->n_head, k, v, att, tp);
         if (st != KVB_OK) return st;
     }
+    if (m->q_gate)
+        for (size_t i = 0; i < (size_t)R * (size_t)QD; i++) f->att[i] *= 1.0f / (1.0f + expf(-f->gate[i]));
     kvb_fwd_mm(tp, f->q8, &f->pass, &L->wo, f->att, QD, f->tmp, E);
     kvb_fwd_scale_rows(f->tmp, R, E, L->s_o);
     kvb_fwd_add_bias(f->tmp, R, E, L->bo);

@@ -4,9 +4,9 @@
  * comments: every matrix is row-major [n_out][n_in], y = W x.
  *
  * Files call one way (tests/src_layers.py): batch.c -> forward.c (contexts,
- * the layers of a pass) -> moe.c (the experts) -> ffn.c (a pass's matmuls,
- * scales, biases, gated activations, the dense FFN), which forward.c calls
- * too; export.c -> model.c (loading) -> family.c (the families as data).
+ * the layers of a pass) -> recurrent.c (the Gated DeltaNet layers) -> moe.c
+ * (the experts) -> ffn.c (a pass's matmuls, scales, biases, gated
+ * activations, the dense FFN), which forward.c and recurrent.c call too; export.c -> model.c (loading) -> family.c (the families as data).
  */
 #ifndef KVB_MODEL_H
 #define KVB_MODEL_H
@@ -71,6 +71,15 @@ struct kvb_layer {
     struct kvb_mat gate_shexp, up_shexp; /* [Fs][E] */
     struct kvb_mat down_shexp;           /* [E][Fs] */
     const float *gate_inp_shexp;         /* [E] or NULL */
+    /* Gated DeltaNet (model.recurrent[l]) */
+    struct kvb_mat ssm_qkv;            /* attn_qkv.weight [C][E] */
+    struct kvb_mat ssm_z;              /* attn_gate.weight [Hv*Dv][E] */
+    struct kvb_mat ssm_beta, ssm_alpha;/* ssm_beta.weight, ssm_alpha.weight [Hv][E] */
+    const float *ssm_conv;             /* ssm_conv1d.weight, ggml ne {K, C}: [C][K] row-major */
+    const float *ssm_dt;               /* ssm_dt.bias [Hv] */
+    const float *ssm_a;                /* ssm_a [Hv] (tensor name has no .weight) */
+    const float *ssm_norm;             /* ssm_norm.weight [Dv] */
+    struct kvb_mat ssm_out;            /* ssm_out.weight [E][Hv*Dv] */
 };
 
 struct kvb_model {
@@ -110,6 +119,8 @@ struct kvb_model {
     bool moe_norm;               /* the chosen experts' weights divided by their sum */
     float moe_scale;             /* then multiplied by this (expert_weights_scale); 1 */
     float *sinks;                /* [n_layer][n_head] learned attention-sink logits (gpt-oss), owned; or NULL */
+    uint8_t *recurrent;          /* [n_layer] 1: a Gated DeltaNet layer (no K/V), or NULL */
+    bool q_gate;                 /* attn_q holds query and gate per head (2D rows each) */
     /* YaRN as the file gave it (rope_freqs then holds the divisors made from it), for export */
     float yarn_factor;           /* 0: no YaRN */
     float yarn_beta_fast, yarn_beta_slow, yarn_log_mul; /* log_mul 0: the key was absent */
@@ -204,6 +215,17 @@ struct kvb_moe_buf {
     int64_t bytes_read;        /* expert weight bytes read since the last reset */
 };
 
+/* The buffers of the recurrent (Gated DeltaNet) layers (recurrent.c), for up to rows rows. */
+struct kvb_rec_buf {
+    float *mix, *y;            /* [rows][C] the projection before and after the conv */
+    float *z, *o;              /* [rows][Hv*Dv] the output gate, the heads' outputs */
+    float *beta, *g;           /* [rows][Hv] */
+    float *hist;               /* [K-1][C] one sequence's conv history */
+    float *const **rows;       /* [rows] each segment's state rows */
+    float *scratch;            /* [scratch_threads][kvb_gdn_scratch_floats] the chunked form's */
+    int32_t scratch_threads;
+};
+
 /* Activation buffers for up to `rows` rows. */
 struct kvb_fwd {
     int32_t rows;
@@ -213,6 +235,8 @@ struct kvb_fwd {
     struct kvb_q8_buf *q8; /* int8 activations of the decode rows */
     struct kvb_pass_rows pass; /* this pass (cr0, cT, one: [rows]) */
     struct kvb_moe_buf moe;    /* allocated for a model with experts */
+    struct kvb_rec_buf rec;    /* allocated for a model with recurrent layers */
+    float *qg, *gate;          /* [rows][Hq*2D], [rows][Hq*D]: a gated attention's query and gate (info.attn_gated) */
 };
 /* forward.c: the buffers of a pass (and of its experts: moe.c). */
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows);
@@ -259,6 +283,19 @@ void kvb_moe_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kv
 /* The router of one row: logits (n_expert) to the chosen experts and their
  * weights (k each), by m's gating, normalization and scale. */
 void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel, float *wt);
+
+/* ---- recurrent.c: below forward.c, calls ffn.c and the ops' kernels ---- */
+struct kvb_fwd_seg;
+/* Rows of a recurrent layer's state (Hv*Dk, then the conv history's) and of its conv history, rows of Dv floats. */
+int32_t kvb_rec_state_rows(const struct kvb_model_info *in);
+int32_t kvb_rec_conv_rows(const struct kvb_model_info *in);
+kvb_status kvb_rec_buf_init(struct kvb_rec_buf *b, const struct kvb_model_info *in, int32_t rows);
+void kvb_rec_buf_free(struct kvb_rec_buf *b);
+/* out[r] = the Gated DeltaNet layer l on xin[r] (its pre-norm applied) for the
+ * rows of the pass; each segment's state taken from and written back to its
+ * cache (kvb_cache_state: fails only as that does, KVB_ERR_NOMEM). */
+kvb_status kvb_rec_layer(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg, int32_t n_seg,
+                         int32_t l, const float *xin, float *out);
 
 /* ---- forward.c ---- */
 /* Room for the last-row logits of n segments (kvb_forward grows it itself;

@@ -1,0 +1,174 @@
+/*
+ * recurrent.c — the Gated DeltaNet layer of the hybrid families (qwen35,
+ * qwen35moe: three layers of four), as llama.cpp's delta-net graph computes
+ * it (src/models/qwen35.cpp build_layer_attn_linear):
+ *
+ *   mixed = x Wqkv^T [C]   z = x Wz^T [Hv*Dv]   beta = sigmoid(x Wb^T) [Hv]
+ *   g = softplus(x Wa^T + dt_bias) * a          (a = -exp(A_log), stored)
+ *   y = silu(causal depthwise conv_K(mixed))    (K - 1 inputs carried over)
+ *   q, k, v = the Hk, Hk and Hv heads of y;  q, k l2-normed (eps: rms_eps);
+ *   q /= sqrt(Dk);  v head h reads q/k head h % Hk (ggml's repeat)
+ *   per v head, state S [Dk][Dv]:  S *= e^g;  d = beta (v - S^T k);
+ *                                  S += k d^T;  o = S^T q
+ *   out = (rmsnorm(o per head) * ssm_norm * silu(z)) Wout^T
+ *
+ * The state lives in the sequence's cache (kvb_cache_state): per layer Hv*Dk
+ * rows of Dv floats (head h's rows from h*Dk), then the conv history, K - 1
+ * rows of C values packed into further rows of Dv floats. A decode step and
+ * a one-row prompt run the recurrent form, a prompt chunk the chunked form
+ * (src/ops/deltanet.c), each sequence alone, so a row's bits never depend on
+ * what shares the pass. The (sequence, head) pairs split over the threads.
+ *
+ * Calls: ffn.c (the projections), ops (the kernels); called by forward.c.
+ */
+#include "model.h"
+#include "../ops/deltanet.h"
+
+#include <math.h>
+
+int32_t kvb_rec_conv_rows(const struct kvb_model_info *in) {
+    const int64_t C = 2 * (int64_t)in->ssm_groups * in->ssm_state + (int64_t)in->ssm_heads * in->ssm_state;
+    return (int32_t)(((int64_t)(in->ssm_conv - 1) * C + in->ssm_state - 1) / in->ssm_state);
+}
+
+int32_t kvb_rec_state_rows(const struct kvb_model_info *in) {
+    return in->ssm_heads * in->ssm_state + kvb_rec_conv_rows(in);
+}
+
+kvb_status kvb_rec_buf_init(struct kvb_rec_buf *b, const struct kvb_model_info *in, int32_t rows) {
+    memset(b, 0, sizeof *b);
+    if (!in->n_rec_layers) return KVB_OK;
+    const size_t T = (size_t)rows, Hv = (size_t)in->ssm_heads, D = (size_t)in->ssm_state;
+    const size_t C = 2 * (size_t)in->ssm_groups * D + Hv * D;
+    b->mix = kvb_malloc(sizeof(float) * T * C);
+    b->y = kvb_malloc(sizeof(float) * T * C);
+    b->z = kvb_malloc(sizeof(float) * T * Hv * D);
+    b->o = kvb_malloc(sizeof(float) * T * Hv * D);
+    b->beta = kvb_malloc(sizeof(float) * T * Hv);
+    b->g = kvb_malloc(sizeof(float) * T * Hv);
+    b->hist = kvb_malloc(sizeof(float) * (size_t)KVB_MAX(in->ssm_conv - 1, 1) * C);
+    b->rows = kvb_malloc(sizeof(float *const *) * T);
+    if (!b->mix || !b->y || !b->z || !b->o || !b->beta || !b->g || !b->hist || !b->rows) {
+        kvb_rec_buf_free(b);
+        return kvb_fail(KVB_ERR_NOMEM, "out of memory for the recurrent layers' activations (%d rows)", (int)rows);
+    }
+    return KVB_OK;
+}
+
+void kvb_rec_buf_free(struct kvb_rec_buf *b) {
+    kvb_free(b->mix); kvb_free(b->y); kvb_free(b->z); kvb_free(b->o); kvb_free(b->beta); kvb_free(b->g);
+    kvb_free(b->hist); kvb_free(b->rows); kvb_free(b->scratch);
+    memset(b, 0, sizeof *b);
+}
+
+/* The conv history of a layer's state: (K - 1) x C values, packed into rows of
+ * D floats from row r0 on; to (gather) or from (scatter) hist. */
+static void conv_hist(float *const *rows, int32_t r0, int32_t D, float *hist, size_t n, bool gather) {
+    for (size_t at = 0; at < n; at += (size_t)D) {
+        const size_t len = KVB_MIN((size_t)D, n - at);
+        float *row = rows[r0 + (int32_t)(at / (size_t)D)];
+        if (gather) memcpy(hist + at, row, sizeof(float) * len);
+        else memcpy(row, hist + at, sizeof(float) * len);
+    }
+}
+
+static void l2norm(float *x, int32_t n, float eps, float scale) {
+    double ss = 0;
+    for (int32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float s = scale / fmaxf(sqrtf((float)ss), eps);
+    for (int32_t i = 0; i < n; i++) x[i] *= s;
+}
+
+struct rec_job {
+    const struct kvb_model_info *in;
+    const struct kvb_fwd_seg *seg;
+    struct kvb_rec_buf *b;
+    int32_t n_items;
+    size_t scratch_n;
+};
+
+static void rec_worker(int32_t ith, int32_t nth, void *arg) {
+    const struct rec_job *jb = arg;
+    const struct kvb_model_info *in = jb->in;
+    const int32_t Hk = in->ssm_groups, Hv = in->ssm_heads, D = in->ssm_state;
+    const int64_t C = 2 * (int64_t)Hk * D + (int64_t)Hv * D, VD = (int64_t)Hv * D;
+    const int32_t i0 = (int32_t)((int64_t)jb->n_items * ith / nth), i1 = (int32_t)((int64_t)jb->n_items * (ith + 1) / nth);
+    for (int32_t it = i0; it < i1; it++) {
+        const int32_t s = it / Hv, h = it % Hv, kh = h % Hk;
+        const struct kvb_fwd_seg *g = &jb->seg[s];
+        const float *y = jb->b->y + (size_t)g->r0 * C;
+        const float *q = y + (size_t)kh * D, *k = y + (size_t)Hk * D + (size_t)kh * D, *v = y + 2 * (size_t)Hk * D + (size_t)h * D;
+        const float *gg = jb->b->g + (size_t)g->r0 * Hv + h, *beta = jb->b->beta + (size_t)g->r0 * Hv + h;
+        float *o = jb->b->o + (size_t)g->r0 * VD + (size_t)h * D;
+        float *const *S = jb->b->rows[s] + (size_t)h * D;
+        if (g->decode || g->T == 1) kvb_gdn_recurrent(S, D, D, g->T, q, C, k, C, v, C, gg, beta, Hv, o, VD);
+        else kvb_gdn_chunked(S, D, D, g->T, q, C, k, C, v, C, gg, beta, Hv, o, VD, jb->b->scratch + (size_t)ith * jb->scratch_n);
+    }
+}
+
+kvb_status kvb_rec_layer(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg, int32_t n_seg,
+                         int32_t l, const float *xin, float *out) {
+    const struct kvb_model_info *in = &m->info;
+    const struct kvb_layer *L = &m->layers[l];
+    struct kvb_rec_buf *b = &f->rec;
+    const int32_t Hk = in->ssm_groups, Hv = in->ssm_heads, D = in->ssm_state, K = in->ssm_conv;
+    const int64_t E = in->n_embd, C = 2 * (int64_t)Hk * D + (int64_t)Hv * D, VD = (int64_t)Hv * D;
+    const int32_t R = f->pass.n_rows;
+    /* per-thread scratch of the chunked form, before anything changes */
+    const int32_t nth = tp ? kvb_threadpool_n_threads(tp) : 1;
+    const size_t sn = kvb_gdn_scratch_floats(D, D);
+    if (b->scratch_threads < nth) {
+        float *sc = kvb_malloc(sizeof(float) * sn * (size_t)nth);
+        if (!sc) return kvb_fail(KVB_ERR_NOMEM, "out of memory for the recurrent layers' scratch");
+        kvb_free(b->scratch);
+        b->scratch = sc;
+        b->scratch_threads = nth;
+    }
+    {
+        const struct kvb_mat *w[4] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
+        float *y[4] = {b->mix, b->z, b->beta, b->g};
+        const int64_t ld[4] = {C, VD, Hv, Hv};
+        kvb_fwd_mm_group(tp, f->q8, &f->pass, w, 4, xin, E, y, ld);
+    }
+    for (int64_t i = 0; i < (int64_t)R * Hv; i++) {
+        const int32_t h = (int32_t)(i % Hv);
+        b->beta[i] = 1.0f / (1.0f + expf(-b->beta[i]));
+        const float a = b->g[i] + L->ssm_dt[h];
+        b->g[i] = (a > 20.0f ? a : logf(1.0f + expf(a))) * L->ssm_a[h];
+    }
+    /* each sequence's state: its pages (the batch reserved them), its position advanced */
+    for (int32_t i = 0; i < n_seg; i++) {
+        kvb_status st = kvb_cache_state(seg[i].cache, l, seg[i].T, &b->rows[i]);
+        if (st != KVB_OK) return st;
+    }
+    const size_t nh = (size_t)(K - 1) * (size_t)C;
+    const int32_t conv_row0 = Hv * D;
+    const float eps = in->rms_eps, qs = 1.0f / sqrtf((float)D);
+    for (int32_t i = 0; i < n_seg; i++) {
+        const struct kvb_fwd_seg *g = &seg[i];
+        if (nh) conv_hist(b->rows[i], conv_row0, D, b->hist, nh, true);
+        kvb_ssm_conv(b->hist, L->ssm_conv, (int32_t)C, K, b->mix + (size_t)g->r0 * C, C, g->T, b->y + (size_t)g->r0 * C, C, true);
+        if (nh) conv_hist(b->rows[i], conv_row0, D, b->hist, nh, false);
+    }
+    for (int32_t t = 0; t < R; t++) {
+        float *y = b->y + (size_t)t * C;
+        for (int32_t h = 0; h < Hk; h++) {
+            l2norm(y + (size_t)h * D, D, eps, qs);
+            l2norm(y + (size_t)(Hk + h) * D, D, eps, 1.0f);
+        }
+    }
+    struct rec_job jb = {in, seg, b, n_seg * Hv, sn};
+    kvb_threadpool_run(n_seg * Hv > 1 ? tp : NULL, rec_worker, &jb);
+    /* gated RMS norm per head, then the output projection */
+    for (int32_t t = 0; t < R; t++)
+        for (int32_t h = 0; h < Hv; h++) {
+            float *o = b->o + (size_t)t * VD + (size_t)h * D;
+            const float *z = b->z + (size_t)t * VD + (size_t)h * D;
+            double ss = 0;
+            for (int32_t i = 0; i < D; i++) ss += (double)o[i] * o[i];
+            const float s = 1.0f / sqrtf((float)(ss / (double)D) + eps);
+            for (int32_t i = 0; i < D; i++) o[i] = o[i] * s * L->ssm_norm[i] * (z[i] / (1.0f + expf(-z[i])));
+        }
+    kvb_fwd_mm(tp, f->q8, &f->pass, &L->ssm_out, b->o, VD, out, E);
+    return KVB_OK;
+}
