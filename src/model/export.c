@@ -549,6 +549,8 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     if (!m->layers && st == KVB_OK) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
     if (m->layers) kvb_layers_neutral(m->layers, n_all);
     const int64_t Hv = sh->ssm_heads, Ds = sh->ssm_state, C = (2 * (int64_t)sh->ssm_groups + Hv) * Ds;
+    /* qwen35's real widths (a 5120 x 17408 FFN) held as q8_0 where large, as the experts are: the tiny shapes stay f32 */
+    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads ? rand_stack : rand_mat;
     for (int32_t l = 0; st == KVB_OK && l < n_all; l++) {
         struct kvb_layer *L = &m->layers[l];
         const bool rec = m->recurrent && l < sh->layers && m->recurrent[l];
@@ -565,11 +567,11 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->k_norm = const_vec(o, m->qk_norm_whole ? KD : D, 1.0f, true);
         }
         if (rec) { /* Gated DeltaNet: projections, conv taps, dt bias, A = -exp(A_log) in [-e, -1/e], the output norm */
-            if (st == KVB_OK) st = rand_mat(o, &L->ssm_qkv, E, C);
-            if (st == KVB_OK) st = rand_mat(o, &L->ssm_z, E, Hv * Ds);
-            if (st == KVB_OK) st = rand_mat(o, &L->ssm_beta, E, Hv);
-            if (st == KVB_OK) st = rand_mat(o, &L->ssm_alpha, E, Hv);
-            if (st == KVB_OK) st = rand_mat(o, &L->ssm_out, Hv * Ds, E);
+            if (st == KVB_OK) st = mat(o, &L->ssm_qkv, E, C);
+            if (st == KVB_OK) st = mat(o, &L->ssm_z, E, Hv * Ds);
+            if (st == KVB_OK) st = mat(o, &L->ssm_beta, E, Hv);
+            if (st == KVB_OK) st = mat(o, &L->ssm_alpha, E, Hv);
+            if (st == KVB_OK) st = mat(o, &L->ssm_out, Hv * Ds, E);
             float *a = const_vec(o, Hv, 0.0f, false);
             for (int64_t h = 0; a && h < Hv; h++) a[h] = -expf(urand(&o->rs));
             L->ssm_a = a;
@@ -579,10 +581,10 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             for (int64_t i = 0; cw && i < C * sh->ssm_conv; i++) cw[i] = 0.5f * urand(&o->rs);
             L->ssm_conv = cw;
         } else {
-            if (st == KVB_OK) st = rand_mat(o, &L->wq, E, m->q_gate ? 2 * QD : QD); /* qwen35: query and gate rows per head */
-            if (st == KVB_OK) st = rand_mat(o, &L->wk, E, KD);
-            if (st == KVB_OK) st = rand_mat(o, &L->wv, E, KD);
-            if (st == KVB_OK) st = rand_mat(o, &L->wo, QD, E);
+            if (st == KVB_OK) st = mat(o, &L->wq, E, m->q_gate ? 2 * QD : QD); /* qwen35: query and gate rows per head */
+            if (st == KVB_OK) st = mat(o, &L->wk, E, KD);
+            if (st == KVB_OK) st = mat(o, &L->wv, E, KD);
+            if (st == KVB_OK) st = mat(o, &L->wo, QD, E);
         }
         if (l >= sh->layers) { /* MTP: the projection of [embedding; hidden], its norms, and the head's norm */
             if (st == KVB_OK) st = rand_mat(o, &L->nextn_eh_proj, 2 * E, E);
@@ -613,10 +615,10 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
                 L->bo = const_vec(o, E, 0.0f, true);
             }
         } else {
-            if (st == KVB_OK) st = rand_mat(o, &L->w_gate, E, F);
-            if (st == KVB_OK) st = rand_mat(o, &L->w_up, E, F);
+            if (st == KVB_OK) st = mat(o, &L->w_gate, E, F);
+            if (st == KVB_OK) st = mat(o, &L->w_up, E, F);
         }
-        if (st == KVB_OK && !L->router.data) st = rand_mat(o, &L->w_down, F, E);
+        if (st == KVB_OK && !L->router.data) st = mat(o, &L->w_down, F, E);
         if (sh->bias) {
             L->bq = const_vec(o, QD, 0.0f, true);
             L->bk = const_vec(o, KD, 0.0f, true);
