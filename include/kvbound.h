@@ -747,7 +747,7 @@ void kvb_model_free(struct kvb_model *model);
 
 struct kvb_model_info {
     char arch[16];            /* "llama", "qwen2", "qwen3", "qwen3moe", "granite", "granitemoe", "mistral3", "smollm3", "olmo2", "phi3",
-                               * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek" */
+                               * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek", "olmoe", "qwen35", "qwen35moe" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -767,11 +767,13 @@ struct kvb_model_info {
     int32_t n_moe_layers;     /* layers with experts (the others are dense) */
     size_t expert_bytes_per_token; /* weight bytes of the experts one token reads (n_expert_used of each MoE layer) */
     int32_t n_ff_shexp;       /* the shared experts' FFN width (run on every token of an MoE layer), 0 without */
-    int32_t n_rec_layers;        /* Gated DeltaNet layers (no KV cache) */
-    int32_t ssm_conv, ssm_state, ssm_groups, ssm_heads; /* K, Dk(=Dv), Hk, Hv; 0 without */
-    int32_t n_nextn_layers;      /* MTP layers in the file, loaded and not run */
+    int32_t n_rec_layers;     /* Gated DeltaNet layers (recurrent state, no KV cache) among the n_layer */
+    int32_t ssm_conv, ssm_state, ssm_groups, ssm_heads; /* their conv taps K, head size Dk (= Dv), key heads Hk,
+                               * value heads Hv; 0 without */
+    int32_t n_nextn_layers;   /* multi-token-prediction layers in the file (beyond n_layer): loaded, not run */
+    size_t state_bytes;       /* one sequence's recurrent state over all its Gated DeltaNet layers: per layer
+                               * 4 x (Hv Dk Dv + (K - 1) C) bytes, C = 2 Hk Dk + Hv Dv; 0 without */
     bool attn_gated;             /* attention output times sigmoid(a gate the query projection yields) (qwen35) */
-    size_t state_bytes;          /* a sequence's recurrent state, all layers */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

@@ -741,6 +741,139 @@ TEST(shared_experts_and_dense_layers_are_bound_by_name) {
     refused(q2, &(struct edit){.key = "qwen2moe.expert_shared_feed_forward_length", .num = 320}, KVB_OK, "");
 }
 
+/* ---- qwen35, qwen35moe: the model data (the forward pass is forward.c's) ---- */
+
+/* Tensor by tensor, a's and b's files hold the same names, types, shapes and bytes. */
+static int same_tensors(const char *a, const char *b) {
+    struct gguf_file *fa, *fb;
+    if (kvb_gguf_open(a, &fa) != KVB_OK) return 0;
+    if (kvb_gguf_open(b, &fb) != KVB_OK) { kvb_gguf_close(fa); return 0; }
+    int ok = fa->n_tensors == fb->n_tensors;
+    if (!ok) printf("  %llu tensors, then %llu\n", (unsigned long long)fa->n_tensors, (unsigned long long)fb->n_tensors);
+    for (uint64_t i = 0; ok && i < fa->n_tensors; i++) {
+        const struct gguf_tensor *t = &fa->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.p);
+        const struct gguf_tensor *u = kvb_gguf_find_tensor(fb, name);
+        ok = u && u->type == t->type && !memcmp(u->ne, t->ne, sizeof t->ne) && u->nbytes == t->nbytes && !memcmp(u->data, t->data, (size_t)t->nbytes);
+        if (!ok) printf("  tensor %s differs after the round trip\n", name);
+    }
+    kvb_gguf_close(fa);
+    kvb_gguf_close(fb);
+    return ok;
+}
+
+/* tiny-qwen35, tiny-qwen35-mtp and tiny-qwen35moe written, loaded (every tensor bound: an unbound one is refused) and
+ * written again from what was bound: the same tensors, byte for byte; the layer kinds, shapes and sizes as data */
+TEST(qwen35_round_trip_binds_every_tensor_and_layer_kinds) {
+    static const char *const shapes[] = {"tiny-qwen35", "tiny-qwen35-mtp", "tiny-qwen35moe"};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        char a[128], b[128];
+        if (!write_shape(shapes[i], a, sizeof a)) FAILF("%s: mkmodel: %s", shapes[i], kvb_last_error());
+        struct kvb_model *m;
+        if (kvb_model_load(a, NULL, &m) != KVB_OK) FAILF("%s: load: %s", shapes[i], kvb_last_error());
+        struct kvb_model_info mi;
+        kvb_model_get_info(m, &mi);
+        const bool mtp = i == 1;
+        CHECK(mi.n_layer == 4 && mi.n_rec_layers == 3 && mi.n_nextn_layers == (mtp ? 1 : 0));
+        CHECK(mi.ssm_conv == 4 && mi.ssm_state == 16 && mi.ssm_groups == 2 && mi.ssm_heads == 4);
+        CHECK(mi.state_bytes == 3 * 4 * (4 * 16 * 16 + 3 * (2 * 2 * 16 + 4 * 16))); /* Hv Dk Dv + (K - 1) C floats a layer */
+        CHECK(mi.kv_bytes_per_token_f16 == 2 * 1 * 2 * 32 * 2);                     /* the one attention layer's K and V */
+        CHECK(m->recurrent && m->recurrent[0] && m->recurrent[1] && m->recurrent[2] && !m->recurrent[3]);
+        CHECK(m->q_gate && m->rope_sections[0] == 3 && m->rope_sections[1] == 3 && m->rope_sections[2] == 2 && m->rope_sections[3] == 0);
+        for (int l = 0; l < 3; l++) {
+            const struct kvb_layer *L = &m->layers[l];
+            CHECK(!L->wq.data && !L->wo.data && !L->q_norm && L->attn_norm && L->ffn_norm && !L->post_attn_norm);
+            CHECK(L->ssm_qkv.n_out == 2 * 2 * 16 + 4 * 16 && L->ssm_z.n_out == 64 && L->ssm_beta.n_out == 4 && L->ssm_alpha.n_out == 4);
+            CHECK(L->ssm_out.n_in == 64 && L->ssm_out.n_out == 64 && L->ssm_conv && L->ssm_dt && L->ssm_a && L->ssm_norm && L->ssm_a[0] < 0);
+        }
+        const struct kvb_layer *A = &m->layers[3];
+        CHECK(A->wq.n_out == 2 * 4 * 32 && A->wk.n_out == 2 * 32 && A->wo.n_in == 4 * 32 && A->q_norm && A->k_norm && !A->ssm_qkv.data);
+        if (mtp) CHECK(m->layers[4].nextn_eh_proj.n_in == 128 && m->layers[4].nextn_enorm && m->layers[4].nextn_hnorm &&
+                       m->layers[4].nextn_head_norm && !m->layers[4].nextn_embed.data && m->layers[4].wq.data);
+        CHECK(strstr(mi.features, "gated deltanet 3 of 4; gated attention") != NULL);
+        CHECK((strstr(mi.features, "MTP layers 1 (not run)") != NULL) == mtp);
+        if (i == 2) CHECK(mi.n_expert == 8 && mi.n_ff_exp == 32 && mi.n_ff_shexp == 48 && m->layers[0].gate_inp_shexp && m->layers[4 - 1].router.data);
+        snprintf(b, sizeof b, "%s/%s-again.gguf", g_dir, shapes[i]);
+        CHECK_OK(kvb_model_write_gguf(m, b, 0, NULL, NULL));
+        kvb_model_free(m);
+        if (!same_tensors(a, b)) FAILF("%s: not the same tensors after load and write", shapes[i]);
+        if (kvb_model_load(b, NULL, &m) != KVB_OK) FAILF("%s: reload: %s", shapes[i], kvb_last_error());
+        kvb_model_free(m);
+    }
+}
+
+/* recurrent[l] = (l + 1) % full_attention_interval != 0 over the layers that run (the family's rule, kvb_family_hybrid) */
+TEST(qwen35_recurrent_pattern_from_full_attention_interval) {
+    static const struct { int every, n; const char *want; } c[] = {{4, 8, "11101110"}, {3, 7, "1101101"}, {2, 4, "1010"}, {1, 3, "000"}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        struct kvb_model m;
+        memset(&m, 0, sizeof m);
+        m.info.n_layer = c[i].n;
+        m.info.ssm_conv = 4, m.info.ssm_state = 16, m.info.ssm_groups = 2, m.info.ssm_heads = 4;
+        m.full_attn_interval = c[i].every;
+        CHECK_OK(kvb_family_hybrid(&m));
+        char got[16] = {0};
+        int n = 0;
+        for (int l = 0; l < c[i].n; l++) { got[l] = m.recurrent[l] ? '1' : '0'; n += m.recurrent[l]; }
+        if (strcmp(got, c[i].want)) FAILF("interval %d over %d layers: %s, want %s", c[i].every, c[i].n, got, c[i].want);
+        CHECK(m.info.n_rec_layers == n && m.info.state_bytes == (size_t)n * 4 * (4 * 16 * 16 + 3 * (2 * 2 * 16 + 4 * 16)));
+        kvb_free(m.recurrent);
+    }
+    /* in a file: interval 2 makes layer 1 an attention layer, whose weights the file does not have */
+    char src[128];
+    if (!write_shape("tiny-qwen35", src, sizeof src)) FAILF("mkmodel: %s", kvb_last_error());
+    refused(src, &(struct edit){.key = "qwen35.full_attention_interval", .num = 2}, KVB_ERR_CORRUPT, "blk.1.attn_q.weight");
+    refused(src, &(struct edit){.key = "qwen35.full_attention_interval", .num = 0}, KVB_ERR_CORRUPT, "qwen35.full_attention_interval");
+    refused(src, &(struct edit){.key = "qwen35.full_attention_interval", .drop_key = true}, KVB_OK, ""); /* llama.cpp's default: 4 */
+}
+
+TEST(qwen35_missing_wrong_and_unknown_ssm_tensors_refused_by_name) {
+    char q[128], qm[128], mtp[128];
+    if (!write_shape("tiny-qwen35", q, sizeof q) || !write_shape("tiny-qwen35moe", qm, sizeof qm) || !write_shape("tiny-qwen35-mtp", mtp, sizeof mtp))
+        FAILF("mkmodel: %s", kvb_last_error());
+    /* a Gated DeltaNet tensor missing */
+    refused(q, &(struct edit){.drop = "blk.1.ssm_a"}, KVB_ERR_CORRUPT, "blk.1.ssm_a");
+    refused(q, &(struct edit){.drop = "blk.2.ssm_conv1d.weight"}, KVB_ERR_CORRUPT, "blk.2.ssm_conv1d.weight");
+    refused(qm, &(struct edit){.drop = "blk.0.attn_gate.weight"}, KVB_ERR_CORRUPT, "blk.0.attn_gate.weight");
+    /* one of the wrong shape: the conv taps as 256 values instead of [4, 128] */
+    refused(q, &(struct edit){.drop = "blk.0.ssm_conv1d.weight", .add = "blk.0.ssm_conv1d.weight"}, KVB_ERR_CORRUPT, "blk.0.ssm_conv1d.weight");
+    refused(q, &(struct edit){.drop = "blk.2.ssm_norm.weight", .add = "blk.2.ssm_norm.weight"}, KVB_ERR_CORRUPT, "blk.2.ssm_norm.weight");
+    /* unknown or unused: qwen3next's ssm_in, attention weights on a Gated DeltaNet layer, a bias the graph never reads, a stray scale */
+    refused(q, &(struct edit){.add = "blk.0.ssm_in.weight"}, KVB_ERR_UNSUPPORTED, "blk.0.ssm_in.weight");
+    refused(q, &(struct edit){.add = "blk.1.attn_q.weight"}, KVB_ERR_UNSUPPORTED, "blk.1.attn_q.weight");
+    refused(q, &(struct edit){.add = "blk.3.attn_q.bias"}, KVB_ERR_UNSUPPORTED, "blk.3.attn_q.bias");
+    refused(q, &(struct edit){.add = "blk.0.ssm_out.scale"}, KVB_ERR_UNSUPPORTED, "blk.0.ssm_out.scale");
+    refused(qm, &(struct edit){.add = "blk.3.ffn_gate_up_exps.weight"}, KVB_ERR_UNSUPPORTED, "blk.3.ffn_gate_up_exps.weight");
+    /* the MTP layer's own tensors are bound (required ones refused when missing) and counted */
+    refused(mtp, &(struct edit){.drop = "blk.4.nextn.eh_proj.weight"}, KVB_ERR_CORRUPT, "blk.4.nextn.eh_proj.weight");
+    refused(mtp, &(struct edit){.drop = "blk.4.nextn.shared_head_norm.weight"}, KVB_OK, "");
+    refused(mtp, &(struct edit){.add = "blk.4.nextn.mystery.weight"}, KVB_ERR_UNSUPPORTED, "blk.4.nextn.mystery.weight");
+    refused(mtp, &(struct edit){.key = "qwen35.nextn_predict_layers", .drop_key = true}, KVB_ERR_CORRUPT, "blk.4.attn_qkv.weight"); /* a 5th layer that runs: Gated DeltaNet */
+    refused(mtp, &(struct edit){.key = "qwen35.nextn_predict_layers", .num = 5}, KVB_ERR_CORRUPT, "qwen35.nextn_predict_layers");
+}
+
+TEST(qwen35_keys_that_change_the_math_refused_by_name) {
+    char q[128], qm[128];
+    if (!write_shape("tiny-qwen35", q, sizeof q) || !write_shape("tiny-qwen35moe", qm, sizeof qm)) FAILF("mkmodel: %s", kvb_last_error());
+    static const int32_t vision[4] = {2, 2, 2, 2}, wide[4] = {16, 16, 8, 0}, three[3] = {3, 3, 2}, text[4] = {4, 4, 4, 0};
+    /* a rotary pair left to the 4th (vision) section; sections over the head size; not four of them */
+    refused(q, &(struct edit){.key = "qwen35.rope.dimension_sections", .arr = vision, .n_arr = 4}, KVB_ERR_UNSUPPORTED, "qwen35.rope.dimension_sections");
+    refused(q, &(struct edit){.key = "qwen35.rope.dimension_sections", .arr = wide, .n_arr = 4}, KVB_ERR_CORRUPT, "qwen35.rope.dimension_sections");
+    refused(q, &(struct edit){.key = "qwen35.rope.dimension_sections", .arr = three, .n_arr = 3}, KVB_ERR_CORRUPT, "qwen35.rope.dimension_sections");
+    refused(q, &(struct edit){.key = "qwen35.rope.dimension_sections", .drop_key = true}, KVB_ERR_CORRUPT, "qwen35.rope.dimension_sections");
+    refused(q, &(struct edit){.key = "qwen35.rope.dimension_sections", .arr = text, .n_arr = 4}, KVB_OK, "");
+    /* the Gated DeltaNet shape: required keys, value heads of the key heads' size, value heads a multiple of key heads */
+    refused(q, &(struct edit){.key = "qwen35.ssm.state_size", .drop_key = true}, KVB_ERR_CORRUPT, "qwen35.ssm.state_size");
+    refused(q, &(struct edit){.key = "qwen35.ssm.inner_size", .num = 96}, KVB_ERR_UNSUPPORTED, "qwen35.ssm.inner_size");
+    refused(q, &(struct edit){.key = "qwen35.ssm.group_count", .num = 3}, KVB_ERR_CORRUPT, "qwen35.ssm.time_step_rank");
+    /* RoPE scaling is not implemented on these */
+    refused(q, &(struct edit){.key = "qwen35.rope.scaling.type", .str = "yarn"}, KVB_ERR_UNSUPPORTED, "qwen35.rope.scaling");
+    /* qwen35moe: feed_forward_length may be absent (its experts have their widths); a shared expert's scale is refused */
+    refused(qm, &(struct edit){.key = "qwen35moe.feed_forward_length", .drop_key = true}, KVB_OK, "");
+    refused(qm, &(struct edit){.add = "blk.0.ffn_up_shexp.scale"}, KVB_ERR_CORRUPT, "blk.0.ffn_up_shexp.scale"); /* 256 values, not 1 */
+}
+
 /* ---- gemma2, gemma3 ---- */
 
 TEST(gemma2_windows_and_softcaps_equal_reference) { check_family_n("tiny-gemma2", 4096, NT_MAX); }
@@ -914,6 +1047,10 @@ int main(void) {
     RUN(every_family_saves_and_restores_bounded_quantized_caches);
     RUN(unused_tensors_and_unknown_math_are_refused_by_name);
     RUN(shared_experts_and_dense_layers_are_bound_by_name);
+    RUN(qwen35_round_trip_binds_every_tensor_and_layer_kinds);
+    RUN(qwen35_recurrent_pattern_from_full_attention_interval);
+    RUN(qwen35_missing_wrong_and_unknown_ssm_tensors_refused_by_name);
+    RUN(qwen35_keys_that_change_the_math_refused_by_name);
     RUN(gemma2_windows_and_softcaps_equal_reference);
     RUN(gemma3_windows_at_their_own_rope_equal_reference);
     RUN(gemma_key_defaults_equal_reference);

@@ -115,6 +115,16 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         kvb_gguf_writer_u32(w, K("attention.sliding_window_pattern"), m->swa_period);
         kvb_gguf_writer_f32(w, K("rope.freq_base_swa"), m->rope_base_swa ? m->rope_base_swa : in->rope_base); /* 0: the global base */
     }
+    if (m->recurrent) { /* qwen35: the Gated DeltaNet shape, its pattern, the RoPE sections, the MTP layers */
+        kvb_gguf_writer_u32(w, K("ssm.conv_kernel"), (uint32_t)in->ssm_conv);
+        kvb_gguf_writer_u32(w, K("ssm.inner_size"), (uint32_t)(in->ssm_heads * in->ssm_state));
+        kvb_gguf_writer_u32(w, K("ssm.state_size"), (uint32_t)in->ssm_state);
+        kvb_gguf_writer_u32(w, K("ssm.time_step_rank"), (uint32_t)in->ssm_heads);
+        kvb_gguf_writer_u32(w, K("ssm.group_count"), (uint32_t)in->ssm_groups);
+        kvb_gguf_writer_u32(w, K("full_attention_interval"), (uint32_t)m->full_attn_interval);
+        kvb_gguf_writer_arr(w, K("rope.dimension_sections"), GGUF_T_INT32, m->rope_sections, 4);
+        if (in->n_nextn_layers > 0) kvb_gguf_writer_u32(w, K("nextn_predict_layers"), (uint32_t)in->n_nextn_layers);
+    }
     if (m->attn_softcap != 0) kvb_gguf_writer_f32(w, K("attn_logit_softcapping"), m->attn_softcap);
     if (m->final_softcap != 0) kvb_gguf_writer_f32(w, K("final_logit_softcapping"), m->final_softcap);
     if (m->yarn_factor) {
@@ -148,7 +158,7 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     kvb_gguf_writer_u32(w, "general.alignment", 32);
     kvb_gguf_writer_u32(w, K("context_length"), (uint32_t)in->n_ctx_train);
     kvb_gguf_writer_u32(w, K("embedding_length"), (uint32_t)in->n_embd);
-    kvb_gguf_writer_u32(w, K("block_count"), (uint32_t)in->n_layer);
+    kvb_gguf_writer_u32(w, K("block_count"), (uint32_t)(in->n_layer + in->n_nextn_layers)); /* the MTP layers are blocks too */
     kvb_gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
     kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
     kvb_gguf_writer_u32(w, K("attention.head_count_kv"), (uint32_t)in->n_head_kv);
@@ -255,6 +265,10 @@ struct shape {
     int32_t dense_lead;   /* the first layers dense (deepseek's leading_dense_block_count) */
     float moe_scale;      /* expert_weights_scale (deepseek); 0: none */
     bool oai;             /* gpt-oss: sinks, the output bias, the router's and experts' biases */
+    /* qwen35: Gated DeltaNet layers ((l + 1) % fa_every != 0) of ssm_heads value heads over ssm_groups key heads of ssm_state,
+     * ssm_conv taps; gated attention on the others; RoPE sections; nextn MTP layers after the layers; ssm_heads 0: none */
+    int32_t ssm_conv, ssm_state, ssm_groups, ssm_heads, fa_every, nextn;
+    int32_t sections[4];
 };
 
 static const struct shape k_shapes[] = {
@@ -302,6 +316,26 @@ static const struct shape k_shapes[] = {
     /* windows of 8 on the even layers, YaRN x4 from 8 (so both act within a test's prompts), sinks */
     {.name = "tiny-gpt-oss", .arch = "gpt-oss", 512, 256, 4, 4, 2, 256, 4096, .head_dim = 64, .rope_base = 150000.0f, .eps = 1e-5f, .bias = true,
      .window = 8, .swa_period = 2, .orig_ctx = 8, .yarn_factor = 4.0f, .experts = 8, .experts_used = 2, .ff_exp = 128, .oai = true},
+    /* Qwen3.5: three Gated DeltaNet layers and one gated attention layer; 2 key heads of 16 for 4 value heads, 4 taps; head 32
+     * (E 64 != 4 x 32) with 16 rotary dims in sections 3/3/2 (every pair the text position) */
+    {.name = "tiny-qwen35", .arch = "qwen35", 512, 64, 4, 4, 2, 128, 4096, .head_dim = 32, .rot = 16, .rope_base = 10000000.0f, .eps = 1e-6f,
+     .qk_norm = true, .ssm_conv = 4, .ssm_state = 16, .ssm_groups = 2, .ssm_heads = 4, .sections = {3, 3, 2, 0}},
+    /* the same with one multi-token-prediction layer (loaded, never run) */
+    {.name = "tiny-qwen35-mtp", .arch = "qwen35", 512, 64, 4, 4, 2, 128, 4096, .head_dim = 32, .rot = 16, .rope_base = 10000000.0f, .eps = 1e-6f,
+     .qk_norm = true, .ssm_conv = 4, .ssm_state = 16, .ssm_groups = 2, .ssm_heads = 4, .sections = {3, 3, 2, 0}, .nextn = 1},
+    /* with 8 experts, 2 per token, of 32, and a gated shared expert of 48 */
+    {.name = "tiny-qwen35moe", .arch = "qwen35moe", 512, 64, 4, 4, 2, 128, 4096, .head_dim = 32, .rot = 16, .rope_base = 10000000.0f,
+     .eps = 1e-6f, .qk_norm = true, .experts = 8, .experts_used = 2, .ff_exp = 32, .ff_shexp = 48, .ssm_conv = 4, .ssm_state = 16,
+     .ssm_groups = 2, .ssm_heads = 4, .sections = {3, 3, 2, 0}},
+    /* Qwen3.6-35B-A3B's width (HF config as convert_hf_to_gguf.py maps it: 256 experts, 8 per token, of 512, a shared expert of 512;
+     * gated attention 16:2 heads of 256, 64 rotary dims in sections 11/11/10; Gated DeltaNet 16 key and 32 value heads of 128, 4 taps;
+     * its 248320-token vocabulary) with 4 of its 40 layers: 3 Gated DeltaNet, 1 attention */
+    {.name = "qwen3.6-35b-a3b-4l", .arch = "qwen35moe", 248320, 2048, 4, 16, 2, 512, 262144, .head_dim = 256, .rot = 64, .rope_base = 10000000.0f,
+     .eps = 1e-6f, .qk_norm = true, .experts = 256, .experts_used = 8, .ff_exp = 512, .ff_shexp = 512, .ssm_conv = 4, .ssm_state = 128,
+     .ssm_groups = 16, .ssm_heads = 32, .sections = {11, 11, 10, 0}},
+    /* Qwen3.5-27B's (dense FFN 17408; attention 24:4 heads of 256; Gated DeltaNet 16 key and 48 value heads of 128) with 4 of its 64 layers */
+    {.name = "qwen3.5-27b-4l", .arch = "qwen35", 248320, 5120, 4, 24, 4, 17408, 262144, .head_dim = 256, .rot = 64, .rope_base = 10000000.0f,
+     .eps = 1e-6f, .qk_norm = true, .ssm_conv = 4, .ssm_state = 128, .ssm_groups = 16, .ssm_heads = 48, .sections = {11, 11, 10, 0}},
     {.name = "tinyllama-1.1b", .arch = "llama", 32000, 2048, 22, 32, 4, 5632, 2048, .rope_base = 10000.0f, .eps = 1e-5f},
     {.name = "llama-3.2-1b", .arch = "llama", 128256, 2048, 16, 32, 8, 8192, 131072, .rope_base = 500000.0f, .eps = 1e-5f, .tied = true,
      .llama3_rope = true},
@@ -333,7 +367,8 @@ static const struct shape k_shapes[] = {
 const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
-           "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l";
+           "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -461,13 +496,24 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     if (sh->swa_base) m->rope_base_swa = sh->swa_base;
     if (sh->attn_cap) m->attn_softcap = sh->attn_cap;
     if (sh->final_cap) m->final_softcap = sh->final_cap;
+    if (st == KVB_OK && sh->ssm_heads) { /* qwen35: the Gated DeltaNet layers and their state (the family's rule, as the loader) */
+        in->ssm_conv = sh->ssm_conv;
+        in->ssm_state = sh->ssm_state;
+        in->ssm_groups = sh->ssm_groups;
+        in->ssm_heads = sh->ssm_heads;
+        in->n_nextn_layers = sh->nextn;
+        m->full_attn_interval = sh->fa_every ? sh->fa_every : 4;
+        memcpy(m->rope_sections, sh->sections, sizeof m->rope_sections);
+        st = kvb_family_hybrid(m);
+    }
     if (st == KVB_OK) st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
     if (st == KVB_OK && sh->no_space_prefix && !vocab_path) m->vocab->add_space_prefix = false;
     if (st == KVB_OK) in->n_vocab = m->vocab->n; /* a real vocabulary sets the embedding rows */
     const int64_t E = sh->dim, D = in->head_dim, F = sh->ff, V = in->n_vocab, QD = (int64_t)sh->heads * D, KD = (int64_t)sh->kv_heads * D;
-    if (st == KVB_OK) st = rand_mat(o, &m->tok_embd, E, V);
+    /* qwen35's real vocabulary at E 5120 would be 5 GB a table in f32: held as q8_0 (rand_stack) */
+    if (st == KVB_OK) st = (sh->ssm_heads ? rand_stack : rand_mat)(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
-    if (st == KVB_OK && !sh->tied) st = rand_mat(o, &m->output, E, V);
+    if (st == KVB_OK && !sh->tied) st = (sh->ssm_heads ? rand_stack : rand_mat)(o, &m->output, E, V);
     if (sh->tied) m->output = m->tok_embd;
     if (sh->llama3_rope) { /* Llama-3 frequency factors: factor 32, low 1, high 4, original 8192 */
         float *ff = const_vec(o, in->rope_dims / 2, 1.0f, false);
@@ -498,11 +544,16 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         if (!(m->sinks = kvb_malloc(sizeof(float) * (size_t)sh->layers * (size_t)sh->heads))) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
         for (int32_t i = 0; m->sinks && i < sh->layers * sh->heads; i++) m->sinks[i] = 1.0f + 2.0f * urand(&o->rs);
     }
-    m->layers = kvb_calloc((size_t)sh->layers, sizeof *m->layers);
+    const int32_t n_all = sh->layers + sh->nextn; /* the MTP layers last */
+    m->layers = kvb_calloc((size_t)n_all, sizeof *m->layers);
     if (!m->layers && st == KVB_OK) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
-    if (m->layers) kvb_layers_neutral(m->layers, sh->layers);
-    for (int32_t l = 0; st == KVB_OK && l < sh->layers; l++) {
+    if (m->layers) kvb_layers_neutral(m->layers, n_all);
+    const int64_t Hv = sh->ssm_heads, Ds = sh->ssm_state, C = (2 * (int64_t)sh->ssm_groups + Hv) * Ds;
+    /* qwen35's real widths (a 5120 x 17408 FFN) held as q8_0 where large, as the experts are: the tiny shapes stay f32 */
+    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads ? rand_stack : rand_mat;
+    for (int32_t l = 0; st == KVB_OK && l < n_all; l++) {
         struct kvb_layer *L = &m->layers[l];
+        const bool rec = m->recurrent && l < sh->layers && m->recurrent[l];
         if (sh->post_norms || sh->sandwich) {
             L->post_attn_norm = const_vec(o, E, 1.0f, true);
             L->post_ffn_norm = const_vec(o, E, 1.0f, true);
@@ -511,14 +562,36 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->attn_norm = const_vec(o, E, 1.0f, true);
             L->ffn_norm = const_vec(o, E, 1.0f, true);
         }
-        if (sh->qk_norm) {
+        if (sh->qk_norm && !rec) {
             L->q_norm = const_vec(o, m->qk_norm_whole ? QD : D, 1.0f, true);
             L->k_norm = const_vec(o, m->qk_norm_whole ? KD : D, 1.0f, true);
         }
-        if (st == KVB_OK) st = rand_mat(o, &L->wq, E, QD);
-        if (st == KVB_OK) st = rand_mat(o, &L->wk, E, KD);
-        if (st == KVB_OK) st = rand_mat(o, &L->wv, E, KD);
-        if (st == KVB_OK) st = rand_mat(o, &L->wo, QD, E);
+        if (rec) { /* Gated DeltaNet: projections, conv taps, dt bias, A = -exp(A_log) in [-e, -1/e], the output norm */
+            if (st == KVB_OK) st = mat(o, &L->ssm_qkv, E, C);
+            if (st == KVB_OK) st = mat(o, &L->ssm_z, E, Hv * Ds);
+            if (st == KVB_OK) st = mat(o, &L->ssm_beta, E, Hv);
+            if (st == KVB_OK) st = mat(o, &L->ssm_alpha, E, Hv);
+            if (st == KVB_OK) st = mat(o, &L->ssm_out, Hv * Ds, E);
+            float *a = const_vec(o, Hv, 0.0f, false);
+            for (int64_t h = 0; a && h < Hv; h++) a[h] = -expf(urand(&o->rs));
+            L->ssm_a = a;
+            L->ssm_dt = const_vec(o, Hv, 0.0f, true);
+            L->ssm_norm = const_vec(o, Ds, 1.0f, true);
+            float *cw = const_vec(o, C * sh->ssm_conv, 0.0f, false);
+            for (int64_t i = 0; cw && i < C * sh->ssm_conv; i++) cw[i] = 0.5f * urand(&o->rs);
+            L->ssm_conv = cw;
+        } else {
+            if (st == KVB_OK) st = mat(o, &L->wq, E, m->q_gate ? 2 * QD : QD); /* qwen35: query and gate rows per head */
+            if (st == KVB_OK) st = mat(o, &L->wk, E, KD);
+            if (st == KVB_OK) st = mat(o, &L->wv, E, KD);
+            if (st == KVB_OK) st = mat(o, &L->wo, QD, E);
+        }
+        if (l >= sh->layers) { /* MTP: the projection of [embedding; hidden], its norms, and the head's norm */
+            if (st == KVB_OK) st = rand_mat(o, &L->nextn_eh_proj, 2 * E, E);
+            L->nextn_enorm = const_vec(o, E, 1.0f, true);
+            L->nextn_hnorm = const_vec(o, E, 1.0f, true);
+            L->nextn_head_norm = const_vec(o, E, 1.0f, true);
+        }
         if (st == KVB_OK && fused_up) { /* phi3: gate rows then up rows, one tensor */
             struct kvb_mat gu;
             st = rand_mat(o, &gu, E, 2 * F);
@@ -533,7 +606,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             if (st == KVB_OK && Fs) st = rand_mat(o, &L->gate_shexp, E, Fs);
             if (st == KVB_OK && Fs) st = rand_mat(o, &L->up_shexp, E, Fs);
             if (st == KVB_OK && Fs) st = rand_mat(o, &L->down_shexp, Fs, E);
-            if (Fs && !strcmp(sh->arch, "qwen2moe")) L->gate_inp_shexp = const_vec(o, E, 0.0f, true); /* the family that gates them */
+            if (Fs && (!strcmp(sh->arch, "qwen2moe") || !strcmp(sh->arch, "qwen35moe"))) L->gate_inp_shexp = const_vec(o, E, 0.0f, true); /* the family that gates them */
             if (sh->oai) {
                 L->b_router = const_vec(o, N, 0.0f, true);
                 L->b_gate_exps = const_vec(o, N * Fe, 0.0f, true);
@@ -542,10 +615,10 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
                 L->bo = const_vec(o, E, 0.0f, true);
             }
         } else {
-            if (st == KVB_OK) st = rand_mat(o, &L->w_gate, E, F);
-            if (st == KVB_OK) st = rand_mat(o, &L->w_up, E, F);
+            if (st == KVB_OK) st = mat(o, &L->w_gate, E, F);
+            if (st == KVB_OK) st = mat(o, &L->w_up, E, F);
         }
-        if (st == KVB_OK && !L->router.data) st = rand_mat(o, &L->w_down, F, E);
+        if (st == KVB_OK && !L->router.data) st = mat(o, &L->w_down, F, E);
         if (sh->bias) {
             L->bq = const_vec(o, QD, 0.0f, true);
             L->bk = const_vec(o, KD, 0.0f, true);

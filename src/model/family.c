@@ -75,6 +75,10 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_MOE_NO_NORM 1048576u /* the chosen experts' weights are not renormalized (qwen2moe, deepseek) */
 #define F_MOE_LEAD 2097152u /* deepseek: expert_feed_forward_length and expert_shared_count required; leading_dense_block_count dense
                              * layers first; expert_weights_scale */
+#define F_HYBRID 4194304u  /* qwen35: Gated DeltaNet layers (recurrent[] by full_attention_interval, the ssm.* keys and tensors) beside
+                            * gated attention (attn_q: query and gate rows per head), rope.dimension_sections, nextn (MTP) layers
+                            * loaded and not run; q/k/v biases and a fused attn_qkv on attention layers refused (its graph reads neither) */
+#define F_FF_OPT 8388608u  /* feed_forward_length may be absent (qwen35moe: its experts and shared expert have their own keys) */
 
 /* Experts, as llama.cpp's loader and graph for the family have them: with
  * expert_count > 0 every layer is a mixture of experts (softmax over the
@@ -160,12 +164,21 @@ static const struct family k_families[] = {
     {"gemma2", KVB_ROPE_NEOX, F_TIED_ALWAYS, {LLAMA_ATTN, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma2, MOE_NONE, SH_NONE},
     /* as gemma2 with q/k norms per head, and output.weight allowed */
     {"gemma3", KVB_ROPE_NEOX, 0, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma3, MOE_NONE, SH_NONE},
+    /* Qwen3.5: Gated DeltaNet layers (the ssm_* slots, bind_ssm) and, every full_attention_interval-th, gated attention with
+     * per-head q/k norms and partial (multi-section) RoPE; the FFN's norm named post_attention_norm; no biases */
+    {"qwen35", KVB_ROPE_NEOX, F_PARTIAL_ROT | F_FFN_NORM_AS_POST | F_HYBRID | F_FFN_SCALES,
+     {REQ, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_NONE, SH_NONE},
+    /* Qwen3.5/3.6 MoE: the same layers with experts on every one (softmax, the top k renormalized: llama.cpp's build_moe_ffn
+     * call, which reads neither expert_gating_func nor expert_weights_norm) beside a sigmoid-gated shared expert */
+    {"qwen35moe", KVB_ROPE_NEOX, F_PARTIAL_ROT | F_FFN_NORM_AS_POST | F_HYBRID | F_FFN_SCALES | F_EXP_SCALES | F_FF_OPT,
+     {REQ, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_GATED},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
 const char *kvb_family_names(void) {
-    return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe";
+    return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
+           "qwen35, qwen35moe";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -218,6 +231,8 @@ kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up) {
     struct kvb_model_info *in = &m->info;
     in->rope_type = fam->rope;
     m->qk_norm_whole = (fam->traits & F_QK_WHOLE) != 0;
+    m->q_gate = (fam->traits & F_HYBRID) != 0;
+    m->info.attn_gated = m->q_gate; /* the forward pass sizes its query buffers by it */
     if (fused_up) *fused_up = (fam->traits & F_FUSED_UP) != 0;
     if (fam->gemma) {
         m->act = KVB_FFN_GELU_TANH;
@@ -369,6 +384,9 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     if (fam->shexp == SH_KEY || fam->shexp == SH_GATED) {
         if ((st = opt_u32(k, "expert_shared_feed_forward_length", &shff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
         if (fam->shexp == SH_GATED && shff == 0) shff = (uint32_t)in->n_ff; /* llama.cpp's default there */
+        if (fam->shexp == SH_GATED && shff == 0)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: the shared expert of '%s' has no width (neither '%s' nor feed_forward_length)", k->f->path, k->arch,
+                            K(k, "expert_shared_feed_forward_length"));
     } else if (fam->shexp == SH_COUNT) {
         uint32_t count;
         if ((st = req_u32(k, "expert_shared_count", &count, 1, 64)) != KVB_OK) return st;
@@ -393,8 +411,15 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     in->n_embd = (int32_t)v;
     if ((st = req_u32(k, "block_count", &v, 1, 4096)) != KVB_OK) return st;
     in->n_layer = (int32_t)v;
-    if ((st = req_u32(k, "feed_forward_length", &v, 1, 1 << 20)) != KVB_OK) return st;
-    in->n_ff = (int32_t)v;
+    if (fam->traits & F_HYBRID) { /* the last nextn_predict_layers blocks are MTP layers: loaded, never run (as llama.cpp) */
+        uint32_t nextn = 0;
+        if ((st = opt_u32(k, "nextn_predict_layers", &nextn, 0, (uint32_t)in->n_layer - 1)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+        in->n_nextn_layers = (int32_t)nextn;
+        in->n_layer -= (int32_t)nextn;
+    }
+    in->n_ff = 0;
+    if ((st = (fam->traits & F_FF_OPT ? opt_u32 : req_u32)(k, "feed_forward_length", &v, 1, 1 << 20)) == KVB_OK) in->n_ff = (int32_t)v;
+    else if (st != KVB_ERR_INVALID) return st;
     if ((st = req_u32(k, "attention.head_count", &v, 1, 1024)) != KVB_OK) return st;
     in->n_head = (int32_t)v;
     in->n_head_kv = in->n_head;
@@ -579,9 +604,97 @@ static kvb_status load_oai_windows(struct keys *k, struct kvb_model *m) {
     return KVB_OK;
 }
 
+kvb_status kvb_family_hybrid(struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    const int32_t every = m->full_attn_interval;
+    if (every < 1) return kvb_fail(KVB_ERR_CORRUPT, "%s: full_attention_interval %d must be >= 1", m->path, (int)every);
+    const int64_t Hk = in->ssm_groups, Dk = in->ssm_state, Hv = in->ssm_heads, K = in->ssm_conv;
+    if (Hk < 1 || Dk < 1 || Hv < 1 || K < 1 || Hv % Hk)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: Gated DeltaNet shape: %lld key heads, %lld value heads (a multiple of them), head size %lld, %lld taps",
+                        m->path, (long long)Hk, (long long)Hv, (long long)Dk, (long long)K);
+    uint8_t *rec = kvb_calloc((size_t)KVB_MAX(in->n_layer, 1), 1);
+    if (!rec) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", m->path);
+    int32_t n = 0;
+    for (int32_t l = 0; l < in->n_layer; l++) n += rec[l] = (l + 1) % every != 0;
+    kvb_free(m->recurrent);
+    m->recurrent = rec;
+    in->n_rec_layers = n;
+    const int64_t C = 2 * Hk * Dk + Hv * Dk;
+    in->state_bytes = (size_t)n * sizeof(float) * (size_t)(Hv * Dk * Dk + (K - 1) * C);
+    return KVB_OK;
+}
+
+/* Qwen3.5's keys (F_HYBRID), as llama.cpp's qwen35 loaders read them: the
+ * Gated DeltaNet shape (ssm.*, all required), the full-attention interval
+ * (default 4) and the RoPE sections (required; text positions only, so every
+ * rotated pair must take the text position: a pair left to the 4th, vision,
+ * section would turn by position 0, which kvbound does not implement). */
+static kvb_status load_hybrid(struct keys *k, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    uint32_t taps, inner, state, rank, groups, every = 4;
+    kvb_status st;
+    if ((st = req_u32(k, "ssm.conv_kernel", &taps, 1, 64)) != KVB_OK || (st = req_u32(k, "ssm.inner_size", &inner, 1, 1u << 20)) != KVB_OK ||
+        (st = req_u32(k, "ssm.state_size", &state, 1, 1024)) != KVB_OK || (st = req_u32(k, "ssm.time_step_rank", &rank, 1, 1024)) != KVB_OK ||
+        (st = req_u32(k, "ssm.group_count", &groups, 1, 1024)) != KVB_OK)
+        return st;
+    if (inner % rank || inner / rank != state)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u over %u value heads is not the state size %u; kvbound (as llama.cpp's tensors) needs "
+                                             "value heads of the key heads' size", k->f->path, K(k, "ssm.inner_size"), inner, rank, state);
+    if (rank % groups)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u is not a multiple of the %u key heads ('%s.ssm.group_count')", k->f->path,
+                        K(k, "ssm.time_step_rank"), rank, groups, k->arch);
+    if ((st = opt_u32(k, "full_attention_interval", &every, 1, 4096)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    in->ssm_conv = (int32_t)taps;
+    in->ssm_state = (int32_t)state;
+    in->ssm_groups = (int32_t)groups;
+    in->ssm_heads = (int32_t)rank;
+    m->full_attn_interval = (int32_t)every;
+    /* rope.dimension_sections: 4 int32s (or one value for all four, as llama.cpp's get_key_or_arr) */
+    const char *key = K(k, "rope.dimension_sections");
+    const struct gguf_kv *kv = kvb_gguf_find(k->f, key);
+    if (!kv) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, key);
+    int32_t sec[4];
+    if (kv->type == GGUF_T_ARRAY) {
+        uint64_t n;
+        const uint8_t *d;
+        if (kv->v.arr.type != GGUF_T_INT32 && kv->v.arr.type != GGUF_T_UINT32)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be an array of 4 integers", k->f->path, key);
+        if ((st = kvb_gguf_get_arr(k->f, key, kv->v.arr.type, &n, &d, true)) != KVB_OK) return st;
+        if (n != 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' has %llu values, expected 4", k->f->path, key, (unsigned long long)n);
+        memcpy(sec, d, sizeof sec);
+    } else {
+        uint32_t v;
+        if ((st = kvb_gguf_get_u32(k->f, key, &v, true)) != KVB_OK) return st;
+        sec[0] = sec[1] = sec[2] = sec[3] = (int32_t)v;
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < 4; i++) {
+        if (sec[i] < 0 || sec[i] > 4096) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' section %d = %d is out of range", k->f->path, key, i, (int)sec[i]);
+        sum += sec[i];
+    }
+    const int32_t pairs = in->rope_dims / 2;
+    if (sum == 0 || sum > in->head_dim)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' sums to %lld pairs, which must be 1..%d (the head size)", k->f->path, key, (long long)sum,
+                        (int)in->head_dim);
+    for (int32_t i = 0; i < pairs; i++) { /* IMROPE: pair i's sector, interleaved t h w, else the 4th section */
+        const int64_t sct = i % sum;
+        const bool text = (sct % 3 == 0 && sct < 3 * (int64_t)sec[0]) || (sct % 3 == 1 && sct < 3 * (int64_t)sec[1]) ||
+                          (sct % 3 == 2 && sct < 3 * (int64_t)sec[2]);
+        if (!text)
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = [%d, %d, %d, %d] gives rotary pair %d of %d the 4th (vision) position; kvbound "
+                                                 "implements text positions only, where every pair takes the token's position",
+                            k->f->path, key, (int)sec[0], (int)sec[1], (int)sec[2], (int)sec[3], (int)i, (int)pairs);
+    }
+    memcpy(m->rope_sections, sec, sizeof sec);
+    if (m->yarn_factor || in->rope_freq_scale != 1.0f || m->rope_freqs)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: RoPE scaling ('%s.rope.scaling.*', rope_freqs) on '%s' is not implemented", k->f->path, k->arch, k->arch);
+    return kvb_family_hybrid(m);
+}
+
 /* Family keys beyond the shape and RoPE. */
 static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
     kvb_status st;
+    if ((fam->traits & F_HYBRID) && (st = load_hybrid(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
         float sc = 0;
         if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
@@ -691,7 +804,7 @@ static kvb_status bind_scalar(struct binder *b, const char *name, float *out) {
 /* The generic scales llama.cpp loads for every architecture: <w>.scale
  * multiplies w's output; <w>.input_scale is bound and not used (nor is it
  * by llama.cpp's graphs). */
-static kvb_status bind_scales(struct binder *b, const struct family *fam, int32_t l, struct kvb_layer *L, bool fused_qkv, bool fused_up) {
+static kvb_status bind_scales(struct binder *b, const struct family *fam, int32_t l, struct kvb_layer *L, bool fused_qkv, bool fused_up, bool attn) {
     static const char *const w[] = {"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
     float s[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     char name[96];
@@ -699,6 +812,9 @@ static kvb_status bind_scales(struct binder *b, const struct family *fam, int32_
     for (int i = 0; i < 8; i++) {
         /* beside a fused tensor the parts' scales have nothing to scale: left unbound, so refused by name as unused */
         if ((fused_qkv && i < 3) || (!fused_qkv && i == 3) || (fused_up && i == 5)) continue;
+        /* a Gated DeltaNet layer has no attention weights: scales of its own (attn_qkv, attn_gate, ssm_*) are not implemented,
+         * left unbound and so refused by name */
+        if (!attn && i < 5) continue;
         snprintf(name, sizeof name, "blk.%d.%s.scale", (int)l, w[i]);
         if ((st = bind_scalar(b, name, &s[i])) != KVB_OK) return st;
         float unused = 1;
@@ -774,6 +890,9 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
             float s = 1, unused = 1;
             snprintf(what, sizeof what, "%s.scale", sw[i]);
             if ((st = bind_scalar(b, NAME(what), &s)) != KVB_OK) return st;
+            if ((fam->traits & F_HYBRID) && s != 1.0f) /* its graph applies them; kvbound's shared experts run unscaled */
+                return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' scales the shared expert, which llama.cpp's '%s' applies and kvbound does not "
+                                                     "implement", b->f->path, name, b->arch);
             L->scales_unused = L->scales_unused || s != 1.0f;
             snprintf(what, sizeof what, "%s.input_scale", sw[i]);
             const bool had = kvb_gguf_find_tensor(b->f, NAME(what)) != NULL;
@@ -790,11 +909,51 @@ static struct kvb_mat rows_of(const struct kvb_mat *w, int64_t r0, int64_t n) {
     return (struct kvb_mat){w->type, w->n_in, n, w->row_bytes, w->data + (size_t)r0 * w->row_bytes};
 }
 
+/* A Gated DeltaNet layer's own tensors (the shapes of llama.cpp's qwen35 loaders). */
+static kvb_status bind_ssm(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const struct kvb_model_info *in = &m->info;
+    const int64_t E = in->n_embd, Hk = in->ssm_groups, D = in->ssm_state, Hv = in->ssm_heads, K = in->ssm_conv, C = 2 * Hk * D + Hv * D;
+    char name[96];
+    kvb_status st;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", (int)l, s), name)
+    if ((st = bind_mat(b, NAME("attn_qkv.weight"), E, C, REQ, &L->ssm_qkv)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("attn_gate.weight"), E, Hv * D, REQ, &L->ssm_z)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ssm_conv1d.weight"), K, C, REQ, &L->ssm_conv)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("ssm_dt.bias"), Hv, REQ, &L->ssm_dt)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("ssm_a"), Hv, REQ, &L->ssm_a)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("ssm_beta.weight"), E, Hv, REQ, &L->ssm_beta)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("ssm_alpha.weight"), E, Hv, REQ, &L->ssm_alpha)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("ssm_norm.weight"), D, REQ, &L->ssm_norm)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("ssm_out.weight"), Hv * D, E, REQ, &L->ssm_out)) != KVB_OK) return st;
+#undef NAME
+    return KVB_OK;
+}
+
+/* A multi-token-prediction layer's own tensors (beside its attention and FFN), as llama.cpp loads them. */
+static kvb_status bind_nextn(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const int64_t E = m->info.n_embd, V = m->info.n_vocab;
+    char name[96];
+    kvb_status st;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.nextn.%s", (int)l, s), name)
+    if ((st = bind_mat(b, NAME("eh_proj.weight"), 2 * E, E, REQ, &L->nextn_eh_proj)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("enorm.weight"), E, REQ, &L->nextn_enorm)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("hnorm.weight"), E, REQ, &L->nextn_hnorm)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("embed_tokens.weight"), E, V, OPT, &L->nextn_embed)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("shared_head_head.weight"), E, V, OPT, &L->nextn_head)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("shared_head_norm.weight"), E, OPT, &L->nextn_head_norm)) != KVB_OK) return st;
+#undef NAME
+    return KVB_OK;
+}
+
 static kvb_status bind_layer(struct binder *b, const struct family *fam, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
     const struct kvb_model_info *in = &m->info;
     const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
+    const int64_t QR = m->q_gate ? 2 * QD : QD; /* attn_q's rows: the query, or query and gate per head */
+    const bool rec = m->recurrent && l < in->n_layer && m->recurrent[l]; /* a Gated DeltaNet layer: no attention weights */
     uint8_t need[S_COUNT];
     memcpy(need, fam->need, sizeof need);
+    if (rec)
+        for (int s = S_Q; s <= S_BO; s++) need[s] = NO;
     const bool moe = in->n_expert > 0 && l >= in->n_layer - in->n_moe_layers; /* the leading n_layer - n_moe_layers are dense */
     if (moe) /* experts instead of the dense FFN */
         need[S_GATE] = need[S_UP] = need[S_DOWN] = need[S_BGATE] = need[S_BUP] = need[S_BDOWN] = NO;
@@ -815,7 +974,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
         if (bqkv) { L->bq = bqkv; L->bk = bqkv + QD; L->bv = bqkv + QD + KD; }
     } else {
         const enum need nq = need[S_Q] == OPT ? REQ : (enum need)need[S_Q]; /* optional only beside a fused attn_qkv */
-        MAT(S_Q, E, QD, L->wq, nq);
+        MAT(S_Q, E, QR, L->wq, nq);
         MAT(S_K, E, KD, L->wk, nq);
         MAT(S_V, E, KD, L->wv, nq);
         VEC(S_BQ, QD, L->bq);
@@ -842,7 +1001,9 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     VEC(S_BUP, F, L->b_up);
     VEC(S_BDOWN, E, L->b_down);
     VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
-    if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0)) != KVB_OK) return st;
+    if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0, !rec)) != KVB_OK) return st;
+    if (rec && (st = bind_ssm(b, m, l, L)) != KVB_OK) return st;
+    if (l >= in->n_layer && (st = bind_nextn(b, m, l, L)) != KVB_OK) return st;
     if (moe && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
     if (fam->traits & F_FFN_NORM_AS_POST) { /* the norm before the FFN, on the residual stream */
         L->ffn_norm = L->post_attn_norm;
@@ -937,8 +1098,10 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     st = bind_globals(&b, fam, m, &ff);
     if (st == KVB_OK) st = load_rope(&k, fam, m, ff);
     if (st == KVB_OK) st = load_family_keys(&k, fam, m);
-    if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)in->n_layer, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
-    for (int32_t l = 0; st == KVB_OK && l < in->n_layer; l++) st = bind_layer(&b, fam, m, l, &m->layers[l]);
+    const int32_t n_all = in->n_layer + in->n_nextn_layers; /* the MTP layers last */
+    if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)n_all, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
+    if (st == KVB_OK) kvb_layers_neutral(m->layers, n_all);
+    for (int32_t l = 0; st == KVB_OK && l < n_all; l++) st = bind_layer(&b, fam, m, l, &m->layers[l]);
     if (st == KVB_OK && (fam->traits & F_SINKS)) st = bind_sinks(&b, m);
     for (uint64_t i = 0; st == KVB_OK && i < f->n_tensors; i++)
         if (!b.used[i] && fam->gemma && f->tensors[i].name.n > 8 &&
@@ -967,6 +1130,11 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     out[0] = 0;
 #define ADD(...) do { if (n < cap) { int w_ = snprintf(out + n, cap - n, "%s", n ? "; " : ""); if (w_ > 0) n += (size_t)w_; } \
                       if (n < cap) { int w_ = snprintf(out + n, cap - n, __VA_ARGS__); if (w_ > 0) n += (size_t)w_; } } while (0)
+    if (m->recurrent) ADD("gated deltanet %d of %d", (int)m->info.n_rec_layers, (int)m->info.n_layer);
+    if (m->q_gate) ADD("gated attention");
+    if (m->info.n_nextn_layers > 0) ADD("MTP layers %d (not run)", (int)m->info.n_nextn_layers);
+    for (int32_t l = 0; m->layers && l < m->info.n_layer; l++) /* the first attention layer's, for the lines below */
+        if (!m->recurrent || !m->recurrent[l]) { L = &m->layers[l]; break; }
     if (m->info.n_expert > 0)
         ADD("%d of %d experts per token (%s%s), expert FFN %d", (int)m->info.n_expert_used, (int)m->info.n_expert,
             m->moe_gating == KVB_MOE_SOFTMAX_WEIGHT ? "softmax of the top logits" : m->moe_gating == KVB_MOE_SIGMOID ? "sigmoid" : "softmax",
@@ -1034,6 +1202,7 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
     const struct kvb_model_info *in = &m->info;
     const struct family *fam = family_of(in->arch);
     if (!fam) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: architecture '%s' has no GGUF layout", in->arch);
+    const int64_t Hv = in->ssm_heads, Ds = in->ssm_state, C = (2 * (int64_t)in->ssm_groups + Hv) * Ds;
     const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
     kvb_status st;
     if ((st = put(u, "token_embd.weight", &m->tok_embd, NULL, 0, 1)) != KVB_OK) return st;
@@ -1046,7 +1215,7 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
     if (ff && (st = put(u, longrope ? "rope_factors_short.weight" : "rope_freqs.weight", NULL, ff, in->rope_dims / 2, 1)) != KVB_OK) return st;
     if (longrope && (st = put(u, "rope_factors_long.weight", NULL, m->rope_freqs_long, in->rope_dims / 2, 1)) != KVB_OK) return st;
     char name[96];
-    for (int32_t l = 0; l < in->n_layer; l++) {
+    for (int32_t l = 0; l < in->n_layer + in->n_nextn_layers; l++) { /* the MTP layers last */
         const struct kvb_layer *L = &m->layers[l];
         const struct { int slot; const struct kvb_mat *mat; const float *vec; int64_t n; } t[] = {
             {S_ATTN_NORM, NULL, L->attn_norm, E}, {S_Q, &L->wq, NULL, 0}, {S_K, &L->wk, NULL, 0}, {S_V, &L->wv, NULL, 0},
@@ -1102,6 +1271,19 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             }
             snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", (int)l);
             if (L->gate_inp_shexp && (st = put(u, name, NULL, L->gate_inp_shexp, E, 1)) != KVB_OK) return st;
+        }
+        const struct { const char *name; const struct kvb_mat *mat; const float *vec; int64_t n, rows; } ssm[] = {
+            {"attn_qkv.weight", &L->ssm_qkv, NULL, 1, 1}, {"attn_gate.weight", &L->ssm_z, NULL, 1, 1},
+            {"ssm_conv1d.weight", NULL, L->ssm_conv, in->ssm_conv, C}, {"ssm_dt.bias", NULL, L->ssm_dt, Hv, 1}, {"ssm_a", NULL, L->ssm_a, Hv, 1},
+            {"ssm_beta.weight", &L->ssm_beta, NULL, 1, 1}, {"ssm_alpha.weight", &L->ssm_alpha, NULL, 1, 1},
+            {"ssm_norm.weight", NULL, L->ssm_norm, Ds, 1}, {"ssm_out.weight", &L->ssm_out, NULL, 1, 1},
+            {"nextn.eh_proj.weight", &L->nextn_eh_proj, NULL, 1, 1}, {"nextn.enorm.weight", NULL, L->nextn_enorm, in->n_embd, 1},
+            {"nextn.hnorm.weight", NULL, L->nextn_hnorm, in->n_embd, 1}, {"nextn.embed_tokens.weight", &L->nextn_embed, NULL, 1, 1},
+            {"nextn.shared_head_head.weight", &L->nextn_head, NULL, 1, 1}, {"nextn.shared_head_norm.weight", NULL, L->nextn_head_norm, in->n_embd, 1}};
+        for (size_t i = 0; i < sizeof ssm / sizeof ssm[0]; i++) { /* Gated DeltaNet and MTP pieces, where present */
+            if (ssm[i].mat ? !ssm[i].mat->data : !ssm[i].vec) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", (int)l, ssm[i].name);
+            if ((st = put(u, name, ssm[i].mat, ssm[i].vec, ssm[i].n, ssm[i].rows)) != KVB_OK) return st;
         }
         if (m->sinks) {
             snprintf(name, sizeof name, "blk.%d.attn_sinks.weight", (int)l);

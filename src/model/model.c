@@ -153,19 +153,21 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
         return st;
     }
     struct kvb_model_info *in = &m->info;
-    in->weight_type = m->layers[0].wq.type;
+    in->weight_type = m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].ssm_qkv.type; /* a Gated DeltaNet layer's: its qkv */
     size_t bytes = mat_bytes(&m->tok_embd) + (in->tied_output ? 0 : mat_bytes(&m->output)) + (size_t)in->n_embd * 4;
-    for (int l = 0; l < in->n_layer; l++) {
+    for (int l = 0; l < in->n_layer + in->n_nextn_layers; l++) { /* the MTP layers too: they are in memory */
         const struct kvb_layer *L = &m->layers[l];
         bytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) + mat_bytes(&L->w_gate) +
                  mat_bytes(&L->w_up) + mat_bytes(&L->w_down) + 2 * (size_t)in->n_embd * 4;
+        bytes += mat_bytes(&L->ssm_qkv) + mat_bytes(&L->ssm_z) + mat_bytes(&L->ssm_beta) + mat_bytes(&L->ssm_alpha) + mat_bytes(&L->ssm_out) +
+                 mat_bytes(&L->nextn_eh_proj) + mat_bytes(&L->nextn_embed) + mat_bytes(&L->nextn_head);
         if (!L->router.data) continue;
         const size_t experts = mat_bytes(&L->gate_exps) + mat_bytes(&L->up_exps) + mat_bytes(&L->down_exps);
         bytes += mat_bytes(&L->router) + experts + mat_bytes(&L->gate_shexp) + mat_bytes(&L->up_shexp) + mat_bytes(&L->down_shexp);
-        in->expert_bytes_per_token += experts / (size_t)in->n_expert * (size_t)in->n_expert_used;
+        if (l < in->n_layer) in->expert_bytes_per_token += experts / (size_t)in->n_expert * (size_t)in->n_expert_used;
     }
     in->weight_bytes = bytes;
-    in->kv_bytes_per_token_f16 = (size_t)2 * in->n_layer * in->n_head_kv * in->head_dim * 2;
+    in->kv_bytes_per_token_f16 = (size_t)2 * (in->n_layer - in->n_rec_layers) * in->n_head_kv * in->head_dim * 2; /* Gated DeltaNet layers hold none */
     kvb_family_describe(m, in->features, sizeof in->features);
     *out = m;
     return KVB_OK;
@@ -179,6 +181,7 @@ void kvb_model_free(struct kvb_model *m) {
     kvb_free(m->layers);
     kvb_free(m->owned);
     kvb_free(m->no_rope);
+    kvb_free(m->recurrent);
     kvb_free(m->swa_layers);
     kvb_free(m->sinks);
     kvb_free(m);

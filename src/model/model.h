@@ -71,15 +71,23 @@ struct kvb_layer {
     struct kvb_mat gate_shexp, up_shexp; /* [Fs][E] */
     struct kvb_mat down_shexp;           /* [E][Fs] */
     const float *gate_inp_shexp;         /* [E] or NULL */
-    /* Gated DeltaNet (model.recurrent[l]) */
-    struct kvb_mat ssm_qkv;            /* attn_qkv.weight [C][E] */
-    struct kvb_mat ssm_z;              /* attn_gate.weight [Hv*Dv][E] */
-    struct kvb_mat ssm_beta, ssm_alpha;/* ssm_beta.weight, ssm_alpha.weight [Hv][E] */
-    const float *ssm_conv;             /* ssm_conv1d.weight, ggml ne {K, C}: [C][K] row-major */
-    const float *ssm_dt;               /* ssm_dt.bias [Hv] */
-    const float *ssm_a;                /* ssm_a [Hv] (tensor name has no .weight) */
-    const float *ssm_norm;             /* ssm_norm.weight [Dv] */
-    struct kvb_mat ssm_out;            /* ssm_out.weight [E][Hv*Dv] */
+    /* Gated DeltaNet (kvb_model.recurrent[l]; qwen35, qwen35moe): instead of wq..wo. Hk = info.ssm_groups
+     * heads of Dk = info.ssm_state, Hv = info.ssm_heads heads of Dv (== Dk), C = 2 Hk Dk + Hv Dv conv
+     * channels, K = info.ssm_conv taps; data NULL / NULL on an attention layer */
+    struct kvb_mat ssm_qkv;              /* attn_qkv.weight [C][E] */
+    struct kvb_mat ssm_z;                /* attn_gate.weight [Hv*Dv][E] */
+    struct kvb_mat ssm_beta, ssm_alpha;  /* ssm_beta.weight, ssm_alpha.weight [Hv][E] */
+    const float *ssm_conv;               /* ssm_conv1d.weight, ggml ne {K, C}: [C][K] row-major (f32) */
+    const float *ssm_dt;                 /* ssm_dt.bias [Hv] */
+    const float *ssm_a;                  /* ssm_a [Hv] (-exp(A_log); the tensor name has no .weight) */
+    const float *ssm_norm;               /* ssm_norm.weight [Dv] */
+    struct kvb_mat ssm_out;              /* ssm_out.weight [E][Hv*Dv] */
+    /* a multi-token-prediction layer (layers[info.n_layer ..)): bound and kept for export, never run */
+    struct kvb_mat nextn_eh_proj;        /* nextn.eh_proj.weight [E][2E] */
+    const float *nextn_enorm, *nextn_hnorm; /* nextn.enorm.weight, nextn.hnorm.weight [E] */
+    struct kvb_mat nextn_embed;          /* nextn.embed_tokens.weight [n_vocab][E], or data NULL */
+    struct kvb_mat nextn_head;           /* nextn.shared_head_head.weight [n_vocab][E], or data NULL */
+    const float *nextn_head_norm;        /* nextn.shared_head_norm.weight [E], or NULL */
 };
 
 struct kvb_model {
@@ -91,7 +99,13 @@ struct kvb_model {
     float output_scale;          /* output.scale (llama.cpp's per-tensor scale of the classifier); 1 */
     const float *rope_freqs;     /* [rope_dims / 2] frequency divisors (Llama-3, YaRN, LongRoPE short), or NULL */
     const float *rope_freqs_long;/* LongRoPE: the divisors past rope_orig_ctx (phi3), or NULL */
-    struct kvb_layer *layers;
+    struct kvb_layer *layers;    /* [info.n_layer + info.n_nextn_layers]: the MTP layers last, never run */
+    uint8_t *recurrent;          /* [n_layer] 1: a Gated DeltaNet layer (no K/V, its weights in ssm_*), or NULL (owned) */
+    bool q_gate;                 /* attn_q holds query and gate per head: rows [h*2D, h*2D+D) head h's query,
+                                  * [h*2D+D, h*2D+2D) its gate (wq is [Hq*2D][E]); out = attn * sigmoid(gate) */
+    int32_t rope_sections[4];    /* rope.dimension_sections (qwen35: IMROPE; text positions give every section the
+                                  * same position, so it is NEOX over rope_dims), kept for export; all 0 without */
+    int32_t full_attn_interval;  /* full_attention_interval as read (0 without), kept for export */
     uint8_t *no_rope;            /* [n_layer] 1: the layer rotates nothing (SmolLM3's NoPE layers), or NULL */
     /* the family's arithmetic, resolved at load (family.c); the neutral value does nothing */
     enum kvb_ffn_act act;
@@ -119,8 +133,6 @@ struct kvb_model {
     bool moe_norm;               /* the chosen experts' weights divided by their sum */
     float moe_scale;             /* then multiplied by this (expert_weights_scale); 1 */
     float *sinks;                /* [n_layer][n_head] learned attention-sink logits (gpt-oss), owned; or NULL */
-    uint8_t *recurrent;          /* [n_layer] 1: a Gated DeltaNet layer (no K/V), or NULL */
-    bool q_gate;                 /* attn_q holds query and gate per head (2D rows each) */
     /* YaRN as the file gave it (rope_freqs then holds the divisors made from it), for export */
     float yarn_factor;           /* 0: no YaRN */
     float yarn_beta_fast, yarn_beta_slow, yarn_log_mul; /* log_mul 0: the key was absent */
@@ -165,6 +177,11 @@ kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up);
  * layer), as llama.cpp's set_swa_pattern: m->swa_layers, swa_period and the
  * info's sliding_window and n_swa_layers. window 0: none. */
 kvb_status kvb_family_windows(struct kvb_model *m, int32_t window, uint32_t period);
+/* The Gated DeltaNet layers of m (qwen35): recurrent[l] = (l + 1) %
+ * full_attn_interval != 0 over the n_layer layers that run, and the info's
+ * n_rec_layers and state_bytes, from its ssm_* shape. The loader and mkmodel
+ * both take them from here. */
+kvb_status kvb_family_hybrid(struct kvb_model *m);
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put

@@ -1,4 +1,4 @@
-/* info.c — `kvbound info -m FILE`: architecture, hyperparameters (sliding windows too), tensors, KV bytes per token. */
+/* info.c — `kvbound info -m FILE`: architecture, hyperparameters (sliding windows, Gated DeltaNet layers, MTP layers too), tensors, KV bytes per token. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -58,10 +58,15 @@ static void print_model(const char *path, const struct kvb_model *m) {
         printf("experts       %d per layer on %d layers, %d used per token, expert ffn %d (%zu expert weight bytes read per token)\n", in.n_expert,
                in.n_moe_layers, in.n_expert_used, in.n_ff_exp, in.expert_bytes_per_token);
     if (in.n_ff_shexp > 0) printf("shared        a dense ffn of %d on each expert layer, run on every token\n", in.n_ff_shexp);
+    if (in.n_rec_layers > 0)
+        printf("deltanet      %d Gated DeltaNet layers (no KV): %d key heads, %d value heads of %d, conv %d taps; state %zu bytes a sequence\n",
+               in.n_rec_layers, in.ssm_groups, in.ssm_heads, in.ssm_state, in.ssm_conv, in.state_bytes);
+    if (in.n_nextn_layers > 0) printf("mtp           %d multi-token-prediction layers (loaded, not run)\n", in.n_nextn_layers);
     if (in.features[0]) printf("features      %s\n", in.features);
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, kvb_type_name(in.weight_type));
-    printf("KV per token  %zu bytes in f16 (2 x %d layers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.n_layer, in.n_head_kv, in.head_dim);
+    printf("KV per token  %zu bytes in f16 (2 x %d %slayers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.n_layer - in.n_rec_layers,
+           in.n_rec_layers ? "attention " : "", in.n_head_kv, in.head_dim);
     print_tokenizer(kvb_model_vocab(m));
     struct kvb_vocab_info vi;
     kvb_vocab_get_info(kvb_model_vocab(m), &vi);
