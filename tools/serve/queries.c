@@ -29,6 +29,12 @@ static int sess_json(struct server *srv, const struct sess *x, bool busy, bool w
         cJSON_AddNumberToObject(o, "global_cache_tokens", (double)x->global_tokens);
     }
     cJSON_AddNumberToObject(o, "kv_bytes", (double)x->kv_bytes);
+    if (srv->mi.n_rec_layers) { /* a hybrid model: its recurrent layers' state, part of kv_bytes (pages held; the model's size when not in memory) */
+        struct kvb_cache_stats cs = {0};
+        if (x->seq >= 0) kvb_cache_get_stats(kvb_batch_seq_cache(srv->sched->b, x->seq), &cs);
+        cJSON_AddNumberToObject(o, "recurrent_layers", srv->mi.n_rec_layers);
+        cJSON_AddNumberToObject(o, "state_bytes", (double)(x->seq >= 0 ? cs.state_bytes : srv->mi.state_bytes));
+    }
     cJSON_AddNumberToObject(o, "cold_pages", (double)x->cold_pages);
     cJSON_AddNumberToObject(o, "stored_bytes", (double)x->stored_bytes);
     cJSON_AddNumberToObject(o, "version", (double)(x->version < 0 ? 0 : x->version));
