@@ -43,6 +43,11 @@
 #   - implicit_completions_continuation_equals_session: a /v1/completions
 #     prompt continued statelessly (prompt + returned text + more) resumes and
 #     equals the same sent with session_id;
+#   - implicit_hybrid_*: the same on tiny-qwen35 (issue 50: Gated DeltaNet layers
+#     with a recurrent state): stateless equals session_id under streaming,
+#     h2o, snapkv and full; a checkpoint restored after kill -9 carries the
+#     state (turn 4 equals an uninterrupted server's); the session's JSON
+#     counts it (recurrent_layers, state_bytes within kv_bytes);
 #   - implicit_openai_client_stateless_agent (tests/serve/stateless_agent.mjs)
 #     and implicit_readme_agent_loop_runs_as_written (the README's block
 #     marked agent-example).
@@ -127,6 +132,40 @@ if [ "$(cat "$T/ref.out" "$T/r3.out" "$T/r4.out")" != "$(printf 'ok\nok\nok')" ]
     ko implicit_survives_restart "the chats: $(cat "$T/ref.out" "$T/r3.out" "$T/r4.out" | head -c 600)"
 else client implicit_survives_restart compare "$T/ref.json" "$T/r4.json" 2; fi
 kill $PID 2>/dev/null
+
+# a hybrid model (qwen35: Gated DeltaNet layers with a recurrent state beside attention, issue 50): stateless equals
+# session_id under a window, heavy hitters, prompt compression and full; a checkpoint restored after kill -9 carries
+# the recurrent state (turn 4 equals an uninterrupted server's); the session's JSON counts the state
+"$K" mkmodel --shape tiny-qwen35 --type q8_0 --vocab "$QV" -o "$T/h0.gguf" > /dev/null 2>&1
+python3 "$HERE/jinja/gguf_set_template.py" "$T/h0.gguf" "$T/tools.jinja" "$T/h.gguf" > /dev/null 2>&1
+HARGS="-m $T/h.gguf --budget 64 -t 1"
+start hy $HARGS --sessions "$T/shy"
+if [ -z "$URL" ]; then ko implicit_hybrid_server_starts "$(tail -n 3 "$T/hy.log")"
+else
+    HY=$URL; HYP=$PID
+    for pol in streaming h2o snapkv; do client "implicit_hybrid_equals_session_$pol" policies "$HY" "$pol"; done
+    hs=$(curl -s "$HY/v1/chat/completions" -H 'Content-Type: application/json' \
+             -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"session_id":"hybrid-state"}' > /dev/null;
+         curl -s "$HY/v1/sessions/hybrid-state")
+    if echo "$hs" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(not (d["recurrent_layers"] == 3 and d["state_bytes"] >= 16896 and d["kv_bytes"] >= d["state_bytes"]))'
+    then ok implicit_hybrid_session_json_counts_state; else ko implicit_hybrid_session_json_counts_state "$(echo "$hs" | head -c 400)"; fi
+    kill $HYP 2>/dev/null
+    start hyf $HARGS --policy full --sessions "$T/shyf"
+    client implicit_hybrid_equals_session_full policies "$URL" server
+    kill $PID 2>/dev/null
+    start hr $HARGS --sessions "$T/shr"
+    $CL chat "$URL" 6 "$T/href.json" > "$T/href.out" 2>&1
+    kill $PID 2>/dev/null
+    start h1 $HARGS --sessions "$T/sh1"
+    $CL chat "$URL" 3 "$T/h3.json" > "$T/h3.out" 2>&1
+    kill -9 $PID; wait $PID 2>/dev/null
+    start h2 $HARGS --sessions "$T/sh1"
+    $CL chat "$URL" 4 "$T/h4.json" "$T/h3.json" > "$T/h4.out" 2>&1
+    if [ "$(cat "$T/href.out" "$T/h3.out" "$T/h4.out")" != "$(printf 'ok\nok\nok')" ]; then
+        ko implicit_hybrid_checkpoint_restores_the_state "the chats: $(cat "$T/href.out" "$T/h3.out" "$T/h4.out" | head -c 600)"
+    else client implicit_hybrid_checkpoint_restores_the_state compare "$T/href.json" "$T/h4.json" 2; fi
+    kill $PID 2>/dev/null
+fi
 
 # two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous
 if need_tool implicit_haproxy_two_replicas haproxy KVB_REQUIRE_REDIS "the load balancer; Debian haproxy"; then
