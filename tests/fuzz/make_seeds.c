@@ -59,9 +59,12 @@ static int session_seeds(const char *model_path, const char *dir) {
     bp.kv_pool_bytes = (size_t)8 << 20;
     struct kvb_batch *b;
     if (kvb_batch_init(m, &bp, &b) != KVB_OK) return 1;
-    /* the last one with recall: its image holds a cold tier (cache image version 4) */
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    /* the last one with recall: its image holds a cold tier (cache image version 4); a hybrid
+     * model's images hold its recurrent state instead (recall is refused there) */
     const enum kvb_policy_id ids[] = {KVB_POLICY_FULL, KVB_POLICY_STREAMING, KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING};
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < (mi.n_rec_layers ? 4 : 5); i++) {
         struct kvb_seq_params sp = kvb_seq_default_params();
         sp.kv.policy = kvb_policy_default_params(ids[i]);
         if (ids[i] != KVB_POLICY_FULL) { sp.kv.policy.budget = 8; sp.kv.policy.n_sink = 2; sp.kv.policy.obs_window = 2; }
@@ -81,7 +84,7 @@ static int session_seeds(const char *model_path, const char *dir) {
         size_t len;
         if (kvb_batch_seq_save(b, id, &buf, &len) != KVB_OK) return 1;
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s%s.session", dir, kvb_policy_name(ids[i]), i == 4 ? "-recall" : "");
+        snprintf(path, sizeof path, "%s/%s%s%s.session", dir, mi.n_rec_layers ? "hybrid-" : "", kvb_policy_name(ids[i]), i == 4 ? "-recall" : "");
         FILE *f = fopen(path, "wb");
         if (!f || fwrite(buf, 1, len, f) != len) return 1;
         fclose(f);
@@ -239,6 +242,37 @@ int main(int argc, char **argv) {
             }
         char path[4096];
         snprintf(path, sizeof path, "%s/windows.kvb", argv[1]);
+        if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
+        kvb_cache_free(c);
+    }
+    { /* a hybrid model's cache (issue 50): two recurrent layers with their state rows beside one attention layer */
+        static const uint8_t rec[3] = {1, 0, 1};
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 3; cp.n_kv_head = 1; cp.head_dim = 8;
+        cp.kv.kv_dtype = KVB_DTYPE_F32;
+        cp.kv.block_size = 4;
+        cp.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+        cp.kv.policy.budget = 6;
+        cp.kv.policy.n_sink = 2;
+        cp.recurrent = rec;
+        cp.state_rows = 5;
+        cp.state_row_floats = 8;
+        cp.pool_bytes = 1 << 20;
+        struct kvb_cache *c;
+        if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
+        float q[8], k[8], v[8], o[8];
+        for (int t = 0; t < 9; t++) {
+            for (int i = 0; i < 8; i++) { q[i] = (float)((i * 5 + t) % 9) - 4; k[i] = (float)((i * 3 + t) % 7) - 3; v[i] = (float)(i % 5) * 0.5f; }
+            if (kvb_cache_decode(c, 1, q, 1, k, v, o, NULL) != KVB_OK) return 1;
+            for (int l = 0; l < 3; l += 2) {
+                float *const *rows;
+                if (kvb_cache_state(c, l, 1, &rows) != KVB_OK) return 1;
+                for (int r = 0; r < 5; r++)
+                    for (int i = 0; i < 8; i++) rows[r][i] = rows[r][i] * 0.5f + (float)(r + i + t);
+            }
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/recurrent.kvb", argv[1]);
         if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
         kvb_cache_free(c);
     }
