@@ -197,6 +197,12 @@ kvb_status kvb_model_load_gguf(const char *path, bool in_memory, struct kvb_mode
 /* export.c: kvb_model_write_gguf, kvb_model_make (declared in kvbound.h). */
 kvb_status kvb_model_load_llama2c(const char *path, const char *tokenizer_path, bool in_memory, struct kvb_model *m);
 
+/* TODO(lead, issue 50; forward.c): with m->recurrent, kvb_model_cache_params must give
+ * the cache no K/V streams for the Gated DeltaNet layers (and their state:
+ * info.state_bytes), and kvb_model_kv_seq_bytes (which passes in->n_layer to
+ * kvb_kv_seq_bytes) must size the n_layer - info.n_rec_layers attention layers
+ * plus state_bytes; kvb_fwd_init must size q for q_gate (2 x Hq x D a row).
+ * Until then a qwen35 model loads (info, export) but must not be run. */
 /* The cache parameters of a sequence on model m: its geometry and rope,
  * the KV configuration kv (max_distance 0: the trained length) and a
  * private pool of pool_bytes (unused when the cache draws from a shared one);
