@@ -22,11 +22,14 @@ enum kvb_cpu_feature {
     KVB_CPU_AVX512VNNI = 1 << 2, /* and AVX512_VNNI */
 };
 
+struct kvb_gdn_kernels; /* deltanet.h */
+
 struct kvb_family {
     const char *name;                  /* its KVB_KERNELS name */
     unsigned needs;                    /* the kvb_cpu_feature bits it runs on */
     const struct kvb_kernels *attn;    /* attention primitives, KV row conversions */
     const struct kvb_dot_kernels *dot; /* weight rows: dots, int8 dots and tiles, panels */
+    const struct kvb_gdn_kernels *gdn; /* Gated DeltaNet: delta rule (recurrent, chunked), short conv */
 };
 
 /* Every family built, the reference first, then each needing more. */
