@@ -1,7 +1,9 @@
 /*
  * deltanet.c — the scalar reference of the Gated DeltaNet kernels
- * (deltanet.h), the dispatched entry points, and the helpers every family
- * shares (the convolution's history, SiLU over rows).
+ * (deltanet.h) and the helpers every family
+ * shares (the convolution's history, SiLU over rows). The entry points
+ * (deltanet.h's static inlines) and kvb_gdn_kernels() go through dispatch.c,
+ * which calls into this file, never the other way.
  *
  * What llama.cpp does around these kernels (/work/llama-peer-g: ggml-cpu
  * ops.cpp ggml_compute_forward_gated_delta_net, _l2_norm, _ssm_conv;
@@ -34,8 +36,7 @@
  * fmaf(s, q_i, o). Chunked: see chunk_ref.
  */
 #include "deltanet.h"
-
-#include "dispatch.h"
+#include "ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -206,20 +207,3 @@ const struct kvb_gdn_kernels kvb_gdn_ref = {
     .chunked = chunked_ref,
     .conv = conv_ref,
 };
-
-const struct kvb_gdn_kernels *kvb_gdn_kernels(void) { return kvb_family()->gdn; }
-
-void kvb_gdn_recurrent(float *const *S, int32_t Dk, int32_t Dv, int32_t T, const float *q, int64_t ldq, const float *k, int64_t ldk,
-                       const float *v, int64_t ldv, const float *g, const float *beta, int64_t ldgb, float *o, int64_t ldo) {
-    kvb_gdn_kernels()->recurrent(S, Dk, Dv, T, q, ldq, k, ldk, v, ldv, g, beta, ldgb, o, ldo);
-}
-
-void kvb_gdn_chunked(float *const *S, int32_t Dk, int32_t Dv, int32_t T, const float *q, int64_t ldq, const float *k, int64_t ldk,
-                     const float *v, int64_t ldv, const float *g, const float *beta, int64_t ldgb, float *o, int64_t ldo, float *scratch) {
-    kvb_gdn_kernels()->chunked(S, Dk, Dv, T, q, ldq, k, ldk, v, ldv, g, beta, ldgb, o, ldo, scratch);
-}
-
-void kvb_ssm_conv(float *hist, const float *w, int32_t C, int32_t K, const float *x, int64_t ldx, int32_t T, float *y, int64_t ldy,
-                  bool silu) {
-    kvb_gdn_kernels()->conv(hist, w, C, K, x, ldx, T, y, ldy, silu);
-}

@@ -6,10 +6,10 @@
  * reached through row pointers (the rows live in pool pages).
  *
  * How callers get them: call kvb_gdn_recurrent, kvb_gdn_chunked and
- * kvb_ssm_conv. Each goes through the kernel family in use (dispatch.h:
- * the same choice as attention and matmul, KVB_REF / KVB_KERNELS); the
- * families' tables (kvb_gdn_ref, kvb_gdn_avx2, kvb_gdn_avx512) are for
- * tests. The scalar reference (deltanet.c) is the law:
+ * kvb_ssm_conv (static inlines below): each runs the kernel family in
+ * use, kvb_gdn_kernels() (dispatch.h: the same choice as attention and
+ * matmul, KVB_REF / KVB_KERNELS). The families' tables (kvb_gdn_ref,
+ * kvb_gdn_avx2, kvb_gdn_avx512) are for tests. The scalar reference (deltanet.c) is the law:
  *   - every reduction is a sequential fmaf chain in a fixed order (the
  *     state rows i = 0..Dk-1, the chunk's tokens in order, the taps
  *     j = 0..K-1), and the x86 families vectorize only across the
@@ -41,8 +41,9 @@
  * (<= 0 in the models), beta in (0, 1). Per token:
  *     S *= exp(g);  kv = S^T k;  d = beta (v - kv);  S += k d^T;  o = S^T q.
  * S is updated in place; o must not overlap S, q, k, v, g or beta. */
-void kvb_gdn_recurrent(float *const *S, int32_t Dk, int32_t Dv, int32_t T, const float *q, int64_t ldq, const float *k, int64_t ldk,
-                       const float *v, int64_t ldv, const float *g, const float *beta, int64_t ldgb, float *o, int64_t ldo);
+static inline void kvb_gdn_recurrent(float *const *S, int32_t Dk, int32_t Dv, int32_t T, const float *q, int64_t ldq, const float *k,
+                                     int64_t ldk, const float *v, int64_t ldv, const float *g, const float *beta, int64_t ldgb, float *o,
+                                     int64_t ldo);
 
 /* The same result by the chunked (WY / UT-transform) form, chunks of
  * KVB_GDN_CHUNK tokens from the call's first token (any T, the last chunk
@@ -52,8 +53,9 @@ void kvb_gdn_recurrent(float *const *S, int32_t Dk, int32_t Dv, int32_t T, const
  * e^(G_t - G_s) (q_t.k_s) d_s; S = e^(G_last) S0 + sum_s e^(G_last - G_s) k_s d_s^T.
  * Equal to kvb_gdn_recurrent up to float rounding. scratch: at least
  * kvb_gdn_scratch_floats(Dk, Dv) floats, any alignment. */
-void kvb_gdn_chunked(float *const *S, int32_t Dk, int32_t Dv, int32_t T, const float *q, int64_t ldq, const float *k, int64_t ldk,
-                     const float *v, int64_t ldv, const float *g, const float *beta, int64_t ldgb, float *o, int64_t ldo, float *scratch);
+static inline void kvb_gdn_chunked(float *const *S, int32_t Dk, int32_t Dv, int32_t T, const float *q, int64_t ldq, const float *k,
+                                   int64_t ldk, const float *v, int64_t ldv, const float *g, const float *beta, int64_t ldgb, float *o,
+                                   int64_t ldo, float *scratch);
 size_t kvb_gdn_scratch_floats(int32_t Dk, int32_t Dv);
 
 /* Causal depthwise convolution, C channels, K taps (K >= 1): hist is
@@ -62,8 +64,8 @@ size_t kvb_gdn_scratch_floats(int32_t Dk, int32_t Dv);
  * y + t*ldy. With xe = [hist rows; x rows],
  *     y[t][c] = sum_{j<K} w[c][j] * xe[t+j][c]   (then y = y / (1 + e^-y) when silu)
  * and hist becomes the last K-1 rows of xe. y must not overlap x or hist. */
-void kvb_ssm_conv(float *hist, const float *w, int32_t C, int32_t K, const float *x, int64_t ldx, int32_t T, float *y, int64_t ldy,
-                  bool silu);
+static inline void kvb_ssm_conv(float *hist, const float *w, int32_t C, int32_t K, const float *x, int64_t ldx, int32_t T, float *y,
+                                int64_t ldy, bool silu);
 
 /* A family's kernels (the signatures above). */
 struct kvb_gdn_kernels {
@@ -80,8 +82,23 @@ extern const struct kvb_gdn_kernels kvb_gdn_ref;
 #if defined(__x86_64__)
 extern const struct kvb_gdn_kernels kvb_gdn_avx2, kvb_gdn_avx512;
 #endif
-/* The family in use's (kvb_family()->gdn). */
+/* The family in use's (kvb_family()->gdn; dispatch.c). */
 const struct kvb_gdn_kernels *kvb_gdn_kernels(void);
+
+static inline void kvb_gdn_recurrent(float *const *S, int32_t Dk, int32_t Dv, int32_t T, const float *q, int64_t ldq, const float *k,
+                                     int64_t ldk, const float *v, int64_t ldv, const float *g, const float *beta, int64_t ldgb, float *o,
+                                     int64_t ldo) {
+    kvb_gdn_kernels()->recurrent(S, Dk, Dv, T, q, ldq, k, ldk, v, ldv, g, beta, ldgb, o, ldo);
+}
+static inline void kvb_gdn_chunked(float *const *S, int32_t Dk, int32_t Dv, int32_t T, const float *q, int64_t ldq, const float *k,
+                                   int64_t ldk, const float *v, int64_t ldv, const float *g, const float *beta, int64_t ldgb, float *o,
+                                   int64_t ldo, float *scratch) {
+    kvb_gdn_kernels()->chunked(S, Dk, Dv, T, q, ldq, k, ldk, v, ldv, g, beta, ldgb, o, ldo, scratch);
+}
+static inline void kvb_ssm_conv(float *hist, const float *w, int32_t C, int32_t K, const float *x, int64_t ldx, int32_t T, float *y,
+                                int64_t ldy, bool silu) {
+    kvb_gdn_kernels()->conv(hist, w, C, K, x, ldx, T, y, ldy, silu);
+}
 
 /* The convolution's history update (every family's): hist becomes the
  * last K-1 rows of [hist; x rows]. */

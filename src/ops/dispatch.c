@@ -94,6 +94,7 @@ const struct kvb_family *kvb_family(void) {
 
 const struct kvb_kernels *kvb_kernels(void) { return kvb_family()->attn; }
 const struct kvb_dot_kernels *kvb_dot_kernels(void) { return kvb_family()->dot; }
+const struct kvb_gdn_kernels *kvb_gdn_kernels(void) { return kvb_family()->gdn; }
 const char *kvb_kernels_name(void) { return kvb_family()->attn->name; }
 
 void kvb_kernels_force_ref(bool ref) { atomic_store_explicit(&g_family, ref ? &kvb_families[0] : choose(), memory_order_relaxed); }
