@@ -449,6 +449,22 @@ TEST(entry_points_run_the_dispatched_family) {
     memset(hist, 0, sizeof hist);
     kvb_ssm_conv(hist, w, 4, 4, x, 4, 2, y2, 4, false);
     CHECK(memcmp(y1, y2, sizeof y1) == 0);
+    /* KVB_KERNELS=<family> reaches these kernels too: every family has a table */
+    CHECK(kvb_families[0].gdn == &kvb_gdn_ref);
+    const char *cap = getenv("KVB_KERNELS");
+    char *saved = cap ? strdup(cap) : NULL;
+    bool each = true;
+    for (int i = 0; i < kvb_n_families; i++) {
+        setenv("KVB_KERNELS", kvb_families[i].name, 1);
+        kvb_kernels_force_ref(false);
+        each = each && kvb_families[i].gdn && kvb_gdn_kernels() == kvb_family()->gdn &&
+               ((kvb_families[i].needs & ~kvb_cpu_features()) != 0 || kvb_family() == &kvb_families[i] || getenv("KVB_REF"));
+    }
+    if (saved) setenv("KVB_KERNELS", saved, 1);
+    else unsetenv("KVB_KERNELS");
+    free(saved);
+    kvb_kernels_force_ref(false);
+    CHECK(each);
 }
 
 int main(void) {
