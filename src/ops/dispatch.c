@@ -15,6 +15,7 @@
  * else in the library tests the CPU or a family's name to pick a kernel.
  */
 #include "dispatch.h"
+#include "deltanet.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -23,11 +24,11 @@
 #endif
 
 const struct kvb_family kvb_families[] = {
-    {"ref", 0, &kvb_kernels_ref, &kvb_dot_ref},
+    {"ref", 0, &kvb_kernels_ref, &kvb_dot_ref, &kvb_gdn_ref},
 #if defined(__x86_64__)
-    {"avx2", KVB_CPU_AVX2, &kvb_kernels_avx2, &kvb_dot_avx2},
-    {"avx512", KVB_CPU_AVX2 | KVB_CPU_AVX512, &kvb_kernels_avx512, &kvb_dot_avx512},
-    {"avx512vnni", KVB_CPU_AVX2 | KVB_CPU_AVX512 | KVB_CPU_AVX512VNNI, &kvb_kernels_avx512vnni, &kvb_dot_avx512vnni},
+    {"avx2", KVB_CPU_AVX2, &kvb_kernels_avx2, &kvb_dot_avx2, &kvb_gdn_avx2},
+    {"avx512", KVB_CPU_AVX2 | KVB_CPU_AVX512, &kvb_kernels_avx512, &kvb_dot_avx512, &kvb_gdn_avx512},
+    {"avx512vnni", KVB_CPU_AVX2 | KVB_CPU_AVX512 | KVB_CPU_AVX512VNNI, &kvb_kernels_avx512vnni, &kvb_dot_avx512vnni, &kvb_gdn_avx512},
 #endif
 };
 const int kvb_n_families = (int)(sizeof kvb_families / sizeof kvb_families[0]);
@@ -93,6 +94,7 @@ const struct kvb_family *kvb_family(void) {
 
 const struct kvb_kernels *kvb_kernels(void) { return kvb_family()->attn; }
 const struct kvb_dot_kernels *kvb_dot_kernels(void) { return kvb_family()->dot; }
+const struct kvb_gdn_kernels *kvb_gdn_kernels(void) { return kvb_family()->gdn; }
 const char *kvb_kernels_name(void) { return kvb_family()->attn->name; }
 
 void kvb_kernels_force_ref(bool ref) { atomic_store_explicit(&g_family, ref ? &kvb_families[0] : choose(), memory_order_relaxed); }

@@ -3,12 +3,13 @@
  * instruction set level runs: its attention primitives and KV row
  * conversions (struct kvb_kernels, ops.h) and its weight kernels — dots,
  * int8 dots and tiles, prefill panels, the activation quantizer (struct
- * kvb_dot_kernels, matmul.h). Each family is one entry of kvb_families,
+ * kvb_dot_kernels, matmul.h) — and its Gated DeltaNet kernels (struct
+ * kvb_gdn_kernels, deltanet.h). Each family is one entry of kvb_families,
  * ordered from the scalar reference (always built, always first) up, each
  * needing every CPU feature of the one before it. dispatch.c chooses the
- * entry once (CPU features, KVB_REF, KVB_KERNELS); kvb_kernels() and
- * kvb_dot_kernels() are the chosen entry's two halves, so attention and
- * matmul never disagree on the family.
+ * entry once (CPU features, KVB_REF, KVB_KERNELS); kvb_kernels(),
+ * kvb_dot_kernels() and kvb_gdn_kernels() are the chosen entry's parts, so
+ * attention, matmul and the DeltaNet layers never disagree on the family.
  */
 #ifndef KVB_DISPATCH_H
 #define KVB_DISPATCH_H
@@ -22,11 +23,14 @@ enum kvb_cpu_feature {
     KVB_CPU_AVX512VNNI = 1 << 2, /* and AVX512_VNNI */
 };
 
+struct kvb_gdn_kernels; /* deltanet.h */
+
 struct kvb_family {
     const char *name;                  /* its KVB_KERNELS name */
     unsigned needs;                    /* the kvb_cpu_feature bits it runs on */
     const struct kvb_kernels *attn;    /* attention primitives, KV row conversions */
     const struct kvb_dot_kernels *dot; /* weight rows: dots, int8 dots and tiles, panels */
+    const struct kvb_gdn_kernels *gdn; /* Gated DeltaNet: delta rule (recurrent, chunked), short conv */
 };
 
 /* Every family built, the reference first, then each needing more. */

@@ -12,6 +12,11 @@
  *
  * Shapes: d = head_dim. A "row" is one query vector (one head of one token),
  * already rotated and pre-multiplied by 1/sqrt(d).
+ *
+ * The Gated DeltaNet layers' kernels (the delta rule, recurrent and
+ * chunked, and the short conv) are deltanet.h's: reference deltanet.c,
+ * x86/deltanet_avx2.c and x86/deltanet_avx512.c from one body
+ * (x86/deltanet_width.h), in each family's table beside these.
  */
 #ifndef KVB_OPS_H
 #define KVB_OPS_H
