@@ -55,3 +55,10 @@ $G granitemoe archs/moe/granitemoe-shared-f32.gguf $M $X --kv @.expert_shared_fe
 # olmoe: q/k norms over the whole projection (so as many KV heads as query heads: llama.cpp sizes k_norm by n_embd), 2 of 8
 $G olmoe archs/moe/olmoe-f32.gguf $M --n-head-kv 4 $X
 $G olmoe archs/moe/olmoe-f16.gguf $M --n-head-kv 4 --f16 $X
+# qwen35 (issue 50): Gated DeltaNet layers (3 of 4) beside gated attention, written from llama.cpp's own loader's
+# tensor list, with one MTP layer (loaded, not run); no q/k/v biases (its graph applies none); sections {3,0,0,0} of 16
+# rotary dims; 2 key heads and 4 value heads of 16, conv 4 taps
+Q35="--plain --seed 42 --n-layer 5 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 384 --n-vocab 128 --head-dim 32 --drop attn_[qkv]\.bias$"
+Q35K="--kv @.rope.dimension_count=u32:16 --kv @.rope.dimension_sections=i32:3 --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:64 --kv @.ssm.state_size=u32:16 --kv @.ssm.time_step_rank=u32:4 --kv @.ssm.group_count=u32:2 --kv @.nextn_predict_layers=u32:1"
+$G qwen35 archs/gen/qwen35-f32.gguf $Q35 $Q35K
+$G qwen35 archs/gen/qwen35-f16.gguf $Q35 --f16 $Q35K
