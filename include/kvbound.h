@@ -769,7 +769,7 @@ struct kvb_model_info {
     uint32_t weight_type;     /* ggml type of the attention weights */
     size_t weight_bytes;      /* all weights */
     size_t kv_bytes_per_token_f16;
-    char features[160];       /* what the family adds to a plain llama layer, in words ("q/k norms per
+    char features[256];       /* what the family adds to a plain llama layer, in words ("q/k norms per
                                * head", "YaRN x4 from 8", ...); empty for none */
     int32_t sliding_window;   /* tokens a sliding-window layer sees (Gemma 2/3), 0 without */
     int32_t n_swa_layers;     /* layers with that window; the other n_layer - n_swa_layers are global */
@@ -1443,16 +1443,16 @@ struct kvb_ppl_result {
     bool has_kl;
     double kl, top1;
     bool has_mass;
-    double mass;                /* mean over layers, heads and queries */
-    double *mass_layer;         /* [n_layer] */
+    double mass;                /* mean over (attention) layers, heads and queries */
+    double *mass_layer;         /* [n_layer]; NaN for a layer without attention (a hybrid's Gated DeltaNet layers) */
     int32_t n_layer;
-    double sink_mass;           /* with mass: full attention on position 0, mean over layers */
-    double *sink_mass_layer;    /* [n_layer] */
+    double sink_mass;           /* with mass: full attention on position 0, mean over (attention) layers */
+    double *sink_mass_layer;    /* [n_layer]; NaN as mass_layer */
     size_t kv_bytes_peak;       /* with recall: recall areas included (recall_bytes of it) */
     size_t recall_bytes;        /* recall: the areas' pages at the end */
     int64_t cold_pages;         /* recall: pages in the cold tier at the end */
     double recall_score_s, recall_load_s; /* recall: worker time scoring cold pages, copying recalled ones */
-    double prompt_kept;         /* with prompt: prompt tokens kept per stream after it (mean) */
+    double prompt_kept;         /* with prompt: prompt tokens kept per stream after it (mean over the attention layers' streams) */
     int32_t prompt_kept_min, prompt_kept_max;
     double tok_per_s;
     double *nll_tok;            /* [tokens] */

@@ -17,6 +17,33 @@ if grep -q '"bytes":70189056,' "$T/m3.json" && grep -q '"bounded_bytes":7798784,
 else ko mem_blocks_pages_bounded "$(cat "$T/m3.json")"; fi
 "$K" mem --preset nope --ctx 1 2> "$T/e.txt"; r=$?
 if [ $r -eq 2 ] && grep -q "nope" "$T/e.txt"; then ok mem_bad_preset; else ko mem_bad_preset "$(cat "$T/e.txt")"; fi
+# a hybrid (Qwen3.6-35B-A3B: 40 layers, every 4th attention with 2 KV heads of 256; 30 Gated DeltaNet layers of 16 key and
+# 32 value heads of 128, 4 taps): K/V 131072 x 10 x 2 x 1024 bytes; the state 30 x 4 x (32 x 128 x 128 + 3 x 8192) bytes
+# a sequence at any length and under any policy; streaming 4096 keeps 4096 x 10 x 2 x 1024; the saving compares the totals
+"$K" mem --preset qwen3.6-35b-a3b --ctx 131072 --policy streaming --budget 4096 --json > "$T/h1.json" 2>&1
+"$K" mem --preset qwen3.6-35b-a3b --ctx 131072 --policy streaming --budget 4096 > "$T/h1.txt" 2>&1
+if grep -q '"layers":40,"kv_heads":2,"head_dim":256,' "$T/h1.json" && grep -q '"recurrent_layers":30,"state_bytes_per_sequence":65863680,' "$T/h1.json" &&
+   grep -q '"bytes":2684354560,"size":2.68,"state_bytes":65863680,"total_bytes":2750218240,' "$T/h1.json" &&
+   grep -q '"bounded_bytes":83886080,"bounded_size":0.08,"bounded_total_bytes":149749760,"bounded_total_size":0.15,"saving":0.9455}' "$T/h1.json" &&
+   grep -q '^ *131072 *1 *2684354560 *2.68 *0.07 *2.75 *0.08 *0.15 *94.6%$' "$T/h1.txt" && grep -q '^30 Gated DeltaNet layers' "$T/h1.txt"
+then ok mem_hybrid_preset_qwen36_state_counted; else ko mem_hybrid_preset_qwen36_state_counted "$(cat "$T/h1.json" "$T/h1.txt")"; fi
+# Qwen3.5-27B: 16 attention layers of 4 KV heads of 256, 48 Gated DeltaNet layers of 16/48 heads of 128 (C = 10240), batch 2
+"$K" mem --preset qwen3.5-27b --ctx 1000 --batch 2 --json > "$T/h2.json" 2>&1
+if grep -q '"recurrent_layers":48,"state_bytes_per_sequence":156893184,' "$T/h2.json" &&
+   grep -q '"tokens":1000,"batch":2,"bytes":131072000,"size":0.13,"state_bytes":313786368,"total_bytes":444858368,' "$T/h2.json"
+then ok mem_hybrid_preset_qwen35_27b_batch; else ko mem_hybrid_preset_qwen35_27b_batch "$(cat "$T/h2.json")"; fi
+# -m tiny-qwen35 (1 attention layer of 2 KV heads of 32, f16: 256 bytes a token; 3 Gated DeltaNet layers of 2/4 heads of 16,
+# 4 taps: 4 x (4 x 16 x 16 + 3 x 128) = 5632 bytes each = info's 16896); with --block-size 16 the cache's pages: 2048 bytes
+# hold 32 rows of 16 floats, a layer's 64 + 24 rows take 3, so 9 pages = 18432 a sequence; 100 tokens -> 112 slots
+"$K" mkmodel --shape tiny-qwen35 -o "$T/q35.gguf" > /dev/null 2>&1
+"$K" mem -m "$T/q35.gguf" --ctx 100 --json > "$T/h3.json" 2>&1
+"$K" mem -m "$T/q35.gguf" --ctx 100 --batch 2 --block-size 16 --policy streaming --budget 16 --json > "$T/h4.json" 2>&1
+"$K" mem -m "$T/q35.gguf" --ctx 100 --policy streaming --budget 16 --recall-pages 4 2> "$T/h5.txt" > /dev/null; r=$?
+if grep -q '"layers":4,"kv_heads":2,"head_dim":32,.*"recurrent_layers":3,"state_bytes_per_sequence":16896,' "$T/h3.json" &&
+   grep -q '"bytes":25600,"size":0.00,"state_bytes":16896,"total_bytes":42496,' "$T/h3.json" &&
+   grep -q '"bytes":57344,"size":0.00,"state_bytes":36864,"total_bytes":94208,.*"bounded_bytes":8192,.*"bounded_total_bytes":45056,' "$T/h4.json" &&
+   [ $r -eq 2 ] && grep -q "recall on a hybrid model is not implemented" "$T/h5.txt"
+then ok mem_hybrid_model_attention_layers_and_state_pages; else ko mem_hybrid_model_attention_layers_and_state_pages "$(cat "$T/h3.json" "$T/h4.json" "$T/h5.txt")"; fi
 
 if [ ! -f "$D/models/stories260K/stories260K.llamacpp.gguf" ]; then
     skip_case shared_data "missing $D/models/stories260K (the remaining cases need it)"

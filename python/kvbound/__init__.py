@@ -99,7 +99,8 @@ class _KvParams(_c.Structure):
 
 class _CacheParams(_c.Structure):
     _fields_ = [("n_layer", _i32), ("n_kv_head", _i32), ("head_dim", _i32), ("rope", _Rope), ("no_rope", _c.c_void_p), ("pool_bytes", _sz),
-                ("kv", _KvParams), ("rope_swa", _Rope), ("attn_softcap", _f32), ("sinks", _fp), ("n_sink_heads", _i32)]
+                ("kv", _KvParams), ("rope_swa", _Rope), ("attn_softcap", _f32), ("sinks", _fp), ("n_sink_heads", _i32),
+                ("recurrent", _c.c_void_p), ("state_rows", _i32), ("state_row_floats", _i32), ("kv_source", _c.c_void_p)]
 
 
 class _CacheStats(_c.Structure):
@@ -108,7 +109,7 @@ class _CacheStats(_c.Structure):
                 ("recall_bytes", _sz), ("cold_pages", _i64), ("cold_mem_bytes", _sz), ("cold_file_bytes", _sz),
                 ("cold_staged_tokens", _i64), ("cold_dropped_pages", _i64), ("recall_scorings", _i64), ("recall_loads", _i64),
                 ("recall_score_s", _f64), ("recall_load_s", _f64), ("window_layers", _i32), ("window_slots", _i64),
-                ("window_pages", _i64)]
+                ("window_pages", _i64), ("state_layers", _i32), ("state_pages", _i64), ("state_bytes", _sz)]
 
 
 class _SlotInfo(_c.Structure):
@@ -124,10 +125,10 @@ class _ModelInfo(_c.Structure):
                 ("n_head", _i32), ("n_head_kv", _i32), ("head_dim", _i32), ("n_ff", _i32), ("n_ctx_train", _i32),
                 ("rms_eps", _f32), ("rope_base", _f32), ("rope_freq_scale", _f32), ("rope_dims", _i32), ("rope_type", _enum),
                 ("tied_output", _c.c_bool), ("has_qkv_bias", _c.c_bool), ("weight_type", _u32), ("weight_bytes", _sz),
-                ("kv_bytes_per_token_f16", _sz), ("features", _c.c_char * 160), ("sliding_window", _i32), ("n_swa_layers", _i32),
+                ("kv_bytes_per_token_f16", _sz), ("features", _c.c_char * 256), ("sliding_window", _i32), ("n_swa_layers", _i32),
                 ("n_expert", _i32), ("n_expert_used", _i32), ("n_ff_exp", _i32), ("n_moe_layers", _i32), ("expert_bytes_per_token", _sz),
                 ("n_ff_shexp", _i32), ("n_rec_layers", _i32), ("ssm_conv", _i32), ("ssm_state", _i32), ("ssm_groups", _i32),
-                ("ssm_heads", _i32), ("n_nextn_layers", _i32), ("state_bytes", _sz)]
+                ("ssm_heads", _i32), ("n_nextn_layers", _i32), ("state_bytes", _sz), ("attn_gated", _c.c_bool)]
 
 
 class _ContextParams(_c.Structure):

@@ -285,7 +285,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
         if (st == KVB_OK) {
             struct kvb_cache_stats ps;
             kvb_cache_get_stats(kvb_context_cache(pc), &ps);
-            out->prompt_kept = (double)ps.slots / ((double)in->n_layer * in->n_head_kv);
+            out->prompt_kept = (double)ps.slots / ((double)(in->n_layer - in->n_rec_layers) * in->n_head_kv); /* streams of the attention layers */
             out->prompt_kept_min = ps.slots_min;
             out->prompt_kept_max = ps.slots_max;
             score_one(out, p, &acc, 0, ids[P], lp, fc ? lf : NULL, V);
@@ -349,6 +349,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
             out->mass_layer = kvb_calloc((size_t)in->n_layer, sizeof(double));
             out->sink_mass_layer = kvb_calloc((size_t)in->n_layer, sizeof(double));
             double tot = 0, tots = 0;
+            int32_t n_attn = 0; /* layers with attention: a hybrid's Gated DeltaNet layers have none (NaN) */
             for (int32_t l = 0; out->mass_layer && out->sink_mass_layer && l < in->n_layer; l++) {
                 double a = 0, s2 = 0;
                 int64_t c2 = 0;
@@ -357,13 +358,18 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
                     s2 += ms.sink[(size_t)l * in->n_head_kv + h];
                     c2 += ms.cnt[(size_t)l * in->n_head_kv + h];
                 }
+                if (in->n_rec_layers && !c2) { /* no attention on this layer */
+                    out->mass_layer[l] = out->sink_mass_layer[l] = NAN;
+                    continue;
+                }
                 out->mass_layer[l] = c2 ? a / (double)c2 : 0;
                 out->sink_mass_layer[l] = c2 ? s2 / (double)c2 : 0;
                 tot += out->mass_layer[l];
                 tots += out->sink_mass_layer[l];
+                n_attn++;
             }
-            out->mass = tot / in->n_layer;
-            out->sink_mass = tots / in->n_layer;
+            out->mass = n_attn ? tot / n_attn : 0;
+            out->sink_mass = n_attn ? tots / n_attn : 0;
         }
     }
     kvb_free(ms.full_rows); kvb_free(ms.acc); kvb_free(ms.sink); kvb_free(ms.cnt);

@@ -10,6 +10,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -137,6 +138,12 @@ static int run_one(const struct eval_opts *o, const struct kvb_model *m, const i
     return 0;
 }
 
+/* One layer's entry of mass_layer / sink_mass_layer: null for a layer without attention (NaN: a hybrid's Gated DeltaNet layers). */
+static void json_mass(FILE *f, int32_t l, double v) {
+    if (isnan(v)) fprintf(f, "%snull", l ? "," : "");
+    else fprintf(f, "%s%.6f", l ? "," : "", v);
+}
+
 static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struct kvb_ppl_result *r, enum kvb_baseline base, int32_t prompt,
                      const struct cli_kv_types *kvt, const struct cli_recall *rec) {
     fprintf(f, "{\"policy\":\"%s\",\"budget\":%d,\"tokens\":%lld,\"nll\":%.6f,\"ppl\":%.6f", kvb_policy_name(id), id == KVB_POLICY_FULL ? 0 : budget,
@@ -151,9 +158,9 @@ static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struc
                 r->prompt_kept_min, r->prompt_kept_max);
     if (r->has_mass) {
         fprintf(f, ",\"mass\":%.6f,\"mass_layer\":[", r->mass);
-        for (int32_t l = 0; l < r->n_layer; l++) fprintf(f, "%s%.6f", l ? "," : "", r->mass_layer[l]);
+        for (int32_t l = 0; l < r->n_layer; l++) json_mass(f, l, r->mass_layer[l]);
         fprintf(f, "],\"sink_mass\":%.6f,\"sink_mass_layer\":[", r->sink_mass);
-        for (int32_t l = 0; l < r->n_layer; l++) fprintf(f, "%s%.6f", l ? "," : "", r->sink_mass_layer[l]);
+        for (int32_t l = 0; l < r->n_layer; l++) json_mass(f, l, r->sink_mass_layer[l]);
         fprintf(f, "]");
     }
     fprintf(f, ",\"kv_bytes_peak\":%zu,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"tok_per_s\":%.1f,\"segments\":[", r->kv_bytes_peak,

@@ -6,7 +6,12 @@
  * model's sliding-window layers (Gemma 2/3: its info's window and count, or
  * a preset's, or --window/--window-layers) hold min(W - 1, T) tokens
  * whatever the policy (what the cache keeps between steps; a step adds its
- * tokens), which governs the other (global) layers only.
+ * tokens), which governs the other (global) layers only. A hybrid model's
+ * Gated DeltaNet layers (Qwen3.5/3.6: its info, or a preset's shape) hold no
+ * K/V but a recurrent state of fixed size per sequence (f32: Hv Dk Dv + (K - 1)
+ * C floats a layer, C = 2 Hk Dk + Hv Dv; with --block-size packed into pages
+ * as the cache packs it), the same under every policy: K/V counts the
+ * attention layers only, and the totals and the saving count the state.
  * GB = 10^9 bytes (GiB with --gib), rounded to nearest. The options parse
  * into struct mem_opts; the shape comes from a preset, a model or the
  * flags; then a header, a row per tokens x batch, and the notes.
@@ -21,15 +26,37 @@ struct preset {
     const char *name;
     int32_t layers, kv_heads, head_dim;
     int32_t window, window_layers; /* sliding-window layers (Gemma): W tokens on that many layers; 0: none */
+    int32_t attn_every;            /* hybrid (Qwen3.5/3.6): every attn_every-th layer attention, the others Gated DeltaNet; 0: none */
+    int32_t lin_k_heads, lin_v_heads, lin_dim, conv; /* Gated DeltaNet: key and value heads of lin_dim, conv taps */
 };
 
-/* From the public model configs (num_hidden_layers, num_key_value_heads, head_dim). */
+/* From the public model configs (num_hidden_layers, num_key_value_heads, head_dim; Gemma's sliding_window and
+ * its window layers; the hybrids' full_attention_interval, linear_num_key_heads, linear_num_value_heads,
+ * linear_key_head_dim (= linear_value_head_dim), linear_conv_kernel_dim). */
 static const struct preset k_presets[] = {
-    {"llama2-7b", 32, 32, 128, 0, 0},  {"llama2-13b", 40, 40, 128, 0, 0},    {"llama3-8b", 32, 8, 128, 0, 0},
-    {"llama3-70b", 80, 8, 128, 0, 0},  {"llama3.1-405b", 126, 8, 128, 0, 0}, {"mistral-7b", 32, 8, 128, 0, 0},
-    {"qwen2.5-7b", 28, 4, 128, 0, 0},  {"tinyllama-1.1b", 22, 4, 64, 0, 0},  {"smollm2-135m", 30, 3, 64, 0, 0},
-    {"gemma2-2b", 26, 4, 256, 4096, 13}, {"gemma2-9b", 42, 8, 256, 4096, 21}, {"gemma3-1b", 26, 1, 256, 512, 22},
-    {"gemma3-4b", 34, 4, 256, 1024, 29}, {"gemma3-27b", 62, 16, 128, 1024, 52},
+    {"llama2-7b", 32, 32, 128, 0, 0, 0, 0, 0, 0, 0},
+    {"llama2-13b", 40, 40, 128, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3-8b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3-70b", 80, 8, 128, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3.1-405b", 126, 8, 128, 0, 0, 0, 0, 0, 0, 0},
+    {"mistral-7b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-7b", 28, 4, 128, 0, 0, 0, 0, 0, 0, 0},
+    {"tinyllama-1.1b", 22, 4, 64, 0, 0, 0, 0, 0, 0, 0},
+    {"smollm2-135m", 30, 3, 64, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma2-2b", 26, 4, 256, 4096, 13, 0, 0, 0, 0, 0},
+    {"gemma2-9b", 42, 8, 256, 4096, 21, 0, 0, 0, 0, 0},
+    {"gemma3-1b", 26, 1, 256, 512, 22, 0, 0, 0, 0, 0},
+    {"gemma3-4b", 34, 4, 256, 1024, 29, 0, 0, 0, 0, 0},
+    {"gemma3-27b", 62, 16, 128, 1024, 52, 0, 0, 0, 0, 0},
+    /* Qwen3.6-35B-A3B, its model card (huggingface.co/Qwen/Qwen3.6-35B-A3B): 40 layers laid out as
+     * 10 x (3 Gated DeltaNet + 1 gated attention), attention 16 Q and 2 KV heads of 256, Gated DeltaNet
+     * 32 V and 16 QK heads of 128; conv kernel 4 as every Qwen3.5/3.6 config.json (linear_conv_kernel_dim) */
+    {"qwen3.6-35b-a3b", 40, 2, 256, 0, 0, 4, 16, 32, 128, 4},
+    /* Qwen3.5-27B, its config.json text_config (as copies of it on huggingface.co and the defaults of
+     * Modular MAX's Qwen3_5Config quote it): num_hidden_layers 64, full_attention_interval 4,
+     * num_key_value_heads 4, head_dim 256, linear_num_key_heads 16, linear_num_value_heads 48,
+     * linear_key_head_dim 128, linear_conv_kernel_dim 4 */
+    {"qwen3.5-27b", 64, 4, 256, 0, 0, 4, 16, 48, 128, 4},
 };
 
 /* Bytes of the K and V of `tokens` tokens: a K row and a V row of head_dim
@@ -72,6 +99,8 @@ struct mem_opts {
     char name[128]; /* the preset's, the model's or "custom" */
     int32_t L, H, D, block, budget, sinks, recall, keep; /* keep: the pinned span, on top of the budget */
     int32_t window, n_win; /* sliding-window layers: n_win of the L hold min(window, T) tokens; 0: none */
+    int32_t n_rec, lin_kh, lin_vh, lin_dim, conv; /* Gated DeltaNet layers among the L (no K/V) and their shape; 0: none */
+    unsigned long long state; /* one sequence's recurrent state, all n_rec layers (mem_check: in pages with --block-size) */
     long long ctx[16], batch[16];
     int n_ctx, n_batch;
     uint32_t type, vtype;
@@ -96,6 +125,12 @@ static void mem_usage(void) {
            "Sliding-window layers (Gemma 2/3: from -m MODEL or a gemma preset, or --window W --window-layers N):\n"
            "those layers hold min(W - 1, tokens) between steps whatever the policy, which bounds the other (global)\n"
            "layers only; recall areas and the cold tier are the global layers'.\n"
+           "Hybrid models (Qwen3.5/3.6: from -m MODEL or a qwen3.x preset): 'layers' counts every layer that runs;\n"
+           "the Gated DeltaNet ones (recurrent_layers in the JSON) hold no K/V, so bytes and bounded are the\n"
+           "attention layers' K/V; each sequence adds a recurrent state of fixed size, the same under every policy\n"
+           "and at any length (f32 rows; with --block-size packed into the cache's pages): its own 'state' column,\n"
+           "state_bytes in the JSON (x batch); 'total' = bytes + state, 'bounded total' = bounded + state, and the\n"
+           "saving compares the totals. --recall-pages is refused on them (recall on a hybrid is not implemented).\n"
            "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
     for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
     printf("\n");
@@ -162,6 +197,10 @@ static int mem_shape(struct mem_opts *o) {
         if (!p) { fprintf(stderr, "kvbound: --preset: unknown '%s' (see --help)\n", o->preset); return 2; }
         o->L = p->layers; o->H = p->kv_heads; o->D = p->head_dim;
         if (!o->window) { o->window = p->window; o->n_win = p->window_layers; }
+        if (p->attn_every) {
+            o->n_rec = p->layers - p->layers / p->attn_every; /* layer l is attention when (l + 1) % attn_every == 0 */
+            o->lin_kh = p->lin_k_heads; o->lin_vh = p->lin_v_heads; o->lin_dim = p->lin_dim; o->conv = p->conv;
+        }
         snprintf(o->name, sizeof o->name, "%s", p->name);
     } else if (o->mo.path) {
         struct kvb_model *m;
@@ -169,15 +208,40 @@ static int mem_shape(struct mem_opts *o) {
         if (cli_load_model(&o->mo, &m, &in)) return 1;
         o->L = in.n_layer; o->H = in.n_head_kv; o->D = in.head_dim;
         if (!o->window) { o->window = in.sliding_window; o->n_win = in.n_swa_layers; } /* the model's windows */
+        o->n_rec = in.n_rec_layers; /* its Gated DeltaNet layers */
+        o->lin_kh = in.ssm_groups; o->lin_vh = in.ssm_heads; o->lin_dim = in.ssm_state; o->conv = in.ssm_conv;
+        o->state = in.state_bytes;
         snprintf(o->name, sizeof o->name, "%s", o->mo.path);
         kvb_model_free(m);
     }
     if (!o->L || !o->H || !o->D) { fprintf(stderr, "kvbound mem: give --preset, -m MODEL, or --layers, --kv-heads and --head-dim\n"); return 2; }
-    if (o->n_win > o->L || (o->n_win > 0) != (o->window > 0)) {
-        fprintf(stderr, "kvbound mem: --window W and --window-layers N (at most the %d layers) go together\n", o->L);
+    if (o->n_win > o->L - o->n_rec || (o->n_win > 0) != (o->window > 0)) {
+        fprintf(stderr, "kvbound mem: --window W and --window-layers N (at most the %d attention layers) go together\n", o->L - o->n_rec);
         return 2;
     }
     if (!o->window) o->n_win = 0;
+    return CLI_GO_ON;
+}
+
+/* One sequence's recurrent state, all its Gated DeltaNet layers, into o->state: a layer's Hv Dk Dv
+ * + (K - 1) C floats (C = 2 Hk Dk + Hv Dv); with --block-size, the pages of block x (K row + V row)
+ * bytes they fill as the cache packs them: rows of Dk floats, Hv Dk of the matrix state and the
+ * convolution's (K - 1) C floats in whole rows, as many whole rows a page as fit. CLI_GO_ON, or 2
+ * (printed) when a row does not fit a page (the cache refuses those). */
+static int state_size(struct mem_opts *o) {
+    const unsigned long long Hk = (unsigned)o->lin_kh, Hv = (unsigned)o->lin_vh, D = (unsigned)o->lin_dim, K = (unsigned)o->conv;
+    const unsigned long long C = 2 * Hk * D + Hv * D;
+    if (o->block <= 0) {
+        if (!o->state) o->state = (unsigned long long)o->n_rec * 4 * (Hv * D * D + (K - 1) * C); /* a preset's (a model's: its info) */
+        return CLI_GO_ON;
+    }
+    const unsigned long long page = (unsigned long long)o->block * (kvb_type_row_bytes(o->type, o->D) + kvb_type_row_bytes(o->vtype, o->D)), row = 4 * D;
+    if (row > page) {
+        fprintf(stderr, "kvbound mem: a recurrent state row of %llu bytes does not fit a page of %d tokens (%llu bytes); raise --block-size\n", row, o->block, page);
+        return 2;
+    }
+    const unsigned long long rows = Hv * D + ((K - 1) * C + D - 1) / D, per_page = page / row;
+    o->state = (unsigned long long)o->n_rec * ((rows + per_page - 1) / per_page) * page;
     return CLI_GO_ON;
 }
 
@@ -193,7 +257,11 @@ static int mem_check(struct mem_opts *o) {
     if (o->pid != KVB_POLICY_FULL && !o->budget) { fprintf(stderr, "kvbound mem: --policy %s needs --budget\n", kvb_policy_name(o->pid)); return 2; }
     if (o->keep && o->pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound mem: --keep needs a bounded --policy (full keeps every token)\n"); return 2; }
     if (o->recall && o->pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound mem: --recall-pages needs a bounded --policy (full never evicts)\n"); return 2; }
-    return CLI_GO_ON;
+    if (o->recall && o->n_rec) {
+        fprintf(stderr, "kvbound mem: --recall-pages on a model with %d Gated DeltaNet layers: recall on a hybrid model is not implemented\n", o->n_rec);
+        return 2;
+    }
+    return o->n_rec ? state_size(o) : CLI_GO_ON;
 }
 
 static void mem_header(const struct mem_opts *o) {
@@ -203,6 +271,7 @@ static void mem_header(const struct mem_opts *o) {
                o->name, o->L, o->H, o->D, o->vtype == o->type ? kvb_type_name(o->type) : "mixed", kvb_type_name(o->type), kvb_type_name(o->vtype), un);
         if (o->n_win) printf("\"window\":%d,\"window_layers\":%d,", o->window, o->n_win);
         if (o->keep) printf("\"keep\":%d,", o->keep);
+        if (o->n_rec) printf("\"recurrent_layers\":%d,\"state_bytes_per_sequence\":%llu,", o->n_rec, o->state);
         printf("\"rows\":[");
         return;
     }
@@ -213,9 +282,14 @@ static void mem_header(const struct mem_opts *o) {
            o->gib ? "2^30" : "10^9", o->block ? ", tokens rounded up to pages" : "");
     if (o->n_win)
         printf("%d sliding-window layers hold min(%d, tokens) between steps whatever the policy; the policy bounds the %d global layers\n", o->n_win, o->window - 1,
-               o->L - o->n_win);
+               o->L - o->n_win - o->n_rec);
+    if (o->n_rec)
+        printf("%d Gated DeltaNet layers hold no K/V but a recurrent state of %llu bytes a sequence (%s), the same at any length and under every policy;\n"
+               "bytes are the K/V of the %d attention layer%s, which the policy governs; total and bounded total count the state\n",
+               o->n_rec, o->state, o->block ? "f32 rows in pages" : "f32", o->L - o->n_rec, o->L - o->n_rec == 1 ? "" : "s");
     printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
-    if (o->pid != KVB_POLICY_FULL) printf(" %14s %10s", "bounded", "saving");
+    if (o->n_rec) printf(" %10s %10s", "state", "total");
+    if (o->pid != KVB_POLICY_FULL) printf(" %14s%s %10s", "bounded", o->n_rec ? "  bounded total" : "", "saving");
     printf("\n");
 }
 
@@ -224,25 +298,34 @@ static void mem_row(const struct mem_opts *o, long long ctx, long long batch, bo
     const int32_t rblock = o->block > 0 ? o->block : 16;
     const double unit = o->gib ? 1073741824.0 : 1e9;
     const bool bounded_too = o->pid != KVB_POLICY_FULL;
-    const int32_t G = o->L - o->n_win; /* global layers; the window layers hold min(W - 1, ctx) between steps under any policy */
+    const int32_t G = o->L - o->n_win - o->n_rec; /* global layers; the window layers hold min(W - 1, ctx) between steps under any policy */
     const long long held = o->window - 1 < ctx ? o->window - 1 : ctx;
     const unsigned long long win = o->n_win ? kv_bytes(o->n_win, o->H, o->D, o->type, o->vtype, held, batch, o->block) : 0;
     unsigned long long bytes = (G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, ctx, batch, o->block) : 0) + win;
     long long kept = (long long)o->budget + o->keep < ctx ? (long long)o->budget + o->keep : ctx; /* the pinned span on top */
     const unsigned long long area = o->recall && G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, (long long)o->recall * rblock, batch, rblock) : 0;
     unsigned long long bounded = bounded_too ? (G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, kept, batch, o->block) : 0) + win + area : bytes;
-    if (o->json)
-        printf("%s{\"tokens\":%lld,\"batch\":%lld,\"bytes\":%llu,\"size\":%.2f%s", first ? "" : ",", ctx, batch, bytes, bytes / unit, bounded_too ? "" : "}");
-    else
+    const unsigned long long state = o->state * (unsigned long long)batch; /* Gated DeltaNet layers: a state per sequence, whatever ctx */
+    const double saving = 1.0 - (double)(bounded + state) / (double)(bytes + state);
+    if (o->json) {
+        printf("%s{\"tokens\":%lld,\"batch\":%lld,\"bytes\":%llu,\"size\":%.2f", first ? "" : ",", ctx, batch, bytes, bytes / unit);
+        if (o->n_rec) printf(",\"state_bytes\":%llu,\"total_bytes\":%llu,\"total_size\":%.2f", state, bytes + state, (bytes + state) / unit);
+        if (!bounded_too) printf("}");
+    } else {
         printf("%12lld %6lld %16llu %12.2f", ctx, batch, bytes, bytes / unit);
+        if (o->n_rec) printf(" %10.2f %10.2f", state / unit, (bytes + state) / unit);
+    }
     if (bounded_too) {
         if (o->json) {
-            printf(",\"policy\":\"%s\",\"budget\":%d,\"bounded_bytes\":%llu,\"bounded_size\":%.2f,\"saving\":%.4f", kvb_policy_name(o->pid), o->budget, bounded,
-                   bounded / unit, 1.0 - (double)bounded / (double)bytes);
+            printf(",\"policy\":\"%s\",\"budget\":%d,\"bounded_bytes\":%llu,\"bounded_size\":%.2f", kvb_policy_name(o->pid), o->budget, bounded, bounded / unit);
+            if (o->n_rec) printf(",\"bounded_total_bytes\":%llu,\"bounded_total_size\":%.2f", bounded + state, (bounded + state) / unit);
+            printf(",\"saving\":%.4f", saving);
             if (o->recall) printf(",\"recall_pages\":%d,\"recall_bytes\":%llu,\"cold_bytes_per_token\":%.1f", o->recall, area, cold_per_tok * (double)batch);
             printf("}");
         } else {
-            printf(" %14.2f %9.1f%%", bounded / unit, 100.0 * (1.0 - (double)bounded / (double)bytes));
+            printf(" %14.2f", bounded / unit);
+            if (o->n_rec) printf(" %14.2f", (bounded + state) / unit);
+            printf(" %9.1f%%", 100.0 * saving);
         }
     }
     if (!o->json) printf("\n");
@@ -252,7 +335,7 @@ static void mem_footer(const struct mem_opts *o, double cold_per_tok) {
     if (o->json) printf("]}\n");
     else if (o->pid != KVB_POLICY_FULL)
         printf("bounded: %s keeps at most %d tokens per (%slayer, KV head), whatever the context length%s\n", kvb_policy_name(o->pid), o->budget + o->keep,
-               o->n_win ? "global " : "", o->keep ? " (the pinned span of --keep on top of the budget)" : o->sinks >= 0 ? " (sinks included)" : "");
+               o->n_win ? "global " : o->n_rec ? "attention " : "", o->keep ? " (the pinned span of --keep on top of the budget)" : o->sinks >= 0 ? " (sinks included)" : "");
     if (!o->json && o->recall)
         printf("recall: bounded includes a recall area of %d pages x %d tokens per (layer, KV head); the cold tier holds %.0f bytes per evicted token (host memory, then --cold-dir)\n",
                o->recall, o->block > 0 ? o->block : 16, cold_per_tok);
@@ -268,7 +351,7 @@ int cmd_mem(int argc, char **argv) {
     /* a cold page: 32-byte header, positions, rows, 8-byte padding; its index entry: id, min and max per channel, sums */
     const unsigned long long rec =
         (32 + 4ull * (unsigned)rblock + (unsigned long long)rblock * (kvb_type_row_bytes(o.type, o.D) + kvb_type_row_bytes(o.vtype, o.D)) + 7) / 8 * 8;
-    const double cold_per_tok = (double)(o.L - o.n_win) * o.H * ((double)rec + 8.0 + 12.0 * o.D) / rblock; /* global layers only */
+    const double cold_per_tok = (double)(o.L - o.n_win - o.n_rec) * o.H * ((double)rec + 8.0 + 12.0 * o.D) / rblock; /* global layers only */
     mem_header(&o);
     for (int c = 0; c < o.n_ctx; c++)
         for (int b = 0; b < o.n_batch; b++) mem_row(&o, o.ctx[c], o.batch[b], c == 0 && b == 0, cold_per_tok);

@@ -1,0 +1,114 @@
+#!/bin/sh
+# test_hybrid_cli.sh BUILD_DIR — the hybrid Gated DeltaNet families (qwen35,
+# qwen35moe) as users meet them, on the tiny `mkmodel` shapes: `info` names
+# the Gated DeltaNet layers and their state; run, ppl and needle work with
+# every policy (exit 0, finite figures); ppl's prompt_kept and --mass, and
+# needle's retention, count the attention layers' streams only (the Gated
+# DeltaNet layers have none); a bounded policy keeps the whole session's
+# memory constant (run's KV peak the same for 64 and 256 tokens, full's
+# grows); and the Python bindings load the model, generate and score with
+# every policy, give the exact bytes of a bounded cache at two lengths, and
+# continue a saved hybrid cache exactly.
+. "$(dirname "$0")/cli_lib.sh"
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+POLICIES=$("$K" policies | awk '{print $1}')
+PLIST=$(echo $POLICIES | tr ' ' ',')
+NPOL=$(echo $POLICIES | wc -w)
+# a text of plain words (no shared data needed): 200 tokens and more under the tiny vocabulary
+i=0; : > "$T/text.txt"
+while [ $i -lt 40 ]; do echo "Once upon a time there was a little fox who lived in the woods near the river $i." >> "$T/text.txt"; i=$((i + 1)); done
+# finite FILE: every "ppl", "nll" and "kl" of a ppl --json output is a finite number (no nan, inf or null)
+finite() { ! grep -q -E '"(ppl|nll|kl|baseline_ppl)":(-?nan|-?inf|null)' "$1" && grep -q -E '"ppl":[0-9]+\.[0-9]+' "$1"; }
+for s in tiny-qwen35 tiny-qwen35moe; do
+    c=$(echo "$s" | tr '-' '_')
+    M="$T/$s.gguf"
+    "$K" mkmodel --shape "$s" -o "$M" > /dev/null 2>&1
+    # 3 of 4 layers Gated DeltaNet: 2 key heads, 4 value heads of 16, 4 taps; state 3 x 4 x (4 x 16 x 16 + 3 x 128) bytes
+    "$K" info -m "$M" > "$T/$s.info" 2>&1
+    if grep -q '^deltanet      3 Gated DeltaNet layers (no KV): 2 key heads, 4 value heads of 16, conv 4 taps; state 16896 bytes a sequence$' "$T/$s.info" &&
+       grep -q '^features      gated deltanet 3 of 4; gated attention' "$T/$s.info" &&
+       grep -q '^KV per token  256 bytes in f16 (2 x 1 attention layers x 2 KV heads x 32 dims x 2 bytes)$' "$T/$s.info"
+    then ok "${c}_info_names_gated_deltanet_layers"; else ko "${c}_info_names_gated_deltanet_layers" "$(grep -E '^(deltanet|features|KV per)' "$T/$s.info")"; fi
+    # run: every policy, a prompt past the budget so the bounded ones evict
+    bad=""
+    for p in $POLICIES; do
+        "$K" run -m "$M" -p "Once upon a time there was a little fox who lived in the woods" -n 8 --temp 0 --policy "$p" --budget 16 \
+            --ignore-eos > "$T/$s.$p.run" 2> "$T/$s.$p.err" && grep -q "policy $p," "$T/$s.$p.err" && [ "$(wc -c < "$T/$s.$p.run")" -gt 10 ] ||
+            bad="$bad $p($(tail -n 1 "$T/$s.$p.err"))"
+    done
+    if [ -z "$bad" ]; then ok "${c}_run_every_policy"; else ko "${c}_run_every_policy" "$bad"; fi
+    # ppl: every policy in one command, each run scored on all 199 predictions with finite figures against the full baseline
+    "$K" ppl -m "$M" -f "$T/text.txt" --policy "$PLIST" --budget 32 --max-tokens 200 --json > "$T/$s.ppl.json" 2> "$T/$s.ppl.err"; r=$?
+    n=$(grep -o '"tokens":199,"nll"' "$T/$s.ppl.json" | wc -l)
+    if [ $r -eq 0 ] && [ "$n" -eq "$NPOL" ] && finite "$T/$s.ppl.json"; then ok "${c}_ppl_every_policy_finite"
+    else ko "${c}_ppl_every_policy_finite" "exit $r, $n of $NPOL runs: $(tail -n 1 "$T/$s.ppl.err") $(head -c 300 "$T/$s.ppl.json")"; fi
+    # needle: every policy; full keeps the passkey in every stream of the attention layer (retained 1 in each cell)
+    "$K" needle -m "$M" --lengths 128 --depths 0,1 --policy "$PLIST" --budget 32 --out "$T/$s.needle" > /dev/null 2> "$T/$s.needle.err"; r=$?
+    n=$(ls "$T/$s.needle"/needle-*.json 2> /dev/null | wc -l)
+    full_cells=$(grep -o '"retained":1.0000' "$T/$s.needle/needle-full.json" 2> /dev/null | wc -l)
+    if [ $r -eq 0 ] && [ "$n" -eq "$NPOL" ] && [ "$full_cells" -eq 2 ] && ! grep -q -E ':(-?nan|-?inf|null)' "$T/$s.needle"/needle-*.json
+    then ok "${c}_needle_every_policy_full_retains_attention_streams"
+    else ko "${c}_needle_every_policy_full_retains_attention_streams" "exit $r, $n files, full retained 1 in $full_cells of 2 cells: $(tail -n 1 "$T/$s.needle.err")"; fi
+done
+M="$T/tiny-qwen35.gguf"
+# ppl --prompt 100: prompt_kept per stream of the attention layer (full 100, snapkv its budget of 32); --mass: the
+# Gated DeltaNet layers have no attention (null), the mean is the attention layer's
+"$K" ppl -m "$M" -f "$T/text.txt" --policy full,snapkv --budget 32 --max-tokens 200 --prompt 100 --json > "$T/pk.json" 2> "$T/pk.err"
+"$K" ppl -m "$M" -f "$T/text.txt" --policy streaming --budget 32 --max-tokens 200 --mass --json > "$T/ms.json" 2> "$T/ms.err"
+mass=$(sed -n 's/.*"mass":\([0-9.]*\),"mass_layer":\[null,null,null,\([0-9.]*\)\].*/\1 \2/p' "$T/ms.json")
+if [ "$(ppl_field "$T/pk.json" full prompt_kept)" = 100.00 ] && [ "$(ppl_field "$T/pk.json" snapkv prompt_kept)" = 32.00 ] &&
+   [ -n "$mass" ] && [ "${mass% *}" = "${mass#* }" ] && grep -q '"sink_mass_layer":\[null,null,null,[0-9.]*\]' "$T/ms.json"
+then ok hybrid_ppl_prompt_kept_and_mass_over_attention_layers
+else ko hybrid_ppl_prompt_kept_and_mass_over_attention_layers "$(grep -o '"prompt_kept":[0-9.]*' "$T/pk.json" | tr '\n' ' ') $(grep -o '"mass.*' "$T/ms.json" | head -c 200)"; fi
+# constant memory: under streaming 16 the KV peak (attention K/V and the recurrent state) is the same after 64 and 256
+# tokens; under full it grows (f32 rows: 0.04 MB against 0.07 / 0.16 MB)
+peak() { "$K" run -m "$M" -p "Once upon a time" -n "$1" --temp 0 --policy "$2" --budget 16 --kv-dtype f32 --ignore-eos 2>&1 > /dev/null |
+         sed -n 's/.*(peak \([0-9.]*\) MB).*/\1/p'; }
+s64=$(peak 64 streaming); s256=$(peak 256 streaming); f64=$(peak 64 full); f256=$(peak 256 full)
+if [ -n "$s64" ] && [ "$s64" = "$s256" ] && awk -v a="$s256" -v b="$f64" -v c="$f256" 'BEGIN { exit !(a < b && b < c) }'
+then ok hybrid_streaming_constant_kv_peak_64_256
+else ko hybrid_streaming_constant_kv_peak_64_256 "streaming peaks '$s64' '$s256', full '$f64' '$f256' (MB)"; fi
+# the Python bindings (skipped without python3, as the other tests do)
+if need_tool hybrid_python_bindings python3 KVB_REQUIRE_PYTHON "Debian python3; .ci/run installs it"; then
+    if [ -n "${KVB_TEST_QUICK:-}" ]; then
+        sk hybrid_python_bindings "quick mode (KVB_TEST_QUICK): an instrumented libkvbound cannot be loaded into python3"
+    else
+        BA=$(cd "$B" && pwd)
+        # streaming 16 with f16 rows in pages of 16 tokens (2048 bytes): 2 KV streams x 2 pages (16 slots + the new
+        # token) + 3 Gated DeltaNet layers x 3 pages (88 rows of 64 bytes, 32 a page) = 13 pages = 26624 bytes, at
+        # both lengths; a cache saved after 20 tokens and loaded into another context gives the same next logits
+        out=$(PYTHONPATH="$HERE/python" KVBOUND_LIBRARY="$BA/libkvbound.so" python3 -c "
+import math, sys, os, kvbound
+m = kvbound.Model(sys.argv[1])
+i = m.info
+errs = []
+if (i['arch'], i['n_rec_layers'], i['state_bytes'], i['ssm_heads'], i['ssm_groups'], i['ssm_state'], i['ssm_conv']) != ('qwen35', 3, 16896, 4, 2, 16, 4):
+    errs.append('info %r' % ({k: i[k] for k in ('arch', 'n_rec_layers', 'state_bytes', 'ssm_heads')},))
+text = open(sys.argv[2]).read()
+for p in kvbound.policies():
+    got = ''.join(m.generate('Once upon a time there was a fox', 12, policy=p, budget=16, stop_at_eos=False))
+    st = m.last_context.cache_stats()
+    r = kvbound.perplexity(m, text, policy=p, budget=16, max_tokens=120)
+    if not got or st['state_layers'] != 3 or not math.isfinite(r['ppl']) or r['tokens'] != 119:
+        errs.append('%s: %d chars, state_layers %d, ppl %r, %d tokens' % (p, len(got), st['state_layers'], r['ppl'], r['tokens']))
+peaks = []
+for n in (64, 256):
+    ''.join(m.generate('Once upon a time', n, policy='streaming', budget=16, stop_at_eos=False))
+    peaks.append(m.last_context.cache_stats()['bytes_peak'])
+if peaks != [26624, 26624]:
+    errs.append('streaming peaks %r' % peaks)
+ids = m.tokenize('Once upon a time there was a little fox who lived in the woods')
+a = m.context('h2o', 16)
+a.eval(ids)
+path = os.path.join(sys.argv[3], 'h.kvc')
+a.save(path)
+want = a.eval([5])
+b = m.context('h2o', 16)
+b.load(path)
+if b.eval([5]) != want:
+    errs.append('a loaded hybrid cache continues differently')
+print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" 2>&1)
+        if [ "$out" = same ]; then ok hybrid_python_every_policy_exact_peak_and_saved_cache; else ko hybrid_python_every_policy_exact_peak_and_saved_cache "$out"; fi
+    fi
+fi
+cli_summary
