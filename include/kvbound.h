@@ -801,7 +801,7 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *model, const struct kvb_kv
  * The model's vocabulary, or one loaded from any GGUF with tokenizer.ggml.*
  * metadata: SentencePiece ("llama"), byte-level BPE ("gpt2" with pre
  * gpt-2, default, llama-bpe, qwen2, deepseek-r1-qwen, smollm, refact,
- * starcoder, dbrx, smaug-bpe, gpt-4o (also llama4, kanana2: o200k) or tekken), or none ("no_vocab": ids
+ * starcoder, dbrx, smaug-bpe, gpt-4o (also llama4, kanana2: o200k), tekken or qwen35), or none ("no_vocab": ids
  * only, tokenizing refused). Ids match llama.cpp's. */
 struct kvb_vocab;
 enum kvb_special_token { KVB_SPECIAL_BOS, KVB_SPECIAL_EOS, KVB_SPECIAL_EOT, KVB_SPECIAL_PAD };

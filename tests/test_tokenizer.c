@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer_qwen35_cases.h"
 
 #include <dirent.h>
 #include <unistd.h>
@@ -287,6 +288,12 @@ static const struct {
     {KVB_PRE_REFACT, "abc123def", "abc|1|2|3|def"},
     {KVB_PRE_STARCODER, " 42 apples", " |4|2| apples"},
     {KVB_PRE_REFACT, "it's 2x", "it|'s| |2|x"},
+    /* qwen35: marks (\p{M}) join letter runs; a mark may lead one */
+    {KVB_PRE_QWEN35, "Cafe\xCC\x81s", "Cafe\xCC\x81s"},
+    {KVB_PRE_QWEN35, "!\xCC\x81 1\xCC\x81", "!\xCC\x81| |1|\xCC\x81"}, /* other + mark; a digit alone, then the mark */
+    {KVB_PRE_QWEN35, "  \xCC\x81x", " | \xCC\x81x"},
+    {KVB_PRE_QWEN35, "I'M e\xCC\x81's", "I|'M| e\xCC\x81|'s"},
+    {KVB_PRE_QWEN35, "a \xCC\x81!!\n", "a| \xCC\x81|!!\n"},
     /* dbrx, smaug-bpe: Llama 3's expression */
     {KVB_PRE_DBRX, "Hello 12345", "Hello| |123|45"},
     {KVB_PRE_SMAUG, "I'M", "I|'M"},
@@ -400,6 +407,7 @@ TEST(bpe_pre_names_and_flags) {
         {"starcoder", "starcoder", KVB_PRE_STARCODER, false, false},
         {"gpt-4o", "gpt-4o", KVB_PRE_GPT4O, false, false},
         {"tekken", "tekken", KVB_PRE_TEKKEN, true, true},
+        {"qwen35", "qwen35", KVB_PRE_QWEN35, false, false},
     };
     const int32_t id_he = 256, id_hello = 258, id_llo = 259; /* after the 256 bytes: he, ll, hello, llo */
     for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
@@ -437,6 +445,94 @@ TEST(bpe_pre_names_and_flags) {
         snprintf(quoted, sizeof quoted, "'%s'", unknown[k]);
         if (!strstr(kvb_last_error(), "tokenizer.ggml.pre") || !strstr(kvb_last_error(), quoted)) FAILF("error: %s", kvb_last_error());
     }
+}
+
+/* Qwen3.5 / 3.6 ("qwen35"): the pieces llama.cpp cuts and the ids it gives
+ * on texts rich in combining marks (tokenizer_qwen35_cases.h), and that
+ * the same texts under "qwen2" keep llama.cpp's qwen2 pieces and ids. */
+static int check_pieces(enum kvb_pre_type pre, const char *t, const int *want, char *msg, size_t cap) {
+    size_t *ends;
+    int32_t n;
+    if (kvb_bpe_pre_split(pre, t, strlen(t), &ends, &n) != KVB_OK) return snprintf(msg, cap, "%s", kvb_last_error()), 1;
+    int k = 0, bad = 0;
+    for (size_t prev = 0; k < n && want[k] >= 0; prev = ends[k++]) bad |= ends[k] - prev != (size_t)want[k];
+    bad |= k != n || want[k] >= 0;
+    if (bad) snprintf(msg, cap, "%s: %d pieces, llama.cpp %d or more differ on '%.40s'", kvb_pre_name(pre), (int)n, k, t);
+    kvb_free(ends);
+    return bad;
+}
+
+TEST(qwen35_marks_join_letters_pieces_match_llama_cpp) {
+    const int nc = (int)(sizeof k_qwen35_cases / sizeof *k_qwen35_cases);
+    int ok35 = 0, ok2 = 0, differ = 0;
+    char msg[256] = "";
+    for (int i = 0; i < nc; i++) {
+        const struct qwen35_case *c = &k_qwen35_cases[i];
+        ok35 += !check_pieces(KVB_PRE_QWEN35, c->text, c->p35, msg, sizeof msg);
+        ok2 += !check_pieces(KVB_PRE_QWEN2, c->text, c->p2, msg, sizeof msg);
+        int k = 0;
+        while (c->p35[k] >= 0 && c->p35[k] == c->p2[k]) k++;
+        differ += c->p35[k] != c->p2[k];
+    }
+    printf("  %d texts: qwen35 pieces %d equal, qwen2 pieces %d equal (%d texts cut differently by the two)\n", nc, ok35, ok2, differ);
+    if (ok35 != nc || ok2 != nc) FAILF("%s", msg);
+    CHECK(nc >= 80 && differ >= nc / 2);
+}
+
+/* ids through a GGUF whose tokenizer.ggml.pre is "qwen35": the qwen2.5
+ * vocabulary with the key's value rewritten in memory. */
+TEST(qwen35_marks_join_letters_ids_match_llama_cpp) {
+    NEED_SHARED(g, "tokenizers/qwen2.5/qwen2.5-0.5b-instruct.vocab.gguf");
+    size_t len;
+    char *buf = t_read_file(g, &len);
+    static const char key[] = "tokenizer.ggml.pre";
+    char *at = NULL;
+    for (size_t i = 0; buf && i + sizeof key + 12 < len && !at; i++)
+        if (!memcmp(buf + i, key, sizeof key - 1) && !memcmp(buf + i + sizeof key - 1 + 12, "qwen2", 5)) at = buf + i + sizeof key - 1;
+    CHECK(at != NULL); /* type (4 bytes), length (8), "qwen2" */
+    const size_t head = (size_t)(at - buf) + 4, tail = head + 8 + 5;
+    char *b35 = malloc(len + 1);
+    memcpy(b35, buf, head);
+    const uint64_t n6 = 6;
+    memcpy(b35 + head, &n6, 8);
+    memcpy(b35 + head + 8, "qwen35", 6);
+    memcpy(b35 + head + 14, buf + tail, len - tail);
+    struct gguf_file *f2, *f35;
+    struct kvb_vocab *v2, *v35;
+    CHECK_OK(kvb_gguf_open_buffer(buf, len, "qwen2.5", &f2));
+    CHECK_OK(kvb_vocab_from_gguf(f2, &v2));
+    CHECK_OK(kvb_gguf_open_buffer(b35, len + 1, "qwen2.5 as qwen35", &f35));
+    CHECK_OK(kvb_vocab_from_gguf(f35, &v35));
+    CHECK(v2->pre == KVB_PRE_QWEN2 && v35->pre == KVB_PRE_QWEN35 && !v35->ignore_merges && !v35->add_bos);
+    const int nc = (int)(sizeof k_qwen35_cases / sizeof *k_qwen35_cases);
+    int ok35 = 0, ok2 = 0, differ = 0;
+    char msg[256] = "";
+    for (int i = 0; i < nc; i++) {
+        const struct qwen35_case *c = &k_qwen35_cases[i];
+        for (int which = 0; which < 2; which++) {
+            const int32_t *want = which ? c->q2 : c->q35;
+            int32_t *ids, n, k = 0;
+            CHECK_OK(kvb_vocab_tokenize(which ? v2 : v35, c->text, strlen(c->text), false, false, &ids, &n));
+            while (k < n && want[k] >= 0 && ids[k] == want[k]) k++;
+            const bool same = k == n && want[k] < 0;
+            if (same) *(which ? &ok2 : &ok35) += 1;
+            else if (!msg[0]) snprintf(msg, sizeof msg, "%s: id %d of '%.40s' is %d, llama.cpp %d", which ? "qwen2" : "qwen35", (int)k, c->text,
+                                       k < n ? (int)ids[k] : -1, (int)want[k]);
+            kvb_free(ids);
+        }
+        int k = 0;
+        while (c->q35[k] >= 0 && c->q35[k] == c->q2[k]) k++;
+        differ += c->q35[k] != c->q2[k];
+    }
+    printf("  %d texts: qwen35 ids %d equal, qwen2 ids %d equal (%d texts with different ids under the two)\n", nc, ok35, ok2, differ);
+    kvb_vocab_free(v2);
+    kvb_vocab_free(v35);
+    kvb_gguf_close(f2);
+    kvb_gguf_close(f35);
+    free(b35);
+    free(buf);
+    if (ok35 != nc || ok2 != nc) FAILF("%s", msg);
+    CHECK(differ >= 10);
 }
 
 /* Every pre-tokenizer on the GPT-2 vocabulary gives back a book byte for byte. */
@@ -823,6 +919,8 @@ int main(void) {
     RUN(llama_cpp_vocab_dir);
     RUN(bpe_pre_splits_by_hand);
     RUN(bpe_pre_names_and_flags);
+    RUN(qwen35_marks_join_letters_pieces_match_llama_cpp);
+    RUN(qwen35_marks_join_letters_ids_match_llama_cpp);
     RUN(every_pre_type_round_trips_a_book);
     RUN(books_round_trip_every_family);
     RUN(streaming_decode_and_special_rendering);

@@ -13,6 +13,9 @@
  *   dbrx         | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *   smaug-bpe
  *   qwen2      as llama-bpe with \p{N} (one digit at a time)
+ *   qwen35     as qwen2 with marks joining letters:
+ *                (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}
+ *                | ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *   smollm     \p{N}, then gpt-2
  *   refact     the same
  *   starcoder  the same
@@ -27,7 +30,14 @@
  * runs them as (?=\p{L})[^a-z] and (?=\p{L})[^A-Z], and so does kvbound, for
  * llama.cpp's ids: U is a letter other than a-z, W a letter other than A-Z
  * (so a non-ASCII letter is both), and a mark (\p{M}) is neither: it falls in
- * [^\s\p{L}\p{N}]. \s is Unicode White_Space; "default"'s \p{P} is the
+ * [^\s\p{L}\p{N}]. qwen35's \p{M} is the general category M* (Mn, Mc,
+ * Me: combining marks, vowel signs, variation selectors; unicode_tables.c)
+ * code point by code point: llama.cpp runs that expression with a scanner of
+ * its own, as the published expression reads (its std::regex fallback, which
+ * stands every non-ASCII code point in for one byte of its category, is not
+ * used for it), so a mark extends the letter run it follows, and a run may
+ * start with a mark or with one other character before a letter or mark.
+ * \s is Unicode White_Space; "default"'s \p{P} is the
  * general category P* (unicode_tables.c), the rest of that class ASCII.
  *
  * Each piece's bytes are mapped to GPT-2's printable code points and merged
@@ -46,6 +56,8 @@ static bool is_l(uint32_t c) { return kvb_cp_is_letter(c); }
 static bool is_n(uint32_t c) { return kvb_cp_is_number(c); }
 static bool is_s(uint32_t c) { return kvb_cp_is_space(c); }
 static bool is_other(uint32_t c) { return !is_s(c) && !is_l(c) && !is_n(c); }
+static bool is_lm(uint32_t c) { return is_l(c) || kvb_cp_is_mark(c); }           /* [\p{L}\p{M}] */
+static bool is_other_m(uint32_t c) { return !is_s(c) && !is_lm(c) && !is_n(c); } /* [^\s\p{L}\p{M}\p{N}] */
 static bool is_nl(uint32_t c) { return c == '\r' || c == '\n'; }
 static bool is_digit(uint32_t c) { return c >= '0' && c <= '9'; }
 static bool is_upper_ish(uint32_t c) { return is_l(c) && !(c >= 'a' && c <= 'z'); } /* U: (?=\p{L})[^a-z] */
@@ -116,6 +128,27 @@ static int scan_llama3(const uint32_t *c, int i, int n, int max_digits) {
     int j = i + (c[i] == ' ' && i + 1 < n && is_other(c[i + 1]) ? 1 : 0);
     if (is_other(c[j])) {
         while (j < n && is_other(c[j])) j++;
+        while (j < n && is_nl(c[j])) j++;
+        return j - i;
+    }
+    if (is_s(c[i])) return ws_nl_tail(c, i, n);
+    return 1;
+}
+
+/* qwen35: qwen2's alternatives with [\p{L}\p{M}] for \p{L}. */
+static int scan_qwen35(const uint32_t *c, int i, int n) {
+    int m = contraction(c, i, n, true);
+    if (m) return m;
+    /* [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+: a mark may be the optional lead too */
+    if (!is_nl(c[i]) && !is_n(c[i]) && (is_lm(c[i]) || (i + 1 < n && is_lm(c[i + 1])))) {
+        int j = i + 1;
+        while (j < n && is_lm(c[j])) j++;
+        return j - i;
+    }
+    if (is_n(c[i])) return 1;
+    int j = i + (c[i] == ' ' && i + 1 < n && is_other_m(c[i + 1]) ? 1 : 0);
+    if (is_other_m(c[j])) {
+        while (j < n && is_other_m(c[j])) j++;
         while (j < n && is_nl(c[j])) j++;
         return j - i;
     }
@@ -227,6 +260,7 @@ static int split(enum kvb_pre_type pre, const uint32_t *c, int n, int32_t *end) 
             switch (pre) {
             case KVB_PRE_GPT2: k = scan_gpt2(c, i, n); break;
             case KVB_PRE_QWEN2: k = scan_llama3(c, i, n, 1); break;
+            case KVB_PRE_QWEN35: k = scan_qwen35(c, i, n); break;
             case KVB_PRE_GPT4O: k = scan_gpt4o(c, i, n, 3, true); break;
             case KVB_PRE_TEKKEN: k = scan_gpt4o(c, i, n, 1, false); break;
             default: k = scan_llama3(c, i, n, 3); break; /* llama-bpe, dbrx, smaug-bpe */

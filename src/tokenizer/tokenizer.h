@@ -50,6 +50,7 @@ enum kvb_pre_type {
     KVB_PRE_STARCODER, /* "starcoder": the same */
     KVB_PRE_GPT4O,     /* "gpt-4o" (Phi-4-mini) */
     KVB_PRE_TEKKEN,    /* "tekken" (Mistral Nemo, Ministral 3; ignore_merges, BOS) */
+    KVB_PRE_QWEN35,    /* "qwen35" (Qwen3.5, Qwen3.6): qwen2's with marks joining letters */
     KVB_PRE_COUNT
 };
 

@@ -15,6 +15,7 @@ static bool in_ranges(const struct kvb_cp_range *r, int n, uint32_t cp) {
 bool kvb_cp_is_letter(uint32_t cp) { return cp < 0x110000 && in_ranges(kvb_unicode_letters, kvb_unicode_n_letters, cp); }
 bool kvb_cp_is_number(uint32_t cp) { return cp < 0x110000 && in_ranges(kvb_unicode_numbers, kvb_unicode_n_numbers, cp); }
 bool kvb_cp_is_punct(uint32_t cp) { return cp < 0x110000 && in_ranges(kvb_unicode_punct, kvb_unicode_n_punct, cp); }
+bool kvb_cp_is_mark(uint32_t cp) { return cp < 0x110000 && in_ranges(kvb_unicode_marks, kvb_unicode_n_marks, cp); }
 
 bool kvb_cp_is_space(uint32_t cp) { /* Unicode White_Space */
     return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||

@@ -122,6 +122,7 @@ static const struct pre_name {
     {"llama4", KVB_PRE_GPT4O, false, false},
     {"kanana2", KVB_PRE_GPT4O, false, false},
     {"tekken", KVB_PRE_TEKKEN, true, true},
+    {"qwen35", KVB_PRE_QWEN35, false, false}, /* Qwen3.5, Qwen3.6 */
 };
 enum { N_PRE_NAMES = sizeof k_pre_names / sizeof *k_pre_names };
 

@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     static const char *const pres[] = {"gpt-2", "llama-bpe", "qwen2", "smollm", "default", "dbrx",
-                                       "smaug-bpe", "refact", "starcoder", "gpt-4o", "tekken"};
+                                       "smaug-bpe", "refact", "starcoder", "gpt-4o", "tekken", "qwen35"};
     for (int i = 0; argc == 3 && i < (int)(sizeof pres / sizeof *pres); i++)
         if (write_bpe_seed(argv[2], pres[i])) return 1;
     for (int id = 0; id < KVB_POLICY_COUNT; id++) {
