@@ -24,6 +24,7 @@
  *                | ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *              with C = (?i:'s|'t|'re|'ve|'m|'ll|'d)
  *   tekken     as gpt-4o without C, and \p{N} (one digit at a time)
+ *   gemma4     [^\n]+|[\n]+ (runs of newlines and the text between)
  *
  * U and W: the published gpt-4o / tekken expressions have
  * [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]; llama.cpp
@@ -44,6 +45,20 @@
  * by rank (lowest first, ties leftmost, lazy invalidation in a heap).
  * ignore_merges (llama-bpe, tekken) takes a whole piece that is already a
  * token as is.
+ *
+ * gemma4 (tokenizer.ggml.model "gemma4", llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4)
+ * is BPE in SentencePiece's clothes: no byte mapping. Each fragment is first
+ * read as llama.cpp reads it: every space becomes "▁" (U+2581), and the text
+ * is decoded leniently to code points and written back (a byte that starts
+ * no sequence becomes U+FFFD, an overlong form the code point it spells;
+ * where llama.cpp would abort, on a sequence above U+10FFFF or an overlong
+ * space, kvbound writes U+FFFD and "▁"). The pieces (newline runs and the
+ * text between) are merged by rank over their UTF-8 characters; a piece of
+ * newlines only that is a token is taken whole. A final symbol that is not
+ * a token falls back to its bytes' "<0xNN>" tokens (upper-case hex, looked
+ * up by text; a byte without one is dropped, as llama.cpp drops it).
+ * Decoding: "▁" back to a space, a BYTE token to its byte, USER_DEFINED
+ * text as is, UNKNOWN and untyped tokens to nothing.
  */
 #include "tokenizer.h"
 #include "unicode.h"
@@ -254,6 +269,13 @@ static int split(enum kvb_pre_type pre, const uint32_t *c, int n, int32_t *end) 
             i = e;
         }
         break;
+    case KVB_PRE_GEMMA4: /* [^\n]+|[\n]+ */
+        for (int i = 0; i < n;) {
+            const bool nl = c[i] == '\n';
+            while (i < n && (c[i] == '\n') == nl) i++;
+            cut(&o, i);
+        }
+        break;
     default:
         for (int i = 0; i < n;) {
             int k;
@@ -396,22 +418,49 @@ static void try_pair(const struct kvb_vocab *v, const char *w, const struct bsym
     if (rank >= 0) push(h, nh, (struct bgram){l, r, rank, s[l].n + s[r].n});
 }
 
-/* One pre-token: raw bytes -> mapped string -> merges -> ids. */
+/* Bytes of the UTF-8 character a lead byte starts, as llama.cpp's
+ * unicode_len_utf8 counts them (by its top four bits). */
+static int32_t lead_len(uint8_t c) { return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+
+/* gemma4's byte fallback: the "<0xNN>" token of each byte of t[0..n), a byte without one dropped. */
+static void gemma4_bytes(const struct kvb_vocab *v, const char *t, int32_t n, struct kvb_tok_out *o) {
+    static const char hex[] = "0123456789ABCDEF";
+    for (int32_t k = 0; k < n; k++) {
+        const uint8_t b = (uint8_t)t[k];
+        const char piece[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
+        const int32_t id = kvb_vocab_find(v, piece, sizeof piece);
+        if (id >= 0) kvb_tok_emit(o, id);
+    }
+}
+
+/* One pre-token -> symbols -> merges -> ids. Byte-level BPE: each raw byte
+ * is one symbol, GPT-2's code point for it. gemma4: the (normalized) text as
+ * it is, one symbol per UTF-8 character. */
 static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, struct kvb_tok_out *o) {
+    const bool utf8 = v->pre == KVB_PRE_GEMMA4;
     char *w = kvb_malloc(len * 2 + 1); /* mapped code points are < 0x800: at most 2 bytes each */
     struct bsym *s = kvb_malloc(sizeof *s * (len + 1));
     struct bgram *h = kvb_malloc(sizeof *h * (len * 2 + 2));
     if (!w || !s || !h) { kvb_free(w); kvb_free(s); kvb_free(h); o->oom = true; return; }
     int32_t wl = 0, ns = 0, nh = 0;
-    for (size_t i = 0; i < len; i++) {
-        int k = kvb_utf8_encode(kvb_byte_to_cp(raw[i]), w + wl);
+    bool newlines = utf8;
+    for (size_t i = 0; i < len;) {
+        int k;
+        if (utf8) {
+            k = (int)KVB_MIN((size_t)lead_len(raw[i]), len - i);
+            memcpy(w + wl, raw + i, (size_t)k);
+            newlines &= raw[i] == '\n';
+            i += (size_t)k;
+        } else {
+            k = kvb_utf8_encode(kvb_byte_to_cp(raw[i++]), w + wl);
+        }
         s[ns] = (struct bsym){wl, k, ns - 1, -1};
         if (ns) s[ns - 1].next = ns;
         ns++;
         wl += k;
     }
-    /* mapped code points are one per byte, so symbols start as single bytes' chars */
-    int32_t whole = v->ignore_merges ? kvb_vocab_find(v, w, (size_t)wl) : -1;
+    /* ignore_merges: a piece that is a token is taken whole; gemma4 does so for newline runs */
+    int32_t whole = v->ignore_merges || (newlines && len) ? kvb_vocab_find(v, w, (size_t)wl) : -1;
     if (whole >= 0) {
         kvb_tok_emit(o, whole);
     } else {
@@ -433,6 +482,10 @@ static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, 
                 kvb_tok_emit(o, id);
                 continue;
             }
+            if (utf8) {
+                gemma4_bytes(v, w + s[i].start, s[i].n, o);
+                continue;
+            }
             for (int32_t k = 0; k < s[i].n;) { /* not a token: its characters one by one */
                 int cl;
                 kvb_utf8_decode((const uint8_t *)w + s[i].start + k, (size_t)(s[i].n - k), &cl);
@@ -448,22 +501,80 @@ static void bpe_word(const struct kvb_vocab *v, const uint8_t *raw, size_t len, 
     kvb_free(h);
 }
 
+/* gemma4: text[0..len) as llama.cpp's encoder reads it (the header): spaces
+ * as "▁", code points decoded leniently and written back. NULL: no memory. */
+static char *gemma4_normalize(const char *text, size_t len, size_t *out_len) {
+    char *t = kvb_malloc(len * 3 + 1); /* a byte becomes at most 3 ("▁", U+FFFD) */
+    if (!t) return NULL;
+    size_t n = 0;
+    for (size_t at = 0; at < len;) {
+        int l;
+        uint32_t cp = kvb_utf8_decode((const uint8_t *)text + at, len - at, &l);
+        at += (size_t)l;
+        if (cp == ' ') cp = 0x2581;
+        else if (cp > 0x10FFFF) cp = 0xFFFD; /* starts no sequence (kvb_utf8_decode), or above Unicode */
+        n += (size_t)kvb_utf8_encode(cp, t + n);
+    }
+    *out_len = n;
+    return t;
+}
+
 /* Pre-tokenizes text[0..len) (one raw fragment) and encodes every piece. */
 void kvb_bpe_fragment(const struct kvb_vocab *v, const char *text, size_t len, struct kvb_tok_out *o) {
     if (!len) return;
+    char *norm = NULL;
+    if (v->pre == KVB_PRE_GEMMA4 && !(text = norm = gemma4_normalize(text, len, &len))) { o->oom = true; return; }
     uint32_t *cp = kvb_malloc(sizeof(uint32_t) * (len + 1));
     int32_t *off = kvb_malloc(sizeof(int32_t) * (len + 1));
     int32_t *end = kvb_malloc(sizeof(int32_t) * (len + 1));
-    if (!cp || !off || !end) { kvb_free(cp); kvb_free(off); kvb_free(end); o->oom = true; return; }
+    if (!cp || !off || !end) { kvb_free(cp); kvb_free(off); kvb_free(end); kvb_free(norm); o->oom = true; return; }
     const int n = decode_text(text, len, cp, off);
     const int np = split(v->pre, cp, n, end);
     for (int k = 0, s = 0; k < np; s = end[k++]) bpe_word(v, (const uint8_t *)text + off[s], (size_t)(off[end[k]] - off[s]), o);
     kvb_free(cp);
     kvb_free(off);
     kvb_free(end);
+    kvb_free(norm);
+}
+
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* gemma4's pieces (the header): CONTROL and UNUSED never get here (kvb_vocab_piece). */
+static size_t gemma4_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap) {
+    const char *t = kvb_vocab_text(v, id);
+    const uint32_t len = kvb_vocab_len(v, id);
+    switch (v->type[id]) {
+    case KVB_TOKEN_USER_DEFINED:
+        if (cap) memcpy(buf, t, KVB_MIN((size_t)len, cap));
+        return len;
+    case KVB_TOKEN_BYTE: { /* "<0xNN>": the two digits after "<0x" */
+        const int hi = len >= 5 ? hex_digit(t[3]) : -1, lo = len >= 5 ? hex_digit(t[4]) : -1;
+        if (hi < 0 || lo < 0) return 0;
+        if (cap) buf[0] = (char)(hi * 16 + lo);
+        return 1;
+    }
+    case KVB_TOKEN_NORMAL: {
+        size_t n = 0;
+        for (uint32_t i = 0; i < len;) {
+            const bool space = i + 3 <= len && memcmp(t + i, "\xE2\x96\x81", 3) == 0;
+            if (n < cap) buf[n] = space ? ' ' : t[i];
+            n++;
+            i += space ? 3 : 1;
+        }
+        return n;
+    }
+    default: /* UNKNOWN, UNDEFINED: nothing, as llama.cpp */
+        return 0;
+    }
 }
 
 size_t kvb_bpe_piece(const struct kvb_vocab *v, int32_t id, char *buf, size_t cap) {
+    if (v->pre == KVB_PRE_GEMMA4) return gemma4_piece(v, id, buf, cap);
     const char *t = kvb_vocab_text(v, id);
     const uint32_t len = kvb_vocab_len(v, id);
     if (v->type[id] == KVB_TOKEN_USER_DEFINED) { /* stored as plain text */

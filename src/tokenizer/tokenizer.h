@@ -4,7 +4,9 @@
  * normalised to the GGUF conventions: U+2581 "▁" for spaces in SentencePiece
  * pieces, byte tokens written "<0xNN>", token types as in llama.cpp.
  * The encoder is chosen by the vocabulary kind: SentencePiece BPE (spm.c)
- * or byte-level BPE with a family pre-tokenizer (bpe.c).
+ * or BPE with merges and a family pre-tokenizer (bpe.c): byte-level (GPT-2's
+ * byte mapping) for "gpt2", or over raw UTF-8 with "▁" for spaces and
+ * <0xNN> byte tokens for "gemma4" (kind KVB_VOCAB_BPE, pre KVB_PRE_GEMMA4).
  *
  * Files call one way (tests/src_layers.py): plain.c (client text kept
  * plain) and decode.c (streams of ids to bytes) call vocab.c (loading, pieces
@@ -51,6 +53,7 @@ enum kvb_pre_type {
     KVB_PRE_GPT4O,     /* "gpt-4o" (Phi-4-mini) */
     KVB_PRE_TEKKEN,    /* "tekken" (Mistral Nemo, Ministral 3; ignore_merges, BOS) */
     KVB_PRE_QWEN35,    /* "qwen35" (Qwen3.5, Qwen3.6): qwen2's with marks joining letters */
+    KVB_PRE_GEMMA4,    /* "gemma4" (tokenizer.ggml.model "gemma4"): spaces as "▁", raw UTF-8 pieces, <0xNN> bytes; BOS always */
     KVB_PRE_COUNT
 };
 
@@ -90,9 +93,11 @@ static inline uint32_t kvb_fnv1a(const char *s, size_t n) {
     return h;
 }
 
-/* From GGUF metadata: tokenizer.ggml.model "llama" (SentencePiece) or "gpt2"
+/* From GGUF metadata: tokenizer.ggml.model "llama" (SentencePiece), "gpt2"
  * (byte-level BPE; tokenizer.ggml.pre picks the pre-tokenizer and must be a
- * known one). Errors name the key; *out is untouched on failure. */
+ * known one) or "gemma4" (BPE over raw UTF-8: pre "gemma4" whatever the
+ * key says, as llama.cpp; needs tokenizer.ggml.bos_token_id). Errors name
+ * the key; *out is untouched on failure. */
 kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out);
 /* Copies the file's tokenizer.chat_template (if any, under 1 MiB) into v. KVB_ERR_NOMEM names path. */
 kvb_status kvb_vocab_read_chat_template(const struct gguf_file *f, struct kvb_vocab *v, const char *path);

@@ -82,6 +82,29 @@ static kvb_status finish(struct kvb_vocab *v, const char *name) {
     return KVB_OK;
 }
 
+/* The end-of-turn and end-of-text markers of the families, as llama.cpp
+ * collects its EOG set by text (kvb_vocab_is_eog); the last three are Gemma 4's. */
+static const char *const k_eog_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|eom_id|>",
+                                          "</s>", "<|return|>", "<|call|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>",
+                                          "<eos>", "<turn|>", "<|tool_response>"};
+enum { N_EOG_NAMES = sizeof k_eog_names / sizeof *k_eog_names };
+
+/* gemma4, before the special list is built: as llama.cpp's loader does, a
+ * token whose text names an end of generation (k_eog_names) and is not
+ * CONTROL becomes CONTROL, except that with <|tool_response> present "</s>"
+ * is plain text (NORMAL) and ends nothing. The first token of a text, as
+ * kvb_vocab_find would give it. */
+static void gemma4_token_types(struct kvb_vocab *v) {
+    bool tool_response = false;
+    for (int32_t id = 0; id < v->n && !tool_response; id++) tool_response = !strcmp(kvb_vocab_text(v, id), "<|tool_response>");
+    for (int32_t id = 0; id < v->n; id++) {
+        const char *t = kvb_vocab_text(v, id);
+        if (t[0] != '<' || kvb_vocab_len(v, id) != strlen(t)) continue;
+        for (size_t i = 0; i < N_EOG_NAMES; i++)
+            if (!strcmp(t, k_eog_names[i])) v->type[id] = tool_response && !strcmp(t, "</s>") ? KVB_TOKEN_NORMAL : KVB_TOKEN_CONTROL;
+    }
+}
+
 static struct kvb_vocab *alloc_vocab(int32_t n, size_t arena_bytes) {
     struct kvb_vocab *v = kvb_calloc(1, sizeof *v);
     if (!v) return NULL;
@@ -123,6 +146,7 @@ static const struct pre_name {
     {"kanana2", KVB_PRE_GPT4O, false, false},
     {"tekken", KVB_PRE_TEKKEN, true, true},
     {"qwen35", KVB_PRE_QWEN35, false, false}, /* Qwen3.5, Qwen3.6 */
+    {"gemma4", KVB_PRE_GEMMA4, false, true},  /* tokenizer.ggml.model "gemma4" sets it; BOS forced on (below) */
 };
 enum { N_PRE_NAMES = sizeof k_pre_names / sizeof *k_pre_names };
 
@@ -143,7 +167,11 @@ bool kvb_pre_lookup(const char *text, size_t len, enum kvb_pre_type *pre, bool *
     return false;
 }
 
-/* tokenizer.ggml.merges into v (byte-level BPE). */
+/* tokenizer.ggml.merges into v (BPE). A merge must be "left right", except
+ * for gemma4: llama.cpp cuts its merges at the first space after the first
+ * byte and keeps the rest, and since gemma4's symbols never hold a space
+ * ("▁" stands for it), a merge without that shape can never apply: it is
+ * kept as text that no pair matches, as llama.cpp keeps it. */
 static kvb_status load_merges(const struct gguf_file *f, struct kvb_vocab *v) {
     uint64_t nm;
     const uint8_t *data;
@@ -164,7 +192,7 @@ static kvb_status load_merges(const struct gguf_file *f, struct kvb_vocab *v) {
         len[i] = (uint32_t)KVB_MIN(s.n, (uint64_t)UINT32_MAX);
         total += s.n + 1;
         const char *sp = memchr(s.p, ' ', s.n);
-        if (!sp || sp == s.p || sp == s.p + s.n - 1) {
+        if (v->pre != KVB_PRE_GEMMA4 && (!sp || sp == s.p || sp == s.p + s.n - 1)) {
             st = kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.merges[%llu] '%.*s' is not 'left right'", f->path, (unsigned long long)i,
                           (int)KVB_MIN(s.n, (uint64_t)40), s.p);
             break;
@@ -211,13 +239,18 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
     kvb_status st = kvb_gguf_get_str(f, "tokenizer.ggml.model", &model, true);
     if (st != KVB_OK) return st;
     if (kvb_gguf_str_eq(model, "no_vocab")) return no_vocab(f, out);
-    const bool bpe = kvb_gguf_str_eq(model, "gpt2");
+    const bool gemma4 = kvb_gguf_str_eq(model, "gemma4");
+    const bool bpe = gemma4 || kvb_gguf_str_eq(model, "gpt2");
     if (!bpe && !kvb_gguf_str_eq(model, "llama"))
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported (only 'llama' SentencePiece and 'gpt2' byte-level BPE)",
+        return kvb_fail(KVB_ERR_UNSUPPORTED,
+                        "%s: tokenizer.ggml.model '%.*s' is not supported (only 'llama' SentencePiece, 'gpt2' byte-level BPE and 'gemma4' BPE)",
                         f->path, (int)KVB_MIN(model.n, (uint64_t)32), model.p);
     enum kvb_pre_type pre = KVB_PRE_DEFAULT; /* llama.cpp's choice for a BPE vocabulary without the key */
     bool ignore_merges = false, pre_add_bos = false;
-    if (bpe) {
+    if (gemma4) { /* llama.cpp sets the pre type "gemma4" for this model, whatever tokenizer.ggml.pre holds */
+        pre = KVB_PRE_GEMMA4;
+        pre_add_bos = true;
+    } else if (bpe) {
         struct gguf_str ps;
         if (kvb_gguf_get_str(f, "tokenizer.ggml.pre", &ps, false) == KVB_OK &&
             !kvb_pre_lookup(ps.p, (size_t)KVB_MIN(ps.n, (uint64_t)SIZE_MAX), &pre, &ignore_merges, &pre_add_bos)) {
@@ -282,9 +315,22 @@ kvb_status kvb_vocab_from_gguf(const struct gguf_file *f, struct kvb_vocab **out
     if (kvb_gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b, false) == KVB_OK) v->add_bos = b;
     if (kvb_gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b, false) == KVB_OK) v->add_eos = b;
     if (kvb_gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b, false) == KVB_OK) v->add_space_prefix = b;
+    if (pre == KVB_PRE_GEMMA4 && bpe) {
+        v->add_bos = true; /* llama.cpp forces it over add_bos_token for gemma4 */
+        if (v->bos < 0) {
+            kvb_vocab_free(v);
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: tokenizer.ggml.bos_token_id is missing or out of range, and a 'gemma4' vocabulary always adds BOS",
+                            f->path);
+        }
+        gemma4_token_types(v);
+    }
     if ((st = finish(v, f->path)) != KVB_OK) {
         kvb_vocab_free(v);
         return st;
+    }
+    if (v->eot < 0 && v->pre == KVB_PRE_GEMMA4 && bpe) { /* kvbound's chat stops at EOT: Gemma 4 ends a turn with <turn|> */
+        int32_t id = kvb_vocab_find(v, "<turn|>", 7);
+        if (id >= 0 && v->type[id] == KVB_TOKEN_CONTROL) v->eot = id;
     }
     static const char *const k_eot_text[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"};
     for (size_t k = 0; v->eot < 0 && k < sizeof k_eot_text / sizeof *k_eot_text; k++) { /* as llama.cpp guesses it */
@@ -378,11 +424,9 @@ bool kvb_vocab_is_eog(const struct kvb_vocab *v, int32_t id) {
     if (id == v->eos || id == v->eot) return true;
     if (!v->type || (v->type[id] != KVB_TOKEN_CONTROL && v->type[id] != KVB_TOKEN_USER_DEFINED)) return false;
     /* the end-of-turn and end-of-text markers of the families, as llama.cpp collects its EOG set */
-    static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|eom_id|>",
-                                        "</s>", "<|return|>", "<|call|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>"};
     const char *t = kvb_vocab_text(v, id);
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (t && !strcmp(t, names[i])) return true;
+    for (size_t i = 0; i < N_EOG_NAMES; i++)
+        if (t && !strcmp(t, k_eog_names[i])) return true;
     return false;
 }
 
