@@ -7,7 +7,9 @@
  * pre-tokenizers that no shared vocabulary uses are checked on hand-written
  * texts (the pieces worked out from their regular expressions as llama.cpp
  * runs them), and tokenizer.ggml.pre's names and flags on small generated
- * vocabularies. KVB_LLAMA_VOCABS=DIR also runs every llama.cpp
+ * vocabularies. Gemma 4's vocabulary type ("gemma4") is checked against
+ * llama.cpp's ids, pieces and EOG set on a small synthetic vocabulary
+ * (tokenizer_gemma4_cases.h). KVB_LLAMA_VOCABS=DIR also runs every llama.cpp
  * models/ggml-vocab-*.gguf{,.inp,.out} found in DIR (kept outside the repo).
  */
 #define _POSIX_C_SOURCE 200809L /* opendir, mkstemp */
@@ -16,6 +18,7 @@
 #include "gguf/gguf_write.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_qwen35_cases.h"
+#include "tokenizer_gemma4_cases.h"
 
 #include <dirent.h>
 #include <unistd.h>
@@ -535,6 +538,145 @@ TEST(qwen35_marks_join_letters_ids_match_llama_cpp) {
     CHECK(differ >= 10);
 }
 
+/* tokenizer_gemma4_cases.h's vocabulary, written and loaded; NULL (and a failure) if it cannot be. */
+static struct kvb_vocab *g4_vocab(bool add_bos_false, const char *model) {
+    char path[] = "/tmp/kvb-test-g4-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return NULL;
+    close(fd);
+    struct kvb_vocab *v = NULL;
+    kvb_status st = g4_write_vocab(path, add_bos_false, model);
+    if (st == KVB_OK) st = kvb_vocab_load(path, &v);
+    unlink(path);
+    return st == KVB_OK ? v : NULL;
+}
+
+/* ids[0..n) read back through piece(id) into dec (cap bytes); the length, which may exceed cap. */
+static size_t g4_read_back(const int32_t *ids, int32_t n, size_t (*piece)(const void *, int32_t, char *, size_t), const void *ctx, char *dec,
+                           size_t cap) {
+    size_t dl = 0;
+    for (int32_t k = 0; k < n; k++) dl += piece(ctx, ids[k], dec + KVB_MIN(dl, cap), dl < cap ? cap - dl : 0);
+    return dl;
+}
+static size_t g4_kvb_piece(const void *v, int32_t id, char *buf, size_t cap) { return kvb_vocab_piece(v, id, buf, cap); }
+static size_t g4_llama_piece(const void *off, int32_t id, char *buf, size_t cap) { /* llama.cpp's pieces (k_g4_pieces) */
+    const size_t at = ((const size_t *)off)[id], n = k_g4_piece_len[id];
+    memcpy(buf, k_g4_pieces + at, KVB_MIN(n, cap));
+    return n;
+}
+
+/* Gemma 4 ("gemma4"): the ids llama.cpp gives on the synthetic vocabulary's
+ * 246 texts (its own gemma-4 test inputs among them), plain and with BOS and
+ * special parsing; every token's piece and the EOG set as llama.cpp has them;
+ * and decode(encode(text)) is the text exactly where llama.cpp's is (not
+ * for invalid UTF-8, a literal "▁", or a "▁" inside a merge result that is
+ * no token and so falls back to bytes). */
+TEST(gemma4_ids_pieces_and_eog_match_llama_cpp) {
+    struct kvb_vocab *v = g4_vocab(false, "gemma4");
+    if (!v) FAILF("gemma4 vocabulary: %s", kvb_last_error());
+    const int nc = (int)(sizeof k_g4_cases / sizeof *k_g4_cases);
+    const int nt = (int)(sizeof k_g4_piece_len / sizeof *k_g4_piece_len);
+    static size_t off[sizeof k_g4_piece_len / sizeof *k_g4_piece_len];
+    for (int id = 1; id < nt; id++) off[id] = off[id - 1] + k_g4_piece_len[id - 1];
+    int ok_plain = 0, ok_special = 0, rt = 0, rt_want = 0;
+    char msg[256] = "";
+    static char dec[8192];
+    for (int i = 0; i < nc; i++) {
+        const struct g4_case *c = &k_g4_cases[i];
+        for (int which = 0; which < 2; which++) {
+            const int32_t *want = k_g4_ids + (which ? c->special : c->plain);
+            int32_t *ids, n, nw = 0;
+            CHECK_OK(kvb_vocab_tokenize(v, c->text, c->len, which, which, &ids, &n));
+            while (want[nw] >= 0) nw++;
+            if (n == nw && !memcmp(ids, want, sizeof *ids * (size_t)n)) *(which ? &ok_special : &ok_plain) += 1;
+            else if (!msg[0]) snprintf(msg, sizeof msg, "text %d '%.30s' (%s): %d ids, llama.cpp %d", i, c->text, which ? "special" : "plain", (int)n, (int)nw);
+            if (!which) { /* reads back as itself where llama.cpp's ids and pieces do */
+                size_t dl = g4_read_back(want, nw, g4_llama_piece, off, dec, sizeof dec);
+                const bool llama_rt = dl == c->len && !memcmp(dec, c->text, dl);
+                dl = g4_read_back(ids, n, g4_kvb_piece, v, dec, sizeof dec);
+                const bool kvb_rt = dl == c->len && !memcmp(dec, c->text, dl);
+                rt_want += llama_rt;
+                rt += llama_rt && kvb_rt;
+                if (llama_rt != kvb_rt && !msg[0])
+                    snprintf(msg, sizeof msg, "text %d '%.30s' reads back as '%.*s' (llama.cpp: %s)", i, c->text, (int)KVB_MIN(dl, (size_t)30), dec,
+                             llama_rt ? "itself" : "otherwise");
+            }
+            kvb_free(ids);
+        }
+    }
+    int ok_piece = 0, ok_eog = 0, e = 0;
+    size_t at = 0;
+    for (int32_t id = 0; id < nt; id++) {
+        char buf[64];
+        const size_t pl = kvb_vocab_piece(v, id, buf, sizeof buf);
+        if (pl == k_g4_piece_len[id] && !memcmp(buf, k_g4_pieces + at, pl)) ok_piece++;
+        else if (!msg[0]) snprintf(msg, sizeof msg, "piece of %d '%s': %zu bytes, llama.cpp %d", (int)id, kvb_vocab_text(v, id), pl, k_g4_piece_len[id]);
+        at += k_g4_piece_len[id];
+        const bool eog = k_g4_eog[e] == id;
+        e += eog;
+        if (kvb_vocab_is_eog(v, id) == eog) ok_eog++;
+        else if (!msg[0]) snprintf(msg, sizeof msg, "is_eog(%d '%s') is %d, llama.cpp %d", (int)id, kvb_vocab_text(v, id), !eog, eog);
+    }
+    printf("  %d texts: plain ids %d equal, BOS+special ids %d equal, %d/%d round trips; %d tokens: pieces %d equal, EOG %d equal\n", nc, ok_plain,
+           ok_special, rt, rt_want, nt, ok_piece, ok_eog);
+    if (ok_plain != nc || ok_special != nc || rt != rt_want || ok_piece != nt || ok_eog != nt || nt != v->n) FAILF("%s", msg);
+    CHECK(rt_want >= 150);
+    kvb_vocab_free(v);
+}
+
+/* gemma4's rules one by one on the synthetic vocabulary: a newline run that
+ * is a token is taken whole, a longer one merged; a character without a
+ * token falls back to its <0xNN> bytes, and so does a merge result that is
+ * no token; spaces are "▁"; BOS is added even where add_bos_token is false;
+ * <turn|> ends a turn (EOT) and generation, </s> is text beside
+ * <|tool_response>; "gpt2" with tokenizer.ggml.pre "gemma4" reads the same;
+ * a gemma4 vocabulary without a BOS id is refused naming the key. */
+TEST(gemma4_newline_runs_byte_fallback_and_forced_bos) {
+    struct kvb_vocab *v = g4_vocab(true, "gemma4"), *g = g4_vocab(false, "gpt2");
+    if (!v || !g) FAILF("gemma4 vocabulary: %s", kvb_last_error());
+    const int32_t nl1 = kvb_vocab_find(v, "\n", 1), nl2 = kvb_vocab_find(v, "\n\n", 2), nl3 = kvb_vocab_find(v, "\n\n\n", 3);
+    const int32_t turn_end = kvb_vocab_find(v, "<turn|>", 7), bos = kvb_vocab_find(v, "<bos>", 5), s = kvb_vocab_find(v, "</s>", 4);
+    CHECK(nl1 >= 0 && nl2 >= 0 && nl3 >= 0 && turn_end >= 0 && bos == 2 && s >= 0);
+    CHECK(v->kind == KVB_VOCAB_BPE && v->pre == KVB_PRE_GEMMA4 && v->add_bos && v->bos == bos && v->eot == turn_end);
+    CHECK(kvb_vocab_is_eog(v, turn_end) && !kvb_vocab_is_eog(v, s) && v->type[s] == KVB_TOKEN_NORMAL);
+    static const struct {
+        const char *text;
+        const char *const pieces[8]; /* token texts, NULL-ended */
+    } k[] = {
+        {"\n\n\n", {"<bos>", "\n\n\n"}},                   /* whole: no merge makes it */
+        {"\n\n\n\n\n", {"<bos>", "\n\n", "\n\n", "\n"}}, /* no such token: merged by "\n \n" */
+        {"\xF0\x9F\x9A\x80", {"<bos>", "<0xF0>", "<0x9F>", "<0x9A>", "<0x80>"}},
+        {"\xF0\x9F\xA6\x99", {"<bos>", "\xF0\x9F\xA6\x99"}},
+        {"el", {"<bos>", "<0x65>", "<0x6C>"}}, /* "e l" is a merge, "el" no token */
+        {"<turn|>", {"<bos>", "<turn|>"}},
+        {"\xFF", {"<bos>", "<0xEF>", "<0xBF>", "<0xBD>"}}, /* U+FFFD */
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        int32_t *ids, n, *ig, ng;
+        CHECK_OK(kvb_vocab_tokenize(v, k[i].text, strlen(k[i].text), true, true, &ids, &n));
+        CHECK_OK(kvb_vocab_tokenize(g, k[i].text, strlen(k[i].text), true, true, &ig, &ng));
+        int32_t nw = 0;
+        while (k[i].pieces[nw]) nw++;
+        bool same = n == nw && ng == n && !memcmp(ids, ig, sizeof *ids * (size_t)n);
+        for (int32_t j = 0; same && j < n; j++) same = !strcmp(kvb_vocab_text(v, ids[j]), k[i].pieces[j]);
+        if (!same) FAILF("'%s': %d ids (gpt2+gemma4 pre: %d), first %s", k[i].text, (int)n, (int)ng, n > 1 ? kvb_vocab_text(v, ids[1]) : "-");
+        kvb_free(ids);
+        kvb_free(ig);
+    }
+    char piece[8];
+    CHECK(kvb_vocab_piece(v, kvb_vocab_find(v, "\xE2\x96\x81the", 6), piece, sizeof piece) == 4 && !memcmp(piece, " the", 4));
+    kvb_vocab_free(v);
+    kvb_vocab_free(g);
+    char path[] = "/tmp/kvb-test-g4-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(g4_write_vocab(path, false, NULL)); /* no BOS id */
+    v = NULL;
+    CHECK(kvb_vocab_load(path, &v) == KVB_ERR_CORRUPT && !v && strstr(kvb_last_error(), "tokenizer.ggml.bos_token_id"));
+    unlink(path);
+}
+
 /* Every pre-tokenizer on the GPT-2 vocabulary gives back a book byte for byte. */
 TEST(every_pre_type_round_trips_a_book) {
     NEED_SHARED(g, "tokenizers/gpt2/ggml-vocab-gpt-2.gguf");
@@ -546,6 +688,7 @@ TEST(every_pre_type_round_trips_a_book) {
     struct kvb_vocab *v;
     CHECK_OK(kvb_vocab_load(g, &v));
     for (int p = 0; p < KVB_PRE_COUNT; p++) {
+        if (p == KVB_PRE_GEMMA4) continue; /* raw UTF-8 pieces and <0xNN> bytes: not a byte-level vocabulary's (gemma4 tests below) */
         v->pre = (enum kvb_pre_type)p;
         int32_t *ids, n;
         CHECK_OK(kvb_vocab_tokenize(v, text, cut, false, false, &ids, &n));
@@ -921,6 +1064,8 @@ int main(void) {
     RUN(bpe_pre_names_and_flags);
     RUN(qwen35_marks_join_letters_pieces_match_llama_cpp);
     RUN(qwen35_marks_join_letters_ids_match_llama_cpp);
+    RUN(gemma4_ids_pieces_and_eog_match_llama_cpp);
+    RUN(gemma4_newline_runs_byte_fallback_and_forced_bos);
     RUN(every_pre_type_round_trips_a_book);
     RUN(books_round_trip_every_family);
     RUN(streaming_decode_and_special_rendering);
