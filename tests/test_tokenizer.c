@@ -665,6 +665,8 @@ TEST(gemma4_newline_runs_byte_fallback_and_forced_bos) {
     }
     char piece[8];
     CHECK(kvb_vocab_piece(v, kvb_vocab_find(v, "\xE2\x96\x81the", 6), piece, sizeof piece) == 4 && !memcmp(piece, " the", 4));
+    v->eot = -1; /* <turn|> ends generation by its text too, as in llama.cpp's EOG set (a file's eot_token_id may name another) */
+    CHECK(kvb_vocab_is_eog(v, turn_end));
     kvb_vocab_free(v);
     kvb_vocab_free(g);
     char path[] = "/tmp/kvb-test-g4-XXXXXX";
