@@ -1,13 +1,16 @@
 /* make_seeds.c — writes fuzzing seed corpora: small valid cache images
  * (every policy) into DIR and, with GGUF_DIR, small byte-level BPE
- * vocab-only GGUF files (every supported pre-tokenizer) so the GGUF fuzzer
- * reaches the merges parser and the BPE encoder: make_seeds DIR [GGUF_DIR].
+ * vocab-only GGUF files (every supported pre-tokenizer) and the synthetic
+ * gemma4 vocabulary of the tokenizer tests (tokenizer.ggml.model "gemma4",
+ * and "gpt2" with pre "gemma4") so the GGUF fuzzer reaches the merges parser
+ * and the BPE encoders: make_seeds DIR [GGUF_DIR].
  * make_seeds --sessions MODEL DIR writes session images (kvb_batch_seq_save,
  * a few policies, after a short turn) for fuzz_session_image. */
 #include "kvbound.h"
 #include "cache/cold.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include "../tokenizer_gemma4_vocab.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -106,6 +109,11 @@ int main(int argc, char **argv) {
                                        "smaug-bpe", "refact", "starcoder", "gpt-4o", "tekken", "qwen35"};
     for (int i = 0; argc == 3 && i < (int)(sizeof pres / sizeof *pres); i++)
         if (write_bpe_seed(argv[2], pres[i])) return 1;
+    for (int i = 0; argc == 3 && i < 2; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.gguf", argv[2], i ? "bpe-gemma4" : "gemma4");
+        if (g4_write_vocab(path, false, i ? "gpt2" : "gemma4") != KVB_OK) return 1;
+    }
     for (int id = 0; id < KVB_POLICY_COUNT; id++) {
         struct kvb_cache_params cp = kvb_cache_default_params();
         cp.n_layer = 2; cp.n_kv_head = 2; cp.head_dim = 4; cp.kv.block_size = 4;
