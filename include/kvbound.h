@@ -801,7 +801,8 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *model, const struct kvb_kv
  * The model's vocabulary, or one loaded from any GGUF with tokenizer.ggml.*
  * metadata: SentencePiece ("llama"), byte-level BPE ("gpt2" with pre
  * gpt-2, default, llama-bpe, qwen2, deepseek-r1-qwen, smollm, refact,
- * starcoder, dbrx, smaug-bpe, gpt-4o (also llama4, kanana2: o200k), tekken or qwen35), or none ("no_vocab": ids
+ * starcoder, dbrx, smaug-bpe, gpt-4o (also llama4, kanana2: o200k), tekken or qwen35), Gemma 4's
+ * BPE over raw UTF-8 ("gemma4": pre "gemma4"), or none ("no_vocab": ids
  * only, tokenizing refused). Ids match llama.cpp's. */
 struct kvb_vocab;
 enum kvb_special_token { KVB_SPECIAL_BOS, KVB_SPECIAL_EOS, KVB_SPECIAL_EOT, KVB_SPECIAL_PAD };
@@ -815,8 +816,8 @@ void kvb_vocab_free(struct kvb_vocab *vocab);
 const struct kvb_vocab *kvb_model_vocab(const struct kvb_model *model);
 int32_t kvb_vocab_size(const struct kvb_vocab *vocab);
 struct kvb_vocab_info {
-    bool bpe;                  /* byte-level BPE (else SentencePiece) */
-    char pre[32];              /* BPE pre-tokenizer ("llama-bpe", ...) */
+    bool bpe;                  /* BPE with merges: byte-level, or pre "gemma4" (else SentencePiece) */
+    char pre[32];              /* BPE pre-tokenizer ("llama-bpe", ..., "gemma4") */
     int32_t n_tokens, n_merges;
     bool add_space_prefix, ignore_merges, add_bos;
     int32_t bos, eos, eot;     /* -1: none */
@@ -824,11 +825,11 @@ struct kvb_vocab_info {
 };
 void kvb_vocab_get_info(const struct kvb_vocab *vocab, struct kvb_vocab_info *out);
 /* Id of a special token, or -1 when the vocabulary has none. EOT is the
- * end-of-turn token (<|eot_id|>, <|im_end|>); it falls back to EOS. */
+ * end-of-turn token (<|eot_id|>, <|im_end|>, Gemma 4's <turn|>); it falls back to EOS. */
 int32_t kvb_vocab_special(const struct kvb_vocab *vocab, enum kvb_special_token which);
 /* Whether a token ends generation: EOS, EOT, or a control token that is a
  * family's end-of-turn or end-of-text marker (<|endoftext|>, <|eom_id|>,
- * <|return|>, <|call|>, ...), as llama.cpp's end-of-generation set. Batches
+ * <|return|>, <|call|>, <turn|>, ...), as llama.cpp's end-of-generation set. Batches
  * end a sequence on it; grammars allow it where they may end. */
 bool kvb_vocab_is_eog(const struct kvb_vocab *vocab, int32_t id);
 /* Tokenizes text[0..len): add_special adds BOS/EOS as the vocabulary asks;
