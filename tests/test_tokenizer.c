@@ -411,6 +411,7 @@ TEST(bpe_pre_names_and_flags) {
         {"gpt-4o", "gpt-4o", KVB_PRE_GPT4O, false, false},
         {"tekken", "tekken", KVB_PRE_TEKKEN, true, true},
         {"qwen35", "qwen35", KVB_PRE_QWEN35, false, false},
+        {"gemma4", "gemma4", KVB_PRE_GEMMA4, false, true}, /* ASCII is the same in raw UTF-8 */
     };
     const int32_t id_he = 256, id_hello = 258, id_llo = 259; /* after the 256 bytes: he, ll, hello, llo */
     for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
