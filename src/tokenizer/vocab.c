@@ -92,8 +92,8 @@ enum { N_EOG_NAMES = sizeof k_eog_names / sizeof *k_eog_names };
 /* gemma4, before the special list is built: as llama.cpp's loader does, a
  * token whose text names an end of generation (k_eog_names) and is not
  * CONTROL becomes CONTROL, except that with <|tool_response> present "</s>"
- * is plain text (NORMAL) and ends nothing. The first token of a text, as
- * kvb_vocab_find would give it. */
+ * is plain text (NORMAL) and ends nothing. Every token of such a text (a
+ * duplicate too). */
 static void gemma4_token_types(struct kvb_vocab *v) {
     bool tool_response = false;
     for (int32_t id = 0; id < v->n && !tool_response; id++) tool_response = !strcmp(kvb_vocab_text(v, id), "<|tool_response>");
