@@ -218,6 +218,10 @@ struct kvb_pass_rows {
     int32_t n_rows, n_dec;
     int32_t *cr0, *cT, nc;
     int32_t *one, n_one;
+    int32_t int8_below; /* a prompt chunk of fewer rows goes through the integer dot as decode rows do,
+                         * where the weights have one (an expert's few rows of a chunk: expanding its
+                         * panels costs more than the rows); 0: never. A choice by the chunk's own
+                         * size, so its bits still do not depend on what shares the pass */
 };
 
 /* The buffers of a mixture-of-experts layer (moe.c), for up to rows rows. */
