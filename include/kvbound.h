@@ -456,9 +456,11 @@ struct kvb_cache_params {
     size_t pool_bytes;          /* private pool size when kvb_cache_init gets pool == NULL */
     struct kvb_kv_params kv;    /* policy, positions, row types, page size, recall */
     struct kvb_rope rope_swa;   /* the sliding-window layers' rotation (kv.layers windows) when
-                                 * rope_swa.base > 0: same type and n_dims as rope, its own base,
-                                 * freq_scale and freq_factors (Gemma 3: 10000, unscaled); base 0:
-                                 * those layers use rope */
+                                 * rope_swa.base > 0: rope's type, its own n_dims (even, <=
+                                 * head_dim: Gemma 4's window heads rotate their 256 dims, which
+                                 * lead rows padded to the global 512), base, freq_scale and
+                                 * freq_factors (n_dims / 2 of them; Gemma 3: 10000, unscaled);
+                                 * base 0: those layers use rope */
     float attn_softcap;         /* > 0: every attention score s (q.k scaled) becomes
                                  * cap * tanh(s / cap) before the mask and softmax (Gemma 2's 50);
                                  * 0: off */
@@ -474,6 +476,16 @@ struct kvb_cache_params {
     int32_t state_rows;         /* rows of one recurrent layer's state (with recurrent layers) */
     int32_t state_row_floats;   /* floats per row; a row lies within one page of the pool, so
                                  * state_row_floats * 4 <= kvb_cache_page_bytes */
+    const int32_t *kv_source;   /* [n_layer]: -1 where a layer keeps its own K/V, else the EARLIER
+                                 * layer whose K/V it reads (Gemma 4's KV-shared layers), or NULL;
+                                 * copied. A source keeps its own K/V, is neither recurrent nor a
+                                 * reader, and has the reader's window (kv.layers). A reader holds
+                                 * no pages: kvb_cache_decode/prefill on it take k = v = NULL and
+                                 * attend over the source's tokens as they stand after the
+                                 * source's call of the same step (the source runs first; its
+                                 * eviction waits until its last reader has attended), at the
+                                 * reader's own position; its queries feed no policy (the
+                                 * source's decisions hold for it). No recall with readers. */
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 

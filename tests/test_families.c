@@ -849,6 +849,9 @@ TEST(qwen35_missing_wrong_and_unknown_ssm_tensors_refused_by_name) {
     refused(mtp, &(struct edit){.drop = "blk.4.nextn.eh_proj.weight"}, KVB_ERR_CORRUPT, "blk.4.nextn.eh_proj.weight");
     refused(mtp, &(struct edit){.drop = "blk.4.nextn.shared_head_norm.weight"}, KVB_OK, "");
     refused(mtp, &(struct edit){.add = "blk.4.nextn.mystery.weight"}, KVB_ERR_UNSUPPORTED, "blk.4.nextn.mystery.weight");
+    /* the optional ones are read, and their shape checked: 256 values are no [64, 512] table */
+    refused(mtp, &(struct edit){.add = "blk.4.nextn.embed_tokens.weight"}, KVB_ERR_CORRUPT, "blk.4.nextn.embed_tokens.weight");
+    refused(mtp, &(struct edit){.add = "blk.4.nextn.shared_head_head.weight"}, KVB_ERR_CORRUPT, "blk.4.nextn.shared_head_head.weight");
     refused(mtp, &(struct edit){.key = "qwen35.nextn_predict_layers", .drop_key = true}, KVB_ERR_CORRUPT, "blk.4.attn_qkv.weight"); /* a 5th layer that runs: Gated DeltaNet */
     refused(mtp, &(struct edit){.key = "qwen35.nextn_predict_layers", .num = 5}, KVB_ERR_CORRUPT, "qwen35.nextn_predict_layers");
 }

@@ -44,6 +44,7 @@ struct wcase {
     int budget, W, block;
     float softcap;
     bool own_rope, save_mid;
+    bool swa_half; /* the window layers' RoPE rotates half the dims (Gemma 4's window heads padded to the global size) */
 };
 
 static bool window_layer(int l) { return l != 1; } /* layers 0 and 2 windowed, 1 global */
@@ -53,7 +54,7 @@ static struct kvb_cache_params case_params(const struct wcase *wc, struct kvb_kv
     cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = D;
     cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = wc->block;
     cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, D, 1000000.0f, 0.125f, NULL};
-    if (wc->own_rope) cp.rope_swa = (struct kvb_rope){KVB_ROPE_NEOX, D, 10000.0f, 1.0f, NULL};
+    if (wc->own_rope) cp.rope_swa = (struct kvb_rope){KVB_ROPE_NEOX, wc->swa_half ? D / 2 : D, 10000.0f, 1.0f, NULL};
     cp.attn_softcap = wc->softcap;
     cp.kv.policy = kvb_policy_default_params(wc->global);
     if (wc->budget) cp.kv.policy.budget = wc->budget;
@@ -171,7 +172,7 @@ static int run_case(const struct wcase *wc, unsigned long long seed) {
                 struct kvb_cache_params tp;
                 kvb_cache_get_params(twin, &tp);
                 if (tp.kv.n_layers != 2 || tp.kv.layers[1].policy.budget != wc->W || tp.attn_softcap != wc->softcap ||
-                    tp.rope_swa.base != cp.rope_swa.base) {
+                    tp.rope_swa.base != cp.rope_swa.base || (cp.rope_swa.base > 0 && tp.rope_swa.n_dims != cp.rope_swa.n_dims)) {
                     printf("  restored params lost the windows, rope_swa or softcap\n");
                     fails++;
                 }
@@ -193,13 +194,15 @@ static int run_case(const struct wcase *wc, unsigned long long seed) {
 
 TEST(window_layers_exact_against_reference) {
     static const struct wcase cases[] = {
-        {KVB_POLICY_FULL, 0, 8, 4, 0.0f, true, true},        /* Gemma 3: own RoPE on window layers */
-        {KVB_POLICY_FULL, 0, 13, 16, 3.0f, false, true},     /* Gemma 2: softcap, one RoPE */
-        {KVB_POLICY_FULL, 0, 1, 1, 0.0f, true, false},       /* a window of one: each query sees itself */
-        {KVB_POLICY_H2O, 24, 9, 4, 0.0f, true, true},        /* a bounded policy on the global layer */
-        {KVB_POLICY_SNAPKV, 24, 7, 2, 2.5f, true, true},     /* prompt compression skips window layers */
-        {KVB_POLICY_STREAMING, 16, 11, 8, 0.0f, false, false},
-        {KVB_POLICY_TOVA, 20, 6, 4, 0.0f, true, false},      /* a layer-wide policy */
+        {KVB_POLICY_FULL, 0, 8, 4, 0.0f, true, true, false},        /* Gemma 3: own RoPE on window layers */
+        {KVB_POLICY_FULL, 0, 13, 16, 3.0f, false, true, false},     /* Gemma 2: softcap, one RoPE */
+        {KVB_POLICY_FULL, 0, 1, 1, 0.0f, true, false, false},       /* a window of one: each query sees itself */
+        {KVB_POLICY_H2O, 24, 9, 4, 0.0f, true, true, false},        /* a bounded policy on the global layer */
+        {KVB_POLICY_SNAPKV, 24, 7, 2, 2.5f, true, true, false},     /* prompt compression skips window layers */
+        {KVB_POLICY_STREAMING, 16, 11, 8, 0.0f, false, false, false},
+        {KVB_POLICY_TOVA, 20, 6, 4, 0.0f, true, false, false},      /* a layer-wide policy */
+        {KVB_POLICY_FULL, 0, 8, 4, 0.0f, true, true, true},  /* Gemma 4: window layers rotate their own (fewer) dims */
+        {KVB_POLICY_H2O, 24, 9, 4, 0.0f, true, true, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (unsigned long long seed = 1; seed <= 3; seed++) {
@@ -210,7 +213,7 @@ TEST(window_layers_exact_against_reference) {
 
 TEST(softcap_on_global_layers_exact) {
     /* no windows: the softcap alone, against the reference, prefill and decode */
-    struct wcase wc = {KVB_POLICY_FULL, 0, 1000, 4, 1.5f, false, false};
+    struct wcase wc = {KVB_POLICY_FULL, 0, 1000, 4, 1.5f, false, false, false};
     (void)wc;
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.n_layer = 1; cp.n_kv_head = HK; cp.head_dim = D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
@@ -246,7 +249,7 @@ TEST(softcap_on_global_layers_exact) {
 
 TEST(window_overrides_refused_by_name) {
     struct kvb_kv_layer ov[2];
-    struct wcase wc = {KVB_POLICY_FULL, 0, 8, 4, 0.0f, true, false};
+    struct wcase wc = {KVB_POLICY_FULL, 0, 8, 4, 0.0f, true, false, false};
     struct kvb_cache_params cp = case_params(&wc, ov);
     struct kvb_cache *c;
     ov[0].policy = kvb_policy_default_params(KVB_POLICY_H2O);
@@ -267,7 +270,7 @@ TEST(window_overrides_refused_by_name) {
     ov[0].policy.budget = 0;
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     cp = case_params(&wc, ov);
-    cp.rope_swa.n_dims = D / 2;
+    cp.rope_swa.n_dims = D + 2; /* more than a head has (fewer is Gemma 4's window heads: exact above) */
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
     CHECK(strstr(kvb_last_error(), "rope_swa") != NULL);
     cp = case_params(&wc, ov);
@@ -286,7 +289,7 @@ TEST(window_overrides_refused_by_name) {
 
 TEST(sizing_rule_counts_windows) {
     struct kvb_kv_layer ov[L];
-    struct wcase wc = {KVB_POLICY_FULL, 0, 64, 16, 0.0f, true, false};
+    struct wcase wc = {KVB_POLICY_FULL, 0, 64, 16, 0.0f, true, false, false};
     struct kvb_cache_params cp = case_params(&wc, ov);
     const size_t with = kvb_kv_seq_bytes(&cp.kv, L, HK, D, 32768, 512, 512);
     struct kvb_kv_params plain = cp.kv;

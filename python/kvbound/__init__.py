@@ -126,7 +126,8 @@ class _ModelInfo(_c.Structure):
                 ("tied_output", _c.c_bool), ("has_qkv_bias", _c.c_bool), ("weight_type", _u32), ("weight_bytes", _sz),
                 ("kv_bytes_per_token_f16", _sz), ("features", _c.c_char * 160), ("sliding_window", _i32), ("n_swa_layers", _i32),
                 ("n_expert", _i32), ("n_expert_used", _i32), ("n_ff_exp", _i32), ("n_moe_layers", _i32), ("expert_bytes_per_token", _sz),
-                ("n_ff_shexp", _i32)]
+                ("n_ff_shexp", _i32), ("n_rec_layers", _i32), ("ssm_conv", _i32), ("ssm_state", _i32), ("ssm_groups", _i32),
+                ("ssm_heads", _i32), ("n_nextn_layers", _i32), ("state_bytes", _sz)]
 
 
 class _ContextParams(_c.Structure):

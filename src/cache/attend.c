@@ -108,7 +108,7 @@ static const float *rope_cs(const struct kvb_cache *c, struct kvb_head_scratch *
     const int i = h->memo_next;
     h->memo_next = (i + 1) % ROPE_MEMO;
     h->memo_pos[i] = key;
-    kvb_rope_cos_sin(h->rope_swa ? c->inv_freq_swa : c->inv_freq, c->n_pairs, pos, h->memo_cs + (size_t)i * w);
+    kvb_rope_cos_sin(h->rope_swa ? c->inv_freq_swa : c->inv_freq, h->rope_swa ? c->n_pairs_swa : c->n_pairs, pos, h->memo_cs + (size_t)i * w);
     return h->memo_cs + (size_t)i * w;
 }
 
@@ -129,7 +129,8 @@ static int32_t window_first(const struct kvb_stream *s, int64_t pq, int32_t j) {
 
 static void rotate(const struct kvb_cache *c, struct kvb_head_scratch *h, float *x, int64_t pos) {
     if (c->params.rope.type == KVB_ROPE_NONE || h->no_rope) return;
-    kvb_rope_apply(c->params.rope.type, c->params.rope.n_dims, rope_cs(c, h, pos), x);
+    kvb_rope_apply(c->params.rope.type, h->rope_swa ? c->params.rope_swa.n_dims : c->params.rope.n_dims, rope_cs(c, h, pos), x); /* a window
+                                                                                  * layer's rope_swa may rotate fewer dims (Gemma 4) */
 }
 
 

@@ -116,12 +116,35 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
             if (!isfinite(p->sinks[i])) return kvb_fail(KVB_ERR_INVALID, "cache: sinks[%lld] is not finite", (long long)i);
     }
     if ((st_rec = kvb_state_validate(p, kvb_cache_page_bytes(p))) != KVB_OK) return st_rec;
+    if (p->kv_source) {
+        int32_t w_reader = 0, w_source = 0;
+        for (int32_t l = 0; l < p->n_layer; l++) {
+            const int32_t src = p->kv_source[l];
+            if (src == -1) continue;
+            if (src < 0 || src >= l)
+                return kvb_fail(KVB_ERR_INVALID, "cache: kv_source[%d] is %d: a reader reads an earlier layer (0..%d) or -1", (int)l, (int)src, (int)l - 1);
+            if (p->kv_source[src] != -1)
+                return kvb_fail(KVB_ERR_INVALID, "cache: kv_source[%d] is %d, itself a reader (of %d)", (int)l, (int)src, (int)p->kv_source[src]);
+            if (p->recurrent && (p->recurrent[l] || p->recurrent[src]))
+                return kvb_fail(KVB_ERR_INVALID, "cache: kv_source[%d] = %d: a recurrent layer neither reads nor is read", (int)l, (int)src);
+            w_reader = w_source = 0;
+            for (int32_t i = 0; i < p->kv.n_layers && p->kv.layers; i++) {
+                if (p->kv.layers[i].layer == l) w_reader = p->kv.layers[i].policy.budget;
+                if (p->kv.layers[i].layer == src) w_source = p->kv.layers[i].policy.budget;
+            }
+            if (w_reader != w_source)
+                return kvb_fail(KVB_ERR_INVALID, "cache: layer %d (window %d) reads layer %d (window %d): a reader has its source's window", (int)l,
+                                (int)w_reader, (int)src, (int)w_source);
+        }
+        if (p->kv.recall.pages > 0)
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: recall (kv.recall.pages %d) with KV-shared layers (kv_source): not implemented", (int)p->kv.recall.pages);
+    }
     if (!(p->attn_softcap >= 0.0f) || !isfinite(p->attn_softcap))
         return kvb_fail(KVB_ERR_INVALID, "cache: attn_softcap must be finite and >= 0 (0: off), got %g", (double)p->attn_softcap);
     if (p->rope_swa.base != 0.0f) {
-        if (p->rope_swa.type != p->rope.type || p->rope_swa.n_dims != p->rope.n_dims)
-            return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa must have rope's type and n_dims (%d, %d), got %d, %d", (int)p->rope.type,
-                            (int)p->rope.n_dims, (int)p->rope_swa.type, (int)p->rope_swa.n_dims);
+        if (p->rope_swa.type != p->rope.type || p->rope_swa.n_dims < 2 || p->rope_swa.n_dims > p->head_dim || p->rope_swa.n_dims % 2)
+            return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa must have rope's type (%d) and an even n_dims in 2..head_dim (%d), got %d, %d",
+                            (int)p->rope.type, (int)p->head_dim, (int)p->rope_swa.type, (int)p->rope_swa.n_dims);
         if (!(p->rope_swa.base > 1.0f) || !isfinite(p->rope_swa.base))
             return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa.base must be > 1 (or 0: as rope), got %g", (double)p->rope_swa.base);
         if (!(p->rope_swa.freq_scale > 0.0f) || !isfinite(p->rope_swa.freq_scale))
@@ -276,7 +299,7 @@ static void cow_swap(struct kvb_cache *c, const int32_t *list, int64_t n, uint8_
 
 /* Pages stream s of layer l needs for n_new more tokens: none in a recurrent layer (no K/V). */
 static int64_t pages_needed(const struct kvb_cache *c, int32_t l, const struct kvb_stream *s, int32_t n_new) {
-    return kvb_cache_is_recurrent(c, l) ? 0 : kvb_stream_pages_needed(&c->geom, s, n_new);
+    return kvb_cache_holds_kv(c, l) ? kvb_stream_pages_needed(&c->geom, s, n_new) : 0;
 }
 
 /* Reserves room for n_new tokens in every stream of layers [l0, l1), plus
@@ -291,7 +314,9 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
         for (int32_t h = 0; h < H; h++) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
             const int64_t np = pages_needed(c, l, s, n_new);
-            if (kvb_cache_is_recurrent(c, l)) continue;
+            if (kvb_cache_is_reader(c, l)) /* attention over its source's keys: scratch for them */
+                n_max = KVB_MAX(n_max, (int64_t)kvb_cache_stream(c, c->kv_src[l], h)->v.n + n_new);
+            if (!kvb_cache_holds_kv(c, l)) continue;
             if (kvb_stream_reserve(&c->geom, s, s->v.n_pages + np, (int64_t)s->v.n + n_new + 1) != KVB_OK)
                 return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for slot metadata (layer %d)", (int)l);
             total += np + kvb_recall_pages_needed(c, (size_t)l * H + h);
@@ -498,9 +523,10 @@ static void init_budgets(struct kvb_cache *c) {
         struct kvb_stream *s = &c->streams[i];
         s->v.target = s->window ? s->window : c->params.kv.policy.budget;
         s->v.budget = s->window ? s->window : compress ? c->params.kv.policy.prefill_budget : c->params.kv.policy.budget;
-        s->v.prompt_end = (s->window || s->recurrent) && compress ? 0 : -1; /* a window or recurrent layer has no prompt to compress */
+        s->v.prompt_end = (s->window || s->no_kv) && compress ? 0 : -1; /* a window layer, or one without K/V, has no prompt to compress */
     }
     for (int32_t l = 0; l < c->params.n_layer; l++) c->ring_n[l] = 0;
+    for (int32_t l = 0; c->evict_pending && l < c->params.n_layer; l++) c->evict_pending[l] = false;
 }
 
 /* Sliding-window layers (kv.layers) and their rotation (rope_swa): the
@@ -517,12 +543,13 @@ static kvb_status init_windows(struct kvb_cache *c, const struct kvb_cache_param
     }
     const bool own_rope = params->rope_swa.base > 0 && c->n_pairs > 0;
     c->params.rope_swa.freq_factors = NULL;
+    c->n_pairs_swa = own_rope ? params->rope_swa.n_dims / 2 : c->n_pairs;
     if (own_rope) {
-        if (!(c->inv_freq_swa = kvb_malloc(sizeof(double) * (size_t)c->n_pairs))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+        if (!(c->inv_freq_swa = kvb_malloc(sizeof(double) * (size_t)c->n_pairs_swa))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
         if (params->rope_swa.freq_factors) {
-            if (!(c->freq_factors_swa = kvb_malloc(sizeof(float) * (size_t)c->n_pairs))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
-            memcpy(c->freq_factors_swa, params->rope_swa.freq_factors, sizeof(float) * (size_t)c->n_pairs);
-            for (int32_t i = 0; i < c->n_pairs; i++)
+            if (!(c->freq_factors_swa = kvb_malloc(sizeof(float) * (size_t)c->n_pairs_swa))) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+            memcpy(c->freq_factors_swa, params->rope_swa.freq_factors, sizeof(float) * (size_t)c->n_pairs_swa);
+            for (int32_t i = 0; i < c->n_pairs_swa; i++)
                 if (c->freq_factors_swa[i] == 0 || !isfinite(c->freq_factors_swa[i]))
                     return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa.freq_factors[%d] must be finite and nonzero", (int)i);
             c->params.rope_swa.freq_factors = c->freq_factors_swa;
@@ -631,8 +658,24 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
         kvb_cache_free(c);
         return st;
     }
-    for (int32_t l = 0; c->recurrent && l < params->n_layer; l++)
-        for (int32_t h = 0; h < params->n_kv_head; h++) c->streams[(size_t)l * params->n_kv_head + h].recurrent = c->recurrent[l];
+    c->params.kv_source = NULL;
+    if (params->kv_source) { /* KV-shared layers: each source's last reader, whose call lets the source evict */
+        const size_t L = (size_t)params->n_layer;
+        c->kv_src = kvb_malloc(sizeof(int32_t) * L);
+        c->last_reader = kvb_malloc(sizeof(int32_t) * L);
+        c->evict_pending = kvb_calloc(L, sizeof(bool));
+        if (!c->kv_src || !c->last_reader || !c->evict_pending) {
+            kvb_cache_free(c);
+            return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+        }
+        memcpy(c->kv_src, params->kv_source, sizeof(int32_t) * L);
+        for (size_t l = 0; l < L; l++) c->last_reader[l] = -1;
+        for (size_t l = 0; l < L; l++)
+            if (c->kv_src[l] >= 0) c->last_reader[c->kv_src[l]] = (int32_t)l;
+        c->params.kv_source = c->kv_src;
+    }
+    for (int32_t l = 0; l < params->n_layer; l++)
+        for (int32_t h = 0; h < params->n_kv_head; h++) c->streams[(size_t)l * params->n_kv_head + h].no_kv = !kvb_cache_holds_kv(c, l);
     if ((st = kvb_recall_init(c)) != KVB_OK) { /* after the pool: areas come from it */
         kvb_cache_free(c);
         return st;
@@ -665,6 +708,7 @@ void kvb_cache_free(struct kvb_cache *c) {
     kvb_free(c->ring_q); kvb_free(c->ring_n); kvb_free(c->ring_heads); kvb_free(c->reserved);
     kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors); kvb_free(c->no_rope); kvb_free(c->sinks);
     kvb_free(c->inv_freq_swa); kvb_free(c->freq_factors_swa); kvb_free(c->window); kvb_free(c->layers);
+    kvb_free(c->kv_src); kvb_free(c->last_reader); kvb_free(c->evict_pending);
     kvb_free(c);
 }
 
@@ -687,6 +731,9 @@ kvb_status kvb_cache_fork(struct kvb_cache *src, struct kvb_cache **out) {
     if (src->recall) return kvb_fail(KVB_ERR_UNSUPPORTED, "cache_fork: a cache with recall (kv.recall.pages %d) cannot be forked: its cold tier is its own",
                                      (int)src->params.kv.recall.pages);
     if (src->has_reserve) return kvb_fail(KVB_ERR_INVALID, "cache_fork: the cache holds a reservation (kvb_cache_reserve) not yet used");
+    for (int32_t l = 0; src->evict_pending && l < src->params.n_layer; l++)
+        if (src->evict_pending[l])
+            return kvb_fail(KVB_ERR_INVALID, "cache_fork: layer %d's readers (kv_source) have not run this step", (int)l);
     for (int32_t l = 0; l < src->params.n_layer; l++)
         if (src->ring_n[l] > 0 || prompt_open(src, l))
             return kvb_fail(KVB_ERR_INVALID, "cache_fork: layer %d has a %s prompt open (not yet compressed)", (int)l,
@@ -766,20 +813,24 @@ struct decode_job {
     const float *q, *k, *v;
     float *out;
     bool attend;
+    int32_t src;  /* the layer whose streams it reads: its own, or a reader's source (kv_source) */
+    bool defer;   /* a source with readers: its eviction waits for its last reader */
 };
 
 static void decode_worker(int32_t ith, int32_t nth, void *arg) {
     struct decode_job *jb = arg;
     struct kvb_cache *c = jb->c;
     const int32_t H = c->params.n_kv_head, d = c->params.head_dim;
-    const bool window = c->window[jb->layer] > 0; /* the model's window, not the policy, bounds this layer */
-    const bool policy_w = !window && (c->policy.iface->flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
+    const bool reader = jb->src != jb->layer; /* a KV-shared layer: attention over its source's tokens, nothing else */
+    const bool window = c->window[jb->src] > 0; /* the model's window, not the policy, bounds this layer */
+    const bool policy_w = !reader && !window && (c->policy.iface->flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
     const bool want_w = policy_w || c->observer;
+    const bool evict = !reader && !jb->defer;
     for (int32_t h = ith; h < H; h += nth) {
-        struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
+        struct kvb_stream *s = kvb_cache_stream(c, jb->src, h);
         struct kvb_head_scratch *hs = kvb_head_scratch_at(c->scratch, h);
         const int32_t pos = (int32_t)c->n_past[jb->layer];
-        kvb_attend_append(c, s, hs, jb->k ? jb->k + (size_t)h * d : NULL, jb->v ? jb->v + (size_t)h * d : NULL, pos);
+        if (!reader) kvb_attend_append(c, s, hs, jb->k ? jb->k + (size_t)h * d : NULL, jb->v ? jb->v + (size_t)h * d : NULL, pos);
         if (jb->attend) {
             kvb_attend_decode(c, s, hs, jb->q + (size_t)h * jb->G * d, jb->G, pos, jb->out + (size_t)h * jb->G * d,
                           want_w ? kvb_head_scratch_col(hs) : NULL);
@@ -789,9 +840,9 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
                 const int32_t pin = kvb_cache_policy_view(c, s, &pv);
                 c->policy.iface->observe(&c->policy, &pv, kvb_head_scratch_col(hs) + pin, pv.n, false);
             }
-            if (!window && !c->policy.iface->combine) evict_stream(c, s); /* else after every head: combine_and_evict */
+            if (evict && !window && !c->policy.iface->combine) evict_stream(c, s); /* else after every head: combine_and_evict */
         }
-        if (window) evict_window(c, s, pos + 1);
+        if (evict && window) evict_window(c, s, pos + 1);
     }
 }
 
@@ -799,11 +850,13 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
  * pool: below about 64K multiply-adds a fork-join costs more than it saves
  * (measured: ppl on stories260K with -t 2 ran 30x slower than -t 1). */
 static bool worth_threads(const struct kvb_cache *c, int32_t layer, int32_t n_tok, int32_t n_head) {
+    if (kvb_cache_is_reader(c, layer)) layer = c->kv_src[layer]; /* its source's keys */
     const int64_t keys = (int64_t)kvb_cache_stream(c, layer, 0)->v.n + n_tok;
     return (int64_t)n_tok * n_head * keys * c->params.head_dim >= (1 << 16) && c->params.n_kv_head > 1;
 }
 
 static kvb_status check_kv_layer(const struct kvb_cache *c, int32_t layer, const char *what);
+static void run_pending_eviction(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp);
 static kvb_status check_layer(const struct kvb_cache *c, int32_t layer) {
     if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
     if (layer < 0 || layer >= c->params.n_layer)
@@ -833,17 +886,26 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
     kvb_status st = check_kv_layer(c, layer, "cache_decode");
     if (st != KVB_OK) return st;
     if ((st = check_heads(c, n_head)) != KVB_OK) return st;
-    if (!q || !k || !v || !out) return kvb_fail(KVB_ERR_INVALID, "cache_decode: q, k, v and out must not be NULL");
+    const bool reader = kvb_cache_is_reader(c, layer);
+    if (!q || !out || (!reader && (!k || !v))) return kvb_fail(KVB_ERR_INVALID, "cache_decode: q, %sout must not be NULL", reader ? "" : "k, v and ");
     if ((st = check_pos(c, layer, 1)) != KVB_OK) return st;
+    if (reader && c->n_past[c->kv_src[layer]] != c->n_past[layer] + 1)
+        return kvb_fail(KVB_ERR_INVALID, "cache_decode: layer %d reads layer %d (kv_source), which has not taken this token first", (int)layer,
+                        (int)c->kv_src[layer]);
     const int32_t G = n_head / c->params.n_kv_head;
+    run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
     if (prompt_open(c, layer)) compress_layer(c, layer, tp); /* the prompt ended without kvb_cache_compress */
     if ((st = prepare_layer(c, layer, 1, G)) != KVB_OK) return st;
-    struct decode_job jb = {c, layer, n_head, G, q, k, v, out, true};
+    const int32_t src = reader ? c->kv_src[layer] : layer;
+    const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0;
+    struct decode_job jb = {c, layer, n_head, G, q, k, v, out, true, src, defer};
     kvb_threadpool_run(worth_threads(c, layer, 1, n_head) ? tp : NULL, decode_worker, &jb);
     c->n_past[layer]++;
     update_peak(c);
+    if (defer) c->evict_pending[layer] = true;
     /* serial: one O(n) pick per stream costs less than waking the pool again */
-    if (c->policy.iface->combine && !c->window[layer]) combine_and_evict(c, layer, NULL);
+    else if (!reader && c->policy.iface->combine && !c->window[layer]) combine_and_evict(c, layer, NULL);
+    if (reader && c->last_reader[src] == layer) run_pending_eviction(c, src, NULL); /* the source's last reader has attended */
     return KVB_OK;
 }
 
@@ -852,7 +914,8 @@ kvb_status kvb_cache_append(struct kvb_cache *c, int32_t layer, const float *k, 
     if (st != KVB_OK) return st;
     if ((st = check_pos(c, layer, 1)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, 1, 1)) != KVB_OK) return st;
-    struct decode_job jb = {c, layer, c->params.n_kv_head, 1, NULL, k, v, NULL, false};
+    run_pending_eviction(c, layer, NULL);
+    struct decode_job jb = {c, layer, c->params.n_kv_head, 1, NULL, k, v, NULL, false, layer, false};
     decode_worker(0, 1, &jb);
     c->n_past[layer]++;
     update_peak(c);
@@ -908,6 +971,7 @@ struct prefill_job {
     const float *q, *k, *v;
     float *out;
     bool mass; /* feed the chunk's column mass to the policy */
+    int32_t src; /* the layer whose streams it reads (a reader's source, kv_source), else its own */
 };
 
 static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
@@ -916,11 +980,12 @@ static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
     const int32_t H = c->params.n_kv_head, d = c->params.head_dim, C = jb->n_tok;
     const int32_t obs_from = c->policy.obs_last > 0 ? KVB_MAX(0, C - c->policy.obs_last) : 0;
     const int64_t p0 = c->n_past[jb->layer];
+    const bool reader = jb->src != jb->layer;
     for (int32_t h = ith; h < H; h += nth) {
-        struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
+        struct kvb_stream *s = kvb_cache_stream(c, jb->src, h);
         struct kvb_head_scratch *hs = kvb_head_scratch_at(c->scratch, h);
-        const int32_t n_prev = s->v.n;
-        for (int32_t i = 0; i < C; i++)
+        const int32_t n_prev = reader ? s->v.n - C : s->v.n; /* a reader: the source's chunk is its last C slots (not yet evicted) */
+        for (int32_t i = 0; i < C && !reader; i++)
             kvb_attend_append(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v + ((size_t)i * H + h) * d, (int32_t)(p0 + i));
         if (jb->mass) memset(kvb_head_scratch_col(hs), 0, sizeof(float) * (size_t)s->v.n);
         kvb_attend_tokens(c, s, hs, h, jb->q, jb->n_head, jb->G, C, n_prev, p0, jb->out, obs_from, jb->mass ? kvb_head_scratch_col(hs) : NULL);
@@ -1083,22 +1148,31 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     if (st != KVB_OK) return st;
     if ((st = check_heads(c, n_head)) != KVB_OK) return st;
     if (n_tok < 1 || n_tok > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_prefill: n_tok must be in 1..1048576, got %d", (int)n_tok);
-    if (!q || !k || !v || !out) return kvb_fail(KVB_ERR_INVALID, "cache_prefill: q, k, v and out must not be NULL");
+    const bool reader = kvb_cache_is_reader(c, layer);
+    if (!q || !out || (!reader && (!k || !v))) return kvb_fail(KVB_ERR_INVALID, "cache_prefill: q, %sout must not be NULL", reader ? "" : "k, v and ");
     if ((st = check_pos(c, layer, n_tok)) != KVB_OK) return st;
+    const int32_t src = reader ? c->kv_src[layer] : layer;
+    if (reader && (c->n_past[src] != c->n_past[layer] + n_tok || kvb_cache_stream(c, src, 0)->v.n < n_tok))
+        return kvb_fail(KVB_ERR_INVALID, "cache_prefill: layer %d reads layer %d (kv_source), which has not taken these %d tokens first", (int)layer,
+                        (int)src, (int)n_tok);
     const struct kvb_policy_i *pi = c->policy.iface;
-    const bool compress = (pi->flags & KVB_PF_COMPRESS) && !c->window[layer]; /* a window layer: the model's window only */
+    const bool compress = !reader && (pi->flags & KVB_PF_COMPRESS) && !c->window[layer]; /* a window layer: the model's window only */
     const bool exact = compress && c->params.kv.policy.prefill_budget == 0;
+    const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0;
     const int32_t G = n_head / c->params.n_kv_head;
+    run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
     if (exact && (st = ring_reserve(c, layer, n_head)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;
     if (compress && !prompt_open(c, layer)) open_prompt(c, layer);
     struct prefill_job jb = {c, layer, n_tok, n_head, G, q, k, v, out,
-                             !c->window[layer] && !exact && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS)};
+                             !reader && !c->window[layer] && !exact && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS), src};
     kvb_threadpool_run(worth_threads(c, layer, n_tok, n_head) ? tp : NULL, prefill_worker, &jb);
     if (exact) ring_push(c, layer, q, n_tok);
     c->n_past[layer] += n_tok;
     update_peak(c); /* peak includes the whole chunk before eviction */
-    combine_and_evict(c, layer, tp);
+    if (defer) c->evict_pending[layer] = true;
+    else if (!reader) combine_and_evict(c, layer, tp);
+    if (reader && c->last_reader[src] == layer) run_pending_eviction(c, src, tp); /* the source's last reader has attended */
     return KVB_OK;
 }
 
@@ -1221,7 +1295,7 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
     o->slots_min = INT32_MAX;
     for (size_t i = 0; i < n_streams; i++) {
         const struct kvb_stream *s = &c->streams[i];
-        if (s->recurrent) continue; /* no K/V: its state is counted below */
+        if (s->no_kv) continue; /* no K/V: its state is counted below */
         o->pages_in_use += s->v.n_pages;
         o->slots += s->v.n;
         o->slots_max = KVB_MAX(o->slots_max, s->v.n);
@@ -1278,7 +1352,17 @@ static kvb_status check_kv_layer(const struct kvb_cache *c, int32_t layer, const
     kvb_status st = check_layer(c, layer);
     if (st == KVB_OK && kvb_cache_is_recurrent(c, layer))
         return kvb_fail(KVB_ERR_INVALID, "%s: layer %d is recurrent: it keeps a state (kvb_cache_state), no K/V", what, (int)layer);
+    if (st == KVB_OK && kvb_cache_is_reader(c, layer) && !strcmp(what, "cache_append"))
+        return kvb_fail(KVB_ERR_INVALID, "%s: layer %d reads layer %d's K/V (kv_source): nothing is appended to it", what, (int)layer, (int)c->kv_src[layer]);
     return st;
+}
+
+/* A source's eviction that waited for its readers (kv_source): now. */
+static void run_pending_eviction(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp) {
+    if (!c->evict_pending || !c->evict_pending[layer]) return;
+    c->evict_pending[layer] = false;
+    combine_and_evict(c, layer, tp);
+    update_peak(c);
 }
 
 int64_t kvb_cache_state_pages(const struct kvb_cache_params *p) {

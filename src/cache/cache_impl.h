@@ -107,10 +107,23 @@ struct kvb_cache {
     float **state_rows;               /* [n_rec * state_rows] each row's address in its page */
     bool state_cow;                   /* pages may be shared with a fork: copy before writing */
     bool state_reserved;              /* the last kvb_cache_reserve took the state's first pages (unreserve gives them back) */
+    /* KV-shared layers (params.kv_source): a reader attends over its source's streams */
+    int32_t *kv_src;                  /* [n_layer] copy of params.kv_source, or NULL */
+    int32_t *last_reader;             /* [n_layer] a source's last reader, -1 for the others */
+    bool *evict_pending;              /* [n_layer] a source's eviction waits for its last reader */
+    int32_t n_pairs_swa;              /* rope_swa.n_dims / 2 (window layers), n_pairs without rope_swa */
 };
 
 static inline bool kvb_cache_is_recurrent(const struct kvb_cache *c, int32_t layer) {
     return c->recurrent && c->recurrent[layer];
+}
+/* A KV-shared layer: it reads its source's streams, its own stay empty. */
+static inline bool kvb_cache_is_reader(const struct kvb_cache *c, int32_t layer) {
+    return c->kv_src && c->kv_src[layer] >= 0;
+}
+/* Whether the layer's own streams hold K/V (not recurrent, not a reader). */
+static inline bool kvb_cache_holds_kv(const struct kvb_cache *c, int32_t layer) {
+    return !kvb_cache_is_recurrent(c, layer) && !kvb_cache_is_reader(c, layer);
 }
 
 /* state.c */

@@ -22,6 +22,9 @@
  *   flags 32: then u8 recurrent[n_layer] i32 state_rows state_row_floats (a hybrid model's
  *           recurrent layers), and after the streams u8 has_state and, when 1, the state's
  *           rows (f32 [n_recurrent][state_rows][state_row_floats]); 0: the state is zero
+ *   flags 64 (with 4): the windows' block begins with i32 rope_swa n_dims (it differs from rope's:
+ *           Gemma 4's window heads), and its freq_factors are n_dims / 2 of them
+ *   flags 128: then i32 kv_source[n_layer] after the recurrent layers (KV-shared layers)
  *   flags 16: then i32 keep (kv.keep > 0, the pinned span; an image of a build without it
  *           is refused by its flags)
  *   version 4 (flags 1, written for a cache with recall) adds, after n_state:
@@ -63,7 +66,9 @@
 #define IMAGE_SINKS 8u              /* flags bit (versions 3, 4): the sink logits come before n_past */
 #define IMAGE_KEEP 16u              /* flags bit (versions 3, 4): i32 keep (the pinned span) follows the windows */
 #define IMAGE_STATE 32u             /* flags bit (version 3): recurrent layers follow keep; their state follows the streams */
-#define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP | IMAGE_STATE)
+#define IMAGE_SWA_DIMS 64u          /* flags bit (version 3): rope_swa has its own n_dims (first in the windows' block) */
+#define IMAGE_KV_SOURCE 128u        /* flags bit (version 3): i32 kv_source[n_layer] follow the recurrent layers */
+#define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP | IMAGE_STATE | IMAGE_SWA_DIMS | IMAGE_KV_SOURCE)
 
 /* ---- writer ---- */
 struct wbuf {
@@ -130,8 +135,9 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_bytes(&w, KVB_CACHE_MAGIC, 8);
     w_u32(&w, c->recall ? KVB_CACHE_VERSION_RECALL : KVB_CACHE_VERSION);
     const bool windows = p->kv.n_layers > 0 || p->rope_swa.base > 0 || p->attn_softcap > 0;
+    const bool swa_dims = windows && p->rope_swa.base > 0 && p->rope_swa.n_dims != p->rope.n_dims;
     w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u) | (c->sinks ? IMAGE_SINKS : 0u) |
-                  (p->kv.keep ? IMAGE_KEEP : 0u) | (c->n_rec ? IMAGE_STATE : 0u));
+                  (p->kv.keep ? IMAGE_KEEP : 0u) | (c->n_rec ? IMAGE_STATE : 0u) | (swa_dims ? IMAGE_SWA_DIMS : 0u) | (c->kv_src ? IMAGE_KV_SOURCE : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -148,9 +154,10 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     if (windows) {
         w_i32(&w, p->kv.n_layers);
         for (int32_t i = 0; i < p->kv.n_layers; i++) { w_i32(&w, p->kv.layers[i].layer); w_i32(&w, p->kv.layers[i].policy.budget); }
+        if (swa_dims) w_i32(&w, p->rope_swa.n_dims);
         w_f32(&w, p->rope_swa.base); w_f32(&w, p->rope_swa.freq_scale);
         w_i32(&w, c->freq_factors_swa ? 1 : 0);
-        if (c->freq_factors_swa) w_bytes(&w, c->freq_factors_swa, sizeof(float) * (size_t)c->n_pairs);
+        if (c->freq_factors_swa) w_bytes(&w, c->freq_factors_swa, sizeof(float) * (size_t)c->n_pairs_swa);
         w_f32(&w, p->attn_softcap);
     }
     if (p->kv.keep) w_i32(&w, p->kv.keep);
@@ -159,6 +166,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
         w_i32(&w, p->state_rows);
         w_i32(&w, p->state_row_floats);
     }
+    if (c->kv_src) w_bytes(&w, c->kv_src, sizeof(int32_t) * (size_t)p->n_layer);
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     if (c->recall) {
         struct kvb_cold_counts cc;
@@ -333,7 +341,8 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     if (!r_bytes(&r, &version, 4, "version") || !r_bytes(&r, &flags, 4, "flags")) return TRUNC();
     if (version < 2u || version > KVB_CACHE_VERSION_RECALL)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache image version %u (this build reads 2 to %u)", version, KVB_CACHE_VERSION_RECALL);
-    if ((flags & ~IMAGE_FLAGS) != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u) || ((flags & IMAGE_FLAGS) && version < 3u))
+    if ((flags & ~IMAGE_FLAGS) != (version == KVB_CACHE_VERSION_RECALL ? IMAGE_RECALL : 0u) || ((flags & IMAGE_FLAGS) && version < 3u) ||
+        ((flags & IMAGE_SWA_DIMS) && !(flags & IMAGE_WINDOWS)))
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: flags 0x%x are not valid for version %u", flags, version);
     struct kvb_cache_params p = kvb_cache_default_params();
     int32_t dtype, dtype_v = KVB_DTYPE_AS_K, pos_mode, rope_type, has_ff, pid;
@@ -399,13 +408,16 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         if (!r_bytes(&r, win, sizeof(int32_t) * 2 * (size_t)nw, "windows")) return TRUNC();
         p.rope_swa = p.rope;
         p.rope_swa.freq_factors = NULL;
+        if ((flags & IMAGE_SWA_DIMS) && !r_i32(&r, &p.rope_swa.n_dims, "rope_swa.n_dims")) return TRUNC();
+        if ((flags & IMAGE_SWA_DIMS) && (p.rope_swa.n_dims < 2 || p.rope_swa.n_dims > 512 || p.rope_swa.n_dims % 2))
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_swa n_dims %d out of range", (int)p.rope_swa.n_dims);
         if (!r_f32(&r, &p.rope_swa.base, "rope_swa.base") || !r_f32(&r, &p.rope_swa.freq_scale, "rope_swa.freq_scale") ||
             !r_i32(&r, &has_ff_swa, "has_freq_factors_swa"))
             return TRUNC();
         if (has_ff_swa != 0 && has_ff_swa != 1) return kvb_fail(KVB_ERR_CORRUPT, "cache image: has_freq_factors_swa is %d", (int)has_ff_swa);
         if (has_ff_swa) {
-            if (p.rope.n_dims < 2 || p.rope.n_dims > 512) return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_n_dims %d out of range", p.rope.n_dims);
-            if (!r_bytes(&r, ff_swa, sizeof(float) * (size_t)(p.rope.n_dims / 2), "rope_swa.freq_factors")) return TRUNC();
+            if (p.rope_swa.n_dims < 2 || p.rope_swa.n_dims > 512) return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_n_dims %d out of range", p.rope_swa.n_dims);
+            if (!r_bytes(&r, ff_swa, sizeof(float) * (size_t)(p.rope_swa.n_dims / 2), "rope_swa.freq_factors")) return TRUNC();
             p.rope_swa.freq_factors = ff_swa;
         }
         if (!r_f32(&r, &p.attn_softcap, "attn_softcap")) return TRUNC();
@@ -424,6 +436,12 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         for (int32_t l = 0; l < p.n_layer; l++) n_rec += rec_layers[l] == 1;
         if (n_rec == 0) return kvb_fail(KVB_ERR_CORRUPT, "cache image: flags 32 (recurrent layers) without a recurrent layer");
         p.recurrent = rec_layers;
+    }
+    int32_t kv_src[4096]; /* kvb_cache_init checks each (an earlier layer, not itself a reader) */
+    if (flags & IMAGE_KV_SOURCE) {
+        if (p.n_layer < 1 || p.n_layer > 4096) return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_layer %d out of range", (int)p.n_layer);
+        if (!r_bytes(&r, kv_src, sizeof(int32_t) * (size_t)p.n_layer, "kv_source")) return TRUNC();
+        p.kv_source = kv_src;
     }
     int32_t paused = 0;
     int64_t dropped = 0, total_cold = 0, image_cold_mem = 0;

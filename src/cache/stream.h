@@ -59,7 +59,7 @@ struct kvb_stream {
     int64_t runs_cap;
     int32_t *victims;         /* [slot_cap] selection output */
     bool no_rope;             /* its layer rotates neither keys nor queries (a NoPE layer) */
-    bool recurrent;           /* its layer keeps a recurrent state instead (cache.c): it holds nothing */
+    bool no_kv;               /* its layer keeps no K/V of its own (recurrent, or a reader of another layer's): it holds nothing */
     int32_t window;           /* > 0: its layer is a model's sliding window of this many positions */
     bool rope_swa;            /* its keys and queries turn by the cache's rope_swa (a window layer's) */
     const float *sink;        /* its query heads' sink logits (the cache's copy), or NULL */

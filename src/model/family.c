@@ -26,6 +26,13 @@
  * as llama.cpp's loaders do, and the model hands the cache one window policy
  * per such layer (kvb_model_cache_params): the cache makes them exact.
  *
+ * Qwen3.5's hybrid layers are data too (F_HYBRID): load_hybrid reads the
+ * Gated DeltaNet shape (ssm.*), full_attention_interval (kvb_family_hybrid
+ * turns it into recurrent[]) and the RoPE sections; bind_layer binds a
+ * Gated DeltaNet layer's ssm_* tensors (bind_ssm) instead of attention, and
+ * the nextn_predict_layers MTP blocks after the layers that run (bind_nextn),
+ * which are kept for export and never run.
+ *
  * YaRN becomes data: its ramp mixes interpolated and extrapolated angles per
  * rotary pair, theta_i = theta_e,i * (s (1 - mix_i) + mix_i), which is a
  * per-pair frequency divisor, plus a magnitude on cos/sin (rope_mscale).
