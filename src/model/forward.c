@@ -147,6 +147,7 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     /* gemma4's window layers rotate their own dims (the real head's, which lead the padded row), unfactored */
     if (m->swa_layers)
         cp.rope_swa = (struct kvb_rope){in->rope_type, m->rope_dims_swa ? m->rope_dims_swa : in->rope_dims, m->rope_base_swa, m->rope_freq_scale_swa, NULL};
+    cp.kv_source = m->kv_source; /* gemma4's KV-shared layers */
     cp.attn_softcap = m->attn_softcap;
     cp.sinks = m->sinks;
     cp.n_sink_heads = m->sinks ? in->n_head : 0;
@@ -175,6 +176,9 @@ bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_para
         if (a->layer != b->layer || a->policy.id != b->policy.id || a->policy.budget != b->policy.budget || a->policy.n_sink != b->policy.n_sink)
             return false;
     }
+    if (!p->kv_source != !m->kv_source || (m->kv_source && memcmp(p->kv_source, m->kv_source, sizeof(int32_t) * (size_t)in->n_layer)))
+        return false;
+    if (n && m->rope_dims_swa && p->rope_swa.n_dims != m->rope_dims_swa) return false;
     return !n || (p->rope_swa.base == m->rope_base_swa && p->rope_swa.freq_scale == m->rope_freq_scale_swa);
 }
 
@@ -184,6 +188,12 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
     struct kvb_kv_params k = *kv; /* the model's windows, not the caller's */
     k.layers = m->swa_layers;
     k.n_layers = m->swa_layers ? in->n_swa_layers : 0;
+    if (m->kv_source) { /* gemma4: the shared layers (the last n_kv_shared) hold nothing; their sources count once */
+        const int32_t n_kv = in->n_layer - in->n_kv_shared;
+        k.n_layers = 0;
+        while (k.n_layers < in->n_swa_layers && m->swa_layers[k.n_layers].layer < n_kv) k.n_layers++;
+        return kvb_kv_seq_bytes(&k, n_kv, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
+    }
     if (!m->recurrent) return kvb_kv_seq_bytes(&k, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
     /* a hybrid model: K/V in its attention layers only, and the recurrent state's pages */
     const struct kvb_cache_params cp = kvb_model_cache_params(m, kv, 0, n_ctx);
