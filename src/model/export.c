@@ -362,7 +362,7 @@ static const struct shape k_shapes[] = {
     /* Gemma 4: six layers, windows of 8 on layers 0, 1, 3, 4 (heads of 32, all rotated, base 10000), global 2 and 5 (heads of 64,
      * proportional RoPE at 1e6); the last three share K/V (3 and 4 read 1, 5 reads 2) and are twice as wide (FFN 256); per-layer
      * embeddings of 16; no attn_v on the global layers; final softcap 10 */
-    {.name = "tiny-gemma4", .arch = "gemma4", 512, 64, 6, 2, 1, 128, 4096, .head_dim = 64, .rope_base = 1000000.0f, .eps = 1e-6f, .tied = true,
+    {.name = "tiny-gemma4", .arch = "gemma4", 512, 256, 6, 4, 2, 256, 4096, .head_dim = 64, .rope_base = 1000000.0f, .eps = 1e-6f, .tied = true,
      .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 8, .swa_period = 3, .swa_base = 10000.0f, .final_cap = 10.0f,
      .head_dim_swa = 32, .rot_swa = 32, .kv_shared = 3, .ple = 16, .ff_double = true, .no_v_global = true},
     /* Gemma 4 E2B (HF text_config as llama.cpp's converter maps it): 35 layers, E 1536, 8 query heads over 1, window heads 256
