@@ -1370,6 +1370,11 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (m->recurrent) ADD("gated deltanet %d of %d", (int)m->info.n_rec_layers, (int)m->info.n_layer);
     if (m->q_gate) ADD("gated attention");
     if (m->info.n_nextn_layers > 0) ADD("MTP layers %d (not run)", (int)m->info.n_nextn_layers);
+    /* gemma4's first: features[] is short */
+    if (m->info.n_kv_shared) ADD("%d KV-shared layers", (int)m->info.n_kv_shared);
+    if (m->head_dim_swa && m->head_dim_swa != m->info.head_dim) ADD("window heads %d (rotary %d)", (int)m->head_dim_swa, (int)m->rope_dims_swa);
+    if (m->v_norm) ADD("V norm");
+    if (m->n_ple) ADD("PLE %d", (int)m->n_ple);
     for (int32_t l = 0; m->layers && l < m->info.n_layer; l++) /* the first attention layer's, for the lines below */
         if (!m->recurrent || !m->recurrent[l]) { L = &m->layers[l]; break; }
     if (m->info.n_expert > 0)
@@ -1422,10 +1427,6 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (m->temp_beta != 0) ADD("query temperature %g per %d", (double)m->temp_beta, m->temp_floor);
     if (m->attn_softcap != 0) ADD("attention softcap %g", (double)m->attn_softcap);
     if (m->final_softcap != 0) ADD("final softcap %g", (double)m->final_softcap);
-    if (m->head_dim_swa && m->head_dim_swa != m->info.head_dim) ADD("window heads %d, rotary %d", (int)m->head_dim_swa, (int)m->rope_dims_swa);
-    if (m->v_norm) ADD("V norm");
-    if (m->info.n_kv_shared) ADD("%d layers share K/V", (int)m->info.n_kv_shared);
-    if (m->n_ple) ADD("per-layer embeddings %d", (int)m->n_ple);
     if (m->info.sliding_window > 0) {
         const bool same = m->rope_base_swa == 0 || (m->rope_base_swa == m->info.rope_base && m->rope_freq_scale_swa == m->info.rope_freq_scale);
         if (same) ADD("window %d on %d of %d layers", (int)m->info.sliding_window, (int)m->info.n_swa_layers, (int)m->info.n_layer);
