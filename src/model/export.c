@@ -359,9 +359,9 @@ static const struct shape k_shapes[] = {
     /* Qwen3.5-27B's (dense FFN 17408; attention 24:4 heads of 256; Gated DeltaNet 16 key and 48 value heads of 128) with 4 of its 64 layers */
     {.name = "qwen3.5-27b-4l", .arch = "qwen35", 248320, 5120, 4, 24, 4, 17408, 262144, .head_dim = 256, .rot = 64, .rope_base = 10000000.0f,
      .eps = 1e-6f, .qk_norm = true, .ssm_conv = 4, .ssm_state = 128, .ssm_groups = 16, .ssm_heads = 48, .sections = {11, 11, 10, 0}},
-    /* Gemma 4: six layers, windows of 8 on layers 0, 1, 3, 4 (heads of 32, all rotated, base 10000), global 2 and 5 (heads of 64,
-     * proportional RoPE at 1e6); the last three share K/V (3 and 4 read 1, 5 reads 2) and are twice as wide (FFN 256); per-layer
-     * embeddings of 16; no attn_v on the global layers; final softcap 10 */
+    /* Gemma 4: six layers, 4:2 heads, windows of 8 on layers 0, 1, 3, 4 (heads of 32, all rotated, base 10000), global 2 and 5
+     * (heads of 64, proportional RoPE at 1e6); the last three share K/V (3 and 4 read 1, 5 reads 2) and are twice as wide (FFN 512
+     * for 256); per-layer embeddings of 16; no attn_v on the global layers; final softcap 10 */
     {.name = "tiny-gemma4", .arch = "gemma4", 512, 256, 6, 4, 2, 256, 4096, .head_dim = 64, .rope_base = 1000000.0f, .eps = 1e-6f, .tied = true,
      .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 8, .swa_period = 3, .swa_base = 10000.0f, .final_cap = 10.0f,
      .head_dim_swa = 32, .rot_swa = 32, .kv_shared = 3, .ple = 16, .ff_double = true, .no_v_global = true},
