@@ -634,6 +634,14 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->q_norm = const_vec(o, m->qk_norm_whole ? QD : D, 1.0f, true);
             if (own_k) L->k_norm = const_vec(o, m->qk_norm_whole ? KD : D, 1.0f, true);
         }
+        if (sh->head_dim_swa) { /* gemma4 scores q.k unscaled: norms of D^-1/4 give scores the spread of 1/sqrt(D) (its trained norms
+                                 * carry that scale; at 1 a random model's attention is one-hot, and chaotic) */
+            const float qs = powf((float)D, -0.25f);
+            for (int64_t i = 0; i < D; i++) {
+                ((float *)L->q_norm)[i] *= qs;
+                if (L->k_norm) ((float *)L->k_norm)[i] *= qs;
+            }
+        }
         if (sh->ple) { /* gemma4's per-layer input, and an output scale near 1 */
             if (st == KVB_OK) st = rand_mat(o, &L->ple_gate, E, sh->ple);
             if (st == KVB_OK) st = rand_mat(o, &L->ple_proj, sh->ple, E);
