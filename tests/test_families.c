@@ -1179,6 +1179,13 @@ TEST(gemma4_round_trip_binds_every_tensor_and_layer_kinds) {
     CHECK(m->rope_freqs && m->rope_freqs[7] == 1.0f && m->rope_freqs[8] == 1e30f && m->rope_dims_swa == 32 && m->rope_base_swa == 10000.0f);
     CHECK(m->ple_embd.n_in == 16 * 6 && m->ple_model_proj.n_out == 16 * 6 && m->ple_proj_norm && m->final_softcap == 10.0f);
     CHECK(m->q_scale == 8.0f && m->v_norm); /* attention scale 1: q times sqrt(64), the cache divides by it */
+    /* the sizing rule counts the three layers that hold K/V (windows on 0 and 1), not the readers */
+    const struct kvb_kv_params kv = kvb_kv_default_params();
+    struct kvb_kv_params k3 = kv;
+    k3.layers = m->swa_layers;
+    k3.n_layers = 2;
+    const size_t want = kvb_kv_seq_bytes(&k3, 3, 2, 64, 4096, 100, 256);
+    CHECK(want > 0 && kvb_model_kv_seq_bytes(m, &kv, 4096, 100, 256) == want);
     CHECK(strstr(mi.features, "3 KV-shared layers; window heads 32 (rotary 32); V norm; PLE 16; ") != NULL);
     snprintf(b, sizeof b, "%s/tiny-gemma4-again.gguf", g_dir);
     CHECK_OK(kvb_model_write_gguf(m, b, 0, NULL, NULL));
