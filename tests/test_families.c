@@ -755,6 +755,7 @@ struct edit {
     const int32_t *arr; /* n_arr int32s */
     int n_arr;
     const char *drop, *add;
+    const char *copy, *as; /* tensor copy added again under the name as */
 };
 
 /* Every key of f but skip, copied into w. */
@@ -811,6 +812,8 @@ static int rewrite(const char *src, const char *dst, const struct edit *e) {
     }
     const int64_t ne = 256;
     if (ok && e->add) ok = kvb_gguf_writer_tensor(w, e->add, 0, 1, &ne, extra) == KVB_OK;
+    const struct gguf_tensor *c = e->copy ? kvb_gguf_find_tensor(f, e->copy) : NULL;
+    if (ok && e->copy) ok = c && kvb_gguf_writer_tensor(w, e->as, c->type, (int)c->n_dims, c->ne, c->data) == KVB_OK;
     if (ok) ok = kvb_gguf_writer_write(w, dst) == KVB_OK;
     kvb_gguf_writer_free(w);
     kvb_gguf_close(f);
@@ -1239,6 +1242,17 @@ TEST(gemma4_keys_tensors_sharing_and_per_layer_kv_heads_refused_by_name) {
     refused(g, &(struct edit){.drop = "rope_freqs.weight"}, KVB_ERR_CORRUPT, "rope_freqs.weight");
     refused(g, &(struct edit){.drop = "blk.2.attn_k.weight"}, KVB_ERR_CORRUPT, "blk.2.attn_k.weight");
     refused(g, &(struct edit){.drop = "blk.2.attn_k_norm.weight"}, KVB_ERR_CORRUPT, "blk.2.attn_k_norm.weight");
+    /* a KV-shared layer's own attn_k, attn_k_norm and attn_v (real E2B files carry them): bound, unused (as llama.cpp) */
+    const struct edit own_k[] = {{.copy = "blk.1.attn_k.weight", .as = "blk.3.attn_k.weight"},
+                                 {.copy = "blk.1.attn_k_norm.weight", .as = "blk.3.attn_k_norm.weight"},
+                                 {.copy = "blk.1.attn_v.weight", .as = "blk.3.attn_v.weight"}};
+    snprintf(dst, sizeof dst, "%s/g4-ownk.gguf", g_dir);
+    if (!rewrite_all(g, dst, own_k, 3)) FAILF("rewrite");
+    CHECK_OK(kvb_model_load(dst, NULL, &m));
+    CHECK(m->layers[3].wk.data && m->layers[3].k_norm && m->layers[3].wv.data && m->kv_source[3] == 1);
+    kvb_model_free(m);
+    check_file(dst, "gemma4 own k on a shared layer", 4096, NT);
+    if (t_case_failed) return;
     /* optional: a window layer's attn_v (then V is the raw K), the output scale; unknown ones refused */
     refused(g, &(struct edit){.drop = "blk.0.attn_v.weight"}, KVB_OK, "");
     refused(g, &(struct edit){.drop = "blk.3.layer_output_scale.weight"}, KVB_OK, "");
