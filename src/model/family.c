@@ -33,6 +33,12 @@
  * the nextn_predict_layers MTP blocks after the layers that run (bind_nextn),
  * which are kept for export and never run.
  *
+ * Gemma 4 (F_GEMMA4, load_gemma4) adds a per-layer window pattern, window
+ * heads of their own size and rotary dims, KV-shared trailing layers
+ * (kv_source, with llama.cpp's assert on their sources' kinds as a refusal),
+ * per-layer token embeddings and FFN widths, all bound as data; per-layer KV
+ * head counts and its experts are refused by name.
+ *
  * YaRN becomes data: its ramp mixes interpolated and extrapolated angles per
  * rotary pair, theta_i = theta_e,i * (s (1 - mix_i) + mix_i), which is a
  * per-pair frequency divisor, plus a magnitude on cos/sin (rope_mscale).

@@ -15,7 +15,12 @@
  * contiguous). Logits are computed only for the tokens asked for. The other
  * families' steps (biases, q/k norms, post norms, GeGLU, scales, softcaps)
  * run when the model has them; sliding-window layers, their RoPE and the
- * attention softcap are the cache's, from kvb_model_cache_params.
+ * attention softcap are the cache's, from kvb_model_cache_params. Gemma 4's
+ * are data too: window layers' heads (head_dim_swa) padded with zeros to the
+ * cache's head size and cut back before attn_output, V = rms(raw V or raw K)
+ * per head, KV-shared layers (kv_source) calling the cache with k = v = NULL,
+ * the per-layer inputs (ple_inputs, once a pass) joined after the FFN, and
+ * layer_output_scale on the whole stream.
  *
  * kvb_context_prompt is the one place where an engine path ends a prompt:
  * every chunk goes through prefill (a one-token tail too), then
