@@ -759,7 +759,8 @@ void kvb_model_free(struct kvb_model *model);
 
 struct kvb_model_info {
     char arch[16];            /* "llama", "qwen2", "qwen3", "qwen3moe", "granite", "granitemoe", "mistral3", "smollm3", "olmo2", "phi3",
-                               * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek", "olmoe", "qwen35", "qwen35moe" */
+                               * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek", "olmoe", "qwen35", "qwen35moe",
+                               * "gemma4" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -786,6 +787,10 @@ struct kvb_model_info {
     size_t state_bytes;       /* one sequence's recurrent state over all its Gated DeltaNet layers: per layer
                                * 4 x (Hv Dk Dv + (K - 1) C) bytes, C = 2 Hk Dk + Hv Dv; 0 without */
     bool attn_gated;             /* attention output times sigmoid(a gate the query projection yields) (qwen35) */
+    int32_t head_dim_swa;        /* Gemma 4: the window layers' head size (head_dim is the global layers', which
+                                  * the cache holds: window heads padded with zeros to it); 0: head_dim */
+    int32_t n_kv_shared;         /* Gemma 4: the last layers, which read an earlier layer's K/V and hold none */
+    int32_t n_embd_per_layer;    /* Gemma 4: per-layer token embedding dims (PLE), 0 without */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

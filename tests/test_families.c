@@ -439,6 +439,158 @@ static double *reference(const char *path, int n_ctx, int nt) {
     return logits;
 }
 
+/* ---- gemma4: its own reference (GEMMA4.md §3, llama.cpp's gemma4 graph) ---- */
+
+/* A per-layer key of gemma4 (an array of bools or integers, or one value for all) into v[L]; def when absent. */
+static void layer_keys(const struct ref *r, const char *suffix, int L, int def, int *v) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", r->arch, suffix);
+    const struct gguf_kv *kv = kvb_gguf_find(r->f, key);
+    for (int l = 0; l < L; l++) v[l] = def;
+    if (kv && kv->type == GGUF_T_ARRAY)
+        for (int l = 0; l < L && (uint64_t)l < kv->v.arr.n; l++) {
+            if (kv->v.arr.type == GGUF_T_BOOL) v[l] = ((const uint8_t *)kv->v.arr.data)[l] != 0;
+            else { int32_t x; memcpy(&x, (const uint8_t *)kv->v.arr.data + 4 * l, 4); v[l] = x; }
+        }
+    else if (kv) for (int l = 0; l < L; l++) v[l] = key_u(r, suffix, def);
+}
+
+static double gelu_d(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x))); }
+
+/* NEOX rotation of the first R dims at position pos, divisors div (NULL: 1). */
+static void rope_neox(double *x, int R, int pos, double base, const double *div) {
+    for (int i = 0; i < R / 2; i++) {
+        const double th = pos * pow(base, -2.0 * i / R) / (div ? div[i] : 1), c = cos(th), s = sin(th);
+        const double x0 = x[i], x1 = x[i + R / 2];
+        x[i] = x0 * c - x1 * s;
+        x[i + R / 2] = x0 * s + x1 * c;
+    }
+}
+
+/* Every position's logits [nt][V] of the first nt of k_toks: x sqrt(E); the per-layer inputs; per layer
+ * q = rope(N(Wq h)), and where the layer has K/V, k = rope(N(Wk h)), v = rms(Wv h or Wk h), else its
+ * source's (layer n_kv - 2 for a window layer, n_kv - 1 a global one); scores q.k unscaled, a window
+ * layer's masked past W; post norms; GeGLU; the per-layer input's residual; the output scale. */
+static double *reference_gemma4(const char *path, int nt) {
+    struct gguf_file *f;
+    if (kvb_gguf_open(path, &f) != KVB_OK) return NULL;
+    struct ref r = {.f = f};
+    snprintf(r.arch, sizeof r.arch, "gemma4");
+    const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0), Hq = key_u(&r, "attention.head_count", 0);
+    const int Hk = key_u(&r, "attention.head_count_kv", Hq), D = key_u(&r, "attention.key_length", E / Hq);
+    const int Ds = key_u(&r, "attention.key_length_swa", 0), R = key_u(&r, "rope.dimension_count", D);
+    const int Rs = key_u(&r, "rope.dimension_count_swa", R), W = key_u(&r, "attention.sliding_window", 0);
+    const int shared = key_u(&r, "attention.shared_kv_layers", 0), P = key_u(&r, "embedding_length_per_layer_input", 0), n_kv = L - shared;
+    const double eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-6), base = key_f(&r, "rope.freq_base", 10000);
+    const double base_s = key_f(&r, "rope.freq_base_swa", 10000), cap = key_f(&r, "final_logit_softcapping", 30);
+    int *swa = malloc(sizeof(int) * (size_t)L), *Fl = malloc(sizeof(int) * (size_t)L);
+    layer_keys(&r, "attention.sliding_window_pattern", L, 0, swa);
+    layer_keys(&r, "feed_forward_length", L, 0, Fl);
+    int Fmax = 0;
+    for (int l = 0; l < L; l++) Fmax = Fl[l] > Fmax ? Fl[l] : Fmax;
+    const int V = (int)kvb_gguf_find_tensor(f, "token_embd.weight")->ne[1], PL = P * L, KD = Hk * D, QD = Hq * D;
+    double *emb = tensor(&r, "token_embd.weight", (int64_t)E * V), *onorm = tensor(&r, "output_norm.weight", E);
+    double *out = tensor(&r, "output.weight", (int64_t)E * V), *ff = tensor(&r, "rope_freqs.weight", D / 2);
+    double *pemb = P ? tensor(&r, "per_layer_token_embd.weight", (int64_t)PL * V) : NULL;
+    double *pproj = P ? tensor(&r, "per_layer_model_proj.weight", (int64_t)E * PL) : NULL, *pnorm = P ? tensor(&r, "per_layer_proj_norm.weight", P) : NULL;
+    double *x = calloc((size_t)nt * E, sizeof(double)), *ple = calloc((size_t)nt * (PL ? PL : 1), sizeof(double));
+    double *Kc = calloc((size_t)L * nt * KD, sizeof(double)), *Vc = calloc((size_t)L * nt * KD, sizeof(double));
+    double *Q = calloc((size_t)nt * QD, sizeof(double)), *h = malloc(sizeof(double) * (size_t)E), *att = malloc(sizeof(double) * (size_t)QD);
+    double *o = malloc(sizeof(double) * (size_t)E), *g = malloc(sizeof(double) * (size_t)(2 * Fmax + P + 1)), *w = malloc(sizeof(double) * (size_t)nt);
+    double *logits = malloc(sizeof(double) * (size_t)nt * V);
+    for (int t = 0; t < nt; t++) {
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)k_toks[t] * E + i] * sqrt((double)E);
+        if (!P) continue;
+        double *p = ple + (size_t)t * PL;
+        matvec(pproj, NULL, x + (size_t)t * E, E, PL, p);
+        for (int i = 0; i < PL; i++) p[i] /= sqrt((double)E);
+        for (int l = 0; l < L; l++) rms(p + l * P, P, pnorm, eps);
+        for (int i = 0; i < PL; i++) p[i] = (p[i] + pemb[(size_t)k_toks[t] * PL + i] * sqrt((double)P)) / sqrt(2.0);
+    }
+    for (int l = 0; l < L; l++) {
+        const int Dl = swa[l] ? Ds : D, Rl = swa[l] ? Rs : R, F = Fl[l], src = l < n_kv ? l : swa[l] ? n_kv - 2 : n_kv - 1;
+        const double bl = swa[l] ? base_s : base, *div = swa[l] ? NULL : ff;
+        const int qd = Hq * Dl, kd = Hk * Dl;
+        double *an = layer_t(&r, l, "attn_norm.weight", E), *wq = layer_t(&r, l, "attn_q.weight", (int64_t)E * qd);
+        double *wk = layer_t(&r, l, "attn_k.weight", (int64_t)E * kd), *wv = layer_t(&r, l, "attn_v.weight", (int64_t)E * kd);
+        double *qn = layer_t(&r, l, "attn_q_norm.weight", Dl), *kn = layer_t(&r, l, "attn_k_norm.weight", Dl);
+        double *wo = layer_t(&r, l, "attn_output.weight", (int64_t)qd * E), *pan = layer_t(&r, l, "post_attention_norm.weight", E);
+        double *fn = layer_t(&r, l, "ffn_norm.weight", E), *wg = layer_t(&r, l, "ffn_gate.weight", (int64_t)E * F);
+        double *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * F), *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)F * E);
+        double *pfn = layer_t(&r, l, "post_ffw_norm.weight", E), *ig = layer_t(&r, l, "inp_gate.weight", (int64_t)E * P);
+        double *pj = layer_t(&r, l, "proj.weight", (int64_t)P * E), *pn = layer_t(&r, l, "post_norm.weight", E);
+        double *os = layer_t(&r, l, "layer_output_scale.weight", 1);
+        for (int t = 0; t < nt; t++) {
+            memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
+            rms(h, E, an, eps);
+            double *qt = Q + (size_t)t * QD;
+            matvec(wq, NULL, h, E, qd, qt);
+            for (int hh = 0; hh < Hq; hh++) { rms(qt + hh * Dl, Dl, qn, eps); rope_neox(qt + hh * Dl, Rl, t, bl, div); }
+            if (l != src) continue;
+            double *kt = Kc + ((size_t)l * nt + t) * KD, *vt = Vc + ((size_t)l * nt + t) * KD;
+            matvec(wk, NULL, h, E, kd, kt);
+            if (wv) matvec(wv, NULL, h, E, kd, vt);
+            else memcpy(vt, kt, sizeof(double) * (size_t)kd);
+            for (int hh = 0; hh < Hk; hh++) {
+                rms(kt + hh * Dl, Dl, kn, eps);
+                rope_neox(kt + hh * Dl, Rl, t, bl, div);
+                double ss = 0;
+                for (int i = 0; i < Dl; i++) ss += vt[hh * Dl + i] * vt[hh * Dl + i];
+                for (int i = 0; i < Dl; i++) vt[hh * Dl + i] /= sqrt(ss / Dl + eps);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            for (int hh = 0; hh < Hq; hh++) {
+                const int kh = hh / (Hq / Hk), j0 = swa[l] && t - W + 1 > 0 ? t - W + 1 : 0;
+                double mx = -1e300, sum = 0;
+                for (int j = j0; j <= t; j++) {
+                    double s = 0;
+                    for (int i = 0; i < Dl; i++) s += Q[(size_t)t * QD + hh * Dl + i] * Kc[((size_t)src * nt + j) * KD + kh * Dl + i];
+                    mx = fmax(mx, w[j] = s);
+                }
+                for (int j = j0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                for (int i = 0; i < Dl; i++) {
+                    double s = 0;
+                    for (int j = j0; j <= t; j++) s += w[j] / sum * Vc[((size_t)src * nt + j) * KD + kh * Dl + i];
+                    att[hh * Dl + i] = s;
+                }
+            }
+            double *xt = x + (size_t)t * E;
+            matvec(wo, NULL, att, qd, E, o);
+            rms(o, E, pan, eps);
+            for (int i = 0; i < E; i++) xt[i] += o[i];
+            memcpy(h, xt, sizeof(double) * (size_t)E);
+            rms(h, E, fn, eps);
+            matvec(wg, NULL, h, E, F, g);
+            matvec(wu, NULL, h, E, F, g + F);
+            for (int i = 0; i < F; i++) g[i] = gelu_d(g[i]) * g[F + i];
+            matvec(wd, NULL, g, F, E, o);
+            rms(o, E, pfn, eps);
+            for (int i = 0; i < E; i++) xt[i] += o[i];
+            if (P) {
+                matvec(ig, NULL, xt, E, P, g);
+                for (int i = 0; i < P; i++) g[i] = gelu_d(g[i]) * ple[(size_t)t * PL + l * P + i];
+                matvec(pj, NULL, g, P, E, o);
+                rms(o, E, pn, eps);
+                for (int i = 0; i < E; i++) xt[i] += o[i];
+            }
+            for (int i = 0; os && i < E; i++) xt[i] *= os[0];
+        }
+        free(an); free(wq); free(wk); free(wv); free(qn); free(kn); free(wo); free(pan); free(fn); free(wg); free(wu); free(wd);
+        free(pfn); free(ig); free(pj); free(pn); free(os);
+    }
+    for (int t = 0; t < nt; t++) {
+        memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
+        rms(h, E, onorm, eps);
+        matvec(out ? out : emb, NULL, h, E, V, logits + (size_t)t * V);
+        for (int i = 0; cap != 0 && i < V; i++) logits[(size_t)t * V + i] = cap * tanh(logits[(size_t)t * V + i] / cap);
+    }
+    free(swa); free(Fl); free(emb); free(out); free(onorm); free(ff); free(pemb); free(pproj); free(pnorm); free(x); free(ple); free(Kc); free(Vc);
+    free(Q); free(h); free(att); free(o); free(g); free(w);
+    kvb_gguf_close(f);
+    return logits;
+}
+
 /* ---- the engine against it ---- */
 
 static double nmse(const float *a, const double *b, size_t n) {
@@ -487,7 +639,7 @@ static void check_file(const char *path, const char *shape, int n_ctx, int nt) {
     if (kvb_model_load(path, NULL, &m) != KVB_OK) FAILF("%s: load: %s", shape, kvb_last_error());
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
-    double *ref = reference(path, n_ctx, nt);
+    double *ref = strstr(shape, "gemma4") ? reference_gemma4(path, nt) : reference(path, n_ctx, nt);
     float *lg = malloc(sizeof(float) * (size_t)nt * mi.n_vocab);
     const size_t n = (size_t)nt * mi.n_vocab;
     const struct { bool decode; int chunk; enum kvb_dtype kv; double tol; } runs[] = {
@@ -603,6 +755,7 @@ struct edit {
     const int32_t *arr; /* n_arr int32s */
     int n_arr;
     const char *drop, *add;
+    const char *copy, *as; /* tensor copy added again under the name as */
 };
 
 /* Every key of f but skip, copied into w. */
@@ -659,6 +812,8 @@ static int rewrite(const char *src, const char *dst, const struct edit *e) {
     }
     const int64_t ne = 256;
     if (ok && e->add) ok = kvb_gguf_writer_tensor(w, e->add, 0, 1, &ne, extra) == KVB_OK;
+    const struct gguf_tensor *c = e->copy ? kvb_gguf_find_tensor(f, e->copy) : NULL;
+    if (ok && e->copy) ok = c && kvb_gguf_writer_tensor(w, e->as, c->type, (int)c->n_dims, c->ne, c->data) == KVB_OK;
     if (ok) ok = kvb_gguf_writer_write(w, dst) == KVB_OK;
     kvb_gguf_writer_free(w);
     kvb_gguf_close(f);
@@ -997,6 +1152,124 @@ TEST(gemma_query_scale_by_size) {
     }
 }
 
+/* ---- gemma4 ---- */
+
+/* Windows of 8 on layers 0, 1, 3, 4 with heads of 32 (padded to the global 64 in the cache), proportional RoPE on the
+ * global ones, V from the raw K on them, three KV-shared layers (3 and 4 read 1, 5 reads 2) twice as wide, per-layer
+ * embeddings, output scales, final cap 10: against reference_gemma4 over 36 tokens (4 windows) */
+TEST(gemma4_kv_shared_layers_window_heads_and_ple_equal_reference) { check_family_n("tiny-gemma4", 4096, NT_MAX); }
+
+/* tiny-gemma4 written, loaded (every tensor bound), written again: the same tensors; the layer kinds as data */
+TEST(gemma4_round_trip_binds_every_tensor_and_layer_kinds) {
+    char a[128], b[128];
+    if (!write_shape("tiny-gemma4", a, sizeof a)) FAILF("mkmodel: %s", kvb_last_error());
+    struct kvb_model *m;
+    if (kvb_model_load(a, NULL, &m) != KVB_OK) FAILF("load: %s", kvb_last_error());
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    CHECK(mi.n_layer == 6 && mi.head_dim == 64 && mi.head_dim_swa == 32 && mi.n_kv_shared == 3 && mi.n_embd_per_layer == 16);
+    CHECK(mi.sliding_window == 8 && mi.n_swa_layers == 4 && mi.n_ff == 512 && mi.rope_dims == 64);
+    CHECK(mi.kv_bytes_per_token_f16 == 2 * 3 * 2 * 64 * 2); /* the three layers that hold K/V */
+    static const int src[6] = {-1, -1, -1, 1, 1, 2}, win[6] = {1, 1, 0, 1, 1, 0}, ff[6] = {256, 256, 256, 512, 512, 512};
+    for (int l = 0; l < 6; l++) {
+        const struct kvb_layer *L = &m->layers[l];
+        const int D = win[l] ? 32 : 64;
+        CHECK(m->kv_source[l] == src[l] && m->swa_mask[l] == win[l] && m->n_ff_layer[l] == ff[l] && kvb_layer_head_dim(m, l) == D);
+        CHECK(L->wq.n_out == 4 * D && L->wo.n_in == 4 * D && L->w_gate.n_out == ff[l] && L->w_down.n_in == ff[l]);
+        CHECK((L->wk.data != NULL) == (src[l] < 0) && (L->k_norm != NULL) == (src[l] < 0) && (L->wv.data != NULL) == (src[l] < 0 && win[l]));
+        CHECK(L->ple_gate.n_out == 16 && L->ple_proj.n_in == 16 && L->ple_norm && L->has_out_scale && L->out_scale > 0.7f && L->out_scale < 1.1f);
+    }
+    CHECK(m->rope_freqs && m->rope_freqs[7] == 1.0f && m->rope_freqs[8] == 1e30f && m->rope_dims_swa == 32 && m->rope_base_swa == 10000.0f);
+    CHECK(m->ple_embd.n_in == 16 * 6 && m->ple_model_proj.n_out == 16 * 6 && m->ple_proj_norm && m->final_softcap == 10.0f);
+    CHECK(m->q_scale == 8.0f && m->v_norm); /* attention scale 1: q times sqrt(64), the cache divides by it */
+    /* the sizing rule counts the three layers that hold K/V (windows on 0 and 1), not the readers */
+    const struct kvb_kv_params kv = kvb_kv_default_params();
+    struct kvb_kv_params k3 = kv;
+    k3.layers = m->swa_layers;
+    k3.n_layers = 2;
+    const size_t want = kvb_kv_seq_bytes(&k3, 3, 2, 64, 4096, 100, 256);
+    CHECK(want > 0 && kvb_model_kv_seq_bytes(m, &kv, 4096, 100, 256) == want);
+    CHECK(strstr(mi.features, "3 KV-shared layers; window heads 32 (rotary 32); V norm; PLE 16; ") != NULL);
+    snprintf(b, sizeof b, "%s/tiny-gemma4-again.gguf", g_dir);
+    CHECK_OK(kvb_model_write_gguf(m, b, 0, NULL, NULL));
+    kvb_model_free(m);
+    if (!same_tensors(a, b)) FAILF("not the same tensors after load and write");
+    if (kvb_model_load(b, NULL, &m) != KVB_OK) FAILF("reload: %s", kvb_last_error());
+    kvb_model_free(m);
+}
+
+TEST(gemma4_keys_tensors_sharing_and_per_layer_kv_heads_refused_by_name) {
+    char g[128], dst[128];
+    if (!write_shape("tiny-gemma4", g, sizeof g)) FAILF("mkmodel: %s", kvb_last_error());
+    /* the pattern as int32s reads as the bools; a scalar is every layer's (then layer 2's heads are a window layer's: refused
+     * as llama.cpp's sharing assert first); the wrong length */
+    static const int32_t pat[6] = {1, 1, 0, 1, 1, 0}, five[5] = {1, 1, 0, 1, 1}, kv2[6] = {2, 2, 2, 2, 2, 2}, kv21[6] = {2, 2, 1, 2, 2, 1};
+    static const int32_t ff1[6] = {256, 256, 256, 512, 512, 256};
+    refused(g, &(struct edit){.key = "gemma4.attention.sliding_window_pattern", .arr = pat, .n_arr = 6}, KVB_OK, "");
+    refused(g, &(struct edit){.key = "gemma4.attention.sliding_window_pattern", .num = 1}, KVB_ERR_UNSUPPORTED, "shared_kv_layers");
+    refused(g, &(struct edit){.key = "gemma4.attention.sliding_window_pattern", .arr = five, .n_arr = 5}, KVB_ERR_CORRUPT,
+            "gemma4.attention.sliding_window_pattern");
+    /* without sharing, every layer a window one: layer 2's global-size q is refused by shape */
+    const struct edit all_win[] = {{.key = "gemma4.attention.sliding_window_pattern", .num = 1}, {.key = "gemma4.attention.shared_kv_layers", .num = 0}};
+    snprintf(dst, sizeof dst, "%s/g4-allwin.gguf", g_dir);
+    if (!rewrite_all(g, dst, all_win, 2)) FAILF("rewrite");
+    struct kvb_model *m = NULL;
+    CHECK(kvb_model_load(dst, NULL, &m) == KVB_ERR_CORRUPT && strstr(kvb_last_error(), "blk.2.attn_q.weight"));
+    kvb_model_free(m);
+    /* llama.cpp's sharing assert: layer n_kv - 1 global and n_kv - 2 a window layer (shared 2: layer 3, a window one, last) */
+    refused(g, &(struct edit){.key = "gemma4.attention.shared_kv_layers", .num = 2}, KVB_ERR_UNSUPPORTED, "gemma4: shared_kv_layers = 2");
+    refused(g, &(struct edit){.key = "gemma4.attention.shared_kv_layers", .num = 5}, KVB_ERR_UNSUPPORTED, "shared_kv_layers = 5");
+    /* per-layer KV heads: one value for all loads; the 26B's kind refused by name; experts too */
+    refused(g, &(struct edit){.key = "gemma4.attention.head_count_kv", .arr = kv2, .n_arr = 6}, KVB_OK, "");
+    refused(g, &(struct edit){.key = "gemma4.attention.head_count_kv", .arr = kv21, .n_arr = 6}, KVB_ERR_UNSUPPORTED,
+            "gemma4.attention.head_count_kv per layer");
+    refused(g, &(struct edit){.key = "gemma4.expert_count", .num = 8}, KVB_ERR_UNSUPPORTED, "gemma4.expert_count");
+    /* per-layer FFN widths read as data: a width that is not the file's is refused by the tensor's shape */
+    refused(g, &(struct edit){.key = "gemma4.feed_forward_length", .arr = ff1, .n_arr = 6}, KVB_ERR_CORRUPT, "blk.5.ffn_gate.weight");
+    refused(g, &(struct edit){.key = "gemma4.feed_forward_length", .num = 512}, KVB_ERR_CORRUPT, "blk.0.ffn_gate.weight");
+    /* required keys */
+    refused(g, &(struct edit){.key = "gemma4.attention.sliding_window_pattern", .drop_key = true}, KVB_ERR_CORRUPT, "gemma4.attention.sliding_window_pattern");
+    refused(g, &(struct edit){.key = "gemma4.attention.key_length_swa", .drop_key = true}, KVB_ERR_CORRUPT, "gemma4.attention.key_length_swa");
+    refused(g, &(struct edit){.key = "gemma4.attention.value_length_swa", .num = 16}, KVB_ERR_UNSUPPORTED, "gemma4.attention.value_length_swa");
+    refused(g, &(struct edit){.key = "gemma4.attention.key_length_swa", .num = 128}, KVB_ERR_UNSUPPORTED, "gemma4.attention.key_length_swa");
+    refused(g, &(struct edit){.key = "gemma4.embedding_length_per_layer_input", .drop_key = true}, KVB_ERR_CORRUPT,
+            "gemma4.embedding_length_per_layer_input");
+    refused(g, &(struct edit){.key = "gemma4.attention.sliding_window", .drop_key = true}, KVB_ERR_CORRUPT, "gemma4.attention.sliding_window");
+    refused(g, &(struct edit){.key = "gemma4.rope.dimension_count_swa", .num = 48}, KVB_ERR_CORRUPT, "gemma4.rope.dimension_count_swa");
+    /* required tensors: the per-layer embeddings, a layer's PLE gate, the global RoPE factors, a KV layer's attn_k */
+    refused(g, &(struct edit){.drop = "per_layer_model_proj.weight"}, KVB_ERR_CORRUPT, "per_layer_model_proj.weight");
+    refused(g, &(struct edit){.drop = "blk.4.inp_gate.weight"}, KVB_ERR_CORRUPT, "blk.4.inp_gate.weight");
+    refused(g, &(struct edit){.drop = "rope_freqs.weight"}, KVB_ERR_CORRUPT, "rope_freqs.weight");
+    refused(g, &(struct edit){.drop = "blk.2.attn_k.weight"}, KVB_ERR_CORRUPT, "blk.2.attn_k.weight");
+    refused(g, &(struct edit){.drop = "blk.2.attn_k_norm.weight"}, KVB_ERR_CORRUPT, "blk.2.attn_k_norm.weight");
+    /* a KV-shared layer's own attn_k, attn_k_norm and attn_v (real E2B files carry them): bound, unused (as llama.cpp) */
+    const struct edit own_k[] = {{.copy = "blk.1.attn_k.weight", .as = "blk.3.attn_k.weight"},
+                                 {.copy = "blk.1.attn_k_norm.weight", .as = "blk.3.attn_k_norm.weight"},
+                                 {.copy = "blk.1.attn_v.weight", .as = "blk.3.attn_v.weight"}};
+    snprintf(dst, sizeof dst, "%s/g4-ownk.gguf", g_dir);
+    if (!rewrite_all(g, dst, own_k, 3)) FAILF("rewrite");
+    CHECK_OK(kvb_model_load(dst, NULL, &m));
+    CHECK(m->layers[3].wk.data && m->layers[3].k_norm && m->layers[3].wv.data && m->kv_source[3] == 1);
+    kvb_model_free(m);
+    check_file(dst, "gemma4 own k on a shared layer", 4096, NT);
+    if (t_case_failed) return;
+    /* optional: a window layer's attn_v (then V is the raw K), the output scale; unknown ones refused */
+    refused(g, &(struct edit){.drop = "blk.0.attn_v.weight"}, KVB_OK, "");
+    refused(g, &(struct edit){.drop = "blk.3.layer_output_scale.weight"}, KVB_OK, "");
+    refused(g, &(struct edit){.add = "blk.0.laurel_l.weight"}, KVB_ERR_UNSUPPORTED, "blk.0.laurel_l.weight");
+    /* PLE off (0): its tensors are then not used, and named */
+    refused(g, &(struct edit){.key = "gemma4.embedding_length_per_layer_input", .num = 0}, KVB_ERR_UNSUPPORTED, "per_layer_token_embd.weight");
+    /* the final cap: 30 without the key, 0 off */
+    CHECK(rewrite(g, dst, &(struct edit){.key = "gemma4.final_logit_softcapping", .drop_key = true}));
+    CHECK_OK(kvb_model_load(dst, NULL, &m));
+    CHECK(m->final_softcap == 30.0f);
+    kvb_model_free(m);
+    CHECK(rewrite(g, dst, &(struct edit){.key = "gemma4.final_logit_softcapping", .num = 0, .is_f32 = true}));
+    CHECK_OK(kvb_model_load(dst, NULL, &m));
+    CHECK(m->final_softcap == 0);
+    kvb_model_free(m);
+}
+
 /* The callers' kv.layers are refused: the model sets its own windows. */
 TEST(callers_kv_layers_are_refused) {
     struct kvb_model *m;
@@ -1059,6 +1332,9 @@ int main(void) {
     RUN(gemma_key_defaults_equal_reference);
     RUN(gemma_refusals_and_ignored_keys);
     RUN(gemma_query_scale_by_size);
+    RUN(gemma4_kv_shared_layers_window_heads_and_ple_equal_reference);
+    RUN(gemma4_round_trip_binds_every_tensor_and_layer_kinds);
+    RUN(gemma4_keys_tensors_sharing_and_per_layer_kv_heads_refused_by_name);
     RUN(callers_kv_layers_are_refused);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

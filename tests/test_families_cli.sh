@@ -19,7 +19,8 @@ for spec in "tiny-llama-bias:output/FFN biases" "tiny-qwen3:q/k norms per head" 
             "tiny-granitemoe:2 of 8 experts per token" "tiny-gpt-oss:(softmax of the top logits), expert FFN 128; clamped SwiGLU; attention sinks" \
             "tiny-granitemoe-shared:expert FFN 256; shared experts of FFN 192" "tiny-qwen2moe:2 of 8 experts per token (softmax), expert FFN 128; gated shared experts of FFN 320" \
             "tiny-deepseek:3 of 8 experts per token (softmax), expert FFN 96; expert weights x1.5; shared experts of FFN 192; the first 1 layer dense" \
-            "tiny-olmoe:2 of 8 experts per token (softmax), expert FFN 128; q/k norms over the projection"; do
+            "tiny-olmoe:2 of 8 experts per token (softmax), expert FFN 128; q/k norms over the projection" \
+            "tiny-gemma4:3 KV-shared layers; window heads 32 (rotary 32); V norm; PLE 16"; do
     s=${spec%%:*}; feat=${spec#*:}; case_name=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" --type q8_0 -o "$M" > /dev/null 2>&1

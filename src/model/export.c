@@ -86,7 +86,7 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
     const struct kvb_model_info *in = &m->info;
     char key[128];
 #define K(s) (snprintf(key, sizeof key, "%s." s, in->arch), key)
-    if ((int64_t)in->head_dim * in->n_head != in->n_embd) {
+    if ((int64_t)in->head_dim * in->n_head != in->n_embd || m->swa_mask) {
         kvb_gguf_writer_u32(w, K("attention.key_length"), (uint32_t)in->head_dim);
         kvb_gguf_writer_u32(w, K("attention.value_length"), (uint32_t)in->head_dim);
     }
@@ -110,7 +110,20 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
             kvb_gguf_writer_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)in->n_ff_shexp);
         }
     }
-    if (in->sliding_window > 0) { /* gemma2/3: the windows and their RoPE base (their scale is the family's rule) */
+    if (m->swa_mask) { /* gemma4: the per-layer pattern, the window heads, KV sharing, PLE, the final cap (default 30: always written) */
+        bool *pat = kvb_malloc((size_t)in->n_layer);
+        for (int32_t l = 0; pat && l < in->n_layer; l++) pat[l] = m->swa_mask[l] != 0;
+        if (pat) kvb_gguf_writer_arr(w, K("attention.sliding_window_pattern"), GGUF_T_BOOL, pat, (uint64_t)in->n_layer);
+        kvb_free(pat);
+        kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
+        kvb_gguf_writer_u32(w, K("attention.key_length_swa"), (uint32_t)m->head_dim_swa);
+        kvb_gguf_writer_u32(w, K("attention.value_length_swa"), (uint32_t)m->head_dim_swa);
+        kvb_gguf_writer_u32(w, K("rope.dimension_count_swa"), (uint32_t)m->rope_dims_swa);
+        kvb_gguf_writer_f32(w, K("rope.freq_base_swa"), m->rope_base_swa);
+        kvb_gguf_writer_u32(w, K("attention.shared_kv_layers"), (uint32_t)in->n_kv_shared);
+        kvb_gguf_writer_u32(w, K("embedding_length_per_layer_input"), (uint32_t)m->n_ple);
+        kvb_gguf_writer_f32(w, K("final_logit_softcapping"), m->final_softcap);
+    } else if (in->sliding_window > 0) { /* gemma2/3: the windows and their RoPE base (their scale is the family's rule) */
         kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
         kvb_gguf_writer_u32(w, K("attention.sliding_window_pattern"), m->swa_period);
         kvb_gguf_writer_f32(w, K("rope.freq_base_swa"), m->rope_base_swa ? m->rope_base_swa : in->rope_base); /* 0: the global base */
@@ -126,7 +139,7 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         if (in->n_nextn_layers > 0) kvb_gguf_writer_u32(w, K("nextn_predict_layers"), (uint32_t)in->n_nextn_layers);
     }
     if (m->attn_softcap != 0) kvb_gguf_writer_f32(w, K("attn_logit_softcapping"), m->attn_softcap);
-    if (m->final_softcap != 0) kvb_gguf_writer_f32(w, K("final_logit_softcapping"), m->final_softcap);
+    if (m->final_softcap != 0 && !m->swa_mask) kvb_gguf_writer_f32(w, K("final_logit_softcapping"), m->final_softcap);
     if (m->yarn_factor) {
         kvb_gguf_writer_str(w, K("rope.scaling.type"), "yarn");
         kvb_gguf_writer_f32(w, K("rope.scaling.factor"), m->yarn_factor);
@@ -159,7 +172,10 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     kvb_gguf_writer_u32(w, K("context_length"), (uint32_t)in->n_ctx_train);
     kvb_gguf_writer_u32(w, K("embedding_length"), (uint32_t)in->n_embd);
     kvb_gguf_writer_u32(w, K("block_count"), (uint32_t)(in->n_layer + in->n_nextn_layers)); /* the MTP layers are blocks too */
-    kvb_gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
+    bool ff_same = true; /* gemma4: per layer where they differ (E2B's double-wide shared layers) */
+    for (int32_t l = 0; m->n_ff_layer && l < in->n_layer; l++) ff_same = ff_same && m->n_ff_layer[l] == in->n_ff;
+    if (ff_same) kvb_gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
+    else kvb_gguf_writer_arr(w, K("feed_forward_length"), GGUF_T_UINT32, m->n_ff_layer, (uint64_t)in->n_layer);
     kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
     kvb_gguf_writer_u32(w, K("attention.head_count_kv"), (uint32_t)in->n_head_kv);
     kvb_gguf_writer_f32(w, K("attention.layer_norm_rms_epsilon"), in->rms_eps);
@@ -269,6 +285,13 @@ struct shape {
      * ssm_conv taps; gated attention on the others; RoPE sections; nextn MTP layers after the layers; ssm_heads 0: none */
     int32_t ssm_conv, ssm_state, ssm_groups, ssm_heads, fa_every, nextn;
     int32_t sections[4];
+    /* gemma4 (head_dim_swa > 0): window layers (l % swa_period < swa_period - 1) of heads head_dim_swa with rot_swa rotary dims
+     * beside global ones of head_dim, whose proportional RoPE rotates a quarter of their pairs (rope_freqs: 1, then 1e30);
+     * the last kv_shared layers read layer n_kv - 2 / n_kv - 1's K/V (ff_double: and are twice as wide); ple per-layer
+     * embedding dims; no_v_global: the global layers have no attn_v (V from the raw K); keep_shared_k: the shared layers
+     * still carry attn_k, attn_k_norm and attn_v (bound, unused) */
+    int32_t head_dim_swa, rot_swa, kv_shared, ple;
+    bool ff_double, no_v_global, keep_shared_k;
 };
 
 static const struct shape k_shapes[] = {
@@ -336,6 +359,18 @@ static const struct shape k_shapes[] = {
     /* Qwen3.5-27B's (dense FFN 17408; attention 24:4 heads of 256; Gated DeltaNet 16 key and 48 value heads of 128) with 4 of its 64 layers */
     {.name = "qwen3.5-27b-4l", .arch = "qwen35", 248320, 5120, 4, 24, 4, 17408, 262144, .head_dim = 256, .rot = 64, .rope_base = 10000000.0f,
      .eps = 1e-6f, .qk_norm = true, .ssm_conv = 4, .ssm_state = 128, .ssm_groups = 16, .ssm_heads = 48, .sections = {11, 11, 10, 0}},
+    /* Gemma 4: six layers, 4:2 heads, windows of 8 on layers 0, 1, 3, 4 (heads of 32, all rotated, base 10000), global 2 and 5
+     * (heads of 64, proportional RoPE at 1e6); the last three share K/V (3 and 4 read 1, 5 reads 2) and are twice as wide (FFN 512
+     * for 256); per-layer embeddings of 16; no attn_v on the global layers; final softcap 10 */
+    {.name = "tiny-gemma4", .arch = "gemma4", 512, 256, 6, 4, 2, 256, 4096, .head_dim = 64, .rope_base = 1000000.0f, .eps = 1e-6f, .tied = true,
+     .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 8, .swa_period = 3, .swa_base = 10000.0f, .final_cap = 10.0f,
+     .head_dim_swa = 32, .rot_swa = 32, .kv_shared = 3, .ple = 16, .ff_double = true, .no_v_global = true},
+    /* Gemma 4 E2B (HF text_config as llama.cpp's converter maps it): 35 layers, E 1536, 8 query heads over 1, window heads 256
+     * (window 512, 4 of every 5 layers) and global 512 (partial 0.25), FFN 6144 and 12288 on the 20 KV-shared layers, per-layer
+     * embeddings of 256, its 262144-token vocabulary (random SentencePiece pieces); every layer keeps k_proj and v_proj */
+    {.name = "gemma4-e2b", .arch = "gemma4", 262144, 1536, 35, 8, 1, 6144, 131072, .head_dim = 512, .rope_base = 1000000.0f, .eps = 1e-6f,
+     .tied = true, .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 512, .swa_period = 5, .swa_base = 10000.0f,
+     .head_dim_swa = 256, .rot_swa = 256, .kv_shared = 20, .ple = 256, .ff_double = true, .keep_shared_k = true},
     {.name = "tinyllama-1.1b", .arch = "llama", 32000, 2048, 22, 32, 4, 5632, 2048, .rope_base = 10000.0f, .eps = 1e-5f},
     {.name = "llama-3.2-1b", .arch = "llama", 128256, 2048, 16, 32, 8, 8192, 131072, .rope_base = 500000.0f, .eps = 1e-5f, .tied = true,
      .llama3_rope = true},
@@ -368,7 +403,7 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -448,6 +483,26 @@ static kvb_status make_vocab(int32_t n, struct kvb_vocab **out) {
     return st;
 }
 
+/* gemma4's layer kinds, widths and keys (the family's rules, kvb_family_gemma4, as the loader). */
+static kvb_status make_gemma4(struct kvb_model *m, const struct shape *sh) {
+    struct kvb_model_info *in = &m->info;
+    const int32_t L = sh->layers;
+    if (!(m->swa_mask = kvb_calloc((size_t)L, 1)) || !(m->n_ff_layer = kvb_malloc(sizeof(int32_t) * (size_t)L)))
+        return kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+    for (int32_t l = 0; l < L; l++) {
+        m->swa_mask[l] = (uint32_t)l % sh->swa_period < sh->swa_period - 1;
+        m->n_ff_layer[l] = sh->ff_double && l >= L - sh->kv_shared ? 2 * sh->ff : sh->ff;
+        in->n_ff = KVB_MAX(in->n_ff, m->n_ff_layer[l]);
+    }
+    m->head_dim_swa = in->head_dim_swa = sh->head_dim_swa;
+    m->rope_dims_swa = sh->rot_swa;
+    m->n_kv_shared = sh->kv_shared;
+    m->n_ple = in->n_embd_per_layer = sh->ple;
+    m->rope_base_swa = sh->swa_base;
+    m->rope_freq_scale_swa = 1.0f;
+    return kvb_family_gemma4(m, sh->window);
+}
+
 kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_path, struct kvb_model **out, void **owned_out) {
     const struct shape *sh = NULL;
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
@@ -492,7 +547,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     }
     bool fused_up = false;
     kvb_status st = kvb_family_traits(m, &fused_up); /* rope layout, q/k norm span, NoPE layers, Gemma's scales and defaults: the family's */
-    if (st == KVB_OK && sh->window) st = kvb_family_windows(m, sh->window, sh->swa_period ? sh->swa_period : m->swa_period);
+    if (st == KVB_OK && sh->window && !sh->head_dim_swa) st = kvb_family_windows(m, sh->window, sh->swa_period ? sh->swa_period : m->swa_period);
     if (sh->swa_base) m->rope_base_swa = sh->swa_base;
     if (sh->attn_cap) m->attn_softcap = sh->attn_cap;
     if (sh->final_cap) m->final_softcap = sh->final_cap;
@@ -506,14 +561,15 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         memcpy(m->rope_sections, sh->sections, sizeof m->rope_sections);
         st = kvb_family_hybrid(m);
     }
+    if (st == KVB_OK && sh->head_dim_swa) st = make_gemma4(m, sh);
     if (st == KVB_OK) st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
     if (st == KVB_OK && sh->no_space_prefix && !vocab_path) m->vocab->add_space_prefix = false;
     if (st == KVB_OK) in->n_vocab = m->vocab->n; /* a real vocabulary sets the embedding rows */
-    const int64_t E = sh->dim, D = in->head_dim, F = sh->ff, V = in->n_vocab, QD = (int64_t)sh->heads * D, KD = (int64_t)sh->kv_heads * D;
+    const int64_t E = sh->dim, V = in->n_vocab;
     /* qwen35's real vocabulary at E 5120 would be 5 GB a table in f32: held as q8_0 (rand_stack) */
-    if (st == KVB_OK) st = (sh->ssm_heads ? rand_stack : rand_mat)(o, &m->tok_embd, E, V);
+    if (st == KVB_OK) st = (sh->ssm_heads || sh->head_dim_swa ? rand_stack : rand_mat)(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
-    if (st == KVB_OK && !sh->tied) st = (sh->ssm_heads ? rand_stack : rand_mat)(o, &m->output, E, V);
+    if (st == KVB_OK && !sh->tied) st = (sh->ssm_heads || sh->head_dim_swa ? rand_stack : rand_mat)(o, &m->output, E, V);
     if (sh->tied) m->output = m->tok_embd;
     if (sh->llama3_rope) { /* Llama-3 frequency factors: factor 32, low 1, high 4, original 8192 */
         float *ff = const_vec(o, in->rope_dims / 2, 1.0f, false);
@@ -538,6 +594,14 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         m->rope_mscale = scale > 1 ? (float)sqrt(1.0 + log(scale) / log((double)sh->orig_ctx)) : 1.0f;
     }
     if (sh->attn_factor != 0) m->rope_mscale = sh->attn_factor;
+    if (sh->head_dim_swa) { /* gemma4's proportional RoPE on the global heads: a quarter of the pairs turn, the others' divisor 1e30 */
+        float *ff = const_vec(o, in->head_dim / 2, 1.0f, false);
+        for (int32_t i = in->head_dim / 8; ff && i < in->head_dim / 2; i++) ff[i] = 1e30f;
+        m->rope_freqs = ff;
+        if (st == KVB_OK) st = rand_stack(o, &m->ple_embd, (int64_t)sh->ple * sh->layers, in->n_vocab);
+        if (st == KVB_OK) st = rand_stack(o, &m->ple_model_proj, sh->dim, (int64_t)sh->ple * sh->layers);
+        m->ple_proj_norm = const_vec(o, sh->ple, 1.0f, true);
+    }
     const bool log_mul = !strcmp(sh->arch, "mistral3"); /* the family that reads yarn_log_multiplier */
     if (sh->yarn_factor != 0 && st == KVB_OK) st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, log_mul, log_mul ? 1.0f : 0);
     if (sh->oai && st == KVB_OK) { /* sink logits around 1 (a real model's are a few units) */
@@ -550,9 +614,13 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     if (m->layers) kvb_layers_neutral(m->layers, n_all);
     const int64_t Hv = sh->ssm_heads, Ds = sh->ssm_state, C = (2 * (int64_t)sh->ssm_groups + Hv) * Ds;
     /* qwen35's real widths (a 5120 x 17408 FFN) held as q8_0 where large, as the experts are: the tiny shapes stay f32 */
-    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads ? rand_stack : rand_mat;
+    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa ? rand_stack : rand_mat;
     for (int32_t l = 0; st == KVB_OK && l < n_all; l++) {
         struct kvb_layer *L = &m->layers[l];
+        /* gemma4: the layer's own head size and FFN width, its K/V weights unless it reads another layer's */
+        const int64_t D = kvb_layer_head_dim(m, l), F = kvb_layer_n_ff(m, l), QD = (int64_t)sh->heads * D, KD = (int64_t)sh->kv_heads * D;
+        const bool reader = m->kv_source && m->kv_source[l] >= 0;
+        const bool own_k = !reader || sh->keep_shared_k, own_v = own_k && !(sh->no_v_global && m->swa_mask && !m->swa_mask[l]);
         const bool rec = m->recurrent && l < sh->layers && m->recurrent[l];
         if (sh->post_norms || sh->sandwich) {
             L->post_attn_norm = const_vec(o, E, 1.0f, true);
@@ -564,7 +632,24 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         }
         if (sh->qk_norm && !rec) {
             L->q_norm = const_vec(o, m->qk_norm_whole ? QD : D, 1.0f, true);
-            L->k_norm = const_vec(o, m->qk_norm_whole ? KD : D, 1.0f, true);
+            if (own_k) L->k_norm = const_vec(o, m->qk_norm_whole ? KD : D, 1.0f, true);
+        }
+        if (sh->head_dim_swa) { /* gemma4 scores q.k unscaled: norms of D^-1/4 give scores the spread of 1/sqrt(D) (its trained norms
+                                 * carry that scale; at 1 a random model's attention is one-hot, and chaotic) */
+            const float qs = powf((float)D, -0.25f);
+            for (int64_t i = 0; i < D; i++) {
+                ((float *)L->q_norm)[i] *= qs;
+                if (L->k_norm) ((float *)L->k_norm)[i] *= qs;
+            }
+        }
+        if (sh->ple) { /* gemma4's per-layer input, and an output scale near 1 */
+            if (st == KVB_OK) st = rand_mat(o, &L->ple_gate, E, sh->ple);
+            if (st == KVB_OK) st = rand_mat(o, &L->ple_proj, sh->ple, E);
+            L->ple_norm = const_vec(o, E, 1.0f, true);
+        }
+        if (sh->head_dim_swa) {
+            L->has_out_scale = true;
+            L->out_scale = 0.9f + 0.1f * urand(&o->rs);
         }
         if (rec) { /* Gated DeltaNet: projections, conv taps, dt bias, A = -exp(A_log) in [-e, -1/e], the output norm */
             if (st == KVB_OK) st = mat(o, &L->ssm_qkv, E, C);
@@ -582,8 +667,8 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->ssm_conv = cw;
         } else {
             if (st == KVB_OK) st = mat(o, &L->wq, E, m->q_gate ? 2 * QD : QD); /* qwen35: query and gate rows per head */
-            if (st == KVB_OK) st = mat(o, &L->wk, E, KD);
-            if (st == KVB_OK) st = mat(o, &L->wv, E, KD);
+            if (st == KVB_OK && own_k) st = mat(o, &L->wk, E, KD);
+            if (st == KVB_OK && own_v) st = mat(o, &L->wv, E, KD);
             if (st == KVB_OK) st = mat(o, &L->wo, QD, E);
         }
         if (l >= sh->layers) { /* MTP: the projection of [embedding; hidden], its norms, and the head's norm */

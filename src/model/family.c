@@ -33,6 +33,12 @@
  * the nextn_predict_layers MTP blocks after the layers that run (bind_nextn),
  * which are kept for export and never run.
  *
+ * Gemma 4 (F_GEMMA4, load_gemma4) adds a per-layer window pattern, window
+ * heads of their own size and rotary dims, KV-shared trailing layers
+ * (kv_source, with llama.cpp's assert on their sources' kinds as a refusal),
+ * per-layer token embeddings and FFN widths, all bound as data; per-layer KV
+ * head counts and its experts are refused by name.
+ *
  * YaRN becomes data: its ramp mixes interpolated and extrapolated angles per
  * rotary pair, theta_i = theta_e,i * (s (1 - mix_i) + mix_i), which is a
  * per-pair frequency divisor, plus a magnitude on cos/sin (rope_mscale).
@@ -86,6 +92,10 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
                             * gated attention (attn_q: query and gate rows per head), rope.dimension_sections, nextn (MTP) layers
                             * loaded and not run; q/k/v biases and a fused attn_qkv on attention layers refused (its graph reads neither) */
 #define F_FF_OPT 8388608u  /* feed_forward_length may be absent (qwen35moe: its experts and shared expert have their own keys) */
+#define F_GEMMA4 16777216u /* gemma4: a per-layer window pattern, window layers of their own head size and rotary dims (padded to the
+                            * global head size in the cache), attention scale 1, V = rms(raw V or raw K) per head, attn_v optional,
+                            * KV-shared trailing layers, per-layer token embeddings (PLE), layer_output_scale, per-layer FFN widths
+                            * (load_gemma4, kvb_family_gemma4) */
 
 /* Experts, as llama.cpp's loader and graph for the family have them: with
  * expert_count > 0 every layer is a mixture of experts (softmax over the
@@ -124,6 +134,8 @@ struct gemma_rule {
 static const struct gemma_rule k_gemma2 = {4096, 2, 0, true, 50.0f, 30.0f, 46};
 /* gemma3 (text): windows only with the key, five layers of six, at base 10000 unscaled; no attention softcap */
 static const struct gemma_rule k_gemma3 = {0, 6, 10000.0f, false, 0, 0, 62};
+/* gemma4: GeGLU and sqrt(E) as Gemma; its windows, RoPE and scales are its own (load_gemma4); final softcap 30 unless the key says */
+static const struct gemma_rule k_gemma4 = {0, 0, 10000.0f, false, 0, 30.0f, 0};
 
 struct family {
     const char *arch;
@@ -179,13 +191,17 @@ static const struct family k_families[] = {
      * call, which reads neither expert_gating_func nor expert_weights_norm) beside a sigmoid-gated shared expert */
     {"qwen35moe", KVB_ROPE_NEOX, F_PARTIAL_ROT | F_FFN_NORM_AS_POST | F_HYBRID | F_FFN_SCALES | F_EXP_SCALES | F_FF_OPT,
      {REQ, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_GATED},
+    /* Gemma 4: gemma3's layer with attn_v optional (V from the raw K projection), global layers' proportional RoPE through
+     * rope_freqs, and the rest of F_GEMMA4; KV-shared layers' attn_k/attn_k_norm optional and unused (bind_layer) */
+    {"gemma4", KVB_ROPE_NEOX, F_GEMMA4 | F_PARTIAL_ROT | F_ROPE_FREQS | F_FFN_SCALES,
+     {REQ, REQ, REQ, OPT, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma4, MOE_NONE, SH_NONE},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
 const char *kvb_family_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
-           "qwen35, qwen35moe";
+           "qwen35, qwen35moe, gemma4";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -229,6 +245,7 @@ void kvb_layers_neutral(struct kvb_layer *layers, int32_t n) {
     for (int32_t l = 0; l < n; l++) {
         struct kvb_layer *L = &layers[l];
         L->s_q = L->s_k = L->s_v = L->s_o = L->s_gate = L->s_up = L->s_down = 1.0f;
+        L->out_scale = 1.0f;
     }
 }
 
@@ -256,6 +273,10 @@ kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up) {
         m->rope_freq_scale_swa = fam->gemma->scaled ? in->rope_freq_scale : 1.0f;
         kvb_status st = kvb_family_windows(m, (int32_t)fam->gemma->window, fam->gemma->period);
         if (st != KVB_OK) return st;
+    }
+    if (fam->traits & F_GEMMA4) { /* attention scale 1: the cache divides by sqrt(D), D the global (padded) head size */
+        m->q_scale = sqrtf((float)in->head_dim);
+        m->v_norm = true;
     }
     if (fam->moe == MOE_OAI) { /* llama.cpp's build_moe_ffn as openai-moe calls it */
         m->moe_gating = KVB_MOE_SOFTMAX_WEIGHT;
@@ -286,6 +307,55 @@ kvb_status kvb_family_windows(struct kvb_model *m, int32_t window, uint32_t peri
             w->policy.n_sink = 0;
             w->policy.budget = window;
         }
+    return KVB_OK;
+}
+
+int32_t kvb_layer_head_dim(const struct kvb_model *m, int32_t l) {
+    return m->swa_mask && l < m->info.n_layer && m->swa_mask[l] && m->head_dim_swa ? m->head_dim_swa : m->info.head_dim;
+}
+
+int32_t kvb_layer_n_ff(const struct kvb_model *m, int32_t l) {
+    return m->n_ff_layer && l < m->info.n_layer ? m->n_ff_layer[l] : m->info.n_ff;
+}
+
+kvb_status kvb_family_gemma4(struct kvb_model *m, int32_t window) {
+    struct kvb_model_info *in = &m->info;
+    const int32_t L = in->n_layer, shared = m->n_kv_shared, n_kv = L - shared;
+    if (!m->swa_mask) return kvb_fail(KVB_ERR_INVALID, "%s: gemma4 needs its window pattern", m->path);
+    if (shared < 0 || shared >= L)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: gemma4: shared_kv_layers = %d must be below the %d layers", m->path, (int)shared, (int)L);
+    if (shared > 0 && (n_kv < 2 || m->swa_mask[n_kv - 1] || !m->swa_mask[n_kv - 2])) /* llama.cpp asserts both (its KV reuse per kind) */
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: gemma4: shared_kv_layers = %d: the shared layers read layer %d (window) and %d (global), which must be "
+                                             "a window layer and a global one (as llama.cpp asserts); here they are %s and %s", m->path, (int)shared,
+                        (int)n_kv - 2, (int)n_kv - 1, n_kv >= 2 && m->swa_mask[n_kv - 2] ? "window" : "global",
+                        n_kv >= 1 && m->swa_mask[n_kv - 1] ? "window" : "global");
+    int32_t n = 0;
+    for (int32_t l = 0; l < L; l++) n += m->swa_mask[l] != 0;
+    if (n && window <= 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: gemma4: %d window layers with a window of %d tokens", m->path, (int)n, (int)window);
+    int32_t *src = shared ? kvb_malloc(sizeof(int32_t) * (size_t)L) : NULL;
+    struct kvb_kv_layer *w = n ? kvb_calloc((size_t)n, sizeof *w) : NULL;
+    if ((shared && !src) || (n && !w)) {
+        kvb_free(src);
+        kvb_free(w);
+        return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    for (int32_t l = 0; src && l < L; l++) src[l] = l < n_kv ? -1 : m->swa_mask[l] ? n_kv - 2 : n_kv - 1;
+    n = 0;
+    for (int32_t l = 0; l < L; l++)
+        if (m->swa_mask[l]) {
+            w[n].layer = l;
+            w[n].policy = kvb_policy_default_params(KVB_POLICY_WINDOW);
+            w[n].policy.n_sink = 0;
+            w[n++].policy.budget = window;
+        }
+    kvb_free(m->kv_source);
+    m->kv_source = src;
+    kvb_free(m->swa_layers);
+    m->swa_layers = w;
+    m->swa_period = 0;
+    in->sliding_window = n ? window : 0;
+    in->n_swa_layers = n;
+    in->n_kv_shared = shared;
     return KVB_OK;
 }
 
@@ -329,6 +399,56 @@ static kvb_status opt_f32(struct keys *k, const char *suffix, float *v) {
     if (st != KVB_OK) return st;
     if (!isfinite(*v)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is not finite", k->f->path, key);
     return KVB_OK;
+}
+
+/* A per-layer u32 key (gemma4): an array of n_layer integers (u32, i32 or bool), or a scalar for
+ * every layer (as llama.cpp's get_key_or_arr); values in lo..hi into v[n_layer]. KVB_ERR_INVALID: absent. */
+static kvb_status layer_u32s(struct keys *k, const char *suffix, int32_t n_layer, uint32_t lo, uint32_t hi, uint32_t *v) {
+    const char *key = K(k, suffix);
+    const struct gguf_kv *kv = kvb_gguf_find(k->f, key);
+    if (!kv) return KVB_ERR_INVALID;
+    kvb_status st;
+    if (kv->type == GGUF_T_ARRAY) {
+        const uint32_t t = kv->v.arr.type;
+        if (t != GGUF_T_UINT32 && t != GGUF_T_INT32 && t != GGUF_T_BOOL)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be an array of integers or bools", k->f->path, key);
+        uint64_t n;
+        const uint8_t *d;
+        if ((st = kvb_gguf_get_arr(k->f, key, t, &n, &d, true)) != KVB_OK) return st;
+        if (n != (uint64_t)n_layer)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' has %llu values for %d layers", k->f->path, key, (unsigned long long)n, (int)n_layer);
+        for (int32_t l = 0; l < n_layer; l++) {
+            if (t == GGUF_T_BOOL) v[l] = d[l] != 0;
+            else memcpy(&v[l], d + 4 * (size_t)l, 4);
+        }
+    } else if (kv->type == GGUF_T_BOOL) {
+        bool b;
+        if ((st = kvb_gguf_get_bool(k->f, key, &b, true)) != KVB_OK) return st;
+        for (int32_t l = 0; l < n_layer; l++) v[l] = b;
+    } else {
+        uint32_t x;
+        if ((st = kvb_gguf_get_u32(k->f, key, &x, true)) != KVB_OK) return st;
+        for (int32_t l = 0; l < n_layer; l++) v[l] = x;
+    }
+    for (int32_t l = 0; l < n_layer; l++)
+        if (v[l] < lo || v[l] > hi)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u (layer %d) is out of range %u..%u", k->f->path, key, v[l], (int)l, lo, hi);
+    return KVB_OK;
+}
+
+/* gemma4's head counts: one value for every layer, or an array of one value (a per-layer array of
+ * several is not implemented: the cache has one KV head count). */
+static kvb_status gemma4_heads(struct keys *k, const char *suffix, int32_t n_layer, uint32_t *out) {
+    uint32_t *v = kvb_malloc(sizeof(uint32_t) * (size_t)n_layer);
+    if (!v) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
+    kvb_status st = layer_u32s(k, suffix, n_layer, 1, 1024, v);
+    for (int32_t l = 1; st == KVB_OK && l < n_layer; l++)
+        if (v[l] != v[0])
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: gemma4: %s per layer (%u on layer 0, %u on layer %d: the 26B-A4B and 31B's window and "
+                                               "global counts) is not implemented", k->f->path, k->key, v[0], v[l], (int)l);
+    if (st == KVB_OK) *out = v[0];
+    kvb_free(v);
+    return st;
 }
 
 static double mscale_of(double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0; }
@@ -378,6 +498,8 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     if (n == 0 && fam->moe >= MOE_ALWAYS)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing or 0: '%s' is a mixture of experts", k->f->path, K(k, "expert_count"), k->arch);
     if (n == 0) return KVB_OK;
+    if (fam->traits & F_GEMMA4)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: gemma4's mixture of experts (26B-A4B) is not implemented", k->f->path, k->key, n);
     if (fam->moe == MOE_NONE)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' has no experts (as in llama.cpp); the families with experts are llama, "
                                              "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3 and gpt-oss", k->f->path, k->key, n, k->arch);
@@ -411,7 +533,8 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
 }
 
 /* The head counts and sizes, the context and the norm epsilon. */
-static kvb_status load_shape(struct keys *k, const struct family *fam, struct kvb_model_info *in) {
+static kvb_status load_shape(struct keys *k, const struct family *fam, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
     uint32_t v;
     kvb_status st;
     if ((st = req_u32(k, "embedding_length", &v, 1, 1 << 16)) != KVB_OK) return st;
@@ -425,6 +548,27 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
         in->n_layer -= (int32_t)nextn;
     }
     in->n_ff = 0;
+    if (fam->traits & F_GEMMA4) { /* feed_forward_length per layer (E2B's double-wide shared layers) or one; head counts one */
+        uint32_t *ff = kvb_malloc(sizeof(uint32_t) * (size_t)in->n_layer);
+        if (!ff || !(m->n_ff_layer = kvb_malloc(sizeof(int32_t) * (size_t)in->n_layer))) {
+            kvb_free(ff);
+            return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
+        }
+        st = layer_u32s(k, "feed_forward_length", in->n_layer, 1, 1 << 20, ff);
+        if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+        for (int32_t l = 0; st == KVB_OK && l < in->n_layer; l++) {
+            m->n_ff_layer[l] = (int32_t)ff[l];
+            in->n_ff = KVB_MAX(in->n_ff, (int32_t)ff[l]); /* the widest: the buffers' */
+        }
+        kvb_free(ff);
+        if (st != KVB_OK) return st;
+        if ((st = gemma4_heads(k, "attention.head_count", in->n_layer, &v)) != KVB_OK)
+            return st == KVB_ERR_INVALID ? kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key) : st;
+        in->n_head = (int32_t)v;
+        in->n_head_kv = in->n_head;
+        if ((st = gemma4_heads(k, "attention.head_count_kv", in->n_layer, &v)) == KVB_OK) in->n_head_kv = (int32_t)v;
+        else if (st != KVB_ERR_INVALID) return st;
+    } else {
     if ((st = (fam->traits & F_FF_OPT ? opt_u32 : req_u32)(k, "feed_forward_length", &v, 1, 1 << 20)) == KVB_OK) in->n_ff = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
     if ((st = req_u32(k, "attention.head_count", &v, 1, 1024)) != KVB_OK) return st;
@@ -432,6 +576,7 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     in->n_head_kv = in->n_head;
     if ((st = opt_u32(k, "attention.head_count_kv", &v, 1, 1024)) == KVB_OK) in->n_head_kv = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
+    }
     if (in->n_head % in->n_head_kv)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: head_count %d is not a multiple of head_count_kv %d", k->f->path, in->n_head, in->n_head_kv);
     const bool divides = in->n_embd % in->n_head == 0;
@@ -585,6 +730,64 @@ static kvb_status load_gemma(struct keys *k, const struct family *fam, struct kv
     return KVB_OK;
 }
 
+/* Gemma 4's keys (F_GEMMA4), as llama.cpp's gemma4 loader reads them: the per-layer window pattern
+ * (an array of n_layer bools or integers; a scalar is every layer's, as there), the window, the window
+ * layers' head size (key/value_length_swa, required, equal) and rotary dims (default the global ones),
+ * their base (default 10000, unscaled), shared_kv_layers (default 0), the per-layer embedding width
+ * (required; 0: none) and the final softcap (default 30; 0: off). The global layers' RoPE is the file's
+ * (rope_freqs: their proportional RoPE's divisors, required when a global layer exists). */
+static kvb_status load_gemma4(struct keys *k, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    const int32_t L = in->n_layer;
+    kvb_status st;
+    if (m->yarn_factor || m->rope_freqs_long)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.scaling.type' (yarn, longrope) is not implemented for gemma4", k->f->path, k->arch);
+    uint32_t *pat = kvb_malloc(sizeof(uint32_t) * (size_t)L);
+    if (!pat || !(m->swa_mask = kvb_calloc((size_t)L, 1))) {
+        kvb_free(pat);
+        return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
+    }
+    st = layer_u32s(k, "attention.sliding_window_pattern", L, 0, UINT32_MAX, pat);
+    if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+    for (int32_t l = 0; st == KVB_OK && l < L; l++) m->swa_mask[l] = pat[l] != 0;
+    kvb_free(pat);
+    if (st != KVB_OK) return st;
+    uint32_t window, shared = 0, P, dk, dv, rot;
+    if ((st = req_u32(k, "attention.sliding_window", &window, 0, 1u << 30)) != KVB_OK) return st;
+    if ((st = opt_u32(k, "attention.shared_kv_layers", &shared, 0, (uint32_t)L)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if ((st = req_u32(k, "embedding_length_per_layer_input", &P, 0, 1u << 16)) != KVB_OK) return st;
+    if ((st = req_u32(k, "attention.key_length_swa", &dk, 1, 1u << 16)) != KVB_OK) return st;
+    if (dk > (uint32_t)in->head_dim)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: window heads wider than the global ones (%d) are not implemented", k->f->path,
+                        k->key, dk, (int)in->head_dim);
+    if ((st = req_u32(k, "attention.value_length_swa", &dv, 1, 1u << 16)) != KVB_OK) return st;
+    if (dk != dv)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u differs from the key length %u; kvbound needs K and V heads of one size", k->f->path,
+                        k->key, dv, dk);
+    rot = (uint32_t)in->rope_dims; /* llama.cpp's default: the global layers' */
+    if ((st = opt_u32(k, "rope.dimension_count_swa", &rot, 2, dk)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (rot % 2 || rot > dk) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u must be even and at most the window head size %u", k->f->path,
+                                             K(k, "rope.dimension_count_swa"), rot, dk);
+    m->rope_base_swa = 10000.0f;
+    if ((st = opt_f32(k, "rope.freq_base_swa", &m->rope_base_swa)) != KVB_OK) return st;
+    if (!(m->rope_base_swa > 1)) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %g must be > 1", k->f->path, k->key, (double)m->rope_base_swa);
+    m->rope_freq_scale_swa = 1.0f; /* llama.cpp never reads a window scale for gemma4 */
+    float c = 30.0f;
+    if ((st = opt_f32(k, "final_logit_softcapping", &c)) != KVB_OK) return st;
+    m->final_softcap = fabsf(c); /* 0: off */
+    m->head_dim_swa = (int32_t)dk;
+    m->rope_dims_swa = (int32_t)rot;
+    m->n_kv_shared = (int32_t)shared;
+    m->n_ple = (int32_t)P;
+    in->head_dim_swa = (int32_t)dk;
+    in->n_embd_per_layer = (int32_t)P;
+    bool global = false;
+    for (int32_t l = 0; l < L; l++) global = global || !m->swa_mask[l];
+    if (global && !m->rope_freqs) /* llama.cpp requires it of the first global layer */
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor 'rope_freqs.weight' is missing (gemma4's global layers need it)", k->f->path);
+    return kvb_family_gemma4(m, (int32_t)window);
+}
+
 /* gpt-oss: a window on every other layer (pattern 2: the even ones), of
  * attention.sliding_window tokens (required), at rope.freq_base_swa
  * (default: the global base) and the global scale, YaRN included: with the
@@ -708,7 +911,8 @@ static kvb_status load_family_keys(struct keys *k, const struct family *fam, str
         if (sc != 0) m->moe_scale = sc;
     }
     if ((fam->traits & F_OAI_WINDOWS) && (st = load_oai_windows(k, m)) != KVB_OK) return st;
-    if (fam->gemma && (st = load_gemma(k, fam, m)) != KVB_OK) return st;
+    if ((fam->traits & F_GEMMA4) && (st = load_gemma4(k, m)) != KVB_OK) return st;
+    if (fam->gemma && !(fam->traits & F_GEMMA4) && (st = load_gemma(k, fam, m)) != KVB_OK) return st;
     if (fam->traits & F_GRANITE) {
         float emb = 0, res = 0, att = 0, logit = 0;
         if ((st = opt_f32(k, "embedding_scale", &emb)) != KVB_OK) return st;
@@ -952,15 +1156,44 @@ static kvb_status bind_nextn(struct binder *b, const struct kvb_model *m, int32_
     return KVB_OK;
 }
 
+/* Gemma 4's per-layer input (PLE) and output scale. */
+static kvb_status bind_ple(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const int64_t E = m->info.n_embd, P = m->n_ple;
+    char name[96];
+    kvb_status st;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", (int)l, s), name)
+    const enum need np = P > 0 ? REQ : NO;
+    if ((st = bind_mat(b, NAME("inp_gate.weight"), E, P, np, &L->ple_gate)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("proj.weight"), P, E, np, &L->ple_proj)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("post_norm.weight"), E, np, &L->ple_norm)) != KVB_OK) return st;
+    L->has_out_scale = kvb_gguf_find_tensor(b->f, NAME("layer_output_scale.weight")) != NULL;
+    if ((st = bind_scalar(b, name, &L->out_scale)) != KVB_OK) return st;
+#undef NAME
+    return KVB_OK;
+}
+
+/* Gemma 4's per-layer token embeddings, when P > 0. */
+static kvb_status bind_ple_globals(struct binder *b, struct kvb_model *m) {
+    const int64_t E = m->info.n_embd, P = m->n_ple, PL = P * m->info.n_layer, V = m->info.n_vocab;
+    const enum need np = P > 0 ? REQ : NO;
+    kvb_status st;
+    if ((st = bind_mat(b, "per_layer_token_embd.weight", PL, V, np, &m->ple_embd)) != KVB_OK) return st;
+    if ((st = bind_mat(b, "per_layer_model_proj.weight", E, PL, np, &m->ple_model_proj)) != KVB_OK) return st;
+    return bind_vec(b, "per_layer_proj_norm.weight", P, np, &m->ple_proj_norm);
+}
+
 static kvb_status bind_layer(struct binder *b, const struct family *fam, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
     const struct kvb_model_info *in = &m->info;
-    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
+    const int64_t Dl = kvb_layer_head_dim(m, l); /* gemma4's window layers: their own head size */
+    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * Dl, KD = (int64_t)in->n_head_kv * Dl, F = kvb_layer_n_ff(m, l);
     const int64_t QR = m->q_gate ? 2 * QD : QD; /* attn_q's rows: the query, or query and gate per head */
     const bool rec = m->recurrent && l < in->n_layer && m->recurrent[l]; /* a Gated DeltaNet layer: no attention weights */
     uint8_t need[S_COUNT];
     memcpy(need, fam->need, sizeof need);
     if (rec)
         for (int s = S_Q; s <= S_BO; s++) need[s] = NO;
+    const bool reader = m->kv_source && l < in->n_layer && m->kv_source[l] >= 0; /* gemma4's KV-shared layer: its K weights optional, unused */
+    if (reader) need[S_K] = need[S_K_NORM] = OPT;
     const bool moe = in->n_expert > 0 && l >= in->n_layer - in->n_moe_layers; /* the leading n_layer - n_moe_layers are dense */
     if (moe) /* experts instead of the dense FFN */
         need[S_GATE] = need[S_UP] = need[S_DOWN] = need[S_BGATE] = need[S_BUP] = need[S_BDOWN] = NO;
@@ -981,15 +1214,16 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
         if (bqkv) { L->bq = bqkv; L->bk = bqkv + QD; L->bv = bqkv + QD + KD; }
     } else {
         const enum need nq = need[S_Q] == OPT ? REQ : (enum need)need[S_Q]; /* optional only beside a fused attn_qkv */
+        const bool own = fam->traits & F_GEMMA4; /* each its own need: attn_v optional (V from the raw K), attn_k on shared layers */
         MAT(S_Q, E, QR, L->wq, nq);
-        MAT(S_K, E, KD, L->wk, nq);
-        MAT(S_V, E, KD, L->wv, nq);
+        MAT(S_K, E, KD, L->wk, own ? (enum need)need[S_K] : nq);
+        MAT(S_V, E, KD, L->wv, own ? (enum need)need[S_V] : nq);
         VEC(S_BQ, QD, L->bq);
         VEC(S_BK, KD, L->bk);
         VEC(S_BV, KD, L->bv);
     }
-    VEC(S_Q_NORM, m->qk_norm_whole ? QD : in->head_dim, L->q_norm);
-    VEC(S_K_NORM, m->qk_norm_whole ? KD : in->head_dim, L->k_norm);
+    VEC(S_Q_NORM, m->qk_norm_whole ? QD : Dl, L->q_norm);
+    VEC(S_K_NORM, m->qk_norm_whole ? KD : Dl, L->k_norm);
     MAT(S_O, QD, E, L->wo, (enum need)need[S_O]);
     VEC(S_BO, E, L->bo);
     VEC(S_POST_ATTN_NORM, E, L->post_attn_norm);
@@ -1012,6 +1246,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     if (rec && (st = bind_ssm(b, m, l, L)) != KVB_OK) return st;
     if (l >= in->n_layer && (st = bind_nextn(b, m, l, L)) != KVB_OK) return st;
     if (moe && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
+    if ((fam->traits & F_GEMMA4) && (st = bind_ple(b, m, l, L)) != KVB_OK) return st;
     if (fam->traits & F_FFN_NORM_AS_POST) { /* the norm before the FFN, on the residual stream */
         L->ffn_norm = L->post_attn_norm;
         L->post_attn_norm = NULL;
@@ -1046,8 +1281,8 @@ static kvb_status bind_globals(struct binder *b, const struct family *fam, struc
             return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor 'cls.output' has the wrong shape", b->f->path);
         m->cls_head = cw != NULL;
     }
-    /* rotary factors: [rope_dims / 2] (load_shape read the dims) */
-    const int64_t R = in->rope_dims;
+    /* rotary factors: [rope_dims / 2] (load_shape read the dims); gemma4's: [head_dim / 2], as llama.cpp */
+    const int64_t R = fam->traits & F_GEMMA4 ? in->head_dim : in->rope_dims;
     struct keys k = {b->f, b->arch, {0}};
     if ((st = bind_vec(b, "rope_freqs.weight", R / 2, fam->traits & F_ROPE_FREQS ? OPT : NO, ff)) != KVB_OK) return st;
     struct gguf_str s;
@@ -1094,7 +1329,7 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     snprintf(in->source, sizeof in->source, "gguf");
     kvb_model_neutral(m);
     struct keys k = {f, fam->arch, {0}};
-    if ((st = load_shape(&k, fam, in)) != KVB_OK) return st;
+    if ((st = load_shape(&k, fam, m)) != KVB_OK) return st;
     if ((st = kvb_vocab_from_gguf(f, &m->vocab)) != KVB_OK) return st;
     if ((st = kvb_vocab_read_chat_template(f, m->vocab, f->path)) != KVB_OK) return st;
     in->n_vocab = m->vocab->n;
@@ -1105,6 +1340,7 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     st = bind_globals(&b, fam, m, &ff);
     if (st == KVB_OK) st = load_rope(&k, fam, m, ff);
     if (st == KVB_OK) st = load_family_keys(&k, fam, m);
+    if (st == KVB_OK && (fam->traits & F_GEMMA4)) st = bind_ple_globals(&b, m);
     const int32_t n_all = in->n_layer + in->n_nextn_layers; /* the MTP layers last */
     if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)n_all, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
     if (st == KVB_OK) kvb_layers_neutral(m->layers, n_all);
@@ -1140,6 +1376,11 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (m->recurrent) ADD("gated deltanet %d of %d", (int)m->info.n_rec_layers, (int)m->info.n_layer);
     if (m->q_gate) ADD("gated attention");
     if (m->info.n_nextn_layers > 0) ADD("MTP layers %d (not run)", (int)m->info.n_nextn_layers);
+    /* gemma4's first: features[] is short */
+    if (m->info.n_kv_shared) ADD("%d KV-shared layers", (int)m->info.n_kv_shared);
+    if (m->head_dim_swa && m->head_dim_swa != m->info.head_dim) ADD("window heads %d (rotary %d)", (int)m->head_dim_swa, (int)m->rope_dims_swa);
+    if (m->v_norm) ADD("V norm");
+    if (m->n_ple) ADD("PLE %d", (int)m->n_ple);
     for (int32_t l = 0; m->layers && l < m->info.n_layer; l++) /* the first attention layer's, for the lines below */
         if (!m->recurrent || !m->recurrent[l]) { L = &m->layers[l]; break; }
     if (m->info.n_expert > 0)
@@ -1210,7 +1451,7 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
     const struct family *fam = family_of(in->arch);
     if (!fam) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: architecture '%s' has no GGUF layout", in->arch);
     const int64_t Hv = in->ssm_heads, Ds = in->ssm_state, C = (2 * (int64_t)in->ssm_groups + Hv) * Ds;
-    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
+    const int64_t E = in->n_embd;
     kvb_status st;
     if ((st = put(u, "token_embd.weight", &m->tok_embd, NULL, 0, 1)) != KVB_OK) return st;
     if ((st = put(u, "output_norm.weight", NULL, m->output_norm, E, 1)) != KVB_OK) return st;
@@ -1219,15 +1460,23 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
     if (m->output_scale != 1.0f && (st = put(u, "output.scale", NULL, &m->output_scale, 1, 1)) != KVB_OK) return st;
     const bool longrope = m->rope_freqs_long != NULL;
     const float *ff = m->yarn_factor ? m->rope_freqs_file : m->rope_freqs; /* YaRN: the file's own factors, not the divisors */
-    if (ff && (st = put(u, longrope ? "rope_factors_short.weight" : "rope_freqs.weight", NULL, ff, in->rope_dims / 2, 1)) != KVB_OK) return st;
+    const int64_t n_ff_factors = (fam->traits & F_GEMMA4 ? in->head_dim : in->rope_dims) / 2;
+    if (ff && (st = put(u, longrope ? "rope_factors_short.weight" : "rope_freqs.weight", NULL, ff, n_ff_factors, 1)) != KVB_OK) return st;
+    if (m->n_ple > 0) { /* gemma4's per-layer token embeddings */
+        if ((st = put(u, "per_layer_token_embd.weight", &m->ple_embd, NULL, 0, 1)) != KVB_OK) return st;
+        if ((st = put(u, "per_layer_model_proj.weight", &m->ple_model_proj, NULL, 0, 1)) != KVB_OK) return st;
+        if ((st = put(u, "per_layer_proj_norm.weight", NULL, m->ple_proj_norm, m->n_ple, 1)) != KVB_OK) return st;
+    }
     if (longrope && (st = put(u, "rope_factors_long.weight", NULL, m->rope_freqs_long, in->rope_dims / 2, 1)) != KVB_OK) return st;
     char name[96];
     for (int32_t l = 0; l < in->n_layer + in->n_nextn_layers; l++) { /* the MTP layers last */
         const struct kvb_layer *L = &m->layers[l];
+        const int64_t Dl = kvb_layer_head_dim(m, l), F = kvb_layer_n_ff(m, l);
+        const int64_t QD = (int64_t)in->n_head * Dl, KD = (int64_t)in->n_head_kv * Dl;
         const struct { int slot; const struct kvb_mat *mat; const float *vec; int64_t n; } t[] = {
             {S_ATTN_NORM, NULL, L->attn_norm, E}, {S_Q, &L->wq, NULL, 0}, {S_K, &L->wk, NULL, 0}, {S_V, &L->wv, NULL, 0},
             {S_BQ, NULL, L->bq, QD}, {S_BK, NULL, L->bk, KD}, {S_BV, NULL, L->bv, KD},
-            {S_Q_NORM, NULL, L->q_norm, m->qk_norm_whole ? QD : in->head_dim}, {S_K_NORM, NULL, L->k_norm, m->qk_norm_whole ? KD : in->head_dim},
+            {S_Q_NORM, NULL, L->q_norm, m->qk_norm_whole ? QD : Dl}, {S_K_NORM, NULL, L->k_norm, m->qk_norm_whole ? KD : Dl},
             {S_O, &L->wo, NULL, 0}, {S_BO, NULL, L->bo, E}, {S_POST_ATTN_NORM, NULL, L->post_attn_norm, E},
             {S_FFN_NORM, NULL, L->ffn_norm, E}, {S_GATE, &L->w_gate, NULL, 0}, {S_UP, &L->w_up, NULL, 0}, {S_DOWN, &L->w_down, NULL, 0},
             {S_BGATE, NULL, L->b_gate, F}, {S_BUP, NULL, L->b_up, F}, {S_BDOWN, NULL, L->b_down, E},
@@ -1291,6 +1540,14 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             if (ssm[i].mat ? !ssm[i].mat->data : !ssm[i].vec) continue;
             snprintf(name, sizeof name, "blk.%d.%s", (int)l, ssm[i].name);
             if ((st = put(u, name, ssm[i].mat, ssm[i].vec, ssm[i].n, ssm[i].rows)) != KVB_OK) return st;
+        }
+        const struct { const char *name; const struct kvb_mat *mat; const float *vec; int64_t n; } ple[] = {
+            {"inp_gate.weight", &L->ple_gate, NULL, 1}, {"proj.weight", &L->ple_proj, NULL, 1}, {"post_norm.weight", NULL, L->ple_norm, E},
+            {"layer_output_scale.weight", NULL, L->has_out_scale ? &L->out_scale : NULL, 1}};
+        for (size_t i = 0; i < sizeof ple / sizeof ple[0]; i++) { /* gemma4's per-layer input and output scale, where present */
+            if (ple[i].mat ? !ple[i].mat->data : !ple[i].vec) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", (int)l, ple[i].name);
+            if ((st = put(u, name, ple[i].mat, ple[i].vec, ple[i].n, 1)) != KVB_OK) return st;
         }
         if (m->sinks) {
             snprintf(name, sizeof name, "blk.%d.attn_sinks.weight", (int)l);

@@ -14,8 +14,25 @@
 /* y = W x over the prompt rows of a pass: the chunks together (each as if
  * alone), one-row prompts as kvb_matmul with T = 1. */
 static void mm_prompts(struct kvb_threadpool *tp, const struct kvb_pass_rows *p, const struct kvb_mat *w, const float *x, int64_t ldx, float *y,
-                       int64_t ldy) {
-    kvb_matmul_chunks(tp, w, x, ldx, y, ldy, p->cr0, p->cT, p->nc); /* weights expanded once for every chunk */
+                       int64_t ldy, struct kvb_q8_buf *q8) {
+    int32_t big_r0[64], big_T[64], nb = 0, c0 = 0;
+    if (p->int8_below > 0 && kvb_matmul_int8_rows(w)) { /* small chunks on the integer dot, the others in panels */
+        for (int32_t c = 0; c < p->nc; c++) {
+            if (p->cT[c] < p->int8_below) {
+                kvb_matmul_decode(tp, w, x + (size_t)p->cr0[c] * ldx, ldx, y + (size_t)p->cr0[c] * ldy, ldy, p->cT[c], q8);
+                continue;
+            }
+            if (nb == 64) { /* flush */
+                kvb_matmul_chunks(tp, w, x, ldx, y, ldy, big_r0, big_T, nb);
+                nb = 0;
+            }
+            big_r0[nb] = p->cr0[c];
+            big_T[nb++] = p->cT[c];
+        }
+        if (nb) kvb_matmul_chunks(tp, w, x, ldx, y, ldy, big_r0, big_T, nb);
+        c0 = p->nc;
+    }
+    if (c0 < p->nc) kvb_matmul_chunks(tp, w, x, ldx, y, ldy, p->cr0, p->cT, p->nc); /* weights expanded once for every chunk */
     for (int32_t i = 0; i < p->n_one; i++) kvb_matmul(tp, w, x + (size_t)p->one[i] * ldx, ldx, y + (size_t)p->one[i] * ldy, ldy, 1);
 }
 
@@ -26,7 +43,7 @@ void kvb_fwd_mm(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct k
         return;
     }
     kvb_matmul_decode(tp, w, x, ldx, y, ldy, p->n_dec, q8);
-    mm_prompts(tp, p, w, x, ldx, y, ldy);
+    mm_prompts(tp, p, w, x, ldx, y, ldy, q8);
 }
 
 void kvb_fwd_mm_group(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *const *w, int32_t n,
@@ -43,7 +60,7 @@ void kvb_fwd_mm_group(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const st
     }
     kvb_matmul_decode_group(tp, w, n, x, ldx, y, ldy, tiles ? p->n_rows : p->n_dec, q8);
     if (tiles) return;
-    for (int32_t i = 0; i < n; i++) mm_prompts(tp, p, w[i], x, ldx, y[i], ldy[i]);
+    for (int32_t i = 0; i < n; i++) mm_prompts(tp, p, w[i], x, ldx, y[i], ldy[i], q8);
 }
 
 void kvb_fwd_scale_rows(float *y, int32_t rows, int64_t n, float s) {

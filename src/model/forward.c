@@ -15,7 +15,12 @@
  * contiguous). Logits are computed only for the tokens asked for. The other
  * families' steps (biases, q/k norms, post norms, GeGLU, scales, softcaps)
  * run when the model has them; sliding-window layers, their RoPE and the
- * attention softcap are the cache's, from kvb_model_cache_params.
+ * attention softcap are the cache's, from kvb_model_cache_params. Gemma 4's
+ * are data too: window layers' heads (head_dim_swa) padded with zeros to the
+ * cache's head size and cut back before attn_output, V = rms(raw V or raw K)
+ * per head, KV-shared layers (kv_source) calling the cache with k = v = NULL,
+ * the per-layer inputs (ple_inputs, once a pass) joined after the FFN, and
+ * layer_output_scale on the whole stream.
  *
  * kvb_context_prompt is the one place where an engine path ends a prompt:
  * every chunk goes through prefill (a one-token tail too), then
@@ -56,7 +61,13 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
     f->pass.cr0 = kvb_malloc(sizeof(int32_t) * T);
     f->pass.cT = kvb_malloc(sizeof(int32_t) * T);
     f->pass.one = kvb_malloc(sizeof(int32_t) * T);
-    const size_t widest = KVB_MAX(KVB_MAX(E, QD), KVB_MAX(F, (size_t)in->n_ff_exp));
+    const size_t P = (size_t)in->n_embd_per_layer, PL = P * (size_t)in->n_layer; /* gemma4's per-layer inputs */
+    const size_t widest = KVB_MAX(KVB_MAX(KVB_MAX(E, QD), KVB_MAX(F, (size_t)in->n_ff_exp)), P);
+    if (P) {
+        f->ple = kvb_malloc(sizeof(float) * T * PL);
+        f->pg = kvb_malloc(sizeof(float) * T * P);
+        f->pu = kvb_malloc(sizeof(float) * KVB_MAX(T * P, PL)); /* also one row's token part */
+    }
     if (f->q8) {
         f->q8->cap = (int64_t)(T * widest);
         f->q8->q = kvb_malloc(T * widest);
@@ -68,7 +79,7 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
         f->gate = kvb_malloc(sizeof(float) * T * QD);
     }
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->q8->s || !f->pass.cr0 || !f->pass.cT || !f->pass.one ||
-        (in->attn_gated && (!f->qg || !f->gate)) || kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK || kvb_rec_buf_init(&f->rec, in, rows) != KVB_OK) {
+        (in->attn_gated && (!f->qg || !f->gate)) || (P && (!f->ple || !f->pg || !f->pu)) || kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK || kvb_rec_buf_init(&f->rec, in, rows) != KVB_OK) {
         kvb_fwd_free(f);
         return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
     }
@@ -93,6 +104,7 @@ void kvb_fwd_free(struct kvb_fwd *f) {
     kvb_moe_buf_free(&f->moe);
     kvb_rec_buf_free(&f->rec);
     kvb_free(f->qg); kvb_free(f->gate);
+    kvb_free(f->ple); kvb_free(f->pg); kvb_free(f->pu);
     memset(f, 0, sizeof *f);
 }
 
@@ -137,7 +149,10 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     /* the model's sliding-window layers (gemma2/3): each its exact window, at its own RoPE */
     cp.kv.layers = m->swa_layers;
     cp.kv.n_layers = m->swa_layers ? in->n_swa_layers : 0;
-    if (m->swa_layers) cp.rope_swa = (struct kvb_rope){in->rope_type, in->rope_dims, m->rope_base_swa, m->rope_freq_scale_swa, NULL};
+    /* gemma4's window layers rotate their own dims (the real head's, which lead the padded row), unfactored */
+    if (m->swa_layers)
+        cp.rope_swa = (struct kvb_rope){in->rope_type, m->rope_dims_swa ? m->rope_dims_swa : in->rope_dims, m->rope_base_swa, m->rope_freq_scale_swa, NULL};
+    cp.kv_source = m->kv_source; /* gemma4's KV-shared layers */
     cp.attn_softcap = m->attn_softcap;
     cp.sinks = m->sinks;
     cp.n_sink_heads = m->sinks ? in->n_head : 0;
@@ -166,6 +181,9 @@ bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_para
         if (a->layer != b->layer || a->policy.id != b->policy.id || a->policy.budget != b->policy.budget || a->policy.n_sink != b->policy.n_sink)
             return false;
     }
+    if (!p->kv_source != !m->kv_source || (m->kv_source && memcmp(p->kv_source, m->kv_source, sizeof(int32_t) * (size_t)in->n_layer)))
+        return false;
+    if (n && m->rope_dims_swa && p->rope_swa.n_dims != m->rope_dims_swa) return false;
     return !n || (p->rope_swa.base == m->rope_base_swa && p->rope_swa.freq_scale == m->rope_freq_scale_swa);
 }
 
@@ -175,6 +193,12 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
     struct kvb_kv_params k = *kv; /* the model's windows, not the caller's */
     k.layers = m->swa_layers;
     k.n_layers = m->swa_layers ? in->n_swa_layers : 0;
+    if (m->kv_source) { /* gemma4: the shared layers (the last n_kv_shared) hold nothing; their sources count once */
+        const int32_t n_kv = in->n_layer - in->n_kv_shared;
+        k.n_layers = 0;
+        while (k.n_layers < in->n_swa_layers && m->swa_layers[k.n_layers].layer < n_kv) k.n_layers++;
+        return kvb_kv_seq_bytes(&k, n_kv, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
+    }
     if (!m->recurrent) return kvb_kv_seq_bytes(&k, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
     /* a hybrid model: K/V in its attention layers only, and the recurrent state's pages */
     const struct kvb_cache_params cp = kvb_model_cache_params(m, kv, 0, n_ctx);
@@ -272,9 +296,34 @@ static void embed_row(const struct kvb_mat *e, int32_t tok, float *out) {
     kvb_dequantize_row(e->type, e->data + (size_t)tok * e->row_bytes, out, e->n_in);
 }
 
-/* RMS norm of each of the n vectors of size d at x (in place), weights w. */
-static void norm_heads(float *x, int64_t n, int64_t d, const float *w, float eps) {
-    for (int64_t h = 0; h < n; h++) rmsnorm(x + h * d, x + h * d, w, d, eps);
+/* RMS norm of each of the n vectors of size d at x, stride ld (in place), weights w (NULL: none, gemma4's V). */
+static void norm_heads(float *x, int64_t n, int64_t ld, int64_t d, const float *w, float eps) {
+    for (int64_t h = 0; h < n; h++) {
+        float *y = x + h * ld;
+        if (w) {
+            rmsnorm(y, y, w, d, eps);
+            continue;
+        }
+        double ss = 0;
+        for (int64_t i = 0; i < d; i++) ss += (double)y[i] * y[i];
+        const float sc = 1.0f / sqrtf((float)(ss / (double)d) + eps);
+        for (int64_t i = 0; i < d; i++) y[i] *= sc;
+    }
+}
+
+/* gemma4's window layers: rows of n heads of d values (d < D) spread to heads of D, the rest zeros
+ * (zero dims add nothing to q.k, and V's come out zero); and back, for the attention output. */
+static void pad_heads(float *x, int32_t rows, int64_t ld, int64_t n, int64_t d, int64_t D) {
+    for (int32_t t = 0; d != D && t < rows; t++)
+        for (int64_t h = n - 1; h >= 0; h--) {
+            float *r = x + (size_t)t * ld;
+            memmove(r + h * D, r + h * d, sizeof(float) * (size_t)d);
+            memset(r + h * D + d, 0, sizeof(float) * (size_t)(D - d));
+        }
+}
+static void unpad_heads(float *x, int32_t rows, int64_t ld, int64_t n, int64_t d, int64_t D) {
+    for (int32_t t = 0; d != D && t < rows; t++)
+        for (int64_t h = 0; h < n; h++) memmove(x + (size_t)t * ld + h * d, x + (size_t)t * ld + h * D, sizeof(float) * (size_t)d);
 }
 
 /* What reaches the cache: q and k after biases, their norms, the RoPE
@@ -285,6 +334,7 @@ static void shape_qk(const struct kvb_model *m, const struct kvb_layer *L, struc
                      int32_t l) {
     const struct kvb_model_info *in = &m->info;
     const int64_t D = in->head_dim, QD = (int64_t)in->n_head * D, KD = (int64_t)in->n_head_kv * D;
+    const int64_t Dl = kvb_layer_head_dim(m, l); /* the heads' real size (gemma4's window layers: padded to D) */
     const int32_t R = f->pass.n_rows;
     kvb_fwd_scale_rows(f->q, R, QD, L->s_q); /* the per-tensor scales come before the biases here, as in llama.cpp */
     kvb_fwd_scale_rows(f->k, R, KD, L->s_k);
@@ -294,8 +344,10 @@ static void shape_qk(const struct kvb_model *m, const struct kvb_layer *L, struc
     kvb_fwd_add_bias(f->v, R, KD, L->bv);
     for (int32_t t = 0; t < R; t++) {
         float *q = f->q + (size_t)t * QD, *k = f->k + (size_t)t * KD;
-        if (L->q_norm) norm_heads(q, m->qk_norm_whole ? 1 : in->n_head, m->qk_norm_whole ? QD : D, L->q_norm, in->rms_eps);
-        if (L->k_norm) norm_heads(k, m->qk_norm_whole ? 1 : in->n_head_kv, m->qk_norm_whole ? KD : D, L->k_norm, in->rms_eps);
+        const bool reader = m->kv_source && m->kv_source[l] >= 0; /* gemma4: no K/V of its own */
+        if (L->q_norm) norm_heads(q, m->qk_norm_whole ? 1 : in->n_head, D, m->qk_norm_whole ? QD : Dl, L->q_norm, in->rms_eps);
+        if (L->k_norm && !reader) norm_heads(k, m->qk_norm_whole ? 1 : in->n_head_kv, D, m->qk_norm_whole ? KD : Dl, L->k_norm, in->rms_eps);
+        if (m->v_norm && !reader) norm_heads(f->v + (size_t)t * KD, in->n_head_kv, D, Dl, NULL, in->rms_eps);
         if (m->rope_mscale != 1.0f && in->rope_type != KVB_ROPE_NONE && !(m->no_rope && m->no_rope[l])) { /* a NoPE layer has no rotation to scale */
             for (int64_t h = 0; h < in->n_head; h++)
                 for (int32_t i = 0; i < in->rope_dims; i++) q[h * D + i] *= m->rope_mscale;
@@ -362,11 +414,21 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
         residual(m, f->x, f->tmp, L->post_attn_norm, R, E);
         return KVB_OK;
     }
+    const bool reader = m->kv_source && m->kv_source[l] >= 0; /* gemma4's KV-shared layer: its source's K/V */
+    const int64_t D = in->head_dim, Dl = kvb_layer_head_dim(m, l);
     {
         const struct kvb_mat *w[3] = {&L->wq, &L->wk, &L->wv};
         float *y[3] = {m->q_gate ? f->qg : f->q, f->k, f->v};
         const int64_t ld[3] = {m->q_gate ? 2 * QD : QD, KD, KD};
-        kvb_fwd_mm_group(tp, f->q8, &f->pass, w, 3, xin, E, y, ld);
+        /* gemma4: no attn_v: V is the raw K projection; a shared layer computes neither */
+        const int32_t n = reader ? 1 : L->wv.data ? 3 : 2;
+        kvb_fwd_mm_group(tp, f->q8, &f->pass, w, n, xin, E, y, ld);
+        if (n == 2) memcpy(f->v, f->k, sizeof(float) * (size_t)R * (size_t)KD);
+        pad_heads(f->q, R, QD, in->n_head, Dl, D);
+        if (!reader) {
+            pad_heads(f->k, R, KD, in->n_head_kv, Dl, D);
+            pad_heads(f->v, R, KD, in->n_head_kv, Dl, D);
+        }
     }
     if (m->q_gate) /* each head's query rows, then its gate's (qwen35) */
         for (int32_t t = 0; t < R; t++)
@@ -378,7 +440,7 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
     shape_qk(m, L, f, seg, n_seg, l);
     for (int32_t i = 0; i < n_seg; i++) {
         const struct kvb_fwd_seg *g = &seg[i];
-        float *q = f->q + (size_t)g->r0 * QD, *k = f->k + (size_t)g->r0 * KD, *v = f->v + (size_t)g->r0 * KD;
+        float *q = f->q + (size_t)g->r0 * QD, *k = reader ? NULL : f->k + (size_t)g->r0 * KD, *v = reader ? NULL : f->v + (size_t)g->r0 * KD;
         float *att = f->att + (size_t)g->r0 * QD;
         kvb_status st = g->decode ? kvb_cache_decode(g->cache, l, q, in->n_head, k, v, att, tp)
                                   : kvb_cache_prefill(g->cache, l, g->T, q, in->n_head, k, v, att, tp);
@@ -386,6 +448,7 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
     }
     if (m->q_gate)
         for (size_t i = 0; i < (size_t)R * (size_t)QD; i++) f->att[i] *= 1.0f / (1.0f + expf(-f->gate[i]));
+    unpad_heads(f->att, R, QD, in->n_head, Dl, D);
     kvb_fwd_mm(tp, f->q8, &f->pass, &L->wo, f->att, QD, f->tmp, E);
     kvb_fwd_scale_rows(f->tmp, R, E, L->s_o);
     kvb_fwd_add_bias(f->tmp, R, E, L->bo);
@@ -403,9 +466,36 @@ static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, stru
         kvb_moe_ffn(m, tp, f, &f->pass, l, xin, f->tmp);
     } else {
         const struct kvb_ffn_w w = {&L->w_gate, &L->w_up, &L->w_down, L->b_gate, L->b_up, L->b_down, L->s_gate, L->s_up, L->s_down};
-        kvb_fwd_ffn(m, tp, f, &f->pass, &w, in->n_ff, xin, f->tmp);
+        kvb_fwd_ffn(m, tp, f, &f->pass, &w, kvb_layer_n_ff(m, l), xin, f->tmp);
     }
     residual(m, f->x, f->tmp, L->post_ffn_norm, R, E);
+    if (L->ple_gate.data) { /* gemma4's per-layer input: x += N(proj (gelu(inp_gate x) * ple[l]), post_norm) */
+        const int64_t P = m->n_ple, PL = P * in->n_layer;
+        kvb_fwd_mm(tp, f->q8, &f->pass, &L->ple_gate, f->x, E, f->pg, P);
+        for (int32_t t = 0; t < R; t++) memcpy(f->pu + (size_t)t * P, f->ple + (size_t)t * PL + (size_t)l * P, sizeof(float) * (size_t)P);
+        kvb_fwd_glu(tp, KVB_FFN_GELU_TANH, f->pg, f->pu, (size_t)R * (size_t)P);
+        kvb_fwd_mm(tp, f->q8, &f->pass, &L->ple_proj, f->pg, P, f->tmp, E);
+        residual(m, f->x, f->tmp, L->ple_norm, R, E);
+    }
+    if (L->out_scale != 1.0f) kvb_fwd_scale_rows(f->x, R, E, L->out_scale); /* the whole stream (gemma4's layer_output_scale) */
+}
+
+/* gemma4's per-layer inputs of every row, before layer 0 (x already scaled by sqrt(E)):
+ * ple[t] = (N_P(per_layer_model_proj x / sqrt(E)) + per_layer_token_embd[tok] sqrt(P)) / sqrt(2), N_P
+ * the RMS norm of each layer's P values by per_layer_proj_norm. */
+static void ple_inputs(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const int32_t *tok) {
+    const struct kvb_model_info *in = &m->info;
+    const int64_t E = in->n_embd, P = m->n_ple, PL = P * in->n_layer;
+    const int32_t R = f->pass.n_rows;
+    kvb_fwd_mm(tp, f->q8, &f->pass, &m->ple_model_proj, f->x, E, f->ple, PL);
+    const float se = 1.0f / sqrtf((float)E), sp = sqrtf((float)P), s2 = 1.0f / sqrtf(2.0f);
+    for (int32_t t = 0; t < R; t++) {
+        float *p = f->ple + (size_t)t * PL;
+        for (int64_t i = 0; i < PL; i++) p[i] *= se;
+        for (int32_t l = 0; l < in->n_layer; l++) rmsnorm(p + l * P, p + l * P, m->ple_proj_norm, P, in->rms_eps);
+        embed_row(&m->ple_embd, tok[t], f->pu);
+        for (int64_t i = 0; i < PL; i++) p[i] = (p[i] + f->pu[i] * sp) * s2;
+    }
 }
 
 kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const int32_t *tok,
@@ -433,6 +523,7 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
     for (int32_t t = 0; t < R; t++) embed_row(&m->tok_embd, tok[t], f->x + (size_t)t * E);
     if (m->embd_scale != 1.0f)
         for (size_t i = 0; i < (size_t)R * E; i++) f->x[i] *= m->embd_scale;
+    if (m->n_ple) ple_inputs(m, tp, f, tok);
     for (int32_t l = 0; l < in->n_layer; l++) {
         if ((st = attention_block(m, tp, f, seg, n_seg, l)) != KVB_OK) return st;
         ffn_block(m, tp, f, l);

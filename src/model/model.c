@@ -160,14 +160,17 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
         bytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) + mat_bytes(&L->w_gate) +
                  mat_bytes(&L->w_up) + mat_bytes(&L->w_down) + 2 * (size_t)in->n_embd * 4;
         bytes += mat_bytes(&L->ssm_qkv) + mat_bytes(&L->ssm_z) + mat_bytes(&L->ssm_beta) + mat_bytes(&L->ssm_alpha) + mat_bytes(&L->ssm_out) +
-                 mat_bytes(&L->nextn_eh_proj) + mat_bytes(&L->nextn_embed) + mat_bytes(&L->nextn_head);
+                 mat_bytes(&L->nextn_eh_proj) + mat_bytes(&L->nextn_embed) + mat_bytes(&L->nextn_head) + mat_bytes(&L->ple_gate) +
+                 mat_bytes(&L->ple_proj);
         if (!L->router.data) continue;
         const size_t experts = mat_bytes(&L->gate_exps) + mat_bytes(&L->up_exps) + mat_bytes(&L->down_exps);
         bytes += mat_bytes(&L->router) + experts + mat_bytes(&L->gate_shexp) + mat_bytes(&L->up_shexp) + mat_bytes(&L->down_shexp);
         if (l < in->n_layer) in->expert_bytes_per_token += experts / (size_t)in->n_expert * (size_t)in->n_expert_used;
     }
+    bytes += mat_bytes(&m->ple_embd) + mat_bytes(&m->ple_model_proj); /* gemma4's per-layer embeddings */
     in->weight_bytes = bytes;
-    in->kv_bytes_per_token_f16 = (size_t)2 * (in->n_layer - in->n_rec_layers) * in->n_head_kv * in->head_dim * 2; /* Gated DeltaNet layers hold none */
+    /* Gated DeltaNet layers and KV-shared ones (gemma4) hold none */
+    in->kv_bytes_per_token_f16 = (size_t)2 * (in->n_layer - in->n_rec_layers - in->n_kv_shared) * in->n_head_kv * in->head_dim * 2;
     kvb_family_describe(m, in->features, sizeof in->features);
     *out = m;
     return KVB_OK;
@@ -184,6 +187,9 @@ void kvb_model_free(struct kvb_model *m) {
     kvb_free(m->recurrent);
     kvb_free(m->swa_layers);
     kvb_free(m->sinks);
+    kvb_free(m->swa_mask);
+    kvb_free(m->kv_source);
+    kvb_free(m->n_ff_layer);
     kvb_free(m);
 }
 

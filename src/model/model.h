@@ -88,6 +88,13 @@ struct kvb_layer {
     struct kvb_mat nextn_embed;          /* nextn.embed_tokens.weight [n_vocab][E], or data NULL */
     struct kvb_mat nextn_head;           /* nextn.shared_head_head.weight [n_vocab][E], or data NULL */
     const float *nextn_head_norm;        /* nextn.shared_head_norm.weight [E], or NULL */
+    /* Gemma 4's per-layer input (PLE, kvb_model.n_ple = P > 0): after the FFN's residual,
+     * x += N(proj (gelu(inp_gate x) * ple[l]), ple_norm); data NULL / NULL without */
+    struct kvb_mat ple_gate;             /* inp_gate.weight [P][E] */
+    struct kvb_mat ple_proj;             /* proj.weight [E][P] */
+    const float *ple_norm;               /* post_norm.weight [E] */
+    float out_scale;                     /* layer_output_scale: the whole residual stream times it after the layer; 1: none */
+    bool has_out_scale;                  /* the file had layer_output_scale (kept for export) */
 };
 
 struct kvb_model {
@@ -138,6 +145,22 @@ struct kvb_model {
     float yarn_beta_fast, yarn_beta_slow, yarn_log_mul; /* log_mul 0: the key was absent */
     float yarn_attn_factor;      /* rope.scaling.attn_factor beside YaRN */
     const float *rope_freqs_file;/* the file's own rope_freqs under YaRN, or NULL */
+    /* Gemma 4 (kvb_family_traits: gemma4): window layers (swa_mask) of their own head size and rotary
+     * dims, padded with zeros to the global head size info.head_dim in the cache; V an unweighted RMS
+     * norm per head of the raw value (or, without attn_v, key) projection; KV-shared trailing layers */
+    uint8_t *swa_mask;           /* [n_layer] 1: a sliding-window layer (gemma4's per-layer pattern), or NULL (owned) */
+    int32_t head_dim_swa;        /* the window layers' real head size (<= info.head_dim); 0: info.head_dim */
+    int32_t rope_dims_swa;       /* their rotary dims (rope.dimension_count_swa) */
+    bool v_norm;                 /* V = rms(V) per head, no weight (gemma4) */
+    int32_t n_kv_shared;         /* shared_kv_layers: the last ones read an earlier layer's K/V */
+    int32_t *kv_source;          /* [n_layer] -1, or the earlier layer whose K/V layer l reads; or NULL (owned) */
+    int32_t *n_ff_layer;         /* [n_layer] each layer's FFN width (feed_forward_length per layer), or NULL:
+                                  * info.n_ff (then the widest) for every layer (owned) */
+    /* per-layer token embeddings (PLE): P = n_ple dims per layer, 0: none */
+    int32_t n_ple;
+    struct kvb_mat ple_embd;     /* per_layer_token_embd [n_vocab][P * n_layer] */
+    struct kvb_mat ple_model_proj; /* per_layer_model_proj [P * n_layer][E] */
+    const float *ple_proj_norm;  /* per_layer_proj_norm [P] */
     struct kvb_vocab *vocab;
     struct gguf_file *gguf;      /* GGUF source, or NULL */
     void *map;                   /* llama2.c checkpoint mapping */
@@ -182,6 +205,16 @@ kvb_status kvb_family_windows(struct kvb_model *m, int32_t window, uint32_t peri
  * n_rec_layers and state_bytes, from its ssm_* shape. The loader and mkmodel
  * both take them from here. */
 kvb_status kvb_family_hybrid(struct kvb_model *m);
+/* Gemma 4's layer kinds from m->swa_mask and m->n_kv_shared: the window
+ * layers' policies (window tokens each), kv_source (a shared layer reads
+ * layer n_kv - 2 when a window layer, n_kv - 1 when global, n_kv = n_layer -
+ * shared, as llama.cpp, which asserts those kinds: refused otherwise), and the
+ * info's sliding_window and n_swa_layers. The loader and mkmodel both take
+ * them from here. */
+kvb_status kvb_family_gemma4(struct kvb_model *m, int32_t window);
+/* Layer l's real head size (gemma4's window layers: head_dim_swa) and FFN width. */
+int32_t kvb_layer_head_dim(const struct kvb_model *m, int32_t l);
+int32_t kvb_layer_n_ff(const struct kvb_model *m, int32_t l);
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put
@@ -218,6 +251,10 @@ struct kvb_pass_rows {
     int32_t n_rows, n_dec;
     int32_t *cr0, *cT, nc;
     int32_t *one, n_one;
+    int32_t int8_below; /* a prompt chunk of fewer rows goes through the integer dot as decode rows do,
+                         * where the weights have one (an expert's few rows of a chunk: expanding its
+                         * panels costs more than the rows); 0: never. A choice by the chunk's own
+                         * size, so its bits still do not depend on what shares the pass */
 };
 
 /* The buffers of a mixture-of-experts layer (moe.c), for up to rows rows. */
@@ -254,6 +291,8 @@ struct kvb_fwd {
     struct kvb_moe_buf moe;    /* allocated for a model with experts */
     struct kvb_rec_buf rec;    /* allocated for a model with recurrent layers */
     float *qg, *gate;          /* [rows][Hq*2D], [rows][Hq*D]: a gated attention's query and gate (info.attn_gated) */
+    float *ple;                /* [rows][P * n_layer] the per-layer inputs of gemma4 (kvb_fwd_init_ple), or NULL */
+    float *pg, *pu;            /* [rows][P] */
 };
 /* forward.c: the buffers of a pass (and of its experts: moe.c). */
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows);

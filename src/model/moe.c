@@ -121,6 +121,14 @@ void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel,
 /* the per-expert scale s[e] (s NULL: none) */
 static float expert_scale(const float *s, int32_t e) { return s ? s[e] : 1.0f; }
 
+/* An expert's rows of one prompt chunk fewer than this go through the integer
+ * dot as decode rows do (kvb_pass_rows.int8_below): a chunk of 256 tokens gives
+ * each of Qwen3.6-35B-A3B's 256 experts about 8 rows, and expanding the
+ * expert's weights into f32 panels for them cost more than the rows: prefill
+ * 131 tok/s with panels, 236 below 16 rows, 242 below 32, 241 below 64
+ * (qwen3.6-35b-a3b-4l Q4_K_M, 2 threads, the model 167 Xeon, 2026-12-07). */
+#define EXPERT_INT8_BELOW 32
+
 /* The rows of one expert (entries by_expert[a..b), rows ascending) as a pass:
  * decode rows first, then each prompt group's rows together (a chunk when
  * there are two or more, else a one-row prompt). */
@@ -128,6 +136,7 @@ static void expert_pass(struct kvb_moe_buf *B, const struct kvb_pass_rows *p, in
     struct kvb_pass_rows *q = &B->pass;
     q->n_rows = b - a;
     q->n_dec = q->nc = q->n_one = 0;
+    q->int8_below = EXPERT_INT8_BELOW;
     for (int32_t i = a; i < b; i++) {
         const int32_t r = B->by_expert[i] / K;
         if (r < p->n_dec) {

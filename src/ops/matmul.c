@@ -482,6 +482,8 @@ void kvb_matmul_chunks(struct kvb_threadpool *tp, const struct kvb_mat *w, const
     else mm_run(tp, &j);
 }
 
+bool kvb_matmul_int8_rows(const struct kvb_mat *w) { return int8_path(kvb_dot_kernels(), w); }
+
 bool kvb_matmul_int8_tiles(const struct kvb_mat *w) {
     const struct kvb_dot_kernels *k = kvb_dot_kernels();
     return w->type == GGML_TYPE_Q8_0 && int8_path(k, w) && k->q8_tile != NULL && k->q8_tile_prompts;

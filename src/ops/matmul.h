@@ -148,6 +148,10 @@ void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float 
  * family with q8_tile): then any rows, decode or prompt, can be multiplied
  * together by kvb_matmul_decode, each row's bits independent of the others. */
 bool kvb_matmul_int8_tiles(const struct kvb_mat *w);
+/* Whether w's rows go through the family's integer dot in kvb_matmul_decode
+ * (its type has an int8 activation form): then a few rows cost less there
+ * than a prompt panel, whose expansion to f32 is paid once per call. */
+bool kvb_matmul_int8_rows(const struct kvb_mat *w);
 /* Prompt chunks of several sequences (each T >= 2, rows r0[c] .. r0[c] +
  * T[c] - 1): every weight panel is expanded once for all of them, and each
  * chunk's outputs are bit-identical to kvb_matmul on that chunk alone. */

@@ -61,12 +61,15 @@ static void print_model(const char *path, const struct kvb_model *m) {
     if (in.n_rec_layers > 0)
         printf("deltanet      %d Gated DeltaNet layers (no KV): %d key heads, %d value heads of %d, conv %d taps; state %zu bytes a sequence\n",
                in.n_rec_layers, in.ssm_groups, in.ssm_heads, in.ssm_state, in.ssm_conv, in.state_bytes);
+    if (in.head_dim_swa > 0 || in.n_kv_shared > 0 || in.n_embd_per_layer > 0)
+        printf("gemma4        window heads of %d (global %d, padded to it in the cache); %d KV-shared layers (no K/V of their own); "
+               "per-layer embeddings of %d\n", in.head_dim_swa ? in.head_dim_swa : in.head_dim, in.head_dim, in.n_kv_shared, in.n_embd_per_layer);
     if (in.n_nextn_layers > 0) printf("mtp           %d multi-token-prediction layers (loaded, not run)\n", in.n_nextn_layers);
     if (in.features[0]) printf("features      %s\n", in.features);
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, kvb_type_name(in.weight_type));
-    printf("KV per token  %zu bytes in f16 (2 x %d %slayers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.n_layer - in.n_rec_layers,
-           in.n_rec_layers ? "attention " : "", in.n_head_kv, in.head_dim);
+    printf("KV per token  %zu bytes in f16 (2 x %d %slayers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16,
+           in.n_layer - in.n_rec_layers - in.n_kv_shared, in.n_rec_layers ? "attention " : in.n_kv_shared ? "K/V-holding " : "", in.n_head_kv, in.head_dim);
     print_tokenizer(kvb_model_vocab(m));
     struct kvb_vocab_info vi;
     kvb_vocab_get_info(kvb_model_vocab(m), &vi);
