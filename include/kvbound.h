@@ -457,7 +457,7 @@ struct kvb_cache_params {
     struct kvb_kv_params kv;    /* policy, positions, row types, page size, recall */
     struct kvb_rope rope_swa;   /* the sliding-window layers' rotation (kv.layers windows) when
                                  * rope_swa.base > 0: rope's type, its own n_dims (even, <=
-                                 * head_dim: Gemma 4's window heads rotate their 256 dims, which
+                                 * rope.n_dims: Gemma 4's window heads rotate their 256 dims, which
                                  * lead rows padded to the global 512), base, freq_scale and
                                  * freq_factors (n_dims / 2 of them; Gemma 3: 10000, unscaled);
                                  * base 0: those layers use rope */

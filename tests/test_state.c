@@ -199,13 +199,25 @@ TEST(reserve_takes_the_state_and_unreserve_gives_it_back) {
     CHECK(held >= 6 + HK); /* the state and the attention layer's pages */
     kvb_cache_unreserve(c);
     CHECK_EQ_INT((int)pool_used(pool), 0);
-    struct kvb_pool *tiny = pool_for(&cp, 4); /* the state alone needs 6 */
-    struct kvb_cache *d = NULL;
-    CHECK_OK(kvb_cache_init(tiny, &cp, &d));
-    CHECK_STATUS(kvb_cache_reserve(d, 1, HK), KVB_ERR_NOMEM);
-    CHECK_EQ_INT((int)pool_used(tiny), 0);
-    kvb_cache_free(d);
+    struct kvb_pool *tiny = pool_for(&cp, 4); /* the state alone needs 6: refused up front, naming it */
+    struct kvb_cache *d = NULL, *e = NULL;
+    CHECK_STATUS(kvb_cache_init(tiny, &cp, &d), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "does not fit the pool") != NULL);
     kvb_pool_free(tiny);
+    struct kvb_pool *small = pool_for(&cp, 10); /* room for one state (6) and its attention pages, not two */
+    CHECK_OK(kvb_cache_init(small, &cp, &d));
+    CHECK_OK(kvb_cache_init(small, &cp, &e));
+    CHECK_OK(kvb_cache_reserve(d, 1, HK));
+    const int64_t before = pool_used(small);
+    CHECK_STATUS(kvb_cache_reserve(e, 1, HK), KVB_ERR_NOMEM);
+    CHECK_EQ_INT((int)pool_used(small), (int)before); /* nothing taken */
+    struct kvb_cache_stats es;
+    kvb_cache_get_stats(e, &es);
+    CHECK_EQ_INT((int)es.state_pages, 0);
+    kvb_cache_free(e);
+    kvb_cache_free(d);
+    CHECK_EQ_INT((int)pool_used(small), 0);
+    kvb_pool_free(small);
     kvb_cache_free(c);
     kvb_pool_free(pool);
 }

@@ -142,9 +142,9 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
     if (!(p->attn_softcap >= 0.0f) || !isfinite(p->attn_softcap))
         return kvb_fail(KVB_ERR_INVALID, "cache: attn_softcap must be finite and >= 0 (0: off), got %g", (double)p->attn_softcap);
     if (p->rope_swa.base != 0.0f) {
-        if (p->rope_swa.type != p->rope.type || p->rope_swa.n_dims < 2 || p->rope_swa.n_dims > p->head_dim || p->rope_swa.n_dims % 2)
-            return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa must have rope's type (%d) and an even n_dims in 2..head_dim (%d), got %d, %d",
-                            (int)p->rope.type, (int)p->head_dim, (int)p->rope_swa.type, (int)p->rope_swa.n_dims);
+        if (p->rope_swa.type != p->rope.type || p->rope_swa.n_dims < 2 || p->rope_swa.n_dims > p->rope.n_dims || p->rope_swa.n_dims % 2)
+            return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa must have rope's type (%d) and an even n_dims in 2..rope.n_dims (%d), got %d, %d",
+                            (int)p->rope.type, (int)p->rope.n_dims, (int)p->rope_swa.type, (int)p->rope_swa.n_dims);
         if (!(p->rope_swa.base > 1.0f) || !isfinite(p->rope_swa.base))
             return kvb_fail(KVB_ERR_INVALID, "cache: rope_swa.base must be > 1 (or 0: as rope), got %g", (double)p->rope_swa.base);
         if (!(p->rope_swa.freq_scale > 0.0f) || !isfinite(p->rope_swa.freq_scale))
@@ -1306,7 +1306,7 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
             o->window_pages += s->v.n_pages;
         }
     }
-    for (int32_t l = 0; l < c->params.n_layer; l++) o->window_layers += c->window[l] > 0;
+    for (int32_t l = 0; l < c->params.n_layer; l++) o->window_layers += c->window[l] > 0 && kvb_cache_holds_kv(c, l); /* a reader holds none */
     o->state_layers = c->n_rec;
     o->state_pages = kvb_state_pages_held(c);
     o->state_bytes = (size_t)o->state_pages * pb;

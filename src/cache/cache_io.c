@@ -617,6 +617,12 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
                     return kvb_fail(KVB_ERR_CORRUPT, "cache image: recurrent layer %d holds K/V pages", (int)l);
                 }
     }
+    for (int32_t l = 0; c->kv_src && l < p.n_layer; l++) /* a reader (kv_source) holds nothing of its own */
+        for (int32_t h = 0; h < p.n_kv_head; h++)
+            if (c->kv_src[l] >= 0 && c->streams[(size_t)l * p.n_kv_head + h].v.n_pages) {
+                kvb_cache_free(c);
+                return kvb_fail(KVB_ERR_CORRUPT, "cache image: layer %d reads layer %d (kv_source) and holds K/V pages", (int)l, (int)c->kv_src[l]);
+            }
     if (r.at != r.n) {
         kvb_cache_free(c);
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: %zu trailing bytes", r.n - r.at);

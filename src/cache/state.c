@@ -71,6 +71,9 @@ kvb_status kvb_state_init(struct kvb_cache *c, const struct kvb_cache_params *pa
     c->n_rec = n;
     c->state_ppl = (int32_t)kvb_state_layer_pages(params, c->page_bytes);
     const size_t n_pages = (size_t)n * (size_t)c->state_ppl, n_rows = (size_t)n * (size_t)params->state_rows;
+    if ((int64_t)n_pages > c->pool->cap_pages) /* before the tables: a hostile image cannot make them huge */
+        return kvb_fail(KVB_ERR_INVALID, "cache: the recurrent state (%zu pages of %zu bytes, %d layers of %d rows) does not fit the pool (%lld pages)",
+                        n_pages, c->page_bytes, (int)n, (int)params->state_rows, (long long)c->pool->cap_pages);
     if (!(c->state_pages = kvb_calloc(n_pages, sizeof(uint8_t *))) || !(c->state_rows = kvb_calloc(n_rows, sizeof(float *))))
         return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for the recurrent state's tables");
     return KVB_OK;

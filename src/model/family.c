@@ -826,6 +826,11 @@ kvb_status kvb_family_hybrid(struct kvb_model *m) {
     if (!rec) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", m->path);
     int32_t n = 0;
     for (int32_t l = 0; l < in->n_layer; l++) n += rec[l] = (l + 1) % every != 0;
+    if (n >= in->n_layer) {
+        kvb_free(rec);
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: full_attention_interval %d leaves no attention layer among %d layers (a model of Gated DeltaNet layers only)",
+                        m->path, (int)every, (int)in->n_layer);
+    }
     kvb_free(m->recurrent);
     m->recurrent = rec;
     in->n_rec_layers = n;

@@ -183,7 +183,8 @@ bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_para
     }
     if (!p->kv_source != !m->kv_source || (m->kv_source && memcmp(p->kv_source, m->kv_source, sizeof(int32_t) * (size_t)in->n_layer)))
         return false;
-    if (n && m->rope_dims_swa && p->rope_swa.n_dims != m->rope_dims_swa) return false;
+    if (p->rope.n_dims != in->rope_dims) return false;
+    if (n && p->rope_swa.base > 0 && p->rope_swa.n_dims != (m->rope_dims_swa ? m->rope_dims_swa : in->rope_dims)) return false;
     return !n || (p->rope_swa.base == m->rope_base_swa && p->rope_swa.freq_scale == m->rope_freq_scale_swa);
 }
 

@@ -502,7 +502,7 @@ static int chat_turn(struct chat *ch, const struct chat_opts *o) {
         struct kvb_cache_stats ps;
         kvb_cache_get_stats(kvb_context_cache(g->c), &ps);
         fprintf(stderr, "[compressed prompt: %.1f tokens per stream (min %d, max %d) of %lld seen]\n",
-                (double)ps.slots / ((double)(g->mi.n_layer - g->mi.n_rec_layers) * g->mi.n_head_kv), ps.slots_min, ps.slots_max, (long long)kvb_context_n_past(g->c));
+                (double)ps.slots / ((double)(g->mi.n_layer - g->mi.n_rec_layers - g->mi.n_kv_shared > 1 ? g->mi.n_layer - g->mi.n_rec_layers - g->mi.n_kv_shared : 1) * g->mi.n_head_kv), ps.slots_min, ps.slots_max, (long long)kvb_context_n_past(g->c));
     }
     ch->first = false;
     if (chat_answer(ch, o, s) == KVB_OK) return 0;

@@ -240,7 +240,7 @@ static void run_report(const struct run_opts *o, const struct run *r) {
     char kept[160] = "";
     if (kvb_policy_compresses(o->g.pid))
         snprintf(kept, sizeof kept, ", compressed prompt %.1f tokens per stream (min %d, max %d)",
-                 (double)r->ps.slots / ((double)(g->mi.n_layer - g->mi.n_rec_layers) * g->mi.n_head_kv), r->ps.slots_min, r->ps.slots_max);
+                 (double)r->ps.slots / ((double)(g->mi.n_layer - g->mi.n_rec_layers - g->mi.n_kv_shared > 1 ? g->mi.n_layer - g->mi.n_rec_layers - g->mi.n_kv_shared : 1) * g->mi.n_head_kv), r->ps.slots_min, r->ps.slots_max);
     const double prefill_s = r->t1 - r->t0, decode_s = r->t2 - r->t1;
     fprintf(stderr, "kvbound: prompt %d tokens%s, prefill %.1f tok/s, decode %.1f tok/s (%d tokens), KV %.2f MB (peak %.2f MB), policy %s, kernels %s, stopped at %s\n",
             r->n_ids, kept, r->n_ids / (prefill_s > 0 ? prefill_s : 1e-9), r->generated > 1 ? (r->generated - 1) / (decode_s > 0 ? decode_s : 1e-9) : 0.0,

@@ -101,11 +101,12 @@ bool seq_figures(struct server *srv, int32_t seq, int64_t *position, int64_t *ca
     struct kvb_cache_stats cs;
     kvb_cache_get_stats(kvb_batch_seq_cache(srv->sched->b, seq), &cs);
     *position = si.n_past;
-    *cache_tokens = cs.slots / ((int64_t)(srv->mi.n_layer - srv->mi.n_rec_layers) * srv->mi.n_head_kv); /* per K/V stream */
+    /* per K/V stream: the layers that hold K/V (not recurrent, not reading another's) */
+    *cache_tokens = cs.slots / ((int64_t)(srv->mi.n_layer - srv->mi.n_rec_layers - srv->mi.n_kv_shared > 1 ? srv->mi.n_layer - srv->mi.n_rec_layers - srv->mi.n_kv_shared : 1) * srv->mi.n_head_kv);
     *kv_bytes = si.kv_bytes;
     *cold_pages = cs.cold_pages;
     if (window_tokens && srv->mi.n_swa_layers) { /* both kinds of layers: the model's window and the policy's */
-        const int64_t hk = srv->mi.n_head_kv, nw = cs.window_layers, ng = srv->mi.n_layer - srv->mi.n_rec_layers - nw;
+        const int64_t hk = srv->mi.n_head_kv, nw = cs.window_layers, ng = srv->mi.n_layer - srv->mi.n_rec_layers - srv->mi.n_kv_shared - nw;
         *window_tokens = nw ? cs.window_slots / (nw * hk) : 0;
         *global_tokens = ng ? (cs.slots - cs.window_slots) / (ng * hk) : 0;
     }
