@@ -1125,7 +1125,16 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
         ptrs[h]->budget = stream_target(pp, ptrs[h], base);
         P = KVB_MAX(P, ptrs[h]->n);
     }
-    if (c->policy.iface->budgets) c->policy.iface->budgets(&c->policy, ptrs, H, l, c->params.n_layer, base, P);
+    if (c->policy.iface->budgets) { /* the layer's place among those that hold K/V (a hybrid's recurrent layers and
+                                     * Gemma 4's readers hold none): pyramidkv's slope spans them only */
+        int32_t at = 0, n_kv = 0;
+        for (int32_t i = 0; i < c->params.n_layer; i++) {
+            if (!kvb_cache_holds_kv(c, i)) continue;
+            at += i < l;
+            n_kv++;
+        }
+        c->policy.iface->budgets(&c->policy, ptrs, H, at, n_kv, base, P);
+    }
     for (int32_t h = 0; h < H; h++) kvb_cache_stream(c, l, h)->v.budget = views[h].budget;
     kvb_threadpool_run(tp, evict_worker, &jb);
     for (int32_t h = 0; h < H; h++) {
