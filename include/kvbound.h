@@ -791,6 +791,9 @@ struct kvb_model_info {
                                   * the cache holds: window heads padded with zeros to it); 0: head_dim */
     int32_t n_kv_shared;         /* Gemma 4: the last layers, which read an earlier layer's K/V and hold none */
     int32_t n_embd_per_layer;    /* Gemma 4: per-layer token embedding dims (PLE), 0 without */
+    int32_t n_head_kv_swa, n_head_kv_global; /* Gemma 4 26B-A4B, 31B: the KV heads of the window layers and of the global
+                                  * ones where they differ by layer (n_head_kv is the largest; the cache holds each
+                                  * layer's own); 0 and 0: n_head_kv on every layer */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

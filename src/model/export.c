@@ -177,7 +177,8 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     if (ff_same) kvb_gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
     else kvb_gguf_writer_arr(w, K("feed_forward_length"), GGUF_T_UINT32, m->n_ff_layer, (uint64_t)in->n_layer);
     kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
-    kvb_gguf_writer_u32(w, K("attention.head_count_kv"), (uint32_t)in->n_head_kv);
+    if (m->n_kv_layer) kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, m->n_kv_layer, (uint64_t)in->n_layer); /* gemma4 */
+    else kvb_gguf_writer_u32(w, K("attention.head_count_kv"), (uint32_t)in->n_head_kv);
     kvb_gguf_writer_f32(w, K("attention.layer_norm_rms_epsilon"), in->rms_eps);
     kvb_gguf_writer_f32(w, K("rope.freq_base"), in->rope_base);
     kvb_gguf_writer_u32(w, K("rope.dimension_count"), (uint32_t)in->rope_dims);
@@ -292,6 +293,11 @@ struct shape {
      * still carry attn_k, attn_k_norm and attn_v (bound, unused) */
     int32_t head_dim_swa, rot_swa, kv_shared, ple;
     bool ff_double, no_v_global, keep_shared_k;
+    /* gemma4: the global layers' KV heads where they differ from the window layers' kv_heads (26B-A4B, 31B); 0: the same.
+     * With experts, gemma4 runs them beside the dense FFN: a router scale, per-expert down scales, fused gate_up stacks
+     * (split_exps: ffn_gate_exps and ffn_up_exps) */
+    int32_t kv_heads_global;
+    bool split_exps;
 };
 
 static const struct shape k_shapes[] = {
@@ -371,6 +377,26 @@ static const struct shape k_shapes[] = {
     {.name = "gemma4-e2b", .arch = "gemma4", 262144, 1536, 35, 8, 1, 6144, 131072, .head_dim = 512, .rope_base = 1000000.0f, .eps = 1e-6f,
      .tied = true, .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 512, .swa_period = 5, .swa_base = 10000.0f,
      .head_dim_swa = 256, .rot_swa = 256, .kv_shared = 20, .ple = 256, .ff_double = true, .keep_shared_k = true},
+    /* Gemma 4 with experts: six layers, 4 query heads over 4 KV heads on the window layers and 2 on the global ones; 8 experts,
+     * 2 per token, of 64, beside a dense FFN of 128; the last three share K/V (3, 4 read 1; 5 reads 2); no PLE; no attn_v on the
+     * global layers; final softcap 10 */
+    {.name = "tiny-gemma4moe", .arch = "gemma4", 512, 256, 6, 4, 4, 128, 4096, .head_dim = 64, .rope_base = 1000000.0f, .eps = 1e-6f,
+     .tied = true, .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 8, .swa_period = 3, .swa_base = 10000.0f,
+     .final_cap = 10.0f, .head_dim_swa = 32, .rot_swa = 32, .kv_shared = 3, .no_v_global = true, .kv_heads_global = 2, .experts = 8,
+     .experts_used = 2, .ff_exp = 64},
+    /* the same with the experts' gate and up stacks split (ffn_gate_exps, ffn_up_exps) and 2 KV heads on every layer */
+    {.name = "tiny-gemma4moe-split", .arch = "gemma4", 512, 256, 6, 4, 2, 128, 4096, .head_dim = 64, .rope_base = 1000000.0f, .eps = 1e-6f,
+     .tied = true, .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 8, .swa_period = 3, .swa_base = 10000.0f,
+     .final_cap = 10.0f, .head_dim_swa = 32, .rot_swa = 32, .kv_shared = 3, .no_v_global = true, .experts = 8,
+     .experts_used = 2, .ff_exp = 64, .split_exps = true},
+    /* Gemma 4 26B-A4B (HF text_config as llama.cpp's converter maps it) with 4 of its 30 layers: E 2816, 16 query heads over 8 KV
+     * heads on the window layers (256, window 1024) and 2 on the global ones (512, partial 0.25; no v_proj: V from the raw K);
+     * 128 experts, 8 per token, of 704 beside a dense FFN of 2112 on every layer; its 262144-token vocabulary; three window
+     * layers and one global (the real pattern is five and one) */
+    {.name = "gemma4-26b-a4b-4l", .arch = "gemma4", 262144, 2816, 4, 16, 8, 2112, 262144, .head_dim = 512, .rope_base = 1000000.0f,
+     .eps = 1e-6f, .tied = true, .qk_norm = true, .sandwich = true, .no_space_prefix = true, .window = 1024, .swa_period = 4,
+     .swa_base = 10000.0f, .head_dim_swa = 256, .rot_swa = 256, .no_v_global = true, .kv_heads_global = 2, .experts = 128,
+     .experts_used = 8, .ff_exp = 704},
     {.name = "tinyllama-1.1b", .arch = "llama", 32000, 2048, 22, 32, 4, 5632, 2048, .rope_base = 10000.0f, .eps = 1e-5f},
     {.name = "llama-3.2-1b", .arch = "llama", 128256, 2048, 16, 32, 8, 8192, 131072, .rope_base = 500000.0f, .eps = 1e-5f, .tied = true,
      .llama3_rope = true},
@@ -403,7 +429,7 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -493,6 +519,11 @@ static kvb_status make_gemma4(struct kvb_model *m, const struct shape *sh) {
         m->swa_mask[l] = (uint32_t)l % sh->swa_period < sh->swa_period - 1;
         m->n_ff_layer[l] = sh->ff_double && l >= L - sh->kv_shared ? 2 * sh->ff : sh->ff;
         in->n_ff = KVB_MAX(in->n_ff, m->n_ff_layer[l]);
+    }
+    if (sh->kv_heads_global) { /* per-layer KV heads: the window layers' kv_heads, the global ones' kv_heads_global */
+        if (!(m->n_kv_layer = kvb_malloc(sizeof(int32_t) * (size_t)L))) return kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+        for (int32_t l = 0; l < L; l++) m->n_kv_layer[l] = m->swa_mask[l] ? sh->kv_heads : sh->kv_heads_global;
+        in->n_head_kv = KVB_MAX(sh->kv_heads, sh->kv_heads_global);
     }
     m->head_dim_swa = in->head_dim_swa = sh->head_dim_swa;
     m->rope_dims_swa = sh->rot_swa;
@@ -618,7 +649,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     for (int32_t l = 0; st == KVB_OK && l < n_all; l++) {
         struct kvb_layer *L = &m->layers[l];
         /* gemma4: the layer's own head size and FFN width, its K/V weights unless it reads another layer's */
-        const int64_t D = kvb_layer_head_dim(m, l), F = kvb_layer_n_ff(m, l), QD = (int64_t)sh->heads * D, KD = (int64_t)sh->kv_heads * D;
+        const int64_t D = kvb_layer_head_dim(m, l), F = kvb_layer_n_ff(m, l), QD = (int64_t)sh->heads * D, KD = (int64_t)kvb_layer_n_kv(m, l) * D;
         const bool reader = m->kv_source && m->kv_source[l] >= 0;
         const bool own_k = !reader || sh->keep_shared_k, own_v = own_k && !(sh->no_v_global && m->swa_mask && !m->swa_mask[l]);
         const bool rec = m->recurrent && l < sh->layers && m->recurrent[l];
@@ -682,6 +713,23 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             st = rand_mat(o, &gu, E, 2 * F);
             L->w_gate = (struct kvb_mat){gu.type, E, F, gu.row_bytes, gu.data};
             L->w_up = (struct kvb_mat){gu.type, E, F, gu.row_bytes, gu.data + (size_t)F * gu.row_bytes};
+        } else if (sh->experts && sh->head_dim_swa) { /* gemma4: the experts beside the dense FFN, their router scale and norms */
+            const int64_t N = sh->experts, Fe = sh->ff_exp;
+            if (st == KVB_OK) st = mat(o, &L->w_gate, E, F);
+            if (st == KVB_OK) st = mat(o, &L->w_up, E, F);
+            if (st == KVB_OK) st = rand_mat(o, &L->router, E, N);
+            if (st == KVB_OK && sh->split_exps) st = rand_stack(o, &L->gate_exps, E, N * Fe);
+            if (st == KVB_OK && sh->split_exps) st = rand_stack(o, &L->up_exps, E, N * Fe);
+            if (st == KVB_OK && !sh->split_exps) st = rand_stack(o, &L->gate_up_exps, E, N * 2 * Fe);
+            if (st == KVB_OK) st = rand_stack(o, &L->down_exps, Fe, N * E);
+            /* the router's scale around 1 times sqrt(E) (the router reads rms(x) / sqrt(E): so its logits have a spread of about 1) */
+            float *rs = const_vec(o, E, 1.0f, true);
+            for (int64_t i = 0; rs && i < E; i++) rs[i] *= sqrtf((float)E);
+            L->router_scale = rs;
+            L->s_down_exps = const_vec(o, N, 1.0f, true);
+            L->pre_ffn_norm_2 = const_vec(o, E, 1.0f, true);
+            L->post_ffn_norm_1 = const_vec(o, E, 1.0f, true);
+            L->post_ffn_norm_2 = const_vec(o, E, 1.0f, true);
         } else if (sh->experts && l >= sh->dense_lead) { /* the router and the experts' stacks, instead of the dense FFN */
             const int64_t N = sh->experts, Fe = sh->ff_exp, Fs = sh->ff_shexp;
             if (st == KVB_OK) st = rand_mat(o, &L->router, E, N);
@@ -703,7 +751,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             if (st == KVB_OK) st = mat(o, &L->w_gate, E, F);
             if (st == KVB_OK) st = mat(o, &L->w_up, E, F);
         }
-        if (st == KVB_OK && !L->router.data) st = mat(o, &L->w_down, F, E);
+        if (st == KVB_OK && (!L->router.data || L->router_scale)) st = mat(o, &L->w_down, F, E);
         if (sh->bias) {
             L->bq = const_vec(o, QD, 0.0f, true);
             L->bk = const_vec(o, KD, 0.0f, true);

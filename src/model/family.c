@@ -36,8 +36,10 @@
  * Gemma 4 (F_GEMMA4, load_gemma4) adds a per-layer window pattern, window
  * heads of their own size and rotary dims, KV-shared trailing layers
  * (kv_source, with llama.cpp's assert on their sources' kinds as a refusal),
- * per-layer token embeddings and FFN widths, all bound as data; per-layer KV
- * head counts and its experts are refused by name.
+ * per-layer token embeddings, FFN widths and KV head counts (n_kv_layer: the
+ * 26B-A4B and 31B's window and global counts), all bound as data; the 26B-A4B's
+ * experts (bind_experts: router_scale, the fused gate_up stack or the split
+ * one, the three extra norms) run beside the dense FFN (forward.c).
  *
  * YaRN becomes data: its ramp mixes interpolated and extrapolated angles per
  * rotary pair, theta_i = theta_e,i * (s (1 - mix_i) + mix_i), which is a
@@ -193,7 +195,7 @@ static const struct family k_families[] = {
      {REQ, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_GATED},
     /* Gemma 4: gemma3's layer with attn_v optional (V from the raw K projection), global layers' proportional RoPE through
      * rope_freqs, and the rest of F_GEMMA4; KV-shared layers' attn_k/attn_k_norm optional and unused (bind_layer) */
-    {"gemma4", KVB_ROPE_NEOX, F_GEMMA4 | F_PARTIAL_ROT | F_ROPE_FREQS | F_FFN_SCALES,
+    {"gemma4", KVB_ROPE_NEOX, F_GEMMA4 | F_PARTIAL_ROT | F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES,
      {REQ, REQ, REQ, OPT, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma4, MOE_NONE, SH_NONE},
 };
 #undef LLAMA_ATTN
@@ -314,6 +316,10 @@ int32_t kvb_layer_head_dim(const struct kvb_model *m, int32_t l) {
     return m->swa_mask && l < m->info.n_layer && m->swa_mask[l] && m->head_dim_swa ? m->head_dim_swa : m->info.head_dim;
 }
 
+int32_t kvb_layer_n_kv(const struct kvb_model *m, int32_t l) {
+    return m->n_kv_layer && l < m->info.n_layer ? m->n_kv_layer[l] : m->info.n_head_kv;
+}
+
 int32_t kvb_layer_n_ff(const struct kvb_model *m, int32_t l) {
     return m->n_ff_layer && l < m->info.n_layer ? m->n_ff_layer[l] : m->info.n_ff;
 }
@@ -340,6 +346,18 @@ kvb_status kvb_family_gemma4(struct kvb_model *m, int32_t window) {
         return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", m->path);
     }
     for (int32_t l = 0; src && l < L; l++) src[l] = l < n_kv ? -1 : m->swa_mask[l] ? n_kv - 2 : n_kv - 1;
+    in->n_head_kv_swa = in->n_head_kv_global = 0;
+    for (int32_t l = 0; m->n_kv_layer && l < L; l++) { /* per-layer KV heads: a reader has its source's */
+        int32_t *h = m->swa_mask[l] ? &in->n_head_kv_swa : &in->n_head_kv_global;
+        *h = KVB_MAX(*h, m->n_kv_layer[l]);
+        const int32_t s = src ? src[l] : -1;
+        if (s >= 0 && m->n_kv_layer[l] != m->n_kv_layer[s]) {
+            kvb_free(src);
+            kvb_free(w);
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: gemma4: head_count_kv of KV-shared layer %d (%d) differs from its source layer %d's (%d)",
+                            m->path, (int)l, (int)m->n_kv_layer[l], (int)s, (int)m->n_kv_layer[s]);
+        }
+    }
     n = 0;
     for (int32_t l = 0; l < L; l++)
         if (m->swa_mask[l]) {
@@ -436,17 +454,26 @@ static kvb_status layer_u32s(struct keys *k, const char *suffix, int32_t n_layer
     return KVB_OK;
 }
 
-/* gemma4's head counts: one value for every layer, or an array of one value (a per-layer array of
- * several is not implemented: the cache has one KV head count). */
-static kvb_status gemma4_heads(struct keys *k, const char *suffix, int32_t n_layer, uint32_t *out) {
+/* gemma4's head counts: one value for every layer, or an array of n_layer. per_layer NULL: the
+ * values must all be one (head_count: a per-layer query head count is not implemented); else
+ * *per_layer gets the array where the values differ (NULL where they are one), *out the largest. */
+static kvb_status gemma4_heads(struct keys *k, const char *suffix, int32_t n_layer, uint32_t *out, int32_t **per_layer) {
     uint32_t *v = kvb_malloc(sizeof(uint32_t) * (size_t)n_layer);
     if (!v) return kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
     kvb_status st = layer_u32s(k, suffix, n_layer, 1, 1024, v);
-    for (int32_t l = 1; st == KVB_OK && l < n_layer; l++)
-        if (v[l] != v[0])
-            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: gemma4: %s per layer (%u on layer 0, %u on layer %d: the 26B-A4B and 31B's window and "
-                                               "global counts) is not implemented", k->f->path, k->key, v[0], v[l], (int)l);
-    if (st == KVB_OK) *out = v[0];
+    bool same = true;
+    uint32_t mx = st == KVB_OK ? v[0] : 0;
+    for (int32_t l = 1; st == KVB_OK && l < n_layer; l++) {
+        same = same && v[l] == v[0];
+        mx = v[l] > mx ? v[l] : mx;
+    }
+    if (st == KVB_OK && !same && !per_layer)
+        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: gemma4: %s per layer (%u on layer 0, differing on others) is not implemented", k->f->path, k->key, v[0]);
+    if (st == KVB_OK && !same) {
+        if (!(*per_layer = kvb_malloc(sizeof(int32_t) * (size_t)n_layer))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
+        for (int32_t l = 0; st == KVB_OK && l < n_layer; l++) (*per_layer)[l] = (int32_t)v[l];
+    }
+    if (st == KVB_OK) *out = mx;
     kvb_free(v);
     return st;
 }
@@ -498,8 +525,16 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     if (n == 0 && fam->moe >= MOE_ALWAYS)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing or 0: '%s' is a mixture of experts", k->f->path, K(k, "expert_count"), k->arch);
     if (n == 0) return KVB_OK;
-    if (fam->traits & F_GEMMA4)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: gemma4's mixture of experts (26B-A4B) is not implemented", k->f->path, k->key, n);
+    if (fam->traits & F_GEMMA4) { /* the 26B-A4B: every layer's experts beside its dense FFN, of expert_feed_forward_length */
+        if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
+        if ((st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
+        in->n_expert = (int32_t)n;
+        in->n_expert_used = (int32_t)used;
+        in->n_ff_exp = (int32_t)ff;
+        in->n_ff_shexp = 0;
+        in->n_moe_layers = in->n_layer;
+        return KVB_OK;
+    }
     if (fam->moe == MOE_NONE)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' has no experts (as in llama.cpp); the families with experts are llama, "
                                              "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3 and gpt-oss", k->f->path, k->key, n, k->arch);
@@ -562,12 +597,18 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
         }
         kvb_free(ff);
         if (st != KVB_OK) return st;
-        if ((st = gemma4_heads(k, "attention.head_count", in->n_layer, &v)) != KVB_OK)
+        if ((st = gemma4_heads(k, "attention.head_count", in->n_layer, &v, NULL)) != KVB_OK)
             return st == KVB_ERR_INVALID ? kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key) : st;
         in->n_head = (int32_t)v;
         in->n_head_kv = in->n_head;
-        if ((st = gemma4_heads(k, "attention.head_count_kv", in->n_layer, &v)) == KVB_OK) in->n_head_kv = (int32_t)v;
+        kvb_free(m->n_kv_layer);
+        m->n_kv_layer = NULL;
+        if ((st = gemma4_heads(k, "attention.head_count_kv", in->n_layer, &v, &m->n_kv_layer)) == KVB_OK) in->n_head_kv = (int32_t)v;
         else if (st != KVB_ERR_INVALID) return st;
+        for (int32_t l = 0; m->n_kv_layer && l < in->n_layer; l++)
+            if (in->n_head % m->n_kv_layer[l])
+                return kvb_fail(KVB_ERR_CORRUPT, "%s: head_count %d is not a multiple of head_count_kv %d (layer %d)", k->f->path, in->n_head,
+                                m->n_kv_layer[l], (int)l);
     } else {
     if ((st = (fam->traits & F_FF_OPT ? opt_u32 : req_u32)(k, "feed_forward_length", &v, 1, 1 << 20)) == KVB_OK) in->n_ff = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
@@ -1069,10 +1110,21 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     kvb_status st;
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", (int)l, s), name)
     if ((st = bind_mat(b, NAME("ffn_gate_inp.weight"), E, N, REQ, &L->router)) != KVB_OK) return st;
-    if (!kvb_gguf_find_tensor(b->f, NAME("ffn_gate_exps.weight")))
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' is missing: experts without a gate (silu(up)) are not supported", b->f->path, name);
-    if ((st = bind_weights(b, name, E, Fe, N, REQ, &L->gate_exps)) != KVB_OK) return st;
-    if ((st = bind_weights(b, NAME("ffn_up_exps.weight"), E, Fe, N, REQ, &L->up_exps)) != KVB_OK) return st;
+    const bool g4 = (fam->traits & F_GEMMA4) != 0;
+    if (g4) { /* the router's input scale, the three norms around the experts; a fused gate_up stack or the split one */
+        if ((st = bind_vec(b, NAME("ffn_gate_inp.scale"), E, REQ, &L->router_scale)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME("pre_ffw_norm_2.weight"), E, REQ, &L->pre_ffn_norm_2)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME("post_ffw_norm_1.weight"), E, REQ, &L->post_ffn_norm_1)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME("post_ffw_norm_2.weight"), E, REQ, &L->post_ffn_norm_2)) != KVB_OK) return st;
+    }
+    if (g4 && kvb_gguf_find_tensor(b->f, NAME("ffn_gate_up_exps.weight"))) {
+        if ((st = bind_weights(b, name, E, 2 * Fe, N, REQ, &L->gate_up_exps)) != KVB_OK) return st;
+    } else {
+        if (!kvb_gguf_find_tensor(b->f, NAME("ffn_gate_exps.weight")))
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' is missing: experts without a gate (silu(up)) are not supported", b->f->path, name);
+        if ((st = bind_weights(b, name, E, Fe, N, REQ, &L->gate_exps)) != KVB_OK) return st;
+        if ((st = bind_weights(b, NAME("ffn_up_exps.weight"), E, Fe, N, REQ, &L->up_exps)) != KVB_OK) return st;
+    }
     if ((st = bind_weights(b, NAME("ffn_down_exps.weight"), Fe, E, N, REQ, &L->down_exps)) != KVB_OK) return st;
     const enum need nb = fam->traits & F_EXP_BIASES ? REQ : NO;
     if ((st = bind_vec(b, NAME("ffn_gate_inp.bias"), N, nb, &L->b_router)) != KVB_OK) return st;
@@ -1190,7 +1242,7 @@ static kvb_status bind_ple_globals(struct binder *b, struct kvb_model *m) {
 static kvb_status bind_layer(struct binder *b, const struct family *fam, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
     const struct kvb_model_info *in = &m->info;
     const int64_t Dl = kvb_layer_head_dim(m, l); /* gemma4's window layers: their own head size */
-    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * Dl, KD = (int64_t)in->n_head_kv * Dl, F = kvb_layer_n_ff(m, l);
+    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * Dl, KD = (int64_t)kvb_layer_n_kv(m, l) * Dl, F = kvb_layer_n_ff(m, l);
     const int64_t QR = m->q_gate ? 2 * QD : QD; /* attn_q's rows: the query, or query and gate per head */
     const bool rec = m->recurrent && l < in->n_layer && m->recurrent[l]; /* a Gated DeltaNet layer: no attention weights */
     uint8_t need[S_COUNT];
@@ -1200,7 +1252,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     const bool reader = m->kv_source && l < in->n_layer && m->kv_source[l] >= 0; /* gemma4's KV-shared layer: its K weights optional, unused */
     if (reader) need[S_K] = need[S_K_NORM] = OPT;
     const bool moe = in->n_expert > 0 && l >= in->n_layer - in->n_moe_layers; /* the leading n_layer - n_moe_layers are dense */
-    if (moe) /* experts instead of the dense FFN */
+    if (moe && !(fam->traits & F_GEMMA4)) /* experts instead of the dense FFN (gemma4: beside it) */
         need[S_GATE] = need[S_UP] = need[S_DOWN] = need[S_BGATE] = need[S_BUP] = need[S_BDOWN] = NO;
     char name[S_COUNT][96];
     for (int s = 0; s < S_COUNT; s++) snprintf(name[s], sizeof name[s], "blk.%d.%s", (int)l, k_slots[s]);
@@ -1386,6 +1438,8 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (m->head_dim_swa && m->head_dim_swa != m->info.head_dim) ADD("window heads %d (rotary %d)", (int)m->head_dim_swa, (int)m->rope_dims_swa);
     if (m->v_norm) ADD("V norm");
     if (m->n_ple) ADD("PLE %d", (int)m->n_ple);
+    if (m->n_kv_layer) ADD("KV heads %d window, %d global", (int)m->info.n_head_kv_swa, (int)m->info.n_head_kv_global);
+    if (m->layers && m->info.n_layer > 0 && m->layers[0].router_scale) ADD("experts beside the dense FFN");
     for (int32_t l = 0; m->layers && l < m->info.n_layer; l++) /* the first attention layer's, for the lines below */
         if (!m->recurrent || !m->recurrent[l]) { L = &m->layers[l]; break; }
     if (m->info.n_expert > 0)
@@ -1477,7 +1531,7 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
     for (int32_t l = 0; l < in->n_layer + in->n_nextn_layers; l++) { /* the MTP layers last */
         const struct kvb_layer *L = &m->layers[l];
         const int64_t Dl = kvb_layer_head_dim(m, l), F = kvb_layer_n_ff(m, l);
-        const int64_t QD = (int64_t)in->n_head * Dl, KD = (int64_t)in->n_head_kv * Dl;
+        const int64_t QD = (int64_t)in->n_head * Dl, KD = (int64_t)kvb_layer_n_kv(m, l) * Dl;
         const struct { int slot; const struct kvb_mat *mat; const float *vec; int64_t n; } t[] = {
             {S_ATTN_NORM, NULL, L->attn_norm, E}, {S_Q, &L->wq, NULL, 0}, {S_K, &L->wk, NULL, 0}, {S_V, &L->wv, NULL, 0},
             {S_BQ, NULL, L->bq, QD}, {S_BK, NULL, L->bk, KD}, {S_BV, NULL, L->bv, KD},
@@ -1505,16 +1559,19 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             const int64_t N = in->n_expert;
             const struct { const char *name; const struct kvb_mat *mat; int64_t n; } x[] = {
                 {"ffn_gate_inp.weight", &L->router, 1}, {"ffn_gate_exps.weight", &L->gate_exps, N}, {"ffn_up_exps.weight", &L->up_exps, N},
-                {"ffn_down_exps.weight", &L->down_exps, N}};
+                {"ffn_gate_up_exps.weight", &L->gate_up_exps, N}, {"ffn_down_exps.weight", &L->down_exps, N}};
             for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+                if (!x[i].mat->data) continue;
                 snprintf(name, sizeof name, "blk.%d.%s", (int)l, x[i].name);
                 if ((st = put(u, name, x[i].mat, NULL, x[i].n, 1)) != KVB_OK) return st;
             }
-            const struct { const char *name; const float *v; } sv[] = {
-                {"ffn_gate_exps.scale", L->s_gate_exps}, {"ffn_up_exps.scale", L->s_up_exps}, {"ffn_down_exps.scale", L->s_down_exps}};
+            const struct { const char *name; const float *v; int64_t n; } sv[] = {
+                {"ffn_gate_exps.scale", L->s_gate_exps, N}, {"ffn_up_exps.scale", L->s_up_exps, N}, {"ffn_down_exps.scale", L->s_down_exps, N},
+                {"ffn_gate_inp.scale", L->router_scale, E}, {"pre_ffw_norm_2.weight", L->pre_ffn_norm_2, E},
+                {"post_ffw_norm_1.weight", L->post_ffn_norm_1, E}, {"post_ffw_norm_2.weight", L->post_ffn_norm_2, E}};
             for (size_t i = 0; i < sizeof sv / sizeof sv[0]; i++) {
                 snprintf(name, sizeof name, "blk.%d.%s", (int)l, sv[i].name);
-                if (sv[i].v && (st = put(u, name, NULL, sv[i].v, N, 1)) != KVB_OK) return st;
+                if (sv[i].v && (st = put(u, name, NULL, sv[i].v, sv[i].n, 1)) != KVB_OK) return st;
             }
             const int64_t Fe = in->n_ff_exp;
             const struct { const char *name; const float *v; int64_t n, rows; } xb[] = {

@@ -74,12 +74,16 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
         f->q8->d = kvb_malloc(sizeof(float) * (T * widest / 32 + 1));
         f->q8->s = kvb_malloc(sizeof(int16_t) * (T * widest / 16 + 1));
     }
+    if (in->n_expert > 0) { /* gemma4's router input and experts' sum (beside the dense FFN's output in tmp) */
+        f->xr = kvb_malloc(sizeof(float) * T * E);
+        f->m2 = kvb_malloc(sizeof(float) * T * E);
+    }
     if (in->attn_gated) {
         f->qg = kvb_malloc(sizeof(float) * T * 2 * QD);
         f->gate = kvb_malloc(sizeof(float) * T * QD);
     }
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->q8->s || !f->pass.cr0 || !f->pass.cT || !f->pass.one ||
-        (in->attn_gated && (!f->qg || !f->gate)) || (P && (!f->ple || !f->pg || !f->pu)) || kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK || kvb_rec_buf_init(&f->rec, in, rows) != KVB_OK) {
+        (in->attn_gated && (!f->qg || !f->gate)) || (P && (!f->ple || !f->pg || !f->pu)) || (in->n_expert > 0 && (!f->xr || !f->m2)) || kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK || kvb_rec_buf_init(&f->rec, in, rows) != KVB_OK) {
         kvb_fwd_free(f);
         return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
     }
@@ -97,6 +101,7 @@ kvb_status kvb_fwd_reserve_logits(struct kvb_fwd *f, const struct kvb_model_info
 }
 
 void kvb_fwd_free(struct kvb_fwd *f) {
+    kvb_free(f->xr); kvb_free(f->m2);
     kvb_free(f->x); kvb_free(f->xb); kvb_free(f->q); kvb_free(f->k); kvb_free(f->v);
     kvb_free(f->att); kvb_free(f->hg); kvb_free(f->hu); kvb_free(f->tmp); kvb_free(f->lg);
     if (f->q8) { kvb_free(f->q8->q); kvb_free(f->q8->d); kvb_free(f->q8->s); kvb_free(f->q8); }
@@ -334,7 +339,7 @@ static void unpad_heads(float *x, int32_t rows, int64_t ld, int64_t n, int64_t d
 static void shape_qk(const struct kvb_model *m, const struct kvb_layer *L, struct kvb_fwd *f, const struct kvb_fwd_seg *seg, int32_t n_seg,
                      int32_t l) {
     const struct kvb_model_info *in = &m->info;
-    const int64_t D = in->head_dim, QD = (int64_t)in->n_head * D, KD = (int64_t)in->n_head_kv * D;
+    const int64_t D = in->head_dim, QD = (int64_t)in->n_head * D, Hkv = kvb_layer_n_kv(m, l), KD = Hkv * D; /* this layer's KV heads */
     const int64_t Dl = kvb_layer_head_dim(m, l); /* the heads' real size (gemma4's window layers: padded to D) */
     const int32_t R = f->pass.n_rows;
     kvb_fwd_scale_rows(f->q, R, QD, L->s_q); /* the per-tensor scales come before the biases here, as in llama.cpp */
@@ -347,12 +352,12 @@ static void shape_qk(const struct kvb_model *m, const struct kvb_layer *L, struc
         float *q = f->q + (size_t)t * QD, *k = f->k + (size_t)t * KD;
         const bool reader = m->kv_source && m->kv_source[l] >= 0; /* gemma4: no K/V of its own */
         if (L->q_norm) norm_heads(q, m->qk_norm_whole ? 1 : in->n_head, D, m->qk_norm_whole ? QD : Dl, L->q_norm, in->rms_eps);
-        if (L->k_norm && !reader) norm_heads(k, m->qk_norm_whole ? 1 : in->n_head_kv, D, m->qk_norm_whole ? KD : Dl, L->k_norm, in->rms_eps);
-        if (m->v_norm && !reader) norm_heads(f->v + (size_t)t * KD, in->n_head_kv, D, Dl, NULL, in->rms_eps);
+        if (L->k_norm && !reader) norm_heads(k, m->qk_norm_whole ? 1 : Hkv, D, m->qk_norm_whole ? KD : Dl, L->k_norm, in->rms_eps);
+        if (m->v_norm && !reader) norm_heads(f->v + (size_t)t * KD, Hkv, D, Dl, NULL, in->rms_eps);
         if (m->rope_mscale != 1.0f && in->rope_type != KVB_ROPE_NONE && !(m->no_rope && m->no_rope[l])) { /* a NoPE layer has no rotation to scale */
             for (int64_t h = 0; h < in->n_head; h++)
                 for (int32_t i = 0; i < in->rope_dims; i++) q[h * D + i] *= m->rope_mscale;
-            for (int64_t h = 0; h < in->n_head_kv; h++)
+            for (int64_t h = 0; h < Hkv; h++)
                 for (int32_t i = 0; i < in->rope_dims; i++) k[h * D + i] *= m->rope_mscale;
         }
         if (m->q_scale != 1.0f)
@@ -406,7 +411,8 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
                                   int32_t n_seg, int32_t l) {
     const struct kvb_model_info *in = &m->info;
     const struct kvb_layer *L = &m->layers[l];
-    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim;
+    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, Hkv = kvb_layer_n_kv(m, l), KD = Hkv * in->head_dim;
+    /* k, v: [T][Hkv(l)][D], this layer's own KV heads (gemma4's per-layer head_count_kv; the cache's kv_heads) */
     const int32_t R = f->pass.n_rows;
     const float *xin = pre_norm(m, f, L->attn_norm, R, E);
     if (m->recurrent && m->recurrent[l]) { /* a Gated DeltaNet layer: a recurrent state instead of K/V */
@@ -427,8 +433,8 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
         if (n == 2) memcpy(f->v, f->k, sizeof(float) * (size_t)R * (size_t)KD);
         pad_heads(f->q, R, QD, in->n_head, Dl, D);
         if (!reader) {
-            pad_heads(f->k, R, KD, in->n_head_kv, Dl, D);
-            pad_heads(f->v, R, KD, in->n_head_kv, Dl, D);
+            pad_heads(f->k, R, KD, Hkv, Dl, D);
+            pad_heads(f->v, R, KD, Hkv, Dl, D);
         }
     }
     if (m->q_gate) /* each head's query rows, then its gate's (qwen35) */
@@ -463,7 +469,27 @@ static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, stru
     const int64_t E = in->n_embd;
     const int32_t R = f->pass.n_rows;
     const float *xin = pre_norm(m, f, L->ffn_norm, R, E);
-    if (L->router.data) { /* a mixture of experts */
+    if (L->router_scale) { /* gemma4: the dense FFN always, then the experts on their own norms, both into post_ffn_norm */
+        const struct kvb_ffn_w w = {&L->w_gate, &L->w_up, &L->w_down, L->b_gate, L->b_up, L->b_down, L->s_gate, L->s_up, L->s_down};
+        kvb_fwd_ffn(m, tp, f, &f->pass, &w, kvb_layer_n_ff(m, l), xin, f->tmp);
+        const float inv = 1.0f / sqrtf((float)E);
+        for (int32_t t = 0; t < R; t++) {
+            const float *x = f->x + (size_t)t * E;
+            float *y = f->tmp + (size_t)t * E, *r = f->xr + (size_t)t * E;
+            rmsnorm(y, y, L->post_ffn_norm_1, E, in->rms_eps);
+            double ss = 0; /* the router's input: rms(x) / sqrt(E) * router_scale, no weight in the norm */
+            for (int64_t i = 0; i < E; i++) ss += (double)x[i] * x[i];
+            const float sc = 1.0f / sqrtf((float)(ss / (double)E) + in->rms_eps);
+            for (int64_t i = 0; i < E; i++) r[i] = x[i] * sc * inv * L->router_scale[i];
+            rmsnorm(f->xb + (size_t)t * E, x, L->pre_ffn_norm_2, E, in->rms_eps); /* the experts' input (xin, the dense one, is done) */
+        }
+        kvb_moe_ffn_routed(m, tp, f, &f->pass, l, f->xr, f->xb, f->m2);
+        for (int32_t t = 0; t < R; t++) {
+            float *y = f->tmp + (size_t)t * E, *e = f->m2 + (size_t)t * E;
+            rmsnorm(e, e, L->post_ffn_norm_2, E, in->rms_eps);
+            for (int64_t i = 0; i < E; i++) y[i] += e[i];
+        }
+    } else if (L->router.data) { /* a mixture of experts */
         kvb_moe_ffn(m, tp, f, &f->pass, l, xin, f->tmp);
     } else {
         const struct kvb_ffn_w w = {&L->w_gate, &L->w_up, &L->w_down, L->b_gate, L->b_up, L->b_down, L->s_gate, L->s_up, L->s_down};

@@ -163,7 +163,7 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
                  mat_bytes(&L->nextn_eh_proj) + mat_bytes(&L->nextn_embed) + mat_bytes(&L->nextn_head) + mat_bytes(&L->ple_gate) +
                  mat_bytes(&L->ple_proj);
         if (!L->router.data) continue;
-        const size_t experts = mat_bytes(&L->gate_exps) + mat_bytes(&L->up_exps) + mat_bytes(&L->down_exps);
+        const size_t experts = mat_bytes(&L->gate_exps) + mat_bytes(&L->up_exps) + mat_bytes(&L->gate_up_exps) + mat_bytes(&L->down_exps);
         bytes += mat_bytes(&L->router) + experts + mat_bytes(&L->gate_shexp) + mat_bytes(&L->up_shexp) + mat_bytes(&L->down_shexp);
         if (l < in->n_layer) in->expert_bytes_per_token += experts / (size_t)in->n_expert * (size_t)in->n_expert_used;
     }
@@ -171,6 +171,12 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
     in->weight_bytes = bytes;
     /* Gated DeltaNet layers and KV-shared ones (gemma4) hold none */
     in->kv_bytes_per_token_f16 = (size_t)2 * (in->n_layer - in->n_rec_layers - in->n_kv_shared) * in->n_head_kv * in->head_dim * 2;
+    if (m->n_kv_layer) { /* gemma4's per-layer KV heads: each layer that holds K/V, its own */
+        size_t heads = 0;
+        for (int32_t l = 0; l < in->n_layer; l++)
+            if (!(m->kv_source && m->kv_source[l] >= 0) && !(m->recurrent && m->recurrent[l])) heads += (size_t)m->n_kv_layer[l];
+        in->kv_bytes_per_token_f16 = (size_t)2 * heads * in->head_dim * 2;
+    }
     kvb_family_describe(m, in->features, sizeof in->features);
     *out = m;
     return KVB_OK;
@@ -190,6 +196,7 @@ void kvb_model_free(struct kvb_model *m) {
     kvb_free(m->swa_mask);
     kvb_free(m->kv_source);
     kvb_free(m->n_ff_layer);
+    kvb_free(m->n_kv_layer);
     kvb_free(m);
 }
 

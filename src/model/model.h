@@ -65,6 +65,14 @@ struct kvb_layer {
     const float *b_gate_exps, *b_up_exps; /* [n_expert][Fe] or NULL */
     const float *b_down_exps;          /* [n_expert][E] or NULL */
     const float *s_gate_exps, *s_up_exps, *s_down_exps; /* per-expert output scales [n_expert] (after the biases), or NULL */
+    /* gemma4's experts: gate and up rows of one fused ffn_gate_up_exps ([n_expert * 2Fe][E]: expert e's gate rows
+     * [2e Fe, 2e Fe + Fe), its up rows the next Fe; gate_exps/up_exps then empty), or data NULL */
+    struct kvb_mat gate_up_exps;
+    /* gemma4's MoE layer (router_scale non-NULL): the dense FFN always runs, N(ffn, post_ffn_norm_1); the router reads
+     * rms(x) / sqrt(E) * router_scale; the experts read N(x, pre_ffn_norm_2), their sum N(., post_ffn_norm_2); then
+     * post_ffn_norm over both */
+    const float *router_scale;           /* ffn_gate_inp.scale [E] */
+    const float *pre_ffn_norm_2, *post_ffn_norm_1, *post_ffn_norm_2; /* [E] */
     /* shared experts (ffn_*_shexp): a dense SwiGLU FFN of width info.n_ff_shexp that every token of
      * the layer runs, added to the routed experts' sum; gated (qwen2moe) when gate_inp_shexp is
      * there: its output times sigmoid(gate_inp_shexp . x). data NULL: none */
@@ -154,6 +162,8 @@ struct kvb_model {
     bool v_norm;                 /* V = rms(V) per head, no weight (gemma4) */
     int32_t n_kv_shared;         /* shared_kv_layers: the last ones read an earlier layer's K/V */
     int32_t *kv_source;          /* [n_layer] -1, or the earlier layer whose K/V layer l reads; or NULL (owned) */
+    int32_t *n_kv_layer;         /* [n_layer] each layer's KV heads (head_count_kv per layer: the 26B-A4B and 31B's window
+                                  * and global counts; info.n_head_kv the largest), or NULL: info.n_head_kv everywhere (owned) */
     int32_t *n_ff_layer;         /* [n_layer] each layer's FFN width (feed_forward_length per layer), or NULL:
                                   * info.n_ff (then the widest) for every layer (owned) */
     /* per-layer token embeddings (PLE): P = n_ple dims per layer, 0: none */
@@ -215,6 +225,8 @@ kvb_status kvb_family_gemma4(struct kvb_model *m, int32_t window);
 /* Layer l's real head size (gemma4's window layers: head_dim_swa) and FFN width. */
 int32_t kvb_layer_head_dim(const struct kvb_model *m, int32_t l);
 int32_t kvb_layer_n_ff(const struct kvb_model *m, int32_t l);
+/* Layer l's KV heads (gemma4's per-layer head_count_kv), else info.n_head_kv. */
+int32_t kvb_layer_n_kv(const struct kvb_model *m, int32_t l);
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put
@@ -293,6 +305,7 @@ struct kvb_fwd {
     float *qg, *gate;          /* [rows][Hq*2D], [rows][Hq*D]: a gated attention's query and gate (info.attn_gated) */
     float *ple;                /* [rows][P * n_layer] the per-layer inputs of gemma4 (kvb_fwd_init_ple), or NULL */
     float *pg, *pu;            /* [rows][P] */
+    float *xr, *m2;            /* [rows][E] gemma4's router input and experts' sum (a model with router_scale), or NULL */
 };
 /* forward.c: the buffers of a pass (and of its experts: moe.c). */
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows);
@@ -336,6 +349,9 @@ void kvb_moe_buf_free(struct kvb_moe_buf *b);
  * rows as that chunk alone), the weighted outputs summed in expert order. */
 void kvb_moe_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_pass_rows *p, int32_t l,
                  const float *xin, float *out);
+/* The same with the router reading rin (rows of E) instead of xin (gemma4: rms(x) / sqrt(E) * router_scale). */
+void kvb_moe_ffn_routed(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_pass_rows *p, int32_t l,
+                        const float *rin, const float *xin, float *out);
 /* The router of one row: logits (n_expert) to the chosen experts and their
  * weights (k each), by m's gating, normalization and scale. */
 void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel, float *wt);

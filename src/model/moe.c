@@ -28,6 +28,11 @@
 #include <math.h>
 
 struct kvb_mat kvb_moe_expert(const struct kvb_layer *L, int which, int32_t e) {
+    if (which < 2 && L->gate_up_exps.data) { /* fused (gemma4): expert e's 2Fe rows, gate first */
+        const struct kvb_mat *w = &L->gate_up_exps;
+        const int64_t rows = w->n_out / L->router.n_out / 2;
+        return (struct kvb_mat){w->type, w->n_in, rows, w->row_bytes, w->data + ((size_t)(2 * e + which) * (size_t)rows) * w->row_bytes};
+    }
     const struct kvb_mat *w = which == 0 ? &L->gate_exps : which == 1 ? &L->up_exps : &L->down_exps;
     const int64_t rows = w->n_out / L->router.n_out;
     return (struct kvb_mat){w->type, w->n_in, rows, w->row_bytes, w->data + (size_t)e * (size_t)rows * w->row_bytes};
@@ -157,12 +162,17 @@ static void expert_pass(struct kvb_moe_buf *B, const struct kvb_pass_rows *p, in
 
 void kvb_moe_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_pass_rows *p, int32_t l,
                  const float *xin, float *out) {
+    kvb_moe_ffn_routed(m, tp, f, p, l, xin, xin, out);
+}
+
+void kvb_moe_ffn_routed(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_pass_rows *p, int32_t l,
+                        const float *rin, const float *xin, float *out) {
     const struct kvb_model_info *in = &m->info;
     const struct kvb_layer *L = &m->layers[l];
     struct kvb_moe_buf *B = &f->moe;
     const int32_t R = p->n_rows, N = in->n_expert, K = in->n_expert_used;
     const int64_t E = in->n_embd, Fe = in->n_ff_exp;
-    kvb_fwd_mm(tp, f->q8, p, &L->router, xin, E, B->logits, N);
+    kvb_fwd_mm(tp, f->q8, p, &L->router, rin, E, B->logits, N);
     kvb_fwd_add_bias(B->logits, R, N, L->b_router);
     for (int32_t r = 0; r < R; r++) kvb_moe_route(m, B->logits + (size_t)r * N, B->sel + (size_t)r * K, B->wt + (size_t)r * K);
     /* each prompt row's group: its chunk's first row, or itself */

@@ -64,10 +64,15 @@ static void print_model(const char *path, const struct kvb_model *m) {
     if (in.head_dim_swa > 0 || in.n_kv_shared > 0 || in.n_embd_per_layer > 0)
         printf("gemma4        window heads of %d (global %d, padded to it in the cache); %d KV-shared layers (no K/V of their own); "
                "per-layer embeddings of %d\n", in.head_dim_swa ? in.head_dim_swa : in.head_dim, in.head_dim, in.n_kv_shared, in.n_embd_per_layer);
+    if (in.n_head_kv_swa > 0 || in.n_head_kv_global > 0)
+        printf("kv heads      %d on the window layers, %d on the global ones (per layer)\n", in.n_head_kv_swa, in.n_head_kv_global);
     if (in.n_nextn_layers > 0) printf("mtp           %d multi-token-prediction layers (loaded, not run)\n", in.n_nextn_layers);
     if (in.features[0]) printf("features      %s\n", in.features);
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, kvb_type_name(in.weight_type));
+    if (in.n_head_kv_swa > 0 || in.n_head_kv_global > 0)
+        printf("KV per token  %zu bytes in f16 (2 x each K/V-holding layer's KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.head_dim);
+    else
     printf("KV per token  %zu bytes in f16 (2 x %d %slayers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16,
            in.n_layer - in.n_rec_layers - in.n_kv_shared, in.n_rec_layers ? "attention " : in.n_kv_shared ? "K/V-holding " : "", in.n_head_kv, in.head_dim);
     print_tokenizer(kvb_model_vocab(m));
