@@ -467,6 +467,58 @@ static void rope_neox(double *x, int R, int pos, double base, const double *div)
     }
 }
 
+/* gemma4's experts (GEMMA4.md §3 step 7) on the residual xa into o: the router on rms(xa) / sqrt(E) * ffn_gate_inp.scale,
+ * a softmax over all experts, the top k renormalized (the sum clamped at 6.1035e-5); GeGLU experts on N(xa, pre_ffw_norm_2)
+ * (a fused gate_up stack: each expert's gate rows first, or the split stacks), each times ffn_down_exps.scale[e]; the
+ * weighted sum through post_ffw_norm_2. 0: layer l has no router. */
+static int gemma4_moe(const struct ref *r, int l, const double *xa, int E, double eps, double *o) {
+    const int N = key_u(r, "expert_count", 0), K = key_u(r, "expert_used_count", 0), Fe = key_u(r, "expert_feed_forward_length", 0);
+    double *wr = N ? layer_t(r, l, "ffn_gate_inp.weight", (int64_t)E * N) : NULL;
+    if (!wr) return 0;
+    double *rsc = layer_t(r, l, "ffn_gate_inp.scale", E), *pre = layer_t(r, l, "pre_ffw_norm_2.weight", E);
+    double *post2 = layer_t(r, l, "post_ffw_norm_2.weight", E), *sd = layer_t(r, l, "ffn_down_exps.scale", N);
+    double *gu = stack_t(r, l, "ffn_gate_up_exps.weight", (int64_t)E * 2 * Fe * N);
+    double *wg = gu ? NULL : stack_t(r, l, "ffn_gate_exps.weight", (int64_t)E * Fe * N), *wu = gu ? NULL : stack_t(r, l, "ffn_up_exps.weight", (int64_t)E * Fe * N);
+    double *wd = stack_t(r, l, "ffn_down_exps.weight", (int64_t)Fe * E * N);
+    double *h = malloc(sizeof(double) * (size_t)E), *p = malloc(sizeof(double) * (size_t)N), *g = malloc(sizeof(double) * (size_t)Fe), *y = malloc(sizeof(double) * (size_t)E);
+    int sel[64];
+    double ss = 0, mx = -1e300, sum = 0, wsum = 0;
+    for (int i = 0; i < E; i++) ss += xa[i] * xa[i];
+    for (int i = 0; i < E; i++) h[i] = xa[i] / sqrt(ss / E + eps) / sqrt((double)E) * rsc[i];
+    matvec(wr, NULL, h, E, N, p);
+    for (int e = 0; e < N; e++) mx = fmax(mx, p[e]);
+    for (int e = 0; e < N; e++) sum += (p[e] = exp(p[e] - mx));
+    for (int e = 0; e < N; e++) p[e] /= sum;
+    for (int k = 0; k < K; k++) {
+        sel[k] = -1;
+        for (int e = 0; e < N; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken = taken || sel[j] == e;
+            if (!taken && (sel[k] < 0 || p[e] > p[sel[k]])) sel[k] = e;
+        }
+        wsum += p[sel[k]];
+    }
+    memcpy(h, xa, sizeof(double) * (size_t)E);
+    rms(h, E, pre, eps);
+    for (int i = 0; i < E; i++) o[i] = 0;
+    for (int k = 0; k < K; k++) {
+        const int e = sel[k];
+        for (int i = 0; i < Fe; i++) {
+            const double *rg = gu ? gu + ((size_t)e * 2 * Fe + i) * E : wg + ((size_t)e * Fe + i) * E;
+            const double *ru = gu ? gu + ((size_t)e * 2 * Fe + Fe + i) * E : wu + ((size_t)e * Fe + i) * E;
+            double a = 0, b = 0;
+            for (int j = 0; j < E; j++) { a += rg[j] * h[j]; b += ru[j] * h[j]; }
+            g[i] = gelu_d(a) * b;
+        }
+        matvec(wd + (size_t)e * E * Fe, NULL, g, Fe, E, y);
+        const double wt = p[e] / fmax(wsum, 6.103515625e-5) * (sd ? sd[e] : 1);
+        for (int i = 0; i < E; i++) o[i] += wt * y[i];
+    }
+    rms(o, E, post2, eps);
+    free(wr); free(rsc); free(pre); free(post2); free(sd); free(gu); free(wg); free(wu); free(wd); free(h); free(p); free(g); free(y);
+    return 1;
+}
+
 /* Every position's logits [nt][V] of the first nt of k_toks: x sqrt(E); the per-layer inputs; per layer
  * q = rope(N(Wq h)), and where the layer has K/V, k = rope(N(Wk h)), v = rms(Wv h or Wk h), else its
  * source's (layer n_kv - 2 for a window layer, n_kv - 1 a global one); scores q.k unscaled, a window
@@ -477,7 +529,7 @@ static double *reference_gemma4(const char *path, int nt) {
     struct ref r = {.f = f};
     snprintf(r.arch, sizeof r.arch, "gemma4");
     const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0), Hq = key_u(&r, "attention.head_count", 0);
-    const int Hk = key_u(&r, "attention.head_count_kv", Hq), D = key_u(&r, "attention.key_length", E / Hq);
+    const int D = key_u(&r, "attention.key_length", E / Hq);
     const int Ds = key_u(&r, "attention.key_length_swa", 0), R = key_u(&r, "rope.dimension_count", D);
     const int Rs = key_u(&r, "rope.dimension_count_swa", R), W = key_u(&r, "attention.sliding_window", 0);
     const int shared = key_u(&r, "attention.shared_kv_layers", 0), P = key_u(&r, "embedding_length_per_layer_input", 0), n_kv = L - shared;
@@ -486,8 +538,11 @@ static double *reference_gemma4(const char *path, int nt) {
     int *swa = malloc(sizeof(int) * (size_t)L), *Fl = malloc(sizeof(int) * (size_t)L);
     layer_keys(&r, "attention.sliding_window_pattern", L, 0, swa);
     layer_keys(&r, "feed_forward_length", L, 0, Fl);
+    int *Hkl = malloc(sizeof(int) * (size_t)L), Hk = 0; /* KV heads per layer (26B-A4B, 31B: window and global counts); Hk the largest */
+    layer_keys(&r, "attention.head_count_kv", L, Hq, Hkl);
     int Fmax = 0;
     for (int l = 0; l < L; l++) Fmax = Fl[l] > Fmax ? Fl[l] : Fmax;
+    for (int l = 0; l < L; l++) Hk = Hkl[l] > Hk ? Hkl[l] : Hk;
     const int V = (int)kvb_gguf_find_tensor(f, "token_embd.weight")->ne[1], PL = P * L, KD = Hk * D, QD = Hq * D;
     double *emb = tensor(&r, "token_embd.weight", (int64_t)E * V), *onorm = tensor(&r, "output_norm.weight", E);
     double *out = tensor(&r, "output.weight", (int64_t)E * V), *ff = tensor(&r, "rope_freqs.weight", D / 2);
@@ -496,7 +551,7 @@ static double *reference_gemma4(const char *path, int nt) {
     double *x = calloc((size_t)nt * E, sizeof(double)), *ple = calloc((size_t)nt * (PL ? PL : 1), sizeof(double));
     double *Kc = calloc((size_t)L * nt * KD, sizeof(double)), *Vc = calloc((size_t)L * nt * KD, sizeof(double));
     double *Q = calloc((size_t)nt * QD, sizeof(double)), *h = malloc(sizeof(double) * (size_t)E), *att = malloc(sizeof(double) * (size_t)QD);
-    double *o = malloc(sizeof(double) * (size_t)E), *g = malloc(sizeof(double) * (size_t)(2 * Fmax + P + 1)), *w = malloc(sizeof(double) * (size_t)nt);
+    double *o = malloc(sizeof(double) * (size_t)E), *m2 = malloc(sizeof(double) * (size_t)E), *g = malloc(sizeof(double) * (size_t)(2 * Fmax + P + 1)), *w = malloc(sizeof(double) * (size_t)nt);
     double *logits = malloc(sizeof(double) * (size_t)nt * V);
     for (int t = 0; t < nt; t++) {
         for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)k_toks[t] * E + i] * sqrt((double)E);
@@ -510,7 +565,7 @@ static double *reference_gemma4(const char *path, int nt) {
     for (int l = 0; l < L; l++) {
         const int Dl = swa[l] ? Ds : D, Rl = swa[l] ? Rs : R, F = Fl[l], src = l < n_kv ? l : swa[l] ? n_kv - 2 : n_kv - 1;
         const double bl = swa[l] ? base_s : base, *div = swa[l] ? NULL : ff;
-        const int qd = Hq * Dl, kd = Hk * Dl;
+        const int Hl = Hkl[src], qd = Hq * Dl, kd = Hl * Dl; /* a reader: its source's heads */
         double *an = layer_t(&r, l, "attn_norm.weight", E), *wq = layer_t(&r, l, "attn_q.weight", (int64_t)E * qd);
         double *wk = layer_t(&r, l, "attn_k.weight", (int64_t)E * kd), *wv = layer_t(&r, l, "attn_v.weight", (int64_t)E * kd);
         double *qn = layer_t(&r, l, "attn_q_norm.weight", Dl), *kn = layer_t(&r, l, "attn_k_norm.weight", Dl);
@@ -531,7 +586,7 @@ static double *reference_gemma4(const char *path, int nt) {
             matvec(wk, NULL, h, E, kd, kt);
             if (wv) matvec(wv, NULL, h, E, kd, vt);
             else memcpy(vt, kt, sizeof(double) * (size_t)kd);
-            for (int hh = 0; hh < Hk; hh++) {
+            for (int hh = 0; hh < Hl; hh++) {
                 rms(kt + hh * Dl, Dl, kn, eps);
                 rope_neox(kt + hh * Dl, Rl, t, bl, div);
                 double ss = 0;
@@ -541,7 +596,7 @@ static double *reference_gemma4(const char *path, int nt) {
         }
         for (int t = 0; t < nt; t++) {
             for (int hh = 0; hh < Hq; hh++) {
-                const int kh = hh / (Hq / Hk), j0 = swa[l] && t - W + 1 > 0 ? t - W + 1 : 0;
+                const int kh = hh / (Hq / Hl), j0 = swa[l] && t - W + 1 > 0 ? t - W + 1 : 0;
                 double mx = -1e300, sum = 0;
                 for (int j = j0; j <= t; j++) {
                     double s = 0;
@@ -565,6 +620,12 @@ static double *reference_gemma4(const char *path, int nt) {
             matvec(wu, NULL, h, E, F, g + F);
             for (int i = 0; i < F; i++) g[i] = gelu_d(g[i]) * g[F + i];
             matvec(wd, NULL, g, F, E, o);
+            if (gemma4_moe(&r, l, xt, E, eps, m2)) { /* the dense part through post_ffw_norm_1, the experts' beside it */
+                double *pf1 = layer_t(&r, l, "post_ffw_norm_1.weight", E);
+                rms(o, E, pf1, eps);
+                for (int i = 0; i < E; i++) o[i] += m2[i];
+                free(pf1);
+            }
             rms(o, E, pfn, eps);
             for (int i = 0; i < E; i++) xt[i] += o[i];
             if (P) {
@@ -585,7 +646,7 @@ static double *reference_gemma4(const char *path, int nt) {
         matvec(out ? out : emb, NULL, h, E, V, logits + (size_t)t * V);
         for (int i = 0; cap != 0 && i < V; i++) logits[(size_t)t * V + i] = cap * tanh(logits[(size_t)t * V + i] / cap);
     }
-    free(swa); free(Fl); free(emb); free(out); free(onorm); free(ff); free(pemb); free(pproj); free(pnorm); free(x); free(ple); free(Kc); free(Vc);
+    free(swa); free(Fl); free(Hkl); free(m2); free(emb); free(out); free(onorm); free(ff); free(pemb); free(pproj); free(pnorm); free(x); free(ple); free(Kc); free(Vc);
     free(Q); free(h); free(att); free(o); free(g); free(w);
     kvb_gguf_close(f);
     return logits;
@@ -1154,6 +1215,84 @@ TEST(gemma_query_scale_by_size) {
 
 /* ---- gemma4 ---- */
 
+/* The 26B-A4B's experts beside the dense FFN (router on rms(x)/sqrt(E) * scale, softmax, top 2 of 8 renormalized,
+ * per-expert down scales, GeGLU experts, the extra norms), split gate/up stacks, 2 KV heads everywhere: against
+ * reference_gemma4 over 36 tokens */
+TEST(gemma4moe_experts_beside_dense_ffn_split_stacks_equal_reference) { check_family_n("tiny-gemma4moe-split", 4096, NT_MAX); }
+
+/* The same with a fused gate_up stack (gate rows first) and per-layer KV heads: 4 on the window layers, 2 on the global
+ * ones (the readers: their source's) */
+TEST(gemma4moe_per_layer_kv_heads_and_fused_experts_equal_reference) { check_family_n("tiny-gemma4moe", 4096, NT_MAX); }
+
+/* tiny-gemma4moe written, loaded (every tensor bound: the experts, their router scale and norms, the dense FFN beside
+ * them), written again: the same tensors; per-layer KV heads as data; the sizing rule sums each layer's heads */
+TEST(gemma4moe_round_trip_binds_every_tensor_and_per_layer_kv_heads) {
+    char a[128], b[128];
+    if (!write_shape("tiny-gemma4moe", a, sizeof a)) FAILF("mkmodel: %s", kvb_last_error());
+    struct kvb_model *m;
+    if (kvb_model_load(a, NULL, &m) != KVB_OK) FAILF("load: %s", kvb_last_error());
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    CHECK(mi.n_head_kv == 4 && mi.n_head_kv_swa == 4 && mi.n_head_kv_global == 2 && mi.n_expert == 8 && mi.n_expert_used == 2 && mi.n_ff_exp == 64);
+    CHECK(mi.n_moe_layers == 6 && mi.n_ff == 128);
+    CHECK(mi.kv_bytes_per_token_f16 == (size_t)2 * (4 + 4 + 2) * 64 * 2); /* layers 0, 1 (4 heads), 2 (2): the readers hold none */
+    static const int hk[6] = {4, 4, 2, 4, 4, 2}, win[6] = {1, 1, 0, 1, 1, 0};
+    for (int l = 0; l < 6; l++) {
+        const struct kvb_layer *L = &m->layers[l];
+        const int D = win[l] ? 32 : 64;
+        CHECK(kvb_layer_n_kv(m, l) == hk[l] && m->n_kv_layer[l] == hk[l]);
+        CHECK(l >= 3 || (L->wk.n_out == hk[l] * D && (L->wv.data ? L->wv.n_out == hk[l] * D : !win[l])));
+        CHECK(L->w_gate.n_out == 128 && L->w_down.n_in == 128 && L->router.n_out == 8 && L->gate_up_exps.n_out == 8 * 2 * 64);
+        CHECK(!L->gate_exps.data && !L->up_exps.data && L->down_exps.n_out == 8 * 256 && L->router_scale && L->s_down_exps);
+        CHECK(L->pre_ffn_norm_2 && L->post_ffn_norm_1 && L->post_ffn_norm_2 && L->post_ffn_norm && L->ffn_norm);
+        const struct kvb_mat g1 = kvb_moe_expert(L, 0, 1), u1 = kvb_moe_expert(L, 1, 1); /* expert 1: gate rows 128..191, up 192..255 */
+        CHECK(g1.n_out == 64 && g1.data == L->gate_up_exps.data + 128 * L->gate_up_exps.row_bytes && u1.data == g1.data + 64 * g1.row_bytes);
+    }
+    CHECK(strstr(mi.features, "KV heads 4 window, 2 global; experts beside the dense FFN") != NULL);
+    /* the sizing rule: window layers 0, 1 of 4 heads and global layer 2 of 2, each by its kind */
+    const struct kvb_kv_params kv = kvb_kv_default_params();
+    struct kvb_kv_params k2 = kv;
+    k2.layers = m->swa_layers;
+    k2.n_layers = 2;
+    const size_t win_b = kvb_kv_seq_bytes(&k2, 2, 4, 64, 4096, 100, 256);
+    struct kvb_kv_params k0 = kv;
+    k0.layers = NULL;
+    k0.n_layers = 0;
+    const size_t glob_b = kvb_kv_seq_bytes(&k0, 1, 2, 64, 4096, 100, 256);
+    CHECK(win_b > 0 && glob_b > 0 && kvb_model_kv_seq_bytes(m, &kv, 4096, 100, 256) == win_b + glob_b);
+    snprintf(b, sizeof b, "%s/tiny-gemma4moe-again.gguf", g_dir);
+    CHECK_OK(kvb_model_write_gguf(m, b, 0, NULL, NULL));
+    kvb_model_free(m);
+    if (!same_tensors(a, b)) FAILF("not the same tensors after load and write");
+    if (kvb_model_load(b, NULL, &m) != KVB_OK) FAILF("reload: %s", kvb_last_error());
+    kvb_model_free(m);
+    /* the split stacks bind too */
+    if (!write_shape("tiny-gemma4moe-split", a, sizeof a)) FAILF("mkmodel: %s", kvb_last_error());
+    if (kvb_model_load(a, NULL, &m) != KVB_OK) FAILF("load split: %s", kvb_last_error());
+    CHECK(!m->n_kv_layer && m->layers[0].gate_exps.n_out == 8 * 64 && m->layers[0].up_exps.n_out == 8 * 64 && !m->layers[0].gate_up_exps.data);
+    kvb_model_free(m);
+}
+
+/* What the 26B-A4B's layers need, refused by name when missing or wrong */
+TEST(gemma4moe_missing_expert_tensors_keys_and_kv_heads_refused_by_name) {
+    char g[128];
+    if (!write_shape("tiny-gemma4moe", g, sizeof g)) FAILF("mkmodel: %s", kvb_last_error());
+    refused(g, &(struct edit){.drop = "blk.0.ffn_gate_inp.scale"}, KVB_ERR_CORRUPT, "blk.0.ffn_gate_inp.scale");
+    refused(g, &(struct edit){.drop = "blk.1.pre_ffw_norm_2.weight"}, KVB_ERR_CORRUPT, "blk.1.pre_ffw_norm_2.weight");
+    refused(g, &(struct edit){.drop = "blk.2.post_ffw_norm_1.weight"}, KVB_ERR_CORRUPT, "blk.2.post_ffw_norm_1.weight");
+    refused(g, &(struct edit){.drop = "blk.3.post_ffw_norm_2.weight"}, KVB_ERR_CORRUPT, "blk.3.post_ffw_norm_2.weight");
+    refused(g, &(struct edit){.drop = "blk.0.ffn_gate.weight"}, KVB_ERR_CORRUPT, "blk.0.ffn_gate.weight"); /* the dense FFN runs too */
+    refused(g, &(struct edit){.drop = "blk.4.ffn_gate_up_exps.weight"}, KVB_ERR_UNSUPPORTED, "blk.4.ffn_gate_exps.weight");
+    refused(g, &(struct edit){.key = "gemma4.expert_feed_forward_length", .drop_key = true}, KVB_ERR_CORRUPT, "gemma4.expert_feed_forward_length");
+    refused(g, &(struct edit){.copy = "blk.0.ffn_down_exps.scale", .as = "blk.0.ffn_gate_up_exps.scale"}, KVB_ERR_UNSUPPORTED,
+            "blk.0.ffn_gate_up_exps.scale");
+    /* per-layer KV heads: one not dividing the query heads; a reader's unlike its source's */
+    static const int32_t kv3[6] = {4, 4, 3, 4, 4, 3}, kvr[6] = {4, 4, 2, 2, 4, 2};
+    refused(g, &(struct edit){.key = "gemma4.attention.head_count_kv", .arr = kv3, .n_arr = 6}, KVB_ERR_CORRUPT, "head_count_kv 3 (layer 2)");
+    refused(g, &(struct edit){.key = "gemma4.attention.head_count_kv", .arr = kvr, .n_arr = 6}, KVB_ERR_UNSUPPORTED,
+            "head_count_kv of KV-shared layer 3 (2) differs from its source layer 1's (4)");
+}
+
 /* Windows of 8 on layers 0, 1, 3, 4 with heads of 32 (padded to the global 64 in the cache), proportional RoPE on the
  * global ones, V from the raw K on them, three KV-shared layers (3 and 4 read 1, 5 reads 2) twice as wide, per-layer
  * embeddings, output scales, final cap 10: against reference_gemma4 over 36 tokens (4 windows) */
@@ -1219,11 +1358,11 @@ TEST(gemma4_keys_tensors_sharing_and_per_layer_kv_heads_refused_by_name) {
     /* llama.cpp's sharing assert: layer n_kv - 1 global and n_kv - 2 a window layer (shared 2: layer 3, a window one, last) */
     refused(g, &(struct edit){.key = "gemma4.attention.shared_kv_layers", .num = 2}, KVB_ERR_UNSUPPORTED, "gemma4: shared_kv_layers = 2");
     refused(g, &(struct edit){.key = "gemma4.attention.shared_kv_layers", .num = 5}, KVB_ERR_UNSUPPORTED, "shared_kv_layers = 5");
-    /* per-layer KV heads: one value for all loads; the 26B's kind refused by name; experts too */
+    /* per-layer KV heads: one value for all loads; per layer read as data (a count that is not the file's: refused by the
+     * tensor's shape); experts without their keys refused by name */
     refused(g, &(struct edit){.key = "gemma4.attention.head_count_kv", .arr = kv2, .n_arr = 6}, KVB_OK, "");
-    refused(g, &(struct edit){.key = "gemma4.attention.head_count_kv", .arr = kv21, .n_arr = 6}, KVB_ERR_UNSUPPORTED,
-            "gemma4.attention.head_count_kv per layer");
-    refused(g, &(struct edit){.key = "gemma4.expert_count", .num = 8}, KVB_ERR_UNSUPPORTED, "gemma4.expert_count");
+    refused(g, &(struct edit){.key = "gemma4.attention.head_count_kv", .arr = kv21, .n_arr = 6}, KVB_ERR_CORRUPT, "blk.2.attn_k.weight");
+    refused(g, &(struct edit){.key = "gemma4.expert_count", .num = 8}, KVB_ERR_CORRUPT, "gemma4.expert_used_count");
     /* per-layer FFN widths read as data: a width that is not the file's is refused by the tensor's shape */
     refused(g, &(struct edit){.key = "gemma4.feed_forward_length", .arr = ff1, .n_arr = 6}, KVB_ERR_CORRUPT, "blk.5.ffn_gate.weight");
     refused(g, &(struct edit){.key = "gemma4.feed_forward_length", .num = 512}, KVB_ERR_CORRUPT, "blk.0.ffn_gate.weight");
@@ -1335,6 +1474,10 @@ int main(void) {
     RUN(gemma4_kv_shared_layers_window_heads_and_ple_equal_reference);
     RUN(gemma4_round_trip_binds_every_tensor_and_layer_kinds);
     RUN(gemma4_keys_tensors_sharing_and_per_layer_kv_heads_refused_by_name);
+    RUN(gemma4moe_experts_beside_dense_ffn_split_stacks_equal_reference);
+    RUN(gemma4moe_per_layer_kv_heads_and_fused_experts_equal_reference);
+    RUN(gemma4moe_round_trip_binds_every_tensor_and_per_layer_kv_heads);
+    RUN(gemma4moe_missing_expert_tensors_keys_and_kv_heads_refused_by_name);
     RUN(callers_kv_layers_are_refused);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

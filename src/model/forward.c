@@ -199,6 +199,38 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
     struct kvb_kv_params k = *kv; /* the model's windows, not the caller's */
     k.layers = m->swa_layers;
     k.n_layers = m->swa_layers ? in->n_swa_layers : 0;
+    if (m->n_kv_layer) { /* gemma4's per-layer KV heads (26B-A4B, 31B): the rule per head count over the layers of that count that
+                          * hold K/V (their window layers at their window), summed; the readers hold nothing */
+        struct kvb_kv_layer *w = kvb_malloc(sizeof *w * (size_t)KVB_MAX(in->n_swa_layers, 1));
+        if (!w) return 0;
+        size_t total = 0;
+        for (int32_t l = 0; l < in->n_layer; l++) {
+            const int32_t h = m->n_kv_layer[l];
+            bool seen = false;
+            for (int32_t j = 0; j < l && !seen; j++) seen = m->n_kv_layer[j] == h && !(m->kv_source && m->kv_source[j] >= 0);
+            if (seen || (m->kv_source && m->kv_source[l] >= 0)) continue;
+            int32_t n = 0, nw = 0;
+            for (int32_t j = l; j < in->n_layer; j++) {
+                if (m->n_kv_layer[j] != h || (m->kv_source && m->kv_source[j] >= 0)) continue;
+                for (int32_t i = 0; m->swa_layers && i < in->n_swa_layers; i++)
+                    if (m->swa_layers[i].layer == j) {
+                        w[nw] = m->swa_layers[i];
+                        w[nw++].layer = n; /* numbered within the group */
+                    }
+                n++;
+            }
+            k.layers = nw ? w : NULL;
+            k.n_layers = nw;
+            const size_t b = kvb_kv_seq_bytes(&k, n, h, in->head_dim, n_ctx, n_prompt, chunk);
+            if (!b) {
+                kvb_free(w);
+                return 0;
+            }
+            total += b;
+        }
+        kvb_free(w);
+        return total;
+    }
     if (m->kv_source) { /* gemma4: the shared layers (the last n_kv_shared) hold nothing; their sources count once */
         const int32_t n_kv = in->n_layer - in->n_kv_shared;
         k.n_layers = 0;
