@@ -486,6 +486,14 @@ struct kvb_cache_params {
                                  * eviction waits until its last reader has attended), at the
                                  * reader's own position; its queries feed no policy (the
                                  * source's decisions hold for it). No recall with readers. */
+    const int32_t *kv_heads;    /* [n_layer]: the KV heads each layer holds, 1..n_kv_head (the
+                                 * largest), or NULL: n_kv_head everywhere; copied. A layer with
+                                 * fewer uses its first kv_heads[l] streams: kvb_cache_decode/
+                                 * prefill on it take k, v as [n_tok][kv_heads[l]][head_dim] and
+                                 * n_head a multiple of kv_heads[l] (query head h reads KV head
+                                 * h / (n_head / kv_heads[l])). Gemma 4 26B/31B: 8 or 16 heads on
+                                 * window layers, 2 or 4 on global ones. A reader has its
+                                 * source's; no sinks or recall with it. */
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 

@@ -6,7 +6,9 @@
  * prefill chunks longer than a window and in decode, because the source's
  * eviction waits until its last reader has attended. Readers hold no pages;
  * an image taken between steps restores them; a fork waits for the readers;
- * bad sources are refused by name.
+ * bad sources are refused by name. Per-layer KV heads (kv_heads; Gemma 4
+ * 26B/31B: fewer on global layers): a layer of 2 heads in a cache of 4 gives
+ * the outputs of a cache of 2, bit for bit, under every policy.
  */
 #include "testing.h"
 #include "kvbound.h"
@@ -176,9 +178,75 @@ TEST(readers_hold_no_pages_and_bad_sources_are_refused) {
     CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_UNSUPPORTED);
 }
 
+/* Layer 1 of a cache with kv_heads {4, 2} against a one-layer cache of 2 heads fed the same inputs. */
+TEST(per_layer_kv_heads_equal_a_cache_of_that_many) {
+    enum { HA = 4, HB = 2, NQ = 8, DD = 16, C0 = 9 };
+    static const int32_t heads[2] = {HA, HB};
+    static float q[C0 * NQ * DD], k[C0 * HA * DD], v[C0 * HA * DD], oa[C0 * NQ * DD], ob[C0 * NQ * DD];
+    for (int pid = 0; pid < KVB_POLICY_COUNT; pid++) {
+        if (pid == KVB_POLICY_PYRAMIDKV) continue; /* its budgets depend on the layer's place: the caches differ in layers */
+        struct kvb_cache_params a = kvb_cache_default_params();
+        a.n_layer = 2; a.n_kv_head = HA; a.head_dim = DD;
+        a.rope = (struct kvb_rope){KVB_ROPE_NEOX, DD, 10000.0f, 1.0f, NULL};
+        a.kv.kv_dtype = KVB_DTYPE_F32; a.kv.block_size = 4; a.kv.max_distance = 64;
+        a.kv.policy = kvb_policy_default_params((enum kvb_policy_id)pid);
+        if (pid != KVB_POLICY_FULL) a.kv.policy.budget = 14;
+        a.kv_heads = heads;
+        a.pool_bytes = 4 << 20;
+        struct kvb_cache_params b = a;
+        b.n_layer = 1; b.n_kv_head = HB; b.kv_heads = NULL;
+        struct kvb_cache *ca = NULL, *cb = NULL;
+        CHECK_OK(kvb_cache_init(NULL, &a, &ca));
+        CHECK_OK(kvb_cache_init(NULL, &b, &cb));
+        for (int step = 0; step < 20 && !t_case_failed; step++) {
+            const int C = step == 0 ? C0 : 1; /* a prompt, then decode */
+            for (int i = 0; i < C * NQ * DD; i++) q[i] = rnd();
+            for (int i = 0; i < C * HA * DD; i++) { k[i] = rnd(); v[i] = rnd(); }
+            if (C > 1) {
+                CHECK_OK(kvb_cache_prefill(ca, 0, C, q, NQ, k, v, oa, NULL)); /* layer 0: 4 heads */
+                CHECK_OK(kvb_cache_prefill(ca, 1, C, q, NQ, k, v, oa, NULL)); /* layer 1: k, v read as [C][2][DD] */
+                CHECK_OK(kvb_cache_prefill(cb, 0, C, q, NQ, k, v, ob, NULL));
+            } else {
+                CHECK_OK(kvb_cache_decode(ca, 0, q, NQ, k, v, oa, NULL));
+                CHECK_OK(kvb_cache_decode(ca, 1, q, NQ, k, v, oa, NULL));
+                CHECK_OK(kvb_cache_decode(cb, 0, q, NQ, k, v, ob, NULL));
+            }
+            if (step == 0) { kvb_cache_compress(ca, NULL); kvb_cache_compress(cb, NULL); }
+            if (memcmp(oa, ob, sizeof(float) * (size_t)C * NQ * DD)) FAILF("policy %s, step %d: the 2-head layer differs from a 2-head cache",
+                                                                           kvb_policy_name((enum kvb_policy_id)pid), step);
+        }
+        for (int h = HB; h < HA; h++) CHECK_EQ_INT(kvb_cache_n_slots(ca, 1, h), 0); /* its other streams hold nothing */
+        /* an image keeps the heads */
+        void *buf = NULL;
+        size_t len = 0;
+        struct kvb_cache *r = NULL;
+        CHECK_OK(kvb_cache_save(ca, &buf, &len));
+        CHECK_OK(kvb_cache_load(NULL, buf, len, 4 << 20, &r));
+        struct kvb_cache_params rp;
+        kvb_cache_get_params(r, &rp);
+        CHECK(rp.kv_heads && rp.kv_heads[0] == HA && rp.kv_heads[1] == HB);
+        kvb_buffer_free(buf);
+        kvb_cache_free(r);
+        kvb_cache_free(ca);
+        kvb_cache_free(cb);
+        if (t_case_failed) return;
+    }
+    /* refusals */
+    struct kvb_cache_params a = params(KVB_POLICY_FULL, 5);
+    static const int32_t zero[L] = {2, 0, 2, 2}, mism[L] = {2, 1, 1, 2};
+    struct kvb_cache *c = NULL;
+    a.kv_heads = zero;
+    CHECK_STATUS(kvb_cache_init(NULL, &a, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "kv_heads[1]") != NULL);
+    a.kv_heads = mism; /* layer 2 reads layer 0 with another head count */
+    CHECK_STATUS(kvb_cache_init(NULL, &a, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "source's heads") != NULL);
+}
+
 int main(void) {
     RUN(readers_see_what_their_source_saw_every_policy);
     RUN(images_and_forks_of_a_cache_with_readers);
     RUN(readers_hold_no_pages_and_bad_sources_are_refused);
+    RUN(per_layer_kv_heads_equal_a_cache_of_that_many);
     return test_summary();
 }

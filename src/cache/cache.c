@@ -116,6 +116,18 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
             if (!isfinite(p->sinks[i])) return kvb_fail(KVB_ERR_INVALID, "cache: sinks[%lld] is not finite", (long long)i);
     }
     if ((st_rec = kvb_state_validate(p, kvb_cache_page_bytes(p))) != KVB_OK) return st_rec;
+    if (p->kv_heads) {
+        for (int32_t l = 0; l < p->n_layer; l++)
+            if (p->kv_heads[l] < 1 || p->kv_heads[l] > p->n_kv_head)
+                return kvb_fail(KVB_ERR_INVALID, "cache: kv_heads[%d] is %d, not in 1..n_kv_head (%d)", (int)l, (int)p->kv_heads[l], (int)p->n_kv_head);
+        if (p->sinks) return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: per-layer KV heads (kv_heads) with learned sinks: not implemented");
+        if (p->kv.recall.pages > 0)
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: recall (kv.recall.pages %d) with per-layer KV heads (kv_heads): not implemented", (int)p->kv.recall.pages);
+        for (int32_t l = 0; p->kv_source && l < p->n_layer; l++)
+            if (p->kv_source[l] >= 0 && p->kv_source[l] < l && p->kv_heads[l] != p->kv_heads[p->kv_source[l]])
+                return kvb_fail(KVB_ERR_INVALID, "cache: layer %d (%d KV heads) reads layer %d (%d): a reader has its source's heads", (int)l,
+                                (int)p->kv_heads[l], (int)p->kv_source[l], (int)p->kv_heads[p->kv_source[l]]);
+    }
     if (p->kv_source) {
         int32_t w_reader = 0, w_source = 0;
         for (int32_t l = 0; l < p->n_layer; l++) {
@@ -299,7 +311,8 @@ static void cow_swap(struct kvb_cache *c, const int32_t *list, int64_t n, uint8_
 
 /* Pages stream s of layer l needs for n_new more tokens: none in a recurrent layer (no K/V). */
 static int64_t pages_needed(const struct kvb_cache *c, int32_t l, const struct kvb_stream *s, int32_t n_new) {
-    return kvb_cache_holds_kv(c, l) ? kvb_stream_pages_needed(&c->geom, s, n_new) : 0;
+    (void)l;
+    return s->no_kv ? 0 : kvb_stream_pages_needed(&c->geom, s, n_new); /* no K/V of its own: recurrent, a reader, or a head past its layer's */
 }
 
 /* Reserves room for n_new tokens in every stream of layers [l0, l1), plus
@@ -316,7 +329,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
             const int64_t np = pages_needed(c, l, s, n_new);
             if (kvb_cache_is_reader(c, l)) /* attention over its source's keys: scratch for them */
                 n_max = KVB_MAX(n_max, (int64_t)kvb_cache_stream(c, c->kv_src[l], h)->v.n + n_new);
-            if (!kvb_cache_holds_kv(c, l)) continue;
+            if (s->no_kv) continue;
             if (kvb_stream_reserve(&c->geom, s, s->v.n_pages + np, (int64_t)s->v.n + n_new + 1) != KVB_OK)
                 return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for slot metadata (layer %d)", (int)l);
             total += np + kvb_recall_pages_needed(c, (size_t)l * H + h);
@@ -439,7 +452,7 @@ kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head)
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if ((st = check_pos(c, l, n_new)) != KVB_OK) return st;
     const bool rings = (c->policy.iface->flags & KVB_PF_COMPRESS) && c->params.kv.policy.prefill_budget == 0;
-    if ((st = reserve_layers(c, 0, c->params.n_layer, n_new, n_head / c->params.n_kv_head, rings ? n_head : 0)) != KVB_OK) return st;
+    if ((st = reserve_layers(c, 0, c->params.n_layer, n_new, n_head / c->min_kvh, rings ? n_head : 0)) != KVB_OK) return st;
     c->has_reserve = true;
     const bool had_state = kvb_state_pages_held(c) > 0;
     if ((st = kvb_state_prepare(c)) != KVB_OK) { /* the recurrent state's pages, or its copies of a fork's */
@@ -674,8 +687,19 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
             if (c->kv_src[l] >= 0) c->last_reader[c->kv_src[l]] = (int32_t)l;
         c->params.kv_source = c->kv_src;
     }
+    if (!(c->kvh = kvb_malloc(sizeof(int32_t) * (size_t)params->n_layer))) {
+        kvb_cache_free(c);
+        return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory");
+    }
+    c->min_kvh = params->n_kv_head;
+    for (int32_t l = 0; l < params->n_layer; l++) {
+        c->kvh[l] = params->kv_heads ? params->kv_heads[l] : params->n_kv_head;
+        c->min_kvh = KVB_MIN(c->min_kvh, c->kvh[l]);
+    }
+    c->params.kv_heads = params->kv_heads ? c->kvh : NULL;
     for (int32_t l = 0; l < params->n_layer; l++)
-        for (int32_t h = 0; h < params->n_kv_head; h++) c->streams[(size_t)l * params->n_kv_head + h].no_kv = !kvb_cache_holds_kv(c, l);
+        for (int32_t h = 0; h < params->n_kv_head; h++)
+            c->streams[(size_t)l * params->n_kv_head + h].no_kv = !kvb_cache_holds_kv(c, l) || h >= c->kvh[l];
     if ((st = kvb_recall_init(c)) != KVB_OK) { /* after the pool: areas come from it */
         kvb_cache_free(c);
         return st;
@@ -708,7 +732,7 @@ void kvb_cache_free(struct kvb_cache *c) {
     kvb_free(c->ring_q); kvb_free(c->ring_n); kvb_free(c->ring_heads); kvb_free(c->reserved);
     kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors); kvb_free(c->no_rope); kvb_free(c->sinks);
     kvb_free(c->inv_freq_swa); kvb_free(c->freq_factors_swa); kvb_free(c->window); kvb_free(c->layers);
-    kvb_free(c->kv_src); kvb_free(c->last_reader); kvb_free(c->evict_pending);
+    kvb_free(c->kv_src); kvb_free(c->last_reader); kvb_free(c->evict_pending); kvb_free(c->kvh);
     kvb_free(c);
 }
 
@@ -820,7 +844,7 @@ struct decode_job {
 static void decode_worker(int32_t ith, int32_t nth, void *arg) {
     struct decode_job *jb = arg;
     struct kvb_cache *c = jb->c;
-    const int32_t H = c->params.n_kv_head, d = c->params.head_dim;
+    const int32_t H = c->kvh[jb->src], d = c->params.head_dim;
     const bool reader = jb->src != jb->layer; /* a KV-shared layer: attention over its source's tokens, nothing else */
     const bool window = c->window[jb->src] > 0; /* the model's window, not the policy, bounds this layer */
     const bool policy_w = !reader && !window && (c->policy.iface->flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
@@ -868,7 +892,10 @@ static kvb_status check_heads(const struct kvb_cache *c, int32_t n_head) {
     if (n_head < c->params.n_kv_head || n_head % c->params.n_kv_head != 0)
         return kvb_fail(KVB_ERR_INVALID, "cache: n_head (%d) must be a positive multiple of n_kv_head (%d)",
                         (int)n_head, (int)c->params.n_kv_head);
-    if (n_head / c->params.n_kv_head > KVB_ATTN_MAX_ROWS)
+    for (int32_t l = 0; c->params.kv_heads && l < c->params.n_layer; l++)
+        if (n_head % c->kvh[l])
+            return kvb_fail(KVB_ERR_INVALID, "cache: n_head (%d) must be a multiple of layer %d's %d KV heads", (int)n_head, (int)l, (int)c->kvh[l]);
+    if (n_head / c->min_kvh > KVB_ATTN_MAX_ROWS)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: more than %d query heads per KV head", KVB_ATTN_MAX_ROWS);
     if (c->sinks && n_head != c->params.n_sink_heads)
         return kvb_fail(KVB_ERR_INVALID, "cache: n_head (%d) differs from the %d heads its sinks are for", (int)n_head, (int)c->params.n_sink_heads);
@@ -892,7 +919,7 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
     if (reader && c->n_past[c->kv_src[layer]] != c->n_past[layer] + 1)
         return kvb_fail(KVB_ERR_INVALID, "cache_decode: layer %d reads layer %d (kv_source), which has not taken this token first", (int)layer,
                         (int)c->kv_src[layer]);
-    const int32_t G = n_head / c->params.n_kv_head;
+    const int32_t G = n_head / c->kvh[layer];
     run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
     if (prompt_open(c, layer)) compress_layer(c, layer, tp); /* the prompt ended without kvb_cache_compress */
     if ((st = prepare_layer(c, layer, 1, G)) != KVB_OK) return st;
@@ -915,7 +942,7 @@ kvb_status kvb_cache_append(struct kvb_cache *c, int32_t layer, const float *k, 
     if ((st = check_pos(c, layer, 1)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, 1, 1)) != KVB_OK) return st;
     run_pending_eviction(c, layer, NULL);
-    struct decode_job jb = {c, layer, c->params.n_kv_head, 1, NULL, k, v, NULL, false, layer, false};
+    struct decode_job jb = {c, layer, c->kvh[layer], 1, NULL, k, v, NULL, false, layer, false};
     decode_worker(0, 1, &jb);
     c->n_past[layer]++;
     update_peak(c);
@@ -925,8 +952,8 @@ kvb_status kvb_cache_append(struct kvb_cache *c, int32_t layer, const float *k, 
 static kvb_status observe_common(struct kvb_cache *c, int32_t layer, int32_t head, const float *w, int32_t n, bool prefill) {
     kvb_status st = check_layer(c, layer);
     if (st != KVB_OK) return st;
-    if (head < 0 || head >= c->params.n_kv_head)
-        return kvb_fail(KVB_ERR_INVALID, "cache: head %d out of range 0..%d", (int)head, (int)c->params.n_kv_head - 1);
+    if (head < 0 || head >= c->kvh[layer])
+        return kvb_fail(KVB_ERR_INVALID, "cache: head %d out of range 0..%d (layer %d)", (int)head, (int)c->kvh[layer] - 1, (int)layer);
     struct kvb_stream *s = kvb_cache_stream(c, layer, head);
     if (!w || n != s->v.n) return kvb_fail(KVB_ERR_INVALID, "cache_observe: row has %d weights, stream has %d slots", (int)n, (int)s->v.n);
     const struct kvb_policy_i *pi = c->policy.iface;
@@ -977,7 +1004,7 @@ struct prefill_job {
 static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
     struct prefill_job *jb = arg;
     struct kvb_cache *c = jb->c;
-    const int32_t H = c->params.n_kv_head, d = c->params.head_dim, C = jb->n_tok;
+    const int32_t H = c->kvh[jb->src], d = c->params.head_dim, C = jb->n_tok;
     const int32_t obs_from = c->policy.obs_last > 0 ? KVB_MAX(0, C - c->policy.obs_last) : 0;
     const int64_t p0 = c->n_past[jb->layer];
     const bool reader = jb->src != jb->layer;
@@ -1005,7 +1032,7 @@ struct layer_job {
 static void evict_worker(int32_t ith, int32_t nth, void *arg) {
     struct layer_job *jb = arg;
     struct kvb_cache *c = jb->c;
-    for (int32_t h = ith; h < c->params.n_kv_head; h += nth) {
+    for (int32_t h = ith; h < c->kvh[jb->layer]; h += nth) {
         struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
         if (s->window) evict_window(c, s, c->n_past[jb->layer]);
         else evict_stream(c, s);
@@ -1016,11 +1043,11 @@ static void evict_worker(int32_t ith, int32_t nth, void *arg) {
  * the policy hooks that see a whole layer: views[h], pointed at by ptrs[h].
  * A hook that sets budgets writes them into the views (view_budgets_back). */
 static int32_t layer_streams(struct kvb_cache *c, int32_t layer, struct kvb_stream_view *views, struct kvb_stream_view **ptrs) {
-    for (int32_t h = 0; h < c->params.n_kv_head; h++) {
+    for (int32_t h = 0; h < c->kvh[layer]; h++) {
         kvb_cache_policy_view(c, kvb_cache_stream(c, layer, h), &views[h]);
         ptrs[h] = &views[h];
     }
-    return c->params.n_kv_head;
+    return c->kvh[layer];
 }
 
 /* Layer-wide scores (tova's layer scope), then eviction of every stream
@@ -1084,7 +1111,7 @@ static void open_prompt(struct kvb_cache *c, int32_t layer) {
 static void vote_worker(int32_t ith, int32_t nth, void *arg) {
     struct layer_job *jb = arg;
     struct kvb_cache *c = jb->c;
-    const int32_t l = jb->layer, H = c->params.n_kv_head, r = c->ring_n[l], n_head = c->ring_heads[l];
+    const int32_t l = jb->layer, H = c->kvh[l], r = c->ring_n[l], n_head = c->ring_heads[l];
     const int64_t p0 = c->n_past[l] - r;
     const size_t ns = (size_t)c->geom.n_state;
     for (int32_t h = ith; h < H; h += nth) {
@@ -1168,7 +1195,7 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     const bool compress = !reader && (pi->flags & KVB_PF_COMPRESS) && !c->window[layer]; /* a window layer: the model's window only */
     const bool exact = compress && c->params.kv.policy.prefill_budget == 0;
     const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0;
-    const int32_t G = n_head / c->params.n_kv_head;
+    const int32_t G = n_head / c->kvh[layer];
     run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
     if (exact && (st = ring_reserve(c, layer, n_head)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;

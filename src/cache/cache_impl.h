@@ -112,7 +112,14 @@ struct kvb_cache {
     int32_t *last_reader;             /* [n_layer] a source's last reader, -1 for the others */
     bool *evict_pending;              /* [n_layer] a source's eviction waits for its last reader */
     int32_t n_pairs_swa;              /* rope_swa.n_dims / 2 (window layers), n_pairs without rope_swa */
+    int32_t *kvh;                     /* [n_layer] the KV heads each layer holds (params.kv_heads, or n_kv_head) */
+    int32_t min_kvh;                  /* the fewest of them */
 };
+
+/* The KV heads layer l holds (a reader: its source's). */
+static inline int32_t kvb_cache_layer_heads(const struct kvb_cache *c, int32_t layer) {
+    return c->kvh[layer];
+}
 
 static inline bool kvb_cache_is_recurrent(const struct kvb_cache *c, int32_t layer) {
     return c->recurrent && c->recurrent[layer];

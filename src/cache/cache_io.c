@@ -25,6 +25,7 @@
  *   flags 64 (with 4): the windows' block begins with i32 rope_swa n_dims (it differs from rope's:
  *           Gemma 4's window heads), and its freq_factors are n_dims / 2 of them
  *   flags 128: then i32 kv_source[n_layer] after the recurrent layers (KV-shared layers)
+ *   flags 256: then i32 kv_heads[n_layer] (per-layer KV head counts)
  *   flags 16: then i32 keep (kv.keep > 0, the pinned span; an image of a build without it
  *           is refused by its flags)
  *   version 4 (flags 1, written for a cache with recall) adds, after n_state:
@@ -68,7 +69,8 @@
 #define IMAGE_STATE 32u             /* flags bit (version 3): recurrent layers follow keep; their state follows the streams */
 #define IMAGE_SWA_DIMS 64u          /* flags bit (version 3): rope_swa has its own n_dims (first in the windows' block) */
 #define IMAGE_KV_SOURCE 128u        /* flags bit (version 3): i32 kv_source[n_layer] follow the recurrent layers */
-#define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP | IMAGE_STATE | IMAGE_SWA_DIMS | IMAGE_KV_SOURCE)
+#define IMAGE_KV_HEADS 256u         /* flags bit (version 3): i32 kv_heads[n_layer] follow kv_source */
+#define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP | IMAGE_STATE | IMAGE_SWA_DIMS | IMAGE_KV_SOURCE | IMAGE_KV_HEADS)
 
 /* ---- writer ---- */
 struct wbuf {
@@ -137,7 +139,8 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     const bool windows = p->kv.n_layers > 0 || p->rope_swa.base > 0 || p->attn_softcap > 0;
     const bool swa_dims = windows && p->rope_swa.base > 0 && p->rope_swa.n_dims != p->rope.n_dims;
     w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u) | (c->sinks ? IMAGE_SINKS : 0u) |
-                  (p->kv.keep ? IMAGE_KEEP : 0u) | (c->n_rec ? IMAGE_STATE : 0u) | (swa_dims ? IMAGE_SWA_DIMS : 0u) | (c->kv_src ? IMAGE_KV_SOURCE : 0u));
+                  (p->kv.keep ? IMAGE_KEEP : 0u) | (c->n_rec ? IMAGE_STATE : 0u) | (swa_dims ? IMAGE_SWA_DIMS : 0u) | (c->kv_src ? IMAGE_KV_SOURCE : 0u) |
+                  (p->kv_heads ? IMAGE_KV_HEADS : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -167,6 +170,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
         w_i32(&w, p->state_row_floats);
     }
     if (c->kv_src) w_bytes(&w, c->kv_src, sizeof(int32_t) * (size_t)p->n_layer);
+    if (p->kv_heads) w_bytes(&w, c->kvh, sizeof(int32_t) * (size_t)p->n_layer);
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     if (c->recall) {
         struct kvb_cold_counts cc;
@@ -443,6 +447,12 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         if (!r_bytes(&r, kv_src, sizeof(int32_t) * (size_t)p.n_layer, "kv_source")) return TRUNC();
         p.kv_source = kv_src;
     }
+    int32_t kv_heads[4096]; /* kvb_cache_init checks each (1..n_kv_head) */
+    if (flags & IMAGE_KV_HEADS) {
+        if (p.n_layer < 1 || p.n_layer > 4096) return kvb_fail(KVB_ERR_CORRUPT, "cache image: n_layer %d out of range", (int)p.n_layer);
+        if (!r_bytes(&r, kv_heads, sizeof(int32_t) * (size_t)p.n_layer, "kv_heads")) return TRUNC();
+        p.kv_heads = kv_heads;
+    }
     int32_t paused = 0;
     int64_t dropped = 0, total_cold = 0, image_cold_mem = 0;
     if (version == KVB_CACHE_VERSION_RECALL) {
@@ -617,11 +627,12 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
                     return kvb_fail(KVB_ERR_CORRUPT, "cache image: recurrent layer %d holds K/V pages", (int)l);
                 }
     }
-    for (int32_t l = 0; c->kv_src && l < p.n_layer; l++) /* a reader (kv_source) holds nothing of its own */
+    for (int32_t l = 0; l < p.n_layer; l++) /* a reader (kv_source), or a head past its layer's (kv_heads), holds nothing */
         for (int32_t h = 0; h < p.n_kv_head; h++)
-            if (c->kv_src[l] >= 0 && c->streams[(size_t)l * p.n_kv_head + h].v.n_pages) {
+            if (c->streams[(size_t)l * p.n_kv_head + h].no_kv && c->streams[(size_t)l * p.n_kv_head + h].v.n_pages) {
                 kvb_cache_free(c);
-                return kvb_fail(KVB_ERR_CORRUPT, "cache image: layer %d reads layer %d (kv_source) and holds K/V pages", (int)l, (int)c->kv_src[l]);
+                return kvb_fail(KVB_ERR_CORRUPT, "cache image: layer %d head %d holds K/V pages it cannot have (recurrent, a reader, or past its heads)",
+                                (int)l, (int)h);
             }
     if (r.at != r.n) {
         kvb_cache_free(c);
