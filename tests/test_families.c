@@ -1260,6 +1260,14 @@ TEST(gemma4moe_round_trip_binds_every_tensor_and_per_layer_kv_heads) {
     k0.n_layers = 0;
     const size_t glob_b = kvb_kv_seq_bytes(&k0, 1, 2, 64, 4096, 100, 256);
     CHECK(win_b > 0 && glob_b > 0 && kvb_model_kv_seq_bytes(m, &kv, 4096, 100, 256) == win_b + glob_b);
+    /* the cache gets each layer's heads (kv_heads), and a cache of other heads does not fit */
+    struct kvb_cache_params cp = kvb_model_cache_params(m, &kv, 0, 4096);
+    CHECK(cp.kv_heads == m->n_kv_layer && cp.n_kv_head == 4 && kvb_model_cache_fits(m, &cp));
+    const int32_t other[6] = {4, 4, 4, 4, 4, 4};
+    cp.kv_heads = other;
+    CHECK(!kvb_model_cache_fits(m, &cp));
+    cp.kv_heads = NULL;
+    CHECK(!kvb_model_cache_fits(m, &cp));
     snprintf(b, sizeof b, "%s/tiny-gemma4moe-again.gguf", g_dir);
     CHECK_OK(kvb_model_write_gguf(m, b, 0, NULL, NULL));
     kvb_model_free(m);

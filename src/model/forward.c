@@ -158,6 +158,7 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     if (m->swa_layers)
         cp.rope_swa = (struct kvb_rope){in->rope_type, m->rope_dims_swa ? m->rope_dims_swa : in->rope_dims, m->rope_base_swa, m->rope_freq_scale_swa, NULL};
     cp.kv_source = m->kv_source; /* gemma4's KV-shared layers */
+    cp.kv_heads = m->n_kv_layer; /* gemma4's per-layer KV heads (26B-A4B, 31B), or NULL: n_kv_head on every layer */
     cp.attn_softcap = m->attn_softcap;
     cp.sinks = m->sinks;
     cp.n_sink_heads = m->sinks ? in->n_head : 0;
@@ -188,6 +189,8 @@ bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_para
     }
     if (!p->kv_source != !m->kv_source || (m->kv_source && memcmp(p->kv_source, m->kv_source, sizeof(int32_t) * (size_t)in->n_layer)))
         return false;
+    for (int32_t l = 0; l < in->n_layer; l++) /* per-layer KV heads (NULL: n_kv_head everywhere, on either side) */
+        if ((p->kv_heads ? p->kv_heads[l] : p->n_kv_head) != kvb_layer_n_kv(m, l)) return false;
     if (p->rope.n_dims != in->rope_dims) return false;
     if (n && p->rope_swa.base > 0 && p->rope_swa.n_dims != (m->rope_dims_swa ? m->rope_dims_swa : in->rope_dims)) return false;
     return !n || (p->rope_swa.base == m->rope_base_swa && p->rope_swa.freq_scale == m->rope_freq_scale_swa);
