@@ -326,7 +326,8 @@ static void test_forked_sequences_continue_exactly_every_policy(void);
 static void test_sessions_continue_save_and_load(void);
 TEST(hybrid_models_batch_fork_and_sessions_exact) {
     NEED_MODEL();
-    static const char *const shapes[] = {"tiny-qwen35", "tiny-qwen35moe", "tiny-gemma4"}; /* and Gemma 4: KV-shared layers, padded window heads */
+    /* and Gemma 4: KV-shared layers, padded window heads; with experts and per-layer KV heads (tiny-gemma4moe) */
+    static const char *const shapes[] = {"tiny-qwen35", "tiny-qwen35moe", "tiny-gemma4", "tiny-gemma4moe"};
     const struct kvb_recall_params none = {0};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         struct kvb_model *m, *keep = g_model;
