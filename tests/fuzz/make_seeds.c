@@ -284,5 +284,34 @@ int main(int argc, char **argv) {
         if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
         kvb_cache_free(c);
     }
+    { /* Gemma 4's cache (issue 50): a window layer of 4 KV heads rotating half its dims, a global layer of 2, and readers of each */
+        static const int32_t src[4] = {-1, -1, 0, 1}, heads[4] = {4, 2, 4, 2};
+        struct kvb_kv_layer win[2] = {{0, kvb_policy_default_params(KVB_POLICY_WINDOW)}, {2, kvb_policy_default_params(KVB_POLICY_WINDOW)}};
+        for (int i = 0; i < 2; i++) { win[i].policy.n_sink = 0; win[i].policy.budget = 5; }
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 4; cp.n_kv_head = 4; cp.head_dim = 8;
+        cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, 8, 1000000.0f, 1.0f, NULL};
+        cp.rope_swa = (struct kvb_rope){KVB_ROPE_NEOX, 4, 10000.0f, 1.0f, NULL};
+        cp.kv.kv_dtype = KVB_DTYPE_F16;
+        cp.kv.block_size = 4;
+        cp.kv.layers = win;
+        cp.kv.n_layers = 2;
+        cp.kv_source = src;
+        cp.kv_heads = heads;
+        cp.pool_bytes = 1 << 20;
+        struct kvb_cache *c;
+        if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
+        float q[8 * 8], k[4 * 8], v[4 * 8], o[8 * 8];
+        for (int t = 0; t < 9; t++)
+            for (int l = 0; l < 4; l++) {
+                for (int i = 0; i < 64; i++) q[i] = (float)((i * 5 + t + l) % 9) - 4;
+                for (int i = 0; i < 32; i++) { k[i] = (float)((i * 3 + t) % 7) - 3; v[i] = (float)(i % 5) * 0.5f; }
+                if (kvb_cache_decode(c, l, q, 8, src[l] < 0 ? k : NULL, src[l] < 0 ? v : NULL, o, NULL) != KVB_OK) return 1;
+            }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/shared-kv.kvb", argv[1]);
+        if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
+        kvb_cache_free(c);
+    }
     return 0;
 }
