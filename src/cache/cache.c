@@ -309,10 +309,9 @@ static void cow_swap(struct kvb_cache *c, const int32_t *list, int64_t n, uint8_
     }
 }
 
-/* Pages stream s of layer l needs for n_new more tokens: none in a recurrent layer (no K/V). */
-static int64_t pages_needed(const struct kvb_cache *c, int32_t l, const struct kvb_stream *s, int32_t n_new) {
-    (void)l;
-    return s->no_kv ? 0 : kvb_stream_pages_needed(&c->geom, s, n_new); /* no K/V of its own: recurrent, a reader, or a head past its layer's */
+/* Pages stream s needs for n_new more tokens: none where it holds no K/V (recurrent, a reader, a head past its layer's). */
+static int64_t pages_needed(const struct kvb_cache *c, const struct kvb_stream *s, int32_t n_new) {
+    return s->no_kv ? 0 : kvb_stream_pages_needed(&c->geom, s, n_new);
 }
 
 /* Reserves room for n_new tokens in every stream of layers [l0, l1), plus
@@ -326,7 +325,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
     for (int32_t l = l0; l < l1; l++)
         for (int32_t h = 0; h < H; h++) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
-            const int64_t np = pages_needed(c, l, s, n_new);
+            const int64_t np = pages_needed(c, s, n_new);
             if (kvb_cache_is_reader(c, l)) /* attention over its source's keys: scratch for them */
                 n_max = KVB_MAX(n_max, (int64_t)kvb_cache_stream(c, c->kv_src[l], h)->v.n + n_new);
             if (s->no_kv) continue;
@@ -368,7 +367,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
         for (int32_t l = l0; reqs && l < l1; l++)
             for (int32_t h = 0; h < H; h++) {
                 const struct kvb_stream *s = kvb_cache_stream(c, l, h);
-                const int64_t np = pages_needed(c, l, s, n_new);
+                const int64_t np = pages_needed(c, s, n_new);
                 if (turns_long(c, s, np)) moving += s->v.n_pages;
             }
         if (total + moving > 64) got = kvb_malloc(sizeof(uint8_t *) * (size_t)(total + moving));
@@ -383,7 +382,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
             for (int32_t l = l0, r = 0; l < l1; l++)
                 for (int32_t h = 0; h < H; h++, r += 2) {
                     const struct kvb_stream *s = kvb_cache_stream(c, l, h);
-                    const int64_t np = pages_needed(c, l, s, n_new), held = s->v.n_pages;
+                    const int64_t np = pages_needed(c, s, n_new), held = s->v.n_pages;
                     const bool move = pass == 0 && turns_long(c, s, np);
                     reqs[r] = move ? (struct kvb_pool_req){held + np, 0, NULL}
                                    : (struct kvb_pool_req){np, held, held ? s->pages[held - 1] : NULL};
@@ -408,7 +407,7 @@ static kvb_status reserve_layers(struct kvb_cache *c, int32_t l0, int32_t l1, in
     for (int32_t l = l0; l < l1; l++)
         for (int32_t h = 0; h < H; h++) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
-            const int64_t np = pages_needed(c, l, s, n_new), held = s->v.n_pages;
+            const int64_t np = pages_needed(c, s, n_new), held = s->v.n_pages;
             if (n_moved && turns_long(c, s, np)) {
                 for (int64_t i = 0; i < held; i++) { /* the page table keeps its order: slots do not change */
                     memcpy(got[k + i], s->pages[i], page_used_bytes(c));

@@ -116,10 +116,6 @@ struct kvb_cache {
     int32_t min_kvh;                  /* the fewest of them */
 };
 
-/* The KV heads layer l holds (a reader: its source's). */
-static inline int32_t kvb_cache_layer_heads(const struct kvb_cache *c, int32_t layer) {
-    return c->kvh[layer];
-}
 
 static inline bool kvb_cache_is_recurrent(const struct kvb_cache *c, int32_t layer) {
     return c->recurrent && c->recurrent[layer];

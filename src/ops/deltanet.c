@@ -103,13 +103,7 @@ static void chunk_ref(float *const *S, int32_t Dk, int32_t Dv, int32_t L, const 
                       const float *v, int64_t ldv, const float *g, const float *beta, int64_t ldgb, float *o, int64_t ldo, float *scratch) {
     enum { N = KVB_GDN_CHUNK };
     float *G = scratch, *gam = G + N, *cdec = gam + N, *nA = cdec + 2 * N, *Qd = nA + N * N, *D = Qd + N * N + (size_t)Dk * N;
-    float acc = 0.0f;
-    for (int32_t t = 0; t < L; t++) {
-        acc += g[t * ldgb];
-        G[t] = acc;
-        gam[t] = expf(acc);
-    }
-    for (int32_t s = 0; s < L; s++) cdec[s] = expf(G[L - 1] - G[s]);
+    kvb_gdn_chunk_decays(g, ldgb, L, G, gam, cdec);
     for (int32_t t = 0; t < L; t++) {
         const float *qt = q + t * ldq, *kt = k + t * ldk, bt = beta[t * ldgb];
         for (int32_t s = 0; s <= t; s++) {

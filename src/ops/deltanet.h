@@ -28,6 +28,7 @@
 #ifndef KVB_DELTANET_H
 #define KVB_DELTANET_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -66,6 +67,19 @@ size_t kvb_gdn_scratch_floats(int32_t Dk, int32_t Dv);
  * and hist becomes the last K-1 rows of xe. y must not overlap x or hist. */
 static inline void kvb_ssm_conv(float *hist, const float *w, int32_t C, int32_t K, const float *x, int64_t ldx, int32_t T, float *y,
                                 int64_t ldy, bool silu);
+
+/* A chunk's decays, the one computation every family's chunked form starts
+ * from: G[t] the cumulative g (summed in order), gam[t] = e^G[t], and
+ * cdec[s] = e^(G[L-1] - G[s]) for the L tokens of the chunk. */
+static inline void kvb_gdn_chunk_decays(const float *g, int64_t ldgb, int32_t L, float *G, float *gam, float *cdec) {
+    float acc = 0.0f;
+    for (int32_t t = 0; t < L; t++) {
+        acc += g[t * ldgb];
+        G[t] = acc;
+        gam[t] = expf(acc);
+    }
+    for (int32_t s = 0; s < L; s++) cdec[s] = expf(G[L - 1] - G[s]);
+}
 
 /* A family's kernels (the signatures above). */
 struct kvb_gdn_kernels {

@@ -182,13 +182,7 @@ static void KVB_WFN(gdn_chunk)(float *const *S, int32_t Dk, int32_t Dv, int32_t 
                                int64_t ldo, float *scratch) {
     enum { N = KVB_GDN_CHUNK };
     float *G = scratch, *gam = G + N, *cdec = gam + N, *nA = cdec + 2 * N, *Qd = nA + N * N, *Kt = Qd + N * N, *D = Kt + (size_t)Dk * N;
-    float acc = 0.0f;
-    for (int32_t t = 0; t < L; t++) {
-        acc += g[t * ldgb];
-        G[t] = acc;
-        gam[t] = expf(acc);
-    }
-    for (int32_t s = 0; s < L; s++) cdec[s] = expf(G[L - 1] - G[s]);
+    kvb_gdn_chunk_decays(g, ldgb, L, G, gam, cdec);
     const int32_t Lp = (L + KVB_W - 1) / KVB_W * KVB_W;
     for (int32_t i = 0; i < Dk; i++) {
         float *kr = Kt + (size_t)i * N;
