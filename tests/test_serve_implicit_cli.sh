@@ -118,20 +118,25 @@ start ten $ARGS --sessions "$T/sten" --api-key-file "$T/keys"
 client implicit_tenants_never_cross tenants "$URL" key-one key-two
 kill $PID 2>/dev/null
 
-# kill -9 and a restart on the same store: turn 4 resumes turn 3's checkpoint; the reference: an uninterrupted server.
-# The kill comes right after turn 3's answer: a checkpoint is in the store once its turn is answered, as a session's turn
-start ref $ARGS --sessions "$T/sref"
-$CL chat "$URL" 6 "$T/ref.json" > "$T/ref.out" 2>&1
-kill $PID 2>/dev/null
-start r1 $ARGS --sessions "$T/sr"
-$CL chat "$URL" 3 "$T/r3.json" > "$T/r3.out" 2>&1
-kill -9 $PID; wait $PID 2>/dev/null
-start r2 $ARGS --sessions "$T/sr"
-$CL chat "$URL" 4 "$T/r4.json" "$T/r3.json" > "$T/r4.out" 2>&1
-if [ "$(cat "$T/ref.out" "$T/r3.out" "$T/r4.out")" != "$(printf 'ok\nok\nok')" ]; then
-    ko implicit_survives_restart "the chats: $(cat "$T/ref.out" "$T/r3.out" "$T/r4.out" | head -c 600)"
-else client implicit_survives_restart compare "$T/ref.json" "$T/r4.json" 2; fi
-kill $PID 2>/dev/null
+# restart_case NAME TAG SERVER_ARGS...: kill -9 and a restart on the same store: turn 4 resumes turn 3's checkpoint;
+# the reference: an uninterrupted server. The kill comes right after turn 3's answer: a checkpoint is in the store once
+# its turn is answered, as a session's turn
+restart_case() {
+    rc_name=$1 rc_tag=$2; shift 2
+    start "${rc_tag}ref" "$@" --sessions "$T/s${rc_tag}ref"
+    $CL chat "$URL" 6 "$T/${rc_tag}ref.json" > "$T/${rc_tag}ref.out" 2>&1
+    kill $PID 2>/dev/null
+    start "${rc_tag}1" "$@" --sessions "$T/s${rc_tag}"
+    $CL chat "$URL" 3 "$T/${rc_tag}3.json" > "$T/${rc_tag}3.out" 2>&1
+    kill -9 $PID; wait $PID 2>/dev/null
+    start "${rc_tag}2" "$@" --sessions "$T/s${rc_tag}"
+    $CL chat "$URL" 4 "$T/${rc_tag}4.json" "$T/${rc_tag}3.json" > "$T/${rc_tag}4.out" 2>&1
+    if [ "$(cat "$T/${rc_tag}ref.out" "$T/${rc_tag}3.out" "$T/${rc_tag}4.out")" != "$(printf 'ok\nok\nok')" ]; then
+        ko "$rc_name" "the chats: $(cat "$T/${rc_tag}ref.out" "$T/${rc_tag}3.out" "$T/${rc_tag}4.out" | head -c 600)"
+    else client "$rc_name" compare "$T/${rc_tag}ref.json" "$T/${rc_tag}4.json" 2; fi
+    kill $PID 2>/dev/null
+}
+restart_case implicit_survives_restart r $ARGS   # its reference ($T/rref.json) is also the haproxy case's
 
 # a hybrid model (qwen35: Gated DeltaNet layers with a recurrent state beside attention, issue 50): stateless equals
 # session_id under a window, heavy hitters, prompt compression and full; a checkpoint restored after kill -9 carries
@@ -153,18 +158,7 @@ else
     start hyf $HARGS --policy full --sessions "$T/shyf"
     client implicit_hybrid_equals_session_full policies "$URL" server
     kill $PID 2>/dev/null
-    start hr $HARGS --sessions "$T/shr"
-    $CL chat "$URL" 6 "$T/href.json" > "$T/href.out" 2>&1
-    kill $PID 2>/dev/null
-    start h1 $HARGS --sessions "$T/sh1"
-    $CL chat "$URL" 3 "$T/h3.json" > "$T/h3.out" 2>&1
-    kill -9 $PID; wait $PID 2>/dev/null
-    start h2 $HARGS --sessions "$T/sh1"
-    $CL chat "$URL" 4 "$T/h4.json" "$T/h3.json" > "$T/h4.out" 2>&1
-    if [ "$(cat "$T/href.out" "$T/h3.out" "$T/h4.out")" != "$(printf 'ok\nok\nok')" ]; then
-        ko implicit_hybrid_checkpoint_restores_the_state "the chats: $(cat "$T/href.out" "$T/h3.out" "$T/h4.out" | head -c 600)"
-    else client implicit_hybrid_checkpoint_restores_the_state compare "$T/href.json" "$T/h4.json" 2; fi
-    kill $PID 2>/dev/null
+    restart_case implicit_hybrid_checkpoint_restores_the_state h $HARGS
 fi
 
 # two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous
@@ -203,7 +197,7 @@ EOF
         n2=$(curl -s "$U2/metrics" | awk '$1 == "kvbound_requests_total" { print $2 + 0 }')
         if [ "$(cat "$T/lb.out")" != ok ] || [ "${n1:-0}" -lt 3 ] || [ "${n2:-0}" -lt 3 ]; then
             ko implicit_haproxy_two_replicas "the chat: $(head -c 400 "$T/lb.out"); requests per replica $n1 and $n2 (want 3 each)"
-        else client implicit_haproxy_two_replicas compare "$T/ref.json" "$T/lb.json" 2; fi
+        else client implicit_haproxy_two_replicas compare "$T/rref.json" "$T/lb.json" 2; fi
     fi
 fi
 
