@@ -1100,7 +1100,7 @@ static void open_prompt(struct kvb_cache *c, int32_t layer) {
         struct kvb_stream *s = kvb_cache_stream(c, layer, h);
         s->v.prompt_end = -1;
         s->v.budget = c->params.kv.policy.prefill_budget;
-        if (ns) memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
+        if (ns && s->v.n > 0) memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
     }
     c->ring_n[layer] = 0;
 }
