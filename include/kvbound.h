@@ -802,6 +802,7 @@ struct kvb_model_info {
     int32_t n_head_kv_swa, n_head_kv_global; /* Gemma 4 26B-A4B, 31B: the KV heads of the window layers and of the global
                                   * ones where they differ by layer (n_head_kv is the largest; the cache holds each
                                   * layer's own); 0 and 0: n_head_kv on every layer */
+    int32_t n_kv_shared_swa;     /* Gemma 4: of the n_kv_shared layers, the window ones (they count in n_swa_layers) */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

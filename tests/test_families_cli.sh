@@ -99,4 +99,18 @@ done
 "$K" mem -m "$T/tiny-gemma3.gguf" --ctx 100 --json > "$T/mem.json" 2> "$T/mem.err"
 if grep -q '"window":8,"window_layers":4,' "$T/mem.json" && grep -q '"tokens":100,"batch":1,"bytes":175104,' "$T/mem.json"; then ok gemma_mem_window_layers
 else ko gemma_mem_window_layers "$(cat "$T/mem.json" "$T/mem.err")"; fi
+# Gemma 4 (tiny-gemma4moe: 6 layers, the last 3 KV-shared; of the 3 holding K/V, 2 window layers of 4 KV heads and one
+# global of 2; heads held at 64 dims, the window ones' 32 padded): f16 pages of 16 tokens, 256 bytes a token and head:
+# 1 x 2 x 112 x 256 + 2 x 4 x 16 x 256 = 90112 at 100 tokens, the bytes the cache holds (run's KV line, full, 100
+# tokens: 0.09 MB); the shared layers count nothing. Gemma 4 31B's preset at 128K: 10 global layers x 4 heads x 131072 x
+# 2048 + 50 window layers x 16 heads x 1023 x 2048 bytes; streaming 4096 keeps 4096 of the global layers' tokens
+"$K" mkmodel --shape tiny-gemma4moe --type q8_0 -o "$T/g4moe.gguf" > /dev/null 2>&1
+"$K" mem -m "$T/g4moe.gguf" --ctx 100 --block-size 16 --json > "$T/mem4.json" 2> "$T/mem4.err"
+"$K" run -m "$T/g4moe.gguf" -p "a" -n 99 --temp 0 --ignore-eos --kv-dtype f16 2> "$T/mem4.run" > /dev/null
+"$K" mem --preset gemma4-31b --ctx 131072 --policy streaming --budget 4096 --json > "$T/mem31.json" 2>&1
+if grep -q '"window":8,"window_layers":2,"window_kv_heads":4,"window_head_dim":32,"shared_kv_layers":3,' "$T/mem4.json" &&
+   grep -q '"tokens":100,"batch":1,"bytes":90112,' "$T/mem4.json" && grep -q 'KV 0.09 MB' "$T/mem4.run" && grep -q ' 1 global .*, 3 KV-shared' "$T/mem4.run" &&
+   grep -q '"bytes":12413501440,.*"bounded_bytes":2011627520,' "$T/mem31.json"
+then ok gemma4_mem_kinds_heads_and_shared_layers
+else ko gemma4_mem_kinds_heads_and_shared_layers "$(cat "$T/mem4.json" "$T/mem4.err" "$T/mem31.json"; tail -n 2 "$T/mem4.run")"; fi
 cli_summary

@@ -374,6 +374,8 @@ kvb_status kvb_family_gemma4(struct kvb_model *m, int32_t window) {
     in->sliding_window = n ? window : 0;
     in->n_swa_layers = n;
     in->n_kv_shared = shared;
+    in->n_kv_shared_swa = 0;
+    for (int32_t l = n_kv; l < L; l++) in->n_kv_shared_swa += m->swa_mask[l] != 0;
     return KVB_OK;
 }
 

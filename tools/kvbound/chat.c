@@ -372,7 +372,7 @@ static void chat_stats(const struct chat *ch, const struct chat_opts *o) {
     kvb_cache_get_stats(kvb_context_cache(ch->gen.c), &cs);
     printf("[tokens seen %lld, retained %lld in all streams (longest %d), KV %.2f MB (peak %.2f MB), policy %s]\n",
            (long long)kvb_context_n_past(ch->gen.c), (long long)cs.slots, cs.slots_max, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(o->g.pid));
-    if (cs.window_layers) cli_window_stats(stdout, &cs, ch->gen.mi.n_layer);
+    if (cs.window_layers) cli_window_stats(stdout, &cs, ch->gen.mi.n_layer, ch->gen.mi.n_kv_shared);
     if (ch->cp.kv.keep > 0)
         printf("[keep %d: positions 0..%lld pinned in every stream]\n", (int)ch->cp.kv.keep,
                (long long)cli_pinned_kept(kvb_context_cache(ch->gen.c), ch->cp.kv.keep, kvb_context_n_past(ch->gen.c)) - 1);

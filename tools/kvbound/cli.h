@@ -132,8 +132,8 @@ int cli_recall_option(struct cli_recall *r, int argc, char **argv, int *i);
 void cli_recall_help(FILE *f, long long cold_mb_default);
 struct kvb_recall_params cli_recall_params(const struct cli_recall *r);
 /* One line on stderr: cold tier, recall area, time scoring and loading. */
-/* The stats line of a model with sliding-window layers: both kinds' tokens and bytes. */
-void cli_window_stats(FILE *f, const struct kvb_cache_stats *s, int32_t n_layer);
+/* The stats line of a model with sliding-window layers: both kinds' tokens and bytes; n_shared KV-shared layers (Gemma 4) counted apart. */
+void cli_window_stats(FILE *f, const struct kvb_cache_stats *s, int32_t n_layer, int32_t n_shared);
 void cli_recall_stats(FILE *f, const struct kvb_cache_stats *s);
 
 /* Sampling options shared by run and chat (gen_opts.c), llama.cpp's names

@@ -12,6 +12,8 @@
  * C floats a layer, C = 2 Hk Dk + Hv Dv; with --block-size packed into pages
  * as the cache packs it), the same under every policy: K/V counts the
  * attention layers only, and the totals and the saving count the state.
+ * Gemma 4's window layers have their own KV heads (held at the global head
+ * size, padded: the cache has one), and its KV-shared layers hold nothing.
  * GB = 10^9 bytes (GiB with --gib), rounded to nearest. The options parse
  * into struct mem_opts; the shape comes from a preset, a model or the
  * flags; then a header, a row per tokens x batch, and the notes.
@@ -28,35 +30,45 @@ struct preset {
     int32_t window, window_layers; /* sliding-window layers (Gemma): W tokens on that many layers; 0: none */
     int32_t attn_every;            /* hybrid (Qwen3.5/3.6): every attn_every-th layer attention, the others Gated DeltaNet; 0: none */
     int32_t lin_k_heads, lin_v_heads, lin_dim, conv; /* Gated DeltaNet: key and value heads of lin_dim, conv taps */
+    int32_t win_heads, win_dim;    /* Gemma 4: the window layers' KV heads and head size where they differ (0: kv_heads, head_dim) */
+    int32_t shared, shared_win;    /* Gemma 4: KV-shared layers (no K/V of their own), of them window layers */
 };
 
 /* From the public model configs (num_hidden_layers, num_key_value_heads, head_dim; Gemma's sliding_window and
  * its window layers; the hybrids' full_attention_interval, linear_num_key_heads, linear_num_value_heads,
  * linear_key_head_dim (= linear_value_head_dim), linear_conv_kernel_dim). */
 static const struct preset k_presets[] = {
-    {"llama2-7b", 32, 32, 128, 0, 0, 0, 0, 0, 0, 0},
-    {"llama2-13b", 40, 40, 128, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3-8b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3-70b", 80, 8, 128, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3.1-405b", 126, 8, 128, 0, 0, 0, 0, 0, 0, 0},
-    {"mistral-7b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen2.5-7b", 28, 4, 128, 0, 0, 0, 0, 0, 0, 0},
-    {"tinyllama-1.1b", 22, 4, 64, 0, 0, 0, 0, 0, 0, 0},
-    {"smollm2-135m", 30, 3, 64, 0, 0, 0, 0, 0, 0, 0},
-    {"gemma2-2b", 26, 4, 256, 4096, 13, 0, 0, 0, 0, 0},
-    {"gemma2-9b", 42, 8, 256, 4096, 21, 0, 0, 0, 0, 0},
-    {"gemma3-1b", 26, 1, 256, 512, 22, 0, 0, 0, 0, 0},
-    {"gemma3-4b", 34, 4, 256, 1024, 29, 0, 0, 0, 0, 0},
-    {"gemma3-27b", 62, 16, 128, 1024, 52, 0, 0, 0, 0, 0},
+    {"llama2-7b", 32, 32, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama2-13b", 40, 40, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3-8b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3-70b", 80, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3.1-405b", 126, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"mistral-7b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-7b", 28, 4, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tinyllama-1.1b", 22, 4, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"smollm2-135m", 30, 3, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma2-2b", 26, 4, 256, 4096, 13, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma2-9b", 42, 8, 256, 4096, 21, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma3-1b", 26, 1, 256, 512, 22, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma3-4b", 34, 4, 256, 1024, 29, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma3-27b", 62, 16, 128, 1024, 52, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Qwen3.6-35B-A3B, its model card (huggingface.co/Qwen/Qwen3.6-35B-A3B): 40 layers laid out as
      * 10 x (3 Gated DeltaNet + 1 gated attention), attention 16 Q and 2 KV heads of 256, Gated DeltaNet
      * 32 V and 16 QK heads of 128; conv kernel 4 as every Qwen3.5/3.6 config.json (linear_conv_kernel_dim) */
-    {"qwen3.6-35b-a3b", 40, 2, 256, 0, 0, 4, 16, 32, 128, 4},
+    {"qwen3.6-35b-a3b", 40, 2, 256, 0, 0, 4, 16, 32, 128, 4, 0, 0, 0, 0},
     /* Qwen3.5-27B, its config.json text_config (as copies of it on huggingface.co and the defaults of
      * Modular MAX's Qwen3_5Config quote it): num_hidden_layers 64, full_attention_interval 4,
      * num_key_value_heads 4, head_dim 256, linear_num_key_heads 16, linear_num_value_heads 48,
      * linear_key_head_dim 128, linear_conv_kernel_dim 4 */
-    {"qwen3.5-27b", 64, 4, 256, 0, 0, 4, 16, 48, 128, 4},
+    {"qwen3.5-27b", 64, 4, 256, 0, 0, 4, 16, 48, 128, 4, 0, 0, 0, 0},
+    /* Gemma 4, the text_config of each size (num_hidden_layers, num_global_key_value_heads and global_head_dim for the
+     * global layers, num_key_value_heads and head_dim for the window ones, sliding_window, the layer_types pattern:
+     * E2B 4 window + 1 global, the others 5 + 1; num_kv_shared_layers, the last layers, reading the last window and the
+     * last global layer before them). E2B: 35 layers, 20 shared, so 12 window and 3 global layers hold K/V */
+    {"gemma4-e2b", 35, 1, 512, 512, 12, 0, 0, 0, 0, 0, 1, 256, 20, 16},
+    {"gemma4-e4b", 42, 2, 512, 512, 20, 0, 0, 0, 0, 0, 2, 256, 18, 15},
+    {"gemma4-26b-a4b", 30, 2, 512, 1024, 25, 0, 0, 0, 0, 0, 8, 256, 0, 0},
+    {"gemma4-31b", 60, 4, 512, 1024, 50, 0, 0, 0, 0, 0, 16, 256, 0, 0},
 };
 
 /* Bytes of the K and V of `tokens` tokens: a K row and a V row of head_dim
@@ -99,6 +111,8 @@ struct mem_opts {
     char name[128]; /* the preset's, the model's or "custom" */
     int32_t L, H, D, block, budget, sinks, recall, keep; /* keep: the pinned span, on top of the budget */
     int32_t window, n_win; /* sliding-window layers: n_win of the L hold min(window, T) tokens; 0: none */
+    int32_t win_H, win_D;  /* their KV heads (the cache holds them) and their own head size (held padded to D); 0: H, D */
+    int32_t shared, shared_win; /* KV-shared layers among the L (no K/V of their own), of them window layers */
     int32_t n_rec, lin_kh, lin_vh, lin_dim, conv; /* Gated DeltaNet layers among the L (no K/V) and their shape; 0: none */
     unsigned long long state; /* one sequence's recurrent state, all n_rec layers (mem_check: in pages with --block-size) */
     long long ctx[16], batch[16];
@@ -131,6 +145,10 @@ static void mem_usage(void) {
            "and at any length (f32 rows; with --block-size packed into the cache's pages): its own 'state' column,\n"
            "state_bytes in the JSON (x batch); 'total' = bytes + state, 'bounded total' = bounded + state, and the\n"
            "saving compares the totals. --recall-pages is refused on them (recall on a hybrid is not implemented).\n"
+           "Gemma 4 (from -m MODEL or a gemma4 preset): window and global layers have their own KV heads (each\n"
+           "counted with its own: window_kv_heads in the JSON) and head sizes; kvbound's cache holds one head size,\n"
+           "the window heads padded to the global one (window_head_dim: their own), and mem counts what it holds.\n"
+           "KV-shared layers (shared_kv_layers) read an earlier layer's K/V and count nothing; 'layers' counts them.\n"
            "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
     for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
     printf("\n");
@@ -197,6 +215,7 @@ static int mem_shape(struct mem_opts *o) {
         if (!p) { fprintf(stderr, "kvbound: --preset: unknown '%s' (see --help)\n", o->preset); return 2; }
         o->L = p->layers; o->H = p->kv_heads; o->D = p->head_dim;
         if (!o->window) { o->window = p->window; o->n_win = p->window_layers; }
+        o->win_H = p->win_heads; o->win_D = p->win_dim; o->shared = p->shared; o->shared_win = p->shared_win;
         if (p->attn_every) {
             o->n_rec = p->layers - p->layers / p->attn_every; /* layer l is attention when (l + 1) % attn_every == 0 */
             o->lin_kh = p->lin_k_heads; o->lin_vh = p->lin_v_heads; o->lin_dim = p->lin_dim; o->conv = p->conv;
@@ -207,7 +226,10 @@ static int mem_shape(struct mem_opts *o) {
         struct kvb_model_info in;
         if (cli_load_model(&o->mo, &m, &in)) return 1;
         o->L = in.n_layer; o->H = in.n_head_kv; o->D = in.head_dim;
-        if (!o->window) { o->window = in.sliding_window; o->n_win = in.n_swa_layers; } /* the model's windows */
+        if (!o->window) { o->window = in.sliding_window; o->n_win = in.n_swa_layers - in.n_kv_shared_swa; } /* the model's windows that hold K/V */
+        o->shared = in.n_kv_shared; o->shared_win = in.n_kv_shared_swa;
+        if (in.n_head_kv_swa > 0 && in.n_head_kv_global > 0) { o->H = in.n_head_kv_global; o->win_H = in.n_head_kv_swa; } /* Gemma 4 26B/31B: KV heads per kind */
+        if (in.head_dim_swa > 0 && in.head_dim_swa != in.head_dim) o->win_D = in.head_dim_swa;
         o->n_rec = in.n_rec_layers; /* its Gated DeltaNet layers */
         o->lin_kh = in.ssm_groups; o->lin_vh = in.ssm_heads; o->lin_dim = in.ssm_state; o->conv = in.ssm_conv;
         o->state = in.state_bytes;
@@ -215,11 +237,12 @@ static int mem_shape(struct mem_opts *o) {
         kvb_model_free(m);
     }
     if (!o->L || !o->H || !o->D) { fprintf(stderr, "kvbound mem: give --preset, -m MODEL, or --layers, --kv-heads and --head-dim\n"); return 2; }
-    if (o->n_win > o->L - o->n_rec || (o->n_win > 0) != (o->window > 0)) {
-        fprintf(stderr, "kvbound mem: --window W and --window-layers N (at most the %d attention layers) go together\n", o->L - o->n_rec);
+    if (o->n_win > o->L - o->n_rec - o->shared || (o->n_win > 0) != (o->window > 0)) {
+        fprintf(stderr, "kvbound mem: --window W and --window-layers N (at most the %d attention layers) go together\n", o->L - o->n_rec - o->shared);
         return 2;
     }
     if (!o->window) o->n_win = 0;
+    if (!o->win_H) o->win_H = o->H;
     return CLI_GO_ON;
 }
 
@@ -270,6 +293,9 @@ static void mem_header(const struct mem_opts *o) {
         printf("{\"model\":\"%s\",\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"dtype_k\":\"%s\",\"dtype_v\":\"%s\",\"unit\":\"%s\",",
                o->name, o->L, o->H, o->D, o->vtype == o->type ? kvb_type_name(o->type) : "mixed", kvb_type_name(o->type), kvb_type_name(o->vtype), un);
         if (o->n_win) printf("\"window\":%d,\"window_layers\":%d,", o->window, o->n_win);
+        if (o->n_win && o->win_H != o->H) printf("\"window_kv_heads\":%d,", o->win_H);
+        if (o->win_D) printf("\"window_head_dim\":%d,", o->win_D);
+        if (o->shared) printf("\"shared_kv_layers\":%d,", o->shared);
         if (o->keep) printf("\"keep\":%d,", o->keep);
         if (o->n_rec) printf("\"recurrent_layers\":%d,\"state_bytes_per_sequence\":%llu,", o->n_rec, o->state);
         printf("\"rows\":[");
@@ -281,8 +307,14 @@ static void mem_header(const struct mem_opts *o) {
     printf("%s: %d layers x %d KV heads x %d dims, %s; %s = %s bytes%s\n", o->name, o->L, o->H, o->D, tname, un,
            o->gib ? "2^30" : "10^9", o->block ? ", tokens rounded up to pages" : "");
     if (o->n_win)
-        printf("%d sliding-window layers hold min(%d, tokens) between steps whatever the policy; the policy bounds the %d global layers\n", o->n_win, o->window - 1,
-               o->L - o->n_win - o->n_rec);
+        printf("%d sliding-window layers%s hold min(%d, tokens) between steps whatever the policy; the policy bounds the %d global layers\n", o->n_win,
+               o->win_H != o->H ? (o->win_H > o->H ? " (more KV heads)" : " (fewer KV heads)") : "", o->window - 1, o->L - o->n_win - o->n_rec - o->shared);
+    if (o->n_win && o->win_H != o->H) printf("window layers: %d KV heads each, global layers: %d\n", o->win_H, o->H);
+    if (o->win_D)
+        printf("window layers' heads have %d dims, held padded to %d in kvbound's cache (one head size a cache), as counted here\n", o->win_D, o->D);
+    if (o->shared)
+        printf("%d KV-shared layers (%d window, %d global) read the last window and global layer before them and hold no K/V\n", o->shared, o->shared_win,
+               o->shared - o->shared_win);
     if (o->n_rec)
         printf("%d Gated DeltaNet layers hold no K/V but a recurrent state of %llu bytes a sequence (%s), the same at any length and under every policy;\n"
                "bytes are the K/V of the %d attention layer%s, which the policy governs; total and bounded total count the state\n",
@@ -298,9 +330,9 @@ static void mem_row(const struct mem_opts *o, long long ctx, long long batch, bo
     const int32_t rblock = o->block > 0 ? o->block : 16;
     const double unit = o->gib ? 1073741824.0 : 1e9;
     const bool bounded_too = o->pid != KVB_POLICY_FULL;
-    const int32_t G = o->L - o->n_win - o->n_rec; /* global layers; the window layers hold min(W - 1, ctx) between steps under any policy */
+    const int32_t G = o->L - o->n_win - o->n_rec - o->shared; /* global layers holding K/V; the window layers hold min(W - 1, ctx) between steps under any policy */
     const long long held = o->window - 1 < ctx ? o->window - 1 : ctx;
-    const unsigned long long win = o->n_win ? kv_bytes(o->n_win, o->H, o->D, o->type, o->vtype, held, batch, o->block) : 0;
+    const unsigned long long win = o->n_win ? kv_bytes(o->n_win, o->win_H, o->D, o->type, o->vtype, held, batch, o->block) : 0;
     unsigned long long bytes = (G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, ctx, batch, o->block) : 0) + win;
     long long kept = (long long)o->budget + o->keep < ctx ? (long long)o->budget + o->keep : ctx; /* the pinned span on top */
     const unsigned long long area = o->recall && G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, (long long)o->recall * rblock, batch, rblock) : 0;
@@ -351,7 +383,7 @@ int cmd_mem(int argc, char **argv) {
     /* a cold page: 32-byte header, positions, rows, 8-byte padding; its index entry: id, min and max per channel, sums */
     const unsigned long long rec =
         (32 + 4ull * (unsigned)rblock + (unsigned long long)rblock * (kvb_type_row_bytes(o.type, o.D) + kvb_type_row_bytes(o.vtype, o.D)) + 7) / 8 * 8;
-    const double cold_per_tok = (double)(o.L - o.n_win - o.n_rec) * o.H * ((double)rec + 8.0 + 12.0 * o.D) / rblock; /* global layers only */
+    const double cold_per_tok = (double)(o.L - o.n_win - o.n_rec - o.shared) * o.H * ((double)rec + 8.0 + 12.0 * o.D) / rblock; /* global layers only */
     mem_header(&o);
     for (int c = 0; c < o.n_ctx; c++)
         for (int b = 0; b < o.n_batch; b++) mem_row(&o, o.ctx[c], o.batch[b], c == 0 && b == 0, cold_per_tok);

@@ -246,11 +246,13 @@ struct kvb_recall_params cli_recall_params(const struct cli_recall *r) {
     return p;
 }
 
-void cli_window_stats(FILE *f, const struct kvb_cache_stats *s, int32_t n_layer) {
+void cli_window_stats(FILE *f, const struct kvb_cache_stats *s, int32_t n_layer, int32_t n_shared) {
     const size_t page = s->pages_in_use ? s->bytes_used / (size_t)s->pages_in_use : 0;
-    fprintf(f, "kvbound: layers: %d sliding-window (the model's window: %lld tokens, %.2f MB), %d global (the policy: %lld tokens, %.2f MB)\n",
-            (int)s->window_layers, (long long)s->window_slots, (double)((size_t)s->window_pages * page) / 1e6, (int)(n_layer - s->window_layers),
-            (long long)(s->slots - s->window_slots), (double)((size_t)(s->pages_in_use - s->window_pages) * page) / 1e6);
+    char shared[64] = "";
+    if (n_shared > 0) snprintf(shared, sizeof shared, ", %d KV-shared (no K/V of their own)", (int)n_shared);
+    fprintf(f, "kvbound: layers: %d sliding-window (the model's window: %lld tokens, %.2f MB), %d global (the policy: %lld tokens, %.2f MB)%s\n",
+            (int)s->window_layers, (long long)s->window_slots, (double)((size_t)s->window_pages * page) / 1e6, (int)(n_layer - n_shared - s->window_layers),
+            (long long)(s->slots - s->window_slots), (double)((size_t)(s->pages_in_use - s->window_pages) * page) / 1e6, shared);
 }
 
 void cli_recall_stats(FILE *f, const struct kvb_cache_stats *s) {

@@ -245,7 +245,7 @@ static void run_report(const struct run_opts *o, const struct run *r) {
     fprintf(stderr, "kvbound: prompt %d tokens%s, prefill %.1f tok/s, decode %.1f tok/s (%d tokens), KV %.2f MB (peak %.2f MB), policy %s, kernels %s, stopped at %s\n",
             r->n_ids, kept, r->n_ids / (prefill_s > 0 ? prefill_s : 1e-9), r->generated > 1 ? (r->generated - 1) / (decode_s > 0 ? decode_s : 1e-9) : 0.0,
             r->generated, cs.bytes_used / 1e6, cs.bytes_peak / 1e6, kvb_policy_name(o->g.pid), kvb_kernels_name(), r->stop);
-    if (cs.window_layers) cli_window_stats(stderr, &cs, g->mi.n_layer);
+    if (cs.window_layers) cli_window_stats(stderr, &cs, g->mi.n_layer, g->mi.n_kv_shared);
     if (o->g.rec.on) cli_recall_stats(stderr, &cs);
     struct kvb_cache_params kp;
     kvb_cache_get_params(kvb_context_cache(g->c), &kp);
