@@ -19,16 +19,21 @@ i=0; : > "$T/text.txt"
 while [ $i -lt 40 ]; do echo "Once upon a time there was a little fox who lived in the woods near the river $i." >> "$T/text.txt"; i=$((i + 1)); done
 # finite FILE: every "ppl", "nll" and "kl" of a ppl --json output is a finite number (no nan, inf or null)
 finite() { ! grep -q -E '"(ppl|nll|kl|baseline_ppl)":(-?nan|-?inf|null)' "$1" && grep -q -E '"ppl":[0-9]+\.[0-9]+' "$1"; }
-for s in tiny-qwen35 tiny-qwen35moe; do
+# Gemma 4 (tiny-gemma4: KV-shared layers, window heads of 32 padded to 64, per-layer embeddings; tiny-gemma4moe:
+# experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one) goes through the same run,
+# ppl and needle loops as the hybrids
+for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe; do
     c=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" -o "$M" > /dev/null 2>&1
     # 3 of 4 layers Gated DeltaNet: 2 key heads, 4 value heads of 16, 4 taps; state 3 x 4 x (4 x 16 x 16 + 3 x 128) bytes
     "$K" info -m "$M" > "$T/$s.info" 2>&1
+    case $s in tiny-gemma4*) ;; *)
     if grep -q '^deltanet      3 Gated DeltaNet layers (no KV): 2 key heads, 4 value heads of 16, conv 4 taps; state 16896 bytes a sequence$' "$T/$s.info" &&
        grep -q '^features      gated deltanet 3 of 4; gated attention' "$T/$s.info" &&
        grep -q '^KV per token  256 bytes in f16 (2 x 1 attention layers x 2 KV heads x 32 dims x 2 bytes)$' "$T/$s.info"
-    then ok "${c}_info_names_gated_deltanet_layers"; else ko "${c}_info_names_gated_deltanet_layers" "$(grep -E '^(deltanet|features|KV per)' "$T/$s.info")"; fi
+    then ok "${c}_info_names_gated_deltanet_layers"; else ko "${c}_info_names_gated_deltanet_layers" "$(grep -E '^(deltanet|features|KV per)' "$T/$s.info")"; fi ;;
+    esac
     # run: every policy, a prompt past the budget so the bounded ones evict
     bad=""
     for p in $POLICIES; do
@@ -45,7 +50,10 @@ for s in tiny-qwen35 tiny-qwen35moe; do
     # needle: every policy; full keeps the passkey in every stream of the attention layer (retained 1 in each cell)
     "$K" needle -m "$M" --lengths 128 --depths 0,1 --policy "$PLIST" --budget 32 --out "$T/$s.needle" > /dev/null 2> "$T/$s.needle.err"; r=$?
     n=$(ls "$T/$s.needle"/needle-*.json 2> /dev/null | wc -l)
-    full_cells=$(grep -o '"retained":1.0000' "$T/$s.needle/needle-full.json" 2> /dev/null | wc -l)
+    # (Gemma 4: the streams that hold K/V, each layer its own heads, the shared layers none; the window layers cannot
+    # hold a passkey 128 tokens back, the global one does: 2 of 2 + 2 x 2 streams, 2 of 2 + 2 x 4 for the MoE)
+    want=1.0000; case $s in tiny-gemma4) want=0.3333 ;; tiny-gemma4moe) want=0.2000 ;; esac
+    full_cells=$(grep -o "\"retained\":$want" "$T/$s.needle/needle-full.json" 2> /dev/null | wc -l)
     if [ $r -eq 0 ] && [ "$n" -eq "$NPOL" ] && [ "$full_cells" -eq 2 ] && ! grep -q -E ':(-?nan|-?inf|null)' "$T/$s.needle"/needle-*.json
     then ok "${c}_needle_every_policy_full_retains_attention_streams"
     else ko "${c}_needle_every_policy_full_retains_attention_streams" "exit $r, $n files, full retained 1 in $full_cells of 2 cells: $(tail -n 1 "$T/$s.needle.err")"; fi
@@ -60,6 +68,12 @@ if [ "$(ppl_field "$T/pk.json" full prompt_kept)" = 100.00 ] && [ "$(ppl_field "
    [ -n "$mass" ] && [ "${mass% *}" = "${mass#* }" ] && grep -q '"sink_mass_layer":\[null,null,null,[0-9.]*\]' "$T/ms.json"
 then ok hybrid_ppl_prompt_kept_and_mass_over_attention_layers
 else ko hybrid_ppl_prompt_kept_and_mass_over_attention_layers "$(grep -o '"prompt_kept":[0-9.]*' "$T/pk.json" | tr '\n' ' ') $(grep -o '"mass.*' "$T/ms.json" | head -c 200)"; fi
+# Gemma 4's KV-shared layers (tiny-gemma4: the last 3 of 6) attend their source's retained slots: --mass counts that
+# set for them (it was 0 for every reader), so no layer's retained mass is 0 under streaming 32 on 200 tokens
+"$K" ppl -m "$T/tiny-gemma4.gguf" -f "$T/text.txt" --policy streaming --budget 32 --max-tokens 200 --mass --json > "$T/g4m.json" 2> "$T/g4m.err"
+ml=$(sed -n 's/.*"mass_layer":\[\([^]]*\)\].*/\1/p' "$T/g4m.json")
+if [ "$(echo "$ml" | tr ',' '\n' | awk '$1 + 0 > 0.01' | wc -l)" -eq 6 ]; then ok gemma4_ppl_mass_of_kv_shared_layers
+else ko gemma4_ppl_mass_of_kv_shared_layers "mass_layer [$ml] $(tail -n 1 "$T/g4m.err")"; fi
 # constant memory: under streaming 16 the KV peak (attention K/V and the recurrent state) is the same after 64 and 256
 # tokens; under full it grows (f32 rows: 0.04 MB against 0.07 / 0.16 MB)
 peak() { "$K" run -m "$M" -p "Once upon a time" -n "$1" --temp 0 --policy "$2" --budget 16 --kv-dtype f32 --ignore-eos 2>&1 > /dev/null |

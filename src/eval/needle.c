@@ -42,16 +42,17 @@ static kvb_status add_text(const struct kvb_model *m, struct toks *t, const char
 
 /* Share of (layer, KV head) streams holding every token of [kpos, kpos +
  * klen) in their retained slots, or with recall in slots and recall area;
- * the streams of the attention layers (a hybrid's Gated DeltaNet layers
- * have none). */
+ * the streams of the layers that hold K/V (a hybrid's Gated DeltaNet layers
+ * and Gemma 4's KV-shared layers have none), each layer its own KV heads. */
 static double held_share(const struct kvb_cache *cache, const struct kvb_model_info *in, int64_t kpos, int64_t klen, bool area_too) {
     int64_t held = 0, streams = 0;
     int32_t area[KVB_RECALL_MAX_PAGES * 64];
     const int32_t cap = (int32_t)(sizeof area / sizeof area[0]);
     struct kvb_cache_params cp;
     kvb_cache_get_params(cache, &cp);
-    for (int32_t l = 0; l < in->n_layer; l++)
-        for (int32_t h = 0; h < in->n_head_kv && !(cp.recurrent && cp.recurrent[l]); h++) {
+    for (int32_t l = 0; l < in->n_layer; l++) {
+        if ((cp.recurrent && cp.recurrent[l]) || (cp.kv_source && cp.kv_source[l] >= 0)) continue;
+        for (int32_t h = 0; h < (cp.kv_heads ? cp.kv_heads[l] : in->n_head_kv); h++) {
             int32_t ns = kvb_cache_n_slots(cache, l, h), found = 0;
             for (int32_t j = 0; j < ns; j++) {
                 struct kvb_slot_info si;
@@ -63,6 +64,7 @@ static double held_share(const struct kvb_cache *cache, const struct kvb_model_i
             held += found == klen;
             streams++;
         }
+    }
     return streams ? (double)held / (double)streams : 0;
 }
 

@@ -144,6 +144,7 @@ struct mass_state {
     double *acc;         /* [L][H] summed retained mass */
     double *sink;        /* [L][H] summed mass on position 0 */
     int64_t *cnt;        /* [L][H] */
+    const int32_t *kv_source; /* [L] the layer whose slots a KV-shared layer (Gemma 4) reads, -1 its own; NULL: own */
 };
 
 static void full_observer(void *user, int32_t layer, int32_t head, const float *w, int32_t n) {
@@ -157,10 +158,11 @@ static void policy_observer(void *user, int32_t layer, int32_t head, const float
     struct mass_state *ms = user;
     const struct kvb_cache *c = kvb_context_cache((struct kvb_context *)ms->policy_ctx);
     const float *full = ms->full_rows + ((size_t)layer * ms->H + head) * (size_t)ms->stride;
+    const int32_t held = ms->kv_source && ms->kv_source[layer] >= 0 ? ms->kv_source[layer] : layer; /* a reader attends its source's slots */
     double m = 0;
     for (int32_t j = 0; j < n; j++) {
         struct kvb_slot_info si;
-        if (kvb_cache_slot_info(c, layer, head, j, &si) == KVB_OK && si.pos_original <= ms->pos) m += full[si.pos_original];
+        if (kvb_cache_slot_info(c, held, head, j, &si) == KVB_OK && si.pos_original <= ms->pos) m += full[si.pos_original];
     }
     const size_t k = (size_t)layer * ms->H + head;
     ms->acc[k] += m;
@@ -257,6 +259,9 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
     if (st == KVB_OK && p->mass) {
         ms.policy_ctx = pc;
         ms.H = in->n_head_kv;
+        struct kvb_cache_params pcp;
+        kvb_cache_get_params(kvb_context_cache(pc), &pcp);
+        ms.kv_source = pcp.kv_source;
         ms.stride = n;
         ms.full_rows = kvb_calloc((size_t)in->n_layer * in->n_head_kv * (size_t)n, sizeof(float));
         ms.acc = kvb_calloc((size_t)in->n_layer * in->n_head_kv, sizeof(double));
