@@ -60,6 +60,18 @@ want = open(sys.argv[2], 'rb').read().decode('utf-8', 'replace').rstrip('\\n')[l
 print('same' if got == want else 'differ: %r vs %r' % (got, want))" "$T/$s.json" "$T/$s.greedy" 2>&1)
         c2=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
              -d '{"prompt":" again","max_tokens":4,"temperature":0,"session_id":"f"}' "$URL/v1/completions")
+        if [ "$s" = tiny-gemma4 ]; then
+            # /map: a KV-shared layer lists the positions of its source layer (which it attends), and kv_source names it
+            curl -s "$URL/v1/sessions/f/map" > "$T/$s.map"
+            m=$(python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+src, L = j.get('kv_source'), j['layers']
+ok = src is not None and len(src) == len(L) and any(x >= 0 for x in src) and all(
+    (L[l] == L[x] and any(L[l])) if x >= 0 else True for l, x in enumerate(src))
+print('same' if ok else 'differ: kv_source %r, sizes %r' % (src, [[len(h) for h in l] for l in L]))" "$T/$s.map" 2>&1)
+            if [ "$m" = same ]; then ok gemma4_serve_map_kv_shared_layers_list_their_source; else ko gemma4_serve_map_kv_shared_layers_list_their_source "$m"; fi
+        fi
         kill -TERM $PID; wait $PID 2>/dev/null
         if [ "$same" = same ] && [ "$c2" = 200 ]; then ok "${case_name}_serve_same_text_and_session"
         else ko "${case_name}_serve_same_text_and_session" "$same; second turn $c2"; fi

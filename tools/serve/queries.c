@@ -56,7 +56,9 @@ static int sess_json(struct server *srv, const struct sess *x, bool busy, bool w
     return 200;
 }
 
-/* Which positions each layer keeps (per KV head) in a sequence, for the page. */
+/* Which positions each layer keeps (per KV head) in a sequence, for the page;
+ * a KV-shared layer (Gemma 4) lists its source layer's, which it attends,
+ * and kv_source names the source of each layer (-1: its own). */
 static int seq_map(struct server *srv, const char *id, int32_t seq, const struct kvb_policy_params *pol, bool busy, struct kvb_str *out) {
     struct kvb_cache *c = kvb_batch_seq_cache(srv->sched->b, seq);
     if (!c) return 404;
@@ -68,19 +70,23 @@ static int seq_map(struct server *srv, const char *id, int32_t seq, const struct
               tenant_public_id(id), (long long)kvb_cache_n_past(c, 0), (int)L, (int)H, kvb_policy_name(pol->id), (int)pol->budget, (int)pol->n_sink, (int)cp.kv.keep,
               busy ? "true" : "false");
     for (int32_t l = 0; l < L; l++) {
+        const int32_t held = cp.kv_source && cp.kv_source[l] >= 0 ? cp.kv_source[l] : l;
         kvb_str_puts(out, l ? ",[" : "[");
         for (int32_t h = 0; h < H; h++) {
             kvb_str_puts(out, h ? ",[" : "[");
-            const int32_t n = kvb_cache_n_slots(c, l, h);
+            const int32_t n = kvb_cache_n_slots(c, held, h);
             for (int32_t k = 0; k < n; k++) {
                 struct kvb_slot_info si;
-                if (kvb_cache_slot_info(c, l, h, k, &si) == KVB_OK) kvb_str_printf(out, k ? ",%lld" : "%lld", (long long)si.pos_original);
+                if (kvb_cache_slot_info(c, held, h, k, &si) == KVB_OK) kvb_str_printf(out, k ? ",%lld" : "%lld", (long long)si.pos_original);
             }
             kvb_str_puts(out, "]");
         }
         kvb_str_puts(out, "]");
     }
-    kvb_str_puts(out, "]}\n");
+    kvb_str_puts(out, "]");
+    if (cp.kv_source)
+        for (int32_t l = 0; l < L; l++) kvb_str_printf(out, "%s%d", l ? "," : ",\"kv_source\":[", (int)cp.kv_source[l]);
+    kvb_str_puts(out, cp.kv_source ? "]}\n" : "}\n");
     return out->err ? 500 : 200;
 }
 
