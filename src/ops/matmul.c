@@ -1,6 +1,10 @@
 /* matmul.c — the threaded driver of the weight kernels. The family's
  * kernels come from kvb_dot_kernels() (dispatch.c chooses it, with the
- * attention primitives, from one table); nothing here looks at the CPU. */
+ * attention primitives, from one table); nothing here looks at the CPU.
+ * Batched decode goes through the family's int8 tiles where it has them
+ * (Q8_0's q8_tile, the K-quants' kq_tile), which give each (row, token)
+ * the bits of the lone dot, so a sequence decodes the same alone or in a
+ * batch. */
 #include "matmul.h"
 #include "quant.h"
 

@@ -6,6 +6,9 @@
  * Intel (Emerald Rapids) the f16 dot without it read 14 GB/s of the 25 a
  * decode can (F16 decode 6.6 -> 9.5 tok/s, docs/BENCHMARKS.md). The q8_0
  * and q6_K dots are dot_width.h's bodies at 16 lanes (AVX2 has them at 8).
+ * The K-quant integer dots (q4_K, q5_K, q6_K against int8 activations)
+ * come with tiles (kq_tile) for batched decode: several tokens share one
+ * unpacking of each weight block, each pair keeping the lone dot's bits.
  */
 #include "../matmul.h"
 #include "../quant.h"
