@@ -2,7 +2,9 @@
  * versions of dot_avx512.c; scalar tail for f32/f16/bf16). The q8_0 and
  * q6_K dots with f32 activations are dot_width.h's bodies at 8 lanes
  * (AVX-512 has them at 16); the others differ from AVX-512's in more than
- * width (accumulators, tails, prefetch, integer schemes). */
+ * width (accumulators, tails, prefetch, integer schemes). The K-quant
+ * integer dots have tiles (kq_tile) for batched decode: 4 tokens share one
+ * unpacking of each weight block, each pair keeping the lone dot's bits. */
 #include "../matmul.h"
 #include "../quant.h"
 

@@ -25,7 +25,8 @@
  * of the 16 rows it reads in lockstep. Compiled with -mavx512vnni
  * -mavx512vl; the avx512vnni family's (kvb_dot_avx512vnni in
  * dot_avx512.c), which dispatch.c chooses only when CPUID reports
- * AVX512_VNNI.
+ * AVX512_VNNI. The end of the file builds the family's K-quant tiles
+ * (kquant_tile512.h) with vpdpwssd.
  */
 #include "../matmul.h"
 #include "../quant.h"
