@@ -4,7 +4,9 @@
  * quantize/dequantize round trips stay within a per-type error measured
  * (with a margin); q8_0 codes are the nearest, by a quantizer written here; every SIMD
  * dot kernel on the CPU equals the reference (dequantize + sum) within a
- * relative 1e-5, on rows of random quantized blocks.
+ * relative 1e-5, on rows of random quantized blocks; the int8 tiles
+ * (Q8_0's q8_tile, the K-quants' kq_tile) give every pair of every shape the
+ * bits of the family's lone integer dot.
  */
 #include "testing.h"
 #include "ops/matmul.h"

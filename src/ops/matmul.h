@@ -82,7 +82,7 @@ void kvb_quant_block_ref(const float *x, int len, float *d, int8_t *q);
 
 /* One dot kernel per weight type (NULL: unsupported), the prefill panel kernel,
  * and optional integer kernels: rows of a type against int8 activations in
- * the type's kvb_act_form (decode), and Q8_0 tiles (batches). */
+ * the type's kvb_act_form (decode), and Q8_0 and K-quant tiles (batches). */
 struct kvb_dot_kernels {
     const char *name;
     kvb_dot_fn dot[GGML_TYPE_COUNT];
