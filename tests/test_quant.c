@@ -4,7 +4,9 @@
  * quantize/dequantize round trips stay within a per-type error measured
  * (with a margin); q8_0 codes are the nearest, by a quantizer written here; every SIMD
  * dot kernel on the CPU equals the reference (dequantize + sum) within a
- * relative 1e-5, on rows of random quantized blocks.
+ * relative 1e-5, on rows of random quantized blocks; the int8 tiles
+ * (Q8_0's q8_tile, the K-quants' kq_tile) give every pair of every shape the
+ * bits of the family's lone integer dot.
  */
 #include "testing.h"
 #include "ops/matmul.h"
@@ -374,6 +376,114 @@ TEST(int8_kernels_equal_reference) {
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_IQ4_XS), KVB_ACT_Q8_K);
 }
 
+/* K-quant tiles (kq_tile: q4_K, q5_K, q6_K rows x several tokens, each
+ * block's weights unpacked once for the tile's tokens): every family that
+ * has them gives each (row, token) pair of every shape, nr 1 .. kq_tile_rows
+ * and nt 1 .. kq_tile_tokens, with and without the prefetch, exactly the
+ * bits of its dot_q8 for that pair, within rounding of the scalar
+ * reference, on random rows of 1 and 5 blocks, one row at the edges of the
+ * integer ranges; and kvb_matmul_decode of N tokens (the tiles) gives each
+ * token the bits of N = 1 (the lone dot). */
+TEST(kquant_tiles_equal_lone_dot_every_shape) {
+    enum { NMAX = 5 * 256, RMAX = KVB_Q8_TILE_ROWS_MAX, TMAX = KVB_Q8_TILE_TOKENS_MAX, LDO = RMAX + 1 };
+    static const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    static float tmp[NMAX], xs[TMAX][NMAX / 32];
+    static int8_t xq[TMAX][NMAX];
+    static int16_t xsum[TMAX][NMAX / 16];
+    static uint8_t rows[RMAX][NMAX]; /* >= any K-type's bytes for NMAX */
+    const struct kvb_dot_kernels *fams[3] = {NULL, NULL, NULL};
+#if defined(__x86_64__)
+    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
+    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
+    if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
+#endif
+    CHECK(kvb_dot_ref.kq_tile[GGML_TYPE_Q4_K] == NULL); /* the reference: one pair at a time */
+    int tiled = 0;
+    unsigned long long rs = 4242;
+    struct kvb_q8_act a[TMAX];
+    for (int t = 0; t < TMAX; t++) {
+        for (int i = 0; i < NMAX; i++) tmp[i] = t_randf(&rs) * 3;
+        if (t == 2) for (int i = 0; i < NMAX; i++) tmp[i] = i % 2 ? -1.0f : 1.0f; /* +-127 everywhere */
+        kvb_quantize_act_q8k(tmp, NMAX, xs[t], xq[t], xsum[t]);
+        a[t] = (struct kvb_q8_act){xs[t], xq[t], xsum[t]};
+    }
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const uint32_t type = types[ti];
+        const kvb_dot_q8_fn ref = kvb_dot_q8_ref(type);
+        for (int r = 0; r < RMAX; r++) {
+            for (int i = 0; i < NMAX; i++) tmp[i] = t_randf(&rs) * (1 + (float)((i + r) % 61) * 0.05f);
+            CHECK(kvb_quantize_row(type, tmp, rows[r], NMAX));
+        }
+        /* row 1: the largest codes and scales in its second block */
+        uint8_t *bk = rows[1] + kvb_ggml_type_size(type);
+        if (type == GGML_TYPE_Q6_K) {
+            struct block_q6_K *b6 = (struct block_q6_K *)(void *)bk;
+            memset(b6->ql, 0xff, sizeof b6->ql);
+            memset(b6->qh, 0xff, sizeof b6->qh);
+            for (int k = 0; k < 16; k++) b6->scales[k] = (int8_t)(k % 2 ? -128 : 127);
+        } else {
+            struct block_q4_K *b4 = (struct block_q4_K *)(void *)bk;
+            memset(b4->scales, 0xff, sizeof b4->scales);
+            if (type == GGML_TYPE_Q4_K) memset(b4->qs, 0xff, sizeof b4->qs);
+            else {
+                memset(((struct block_q5_K *)(void *)bk)->qs, 0xff, sizeof b4->qs);
+                memset(((struct block_q5_K *)(void *)bk)->qh, 0xff, 32);
+            }
+        }
+        for (int f = 0; f < 3; f++) {
+            const struct kvb_dot_kernels *fam = fams[f];
+            if (!fam || !fam->kq_tile[type]) continue;
+            tiled++;
+            CHECK(fam->kq_tile_rows >= 1 && fam->kq_tile_rows <= KVB_Q8_TILE_ROWS_MAX);
+            CHECK(fam->kq_tile_tokens >= 1 && fam->kq_tile_tokens <= KVB_Q8_TILE_TOKENS_MAX);
+            const int64_t lens[2] = {256, NMAX};
+            for (int li = 0; li < 2; li++)
+                for (int nr = 1; nr <= fam->kq_tile_rows; nr++)
+                    for (int nt = 1; nt <= fam->kq_tile_tokens; nt++) {
+                        const int64_t n = lens[li];
+                        const int t0 = (nr + nt) % 3; /* which tokens share the tile varies */
+                        float out[TMAX * LDO];
+                        for (int i = 0; i < TMAX * LDO; i++) out[i] = NAN;
+                        fam->kq_tile[type](rows, sizeof rows[0], nr, a + t0, nt, n, out, LDO, (nr + nt) % 2 == 0);
+                        for (int t = 0; t < TMAX; t++)
+                            for (int r = 0; r < LDO; r++) {
+                                const float o = out[t * LDO + r];
+                                if (t >= nt || r >= nr) {
+                                    if (!isnan(o)) FAILF("%s %s tile %dx%d wrote (%d,%d) outside itself", fam->name, kvb_ggml_type_name(type), nr, nt, r, t);
+                                    continue;
+                                }
+                                const float one = fam->dot_q8[type](rows[r], &a[t0 + t], n);
+                                if (memcmp(&one, &o, sizeof one))
+                                    FAILF("%s %s tile %dx%d n=%lld pair (%d,%d): %.9g, lone dot %.9g", fam->name, kvb_ggml_type_name(type), nr, nt,
+                                          (long long)n, r, t, o, one);
+                                const double rf = ref(rows[r], &a[t0 + t], n);
+                                if (fabs(o - rf) > 1e-4 * (fabs(rf) + 1))
+                                    FAILF("%s %s tile pair (%d,%d) vs reference %.9g vs %.9g", fam->name, kvb_ggml_type_name(type), r, t, o, rf);
+                            }
+                    }
+        }
+        /* the driver: N tokens through the family in use, each token as N = 1 */
+        enum { R = 37, NT = 11 };
+        static float x[NT * NMAX], want[NT * R], got[NT * R];
+        for (int i = 0; i < NT * NMAX; i++) x[i] = t_randf(&rs) * 2;
+        static uint8_t mat[R * NMAX];
+        const size_t rb = kvb_ggml_type_size(type) * (NMAX / 256);
+        for (int r = 0; r < R; r++) memcpy(mat + (size_t)r * rb, rows[r % RMAX], rb); /* the edge row among them */
+        const struct kvb_mat m = {type, NMAX, R, rb, mat};
+        static float qd[NT * NMAX / 32];
+        static int8_t qq[NT * NMAX];
+        static int16_t qsum[NT * NMAX / 16];
+        static struct kvb_q8_buf qbuf;
+        struct kvb_q8_buf *qb = &qbuf;
+        qb->d = qd, qb->q = qq, qb->s = qsum, qb->cap = NT * NMAX;
+        for (int t = 0; t < NT; t++) kvb_matmul_decode(NULL, &m, x + (size_t)t * NMAX, NMAX, want + (size_t)t * R, R, 1, qb);
+        for (int i = 0; i < NT * R; i++) got[i] = NAN;
+        kvb_matmul_decode(NULL, &m, x, NMAX, got, R, NT, qb);
+        if (memcmp(want, got, sizeof want)) FAILF("%s: %d decode tokens at once differ from one at a time", kvb_ggml_type_name(type), NT);
+    }
+    if (!tiled) printf("  (no family with K-quant tiles on this CPU)\n");
+}
+
 /* The prefill panel kernel of every family equals kvb_panel_ref bit for
  * bit (the contract: one FMA chain per pair in k order), for full and
  * partial panels, lengths with and without a vector tail, and token counts
@@ -668,6 +778,7 @@ TEST(activation_quantization_equals_reference) {
 int main(void) {
     RUN(q8_activation_kernel_exact);
     RUN(int8_kernels_equal_reference);
+    RUN(kquant_tiles_equal_lone_dot_every_shape);
     RUN(activation_quantization_equals_reference);
     RUN(hand_built_blocks);
     RUN(round_trip_error_per_type);

@@ -1,6 +1,10 @@
 /* matmul.c — the threaded driver of the weight kernels. The family's
  * kernels come from kvb_dot_kernels() (dispatch.c chooses it, with the
- * attention primitives, from one table); nothing here looks at the CPU. */
+ * attention primitives, from one table); nothing here looks at the CPU.
+ * Batched decode goes through the family's int8 tiles where it has them
+ * (Q8_0's q8_tile, the K-quants' kq_tile), which give each (row, token)
+ * the bits of the lone dot, so a sequence decodes the same alone or in a
+ * batch. */
 #include "matmul.h"
 #include "quant.h"
 
@@ -95,7 +99,8 @@ void kvb_pack_panel(const struct kvb_mat *w, int64_t r0, int nr, float *wp, floa
 }
 
 /* Rows [r0, r1) of w against N int8 tokens (in w's activation form):
- * y[t * ldy + r]. Q8_0 in tiles when the family has them; otherwise pair by
+ * y[t * ldy + r]. Q8_0 in tiles when the family has them, and the K-quants
+ * (q4_K, q5_K, q6_K) in theirs for two tokens or more; otherwise pair by
  * pair, rows in blocks of ROW_BLOCK so a block stays in L1/L2 while every
  * token passes over it (the weights are read from memory once). Either way
  * each pair is the family's dot_q8 for the type. */
@@ -103,6 +108,18 @@ void kvb_pack_panel(const struct kvb_mat *w, int64_t r0, int nr, float *wp, floa
 static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const struct kvb_q8_act *xa, int32_t N, float *y,
                     int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t n = w->n_in;
+    const kvb_q8_tile_fn kq = w->type < GGML_TYPE_COUNT ? k->kq_tile[w->type] : NULL;
+    if (kq && N >= 2) {
+        /* K-quant tiles: a block's weights unpacked once for every token of
+         * the tile (each pair has dot_q8's bits); one token stays below. */
+        for (int64_t r = r0; r < r1; r += k->kq_tile_rows) {
+            const int nr = (int)KVB_MIN((int64_t)k->kq_tile_rows, r1 - r);
+            for (int32_t t = 0; t < N; t += k->kq_tile_tokens)
+                kq(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(k->kq_tile_tokens, N - t), n,
+                   y + (size_t)t * ldy + r, ldy, t == 0);
+        }
+        return;
+    }
     if (w->type != GGML_TYPE_Q8_0 || !k->q8_tile) {
         /* The first token's pass over a block fetches the next row while it
          * reads this one: rows streamed from memory on the model 167 Xeon went

@@ -82,7 +82,7 @@ void kvb_quant_block_ref(const float *x, int len, float *d, int8_t *q);
 
 /* One dot kernel per weight type (NULL: unsupported), the prefill panel kernel,
  * and optional integer kernels: rows of a type against int8 activations in
- * the type's kvb_act_form (decode), and Q8_0 tiles (batches). */
+ * the type's kvb_act_form (decode), and Q8_0 and K-quant tiles (batches). */
 struct kvb_dot_kernels {
     const char *name;
     kvb_dot_fn dot[GGML_TYPE_COUNT];
@@ -95,6 +95,14 @@ struct kvb_dot_kernels {
     int q8_tile_tokens;                    /* its tokens per tile (<= KVB_Q8_TILE_TOKENS_MAX) */
     bool q8_tile_prompts;                  /* prompts too go through q8_tile (else: the f32 panels, faster there) */
     kvb_quant_block_fn quant_block;        /* activations to int8 (NULL: kvb_quant_block_ref) */
+    /* Optional K-quant tiles (q4_K, q5_K, q6_K; NULL: one pair at a time):
+     * kq_tile[type] takes nr <= kq_tile_rows rows of type x nt <= kq_tile_tokens
+     * tokens in Q8_K form, with kvb_q8_tile_fn's arguments and contract: each
+     * pair has exactly the bits dot_q8[type] gives it, whatever the tile's
+     * shape. A block's weights are unpacked once for the tile's tokens. */
+    kvb_q8_tile_fn kq_tile[GGML_TYPE_COUNT];
+    int kq_tile_rows;   /* <= KVB_Q8_TILE_ROWS_MAX */
+    int kq_tile_tokens; /* <= KVB_Q8_TILE_TOKENS_MAX */
 };
 /* Quantizes x[0..n) (n a multiple of 32) into q8 blocks of 32 with their sums (the scalar reference). */
 void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q, int16_t *s);

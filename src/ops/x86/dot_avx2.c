@@ -2,7 +2,9 @@
  * versions of dot_avx512.c; scalar tail for f32/f16/bf16). The q8_0 and
  * q6_K dots with f32 activations are dot_width.h's bodies at 8 lanes
  * (AVX-512 has them at 16); the others differ from AVX-512's in more than
- * width (accumulators, tails, prefetch, integer schemes). */
+ * width (accumulators, tails, prefetch, integer schemes). The K-quant
+ * integer dots have tiles (kq_tile) for batched decode: 4 tokens share one
+ * unpacking of each weight block, each pair keeping the lone dot's bits. */
 #include "../matmul.h"
 #include "../quant.h"
 
@@ -657,6 +659,132 @@ float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
     }
     return kvb_hsum8(acc);
 }
+
+/* K-quant tiles (matmul.h, kq_tile): nr rows x up to KQ_TILE_TOKENS tokens,
+ * a row at a time. Per block the weight side of the three kernels above
+ * (q4_K/q5_K's nibbles and fifth bits, q6_K's high bits, the scales, mins
+ * and their lane shuffles) is unpacked once, a pair of sub-blocks (q4_K,
+ * q5_K) or a group of 32 (q6_K) at a time, and each token adds its own
+ * maddubs/madd into its own int32 sum: every lane holds the lone kernel's
+ * integer, and the float steps (conversion, d_w * d_x, the FMAs in block
+ * order, kvb_hsum8, the mins) are the lone kernel's, so each pair has its
+ * dot_q8 bits whatever the tile's shape (test_quant checks every shape). */
+#define KQ_TILE_TOKENS 4
+
+/* One q4_K (Q5 false) or q5_K (Q5 true) row against NT tokens. */
+static inline __attribute__((always_inline)) void q45k_row_tile(const void *row, const struct kvb_q8_act *x, int64_t n, float *out, int64_t ldo,
+                                                                 const int NT, const bool first, const bool Q5) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16);
+    const size_t bsz = Q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+    __m256 acc[KQ_TILE_TOKENS];
+    __m128 accm[KQ_TILE_TOKENS];
+    for (int t = 0; t < NT; t++) {
+        acc[t] = _mm256_setzero_ps();
+        accm[t] = _mm_setzero_ps();
+    }
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *bp = (const uint8_t *)row + (size_t)i * bsz;
+        const struct block_q4_K *b4 = (const struct block_q4_K *)(const void *)bp; /* q5_K starts as q4_K: d, dmin, scales */
+        const uint8_t *qs = Q5 ? ((const struct block_q5_K *)(const void *)bp)->qs : b4->qs;
+        if (first) prefetch_ahead(bp, (int)bsz);
+        __m128i mins;
+        const __m256i sc = _mm256_broadcastsi128_si256(q4k_scales_mins(b4, &mins));
+        __m256i qh = Q5 ? _mm256_loadu_si256((const __m256i *)((const struct block_q5_K *)(const void *)bp)->qh) : _mm256_setzero_si256();
+        __m256i sumi[KQ_TILE_TOKENS];
+        for (int t = 0; t < NT; t++) sumi[t] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (Q5) {
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), k16));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), k16));
+                qh = _mm256_srli_epi16(qh, 2);
+            }
+            const __m256i slo = _mm256_shuffle_epi8(sc, LANE16(2 * k)), shi = _mm256_shuffle_epi8(sc, LANE16(2 * k + 1));
+            for (int t = 0; t < NT; t++) {
+                const int8_t *xq = x[t].q + i * QK_K + 64 * k;
+                const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+                const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(pl, slo), _mm256_madd_epi16(ph, shi)));
+            }
+        }
+        const float dw = _cvtsh_ss(b4->d), dmw = _cvtsh_ss(b4->dmin);
+        for (int t = 0; t < NT; t++) {
+            const float dx = x[t].d[i];
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_set1_ps(dw * dx), acc[t]);
+            accm[t] = _mm_fmadd_ps(q4k_mins_part(mins, x[t].s + i * 16), _mm_set1_ps(dmw * dx), accm[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) { /* as the lone kernels end */
+        __m128 m = _mm_add_ps(accm[t], _mm_movehl_ps(accm[t], accm[t]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[(size_t)t * (size_t)ldo] = kvb_hsum8(acc[t]) - _mm_cvtss_f32(m);
+    }
+}
+
+/* One q6_K row against NT tokens. */
+static inline __attribute__((always_inline)) void q6k_row_tile(const void *row, const struct kvb_q8_act *x, int64_t n, float *out, int64_t ldo,
+                                                                const int NT, const bool first) {
+    const struct block_q6_K *b = row;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    __m256 acc[KQ_TILE_TOKENS];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q6_K *bk = &b[i];
+        if (first) prefetch_ahead(bk, sizeof *bk);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bk->scales)); /* as q6k_block_scales */
+        __m256i sumi[KQ_TILE_TOKENS]; /* from q6_K's offset of 32 */
+        for (int t = 0; t < NT; t++) sumi[t] = q6k_offset_part(sc16, x[t].s + i * 16);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = bk->ql + 64 * h, *qhp = bk->qh + 32 * h;
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(bk->scales + 8 * h))));
+            const __m256i hv = _mm256_loadu_si256((const __m256i *)qhp);
+            const __m256i a = _mm256_loadu_si256((const __m256i *)ql), c = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(hv, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m2), 4));
+            for (int g = 0; g < 4; g++) { /* 32 elements of group g: scale 2g in the low 16, 2g + 1 in the high 16 */
+                const __m256i sg = _mm256_shuffle_epi8(sc, _mm256_set_m128i(_mm256_castsi256_si128(LANE16(2 * g + 1)), _mm256_castsi256_si128(LANE16(2 * g))));
+                for (int t = 0; t < NT; t++) {
+                    const int8_t *xq = x[t].q + i * QK_K + 128 * h + 32 * g;
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)xq)), sg));
+                }
+            }
+        }
+        const float dw = _cvtsh_ss(bk->d);
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_set1_ps(dw * x[t].d[i]), acc[t]);
+    }
+    for (int t = 0; t < NT; t++) out[(size_t)t * (size_t)ldo] = kvb_hsum8(acc[t]);
+}
+
+/* The tiles: rows one after another, the token count a constant. */
+#define KQ_CASE(CALL, T)                                                                                                              \
+    case T * 2: CALL(T, false); break;                                                                                                \
+    case T * 2 + 1: CALL(T, true); break;
+#define KQ_TILE_FN(NAME, CALL)                                                                                                        \
+    static void NAME(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo, \
+                     bool first) {                                                                                                    \
+        for (int r = 0; r < nr; r++) {                                                                                                \
+            const void *row = (const uint8_t *)rows + (size_t)r * row_bytes;                                                          \
+            switch (nt * 2 + (first ? 1 : 0)) {                                                                                       \
+                KQ_CASE(CALL, 1) KQ_CASE(CALL, 2) KQ_CASE(CALL, 3) KQ_CASE(CALL, 4)                                                   \
+            default: break;                                                                                                           \
+            }                                                                                                                         \
+        }                                                                                                                             \
+    }
+#define Q4K_CALL(T, F) q45k_row_tile(row, x, n, out + r, ldo, T, F, false)
+#define Q5K_CALL(T, F) q45k_row_tile(row, x, n, out + r, ldo, T, F, true)
+#define Q6K_CALL(T, F) q6k_row_tile(row, x, n, out + r, ldo, T, F)
+KQ_TILE_FN(q4_K_tile_avx2, Q4K_CALL)
+KQ_TILE_FN(q5_K_tile_avx2, Q5K_CALL)
+KQ_TILE_FN(q6_K_tile_avx2, Q6K_CALL)
+#undef Q4K_CALL
+#undef Q5K_CALL
+#undef Q6K_CALL
+#undef KQ_TILE_FN
+#undef KQ_CASE
 #undef LANE16
 
 /* kvb_quant_block_fn (the reference's bits): the amax by max_ps, which keeps
@@ -704,6 +832,9 @@ const struct kvb_dot_kernels kvb_dot_avx2 = {
     .q8_tile_rows = 4,
     .q8_tile_rows_one = 1,
     .q8_tile_tokens = 2,
+    .kq_tile = {[GGML_TYPE_Q4_K] = q4_K_tile_avx2, [GGML_TYPE_Q5_K] = q5_K_tile_avx2, [GGML_TYPE_Q6_K] = q6_K_tile_avx2},
+    .kq_tile_rows = 4,
+    .kq_tile_tokens = KQ_TILE_TOKENS,
     .q8_tile_prompts = false, /* prompts through the f32 panels: since the 16 x 6 tile, 1.25-1.35x the int8 tiles for Q8_0 prompts (docs/BENCHMARKS.md, 2026-12-05) */
     .quant_block = quant_block_avx2,
     .dot = {

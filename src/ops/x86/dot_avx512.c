@@ -6,12 +6,16 @@
  * Intel (Emerald Rapids) the f16 dot without it read 14 GB/s of the 25 a
  * decode can (F16 decode 6.6 -> 9.5 tok/s, docs/BENCHMARKS.md). The q8_0
  * and q6_K dots are dot_width.h's bodies at 16 lanes (AVX2 has them at 8).
+ * The K-quant integer dots (q4_K, q5_K, q6_K against int8 activations)
+ * come with tiles (kq_tile) for batched decode: several tokens share one
+ * unpacking of each weight block, each pair keeping the lone dot's bits.
  */
 #include "../matmul.h"
 #include "../quant.h"
 
 #include "prefetch.h"
 #include "kquant_block.h"
+#include "kquant_lanes512.h"
 #include "reduce_avx512.h"
 #include "x86_kernels.h"
 
@@ -161,10 +165,6 @@ static void panel_avx512(const float *wp, int64_t n, const float *x, int64_t ldx
  * one madd against the sub-blocks' int16 scales (vpermw) give 16 int32
  * partial sums. Mins and q6_K's offset of 32 come from x's sums per 16,
  * as in the AVX2 kernels; the block's sum takes one FMA with d_w * d_x. */
-static inline __m512i scale_lanes(__m512i sc16, int a, int b, int c, int d) { /* int16 lanes: 8 each of a, b, c, d */
-    const __m512i idx = _mm512_set_epi16(d, d, d, d, d, d, d, d, c, c, c, c, c, c, c, c, b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
-    return _mm512_permutexvar_epi16(idx, sc16);
-}
 
 static float dot_q4_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int64_t n) {
     const struct block_q4_K *b = row;
@@ -299,6 +299,14 @@ static float dot_q6_K_q8_avx512(const void *row, const struct kvb_q8_act *x, int
     return _mm512_reduce_add_ps(acc);
 }
 
+/* K-quant tiles: kquant_tile512.h's bodies with madd + add (dot_vnni.c has
+ * them with vpdpwssd, the same integers). */
+#define KQ_SUFFIX(name) name##_avx512
+#define KQ_STORAGE static
+#define KQ_ACC(sumi, p, sl) _mm512_add_epi32(sumi, _mm512_madd_epi16(p, sl))
+#include "kquant_tile512.h" /* q4_K_tile_avx512, q5_K_tile_avx512, q6_K_tile_avx512 */
+
+
 /* kvb_quant_block_fn, 16 lanes at a time: as kvb_quant_block_avx2 (max_ps
  * skips NaNs as the reference does; vpmovdb keeps the low byte, a NaN's 0). */
 static void quant_block_avx512(const float *x, int len, float *d, int8_t *q) {
@@ -321,6 +329,9 @@ const struct kvb_dot_kernels kvb_dot_avx512 = {
     .pack = kvb_pack_panel_avx2,
     .name = "avx512",
     .quant_block = quant_block_avx512,
+    .kq_tile = {[GGML_TYPE_Q4_K] = q4_K_tile_avx512, [GGML_TYPE_Q5_K] = q5_K_tile_avx512, [GGML_TYPE_Q6_K] = q6_K_tile_avx512},
+    .kq_tile_rows = 4, /* a row at a time: any count */
+    .kq_tile_tokens = KQ_TILE_TOKENS,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
         [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
@@ -346,6 +357,9 @@ const struct kvb_dot_kernels kvb_dot_avx512vnni = {
     .q8_tile_rows_one = 16, /* one token too: the bits are the tile's (dot_vnni.c) */
     .q8_tile_tokens = 16,
     .q8_tile_prompts = true,
+    .kq_tile = {[GGML_TYPE_Q4_K] = kvb_q4_K_tile_vnni, [GGML_TYPE_Q5_K] = kvb_q5_K_tile_vnni, [GGML_TYPE_Q6_K] = kvb_q6_K_tile_vnni}, /* dot_vnni.c */
+    .kq_tile_rows = 4,
+    .kq_tile_tokens = KQ_TILE_TOKENS,
     .dot_q8 = {
         [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_vnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_vnni, [GGML_TYPE_Q4_K] = dot_q4_K_q8_avx512,
         [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,

@@ -25,7 +25,8 @@
  * of the 16 rows it reads in lockstep. Compiled with -mavx512vnni
  * -mavx512vl; the avx512vnni family's (kvb_dot_avx512vnni in
  * dot_avx512.c), which dispatch.c chooses only when CPUID reports
- * AVX512_VNNI.
+ * AVX512_VNNI. The end of the file builds the family's K-quant tiles
+ * (kquant_tile512.h) with vpdpwssd.
  */
 #include "../matmul.h"
 #include "../quant.h"
@@ -193,3 +194,12 @@ float kvb_dot_mxfp4_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t
     }
     return out;
 }
+
+/* The K-quant tiles of the avx512vnni family: kquant_tile512.h's bodies
+ * with vpdpwssd adding each token's int16 pairs times the scale lanes into
+ * its int32 sums (madd + add in one instruction, the same integers), so each
+ * pair keeps the bits of the family's dot_q8 (dot_avx512.c's kernels). */
+#define KQ_SUFFIX(name) kvb_##name##_vnni
+#define KQ_STORAGE
+#define KQ_ACC(sumi, p, sl) _mm512_dpwssd_epi32(sumi, p, sl)
+#include "kquant_tile512.h" /* kvb_q4_K_tile_vnni, kvb_q5_K_tile_vnni, kvb_q6_K_tile_vnni */

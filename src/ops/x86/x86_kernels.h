@@ -40,5 +40,12 @@ float kvb_dot_q6_K_q8_avx2(const void *row, const struct kvb_q8_act *x, int64_t 
 void kvb_q8_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
                       bool first);
 float kvb_dot_q8_0_q8_vnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+/* dot_vnni.c: the K-quant tiles (kq_tile) with vpdpwssd. */
+void kvb_q4_K_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                        bool first);
+void kvb_q5_K_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                        bool first);
+void kvb_q6_K_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                        bool first);
 
 #endif
