@@ -8,10 +8,13 @@
 // usage: gen_random_gguf ARCH OUT.gguf [--seed S] [--n-vocab 128] [--n-embd 256] [--n-head 4] [--n-head-kv 2]
 //          [--n-ff 384] [--n-layer 2] [--head-dim D] [--n-ctx-train 2048] [--rope-base 10000] [--eps 1e-5]
 //          [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...]
-//   --kv: extra metadata; TYPE is u32|i32|f32|bool|str; a leading '@' in NAME stands for "ARCH"
-//         (e.g. --kv @.attn_logit_softcapping=f32:50 --kv @.final_logit_softcapping=f32:30).
-//   weights ~ N(0, std); tensors whose name contains "norm", and the RoPE frequency factors (rope_freqs, rope_factors_long,
-//   rope_factors_short: divisors of the rotary frequencies), ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
+//   --kv: extra metadata (it replaces a key written from the flags above); TYPE is u32|i32|f32|bool|str, or an array
+//         u32[]|i32[]|f32[]|bool[] of comma-separated values; a leading '@' in NAME stands for "ARCH"
+//         (e.g. --kv @.attn_logit_softcapping=f32:50 --kv @.final_logit_softcapping=f32:30,
+//          --kv @.attention.sliding_window_pattern=bool[]:1,1,0,1).
+//   weights ~ N(0, std); tensors whose name contains "norm", the RoPE frequency factors (rope_freqs, rope_factors_long,
+//   rope_factors_short: divisors of the rotary frequencies) and gemma4's layer_output_scale (it multiplies the whole
+//   residual stream), ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
 //   --f16: store 2-D weight matrices as F16 (1-D tensors stay F32), done by a second build pass.
 //   llama_model_init_from_user creates EVERY optional tensor the architecture knows (biases, rope_freqs, per-tensor
 //   ".scale"/".input_scale" multipliers, ...). The file holds only the tensors that survive:
@@ -48,7 +51,8 @@ static void fill_tensor(ggml_tensor * t, void * ud) {
     st->tensors.push_back(t);
     std::mt19937_64 gen(fnv1a(t->name) ^ (st->seed * 0x9E3779B97F4A7C15ull));
     std::normal_distribution<float> dis(0.0f, st->std);
-    const bool is_norm = strstr(t->name, "norm") != nullptr || strncmp(t->name, "rope_f", 6) == 0;
+    const bool is_norm = strstr(t->name, "norm") != nullptr || strncmp(t->name, "rope_f", 6) == 0 ||
+                         strstr(t->name, "layer_output_scale") != nullptr;
     const int64_t ne = ggml_nelements(t);
     std::vector<float> v(ne);
     for (int64_t i = 0; i < ne; i++) v[i] = (is_norm ? 1.0f : 0.0f) + dis(gen);
@@ -72,7 +76,8 @@ static void usage(const char * a0) {
     fprintf(stderr,
         "usage: %s ARCH OUT.gguf [--seed S] [--n-vocab 128] [--n-embd 256] [--n-head 4] [--n-head-kv 2]\n"
         "         [--n-ff 384] [--n-layer 2] [--head-dim D] [--n-ctx-train 2048] [--rope-base 10000] [--eps 1e-5]\n"
-        "         [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...] [--drop REGEX ...] [--plain]\n", a0);
+        "         [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...] [--drop REGEX ...] [--plain]\n"
+        "  TYPE: u32|i32|f32|bool|str, or u32[]|i32[]|f32[]|bool[] with comma-separated VALUEs\n", a0);
 }
 
 static bool add_kv_spec(gguf_context * g, const std::string & arch, const std::string & spec) {
@@ -80,6 +85,32 @@ static bool add_kv_spec(gguf_context * g, const std::string & arch, const std::s
     if (eq == std::string::npos || colon == std::string::npos) return false;
     std::string name = spec.substr(0, eq), type = spec.substr(eq + 1, colon - eq - 1), val = spec.substr(colon + 1);
     if (!name.empty() && name[0] == '@') name = arch + name.substr(1);
+    if (type.size() > 2 && type.compare(type.size() - 2, 2, "[]") == 0) { // array: comma-separated values
+        const std::string et = type.substr(0, type.size() - 2);
+        std::vector<std::string> items;
+        for (size_t p = 0; p <= val.size();) {
+            size_t c = val.find(',', p);
+            if (c == std::string::npos) c = val.size();
+            items.push_back(val.substr(p, c - p));
+            p = c + 1;
+        }
+        if (et == "u32" || et == "i32") {
+            std::vector<int32_t> a;
+            for (const auto & it : items) a.push_back((int32_t) strtol(it.c_str(), nullptr, 10));
+            gguf_set_arr_data(g, name.c_str(), et == "u32" ? GGUF_TYPE_UINT32 : GGUF_TYPE_INT32, a.data(), a.size());
+        } else if (et == "f32") {
+            std::vector<float> a;
+            for (const auto & it : items) a.push_back(strtof(it.c_str(), nullptr));
+            gguf_set_arr_data(g, name.c_str(), GGUF_TYPE_FLOAT32, a.data(), a.size());
+        } else if (et == "bool") {
+            std::vector<int8_t> a;
+            for (const auto & it : items) a.push_back(it == "1" || it == "true");
+            gguf_set_arr_data(g, name.c_str(), GGUF_TYPE_BOOL, a.data(), a.size());
+        } else {
+            return false;
+        }
+        return true;
+    }
     if (type == "u32") gguf_set_val_u32(g, name.c_str(), (uint32_t) strtoul(val.c_str(), nullptr, 10));
     else if (type == "i32") gguf_set_val_i32(g, name.c_str(), (int32_t) strtol(val.c_str(), nullptr, 10));
     else if (type == "f32") gguf_set_val_f32(g, name.c_str(), strtof(val.c_str(), nullptr));
