@@ -15,7 +15,7 @@
 //   weights ~ N(0, std); tensors whose name contains "norm", the RoPE frequency factors (rope_freqs, rope_factors_long,
 //   rope_factors_short: divisors of the rotary frequencies) and gemma4's layer_output_scale (it multiplies the whole
 //   residual stream), ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
-//   --f16: store 2-D weight matrices as F16 (1-D tensors stay F32), done by a second build pass.
+//   --f16: store 2-D weight matrices as F16 (1-D tensors and ssm_conv1d stay F32), done by a second build pass.
 //   llama_model_init_from_user creates EVERY optional tensor the architecture knows (biases, rope_freqs, per-tensor
 //   ".scale"/".input_scale" multipliers, ...). The file holds only the tensors that survive:
 //   --drop REGEX   (repeatable, std::regex_search on the tensor name) leaves matching tensors out of the file;
@@ -194,7 +194,8 @@ int main(int argc, char ** argv) {
         // second pass: declare the 2-D weights as F16 in the metadata, which makes the loader create them as F16
         std::vector<std::pair<std::string, std::vector<int64_t>>> todo;
         for (ggml_tensor * t : st.tensors) {
-            if (ggml_n_dims(t) < 2 || gguf_find_tensor(meta, t->name) != -1) continue;
+            // the conv taps stay F32, as llama.cpp's converter keeps them (its CPU ssm_conv asserts F32 weights)
+            if (ggml_n_dims(t) < 2 || gguf_find_tensor(meta, t->name) != -1 || strstr(t->name, "ssm_conv1d") != nullptr) continue;
             bool seen = false;
             for (auto & p : todo) seen = seen || p.first == t->name;
             if (!seen) todo.push_back({t->name, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}});
