@@ -7,7 +7,8 @@
 //
 // usage: gen_random_gguf ARCH OUT.gguf [--seed S] [--n-vocab 128] [--n-embd 256] [--n-head 4] [--n-head-kv 2]
 //          [--n-ff 384] [--n-layer 2] [--head-dim D] [--n-ctx-train 2048] [--rope-base 10000] [--eps 1e-5]
-//          [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...]
+//          [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...] [--drop REGEX ...] [--plain]
+//          [--mean REGEX=M ...]
 //   --kv: extra metadata (it replaces a key written from the flags above); TYPE is u32|i32|f32|bool|str, or an array
 //         u32[]|i32[]|f32[]|bool[] of comma-separated values; a leading '@' in NAME stands for "ARCH"
 //         (e.g. --kv @.attn_logit_softcapping=f32:50 --kv @.final_logit_softcapping=f32:30,
@@ -15,6 +16,8 @@
 //   weights ~ N(0, std); tensors whose name contains "norm", the RoPE frequency factors (rope_freqs, rope_factors_long,
 //   rope_factors_short: divisors of the rotary frequencies) and gemma4's layer_output_scale (it multiplies the whole
 //   residual stream), ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
+//   --mean REGEX=M (repeatable; the first whose REGEX std::regex_search finds in the name wins): those tensors ~ M + N(0, std)
+//   (e.g. gemma4's router scale and q/k norms, so that its routing and unscaled attention scores are not near ties or one-hot).
 //   --f16: store 2-D weight matrices as F16 (1-D tensors and ssm_conv1d stay F32), done by a second build pass.
 //   llama_model_init_from_user creates EVERY optional tensor the architecture knows (biases, rope_freqs, per-tensor
 //   ".scale"/".input_scale" multipliers, ...). The file holds only the tensors that survive:
@@ -38,6 +41,7 @@ struct fill_state {
     uint64_t seed;
     float std;
     std::vector<ggml_tensor *> tensors;
+    std::vector<std::pair<std::regex, float>> means; // --mean: the first match sets the mean
 };
 
 static uint64_t fnv1a(const char * s) {
@@ -53,9 +57,13 @@ static void fill_tensor(ggml_tensor * t, void * ud) {
     std::normal_distribution<float> dis(0.0f, st->std);
     const bool is_norm = strstr(t->name, "norm") != nullptr || strncmp(t->name, "rope_f", 6) == 0 ||
                          strstr(t->name, "layer_output_scale") != nullptr;
+    float mean = is_norm ? 1.0f : 0.0f;
+    for (const auto & m : st->means) {
+        if (std::regex_search(t->name, m.first)) { mean = m.second; break; }
+    }
     const int64_t ne = ggml_nelements(t);
     std::vector<float> v(ne);
-    for (int64_t i = 0; i < ne; i++) v[i] = (is_norm ? 1.0f : 0.0f) + dis(gen);
+    for (int64_t i = 0; i < ne; i++) v[i] = mean + dis(gen);
     if (t->type == GGML_TYPE_F32) {
         ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
     } else if (t->type == GGML_TYPE_F16) {
@@ -77,6 +85,7 @@ static void usage(const char * a0) {
         "usage: %s ARCH OUT.gguf [--seed S] [--n-vocab 128] [--n-embd 256] [--n-head 4] [--n-head-kv 2]\n"
         "         [--n-ff 384] [--n-layer 2] [--head-dim D] [--n-ctx-train 2048] [--rope-base 10000] [--eps 1e-5]\n"
         "         [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...] [--drop REGEX ...] [--plain]\n"
+        "         [--mean REGEX=M ...]\n"
         "  TYPE: u32|i32|f32|bool|str, or u32[]|i32[]|f32[]|bool[] with comma-separated VALUEs\n", a0);
 }
 
@@ -131,6 +140,7 @@ int main(int argc, char ** argv) {
     bool f16 = false;
     std::vector<std::string> kvs;
     std::vector<std::regex> drops;
+    std::vector<std::pair<std::regex, float>> means;
     for (int i = 3; i < argc; i++) {
         std::string a = argv[i];
         auto nxt = [&]() -> const char * { if (i + 1 >= argc) { usage(argv[0]); exit(2); } return argv[++i]; };
@@ -151,6 +161,12 @@ int main(int argc, char ** argv) {
         else if (a == "--f16") f16 = true;
         else if (a == "--kv") kvs.push_back(nxt());
         else if (a == "--drop") drops.emplace_back(nxt());
+        else if (a == "--mean") {
+            const std::string spec = nxt();
+            const size_t eq = spec.rfind('=');
+            if (eq == std::string::npos || eq == 0) { fprintf(stderr, "bad --mean %s\n", spec.c_str()); return 2; }
+            means.emplace_back(std::regex(spec.substr(0, eq)), strtof(spec.c_str() + eq + 1, nullptr));
+        }
         else if (a == "--plain") { drops.emplace_back("\\.(scale|input_scale)$"); drops.emplace_back("^rope_(freqs|factors_long|factors_short)\\.weight$"); }
         else { fprintf(stderr, "unknown argument %s\n", a.c_str()); usage(argv[0]); return 2; }
     }
@@ -186,7 +202,7 @@ int main(int argc, char ** argv) {
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
 
-    fill_state st{seed, stdv, {}};
+    fill_state st{seed, stdv, {}, means};
     llama_model * model = llama_model_init_from_user(meta, fill_tensor, &st, mp);
     if (!model) { fprintf(stderr, "llama_model_init_from_user failed for arch %s\n", arch.c_str()); return 1; }
 
