@@ -81,8 +81,9 @@ G4K="--kv @.attention.sliding_window_pattern=bool[]:1,1,0,1,1,0 --kv @.attention
 G4V="--mean ^blk\.(2|5)\.attn_[qk]_norm\.weight$=0.3536 --mean attn_[qk]_norm\.weight$=0.4204 --mean ffn_gate_inp\.scale$=16 --mean ffn_down_exps\.scale$=1"
 G4D="--drop ^output\.weight$ --drop \.input_scale$ --drop ^blk\.[0-9]+\.(attn_[qkv]|attn_output|ffn_gate|ffn_up|ffn_down)\.scale$"
 # dense, E2B-like: the last 3 layers share K/V (layer 3 and 4 read layer 1's, layer 5 layer 2's; their own attn_k and
-# attn_k_norm are loaded, unused), per-layer embeddings of 16, final softcap 30 by default (key absent)
-G4E="--kv @.attention.shared_kv_layers=u32:3 --kv @.embedding_length_per_layer_input=u32:16"
+# attn_k_norm are loaded, unused) with FFNs twice as wide (an array, as E2B's use_double_wide_mlp), per-layer embeddings of 16,
+# final softcap 30 by default (key absent)
+G4E="--kv @.attention.shared_kv_layers=u32:3 --kv @.embedding_length_per_layer_input=u32:16 --kv @.feed_forward_length=u32[]:384,384,384,768,768,768"
 $G gemma4 archs/gen/gemma4-f32.gguf $G4 $G4K $G4V $G4D $G4E
 $G gemma4 archs/gen/gemma4-f16.gguf $G4 --f16 $G4K $G4V $G4D $G4E
 # MoE, 26B-A4B-like: 8 experts of 64 (2 per token, fused gate/up, per-expert scales) beside a dense FFN of 128 on every
@@ -90,3 +91,8 @@ $G gemma4 archs/gen/gemma4-f16.gguf $G4 --f16 $G4K $G4V $G4D $G4E
 # no per-layer embeddings, no shared K/V, final softcap 30 written
 G4M="--n-ff 128 --kv @.attention.head_count_kv=u32[]:2,2,1,2,2,1 --kv @.embedding_length_per_layer_input=u32:0 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.final_logit_softcapping=f32:30"
 $G gemma4 archs/gen/gemma4moe-f32.gguf $G4 $G4K $G4V $G4D $G4M --drop '^blk\.(2|5)\.attn_v\.weight$'
+# both again with every optional tensor llama.cpp's gemma4 loader creates: output.weight (untied), attn_v on the MoE's global
+# layers, and the per-projection .scale multipliers (~1.5, which its graph applies) and .input_scale ones (~1, loaded, unused)
+G4A="--mean \.input_scale$=1 --mean \.scale$=1.5"
+$G gemma4 archs/gen/gemma4-all-f32.gguf $G4 $G4K $G4V $G4A $G4E
+$G gemma4 archs/gen/gemma4moe-all-f32.gguf $G4 $G4K $G4V $G4A $G4M
