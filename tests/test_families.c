@@ -1019,6 +1019,64 @@ TEST(qwen35_round_trip_binds_every_tensor_and_layer_kinds) {
     }
 }
 
+/* qwen35moe's experts as one fused ffn_gate_up_exps stack (each expert's gate rows, then its up rows), which llama.cpp's
+ * loader takes (create_tensor_gate_up_exps) and bench/peer/gen_random_gguf.cpp writes: tiny-qwen35moe's split stacks
+ * fused into one, bound, and the same logits bit for bit, prompt and decode (kvbound refused the fused stack before) */
+TEST(qwen35moe_fused_gate_up_exps_stack_binds_and_equals_split_stacks) {
+    char a[128], b[128];
+    if (!write_shape("tiny-qwen35moe", a, sizeof a)) FAILF("mkmodel: %s", kvb_last_error());
+    struct kvb_model *m;
+    if (kvb_model_load(a, NULL, &m) != KVB_OK) FAILF("load: %s", kvb_last_error());
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    const int L = mi.n_layer, N = mi.n_expert;
+    struct kvb_mat keep[2][8];
+    uint8_t *fused[8] = {0};
+    int ok = L <= 8 && N > 0;
+    for (int l = 0; ok && l < L; l++) { /* expert e: gate rows, then up rows */
+        struct kvb_layer *Ly = &m->layers[l];
+        const struct kvb_mat g = Ly->gate_exps, u = Ly->up_exps;
+        const size_t rows = (size_t)(g.n_out / N), rb = g.row_bytes;
+        ok = g.data && u.data && g.type == u.type && g.n_out == u.n_out && (fused[l] = malloc(2 * (size_t)g.n_out * rb)) != NULL;
+        for (int e = 0; ok && e < N; e++) {
+            memcpy(fused[l] + (2 * (size_t)e) * rows * rb, g.data + (size_t)e * rows * rb, rows * rb);
+            memcpy(fused[l] + (2 * (size_t)e + 1) * rows * rb, u.data + (size_t)e * rows * rb, rows * rb);
+        }
+        keep[0][l] = g, keep[1][l] = u;
+        Ly->gate_up_exps = (struct kvb_mat){g.type, g.n_in, 2 * g.n_out, rb, fused[l]};
+        memset(&Ly->gate_exps, 0, sizeof Ly->gate_exps);
+        memset(&Ly->up_exps, 0, sizeof Ly->up_exps);
+    }
+    snprintf(b, sizeof b, "%s/tiny-qwen35moe-fused.gguf", g_dir);
+    if (ok) ok = kvb_model_write_gguf(m, b, 0, NULL, NULL) == KVB_OK;
+    for (int l = 0; l < L && l < 8; l++) {
+        if (fused[l]) m->layers[l].gate_exps = keep[0][l], m->layers[l].up_exps = keep[1][l];
+        memset(&m->layers[l].gate_up_exps, 0, sizeof m->layers[l].gate_up_exps);
+        free(fused[l]);
+    }
+    if (!ok) { kvb_model_free(m); FAILF("fusing the stacks: %s", kvb_last_error()); }
+    struct kvb_model *f;
+    if (kvb_model_load(b, NULL, &f) != KVB_OK) { kvb_model_free(m); FAILF("load fused: %s", kvb_last_error()); }
+    for (int l = 0; l < L; l++) {
+        const struct kvb_layer *Ly = &f->layers[l];
+        CHECK(Ly->gate_up_exps.n_out == 2 * (int64_t)N * mi.n_ff_exp && !Ly->gate_exps.data && !Ly->up_exps.data && Ly->down_exps.data);
+    }
+    const size_t n = (size_t)NT * (size_t)mi.n_vocab;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    for (int decode = 0; x && y && decode < 2; decode++) {
+        if (!engine(m, decode, KVB_DTYPE_F32, 256, 512, NT, x) || !engine(f, decode, KVB_DTYPE_F32, 256, 512, NT, y)) {
+            CHECK(!"engine");
+            break;
+        }
+        if (memcmp(x, y, n * sizeof *x)) FAILF("fused stacks: other logits than the split ones (%s)", decode ? "decode" : "prompt");
+    }
+    CHECK(x && y);
+    free(x);
+    free(y);
+    kvb_model_free(f);
+    kvb_model_free(m);
+}
+
 /* recurrent[l] = (l + 1) % full_attention_interval != 0 over the layers that run (the family's rule, kvb_family_hybrid) */
 TEST(qwen35_recurrent_pattern_from_full_attention_interval) {
     static const struct { int every, n; const char *want; } c[] = {{4, 8, "11101110"}, {3, 7, "1101101"}, {2, 4, "1010"}, {1, 3, "000"}};
@@ -1060,7 +1118,7 @@ TEST(qwen35_missing_wrong_and_unknown_ssm_tensors_refused_by_name) {
     refused(q, &(struct edit){.add = "blk.1.attn_q.weight"}, KVB_ERR_UNSUPPORTED, "blk.1.attn_q.weight");
     refused(q, &(struct edit){.add = "blk.3.attn_q.bias"}, KVB_ERR_UNSUPPORTED, "blk.3.attn_q.bias");
     refused(q, &(struct edit){.add = "blk.0.ssm_out.scale"}, KVB_ERR_UNSUPPORTED, "blk.0.ssm_out.scale");
-    refused(qm, &(struct edit){.add = "blk.3.ffn_gate_up_exps.weight"}, KVB_ERR_UNSUPPORTED, "blk.3.ffn_gate_up_exps.weight");
+    refused(qm, &(struct edit){.add = "blk.3.ffn_gate_up_exps.weight"}, KVB_ERR_CORRUPT, "blk.3.ffn_gate_up_exps.weight"); /* read: 256 values */
     /* the MTP layer's own tensors are bound (required ones refused when missing) and counted */
     refused(mtp, &(struct edit){.drop = "blk.4.nextn.eh_proj.weight"}, KVB_ERR_CORRUPT, "blk.4.nextn.eh_proj.weight");
     refused(mtp, &(struct edit){.drop = "blk.4.nextn.shared_head_norm.weight"}, KVB_OK, "");
@@ -1471,6 +1529,7 @@ int main(void) {
     RUN(unused_tensors_and_unknown_math_are_refused_by_name);
     RUN(shared_experts_and_dense_layers_are_bound_by_name);
     RUN(qwen35_round_trip_binds_every_tensor_and_layer_kinds);
+    RUN(qwen35moe_fused_gate_up_exps_stack_binds_and_equals_split_stacks);
     RUN(qwen35_recurrent_pattern_from_full_attention_interval);
     RUN(qwen35_missing_wrong_and_unknown_ssm_tensors_refused_by_name);
     RUN(qwen35_keys_that_change_the_math_refused_by_name);

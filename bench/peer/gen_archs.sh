@@ -2,6 +2,9 @@
 # Generate "realistic" small random-weight GGUFs (norm scales ~1, weights N(0,0.02), GQA 4q/2kv heads, 4 layers,
 # n_embd 256, n_ff 384, n_vocab 128, seed 42) for the 10 architectures kvbound is checked on, f32 and f16,
 # into archs/gen/, plus phi3 with LongRoPE factors and biases at a context of 128 (phi3-longrope). Optional tensors that real checkpoints of the family do not have are left out.
+# Run from a copy in the llama.cpp peer tree (../shared/tools/build-llama-peer.sh), next to gen_random_gguf built there:
+#   g++ -O2 -std=c++17 -Iinclude -Iggml/include KVBOUND/bench/peer/gen_random_gguf.cpp -o gen_random_gguf build/src/libllama.a \
+#       build/ggml/src/libggml.a build/ggml/src/libggml-cpu.a build/ggml/src/libggml-base.a -fopenmp -lpthread -lm -ldl
 set -euo pipefail
 cd "$(dirname "$0")"
 mkdir -p archs/gen
@@ -62,3 +65,34 @@ Q35="--plain --seed 42 --n-layer 5 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 
 Q35K="--kv @.rope.dimension_count=u32:16 --kv @.rope.dimension_sections=i32:3 --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:64 --kv @.ssm.state_size=u32:16 --kv @.ssm.time_step_rank=u32:4 --kv @.ssm.group_count=u32:2 --kv @.nextn_predict_layers=u32:1"
 $G qwen35 archs/gen/qwen35-f32.gguf $Q35 $Q35K
 $G qwen35 archs/gen/qwen35-f16.gguf $Q35 --f16 $Q35K
+# qwen35moe (issue 50): qwen35's layers with 8 experts of 64 (2 per token, fused gate/up) and a sigmoid-gated shared expert of 96
+Q35X="--kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.expert_shared_feed_forward_length=u32:96"
+$G qwen35moe archs/gen/qwen35moe-f32.gguf $Q35 $Q35K $Q35X
+$G qwen35moe archs/gen/qwen35moe-f16.gguf $Q35 --f16 $Q35K $Q35X
+# gemma4 (issue 50), as llama.cpp's gemma4 loader reads it: 6 layers, windows of 8 on layers 0,1,3,4 (a bool per layer),
+# window heads of 32 and global heads of 64 (rotary over the whole head; the globals' rope_freqs divisors ~1), bases 1e4 / 1e6,
+# eps 1e-6, tied output; every optional tensor real checkpoints carry: attn_v, layer_output_scale (~1), the
+# router's and experts' scales; none of the generic per-projection .scale / .input_scale. As mkmodel's tiny-gemma4 shapes:
+# q/k norms ~D^-1/4 (the scores are unscaled: at 1 attention is one-hot, and llama.cpp's fp16 GELU table's steps
+# then move the logits by 1e-4 and more), the router's input scale ~sqrt(E) and the experts' scales ~1 (drawn ~N(0, 0.02)
+# as other ".scale" tensors, every router logit is within 1e-3 of the others: routing by near ties).
+G4="--seed 42 --n-layer 6 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 384 --n-vocab 128 --head-dim 64 --eps 1e-6 --rope-base 1000000 --swa 8"
+G4K="--kv @.attention.sliding_window_pattern=bool[]:1,1,0,1,1,0 --kv @.attention.key_length_swa=u32:32 --kv @.attention.value_length_swa=u32:32 --kv @.rope.dimension_count=u32:64 --kv @.rope.dimension_count_swa=u32:32 --kv @.rope.freq_base_swa=f32:10000"
+G4V="--mean ^blk\.(2|5)\.attn_[qk]_norm\.weight$=0.3536 --mean attn_[qk]_norm\.weight$=0.4204 --mean ffn_gate_inp\.scale$=16 --mean ffn_down_exps\.scale$=1"
+G4D="--drop ^output\.weight$ --drop \.input_scale$ --drop ^blk\.[0-9]+\.(attn_[qkv]|attn_output|ffn_gate|ffn_up|ffn_down)\.scale$"
+# dense, E2B-like: the last 3 layers share K/V (layer 3 and 4 read layer 1's, layer 5 layer 2's; their own attn_k and
+# attn_k_norm are loaded, unused) with FFNs twice as wide (an array, as E2B's use_double_wide_mlp), per-layer embeddings of 16,
+# final softcap 30 by default (key absent)
+G4E="--kv @.attention.shared_kv_layers=u32:3 --kv @.embedding_length_per_layer_input=u32:16 --kv @.feed_forward_length=u32[]:384,384,384,768,768,768"
+$G gemma4 archs/gen/gemma4-f32.gguf $G4 $G4K $G4V $G4D $G4E
+$G gemma4 archs/gen/gemma4-f16.gguf $G4 --f16 $G4K $G4V $G4D $G4E
+# MoE, 26B-A4B-like: 8 experts of 64 (2 per token, fused gate/up, per-expert scales) beside a dense FFN of 128 on every
+# layer, 2 KV heads on window layers and 1 on global ones (an array), no attn_v on the global layers (V from the raw K),
+# no per-layer embeddings, no shared K/V, final softcap 30 written
+G4M="--n-ff 128 --kv @.attention.head_count_kv=u32[]:2,2,1,2,2,1 --kv @.embedding_length_per_layer_input=u32:0 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.final_logit_softcapping=f32:30"
+$G gemma4 archs/gen/gemma4moe-f32.gguf $G4 $G4K $G4V $G4D $G4M --drop '^blk\.(2|5)\.attn_v\.weight$'
+# both again with every optional tensor llama.cpp's gemma4 loader creates: output.weight (untied), attn_v on the MoE's global
+# layers, and the per-projection .scale multipliers (~1.5, which its graph applies) and .input_scale ones (~1, loaded, unused)
+G4A="--mean \.input_scale$=1 --mean \.scale$=1.5"
+$G gemma4 archs/gen/gemma4-all-f32.gguf $G4 $G4K $G4V $G4A $G4E
+$G gemma4 archs/gen/gemma4moe-all-f32.gguf $G4 $G4K $G4V $G4A $G4M

@@ -7,12 +7,18 @@
 //
 // usage: gen_random_gguf ARCH OUT.gguf [--seed S] [--n-vocab 128] [--n-embd 256] [--n-head 4] [--n-head-kv 2]
 //          [--n-ff 384] [--n-layer 2] [--head-dim D] [--n-ctx-train 2048] [--rope-base 10000] [--eps 1e-5]
-//          [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...]
-//   --kv: extra metadata; TYPE is u32|i32|f32|bool|str; a leading '@' in NAME stands for "ARCH"
-//         (e.g. --kv @.attn_logit_softcapping=f32:50 --kv @.final_logit_softcapping=f32:30).
-//   weights ~ N(0, std); tensors whose name contains "norm", and the RoPE frequency factors (rope_freqs, rope_factors_long,
-//   rope_factors_short: divisors of the rotary frequencies), ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
-//   --f16: store 2-D weight matrices as F16 (1-D tensors stay F32), done by a second build pass.
+//          [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...] [--drop REGEX ...] [--plain]
+//          [--mean REGEX=M ...]
+//   --kv: extra metadata (it replaces a key written from the flags above); TYPE is u32|i32|f32|bool|str, or an array
+//         u32[]|i32[]|f32[]|bool[] of comma-separated values; a leading '@' in NAME stands for "ARCH"
+//         (e.g. --kv @.attn_logit_softcapping=f32:50 --kv @.final_logit_softcapping=f32:30,
+//          --kv @.attention.sliding_window_pattern=bool[]:1,1,0,1).
+//   weights ~ N(0, std); tensors whose name contains "norm", the RoPE frequency factors (rope_freqs, rope_factors_long,
+//   rope_factors_short: divisors of the rotary frequencies) and gemma4's layer_output_scale (it multiplies the whole
+//   residual stream), ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
+//   --mean REGEX=M (repeatable; the first whose REGEX std::regex_search finds in the name wins): those tensors ~ M + N(0, std)
+//   (e.g. gemma4's router scale and q/k norms, so that its routing and unscaled attention scores are not near ties or one-hot).
+//   --f16: store 2-D weight matrices as F16 (1-D tensors and ssm_conv1d stay F32), done by a second build pass.
 //   llama_model_init_from_user creates EVERY optional tensor the architecture knows (biases, rope_freqs, per-tensor
 //   ".scale"/".input_scale" multipliers, ...). The file holds only the tensors that survive:
 //   --drop REGEX   (repeatable, std::regex_search on the tensor name) leaves matching tensors out of the file;
@@ -35,6 +41,7 @@ struct fill_state {
     uint64_t seed;
     float std;
     std::vector<ggml_tensor *> tensors;
+    std::vector<std::pair<std::regex, float>> means; // --mean: the first match sets the mean
 };
 
 static uint64_t fnv1a(const char * s) {
@@ -48,10 +55,15 @@ static void fill_tensor(ggml_tensor * t, void * ud) {
     st->tensors.push_back(t);
     std::mt19937_64 gen(fnv1a(t->name) ^ (st->seed * 0x9E3779B97F4A7C15ull));
     std::normal_distribution<float> dis(0.0f, st->std);
-    const bool is_norm = strstr(t->name, "norm") != nullptr || strncmp(t->name, "rope_f", 6) == 0;
+    const bool is_norm = strstr(t->name, "norm") != nullptr || strncmp(t->name, "rope_f", 6) == 0 ||
+                         strstr(t->name, "layer_output_scale") != nullptr;
+    float mean = is_norm ? 1.0f : 0.0f;
+    for (const auto & m : st->means) {
+        if (std::regex_search(t->name, m.first)) { mean = m.second; break; }
+    }
     const int64_t ne = ggml_nelements(t);
     std::vector<float> v(ne);
-    for (int64_t i = 0; i < ne; i++) v[i] = (is_norm ? 1.0f : 0.0f) + dis(gen);
+    for (int64_t i = 0; i < ne; i++) v[i] = mean + dis(gen);
     if (t->type == GGML_TYPE_F32) {
         ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
     } else if (t->type == GGML_TYPE_F16) {
@@ -72,7 +84,9 @@ static void usage(const char * a0) {
     fprintf(stderr,
         "usage: %s ARCH OUT.gguf [--seed S] [--n-vocab 128] [--n-embd 256] [--n-head 4] [--n-head-kv 2]\n"
         "         [--n-ff 384] [--n-layer 2] [--head-dim D] [--n-ctx-train 2048] [--rope-base 10000] [--eps 1e-5]\n"
-        "         [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...] [--drop REGEX ...] [--plain]\n", a0);
+        "         [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...] [--drop REGEX ...] [--plain]\n"
+        "         [--mean REGEX=M ...]\n"
+        "  TYPE: u32|i32|f32|bool|str, or u32[]|i32[]|f32[]|bool[] with comma-separated VALUEs\n", a0);
 }
 
 static bool add_kv_spec(gguf_context * g, const std::string & arch, const std::string & spec) {
@@ -80,6 +94,32 @@ static bool add_kv_spec(gguf_context * g, const std::string & arch, const std::s
     if (eq == std::string::npos || colon == std::string::npos) return false;
     std::string name = spec.substr(0, eq), type = spec.substr(eq + 1, colon - eq - 1), val = spec.substr(colon + 1);
     if (!name.empty() && name[0] == '@') name = arch + name.substr(1);
+    if (type.size() > 2 && type.compare(type.size() - 2, 2, "[]") == 0) { // array: comma-separated values
+        const std::string et = type.substr(0, type.size() - 2);
+        std::vector<std::string> items;
+        for (size_t p = 0; p <= val.size();) {
+            size_t c = val.find(',', p);
+            if (c == std::string::npos) c = val.size();
+            items.push_back(val.substr(p, c - p));
+            p = c + 1;
+        }
+        if (et == "u32" || et == "i32") {
+            std::vector<int32_t> a;
+            for (const auto & it : items) a.push_back((int32_t) strtol(it.c_str(), nullptr, 10));
+            gguf_set_arr_data(g, name.c_str(), et == "u32" ? GGUF_TYPE_UINT32 : GGUF_TYPE_INT32, a.data(), a.size());
+        } else if (et == "f32") {
+            std::vector<float> a;
+            for (const auto & it : items) a.push_back(strtof(it.c_str(), nullptr));
+            gguf_set_arr_data(g, name.c_str(), GGUF_TYPE_FLOAT32, a.data(), a.size());
+        } else if (et == "bool") {
+            std::vector<int8_t> a;
+            for (const auto & it : items) a.push_back(it == "1" || it == "true");
+            gguf_set_arr_data(g, name.c_str(), GGUF_TYPE_BOOL, a.data(), a.size());
+        } else {
+            return false;
+        }
+        return true;
+    }
     if (type == "u32") gguf_set_val_u32(g, name.c_str(), (uint32_t) strtoul(val.c_str(), nullptr, 10));
     else if (type == "i32") gguf_set_val_i32(g, name.c_str(), (int32_t) strtol(val.c_str(), nullptr, 10));
     else if (type == "f32") gguf_set_val_f32(g, name.c_str(), strtof(val.c_str(), nullptr));
@@ -100,6 +140,7 @@ int main(int argc, char ** argv) {
     bool f16 = false;
     std::vector<std::string> kvs;
     std::vector<std::regex> drops;
+    std::vector<std::pair<std::regex, float>> means;
     for (int i = 3; i < argc; i++) {
         std::string a = argv[i];
         auto nxt = [&]() -> const char * { if (i + 1 >= argc) { usage(argv[0]); exit(2); } return argv[++i]; };
@@ -120,6 +161,12 @@ int main(int argc, char ** argv) {
         else if (a == "--f16") f16 = true;
         else if (a == "--kv") kvs.push_back(nxt());
         else if (a == "--drop") drops.emplace_back(nxt());
+        else if (a == "--mean") {
+            const std::string spec = nxt();
+            const size_t eq = spec.rfind('=');
+            if (eq == std::string::npos || eq == 0) { fprintf(stderr, "bad --mean %s\n", spec.c_str()); return 2; }
+            means.emplace_back(std::regex(spec.substr(0, eq)), strtof(spec.c_str() + eq + 1, nullptr));
+        }
         else if (a == "--plain") { drops.emplace_back("\\.(scale|input_scale)$"); drops.emplace_back("^rope_(freqs|factors_long|factors_short)\\.weight$"); }
         else { fprintf(stderr, "unknown argument %s\n", a.c_str()); usage(argv[0]); return 2; }
     }
@@ -155,7 +202,7 @@ int main(int argc, char ** argv) {
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
 
-    fill_state st{seed, stdv, {}};
+    fill_state st{seed, stdv, {}, means};
     llama_model * model = llama_model_init_from_user(meta, fill_tensor, &st, mp);
     if (!model) { fprintf(stderr, "llama_model_init_from_user failed for arch %s\n", arch.c_str()); return 1; }
 
@@ -163,7 +210,8 @@ int main(int argc, char ** argv) {
         // second pass: declare the 2-D weights as F16 in the metadata, which makes the loader create them as F16
         std::vector<std::pair<std::string, std::vector<int64_t>>> todo;
         for (ggml_tensor * t : st.tensors) {
-            if (ggml_n_dims(t) < 2 || gguf_find_tensor(meta, t->name) != -1) continue;
+            // the conv taps stay F32, as llama.cpp's converter keeps them (its CPU ssm_conv asserts F32 weights)
+            if (ggml_n_dims(t) < 2 || gguf_find_tensor(meta, t->name) != -1 || strstr(t->name, "ssm_conv1d") != nullptr) continue;
             bool seen = false;
             for (auto & p : todo) seen = seen || p.first == t->name;
             if (!seen) todo.push_back({t->name, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}});

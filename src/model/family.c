@@ -98,6 +98,8 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
                             * global head size in the cache), attention scale 1, V = rms(raw V or raw K) per head, attn_v optional,
                             * KV-shared trailing layers, per-layer token embeddings (PLE), layer_output_scale, per-layer FFN widths
                             * (load_gemma4, kvb_family_gemma4) */
+#define F_GATE_UP_EXPS 33554432u /* the experts' gate and up stacks may be one fused ffn_gate_up_exps (each expert's gate rows, then
+                                  * its up rows), as llama.cpp's loader takes it for gemma4 and qwen35moe */
 
 /* Experts, as llama.cpp's loader and graph for the family have them: with
  * expert_count > 0 every layer is a mixture of experts (softmax over the
@@ -191,11 +193,11 @@ static const struct family k_families[] = {
      {REQ, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_NONE, SH_NONE},
     /* Qwen3.5/3.6 MoE: the same layers with experts on every one (softmax, the top k renormalized: llama.cpp's build_moe_ffn
      * call, which reads neither expert_gating_func nor expert_weights_norm) beside a sigmoid-gated shared expert */
-    {"qwen35moe", KVB_ROPE_NEOX, F_PARTIAL_ROT | F_FFN_NORM_AS_POST | F_HYBRID | F_FFN_SCALES | F_EXP_SCALES | F_FF_OPT,
+    {"qwen35moe", KVB_ROPE_NEOX, F_PARTIAL_ROT | F_FFN_NORM_AS_POST | F_HYBRID | F_FFN_SCALES | F_EXP_SCALES | F_FF_OPT | F_GATE_UP_EXPS,
      {REQ, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_GATED},
     /* Gemma 4: gemma3's layer with attn_v optional (V from the raw K projection), global layers' proportional RoPE through
      * rope_freqs, and the rest of F_GEMMA4; KV-shared layers' attn_k/attn_k_norm optional and unused (bind_layer) */
-    {"gemma4", KVB_ROPE_NEOX, F_GEMMA4 | F_PARTIAL_ROT | F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES,
+    {"gemma4", KVB_ROPE_NEOX, F_GEMMA4 | F_PARTIAL_ROT | F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES | F_GATE_UP_EXPS,
      {REQ, REQ, REQ, OPT, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma4, MOE_NONE, SH_NONE},
 };
 #undef LLAMA_ATTN
@@ -1113,13 +1115,13 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", (int)l, s), name)
     if ((st = bind_mat(b, NAME("ffn_gate_inp.weight"), E, N, REQ, &L->router)) != KVB_OK) return st;
     const bool g4 = (fam->traits & F_GEMMA4) != 0;
-    if (g4) { /* the router's input scale, the three norms around the experts; a fused gate_up stack or the split one */
+    if (g4) { /* the router's input scale, the three norms around the experts */
         if ((st = bind_vec(b, NAME("ffn_gate_inp.scale"), E, REQ, &L->router_scale)) != KVB_OK) return st;
         if ((st = bind_vec(b, NAME("pre_ffw_norm_2.weight"), E, REQ, &L->pre_ffn_norm_2)) != KVB_OK) return st;
         if ((st = bind_vec(b, NAME("post_ffw_norm_1.weight"), E, REQ, &L->post_ffn_norm_1)) != KVB_OK) return st;
         if ((st = bind_vec(b, NAME("post_ffw_norm_2.weight"), E, REQ, &L->post_ffn_norm_2)) != KVB_OK) return st;
     }
-    if (g4 && kvb_gguf_find_tensor(b->f, NAME("ffn_gate_up_exps.weight"))) {
+    if ((fam->traits & F_GATE_UP_EXPS) && kvb_gguf_find_tensor(b->f, NAME("ffn_gate_up_exps.weight"))) { /* fused, or split below */
         if ((st = bind_weights(b, name, E, 2 * Fe, N, REQ, &L->gate_up_exps)) != KVB_OK) return st;
     } else {
         if (!kvb_gguf_find_tensor(b->f, NAME("ffn_gate_exps.weight")))

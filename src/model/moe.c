@@ -28,7 +28,7 @@
 #include <math.h>
 
 struct kvb_mat kvb_moe_expert(const struct kvb_layer *L, int which, int32_t e) {
-    if (which < 2 && L->gate_up_exps.data) { /* fused (gemma4): expert e's 2Fe rows, gate first */
+    if (which < 2 && L->gate_up_exps.data) { /* fused (gemma4, qwen35moe): expert e's 2Fe rows, gate first */
         const struct kvb_mat *w = &L->gate_up_exps;
         const int64_t rows = w->n_out / L->router.n_out / 2;
         return (struct kvb_mat){w->type, w->n_in, rows, w->row_bytes, w->data + ((size_t)(2 * e + which) * (size_t)rows) * w->row_bytes};
