@@ -1075,6 +1075,9 @@ TEST(qwen35moe_fused_gate_up_exps_stack_binds_and_equals_split_stacks) {
     free(y);
     kvb_model_free(f);
     kvb_model_free(m);
+    /* beside the fused stack, gate and up scales have no meaning (llama.cpp creates none and refuses the file): by name */
+    refused(b, &(struct edit){.add = "blk.0.ffn_up_exps.scale"}, KVB_ERR_UNSUPPORTED, "blk.0.ffn_up_exps.scale");
+    refused(b, &(struct edit){.add = "blk.1.ffn_gate_exps.input_scale"}, KVB_ERR_UNSUPPORTED, "blk.1.ffn_gate_exps.input_scale");
 }
 
 /* recurrent[l] = (l + 1) % full_attention_interval != 0 over the layers that run (the family's rule, kvb_family_hybrid) */

@@ -1140,14 +1140,16 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     for (int i = 0; i < 3; i++) {
         const float *v, *unused;
         char what[48];
+        /* beside a fused gate/up stack llama.cpp creates no gate or up scales (it refuses a file with them): neither do we */
+        const enum need ns = L->gate_up_exps.data && i < 2 ? NO : OPT;
         snprintf(what, sizeof what, "%s.scale", w[i]);
-        if ((st = bind_vec(b, NAME(what), N, OPT, &v)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME(what), N, ns, &v)) != KVB_OK) return st;
         for (int64_t e = 0; v && e < N; e++)
             if (!isfinite(v[e])) return kvb_fail(KVB_ERR_CORRUPT, "%s: tensor '%s' is not finite", b->f->path, name);
         if (fam->traits & F_EXP_SCALES) *sc[i] = v;
         else for (int64_t e = 0; v && e < N; e++) L->scales_unused = L->scales_unused || v[e] != 1.0f;
         snprintf(what, sizeof what, "%s.input_scale", w[i]);
-        if ((st = bind_vec(b, NAME(what), N, OPT, &unused)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME(what), N, ns, &unused)) != KVB_OK) return st;
         L->input_scales = L->input_scales || unused;
     }
     if (in->n_ff_shexp > 0) { /* the shared experts, and their .scale tensors (loaded by llama.cpp, which these graphs do not apply) */
