@@ -123,6 +123,37 @@ if b.eval([5]) != want:
     errs.append('a loaded hybrid cache continues differently')
 print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" 2>&1)
         if [ "$out" = same ]; then ok hybrid_python_every_policy_exact_peak_and_saved_cache; else ko hybrid_python_every_policy_exact_peak_and_saved_cache "$out"; fi
+        # Gemma 4 through the bindings: info's window and KV-shared figures, every policy generates and scores, and a
+        # saved cache (KV-shared layers: the source's pages only) continues as the context it came from
+        for s in tiny-gemma4 tiny-gemma4moe; do
+            out=$(PYTHONPATH="$HERE/python" KVBOUND_LIBRARY="$BA/libkvbound.so" python3 -c "
+import math, sys, os, kvbound
+m = kvbound.Model(sys.argv[1])
+i = m.info
+errs = []
+want = (3, 2, 32)  # the last 3 of 6 layers: 2 window, 1 global; window heads of 32
+if (i['arch'], i['n_kv_shared'], i['n_kv_shared_swa'], i['head_dim_swa']) != ('gemma4',) + want:
+    errs.append('info %r' % ({k: i[k] for k in ('arch', 'n_kv_shared', 'n_kv_shared_swa', 'head_dim_swa')},))
+text = open(sys.argv[2]).read()
+for p in kvbound.policies():
+    got = ''.join(m.generate('Once upon a time there was a fox', 12, policy=p, budget=16, stop_at_eos=False))
+    r = kvbound.perplexity(m, text, policy=p, budget=16, max_tokens=120)
+    if not got or not math.isfinite(r['ppl']) or r['tokens'] != 119:
+        errs.append('%s: %d chars, ppl %r, %d tokens' % (p, len(got), r['ppl'], r['tokens']))
+ids = m.tokenize('Once upon a time there was a little fox who lived in the woods')
+a = m.context('h2o', 16)
+a.eval(ids)
+path = os.path.join(sys.argv[3], 'g.kvc')
+a.save(path)
+want = a.eval([5])
+b = m.context('h2o', 16)
+b.load(path)
+if b.eval([5]) != want:
+    errs.append('a loaded cache continues differently')
+print('; '.join(errs) or 'same')" "$T/$s.gguf" "$T/text.txt" "$T" 2>&1)
+            c=$(echo "$s" | tr '-' '_')
+            if [ "$out" = same ]; then ok "${c}_python_every_policy_and_saved_cache"; else ko "${c}_python_every_policy_and_saved_cache" "$out"; fi
+        done
     fi
 fi
 cli_summary
