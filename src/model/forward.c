@@ -165,7 +165,7 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     if (m->recurrent) { /* the Gated DeltaNet layers' state: Hv*Dk rows of Dv floats, then the conv history */
         cp.recurrent = m->recurrent;
         cp.state_rows = kvb_rec_state_rows(in);
-        cp.state_row_floats = in->ssm_state;
+        cp.state_row_floats = kvb_rec_row_floats(in);
     }
     return cp;
 }
@@ -176,7 +176,7 @@ bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_para
         !kvb_model_no_rope_matches(m, p->no_rope) || p->attn_softcap != m->attn_softcap || !p->sinks != !m->sinks || !p->recurrent != !m->recurrent)
         return false;
     if (m->recurrent && (memcmp(p->recurrent, m->recurrent, (size_t)in->n_layer) || p->state_rows != kvb_rec_state_rows(in) ||
-                         p->state_row_floats != in->ssm_state))
+                         p->state_row_floats != kvb_rec_row_floats(in)))
         return false;
     if (m->sinks && (p->n_sink_heads != in->n_head || memcmp(p->sinks, m->sinks, sizeof(float) * (size_t)in->n_layer * (size_t)in->n_head)))
         return false;
