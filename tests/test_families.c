@@ -665,6 +665,7 @@ static double *reference_lfm2(const char *path, int nt) {
     snprintf(r.arch, sizeof r.arch, "lfm2");
     const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0), Hq = key_u(&r, "attention.head_count", 0);
     const int F = key_u(&r, "feed_forward_length", 0), K = key_u(&r, "shortconv.l_cache", 0), D = E / Hq;
+    const int W = key_u(&r, "attention.sliding_window", 0); /* > 0: every attention layer sees the last W positions */
     const double eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-5), base = key_f(&r, "rope.freq_base", 10000);
     int *Hkl = malloc(sizeof(int) * (size_t)L), Hk = 0;
     layer_keys(&r, "attention.head_count_kv", L, Hq, Hkl);
@@ -723,17 +724,17 @@ static double *reference_lfm2(const char *path, int nt) {
             }
             for (int t = 0; t < nt; t++) {
                 for (int hh = 0; hh < Hq; hh++) {
-                    const int kh = hh / (Hq / Hl);
+                    const int kh = hh / (Hq / Hl), j0 = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
                     double mx = -1e300, sum = 0;
-                    for (int j = 0; j <= t; j++) {
+                    for (int j = j0; j <= t; j++) {
                         double s = 0;
                         for (int i = 0; i < D; i++) s += Q[(size_t)t * E + hh * D + i] * Kc[(size_t)j * KD + kh * D + i];
                         mx = fmax(mx, w[j] = s / sqrt((double)D));
                     }
-                    for (int j = 0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                    for (int j = j0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
                     for (int i = 0; i < D; i++) {
                         double s = 0;
-                        for (int j = 0; j <= t; j++) s += w[j] / sum * Vc[(size_t)j * KD + kh * D + i];
+                        for (int j = j0; j <= t; j++) s += w[j] / sum * Vc[(size_t)j * KD + kh * D + i];
                         y[hh * D + i] = s;
                     }
                 }
@@ -1564,6 +1565,9 @@ TEST(callers_kv_layers_are_refused) {
  * time (the conv state carried step by step) and in chunks of 5 (carried across chunks), 36 tokens */
 TEST(lfm2_short_conv_and_attention_equal_reference) { check_family_n("tiny-lfm2", 512, NT_MAX); }
 
+/* tiny-lfm2-swa: both attention layers windows of 8 (over 4 windows of the 36 tokens), the conv layers untouched */
+TEST(lfm2_sliding_window_on_attention_layers_equals_reference) { check_family_n("tiny-lfm2-swa", 512, NT_MAX); }
+
 /* written, loaded (every tensor bound) and written again: the same tensors; the layer kinds from head_count_kv's zeros */
 TEST(lfm2_round_trip_binds_every_tensor_and_layer_kinds) {
     char a[128], b[128];
@@ -1596,7 +1600,7 @@ TEST(lfm2_keys_tensors_and_layer_kinds_refused_by_name) {
     refused(src, &(struct edit){.key = "lfm2.shortconv.l_cache", .num = 1}, KVB_ERR_CORRUPT, "lfm2.shortconv.l_cache");
     /* l_cache 4: the conv tensors have 3 taps */
     refused(src, &(struct edit){.key = "lfm2.shortconv.l_cache", .num = 4}, KVB_ERR_CORRUPT, "blk.0.shortconv.conv.weight");
-    refused(src, &(struct edit){.key = "lfm2.attention.sliding_window", .num = 8}, KVB_ERR_UNSUPPORTED, "lfm2.attention.sliding_window");
+    refused(src, &(struct edit){.key = "lfm2.attention.sliding_window", .num = 8}, KVB_OK, ""); /* a window on the attention layers */
     /* head_count_kv: a layer kind the file's tensors do not match; attention layers of two KV head counts; no attention; absent */
     static const int32_t attn0[6] = {2, 0, 2, 0, 0, 2}, mixed[6] = {0, 0, 2, 0, 0, 1}, none[6] = {0};
     refused(src, &(struct edit){.key = "lfm2.attention.head_count_kv", .arr = attn0, .n_arr = 6}, KVB_ERR_CORRUPT, "blk.0.attn_q.weight");
@@ -1610,7 +1614,13 @@ TEST(lfm2_keys_tensors_and_layer_kinds_refused_by_name) {
     refused(src, &(struct edit){.add = "dense_2.weight"}, KVB_ERR_UNSUPPORTED, "dense_2.weight");
     refused(src, &(struct edit){.add = "output_norm.weight"}, KVB_ERR_UNSUPPORTED, "output_norm.weight");
     refused(src, &(struct edit){.add = "blk.0.ssm_a"}, KVB_ERR_UNSUPPORTED, "blk.0.ssm_a");
-    refused(src, &(struct edit){.add = "blk.2.attn_q.bias"}, KVB_ERR_UNSUPPORTED, "blk.2.attn_q.bias");
+    refused(src, &(struct edit){.add = "blk.2.attn_output.bias"}, KVB_ERR_UNSUPPORTED, "blk.2.attn_output.bias");
+    /* head_count as llama.cpp's model saver writes it (per layer, 0 on the conv layers) loads; 0 on an attention layer or two
+     * query head counts do not */
+    static const int32_t hq_saver[6] = {0, 0, 4, 0, 0, 4}, hq_attn0[6] = {4, 4, 0, 4, 4, 4}, hq_mixed[6] = {4, 4, 4, 4, 4, 2};
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count", .arr = hq_saver, .n_arr = 6}, KVB_OK, "");
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count", .arr = hq_attn0, .n_arr = 6}, KVB_ERR_CORRUPT, "lfm2.attention.head_count");
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count", .arr = hq_mixed, .n_arr = 6}, KVB_ERR_UNSUPPORTED, "lfm2.attention.head_count");
 }
 
 int main(void) {
@@ -1655,6 +1665,7 @@ int main(void) {
     RUN(gemma4moe_missing_expert_tensors_keys_and_kv_heads_refused_by_name);
     RUN(callers_kv_layers_are_refused);
     RUN(lfm2_short_conv_and_attention_equal_reference);
+    RUN(lfm2_sliding_window_on_attention_layers_equals_reference);
     RUN(lfm2_round_trip_binds_every_tensor_and_layer_kinds);
     RUN(lfm2_keys_tensors_and_layer_kinds_refused_by_name);
     char cmd[128];

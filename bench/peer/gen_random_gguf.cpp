@@ -8,7 +8,7 @@
 // usage: gen_random_gguf ARCH OUT.gguf [--seed S] [--n-vocab 128] [--n-embd 256] [--n-head 4] [--n-head-kv 2]
 //          [--n-ff 384] [--n-layer 2] [--head-dim D] [--n-ctx-train 2048] [--rope-base 10000] [--eps 1e-5]
 //          [--swa N] [--swa-pattern P] [--std 0.02] [--f16] [--kv NAME=TYPE:VALUE ...]
-//   --kv: extra metadata; TYPE is u32|i32|f32|bool|str; a leading '@' in NAME stands for "ARCH"
+//   --kv: extra metadata; TYPE is u32|i32|f32|bool|str|u32s (u32s: an array, comma-separated: @.attention.head_count_kv=u32s:0,2); a leading '@' in NAME stands for "ARCH"
 //         (e.g. --kv @.attn_logit_softcapping=f32:50 --kv @.final_logit_softcapping=f32:30).
 //   weights ~ N(0, std); tensors whose name contains "norm", and the RoPE frequency factors (rope_freqs, rope_factors_long,
 //   rope_factors_short: divisors of the rotary frequencies), ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
@@ -85,6 +85,16 @@ static bool add_kv_spec(gguf_context * g, const std::string & arch, const std::s
     else if (type == "f32") gguf_set_val_f32(g, name.c_str(), strtof(val.c_str(), nullptr));
     else if (type == "bool") gguf_set_val_bool(g, name.c_str(), val == "1" || val == "true");
     else if (type == "str") gguf_set_val_str(g, name.c_str(), val.c_str());
+    else if (type == "u32s") { // a per-layer array, comma-separated (lfm2's head_count_kv: 0 on its short-conv layers)
+        std::vector<uint32_t> v;
+        for (size_t at = 0; at <= val.size();) {
+            size_t end = val.find(',', at);
+            if (end == std::string::npos) end = val.size();
+            v.push_back((uint32_t) strtoul(val.substr(at, end - at).c_str(), nullptr, 10));
+            at = end + 1;
+        }
+        gguf_set_arr_data(g, name.c_str(), GGUF_TYPE_UINT32, v.data(), v.size());
+    }
     else return false;
     return true;
 }
@@ -164,6 +174,7 @@ int main(int argc, char ** argv) {
         std::vector<std::pair<std::string, std::vector<int64_t>>> todo;
         for (ggml_tensor * t : st.tensors) {
             if (ggml_n_dims(t) < 2 || gguf_find_tensor(meta, t->name) != -1) continue;
+            if (strstr(t->name, "shortconv.conv")) continue; // ggml_ssm_conv takes an f32 kernel only (lfm2's files keep it f32)
             bool seen = false;
             for (auto & p : todo) seen = seen || p.first == t->name;
             if (!seen) todo.push_back({t->name, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}});

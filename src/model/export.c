@@ -123,6 +123,8 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         kvb_gguf_writer_u32(w, K("attention.shared_kv_layers"), (uint32_t)in->n_kv_shared);
         kvb_gguf_writer_u32(w, K("embedding_length_per_layer_input"), (uint32_t)m->n_ple);
         kvb_gguf_writer_f32(w, K("final_logit_softcapping"), m->final_softcap);
+    } else if (in->shortconv) { /* lfm2: a window on every attention layer, or none */
+        if (in->sliding_window > 0) kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
     } else if (in->sliding_window > 0) { /* gemma2/3: the windows and their RoPE base (their scale is the family's rule) */
         kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
         kvb_gguf_writer_u32(w, K("attention.sliding_window_pattern"), m->swa_period);
@@ -376,6 +378,9 @@ static const struct shape k_shapes[] = {
     /* LFM2: conv, conv, attention, conv, conv, attention; 4:2 heads of 16 with per-head q/k norms, 3 taps; tied output */
     {.name = "tiny-lfm2", .arch = "lfm2", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true, .qk_norm = true,
      .sc_taps = 3, .sc_attn = 0x24u},
+    /* the same with a sliding window of 8 on both attention layers (llama.cpp's optional lfm2 window) */
+    {.name = "tiny-lfm2-swa", .arch = "lfm2", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
+     .qk_norm = true, .window = 8, .sc_taps = 3, .sc_attn = 0x24u},
     /* LFM2-1.2B (HF config: 16 layers, attention at 2, 5, 8, 10, 12, 14 (full_attn_idxs), 32:8 heads of 64, conv_L_cache 3, the FFN
      * 12288 auto-adjusted to 8192, rope_theta 1e6, norm_eps 1e-5, 128K context, its 65536-token vocabulary, tied embeddings) */
     {.name = "lfm2-1.2b", .arch = "lfm2", 65536, 2048, 16, 32, 8, 8192, 128000, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
@@ -611,7 +616,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         if (!(m->recurrent = kvb_calloc((size_t)sh->layers, 1))) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
         for (int32_t l = 0; m->recurrent && l < sh->layers; l++) m->recurrent[l] = !(sh->sc_attn >> l & 1u);
         in->ssm_conv = sh->sc_taps;
-        if (st == KVB_OK) st = kvb_family_shortconv(m);
+        if (st == KVB_OK) st = kvb_family_shortconv(m, sh->window);
     }
     if (st == KVB_OK && sh->head_dim_swa) st = make_gemma4(m, sh);
     if (st == KVB_OK) st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);

@@ -199,9 +199,10 @@ static const struct family k_families[] = {
      * rope_freqs, and the rest of F_GEMMA4; KV-shared layers' attn_k/attn_k_norm optional and unused (bind_layer) */
     {"gemma4", KVB_ROPE_NEOX, F_GEMMA4 | F_PARTIAL_ROT | F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES,
      {REQ, REQ, REQ, OPT, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma4, MOE_NONE, SH_NONE},
-    /* LFM2: short-conv layers (bind_shortconv) and attention layers with per-head q/k norms, no biases; SwiGLU FFN */
-    {"lfm2", KVB_ROPE_NEOX, F_SHORTCONV, {REQ, REQ, REQ, REQ, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_NONE,
-     SH_NONE},
+    /* LFM2: short-conv layers (bind_shortconv) and attention layers with per-head q/k norms, q/k/v biases or a fused attn_qkv
+     * optional (llama.cpp's create_tensor_qkv); q/k/v/o scales applied, the FFN's loaded unused (its graph passes none) */
+    {"lfm2", KVB_ROPE_NEOX, F_SHORTCONV, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
+     MOE_NONE, SH_NONE},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
@@ -475,7 +476,7 @@ static kvb_status gemma4_heads(struct keys *k, const char *suffix, int32_t n_lay
         mx = v[l] > mx ? v[l] : mx;
     }
     if (st == KVB_OK && !same && !per_layer)
-        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: gemma4: %s per layer (%u on layer 0, differing on others) is not implemented", k->f->path, k->key, v[0]);
+        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: %s: %s per layer (%u on layer 0, differing on others) is not implemented", k->f->path, k->arch, k->key, v[0]);
     if (st == KVB_OK && !same) {
         if (!(*per_layer = kvb_malloc(sizeof(int32_t) * (size_t)n_layer))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
         for (int32_t l = 0; st == KVB_OK && l < n_layer; l++) (*per_layer)[l] = (int32_t)v[l];
@@ -487,13 +488,15 @@ static kvb_status gemma4_heads(struct keys *k, const char *suffix, int32_t n_lay
 
 /* lfm2's layer kinds, as llama.cpp's loader: a layer whose head_count_kv (one value, or an array of
  * n_layer) is 0 is a short-conv layer (m->recurrent), the others attention layers, which must all have
- * one KV head count (per-layer counts among attention layers are not implemented). */
+ * one KV head count (per-layer counts among attention layers are not implemented). head_count (one
+ * value or an array: llama.cpp's model saver writes one, 0 on the conv layers) must be one value on
+ * the attention layers, and that or 0 on the conv layers. */
 static kvb_status shortconv_layers(struct keys *k, struct kvb_model *m) {
     struct kvb_model_info *in = &m->info;
     const int32_t L = in->n_layer;
-    uint32_t *v = kvb_malloc(sizeof(uint32_t) * (size_t)L);
+    uint32_t *v = kvb_malloc(sizeof(uint32_t) * (size_t)L), *hq = kvb_malloc(sizeof(uint32_t) * (size_t)L);
     uint8_t *rec = kvb_calloc((size_t)L, 1);
-    kvb_status st = v && rec ? layer_u32s(k, "attention.head_count_kv", L, 0, 1024, v) : kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
+    kvb_status st = v && hq && rec ? layer_u32s(k, "attention.head_count_kv", L, 0, 1024, v) : kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
     if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing (lfm2 marks its short-conv layers by 0 there)", k->f->path, k->key);
     uint32_t kv = 0;
     for (int32_t l = 0; st == KVB_OK && l < L; l++) {
@@ -506,7 +509,20 @@ static kvb_status shortconv_layers(struct keys *k, struct kvb_model *m) {
     if (st == KVB_OK && !kv)
         st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' is 0 on every layer: a model of short-conv layers only (no attention layer) is not implemented",
                       k->f->path, k->key);
+    if (st == KVB_OK && (st = layer_u32s(k, "attention.head_count", L, 0, 1024, hq)) == KVB_ERR_INVALID)
+        st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+    uint32_t h = 0;
+    for (int32_t l = 0; st == KVB_OK && l < L; l++) {
+        if (!rec[l] && !hq[l])
+            st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is 0 on attention layer %d", k->f->path, k->key, (int)l);
+        else if (hq[l] && h && hq[l] != h)
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': %u and %u query heads (layer %d); per-layer head counts on lfm2 are not implemented",
+                          k->f->path, k->key, h, hq[l], (int)l);
+        if (hq[l]) h = hq[l];
+    }
     kvb_free(v);
+    kvb_free(hq);
+    if (st == KVB_OK) in->n_head = (int32_t)h;
     if (st != KVB_OK) {
         kvb_free(rec);
         return st;
@@ -651,13 +667,15 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     } else {
     if ((st = (fam->traits & F_FF_OPT ? opt_u32 : req_u32)(k, "feed_forward_length", &v, 1, 1 << 20)) == KVB_OK) in->n_ff = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
+    if (fam->traits & F_SHORTCONV) { /* lfm2: head counts per layer, head_count_kv 0 on the short-conv layers (llama.cpp's rule) */
+        if ((st = shortconv_layers(k, m)) != KVB_OK) return st;
+    } else {
     if ((st = req_u32(k, "attention.head_count", &v, 1, 1024)) != KVB_OK) return st;
     in->n_head = (int32_t)v;
     in->n_head_kv = in->n_head;
-    if (fam->traits & F_SHORTCONV) { /* lfm2: head_count_kv per layer, 0 on the short-conv layers (llama.cpp's rule) */
-        if ((st = shortconv_layers(k, m)) != KVB_OK) return st;
-    } else if ((st = opt_u32(k, "attention.head_count_kv", &v, 1, 1024)) == KVB_OK) in->n_head_kv = (int32_t)v;
+    if ((st = opt_u32(k, "attention.head_count_kv", &v, 1, 1024)) == KVB_OK) in->n_head_kv = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
+    }
     }
     if (in->n_head % in->n_head_kv)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: head_count %d is not a multiple of head_count_kv %d", k->f->path, in->n_head, in->n_head_kv);
@@ -688,7 +706,7 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     if (in->rope_dims != in->head_dim && !(fam->traits & F_PARTIAL_ROT))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.dimension_count' = %d differs from the head size %d, which '%s' does not allow",
                         k->f->path, k->arch, in->rope_dims, in->head_dim, k->arch);
-    if (!(fam->traits & (F_SWA_IGNORED | F_OAI_WINDOWS)) && !fam->gemma && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
+    if (!(fam->traits & (F_SWA_IGNORED | F_OAI_WINDOWS | F_SHORTCONV)) && !fam->gemma && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: sliding-window layers are not supported for '%s' yet", k->f->path, k->key, v, k->arch);
     else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
     return KVB_OK;
@@ -921,7 +939,7 @@ kvb_status kvb_family_hybrid(struct kvb_model *m) {
     return KVB_OK;
 }
 
-kvb_status kvb_family_shortconv(struct kvb_model *m) {
+kvb_status kvb_family_shortconv(struct kvb_model *m, int32_t window) {
     struct kvb_model_info *in = &m->info;
     const int64_t K = in->ssm_conv;
     if (!m->recurrent) return kvb_fail(KVB_ERR_INVALID, "%s: lfm2 without its layer kinds", m->path);
@@ -937,16 +955,27 @@ kvb_status kvb_family_shortconv(struct kvb_model *m) {
     }
     in->ssm_state = in->ssm_groups = in->ssm_heads = 0;
     in->state_bytes = (size_t)n * sizeof(float) * (size_t)((K - 1) * in->n_embd);
+    /* a sliding window: every attention layer a window layer (llama.cpp's LLAMA_SWA_TYPE_STANDARD), at the global RoPE */
+    kvb_status st = kvb_family_windows(m, window, 0);
+    if (st != KVB_OK) return st;
+    int32_t w = 0;
+    for (int32_t i = 0; i < in->n_swa_layers; i++)
+        if (!m->recurrent || !m->recurrent[m->swa_layers[i].layer]) m->swa_layers[w++] = m->swa_layers[i];
+    in->n_swa_layers = w;
+    m->rope_base_swa = 0;
+    m->rope_freq_scale_swa = in->rope_freq_scale;
     return KVB_OK;
 }
 
-/* lfm2's short-conv taps (shortconv.l_cache, required: llama.cpp's get_key); the layer kinds came with the shape. */
+/* lfm2's short-conv taps (shortconv.l_cache, required: llama.cpp's get_key) and its optional sliding
+ * window (> 0: every attention layer a window layer); the layer kinds came with the shape. */
 static kvb_status load_shortconv(struct keys *k, struct kvb_model *m) {
-    uint32_t taps;
+    uint32_t taps, window = 0;
     kvb_status st = req_u32(k, "shortconv.l_cache", &taps, 2, 64);
     if (st != KVB_OK) return st;
+    if ((st = opt_u32(k, "attention.sliding_window", &window, 0, 1u << 30)) != KVB_OK && st != KVB_ERR_INVALID) return st;
     m->info.ssm_conv = (int32_t)taps;
-    return kvb_family_shortconv(m);
+    return kvb_family_shortconv(m, (int32_t)window);
 }
 
 /* Qwen3.5's keys (F_HYBRID), as llama.cpp's qwen35 loaders read them: the

@@ -217,8 +217,9 @@ kvb_status kvb_family_windows(struct kvb_model *m, int32_t window, uint32_t peri
  * n_rec_layers and state_bytes, from its ssm_* shape. The loader and mkmodel
  * both take them from here. */
 kvb_status kvb_family_hybrid(struct kvb_model *m);
-/* lfm2: m->recurrent (the short-conv layers) set, info.ssm_conv the taps: counts them, info.shortconv, the state's bytes */
-kvb_status kvb_family_shortconv(struct kvb_model *m);
+/* lfm2: m->recurrent (the short-conv layers) set, info.ssm_conv the taps: counts them, info.shortconv, the state's bytes;
+ * window > 0: every attention layer a sliding-window layer of that many tokens at the global RoPE */
+kvb_status kvb_family_shortconv(struct kvb_model *m, int32_t window);
 /* Gemma 4's layer kinds from m->swa_mask and m->n_kv_shared: the window
  * layers' policies (window tokens each), kv_source (a shared layer reads
  * layer n_kv - 2 when a window layer, n_kv - 1 when global, n_kv = n_layer -
