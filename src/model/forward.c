@@ -244,7 +244,17 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
     /* a hybrid model: K/V in its attention layers only, and the recurrent state's pages */
     const struct kvb_cache_params cp = kvb_model_cache_params(m, kv, 0, n_ctx);
     const int64_t state_pages = kvb_cache_state_pages(&cp);
+    /* lfm2's window layers: numbered among the attention layers */
+    struct kvb_kv_layer *w = k.n_layers ? kvb_malloc(sizeof *w * (size_t)k.n_layers) : NULL;
+    if (k.n_layers && !w) return 0;
+    for (int32_t i = 0; i < k.n_layers; i++) {
+        w[i] = m->swa_layers[i];
+        w[i].layer = 0;
+        for (int32_t l = 0; l < m->swa_layers[i].layer; l++) w[i].layer += !m->recurrent[l];
+    }
+    if (w) k.layers = w;
     const size_t attn = kvb_kv_seq_bytes(&k, in->n_layer - in->n_rec_layers, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
+    kvb_free(w);
     if (state_pages < 0 || (!attn && in->n_layer > in->n_rec_layers)) return 0;
     return attn + (size_t)state_pages * ((kvb_cache_page_bytes(&cp) + 63) & ~(size_t)63);
 }
