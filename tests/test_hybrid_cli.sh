@@ -19,16 +19,23 @@ i=0; : > "$T/text.txt"
 while [ $i -lt 40 ]; do echo "Once upon a time there was a little fox who lived in the woods near the river $i." >> "$T/text.txt"; i=$((i + 1)); done
 # finite FILE: every "ppl", "nll" and "kl" of a ppl --json output is a finite number (no nan, inf or null)
 finite() { ! grep -q -E '"(ppl|nll|kl|baseline_ppl)":(-?nan|-?inf|null)' "$1" && grep -q -E '"ppl":[0-9]+\.[0-9]+' "$1"; }
+# LFM2 (tiny-lfm2: short-conv layers beside attention; tiny-lfm2-swa: windows of 8 on its attention layers) and
 # Gemma 4 (tiny-gemma4: KV-shared layers, window heads of 32 padded to 64, per-layer embeddings; tiny-gemma4moe:
 # experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one) goes through the same run,
 # ppl and needle loops as the hybrids
-for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe; do
+for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa; do
     c=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" -o "$M" > /dev/null 2>&1
     # 3 of 4 layers Gated DeltaNet: 2 key heads, 4 value heads of 16, 4 taps; state 3 x 4 x (4 x 16 x 16 + 3 x 128) bytes
     "$K" info -m "$M" > "$T/$s.info" 2>&1
-    case $s in tiny-gemma4*) ;; *)
+    case $s in tiny-lfm2*)
+    # 4 of 6 layers short convs of 3 taps over 64 channels: state 4 x 2 x 64 floats; K/V in the 2 attention layers
+    if grep -q '^shortconv     4 short-conv layers (no KV): L_cache 3 taps over 64 channels; state 2048 bytes a sequence$' "$T/$s.info" &&
+       grep -q '^features      short conv 4 of 6 (L_cache 3); q/k norms per head' "$T/$s.info" &&
+       grep -q '^KV per token  256 bytes in f16 (2 x 2 attention layers x 2 KV heads x 16 dims x 2 bytes)$' "$T/$s.info"
+    then ok "${c}_info_names_short_conv_layers"; else ko "${c}_info_names_short_conv_layers" "$(grep -E '^(shortconv|features|KV per)' "$T/$s.info")"; fi ;;
+    tiny-gemma4*) ;; *)
     if grep -q '^deltanet      3 Gated DeltaNet layers (no KV): 2 key heads, 4 value heads of 16, conv 4 taps; state 16896 bytes a sequence$' "$T/$s.info" &&
        grep -q '^features      gated deltanet 3 of 4; gated attention' "$T/$s.info" &&
        grep -q '^KV per token  256 bytes in f16 (2 x 1 attention layers x 2 KV heads x 32 dims x 2 bytes)$' "$T/$s.info"
@@ -52,7 +59,8 @@ for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe; do
     n=$(ls "$T/$s.needle"/needle-*.json 2> /dev/null | wc -l)
     # (Gemma 4: the streams that hold K/V, each layer its own heads, the shared layers none; the window layers cannot
     # hold a passkey 128 tokens back, the global one does: 2 of 2 + 2 x 2 streams, 2 of 2 + 2 x 4 for the MoE)
-    want=1.0000; case $s in tiny-gemma4) want=0.3333 ;; tiny-gemma4moe) want=0.2000 ;; esac
+    # (tiny-lfm2-swa: windows of 8 on both attention layers hold no passkey 128 tokens back)
+    want=1.0000; case $s in tiny-gemma4) want=0.3333 ;; tiny-gemma4moe) want=0.2000 ;; tiny-lfm2-swa) want=0.0000 ;; esac
     full_cells=$(grep -o "\"retained\":$want" "$T/$s.needle/needle-full.json" 2> /dev/null | wc -l)
     if [ $r -eq 0 ] && [ "$n" -eq "$NPOL" ] && [ "$full_cells" -eq 2 ] && ! grep -q -E ':(-?nan|-?inf|null)' "$T/$s.needle"/needle-*.json
     then ok "${c}_needle_every_policy_full_retains_attention_streams"
