@@ -1611,7 +1611,7 @@ TEST(lfm2_keys_tensors_and_layer_kinds_refused_by_name) {
     /* tensors: a missing conv piece or output norm; LFM2-ColBERT's dense_2 head, an output_norm, a Gated DeltaNet tensor: not read */
     refused(src, &(struct edit){.drop = "blk.3.shortconv.out_proj.weight"}, KVB_ERR_CORRUPT, "blk.3.shortconv.out_proj.weight");
     refused(src, &(struct edit){.drop = "token_embd_norm.weight"}, KVB_ERR_CORRUPT, "token_embd_norm.weight");
-    refused(src, &(struct edit){.add = "dense_2.weight"}, KVB_ERR_UNSUPPORTED, "dense_2.weight");
+    refused(src, &(struct edit){.add = "dense_2.weight"}, KVB_ERR_UNSUPPORTED, "'dense_2.weight' is LFM2-ColBERT's");
     refused(src, &(struct edit){.add = "output_norm.weight"}, KVB_ERR_UNSUPPORTED, "output_norm.weight");
     refused(src, &(struct edit){.add = "blk.0.ssm_a"}, KVB_ERR_UNSUPPORTED, "blk.0.ssm_a");
     refused(src, &(struct edit){.add = "blk.2.attn_output.bias"}, KVB_ERR_UNSUPPORTED, "blk.2.attn_output.bias");

@@ -1522,6 +1522,10 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
             st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%.*s' is EmbeddingGemma's sentence-embedding projection (embeddings only, never "
                                                "generation), which kvbound does not implement; llama.cpp's '%s' refuses it too",
                           f->path, (int)KVB_MIN(f->tensors[i].name.n, (uint64_t)96), f->tensors[i].name.p, fam->arch);
+        else if (!b.used[i] && (fam->traits & F_SHORTCONV) && f->tensors[i].name.n > 8 && !memcmp(f->tensors[i].name.p, "dense_2.", 8))
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%.*s' is LFM2-ColBERT's late-interaction projection (embeddings only, never "
+                                               "generation), which kvbound does not implement",
+                          f->path, (int)KVB_MIN(f->tensors[i].name.n, (uint64_t)96), f->tensors[i].name.p);
         else if (!b.used[i])
             st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%.*s' is not used by architecture '%s'; kvbound refuses a file it would compute "
                                                "without it (as llama.cpp does)",

@@ -321,9 +321,9 @@ static void mem_header(const struct mem_opts *o) {
         printf("%d KV-shared layers (%d window, %d global) read the last window and global layer before them and hold no K/V\n", o->shared, o->shared_win,
                o->shared - o->shared_win);
     if (o->n_rec)
-        printf("%d Gated DeltaNet layers hold no K/V but a recurrent state of %llu bytes a sequence (%s), the same at any length and under every policy;\n"
+        printf("%d %s layers hold no K/V but a recurrent state of %llu bytes a sequence (%s), the same at any length and under every policy;\n"
                "bytes are the K/V of the %d attention layer%s, which the policy governs; total and bounded total count the state\n",
-               o->n_rec, o->state, o->block ? "f32 rows in pages" : "f32", o->L - o->n_rec, o->L - o->n_rec == 1 ? "" : "s");
+               o->n_rec, o->sc_embd ? "short-conv" : "Gated DeltaNet", o->state, o->block ? "f32 rows in pages" : "f32", o->L - o->n_rec, o->L - o->n_rec == 1 ? "" : "s");
     printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
     if (o->n_rec) printf(" %10s %10s", "state", "total");
     if (o->pid != KVB_POLICY_FULL) printf(" %14s%s %10s", "bounded", o->n_rec ? "  bounded total" : "", "saving");
