@@ -104,8 +104,12 @@ import math, sys, os, kvbound
 m = kvbound.Model(sys.argv[1])
 i = m.info
 errs = []
-if (i['arch'], i['n_rec_layers'], i['state_bytes'], i['ssm_heads'], i['ssm_groups'], i['ssm_state'], i['ssm_conv']) != ('qwen35', 3, 16896, 4, 2, 16, 4):
+if (i['arch'], i['n_rec_layers'], i['state_bytes'], i['ssm_heads'], i['ssm_groups'], i['ssm_state'], i['ssm_conv'], i['shortconv']) != ('qwen35', 3, 16896, 4, 2, 16, 4, False):
     errs.append('info %r' % ({k: i[k] for k in ('arch', 'n_rec_layers', 'state_bytes', 'ssm_heads')},))
+# lfm2's short-conv layers in the info (the bindings' struct mirrors the library's: shortconv before n_nextn_layers)
+j = kvbound.Model(sys.argv[4]).info
+if (j['arch'], j['n_rec_layers'], j['shortconv'], j['ssm_conv'], j['n_nextn_layers'], j['state_bytes'], j['attn_gated']) != ('lfm2', 4, True, 3, 0, 2048, False):
+    errs.append('lfm2 info %r' % ({k: j[k] for k in ('arch', 'n_rec_layers', 'shortconv', 'n_nextn_layers', 'state_bytes')},))
 text = open(sys.argv[2]).read()
 for p in kvbound.policies():
     got = ''.join(m.generate('Once upon a time there was a fox', 12, policy=p, budget=16, stop_at_eos=False))
@@ -129,7 +133,7 @@ b = m.context('h2o', 16)
 b.load(path)
 if b.eval([5]) != want:
     errs.append('a loaded hybrid cache continues differently')
-print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" 2>&1)
+print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" "$T/tiny-lfm2.gguf" 2>&1)
         if [ "$out" = same ]; then ok hybrid_python_every_policy_exact_peak_and_saved_cache; else ko hybrid_python_every_policy_exact_peak_and_saved_cache "$out"; fi
     fi
 fi
