@@ -107,9 +107,20 @@ errs = []
 if (i['arch'], i['n_rec_layers'], i['state_bytes'], i['ssm_heads'], i['ssm_groups'], i['ssm_state'], i['ssm_conv'], i['shortconv']) != ('qwen35', 3, 16896, 4, 2, 16, 4, False):
     errs.append('info %r' % ({k: i[k] for k in ('arch', 'n_rec_layers', 'state_bytes', 'ssm_heads')},))
 # lfm2's short-conv layers in the info (the bindings' struct mirrors the library's: shortconv before n_nextn_layers)
-j = kvbound.Model(sys.argv[4]).info
+lm = kvbound.Model(sys.argv[4])
+j = lm.info
 if (j['arch'], j['n_rec_layers'], j['shortconv'], j['ssm_conv'], j['n_nextn_layers'], j['state_bytes'], j['attn_gated']) != ('lfm2', 4, True, 3, 0, 2048, False):
     errs.append('lfm2 info %r' % ({k: j[k] for k in ('arch', 'n_rec_layers', 'shortconv', 'n_nextn_layers', 'state_bytes')},))
+# and its session constant under streaming 16 (f16 rows of 16 dims, pages of 16 tokens: 1024 bytes): 2 attention layers x 2
+# KV streams x 2 pages + 4 conv layers x 1 page (8 rows of 64 bytes: 2 x 64 floats) = 12 pages, 4 of them the state (mem's
+# --block-size 16 figure), at both lengths
+lp = []
+for n in (64, 256):
+    ''.join(lm.generate('Once upon a time', n, policy='streaming', budget=16, stop_at_eos=False))
+    st = lm.last_context.cache_stats()
+    lp.append((st['bytes_peak'], st['state_bytes']))
+if lp != [(12288, 4096), (12288, 4096)]:
+    errs.append('lfm2 streaming peaks %r' % lp)
 text = open(sys.argv[2]).read()
 for p in kvbound.policies():
     got = ''.join(m.generate('Once upon a time there was a fox', 12, policy=p, budget=16, stop_at_eos=False))
