@@ -33,6 +33,11 @@
  * the nextn_predict_layers MTP blocks after the layers that run (bind_nextn),
  * which are kept for export and never run.
  *
+ * LFM2 (F_SHORTCONV) is the other hybrid: shortconv_layers reads its layer
+ * kinds off the per-layer head_count_kv (0: a short-conv layer), load_shortconv
+ * its taps and optional window, and bind_layer binds a conv layer's three
+ * shortconv.* tensors (bind_shortconv) into the Gated DeltaNet slots it shares.
+ *
  * Gemma 4 (F_GEMMA4, load_gemma4) adds a per-layer window pattern, window
  * heads of their own size and rotary dims, KV-shared trailing layers
  * (kv_source, with llama.cpp's assert on their sources' kinds as a refusal),
