@@ -768,7 +768,7 @@ void kvb_model_free(struct kvb_model *model);
 struct kvb_model_info {
     char arch[16];            /* "llama", "qwen2", "qwen3", "qwen3moe", "granite", "granitemoe", "mistral3", "smollm3", "olmo2", "phi3",
                                * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek", "olmoe", "qwen35", "qwen35moe",
-                               * "gemma4" */
+                               * "gemma4", "lfm2" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -791,9 +791,13 @@ struct kvb_model_info {
     int32_t n_rec_layers;     /* Gated DeltaNet layers (recurrent state, no KV cache) among the n_layer */
     int32_t ssm_conv, ssm_state, ssm_groups, ssm_heads; /* their conv taps K, head size Dk (= Dv), key heads Hk,
                                * value heads Hv; 0 without */
+    bool shortconv;           /* LFM2 (lfm2): the n_rec_layers are short convolutions, not Gated DeltaNet:
+                               * y = out_proj(C * conv_K(B * x)), K = ssm_conv taps (shortconv.l_cache) over
+                               * n_embd channels; ssm_state, ssm_groups, ssm_heads 0 */
     int32_t n_nextn_layers;   /* multi-token-prediction layers in the file (beyond n_layer): loaded, not run */
-    size_t state_bytes;       /* one sequence's recurrent state over all its Gated DeltaNet layers: per layer
-                               * 4 x (Hv Dk Dv + (K - 1) C) bytes, C = 2 Hk Dk + Hv Dv; 0 without */
+    size_t state_bytes;       /* one sequence's recurrent state over all its recurrent layers: per Gated DeltaNet
+                               * layer 4 x (Hv Dk Dv + (K - 1) C) bytes, C = 2 Hk Dk + Hv Dv; per short-conv
+                               * layer 4 x (K - 1) n_embd (its last K - 1 inputs B*x); 0 without */
     bool attn_gated;             /* attention output times sigmoid(a gate the query projection yields) (qwen35) */
     int32_t head_dim_swa;        /* Gemma 4: the window layers' head size (head_dim is the global layers', which
                                   * the cache holds: window heads padded with zeros to it); 0: head_dim */

@@ -652,6 +652,119 @@ static double *reference_gemma4(const char *path, int nt) {
     return logits;
 }
 
+/* ---- lfm2: its own reference (llama.cpp's lfm2 graph, src/models/lfm2.cpp) ---- */
+
+/* Every layer: x += block(rms(x, attn_norm)); x += SwiGLU(rms(x, ffn_norm)). A layer with head_count_kv 0 is a short conv:
+ * B, C, u = the three E-wide chunks of in_proj h; y = out_proj(C * conv(B * u)), conv[t][c] = sum_j w[c][j] (B u)[t - K + 1 + j][c]
+ * (zeros before the first token), no activation; the others attention with RMS q/k norms per head, NEOX RoPE over the head,
+ * scores / sqrt(D). The output norm is token_embd_norm; output tied unless output.weight. */
+static double *reference_lfm2(const char *path, int nt) {
+    struct gguf_file *f;
+    if (kvb_gguf_open(path, &f) != KVB_OK) return NULL;
+    struct ref r = {.f = f};
+    snprintf(r.arch, sizeof r.arch, "lfm2");
+    const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0), Hq = key_u(&r, "attention.head_count", 0);
+    const int F = key_u(&r, "feed_forward_length", 0), K = key_u(&r, "shortconv.l_cache", 0), D = E / Hq;
+    const int W = key_u(&r, "attention.sliding_window", 0); /* > 0: every attention layer sees the last W positions */
+    const double eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-5), base = key_f(&r, "rope.freq_base", 10000);
+    int *Hkl = malloc(sizeof(int) * (size_t)L), Hk = 0;
+    layer_keys(&r, "attention.head_count_kv", L, Hq, Hkl);
+    for (int l = 0; l < L; l++) Hk = Hkl[l] > Hk ? Hkl[l] : Hk;
+    const int V = (int)kvb_gguf_find_tensor(f, "token_embd.weight")->ne[1], KD = Hk * D;
+    double *emb = tensor(&r, "token_embd.weight", (int64_t)E * V), *onorm = tensor(&r, "token_embd_norm.weight", E);
+    double *out = tensor(&r, "output.weight", (int64_t)E * V);
+    double *x = calloc((size_t)nt * E, sizeof(double)), *h = calloc((size_t)nt * E, sizeof(double)), *bcu = malloc(sizeof(double) * (size_t)nt * 3 * E);
+    double *Q = malloc(sizeof(double) * (size_t)nt * E), *Kc = malloc(sizeof(double) * (size_t)nt * KD), *Vc = malloc(sizeof(double) * (size_t)nt * KD);
+    double *y = malloc(sizeof(double) * (size_t)E), *o = malloc(sizeof(double) * (size_t)E), *g = malloc(sizeof(double) * (size_t)2 * F);
+    double *w = malloc(sizeof(double) * (size_t)nt), *logits = malloc(sizeof(double) * (size_t)nt * V);
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)k_toks[t] * E + i];
+    for (int l = 0; l < L; l++) {
+        const bool conv = Hkl[l] == 0;
+        double *an = layer_t(&r, l, "attn_norm.weight", E), *fn = layer_t(&r, l, "ffn_norm.weight", E);
+        double *wg = layer_t(&r, l, "ffn_gate.weight", (int64_t)E * F), *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * F);
+        double *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)F * E);
+        for (int t = 0; t < nt; t++) {
+            memcpy(h + (size_t)t * E, x + (size_t)t * E, sizeof(double) * (size_t)E);
+            rms(h + (size_t)t * E, E, an, eps);
+        }
+        if (conv) {
+            double *wi = layer_t(&r, l, "shortconv.in_proj.weight", (int64_t)E * 3 * E), *wc = layer_t(&r, l, "shortconv.conv.weight", (int64_t)K * E);
+            double *wo = layer_t(&r, l, "shortconv.out_proj.weight", (int64_t)E * E);
+            for (int t = 0; t < nt; t++) {
+                double *p = bcu + (size_t)t * 3 * E;
+                matvec(wi, NULL, h + (size_t)t * E, E, 3 * E, p);
+                for (int c = 0; c < E; c++) p[c] *= p[2 * E + c]; /* B * u, in B's place */
+            }
+            for (int t = 0; t < nt; t++) {
+                for (int c = 0; c < E; c++) {
+                    double s = 0;
+                    for (int j = 0; j < K; j++) {
+                        const int u = t - (K - 1) + j;
+                        if (u >= 0) s += wc[(size_t)c * K + j] * bcu[(size_t)u * 3 * E + c];
+                    }
+                    y[c] = s * bcu[(size_t)t * 3 * E + E + c];
+                }
+                matvec(wo, NULL, y, E, E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += o[i];
+            }
+            free(wi); free(wc); free(wo);
+        } else {
+            const int Hl = Hkl[l], kd = Hl * D;
+            double *wq = layer_t(&r, l, "attn_q.weight", (int64_t)E * E), *wk = layer_t(&r, l, "attn_k.weight", (int64_t)E * kd);
+            double *wv = layer_t(&r, l, "attn_v.weight", (int64_t)E * kd), *wo = layer_t(&r, l, "attn_output.weight", (int64_t)E * E);
+            double *qn = layer_t(&r, l, "attn_q_norm.weight", D), *kn = layer_t(&r, l, "attn_k_norm.weight", D);
+            for (int t = 0; t < nt; t++) {
+                double *qt = Q + (size_t)t * E, *kt = Kc + (size_t)t * KD, *vt = Vc + (size_t)t * KD;
+                matvec(wq, NULL, h + (size_t)t * E, E, E, qt);
+                matvec(wk, NULL, h + (size_t)t * E, E, kd, kt);
+                matvec(wv, NULL, h + (size_t)t * E, E, kd, vt);
+                for (int hh = 0; hh < Hq; hh++) { rms(qt + hh * D, D, qn, eps); rope_neox(qt + hh * D, D, t, base, NULL); }
+                for (int hh = 0; hh < Hl; hh++) { rms(kt + hh * D, D, kn, eps); rope_neox(kt + hh * D, D, t, base, NULL); }
+            }
+            for (int t = 0; t < nt; t++) {
+                for (int hh = 0; hh < Hq; hh++) {
+                    const int kh = hh / (Hq / Hl), j0 = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
+                    double mx = -1e300, sum = 0;
+                    for (int j = j0; j <= t; j++) {
+                        double s = 0;
+                        for (int i = 0; i < D; i++) s += Q[(size_t)t * E + hh * D + i] * Kc[(size_t)j * KD + kh * D + i];
+                        mx = fmax(mx, w[j] = s / sqrt((double)D));
+                    }
+                    for (int j = j0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                    for (int i = 0; i < D; i++) {
+                        double s = 0;
+                        for (int j = j0; j <= t; j++) s += w[j] / sum * Vc[(size_t)j * KD + kh * D + i];
+                        y[hh * D + i] = s;
+                    }
+                }
+                matvec(wo, NULL, y, E, E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += o[i];
+            }
+            free(wq); free(wk); free(wv); free(wo); free(qn); free(kn);
+        }
+        for (int t = 0; t < nt; t++) {
+            double *xt = x + (size_t)t * E;
+            memcpy(y, xt, sizeof(double) * (size_t)E);
+            rms(y, E, fn, eps);
+            matvec(wg, NULL, y, E, F, g);
+            matvec(wu, NULL, y, E, F, g + F);
+            for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * g[F + i];
+            matvec(wd, NULL, g, F, E, o);
+            for (int i = 0; i < E; i++) xt[i] += o[i];
+        }
+        free(an); free(fn); free(wg); free(wu); free(wd);
+    }
+    for (int t = 0; t < nt; t++) {
+        memcpy(y, x + (size_t)t * E, sizeof(double) * (size_t)E);
+        rms(y, E, onorm, eps);
+        matvec(out ? out : emb, NULL, y, E, V, logits + (size_t)t * V);
+    }
+    free(Hkl); free(emb); free(onorm); free(out); free(x); free(h); free(bcu); free(Q); free(Kc); free(Vc); free(y); free(o); free(g); free(w);
+    kvb_gguf_close(f);
+    return logits;
+}
+
 /* ---- the engine against it ---- */
 
 static double nmse(const float *a, const double *b, size_t n) {
@@ -700,7 +813,7 @@ static void check_file(const char *path, const char *shape, int n_ctx, int nt) {
     if (kvb_model_load(path, NULL, &m) != KVB_OK) FAILF("%s: load: %s", shape, kvb_last_error());
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
-    double *ref = strstr(shape, "gemma4") ? reference_gemma4(path, nt) : reference(path, n_ctx, nt);
+    double *ref = strstr(shape, "gemma4") ? reference_gemma4(path, nt) : strstr(shape, "lfm2") ? reference_lfm2(path, nt) : reference(path, n_ctx, nt);
     float *lg = malloc(sizeof(float) * (size_t)nt * mi.n_vocab);
     const size_t n = (size_t)nt * mi.n_vocab;
     const struct { bool decode; int chunk; enum kvb_dtype kv; double tol; } runs[] = {
@@ -1507,6 +1620,70 @@ TEST(callers_kv_layers_are_refused) {
     kvb_model_make_free(m, owned);
 }
 
+/* ---- lfm2: short-conv layers beside attention ---- */
+
+/* tiny-lfm2 (conv, conv, attention, conv, conv, attention) against reference_lfm2: the prompt in one chunk, one token at a
+ * time (the conv state carried step by step) and in chunks of 5 (carried across chunks), 36 tokens */
+TEST(lfm2_short_conv_and_attention_equal_reference) { check_family_n("tiny-lfm2", 512, NT_MAX); }
+
+/* tiny-lfm2-swa: both attention layers windows of 8 (over 4 windows of the 36 tokens), the conv layers untouched */
+TEST(lfm2_sliding_window_on_attention_layers_equals_reference) { check_family_n("tiny-lfm2-swa", 512, NT_MAX); }
+
+/* written, loaded (every tensor bound) and written again: the same tensors; the layer kinds from head_count_kv's zeros */
+TEST(lfm2_round_trip_binds_every_tensor_and_layer_kinds) {
+    char a[128], b[128];
+    if (!write_shape("tiny-lfm2", a, sizeof a)) FAILF("mkmodel: %s", kvb_last_error());
+    struct kvb_model *m;
+    if (kvb_model_load(a, NULL, &m) != KVB_OK) FAILF("load: %s", kvb_last_error());
+    struct kvb_model_info mi;
+    kvb_model_get_info(m, &mi);
+    CHECK(mi.n_layer == 6 && mi.n_rec_layers == 4 && mi.shortconv && mi.ssm_conv == 3 && mi.ssm_heads == 0 && mi.n_head_kv == 2);
+    CHECK(mi.state_bytes == 4 * 4 * 2 * 64);             /* (K - 1) E floats a conv layer */
+    CHECK(mi.kv_bytes_per_token_f16 == 2 * 2 * 2 * 16 * 2); /* the two attention layers' K and V */
+    static const char kinds[] = "110110";
+    for (int l = 0; l < 6; l++) {
+        const struct kvb_layer *L = &m->layers[l];
+        CHECK((m->recurrent[l] != 0) == (kinds[l] == '1'));
+        if (kinds[l] == '1') CHECK(!L->wq.data && !L->q_norm && L->ssm_qkv.n_in == 64 && L->ssm_qkv.n_out == 192 && L->ssm_out.n_out == 64 && L->ssm_conv);
+        else CHECK(L->wq.n_out == 64 && L->wk.n_out == 32 && L->q_norm && L->k_norm && !L->ssm_qkv.data);
+    }
+    CHECK(!m->q_gate && mi.tied_output && strstr(mi.features, "short conv 4 of 6 (L_cache 3)") != NULL);
+    snprintf(b, sizeof b, "%s/tiny-lfm2-again.gguf", g_dir);
+    CHECK_OK(kvb_model_write_gguf(m, b, 0, NULL, NULL));
+    kvb_model_free(m);
+    if (!same_tensors(a, b)) FAILF("not the same tensors after load and write");
+}
+
+TEST(lfm2_keys_tensors_and_layer_kinds_refused_by_name) {
+    char src[128];
+    if (!write_shape("tiny-lfm2", src, sizeof src)) FAILF("mkmodel: %s", kvb_last_error());
+    refused(src, &(struct edit){.key = "lfm2.shortconv.l_cache", .drop_key = true}, KVB_ERR_CORRUPT, "lfm2.shortconv.l_cache");
+    refused(src, &(struct edit){.key = "lfm2.shortconv.l_cache", .num = 1}, KVB_ERR_CORRUPT, "lfm2.shortconv.l_cache");
+    /* l_cache 4: the conv tensors have 3 taps */
+    refused(src, &(struct edit){.key = "lfm2.shortconv.l_cache", .num = 4}, KVB_ERR_CORRUPT, "blk.0.shortconv.conv.weight");
+    refused(src, &(struct edit){.key = "lfm2.attention.sliding_window", .num = 8}, KVB_OK, ""); /* a window on the attention layers */
+    /* head_count_kv: a layer kind the file's tensors do not match; attention layers of two KV head counts; no attention; absent */
+    static const int32_t attn0[6] = {2, 0, 2, 0, 0, 2}, mixed[6] = {0, 0, 2, 0, 0, 1}, none[6] = {0};
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count_kv", .arr = attn0, .n_arr = 6}, KVB_ERR_CORRUPT, "blk.0.attn_q.weight");
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count_kv", .arr = mixed, .n_arr = 6}, KVB_ERR_UNSUPPORTED, "lfm2.attention.head_count_kv");
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count_kv", .arr = none, .n_arr = 6}, KVB_ERR_UNSUPPORTED, "lfm2.attention.head_count_kv");
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count_kv", .arr = none, .n_arr = 5}, KVB_ERR_CORRUPT, "lfm2.attention.head_count_kv");
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count_kv", .drop_key = true}, KVB_ERR_CORRUPT, "lfm2.attention.head_count_kv");
+    /* tensors: a missing conv piece or output norm; LFM2-ColBERT's dense_2 head, an output_norm, a Gated DeltaNet tensor: not read */
+    refused(src, &(struct edit){.drop = "blk.3.shortconv.out_proj.weight"}, KVB_ERR_CORRUPT, "blk.3.shortconv.out_proj.weight");
+    refused(src, &(struct edit){.drop = "token_embd_norm.weight"}, KVB_ERR_CORRUPT, "token_embd_norm.weight");
+    refused(src, &(struct edit){.add = "dense_2.weight"}, KVB_ERR_UNSUPPORTED, "'dense_2.weight' is LFM2-ColBERT's");
+    refused(src, &(struct edit){.add = "output_norm.weight"}, KVB_ERR_UNSUPPORTED, "output_norm.weight");
+    refused(src, &(struct edit){.add = "blk.0.ssm_a"}, KVB_ERR_UNSUPPORTED, "blk.0.ssm_a");
+    refused(src, &(struct edit){.add = "blk.2.attn_output.bias"}, KVB_ERR_UNSUPPORTED, "blk.2.attn_output.bias");
+    /* head_count as llama.cpp's model saver writes it (per layer, 0 on the conv layers) loads; 0 on an attention layer or two
+     * query head counts do not */
+    static const int32_t hq_saver[6] = {0, 0, 4, 0, 0, 4}, hq_attn0[6] = {4, 4, 0, 4, 4, 4}, hq_mixed[6] = {4, 4, 4, 4, 4, 2};
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count", .arr = hq_saver, .n_arr = 6}, KVB_OK, "");
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count", .arr = hq_attn0, .n_arr = 6}, KVB_ERR_CORRUPT, "lfm2.attention.head_count");
+    refused(src, &(struct edit){.key = "lfm2.attention.head_count", .arr = hq_mixed, .n_arr = 6}, KVB_ERR_UNSUPPORTED, "lfm2.attention.head_count");
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvb-families-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -1549,6 +1726,10 @@ int main(void) {
     RUN(gemma4moe_round_trip_binds_every_tensor_and_per_layer_kv_heads);
     RUN(gemma4moe_missing_expert_tensors_keys_and_kv_heads_refused_by_name);
     RUN(callers_kv_layers_are_refused);
+    RUN(lfm2_short_conv_and_attention_equal_reference);
+    RUN(lfm2_sliding_window_on_attention_layers_equals_reference);
+    RUN(lfm2_round_trip_binds_every_tensor_and_layer_kinds);
+    RUN(lfm2_keys_tensors_and_layer_kinds_refused_by_name);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);

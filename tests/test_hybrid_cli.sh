@@ -19,16 +19,23 @@ i=0; : > "$T/text.txt"
 while [ $i -lt 40 ]; do echo "Once upon a time there was a little fox who lived in the woods near the river $i." >> "$T/text.txt"; i=$((i + 1)); done
 # finite FILE: every "ppl", "nll" and "kl" of a ppl --json output is a finite number (no nan, inf or null)
 finite() { ! grep -q -E '"(ppl|nll|kl|baseline_ppl)":(-?nan|-?inf|null)' "$1" && grep -q -E '"ppl":[0-9]+\.[0-9]+' "$1"; }
+# LFM2 (tiny-lfm2: short-conv layers beside attention; tiny-lfm2-swa: windows of 8 on its attention layers) and
 # Gemma 4 (tiny-gemma4: KV-shared layers, window heads of 32 padded to 64, per-layer embeddings; tiny-gemma4moe:
 # experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one) goes through the same run,
 # ppl and needle loops as the hybrids
-for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe; do
+for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa; do
     c=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" -o "$M" > /dev/null 2>&1
     # 3 of 4 layers Gated DeltaNet: 2 key heads, 4 value heads of 16, 4 taps; state 3 x 4 x (4 x 16 x 16 + 3 x 128) bytes
     "$K" info -m "$M" > "$T/$s.info" 2>&1
-    case $s in tiny-gemma4*) ;; *)
+    case $s in tiny-lfm2*)
+    # 4 of 6 layers short convs of 3 taps over 64 channels: state 4 x 2 x 64 floats; K/V in the 2 attention layers
+    if grep -q '^shortconv     4 short-conv layers (no KV): L_cache 3 taps over 64 channels; state 2048 bytes a sequence$' "$T/$s.info" &&
+       grep -q '^features      short conv 4 of 6 (L_cache 3); q/k norms per head' "$T/$s.info" &&
+       grep -q '^KV per token  256 bytes in f16 (2 x 2 attention layers x 2 KV heads x 16 dims x 2 bytes)$' "$T/$s.info"
+    then ok "${c}_info_names_short_conv_layers"; else ko "${c}_info_names_short_conv_layers" "$(grep -E '^(shortconv|features|KV per)' "$T/$s.info")"; fi ;;
+    tiny-gemma4*) ;; *)
     if grep -q '^deltanet      3 Gated DeltaNet layers (no KV): 2 key heads, 4 value heads of 16, conv 4 taps; state 16896 bytes a sequence$' "$T/$s.info" &&
        grep -q '^features      gated deltanet 3 of 4; gated attention' "$T/$s.info" &&
        grep -q '^KV per token  256 bytes in f16 (2 x 1 attention layers x 2 KV heads x 32 dims x 2 bytes)$' "$T/$s.info"
@@ -52,7 +59,8 @@ for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe; do
     n=$(ls "$T/$s.needle"/needle-*.json 2> /dev/null | wc -l)
     # (Gemma 4: the streams that hold K/V, each layer its own heads, the shared layers none; the window layers cannot
     # hold a passkey 128 tokens back, the global one does: 2 of 2 + 2 x 2 streams, 2 of 2 + 2 x 4 for the MoE)
-    want=1.0000; case $s in tiny-gemma4) want=0.3333 ;; tiny-gemma4moe) want=0.2000 ;; esac
+    # (tiny-lfm2-swa: windows of 8 on both attention layers hold no passkey 128 tokens back)
+    want=1.0000; case $s in tiny-gemma4) want=0.3333 ;; tiny-gemma4moe) want=0.2000 ;; tiny-lfm2-swa) want=0.0000 ;; esac
     full_cells=$(grep -o "\"retained\":$want" "$T/$s.needle/needle-full.json" 2> /dev/null | wc -l)
     if [ $r -eq 0 ] && [ "$n" -eq "$NPOL" ] && [ "$full_cells" -eq 2 ] && ! grep -q -E ':(-?nan|-?inf|null)' "$T/$s.needle"/needle-*.json
     then ok "${c}_needle_every_policy_full_retains_attention_streams"
@@ -96,8 +104,23 @@ import math, sys, os, kvbound
 m = kvbound.Model(sys.argv[1])
 i = m.info
 errs = []
-if (i['arch'], i['n_rec_layers'], i['state_bytes'], i['ssm_heads'], i['ssm_groups'], i['ssm_state'], i['ssm_conv']) != ('qwen35', 3, 16896, 4, 2, 16, 4):
+if (i['arch'], i['n_rec_layers'], i['state_bytes'], i['ssm_heads'], i['ssm_groups'], i['ssm_state'], i['ssm_conv'], i['shortconv']) != ('qwen35', 3, 16896, 4, 2, 16, 4, False):
     errs.append('info %r' % ({k: i[k] for k in ('arch', 'n_rec_layers', 'state_bytes', 'ssm_heads')},))
+# lfm2's short-conv layers in the info (the bindings' struct mirrors the library's: shortconv before n_nextn_layers)
+lm = kvbound.Model(sys.argv[4])
+j = lm.info
+if (j['arch'], j['n_rec_layers'], j['shortconv'], j['ssm_conv'], j['n_nextn_layers'], j['state_bytes'], j['attn_gated']) != ('lfm2', 4, True, 3, 0, 2048, False):
+    errs.append('lfm2 info %r' % ({k: j[k] for k in ('arch', 'n_rec_layers', 'shortconv', 'n_nextn_layers', 'state_bytes')},))
+# and its session constant under streaming 16 (f16 rows of 16 dims, pages of 16 tokens: 1024 bytes): 2 attention layers x 2
+# KV streams x 2 pages + 4 conv layers x 1 page (8 rows of 64 bytes: 2 x 64 floats) = 12 pages, 4 of them the state (mem's
+# --block-size 16 figure), at both lengths
+lp = []
+for n in (64, 256):
+    ''.join(lm.generate('Once upon a time', n, policy='streaming', budget=16, stop_at_eos=False))
+    st = lm.last_context.cache_stats()
+    lp.append((st['bytes_peak'], st['state_bytes']))
+if lp != [(12288, 4096), (12288, 4096)]:
+    errs.append('lfm2 streaming peaks %r' % lp)
 text = open(sys.argv[2]).read()
 for p in kvbound.policies():
     got = ''.join(m.generate('Once upon a time there was a fox', 12, policy=p, budget=16, stop_at_eos=False))
@@ -121,7 +144,7 @@ b = m.context('h2o', 16)
 b.load(path)
 if b.eval([5]) != want:
     errs.append('a loaded hybrid cache continues differently')
-print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" 2>&1)
+print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" "$T/tiny-lfm2.gguf" 2>&1)
         if [ "$out" = same ]; then ok hybrid_python_every_policy_exact_peak_and_saved_cache; else ko hybrid_python_every_policy_exact_peak_and_saved_cache "$out"; fi
         # Gemma 4 through the bindings: info's window and KV-shared figures, every policy generates and scores, and a
         # saved cache (KV-shared layers: the source's pages only) continues as the context it came from

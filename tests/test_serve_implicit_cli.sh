@@ -48,6 +48,8 @@
 #     h2o, snapkv and full; a checkpoint restored after kill -9 carries the
 #     state (turn 4 equals an uninterrupted server's); the session's JSON
 #     counts it (recurrent_layers, state_bytes within kv_bytes);
+#   - implicit_lfm2_*: the same on tiny-lfm2 (issue 51: short-conv layers, whose
+#     state is their last inputs), under streaming and h2o;
 #   - implicit_openai_client_stateless_agent (tests/serve/stateless_agent.mjs)
 #     and implicit_readme_agent_loop_runs_as_written (the README's block
 #     marked agent-example).
@@ -159,6 +161,26 @@ else
     client implicit_hybrid_equals_session_full policies "$URL" server
     kill $PID 2>/dev/null
     restart_case implicit_hybrid_checkpoint_restores_the_state h $HARGS
+fi
+
+# LFM2 (tiny-lfm2: 4 short-conv layers, their state the last 2 rows of B*x, beside 2 attention layers): stateless
+# equals session_id under a window and heavy hitters; a checkpoint restored after kill -9 carries the conv state;
+# the session's JSON counts it (4 x 2 x 64 floats)
+"$K" mkmodel --shape tiny-lfm2 --type q8_0 --vocab "$QV" -o "$T/l0.gguf" > /dev/null 2>&1
+python3 "$HERE/jinja/gguf_set_template.py" "$T/l0.gguf" "$T/tools.jinja" "$T/l.gguf" > /dev/null 2>&1
+LARGS="-m $T/l.gguf --budget 64 -t 1"
+start lf $LARGS --sessions "$T/slf"
+if [ -z "$URL" ]; then ko implicit_lfm2_server_starts "$(tail -n 3 "$T/lf.log")"
+else
+    LFP=$PID
+    for pol in streaming h2o; do client "implicit_lfm2_equals_session_$pol" policies "$URL" "$pol"; done
+    ls=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+             -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"session_id":"lfm2-state"}' > /dev/null;
+         curl -s "$URL/v1/sessions/lfm2-state")
+    if echo "$ls" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(not (d["recurrent_layers"] == 4 and d["state_bytes"] >= 2048 and d["kv_bytes"] >= d["state_bytes"]))'
+    then ok implicit_lfm2_session_json_counts_state; else ko implicit_lfm2_session_json_counts_state "$(echo "$ls" | head -c 400)"; fi
+    kill $LFP 2>/dev/null
+    restart_case implicit_lfm2_checkpoint_restores_the_state lr $LARGS
 fi
 
 # two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous

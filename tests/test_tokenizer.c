@@ -401,6 +401,7 @@ TEST(bpe_pre_names_and_flags) {
         {NULL, "default", KVB_PRE_DEFAULT, false, false},
         {"llama-bpe", "llama-bpe", KVB_PRE_LLAMA3, true, true},
         {"llama3", "llama-bpe", KVB_PRE_LLAMA3, true, true},
+        {"lfm2", "llama-bpe", KVB_PRE_LLAMA3, true, true},
         {"qwen2", "qwen2", KVB_PRE_QWEN2, false, false},
         {"deepseek-r1-qwen", "qwen2", KVB_PRE_QWEN2, false, false},
         {"smollm", "smollm", KVB_PRE_SMOLLM, false, false},

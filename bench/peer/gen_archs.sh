@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Generate "realistic" small random-weight GGUFs (norm scales ~1, weights N(0,0.02), GQA 4q/2kv heads, 4 layers,
-# n_embd 256, n_ff 384, n_vocab 128, seed 42) for the 10 architectures kvbound is checked on, f32 and f16,
+# n_embd 256, n_ff 384, n_vocab 128, seed 42) for the architectures kvbound is checked on, f32 and f16,
 # into archs/gen/, plus phi3 with LongRoPE factors and biases at a context of 128 (phi3-longrope). Optional tensors that real checkpoints of the family do not have are left out.
 # Run from a copy in the llama.cpp peer tree (../shared/tools/build-llama-peer.sh), next to gen_random_gguf built there:
 #   g++ -O2 -std=c++17 -Iinclude -Iggml/include KVBOUND/bench/peer/gen_random_gguf.cpp -o gen_random_gguf build/src/libllama.a \
 #       build/ggml/src/libggml.a build/ggml/src/libggml-cpu.a build/ggml/src/libggml-base.a -fopenmp -lpthread -lm -ldl
 set -euo pipefail
+set -f   # the flags below hold regexes and u32[] arrays: no file globbing of them
 cd "$(dirname "$0")"
 mkdir -p archs/gen
 G=./gen_random_gguf
@@ -27,6 +28,8 @@ gen granite  granite  $NOBIAS --kv @.logit_scale=f32:8 --kv @.residual_scale=f32
 gen mistral3 mistral3 $NOBIAS --rope-base 1000000 --head-dim 128
 gen olmo2    olmo2    $NOBIAS --rope-base 500000
 gen olmo2-swa olmo2   $NOBIAS --swa 8 --swa-pattern 2
+# lfm2: short-conv layers 0 and 2 (head_count_kv 0 there), attention on 1 and 3; 3 taps; no ColBERT dense_2 head
+gen lfm2     lfm2     $NOBIAS --drop '^dense_2' --rope-base 1000000 --kv @.shortconv.l_cache=u32:3 --kv @.attention.head_count_kv=u32[]:0,2,0,2
 # phi3 as llama.cpp's test-llama-archs -o writes it (2 layers, 2 heads of 128, separate q/k/v with their biases, one pair of
 # LongRoPE factors, context 128, a sliding window llama.cpp switches off), with 512 ids, weights N(0, 0.15), norms and factors
 # ~1: compare_llama_logits.sh runs it at its trained context too, where llama.cpp (context rounded up to 256) takes the long factors

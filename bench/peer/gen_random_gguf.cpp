@@ -210,8 +210,10 @@ int main(int argc, char ** argv) {
         // second pass: declare the 2-D weights as F16 in the metadata, which makes the loader create them as F16
         std::vector<std::pair<std::string, std::vector<int64_t>>> todo;
         for (ggml_tensor * t : st.tensors) {
-            // the conv taps stay F32, as llama.cpp's converter keeps them (its CPU ssm_conv asserts F32 weights)
-            if (ggml_n_dims(t) < 2 || gguf_find_tensor(meta, t->name) != -1 || strstr(t->name, "ssm_conv1d") != nullptr) continue;
+            // the conv taps stay F32, as llama.cpp's converter keeps them (its CPU ssm_conv asserts F32 weights): Gated
+            // DeltaNet's ssm_conv1d and lfm2's shortconv.conv
+            if (ggml_n_dims(t) < 2 || gguf_find_tensor(meta, t->name) != -1 || strstr(t->name, "ssm_conv1d") != nullptr ||
+                strstr(t->name, "shortconv.conv") != nullptr) continue;
             bool seen = false;
             for (auto & p : todo) seen = seen || p.first == t->name;
             if (!seen) todo.push_back({t->name, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}});

@@ -123,12 +123,15 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         kvb_gguf_writer_u32(w, K("attention.shared_kv_layers"), (uint32_t)in->n_kv_shared);
         kvb_gguf_writer_u32(w, K("embedding_length_per_layer_input"), (uint32_t)m->n_ple);
         kvb_gguf_writer_f32(w, K("final_logit_softcapping"), m->final_softcap);
+    } else if (in->shortconv) { /* lfm2: a window on every attention layer, or none */
+        if (in->sliding_window > 0) kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
     } else if (in->sliding_window > 0) { /* gemma2/3: the windows and their RoPE base (their scale is the family's rule) */
         kvb_gguf_writer_u32(w, K("attention.sliding_window"), (uint32_t)in->sliding_window);
         kvb_gguf_writer_u32(w, K("attention.sliding_window_pattern"), m->swa_period);
         kvb_gguf_writer_f32(w, K("rope.freq_base_swa"), m->rope_base_swa ? m->rope_base_swa : in->rope_base); /* 0: the global base */
     }
-    if (m->recurrent) { /* qwen35: the Gated DeltaNet shape, its pattern, the RoPE sections, the MTP layers */
+    if (in->shortconv) kvb_gguf_writer_u32(w, K("shortconv.l_cache"), (uint32_t)in->ssm_conv); /* lfm2 */
+    else if (m->recurrent) { /* qwen35: the Gated DeltaNet shape, its pattern, the RoPE sections, the MTP layers */
         kvb_gguf_writer_u32(w, K("ssm.conv_kernel"), (uint32_t)in->ssm_conv);
         kvb_gguf_writer_u32(w, K("ssm.inner_size"), (uint32_t)(in->ssm_heads * in->ssm_state));
         kvb_gguf_writer_u32(w, K("ssm.state_size"), (uint32_t)in->ssm_state);
@@ -178,7 +181,11 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     else kvb_gguf_writer_arr(w, K("feed_forward_length"), GGUF_T_UINT32, m->n_ff_layer, (uint64_t)in->n_layer);
     kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
     if (m->n_kv_layer) kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, m->n_kv_layer, (uint64_t)in->n_layer); /* gemma4 */
-    else kvb_gguf_writer_u32(w, K("attention.head_count_kv"), (uint32_t)in->n_head_kv);
+    else if (in->shortconv && m->recurrent) { /* lfm2: 0 KV heads marks a short-conv layer */
+        uint32_t kv[4096]; /* block_count's bound (family.c) */
+        for (int32_t l = 0; l < in->n_layer && l < 4096; l++) kv[l] = m->recurrent[l] ? 0 : (uint32_t)in->n_head_kv;
+        kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, kv, (uint64_t)KVB_MIN(in->n_layer, 4096));
+    } else kvb_gguf_writer_u32(w, K("attention.head_count_kv"), (uint32_t)in->n_head_kv);
     kvb_gguf_writer_f32(w, K("attention.layer_norm_rms_epsilon"), in->rms_eps);
     kvb_gguf_writer_f32(w, K("rope.freq_base"), in->rope_base);
     kvb_gguf_writer_u32(w, K("rope.dimension_count"), (uint32_t)in->rope_dims);
@@ -298,6 +305,9 @@ struct shape {
      * (split_exps: ffn_gate_exps and ffn_up_exps) */
     int32_t kv_heads_global;
     bool split_exps;
+    /* lfm2 (sc_taps > 0): short-conv layers of sc_taps taps, attention on the layers whose bit is set in sc_attn */
+    int32_t sc_taps;
+    uint32_t sc_attn;
 };
 
 static const struct shape k_shapes[] = {
@@ -365,6 +375,16 @@ static const struct shape k_shapes[] = {
     /* Qwen3.5-27B's (dense FFN 17408; attention 24:4 heads of 256; Gated DeltaNet 16 key and 48 value heads of 128) with 4 of its 64 layers */
     {.name = "qwen3.5-27b-4l", .arch = "qwen35", 248320, 5120, 4, 24, 4, 17408, 262144, .head_dim = 256, .rot = 64, .rope_base = 10000000.0f,
      .eps = 1e-6f, .qk_norm = true, .ssm_conv = 4, .ssm_state = 128, .ssm_groups = 16, .ssm_heads = 48, .sections = {11, 11, 10, 0}},
+    /* LFM2: conv, conv, attention, conv, conv, attention; 4:2 heads of 16 with per-head q/k norms, 3 taps; tied output */
+    {.name = "tiny-lfm2", .arch = "lfm2", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true, .qk_norm = true,
+     .sc_taps = 3, .sc_attn = 0x24u},
+    /* the same with a sliding window of 8 on both attention layers (llama.cpp's optional lfm2 window) */
+    {.name = "tiny-lfm2-swa", .arch = "lfm2", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
+     .qk_norm = true, .window = 8, .sc_taps = 3, .sc_attn = 0x24u},
+    /* LFM2-1.2B (HF config: 16 layers, attention at 2, 5, 8, 10, 12, 14 (full_attn_idxs), 32:8 heads of 64, conv_L_cache 3, the FFN
+     * 12288 auto-adjusted to 8192, rope_theta 1e6, norm_eps 1e-5, 128K context, its 65536-token vocabulary, tied embeddings) */
+    {.name = "lfm2-1.2b", .arch = "lfm2", 65536, 2048, 16, 32, 8, 8192, 128000, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
+     .qk_norm = true, .sc_taps = 3, .sc_attn = (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14)},
     /* Gemma 4: six layers, 4:2 heads, windows of 8 on layers 0, 1, 3, 4 (heads of 32, all rotated, base 10000), global 2 and 5
      * (heads of 64, proportional RoPE at 1e6); the last three share K/V (3 and 4 read 1, 5 reads 2) and are twice as wide (FFN 512
      * for 256); per-layer embeddings of 16; no attn_v on the global layers; final softcap 10 */
@@ -429,7 +449,7 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -592,15 +612,21 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         memcpy(m->rope_sections, sh->sections, sizeof m->rope_sections);
         st = kvb_family_hybrid(m);
     }
+    if (st == KVB_OK && sh->sc_taps) { /* lfm2: the short-conv layers (every layer whose sc_attn bit is clear) and their state */
+        if (!(m->recurrent = kvb_calloc((size_t)sh->layers, 1))) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+        for (int32_t l = 0; m->recurrent && l < sh->layers; l++) m->recurrent[l] = !(sh->sc_attn >> l & 1u);
+        in->ssm_conv = sh->sc_taps;
+        if (st == KVB_OK) st = kvb_family_shortconv(m, sh->window);
+    }
     if (st == KVB_OK && sh->head_dim_swa) st = make_gemma4(m, sh);
     if (st == KVB_OK) st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
     if (st == KVB_OK && sh->no_space_prefix && !vocab_path) m->vocab->add_space_prefix = false;
     if (st == KVB_OK) in->n_vocab = m->vocab->n; /* a real vocabulary sets the embedding rows */
     const int64_t E = sh->dim, V = in->n_vocab;
     /* qwen35's real vocabulary at E 5120 would be 5 GB a table in f32: held as q8_0 (rand_stack) */
-    if (st == KVB_OK) st = (sh->ssm_heads || sh->head_dim_swa ? rand_stack : rand_mat)(o, &m->tok_embd, E, V);
+    if (st == KVB_OK) st = (sh->ssm_heads || sh->head_dim_swa || sh->sc_taps ? rand_stack : rand_mat)(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
-    if (st == KVB_OK && !sh->tied) st = (sh->ssm_heads || sh->head_dim_swa ? rand_stack : rand_mat)(o, &m->output, E, V);
+    if (st == KVB_OK && !sh->tied) st = (sh->ssm_heads || sh->head_dim_swa || sh->sc_taps ? rand_stack : rand_mat)(o, &m->output, E, V);
     if (sh->tied) m->output = m->tok_embd;
     if (sh->llama3_rope) { /* Llama-3 frequency factors: factor 32, low 1, high 4, original 8192 */
         float *ff = const_vec(o, in->rope_dims / 2, 1.0f, false);
@@ -645,7 +671,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     if (m->layers) kvb_layers_neutral(m->layers, n_all);
     const int64_t Hv = sh->ssm_heads, Ds = sh->ssm_state, C = (2 * (int64_t)sh->ssm_groups + Hv) * Ds;
     /* qwen35's real widths (a 5120 x 17408 FFN) held as q8_0 where large, as the experts are: the tiny shapes stay f32 */
-    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa ? rand_stack : rand_mat;
+    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa || sh->sc_taps ? rand_stack : rand_mat;
     for (int32_t l = 0; st == KVB_OK && l < n_all; l++) {
         struct kvb_layer *L = &m->layers[l];
         /* gemma4: the layer's own head size and FFN width, its K/V weights unless it reads another layer's */
@@ -682,7 +708,13 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->has_out_scale = true;
             L->out_scale = 0.9f + 0.1f * urand(&o->rs);
         }
-        if (rec) { /* Gated DeltaNet: projections, conv taps, dt bias, A = -exp(A_log) in [-e, -1/e], the output norm */
+        if (rec && sh->sc_taps) { /* lfm2's short conv: in_proj (B, C, x), taps around 0.5, out_proj */
+            if (st == KVB_OK) st = mat(o, &L->ssm_qkv, E, 3 * E);
+            if (st == KVB_OK) st = mat(o, &L->ssm_out, E, E);
+            float *cw = const_vec(o, E * sh->sc_taps, 0.0f, false);
+            for (int64_t i = 0; cw && i < E * sh->sc_taps; i++) cw[i] = 0.5f * urand(&o->rs);
+            L->ssm_conv = cw;
+        } else if (rec) { /* Gated DeltaNet: projections, conv taps, dt bias, A = -exp(A_log) in [-e, -1/e], the output norm */
             if (st == KVB_OK) st = mat(o, &L->ssm_qkv, E, C);
             if (st == KVB_OK) st = mat(o, &L->ssm_z, E, Hv * Ds);
             if (st == KVB_OK) st = mat(o, &L->ssm_beta, E, Hv);

@@ -33,6 +33,11 @@
  * the nextn_predict_layers MTP blocks after the layers that run (bind_nextn),
  * which are kept for export and never run.
  *
+ * LFM2 (F_SHORTCONV) is the other hybrid: shortconv_layers reads its layer
+ * kinds off the per-layer head_count_kv (0: a short-conv layer), load_shortconv
+ * its taps and optional window, and bind_layer binds a conv layer's three
+ * shortconv.* tensors (bind_shortconv) into the Gated DeltaNet slots it shares.
+ *
  * Gemma 4 (F_GEMMA4, load_gemma4) adds a per-layer window pattern, window
  * heads of their own size and rotary dims, KV-shared trailing layers
  * (kv_source, with llama.cpp's assert on their sources' kinds as a refusal),
@@ -100,6 +105,8 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
                             * (load_gemma4, kvb_family_gemma4) */
 #define F_GATE_UP_EXPS 33554432u /* the experts' gate and up stacks may be one fused ffn_gate_up_exps (each expert's gate rows, then
                                   * its up rows), as llama.cpp's loader takes it for gemma4 and qwen35moe */
+#define F_SHORTCONV 67108864u /* lfm2: short-conv layers (head_count_kv 0 in its per-layer array; shortconv.l_cache and the shortconv.*
+                               * tensors) beside attention layers with per-head q/k norms; the output norm named token_embd_norm */
 
 /* Experts, as llama.cpp's loader and graph for the family have them: with
  * expert_count > 0 every layer is a mixture of experts (softmax over the
@@ -199,13 +206,17 @@ static const struct family k_families[] = {
      * rope_freqs, and the rest of F_GEMMA4; KV-shared layers' attn_k/attn_k_norm optional and unused (bind_layer) */
     {"gemma4", KVB_ROPE_NEOX, F_GEMMA4 | F_PARTIAL_ROT | F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES | F_GATE_UP_EXPS,
      {REQ, REQ, REQ, OPT, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma4, MOE_NONE, SH_NONE},
+    /* LFM2: short-conv layers (bind_shortconv) and attention layers with per-head q/k norms, q/k/v biases or a fused attn_qkv
+     * optional (llama.cpp's create_tensor_qkv); q/k/v/o scales applied, the FFN's loaded unused (its graph passes none) */
+    {"lfm2", KVB_ROPE_NEOX, F_SHORTCONV, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
+     MOE_NONE, SH_NONE},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
 const char *kvb_family_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
-           "qwen35, qwen35moe, gemma4";
+           "qwen35, qwen35moe, gemma4, lfm2";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -472,7 +483,7 @@ static kvb_status gemma4_heads(struct keys *k, const char *suffix, int32_t n_lay
         mx = v[l] > mx ? v[l] : mx;
     }
     if (st == KVB_OK && !same && !per_layer)
-        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: gemma4: %s per layer (%u on layer 0, differing on others) is not implemented", k->f->path, k->key, v[0]);
+        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: %s: %s per layer (%u on layer 0, differing on others) is not implemented", k->f->path, k->arch, k->key, v[0]);
     if (st == KVB_OK && !same) {
         if (!(*per_layer = kvb_malloc(sizeof(int32_t) * (size_t)n_layer))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
         for (int32_t l = 0; st == KVB_OK && l < n_layer; l++) (*per_layer)[l] = (int32_t)v[l];
@@ -480,6 +491,53 @@ static kvb_status gemma4_heads(struct keys *k, const char *suffix, int32_t n_lay
     if (st == KVB_OK) *out = mx;
     kvb_free(v);
     return st;
+}
+
+/* lfm2's layer kinds, as llama.cpp's loader: a layer whose head_count_kv (one value, or an array of
+ * n_layer) is 0 is a short-conv layer (m->recurrent), the others attention layers, which must all have
+ * one KV head count (per-layer counts among attention layers are not implemented). head_count (one
+ * value or an array: llama.cpp's model saver writes one, 0 on the conv layers) must be one value on
+ * the attention layers, and that or 0 on the conv layers. */
+static kvb_status shortconv_layers(struct keys *k, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    const int32_t L = in->n_layer;
+    uint32_t *v = kvb_malloc(sizeof(uint32_t) * (size_t)L), *hq = kvb_malloc(sizeof(uint32_t) * (size_t)L);
+    uint8_t *rec = kvb_calloc((size_t)L, 1);
+    kvb_status st = v && hq && rec ? layer_u32s(k, "attention.head_count_kv", L, 0, 1024, v) : kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
+    if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing (lfm2 marks its short-conv layers by 0 there)", k->f->path, k->key);
+    uint32_t kv = 0;
+    for (int32_t l = 0; st == KVB_OK && l < L; l++) {
+        rec[l] = v[l] == 0;
+        if (v[l] && kv && v[l] != kv)
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': attention layers with %u and %u KV heads (layer %d); per-layer KV head counts on lfm2 are "
+                                               "not implemented", k->f->path, k->key, kv, v[l], (int)l);
+        if (v[l]) kv = v[l];
+    }
+    if (st == KVB_OK && !kv)
+        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' is 0 on every layer: a model of short-conv layers only (no attention layer) is not implemented",
+                      k->f->path, k->key);
+    if (st == KVB_OK && (st = layer_u32s(k, "attention.head_count", L, 0, 1024, hq)) == KVB_ERR_INVALID)
+        st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+    uint32_t h = 0;
+    for (int32_t l = 0; st == KVB_OK && l < L; l++) {
+        if (!rec[l] && !hq[l])
+            st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is 0 on attention layer %d", k->f->path, k->key, (int)l);
+        else if (hq[l] && h && hq[l] != h)
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': %u and %u query heads (layer %d); per-layer head counts on lfm2 are not implemented",
+                          k->f->path, k->key, h, hq[l], (int)l);
+        if (hq[l]) h = hq[l];
+    }
+    kvb_free(v);
+    kvb_free(hq);
+    if (st == KVB_OK) in->n_head = (int32_t)h;
+    if (st != KVB_OK) {
+        kvb_free(rec);
+        return st;
+    }
+    in->n_head_kv = (int32_t)kv;
+    kvb_free(m->recurrent);
+    m->recurrent = rec;
+    return KVB_OK;
 }
 
 static double mscale_of(double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0; }
@@ -616,11 +674,15 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     } else {
     if ((st = (fam->traits & F_FF_OPT ? opt_u32 : req_u32)(k, "feed_forward_length", &v, 1, 1 << 20)) == KVB_OK) in->n_ff = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
+    if (fam->traits & F_SHORTCONV) { /* lfm2: head counts per layer, head_count_kv 0 on the short-conv layers (llama.cpp's rule) */
+        if ((st = shortconv_layers(k, m)) != KVB_OK) return st;
+    } else {
     if ((st = req_u32(k, "attention.head_count", &v, 1, 1024)) != KVB_OK) return st;
     in->n_head = (int32_t)v;
     in->n_head_kv = in->n_head;
     if ((st = opt_u32(k, "attention.head_count_kv", &v, 1, 1024)) == KVB_OK) in->n_head_kv = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
+    }
     }
     if (in->n_head % in->n_head_kv)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: head_count %d is not a multiple of head_count_kv %d", k->f->path, in->n_head, in->n_head_kv);
@@ -651,7 +713,7 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     if (in->rope_dims != in->head_dim && !(fam->traits & F_PARTIAL_ROT))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s.rope.dimension_count' = %d differs from the head size %d, which '%s' does not allow",
                         k->f->path, k->arch, in->rope_dims, in->head_dim, k->arch);
-    if (!(fam->traits & (F_SWA_IGNORED | F_OAI_WINDOWS)) && !fam->gemma && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
+    if (!(fam->traits & (F_SWA_IGNORED | F_OAI_WINDOWS | F_SHORTCONV)) && !fam->gemma && (st = opt_u32(k, "attention.sliding_window", &v, 0, 1u << 30)) == KVB_OK && v > 0)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: sliding-window layers are not supported for '%s' yet", k->f->path, k->key, v, k->arch);
     else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
     return KVB_OK;
@@ -884,6 +946,45 @@ kvb_status kvb_family_hybrid(struct kvb_model *m) {
     return KVB_OK;
 }
 
+kvb_status kvb_family_shortconv(struct kvb_model *m, int32_t window) {
+    struct kvb_model_info *in = &m->info;
+    const int64_t K = in->ssm_conv;
+    if (!m->recurrent) return kvb_fail(KVB_ERR_INVALID, "%s: lfm2 without its layer kinds", m->path);
+    if (K < 2 || K > 64) return kvb_fail(KVB_ERR_CORRUPT, "%s: shortconv.l_cache %lld must be 2..64", m->path, (long long)K);
+    int32_t n = 0;
+    for (int32_t l = 0; l < in->n_layer; l++) n += m->recurrent[l] != 0;
+    if (n >= in->n_layer) return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: no attention layer among %d short-conv layers is not implemented", m->path, (int)n);
+    in->shortconv = true;
+    in->n_rec_layers = n;
+    if (!n) { /* every layer attention: no recurrent state */
+        kvb_free(m->recurrent);
+        m->recurrent = NULL;
+    }
+    in->ssm_state = in->ssm_groups = in->ssm_heads = 0;
+    in->state_bytes = (size_t)n * sizeof(float) * (size_t)((K - 1) * in->n_embd);
+    /* a sliding window: every attention layer a window layer (llama.cpp's LLAMA_SWA_TYPE_STANDARD), at the global RoPE */
+    kvb_status st = kvb_family_windows(m, window, 0);
+    if (st != KVB_OK) return st;
+    int32_t w = 0;
+    for (int32_t i = 0; i < in->n_swa_layers; i++)
+        if (!m->recurrent || !m->recurrent[m->swa_layers[i].layer]) m->swa_layers[w++] = m->swa_layers[i];
+    in->n_swa_layers = w;
+    m->rope_base_swa = 0;
+    m->rope_freq_scale_swa = in->rope_freq_scale;
+    return KVB_OK;
+}
+
+/* lfm2's short-conv taps (shortconv.l_cache, required: llama.cpp's get_key) and its optional sliding
+ * window (> 0: every attention layer a window layer); the layer kinds came with the shape. */
+static kvb_status load_shortconv(struct keys *k, struct kvb_model *m) {
+    uint32_t taps, window = 0;
+    kvb_status st = req_u32(k, "shortconv.l_cache", &taps, 2, 64);
+    if (st != KVB_OK) return st;
+    if ((st = opt_u32(k, "attention.sliding_window", &window, 0, 1u << 30)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    m->info.ssm_conv = (int32_t)taps;
+    return kvb_family_shortconv(m, (int32_t)window);
+}
+
 /* Qwen3.5's keys (F_HYBRID), as llama.cpp's qwen35 loaders read them: the
  * Gated DeltaNet shape (ssm.*, all required), the full-attention interval
  * (default 4) and the RoPE sections (required; text positions only, so every
@@ -955,6 +1056,7 @@ static kvb_status load_hybrid(struct keys *k, struct kvb_model *m) {
 static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
     kvb_status st;
     if ((fam->traits & F_HYBRID) && (st = load_hybrid(k, m)) != KVB_OK) return st;
+    if ((fam->traits & F_SHORTCONV) && (st = load_shortconv(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
         float sc = 0;
         if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
@@ -1203,6 +1305,19 @@ static kvb_status bind_ssm(struct binder *b, const struct kvb_model *m, int32_t 
     return KVB_OK;
 }
 
+/* An lfm2 short-conv layer's tensors (llama.cpp's shapes): in_proj [3E][E] (B, C, x), conv [E][K], out_proj [E][E]. */
+static kvb_status bind_shortconv(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const int64_t E = m->info.n_embd, K = m->info.ssm_conv;
+    char name[96];
+    kvb_status st;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", (int)l, s), name)
+    if ((st = bind_mat(b, NAME("shortconv.in_proj.weight"), E, 3 * E, REQ, &L->ssm_qkv)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("shortconv.conv.weight"), K, E, REQ, &L->ssm_conv)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("shortconv.out_proj.weight"), E, E, REQ, &L->ssm_out)) != KVB_OK) return st;
+#undef NAME
+    return KVB_OK;
+}
+
 /* A multi-token-prediction layer's own tensors (beside its attention and FFN), as llama.cpp loads them. */
 static kvb_status bind_nextn(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
     const int64_t E = m->info.n_embd, V = m->info.n_vocab;
@@ -1306,7 +1421,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     VEC(S_BDOWN, E, L->b_down);
     VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
     if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0, !rec)) != KVB_OK) return st;
-    if (rec && (st = bind_ssm(b, m, l, L)) != KVB_OK) return st;
+    if (rec && (st = (in->shortconv ? bind_shortconv : bind_ssm)(b, m, l, L)) != KVB_OK) return st;
     if (l >= in->n_layer && (st = bind_nextn(b, m, l, L)) != KVB_OK) return st;
     if (moe && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
     if ((fam->traits & F_GEMMA4) && (st = bind_ple(b, m, l, L)) != KVB_OK) return st;
@@ -1325,7 +1440,8 @@ static kvb_status bind_globals(struct binder *b, const struct family *fam, struc
     const int64_t E = in->n_embd, V = in->n_vocab;
     kvb_status st;
     if ((st = bind_mat(b, "token_embd.weight", E, V, REQ, &m->tok_embd)) != KVB_OK) return st;
-    if ((st = bind_vec(b, "output_norm.weight", E, REQ, &m->output_norm)) != KVB_OK) return st;
+    /* lfm2's output norm is named token_embd_norm (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2) */
+    if ((st = bind_vec(b, fam->traits & F_SHORTCONV ? "token_embd_norm.weight" : "output_norm.weight", E, REQ, &m->output_norm)) != KVB_OK) return st;
     if ((fam->traits & F_TIED_ALWAYS) && kvb_gguf_find_tensor(b->f, "output.weight"))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor 'output.weight': '%s' ties its output to token_embd.weight always (llama.cpp never reads "
                                              "output.weight and refuses the file)", b->f->path, b->arch);
@@ -1415,6 +1531,10 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
             st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%.*s' is EmbeddingGemma's sentence-embedding projection (embeddings only, never "
                                                "generation), which kvbound does not implement; llama.cpp's '%s' refuses it too",
                           f->path, (int)KVB_MIN(f->tensors[i].name.n, (uint64_t)96), f->tensors[i].name.p, fam->arch);
+        else if (!b.used[i] && (fam->traits & F_SHORTCONV) && f->tensors[i].name.n > 8 && !memcmp(f->tensors[i].name.p, "dense_2.", 8))
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%.*s' is LFM2-ColBERT's late-interaction projection (embeddings only, never "
+                                               "generation), which kvbound does not implement",
+                          f->path, (int)KVB_MIN(f->tensors[i].name.n, (uint64_t)96), f->tensors[i].name.p);
         else if (!b.used[i])
             st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%.*s' is not used by architecture '%s'; kvbound refuses a file it would compute "
                                                "without it (as llama.cpp does)",
@@ -1436,7 +1556,8 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     out[0] = 0;
 #define ADD(...) do { if (n < cap) { int w_ = snprintf(out + n, cap - n, "%s", n ? "; " : ""); if (w_ > 0) n += (size_t)w_; } \
                       if (n < cap) { int w_ = snprintf(out + n, cap - n, __VA_ARGS__); if (w_ > 0) n += (size_t)w_; } } while (0)
-    if (m->recurrent) ADD("gated deltanet %d of %d", (int)m->info.n_rec_layers, (int)m->info.n_layer);
+    if (m->recurrent && m->info.shortconv) ADD("short conv %d of %d (L_cache %d)", (int)m->info.n_rec_layers, (int)m->info.n_layer, (int)m->info.ssm_conv);
+    else if (m->recurrent) ADD("gated deltanet %d of %d", (int)m->info.n_rec_layers, (int)m->info.n_layer);
     if (m->q_gate) ADD("gated attention");
     if (m->info.n_nextn_layers > 0) ADD("MTP layers %d (not run)", (int)m->info.n_nextn_layers);
     /* gemma4's first: features[] is short */
@@ -1519,7 +1640,7 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
     const int64_t E = in->n_embd;
     kvb_status st;
     if ((st = put(u, "token_embd.weight", &m->tok_embd, NULL, 0, 1)) != KVB_OK) return st;
-    if ((st = put(u, "output_norm.weight", NULL, m->output_norm, E, 1)) != KVB_OK) return st;
+    if ((st = put(u, fam->traits & F_SHORTCONV ? "token_embd_norm.weight" : "output_norm.weight", NULL, m->output_norm, E, 1)) != KVB_OK) return st;
     if (!in->tied_output && (st = put(u, "output.weight", &m->output, NULL, 0, 1)) != KVB_OK) return st;
     if (m->output_bias && (st = put(u, "output.bias", NULL, m->output_bias, in->n_vocab, 1)) != KVB_OK) return st;
     if (m->output_scale != 1.0f && (st = put(u, "output.scale", NULL, &m->output_scale, 1, 1)) != KVB_OK) return st;
@@ -1604,7 +1725,15 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             {"nextn.eh_proj.weight", &L->nextn_eh_proj, NULL, 1, 1}, {"nextn.enorm.weight", NULL, L->nextn_enorm, in->n_embd, 1},
             {"nextn.hnorm.weight", NULL, L->nextn_hnorm, in->n_embd, 1}, {"nextn.embed_tokens.weight", &L->nextn_embed, NULL, 1, 1},
             {"nextn.shared_head_head.weight", &L->nextn_head, NULL, 1, 1}, {"nextn.shared_head_norm.weight", NULL, L->nextn_head_norm, in->n_embd, 1}};
-        for (size_t i = 0; i < sizeof ssm / sizeof ssm[0]; i++) { /* Gated DeltaNet and MTP pieces, where present */
+        const bool shortconv = in->shortconv && m->recurrent && l < in->n_layer && m->recurrent[l];
+        const struct { const char *name; const struct kvb_mat *mat; const float *vec; int64_t n, rows; } scv[] = {
+            {"shortconv.in_proj.weight", &L->ssm_qkv, NULL, 1, 1}, {"shortconv.conv.weight", NULL, L->ssm_conv, in->ssm_conv, E},
+            {"shortconv.out_proj.weight", &L->ssm_out, NULL, 1, 1}};
+        for (size_t i = 0; shortconv && i < sizeof scv / sizeof scv[0]; i++) { /* lfm2's short conv */
+            snprintf(name, sizeof name, "blk.%d.%s", (int)l, scv[i].name);
+            if ((st = put(u, name, scv[i].mat, scv[i].vec, scv[i].n, scv[i].rows)) != KVB_OK) return st;
+        }
+        for (size_t i = 0; !shortconv && i < sizeof ssm / sizeof ssm[0]; i++) { /* Gated DeltaNet and MTP pieces, where present */
             if (ssm[i].mat ? !ssm[i].mat->data : !ssm[i].vec) continue;
             snprintf(name, sizeof name, "blk.%d.%s", (int)l, ssm[i].name);
             if ((st = put(u, name, ssm[i].mat, ssm[i].vec, ssm[i].n, ssm[i].rows)) != KVB_OK) return st;

@@ -165,7 +165,7 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     if (m->recurrent) { /* the Gated DeltaNet layers' state: Hv*Dk rows of Dv floats, then the conv history */
         cp.recurrent = m->recurrent;
         cp.state_rows = kvb_rec_state_rows(in);
-        cp.state_row_floats = in->ssm_state;
+        cp.state_row_floats = kvb_rec_row_floats(in);
     }
     return cp;
 }
@@ -176,7 +176,7 @@ bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_para
         !kvb_model_no_rope_matches(m, p->no_rope) || p->attn_softcap != m->attn_softcap || !p->sinks != !m->sinks || !p->recurrent != !m->recurrent)
         return false;
     if (m->recurrent && (memcmp(p->recurrent, m->recurrent, (size_t)in->n_layer) || p->state_rows != kvb_rec_state_rows(in) ||
-                         p->state_row_floats != in->ssm_state))
+                         p->state_row_floats != kvb_rec_row_floats(in)))
         return false;
     if (m->sinks && (p->n_sink_heads != in->n_head || memcmp(p->sinks, m->sinks, sizeof(float) * (size_t)in->n_layer * (size_t)in->n_head)))
         return false;
@@ -244,7 +244,17 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
     /* a hybrid model: K/V in its attention layers only, and the recurrent state's pages */
     const struct kvb_cache_params cp = kvb_model_cache_params(m, kv, 0, n_ctx);
     const int64_t state_pages = kvb_cache_state_pages(&cp);
+    /* lfm2's window layers: numbered among the attention layers */
+    struct kvb_kv_layer *w = k.n_layers ? kvb_malloc(sizeof *w * (size_t)k.n_layers) : NULL;
+    if (k.n_layers && !w) return 0;
+    for (int32_t i = 0; i < k.n_layers; i++) {
+        w[i] = m->swa_layers[i];
+        w[i].layer = 0;
+        for (int32_t l = 0; l < m->swa_layers[i].layer; l++) w[i].layer += !m->recurrent[l];
+    }
+    if (w) k.layers = w;
     const size_t attn = kvb_kv_seq_bytes(&k, in->n_layer - in->n_rec_layers, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
+    kvb_free(w);
     if (state_pages < 0 || (!attn && in->n_layer > in->n_rec_layers)) return 0;
     return attn + (size_t)state_pages * ((kvb_cache_page_bytes(&cp) + 63) & ~(size_t)63);
 }

@@ -81,7 +81,9 @@ struct kvb_layer {
     const float *gate_inp_shexp;         /* [E] or NULL */
     /* Gated DeltaNet (kvb_model.recurrent[l]; qwen35, qwen35moe): instead of wq..wo. Hk = info.ssm_groups
      * heads of Dk = info.ssm_state, Hv = info.ssm_heads heads of Dv (== Dk), C = 2 Hk Dk + Hv Dv conv
-     * channels, K = info.ssm_conv taps; data NULL / NULL on an attention layer */
+     * channels, K = info.ssm_conv taps; data NULL / NULL on an attention layer.
+     * LFM2's short conv (info.shortconv) uses three of them: ssm_qkv = shortconv.in_proj [3E][E] (B, C, x
+     * rows), ssm_conv = shortconv.conv [E][K], ssm_out = shortconv.out_proj [E][E] */
     struct kvb_mat ssm_qkv;              /* attn_qkv.weight [C][E] */
     struct kvb_mat ssm_z;                /* attn_gate.weight [Hv*Dv][E] */
     struct kvb_mat ssm_beta, ssm_alpha;  /* ssm_beta.weight, ssm_alpha.weight [Hv][E] */
@@ -215,6 +217,9 @@ kvb_status kvb_family_windows(struct kvb_model *m, int32_t window, uint32_t peri
  * n_rec_layers and state_bytes, from its ssm_* shape. The loader and mkmodel
  * both take them from here. */
 kvb_status kvb_family_hybrid(struct kvb_model *m);
+/* lfm2: m->recurrent (the short-conv layers) set, info.ssm_conv the taps: counts them, info.shortconv, the state's bytes;
+ * window > 0: every attention layer a sliding-window layer of that many tokens at the global RoPE */
+kvb_status kvb_family_shortconv(struct kvb_model *m, int32_t window);
 /* Gemma 4's layer kinds from m->swa_mask and m->n_kv_shared: the window
  * layers' policies (window tokens each), kv_source (a shared layer reads
  * layer n_kv - 2 when a window layer, n_kv - 1 when global, n_kv = n_layer -
@@ -358,8 +363,10 @@ void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel,
 
 /* ---- recurrent.c: below forward.c, calls ffn.c and the ops' kernels ---- */
 struct kvb_fwd_seg;
-/* Rows of a recurrent layer's state (Hv*Dk, then the conv history's) and of its conv history, rows of Dv floats. */
+/* Rows of a recurrent layer's state (Hv*Dk, then the conv history's) and of its conv history, rows of
+ * kvb_rec_row_floats floats (Dv; a short conv's: head_dim, its (K - 1) E history packed in them). */
 int32_t kvb_rec_state_rows(const struct kvb_model_info *in);
+int32_t kvb_rec_row_floats(const struct kvb_model_info *in);
 int32_t kvb_rec_conv_rows(const struct kvb_model_info *in);
 kvb_status kvb_rec_buf_init(struct kvb_rec_buf *b, const struct kvb_model_info *in, int32_t rows);
 void kvb_rec_buf_free(struct kvb_rec_buf *b);

@@ -19,6 +19,16 @@
  * (src/ops/deltanet.c), each sequence alone, so a row's bits never depend on
  * what shares the pass. The (sequence, head) pairs split over the threads.
  *
+ * LFM2's short convolution (info.shortconv; llama.cpp's lfm2.cpp
+ * build_shortconv_block) is the other recurrent layer kind:
+ *
+ *   B, C, x = the three E-wide chunks of x W_in^T    (shortconv.in_proj)
+ *   y = (C * causal depthwise conv_K(B * x)) W_out^T (no activation)
+ *
+ * Its state is the conv history alone: the last K - 1 rows of B*x (E values
+ * each), packed into state rows of head_dim floats (so a row fits any page
+ * the attention layers' K/V rows do). The same conv kernel, without SiLU.
+ *
  * Calls: ffn.c (the projections), ops (the kernels); called by forward.c.
  */
 #include "model.h"
@@ -26,18 +36,35 @@
 
 #include <math.h>
 
+int32_t kvb_rec_row_floats(const struct kvb_model_info *in) { return in->shortconv ? in->head_dim : in->ssm_state; }
+
 int32_t kvb_rec_conv_rows(const struct kvb_model_info *in) {
+    if (in->shortconv) return (int32_t)(((int64_t)(in->ssm_conv - 1) * in->n_embd + in->head_dim - 1) / in->head_dim);
     const int64_t C = 2 * (int64_t)in->ssm_groups * in->ssm_state + (int64_t)in->ssm_heads * in->ssm_state;
     return (int32_t)(((int64_t)(in->ssm_conv - 1) * C + in->ssm_state - 1) / in->ssm_state);
 }
 
 int32_t kvb_rec_state_rows(const struct kvb_model_info *in) {
+    if (in->shortconv) return kvb_rec_conv_rows(in);
     return in->ssm_heads * in->ssm_state + kvb_rec_conv_rows(in);
 }
 
 kvb_status kvb_rec_buf_init(struct kvb_rec_buf *b, const struct kvb_model_info *in, int32_t rows) {
     memset(b, 0, sizeof *b);
     if (!in->n_rec_layers) return KVB_OK;
+    if (in->shortconv) { /* mix [T][3E] (B, C, x), z [T][E] (B*x), y [T][E] (the conv, then times C), hist [K-1][E] */
+        const size_t T = (size_t)rows, E = (size_t)in->n_embd;
+        b->mix = kvb_malloc(sizeof(float) * T * 3 * E);
+        b->z = kvb_malloc(sizeof(float) * T * E);
+        b->y = kvb_malloc(sizeof(float) * T * E);
+        b->hist = kvb_malloc(sizeof(float) * (size_t)KVB_MAX(in->ssm_conv - 1, 1) * E);
+        b->rows = kvb_malloc(sizeof(float *const *) * T);
+        if (!b->mix || !b->z || !b->y || !b->hist || !b->rows) {
+            kvb_rec_buf_free(b);
+            return kvb_fail(KVB_ERR_NOMEM, "out of memory for the short-conv layers' activations (%d rows)", (int)rows);
+        }
+        return KVB_OK;
+    }
     const size_t T = (size_t)rows, Hv = (size_t)in->ssm_heads, D = (size_t)in->ssm_state;
     const size_t C = 2 * (size_t)in->ssm_groups * D + Hv * D;
     b->mix = kvb_malloc(sizeof(float) * T * C);
@@ -106,8 +133,44 @@ static void rec_worker(int32_t ith, int32_t nth, void *arg) {
     }
 }
 
+/* LFM2's short-conv layer l: out = (C * conv(B * x)) W_out^T, each segment's history from and back to its state. */
+static kvb_status shortconv_layer(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg,
+                                  int32_t n_seg, int32_t l, const float *xin, float *out) {
+    const struct kvb_model_info *in = &m->info;
+    const struct kvb_layer *L = &m->layers[l];
+    struct kvb_rec_buf *b = &f->rec;
+    const int32_t K = in->ssm_conv, W = kvb_rec_row_floats(in);
+    const int64_t E = in->n_embd;
+    const int32_t R = f->pass.n_rows;
+    kvb_fwd_mm(tp, f->q8, &f->pass, &L->ssm_qkv, xin, E, b->mix, 3 * E);
+    for (int32_t t = 0; t < R; t++) {
+        const float *bb = b->mix + (size_t)t * 3 * E, *x = bb + 2 * E;
+        float *bx = b->z + (size_t)t * E;
+        for (int64_t c = 0; c < E; c++) bx[c] = bb[c] * x[c];
+    }
+    for (int32_t i = 0; i < n_seg; i++) {
+        kvb_status st = kvb_cache_state(seg[i].cache, l, seg[i].T, &b->rows[i]);
+        if (st != KVB_OK) return st;
+    }
+    const size_t nh = (size_t)(K - 1) * (size_t)E;
+    for (int32_t i = 0; i < n_seg; i++) {
+        const struct kvb_fwd_seg *g = &seg[i];
+        if (nh) conv_hist(b->rows[i], 0, W, b->hist, nh, true);
+        kvb_ssm_conv(b->hist, L->ssm_conv, (int32_t)E, K, b->z + (size_t)g->r0 * E, E, g->T, b->y + (size_t)g->r0 * E, E, false);
+        if (nh) conv_hist(b->rows[i], 0, W, b->hist, nh, false);
+    }
+    for (int32_t t = 0; t < R; t++) {
+        const float *cc = b->mix + (size_t)t * 3 * E + E;
+        float *y = b->y + (size_t)t * E;
+        for (int64_t c = 0; c < E; c++) y[c] *= cc[c];
+    }
+    kvb_fwd_mm(tp, f->q8, &f->pass, &L->ssm_out, b->y, E, out, E);
+    return KVB_OK;
+}
+
 kvb_status kvb_rec_layer(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg, int32_t n_seg,
                          int32_t l, const float *xin, float *out) {
+    if (m->info.shortconv) return shortconv_layer(m, tp, f, seg, n_seg, l, xin, out);
     const struct kvb_model_info *in = &m->info;
     const struct kvb_layer *L = &m->layers[l];
     struct kvb_rec_buf *b = &f->rec;

@@ -133,6 +133,7 @@ static const struct pre_name {
     {"gpt-2", KVB_PRE_GPT2, false, false},
     {"llama-bpe", KVB_PRE_LLAMA3, true, true},
     {"llama3", KVB_PRE_LLAMA3, true, true},
+    {"lfm2", KVB_PRE_LLAMA3, true, true}, /* LFM2: llama.cpp maps it to LLAMA3 with the same flags */
     {"qwen2", KVB_PRE_QWEN2, false, false},
     {"deepseek-r1-qwen", KVB_PRE_QWEN2, false, false},
     {"smollm", KVB_PRE_SMOLLM, false, false},

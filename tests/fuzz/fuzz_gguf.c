@@ -2,7 +2,7 @@
  * fuzz_gguf.c — libFuzzer target for the GGUF reader and the model loader
  * behind it: the input is parsed as a GGUF image; if it parses, the
  * vocabulary and hyperparameter getters run on it, and the family loader
- * (family.c: keys, RoPE scaling, YaRN, Gated DeltaNet and MTP layers, gemma4's per-layer keys, every tensor bound or refused). Any crash, sanitizer
+ * (family.c: keys, RoPE scaling, YaRN, Gated DeltaNet, short-conv and MTP layers, gemma4's per-layer keys, every tensor bound or refused). Any crash, sanitizer
  * report or allocation beyond the input's size is a finding.
  */
 #include "gguf/gguf.h"
@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kvb_free(m->layers);
         kvb_free(m->owned);
         kvb_free(m->no_rope);
-        kvb_free(m->recurrent); /* qwen35's layer kinds */
+        kvb_free(m->recurrent); /* qwen35's and lfm2's layer kinds */
         kvb_free(m->swa_layers);
         kvb_free(m->swa_mask); /* gemma4's window pattern, KV sources, FFN widths */
         kvb_free(m->kv_source);

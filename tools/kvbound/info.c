@@ -1,4 +1,4 @@
-/* info.c — `kvbound info -m FILE`: architecture, hyperparameters (sliding windows, Gated DeltaNet layers, MTP layers too), tensors, KV bytes per token. */
+/* info.c — `kvbound info -m FILE`: architecture, hyperparameters (sliding windows, Gated DeltaNet and short-conv layers, MTP layers too), tensors, KV bytes per token. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -58,7 +58,10 @@ static void print_model(const char *path, const struct kvb_model *m) {
         printf("experts       %d per layer on %d layers, %d used per token, expert ffn %d (%zu expert weight bytes read per token)\n", in.n_expert,
                in.n_moe_layers, in.n_expert_used, in.n_ff_exp, in.expert_bytes_per_token);
     if (in.n_ff_shexp > 0) printf("shared        a dense ffn of %d on each expert layer, run on every token\n", in.n_ff_shexp);
-    if (in.n_rec_layers > 0)
+    if (in.n_rec_layers > 0 && in.shortconv)
+        printf("shortconv     %d short-conv layers (no KV): L_cache %d taps over %d channels; state %zu bytes a sequence\n", in.n_rec_layers,
+               in.ssm_conv, in.n_embd, in.state_bytes);
+    else if (in.n_rec_layers > 0)
         printf("deltanet      %d Gated DeltaNet layers (no KV): %d key heads, %d value heads of %d, conv %d taps; state %zu bytes a sequence\n",
                in.n_rec_layers, in.ssm_groups, in.ssm_heads, in.ssm_state, in.ssm_conv, in.state_bytes);
     if (in.head_dim_swa > 0 || in.n_kv_shared > 0 || in.n_embd_per_layer > 0)

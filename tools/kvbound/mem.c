@@ -114,6 +114,7 @@ struct mem_opts {
     int32_t win_H, win_D;  /* their KV heads (the cache holds them) and their own head size (held padded to D); 0: H, D */
     int32_t shared, shared_win; /* KV-shared layers among the L (no K/V of their own), of them window layers */
     int32_t n_rec, lin_kh, lin_vh, lin_dim, conv; /* Gated DeltaNet layers among the L (no K/V) and their shape; 0: none */
+    int32_t sc_embd;               /* LFM2 (a model file's): the recurrent layers are short convs of conv taps over sc_embd channels */
     unsigned long long state; /* one sequence's recurrent state, all n_rec layers (mem_check: in pages with --block-size) */
     long long ctx[16], batch[16];
     int n_ctx, n_batch;
@@ -233,6 +234,7 @@ static int mem_shape(struct mem_opts *o) {
         o->n_rec = in.n_rec_layers; /* its Gated DeltaNet layers */
         o->lin_kh = in.ssm_groups; o->lin_vh = in.ssm_heads; o->lin_dim = in.ssm_state; o->conv = in.ssm_conv;
         o->state = in.state_bytes;
+        o->sc_embd = in.shortconv ? in.n_embd : 0;
         snprintf(o->name, sizeof o->name, "%s", o->mo.path);
         kvb_model_free(m);
     }
@@ -258,12 +260,15 @@ static int state_size(struct mem_opts *o) {
         if (!o->state) o->state = (unsigned long long)o->n_rec * 4 * (Hv * D * D + (K - 1) * C); /* a preset's (a model's: its info) */
         return CLI_GO_ON;
     }
-    const unsigned long long page = (unsigned long long)o->block * (kvb_type_row_bytes(o->type, o->D) + kvb_type_row_bytes(o->vtype, o->D)), row = 4 * D;
+    /* a short conv's (K - 1) E history packs into rows of head_dim floats */
+    const unsigned long long page = (unsigned long long)o->block * (kvb_type_row_bytes(o->type, o->D) + kvb_type_row_bytes(o->vtype, o->D)),
+                             row = 4 * (o->sc_embd ? (unsigned long long)o->D : D);
     if (row > page) {
         fprintf(stderr, "kvbound mem: a recurrent state row of %llu bytes does not fit a page of %d tokens (%llu bytes); raise --block-size\n", row, o->block, page);
         return 2;
     }
-    const unsigned long long rows = Hv * D + ((K - 1) * C + D - 1) / D, per_page = page / row;
+    const unsigned long long rows = o->sc_embd ? ((K - 1) * (unsigned long long)o->sc_embd + row / 4 - 1) / (row / 4) : Hv * D + ((K - 1) * C + D - 1) / D,
+                             per_page = page / row;
     o->state = (unsigned long long)o->n_rec * ((rows + per_page - 1) / per_page) * page;
     return CLI_GO_ON;
 }
@@ -316,9 +321,9 @@ static void mem_header(const struct mem_opts *o) {
         printf("%d KV-shared layers (%d window, %d global) read the last window and global layer before them and hold no K/V\n", o->shared, o->shared_win,
                o->shared - o->shared_win);
     if (o->n_rec)
-        printf("%d Gated DeltaNet layers hold no K/V but a recurrent state of %llu bytes a sequence (%s), the same at any length and under every policy;\n"
+        printf("%d %s layers hold no K/V but a recurrent state of %llu bytes a sequence (%s), the same at any length and under every policy;\n"
                "bytes are the K/V of the %d attention layer%s, which the policy governs; total and bounded total count the state\n",
-               o->n_rec, o->state, o->block ? "f32 rows in pages" : "f32", o->L - o->n_rec, o->L - o->n_rec == 1 ? "" : "s");
+               o->n_rec, o->sc_embd ? "short-conv" : "Gated DeltaNet", o->state, o->block ? "f32 rows in pages" : "f32", o->L - o->n_rec, o->L - o->n_rec == 1 ? "" : "s");
     printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
     if (o->n_rec) printf(" %10s %10s", "state", "total");
     if (o->pid != KVB_POLICY_FULL) printf(" %14s%s %10s", "bounded", o->n_rec ? "  bounded total" : "", "saving");
