@@ -791,10 +791,11 @@ struct kvb_model_info {
     int32_t n_rec_layers;     /* Gated DeltaNet layers (recurrent state, no KV cache) among the n_layer */
     int32_t ssm_conv, ssm_state, ssm_groups, ssm_heads; /* their conv taps K, head size Dk (= Dv), key heads Hk,
                                * value heads Hv; 0 without */
+    int32_t n_nextn_layers;   /* multi-token-prediction layers in the file (beyond n_layer): loaded, not run */
     bool shortconv;           /* LFM2 (lfm2): the n_rec_layers are short convolutions, not Gated DeltaNet:
                                * y = out_proj(C * conv_K(B * x)), K = ssm_conv taps (shortconv.l_cache) over
-                               * n_embd channels; ssm_state, ssm_groups, ssm_heads 0 */
-    int32_t n_nextn_layers;   /* multi-token-prediction layers in the file (beyond n_layer): loaded, not run */
+                               * n_embd channels; ssm_state, ssm_groups, ssm_heads 0 (in the padding before
+                               * state_bytes: the offsets of the fields around it are unchanged) */
     size_t state_bytes;       /* one sequence's recurrent state over all its recurrent layers: per Gated DeltaNet
                                * layer 4 x (Hv Dk Dv + (K - 1) C) bytes, C = 2 Hk Dk + Hv Dv; per short-conv
                                * layer 4 x (K - 1) n_embd (its last K - 1 inputs B*x); 0 without */
