@@ -623,10 +623,12 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     if (st == KVB_OK && sh->no_space_prefix && !vocab_path) m->vocab->add_space_prefix = false;
     if (st == KVB_OK) in->n_vocab = m->vocab->n; /* a real vocabulary sets the embedding rows */
     const int64_t E = sh->dim, V = in->n_vocab;
-    /* qwen35's real vocabulary at E 5120 would be 5 GB a table in f32: held as q8_0 (rand_stack) */
-    if (st == KVB_OK) st = (sh->ssm_heads || sh->head_dim_swa || sh->sc_taps ? rand_stack : rand_mat)(o, &m->tok_embd, E, V);
+    /* the 2026 families' real widths (qwen35's vocabulary at E 5120 would be 5 GB a table in f32, a 5120 x 17408 FFN)
+     * held as q8_0 where large (rand_stack), as the experts are; the tiny shapes stay f32 */
+    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa || sh->sc_taps ? rand_stack : rand_mat;
+    if (st == KVB_OK) st = mat(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
-    if (st == KVB_OK && !sh->tied) st = (sh->ssm_heads || sh->head_dim_swa || sh->sc_taps ? rand_stack : rand_mat)(o, &m->output, E, V);
+    if (st == KVB_OK && !sh->tied) st = mat(o, &m->output, E, V);
     if (sh->tied) m->output = m->tok_embd;
     if (sh->llama3_rope) { /* Llama-3 frequency factors: factor 32, low 1, high 4, original 8192 */
         float *ff = const_vec(o, in->rope_dims / 2, 1.0f, false);
@@ -670,8 +672,6 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     if (!m->layers && st == KVB_OK) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
     if (m->layers) kvb_layers_neutral(m->layers, n_all);
     const int64_t Hv = sh->ssm_heads, Ds = sh->ssm_state, C = (2 * (int64_t)sh->ssm_groups + Hv) * Ds;
-    /* qwen35's real widths (a 5120 x 17408 FFN) held as q8_0 where large, as the experts are: the tiny shapes stay f32 */
-    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa || sh->sc_taps ? rand_stack : rand_mat;
     for (int32_t l = 0; st == KVB_OK && l < n_all; l++) {
         struct kvb_layer *L = &m->layers[l];
         /* gemma4: the layer's own head size and FFN width, its K/V weights unless it reads another layer's */

@@ -158,6 +158,11 @@ struct family {
     enum shexp_kind shexp;
 };
 
+/* The output norm's tensor: lfm2 names it token_embd_norm (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2). */
+static const char *output_norm_name(const struct family *fam) {
+    return fam->traits & F_SHORTCONV ? "token_embd_norm.weight" : "output_norm.weight";
+}
+
 /* need[]: the order of enum slot */
 #define LLAMA_ATTN REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ
 #define PLAIN_FFN REQ, REQ, REQ, REQ
@@ -1440,8 +1445,7 @@ static kvb_status bind_globals(struct binder *b, const struct family *fam, struc
     const int64_t E = in->n_embd, V = in->n_vocab;
     kvb_status st;
     if ((st = bind_mat(b, "token_embd.weight", E, V, REQ, &m->tok_embd)) != KVB_OK) return st;
-    /* lfm2's output norm is named token_embd_norm (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2) */
-    if ((st = bind_vec(b, fam->traits & F_SHORTCONV ? "token_embd_norm.weight" : "output_norm.weight", E, REQ, &m->output_norm)) != KVB_OK) return st;
+    if ((st = bind_vec(b, output_norm_name(fam), E, REQ, &m->output_norm)) != KVB_OK) return st;
     if ((fam->traits & F_TIED_ALWAYS) && kvb_gguf_find_tensor(b->f, "output.weight"))
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor 'output.weight': '%s' ties its output to token_embd.weight always (llama.cpp never reads "
                                              "output.weight and refuses the file)", b->f->path, b->arch);
@@ -1640,7 +1644,7 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
     const int64_t E = in->n_embd;
     kvb_status st;
     if ((st = put(u, "token_embd.weight", &m->tok_embd, NULL, 0, 1)) != KVB_OK) return st;
-    if ((st = put(u, fam->traits & F_SHORTCONV ? "token_embd_norm.weight" : "output_norm.weight", NULL, m->output_norm, E, 1)) != KVB_OK) return st;
+    if ((st = put(u, output_norm_name(fam), NULL, m->output_norm, E, 1)) != KVB_OK) return st;
     if (!in->tied_output && (st = put(u, "output.weight", &m->output, NULL, 0, 1)) != KVB_OK) return st;
     if (m->output_bias && (st = put(u, "output.bias", NULL, m->output_bias, in->n_vocab, 1)) != KVB_OK) return st;
     if (m->output_scale != 1.0f && (st = put(u, "output.scale", NULL, &m->output_scale, 1, 1)) != KVB_OK) return st;

@@ -99,6 +99,27 @@ static void conv_hist(float *const *rows, int32_t r0, int32_t D, float *hist, si
     }
 }
 
+/* The causal convolution of every segment's rows x ([rows][ldx], C channels,
+ * K taps w) into y: each sequence's state (its pages, its position advanced by
+ * its T) gives the history before its first row, and its last K - 1 inputs go
+ * back into it (rows of W floats from row0 on). silu: Gated DeltaNet's SiLU
+ * after the conv (LFM2's short conv has none). */
+static kvb_status conv_segments(struct kvb_rec_buf *b, const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t l, const float *w, int32_t K,
+                                int64_t C, int32_t row0, int32_t W, const float *x, int64_t ldx, float *y, bool silu) {
+    for (int32_t i = 0; i < n_seg; i++) {
+        kvb_status st = kvb_cache_state(seg[i].cache, l, seg[i].T, &b->rows[i]);
+        if (st != KVB_OK) return st;
+    }
+    const size_t nh = (size_t)(K - 1) * (size_t)C;
+    for (int32_t i = 0; i < n_seg; i++) {
+        const struct kvb_fwd_seg *g = &seg[i];
+        if (nh) conv_hist(b->rows[i], row0, W, b->hist, nh, true);
+        kvb_ssm_conv(b->hist, w, (int32_t)C, K, x + (size_t)g->r0 * ldx, ldx, g->T, y + (size_t)g->r0 * ldx, ldx, silu);
+        if (nh) conv_hist(b->rows[i], row0, W, b->hist, nh, false);
+    }
+    return KVB_OK;
+}
+
 static void l2norm(float *x, int32_t n, float eps, float scale) {
     double ss = 0;
     for (int32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
@@ -148,17 +169,8 @@ static kvb_status shortconv_layer(const struct kvb_model *m, struct kvb_threadpo
         float *bx = b->z + (size_t)t * E;
         for (int64_t c = 0; c < E; c++) bx[c] = bb[c] * x[c];
     }
-    for (int32_t i = 0; i < n_seg; i++) {
-        kvb_status st = kvb_cache_state(seg[i].cache, l, seg[i].T, &b->rows[i]);
-        if (st != KVB_OK) return st;
-    }
-    const size_t nh = (size_t)(K - 1) * (size_t)E;
-    for (int32_t i = 0; i < n_seg; i++) {
-        const struct kvb_fwd_seg *g = &seg[i];
-        if (nh) conv_hist(b->rows[i], 0, W, b->hist, nh, true);
-        kvb_ssm_conv(b->hist, L->ssm_conv, (int32_t)E, K, b->z + (size_t)g->r0 * E, E, g->T, b->y + (size_t)g->r0 * E, E, false);
-        if (nh) conv_hist(b->rows[i], 0, W, b->hist, nh, false);
-    }
+    kvb_status st = conv_segments(b, seg, n_seg, l, L->ssm_conv, K, E, 0, W, b->z, E, b->y, false);
+    if (st != KVB_OK) return st;
     for (int32_t t = 0; t < R; t++) {
         const float *cc = b->mix + (size_t)t * 3 * E + E;
         float *y = b->y + (size_t)t * E;
@@ -199,20 +211,11 @@ kvb_status kvb_rec_layer(const struct kvb_model *m, struct kvb_threadpool *tp, s
         const float a = b->g[i] + L->ssm_dt[h];
         b->g[i] = (a > 20.0f ? a : logf(1.0f + expf(a))) * L->ssm_a[h];
     }
-    /* each sequence's state: its pages (the batch reserved them), its position advanced */
-    for (int32_t i = 0; i < n_seg; i++) {
-        kvb_status st = kvb_cache_state(seg[i].cache, l, seg[i].T, &b->rows[i]);
-        if (st != KVB_OK) return st;
-    }
-    const size_t nh = (size_t)(K - 1) * (size_t)C;
-    const int32_t conv_row0 = Hv * D;
+    /* each sequence's state: its pages (the batch reserved them), its position advanced; the conv history after the
+     * Hv x D rows of the matrix state */
+    kvb_status st = conv_segments(b, seg, n_seg, l, L->ssm_conv, K, C, Hv * D, D, b->mix, C, b->y, true);
+    if (st != KVB_OK) return st;
     const float eps = in->rms_eps, qs = 1.0f / sqrtf((float)D);
-    for (int32_t i = 0; i < n_seg; i++) {
-        const struct kvb_fwd_seg *g = &seg[i];
-        if (nh) conv_hist(b->rows[i], conv_row0, D, b->hist, nh, true);
-        kvb_ssm_conv(b->hist, L->ssm_conv, (int32_t)C, K, b->mix + (size_t)g->r0 * C, C, g->T, b->y + (size_t)g->r0 * C, C, true);
-        if (nh) conv_hist(b->rows[i], conv_row0, D, b->hist, nh, false);
-    }
     for (int32_t t = 0; t < R; t++) {
         float *y = b->y + (size_t)t * C;
         for (int32_t h = 0; h < Hk; h++) {
