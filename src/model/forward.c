@@ -196,67 +196,60 @@ bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_para
     return !n || (p->rope_swa.base == m->rope_base_swa && p->rope_swa.freq_scale == m->rope_freq_scale_swa);
 }
 
+/* Whether layer l holds K/V of its own: not a recurrent layer, not a reader of another's (Gemma 4). */
+static bool holds_kv(const struct kvb_model *m, int32_t l) {
+    return !(m->recurrent && m->recurrent[l]) && !(m->kv_source && m->kv_source[l] >= 0);
+}
+
+/* The KV heads of layer l (Gemma 4 26B-A4B, 31B: per layer). */
+static int32_t layer_kv_heads(const struct kvb_model *m, int32_t l) {
+    return m->n_kv_layer ? m->n_kv_layer[l] : m->info.n_head_kv;
+}
+
 size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_params *kv, int64_t n_ctx, int64_t n_prompt, int32_t chunk) {
     if (!m || !kv) return 0;
     const struct kvb_model_info *in = &m->info;
+    /* The sizing rule over each group of the layers that hold K/V with the same KV head count (one group but for
+     * Gemma 4's per-layer heads), each group's window layers at the model's windows, numbered within the group;
+     * readers (KV-shared layers) hold nothing, and a hybrid's recurrent layers hold their state's pages instead. */
     struct kvb_kv_params k = *kv; /* the model's windows, not the caller's */
-    k.layers = m->swa_layers;
-    k.n_layers = m->swa_layers ? in->n_swa_layers : 0;
-    if (m->n_kv_layer) { /* gemma4's per-layer KV heads (26B-A4B, 31B): the rule per head count over the layers of that count that
-                          * hold K/V (their window layers at their window), summed; the readers hold nothing */
-        struct kvb_kv_layer *w = kvb_malloc(sizeof *w * (size_t)KVB_MAX(in->n_swa_layers, 1));
-        if (!w) return 0;
-        size_t total = 0;
-        for (int32_t l = 0; l < in->n_layer; l++) {
-            const int32_t h = m->n_kv_layer[l];
-            bool seen = false;
-            for (int32_t j = 0; j < l && !seen; j++) seen = m->n_kv_layer[j] == h && !(m->kv_source && m->kv_source[j] >= 0);
-            if (seen || (m->kv_source && m->kv_source[l] >= 0)) continue;
-            int32_t n = 0, nw = 0;
-            for (int32_t j = l; j < in->n_layer; j++) {
-                if (m->n_kv_layer[j] != h || (m->kv_source && m->kv_source[j] >= 0)) continue;
-                for (int32_t i = 0; m->swa_layers && i < in->n_swa_layers; i++)
-                    if (m->swa_layers[i].layer == j) {
-                        w[nw] = m->swa_layers[i];
-                        w[nw++].layer = n; /* numbered within the group */
-                    }
-                n++;
-            }
-            k.layers = nw ? w : NULL;
-            k.n_layers = nw;
-            const size_t b = kvb_kv_seq_bytes(&k, n, h, in->head_dim, n_ctx, n_prompt, chunk);
-            if (!b) {
-                kvb_free(w);
-                return 0;
-            }
-            total += b;
+    struct kvb_kv_layer *w = kvb_malloc(sizeof *w * (size_t)KVB_MAX(in->n_swa_layers, 1));
+    if (!w) return 0;
+    size_t total = 0;
+    int32_t n_attn = 0;
+    for (int32_t l = 0; l < in->n_layer; l++) {
+        if (!holds_kv(m, l)) continue;
+        n_attn++;
+        const int32_t h = layer_kv_heads(m, l);
+        bool seen = false;
+        for (int32_t j = 0; j < l && !seen; j++) seen = holds_kv(m, j) && layer_kv_heads(m, j) == h;
+        if (seen) continue; /* its group is counted */
+        int32_t n = 0, nw = 0;
+        for (int32_t j = l; j < in->n_layer; j++) {
+            if (!holds_kv(m, j) || layer_kv_heads(m, j) != h) continue;
+            for (int32_t i = 0; m->swa_layers && i < in->n_swa_layers; i++)
+                if (m->swa_layers[i].layer == j) {
+                    w[nw] = m->swa_layers[i];
+                    w[nw++].layer = n; /* numbered within the group */
+                }
+            n++;
         }
-        kvb_free(w);
-        return total;
+        k.layers = nw ? w : NULL;
+        k.n_layers = nw;
+        const size_t b = kvb_kv_seq_bytes(&k, n, h, in->head_dim, n_ctx, n_prompt, chunk);
+        if (!b) {
+            kvb_free(w);
+            return 0;
+        }
+        total += b;
     }
-    if (m->kv_source) { /* gemma4: the shared layers (the last n_kv_shared) hold nothing; their sources count once */
-        const int32_t n_kv = in->n_layer - in->n_kv_shared;
-        k.n_layers = 0;
-        while (k.n_layers < in->n_swa_layers && m->swa_layers[k.n_layers].layer < n_kv) k.n_layers++;
-        return kvb_kv_seq_bytes(&k, n_kv, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
-    }
-    if (!m->recurrent) return kvb_kv_seq_bytes(&k, in->n_layer, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
-    /* a hybrid model: K/V in its attention layers only, and the recurrent state's pages */
+    kvb_free(w);
+    if (!m->recurrent) return n_attn ? total : 0;
+    /* a hybrid model: and the recurrent state's pages */
     const struct kvb_cache_params cp = kvb_model_cache_params(m, kv, 0, n_ctx);
     const int64_t state_pages = kvb_cache_state_pages(&cp);
-    /* lfm2's window layers: numbered among the attention layers */
-    struct kvb_kv_layer *w = k.n_layers ? kvb_malloc(sizeof *w * (size_t)k.n_layers) : NULL;
-    if (k.n_layers && !w) return 0;
-    for (int32_t i = 0; i < k.n_layers; i++) {
-        w[i] = m->swa_layers[i];
-        w[i].layer = 0;
-        for (int32_t l = 0; l < m->swa_layers[i].layer; l++) w[i].layer += !m->recurrent[l];
-    }
-    if (w) k.layers = w;
-    const size_t attn = kvb_kv_seq_bytes(&k, in->n_layer - in->n_rec_layers, in->n_head_kv, in->head_dim, n_ctx, n_prompt, chunk);
-    kvb_free(w);
-    if (state_pages < 0 || (!attn && in->n_layer > in->n_rec_layers)) return 0;
-    return attn + (size_t)state_pages * ((kvb_cache_page_bytes(&cp) + 63) & ~(size_t)63);
+    if (state_pages < 0) return 0;
+    return total + (size_t)state_pages * ((kvb_cache_page_bytes(&cp) + 63) & ~(size_t)63);
 }
 
 kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_params *params, struct kvb_context **out) {
