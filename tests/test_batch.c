@@ -1224,9 +1224,11 @@ static struct kvb_batch *stall_free_batch(int32_t max_seqs, int32_t chunk, int32
  * step must take exactly that many. Decoders join along the way, so steps
  * differ in size and the fit has a slope. The test fails unless some step's
  * budget differs from what a target of x * a (blind to the decoders) would
- * give, so it cannot pass on the clamps alone. */
-TEST(stall_free_budget_follows_decoders) {
-    NEED_MODEL();
+ * give, so it cannot pass on the clamps alone. The fit is measured, so on a
+ * loaded machine a run may read the prompt in two steps or never need the
+ * decoders' count (seen here once, beside make asan): such a run checks every step all
+ * the same and is tried again, up to three times. */
+static void budget_follows_decoders_run(int32_t *steps_out, int32_t *told_out) {
     const int32_t chunk = 512, step_tokens = 1024;
     const int32_t min_rows = 2;
     const double x = 1.5;
@@ -1279,9 +1281,19 @@ TEST(stall_free_budget_follows_decoders) {
                   st.step_cost.r_ms, (int)(si.n_prompt_done - before), (int)want);
         }
     }
-    CHECK(steps > 2 && steps <= 2000);
-    if (!told) FAILF("no step's budget told the decoders' count apart (%d steps): the test checked only clamps", (int)steps);
+    CHECK(steps <= 2000);
+    *steps_out = steps;
+    *told_out = told;
     kvb_batch_free(b);
+}
+
+TEST(stall_free_budget_follows_decoders) {
+    NEED_MODEL();
+    int32_t steps = 0, told = 0;
+    for (int attempt = 0; attempt < 3 && !t_case_failed && (steps <= 2 || !told); attempt++) budget_follows_decoders_run(&steps, &told);
+    if (t_case_failed) return;
+    CHECK(steps > 2);
+    if (!told) FAILF("no step's budget told the decoders' count apart (%d steps, 3 runs): the test checked only clamps", (int)steps);
 }
 
 /* Next to four decoders and under a target no step meets, a 70-token
