@@ -768,7 +768,7 @@ void kvb_model_free(struct kvb_model *model);
 struct kvb_model_info {
     char arch[16];            /* "llama", "qwen2", "qwen3", "qwen3moe", "granite", "granitemoe", "mistral3", "smollm3", "olmo2", "phi3",
                                * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek", "olmoe", "qwen35", "qwen35moe",
-                               * "gemma4", "lfm2" */
+                               * "gemma4", "lfm2", "lfm2moe" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -792,7 +792,7 @@ struct kvb_model_info {
     int32_t ssm_conv, ssm_state, ssm_groups, ssm_heads; /* their conv taps K, head size Dk (= Dv), key heads Hk,
                                * value heads Hv; 0 without */
     int32_t n_nextn_layers;   /* multi-token-prediction layers in the file (beyond n_layer): loaded, not run */
-    bool shortconv;           /* LFM2 (lfm2): the n_rec_layers are short convolutions, not Gated DeltaNet:
+    bool shortconv;           /* LFM2 (lfm2, lfm2moe): the n_rec_layers are short convolutions, not Gated DeltaNet:
                                * y = out_proj(C * conv_K(B * x)), K = ssm_conv taps (shortconv.l_cache) over
                                * n_embd channels; ssm_state, ssm_groups, ssm_heads 0 (in the padding before
                                * state_bytes: the offsets of the fields around it are unchanged) */

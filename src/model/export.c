@@ -106,6 +106,9 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
             kvb_gguf_writer_u32(w, K("expert_shared_count"), (uint32_t)(in->n_ff_shexp / in->n_ff_exp));
             kvb_gguf_writer_u32(w, K("leading_dense_block_count"), (uint32_t)(in->n_layer - in->n_moe_layers));
             if (m->moe_scale != 1.0f) kvb_gguf_writer_f32(w, K("expert_weights_scale"), m->moe_scale);
+        } else if (!strcmp(in->arch, "lfm2moe")) { /* dense layers first; the gating (required there) */
+            kvb_gguf_writer_u32(w, K("leading_dense_block_count"), (uint32_t)(in->n_layer - in->n_moe_layers));
+            kvb_gguf_writer_u32(w, K("expert_gating_func"), (uint32_t)m->moe_gating);
         } else if (in->n_ff_shexp > 0) {
             kvb_gguf_writer_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)in->n_ff_shexp);
         }
@@ -385,6 +388,16 @@ static const struct shape k_shapes[] = {
      * 12288 auto-adjusted to 8192, rope_theta 1e6, norm_eps 1e-5, 128K context, its 65536-token vocabulary, tied embeddings) */
     {.name = "lfm2-1.2b", .arch = "lfm2", 65536, 2048, 16, 32, 8, 8192, 128000, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
      .qk_norm = true, .sc_taps = 3, .sc_attn = (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14)},
+    /* LFM2-MoE: tiny-lfm2's layers with 8 experts, 2 per token (sigmoid, a selection bias), of 48, after one dense layer */
+    {.name = "tiny-lfm2moe", .arch = "lfm2moe", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
+     .qk_norm = true, .sc_taps = 3, .sc_attn = 0x24u, .experts = 8, .experts_used = 2, .ff_exp = 48, .dense_lead = 1},
+    /* LFM2-8B-A1B (its HF config as llama.cpp's converter maps it, which writes sigmoid gating and the expert_bias as
+     * exp_probs_b: E 2048, 24 layers, 32 experts, 4 per token, of 1792 (moe_intermediate_size), the first 2 dense
+     * (num_dense_layers); and, as recalled, not in the peer tree: 32:8 heads of 64, dense FFN 7168, conv_L_cache 3, rope_theta 1e6,
+     * norm_eps 1e-5, 128K context, its 65536-token vocabulary, tied embeddings, attention at 2, 6, 10, 14, 18, 21) with 4 of its 24
+     * layers: conv, conv, attention, conv */
+    {.name = "lfm2-8b-a1b-4l", .arch = "lfm2moe", 65536, 2048, 4, 32, 8, 7168, 128000, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
+     .qk_norm = true, .sc_taps = 3, .sc_attn = 1u << 2, .experts = 32, .experts_used = 4, .ff_exp = 1792, .dense_lead = 2},
     /* Gemma 4: six layers, 4:2 heads, windows of 8 on layers 0, 1, 3, 4 (heads of 32, all rotated, base 10000), global 2 and 5
      * (heads of 64, proportional RoPE at 1e6); the last three share K/V (3 and 4 read 1, 5 reads 2) and are twice as wide (FFN 512
      * for 256); per-layer embeddings of 16; no attn_v on the global layers; final softcap 10 */
@@ -449,7 +462,7 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -772,6 +785,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             if (st == KVB_OK && Fs) st = rand_mat(o, &L->up_shexp, E, Fs);
             if (st == KVB_OK && Fs) st = rand_mat(o, &L->down_shexp, Fs, E);
             if (Fs && (!strcmp(sh->arch, "qwen2moe") || !strcmp(sh->arch, "qwen35moe"))) L->gate_inp_shexp = const_vec(o, E, 0.0f, true); /* the family that gates them */
+            if (!strcmp(sh->arch, "lfm2moe")) L->exp_probs_b = const_vec(o, N, 0.0f, true); /* the selection bias: +-0.1 */
             if (sh->oai) {
                 L->b_router = const_vec(o, N, 0.0f, true);
                 L->b_gate_exps = const_vec(o, N * Fe, 0.0f, true);

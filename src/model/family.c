@@ -105,6 +105,9 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
                             * (load_gemma4, kvb_family_gemma4) */
 #define F_GATE_UP_EXPS 33554432u /* the experts' gate and up stacks may be one fused ffn_gate_up_exps (each expert's gate rows, then
                                   * its up rows), as llama.cpp's loader takes it for gemma4 and qwen35moe */
+#define F_MOE_SEL_BIAS 134217728u /* lfm2moe: expert_gating_func required (softmax or sigmoid; the others refused), a selection bias
+                                  * exp_probs_b.bias on every MoE layer, expert_weights_scale and expert_weights_norm not read by
+                                  * llama.cpp (so refused unless they say what its graph does: a scale of 0 or 1, norm true) */
 #define F_SHORTCONV 67108864u /* lfm2: short-conv layers (head_count_kv 0 in its per-layer array; shortconv.l_cache and the shortconv.*
                                * tensors) beside attention layers with per-head q/k norms; the output norm named token_embd_norm */
 
@@ -115,8 +118,10 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
  * expert_feed_forward_length, else feed_forward_length / expert_used_count
  * (MOE_ALWAYS: the family always has experts). qwen2moe and deepseek do not
  * renormalize (F_MOE_NO_NORM); deepseek's first leading_dense_block_count
- * layers are dense and it reads expert_weights_scale (F_MOE_LEAD). None of
- * these families reads expert_gating_func or expert_weights_norm. */
+ * layers are dense and it reads expert_weights_scale (F_MOE_LEAD). Only
+ * lfm2moe reads expert_gating_func (F_MOE_SEL_BIAS: sigmoid in its files,
+ * and a selection bias that moves the choice, not the weights); none reads
+ * expert_weights_norm. */
 enum moe_kind { MOE_NONE, MOE_OPT, MOE_ALWAYS,
                 MOE_OAI,   /* gpt-oss: always; expert_feed_forward_length required; the top k logits, then a softmax over them (no
                             * renormalization); biases; the clamped SwiGLU */
@@ -215,13 +220,18 @@ static const struct family k_families[] = {
      * optional (llama.cpp's create_tensor_qkv); q/k/v/o scales applied, the FFN's loaded unused (its graph passes none) */
     {"lfm2", KVB_ROPE_NEOX, F_SHORTCONV, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
      MOE_NONE, SH_NONE},
+    /* LFM2-MoE: lfm2's layers, the first leading_dense_block_count FFNs dense, the others experts (expert_gating_func: sigmoid in
+     * LFM2-8B-A1B; the top k by probability plus exp_probs_b, weighed by the unbiased probabilities renormalized; no shared
+     * experts), the experts' .scale tensors loaded unused (its build_moe_ffn call passes none) */
+    {"lfm2moe", KVB_ROPE_NEOX, F_SHORTCONV | F_MOE_LEAD | F_MOE_SEL_BIAS,
+     {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_NONE},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
 const char *kvb_family_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
-           "qwen35, qwen35moe, gemma4, lfm2";
+           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -304,6 +314,7 @@ kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up) {
         m->act = KVB_FFN_SWIGLU_OAI;
     }
     if (fam->traits & F_MOE_NO_NORM) m->moe_norm = false;
+    if (fam->traits & F_MOE_SEL_BIAS) m->moe_gating = KVB_MOE_SIGMOID; /* LFM2-8B-A1B's; the loader reads the key over it */
     return fam->traits & F_NOPE4 ? family_nope4(m) : KVB_OK;
 }
 
@@ -604,7 +615,7 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     }
     if (fam->moe == MOE_NONE)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' has no experts (as in llama.cpp); the families with experts are llama, "
-                                             "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3 and gpt-oss", k->f->path, k->key, n, k->arch);
+                                             "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3, gpt-oss, qwen35moe, gemma4 and lfm2moe", k->f->path, k->key, n, k->arch);
     if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
     if ((fam->moe == MOE_OAI || (fam->traits & F_MOE_LEAD)) && (st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
     if (fam->moe == MOE_ALWAYS && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
@@ -1057,12 +1068,38 @@ static kvb_status load_hybrid(struct keys *k, struct kvb_model *m) {
     return kvb_family_hybrid(m);
 }
 
+/* lfm2moe's routing keys, as llama.cpp's lfm2moe loader and graph: expert_gating_func required,
+ * softmax or sigmoid (none aborts its graph; softmax of the top logits is gpt-oss'); the graph
+ * renormalizes the chosen weights and reads no expert_weights_scale, so a file that says
+ * otherwise (norm false, a scale other than 0 or 1) is refused, not run two ways. */
+static kvb_status load_sel_bias_keys(struct keys *k, struct kvb_model *m) {
+    uint32_t g;
+    kvb_status st = req_u32(k, "expert_gating_func", &g, 0, 1u << 30);
+    if (st != KVB_OK) return st;
+    if (g != KVB_MOE_SOFTMAX && g != KVB_MOE_SIGMOID)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' routes by softmax (1) or sigmoid (2); %s is not implemented", k->f->path, k->key,
+                        g, k->arch, g == 0 ? "none (0: llama.cpp aborts)" : g == 3 ? "softmax of the top logits (3)" : "an unknown gating function");
+    m->moe_gating = (enum kvb_moe_gating)g;
+    float sc = 0;
+    if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
+    if (sc != 0 && sc != 1)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %g: llama.cpp's %s graph does not read it (its experts' weights are unscaled); "
+                                             "a scale is not implemented", k->f->path, k->key, (double)sc, k->arch);
+    bool norm = true;
+    if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (!norm)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' is not true: llama.cpp's %s graph always renormalizes the chosen experts' weights; "
+                                             "unnormalized weights are not implemented", k->f->path, k->key, k->arch);
+    return KVB_OK;
+}
+
 /* Family keys beyond the shape and RoPE. */
 static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
     kvb_status st;
     if ((fam->traits & F_HYBRID) && (st = load_hybrid(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_SHORTCONV) && (st = load_shortconv(k, m)) != KVB_OK) return st;
-    if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
+    if ((fam->traits & F_MOE_SEL_BIAS) && (st = load_sel_bias_keys(k, m)) != KVB_OK) return st;
+    else if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
         float sc = 0;
         if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
         if (sc != 0) m->moe_scale = sc;
@@ -1239,6 +1276,7 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     if ((st = bind_weights(b, NAME("ffn_down_exps.weight"), Fe, E, N, REQ, &L->down_exps)) != KVB_OK) return st;
     const enum need nb = fam->traits & F_EXP_BIASES ? REQ : NO;
     if ((st = bind_vec(b, NAME("ffn_gate_inp.bias"), N, nb, &L->b_router)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("exp_probs_b.bias"), N, fam->traits & F_MOE_SEL_BIAS ? REQ : NO, &L->exp_probs_b)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_gate_exps.bias"), Fe, N, nb, &L->b_gate_exps)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_up_exps.bias"), Fe, N, nb, &L->b_up_exps)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_down_exps.bias"), E, N, nb, &L->b_down_exps)) != KVB_OK) return st;
@@ -1577,6 +1615,7 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
         ADD("%d of %d experts per token (%s%s), expert FFN %d", (int)m->info.n_expert_used, (int)m->info.n_expert,
             m->moe_gating == KVB_MOE_SOFTMAX_WEIGHT ? "softmax of the top logits" : m->moe_gating == KVB_MOE_SIGMOID ? "sigmoid" : "softmax",
             m->moe_norm ? ", renormalized" : "", (int)m->info.n_ff_exp);
+    if (m->layers && m->info.n_expert > 0 && m->layers[m->info.n_layer - 1].exp_probs_b) ADD("expert selection bias");
     if (m->info.n_expert > 0 && m->moe_scale != 1.0f) ADD("expert weights x%g", (double)m->moe_scale);
     if (m->info.n_ff_shexp > 0)
         ADD("%sshared experts of FFN %d", m->layers && m->layers[m->info.n_layer - 1].gate_inp_shexp ? "gated " : "", (int)m->info.n_ff_shexp);
@@ -1706,7 +1745,8 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             }
             const int64_t Fe = in->n_ff_exp;
             const struct { const char *name; const float *v; int64_t n, rows; } xb[] = {
-                {"ffn_gate_inp.bias", L->b_router, N, 1}, {"ffn_gate_exps.bias", L->b_gate_exps, Fe, N}, {"ffn_up_exps.bias", L->b_up_exps, Fe, N},
+                {"ffn_gate_inp.bias", L->b_router, N, 1}, {"exp_probs_b.bias", L->exp_probs_b, N, 1}, {"ffn_gate_exps.bias", L->b_gate_exps, Fe, N},
+                {"ffn_up_exps.bias", L->b_up_exps, Fe, N},
                 {"ffn_down_exps.bias", L->b_down_exps, E, N}};
             for (size_t i = 0; i < sizeof xb / sizeof xb[0]; i++) {
                 snprintf(name, sizeof name, "blk.%d.%s", (int)l, xb[i].name);

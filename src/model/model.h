@@ -60,6 +60,8 @@ struct kvb_layer {
      * and [e * E, (e + 1) * E) of down_exps (kvb_moe_expert). */
     struct kvb_mat router;             /* ffn_gate_inp [n_expert][E] */
     const float *b_router;             /* [n_expert] or NULL */
+    const float *exp_probs_b;          /* [n_expert] the selection bias (blk.N.exp_probs_b.bias; lfm2moe) or NULL: added to the gated
+                                        * probabilities to choose the experts, never to their weights */
     struct kvb_mat gate_exps, up_exps; /* [n_expert * Fe][E] */
     struct kvb_mat down_exps;          /* [n_expert * E][Fe] */
     const float *b_gate_exps, *b_up_exps; /* [n_expert][Fe] or NULL */
@@ -358,8 +360,10 @@ void kvb_moe_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kv
 void kvb_moe_ffn_routed(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_pass_rows *p, int32_t l,
                         const float *rin, const float *xin, float *out);
 /* The router of one row: logits (n_expert) to the chosen experts and their
- * weights (k each), by m's gating, normalization and scale. */
-void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel, float *wt);
+ * weights (k each), by m's gating, normalization and scale. bias (n_expert,
+ * or NULL): added to the gated probabilities for the choice only; the weights
+ * are the unbiased probabilities of the chosen (llama.cpp's exp_probs_b). */
+void kvb_moe_route(const struct kvb_model *m, const float *logits, const float *bias, int32_t *sel, float *wt);
 
 /* ---- recurrent.c: below forward.c, calls ffn.c and the ops' kernels ---- */
 struct kvb_fwd_seg;

@@ -3,7 +3,9 @@
  *
  * A router is a matrix [n_expert][E]; for each row it gives n_expert logits,
  * of which the gating (kvb_moe_gating) makes the weights of the top
- * n_expert_used experts, optionally normalized to sum 1 and scaled. The
+ * n_expert_used experts, optionally normalized to sum 1 and scaled; a
+ * selection bias (lfm2moe's exp_probs_b.bias) moves the choice, not the
+ * weights, which stay the chosen experts' unbiased probabilities. The
  * experts are slices of llama.cpp's 3-D ffn_{gate,up,down}_exps tensors, so
  * an expert is a kvb_mat over its own rows and only routed experts are read.
  *
@@ -93,24 +95,32 @@ static void softmax(const float *v, int32_t n, float *p) {
     for (int32_t i = 0; i < n; i++) p[i] *= inv;
 }
 
-void kvb_moe_route(const struct kvb_model *m, const float *logits, int32_t *sel, float *wt) {
+/* the top k of the probabilities p, plus the selection bias where there is one */
+static void top_k_biased(const float *p, const float *bias, int32_t n, int32_t k, int32_t *sel) {
+    float q[512];
+    if (bias)
+        for (int32_t i = 0; i < n; i++) q[i] = p[i] + bias[i];
+    top_k(bias ? q : p, n, k, sel);
+}
+
+void kvb_moe_route(const struct kvb_model *m, const float *logits, const float *bias, int32_t *sel, float *wt) {
     const int32_t n = m->info.n_expert, k = m->info.n_expert_used;
     float p[512]; /* n_expert <= 512 (family.c, llama.cpp's bound; mkmodel's shapes have at most 128) */
     switch (m->moe_gating) {
     case KVB_MOE_SIGMOID:
         for (int32_t i = 0; i < n; i++) p[i] = 1.0f / (1.0f + expf(-logits[i]));
-        top_k(p, n, k, sel);
+        top_k_biased(p, bias, n, k, sel);
         for (int32_t j = 0; j < k; j++) wt[j] = p[sel[j]];
         break;
     case KVB_MOE_SOFTMAX_WEIGHT: { /* the top k logits, then a softmax over them */
-        top_k(logits, n, k, sel);
+        top_k_biased(logits, bias, n, k, sel);
         for (int32_t j = 0; j < k; j++) wt[j] = logits[sel[j]];
         softmax(wt, k, wt);
         break;
     }
     default:
         softmax(logits, n, p);
-        top_k(p, n, k, sel);
+        top_k_biased(p, bias, n, k, sel);
         for (int32_t j = 0; j < k; j++) wt[j] = p[sel[j]];
     }
     if (m->moe_norm) {
@@ -174,7 +184,7 @@ void kvb_moe_ffn_routed(const struct kvb_model *m, struct kvb_threadpool *tp, st
     const int64_t E = in->n_embd, Fe = in->n_ff_exp;
     kvb_fwd_mm(tp, f->q8, p, &L->router, rin, E, B->logits, N);
     kvb_fwd_add_bias(B->logits, R, N, L->b_router);
-    for (int32_t r = 0; r < R; r++) kvb_moe_route(m, B->logits + (size_t)r * N, B->sel + (size_t)r * K, B->wt + (size_t)r * K);
+    for (int32_t r = 0; r < R; r++) kvb_moe_route(m, B->logits + (size_t)r * N, L->exp_probs_b, B->sel + (size_t)r * K, B->wt + (size_t)r * K);
     /* each prompt row's group: its chunk's first row, or itself */
     for (int32_t r = 0; r < R; r++) B->group[r] = r;
     for (int32_t c = 0; c < p->nc; c++)
