@@ -30,6 +30,12 @@ gen olmo2    olmo2    $NOBIAS --rope-base 500000
 gen olmo2-swa olmo2   $NOBIAS --swa 8 --swa-pattern 2
 # lfm2: short-conv layers 0 and 2 (head_count_kv 0 there), attention on 1 and 3; 3 taps; no ColBERT dense_2 head
 gen lfm2     lfm2     $NOBIAS --drop '^dense_2' --rope-base 1000000 --kv @.shortconv.l_cache=u32:3 --kv @.attention.head_count_kv=u32[]:0,2,0,2
+# lfm2moe: the same layers, the first dense, then 8 experts of 64 (2 per token, sigmoid gating as LFM2-8B-A1B's converter
+# writes it) with their selection bias exp_probs_b.bias (kept: only the attention biases dropped). The router's logits have a
+# spread of about 0.3 (N(0, 0.02) weights over 256 normed inputs): the f16 file routes as the f32 one in both engines (raising
+# the MoE layers' ffn_norm to ~4 to spread them more made the f16 logits' NMSE worse, 1.3e-5: the experts' inputs grow too)
+gen lfm2moe  lfm2moe  --drop 'attn_[a-z]+\.bias$' --drop '^dense_2' --rope-base 1000000 --kv @.shortconv.l_cache=u32:3 --kv @.attention.head_count_kv=u32[]:0,2,0,2 \
+    --kv @.leading_dense_block_count=u32:1 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.expert_gating_func=u32:2
 # phi3 as llama.cpp's test-llama-archs -o writes it (2 layers, 2 heads of 128, separate q/k/v with their biases, one pair of
 # LongRoPE factors, context 128, a sliding window llama.cpp switches off), with 512 ids, weights N(0, 0.15), norms and factors
 # ~1: compare_llama_logits.sh runs it at its trained context too, where llama.cpp (context rounded up to 256) takes the long factors
