@@ -106,8 +106,8 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_GATE_UP_EXPS 33554432u /* the experts' gate and up stacks may be one fused ffn_gate_up_exps (each expert's gate rows, then
                                   * its up rows), as llama.cpp's loader takes it for gemma4 and qwen35moe */
 #define F_MOE_SEL_BIAS 134217728u /* lfm2moe: expert_gating_func required (softmax or sigmoid; the others refused), a selection bias
-                                  * exp_probs_b.bias on every MoE layer, expert_weights_scale and expert_weights_norm not read by
-                                  * llama.cpp (so refused unless they say what its graph does: a scale of 0 or 1, norm true) */
+                                  * exp_probs_b.bias on every MoE layer; expert_weights_scale not read by llama.cpp (so refused
+                                  * unless 0 or 1), expert_weights_norm not read (its graph renormalizes always; ignored) */
 #define F_SHORTCONV 67108864u /* lfm2: short-conv layers (head_count_kv 0 in its per-layer array; shortconv.l_cache and the shortconv.*
                                * tensors) beside attention layers with per-head q/k norms; the output norm named token_embd_norm */
 
@@ -1069,9 +1069,10 @@ static kvb_status load_hybrid(struct keys *k, struct kvb_model *m) {
 }
 
 /* lfm2moe's routing keys, as llama.cpp's lfm2moe loader and graph: expert_gating_func required,
- * softmax or sigmoid (none aborts its graph; softmax of the top logits is gpt-oss'); the graph
- * renormalizes the chosen weights and reads no expert_weights_scale, so a file that says
- * otherwise (norm false, a scale other than 0 or 1) is refused, not run two ways. */
+ * softmax or sigmoid (none aborts its graph; softmax of the top logits is gpt-oss'). The graph
+ * reads no expert_weights_scale, so a scale other than 0 or 1 is refused, not run two ways. It
+ * always renormalizes the chosen weights and reads no expert_weights_norm either, which is
+ * ignored as there: llama.cpp's own model saver (test-llama-archs -o) writes it false. */
 static kvb_status load_sel_bias_keys(struct keys *k, struct kvb_model *m) {
     uint32_t g;
     kvb_status st = req_u32(k, "expert_gating_func", &g, 0, 1u << 30);
@@ -1085,11 +1086,6 @@ static kvb_status load_sel_bias_keys(struct keys *k, struct kvb_model *m) {
     if (sc != 0 && sc != 1)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %g: llama.cpp's %s graph does not read it (its experts' weights are unscaled); "
                                              "a scale is not implemented", k->f->path, k->key, (double)sc, k->arch);
-    bool norm = true;
-    if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
-    if (!norm)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' is not true: llama.cpp's %s graph always renormalizes the chosen experts' weights; "
-                                             "unnormalized weights are not implemented", k->f->path, k->key, k->arch);
     return KVB_OK;
 }
 
@@ -1098,8 +1094,9 @@ static kvb_status load_family_keys(struct keys *k, const struct family *fam, str
     kvb_status st;
     if ((fam->traits & F_HYBRID) && (st = load_hybrid(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_SHORTCONV) && (st = load_shortconv(k, m)) != KVB_OK) return st;
-    if ((fam->traits & F_MOE_SEL_BIAS) && (st = load_sel_bias_keys(k, m)) != KVB_OK) return st;
-    else if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
+    if (fam->traits & F_MOE_SEL_BIAS) {
+        if ((st = load_sel_bias_keys(k, m)) != KVB_OK) return st;
+    } else if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
         float sc = 0;
         if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
         if (sc != 0) m->moe_scale = sc;
