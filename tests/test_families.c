@@ -48,6 +48,7 @@ struct ref {
     bool no_norm;             /* the chosen experts' weights not renormalized (qwen2moe, deepseek) */
     double w_scale;           /* expert_weights_scale (deepseek), 1 without */
     bool oai;                 /* gpt-oss: sinks, biased experts ranked by logit, the clamped SwiGLU */
+    bool sigmoid;             /* expert_gating_func 2 (lfm2moe): sigmoid per expert instead of the softmax */
 };
 
 static double key_f(const struct ref *r, const char *suffix, double def) {
@@ -141,8 +142,9 @@ static void rope(const struct ref *r, double *x, int pos, double base, double fs
 }
 
 /* A mixture of experts on h (E), as llama.cpp's build_moe_ffn for these
- * families: softmax over the router's logits, the top K (ties: the lower
- * index), their weights renormalized, each expert silu(gate) * up then
+ * families: softmax over the router's logits (lfm2moe: a sigmoid of each),
+ * the top K (ties: the lower index; lfm2moe: of the probabilities plus
+ * exp_probs_b.bias, which the weights never see), their weights renormalized, each expert silu(gate) * up then
  * down, with its per-expert scales where the family applies them (llama,
  * qwen3moe), the weighted outputs summed. */
 static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
@@ -155,11 +157,13 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
     double *sd = scales ? layer_t(r, l, "ffn_down_exps.scale", N) : NULL;
     double *br = layer_t(r, l, "ffn_gate_inp.bias", N), *bg = layer_t(r, l, "ffn_gate_exps.bias", (int64_t)Fe * N);
     double *bu = layer_t(r, l, "ffn_up_exps.bias", (int64_t)Fe * N), *bd = layer_t(r, l, "ffn_down_exps.bias", (int64_t)E * N);
-    double lg[64], p[64], g[1024], u[1024], y[1024], mx = -1e300, sum = 0;
+    double *sb = layer_t(r, l, "exp_probs_b.bias", N); /* lfm2moe: the selection bias, for the choice only */
+    double lg[64], p[64], q[64], g[1024], u[1024], y[1024], mx = -1e300, sum = 0;
     matvec(wr, br, h, E, N, lg);
     for (int e = 0; e < N; e++) mx = fmax(mx, lg[e]);
     for (int e = 0; e < N; e++) sum += (p[e] = exp(lg[e] - mx));
-    for (int e = 0; e < N; e++) p[e] = r->oai ? lg[e] : p[e] / sum; /* gpt-oss: rank by logit, then a softmax over the chosen */
+    for (int e = 0; e < N; e++) p[e] = r->oai ? lg[e] : r->sigmoid ? 1 / (1 + exp(-lg[e])) : p[e] / sum; /* gpt-oss: rank by logit, then a softmax over the chosen */
+    for (int e = 0; e < N; e++) q[e] = p[e] + (sb ? sb[e] : 0);
     int sel[64];
     double wsum = 0;
     for (int k = 0; k < K; k++) {
@@ -167,7 +171,7 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
         for (int e = 0; e < N; e++) {
             bool taken = false;
             for (int j = 0; j < k; j++) taken = taken || sel[j] == e;
-            if (!taken && (sel[k] < 0 || p[e] > p[sel[k]])) sel[k] = e;
+            if (!taken && (sel[k] < 0 || q[e] > q[sel[k]])) sel[k] = e;
         }
         wsum += p[sel[k]];
     }
@@ -213,7 +217,7 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
         for (int i = 0; i < E; i++) o[i] += gate * y[i];
         free(sg_); free(su_); free(sd_); free(gi);
     }
-    free(wr); free(wg); free(wu); free(wd); free(sg); free(su); free(sd); free(br); free(bg); free(bu); free(bd);
+    free(wr); free(wg); free(wu); free(wd); free(sg); free(su); free(sd); free(br); free(bg); free(bu); free(bd); free(sb);
 }
 
 static void set_family(struct ref *r) {
@@ -654,7 +658,9 @@ static double *reference_gemma4(const char *path, int nt) {
 
 /* ---- lfm2: its own reference (llama.cpp's lfm2 graph, src/models/lfm2.cpp) ---- */
 
-/* Every layer: x += block(rms(x, attn_norm)); x += SwiGLU(rms(x, ffn_norm)). A layer with head_count_kv 0 is a short conv:
+/* Every layer: x += block(rms(x, attn_norm)); x += SwiGLU(rms(x, ffn_norm)) (lfm2moe: after the leading_dense_block_count
+ * dense layers, moe_ref's experts: sigmoid or softmax by expert_gating_func, the selection bias, renormalized, unscaled).
+ * A layer with head_count_kv 0 is a short conv:
  * B, C, u = the three E-wide chunks of in_proj h; y = out_proj(C * conv(B * u)), conv[t][c] = sum_j w[c][j] (B u)[t - K + 1 + j][c]
  * (zeros before the first token), no activation; the others attention with RMS q/k norms per head, NEOX RoPE over the head,
  * scores / sqrt(D). The output norm is token_embd_norm; output tied unless output.weight. */
@@ -662,8 +668,17 @@ static double *reference_lfm2(const char *path, int nt) {
     struct gguf_file *f;
     if (kvb_gguf_open(path, &f) != KVB_OK) return NULL;
     struct ref r = {.f = f};
-    snprintf(r.arch, sizeof r.arch, "lfm2");
+    struct gguf_str a;
+    kvb_gguf_get_str(f, "general.architecture", &a, true);
+    snprintf(r.arch, sizeof r.arch, "%.*s", (int)a.n, a.p); /* lfm2 or lfm2moe */
     const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0), Hq = key_u(&r, "attention.head_count", 0);
+    r.E = E;
+    r.n_exp = key_u(&r, "expert_count", 0);
+    r.n_used = key_u(&r, "expert_used_count", 0);
+    r.F_exp = key_u(&r, "expert_feed_forward_length", 0);
+    r.lead = key_u(&r, "leading_dense_block_count", 0);
+    r.sigmoid = key_u(&r, "expert_gating_func", 0) == 2;
+    r.w_scale = 1;
     const int F = key_u(&r, "feed_forward_length", 0), K = key_u(&r, "shortconv.l_cache", 0), D = E / Hq;
     const int W = key_u(&r, "attention.sliding_window", 0); /* > 0: every attention layer sees the last W positions */
     const double eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-5), base = key_f(&r, "rope.freq_base", 10000);
@@ -747,10 +762,14 @@ static double *reference_lfm2(const char *path, int nt) {
             double *xt = x + (size_t)t * E;
             memcpy(y, xt, sizeof(double) * (size_t)E);
             rms(y, E, fn, eps);
-            matvec(wg, NULL, y, E, F, g);
-            matvec(wu, NULL, y, E, F, g + F);
-            for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * g[F + i];
-            matvec(wd, NULL, g, F, E, o);
+            if (r.n_exp && l >= r.lead) {
+                moe_ref(&r, l, y, o);
+            } else {
+                matvec(wg, NULL, y, E, F, g);
+                matvec(wu, NULL, y, E, F, g + F);
+                for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * g[F + i];
+                matvec(wd, NULL, g, F, E, o);
+            }
             for (int i = 0; i < E; i++) xt[i] += o[i];
         }
         free(an); free(fn); free(wg); free(wu); free(wd);
@@ -1629,6 +1648,10 @@ TEST(lfm2_short_conv_and_attention_equal_reference) { check_family_n("tiny-lfm2"
 /* tiny-lfm2-swa: both attention layers windows of 8 (over 4 windows of the 36 tokens), the conv layers untouched */
 TEST(lfm2_sliding_window_on_attention_layers_equals_reference) { check_family_n("tiny-lfm2-swa", 512, NT_MAX); }
 
+/* tiny-lfm2moe: tiny-lfm2's layers, the first FFN dense, then 8 experts, 2 per token, by sigmoid; the selection bias moves the
+ * choice only, the chosen unbiased probabilities renormalized (a bias in the weights, or weights left unnormalized, fail it) */
+TEST(lfm2moe_sigmoid_experts_selection_bias_equal_reference) { check_family_n("tiny-lfm2moe", 512, NT_MAX); }
+
 /* written, loaded (every tensor bound) and written again: the same tensors; the layer kinds from head_count_kv's zeros */
 TEST(lfm2_round_trip_binds_every_tensor_and_layer_kinds) {
     char a[128], b[128];
@@ -1652,6 +1675,25 @@ TEST(lfm2_round_trip_binds_every_tensor_and_layer_kinds) {
     CHECK_OK(kvb_model_write_gguf(m, b, 0, NULL, NULL));
     kvb_model_free(m);
     if (!same_tensors(a, b)) FAILF("not the same tensors after load and write");
+}
+
+/* lfm2moe's routing as llama.cpp's lfm2moe loader and graph read it: expert_gating_func required, softmax or sigmoid only;
+ * expert_weights_scale, which its graph does not read, refused unless 0 or 1; the selection bias required on every MoE layer
+ * and refused on a dense one; leading_dense_block_count decides which layers have experts */
+TEST(lfm2moe_routing_keys_and_selection_bias_refused_by_name) {
+    char src[128];
+    if (!write_shape("tiny-lfm2moe", src, sizeof src)) FAILF("mkmodel: %s", kvb_last_error());
+    refused(src, &(struct edit){.key = "lfm2moe.expert_gating_func", .drop_key = true}, KVB_ERR_CORRUPT, "lfm2moe.expert_gating_func");
+    refused(src, &(struct edit){.key = "lfm2moe.expert_gating_func", .num = 0}, KVB_ERR_UNSUPPORTED, "lfm2moe.expert_gating_func");
+    refused(src, &(struct edit){.key = "lfm2moe.expert_gating_func", .num = 3}, KVB_ERR_UNSUPPORTED, "lfm2moe.expert_gating_func");
+    refused(src, &(struct edit){.key = "lfm2moe.expert_gating_func", .num = 1}, KVB_OK, ""); /* softmax */
+    refused(src, &(struct edit){.key = "lfm2moe.expert_weights_scale", .num = 2.5, .is_f32 = true}, KVB_ERR_UNSUPPORTED, "lfm2moe.expert_weights_scale");
+    refused(src, &(struct edit){.key = "lfm2moe.expert_weights_scale", .num = 1, .is_f32 = true}, KVB_OK, "");
+    refused(src, &(struct edit){.key = "lfm2moe.expert_feed_forward_length", .drop_key = true}, KVB_ERR_CORRUPT, "lfm2moe.expert_feed_forward_length");
+    refused(src, &(struct edit){.drop = "blk.3.exp_probs_b.bias"}, KVB_ERR_CORRUPT, "blk.3.exp_probs_b.bias");
+    refused(src, &(struct edit){.add = "blk.0.exp_probs_b.bias"}, KVB_ERR_UNSUPPORTED, "blk.0.exp_probs_b.bias");
+    refused(src, &(struct edit){.key = "lfm2moe.leading_dense_block_count", .num = 0}, KVB_ERR_CORRUPT, "blk.0.ffn_gate_inp.weight");
+    refused(src, &(struct edit){.key = "lfm2moe.leading_dense_block_count", .num = 2}, KVB_ERR_CORRUPT, "blk.1.ffn_gate.weight");
 }
 
 TEST(lfm2_keys_tensors_and_layer_kinds_refused_by_name) {
@@ -1728,8 +1770,10 @@ int main(void) {
     RUN(callers_kv_layers_are_refused);
     RUN(lfm2_short_conv_and_attention_equal_reference);
     RUN(lfm2_sliding_window_on_attention_layers_equals_reference);
+    RUN(lfm2moe_sigmoid_experts_selection_bias_equal_reference);
     RUN(lfm2_round_trip_binds_every_tensor_and_layer_kinds);
     RUN(lfm2_keys_tensors_and_layer_kinds_refused_by_name);
+    RUN(lfm2moe_routing_keys_and_selection_bias_refused_by_name);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);
