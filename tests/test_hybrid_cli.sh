@@ -19,17 +19,24 @@ i=0; : > "$T/text.txt"
 while [ $i -lt 40 ]; do echo "Once upon a time there was a little fox who lived in the woods near the river $i." >> "$T/text.txt"; i=$((i + 1)); done
 # finite FILE: every "ppl", "nll" and "kl" of a ppl --json output is a finite number (no nan, inf or null)
 finite() { ! grep -q -E '"(ppl|nll|kl|baseline_ppl)":(-?nan|-?inf|null)' "$1" && grep -q -E '"ppl":[0-9]+\.[0-9]+' "$1"; }
-# LFM2 (tiny-lfm2: short-conv layers beside attention; tiny-lfm2-swa: windows of 8 on its attention layers) and
+# LFM2 (tiny-lfm2: short-conv layers beside attention; tiny-lfm2-swa: windows of 8 on its attention layers; tiny-lfm2moe:
+# the same layers, the first FFN dense, then 8 experts, 2 per token, by sigmoid with a selection bias) and
 # Gemma 4 (tiny-gemma4: KV-shared layers, window heads of 32 padded to 64, per-layer embeddings; tiny-gemma4moe:
 # experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one) goes through the same run,
 # ppl and needle loops as the hybrids
-for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa; do
+for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe; do
     c=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" -o "$M" > /dev/null 2>&1
     # 3 of 4 layers Gated DeltaNet: 2 key heads, 4 value heads of 16, 4 taps; state 3 x 4 x (4 x 16 x 16 + 3 x 128) bytes
     "$K" info -m "$M" > "$T/$s.info" 2>&1
-    case $s in tiny-lfm2*)
+    case $s in tiny-lfm2moe)
+    # lfm2's layers with experts after the dense first: sigmoid, renormalized, the selection bias named
+    if grep -q '^shortconv     4 short-conv layers (no KV): L_cache 3 taps over 64 channels; state 2048 bytes a sequence$' "$T/$s.info" &&
+       grep -q '^features      short conv 4 of 6 (L_cache 3); 2 of 8 experts per token (sigmoid, renormalized), expert FFN 48; expert selection bias; the first 1 layer dense; q/k norms per head' "$T/$s.info" &&
+       grep -q '^experts       8 per layer on 5 layers, 2 used per token, expert ffn 48 ' "$T/$s.info"
+    then ok "${c}_info_names_short_conv_layers_and_sigmoid_experts"; else ko "${c}_info_names_short_conv_layers_and_sigmoid_experts" "$(grep -E '^(shortconv|features|experts)' "$T/$s.info")"; fi ;;
+    tiny-lfm2*)
     # 4 of 6 layers short convs of 3 taps over 64 channels: state 4 x 2 x 64 floats; K/V in the 2 attention layers
     if grep -q '^shortconv     4 short-conv layers (no KV): L_cache 3 taps over 64 channels; state 2048 bytes a sequence$' "$T/$s.info" &&
        grep -q '^features      short conv 4 of 6 (L_cache 3); q/k norms per head' "$T/$s.info" &&
