@@ -133,35 +133,25 @@ static inline __attribute__((always_inline)) void q6k_row_tile(const void *row, 
     case T * 2: CALL(T, false); break;                                                                                                \
     case T * 2 + 1: CALL(T, true); break;
 
-KQ_STORAGE void KQ_SUFFIX(q4_K_tile)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
-                             int64_t ldo, bool first) {
-    for (int r = 0; r < nr; r++) {
-        const void *row = (const uint8_t *)rows + (size_t)r * row_bytes;
+/* A tile function: its rows one after another, each through CALL (row, r, x, n, out, ldo in scope). */
+#define KQ_TILE_DEF(NAME, CALL)                                                                                                       \
+    KQ_STORAGE void KQ_SUFFIX(NAME)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n,          \
+                                    float *out, int64_t ldo, bool first) {                                                            \
+        for (int r = 0; r < nr; r++) {                                                                                                \
+            const void *row = (const uint8_t *)rows + (size_t)r * row_bytes;                                                          \
+            KQ_CASES(CALL)                                                                                                            \
+        }                                                                                                                             \
+    }
 #define Q4K_CALL(T, F) q45k_row_tile(row, x, n, out + r, ldo, T, F, false)
-        KQ_CASES(Q4K_CALL)
-#undef Q4K_CALL
-    }
-}
-
-KQ_STORAGE void KQ_SUFFIX(q5_K_tile)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
-                             int64_t ldo, bool first) {
-    for (int r = 0; r < nr; r++) {
-        const void *row = (const uint8_t *)rows + (size_t)r * row_bytes;
 #define Q5K_CALL(T, F) q45k_row_tile(row, x, n, out + r, ldo, T, F, true)
-        KQ_CASES(Q5K_CALL)
-#undef Q5K_CALL
-    }
-}
-
-KQ_STORAGE void KQ_SUFFIX(q6_K_tile)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out,
-                             int64_t ldo, bool first) {
-    for (int r = 0; r < nr; r++) {
-        const void *row = (const uint8_t *)rows + (size_t)r * row_bytes;
 #define Q6K_CALL(T, F) q6k_row_tile(row, x, n, out + r, ldo, T, F)
-        KQ_CASES(Q6K_CALL)
+KQ_TILE_DEF(q4_K_tile, Q4K_CALL)
+KQ_TILE_DEF(q5_K_tile, Q5K_CALL)
+KQ_TILE_DEF(q6_K_tile, Q6K_CALL)
+#undef Q4K_CALL
+#undef Q5K_CALL
 #undef Q6K_CALL
-    }
-}
+#undef KQ_TILE_DEF
 #undef KQ_CASE
 #undef KQ_CASES
 #undef KQ_SUFFIX
