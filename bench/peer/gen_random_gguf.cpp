@@ -28,6 +28,8 @@
 #include "gguf.h"
 #include "ggml-backend.h"
 
+#include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -103,10 +105,24 @@ static bool add_kv_spec(gguf_context * g, const std::string & arch, const std::s
             items.push_back(val.substr(p, c - p));
             p = c + 1;
         }
-        if (et == "u32" || et == "i32") {
+        // every item a whole number (or float) of its type: an empty or bad item refuses the spec
+        for (const auto & it : items) {
+            char * end = nullptr;
+            errno = 0;
+            if (et == "f32") strtof(it.c_str(), &end);
+            else if (et == "u32") { strtoull(it.c_str(), &end, 10); if (!it.empty() && (it[0] == '-' || strtoull(it.c_str(), nullptr, 10) > 0xFFFFFFFFull)) return false; }
+            else if (et == "i32") { const long long v = strtoll(it.c_str(), &end, 10); if (v < INT32_MIN || v > INT32_MAX) return false; }
+            else continue;
+            if (it.empty() || errno || *end) return false;
+        }
+        if (et == "u32") {
+            std::vector<uint32_t> a;
+            for (const auto & it : items) a.push_back((uint32_t) strtoull(it.c_str(), nullptr, 10));
+            gguf_set_arr_data(g, name.c_str(), GGUF_TYPE_UINT32, a.data(), a.size());
+        } else if (et == "i32") {
             std::vector<int32_t> a;
-            for (const auto & it : items) a.push_back((int32_t) strtol(it.c_str(), nullptr, 10));
-            gguf_set_arr_data(g, name.c_str(), et == "u32" ? GGUF_TYPE_UINT32 : GGUF_TYPE_INT32, a.data(), a.size());
+            for (const auto & it : items) a.push_back((int32_t) strtoll(it.c_str(), nullptr, 10));
+            gguf_set_arr_data(g, name.c_str(), GGUF_TYPE_INT32, a.data(), a.size());
         } else if (et == "f32") {
             std::vector<float> a;
             for (const auto & it : items) a.push_back(strtof(it.c_str(), nullptr));
