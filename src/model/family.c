@@ -349,6 +349,10 @@ int32_t kvb_layer_n_kv(const struct kvb_model *m, int32_t l) {
     return m->n_kv_layer && l < m->info.n_layer ? m->n_kv_layer[l] : m->info.n_head_kv;
 }
 
+bool kvb_layer_holds_kv(const struct kvb_model *m, int32_t l) {
+    return !(m->recurrent && m->recurrent[l]) && !(m->kv_source && m->kv_source[l] >= 0);
+}
+
 int32_t kvb_layer_n_ff(const struct kvb_model *m, int32_t l) {
     return m->n_ff_layer && l < m->info.n_layer ? m->n_ff_layer[l] : m->info.n_ff;
 }

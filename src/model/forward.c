@@ -196,16 +196,6 @@ bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_para
     return !n || (p->rope_swa.base == m->rope_base_swa && p->rope_swa.freq_scale == m->rope_freq_scale_swa);
 }
 
-/* Whether layer l holds K/V of its own: not a recurrent layer, not a reader of another's (Gemma 4). */
-static bool holds_kv(const struct kvb_model *m, int32_t l) {
-    return !(m->recurrent && m->recurrent[l]) && !(m->kv_source && m->kv_source[l] >= 0);
-}
-
-/* The KV heads of layer l (Gemma 4 26B-A4B, 31B: per layer). */
-static int32_t layer_kv_heads(const struct kvb_model *m, int32_t l) {
-    return m->n_kv_layer ? m->n_kv_layer[l] : m->info.n_head_kv;
-}
-
 size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_params *kv, int64_t n_ctx, int64_t n_prompt, int32_t chunk) {
     if (!m || !kv) return 0;
     const struct kvb_model_info *in = &m->info;
@@ -218,15 +208,15 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
     size_t total = 0;
     int32_t n_attn = 0;
     for (int32_t l = 0; l < in->n_layer; l++) {
-        if (!holds_kv(m, l)) continue;
+        if (!kvb_layer_holds_kv(m, l)) continue;
         n_attn++;
-        const int32_t h = layer_kv_heads(m, l);
+        const int32_t h = kvb_layer_n_kv(m, l);
         bool seen = false;
-        for (int32_t j = 0; j < l && !seen; j++) seen = holds_kv(m, j) && layer_kv_heads(m, j) == h;
+        for (int32_t j = 0; j < l && !seen; j++) seen = kvb_layer_holds_kv(m, j) && kvb_layer_n_kv(m, j) == h;
         if (seen) continue; /* its group is counted */
         int32_t n = 0, nw = 0;
         for (int32_t j = l; j < in->n_layer; j++) {
-            if (!holds_kv(m, j) || layer_kv_heads(m, j) != h) continue;
+            if (!kvb_layer_holds_kv(m, j) || kvb_layer_n_kv(m, j) != h) continue;
             for (int32_t i = 0; m->swa_layers && i < in->n_swa_layers; i++)
                 if (m->swa_layers[i].layer == j) {
                     w[nw] = m->swa_layers[i];

@@ -169,14 +169,11 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
     }
     bytes += mat_bytes(&m->ple_embd) + mat_bytes(&m->ple_model_proj); /* gemma4's per-layer embeddings */
     in->weight_bytes = bytes;
-    /* Gated DeltaNet layers and KV-shared ones (gemma4) hold none */
-    in->kv_bytes_per_token_f16 = (size_t)2 * (in->n_layer - in->n_rec_layers - in->n_kv_shared) * in->n_head_kv * in->head_dim * 2;
-    if (m->n_kv_layer) { /* gemma4's per-layer KV heads: each layer that holds K/V, its own */
-        size_t heads = 0;
-        for (int32_t l = 0; l < in->n_layer; l++)
-            if (!(m->kv_source && m->kv_source[l] >= 0) && !(m->recurrent && m->recurrent[l])) heads += (size_t)m->n_kv_layer[l];
-        in->kv_bytes_per_token_f16 = (size_t)2 * heads * in->head_dim * 2;
-    }
+    /* each layer that holds K/V, its own KV heads (gemma4's per layer); recurrent and KV-shared layers hold none */
+    size_t heads = 0;
+    for (int32_t l = 0; l < in->n_layer; l++)
+        if (kvb_layer_holds_kv(m, l)) heads += (size_t)kvb_layer_n_kv(m, l);
+    in->kv_bytes_per_token_f16 = (size_t)2 * heads * in->head_dim * 2;
     kvb_family_describe(m, in->features, sizeof in->features);
     *out = m;
     return KVB_OK;

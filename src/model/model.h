@@ -234,6 +234,9 @@ int32_t kvb_layer_head_dim(const struct kvb_model *m, int32_t l);
 int32_t kvb_layer_n_ff(const struct kvb_model *m, int32_t l);
 /* Layer l's KV heads (gemma4's per-layer head_count_kv), else info.n_head_kv. */
 int32_t kvb_layer_n_kv(const struct kvb_model *m, int32_t l);
+/* Whether layer l holds K/V of its own: not a recurrent layer (Gated DeltaNet, short conv), not a
+ * reader of an earlier layer's (gemma4's KV-shared layers). */
+bool kvb_layer_holds_kv(const struct kvb_model *m, int32_t l);
 /* The families, comma-separated (messages, --help). */
 const char *kvb_family_names(void);
 /* Writes the model's tensors under their GGUF names (export.c): calls put
