@@ -38,10 +38,11 @@
 
 int32_t kvb_rec_row_floats(const struct kvb_model_info *in) { return in->shortconv ? in->head_dim : in->ssm_state; }
 
+/* The conv history's (K - 1) x C values (C: a short conv's E channels, Gated DeltaNet's 2 Hk Dk + Hv Dv) in whole rows. */
 int32_t kvb_rec_conv_rows(const struct kvb_model_info *in) {
-    if (in->shortconv) return (int32_t)(((int64_t)(in->ssm_conv - 1) * in->n_embd + in->head_dim - 1) / in->head_dim);
-    const int64_t C = 2 * (int64_t)in->ssm_groups * in->ssm_state + (int64_t)in->ssm_heads * in->ssm_state;
-    return (int32_t)(((int64_t)(in->ssm_conv - 1) * C + in->ssm_state - 1) / in->ssm_state);
+    const int64_t C = in->shortconv ? in->n_embd : 2 * (int64_t)in->ssm_groups * in->ssm_state + (int64_t)in->ssm_heads * in->ssm_state;
+    const int64_t W = kvb_rec_row_floats(in);
+    return (int32_t)(((int64_t)(in->ssm_conv - 1) * C + W - 1) / W);
 }
 
 int32_t kvb_rec_state_rows(const struct kvb_model_info *in) {
