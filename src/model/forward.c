@@ -74,7 +74,8 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
         f->q8->d = kvb_malloc(sizeof(float) * (T * widest / 32 + 1));
         f->q8->s = kvb_malloc(sizeof(int16_t) * (T * widest / 16 + 1));
     }
-    if (in->n_expert > 0) { /* gemma4's router input and experts' sum (beside the dense FFN's output in tmp) */
+    const bool experts_beside = in->n_expert > 0 && !strcmp(in->arch, "gemma4"); /* the only family with both */
+    if (experts_beside) { /* gemma4's router input and experts' sum (beside the dense FFN's output in tmp) */
         f->xr = kvb_malloc(sizeof(float) * T * E);
         f->m2 = kvb_malloc(sizeof(float) * T * E);
     }
@@ -83,7 +84,7 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
         f->gate = kvb_malloc(sizeof(float) * T * QD);
     }
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->q8->s || !f->pass.cr0 || !f->pass.cT || !f->pass.one ||
-        (in->attn_gated && (!f->qg || !f->gate)) || (P && (!f->ple || !f->pg || !f->pu)) || (in->n_expert > 0 && (!f->xr || !f->m2)) || kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK || kvb_rec_buf_init(&f->rec, in, rows) != KVB_OK) {
+        (in->attn_gated && (!f->qg || !f->gate)) || (P && (!f->ple || !f->pg || !f->pu)) || (experts_beside && (!f->xr || !f->m2)) || kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK || kvb_rec_buf_init(&f->rec, in, rows) != KVB_OK) {
         kvb_fwd_free(f);
         return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
     }
