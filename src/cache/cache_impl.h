@@ -116,7 +116,6 @@ struct kvb_cache {
     int32_t min_kvh;                  /* the fewest of them */
 };
 
-
 static inline bool kvb_cache_is_recurrent(const struct kvb_cache *c, int32_t layer) {
     return c->recurrent && c->recurrent[layer];
 }

@@ -105,6 +105,16 @@ void kvb_pack_panel(const struct kvb_mat *w, int64_t r0, int nr, float *wp, floa
  * token passes over it (the weights are read from memory once). Either way
  * each pair is the family's dot_q8 for the type. */
 #define ROW_BLOCK 16
+/* Rows [r0, r1) against N tokens through a tile function of tr rows and tt tokens. */
+static void tiled_rows(kvb_q8_tile_fn tile, int64_t tr, int32_t tt, const struct kvb_mat *w, const struct kvb_q8_act *xa, int32_t N, float *y,
+                       int64_t ldy, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r += tr) {
+        const int nr = (int)KVB_MIN(tr, r1 - r);
+        for (int32_t t = 0; t < N; t += tt)
+            tile(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(tt, N - t), w->n_in, y + (size_t)t * ldy + r, ldy, t == 0);
+    }
+}
+
 static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const struct kvb_q8_act *xa, int32_t N, float *y,
                     int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t n = w->n_in;
@@ -112,12 +122,7 @@ static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, co
     if (kq && N >= 2) {
         /* K-quant tiles: a block's weights unpacked once for every token of
          * the tile (each pair has dot_q8's bits); one token stays below. */
-        for (int64_t r = r0; r < r1; r += k->kq_tile_rows) {
-            const int nr = (int)KVB_MIN((int64_t)k->kq_tile_rows, r1 - r);
-            for (int32_t t = 0; t < N; t += k->kq_tile_tokens)
-                kq(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(k->kq_tile_tokens, N - t), n,
-                   y + (size_t)t * ldy + r, ldy, t == 0);
-        }
+        tiled_rows(kq, k->kq_tile_rows, k->kq_tile_tokens, w, xa, N, y, ldy, r0, r1);
         return;
     }
     if (w->type != GGML_TYPE_Q8_0 || !k->q8_tile) {
@@ -142,13 +147,7 @@ static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, co
     /* One token: the family's rows for one (AVX2: a row at a time, one
      * stream; its 4-row tiles measured 20% slower on TinyLlama Q8_0 decode,
      * docs/BENCHMARKS.md). More: its full tiles. */
-    const int64_t tr = N == 1 ? k->q8_tile_rows_one : k->q8_tile_rows;
-    for (int64_t r = r0; r < r1; r += tr) {
-        const int nr = (int)KVB_MIN(tr, r1 - r);
-        for (int32_t t = 0; t < N; t += k->q8_tile_tokens)
-            k->q8_tile(w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, xa + t, (int)KVB_MIN(k->q8_tile_tokens, N - t), n,
-                       y + (size_t)t * ldy + r, ldy, t == 0);
-    }
+    tiled_rows(k->q8_tile, N == 1 ? k->q8_tile_rows_one : k->q8_tile_rows, k->q8_tile_tokens, w, xa, N, y, ldy, r0, r1);
 }
 
 /* Whether w's rows go through the family's integer dot (decode). */
