@@ -273,6 +273,16 @@ static void dequant_act(uint32_t type, const struct kvb_q8_act *a, int64_t n, fl
     for (int64_t i = 0; i < n; i++) out[i] = a->d[i / bs] * a->q[i];
 }
 
+/* The x86 integer-dot families this CPU runs (avx2, avx512, avx512vnni), NULL where it lacks one. */
+static void present_families(const struct kvb_dot_kernels *fams[3]) {
+    fams[0] = fams[1] = fams[2] = NULL;
+#if defined(__x86_64__)
+    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
+    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
+    if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
+#endif
+}
+
 TEST(int8_kernels_equal_reference) {
     enum { N = 2048 };
     static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1,
@@ -281,12 +291,8 @@ TEST(int8_kernels_equal_reference) {
     static int8_t xq[N];
     static int16_t xsum[N / 16];
     static uint8_t row[N * 2];
-    const struct kvb_dot_kernels *fams[3] = {NULL, NULL, NULL};
-#if defined(__x86_64__)
-    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
-    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
-    if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
-#endif
+    const struct kvb_dot_kernels *fams[3];
+    present_families(fams);
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const uint32_t type = types[ti];
         const kvb_dot_q8_fn ref = kvb_dot_q8_ref(type);
@@ -391,12 +397,8 @@ TEST(kquant_tiles_equal_lone_dot_every_shape) {
     static int8_t xq[TMAX][NMAX];
     static int16_t xsum[TMAX][NMAX / 16];
     static uint8_t rows[RMAX][NMAX]; /* >= any K-type's bytes for NMAX */
-    const struct kvb_dot_kernels *fams[3] = {NULL, NULL, NULL};
-#if defined(__x86_64__)
-    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
-    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
-    if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
-#endif
+    const struct kvb_dot_kernels *fams[3];
+    present_families(fams);
     CHECK(kvb_dot_ref.kq_tile[GGML_TYPE_Q4_K] == NULL); /* the reference: one pair at a time */
     int tiled = 0;
     unsigned long long rs = 4242;
@@ -712,12 +714,8 @@ TEST(decode_rows_shared_over_threads_cover_every_row) {
 TEST(activation_quantization_equals_reference) {
     enum { LEN = 256 };
     static float x[LEN];
-    const struct kvb_dot_kernels *fams[3] = {NULL, NULL, NULL};
-#if defined(__x86_64__)
-    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
-    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
-    if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
-#endif
+    const struct kvb_dot_kernels *fams[3];
+    present_families(fams);
     int checked = 0;
     for (int trial = 0; trial < 40; trial++) {
         unsigned long long rs = 77 + (unsigned long long)trial;
