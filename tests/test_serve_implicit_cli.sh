@@ -140,48 +140,38 @@ restart_case() {
 }
 restart_case implicit_survives_restart r $ARGS   # its reference ($T/rref.json) is also the haproxy case's
 
-# a hybrid model (qwen35: Gated DeltaNet layers with a recurrent state beside attention, issue 50): stateless equals
-# session_id under a window, heavy hitters, prompt compression and full; a checkpoint restored after kill -9 carries
-# the recurrent state (turn 4 equals an uninterrupted server's); the session's JSON counts the state
-"$K" mkmodel --shape tiny-qwen35 --type q8_0 --vocab "$QV" -o "$T/h0.gguf" > /dev/null 2>&1
-python3 "$HERE/jinja/gguf_set_template.py" "$T/h0.gguf" "$T/tools.jinja" "$T/h.gguf" > /dev/null 2>&1
-HARGS="-m $T/h.gguf --budget 64 -t 1"
-start hy $HARGS --sessions "$T/shy"
-if [ -z "$URL" ]; then ko implicit_hybrid_server_starts "$(tail -n 3 "$T/hy.log")"
-else
-    HY=$URL; HYP=$PID
-    for pol in streaming h2o snapkv; do client "implicit_hybrid_equals_session_$pol" policies "$HY" "$pol"; done
-    hs=$(curl -s "$HY/v1/chat/completions" -H 'Content-Type: application/json' \
-             -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"session_id":"hybrid-state"}' > /dev/null;
-         curl -s "$HY/v1/sessions/hybrid-state")
-    if echo "$hs" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(not (d["recurrent_layers"] == 3 and d["state_bytes"] >= 16896 and d["kv_bytes"] >= d["state_bytes"]))'
-    then ok implicit_hybrid_session_json_counts_state; else ko implicit_hybrid_session_json_counts_state "$(echo "$hs" | head -c 400)"; fi
-    kill $HYP 2>/dev/null
-    start hyf $HARGS --policy full --sessions "$T/shyf"
-    client implicit_hybrid_equals_session_full policies "$URL" server
-    kill $PID 2>/dev/null
-    restart_case implicit_hybrid_checkpoint_restores_the_state h $HARGS
-fi
-
-# LFM2 (tiny-lfm2: 4 short-conv layers, their state the last 2 rows of B*x, beside 2 attention layers): stateless
-# equals session_id under a window and heavy hitters; a checkpoint restored after kill -9 carries the conv state;
-# the session's JSON counts it (4 x 2 x 64 floats)
-"$K" mkmodel --shape tiny-lfm2 --type q8_0 --vocab "$QV" -o "$T/l0.gguf" > /dev/null 2>&1
-python3 "$HERE/jinja/gguf_set_template.py" "$T/l0.gguf" "$T/tools.jinja" "$T/l.gguf" > /dev/null 2>&1
-LARGS="-m $T/l.gguf --budget 64 -t 1"
-start lf $LARGS --sessions "$T/slf"
-if [ -z "$URL" ]; then ko implicit_lfm2_server_starts "$(tail -n 3 "$T/lf.log")"
-else
-    LFP=$PID
-    for pol in streaming h2o; do client "implicit_lfm2_equals_session_$pol" policies "$URL" "$pol"; done
-    ls=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
-             -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"session_id":"lfm2-state"}' > /dev/null;
-         curl -s "$URL/v1/sessions/lfm2-state")
-    if echo "$ls" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(not (d["recurrent_layers"] == 4 and d["state_bytes"] >= 2048 and d["kv_bytes"] >= d["state_bytes"]))'
-    then ok implicit_lfm2_session_json_counts_state; else ko implicit_lfm2_session_json_counts_state "$(echo "$ls" | head -c 400)"; fi
-    kill $LFP 2>/dev/null
-    restart_case implicit_lfm2_checkpoint_restores_the_state lr $LARGS
-fi
+# A model with recurrent layers, as the dense one above: hybrid_case PREFIX SHAPE TAG "POLICIES" REC_LAYERS MIN_STATE FULL.
+# Stateless equals session_id under each of POLICIES (and full on its own server when FULL is 1); the session's JSON
+# counts the state (recurrent_layers REC_LAYERS, state_bytes at least MIN_STATE, within kv_bytes); a checkpoint
+# restored after kill -9 carries the state (turn 4 equals an uninterrupted server's).
+hybrid_case() {
+    hc_p=$1 hc_shape=$2 hc_tag=$3 hc_pols=$4 hc_rec=$5 hc_state=$6 hc_full=$7
+    "$K" mkmodel --shape "$hc_shape" --type q8_0 --vocab "$QV" -o "$T/${hc_tag}0.gguf" > /dev/null 2>&1
+    python3 "$HERE/jinja/gguf_set_template.py" "$T/${hc_tag}0.gguf" "$T/tools.jinja" "$T/${hc_tag}.gguf" > /dev/null 2>&1
+    hc_args="-m $T/${hc_tag}.gguf --budget 64 -t 1"
+    start "${hc_tag}s" $hc_args --sessions "$T/s${hc_tag}"
+    if [ -z "$URL" ]; then ko "${hc_p}_server_starts" "$(tail -n 3 "$T/${hc_tag}s.log")"; return; fi
+    hc_url=$URL hc_pid=$PID
+    for pol in $hc_pols; do client "${hc_p}_equals_session_$pol" policies "$hc_url" "$pol"; done
+    hc_js=$(curl -s "$hc_url/v1/chat/completions" -H 'Content-Type: application/json' \
+                -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"session_id":"hybrid-state"}' > /dev/null;
+            curl -s "$hc_url/v1/sessions/hybrid-state")
+    if echo "$hc_js" | python3 -c 'import json,sys; d=json.load(sys.stdin); r, m = int(sys.argv[1]), int(sys.argv[2]); sys.exit(not (d["recurrent_layers"] == r and d["state_bytes"] >= m and d["kv_bytes"] >= d["state_bytes"]))' "$hc_rec" "$hc_state"
+    then ok "${hc_p}_session_json_counts_state"; else ko "${hc_p}_session_json_counts_state" "$(echo "$hc_js" | head -c 400)"; fi
+    kill $hc_pid 2>/dev/null
+    if [ "$hc_full" = 1 ]; then
+        start "${hc_tag}f" $hc_args --policy full --sessions "$T/s${hc_tag}f"
+        client "${hc_p}_equals_session_full" policies "$URL" server
+        kill $PID 2>/dev/null
+    fi
+    restart_case "${hc_p}_checkpoint_restores_the_state" "${hc_tag}r" $hc_args
+}
+# qwen35 (Gated DeltaNet layers with a recurrent state beside attention, issue 50): a window, heavy hitters, prompt
+# compression and full; 3 recurrent layers, state 3 x 4 x (4 x 16 x 16 + 3 x 128) bytes
+hybrid_case implicit_hybrid tiny-qwen35 h "streaming h2o snapkv" 3 16896 1
+# LFM2 (tiny-lfm2: 4 short-conv layers, their state the last 2 rows of B*x, beside 2 attention layers, issue 51): a
+# window and heavy hitters; state 4 x 2 x 64 floats
+hybrid_case implicit_lfm2 tiny-lfm2 l "streaming h2o" 4 2048 0
 
 # two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous
 if need_tool implicit_haproxy_two_replicas haproxy KVB_REQUIRE_REDIS "the load balancer; Debian haproxy"; then
