@@ -550,7 +550,7 @@ static jv in_schema_order(struct jarena *a, struct jerr *e, jv x, jv sch, jv roo
 /* Whether the call (name, arguments: compact JSON of an object) names a declared tool and its arguments
  * match that tool's parameters (any, when the schema does not compile). -1: out of memory. */
 static int call_valid(struct kvb_chat_parser *p, const char *name, size_t name_n, const char *args, size_t args_n) {
-    struct tool_decl *t = NULL;
+    struct tool_decl *volatile t = NULL; /* (volatile: read after the setjmp below) */
     for (int32_t i = 0; i < p->n_tools && !t; i++)
         if (strlen(p->tools[i].name) == name_n && !memcmp(p->tools[i].name, name, name_n)) t = &p->tools[i];
     if (!t) return 0;

@@ -156,7 +156,7 @@ static const struct gemma_rule k_gemma4 = {0, 0, 10000.0f, false, 0, 30.0f, 0};
 struct family {
     const char *arch;
     enum kvb_rope_type rope;
-    uint32_t traits;
+    uint64_t traits; /* F_* bits; new ones as (1ull << N) */
     uint8_t need[S_COUNT];
     const struct gemma_rule *gemma; /* Gemma's arithmetic and windows, or NULL */
     enum moe_kind moe;
