@@ -29,15 +29,18 @@ test: build
 demo: build
 	@$(BUILD)/kvbound lab --scenario all --out lab-report
 
+# the sanitizer builds are Debug at -O1: a test ran a quarter faster than at -O0 here (make asan and tsan had
+# taken 25 and 21 minutes of CI's 60 on two cores), with the same reports
+SAN_CFLAGS ?= -O1
 asan:
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVB_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVB_SANITIZE=ON -DCMAKE_C_FLAGS="$(SAN_CFLAGS)" $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@KVB_TEST_JOBS=$(ASAN_TEST_JOBS) KVB_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run_tests.sh $(ASAN_BUILD)
 
 # the threaded tests (thread pool, batches, attention workers) under ThreadSanitizer
 TSAN_TESTS ?= test_batch test_core test_cache test_streaming_model test_recall
 tsan:
-	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVB_TSAN=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVB_TSAN=ON -DCMAKE_C_FLAGS="$(SAN_CFLAGS)" $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
 	@set -e; for t in $(TSAN_TESTS); do \
 	  KVB_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 $(TSAN_BUILD)/$$t > $(TSAN_BUILD)/$$t.log 2>&1 || { cat $(TSAN_BUILD)/$$t.log; exit 1; }; \
@@ -57,8 +60,10 @@ tsan:
 bench: build
 	@sh bench/run_bench.sh $(BUILD)
 
+# every target with clang (the library, tools and tests too), plus the libFuzzer targets; CMAKE_FLAGS=-DKVB_WERROR=ON
+# makes it CI's clang -Werror build as well
 fuzz:
-	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DKVB_FUZZ=ON >/dev/null
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DKVB_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
 
 install: build
