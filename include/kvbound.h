@@ -494,11 +494,25 @@ struct kvb_cache_params {
                                  * h / (n_head / kv_heads[l])). Gemma 4 26B/31B: 8 or 16 heads on
                                  * window layers, 2 or 4 on global ones. A reader has its
                                  * source's; no sinks or recall with it. */
+    int32_t head_dim_v;         /* 0: every token keeps a V row of head_dim beside its K row (as
+                                 * always). > 0: multi-head latent attention (DeepSeek-V2/V3,
+                                 * Kimi-K2): no V rows are stored (pages hold K rows only) and a
+                                 * token's value is the LAST head_dim_v entries of its K row, read
+                                 * where the key is (an absorbed MLA row [k_pe | c_kv] with
+                                 * head_dim_v = kv_lora_rank). Needs rope.n_dims + head_dim_v <=
+                                 * head_dim (rope_swa's n_dims likewise: values are never rotated),
+                                 * kv.kv_dtype_v KVB_DTYPE_AS_K or kv.kv_dtype, and for q8_0/q4_0
+                                 * rows head_dim - head_dim_v a multiple of 32 (whole blocks).
+                                 * Then kvb_cache_decode/prefill/append take v = NULL and write out
+                                 * as [n_tok][n_head][head_dim_v]; kvb_cache_read_slot's v gets
+                                 * head_dim_v floats; eviction, recall, forks and images move the
+                                 * one row. head_dim is 1..576 in any case (576: DeepSeek's 64
+                                 * rotated dims and 512-dim latent). */
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 
 /* Page size the cache needs: block_size * (K row bytes + V row bytes), K
- * rows then V rows. */
+ * rows then V rows; block_size * K row bytes with head_dim_v > 0. */
 size_t kvb_cache_page_bytes(const struct kvb_cache_params *params);
 /* Pages of the pool a cache's recurrent state takes, all its recurrent
  * layers (rows packed whole into pages); 0 without; -1 when a row does not

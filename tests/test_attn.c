@@ -123,7 +123,7 @@ static void fake_init2(struct fake *f, int n, int d, enum kvb_dtype dt, enum kvb
 static void fake_init(struct fake *f, int n, int d, enum kvb_dtype dt, unsigned long long seed) { fake_init2(f, n, d, dt, dt, seed); }
 
 static struct kvb_kv_view fake_view(const struct fake *f) {
-    struct kvb_kv_view v = {f->pages, f->slots, f->n, 2, f->d, f->row_bytes, f->row_bytes_v, (size_t)f->B * f->row_bytes, f->dt, f->dtv, 0.0f};
+    struct kvb_kv_view v = {f->pages, f->slots, f->n, 2, f->d, f->row_bytes, f->row_bytes_v, (size_t)f->B * f->row_bytes, f->dt, f->dtv, 0.0f, 0};
     return v;
 }
 

@@ -148,9 +148,11 @@ void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     } else {
         memset(kd, 0, rb);
     }
-    uint8_t *vd = kvb_stream_vrow(&c->geom, s, slot);
-    if (v) kvb_kv_row_store(c->params.kv.kv_dtype_v, v, vd, d);
-    else memset(vd, 0, c->geom.row_bytes_v);
+    if (!c->params.head_dim_v) { /* latent rows: the value is the K row's tail, no V row */
+        uint8_t *vd = kvb_stream_vrow(&c->geom, s, slot);
+        if (v) kvb_kv_row_store(c->params.kv.kv_dtype_v, v, vd, d);
+        else memset(vd, 0, c->geom.row_bytes_v);
+    }
     if (c->policy.iface->on_append) { /* a pinned token is no slot of the policy's view */
         struct kvb_stream_view pv;
         const int32_t pin = kvb_cache_policy_view(c, s, &pv);
@@ -161,7 +163,9 @@ void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
 void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s, int32_t j, float *k, float *v) {
     const int32_t slot = s->v.order[j];
     if (k) kvb_kv_row_load(c->params.kv.kv_dtype, kvb_stream_row(&c->geom, s, slot), k, c->params.head_dim);
-    if (v) kvb_kv_row_load(c->params.kv.kv_dtype_v, kvb_stream_vrow(&c->geom, s, slot), v, c->params.head_dim);
+    if (v && c->params.head_dim_v) /* latent rows: the K row's last head_dim_v entries */
+        kvb_kv_row_load(c->params.kv.kv_dtype, kvb_stream_row(&c->geom, s, slot) + c->v_in_k, v, c->params.head_dim_v);
+    else if (v) kvb_kv_row_load(c->params.kv.kv_dtype_v, kvb_stream_vrow(&c->geom, s, slot), v, c->params.head_dim);
 }
 
 /* ---- runs as a query sees them ---- */
@@ -218,6 +222,12 @@ static struct kvb_kv_view kv_view(const struct kvb_cache *c, const struct kvb_st
     v.dtype = c->params.kv.kv_dtype;
     v.dtype_v = c->params.kv.kv_dtype_v;
     v.softcap = c->params.attn_softcap;
+    v.head_dim_v = 0;
+    if (c->params.head_dim_v) { /* latent rows: each V row is its K row's tail (dtype_v is dtype) */
+        v.head_dim_v = c->params.head_dim_v;
+        v.v_offset = c->v_in_k;
+        v.row_bytes_v = c->geom.row_bytes;
+    }
     return v;
 }
 
@@ -283,6 +293,8 @@ static void attend_area(struct kvb_cache *c, struct kvb_stream *s, struct kvb_he
             fv.row_bytes = fv.row_bytes_v = sizeof(float) * (size_t)c->params.head_dim;
             fv.v_offset = fv.row_bytes << ra->shadow_shift;
             fv.dtype = fv.dtype_v = KVB_DTYPE_F32;
+            if (c->params.head_dim_v) /* latent rows: the shadow's values are its keys' unrotated tails */
+                fv.v_offset = sizeof(float) * (size_t)(c->params.head_dim - c->params.head_dim_v);
             rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, (int32_t)(L - (p0 + i0))); /* the query at L */
             kvb_attn_run(c->kr, &fv, hs->qrot, NULL, 0, jf, st);
         }
@@ -317,6 +329,7 @@ void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     const int32_t jw = window_first(s, pq, 0); /* 0 but right after a restore or a caller's append */
     struct kvb_attn_state st;
     kvb_attn_begin(&st, G, d, h->acc, w ? h->p : NULL, s->v.n, h->seg_j, h->seg_m, (int32_t)h->seg_cap);
+    st.dv = kvb_cache_dv(c);
     st.sink = s->sink; /* rows are this KV head's G query heads */
     for (int32_t r = 0; r < nr; r++) {
         const int32_t j0 = KVB_MAX(runs[r].j0, jw), j1 = run_end(runs, nr, r, s->v.n, s->v.n);
@@ -337,7 +350,7 @@ void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
 void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h,
                        const float *q, int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, float *out,
                        int32_t obs_from, float *col) {
-    const int32_t d = c->params.head_dim;
+    const int32_t d = c->params.head_dim, dv = kvb_cache_dv(c);
     serve_stream(hs, s);
     const struct kvb_kv_view view = kv_view(c, s);
     /* recall: the chunk's last RECALL_WINDOW tokens choose (not for a vote: out == NULL) */
@@ -360,6 +373,7 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
         const int32_t jmax = n_prev + i1;
         struct kvb_attn_state st;
         kvb_attn_begin(&st, R, d, hs->acc, NULL, 0, NULL, NULL, 0);
+        st.dv = dv;
         if (s->window) st.first = hs->first;
         if (s->sink) { /* row (token, g): query head g's */
             for (int32_t r = 0; r < R; r++) hs->sink[r] = s->sink[r % G];
@@ -375,8 +389,8 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
         kvb_attn_end(&st, hs->out, hs->lse);
         if (out)
             for (int32_t i = i0; i < i1; i++)
-                memcpy(out + ((size_t)i * n_head + (size_t)h * G) * d, hs->out + (size_t)(i - i0) * G * d,
-                       sizeof(float) * (size_t)G * d);
+                memcpy(out + ((size_t)i * n_head + (size_t)h * G) * dv, hs->out + (size_t)(i - i0) * G * dv,
+                       sizeof(float) * (size_t)G * dv);
         if (col && i1 > obs_from) {
             const int32_t a = KVB_MAX(i0, obs_from); /* observed tokens of this block: [a, i1) */
             const int32_t off = (a - i0) * G, Ro = (i1 - a) * G;
