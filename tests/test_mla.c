@@ -214,17 +214,15 @@ TEST(latent_attention_with_eviction_equals_float64_reference_every_head) {
 
 static const enum kvb_dtype TYPES[] = {KVB_DTYPE_F32, KVB_DTYPE_F16, KVB_DTYPE_BF16, KVB_DTYPE_Q8_0, KVB_DTYPE_Q4_0};
 
-/* One run (prompt in two chunks, compress, decode to NTOK) of a cache built
- * from cp, appending explicit V rows when explicit; outputs [NTOK][H][RANK]
- * and the positions held after each step [NTOK][NTOK] (-1 past the end). */
-static kvb_status run_cache(const struct kvb_cache_params *cp, bool explicit_v, float *outs, int *held) {
-    struct kvb_cache *c;
-    kvb_status st = kvb_cache_init(NULL, cp, &c);
-    if (st != KVB_OK) return st;
+/* Steps [t0, t1) of a run (the prompt in two chunks of PROMPT / 2, the
+ * compress, then decode to NTOK) on c, appending explicit V rows when
+ * explicit_v; outputs [NTOK][H][RANK] and the positions held after each
+ * step [NTOK][NTOK] (-1 past the end). */
+static kvb_status steps(struct kvb_cache *c, bool explicit_v, int t0, int t1, float *outs, int *held) {
     static float q[PROMPT][H * D], k[PROMPT][D], v[PROMPT][D], o[PROMPT][H * D];
     const int ow = explicit_v ? D : RANK; /* out's row: head_dim, or head_dim_v */
-    for (int i = 0; i < NTOK * NTOK; i++) held[i] = -1;
-    for (int c0 = 0; c0 < NTOK && st == KVB_OK;) {
+    kvb_status st = KVB_OK;
+    for (int c0 = t0; c0 < t1 && st == KVB_OK;) {
         const int C = c0 < PROMPT ? PROMPT / 2 : 1;
         for (int i = 0; i < C; i++) rows_of(c0 + i, q[i], k[i], v[i]);
         if (c0 < PROMPT) st = kvb_cache_prefill(c, 0, C, q[0], H, k[0], explicit_v ? v[0] : NULL, o[0], NULL);
@@ -233,32 +231,72 @@ static kvb_status run_cache(const struct kvb_cache_params *cp, bool explicit_v, 
         for (int i = 0; i < C; i++)
             for (int h = 0; h < H; h++) memcpy(outs + ((size_t)(c0 + i) * H + h) * RANK, o[0] + ((size_t)i * H + h) * ow, sizeof(float) * RANK);
         c0 += C;
+        for (int j = 0; j < NTOK; j++) held[(size_t)(c0 - 1) * NTOK + j] = -1;
         kept(c, held + (size_t)(c0 - 1) * NTOK);
     }
+    return st;
+}
+
+static kvb_status run_cache(const struct kvb_cache_params *cp, bool explicit_v, float *outs, int *held) {
+    struct kvb_cache *c;
+    kvb_status st = kvb_cache_init(NULL, cp, &c);
+    if (st != KVB_OK) return st;
+    for (int i = 0; i < NTOK * NTOK; i++) held[i] = -1;
+    st = steps(c, explicit_v, 0, NTOK, outs, held);
     kvb_cache_free(c);
     return st;
+}
+
+/* The configurations the bit checks walk: policies with the positions
+ * they choose, and recall (the cold tier holds K rows only) with original
+ * and capped positions (capped: far keys are read from the area's shadow). */
+struct config {
+    enum kvb_policy_id pid;
+    int recall;
+    enum kvb_pos_mode pos;
+};
+static const struct config CONFIGS[] = {
+    {KVB_POLICY_H2O, 0, KVB_POS_POLICY_DEFAULT},       {KVB_POLICY_SNAPKV, 0, KVB_POS_POLICY_DEFAULT},
+    {KVB_POLICY_STREAMING, 0, KVB_POS_POLICY_DEFAULT}, {KVB_POLICY_TOVA, 0, KVB_POS_POLICY_DEFAULT},
+    {KVB_POLICY_FULL, 0, KVB_POS_POLICY_DEFAULT},      {KVB_POLICY_H2O, 2, KVB_POS_ORIGINAL},
+    {KVB_POLICY_STREAMING, 2, KVB_POS_CAPPED},
+};
+
+static struct kvb_cache_params config_params(const struct config *cf, enum kvb_dtype dt, bool latent) {
+    struct kvb_cache_params cp = latent_params(cf->pid, dt, latent);
+    cp.kv.pos_mode = cf->pos;
+    if (cf->pos == KVB_POS_CAPPED) cp.kv.max_distance = 16;
+    cp.kv.recall.pages = cf->recall;
+    if (cf->recall) cp.kv.recall.cold_mem_bytes = 1 << 20;
+    return cp;
+}
+
+static const char *config_name(const struct config *cf) {
+    static char buf[64];
+    snprintf(buf, sizeof buf, "%s%s%s", kvb_policy_name(cf->pid), cf->recall ? " +recall" : "", cf->pos == KVB_POS_CAPPED ? " capped" : "");
+    return buf;
 }
 
 TEST(latent_rows_equal_explicit_v_rows_bit_for_bit_every_row_type_and_policy) {
     mla_init(52);
     static float a[NTOK * H * RANK], b[NTOK * H * RANK];
     static int ha[NTOK * NTOK], hb[NTOK * NTOK];
-    const enum kvb_policy_id pols[] = {KVB_POLICY_H2O, KVB_POLICY_SNAPKV, KVB_POLICY_STREAMING, KVB_POLICY_TOVA, KVB_POLICY_FULL};
     for (int ref = 0; ref < 2; ref++) {
         kvb_kernels_force_ref(ref == 1); /* the dispatched family, then the scalar reference */
         for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++)
-            for (size_t pi = 0; pi < sizeof pols / sizeof pols[0]; pi++) {
-                const struct kvb_cache_params lp = latent_params(pols[pi], TYPES[ti], true), ep = latent_params(pols[pi], TYPES[ti], false);
+            for (size_t ci = 0; ci < sizeof CONFIGS / sizeof CONFIGS[0]; ci++) {
+                const struct config *cf = &CONFIGS[ci];
+                const struct kvb_cache_params lp = config_params(cf, TYPES[ti], true), ep = config_params(cf, TYPES[ti], false);
                 CHECK_OK(run_cache(&lp, false, a, ha));
                 CHECK_OK(run_cache(&ep, true, b, hb));
                 if (memcmp(ha, hb, sizeof ha))
-                    FAILF("%s %s (%s kernels): the latent cache kept other tokens than explicit V rows", kvb_policy_name(pols[pi]),
-                          kvb_dtype_name(TYPES[ti]), ref ? "ref" : "dispatched");
+                    FAILF("%s %s (%s kernels): the latent cache kept other tokens than explicit V rows", config_name(cf), kvb_dtype_name(TYPES[ti]),
+                          ref ? "ref" : "dispatched");
                 for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
                     if (memcmp(&a[i], &b[i], sizeof(float)))
-                        FAILF("%s %s (%s kernels): output %zu is %.9g with latent rows, %.9g with explicit V rows", kvb_policy_name(pols[pi]),
+                        FAILF("%s %s (%s kernels): output %zu is %.9g with latent rows, %.9g with explicit V rows", config_name(cf),
                               kvb_dtype_name(TYPES[ti]), ref ? "ref" : "dispatched", i, (double)a[i], (double)b[i]);
-                if (pols[pi] != KVB_POLICY_FULL && ha[(NTOK - 1) * NTOK + 20] >= 0) FAILF("%s: nothing evicted", kvb_policy_name(pols[pi]));
+                if (cf->pid != KVB_POLICY_FULL && ha[(NTOK - 1) * NTOK + 20] >= 0) FAILF("%s: nothing evicted", config_name(cf));
                 /* a page holds K rows only */
                 CHECK_EQ_INT(kvb_cache_page_bytes(&lp), 8 * kvb_dtype_row_bytes(TYPES[ti], D));
                 CHECK_EQ_INT(kvb_cache_page_bytes(&ep), 2 * kvb_cache_page_bytes(&lp));
@@ -267,8 +305,157 @@ TEST(latent_rows_equal_explicit_v_rows_bit_for_bit_every_row_type_and_policy) {
     kvb_kernels_force_ref(false);
 }
 
+static struct kvb_pool *pool_for(const struct kvb_cache_params *cp) {
+    struct kvb_pool_params pp = kvb_pool_default_params();
+    pp.page_bytes = kvb_cache_page_bytes(cp);
+    pp.capacity_bytes = 4 << 20;
+    struct kvb_pool *p;
+    return kvb_pool_init(&pp, &p) == KVB_OK ? p : NULL;
+}
+
+/* A latent cache saved (and restored) or forked mid-run continues exactly
+ * as the cache that never stopped: outputs and kept tokens bit for bit,
+ * every row type and configuration (a fork without recall: the cold tier is
+ * per cache), the image restoring head_dim_v. */
+TEST(latent_image_and_fork_continue_bit_for_bit) {
+    mla_init(53);
+    static float a[NTOK * H * RANK], b[NTOK * H * RANK], f[NTOK * H * RANK];
+    static int ha[NTOK * NTOK], hb[NTOK * NTOK], hf[NTOK * NTOK];
+    const int cut = PROMPT + 13;
+    for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++)
+        for (size_t ci = 0; ci < sizeof CONFIGS / sizeof CONFIGS[0]; ci++) {
+            const struct config *cf = &CONFIGS[ci];
+            const struct kvb_cache_params cp = config_params(cf, TYPES[ti], true);
+            struct kvb_pool *pool = pool_for(&cp);
+            CHECK(pool != NULL);
+            struct kvb_cache *c, *r = NULL, *fk = NULL;
+            CHECK_OK(kvb_cache_init(pool, &cp, &c));
+            for (int i = 0; i < NTOK * NTOK; i++) ha[i] = hb[i] = hf[i] = -1;
+            CHECK_OK(steps(c, false, 0, cut, a, ha));
+            void *img;
+            size_t len;
+            CHECK_OK(kvb_cache_save(c, &img, &len));
+            CHECK_OK(kvb_cache_load(pool, img, len, 0, &r));
+            kvb_buffer_free(img);
+            struct kvb_cache_params got;
+            kvb_cache_get_params(r, &got);
+            CHECK_EQ_INT(got.head_dim_v, RANK);
+            if (!cf->recall) CHECK_OK(kvb_cache_fork(c, &fk));
+            CHECK_OK(steps(c, false, cut, NTOK, a, ha));
+            CHECK_OK(steps(r, false, cut, NTOK, b, hb));
+            struct kvb_cache_stats cs;
+            kvb_cache_get_stats(c, &cs);
+            if (cf->recall && (cs.cold_pages < 2 || cs.recall_loads < 2))
+                FAILF("%s %s: %lld cold pages, %lld loads: recall was not exercised", config_name(cf), kvb_dtype_name(TYPES[ti]),
+                      (long long)cs.cold_pages, (long long)cs.recall_loads);
+            if (fk) CHECK_OK(steps(fk, false, cut, NTOK, f, hf));
+            const size_t from = (size_t)cut * H * RANK;
+            if (memcmp(a + from, b + from, sizeof(float) * (NTOK * H * RANK - from)) || memcmp(ha + cut * NTOK, hb + cut * NTOK, sizeof(int) * (NTOK - cut) * NTOK))
+                FAILF("%s %s: the restored latent cache does not continue bit for bit", config_name(cf), kvb_dtype_name(TYPES[ti]));
+            if (fk && (memcmp(a + from, f + from, sizeof(float) * (NTOK * H * RANK - from)) || memcmp(ha + cut * NTOK, hf + cut * NTOK, sizeof(int) * (NTOK - cut) * NTOK)))
+                FAILF("%s %s: the fork of a latent cache does not continue bit for bit", config_name(cf), kvb_dtype_name(TYPES[ti]));
+            kvb_cache_free(fk);
+            kvb_cache_free(r);
+            kvb_cache_free(c);
+            kvb_pool_free(pool);
+        }
+}
+
+/* An image's head_dim_v (flags bit 512) is checked like the params: a
+ * value out of range, one that would rotate the value, or 0 with the flag
+ * is refused by name; an image without the flag (every image before it)
+ * restores head_dim_v 0. */
+TEST(latent_image_bad_head_dim_v_refused_by_name_older_images_load_as_0) {
+    mla_init(54);
+    struct kvb_cache_params cp = latent_params(KVB_POLICY_H2O, KVB_DTYPE_F32, true);
+    struct kvb_cache *c, *r;
+    static float outs[NTOK * H * RANK];
+    static int held[NTOK * NTOK];
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    CHECK_OK(steps(c, false, 0, PROMPT + 4, outs, held));
+    uint8_t *img;
+    size_t len;
+    CHECK_OK(kvb_cache_save(c, (void **)&img, &len));
+    kvb_cache_free(c);
+    /* magic, version, flags; 7 params; rope (5); the policy (16); max_distance, n_state: then head_dim_v */
+    const size_t at = 16 + 7 * 4 + 5 * 4 + 16 * 4 + 2 * 4;
+    uint32_t flags;
+    int32_t got;
+    memcpy(&flags, img + 12, 4);
+    memcpy(&got, img + at, 4);
+    CHECK_EQ_INT(flags & 512u, 512u);
+    CHECK_EQ_INT(got, RANK);
+    const struct { int32_t v; const char *says; } bad[] = {{0, "head_dim_v 0 with flags 512"}, {-3, "head_dim_v -3"},
+                                                          {D + 1, "head_dim_v must be in 0..head_dim"}, {D - NROT + 8, "rope.n_dims 32 + head_dim_v"},
+                                                          {D - 8, "rope.n_dims 32 + head_dim_v"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint8_t *e = malloc(len);
+        memcpy(e, img, len);
+        memcpy(e + at, &bad[i].v, 4);
+        const uint32_t crc = kvb_crc32(0, e, len - 4);
+        memcpy(e + len - 4, &crc, 4);
+        const kvb_status st = kvb_cache_load(NULL, e, len, 4 << 20, &r);
+        free(e);
+        if (st == KVB_OK) FAILF("head_dim_v %d loaded", (int)bad[i].v);
+        if (!strstr(kvb_last_error(), bad[i].says)) FAILF("head_dim_v %d: \"%s\" does not say \"%s\"", (int)bad[i].v, kvb_last_error(), bad[i].says);
+    }
+    kvb_buffer_free(img);
+    /* explicit V rows: no flag, head_dim_v 0 back */
+    cp = latent_params(KVB_POLICY_H2O, KVB_DTYPE_F32, false);
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    CHECK_OK(steps(c, true, 0, PROMPT + 4, outs, held));
+    CHECK_OK(kvb_cache_save(c, (void **)&img, &len));
+    memcpy(&flags, img + 12, 4);
+    CHECK_EQ_INT(flags & 512u, 0);
+    CHECK_OK(kvb_cache_load(NULL, img, len, 4 << 20, &r));
+    struct kvb_cache_params gp;
+    kvb_cache_get_params(r, &gp);
+    CHECK_EQ_INT(gp.head_dim_v, 0);
+    kvb_buffer_free(img);
+    kvb_cache_free(r);
+    kvb_cache_free(c);
+}
+
+/* Bad params are refused by name, and a latent cache takes v = NULL. */
+TEST(latent_params_refused_by_name) {
+    const struct { int32_t dv, n_dims; enum kvb_dtype dt, dtv; const char *says; } bad[] = {
+        {-1, NROT, KVB_DTYPE_F32, KVB_DTYPE_AS_K, "head_dim_v must be in 0..head_dim"},
+        {D + 1, NROT, KVB_DTYPE_F32, KVB_DTYPE_AS_K, "head_dim_v must be in 0..head_dim"},
+        {RANK, NROT + 2, KVB_DTYPE_F32, KVB_DTYPE_AS_K, "rope.n_dims 34 + head_dim_v exceeds head_dim"},
+        {RANK, NROT, KVB_DTYPE_F16, KVB_DTYPE_Q8_0, "kv_dtype_v must be as K"},
+        {RANK + 16, 16, KVB_DTYPE_Q8_0, KVB_DTYPE_AS_K, "not on a block of 32"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct kvb_cache_params cp = latent_params(KVB_POLICY_H2O, bad[i].dt, true);
+        cp.head_dim_v = bad[i].dv;
+        cp.rope.n_dims = bad[i].n_dims;
+        cp.kv.kv_dtype_v = bad[i].dtv;
+        struct kvb_cache *c;
+        if (kvb_cache_init(NULL, &cp, &c) == KVB_OK) FAILF("case %zu: a cache was made", i);
+        if (!strstr(kvb_last_error(), bad[i].says)) FAILF("case %zu: \"%s\" does not say \"%s\"", i, kvb_last_error(), bad[i].says);
+    }
+    struct kvb_cache_params cp = latent_params(KVB_POLICY_H2O, KVB_DTYPE_Q8_0, true);
+    cp.head_dim_v = D; /* the whole row is the value: allowed without rotation */
+    cp.rope.type = KVB_ROPE_NONE;
+    struct kvb_cache *c;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    static float q[H * D], k[D], v[D], o[H * D];
+    for (int i = 0; i < D; i++) k[i] = 0.25f * (float)(i % 13) - 1.5f;
+    if (kvb_cache_decode(c, 0, q, H, k, v, o, NULL) == KVB_OK) FAILF("decode with a V row on a latent cache");
+    if (!strstr(kvb_last_error(), "v must be NULL with head_dim_v")) FAILF("\"%s\"", kvb_last_error());
+    CHECK_EQ_INT(kvb_cache_n_past(c, 0), 0);
+    CHECK_OK(kvb_cache_decode(c, 0, q, H, k, NULL, o, NULL));
+    float kr[D], vr[D];
+    CHECK_OK(kvb_cache_read_slot(c, 0, 0, 0, kr, vr));
+    CHECK(memcmp(kr, vr, sizeof kr) == 0); /* the value is the row */
+    kvb_cache_free(c);
+}
+
 int main(void) {
     RUN(latent_attention_with_eviction_equals_float64_reference_every_head);
     RUN(latent_rows_equal_explicit_v_rows_bit_for_bit_every_row_type_and_policy);
+    RUN(latent_image_and_fork_continue_bit_for_bit);
+    RUN(latent_image_bad_head_dim_v_refused_by_name_older_images_load_as_0);
+    RUN(latent_params_refused_by_name);
     return test_summary();
 }
