@@ -445,6 +445,13 @@ enum kvb_dtype kvb_kv_v_type(const struct kvb_kv_params *kv);
  * (unknown policy or dtype, block_size or geometry out of range). */
 size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int64_t n_ctx,
                         int64_t n_prompt, int32_t chunk);
+/* The same rule for a cache of latent rows (kvb_cache_params.head_dim_v,
+ * multi-head latent attention): pages hold K rows of head_dim only, so the
+ * bytes are those of kvb_kv_seq_bytes with no V rows. head_dim_v 0 is
+ * kvb_kv_seq_bytes itself; 0 for a bad argument (head_dim_v outside
+ * 0..head_dim, or as kvb_kv_seq_bytes). */
+size_t kvb_kv_seq_bytes_latent(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int32_t head_dim_v,
+                               int64_t n_ctx, int64_t n_prompt, int32_t chunk);
 
 struct kvb_cache_params {
     int32_t n_layer;

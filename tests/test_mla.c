@@ -451,11 +451,52 @@ TEST(latent_params_refused_by_name) {
     kvb_cache_free(c);
 }
 
+/* The sizing rule for latent rows (kvb_kv_seq_bytes_latent): a pool of
+ * exactly that many bytes holds a whole run of every configuration (the
+ * cache's peak fits it), it is what pages of K rows alone take, less than
+ * K and V rows need; head_dim_v 0 is kvb_kv_seq_bytes itself. */
+TEST(latent_sizing_rule_holds_k_rows_only) {
+    mla_init(55);
+    static float outs[NTOK * H * RANK];
+    static int held[NTOK * NTOK];
+    for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++)
+        for (size_t ci = 0; ci < sizeof CONFIGS / sizeof CONFIGS[0]; ci++) {
+            const struct config *cf = &CONFIGS[ci];
+            const struct kvb_cache_params cp = config_params(cf, TYPES[ti], true);
+            const size_t need = kvb_kv_seq_bytes_latent(&cp.kv, 1, 1, D, RANK, NTOK, PROMPT, PROMPT / 2);
+            const size_t kv_need = kvb_kv_seq_bytes(&cp.kv, 1, 1, D, NTOK, PROMPT, PROMPT / 2);
+            CHECK(need > 0);
+            CHECK_EQ_INT(kvb_kv_seq_bytes_latent(&cp.kv, 1, 1, D, 0, NTOK, PROMPT, PROMPT / 2), kv_need);
+            const size_t page = (kvb_cache_page_bytes(&cp) + 63) & ~(size_t)63;
+            CHECK_EQ_INT(need % page, 0);
+            if (!(need < kv_need)) FAILF("%s %s: latent rows need %zu bytes, K and V rows %zu", config_name(cf), kvb_dtype_name(TYPES[ti]), need, kv_need);
+            struct kvb_pool_params pp = kvb_pool_default_params();
+            pp.page_bytes = kvb_cache_page_bytes(&cp);
+            pp.capacity_bytes = need;
+            struct kvb_pool *pool;
+            CHECK_OK(kvb_pool_init(&pp, &pool));
+            struct kvb_cache *c;
+            CHECK_OK(kvb_cache_init(pool, &cp, &c));
+            const kvb_status st = steps(c, false, 0, NTOK, outs, held);
+            struct kvb_cache_stats cs;
+            kvb_cache_get_stats(c, &cs);
+            kvb_cache_free(c);
+            kvb_pool_free(pool);
+            if (st != KVB_OK) FAILF("%s %s: a pool of kvb_kv_seq_bytes_latent's %zu bytes ran out (%s)", config_name(cf), kvb_dtype_name(TYPES[ti]), need, kvb_last_error());
+            if (cs.bytes_peak > need) FAILF("%s %s: peak %zu > %zu", config_name(cf), kvb_dtype_name(TYPES[ti]), cs.bytes_peak, need);
+        }
+    struct kvb_kv_params kv = kvb_kv_default_params();
+    CHECK(kvb_kv_seq_bytes_latent(&kv, 2, 1, D, RANK, 100, 10, 4) > 0);
+    CHECK(kvb_kv_seq_bytes_latent(&kv, 2, 1, D, -1, 100, 10, 4) == 0);
+    CHECK(kvb_kv_seq_bytes_latent(&kv, 2, 1, D, D + 1, 100, 10, 4) == 0);
+}
+
 int main(void) {
     RUN(latent_attention_with_eviction_equals_float64_reference_every_head);
     RUN(latent_rows_equal_explicit_v_rows_bit_for_bit_every_row_type_and_policy);
     RUN(latent_image_and_fork_continue_bit_for_bit);
     RUN(latent_image_bad_head_dim_v_refused_by_name_older_images_load_as_0);
     RUN(latent_params_refused_by_name);
+    RUN(latent_sizing_rule_holds_k_rows_only);
     return test_summary();
 }
