@@ -575,7 +575,8 @@ void kvb_cache_unreserve(struct kvb_cache *cache);
 /* One decode step of one layer, all of its KV heads:
  *   q   [n_head][head_dim]     query of the new token, before RoPE
  *   k,v [n_kv_head][head_dim]  key (before RoPE) and value of the new token
- *   out [n_head][head_dim]     attention output
+ *                              (latent rows, head_dim_v > 0: v is NULL)
+ *   out [n_head][head_dim]     attention output ([n_head][head_dim_v] with latent rows)
  * Appends k/v at the layer's next original position, attends (query head h
  * uses KV head h / (n_head / n_kv_head)), feeds the attention weights to the
  * policy if it wants them, and evicts down to each stream's budget.
@@ -587,7 +588,8 @@ kvb_status kvb_cache_decode(struct kvb_cache *cache, int32_t layer, const float 
                             const float *k, const float *v, float *out, struct kvb_threadpool *tp);
 
 /* Chunked prefill of n_tok tokens in one layer, with causal masking:
- *   q   [n_tok][n_head][head_dim], k,v [n_tok][n_kv_head][head_dim], out like q.
+ *   q   [n_tok][n_head][head_dim], k,v [n_tok][n_kv_head][head_dim], out like q
+ *   (latent rows: v NULL, out [n_tok][n_head][head_dim_v]).
  * Decode-time policies receive per-key attention mass summed over the
  * chunk's queries (tova: its last query) and evict down to budget after the
  * chunk. The snapkv family reads a prompt (see struct kvb_policy_params):
@@ -617,7 +619,8 @@ void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
 
 /* Low-level steps, for the lab and for engines that compute attention
  * themselves. kvb_cache_decode == append + attention + observe + evict.
- * append: k, v as in decode; NULL means zero rows (bookkeeping-only caches).
+ * append: k, v as in decode; NULL means zero rows (bookkeeping-only caches);
+ * v must be NULL with latent rows.
  * Errors: KVB_ERR_NOMEM, cache unchanged. */
 kvb_status kvb_cache_append(struct kvb_cache *cache, int32_t layer, const float *k, const float *v);
 /* Feeds one attention row to the policy of stream (layer, head): w[j] is the
@@ -677,7 +680,8 @@ struct kvb_slot_info {
 /* Info of logical slot j (0 = oldest retained). KVB_ERR_INVALID if out of range. */
 kvb_status kvb_cache_slot_info(const struct kvb_cache *cache, int32_t layer, int32_t head, int32_t j,
                                struct kvb_slot_info *out);
-/* Reads K (after RoPE at its original position) and V of logical slot j as f32. */
+/* Reads K (after RoPE at its original position) and V of logical slot j as
+ * f32: head_dim floats each, or for latent rows V's head_dim_v (K's tail). */
 kvb_status kvb_cache_read_slot(const struct kvb_cache *cache, int32_t layer, int32_t head, int32_t j,
                                float *k, float *v);
 
