@@ -23,6 +23,9 @@
 #include "core/core.h"
 #include "ops/ops.h"
 
+#include <dirent.h>
+#include <unistd.h>
+
 #define NROT 32  /* k_pe / q_pe: the rotated dims (rope.n_dims) */
 #define RANK 64  /* kv_lora_rank: the latent, head_dim_v */
 #define D (NROT + RANK)
@@ -225,6 +228,7 @@ static kvb_status steps(struct kvb_cache *c, bool explicit_v, int t0, int t1, fl
     for (int c0 = t0; c0 < t1 && st == KVB_OK;) {
         const int C = c0 < PROMPT ? PROMPT / 2 : 1;
         for (int i = 0; i < C; i++) rows_of(c0 + i, q[i], k[i], v[i]);
+        if ((c0 & 1) && (st = kvb_cache_reserve(c, C, H)) != KVB_OK) break; /* a batch's step: pages taken first */
         if (c0 < PROMPT) st = kvb_cache_prefill(c, 0, C, q[0], H, k[0], explicit_v ? v[0] : NULL, o[0], NULL);
         else st = kvb_cache_decode(c, 0, q[0], H, k[0], explicit_v ? v[0] : NULL, o[0], NULL);
         if (c0 + C == PROMPT) kvb_cache_compress(c, NULL);
@@ -254,12 +258,14 @@ struct config {
     enum kvb_policy_id pid;
     int recall;
     enum kvb_pos_mode pos;
+    int keep, window; /* kv.keep; a sliding window (kv.layers) of this many tokens */
 };
 static const struct config CONFIGS[] = {
-    {KVB_POLICY_H2O, 0, KVB_POS_POLICY_DEFAULT},       {KVB_POLICY_SNAPKV, 0, KVB_POS_POLICY_DEFAULT},
-    {KVB_POLICY_STREAMING, 0, KVB_POS_POLICY_DEFAULT}, {KVB_POLICY_TOVA, 0, KVB_POS_POLICY_DEFAULT},
-    {KVB_POLICY_FULL, 0, KVB_POS_POLICY_DEFAULT},      {KVB_POLICY_H2O, 2, KVB_POS_ORIGINAL},
-    {KVB_POLICY_STREAMING, 2, KVB_POS_CAPPED},
+    {KVB_POLICY_H2O, 0, KVB_POS_POLICY_DEFAULT, 0, 0},       {KVB_POLICY_SNAPKV, 0, KVB_POS_POLICY_DEFAULT, 0, 0},
+    {KVB_POLICY_STREAMING, 0, KVB_POS_POLICY_DEFAULT, 0, 0}, {KVB_POLICY_TOVA, 0, KVB_POS_POLICY_DEFAULT, 0, 0},
+    {KVB_POLICY_FULL, 0, KVB_POS_POLICY_DEFAULT, 0, 0},      {KVB_POLICY_H2O, 2, KVB_POS_ORIGINAL, 0, 0},
+    {KVB_POLICY_STREAMING, 2, KVB_POS_CAPPED, 0, 0},         {KVB_POLICY_H2O, 0, KVB_POS_POLICY_DEFAULT, 5, 0},
+    {KVB_POLICY_FULL, 0, KVB_POS_POLICY_DEFAULT, 0, 10},
 };
 
 static struct kvb_cache_params config_params(const struct config *cf, enum kvb_dtype dt, bool latent) {
@@ -268,12 +274,23 @@ static struct kvb_cache_params config_params(const struct config *cf, enum kvb_d
     if (cf->pos == KVB_POS_CAPPED) cp.kv.max_distance = 16;
     cp.kv.recall.pages = cf->recall;
     if (cf->recall) cp.kv.recall.cold_mem_bytes = 1 << 20;
+    cp.kv.keep = cf->keep;
+    static struct kvb_kv_layer win;
+    if (cf->window) {
+        win.layer = 0;
+        win.policy = kvb_policy_default_params(KVB_POLICY_WINDOW);
+        win.policy.budget = cf->window;
+        win.policy.n_sink = 0;
+        cp.kv.layers = &win;
+        cp.kv.n_layers = 1;
+    }
     return cp;
 }
 
 static const char *config_name(const struct config *cf) {
     static char buf[64];
-    snprintf(buf, sizeof buf, "%s%s%s", kvb_policy_name(cf->pid), cf->recall ? " +recall" : "", cf->pos == KVB_POS_CAPPED ? " capped" : "");
+    snprintf(buf, sizeof buf, "%s%s%s%s%s", kvb_policy_name(cf->pid), cf->recall ? " +recall" : "", cf->pos == KVB_POS_CAPPED ? " capped" : "",
+             cf->keep ? " +keep" : "", cf->window ? " window" : "");
     return buf;
 }
 
@@ -296,7 +313,8 @@ TEST(latent_rows_equal_explicit_v_rows_bit_for_bit_every_row_type_and_policy) {
                     if (memcmp(&a[i], &b[i], sizeof(float)))
                         FAILF("%s %s (%s kernels): output %zu is %.9g with latent rows, %.9g with explicit V rows", config_name(cf),
                               kvb_dtype_name(TYPES[ti]), ref ? "ref" : "dispatched", i, (double)a[i], (double)b[i]);
-                if (cf->pid != KVB_POLICY_FULL && ha[(NTOK - 1) * NTOK + 20] >= 0) FAILF("%s: nothing evicted", config_name(cf));
+                if ((cf->pid != KVB_POLICY_FULL || cf->window) && ha[(NTOK - 1) * NTOK + 20] >= 0) FAILF("%s: nothing evicted", config_name(cf));
+                if (cf->keep && ha[(NTOK - 1) * NTOK + cf->keep - 1] != cf->keep - 1) FAILF("%s: the pinned span was evicted", config_name(cf));
                 /* a page holds K rows only */
                 CHECK_EQ_INT(kvb_cache_page_bytes(&lp), 8 * kvb_dtype_row_bytes(TYPES[ti], D));
                 CHECK_EQ_INT(kvb_cache_page_bytes(&ep), 2 * kvb_cache_page_bytes(&lp));
@@ -491,6 +509,40 @@ TEST(latent_sizing_rule_holds_k_rows_only) {
     CHECK(kvb_kv_seq_bytes_latent(&kv, 2, 1, D, D + 1, 100, 10, 4) == 0);
 }
 
+/* The cold tier's file holds K rows only (records without V rows): a
+ * latent cache whose evicted pages spill to a file (no cold memory) writes
+ * one that kvb_cold_file_check reads, and the run equals the in-memory one. */
+TEST(latent_cold_file_holds_k_rows_only) {
+    mla_init(56);
+    char dir[] = "/tmp/kvb_mla_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    struct kvb_cache_params cp = config_params(&CONFIGS[5], KVB_DTYPE_Q8_0, true); /* h2o, recall, original positions */
+    static float a[NTOK * H * RANK], b[NTOK * H * RANK];
+    static int ha[NTOK * NTOK], hb[NTOK * NTOK];
+    CHECK_OK(run_cache(&cp, false, a, ha));
+    cp.kv.recall.cold_mem_bytes = 0;
+    cp.kv.recall.cold_dir = dir;
+    struct kvb_cache *c;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    for (int i = 0; i < NTOK * NTOK; i++) hb[i] = -1;
+    CHECK_OK(steps(c, false, 0, NTOK, b, hb));
+    char path[512] = "";
+    DIR *dd = opendir(dir);
+    CHECK(dd != NULL);
+    for (struct dirent *e; (e = readdir(dd));)
+        if (e->d_name[0] != '.') snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    closedir(dd);
+    struct kvb_cold_file_info in;
+    const kvb_status st = path[0] ? kvb_cold_file_check(path, &in) : KVB_ERR_IO;
+    kvb_cache_free(c);
+    if (path[0]) remove(path);
+    rmdir(dir);
+    if (st != KVB_OK) FAILF("cold file \"%s\": %s", path, kvb_last_error());
+    if (in.pages < 2 || in.head_dim != D || in.dtype != KVB_DTYPE_Q8_0 || in.dtype_v != KVB_DTYPE_Q8_0)
+        FAILF("cold file: %lld pages, head_dim %d, %s/%s", (long long)in.pages, (int)in.head_dim, kvb_dtype_name(in.dtype), kvb_dtype_name(in.dtype_v));
+    if (memcmp(a, b, sizeof a) || memcmp(ha, hb, sizeof ha)) FAILF("a cold file changed the run");
+}
+
 int main(void) {
     RUN(latent_attention_with_eviction_equals_float64_reference_every_head);
     RUN(latent_rows_equal_explicit_v_rows_bit_for_bit_every_row_type_and_policy);
@@ -498,5 +550,6 @@ int main(void) {
     RUN(latent_image_bad_head_dim_v_refused_by_name_older_images_load_as_0);
     RUN(latent_params_refused_by_name);
     RUN(latent_sizing_rule_holds_k_rows_only);
+    RUN(latent_cold_file_holds_k_rows_only);
     return test_summary();
 }
