@@ -29,24 +29,25 @@
 #define NROT 32  /* k_pe / q_pe: the rotated dims (rope.n_dims) */
 #define RANK 64  /* kv_lora_rank: the latent, head_dim_v */
 #define D (NROT + RANK)
-#define H 4      /* query heads over one shared latent row (n_kv_head 1) */
+#define HMAX 80  /* query heads over one shared latent row (n_kv_head 1): NH of them, up to HMAX */
 #define NOPE 16  /* qk_nope_head_dim */
 #define DVH 16   /* v_head_dim */
 #define NTOK 64  /* tokens of a run: prompt then decode */
 #define PROMPT 20
 
 struct mla {
-    float wkb[H][NOPE][RANK], wvb[H][DVH][RANK];
+    float wkb[HMAX][NOPE][RANK], wvb[HMAX][DVH][RANK];
     float c[NTOK][RANK], kpe[NTOK][NROT];
-    float qn[NTOK][H][NOPE], qp[NTOK][H][NROT];
+    float qn[NTOK][HMAX][NOPE], qp[NTOK][HMAX][NROT];
 };
 
 static struct mla M;
+static int NH = 4; /* the heads of the run: 4, or 80 (more than a driver call's 64 rows: groups) */
 
 static void mla_init(unsigned long long seed) {
     unsigned long long rs = seed;
     const float sw = 1.0f / sqrtf((float)RANK);
-    for (int h = 0; h < H; h++) {
+    for (int h = 0; h < NH; h++) {
         for (int i = 0; i < NOPE; i++)
             for (int r = 0; r < RANK; r++) M.wkb[h][i][r] = t_randf(&rs) * 4 * sw;
         for (int i = 0; i < DVH; i++)
@@ -55,7 +56,7 @@ static void mla_init(unsigned long long seed) {
     for (int t = 0; t < NTOK; t++) {
         for (int r = 0; r < RANK; r++) M.c[t][r] = t_randf(&rs) * 2;
         for (int i = 0; i < NROT; i++) M.kpe[t][i] = t_randf(&rs) * 2;
-        for (int h = 0; h < H; h++) {
+        for (int h = 0; h < NH; h++) {
             for (int i = 0; i < NOPE; i++) M.qn[t][h][i] = t_randf(&rs) * 2;
             for (int i = 0; i < NROT; i++) M.qp[t][h][i] = t_randf(&rs) * 2;
         }
@@ -65,12 +66,12 @@ static void mla_init(unsigned long long seed) {
 static const struct kvb_rope ROPE = {.type = KVB_ROPE_NEOX, .n_dims = NROT, .base = 10000.0f, .freq_scale = 1.0f};
 static const double SCALE = 0.2; /* the model's kq_scale: 1/sqrt(NOPE + NROT) = 0.2 */
 
-/* The engine's rows of token t: q [H][D] (absorbed, pre-scaled so the
+/* The engine's rows of token t: q [NH][D] (absorbed, pre-scaled so the
  * cache's 1/sqrt(D) gives SCALE), k [D] = [k_pe | c], v [D] = [c | 0]
  * (explicit V rows only). */
 static void rows_of(int t, float *q, float *k, float *v) {
     const float pre = (float)(SCALE * sqrt((double)D));
-    for (int h = 0; h < H; h++) {
+    for (int h = 0; h < NH; h++) {
         float *qh = q + (size_t)h * D;
         for (int i = 0; i < NROT; i++) qh[i] = M.qp[t][h][i] * pre;
         for (int r = 0; r < RANK; r++) {
@@ -154,10 +155,10 @@ static int kept(const struct kvb_cache *c, int *toks) {
 }
 
 /* Max |cache - reference| over heads of query token tq whose latent outputs
- * are o [H][RANK], the keys being toks[0..n). */
+ * are o [NH][RANK], the keys being toks[0..n). */
 static double max_err(int tq, const float *o, const int *toks, int n) {
     double e = 0, y[DVH], r[DVH];
-    for (int h = 0; h < H; h++) {
+    for (int h = 0; h < NH; h++) {
         up_project(h, o + (size_t)h * RANK, y);
         reference(tq, h, toks, n, r);
         for (int i = 0; i < DVH; i++) e = fmax(e, fabs(y[i] - r[i]));
@@ -177,18 +178,18 @@ TEST(latent_attention_with_eviction_equals_float64_reference_every_head) {
         cp.kv.pos_mode = KVB_POS_ORIGINAL; /* every key at its own position, as the reference */
         struct kvb_cache *c;
         CHECK_OK(kvb_cache_init(NULL, &cp, &c));
-        static float q[PROMPT][H * D], k[PROMPT][D], o[PROMPT][H * RANK];
+        static float q[PROMPT][HMAX * D], k[PROMPT][D], o[PROMPT][HMAX * RANK];
         int before[NTOK], nb = 0, toks[NTOK];
         double worst = 0, all_err = 0;
         /* the prompt in two chunks: token i sees what was kept before its chunk and the chunk up to itself */
         for (int c0 = 0; c0 < PROMPT; c0 += PROMPT / 2) {
             const int C = PROMPT / 2;
-            for (int i = 0; i < C; i++) rows_of(c0 + i, q[i], k[i], NULL);
-            CHECK_OK(kvb_cache_prefill(c, 0, C, q[0], H, k[0], NULL, o[0], NULL));
+            for (int i = 0; i < C; i++) rows_of(c0 + i, q[0] + (size_t)i * NH * D, k[i], NULL);
+            CHECK_OK(kvb_cache_prefill(c, 0, C, q[0], NH, k[0], NULL, o[0], NULL));
             for (int i = 0; i < C; i++) {
                 memcpy(toks, before, sizeof(int) * (size_t)nb);
                 for (int j = 0; j <= i; j++) toks[nb + j] = c0 + j;
-                worst = fmax(worst, max_err(c0 + i, o[i], toks, nb + i + 1));
+                worst = fmax(worst, max_err(c0 + i, o[0] + (size_t)i * NH * RANK, toks, nb + i + 1));
             }
             nb = kept(c, before);
         }
@@ -196,7 +197,7 @@ TEST(latent_attention_with_eviction_equals_float64_reference_every_head) {
         nb = kept(c, before);
         for (int t = PROMPT; t < NTOK; t++) {
             rows_of(t, q[0], k[0], NULL);
-            CHECK_OK(kvb_cache_decode(c, 0, q[0], H, k[0], NULL, o[0], NULL));
+            CHECK_OK(kvb_cache_decode(c, 0, q[0], NH, k[0], NULL, o[0], NULL));
             memcpy(toks, before, sizeof(int) * (size_t)nb);
             toks[nb] = t;
             worst = fmax(worst, max_err(t, o[0], toks, nb + 1));
@@ -219,21 +220,21 @@ static const enum kvb_dtype TYPES[] = {KVB_DTYPE_F32, KVB_DTYPE_F16, KVB_DTYPE_B
 
 /* Steps [t0, t1) of a run (the prompt in two chunks of PROMPT / 2, the
  * compress, then decode to NTOK) on c, appending explicit V rows when
- * explicit_v; outputs [NTOK][H][RANK] and the positions held after each
+ * explicit_v; outputs [NTOK][NH][RANK] and the positions held after each
  * step [NTOK][NTOK] (-1 past the end). */
 static kvb_status steps(struct kvb_cache *c, bool explicit_v, int t0, int t1, float *outs, int *held) {
-    static float q[PROMPT][H * D], k[PROMPT][D], v[PROMPT][D], o[PROMPT][H * D];
+    static float q[PROMPT][HMAX * D], k[PROMPT][D], v[PROMPT][D], o[PROMPT][HMAX * D];
     const int ow = explicit_v ? D : RANK; /* out's row: head_dim, or head_dim_v */
     kvb_status st = KVB_OK;
     for (int c0 = t0; c0 < t1 && st == KVB_OK;) {
         const int C = c0 < PROMPT ? PROMPT / 2 : 1;
-        for (int i = 0; i < C; i++) rows_of(c0 + i, q[i], k[i], v[i]);
-        if ((c0 & 1) && (st = kvb_cache_reserve(c, C, H)) != KVB_OK) break; /* a batch's step: pages taken first */
-        if (c0 < PROMPT) st = kvb_cache_prefill(c, 0, C, q[0], H, k[0], explicit_v ? v[0] : NULL, o[0], NULL);
-        else st = kvb_cache_decode(c, 0, q[0], H, k[0], explicit_v ? v[0] : NULL, o[0], NULL);
+        for (int i = 0; i < C; i++) rows_of(c0 + i, q[0] + (size_t)i * NH * D, k[i], v[i]);
+        if ((c0 & 1) && (st = kvb_cache_reserve(c, C, NH)) != KVB_OK) break; /* a batch's step: pages taken first */
+        if (c0 < PROMPT) st = kvb_cache_prefill(c, 0, C, q[0], NH, k[0], explicit_v ? v[0] : NULL, o[0], NULL);
+        else st = kvb_cache_decode(c, 0, q[0], NH, k[0], explicit_v ? v[0] : NULL, o[0], NULL);
         if (c0 + C == PROMPT) kvb_cache_compress(c, NULL);
         for (int i = 0; i < C; i++)
-            for (int h = 0; h < H; h++) memcpy(outs + ((size_t)(c0 + i) * H + h) * RANK, o[0] + ((size_t)i * H + h) * ow, sizeof(float) * RANK);
+            for (int h = 0; h < NH; h++) memcpy(outs + ((size_t)(c0 + i) * NH + h) * RANK, o[0] + ((size_t)i * NH + h) * ow, sizeof(float) * RANK);
         c0 += C;
         for (int j = 0; j < NTOK; j++) held[(size_t)(c0 - 1) * NTOK + j] = -1;
         kept(c, held + (size_t)(c0 - 1) * NTOK);
@@ -296,7 +297,7 @@ static const char *config_name(const struct config *cf) {
 
 TEST(latent_rows_equal_explicit_v_rows_bit_for_bit_every_row_type_and_policy) {
     mla_init(52);
-    static float a[NTOK * H * RANK], b[NTOK * H * RANK];
+    static float a[NTOK * HMAX * RANK], b[NTOK * HMAX * RANK];
     static int ha[NTOK * NTOK], hb[NTOK * NTOK];
     for (int ref = 0; ref < 2; ref++) {
         kvb_kernels_force_ref(ref == 1); /* the dispatched family, then the scalar reference */
@@ -337,7 +338,7 @@ static struct kvb_pool *pool_for(const struct kvb_cache_params *cp) {
  * per cache), the image restoring head_dim_v. */
 TEST(latent_image_and_fork_continue_bit_for_bit) {
     mla_init(53);
-    static float a[NTOK * H * RANK], b[NTOK * H * RANK], f[NTOK * H * RANK];
+    static float a[NTOK * HMAX * RANK], b[NTOK * HMAX * RANK], f[NTOK * HMAX * RANK];
     static int ha[NTOK * NTOK], hb[NTOK * NTOK], hf[NTOK * NTOK];
     const int cut = PROMPT + 13;
     for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++)
@@ -367,10 +368,10 @@ TEST(latent_image_and_fork_continue_bit_for_bit) {
                 FAILF("%s %s: %lld cold pages, %lld loads: recall was not exercised", config_name(cf), kvb_dtype_name(TYPES[ti]),
                       (long long)cs.cold_pages, (long long)cs.recall_loads);
             if (fk) CHECK_OK(steps(fk, false, cut, NTOK, f, hf));
-            const size_t from = (size_t)cut * H * RANK;
-            if (memcmp(a + from, b + from, sizeof(float) * (NTOK * H * RANK - from)) || memcmp(ha + cut * NTOK, hb + cut * NTOK, sizeof(int) * (NTOK - cut) * NTOK))
+            const size_t from = (size_t)cut * NH * RANK;
+            if (memcmp(a + from, b + from, sizeof(float) * (NTOK * NH * RANK - from)) || memcmp(ha + cut * NTOK, hb + cut * NTOK, sizeof(int) * (NTOK - cut) * NTOK))
                 FAILF("%s %s: the restored latent cache does not continue bit for bit", config_name(cf), kvb_dtype_name(TYPES[ti]));
-            if (fk && (memcmp(a + from, f + from, sizeof(float) * (NTOK * H * RANK - from)) || memcmp(ha + cut * NTOK, hf + cut * NTOK, sizeof(int) * (NTOK - cut) * NTOK)))
+            if (fk && (memcmp(a + from, f + from, sizeof(float) * (NTOK * NH * RANK - from)) || memcmp(ha + cut * NTOK, hf + cut * NTOK, sizeof(int) * (NTOK - cut) * NTOK)))
                 FAILF("%s %s: the fork of a latent cache does not continue bit for bit", config_name(cf), kvb_dtype_name(TYPES[ti]));
             kvb_cache_free(fk);
             kvb_cache_free(r);
@@ -387,7 +388,7 @@ TEST(latent_image_bad_head_dim_v_refused_by_name_older_images_load_as_0) {
     mla_init(54);
     struct kvb_cache_params cp = latent_params(KVB_POLICY_H2O, KVB_DTYPE_F32, true);
     struct kvb_cache *c, *r;
-    static float outs[NTOK * H * RANK];
+    static float outs[NTOK * HMAX * RANK];
     static int held[NTOK * NTOK];
     CHECK_OK(kvb_cache_init(NULL, &cp, &c));
     CHECK_OK(steps(c, false, 0, PROMPT + 4, outs, held));
@@ -457,12 +458,12 @@ TEST(latent_params_refused_by_name) {
     cp.rope.type = KVB_ROPE_NONE;
     struct kvb_cache *c;
     CHECK_OK(kvb_cache_init(NULL, &cp, &c));
-    static float q[H * D], k[D], v[D], o[H * D];
+    static float q[HMAX * D], k[D], v[D], o[HMAX * D];
     for (int i = 0; i < D; i++) k[i] = 0.25f * (float)(i % 13) - 1.5f;
-    if (kvb_cache_decode(c, 0, q, H, k, v, o, NULL) == KVB_OK) FAILF("decode with a V row on a latent cache");
+    if (kvb_cache_decode(c, 0, q, NH, k, v, o, NULL) == KVB_OK) FAILF("decode with a V row on a latent cache");
     if (!strstr(kvb_last_error(), "v must be NULL with head_dim_v")) FAILF("\"%s\"", kvb_last_error());
     CHECK_EQ_INT(kvb_cache_n_past(c, 0), 0);
-    CHECK_OK(kvb_cache_decode(c, 0, q, H, k, NULL, o, NULL));
+    CHECK_OK(kvb_cache_decode(c, 0, q, NH, k, NULL, o, NULL));
     float kr[D], vr[D];
     CHECK_OK(kvb_cache_read_slot(c, 0, 0, 0, kr, vr));
     CHECK(memcmp(kr, vr, sizeof kr) == 0); /* the value is the row */
@@ -475,7 +476,7 @@ TEST(latent_params_refused_by_name) {
  * K and V rows need; head_dim_v 0 is kvb_kv_seq_bytes itself. */
 TEST(latent_sizing_rule_holds_k_rows_only) {
     mla_init(55);
-    static float outs[NTOK * H * RANK];
+    static float outs[NTOK * HMAX * RANK];
     static int held[NTOK * NTOK];
     for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++)
         for (size_t ci = 0; ci < sizeof CONFIGS / sizeof CONFIGS[0]; ci++) {
@@ -517,7 +518,7 @@ TEST(latent_cold_file_holds_k_rows_only) {
     char dir[] = "/tmp/kvb_mla_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     struct kvb_cache_params cp = config_params(&CONFIGS[5], KVB_DTYPE_Q8_0, true); /* h2o, recall, original positions */
-    static float a[NTOK * H * RANK], b[NTOK * H * RANK];
+    static float a[NTOK * HMAX * RANK], b[NTOK * HMAX * RANK];
     static int ha[NTOK * NTOK], hb[NTOK * NTOK];
     CHECK_OK(run_cache(&cp, false, a, ha));
     cp.kv.recall.cold_mem_bytes = 0;
@@ -543,6 +544,18 @@ TEST(latent_cold_file_holds_k_rows_only) {
     if (memcmp(a, b, sizeof a) || memcmp(ha, hb, sizeof ha)) FAILF("a cold file changed the run");
 }
 
+/* DeepSeek-V3 has 128 query heads over its one latent row, more than one
+ * driver call's KVB_ATTN_MAX_ROWS (64): the cache attends in groups of 64
+ * heads (decode: a pass each, the policy's weights their heads' mean;
+ * prefill: one token per block). 80 heads (64 + 16) against the float64
+ * reference with eviction, and saved, restored and forked runs. */
+TEST(more_query_heads_than_a_driver_call_attend_in_groups) {
+    NH = 80;
+    test_latent_attention_with_eviction_equals_float64_reference_every_head();
+    if (!t_case_failed) test_latent_image_and_fork_continue_bit_for_bit();
+    NH = 4;
+}
+
 int main(void) {
     RUN(latent_attention_with_eviction_equals_float64_reference_every_head);
     RUN(latent_rows_equal_explicit_v_rows_bit_for_bit_every_row_type_and_policy);
@@ -551,5 +564,6 @@ int main(void) {
     RUN(latent_params_refused_by_name);
     RUN(latent_sizing_rule_holds_k_rows_only);
     RUN(latent_cold_file_holds_k_rows_only);
+    RUN(more_query_heads_than_a_driver_call_attend_in_groups);
     return test_summary();
 }

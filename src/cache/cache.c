@@ -918,8 +918,8 @@ static kvb_status check_heads(const struct kvb_cache *c, int32_t n_head) {
     for (int32_t l = 0; c->params.kv_heads && l < c->params.n_layer; l++)
         if (n_head % c->kvh[l])
             return kvb_fail(KVB_ERR_INVALID, "cache: n_head (%d) must be a multiple of layer %d's %d KV heads", (int)n_head, (int)l, (int)c->kvh[l]);
-    if (n_head / c->min_kvh > KVB_ATTN_MAX_ROWS)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: more than %d query heads per KV head", KVB_ATTN_MAX_ROWS);
+    if (n_head / c->min_kvh > KVB_CACHE_MAX_GROUP)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: more than %d query heads per KV head", KVB_CACHE_MAX_GROUP);
     if (c->sinks && n_head != c->params.n_sink_heads)
         return kvb_fail(KVB_ERR_INVALID, "cache: n_head (%d) differs from the %d heads its sinks are for", (int)n_head, (int)c->params.n_sink_heads);
     return KVB_OK;

@@ -117,6 +117,10 @@ struct kvb_cache {
     size_t v_in_k;                    /* head_dim_v > 0 (latent rows): the value's byte offset within a K row */
 };
 
+/* The most query heads per KV head (DeepSeek-V3: 128 over one latent row);
+ * more than KVB_ATTN_MAX_ROWS attend in groups of that many (attend.c). */
+#define KVB_CACHE_MAX_GROUP 1024
+
 /* The width of a token's value (out's rows): head_dim_v for latent rows, else head_dim. */
 static inline int32_t kvb_cache_dv(const struct kvb_cache *c) {
     return c->params.head_dim_v > 0 ? c->params.head_dim_v : c->params.head_dim;
