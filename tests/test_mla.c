@@ -16,8 +16,11 @@
  *     latent cache gives the same bits and makes the same eviction
  *     decisions, for every row type and policy, on the dispatched kernels
  *     and on the scalar reference.
- * Then images and forks of a latent cache continue bit for bit, and bad
- * values are refused by name.
+ * Then images and forks of a latent cache continue bit for bit (recall,
+ * the pinned span and windows included), bad values are refused by name,
+ * the sizing rule for K-only pages (kvb_kv_seq_bytes_latent) holds, the
+ * cold tier's file holds K rows only, and more query heads than one driver
+ * call's 64 rows (DeepSeek-V3's 128) attend in groups.
  */
 #include "cache_helpers.h"
 #include "core/core.h"
