@@ -445,6 +445,13 @@ enum kvb_dtype kvb_kv_v_type(const struct kvb_kv_params *kv);
  * (unknown policy or dtype, block_size or geometry out of range). */
 size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int64_t n_ctx,
                         int64_t n_prompt, int32_t chunk);
+/* The same rule for a cache of latent rows (kvb_cache_params.head_dim_v,
+ * multi-head latent attention): pages hold K rows of head_dim only, so the
+ * bytes are those of kvb_kv_seq_bytes with no V rows. head_dim_v 0 is
+ * kvb_kv_seq_bytes itself; 0 for a bad argument (head_dim_v outside
+ * 0..head_dim, or as kvb_kv_seq_bytes). */
+size_t kvb_kv_seq_bytes_latent(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int32_t head_dim_v,
+                               int64_t n_ctx, int64_t n_prompt, int32_t chunk);
 
 struct kvb_cache_params {
     int32_t n_layer;
@@ -494,11 +501,25 @@ struct kvb_cache_params {
                                  * h / (n_head / kv_heads[l])). Gemma 4 26B/31B: 8 or 16 heads on
                                  * window layers, 2 or 4 on global ones. A reader has its
                                  * source's; no sinks or recall with it. */
+    int32_t head_dim_v;         /* 0: every token keeps a V row of head_dim beside its K row (as
+                                 * always). > 0: multi-head latent attention (DeepSeek-V2/V3,
+                                 * Kimi-K2): no V rows are stored (pages hold K rows only) and a
+                                 * token's value is the LAST head_dim_v entries of its K row, read
+                                 * where the key is (an absorbed MLA row [k_pe | c_kv] with
+                                 * head_dim_v = kv_lora_rank). Needs rope.n_dims + head_dim_v <=
+                                 * head_dim (rope_swa's n_dims likewise: values are never rotated),
+                                 * kv.kv_dtype_v KVB_DTYPE_AS_K or kv.kv_dtype, and for q8_0/q4_0
+                                 * rows head_dim - head_dim_v a multiple of 32 (whole blocks).
+                                 * Then kvb_cache_decode/prefill/append take v = NULL and write out
+                                 * as [n_tok][n_head][head_dim_v]; kvb_cache_read_slot's v gets
+                                 * head_dim_v floats; eviction, recall, forks and images move the
+                                 * one row. head_dim is 1..576 in any case (576: DeepSeek's 64
+                                 * rotated dims and 512-dim latent). */
 };
 struct kvb_cache_params kvb_cache_default_params(void);
 
 /* Page size the cache needs: block_size * (K row bytes + V row bytes), K
- * rows then V rows. */
+ * rows then V rows; block_size * K row bytes with head_dim_v > 0. */
 size_t kvb_cache_page_bytes(const struct kvb_cache_params *params);
 /* Pages of the pool a cache's recurrent state takes, all its recurrent
  * layers (rows packed whole into pages); 0 without; -1 when a row does not
@@ -554,7 +575,8 @@ void kvb_cache_unreserve(struct kvb_cache *cache);
 /* One decode step of one layer, all of its KV heads:
  *   q   [n_head][head_dim]     query of the new token, before RoPE
  *   k,v [n_kv_head][head_dim]  key (before RoPE) and value of the new token
- *   out [n_head][head_dim]     attention output
+ *                              (latent rows, head_dim_v > 0: v is NULL)
+ *   out [n_head][head_dim]     attention output ([n_head][head_dim_v] with latent rows)
  * Appends k/v at the layer's next original position, attends (query head h
  * uses KV head h / (n_head / n_kv_head)), feeds the attention weights to the
  * policy if it wants them, and evicts down to each stream's budget.
@@ -566,7 +588,8 @@ kvb_status kvb_cache_decode(struct kvb_cache *cache, int32_t layer, const float 
                             const float *k, const float *v, float *out, struct kvb_threadpool *tp);
 
 /* Chunked prefill of n_tok tokens in one layer, with causal masking:
- *   q   [n_tok][n_head][head_dim], k,v [n_tok][n_kv_head][head_dim], out like q.
+ *   q   [n_tok][n_head][head_dim], k,v [n_tok][n_kv_head][head_dim], out like q
+ *   (latent rows: v NULL, out [n_tok][n_head][head_dim_v]).
  * Decode-time policies receive per-key attention mass summed over the
  * chunk's queries (tova: its last query) and evict down to budget after the
  * chunk. The snapkv family reads a prompt (see struct kvb_policy_params):
@@ -596,7 +619,8 @@ void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
 
 /* Low-level steps, for the lab and for engines that compute attention
  * themselves. kvb_cache_decode == append + attention + observe + evict.
- * append: k, v as in decode; NULL means zero rows (bookkeeping-only caches).
+ * append: k, v as in decode; NULL means zero rows (bookkeeping-only caches);
+ * v must be NULL with latent rows.
  * Errors: KVB_ERR_NOMEM, cache unchanged. */
 kvb_status kvb_cache_append(struct kvb_cache *cache, int32_t layer, const float *k, const float *v);
 /* Feeds one attention row to the policy of stream (layer, head): w[j] is the
@@ -656,7 +680,8 @@ struct kvb_slot_info {
 /* Info of logical slot j (0 = oldest retained). KVB_ERR_INVALID if out of range. */
 kvb_status kvb_cache_slot_info(const struct kvb_cache *cache, int32_t layer, int32_t head, int32_t j,
                                struct kvb_slot_info *out);
-/* Reads K (after RoPE at its original position) and V of logical slot j as f32. */
+/* Reads K (after RoPE at its original position) and V of logical slot j as
+ * f32: head_dim floats each, or for latent rows V's head_dim_v (K's tail). */
 kvb_status kvb_cache_read_slot(const struct kvb_cache *cache, int32_t layer, int32_t head, int32_t j,
                                float *k, float *v);
 

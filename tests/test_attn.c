@@ -68,7 +68,7 @@ static float put_row(enum kvb_dtype dt, uint8_t *row, const float *x, int d, int
         memcpy(row + 4 * i, &x[i], 4);
         return x[i];
     }
-    float back[512];
+    float back[KVB_ATTN_MAX_DIM];
     if (i == 0) kvb_kv_row_store(dt, x, row, d);
     if (dt == KVB_DTYPE_Q8_0 || dt == KVB_DTYPE_Q4_0) own_quantized(dt, x, d, back);
     else kvb_kv_row_load(dt, row, back, d);
@@ -110,7 +110,7 @@ static void fake_init2(struct fake *f, int n, int d, enum kvb_dtype dt, enum kvb
         uint8_t *page = f->pages[perm[j] / f->B];
         uint8_t *kr = page + (size_t)(perm[j] % f->B) * f->row_bytes;
         uint8_t *vr = page + (size_t)f->B * f->row_bytes + (size_t)(perm[j] % f->B) * f->row_bytes_v;
-        float kx[512], vx[512];
+        float kx[KVB_ATTN_MAX_DIM], vx[KVB_ATTN_MAX_DIM];
         for (int i = 0; i < d; i++) { kx[i] = t_randf(&rs) * 2; vx[i] = t_randf(&rs); }
         for (int i = 0; i < d; i++) {
             f->k[(size_t)j * d + i] = put_row(dt, kr, kx, d, i);
@@ -123,7 +123,7 @@ static void fake_init2(struct fake *f, int n, int d, enum kvb_dtype dt, enum kvb
 static void fake_init(struct fake *f, int n, int d, enum kvb_dtype dt, unsigned long long seed) { fake_init2(f, n, d, dt, dt, seed); }
 
 static struct kvb_kv_view fake_view(const struct fake *f) {
-    struct kvb_kv_view v = {f->pages, f->slots, f->n, 2, f->d, f->row_bytes, f->row_bytes_v, (size_t)f->B * f->row_bytes, f->dt, f->dtv, 0.0f};
+    struct kvb_kv_view v = {f->pages, f->slots, f->n, 2, f->d, f->row_bytes, f->row_bytes_v, (size_t)f->B * f->row_bytes, f->dt, f->dtv, 0.0f, 0};
     return v;
 }
 
@@ -153,7 +153,7 @@ static void as_scored(const struct fake *f, const float *q, float *qs) {
 /* Naive reference: row r sees keys [0, lim); two passes in double. */
 static void naive(const struct fake *f, const float *q_in, int lim, double *out, double *w) {
     const int d = f->d;
-    float q[512];
+    float q[KVB_ATTN_MAX_DIM];
     as_scored(f, q_in, q);
     double *s = malloc(sizeof(double) * (size_t)(lim > 0 ? lim : 1));
     double mx = -1e300;
@@ -232,6 +232,64 @@ TEST(decode_matches_naive_every_family) {
                         free(q); free(acc); free(out); free(p);
                         fake_free(&f);
                     }
+}
+
+/* Latent views (multi-head latent attention, kvb_cache_params.head_dim_v):
+ * each key's value is its K row's last dv entries, read in place (v_offset
+ * within the row, row_bytes_v = row_bytes), and acc/out rows are dv wide.
+ * Every family against the double reference over those tails, for every
+ * row type (the quantized ones with the value on a block boundary), a
+ * row or two (accum's direct rows), 16 (AVX2's converted-once rows) and 64
+ * rows (AVX-512's f16 tiles), and DeepSeek's 576 = 64 + 512. */
+TEST(latent_views_read_values_in_the_key_row_every_family) {
+    const int dims[][2] = {{64, 32}, {96, 64}, {576, 512}};
+    const int groups[] = {1, 2, 16, 64};
+    const int lens[] = {5, 130};
+    const enum kvb_dtype types[] = {KVB_DTYPE_F32, KVB_DTYPE_F16, KVB_DTYPE_BF16, KVB_DTYPE_Q8_0, KVB_DTYPE_Q4_0};
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+            for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+                const int d = dims[di][0], dv = dims[di][1], n = lens[li];
+                const enum kvb_dtype dt = types[ti];
+                struct fake f;
+                fake_layout = li ? FAKE_APPENDED : FAKE_SHUFFLED;
+                fake_init2(&f, n, d, dt, dt, 300 + di * 7 + li);
+                fake_layout = FAKE_SHUFFLED;
+                struct kvb_kv_view v = fake_view(&f);
+                v.head_dim_v = dv;
+                v.v_offset = kvb_dtype_row_bytes(dt, d - dv);
+                v.row_bytes_v = v.row_bytes;
+                /* the reference's values: the keys' tails (f.v, the V rows, are not the view's) */
+                struct fake t = f;
+                t.v = malloc(sizeof(float) * (size_t)n * d);
+                for (int j = 0; j < n; j++)
+                    for (int i = 0; i < d; i++) t.v[(size_t)j * d + i] = i < dv ? f.k[(size_t)j * d + d - dv + i] : 0.0f;
+                for (int fa = 0; fa < n_families; fa++)
+                    for (size_t gi = 0; gi < sizeof groups / sizeof *groups; gi++) {
+                        const int G = groups[gi];
+                        unsigned long long rs = 77 + li + gi;
+                        float *q = malloc(sizeof(float) * (size_t)G * d), *acc = malloc(sizeof(float) * (size_t)G * d);
+                        float *out = malloc(sizeof(float) * (size_t)G * dv);
+                        double *ref = malloc(sizeof(double) * (size_t)d);
+                        for (int i = 0; i < G * d; i++) q[i] = t_randf(&rs) * 4.0f / sqrtf((float)d); /* scores as at d = 64 */
+                        struct kvb_attn_state st;
+                        kvb_attn_begin(&st, G, d, acc, NULL, 0, NULL, NULL, 0);
+                        st.dv = dv;
+                        kvb_attn_run(families[fa], &v, q, NULL, 0, n / 3, &st);
+                        kvb_attn_run(families[fa], &v, q, NULL, n / 3, n, &st);
+                        kvb_attn_end(&st, out, NULL);
+                        for (int g = 0; g < G; g++) {
+                            naive(&t, q + (size_t)g * d, n, ref, NULL);
+                            for (int i = 0; i < dv; i++)
+                                if (fabs(out[(size_t)g * dv + i] - ref[i]) > 1e-5)
+                                    FAILF("%s %s d=%d dv=%d G=%d n=%d head %d dim %d: %.9g vs %.9g", families[fa]->name, kvb_dtype_name(dt), d,
+                                          dv, G, n, g, i, (double)out[(size_t)g * dv + i], ref[i]);
+                        }
+                        free(ref); free(q); free(acc); free(out);
+                    }
+                free(t.v);
+                fake_free(&f);
+            }
 }
 
 /* gpt-oss's learned sinks: each row's softmax has one more logit, its sink,
@@ -635,6 +693,7 @@ int main(void) {
     find_families();
     printf("kernel families on this CPU: %d\n", n_families);
     RUN(decode_matches_naive_every_family);
+    RUN(latent_views_read_values_in_the_key_row_every_family);
     RUN(sinks_take_their_share);
     RUN(prefill_rows_and_column_mass);
     RUN(f16_tiles_for_many_rows_are_the_direct_bits);

@@ -225,7 +225,7 @@ TEST(kernel_table) {
         const size_t rb = kvb_dtype_row_bytes(dts[t], D);
         for (int j = 0; j < N; j++) kvb_kv_row_store(dts[t], kx + (size_t)j * D, rows + (size_t)slots[j] * rb, D);
         uint8_t *page = rows;
-        const struct kvb_kv_view v = {&page, slots, N, 6, D, rb, rb, 0, dts[t], dts[t], 0.0f};
+        const struct kvb_kv_view v = {&page, slots, N, 6, D, rb, rb, 0, dts[t], dts[t], 0.0f, 0};
         kvb_kernels_ref.scores_i8(&v, &qr, R, 0, N, want);
         for (int i = 1; i < n; i++) {
             if ((fam[i].needs & ~have) != 0) continue;

@@ -101,7 +101,7 @@ class _CacheParams(_c.Structure):
     _fields_ = [("n_layer", _i32), ("n_kv_head", _i32), ("head_dim", _i32), ("rope", _Rope), ("no_rope", _c.c_void_p), ("pool_bytes", _sz),
                 ("kv", _KvParams), ("rope_swa", _Rope), ("attn_softcap", _f32), ("sinks", _fp), ("n_sink_heads", _i32),
                 ("recurrent", _c.c_void_p), ("state_rows", _i32), ("state_row_floats", _i32), ("kv_source", _c.c_void_p),
-                ("kv_heads", _c.c_void_p)]
+                ("kv_heads", _c.c_void_p), ("head_dim_v", _i32)]
 
 
 class _CacheStats(_c.Structure):

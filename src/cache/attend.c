@@ -148,9 +148,11 @@ void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     } else {
         memset(kd, 0, rb);
     }
-    uint8_t *vd = kvb_stream_vrow(&c->geom, s, slot);
-    if (v) kvb_kv_row_store(c->params.kv.kv_dtype_v, v, vd, d);
-    else memset(vd, 0, c->geom.row_bytes_v);
+    if (!c->params.head_dim_v) { /* latent rows: the value is the K row's tail, no V row */
+        uint8_t *vd = kvb_stream_vrow(&c->geom, s, slot);
+        if (v) kvb_kv_row_store(c->params.kv.kv_dtype_v, v, vd, d);
+        else memset(vd, 0, c->geom.row_bytes_v);
+    }
     if (c->policy.iface->on_append) { /* a pinned token is no slot of the policy's view */
         struct kvb_stream_view pv;
         const int32_t pin = kvb_cache_policy_view(c, s, &pv);
@@ -161,7 +163,9 @@ void kvb_attend_append(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
 void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s, int32_t j, float *k, float *v) {
     const int32_t slot = s->v.order[j];
     if (k) kvb_kv_row_load(c->params.kv.kv_dtype, kvb_stream_row(&c->geom, s, slot), k, c->params.head_dim);
-    if (v) kvb_kv_row_load(c->params.kv.kv_dtype_v, kvb_stream_vrow(&c->geom, s, slot), v, c->params.head_dim);
+    if (v && c->params.head_dim_v) /* latent rows: the K row's last head_dim_v entries */
+        kvb_kv_row_load(c->params.kv.kv_dtype, kvb_stream_row(&c->geom, s, slot) + c->v_in_k, v, c->params.head_dim_v);
+    else if (v) kvb_kv_row_load(c->params.kv.kv_dtype_v, kvb_stream_vrow(&c->geom, s, slot), v, c->params.head_dim);
 }
 
 /* ---- runs as a query sees them ---- */
@@ -218,6 +222,12 @@ static struct kvb_kv_view kv_view(const struct kvb_cache *c, const struct kvb_st
     v.dtype = c->params.kv.kv_dtype;
     v.dtype_v = c->params.kv.kv_dtype_v;
     v.softcap = c->params.attn_softcap;
+    v.head_dim_v = 0;
+    if (c->params.head_dim_v) { /* latent rows: each V row is its K row's tail (dtype_v is dtype) */
+        v.head_dim_v = c->params.head_dim_v;
+        v.v_offset = c->v_in_k;
+        v.row_bytes_v = c->geom.row_bytes;
+    }
     return v;
 }
 
@@ -283,6 +293,8 @@ static void attend_area(struct kvb_cache *c, struct kvb_stream *s, struct kvb_he
             fv.row_bytes = fv.row_bytes_v = sizeof(float) * (size_t)c->params.head_dim;
             fv.v_offset = fv.row_bytes << ra->shadow_shift;
             fv.dtype = fv.dtype_v = KVB_DTYPE_F32;
+            if (c->params.head_dim_v) /* latent rows: the shadow's values are its keys' unrotated tails */
+                fv.v_offset = sizeof(float) * (size_t)(c->params.head_dim - c->params.head_dim_v);
             rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, (int32_t)(L - (p0 + i0))); /* the query at L */
             kvb_attn_run(c->kr, &fv, hs->qrot, NULL, 0, jf, st);
         }
@@ -306,18 +318,19 @@ static inline int32_t run_end(const struct kvb_run *runs, int32_t nr, int32_t r,
 }
 
 
-void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q, int32_t G,
-                       int64_t pq, float *out, float *w) {
+/* G <= KVB_ATTN_MAX_ROWS query heads (q rows, out rows, their sinks) of
+ * kvb_attend_decode: one pass over the stream. */
+static void decode_group(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q, int32_t G,
+                         const float *sink, int64_t pq, float *out, float *w) {
     const int32_t d = c->params.head_dim;
-    serve_stream(h, s);
-    recall_refresh(c, s, h, q, G, G, 0, 0, 1, pq);
     const struct kvb_run *runs;
     const int32_t nr = attn_runs(c, s, h, pq, &runs);
     const struct kvb_kv_view view = kv_view(c, s);
     const int32_t jw = window_first(s, pq, 0); /* 0 but right after a restore or a caller's append */
     struct kvb_attn_state st;
     kvb_attn_begin(&st, G, d, h->acc, w ? h->p : NULL, s->v.n, h->seg_j, h->seg_m, (int32_t)h->seg_cap);
-    st.sink = s->sink; /* rows are this KV head's G query heads */
+    st.dv = kvb_cache_dv(c);
+    st.sink = sink; /* rows are these G query heads */
     for (int32_t r = 0; r < nr; r++) {
         const int32_t j0 = KVB_MAX(runs[r].j0, jw), j1 = run_end(runs, nr, r, s->v.n, s->v.n);
         if (j0 >= j1) continue;
@@ -334,14 +347,42 @@ void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
     }
 }
 
-void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h,
-                       const float *q, int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, float *out,
-                       int32_t obs_from, float *col) {
-    const int32_t d = c->params.head_dim;
-    serve_stream(hs, s);
+/* More than KVB_ATTN_MAX_ROWS query heads per KV head (DeepSeek-V3's 128
+ * over one latent row) attend in groups of KVB_ATTN_MAX_ROWS, one pass over
+ * the stream each; the mean weights are the groups' means weighted by their
+ * heads (the second and later groups' go through p's row KVB_ATTN_MAX_ROWS,
+ * which no group uses). Recall chooses with the first group's queries. */
+void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *h, const float *q, int32_t G,
+                       int64_t pq, float *out, float *w) {
+    serve_stream(h, s);
+    const int32_t g1 = KVB_MIN(G, KVB_ATTN_MAX_ROWS);
+    recall_refresh(c, s, h, q, g1, g1, 0, 0, 1, pq);
+    if (G <= KVB_ATTN_MAX_ROWS) {
+        decode_group(c, s, h, q, G, s->sink, pq, out, w);
+        return;
+    }
+    const int32_t d = c->params.head_dim, dv = kvb_cache_dv(c), n = s->v.n;
+    float *wg = w ? h->p + (size_t)KVB_ATTN_MAX_ROWS * (size_t)n : NULL;
+    for (int32_t g0 = 0; g0 < G; g0 += KVB_ATTN_MAX_ROWS) {
+        const int32_t gs = KVB_MIN(KVB_ATTN_MAX_ROWS, G - g0);
+        decode_group(c, s, h, q + (size_t)g0 * d, gs, s->sink ? s->sink + g0 : NULL, pq, out + (size_t)g0 * dv, g0 ? wg : w);
+        if (!w) continue;
+        const float f = (float)gs / (float)G;
+        if (g0 == 0) for (int32_t j = 0; j < n; j++) w[j] *= f;
+        else for (int32_t j = 0; j < n; j++) w[j] += wg[j] * f;
+    }
+}
+
+/* kvb_attend_tokens for G <= KVB_ATTN_MAX_ROWS query heads: those of KV
+ * head h in q's [n_head] rows (h * G + g), their sinks; column mass weighted
+ * w_col per row; refresh: this group chooses the recalled pages. */
+static void tokens_group(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h, const float *q, int32_t n_head,
+                         int32_t G, const float *sink, int32_t C, int32_t n_prev, int64_t p0, float *out, int32_t obs_from, float *col,
+                         float w_col, bool refresh) {
+    const int32_t d = c->params.head_dim, dv = kvb_cache_dv(c);
     const struct kvb_kv_view view = kv_view(c, s);
     /* recall: the chunk's last RECALL_WINDOW tokens choose (not for a vote: out == NULL) */
-    if (out) recall_refresh(c, s, hs, q, n_head, G, h, KVB_MAX(0, C - RECALL_WINDOW), C, p0);
+    if (out && refresh) recall_refresh(c, s, hs, q, n_head, G, h, KVB_MAX(0, C - RECALL_WINDOW), C, p0);
     /* capped positions with far keys: every token has its own runs */
     const int32_t tb = capped_far(c, s, p0 + C - 1) ? 1 : KVB_MAX(1, KVB_ATTN_MAX_ROWS / G);
     int32_t wf = 0; /* a window layer: the first key the current token sees, which only moves forward */
@@ -360,9 +401,10 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
         const int32_t jmax = n_prev + i1;
         struct kvb_attn_state st;
         kvb_attn_begin(&st, R, d, hs->acc, NULL, 0, NULL, NULL, 0);
+        st.dv = dv;
         if (s->window) st.first = hs->first;
-        if (s->sink) { /* row (token, g): query head g's */
-            for (int32_t r = 0; r < R; r++) hs->sink[r] = s->sink[r % G];
+        if (sink) { /* row (token, g): query head g's */
+            for (int32_t r = 0; r < R; r++) hs->sink[r] = sink[r % G];
             st.sink = hs->sink;
         }
         int32_t j1;
@@ -375,16 +417,34 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
         kvb_attn_end(&st, hs->out, hs->lse);
         if (out)
             for (int32_t i = i0; i < i1; i++)
-                memcpy(out + ((size_t)i * n_head + (size_t)h * G) * d, hs->out + (size_t)(i - i0) * G * d,
-                       sizeof(float) * (size_t)G * d);
+                memcpy(out + ((size_t)i * n_head + (size_t)h * G) * dv, hs->out + (size_t)(i - i0) * G * dv,
+                       sizeof(float) * (size_t)G * dv);
         if (col && i1 > obs_from) {
             const int32_t a = KVB_MAX(i0, obs_from); /* observed tokens of this block: [a, i1) */
             const int32_t off = (a - i0) * G, Ro = (i1 - a) * G;
             for (int32_t r = 0; r < nr && (j1 = run_end(runs, nr, r, s->v.n, jmax)) > runs[r].j0; r++) {
                 rotate_rows(c, hs, q, n_head, G, h, i0, i1, n_prev, p0, runs[r].delta);
                 kvb_attn_colmass(c->kr, &view, hs->qrot + (size_t)off * d, hs->limit + off, hs->lse + off, Ro,
-                                 1.0f / (float)G, runs[r].j0, j1, col, st.s);
+                                 w_col, runs[r].j0, j1, col, st.s);
             }
         }
     }
+}
+
+/* More than KVB_ATTN_MAX_ROWS query heads per KV head: groups of
+ * KVB_ATTN_MAX_ROWS heads, one token per block (their rows fill it), each
+ * group's column mass weighted 1/G so that all G heads average; the first
+ * group chooses the recalled pages. */
+void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h,
+                       const float *q, int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, float *out,
+                       int32_t obs_from, float *col) {
+    serve_stream(hs, s);
+    if (G <= KVB_ATTN_MAX_ROWS) {
+        tokens_group(c, s, hs, h, q, n_head, G, s->sink, C, n_prev, p0, out, obs_from, col, 1.0f / (float)G, true);
+        return;
+    }
+    const size_t d = (size_t)c->params.head_dim, dv = (size_t)kvb_cache_dv(c), base = (size_t)h * (size_t)G;
+    for (int32_t g0 = 0; g0 < G; g0 += KVB_ATTN_MAX_ROWS) /* head h * G + g0 + g is group row g of "KV head 0" at q + (h * G + g0) rows */
+        tokens_group(c, s, hs, 0, q + (base + (size_t)g0) * d, n_head, KVB_MIN(KVB_ATTN_MAX_ROWS, G - g0), s->sink ? s->sink + g0 : NULL, C,
+                     n_prev, p0, out ? out + (base + (size_t)g0) * dv : NULL, obs_from, col, 1.0f / (float)G, g0 == 0);
 }

@@ -66,8 +66,29 @@ static enum kvb_dtype v_dtype(const struct kvb_cache_params *p) { return kvb_kv_
 
 size_t kvb_cache_page_bytes(const struct kvb_cache_params *p) {
     const size_t rk = kvb_dtype_row_bytes(p->kv.kv_dtype, p->head_dim), rv = kvb_dtype_row_bytes(v_dtype(p), p->head_dim);
-    if (!rk || !rv || p->kv.block_size <= 0) return 0;
-    return (size_t)p->kv.block_size * (rk + rv);
+    if (!rk || (!rv && p->head_dim_v <= 0) || p->kv.block_size <= 0) return 0;
+    return (size_t)p->kv.block_size * (rk + (p->head_dim_v > 0 ? 0 : rv)); /* latent rows: K rows only */
+}
+
+/* head_dim_v > 0 (multi-head latent attention): the value is the K row's
+ * last head_dim_v entries, so they must never be rotated (every rotation
+ * turns a row's FIRST n_dims), begin on a whole block of the row type, and
+ * there is no V type of its own. */
+static kvb_status validate_latent(const struct kvb_cache_params *p) {
+    const int32_t dv = p->head_dim_v;
+    if (dv == 0) return KVB_OK;
+    if (dv < 0 || dv > p->head_dim)
+        return kvb_fail(KVB_ERR_INVALID, "cache: head_dim_v must be in 0..head_dim (%d), got %d", (int)p->head_dim, (int)dv);
+    if (p->rope.type != KVB_ROPE_NONE && p->rope.n_dims + dv > p->head_dim)
+        return kvb_fail(KVB_ERR_INVALID, "cache: head_dim_v %d: rope.n_dims %d + head_dim_v exceeds head_dim %d (the value, a K row's last "
+                        "head_dim_v entries, would be rotated)", (int)dv, (int)p->rope.n_dims, (int)p->head_dim);
+    if (p->kv.kv_dtype_v != KVB_DTYPE_AS_K && p->kv.kv_dtype_v != p->kv.kv_dtype)
+        return kvb_fail(KVB_ERR_INVALID, "cache: head_dim_v %d stores no V rows: kv_dtype_v must be as K (%s), got %s", (int)dv,
+                        kvb_dtype_name(p->kv.kv_dtype), kvb_dtype_name(p->kv.kv_dtype_v));
+    if (p->head_dim > dv && !kvb_dtype_row_bytes(p->kv.kv_dtype, p->head_dim - dv))
+        return kvb_fail(KVB_ERR_INVALID, "cache: head_dim_v %d: the value starts at entry %d, not on a block of 32 of %s rows", (int)dv,
+                        (int)(p->head_dim - dv), kvb_dtype_name(p->kv.kv_dtype));
+    return KVB_OK;
 }
 
 static kvb_status validate_params(const struct kvb_cache_params *p) {
@@ -75,7 +96,8 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
     if (p->n_layer < 1 || p->n_layer > 4096) return kvb_fail(KVB_ERR_INVALID, "cache: n_layer must be in 1..4096, got %d", (int)p->n_layer);
     if (p->n_kv_head < 1 || p->n_kv_head > KVB_MAX_KV_HEADS)
         return kvb_fail(KVB_ERR_INVALID, "cache: n_kv_head must be in 1..%d, got %d", KVB_MAX_KV_HEADS, (int)p->n_kv_head);
-    if (p->head_dim < 1 || p->head_dim > 512) return kvb_fail(KVB_ERR_INVALID, "cache: head_dim must be in 1..512, got %d", (int)p->head_dim);
+    if (p->head_dim < 1 || p->head_dim > KVB_ATTN_MAX_DIM)
+        return kvb_fail(KVB_ERR_INVALID, "cache: head_dim must be in 1..%d, got %d", KVB_ATTN_MAX_DIM, (int)p->head_dim);
     if (p->kv.kv_dtype < KVB_DTYPE_F32 || p->kv.kv_dtype > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype %d", (int)p->kv.kv_dtype);
     if (p->kv.kv_dtype_v < KVB_DTYPE_AS_K || p->kv.kv_dtype_v > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype_v %d", (int)p->kv.kv_dtype_v);
     if (!kvb_dtype_row_bytes(p->kv.kv_dtype, p->head_dim) || !kvb_dtype_row_bytes(v_dtype(p), p->head_dim))
@@ -169,8 +191,9 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
         if (!(p->rope.base > 1.0f) || !isfinite(p->rope.base)) return kvb_fail(KVB_ERR_INVALID, "cache: rope.base must be > 1, got %g", (double)p->rope.base);
         if (!(p->rope.freq_scale > 0.0f) || !isfinite(p->rope.freq_scale)) return kvb_fail(KVB_ERR_INVALID, "cache: rope.freq_scale must be > 0, got %g", (double)p->rope.freq_scale);
     }
-    kvb_status st = kvb_policy_validate(&p->kv.policy);
+    kvb_status st = validate_latent(p);
     if (st != KVB_OK) return st;
+    if ((st = kvb_policy_validate(&p->kv.policy)) != KVB_OK) return st;
     const struct kvb_policy_i *pi = kvb_policy_iface(p->kv.policy.id);
     const char *pn = pi->name;
     enum kvb_pos_mode pm = p->kv.pos_mode == KVB_POS_POLICY_DEFAULT ? pi->default_pos : p->kv.pos_mode;
@@ -598,7 +621,8 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     c->geom.block_size = params->kv.block_size;
     while ((1 << c->geom.block_shift) < params->kv.block_size) c->geom.block_shift++;
     c->geom.row_bytes = kvb_dtype_row_bytes(params->kv.kv_dtype, params->head_dim);
-    c->geom.row_bytes_v = kvb_dtype_row_bytes(c->params.kv.kv_dtype_v, params->head_dim);
+    c->geom.row_bytes_v = params->head_dim_v > 0 ? 0 : kvb_dtype_row_bytes(c->params.kv.kv_dtype_v, params->head_dim); /* latent: none */
+    c->v_in_k = params->head_dim_v > 0 ? kvb_dtype_row_bytes(params->kv.kv_dtype, params->head_dim - params->head_dim_v) : 0;
     c->geom.v_offset = (size_t)params->kv.block_size * c->geom.row_bytes;
     c->geom.n_state = c->policy.iface->n_state;
     c->geom.runs = c->pos_mode == KVB_POS_CONTIGUOUS;
@@ -843,7 +867,7 @@ struct decode_job {
 static void decode_worker(int32_t ith, int32_t nth, void *arg) {
     struct decode_job *jb = arg;
     struct kvb_cache *c = jb->c;
-    const int32_t H = c->kvh[jb->src], d = c->params.head_dim;
+    const int32_t H = c->kvh[jb->src], d = c->params.head_dim, dv = kvb_cache_dv(c);
     const bool reader = jb->src != jb->layer; /* a KV-shared layer: attention over its source's tokens, nothing else */
     const bool window = c->window[jb->src] > 0; /* the model's window, not the policy, bounds this layer */
     const bool policy_w = !reader && !window && (c->policy.iface->flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
@@ -855,7 +879,7 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
         const int32_t pos = (int32_t)c->n_past[jb->layer];
         if (!reader) kvb_attend_append(c, s, hs, jb->k ? jb->k + (size_t)h * d : NULL, jb->v ? jb->v + (size_t)h * d : NULL, pos);
         if (jb->attend) {
-            kvb_attend_decode(c, s, hs, jb->q + (size_t)h * jb->G * d, jb->G, pos, jb->out + (size_t)h * jb->G * d,
+            kvb_attend_decode(c, s, hs, jb->q + (size_t)h * jb->G * d, jb->G, pos, jb->out + (size_t)h * jb->G * dv,
                           want_w ? kvb_head_scratch_col(hs) : NULL);
             if (c->observer) c->observer(c->observer_user, jb->layer, h, kvb_head_scratch_col(hs), s->v.n);
             if (policy_w) {
@@ -894,10 +918,18 @@ static kvb_status check_heads(const struct kvb_cache *c, int32_t n_head) {
     for (int32_t l = 0; c->params.kv_heads && l < c->params.n_layer; l++)
         if (n_head % c->kvh[l])
             return kvb_fail(KVB_ERR_INVALID, "cache: n_head (%d) must be a multiple of layer %d's %d KV heads", (int)n_head, (int)l, (int)c->kvh[l]);
-    if (n_head / c->min_kvh > KVB_ATTN_MAX_ROWS)
-        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: more than %d query heads per KV head", KVB_ATTN_MAX_ROWS);
+    if (n_head / c->min_kvh > KVB_CACHE_MAX_GROUP)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: more than %d query heads per KV head", KVB_CACHE_MAX_GROUP);
     if (c->sinks && n_head != c->params.n_sink_heads)
         return kvb_fail(KVB_ERR_INVALID, "cache: n_head (%d) differs from the %d heads its sinks are for", (int)n_head, (int)c->params.n_sink_heads);
+    return KVB_OK;
+}
+
+/* A latent cache (head_dim_v > 0) stores no V rows: v must be NULL. */
+static kvb_status check_latent_v(const struct kvb_cache *c, const float *v, const char *what) {
+    if (c->params.head_dim_v > 0 && v)
+        return kvb_fail(KVB_ERR_INVALID, "%s: v must be NULL with head_dim_v %d (the value is the K row's last head_dim_v entries)", what,
+                        (int)c->params.head_dim_v);
     return KVB_OK;
 }
 
@@ -913,7 +945,9 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
     if (st != KVB_OK) return st;
     if ((st = check_heads(c, n_head)) != KVB_OK) return st;
     const bool reader = kvb_cache_is_reader(c, layer);
-    if (!q || !out || (!reader && (!k || !v))) return kvb_fail(KVB_ERR_INVALID, "cache_decode: q, %sout must not be NULL", reader ? "" : "k, v and ");
+    if (!q || !out || (!reader && (!k || (!v && !c->params.head_dim_v))))
+        return kvb_fail(KVB_ERR_INVALID, "cache_decode: q, %sout must not be NULL", reader ? "" : c->params.head_dim_v ? "k and " : "k, v and ");
+    if ((st = check_latent_v(c, v, "cache_decode")) != KVB_OK) return st;
     if ((st = check_pos(c, layer, 1)) != KVB_OK) return st;
     if (reader && c->n_past[c->kv_src[layer]] != c->n_past[layer] + 1)
         return kvb_fail(KVB_ERR_INVALID, "cache_decode: layer %d reads layer %d (kv_source), which has not taken this token first", (int)layer,
@@ -938,6 +972,7 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
 kvb_status kvb_cache_append(struct kvb_cache *c, int32_t layer, const float *k, const float *v) {
     kvb_status st = check_kv_layer(c, layer, "cache_append");
     if (st != KVB_OK) return st;
+    if ((st = check_latent_v(c, v, "cache_append")) != KVB_OK) return st;
     if ((st = check_pos(c, layer, 1)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, 1, 1)) != KVB_OK) return st;
     run_pending_eviction(c, layer, NULL);
@@ -1012,7 +1047,7 @@ static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
         struct kvb_head_scratch *hs = kvb_head_scratch_at(c->scratch, h);
         const int32_t n_prev = reader ? s->v.n - C : s->v.n; /* a reader: the source's chunk is its last C slots (not yet evicted) */
         for (int32_t i = 0; i < C && !reader; i++)
-            kvb_attend_append(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v + ((size_t)i * H + h) * d, (int32_t)(p0 + i));
+            kvb_attend_append(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v ? jb->v + ((size_t)i * H + h) * d : NULL, (int32_t)(p0 + i));
         if (jb->mass) memset(kvb_head_scratch_col(hs), 0, sizeof(float) * (size_t)s->v.n);
         kvb_attend_tokens(c, s, hs, h, jb->q, jb->n_head, jb->G, C, n_prev, p0, jb->out, obs_from, jb->mass ? kvb_head_scratch_col(hs) : NULL);
         if (jb->mass) {
@@ -1184,7 +1219,9 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     if ((st = check_heads(c, n_head)) != KVB_OK) return st;
     if (n_tok < 1 || n_tok > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_prefill: n_tok must be in 1..1048576, got %d", (int)n_tok);
     const bool reader = kvb_cache_is_reader(c, layer);
-    if (!q || !out || (!reader && (!k || !v))) return kvb_fail(KVB_ERR_INVALID, "cache_prefill: q, %sout must not be NULL", reader ? "" : "k, v and ");
+    if (!q || !out || (!reader && (!k || (!v && !c->params.head_dim_v))))
+        return kvb_fail(KVB_ERR_INVALID, "cache_prefill: q, %sout must not be NULL", reader ? "" : c->params.head_dim_v ? "k and " : "k, v and ");
+    if ((st = check_latent_v(c, v, "cache_prefill")) != KVB_OK) return st;
     if ((st = check_pos(c, layer, n_tok)) != KVB_OK) return st;
     const int32_t src = reader ? c->kv_src[layer] : layer;
     if (reader && (c->n_past[src] != c->n_past[layer] + n_tok || kvb_cache_stream(c, src, 0)->v.n < n_tok))

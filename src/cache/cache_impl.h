@@ -114,7 +114,17 @@ struct kvb_cache {
     int32_t n_pairs_swa;              /* rope_swa.n_dims / 2 (window layers), n_pairs without rope_swa */
     int32_t *kvh;                     /* [n_layer] the KV heads each layer holds (params.kv_heads, or n_kv_head) */
     int32_t min_kvh;                  /* the fewest of them */
+    size_t v_in_k;                    /* head_dim_v > 0 (latent rows): the value's byte offset within a K row */
 };
+
+/* The most query heads per KV head (DeepSeek-V3: 128 over one latent row);
+ * more than KVB_ATTN_MAX_ROWS attend in groups of that many (attend.c). */
+#define KVB_CACHE_MAX_GROUP 1024
+
+/* The width of a token's value (out's rows): head_dim_v for latent rows, else head_dim. */
+static inline int32_t kvb_cache_dv(const struct kvb_cache *c) {
+    return c->params.head_dim_v > 0 ? c->params.head_dim_v : c->params.head_dim;
+}
 
 static inline bool kvb_cache_is_recurrent(const struct kvb_cache *c, int32_t layer) {
     return c->recurrent && c->recurrent[layer];

@@ -26,6 +26,9 @@
  *           Gemma 4's window heads), and its freq_factors are n_dims / 2 of them
  *   flags 128: then i32 kv_source[n_layer] after the recurrent layers (KV-shared layers)
  *   flags 256: then i32 kv_heads[n_layer] (per-layer KV head counts)
+ *   flags 512: then i32 head_dim_v (> 0: latent rows, multi-head latent attention); every
+ *           "V row" below is then absent (0 bytes): a token's value is its K row's tail.
+ *           An image without the flag has head_dim_v 0 (V rows beside K, as before)
  *   flags 16: then i32 keep (kv.keep > 0, the pinned span; an image of a build without it
  *           is refused by its flags)
  *   version 4 (flags 1, written for a cache with recall) adds, after n_state:
@@ -70,7 +73,9 @@
 #define IMAGE_SWA_DIMS 64u          /* flags bit (version 3): rope_swa has its own n_dims (first in the windows' block) */
 #define IMAGE_KV_SOURCE 128u        /* flags bit (version 3): i32 kv_source[n_layer] follow the recurrent layers */
 #define IMAGE_KV_HEADS 256u         /* flags bit (version 3): i32 kv_heads[n_layer] follow kv_source */
-#define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP | IMAGE_STATE | IMAGE_SWA_DIMS | IMAGE_KV_SOURCE | IMAGE_KV_HEADS)
+#define IMAGE_HEAD_DIM_V 512u       /* flags bit (versions 3, 4): i32 head_dim_v (latent rows, no V rows) follows kv_heads */
+#define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP | IMAGE_STATE | IMAGE_SWA_DIMS | IMAGE_KV_SOURCE | IMAGE_KV_HEADS | \
+                     IMAGE_HEAD_DIM_V)
 
 /* ---- writer ---- */
 struct wbuf {
@@ -140,7 +145,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     const bool swa_dims = windows && p->rope_swa.base > 0 && p->rope_swa.n_dims != p->rope.n_dims;
     w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u) | (c->sinks ? IMAGE_SINKS : 0u) |
                   (p->kv.keep ? IMAGE_KEEP : 0u) | (c->n_rec ? IMAGE_STATE : 0u) | (swa_dims ? IMAGE_SWA_DIMS : 0u) | (c->kv_src ? IMAGE_KV_SOURCE : 0u) |
-                  (p->kv_heads ? IMAGE_KV_HEADS : 0u));
+                  (p->kv_heads ? IMAGE_KV_HEADS : 0u) | (p->head_dim_v ? IMAGE_HEAD_DIM_V : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -171,6 +176,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     }
     if (c->kv_src) w_bytes(&w, c->kv_src, sizeof(int32_t) * (size_t)p->n_layer);
     if (p->kv_heads) w_bytes(&w, c->kvh, sizeof(int32_t) * (size_t)p->n_layer);
+    if (p->head_dim_v) w_i32(&w, p->head_dim_v);
     const int64_t n_streams = (int64_t)p->n_layer * p->n_kv_head;
     if (c->recall) {
         struct kvb_cold_counts cc;
@@ -453,6 +459,10 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         if (!r_bytes(&r, kv_heads, sizeof(int32_t) * (size_t)p.n_layer, "kv_heads")) return TRUNC();
         p.kv_heads = kv_heads;
     }
+    if (flags & IMAGE_HEAD_DIM_V) { /* kvb_cache_init checks it against head_dim, rope and the row type */
+        if (!r_i32(&r, &p.head_dim_v, "head_dim_v")) return TRUNC();
+        if (p.head_dim_v < 1) return kvb_fail(KVB_ERR_CORRUPT, "cache image: head_dim_v %d with flags 512 (latent rows)", (int)p.head_dim_v);
+    }
     int32_t paused = 0;
     int64_t dropped = 0, total_cold = 0, image_cold_mem = 0;
     if (version == KVB_CACHE_VERSION_RECALL) {
@@ -474,7 +484,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         const int32_t dt_v = dtype_v == KVB_DTYPE_AS_K ? dtype : dtype_v;
         const size_t body = p.head_dim >= 1 && p.head_dim <= 4096 && p.kv.block_size >= 1 && p.kv.block_size <= 65536
                                 ? (size_t)p.kv.block_size * (4 + kvb_dtype_row_bytes((enum kvb_dtype)dtype, p.head_dim) +
-                                                          kvb_dtype_row_bytes((enum kvb_dtype)dt_v, p.head_dim))
+                                                          (p.head_dim_v ? 0 : kvb_dtype_row_bytes((enum kvb_dtype)dt_v, p.head_dim)))
                                 : 0;
         if (body == 0 || (uint64_t)total_cold > (r.n - r.at) / body)
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: %lld cold pages do not fit the image", (long long)total_cold);

@@ -8,6 +8,8 @@
  * the configuration's page size, plus the pinned span (kv.keep), which sits
  * on top of the budget. A model's sliding-window layers (kv.layers)
  * count their window instead of the policy's peak, and no recall area.
+ * Latent rows (kvb_cache_params.head_dim_v > 0, multi-head latent
+ * attention) are sized by kvb_kv_seq_bytes_latent: pages of K rows only.
  */
 #include "cache_impl.h"
 
@@ -28,13 +30,18 @@ enum kvb_dtype kvb_kv_v_type(const struct kvb_kv_params *kv) {
 
 size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int64_t n_ctx,
                         int64_t n_prompt, int32_t chunk) {
-    if (!kv || n_layer < 1 || n_kv_head < 1 || head_dim < 1 || !kvb_policy_iface(kv->policy.id)) return 0;
+    return kvb_kv_seq_bytes_latent(kv, n_layer, n_kv_head, head_dim, 0, n_ctx, n_prompt, chunk);
+}
+
+size_t kvb_kv_seq_bytes_latent(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int32_t head_dim_v,
+                               int64_t n_ctx, int64_t n_prompt, int32_t chunk) {
+    if (!kv || n_layer < 1 || n_kv_head < 1 || head_dim < 1 || head_dim_v < 0 || head_dim_v > head_dim || !kvb_policy_iface(kv->policy.id)) return 0;
     const int64_t B = kv->block_size;
     if (B < 1 || B > 4096 || (B & (B - 1))) return 0;
     if (kv->kv_dtype < KVB_DTYPE_F32 || kv->kv_dtype > KVB_DTYPE_BF16 || kv->kv_dtype_v < KVB_DTYPE_AS_K || kv->kv_dtype_v > KVB_DTYPE_BF16)
         return 0;
-    const size_t rk = kvb_dtype_row_bytes(kv->kv_dtype, head_dim), rv = kvb_dtype_row_bytes(kvb_kv_v_type(kv), head_dim);
-    if (!rk || !rv) return 0;
+    const size_t rk = kvb_dtype_row_bytes(kv->kv_dtype, head_dim), rv = head_dim_v ? 0 : kvb_dtype_row_bytes(kvb_kv_v_type(kv), head_dim);
+    if (!rk || (!rv && !head_dim_v)) return 0; /* latent rows (head_dim_v > 0): K rows only, as kvb_cache_page_bytes */
     const size_t page = ((size_t)B * (rk + rv) + 63) & ~(size_t)63; /* as the pool holds a page: 64-byte aligned (pool.c) */
     const bool full = kvb_policy_iface(kv->policy.id)->flags & KVB_PF_NEVER_EVICT;
     const int64_t tokens = KVB_MIN(KVB_MAX(kvb_policy_peak_tokens(&kv->policy, KVB_MIN(n_prompt, (int64_t)1 << 40), KVB_MIN(n_ctx, (int64_t)1 << 40)),

@@ -52,6 +52,7 @@ void kvb_attn_begin(struct kvb_attn_state *st, int32_t n_rows, int32_t d, float 
                     int32_t *seg_j, float *seg_m, int32_t seg_cap) {
     st->n_rows = n_rows;
     st->d = d;
+    st->dv = d;
     st->acc = acc;
     st->p = p;
     st->p_stride = p_stride;
@@ -142,7 +143,7 @@ static bool f16_tiled(const struct kvb_kernels *kr, const struct kvb_kv_view *v,
 
 void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, const float *q, const int32_t *limit,
                   int32_t j0, int32_t j1, struct kvb_attn_state *st) {
-    const int32_t R = st->n_rows, d = st->d;
+    const int32_t R = st->n_rows, d = st->d, dv = st->dv;
     const bool i8 = kr->scores_i8 && kvb_dtype_scores_i8(v->dtype) && j0 < j1;
     struct kvb_q8_rows qq = {0};
     if (i8) qq = q8_rows_for(q, R, d);
@@ -177,9 +178,9 @@ void kvb_attn_run(const struct kvb_kernels *kr, const struct kvb_kv_view *v, con
             if (mn != st->m[r]) {
                 float alpha = st->m[r] == -INFINITY ? 0.0f : expf(st->m[r] - mn);
                 st->l[r] *= alpha;
-                float *ar = st->acc + (size_t)r * d;
-                if (alpha == 0.0f) memset(ar, 0, sizeof(float) * (size_t)d);
-                else for (int32_t i = 0; i < d; i++) ar[i] *= alpha;
+                float *ar = st->acc + (size_t)r * dv;
+                if (alpha == 0.0f) memset(ar, 0, sizeof(float) * (size_t)dv);
+                else for (int32_t i = 0; i < dv; i++) ar[i] *= alpha;
                 st->m[r] = mn;
             }
             for (int32_t t = 0; t < nt; t++) sr[t] -= mn;
@@ -220,7 +221,7 @@ static inline float tile_weight(const struct kvb_attn_state *st, const float *L,
 /* With sinks every weight is exp(z - lse), the sink's share left out of the
  * outputs and the per-key probabilities alike. */
 void kvb_attn_end(struct kvb_attn_state *st, float *out, float *lse) {
-    const int32_t R = st->n_rows, d = st->d;
+    const int32_t R = st->n_rows, d = st->dv;
     float L[KVB_ATTN_MAX_ROWS];
     for (int32_t r = 0; r < R; r++) {
         float f; /* acc holds sum exp(z - m) v */

@@ -47,16 +47,15 @@ void kvb_kv_row_load(enum kvb_dtype t, const void *src, float *dst, int32_t d) {
 static const int32_t k_ident[KVB_ATTN_TILE] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
 _Static_assert(KVB_ATTN_TILE == 64, "k_ident and the tile view's block_shift assume 64 keys per tile");
 
-#define KV_MAX_D 512
-static _Thread_local float t_tile[2 * KVB_ATTN_TILE * KV_MAX_D];
+static _Thread_local float t_tile[2 * KVB_ATTN_TILE * KVB_ATTN_MAX_DIM];
 static _Thread_local uint8_t *t_page;
 
 struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int32_t nt, bool with_k, bool with_v) {
-    const int32_t d = v->head_dim;
+    const int32_t d = v->head_dim, dv = kvb_view_dv(v);
     float *kb = t_tile, *vb = t_tile + (size_t)KVB_ATTN_TILE * (size_t)d;
     for (int32_t t = 0; t < nt; t++) {
         if (with_k) kvb_kv_row_load(v->dtype, kvb_view_k(v, jt + t), kb + (size_t)t * (size_t)d, d);
-        if (with_v) kvb_kv_row_load(v->dtype_v, kvb_view_v(v, jt + t), vb + (size_t)t * (size_t)d, d);
+        if (with_v) kvb_kv_row_load(v->dtype_v, kvb_view_v(v, jt + t), vb + (size_t)t * (size_t)dv, dv);
     }
     t_page = (uint8_t *)t_tile;
     struct kvb_kv_view f;
@@ -65,9 +64,11 @@ struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int
     f.n = nt;
     f.block_shift = 6;
     f.head_dim = d;
-    f.row_bytes = f.row_bytes_v = sizeof(float) * (size_t)d;
+    f.row_bytes = sizeof(float) * (size_t)d;
+    f.row_bytes_v = sizeof(float) * (size_t)dv;
     f.v_offset = sizeof(float) * (size_t)KVB_ATTN_TILE * (size_t)d;
     f.dtype = f.dtype_v = KVB_DTYPE_F32;
     f.softcap = v->softcap;
+    f.head_dim_v = dv;
     return f;
 }

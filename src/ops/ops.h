@@ -25,12 +25,16 @@
 
 #define KVB_ATTN_TILE 64     /* keys per tile */
 #define KVB_ATTN_MAX_ROWS 64 /* query rows per driver call */
-#define KVB_ATTN_MAX_DIM 512   /* head_dim (the cache refuses more) */
+#define KVB_ATTN_MAX_DIM 576   /* head_dim (the cache refuses more): 512, or a latent row
+                               * of 64 rotated dims and a 512-dim latent (DeepSeek's MLA) */
 
 /* K/V rows of one stream seen through its page table. Logical key j lives in
  * physical slot s = slots[j]; its K row at pages[s >> block_shift] +
  * (s & mask) * row_bytes, its V row at the same page + v_offset +
- * (s & mask) * row_bytes_v. The per-arch primitives read f32/f16 views
+ * (s & mask) * row_bytes_v. A latent view (multi-head latent attention) has
+ * V rows of head_dim_v < head_dim inside the K rows: v_offset is then the
+ * value's byte offset within a K row and row_bytes_v == row_bytes, so
+ * kvb_view_v finds it there. The per-arch primitives read f32/f16 views
  * with dtype == dtype_v, and q8_0/q4_0 ones where the family says so
  * (quant_rows); the driver (attn.c) hands them any other view a tile at a
  * time, dequantized into f32 (kvb_kv_row_load). */
@@ -47,7 +51,11 @@ struct kvb_kv_view {
     enum kvb_dtype dtype_v; /* V rows */
     float softcap;          /* > 0: scores s (q already scaled) become softcap * tanh(s / softcap)
                              * before masks and softmax (Gemma 2); 0: off */
+    int32_t head_dim_v;     /* V row width, the accumulators' row stride; 0: head_dim */
 };
+
+/* The V rows' width of a view (accum reads and writes that many per row). */
+static inline int32_t kvb_view_dv(const struct kvb_kv_view *v) { return v->head_dim_v > 0 ? v->head_dim_v : v->head_dim; }
 
 static inline const void *kvb_view_k(const struct kvb_kv_view *v, int32_t j) {
     int32_t s = v->slots[j];
@@ -78,7 +86,7 @@ static inline bool kvb_view_direct(const struct kvb_kv_view *v, bool quant_rows)
  * q8_0/q4_0, rounded for f16/bf16) and loaded back to f32. */
 void kvb_kv_row_store(enum kvb_dtype t, const float *src, void *dst, int32_t d);
 void kvb_kv_row_load(enum kvb_dtype t, const void *src, float *dst, int32_t d);
-/* Keys [jt, jt + nt) of v (nt <= KVB_ATTN_TILE, head_dim <= 512) as an f32
+/* Keys [jt, jt + nt) of v (nt <= KVB_ATTN_TILE, head_dim <= KVB_ATTN_MAX_DIM) as an f32
  * view whose keys are 0 .. nt - 1, in this thread's scratch (valid until its
  * next call): its K rows when with_k, its V rows when with_v. */
 struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int32_t nt, bool with_k, bool with_v);
@@ -104,7 +112,7 @@ struct kvb_kernels {
     const char *name;
     /* s[r*KVB_ATTN_TILE + t] = dot(q[r], K[j0+t]) for r < n_rows, t < nt. q is [n_rows][d]. */
     void (*scores)(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
-    /* acc[r] += sum_t e[r*KVB_ATTN_TILE + t] * V[j0+t], acc is [n_rows][d]. */
+    /* acc[r] += sum_t e[r*KVB_ATTN_TILE + t] * V[j0+t], acc is [n_rows][dv], dv = kvb_view_dv(v). */
     void (*accum)(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc);
     /* x[i] = exp(x[i]); exp(-inf) = 0. Relative error <= 2e-7 or so. */
     void (*vexp)(float *x, int32_t n);
@@ -164,9 +172,11 @@ void kvb_rope_apply(enum kvb_rope_type type, int32_t n_dims, const float *cs, fl
 
 struct kvb_attn_state {
     int32_t n_rows, d;
+    int32_t dv;                  /* the value rows' width: acc's and out's rows; kvb_attn_begin
+                                  * sets d, a latent view's caller sets its head_dim_v after */
     float m[KVB_ATTN_MAX_ROWS];  /* running max */
     float l[KVB_ATTN_MAX_ROWS];  /* running sum of exp */
-    float *acc;                  /* [n_rows][d] running numerator */
+    float *acc;                  /* [n_rows][dv] running numerator */
     /* Optional per-key probabilities: p[r*p_stride + j] = exp(s - m at its tile);
      * tile records (seg_j, seg_m) let kvb_attn_end normalise them exactly. */
     float *p;

@@ -197,6 +197,31 @@ int main(int argc, char **argv) {
         if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
         kvb_cache_free(c);
     }
+    /* latent rows (head_dim_v, flags bit 512: no V rows), q8_0 without and
+     * f16 with recall (version 4: cold pages of K rows only) */
+    for (int li = 0; li < 2; li++) {
+        struct kvb_cache_params cp = kvb_cache_default_params();
+        cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = 64; cp.head_dim_v = 32; cp.kv.block_size = 4;
+        cp.kv.kv_dtype = li ? KVB_DTYPE_F16 : KVB_DTYPE_Q8_0;
+        cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, 32, 10000.0f, 1.0f, NULL};
+        cp.kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+        cp.kv.policy.budget = 6;
+        cp.kv.policy.n_sink = 2;
+        cp.kv.pos_mode = KVB_POS_ORIGINAL;
+        cp.pool_bytes = 1 << 20;
+        if (li) cp.kv.recall = (struct kvb_recall_params){2, 1, 1 << 16, NULL, KVB_RECALL_BOUNDS};
+        struct kvb_cache *c;
+        if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) return 1;
+        float q[2 * 64], k[64], o[2 * 32];
+        for (int t = 0; t < 15; t++) {
+            for (int i = 0; i < 64; i++) { q[i] = q[64 + i] = (float)((i * 7 + t) % 11) - 5; k[i] = (float)((i * 3 + t) % 7) - 3; }
+            kvb_cache_decode(c, 0, q, 2, k, NULL, o, NULL);
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/latent-%s.kvb", argv[1], li ? "f16-recall" : "q8_0");
+        if (kvb_cache_save_file(c, path) != KVB_OK) return 1;
+        kvb_cache_free(c);
+    }
     /* caches with recall (image version 4): cold pages, a staged page and
      * recall areas; streaming (capped positions: shadows) and h2o */
     for (int ri = 0; ri < 2; ri++) {

@@ -65,7 +65,7 @@ static void scores_i8_ref(const struct kvb_kv_view *v, const struct kvb_q8_rows 
 }
 
 static void accum_ref(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
-    const int32_t d = v->head_dim;
+    const int32_t d = kvb_view_dv(v);
     for (int32_t t = 0; t < nt; t++) {
         const void *vr = kvb_view_v(v, j0 + t);
         for (int32_t r = 0; r < n_rows; r++) {

@@ -219,7 +219,7 @@ static inline __attribute__((always_inline)) void accum_chunk(const struct kvb_k
 
 static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_view *v, const float *e, int32_t n_rows,
                                                           int32_t j0, int32_t nt, float *acc, enum kvb_dtype dt) {
-    const int32_t d = v->head_dim;
+    const int32_t d = kvb_view_dv(v);
     for (int32_t r0 = 0; r0 < n_rows; r0 += 4) {
         const int32_t nr = KVB_MIN(4, n_rows - r0);
         const float *er = e + r0 * KVB_ATTN_TILE;
@@ -249,11 +249,11 @@ static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_vi
 
 static void accum_quant(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
     static const int32_t ident[QUANT_V_GROUP] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    const int32_t d = v->head_dim;
+    const int32_t d = kvb_view_dv(v); /* the V rows' width: fv's rows are V rows only */
     _Alignas(64) float vf[QUANT_V_GROUP * KVB_ATTN_MAX_DIM];
     uint8_t *page = (uint8_t *)vf;
     struct kvb_kv_view fv = {&page, ident, QUANT_V_GROUP, 4, d, sizeof(float) * (size_t)d, sizeof(float) * (size_t)d, 0,
-                             KVB_DTYPE_F32, KVB_DTYPE_F32, 0.0f};
+                             KVB_DTYPE_F32, KVB_DTYPE_F32, 0.0f, d};
     for (int32_t t0 = 0; t0 < nt; t0 += QUANT_V_GROUP) {
         const int32_t ng = KVB_MIN(QUANT_V_GROUP, nt - t0);
         for (int32_t u = 0; u < ng; u++) quant_row_f32(v->dtype_v, kvb_view_v(v, j0 + t0 + u), vf + (size_t)u * d, d);
