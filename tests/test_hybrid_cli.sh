@@ -183,6 +183,18 @@ print('; '.join(errs) or 'same')" "$T/$s.gguf" "$T/text.txt" "$T" 2>&1)
             c=$(echo "$s" | tr '-' '_')
             if [ "$out" = same ]; then ok "${c}_python_every_policy_and_saved_cache"; else ko "${c}_python_every_policy_and_saved_cache" "$out"; fi
         done
+        # GLM-4.5 through the bindings: info's MTP layer (loaded, not run: 3 layers run, no recurrent ones) and experts,
+        # every policy generates and scores, a saved cache continues exactly
+        out=$(PYTHONPATH="$HERE/python" KVBOUND_LIBRARY="$BA/libkvbound.so" python3 -c "$PYCOMMON
+m = kvbound.Model(sys.argv[1])
+i = m.info
+errs = []
+if (i['arch'], i['n_layer'], i['n_nextn_layers'], i['n_rec_layers'], i['n_expert'], i['n_expert_used'], i['rope_dims']) != ('glm4moe', 3, 1, 0, 8, 2, 16):
+    errs.append('info %r' % ({k: i[k] for k in ('arch', 'n_layer', 'n_nextn_layers', 'n_rec_layers', 'n_expert', 'rope_dims')},))
+every_policy(m, open(sys.argv[2]).read(), errs)
+saved_continues(m, os.path.join(sys.argv[3], 'glm.kvc'), errs)
+print('; '.join(errs) or 'same')" "$T/tiny-glm4moe.gguf" "$T/text.txt" "$T" 2>&1)
+        if [ "$out" = same ]; then ok tiny_glm4moe_python_mtp_info_every_policy_and_saved_cache; else ko tiny_glm4moe_python_mtp_info_every_policy_and_saved_cache "$out"; fi
     fi
 fi
 cli_summary
