@@ -38,6 +38,11 @@
  * its taps and optional window, and bind_layer binds a conv layer's three
  * shortconv.* tensors (bind_shortconv) into the Gated DeltaNet slots it shares.
  *
+ * GLM-4.5 (glm4moe, F_GLM4MOE) needs no arithmetic of its own: partial NEOX
+ * RoPE, biases, optional q/k norms, deepseek's dense lead and shared experts,
+ * lfm2moe's selection bias; load_glm4moe_keys reads its routing keys, and its
+ * nextn_predict_layers MTP blocks are bound as qwen35's (bind_nextn).
+ *
  * Gemma 4 (F_GEMMA4, load_gemma4) adds a per-layer window pattern, window
  * heads of their own size and rotary dims, KV-shared trailing layers
  * (kv_source, with llama.cpp's assert on their sources' kinds as a refusal),
@@ -122,10 +127,11 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
  * expert_feed_forward_length, else feed_forward_length / expert_used_count
  * (MOE_ALWAYS: the family always has experts). qwen2moe and deepseek do not
  * renormalize (F_MOE_NO_NORM); deepseek's first leading_dense_block_count
- * layers are dense and it reads expert_weights_scale (F_MOE_LEAD). Only
- * lfm2moe reads expert_gating_func (F_MOE_SEL_BIAS: sigmoid in its files,
- * and a selection bias that moves the choice, not the weights); none reads
- * expert_weights_norm. */
+ * layers are dense and it reads expert_weights_scale (F_MOE_LEAD). lfm2moe
+ * reads expert_gating_func (F_MOE_SEL_BIAS: sigmoid in its files, and a
+ * selection bias that moves the choice, not the weights); glm4moe (F_GLM4MOE)
+ * reads it too (absent: sigmoid), with the selection bias, and is the one
+ * family that reads expert_weights_norm (absent: not renormalized). */
 enum moe_kind { MOE_NONE, MOE_OPT, MOE_ALWAYS,
                 MOE_OAI,   /* gpt-oss: always; expert_feed_forward_length required; the top k logits, then a softmax over them (no
                             * renormalization); biases; the clamped SwiGLU */
