@@ -48,7 +48,7 @@ gen glm4moe  glm4moe  --head-dim 64 --rope-base 1000000 --drop 'attn_[qk]_norm' 
 $G glm4moe archs/gen/glm4moe-all-f32.gguf --seed 42 --n-layer 4 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 384 --n-vocab 128 --head-dim 64 \
     --rope-base 1000000 --kv @.rope.dimension_count=u32:32 --kv @.leading_dense_block_count=u32:1 --kv @.expert_count=u32:8 \
     --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.expert_shared_count=u32:1 --kv @.expert_gating_func=u32:2 \
-    --kv @.expert_weights_norm=bool:true --kv @.expert_weights_scale=f32:2.5 --mean \.input_scale$=1 --mean \.scale$=1.5
+    --kv @.expert_weights_norm=bool:true --kv @.expert_weights_scale=f32:2.5 --mean '\.input_scale$=1' --mean '\.scale$=1.5'
 # phi3 as llama.cpp's test-llama-archs -o writes it (2 layers, 2 heads of 128, separate q/k/v with their biases, one pair of
 # LongRoPE factors, context 128, a sliding window llama.cpp switches off), with 512 ids, weights N(0, 0.15), norms and factors
 # ~1: compare_llama_logits.sh runs it at its trained context too, where llama.cpp (context rounded up to 256) takes the long factors
