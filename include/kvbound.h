@@ -793,7 +793,7 @@ void kvb_model_free(struct kvb_model *model);
 struct kvb_model_info {
     char arch[16];            /* "llama", "qwen2", "qwen3", "qwen3moe", "granite", "granitemoe", "mistral3", "smollm3", "olmo2", "phi3",
                                * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek", "olmoe", "qwen35", "qwen35moe",
-                               * "gemma4", "lfm2", "lfm2moe" */
+                               * "gemma4", "lfm2", "lfm2moe", "glm4moe" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;

@@ -49,6 +49,7 @@ struct ref {
     double w_scale;           /* expert_weights_scale (deepseek), 1 without */
     bool oai;                 /* gpt-oss: sinks, biased experts ranked by logit, the clamped SwiGLU */
     bool sigmoid;             /* expert_gating_func 2 (lfm2moe): sigmoid per expert instead of the softmax */
+    bool ffn_as_post;         /* the FFN's pre-norm stored as post_attention_norm.weight (gpt-oss, glm4moe) */
 };
 
 static double key_f(const struct ref *r, const char *suffix, double def) {
@@ -223,7 +224,8 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
 static void set_family(struct ref *r) {
     const char *a = r->arch;
     r->oai = !strcmp(a, "gpt-oss");
-    r->neox = !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "qwen2moe") || !strcmp(a, "olmoe") || !strcmp(a, "olmo2") || !strcmp(a, "phi3") || r->oai;
+    r->ffn_as_post = r->oai || !strcmp(a, "glm4moe");
+    r->neox = !strcmp(a, "glm4moe") || !strcmp(a, "qwen2") || !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "qwen2moe") || !strcmp(a, "olmoe") || !strcmp(a, "olmo2") || !strcmp(a, "phi3") || r->oai;
     r->qk_whole = !strcmp(a, "olmo2") || !strcmp(a, "olmoe");
     r->post_norms = !strcmp(a, "olmo2");
     r->fused_up = !strcmp(a, "phi3");
@@ -304,7 +306,7 @@ static double *reference(const char *path, int n_ctx, int nt) {
     kvb_gguf_get_str(f, "general.architecture", &a, true);
     snprintf(r.arch, sizeof r.arch, "%.*s", (int)a.n, a.p);
     set_family(&r);
-    r.E = key_u(&r, "embedding_length", 0); r.L = key_u(&r, "block_count", 0); r.F = key_u(&r, "feed_forward_length", 0);
+    r.E = key_u(&r, "embedding_length", 0); r.L = key_u(&r, "block_count", 0) - key_u(&r, "nextn_predict_layers", 0); r.F = key_u(&r, "feed_forward_length", 0);
     r.Hq = key_u(&r, "attention.head_count", 0); r.Hk = key_u(&r, "attention.head_count_kv", r.Hq);
     r.D = key_u(&r, "attention.key_length", r.E / r.Hq);
     r.eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-5);
@@ -315,16 +317,26 @@ static double *reference(const char *path, int n_ctx, int nt) {
     r.temp_beta = !strcmp(r.arch, "mistral3") ? key_f(&r, "attention.temperature_scale", 0) : 0;
     r.n_exp = key_u(&r, "expert_count", 0);
     r.n_used = key_u(&r, "expert_used_count", 0);
-    const bool own_width = !strcmp(r.arch, "qwen3moe") || !strcmp(r.arch, "gpt-oss") || !strcmp(r.arch, "qwen2moe") || !strcmp(r.arch, "deepseek");
+    const bool glm = !strcmp(r.arch, "glm4moe"); /* deepseek's widths and lead, its own routing keys (llama.cpp's glm4moe loader) */
+    const bool own_width = !strcmp(r.arch, "qwen3moe") || !strcmp(r.arch, "gpt-oss") || !strcmp(r.arch, "qwen2moe") || !strcmp(r.arch, "deepseek") || glm;
     r.F_exp = own_width ? key_u(&r, "expert_feed_forward_length", r.F / (r.n_used ? r.n_used : 1)) : r.F;
     /* shared experts as llama.cpp's loaders size them: granite by its key (0: none), qwen2moe by its key or n_ff, deepseek by count */
     r.F_sh = !strcmp(r.arch, "qwen2moe")   ? key_u(&r, "expert_shared_feed_forward_length", r.F)
-             : !strcmp(r.arch, "deepseek") ? key_u(&r, "expert_shared_count", 0) * r.F_exp
+             : !strcmp(r.arch, "deepseek") || glm ? key_u(&r, "expert_shared_count", 0) * r.F_exp
              : r.granite                   ? key_u(&r, "expert_shared_feed_forward_length", 0)
                                            : 0;
     r.no_norm = !strcmp(r.arch, "qwen2moe") || !strcmp(r.arch, "deepseek") || !strcmp(r.arch, "olmoe");
-    r.lead = !strcmp(r.arch, "deepseek") ? key_u(&r, "leading_dense_block_count", 0) : 0;
-    r.w_scale = !strcmp(r.arch, "deepseek") ? key_f(&r, "expert_weights_scale", 1) : 1;
+    r.lead = !strcmp(r.arch, "deepseek") || glm ? key_u(&r, "leading_dense_block_count", 0) : 0;
+    r.w_scale = !strcmp(r.arch, "deepseek") || glm ? key_f(&r, "expert_weights_scale", 1) : 1;
+    if (glm) { /* sigmoid unless expert_gating_func says softmax (1); renormalized only with expert_weights_norm; scale 0 is 1 */
+        char key[128];
+        bool norm = false;
+        snprintf(key, sizeof key, "%s.expert_weights_norm", r.arch);
+        kvb_gguf_get_bool(f, key, &norm, false);
+        r.no_norm = !norm;
+        r.sigmoid = key_u(&r, "expert_gating_func", 0) != 1;
+        if (r.w_scale == 0) r.w_scale = 1;
+    }
     set_rope(&r, n_ctx);
     if (r.gemma) set_gemma(&r);
     if (r.oai) { /* windows on every other layer (the even ones) at the global rotation, or their own base */
@@ -356,7 +368,7 @@ static double *reference(const char *path, int n_ctx, int nt) {
         double *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * F * (r.fused_up ? 2 : 1)), *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)F * E);
         double *bg = layer_t(&r, l, "ffn_gate.bias", F), *bu = layer_t(&r, l, "ffn_up.bias", F), *bd = layer_t(&r, l, "ffn_down.bias", E);
         double *pfn = layer_t(&r, l, "post_ffw_norm.weight", E);
-        if (r.oai) { /* post_attention_norm is the FFN's pre-norm there */
+        if (r.ffn_as_post) { /* post_attention_norm is the FFN's pre-norm there */
             free(fn);
             fn = pan;
             pan = NULL;
@@ -944,7 +956,7 @@ TEST(every_family_saves_and_restores_bounded_quantized_caches) {
 struct edit {
     const char *key, *str;
     double num;
-    bool is_f32, drop_key;
+    bool is_f32, drop_key, is_bool; /* is_bool: the key as a bool, num != 0 */
     const int32_t *arr; /* n_arr int32s */
     int n_arr;
     const char *drop, *add;
@@ -994,6 +1006,7 @@ static int rewrite(const char *src, const char *dst, const struct edit *e) {
     } else if (e->key && e->arr) kvb_gguf_writer_arr(w, e->key, GGUF_T_INT32, e->arr, (uint64_t)e->n_arr);
     else if (e->key && e->str) kvb_gguf_writer_str(w, e->key, e->str);
     else if (e->key && e->is_f32) kvb_gguf_writer_f32(w, e->key, (float)e->num);
+    else if (e->key && e->is_bool) kvb_gguf_writer_bool(w, e->key, e->num != 0);
     else if (e->key) kvb_gguf_writer_u32(w, e->key, (uint32_t)e->num);
     static const float extra[256] = {0};
     for (uint64_t i = 0; ok && i < f->n_tensors; i++) {
@@ -1677,6 +1690,50 @@ TEST(lfm2_round_trip_binds_every_tensor_and_layer_kinds) {
     if (!same_tensors(a, b)) FAILF("not the same tensors after load and write");
 }
 
+/* tiny-glm4moe: 4:2 heads of 32 with 16 rotary dims (NEOX), q/k/v biases, per-head q/k norms; the first layer dense, then 8
+ * experts, 2 per token, by sigmoid, the selection bias in the choice only, renormalized (expert_weights_norm) and x2.5, beside
+ * one shared expert; the FFN's norm named post_attention_norm; its MTP layer (the last block) loaded and never run */
+TEST(glm4moe_partial_rope_sigmoid_experts_shared_expert_equal_reference) { check_family_n("tiny-glm4moe", 512, NT_MAX); }
+
+/* the same file without the q/k norms (GLM-4.5-Air has none), renormalization off, softmax routing, and the scale 0 (= 1) */
+TEST(glm4moe_without_qk_norms_and_other_routing_keys_equal_reference) {
+    char src[128], dst[160];
+    if (!write_shape("tiny-glm4moe", src, sizeof src)) FAILF("mkmodel: %s", kvb_last_error());
+    snprintf(dst, sizeof dst, "%s/glm4moe-variant.gguf", g_dir);
+    const struct edit e[] = {{.drop = "blk.0.attn_q_norm.weight"}, {.drop = "blk.0.attn_k_norm.weight"}, {.drop = "blk.1.attn_q_norm.weight"},
+                             {.drop = "blk.1.attn_k_norm.weight"}, {.drop = "blk.2.attn_q_norm.weight"}, {.drop = "blk.2.attn_k_norm.weight"},
+                             {.drop = "blk.3.attn_q_norm.weight"}, {.drop = "blk.3.attn_k_norm.weight"},
+                             {.key = "glm4moe.expert_weights_norm", .num = 0, .is_bool = true}, {.key = "glm4moe.expert_gating_func", .num = 1},
+                             {.key = "glm4moe.expert_weights_scale", .num = 0, .is_f32 = true}};
+    if (!rewrite_all(src, dst, e, (int)(sizeof e / sizeof e[0]))) FAILF("rewrite: %s", kvb_last_error());
+    check_file(dst, "glm4moe-variant", 512, NT_MAX);
+}
+
+/* glm4moe's keys and tensors as llama.cpp's glm4moe loader reads them, each refused by name: the selection bias required on
+ * MoE layers (and unused on the dense one), a gating function past 3, expert_shared_count required (0: no shared expert, so
+ * its tensors are unused), the MTP layer's tensors without nextn_predict_layers, M-RoPE sections that give a rotary pair
+ * the 4th (vision) position (text-only sections are NEOX and load), the FFN's norm under its other name */
+TEST(glm4moe_keys_tensors_and_mrope_sections_refused_by_name) {
+    char src[128];
+    if (!write_shape("tiny-glm4moe", src, sizeof src)) FAILF("mkmodel: %s", kvb_last_error());
+    refused(src, &(struct edit){.drop = "blk.2.exp_probs_b.bias"}, KVB_ERR_CORRUPT, "blk.2.exp_probs_b.bias");
+    refused(src, &(struct edit){.copy = "blk.1.exp_probs_b.bias", .as = "blk.0.exp_probs_b.bias"}, KVB_ERR_UNSUPPORTED, "blk.0.exp_probs_b.bias");
+    refused(src, &(struct edit){.key = "glm4moe.expert_gating_func", .num = 4}, KVB_ERR_UNSUPPORTED, "glm4moe.expert_gating_func");
+    refused(src, &(struct edit){.key = "glm4moe.expert_gating_func", .drop_key = true}, KVB_OK, ""); /* sigmoid, as written */
+    refused(src, &(struct edit){.key = "glm4moe.expert_gating_func", .num = 3}, KVB_OK, "");
+    refused(src, &(struct edit){.key = "glm4moe.expert_shared_count", .drop_key = true}, KVB_ERR_CORRUPT, "glm4moe.expert_shared_count");
+    refused(src, &(struct edit){.key = "glm4moe.expert_shared_count", .num = 0}, KVB_ERR_UNSUPPORTED, "blk.1.ffn_gate_shexp.weight");
+    refused(src, &(struct edit){.key = "glm4moe.expert_feed_forward_length", .drop_key = true}, KVB_ERR_CORRUPT, "glm4moe.expert_feed_forward_length");
+    refused(src, &(struct edit){.key = "glm4moe.nextn_predict_layers", .drop_key = true}, KVB_ERR_UNSUPPORTED, "blk.3.nextn.eh_proj.weight");
+    refused(src, &(struct edit){.key = "glm4moe.nextn_predict_layers", .num = 4}, KVB_ERR_CORRUPT, "glm4moe.nextn_predict_layers");
+    refused(src, &(struct edit){.drop = "blk.3.nextn.eh_proj.weight"}, KVB_ERR_CORRUPT, "blk.3.nextn.eh_proj.weight");
+    refused(src, &(struct edit){.key = "glm4moe.rope.dimension_sections", .arr = (const int32_t[]){4, 2, 0, 2}, .n_arr = 4}, KVB_ERR_UNSUPPORTED,
+            "glm4moe.rope.dimension_sections");
+    refused(src, &(struct edit){.key = "glm4moe.rope.dimension_sections", .arr = (const int32_t[]){4, 4, 0, 0}, .n_arr = 4}, KVB_OK, "");
+    refused(src, &(struct edit){.key = "glm4moe.rope.dimension_sections", .arr = (const int32_t[]){4, 0, 0, 4}, .n_arr = 4}, KVB_OK, "");
+    refused(src, &(struct edit){.copy = "blk.0.post_attention_norm.weight", .as = "blk.0.ffn_norm.weight"}, KVB_ERR_UNSUPPORTED, "blk.0.ffn_norm.weight");
+}
+
 /* lfm2moe's routing as llama.cpp's lfm2moe loader and graph read it: expert_gating_func required, softmax or sigmoid only;
  * expert_weights_scale, which its graph does not read, refused unless 0 or 1; the selection bias required on every MoE layer
  * and refused on a dense one; leading_dense_block_count decides which layers have experts */
@@ -1774,6 +1831,9 @@ int main(void) {
     RUN(lfm2_round_trip_binds_every_tensor_and_layer_kinds);
     RUN(lfm2_keys_tensors_and_layer_kinds_refused_by_name);
     RUN(lfm2moe_routing_keys_and_selection_bias_refused_by_name);
+    RUN(glm4moe_partial_rope_sigmoid_experts_shared_expert_equal_reference);
+    RUN(glm4moe_without_qk_norms_and_other_routing_keys_equal_reference);
+    RUN(glm4moe_keys_tensors_and_mrope_sections_refused_by_name);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);

@@ -125,4 +125,14 @@ if grep -q '"window":8,"window_layers":2,"window_kv_heads":4,"window_head_dim":3
    grep -q '"bytes":12413501440,.*"bounded_bytes":2011627520,' "$T/mem31.json"
 then ok gemma4_mem_kinds_heads_and_shared_layers
 else ko gemma4_mem_kinds_heads_and_shared_layers "$(cat "$T/mem4.json" "$T/mem4.err" "$T/mem31.json"; tail -n 2 "$T/mem4.run")"; fi
+# GLM-4.5 (tiny-glm4moe: 3 layers that run, 2 KV heads of 32, and an MTP layer that never runs and holds nothing): f16,
+# 3 x 2 x 100 x 128 bytes at 100 tokens; GLM-4.5-Air's preset at 128K: 46 layers x 8 heads x 131072 x 512 bytes, streaming
+# 4096 keeps 46 x 8 x 4096 x 512
+"$K" mkmodel --shape tiny-glm4moe --type q8_0 -o "$T/glm.gguf" > /dev/null 2>&1
+"$K" mem -m "$T/glm.gguf" --ctx 100 --json > "$T/memg.json" 2> "$T/memg.err"
+"$K" mem --preset glm-4.5-air --ctx 131072 --policy streaming --budget 4096 --json > "$T/memga.json" 2>&1
+if grep -q '"layers":3,"kv_heads":2,"head_dim":32,' "$T/memg.json" && grep -q '"tokens":100,"batch":1,"bytes":76800,' "$T/memg.json" &&
+   grep -q '"layers":46,"kv_heads":8,"head_dim":128,' "$T/memga.json" && grep -q '"bytes":24696061952,.*"bounded_bytes":771751936,' "$T/memga.json"
+then ok glm4moe_mem_counts_layers_that_run_not_mtp
+else ko glm4moe_mem_counts_layers_that_run_not_mtp "$(cat "$T/memg.json" "$T/memg.err" "$T/memga.json")"; fi
 cli_summary

@@ -22,15 +22,22 @@ finite() { ! grep -q -E '"(ppl|nll|kl|baseline_ppl)":(-?nan|-?inf|null)' "$1" &&
 # LFM2 (tiny-lfm2: short-conv layers beside attention; tiny-lfm2-swa: windows of 8 on its attention layers; tiny-lfm2moe:
 # the same layers, the first FFN dense, then 8 experts, 2 per token, by sigmoid with a selection bias) and
 # Gemma 4 (tiny-gemma4: KV-shared layers, window heads of 32 padded to 64, per-layer embeddings; tiny-gemma4moe:
-# experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one) goes through the same run,
-# ppl and needle loops as the hybrids
-for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe; do
+# experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one) and GLM-4.5 (tiny-glm4moe: partial
+# RoPE, sigmoid experts beside a shared expert after a dense layer, one MTP layer loaded and not run) goes through the same
+# run, ppl and needle loops as the hybrids
+for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-glm4moe; do
     c=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" -o "$M" > /dev/null 2>&1
     # 3 of 4 layers Gated DeltaNet: 2 key heads, 4 value heads of 16, 4 taps; state 3 x 4 x (4 x 16 x 16 + 3 x 128) bytes
     "$K" info -m "$M" > "$T/$s.info" 2>&1
-    case $s in tiny-lfm2moe)
+    case $s in tiny-glm4moe)
+    # 16 of 32 dims rotated, sigmoid experts renormalized x2.5 with their selection bias beside a shared expert, the MTP layer named
+    if grep -q '^mtp           1 multi-token-prediction layers (loaded, not run)$' "$T/$s.info" &&
+       grep -q '^features      MTP layers 1 (not run); 2 of 8 experts per token (sigmoid, renormalized), expert FFN 32; expert selection bias; expert weights x2.5; shared experts of FFN 32; the first 1 layer dense; q/k norms per head; rotary 16 of 32 dims' "$T/$s.info" &&
+       grep -q '^KV per token  768 bytes in f16 (2 x 3 layers x 2 KV heads x 32 dims x 2 bytes)$' "$T/$s.info"
+    then ok "${c}_info_names_mtp_layer_partial_rope_and_sigmoid_experts"; else ko "${c}_info_names_mtp_layer_partial_rope_and_sigmoid_experts" "$(grep -E '^(mtp|features|KV per)' "$T/$s.info")"; fi ;;
+    tiny-lfm2moe)
     # lfm2's layers with experts after the dense first: sigmoid, renormalized, the selection bias named
     if grep -q '^shortconv     4 short-conv layers (no KV): L_cache 3 taps over 64 channels; state 2048 bytes a sequence$' "$T/$s.info" &&
        grep -q '^features      short conv 4 of 6 (L_cache 3); 2 of 8 experts per token (sigmoid, renormalized), expert FFN 48; expert selection bias; the first 1 layer dense; q/k norms per head' "$T/$s.info" &&
@@ -176,6 +183,18 @@ print('; '.join(errs) or 'same')" "$T/$s.gguf" "$T/text.txt" "$T" 2>&1)
             c=$(echo "$s" | tr '-' '_')
             if [ "$out" = same ]; then ok "${c}_python_every_policy_and_saved_cache"; else ko "${c}_python_every_policy_and_saved_cache" "$out"; fi
         done
+        # GLM-4.5 through the bindings: info's MTP layer (loaded, not run: 3 layers run, no recurrent ones) and experts,
+        # every policy generates and scores, a saved cache continues exactly
+        out=$(PYTHONPATH="$HERE/python" KVBOUND_LIBRARY="$BA/libkvbound.so" python3 -c "$PYCOMMON
+m = kvbound.Model(sys.argv[1])
+i = m.info
+errs = []
+if (i['arch'], i['n_layer'], i['n_nextn_layers'], i['n_rec_layers'], i['n_expert'], i['n_expert_used'], i['rope_dims']) != ('glm4moe', 3, 1, 0, 8, 2, 16):
+    errs.append('info %r' % ({k: i[k] for k in ('arch', 'n_layer', 'n_nextn_layers', 'n_rec_layers', 'n_expert', 'rope_dims')},))
+every_policy(m, open(sys.argv[2]).read(), errs)
+saved_continues(m, os.path.join(sys.argv[3], 'glm.kvc'), errs)
+print('; '.join(errs) or 'same')" "$T/tiny-glm4moe.gguf" "$T/text.txt" "$T" 2>&1)
+        if [ "$out" = same ]; then ok tiny_glm4moe_python_mtp_info_every_policy_and_saved_cache; else ko tiny_glm4moe_python_mtp_info_every_policy_and_saved_cache "$out"; fi
     fi
 fi
 cli_summary

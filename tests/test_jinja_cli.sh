@@ -75,7 +75,7 @@ OFFICIAL="Qwen-Qwen2.5-7B-Instruct Qwen-Qwen3-0.6B Qwen-QwQ-32B meta-llama-Llama
 meta-llama-Llama-3.3-70B-Instruct deepseek-ai-DeepSeek-R1-Distill-Llama-8B deepseek-ai-DeepSeek-R1-Distill-Qwen-32B google-gemma-2-2b-it
 ibm-granite-granite-3.3-2B-Instruct ibm-granite-granite-4.0 microsoft-Phi-3.5-mini-instruct mistralai-Mistral-Nemo-Instruct-2407
 mistralai-Ministral-3-14B-Reasoning-2512 unsloth-mistral-Devstral-Small-2507 HuggingFaceTB-SmolLM3-3B openai-gpt-oss-120b
-NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use NousResearch-Hermes-3-Llama-3.1-8B-tool_use"
+NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use NousResearch-Hermes-3-Llama-3.1-8B-tool_use GLM-4.6"
 for name in $OFFICIAL; do
     case_name="official_$name"
     if [ -z "${KVB_LLAMA_TEMPLATES:-}" ]; then sk "$case_name" "KVB_LLAMA_TEMPLATES=DIR (llama.cpp's models/templates) is not set"; continue; fi

@@ -406,6 +406,8 @@ TEST(bpe_pre_names_and_flags) {
         {"deepseek-r1-qwen", "qwen2", KVB_PRE_QWEN2, false, false},
         {"smollm", "smollm", KVB_PRE_SMOLLM, false, false},
         {"dbrx", "dbrx", KVB_PRE_DBRX, false, false},
+        {"glm4", "dbrx", KVB_PRE_DBRX, false, false}, /* GLM-4.5: CHATGLM4, Llama 3's expression, merges always */
+        {"chatglm-bpe", "dbrx", KVB_PRE_DBRX, false, false},
         {"smaug-bpe", "smaug-bpe", KVB_PRE_SMAUG, false, false},
         {"refact", "refact", KVB_PRE_REFACT, false, false},
         {"starcoder", "starcoder", KVB_PRE_STARCODER, false, false},

@@ -36,6 +36,19 @@ gen lfm2     lfm2     $NOBIAS --drop '^dense_2' --rope-base 1000000 --kv @.short
 # the MoE layers' ffn_norm to ~4 to spread them more made the f16 logits' NMSE worse, 1.3e-5: the experts' inputs grow too)
 gen lfm2moe  lfm2moe  --drop 'attn_[a-z]+\.bias$' --drop '^dense_2' --rope-base 1000000 --kv @.shortconv.l_cache=u32:3 --kv @.attention.head_count_kv=u32[]:0,2,0,2 \
     --kv @.leading_dense_block_count=u32:1 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.expert_gating_func=u32:2
+# glm4moe: GLM-4.5-Air's layout: heads of 64 with 32 rotary dims (NEOX), q/k/v biases, no q/k norms (the Air has none), the
+# first layer dense, then 8 experts of 64 (2 per token, sigmoid, the selection bias, renormalized, x2.5) beside one shared
+# expert. No MTP layer here: llama.cpp creates a nextn layer's tensors with TENSOR_SKIP, which its loader's path for
+# gen_random_gguf's tensors without data asserts on (tiny-glm4moe, written by kvbound, carries one)
+gen glm4moe  glm4moe  --head-dim 64 --rope-base 1000000 --drop 'attn_[qk]_norm' --kv @.rope.dimension_count=u32:32 --kv @.leading_dense_block_count=u32:1 \
+    --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.expert_shared_count=u32:1 \
+    --kv @.expert_gating_func=u32:2 --kv @.expert_weights_norm=bool:true --kv @.expert_weights_scale=f32:2.5
+# the same with every optional tensor llama.cpp's glm4moe loader creates: q/k norms, the .scale multipliers (~1.5: its
+# graph applies the q/k/v/o ones, not the FFN's, the experts' or the shared expert's) and .input_scale (~1, unused)
+$G glm4moe archs/gen/glm4moe-all-f32.gguf --seed 42 --n-layer 4 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 384 --n-vocab 128 --head-dim 64 \
+    --rope-base 1000000 --kv @.rope.dimension_count=u32:32 --kv @.leading_dense_block_count=u32:1 --kv @.expert_count=u32:8 \
+    --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.expert_shared_count=u32:1 --kv @.expert_gating_func=u32:2 \
+    --kv @.expert_weights_norm=bool:true --kv @.expert_weights_scale=f32:2.5 --mean '\.input_scale$=1' --mean '\.scale$=1.5'
 # phi3 as llama.cpp's test-llama-archs -o writes it (2 layers, 2 heads of 128, separate q/k/v with their biases, one pair of
 # LongRoPE factors, context 128, a sliding window llama.cpp switches off), with 512 ids, weights N(0, 0.15), norms and factors
 # ~1: compare_llama_logits.sh runs it at its trained context too, where llama.cpp (context rounded up to 256) takes the long factors

@@ -109,6 +109,15 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         } else if (!strcmp(in->arch, "lfm2moe")) { /* dense layers first; the gating (required there) */
             kvb_gguf_writer_u32(w, K("leading_dense_block_count"), (uint32_t)(in->n_layer - in->n_moe_layers));
             kvb_gguf_writer_u32(w, K("expert_gating_func"), (uint32_t)m->moe_gating);
+        } else if (!strcmp(in->arch, "glm4moe")) { /* deepseek's shared count and dense lead; the routing as llama.cpp reads it */
+            kvb_gguf_writer_u32(w, K("expert_shared_count"), (uint32_t)(in->n_ff_shexp / in->n_ff_exp));
+            kvb_gguf_writer_u32(w, K("leading_dense_block_count"), (uint32_t)(in->n_layer - in->n_moe_layers));
+            kvb_gguf_writer_u32(w, K("expert_gating_func"), (uint32_t)m->moe_gating);
+            kvb_gguf_writer_bool(w, K("expert_weights_norm"), m->moe_norm);
+            kvb_gguf_writer_f32(w, K("expert_weights_scale"), m->moe_scale);
+            kvb_gguf_writer_u32(w, K("nextn_predict_layers"), (uint32_t)in->n_nextn_layers);
+            if (m->rope_sections[0] || m->rope_sections[1] || m->rope_sections[2] || m->rope_sections[3]) /* as read (text: NEOX) */
+                kvb_gguf_writer_arr(w, K("rope.dimension_sections"), GGUF_T_INT32, m->rope_sections, 4);
         } else if (in->n_ff_shexp > 0) {
             kvb_gguf_writer_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)in->n_ff_shexp);
         }
@@ -290,7 +299,8 @@ struct shape {
     int32_t experts, experts_used, ff_exp; /* a mixture of experts on every layer (ff_exp: their width); 0: dense */
     int32_t ff_shexp;     /* shared experts' width (gated when the family gates them: qwen2moe); 0: none */
     int32_t dense_lead;   /* the first layers dense (deepseek's leading_dense_block_count) */
-    float moe_scale;      /* expert_weights_scale (deepseek); 0: none */
+    float moe_scale;      /* expert_weights_scale (deepseek, glm4moe); 0: none */
+    bool moe_norm;        /* glm4moe: expert_weights_norm (the family's default is false) */
     bool oai;             /* gpt-oss: sinks, the output bias, the router's and experts' biases */
     /* qwen35: Gated DeltaNet layers ((l + 1) % fa_every != 0) of ssm_heads value heads over ssm_groups key heads of ssm_state,
      * ssm_conv taps; gated attention on the others; RoPE sections; nextn MTP layers after the layers; ssm_heads 0: none */
@@ -398,6 +408,20 @@ static const struct shape k_shapes[] = {
      * layers: conv, conv, attention, conv */
     {.name = "lfm2-8b-a1b-4l", .arch = "lfm2moe", 65536, 2048, 4, 32, 8, 7168, 128000, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
      .qk_norm = true, .sc_taps = 3, .sc_attn = 1u << 2, .experts = 32, .experts_used = 4, .ff_exp = 1792, .dense_lead = 2},
+    /* GLM-4.5: 4:2 heads of 32 (E 64 != 4 x 32), 16 rotary dims (NEOX), q/k/v biases, per-head q/k norms (the 355B's); one dense
+     * layer, then 8 experts, 2 per token (sigmoid, a selection bias, renormalized, x2.5) of 32 beside one shared expert; one MTP
+     * layer (loaded, never run) */
+    {.name = "tiny-glm4moe", .arch = "glm4moe", 512, 64, 3, 4, 2, 128, 4096, .head_dim = 32, .rot = 16, .rope_base = 1000000.0f, .eps = 1e-5f,
+     .bias = true, .qk_norm = true, .experts = 8, .experts_used = 2, .ff_exp = 32, .ff_shexp = 32, .dense_lead = 1, .moe_scale = 2.5f,
+     .moe_norm = true, .nextn = 1},
+    /* GLM-4.5-Air (HF config as llama.cpp's converter maps it: E 4096, 96:8 heads of 128 with partial_rotary_factor 0.5 (64 rotary
+     * dims), attention biases and no q/k norms, dense FFN 10944, 128 experts, 8 per token, of 1408 with one shared expert,
+     * first_k_dense_replace 1, routed_scaling_factor 1.0, norm_topk_prob, rope_theta 1e6, rms_norm_eps 1e-5, 128K context,
+     * its 151552-token vocabulary, untied output, num_nextn_predict_layers 1) with 4 of its 46 layers (1 dense, 3 MoE) and its
+     * MTP layer */
+    {.name = "glm-4.5-air-4l", .arch = "glm4moe", 151552, 4096, 4, 96, 8, 10944, 131072, .head_dim = 128, .rot = 64, .rope_base = 1000000.0f,
+     .eps = 1e-5f, .bias = true, .experts = 128, .experts_used = 8, .ff_exp = 1408, .ff_shexp = 1408, .dense_lead = 1, .moe_scale = 1.0f,
+     .moe_norm = true, .nextn = 1},
     /* Gemma 4: six layers, 4:2 heads, windows of 8 on layers 0, 1, 3, 4 (heads of 32, all rotated, base 10000), global 2 and 5
      * (heads of 64, proportional RoPE at 1e6); the last three share K/V (3 and 4 read 1, 5 reads 2) and are twice as wide (FFN 512
      * for 256); per-layer embeddings of 16; no attn_v on the global layers; final softcap 10 */
@@ -462,7 +486,7 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, tiny-glm4moe, glm-4.5-air-4l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -631,6 +655,10 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         in->ssm_conv = sh->sc_taps;
         if (st == KVB_OK) st = kvb_family_shortconv(m, sh->window);
     }
+    if (st == KVB_OK && !strcmp(sh->arch, "glm4moe")) { /* its routing and MTP layers (the family's defaults are sigmoid, not renormalized) */
+        m->moe_norm = sh->moe_norm;
+        in->n_nextn_layers = sh->nextn;
+    }
     if (st == KVB_OK && sh->head_dim_swa) st = make_gemma4(m, sh);
     if (st == KVB_OK) st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
     if (st == KVB_OK && sh->no_space_prefix && !vocab_path) m->vocab->add_space_prefix = false;
@@ -638,7 +666,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     const int64_t E = sh->dim, V = in->n_vocab;
     /* the 2026 families' real widths (qwen35's vocabulary at E 5120 would be 5 GB a table in f32, a 5120 x 17408 FFN)
      * held as q8_0 where large (rand_stack), as the experts are; the tiny shapes stay f32 */
-    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa || sh->sc_taps ? rand_stack : rand_mat;
+    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa || sh->sc_taps || !strcmp(sh->arch, "glm4moe") ? rand_stack : rand_mat;
     if (st == KVB_OK) st = mat(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
     if (st == KVB_OK && !sh->tied) st = mat(o, &m->output, E, V);
@@ -785,7 +813,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             if (st == KVB_OK && Fs) st = rand_mat(o, &L->up_shexp, E, Fs);
             if (st == KVB_OK && Fs) st = rand_mat(o, &L->down_shexp, Fs, E);
             if (Fs && (!strcmp(sh->arch, "qwen2moe") || !strcmp(sh->arch, "qwen35moe"))) L->gate_inp_shexp = const_vec(o, E, 0.0f, true); /* the family that gates them */
-            if (!strcmp(sh->arch, "lfm2moe")) L->exp_probs_b = const_vec(o, N, 0.0f, true); /* the selection bias: +-0.1 */
+            if (!strcmp(sh->arch, "lfm2moe") || !strcmp(sh->arch, "glm4moe")) L->exp_probs_b = const_vec(o, N, 0.0f, true); /* the selection bias: +-0.1 */
             if (sh->oai) {
                 L->b_router = const_vec(o, N, 0.0f, true);
                 L->b_gate_exps = const_vec(o, N * Fe, 0.0f, true);

@@ -38,6 +38,11 @@
  * its taps and optional window, and bind_layer binds a conv layer's three
  * shortconv.* tensors (bind_shortconv) into the Gated DeltaNet slots it shares.
  *
+ * GLM-4.5 (glm4moe, F_GLM4MOE) needs no arithmetic of its own: partial NEOX
+ * RoPE, biases, optional q/k norms, deepseek's dense lead and shared experts,
+ * lfm2moe's selection bias; load_glm4moe_keys reads its routing keys, and its
+ * nextn_predict_layers MTP blocks are bound as qwen35's (bind_nextn).
+ *
  * Gemma 4 (F_GEMMA4, load_gemma4) adds a per-layer window pattern, window
  * heads of their own size and rotary dims, KV-shared trailing layers
  * (kv_source, with llama.cpp's assert on their sources' kinds as a refusal),
@@ -110,6 +115,10 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
                                   * unless 0 or 1), expert_weights_norm not read (its graph renormalizes always; ignored) */
 #define F_SHORTCONV 67108864u /* lfm2: short-conv layers (head_count_kv 0 in its per-layer array; shortconv.l_cache and the shortconv.*
                                * tensors) beside attention layers with per-head q/k norms; the output norm named token_embd_norm */
+#define F_GLM4MOE (1ull << 36) /* glm4moe: expert_gating_func optional (absent or 0: sigmoid), expert_weights_norm (default false) and
+                                * expert_weights_scale read as llama.cpp's graph runs them, exp_probs_b.bias on every MoE layer,
+                                * expert_shared_count may be 0 (no shared expert), nextn (MTP) layers last (loaded, not run), a
+                                * non-zero rope.dimension_sections (GLM-4.5V's M-RoPE) refused by name */
 
 /* Experts, as llama.cpp's loader and graph for the family have them: with
  * expert_count > 0 every layer is a mixture of experts (softmax over the
@@ -118,10 +127,11 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
  * expert_feed_forward_length, else feed_forward_length / expert_used_count
  * (MOE_ALWAYS: the family always has experts). qwen2moe and deepseek do not
  * renormalize (F_MOE_NO_NORM); deepseek's first leading_dense_block_count
- * layers are dense and it reads expert_weights_scale (F_MOE_LEAD). Only
- * lfm2moe reads expert_gating_func (F_MOE_SEL_BIAS: sigmoid in its files,
- * and a selection bias that moves the choice, not the weights); none reads
- * expert_weights_norm. */
+ * layers are dense and it reads expert_weights_scale (F_MOE_LEAD). lfm2moe
+ * reads expert_gating_func (F_MOE_SEL_BIAS: sigmoid in its files, and a
+ * selection bias that moves the choice, not the weights); glm4moe (F_GLM4MOE)
+ * reads it too (absent: sigmoid), with the selection bias, and is the one
+ * family that reads expert_weights_norm (absent: not renormalized). */
 enum moe_kind { MOE_NONE, MOE_OPT, MOE_ALWAYS,
                 MOE_OAI,   /* gpt-oss: always; expert_feed_forward_length required; the top k logits, then a softmax over them (no
                             * renormalization); biases; the clamped SwiGLU */
@@ -225,13 +235,20 @@ static const struct family k_families[] = {
      * experts), the experts' .scale tensors loaded unused (its build_moe_ffn call passes none) */
     {"lfm2moe", KVB_ROPE_NEOX, F_SHORTCONV | F_MOE_LEAD | F_MOE_SEL_BIAS,
      {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_NONE},
+    /* GLM-4.5/4.6/4.5-Air: partial NEOX RoPE (rope.dimension_count of the head), q/k/v biases (optional, or a fused attn_qkv),
+     * per-head q/k norms when present (the 355B), the FFN's norm named post_attention_norm; the first leading_dense_block_count
+     * FFNs dense, then experts (sigmoid, exp_probs_b in the choice, expert_weights_norm/scale) beside expert_shared_count shared
+     * experts; the last nextn_predict_layers blocks are MTP layers (loaded, not run). q/k/v/o .scale applied (its build_qkv and
+     * build_attn pass them), the FFN's and experts' loaded unused (its build_ffn/build_moe_ffn calls pass none) */
+    {"glm4moe", KVB_ROPE_NEOX, F_PARTIAL_ROT | F_FFN_NORM_AS_POST | F_MOE_LEAD | F_GLM4MOE,
+     {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_COUNT},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
 const char *kvb_family_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
-           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe";
+           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, glm4moe";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -315,6 +332,10 @@ kvb_status kvb_family_traits(struct kvb_model *m, bool *fused_up) {
     }
     if (fam->traits & F_MOE_NO_NORM) m->moe_norm = false;
     if (fam->traits & F_MOE_SEL_BIAS) m->moe_gating = KVB_MOE_SIGMOID; /* LFM2-8B-A1B's; the loader reads the key over it */
+    if (fam->traits & F_GLM4MOE) { /* llama.cpp's defaults for glm4moe; the loader reads the keys over them */
+        m->moe_gating = KVB_MOE_SIGMOID;
+        m->moe_norm = false;
+    }
     return fam->traits & F_NOPE4 ? family_nope4(m) : KVB_OK;
 }
 
@@ -619,7 +640,7 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     }
     if (fam->moe == MOE_NONE)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' has no experts (as in llama.cpp); the families with experts are llama, "
-                                             "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3, gpt-oss, qwen35moe, gemma4 and lfm2moe", k->f->path, k->key, n, k->arch);
+                                             "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3, gpt-oss, qwen35moe, gemma4, lfm2moe and glm4moe", k->f->path, k->key, n, k->arch);
     if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
     if ((fam->moe == MOE_OAI || (fam->traits & F_MOE_LEAD)) && (st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
     if (fam->moe == MOE_ALWAYS && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
@@ -635,7 +656,8 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
                             K(k, "expert_shared_feed_forward_length"));
     } else if (fam->shexp == SH_COUNT) {
         uint32_t count;
-        if ((st = req_u32(k, "expert_shared_count", &count, 1, 64)) != KVB_OK) return st;
+        /* glm4moe: 0 is no shared expert (llama.cpp creates none then) */
+        if ((st = req_u32(k, "expert_shared_count", &count, fam->traits & F_GLM4MOE ? 0 : 1, 64)) != KVB_OK) return st;
         shff = count * ff;
     }
     if (fam->traits & F_MOE_LEAD) {
@@ -658,7 +680,7 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     in->n_embd = (int32_t)v;
     if ((st = req_u32(k, "block_count", &v, 1, 4096)) != KVB_OK) return st;
     in->n_layer = (int32_t)v;
-    if (fam->traits & F_HYBRID) { /* the last nextn_predict_layers blocks are MTP layers: loaded, never run (as llama.cpp) */
+    if (fam->traits & (F_HYBRID | F_GLM4MOE)) { /* the last nextn_predict_layers blocks are MTP layers: loaded, never run (as llama.cpp) */
         uint32_t nextn = 0;
         if ((st = opt_u32(k, "nextn_predict_layers", &nextn, 0, (uint32_t)in->n_layer - 1)) != KVB_OK && st != KVB_ERR_INVALID) return st;
         in->n_nextn_layers = (int32_t)nextn;
@@ -1093,6 +1115,64 @@ static kvb_status load_sel_bias_keys(struct keys *k, struct kvb_model *m) {
     return KVB_OK;
 }
 
+/* glm4moe's routing keys, as llama.cpp's glm4moe loader and build_moe_ffn: expert_gating_func
+ * absent or 0 is sigmoid (GLM-4.5's), else softmax (1), sigmoid (2) or the softmax of the top
+ * logits (3); expert_weights_norm (default false) renormalizes the chosen weights;
+ * expert_weights_scale (0 or absent: 1) scales them. rope.dimension_sections with a non-zero
+ * section is GLM-4.5V's M-RoPE, which kvbound does not implement (its text files have none). */
+static kvb_status load_glm4moe_keys(struct keys *k, struct kvb_model *m) {
+    uint32_t g = 0;
+    kvb_status st = opt_u32(k, "expert_gating_func", &g, 0, 1u << 30);
+    if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (g > KVB_MOE_SOFTMAX_WEIGHT)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' routes by softmax (1), sigmoid (0 or 2) or the softmax of the top logits (3); "
+                                             "an unknown gating function", k->f->path, k->key, g, k->arch);
+    m->moe_gating = g == 0 ? KVB_MOE_SIGMOID : (enum kvb_moe_gating)g;
+    bool norm = false;
+    if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    m->moe_norm = norm;
+    float sc = 0;
+    if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
+    m->moe_scale = sc != 0 ? sc : 1.0f;
+    /* rope.dimension_sections (4 integers, or one for all four): with the first two non-zero llama.cpp runs M-RoPE
+     * (contiguous sections t, h, w, e over the rotary pairs, NEOX pairing); a text token's t, h and w positions are its
+     * position and e's is 0, so it is NEOX when every rotary pair falls in t, h or w; else refused */
+    const char *key = K(k, "rope.dimension_sections");
+    const struct gguf_kv *kv = kvb_gguf_find(k->f, key);
+    if (kv) {
+        int32_t sec[4];
+        if (kv->type == GGUF_T_ARRAY) {
+            uint64_t n;
+            const uint8_t *d;
+            if (kv->v.arr.type != GGUF_T_INT32 && kv->v.arr.type != GGUF_T_UINT32)
+                return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be an array of 4 integers", k->f->path, key);
+            if ((st = kvb_gguf_get_arr(k->f, key, kv->v.arr.type, &n, &d, true)) != KVB_OK) return st;
+            if (n != 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' has %llu values, expected 4", k->f->path, key, (unsigned long long)n);
+            memcpy(sec, d, sizeof sec);
+        } else {
+            uint32_t v;
+            if ((st = kvb_gguf_get_u32(k->f, key, &v, true)) != KVB_OK) return st;
+            sec[0] = sec[1] = sec[2] = sec[3] = (int32_t)v;
+        }
+        int64_t sum = 0;
+        for (int i = 0; i < 4; i++) {
+            if (sec[i] < 0 || sec[i] > 4096) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' section %d = %d is out of range", k->f->path, key, i, (int)sec[i]);
+            sum += sec[i];
+        }
+        if (sec[0] > 0 && sec[1] > 0) { /* llama.cpp's use_mrope() */
+            const int64_t text = (int64_t)sec[0] + sec[1] + sec[2];
+            for (int32_t i = 0; i < m->info.rope_dims / 2; i++)
+                if (i % sum >= text)
+                    return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = [%d, %d, %d, %d] gives rotary pair %d of %d the 4th position (M-RoPE, "
+                                                         "GLM-4.5V's vision-language files); kvbound implements text positions only, where "
+                                                         "every pair takes the token's position", k->f->path, key, (int)sec[0], (int)sec[1],
+                                    (int)sec[2], (int)sec[3], (int)i, (int)(m->info.rope_dims / 2));
+        }
+        memcpy(m->rope_sections, sec, sizeof sec);
+    }
+    return KVB_OK;
+}
+
 /* Family keys beyond the shape and RoPE. */
 static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
     kvb_status st;
@@ -1100,6 +1180,8 @@ static kvb_status load_family_keys(struct keys *k, const struct family *fam, str
     if ((fam->traits & F_SHORTCONV) && (st = load_shortconv(k, m)) != KVB_OK) return st;
     if (fam->traits & F_MOE_SEL_BIAS) {
         if ((st = load_sel_bias_keys(k, m)) != KVB_OK) return st;
+    } else if (fam->traits & F_GLM4MOE) {
+        if ((st = load_glm4moe_keys(k, m)) != KVB_OK) return st;
     } else if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
         float sc = 0;
         if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
@@ -1277,7 +1359,7 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     if ((st = bind_weights(b, NAME("ffn_down_exps.weight"), Fe, E, N, REQ, &L->down_exps)) != KVB_OK) return st;
     const enum need nb = fam->traits & F_EXP_BIASES ? REQ : NO;
     if ((st = bind_vec(b, NAME("ffn_gate_inp.bias"), N, nb, &L->b_router)) != KVB_OK) return st;
-    if ((st = bind_vec(b, NAME("exp_probs_b.bias"), N, fam->traits & F_MOE_SEL_BIAS ? REQ : NO, &L->exp_probs_b)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("exp_probs_b.bias"), N, fam->traits & (F_MOE_SEL_BIAS | F_GLM4MOE) ? REQ : NO, &L->exp_probs_b)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_gate_exps.bias"), Fe, N, nb, &L->b_gate_exps)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_up_exps.bias"), Fe, N, nb, &L->b_up_exps)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_down_exps.bias"), E, N, nb, &L->b_down_exps)) != KVB_OK) return st;

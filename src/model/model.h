@@ -60,7 +60,7 @@ struct kvb_layer {
      * and [e * E, (e + 1) * E) of down_exps (kvb_moe_expert). */
     struct kvb_mat router;             /* ffn_gate_inp [n_expert][E] */
     const float *b_router;             /* [n_expert] or NULL */
-    const float *exp_probs_b;          /* [n_expert] the selection bias (blk.N.exp_probs_b.bias; lfm2moe) or NULL: added to the gated
+    const float *exp_probs_b;          /* [n_expert] the selection bias (blk.N.exp_probs_b.bias; lfm2moe, glm4moe) or NULL: added to the gated
                                         * probabilities to choose the experts, never to their weights */
     struct kvb_mat gate_exps, up_exps; /* [n_expert * Fe][E] */
     struct kvb_mat down_exps;          /* [n_expert * E][Fe] */

@@ -4,7 +4,7 @@
  * A router is a matrix [n_expert][E]; for each row it gives n_expert logits,
  * of which the gating (kvb_moe_gating) makes the weights of the top
  * n_expert_used experts, optionally normalized to sum 1 and scaled; a
- * selection bias (lfm2moe's exp_probs_b.bias) moves the choice, not the
+ * selection bias (lfm2moe's and glm4moe's exp_probs_b.bias) moves the choice, not the
  * weights, which stay the chosen experts' unbiased probabilities. The
  * experts are slices of llama.cpp's 3-D ffn_{gate,up,down}_exps tensors, so
  * an expert is a kvb_mat over its own rows and only routed experts are read.

@@ -46,7 +46,7 @@ enum kvb_pre_type {
     KVB_PRE_QWEN2,     /* "qwen2", "deepseek-r1-qwen" */
     KVB_PRE_SMOLLM,    /* "smollm" */
     KVB_PRE_DEFAULT,   /* "default", or a BPE vocabulary without the key: four passes */
-    KVB_PRE_DBRX,      /* "dbrx": Llama 3's expression, merges always */
+    KVB_PRE_DBRX,      /* "dbrx", "glm4", "chatglm-bpe": Llama 3's expression, merges always */
     KVB_PRE_SMAUG,     /* "smaug-bpe": the same */
     KVB_PRE_REFACT,    /* "refact" (Granite): digits alone, then GPT-2, as smollm */
     KVB_PRE_STARCODER, /* "starcoder": the same */

@@ -139,6 +139,10 @@ static const struct pre_name {
     {"smollm", KVB_PRE_SMOLLM, false, false},
     {"default", KVB_PRE_DEFAULT, false, false},
     {"dbrx", KVB_PRE_DBRX, false, false},
+    /* GLM-4.5/4.6 (glm4moe): llama.cpp's CHATGLM4 is Llama 3's expression with merges always, as dbrx, and no BOS
+     * id by default (the GGUF's bos_token_id and add_bos_token keys below set them, as there) */
+    {"glm4", KVB_PRE_DBRX, false, false},
+    {"chatglm-bpe", KVB_PRE_DBRX, false, false},
     {"smaug-bpe", KVB_PRE_SMAUG, false, false},
     {"refact", KVB_PRE_REFACT, false, false},
     {"starcoder", KVB_PRE_STARCODER, false, false},

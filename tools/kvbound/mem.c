@@ -69,6 +69,10 @@ static const struct preset k_presets[] = {
     {"gemma4-e4b", 42, 2, 512, 512, 20, 0, 0, 0, 0, 0, 2, 256, 18, 15},
     {"gemma4-26b-a4b", 30, 2, 512, 1024, 25, 0, 0, 0, 0, 0, 8, 256, 0, 0},
     {"gemma4-31b", 60, 4, 512, 1024, 50, 0, 0, 0, 0, 0, 16, 256, 0, 0},
+    /* GLM-4.5-Air and GLM-4.5, their config.json (num_hidden_layers 46 and 92, num_key_value_heads 8, head_dim 128); the
+     * num_nextn_predict_layers MTP layer after them holds no K/V (it never runs, in llama.cpp as here) */
+    {"glm-4.5-air", 46, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"glm-4.5", 92, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 /* Bytes of the K and V of `tokens` tokens: a K row and a V row of head_dim
@@ -151,6 +155,8 @@ static void mem_usage(void) {
            "counted with its own: window_kv_heads in the JSON) and head sizes; kvbound's cache holds one head size,\n"
            "the window heads padded to the global one (window_head_dim: their own), and mem counts what it holds.\n"
            "KV-shared layers (shared_kv_layers) read an earlier layer's K/V and count nothing; 'layers' counts them.\n"
+           "GLM-4.5 (from -m MODEL or a glm-4.5 preset): its multi-token-prediction layers never run and hold no\n"
+           "K/V; 'layers' counts the layers that run.\n"
            "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
     for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
     printf("\n");
