@@ -38,7 +38,7 @@ if [ ${#files[@]} -eq 0 ]; then
         for f in "$PEER/archs/$a-dense.gguf" "$PEER/archs/gen/$a-f32.gguf" "$PEER/archs/gen/$a-f16.gguf"; do [ -f "$f" ] && files+=("$f"); done
     done
     for f in "$PEER/archs/gen/phi3-longrope-f32.gguf" "$PEER/archs/gen/phi3-longrope-f16.gguf"; do [ -f "$f" ] && files+=("$f"); done
-    for a in llama qwen3moe qwen2moe deepseek olmoe granite granitemoe mistral3 gpt-oss lfm2moe; do [ -f "$PEER/archs/$a-moe.gguf" ] && files+=("$PEER/archs/$a-moe.gguf"); done
+    for a in llama qwen3moe qwen2moe deepseek olmoe granite granitemoe mistral3 gpt-oss lfm2moe deepseek2; do [ -f "$PEER/archs/$a-moe.gguf" ] && files+=("$PEER/archs/$a-moe.gguf"); done
     for f in "$PEER"/archs/moe/*.gguf; do [ -f "$f" ] && files+=("$f"); done
 fi
 IDS="1,5,9,17,33,65,100,127,3,2,64,50,7,8,90,11,120,44,81,26,13,99,70,31"

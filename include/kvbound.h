@@ -768,7 +768,7 @@ void kvb_model_free(struct kvb_model *model);
 struct kvb_model_info {
     char arch[16];            /* "llama", "qwen2", "qwen3", "qwen3moe", "granite", "granitemoe", "mistral3", "smollm3", "olmo2", "phi3",
                                * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek", "olmoe", "qwen35", "qwen35moe",
-                               * "gemma4", "lfm2", "lfm2moe" */
+                               * "gemma4", "lfm2", "lfm2moe", "deepseek2" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -808,6 +808,13 @@ struct kvb_model_info {
                                   * ones where they differ by layer (n_head_kv is the largest; the cache holds each
                                   * layer's own); 0 and 0: n_head_kv on every layer */
     int32_t n_kv_shared_swa;     /* Gemma 4: of the n_kv_shared layers, the window ones (they count in n_swa_layers) */
+    int32_t kv_lora_rank;        /* multi-head latent attention (deepseek2): the latent's width; the cache holds one row per
+                                  * token, [rotated key (rope_dims) | latent (kv_lora_rank)] = head_dim, n_head_kv 1; 0 without */
+    int32_t q_lora_rank;         /* deepseek2: the query's low-rank width (attn_q_a/attn_q_b), 0: one attn_q (V2-Lite) */
+    int32_t head_dim_k_mla, head_dim_v_mla; /* deepseek2: a head's key (no-RoPE part + rope_dims) and value sizes as the
+                                  * per-head K/V the latent replaces (key_length_mla, value_length_mla); 0 without */
+    int32_t n_expert_groups, n_expert_groups_used; /* group-limited routing (deepseek2): experts in n_expert_groups groups,
+                                  * a token's experts chosen among its n_expert_groups_used best groups; 0: none */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

@@ -131,7 +131,8 @@ class _ModelInfo(_c.Structure):
                 ("n_ff_shexp", _i32), ("n_rec_layers", _i32), ("ssm_conv", _i32), ("ssm_state", _i32), ("ssm_groups", _i32),
                 ("ssm_heads", _i32), ("n_nextn_layers", _i32), ("shortconv", _c.c_bool), ("state_bytes", _sz), ("attn_gated", _c.c_bool), ("head_dim_swa", _i32),
                 ("n_kv_shared", _i32), ("n_embd_per_layer", _i32), ("n_head_kv_swa", _i32), ("n_head_kv_global", _i32),
-                ("n_kv_shared_swa", _i32)]
+                ("n_kv_shared_swa", _i32), ("kv_lora_rank", _i32), ("q_lora_rank", _i32), ("head_dim_k_mla", _i32),
+                ("head_dim_v_mla", _i32), ("n_expert_groups", _i32), ("n_expert_groups_used", _i32)]
 
 
 class _ContextParams(_c.Structure):
