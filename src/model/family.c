@@ -1172,16 +1172,20 @@ static kvb_status load_mla_keys(struct keys *k, struct kvb_model *m) {
         in->n_expert_groups = (int32_t)ng;
         in->n_expert_groups_used = (int32_t)nu;
     }
-    /* the attention scale and the rotation's magnitude (the doc comment) */
+    kvb_family_mla(m);
+    return KVB_OK;
+}
+
+void kvb_family_mla(struct kvb_model *m) {
+    const struct kvb_model_info *in = &m->info;
     const double A = m->yarn_factor ? m->yarn_attn_factor : m->rope_mscale;
     const double f = m->yarn_factor ? m->yarn_factor : 1.0 / in->rope_freq_scale, L = log(f);
     const double lm = m->yarn_log_mul / 0.1; /* 0: the key absent (or 0: llama.cpp treats it as absent) */
     const double attn_factor = m->yarn_factor ? (lm != 0 ? A / (1.0 + 0.1 * L) : A) : A; /* the context's */
     const double mscale = attn_factor * (1.0 + 0.1 * L) * (1.0 + 0.1 * lm * L);
     m->rope_mscale = (float)(m->yarn_factor ? attn_factor * (1.0 + 0.1 * L) : A);
-    const double kq = mscale * mscale / sqrt((double)dk);
+    const double kq = mscale * mscale / sqrt((double)in->head_dim_k_mla);
     m->mla_q_scale = (float)(kq * sqrt((double)in->head_dim));
-    return KVB_OK;
 }
 
 /* Family keys beyond the shape and RoPE. */
@@ -1905,6 +1909,16 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             if (ssm[i].mat ? !ssm[i].mat->data : !ssm[i].vec) continue;
             snprintf(name, sizeof name, "blk.%d.%s", (int)l, ssm[i].name);
             if ((st = put(u, name, ssm[i].mat, ssm[i].vec, ssm[i].n, ssm[i].rows)) != KVB_OK) return st;
+        }
+        const struct { const char *name; const struct kvb_mat *mat; const float *vec; int64_t n, rows; } mla[] = {
+            {"attn_q_a.weight", &L->wq_a, NULL, 1, 1}, {"attn_q_a_norm.weight", NULL, L->q_a_norm, in->q_lora_rank, 1},
+            {"attn_q_b.weight", &L->wq_b, NULL, 1, 1}, {"attn_kv_a_mqa.weight", &L->wkv_a, NULL, 1, 1},
+            {"attn_kv_a_norm.weight", NULL, L->kv_a_norm, in->kv_lora_rank, 1}, {"attn_k_b.weight", &L->wk_b, NULL, in->n_head, 1},
+            {"attn_v_b.weight", &L->wv_b, NULL, in->n_head, 1}};
+        for (size_t i = 0; in->kv_lora_rank && i < sizeof mla / sizeof mla[0]; i++) { /* deepseek2's latent attention (attn_q, attn_output: the slots') */
+            if (mla[i].mat ? !mla[i].mat->data : !mla[i].vec) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", (int)l, mla[i].name);
+            if ((st = put(u, name, mla[i].mat, mla[i].vec, mla[i].n, mla[i].rows)) != KVB_OK) return st;
         }
         const struct { const char *name; const struct kvb_mat *mat; const float *vec; int64_t n; } ple[] = {
             {"inp_gate.weight", &L->ple_gate, NULL, 1}, {"proj.weight", &L->ple_proj, NULL, 1}, {"post_norm.weight", NULL, L->ple_norm, E},

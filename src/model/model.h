@@ -209,6 +209,10 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m);
  * divisors over ff (or 1) into rope_freqs, and its magnitude into rope_mscale. */
 kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32_t orig, float beta_fast, float beta_slow, bool has_log_mul,
                            float log_mul);
+/* deepseek2: the rotation's magnitude (rope_mscale) and the absorbed query's scale (mla_q_scale) from rope.scaling.attn_factor,
+ * YaRN's factor and log multiplier (set first: kvb_family_yarn) and head_dim_k_mla, as llama.cpp's deepseek2 graph and
+ * context compute them; the loader and mkmodel both take them from here (load_mla_keys' comment has the formulas). */
+void kvb_family_mla(struct kvb_model *m);
 /* In words, what m computes beyond a plain llama layer (kvb_model_info.features). */
 void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap);
 /* Whether a cache's NoPE layers (its params.no_rope) are the model's. */
