@@ -142,7 +142,7 @@ restart_case implicit_survives_restart r $ARGS   # its reference ($T/rref.json) 
 
 # A model with recurrent layers, as the dense one above: hybrid_case PREFIX SHAPE TAG "POLICIES" REC_LAYERS MIN_STATE FULL.
 # Stateless equals session_id under each of POLICIES (and full on its own server when FULL is 1); the session's JSON
-# counts the state (recurrent_layers REC_LAYERS, state_bytes at least MIN_STATE, within kv_bytes); a checkpoint
+# counts the state (recurrent_layers REC_LAYERS, state_bytes at least MIN_STATE, within kv_bytes; both absent: 0); a checkpoint
 # restored after kill -9 carries the state (turn 4 equals an uninterrupted server's).
 hybrid_case() {
     hc_p=$1 hc_shape=$2 hc_tag=$3 hc_pols=$4 hc_rec=$5 hc_state=$6 hc_full=$7
@@ -156,7 +156,7 @@ hybrid_case() {
     hc_js=$(curl -s "$hc_url/v1/chat/completions" -H 'Content-Type: application/json' \
                 -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"session_id":"hybrid-state"}' > /dev/null;
             curl -s "$hc_url/v1/sessions/hybrid-state")
-    if echo "$hc_js" | python3 -c 'import json,sys; d=json.load(sys.stdin); r, m = int(sys.argv[1]), int(sys.argv[2]); sys.exit(not (d["recurrent_layers"] == r and d["state_bytes"] >= m and d["kv_bytes"] >= d["state_bytes"]))' "$hc_rec" "$hc_state"
+    if echo "$hc_js" | python3 -c 'import json,sys; d=json.load(sys.stdin); r, m = int(sys.argv[1]), int(sys.argv[2]); sys.exit(not (d.get("recurrent_layers", 0) == r and d.get("state_bytes", 0) >= m and d["kv_bytes"] >= d.get("state_bytes", 0)))' "$hc_rec" "$hc_state"
     then ok "${hc_p}_session_json_counts_state"; else ko "${hc_p}_session_json_counts_state" "$(echo "$hc_js" | head -c 400)"; fi
     kill $hc_pid 2>/dev/null
     if [ "$hc_full" = 1 ]; then
@@ -172,6 +172,9 @@ hybrid_case implicit_hybrid tiny-qwen35 h "streaming h2o snapkv" 3 16896 1
 # LFM2 (tiny-lfm2: 4 short-conv layers, their state the last 2 rows of B*x, beside 2 attention layers, issue 51): a
 # window and heavy hitters; state 4 x 2 x 64 floats
 hybrid_case implicit_lfm2 tiny-lfm2 l "streaming h2o" 4 2048 0
+# deepseek2 (tiny-deepseek2: latent attention, one latent row per token for every head, issue 51): no recurrent state; the
+# policies' choices among latent rows resume exactly, and a checkpoint restored after kill -9 continues
+hybrid_case implicit_deepseek2 tiny-deepseek2 d "streaming h2o" 0 0 0
 
 # two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous
 if need_tool implicit_haproxy_two_replicas haproxy KVB_REQUIRE_REDIS "the load balancer; Debian haproxy"; then
