@@ -449,7 +449,7 @@ size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t
 struct kvb_cache_params {
     int32_t n_layer;
     int32_t n_kv_head;
-    int32_t head_dim;
+    int32_t head_dim;           /* 1..1024 (DeepSeek-V3's latent row: 576) */
     struct kvb_rope rope;
     const uint8_t *no_rope;     /* [n_layer]: 1 where a layer's keys and queries are not rotated (NoPE
                                  * layers, SmolLM3's every fourth), or NULL; copied */
