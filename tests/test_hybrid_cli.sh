@@ -182,6 +182,20 @@ print('; '.join(errs) or 'same')" "$T/$s.gguf" "$T/text.txt" "$T" 2>&1)
             c=$(echo "$s" | tr '-' '_')
             if [ "$out" = same ]; then ok "${c}_python_every_policy_and_saved_cache"; else ko "${c}_python_every_policy_and_saved_cache" "$out"; fi
         done
+        # deepseek2 through the bindings: info's latent-attention fields (the struct's last ones), every policy over the latent
+        # rows generates and scores, and a saved cache of latent rows continues exactly
+        out=$(PYTHONPATH="$HERE/python" KVBOUND_LIBRARY="$BA/libkvbound.so" python3 -c "$PYCOMMON
+m = kvbound.Model(sys.argv[1])
+i = m.info
+errs = []
+got = tuple(i[k] for k in ('arch', 'n_head_kv', 'head_dim', 'kv_lora_rank', 'q_lora_rank', 'head_dim_k_mla', 'head_dim_v_mla', 'n_expert_groups', 'n_expert_groups_used'))
+if got != ('deepseek2', 1, 96, 64, 96, 64, 32, 4, 2):
+    errs.append('info %r' % (got,))
+every_policy(m, open(sys.argv[2]).read(), errs)
+saved_continues(m, os.path.join(sys.argv[3], 'd.kvc'), errs)
+print('; '.join(errs) or 'same')" "$T/tiny-deepseek2.gguf" "$T/text.txt" "$T" 2>&1)
+        if [ "$out" = same ]; then ok tiny_deepseek2_python_latent_info_every_policy_and_saved_cache
+        else ko tiny_deepseek2_python_latent_info_every_policy_and_saved_cache "$out"; fi
     fi
 fi
 cli_summary
