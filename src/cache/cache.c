@@ -75,8 +75,7 @@ static kvb_status validate_params(const struct kvb_cache_params *p) {
     if (p->n_layer < 1 || p->n_layer > 4096) return kvb_fail(KVB_ERR_INVALID, "cache: n_layer must be in 1..4096, got %d", (int)p->n_layer);
     if (p->n_kv_head < 1 || p->n_kv_head > KVB_MAX_KV_HEADS)
         return kvb_fail(KVB_ERR_INVALID, "cache: n_kv_head must be in 1..%d, got %d", KVB_MAX_KV_HEADS, (int)p->n_kv_head);
-    if (p->head_dim < 1 || p->head_dim > KVB_MAX_HEAD_DIM)
-        return kvb_fail(KVB_ERR_INVALID, "cache: head_dim must be in 1..%d, got %d", KVB_MAX_HEAD_DIM, (int)p->head_dim);
+    if (p->head_dim < 1 || p->head_dim > 512) return kvb_fail(KVB_ERR_INVALID, "cache: head_dim must be in 1..512, got %d", (int)p->head_dim);
     if (p->kv.kv_dtype < KVB_DTYPE_F32 || p->kv.kv_dtype > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype %d", (int)p->kv.kv_dtype);
     if (p->kv.kv_dtype_v < KVB_DTYPE_AS_K || p->kv.kv_dtype_v > KVB_DTYPE_BF16) return kvb_fail(KVB_ERR_INVALID, "cache: unknown dtype_v %d", (int)p->kv.kv_dtype_v);
     if (!kvb_dtype_row_bytes(p->kv.kv_dtype, p->head_dim) || !kvb_dtype_row_bytes(v_dtype(p), p->head_dim))

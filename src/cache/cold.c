@@ -330,10 +330,7 @@ kvb_status kvb_cold_file_check(const char *path, struct kvb_cold_file_info *out)
     in.dtype = (enum kvb_dtype)gi[3]; in.dtype_v = (enum kvb_dtype)gi[4];
     if (in.n_streams < 1 || in.n_streams > (1 << 24)) { st = kvb_fail(KVB_ERR_CORRUPT, "%s: n_streams %d out of range", path, (int)in.n_streams); goto done; }
     if (in.block_size < 1 || in.block_size > 4096 || (in.block_size & (in.block_size - 1))) { st = kvb_fail(KVB_ERR_CORRUPT, "%s: block_size %d is not a power of two in 1..4096", path, (int)in.block_size); goto done; }
-    if (in.head_dim < 1 || in.head_dim > KVB_MAX_HEAD_DIM) {
-        st = kvb_fail(KVB_ERR_CORRUPT, "%s: head_dim %d out of range 1..%d", path, (int)in.head_dim, KVB_MAX_HEAD_DIM);
-        goto done;
-    }
+    if (in.head_dim < 1 || in.head_dim > 512) { st = kvb_fail(KVB_ERR_CORRUPT, "%s: head_dim %d out of range 1..512", path, (int)in.head_dim); goto done; }
     if (gi[3] < KVB_DTYPE_F32 || gi[3] > KVB_DTYPE_BF16 || gi[4] < KVB_DTYPE_F32 || gi[4] > KVB_DTYPE_BF16) { st = kvb_fail(KVB_ERR_CORRUPT, "%s: unknown dtype %d / dtype_v %d", path, (int)gi[3], (int)gi[4]); goto done; }
     struct kvb_cold_geom g = {in.n_streams, in.block_size, in.head_dim, in.dtype, in.dtype_v,
                               kvb_dtype_row_bytes(in.dtype, in.head_dim), kvb_dtype_row_bytes(in.dtype_v, in.head_dim)};

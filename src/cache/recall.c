@@ -180,7 +180,7 @@ size_t kvb_recall_meta_bytes(const struct kvb_cache *c) {
  * an image (kvb_recall_restore_*) rebuilds the very same floats. */
 static void summary_add(const struct kvb_cache *c, float *lohi3, const uint8_t *krow) {
     const int32_t d = c->params.head_dim;
-    float key[KVB_MAX_HEAD_DIM];
+    float key[512];
     kvb_kv_row_load(c->params.kv.kv_dtype, krow, key, d);
     float *lo = lohi3, *hi = lohi3 + d, *sum = lohi3 + 2 * d;
     for (int32_t ch = 0; ch < d; ch++) {
@@ -271,7 +271,7 @@ static float page_score(const struct kvb_cache *c, const float *qrot, int32_t n_
                         const uint8_t *rec) {
     const int32_t d = c->params.head_dim;
     const enum kvb_recall_summary mode = c->params.kv.recall.summary;
-    float best = -INFINITY, mean[KVB_MAX_HEAD_DIM], key[KVB_MAX_HEAD_DIM];
+    float best = -INFINITY, mean[512], key[512];
     if (mode == KVB_RECALL_BOUNDS) {
         c->kr->page_bounds(qrot, n_rows, lohi, 1, d, &best);
         return best;
@@ -337,7 +337,7 @@ static void area_shadow(const struct kvb_cache *c, struct kvb_recall_stream *r, 
      * position 0, every far key is one run with the query at L (attend.c) */
     const int32_t d = c->params.head_dim;
     const size_t vofs = (size_t)d << r->shadow_shift;
-    float cs0[KVB_MAX_HEAD_DIM], cs[KVB_MAX_HEAD_DIM];
+    float cs0[512], cs[512];
     const int32_t np = c->n_pairs;
     for (int32_t t = 0; t < n; t++) {
         float *ks = r->shadow + (size_t)(a * B + t) * d;
@@ -443,7 +443,7 @@ size_t kvb_recall_body_bytes(const struct kvb_cache *c) {
 kvb_status kvb_recall_restore_page(struct kvb_cache *c, size_t i, uint8_t *rec) {
     struct kvb_recall_stream *r = &c->recall[i];
     const struct kvb_cold_geom *g = &c->cold_geom;
-    float lohi3[3 * KVB_MAX_HEAD_DIM];
+    float lohi3[3 * 512];
     lohi_reset(lohi3, c->params.head_dim);
     for (int32_t t = 0; t < g->block_size; t++) summary_add(c, lohi3, kvb_cold_rec_k(g, rec) + (size_t)t * g->row_bytes);
     if (!index_room(c, r)) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory for the cold-page index of stream %zu", i);

@@ -28,8 +28,6 @@
 
 #define KVB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define KVB_MAX(a, b) ((a) > (b) ? (a) : (b))
-/* The widest cache row (head_dim): DeepSeek-V3 / Kimi-K2's latent row is 576 (64 rotary + 512 latent dims). */
-#define KVB_MAX_HEAD_DIM 1024
 
 /* Allocation: every byte the library holds goes through these. */
 void *kvb_malloc(size_t n);

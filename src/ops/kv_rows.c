@@ -47,7 +47,7 @@ void kvb_kv_row_load(enum kvb_dtype t, const void *src, float *dst, int32_t d) {
 static const int32_t k_ident[KVB_ATTN_TILE] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
 _Static_assert(KVB_ATTN_TILE == 64, "k_ident and the tile view's block_shift assume 64 keys per tile");
 
-#define KV_MAX_D KVB_MAX_HEAD_DIM
+#define KV_MAX_D 512
 static _Thread_local float t_tile[2 * KVB_ATTN_TILE * KV_MAX_D];
 static _Thread_local uint8_t *t_page;
 

@@ -25,7 +25,7 @@
 
 #define KVB_ATTN_TILE 64     /* keys per tile */
 #define KVB_ATTN_MAX_ROWS 64 /* query rows per driver call */
-#define KVB_ATTN_MAX_DIM KVB_MAX_HEAD_DIM /* head_dim (the cache refuses more) */
+#define KVB_ATTN_MAX_DIM 512   /* head_dim (the cache refuses more) */
 
 /* K/V rows of one stream seen through its page table. Logical key j lives in
  * physical slot s = slots[j]; its K row at pages[s >> block_shift] +
@@ -78,7 +78,7 @@ static inline bool kvb_view_direct(const struct kvb_kv_view *v, bool quant_rows)
  * q8_0/q4_0, rounded for f16/bf16) and loaded back to f32. */
 void kvb_kv_row_store(enum kvb_dtype t, const float *src, void *dst, int32_t d);
 void kvb_kv_row_load(enum kvb_dtype t, const void *src, float *dst, int32_t d);
-/* Keys [jt, jt + nt) of v (nt <= KVB_ATTN_TILE, head_dim <= KVB_MAX_HEAD_DIM) as an f32
+/* Keys [jt, jt + nt) of v (nt <= KVB_ATTN_TILE, head_dim <= 512) as an f32
  * view whose keys are 0 .. nt - 1, in this thread's scratch (valid until its
  * next call): its K rows when with_k, its V rows when with_v. */
 struct kvb_kv_view kvb_kv_tile_view(const struct kvb_kv_view *v, int32_t jt, int32_t nt, bool with_k, bool with_v);

@@ -108,7 +108,7 @@ static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_r
         else scores_t(v, q, n_rows, j0, nt, s, KVB_DTYPE_F32);
         return;
     }
-    _Alignas(32) float kf[4][KVB_MAX_HEAD_DIM];
+    _Alignas(32) float kf[4][512];
     /* f16 keys read by several rows: converted once per key too (one vcvtph2ps per 8 instead of one per row) */
     const bool to_f32 = quant || (dt == KVB_DTYPE_F16 && n_rows > 1);
     int32_t t = 0;
@@ -242,7 +242,7 @@ static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_vi
  * read and written once per eight keys). d: whole blocks of 32. */
 static void accum_q(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc) {
     const int32_t d = v->head_dim;
-    _Alignas(32) float vf[8][KVB_MAX_HEAD_DIM];
+    _Alignas(32) float vf[8][512];
     for (int32_t t0 = 0; t0 < nt; t0 += 8) {
         const int32_t ng = KVB_MIN(8, nt - t0);
         for (int32_t u = 0; u < ng; u++) row_to_f32(v->dtype_v, kvb_view_v(v, j0 + t0 + u), vf[u], d);
@@ -316,7 +316,7 @@ static void vexp_avx2(float *x, int32_t n) {
  * (d % 8) in scalar. */
 void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out) {
     const int32_t d8 = d & ~7;
-    float qp[8 * KVB_MAX_HEAD_DIM], qn[8 * KVB_MAX_HEAD_DIM];
+    float qp[8 * 512], qn[8 * 512];
     for (int64_t p = 0; p < n_pages; p++) out[p] = -INFINITY;
     for (int32_t r0 = 0; r0 < n_rows; r0 += 8) {
         const int32_t nr = n_rows - r0 < 8 ? n_rows - r0 : 8;
