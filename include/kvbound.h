@@ -456,7 +456,7 @@ size_t kvb_kv_seq_bytes_latent(const struct kvb_kv_params *kv, int32_t n_layer, 
 struct kvb_cache_params {
     int32_t n_layer;
     int32_t n_kv_head;
-    int32_t head_dim;
+    int32_t head_dim;           /* 1..1024 (DeepSeek-V3's latent row: 576) */
     struct kvb_rope rope;
     const uint8_t *no_rope;     /* [n_layer]: 1 where a layer's keys and queries are not rotated (NoPE
                                  * layers, SmolLM3's every fourth), or NULL; copied */
@@ -793,7 +793,7 @@ void kvb_model_free(struct kvb_model *model);
 struct kvb_model_info {
     char arch[16];            /* "llama", "qwen2", "qwen3", "qwen3moe", "granite", "granitemoe", "mistral3", "smollm3", "olmo2", "phi3",
                                * "gemma2", "gemma3", "gpt-oss", "qwen2moe", "deepseek", "olmoe", "qwen35", "qwen35moe",
-                               * "gemma4", "lfm2", "lfm2moe", "glm4moe" */
+                               * "gemma4", "lfm2", "lfm2moe", "glm4moe", "deepseek2" */
     char source[16];          /* "gguf", "llama2.c" */
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale;
@@ -803,7 +803,7 @@ struct kvb_model_info {
     uint32_t weight_type;     /* ggml type of the attention weights */
     size_t weight_bytes;      /* all weights */
     size_t kv_bytes_per_token_f16;
-    char features[256];       /* what the family adds to a plain llama layer, in words ("q/k norms per
+    char features[512];       /* what the family adds to a plain llama layer, in words ("q/k norms per
                                * head", "YaRN x4 from 8", ...); empty for none */
     int32_t sliding_window;   /* tokens a sliding-window layer sees (Gemma 2/3), 0 without */
     int32_t n_swa_layers;     /* layers with that window; the other n_layer - n_swa_layers are global */
@@ -833,6 +833,13 @@ struct kvb_model_info {
                                   * ones where they differ by layer (n_head_kv is the largest; the cache holds each
                                   * layer's own); 0 and 0: n_head_kv on every layer */
     int32_t n_kv_shared_swa;     /* Gemma 4: of the n_kv_shared layers, the window ones (they count in n_swa_layers) */
+    int32_t kv_lora_rank;        /* multi-head latent attention (deepseek2): the latent's width; the cache holds one row per
+                                  * token, [rotated key (rope_dims) | latent (kv_lora_rank)] = head_dim, n_head_kv 1; 0 without */
+    int32_t q_lora_rank;         /* deepseek2: the query's low-rank width (attn_q_a/attn_q_b), 0: one attn_q (V2-Lite) */
+    int32_t head_dim_k_mla, head_dim_v_mla; /* deepseek2: a head's key (no-RoPE part + rope_dims) and value sizes as the
+                                  * per-head K/V the latent replaces (key_length_mla, value_length_mla); 0 without */
+    int32_t n_expert_groups, n_expert_groups_used; /* group-limited routing (deepseek2): experts in n_expert_groups groups,
+                                  * a token's experts chosen among its n_expert_groups_used best groups; 0: none */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

@@ -331,10 +331,11 @@ TEST(hybrid_models_batch_fork_and_sessions_exact) {
     NEED_MODEL();
     /* and Gemma 4: KV-shared layers, padded window heads; with experts and per-layer KV heads (tiny-gemma4moe); and LFM2's
      * short-conv layers (their state: the last 2 rows of B*x), with windows on its attention layers (tiny-lfm2-swa), with
-     * sigmoid-routed experts and their selection bias (tiny-lfm2moe); and GLM-4.5's partial RoPE, sigmoid experts beside a
-     * shared expert and an MTP layer that never runs (tiny-glm4moe) */
+     * sigmoid-routed experts and their selection bias (tiny-lfm2moe); GLM-4.5's partial RoPE, sigmoid experts beside a
+     * shared expert and an MTP layer that never runs (tiny-glm4moe); and deepseek2's latent attention (one latent row per
+     * token for every head, the absorbed form in prompts and decode alike) */
     static const char *const shapes[] = {"tiny-qwen35", "tiny-qwen35moe", "tiny-gemma4", "tiny-gemma4moe", "tiny-lfm2", "tiny-lfm2-swa", "tiny-lfm2moe",
-                                         "tiny-glm4moe"};
+                                         "tiny-glm4moe", "tiny-deepseek2"};
     const struct kvb_recall_params none = {0};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         struct kvb_model *m, *keep = g_model;

@@ -27,6 +27,17 @@ if grep -q '"layers":40,"kv_heads":2,"head_dim":256,' "$T/h1.json" && grep -q '"
    grep -q '"bounded_bytes":83886080,"bounded_size":0.08,"bounded_total_bytes":149749760,"bounded_total_size":0.15,"saving":0.9455}' "$T/h1.json" &&
    grep -q '^ *131072 *1 *2684354560 *2.68 *0.07 *2.75 *0.08 *0.15 *94.6%$' "$T/h1.txt" && grep -q '^30 Gated DeltaNet layers' "$T/h1.txt"
 then ok mem_hybrid_preset_qwen36_state_counted; else ko mem_hybrid_preset_qwen36_state_counted "$(cat "$T/h1.json" "$T/h1.txt")"; fi
+# latent attention (DeepSeek-V3: 61 layers of one 576-dim row a token for 128 heads of K 192 and V 128; f16): the cache's K
+# rows only (a token's value is its latent, read off the row) 61 x 576 x 2 = 70272 bytes a token against the per-head 61 x 128 x (192 + 128) x 2 = 4997120; 131072 tokens;
+# streaming 4096 keeps 4096 rows a layer. Kimi-K2: 64 heads, so half the per-head figure
+"$K" mem --preset deepseek-v3 --ctx 131072 --policy streaming --budget 4096 --json > "$T/d1.json" 2>&1
+"$K" mem --preset deepseek-v3 --ctx 131072 --policy streaming --budget 4096 > "$T/d1.txt" 2>&1
+"$K" mem --preset kimi-k2 --ctx 1000 --json > "$T/d2.json" 2>&1
+if grep -q '"layers":61,"kv_heads":1,"head_dim":576,.*"latent":{"row_dims":576,"bytes_per_token":70272,"heads":128,"head_k":192,"head_v":128,"per_head_kv_bytes_per_token":4997120},' "$T/d1.json" &&
+   grep -q '"tokens":131072,"batch":1,"bytes":9210691584,.*"bounded_bytes":287834112,' "$T/d1.json" &&
+   grep -q '^latent attention: .* 70272 bytes a token against 4997120 for the per-head K/V it replaces (71.1x)$' "$T/d1.txt" &&
+   grep -q '"heads":64,"head_k":192,"head_v":128,"per_head_kv_bytes_per_token":2498560}' "$T/d2.json"
+then ok mem_latent_presets_deepseek_v3_kimi_k2_per_head_kv_replaced; else ko mem_latent_presets_deepseek_v3_kimi_k2_per_head_kv_replaced "$(cat "$T/d1.json" "$T/d1.txt" "$T/d2.json")"; fi
 # Qwen3.5-27B: 16 attention layers of 4 KV heads of 256, 48 Gated DeltaNet layers of 16/48 heads of 128 (C = 10240), batch 2
 "$K" mem --preset qwen3.5-27b --ctx 1000 --batch 2 --json > "$T/h2.json" 2>&1
 if grep -q '"recurrent_layers":48,"state_bytes_per_sequence":156893184,' "$T/h2.json" &&

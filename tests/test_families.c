@@ -50,6 +50,7 @@ struct ref {
     bool oai;                 /* gpt-oss: sinks, biased experts ranked by logit, the clamped SwiGLU */
     bool sigmoid;             /* expert_gating_func 2 (lfm2moe): sigmoid per expert instead of the softmax */
     bool ffn_as_post;         /* the FFN's pre-norm stored as post_attention_norm.weight (gpt-oss, glm4moe) */
+    int groups, groups_used;  /* deepseek2: experts in groups, the choice among the best groups_used (0: none) */
 };
 
 static double key_f(const struct ref *r, const char *suffix, double def) {
@@ -165,6 +166,25 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
     for (int e = 0; e < N; e++) sum += (p[e] = exp(lg[e] - mx));
     for (int e = 0; e < N; e++) p[e] = r->oai ? lg[e] : r->sigmoid ? 1 / (1 + exp(-lg[e])) : p[e] / sum; /* gpt-oss: rank by logit, then a softmax over the chosen */
     for (int e = 0; e < N; e++) q[e] = p[e] + (sb ? sb[e] : 0);
+    if (r->groups > 1) { /* deepseek2: a group's score is the sum of its two best biased scores; the others' experts leave the choice */
+        const int per = N / r->groups;
+        double gs[64];
+        bool keep[64] = {false};
+        for (int gg = 0; gg < r->groups; gg++) {
+            double b1 = -1e300, b2 = -1e300;
+            for (int e = gg * per; e < (gg + 1) * per; e++)
+                if (q[e] > b1) { b2 = b1; b1 = q[e]; } else if (q[e] > b2) b2 = q[e];
+            gs[gg] = b1 + (per > 1 ? b2 : 0);
+        }
+        for (int k = 0; k < r->groups_used; k++) {
+            int best = -1;
+            for (int gg = 0; gg < r->groups; gg++)
+                if (!keep[gg] && (best < 0 || gs[gg] > gs[best])) best = gg;
+            keep[best] = true;
+        }
+        for (int e = 0; e < N; e++)
+            if (!keep[e / per]) q[e] = -1e300;
+    }
     int sel[64];
     double wsum = 0;
     for (int k = 0; k < K; k++) {
@@ -796,6 +816,138 @@ static double *reference_lfm2(const char *path, int nt) {
     return logits;
 }
 
+/* deepseek2 (multi-head latent attention) in the textbook form, not the engine's absorbed one: each head's K and V
+ * decompressed from the latent (k_nope = wk_b^T c, v = wv_b c per token), K = [k_nope | k_pe] with the one rotated
+ * k_pe shared by every head, scores q.K times llama.cpp's kq_scale = mscale^2 / sqrt(Dk), where under YaRN of factor f
+ * with the file's log multiplier 0.1 lm: mscale = A (1 + 0.1 lm ln f) and the rotation's magnitude A (with the key), else
+ * both A (1 + 0.1 ln f); A = rope.scaling.attn_factor. Then attn_output; the FFN dense on the first
+ * leading_dense_block_count layers, else moe_ref (sigmoid or softmax, the selection bias, the groups, renormalized by
+ * expert_weights_norm, times expert_weights_scale) plus the shared experts. */
+static double *reference_deepseek2(const char *path, int n_ctx, int nt) {
+    struct gguf_file *f;
+    if (kvb_gguf_open(path, &f) != KVB_OK) return NULL;
+    struct ref r = {.f = f};
+    snprintf(r.arch, sizeof r.arch, "deepseek2");
+    const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0), H = key_u(&r, "attention.head_count", 0);
+    const int C = key_u(&r, "attention.kv_lora_rank", 0), QL = key_u(&r, "attention.q_lora_rank", 0), F = key_u(&r, "feed_forward_length", 0);
+    const int Dk = key_u(&r, "attention.key_length_mla", 0), Dv = key_u(&r, "attention.value_length_mla", 0);
+    r.E = E;
+    r.D = key_u(&r, "attention.key_length", 0);
+    r.n_exp = key_u(&r, "expert_count", 0);
+    r.n_used = key_u(&r, "expert_used_count", 0);
+    r.F_exp = key_u(&r, "expert_feed_forward_length", 0);
+    r.F_sh = key_u(&r, "expert_shared_count", 0) * r.F_exp;
+    r.lead = key_u(&r, "leading_dense_block_count", 0);
+    r.sigmoid = key_u(&r, "expert_gating_func", 1) == 2;
+    bool norm = false;
+    char key[96];
+    snprintf(key, sizeof key, "deepseek2.expert_weights_norm");
+    kvb_gguf_get_bool(f, key, &norm, false);
+    r.no_norm = !norm;
+    r.w_scale = key_f(&r, "expert_weights_scale", 1);
+    r.groups = key_u(&r, "expert_group_count", 0);
+    r.groups_used = key_u(&r, "expert_group_used_count", 0);
+    const double eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-5);
+    set_rope(&r, n_ctx); /* the YaRN divisors; the magnitudes below */
+    const int R = r.R, Dn = Dk - R;
+    const double A = key_f(&r, "rope.scaling.attn_factor", 1), lm = key_f(&r, "rope.scaling.yarn_log_multiplier", 0) / 0.1;
+    const double lf = r.fs < 1 ? log(1 / r.fs) : 0;
+    r.mscale = lm != 0 ? A : A * (1 + 0.1 * lf);
+    const double msc = lm != 0 ? A * (1 + 0.1 * lm * lf) : A * (1 + 0.1 * lf), kq = msc * msc / sqrt((double)Dk);
+    const int V = (int)kvb_gguf_find_tensor(f, "token_embd.weight")->ne[1];
+    double *emb = tensor(&r, "token_embd.weight", (int64_t)E * V), *onorm = tensor(&r, "output_norm.weight", E);
+    double *out = tensor(&r, "output.weight", (int64_t)E * V);
+    if (!out) out = tensor(&r, "token_embd.weight", (int64_t)E * V);
+    double *x = calloc((size_t)nt * E, sizeof(double)), *h = malloc(sizeof(double) * (size_t)E), *qa = malloc(sizeof(double) * (size_t)(QL + 1));
+    double *q = malloc(sizeof(double) * (size_t)nt * H * Dk), *kv = malloc(sizeof(double) * (size_t)(C + R));
+    double *cs = malloc(sizeof(double) * (size_t)nt * C), *kpe = malloc(sizeof(double) * (size_t)nt * R);
+    double *kn = malloc(sizeof(double) * (size_t)nt * Dn), *vv = malloc(sizeof(double) * (size_t)nt * Dv), *o = malloc(sizeof(double) * (size_t)H * Dv);
+    double *y = malloc(sizeof(double) * (size_t)E), *g = malloc(sizeof(double) * (size_t)2 * F), *w = malloc(sizeof(double) * (size_t)nt);
+    double *logits = malloc(sizeof(double) * (size_t)nt * V);
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)k_toks[t] * E + i];
+    for (int l = 0; l < L; l++) {
+        double *an = layer_t(&r, l, "attn_norm.weight", E), *fn = layer_t(&r, l, "ffn_norm.weight", E);
+        double *wqa = QL ? layer_t(&r, l, "attn_q_a.weight", (int64_t)E * QL) : NULL, *qan = QL ? layer_t(&r, l, "attn_q_a_norm.weight", QL) : NULL;
+        double *wq = QL ? layer_t(&r, l, "attn_q_b.weight", (int64_t)QL * H * Dk) : layer_t(&r, l, "attn_q.weight", (int64_t)E * H * Dk);
+        double *wkv = layer_t(&r, l, "attn_kv_a_mqa.weight", (int64_t)E * (C + R)), *kvn = layer_t(&r, l, "attn_kv_a_norm.weight", C);
+        double *wkb = stack_t(&r, l, "attn_k_b.weight", (int64_t)Dn * C * H), *wvb = stack_t(&r, l, "attn_v_b.weight", (int64_t)C * Dv * H);
+        double *wo = layer_t(&r, l, "attn_output.weight", (int64_t)H * Dv * E);
+        for (int t = 0; t < nt; t++) { /* q, the latent and the shared rotated key of every token */
+            memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
+            rms(h, E, an, eps);
+            double *qt = q + (size_t)t * H * Dk;
+            if (QL) {
+                matvec(wqa, NULL, h, E, QL, qa);
+                rms(qa, QL, qan, eps);
+                matvec(wq, NULL, qa, QL, H * Dk, qt);
+            } else {
+                matvec(wq, NULL, h, E, H * Dk, qt);
+            }
+            for (int hh = 0; hh < H; hh++) rope(&r, qt + (size_t)hh * Dk + Dn, t, r.base, r.fs);
+            matvec(wkv, NULL, h, E, C + R, kv);
+            memcpy(cs + (size_t)t * C, kv, sizeof(double) * (size_t)C);
+            rms(cs + (size_t)t * C, C, kvn, eps);
+            memcpy(kpe + (size_t)t * R, kv + C, sizeof(double) * (size_t)R);
+            rope(&r, kpe + (size_t)t * R, t, r.base, r.fs);
+        }
+        for (int t = 0; t < nt; t++) {
+            for (int hh = 0; hh < H; hh++) { /* head hh's K and V of every token up to t, decompressed from the latent */
+                const double *qt = q + ((size_t)t * H + hh) * Dk;
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double *k = kn + (size_t)j * Dn, *v = vv + (size_t)j * Dv, s = 0;
+                    for (int i = 0; i < Dn; i++) {
+                        k[i] = 0;
+                        for (int c = 0; c < C; c++) k[i] += wkb[((size_t)hh * C + c) * Dn + i] * cs[(size_t)j * C + c];
+                    }
+                    for (int i = 0; i < Dv; i++) {
+                        v[i] = 0;
+                        for (int c = 0; c < C; c++) v[i] += wvb[((size_t)hh * Dv + i) * C + c] * cs[(size_t)j * C + c];
+                    }
+                    for (int i = 0; i < Dn; i++) s += qt[i] * k[i];
+                    for (int i = 0; i < R; i++) s += qt[Dn + i] * kpe[(size_t)j * R + i];
+                    w[j] = s * kq;
+                    mx = fmax(mx, w[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                for (int i = 0; i < Dv; i++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += w[j] / sum * vv[(size_t)j * Dv + i];
+                    o[(size_t)hh * Dv + i] = a;
+                }
+            }
+            matvec(wo, NULL, o, H * Dv, E, y);
+            for (int i = 0; i < E; i++) x[(size_t)t * E + i] += y[i];
+        }
+        double *wg = l < r.lead ? layer_t(&r, l, "ffn_gate.weight", (int64_t)E * F) : NULL, *wu = l < r.lead ? layer_t(&r, l, "ffn_up.weight", (int64_t)E * F) : NULL;
+        double *wd = l < r.lead ? layer_t(&r, l, "ffn_down.weight", (int64_t)F * E) : NULL;
+        for (int t = 0; t < nt; t++) {
+            memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
+            rms(h, E, fn, eps);
+            if (l < r.lead) {
+                matvec(wg, NULL, h, E, F, g);
+                matvec(wu, NULL, h, E, F, g + F);
+                for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * g[F + i];
+                matvec(wd, NULL, g, F, E, y);
+            } else {
+                moe_ref(&r, l, h, y);
+            }
+            for (int i = 0; i < E; i++) x[(size_t)t * E + i] += y[i];
+        }
+        free(an); free(fn); free(wqa); free(qan); free(wq); free(wkv); free(kvn); free(wkb); free(wvb); free(wo); free(wg); free(wu); free(wd);
+    }
+    for (int t = 0; t < nt; t++) {
+        memcpy(h, x + (size_t)t * E, sizeof(double) * (size_t)E);
+        rms(h, E, onorm, eps);
+        matvec(out, NULL, h, E, V, logits + (size_t)t * V);
+    }
+    free(emb); free(onorm); free(out); free(x); free(h); free(qa); free(q); free(kv); free(cs); free(kpe); free(kn); free(vv); free(o); free(y);
+    free(g); free(w); free(r.div);
+    kvb_gguf_close(f);
+    return logits;
+}
+
 /* ---- the engine against it ---- */
 
 static double nmse(const float *a, const double *b, size_t n) {
@@ -844,7 +996,9 @@ static void check_file(const char *path, const char *shape, int n_ctx, int nt) {
     if (kvb_model_load(path, NULL, &m) != KVB_OK) FAILF("%s: load: %s", shape, kvb_last_error());
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
-    double *ref = strstr(shape, "gemma4") ? reference_gemma4(path, nt) : strstr(shape, "lfm2") ? reference_lfm2(path, nt) : reference(path, n_ctx, nt);
+    double *ref = strstr(shape, "gemma4") ? reference_gemma4(path, nt) : strstr(shape, "lfm2") ? reference_lfm2(path, nt)
+                  : strstr(shape, "deepseek2")                 ? reference_deepseek2(path, n_ctx, nt)
+                                                               : reference(path, n_ctx, nt);
     float *lg = malloc(sizeof(float) * (size_t)nt * mi.n_vocab);
     const size_t n = (size_t)nt * mi.n_vocab;
     const struct { bool decode; int chunk; enum kvb_dtype kv; double tol; } runs[] = {
@@ -1664,6 +1818,10 @@ TEST(lfm2_sliding_window_on_attention_layers_equals_reference) { check_family_n(
 /* tiny-lfm2moe: tiny-lfm2's layers, the first FFN dense, then 8 experts, 2 per token, by sigmoid; the selection bias moves the
  * choice only, the chosen unbiased probabilities renormalized (a bias in the weights, or weights left unnormalized, fail it) */
 TEST(lfm2moe_sigmoid_experts_selection_bias_equal_reference) { check_family_n("tiny-lfm2moe", 512, NT_MAX); }
+/* the absorbed latent attention against the decompressed per-head K/V, with YaRN's scales, sigmoid routing in groups with the
+ * selection bias, renormalized and scaled; and V2-Lite's kind (attn_q, softmax, not renormalized) */
+TEST(deepseek2_absorbed_latent_attention_group_routing_yarn_equal_reference) { check_family_n("tiny-deepseek2", 512, NT_MAX); }
+TEST(deepseek2_lite_attn_q_softmax_equal_reference) { check_family_n("tiny-deepseek2-lite", 512, NT); }
 
 /* written, loaded (every tensor bound) and written again: the same tensors; the layer kinds from head_count_kv's zeros */
 TEST(lfm2_round_trip_binds_every_tensor_and_layer_kinds) {
@@ -1753,6 +1911,28 @@ TEST(lfm2moe_routing_keys_and_selection_bias_refused_by_name) {
     refused(src, &(struct edit){.key = "lfm2moe.leading_dense_block_count", .num = 2}, KVB_ERR_CORRUPT, "blk.1.ffn_gate.weight");
 }
 
+TEST(deepseek2_keys_and_tensors_refused_by_name) {
+    char src[128];
+    if (!write_shape("tiny-deepseek2", src, sizeof src)) FAILF("mkmodel: %s", kvb_last_error());
+    /* the older fused per-head K/V; the MLA sizes without which a file is of that kind; a latent that is not the row's */
+    refused(src, &(struct edit){.copy = "blk.1.attn_kv_a_mqa.weight", .as = "blk.1.attn_kv_b.weight"}, KVB_ERR_UNSUPPORTED, "blk.1.attn_kv_b.weight");
+    refused(src, &(struct edit){.key = "deepseek2.attention.key_length_mla", .drop_key = true}, KVB_ERR_UNSUPPORTED, "deepseek2.attention.key_length_mla");
+    refused(src, &(struct edit){.key = "deepseek2.attention.kv_lora_rank", .num = 32}, KVB_ERR_CORRUPT, "deepseek2.attention.key_length");
+    refused(src, &(struct edit){.key = "deepseek2.attention.kv_lora_rank", .drop_key = true}, KVB_ERR_CORRUPT, "deepseek2.attention.kv_lora_rank");
+    refused(src, &(struct edit){.key = "deepseek2.attention.head_count_kv", .num = 4}, KVB_ERR_UNSUPPORTED, "deepseek2.attention.head_count_kv");
+    /* q_lora 0: attn_q wanted, the low-rank tensors not used */
+    refused(src, &(struct edit){.key = "deepseek2.attention.q_lora_rank", .num = 0}, KVB_ERR_CORRUPT, "blk.0.attn_q.weight");
+    /* routing: softmax of the top logits and unknown gatings, groups that do not divide the experts or use them all */
+    refused(src, &(struct edit){.key = "deepseek2.expert_gating_func", .num = 3}, KVB_ERR_UNSUPPORTED, "deepseek2.expert_gating_func");
+    refused(src, &(struct edit){.key = "deepseek2.expert_gating_func", .num = 1}, KVB_OK, ""); /* softmax */
+    refused(src, &(struct edit){.key = "deepseek2.expert_group_count", .num = 3}, KVB_ERR_CORRUPT, "deepseek2.expert_group_count");
+    refused(src, &(struct edit){.key = "deepseek2.expert_group_used_count", .num = 4}, KVB_ERR_CORRUPT, "deepseek2.expert_group_count");
+    refused(src, &(struct edit){.key = "deepseek2.nextn_predict_layers", .num = 1}, KVB_ERR_UNSUPPORTED, "deepseek2.nextn_predict_layers");
+    /* the selection bias is optional; on a dense layer it is not used */
+    refused(src, &(struct edit){.drop = "blk.2.exp_probs_b.bias"}, KVB_OK, "");
+    refused(src, &(struct edit){.add = "blk.0.exp_probs_b.bias"}, KVB_ERR_UNSUPPORTED, "blk.0.exp_probs_b.bias");
+}
+
 TEST(lfm2_keys_tensors_and_layer_kinds_refused_by_name) {
     char src[128];
     if (!write_shape("tiny-lfm2", src, sizeof src)) FAILF("mkmodel: %s", kvb_last_error());
@@ -1828,12 +2008,15 @@ int main(void) {
     RUN(lfm2_short_conv_and_attention_equal_reference);
     RUN(lfm2_sliding_window_on_attention_layers_equals_reference);
     RUN(lfm2moe_sigmoid_experts_selection_bias_equal_reference);
+    RUN(deepseek2_absorbed_latent_attention_group_routing_yarn_equal_reference);
+    RUN(deepseek2_lite_attn_q_softmax_equal_reference);
     RUN(lfm2_round_trip_binds_every_tensor_and_layer_kinds);
     RUN(lfm2_keys_tensors_and_layer_kinds_refused_by_name);
     RUN(lfm2moe_routing_keys_and_selection_bias_refused_by_name);
     RUN(glm4moe_partial_rope_sigmoid_experts_shared_expert_equal_reference);
     RUN(glm4moe_without_qk_norms_and_other_routing_keys_equal_reference);
     RUN(glm4moe_keys_tensors_and_mrope_sections_refused_by_name);
+    RUN(deepseek2_keys_and_tensors_refused_by_name);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);

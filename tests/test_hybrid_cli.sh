@@ -22,10 +22,11 @@ finite() { ! grep -q -E '"(ppl|nll|kl|baseline_ppl)":(-?nan|-?inf|null)' "$1" &&
 # LFM2 (tiny-lfm2: short-conv layers beside attention; tiny-lfm2-swa: windows of 8 on its attention layers; tiny-lfm2moe:
 # the same layers, the first FFN dense, then 8 experts, 2 per token, by sigmoid with a selection bias) and
 # Gemma 4 (tiny-gemma4: KV-shared layers, window heads of 32 padded to 64, per-layer embeddings; tiny-gemma4moe:
-# experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one) and GLM-4.5 (tiny-glm4moe: partial
-# RoPE, sigmoid experts beside a shared expert after a dense layer, one MTP layer loaded and not run) goes through the same
-# run, ppl and needle loops as the hybrids
-for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-glm4moe; do
+# experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one), GLM-4.5 (tiny-glm4moe: partial
+# RoPE, sigmoid experts beside a shared expert after a dense layer, one MTP layer loaded and not run) and DeepSeek-V2/V3's
+# latent attention (tiny-deepseek2: one latent row per token for every head, so the policies choose among latent rows;
+# group-limited sigmoid experts) go through the same run, ppl and needle loops as the hybrids
+for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-glm4moe tiny-deepseek2; do
     c=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" -o "$M" > /dev/null 2>&1
@@ -49,6 +50,12 @@ for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lf
        grep -q '^features      short conv 4 of 6 (L_cache 3); q/k norms per head' "$T/$s.info" &&
        grep -q '^KV per token  256 bytes in f16 (2 x 2 attention layers x 2 KV heads x 16 dims x 2 bytes)$' "$T/$s.info"
     then ok "${c}_info_names_short_conv_layers"; else ko "${c}_info_names_short_conv_layers" "$(grep -E '^(shortconv|features|KV per)' "$T/$s.info")"; fi ;;
+    tiny-deepseek2)
+    # the latent row (32 rotary + 64 latent) of one KV head for 4 heads, the routing in groups
+    if grep -q "^features      latent attention (q_lora): row 32+64 for 4 heads' K 64, V 32; experts in 4 groups, 2 used; 2 of 8 experts per token (sigmoid, renormalized)" "$T/$s.info" &&
+       grep -q '^heads         4 (KV heads 1, head dim 96)$' "$T/$s.info" &&
+       grep -q '^KV per token  576 bytes in f16 (3 layers x one latent row of 96 dims x 2 bytes; no V rows: a token.s value is its latent)$' "$T/$s.info"
+    then ok "${c}_info_names_latent_attention_and_expert_groups"; else ko "${c}_info_names_latent_attention_and_expert_groups" "$(grep -E '^(features|heads)' "$T/$s.info")"; fi ;;
     tiny-gemma4*) ;; *)
     if grep -q '^deltanet      3 Gated DeltaNet layers (no KV): 2 key heads, 4 value heads of 16, conv 4 taps; state 16896 bytes a sequence$' "$T/$s.info" &&
        grep -q '^features      gated deltanet 3 of 4; gated attention' "$T/$s.info" &&
@@ -195,6 +202,20 @@ every_policy(m, open(sys.argv[2]).read(), errs)
 saved_continues(m, os.path.join(sys.argv[3], 'glm.kvc'), errs)
 print('; '.join(errs) or 'same')" "$T/tiny-glm4moe.gguf" "$T/text.txt" "$T" 2>&1)
         if [ "$out" = same ]; then ok tiny_glm4moe_python_mtp_info_every_policy_and_saved_cache; else ko tiny_glm4moe_python_mtp_info_every_policy_and_saved_cache "$out"; fi
+        # deepseek2 through the bindings: info's latent-attention fields (the struct's last ones), every policy over the latent
+        # rows generates and scores, and a saved cache of latent rows continues exactly
+        out=$(PYTHONPATH="$HERE/python" KVBOUND_LIBRARY="$BA/libkvbound.so" python3 -c "$PYCOMMON
+m = kvbound.Model(sys.argv[1])
+i = m.info
+errs = []
+got = tuple(i[k] for k in ('arch', 'n_head_kv', 'head_dim', 'kv_lora_rank', 'q_lora_rank', 'head_dim_k_mla', 'head_dim_v_mla', 'n_expert_groups', 'n_expert_groups_used'))
+if got != ('deepseek2', 1, 96, 64, 96, 64, 32, 4, 2):
+    errs.append('info %r' % (got,))
+every_policy(m, open(sys.argv[2]).read(), errs)
+saved_continues(m, os.path.join(sys.argv[3], 'd.kvc'), errs)
+print('; '.join(errs) or 'same')" "$T/tiny-deepseek2.gguf" "$T/text.txt" "$T" 2>&1)
+        if [ "$out" = same ]; then ok tiny_deepseek2_python_latent_info_every_policy_and_saved_cache
+        else ko tiny_deepseek2_python_latent_info_every_policy_and_saved_cache "$out"; fi
     fi
 fi
 cli_summary

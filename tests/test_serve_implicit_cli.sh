@@ -176,6 +176,9 @@ hybrid_case implicit_lfm2 tiny-lfm2 l "streaming h2o" 4 2048 0
 # GLM-4.5 (tiny-glm4moe: attention only, no state; sigmoid experts beside a shared expert, partial RoPE, an MTP layer
 # loaded and never run, issue 51): a window and heavy hitters; no recurrent layers
 hybrid_case implicit_glm4moe tiny-glm4moe g "streaming h2o" 0 0 0
+# deepseek2 (tiny-deepseek2: latent attention, one latent row per token for every head, issue 51): no recurrent state; the
+# policies' choices among latent rows resume exactly, and a checkpoint restored after kill -9 continues
+hybrid_case implicit_deepseek2 tiny-deepseek2 d "streaming h2o" 0 0 0
 
 # two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous
 if need_tool implicit_haproxy_two_replicas haproxy KVB_REQUIRE_REDIS "the load balancer; Debian haproxy"; then

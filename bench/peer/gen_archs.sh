@@ -118,3 +118,17 @@ $G gemma4 archs/gen/gemma4moe-f32.gguf $G4 $G4K $G4V $G4D $G4M --drop '^blk\.(2|
 G4A="--mean \.input_scale$=1 --mean \.scale$=1.5"
 $G gemma4 archs/gen/gemma4-all-f32.gguf $G4 $G4K $G4V $G4A $G4E
 $G gemma4 archs/gen/gemma4moe-all-f32.gguf $G4 $G4K $G4V $G4A $G4M
+# deepseek2 (multi-head latent attention): 4 heads, q_lora 96, kv_lora 64, 32 rotary dims (key row 96 = 32 + 64), no-RoPE
+# 32 + 32 per head, values 32; one dense layer first, then 8 experts of 64 in 4 groups (2 used), sigmoid with the selection
+# bias, renormalized, x2.5, one shared expert; YaRN x4 from 64 with V2-Lite's log multiplier 0.0707. deepseek2-plain: softmax,
+# no bias, no groups, no YaRN
+DS="--plain --seed 42 --n-layer 3 --n-head 4 --n-head-kv 1 --n-embd 256 --n-ff 192 --n-vocab 128 --head-dim 96 --kv @.attention.value_length=u32:64 \
+    --kv @.rope.dimension_count=u32:32 --kv @.attention.key_length_mla=u32:64 --kv @.attention.value_length_mla=u32:32 --kv @.attention.q_lora_rank=u32:96 \
+    --kv @.attention.kv_lora_rank=u32:64 --kv @.leading_dense_block_count=u32:1 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 \
+    --kv @.expert_shared_count=u32:1 --kv @.expert_feed_forward_length=u32:64"
+DSX="--kv @.expert_gating_func=u32:2 --kv @.expert_weights_norm=bool:true --kv @.expert_weights_scale=f32:2.5 --kv @.expert_group_count=u32:4 \
+    --kv @.expert_group_used_count=u32:2 --kv @.rope.scaling.type=str:yarn --kv @.rope.scaling.factor=f32:4 \
+    --kv @.rope.scaling.original_context_length=u32:64 --kv @.rope.scaling.yarn_log_multiplier=f32:0.0707"
+$G deepseek2 archs/moe/deepseek2-f32.gguf $DS $DSX
+$G deepseek2 archs/moe/deepseek2-f16.gguf $DS $DSX --f16
+$G deepseek2 archs/moe/deepseek2-plain-f32.gguf $DS --drop '\.bias$' --kv @.expert_gating_func=u32:1

@@ -86,7 +86,14 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
     const struct kvb_model_info *in = &m->info;
     char key[128];
 #define K(s) (snprintf(key, sizeof key, "%s." s, in->arch), key)
-    if ((int64_t)in->head_dim * in->n_head != in->n_embd || m->swa_mask) {
+    if (in->kv_lora_rank) { /* deepseek2: the latent row (key_length = rotary + latent, value_length = latent), the MLA head sizes */
+        kvb_gguf_writer_u32(w, K("attention.key_length"), (uint32_t)in->head_dim);
+        kvb_gguf_writer_u32(w, K("attention.value_length"), (uint32_t)in->kv_lora_rank);
+        kvb_gguf_writer_u32(w, K("attention.key_length_mla"), (uint32_t)in->head_dim_k_mla);
+        kvb_gguf_writer_u32(w, K("attention.value_length_mla"), (uint32_t)in->head_dim_v_mla);
+        kvb_gguf_writer_u32(w, K("attention.kv_lora_rank"), (uint32_t)in->kv_lora_rank);
+        kvb_gguf_writer_u32(w, K("attention.q_lora_rank"), (uint32_t)in->q_lora_rank); /* 0 too: llama.cpp requires it but of V2-Lite's layer counts */
+    } else if ((int64_t)in->head_dim * in->n_head != in->n_embd || m->swa_mask) {
         kvb_gguf_writer_u32(w, K("attention.key_length"), (uint32_t)in->head_dim);
         kvb_gguf_writer_u32(w, K("attention.value_length"), (uint32_t)in->head_dim);
     }
@@ -102,7 +109,17 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         kvb_gguf_writer_u32(w, K("expert_count"), (uint32_t)in->n_expert);
         kvb_gguf_writer_u32(w, K("expert_used_count"), (uint32_t)in->n_expert_used);
         kvb_gguf_writer_u32(w, K("expert_feed_forward_length"), (uint32_t)in->n_ff_exp);
-        if (!strcmp(in->arch, "deepseek")) { /* shared experts as a count of experts' widths; dense layers first */
+        if (!strcmp(in->arch, "deepseek2")) { /* as deepseek, and the routing's keys */
+            kvb_gguf_writer_u32(w, K("expert_shared_count"), (uint32_t)(in->n_ff_shexp / in->n_ff_exp));
+            kvb_gguf_writer_u32(w, K("leading_dense_block_count"), (uint32_t)(in->n_layer - in->n_moe_layers));
+            kvb_gguf_writer_u32(w, K("expert_gating_func"), (uint32_t)m->moe_gating);
+            kvb_gguf_writer_bool(w, K("expert_weights_norm"), m->moe_norm);
+            if (m->moe_scale != 1.0f) kvb_gguf_writer_f32(w, K("expert_weights_scale"), m->moe_scale);
+            if (m->moe_groups) {
+                kvb_gguf_writer_u32(w, K("expert_group_count"), (uint32_t)m->moe_groups);
+                kvb_gguf_writer_u32(w, K("expert_group_used_count"), (uint32_t)m->moe_groups_used);
+            }
+        } else if (!strcmp(in->arch, "deepseek")) { /* shared experts as a count of experts' widths; dense layers first */
             kvb_gguf_writer_u32(w, K("expert_shared_count"), (uint32_t)(in->n_ff_shexp / in->n_ff_exp));
             kvb_gguf_writer_u32(w, K("leading_dense_block_count"), (uint32_t)(in->n_layer - in->n_moe_layers));
             if (m->moe_scale != 1.0f) kvb_gguf_writer_f32(w, K("expert_weights_scale"), m->moe_scale);
@@ -321,6 +338,12 @@ struct shape {
     /* lfm2 (sc_taps > 0): short-conv layers of sc_taps taps, attention on the layers whose bit is set in sc_attn */
     int32_t sc_taps;
     uint32_t sc_attn;
+    /* deepseek2 (kv_lora > 0): latent attention of kv_lora (the cache row: rot + kv_lora, one KV head), the query through
+     * q_lora (0: one attn_q), heads' no-RoPE key part qk_nope and values v_mla; routing: sigmoid (else softmax) with a
+     * selection bias, renormalized (norm_w), in groups of experts (groups, groups_used; 0: none); yarn_log_mul as the file's */
+    int32_t kv_lora, q_lora, qk_nope, v_mla, groups, groups_used;
+    bool sigmoid, norm_w;
+    float yarn_log_mul;
 };
 
 static const struct shape k_shapes[] = {
@@ -461,6 +484,30 @@ static const struct shape k_shapes[] = {
     {.name = "qwen2.5-0.5b", .arch = "qwen2", 151936, 896, 24, 14, 2, 4864, 32768, .rope_base = 1000000.0f, .eps = 1e-6f, .tied = true, .bias = true},
     {.name = "qwen3-0.6b", .arch = "qwen3", 151936, 1024, 28, 16, 8, 3072, 40960, .head_dim = 128, .rope_base = 1000000.0f, .eps = 1e-6f,
      .tied = true, .qk_norm = true},
+    /* deepseek2: 4 heads over one latent row of 32 rotary + 64 latent dims; q_lora 96; heads' no-RoPE key 32, value 32; one dense
+     * layer, then 8 experts of 64 in 4 groups (2 used), 2 per token, sigmoid with a selection bias, renormalized, x2.5, one shared
+     * expert; YaRN x4 from 32 with the log multiplier 0.0707 (V2-Lite's mscale_all_dim 0.707) */
+    {.name = "tiny-deepseek2", .arch = "deepseek2", 512, 256, 3, 4, 1, 512, 4096, .head_dim = 96, .rot = 32, .rope_base = 10000.0f, .eps = 1e-6f,
+     .orig_ctx = 32, .yarn_factor = 4.0f, .yarn_log_mul = 0.0707f, .experts = 8, .experts_used = 2, .ff_exp = 64, .ff_shexp = 64, .dense_lead = 1,
+     .moe_scale = 2.5f, .kv_lora = 64, .q_lora = 96, .qk_nope = 32, .v_mla = 32, .groups = 4, .groups_used = 2, .sigmoid = true, .norm_w = true},
+    /* V2-Lite's kind: attn_q (no q_lora), softmax routing not renormalized, no groups, no YaRN; tied output */
+    {.name = "tiny-deepseek2-lite", .arch = "deepseek2", 512, 256, 2, 4, 1, 512, 4096, .head_dim = 96, .rot = 32, .rope_base = 10000.0f,
+     .eps = 1e-6f, .tied = true, .experts = 8, .experts_used = 2, .ff_exp = 64, .ff_shexp = 128, .dense_lead = 1, .kv_lora = 64, .qk_nope = 64,
+     .v_mla = 48},
+    /* DeepSeek-V3 / R1 (HF config: E 7168, 128 heads, q_lora 1536, kv_lora 512, qk_nope 128 + rope 64, v 128, dense FFN 18432, 256
+     * experts of 2048, 8 per token in 8 groups (4 used), sigmoid with e_score_correction_bias, renormalized, x2.5, one shared
+     * expert, the first 3 layers dense, rope_theta 10000, YaRN x40 from 4096 (mscale_all_dim 1: log multiplier 0.1), eps 1e-6, its
+     * 129280-token vocabulary) with 4 of its 61 layers: 3 dense + 1 MoE */
+    {.name = "deepseek-v3-4l", .arch = "deepseek2", 129280, 7168, 4, 128, 1, 18432, 163840, .head_dim = 576, .rot = 64, .rope_base = 10000.0f,
+     .eps = 1e-6f, .orig_ctx = 4096, .yarn_factor = 40.0f, .yarn_log_mul = 0.1f, .experts = 256, .experts_used = 8, .ff_exp = 2048,
+     .ff_shexp = 2048, .dense_lead = 3, .moe_scale = 2.5f, .kv_lora = 512, .q_lora = 1536, .qk_nope = 128, .v_mla = 128, .groups = 8,
+     .groups_used = 4, .sigmoid = true, .norm_w = true},
+    /* Kimi-K2 (its HF config: V3's layer with 64 heads, 384 experts, 8 per token, one group, x2.827, the first layer dense,
+     * rope_theta 50000, YaRN x32 from 4096, its 163840-token vocabulary) with 2 of its 61 layers: 1 dense + 1 MoE */
+    {.name = "kimi-k2-2l", .arch = "deepseek2", 163840, 7168, 2, 64, 1, 18432, 131072, .head_dim = 576, .rot = 64, .rope_base = 50000.0f,
+     .eps = 1e-6f, .orig_ctx = 4096, .yarn_factor = 32.0f, .yarn_log_mul = 0.1f, .experts = 384, .experts_used = 8, .ff_exp = 2048,
+     .ff_shexp = 2048, .dense_lead = 1, .moe_scale = 2.827f, .kv_lora = 512, .q_lora = 1536, .qk_nope = 128, .v_mla = 128, .sigmoid = true,
+     .norm_w = true},
     {.name = "granite-3.3-2b", .arch = "granite", 49159, 2048, 40, 32, 8, 8192, 131072, .rope_base = 10000000.0f, .eps = 1e-5f, .tied = true,
      .granite = {12.0f, 0.22f, 0.015625f, 8.0f}},
     {.name = "olmo2-1b", .arch = "olmo2", 100352, 2048, 16, 16, 16, 8192, 4096, .rope_base = 500000.0f, .eps = 1e-6f, .qk_norm = true,
@@ -486,7 +533,8 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, tiny-glm4moe, glm-4.5-air-4l";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, "
+           "tiny-glm4moe, glm-4.5-air-4l, tiny-deepseek2, tiny-deepseek2-lite, deepseek-v3-4l, kimi-k2-2l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -666,7 +714,8 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     const int64_t E = sh->dim, V = in->n_vocab;
     /* the 2026 families' real widths (qwen35's vocabulary at E 5120 would be 5 GB a table in f32, a 5120 x 17408 FFN)
      * held as q8_0 where large (rand_stack), as the experts are; the tiny shapes stay f32 */
-    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa || sh->sc_taps || !strcmp(sh->arch, "glm4moe") ? rand_stack : rand_mat;
+    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) =
+        sh->ssm_heads || sh->head_dim_swa || sh->sc_taps || sh->kv_lora || !strcmp(sh->arch, "glm4moe") ? rand_stack : rand_mat;
     if (st == KVB_OK) st = mat(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
     if (st == KVB_OK && !sh->tied) st = mat(o, &m->output, E, V);
@@ -702,8 +751,20 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         if (st == KVB_OK) st = rand_stack(o, &m->ple_model_proj, sh->dim, (int64_t)sh->ple * sh->layers);
         m->ple_proj_norm = const_vec(o, sh->ple, 1.0f, true);
     }
-    const bool log_mul = !strcmp(sh->arch, "mistral3"); /* the family that reads yarn_log_multiplier */
-    if (sh->yarn_factor != 0 && st == KVB_OK) st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, log_mul, log_mul ? 1.0f : 0);
+    const bool log_mul = !strcmp(sh->arch, "mistral3") || sh->yarn_log_mul != 0; /* the families that read yarn_log_multiplier */
+    if (sh->yarn_factor != 0 && st == KVB_OK)
+        st = kvb_family_yarn(m, NULL, 1.0f / sh->yarn_factor, m->rope_orig_ctx, 32.0f, 1.0f, log_mul, sh->yarn_log_mul ? sh->yarn_log_mul : log_mul ? 1.0f : 0);
+    if (sh->kv_lora) { /* deepseek2: the latent attention's shape, its routing, its scales (the family's rule, as the loader) */
+        in->kv_lora_rank = sh->kv_lora;
+        in->q_lora_rank = sh->q_lora;
+        in->head_dim_k_mla = sh->qk_nope + in->rope_dims;
+        in->head_dim_v_mla = sh->v_mla;
+        m->moe_gating = sh->sigmoid ? KVB_MOE_SIGMOID : KVB_MOE_SOFTMAX;
+        m->moe_norm = sh->norm_w;
+        m->moe_groups = in->n_expert_groups = sh->groups;
+        m->moe_groups_used = in->n_expert_groups_used = sh->groups_used;
+        kvb_family_mla(m);
+    }
     if (sh->oai && st == KVB_OK) { /* sink logits around 1 (a real model's are a few units) */
         if (!(m->sinks = kvb_malloc(sizeof(float) * (size_t)sh->layers * (size_t)sh->heads))) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
         for (int32_t i = 0; m->sinks && i < sh->layers * sh->heads; i++) m->sinks[i] = 1.0f + 2.0f * urand(&o->rs);
@@ -769,6 +830,20 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             float *cw = const_vec(o, C * sh->ssm_conv, 0.0f, false);
             for (int64_t i = 0; cw && i < C * sh->ssm_conv; i++) cw[i] = 0.5f * urand(&o->rs);
             L->ssm_conv = cw;
+        } else if (sh->kv_lora) { /* deepseek2's latent attention */
+            const int64_t H = sh->heads, R = in->rope_dims, Cl = sh->kv_lora, Dk = in->head_dim_k_mla, Dv = sh->v_mla;
+            if (sh->q_lora) {
+                if (st == KVB_OK) st = mat(o, &L->wq_a, E, sh->q_lora);
+                L->q_a_norm = const_vec(o, sh->q_lora, 1.0f, true);
+                if (st == KVB_OK) st = mat(o, &L->wq_b, sh->q_lora, H * Dk);
+            } else if (st == KVB_OK) {
+                st = mat(o, &L->wq, E, H * Dk);
+            }
+            if (st == KVB_OK) st = mat(o, &L->wkv_a, E, Cl + R);
+            L->kv_a_norm = const_vec(o, Cl, 1.0f, true);
+            if (st == KVB_OK) st = mat(o, &L->wk_b, Dk - R, H * Cl);
+            if (st == KVB_OK) st = mat(o, &L->wv_b, Cl, H * Dv);
+            if (st == KVB_OK) st = mat(o, &L->wo, H * Dv, E);
         } else {
             if (st == KVB_OK) st = mat(o, &L->wq, E, m->q_gate ? 2 * QD : QD); /* qwen35: query and gate rows per head */
             if (st == KVB_OK && own_k) st = mat(o, &L->wk, E, KD);
@@ -813,7 +888,8 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             if (st == KVB_OK && Fs) st = rand_mat(o, &L->up_shexp, E, Fs);
             if (st == KVB_OK && Fs) st = rand_mat(o, &L->down_shexp, Fs, E);
             if (Fs && (!strcmp(sh->arch, "qwen2moe") || !strcmp(sh->arch, "qwen35moe"))) L->gate_inp_shexp = const_vec(o, E, 0.0f, true); /* the family that gates them */
-            if (!strcmp(sh->arch, "lfm2moe") || !strcmp(sh->arch, "glm4moe")) L->exp_probs_b = const_vec(o, N, 0.0f, true); /* the selection bias: +-0.1 */
+            if (!strcmp(sh->arch, "lfm2moe") || !strcmp(sh->arch, "glm4moe") || (sh->kv_lora && sh->sigmoid))
+                L->exp_probs_b = const_vec(o, N, 0.0f, true); /* the selection bias: +-0.1 */
             if (sh->oai) {
                 L->b_router = const_vec(o, N, 0.0f, true);
                 L->b_gate_exps = const_vec(o, N * Fe, 0.0f, true);

@@ -113,6 +113,10 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_MOE_SEL_BIAS 134217728u /* lfm2moe: expert_gating_func required (softmax or sigmoid; the others refused), a selection bias
                                   * exp_probs_b.bias on every MoE layer; expert_weights_scale not read by llama.cpp (so refused
                                   * unless 0 or 1), expert_weights_norm not read (its graph renormalizes always; ignored) */
+#define F_MLA (1ull << 32)  /* deepseek2: multi-head latent attention (attn_q_a/attn_q_a_norm/attn_q_b or attn_q, attn_kv_a_mqa,
+                             * attn_kv_a_norm, attn_k_b, attn_v_b; bind_mla), the cache one latent row per token (mla.c); its keys
+                             * (load_mla_keys): the ranks, the MLA head sizes, expert_gating_func, expert_weights_norm, the
+                             * expert groups, YaRN's log multiplier as its graph applies it; exp_probs_b.bias optional */
 #define F_SHORTCONV 67108864u /* lfm2: short-conv layers (head_count_kv 0 in its per-layer array; shortconv.l_cache and the shortconv.*
                                * tensors) beside attention layers with per-head q/k norms; the output norm named token_embd_norm */
 #define F_GLM4MOE (1ull << 36) /* glm4moe: expert_gating_func optional (absent or 0: sigmoid), expert_weights_norm (default false) and
@@ -242,13 +246,19 @@ static const struct family k_families[] = {
      * build_attn pass them), the FFN's and experts' loaded unused (its build_ffn/build_moe_ffn calls pass none) */
     {"glm4moe", KVB_ROPE_NEOX, F_PARTIAL_ROT | F_FFN_NORM_AS_POST | F_MOE_LEAD | F_GLM4MOE,
      {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, OPT, OPT, REQ, NO, REQ, NO, REQ, REQ, REQ, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_COUNT},
+    /* DeepSeek-V2/V3/R1, Kimi-K2: latent attention (bind_mla; the slots' attention weights unused), partial RoPE (rope_dims of
+     * the row), the first leading_dense_block_count FFNs dense, then routed experts (softmax or sigmoid, the selection bias,
+     * group-limited top-k, expert_weights_norm and _scale as its build_moe_ffn call) beside expert_shared_count shared ones;
+     * attention.sliding_window is not read by llama.cpp's deepseek2 (its test files carry one): ignored as there */
+    {"deepseek2", KVB_ROPE_INTERLEAVED, F_MLA | F_PARTIAL_ROT | F_MOE_LEAD | F_SWA_IGNORED | F_GATE_UP_EXPS,
+     {REQ, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL, MOE_ALWAYS, SH_COUNT},
 };
 #undef LLAMA_ATTN
 #undef PLAIN_FFN
 
 const char *kvb_family_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
-           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, glm4moe";
+           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, glm4moe, deepseek2";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -271,6 +281,8 @@ void kvb_model_neutral(struct kvb_model *m) {
     m->moe_gating = KVB_MOE_SOFTMAX;
     m->moe_norm = true;
     m->moe_scale = 1.0f;
+    m->moe_groups = m->moe_groups_used = 0;
+    m->mla_q_scale = 1.0f;
 }
 
 bool kvb_model_no_rope_matches(const struct kvb_model *m, const uint8_t *no_rope) {
@@ -640,7 +652,7 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     }
     if (fam->moe == MOE_NONE)
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' has no experts (as in llama.cpp); the families with experts are llama, "
-                                             "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3, gpt-oss, qwen35moe, gemma4, lfm2moe and glm4moe", k->f->path, k->key, n, k->arch);
+                                             "qwen3moe, qwen2moe, deepseek, olmoe, granite, granitemoe, mistral3, gpt-oss, qwen35moe, gemma4, lfm2moe, glm4moe and deepseek2", k->f->path, k->key, n, k->arch);
     if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
     if ((fam->moe == MOE_OAI || (fam->traits & F_MOE_LEAD)) && (st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
     if (fam->moe == MOE_ALWAYS && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
@@ -730,13 +742,15 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
         return kvb_fail(KVB_ERR_CORRUPT, "%s: head_count %d is not a multiple of head_count_kv %d", k->f->path, in->n_head, in->n_head_kv);
     const bool divides = in->n_embd % in->n_head == 0;
     in->head_dim = divides ? in->n_embd / in->n_head : 0;
-    if ((st = opt_u32(k, "attention.key_length", &v, 1, 512)) == KVB_OK) in->head_dim = (int32_t)v;
+    if ((st = opt_u32(k, "attention.key_length", &v, 1, fam->traits & F_MLA ? 1024 : 512)) == KVB_OK) in->head_dim = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
     if (!in->head_dim)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: embedding_length %d is not a multiple of head_count %d and '%s.attention.key_length' is missing",
                         k->f->path, in->n_embd, in->n_head, k->arch);
-    if ((st = opt_u32(k, "attention.value_length", &v, 1, 512)) == KVB_OK) {
-        if ((int32_t)v != in->head_dim)
+    if ((st = opt_u32(k, "attention.value_length", &v, 1, 1024)) == KVB_OK) {
+        if ((fam->traits & F_MLA) && (int32_t)v != in->head_dim) { /* the latent (load_mla_keys checks it) */
+            in->head_dim_v_mla = (int32_t)v;
+        } else if ((int32_t)v != in->head_dim)
             return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u differs from the key length %d; kvbound needs K and V heads of one size",
                             k->f->path, k->key, v, in->head_dim);
     } else if (st != KVB_ERR_INVALID) return st;
@@ -799,8 +813,8 @@ static kvb_status load_rope(struct keys *k, const struct family *fam, struct kvb
     if (!strcmp(type, "yarn")) {
         float beta_fast = 32.0f, beta_slow = 1.0f, log_mul = 0;
         bool has_log_mul = false;
-        if (fam->traits & F_TEMP) {
-            if ((st = opt_f32(k, "rope.scaling.yarn_beta_fast", &beta_fast)) != KVB_OK) return st;
+        if (fam->traits & (F_TEMP | F_MLA)) {
+            if ((st = opt_f32(k, "rope.scaling.yarn_beta_fast", &beta_fast)) != KVB_OK) return st; /* F_TEMP or F_MLA */
             if ((st = opt_f32(k, "rope.scaling.yarn_beta_slow", &beta_slow)) != KVB_OK) return st;
             has_log_mul = kvb_gguf_find(k->f, K(k, "rope.scaling.yarn_log_multiplier")) != NULL;
             if ((st = opt_f32(k, "rope.scaling.yarn_log_multiplier", &log_mul)) != KVB_OK) return st;
@@ -1173,16 +1187,98 @@ static kvb_status load_glm4moe_keys(struct keys *k, struct kvb_model *m) {
     return KVB_OK;
 }
 
+/* deepseek2's keys (F_MLA), as llama.cpp's deepseek2 loader reads them: kv_lora_rank (required), q_lora_rank (0 or absent:
+ * one attn_q, as V2-Lite), key_length_mla and value_length_mla (the per-head sizes the latent replaces; without them a file
+ * holds the older fused attn_kv_b, which is refused by name), key_length = rope_dims + kv_lora_rank and value_length =
+ * kv_lora_rank (the latent row); head_count_kv 1. Routing: expert_gating_func (absent: softmax, as llama.cpp's default for
+ * these files; softmax or sigmoid), expert_weights_norm (default false), expert_weights_scale, expert_group_count and
+ * expert_group_used_count (llama.cpp's asserts as refusals). The attention scale: llama.cpp's kq_scale = mscale^2 /
+ * sqrt(key_length_mla), mscale = attn_factor_org (1 + 0.1 log_mul ln f) under YaRN of factor f, where the file's
+ * yarn_log_multiplier is 0.1 log_mul; the rotation's magnitude M is rope.scaling.attn_factor A, times (1 + 0.1 ln f) only
+ * without a log multiplier (ggml's rope multiplies by it and the context's attn_factor cancels it when the key is there). */
+static kvb_status load_mla_keys(struct keys *k, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    uint32_t C, Q = 0, dk = 0, dv = 0, v;
+    kvb_status st;
+    if ((st = req_u32(k, "attention.kv_lora_rank", &C, 1, 1u << 16)) != KVB_OK) return st;
+    if ((st = opt_u32(k, "attention.q_lora_rank", &Q, 0, 1u << 16)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if ((st = opt_u32(k, "attention.key_length_mla", &dk, 1, 1u << 16)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if ((st = opt_u32(k, "attention.value_length_mla", &dv, 1, 1u << 16)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (!dk || !dv)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' or '%s' is missing: an older deepseek2 file with the fused attn_kv_b (per-head K/V, "
+                                             "not the latent attn_k_b/attn_v_b) is not implemented; convert the model again with llama.cpp's "
+                                             "current convert_hf_to_gguf.py", k->f->path, K(k, "attention.key_length_mla"), "value_length_mla");
+    if ((int64_t)dk <= in->rope_dims)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u must exceed the rotary dims %d", k->f->path, K(k, "attention.key_length_mla"), dk,
+                        (int)in->rope_dims);
+    if (in->head_dim != in->rope_dims + (int32_t)C)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %d must be the rotary dims %d plus kv_lora_rank %u (the latent row)", k->f->path,
+                        K(k, "attention.key_length"), (int)in->head_dim, (int)in->rope_dims, C);
+    if (in->head_dim_v_mla && in->head_dim_v_mla != (int32_t)C)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %d must be kv_lora_rank %u (the latent)", k->f->path, K(k, "attention.value_length"),
+                        (int)in->head_dim_v_mla, C);
+    if (in->n_head_kv != 1)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %d: latent attention has one KV row per token (1)", k->f->path,
+                        K(k, "attention.head_count_kv"), (int)in->n_head_kv);
+    if ((st = opt_u32(k, "nextn_predict_layers", &v, 0, 64)) == KVB_OK && v > 0)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: deepseek2's multi-token-prediction layers are not implemented", k->f->path, k->key, v);
+    else if (st != KVB_OK && st != KVB_ERR_INVALID) return st;
+    in->kv_lora_rank = (int32_t)C;
+    in->q_lora_rank = (int32_t)Q;
+    in->head_dim_k_mla = (int32_t)dk;
+    in->head_dim_v_mla = (int32_t)dv;
+    uint32_t g = KVB_MOE_SOFTMAX;
+    if ((st = opt_u32(k, "expert_gating_func", &g, 0, 1u << 30)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (g == 0) g = KVB_MOE_SOFTMAX; /* none: llama.cpp's default for deepseek2 files without the key */
+    if (g != KVB_MOE_SOFTMAX && g != KVB_MOE_SIGMOID)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: deepseek2 routes by softmax (1) or sigmoid (2); %s is not implemented", k->f->path,
+                        K(k, "expert_gating_func"), g, g == 3 ? "softmax of the top logits (3)" : "an unknown gating function");
+    m->moe_gating = (enum kvb_moe_gating)g;
+    bool norm = false;
+    if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    m->moe_norm = norm;
+    float sc = 0;
+    if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
+    m->moe_scale = sc != 0 ? sc : 1.0f;
+    uint32_t ng = 0, nu = 0;
+    if ((st = opt_u32(k, "expert_group_count", &ng, 0, 512)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if ((st = opt_u32(k, "expert_group_used_count", &nu, 0, 512)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (ng > 1) { /* llama.cpp's asserts */
+        if ((int32_t)ng >= in->n_expert || in->n_expert % (int32_t)ng || nu == 0 || nu >= ng)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' = %u with expert_group_used_count %u over %d experts: the groups must divide the "
+                                             "experts and 0 < used < groups", k->f->path, K(k, "expert_group_count"), ng, nu, (int)in->n_expert);
+        m->moe_groups = (int32_t)ng;
+        m->moe_groups_used = (int32_t)nu;
+        in->n_expert_groups = (int32_t)ng;
+        in->n_expert_groups_used = (int32_t)nu;
+    }
+    kvb_family_mla(m);
+    return KVB_OK;
+}
+
+void kvb_family_mla(struct kvb_model *m) {
+    const struct kvb_model_info *in = &m->info;
+    const double A = m->yarn_factor ? m->yarn_attn_factor : m->rope_mscale;
+    const double f = m->yarn_factor ? m->yarn_factor : 1.0 / in->rope_freq_scale, L = log(f);
+    const double lm = m->yarn_log_mul / 0.1; /* 0: the key absent (or 0: llama.cpp treats it as absent) */
+    const double attn_factor = m->yarn_factor ? (lm != 0 ? A / (1.0 + 0.1 * L) : A) : A; /* the context's */
+    const double mscale = attn_factor * (1.0 + 0.1 * L) * (1.0 + 0.1 * lm * L);
+    m->rope_mscale = (float)(m->yarn_factor ? attn_factor * (1.0 + 0.1 * L) : A);
+    const double kq = mscale * mscale / sqrt((double)in->head_dim_k_mla);
+    m->mla_q_scale = (float)(kq * sqrt((double)in->head_dim));
+}
+
 /* Family keys beyond the shape and RoPE. */
 static kvb_status load_family_keys(struct keys *k, const struct family *fam, struct kvb_model *m) {
     kvb_status st;
     if ((fam->traits & F_HYBRID) && (st = load_hybrid(k, m)) != KVB_OK) return st;
+    if ((fam->traits & F_MLA) && (st = load_mla_keys(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_SHORTCONV) && (st = load_shortconv(k, m)) != KVB_OK) return st;
     if (fam->traits & F_MOE_SEL_BIAS) {
         if ((st = load_sel_bias_keys(k, m)) != KVB_OK) return st;
     } else if (fam->traits & F_GLM4MOE) {
         if ((st = load_glm4moe_keys(k, m)) != KVB_OK) return st;
-    } else if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
+    } else if ((fam->traits & F_MOE_LEAD) && !(fam->traits & F_MLA) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
         float sc = 0;
         if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
         if (sc != 0) m->moe_scale = sc;
@@ -1359,7 +1455,8 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     if ((st = bind_weights(b, NAME("ffn_down_exps.weight"), Fe, E, N, REQ, &L->down_exps)) != KVB_OK) return st;
     const enum need nb = fam->traits & F_EXP_BIASES ? REQ : NO;
     if ((st = bind_vec(b, NAME("ffn_gate_inp.bias"), N, nb, &L->b_router)) != KVB_OK) return st;
-    if ((st = bind_vec(b, NAME("exp_probs_b.bias"), N, fam->traits & (F_MOE_SEL_BIAS | F_GLM4MOE) ? REQ : NO, &L->exp_probs_b)) != KVB_OK) return st;
+    const enum need nsel = fam->traits & (F_MOE_SEL_BIAS | F_GLM4MOE) ? REQ : fam->traits & F_MLA ? OPT : NO;
+    if ((st = bind_vec(b, NAME("exp_probs_b.bias"), N, nsel, &L->exp_probs_b)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_gate_exps.bias"), Fe, N, nb, &L->b_gate_exps)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_up_exps.bias"), Fe, N, nb, &L->b_up_exps)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_down_exps.bias"), E, N, nb, &L->b_down_exps)) != KVB_OK) return st;
@@ -1440,6 +1537,31 @@ static kvb_status bind_shortconv(struct binder *b, const struct kvb_model *m, in
     if ((st = bind_mat(b, NAME("shortconv.in_proj.weight"), E, 3 * E, REQ, &L->ssm_qkv)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("shortconv.conv.weight"), K, E, REQ, &L->ssm_conv)) != KVB_OK) return st;
     if ((st = bind_mat(b, NAME("shortconv.out_proj.weight"), E, E, REQ, &L->ssm_out)) != KVB_OK) return st;
+#undef NAME
+    return KVB_OK;
+}
+
+/* A deepseek2 layer's latent attention (the shapes of llama.cpp's deepseek2 loader). */
+static kvb_status bind_mla(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const struct kvb_model_info *in = &m->info;
+    const int64_t E = in->n_embd, H = in->n_head, R = in->rope_dims, C = in->kv_lora_rank, Dk = in->head_dim_k_mla, Dv = in->head_dim_v_mla;
+    const int64_t QL = in->q_lora_rank;
+    char name[96];
+    kvb_status st;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", (int)l, s), name)
+    if (kvb_gguf_find_tensor(b->f, NAME("attn_kv_b.weight")))
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' (the older fused per-head K/V) is not implemented: kvbound runs the latent form "
+                                             "(attn_k_b, attn_v_b); convert the model again with llama.cpp's current converter", b->f->path, name);
+    const enum need nq = QL > 0 ? REQ : NO;
+    if ((st = bind_mat(b, NAME("attn_q_a.weight"), E, QL, nq, &L->wq_a)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("attn_q_a_norm.weight"), QL, nq, &L->q_a_norm)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("attn_q_b.weight"), QL, H * Dk, nq, &L->wq_b)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("attn_q.weight"), E, H * Dk, QL > 0 ? NO : REQ, &L->wq)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("attn_kv_a_mqa.weight"), E, C + R, REQ, &L->wkv_a)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("attn_kv_a_norm.weight"), C, REQ, &L->kv_a_norm)) != KVB_OK) return st;
+    if ((st = bind_weights(b, NAME("attn_k_b.weight"), Dk - R, C, H, REQ, &L->wk_b)) != KVB_OK) return st;
+    if ((st = bind_weights(b, NAME("attn_v_b.weight"), C, Dv, H, REQ, &L->wv_b)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("attn_output.weight"), H * Dv, E, REQ, &L->wo)) != KVB_OK) return st;
 #undef NAME
     return KVB_OK;
 }
@@ -1548,6 +1670,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
     if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0, !rec)) != KVB_OK) return st;
     if (rec && (st = (in->shortconv ? bind_shortconv : bind_ssm)(b, m, l, L)) != KVB_OK) return st;
+    if ((fam->traits & F_MLA) && (st = bind_mla(b, m, l, L)) != KVB_OK) return st;
     if (l >= in->n_layer && (st = bind_nextn(b, m, l, L)) != KVB_OK) return st;
     if (moe && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
     if ((fam->traits & F_GEMMA4) && (st = bind_ple(b, m, l, L)) != KVB_OK) return st;
@@ -1684,6 +1807,10 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
     if (m->recurrent && m->info.shortconv) ADD("short conv %d of %d (L_cache %d)", (int)m->info.n_rec_layers, (int)m->info.n_layer, (int)m->info.ssm_conv);
     else if (m->recurrent) ADD("gated deltanet %d of %d", (int)m->info.n_rec_layers, (int)m->info.n_layer);
     if (m->q_gate) ADD("gated attention");
+    if (m->info.kv_lora_rank) /* the latent row per token against the per-head K and V it replaces (f16 bytes per layer) */
+        ADD("latent attention (%s): row %d+%d for %d heads' K %d, V %d", m->info.q_lora_rank ? "q_lora" : "attn_q", (int)m->info.rope_dims,
+            (int)m->info.kv_lora_rank, (int)m->info.n_head, (int)m->info.head_dim_k_mla, (int)m->info.head_dim_v_mla);
+    if (m->moe_groups) ADD("experts in %d groups, %d used", (int)m->moe_groups, (int)m->moe_groups_used);
     if (m->info.n_nextn_layers > 0) ADD("MTP layers %d (not run)", (int)m->info.n_nextn_layers);
     /* gemma4's first: features[] is short */
     if (m->info.n_kv_shared) ADD("%d KV-shared layers", (int)m->info.n_kv_shared);
@@ -1864,6 +1991,16 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             if (ssm[i].mat ? !ssm[i].mat->data : !ssm[i].vec) continue;
             snprintf(name, sizeof name, "blk.%d.%s", (int)l, ssm[i].name);
             if ((st = put(u, name, ssm[i].mat, ssm[i].vec, ssm[i].n, ssm[i].rows)) != KVB_OK) return st;
+        }
+        const struct { const char *name; const struct kvb_mat *mat; const float *vec; int64_t n, rows; } mla[] = {
+            {"attn_q_a.weight", &L->wq_a, NULL, 1, 1}, {"attn_q_a_norm.weight", NULL, L->q_a_norm, in->q_lora_rank, 1},
+            {"attn_q_b.weight", &L->wq_b, NULL, 1, 1}, {"attn_kv_a_mqa.weight", &L->wkv_a, NULL, 1, 1},
+            {"attn_kv_a_norm.weight", NULL, L->kv_a_norm, in->kv_lora_rank, 1}, {"attn_k_b.weight", &L->wk_b, NULL, in->n_head, 1},
+            {"attn_v_b.weight", &L->wv_b, NULL, in->n_head, 1}};
+        for (size_t i = 0; in->kv_lora_rank && i < sizeof mla / sizeof mla[0]; i++) { /* deepseek2's latent attention (attn_q, attn_output: the slots') */
+            if (mla[i].mat ? !mla[i].mat->data : !mla[i].vec) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", (int)l, mla[i].name);
+            if ((st = put(u, name, mla[i].mat, mla[i].vec, mla[i].n, mla[i].rows)) != KVB_OK) return st;
         }
         const struct { const char *name; const struct kvb_mat *mat; const float *vec; int64_t n; } ple[] = {
             {"inp_gate.weight", &L->ple_gate, NULL, 1}, {"proj.weight", &L->ple_proj, NULL, 1}, {"post_norm.weight", NULL, L->ple_norm, E},

@@ -62,7 +62,14 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
     f->pass.cT = kvb_malloc(sizeof(int32_t) * T);
     f->pass.one = kvb_malloc(sizeof(int32_t) * T);
     const size_t P = (size_t)in->n_embd_per_layer, PL = P * (size_t)in->n_layer; /* gemma4's per-layer inputs */
-    const size_t widest = KVB_MAX(KVB_MAX(KVB_MAX(E, QD), KVB_MAX(F, (size_t)in->n_ff_exp)), P);
+    const size_t widest = KVB_MAX(KVB_MAX(KVB_MAX(E, QD), KVB_MAX(F, (size_t)in->n_ff_exp)), KVB_MAX(P, (size_t)in->q_lora_rank));
+    const size_t MQ = (size_t)in->q_lora_rank + (size_t)in->n_head * in->head_dim_k_mla, MKV = (size_t)in->kv_lora_rank + in->rope_dims,
+                 MO = (size_t)in->n_head * in->head_dim_v_mla; /* deepseek2's latent attention */
+    if (in->kv_lora_rank) {
+        f->mq = kvb_malloc(sizeof(float) * T * MQ);
+        f->mkv = kvb_malloc(sizeof(float) * T * MKV);
+        f->mo = kvb_malloc(sizeof(float) * T * MO);
+    }
     if (P) {
         f->ple = kvb_malloc(sizeof(float) * T * PL);
         f->pg = kvb_malloc(sizeof(float) * T * P);
@@ -84,7 +91,7 @@ kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int3
         f->gate = kvb_malloc(sizeof(float) * T * QD);
     }
     if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hg || !f->hu || !f->tmp || !f->q8 || !f->q8->q || !f->q8->d || !f->q8->s || !f->pass.cr0 || !f->pass.cT || !f->pass.one ||
-        (in->attn_gated && (!f->qg || !f->gate)) || (P && (!f->ple || !f->pg || !f->pu)) || (experts_beside && (!f->xr || !f->m2)) || kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK || kvb_rec_buf_init(&f->rec, in, rows) != KVB_OK) {
+        (in->attn_gated && (!f->qg || !f->gate)) || (P && (!f->ple || !f->pg || !f->pu)) || (experts_beside && (!f->xr || !f->m2)) || (in->kv_lora_rank && (!f->mq || !f->mkv || !f->mo)) || kvb_moe_buf_init(&f->moe, in, rows) != KVB_OK || kvb_rec_buf_init(&f->rec, in, rows) != KVB_OK) {
         kvb_fwd_free(f);
         return kvb_fail(KVB_ERR_NOMEM, "out of memory for activations (%d rows)", (int)rows);
     }
@@ -103,6 +110,7 @@ kvb_status kvb_fwd_reserve_logits(struct kvb_fwd *f, const struct kvb_model_info
 
 void kvb_fwd_free(struct kvb_fwd *f) {
     kvb_free(f->xr); kvb_free(f->m2);
+    kvb_free(f->mq); kvb_free(f->mkv); kvb_free(f->mo);
     kvb_free(f->x); kvb_free(f->xb); kvb_free(f->q); kvb_free(f->k); kvb_free(f->v);
     kvb_free(f->att); kvb_free(f->hg); kvb_free(f->hu); kvb_free(f->tmp); kvb_free(f->lg);
     if (f->q8) { kvb_free(f->q8->q); kvb_free(f->q8->d); kvb_free(f->q8->s); kvb_free(f->q8); }
@@ -140,6 +148,7 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
     cp.n_layer = in->n_layer;
     cp.n_kv_head = in->n_head_kv;
     cp.head_dim = in->head_dim;
+    cp.head_dim_v = in->kv_lora_rank; /* deepseek2's latent rows: values read off the K row's last kv_lora_rank entries; else 0 */
     /* LongRoPE: chosen once, for the context as llama.cpp sizes it, rounded up to a multiple of 256 (its
      * llama_context pads n_ctx so, then picks the long factors when that exceeds the original context): a
      * file whose original context is not a multiple of 256 (128: llama.cpp's own test models) rotates by
@@ -173,7 +182,7 @@ struct kvb_cache_params kvb_model_cache_params(const struct kvb_model *m, const 
 
 bool kvb_model_cache_fits(const struct kvb_model *m, const struct kvb_cache_params *p) {
     const struct kvb_model_info *in = &m->info;
-    if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->rope.type != in->rope_type ||
+    if (p->n_layer != in->n_layer || p->n_kv_head != in->n_head_kv || p->head_dim != in->head_dim || p->head_dim_v != in->kv_lora_rank || p->rope.type != in->rope_type ||
         !kvb_model_no_rope_matches(m, p->no_rope) || p->attn_softcap != m->attn_softcap || !p->sinks != !m->sinks || !p->recurrent != !m->recurrent)
         return false;
     if (m->recurrent && (memcmp(p->recurrent, m->recurrent, (size_t)in->n_layer) || p->state_rows != kvb_rec_state_rows(in) ||
@@ -227,7 +236,7 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
         }
         k.layers = nw ? w : NULL;
         k.n_layers = nw;
-        const size_t b = kvb_kv_seq_bytes(&k, n, h, in->head_dim, n_ctx, n_prompt, chunk);
+        const size_t b = kvb_kv_seq_bytes_latent(&k, n, h, in->head_dim, in->kv_lora_rank, n_ctx, n_prompt, chunk);
         if (!b) {
             kvb_free(w);
             return 0;
@@ -448,6 +457,12 @@ static kvb_status attention_block(const struct kvb_model *m, struct kvb_threadpo
         kvb_status st = kvb_rec_layer(m, tp, f, seg, n_seg, l, xin, f->tmp);
         if (st != KVB_OK) return st;
         residual(m, f->x, f->tmp, L->post_attn_norm, R, E);
+        return KVB_OK;
+    }
+    if (L->wkv_a.data) { /* multi-head latent attention (deepseek2) */
+        kvb_status st = kvb_mla_layer(m, tp, f, seg, n_seg, l, xin, f->tmp);
+        if (st != KVB_OK) return st;
+        residual(m, f->x, f->tmp, NULL, R, E);
         return KVB_OK;
     }
     const bool reader = m->kv_source && m->kv_source[l] >= 0; /* gemma4's KV-shared layer: its source's K/V */

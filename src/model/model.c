@@ -153,7 +153,8 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
         return st;
     }
     struct kvb_model_info *in = &m->info;
-    in->weight_type = m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].ssm_qkv.type; /* a Gated DeltaNet layer's: its qkv */
+    in->weight_type = m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].wkv_a.data ? m->layers[0].wkv_a.type
+                                                                      : m->layers[0].ssm_qkv.type; /* a Gated DeltaNet layer's: its qkv */
     size_t bytes = mat_bytes(&m->tok_embd) + (in->tied_output ? 0 : mat_bytes(&m->output)) + (size_t)in->n_embd * 4;
     for (int l = 0; l < in->n_layer + in->n_nextn_layers; l++) { /* the MTP layers too: they are in memory */
         const struct kvb_layer *L = &m->layers[l];
@@ -161,7 +162,8 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
                  mat_bytes(&L->w_up) + mat_bytes(&L->w_down) + 2 * (size_t)in->n_embd * 4;
         bytes += mat_bytes(&L->ssm_qkv) + mat_bytes(&L->ssm_z) + mat_bytes(&L->ssm_beta) + mat_bytes(&L->ssm_alpha) + mat_bytes(&L->ssm_out) +
                  mat_bytes(&L->nextn_eh_proj) + mat_bytes(&L->nextn_embed) + mat_bytes(&L->nextn_head) + mat_bytes(&L->ple_gate) +
-                 mat_bytes(&L->ple_proj);
+                 mat_bytes(&L->ple_proj) + mat_bytes(&L->wq_a) + mat_bytes(&L->wq_b) + mat_bytes(&L->wkv_a) + mat_bytes(&L->wk_b) +
+                 mat_bytes(&L->wv_b);
         if (!L->router.data) continue;
         const size_t experts = mat_bytes(&L->gate_exps) + mat_bytes(&L->up_exps) + mat_bytes(&L->gate_up_exps) + mat_bytes(&L->down_exps);
         bytes += mat_bytes(&L->router) + experts + mat_bytes(&L->gate_shexp) + mat_bytes(&L->up_shexp) + mat_bytes(&L->down_shexp);
@@ -173,7 +175,7 @@ kvb_status kvb_model_load(const char *path, const struct kvb_model_params *param
     size_t heads = 0;
     for (int32_t l = 0; l < in->n_layer; l++)
         if (kvb_layer_holds_kv(m, l)) heads += (size_t)kvb_layer_n_kv(m, l);
-    in->kv_bytes_per_token_f16 = (size_t)2 * heads * in->head_dim * 2;
+    in->kv_bytes_per_token_f16 = (size_t)(in->kv_lora_rank ? 1 : 2) * heads * in->head_dim * 2; /* latent rows: no V rows */
     kvb_family_describe(m, in->features, sizeof in->features);
     *out = m;
     return KVB_OK;

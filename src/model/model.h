@@ -94,6 +94,15 @@ struct kvb_layer {
     const float *ssm_a;                  /* ssm_a [Hv] (-exp(A_log); the tensor name has no .weight) */
     const float *ssm_norm;               /* ssm_norm.weight [Dv] */
     struct kvb_mat ssm_out;              /* ssm_out.weight [E][Hv*Dv] */
+    /* multi-head latent attention (deepseek2, mla.c): instead of wq..wv; R = info.rope_dims, C = info.kv_lora_rank,
+     * Dk = info.head_dim_k_mla (its no-RoPE part Dn = Dk - R), Dv = info.head_dim_v_mla, H = info.n_head */
+    struct kvb_mat wq_a;                 /* attn_q_a.weight [q_lora_rank][E], or data NULL (then wq is attn_q [H*Dk][E]) */
+    const float *q_a_norm;               /* attn_q_a_norm.weight [q_lora_rank] */
+    struct kvb_mat wq_b;                 /* attn_q_b.weight [H*Dk][q_lora_rank] */
+    struct kvb_mat wkv_a;                /* attn_kv_a_mqa.weight [C + R][E]: the latent, then the shared rotated key */
+    const float *kv_a_norm;              /* attn_kv_a_norm.weight [C] */
+    struct kvb_mat wk_b;                 /* attn_k_b.weight, head h's rows [h*C, (h+1)*C) of Dn: q_nope into the latent */
+    struct kvb_mat wv_b;                 /* attn_v_b.weight, head h's rows [h*Dv, (h+1)*Dv) of C: the latent to its value */
     /* a multi-token-prediction layer (layers[info.n_layer ..)): bound and kept for export, never run */
     struct kvb_mat nextn_eh_proj;        /* nextn.eh_proj.weight [E][2E] */
     const float *nextn_enorm, *nextn_hnorm; /* nextn.enorm.weight, nextn.hnorm.weight [E] */
@@ -151,6 +160,9 @@ struct kvb_model {
     enum kvb_moe_gating moe_gating;
     bool moe_norm;               /* the chosen experts' weights divided by their sum */
     float moe_scale;             /* then multiplied by this (expert_weights_scale); 1 */
+    int32_t moe_groups, moe_groups_used; /* group-limited top-k (deepseek2's expert_group_count/_used_count); 0: none */
+    float mla_q_scale;           /* deepseek2: the absorbed query times this, so the cache's 1/sqrt(head_dim) gives llama.cpp's
+                                  * kq_scale (mscale^2 / sqrt(head_dim_k_mla)); 1 */
     float *sinks;                /* [n_layer][n_head] learned attention-sink logits (gpt-oss), owned; or NULL */
     /* YaRN as the file gave it (rope_freqs then holds the divisors made from it), for export */
     float yarn_factor;           /* 0: no YaRN */
@@ -197,6 +209,10 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m);
  * divisors over ff (or 1) into rope_freqs, and its magnitude into rope_mscale. */
 kvb_status kvb_family_yarn(struct kvb_model *m, const float *ff, float fs, int32_t orig, float beta_fast, float beta_slow, bool has_log_mul,
                            float log_mul);
+/* deepseek2: the rotation's magnitude (rope_mscale) and the absorbed query's scale (mla_q_scale) from rope.scaling.attn_factor,
+ * YaRN's factor and log multiplier (set first: kvb_family_yarn) and head_dim_k_mla, as llama.cpp's deepseek2 graph and
+ * context compute them; the loader and mkmodel both take them from here (load_mla_keys' comment has the formulas). */
+void kvb_family_mla(struct kvb_model *m);
 /* In words, what m computes beyond a plain llama layer (kvb_model_info.features). */
 void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap);
 /* Whether a cache's NoPE layers (its params.no_rope) are the model's. */
@@ -315,6 +331,8 @@ struct kvb_fwd {
     float *qg, *gate;          /* [rows][Hq*2D], [rows][Hq*D]: a gated attention's query and gate (info.attn_gated) */
     float *ple;                /* [rows][P * n_layer] the per-layer inputs of gemma4 (kvb_fwd_init_ple), or NULL */
     float *pg, *pu;            /* [rows][P] */
+    float *mq, *mkv, *mo;      /* deepseek2: [rows][max(q_lora, H*Dk)] the query, [rows][C + R] the latent and rotated key,
+                                * [rows][H*Dv] the heads' values; or NULL */
     float *xr, *m2;            /* [rows][E] gemma4's router input and experts' sum (a model with router_scale), or NULL */
 };
 /* forward.c: the buffers of a pass (and of its experts: moe.c). */
@@ -367,6 +385,16 @@ void kvb_moe_ffn_routed(const struct kvb_model *m, struct kvb_threadpool *tp, st
  * or NULL): added to the gated probabilities for the choice only; the weights
  * are the unbiased probabilities of the chosen (llama.cpp's exp_probs_b). */
 void kvb_moe_route(const struct kvb_model *m, const float *logits, const float *bias, int32_t *sel, float *wt);
+
+/* ---- mla.c: below forward.c, calls ffn.c ---- */
+struct kvb_fwd_seg;
+/* Multi-head latent attention. The cache holds one row per token, k = [k_pe | c_kv] (it rotates the first rope_dims),
+ * for every head (n_kv_head 1); each head's query is [q_pe | wk_b q_nope], so the cache's attention is the absorbed
+ * form and its output per head the latent, which wv_b turns into the head's value.
+ * out[r] = attn_output(the absorbed attention of layer l) for the rows of the pass, xin normed; the segments' caches
+ * attend over one latent row per token for all heads (fails only as kvb_cache_decode/prefill do). */
+kvb_status kvb_mla_layer(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg, int32_t n_seg,
+                         int32_t l, const float *xin, float *out);
 
 /* ---- recurrent.c: below forward.c, calls ffn.c and the ops' kernels ---- */
 struct kvb_fwd_seg;

@@ -96,11 +96,29 @@ static void softmax(const float *v, int32_t n, float *p) {
 }
 
 /* the top k of the probabilities p, plus the selection bias where there is one */
-static void top_k_biased(const float *p, const float *bias, int32_t n, int32_t k, int32_t *sel) {
+/* The top k of p + bias (bias NULL: p), among the experts of m's best groups when it routes by groups (deepseek2's
+ * expert_group_count G, _used_count U, as llama.cpp's build_moe_ffn): a group's score is the sum of its two best
+ * biased scores (its one, with one expert a group), the U best groups kept (ties: the lower group), the others' experts
+ * out of the choice. */
+static void top_k_biased(const struct kvb_model *m, const float *p, const float *bias, int32_t n, int32_t k, int32_t *sel) {
     float q[512];
-    if (bias)
-        for (int32_t i = 0; i < n; i++) q[i] = p[i] + bias[i];
-    top_k(bias ? q : p, n, k, sel);
+    for (int32_t i = 0; i < n; i++) q[i] = bias ? p[i] + bias[i] : p[i];
+    const int32_t G = m->moe_groups;
+    if (G > 1) {
+        const int32_t per = n / G;
+        float score[512];
+        int32_t best[2], keep[512];
+        for (int32_t g = 0; g < G; g++) {
+            top_k(q + g * per, per, KVB_MIN(2, per), best);
+            score[g] = q[g * per + best[0]] + (per > 1 ? q[g * per + best[1]] : 0.0f);
+        }
+        top_k(score, G, m->moe_groups_used, keep);
+        uint8_t on[512] = {0};
+        for (int32_t j = 0; j < m->moe_groups_used; j++) on[keep[j]] = 1;
+        for (int32_t i = 0; i < n; i++)
+            if (!on[i / per]) q[i] = -INFINITY;
+    }
+    top_k(q, n, k, sel);
 }
 
 void kvb_moe_route(const struct kvb_model *m, const float *logits, const float *bias, int32_t *sel, float *wt) {
@@ -109,18 +127,18 @@ void kvb_moe_route(const struct kvb_model *m, const float *logits, const float *
     switch (m->moe_gating) {
     case KVB_MOE_SIGMOID:
         for (int32_t i = 0; i < n; i++) p[i] = 1.0f / (1.0f + expf(-logits[i]));
-        top_k_biased(p, bias, n, k, sel);
+        top_k_biased(m, p, bias, n, k, sel);
         for (int32_t j = 0; j < k; j++) wt[j] = p[sel[j]];
         break;
     case KVB_MOE_SOFTMAX_WEIGHT: { /* the top k logits, then a softmax over them */
-        top_k_biased(logits, bias, n, k, sel);
+        top_k_biased(m, logits, bias, n, k, sel);
         for (int32_t j = 0; j < k; j++) wt[j] = logits[sel[j]];
         softmax(wt, k, wt);
         break;
     }
     default:
         softmax(logits, n, p);
-        top_k_biased(p, bias, n, k, sel);
+        top_k_biased(m, p, bias, n, k, sel);
         for (int32_t j = 0; j < k; j++) wt[j] = p[sel[j]];
     }
     if (m->moe_norm) {

@@ -73,7 +73,10 @@ static void print_model(const char *path, const struct kvb_model *m) {
     if (in.features[0]) printf("features      %s\n", in.features);
     printf("output        %s\nqkv bias      %s\n", in.tied_output ? "tied to token embeddings" : "separate", in.has_qkv_bias ? "yes" : "no");
     printf("weights       %zu bytes (%s)\n", in.weight_bytes, kvb_type_name(in.weight_type));
-    if (in.n_head_kv_swa > 0 || in.n_head_kv_global > 0)
+    if (in.kv_lora_rank > 0)
+        printf("KV per token  %zu bytes in f16 (%d layers x one latent row of %d dims x 2 bytes; no V rows: a token's value is its latent)\n",
+               in.kv_bytes_per_token_f16, in.n_layer, in.head_dim);
+    else if (in.n_head_kv_swa > 0 || in.n_head_kv_global > 0)
         printf("KV per token  %zu bytes in f16 (2 x each K/V-holding layer's KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16, in.head_dim);
     else
     printf("KV per token  %zu bytes in f16 (2 x %d %slayers x %d KV heads x %d dims x 2 bytes)\n", in.kv_bytes_per_token_f16,

@@ -32,58 +32,71 @@ struct preset {
     int32_t lin_k_heads, lin_v_heads, lin_dim, conv; /* Gated DeltaNet: key and value heads of lin_dim, conv taps */
     int32_t win_heads, win_dim;    /* Gemma 4: the window layers' KV heads and head size where they differ (0: kv_heads, head_dim) */
     int32_t shared, shared_win;    /* Gemma 4: KV-shared layers (no K/V of their own), of them window layers */
+    int32_t mla_heads, mla_k, mla_v; /* latent attention (DeepSeek-V2/V3, Kimi-K2): the query heads and the per-head K and V sizes the
+                                      * latent row (head_dim, one KV head) replaces; 0: none */
 };
 
 /* From the public model configs (num_hidden_layers, num_key_value_heads, head_dim; Gemma's sliding_window and
  * its window layers; the hybrids' full_attention_interval, linear_num_key_heads, linear_num_value_heads,
  * linear_key_head_dim (= linear_value_head_dim), linear_conv_kernel_dim). */
 static const struct preset k_presets[] = {
-    {"llama2-7b", 32, 32, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama2-13b", 40, 40, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3-8b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3-70b", 80, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3.1-405b", 126, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"mistral-7b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen2.5-7b", 28, 4, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"tinyllama-1.1b", 22, 4, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"smollm2-135m", 30, 3, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gemma2-2b", 26, 4, 256, 4096, 13, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gemma2-9b", 42, 8, 256, 4096, 21, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gemma3-1b", 26, 1, 256, 512, 22, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gemma3-4b", 34, 4, 256, 1024, 29, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gemma3-27b", 62, 16, 128, 1024, 52, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama2-7b", 32, 32, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama2-13b", 40, 40, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3-8b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3-70b", 80, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3.1-405b", 126, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"mistral-7b", 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-7b", 28, 4, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tinyllama-1.1b", 22, 4, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"smollm2-135m", 30, 3, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma2-2b", 26, 4, 256, 4096, 13, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma2-9b", 42, 8, 256, 4096, 21, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma3-1b", 26, 1, 256, 512, 22, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma3-4b", 34, 4, 256, 1024, 29, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma3-27b", 62, 16, 128, 1024, 52, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Qwen3.6-35B-A3B, its model card (huggingface.co/Qwen/Qwen3.6-35B-A3B): 40 layers laid out as
      * 10 x (3 Gated DeltaNet + 1 gated attention), attention 16 Q and 2 KV heads of 256, Gated DeltaNet
      * 32 V and 16 QK heads of 128; conv kernel 4 as every Qwen3.5/3.6 config.json (linear_conv_kernel_dim) */
-    {"qwen3.6-35b-a3b", 40, 2, 256, 0, 0, 4, 16, 32, 128, 4, 0, 0, 0, 0},
+    {"qwen3.6-35b-a3b", 40, 2, 256, 0, 0, 4, 16, 32, 128, 4, 0, 0, 0, 0, 0, 0, 0},
     /* Qwen3.5-27B, its config.json text_config (as copies of it on huggingface.co and the defaults of
      * Modular MAX's Qwen3_5Config quote it): num_hidden_layers 64, full_attention_interval 4,
      * num_key_value_heads 4, head_dim 256, linear_num_key_heads 16, linear_num_value_heads 48,
      * linear_key_head_dim 128, linear_conv_kernel_dim 4 */
-    {"qwen3.5-27b", 64, 4, 256, 0, 0, 4, 16, 48, 128, 4, 0, 0, 0, 0},
+    {"qwen3.5-27b", 64, 4, 256, 0, 0, 4, 16, 48, 128, 4, 0, 0, 0, 0, 0, 0, 0},
     /* Gemma 4, the text_config of each size (num_hidden_layers, num_global_key_value_heads and global_head_dim for the
      * global layers, num_key_value_heads and head_dim for the window ones, sliding_window, the layer_types pattern:
      * E2B 4 window + 1 global, the others 5 + 1; num_kv_shared_layers, the last layers, reading the last window and the
      * last global layer before them). E2B: 35 layers, 20 shared, so 12 window and 3 global layers hold K/V */
-    {"gemma4-e2b", 35, 1, 512, 512, 12, 0, 0, 0, 0, 0, 1, 256, 20, 16},
-    {"gemma4-e4b", 42, 2, 512, 512, 20, 0, 0, 0, 0, 0, 2, 256, 18, 15},
-    {"gemma4-26b-a4b", 30, 2, 512, 1024, 25, 0, 0, 0, 0, 0, 8, 256, 0, 0},
-    {"gemma4-31b", 60, 4, 512, 1024, 50, 0, 0, 0, 0, 0, 16, 256, 0, 0},
+    {"gemma4-e2b", 35, 1, 512, 512, 12, 0, 0, 0, 0, 0, 1, 256, 20, 16, 0, 0, 0},
+    {"gemma4-e4b", 42, 2, 512, 512, 20, 0, 0, 0, 0, 0, 2, 256, 18, 15, 0, 0, 0},
+    {"gemma4-26b-a4b", 30, 2, 512, 1024, 25, 0, 0, 0, 0, 0, 8, 256, 0, 0, 0, 0, 0},
+    {"gemma4-31b", 60, 4, 512, 1024, 50, 0, 0, 0, 0, 0, 16, 256, 0, 0, 0, 0, 0},
     /* GLM-4.5-Air and GLM-4.5, their config.json (num_hidden_layers 46 and 92, num_key_value_heads 8, head_dim 128); the
      * num_nextn_predict_layers MTP layer after them holds no K/V (it never runs, in llama.cpp as here) */
-    {"glm-4.5-air", 46, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"glm-4.5", 92, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"glm-4.5-air", 46, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"glm-4.5", 92, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* DeepSeek-V3 / R1 and Kimi-K2, their config.json: num_hidden_layers 61, kv_lora_rank 512 + qk_rope_head_dim 64 = the latent
+     * row of 576 per token and layer for num_attention_heads 128 (Kimi-K2: 64) heads of qk_nope_head_dim 128 + 64 = 192 (K) and
+     * v_head_dim 128 (V) */
+    {"deepseek-v3", 61, 1, 576, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 192, 128},
+    {"kimi-k2", 61, 1, 576, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 192, 128},
 };
 
 /* Bytes of the K and V of `tokens` tokens: a K row and a V row of head_dim
  * elements per (layer, KV head), each in its type; with block_size > 0 the
  * tokens round up to whole pages (the bytes a kvbound cache then holds). */
+/* vt MEM_NO_V: no V rows (latent attention: the value is the K row's tail) */
+#define MEM_NO_V UINT32_MAX
+#define MEM_VT(o) ((o)->mla_heads ? MEM_NO_V : (o)->vtype)
 static unsigned long long kv_bytes(int32_t L, int32_t H, int32_t D, uint32_t kt, uint32_t vt, long long tokens, long long batch, int32_t block) {
     long long t = tokens;
     if (block > 0) t = (tokens + block - 1) / block * block;
     return (unsigned long long)batch * (unsigned long long)t * (unsigned long long)L * (unsigned long long)H *
-           (kvb_type_row_bytes(kt, D) + kvb_type_row_bytes(vt, D));
+           (kvb_type_row_bytes(kt, D) + (vt == MEM_NO_V ? 0 : kvb_type_row_bytes(vt, D)));
 }
+
+struct mem_opts;
+static unsigned long long mla_per_head_bytes(const struct mem_opts *o);
 
 /* f32, f16, bf16, q8_0 or q4_0 by name; false (printed) otherwise. */
 static bool kv_type(const char *flag, const char *v, uint32_t *out) {
@@ -119,6 +132,7 @@ struct mem_opts {
     int32_t shared, shared_win; /* KV-shared layers among the L (no K/V of their own), of them window layers */
     int32_t n_rec, lin_kh, lin_vh, lin_dim, conv; /* Gated DeltaNet layers among the L (no K/V) and their shape; 0: none */
     int32_t sc_embd;               /* LFM2 (a model file's): the recurrent layers are short convs of conv taps over sc_embd channels */
+    int32_t mla_heads, mla_k, mla_v; /* latent attention: the heads and per-head K, V sizes the latent row replaces; 0: none */
     unsigned long long state; /* one sequence's recurrent state, all n_rec layers (mem_check: in pages with --block-size) */
     long long ctx[16], batch[16];
     int n_ctx, n_batch;
@@ -157,6 +171,11 @@ static void mem_usage(void) {
            "KV-shared layers (shared_kv_layers) read an earlier layer's K/V and count nothing; 'layers' counts them.\n"
            "GLM-4.5 (from -m MODEL or a glm-4.5 preset): its multi-token-prediction layers never run and hold no\n"
            "K/V; 'layers' counts the layers that run.\n"
+           "Latent attention (DeepSeek-V2/V3/R1, Kimi-K2: from -m MODEL or the deepseek-v3 and kimi-k2 presets): one\n"
+           "KV head of the latent row (rotary + kv_lora_rank dims) per token and layer for every query head; mem counts\n"
+           "what kvbound's cache holds (that row only: a token's value is its latent, read off the row) and names the\n"
+           "per-head K/V it replaces ('latent'\n"
+           "in the JSON: row_dims, bytes_per_token, per_head_kv_bytes_per_token).\n"
            "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
     for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
     printf("\n");
@@ -224,6 +243,7 @@ static int mem_shape(struct mem_opts *o) {
         o->L = p->layers; o->H = p->kv_heads; o->D = p->head_dim;
         if (!o->window) { o->window = p->window; o->n_win = p->window_layers; }
         o->win_H = p->win_heads; o->win_D = p->win_dim; o->shared = p->shared; o->shared_win = p->shared_win;
+        o->mla_heads = p->mla_heads; o->mla_k = p->mla_k; o->mla_v = p->mla_v;
         if (p->attn_every) {
             o->n_rec = p->layers - p->layers / p->attn_every; /* layer l is attention when (l + 1) % attn_every == 0 */
             o->lin_kh = p->lin_k_heads; o->lin_vh = p->lin_v_heads; o->lin_dim = p->lin_dim; o->conv = p->conv;
@@ -242,6 +262,7 @@ static int mem_shape(struct mem_opts *o) {
         o->lin_kh = in.ssm_groups; o->lin_vh = in.ssm_heads; o->lin_dim = in.ssm_state; o->conv = in.ssm_conv;
         o->state = in.state_bytes;
         o->sc_embd = in.shortconv ? in.n_embd : 0;
+        if (in.kv_lora_rank) { o->mla_heads = in.n_head; o->mla_k = in.head_dim_k_mla; o->mla_v = in.head_dim_v_mla; }
         snprintf(o->name, sizeof o->name, "%s", o->mo.path);
         kvb_model_free(m);
     }
@@ -280,6 +301,15 @@ static int state_size(struct mem_opts *o) {
     return CLI_GO_ON;
 }
 
+/* Latent attention: a token's bytes of the per-head K and V (in the K and V types, f16 where a size is not a whole number
+ * of the type's blocks) that the latent row replaces, all layers. */
+static unsigned long long mla_per_head_bytes(const struct mem_opts *o) {
+    size_t k = kvb_type_row_bytes(o->type, o->mla_k), v = kvb_type_row_bytes(o->vtype, o->mla_v);
+    if (!k) k = kvb_type_row_bytes(KVB_TYPE_F16, o->mla_k);
+    if (!v) v = kvb_type_row_bytes(KVB_TYPE_F16, o->mla_v);
+    return (unsigned long long)o->L * (unsigned long long)o->mla_heads * (k + v);
+}
+
 /* The types fit the head dim, and the sizes asked for can be computed: CLI_GO_ON, or 2 (printed). */
 static int mem_check(struct mem_opts *o) {
     if (!o->v_set) o->vtype = o->type;
@@ -310,6 +340,9 @@ static void mem_header(const struct mem_opts *o) {
         if (o->shared) printf("\"shared_kv_layers\":%d,", o->shared);
         if (o->keep) printf("\"keep\":%d,", o->keep);
         if (o->n_rec) printf("\"recurrent_layers\":%d,\"state_bytes_per_sequence\":%llu,", o->n_rec, o->state);
+        if (o->mla_heads)
+            printf("\"latent\":{\"row_dims\":%d,\"bytes_per_token\":%llu,\"heads\":%d,\"head_k\":%d,\"head_v\":%d,\"per_head_kv_bytes_per_token\":%llu},",
+                   o->D, kv_bytes(o->L, 1, o->D, o->type, MEM_VT(o), 1, 1, 0), o->mla_heads, o->mla_k, o->mla_v, mla_per_head_bytes(o));
         printf("\"rows\":[");
         return;
     }
@@ -327,6 +360,11 @@ static void mem_header(const struct mem_opts *o) {
     if (o->shared)
         printf("%d KV-shared layers (%d window, %d global) read the last window and global layer before them and hold no K/V\n", o->shared, o->shared_win,
                o->shared - o->shared_win);
+    if (o->mla_heads) {
+        const unsigned long long lat = kv_bytes(o->L, 1, o->D, o->type, MEM_VT(o), 1, 1, 0), per = mla_per_head_bytes(o);
+        printf("latent attention: a token's row of %d dims in each of %d layers, for %d heads of K %d and V %d: %llu bytes a token against %llu "
+               "for the per-head K/V it replaces (%.1fx)\n", o->D, o->L, o->mla_heads, o->mla_k, o->mla_v, lat, per, (double)per / (double)lat);
+    }
     if (o->n_rec)
         printf("%d %s layers hold no K/V but a recurrent state of %llu bytes a sequence (%s), the same at any length and under every policy;\n"
                "bytes are the K/V of the %d attention layer%s, which the policy governs; total and bounded total count the state\n",
@@ -344,11 +382,11 @@ static void mem_row(const struct mem_opts *o, long long ctx, long long batch, bo
     const bool bounded_too = o->pid != KVB_POLICY_FULL;
     const int32_t G = o->L - o->n_win - o->n_rec - o->shared; /* global layers holding K/V; the window layers hold min(W - 1, ctx) between steps under any policy */
     const long long held = o->window - 1 < ctx ? o->window - 1 : ctx;
-    const unsigned long long win = o->n_win ? kv_bytes(o->n_win, o->win_H, o->D, o->type, o->vtype, held, batch, o->block) : 0;
-    unsigned long long bytes = (G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, ctx, batch, o->block) : 0) + win;
+    const unsigned long long win = o->n_win ? kv_bytes(o->n_win, o->win_H, o->D, o->type, MEM_VT(o), held, batch, o->block) : 0;
+    unsigned long long bytes = (G ? kv_bytes(G, o->H, o->D, o->type, MEM_VT(o), ctx, batch, o->block) : 0) + win;
     long long kept = (long long)o->budget + o->keep < ctx ? (long long)o->budget + o->keep : ctx; /* the pinned span on top */
-    const unsigned long long area = o->recall && G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, (long long)o->recall * rblock, batch, rblock) : 0;
-    unsigned long long bounded = bounded_too ? (G ? kv_bytes(G, o->H, o->D, o->type, o->vtype, kept, batch, o->block) : 0) + win + area : bytes;
+    const unsigned long long area = o->recall && G ? kv_bytes(G, o->H, o->D, o->type, MEM_VT(o), (long long)o->recall * rblock, batch, rblock) : 0;
+    unsigned long long bounded = bounded_too ? (G ? kv_bytes(G, o->H, o->D, o->type, MEM_VT(o), kept, batch, o->block) : 0) + win + area : bytes;
     const unsigned long long state = o->state * (unsigned long long)batch; /* Gated DeltaNet layers: a state per sequence, whatever ctx */
     const double saving = 1.0 - (double)(bounded + state) / (double)(bytes + state);
     if (o->json) {

@@ -158,6 +158,7 @@ void cli_kv_types_help(FILE *f, const char *def) {
 enum kvb_dtype cli_kv_v(const struct cli_kv_types *t) { return t->v == KVB_DTYPE_AS_K ? t->k : t->v; }
 
 size_t cli_kv_head_bytes(const struct kvb_model_info *mi, const struct cli_kv_types *t) {
+    if (mi->kv_lora_rank) return kvb_dtype_row_bytes(t->k, mi->head_dim); /* latent rows: the value is the K row's tail */
     return kvb_dtype_row_bytes(t->k, mi->head_dim) + kvb_dtype_row_bytes(cli_kv_v(t), mi->head_dim);
 }
 
