@@ -644,6 +644,117 @@ TEST(pinned_span_counted_by_sizing_rule) {
     CHECK_EQ_INT((long long)kvb_kv_seq_bytes(&kv, 4, 2, 64, 4096, 512, 32), (long long)f0);
 }
 
+/* ---- keydiff: a float64 reference of the paper's rule ---- */
+
+/* KeyDiff's rule in double precision on one stream of D-dim keys k[t]
+ * (pre-RoPE, token t at position t): tokens arrive in blocks (block[b]
+ * tokens each); after each block, while more than B are held, the anchor
+ * a = mean of the held keys' unit vectors (rotated by r: the cache's keys;
+ * r NULL: the keys as they arrived; raw: the mean of the keys themselves)
+ * scores s_j = cos(k_j, a) once and the n - B largest among [n_sink,
+ * n - n_recent) leave (ties: the older). kept[] gets the positions held;
+ * returns their count. */
+enum { KD_D = 8, KD_MAXT = 96 };
+static int keydiff_ref(const struct kvb_rope *r, bool raw, float k[][KD_D], int T, const int *block, int B, int n_sink,
+                       int n_recent, long long *kept) {
+    int n = 0, t = 0;
+    for (int b = 0; t < T; b++) {
+        for (int i = 0; i < block[b] && t < T; i++) kept[n++] = t++;
+        if (n <= B) continue;
+        double rk[KD_MAXT][KD_D], a[KD_D] = {0}, sc[KD_MAXT];
+        for (int j = 0; j < n; j++) {
+            if (r) ref_rope(r, k[kept[j]], KD_D, kept[j], rk[j]);
+            else for (int i = 0; i < KD_D; i++) rk[j][i] = k[kept[j]][i];
+            double n2 = 0;
+            for (int i = 0; i < KD_D; i++) n2 += rk[j][i] * rk[j][i];
+            for (int i = 0; i < KD_D; i++) a[i] += rk[j][i] / (raw ? 1.0 : sqrt(n2)) / n;
+        }
+        double an = 0;
+        for (int i = 0; i < KD_D; i++) an += a[i] * a[i];
+        for (int j = 0; j < n; j++) {
+            double dot = 0, n2 = 0;
+            for (int i = 0; i < KD_D; i++) { dot += rk[j][i] * a[i]; n2 += rk[j][i] * rk[j][i]; }
+            sc[j] = dot / sqrt(n2 * an);
+        }
+        int over = n - B, hi = n - n_recent;
+        bool gone[KD_MAXT] = {false};
+        for (int v = 0; v < over; v++) { /* the largest cosine among the candidates, the older on ties */
+            int best = -1;
+            for (int j = n_sink; j < hi; j++)
+                if (!gone[j] && (best < 0 || sc[j] > sc[best])) best = j;
+            gone[best] = true;
+        }
+        int m = 0;
+        for (int j = 0; j < n; j++)
+            if (!gone[j]) kept[m++] = kept[j];
+        n = m;
+    }
+    return n;
+}
+
+/* One case: the cache's kept set after the same blocks equals the
+ * reference's; the reference's variants (keys before RoPE, the raw mean as
+ * the anchor) keep other sets, so the check tells them apart. */
+static int keydiff_case(enum kvb_rope_type rt, int B, int n_sink, int n_recent, const int *block, unsigned seed) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = KD_D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.rope = (struct kvb_rope){rt, KD_D, 10000.0f, 1.0f, NULL};
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_KEYDIFF);
+    cp.kv.policy.budget = B; cp.kv.policy.n_sink = n_sink; cp.kv.policy.n_recent = n_recent;
+    struct kvb_cache *c = NULL;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
+    enum { T = 60 };
+    float k[T][KD_D];
+    unsigned x = seed;
+    for (int t = 0; t < T; t++) /* a shared direction plus noise: similar keys, some much more than others */
+        for (int i = 0; i < KD_D; i++) {
+            x = x * 1103515245u + 12345u;
+            k[t][i] = (i < 2 ? 1.0f : 0.3f) + (float)((x >> 8) & 0xffff) / 65536.0f - 0.5f;
+        }
+    int t = 0, bad = 0;
+    for (int b = 0; t < T; b++) {
+        for (int i = 0; i < block[b] && t < T; i++, t++) {
+            float v[KD_D] = {0};
+            if (kvb_cache_append(c, 0, k[t], v) != KVB_OK) bad = 1;
+        }
+        kvb_cache_evict(c, 0);
+    }
+    long long want[KD_MAXT], pre[KD_MAXT], raw[KD_MAXT], got[256];
+    const int nw = keydiff_ref(&cp.rope, false, k, T, block, B, n_sink, n_recent, want);
+    const int np = keydiff_ref(NULL, false, k, T, block, B, n_sink, n_recent, pre);
+    const int nr = keydiff_ref(&cp.rope, true, k, T, block, B, n_sink, n_recent, raw);
+    int ng;
+    kept(c, 0, got, &ng);
+    bad |= ng != nw;
+    for (int j = 0; !bad && j < ng; j++) bad = got[j] != want[j];
+    if (bad) {
+        printf("  keydiff kept:");
+        for (int j = 0; j < ng; j++) printf(" %lld", got[j]);
+        printf("  reference:");
+        for (int j = 0; j < nw; j++) printf(" %lld", want[j]);
+        printf("\n");
+    }
+    if (np == nw && !memcmp(pre, want, sizeof(long long) * (size_t)nw)) { printf("  keys before RoPE keep the same set: the case cannot tell\n"); bad = 1; }
+    if (nr == nw && !memcmp(raw, want, sizeof(long long) * (size_t)nw)) { printf("  the raw mean keeps the same set: the case cannot tell\n"); bad = 1; }
+    kvb_cache_free(c);
+    return bad;
+}
+
+/* KeyDiff (keydiff): the kept set equals the float64 reference of the
+ * paper's rule (cosine to the mean unit key, rotated keys as cached, the
+ * most similar leave), at decode (one token per step) and block-wise
+ * prefill (a block of 20, then 7s, then single tokens), with interleaved and
+ * NeoX RoPE, with and without sinks and a protected recent window. */
+TEST(keydiff_matches_float64_reference) {
+    int ones[KD_MAXT], blocks[KD_MAXT];
+    for (int i = 0; i < KD_MAXT; i++) ones[i] = blocks[i] = 1;
+    blocks[0] = 20; blocks[1] = blocks[2] = 7;
+    CHECK(keydiff_case(KVB_ROPE_INTERLEAVED, 12, 0, 0, ones, 1) == 0);
+    CHECK(keydiff_case(KVB_ROPE_NEOX, 12, 0, 0, blocks, 2) == 0);
+    CHECK(keydiff_case(KVB_ROPE_INTERLEAVED, 16, 2, 3, blocks, 3) == 0);
+    CHECK(keydiff_case(KVB_ROPE_NEOX, 10, 1, 2, ones, 4) == 0);
+}
+
 int main(void) {
     RUN(compress_keeps_set_budgets);
     RUN(pinned_span_kept_under_every_policy);
@@ -654,6 +765,7 @@ int main(void) {
     RUN(window_keeps_most_recent);
     RUN(tova_evicts_lowest_current_attention);
     RUN(knorm_evicts_largest_key_norm);
+    RUN(keydiff_matches_float64_reference);
     RUN(scissorhands_evicts_persistently_unimportant);
     RUN(snapkv_keeps_the_needle);
     RUN(pyramidkv_layer_budgets);

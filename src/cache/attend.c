@@ -164,6 +164,11 @@ void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s,
     if (v) kvb_kv_row_load(c->params.kv.kv_dtype_v, kvb_stream_vrow(&c->geom, s, slot), v, c->params.head_dim);
 }
 
+/* The rows a policy's view offers (policy.h, kvb_stream_view.rows). */
+void kvb_attend_view_rows(const struct kvb_stream_view *v, int32_t j, float *k, float *val) {
+    kvb_attend_read_slot(v->rows_at[0], v->rows_at[1], j + v->rows_pin, k, val);
+}
+
 /* ---- runs as a query sees them ---- */
 
 /* Whether queries at original positions up to pq_max see a capped distance

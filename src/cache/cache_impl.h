@@ -176,9 +176,15 @@ static inline int32_t kvb_cache_pinned(const struct kvb_cache *c, const struct k
  * length, the view's logical slot j being s's slot j + span. The policy
  * never sees, scores or chooses a pinned slot; the view's budget is s's,
  * which so bounds the tokens after the span. With keep 0 it is s->v. */
+void kvb_attend_view_rows(const struct kvb_stream_view *v, int32_t j, float *k, float *val);
 static inline int32_t kvb_cache_policy_view(const struct kvb_cache *c, const struct kvb_stream *s, struct kvb_stream_view *v) {
     const int32_t pin = kvb_cache_pinned(c, s);
     *v = s->v;
+    v->rows = kvb_attend_view_rows; /* the view's slot j is the stream's j + pin */
+    v->rows_at[0] = c;
+    v->rows_at[1] = s;
+    v->rows_pin = pin;
+    v->head_dim = c->params.head_dim;
     if (pin) {
         v->n -= pin;
         v->order += pin;

@@ -66,6 +66,14 @@ struct kvb_stream_view {
     int32_t budget, target, prompt_end;
     float *fscratch;
     int32_t *iscratch;
+    /* The rows of the view's logical slot j as attention reads them: the key
+     * rotated at its original position and the value, dequantized, head_dim
+     * floats each (k or v may be NULL), for policies that score keys or
+     * values (keydiff). Set by the cache on every view it offers; rows_at is
+     * the cache's own context (the stream, the pinned span). */
+    void (*rows)(const struct kvb_stream_view *s, int32_t j, float *k, float *v);
+    const void *rows_at[2];
+    int32_t rows_pin, head_dim;
 };
 
 /* Bit patterns kept in a float state word (scissorhands' history mask). */
@@ -117,7 +125,7 @@ struct kvb_policy_i {
 
 extern const struct kvb_policy_i kvb_policy_full, kvb_policy_window, kvb_policy_streaming, kvb_policy_h2o,
     kvb_policy_tova, kvb_policy_scissorhands, kvb_policy_snapkv, kvb_policy_pyramidkv, kvb_policy_adakv,
-    kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite;
+    kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite, kvb_policy_keydiff;
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id);
 
