@@ -304,12 +304,14 @@ void kvb_stream_clear(struct kvb_stream *s, struct kvb_pool *pool) {
     s->n_free = 0;
     s->n_runs = 0;
     s->cow = false;
+    if (s->qstat) memset(s->qstat, 0, sizeof(float) * s->qstat_words); /* the queries start again */
+    s->qstat_n = 0;
 }
 
 void kvb_stream_free(struct kvb_stream *s) {
     kvb_free(s->pages); kvb_free(s->v.page_live); kvb_free(s->v.pos); kvb_free(s->v.state);
     kvb_free(s->free_slots); kvb_free(s->v.order); kvb_free(s->runs); kvb_free(s->v.fscratch); kvb_free(s->v.iscratch);
-    kvb_free(s->victims);
+    kvb_free(s->victims); kvb_free(s->qstat);
     memset(s, 0, sizeof *s);
 }
 
