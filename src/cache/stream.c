@@ -317,7 +317,8 @@ void kvb_stream_free(struct kvb_stream *s) {
 
 size_t kvb_stream_meta_bytes(const struct kvb_stream_geom *g, const struct kvb_stream *s) {
     return (size_t)s->slot_cap * (sizeof(int32_t) * 5 + sizeof(float) * (1 + (size_t)KVB_MAX(g->n_state, 1))) +
-           (size_t)s->pages_cap * (sizeof(uint8_t *) + sizeof(int32_t)) + (size_t)s->runs_cap * sizeof(struct kvb_run);
+           (size_t)s->pages_cap * (sizeof(uint8_t *) + sizeof(int32_t)) + (size_t)s->runs_cap * sizeof(struct kvb_run) +
+           s->qstat_words * sizeof(float); /* a policy's query statistics (expected-attention) */
 }
 
 const char *kvb_stream_check(const struct kvb_stream_geom *g, const struct kvb_stream *s) {
