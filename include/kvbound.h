@@ -280,6 +280,8 @@ enum kvb_policy_id {
     KVB_POLICY_KNORM,
     KVB_POLICY_BLOCK_H2O,
     KVB_POLICY_LMINFINITE,
+    KVB_POLICY_KEYDIFF,
+    KVB_POLICY_EXPECTED_ATTENTION,
     KVB_POLICY_COUNT
 };
 
@@ -755,7 +757,9 @@ kvb_status kvb_cold_file_check(const char *path, struct kvb_cold_file_info *out)
  * A restored cache continues bit-identically to one that never stopped. A
  * cache with recall saves its cold tier and recall areas too (version 4):
  * restored, its cold pages are in host memory (kvb_cache_set_cold_dir for
- * a file beyond it).
+ * a file beyond it). A cache under expected-attention also saves the
+ * query statistics its policy keeps (flags bit 4096); older builds refuse
+ * such an image by its flags.
  * kvb_cache_save allocates *buf with the library allocator; release it with
  * kvb_buffer_free. */
 kvb_status kvb_cache_save(const struct kvb_cache *cache, void **buf, size_t *len);

@@ -270,6 +270,8 @@ static const struct config CONFIGS[] = {
     {KVB_POLICY_FULL, 0, KVB_POS_POLICY_DEFAULT, 0, 0},      {KVB_POLICY_H2O, 2, KVB_POS_ORIGINAL, 0, 0},
     {KVB_POLICY_STREAMING, 2, KVB_POS_CAPPED, 0, 0},         {KVB_POLICY_H2O, 0, KVB_POS_POLICY_DEFAULT, 5, 0},
     {KVB_POLICY_FULL, 0, KVB_POS_POLICY_DEFAULT, 0, 10},
+    /* the policies that read rows themselves: keydiff the keys, expected-attention the values (its norm over value_dim) */
+    {KVB_POLICY_KEYDIFF, 0, KVB_POS_POLICY_DEFAULT, 0, 0},   {KVB_POLICY_EXPECTED_ATTENTION, 0, KVB_POS_POLICY_DEFAULT, 0, 0},
 };
 
 static struct kvb_cache_params config_params(const struct config *cf, enum kvb_dtype dt, bool latent) {

@@ -644,6 +644,282 @@ TEST(pinned_span_counted_by_sizing_rule) {
     CHECK_EQ_INT((long long)kvb_kv_seq_bytes(&kv, 4, 2, 64, 4096, 512, 32), (long long)f0);
 }
 
+/* ---- keydiff: a float64 reference of the paper's rule ---- */
+
+/* KeyDiff's rule in double precision on one stream of D-dim keys k[t]
+ * (pre-RoPE, token t at position t): tokens arrive in blocks (block[b]
+ * tokens each); after each block, while more than B are held, the anchor
+ * a = mean of the held keys' unit vectors (rotated by r: the cache's keys;
+ * r NULL: the keys as they arrived; raw: the mean of the keys themselves)
+ * scores s_j = cos(k_j, a) once and the n - B largest among [n_sink,
+ * n - n_recent) leave (ties: the older). kept[] gets the positions held;
+ * returns their count. */
+enum { KD_D = 8, KD_MAXT = 96 };
+static int keydiff_ref(const struct kvb_rope *r, bool raw, float k[][KD_D], int T, const int *block, int B, int n_sink,
+                       int n_recent, long long *kept) {
+    int n = 0, t = 0;
+    for (int b = 0; t < T; b++) {
+        for (int i = 0; i < block[b] && t < T; i++) kept[n++] = t++;
+        if (n <= B) continue;
+        double rk[KD_MAXT][KD_D], a[KD_D] = {0}, sc[KD_MAXT];
+        for (int j = 0; j < n; j++) {
+            if (r) ref_rope(r, k[kept[j]], KD_D, kept[j], rk[j]);
+            else for (int i = 0; i < KD_D; i++) rk[j][i] = k[kept[j]][i];
+            double n2 = 0;
+            for (int i = 0; i < KD_D; i++) n2 += rk[j][i] * rk[j][i];
+            for (int i = 0; i < KD_D; i++) a[i] += rk[j][i] / (raw ? 1.0 : sqrt(n2)) / n;
+        }
+        double an = 0;
+        for (int i = 0; i < KD_D; i++) an += a[i] * a[i];
+        for (int j = 0; j < n; j++) {
+            double dot = 0, n2 = 0;
+            for (int i = 0; i < KD_D; i++) { dot += rk[j][i] * a[i]; n2 += rk[j][i] * rk[j][i]; }
+            sc[j] = dot / sqrt(n2 * an);
+        }
+        int over = n - B, hi = n - n_recent;
+        bool gone[KD_MAXT] = {false};
+        for (int v = 0; v < over; v++) { /* the largest cosine among the candidates, the older on ties */
+            int best = -1;
+            for (int j = n_sink; j < hi; j++)
+                if (!gone[j] && (best < 0 || sc[j] > sc[best])) best = j;
+            gone[best] = true;
+        }
+        int m = 0;
+        for (int j = 0; j < n; j++)
+            if (!gone[j]) kept[m++] = kept[j];
+        n = m;
+    }
+    return n;
+}
+
+/* One case: the cache's kept set after the same blocks equals the
+ * reference's; the reference's variants (keys before RoPE, the raw mean as
+ * the anchor) keep other sets, so the check tells them apart. */
+static int keydiff_case(enum kvb_rope_type rt, int B, int n_sink, int n_recent, const int *block, unsigned seed) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = KD_D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.rope = (struct kvb_rope){rt, KD_D, 10000.0f, 1.0f, NULL};
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_KEYDIFF);
+    cp.kv.policy.budget = B; cp.kv.policy.n_sink = n_sink; cp.kv.policy.n_recent = n_recent;
+    struct kvb_cache *c = NULL;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
+    enum { T = 60 };
+    float k[T][KD_D];
+    unsigned x = seed;
+    for (int t = 0; t < T; t++) /* a shared direction plus noise: similar keys, some much more than others */
+        for (int i = 0; i < KD_D; i++) {
+            x = x * 1103515245u + 12345u;
+            k[t][i] = (i < 2 ? 1.0f : 0.3f) + (float)((x >> 8) & 0xffff) / 65536.0f - 0.5f;
+        }
+    int t = 0, bad = 0;
+    for (int b = 0; t < T; b++) {
+        for (int i = 0; i < block[b] && t < T; i++, t++) {
+            float v[KD_D] = {0};
+            if (kvb_cache_append(c, 0, k[t], v) != KVB_OK) bad = 1;
+        }
+        kvb_cache_evict(c, 0);
+    }
+    long long want[KD_MAXT], pre[KD_MAXT], raw[KD_MAXT], got[256];
+    const int nw = keydiff_ref(&cp.rope, false, k, T, block, B, n_sink, n_recent, want);
+    const int np = keydiff_ref(NULL, false, k, T, block, B, n_sink, n_recent, pre);
+    const int nr = keydiff_ref(&cp.rope, true, k, T, block, B, n_sink, n_recent, raw);
+    int ng;
+    kept(c, 0, got, &ng);
+    bad |= ng != nw;
+    for (int j = 0; !bad && j < ng; j++) bad = got[j] != want[j];
+    if (bad) {
+        printf("  keydiff kept:");
+        for (int j = 0; j < ng; j++) printf(" %lld", got[j]);
+        printf("  reference:");
+        for (int j = 0; j < nw; j++) printf(" %lld", want[j]);
+        printf("\n");
+    }
+    if (np == nw && !memcmp(pre, want, sizeof(long long) * (size_t)nw)) { printf("  keys before RoPE keep the same set: the case cannot tell\n"); bad = 1; }
+    if (nr == nw && !memcmp(raw, want, sizeof(long long) * (size_t)nw)) { printf("  the raw mean keeps the same set: the case cannot tell\n"); bad = 1; }
+    kvb_cache_free(c);
+    return bad;
+}
+
+/* KeyDiff (keydiff): the kept set equals the float64 reference of the
+ * paper's rule (cosine to the mean unit key, rotated keys as cached, the
+ * most similar leave), at decode (one token per step) and block-wise
+ * prefill (a block of 20, then 7s, then single tokens), with interleaved and
+ * NeoX RoPE, with and without sinks and a protected recent window. */
+TEST(keydiff_matches_float64_reference) {
+    int ones[KD_MAXT], blocks[KD_MAXT];
+    for (int i = 0; i < KD_MAXT; i++) ones[i] = blocks[i] = 1;
+    blocks[0] = 20; blocks[1] = blocks[2] = 7;
+    CHECK(keydiff_case(KVB_ROPE_INTERLEAVED, 12, 0, 0, ones, 1) == 0);
+    CHECK(keydiff_case(KVB_ROPE_NEOX, 12, 0, 0, blocks, 2) == 0);
+    CHECK(keydiff_case(KVB_ROPE_INTERLEAVED, 16, 2, 3, blocks, 3) == 0);
+    CHECK(keydiff_case(KVB_ROPE_NEOX, 10, 1, 2, ones, 4) == 0);
+}
+
+/* ---- expected-attention: a float64 reference of the paper's closed form ---- */
+
+enum { EA_D = 8, EA_G = 2, EA_T = 48, EA_FUT = 512 };
+struct ea_variant { bool cov, vnorm, turn; }; /* the covariance term, the value norm, the future rotation */
+
+/* Expected Attention in double precision on one stream: tokens (positions
+ * 0..T-1; query rows q[t][g], pre-RoPE key k[t], value v[t]) arrive in
+ * blocks; after each block, while more than B are held: mu, S = the mean
+ * and population covariance of every query so far at positions >= n_sink;
+ * Rbar = the mean rotation of positions [now, now + 512) (now = the last
+ * position + 1); per head z_j = (Rbar mu).k_j / sqrt(d) + k_j^T Rbar S
+ * Rbar^T k_j / (2d) over the held keys after the sinks (rotated at their
+ * positions), softmax, mean over the heads, times ||v_j||; the n - B lowest
+ * among [n_sink, n - n_recent) leave (ties: the older). */
+static int ea_ref(const struct kvb_rope *r, struct ea_variant var, float q[][EA_G][EA_D], float k[][EA_D], float v[][EA_D], const int *block,
+                  int B, int n_sink, int n_recent, long long *kept) {
+    int n = 0, t = 0;
+    for (int b = 0; t < EA_T; b++) {
+        for (int i = 0; i < block[b] && t < EA_T; i++) kept[n++] = t++;
+        if (n <= B) continue;
+        const long long now = kept[n - 1] + 1;
+        double cb[EA_D / 2], sb[EA_D / 2];
+        for (int i = 0; i < EA_D / 2; i++) {
+            cb[i] = var.turn ? 0 : 1;
+            sb[i] = 0;
+            for (int f = 0; var.turn && f < EA_FUT; f++) {
+                const double th = (double)(now + f) * pow((double)r->base, -2.0 * i / r->n_dims);
+                cb[i] += cos(th) / EA_FUT;
+                sb[i] += sin(th) / EA_FUT;
+            }
+        }
+        double R[EA_D][EA_D] = {{0}};
+        for (int i = 0; i < EA_D / 2; i++) {
+            const int a = r->type == KVB_ROPE_INTERLEAVED ? 2 * i : i, c2 = r->type == KVB_ROPE_INTERLEAVED ? 2 * i + 1 : i + EA_D / 2;
+            R[a][a] = cb[i]; R[a][c2] = -sb[i]; R[c2][a] = sb[i]; R[c2][c2] = cb[i];
+        }
+        double sc[EA_T] = {0};
+        for (int g = 0; g < EA_G; g++) {
+            double mu[EA_D] = {0}, S[EA_D][EA_D] = {{0}}, m = 0;
+            for (int u = n_sink; u < t; u++, m++)
+                for (int a = 0; a < EA_D; a++) mu[a] += q[u][g][a];
+            for (int a = 0; a < EA_D; a++) mu[a] /= m;
+            for (int u = n_sink; u < t; u++)
+                for (int a = 0; a < EA_D; a++)
+                    for (int c2 = 0; c2 < EA_D; c2++) S[a][c2] += (q[u][g][a] - mu[a]) * (q[u][g][c2] - mu[c2]) / m;
+            double mb[EA_D] = {0}, RS[EA_D][EA_D] = {{0}}, Sb[EA_D][EA_D] = {{0}};
+            for (int a = 0; a < EA_D; a++)
+                for (int c2 = 0; c2 < EA_D; c2++) mb[a] += R[a][c2] * mu[c2];
+            for (int a = 0; a < EA_D; a++)
+                for (int c2 = 0; c2 < EA_D; c2++)
+                    for (int e = 0; e < EA_D; e++) RS[a][c2] += R[a][e] * S[e][c2];
+            for (int a = 0; a < EA_D; a++)
+                for (int c2 = 0; c2 < EA_D; c2++)
+                    for (int e = 0; e < EA_D; e++) Sb[a][c2] += RS[a][e] * R[c2][e];
+            double z[EA_T], mx = -1e300, sum = 0;
+            for (int j = n_sink; j < n; j++) {
+                double kr[EA_D], lin = 0, quad = 0;
+                ref_rope(r, k[kept[j]], EA_D, kept[j], kr);
+                for (int a = 0; a < EA_D; a++) {
+                    lin += mb[a] * kr[a];
+                    for (int c2 = 0; c2 < EA_D; c2++) quad += kr[a] * Sb[a][c2] * kr[c2];
+                }
+                z[j] = lin / sqrt((double)EA_D) + (var.cov ? quad / (2.0 * EA_D) : 0);
+                if (z[j] > mx) mx = z[j];
+            }
+            for (int j = n_sink; j < n; j++) sum += exp(z[j] - mx);
+            for (int j = n_sink; j < n; j++) sc[j] += exp(z[j] - mx) / sum / EA_G;
+        }
+        for (int j = n_sink; j < n && var.vnorm; j++) {
+            double n2 = 0;
+            for (int a = 0; a < EA_D; a++) n2 += (double)v[kept[j]][a] * v[kept[j]][a];
+            sc[j] *= sqrt(n2);
+        }
+        int over = n - B, hi = n - n_recent;
+        bool gone[EA_T] = {false};
+        for (int x = 0; x < over; x++) {
+            int best = -1;
+            for (int j = n_sink; j < hi; j++)
+                if (!gone[j] && (best < 0 || sc[j] < sc[best])) best = j;
+            gone[best] = true;
+        }
+        int m2 = 0;
+        for (int j = 0; j < n; j++)
+            if (!gone[j]) kept[m2++] = kept[j];
+        n = m2;
+    }
+    return n;
+}
+
+/* One case through kvb_cache_prefill (blocks longer than one token) and
+ * kvb_cache_decode (single tokens); returns 0 when the kept set equals the
+ * reference's, and sets *told for each variant that keeps another set. */
+static int ea_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_recent, const int *block, unsigned seed, int *told) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = EA_D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.rope = (struct kvb_rope){rt, EA_D, base, 1.0f, NULL};
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_EXPECTED_ATTENTION);
+    cp.kv.policy.budget = B; cp.kv.policy.n_sink = n_sink; cp.kv.policy.n_recent = n_recent;
+    struct kvb_cache *c = NULL;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
+    static float q[EA_T][EA_G][EA_D], k[EA_T][EA_D], v[EA_T][EA_D];
+    unsigned x = seed;
+#define EA_RND() (x = x * 1103515245u + 12345u, (float)((x >> 8) & 0xffff) / 65536.0f - 0.5f)
+    for (int t = 0; t < EA_T; t++) {
+        const float vs = 0.5f + 2.0f * (EA_RND() + 0.5f); /* values of different norms */
+        const float qa = 6.0f * EA_RND(); /* queries along a shared direction in slowly turning dims: a covariance worth having */
+        for (int i = 0; i < EA_D; i++) {
+            const bool slow = i == 3 || i == 6 || i == 7;
+            k[t][i] = (slow ? 3.0f : 1.5f) * EA_RND() + (i == 1 ? 0.7f : 0.0f);
+            v[t][i] = vs * EA_RND();
+            for (int g = 0; g < EA_G; g++) /* the first 4 queries are outliers, as a sequence's first queries are */
+                q[t][g][i] = (slow ? qa : 0.0f) * (g ? -1.0f : 1.0f) + EA_RND() + (i == 7 ? (g ? 4.0f : 0.8f) : 0.0f) + (t < 4 && i == 6 ? 12.0f : 0.0f);
+        }
+    }
+#undef EA_RND
+    int t = 0, bad = 0;
+    float out[EA_T * EA_G * EA_D];
+    for (int b = 0; t < EA_T; b++) {
+        const int C = block[b] < EA_T - t ? block[b] : EA_T - t;
+        if (C == 1) bad |= kvb_cache_decode(c, 0, &q[t][0][0], EA_G, k[t], v[t], out, NULL) != KVB_OK;
+        else bad |= kvb_cache_prefill(c, 0, C, &q[t][0][0], EA_G, k[t], v[t], out, NULL) != KVB_OK;
+        t += C;
+    }
+    if (bad) printf("  decode/prefill: %s\n", kvb_last_error());
+    long long want[EA_T], other[EA_T], got[256];
+    const int nw = ea_ref(&cp.rope, (struct ea_variant){true, true, true}, q, k, v, block, B, n_sink, n_recent, want);
+    const struct ea_variant vars[3] = {{false, true, true}, {true, false, true}, {true, true, false}};
+    for (int i = 0; i < 3; i++) {
+        const int no = ea_ref(&cp.rope, vars[i], q, k, v, block, B, n_sink, n_recent, other);
+        if (no != nw || memcmp(other, want, sizeof(long long) * (size_t)nw)) told[i] = 1;
+    }
+    int ng;
+    kept(c, 0, got, &ng);
+    bad |= ng != nw;
+    for (int j = 0; !bad && j < ng; j++) bad = got[j] != want[j];
+    if (bad) {
+        printf("  expected-attention kept:");
+        for (int j = 0; j < ng; j++) printf(" %lld", got[j]);
+        printf("  reference:");
+        for (int j = 0; j < nw; j++) printf(" %lld", want[j]);
+        printf("\n");
+    }
+    kvb_cache_free(c);
+    return bad;
+}
+
+/* Expected Attention (expected-attention): the kept set equals the float64
+ * reference of the paper's closed form (running query mean and covariance
+ * per query head, the rotation averaged over the next 512 positions, the
+ * softmax of the expected logits averaged over the group, times the value
+ * norm) at decode and after prefill blocks, with interleaved and NeoX RoPE,
+ * sinks and a recent window; the reference's variants without the
+ * covariance term, without the value norm and without the future rotation
+ * each keep another set in some case, so the check tells them apart. */
+TEST(expected_attention_matches_float64_reference) {
+    int ones[EA_T], blocks[EA_T], told[3] = {0};
+    for (int i = 0; i < EA_T; i++) ones[i] = blocks[i] = 1;
+    blocks[0] = 16; blocks[1] = blocks[2] = 5;
+    CHECK(ea_case(KVB_ROPE_INTERLEAVED, 10000.0f, 12, 0, 0, ones, 1, told) == 0);
+    CHECK(ea_case(KVB_ROPE_NEOX, 100.0f, 12, 2, 0, blocks, 2, told) == 0);
+    CHECK(ea_case(KVB_ROPE_INTERLEAVED, 100.0f, 16, 4, 3, blocks, 3, told) == 0);
+    CHECK(ea_case(KVB_ROPE_NEOX, 10000.0f, 10, 1, 2, ones, 4, told) == 0);
+    if (!told[0] || !told[1] || !told[2]) FAILF("a variant keeps the same sets in every case (covariance %d, value norm %d, rotation %d)", told[0], told[1], told[2]);
+}
+
 int main(void) {
     RUN(compress_keeps_set_budgets);
     RUN(pinned_span_kept_under_every_policy);
@@ -654,6 +930,8 @@ int main(void) {
     RUN(window_keeps_most_recent);
     RUN(tova_evicts_lowest_current_attention);
     RUN(knorm_evicts_largest_key_norm);
+    RUN(keydiff_matches_float64_reference);
+    RUN(expected_attention_matches_float64_reference);
     RUN(scissorhands_evicts_persistently_unimportant);
     RUN(snapkv_keeps_the_needle);
     RUN(pyramidkv_layer_budgets);

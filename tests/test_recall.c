@@ -677,6 +677,8 @@ TEST(recalled_attention_equals_direct_reference) {
         {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, 20000, true, true, 0, false},                     /* memory then file */
         {KVB_POLICY_TOVA, KVB_POS_CAPPED, KVB_DTYPE_F32, 1, 1, (size_t)1 << 20, false, true, 0, false},
         {KVB_POLICY_KNORM, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 4, 2, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_KEYDIFF, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
+        {KVB_POLICY_EXPECTED_ATTENTION, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
         {KVB_POLICY_SCISSORHANDS, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
         {KVB_POLICY_SNAPKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
         {KVB_POLICY_PYRAMIDKV, KVB_POS_ORIGINAL, KVB_DTYPE_F32, 2, 1, (size_t)1 << 20, false, true, 0, false},
@@ -729,6 +731,8 @@ TEST(restored_recall_cache_continues_bit_identically) {
         {KVB_POLICY_H2O, KVB_POS_ORIGINAL, KVB_DTYPE_Q8_0, 2, 1, 20000, true, false, 0, false},                        /* memory then file */
         {KVB_POLICY_TOVA, KVB_POS_CAPPED, KVB_DTYPE_F16, 1, 1, (size_t)1 << 20, false, false, 0, false},
         {KVB_POLICY_KNORM, KVB_POS_ORIGINAL, KVB_DTYPE_Q4_0, 4, 2, (size_t)1 << 20, false, false, 0, false},
+        {KVB_POLICY_KEYDIFF, KVB_POS_ORIGINAL, KVB_DTYPE_Q8_0, 2, 1, (size_t)1 << 20, false, false, 0, false},
+        {KVB_POLICY_EXPECTED_ATTENTION, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},
         {KVB_POLICY_SCISSORHANDS, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},
         {KVB_POLICY_SNAPKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},
         {KVB_POLICY_PYRAMIDKV, KVB_POS_ORIGINAL, KVB_DTYPE_F16, 2, 1, (size_t)1 << 20, false, false, 0, false},

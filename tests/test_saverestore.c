@@ -252,11 +252,51 @@ TEST(pinned_span_restored_bit_identically) {
     kvb_cache_free(c);
 }
 
+/* expected-attention's query statistics (flags 4096) close the image, one
+ * block per stream (i32 g, i64 n, f32 [g][d + d^2]); a hostile g or n, or
+ * the flag on a policy that keeps none, is refused by name. */
+TEST(query_statistics_in_images_are_checked) {
+    struct kvb_cache *a = make(KVB_POLICY_EXPECTED_ATTENTION, 10);
+    static float outs[15 * L * HK * G * DMAX];
+    prefill(a);
+    run_steps(a, 0, 15, outs);
+    uint8_t *img;
+    size_t len;
+    CHECK_OK(kvb_cache_save(a, (void **)&img, &len));
+    uint32_t flags;
+    memcpy(&flags, img + 12, 4);
+    CHECK(flags & 4096u);
+    const size_t blk = 4 + 8 + 4 * (size_t)G * (D + D * D), first = len - 4 - (size_t)L * HK * blk;
+    int32_t g0;
+    int64_t n0;
+    memcpy(&g0, img + first, 4);
+    memcpy(&n0, img + first + 4, 8);
+    CHECK_EQ_INT(g0, G);
+    CHECK_EQ_INT(n0, 30 + 15 - 4); /* every query from position n_sink (4) on */
+    CHECK_STATUS(load_edited(img, len, first, 999), KVB_ERR_CORRUPT);
+    CHECK(strstr(kvb_last_error(), "query statistics") != NULL);
+    CHECK_STATUS(load_edited(img, len, first + 8, -1), KVB_ERR_CORRUPT); /* n's high word: n < 0 */
+    CHECK(strstr(kvb_last_error(), "query statistics") != NULL);
+    CHECK_STATUS(load_edited(img, len, first, 0), KVB_ERR_CORRUPT);      /* g 0: the stream's n and stats are trailing bytes */
+    kvb_buffer_free(img);
+    kvb_cache_free(a);
+    a = make(KVB_POLICY_STREAMING, 10);
+    prefill(a);
+    CHECK_OK(kvb_cache_save(a, (void **)&img, &len));
+    memcpy(&flags, img + 12, 4);
+    CHECK(!(flags & 4096u));
+    CHECK_STATUS(load_edited(img, len, 12, (int32_t)(flags | 4096u)), KVB_ERR_CORRUPT);
+    CHECK(strstr(kvb_last_error(), "query statistics for policy streaming") != NULL);
+    kvb_buffer_free(img);
+    kvb_cache_free(a);
+}
+
 int main(void) {
     RUN(restore_continues_bit_identically);
     RUN(file_roundtrip);
     RUN(every_truncation_and_flip_is_corrupt);
     RUN(signed_hostile_images_are_corrupt);
+    RUN(query_statistics_in_images_are_checked);
     RUN(pinned_span_restored_bit_identically);
     return test_summary();
 }

@@ -104,7 +104,7 @@ if full_run; then
 fi
 
 # The policy table: T tokens, B = T/4; prompt compression by --prompt 3T/4
-"$K" ppl -m "$MV" -f "$T/dracula.txt" --policy window,streaming,h2o,tova,scissorhands,snapkv,pyramidkv,adakv,knorm,block-h2o,lminfinite \
+"$K" ppl -m "$MV" -f "$T/dracula.txt" --policy window,streaming,h2o,tova,scissorhands,snapkv,pyramidkv,adakv,knorm,block-h2o,lminfinite,keydiff,expected-attention \
     --budget 128 --max-tokens 512 --json > "$T/pt.json" 2>/dev/null
 check_ppl trained_policy_table "$T/pt.json" "window baseline_ppl 21.6313 0.0006" \
     "window ppl 22.0335 0.001" "window kl 0.0788 0.0006" "window top1 0.834 0.0011" \
@@ -112,7 +112,8 @@ check_ppl trained_policy_table "$T/pt.json" "window baseline_ppl 21.6313 0.0006"
     "h2o ppl 22.1419 0.001" "h2o kl 0.0494 0.0006" "tova ppl 21.5523 0.001" "tova kl 0.0440 0.0006" \
     "scissorhands ppl 21.9712 0.001" "scissorhands kl 0.0492 0.0006" "knorm ppl 59.3948 0.005" \
     "block-h2o ppl 22.3853 0.001" "block-h2o kl 0.0522 0.0006" "lminfinite ppl 21.7514 0.001" "lminfinite kl 0.0552 0.0006" \
-    "streaming kv_bytes_peak 393216 0"
+    "keydiff ppl 41.3279 0.005" "keydiff kl 0.6406 0.0006" "keydiff kv_bytes_peak 393216 0" \
+    "expected-attention ppl 84.1030 0.01" "expected-attention kl 1.3103 0.0006" "streaming kv_bytes_peak 393216 0"
 "$K" ppl -m "$MV" -f "$T/dracula.txt" --policy snapkv,pyramidkv,adakv,window --budget 128 --max-tokens 512 --json --prompt 384 > "$T/pp.json" 2>/dev/null
 check_ppl trained_policy_table_prompt "$T/pp.json" "snapkv baseline_ppl 17.4208 0.0006" \
     "snapkv ppl 18.1974 0.001" "snapkv kl 0.0615 0.0006" "pyramidkv ppl 18.6838 0.001" "pyramidkv kl 0.0938 0.0006" \

@@ -168,6 +168,39 @@ void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s,
     else if (v) kvb_kv_row_load(c->params.kv.kv_dtype_v, kvb_stream_vrow(&c->geom, s, slot), v, c->params.head_dim);
 }
 
+/* The rows a policy's view offers (policy.h, kvb_stream_view.rows). */
+void kvb_attend_view_rows(const struct kvb_stream_view *v, int32_t j, float *k, float *val) {
+    kvb_attend_read_slot(v->rows_at[0], v->rows_at[1], j + v->rows_pin, k, val);
+}
+
+/* The stream's rotation for a policy (kvb_stream_view.rope_mean, rope_apply):
+ * cs is [cos[n_pairs], sin[n_pairs]] as kvb_rope_cos_sin writes it. */
+static bool view_rotates(const struct kvb_cache *c, const struct kvb_stream *s) {
+    return c->params.rope.type != KVB_ROPE_NONE && !s->no_rope;
+}
+
+void kvb_attend_view_rope_mean(const struct kvb_stream_view *v, int64_t from, int32_t T, float *cs) {
+    const struct kvb_cache *c = v->rows_at[0];
+    const struct kvb_stream *s = v->rows_at[1];
+    const int32_t np = s->rope_swa ? c->n_pairs_swa : c->n_pairs;
+    if (!view_rotates(c, s) || T < 1) return;
+    double acc[KVB_ATTN_MAX_DIM];
+    float one[KVB_ATTN_MAX_DIM];
+    for (int32_t i = 0; i < 2 * np; i++) acc[i] = 0;
+    for (int32_t t = 0; t < T; t++) {
+        kvb_rope_cos_sin(s->rope_swa ? c->inv_freq_swa : c->inv_freq, np, from + t, one);
+        for (int32_t i = 0; i < 2 * np; i++) acc[i] += one[i];
+    }
+    for (int32_t i = 0; i < 2 * np; i++) cs[i] = (float)(acc[i] / T);
+}
+
+void kvb_attend_view_rope_apply(const struct kvb_stream_view *v, const float *cs, float *x) {
+    const struct kvb_cache *c = v->rows_at[0];
+    const struct kvb_stream *s = v->rows_at[1];
+    if (!view_rotates(c, s)) return;
+    kvb_rope_apply(c->params.rope.type, s->rope_swa ? c->params.rope_swa.n_dims : c->params.rope.n_dims, cs, x);
+}
+
 /* ---- runs as a query sees them ---- */
 
 /* Whether queries at original positions up to pq_max see a capped distance

@@ -794,9 +794,16 @@ kvb_status kvb_cache_fork(struct kvb_cache *src, struct kvb_cache **out) {
     for (size_t i = 0; i < n_streams; i++) {
         const struct kvb_stream *a = &src->streams[i];
         struct kvb_stream *b = &c->streams[i];
-        if (kvb_stream_reserve(&c->geom, b, a->v.n_pages, (int64_t)a->n_runs + 1) != KVB_OK) {
+        if (kvb_stream_reserve(&c->geom, b, a->v.n_pages, (int64_t)a->n_runs + 1) != KVB_OK ||
+            (a->qstat && !(b->qstat = kvb_malloc(sizeof(float) * a->qstat_words)))) {
             kvb_cache_free(c);
             return kvb_fail(KVB_ERR_NOMEM, "cache_fork: out of memory for slot metadata");
+        }
+        if (a->qstat) { /* the policy's query statistics go on from the same values */
+            memcpy(b->qstat, a->qstat, sizeof(float) * a->qstat_words);
+            b->qstat_words = a->qstat_words;
+            b->qstat_g = a->qstat_g;
+            b->qstat_n = a->qstat_n;
         }
     }
     for (size_t i = 0; i < n_streams; i++) { /* nothing below can fail but sharing the pages */
@@ -864,6 +871,48 @@ struct decode_job {
     bool defer;   /* a source with readers: its eviction waits for its last reader */
 };
 
+/* The queries of a step or chunk to a KVB_PF_QUERY_STATS policy (its view's qstat). */
+static void feed_queries(struct kvb_cache *c, struct kvb_stream *s, const float *q, int32_t n_tok, int32_t G, size_t stride, int64_t pos0) {
+    struct kvb_stream_view pv;
+    kvb_cache_policy_view(c, s, &pv);
+    c->policy.iface->on_queries(&c->policy, &pv, q, n_tok, G, stride, pos0);
+}
+
+/* Room for the query statistics of a KVB_PF_QUERY_STATS policy on a layer
+ * whose queries come in G heads per KV head (zeroed when G changes); all or
+ * nothing, before any change of the step. */
+_Static_assert(KVB_POLICY_MAX_DIM == KVB_ATTN_MAX_DIM, "a policy is shown rows up to the cache's head_dim bound");
+
+static kvb_status qstat_reserve(struct kvb_cache *c, int32_t layer, int32_t G) {
+    if (!(c->policy.iface->flags & KVB_PF_QUERY_STATS) || c->window[layer] || kvb_cache_is_reader(c, layer)) return KVB_OK;
+    const size_t d = (size_t)c->params.head_dim, words = (size_t)(G + 1) * (d + d * d);
+    if (words > ((size_t)64 << 20) / sizeof(float)) /* a d x d covariance per query head: 171 MB a layer for DeepSeek-V3's 128 of 576 */
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: %s keeps a %d x %d query covariance for each of the %d query heads of a KV head: %zu MiB a "
+                                             "stream on layer %d, over its 64 MiB limit (latent attention's one row for every head)",
+                        c->policy.iface->name, (int)d, (int)d, (int)G, words * sizeof(float) >> 20, (int)layer);
+    float *fresh[KVB_MAX_KV_HEADS] = {0};
+    int32_t nf = 0;
+    for (int32_t h = 0; h < c->kvh[layer]; h++) {
+        const struct kvb_stream *s = kvb_cache_stream(c, layer, h);
+        if (s->qstat && s->qstat_g == G) continue;
+        if (!(fresh[h] = kvb_calloc(words, sizeof(float)))) {
+            for (int32_t i = 0; i < h; i++) kvb_free(fresh[i]);
+            return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for the query statistics of layer %d", (int)layer);
+        }
+        nf++;
+    }
+    for (int32_t h = 0; nf && h < c->kvh[layer]; h++) {
+        if (!fresh[h]) continue;
+        struct kvb_stream *s = kvb_cache_stream(c, layer, h);
+        kvb_free(s->qstat);
+        s->qstat = fresh[h];
+        s->qstat_words = words;
+        s->qstat_g = G;
+        s->qstat_n = 0;
+    }
+    return KVB_OK;
+}
+
 static void decode_worker(int32_t ith, int32_t nth, void *arg) {
     struct decode_job *jb = arg;
     struct kvb_cache *c = jb->c;
@@ -878,6 +927,7 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
         struct kvb_head_scratch *hs = kvb_head_scratch_at(c->scratch, h);
         const int32_t pos = (int32_t)c->n_past[jb->layer];
         if (!reader) kvb_attend_append(c, s, hs, jb->k ? jb->k + (size_t)h * d : NULL, jb->v ? jb->v + (size_t)h * d : NULL, pos);
+        if (jb->attend && !reader && !window && s->qstat) feed_queries(c, s, jb->q + (size_t)h * jb->G * d, 1, jb->G, 0, pos);
         if (jb->attend) {
             kvb_attend_decode(c, s, hs, jb->q + (size_t)h * jb->G * d, jb->G, pos, jb->out + (size_t)h * jb->G * dv,
                           want_w ? kvb_head_scratch_col(hs) : NULL);
@@ -953,6 +1003,7 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
         return kvb_fail(KVB_ERR_INVALID, "cache_decode: layer %d reads layer %d (kv_source), which has not taken this token first", (int)layer,
                         (int)c->kv_src[layer]);
     const int32_t G = n_head / c->kvh[layer];
+    if ((st = qstat_reserve(c, layer, G)) != KVB_OK) return st;
     run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
     if (prompt_open(c, layer)) compress_layer(c, layer, tp); /* the prompt ended without kvb_cache_compress */
     if ((st = prepare_layer(c, layer, 1, G)) != KVB_OK) return st;
@@ -1048,6 +1099,7 @@ static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
         const int32_t n_prev = reader ? s->v.n - C : s->v.n; /* a reader: the source's chunk is its last C slots (not yet evicted) */
         for (int32_t i = 0; i < C && !reader; i++)
             kvb_attend_append(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v ? jb->v + ((size_t)i * H + h) * d : NULL, (int32_t)(p0 + i));
+        if (!reader && !s->window && s->qstat) feed_queries(c, s, jb->q + (size_t)h * jb->G * d, C, jb->G, (size_t)jb->n_head * d, p0);
         if (jb->mass) memset(kvb_head_scratch_col(hs), 0, sizeof(float) * (size_t)s->v.n);
         kvb_attend_tokens(c, s, hs, h, jb->q, jb->n_head, jb->G, C, n_prev, p0, jb->out, obs_from, jb->mass ? kvb_head_scratch_col(hs) : NULL);
         if (jb->mass) {
@@ -1232,6 +1284,7 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     const bool exact = compress && c->params.kv.policy.prefill_budget == 0;
     const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0;
     const int32_t G = n_head / c->kvh[layer];
+    if ((st = qstat_reserve(c, layer, G)) != KVB_OK) return st;
     run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
     if (exact && (st = ring_reserve(c, layer, n_head)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;

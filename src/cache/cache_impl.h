@@ -186,9 +186,23 @@ static inline int32_t kvb_cache_pinned(const struct kvb_cache *c, const struct k
  * length, the view's logical slot j being s's slot j + span. The policy
  * never sees, scores or chooses a pinned slot; the view's budget is s's,
  * which so bounds the tokens after the span. With keep 0 it is s->v. */
+void kvb_attend_view_rows(const struct kvb_stream_view *v, int32_t j, float *k, float *val);
+void kvb_attend_view_rope_mean(const struct kvb_stream_view *v, int64_t from, int32_t T, float *cs);
+void kvb_attend_view_rope_apply(const struct kvb_stream_view *v, const float *cs, float *x);
 static inline int32_t kvb_cache_policy_view(const struct kvb_cache *c, const struct kvb_stream *s, struct kvb_stream_view *v) {
     const int32_t pin = kvb_cache_pinned(c, s);
     *v = s->v;
+    v->rows = kvb_attend_view_rows; /* the view's slot j is the stream's j + pin */
+    v->rows_at[0] = c;
+    v->rows_at[1] = s;
+    v->rows_pin = pin;
+    v->head_dim = c->params.head_dim;
+    v->value_dim = c->params.head_dim_v ? c->params.head_dim_v : c->params.head_dim;
+    v->qstat = s->qstat; /* the policy updates the stream's statistics through the view (on_queries) */
+    v->qstat_n = (int64_t *)&((struct kvb_stream *)s)->qstat_n;
+    v->qstat_g = s->qstat_g;
+    v->rope_mean = kvb_attend_view_rope_mean;
+    v->rope_apply = kvb_attend_view_rope_apply;
     if (pin) {
         v->n -= pin;
         v->order += pin;

@@ -45,6 +45,10 @@
  *   restored cold tier is in host memory, the image's pages plus
  *   cold_mem_bytes more, and has no file until kvb_cache_set_cold_dir: an
  *   image never makes the loader write where it says)
+ *   flags 4096: then, per stream (layer-major), the query statistics of a KVB_PF_QUERY_STATS
+ *           policy (expected-attention): i32 g (query heads; 0: no query yet) and, when g > 0,
+ *           i64 n (tokens) f32 stats[g][head_dim + head_dim^2] (the policy's scratch block
+ *           after them is not saved)
  *   u32 crc32 of every byte before it
  *
  * The physical layout is saved, not just the logical content, so that a
@@ -74,8 +78,9 @@
 #define IMAGE_KV_SOURCE 128u        /* flags bit (version 3): i32 kv_source[n_layer] follow the recurrent layers */
 #define IMAGE_KV_HEADS 256u         /* flags bit (version 3): i32 kv_heads[n_layer] follow kv_source */
 #define IMAGE_HEAD_DIM_V 512u       /* flags bit (versions 3, 4): i32 head_dim_v (latent rows, no V rows) follows kv_heads */
+#define IMAGE_QSTATS 4096u         /* flags bit (versions 3, 4): the policy's query statistics follow everything else */
 #define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP | IMAGE_STATE | IMAGE_SWA_DIMS | IMAGE_KV_SOURCE | IMAGE_KV_HEADS | \
-                     IMAGE_HEAD_DIM_V)
+                     IMAGE_HEAD_DIM_V | IMAGE_QSTATS)
 
 /* ---- writer ---- */
 struct wbuf {
@@ -143,9 +148,12 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_u32(&w, c->recall ? KVB_CACHE_VERSION_RECALL : KVB_CACHE_VERSION);
     const bool windows = p->kv.n_layers > 0 || p->rope_swa.base > 0 || p->attn_softcap > 0;
     const bool swa_dims = windows && p->rope_swa.base > 0 && p->rope_swa.n_dims != p->rope.n_dims;
+    const size_t n_qs = (size_t)p->n_layer * (size_t)p->n_kv_head, qblk = (size_t)p->head_dim * (size_t)(p->head_dim + 1);
+    bool qstats = false;
+    for (size_t i = 0; i < n_qs; i++) qstats |= c->streams[i].qstat_n > 0; /* statistics of no query are none */
     w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u) | (c->sinks ? IMAGE_SINKS : 0u) |
                   (p->kv.keep ? IMAGE_KEEP : 0u) | (c->n_rec ? IMAGE_STATE : 0u) | (swa_dims ? IMAGE_SWA_DIMS : 0u) | (c->kv_src ? IMAGE_KV_SOURCE : 0u) |
-                  (p->kv_heads ? IMAGE_KV_HEADS : 0u) | (p->head_dim_v ? IMAGE_HEAD_DIM_V : 0u));
+                  (p->kv_heads ? IMAGE_KV_HEADS : 0u) | (p->head_dim_v ? IMAGE_HEAD_DIM_V : 0u) | (qstats ? IMAGE_QSTATS : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -215,6 +223,13 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
         for (size_t i = 0; has && i < (size_t)c->n_rec * (size_t)p->state_rows; i++)
             w_bytes(&w, c->state_rows[i], sizeof(float) * (size_t)p->state_row_floats);
     }
+    for (size_t i = 0; qstats && i < n_qs; i++) {
+        const struct kvb_stream *s = &c->streams[i];
+        w_i32(&w, s->qstat_n > 0 ? s->qstat_g : 0);
+        if (s->qstat_n <= 0) continue;
+        w_i64(&w, s->qstat_n);
+        w_bytes(&w, s->qstat, sizeof(float) * (size_t)s->qstat_g * qblk);
+    }
     uint32_t crc = w.oom ? 0 : kvb_crc32(0, w.p, w.n);
     w_u32(&w, crc);
     if (w.oom) {
@@ -250,6 +265,42 @@ static bool positions_ok(const struct kvb_cache *c, int32_t l, const int32_t *po
     for (int32_t t = 0; t < n; t++)
         if (pos[t] < 0 || pos[t] >= c->n_past[l]) return false;
     return true;
+}
+
+/* The query statistics (flags 4096) into c's streams: only for a policy
+ * that keeps them, g within the query heads a KV head may have (KVB_CACHE_MAX_GROUP), n >= 0,
+ * and every block bounded by the bytes that remain before it is allocated. */
+static kvb_status load_qstats(struct kvb_cache *c, struct rbuf *rp) {
+    struct rbuf r = *rp;
+    const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    const size_t d = (size_t)c->params.head_dim, blk = d + d * d;
+    if (!(c->policy.iface->flags & KVB_PF_QUERY_STATS))
+        return kvb_fail(KVB_ERR_CORRUPT, "cache image: query statistics for policy %s, which keeps none", kvb_policy_name(c->params.kv.policy.id));
+    for (size_t i = 0; i < n_streams; i++) {
+        struct kvb_stream *s = &c->streams[i];
+        int32_t g = 0;
+        int64_t n = 0;
+        if (!r_i32(&r, &g, "qstat.g")) return TRUNC();
+        if (g == 0) continue;
+        if (g < 0 || g > KVB_CACHE_MAX_GROUP || s->no_kv || s->window)
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %zu has query statistics for %d heads", i, (int)g);
+        if (!r_bytes(&r, &n, 8, "qstat.n")) return TRUNC();
+        if (n < 1) return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %zu's query statistics count %lld tokens", i, (long long)n);
+        r.field = "qstat.stats";
+        if ((size_t)g * blk > (r.n - r.at) / sizeof(float)) return TRUNC();
+        const size_t words = (size_t)(g + 1) * blk;
+        float *q = kvb_calloc(words, sizeof(float));
+        if (!q) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory for query statistics");
+        memcpy(q, r.p + r.at, sizeof(float) * (size_t)g * blk);
+        r.at += sizeof(float) * (size_t)g * blk;
+        kvb_free(s->qstat);
+        s->qstat = q;
+        s->qstat_words = words;
+        s->qstat_g = g;
+        s->qstat_n = n;
+    }
+    *rp = r;
+    return KVB_OK;
 }
 
 /* The recall section (save_recall) into c, made with the image's recall
@@ -644,6 +695,10 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
                 return kvb_fail(KVB_ERR_CORRUPT, "cache image: layer %d head %d holds K/V pages it cannot have (recurrent, a reader, or past its heads)",
                                 (int)l, (int)h);
             }
+    if ((flags & IMAGE_QSTATS) && (st = load_qstats(c, &r)) != KVB_OK) {
+        kvb_cache_free(c);
+        return st;
+    }
     if (r.at != r.n) {
         kvb_cache_free(c);
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: %zu trailing bytes", r.n - r.at);

@@ -304,18 +304,21 @@ void kvb_stream_clear(struct kvb_stream *s, struct kvb_pool *pool) {
     s->n_free = 0;
     s->n_runs = 0;
     s->cow = false;
+    if (s->qstat) memset(s->qstat, 0, sizeof(float) * s->qstat_words); /* the queries start again */
+    s->qstat_n = 0;
 }
 
 void kvb_stream_free(struct kvb_stream *s) {
     kvb_free(s->pages); kvb_free(s->v.page_live); kvb_free(s->v.pos); kvb_free(s->v.state);
     kvb_free(s->free_slots); kvb_free(s->v.order); kvb_free(s->runs); kvb_free(s->v.fscratch); kvb_free(s->v.iscratch);
-    kvb_free(s->victims);
+    kvb_free(s->victims); kvb_free(s->qstat);
     memset(s, 0, sizeof *s);
 }
 
 size_t kvb_stream_meta_bytes(const struct kvb_stream_geom *g, const struct kvb_stream *s) {
     return (size_t)s->slot_cap * (sizeof(int32_t) * 5 + sizeof(float) * (1 + (size_t)KVB_MAX(g->n_state, 1))) +
-           (size_t)s->pages_cap * (sizeof(uint8_t *) + sizeof(int32_t)) + (size_t)s->runs_cap * sizeof(struct kvb_run);
+           (size_t)s->pages_cap * (sizeof(uint8_t *) + sizeof(int32_t)) + (size_t)s->runs_cap * sizeof(struct kvb_run) +
+           s->qstat_words * sizeof(float); /* a policy's query statistics (expected-attention) */
 }
 
 const char *kvb_stream_check(const struct kvb_stream_geom *g, const struct kvb_stream *s) {

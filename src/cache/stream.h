@@ -63,6 +63,10 @@ struct kvb_stream {
     int32_t window;           /* > 0: its layer is a model's sliding window of this many positions */
     bool rope_swa;            /* its keys and queries turn by the cache's rope_swa (a window layer's) */
     const float *sink;        /* its query heads' sink logits (the cache's copy), or NULL */
+    float *qstat;             /* the policy's query statistics (KVB_PF_QUERY_STATS), qstat_words floats, or NULL */
+    int64_t qstat_n;          /* tokens that fed them */
+    int32_t qstat_g;          /* query heads they are for */
+    size_t qstat_words;
     bool cow;                 /* its pages may have other holders (a forked cache): it writes
                                * only into pages it alone holds (kvb_pool_is_shared), so
                                * compaction never moves a row into a shared page and may

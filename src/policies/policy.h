@@ -56,6 +56,9 @@
  *                the stream; prompt_end: snapkv family, -1 while a prompt is
  *                read, else the original position where the frozen prompt ends
  *   fscratch, iscratch   [capacity] scratch for select/observe */
+/* The widest row a policy may be shown (the cache's head_dim bound, KVB_ATTN_MAX_DIM: a latent row of 576) */
+#define KVB_POLICY_MAX_DIM 576
+
 struct kvb_stream_view {
     int32_t n;
     float *state;
@@ -66,6 +69,29 @@ struct kvb_stream_view {
     int32_t budget, target, prompt_end;
     float *fscratch;
     int32_t *iscratch;
+    /* The rows of the view's logical slot j as attention reads them: the key
+     * rotated at its original position (head_dim floats) and the value
+     * (value_dim), dequantized, at most KVB_POLICY_MAX_DIM each (k or v may be NULL), for policies that score keys or
+     * values (keydiff). Set by the cache on every view it offers; rows_at is
+     * the cache's own context (the stream, the pinned span). */
+    void (*rows)(const struct kvb_stream_view *s, int32_t j, float *k, float *v);
+    const void *rows_at[2];
+    int32_t rows_pin, head_dim;
+    int32_t value_dim; /* floats of a value row: head_dim, or a latent cache's head_dim_v (the K row's tail) */
+    /* KVB_PF_QUERY_STATS (expected-attention): what the cache keeps for the
+     * policy of the queries of the stream's qstat_g query heads, qstat
+     * ([qstat_g + 1][head_dim + head_dim^2] floats, the policy's layout; the
+     * last block is scratch) and the count of tokens that fed them
+     * (*qstat_n); qstat NULL before the first query. rope_mean writes the
+     * mean of the rotation tables of positions [from, from + T) into cs
+     * ([head_dim] floats), rope_apply applies such a table to x in place:
+     * the cache's own rotation of the stream's layer (none on a layer
+     * without RoPE). */
+    float *qstat;
+    int64_t *qstat_n;
+    int32_t qstat_g;
+    void (*rope_mean)(const struct kvb_stream_view *s, int64_t from, int32_t T, float *cs);
+    void (*rope_apply)(const struct kvb_stream_view *s, const float *cs, float *x);
 };
 
 /* Bit patterns kept in a float state word (scissorhands' history mask). */
@@ -90,6 +116,7 @@ struct kvb_policy {
 #define KVB_PF_NEVER_EVICT 4u   /* full */
 #define KVB_PF_COMPRESS 8u      /* prompt compression at kvb_cache_compress (snapkv family) */
 #define KVB_PF_WHOLE_PAGES 16u  /* evicts whole pages: up to a page less one more than the budget asks (block-h2o) */
+#define KVB_PF_QUERY_STATS 32u  /* the cache keeps statistics of the queries for it (qstat, on_queries) */
 
 struct kvb_policy_i {
     const char *name;
@@ -108,6 +135,12 @@ struct kvb_policy_i {
     kvb_status (*validate)(const struct kvb_policy_params *p);
     void (*on_append)(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t j, const float *k, int32_t d);
     void (*observe)(const struct kvb_policy *p, struct kvb_stream_view *s, const float *w, int32_t n, bool prefill);
+    /* KVB_PF_QUERY_STATS: the pre-RoPE queries of n_tok tokens (original
+     * positions pos0, pos0 + 1, ...) of the stream's G query heads: token
+     * i's head g at q[i * stride + g * head_dim], before any eviction of the
+     * step or chunk; updates s->qstat [none] */
+    void (*on_queries)(const struct kvb_policy *p, struct kvb_stream_view *s, const float *q, int32_t n_tok, int32_t G, size_t stride,
+                       int64_t pos0);
     int32_t (*select)(const struct kvb_policy *p, struct kvb_stream_view *s, int32_t n_over, int32_t *victims);
     void (*combine)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams);
     void (*budgets)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams, int32_t layer,
@@ -117,7 +150,7 @@ struct kvb_policy_i {
 
 extern const struct kvb_policy_i kvb_policy_full, kvb_policy_window, kvb_policy_streaming, kvb_policy_h2o,
     kvb_policy_tova, kvb_policy_scissorhands, kvb_policy_snapkv, kvb_policy_pyramidkv, kvb_policy_adakv,
-    kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite;
+    kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite, kvb_policy_keydiff, kvb_policy_expected_attention;
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id);
 

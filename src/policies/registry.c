@@ -20,6 +20,8 @@ static const struct kvb_policy_i *const g_table[KVB_POLICY_COUNT] = {
     [KVB_POLICY_KNORM] = &kvb_policy_knorm,
     [KVB_POLICY_BLOCK_H2O] = &kvb_policy_block_h2o,
     [KVB_POLICY_LMINFINITE] = &kvb_policy_lminfinite,
+    [KVB_POLICY_KEYDIFF] = &kvb_policy_keydiff,
+    [KVB_POLICY_EXPECTED_ATTENTION] = &kvb_policy_expected_attention,
 };
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id) {

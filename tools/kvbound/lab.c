@@ -26,8 +26,8 @@ static void lab_usage(FILE *f) {
             "\n"
             "  --scenario NAME|all   chat, needle, diffuse, drift, trace, or all (default all)\n"
             "  --budget N [N...]     budgets in tokens, also N,N,N or repeated (default 64 128 256)\n"
-            "  --policies a,b,c      policies (default: every policy but knorm, which scores keys\n"
-            "                        and the lab has none: it would only repeat window)\n"
+            "  --policies a,b,c      policies (default: every policy but knorm, keydiff and\n"
+            "                        expected-attention, which score keys and the lab has none)\n"
             "  --prompt P            prompt tokens (default 1024)\n"
             "  --steps G             generated steps (default 512)\n"
             "  --chunk C             prefill chunk (default: the whole prompt)\n"
@@ -492,9 +492,9 @@ static int lab_parse(struct lab_cmd *c, int argc, char **argv) {
 static int lab_defaults(struct lab_cmd *c) {
     struct lab_opts *o = &c->o;
     if (!o->n_budgets) { o->budgets[0] = 64; o->budgets[1] = 128; o->budgets[2] = 256; o->n_budgets = 3; }
-    if (!o->n_pol) /* knorm scores keys, and lab rows have none: it would only repeat window */
+    if (!o->n_pol) /* knorm, keydiff and expected-attention score keys (and queries), and lab rows have none */
         for (int p = 0; p < KVB_POLICY_COUNT; p++)
-            if (p != KVB_POLICY_KNORM) o->pol[o->n_pol++] = (enum kvb_policy_id)p;
+            if (p != KVB_POLICY_KNORM && p != KVB_POLICY_KEYDIFF && p != KVB_POLICY_EXPECTED_ATTENTION) o->pol[o->n_pol++] = (enum kvb_policy_id)p;
     for (int b = 0; b < o->n_budgets; b++) /* sort budgets: the sweep is drawn in order */
         for (int k = b + 1; k < o->n_budgets; k++)
             if (o->budgets[k] < o->budgets[b]) { int32_t t = o->budgets[b]; o->budgets[b] = o->budgets[k]; o->budgets[k] = t; }

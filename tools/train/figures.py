@@ -20,7 +20,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-POLICIES = ["window", "streaming", "h2o", "tova", "scissorhands", "snapkv", "pyramidkv", "adakv", "knorm", "block-h2o", "lminfinite"]
+POLICIES = ["window", "streaming", "h2o", "tova", "scissorhands", "snapkv", "pyramidkv", "adakv", "knorm", "block-h2o", "lminfinite", "keydiff", "expected-attention"]
 
 
 def log(msg):
