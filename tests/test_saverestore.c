@@ -273,7 +273,7 @@ TEST(query_statistics_in_images_are_checked) {
     memcpy(&n0, img + first + 4, 8);
     CHECK_EQ_INT(g0, G);
     CHECK_EQ_INT(n0, 30 + 15 - 4); /* every query from position n_sink (4) on */
-    CHECK_STATUS(load_edited(img, len, first, 999), KVB_ERR_CORRUPT);
+    CHECK_STATUS(load_edited(img, len, first, 1025), KVB_ERR_CORRUPT); /* more heads than a KV head serves (KVB_CACHE_MAX_GROUP) */
     CHECK(strstr(kvb_last_error(), "query statistics") != NULL);
     CHECK_STATUS(load_edited(img, len, first + 8, -1), KVB_ERR_CORRUPT); /* n's high word: n < 0 */
     CHECK(strstr(kvb_last_error(), "query statistics") != NULL);
