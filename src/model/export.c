@@ -134,7 +134,13 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         kvb_gguf_writer_f32(w, K("rope.freq_base_swa"), m->rope_base_swa ? m->rope_base_swa : in->rope_base); /* 0: the global base */
     }
     if (in->shortconv) kvb_gguf_writer_u32(w, K("shortconv.l_cache"), (uint32_t)in->ssm_conv); /* lfm2 */
-    else if (m->recurrent) { /* qwen35: the Gated DeltaNet shape, its pattern, the RoPE sections, the MTP layers */
+    else if (in->mamba2) { /* granitehybrid: the Mamba-2 shape (its layers: head_count_kv 0) */
+        kvb_gguf_writer_u32(w, K("ssm.conv_kernel"), (uint32_t)in->ssm_conv);
+        kvb_gguf_writer_u32(w, K("ssm.inner_size"), (uint32_t)in->ssm_inner);
+        kvb_gguf_writer_u32(w, K("ssm.state_size"), (uint32_t)in->ssm_state);
+        kvb_gguf_writer_u32(w, K("ssm.time_step_rank"), (uint32_t)in->ssm_heads);
+        kvb_gguf_writer_u32(w, K("ssm.group_count"), (uint32_t)in->ssm_groups);
+    } else if (m->recurrent) { /* qwen35: the Gated DeltaNet shape, its pattern, the RoPE sections, the MTP layers */
         kvb_gguf_writer_u32(w, K("ssm.conv_kernel"), (uint32_t)in->ssm_conv);
         kvb_gguf_writer_u32(w, K("ssm.inner_size"), (uint32_t)(in->ssm_heads * in->ssm_state));
         kvb_gguf_writer_u32(w, K("ssm.state_size"), (uint32_t)in->ssm_state);
@@ -184,7 +190,7 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     else kvb_gguf_writer_arr(w, K("feed_forward_length"), GGUF_T_UINT32, m->n_ff_layer, (uint64_t)in->n_layer);
     kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
     if (m->n_kv_layer) kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, m->n_kv_layer, (uint64_t)in->n_layer); /* gemma4 */
-    else if (in->shortconv && m->recurrent) { /* lfm2: 0 KV heads marks a short-conv layer */
+    else if ((in->shortconv || in->mamba2) && m->recurrent) { /* lfm2, granitehybrid: 0 KV heads marks a recurrent layer */
         uint32_t kv[4096]; /* block_count's bound (family.c) */
         for (int32_t l = 0; l < in->n_layer && l < 4096; l++) kv[l] = m->recurrent[l] ? 0 : (uint32_t)in->n_head_kv;
         kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, kv, (uint64_t)KVB_MIN(in->n_layer, 4096));
@@ -311,6 +317,11 @@ struct shape {
     /* lfm2 (sc_taps > 0): short-conv layers of sc_taps taps, attention on the layers whose bit is set in sc_attn */
     int32_t sc_taps;
     uint32_t sc_attn;
+    /* granitehybrid (m2[0] > 0): Mamba-2 layers of m2 = {taps, d_inner, d_state, heads, groups}, attention on the layers whose
+     * bit is set in m2_attn; nope: no RoPE (rope.scaling.finetuned false, as Granite 4.0-H) */
+    int32_t m2[5];
+    uint32_t m2_attn;
+    bool nope;
 };
 
 static const struct shape k_shapes[] = {
@@ -388,6 +399,10 @@ static const struct shape k_shapes[] = {
      * 12288 auto-adjusted to 8192, rope_theta 1e6, norm_eps 1e-5, 128K context, its 65536-token vocabulary, tied embeddings) */
     {.name = "lfm2-1.2b", .arch = "lfm2", 65536, 2048, 16, 32, 8, 8192, 128000, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
      .qk_norm = true, .sc_taps = 3, .sc_attn = (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14)},
+    /* Granite 4.0-H (dense): Mamba-2, Mamba-2, attention, Mamba-2; 4:2 heads of 16 without RoPE, granite's scales; Mamba-2 of 8
+     * heads of 16 (d_inner 2E), 2 groups, state 16, 4 taps; FFN 128 */
+    {.name = "tiny-granitehybrid", .arch = "granitehybrid", 512, 64, 4, 4, 2, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nope = true},
     /* LFM2-MoE: tiny-lfm2's layers with 8 experts, 2 per token (sigmoid, a selection bias), of 48, after one dense layer */
     {.name = "tiny-lfm2moe", .arch = "lfm2moe", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
      .qk_norm = true, .sc_taps = 3, .sc_attn = 0x24u, .experts = 8, .experts_used = 2, .ff_exp = 48, .dense_lead = 1},
@@ -462,7 +477,7 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, tiny-granitehybrid";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -631,6 +646,17 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         in->ssm_conv = sh->sc_taps;
         if (st == KVB_OK) st = kvb_family_shortconv(m, sh->window);
     }
+    if (st == KVB_OK && sh->m2[0]) { /* granitehybrid: the Mamba-2 layers (every layer whose m2_attn bit is clear) and their state */
+        if (!(m->recurrent = kvb_calloc((size_t)sh->layers, 1))) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+        for (int32_t l = 0; m->recurrent && l < sh->layers; l++) m->recurrent[l] = !(sh->m2_attn >> l & 1u);
+        in->ssm_conv = sh->m2[0];
+        in->ssm_inner = sh->m2[1];
+        in->ssm_state = sh->m2[2];
+        in->ssm_heads = sh->m2[3];
+        in->ssm_groups = sh->m2[4];
+        if (st == KVB_OK) st = kvb_family_mamba2(m);
+    }
+    if (sh->nope) in->rope_type = KVB_ROPE_NONE;
     if (st == KVB_OK && sh->head_dim_swa) st = make_gemma4(m, sh);
     if (st == KVB_OK) st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
     if (st == KVB_OK && sh->no_space_prefix && !vocab_path) m->vocab->add_space_prefix = false;
@@ -638,7 +664,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     const int64_t E = sh->dim, V = in->n_vocab;
     /* the 2026 families' real widths (qwen35's vocabulary at E 5120 would be 5 GB a table in f32, a 5120 x 17408 FFN)
      * held as q8_0 where large (rand_stack), as the experts are; the tiny shapes stay f32 */
-    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa || sh->sc_taps ? rand_stack : rand_mat;
+    kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) = sh->ssm_heads || sh->head_dim_swa || sh->sc_taps || sh->m2[0] ? rand_stack : rand_mat;
     if (st == KVB_OK) st = mat(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
     if (st == KVB_OK && !sh->tied) st = mat(o, &m->output, E, V);
@@ -721,7 +747,29 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->has_out_scale = true;
             L->out_scale = 0.9f + 0.1f * urand(&o->rs);
         }
-        if (rec && sh->sc_taps) { /* lfm2's short conv: in_proj (B, C, x), taps around 0.5, out_proj */
+        if (rec && sh->m2[0]) { /* Mamba-2: in_proj (z, xBC, dt), taps around 0.5 and a conv bias, dt bias, A = -exp(u) in [-e, -1/e],
+                                 * D around 1, the grouped norm, out_proj */
+            const int64_t DI = sh->m2[1], Cx = DI + 2 * (int64_t)sh->m2[4] * sh->m2[2], H = sh->m2[3];
+            if (st == KVB_OK) st = mat(o, &L->ssm_qkv, E, DI + Cx + H);
+            if (st == KVB_OK) st = mat(o, &L->ssm_out, DI, E);
+            float *cw = const_vec(o, Cx * sh->m2[0], 0.0f, false), *cb = const_vec(o, Cx, 0.0f, false);
+            for (int64_t i = 0; cw && i < Cx * sh->m2[0]; i++) cw[i] = 0.5f * urand(&o->rs);
+            for (int64_t i = 0; cb && i < Cx; i++) cb[i] = 0.1f * urand(&o->rs);
+            float *a = const_vec(o, H, 0.0f, false), *d = const_vec(o, H, 0.0f, false), *dt = const_vec(o, H, 0.0f, false);
+            for (int64_t h = 0; a && d && dt && h < H; h++) {
+                a[h] = -expf(urand(&o->rs));
+                d[h] = 1.0f + 0.5f * urand(&o->rs);
+                dt[h] = 0.5f * urand(&o->rs);
+            }
+            float *nw = const_vec(o, DI, 0.0f, false);
+            for (int64_t i = 0; nw && i < DI; i++) nw[i] = 1.0f + 0.2f * urand(&o->rs);
+            L->ssm_conv = cw;
+            L->ssm_conv_b = cb;
+            L->ssm_a = a;
+            L->ssm_d = d;
+            L->ssm_dt = dt;
+            L->ssm_norm = nw;
+        } else if (rec && sh->sc_taps) { /* lfm2's short conv: in_proj (B, C, x), taps around 0.5, out_proj */
             if (st == KVB_OK) st = mat(o, &L->ssm_qkv, E, 3 * E);
             if (st == KVB_OK) st = mat(o, &L->ssm_out, E, E);
             float *cw = const_vec(o, E * sh->sc_taps, 0.0f, false);

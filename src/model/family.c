@@ -108,6 +108,8 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
 #define F_MOE_SEL_BIAS 134217728u /* lfm2moe: expert_gating_func required (softmax or sigmoid; the others refused), a selection bias
                                   * exp_probs_b.bias on every MoE layer; expert_weights_scale not read by llama.cpp (so refused
                                   * unless 0 or 1), expert_weights_norm not read (its graph renormalizes always; ignored) */
+#define F_MAMBA2 (1ull << 28) /* granitehybrid, nemotron_h: Mamba-2 layers (head_count_kv 0 in its per-layer array; the ssm.* keys and
+                                * ssm_in/ssm_conv1d/ssm_dt/ssm_a/ssm_d/ssm_norm/ssm_out tensors: load_mamba2, bind_mamba2) */
 #define F_SHORTCONV 67108864u /* lfm2: short-conv layers (head_count_kv 0 in its per-layer array; shortconv.l_cache and the shortconv.*
                                * tensors) beside attention layers with per-head q/k norms; the output norm named token_embd_norm */
 
@@ -216,6 +218,10 @@ static const struct family k_families[] = {
      * rope_freqs, and the rest of F_GEMMA4; KV-shared layers' attn_k/attn_k_norm optional and unused (bind_layer) */
     {"gemma4", KVB_ROPE_NEOX, F_GEMMA4 | F_PARTIAL_ROT | F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES | F_GATE_UP_EXPS,
      {REQ, REQ, REQ, OPT, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma4, MOE_NONE, SH_NONE},
+    /* Granite 4.0-H: granite's scales and attention (biases optional; no RoPE when rope.scaling.finetuned is false), Mamba-2
+     * layers where head_count_kv is 0, a dense SwiGLU FFN (biases optional) or granitemoe's experts and shared expert */
+    {"granitehybrid", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE | F_MAMBA2, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT,
+     SH_KEY},
     /* LFM2: short-conv layers (bind_shortconv) and attention layers with per-head q/k norms, q/k/v biases or a fused attn_qkv
      * optional (llama.cpp's create_tensor_qkv); q/k/v/o scales applied, the FFN's loaded unused (its graph passes none) */
     {"lfm2", KVB_ROPE_NEOX, F_SHORTCONV, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
@@ -231,7 +237,7 @@ static const struct family k_families[] = {
 
 const char *kvb_family_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
-           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe";
+           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, granitehybrid";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -275,7 +281,7 @@ void kvb_layers_neutral(struct kvb_layer *layers, int32_t n) {
     for (int32_t l = 0; l < n; l++) {
         struct kvb_layer *L = &layers[l];
         L->s_q = L->s_k = L->s_v = L->s_o = L->s_gate = L->s_up = L->s_down = 1.0f;
-        L->out_scale = 1.0f;
+        L->out_scale = L->s_ssm_in = L->s_ssm_out = 1.0f;
     }
 }
 
@@ -524,17 +530,17 @@ static kvb_status shortconv_layers(struct keys *k, struct kvb_model *m) {
     uint32_t *v = kvb_malloc(sizeof(uint32_t) * (size_t)L), *hq = kvb_malloc(sizeof(uint32_t) * (size_t)L);
     uint8_t *rec = kvb_calloc((size_t)L, 1);
     kvb_status st = v && hq && rec ? layer_u32s(k, "attention.head_count_kv", L, 0, 1024, v) : kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
-    if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing (lfm2 marks its short-conv layers by 0 there)", k->f->path, k->key);
+    if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing (%s marks its recurrent layers by 0 there)", k->f->path, k->key, k->arch);
     uint32_t kv = 0;
     for (int32_t l = 0; st == KVB_OK && l < L; l++) {
         rec[l] = v[l] == 0;
         if (v[l] && kv && v[l] != kv)
-            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': attention layers with %u and %u KV heads (layer %d); per-layer KV head counts on lfm2 are "
-                                               "not implemented", k->f->path, k->key, kv, v[l], (int)l);
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': attention layers with %u and %u KV heads (layer %d); per-layer KV head counts on %s are "
+                                               "not implemented", k->f->path, k->key, kv, v[l], (int)l, k->arch);
         if (v[l]) kv = v[l];
     }
     if (st == KVB_OK && !kv)
-        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' is 0 on every layer: a model of short-conv layers only (no attention layer) is not implemented",
+        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' is 0 on every layer: a model of recurrent layers only (no attention layer) is not implemented",
                       k->f->path, k->key);
     if (st == KVB_OK && (st = layer_u32s(k, "attention.head_count", L, 0, 1024, hq)) == KVB_ERR_INVALID)
         st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
@@ -543,8 +549,8 @@ static kvb_status shortconv_layers(struct keys *k, struct kvb_model *m) {
         if (!rec[l] && !hq[l])
             st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is 0 on attention layer %d", k->f->path, k->key, (int)l);
         else if (hq[l] && h && hq[l] != h)
-            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': %u and %u query heads (layer %d); per-layer head counts on lfm2 are not implemented",
-                          k->f->path, k->key, h, hq[l], (int)l);
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': %u and %u query heads (layer %d); per-layer head counts on %s are not implemented",
+                          k->f->path, k->key, h, hq[l], (int)l, k->arch);
         if (hq[l]) h = hq[l];
     }
     kvb_free(v);
@@ -694,7 +700,7 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
     } else {
     if ((st = (fam->traits & F_FF_OPT ? opt_u32 : req_u32)(k, "feed_forward_length", &v, 1, 1 << 20)) == KVB_OK) in->n_ff = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
-    if (fam->traits & F_SHORTCONV) { /* lfm2: head counts per layer, head_count_kv 0 on the short-conv layers (llama.cpp's rule) */
+    if (fam->traits & (F_SHORTCONV | F_MAMBA2)) { /* lfm2, granitehybrid: head counts per layer, head_count_kv 0 on the recurrent layers (llama.cpp's rule) */
         if ((st = shortconv_layers(k, m)) != KVB_OK) return st;
     } else {
     if ((st = req_u32(k, "attention.head_count", &v, 1, 1024)) != KVB_OK) return st;
@@ -994,6 +1000,44 @@ kvb_status kvb_family_shortconv(struct kvb_model *m, int32_t window) {
     return KVB_OK;
 }
 
+kvb_status kvb_family_mamba2(struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    const int64_t K = in->ssm_conv, DI = in->ssm_inner, N = in->ssm_state, H = in->ssm_heads, G = in->ssm_groups;
+    if (!m->recurrent) return kvb_fail(KVB_ERR_INVALID, "%s: %s without its layer kinds", m->path, in->arch);
+    if (K < 2 || K > 64 || DI < 1 || N < 1 || H < 1 || G < 1 || DI % H || DI % G || H % G)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: Mamba-2 shape: conv %lld taps (2..64), inner %lld over %lld heads and %lld groups (each dividing it, "
+                                         "the groups the heads), state %lld", m->path, (long long)K, (long long)DI, (long long)H, (long long)G, (long long)N);
+    int32_t n = 0;
+    for (int32_t l = 0; l < in->n_layer; l++) n += m->recurrent[l] != 0;
+    if (n >= in->n_layer) return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: no attention layer among %d Mamba-2 layers is not implemented", m->path, (int)n);
+    in->mamba2 = true;
+    in->n_rec_layers = n;
+    if (!n) {
+        kvb_free(m->recurrent);
+        m->recurrent = NULL;
+    }
+    in->state_bytes = (size_t)n * sizeof(float) * (size_t)(DI * N + (K - 1) * (DI + 2 * G * N));
+    return KVB_OK;
+}
+
+/* Mamba-2's keys (F_MAMBA2), all required as llama.cpp's loader reads them: ssm.conv_kernel, ssm.inner_size (d_inner),
+ * ssm.state_size (N), ssm.time_step_rank (the heads), ssm.group_count; the layer kinds came with the shape. */
+static kvb_status load_mamba2(struct keys *k, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    uint32_t taps, inner, state, heads, groups;
+    kvb_status st;
+    if ((st = req_u32(k, "ssm.conv_kernel", &taps, 2, 64)) != KVB_OK || (st = req_u32(k, "ssm.inner_size", &inner, 1, 1u << 20)) != KVB_OK ||
+        (st = req_u32(k, "ssm.state_size", &state, 1, 1024)) != KVB_OK || (st = req_u32(k, "ssm.time_step_rank", &heads, 1, 1u << 16)) != KVB_OK ||
+        (st = req_u32(k, "ssm.group_count", &groups, 1, 1024)) != KVB_OK)
+        return st;
+    in->ssm_conv = (int32_t)taps;
+    in->ssm_inner = (int32_t)inner;
+    in->ssm_state = (int32_t)state;
+    in->ssm_heads = (int32_t)heads;
+    in->ssm_groups = (int32_t)groups;
+    return kvb_family_mamba2(m);
+}
+
 /* lfm2's short-conv taps (shortconv.l_cache, required: llama.cpp's get_key) and its optional sliding
  * window (> 0: every attention layer a window layer); the layer kinds came with the shape. */
 static kvb_status load_shortconv(struct keys *k, struct kvb_model *m) {
@@ -1098,6 +1142,7 @@ static kvb_status load_family_keys(struct keys *k, const struct family *fam, str
     kvb_status st;
     if ((fam->traits & F_HYBRID) && (st = load_hybrid(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_SHORTCONV) && (st = load_shortconv(k, m)) != KVB_OK) return st;
+    if ((fam->traits & F_MAMBA2) && (st = load_mamba2(k, m)) != KVB_OK) return st;
     if (fam->traits & F_MOE_SEL_BIAS) {
         if ((st = load_sel_bias_keys(k, m)) != KVB_OK) return st;
     } else if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
@@ -1113,7 +1158,8 @@ static kvb_status load_family_keys(struct keys *k, const struct family *fam, str
         if ((st = opt_f32(k, "embedding_scale", &emb)) != KVB_OK) return st;
         if ((st = opt_f32(k, "residual_scale", &res)) != KVB_OK) return st;
         if ((st = opt_f32(k, "attention.scale", &att)) != KVB_OK) return st;
-        if (!kvb_gguf_find(k->f, K(k, "logit_scale"))) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+        /* granite, granitemoe: logit_scale required (llama.cpp's get_key); granitehybrid: optional */
+        if (!(fam->traits & F_MAMBA2) && !kvb_gguf_find(k->f, K(k, "logit_scale"))) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
         if ((st = opt_f32(k, "logit_scale", &logit)) != KVB_OK) return st;
         if (emb != 0) m->embd_scale = emb;
         if (res != 0) m->residual_scale = res;
@@ -1349,6 +1395,33 @@ static kvb_status bind_ssm(struct binder *b, const struct kvb_model *m, int32_t 
     return KVB_OK;
 }
 
+/* A Mamba-2 layer's tensors (llama.cpp's shapes): ssm_in [2 DI + 2 G N + H][E], ssm_conv1d [Cx][K] and its optional bias,
+ * ssm_dt.bias, ssm_a, ssm_d [H], ssm_norm [DI] (ne {DI / G, G}), ssm_out [E][DI]; ssm_in/ssm_out .scale applied (its graph
+ * does), their .input_scale bound unused. */
+static kvb_status bind_mamba2(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const struct kvb_model_info *in = &m->info;
+    const int64_t E = in->n_embd, DI = in->ssm_inner, N = in->ssm_state, H = in->ssm_heads, G = in->ssm_groups, K = in->ssm_conv;
+    const int64_t Cx = DI + 2 * G * N;
+    char name[96];
+    kvb_status st;
+    float unused = 1;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", (int)l, s), name)
+    if ((st = bind_mat(b, NAME("ssm_in.weight"), E, DI + Cx + H, REQ, &L->ssm_qkv)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ssm_conv1d.weight"), K, Cx, REQ, &L->ssm_conv)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("ssm_conv1d.bias"), Cx, OPT, &L->ssm_conv_b)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("ssm_dt.bias"), H, REQ, &L->ssm_dt)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ssm_a"), 1, H, REQ, &L->ssm_a)) != KVB_OK) return st; /* ne {1, H} */
+    if ((st = bind_f32(b, NAME("ssm_d"), 1, H, REQ, &L->ssm_d)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ssm_norm.weight"), DI / G, G, REQ, &L->ssm_norm)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("ssm_out.weight"), DI, E, REQ, &L->ssm_out)) != KVB_OK) return st;
+    if ((st = bind_scalar(b, NAME("ssm_in.scale"), &L->s_ssm_in)) != KVB_OK) return st;
+    if ((st = bind_scalar(b, NAME("ssm_out.scale"), &L->s_ssm_out)) != KVB_OK) return st;
+    if ((st = bind_scalar(b, NAME("ssm_in.input_scale"), &unused)) != KVB_OK) return st;
+    if ((st = bind_scalar(b, NAME("ssm_out.input_scale"), &unused)) != KVB_OK) return st;
+#undef NAME
+    return KVB_OK;
+}
+
 /* An lfm2 short-conv layer's tensors (llama.cpp's shapes): in_proj [3E][E] (B, C, x), conv [E][K], out_proj [E][E]. */
 static kvb_status bind_shortconv(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
     const int64_t E = m->info.n_embd, K = m->info.ssm_conv;
@@ -1465,7 +1538,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     VEC(S_BDOWN, E, L->b_down);
     VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
     if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0, !rec)) != KVB_OK) return st;
-    if (rec && (st = (in->shortconv ? bind_shortconv : bind_ssm)(b, m, l, L)) != KVB_OK) return st;
+    if (rec && (st = (in->shortconv ? bind_shortconv : in->mamba2 ? bind_mamba2 : bind_ssm)(b, m, l, L)) != KVB_OK) return st;
     if (l >= in->n_layer && (st = bind_nextn(b, m, l, L)) != KVB_OK) return st;
     if (moe && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
     if ((fam->traits & F_GEMMA4) && (st = bind_ple(b, m, l, L)) != KVB_OK) return st;
@@ -1600,6 +1673,9 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
 #define ADD(...) do { if (n < cap) { int w_ = snprintf(out + n, cap - n, "%s", n ? "; " : ""); if (w_ > 0) n += (size_t)w_; } \
                       if (n < cap) { int w_ = snprintf(out + n, cap - n, __VA_ARGS__); if (w_ > 0) n += (size_t)w_; } } while (0)
     if (m->recurrent && m->info.shortconv) ADD("short conv %d of %d (L_cache %d)", (int)m->info.n_rec_layers, (int)m->info.n_layer, (int)m->info.ssm_conv);
+    else if (m->recurrent && m->info.mamba2)
+        ADD("mamba2 %d of %d (%d heads, %d groups, state %d)", (int)m->info.n_rec_layers, (int)m->info.n_layer, (int)m->info.ssm_heads,
+            (int)m->info.ssm_groups, (int)m->info.ssm_state);
     else if (m->recurrent) ADD("gated deltanet %d of %d", (int)m->info.n_rec_layers, (int)m->info.n_layer);
     if (m->q_gate) ADD("gated attention");
     if (m->info.n_nextn_layers > 0) ADD("MTP layers %d (not run)", (int)m->info.n_nextn_layers);
@@ -1778,7 +1854,21 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             snprintf(name, sizeof name, "blk.%d.%s", (int)l, scv[i].name);
             if ((st = put(u, name, scv[i].mat, scv[i].vec, scv[i].n, scv[i].rows)) != KVB_OK) return st;
         }
-        for (size_t i = 0; !shortconv && i < sizeof ssm / sizeof ssm[0]; i++) { /* Gated DeltaNet and MTP pieces, where present */
+        const bool mamba2 = in->mamba2 && m->recurrent && l < in->n_layer && m->recurrent[l];
+        const int64_t DI = in->ssm_inner, Cx = DI + 2 * (int64_t)in->ssm_groups * in->ssm_state, G = KVB_MAX(in->ssm_groups, 1);
+        const struct { const char *name; const struct kvb_mat *mat; const float *vec; int64_t n, rows; } m2[] = {
+            {"ssm_in.weight", &L->ssm_qkv, NULL, 1, 1}, {"ssm_conv1d.weight", NULL, L->ssm_conv, in->ssm_conv, Cx},
+            {"ssm_conv1d.bias", NULL, L->ssm_conv_b, Cx, 1}, {"ssm_dt.bias", NULL, L->ssm_dt, in->ssm_heads, 1},
+            {"ssm_a", NULL, L->ssm_a, 1, in->ssm_heads}, {"ssm_d", NULL, L->ssm_d, 1, in->ssm_heads},
+            {"ssm_norm.weight", NULL, L->ssm_norm, DI / G, G}, {"ssm_out.weight", &L->ssm_out, NULL, 1, 1},
+            {"ssm_in.scale", NULL, L->s_ssm_in != 1.0f ? &L->s_ssm_in : NULL, 1, 1},
+            {"ssm_out.scale", NULL, L->s_ssm_out != 1.0f ? &L->s_ssm_out : NULL, 1, 1}};
+        for (size_t i = 0; mamba2 && i < sizeof m2 / sizeof m2[0]; i++) { /* Mamba-2, where present */
+            if (m2[i].mat ? !m2[i].mat->data : !m2[i].vec) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", (int)l, m2[i].name);
+            if ((st = put(u, name, m2[i].mat, m2[i].vec, m2[i].n, m2[i].rows)) != KVB_OK) return st;
+        }
+        for (size_t i = 0; !shortconv && !mamba2 && i < sizeof ssm / sizeof ssm[0]; i++) { /* Gated DeltaNet and MTP pieces, where present */
             if (ssm[i].mat ? !ssm[i].mat->data : !ssm[i].vec) continue;
             snprintf(name, sizeof name, "blk.%d.%s", (int)l, ssm[i].name);
             if ((st = put(u, name, ssm[i].mat, ssm[i].vec, ssm[i].n, ssm[i].rows)) != KVB_OK) return st;

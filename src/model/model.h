@@ -85,7 +85,14 @@ struct kvb_layer {
      * heads of Dk = info.ssm_state, Hv = info.ssm_heads heads of Dv (== Dk), C = 2 Hk Dk + Hv Dv conv
      * channels, K = info.ssm_conv taps; data NULL / NULL on an attention layer.
      * LFM2's short conv (info.shortconv) uses three of them: ssm_qkv = shortconv.in_proj [3E][E] (B, C, x
-     * rows), ssm_conv = shortconv.conv [E][K], ssm_out = shortconv.out_proj [E][E] */
+     * rows), ssm_conv = shortconv.conv [E][K], ssm_out = shortconv.out_proj [E][E].
+     * Mamba-2 (info.mamba2; H = ssm_heads heads of P = ssm_inner / H, G = ssm_groups, N = ssm_state,
+     * Cx = ssm_inner + 2 G N conv channels): ssm_qkv = ssm_in [2 ssm_inner + 2 G N + H][E] (z, xBC, dt
+     * rows), ssm_conv [Cx][K], ssm_conv_b [Cx] or NULL, ssm_dt [H], ssm_a [H], ssm_d [H], ssm_norm
+     * [ssm_inner] (G groups of ssm_inner / G) or NULL, ssm_out [E][ssm_inner]; s_ssm_in, s_ssm_out their
+     * .scale tensors (1: none) */
+    const float *ssm_conv_b, *ssm_d;
+    float s_ssm_in, s_ssm_out;
     struct kvb_mat ssm_qkv;              /* attn_qkv.weight [C][E] */
     struct kvb_mat ssm_z;                /* attn_gate.weight [Hv*Dv][E] */
     struct kvb_mat ssm_beta, ssm_alpha;  /* ssm_beta.weight, ssm_alpha.weight [Hv][E] */
@@ -222,6 +229,9 @@ kvb_status kvb_family_hybrid(struct kvb_model *m);
 /* lfm2: m->recurrent (the short-conv layers) set, info.ssm_conv the taps: counts them, info.shortconv, the state's bytes;
  * window > 0: every attention layer a sliding-window layer of that many tokens at the global RoPE */
 kvb_status kvb_family_shortconv(struct kvb_model *m, int32_t window);
+/* granitehybrid, nemotron_h: m->recurrent (the Mamba-2 layers) set, info.ssm_conv/ssm_inner/ssm_state/ssm_heads/ssm_groups the shape:
+ * checks it, counts the layers, info.mamba2, the state's bytes. The loader and mkmodel both take them from here. */
+kvb_status kvb_family_mamba2(struct kvb_model *m);
 /* Gemma 4's layer kinds from m->swa_mask and m->n_kv_shared: the window
  * layers' policies (window tokens each), kv_source (a shared layer reads
  * layer n_kv - 2 when a window layer, n_kv - 1 when global, n_kv = n_layer -
