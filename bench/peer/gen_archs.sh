@@ -36,6 +36,11 @@ gen lfm2     lfm2     $NOBIAS --drop '^dense_2' --rope-base 1000000 --kv @.short
 # the MoE layers' ffn_norm to ~4 to spread them more made the f16 logits' NMSE worse, 1.3e-5: the experts' inputs grow too)
 gen lfm2moe  lfm2moe  --drop 'attn_[a-z]+\.bias$' --drop '^dense_2' --rope-base 1000000 --kv @.shortconv.l_cache=u32:3 --kv @.attention.head_count_kv=u32[]:0,2,0,2 \
     --kv @.leading_dense_block_count=u32:1 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.expert_gating_func=u32:2
+# granitehybrid (Granite 4.0-H dense): Mamba-2 layers 0, 1 and 3 (head_count_kv 0 there), attention on 2 without RoPE (finetuned
+# false, as the real files), granite's scales; Mamba-2 of 8 heads of 64 (d_inner 2E), 2 groups, state 64, 4 taps, its biases kept
+gen granitehybrid granitehybrid --drop '(attn_[a-z]+|ffn_[a-z]+)\.bias$' --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 \
+    --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625 --kv @.rope.scaling.finetuned=bool:false --kv @.attention.head_count_kv=u32[]:0,0,2,0 \
+    --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 --kv @.ssm.state_size=u32:64 --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2
 # phi3 as llama.cpp's test-llama-archs -o writes it (2 layers, 2 heads of 128, separate q/k/v with their biases, one pair of
 # LongRoPE factors, context 128, a sliding window llama.cpp switches off), with 512 ids, weights N(0, 0.15), norms and factors
 # ~1: compare_llama_logits.sh runs it at its trained context too, where llama.cpp (context rounded up to 256) takes the long factors
