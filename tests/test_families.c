@@ -784,6 +784,176 @@ static double *reference_lfm2(const char *path, int nt) {
     return logits;
 }
 
+/* ---- granitehybrid: its own reference (llama.cpp's granite-hybrid graph and build_mamba2_layer, ggml's ssm_conv and ssm_scan) ---- */
+
+/* x = emb * embedding_scale; every layer: x += residual_scale * block(rms(x, attn_norm)); x += residual_scale *
+ * ffn(rms(x, ffn_norm)) (SwiGLU with its biases, or moe_ref's experts and shared expert); logits = output(rms(x)) / logit_scale.
+ * A layer with head_count_kv 0 is Mamba-2 (H heads of P, G groups, state N, K taps):
+ *   z, xBC, dt = ssm_in h (times ssm_in.scale); xBC = silu(conv(xBC) + conv bias) (zeros before the first token);
+ *   dt = softplus(dt + dt_bias); per head hh (group hh / (H / G)), S [P][N] from zeros:
+ *     S = exp(dt A) S + dt x B^T;  y = S C + D x;
+ *   y *= silu(z); each group's d_inner / G values RMS-normed times ssm_norm; out = ssm_out y (times ssm_out.scale).
+ * The others attention: q/k/v (biases, q/k/v/o .scale), RoPE (interleaved pairs) unless rope.scaling.finetuned is false,
+ * scores * attention.scale (else 1/sqrt(D)). */
+static double *reference_granitehybrid(const char *path, int nt) {
+    struct gguf_file *f;
+    if (kvb_gguf_open(path, &f) != KVB_OK) return NULL;
+    struct ref r = {.f = f};
+    snprintf(r.arch, sizeof r.arch, "granitehybrid");
+    const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0), Hq = key_u(&r, "attention.head_count", 0);
+    r.E = E;
+    r.n_exp = key_u(&r, "expert_count", 0);
+    r.n_used = key_u(&r, "expert_used_count", 0);
+    r.F_exp = key_u(&r, "expert_feed_forward_length", 0);
+    r.F_sh = key_u(&r, "expert_shared_feed_forward_length", 0);
+    r.w_scale = 1;
+    const int F = key_u(&r, "feed_forward_length", 0), D = key_u(&r, "attention.key_length", E / Hq);
+    const int K = key_u(&r, "ssm.conv_kernel", 0), DI = key_u(&r, "ssm.inner_size", 0), N = key_u(&r, "ssm.state_size", 0);
+    const int H = key_u(&r, "ssm.time_step_rank", 1), G = key_u(&r, "ssm.group_count", 1), P = DI / H, Cx = DI + 2 * G * N, Wi = DI + Cx + H;
+    const double eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-5), base = key_f(&r, "rope.freq_base", 10000);
+    const double es = key_f(&r, "embedding_scale", 0), rs = key_f(&r, "residual_scale", 0), as = key_f(&r, "attention.scale", 0);
+    const double ls = key_f(&r, "logit_scale", 0);
+    bool rope_on = true;
+    {
+        const struct gguf_kv *kv = kvb_gguf_find(f, "granitehybrid.rope.scaling.finetuned");
+        if (kv) kvb_gguf_get_bool(f, "granitehybrid.rope.scaling.finetuned", &rope_on, false);
+    }
+    int *Hkl = malloc(sizeof(int) * (size_t)L), Hk = 0;
+    layer_keys(&r, "attention.head_count_kv", L, Hq, Hkl);
+    for (int l = 0; l < L; l++) Hk = Hkl[l] > Hk ? Hkl[l] : Hk;
+    const int V = (int)kvb_gguf_find_tensor(f, "token_embd.weight")->ne[1], KD = Hk * D, QD = Hq * D;
+    double *emb = tensor(&r, "token_embd.weight", (int64_t)E * V), *onorm = tensor(&r, "output_norm.weight", E);
+    double *out = tensor(&r, "output.weight", (int64_t)E * V);
+    double *x = calloc((size_t)nt * E, sizeof(double)), *h = calloc((size_t)nt * E, sizeof(double)), *zx = malloc(sizeof(double) * (size_t)nt * Wi);
+    double *xc = malloc(sizeof(double) * (size_t)nt * Cx), *S = malloc(sizeof(double) * (size_t)DI * N), *ys = malloc(sizeof(double) * (size_t)nt * DI);
+    double *Q = malloc(sizeof(double) * (size_t)nt * QD), *Kc = malloc(sizeof(double) * (size_t)nt * KD), *Vc = malloc(sizeof(double) * (size_t)nt * KD);
+    double *y = malloc(sizeof(double) * (size_t)(QD > DI ? QD : DI)), *o = malloc(sizeof(double) * (size_t)E);
+    double *g = malloc(sizeof(double) * (size_t)2 * F), *w = malloc(sizeof(double) * (size_t)nt), *logits = malloc(sizeof(double) * (size_t)nt * V);
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)k_toks[t] * E + i] * (es != 0 ? es : 1);
+    for (int l = 0; l < L; l++) {
+        double *an = layer_t(&r, l, "attn_norm.weight", E), *fn = layer_t(&r, l, "ffn_norm.weight", E);
+        for (int t = 0; t < nt; t++) {
+            memcpy(h + (size_t)t * E, x + (size_t)t * E, sizeof(double) * (size_t)E);
+            rms(h + (size_t)t * E, E, an, eps);
+        }
+        if (Hkl[l] == 0) {
+            double *wi = layer_t(&r, l, "ssm_in.weight", (int64_t)E * Wi), *wc = layer_t(&r, l, "ssm_conv1d.weight", (int64_t)K * Cx);
+            double *cb = layer_t(&r, l, "ssm_conv1d.bias", Cx), *dtb = layer_t(&r, l, "ssm_dt.bias", H), *A = layer_t(&r, l, "ssm_a", H);
+            double *Dd = layer_t(&r, l, "ssm_d", H), *nw = layer_t(&r, l, "ssm_norm.weight", DI), *wo = layer_t(&r, l, "ssm_out.weight", (int64_t)DI * E);
+            const double si = scale_of(&r, l, "ssm_in"), so = scale_of(&r, l, "ssm_out");
+            for (int t = 0; t < nt; t++) {
+                matvec(wi, NULL, h + (size_t)t * E, E, Wi, zx + (size_t)t * Wi);
+                for (int i = 0; i < Wi; i++) zx[(size_t)t * Wi + i] *= si;
+            }
+            for (int t = 0; t < nt; t++)
+                for (int c = 0; c < Cx; c++) {
+                    double v = cb ? cb[c] : 0;
+                    for (int j = 0; j < K; j++) {
+                        const int u = t - (K - 1) + j;
+                        if (u >= 0) v += wc[(size_t)c * K + j] * zx[(size_t)u * Wi + DI + c];
+                    }
+                    xc[(size_t)t * Cx + c] = v / (1 + exp(-v));
+                }
+            for (int hh = 0; hh < H; hh++) {
+                const int gg = hh / (H / G);
+                memset(S, 0, sizeof(double) * (size_t)P * N);
+                for (int t = 0; t < nt; t++) {
+                    const double a = zx[(size_t)t * Wi + DI + Cx + hh] + dtb[hh], dt = a > 20 ? a : log1p(exp(a)), dA = exp(dt * A[hh]);
+                    const double *xt = xc + (size_t)t * Cx + (size_t)hh * P, *B = xc + (size_t)t * Cx + DI + (size_t)gg * N;
+                    const double *C = xc + (size_t)t * Cx + DI + (size_t)G * N + (size_t)gg * N;
+                    for (int i = 0; i < P; i++) {
+                        double acc = 0;
+                        for (int n = 0; n < N; n++) {
+                            S[(size_t)i * N + n] = S[(size_t)i * N + n] * dA + dt * xt[i] * B[n];
+                            acc += S[(size_t)i * N + n] * C[n];
+                        }
+                        ys[(size_t)t * DI + (size_t)hh * P + i] = acc + Dd[hh] * xt[i];
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                double *yt = ys + (size_t)t * DI;
+                const double *z = zx + (size_t)t * Wi;
+                for (int i = 0; i < DI; i++) yt[i] *= z[i] / (1 + exp(-z[i]));
+                for (int gg = 0; gg < G; gg++) rms(yt + (size_t)gg * (DI / G), DI / G, nw + (size_t)gg * (DI / G), eps);
+                matvec(wo, NULL, yt, DI, E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += (rs != 0 ? rs : 1) * so * o[i];
+            }
+            free(wi); free(wc); free(cb); free(dtb); free(A); free(Dd); free(nw); free(wo);
+        } else {
+            const int Hl = Hkl[l], kd = Hl * D;
+            double *wq = layer_t(&r, l, "attn_q.weight", (int64_t)E * QD), *wk = layer_t(&r, l, "attn_k.weight", (int64_t)E * kd);
+            double *wv = layer_t(&r, l, "attn_v.weight", (int64_t)E * kd), *wo = layer_t(&r, l, "attn_output.weight", (int64_t)QD * E);
+            double *bq = layer_t(&r, l, "attn_q.bias", QD), *bk = layer_t(&r, l, "attn_k.bias", kd), *bv = layer_t(&r, l, "attn_v.bias", kd);
+            double *bo = layer_t(&r, l, "attn_output.bias", E);
+            const double sq = scale_of(&r, l, "attn_q"), sk = scale_of(&r, l, "attn_k"), sv = scale_of(&r, l, "attn_v"), sO = scale_of(&r, l, "attn_output");
+            for (int t = 0; t < nt; t++) {
+                double *qt = Q + (size_t)t * QD, *kt = Kc + (size_t)t * KD, *vt = Vc + (size_t)t * KD;
+                proj(wq, sq, bq, h + (size_t)t * E, E, QD, qt);
+                proj(wk, sk, bk, h + (size_t)t * E, E, kd, kt);
+                proj(wv, sv, bv, h + (size_t)t * E, E, kd, vt);
+                for (int hh = 0; rope_on && hh < Hq + Hl; hh++) { /* interleaved pairs (2i, 2i + 1) */
+                    double *v = hh < Hq ? qt + hh * D : kt + (hh - Hq) * D;
+                    for (int i = 0; i < D / 2; i++) {
+                        const double th = t * pow(base, -2.0 * i / D), c = cos(th), sn = sin(th), a0 = v[2 * i], a1 = v[2 * i + 1];
+                        v[2 * i] = a0 * c - a1 * sn;
+                        v[2 * i + 1] = a0 * sn + a1 * c;
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                for (int hh = 0; hh < Hq; hh++) {
+                    const int kh = hh / (Hq / Hl);
+                    double mx = -1e300, sum = 0;
+                    for (int j = 0; j <= t; j++) {
+                        double sc = 0;
+                        for (int i = 0; i < D; i++) sc += Q[(size_t)t * QD + hh * D + i] * Kc[(size_t)j * KD + kh * D + i];
+                        mx = fmax(mx, w[j] = sc * (as != 0 ? as : 1 / sqrt((double)D)));
+                    }
+                    for (int j = 0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                    for (int i = 0; i < D; i++) {
+                        double sc = 0;
+                        for (int j = 0; j <= t; j++) sc += w[j] / sum * Vc[(size_t)j * KD + kh * D + i];
+                        y[hh * D + i] = sc;
+                    }
+                }
+                proj(wo, sO, bo, y, QD, E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += (rs != 0 ? rs : 1) * o[i];
+            }
+            free(wq); free(wk); free(wv); free(wo); free(bq); free(bk); free(bv); free(bo);
+        }
+        double *wg = layer_t(&r, l, "ffn_gate.weight", (int64_t)E * F), *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * F);
+        double *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)F * E), *bg = layer_t(&r, l, "ffn_gate.bias", F), *bu = layer_t(&r, l, "ffn_up.bias", F);
+        double *bd = layer_t(&r, l, "ffn_down.bias", E);
+        for (int t = 0; t < nt; t++) {
+            double *xt = x + (size_t)t * E;
+            memcpy(y, xt, sizeof(double) * (size_t)E);
+            rms(y, E, fn, eps);
+            if (r.n_exp) {
+                moe_ref(&r, l, y, o);
+            } else { /* the FFN's .scale tensors are not applied (its graph passes none) */
+                matvec(wg, bg, y, E, F, g);
+                matvec(wu, bu, y, E, F, g + F);
+                for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * g[F + i];
+                matvec(wd, bd, g, F, E, o);
+            }
+            for (int i = 0; i < E; i++) xt[i] += (rs != 0 ? rs : 1) * o[i];
+        }
+        free(an); free(fn); free(wg); free(wu); free(wd); free(bg); free(bu); free(bd);
+    }
+    for (int t = 0; t < nt; t++) {
+        memcpy(y, x + (size_t)t * E, sizeof(double) * (size_t)E);
+        rms(y, E, onorm, eps);
+        matvec(out ? out : emb, NULL, y, E, V, logits + (size_t)t * V);
+        for (int i = 0; i < V; i++) logits[(size_t)t * V + i] /= ls != 0 ? ls : 1;
+    }
+    free(Hkl); free(emb); free(onorm); free(out); free(x); free(h); free(zx); free(xc); free(S); free(ys); free(Q); free(Kc); free(Vc);
+    free(y); free(o); free(g); free(w);
+    kvb_gguf_close(f);
+    return logits;
+}
+
 /* ---- the engine against it ---- */
 
 static double nmse(const float *a, const double *b, size_t n) {
@@ -832,7 +1002,8 @@ static void check_file(const char *path, const char *shape, int n_ctx, int nt) {
     if (kvb_model_load(path, NULL, &m) != KVB_OK) FAILF("%s: load: %s", shape, kvb_last_error());
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
-    double *ref = strstr(shape, "gemma4") ? reference_gemma4(path, nt) : strstr(shape, "lfm2") ? reference_lfm2(path, nt) : reference(path, n_ctx, nt);
+    double *ref = strstr(shape, "gemma4") ? reference_gemma4(path, nt) : strstr(shape, "lfm2") ? reference_lfm2(path, nt)
+                  : strstr(shape, "granitehybrid") || strstr(shape, "granite-4.0-h") ? reference_granitehybrid(path, nt) : reference(path, n_ctx, nt);
     float *lg = malloc(sizeof(float) * (size_t)nt * mi.n_vocab);
     const size_t n = (size_t)nt * mi.n_vocab;
     const struct { bool decode; int chunk; enum kvb_dtype kv; double tol; } runs[] = {
@@ -1726,6 +1897,12 @@ TEST(lfm2_keys_tensors_and_layer_kinds_refused_by_name) {
     refused(src, &(struct edit){.key = "lfm2.attention.head_count", .arr = hq_mixed, .n_arr = 6}, KVB_ERR_UNSUPPORTED, "lfm2.attention.head_count");
 }
 
+/* ---- granitehybrid: Mamba-2 layers beside attention ---- */
+
+/* tiny-granitehybrid (Mamba-2, Mamba-2, attention without RoPE, Mamba-2) against reference_granitehybrid: the prompt in one
+ * chunk (the chunked SSD form), one token at a time (the recurrent form), chunks of 5 (the conv and scan state carried) */
+TEST(granitehybrid_mamba2_and_attention_equal_reference) { check_family_n("tiny-granitehybrid", 4096, NT_MAX); }
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvb-families-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -1774,6 +1951,7 @@ int main(void) {
     RUN(lfm2_round_trip_binds_every_tensor_and_layer_kinds);
     RUN(lfm2_keys_tensors_and_layer_kinds_refused_by_name);
     RUN(lfm2moe_routing_keys_and_selection_bias_refused_by_name);
+    RUN(granitehybrid_mamba2_and_attention_equal_reference);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);
