@@ -50,6 +50,8 @@
 #     counts it (recurrent_layers, state_bytes within kv_bytes);
 #   - implicit_lfm2_*: the same on tiny-lfm2 (issue 51: short-conv layers, whose
 #     state is their last inputs), under streaming and h2o;
+#   - implicit_granitehybrid_*: the same on tiny-granitehybrid (issue 51: Mamba-2
+#     layers, whose state is the scan's and the conv's), under streaming and h2o;
 #   - implicit_openai_client_stateless_agent (tests/serve/stateless_agent.mjs)
 #     and implicit_readme_agent_loop_runs_as_written (the README's block
 #     marked agent-example).
@@ -172,6 +174,9 @@ hybrid_case implicit_hybrid tiny-qwen35 h "streaming h2o snapkv" 3 16896 1
 # LFM2 (tiny-lfm2: 4 short-conv layers, their state the last 2 rows of B*x, beside 2 attention layers, issue 51): a
 # window and heavy hitters; state 4 x 2 x 64 floats
 hybrid_case implicit_lfm2 tiny-lfm2 l "streaming h2o" 4 2048 0
+# Granite 4.0-H (tiny-granitehybrid: 3 Mamba-2 layers, their state the scan's 128 x 16 floats and the conv's last 3 rows of
+# xBC, beside 1 attention layer without RoPE, issue 51): a window and heavy hitters; state 3 x 4 x (128 x 16 + 3 x 192) bytes
+hybrid_case implicit_granitehybrid tiny-granitehybrid g "streaming h2o" 3 31488 0
 
 # two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous
 if need_tool implicit_haproxy_two_replicas haproxy KVB_REQUIRE_REDIS "the load balancer; Debian haproxy"; then
