@@ -1903,6 +1903,9 @@ TEST(lfm2_keys_tensors_and_layer_kinds_refused_by_name) {
  * chunk (the chunked SSD form), one token at a time (the recurrent form), chunks of 5 (the conv and scan state carried) */
 TEST(granitehybrid_mamba2_and_attention_equal_reference) { check_family_n("tiny-granitehybrid", 4096, NT_MAX); }
 
+/* tiny-granitehybrid-moe: the same layers with 8 experts, 2 per token (softmax, renormalized), and a shared expert on each */
+TEST(granitehybrid_moe_experts_and_shared_expert_equal_reference) { check_family_n("tiny-granitehybrid-moe", 4096, NT_MAX); }
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvb-families-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -1952,6 +1955,7 @@ int main(void) {
     RUN(lfm2_keys_tensors_and_layer_kinds_refused_by_name);
     RUN(lfm2moe_routing_keys_and_selection_bias_refused_by_name);
     RUN(granitehybrid_mamba2_and_attention_equal_reference);
+    RUN(granitehybrid_moe_experts_and_shared_expert_equal_reference);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);

@@ -69,6 +69,12 @@ D="--kv @.expert_count=u32:8 --kv @.expert_used_count=u32:3 --kv @.expert_feed_f
 $G deepseek archs/moe/deepseek-f32.gguf $M $D
 $G deepseek archs/moe/deepseek-f16.gguf $M --f16 $D
 $G granitemoe archs/moe/granitemoe-shared-f32.gguf $M $X --kv @.expert_shared_feed_forward_length=u32:128 --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625
+# granitehybrid with experts (Granite 4.0-H Tiny/Small's kind): Mamba-2 on layers 0 and 2, NoPE attention on 1, 8 experts of 192,
+# 2 per token, a shared expert of 160; the Mamba-2 shape as gen granitehybrid
+$G granitehybrid archs/moe/granitehybrid-f32.gguf $M0 --drop '(attn_[a-z]+|ffn_[a-z]+)\.bias$' $X --kv @.expert_shared_feed_forward_length=u32:160 \
+    --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625 \
+    --kv @.rope.scaling.finetuned=bool:false --kv @.attention.head_count_kv=u32[]:0,2,0 --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 \
+    --kv @.ssm.state_size=u32:64 --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2
 # olmoe: q/k norms over the whole projection (so as many KV heads as query heads: llama.cpp sizes k_norm by n_embd), 2 of 8
 $G olmoe archs/moe/olmoe-f32.gguf $M --n-head-kv 4 $X
 $G olmoe archs/moe/olmoe-f16.gguf $M --n-head-kv 4 --f16 $X

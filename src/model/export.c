@@ -403,6 +403,18 @@ static const struct shape k_shapes[] = {
      * heads of 16 (d_inner 2E), 2 groups, state 16, 4 taps; FFN 128 */
     {.name = "tiny-granitehybrid", .arch = "granitehybrid", 512, 64, 4, 4, 2, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
      .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nope = true},
+    /* Granite 4.0-H's MoE: tiny-granitehybrid's layers with 8 experts of 64, 2 per token (softmax, renormalized), beside a shared
+     * expert of 96 on every layer */
+    {.name = "tiny-granitehybrid-moe", .arch = "granitehybrid", 512, 64, 4, 4, 2, 64, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nope = true, .experts = 8, .experts_used = 2,
+     .ff_exp = 64, .ff_shexp = 96},
+    /* Granite 4.0-H Tiny (7B-A1B; as recalled from its HF config, llama.cpp's loader confirms E 1536 with expert FFN 512): 12:4
+     * heads of 128 without RoPE, 64 experts of 512, 6 per token, a shared expert of 1024; Mamba-2 of 48 heads of 64 (d_inner 3072),
+     * 1 group, state 128, 4 taps; scales 12, 0.22, 1/128, logits 6; its 100352-token vocabulary; 4 of its 40 layers, the last
+     * (its layer 5's kind) attention */
+    {.name = "granite-4.0-h-tiny-4l", .arch = "granitehybrid", 100352, 1536, 4, 12, 4, 512, 131072, .head_dim = 128, .rope_base = 10000.0f,
+     .eps = 1e-5f, .tied = true, .granite = {12.0f, 0.22f, 0.0078125f, 6.0f}, .m2 = {4, 3072, 128, 48, 1}, .m2_attn = 0x8u, .nope = true,
+     .experts = 64, .experts_used = 6, .ff_exp = 512, .ff_shexp = 1024},
     /* LFM2-MoE: tiny-lfm2's layers with 8 experts, 2 per token (sigmoid, a selection bias), of 48, after one dense layer */
     {.name = "tiny-lfm2moe", .arch = "lfm2moe", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
      .qk_norm = true, .sc_taps = 3, .sc_attn = 0x24u, .experts = 8, .experts_used = 2, .ff_exp = 48, .dense_lead = 1},
@@ -477,7 +489,7 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, tiny-granitehybrid";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, tiny-granitehybrid, tiny-granitehybrid-moe, granite-4.0-h-tiny-4l";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
