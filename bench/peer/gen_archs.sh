@@ -41,6 +41,11 @@ gen lfm2moe  lfm2moe  --drop 'attn_[a-z]+\.bias$' --drop '^dense_2' --rope-base 
 gen granitehybrid granitehybrid --drop '(attn_[a-z]+|ffn_[a-z]+)\.bias$' --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 \
     --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625 --kv @.rope.scaling.finetuned=bool:false --kv @.attention.head_count_kv=u32[]:0,0,2,0 \
     --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 --kv @.ssm.state_size=u32:64 --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2
+# nemotron_h: blocks Mamba-2, FFN, attention (no RoPE), FFN, Mamba-2 (head_count_kv 0 and feed_forward_length 0 mark Mamba-2,
+# feed_forward_length > 0 an FFN block: squared ReLU, no gate); Mamba-2 as gen granitehybrid
+gen nemotron_h nemotron_h --n-layer 5 --drop '(attn_[a-z]+|ffn_[a-z]+)\.bias$' --kv @.attention.head_count_kv=u32[]:0,2,2,2,0 \
+    --kv @.feed_forward_length=u32[]:0,384,0,384,0 --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 --kv @.ssm.state_size=u32:64 \
+    --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2
 # phi3 as llama.cpp's test-llama-archs -o writes it (2 layers, 2 heads of 128, separate q/k/v with their biases, one pair of
 # LongRoPE factors, context 128, a sliding window llama.cpp switches off), with 512 ids, weights N(0, 0.15), norms and factors
 # ~1: compare_llama_logits.sh runs it at its trained context too, where llama.cpp (context rounded up to 256) takes the long factors

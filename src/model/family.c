@@ -110,6 +110,9 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
                                   * unless 0 or 1), expert_weights_norm not read (its graph renormalizes always; ignored) */
 #define F_MAMBA2 (1ull << 28) /* granitehybrid, nemotron_h: Mamba-2 layers (head_count_kv 0 in its per-layer array; the ssm.* keys and
                                 * ssm_in/ssm_conv1d/ssm_dt/ssm_a/ssm_d/ssm_norm/ssm_out tensors: load_mamba2, bind_mamba2) */
+#define F_NEMOTRON (1ull << 29) /* nemotron_h: every block one of Mamba-2 (head_count_kv and feed_forward_length 0), attention
+                                 * (no RoPE) or an FFN-only block (squared-ReLU up/down, no gate), each x += block(rms(x)); an FFN
+                                 * block runs as the FFN of the mixer block before it (nemotron_layers, bind_nemotron) */
 #define F_SHORTCONV 67108864u /* lfm2: short-conv layers (head_count_kv 0 in its per-layer array; shortconv.l_cache and the shortconv.*
                                * tensors) beside attention layers with per-head q/k norms; the output norm named token_embd_norm */
 
@@ -222,6 +225,9 @@ static const struct family k_families[] = {
      * layers where head_count_kv is 0, a dense SwiGLU FFN (biases optional) or granitemoe's experts and shared expert */
     {"granitehybrid", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE | F_MAMBA2, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT,
      SH_KEY},
+    /* Nemotron-H: Mamba-2, attention (no RoPE, biases optional) and squared-ReLU FFN blocks (bind_nemotron) */
+    {"nemotron_h", KVB_ROPE_NONE, F_MAMBA2 | F_NEMOTRON, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, OPT, NO, NO, NO, REQ, REQ, NO, OPT, OPT, NO},
+     NULL, MOE_NONE, SH_NONE},
     /* LFM2: short-conv layers (bind_shortconv) and attention layers with per-head q/k norms, q/k/v biases or a fused attn_qkv
      * optional (llama.cpp's create_tensor_qkv); q/k/v/o scales applied, the FFN's loaded unused (its graph passes none) */
     {"lfm2", KVB_ROPE_NEOX, F_SHORTCONV, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
@@ -237,7 +243,7 @@ static const struct family k_families[] = {
 
 const char *kvb_family_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
-           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, granitehybrid";
+           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, granitehybrid, nemotron_h";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -566,6 +572,68 @@ static kvb_status shortconv_layers(struct keys *k, struct kvb_model *m) {
     return KVB_OK;
 }
 
+/* nemotron_h's blocks (llama.cpp's rule): feed_forward_length > 0 an FFN-only block, else head_count_kv 0 a Mamba-2 block,
+ * else attention (per-layer arrays, or one value). Each Mamba-2 or attention block starts a layer; an FFN block is the FFN of
+ * the layer before it (x += ffn(rms(x, its attn_norm)), as a layer's FFN block): an FFN block first or after another FFN
+ * block is refused. The attention blocks share one head count and KV head count, the FFN blocks one width. Sets
+ * m->file_layer, n_file_layers, recurrent and the info's n_layer (the layers), heads and n_ff. */
+static kvb_status nemotron_layers(struct keys *k, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    const int32_t Lf = in->n_layer;
+    uint32_t *kv = kvb_malloc(sizeof(uint32_t) * (size_t)Lf), *hq = kvb_malloc(sizeof(uint32_t) * (size_t)Lf), *ff = kvb_malloc(sizeof(uint32_t) * (size_t)Lf);
+    int32_t *map = kvb_malloc(sizeof(int32_t) * 2 * (size_t)Lf);
+    uint8_t *rec = kvb_calloc((size_t)Lf, 1);
+    kvb_status st = kv && hq && ff && map && rec ? KVB_OK : kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
+    const char *keys[3] = {"attention.head_count_kv", "attention.head_count", "feed_forward_length"};
+    uint32_t *arr[3] = {kv, hq, ff};
+    for (int i = 0; st == KVB_OK && i < 3; i++)
+        if ((st = layer_u32s(k, keys[i], Lf, 0, i == 2 ? 1u << 20 : 1024, arr[i])) == KVB_ERR_INVALID)
+            st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+    int32_t n = 0;
+    uint32_t H = 0, HK = 0, F = 0;
+    for (int32_t l = 0; st == KVB_OK && l < Lf; l++) {
+        if (ff[l] > 0) { /* an FFN block: the FFN of the layer before it */
+            if (!n || map[2 * (n - 1) + 1] >= 0)
+                st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': block %d is an FFN block %s; kvbound runs an FFN block as the FFN of the Mamba-2 or "
+                                                   "attention block before it (not implemented otherwise)", k->f->path, K(k, "feed_forward_length"), (int)l,
+                              n ? "after another FFN block" : "first");
+            else if (F && ff[l] != F)
+                st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': FFN blocks of %u and %u (block %d); per-block FFN widths are not implemented", k->f->path,
+                              K(k, "feed_forward_length"), F, ff[l], (int)l);
+            else map[2 * (n - 1) + 1] = l, F = ff[l];
+            continue;
+        }
+        map[2 * n] = l;
+        map[2 * n + 1] = -1;
+        rec[n] = kv[l] == 0;
+        if (kv[l]) {
+            if (!hq[l] || (HK && (kv[l] != HK || hq[l] != H)))
+                st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': attention block %d has %u query and %u KV heads (others %u and %u); per-block head counts "
+                                                   "are not implemented", k->f->path, K(k, "attention.head_count_kv"), (int)l, hq[l], kv[l], H, HK);
+            H = hq[l], HK = kv[l];
+        }
+        n++;
+    }
+    if (st == KVB_OK && !HK)
+        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': no attention block; a model of Mamba-2 blocks only is not implemented", k->f->path,
+                      K(k, "attention.head_count_kv"));
+    kvb_free(kv); kvb_free(hq); kvb_free(ff);
+    if (st != KVB_OK) {
+        kvb_free(map); kvb_free(rec);
+        return st;
+    }
+    kvb_free(m->recurrent);
+    kvb_free(m->file_layer);
+    m->recurrent = rec;
+    m->file_layer = map;
+    m->n_file_layers = Lf;
+    in->n_layer = n;
+    in->n_head = (int32_t)H;
+    in->n_head_kv = (int32_t)HK;
+    in->n_ff = (int32_t)F;
+    return KVB_OK;
+}
+
 static double mscale_of(double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0; }
 
 /* YaRN's per-pair divisors over ff (or 1) and its magnitude, as ggml's rope
@@ -697,6 +765,8 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
             if (in->n_head % m->n_kv_layer[l])
                 return kvb_fail(KVB_ERR_CORRUPT, "%s: head_count %d is not a multiple of head_count_kv %d (layer %d)", k->f->path, in->n_head,
                                 m->n_kv_layer[l], (int)l);
+    } else if (fam->traits & F_NEMOTRON) {
+        if ((st = nemotron_layers(k, m)) != KVB_OK) return st;
     } else {
     if ((st = (fam->traits & F_FF_OPT ? opt_u32 : req_u32)(k, "feed_forward_length", &v, 1, 1 << 20)) == KVB_OK) in->n_ff = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
@@ -1422,6 +1492,51 @@ static kvb_status bind_mamba2(struct binder *b, const struct kvb_model *m, int32
     return KVB_OK;
 }
 
+/* A nemotron_h layer's tensors, by the file's block numbers (m->file_layer): its mixer block's attn_norm and Mamba-2
+ * (bind_mamba2) or attention (q/k/v/o, biases optional, their .scale applied) tensors; the FFN block after it: its
+ * attn_norm as the FFN's norm, ffn_up and ffn_down (biases optional, .scale applied, as llama.cpp's graph). */
+static kvb_status bind_nemotron(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const struct kvb_model_info *in = &m->info;
+    const int32_t fm = m->file_layer[2 * l], ff = m->file_layer[2 * l + 1];
+    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
+    char name[96];
+    kvb_status st;
+    float unused = 1;
+#define NAME(i, s) (snprintf(name, sizeof name, "blk.%d.%s", (int)(i), s), name)
+    if ((st = bind_vec(b, NAME(fm, "attn_norm.weight"), E, REQ, &L->attn_norm)) != KVB_OK) return st;
+    if (m->recurrent[l]) {
+        if ((st = bind_mamba2(b, m, fm, L)) != KVB_OK) return st;
+    } else {
+        const struct { const char *w; struct kvb_mat *mat; int64_t nin, nout; const float **bias; float *s; } a[4] = {
+            {"attn_q", &L->wq, E, QD, &L->bq, &L->s_q}, {"attn_k", &L->wk, E, KD, &L->bk, &L->s_k},
+            {"attn_v", &L->wv, E, KD, &L->bv, &L->s_v}, {"attn_output", &L->wo, QD, E, &L->bo, &L->s_o}};
+        for (int i = 0; i < 4; i++) {
+            char w[64];
+            snprintf(w, sizeof w, "%s.weight", a[i].w);
+            if ((st = bind_mat(b, NAME(fm, w), a[i].nin, a[i].nout, REQ, a[i].mat)) != KVB_OK) return st;
+            snprintf(w, sizeof w, "%s.bias", a[i].w);
+            if ((st = bind_vec(b, NAME(fm, w), a[i].nout, OPT, a[i].bias)) != KVB_OK) return st;
+            snprintf(w, sizeof w, "%s.scale", a[i].w);
+            if ((st = bind_scalar(b, NAME(fm, w), a[i].s)) != KVB_OK) return st;
+            snprintf(w, sizeof w, "%s.input_scale", a[i].w);
+            if ((st = bind_scalar(b, NAME(fm, w), &unused)) != KVB_OK) return st;
+        }
+    }
+    if (ff >= 0) {
+        if ((st = bind_vec(b, NAME(ff, "attn_norm.weight"), E, REQ, &L->ffn_norm)) != KVB_OK) return st;
+        if ((st = bind_mat(b, NAME(ff, "ffn_up.weight"), E, F, REQ, &L->w_up)) != KVB_OK) return st;
+        if ((st = bind_mat(b, NAME(ff, "ffn_down.weight"), F, E, REQ, &L->w_down)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME(ff, "ffn_up.bias"), F, OPT, &L->b_up)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME(ff, "ffn_down.bias"), E, OPT, &L->b_down)) != KVB_OK) return st;
+        if ((st = bind_scalar(b, NAME(ff, "ffn_up.scale"), &L->s_up)) != KVB_OK) return st;
+        if ((st = bind_scalar(b, NAME(ff, "ffn_down.scale"), &L->s_down)) != KVB_OK) return st;
+        if ((st = bind_scalar(b, NAME(ff, "ffn_up.input_scale"), &unused)) != KVB_OK) return st;
+        if ((st = bind_scalar(b, NAME(ff, "ffn_down.input_scale"), &unused)) != KVB_OK) return st;
+    }
+#undef NAME
+    return KVB_OK;
+}
+
 /* An lfm2 short-conv layer's tensors (llama.cpp's shapes): in_proj [3E][E] (B, C, x), conv [E][K], out_proj [E][E]. */
 static kvb_status bind_shortconv(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
     const int64_t E = m->info.n_embd, K = m->info.ssm_conv;
@@ -1639,7 +1754,8 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     const int32_t n_all = in->n_layer + in->n_nextn_layers; /* the MTP layers last */
     if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)n_all, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
     if (st == KVB_OK) kvb_layers_neutral(m->layers, n_all);
-    for (int32_t l = 0; st == KVB_OK && l < n_all; l++) st = bind_layer(&b, fam, m, l, &m->layers[l]);
+    for (int32_t l = 0; st == KVB_OK && l < n_all; l++)
+        st = fam->traits & F_NEMOTRON ? bind_nemotron(&b, m, l, &m->layers[l]) : bind_layer(&b, fam, m, l, &m->layers[l]);
     if (st == KVB_OK && (fam->traits & F_SINKS)) st = bind_sinks(&b, m);
     for (uint64_t i = 0; st == KVB_OK && i < f->n_tensors; i++)
         if (!b.used[i] && fam->gemma && f->tensors[i].name.n > 8 &&
@@ -1677,6 +1793,11 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
         ADD("mamba2 %d of %d (%d heads, %d groups, state %d)", (int)m->info.n_rec_layers, (int)m->info.n_layer, (int)m->info.ssm_heads,
             (int)m->info.ssm_groups, (int)m->info.ssm_state);
     else if (m->recurrent) ADD("gated deltanet %d of %d", (int)m->info.n_rec_layers, (int)m->info.n_layer);
+    if (m->file_layer) {
+        int32_t nf = 0;
+        for (int32_t l = 0; l < m->info.n_layer; l++) nf += m->file_layer[2 * l + 1] >= 0;
+        ADD("%d blocks: %d squared-ReLU FFN blocks each run after the block before it", (int)m->n_file_layers, (int)nf);
+    }
     if (m->q_gate) ADD("gated attention");
     if (m->info.n_nextn_layers > 0) ADD("MTP layers %d (not run)", (int)m->info.n_nextn_layers);
     /* gemma4's first: features[] is short */

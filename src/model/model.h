@@ -127,6 +127,10 @@ struct kvb_model {
     const float *rope_freqs_long;/* LongRoPE: the divisors past rope_orig_ctx (phi3), or NULL */
     struct kvb_layer *layers;    /* [info.n_layer + info.n_nextn_layers]: the MTP layers last, never run */
     uint8_t *recurrent;          /* [n_layer] 1: a Gated DeltaNet layer (no K/V, its weights in ssm_*), or NULL (owned) */
+    int32_t *file_layer;         /* nemotron_h: [2 n_layer] the file's blocks each layer runs: its mixer's (Mamba-2 or
+                                  * attention) at [2l], the FFN-only block after it at [2l + 1] or -1 (the layer has no
+                                  * FFN); the file's blocks are n_file_layers; NULL (owned) for the other families */
+    int32_t n_file_layers;
     bool q_gate;                 /* attn_q holds query and gate per head: rows [h*2D, h*2D+D) head h's query,
                                   * [h*2D+D, h*2D+2D) its gate (wq is [Hq*2D][E]); out = attn * sigmoid(gate) */
     int32_t rope_sections[4];    /* rope.dimension_sections (qwen35: IMROPE; text positions give every section the
