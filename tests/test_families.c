@@ -799,22 +799,32 @@ static double *reference_granitehybrid(const char *path, int nt) {
     struct gguf_file *f;
     if (kvb_gguf_open(path, &f) != KVB_OK) return NULL;
     struct ref r = {.f = f};
-    snprintf(r.arch, sizeof r.arch, "granitehybrid");
-    const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0), Hq = key_u(&r, "attention.head_count", 0);
+    struct gguf_str arch;
+    kvb_gguf_get_str(f, "general.architecture", &arch, true);
+    snprintf(r.arch, sizeof r.arch, "%.*s", (int)arch.n, arch.p); /* granitehybrid or nemotron_h */
+    const bool nh = !strcmp(r.arch, "nemotron_h");
+    const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0);
+    int *Hql = malloc(sizeof(int) * (size_t)L), Hq = 0;
+    layer_keys(&r, "attention.head_count", L, 0, Hql); /* one value, or per block (nemotron_h) */
+    for (int l = 0; l < L; l++) Hq = Hql[l] > Hq ? Hql[l] : Hq;
+    free(Hql);
     r.E = E;
     r.n_exp = key_u(&r, "expert_count", 0);
     r.n_used = key_u(&r, "expert_used_count", 0);
     r.F_exp = key_u(&r, "expert_feed_forward_length", 0);
     r.F_sh = key_u(&r, "expert_shared_feed_forward_length", 0);
     r.w_scale = 1;
-    const int F = key_u(&r, "feed_forward_length", 0), D = key_u(&r, "attention.key_length", E / Hq);
+    int *Fl = malloc(sizeof(int) * (size_t)L), F = 0;
+    layer_keys(&r, "feed_forward_length", L, 0, Fl); /* nemotron_h: per block, > 0 an FFN block */
+    for (int l = 0; l < L; l++) F = Fl[l] > F ? Fl[l] : F;
+    const int D = key_u(&r, "attention.key_length", E / Hq);
     const int K = key_u(&r, "ssm.conv_kernel", 0), DI = key_u(&r, "ssm.inner_size", 0), N = key_u(&r, "ssm.state_size", 0);
     const int H = key_u(&r, "ssm.time_step_rank", 1), G = key_u(&r, "ssm.group_count", 1), P = DI / H, Cx = DI + 2 * G * N, Wi = DI + Cx + H;
     const double eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-5), base = key_f(&r, "rope.freq_base", 10000);
     const double es = key_f(&r, "embedding_scale", 0), rs = key_f(&r, "residual_scale", 0), as = key_f(&r, "attention.scale", 0);
     const double ls = key_f(&r, "logit_scale", 0);
-    bool rope_on = true;
-    {
+    bool rope_on = !nh; /* nemotron_h: no RoPE */
+    if (!nh) {
         const struct gguf_kv *kv = kvb_gguf_find(f, "granitehybrid.rope.scaling.finetuned");
         if (kv) kvb_gguf_get_bool(f, "granitehybrid.rope.scaling.finetuned", &rope_on, false);
     }
@@ -836,6 +846,20 @@ static double *reference_granitehybrid(const char *path, int nt) {
         for (int t = 0; t < nt; t++) {
             memcpy(h + (size_t)t * E, x + (size_t)t * E, sizeof(double) * (size_t)E);
             rms(h + (size_t)t * E, E, an, eps);
+        }
+        if (nh && Fl[l] > 0) { /* nemotron_h's FFN block: x += down(relu(up h + bu)^2 (its .scale after the bias)) */
+            const int Fb = Fl[l];
+            double *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * Fb), *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)Fb * E);
+            double *bu = layer_t(&r, l, "ffn_up.bias", Fb), *bd = layer_t(&r, l, "ffn_down.bias", E);
+            const double su = scale_of(&r, l, "ffn_up"), sd = scale_of(&r, l, "ffn_down");
+            for (int t = 0; t < nt; t++) {
+                ffn_proj(wu, su, bu, h + (size_t)t * E, E, Fb, g);
+                for (int i = 0; i < Fb; i++) g[i] = g[i] > 0 ? g[i] * g[i] : 0;
+                ffn_proj(wd, sd, bd, g, Fb, E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += o[i];
+            }
+            free(an); free(fn); free(wu); free(wd); free(bu); free(bd);
+            continue;
         }
         if (Hkl[l] == 0) {
             double *wi = layer_t(&r, l, "ssm_in.weight", (int64_t)E * Wi), *wc = layer_t(&r, l, "ssm_conv1d.weight", (int64_t)K * Cx);
@@ -923,6 +947,10 @@ static double *reference_granitehybrid(const char *path, int nt) {
             }
             free(wq); free(wk); free(wv); free(wo); free(bq); free(bk); free(bv); free(bo);
         }
+        if (nh) { /* nemotron_h: a mixer block has no FFN */
+            free(an); free(fn);
+            continue;
+        }
         double *wg = layer_t(&r, l, "ffn_gate.weight", (int64_t)E * F), *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * F);
         double *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)F * E), *bg = layer_t(&r, l, "ffn_gate.bias", F), *bu = layer_t(&r, l, "ffn_up.bias", F);
         double *bd = layer_t(&r, l, "ffn_down.bias", E);
@@ -948,7 +976,7 @@ static double *reference_granitehybrid(const char *path, int nt) {
         matvec(out ? out : emb, NULL, y, E, V, logits + (size_t)t * V);
         for (int i = 0; i < V; i++) logits[(size_t)t * V + i] /= ls != 0 ? ls : 1;
     }
-    free(Hkl); free(emb); free(onorm); free(out); free(x); free(h); free(zx); free(xc); free(S); free(ys); free(Q); free(Kc); free(Vc);
+    free(Hkl); free(Fl); free(emb); free(onorm); free(out); free(x); free(h); free(zx); free(xc); free(S); free(ys); free(Q); free(Kc); free(Vc);
     free(y); free(o); free(g); free(w);
     kvb_gguf_close(f);
     return logits;
@@ -1003,7 +1031,8 @@ static void check_file(const char *path, const char *shape, int n_ctx, int nt) {
     struct kvb_model_info mi;
     kvb_model_get_info(m, &mi);
     double *ref = strstr(shape, "gemma4") ? reference_gemma4(path, nt) : strstr(shape, "lfm2") ? reference_lfm2(path, nt)
-                  : strstr(shape, "granitehybrid") || strstr(shape, "granite-4.0-h") ? reference_granitehybrid(path, nt) : reference(path, n_ctx, nt);
+                  : strstr(shape, "granitehybrid") || strstr(shape, "granite-4.0-h") || strstr(shape, "nemotron") ? reference_granitehybrid(path, nt)
+                  : reference(path, n_ctx, nt);
     float *lg = malloc(sizeof(float) * (size_t)nt * mi.n_vocab);
     const size_t n = (size_t)nt * mi.n_vocab;
     const struct { bool decode; int chunk; enum kvb_dtype kv; double tol; } runs[] = {
@@ -1906,6 +1935,10 @@ TEST(granitehybrid_mamba2_and_attention_equal_reference) { check_family_n("tiny-
 /* tiny-granitehybrid-moe: the same layers with 8 experts, 2 per token (softmax, renormalized), and a shared expert on each */
 TEST(granitehybrid_moe_experts_and_shared_expert_equal_reference) { check_family_n("tiny-granitehybrid-moe", 4096, NT_MAX); }
 
+/* tiny-nemotron-h: blocks Mamba-2, FFN, Mamba-2, attention (no RoPE), FFN, Mamba-2, FFN, each x += block(rms(x)), the FFN
+ * blocks squared ReLU without a gate, against the same reference walking the file's blocks */
+TEST(nemotron_h_mamba2_attention_and_relu2_ffn_blocks_equal_reference) { check_family_n("tiny-nemotron-h", 4096, NT_MAX); }
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvb-families-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -1956,6 +1989,7 @@ int main(void) {
     RUN(lfm2moe_routing_keys_and_selection_bias_refused_by_name);
     RUN(granitehybrid_mamba2_and_attention_equal_reference);
     RUN(granitehybrid_moe_experts_and_shared_expert_equal_reference);
+    RUN(nemotron_h_mamba2_attention_and_relu2_ffn_blocks_equal_reference);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);

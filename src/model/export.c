@@ -183,13 +183,26 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     kvb_gguf_writer_u32(w, "general.alignment", 32);
     kvb_gguf_writer_u32(w, K("context_length"), (uint32_t)in->n_ctx_train);
     kvb_gguf_writer_u32(w, K("embedding_length"), (uint32_t)in->n_embd);
-    kvb_gguf_writer_u32(w, K("block_count"), (uint32_t)(in->n_layer + in->n_nextn_layers)); /* the MTP layers are blocks too */
+    kvb_gguf_writer_u32(w, K("block_count"), (uint32_t)(m->file_layer ? m->n_file_layers : in->n_layer + in->n_nextn_layers)); /* the MTP layers are blocks too */
     bool ff_same = true; /* gemma4: per layer where they differ (E2B's double-wide shared layers) */
     for (int32_t l = 0; m->n_ff_layer && l < in->n_layer; l++) ff_same = ff_same && m->n_ff_layer[l] == in->n_ff;
-    if (ff_same) kvb_gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
+    if (m->file_layer) { /* nemotron_h: per block, its kind: FFN blocks their width (0 elsewhere), attention blocks their KV heads */
+        uint32_t ff[4096], kv[4096], hq[4096];
+        const int32_t nb = KVB_MIN(m->n_file_layers, 4096);
+        for (int32_t b = 0; b < nb; b++) ff[b] = 0, kv[b] = 0, hq[b] = (uint32_t)in->n_head;
+        for (int32_t l = 0; l < in->n_layer; l++) {
+            const int32_t fm = m->file_layer[2 * l], fb = m->file_layer[2 * l + 1];
+            if (fm < nb && !m->recurrent[l]) kv[fm] = (uint32_t)in->n_head_kv;
+            if (fb >= 0 && fb < nb) ff[fb] = (uint32_t)in->n_ff;
+        }
+        kvb_gguf_writer_arr(w, K("feed_forward_length"), GGUF_T_UINT32, ff, (uint64_t)nb);
+        kvb_gguf_writer_arr(w, K("attention.head_count"), GGUF_T_UINT32, hq, (uint64_t)nb);
+        kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, kv, (uint64_t)nb);
+    } else if (ff_same) kvb_gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
     else kvb_gguf_writer_arr(w, K("feed_forward_length"), GGUF_T_UINT32, m->n_ff_layer, (uint64_t)in->n_layer);
-    kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
-    if (m->n_kv_layer) kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, m->n_kv_layer, (uint64_t)in->n_layer); /* gemma4 */
+    if (!m->file_layer) kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
+    if (m->file_layer) {
+    } else if (m->n_kv_layer) kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, m->n_kv_layer, (uint64_t)in->n_layer); /* gemma4 */
     else if ((in->shortconv || in->mamba2) && m->recurrent) { /* lfm2, granitehybrid: 0 KV heads marks a recurrent layer */
         uint32_t kv[4096]; /* block_count's bound (family.c) */
         for (int32_t l = 0; l < in->n_layer && l < 4096; l++) kv[l] = m->recurrent[l] ? 0 : (uint32_t)in->n_head_kv;
@@ -322,6 +335,9 @@ struct shape {
     int32_t m2[5];
     uint32_t m2_attn;
     bool nope;
+    /* nemotron_h (nh): the layers whose nh_ffn bit is set have an FFN block after their mixer block (squared ReLU, no gate) */
+    bool nh;
+    uint32_t nh_ffn;
 };
 
 static const struct shape k_shapes[] = {
@@ -415,6 +431,10 @@ static const struct shape k_shapes[] = {
     {.name = "granite-4.0-h-tiny-4l", .arch = "granitehybrid", 100352, 1536, 4, 12, 4, 512, 131072, .head_dim = 128, .rope_base = 10000.0f,
      .eps = 1e-5f, .tied = true, .granite = {12.0f, 0.22f, 0.0078125f, 6.0f}, .m2 = {4, 3072, 128, 48, 1}, .m2_attn = 0x8u, .nope = true,
      .experts = 64, .experts_used = 6, .ff_exp = 512, .ff_shexp = 1024},
+    /* Nemotron-H: blocks Mamba-2, FFN, Mamba-2, attention, FFN, Mamba-2, FFN (layers M+F, M, A+F, M+F); 4:2 heads of 16 without RoPE;
+     * Mamba-2 of 8 heads of 16 (d_inner 128), 2 groups, state 16, 4 taps; FFN 128 */
+    {.name = "tiny-nemotron-h", .arch = "nemotron_h", 512, 64, 4, 4, 2, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nh = true, .nh_ffn = 0xdu},
     /* LFM2-MoE: tiny-lfm2's layers with 8 experts, 2 per token (sigmoid, a selection bias), of 48, after one dense layer */
     {.name = "tiny-lfm2moe", .arch = "lfm2moe", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
      .qk_norm = true, .sc_taps = 3, .sc_attn = 0x24u, .experts = 8, .experts_used = 2, .ff_exp = 48, .dense_lead = 1},
@@ -489,7 +509,7 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, tiny-granitehybrid, tiny-granitehybrid-moe, granite-4.0-h-tiny-4l";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, tiny-granitehybrid, tiny-granitehybrid-moe, granite-4.0-h-tiny-4l, tiny-nemotron-h";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -667,6 +687,15 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         in->ssm_heads = sh->m2[3];
         in->ssm_groups = sh->m2[4];
         if (st == KVB_OK) st = kvb_family_mamba2(m);
+        if (st == KVB_OK && sh->nh) { /* nemotron_h: the file's blocks, an FFN block after each layer whose nh_ffn bit is set */
+            if (!(m->file_layer = kvb_malloc(sizeof(int32_t) * 2 * (size_t)sh->layers))) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+            int32_t b = 0;
+            for (int32_t l = 0; m->file_layer && l < sh->layers; l++) {
+                m->file_layer[2 * l] = b++;
+                m->file_layer[2 * l + 1] = sh->nh_ffn >> l & 1u ? b++ : -1;
+            }
+            m->n_file_layers = b;
+        }
     }
     if (sh->nope) in->rope_type = KVB_ROPE_NONE;
     if (st == KVB_OK && sh->head_dim_swa) st = make_gemma4(m, sh);
@@ -853,6 +882,12 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
                 L->b_down_exps = const_vec(o, N * E, 0.0f, true);
                 L->bo = const_vec(o, E, 0.0f, true);
             }
+        } else if (sh->nh_ffn || sh->nh) { /* nemotron_h: a squared-ReLU FFN (no gate) where its bit is set, with that block's norm */
+            if (!(sh->nh_ffn >> l & 1u)) {
+                L->ffn_norm = NULL;
+                continue;
+            }
+            if (st == KVB_OK) st = mat(o, &L->w_up, E, F);
         } else {
             if (st == KVB_OK) st = mat(o, &L->w_gate, E, F);
             if (st == KVB_OK) st = mat(o, &L->w_up, E, F);

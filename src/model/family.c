@@ -1871,9 +1871,33 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
 
 /* ---- export ---- */
 
+/* nemotron_h's tensors under the file's block numbers: a layer's "blk.L.x" goes to its mixer block, its FFN's (ffn_*) to the
+ * FFN block after it, whose attn_norm is the layer's ffn_norm. */
+struct block_names {
+    const struct kvb_model *m;
+    kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat, const float *vec, int64_t n, int64_t rows);
+    void *u;
+};
+static kvb_status put_by_block(void *u, const char *name, const struct kvb_mat *mat, const float *vec, int64_t n, int64_t rows) {
+    const struct block_names *bn = u;
+    int l = -1, at = 0;
+    if (sscanf(name, "blk.%d.%n", &l, &at) != 1 || at <= 0 || l < 0 || l >= bn->m->info.n_layer) return bn->put(bn->u, name, mat, vec, n, rows);
+    const char *rest = name + at;
+    const bool ffn = !strncmp(rest, "ffn_", 4);
+    const int32_t b = bn->m->file_layer[2 * l + (ffn ? 1 : 0)];
+    char out[96];
+    snprintf(out, sizeof out, "blk.%d.%s", (int)b, ffn && !strcmp(rest, "ffn_norm.weight") ? "attn_norm.weight" : rest);
+    return bn->put(bn->u, out, mat, vec, n, rows);
+}
+
 kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat,
                                                                               const float *vec, int64_t n, int64_t rows),
                                   void *u) {
+    struct block_names bn = {m, put, u};
+    if (m->file_layer) { /* nemotron_h */
+        put = put_by_block;
+        u = &bn;
+    }
     const struct kvb_model_info *in = &m->info;
     const struct family *fam = family_of(in->arch);
     if (!fam) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: architecture '%s' has no GGUF layout", in->arch);
