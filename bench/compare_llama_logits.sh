@@ -34,7 +34,7 @@ if [ ${#files[@]} -eq 0 ]; then
              tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-granitehybrid tiny-granitehybrid-moe tiny-nemotron-h; do
         for t in f32 f16; do "$K" mkmodel --shape "$s" --type $t -o "$W/$s-$t.gguf" 2>/dev/null; files+=("$W/$s-$t.gguf"); done
     done
-    for a in llama qwen2 qwen3 granite mistral3 smollm3 olmo2 phi3 gemma2 gemma3 qwen35 qwen35moe gemma4 gemma4moe gemma4-all gemma4moe-all lfm2 lfm2moe granitehybrid nemotron_h; do
+    for a in llama qwen2 qwen3 granite mistral3 smollm3 olmo2 phi3 gemma2 gemma3 qwen35 qwen35moe gemma4 gemma4moe gemma4-all gemma4moe-all lfm2 lfm2moe granitehybrid nemotron_h nemotron_h_moe; do
         for f in "$PEER/archs/$a-dense.gguf" "$PEER/archs/gen/$a-f32.gguf" "$PEER/archs/gen/$a-f16.gguf"; do [ -f "$f" ] && files+=("$f"); done
     done
     for f in "$PEER/archs/gen/phi3-longrope-f32.gguf" "$PEER/archs/gen/phi3-longrope-f16.gguf"; do [ -f "$f" ] && files+=("$f"); done

@@ -80,6 +80,14 @@ $G granitehybrid archs/moe/granitehybrid-f32.gguf $M0 --drop '(attn_[a-z]+|ffn_[
     --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625 \
     --kv @.rope.scaling.finetuned=bool:false --kv @.attention.head_count_kv=u32[]:0,2,0 --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 \
     --kv @.ssm.state_size=u32:64 --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2
+# nemotron_h_moe (Nemotron 3 Nano's kind): gen nemotron_h's blocks, the 2 FFN blocks 8 squared-ReLU experts of 128 without a gate,
+# 2 per token by sigmoid with the selection bias, renormalized and x2.5, beside a shared expert of 192; no latent projections
+$G nemotron_h_moe archs/moe/nemotron_h_moe-f32.gguf --plain --seed 42 --n-layer 5 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 384 --n-vocab 128 \
+    --drop '(attn_[a-z]+|ffn_[a-z]+)\.bias$' --drop '^blk\.[0-9]+\.ffn_latent' --kv @.attention.head_count_kv=u32[]:0,2,2,2,0 \
+    --kv @.feed_forward_length=u32[]:0,384,0,384,0 --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 --kv @.ssm.state_size=u32:64 \
+    --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 \
+    --kv @.expert_feed_forward_length=u32:128 --kv @.expert_shared_feed_forward_length=u32:192 --kv @.expert_weights_norm=bool:true \
+    --kv @.expert_weights_scale=f32:2.5
 # olmoe: q/k norms over the whole projection (so as many KV heads as query heads: llama.cpp sizes k_norm by n_embd), 2 of 8
 $G olmoe archs/moe/olmoe-f32.gguf $M --n-head-kv 4 $X
 $G olmoe archs/moe/olmoe-f16.gguf $M --n-head-kv 4 --f16 $X

@@ -228,6 +228,12 @@ static const struct family k_families[] = {
     /* Nemotron-H: Mamba-2, attention (no RoPE, biases optional) and squared-ReLU FFN blocks (bind_nemotron) */
     {"nemotron_h", KVB_ROPE_NONE, F_MAMBA2 | F_NEMOTRON, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, OPT, NO, NO, NO, REQ, REQ, NO, OPT, OPT, NO},
      NULL, MOE_NONE, SH_NONE},
+    /* Nemotron-H MoE (Nemotron 3 Nano): nemotron_h's blocks, the FFN blocks experts when expert_count > 0: squared-ReLU experts
+     * without a gate, sigmoid routing with the selection bias exp_probs_b, expert_weights_norm and expert_weights_scale as the
+     * keys say, an ungated squared-ReLU shared expert; the latent projections (ffn_latent_down/up) not implemented (refused by
+     * name as unused) */
+    {"nemotron_h_moe", KVB_ROPE_NONE, F_MAMBA2 | F_NEMOTRON | F_EXP_SCALES,
+     {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, OPT, NO, NO, NO, REQ, REQ, NO, OPT, OPT, NO}, NULL, MOE_OPT, SH_KEY},
     /* LFM2: short-conv layers (bind_shortconv) and attention layers with per-head q/k norms, q/k/v biases or a fused attn_qkv
      * optional (llama.cpp's create_tensor_qkv); q/k/v/o scales applied, the FFN's loaded unused (its graph passes none) */
     {"lfm2", KVB_ROPE_NEOX, F_SHORTCONV, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
@@ -243,7 +249,7 @@ static const struct family k_families[] = {
 
 const char *kvb_family_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
-           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, granitehybrid, nemotron_h";
+           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, granitehybrid, nemotron_h, nemotron_h_moe";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -697,7 +703,10 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
     if ((fam->moe == MOE_OAI || (fam->traits & F_MOE_LEAD)) && (st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
     if (fam->moe == MOE_ALWAYS && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
-    if (fam->moe == MOE_OPT || fam->moe == MOE_ALWAYS_FF) ff = (uint32_t)in->n_ff;
+    if ((fam->traits & F_NEMOTRON) && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (fam->traits & F_NEMOTRON) {
+        if (ff == 0) ff = (uint32_t)in->n_ff / used; /* llama.cpp's default */
+    } else if (fam->moe == MOE_OPT || fam->moe == MOE_ALWAYS_FF) ff = (uint32_t)in->n_ff;
     else if (ff == 0) ff = (uint32_t)in->n_ff / used;
     if (ff == 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: the experts of '%s' have no width (feed_forward_length %d over %u experts used)", k->f->path,
                                  k->arch, (int)in->n_ff, used);
@@ -1213,6 +1222,18 @@ static kvb_status load_family_keys(struct keys *k, const struct family *fam, str
     if ((fam->traits & F_HYBRID) && (st = load_hybrid(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_SHORTCONV) && (st = load_shortconv(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_MAMBA2) && (st = load_mamba2(k, m)) != KVB_OK) return st;
+    if ((fam->traits & F_NEMOTRON) && m->info.n_expert > 0) { /* nemotron_h_moe: sigmoid routing, its norm and scale keys */
+        bool norm = false;
+        float sc = 0;
+        if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+        if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
+        m->moe_gating = KVB_MOE_SIGMOID;
+        m->moe_norm = norm;
+        m->moe_scale = sc != 0 ? sc : 1.0f;
+        int32_t n = 0; /* the layers with an FFN block hold the experts */
+        for (int32_t l = 0; l < m->info.n_layer; l++) n += m->file_layer[2 * l + 1] >= 0;
+        m->info.n_moe_layers = n;
+    }
     if (fam->traits & F_MOE_SEL_BIAS) {
         if ((st = load_sel_bias_keys(k, m)) != KVB_OK) return st;
     } else if ((fam->traits & F_MOE_LEAD) && m->info.n_expert > 0) { /* 0 or absent: unscaled, as llama.cpp's build_moe_ffn */
@@ -1384,6 +1405,8 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     }
     if ((fam->traits & F_GATE_UP_EXPS) && kvb_gguf_find_tensor(b->f, NAME("ffn_gate_up_exps.weight"))) { /* fused, or split below */
         if ((st = bind_weights(b, name, E, 2 * Fe, N, REQ, &L->gate_up_exps)) != KVB_OK) return st;
+    } else if (fam->traits & F_NEMOTRON) { /* nemotron_h_moe: squared-ReLU experts, no gate */
+        if ((st = bind_weights(b, NAME("ffn_up_exps.weight"), E, Fe, N, REQ, &L->up_exps)) != KVB_OK) return st;
     } else {
         if (!kvb_gguf_find_tensor(b->f, NAME("ffn_gate_exps.weight")))
             return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' is missing: experts without a gate (silu(up)) are not supported", b->f->path, name);
@@ -1393,7 +1416,7 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     if ((st = bind_weights(b, NAME("ffn_down_exps.weight"), Fe, E, N, REQ, &L->down_exps)) != KVB_OK) return st;
     const enum need nb = fam->traits & F_EXP_BIASES ? REQ : NO;
     if ((st = bind_vec(b, NAME("ffn_gate_inp.bias"), N, nb, &L->b_router)) != KVB_OK) return st;
-    if ((st = bind_vec(b, NAME("exp_probs_b.bias"), N, fam->traits & F_MOE_SEL_BIAS ? REQ : NO, &L->exp_probs_b)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("exp_probs_b.bias"), N, fam->traits & (F_MOE_SEL_BIAS | F_NEMOTRON) ? REQ : NO, &L->exp_probs_b)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_gate_exps.bias"), Fe, N, nb, &L->b_gate_exps)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_up_exps.bias"), Fe, N, nb, &L->b_up_exps)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_down_exps.bias"), E, N, nb, &L->b_down_exps)) != KVB_OK) return st;
@@ -1416,7 +1439,7 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     }
     if (in->n_ff_shexp > 0) { /* the shared experts, and their .scale tensors (loaded by llama.cpp, which these graphs do not apply) */
         const int64_t Fs = in->n_ff_shexp;
-        if ((st = bind_mat(b, NAME("ffn_gate_shexp.weight"), E, Fs, REQ, &L->gate_shexp)) != KVB_OK) return st;
+        if ((st = bind_mat(b, NAME("ffn_gate_shexp.weight"), E, Fs, fam->traits & F_NEMOTRON ? NO : REQ, &L->gate_shexp)) != KVB_OK) return st;
         if ((st = bind_mat(b, NAME("ffn_up_shexp.weight"), E, Fs, REQ, &L->up_shexp)) != KVB_OK) return st;
         if ((st = bind_mat(b, NAME("ffn_down_shexp.weight"), Fs, E, REQ, &L->down_shexp)) != KVB_OK) return st;
         if ((st = bind_vec(b, NAME("ffn_gate_inp_shexp.weight"), E, fam->shexp == SH_GATED ? REQ : NO, &L->gate_inp_shexp)) != KVB_OK) return st;
@@ -1426,7 +1449,7 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
             float s = 1, unused = 1;
             snprintf(what, sizeof what, "%s.scale", sw[i]);
             if ((st = bind_scalar(b, NAME(what), &s)) != KVB_OK) return st;
-            if ((fam->traits & F_HYBRID) && s != 1.0f) /* its graph applies them; kvbound's shared experts run unscaled */
+            if ((fam->traits & (F_HYBRID | F_NEMOTRON)) && s != 1.0f) /* its graph applies them; kvbound's shared experts run unscaled */
                 return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' scales the shared expert, which llama.cpp's '%s' applies and kvbound does not "
                                                      "implement", b->f->path, name, b->arch);
             L->scales_unused = L->scales_unused || s != 1.0f;
@@ -1522,7 +1545,10 @@ static kvb_status bind_nemotron(struct binder *b, const struct kvb_model *m, int
             if ((st = bind_scalar(b, NAME(fm, w), &unused)) != KVB_OK) return st;
         }
     }
-    if (ff >= 0) {
+    if (ff >= 0 && in->n_expert > 0) { /* nemotron_h_moe: the FFN block's experts and shared expert */
+        if ((st = bind_vec(b, NAME(ff, "attn_norm.weight"), E, REQ, &L->ffn_norm)) != KVB_OK) return st;
+        if ((st = bind_experts(b, family_of(in->arch), m, ff, L)) != KVB_OK) return st;
+    } else if (ff >= 0) {
         if ((st = bind_vec(b, NAME(ff, "attn_norm.weight"), E, REQ, &L->ffn_norm)) != KVB_OK) return st;
         if ((st = bind_mat(b, NAME(ff, "ffn_up.weight"), E, F, REQ, &L->w_up)) != KVB_OK) return st;
         if ((st = bind_mat(b, NAME(ff, "ffn_down.weight"), F, E, REQ, &L->w_down)) != KVB_OK) return st;
@@ -1813,11 +1839,13 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
         ADD("%d of %d experts per token (%s%s), expert FFN %d", (int)m->info.n_expert_used, (int)m->info.n_expert,
             m->moe_gating == KVB_MOE_SOFTMAX_WEIGHT ? "softmax of the top logits" : m->moe_gating == KVB_MOE_SIGMOID ? "sigmoid" : "softmax",
             m->moe_norm ? ", renormalized" : "", (int)m->info.n_ff_exp);
-    if (m->layers && m->info.n_expert > 0 && m->layers[m->info.n_layer - 1].exp_probs_b) ADD("expert selection bias");
+    bool sel_bias = false;
+    for (int32_t l = 0; m->layers && m->info.n_expert > 0 && l < m->info.n_layer; l++) sel_bias = sel_bias || m->layers[l].exp_probs_b;
+    if (sel_bias) ADD("expert selection bias");
     if (m->info.n_expert > 0 && m->moe_scale != 1.0f) ADD("expert weights x%g", (double)m->moe_scale);
     if (m->info.n_ff_shexp > 0)
         ADD("%sshared experts of FFN %d", m->layers && m->layers[m->info.n_layer - 1].gate_inp_shexp ? "gated " : "", (int)m->info.n_ff_shexp);
-    if (m->info.n_expert > 0 && m->info.n_moe_layers < m->info.n_layer) {
+    if (m->info.n_expert > 0 && m->info.n_moe_layers < m->info.n_layer && !m->file_layer) { /* (nemotron_h_moe: the layers with an FFN block) */
         const int32_t lead = m->info.n_layer - m->info.n_moe_layers;
         ADD("the first %d layer%s dense", (int)lead, lead == 1 ? "" : "s");
     }
