@@ -31,7 +31,7 @@ if [ ${#files[@]} -eq 0 ]; then
     for s in tiny tiny-llama-bias tiny-qwen2 tiny-qwen3 tiny-granite tiny-olmo2 tiny-phi3 tiny-mistral3 tiny-smollm3 tiny-gemma2 tiny-gemma3 \
              tiny-qwen3moe tiny-mixtral tiny-granitemoe tiny-granitemoe-shared tiny-qwen2moe tiny-deepseek tiny-olmoe tiny-gpt-oss \
              tiny-qwen35 tiny-qwen35-mtp tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-gemma4moe-split \
-             tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-granitehybrid tiny-granitehybrid-moe tiny-nemotron-h; do
+             tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-granitehybrid tiny-granitehybrid-moe tiny-nemotron-h tiny-nemotron-h-moe; do
         for t in f32 f16; do "$K" mkmodel --shape "$s" --type $t -o "$W/$s-$t.gguf" 2>/dev/null; files+=("$W/$s-$t.gguf"); done
     done
     for a in llama qwen2 qwen3 granite mistral3 smollm3 olmo2 phi3 gemma2 gemma3 qwen35 qwen35moe gemma4 gemma4moe gemma4-all gemma4moe-all lfm2 lfm2moe granitehybrid nemotron_h nemotron_h_moe; do

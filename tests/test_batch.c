@@ -332,9 +332,9 @@ TEST(hybrid_models_batch_fork_and_sessions_exact) {
     /* and Gemma 4: KV-shared layers, padded window heads; with experts and per-layer KV heads (tiny-gemma4moe); and LFM2's
      * short-conv layers (their state: the last 2 rows of B*x), with windows on its attention layers (tiny-lfm2-swa), with
      * sigmoid-routed experts and their selection bias (tiny-lfm2moe); and Granite 4.0-H's Mamba-2 layers (their state: the
-     * scan's H P rows and the conv's last 3 rows of xBC) beside attention without RoPE (tiny-granitehybrid), with experts and a shared expert (tiny-granitehybrid-moe); Nemotron-H's blocks (tiny-nemotron-h) */
+     * scan's H P rows and the conv's last 3 rows of xBC) beside attention without RoPE (tiny-granitehybrid), with experts and a shared expert (tiny-granitehybrid-moe); Nemotron-H's blocks (tiny-nemotron-h), with experts (tiny-nemotron-h-moe) */
     static const char *const shapes[] = {"tiny-qwen35", "tiny-qwen35moe", "tiny-gemma4", "tiny-gemma4moe", "tiny-lfm2", "tiny-lfm2-swa", "tiny-lfm2moe",
-                                         "tiny-granitehybrid", "tiny-granitehybrid-moe", "tiny-nemotron-h"};
+                                         "tiny-granitehybrid", "tiny-granitehybrid-moe", "tiny-nemotron-h", "tiny-nemotron-h-moe"};
     const struct kvb_recall_params none = {0};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         struct kvb_model *m, *keep = g_model;

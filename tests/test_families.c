@@ -49,6 +49,7 @@ struct ref {
     double w_scale;           /* expert_weights_scale (deepseek), 1 without */
     bool oai;                 /* gpt-oss: sinks, biased experts ranked by logit, the clamped SwiGLU */
     bool sigmoid;             /* expert_gating_func 2 (lfm2moe): sigmoid per expert instead of the softmax */
+    bool relu2;               /* nemotron_h_moe: experts and shared expert relu(up h)^2 then down, no gate */
 };
 
 static double key_f(const struct ref *r, const char *suffix, double def) {
@@ -186,9 +187,10 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
     for (int i = 0; i < E; i++) o[i] = 0;
     for (int k = 0; k < K; k++) {
         const int e = sel[k];
-        matvec(wg + (size_t)e * Fe * E, bg ? bg + (size_t)e * Fe : NULL, h, E, Fe, g);
+        if (!r->relu2) matvec(wg + (size_t)e * Fe * E, bg ? bg + (size_t)e * Fe : NULL, h, E, Fe, g);
         matvec(wu + (size_t)e * Fe * E, bu ? bu + (size_t)e * Fe : NULL, h, E, Fe, u);
-        for (int i = 0; i < Fe; i++) {
+        for (int i = 0; r->relu2 && i < Fe; i++) g[i] = u[i] > 0 ? u[i] * u[i] : 0;
+        for (int i = 0; !r->relu2 && i < Fe; i++) {
             const double a = g[i] * (sg ? sg[e] : 1), b = u[i] * (su ? su[e] : 1);
             if (r->oai) { /* x = min(g, 7), y = clamp(u, -7, 7): x sigmoid(1.702 x) (y + 1) */
                 const double x = fmin(a, 7), yy = fmin(fmax(b, -7), 7);
@@ -205,9 +207,9 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
         double *sg_ = layer_t(r, l, "ffn_gate_shexp.weight", (int64_t)E * Fs), *su_ = layer_t(r, l, "ffn_up_shexp.weight", (int64_t)E * Fs);
         double *sd_ = layer_t(r, l, "ffn_down_shexp.weight", (int64_t)Fs * E), *gi = layer_t(r, l, "ffn_gate_inp_shexp.weight", E);
         double gs[1024], us[1024], gate = 1;
-        matvec(sg_, NULL, h, E, Fs, gs);
+        if (!r->relu2) matvec(sg_, NULL, h, E, Fs, gs);
         matvec(su_, NULL, h, E, Fs, us);
-        for (int i = 0; i < Fs; i++) gs[i] = gs[i] / (1 + exp(-gs[i])) * us[i];
+        for (int i = 0; i < Fs; i++) gs[i] = r->relu2 ? (us[i] > 0 ? us[i] * us[i] : 0) : gs[i] / (1 + exp(-gs[i])) * us[i];
         matvec(sd_, NULL, gs, Fs, E, y);
         if (gi) {
             double d = 0;
@@ -802,7 +804,7 @@ static double *reference_granitehybrid(const char *path, int nt) {
     struct gguf_str arch;
     kvb_gguf_get_str(f, "general.architecture", &arch, true);
     snprintf(r.arch, sizeof r.arch, "%.*s", (int)arch.n, arch.p); /* granitehybrid or nemotron_h */
-    const bool nh = !strcmp(r.arch, "nemotron_h");
+    const bool nh = !strncmp(r.arch, "nemotron_h", 10); /* nemotron_h, nemotron_h_moe */
     const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0);
     int *Hql = malloc(sizeof(int) * (size_t)L), Hq = 0;
     layer_keys(&r, "attention.head_count", L, 0, Hql); /* one value, or per block (nemotron_h) */
@@ -814,6 +816,16 @@ static double *reference_granitehybrid(const char *path, int nt) {
     r.F_exp = key_u(&r, "expert_feed_forward_length", 0);
     r.F_sh = key_u(&r, "expert_shared_feed_forward_length", 0);
     r.w_scale = 1;
+    if (nh && r.n_exp) { /* nemotron_h_moe: sigmoid, the selection bias (moe_ref reads it), norm and scale by their keys */
+        bool norm = false;
+        char key[96];
+        snprintf(key, sizeof key, "%s.expert_weights_norm", r.arch);
+        kvb_gguf_get_bool(f, key, &norm, false);
+        r.no_norm = !norm;
+        r.w_scale = key_f(&r, "expert_weights_scale", 0) != 0 ? key_f(&r, "expert_weights_scale", 0) : 1;
+        r.sigmoid = r.relu2 = true;
+        r.F_exp = r.F_exp ? r.F_exp : key_u(&r, "feed_forward_length", 0) / r.n_used;
+    }
     int *Fl = malloc(sizeof(int) * (size_t)L), F = 0;
     layer_keys(&r, "feed_forward_length", L, 0, Fl); /* nemotron_h: per block, > 0 an FFN block */
     for (int l = 0; l < L; l++) F = Fl[l] > F ? Fl[l] : F;
@@ -846,6 +858,14 @@ static double *reference_granitehybrid(const char *path, int nt) {
         for (int t = 0; t < nt; t++) {
             memcpy(h + (size_t)t * E, x + (size_t)t * E, sizeof(double) * (size_t)E);
             rms(h + (size_t)t * E, E, an, eps);
+        }
+        if (nh && Fl[l] > 0 && r.n_exp) { /* nemotron_h_moe's FFN block: its experts and shared expert */
+            for (int t = 0; t < nt; t++) {
+                moe_ref(&r, l, h + (size_t)t * E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += o[i];
+            }
+            free(an); free(fn);
+            continue;
         }
         if (nh && Fl[l] > 0) { /* nemotron_h's FFN block: x += down(relu(up h + bu)^2 (its .scale after the bias)) */
             const int Fb = Fl[l];
@@ -1939,6 +1959,10 @@ TEST(granitehybrid_moe_experts_and_shared_expert_equal_reference) { check_family
  * blocks squared ReLU without a gate, against the same reference walking the file's blocks */
 TEST(nemotron_h_mamba2_attention_and_relu2_ffn_blocks_equal_reference) { check_family_n("tiny-nemotron-h", 4096, NT_MAX); }
 
+/* tiny-nemotron-h-moe: the same blocks, the FFN blocks 8 squared-ReLU experts without a gate, 2 per token by sigmoid with the
+ * selection bias, renormalized, x2.5, beside an ungated shared expert */
+TEST(nemotron_h_moe_relu2_experts_sigmoid_bias_norm_scale_equal_reference) { check_family_n("tiny-nemotron-h-moe", 4096, NT_MAX); }
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvb-families-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -1990,6 +2014,7 @@ int main(void) {
     RUN(granitehybrid_mamba2_and_attention_equal_reference);
     RUN(granitehybrid_moe_experts_and_shared_expert_equal_reference);
     RUN(nemotron_h_mamba2_attention_and_relu2_ffn_blocks_equal_reference);
+    RUN(nemotron_h_moe_relu2_experts_sigmoid_bias_norm_scale_equal_reference);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);

@@ -24,9 +24,10 @@ finite() { ! grep -q -E '"(ppl|nll|kl|baseline_ppl)":(-?nan|-?inf|null)' "$1" &&
 # Gemma 4 (tiny-gemma4: KV-shared layers, window heads of 32 padded to 64, per-layer embeddings; tiny-gemma4moe:
 # experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one) and Granite 4.0-H
 # (tiny-granitehybrid: Mamba-2 layers beside one attention layer without RoPE; tiny-granitehybrid-moe: with experts and a
-# shared expert) and Nemotron-H (tiny-nemotron-h: Mamba-2, attention and squared-ReLU FFN blocks) goes through the same run,
+# shared expert) and Nemotron-H (tiny-nemotron-h: Mamba-2, attention and squared-ReLU FFN blocks; tiny-nemotron-h-moe: experts
+# on the FFN blocks) goes through the same run,
 # ppl and needle loops as the hybrids
-for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-granitehybrid tiny-granitehybrid-moe tiny-nemotron-h; do
+for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-granitehybrid tiny-granitehybrid-moe tiny-nemotron-h tiny-nemotron-h-moe; do
     c=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" -o "$M" > /dev/null 2>&1
@@ -48,6 +49,10 @@ for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lf
     if grep -q '^mamba2        3 Mamba-2 layers (no KV): 8 heads of 16, 2 groups, state 16, conv 4 taps; state 31488 bytes a sequence$' "$T/$s.info" &&
        grep -q '^features      mamba2 3 of 4 (8 heads, 2 groups, state 16); 2 of 8 experts per token (softmax, renormalized), expert FFN 64; shared experts of FFN 96; scales' "$T/$s.info"
     then ok "${c}_info_names_mamba2_layers_and_experts"; else ko "${c}_info_names_mamba2_layers_and_experts" "$(grep -E '^(mamba2|features)' "$T/$s.info")"; fi ;;
+    tiny-nemotron-h-moe)
+    if grep -q '^features      mamba2 3 of 4 (8 heads, 2 groups, state 16); 7 blocks: 3 squared-ReLU FFN blocks each run after the block before it; 2 of 8 experts per token (sigmoid, renormalized), expert FFN 48; expert selection bias; expert weights x2.5; shared experts of FFN 64' "$T/$s.info" &&
+       grep -q '^experts       8 per layer on 3 layers, 2 used per token, expert ffn 48 ' "$T/$s.info"
+    then ok "${c}_info_names_ffn_blocks_sigmoid_experts"; else ko "${c}_info_names_ffn_blocks_sigmoid_experts" "$(grep -E '^(features|experts)' "$T/$s.info")"; fi ;;
     tiny-nemotron-h)
     if grep -q '^mamba2        3 Mamba-2 layers (no KV): 8 heads of 16, 2 groups, state 16, conv 4 taps; state 31488 bytes a sequence$' "$T/$s.info" &&
        grep -q '^features      mamba2 3 of 4 (8 heads, 2 groups, state 16); 7 blocks: 3 squared-ReLU FFN blocks each run after the block before it; no RoPE' "$T/$s.info"

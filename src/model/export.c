@@ -112,6 +112,10 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         } else if (in->n_ff_shexp > 0) {
             kvb_gguf_writer_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)in->n_ff_shexp);
         }
+        if (!strcmp(in->arch, "nemotron_h_moe")) { /* its routing's keys (sigmoid is the family's) */
+            kvb_gguf_writer_bool(w, K("expert_weights_norm"), m->moe_norm);
+            if (m->moe_scale != 1.0f) kvb_gguf_writer_f32(w, K("expert_weights_scale"), m->moe_scale);
+        }
     }
     if (m->swa_mask) { /* gemma4: the per-layer pattern, the window heads, KV sharing, PLE, the final cap (default 30: always written) */
         bool *pat = kvb_malloc((size_t)in->n_layer);
@@ -435,6 +439,10 @@ static const struct shape k_shapes[] = {
      * Mamba-2 of 8 heads of 16 (d_inner 128), 2 groups, state 16, 4 taps; FFN 128 */
     {.name = "tiny-nemotron-h", .arch = "nemotron_h", 512, 64, 4, 4, 2, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
      .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nh = true, .nh_ffn = 0xdu},
+    /* Nemotron-H MoE: tiny-nemotron-h's blocks, the FFN blocks 8 squared-ReLU experts of 48, 2 per token (sigmoid, the selection
+     * bias, renormalized, x2.5), beside a shared expert of 64 */
+    {.name = "tiny-nemotron-h-moe", .arch = "nemotron_h_moe", 512, 64, 4, 4, 2, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nh = true, .nh_ffn = 0xdu, .experts = 8, .experts_used = 2, .ff_exp = 48, .ff_shexp = 64},
     /* LFM2-MoE: tiny-lfm2's layers with 8 experts, 2 per token (sigmoid, a selection bias), of 48, after one dense layer */
     {.name = "tiny-lfm2moe", .arch = "lfm2moe", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
      .qk_norm = true, .sc_taps = 3, .sc_attn = 0x24u, .experts = 8, .experts_used = 2, .ff_exp = 48, .dense_lead = 1},
@@ -509,7 +517,7 @@ const char *kvb_model_shapes(void) {
     return "tiny, tiny-qwen2, tiny-32k, tiny-llama-bias, tiny-qwen3, tiny-granite, tiny-olmo2, tiny-phi3, tiny-smollm3, tiny-mistral3, "
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
-           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, tiny-granitehybrid, tiny-granitehybrid-moe, granite-4.0-h-tiny-4l, tiny-nemotron-h";
+           "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, tiny-granitehybrid, tiny-granitehybrid-moe, granite-4.0-h-tiny-4l, tiny-nemotron-h, tiny-nemotron-h-moe";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -643,6 +651,13 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         in->n_ff_exp = sh->ff_exp;
         in->n_moe_layers = sh->layers - sh->dense_lead;
         in->n_ff_shexp = sh->ff_shexp;
+    }
+    if (sh->nh && sh->experts) { /* nemotron_h_moe: sigmoid routing, renormalized, scaled (the keys the export writes) */
+        m->moe_gating = KVB_MOE_SIGMOID;
+        m->moe_norm = true;
+        m->moe_scale = 2.5f;
+        in->n_moe_layers = 0;
+        for (int32_t l = 0; l < sh->layers; l++) in->n_moe_layers += (int32_t)(sh->nh_ffn >> l & 1u);
     }
     if (sh->granite[0] != 0) {
         m->embd_scale = sh->granite[0];
@@ -864,6 +879,19 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->pre_ffn_norm_2 = const_vec(o, E, 1.0f, true);
             L->post_ffn_norm_1 = const_vec(o, E, 1.0f, true);
             L->post_ffn_norm_2 = const_vec(o, E, 1.0f, true);
+        } else if (sh->nh && sh->experts) { /* nemotron_h_moe: on the layers with an FFN block, ungated experts, the selection bias,
+                                              * an ungated shared expert */
+            if (!(sh->nh_ffn >> l & 1u)) {
+                L->ffn_norm = NULL;
+                continue;
+            }
+            const int64_t N = sh->experts, Fe = sh->ff_exp, Fs = sh->ff_shexp;
+            if (st == KVB_OK) st = rand_mat(o, &L->router, E, N);
+            if (st == KVB_OK) st = rand_stack(o, &L->up_exps, E, N * Fe);
+            if (st == KVB_OK) st = rand_stack(o, &L->down_exps, Fe, N * E);
+            if (st == KVB_OK && Fs) st = rand_mat(o, &L->up_shexp, E, Fs);
+            if (st == KVB_OK && Fs) st = rand_mat(o, &L->down_shexp, Fs, E);
+            L->exp_probs_b = const_vec(o, N, 0.0f, true);
         } else if (sh->experts && l >= sh->dense_lead) { /* the router and the experts' stacks, instead of the dense FFN */
             const int64_t N = sh->experts, Fe = sh->ff_exp, Fs = sh->ff_shexp;
             if (st == KVB_OK) st = rand_mat(o, &L->router, E, N);

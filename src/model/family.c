@@ -1899,7 +1899,7 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
 
 /* ---- export ---- */
 
-/* nemotron_h's tensors under the file's block numbers: a layer's "blk.L.x" goes to its mixer block, its FFN's (ffn_*) to the
+/* nemotron_h's tensors under the file's block numbers: a layer's "blk.L.x" goes to its mixer block, its FFN's (ffn_*, exp_probs_b) to the
  * FFN block after it, whose attn_norm is the layer's ffn_norm. */
 struct block_names {
     const struct kvb_model *m;
@@ -1911,7 +1911,7 @@ static kvb_status put_by_block(void *u, const char *name, const struct kvb_mat *
     int l = -1, at = 0;
     if (sscanf(name, "blk.%d.%n", &l, &at) != 1 || at <= 0 || l < 0 || l >= bn->m->info.n_layer) return bn->put(bn->u, name, mat, vec, n, rows);
     const char *rest = name + at;
-    const bool ffn = !strncmp(rest, "ffn_", 4);
+    const bool ffn = !strncmp(rest, "ffn_", 4) || !strncmp(rest, "exp_probs_b.", 12); /* the FFN's and the experts' */
     const int32_t b = bn->m->file_layer[2 * l + (ffn ? 1 : 0)];
     char out[96];
     snprintf(out, sizeof out, "blk.%d.%s", (int)b, ffn && !strcmp(rest, "ffn_norm.weight") ? "attn_norm.weight" : rest);
