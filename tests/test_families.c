@@ -1963,6 +1963,33 @@ TEST(nemotron_h_mamba2_attention_and_relu2_ffn_blocks_equal_reference) { check_f
  * selection bias, renormalized, x2.5, beside an ungated shared expert */
 TEST(nemotron_h_moe_relu2_experts_sigmoid_bias_norm_scale_equal_reference) { check_family_n("tiny-nemotron-h-moe", 4096, NT_MAX); }
 
+/* granitehybrid's and nemotron_h's keys, tensors and block kinds as llama.cpp's loaders read them, refused by name */
+TEST(granitehybrid_nemotron_h_keys_tensors_and_blocks_refused_by_name) {
+    char gh[128], nh[128], nhm[128];
+    if (!write_shape("tiny-granitehybrid", gh, sizeof gh) || !write_shape("tiny-nemotron-h", nh, sizeof nh) ||
+        !write_shape("tiny-nemotron-h-moe", nhm, sizeof nhm))
+        FAILF("mkmodel: %s", kvb_last_error());
+    refused(gh, &(struct edit){.key = "granitehybrid.ssm.state_size", .drop_key = true}, KVB_ERR_CORRUPT, "granitehybrid.ssm.state_size");
+    refused(gh, &(struct edit){.key = "granitehybrid.ssm.group_count", .num = 3}, KVB_ERR_CORRUPT, "ssm.group_count");
+    refused(gh, &(struct edit){.key = "granitehybrid.ssm.state_size", .num = 32}, KVB_ERR_CORRUPT, "blk.0.ssm_in.weight");
+    refused(gh, &(struct edit){.drop = "blk.0.ssm_d"}, KVB_ERR_CORRUPT, "blk.0.ssm_d");
+    refused(gh, &(struct edit){.add = "blk.0.attn_q.weight"}, KVB_ERR_UNSUPPORTED, "blk.0.attn_q.weight");
+    refused(gh, &(struct edit){.add = "blk.0.ssm_dt_norm.weight"}, KVB_ERR_UNSUPPORTED, "blk.0.ssm_dt_norm.weight");
+    static const int32_t none[4] = {0};
+    refused(gh, &(struct edit){.key = "granitehybrid.attention.head_count_kv", .arr = none, .n_arr = 4}, KVB_ERR_UNSUPPORTED,
+            "granitehybrid.attention.head_count_kv");
+    /* nemotron_h's blocks M F M A F M F: an FFN block first, or after another FFN block, is not implemented */
+    static const int32_t first[7] = {128, 0, 0, 0, 128, 0, 128}, twice[7] = {0, 128, 128, 0, 128, 0, 128};
+    refused(nh, &(struct edit){.key = "nemotron_h.feed_forward_length", .arr = first, .n_arr = 7}, KVB_ERR_UNSUPPORTED, "nemotron_h.feed_forward_length");
+    refused(nh, &(struct edit){.key = "nemotron_h.feed_forward_length", .arr = twice, .n_arr = 7}, KVB_ERR_UNSUPPORTED, "nemotron_h.feed_forward_length");
+    refused(nh, &(struct edit){.drop = "blk.1.ffn_up.weight"}, KVB_ERR_CORRUPT, "blk.1.ffn_up.weight");
+    refused(nh, &(struct edit){.add = "blk.1.ffn_gate.weight"}, KVB_ERR_UNSUPPORTED, "blk.1.ffn_gate.weight");
+    refused(nh, &(struct edit){.add = "blk.3.rope_freqs.weight"}, KVB_ERR_UNSUPPORTED, "blk.3.rope_freqs.weight");
+    /* nemotron_h_moe: the selection bias required; the latent projections not implemented */
+    refused(nhm, &(struct edit){.drop = "blk.1.exp_probs_b.bias"}, KVB_ERR_CORRUPT, "blk.1.exp_probs_b.bias");
+    refused(nhm, &(struct edit){.add = "blk.1.ffn_latent_down.weight"}, KVB_ERR_UNSUPPORTED, "blk.1.ffn_latent_down.weight");
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvb-families-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -2015,6 +2042,7 @@ int main(void) {
     RUN(granitehybrid_moe_experts_and_shared_expert_equal_reference);
     RUN(nemotron_h_mamba2_attention_and_relu2_ffn_blocks_equal_reference);
     RUN(nemotron_h_moe_relu2_experts_sigmoid_bias_norm_scale_equal_reference);
+    RUN(granitehybrid_nemotron_h_keys_tensors_and_blocks_refused_by_name);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);

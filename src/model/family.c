@@ -1084,8 +1084,9 @@ kvb_status kvb_family_mamba2(struct kvb_model *m) {
     const int64_t K = in->ssm_conv, DI = in->ssm_inner, N = in->ssm_state, H = in->ssm_heads, G = in->ssm_groups;
     if (!m->recurrent) return kvb_fail(KVB_ERR_INVALID, "%s: %s without its layer kinds", m->path, in->arch);
     if (K < 2 || K > 64 || DI < 1 || N < 1 || H < 1 || G < 1 || DI % H || DI % G || H % G)
-        return kvb_fail(KVB_ERR_CORRUPT, "%s: Mamba-2 shape: conv %lld taps (2..64), inner %lld over %lld heads and %lld groups (each dividing it, "
-                                         "the groups the heads), state %lld", m->path, (long long)K, (long long)DI, (long long)H, (long long)G, (long long)N);
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: the Mamba-2 shape of '%s': ssm.conv_kernel %lld (2..64), ssm.inner_size %lld over ssm.time_step_rank %lld "
+                                         "heads and ssm.group_count %lld groups (each dividing it, the groups the heads), ssm.state_size %lld", m->path,
+                        in->arch, (long long)K, (long long)DI, (long long)H, (long long)G, (long long)N);
     int32_t n = 0;
     for (int32_t l = 0; l < in->n_layer; l++) n += m->recurrent[l] != 0;
     if (n >= in->n_layer) return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: no attention layer among %d Mamba-2 layers is not implemented", m->path, (int)n);
