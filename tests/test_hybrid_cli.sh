@@ -170,6 +170,22 @@ for n in (64, 256):
     lp.append((st['bytes_peak'], st['state_bytes']))
 if lp != [(12288, 4096), (12288, 4096)]:
     errs.append('lfm2 streaming peaks %r' % lp)
+# granitehybrid's Mamba-2 layers in the info (mamba2 in the padding after shortconv, ssm_inner last), and its session
+# constant under streaming 16: 1 attention layer x 2 KV streams x 2 pages of 1024 bytes + 3 Mamba-2 layers x 11 pages (128
+# rows of the scan's 16 floats + 36 of the conv's history, 16 rows a page) = 37888 bytes, the state mem's --block-size
+# 16 figure (33792), at both lengths
+gm = kvbound.Model(sys.argv[5])
+g = gm.info
+if (g['arch'], g['n_rec_layers'], g['mamba2'], g['shortconv'], g['ssm_inner'], g['ssm_heads'], g['ssm_groups'], g['ssm_state'], g['state_bytes']) != \
+        ('granitehybrid', 3, True, False, 128, 8, 2, 16, 31488):
+    errs.append('granitehybrid info %r' % ({k: g[k] for k in ('arch', 'n_rec_layers', 'mamba2', 'ssm_inner', 'state_bytes')},))
+gp = []
+for n in (64, 256):
+    ''.join(gm.generate('Once upon a time', n, policy='streaming', budget=16, stop_at_eos=False))
+    st = gm.last_context.cache_stats()
+    gp.append((st['bytes_peak'], st['state_bytes']))
+if gp != [(37888, 33792), (37888, 33792)]:
+    errs.append('granitehybrid streaming peaks %r' % gp)
 every_policy(m, open(sys.argv[2]).read(), errs,
              lambda m, p: None if m.last_context.cache_stats()['state_layers'] == 3 else 'state_layers %d' % m.last_context.cache_stats()['state_layers'])
 peaks = []
@@ -179,7 +195,7 @@ for n in (64, 256):
 if peaks != [26624, 26624]:
     errs.append('streaming peaks %r' % peaks)
 saved_continues(m, os.path.join(sys.argv[3], 'h.kvc'), errs)
-print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" "$T/tiny-lfm2.gguf" 2>&1)
+print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" "$T/tiny-lfm2.gguf" "$T/tiny-granitehybrid.gguf" 2>&1)
         if [ "$out" = same ]; then ok hybrid_python_every_policy_exact_peak_and_saved_cache; else ko hybrid_python_every_policy_exact_peak_and_saved_cache "$out"; fi
         # Gemma 4 through the bindings: info's window and KV-shared figures, every policy generates and scores, and a
         # saved cache (KV-shared layers: the source's pages only) continues as the context it came from

@@ -52,7 +52,8 @@
 #     state is their last inputs), under streaming and h2o;
 #   - implicit_granitehybrid_*: the same on tiny-granitehybrid (issue 51: Mamba-2
 #     layers, whose state is the scan's and the conv's), under streaming and h2o;
-#   - implicit_nemotron_h_*: the same on tiny-nemotron-h under streaming;
+#   - implicit_nemotron_h_*: the same on tiny-nemotron-h under streaming, and on
+#     tiny-nemotron-h-moe under h2o;
 #   - implicit_openai_client_stateless_agent (tests/serve/stateless_agent.mjs)
 #     and implicit_readme_agent_loop_runs_as_written (the README's block
 #     marked agent-example).
@@ -181,6 +182,8 @@ hybrid_case implicit_granitehybrid tiny-granitehybrid g "streaming h2o" 3 31488 
 # Nemotron-H (tiny-nemotron-h: its Mamba-2, attention and FFN blocks as 3 Mamba-2 layers and 1 attention layer, 3 of them
 # with an FFN block after): a window; the same state
 hybrid_case implicit_nemotron_h tiny-nemotron-h n "streaming" 3 31488 0
+# Nemotron-H MoE (tiny-nemotron-h-moe: the same blocks with sigmoid-routed experts on the FFN blocks): heavy hitters
+hybrid_case implicit_nemotron_h_moe tiny-nemotron-h-moe e "h2o" 3 31488 0
 
 # two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous
 if need_tool implicit_haproxy_two_replicas haproxy KVB_REQUIRE_REDIS "the load balancer; Debian haproxy"; then
