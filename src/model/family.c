@@ -38,6 +38,15 @@
  * its taps and optional window, and bind_layer binds a conv layer's three
  * shortconv.* tensors (bind_shortconv) into the Gated DeltaNet slots it shares.
  *
+ * Granite 4.0-H (F_MAMBA2: granitehybrid) reads its Mamba-2 layers off the
+ * same per-layer head_count_kv (shortconv_layers), their shape off ssm.*
+ * (load_mamba2, kvb_family_mamba2), and binds a Mamba-2 layer's ssm_* tensors
+ * (bind_mamba2) into the same slots. Nemotron-H (F_NEMOTRON: nemotron_h,
+ * nemotron_h_moe) has blocks of one kind each (Mamba-2, attention, FFN):
+ * nemotron_layers makes a layer of each Mamba-2 or attention block and the
+ * FFN block after it, kvb_model.file_layer keeps the file's block numbers for
+ * bind_nemotron and the export.
+ *
  * Gemma 4 (F_GEMMA4, load_gemma4) adds a per-layer window pattern, window
  * heads of their own size and rotary dims, KV-shared trailing layers
  * (kv_source, with llama.cpp's assert on their sources' kinds as a refusal),

@@ -4,7 +4,7 @@
  * comments: every matrix is row-major [n_out][n_in], y = W x.
  *
  * Files call one way (tests/src_layers.py): batch.c -> forward.c (contexts,
- * the layers of a pass) -> recurrent.c (the Gated DeltaNet layers) -> moe.c
+ * the layers of a pass) -> recurrent.c (the Gated DeltaNet, short-conv and Mamba-2 layers) -> moe.c
  * (the experts) -> ffn.c (a pass's matmuls, scales, biases, gated
  * activations, the dense FFN), which forward.c and recurrent.c call too; export.c -> model.c (loading) -> family.c (the families as data).
  */
@@ -126,7 +126,8 @@ struct kvb_model {
     const float *rope_freqs;     /* [rope_dims / 2] frequency divisors (Llama-3, YaRN, LongRoPE short), or NULL */
     const float *rope_freqs_long;/* LongRoPE: the divisors past rope_orig_ctx (phi3), or NULL */
     struct kvb_layer *layers;    /* [info.n_layer + info.n_nextn_layers]: the MTP layers last, never run */
-    uint8_t *recurrent;          /* [n_layer] 1: a Gated DeltaNet layer (no K/V, its weights in ssm_*), or NULL (owned) */
+    uint8_t *recurrent;          /* [n_layer] 1: a recurrent layer (Gated DeltaNet, short conv, Mamba-2: no K/V, its weights in
+                                  * ssm_*), or NULL (owned) */
     int32_t *file_layer;         /* nemotron_h: [2 n_layer] the file's blocks each layer runs: its mixer's (Mamba-2 or
                                   * attention) at [2l], the FFN-only block after it at [2l + 1] or -1 (the layer has no
                                   * FFN); the file's blocks are n_file_layers; NULL (owned) for the other families */
