@@ -9,6 +9,7 @@
  */
 #include "testing.h"
 #include "ops/ssd.h"
+#include "ops/dispatch.h"
 
 #include <stdbool.h>
 
@@ -158,6 +159,32 @@ TEST(recurrent_split_into_calls_is_bit_identical) {
     free(ya), free(yb), free(a.buf), free(a.rows), free(b.buf), free(b.rows), free_head(&h);
 }
 
+/* Every family this CPU runs (AVX2) gives the scalar reference's bits: outputs and state, N with a tail (N % 8 != 0) and
+ * without; and the dispatch follows KVB_REF (kvb_kernels_force_ref). */
+TEST(recurrent_every_family_gives_the_reference_bits) {
+    const struct kvb_ssd_kernels *fams[2] = {&kvb_ssd_ref, NULL};
+#if defined(__x86_64__)
+    if (kvb_cpu_features() & KVB_CPU_AVX2) fams[1] = &kvb_ssd_avx2;
+#endif
+    static const int shapes[][3] = {{16, 16, 9}, {8, 13, 7}, {64, 128, 5}, {3, 5, 4}};
+    for (int f = 1; f < 2 && fams[f]; f++)
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+            struct head h = make_head(shapes[c][0], shapes[c][1], shapes[c][2], 31 + c);
+            struct state a = make_state(&h), b = make_state(&h);
+            float *ya = make_out(&h), *yb = make_out(&h);
+            fams[0]->recurrent(a.rows, h.P, h.N, h.T, h.x, h.ldx, h.B, h.C, h.ldbc, h.dt, h.lddt, h.A, h.D, ya, h.ldy);
+            fams[f]->recurrent(b.rows, h.P, h.N, h.T, h.x, h.ldx, h.B, h.C, h.ldbc, h.dt, h.lddt, h.A, h.D, yb, h.ldy);
+            const bool same = !memcmp(ya, yb, sizeof(float) * (size_t)h.T * h.ldy) && !memcmp(a.buf, b.buf, sizeof(float) * (size_t)h.P * (h.N + GAP));
+            if (!same) printf("  %s: P %d N %d T %d differs from the reference\n", fams[f]->name, h.P, h.N, h.T);
+            free(ya), free(yb), free(a.buf), free(a.rows), free(b.buf), free(b.rows), free_head(&h);
+            if (!same) FAILF("%s's recurrent form is not the reference's bits", fams[f]->name);
+        }
+    kvb_kernels_force_ref(true);
+    const bool ref = kvb_ssd_kernels() == &kvb_ssd_ref;
+    kvb_kernels_force_ref(false);
+    CHECK(ref);
+}
+
 TEST(zero_tokens_change_nothing) {
     struct head h = make_head(8, 8, 0, 5);
     struct state st = make_state(&h);
@@ -176,6 +203,7 @@ int main(void) {
     RUN(chunked_in_calls_of_7_carries_the_state);
     RUN(recurrent_split_into_calls_is_bit_identical);
     RUN(zero_tokens_change_nothing);
+    RUN(recurrent_every_family_gives_the_reference_bits);
     free(g_scratch);
     return test_summary();
 }

@@ -1,10 +1,11 @@
 /* ssd.c — the Mamba-2 scan's recurrent and chunked forms (ssd.h), scalar. */
 #include "ssd.h"
+#include "dispatch.h"
 
 #include <math.h>
 
-void kvb_ssd_recurrent(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
-                       int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy) {
+static void recurrent_ref(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
+                          int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy) {
     for (int32_t t = 0; t < T; t++) {
         const float d = dt[t * lddt], dA = expf(d * A);
         const float *xt = x + t * ldx, *bt = B + t * ldbc, *ct = C + t * ldbc;
@@ -12,15 +13,29 @@ void kvb_ssd_recurrent(float *const *S, int32_t P, int32_t N, int32_t T, const f
         for (int32_t i = 0; i < P; i++) {
             float *s = S[i];
             const float xd = xt[i] * d;
-            float acc = 0.0f;
+            float a[8] = {0};
             for (int32_t n = 0; n < N; n++) {
                 const float v = s[n] * dA + bt[n] * xd;
                 s[n] = v;
-                acc = fmaf(v, ct[n], acc);
+                a[n & 7] = fmaf(v, ct[n], a[n & 7]);
             }
-            yt[i] = acc + D * xt[i];
+            yt[i] = kvb_ssd_lanes_sum(a) + D * xt[i];
         }
     }
+}
+
+const struct kvb_ssd_kernels kvb_ssd_ref = {"ref", recurrent_ref};
+
+const struct kvb_ssd_kernels *kvb_ssd_kernels(void) {
+#if defined(__x86_64__)
+    if (kvb_family()->needs & KVB_CPU_AVX2) return &kvb_ssd_avx2;
+#endif
+    return &kvb_ssd_ref;
+}
+
+void kvb_ssd_recurrent(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
+                       int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy) {
+    kvb_ssd_kernels()->recurrent(S, P, N, T, x, ldx, B, C, ldbc, dt, lddt, A, D, y, ldy);
 }
 
 size_t kvb_ssd_scratch_floats(void) { return (size_t)KVB_SSD_CHUNK * (KVB_SSD_CHUNK + 2); }

@@ -24,14 +24,39 @@
 
 #define KVB_SSD_CHUNK 64 /* tokens per chunk of kvb_ssd_chunked */
 
+/* The 8 lanes' sum of the recurrent form's dot, in the law's order. */
+static inline float kvb_ssd_lanes_sum(const float *a) {
+    const float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
+    return (t0 + t2) + (t1 + t3);
+}
+
 /* One head over T tokens (T >= 0; P, N >= 1): x rows of P floats at x + t*ldx,
  * B and C rows of N at B + t*ldbc, C + t*ldbc, dt at dt[t*lddt], y rows of P
- * at y + t*ldy. S is updated in place; y must not overlap the inputs. */
+ * at y + t*ldy. S is updated in place; y must not overlap the inputs. The
+ * family in use's kernel (kvb_ssd_kernels). */
 void kvb_ssd_recurrent(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
                        int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy);
 /* The same by chunks; scratch: at least kvb_ssd_scratch_floats() floats. */
 void kvb_ssd_chunked(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
                      int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy, float *scratch);
 size_t kvb_ssd_scratch_floats(void);
+
+/* The kernels of a family: the scalar reference (the law: the recurrent form's
+ * dot S[i] . C_t runs as 8 lanes, lane j summing n = j mod 8 by a sequential
+ * fmaf chain, then (a_j + a_j+4), (t_0 + t_2) + (t_1 + t_3)), and AVX2, which
+ * gives the reference's bits (the state update s dA + b (x dt) unfused, the
+ * lanes' fmas in the same order). The chunked form is the reference's in every
+ * family. kvb_ssd_kernels(): the family in use's (dispatch.h: KVB_REF and
+ * KVB_KERNELS choose it, as attention and matmul). */
+struct kvb_ssd_kernels {
+    const char *name;
+    void (*recurrent)(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
+                      int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy);
+};
+extern const struct kvb_ssd_kernels kvb_ssd_ref;
+#if defined(__x86_64__)
+extern const struct kvb_ssd_kernels kvb_ssd_avx2;
+#endif
+const struct kvb_ssd_kernels *kvb_ssd_kernels(void);
 
 #endif
