@@ -31,10 +31,12 @@ if [ ${#files[@]} -eq 0 ]; then
     for s in tiny tiny-llama-bias tiny-qwen2 tiny-qwen3 tiny-granite tiny-olmo2 tiny-phi3 tiny-mistral3 tiny-smollm3 tiny-gemma2 tiny-gemma3 \
              tiny-qwen3moe tiny-mixtral tiny-granitemoe tiny-granitemoe-shared tiny-qwen2moe tiny-deepseek tiny-olmoe tiny-gpt-oss \
              tiny-qwen35 tiny-qwen35-mtp tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-gemma4moe-split \
-             tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-glm4moe tiny-deepseek2 tiny-deepseek2-lite; do
+             tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-glm4moe tiny-deepseek2 tiny-deepseek2-lite tiny-granitehybrid tiny-granitehybrid-moe \
+             tiny-nemotron-h tiny-nemotron-h-moe; do
         for t in f32 f16; do "$K" mkmodel --shape "$s" --type $t -o "$W/$s-$t.gguf" 2>/dev/null; files+=("$W/$s-$t.gguf"); done
     done
-    for a in llama qwen2 qwen3 granite mistral3 smollm3 olmo2 phi3 gemma2 gemma3 qwen35 qwen35moe gemma4 gemma4moe gemma4-all gemma4moe-all lfm2 lfm2moe glm4moe glm4moe-all; do
+    for a in llama qwen2 qwen3 granite mistral3 smollm3 olmo2 phi3 gemma2 gemma3 qwen35 qwen35moe gemma4 gemma4moe gemma4-all gemma4moe-all lfm2 lfm2moe glm4moe glm4moe-all \
+             granitehybrid nemotron_h nemotron_h_moe; do
         for f in "$PEER/archs/$a-dense.gguf" "$PEER/archs/gen/$a-f32.gguf" "$PEER/archs/gen/$a-f16.gguf"; do [ -f "$f" ] && files+=("$f"); done
     done
     for f in "$PEER/archs/gen/phi3-longrope-f32.gguf" "$PEER/archs/gen/phi3-longrope-f16.gguf"; do [ -f "$f" ] && files+=("$f"); done

@@ -825,6 +825,9 @@ struct kvb_model_info {
                                * y = out_proj(C * conv_K(B * x)), K = ssm_conv taps (shortconv.l_cache) over
                                * n_embd channels; ssm_state, ssm_groups, ssm_heads 0 (in the padding before
                                * state_bytes: the offsets of the fields around it are unchanged) */
+    bool mamba2;              /* Granite 4.0-H, Nemotron-H: the n_rec_layers are Mamba-2 (selective state space,
+                               * SSD) layers: ssm_heads heads of ssm_inner / ssm_heads channels, ssm_groups groups
+                               * of B/C of ssm_state each, conv ssm_conv taps (in the padding, as shortconv) */
     size_t state_bytes;       /* one sequence's recurrent state over all its recurrent layers: per Gated DeltaNet
                                * layer 4 x (Hv Dk Dv + (K - 1) C) bytes, C = 2 Hk Dk + Hv Dv; per short-conv
                                * layer 4 x (K - 1) n_embd (its last K - 1 inputs B*x); 0 without */
@@ -844,6 +847,7 @@ struct kvb_model_info {
                                   * per-head K/V the latent replaces (key_length_mla, value_length_mla); 0 without */
     int32_t n_expert_groups, n_expert_groups_used; /* group-limited routing (deepseek2): experts in n_expert_groups groups,
                                   * a token's experts chosen among its n_expert_groups_used best groups; 0: none */
+    int32_t ssm_inner;           /* Mamba-2 (mamba2): the inner width d_inner (ssm.inner_size); 0 otherwise */
 };
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,

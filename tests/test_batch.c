@@ -332,10 +332,12 @@ TEST(hybrid_models_batch_fork_and_sessions_exact) {
     /* and Gemma 4: KV-shared layers, padded window heads; with experts and per-layer KV heads (tiny-gemma4moe); and LFM2's
      * short-conv layers (their state: the last 2 rows of B*x), with windows on its attention layers (tiny-lfm2-swa), with
      * sigmoid-routed experts and their selection bias (tiny-lfm2moe); GLM-4.5's partial RoPE, sigmoid experts beside a
-     * shared expert and an MTP layer that never runs (tiny-glm4moe); and deepseek2's latent attention (one latent row per
-     * token for every head, the absorbed form in prompts and decode alike) */
+     * shared expert and an MTP layer that never runs (tiny-glm4moe); deepseek2's latent attention (one latent row per
+     * token for every head, the absorbed form in prompts and decode alike); and Granite 4.0-H's Mamba-2 layers (their state: the
+     * scan's H P rows and the conv's last 3 rows of xBC) beside attention without RoPE (tiny-granitehybrid), with experts and a shared expert (tiny-granitehybrid-moe); Nemotron-H's blocks (tiny-nemotron-h), with experts (tiny-nemotron-h-moe) */
     static const char *const shapes[] = {"tiny-qwen35", "tiny-qwen35moe", "tiny-gemma4", "tiny-gemma4moe", "tiny-lfm2", "tiny-lfm2-swa", "tiny-lfm2moe",
-                                         "tiny-glm4moe", "tiny-deepseek2"};
+                                         "tiny-glm4moe", "tiny-deepseek2", "tiny-granitehybrid", "tiny-granitehybrid-moe", "tiny-nemotron-h",
+                                         "tiny-nemotron-h-moe"};
     const struct kvb_recall_params none = {0};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         struct kvb_model *m, *keep = g_model;
@@ -346,8 +348,8 @@ TEST(hybrid_models_batch_fork_and_sessions_exact) {
         equality_run(m, quick ? 8 : KVB_POLICY_COUNT, quick ? 4 : KVB_POLICY_COUNT, none); /* quick: full, window, streaming, h2o */
         g_model = m;
         g_no_recall = true;
-        if (!t_case_failed && (!quick || k == 0 || k == 3 || k == 4)) test_forked_sequences_continue_exactly_every_policy();
-        if (!t_case_failed && (!quick || k == 0 || k == 3 || k == 4)) test_sessions_continue_save_and_load();
+        if (!t_case_failed && (!quick || k == 0 || k == 3 || k == 4 || k == 7)) test_forked_sequences_continue_exactly_every_policy();
+        if (!t_case_failed && (!quick || k == 0 || k == 3 || k == 4 || k == 7)) test_sessions_continue_save_and_load();
         g_model = keep;
         g_no_recall = false;
         kvb_model_make_free(m, owned);

@@ -43,6 +43,21 @@ then ok mem_latent_presets_deepseek_v3_kimi_k2_per_head_kv_replaced; else ko mem
 if grep -q '"recurrent_layers":48,"state_bytes_per_sequence":156893184,' "$T/h2.json" &&
    grep -q '"tokens":1000,"batch":2,"bytes":131072000,"size":0.13,"state_bytes":313786368,"total_bytes":444858368,' "$T/h2.json"
 then ok mem_hybrid_preset_qwen35_27b_batch; else ko mem_hybrid_preset_qwen35_27b_batch "$(cat "$T/h2.json")"; fi
+# Granite 4.0-H (Mamba-2 hybrids) at 128K: Tiny's 4 attention layers of 4 KV heads of 128 (131072 x 4 x 4 x 512 bytes), 36
+# Mamba-2 layers of d_inner 3072, state 128, 1 group, 4 taps: 36 x 4 x (3072 x 128 + 3 x 3328) bytes; Small's 8 KV heads and
+# d_inner 8192: 36 x 4 x (8192 x 128 + 3 x 8448); streaming 4096 keeps 4096 tokens of the attention layers. -m
+# tiny-granitehybrid with --block-size 16: pages of 1024 bytes hold 16 rows of 16 floats, a layer's 128 + 36 rows take 11,
+# so 3 x 11 pages = 33792 bytes a sequence (the cache's packing); 100 tokens -> 7 pages of K/V for each of 2 heads
+"$K" mem --preset granite-4.0-h-tiny --ctx 131072 --policy streaming --budget 4096 --json > "$T/g1.json" 2>&1
+"$K" mem --preset granite-4.0-h-small --ctx 131072 --policy streaming --budget 4096 > "$T/g2.txt" 2>&1
+"$K" mkmodel --shape tiny-granitehybrid -o "$T/gh.gguf" > /dev/null 2>&1
+"$K" mem -m "$T/gh.gguf" --ctx 100 --block-size 16 --json > "$T/g3.json" 2>&1
+if grep -q '"recurrent_layers":36,"state_bytes_per_sequence":58060800,' "$T/g1.json" &&
+   grep -q '"bytes":1073741824,"size":1.07,"state_bytes":58060800,"total_bytes":1131802624,.*"bounded_bytes":33554432,.*"saving":0.9191}' "$T/g1.json" &&
+   grep -q '^36 Mamba-2 layers hold no K/V but a recurrent state of 154644480 bytes' "$T/g2.txt" &&
+   grep -q '^ *131072 *1 *2147483648 *2.15 *0.15 *2.30 *0.07 *0.22 *90.4%$' "$T/g2.txt" &&
+   grep -q '"recurrent_layers":3,"state_bytes_per_sequence":33792,.*"bytes":14336,"size":0.00,"state_bytes":33792,' "$T/g3.json"
+then ok mem_mamba2_presets_granite_4_0_h_and_model_pages; else ko mem_mamba2_presets_granite_4_0_h_and_model_pages "$(cat "$T/g1.json" "$T/g2.txt" "$T/g3.json")"; fi
 # -m tiny-qwen35 (1 attention layer of 2 KV heads of 32, f16: 256 bytes a token; 3 Gated DeltaNet layers of 2/4 heads of 16,
 # 4 taps: 4 x (4 x 16 x 16 + 3 x 128) = 5632 bytes each = info's 16896); with --block-size 16 the cache's pages: 2048 bytes
 # hold 32 rows of 16 floats, a layer's 64 + 24 rows take 3, so 9 pages = 18432 a sequence; 100 tokens -> 112 slots

@@ -51,6 +51,7 @@ struct ref {
     bool sigmoid;             /* expert_gating_func 2 (lfm2moe): sigmoid per expert instead of the softmax */
     bool ffn_as_post;         /* the FFN's pre-norm stored as post_attention_norm.weight (gpt-oss, glm4moe) */
     int groups, groups_used;  /* deepseek2: experts in groups, the choice among the best groups_used (0: none) */
+    bool relu2;               /* nemotron_h_moe: experts and shared expert relu(up h)^2 then down, no gate */
 };
 
 static double key_f(const struct ref *r, const char *suffix, double def) {
@@ -207,9 +208,10 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
     for (int i = 0; i < E; i++) o[i] = 0;
     for (int k = 0; k < K; k++) {
         const int e = sel[k];
-        matvec(wg + (size_t)e * Fe * E, bg ? bg + (size_t)e * Fe : NULL, h, E, Fe, g);
+        if (!r->relu2) matvec(wg + (size_t)e * Fe * E, bg ? bg + (size_t)e * Fe : NULL, h, E, Fe, g);
         matvec(wu + (size_t)e * Fe * E, bu ? bu + (size_t)e * Fe : NULL, h, E, Fe, u);
-        for (int i = 0; i < Fe; i++) {
+        for (int i = 0; r->relu2 && i < Fe; i++) g[i] = u[i] > 0 ? u[i] * u[i] : 0;
+        for (int i = 0; !r->relu2 && i < Fe; i++) {
             const double a = g[i] * (sg ? sg[e] : 1), b = u[i] * (su ? su[e] : 1);
             if (r->oai) { /* x = min(g, 7), y = clamp(u, -7, 7): x sigmoid(1.702 x) (y + 1) */
                 const double x = fmin(a, 7), yy = fmin(fmax(b, -7), 7);
@@ -226,9 +228,9 @@ static void moe_ref(const struct ref *r, int l, const double *h, double *o) {
         double *sg_ = layer_t(r, l, "ffn_gate_shexp.weight", (int64_t)E * Fs), *su_ = layer_t(r, l, "ffn_up_shexp.weight", (int64_t)E * Fs);
         double *sd_ = layer_t(r, l, "ffn_down_shexp.weight", (int64_t)Fs * E), *gi = layer_t(r, l, "ffn_gate_inp_shexp.weight", E);
         double gs[1024], us[1024], gate = 1;
-        matvec(sg_, NULL, h, E, Fs, gs);
+        if (!r->relu2) matvec(sg_, NULL, h, E, Fs, gs);
         matvec(su_, NULL, h, E, Fs, us);
-        for (int i = 0; i < Fs; i++) gs[i] = gs[i] / (1 + exp(-gs[i])) * us[i];
+        for (int i = 0; i < Fs; i++) gs[i] = r->relu2 ? (us[i] > 0 ? us[i] * us[i] : 0) : gs[i] / (1 + exp(-gs[i])) * us[i];
         matvec(sd_, NULL, gs, Fs, E, y);
         if (gi) {
             double d = 0;
@@ -948,6 +950,222 @@ static double *reference_deepseek2(const char *path, int n_ctx, int nt) {
     return logits;
 }
 
+/* ---- granitehybrid: its own reference (llama.cpp's granite-hybrid graph and build_mamba2_layer, ggml's ssm_conv and ssm_scan) ---- */
+
+/* x = emb * embedding_scale; every layer: x += residual_scale * block(rms(x, attn_norm)); x += residual_scale *
+ * ffn(rms(x, ffn_norm)) (SwiGLU with its biases, or moe_ref's experts and shared expert); logits = output(rms(x)) / logit_scale.
+ * A layer with head_count_kv 0 is Mamba-2 (H heads of P, G groups, state N, K taps):
+ *   z, xBC, dt = ssm_in h (times ssm_in.scale); xBC = silu(conv(xBC) + conv bias) (zeros before the first token);
+ *   dt = softplus(dt + dt_bias); per head hh (group hh / (H / G)), S [P][N] from zeros:
+ *     S = exp(dt A) S + dt x B^T;  y = S C + D x;
+ *   y *= silu(z); each group's d_inner / G values RMS-normed times ssm_norm; out = ssm_out y (times ssm_out.scale).
+ * The others attention: q/k/v (biases, q/k/v/o .scale), RoPE (interleaved pairs) unless rope.scaling.finetuned is false,
+ * scores * attention.scale (else 1/sqrt(D)). */
+static double *reference_granitehybrid(const char *path, int nt) {
+    struct gguf_file *f;
+    if (kvb_gguf_open(path, &f) != KVB_OK) return NULL;
+    struct ref r = {.f = f};
+    struct gguf_str arch;
+    kvb_gguf_get_str(f, "general.architecture", &arch, true);
+    snprintf(r.arch, sizeof r.arch, "%.*s", (int)arch.n, arch.p); /* granitehybrid or nemotron_h */
+    const bool nh = !strncmp(r.arch, "nemotron_h", 10); /* nemotron_h, nemotron_h_moe */
+    const int E = key_u(&r, "embedding_length", 0), L = key_u(&r, "block_count", 0);
+    int *Hql = malloc(sizeof(int) * (size_t)L), Hq = 0;
+    layer_keys(&r, "attention.head_count", L, 0, Hql); /* one value, or per block (nemotron_h) */
+    for (int l = 0; l < L; l++) Hq = Hql[l] > Hq ? Hql[l] : Hq;
+    free(Hql);
+    r.E = E;
+    r.n_exp = key_u(&r, "expert_count", 0);
+    r.n_used = key_u(&r, "expert_used_count", 0);
+    r.F_exp = key_u(&r, "expert_feed_forward_length", 0);
+    r.F_sh = key_u(&r, "expert_shared_feed_forward_length", 0);
+    r.w_scale = 1;
+    if (nh && r.n_exp) { /* nemotron_h_moe: sigmoid, the selection bias (moe_ref reads it), norm and scale by their keys */
+        bool norm = false;
+        char key[96];
+        snprintf(key, sizeof key, "%s.expert_weights_norm", r.arch);
+        kvb_gguf_get_bool(f, key, &norm, false);
+        r.no_norm = !norm;
+        r.w_scale = key_f(&r, "expert_weights_scale", 0) != 0 ? key_f(&r, "expert_weights_scale", 0) : 1;
+        r.sigmoid = r.relu2 = true;
+        r.F_exp = r.F_exp ? r.F_exp : key_u(&r, "feed_forward_length", 0) / r.n_used;
+    }
+    int *Fl = malloc(sizeof(int) * (size_t)L), F = 0;
+    layer_keys(&r, "feed_forward_length", L, 0, Fl); /* nemotron_h: per block, > 0 an FFN block */
+    for (int l = 0; l < L; l++) F = Fl[l] > F ? Fl[l] : F;
+    const int D = key_u(&r, "attention.key_length", E / Hq);
+    const int K = key_u(&r, "ssm.conv_kernel", 0), DI = key_u(&r, "ssm.inner_size", 0), N = key_u(&r, "ssm.state_size", 0);
+    const int H = key_u(&r, "ssm.time_step_rank", 1), G = key_u(&r, "ssm.group_count", 1), P = DI / H, Cx = DI + 2 * G * N, Wi = DI + Cx + H;
+    const double eps = key_f(&r, "attention.layer_norm_rms_epsilon", 1e-5), base = key_f(&r, "rope.freq_base", 10000);
+    const double es = key_f(&r, "embedding_scale", 0), rs = key_f(&r, "residual_scale", 0), as = key_f(&r, "attention.scale", 0);
+    const double ls = key_f(&r, "logit_scale", 0);
+    bool rope_on = !nh; /* nemotron_h: no RoPE */
+    if (!nh) {
+        const struct gguf_kv *kv = kvb_gguf_find(f, "granitehybrid.rope.scaling.finetuned");
+        if (kv) kvb_gguf_get_bool(f, "granitehybrid.rope.scaling.finetuned", &rope_on, false);
+    }
+    int *Hkl = malloc(sizeof(int) * (size_t)L), Hk = 0;
+    layer_keys(&r, "attention.head_count_kv", L, Hq, Hkl);
+    for (int l = 0; l < L; l++) Hk = Hkl[l] > Hk ? Hkl[l] : Hk;
+    const int V = (int)kvb_gguf_find_tensor(f, "token_embd.weight")->ne[1], KD = Hk * D, QD = Hq * D;
+    double *emb = tensor(&r, "token_embd.weight", (int64_t)E * V), *onorm = tensor(&r, "output_norm.weight", E);
+    double *out = tensor(&r, "output.weight", (int64_t)E * V);
+    double *x = calloc((size_t)nt * E, sizeof(double)), *h = calloc((size_t)nt * E, sizeof(double)), *zx = malloc(sizeof(double) * (size_t)nt * Wi);
+    double *xc = malloc(sizeof(double) * (size_t)nt * Cx), *S = malloc(sizeof(double) * (size_t)DI * N), *ys = malloc(sizeof(double) * (size_t)nt * DI);
+    double *Q = malloc(sizeof(double) * (size_t)nt * QD), *Kc = malloc(sizeof(double) * (size_t)nt * KD), *Vc = malloc(sizeof(double) * (size_t)nt * KD);
+    double *y = malloc(sizeof(double) * (size_t)(QD > DI ? QD : DI)), *o = malloc(sizeof(double) * (size_t)E);
+    double *g = malloc(sizeof(double) * (size_t)2 * F), *w = malloc(sizeof(double) * (size_t)nt), *logits = malloc(sizeof(double) * (size_t)nt * V);
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)k_toks[t] * E + i] * (es != 0 ? es : 1);
+    for (int l = 0; l < L; l++) {
+        double *an = layer_t(&r, l, "attn_norm.weight", E), *fn = layer_t(&r, l, "ffn_norm.weight", E);
+        for (int t = 0; t < nt; t++) {
+            memcpy(h + (size_t)t * E, x + (size_t)t * E, sizeof(double) * (size_t)E);
+            rms(h + (size_t)t * E, E, an, eps);
+        }
+        if (nh && Fl[l] > 0 && r.n_exp) { /* nemotron_h_moe's FFN block: its experts and shared expert */
+            for (int t = 0; t < nt; t++) {
+                moe_ref(&r, l, h + (size_t)t * E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += o[i];
+            }
+            free(an); free(fn);
+            continue;
+        }
+        if (nh && Fl[l] > 0) { /* nemotron_h's FFN block: x += down(relu(up h + bu)^2 (its .scale after the bias)) */
+            const int Fb = Fl[l];
+            double *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * Fb), *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)Fb * E);
+            double *bu = layer_t(&r, l, "ffn_up.bias", Fb), *bd = layer_t(&r, l, "ffn_down.bias", E);
+            const double su = scale_of(&r, l, "ffn_up"), sd = scale_of(&r, l, "ffn_down");
+            for (int t = 0; t < nt; t++) {
+                ffn_proj(wu, su, bu, h + (size_t)t * E, E, Fb, g);
+                for (int i = 0; i < Fb; i++) g[i] = g[i] > 0 ? g[i] * g[i] : 0;
+                ffn_proj(wd, sd, bd, g, Fb, E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += o[i];
+            }
+            free(an); free(fn); free(wu); free(wd); free(bu); free(bd);
+            continue;
+        }
+        if (Hkl[l] == 0) {
+            double *wi = layer_t(&r, l, "ssm_in.weight", (int64_t)E * Wi), *wc = layer_t(&r, l, "ssm_conv1d.weight", (int64_t)K * Cx);
+            double *cb = layer_t(&r, l, "ssm_conv1d.bias", Cx), *dtb = layer_t(&r, l, "ssm_dt.bias", H), *A = layer_t(&r, l, "ssm_a", H);
+            double *Dd = layer_t(&r, l, "ssm_d", H), *nw = layer_t(&r, l, "ssm_norm.weight", DI), *wo = layer_t(&r, l, "ssm_out.weight", (int64_t)DI * E);
+            const double si = scale_of(&r, l, "ssm_in"), so = scale_of(&r, l, "ssm_out");
+            for (int t = 0; t < nt; t++) {
+                matvec(wi, NULL, h + (size_t)t * E, E, Wi, zx + (size_t)t * Wi);
+                for (int i = 0; i < Wi; i++) zx[(size_t)t * Wi + i] *= si;
+            }
+            for (int t = 0; t < nt; t++)
+                for (int c = 0; c < Cx; c++) {
+                    double v = cb ? cb[c] : 0;
+                    for (int j = 0; j < K; j++) {
+                        const int u = t - (K - 1) + j;
+                        if (u >= 0) v += wc[(size_t)c * K + j] * zx[(size_t)u * Wi + DI + c];
+                    }
+                    xc[(size_t)t * Cx + c] = v / (1 + exp(-v));
+                }
+            for (int hh = 0; hh < H; hh++) {
+                const int gg = hh / (H / G);
+                memset(S, 0, sizeof(double) * (size_t)P * N);
+                for (int t = 0; t < nt; t++) {
+                    const double a = zx[(size_t)t * Wi + DI + Cx + hh] + dtb[hh], dt = a > 20 ? a : log1p(exp(a)), dA = exp(dt * A[hh]);
+                    const double *xt = xc + (size_t)t * Cx + (size_t)hh * P, *B = xc + (size_t)t * Cx + DI + (size_t)gg * N;
+                    const double *C = xc + (size_t)t * Cx + DI + (size_t)G * N + (size_t)gg * N;
+                    for (int i = 0; i < P; i++) {
+                        double acc = 0;
+                        for (int n = 0; n < N; n++) {
+                            S[(size_t)i * N + n] = S[(size_t)i * N + n] * dA + dt * xt[i] * B[n];
+                            acc += S[(size_t)i * N + n] * C[n];
+                        }
+                        ys[(size_t)t * DI + (size_t)hh * P + i] = acc + Dd[hh] * xt[i];
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                double *yt = ys + (size_t)t * DI;
+                const double *z = zx + (size_t)t * Wi;
+                for (int i = 0; i < DI; i++) yt[i] *= z[i] / (1 + exp(-z[i]));
+                for (int gg = 0; gg < G; gg++) rms(yt + (size_t)gg * (DI / G), DI / G, nw + (size_t)gg * (DI / G), eps);
+                matvec(wo, NULL, yt, DI, E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += (rs != 0 ? rs : 1) * so * o[i];
+            }
+            free(wi); free(wc); free(cb); free(dtb); free(A); free(Dd); free(nw); free(wo);
+        } else {
+            const int Hl = Hkl[l], kd = Hl * D;
+            double *wq = layer_t(&r, l, "attn_q.weight", (int64_t)E * QD), *wk = layer_t(&r, l, "attn_k.weight", (int64_t)E * kd);
+            double *wv = layer_t(&r, l, "attn_v.weight", (int64_t)E * kd), *wo = layer_t(&r, l, "attn_output.weight", (int64_t)QD * E);
+            double *bq = layer_t(&r, l, "attn_q.bias", QD), *bk = layer_t(&r, l, "attn_k.bias", kd), *bv = layer_t(&r, l, "attn_v.bias", kd);
+            double *bo = layer_t(&r, l, "attn_output.bias", E);
+            const double sq = scale_of(&r, l, "attn_q"), sk = scale_of(&r, l, "attn_k"), sv = scale_of(&r, l, "attn_v"), sO = scale_of(&r, l, "attn_output");
+            for (int t = 0; t < nt; t++) {
+                double *qt = Q + (size_t)t * QD, *kt = Kc + (size_t)t * KD, *vt = Vc + (size_t)t * KD;
+                proj(wq, sq, bq, h + (size_t)t * E, E, QD, qt);
+                proj(wk, sk, bk, h + (size_t)t * E, E, kd, kt);
+                proj(wv, sv, bv, h + (size_t)t * E, E, kd, vt);
+                for (int hh = 0; rope_on && hh < Hq + Hl; hh++) { /* interleaved pairs (2i, 2i + 1) */
+                    double *v = hh < Hq ? qt + hh * D : kt + (hh - Hq) * D;
+                    for (int i = 0; i < D / 2; i++) {
+                        const double th = t * pow(base, -2.0 * i / D), c = cos(th), sn = sin(th), a0 = v[2 * i], a1 = v[2 * i + 1];
+                        v[2 * i] = a0 * c - a1 * sn;
+                        v[2 * i + 1] = a0 * sn + a1 * c;
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                for (int hh = 0; hh < Hq; hh++) {
+                    const int kh = hh / (Hq / Hl);
+                    double mx = -1e300, sum = 0;
+                    for (int j = 0; j <= t; j++) {
+                        double sc = 0;
+                        for (int i = 0; i < D; i++) sc += Q[(size_t)t * QD + hh * D + i] * Kc[(size_t)j * KD + kh * D + i];
+                        mx = fmax(mx, w[j] = sc * (as != 0 ? as : 1 / sqrt((double)D)));
+                    }
+                    for (int j = 0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                    for (int i = 0; i < D; i++) {
+                        double sc = 0;
+                        for (int j = 0; j <= t; j++) sc += w[j] / sum * Vc[(size_t)j * KD + kh * D + i];
+                        y[hh * D + i] = sc;
+                    }
+                }
+                proj(wo, sO, bo, y, QD, E, o);
+                for (int i = 0; i < E; i++) x[(size_t)t * E + i] += (rs != 0 ? rs : 1) * o[i];
+            }
+            free(wq); free(wk); free(wv); free(wo); free(bq); free(bk); free(bv); free(bo);
+        }
+        if (nh) { /* nemotron_h: a mixer block has no FFN */
+            free(an); free(fn);
+            continue;
+        }
+        double *wg = layer_t(&r, l, "ffn_gate.weight", (int64_t)E * F), *wu = layer_t(&r, l, "ffn_up.weight", (int64_t)E * F);
+        double *wd = layer_t(&r, l, "ffn_down.weight", (int64_t)F * E), *bg = layer_t(&r, l, "ffn_gate.bias", F), *bu = layer_t(&r, l, "ffn_up.bias", F);
+        double *bd = layer_t(&r, l, "ffn_down.bias", E);
+        for (int t = 0; t < nt; t++) {
+            double *xt = x + (size_t)t * E;
+            memcpy(y, xt, sizeof(double) * (size_t)E);
+            rms(y, E, fn, eps);
+            if (r.n_exp) {
+                moe_ref(&r, l, y, o);
+            } else { /* the FFN's .scale tensors are not applied (its graph passes none) */
+                matvec(wg, bg, y, E, F, g);
+                matvec(wu, bu, y, E, F, g + F);
+                for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * g[F + i];
+                matvec(wd, bd, g, F, E, o);
+            }
+            for (int i = 0; i < E; i++) xt[i] += (rs != 0 ? rs : 1) * o[i];
+        }
+        free(an); free(fn); free(wg); free(wu); free(wd); free(bg); free(bu); free(bd);
+    }
+    for (int t = 0; t < nt; t++) {
+        memcpy(y, x + (size_t)t * E, sizeof(double) * (size_t)E);
+        rms(y, E, onorm, eps);
+        matvec(out ? out : emb, NULL, y, E, V, logits + (size_t)t * V);
+        for (int i = 0; i < V; i++) logits[(size_t)t * V + i] /= ls != 0 ? ls : 1;
+    }
+    free(Hkl); free(Fl); free(emb); free(onorm); free(out); free(x); free(h); free(zx); free(xc); free(S); free(ys); free(Q); free(Kc); free(Vc);
+    free(y); free(o); free(g); free(w);
+    kvb_gguf_close(f);
+    return logits;
+}
+
 /* ---- the engine against it ---- */
 
 static double nmse(const float *a, const double *b, size_t n) {
@@ -998,6 +1216,7 @@ static void check_file(const char *path, const char *shape, int n_ctx, int nt) {
     kvb_model_get_info(m, &mi);
     double *ref = strstr(shape, "gemma4") ? reference_gemma4(path, nt) : strstr(shape, "lfm2") ? reference_lfm2(path, nt)
                   : strstr(shape, "deepseek2")                 ? reference_deepseek2(path, n_ctx, nt)
+                  : strstr(shape, "granitehybrid") || strstr(shape, "granite-4.0-h") || strstr(shape, "nemotron") ? reference_granitehybrid(path, nt)
                                                                : reference(path, n_ctx, nt);
     float *lg = malloc(sizeof(float) * (size_t)nt * mi.n_vocab);
     const size_t n = (size_t)nt * mi.n_vocab;
@@ -1963,6 +2182,50 @@ TEST(lfm2_keys_tensors_and_layer_kinds_refused_by_name) {
     refused(src, &(struct edit){.key = "lfm2.attention.head_count", .arr = hq_mixed, .n_arr = 6}, KVB_ERR_UNSUPPORTED, "lfm2.attention.head_count");
 }
 
+/* ---- granitehybrid: Mamba-2 layers beside attention ---- */
+
+/* tiny-granitehybrid (Mamba-2, Mamba-2, attention without RoPE, Mamba-2) against reference_granitehybrid: the prompt in one
+ * chunk (the chunked SSD form), one token at a time (the recurrent form), chunks of 5 (the conv and scan state carried) */
+TEST(granitehybrid_mamba2_and_attention_equal_reference) { check_family_n("tiny-granitehybrid", 4096, NT_MAX); }
+
+/* tiny-granitehybrid-moe: the same layers with 8 experts, 2 per token (softmax, renormalized), and a shared expert on each */
+TEST(granitehybrid_moe_experts_and_shared_expert_equal_reference) { check_family_n("tiny-granitehybrid-moe", 4096, NT_MAX); }
+
+/* tiny-nemotron-h: blocks Mamba-2, FFN, Mamba-2, attention (no RoPE), FFN, Mamba-2, FFN, each x += block(rms(x)), the FFN
+ * blocks squared ReLU without a gate, against the same reference walking the file's blocks */
+TEST(nemotron_h_mamba2_attention_and_relu2_ffn_blocks_equal_reference) { check_family_n("tiny-nemotron-h", 4096, NT_MAX); }
+
+/* tiny-nemotron-h-moe: the same blocks, the FFN blocks 8 squared-ReLU experts without a gate, 2 per token by sigmoid with the
+ * selection bias, renormalized, x2.5, beside an ungated shared expert */
+TEST(nemotron_h_moe_relu2_experts_sigmoid_bias_norm_scale_equal_reference) { check_family_n("tiny-nemotron-h-moe", 4096, NT_MAX); }
+
+/* granitehybrid's and nemotron_h's keys, tensors and block kinds as llama.cpp's loaders read them, refused by name */
+TEST(granitehybrid_nemotron_h_keys_tensors_and_blocks_refused_by_name) {
+    char gh[128], nh[128], nhm[128];
+    if (!write_shape("tiny-granitehybrid", gh, sizeof gh) || !write_shape("tiny-nemotron-h", nh, sizeof nh) ||
+        !write_shape("tiny-nemotron-h-moe", nhm, sizeof nhm))
+        FAILF("mkmodel: %s", kvb_last_error());
+    refused(gh, &(struct edit){.key = "granitehybrid.ssm.state_size", .drop_key = true}, KVB_ERR_CORRUPT, "granitehybrid.ssm.state_size");
+    refused(gh, &(struct edit){.key = "granitehybrid.ssm.group_count", .num = 3}, KVB_ERR_CORRUPT, "ssm.group_count");
+    refused(gh, &(struct edit){.key = "granitehybrid.ssm.state_size", .num = 32}, KVB_ERR_CORRUPT, "blk.0.ssm_in.weight");
+    refused(gh, &(struct edit){.drop = "blk.0.ssm_d"}, KVB_ERR_CORRUPT, "blk.0.ssm_d");
+    refused(gh, &(struct edit){.add = "blk.0.attn_q.weight"}, KVB_ERR_UNSUPPORTED, "blk.0.attn_q.weight");
+    refused(gh, &(struct edit){.add = "blk.0.ssm_dt_norm.weight"}, KVB_ERR_UNSUPPORTED, "blk.0.ssm_dt_norm.weight");
+    static const int32_t none[4] = {0};
+    refused(gh, &(struct edit){.key = "granitehybrid.attention.head_count_kv", .arr = none, .n_arr = 4}, KVB_ERR_UNSUPPORTED,
+            "granitehybrid.attention.head_count_kv");
+    /* nemotron_h's blocks M F M A F M F: an FFN block first, or after another FFN block, is not implemented */
+    static const int32_t first[7] = {128, 0, 0, 0, 128, 0, 128}, twice[7] = {0, 128, 128, 0, 128, 0, 128};
+    refused(nh, &(struct edit){.key = "nemotron_h.feed_forward_length", .arr = first, .n_arr = 7}, KVB_ERR_UNSUPPORTED, "nemotron_h.feed_forward_length");
+    refused(nh, &(struct edit){.key = "nemotron_h.feed_forward_length", .arr = twice, .n_arr = 7}, KVB_ERR_UNSUPPORTED, "nemotron_h.feed_forward_length");
+    refused(nh, &(struct edit){.drop = "blk.1.ffn_up.weight"}, KVB_ERR_CORRUPT, "blk.1.ffn_up.weight");
+    refused(nh, &(struct edit){.add = "blk.1.ffn_gate.weight"}, KVB_ERR_UNSUPPORTED, "blk.1.ffn_gate.weight");
+    refused(nh, &(struct edit){.add = "blk.3.rope_freqs.weight"}, KVB_ERR_UNSUPPORTED, "blk.3.rope_freqs.weight");
+    /* nemotron_h_moe: the selection bias required; the latent projections not implemented */
+    refused(nhm, &(struct edit){.drop = "blk.1.exp_probs_b.bias"}, KVB_ERR_CORRUPT, "blk.1.exp_probs_b.bias");
+    refused(nhm, &(struct edit){.add = "blk.1.ffn_latent_down.weight"}, KVB_ERR_UNSUPPORTED, "blk.1.ffn_latent_down.weight");
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvb-families-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -2017,6 +2280,11 @@ int main(void) {
     RUN(glm4moe_without_qk_norms_and_other_routing_keys_equal_reference);
     RUN(glm4moe_keys_tensors_and_mrope_sections_refused_by_name);
     RUN(deepseek2_keys_and_tensors_refused_by_name);
+    RUN(granitehybrid_mamba2_and_attention_equal_reference);
+    RUN(granitehybrid_moe_experts_and_shared_expert_equal_reference);
+    RUN(nemotron_h_mamba2_attention_and_relu2_ffn_blocks_equal_reference);
+    RUN(nemotron_h_moe_relu2_experts_sigmoid_bias_norm_scale_equal_reference);
+    RUN(granitehybrid_nemotron_h_keys_tensors_and_blocks_refused_by_name);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", g_dir);

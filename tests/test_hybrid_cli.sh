@@ -23,10 +23,14 @@ finite() { ! grep -q -E '"(ppl|nll|kl|baseline_ppl)":(-?nan|-?inf|null)' "$1" &&
 # the same layers, the first FFN dense, then 8 experts, 2 per token, by sigmoid with a selection bias) and
 # Gemma 4 (tiny-gemma4: KV-shared layers, window heads of 32 padded to 64, per-layer embeddings; tiny-gemma4moe:
 # experts beside the dense FFN, 4 KV heads on the window layers and 2 on the global one), GLM-4.5 (tiny-glm4moe: partial
-# RoPE, sigmoid experts beside a shared expert after a dense layer, one MTP layer loaded and not run) and DeepSeek-V2/V3's
+# RoPE, sigmoid experts beside a shared expert after a dense layer, one MTP layer loaded and not run), DeepSeek-V2/V3's
 # latent attention (tiny-deepseek2: one latent row per token for every head, so the policies choose among latent rows;
-# group-limited sigmoid experts) go through the same run, ppl and needle loops as the hybrids
-for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-glm4moe tiny-deepseek2; do
+# group-limited sigmoid experts), Granite 4.0-H (tiny-granitehybrid: Mamba-2 layers beside one attention layer without
+# RoPE; tiny-granitehybrid-moe: with experts and a shared expert) and Nemotron-H (tiny-nemotron-h: Mamba-2, attention and
+# squared-ReLU FFN blocks; tiny-nemotron-h-moe: experts on the FFN blocks) go through the same run, ppl and needle loops
+# as the hybrids
+for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lfm2-swa tiny-lfm2moe tiny-glm4moe tiny-deepseek2 \
+         tiny-granitehybrid tiny-granitehybrid-moe tiny-nemotron-h tiny-nemotron-h-moe; do
     c=$(echo "$s" | tr '-' '_')
     M="$T/$s.gguf"
     "$K" mkmodel --shape "$s" -o "$M" > /dev/null 2>&1
@@ -56,6 +60,24 @@ for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lf
        grep -q '^heads         4 (KV heads 1, head dim 96)$' "$T/$s.info" &&
        grep -q '^KV per token  576 bytes in f16 (3 layers x one latent row of 96 dims x 2 bytes; no V rows: a token.s value is its latent)$' "$T/$s.info"
     then ok "${c}_info_names_latent_attention_and_expert_groups"; else ko "${c}_info_names_latent_attention_and_expert_groups" "$(grep -E '^(features|heads)' "$T/$s.info")"; fi ;;
+    tiny-granitehybrid-moe)
+    if grep -q '^mamba2        3 Mamba-2 layers (no KV): 8 heads of 16, 2 groups, state 16, conv 4 taps; state 31488 bytes a sequence$' "$T/$s.info" &&
+       grep -q '^features      mamba2 3 of 4 (8 heads, 2 groups, state 16); 2 of 8 experts per token (softmax, renormalized), expert FFN 64; shared experts of FFN 96; scales' "$T/$s.info"
+    then ok "${c}_info_names_mamba2_layers_and_experts"; else ko "${c}_info_names_mamba2_layers_and_experts" "$(grep -E '^(mamba2|features)' "$T/$s.info")"; fi ;;
+    tiny-nemotron-h-moe)
+    if grep -q '^features      mamba2 3 of 4 (8 heads, 2 groups, state 16); 7 blocks: 3 squared-ReLU FFN blocks each run after the block before it; 2 of 8 experts per token (sigmoid, renormalized), expert FFN 48; expert selection bias; expert weights x2.5; shared experts of FFN 64' "$T/$s.info" &&
+       grep -q '^experts       8 per layer on 3 layers, 2 used per token, expert ffn 48 ' "$T/$s.info"
+    then ok "${c}_info_names_ffn_blocks_sigmoid_experts"; else ko "${c}_info_names_ffn_blocks_sigmoid_experts" "$(grep -E '^(features|experts)' "$T/$s.info")"; fi ;;
+    tiny-nemotron-h)
+    if grep -q '^mamba2        3 Mamba-2 layers (no KV): 8 heads of 16, 2 groups, state 16, conv 4 taps; state 31488 bytes a sequence$' "$T/$s.info" &&
+       grep -q '^features      mamba2 3 of 4 (8 heads, 2 groups, state 16); 7 blocks: 3 squared-ReLU FFN blocks each run after the block before it; no RoPE' "$T/$s.info"
+    then ok "${c}_info_names_mamba2_layers_and_ffn_blocks"; else ko "${c}_info_names_mamba2_layers_and_ffn_blocks" "$(grep -E '^(mamba2|features)' "$T/$s.info")"; fi ;;
+    tiny-granitehybrid)
+    # 3 of 4 layers Mamba-2: 8 heads of 16, 2 groups, state 16, 4 taps: state 3 x 4 x (128 x 16 + 3 x (128 + 2 x 2 x 16)) bytes
+    if grep -q '^mamba2        3 Mamba-2 layers (no KV): 8 heads of 16, 2 groups, state 16, conv 4 taps; state 31488 bytes a sequence$' "$T/$s.info" &&
+       grep -q '^features      mamba2 3 of 4 (8 heads, 2 groups, state 16); scales: embedding 12, residual 0.22, attention 0.015625, logits 1/8; no RoPE' "$T/$s.info" &&
+       grep -q '^KV per token  128 bytes in f16 (2 x 1 attention layers x 2 KV heads x 16 dims x 2 bytes)$' "$T/$s.info"
+    then ok "${c}_info_names_mamba2_layers"; else ko "${c}_info_names_mamba2_layers" "$(grep -E '^(mamba2|features|KV per)' "$T/$s.info")"; fi ;;
     tiny-gemma4*) ;; *)
     if grep -q '^deltanet      3 Gated DeltaNet layers (no KV): 2 key heads, 4 value heads of 16, conv 4 taps; state 16896 bytes a sequence$' "$T/$s.info" &&
        grep -q '^features      gated deltanet 3 of 4; gated attention' "$T/$s.info" &&
@@ -163,6 +185,22 @@ for n in (64, 256):
     lp.append((st['bytes_peak'], st['state_bytes']))
 if lp != [(12288, 4096), (12288, 4096)]:
     errs.append('lfm2 streaming peaks %r' % lp)
+# granitehybrid's Mamba-2 layers in the info (mamba2 in the padding after shortconv, ssm_inner last), and its session
+# constant under streaming 16: 1 attention layer x 2 KV streams x 2 pages of 1024 bytes + 3 Mamba-2 layers x 11 pages (128
+# rows of the scan's 16 floats + 36 of the conv's history, 16 rows a page) = 37888 bytes, the state mem's --block-size
+# 16 figure (33792), at both lengths
+gm = kvbound.Model(sys.argv[5])
+g = gm.info
+if (g['arch'], g['n_rec_layers'], g['mamba2'], g['shortconv'], g['ssm_inner'], g['ssm_heads'], g['ssm_groups'], g['ssm_state'], g['state_bytes']) != \
+        ('granitehybrid', 3, True, False, 128, 8, 2, 16, 31488):
+    errs.append('granitehybrid info %r' % ({k: g[k] for k in ('arch', 'n_rec_layers', 'mamba2', 'ssm_inner', 'state_bytes')},))
+gp = []
+for n in (64, 256):
+    ''.join(gm.generate('Once upon a time', n, policy='streaming', budget=16, stop_at_eos=False))
+    st = gm.last_context.cache_stats()
+    gp.append((st['bytes_peak'], st['state_bytes']))
+if gp != [(37888, 33792), (37888, 33792)]:
+    errs.append('granitehybrid streaming peaks %r' % gp)
 every_policy(m, open(sys.argv[2]).read(), errs,
              lambda m, p: None if m.last_context.cache_stats()['state_layers'] == 3 else 'state_layers %d' % m.last_context.cache_stats()['state_layers'])
 peaks = []
@@ -172,7 +210,7 @@ for n in (64, 256):
 if peaks != [26624, 26624]:
     errs.append('streaming peaks %r' % peaks)
 saved_continues(m, os.path.join(sys.argv[3], 'h.kvc'), errs)
-print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" "$T/tiny-lfm2.gguf" 2>&1)
+print('; '.join(errs) or 'same')" "$M" "$T/text.txt" "$T" "$T/tiny-lfm2.gguf" "$T/tiny-granitehybrid.gguf" 2>&1)
         if [ "$out" = same ]; then ok hybrid_python_every_policy_exact_peak_and_saved_cache; else ko hybrid_python_every_policy_exact_peak_and_saved_cache "$out"; fi
         # Gemma 4 through the bindings: info's window and KV-shared figures, every policy generates and scores, and a
         # saved cache (KV-shared layers: the source's pages only) continues as the context it came from

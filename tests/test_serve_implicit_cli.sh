@@ -50,6 +50,10 @@
 #     counts it (recurrent_layers, state_bytes within kv_bytes);
 #   - implicit_lfm2_*: the same on tiny-lfm2 (issue 51: short-conv layers, whose
 #     state is their last inputs), under streaming and h2o;
+#   - implicit_granitehybrid_*: the same on tiny-granitehybrid (issue 51: Mamba-2
+#     layers, whose state is the scan's and the conv's), under streaming and h2o;
+#   - implicit_nemotron_h_*: the same on tiny-nemotron-h under streaming, and on
+#     tiny-nemotron-h-moe under h2o;
 #   - implicit_openai_client_stateless_agent (tests/serve/stateless_agent.mjs)
 #     and implicit_readme_agent_loop_runs_as_written (the README's block
 #     marked agent-example).
@@ -179,6 +183,14 @@ hybrid_case implicit_glm4moe tiny-glm4moe g "streaming h2o" 0 0 0
 # deepseek2 (tiny-deepseek2: latent attention, one latent row per token for every head, issue 51): no recurrent state; the
 # policies' choices among latent rows resume exactly, and a checkpoint restored after kill -9 continues
 hybrid_case implicit_deepseek2 tiny-deepseek2 d "streaming h2o" 0 0 0
+# Granite 4.0-H (tiny-granitehybrid: 3 Mamba-2 layers, their state the scan's 128 x 16 floats and the conv's last 3 rows of
+# xBC, beside 1 attention layer without RoPE, issue 51): a window and heavy hitters; state 3 x 4 x (128 x 16 + 3 x 192) bytes
+hybrid_case implicit_granitehybrid tiny-granitehybrid g "streaming h2o" 3 31488 0
+# Nemotron-H (tiny-nemotron-h: its Mamba-2, attention and FFN blocks as 3 Mamba-2 layers and 1 attention layer, 3 of them
+# with an FFN block after): a window; the same state
+hybrid_case implicit_nemotron_h tiny-nemotron-h n "streaming" 3 31488 0
+# Nemotron-H MoE (tiny-nemotron-h-moe: the same blocks with sigmoid-routed experts on the FFN blocks): heavy hitters
+hybrid_case implicit_nemotron_h_moe tiny-nemotron-h-moe e "h2o" 3 31488 0
 
 # two replicas on one Redis behind haproxy, round robin: every turn from 2 on on the other replica than its previous
 if need_tool implicit_haproxy_two_replicas haproxy KVB_REQUIRE_REDIS "the load balancer; Debian haproxy"; then

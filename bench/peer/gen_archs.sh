@@ -49,6 +49,16 @@ $G glm4moe archs/gen/glm4moe-all-f32.gguf --seed 42 --n-layer 4 --n-head 4 --n-h
     --rope-base 1000000 --kv @.rope.dimension_count=u32:32 --kv @.leading_dense_block_count=u32:1 --kv @.expert_count=u32:8 \
     --kv @.expert_used_count=u32:2 --kv @.expert_feed_forward_length=u32:64 --kv @.expert_shared_count=u32:1 --kv @.expert_gating_func=u32:2 \
     --kv @.expert_weights_norm=bool:true --kv @.expert_weights_scale=f32:2.5 --mean '\.input_scale$=1' --mean '\.scale$=1.5'
+# granitehybrid (Granite 4.0-H dense): Mamba-2 layers 0, 1 and 3 (head_count_kv 0 there), attention on 2 without RoPE (finetuned
+# false, as the real files), granite's scales; Mamba-2 of 8 heads of 64 (d_inner 2E), 2 groups, state 64, 4 taps, its biases kept
+gen granitehybrid granitehybrid --drop '(attn_[a-z]+|ffn_[a-z]+)\.bias$' --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 \
+    --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625 --kv @.rope.scaling.finetuned=bool:false --kv @.attention.head_count_kv=u32[]:0,0,2,0 \
+    --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 --kv @.ssm.state_size=u32:64 --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2
+# nemotron_h: blocks Mamba-2, FFN, attention (no RoPE), FFN, Mamba-2 (head_count_kv 0 and feed_forward_length 0 mark Mamba-2,
+# feed_forward_length > 0 an FFN block: squared ReLU, no gate); Mamba-2 as gen granitehybrid
+gen nemotron_h nemotron_h --n-layer 5 --drop '(attn_[a-z]+|ffn_[a-z]+)\.bias$' --kv @.attention.head_count_kv=u32[]:0,2,2,2,0 \
+    --kv @.feed_forward_length=u32[]:0,384,0,384,0 --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 --kv @.ssm.state_size=u32:64 \
+    --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2
 # phi3 as llama.cpp's test-llama-archs -o writes it (2 layers, 2 heads of 128, separate q/k/v with their biases, one pair of
 # LongRoPE factors, context 128, a sliding window llama.cpp switches off), with 512 ids, weights N(0, 0.15), norms and factors
 # ~1: compare_llama_logits.sh runs it at its trained context too, where llama.cpp (context rounded up to 256) takes the long factors
@@ -77,6 +87,20 @@ D="--kv @.expert_count=u32:8 --kv @.expert_used_count=u32:3 --kv @.expert_feed_f
 $G deepseek archs/moe/deepseek-f32.gguf $M $D
 $G deepseek archs/moe/deepseek-f16.gguf $M --f16 $D
 $G granitemoe archs/moe/granitemoe-shared-f32.gguf $M $X --kv @.expert_shared_feed_forward_length=u32:128 --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625
+# granitehybrid with experts (Granite 4.0-H Tiny/Small's kind): Mamba-2 on layers 0 and 2, NoPE attention on 1, 8 experts of 192,
+# 2 per token, a shared expert of 160; the Mamba-2 shape as gen granitehybrid
+$G granitehybrid archs/moe/granitehybrid-f32.gguf $M0 --drop '(attn_[a-z]+|ffn_[a-z]+)\.bias$' $X --kv @.expert_shared_feed_forward_length=u32:160 \
+    --kv @.logit_scale=f32:8 --kv @.residual_scale=f32:0.22 --kv @.embedding_scale=f32:12 --kv @.attention.scale=f32:0.015625 \
+    --kv @.rope.scaling.finetuned=bool:false --kv @.attention.head_count_kv=u32[]:0,2,0 --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 \
+    --kv @.ssm.state_size=u32:64 --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2
+# nemotron_h_moe (Nemotron 3 Nano's kind): gen nemotron_h's blocks, the 2 FFN blocks 8 squared-ReLU experts of 128 without a gate,
+# 2 per token by sigmoid with the selection bias, renormalized and x2.5, beside a shared expert of 192; no latent projections
+$G nemotron_h_moe archs/moe/nemotron_h_moe-f32.gguf --plain --seed 42 --n-layer 5 --n-head 4 --n-head-kv 2 --n-embd 256 --n-ff 384 --n-vocab 128 \
+    --drop '(attn_[a-z]+|ffn_[a-z]+)\.bias$' --drop '^blk\.[0-9]+\.ffn_latent' --kv @.attention.head_count_kv=u32[]:0,2,2,2,0 \
+    --kv @.feed_forward_length=u32[]:0,384,0,384,0 --kv @.ssm.conv_kernel=u32:4 --kv @.ssm.inner_size=u32:512 --kv @.ssm.state_size=u32:64 \
+    --kv @.ssm.time_step_rank=u32:8 --kv @.ssm.group_count=u32:2 --kv @.expert_count=u32:8 --kv @.expert_used_count=u32:2 \
+    --kv @.expert_feed_forward_length=u32:128 --kv @.expert_shared_feed_forward_length=u32:192 --kv @.expert_weights_norm=bool:true \
+    --kv @.expert_weights_scale=f32:2.5
 # olmoe: q/k norms over the whole projection (so as many KV heads as query heads: llama.cpp sizes k_norm by n_embd), 2 of 8
 $G olmoe archs/moe/olmoe-f32.gguf $M --n-head-kv 4 $X
 $G olmoe archs/moe/olmoe-f16.gguf $M --n-head-kv 4 --f16 $X

@@ -18,7 +18,7 @@
 //   residual stream), ~ 1 + N(0, std) (so RMS/LayerNorm scales are ~1).
 //   --mean REGEX=M (repeatable; the first whose REGEX std::regex_search finds in the name wins): those tensors ~ M + N(0, std)
 //   (e.g. gemma4's router scale and q/k norms, so that its routing and unscaled attention scores are not near ties or one-hot).
-//   --f16: store 2-D weight matrices as F16 (1-D tensors and ssm_conv1d stay F32), done by a second build pass.
+//   --f16: store 2-D weight matrices as F16 (1-D tensors, ssm_conv1d, Mamba-2's ssm_a/ssm_d/ssm_norm stay F32), done by a second build pass.
 //   llama_model_init_from_user creates EVERY optional tensor the architecture knows (biases, rope_freqs, per-tensor
 //   ".scale"/".input_scale" multipliers, ...). The file holds only the tensors that survive:
 //   --drop REGEX   (repeatable, std::regex_search on the tensor name) leaves matching tensors out of the file;
@@ -227,9 +227,14 @@ int main(int argc, char ** argv) {
         std::vector<std::pair<std::string, std::vector<int64_t>>> todo;
         for (ggml_tensor * t : st.tensors) {
             // the conv taps stay F32, as llama.cpp's converter keeps them (its CPU ssm_conv asserts F32 weights): Gated
-            // DeltaNet's ssm_conv1d and lfm2's shortconv.conv
+            // DeltaNet's ssm_conv1d and lfm2's shortconv.conv; and Mamba-2's 2-D ssm_a, ssm_d (no .weight suffix) and ssm_norm
+            // (a norm), which the converter keeps F32 too (ggml's CPU ssm_scan asserts an F32 A)
+            const size_t nl = strlen(t->name);
+            const bool m2_f32 = strstr(t->name, ".ssm_") != nullptr &&
+                                ((nl > 2 && (!strcmp(t->name + nl - 2, "_a") || !strcmp(t->name + nl - 2, "_d"))) ||
+                                 (nl > 16 && !strcmp(t->name + nl - 16, ".ssm_norm.weight")));
             if (ggml_n_dims(t) < 2 || gguf_find_tensor(meta, t->name) != -1 || strstr(t->name, "ssm_conv1d") != nullptr ||
-                strstr(t->name, "shortconv.conv") != nullptr) continue;
+                strstr(t->name, "shortconv.conv") != nullptr || m2_f32) continue;
             bool seen = false;
             for (auto & p : todo) seen = seen || p.first == t->name;
             if (!seen) todo.push_back({t->name, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}});

@@ -129,10 +129,10 @@ class _ModelInfo(_c.Structure):
                 ("kv_bytes_per_token_f16", _sz), ("features", _c.c_char * 512), ("sliding_window", _i32), ("n_swa_layers", _i32),
                 ("n_expert", _i32), ("n_expert_used", _i32), ("n_ff_exp", _i32), ("n_moe_layers", _i32), ("expert_bytes_per_token", _sz),
                 ("n_ff_shexp", _i32), ("n_rec_layers", _i32), ("ssm_conv", _i32), ("ssm_state", _i32), ("ssm_groups", _i32),
-                ("ssm_heads", _i32), ("n_nextn_layers", _i32), ("shortconv", _c.c_bool), ("state_bytes", _sz), ("attn_gated", _c.c_bool), ("head_dim_swa", _i32),
+                ("ssm_heads", _i32), ("n_nextn_layers", _i32), ("shortconv", _c.c_bool), ("mamba2", _c.c_bool), ("state_bytes", _sz), ("attn_gated", _c.c_bool), ("head_dim_swa", _i32),
                 ("n_kv_shared", _i32), ("n_embd_per_layer", _i32), ("n_head_kv_swa", _i32), ("n_head_kv_global", _i32),
                 ("n_kv_shared_swa", _i32), ("kv_lora_rank", _i32), ("q_lora_rank", _i32), ("head_dim_k_mla", _i32),
-                ("head_dim_v_mla", _i32), ("n_expert_groups", _i32), ("n_expert_groups_used", _i32)]
+                ("head_dim_v_mla", _i32), ("n_expert_groups", _i32), ("n_expert_groups_used", _i32), ("ssm_inner", _i32)]
 
 
 class _ContextParams(_c.Structure):

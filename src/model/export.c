@@ -138,6 +138,10 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         } else if (in->n_ff_shexp > 0) {
             kvb_gguf_writer_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)in->n_ff_shexp);
         }
+        if (!strcmp(in->arch, "nemotron_h_moe")) { /* its routing's keys (sigmoid is the family's) */
+            kvb_gguf_writer_bool(w, K("expert_weights_norm"), m->moe_norm);
+            if (m->moe_scale != 1.0f) kvb_gguf_writer_f32(w, K("expert_weights_scale"), m->moe_scale);
+        }
     }
     if (m->swa_mask) { /* gemma4: the per-layer pattern, the window heads, KV sharing, PLE, the final cap (default 30: always written) */
         bool *pat = kvb_malloc((size_t)in->n_layer);
@@ -160,7 +164,13 @@ static void write_family_keys(struct gguf_writer *w, const struct kvb_model *m) 
         kvb_gguf_writer_f32(w, K("rope.freq_base_swa"), m->rope_base_swa ? m->rope_base_swa : in->rope_base); /* 0: the global base */
     }
     if (in->shortconv) kvb_gguf_writer_u32(w, K("shortconv.l_cache"), (uint32_t)in->ssm_conv); /* lfm2 */
-    else if (m->recurrent) { /* qwen35: the Gated DeltaNet shape, its pattern, the RoPE sections, the MTP layers */
+    else if (in->mamba2) { /* granitehybrid: the Mamba-2 shape (its layers: head_count_kv 0) */
+        kvb_gguf_writer_u32(w, K("ssm.conv_kernel"), (uint32_t)in->ssm_conv);
+        kvb_gguf_writer_u32(w, K("ssm.inner_size"), (uint32_t)in->ssm_inner);
+        kvb_gguf_writer_u32(w, K("ssm.state_size"), (uint32_t)in->ssm_state);
+        kvb_gguf_writer_u32(w, K("ssm.time_step_rank"), (uint32_t)in->ssm_heads);
+        kvb_gguf_writer_u32(w, K("ssm.group_count"), (uint32_t)in->ssm_groups);
+    } else if (m->recurrent) { /* qwen35: the Gated DeltaNet shape, its pattern, the RoPE sections, the MTP layers */
         kvb_gguf_writer_u32(w, K("ssm.conv_kernel"), (uint32_t)in->ssm_conv);
         kvb_gguf_writer_u32(w, K("ssm.inner_size"), (uint32_t)(in->ssm_heads * in->ssm_state));
         kvb_gguf_writer_u32(w, K("ssm.state_size"), (uint32_t)in->ssm_state);
@@ -203,14 +213,27 @@ kvb_status kvb_model_write_gguf(const struct kvb_model *m, const char *path, uin
     kvb_gguf_writer_u32(w, "general.alignment", 32);
     kvb_gguf_writer_u32(w, K("context_length"), (uint32_t)in->n_ctx_train);
     kvb_gguf_writer_u32(w, K("embedding_length"), (uint32_t)in->n_embd);
-    kvb_gguf_writer_u32(w, K("block_count"), (uint32_t)(in->n_layer + in->n_nextn_layers)); /* the MTP layers are blocks too */
+    kvb_gguf_writer_u32(w, K("block_count"), (uint32_t)(m->file_layer ? m->n_file_layers : in->n_layer + in->n_nextn_layers)); /* the MTP layers are blocks too */
     bool ff_same = true; /* gemma4: per layer where they differ (E2B's double-wide shared layers) */
     for (int32_t l = 0; m->n_ff_layer && l < in->n_layer; l++) ff_same = ff_same && m->n_ff_layer[l] == in->n_ff;
-    if (ff_same) kvb_gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
+    if (m->file_layer) { /* nemotron_h: per block, its kind: FFN blocks their width (0 elsewhere), attention blocks their KV heads */
+        uint32_t ff[4096], kv[4096], hq[4096];
+        const int32_t nb = KVB_MIN(m->n_file_layers, 4096);
+        for (int32_t b = 0; b < nb; b++) ff[b] = 0, kv[b] = 0, hq[b] = (uint32_t)in->n_head;
+        for (int32_t l = 0; l < in->n_layer; l++) {
+            const int32_t fm = m->file_layer[2 * l], fb = m->file_layer[2 * l + 1];
+            if (fm < nb && !m->recurrent[l]) kv[fm] = (uint32_t)in->n_head_kv;
+            if (fb >= 0 && fb < nb) ff[fb] = (uint32_t)in->n_ff;
+        }
+        kvb_gguf_writer_arr(w, K("feed_forward_length"), GGUF_T_UINT32, ff, (uint64_t)nb);
+        kvb_gguf_writer_arr(w, K("attention.head_count"), GGUF_T_UINT32, hq, (uint64_t)nb);
+        kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, kv, (uint64_t)nb);
+    } else if (ff_same) kvb_gguf_writer_u32(w, K("feed_forward_length"), (uint32_t)in->n_ff);
     else kvb_gguf_writer_arr(w, K("feed_forward_length"), GGUF_T_UINT32, m->n_ff_layer, (uint64_t)in->n_layer);
-    kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
-    if (m->n_kv_layer) kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, m->n_kv_layer, (uint64_t)in->n_layer); /* gemma4 */
-    else if (in->shortconv && m->recurrent) { /* lfm2: 0 KV heads marks a short-conv layer */
+    if (!m->file_layer) kvb_gguf_writer_u32(w, K("attention.head_count"), (uint32_t)in->n_head);
+    if (m->file_layer) {
+    } else if (m->n_kv_layer) kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, m->n_kv_layer, (uint64_t)in->n_layer); /* gemma4 */
+    else if ((in->shortconv || in->mamba2) && m->recurrent) { /* lfm2, granitehybrid: 0 KV heads marks a recurrent layer */
         uint32_t kv[4096]; /* block_count's bound (family.c) */
         for (int32_t l = 0; l < in->n_layer && l < 4096; l++) kv[l] = m->recurrent[l] ? 0 : (uint32_t)in->n_head_kv;
         kvb_gguf_writer_arr(w, K("attention.head_count_kv"), GGUF_T_UINT32, kv, (uint64_t)KVB_MIN(in->n_layer, 4096));
@@ -344,6 +367,14 @@ struct shape {
     int32_t kv_lora, q_lora, qk_nope, v_mla, groups, groups_used;
     bool sigmoid, norm_w;
     float yarn_log_mul;
+    /* granitehybrid (m2[0] > 0): Mamba-2 layers of m2 = {taps, d_inner, d_state, heads, groups}, attention on the layers whose
+     * bit is set in m2_attn; nope: no RoPE (rope.scaling.finetuned false, as Granite 4.0-H) */
+    int32_t m2[5];
+    uint32_t m2_attn;
+    bool nope;
+    /* nemotron_h (nh): the layers whose nh_ffn bit is set have an FFN block after their mixer block (squared ReLU, no gate) */
+    bool nh;
+    uint32_t nh_ffn;
 };
 
 static const struct shape k_shapes[] = {
@@ -421,6 +452,30 @@ static const struct shape k_shapes[] = {
      * 12288 auto-adjusted to 8192, rope_theta 1e6, norm_eps 1e-5, 128K context, its 65536-token vocabulary, tied embeddings) */
     {.name = "lfm2-1.2b", .arch = "lfm2", 65536, 2048, 16, 32, 8, 8192, 128000, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
      .qk_norm = true, .sc_taps = 3, .sc_attn = (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14)},
+    /* Granite 4.0-H (dense): Mamba-2, Mamba-2, attention, Mamba-2; 4:2 heads of 16 without RoPE, granite's scales; Mamba-2 of 8
+     * heads of 16 (d_inner 2E), 2 groups, state 16, 4 taps; FFN 128 */
+    {.name = "tiny-granitehybrid", .arch = "granitehybrid", 512, 64, 4, 4, 2, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nope = true},
+    /* Granite 4.0-H's MoE: tiny-granitehybrid's layers with 8 experts of 64, 2 per token (softmax, renormalized), beside a shared
+     * expert of 96 on every layer */
+    {.name = "tiny-granitehybrid-moe", .arch = "granitehybrid", 512, 64, 4, 4, 2, 64, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .granite = {12.0f, 0.22f, 0.015625f, 8.0f}, .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nope = true, .experts = 8, .experts_used = 2,
+     .ff_exp = 64, .ff_shexp = 96},
+    /* Granite 4.0-H Tiny (7B-A1B; as recalled from its HF config, llama.cpp's loader confirms E 1536 with expert FFN 512): 12:4
+     * heads of 128 without RoPE, 64 experts of 512, 6 per token, a shared expert of 1024; Mamba-2 of 48 heads of 64 (d_inner 3072),
+     * 1 group, state 128, 4 taps; scales 12, 0.22, 1/128, logits 6; its 100352-token vocabulary; 4 of its 40 layers, the last
+     * (its layer 5's kind) attention */
+    {.name = "granite-4.0-h-tiny-4l", .arch = "granitehybrid", 100352, 1536, 4, 12, 4, 512, 131072, .head_dim = 128, .rope_base = 10000.0f,
+     .eps = 1e-5f, .tied = true, .granite = {12.0f, 0.22f, 0.0078125f, 6.0f}, .m2 = {4, 3072, 128, 48, 1}, .m2_attn = 0x8u, .nope = true,
+     .experts = 64, .experts_used = 6, .ff_exp = 512, .ff_shexp = 1024},
+    /* Nemotron-H: blocks Mamba-2, FFN, Mamba-2, attention, FFN, Mamba-2, FFN (layers M+F, M, A+F, M+F); 4:2 heads of 16 without RoPE;
+     * Mamba-2 of 8 heads of 16 (d_inner 128), 2 groups, state 16, 4 taps; FFN 128 */
+    {.name = "tiny-nemotron-h", .arch = "nemotron_h", 512, 64, 4, 4, 2, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nh = true, .nh_ffn = 0xdu},
+    /* Nemotron-H MoE: tiny-nemotron-h's blocks, the FFN blocks 8 squared-ReLU experts of 48, 2 per token (sigmoid, the selection
+     * bias, renormalized, x2.5), beside a shared expert of 64 */
+    {.name = "tiny-nemotron-h-moe", .arch = "nemotron_h_moe", 512, 64, 4, 4, 2, 128, 4096, .rope_base = 10000.0f, .eps = 1e-5f, .tied = true,
+     .m2 = {4, 128, 16, 8, 2}, .m2_attn = 0x4u, .nh = true, .nh_ffn = 0xdu, .experts = 8, .experts_used = 2, .ff_exp = 48, .ff_shexp = 64},
     /* LFM2-MoE: tiny-lfm2's layers with 8 experts, 2 per token (sigmoid, a selection bias), of 48, after one dense layer */
     {.name = "tiny-lfm2moe", .arch = "lfm2moe", 512, 64, 6, 4, 2, 128, 4096, .rope_base = 1000000.0f, .eps = 1e-5f, .tied = true,
      .qk_norm = true, .sc_taps = 3, .sc_attn = 0x24u, .experts = 8, .experts_used = 2, .ff_exp = 48, .dense_lead = 1},
@@ -534,7 +589,8 @@ const char *kvb_model_shapes(void) {
            "tiny-gemma2, tiny-gemma3, tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, granite-3.3-2b, olmo2-1b, smollm3-3b, "
            "phi-4-mini, gemma2-2b, gemma3-1b, tiny-qwen3moe, tiny-mixtral, tiny-granitemoe, tiny-granitemoe-shared, tiny-qwen2moe, tiny-deepseek, tiny-olmoe, tiny-gpt-oss, qwen3-30b-a3b-8l, gpt-oss-20b-4l, "
            "tiny-qwen35, tiny-qwen35-mtp, tiny-qwen35moe, qwen3.6-35b-a3b-4l, qwen3.5-27b-4l, tiny-gemma4, gemma4-e2b, tiny-gemma4moe, tiny-gemma4moe-split, gemma4-26b-a4b-4l, tiny-lfm2, tiny-lfm2-swa, lfm2-1.2b, tiny-lfm2moe, lfm2-8b-a1b-4l, "
-           "tiny-glm4moe, glm-4.5-air-4l, tiny-deepseek2, tiny-deepseek2-lite, deepseek-v3-4l, kimi-k2-2l";
+           "tiny-glm4moe, glm-4.5-air-4l, tiny-deepseek2, tiny-deepseek2-lite, deepseek-v3-4l, kimi-k2-2l, tiny-granitehybrid, tiny-granitehybrid-moe, granite-4.0-h-tiny-4l, "
+           "tiny-nemotron-h, tiny-nemotron-h-moe";
 }
 
 static float urand(uint64_t *rs) { return (float)(kvb_rand_unit(rs) * 2.0 - 1.0); }
@@ -669,6 +725,13 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         in->n_moe_layers = sh->layers - sh->dense_lead;
         in->n_ff_shexp = sh->ff_shexp;
     }
+    if (sh->nh && sh->experts) { /* nemotron_h_moe: sigmoid routing, renormalized, scaled (the keys the export writes) */
+        m->moe_gating = KVB_MOE_SIGMOID;
+        m->moe_norm = true;
+        m->moe_scale = 2.5f;
+        in->n_moe_layers = 0;
+        for (int32_t l = 0; l < sh->layers; l++) in->n_moe_layers += (int32_t)(sh->nh_ffn >> l & 1u);
+    }
     if (sh->granite[0] != 0) {
         m->embd_scale = sh->granite[0];
         m->residual_scale = sh->granite[1];
@@ -707,6 +770,26 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
         m->moe_norm = sh->moe_norm;
         in->n_nextn_layers = sh->nextn;
     }
+    if (st == KVB_OK && sh->m2[0]) { /* granitehybrid: the Mamba-2 layers (every layer whose m2_attn bit is clear) and their state */
+        if (!(m->recurrent = kvb_calloc((size_t)sh->layers, 1))) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+        for (int32_t l = 0; m->recurrent && l < sh->layers; l++) m->recurrent[l] = !(sh->m2_attn >> l & 1u);
+        in->ssm_conv = sh->m2[0];
+        in->ssm_inner = sh->m2[1];
+        in->ssm_state = sh->m2[2];
+        in->ssm_heads = sh->m2[3];
+        in->ssm_groups = sh->m2[4];
+        if (st == KVB_OK) st = kvb_family_mamba2(m);
+        if (st == KVB_OK && sh->nh) { /* nemotron_h: the file's blocks, an FFN block after each layer whose nh_ffn bit is set */
+            if (!(m->file_layer = kvb_malloc(sizeof(int32_t) * 2 * (size_t)sh->layers))) st = kvb_fail(KVB_ERR_NOMEM, "mkmodel: out of memory");
+            int32_t b = 0;
+            for (int32_t l = 0; m->file_layer && l < sh->layers; l++) {
+                m->file_layer[2 * l] = b++;
+                m->file_layer[2 * l + 1] = sh->nh_ffn >> l & 1u ? b++ : -1;
+            }
+            m->n_file_layers = b;
+        }
+    }
+    if (sh->nope) in->rope_type = KVB_ROPE_NONE;
     if (st == KVB_OK && sh->head_dim_swa) st = make_gemma4(m, sh);
     if (st == KVB_OK) st = vocab_path ? kvb_vocab_load(vocab_path, &m->vocab) : make_vocab(sh->vocab, &m->vocab);
     if (st == KVB_OK && sh->no_space_prefix && !vocab_path) m->vocab->add_space_prefix = false;
@@ -715,7 +798,7 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
     /* the 2026 families' real widths (qwen35's vocabulary at E 5120 would be 5 GB a table in f32, a 5120 x 17408 FFN)
      * held as q8_0 where large (rand_stack), as the experts are; the tiny shapes stay f32 */
     kvb_status (*const mat)(struct owned *, struct kvb_mat *, int64_t, int64_t) =
-        sh->ssm_heads || sh->head_dim_swa || sh->sc_taps || sh->kv_lora || !strcmp(sh->arch, "glm4moe") ? rand_stack : rand_mat;
+        sh->ssm_heads || sh->head_dim_swa || sh->sc_taps || sh->kv_lora || sh->m2[0] || !strcmp(sh->arch, "glm4moe") ? rand_stack : rand_mat;
     if (st == KVB_OK) st = mat(o, &m->tok_embd, E, V);
     m->output_norm = const_vec(o, E, 1.0f, true);
     if (st == KVB_OK && !sh->tied) st = mat(o, &m->output, E, V);
@@ -810,7 +893,29 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->has_out_scale = true;
             L->out_scale = 0.9f + 0.1f * urand(&o->rs);
         }
-        if (rec && sh->sc_taps) { /* lfm2's short conv: in_proj (B, C, x), taps around 0.5, out_proj */
+        if (rec && sh->m2[0]) { /* Mamba-2: in_proj (z, xBC, dt), taps around 0.5 and a conv bias, dt bias, A = -exp(u) in [-e, -1/e],
+                                 * D around 1, the grouped norm, out_proj */
+            const int64_t DI = sh->m2[1], Cx = DI + 2 * (int64_t)sh->m2[4] * sh->m2[2], H = sh->m2[3];
+            if (st == KVB_OK) st = mat(o, &L->ssm_qkv, E, DI + Cx + H);
+            if (st == KVB_OK) st = mat(o, &L->ssm_out, DI, E);
+            float *cw = const_vec(o, Cx * sh->m2[0], 0.0f, false), *cb = const_vec(o, Cx, 0.0f, false);
+            for (int64_t i = 0; cw && i < Cx * sh->m2[0]; i++) cw[i] = 0.5f * urand(&o->rs);
+            for (int64_t i = 0; cb && i < Cx; i++) cb[i] = 0.1f * urand(&o->rs);
+            float *a = const_vec(o, H, 0.0f, false), *d = const_vec(o, H, 0.0f, false), *dt = const_vec(o, H, 0.0f, false);
+            for (int64_t h = 0; a && d && dt && h < H; h++) {
+                a[h] = -expf(urand(&o->rs));
+                d[h] = 1.0f + 0.5f * urand(&o->rs);
+                dt[h] = 0.5f * urand(&o->rs);
+            }
+            float *nw = const_vec(o, DI, 0.0f, false);
+            for (int64_t i = 0; nw && i < DI; i++) nw[i] = 1.0f + 0.2f * urand(&o->rs);
+            L->ssm_conv = cw;
+            L->ssm_conv_b = cb;
+            L->ssm_a = a;
+            L->ssm_d = d;
+            L->ssm_dt = dt;
+            L->ssm_norm = nw;
+        } else if (rec && sh->sc_taps) { /* lfm2's short conv: in_proj (B, C, x), taps around 0.5, out_proj */
             if (st == KVB_OK) st = mat(o, &L->ssm_qkv, E, 3 * E);
             if (st == KVB_OK) st = mat(o, &L->ssm_out, E, E);
             float *cw = const_vec(o, E * sh->sc_taps, 0.0f, false);
@@ -878,6 +983,19 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
             L->pre_ffn_norm_2 = const_vec(o, E, 1.0f, true);
             L->post_ffn_norm_1 = const_vec(o, E, 1.0f, true);
             L->post_ffn_norm_2 = const_vec(o, E, 1.0f, true);
+        } else if (sh->nh && sh->experts) { /* nemotron_h_moe: on the layers with an FFN block, ungated experts, the selection bias,
+                                              * an ungated shared expert */
+            if (!(sh->nh_ffn >> l & 1u)) {
+                L->ffn_norm = NULL;
+                continue;
+            }
+            const int64_t N = sh->experts, Fe = sh->ff_exp, Fs = sh->ff_shexp;
+            if (st == KVB_OK) st = rand_mat(o, &L->router, E, N);
+            if (st == KVB_OK) st = rand_stack(o, &L->up_exps, E, N * Fe);
+            if (st == KVB_OK) st = rand_stack(o, &L->down_exps, Fe, N * E);
+            if (st == KVB_OK && Fs) st = rand_mat(o, &L->up_shexp, E, Fs);
+            if (st == KVB_OK && Fs) st = rand_mat(o, &L->down_shexp, Fs, E);
+            L->exp_probs_b = const_vec(o, N, 0.0f, true);
         } else if (sh->experts && l >= sh->dense_lead) { /* the router and the experts' stacks, instead of the dense FFN */
             const int64_t N = sh->experts, Fe = sh->ff_exp, Fs = sh->ff_shexp;
             if (st == KVB_OK) st = rand_mat(o, &L->router, E, N);
@@ -897,6 +1015,12 @@ kvb_status kvb_model_make(const char *shape, uint64_t seed, const char *vocab_pa
                 L->b_down_exps = const_vec(o, N * E, 0.0f, true);
                 L->bo = const_vec(o, E, 0.0f, true);
             }
+        } else if (sh->nh_ffn || sh->nh) { /* nemotron_h: a squared-ReLU FFN (no gate) where its bit is set, with that block's norm */
+            if (!(sh->nh_ffn >> l & 1u)) {
+                L->ffn_norm = NULL;
+                continue;
+            }
+            if (st == KVB_OK) st = mat(o, &L->w_up, E, F);
         } else {
             if (st == KVB_OK) st = mat(o, &L->w_gate, E, F);
             if (st == KVB_OK) st = mat(o, &L->w_up, E, F);

@@ -42,6 +42,14 @@
  * RoPE, biases, optional q/k norms, deepseek's dense lead and shared experts,
  * lfm2moe's selection bias; load_glm4moe_keys reads its routing keys, and its
  * nextn_predict_layers MTP blocks are bound as qwen35's (bind_nextn).
+ * Granite 4.0-H (F_MAMBA2: granitehybrid) reads its Mamba-2 layers off the
+ * same per-layer head_count_kv (shortconv_layers), their shape off ssm.*
+ * (load_mamba2, kvb_family_mamba2), and binds a Mamba-2 layer's ssm_* tensors
+ * (bind_mamba2) into the same slots. Nemotron-H (F_NEMOTRON: nemotron_h,
+ * nemotron_h_moe) has blocks of one kind each (Mamba-2, attention, FFN):
+ * nemotron_layers makes a layer of each Mamba-2 or attention block and the
+ * FFN block after it, kvb_model.file_layer keeps the file's block numbers for
+ * bind_nemotron and the export.
  *
  * Gemma 4 (F_GEMMA4, load_gemma4) adds a per-layer window pattern, window
  * heads of their own size and rotary dims, KV-shared trailing layers
@@ -117,6 +125,11 @@ enum need { NO = 0, OPT = 1, REQ = 2 };
                              * attn_kv_a_norm, attn_k_b, attn_v_b; bind_mla), the cache one latent row per token (mla.c); its keys
                              * (load_mla_keys): the ranks, the MLA head sizes, expert_gating_func, expert_weights_norm, the
                              * expert groups, YaRN's log multiplier as its graph applies it; exp_probs_b.bias optional */
+#define F_MAMBA2 (1ull << 28) /* granitehybrid, nemotron_h: Mamba-2 layers (head_count_kv 0 in its per-layer array; the ssm.* keys and
+                                * ssm_in/ssm_conv1d/ssm_dt/ssm_a/ssm_d/ssm_norm/ssm_out tensors: load_mamba2, bind_mamba2) */
+#define F_NEMOTRON (1ull << 29) /* nemotron_h: every block one of Mamba-2 (head_count_kv and feed_forward_length 0), attention
+                                 * (no RoPE) or an FFN-only block (squared-ReLU up/down, no gate), each x += block(rms(x)); an FFN
+                                 * block runs as the FFN of the mixer block before it (nemotron_layers, bind_nemotron) */
 #define F_SHORTCONV 67108864u /* lfm2: short-conv layers (head_count_kv 0 in its per-layer array; shortconv.l_cache and the shortconv.*
                                * tensors) beside attention layers with per-head q/k norms; the output norm named token_embd_norm */
 #define F_GLM4MOE (1ull << 36) /* glm4moe: expert_gating_func optional (absent or 0: sigmoid), expert_weights_norm (default false) and
@@ -230,6 +243,19 @@ static const struct family k_families[] = {
      * rope_freqs, and the rest of F_GEMMA4; KV-shared layers' attn_k/attn_k_norm optional and unused (bind_layer) */
     {"gemma4", KVB_ROPE_NEOX, F_GEMMA4 | F_PARTIAL_ROT | F_ROPE_FREQS | F_FFN_SCALES | F_EXP_SCALES | F_GATE_UP_EXPS,
      {REQ, REQ, REQ, OPT, NO, NO, NO, NO, NO, REQ, REQ, REQ, NO, REQ, PLAIN_FFN, NO, NO, NO, REQ}, &k_gemma4, MOE_NONE, SH_NONE},
+    /* Granite 4.0-H: granite's scales and attention (biases optional; no RoPE when rope.scaling.finetuned is false), Mamba-2
+     * layers where head_count_kv is 0, a dense SwiGLU FFN (biases optional) or granitemoe's experts and shared expert */
+    {"granitehybrid", KVB_ROPE_INTERLEAVED, F_ROPE_FREQS | F_GRANITE | F_MAMBA2, {LLAMA_ATTN, OPT, NO, PLAIN_FFN, OPT, OPT, OPT, NO}, NULL, MOE_OPT,
+     SH_KEY},
+    /* Nemotron-H: Mamba-2, attention (no RoPE, biases optional) and squared-ReLU FFN blocks (bind_nemotron) */
+    {"nemotron_h", KVB_ROPE_NONE, F_MAMBA2 | F_NEMOTRON, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, OPT, NO, NO, NO, REQ, REQ, NO, OPT, OPT, NO},
+     NULL, MOE_NONE, SH_NONE},
+    /* Nemotron-H MoE (Nemotron 3 Nano): nemotron_h's blocks, the FFN blocks experts when expert_count > 0: squared-ReLU experts
+     * without a gate, sigmoid routing with the selection bias exp_probs_b, expert_weights_norm and expert_weights_scale as the
+     * keys say, an ungated squared-ReLU shared expert; the latent projections (ffn_latent_down/up) not implemented (refused by
+     * name as unused) */
+    {"nemotron_h_moe", KVB_ROPE_NONE, F_MAMBA2 | F_NEMOTRON | F_EXP_SCALES,
+     {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, NO, NO, REQ, OPT, NO, NO, NO, REQ, REQ, NO, OPT, OPT, NO}, NULL, MOE_OPT, SH_KEY},
     /* LFM2: short-conv layers (bind_shortconv) and attention layers with per-head q/k norms, q/k/v biases or a fused attn_qkv
      * optional (llama.cpp's create_tensor_qkv); q/k/v/o scales applied, the FFN's loaded unused (its graph passes none) */
     {"lfm2", KVB_ROPE_NEOX, F_SHORTCONV, {REQ, REQ, REQ, REQ, OPT, OPT, OPT, OPT, OPT, REQ, REQ, REQ, NO, NO, PLAIN_FFN, NO, NO, NO, NO}, NULL,
@@ -258,7 +284,7 @@ static const struct family k_families[] = {
 
 const char *kvb_family_names(void) {
     return "llama, qwen2, qwen3, qwen3moe, granite, granitemoe, mistral3, smollm3, olmo2, phi3, gemma2, gemma3, gpt-oss, qwen2moe, deepseek, olmoe, "
-           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, glm4moe, deepseek2";
+           "qwen35, qwen35moe, gemma4, lfm2, lfm2moe, glm4moe, deepseek2, granitehybrid, nemotron_h, nemotron_h_moe";
 }
 
 static const struct family *find_family(struct gguf_str a) {
@@ -304,7 +330,7 @@ void kvb_layers_neutral(struct kvb_layer *layers, int32_t n) {
     for (int32_t l = 0; l < n; l++) {
         struct kvb_layer *L = &layers[l];
         L->s_q = L->s_k = L->s_v = L->s_o = L->s_gate = L->s_up = L->s_down = 1.0f;
-        L->out_scale = 1.0f;
+        L->out_scale = L->s_ssm_in = L->s_ssm_out = 1.0f;
     }
 }
 
@@ -557,17 +583,17 @@ static kvb_status shortconv_layers(struct keys *k, struct kvb_model *m) {
     uint32_t *v = kvb_malloc(sizeof(uint32_t) * (size_t)L), *hq = kvb_malloc(sizeof(uint32_t) * (size_t)L);
     uint8_t *rec = kvb_calloc((size_t)L, 1);
     kvb_status st = v && hq && rec ? layer_u32s(k, "attention.head_count_kv", L, 0, 1024, v) : kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
-    if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing (lfm2 marks its short-conv layers by 0 there)", k->f->path, k->key);
+    if (st == KVB_ERR_INVALID) st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing (%s marks its recurrent layers by 0 there)", k->f->path, k->key, k->arch);
     uint32_t kv = 0;
     for (int32_t l = 0; st == KVB_OK && l < L; l++) {
         rec[l] = v[l] == 0;
         if (v[l] && kv && v[l] != kv)
-            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': attention layers with %u and %u KV heads (layer %d); per-layer KV head counts on lfm2 are "
-                                               "not implemented", k->f->path, k->key, kv, v[l], (int)l);
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': attention layers with %u and %u KV heads (layer %d); per-layer KV head counts on %s are "
+                                               "not implemented", k->f->path, k->key, kv, v[l], (int)l, k->arch);
         if (v[l]) kv = v[l];
     }
     if (st == KVB_OK && !kv)
-        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' is 0 on every layer: a model of short-conv layers only (no attention layer) is not implemented",
+        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' is 0 on every layer: a model of recurrent layers only (no attention layer) is not implemented",
                       k->f->path, k->key);
     if (st == KVB_OK && (st = layer_u32s(k, "attention.head_count", L, 0, 1024, hq)) == KVB_ERR_INVALID)
         st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
@@ -576,8 +602,8 @@ static kvb_status shortconv_layers(struct keys *k, struct kvb_model *m) {
         if (!rec[l] && !hq[l])
             st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is 0 on attention layer %d", k->f->path, k->key, (int)l);
         else if (hq[l] && h && hq[l] != h)
-            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': %u and %u query heads (layer %d); per-layer head counts on lfm2 are not implemented",
-                          k->f->path, k->key, h, hq[l], (int)l);
+            st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': %u and %u query heads (layer %d); per-layer head counts on %s are not implemented",
+                          k->f->path, k->key, h, hq[l], (int)l, k->arch);
         if (hq[l]) h = hq[l];
     }
     kvb_free(v);
@@ -590,6 +616,68 @@ static kvb_status shortconv_layers(struct keys *k, struct kvb_model *m) {
     in->n_head_kv = (int32_t)kv;
     kvb_free(m->recurrent);
     m->recurrent = rec;
+    return KVB_OK;
+}
+
+/* nemotron_h's blocks (llama.cpp's rule): feed_forward_length > 0 an FFN-only block, else head_count_kv 0 a Mamba-2 block,
+ * else attention (per-layer arrays, or one value). Each Mamba-2 or attention block starts a layer; an FFN block is the FFN of
+ * the layer before it (x += ffn(rms(x, its attn_norm)), as a layer's FFN block): an FFN block first or after another FFN
+ * block is refused. The attention blocks share one head count and KV head count, the FFN blocks one width. Sets
+ * m->file_layer, n_file_layers, recurrent and the info's n_layer (the layers), heads and n_ff. */
+static kvb_status nemotron_layers(struct keys *k, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    const int32_t Lf = in->n_layer;
+    uint32_t *kv = kvb_malloc(sizeof(uint32_t) * (size_t)Lf), *hq = kvb_malloc(sizeof(uint32_t) * (size_t)Lf), *ff = kvb_malloc(sizeof(uint32_t) * (size_t)Lf);
+    int32_t *map = kvb_malloc(sizeof(int32_t) * 2 * (size_t)Lf);
+    uint8_t *rec = kvb_calloc((size_t)Lf, 1);
+    kvb_status st = kv && hq && ff && map && rec ? KVB_OK : kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", k->f->path);
+    const char *keys[3] = {"attention.head_count_kv", "attention.head_count", "feed_forward_length"};
+    uint32_t *arr[3] = {kv, hq, ff};
+    for (int i = 0; st == KVB_OK && i < 3; i++)
+        if ((st = layer_u32s(k, keys[i], Lf, 0, i == 2 ? 1u << 20 : 1024, arr[i])) == KVB_ERR_INVALID)
+            st = kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+    int32_t n = 0;
+    uint32_t H = 0, HK = 0, F = 0;
+    for (int32_t l = 0; st == KVB_OK && l < Lf; l++) {
+        if (ff[l] > 0) { /* an FFN block: the FFN of the layer before it */
+            if (!n || map[2 * (n - 1) + 1] >= 0)
+                st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': block %d is an FFN block %s; kvbound runs an FFN block as the FFN of the Mamba-2 or "
+                                                   "attention block before it (not implemented otherwise)", k->f->path, K(k, "feed_forward_length"), (int)l,
+                              n ? "after another FFN block" : "first");
+            else if (F && ff[l] != F)
+                st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': FFN blocks of %u and %u (block %d); per-block FFN widths are not implemented", k->f->path,
+                              K(k, "feed_forward_length"), F, ff[l], (int)l);
+            else map[2 * (n - 1) + 1] = l, F = ff[l];
+            continue;
+        }
+        map[2 * n] = l;
+        map[2 * n + 1] = -1;
+        rec[n] = kv[l] == 0;
+        if (kv[l]) {
+            if (!hq[l] || (HK && (kv[l] != HK || hq[l] != H)))
+                st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': attention block %d has %u query and %u KV heads (others %u and %u); per-block head counts "
+                                                   "are not implemented", k->f->path, K(k, "attention.head_count_kv"), (int)l, hq[l], kv[l], H, HK);
+            H = hq[l], HK = kv[l];
+        }
+        n++;
+    }
+    if (st == KVB_OK && !HK)
+        st = kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s': no attention block; a model of Mamba-2 blocks only is not implemented", k->f->path,
+                      K(k, "attention.head_count_kv"));
+    kvb_free(kv); kvb_free(hq); kvb_free(ff);
+    if (st != KVB_OK) {
+        kvb_free(map); kvb_free(rec);
+        return st;
+    }
+    kvb_free(m->recurrent);
+    kvb_free(m->file_layer);
+    m->recurrent = rec;
+    m->file_layer = map;
+    m->n_file_layers = Lf;
+    in->n_layer = n;
+    in->n_head = (int32_t)H;
+    in->n_head_kv = (int32_t)HK;
+    in->n_ff = (int32_t)F;
     return KVB_OK;
 }
 
@@ -656,7 +744,10 @@ static kvb_status load_experts(struct keys *k, const struct family *fam, struct 
     if ((st = req_u32(k, "expert_used_count", &used, 1, n)) != KVB_OK) return st;
     if ((fam->moe == MOE_OAI || (fam->traits & F_MOE_LEAD)) && (st = req_u32(k, "expert_feed_forward_length", &ff, 1, 1u << 20)) != KVB_OK) return st;
     if (fam->moe == MOE_ALWAYS && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
-    if (fam->moe == MOE_OPT || fam->moe == MOE_ALWAYS_FF) ff = (uint32_t)in->n_ff;
+    if ((fam->traits & F_NEMOTRON) && (st = opt_u32(k, "expert_feed_forward_length", &ff, 0, 1u << 20)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    if (fam->traits & F_NEMOTRON) {
+        if (ff == 0) ff = (uint32_t)in->n_ff / used; /* llama.cpp's default */
+    } else if (fam->moe == MOE_OPT || fam->moe == MOE_ALWAYS_FF) ff = (uint32_t)in->n_ff;
     else if (ff == 0) ff = (uint32_t)in->n_ff / used;
     if (ff == 0) return kvb_fail(KVB_ERR_CORRUPT, "%s: the experts of '%s' have no width (feed_forward_length %d over %u experts used)", k->f->path,
                                  k->arch, (int)in->n_ff, used);
@@ -725,10 +816,12 @@ static kvb_status load_shape(struct keys *k, const struct family *fam, struct kv
             if (in->n_head % m->n_kv_layer[l])
                 return kvb_fail(KVB_ERR_CORRUPT, "%s: head_count %d is not a multiple of head_count_kv %d (layer %d)", k->f->path, in->n_head,
                                 m->n_kv_layer[l], (int)l);
+    } else if (fam->traits & F_NEMOTRON) {
+        if ((st = nemotron_layers(k, m)) != KVB_OK) return st;
     } else {
     if ((st = (fam->traits & F_FF_OPT ? opt_u32 : req_u32)(k, "feed_forward_length", &v, 1, 1 << 20)) == KVB_OK) in->n_ff = (int32_t)v;
     else if (st != KVB_ERR_INVALID) return st;
-    if (fam->traits & F_SHORTCONV) { /* lfm2: head counts per layer, head_count_kv 0 on the short-conv layers (llama.cpp's rule) */
+    if (fam->traits & (F_SHORTCONV | F_MAMBA2)) { /* lfm2, granitehybrid: head counts per layer, head_count_kv 0 on the recurrent layers (llama.cpp's rule) */
         if ((st = shortconv_layers(k, m)) != KVB_OK) return st;
     } else {
     if ((st = req_u32(k, "attention.head_count", &v, 1, 1024)) != KVB_OK) return st;
@@ -1030,6 +1123,45 @@ kvb_status kvb_family_shortconv(struct kvb_model *m, int32_t window) {
     return KVB_OK;
 }
 
+kvb_status kvb_family_mamba2(struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    const int64_t K = in->ssm_conv, DI = in->ssm_inner, N = in->ssm_state, H = in->ssm_heads, G = in->ssm_groups;
+    if (!m->recurrent) return kvb_fail(KVB_ERR_INVALID, "%s: %s without its layer kinds", m->path, in->arch);
+    if (K < 2 || K > 64 || DI < 1 || N < 1 || H < 1 || G < 1 || DI % H || DI % G || H % G)
+        return kvb_fail(KVB_ERR_CORRUPT, "%s: the Mamba-2 shape of '%s': ssm.conv_kernel %lld (2..64), ssm.inner_size %lld over ssm.time_step_rank %lld "
+                                         "heads and ssm.group_count %lld groups (each dividing it, the groups the heads), ssm.state_size %lld", m->path,
+                        in->arch, (long long)K, (long long)DI, (long long)H, (long long)G, (long long)N);
+    int32_t n = 0;
+    for (int32_t l = 0; l < in->n_layer; l++) n += m->recurrent[l] != 0;
+    if (n >= in->n_layer) return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: no attention layer among %d Mamba-2 layers is not implemented", m->path, (int)n);
+    in->mamba2 = true;
+    in->n_rec_layers = n;
+    if (!n) {
+        kvb_free(m->recurrent);
+        m->recurrent = NULL;
+    }
+    in->state_bytes = (size_t)n * sizeof(float) * (size_t)(DI * N + (K - 1) * (DI + 2 * G * N));
+    return KVB_OK;
+}
+
+/* Mamba-2's keys (F_MAMBA2), all required as llama.cpp's loader reads them: ssm.conv_kernel, ssm.inner_size (d_inner),
+ * ssm.state_size (N), ssm.time_step_rank (the heads), ssm.group_count; the layer kinds came with the shape. */
+static kvb_status load_mamba2(struct keys *k, struct kvb_model *m) {
+    struct kvb_model_info *in = &m->info;
+    uint32_t taps, inner, state, heads, groups;
+    kvb_status st;
+    if ((st = req_u32(k, "ssm.conv_kernel", &taps, 2, 64)) != KVB_OK || (st = req_u32(k, "ssm.inner_size", &inner, 1, 1u << 20)) != KVB_OK ||
+        (st = req_u32(k, "ssm.state_size", &state, 1, 1024)) != KVB_OK || (st = req_u32(k, "ssm.time_step_rank", &heads, 1, 1u << 16)) != KVB_OK ||
+        (st = req_u32(k, "ssm.group_count", &groups, 1, 1024)) != KVB_OK)
+        return st;
+    in->ssm_conv = (int32_t)taps;
+    in->ssm_inner = (int32_t)inner;
+    in->ssm_state = (int32_t)state;
+    in->ssm_heads = (int32_t)heads;
+    in->ssm_groups = (int32_t)groups;
+    return kvb_family_mamba2(m);
+}
+
 /* lfm2's short-conv taps (shortconv.l_cache, required: llama.cpp's get_key) and its optional sliding
  * window (> 0: every attention layer a window layer); the layer kinds came with the shape. */
 static kvb_status load_shortconv(struct keys *k, struct kvb_model *m) {
@@ -1274,6 +1406,19 @@ static kvb_status load_family_keys(struct keys *k, const struct family *fam, str
     if ((fam->traits & F_HYBRID) && (st = load_hybrid(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_MLA) && (st = load_mla_keys(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_SHORTCONV) && (st = load_shortconv(k, m)) != KVB_OK) return st;
+    if ((fam->traits & F_MAMBA2) && (st = load_mamba2(k, m)) != KVB_OK) return st;
+    if ((fam->traits & F_NEMOTRON) && m->info.n_expert > 0) { /* nemotron_h_moe: sigmoid routing, its norm and scale keys */
+        bool norm = false;
+        float sc = 0;
+        if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+        if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
+        m->moe_gating = KVB_MOE_SIGMOID;
+        m->moe_norm = norm;
+        m->moe_scale = sc != 0 ? sc : 1.0f;
+        int32_t n = 0; /* the layers with an FFN block hold the experts */
+        for (int32_t l = 0; l < m->info.n_layer; l++) n += m->file_layer[2 * l + 1] >= 0;
+        m->info.n_moe_layers = n;
+    }
     if (fam->traits & F_MOE_SEL_BIAS) {
         if ((st = load_sel_bias_keys(k, m)) != KVB_OK) return st;
     } else if (fam->traits & F_GLM4MOE) {
@@ -1291,7 +1436,8 @@ static kvb_status load_family_keys(struct keys *k, const struct family *fam, str
         if ((st = opt_f32(k, "embedding_scale", &emb)) != KVB_OK) return st;
         if ((st = opt_f32(k, "residual_scale", &res)) != KVB_OK) return st;
         if ((st = opt_f32(k, "attention.scale", &att)) != KVB_OK) return st;
-        if (!kvb_gguf_find(k->f, K(k, "logit_scale"))) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
+        /* granite, granitemoe: logit_scale required (llama.cpp's get_key); granitehybrid: optional */
+        if (!(fam->traits & F_MAMBA2) && !kvb_gguf_find(k->f, K(k, "logit_scale"))) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, k->key);
         if ((st = opt_f32(k, "logit_scale", &logit)) != KVB_OK) return st;
         if (emb != 0) m->embd_scale = emb;
         if (res != 0) m->residual_scale = res;
@@ -1446,6 +1592,8 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     }
     if ((fam->traits & F_GATE_UP_EXPS) && kvb_gguf_find_tensor(b->f, NAME("ffn_gate_up_exps.weight"))) { /* fused, or split below */
         if ((st = bind_weights(b, name, E, 2 * Fe, N, REQ, &L->gate_up_exps)) != KVB_OK) return st;
+    } else if (fam->traits & F_NEMOTRON) { /* nemotron_h_moe: squared-ReLU experts, no gate */
+        if ((st = bind_weights(b, NAME("ffn_up_exps.weight"), E, Fe, N, REQ, &L->up_exps)) != KVB_OK) return st;
     } else {
         if (!kvb_gguf_find_tensor(b->f, NAME("ffn_gate_exps.weight")))
             return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' is missing: experts without a gate (silu(up)) are not supported", b->f->path, name);
@@ -1455,7 +1603,7 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     if ((st = bind_weights(b, NAME("ffn_down_exps.weight"), Fe, E, N, REQ, &L->down_exps)) != KVB_OK) return st;
     const enum need nb = fam->traits & F_EXP_BIASES ? REQ : NO;
     if ((st = bind_vec(b, NAME("ffn_gate_inp.bias"), N, nb, &L->b_router)) != KVB_OK) return st;
-    const enum need nsel = fam->traits & (F_MOE_SEL_BIAS | F_GLM4MOE) ? REQ : fam->traits & F_MLA ? OPT : NO;
+    const enum need nsel = fam->traits & (F_MOE_SEL_BIAS | F_GLM4MOE | F_NEMOTRON) ? REQ : fam->traits & F_MLA ? OPT : NO;
     if ((st = bind_vec(b, NAME("exp_probs_b.bias"), N, nsel, &L->exp_probs_b)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_gate_exps.bias"), Fe, N, nb, &L->b_gate_exps)) != KVB_OK) return st;
     if ((st = bind_f32(b, NAME("ffn_up_exps.bias"), Fe, N, nb, &L->b_up_exps)) != KVB_OK) return st;
@@ -1479,7 +1627,7 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
     }
     if (in->n_ff_shexp > 0) { /* the shared experts, and their .scale tensors (loaded by llama.cpp, which these graphs do not apply) */
         const int64_t Fs = in->n_ff_shexp;
-        if ((st = bind_mat(b, NAME("ffn_gate_shexp.weight"), E, Fs, REQ, &L->gate_shexp)) != KVB_OK) return st;
+        if ((st = bind_mat(b, NAME("ffn_gate_shexp.weight"), E, Fs, fam->traits & F_NEMOTRON ? NO : REQ, &L->gate_shexp)) != KVB_OK) return st;
         if ((st = bind_mat(b, NAME("ffn_up_shexp.weight"), E, Fs, REQ, &L->up_shexp)) != KVB_OK) return st;
         if ((st = bind_mat(b, NAME("ffn_down_shexp.weight"), Fs, E, REQ, &L->down_shexp)) != KVB_OK) return st;
         if ((st = bind_vec(b, NAME("ffn_gate_inp_shexp.weight"), E, fam->shexp == SH_GATED ? REQ : NO, &L->gate_inp_shexp)) != KVB_OK) return st;
@@ -1489,7 +1637,7 @@ static kvb_status bind_experts(struct binder *b, const struct family *fam, const
             float s = 1, unused = 1;
             snprintf(what, sizeof what, "%s.scale", sw[i]);
             if ((st = bind_scalar(b, NAME(what), &s)) != KVB_OK) return st;
-            if ((fam->traits & F_HYBRID) && s != 1.0f) /* its graph applies them; kvbound's shared experts run unscaled */
+            if ((fam->traits & (F_HYBRID | F_NEMOTRON)) && s != 1.0f) /* its graph applies them; kvbound's shared experts run unscaled */
                 return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: tensor '%s' scales the shared expert, which llama.cpp's '%s' applies and kvbound does not "
                                                      "implement", b->f->path, name, b->arch);
             L->scales_unused = L->scales_unused || s != 1.0f;
@@ -1524,6 +1672,81 @@ static kvb_status bind_ssm(struct binder *b, const struct kvb_model *m, int32_t 
     if ((st = bind_mat(b, NAME("ssm_alpha.weight"), E, Hv, REQ, &L->ssm_alpha)) != KVB_OK) return st;
     if ((st = bind_vec(b, NAME("ssm_norm.weight"), D, REQ, &L->ssm_norm)) != KVB_OK) return st;
     if ((st = bind_mat(b, NAME("ssm_out.weight"), Hv * D, E, REQ, &L->ssm_out)) != KVB_OK) return st;
+#undef NAME
+    return KVB_OK;
+}
+
+/* A Mamba-2 layer's tensors (llama.cpp's shapes): ssm_in [2 DI + 2 G N + H][E], ssm_conv1d [Cx][K] and its optional bias,
+ * ssm_dt.bias, ssm_a, ssm_d [H], ssm_norm [DI] (ne {DI / G, G}), ssm_out [E][DI]; ssm_in/ssm_out .scale applied (its graph
+ * does), their .input_scale bound unused. */
+static kvb_status bind_mamba2(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const struct kvb_model_info *in = &m->info;
+    const int64_t E = in->n_embd, DI = in->ssm_inner, N = in->ssm_state, H = in->ssm_heads, G = in->ssm_groups, K = in->ssm_conv;
+    const int64_t Cx = DI + 2 * G * N;
+    char name[96];
+    kvb_status st;
+    float unused = 1;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", (int)l, s), name)
+    if ((st = bind_mat(b, NAME("ssm_in.weight"), E, DI + Cx + H, REQ, &L->ssm_qkv)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ssm_conv1d.weight"), K, Cx, REQ, &L->ssm_conv)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("ssm_conv1d.bias"), Cx, OPT, &L->ssm_conv_b)) != KVB_OK) return st;
+    if ((st = bind_vec(b, NAME("ssm_dt.bias"), H, REQ, &L->ssm_dt)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ssm_a"), 1, H, REQ, &L->ssm_a)) != KVB_OK) return st; /* ne {1, H} */
+    if ((st = bind_f32(b, NAME("ssm_d"), 1, H, REQ, &L->ssm_d)) != KVB_OK) return st;
+    if ((st = bind_f32(b, NAME("ssm_norm.weight"), DI / G, G, REQ, &L->ssm_norm)) != KVB_OK) return st;
+    if ((st = bind_mat(b, NAME("ssm_out.weight"), DI, E, REQ, &L->ssm_out)) != KVB_OK) return st;
+    if ((st = bind_scalar(b, NAME("ssm_in.scale"), &L->s_ssm_in)) != KVB_OK) return st;
+    if ((st = bind_scalar(b, NAME("ssm_out.scale"), &L->s_ssm_out)) != KVB_OK) return st;
+    if ((st = bind_scalar(b, NAME("ssm_in.input_scale"), &unused)) != KVB_OK) return st;
+    if ((st = bind_scalar(b, NAME("ssm_out.input_scale"), &unused)) != KVB_OK) return st;
+#undef NAME
+    return KVB_OK;
+}
+
+/* A nemotron_h layer's tensors, by the file's block numbers (m->file_layer): its mixer block's attn_norm and Mamba-2
+ * (bind_mamba2) or attention (q/k/v/o, biases optional, their .scale applied) tensors; the FFN block after it: its
+ * attn_norm as the FFN's norm, ffn_up and ffn_down (biases optional, .scale applied, as llama.cpp's graph). */
+static kvb_status bind_nemotron(struct binder *b, const struct kvb_model *m, int32_t l, struct kvb_layer *L) {
+    const struct kvb_model_info *in = &m->info;
+    const int32_t fm = m->file_layer[2 * l], ff = m->file_layer[2 * l + 1];
+    const int64_t E = in->n_embd, QD = (int64_t)in->n_head * in->head_dim, KD = (int64_t)in->n_head_kv * in->head_dim, F = in->n_ff;
+    char name[96];
+    kvb_status st;
+    float unused = 1;
+#define NAME(i, s) (snprintf(name, sizeof name, "blk.%d.%s", (int)(i), s), name)
+    if ((st = bind_vec(b, NAME(fm, "attn_norm.weight"), E, REQ, &L->attn_norm)) != KVB_OK) return st;
+    if (m->recurrent[l]) {
+        if ((st = bind_mamba2(b, m, fm, L)) != KVB_OK) return st;
+    } else {
+        const struct { const char *w; struct kvb_mat *mat; int64_t nin, nout; const float **bias; float *s; } a[4] = {
+            {"attn_q", &L->wq, E, QD, &L->bq, &L->s_q}, {"attn_k", &L->wk, E, KD, &L->bk, &L->s_k},
+            {"attn_v", &L->wv, E, KD, &L->bv, &L->s_v}, {"attn_output", &L->wo, QD, E, &L->bo, &L->s_o}};
+        for (int i = 0; i < 4; i++) {
+            char w[64];
+            snprintf(w, sizeof w, "%s.weight", a[i].w);
+            if ((st = bind_mat(b, NAME(fm, w), a[i].nin, a[i].nout, REQ, a[i].mat)) != KVB_OK) return st;
+            snprintf(w, sizeof w, "%s.bias", a[i].w);
+            if ((st = bind_vec(b, NAME(fm, w), a[i].nout, OPT, a[i].bias)) != KVB_OK) return st;
+            snprintf(w, sizeof w, "%s.scale", a[i].w);
+            if ((st = bind_scalar(b, NAME(fm, w), a[i].s)) != KVB_OK) return st;
+            snprintf(w, sizeof w, "%s.input_scale", a[i].w);
+            if ((st = bind_scalar(b, NAME(fm, w), &unused)) != KVB_OK) return st;
+        }
+    }
+    if (ff >= 0 && in->n_expert > 0) { /* nemotron_h_moe: the FFN block's experts and shared expert */
+        if ((st = bind_vec(b, NAME(ff, "attn_norm.weight"), E, REQ, &L->ffn_norm)) != KVB_OK) return st;
+        if ((st = bind_experts(b, family_of(in->arch), m, ff, L)) != KVB_OK) return st;
+    } else if (ff >= 0) {
+        if ((st = bind_vec(b, NAME(ff, "attn_norm.weight"), E, REQ, &L->ffn_norm)) != KVB_OK) return st;
+        if ((st = bind_mat(b, NAME(ff, "ffn_up.weight"), E, F, REQ, &L->w_up)) != KVB_OK) return st;
+        if ((st = bind_mat(b, NAME(ff, "ffn_down.weight"), F, E, REQ, &L->w_down)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME(ff, "ffn_up.bias"), F, OPT, &L->b_up)) != KVB_OK) return st;
+        if ((st = bind_vec(b, NAME(ff, "ffn_down.bias"), E, OPT, &L->b_down)) != KVB_OK) return st;
+        if ((st = bind_scalar(b, NAME(ff, "ffn_up.scale"), &L->s_up)) != KVB_OK) return st;
+        if ((st = bind_scalar(b, NAME(ff, "ffn_down.scale"), &L->s_down)) != KVB_OK) return st;
+        if ((st = bind_scalar(b, NAME(ff, "ffn_up.input_scale"), &unused)) != KVB_OK) return st;
+        if ((st = bind_scalar(b, NAME(ff, "ffn_down.input_scale"), &unused)) != KVB_OK) return st;
+    }
 #undef NAME
     return KVB_OK;
 }
@@ -1669,7 +1892,7 @@ static kvb_status bind_layer(struct binder *b, const struct family *fam, const s
     VEC(S_BDOWN, E, L->b_down);
     VEC(S_POST_FFN_NORM, E, L->post_ffn_norm);
     if ((st = bind_scales(b, fam, l, L, qkv.data != NULL, (fam->traits & F_FUSED_UP) != 0, !rec)) != KVB_OK) return st;
-    if (rec && (st = (in->shortconv ? bind_shortconv : bind_ssm)(b, m, l, L)) != KVB_OK) return st;
+    if (rec && (st = (in->shortconv ? bind_shortconv : in->mamba2 ? bind_mamba2 : bind_ssm)(b, m, l, L)) != KVB_OK) return st;
     if ((fam->traits & F_MLA) && (st = bind_mla(b, m, l, L)) != KVB_OK) return st;
     if (l >= in->n_layer && (st = bind_nextn(b, m, l, L)) != KVB_OK) return st;
     if (moe && (st = bind_experts(b, fam, m, l, L)) != KVB_OK) return st;
@@ -1771,7 +1994,8 @@ kvb_status kvb_family_load(const struct gguf_file *f, struct kvb_model *m) {
     const int32_t n_all = in->n_layer + in->n_nextn_layers; /* the MTP layers last */
     if (st == KVB_OK && !(m->layers = kvb_calloc((size_t)n_all, sizeof *m->layers))) st = kvb_fail(KVB_ERR_NOMEM, "%s: out of memory", f->path);
     if (st == KVB_OK) kvb_layers_neutral(m->layers, n_all);
-    for (int32_t l = 0; st == KVB_OK && l < n_all; l++) st = bind_layer(&b, fam, m, l, &m->layers[l]);
+    for (int32_t l = 0; st == KVB_OK && l < n_all; l++)
+        st = fam->traits & F_NEMOTRON ? bind_nemotron(&b, m, l, &m->layers[l]) : bind_layer(&b, fam, m, l, &m->layers[l]);
     if (st == KVB_OK && (fam->traits & F_SINKS)) st = bind_sinks(&b, m);
     for (uint64_t i = 0; st == KVB_OK && i < f->n_tensors; i++)
         if (!b.used[i] && fam->gemma && f->tensors[i].name.n > 8 &&
@@ -1805,7 +2029,15 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
 #define ADD(...) do { if (n < cap) { int w_ = snprintf(out + n, cap - n, "%s", n ? "; " : ""); if (w_ > 0) n += (size_t)w_; } \
                       if (n < cap) { int w_ = snprintf(out + n, cap - n, __VA_ARGS__); if (w_ > 0) n += (size_t)w_; } } while (0)
     if (m->recurrent && m->info.shortconv) ADD("short conv %d of %d (L_cache %d)", (int)m->info.n_rec_layers, (int)m->info.n_layer, (int)m->info.ssm_conv);
+    else if (m->recurrent && m->info.mamba2)
+        ADD("mamba2 %d of %d (%d heads, %d groups, state %d)", (int)m->info.n_rec_layers, (int)m->info.n_layer, (int)m->info.ssm_heads,
+            (int)m->info.ssm_groups, (int)m->info.ssm_state);
     else if (m->recurrent) ADD("gated deltanet %d of %d", (int)m->info.n_rec_layers, (int)m->info.n_layer);
+    if (m->file_layer) {
+        int32_t nf = 0;
+        for (int32_t l = 0; l < m->info.n_layer; l++) nf += m->file_layer[2 * l + 1] >= 0;
+        ADD("%d blocks: %d squared-ReLU FFN blocks each run after the block before it", (int)m->n_file_layers, (int)nf);
+    }
     if (m->q_gate) ADD("gated attention");
     if (m->info.kv_lora_rank) /* the latent row per token against the per-head K and V it replaces (f16 bytes per layer) */
         ADD("latent attention (%s): row %d+%d for %d heads' K %d, V %d", m->info.q_lora_rank ? "q_lora" : "attn_q", (int)m->info.rope_dims,
@@ -1825,11 +2057,13 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
         ADD("%d of %d experts per token (%s%s), expert FFN %d", (int)m->info.n_expert_used, (int)m->info.n_expert,
             m->moe_gating == KVB_MOE_SOFTMAX_WEIGHT ? "softmax of the top logits" : m->moe_gating == KVB_MOE_SIGMOID ? "sigmoid" : "softmax",
             m->moe_norm ? ", renormalized" : "", (int)m->info.n_ff_exp);
-    if (m->layers && m->info.n_expert > 0 && m->layers[m->info.n_layer - 1].exp_probs_b) ADD("expert selection bias");
+    bool sel_bias = false;
+    for (int32_t l = 0; m->layers && m->info.n_expert > 0 && l < m->info.n_layer; l++) sel_bias = sel_bias || m->layers[l].exp_probs_b;
+    if (sel_bias) ADD("expert selection bias");
     if (m->info.n_expert > 0 && m->moe_scale != 1.0f) ADD("expert weights x%g", (double)m->moe_scale);
     if (m->info.n_ff_shexp > 0)
         ADD("%sshared experts of FFN %d", m->layers && m->layers[m->info.n_layer - 1].gate_inp_shexp ? "gated " : "", (int)m->info.n_ff_shexp);
-    if (m->info.n_expert > 0 && m->info.n_moe_layers < m->info.n_layer) {
+    if (m->info.n_expert > 0 && m->info.n_moe_layers < m->info.n_layer && !m->file_layer) { /* (nemotron_h_moe: the layers with an FFN block) */
         const int32_t lead = m->info.n_layer - m->info.n_moe_layers;
         ADD("the first %d layer%s dense", (int)lead, lead == 1 ? "" : "s");
     }
@@ -1883,9 +2117,33 @@ void kvb_family_describe(const struct kvb_model *m, char *out, size_t cap) {
 
 /* ---- export ---- */
 
+/* nemotron_h's tensors under the file's block numbers: a layer's "blk.L.x" goes to its mixer block, its FFN's (ffn_*, exp_probs_b) to the
+ * FFN block after it, whose attn_norm is the layer's ffn_norm. */
+struct block_names {
+    const struct kvb_model *m;
+    kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat, const float *vec, int64_t n, int64_t rows);
+    void *u;
+};
+static kvb_status put_by_block(void *u, const char *name, const struct kvb_mat *mat, const float *vec, int64_t n, int64_t rows) {
+    const struct block_names *bn = u;
+    int l = -1, at = 0;
+    if (sscanf(name, "blk.%d.%n", &l, &at) != 1 || at <= 0 || l < 0 || l >= bn->m->info.n_layer) return bn->put(bn->u, name, mat, vec, n, rows);
+    const char *rest = name + at;
+    const bool ffn = !strncmp(rest, "ffn_", 4) || !strncmp(rest, "exp_probs_b.", 12); /* the FFN's and the experts' */
+    const int32_t b = bn->m->file_layer[2 * l + (ffn ? 1 : 0)];
+    char out[96];
+    snprintf(out, sizeof out, "blk.%d.%s", (int)b, ffn && !strcmp(rest, "ffn_norm.weight") ? "attn_norm.weight" : rest);
+    return bn->put(bn->u, out, mat, vec, n, rows);
+}
+
 kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(void *u, const char *name, const struct kvb_mat *mat,
                                                                               const float *vec, int64_t n, int64_t rows),
                                   void *u) {
+    struct block_names bn = {m, put, u};
+    if (m->file_layer) { /* nemotron_h */
+        put = put_by_block;
+        u = &bn;
+    }
     const struct kvb_model_info *in = &m->info;
     const struct family *fam = family_of(in->arch);
     if (!fam) return kvb_fail(KVB_ERR_UNSUPPORTED, "export: architecture '%s' has no GGUF layout", in->arch);
@@ -1987,7 +2245,21 @@ kvb_status kvb_family_each_tensor(const struct kvb_model *m, kvb_status (*put)(v
             snprintf(name, sizeof name, "blk.%d.%s", (int)l, scv[i].name);
             if ((st = put(u, name, scv[i].mat, scv[i].vec, scv[i].n, scv[i].rows)) != KVB_OK) return st;
         }
-        for (size_t i = 0; !shortconv && i < sizeof ssm / sizeof ssm[0]; i++) { /* Gated DeltaNet and MTP pieces, where present */
+        const bool mamba2 = in->mamba2 && m->recurrent && l < in->n_layer && m->recurrent[l];
+        const int64_t DI = in->ssm_inner, Cx = DI + 2 * (int64_t)in->ssm_groups * in->ssm_state, G = KVB_MAX(in->ssm_groups, 1);
+        const struct { const char *name; const struct kvb_mat *mat; const float *vec; int64_t n, rows; } m2[] = {
+            {"ssm_in.weight", &L->ssm_qkv, NULL, 1, 1}, {"ssm_conv1d.weight", NULL, L->ssm_conv, in->ssm_conv, Cx},
+            {"ssm_conv1d.bias", NULL, L->ssm_conv_b, Cx, 1}, {"ssm_dt.bias", NULL, L->ssm_dt, in->ssm_heads, 1},
+            {"ssm_a", NULL, L->ssm_a, 1, in->ssm_heads}, {"ssm_d", NULL, L->ssm_d, 1, in->ssm_heads},
+            {"ssm_norm.weight", NULL, L->ssm_norm, DI / G, G}, {"ssm_out.weight", &L->ssm_out, NULL, 1, 1},
+            {"ssm_in.scale", NULL, L->s_ssm_in != 1.0f ? &L->s_ssm_in : NULL, 1, 1},
+            {"ssm_out.scale", NULL, L->s_ssm_out != 1.0f ? &L->s_ssm_out : NULL, 1, 1}};
+        for (size_t i = 0; mamba2 && i < sizeof m2 / sizeof m2[0]; i++) { /* Mamba-2, where present */
+            if (m2[i].mat ? !m2[i].mat->data : !m2[i].vec) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", (int)l, m2[i].name);
+            if ((st = put(u, name, m2[i].mat, m2[i].vec, m2[i].n, m2[i].rows)) != KVB_OK) return st;
+        }
+        for (size_t i = 0; !shortconv && !mamba2 && i < sizeof ssm / sizeof ssm[0]; i++) { /* Gated DeltaNet and MTP pieces, where present */
             if (ssm[i].mat ? !ssm[i].mat->data : !ssm[i].vec) continue;
             snprintf(name, sizeof name, "blk.%d.%s", (int)l, ssm[i].name);
             if ((st = put(u, name, ssm[i].mat, ssm[i].vec, ssm[i].n, ssm[i].rows)) != KVB_OK) return st;

@@ -127,6 +127,19 @@ void kvb_fwd_ffn(const struct kvb_model *m, struct kvb_threadpool *tp, struct kv
                  int64_t F, const float *xin, float *out) {
     const int64_t E = m->info.n_embd;
     const int32_t R = p->n_rows;
+    if (!w->gate->data) { /* ungated (nemotron_h): relu(xin Wu^T + bu)^2, then down */
+        kvb_fwd_mm(tp, f->q8, p, w->up, xin, E, f->hu, F);
+        kvb_fwd_add_bias(f->hu, R, F, w->b_up);
+        kvb_fwd_scale_rows(f->hu, R, F, w->s_up);
+        for (size_t i = 0; i < (size_t)R * (size_t)F; i++) {
+            const float u = f->hu[i] > 0 ? f->hu[i] : 0.0f;
+            f->hg[i] = u * u;
+        }
+        kvb_fwd_mm(tp, f->q8, p, w->down, f->hg, F, out, E);
+        kvb_fwd_add_bias(out, R, E, w->b_down);
+        kvb_fwd_scale_rows(out, R, E, w->s_down);
+        return;
+    }
     {
         const struct kvb_mat *mw[2] = {w->gate, w->up};
         float *y[2] = {f->hg, f->hu};

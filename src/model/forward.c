@@ -512,6 +512,7 @@ static void ffn_block(const struct kvb_model *m, struct kvb_threadpool *tp, stru
     const struct kvb_layer *L = &m->layers[l];
     const int64_t E = in->n_embd;
     const int32_t R = f->pass.n_rows;
+    if (!L->w_down.data && !L->router.data) return; /* nemotron_h: a mixer without an FFN after it */
     const float *xin = pre_norm(m, f, L->ffn_norm, R, E);
     if (L->router_scale) { /* gemma4: the dense FFN always, then the experts on their own norms, both into post_ffn_norm */
         const struct kvb_ffn_w w = {&L->w_gate, &L->w_up, &L->w_down, L->b_gate, L->b_up, L->b_down, L->s_gate, L->s_up, L->s_down};

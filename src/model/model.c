@@ -190,6 +190,7 @@ void kvb_model_free(struct kvb_model *m) {
     kvb_free(m->owned);
     kvb_free(m->no_rope);
     kvb_free(m->recurrent);
+    kvb_free(m->file_layer);
     kvb_free(m->swa_layers);
     kvb_free(m->sinks);
     kvb_free(m->swa_mask);

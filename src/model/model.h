@@ -4,7 +4,7 @@
  * comments: every matrix is row-major [n_out][n_in], y = W x.
  *
  * Files call one way (tests/src_layers.py): batch.c -> forward.c (contexts,
- * the layers of a pass) -> recurrent.c (the Gated DeltaNet layers) -> moe.c
+ * the layers of a pass) -> recurrent.c (the Gated DeltaNet, short-conv and Mamba-2 layers) -> moe.c
  * (the experts) -> ffn.c (a pass's matmuls, scales, biases, gated
  * activations, the dense FFN), which forward.c and recurrent.c call too; export.c -> model.c (loading) -> family.c (the families as data).
  */
@@ -85,7 +85,14 @@ struct kvb_layer {
      * heads of Dk = info.ssm_state, Hv = info.ssm_heads heads of Dv (== Dk), C = 2 Hk Dk + Hv Dv conv
      * channels, K = info.ssm_conv taps; data NULL / NULL on an attention layer.
      * LFM2's short conv (info.shortconv) uses three of them: ssm_qkv = shortconv.in_proj [3E][E] (B, C, x
-     * rows), ssm_conv = shortconv.conv [E][K], ssm_out = shortconv.out_proj [E][E] */
+     * rows), ssm_conv = shortconv.conv [E][K], ssm_out = shortconv.out_proj [E][E].
+     * Mamba-2 (info.mamba2; H = ssm_heads heads of P = ssm_inner / H, G = ssm_groups, N = ssm_state,
+     * Cx = ssm_inner + 2 G N conv channels): ssm_qkv = ssm_in [2 ssm_inner + 2 G N + H][E] (z, xBC, dt
+     * rows), ssm_conv [Cx][K], ssm_conv_b [Cx] or NULL, ssm_dt [H], ssm_a [H], ssm_d [H], ssm_norm
+     * [ssm_inner] (G groups of ssm_inner / G) or NULL, ssm_out [E][ssm_inner]; s_ssm_in, s_ssm_out their
+     * .scale tensors (1: none) */
+    const float *ssm_conv_b, *ssm_d;
+    float s_ssm_in, s_ssm_out;
     struct kvb_mat ssm_qkv;              /* attn_qkv.weight [C][E] */
     struct kvb_mat ssm_z;                /* attn_gate.weight [Hv*Dv][E] */
     struct kvb_mat ssm_beta, ssm_alpha;  /* ssm_beta.weight, ssm_alpha.weight [Hv][E] */
@@ -128,7 +135,12 @@ struct kvb_model {
     const float *rope_freqs;     /* [rope_dims / 2] frequency divisors (Llama-3, YaRN, LongRoPE short), or NULL */
     const float *rope_freqs_long;/* LongRoPE: the divisors past rope_orig_ctx (phi3), or NULL */
     struct kvb_layer *layers;    /* [info.n_layer + info.n_nextn_layers]: the MTP layers last, never run */
-    uint8_t *recurrent;          /* [n_layer] 1: a Gated DeltaNet layer (no K/V, its weights in ssm_*), or NULL (owned) */
+    uint8_t *recurrent;          /* [n_layer] 1: a recurrent layer (Gated DeltaNet, short conv, Mamba-2: no K/V, its weights in
+                                  * ssm_*), or NULL (owned) */
+    int32_t *file_layer;         /* nemotron_h: [2 n_layer] the file's blocks each layer runs: its mixer's (Mamba-2 or
+                                  * attention) at [2l], the FFN-only block after it at [2l + 1] or -1 (the layer has no
+                                  * FFN); the file's blocks are n_file_layers; NULL (owned) for the other families */
+    int32_t n_file_layers;
     bool q_gate;                 /* attn_q holds query and gate per head: rows [h*2D, h*2D+D) head h's query,
                                   * [h*2D+D, h*2D+2D) its gate (wq is [Hq*2D][E]); out = attn * sigmoid(gate) */
     int32_t rope_sections[4];    /* rope.dimension_sections (qwen35: IMROPE; text positions give every section the
@@ -238,6 +250,9 @@ kvb_status kvb_family_hybrid(struct kvb_model *m);
 /* lfm2: m->recurrent (the short-conv layers) set, info.ssm_conv the taps: counts them, info.shortconv, the state's bytes;
  * window > 0: every attention layer a sliding-window layer of that many tokens at the global RoPE */
 kvb_status kvb_family_shortconv(struct kvb_model *m, int32_t window);
+/* granitehybrid, nemotron_h: m->recurrent (the Mamba-2 layers) set, info.ssm_conv/ssm_inner/ssm_state/ssm_heads/ssm_groups the shape:
+ * checks it, counts the layers, info.mamba2, the state's bytes. The loader and mkmodel both take them from here. */
+kvb_status kvb_family_mamba2(struct kvb_model *m);
 /* Gemma 4's layer kinds from m->swa_mask and m->n_kv_shared: the window
  * layers' policies (window tokens each), kv_source (a shared layer reads
  * layer n_kv - 2 when a window layer, n_kv - 1 when global, n_kv = n_layer -

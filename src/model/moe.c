@@ -220,16 +220,21 @@ void kvb_moe_ffn_routed(const struct kvb_model *m, struct kvb_threadpool *tp, st
         if (!n) continue;
         expert_pass(B, p, K, a, b);
         for (int32_t i = 0; i < n; i++) memcpy(B->x + (size_t)i * E, xin + (size_t)(B->by_expert[a + i] / K) * E, sizeof(float) * (size_t)E);
-        const struct kvb_mat gate = kvb_moe_expert(L, 0, e), up = kvb_moe_expert(L, 1, e), down = kvb_moe_expert(L, 2, e);
+        const bool ungated = !L->gate_exps.data && !L->gate_up_exps.data; /* nemotron_h_moe: relu(up x)^2 */
+        const struct kvb_mat gate = ungated ? kvb_moe_expert(L, 1, e) : kvb_moe_expert(L, 0, e), up = kvb_moe_expert(L, 1, e),
+                             down = kvb_moe_expert(L, 2, e);
         const struct kvb_mat *w[2] = {&gate, &up};
         float *y[2] = {B->g, B->u};
         const int64_t ld[2] = {Fe, Fe};
-        kvb_fwd_mm_group(tp, f->q8, &B->pass, w, 2, B->x, E, y, ld);
+        if (ungated) kvb_fwd_mm(tp, f->q8, &B->pass, &up, B->x, E, B->u, Fe);
+        else kvb_fwd_mm_group(tp, f->q8, &B->pass, w, 2, B->x, E, y, ld);
         kvb_fwd_add_bias(B->g, n, Fe, L->b_gate_exps ? L->b_gate_exps + (size_t)e * Fe : NULL);
         kvb_fwd_add_bias(B->u, n, Fe, L->b_up_exps ? L->b_up_exps + (size_t)e * Fe : NULL);
         kvb_fwd_scale_rows(B->g, n, Fe, expert_scale(L->s_gate_exps, e)); /* the scales after the biases, as llama.cpp's build_moe_ffn */
         kvb_fwd_scale_rows(B->u, n, Fe, expert_scale(L->s_up_exps, e));
-        kvb_fwd_glu(tp, m->act, B->g, B->u, (size_t)n * (size_t)Fe);
+        if (ungated)
+            for (size_t i = 0; i < (size_t)n * (size_t)Fe; i++) B->g[i] = B->u[i] > 0 ? B->u[i] * B->u[i] : 0.0f;
+        else kvb_fwd_glu(tp, m->act, B->g, B->u, (size_t)n * (size_t)Fe);
         kvb_fwd_mm(tp, f->q8, &B->pass, &down, B->g, Fe, B->y, E);
         kvb_fwd_add_bias(B->y, n, E, L->b_down_exps ? L->b_down_exps + (size_t)e * E : NULL);
         kvb_fwd_scale_rows(B->y, n, E, expert_scale(L->s_down_exps, e));
@@ -240,9 +245,9 @@ void kvb_moe_ffn_routed(const struct kvb_model *m, struct kvb_threadpool *tp, st
             const float *ye = B->y + (size_t)i * E;
             for (int64_t j = 0; j < E; j++) o[j] += wgt * ye[j];
         }
-        B->bytes_read += (int64_t)(2 * (size_t)Fe * gate.row_bytes + (size_t)E * down.row_bytes);
+        B->bytes_read += (int64_t)((ungated ? 1 : 2) * (size_t)Fe * gate.row_bytes + (size_t)E * down.row_bytes);
     }
-    if (!L->gate_shexp.data) return;
+    if (!L->up_shexp.data) return; /* (nemotron_h_moe's has no gate: kvb_fwd_ffn's squared ReLU) */
     /* the shared experts: every row, as a dense FFN over the pass; gated, each row's output times sigmoid(gate_inp_shexp . x) */
     const struct kvb_ffn_w w = {&L->gate_shexp, &L->up_shexp, &L->down_shexp, NULL, NULL, NULL, 1.0f, 1.0f, 1.0f};
     kvb_fwd_ffn(m, tp, f, p, &w, in->n_ff_shexp, xin, B->y);

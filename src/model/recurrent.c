@@ -29,24 +29,47 @@
  * each), packed into state rows of head_dim floats (so a row fits any page
  * the attention layers' K/V rows do). The same conv kernel, without SiLU.
  *
+ * Mamba-2 (info.mamba2; llama.cpp's build_mamba2_layer, ggml_ssm_conv and
+ * ggml_ssm_scan) is the third, H heads of P channels, G groups, state size N:
+ *
+ *   z, xBC, dt = x W_in^T  (d_inner, d_inner + 2 G N, H wide)
+ *   xBC = silu(causal depthwise conv_K(xBC) + conv bias);  x, B, C = its parts
+ *   dt = softplus(dt + dt_bias);  per head h (group g = h / (H / G)):
+ *       S_h = e^(dt A_h) S_h + dt x_h B_g^T;  y_h = S_h C_g + D_h x_h
+ *   out = (rmsnorm_per_group(y * silu(z)) * ssm_norm) W_out^T
+ *
+ * Its state: per layer the H P rows of N floats of S, then the conv history
+ * ((K - 1) x (d_inner + 2 G N) values) packed into further rows of N floats.
+ * A decode step and a one-row prompt run the recurrent form, a prompt chunk
+ * the chunked (SSD) form (src/ops/ssd.c).
+ *
  * Calls: ffn.c (the projections), ops (the kernels); called by forward.c.
  */
 #include "model.h"
 #include "../ops/deltanet.h"
+#include "../ops/ssd.h"
 
 #include <math.h>
 
 int32_t kvb_rec_row_floats(const struct kvb_model_info *in) { return in->shortconv ? in->head_dim : in->ssm_state; }
 
 /* The conv history's (K - 1) x C values (C: a short conv's E channels, Gated DeltaNet's 2 Hk Dk + Hv Dv) in whole rows. */
+/* The conv's channels: a short conv's E, Gated DeltaNet's 2 Hk Dk + Hv Dv, Mamba-2's d_inner + 2 G N. */
+static int64_t conv_channels(const struct kvb_model_info *in) {
+    if (in->shortconv) return in->n_embd;
+    if (in->mamba2) return (int64_t)in->ssm_inner + 2 * (int64_t)in->ssm_groups * in->ssm_state;
+    return 2 * (int64_t)in->ssm_groups * in->ssm_state + (int64_t)in->ssm_heads * in->ssm_state;
+}
+
 int32_t kvb_rec_conv_rows(const struct kvb_model_info *in) {
-    const int64_t C = in->shortconv ? in->n_embd : 2 * (int64_t)in->ssm_groups * in->ssm_state + (int64_t)in->ssm_heads * in->ssm_state;
+    const int64_t C = conv_channels(in);
     const int64_t W = kvb_rec_row_floats(in);
     return (int32_t)(((int64_t)(in->ssm_conv - 1) * C + W - 1) / W);
 }
 
 int32_t kvb_rec_state_rows(const struct kvb_model_info *in) {
     if (in->shortconv) return kvb_rec_conv_rows(in);
+    if (in->mamba2) return in->ssm_inner + kvb_rec_conv_rows(in);
     return in->ssm_heads * in->ssm_state + kvb_rec_conv_rows(in);
 }
 
@@ -63,6 +86,20 @@ kvb_status kvb_rec_buf_init(struct kvb_rec_buf *b, const struct kvb_model_info *
         if (!b->mix || !b->z || !b->y || !b->hist || !b->rows) {
             kvb_rec_buf_free(b);
             return kvb_fail(KVB_ERR_NOMEM, "out of memory for the short-conv layers' activations (%d rows)", (int)rows);
+        }
+        return KVB_OK;
+    }
+    if (in->mamba2) { /* mix [T][W = 2 d_inner + 2GN + H], y [T][W] (the conv's output at mix's stride), o [T][d_inner], g [T][H] (dt), hist [K-1][Cx] */
+        const size_t T = (size_t)rows, H = (size_t)in->ssm_heads, DI = (size_t)in->ssm_inner, Cx = (size_t)conv_channels(in);
+        b->mix = kvb_malloc(sizeof(float) * T * (DI + Cx + H));
+        b->y = kvb_malloc(sizeof(float) * T * (DI + Cx + H));
+        b->o = kvb_malloc(sizeof(float) * T * DI);
+        b->g = kvb_malloc(sizeof(float) * T * H);
+        b->hist = kvb_malloc(sizeof(float) * (size_t)KVB_MAX(in->ssm_conv - 1, 1) * Cx);
+        b->rows = kvb_malloc(sizeof(float *const *) * T);
+        if (!b->mix || !b->y || !b->o || !b->g || !b->hist || !b->rows) {
+            kvb_rec_buf_free(b);
+            return kvb_fail(KVB_ERR_NOMEM, "out of memory for the Mamba-2 layers' activations (%d rows)", (int)rows);
         }
         return KVB_OK;
     }
@@ -181,9 +218,96 @@ static kvb_status shortconv_layer(const struct kvb_model *m, struct kvb_threadpo
     return KVB_OK;
 }
 
+struct ssd_job {
+    const struct kvb_model *m;
+    const struct kvb_layer *L;
+    const struct kvb_fwd_seg *seg;
+    struct kvb_rec_buf *b;
+    int32_t n_items;
+};
+
+/* (sequence, head) items: the scan of head h of segment s over its T rows. */
+static void ssd_worker(int32_t ith, int32_t nth, void *arg) {
+    const struct ssd_job *jb = arg;
+    const struct kvb_model_info *in = &jb->m->info;
+    const int32_t H = in->ssm_heads, G = in->ssm_groups, N = in->ssm_state, DI = in->ssm_inner, P = DI / H;
+    const int64_t Cx = (int64_t)DI + 2 * (int64_t)G * N, W = DI + Cx + H; /* the conv's output rows: stride W */
+    const int32_t i0 = (int32_t)((int64_t)jb->n_items * ith / nth), i1 = (int32_t)((int64_t)jb->n_items * (ith + 1) / nth);
+    for (int32_t it = i0; it < i1; it++) {
+        const int32_t s = it / H, h = it % H, g = h / (H / G);
+        const struct kvb_fwd_seg *sg = &jb->seg[s];
+        const float *xbc = jb->b->y + (size_t)sg->r0 * W;
+        const float *x = xbc + (size_t)h * P, *B = xbc + DI + (size_t)g * N, *C = xbc + DI + (size_t)G * N + (size_t)g * N;
+        const float *dt = jb->b->g + (size_t)sg->r0 * H + h;
+        float *y = jb->b->o + (size_t)sg->r0 * DI + (size_t)h * P;
+        float *const *S = jb->b->rows[s] + (size_t)h * P;
+        if (sg->decode || sg->T == 1) kvb_ssd_recurrent(S, P, N, sg->T, x, W, B, C, W, dt, H, jb->L->ssm_a[h], jb->L->ssm_d[h], y, DI);
+        else kvb_ssd_chunked(S, P, N, sg->T, x, W, B, C, W, dt, H, jb->L->ssm_a[h], jb->L->ssm_d[h], y, DI,
+                             jb->b->scratch + (size_t)ith * kvb_ssd_scratch_floats());
+    }
+}
+
+/* A Mamba-2 layer l (the file's comment): each segment's conv history and scan state from and back to its cache. */
+static kvb_status mamba2_layer(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg,
+                               int32_t n_seg, int32_t l, const float *xin, float *out) {
+    const struct kvb_model_info *in = &m->info;
+    const struct kvb_layer *L = &m->layers[l];
+    struct kvb_rec_buf *b = &f->rec;
+    const int32_t H = in->ssm_heads, G = in->ssm_groups, N = in->ssm_state, K = in->ssm_conv, DI = in->ssm_inner;
+    const int64_t E = in->n_embd, Cx = (int64_t)DI + 2 * (int64_t)G * N, W = DI + Cx + H;
+    const int32_t R = f->pass.n_rows;
+    const int32_t nth = tp ? kvb_threadpool_n_threads(tp) : 1;
+    const size_t sn = kvb_ssd_scratch_floats();
+    if (b->scratch_threads < nth) {
+        float *sc = kvb_malloc(sizeof(float) * sn * (size_t)nth);
+        if (!sc) return kvb_fail(KVB_ERR_NOMEM, "out of memory for the Mamba-2 layers' scratch");
+        kvb_free(b->scratch);
+        b->scratch = sc;
+        b->scratch_threads = nth;
+    }
+    kvb_fwd_mm(tp, f->q8, &f->pass, &L->ssm_qkv, xin, E, b->mix, W);
+    kvb_fwd_scale_rows(b->mix, R, W, L->s_ssm_in);
+    /* the conv over xBC (after the state's H P rows), then its bias and SiLU */
+    kvb_status st = conv_segments(b, seg, n_seg, l, L->ssm_conv, K, Cx, DI, N, b->mix + DI, W, b->y, false);
+    if (st != KVB_OK) return st;
+    /* conv_segments wrote y at the rows' stride W: the bias, SiLU */
+    for (int32_t t = 0; t < R; t++) {
+        float *yt = b->y + (size_t)t * W;
+        for (int64_t c = 0; c < Cx; c++) {
+            const float v = yt[c] + (L->ssm_conv_b ? L->ssm_conv_b[c] : 0.0f);
+            yt[c] = v / (1.0f + expf(-v));
+        }
+    }
+    for (int32_t t = 0; t < R; t++)
+        for (int32_t h = 0; h < H; h++) {
+            const float a = b->mix[(size_t)t * W + DI + Cx + h] + L->ssm_dt[h];
+            b->g[(size_t)t * H + h] = a > 20.0f ? a : log1pf(expf(a));
+        }
+    struct ssd_job jb = {m, L, seg, b, n_seg * H};
+    kvb_threadpool_run(n_seg * H > 1 ? tp : NULL, ssd_worker, &jb);
+    /* y * silu(z), then the RMS norm over each group's d_inner / G channels */
+    const int32_t GW = DI / G;
+    for (int32_t t = 0; t < R; t++) {
+        float *y = b->o + (size_t)t * DI;
+        const float *z = b->mix + (size_t)t * W;
+        for (int32_t i = 0; i < DI; i++) y[i] *= z[i] / (1.0f + expf(-z[i]));
+        for (int32_t g = 0; L->ssm_norm && g < G; g++) {
+            float *yg = y + (size_t)g * GW;
+            double ss = 0;
+            for (int32_t i = 0; i < GW; i++) ss += (double)yg[i] * yg[i];
+            const float sc = 1.0f / sqrtf((float)(ss / (double)GW) + in->rms_eps);
+            for (int32_t i = 0; i < GW; i++) yg[i] = yg[i] * sc * L->ssm_norm[(size_t)g * GW + i];
+        }
+    }
+    kvb_fwd_mm(tp, f->q8, &f->pass, &L->ssm_out, b->o, DI, out, E);
+    kvb_fwd_scale_rows(out, R, E, L->s_ssm_out);
+    return KVB_OK;
+}
+
 kvb_status kvb_rec_layer(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const struct kvb_fwd_seg *seg, int32_t n_seg,
                          int32_t l, const float *xin, float *out) {
     if (m->info.shortconv) return shortconv_layer(m, tp, f, seg, n_seg, l, xin, out);
+    if (m->info.mamba2) return mamba2_layer(m, tp, f, seg, n_seg, l, xin, out);
     const struct kvb_model_info *in = &m->info;
     const struct kvb_layer *L = &m->layers[l];
     struct kvb_rec_buf *b = &f->rec;

@@ -26,7 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kvb_free(m->layers);
         kvb_free(m->owned);
         kvb_free(m->no_rope);
-        kvb_free(m->recurrent); /* qwen35's and lfm2's layer kinds */
+        kvb_free(m->recurrent); /* qwen35's, lfm2's and granitehybrid's layer kinds */
+        kvb_free(m->file_layer); /* nemotron_h's blocks */
         kvb_free(m->swa_layers);
         kvb_free(m->swa_mask); /* gemma4's window pattern, KV sources, FFN widths */
         kvb_free(m->kv_source);

@@ -1,4 +1,4 @@
-/* info.c — `kvbound info -m FILE`: architecture, hyperparameters (sliding windows, Gated DeltaNet and short-conv layers, MTP layers too), tensors, KV bytes per token. */
+/* info.c — `kvbound info -m FILE`: architecture, hyperparameters (sliding windows, Gated DeltaNet, short-conv and Mamba-2 layers, MTP layers too), tensors, KV bytes per token. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -61,6 +61,9 @@ static void print_model(const char *path, const struct kvb_model *m) {
     if (in.n_rec_layers > 0 && in.shortconv)
         printf("shortconv     %d short-conv layers (no KV): L_cache %d taps over %d channels; state %zu bytes a sequence\n", in.n_rec_layers,
                in.ssm_conv, in.n_embd, in.state_bytes);
+    else if (in.n_rec_layers > 0 && in.mamba2)
+        printf("mamba2        %d Mamba-2 layers (no KV): %d heads of %d, %d groups, state %d, conv %d taps; state %zu bytes a sequence\n",
+               in.n_rec_layers, in.ssm_heads, in.ssm_inner / in.ssm_heads, in.ssm_groups, in.ssm_state, in.ssm_conv, in.state_bytes);
     else if (in.n_rec_layers > 0)
         printf("deltanet      %d Gated DeltaNet layers (no KV): %d key heads, %d value heads of %d, conv %d taps; state %zu bytes a sequence\n",
                in.n_rec_layers, in.ssm_groups, in.ssm_heads, in.ssm_state, in.ssm_conv, in.state_bytes);

@@ -12,6 +12,9 @@
  * C floats a layer, C = 2 Hk Dk + Hv Dv; with --block-size packed into pages
  * as the cache packs it), the same under every policy: K/V counts the
  * attention layers only, and the totals and the saving count the state.
+ * Mamba-2 layers (Granite 4.0-H: its info, or a granite-4.0-h preset) hold
+ * d_inner N + (K - 1) (d_inner + 2 G N) floats a layer the same way (rows of
+ * N floats in pages).
  * Gemma 4's window layers have their own KV heads (held at the global head
  * size, padded: the cache has one), and its KV-shared layers hold nothing.
  * GB = 10^9 bytes (GiB with --gib), rounded to nearest. The options parse
@@ -82,6 +85,20 @@ static const struct preset k_presets[] = {
     {"kimi-k2", 61, 1, 576, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 192, 128},
 };
 
+/* Mamba-2 hybrids (granitehybrid), from the public configs as recalled (not in the llama.cpp tree): num_hidden_layers,
+ * the attention layers of layer_types, num_key_value_heads, head_dim; mamba_n_heads x mamba_d_head (d_inner),
+ * mamba_d_state, mamba_n_groups, mamba_d_conv. Granite 4.0-H Tiny (7B-A1B): 40 layers, 4 attention with 4 KV heads of
+ * 128, Mamba-2 48 x 64, state 128, 1 group, 4 taps; Small (32B-A9B): 40 layers, 4 attention with 8 KV heads of 128,
+ * Mamba-2 128 x 64, state 128, 1 group, 4 taps. */
+struct m2_preset {
+    const char *name;
+    int32_t layers, attn_layers, kv_heads, head_dim, inner, state, groups, heads, conv;
+};
+static const struct m2_preset k_m2_presets[] = {
+    {"granite-4.0-h-tiny", 40, 4, 4, 128, 3072, 128, 1, 48, 4},
+    {"granite-4.0-h-small", 40, 4, 8, 128, 8192, 128, 1, 128, 4},
+};
+
 /* Bytes of the K and V of `tokens` tokens: a K row and a V row of head_dim
  * elements per (layer, KV head), each in its type; with block_size > 0 the
  * tokens round up to whole pages (the bytes a kvbound cache then holds). */
@@ -133,6 +150,7 @@ struct mem_opts {
     int32_t n_rec, lin_kh, lin_vh, lin_dim, conv; /* Gated DeltaNet layers among the L (no K/V) and their shape; 0: none */
     int32_t sc_embd;               /* LFM2 (a model file's): the recurrent layers are short convs of conv taps over sc_embd channels */
     int32_t mla_heads, mla_k, mla_v; /* latent attention: the heads and per-head K, V sizes the latent row replaces; 0: none */
+    int32_t m2_inner;              /* Mamba-2 (granitehybrid): the recurrent layers' d_inner (lin_kh its groups, lin_dim its state size N); 0: none */
     unsigned long long state; /* one sequence's recurrent state, all n_rec layers (mem_check: in pages with --block-size) */
     long long ctx[16], batch[16];
     int n_ctx, n_batch;
@@ -158,8 +176,9 @@ static void mem_usage(void) {
            "Sliding-window layers (Gemma 2/3: from -m MODEL or a gemma preset, or --window W --window-layers N):\n"
            "those layers hold min(W - 1, tokens) between steps whatever the policy, which bounds the other (global)\n"
            "layers only; recall areas and the cold tier are the global layers'.\n"
-           "Hybrid models (Qwen3.5/3.6 from -m MODEL or a qwen3.x preset, LFM2 from -m MODEL): 'layers' counts every\n"
-           "layer that runs; the recurrent ones (Gated DeltaNet, or LFM2's short convolutions: recurrent_layers in\n"
+           "Hybrid models (Qwen3.5/3.6 from -m MODEL or a qwen3.x preset, LFM2 from -m MODEL, Granite 4.0-H from -m MODEL or a\n"
+           "granite-4.0-h preset): 'layers' counts every layer that runs; the recurrent ones (Gated DeltaNet, LFM2's short\n"
+           "convolutions, or Mamba-2: recurrent_layers in\n"
            "the JSON) hold no K/V, so bytes and bounded are the\n"
            "attention layers' K/V; each sequence adds a recurrent state of fixed size, the same under every policy\n"
            "and at any length (f32 rows; with --block-size packed into the cache's pages): its own 'state' column,\n"
@@ -178,6 +197,7 @@ static void mem_usage(void) {
            "in the JSON: row_dims, bytes_per_token, per_head_kv_bytes_per_token).\n"
            "Note: some published tables halve these figures: they drop the factor 2 for K and V.\npresets:");
     for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++) printf(" %s", k_presets[k].name);
+    for (size_t k = 0; k < sizeof k_m2_presets / sizeof *k_m2_presets; k++) printf(" %s", k_m2_presets[k].name);
     printf("\n");
 }
 
@@ -239,7 +259,16 @@ static int mem_shape(struct mem_opts *o) {
         const struct preset *p = NULL;
         for (size_t k = 0; k < sizeof k_presets / sizeof *k_presets; k++)
             if (!strcmp(o->preset, k_presets[k].name)) p = &k_presets[k];
-        if (!p) { fprintf(stderr, "kvbound: --preset: unknown '%s' (see --help)\n", o->preset); return 2; }
+        const struct m2_preset *q = NULL;
+        for (size_t k = 0; k < sizeof k_m2_presets / sizeof *k_m2_presets; k++)
+            if (!strcmp(o->preset, k_m2_presets[k].name)) q = &k_m2_presets[k];
+        if (!p && !q) { fprintf(stderr, "kvbound: --preset: unknown '%s' (see --help)\n", o->preset); return 2; }
+        if (q) { /* a Mamba-2 hybrid */
+            o->L = q->layers; o->H = q->kv_heads; o->D = q->head_dim;
+            o->n_rec = q->layers - q->attn_layers;
+            o->m2_inner = q->inner; o->lin_kh = q->groups; o->lin_vh = q->heads; o->lin_dim = q->state; o->conv = q->conv;
+            snprintf(o->name, sizeof o->name, "%s", q->name);
+        } else {
         o->L = p->layers; o->H = p->kv_heads; o->D = p->head_dim;
         if (!o->window) { o->window = p->window; o->n_win = p->window_layers; }
         o->win_H = p->win_heads; o->win_D = p->win_dim; o->shared = p->shared; o->shared_win = p->shared_win;
@@ -249,6 +278,7 @@ static int mem_shape(struct mem_opts *o) {
             o->lin_kh = p->lin_k_heads; o->lin_vh = p->lin_v_heads; o->lin_dim = p->lin_dim; o->conv = p->conv;
         }
         snprintf(o->name, sizeof o->name, "%s", p->name);
+        }
     } else if (o->mo.path) {
         struct kvb_model *m;
         struct kvb_model_info in;
@@ -263,6 +293,7 @@ static int mem_shape(struct mem_opts *o) {
         o->state = in.state_bytes;
         o->sc_embd = in.shortconv ? in.n_embd : 0;
         if (in.kv_lora_rank) { o->mla_heads = in.n_head; o->mla_k = in.head_dim_k_mla; o->mla_v = in.head_dim_v_mla; }
+        o->m2_inner = in.mamba2 ? in.ssm_inner : 0;
         snprintf(o->name, sizeof o->name, "%s", o->mo.path);
         kvb_model_free(m);
     }
@@ -283,9 +314,9 @@ static int mem_shape(struct mem_opts *o) {
  * (printed) when a row does not fit a page (the cache refuses those). */
 static int state_size(struct mem_opts *o) {
     const unsigned long long Hk = (unsigned)o->lin_kh, Hv = (unsigned)o->lin_vh, D = (unsigned)o->lin_dim, K = (unsigned)o->conv;
-    const unsigned long long C = 2 * Hk * D + Hv * D;
-    if (o->block <= 0) {
-        if (!o->state) o->state = (unsigned long long)o->n_rec * 4 * (Hv * D * D + (K - 1) * C); /* a preset's (a model's: its info) */
+    const unsigned long long DI = (unsigned)o->m2_inner, C = DI ? DI + 2 * Hk * D : 2 * Hk * D + Hv * D; /* Mamba-2: d_inner + 2 G N */
+    if (o->block <= 0) { /* a preset's (a model's: its info); Mamba-2: d_inner N + (K - 1) C floats a layer */
+        if (!o->state) o->state = (unsigned long long)o->n_rec * 4 * ((DI ? DI * D : Hv * D * D) + (K - 1) * C);
         return CLI_GO_ON;
     }
     /* a short conv's (K - 1) E history packs into rows of head_dim floats */
@@ -295,7 +326,8 @@ static int state_size(struct mem_opts *o) {
         fprintf(stderr, "kvbound mem: a recurrent state row of %llu bytes does not fit a page of %d tokens (%llu bytes); raise --block-size\n", row, o->block, page);
         return 2;
     }
-    const unsigned long long rows = o->sc_embd ? ((K - 1) * (unsigned long long)o->sc_embd + row / 4 - 1) / (row / 4) : Hv * D + ((K - 1) * C + D - 1) / D,
+    const unsigned long long rows = o->sc_embd ? ((K - 1) * (unsigned long long)o->sc_embd + row / 4 - 1) / (row / 4)
+                                               : (DI ? DI : Hv * D) + ((K - 1) * C + D - 1) / D,
                              per_page = page / row;
     o->state = (unsigned long long)o->n_rec * ((rows + per_page - 1) / per_page) * page;
     return CLI_GO_ON;
@@ -368,7 +400,7 @@ static void mem_header(const struct mem_opts *o) {
     if (o->n_rec)
         printf("%d %s layers hold no K/V but a recurrent state of %llu bytes a sequence (%s), the same at any length and under every policy;\n"
                "bytes are the K/V of the %d attention layer%s, which the policy governs; total and bounded total count the state\n",
-               o->n_rec, o->sc_embd ? "short-conv" : "Gated DeltaNet", o->state, o->block ? "f32 rows in pages" : "f32", o->L - o->n_rec, o->L - o->n_rec == 1 ? "" : "s");
+               o->n_rec, o->sc_embd ? "short-conv" : o->m2_inner ? "Mamba-2" : "Gated DeltaNet", o->state, o->block ? "f32 rows in pages" : "f32", o->L - o->n_rec, o->L - o->n_rec == 1 ? "" : "s");
     printf("%12s %6s %16s %12s", "tokens", "batch", "bytes", un);
     if (o->n_rec) printf(" %10s %10s", "state", "total");
     if (o->pid != KVB_POLICY_FULL) printf(" %14s%s %10s", "bounded", o->n_rec ? "  bounded total" : "", "saving");
