@@ -1202,6 +1202,88 @@ TEST(stall_free_steps_equal_single_every_policy) {
     g_eq_target_ms = 0;
 }
 
+/* The recurrent layers' chunked forms (Gated DeltaNet, Mamba-2) round by
+ * their chunks of 64 from a call's first token, so a hybrid's prompt read
+ * in pieces under a step target must end each piece where the lone
+ * context's call of `chunk` rows ends or on one of its 64-token
+ * boundaries: then the sequence keeps the lone context's bits. A decoder
+ * makes the target bind; prompt_min_rows 70 lets the oldest prompt take 64
+ * rows a step (the cut), and the logits at the prompt's end and after must
+ * equal a lone context's at chunk 128 exactly. Cutting at 70 rows (no
+ * alignment) misses. */
+TEST(stall_free_recurrent_pieces_keep_single_bits) {
+    NEED_MODEL();
+    static const char *const shapes[] = {"tiny-qwen35", "tiny-granitehybrid"};
+    const int32_t chunk = 128, n_prompt = 300, n_gen = 4;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        struct kvb_model *m;
+        void *owned;
+        CHECK_OK(kvb_model_make(shapes[k], 5, NULL, &m, &owned));
+        struct kvb_model_info mi;
+        kvb_model_get_info(m, &mi);
+        const int32_t V = mi.n_vocab;
+        struct kvb_batch_params bp = kvb_batch_default_params();
+        bp.n_threads = 2;
+        bp.max_seqs = 4;
+        bp.chunk = chunk;
+        bp.step_tokens = 2 * chunk;
+        bp.kv_pool_bytes = (size_t)64 << 20;
+        bp.step_target_ms = 1e-3f;
+        bp.prompt_min_rows = 70;
+        struct kvb_batch *b;
+        CHECK_OK(kvb_batch_init(m, &bp, &b));
+        struct kvb_seq_params sp = kvb_seq_default_params();
+        sp.ignore_eos = true;
+        sp.sampler.temp = 0;
+        sp.kv.policy = kvb_policy_default_params(KVB_POLICY_FULL);
+        sp.max_tokens = 200;
+        int32_t dec, big, adv, failed;
+        CHECK_OK(kvb_batch_add(b, &sp, g_ids + 900, 3, &dec)); /* a decoder: the target binds */
+        CHECK_OK(kvb_batch_step(b, &adv, &failed));
+        sp.max_tokens = n_gen;
+        CHECK_OK(kvb_batch_add(b, &sp, g_ids + 10, n_prompt, &big));
+        float *got = calloc((size_t)(n_gen + 1) * (size_t)V, sizeof(float)), *want = calloc((size_t)(n_gen + 1) * (size_t)V, sizeof(float));
+        int32_t fed[8], n_lg = 0, pieces = 0, cuts = 0;
+        for (int step = 0; step < 100 && n_lg < n_gen; step++) {
+            struct kvb_seq_info si;
+            CHECK_OK(kvb_batch_seq_info(b, big, &si));
+            const int32_t before = si.n_prompt_done;
+            CHECK_OK(kvb_batch_step(b, &adv, &failed));
+            CHECK_OK(kvb_batch_seq_info(b, big, &si));
+            if (si.n_prompt_done > before) {
+                pieces++;
+                cuts += si.n_prompt_done < n_prompt && si.n_prompt_done % chunk != 0;
+                if ((si.n_prompt_done - before) % 64 && si.n_prompt_done < n_prompt && si.n_prompt_done % chunk)
+                    FAILF("%s: a piece of %d rows ends at %d, off the lone context's 64-row chunks", shapes[k], (int)(si.n_prompt_done - before),
+                          (int)si.n_prompt_done);
+            }
+            if (si.n_generated > n_lg) {
+                memcpy(got + (size_t)n_lg * V, kvb_batch_logits(b, big), sizeof(float) * (size_t)V);
+                fed[n_lg++] = si.last_token;
+            }
+        }
+        kvb_batch_free(b);
+        if (!cuts) FAILF("%s: the prompt was never read in a piece smaller than the chunk (%d pieces)", shapes[k], (int)pieces);
+        struct kvb_context_params cp = kvb_context_default_params();
+        cp.kv.policy = sp.kv.policy;
+        cp.chunk = chunk;
+        cp.kv_pool_bytes = (size_t)64 << 20;
+        struct kvb_context *c;
+        CHECK_OK(kvb_context_init(m, &cp, &c));
+        CHECK_OK(kvb_context_prompt(c, g_ids + 10, n_prompt, want, false));
+        for (int32_t i = 0; i + 1 < n_lg; i++) CHECK_OK(kvb_context_eval(c, &fed[i], 1, want + (size_t)(i + 1) * V, false));
+        kvb_context_free(c);
+        size_t diff = 0;
+        for (size_t i = 0; i < (size_t)n_lg * (size_t)V; i++) diff += got[i] != want[i];
+        if (n_lg != n_gen || diff) FAILF("%s: %d of %d logits differ from the lone context's (%d tokens sampled, %d pieces)", shapes[k], (int)diff,
+                                         (int)(n_lg * V), (int)n_lg, (int)pieces);
+        free(got);
+        free(want);
+        kvb_model_make_free(m, owned);
+        if (t_case_failed) return;
+    }
+}
+
 /* A batch of two threads and a 64 MiB pool with the given steps and
  * target, and greedy sequence parameters that ignore EOS. */
 static struct kvb_batch *stall_free_batch(int32_t max_seqs, int32_t chunk, int32_t step_tokens, float target_ms, float target_x,
@@ -1429,6 +1511,7 @@ int main(void) {
     RUN(stall_free_steps_equal_single_every_policy);
     RUN(stall_free_no_starvation_and_params);
     RUN(stall_free_budget_follows_decoders);
+    RUN(stall_free_recurrent_pieces_keep_single_bits);
     RUN(step_cost_fit_observes_decode_rows);      /* issue 48 survivor 12 */
     RUN(prompt_min_rows_equal_to_chunk_accepted); /* issue 48 survivor 13 */
     kvb_buffer_free(g_ids);

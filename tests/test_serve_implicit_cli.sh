@@ -151,6 +151,9 @@ restart_case implicit_survives_restart r $ARGS   # its reference ($T/rref.json) 
 # restored after kill -9 carries the state (turn 4 equals an uninterrupted server's).
 hybrid_case() {
     hc_p=$1 hc_shape=$2 hc_tag=$3 hc_pols=$4 hc_rec=$5 hc_state=$6 hc_full=$7
+    # each case's own files and session stores (a tag used twice would restore another model's sessions)
+    case " $HC_TAGS " in *" $hc_tag "*) ko "${hc_p}_own_tag" "tag '$hc_tag' is another case's"; return ;; esac
+    HC_TAGS="$HC_TAGS $hc_tag"
     "$K" mkmodel --shape "$hc_shape" --type q8_0 --vocab "$QV" -o "$T/${hc_tag}0.gguf" > /dev/null 2>&1
     python3 "$HERE/jinja/gguf_set_template.py" "$T/${hc_tag}0.gguf" "$T/tools.jinja" "$T/${hc_tag}.gguf" > /dev/null 2>&1
     hc_args="-m $T/${hc_tag}.gguf --budget 64 -t 1"
@@ -185,7 +188,7 @@ hybrid_case implicit_glm4moe tiny-glm4moe g "streaming h2o" 0 0 0
 hybrid_case implicit_deepseek2 tiny-deepseek2 d "streaming h2o" 0 0 0
 # Granite 4.0-H (tiny-granitehybrid: 3 Mamba-2 layers, their state the scan's 128 x 16 floats and the conv's last 3 rows of
 # xBC, beside 1 attention layer without RoPE, issue 51): a window and heavy hitters; state 3 x 4 x (128 x 16 + 3 x 192) bytes
-hybrid_case implicit_granitehybrid tiny-granitehybrid g "streaming h2o" 3 31488 0
+hybrid_case implicit_granitehybrid tiny-granitehybrid gh "streaming h2o" 3 31488 0
 # Nemotron-H (tiny-nemotron-h: its Mamba-2, attention and FFN blocks as 3 Mamba-2 layers and 1 attention layer, 3 of them
 # with an FFN block after): a window; the same state
 hybrid_case implicit_nemotron_h tiny-nemotron-h n "streaming" 3 31488 0

@@ -40,8 +40,14 @@
  * before the prompt ends, so pieces are cut only then (cuttable()): full,
  * or the whole prompt within the policy's budget, no per-layer windows,
  * no budget_frac. A sequence that may not be cut waits for a whole chunk.
+ * A hybrid's recurrent layers round by their chunked form's chunks of 64
+ * from a call's first token, so its cuts end on a 64-row boundary of the
+ * lone context's piece and the next piece ends where that piece ends
+ * (rec_cut, rec_piece_left): the bits stay the lone context's.
  */
 #include "model.h"
+#include "../ops/deltanet.h"
+#include "../ops/ssd.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -381,6 +387,28 @@ static double now_ms(void) {
  * `chunk` with the logits a lone context gets: only while the cache cannot
  * evict before the prompt ends (then every row attends to every earlier
  * row however the prompt is cut). */
+/* A recurrent layer's chunked form (Gated DeltaNet, Mamba-2's SSD) runs in chunks of REC_CHUNK tokens from a call's first
+ * token, and its rounding follows those chunks: a prompt read in pieces keeps a lone context's bits only when every piece
+ * ends where the lone context's call of `chunk` tokens does, or on one of that call's internal chunk boundaries. */
+#define REC_CHUNK 64
+_Static_assert(REC_CHUNK == KVB_SSD_CHUNK && REC_CHUNK == KVB_GDN_CHUNK, "the recurrent layers' chunked forms share one chunk");
+
+/* Where s's current piece of `chunk` rows begins to be counted: the prompt's start, or its split once read past it
+ * (a lone context reads the two parts as two prompts). The offset in the piece is a multiple of REC_CHUNK: cuts keep it so. */
+static int32_t rec_offset(const struct kvb_batch *b, const struct seq *s) {
+    const int32_t origin = s->split > 0 && s->n_prompt_done >= s->split ? s->split : 0;
+    return (s->n_prompt_done - origin) % b->p.chunk;
+}
+
+/* The rows of s's prompt a step may read at most, for a recurrent model: to the end of the lone context's piece. */
+static int32_t rec_piece_left(const struct kvb_batch *b, const struct seq *s) { return b->p.chunk - rec_offset(b, s); }
+
+/* A cut of at most `allow` rows for a recurrent model, ending on a REC_CHUNK boundary of the lone context's piece; 0: none. */
+static int32_t rec_cut(const struct kvb_batch *b, const struct seq *s, int32_t allow) {
+    const int32_t o = rec_offset(b, s);
+    return KVB_MAX(0, (o + allow) / REC_CHUNK * REC_CHUNK - o);
+}
+
 static bool cuttable(const struct seq *s) {
     struct kvb_cache_params cp;
     kvb_cache_get_params(s->cache, &cp);
@@ -466,6 +494,7 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
         const int32_t i = b->by_order[a];
         struct seq *s = &b->seqs[i];
         int32_t T = KVB_MIN(b->p.chunk, s->n_prompt - s->n_prompt_done);
+        if (b->m->recurrent) T = KVB_MIN(T, rec_piece_left(b, s)); /* after a cut: the rest of the lone context's piece */
         if (s->split > s->n_prompt_done) T = KVB_MIN(T, s->split - s->n_prompt_done); /* no chunk crosses the split */
         if (!target) {
             if (rows + T > b->p.step_tokens) break; /* first come, first served */
@@ -473,7 +502,8 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
             const int32_t room = b->p.step_tokens - rows;
             const int32_t allow = KVB_MIN(room, a == 0 ? KVB_MAX(left, b->p.prompt_min_rows) : left);
             if (T > allow) {
-                if (cuttable(s)) T = allow;
+                const int32_t cut = !cuttable(s) ? 0 : b->m->recurrent ? rec_cut(b, s, allow) : allow;
+                if (cut > 0) T = cut;
                 else if (a > 0 || T > room) break; /* the oldest may take a whole chunk past the budget */
             }
             if (T < 1) break;
