@@ -458,7 +458,7 @@ size_t kvb_kv_seq_bytes_latent(const struct kvb_kv_params *kv, int32_t n_layer, 
 struct kvb_cache_params {
     int32_t n_layer;
     int32_t n_kv_head;
-    int32_t head_dim;           /* 1..1024 (DeepSeek-V3's latent row: 576) */
+    int32_t head_dim;           /* 1..576 (DeepSeek-V3's latent row: 64 rotary + 512 latent) */
     struct kvb_rope rope;
     const uint8_t *no_rope;     /* [n_layer]: 1 where a layer's keys and queries are not rotated (NoPE
                                  * layers, SmolLM3's every fourth), or NULL; copied */
@@ -622,7 +622,8 @@ void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
 /* Low-level steps, for the lab and for engines that compute attention
  * themselves. kvb_cache_decode == append + attention + observe + evict.
  * append: k, v as in decode; NULL means zero rows (bookkeeping-only caches);
- * v must be NULL with latent rows.
+ * v must be NULL with latent rows. KVB_ERR_UNSUPPORTED under
+ * expected-attention (its evidence is the queries: decode and prefill only).
  * Errors: KVB_ERR_NOMEM, cache unchanged. */
 kvb_status kvb_cache_append(struct kvb_cache *cache, int32_t layer, const float *k, const float *v);
 /* Feeds one attention row to the policy of stream (layer, head): w[j] is the
@@ -1611,7 +1612,8 @@ struct kvb_lab_result {
  * generated token: append, observe the row renormalised over the retained
  * slots, evict. Snapshots the retained positions after attending at the
  * generated steps snap_steps[0..n_snap). Free with kvb_lab_result_free.
- * Errors: those of kvb_cache_init; KVB_ERR_NOMEM. */
+ * Errors: those of kvb_cache_init; KVB_ERR_NOMEM; KVB_ERR_UNSUPPORTED for
+ * expected-attention (its evidence is queries, which a lab stream lacks). */
 kvb_status kvb_lab_run(const struct kvb_lab_stream *st, const struct kvb_policy_params *policy, int32_t chunk,
                        const int32_t *snap_steps, int32_t n_snap, struct kvb_lab_result *out);
 void kvb_lab_result_free(struct kvb_lab_result *r);

@@ -59,6 +59,11 @@ TEST(every_policy_obeys_its_budget) {
     for (int id = 0; id < KVB_POLICY_COUNT; id++)
         for (int i = 0; i < 4; i++) {
             struct kvb_lab_result r;
+            if (id == KVB_POLICY_EXPECTED_ATTENTION) { /* its evidence is queries, which the lab's streams do not have: refused by name */
+                CHECK(run(scn[i], (enum kvb_policy_id)id, 40, 7, 256, 128, &r) != 0);
+                CHECK(strstr(kvb_last_error(), "expected-attention") != NULL);
+                continue;
+            }
             CHECK(run(scn[i], (enum kvb_policy_id)id, 40, 7, 256, 128, &r) == 0);
             if (r.budget_violations || r.mass_out_of_range) FAILF("%s on %s: %d over budget, %d mass out of range", kvb_policy_name((enum kvb_policy_id)id), scn[i], r.budget_violations, r.mass_out_of_range);
             if (id == KVB_POLICY_FULL) CHECK_NEAR(r.mass_mean, 1.0, 1e-9);

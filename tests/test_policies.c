@@ -920,6 +920,22 @@ TEST(expected_attention_matches_float64_reference) {
     if (!told[0] || !told[1] || !told[2]) FAILF("a variant keeps the same sets in every case (covariance %d, value norm %d, rotation %d)", told[0], told[1], told[2]);
 }
 
+/* expected-attention's evidence is the queries: the low-level append (no
+ * queries) is refused by name and leaves the cache empty, where it would
+ * otherwise rank keys by their value norms alone. */
+TEST(expected_attention_refuses_the_low_level_path) {
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = EA_D; cp.kv.block_size = 4;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_EXPECTED_ATTENTION);
+    cp.kv.policy.budget = 8;
+    struct kvb_cache *c = NULL;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    CHECK_STATUS(kvb_cache_append(c, 0, NULL, NULL), KVB_ERR_UNSUPPORTED);
+    CHECK(strstr(kvb_last_error(), "expected-attention") != NULL);
+    CHECK_EQ_INT((int)kvb_cache_n_past(c, 0), 0);
+    kvb_cache_free(c);
+}
+
 int main(void) {
     RUN(compress_keeps_set_budgets);
     RUN(pinned_span_kept_under_every_policy);
@@ -932,6 +948,7 @@ int main(void) {
     RUN(knorm_evicts_largest_key_norm);
     RUN(keydiff_matches_float64_reference);
     RUN(expected_attention_matches_float64_reference);
+    RUN(expected_attention_refuses_the_low_level_path);
     RUN(scissorhands_evicts_persistently_unimportant);
     RUN(snapkv_keeps_the_needle);
     RUN(pyramidkv_layer_budgets);

@@ -1024,6 +1024,9 @@ kvb_status kvb_cache_append(struct kvb_cache *c, int32_t layer, const float *k, 
     kvb_status st = check_kv_layer(c, layer, "cache_append");
     if (st != KVB_OK) return st;
     if ((st = check_latent_v(c, v, "cache_append")) != KVB_OK) return st;
+    if (c->policy.iface->flags & KVB_PF_QUERY_STATS) /* its evidence is the queries, which this path never sees */
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache_append: policy %s scores keys by the statistics of the queries, which only "
+                                             "kvb_cache_decode and kvb_cache_prefill see; it has no low-level path", c->policy.iface->name);
     if ((st = check_pos(c, layer, 1)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, 1, 1)) != KVB_OK) return st;
     run_pending_eviction(c, layer, NULL);

@@ -63,6 +63,7 @@
 #include "cache_impl.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 
 #define KVB_CACHE_MAGIC "KVBCACHE"
@@ -289,6 +290,13 @@ static kvb_status load_qstats(struct kvb_cache *c, struct rbuf *rp) {
         r.field = "qstat.stats";
         if ((size_t)g * blk > (r.n - r.at) / sizeof(float)) return TRUNC();
         const size_t words = (size_t)(g + 1) * blk;
+        if (words > ((size_t)64 << 20) / sizeof(float)) /* qstat_reserve's limit */
+            return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %zu's query statistics for %d heads exceed the 64 MiB a stream a cache keeps", i, (int)g);
+        for (size_t w = 0; w < (size_t)g * blk; w++) {
+            float x;
+            memcpy(&x, r.p + r.at + sizeof(float) * w, sizeof x);
+            if (!isfinite(x)) return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %zu's query statistics hold a value that is not finite", i);
+        }
         float *q = kvb_calloc(words, sizeof(float));
         if (!q) return kvb_fail(KVB_ERR_NOMEM, "cache image: out of memory for query statistics");
         memcpy(q, r.p + r.at, sizeof(float) * (size_t)g * blk);
@@ -422,9 +430,9 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     p.kv.kv_dtype_v = (enum kvb_dtype)dtype_v;
     p.kv.pos_mode = (enum kvb_pos_mode)pos_mode;
     p.rope.type = (enum kvb_rope_type)rope_type;
-    float ff[256];
+    float ff[KVB_ATTN_MAX_DIM / 2]; /* rope.n_dims <= head_dim */
     if (has_ff) {
-        if (p.rope.n_dims < 2 || p.rope.n_dims > 512) return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_n_dims %d out of range", p.rope.n_dims);
+        if (p.rope.n_dims < 2 || p.rope.n_dims > KVB_ATTN_MAX_DIM) return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_n_dims %d out of range", p.rope.n_dims);
         if (!r_bytes(&r, ff, sizeof(float) * (size_t)(p.rope.n_dims / 2), "rope_freq_factors")) return TRUNC();
         p.rope.freq_factors = ff;
     }
@@ -460,7 +468,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     }
     int32_t win[2 * 4096]; /* (layer, window) pairs */
     int32_t nw = 0;
-    float ff_swa[256];
+    float ff_swa[KVB_ATTN_MAX_DIM / 2];
     if (flags & IMAGE_WINDOWS) {
         int32_t has_ff_swa;
         if (!r_i32(&r, &nw, "n_windows")) return TRUNC();
@@ -470,14 +478,14 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
         p.rope_swa = p.rope;
         p.rope_swa.freq_factors = NULL;
         if ((flags & IMAGE_SWA_DIMS) && !r_i32(&r, &p.rope_swa.n_dims, "rope_swa.n_dims")) return TRUNC();
-        if ((flags & IMAGE_SWA_DIMS) && (p.rope_swa.n_dims < 2 || p.rope_swa.n_dims > 512 || p.rope_swa.n_dims % 2))
+        if ((flags & IMAGE_SWA_DIMS) && (p.rope_swa.n_dims < 2 || p.rope_swa.n_dims > KVB_ATTN_MAX_DIM || p.rope_swa.n_dims % 2))
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_swa n_dims %d out of range", (int)p.rope_swa.n_dims);
         if (!r_f32(&r, &p.rope_swa.base, "rope_swa.base") || !r_f32(&r, &p.rope_swa.freq_scale, "rope_swa.freq_scale") ||
             !r_i32(&r, &has_ff_swa, "has_freq_factors_swa"))
             return TRUNC();
         if (has_ff_swa != 0 && has_ff_swa != 1) return kvb_fail(KVB_ERR_CORRUPT, "cache image: has_freq_factors_swa is %d", (int)has_ff_swa);
         if (has_ff_swa) {
-            if (p.rope_swa.n_dims < 2 || p.rope_swa.n_dims > 512) return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_n_dims %d out of range", p.rope_swa.n_dims);
+            if (p.rope_swa.n_dims < 2 || p.rope_swa.n_dims > KVB_ATTN_MAX_DIM) return kvb_fail(KVB_ERR_CORRUPT, "cache image: rope_n_dims %d out of range", p.rope_swa.n_dims);
             if (!r_bytes(&r, ff_swa, sizeof(float) * (size_t)(p.rope_swa.n_dims / 2), "rope_swa.freq_factors")) return TRUNC();
             p.rope_swa.freq_factors = ff_swa;
         }

@@ -337,7 +337,7 @@ static void area_shadow(const struct kvb_cache *c, struct kvb_recall_stream *r, 
      * position 0, every far key is one run with the query at L (attend.c) */
     const int32_t d = c->params.head_dim;
     const size_t vofs = (size_t)d << r->shadow_shift;
-    float cs0[512], cs[512];
+    float cs0[KVB_ATTN_MAX_DIM], cs[KVB_ATTN_MAX_DIM]; /* 2 x n_pairs <= head_dim */
     const int32_t np = c->n_pairs;
     for (int32_t t = 0; t < n; t++) {
         float *ks = r->shadow + (size_t)(a * B + t) * d;

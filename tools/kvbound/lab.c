@@ -77,7 +77,11 @@ static int run_trace(enum kvb_policy_id id, FILE *out, char *final, size_t final
     }
     if (out) fprintf(out, "trace %s: capacity 6, 2 sinks (*), heavy ratio 0.5; each token's score is observed once, on arrival\n", kvb_policy_name(id));
     for (int t = 0; t < 8; t++) {
-        kvb_cache_append(c, 0, NULL, NULL);
+        if (kvb_cache_append(c, 0, NULL, NULL) != KVB_OK) {
+            fprintf(stderr, "kvbound: trace: %s\n", kvb_last_error());
+            kvb_cache_free(c);
+            return -1;
+        }
         int n = kvb_cache_n_slots(c, 0, 0);
         float w[16] = {0};
         w[n - 1] = k_trace_score[t];

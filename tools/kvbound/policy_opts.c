@@ -103,10 +103,12 @@ void cli_policy_help(FILE *f, int default_budget) {
     const struct kvb_policy_params d = kvb_policy_default_params(KVB_POLICY_H2O);
     const struct kvb_policy_params st = kvb_policy_default_params(KVB_POLICY_STREAMING);
     const struct kvb_policy_params lm = kvb_policy_default_params(KVB_POLICY_LMINFINITE);
+    const struct kvb_policy_params kd = kvb_policy_default_params(KVB_POLICY_KEYDIFF);
     fprintf(f,
             "Policy options (every policy's knobs; 'kvbound policies' shows which a policy uses):\n"
             "  --budget N          tokens kept per (layer, KV head) by bounded policies (default %d)\n"
-            "  --sinks N           pinned first tokens (default: the policy's; streaming %d, lminfinite %d, others %d)\n"
+            "  --sinks N           pinned first tokens (default: the policy's; streaming %d, lminfinite %d, keydiff %d,\n"
+            "                      others %d)\n"
             "  --positions MODE    original | contiguous | capped (default: the policy's; capped = distances\n"
             "                      capped at --max-distance, as LM-Infinite)\n"
             "  --max-distance N    positions capped: the largest distance attention sees (default: the model's\n"
@@ -124,7 +126,7 @@ void cli_policy_help(FILE *f, int default_budget) {
             "  --prefill-budget N  snapkv family: evict to N between prompt chunks, votes accumulating\n"
             "                      (default 0: read the whole prompt, then compress, as the papers)\n"
             "  --tova-scope S      tova: layer (one score per layer, as the paper) | head (default layer)\n",
-            default_budget, st.n_sink, lm.n_sink, d.n_sink, (double)d.heavy_ratio, d.history, d.threshold, d.obs_window,
+            default_budget, st.n_sink, lm.n_sink, kd.n_sink, d.n_sink, (double)d.heavy_ratio, d.history, d.threshold, d.obs_window,
             d.pool_kernel, (double)d.pyramid_beta, (double)d.ada_floor);
 }
 
