@@ -243,7 +243,7 @@ static void ssd_worker(int32_t ith, int32_t nth, void *arg) {
         float *const *S = jb->b->rows[s] + (size_t)h * P;
         if (sg->decode || sg->T == 1) kvb_ssd_recurrent(S, P, N, sg->T, x, W, B, C, W, dt, H, jb->L->ssm_a[h], jb->L->ssm_d[h], y, DI);
         else kvb_ssd_chunked(S, P, N, sg->T, x, W, B, C, W, dt, H, jb->L->ssm_a[h], jb->L->ssm_d[h], y, DI,
-                             jb->b->scratch + (size_t)ith * kvb_ssd_scratch_floats());
+                             jb->b->scratch + (size_t)ith * kvb_ssd_scratch_floats(N));
     }
 }
 
@@ -257,7 +257,7 @@ static kvb_status mamba2_layer(const struct kvb_model *m, struct kvb_threadpool 
     const int64_t E = in->n_embd, Cx = (int64_t)DI + 2 * (int64_t)G * N, W = DI + Cx + H;
     const int32_t R = f->pass.n_rows;
     const int32_t nth = tp ? kvb_threadpool_n_threads(tp) : 1;
-    const size_t sn = kvb_ssd_scratch_floats();
+    const size_t sn = kvb_ssd_scratch_floats(N);
     if (b->scratch_threads < nth) {
         float *sc = kvb_malloc(sizeof(float) * sn * (size_t)nth);
         if (!sc) return kvb_fail(KVB_ERR_NOMEM, "out of memory for the Mamba-2 layers' scratch");

@@ -24,7 +24,6 @@ static void recurrent_ref(float *const *S, int32_t P, int32_t N, int32_t T, cons
     }
 }
 
-const struct kvb_ssd_kernels kvb_ssd_ref = {"ref", recurrent_ref};
 
 const struct kvb_ssd_kernels *kvb_ssd_kernels(void) {
 #if defined(__x86_64__)
@@ -38,9 +37,10 @@ void kvb_ssd_recurrent(float *const *S, int32_t P, int32_t N, int32_t T, const f
     kvb_ssd_kernels()->recurrent(S, P, N, T, x, ldx, B, C, ldbc, dt, lddt, A, D, y, ldy);
 }
 
-size_t kvb_ssd_scratch_floats(void) { return (size_t)KVB_SSD_CHUNK * (KVB_SSD_CHUNK + 2); }
+/* a[L], dec[L], W[L][L]; AVX2 also g[L] and B, C transposed ([N][L] each) */
+size_t kvb_ssd_scratch_floats(int32_t N) { return (size_t)KVB_SSD_CHUNK * (KVB_SSD_CHUNK + 3) + 2 * (size_t)KVB_SSD_CHUNK * (size_t)(N > 0 ? N : 1); }
 
-void kvb_ssd_chunked(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
+static void chunked_ref(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
                      int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy, float *scratch) {
     float *a = scratch, *dec = scratch + KVB_SSD_CHUNK, *W = scratch + 2 * KVB_SSD_CHUNK; /* a[L], dec[L], W[L][L] */
     for (int32_t t0 = 0; t0 < T; t0 += KVB_SSD_CHUNK) {
@@ -87,4 +87,11 @@ void kvb_ssd_chunked(float *const *S, int32_t P, int32_t N, int32_t T, const flo
             }
         }
     }
+}
+
+const struct kvb_ssd_kernels kvb_ssd_ref = {"ref", recurrent_ref, chunked_ref};
+
+void kvb_ssd_chunked(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
+                     int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy, float *scratch) {
+    kvb_ssd_kernels()->chunked(S, P, N, T, x, ldx, B, C, ldbc, dt, lddt, A, D, y, ldy, scratch);
 }

@@ -36,22 +36,29 @@ static inline float kvb_ssd_lanes_sum(const float *a) {
  * family in use's kernel (kvb_ssd_kernels). */
 void kvb_ssd_recurrent(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
                        int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy);
-/* The same by chunks; scratch: at least kvb_ssd_scratch_floats() floats. */
+/* The same by chunks; scratch: at least kvb_ssd_scratch_floats(N) floats. The family in use's kernel. */
 void kvb_ssd_chunked(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
                      int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy, float *scratch);
-size_t kvb_ssd_scratch_floats(void);
+size_t kvb_ssd_scratch_floats(int32_t N);
 
 /* The kernels of a family: the scalar reference (the law: the recurrent form's
  * dot S[i] . C_t runs as 8 lanes, lane j summing n = j mod 8 by a sequential
  * fmaf chain, then (a_j + a_j+4), (t_0 + t_2) + (t_1 + t_3)), and AVX2, which
  * gives the reference's bits (the state update s dA + b (x dt) unfused, the
- * lanes' fmas in the same order). The chunked form is the reference's in every
- * family. kvb_ssd_kernels(): the family in use's (dispatch.h: KVB_REF and
+ * lanes' fmas in the same order). The chunked form's law: every dot a
+ * sequential fmaf chain over its index (C_t . B_s over n, S0[i] . C_t over n,
+ * the chunk's terms over s), each exp by expf, products in the written order;
+ * AVX2 runs those chains side by side (lanes over s, t or n, B and C
+ * transposed into the scratch), each lane's chain in the same order, so it
+ * gives the reference's bits too (a lane past t adds fmaf(0, x, v) = v).
+ * kvb_ssd_kernels(): the family in use's (dispatch.h: KVB_REF and
  * KVB_KERNELS choose it, as attention and matmul). */
 struct kvb_ssd_kernels {
     const char *name;
     void (*recurrent)(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
                       int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy);
+    void (*chunked)(float *const *S, int32_t P, int32_t N, int32_t T, const float *x, int64_t ldx, const float *B, const float *C,
+                    int64_t ldbc, const float *dt, int64_t lddt, float A, float D, float *y, int64_t ldy, float *scratch);
 };
 extern const struct kvb_ssd_kernels kvb_ssd_ref;
 #if defined(__x86_64__)
