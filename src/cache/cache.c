@@ -881,8 +881,6 @@ static void feed_queries(struct kvb_cache *c, struct kvb_stream *s, const float 
 /* Room for the query statistics of a KVB_PF_QUERY_STATS policy on a layer
  * whose queries come in G heads per KV head (zeroed when G changes); all or
  * nothing, before any change of the step. */
-_Static_assert(KVB_POLICY_MAX_DIM == KVB_ATTN_MAX_DIM, "a policy is shown rows up to the cache's head_dim bound");
-
 static kvb_status qstat_reserve(struct kvb_cache *c, int32_t layer, int32_t G) {
     if (!(c->policy.iface->flags & KVB_PF_QUERY_STATS) || c->window[layer] || kvb_cache_is_reader(c, layer)) return KVB_OK;
     const size_t d = (size_t)c->params.head_dim, words = (size_t)(G + 1) * (d + d * d);

@@ -15,6 +15,8 @@
 #include <string.h>
 
 #define KVB_MAX_KV_HEADS 1024 /* most KV heads per layer (kvb_cache_params.n_kv_head) */
+#define KVB_MAX_ROW_DIM 576   /* widest K/V row the cache holds (head_dim): 512, or a latent row of 64 rotated dims and a
+                                * 512-dim latent (DeepSeek-V3's multi-head latent attention) */
 
 #if defined(__GNUC__)
 #define KVB_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -25,8 +25,7 @@
 
 #define KVB_ATTN_TILE 64     /* keys per tile */
 #define KVB_ATTN_MAX_ROWS 64 /* query rows per driver call */
-#define KVB_ATTN_MAX_DIM 576   /* head_dim (the cache refuses more): 512, or a latent row
-                               * of 64 rotated dims and a 512-dim latent (DeepSeek's MLA) */
+#define KVB_ATTN_MAX_DIM KVB_MAX_ROW_DIM /* head_dim (the cache refuses more; core.h) */
 
 /* K/V rows of one stream seen through its page table. Logical key j lives in
  * physical slot s = slots[j]; its K row at pages[s >> block_shift] +

@@ -56,8 +56,8 @@
  *                the stream; prompt_end: snapkv family, -1 while a prompt is
  *                read, else the original position where the frozen prompt ends
  *   fscratch, iscratch   [capacity] scratch for select/observe */
-/* The widest row a policy may be shown (the cache's head_dim bound, KVB_ATTN_MAX_DIM: a latent row of 576) */
-#define KVB_POLICY_MAX_DIM 576
+/* The widest row a policy may be shown: the cache's head_dim bound (core.h) */
+#define KVB_POLICY_MAX_DIM KVB_MAX_ROW_DIM
 
 struct kvb_stream_view {
     int32_t n;
