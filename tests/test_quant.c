@@ -545,6 +545,43 @@ TEST(prefill_panel_equals_reference) {
     (void)row;
 }
 
+/* Rows longer than a panel holds (16384: a dense FFN's down projection of
+ * n_ff 18432, DeepSeek-V3's) go through the prefill panels in spans, the
+ * later spans' products added: a prompt's values are within rounding of a
+ * double-precision dot for q8_0, q4_K and f16 weights, through kvb_matmul
+ * and kvb_matmul_chunks (chunks of 5, 63 and 2 tokens) alike, and the two
+ * give the same bits. */
+TEST(prefill_rows_longer_than_a_panel) {
+    enum { N = 16384 + 2048 + 256, R = 37, T = 70 };
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_F16};
+    float *wf = malloc(sizeof(float) * (size_t)N * R), *x = malloc(sizeof(float) * (size_t)N * T), *deq = malloc(sizeof(float) * N);
+    float *y = malloc(sizeof(float) * (size_t)T * R), *yc = malloc(sizeof(float) * (size_t)T * R);
+    unsigned long long rs = 4242;
+    for (size_t i = 0; i < (size_t)N * R; i++) wf[i] = t_randf(&rs);
+    for (size_t i = 0; i < (size_t)N * T; i++) x[i] = t_randf(&rs);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const size_t rb = kvb_ggml_row_size(types[ti], N);
+        uint8_t *q = malloc(rb * R);
+        for (int r = 0; r < R; r++) kvb_quantize_row(types[ti], wf + (size_t)r * N, q + (size_t)r * rb, N);
+        const struct kvb_mat m = {types[ti], N, R, rb, q};
+        kvb_matmul(NULL, &m, x, N, y, R, T);
+        const int32_t cr0[] = {0, 5, 68}, cT[] = {5, 63, 2};
+        kvb_matmul_chunks(NULL, &m, x, N, yc, R, cr0, cT, 3);
+        if (memcmp(y, yc, sizeof(float) * (size_t)T * R)) FAILF("%s: kvb_matmul and kvb_matmul_chunks differ", kvb_ggml_type_name(types[ti]));
+        for (int r = 0; r < R; r++) {
+            kvb_dequantize_row(types[ti], q + (size_t)r * rb, deq, N);
+            for (int t = 0; t < T; t++) {
+                double ref = 0, mag = 0;
+                for (int i = 0; i < N; i++) { ref += (double)deq[i] * x[(size_t)t * N + i]; mag += fabs((double)deq[i] * x[(size_t)t * N + i]); }
+                if (fabs(y[(size_t)t * R + r] - ref) > 1e-5 * mag + 1e-6)
+                    FAILF("%s row %d token %d: %.9g, a double dot %.9g", kvb_ggml_type_name(types[ti]), r, t, y[(size_t)t * R + r], ref);
+            }
+        }
+        free(q);
+    }
+    free(wf), free(x), free(deq), free(y), free(yc);
+}
+
 /* Every family's panel packing gives kvb_pack_panel's floats (the values of
  * kvb_dequantize_row, k-major, zero past the panel's rows) for every weight
  * type, full and partial panels, with and without a column tail. */
@@ -783,6 +820,7 @@ int main(void) {
     RUN(q8_0_codes_round_to_nearest);
     RUN(simd_dot_equals_reference);
     RUN(prefill_panel_equals_reference);
+    RUN(prefill_rows_longer_than_a_panel);
     RUN(panel_packing_equals_reference);
     RUN(decode_group_equals_single_matrices);
     RUN(decode_rows_shared_over_threads_cover_every_row);

@@ -160,19 +160,51 @@ static _Thread_local float t_d[PANEL_MAX_IN / 32];
 static _Thread_local int8_t t_q[PANEL_MAX_IN];
 static _Thread_local int16_t t_s[PANEL_MAX_IN / 16];
 
+/* Whether w's prefill goes through panels: rows of at most PANEL_MAX_IN, or
+ * longer rows of a ggml type whose blocks split them into spans of
+ * PANEL_MAX_IN (a dense FFN's down projection of n_ff > 16384: DeepSeek-V3's
+ * 18432, Llama 3 70B's 28672). */
+static bool panel_fits(const struct kvb_mat *w) {
+    return w->n_in <= PANEL_MAX_IN || (w->type < GGML_TYPE_COUNT && kvb_ggml_row_size(w->type, PANEL_MAX_IN) != 0);
+}
+
+#define PART_TOKENS 64 /* tokens of a later span's partial products at a time */
+static _Thread_local float t_part[PART_TOKENS * KVB_PANEL_ROWS];
+
 /* The prefill path: rows in panels, each packed once and multiplied with
  * every chunk (rows cr0[c] .. cr0[c] + cT[c] of x and y). Each (row, token) value is the panel contract's single
- * FMA chain, so it is the same whatever the chunking or the family. */
+ * FMA chain, so it is the same whatever the chunking or the family. Rows longer than PANEL_MAX_IN go in spans
+ * of it: the first span's chain writes y, each later span's is added to it (the same whatever the chunking). */
 static void panel_chunks(const struct kvb_dot_kernels *k, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                          const int32_t *cr0, const int32_t *cT, int32_t nc, int64_t r0, int64_t r1) {
     const int64_t n = w->n_in;
     const kvb_panel_fn panel = k->panel ? k->panel : kvb_panel_ref;
     const kvb_pack_fn pack = k->pack ? k->pack : kvb_pack_panel;
+    if (!panel_fits(w)) { /* rows too long for a panel, of no splittable type: a dot per (row, token) */
+        for (int32_t c = 0; c < nc; c++) kvb_matmul_rows(k, w, x + (size_t)cr0[c] * ldx, ldx, y + (size_t)cr0[c] * ldy, ldy, cT[c], r0, r1);
+        return;
+    }
     for (int64_t p0 = r0; p0 < r1; p0 += KVB_PANEL_ROWS) {
         const int np = (int)KVB_MIN((int64_t)KVB_PANEL_ROWS, r1 - p0);
-        pack(w, p0, np, t_panel, t_scratch);
-        for (int32_t c = 0; c < nc; c++)
-            panel(t_panel, n, x + (size_t)cr0[c] * ldx, ldx, cT[c], y + (size_t)cr0[c] * ldy + p0, ldy, np);
+        for (int64_t c0 = 0; c0 < n; c0 += PANEL_MAX_IN) {
+            const int64_t cn = KVB_MIN((int64_t)PANEL_MAX_IN, n - c0);
+            struct kvb_mat span = *w; /* columns [c0, c0 + cn): the same rows, from the block holding c0 */
+            span.n_in = cn;
+            span.data = w->data + (c0 ? kvb_ggml_row_size(w->type, c0) : 0);
+            pack(&span, p0, np, t_panel, t_scratch);
+            for (int32_t c = 0; c < nc; c++) {
+                if (c0 == 0) {
+                    panel(t_panel, cn, x + (size_t)cr0[c] * ldx, ldx, cT[c], y + (size_t)cr0[c] * ldy + p0, ldy, np);
+                    continue;
+                }
+                for (int32_t t0 = 0; t0 < cT[c]; t0 += PART_TOKENS) {
+                    const int nt = (int)KVB_MIN(PART_TOKENS, cT[c] - t0);
+                    panel(t_panel, cn, x + (size_t)(cr0[c] + t0) * ldx + c0, ldx, nt, t_part, KVB_PANEL_ROWS, np);
+                    for (int t = 0; t < nt; t++)
+                        for (int r = 0; r < np; r++) y[(size_t)(cr0[c] + t0 + t) * ldy + p0 + r] += t_part[t * KVB_PANEL_ROWS + r];
+                }
+            }
+        }
     }
 }
 
@@ -185,7 +217,7 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
         q8_rows(k, w, &xa, 1, y, ldy, r0, r1);
         return;
     }
-    if (T == 1 || n > PANEL_MAX_IN) {
+    if (T == 1 || !panel_fits(w)) {
         for (int64_t r = r0; r < r1; r++) {
             const void *row = w->data + (size_t)r * w->row_bytes;
             for (int32_t t = 0; t < T; t++) y[(size_t)t * ldy + r] = dot(row, x + (size_t)t * ldx, n);
@@ -303,7 +335,7 @@ struct mm_job {
 static void mm_worker(int32_t ith, int32_t nth, void *arg) {
     struct mm_job *j = arg;
     const int64_t n = j->w->n_out;
-    if (j->cr0 || (!j->decode && j->T > 1 && j->w->n_in <= PANEL_MAX_IN)) {
+    if (j->cr0 || (!j->decode && j->T > 1 && panel_fits(j->w))) {
         /* Prefill: threads take panels from a shared counter, so a thread
          * the machine slows down takes fewer (a panel's values do not depend
          * on which thread computes it). */
@@ -345,7 +377,7 @@ static void mm_worker(int32_t ith, int32_t nth, void *arg) {
 /* Whether mm_worker claims all of j's work from counters (then the pool
  * need not wait for a worker the machine has not scheduled). */
 static bool mm_claims(const struct mm_job *j, int32_t nth) {
-    if (j->cr0 || (!j->decode && j->T > 1 && j->w->n_in <= PANEL_MAX_IN)) return true;
+    if (j->cr0 || (!j->decode && j->T > 1 && panel_fits(j->w))) return true;
     return nth <= SHARE_THREADS_MAX && (j->T == 1 || (j->decode && row_share_use(j->xa, j->T, nth)));
 }
 
