@@ -1173,6 +1173,31 @@ static kvb_status load_shortconv(struct keys *k, struct kvb_model *m) {
     return kvb_family_shortconv(m, (int32_t)window);
 }
 
+/* rope.dimension_sections at key (kv, found): 4 integers, or one value for all four (llama.cpp's get_key_or_arr), each
+ * in 0..4096, and their sum. */
+static kvb_status rope_sections(const struct keys *k, const char *key, const struct gguf_kv *kv, int32_t sec[4], int64_t *sum) {
+    kvb_status st;
+    if (kv->type == GGUF_T_ARRAY) {
+        uint64_t n;
+        const uint8_t *d;
+        if (kv->v.arr.type != GGUF_T_INT32 && kv->v.arr.type != GGUF_T_UINT32)
+            return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be an array of 4 integers", k->f->path, key);
+        if ((st = kvb_gguf_get_arr(k->f, key, kv->v.arr.type, &n, &d, true)) != KVB_OK) return st;
+        if (n != 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' has %llu values, expected 4", k->f->path, key, (unsigned long long)n);
+        memcpy(sec, d, sizeof(int32_t) * 4);
+    } else {
+        uint32_t v;
+        if ((st = kvb_gguf_get_u32(k->f, key, &v, true)) != KVB_OK) return st;
+        sec[0] = sec[1] = sec[2] = sec[3] = (int32_t)v;
+    }
+    *sum = 0;
+    for (int i = 0; i < 4; i++) {
+        if (sec[i] < 0 || sec[i] > 4096) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' section %d = %d is out of range", k->f->path, key, i, (int)sec[i]);
+        *sum += sec[i];
+    }
+    return KVB_OK;
+}
+
 /* Qwen3.5's keys (F_HYBRID), as llama.cpp's qwen35 loaders read them: the
  * Gated DeltaNet shape (ssm.*, all required), the full-attention interval
  * (default 4) and the RoPE sections (required; text positions only, so every
@@ -1203,24 +1228,8 @@ static kvb_status load_hybrid(struct keys *k, struct kvb_model *m) {
     const struct gguf_kv *kv = kvb_gguf_find(k->f, key);
     if (!kv) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' is missing", k->f->path, key);
     int32_t sec[4];
-    if (kv->type == GGUF_T_ARRAY) {
-        uint64_t n;
-        const uint8_t *d;
-        if (kv->v.arr.type != GGUF_T_INT32 && kv->v.arr.type != GGUF_T_UINT32)
-            return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be an array of 4 integers", k->f->path, key);
-        if ((st = kvb_gguf_get_arr(k->f, key, kv->v.arr.type, &n, &d, true)) != KVB_OK) return st;
-        if (n != 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' has %llu values, expected 4", k->f->path, key, (unsigned long long)n);
-        memcpy(sec, d, sizeof sec);
-    } else {
-        uint32_t v;
-        if ((st = kvb_gguf_get_u32(k->f, key, &v, true)) != KVB_OK) return st;
-        sec[0] = sec[1] = sec[2] = sec[3] = (int32_t)v;
-    }
-    int64_t sum = 0;
-    for (int i = 0; i < 4; i++) {
-        if (sec[i] < 0 || sec[i] > 4096) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' section %d = %d is out of range", k->f->path, key, i, (int)sec[i]);
-        sum += sec[i];
-    }
+    int64_t sum;
+    if ((st = rope_sections(k, key, kv, sec, &sum)) != KVB_OK) return st;
     const int32_t pairs = in->rope_dims / 2;
     if (sum == 0 || sum > in->head_dim)
         return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' sums to %lld pairs, which must be 1..%d (the head size)", k->f->path, key, (long long)sum,
@@ -1287,24 +1296,8 @@ static kvb_status load_glm4moe_keys(struct keys *k, struct kvb_model *m) {
     const struct gguf_kv *kv = kvb_gguf_find(k->f, key);
     if (kv) {
         int32_t sec[4];
-        if (kv->type == GGUF_T_ARRAY) {
-            uint64_t n;
-            const uint8_t *d;
-            if (kv->v.arr.type != GGUF_T_INT32 && kv->v.arr.type != GGUF_T_UINT32)
-                return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' must be an array of 4 integers", k->f->path, key);
-            if ((st = kvb_gguf_get_arr(k->f, key, kv->v.arr.type, &n, &d, true)) != KVB_OK) return st;
-            if (n != 4) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' has %llu values, expected 4", k->f->path, key, (unsigned long long)n);
-            memcpy(sec, d, sizeof sec);
-        } else {
-            uint32_t v;
-            if ((st = kvb_gguf_get_u32(k->f, key, &v, true)) != KVB_OK) return st;
-            sec[0] = sec[1] = sec[2] = sec[3] = (int32_t)v;
-        }
-        int64_t sum = 0;
-        for (int i = 0; i < 4; i++) {
-            if (sec[i] < 0 || sec[i] > 4096) return kvb_fail(KVB_ERR_CORRUPT, "%s: key '%s' section %d = %d is out of range", k->f->path, key, i, (int)sec[i]);
-            sum += sec[i];
-        }
+        int64_t sum;
+        if ((st = rope_sections(k, key, kv, sec, &sum)) != KVB_OK) return st;
         if (sec[0] > 0 && sec[1] > 0) { /* llama.cpp's use_mrope() */
             const int64_t text = (int64_t)sec[0] + sec[1] + sec[2];
             for (int32_t i = 0; i < m->info.rope_dims / 2; i++)
