@@ -79,7 +79,18 @@ TEST(needle_passkeys_ask_after) {
     CHECK_OK(kvb_eval_needle(m, &np, &st));
     if (!(st.retained <= 0.25 + 1e-9)) FAILF("streaming 80: retained %.3f of 4 spread passkeys", st.retained);
     if (st.n_correct > after.n_correct) FAILF("streaming answered %d, full %d", st.n_correct, after.n_correct);
+    /* at depth 1 the first passkey ends the haystack, the others at 0.25, 0.5
+     * and 0.75: streaming holds it alone when it is asked first, a quarter */
+    np.depth = 1;
+    CHECK_OK(kvb_eval_needle(m, &np, &st));
+    CHECK_NEAR(st.retained, 0.25, 1e-9);
     np.passkeys = 65;
+    CHECK_STATUS(kvb_eval_needle(m, &np, &st), KVB_ERR_INVALID);
+    np.depth = 0;
+    np.passkeys = 4; /* each passkey needs 8 filler tokens: 4 fit in 220 tokens, not in 200 */
+    np.length = 220;
+    CHECK_OK(kvb_eval_needle(m, &np, &st));
+    np.length = 200;
     CHECK_STATUS(kvb_eval_needle(m, &np, &st), KVB_ERR_INVALID);
     np.passkeys = 30;
     np.length = 96;
