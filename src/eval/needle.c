@@ -8,6 +8,9 @@
  * then up to 8 tokens are generated greedily. Besides the model's answer we
  * report whether every passkey token survived in each (layer, KV head)
  * stream, which is what a policy controls, whatever the model can do.
+ * needle_multi does the same for several passkeys ("The pass key number I
+ * is K.", spread from `depth`), each asked in a prompt of its own, or with
+ * ask_after in turns after the haystack's compression (kvbound.h).
  */
 #include "../core/core.h"
 

@@ -7,6 +7,8 @@
  * with more than one each policy's files are DIR/needle-POLICY.json, .md and
  * .svg. Options parse into struct needle_opts, each policy's grid runs into
  * struct needle_grid, and its three files are written from them.
+ * --passkeys N and --ask-after pass through to kvb_eval_needle; a cell's
+ * accuracy is then over the passkeys asked.
  */
 #include "cli.h"
 
