@@ -117,7 +117,7 @@ static kvb_status needle_multi(const struct kvb_model *m, const struct kvb_needl
     const int32_t n = p->passkeys > 1 ? p->passkeys : 1;
     uint32_t keys[64];
     struct toks nd[64], q[64], kt[64], hay = {0}, prompt = {0};
-    int64_t at_b[64], kpos[64], klen[64];
+    int64_t at_b[64] = {0}, kpos[64] = {0}, klen[64] = {0};
     memset(nd, 0, sizeof nd); memset(q, 0, sizeof q); memset(kt, 0, sizeof kt);
     kvb_status st = KVB_OK;
     uint64_t rs = p->key;
