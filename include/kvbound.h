@@ -1544,6 +1544,16 @@ struct kvb_needle_params {
     const char *filler;    /* text to repeat; NULL = built-in */
     int32_t chunk;         /* prefill chunk (256) */
     int32_t n_threads;
+    /* Several passkeys (0 or 1 = the single passkey above). With passkeys
+     * = N > 1 or ask_after, N needle sentences "The pass key number I is K.
+     * Remember it." (I = 1..N; K distinct, drawn from `key`) go in at depths
+     * depth + (I-1)/N (mod 1), at sentence boundaries. Without ask_after each
+     * passkey is asked in a prompt of its own, its question ending the
+     * compressed prompt; with ask_after the haystack alone is the prompt (it
+     * is compressed before any question), then one turn per passkey in the
+     * same context: the question's tokens, then up to 8 greedy tokens. */
+    int32_t passkeys;      /* 0..64 */
+    bool ask_after;
 };
 struct kvb_needle_params kvb_needle_default_params(void);
 struct kvb_needle_result {
@@ -1552,7 +1562,10 @@ struct kvb_needle_result {
                             * retained or in the stream's recall area (the attended set) */
     double retained_hot;   /* the same for the retained slots alone */
     int32_t prompt_tokens, needle_pos;
-    char answer[64];
+    char answer[64];       /* several passkeys: the last passkey's answer */
+    int32_t passkeys;      /* passkeys asked (1 for the single passkey) */
+    int32_t n_correct;     /* of them, answered exactly; correct = all of them. With several,
+                            * retained and retained_hot are averaged over the passkeys */
 };
 kvb_status kvb_eval_needle(const struct kvb_model *model, const struct kvb_needle_params *params, struct kvb_needle_result *out);
 

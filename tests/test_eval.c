@@ -49,6 +49,55 @@ TEST(needle_haystack_and_retention) {
     kvb_model_free(m);
 }
 
+/* Several passkeys (issue 52): N needles placed apart, each asked; with
+ * ask_after the prompt is the haystack alone (compressed before any
+ * question), the questions come in later turns; bad counts refused. */
+TEST(needle_passkeys_ask_after) {
+    NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
+    struct kvb_model *m;
+    CHECK_OK(kvb_model_load(g, NULL, &m));
+    struct kvb_needle_params np = kvb_needle_default_params();
+    np.length = 400;
+    np.depth = 0;
+    np.chunk = 16;
+    np.passkeys = 4;
+    struct kvb_needle_result in, after, st;
+    CHECK_OK(kvb_eval_needle(m, &np, &in)); /* questions inside the prompt */
+    CHECK_EQ_INT(in.passkeys, 4);
+    CHECK_EQ_INT(in.prompt_tokens, 400);
+    CHECK_NEAR(in.retained, 1.0, 0);
+    if (in.needle_pos > 24) FAILF("passkey 1 at depth 0: at %d", in.needle_pos);
+    np.ask_after = true;
+    CHECK_OK(kvb_eval_needle(m, &np, &after));
+    CHECK_EQ_INT(after.passkeys, 4);
+    CHECK_NEAR(after.retained, 1.0, 0);
+    /* the prompt ends before the question: shorter by the question's tokens */
+    if (after.prompt_tokens >= 400 - 10) FAILF("ask_after: prompt of %d tokens holds a question", after.prompt_tokens);
+    /* streaming 80 over the haystack alone: only the last passkey (depth 0.75) is near the end */
+    np.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    np.kv.policy.budget = 80;
+    CHECK_OK(kvb_eval_needle(m, &np, &st));
+    if (!(st.retained <= 0.25 + 1e-9)) FAILF("streaming 80: retained %.3f of 4 spread passkeys", st.retained);
+    if (st.n_correct > after.n_correct) FAILF("streaming answered %d, full %d", st.n_correct, after.n_correct);
+    /* at depth 1 the first passkey ends the haystack, the others at 0.25, 0.5
+     * and 0.75: streaming holds it alone when it is asked first, a quarter */
+    np.depth = 1;
+    CHECK_OK(kvb_eval_needle(m, &np, &st));
+    CHECK_NEAR(st.retained, 0.25, 1e-9);
+    np.passkeys = 65;
+    CHECK_STATUS(kvb_eval_needle(m, &np, &st), KVB_ERR_INVALID);
+    np.depth = 0;
+    np.passkeys = 4; /* each passkey needs 8 filler tokens: 4 fit in 220 tokens, not in 200 */
+    np.length = 220;
+    CHECK_OK(kvb_eval_needle(m, &np, &st));
+    np.length = 200;
+    CHECK_STATUS(kvb_eval_needle(m, &np, &st), KVB_ERR_INVALID);
+    np.passkeys = 30;
+    np.length = 96;
+    CHECK_STATUS(kvb_eval_needle(m, &np, &st), KVB_ERR_INVALID);
+    kvb_model_free(m);
+}
+
 TEST(ppl_baselines_are_consistent) {
     NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
     NEED_SHARED(tp, "text/tinystories_validation_head.txt");
@@ -104,6 +153,7 @@ TEST(ppl_baselines_are_consistent) {
 
 int main(void) {
     RUN(needle_haystack_and_retention);
+    RUN(needle_passkeys_ask_after);
     RUN(ppl_baselines_are_consistent);
     return test_summary();
 }

@@ -125,4 +125,20 @@ if [ $r -eq 0 ] && grep -q '"policy":"full","budget":0,' "$T/cwd/needle/needle-f
    grep -q 'needle: needle/needle-streaming.json, needle/needle-streaming.md, needle/needle-streaming.svg' "$T/cwd/out.txt"
 then ok needle_policy_list_default_out; else ko needle_policy_list_default_out "rc $r: $(cat "$T/cwd/err.txt" "$T/cwd/out.txt" | tail -n 3)"; fi
 
+# needle --passkeys N --ask-after (issue 52): needle.json gains "passkeys" and "ask_after" (absent for one passkey asked
+# inside the prompt, whose output is unchanged); full holds every passkey, streaming 32 over the haystack alone none of
+# them, and answers no better than full; bad values refused by name
+"$K" needle -m "$G" --lengths 256 --depths 0 --passkeys 3 --ask-after --policy full,streaming --budget 32 --out "$T/pk" > /dev/null 2> "$T/pk.err"; r=$?
+acc_full=$(grep -o '"accuracy":[0-9.]*' "$T/pk/needle-full.json" 2> /dev/null | cut -d: -f2)
+acc_st=$(grep -o '"accuracy":[0-9.]*' "$T/pk/needle-streaming.json" 2> /dev/null | cut -d: -f2)
+if [ $r -eq 0 ] && grep -q '"seed":1,"passkeys":3,"ask_after":true,"recall":false,' "$T/pk/needle-full.json" &&
+   grep -q '"retained":1.0000}' "$T/pk/needle-full.json" && grep -q '"retained":0.0000}' "$T/pk/needle-streaming.json" &&
+   awk -v f="$acc_full" -v s="$acc_st" 'BEGIN { exit !(f != "" && s != "" && f + 0 >= s + 0) }' &&
+   ! grep -q '"passkeys"' "$T/nd/needle.json"
+then ok needle_passkeys_ask_after_json; else ko needle_passkeys_ask_after_json "rc $r: $(cat "$T/pk/needle-full.json" "$T/pk.err" 2>&1 | head -c 400)"; fi
+"$K" needle -m "$G" --lengths 256 --depths 0 --passkeys 0 --out "$T/pk0" > /dev/null 2> "$T/pk0.err"; r0=$?
+"$K" needle -m "$G" --lengths 64 --depths 0 --passkeys 20 --out "$T/pk1" > /dev/null 2> "$T/pk1.err"; r1=$?
+if [ $r0 -eq 2 ] && grep -q -- '--passkeys' "$T/pk0.err" && [ $r1 -ne 0 ] && grep -q 'passkeys 20 do not fit in length 64' "$T/pk1.err"
+then ok needle_passkeys_refused_by_name; else ko needle_passkeys_refused_by_name "rc $r0 $r1: $(cat "$T/pk0.err" "$T/pk1.err")"; fi
+
 cli_summary

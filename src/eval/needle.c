@@ -8,6 +8,9 @@
  * then up to 8 tokens are generated greedily. Besides the model's answer we
  * report whether every passkey token survived in each (layer, KV head)
  * stream, which is what a policy controls, whatever the model can do.
+ * needle_multi does the same for several passkeys ("The pass key number I
+ * is K.", spread from `depth`), each asked in a prompt of its own, or with
+ * ask_after in turns after the haystack's compression (kvbound.h).
  */
 #include "../core/core.h"
 
@@ -80,10 +83,161 @@ struct kvb_needle_params kvb_needle_default_params(void) {
     return p;
 }
 
+
+/* The greedy answer (up to 8 tokens) from the logits in lg, each token fed
+ * back; its first run of digits against keytxt. With recall, *ret gets the
+ * share after the first token (the question's set). */
+static kvb_status answer_key(struct kvb_context *c, const struct kvb_model *m, const struct kvb_model_info *in, float *lg, const char *keytxt,
+                             char *answer, size_t cap, bool *correct) {
+    kvb_status st = KVB_OK;
+    size_t w = 0;
+    char buf[64];
+    for (int g = 0; g < 8 && st == KVB_OK; g++) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < in->n_vocab; i++)
+            if (lg[i] > lg[best]) best = i;
+        if (best == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOS)) break;
+        size_t pl = kvb_vocab_token_bytes(kvb_model_vocab(m), best, false, buf, sizeof buf);
+        if (w + pl < cap) { memcpy(answer + w, buf, pl); w += pl; }
+        st = kvb_context_eval(c, &best, 1, lg, false);
+    }
+    answer[w] = 0;
+    char digits[16];
+    size_t nd = 0;
+    for (size_t i = 0; i < w && nd < sizeof digits - 1; i++)
+        if (answer[i] >= '0' && answer[i] <= '9') digits[nd++] = answer[i];
+        else if (nd) break;
+    digits[nd] = 0;
+    *correct = strcmp(digits, keytxt) == 0;
+    return st;
+}
+
+/* Several passkeys, or questions after the compression (see the header). */
+static kvb_status needle_multi(const struct kvb_model *m, const struct kvb_needle_params *p, struct kvb_needle_result *out) {
+    const int32_t n = p->passkeys > 1 ? p->passkeys : 1;
+    uint32_t keys[64];
+    struct toks nd[64], q[64], kt[64], hay = {0}, prompt = {0};
+    int64_t at_b[64] = {0}, kpos[64] = {0}, klen[64] = {0};
+    memset(nd, 0, sizeof nd); memset(q, 0, sizeof q); memset(kt, 0, sizeof kt);
+    kvb_status st = KVB_OK;
+    uint64_t rs = p->key;
+    for (int32_t i = 0; i < n; i++) { /* distinct five-digit keys, the first one `key` */
+        bool dup;
+        do {
+            keys[i] = i == 0 ? p->key : 10000u + (uint32_t)((rs >> 33) % 90000u);
+            rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+            dup = false;
+            for (int32_t k = 0; k < i; k++) dup |= keys[k] == keys[i];
+        } while (dup);
+        char t[128], kx[8];
+        snprintf(t, sizeof t, " The pass key number %d is %u. Remember it.", (int)i + 1, keys[i]);
+        if (st == KVB_OK) st = add_text(m, &nd[i], t, strlen(t));
+        snprintf(t, sizeof t, " What is the pass key number %d? The pass key number %d is", (int)i + 1, (int)i + 1);
+        if (st == KVB_OK) st = add_text(m, &q[i], t, strlen(t));
+        snprintf(kx, sizeof kx, "%u", keys[i]);
+        if (st == KVB_OK) st = add_text(m, &kt[i], kx, strlen(kx));
+    }
+    const char *filler = p->filler && *p->filler ? p->filler : k_default_filler;
+    const int32_t bos = kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_BOS);
+    if (st == KVB_OK && bos >= 0) st = append(&hay, &bos, 1);
+    int64_t needles = 0, qmax = 0;
+    for (int32_t i = 0; i < n; i++) { needles += nd[i].n; qmax = KVB_MAX(qmax, q[i].n); }
+    /* length holds the haystack, the needles and one question (the longest) */
+    const int64_t fill = (int64_t)p->length - hay.n - needles - qmax;
+    if (st == KVB_OK && fill < 8 * n)
+        st = kvb_fail(KVB_ERR_INVALID, "needle: passkeys %d do not fit in length %d (each needs 8 filler tokens besides its sentence)", (int)n, (int)p->length);
+    int64_t *bnd = NULL, nb = 0, bcap = 0;
+    size_t at = 0, flen = strlen(filler);
+    while (st == KVB_OK && hay.n - 1 < fill) {
+        size_t end = at;
+        while (end < flen && filler[end] != '.' && filler[end] != '\n') end++;
+        if (end < flen) end++;
+        if (end == at) { at = 0; continue; }
+        if (kvb_grow((void **)&bnd, &bcap, nb + 1, sizeof(int64_t)) != KVB_OK) { st = kvb_fail(KVB_ERR_NOMEM, "needle: out of memory"); break; }
+        bnd[nb++] = hay.n;
+        struct toks s = {0};
+        st = add_text(m, &s, filler + at, end - at);
+        if (st == KVB_OK) st = append(&hay, s.p, (int32_t)KVB_MIN((int64_t)s.n, fill - (hay.n - 1)));
+        kvb_free(s.p);
+        at = end >= flen ? 0 : end;
+    }
+    for (int32_t i = 0; i < n && st == KVB_OK; i++) { /* the boundary nearest each depth */
+        double d = p->depth + (double)i / n;
+        if (d > 1) d -= 1;
+        const int64_t target = (int64_t)(d * (double)fill + 0.5);
+        at_b[i] = hay.n;
+        for (int64_t b = 0; b < nb; b++)
+            if (bnd[b] - 1 >= target) { at_b[i] = bnd[b]; break; }
+    }
+    kvb_free(bnd);
+    /* assemble in haystack order: needle i before haystack position at_b[i] */
+    bool placed[64] = {0};
+    int64_t from = 0;
+    for (int32_t r = 0; r < n && st == KVB_OK; r++) {
+        int32_t i = -1;
+        for (int32_t k = 0; k < n; k++)
+            if (!placed[k] && (i < 0 || at_b[k] < at_b[i])) i = k;
+        placed[i] = true;
+        st = append(&prompt, hay.p + from, (int32_t)(at_b[i] - from));
+        from = at_b[i];
+        const int64_t ins = prompt.n;
+        if (st == KVB_OK) st = append(&prompt, nd[i].p, (int32_t)nd[i].n);
+        kpos[i] = ins, klen[i] = nd[i].n; /* the key merged with its neighbours: the sentence */
+        for (int64_t j = ins; j + kt[i].n <= ins + nd[i].n; j++)
+            if (memcmp(prompt.p + j, kt[i].p, sizeof(int32_t) * (size_t)kt[i].n) == 0) { kpos[i] = j, klen[i] = kt[i].n; break; }
+    }
+    if (st == KVB_OK) st = append(&prompt, hay.p + from, (int32_t)(hay.n - from));
+    const int64_t body = prompt.n;
+    out->passkeys = n;
+    out->needle_pos = (int32_t)kpos[0];
+    struct kvb_model_info in;
+    kvb_model_get_info(m, &in);
+    float *lg = st == KVB_OK ? kvb_malloc(sizeof(float) * (size_t)in.n_vocab) : NULL;
+    if (st == KVB_OK && !lg) st = kvb_fail(KVB_ERR_NOMEM, "needle: out of memory");
+    double ret = 0, ret_hot = 0;
+    for (int32_t r = 0; r < (p->ask_after ? 1 : n) && st == KVB_OK; r++) {
+        struct kvb_context *c = NULL;
+        prompt.n = body;
+        if (!p->ask_after) st = append(&prompt, q[r].p, (int32_t)q[r].n);
+        struct kvb_context_params cp = kvb_context_default_params();
+        cp.kv = p->kv;
+        cp.n_threads = p->n_threads > 0 ? p->n_threads : 1;
+        cp.chunk = p->chunk > 0 ? p->chunk : 256;
+        cp.n_ctx = (int32_t)(prompt.n + 16 + (p->ask_after ? n * (qmax + 8) : 0));
+        cp.kv_pool_bytes = kvb_model_kv_seq_bytes(m, &cp.kv, cp.n_ctx, prompt.n, cp.chunk);
+        if (st == KVB_OK) st = kvb_context_init(m, &cp, &c);
+        if (st == KVB_OK) st = kvb_context_prompt(c, prompt.p, (int32_t)prompt.n, lg, false);
+        out->prompt_tokens = (int32_t)prompt.n;
+        for (int32_t i = p->ask_after ? 0 : r; i < (p->ask_after ? n : r + 1) && st == KVB_OK; i++) {
+            struct kvb_cache *cache = kvb_context_cache(c);
+            const double h = held_share(cache, &in, kpos[i], klen[i], false);
+            ret_hot += h;
+            if (p->ask_after) st = kvb_context_eval(c, q[i].p, (int32_t)q[i].n, lg, false);
+            ret += p->kv.recall.pages > 0 && st == KVB_OK ? held_share(cache, &in, kpos[i], klen[i], true) : h;
+            char kx[8];
+            snprintf(kx, sizeof kx, "%u", keys[i]);
+            bool ok = false;
+            if (st == KVB_OK) st = answer_key(c, m, &in, lg, kx, out->answer, sizeof out->answer, &ok);
+            out->n_correct += ok;
+        }
+        kvb_context_free(c);
+    }
+    out->retained = ret / n;
+    out->retained_hot = ret_hot / n;
+    out->correct = out->n_correct == n;
+    kvb_free(lg);
+    for (int32_t i = 0; i < n; i++) { kvb_free(nd[i].p); kvb_free(q[i].p); kvb_free(kt[i].p); }
+    kvb_free(hay.p); kvb_free(prompt.p);
+    return st;
+}
+
 kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_params *p, struct kvb_needle_result *out) {
     if (!m || !p || !out || p->length < 32 || p->length > (1 << 24) || !(p->depth >= 0 && p->depth <= 1) || p->key < 10000 || p->key > 99999)
         return kvb_fail(KVB_ERR_INVALID, "needle: length must be in 32..16M, depth in [0, 1], key five digits");
+    if (p->passkeys < 0 || p->passkeys > 64) return kvb_fail(KVB_ERR_INVALID, "needle: passkeys must be in 1..64, not %d", (int)p->passkeys);
     memset(out, 0, sizeof *out);
+    if (p->passkeys > 1 || p->ask_after) return needle_multi(m, p, out);
+    out->passkeys = 1;
     char needle[96], keytxt[8];
     snprintf(needle, sizeof needle, " The pass key is %u. Remember it.", p->key);
     snprintf(keytxt, sizeof keytxt, "%u", p->key);
@@ -178,6 +332,7 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
                 else if (nd2) break;
             digits[nd2] = 0;
             out->correct = strcmp(digits, keytxt) == 0;
+            out->n_correct = out->correct;
         }
     }
     (void)boundaries;

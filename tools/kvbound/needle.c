@@ -7,6 +7,8 @@
  * with more than one each policy's files are DIR/needle-POLICY.json, .md and
  * .svg. Options parse into struct needle_opts, each policy's grid runs into
  * struct needle_grid, and its three files are written from them.
+ * --passkeys N and --ask-after pass through to kvb_eval_needle; a cell's
+ * accuracy is then over the passkeys asked.
  */
 #include "cli.h"
 
@@ -68,6 +70,8 @@ struct needle_opts {
     char outdir[3072]; /* --out without trailing slashes: no "dir//needle.json" */
     double lengths[16], depths[16];
     int nl, nd, trials, chunk;
+    int passkeys;   /* --passkeys (1) */
+    bool ask_after; /* --ask-after */
     long long seed;
     enum kvb_policy_id pid;      /* the policy being run */
     enum kvb_policy_id pids[16]; /* --policy's list */
@@ -85,7 +89,7 @@ struct needle_grid {
 static void needle_usage(void) {
     printf("usage: kvbound needle -m MODEL [-z TOK] --lengths 256,512,... --depths 0,0.25,...,1 [--policy P[,P...]]\n"
            "                      [--budget B] [--trials K] [--seed S] [--filler FILE] [--chunk C] [-t N] [policy options]\n"
-           "                      [--out DIR]\n\n"
+           "                      [--passkeys N] [--ask-after] [--out DIR]\n\n"
            "Passkey retrieval: accuracy of the model's greedy answer, and retention (share of streams still holding\n"
            "the passkey tokens when the question is read, after the prompt's compression), over length x depth.\n"
            "--policy (default full) takes a list, as ppl's does: each policy runs the whole grid. Writes\n"
@@ -93,7 +97,13 @@ static void needle_usage(void) {
            "for each.\n"
            "With --recall every cell runs twice, with and without recall (same policy and budget): retention then\n"
            "counts the attended set (retained slots plus the stream's recall area, as the question's last token\n"
-           "chose it), and the cells add accuracy_no_recall, retained_no_recall and retained_hot.\n\n");
+           "chose it), and the cells add accuracy_no_recall, retained_no_recall and retained_hot.\n"
+           "--passkeys N (1..64, default 1): N distinct passkeys, \"The pass key number I is K.\", the first at the depth,\n"
+           "the others spread evenly after it (mod 1); each is asked in a prompt of its own, its question ending the\n"
+           "compressed prompt. --ask-after: the haystack alone is the prompt, compressed before any question; then\n"
+           "one turn per passkey in the same context (its question, up to 8 greedy tokens). A cell's accuracy is the\n"
+           "share of passkeys answered, retention the mean over passkeys; needle.json then adds \"passkeys\" and\n"
+           "\"ask_after\" (absent: 1 and false).\n\n");
     cli_kv_types_help(stdout, "f16");
     cli_recall_help(stdout, 1024);
     cli_policy_help(stdout, 256);
@@ -105,6 +115,7 @@ static int needle_parse(struct needle_opts *o, int argc, char **argv) {
     o->trials = 1;
     o->chunk = 256;
     o->seed = 1;
+    o->passkeys = 1;
     o->pid = o->pids[0] = KVB_POLICY_FULL;
     o->np = 1;
     o->out = "needle";
@@ -118,13 +129,15 @@ static int needle_parse(struct needle_opts *o, int argc, char **argv) {
         if (r == 0) r = cli_cache_option(&o->po, &o->kvt, &o->rec, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!(v = cli_opt_value("needle", "--out --filler --lengths --depths --trials --chunk --seed --policy", argc, argv, &i))) return 2;
+        if (!strcmp(a, "--ask-after")) { o->ask_after = true; continue; }
+        if (!(v = cli_opt_value("needle", "--out --filler --lengths --depths --trials --chunk --seed --policy --passkeys", argc, argv, &i))) return 2;
         if (!strcmp(a, "--out")) o->out = v;
         else if (!strcmp(a, "--filler")) o->filler_path = v;
         else if (!strcmp(a, "--lengths")) { if (parse_dlist(a, v, o->lengths, &o->nl, 16, false)) return 2; }
         else if (!strcmp(a, "--depths")) { if (parse_dlist(a, v, o->depths, &o->nd, 16, true)) return 2; }
         else if (!strcmp(a, "--trials")) { if (cli_parse_i32(a, v, 1, 1000, &o->trials)) return 2; }
         else if (!strcmp(a, "--chunk")) { if (cli_parse_i32(a, v, 1, 8192, &o->chunk)) return 2; }
+        else if (!strcmp(a, "--passkeys")) { if (cli_parse_i32(a, v, 1, 64, &o->passkeys)) return 2; }
         else if (!strcmp(a, "--seed")) { if (cli_parse_i64(a, v, 0, 1LL << 62, &o->seed)) return 2; }
         else if (parse_policies(v, o->pids, &o->np)) return 2; /* --policy */
     }
@@ -137,7 +150,7 @@ static int needle_parse(struct needle_opts *o, int argc, char **argv) {
  * (with --recall) without recall; its line on stderr. -1: printed. */
 static int needle_cell(const struct needle_opts *o, const struct kvb_model *m, const char *filler, int i, int j, unsigned long long *rs,
                        struct needle_grid *g) {
-    int ok = 0, ok0 = 0;
+    int ok = 0, ok0 = 0, asked = 0;
     double r = 0, r0 = 0, rh = 0;
     for (int k = 0; k < o->trials; k++) {
         *rs = *rs * 6364136223846793005ull + 1442695040888963407ull;
@@ -149,23 +162,26 @@ static int needle_cell(const struct needle_opts *o, const struct kvb_model *m, c
         np.filler = filler;
         np.chunk = o->chunk;
         np.n_threads = o->mo.threads;
+        np.passkeys = o->passkeys;
+        np.ask_after = o->ask_after;
         struct kvb_needle_result nr;
         if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
-        ok += nr.correct;
+        ok += nr.n_correct;
+        asked += nr.passkeys;
         r += nr.retained;
         rh += nr.retained_hot;
         if (o->rec.on) { /* the same cell without recall */
             np.kv.recall = (struct kvb_recall_params){0};
             if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
-            ok0 += nr.correct;
+            ok0 += nr.n_correct;
             r0 += nr.retained;
         }
     }
     const int c = i * o->nd + j;
-    g->acc[c] = (double)ok / o->trials;
+    g->acc[c] = asked ? (double)ok / asked : 0;
     g->ret[c] = r / o->trials;
     g->ret_hot[c] = rh / o->trials;
-    g->acc0[c] = (double)ok0 / o->trials;
+    g->acc0[c] = asked ? (double)ok0 / asked : 0;
     g->ret0[c] = r0 / o->trials;
     if (o->rec.on)
         fprintf(stderr, "kvbound needle: length %.0f depth %.2f: accuracy %.2f, retained %.2f with recall; %.2f, %.2f without\n", o->lengths[i],
@@ -188,6 +204,7 @@ static void needle_json(FILE *j, const struct needle_opts *o, const struct needl
     fprintf(j, "{\"model\":\"%s\",\"policy\":\"%s\",\"budget\":%d,\"kv_dtype\":\"%s\",\"kv_dtype_v\":\"%s\",\"trials\":%d,\"seed\":%lld,",
             o->mo.path, kvb_policy_name(o->pid), o->pid == KVB_POLICY_FULL ? 0 : o->po.budget, kvb_dtype_name(o->kvt.k),
             kvb_dtype_name(cli_kv_v(&o->kvt)), o->trials, o->seed);
+    if (o->passkeys > 1 || o->ask_after) fprintf(j, "\"passkeys\":%d,\"ask_after\":%s,", o->passkeys, o->ask_after ? "true" : "false");
     if (o->rec.on) fprintf(j, "\"recall\":true,\"recall_pages\":%d,\"recall_every\":%d,", o->rec.pages, o->rec.every);
     else fprintf(j, "\"recall\":false,");
     fprintf(j, "\"cells\":[");
