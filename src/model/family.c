@@ -1270,6 +1270,19 @@ static kvb_status load_sel_bias_keys(struct keys *k, struct kvb_model *m) {
     return KVB_OK;
 }
 
+/* expert_weights_norm (default false: not renormalized) and expert_weights_scale (0 or absent: 1), as llama.cpp's
+ * glm4moe, deepseek2 and nemotron_h_moe loaders read them. */
+static kvb_status load_norm_scale(struct keys *k, struct kvb_model *m) {
+    kvb_status st;
+    bool norm = false;
+    if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
+    m->moe_norm = norm;
+    float sc = 0;
+    if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
+    m->moe_scale = sc != 0 ? sc : 1.0f;
+    return KVB_OK;
+}
+
 /* glm4moe's routing keys, as llama.cpp's glm4moe loader and build_moe_ffn: expert_gating_func
  * absent or 0 is sigmoid (GLM-4.5's), else softmax (1), sigmoid (2) or the softmax of the top
  * logits (3); expert_weights_norm (default false) renormalizes the chosen weights;
@@ -1283,12 +1296,7 @@ static kvb_status load_glm4moe_keys(struct keys *k, struct kvb_model *m) {
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: '%s' routes by softmax (1), sigmoid (0 or 2) or the softmax of the top logits (3); "
                                              "an unknown gating function", k->f->path, k->key, g, k->arch);
     m->moe_gating = g == 0 ? KVB_MOE_SIGMOID : (enum kvb_moe_gating)g;
-    bool norm = false;
-    if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
-    m->moe_norm = norm;
-    float sc = 0;
-    if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
-    m->moe_scale = sc != 0 ? sc : 1.0f;
+    if ((st = load_norm_scale(k, m)) != KVB_OK) return st;
     /* rope.dimension_sections (4 integers, or one for all four): with the first two non-zero llama.cpp runs M-RoPE
      * (contiguous sections t, h, w, e over the rotary pairs, NEOX pairing); a text token's t, h and w positions are its
      * position and e's is 0, so it is NEOX when every rotary pair falls in t, h or w; else refused */
@@ -1359,12 +1367,7 @@ static kvb_status load_mla_keys(struct keys *k, struct kvb_model *m) {
         return kvb_fail(KVB_ERR_UNSUPPORTED, "%s: key '%s' = %u: deepseek2 routes by softmax (1) or sigmoid (2); %s is not implemented", k->f->path,
                         K(k, "expert_gating_func"), g, g == 3 ? "softmax of the top logits (3)" : "an unknown gating function");
     m->moe_gating = (enum kvb_moe_gating)g;
-    bool norm = false;
-    if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
-    m->moe_norm = norm;
-    float sc = 0;
-    if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
-    m->moe_scale = sc != 0 ? sc : 1.0f;
+    if ((st = load_norm_scale(k, m)) != KVB_OK) return st;
     uint32_t ng = 0, nu = 0;
     if ((st = opt_u32(k, "expert_group_count", &ng, 0, 512)) != KVB_OK && st != KVB_ERR_INVALID) return st;
     if ((st = opt_u32(k, "expert_group_used_count", &nu, 0, 512)) != KVB_OK && st != KVB_ERR_INVALID) return st;
@@ -1401,13 +1404,8 @@ static kvb_status load_family_keys(struct keys *k, const struct family *fam, str
     if ((fam->traits & F_SHORTCONV) && (st = load_shortconv(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_MAMBA2) && (st = load_mamba2(k, m)) != KVB_OK) return st;
     if ((fam->traits & F_NEMOTRON) && m->info.n_expert > 0) { /* nemotron_h_moe: sigmoid routing, its norm and scale keys */
-        bool norm = false;
-        float sc = 0;
-        if ((st = kvb_gguf_get_bool(k->f, K(k, "expert_weights_norm"), &norm, false)) != KVB_OK && st != KVB_ERR_INVALID) return st;
-        if ((st = opt_f32(k, "expert_weights_scale", &sc)) != KVB_OK) return st;
+        if ((st = load_norm_scale(k, m)) != KVB_OK) return st;
         m->moe_gating = KVB_MOE_SIGMOID;
-        m->moe_norm = norm;
-        m->moe_scale = sc != 0 ? sc : 1.0f;
         int32_t n = 0; /* the layers with an FFN block hold the experts */
         for (int32_t l = 0; l < m->info.n_layer; l++) n += m->file_layer[2 * l + 1] >= 0;
         m->info.n_moe_layers = n;
