@@ -84,11 +84,58 @@ struct kvb_needle_params kvb_needle_default_params(void) {
 }
 
 
+/* Sentences of filler (ended by '.' or a newline, the text repeated) appended
+ * to hay until it holds fill tokens after its first; bnd[] (kvb_malloc'd, nb
+ * of them): where each sentence begins in hay. */
+static kvb_status fill_haystack(const struct kvb_model *m, const char *filler, int64_t fill, struct toks *hay, int64_t **bnd, int64_t *nb) {
+    kvb_status st = KVB_OK;
+    int64_t bcap = 0;
+    *bnd = NULL, *nb = 0;
+    size_t at = 0, flen = strlen(filler);
+    while (st == KVB_OK && hay->n - 1 < fill) {
+        size_t end = at;
+        while (end < flen && filler[end] != '.' && filler[end] != '\n') end++;
+        if (end < flen) end++;
+        if (end == at) { at = 0; continue; }
+        if (kvb_grow((void **)bnd, &bcap, *nb + 1, sizeof(int64_t)) != KVB_OK) return kvb_fail(KVB_ERR_NOMEM, "needle: out of memory");
+        (*bnd)[(*nb)++] = hay->n;
+        struct toks s = {0};
+        st = add_text(m, &s, filler + at, end - at);
+        if (st == KVB_OK) st = append(hay, s.p, (int32_t)KVB_MIN((int64_t)s.n, fill - (hay->n - 1)));
+        kvb_free(s.p);
+        at = end >= flen ? 0 : end;
+    }
+    return st;
+}
+
+/* The first sentence boundary at or past the filler position target (end: none). */
+static int64_t boundary_at(const int64_t *bnd, int64_t nb, int64_t target, int64_t end) {
+    for (int64_t b = 0; b < nb; b++)
+        if (bnd[b] - 1 >= target) return bnd[b];
+    return end;
+}
+
+/* The passkey's tokens in the needle sentence at prompt[ins, ins + n_nd);
+ * the whole sentence when they merged with their neighbours. */
+static void key_span(const struct toks *prompt, int64_t ins, int64_t n_nd, const struct toks *key, int64_t *kpos, int64_t *klen) {
+    *kpos = ins, *klen = n_nd;
+    for (int64_t j = ins; j + key->n <= ins + n_nd; j++)
+        if (memcmp(prompt->p + j, key->p, sizeof(int32_t) * (size_t)key->n) == 0) { *kpos = j, *klen = key->n; return; }
+}
+
+/* Where a passkey lies in a prompt (kpos, klen), for held_share after the
+ * answer's first token (recall: the set that token attended to). */
+struct key_probe {
+    int64_t kpos, klen;
+    double *share; /* NULL: not measured */
+};
+
 /* The greedy answer (up to 8 tokens) from the logits in lg, each token fed
- * back; its first run of digits against keytxt. With recall, *ret gets the
- * share after the first token (the question's set). */
+ * back; its first run of digits against keytxt. probe (or NULL): the
+ * passkey's share of streams held in slots and recall area, after the first
+ * token. */
 static kvb_status answer_key(struct kvb_context *c, const struct kvb_model *m, const struct kvb_model_info *in, float *lg, const char *keytxt,
-                             char *answer, size_t cap, bool *correct) {
+                             const struct key_probe *probe, char *answer, size_t cap, bool *correct) {
     kvb_status st = KVB_OK;
     size_t w = 0;
     char buf[64];
@@ -100,6 +147,7 @@ static kvb_status answer_key(struct kvb_context *c, const struct kvb_model *m, c
         size_t pl = kvb_vocab_token_bytes(kvb_model_vocab(m), best, false, buf, sizeof buf);
         if (w + pl < cap) { memcpy(answer + w, buf, pl); w += pl; }
         st = kvb_context_eval(c, &best, 1, lg, false);
+        if (g == 0 && st == KVB_OK && probe && probe->share) *probe->share = held_share(kvb_context_cache(c), in, probe->kpos, probe->klen, true);
     }
     answer[w] = 0;
     char digits[16];
@@ -146,28 +194,12 @@ static kvb_status needle_multi(const struct kvb_model *m, const struct kvb_needl
     const int64_t fill = (int64_t)p->length - hay.n - needles - qmax;
     if (st == KVB_OK && fill < 8 * n)
         st = kvb_fail(KVB_ERR_INVALID, "needle: passkeys %d do not fit in length %d (each needs 8 filler tokens besides its sentence)", (int)n, (int)p->length);
-    int64_t *bnd = NULL, nb = 0, bcap = 0;
-    size_t at = 0, flen = strlen(filler);
-    while (st == KVB_OK && hay.n - 1 < fill) {
-        size_t end = at;
-        while (end < flen && filler[end] != '.' && filler[end] != '\n') end++;
-        if (end < flen) end++;
-        if (end == at) { at = 0; continue; }
-        if (kvb_grow((void **)&bnd, &bcap, nb + 1, sizeof(int64_t)) != KVB_OK) { st = kvb_fail(KVB_ERR_NOMEM, "needle: out of memory"); break; }
-        bnd[nb++] = hay.n;
-        struct toks s = {0};
-        st = add_text(m, &s, filler + at, end - at);
-        if (st == KVB_OK) st = append(&hay, s.p, (int32_t)KVB_MIN((int64_t)s.n, fill - (hay.n - 1)));
-        kvb_free(s.p);
-        at = end >= flen ? 0 : end;
-    }
+    int64_t *bnd = NULL, nb = 0;
+    if (st == KVB_OK) st = fill_haystack(m, filler, fill, &hay, &bnd, &nb);
     for (int32_t i = 0; i < n && st == KVB_OK; i++) { /* the boundary nearest each depth */
         double d = p->depth + (double)i / n;
         if (d > 1) d -= 1;
-        const int64_t target = (int64_t)(d * (double)fill + 0.5);
-        at_b[i] = hay.n;
-        for (int64_t b = 0; b < nb; b++)
-            if (bnd[b] - 1 >= target) { at_b[i] = bnd[b]; break; }
+        at_b[i] = boundary_at(bnd, nb, (int64_t)(d * (double)fill + 0.5), hay.n);
     }
     kvb_free(bnd);
     /* assemble in haystack order: needle i before haystack position at_b[i] */
@@ -182,9 +214,7 @@ static kvb_status needle_multi(const struct kvb_model *m, const struct kvb_needl
         from = at_b[i];
         const int64_t ins = prompt.n;
         if (st == KVB_OK) st = append(&prompt, nd[i].p, (int32_t)nd[i].n);
-        kpos[i] = ins, klen[i] = nd[i].n; /* the key merged with its neighbours: the sentence */
-        for (int64_t j = ins; j + kt[i].n <= ins + nd[i].n; j++)
-            if (memcmp(prompt.p + j, kt[i].p, sizeof(int32_t) * (size_t)kt[i].n) == 0) { kpos[i] = j, klen[i] = kt[i].n; break; }
+        if (st == KVB_OK) key_span(&prompt, ins, nd[i].n, &kt[i], &kpos[i], &klen[i]);
     }
     if (st == KVB_OK) st = append(&prompt, hay.p + from, (int32_t)(hay.n - from));
     const int64_t body = prompt.n;
@@ -217,7 +247,7 @@ static kvb_status needle_multi(const struct kvb_model *m, const struct kvb_needl
             char kx[8];
             snprintf(kx, sizeof kx, "%u", keys[i]);
             bool ok = false;
-            if (st == KVB_OK) st = answer_key(c, m, &in, lg, kx, out->answer, sizeof out->answer, &ok);
+            if (st == KVB_OK) st = answer_key(c, m, &in, lg, kx, NULL, out->answer, sizeof out->answer, &ok);
             out->n_correct += ok;
         }
         kvb_context_free(c);
@@ -252,26 +282,10 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
     if (st == KVB_OK && bos >= 0) st = append(&hay, &bos, 1);
     const int64_t fill = (int64_t)p->length - hay.n - nd.n - q.n;
     if (st == KVB_OK && fill < 8) st = kvb_fail(KVB_ERR_INVALID, "needle: length %d is too short for the needle and the question", (int)p->length);
-    int64_t insert_at = -1, boundaries = 0;
-    const int64_t target = (int64_t)(p->depth * (double)fill + 0.5);
-    size_t at = 0, flen = strlen(filler);
-    while (st == KVB_OK && hay.n - 1 < fill) {
-        size_t end = at;
-        while (end < flen && filler[end] != '.' && filler[end] != '\n') end++;
-        if (end < flen) end++;
-        if (end == at) { at = 0; continue; }
-        if (insert_at < 0 && hay.n - 1 >= target) insert_at = hay.n;
-        struct toks s = {0};
-        st = add_text(m, &s, filler + at, end - at);
-        if (st == KVB_OK) {
-            int64_t room = fill - (hay.n - 1);
-            st = append(&hay, s.p, (int32_t)KVB_MIN((int64_t)s.n, room));
-        }
-        kvb_free(s.p);
-        boundaries++;
-        at = end >= flen ? 0 : end;
-    }
-    if (insert_at < 0) insert_at = hay.n;
+    int64_t *bnd = NULL, nb = 0, insert_at = 0;
+    if (st == KVB_OK) st = fill_haystack(m, filler, fill, &hay, &bnd, &nb);
+    if (st == KVB_OK) insert_at = boundary_at(bnd, nb, (int64_t)(p->depth * (double)fill + 0.5), hay.n);
+    kvb_free(bnd);
     /* assemble: hay[0..insert) needle hay[insert..) question */
     struct toks prompt = {0};
     if (st == KVB_OK) st = append(&prompt, hay.p, (int32_t)insert_at);
@@ -299,43 +313,21 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
         if (st == KVB_OK) st = kvb_context_prompt(c, prompt.p, (int32_t)prompt.n, lg, false);
         if (st == KVB_OK) {
             struct kvb_cache *cache = kvb_context_cache(c);
-            /* passkey tokens: their positions in the prompt */
-            int64_t kpos = -1;
-            for (int64_t i = insert_at; kpos < 0 && i + key.n <= insert_at + nd.n; i++)
-                if (memcmp(prompt.p + i, key.p, sizeof(int32_t) * (size_t)key.n) == 0) kpos = i;
-            if (kpos < 0) kpos = insert_at; /* the key merged with its neighbours: use the needle sentence */
-            const int64_t klen = kpos == insert_at && memcmp(prompt.p + kpos, key.p, sizeof(int32_t) * (size_t)key.n) != 0 ? nd.n : key.n;
-            out->retained_hot = held_share(cache, &in, kpos, klen, false);
+            struct key_probe kp; /* the passkey tokens' positions in the prompt */
+            key_span(&prompt, insert_at, nd.n, &key, &kp.kpos, &kp.klen);
+            out->retained_hot = held_share(cache, &in, kp.kpos, kp.klen, false);
             out->retained = out->retained_hot; /* without recall: the retained slots after the prompt */
-            out->needle_pos = (int32_t)kpos;
+            out->needle_pos = (int32_t)kp.kpos;
             out->prompt_tokens = (int32_t)prompt.n;
-            size_t w = 0;
-            char buf[64];
-            for (int g = 0; g < 8 && st == KVB_OK; g++) {
-                int32_t best = 0;
-                for (int32_t i = 1; i < in.n_vocab; i++)
-                    if (lg[i] > lg[best]) best = i;
-                if (best == kvb_vocab_special(kvb_model_vocab(m), KVB_SPECIAL_EOS)) break;
-                size_t pl = kvb_vocab_token_bytes(kvb_model_vocab(m), best, false, buf, sizeof buf);
-                if (w + pl < sizeof out->answer) { memcpy(out->answer + w, buf, pl); w += pl; }
-                st = kvb_context_eval(c, &best, 1, lg, false);
-                /* with recall: the set the answer's first token attended to, its recall area
-                 * chosen by its own query over every cold page (the prompt's last chunk can
-                 * recall only pages evicted before it) */
-                if (g == 0 && st == KVB_OK && p->kv.recall.pages > 0) out->retained = held_share(cache, &in, kpos, klen, true);
-            }
-            out->answer[w] = 0;
-            char digits[16];
-            size_t nd2 = 0;
-            for (size_t i = 0; i < w && nd2 < sizeof digits - 1; i++) /* the first run of digits */
-                if (out->answer[i] >= '0' && out->answer[i] <= '9') digits[nd2++] = out->answer[i];
-                else if (nd2) break;
-            digits[nd2] = 0;
-            out->correct = strcmp(digits, keytxt) == 0;
-            out->n_correct = out->correct;
+            /* with recall: the set the answer's first token attended to, its recall area chosen by its
+             * own query over every cold page (the prompt's last chunk can recall only pages evicted before it) */
+            kp.share = p->kv.recall.pages > 0 ? &out->retained : NULL;
+            bool ok = false;
+            st = answer_key(c, m, &in, lg, keytxt, &kp, out->answer, sizeof out->answer, &ok);
+            out->correct = ok;
+            out->n_correct = ok;
         }
     }
-    (void)boundaries;
     kvb_free(lg);
     kvb_context_free(c);
     kvb_free(nd.p); kvb_free(q.p); kvb_free(key.p); kvb_free(hay.p); kvb_free(prompt.p);
