@@ -226,6 +226,18 @@ struct ssd_job {
     int32_t n_items;
 };
 
+/* Room for each of nth threads' scratch of a chunked form (per floats each); a model's layers
+ * ask the same size, so the buffer only grows with the threads. */
+static kvb_status thread_scratch(struct kvb_rec_buf *b, size_t per, int32_t nth, const char *what) {
+    if (b->scratch_threads >= nth) return KVB_OK;
+    float *sc = kvb_malloc(sizeof(float) * per * (size_t)nth);
+    if (!sc) return kvb_fail(KVB_ERR_NOMEM, "out of memory for the %s layers' scratch", what);
+    kvb_free(b->scratch);
+    b->scratch = sc;
+    b->scratch_threads = nth;
+    return KVB_OK;
+}
+
 /* (sequence, head) items: the scan of head h of segment s over its T rows. */
 static void ssd_worker(int32_t ith, int32_t nth, void *arg) {
     const struct ssd_job *jb = arg;
@@ -257,18 +269,12 @@ static kvb_status mamba2_layer(const struct kvb_model *m, struct kvb_threadpool 
     const int64_t E = in->n_embd, Cx = (int64_t)DI + 2 * (int64_t)G * N, W = DI + Cx + H;
     const int32_t R = f->pass.n_rows;
     const int32_t nth = tp ? kvb_threadpool_n_threads(tp) : 1;
-    const size_t sn = kvb_ssd_scratch_floats(N);
-    if (b->scratch_threads < nth) {
-        float *sc = kvb_malloc(sizeof(float) * sn * (size_t)nth);
-        if (!sc) return kvb_fail(KVB_ERR_NOMEM, "out of memory for the Mamba-2 layers' scratch");
-        kvb_free(b->scratch);
-        b->scratch = sc;
-        b->scratch_threads = nth;
-    }
+    kvb_status st = thread_scratch(b, kvb_ssd_scratch_floats(N), nth, "Mamba-2");
+    if (st != KVB_OK) return st;
     kvb_fwd_mm(tp, f->q8, &f->pass, &L->ssm_qkv, xin, E, b->mix, W);
     kvb_fwd_scale_rows(b->mix, R, W, L->s_ssm_in);
     /* the conv over xBC (after the state's H P rows), then its bias and SiLU */
-    kvb_status st = conv_segments(b, seg, n_seg, l, L->ssm_conv, K, Cx, DI, N, b->mix + DI, W, b->y, false);
+    st = conv_segments(b, seg, n_seg, l, L->ssm_conv, K, Cx, DI, N, b->mix + DI, W, b->y, false);
     if (st != KVB_OK) return st;
     /* conv_segments wrote y at the rows' stride W: the bias, SiLU */
     for (int32_t t = 0; t < R; t++) {
@@ -317,13 +323,8 @@ kvb_status kvb_rec_layer(const struct kvb_model *m, struct kvb_threadpool *tp, s
     /* per-thread scratch of the chunked form, before anything changes */
     const int32_t nth = tp ? kvb_threadpool_n_threads(tp) : 1;
     const size_t sn = kvb_gdn_scratch_floats(D, D);
-    if (b->scratch_threads < nth) {
-        float *sc = kvb_malloc(sizeof(float) * sn * (size_t)nth);
-        if (!sc) return kvb_fail(KVB_ERR_NOMEM, "out of memory for the recurrent layers' scratch");
-        kvb_free(b->scratch);
-        b->scratch = sc;
-        b->scratch_threads = nth;
-    }
+    kvb_status st = thread_scratch(b, sn, nth, "Gated DeltaNet");
+    if (st != KVB_OK) return st;
     {
         const struct kvb_mat *w[4] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
         float *y[4] = {b->mix, b->z, b->beta, b->g};
@@ -338,7 +339,7 @@ kvb_status kvb_rec_layer(const struct kvb_model *m, struct kvb_threadpool *tp, s
     }
     /* each sequence's state: its pages (the batch reserved them), its position advanced; the conv history after the
      * Hv x D rows of the matrix state */
-    kvb_status st = conv_segments(b, seg, n_seg, l, L->ssm_conv, K, C, Hv * D, D, b->mix, C, b->y, true);
+    st = conv_segments(b, seg, n_seg, l, L->ssm_conv, K, C, Hv * D, D, b->mix, C, b->y, true);
     if (st != KVB_OK) return st;
     const float eps = in->rms_eps, qs = 1.0f / sqrtf((float)D);
     for (int32_t t = 0; t < R; t++) {
