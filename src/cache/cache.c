@@ -884,7 +884,7 @@ static void feed_queries(struct kvb_cache *c, struct kvb_stream *s, const float 
 static kvb_status qstat_reserve(struct kvb_cache *c, int32_t layer, int32_t G) {
     if (!(c->policy.iface->flags & KVB_PF_QUERY_STATS) || c->window[layer] || kvb_cache_is_reader(c, layer)) return KVB_OK;
     const size_t d = (size_t)c->params.head_dim, words = (size_t)(G + 1) * (d + d * d);
-    if (words > ((size_t)64 << 20) / sizeof(float)) /* a d x d covariance per query head: 171 MB a layer for DeepSeek-V3's 128 of 576 */
+    if (words > KVB_QSTAT_MAX_WORDS) /* a d x d covariance per query head: 171 MB a layer for DeepSeek-V3's 128 of 576 */
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: %s keeps a %d x %d query covariance for each of the %d query heads of a KV head: %zu MiB a "
                                              "stream on layer %d, over its 64 MiB limit (latent attention's one row for every head)",
                         c->policy.iface->name, (int)d, (int)d, (int)G, words * sizeof(float) >> 20, (int)layer);

@@ -120,6 +120,7 @@ struct kvb_cache {
 /* The most query heads per KV head (DeepSeek-V3: 128 over one latent row);
  * more than KVB_ATTN_MAX_ROWS attend in groups of that many (attend.c). */
 #define KVB_CACHE_MAX_GROUP 1024
+#define KVB_QSTAT_MAX_WORDS (((size_t)64 << 20) / sizeof(float)) /* a stream's query statistics (expected-attention): 64 MiB */
 
 /* The width of a token's value (out's rows): head_dim_v for latent rows, else head_dim. */
 static inline int32_t kvb_cache_dv(const struct kvb_cache *c) {

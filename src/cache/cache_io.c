@@ -290,7 +290,7 @@ static kvb_status load_qstats(struct kvb_cache *c, struct rbuf *rp) {
         r.field = "qstat.stats";
         if ((size_t)g * blk > (r.n - r.at) / sizeof(float)) return TRUNC();
         const size_t words = (size_t)(g + 1) * blk;
-        if (words > ((size_t)64 << 20) / sizeof(float)) /* qstat_reserve's limit */
+        if (words > KVB_QSTAT_MAX_WORDS) /* qstat_reserve's limit */
             return kvb_fail(KVB_ERR_CORRUPT, "cache image: stream %zu's query statistics for %d heads exceed the 64 MiB a stream a cache keeps", i, (int)g);
         for (size_t w = 0; w < (size_t)g * blk; w++) {
             float x;
