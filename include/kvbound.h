@@ -1644,14 +1644,15 @@ kvb_status kvb_lab_run_recall(const struct kvb_lab_stream *st, const struct kvb_
 /* Kernels                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* Which kernel family is in use: "ref", "avx2" or "avx512" (with or without
- * VNNI). KVB_REF=1 in the environment forces "ref"; KVB_KERNELS=NAME caps the
- * choice at that family (ref, avx2, avx512, avx512vnni). */
+/* Which kernel family is in use: "ref", "avx2", "avxvnni" or "avx512" (with
+ * or without VNNI). KVB_REF=1 in the environment forces "ref"; KVB_KERNELS=NAME
+ * caps the choice at that family (ref, avx2, avxvnni, avx512, avx512vnni). */
 const char *kvb_kernels_name(void);
 /* What the CPU offers (CPUID and the OS's saved state), whatever KVB_REF says. */
 bool kvb_cpu_has_avx2(void);
 bool kvb_cpu_has_avx512(void);
 bool kvb_cpu_has_avx512vnni(void);
+bool kvb_cpu_has_avxvnni(void); /* AVX-VNNI: 256-bit VNNI (Alder Lake and later clients, Zen 5) */
 
 /* ------------------------------------------------------------------------ */
 /* Tensor types and model files                                             */

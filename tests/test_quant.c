@@ -194,8 +194,9 @@ TEST(q8_activation_kernel_exact) {
         double re = kvb_dot_q8_0_q8_ref(edge, &ae, N), ge = kvb_dot_avx2.dot_q8[GGML_TYPE_Q8_0](edge, &ae, N);
         if (fabs(ge - re) > 1e-5 * (fabs(re) + 1)) FAILF("avx2 at the int16 edge %.9g vs %.9g", ge, re);
     }
-    const struct kvb_dot_kernels *tiled[2] = {kvb_cpu_has_avx2() ? &kvb_dot_avx2 : NULL, kvb_cpu_has_avx512vnni() ? &kvb_dot_avx512vnni : NULL};
-    for (int f = 0; f < 2; f++) { /* tiles: every shape gives each pair the lone dot's bits */
+    const struct kvb_dot_kernels *tiled[3] = {kvb_cpu_has_avx2() ? &kvb_dot_avx2 : NULL, kvb_cpu_has_avx512vnni() ? &kvb_dot_avx512vnni : NULL,
+                                              kvb_cpu_has_avxvnni() ? &kvb_dot_avxvnni : NULL};
+    for (int f = 0; f < 3; f++) { /* tiles: every shape gives each pair the lone dot's bits */
         const struct kvb_dot_kernels *fam = tiled[f];
         if (!fam || !fam->q8_tile) continue;
         CHECK(fam->q8_tile_tokens >= 1 && fam->q8_tile_tokens <= KVB_Q8_TILE_TOKENS_MAX);
@@ -236,6 +237,11 @@ TEST(q8_activation_kernel_exact) {
                         if (memcmp(&one, &out[t * LDO + r], sizeof one))
                             FAILF("%s tile %dx%d n=%lld pair (%d,%d): %.9g, lone %.9g", fam->name, nr, ntt, (long long)nn, r, t, out[t * LDO + r], one);
                         if (fabs(one - rf) > 1e-4 * (fabs(rf) + 1)) FAILF("%s tile pair vs reference %.9g vs %.9g", fam->name, one, rf);
+                        if (f == 2 && tiled[0]) { /* avxvnni: the avx2 tile's bits */
+                            const float two = kvb_dot_avx2.dot_q8[GGML_TYPE_Q8_0](rowsT[r], &a3[t], nn);
+                            if (memcmp(&two, &out[t * LDO + r], sizeof two))
+                                FAILF("avxvnni tile %dx%d pair (%d,%d): %.9g, avx2 %.9g", nr, ntt, r, t, out[t * LDO + r], two);
+                        }
                         if (f == 1) { /* VNNI: the FMA chain over the blocks in order (dot_vnni.c), bit for bit */
                             float chain = 0;
                             for (int64_t b = 0; b < nn / 32; b++) {
@@ -273,13 +279,15 @@ static void dequant_act(uint32_t type, const struct kvb_q8_act *a, int64_t n, fl
     for (int64_t i = 0; i < n; i++) out[i] = a->d[i / bs] * a->q[i];
 }
 
-/* The x86 integer-dot families this CPU runs (avx2, avx512, avx512vnni), NULL where it lacks one. */
-static void present_families(const struct kvb_dot_kernels *fams[3]) {
-    fams[0] = fams[1] = fams[2] = NULL;
+/* The x86 integer-dot families this CPU runs (avx2, avx512, avx512vnni, avxvnni), NULL where it lacks one. */
+enum { N_FAMS = 4 };
+static void present_families(const struct kvb_dot_kernels *fams[N_FAMS]) {
+    fams[0] = fams[1] = fams[2] = fams[3] = NULL;
 #if defined(__x86_64__)
     if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
     if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
     if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
+    if (kvb_cpu_has_avxvnni()) fams[3] = &kvb_dot_avxvnni;
 #endif
 }
 
@@ -291,7 +299,7 @@ TEST(int8_kernels_equal_reference) {
     static int8_t xq[N];
     static int16_t xsum[N / 16];
     static uint8_t row[N * 2];
-    const struct kvb_dot_kernels *fams[3];
+    const struct kvb_dot_kernels *fams[N_FAMS];
     present_families(fams);
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const uint32_t type = types[ti];
@@ -361,11 +369,16 @@ TEST(int8_kernels_equal_reference) {
                 FAILF("%s reference n=%lld trial %d: %.9g vs exact %.9g", kvb_ggml_type_name(type), (long long)n, trial, got, exact);
             if (!edge && fabs(got - unq) > 0.02 * mag) /* activation quantization costs little */
                 FAILF("%s: int8 activations moved the dot %.6g -> %.6g (magnitude %.6g)", kvb_ggml_type_name(type), unq, got, mag);
-            for (int f = 0; f < 3; f++) {
+            for (int f = 0; f < N_FAMS; f++) {
                 if (!fams[f] || !fams[f]->dot_q8[type]) continue;
-                const double g = fams[f]->dot_q8[type](row, &a, n);
+                const float g = fams[f]->dot_q8[type](row, &a, n);
                 if (fabs(g - got) > 1e-5 * mag + 1e-6)
                     FAILF("%s %s n=%lld trial %d: %.9g vs reference %.9g", fams[f]->name, kvb_ggml_type_name(type), (long long)n, trial, g, got);
+                if (f == 3 && fams[0]) { /* avxvnni: avx2's integers by VNNI, so avx2's bits (dot_i8_avx2.h) */
+                    const float g2 = fams[0]->dot_q8[type](row, &a, n);
+                    if (memcmp(&g, &g2, sizeof g))
+                        FAILF("avxvnni %s n=%lld trial %d: %.9g, avx2 %.9g", kvb_ggml_type_name(type), (long long)n, trial, g, g2);
+                }
             }
         }
     }
@@ -397,7 +410,7 @@ TEST(kquant_tiles_equal_lone_dot_every_shape) {
     static int8_t xq[TMAX][NMAX];
     static int16_t xsum[TMAX][NMAX / 16];
     static uint8_t rows[RMAX][NMAX]; /* >= any K-type's bytes for NMAX */
-    const struct kvb_dot_kernels *fams[3];
+    const struct kvb_dot_kernels *fams[N_FAMS];
     present_families(fams);
     CHECK(kvb_dot_ref.kq_tile[GGML_TYPE_Q4_K] == NULL); /* the reference: one pair at a time */
     int tiled = 0;
@@ -432,7 +445,7 @@ TEST(kquant_tiles_equal_lone_dot_every_shape) {
                 memset(((struct block_q5_K *)(void *)bk)->qh, 0xff, 32);
             }
         }
-        for (int f = 0; f < 3; f++) {
+        for (int f = 0; f < N_FAMS; f++) {
             const struct kvb_dot_kernels *fam = fams[f];
             if (!fam || !fam->kq_tile[type]) continue;
             tiled++;
@@ -458,6 +471,11 @@ TEST(kquant_tiles_equal_lone_dot_every_shape) {
                                 if (memcmp(&one, &o, sizeof one))
                                     FAILF("%s %s tile %dx%d n=%lld pair (%d,%d): %.9g, lone dot %.9g", fam->name, kvb_ggml_type_name(type), nr, nt,
                                           (long long)n, r, t, o, one);
+                                if (f == 3 && fams[0]) { /* avxvnni's tiles: avx2's bits */
+                                    const float o2 = fams[0]->dot_q8[type](rows[r], &a[t0 + t], n);
+                                    if (memcmp(&o2, &o, sizeof o))
+                                        FAILF("avxvnni %s tile %dx%d pair (%d,%d): %.9g, avx2 %.9g", kvb_ggml_type_name(type), nr, nt, r, t, o, o2);
+                                }
                                 const double rf = ref(rows[r], &a[t0 + t], n);
                                 if (fabs(o - rf) > 1e-4 * (fabs(rf) + 1))
                                     FAILF("%s %s tile pair (%d,%d) vs reference %.9g vs %.9g", fam->name, kvb_ggml_type_name(type), r, t, o, rf);
@@ -751,7 +769,7 @@ TEST(decode_rows_shared_over_threads_cover_every_row) {
 TEST(activation_quantization_equals_reference) {
     enum { LEN = 256 };
     static float x[LEN];
-    const struct kvb_dot_kernels *fams[3];
+    const struct kvb_dot_kernels *fams[N_FAMS];
     present_families(fams);
     int checked = 0;
     for (int trial = 0; trial < 40; trial++) {
@@ -781,7 +799,7 @@ TEST(activation_quantization_equals_reference) {
         if (trial / 4 == 3)
             for (int i = 0; i < len; i++)
                 if (isnan(x[i]) && qr[i] != 0) FAILF("trial %d: a NaN quantized to %d", trial, qr[i]);
-        for (int f = 0; f < 3; f++) {
+        for (int f = 0; f < N_FAMS; f++) {
             if (!fams[f] || !fams[f]->quant_block) continue;
             float dg = -1;
             int8_t qg[LEN];
@@ -798,7 +816,7 @@ TEST(activation_quantization_equals_reference) {
     static int16_t s1[2048 / 16], s2[2048 / 16];
     unsigned long long rs = 9;
     for (int i = 0; i < 2048; i++) xr[i] = t_randf(&rs) * 5;
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < N_FAMS; f++) {
         if (!fams[f]) continue;
         kvb_quantize_act_q8(xr, 2048, d1, q1, s1);
         kvb_quantize_act_q8_with(fams[f], xr, 2048, d2, q2, s2);

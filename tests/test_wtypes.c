@@ -86,14 +86,15 @@ TEST(reference_dot_equals_float64_sum) {
  * an integer dot for every type with an activation form (a NULL there would
  * crash matmul on a file of that type). */
 TEST(every_family_covers_every_type) {
-    const struct kvb_dot_kernels *fams[4] = {&kvb_dot_ref, NULL, NULL, NULL};
+    const struct kvb_dot_kernels *fams[5] = {&kvb_dot_ref, NULL, NULL, NULL, NULL};
 #if defined(__x86_64__)
     fams[1] = &kvb_dot_avx2;
     fams[2] = &kvb_dot_avx512;
     fams[3] = &kvb_dot_avx512vnni;
+    fams[4] = &kvb_dot_avxvnni;
 #endif
     int n = 0;
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < 5; f++) {
         if (!fams[f]) continue;
         for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
             if (!kvb_dot_ref.dot[t]) continue;
@@ -116,11 +117,12 @@ TEST(integer_dots_every_length) {
     static int8_t xq[N];
     static int16_t xs[N / 16];
     static uint8_t row[N * 2];
-    const struct kvb_dot_kernels *fams[3] = {NULL, NULL, NULL};
+    const struct kvb_dot_kernels *fams[4] = {NULL, NULL, NULL, NULL};
 #if defined(__x86_64__)
     if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
     if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
     if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
+    if (kvb_cpu_has_avxvnni()) fams[3] = &kvb_dot_avxvnni;
 #endif
     unsigned long long rs = 7;
     int n_cmp = 0;
@@ -136,7 +138,7 @@ TEST(integer_dots_every_length) {
             const double want = kvb_dot_q8_ref(t)(row, &a, n);
             double mag = 0;
             for (int64_t i = 0; i < n; i++) mag += fabs((double)w[i] * x[i]);
-            for (int f = 0; f < 3; f++) {
+            for (int f = 0; f < 4; f++) {
                 if (!fams[f]) continue;
                 const double got = fams[f]->dot_q8[t](row, &a, n);
                 n_cmp++;

@@ -1,18 +1,24 @@
 /*
  * dispatch.c — the kernel family table (dispatch.h) and the one place a
  * family is chosen. Families, best last: ref (scalar, always built); avx2
- * (AVX2, FMA, F16C); avx512 (and AVX-512 F, BW, VL with ZMM state saved by
- * the OS); avx512vnni (and AVX512_VNNI: the int8 weight tiles and integer
- * attention scores). Features come from CPUID and XGETBV directly
- * (compilers disagree on __builtin_cpu_supports names).
+ * (AVX2, FMA, F16C); avxvnni (and AVX-VNNI: 256-bit vpdpbusd/vpdpwssd for
+ * the integer weight dots, the Intel client CPUs without AVX-512); avx512
+ * (AVX2 and AVX-512 F, BW, VL with ZMM state saved by the OS); avx512vnni
+ * (and AVX512_VNNI: the int8 weight tiles and integer attention scores).
+ * Features come from CPUID and XGETBV directly (compilers disagree on
+ * __builtin_cpu_supports names).
  *
  * The choice is the last family whose needs the CPU meets, at or below a
- * cap: KVB_REF=1 caps at ref; KVB_KERNELS=<name> (ref, avx2, avx512,
- * avx512vnni) caps at that family, so KVB_KERNELS=avx2 runs avx2 on an
- * AVX-512 machine and KVB_KERNELS=avx512 the AVX-512 kernels without VNNI;
- * an unknown name caps nothing. It is made once, on first use (a race
- * stores the same pointer), and again by kvb_kernels_force_ref. Nothing
- * else in the library tests the CPU or a family's name to pick a kernel.
+ * cap: KVB_REF=1 caps at ref; KVB_KERNELS=<name> (ref, avx2, avxvnni,
+ * avx512, avx512vnni) caps at that family, so KVB_KERNELS=avx2 runs avx2 on
+ * an AVX-512 machine, KVB_KERNELS=avxvnni the AVX-VNNI kernels where the
+ * CPU has them (avx2 where not), and KVB_KERNELS=avx512 the AVX-512 kernels
+ * without VNNI (on a CPU without AVX-512, the best family below); an
+ * unknown name caps nothing. avxvnni sits below avx512 because every
+ * AVX-512 family is faster where it runs, and avx512 does not need AVX-VNNI.
+ * It is made once, on first use (a race stores the same pointer), and again
+ * by kvb_kernels_force_ref. Nothing else in the library tests the CPU or a
+ * family's name to pick a kernel.
  */
 #include "dispatch.h"
 #include "deltanet.h"
@@ -27,6 +33,7 @@ const struct kvb_family kvb_families[] = {
     {"ref", 0, &kvb_kernels_ref, &kvb_dot_ref, &kvb_gdn_ref},
 #if defined(__x86_64__)
     {"avx2", KVB_CPU_AVX2, &kvb_kernels_avx2, &kvb_dot_avx2, &kvb_gdn_avx2},
+    {"avxvnni", KVB_CPU_AVX2 | KVB_CPU_AVXVNNI, &kvb_kernels_avxvnni, &kvb_dot_avxvnni, &kvb_gdn_avx2},
     {"avx512", KVB_CPU_AVX2 | KVB_CPU_AVX512, &kvb_kernels_avx512, &kvb_dot_avx512, &kvb_gdn_avx512},
     {"avx512vnni", KVB_CPU_AVX2 | KVB_CPU_AVX512 | KVB_CPU_AVX512VNNI, &kvb_kernels_avx512vnni, &kvb_dot_avx512vnni, &kvb_gdn_avx512},
 #endif
@@ -56,6 +63,7 @@ unsigned kvb_cpu_features(void) {
     if ((have & KVB_CPU_AVX2) && f && bw && vl && (xcr0 & 0xe0) == 0xe0) /* opmask, ZMM hi256, hi16 ZMM */
         have |= KVB_CPU_AVX512;
     if ((have & KVB_CPU_AVX512) && ((c >> 11) & 1)) have |= KVB_CPU_AVX512VNNI;
+    if ((have & KVB_CPU_AVX2) && a >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1)) have |= KVB_CPU_AVXVNNI;
 #endif
     return have;
 }
@@ -63,6 +71,7 @@ unsigned kvb_cpu_features(void) {
 bool kvb_cpu_has_avx2(void) { return kvb_cpu_features() & KVB_CPU_AVX2; }
 bool kvb_cpu_has_avx512(void) { return kvb_cpu_features() & KVB_CPU_AVX512; }
 bool kvb_cpu_has_avx512vnni(void) { return kvb_cpu_features() & KVB_CPU_AVX512VNNI; }
+bool kvb_cpu_has_avxvnni(void) { return kvb_cpu_features() & KVB_CPU_AVXVNNI; }
 
 /* The highest family the environment allows (an index into kvb_families). */
 static int env_cap(void) {

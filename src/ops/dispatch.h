@@ -6,7 +6,8 @@
  * kvb_dot_kernels, matmul.h) — and its Gated DeltaNet kernels (struct
  * kvb_gdn_kernels, deltanet.h). Each family is one entry of kvb_families,
  * ordered from the scalar reference (always built, always first) up, each
- * needing every CPU feature of the one before it. dispatch.c chooses the
+ * needing every CPU feature of the one before it, but for avx512, which
+ * does not need avxvnni's AVX-VNNI. dispatch.c chooses the
  * entry once (CPU features, KVB_REF, KVB_KERNELS); kvb_kernels(),
  * kvb_dot_kernels() and kvb_gdn_kernels() are the chosen entry's parts, so
  * attention, matmul and the DeltaNet layers never disagree on the family.
@@ -21,6 +22,7 @@ enum kvb_cpu_feature {
     KVB_CPU_AVX2 = 1 << 0,       /* AVX2, FMA, F16C; the OS saves YMM */
     KVB_CPU_AVX512 = 1 << 1,     /* and AVX-512 F, BW, VL; the OS saves ZMM and opmasks */
     KVB_CPU_AVX512VNNI = 1 << 2, /* and AVX512_VNNI */
+    KVB_CPU_AVXVNNI = 1 << 3,    /* AVX-VNNI (VEX vpdpbusd/vpdpwssd), with AVX2 */
 };
 
 struct kvb_gdn_kernels; /* deltanet.h */

@@ -139,7 +139,7 @@ float kvb_dot_mxfp4_q8_ref(const void *row, const struct kvb_q8_act *x, int64_t 
 kvb_dot_q8_fn kvb_dot_q8_ref(uint32_t type);
 extern const struct kvb_dot_kernels kvb_dot_ref;
 #if defined(__x86_64__)
-extern const struct kvb_dot_kernels kvb_dot_avx2, kvb_dot_avx512, kvb_dot_avx512vnni;
+extern const struct kvb_dot_kernels kvb_dot_avx2, kvb_dot_avxvnni, kvb_dot_avx512, kvb_dot_avx512vnni;
 #endif
 /* The weight kernels of the family in use (dispatch.c, with kvb_kernels()). */
 const struct kvb_dot_kernels *kvb_dot_kernels(void);

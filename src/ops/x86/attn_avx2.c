@@ -370,3 +370,19 @@ const struct kvb_kernels kvb_kernels_avx2 = {
     .to_f16 = to_f16_avx2,
     .from_f16 = from_f16_avx2,
 };
+
+/* The avxvnni family's primitives: avx2's, named for the family (its
+ * integer weight dots are dot_avxvnni.c's). */
+const struct kvb_kernels kvb_kernels_avxvnni = {
+    .quant_rows = true,
+    .page_bounds = kvb_page_bounds_avx2,
+    .from_q8_0 = from_q8_0_avx2,
+    .from_q4_0 = from_q4_0_avx2,
+    .name = "avxvnni",
+    .scores = scores_avx2,
+    .scores_i8 = kvb_scores_i8_avx2,
+    .accum = accum_avx2,
+    .vexp = vexp_avx2,
+    .to_f16 = to_f16_avx2,
+    .from_f16 = from_f16_avx2,
+};

@@ -48,4 +48,26 @@ void kvb_q5_K_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct
 void kvb_q6_K_tile_vnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
                         bool first);
 
+/* dot_avxvnni.c: the avxvnni family's integer dots and tiles (dot_i8_avx2.h
+ * with AVX-VNNI), which the table kvb_dot_avxvnni (dot_avx2.c) names. */
+float kvb_dot_q8_0_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_0_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_0_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_1_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_1_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_iq4_nl_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_iq4_xs_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_mxfp4_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_K_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q5_K_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q6_K_q8_avxvnni(const void *row, const struct kvb_q8_act *x, int64_t n);
+void kvb_q8_tile_avxvnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                         bool first);
+void kvb_q4_K_tile_avxvnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                           bool first);
+void kvb_q5_K_tile_avxvnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                           bool first);
+void kvb_q6_K_tile_avxvnni(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
+                           bool first);
+
 #endif
