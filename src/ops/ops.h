@@ -148,7 +148,7 @@ extern const struct kvb_kernels kvb_kernels_ref;
 float kvb_page_bound_ref(const float *q, const float *lo, const float *hi, int32_t d);
 #if defined(__x86_64__)
 extern const struct kvb_kernels kvb_kernels_avx2;
-/* AVX-VNNI: avx2's primitives under the family's name (attn_avx2.c). */
+/* AVX-VNNI: avx2's primitives, the integer scores by vpdpbusd (attn_avx2.c). */
 extern const struct kvb_kernels kvb_kernels_avxvnni;
 /* AVX-512: integer scores by AVX2's kernel; the avx512vnni family's by VNNI. */
 extern const struct kvb_kernels kvb_kernels_avx512, kvb_kernels_avx512vnni;

@@ -142,66 +142,9 @@ static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_r
     }
 }
 
-/* Lane i: the sum of p[i]'s eight int32 (exact; integer sums in any order). */
-static inline __m256i sum8_epi32(const __m256i p[8]) {
-    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
-    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
-    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-/* Integer scores (the scores_i8 contract, ops.h), a key at a time and up to
- * eight query rows per pass: per block the key's 32 codes are read once,
- * their magnitudes multiplied with each row's codes carrying the key's
- * signs (vpmaddubsw: |k| <= 128 and |q| <= 127, so no pair saturates), the
- * eight rows' block sums reduced together, and each row's chain takes one
- * FMA of 8 lanes. Also the avx512 family's (avx512vnni's are attn_vnni.c's). */
-void kvb_scores_i8_avx2(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s) {
-    const int32_t d = v->head_dim, nb = d / 32;
-    const bool q8 = v->dtype == KVB_DTYPE_Q8_0;
-    _Alignas(32) float dqt[KVB_ATTN_MAX_DIM / 32][KVB_ATTN_MAX_ROWS + 8]; /* [block][row]: the rows' scales, 8 at a load */
-    for (int32_t b = 0; b < nb; b++)
-        for (int32_t r = 0; r < n_rows + 8; r++) dqt[b][r] = r < n_rows ? q->d[(size_t)r * nb + b] : 0.0f;
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF), k8 = _mm256_set1_epi8(8);
-    for (int32_t t = 0; t < nt; t++) {
-        const uint8_t *k = kvb_view_k(v, j0 + t);
-        kvb_prefetch_kv_rows(v, j0 + t + PREFETCH_AHEAD_I8);
-        for (int32_t r0 = 0; r0 < n_rows; r0 += 8) {
-            const int32_t nr = KVB_MIN(8, n_rows - r0);
-            __m256 acc = _mm256_setzero_ps();
-            for (int32_t b = 0; b < nb; b++) {
-                __m256i kc;
-                uint16_t h;
-                if (q8) {
-                    const uint8_t *blk = k + (size_t)b * 34;
-                    memcpy(&h, blk, sizeof h);
-                    kc = _mm256_loadu_si256((const __m256i *)(blk + 2));
-                } else {
-                    const uint8_t *blk = k + (size_t)b * 18;
-                    memcpy(&h, blk, sizeof h);
-                    const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 2));
-                    const __m256i two = _mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
-                    kc = _mm256_sub_epi8(_mm256_and_si256(two, m4), k8);
-                }
-                const __m256i ak = _mm256_abs_epi8(kc);
-                __m256i p[8];
-                for (int i = 0; i < 8; i++) {
-                    if (i >= nr) {
-                        p[i] = _mm256_setzero_si256();
-                        continue;
-                    }
-                    const __m256i qc = _mm256_loadu_si256((const __m256i *)(q->q + (size_t)(r0 + i) * d + b * 32));
-                    p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(ak, _mm256_sign_epi8(qc, kc)), ones);
-                }
-                const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), _mm256_loadu_ps(&dqt[b][r0]));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8_epi32(p)), scale, acc);
-            }
-            _Alignas(32) float out[8];
-            _mm256_store_ps(out, acc);
-            for (int32_t i = 0; i < nr; i++) s[(size_t)(r0 + i) * KVB_ATTN_TILE + t] = out[i];
-        }
-    }
-}
+#define KVB_I8FN(name) name##_avx2
+#define I8_SUM4(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+#include "attn_i8_avx2.h" /* kvb_scores_i8_avx2 */
 
 static inline __attribute__((always_inline)) void accum_t(const struct kvb_kv_view *v, const float *e, int32_t n_rows,
                                                           int32_t j0, int32_t nt, float *acc, enum kvb_dtype dt) {
@@ -371,8 +314,8 @@ const struct kvb_kernels kvb_kernels_avx2 = {
     .from_f16 = from_f16_avx2,
 };
 
-/* The avxvnni family's primitives: avx2's, named for the family (its
- * integer weight dots are dot_avxvnni.c's). */
+/* The avxvnni family's primitives: avx2's, but for the integer scores
+ * (attn_avxvnni.c), named for the family. */
 const struct kvb_kernels kvb_kernels_avxvnni = {
     .quant_rows = true,
     .page_bounds = kvb_page_bounds_avx2,
@@ -380,7 +323,7 @@ const struct kvb_kernels kvb_kernels_avxvnni = {
     .from_q4_0 = from_q4_0_avx2,
     .name = "avxvnni",
     .scores = scores_avx2,
-    .scores_i8 = kvb_scores_i8_avx2,
+    .scores_i8 = kvb_scores_i8_avxvnni,
     .accum = accum_avx2,
     .vexp = vexp_avx2,
     .to_f16 = to_f16_avx2,

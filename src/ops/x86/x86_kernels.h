@@ -15,6 +15,9 @@
 void kvb_scores_i8_avx2(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
 void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int64_t n_pages, int32_t d, float *out);
 
+/* attn_avxvnni.c: the avxvnni family's integer scores (avx2's bits). */
+void kvb_scores_i8_avxvnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
+
 /* attn_vnni.c: the avx512vnni family's integer scores. */
 void kvb_scores_i8_vnni(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
 
