@@ -333,6 +333,11 @@ struct kvb_policy_params {
     int32_t decode_budget;   /* snapkv family: generated tokens kept after the compressed prompt; 0 = budget */
     int32_t prefill_budget;  /* snapkv family: evict to this between prefill chunks; 0 = never (exact) */
     enum kvb_tova_scope tova_scope; /* tova: layer (default, the paper) or head */
+    int32_t compress_prompt; /* expected-attention: 1 = each prompt is read whole (or to prefill_budget between
+                              * chunks) and compressed to the budget at kvb_cache_compress from the statistics of
+                              * all its queries, as kvpress's press (budget_frac allowed), then every decode step
+                              * evicts at the budget; 0 (default) = evicted to the budget after each prefill
+                              * chunk. The snapkv family always compresses (1 changes nothing); others refuse 1 */
 };
 
 /* Defaults of policy id (budget 0 for full, 256 otherwise). */
@@ -344,6 +349,9 @@ kvb_status kvb_policy_from_name(const char *name, enum kvb_policy_id *out);
 const char *kvb_policy_describe(enum kvb_policy_id id);
 /* Whether the policy compresses prompts at kvb_cache_compress (snapkv family). */
 bool kvb_policy_compresses(enum kvb_policy_id id);
+/* The same for these parameters: the snapkv family, or expected-attention
+ * with compress_prompt. */
+bool kvb_policy_params_compress(const struct kvb_policy_params *p);
 /* Whether decode attention weights are fed to the policy. */
 bool kvb_policy_needs_attention(enum kvb_policy_id id);
 
@@ -759,8 +767,9 @@ kvb_status kvb_cold_file_check(const char *path, struct kvb_cold_file_info *out)
  * cache with recall saves its cold tier and recall areas too (version 4):
  * restored, its cold pages are in host memory (kvb_cache_set_cold_dir for
  * a file beyond it). A cache under expected-attention also saves the
- * query statistics its policy keeps (flags bit 4096); older builds refuse
- * such an image by its flags.
+ * query statistics its policy keeps (flags bit 4096), and its
+ * compress_prompt when set (flags bit 8192); older builds refuse such an
+ * image by its flags.
  * kvb_cache_save allocates *buf with the library allocator; release it with
  * kvb_buffer_free. */
 kvb_status kvb_cache_save(const struct kvb_cache *cache, void **buf, size_t *len);

@@ -769,12 +769,13 @@ struct ea_variant { bool cov, vnorm, turn; }; /* the covariance term, the value 
  * Rbar^T k_j / (2d) over the held keys after the sinks (rotated at their
  * positions), softmax, mean over the heads, times ||v_j||; the n - B lowest
  * among [n_sink, n - n_recent) leave (ties: the older). */
-static int ea_ref(const struct kvb_rope *r, struct ea_variant var, float q[][EA_G][EA_D], float k[][EA_D], float v[][EA_D], const int *block,
-                  int B, int n_sink, int n_recent, long long *kept) {
+static int ea_ref_mode(const struct kvb_rope *r, struct ea_variant var, float q[][EA_G][EA_D], float k[][EA_D], float v[][EA_D], const int *block,
+                       const bool *compress_after, int B, int n_sink, int n_recent, long long *kept) {
     int n = 0, t = 0;
     for (int b = 0; t < EA_T; b++) {
         for (int i = 0; i < block[b] && t < EA_T; i++) kept[n++] = t++;
         if (n <= B) continue;
+        if (compress_after && block[b] > 1 && !compress_after[b]) continue; /* a prompt still read: nothing leaves */
         const long long now = kept[n - 1] + 1;
         double cb[EA_D / 2], sb[EA_D / 2];
         for (int i = 0; i < EA_D / 2; i++) {
@@ -844,15 +845,22 @@ static int ea_ref(const struct kvb_rope *r, struct ea_variant var, float q[][EA_
     return n;
 }
 
+static int ea_ref(const struct kvb_rope *r, struct ea_variant var, float q[][EA_G][EA_D], float k[][EA_D], float v[][EA_D], const int *block,
+                  int B, int n_sink, int n_recent, long long *kept) {
+    return ea_ref_mode(r, var, q, k, v, block, NULL, B, n_sink, n_recent, kept);
+}
+
 /* One case through kvb_cache_prefill (blocks longer than one token) and
  * kvb_cache_decode (single tokens); returns 0 when the kept set equals the
  * reference's, and sets *told for each variant that keeps another set. */
-static int ea_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_recent, const int *block, unsigned seed, int *told) {
+static int ea_case_mode(enum kvb_rope_type rt, float base, int B, int n_sink, int n_recent, const int *block, const bool *compress_after,
+                        unsigned seed, int *told) {
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = EA_D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
     cp.rope = (struct kvb_rope){rt, EA_D, base, 1.0f, NULL};
     cp.kv.policy = kvb_policy_default_params(KVB_POLICY_EXPECTED_ATTENTION);
     cp.kv.policy.budget = B; cp.kv.policy.n_sink = n_sink; cp.kv.policy.n_recent = n_recent;
+    cp.kv.policy.compress_prompt = compress_after != NULL;
     struct kvb_cache *c = NULL;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
     static float q[EA_T][EA_G][EA_D], k[EA_T][EA_D], v[EA_T][EA_D];
@@ -876,15 +884,20 @@ static int ea_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_r
         const int C = block[b] < EA_T - t ? block[b] : EA_T - t;
         if (C == 1) bad |= kvb_cache_decode(c, 0, &q[t][0][0], EA_G, k[t], v[t], out, NULL) != KVB_OK;
         else bad |= kvb_cache_prefill(c, 0, C, &q[t][0][0], EA_G, k[t], v[t], out, NULL) != KVB_OK;
+        if (compress_after && compress_after[b]) kvb_cache_compress(c, NULL);
         t += C;
     }
     if (bad) printf("  decode/prefill: %s\n", kvb_last_error());
     long long want[EA_T], other[EA_T], got[256];
-    const int nw = ea_ref(&cp.rope, (struct ea_variant){true, true, true}, q, k, v, block, B, n_sink, n_recent, want);
+    const int nw = ea_ref_mode(&cp.rope, (struct ea_variant){true, true, true}, q, k, v, block, compress_after, B, n_sink, n_recent, want);
     const struct ea_variant vars[3] = {{false, true, true}, {true, false, true}, {true, true, false}};
     for (int i = 0; i < 3; i++) {
-        const int no = ea_ref(&cp.rope, vars[i], q, k, v, block, B, n_sink, n_recent, other);
+        const int no = ea_ref_mode(&cp.rope, vars[i], q, k, v, block, compress_after, B, n_sink, n_recent, other);
         if (no != nw || memcmp(other, want, sizeof(long long) * (size_t)nw)) told[i] = 1;
+    }
+    if (compress_after) { /* the prompt compressed chunk by chunk keeps another set: told[3] */
+        const int no = ea_ref(&cp.rope, (struct ea_variant){true, true, true}, q, k, v, block, B, n_sink, n_recent, other);
+        if (no != nw || memcmp(other, want, sizeof(long long) * (size_t)nw)) told[3] = 1;
     }
     int ng;
     kept(c, 0, got, &ng);
@@ -899,6 +912,10 @@ static int ea_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_r
     }
     kvb_cache_free(c);
     return bad;
+}
+
+static int ea_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_recent, const int *block, unsigned seed, int *told) {
+    return ea_case_mode(rt, base, B, n_sink, n_recent, block, NULL, seed, told);
 }
 
 /* Expected Attention (expected-attention): the kept set equals the float64
@@ -918,6 +935,58 @@ TEST(expected_attention_matches_float64_reference) {
     CHECK(ea_case(KVB_ROPE_INTERLEAVED, 100.0f, 16, 4, 3, blocks, 3, told) == 0);
     CHECK(ea_case(KVB_ROPE_NEOX, 10000.0f, 10, 1, 2, ones, 4, told) == 0);
     if (!told[0] || !told[1] || !told[2]) FAILF("a variant keeps the same sets in every case (covariance %d, value norm %d, rotation %d)", told[0], told[1], told[2]);
+}
+
+/* expected-attention as a prompt compressor (compress_prompt 1, kvpress's
+ * press): the prompt's blocks are read with nothing evicted, and at
+ * kvb_cache_compress the whole prompt is scored at once (the statistics of
+ * all its queries after the sinks, the rotation averaged from the position
+ * after it) and cut to the budget; decode steps then evict at the budget;
+ * a second turn's prompt is compressed at its own kvb_cache_compress. The
+ * kept set equals the float64 reference's in each case; the reference
+ * evicting after each block (the default mode) keeps another set in some
+ * case, as do the variants without covariance, value norm and rotation. */
+TEST(expected_attention_compresses_the_whole_prompt_at_once) {
+    int blocks[EA_T], told[4] = {0};
+    bool at[EA_T] = {false};
+    for (int i = 0; i < EA_T; i++) blocks[i] = 1;
+    blocks[0] = 14; blocks[1] = 13; blocks[2] = 11; at[2] = true; /* a prompt of 38 tokens in three chunks */
+    blocks[7] = 6; at[7] = true;                                    /* four decode steps, then a second turn of 6 */
+    CHECK(ea_case_mode(KVB_ROPE_NEOX, 100.0f, 12, 2, 0, blocks, at, 2, told) == 0);
+    CHECK(ea_case_mode(KVB_ROPE_INTERLEAVED, 10000.0f, 10, 4, 2, blocks, at, 5, told) == 0);
+    CHECK(ea_case_mode(KVB_ROPE_INTERLEAVED, 100.0f, 16, 1, 3, blocks, at, 3, told) == 0);
+    CHECK(ea_case_mode(KVB_ROPE_NEOX, 10000.0f, 9, 0, 0, blocks, at, 7, told) == 0);
+    if (!told[0] || !told[1] || !told[2] || !told[3])
+        FAILF("a variant keeps the same sets in every case (covariance %d, value norm %d, rotation %d, chunk by chunk %d)", told[0], told[1],
+              told[2], told[3]);
+    /* the mode is expected-attention's: another policy refuses it by name; budget_frac is a prompt compressor's */
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = EA_D; cp.kv.block_size = 4;
+    struct kvb_cache *c = NULL;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+    cp.kv.policy.compress_prompt = 1;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "compress_prompt") != NULL);
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_EXPECTED_ATTENTION);
+    cp.kv.policy.budget_frac = 0.5f;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    cp.kv.policy.compress_prompt = 2;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    cp.kv.policy.compress_prompt = 1;
+    CHECK(kvb_policy_params_compress(&cp.kv.policy) && !kvb_policy_compresses(KVB_POLICY_EXPECTED_ATTENTION));
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    /* a cache image keeps the mode (flags 8192): the restored cache reads it back */
+    void *buf = NULL;
+    size_t len = 0;
+    struct kvb_cache *r = NULL;
+    struct kvb_cache_params rp;
+    CHECK_OK(kvb_cache_save(c, &buf, &len));
+    CHECK_OK(kvb_cache_load(NULL, buf, len, (size_t)1 << 20, &r));
+    kvb_cache_get_params(r, &rp);
+    CHECK_EQ_INT(rp.kv.policy.compress_prompt, 1);
+    kvb_buffer_free(buf);
+    kvb_cache_free(r);
+    kvb_cache_free(c);
 }
 
 /* expected-attention's evidence is the queries: the low-level append (no
@@ -949,6 +1018,7 @@ int main(void) {
     RUN(keydiff_matches_float64_reference);
     RUN(expected_attention_matches_float64_reference);
     RUN(expected_attention_refuses_the_low_level_path);
+    RUN(expected_attention_compresses_the_whole_prompt_at_once);
     RUN(scissorhands_evicts_persistently_unimportant);
     RUN(snapkv_keeps_the_needle);
     RUN(pyramidkv_layer_budgets);

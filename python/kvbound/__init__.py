@@ -69,7 +69,8 @@ class _PolicyParams(_c.Structure):
     _fields_ = [("id", _enum), ("budget", _i32), ("budget_frac", _f32), ("n_sink", _i32), ("n_recent", _i32),
                 ("heavy_ratio", _f32), ("obs_window", _i32), ("pool_kernel", _i32), ("pyramid_beta", _f32),
                 ("ada_floor", _f32), ("history", _i32), ("threshold", _i32), ("pool_mode", _enum),
-                ("decode_budget", _i32), ("prefill_budget", _i32), ("tova_scope", _enum)]
+                ("decode_budget", _i32), ("prefill_budget", _i32), ("tova_scope", _enum),
+                ("compress_prompt", _i32)]
 
 
 class _RecallParams(_c.Structure):

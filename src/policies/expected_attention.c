@@ -23,6 +23,14 @@
  * [mu (d) | M2 (d x d)] (Welford: S = M2 / n), then one block of scratch.
  * Cost per eviction: O(n G d^2) for the quadratic forms plus O(T d) for
  * the mean rotation; per query token O(G d^2) for the statistics.
+ *
+ * When. By default after each prefill chunk and at every decode step at the
+ * budget. With params.compress_prompt (KVB_PF_COMPRESS_OPTIONAL) a prompt is
+ * read whole, its every query (after the sinks) feeding the statistics, and
+ * kvb_cache_compress evicts it to the budget in one select: the whole prompt
+ * scored at once from the statistics of all its queries and the rotation
+ * averaged from the position after it, kvpress's ExpectedAttentionPress at
+ * prefill exactly; decoding then evicts at every step as before.
  */
 #include "policy.h"
 
@@ -114,13 +122,24 @@ static int32_t ea_select(const struct kvb_policy *p, struct kvb_stream_view *s, 
     return kvb_pick_lowest(s, score, lo, hi, n_over, victims);
 }
 
+/* compress_prompt: the prompt read whole (or prefill_budget of it between
+ * chunks) before its compression, then the budget (of the prompt with
+ * budget_frac, as kvb_cache_compress resolves it); else the budget. */
+static int64_t ea_peak_tokens(const struct kvb_policy_params *p, int64_t n_prompt) {
+    if (!p->compress_prompt) return p->budget;
+    int64_t B = p->budget;
+    if (p->budget_frac > 0) B = KVB_MAX((int64_t)floor((double)p->budget_frac * (double)n_prompt), (int64_t)p->n_sink + 1);
+    return KVB_MAX(B, p->prefill_budget ? (int64_t)p->prefill_budget : n_prompt);
+}
+
 const struct kvb_policy_i kvb_policy_expected_attention = {
     .name = "expected-attention",
-    .describe = "Expected Attention: the softmax of each key's expected logit under a Gaussian of future queries (the running mean and covariance of the queries, RoPE averaged over the next 512 positions), times its value's norm; the lowest leaves. params: budget=256 n_sink=4 n_recent=0",
-    .flags = KVB_PF_QUERY_STATS,
+    .describe = "Expected Attention: the softmax of each key's expected logit under a Gaussian of future queries (the running mean and covariance of the queries, RoPE averaged over the next 512 positions), times its value's norm; the lowest leaves. params: budget=256 n_sink=4 n_recent=0 compress_prompt=0 (1: the prompt read whole and compressed at its end, then prefill_budget, budget_frac apply)",
+    .flags = KVB_PF_QUERY_STATS | KVB_PF_COMPRESS_OPTIONAL,
     .n_state = 1,
     .default_pos = KVB_POS_ORIGINAL,
     .defaults = ea_defaults,
     .on_queries = ea_on_queries,
     .select = ea_select,
+    .peak_tokens = ea_peak_tokens,
 };

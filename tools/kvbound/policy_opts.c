@@ -28,6 +28,10 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
                                         "--threshold", "--obs-window", "--pool-kernel", "--pool", "--pyramid-beta",
                                         "--ada-floor", "--decode-budget", "--prefill-budget", "--tova-scope", "--max-distance"};
     const char *a = argv[*i];
+    if (!strcmp(a, "--compress-prompt")) { /* no value */
+        o->compress_prompt = true;
+        return 1;
+    }
     bool known = false;
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(a, flags[k]);
     if (!known) return 0;
@@ -96,6 +100,7 @@ struct kvb_policy_params cli_policy_params(const struct cli_policy *o, enum kvb_
     if (o->heavy_ratio >= 0) p.heavy_ratio = o->heavy_ratio;
     if (o->pyramid_beta >= 0) p.pyramid_beta = o->pyramid_beta;
     if (o->ada_floor >= 0) p.ada_floor = o->ada_floor;
+    if (o->compress_prompt) p.compress_prompt = 1; /* a policy without the mode refuses it by name */
     return p;
 }
 
@@ -125,7 +130,10 @@ void cli_policy_help(FILE *f, int default_budget) {
             "  --decode-budget N   snapkv family: generated tokens kept after the compressed prompt (default: --budget)\n"
             "  --prefill-budget N  snapkv family: evict to N between prompt chunks, votes accumulating\n"
             "                      (default 0: read the whole prompt, then compress, as the papers)\n"
-            "  --tova-scope S      tova: layer (one score per layer, as the paper) | head (default layer)\n",
+            "  --tova-scope S      tova: layer (one score per layer, as the paper) | head (default layer)\n"
+            "  --compress-prompt   expected-attention: read each prompt whole and compress it to the budget at its\n"
+            "                      end, scored at once (kvpress's press; --prefill-budget as the snapkv family's),\n"
+            "                      then evict at every decode step (default: after each prompt chunk)\n",
             default_budget, st.n_sink, lm.n_sink, kd.n_sink, d.n_sink, (double)d.heavy_ratio, d.history, d.threshold, d.obs_window,
             d.pool_kernel, (double)d.pyramid_beta, (double)d.ada_floor);
 }
