@@ -462,6 +462,16 @@ size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t
  * 0..head_dim, or as kvb_kv_seq_bytes). */
 size_t kvb_kv_seq_bytes_latent(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int32_t head_dim_v,
                                int64_t n_ctx, int64_t n_prompt, int32_t chunk);
+/* The host bytes of the query statistics a policy that keeps them
+ * (expected-attention) holds for one sequence of n_layer x n_kv_head streams
+ * of head_dim with n_head query heads: per stream (G + 1) x (head_dim +
+ * head_dim^2) floats, G = n_head / n_kv_head (a mean and a covariance per
+ * query head, one block of scratch), on every layer but a sliding-window
+ * layer of kv.layers; what the cache's stats call query_stats_bytes once
+ * every layer has seen a query. Not pool pages: kvb_kv_seq_bytes leaves them
+ * out, kvb_model_kv_seq_bytes counts them. 0 under a policy that keeps none,
+ * and for a bad argument (n_head not a multiple of n_kv_head). */
+size_t kvb_kv_query_stats_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t n_head, int32_t head_dim);
 
 struct kvb_cache_params {
     int32_t n_layer;
@@ -725,6 +735,9 @@ struct kvb_cache_stats {
     int32_t state_layers;       /* recurrent layers */
     int64_t state_pages;        /* pages their state holds (0 while it is zero) */
     size_t state_bytes;         /* state_pages * page bytes */
+    /* a KVB_PF_QUERY_STATS policy's (expected-attention) query statistics: host memory beside the
+     * pages, included in bytes_reserved (0 under other policies, and before the first query) */
+    size_t query_stats_bytes;
 };
 void kvb_cache_get_stats(const struct kvb_cache *cache, struct kvb_cache_stats *out);
 /* Original positions of the tokens in a stream's recall area (attended
@@ -862,7 +875,10 @@ struct kvb_model_info {
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,
  * and its sliding-window layers at their window (plus a chunk) whatever kv's
- * policy. 0 for a bad argument. */
+ * policy; plus, under a policy that keeps query statistics
+ * (expected-attention), their host bytes (kvb_kv_query_stats_bytes with the
+ * model's query heads), so that what admits a sequence (batch, serve) counts
+ * them. 0 for a bad argument. */
 size_t kvb_model_kv_seq_bytes(const struct kvb_model *model, const struct kvb_kv_params *kv, int64_t n_ctx, int64_t n_prompt,
                               int32_t chunk);
 

@@ -111,7 +111,8 @@ class _CacheStats(_c.Structure):
                 ("recall_bytes", _sz), ("cold_pages", _i64), ("cold_mem_bytes", _sz), ("cold_file_bytes", _sz),
                 ("cold_staged_tokens", _i64), ("cold_dropped_pages", _i64), ("recall_scorings", _i64), ("recall_loads", _i64),
                 ("recall_score_s", _f64), ("recall_load_s", _f64), ("window_layers", _i32), ("window_slots", _i64),
-                ("window_pages", _i64), ("state_layers", _i32), ("state_pages", _i64), ("state_bytes", _sz)]
+                ("window_pages", _i64), ("state_layers", _i32), ("state_pages", _i64), ("state_bytes", _sz),
+                ("query_stats_bytes", _sz)]
 
 
 class _SlotInfo(_c.Structure):

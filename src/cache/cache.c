@@ -1428,6 +1428,7 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
         o->slots_max = KVB_MAX(o->slots_max, s->v.n);
         o->slots_min = KVB_MIN(o->slots_min, s->v.n);
         meta += kvb_stream_meta_bytes(&c->geom, s);
+        o->query_stats_bytes += s->qstat_words * sizeof(float);
         if (s->window) {
             o->window_slots += s->v.n;
             o->window_pages += s->v.n_pages;
