@@ -336,8 +336,10 @@ struct kvb_policy_params {
     int32_t compress_prompt; /* expected-attention: 1 = each prompt is read whole (or to prefill_budget between
                               * chunks) and compressed to the budget at kvb_cache_compress from the statistics of
                               * all its queries, as kvpress's press (budget_frac allowed), then every decode step
-                              * evicts at the budget; 0 (default) = evicted to the budget after each prefill
-                              * chunk. The snapkv family always compresses (1 changes nothing); others refuse 1 */
+                              * evicts at the budget; 2 = the same with AdaKV's allocation (the layer's budget x
+                              * n_kv_head shared by its KV heads by score, ada_floor the safeguard); 0 (default) =
+                              * evicted to the budget after each prefill chunk. The snapkv family always
+                              * compresses (1 or 2 change nothing); others refuse them */
 };
 
 /* Defaults of policy id (budget 0 for full, 256 otherwise). */
