@@ -333,6 +333,13 @@ struct kvb_policy_params {
     int32_t decode_budget;   /* snapkv family: generated tokens kept after the compressed prompt; 0 = budget */
     int32_t prefill_budget;  /* snapkv family: evict to this between prefill chunks; 0 = never (exact) */
     enum kvb_tova_scope tova_scope; /* tova: layer (default, the paper) or head */
+    int32_t compress_prompt; /* expected-attention: 1 = each prompt is read whole (or to prefill_budget between
+                              * chunks) and compressed to the budget at kvb_cache_compress from the statistics of
+                              * all its queries, as kvpress's press (budget_frac allowed), then every decode step
+                              * evicts at the budget; 2 = the same with AdaKV's allocation (the layer's budget x
+                              * n_kv_head shared by its KV heads by score, ada_floor the safeguard); 0 (default) =
+                              * evicted to the budget after each prefill chunk. The snapkv family always
+                              * compresses (1 or 2 change nothing); others refuse them */
 };
 
 /* Defaults of policy id (budget 0 for full, 256 otherwise). */
@@ -344,6 +351,9 @@ kvb_status kvb_policy_from_name(const char *name, enum kvb_policy_id *out);
 const char *kvb_policy_describe(enum kvb_policy_id id);
 /* Whether the policy compresses prompts at kvb_cache_compress (snapkv family). */
 bool kvb_policy_compresses(enum kvb_policy_id id);
+/* The same for these parameters: the snapkv family, or expected-attention
+ * with compress_prompt. */
+bool kvb_policy_params_compress(const struct kvb_policy_params *p);
 /* Whether decode attention weights are fed to the policy. */
 bool kvb_policy_needs_attention(enum kvb_policy_id id);
 
@@ -454,6 +464,16 @@ size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t
  * 0..head_dim, or as kvb_kv_seq_bytes). */
 size_t kvb_kv_seq_bytes_latent(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int32_t head_dim_v,
                                int64_t n_ctx, int64_t n_prompt, int32_t chunk);
+/* The host bytes of the query statistics a policy that keeps them
+ * (expected-attention) holds for one sequence of n_layer x n_kv_head streams
+ * of head_dim with n_head query heads: per stream (G + 1) x (head_dim +
+ * head_dim^2) floats, G = n_head / n_kv_head (a mean and a covariance per
+ * query head, one block of scratch), on every layer but a sliding-window
+ * layer of kv.layers; what the cache's stats call query_stats_bytes once
+ * every layer has seen a query. Not pool pages: kvb_kv_seq_bytes leaves them
+ * out, kvb_model_kv_seq_bytes counts them. 0 under a policy that keeps none,
+ * and for a bad argument (n_head not a multiple of n_kv_head). */
+size_t kvb_kv_query_stats_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t n_head, int32_t head_dim);
 
 struct kvb_cache_params {
     int32_t n_layer;
@@ -717,6 +737,9 @@ struct kvb_cache_stats {
     int32_t state_layers;       /* recurrent layers */
     int64_t state_pages;        /* pages their state holds (0 while it is zero) */
     size_t state_bytes;         /* state_pages * page bytes */
+    /* a KVB_PF_QUERY_STATS policy's (expected-attention) query statistics: host memory beside the
+     * pages, included in bytes_reserved (0 under other policies, and before the first query) */
+    size_t query_stats_bytes;
 };
 void kvb_cache_get_stats(const struct kvb_cache *cache, struct kvb_cache_stats *out);
 /* Original positions of the tokens in a stream's recall area (attended
@@ -759,8 +782,9 @@ kvb_status kvb_cold_file_check(const char *path, struct kvb_cold_file_info *out)
  * cache with recall saves its cold tier and recall areas too (version 4):
  * restored, its cold pages are in host memory (kvb_cache_set_cold_dir for
  * a file beyond it). A cache under expected-attention also saves the
- * query statistics its policy keeps (flags bit 4096); older builds refuse
- * such an image by its flags.
+ * query statistics its policy keeps (flags bit 4096), and its
+ * compress_prompt when set (flags bit 8192); older builds refuse such an
+ * image by its flags.
  * kvb_cache_save allocates *buf with the library allocator; release it with
  * kvb_buffer_free. */
 kvb_status kvb_cache_save(const struct kvb_cache *cache, void **buf, size_t *len);
@@ -853,7 +877,10 @@ struct kvb_model_info {
 void kvb_model_get_info(const struct kvb_model *model, struct kvb_model_info *out);
 /* The sizing rule (kvb_kv_seq_bytes) for this model's caches: its geometry,
  * and its sliding-window layers at their window (plus a chunk) whatever kv's
- * policy. 0 for a bad argument. */
+ * policy; plus, under a policy that keeps query statistics
+ * (expected-attention), their host bytes (kvb_kv_query_stats_bytes with the
+ * model's query heads), so that what admits a sequence (batch, serve) counts
+ * them. 0 for a bad argument. */
 size_t kvb_model_kv_seq_bytes(const struct kvb_model *model, const struct kvb_kv_params *kv, int64_t n_ctx, int64_t n_prompt,
                               int32_t chunk);
 

@@ -637,6 +637,15 @@ TEST(admission_and_bad_arguments) {
         kb.kv.keep = 32;
         CHECK_EQ_INT((long long)(kvb_batch_seq_min_bytes(b, &kb, 10) - kvb_batch_seq_min_bytes(b, &bounded, 10)),
                      2LL * mi.n_layer * mi.n_head_kv * (long long)bs.page_bytes);
+        /* sizing counts the query statistics: expected-attention's minimum is keydiff's (the same budget, the same
+         * pages) plus its statistics, per stream (G + 1) x (d + d^2) floats for the G query heads of a KV head */
+        struct kvb_seq_params ea = bounded, kd = bounded;
+        ea.kv.policy = policy(KVB_POLICY_EXPECTED_ATTENTION);
+        kd.kv.policy = policy(KVB_POLICY_KEYDIFF);
+        ea.kv.policy.budget = kd.kv.policy.budget = bounded.kv.policy.budget;
+        const long long G = mi.n_head / mi.n_head_kv, d = mi.head_dim;
+        CHECK_EQ_INT((long long)(kvb_batch_seq_min_bytes(b, &ea, 10) - kvb_batch_seq_min_bytes(b, &kd, 10)),
+                     (long long)mi.n_layer * mi.n_head_kv * (G + 1) * (d + d * d) * 4);
     }
     /* admission: a bounded sequence's minimum, by the formula written here (not
      * kvb_batch_seq_min_bytes): per stream, its budget plus the prompt chunk read

@@ -182,7 +182,8 @@ TEST(bounded_policies_fit_in_their_pages) {
  * whose pool has exactly the bytes the rule gives reads a prompt of P tokens
  * in chunks of C, compresses it and decodes, never runs out of pages, and
  * never holds more than the rule. Then the rule against a formula written
- * here (full: n_ctx; snapkv family: the whole prompt, or prefill_budget; the
+ * here (full: n_ctx; snapkv family and expected-attention with compress_prompt:
+ * the whole prompt, or prefill_budget; the
  * others: the budget; plus a chunk, two pages and the recall area). */
 static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
     unsigned long long rs = seed * 104729 + (unsigned long long)pid;
@@ -199,6 +200,12 @@ static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
         kv.policy.obs_window = 2 + (int)(t_rng_next(&rs) % 4);
         if (seed % 3 == 1) kv.policy.prefill_budget = kv.policy.budget + (int)(t_rng_next(&rs) % 20);
         if (seed % 3 == 2) kv.policy.decode_budget = 1 + (int)(t_rng_next(&rs) % 30);
+        if (seed % 5 == 4) kv.policy.budget_frac = 0.3f;
+    }
+    const bool ea_prompt = pid == KVB_POLICY_EXPECTED_ATTENTION && seed % 2 == 0; /* expected-attention compressing prompts */
+    if (ea_prompt) {
+        kv.policy.compress_prompt = 1;
+        if (seed % 3 == 1) kv.policy.prefill_budget = kv.policy.budget + (int)(t_rng_next(&rs) % 20);
         if (seed % 5 == 4) kv.policy.budget_frac = 0.3f;
     }
     if (seed % 4 == 3 && pid != KVB_POLICY_FULL && pid != KVB_POLICY_STREAMING) kv.recall.pages = 2;
@@ -251,6 +258,11 @@ static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
         if (b < kv.policy.n_sink + 1) b = kv.policy.n_sink + 1;
         const long long after = b + (kv.policy.decode_budget ? kv.policy.decode_budget : b), reading = kv.policy.prefill_budget ? kv.policy.prefill_budget : P;
         tokens = after > reading ? after : reading;
+    } else if (ea_prompt) { /* the prompt read whole (or prefill_budget), then the budget: no decode_budget */
+        long long b = kv.policy.budget_frac > 0 ? (long long)(kv.policy.budget_frac * P) : kv.policy.budget;
+        if (b < kv.policy.n_sink + 1) b = kv.policy.n_sink + 1;
+        const long long reading = kv.policy.prefill_budget ? kv.policy.prefill_budget : P;
+        tokens = b > reading ? b : reading;
     }
     const long long chunk = C < P ? C : P;
     const long long want = ((tokens + chunk + B - 1) / B + 2 + (pid == KVB_POLICY_FULL ? 0 : kv.recall.pages)) * L * HK * page;
@@ -278,6 +290,52 @@ TEST(sizing_rule_holds_every_policy) {
     kv = kvb_kv_default_params();
     kv.policy.id = (enum kvb_policy_id)99;
     CHECK(kvb_kv_seq_bytes(&kv, 2, 2, 8, 100, 10, 4) == 0);
+}
+
+/* The sizing rule counts the query statistics of a policy that keeps them
+ * (expected-attention): kvb_kv_query_stats_bytes is (G + 1) x (d + d^2)
+ * floats a stream, written here, on every layer but a window layer; 0 for
+ * another policy or a bad head count; and a cache that has read a prompt and
+ * decoded holds exactly that (its stats' query_stats_bytes, inside
+ * bytes_reserved). */
+TEST(sizing_counts_query_statistics) {
+    enum { L = 3, HK = 2, G = 4, d = 8 };
+    struct kvb_kv_params kv = kvb_kv_default_params();
+    kv.policy = kvb_policy_default_params(KVB_POLICY_EXPECTED_ATTENTION);
+    kv.policy.budget = 12;
+    kv.kv_dtype = KVB_DTYPE_F32;
+    kv.block_size = 4;
+    const size_t want = (size_t)L * HK * (G + 1) * (d + d * d) * sizeof(float);
+    CHECK_EQ_INT((long long)kvb_kv_query_stats_bytes(&kv, L, HK, HK * G, d), (long long)want);
+    CHECK_EQ_INT((long long)kvb_kv_query_stats_bytes(&kv, L, HK, HK * G + 1, d), 0);
+    struct kvb_kv_layer win = {1, kvb_policy_default_params(KVB_POLICY_WINDOW)};
+    win.policy.n_sink = 0; /* a model's window: the window policy without sinks */
+    win.policy.budget = 8;
+    struct kvb_kv_params kw = kv;
+    kw.layers = &win;
+    kw.n_layers = 1;
+    CHECK_EQ_INT((long long)kvb_kv_query_stats_bytes(&kw, L, HK, HK * G, d), (long long)(want / L * (L - 1)));
+    struct kvb_kv_params kd = kv;
+    kd.policy = kvb_policy_default_params(KVB_POLICY_KEYDIFF);
+    CHECK_EQ_INT((long long)kvb_kv_query_stats_bytes(&kd, L, HK, HK * G, d), 0);
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = L; cp.n_kv_head = HK; cp.head_dim = d;
+    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, d, 10000.0f, 1.0f, NULL};
+    cp.kv = kv;
+    struct kvb_cache *c = NULL;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    unsigned long long rs = 7;
+    static float q[20 * HK * G * d], k[20 * HK * d], v[20 * HK * d], o[20 * HK * G * d];
+    fill(&rs, q, sizeof q / sizeof *q); fill(&rs, k, sizeof k / sizeof *k); fill(&rs, v, sizeof v / sizeof *v);
+    struct kvb_cache_stats cs;
+    kvb_cache_get_stats(c, &cs);
+    CHECK_EQ_INT((long long)cs.query_stats_bytes, 0); /* none before the first query */
+    for (int l = 0; l < L; l++) CHECK_OK(kvb_cache_prefill(c, l, 20, q, HK * G, k, v, o, NULL));
+    for (int l = 0; l < L; l++) CHECK_OK(kvb_cache_decode(c, l, q, HK * G, k, v, o, NULL));
+    kvb_cache_get_stats(c, &cs);
+    CHECK_EQ_INT((long long)cs.query_stats_bytes, (long long)want);
+    CHECK(cs.bytes_reserved >= cs.bytes_used + cs.query_stats_bytes);
+    kvb_cache_free(c);
 }
 
 TEST(bad_params_are_named) {
@@ -386,6 +444,7 @@ int main(void) {
     RUN(exhausted_pool_leaves_cache_unchanged);
     RUN(bounded_policies_fit_in_their_pages);
     RUN(sizing_rule_holds_every_policy);
+    RUN(sizing_counts_query_statistics);
     RUN(bad_params_are_named);
     RUN(gqa_rows_stored_once_per_kv_head);
     RUN(quantized_pages_hold_what_mem_predicts);

@@ -73,6 +73,13 @@ if grep -q '"keep":160,.*"bounded_bytes":458752,' "$T/m1.txt" && grep -q '"bound
    [ $rm3 -eq 2 ] && grep -q -- '--keep needs a bounded --policy' "$T/m3.txt"
 then ok mem_keep_counts_the_pinned_span
 else ko mem_keep_counts_the_pinned_span "$(cat "$T/m1.txt" "$T/m2.txt" "$T/m3.txt" | head -c 400)"; fi
+# mem counts expected-attention's query statistics: 4 layers x 2 KV heads x (4 + 1) blocks x (64 + 64^2) floats on top
+# of the 64-token budget's 131072 bytes; without the query heads (--heads or -m) it is refused by name
+"$K" mem --layers 4 --kv-heads 2 --heads 8 --head-dim 64 --ctx 4096 --policy expected-attention --budget 64 --block-size 16 --json > "$T/mq1.txt" 2>&1
+"$K" mem --layers 4 --kv-heads 2 --head-dim 64 --ctx 4096 --policy expected-attention --budget 64 > /dev/null 2> "$T/mq2.txt"; rq2=$?
+if grep -q '"bounded_bytes":796672,.*"query_stats_bytes":665600}' "$T/mq1.txt" && [ $rq2 -eq 2 ] && grep -q -- 'expected-attention keeps query statistics.*--heads' "$T/mq2.txt"
+then ok mem_counts_query_statistics
+else ko mem_counts_query_statistics "$(cat "$T/mq1.txt" "$T/mq2.txt" | head -c 400)"; fi
 
 # full: stops at the context limit with a clear message, exit 0
 "$K" run -m "$G" -p "Once upon a time" -n 500 --ignore-eos --policy full > /dev/null 2> "$T/f.txt"; rf=$?

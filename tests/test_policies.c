@@ -769,65 +769,75 @@ struct ea_variant { bool cov, vnorm, turn; }; /* the covariance term, the value 
  * Rbar^T k_j / (2d) over the held keys after the sinks (rotated at their
  * positions), softmax, mean over the heads, times ||v_j||; the n - B lowest
  * among [n_sink, n - n_recent) leave (ties: the older). */
-static int ea_ref(const struct kvb_rope *r, struct ea_variant var, float q[][EA_G][EA_D], float k[][EA_D], float v[][EA_D], const int *block,
-                  int B, int n_sink, int n_recent, long long *kept) {
+/* The float64 scores sc[j] (j in [n_sink, n)) of held tokens kept[0..n)
+ * once the first t tokens are in: the statistics of the queries q[u] for u
+ * in [n_sink, t), the rotation averaged from the position after kept[n - 1]. */
+static void ea_ref_scores(const struct kvb_rope *r, struct ea_variant var, float q[][EA_G][EA_D], float k[][EA_D], float v[][EA_D], int t,
+                          const long long *kept, int n, int n_sink, double *sc) {
+    const long long now = kept[n - 1] + 1;
+    double cb[EA_D / 2], sb[EA_D / 2];
+    for (int i = 0; i < EA_D / 2; i++) {
+        cb[i] = var.turn ? 0 : 1;
+        sb[i] = 0;
+        for (int f = 0; var.turn && f < EA_FUT; f++) {
+            const double th = (double)(now + f) * pow((double)r->base, -2.0 * i / r->n_dims);
+            cb[i] += cos(th) / EA_FUT;
+            sb[i] += sin(th) / EA_FUT;
+        }
+    }
+    double R[EA_D][EA_D] = {{0}};
+    for (int i = 0; i < EA_D / 2; i++) {
+        const int a = r->type == KVB_ROPE_INTERLEAVED ? 2 * i : i, c2 = r->type == KVB_ROPE_INTERLEAVED ? 2 * i + 1 : i + EA_D / 2;
+        R[a][a] = cb[i]; R[a][c2] = -sb[i]; R[c2][a] = sb[i]; R[c2][c2] = cb[i];
+    }
+    for (int j = 0; j < EA_T; j++) sc[j] = 0;
+    for (int g = 0; g < EA_G; g++) {
+        double mu[EA_D] = {0}, S[EA_D][EA_D] = {{0}}, m = 0;
+        for (int u = n_sink; u < t; u++, m++)
+            for (int a = 0; a < EA_D; a++) mu[a] += q[u][g][a];
+        for (int a = 0; a < EA_D; a++) mu[a] /= m;
+        for (int u = n_sink; u < t; u++)
+            for (int a = 0; a < EA_D; a++)
+                for (int c2 = 0; c2 < EA_D; c2++) S[a][c2] += (q[u][g][a] - mu[a]) * (q[u][g][c2] - mu[c2]) / m;
+        double mb[EA_D] = {0}, RS[EA_D][EA_D] = {{0}}, Sb[EA_D][EA_D] = {{0}};
+        for (int a = 0; a < EA_D; a++)
+            for (int c2 = 0; c2 < EA_D; c2++) mb[a] += R[a][c2] * mu[c2];
+        for (int a = 0; a < EA_D; a++)
+            for (int c2 = 0; c2 < EA_D; c2++)
+                for (int e = 0; e < EA_D; e++) RS[a][c2] += R[a][e] * S[e][c2];
+        for (int a = 0; a < EA_D; a++)
+            for (int c2 = 0; c2 < EA_D; c2++)
+                for (int e = 0; e < EA_D; e++) Sb[a][c2] += RS[a][e] * R[c2][e];
+        double z[EA_T], mx = -1e300, sum = 0;
+        for (int j = n_sink; j < n; j++) {
+            double kr[EA_D], lin = 0, quad = 0;
+            ref_rope(r, k[kept[j]], EA_D, kept[j], kr);
+            for (int a = 0; a < EA_D; a++) {
+                lin += mb[a] * kr[a];
+                for (int c2 = 0; c2 < EA_D; c2++) quad += kr[a] * Sb[a][c2] * kr[c2];
+            }
+            z[j] = lin / sqrt((double)EA_D) + (var.cov ? quad / (2.0 * EA_D) : 0);
+            if (z[j] > mx) mx = z[j];
+        }
+        for (int j = n_sink; j < n; j++) sum += exp(z[j] - mx);
+        for (int j = n_sink; j < n; j++) sc[j] += exp(z[j] - mx) / sum / EA_G;
+    }
+    for (int j = n_sink; j < n && var.vnorm; j++) {
+        double n2 = 0;
+        for (int a = 0; a < EA_D; a++) n2 += (double)v[kept[j]][a] * v[kept[j]][a];
+        sc[j] *= sqrt(n2);
+    }
+}
+
+static int ea_ref_mode(const struct kvb_rope *r, struct ea_variant var, float q[][EA_G][EA_D], float k[][EA_D], float v[][EA_D], const int *block,
+                       const bool *compress_after, int B, int n_sink, int n_recent, long long *kept) {
     int n = 0, t = 0;
     for (int b = 0; t < EA_T; b++) {
         for (int i = 0; i < block[b] && t < EA_T; i++) kept[n++] = t++;
         if (n <= B) continue;
-        const long long now = kept[n - 1] + 1;
-        double cb[EA_D / 2], sb[EA_D / 2];
-        for (int i = 0; i < EA_D / 2; i++) {
-            cb[i] = var.turn ? 0 : 1;
-            sb[i] = 0;
-            for (int f = 0; var.turn && f < EA_FUT; f++) {
-                const double th = (double)(now + f) * pow((double)r->base, -2.0 * i / r->n_dims);
-                cb[i] += cos(th) / EA_FUT;
-                sb[i] += sin(th) / EA_FUT;
-            }
-        }
-        double R[EA_D][EA_D] = {{0}};
-        for (int i = 0; i < EA_D / 2; i++) {
-            const int a = r->type == KVB_ROPE_INTERLEAVED ? 2 * i : i, c2 = r->type == KVB_ROPE_INTERLEAVED ? 2 * i + 1 : i + EA_D / 2;
-            R[a][a] = cb[i]; R[a][c2] = -sb[i]; R[c2][a] = sb[i]; R[c2][c2] = cb[i];
-        }
-        double sc[EA_T] = {0};
-        for (int g = 0; g < EA_G; g++) {
-            double mu[EA_D] = {0}, S[EA_D][EA_D] = {{0}}, m = 0;
-            for (int u = n_sink; u < t; u++, m++)
-                for (int a = 0; a < EA_D; a++) mu[a] += q[u][g][a];
-            for (int a = 0; a < EA_D; a++) mu[a] /= m;
-            for (int u = n_sink; u < t; u++)
-                for (int a = 0; a < EA_D; a++)
-                    for (int c2 = 0; c2 < EA_D; c2++) S[a][c2] += (q[u][g][a] - mu[a]) * (q[u][g][c2] - mu[c2]) / m;
-            double mb[EA_D] = {0}, RS[EA_D][EA_D] = {{0}}, Sb[EA_D][EA_D] = {{0}};
-            for (int a = 0; a < EA_D; a++)
-                for (int c2 = 0; c2 < EA_D; c2++) mb[a] += R[a][c2] * mu[c2];
-            for (int a = 0; a < EA_D; a++)
-                for (int c2 = 0; c2 < EA_D; c2++)
-                    for (int e = 0; e < EA_D; e++) RS[a][c2] += R[a][e] * S[e][c2];
-            for (int a = 0; a < EA_D; a++)
-                for (int c2 = 0; c2 < EA_D; c2++)
-                    for (int e = 0; e < EA_D; e++) Sb[a][c2] += RS[a][e] * R[c2][e];
-            double z[EA_T], mx = -1e300, sum = 0;
-            for (int j = n_sink; j < n; j++) {
-                double kr[EA_D], lin = 0, quad = 0;
-                ref_rope(r, k[kept[j]], EA_D, kept[j], kr);
-                for (int a = 0; a < EA_D; a++) {
-                    lin += mb[a] * kr[a];
-                    for (int c2 = 0; c2 < EA_D; c2++) quad += kr[a] * Sb[a][c2] * kr[c2];
-                }
-                z[j] = lin / sqrt((double)EA_D) + (var.cov ? quad / (2.0 * EA_D) : 0);
-                if (z[j] > mx) mx = z[j];
-            }
-            for (int j = n_sink; j < n; j++) sum += exp(z[j] - mx);
-            for (int j = n_sink; j < n; j++) sc[j] += exp(z[j] - mx) / sum / EA_G;
-        }
-        for (int j = n_sink; j < n && var.vnorm; j++) {
-            double n2 = 0;
-            for (int a = 0; a < EA_D; a++) n2 += (double)v[kept[j]][a] * v[kept[j]][a];
-            sc[j] *= sqrt(n2);
-        }
+        if (compress_after && block[b] > 1 && !compress_after[b]) continue; /* a prompt still read: nothing leaves */
+        double sc[EA_T];
+        ea_ref_scores(r, var, q, k, v, t, kept, n, n_sink, sc);
         int over = n - B, hi = n - n_recent;
         bool gone[EA_T] = {false};
         for (int x = 0; x < over; x++) {
@@ -844,15 +854,22 @@ static int ea_ref(const struct kvb_rope *r, struct ea_variant var, float q[][EA_
     return n;
 }
 
+static int ea_ref(const struct kvb_rope *r, struct ea_variant var, float q[][EA_G][EA_D], float k[][EA_D], float v[][EA_D], const int *block,
+                  int B, int n_sink, int n_recent, long long *kept) {
+    return ea_ref_mode(r, var, q, k, v, block, NULL, B, n_sink, n_recent, kept);
+}
+
 /* One case through kvb_cache_prefill (blocks longer than one token) and
  * kvb_cache_decode (single tokens); returns 0 when the kept set equals the
  * reference's, and sets *told for each variant that keeps another set. */
-static int ea_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_recent, const int *block, unsigned seed, int *told) {
+static int ea_case_mode(enum kvb_rope_type rt, float base, int B, int n_sink, int n_recent, const int *block, const bool *compress_after,
+                        unsigned seed, int *told) {
     struct kvb_cache_params cp = kvb_cache_default_params();
     cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = EA_D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
     cp.rope = (struct kvb_rope){rt, EA_D, base, 1.0f, NULL};
     cp.kv.policy = kvb_policy_default_params(KVB_POLICY_EXPECTED_ATTENTION);
     cp.kv.policy.budget = B; cp.kv.policy.n_sink = n_sink; cp.kv.policy.n_recent = n_recent;
+    cp.kv.policy.compress_prompt = compress_after != NULL;
     struct kvb_cache *c = NULL;
     if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
     static float q[EA_T][EA_G][EA_D], k[EA_T][EA_D], v[EA_T][EA_D];
@@ -876,15 +893,20 @@ static int ea_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_r
         const int C = block[b] < EA_T - t ? block[b] : EA_T - t;
         if (C == 1) bad |= kvb_cache_decode(c, 0, &q[t][0][0], EA_G, k[t], v[t], out, NULL) != KVB_OK;
         else bad |= kvb_cache_prefill(c, 0, C, &q[t][0][0], EA_G, k[t], v[t], out, NULL) != KVB_OK;
+        if (compress_after && compress_after[b]) kvb_cache_compress(c, NULL);
         t += C;
     }
     if (bad) printf("  decode/prefill: %s\n", kvb_last_error());
     long long want[EA_T], other[EA_T], got[256];
-    const int nw = ea_ref(&cp.rope, (struct ea_variant){true, true, true}, q, k, v, block, B, n_sink, n_recent, want);
+    const int nw = ea_ref_mode(&cp.rope, (struct ea_variant){true, true, true}, q, k, v, block, compress_after, B, n_sink, n_recent, want);
     const struct ea_variant vars[3] = {{false, true, true}, {true, false, true}, {true, true, false}};
     for (int i = 0; i < 3; i++) {
-        const int no = ea_ref(&cp.rope, vars[i], q, k, v, block, B, n_sink, n_recent, other);
+        const int no = ea_ref_mode(&cp.rope, vars[i], q, k, v, block, compress_after, B, n_sink, n_recent, other);
         if (no != nw || memcmp(other, want, sizeof(long long) * (size_t)nw)) told[i] = 1;
+    }
+    if (compress_after) { /* the prompt compressed chunk by chunk keeps another set: told[3] */
+        const int no = ea_ref(&cp.rope, (struct ea_variant){true, true, true}, q, k, v, block, B, n_sink, n_recent, other);
+        if (no != nw || memcmp(other, want, sizeof(long long) * (size_t)nw)) told[3] = 1;
     }
     int ng;
     kept(c, 0, got, &ng);
@@ -899,6 +921,10 @@ static int ea_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_r
     }
     kvb_cache_free(c);
     return bad;
+}
+
+static int ea_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_recent, const int *block, unsigned seed, int *told) {
+    return ea_case_mode(rt, base, B, n_sink, n_recent, block, NULL, seed, told);
 }
 
 /* Expected Attention (expected-attention): the kept set equals the float64
@@ -918,6 +944,185 @@ TEST(expected_attention_matches_float64_reference) {
     CHECK(ea_case(KVB_ROPE_INTERLEAVED, 100.0f, 16, 4, 3, blocks, 3, told) == 0);
     CHECK(ea_case(KVB_ROPE_NEOX, 10000.0f, 10, 1, 2, ones, 4, told) == 0);
     if (!told[0] || !told[1] || !told[2]) FAILF("a variant keeps the same sets in every case (covariance %d, value norm %d, rotation %d)", told[0], told[1], told[2]);
+}
+
+/* expected-attention as a prompt compressor (compress_prompt 1, kvpress's
+ * press): the prompt's blocks are read with nothing evicted, and at
+ * kvb_cache_compress the whole prompt is scored at once (the statistics of
+ * all its queries after the sinks, the rotation averaged from the position
+ * after it) and cut to the budget; decode steps then evict at the budget;
+ * a second turn's prompt is compressed at its own kvb_cache_compress. The
+ * kept set equals the float64 reference's in each case; the reference
+ * evicting after each block (the default mode) keeps another set in some
+ * case, as do the variants without covariance, value norm and rotation. */
+TEST(expected_attention_compresses_the_whole_prompt_at_once) {
+    int blocks[EA_T], told[4] = {0};
+    bool at[EA_T] = {false};
+    for (int i = 0; i < EA_T; i++) blocks[i] = 1;
+    blocks[0] = 14; blocks[1] = 13; blocks[2] = 11; at[2] = true; /* a prompt of 38 tokens in three chunks */
+    blocks[7] = 6; at[7] = true;                                    /* four decode steps, then a second turn of 6 */
+    CHECK(ea_case_mode(KVB_ROPE_NEOX, 100.0f, 12, 2, 0, blocks, at, 2, told) == 0);
+    CHECK(ea_case_mode(KVB_ROPE_INTERLEAVED, 10000.0f, 10, 4, 2, blocks, at, 5, told) == 0);
+    CHECK(ea_case_mode(KVB_ROPE_INTERLEAVED, 100.0f, 16, 1, 3, blocks, at, 3, told) == 0);
+    CHECK(ea_case_mode(KVB_ROPE_NEOX, 10000.0f, 9, 0, 0, blocks, at, 7, told) == 0);
+    if (!told[0] || !told[1] || !told[2] || !told[3])
+        FAILF("a variant keeps the same sets in every case (covariance %d, value norm %d, rotation %d, chunk by chunk %d)", told[0], told[1],
+              told[2], told[3]);
+    /* the mode is expected-attention's: another policy refuses it by name; budget_frac is a prompt compressor's */
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = 1; cp.head_dim = EA_D; cp.kv.block_size = 4;
+    struct kvb_cache *c = NULL;
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_H2O);
+    cp.kv.policy.compress_prompt = 1;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    CHECK(strstr(kvb_last_error(), "compress_prompt") != NULL);
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_EXPECTED_ATTENTION);
+    cp.kv.policy.budget_frac = 0.5f;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    cp.kv.policy.compress_prompt = 3;
+    CHECK_STATUS(kvb_cache_init(NULL, &cp, &c), KVB_ERR_INVALID);
+    cp.kv.policy.compress_prompt = 1;
+    CHECK(kvb_policy_params_compress(&cp.kv.policy) && !kvb_policy_compresses(KVB_POLICY_EXPECTED_ATTENTION));
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    /* a cache image keeps the mode (flags 8192): the restored cache reads it back */
+    void *buf = NULL;
+    size_t len = 0;
+    struct kvb_cache *r = NULL;
+    struct kvb_cache_params rp;
+    CHECK_OK(kvb_cache_save(c, &buf, &len));
+    CHECK_OK(kvb_cache_load(NULL, buf, len, (size_t)1 << 20, &r));
+    kvb_cache_get_params(r, &rp);
+    CHECK_EQ_INT(rp.kv.policy.compress_prompt, 1);
+    kvb_buffer_free(buf);
+    kvb_cache_free(r);
+    kvb_cache_free(c);
+}
+
+/* One head's data as ea_case makes it (seeded). */
+static void ea_data(unsigned seed, float q[][EA_G][EA_D], float k[][EA_D], float v[][EA_D]) {
+    unsigned x = seed;
+#define EA_RND() (x = x * 1103515245u + 12345u, (float)((x >> 8) & 0xffff) / 65536.0f - 0.5f)
+    for (int t = 0; t < EA_T; t++) {
+        const float vs = 0.5f + 2.0f * (EA_RND() + 0.5f), qa = 6.0f * EA_RND();
+        for (int i = 0; i < EA_D; i++) {
+            const bool slow = i == 3 || i == 6 || i == 7;
+            k[t][i] = (slow ? 3.0f : 1.5f) * EA_RND() + (i == 1 ? 0.7f : 0.0f);
+            v[t][i] = vs * EA_RND();
+            for (int g = 0; g < EA_G; g++)
+                q[t][g][i] = (slow ? qa : 0.0f) * (g ? -1.0f : 1.0f) + EA_RND() + (i == 7 ? (g ? 4.0f : 0.8f) : 0.0f) + (t < 4 && i == 6 ? 12.0f : 0.0f);
+        }
+    }
+#undef EA_RND
+}
+
+static int cmp_desc_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+/* One AdaKV case: two KV heads, a prompt of 20 + 16 tokens compressed at
+ * once; returns 0 when each head keeps the reference's set (and then holds
+ * its budget through a decode step); *uneven set when the heads' budgets
+ * differ. */
+static int ea_ada_case(enum kvb_rope_type rt, float base, int B, int n_sink, int n_recent, unsigned seed, float v1_scale, int *uneven,
+                       int *floored) {
+    enum { H = 2, P = 36 };
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = 1; cp.n_kv_head = H; cp.head_dim = EA_D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.rope = (struct kvb_rope){rt, EA_D, base, 1.0f, NULL};
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_EXPECTED_ATTENTION);
+    cp.kv.policy.budget = B; cp.kv.policy.n_sink = n_sink; cp.kv.policy.n_recent = n_recent;
+    cp.kv.policy.compress_prompt = 2;
+    struct kvb_cache *c = NULL;
+    if (kvb_cache_init(NULL, &cp, &c) != KVB_OK) { printf("  init: %s\n", kvb_last_error()); return 1; }
+    static float q[H][EA_T][EA_G][EA_D], k[H][EA_T][EA_D], v[H][EA_T][EA_D];
+    static float Q[EA_T][H * EA_G][EA_D], K[EA_T][H][EA_D], V[EA_T][H][EA_D], out[EA_T * H * EA_G * EA_D];
+    for (int h = 0; h < H; h++) ea_data(seed + 7919u * (unsigned)h, q[h], k[h], v[h]);
+    for (int t = 0; t < EA_T; t++) /* head 1's values scaled: its scores too, so its floor may bind */
+        for (int i = 0; i < EA_D; i++) v[1][t][i] *= v1_scale;
+    for (int t = 0; t < EA_T; t++)
+        for (int h = 0; h < H; h++) {
+            memcpy(K[t][h], k[h][t], sizeof K[t][h]);
+            memcpy(V[t][h], v[h][t], sizeof V[t][h]);
+            for (int g = 0; g < EA_G; g++) memcpy(Q[t][h * EA_G + g], q[h][t][g], sizeof Q[t][0]);
+        }
+    int bad = kvb_cache_prefill(c, 0, 20, &Q[0][0][0], H * EA_G, &K[0][0][0], &V[0][0][0], out, NULL) != KVB_OK;
+    bad |= kvb_cache_prefill(c, 0, P - 20, &Q[20][0][0], H * EA_G, &K[20][0][0], &V[20][0][0], out, NULL) != KVB_OK;
+    kvb_cache_compress(c, NULL);
+    /* the reference: scores per head, each keeps its floor, the rest of H x (B - sinks - window) by score across heads */
+    const int W = n_recent, share = B - W - n_sink, floor_n = (int)((double)0.2f * share);
+    long long all[EA_T];
+    for (int j = 0; j < P; j++) all[j] = j;
+    double sc[H][EA_T], sorted[H][EA_T];
+    int cnt[H], got[H];
+    long long pool = (long long)H * (share - floor_n);
+    for (int h = 0; h < H; h++) {
+        ea_ref_scores(&cp.rope, (struct ea_variant){true, true, true}, q[h], k[h], v[h], P, all, P, n_sink, sc[h]);
+        cnt[h] = P - W - n_sink;
+        memcpy(sorted[h], sc[h] + n_sink, sizeof(double) * (size_t)cnt[h]);
+        qsort(sorted[h], (size_t)cnt[h], sizeof(double), cmp_desc_d);
+        got[h] = floor_n < cnt[h] ? floor_n : cnt[h];
+        pool += floor_n - got[h];
+    }
+    for (; pool > 0; pool--) {
+        int best = -1;
+        for (int h = 0; h < H; h++)
+            if (got[h] < cnt[h] && (best < 0 || sorted[h][got[h]] > sorted[best][got[best]])) best = h;
+        if (best < 0) break;
+        got[best]++;
+    }
+    if (got[0] != got[1]) *uneven = 1;
+    if (got[0] == floor_n || got[1] == floor_n) *floored = 1;
+    for (int h = 0; h < H && !bad; h++) {
+        long long want[EA_T], gotp[256];
+        int nw = 0, ng;
+        for (int j = 0; j < P; j++) {
+            bool keep = j < n_sink || j >= P - W;
+            if (!keep) { /* among the head's got[h] highest candidates */
+                int above = 0;
+                for (int i = n_sink; i < P - W; i++) above += sc[h][i] > sc[h][j];
+                keep = above < got[h];
+            }
+            if (keep) want[nw++] = j;
+        }
+        kept(c, h, gotp, &ng);
+        bad = ng != nw;
+        for (int j = 0; !bad && j < ng; j++) bad = gotp[j] != want[j];
+        if (bad) {
+            printf("  adakv head %d kept:", h);
+            for (int j = 0; j < ng; j++) printf(" %lld", gotp[j]);
+            printf("  reference (%d + %d + %d):", n_sink, got[h], W);
+            for (int j = 0; j < nw; j++) printf(" %lld", want[j]);
+            printf("\n");
+        }
+    }
+    /* a decode step: each head evicts back to its own budget */
+    bad |= kvb_cache_decode(c, 0, &Q[P][0][0], H * EA_G, &K[P][0][0], &V[P][0][0], out, NULL) != KVB_OK;
+    for (int h = 0; h < H && !bad; h++)
+        if (kvb_cache_n_slots(c, 0, h) != n_sink + W + got[h]) {
+            printf("  adakv head %d holds %d after a decode step, budget %d\n", h, kvb_cache_n_slots(c, 0, h), n_sink + W + got[h]);
+            bad = 1;
+        }
+    kvb_cache_free(c);
+    return bad;
+}
+
+/* expected-attention with AdaKV's allocation (compress_prompt 2, kvpress's
+ * AdaKVPress around ExpectedAttentionPress): at the prompt's compression a
+ * layer's KV heads share H x B by score, each keeping its sinks, window and
+ * the top ada_floor (0.2) of its share; each head's kept set equals the
+ * float64 reference's, the budgets are uneven in some case (so uniform
+ * budgets would fail it), a head of small values is held at its floor in
+ * one (so no floor would fail it), and a decode step keeps each head at its
+ * own budget. */
+TEST(expected_attention_adakv_shares_the_layer_budget) {
+    int uneven = 0, floored = 0;
+    CHECK(ea_ada_case(KVB_ROPE_NEOX, 100.0f, 12, 2, 2, 11, 1.0f, &uneven, &floored) == 0);
+    CHECK(ea_ada_case(KVB_ROPE_INTERLEAVED, 10000.0f, 16, 4, 0, 12, 1.0f, &uneven, &floored) == 0);
+    CHECK(ea_ada_case(KVB_ROPE_NEOX, 10000.0f, 10, 1, 3, 13, 1.0f, &uneven, &floored) == 0);
+    CHECK(ea_ada_case(KVB_ROPE_INTERLEAVED, 100.0f, 16, 2, 2, 14, 0.05f, &uneven, &floored) == 0);
+    if (!uneven) FAILF("the heads' budgets are even in every case: the allocation is not told from uniform budgets");
+    if (!floored) FAILF("no head is held at its floor in any case: the safeguard is not checked");
 }
 
 /* expected-attention's evidence is the queries: the low-level append (no
@@ -949,6 +1154,8 @@ int main(void) {
     RUN(keydiff_matches_float64_reference);
     RUN(expected_attention_matches_float64_reference);
     RUN(expected_attention_refuses_the_low_level_path);
+    RUN(expected_attention_compresses_the_whole_prompt_at_once);
+    RUN(expected_attention_adakv_shares_the_layer_budget);
     RUN(scissorhands_evicts_persistently_unimportant);
     RUN(snapkv_keeps_the_needle);
     RUN(pyramidkv_layer_budgets);

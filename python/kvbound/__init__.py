@@ -69,7 +69,8 @@ class _PolicyParams(_c.Structure):
     _fields_ = [("id", _enum), ("budget", _i32), ("budget_frac", _f32), ("n_sink", _i32), ("n_recent", _i32),
                 ("heavy_ratio", _f32), ("obs_window", _i32), ("pool_kernel", _i32), ("pyramid_beta", _f32),
                 ("ada_floor", _f32), ("history", _i32), ("threshold", _i32), ("pool_mode", _enum),
-                ("decode_budget", _i32), ("prefill_budget", _i32), ("tova_scope", _enum)]
+                ("decode_budget", _i32), ("prefill_budget", _i32), ("tova_scope", _enum),
+                ("compress_prompt", _i32)]
 
 
 class _RecallParams(_c.Structure):
@@ -110,7 +111,8 @@ class _CacheStats(_c.Structure):
                 ("recall_bytes", _sz), ("cold_pages", _i64), ("cold_mem_bytes", _sz), ("cold_file_bytes", _sz),
                 ("cold_staged_tokens", _i64), ("cold_dropped_pages", _i64), ("recall_scorings", _i64), ("recall_loads", _i64),
                 ("recall_score_s", _f64), ("recall_load_s", _f64), ("window_layers", _i32), ("window_slots", _i64),
-                ("window_pages", _i64), ("state_layers", _i32), ("state_pages", _i64), ("state_bytes", _sz)]
+                ("window_pages", _i64), ("state_layers", _i32), ("state_pages", _i64), ("state_bytes", _sz),
+                ("query_stats_bytes", _sz)]
 
 
 class _SlotInfo(_c.Structure):

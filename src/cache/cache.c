@@ -229,15 +229,15 @@ static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_hea
  * a page less one more than the budget says. */
 static bool prompt_open(const struct kvb_cache *c, int32_t layer);
 static bool may_compact(const struct kvb_cache *c, const struct kvb_stream *s, int32_t layer, int32_t n_new) {
-    if ((c->policy.iface->flags & KVB_PF_COMPRESS) && !s->window && (n_new > 1 || prompt_open(c, layer))) return true; /* a prompt to compress */
+    if ((c->policy.flags & KVB_PF_COMPRESS) && !s->window && (n_new > 1 || prompt_open(c, layer))) return true; /* a prompt to compress */
     int64_t k = 0;
     if (s->window) {
         const int64_t next = c->n_past[layer] + n_new;
         while (k < s->v.n && next - s->v.pos[s->v.order[k]] >= s->window) k++;
         k += KVB_MAX(0, (int64_t)n_new - s->window + 1);
-    } else if (s->v.budget > 0 && !(c->policy.iface->flags & KVB_PF_NEVER_EVICT)) {
+    } else if (s->v.budget > 0 && !(c->policy.flags & KVB_PF_NEVER_EVICT)) {
         k = KVB_MAX(0, (int64_t)s->v.n - kvb_cache_pinned(c, s) + n_new - s->v.budget); /* the span is never evicted */
-        if (k > 0 && (c->policy.iface->flags & KVB_PF_WHOLE_PAGES)) k += c->geom.block_size - 1;
+        if (k > 0 && (c->policy.flags & KVB_PF_WHOLE_PAGES)) k += c->geom.block_size - 1;
     }
     if (k == 0) return false;
     const int64_t B = c->geom.block_size;
@@ -473,7 +473,7 @@ kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head)
     if (n_new < 1 || n_new > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_reserve: n_new must be in 1..1048576, got %d", (int)n_new);
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if ((st = check_pos(c, l, n_new)) != KVB_OK) return st;
-    const bool rings = (c->policy.iface->flags & KVB_PF_COMPRESS) && c->params.kv.policy.prefill_budget == 0;
+    const bool rings = (c->policy.flags & KVB_PF_COMPRESS) && c->params.kv.policy.prefill_budget == 0 && (c->policy.flags & KVB_PF_PREFILL_MASS);
     if ((st = reserve_layers(c, 0, c->params.n_layer, n_new, n_head / c->min_kvh, rings ? n_head : 0)) != KVB_OK) return st;
     c->has_reserve = true;
     const bool had_state = kvb_state_pages_held(c) > 0;
@@ -553,7 +553,7 @@ static void update_peak(struct kvb_cache *c) {
  * budget; the snapkv family starts reading a prompt (prefill_budget). */
 static void init_budgets(struct kvb_cache *c) {
     const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
-    const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
+    const bool compress = c->policy.flags & KVB_PF_COMPRESS;
     for (size_t i = 0; i < n_streams; i++) {
         struct kvb_stream *s = &c->streams[i];
         s->v.target = s->window ? s->window : c->params.kv.policy.budget;
@@ -882,7 +882,7 @@ static void feed_queries(struct kvb_cache *c, struct kvb_stream *s, const float 
  * whose queries come in G heads per KV head (zeroed when G changes); all or
  * nothing, before any change of the step. */
 static kvb_status qstat_reserve(struct kvb_cache *c, int32_t layer, int32_t G) {
-    if (!(c->policy.iface->flags & KVB_PF_QUERY_STATS) || c->window[layer] || kvb_cache_is_reader(c, layer)) return KVB_OK;
+    if (!(c->policy.flags & KVB_PF_QUERY_STATS) || c->window[layer] || kvb_cache_is_reader(c, layer)) return KVB_OK;
     const size_t d = (size_t)c->params.head_dim, words = (size_t)(G + 1) * (d + d * d);
     if (words > KVB_QSTAT_MAX_WORDS) /* a d x d covariance per query head: 171 MB a layer for DeepSeek-V3's 128 of 576 */
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: %s keeps a %d x %d query covariance for each of the %d query heads of a KV head: %zu MiB a "
@@ -917,7 +917,7 @@ static void decode_worker(int32_t ith, int32_t nth, void *arg) {
     const int32_t H = c->kvh[jb->src], d = c->params.head_dim, dv = kvb_cache_dv(c);
     const bool reader = jb->src != jb->layer; /* a KV-shared layer: attention over its source's tokens, nothing else */
     const bool window = c->window[jb->src] > 0; /* the model's window, not the policy, bounds this layer */
-    const bool policy_w = !reader && !window && (c->policy.iface->flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
+    const bool policy_w = !reader && !window && (c->policy.flags & KVB_PF_DECODE_ATTN) && c->policy.iface->observe;
     const bool want_w = policy_w || c->observer;
     const bool evict = !reader && !jb->defer;
     for (int32_t h = ith; h < H; h += nth) {
@@ -1022,7 +1022,7 @@ kvb_status kvb_cache_append(struct kvb_cache *c, int32_t layer, const float *k, 
     kvb_status st = check_kv_layer(c, layer, "cache_append");
     if (st != KVB_OK) return st;
     if ((st = check_latent_v(c, v, "cache_append")) != KVB_OK) return st;
-    if (c->policy.iface->flags & KVB_PF_QUERY_STATS) /* its evidence is the queries, which this path never sees */
+    if (c->policy.flags & KVB_PF_QUERY_STATS) /* its evidence is the queries, which this path never sees */
         return kvb_fail(KVB_ERR_UNSUPPORTED, "cache_append: policy %s scores keys by the statistics of the queries, which only "
                                              "kvb_cache_decode and kvb_cache_prefill see; it has no low-level path", c->policy.iface->name);
     if ((st = check_pos(c, layer, 1)) != KVB_OK) return st;
@@ -1251,18 +1251,19 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
     }
     for (int32_t h = 0; h < H; h++) kvb_cache_stream(c, l, h)->v.budget = views[h].budget;
     kvb_threadpool_run(tp, evict_worker, &jb);
+    const bool scores_go_on = c->policy.iface->flags & KVB_PF_COMPRESS_OPTIONAL; /* expected-attention: no frozen prompt */
     for (int32_t h = 0; h < H; h++) {
         struct kvb_stream *st = kvb_cache_stream(c, l, h);
         struct kvb_stream_view *s = &st->v;
         const int64_t dec = pp->decode_budget ? pp->decode_budget : stream_target(pp, s, base);
         s->prompt_end = (int32_t)prompt;
-        s->budget = (int32_t)KVB_MIN((int64_t)s->n - kvb_cache_pinned(c, st) + dec, (int64_t)INT32_MAX);
+        s->budget = scores_go_on ? views[h].budget : (int32_t)KVB_MIN((int64_t)s->n - kvb_cache_pinned(c, st) + dec, (int64_t)INT32_MAX);
     }
     c->ring_n[l] = 0;
 }
 
 static bool prompt_open(const struct kvb_cache *c, int32_t layer) {
-    return (c->policy.iface->flags & KVB_PF_COMPRESS) && !c->window[layer] && !kvb_cache_is_recurrent(c, layer) && kvb_cache_stream(c, layer, 0)->v.prompt_end < 0;
+    return (c->policy.flags & KVB_PF_COMPRESS) && !c->window[layer] && !kvb_cache_is_recurrent(c, layer) && kvb_cache_stream(c, layer, 0)->v.prompt_end < 0;
 }
 
 kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, const float *q, int32_t n_head,
@@ -1281,8 +1282,8 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
         return kvb_fail(KVB_ERR_INVALID, "cache_prefill: layer %d reads layer %d (kv_source), which has not taken these %d tokens first", (int)layer,
                         (int)src, (int)n_tok);
     const struct kvb_policy_i *pi = c->policy.iface;
-    const bool compress = !reader && (pi->flags & KVB_PF_COMPRESS) && !c->window[layer]; /* a window layer: the model's window only */
-    const bool exact = compress && c->params.kv.policy.prefill_budget == 0;
+    const bool compress = !reader && (c->policy.flags & KVB_PF_COMPRESS) && !c->window[layer]; /* a window layer: the model's window only */
+    const bool exact = compress && c->params.kv.policy.prefill_budget == 0 && (c->policy.flags & KVB_PF_PREFILL_MASS); /* votes recorded */
     const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0;
     const int32_t G = n_head / c->kvh[layer];
     if ((st = qstat_reserve(c, layer, G)) != KVB_OK) return st;
@@ -1291,7 +1292,7 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;
     if (compress && !prompt_open(c, layer)) open_prompt(c, layer);
     struct prefill_job jb = {c, layer, n_tok, n_head, G, q, k, v, out,
-                             !reader && !c->window[layer] && !exact && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS), src};
+                             !reader && !c->window[layer] && !exact && pi->observe && (c->policy.flags & KVB_PF_PREFILL_MASS), src};
     kvb_threadpool_run(worth_threads(c, layer, n_tok, n_head) ? tp : NULL, prefill_worker, &jb);
     if (exact) ring_push(c, layer, q, n_tok);
     c->n_past[layer] += n_tok;
@@ -1303,7 +1304,7 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
 }
 
 void kvb_cache_compress(struct kvb_cache *c, struct kvb_threadpool *tp) {
-    if (!c || !(c->policy.iface->flags & KVB_PF_COMPRESS)) return;
+    if (!c || !(c->policy.flags & KVB_PF_COMPRESS)) return;
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if (prompt_open(c, l)) compress_layer(c, l, tp);
     update_peak(c);
@@ -1320,12 +1321,12 @@ kvb_status kvb_cache_set_budget(struct kvb_cache *c, int32_t layer, int32_t head
     if (tokens < 0) return kvb_fail(KVB_ERR_INVALID, "set_budget: tokens must be >= 0, got %d", (int)tokens);
     if (tokens != 0 && tokens <= c->params.kv.policy.n_sink)
         return kvb_fail(KVB_ERR_INVALID, "set_budget: %d tokens do not exceed n_sink (%d)", (int)tokens, (int)c->params.kv.policy.n_sink);
-    if (tokens == 0 && !(c->policy.iface->flags & KVB_PF_NEVER_EVICT))
+    if (tokens == 0 && !(c->policy.flags & KVB_PF_NEVER_EVICT))
         return kvb_fail(KVB_ERR_INVALID, "set_budget: policy %s needs a budget > 0", kvb_policy_name(c->params.kv.policy.id));
     if (layer >= 0 && c->window[layer])
         return kvb_fail(KVB_ERR_INVALID, "set_budget: layer %d is a sliding-window layer: the model's window (%d) bounds it", (int)layer,
                         (int)c->window[layer]);
-    const bool compress = c->policy.iface->flags & KVB_PF_COMPRESS;
+    const bool compress = c->policy.flags & KVB_PF_COMPRESS;
     /* a stream that will shrink may compact: the pages it shares become its own first */
     int32_t *list = NULL;
     int64_t n = 0, cap = 0;
@@ -1427,6 +1428,7 @@ void kvb_cache_get_stats(const struct kvb_cache *c, struct kvb_cache_stats *o) {
         o->slots_max = KVB_MAX(o->slots_max, s->v.n);
         o->slots_min = KVB_MIN(o->slots_min, s->v.n);
         meta += kvb_stream_meta_bytes(&c->geom, s);
+        o->query_stats_bytes += s->qstat_words * sizeof(float);
         if (s->window) {
             o->window_slots += s->v.n;
             o->window_pages += s->v.n_pages;

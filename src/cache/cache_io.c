@@ -8,6 +8,7 @@
  *           policy: i32 id budget f32 budget_frac i32 n_sink n_recent f32 heavy_ratio
  *                   i32 obs_window pool_kernel f32 pyramid_beta ada_floor i32 history threshold
  *                   i32 pool_mode decode_budget prefill_budget tova_scope
+ *                   [i32 compress_prompt: flags 8192]
  *           i32 max_distance n_state
  *   i64 n_past[n_layer]
  *   per stream (layer-major): i32 budget prompt_end target n n_pages
@@ -49,6 +50,8 @@
  *           policy (expected-attention): i32 g (query heads; 0: no query yet) and, when g > 0,
  *           i64 n (tokens) f32 stats[g][head_dim + head_dim^2] (the policy's scratch block
  *           after them is not saved)
+ *   flags 8192: i32 policy.compress_prompt (1: expected-attention compresses prompts) after
+ *           tova_scope; an image without it has 0
  *   u32 crc32 of every byte before it
  *
  * The physical layout is saved, not just the logical content, so that a
@@ -80,8 +83,9 @@
 #define IMAGE_KV_HEADS 256u         /* flags bit (version 3): i32 kv_heads[n_layer] follow kv_source */
 #define IMAGE_HEAD_DIM_V 512u       /* flags bit (versions 3, 4): i32 head_dim_v (latent rows, no V rows) follows kv_heads */
 #define IMAGE_QSTATS 4096u         /* flags bit (versions 3, 4): the policy's query statistics follow everything else */
+#define IMAGE_COMPRESS_PROMPT 8192u /* flags bit (versions 3, 4): i32 policy.compress_prompt (1) follows tova_scope */
 #define IMAGE_FLAGS (IMAGE_NO_ROPE | IMAGE_WINDOWS | IMAGE_SINKS | IMAGE_KEEP | IMAGE_STATE | IMAGE_SWA_DIMS | IMAGE_KV_SOURCE | IMAGE_KV_HEADS | \
-                     IMAGE_HEAD_DIM_V | IMAGE_QSTATS)
+                     IMAGE_HEAD_DIM_V | IMAGE_QSTATS | IMAGE_COMPRESS_PROMPT)
 
 /* ---- writer ---- */
 struct wbuf {
@@ -154,7 +158,8 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     for (size_t i = 0; i < n_qs; i++) qstats |= c->streams[i].qstat_n > 0; /* statistics of no query are none */
     w_u32(&w, (c->recall ? IMAGE_RECALL : 0u) | (c->no_rope ? IMAGE_NO_ROPE : 0u) | (windows ? IMAGE_WINDOWS : 0u) | (c->sinks ? IMAGE_SINKS : 0u) |
                   (p->kv.keep ? IMAGE_KEEP : 0u) | (c->n_rec ? IMAGE_STATE : 0u) | (swa_dims ? IMAGE_SWA_DIMS : 0u) | (c->kv_src ? IMAGE_KV_SOURCE : 0u) |
-                  (p->kv_heads ? IMAGE_KV_HEADS : 0u) | (p->head_dim_v ? IMAGE_HEAD_DIM_V : 0u) | (qstats ? IMAGE_QSTATS : 0u));
+                  (p->kv_heads ? IMAGE_KV_HEADS : 0u) | (p->head_dim_v ? IMAGE_HEAD_DIM_V : 0u) | (qstats ? IMAGE_QSTATS : 0u) |
+                  (p->kv.policy.compress_prompt ? IMAGE_COMPRESS_PROMPT : 0u));
     w_i32(&w, p->n_layer); w_i32(&w, p->n_kv_head); w_i32(&w, p->head_dim); w_i32(&w, (int32_t)p->kv.kv_dtype); w_i32(&w, (int32_t)p->kv.kv_dtype_v);
     w_i32(&w, p->kv.block_size); w_i32(&w, (int32_t)c->pos_mode);
     w_i32(&w, (int32_t)p->rope.type); w_i32(&w, p->rope.n_dims); w_f32(&w, p->rope.base); w_f32(&w, p->rope.freq_scale);
@@ -165,6 +170,7 @@ kvb_status kvb_cache_save(const struct kvb_cache *c, void **buf, size_t *len) {
     w_i32(&w, pp->n_recent); w_f32(&w, pp->heavy_ratio); w_i32(&w, pp->obs_window); w_i32(&w, pp->pool_kernel);
     w_f32(&w, pp->pyramid_beta); w_f32(&w, pp->ada_floor); w_i32(&w, pp->history); w_i32(&w, pp->threshold);
     w_i32(&w, (int32_t)pp->pool_mode); w_i32(&w, pp->decode_budget); w_i32(&w, pp->prefill_budget); w_i32(&w, (int32_t)pp->tova_scope);
+    if (pp->compress_prompt) w_i32(&w, pp->compress_prompt);
     w_i32(&w, p->kv.max_distance);
     w_i32(&w, ns);
     if (c->no_rope) w_bytes(&w, c->no_rope, (size_t)p->n_layer);
@@ -275,7 +281,7 @@ static kvb_status load_qstats(struct kvb_cache *c, struct rbuf *rp) {
     struct rbuf r = *rp;
     const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
     const size_t d = (size_t)c->params.head_dim, blk = d + d * d;
-    if (!(c->policy.iface->flags & KVB_PF_QUERY_STATS))
+    if (!(c->policy.flags & KVB_PF_QUERY_STATS))
         return kvb_fail(KVB_ERR_CORRUPT, "cache image: query statistics for policy %s, which keeps none", kvb_policy_name(c->params.kv.policy.id));
     for (size_t i = 0; i < n_streams; i++) {
         struct kvb_stream *s = &c->streams[i];
@@ -447,6 +453,7 @@ kvb_status kvb_cache_load(struct kvb_pool *pool, const void *buf, size_t len, si
     int32_t pool_mode, tova_scope;
     if (!r_i32(&r, &pool_mode, "policy.pool_mode") || !r_i32(&r, &pp->decode_budget, "policy.decode_budget") ||
         !r_i32(&r, &pp->prefill_budget, "policy.prefill_budget") || !r_i32(&r, &tova_scope, "policy.tova_scope") ||
+        ((flags & IMAGE_COMPRESS_PROMPT) && !r_i32(&r, &pp->compress_prompt, "policy.compress_prompt")) ||
         !r_i32(&r, &p.kv.max_distance, "max_distance"))
         return TRUNC();
     if (pool_mode < 0 || pool_mode > 1 || tova_scope < 0 || tova_scope > 1)

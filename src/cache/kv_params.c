@@ -28,6 +28,16 @@ enum kvb_dtype kvb_kv_v_type(const struct kvb_kv_params *kv) {
     return kv->kv_dtype_v == KVB_DTYPE_AS_K ? kv->kv_dtype : kv->kv_dtype_v;
 }
 
+size_t kvb_kv_query_stats_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t n_head, int32_t head_dim) {
+    const struct kvb_policy_i *pi = kv ? kvb_policy_iface(kv->policy.id) : NULL;
+    if (!pi || !(pi->flags & KVB_PF_QUERY_STATS) || n_layer < 1 || n_kv_head < 1 || n_head < n_kv_head || n_head % n_kv_head || head_dim < 1 ||
+        kv->n_layers < 0 || kv->n_layers > n_layer)
+        return 0;
+    const double d = head_dim, G = n_head / n_kv_head; /* as qstat_reserve: (G + 1) blocks of d + d^2 floats a stream */
+    const double bytes = (double)(n_layer - kv->n_layers) * n_kv_head * (G + 1) * (d + d * d) * sizeof(float); /* window layers keep none */
+    return bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
+}
+
 size_t kvb_kv_seq_bytes(const struct kvb_kv_params *kv, int32_t n_layer, int32_t n_kv_head, int32_t head_dim, int64_t n_ctx,
                         int64_t n_prompt, int32_t chunk) {
     return kvb_kv_seq_bytes_latent(kv, n_layer, n_kv_head, head_dim, 0, n_ctx, n_prompt, chunk);

@@ -212,7 +212,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
     const struct kvb_model_info *in = &info;
     const int32_t V = in->n_vocab, C = p->chunk, P = p->prompt;
     const bool bounded = p->kv.policy.id != KVB_POLICY_FULL;
-    const bool compress_prompt = P > 0 && kvb_policy_compresses(p->kv.policy.id);
+    const bool compress_prompt = P > 0 && kvb_policy_params_compress(&p->kv.policy);
     const int32_t B = p->kv.policy.budget;
     if (C < 1 || C > 8192) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: chunk must be in 1..8192");
     if (p->mass && (C != 1)) return kvb_fail(KVB_ERR_INVALID, "eval_ppl: --mass needs one token per step (chunk 1)");

@@ -237,6 +237,7 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
         k.layers = nw ? w : NULL;
         k.n_layers = nw;
         const size_t b = kvb_kv_seq_bytes_latent(&k, n, h, in->head_dim, in->kv_lora_rank, n_ctx, n_prompt, chunk);
+        total += kvb_kv_query_stats_bytes(&k, n, h, in->n_head, in->head_dim); /* expected-attention's statistics, host memory */
         if (!b) {
             kvb_free(w);
             return 0;

@@ -109,6 +109,7 @@ struct kvb_policy {
     struct kvb_policy_params params;
     int32_t block_size;
     int32_t obs_last;      /* prefill mass from the last obs_last queries of a chunk; 0 = all */
+    uint32_t flags;        /* the vtable's flags, and KVB_PF_COMPRESS where params.compress_prompt turns it on */
 };
 
 #define KVB_PF_DECODE_ATTN 1u   /* wants decode attention weights */
@@ -117,6 +118,12 @@ struct kvb_policy {
 #define KVB_PF_COMPRESS 8u      /* prompt compression at kvb_cache_compress (snapkv family) */
 #define KVB_PF_WHOLE_PAGES 16u  /* evicts whole pages: up to a page less one more than the budget asks (block-h2o) */
 #define KVB_PF_QUERY_STATS 32u  /* the cache keeps statistics of the queries for it (qstat, on_queries) */
+/* params.compress_prompt 1 makes it a prompt compressor (expected-attention):
+ * a prompt is read as the snapkv family's (whole, or to prefill_budget between
+ * chunks; no queries recorded, no votes) and kvb_cache_compress evicts it to
+ * the budget with select; the budget then stays the target and every decode
+ * step evicts by select again (no frozen prompt, no decode_budget) */
+#define KVB_PF_COMPRESS_OPTIONAL 64u
 
 struct kvb_policy_i {
     const char *name;

@@ -87,6 +87,11 @@ bool kvb_policy_compresses(enum kvb_policy_id id) {
     return pi && (pi->flags & KVB_PF_COMPRESS);
 }
 
+bool kvb_policy_params_compress(const struct kvb_policy_params *p) {
+    const struct kvb_policy_i *pi = p ? kvb_policy_iface(p->id) : NULL;
+    return pi && ((pi->flags & KVB_PF_COMPRESS) || ((pi->flags & KVB_PF_COMPRESS_OPTIONAL) && p->compress_prompt >= 1));
+}
+
 bool kvb_policy_needs_attention(enum kvb_policy_id id) {
     const struct kvb_policy_i *pi = kvb_policy_iface(id);
     return pi && (pi->flags & KVB_PF_DECODE_ATTN);
@@ -115,8 +120,12 @@ kvb_status kvb_policy_validate(const struct kvb_policy_params *pp) {
     if (pp->decode_budget < 0) return kvb_fail(KVB_ERR_INVALID, "policy %s: decode_budget must be >= 0, got %d", pn, (int)pp->decode_budget);
     if (pp->prefill_budget < 0 || (pp->prefill_budget && pp->prefill_budget <= pp->n_sink))
         return kvb_fail(KVB_ERR_INVALID, "policy %s: prefill_budget must be 0 (no eviction while a prompt is read) or exceed n_sink (%d), got %d", pn, (int)pp->n_sink, (int)pp->prefill_budget);
-    if (pp->budget_frac > 0 && !(pi->flags & KVB_PF_COMPRESS))
-        return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv)", pn);
+    if (pp->compress_prompt < 0 || pp->compress_prompt > 2)
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: compress_prompt must be 0, 1 (uniform) or 2 (adakv), got %d", pn, (int)pp->compress_prompt);
+    if (pp->compress_prompt && !(pi->flags & (KVB_PF_COMPRESS | KVB_PF_COMPRESS_OPTIONAL)))
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: compress_prompt applies only to expected-attention (the snapkv family always compresses)", pn);
+    if (pp->budget_frac > 0 && !kvb_policy_params_compress(pp))
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv; expected-attention with compress_prompt)", pn);
     return pi->validate ? pi->validate(pp) : KVB_OK;
 }
 
@@ -133,6 +142,7 @@ struct kvb_policy kvb_policy_make(const struct kvb_policy_params *params, int32_
     p.iface = kvb_policy_iface(params->id);
     p.params = *params;
     p.block_size = block_size;
+    p.flags = p.iface ? p.iface->flags | (kvb_policy_params_compress(params) ? KVB_PF_COMPRESS : 0u) : 0u;
     /* prefill evidence: the policy says how many of a chunk's last queries (0 = all) */
     p.obs_last = p.iface && p.iface->prefill_queries ? p.iface->prefill_queries(params) : 0;
     return p;

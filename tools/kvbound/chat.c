@@ -498,7 +498,7 @@ static int chat_turn(struct chat *ch, const struct chat_opts *o) {
     for (int32_t k = 0; k < n; k++) cli_history_push(&g->hist, ids[k]);
     s = kvb_context_prompt(g->c, ids, n, g->logits, false); /* the turn's text is a prompt: compressed here */
     kvb_buffer_free(ids);
-    if (s == KVB_OK && kvb_policy_compresses(o->g.pid)) {
+    if (s == KVB_OK && (kvb_policy_compresses(o->g.pid) || o->g.po.compress_prompt)) {
         struct kvb_cache_stats ps;
         kvb_cache_get_stats(kvb_context_cache(g->c), &ps);
         fprintf(stderr, "[compressed prompt: %.1f tokens per stream (min %d, max %d) of %lld seen]\n",

@@ -180,6 +180,7 @@ struct cli_policy {
     int budget, sinks, recent, history, threshold, obs_window, pool_kernel, decode_budget, prefill_budget;
     int pool_mode, tova_scope, max_distance;
     bool budget_set; /* --budget given (a warning when the policy ignores it) */
+    int compress_prompt; /* --compress-prompt uniform|adakv (expected-attention): 1 or 2; 0 unset */
     float heavy_ratio, pyramid_beta, ada_floor;
     enum kvb_pos_mode pos;
 };

@@ -144,6 +144,7 @@ struct mem_opts {
     const char *preset;
     char name[128]; /* the preset's, the model's or "custom" */
     int32_t L, H, D, block, budget, sinks, recall, keep; /* keep: the pinned span, on top of the budget */
+    int32_t heads; /* query heads (--heads, a model's, a latent preset's); 0: unknown */
     int32_t window, n_win; /* sliding-window layers: n_win of the L hold min(window, T) tokens; 0: none */
     int32_t win_H, win_D;  /* their KV heads (the cache holds them) and their own head size (held padded to D); 0: H, D */
     int32_t shared, shared_win; /* KV-shared layers among the L (no K/V of their own), of them window layers */
@@ -162,12 +163,16 @@ struct mem_opts {
 static void mem_usage(void) {
     printf("usage: kvbound mem [--preset NAME | -m MODEL.gguf | --layers L --kv-heads H --head-dim D] --ctx T[,T...]\n"
            "                   [--batch B[,B...]] [--dtype f32|f16|bf16|q8_0|q4_0] [--dtype-k T --dtype-v T]\n"
-           "                   [--policy P --budget N [--sinks S] [--keep K]] [--recall-pages R] [--block-size N] [--gib] [--json]\n"
+           "                   [--policy P --budget N [--sinks S] [--keep K]] [--heads N] [--recall-pages R] [--block-size N] [--gib] [--json]\n"
            "                   [--window W --window-layers N]\n\n"
            "KV memory M = batch x tokens x layers x kv_heads x (K row + V row bytes), a row being head_dim\n"
            "elements (q8_0: 34 bytes per 32, q4_0: 18 per 32, ggml's blocks). --dtype sets both (also\n"
            "--kv-dtype, --kv-dtype-k, --kv-dtype-v as the other commands); --block-size rounds tokens up to whole pages, which\n"
            "is what a kvbound cache with that page size holds.\n"
+           "--heads N: the model's query heads (from -m MODEL, or a latent preset's): expected-attention keeps, per (layer,\n"
+           "KV head), a mean and a covariance of the queries of each of its N / kv_heads query heads ((G + 1) x (d + d^2) f32\n"
+           "with a block of scratch), host memory beside the pages: bounded includes them (query_stats_bytes in the JSON),\n"
+           "as the library's sizing rule (kvb_model_kv_seq_bytes) counts them; that policy needs --heads or -m.\n"
            "--recall-pages R (with a bounded policy): the pool also holds each stream's recall area, R pages\n"
            "of --block-size (16) tokens; bounded bytes include it (recall_bytes in the JSON). The cold tier is\n"
            "host memory or disk, not pool: cold_bytes_per_token is what each evicted token costs there.\n"
@@ -206,6 +211,7 @@ static int mem_option(struct mem_opts *o, const char *a, const char *v) {
     if (!strcmp(a, "--preset")) o->preset = v;
     else if (!strcmp(a, "--layers")) return cli_parse_i32(a, v, 1, 100000, &o->L);
     else if (!strcmp(a, "--kv-heads")) return cli_parse_i32(a, v, 1, 100000, &o->H);
+    else if (!strcmp(a, "--heads")) return cli_parse_i32(a, v, 1, 100000, &o->heads);
     else if (!strcmp(a, "--head-dim")) return cli_parse_i32(a, v, 1, 100000, &o->D);
     else if (!strcmp(a, "--ctx")) return parse_list_ll(a, v, o->ctx, &o->n_ctx, 16);
     else if (!strcmp(a, "--batch")) return parse_list_ll(a, v, o->batch, &o->n_batch, 16);
@@ -245,7 +251,7 @@ static int mem_parse(struct mem_opts *o, int argc, char **argv) {
         const int r = cli_model_option(&o->mo, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!(v = cli_opt_value("mem", "--preset --layers --kv-heads --head-dim --ctx --batch --block-size --budget --recall-pages --sinks --keep --policy "
+        if (!(v = cli_opt_value("mem", "--preset --layers --kv-heads --heads --head-dim --ctx --batch --block-size --budget --recall-pages --sinks --keep --policy "
                                        "--dtype --kv-dtype --dtype-k --kv-dtype-k --dtype-v --kv-dtype-v --window --window-layers", argc, argv, &i))) return 2;
         if (mem_option(o, a, v)) return 2;
     }
@@ -284,6 +290,7 @@ static int mem_shape(struct mem_opts *o) {
         struct kvb_model_info in;
         if (cli_load_model(&o->mo, &m, &in)) return 1;
         o->L = in.n_layer; o->H = in.n_head_kv; o->D = in.head_dim;
+        if (!o->heads) o->heads = in.n_head;
         if (!o->window) { o->window = in.sliding_window; o->n_win = in.n_swa_layers - in.n_kv_shared_swa; } /* the model's windows that hold K/V */
         o->shared = in.n_kv_shared; o->shared_win = in.n_kv_shared_swa;
         if (in.n_head_kv_swa > 0 && in.n_head_kv_global > 0) { o->H = in.n_head_kv_global; o->win_H = in.n_head_kv_swa; } /* Gemma 4 26B/31B: KV heads per kind */
@@ -342,6 +349,17 @@ static unsigned long long mla_per_head_bytes(const struct mem_opts *o) {
     return (unsigned long long)o->L * (unsigned long long)o->mla_heads * (k + v);
 }
 
+/* A policy that keeps query statistics (expected-attention): their host
+ * bytes for `batch` sequences, on the global layers (a window layer keeps
+ * none), by the library's rule (kvb_kv_query_stats_bytes); 0 for another
+ * policy. With the heads unknown, as if one a KV head (nonzero: it keeps them). */
+static unsigned long long query_stats(const struct mem_opts *o, long long batch) {
+    struct kvb_kv_params kv = kvb_kv_default_params();
+    kv.policy = kvb_policy_default_params(o->pid);
+    const int32_t Gl = o->L - o->n_win - o->n_rec - o->shared;
+    return Gl > 0 ? (unsigned long long)batch * kvb_kv_query_stats_bytes(&kv, Gl, o->H, o->heads ? o->heads : o->H, o->D) : 0;
+}
+
 /* The types fit the head dim, and the sizes asked for can be computed: CLI_GO_ON, or 2 (printed). */
 static int mem_check(struct mem_opts *o) {
     if (!o->v_set) o->vtype = o->type;
@@ -356,6 +374,16 @@ static int mem_check(struct mem_opts *o) {
     if (o->recall && o->pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound mem: --recall-pages needs a bounded --policy (full never evicts)\n"); return 2; }
     if (o->recall && o->n_rec) {
         fprintf(stderr, "kvbound mem: --recall-pages on a model with %d Gated DeltaNet layers: recall on a hybrid model is not implemented\n", o->n_rec);
+        return 2;
+    }
+    if (!o->heads && o->mla_heads) o->heads = o->mla_heads;
+    if (query_stats(o, 1) && !o->heads) { /* statistics per query head: their number is needed */
+        fprintf(stderr, "kvbound mem: --policy %s keeps query statistics per query head: give --heads N (the model's attention heads) or -m MODEL\n",
+                kvb_policy_name(o->pid));
+        return 2;
+    }
+    if (query_stats(o, 1) && (o->heads < o->H || o->heads % o->H)) {
+        fprintf(stderr, "kvbound mem: --heads %d is not a multiple of the %d KV heads\n", o->heads, o->H);
         return 2;
     }
     return o->n_rec ? state_size(o) : CLI_GO_ON;
@@ -418,7 +446,8 @@ static void mem_row(const struct mem_opts *o, long long ctx, long long batch, bo
     unsigned long long bytes = (G ? kv_bytes(G, o->H, o->D, o->type, MEM_VT(o), ctx, batch, o->block) : 0) + win;
     long long kept = (long long)o->budget + o->keep < ctx ? (long long)o->budget + o->keep : ctx; /* the pinned span on top */
     const unsigned long long area = o->recall && G ? kv_bytes(G, o->H, o->D, o->type, MEM_VT(o), (long long)o->recall * rblock, batch, rblock) : 0;
-    unsigned long long bounded = bounded_too ? (G ? kv_bytes(G, o->H, o->D, o->type, MEM_VT(o), kept, batch, o->block) : 0) + win + area : bytes;
+    const unsigned long long qs = bounded_too ? query_stats(o, batch) : 0; /* expected-attention's statistics, beside the pages */
+    unsigned long long bounded = bounded_too ? (G ? kv_bytes(G, o->H, o->D, o->type, MEM_VT(o), kept, batch, o->block) : 0) + win + area + qs : bytes;
     const unsigned long long state = o->state * (unsigned long long)batch; /* Gated DeltaNet layers: a state per sequence, whatever ctx */
     const double saving = 1.0 - (double)(bounded + state) / (double)(bytes + state);
     if (o->json) {
@@ -435,6 +464,7 @@ static void mem_row(const struct mem_opts *o, long long ctx, long long batch, bo
             if (o->n_rec) printf(",\"bounded_total_bytes\":%llu,\"bounded_total_size\":%.2f", bounded + state, (bounded + state) / unit);
             printf(",\"saving\":%.4f", saving);
             if (o->recall) printf(",\"recall_pages\":%d,\"recall_bytes\":%llu,\"cold_bytes_per_token\":%.1f", o->recall, area, cold_per_tok * (double)batch);
+            if (qs) printf(",\"query_stats_bytes\":%llu", qs);
             printf("}");
         } else {
             printf(" %14.2f", bounded / unit);
@@ -450,6 +480,10 @@ static void mem_footer(const struct mem_opts *o, double cold_per_tok) {
     else if (o->pid != KVB_POLICY_FULL)
         printf("bounded: %s keeps at most %d tokens per (%slayer, KV head), whatever the context length%s\n", kvb_policy_name(o->pid), o->budget + o->keep,
                o->n_win ? "global " : o->n_rec ? "attention " : "", o->keep ? " (the pinned span of --keep on top of the budget)" : o->sinks >= 0 ? " (sinks included)" : "");
+    if (!o->json && query_stats(o, 1))
+        printf("query statistics: bounded includes %s's %llu bytes a sequence (per (layer, KV head) the mean and covariance of each of its "
+               "%d query heads and a block of scratch, (G + 1) x (d + d^2) floats), host memory beside the pages\n",
+               kvb_policy_name(o->pid), query_stats(o, 1), o->heads / o->H);
     if (!o->json && o->recall)
         printf("recall: bounded includes a recall area of %d pages x %d tokens per (layer, KV head); the cold tier holds %.0f bytes per evicted token (host memory, then --cold-dir)\n",
                o->recall, o->block > 0 ? o->block : 16, cold_per_tok);

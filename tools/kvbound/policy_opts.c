@@ -26,7 +26,8 @@ void cli_policy_init(struct cli_policy *o, int default_budget) {
 int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
     static const char *const flags[] = {"--budget", "--sinks", "--positions", "--recent", "--heavy-ratio", "--history",
                                         "--threshold", "--obs-window", "--pool-kernel", "--pool", "--pyramid-beta",
-                                        "--ada-floor", "--decode-budget", "--prefill-budget", "--tova-scope", "--max-distance"};
+                                        "--ada-floor", "--decode-budget", "--prefill-budget", "--tova-scope", "--max-distance",
+                                        "--compress-prompt"};
     const char *a = argv[*i];
     bool known = false;
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(a, flags[k]);
@@ -57,6 +58,10 @@ int cli_policy_option(struct cli_policy *o, int argc, char **argv, int *i) {
         if (!strcmp(v, "max")) o->pool_mode = KVB_POOL_MAX;
         else if (!strcmp(v, "avg")) o->pool_mode = KVB_POOL_AVG;
         else { fprintf(stderr, "kvbound: --pool: '%s' is not max or avg\n", v); r = -1; }
+    } else if (!strcmp(a, "--compress-prompt")) {
+        if (!strcmp(v, "uniform")) o->compress_prompt = 1;
+        else if (!strcmp(v, "adakv")) o->compress_prompt = 2;
+        else { fprintf(stderr, "kvbound: --compress-prompt: '%s' is not uniform or adakv\n", v); r = -1; }
     } else if (!strcmp(a, "--tova-scope")) {
         if (!strcmp(v, "layer")) o->tova_scope = KVB_TOVA_LAYER;
         else if (!strcmp(v, "head")) o->tova_scope = KVB_TOVA_HEAD;
@@ -96,6 +101,7 @@ struct kvb_policy_params cli_policy_params(const struct cli_policy *o, enum kvb_
     if (o->heavy_ratio >= 0) p.heavy_ratio = o->heavy_ratio;
     if (o->pyramid_beta >= 0) p.pyramid_beta = o->pyramid_beta;
     if (o->ada_floor >= 0) p.ada_floor = o->ada_floor;
+    if (o->compress_prompt) p.compress_prompt = o->compress_prompt; /* a policy without the mode refuses it by name */
     return p;
 }
 
@@ -125,7 +131,12 @@ void cli_policy_help(FILE *f, int default_budget) {
             "  --decode-budget N   snapkv family: generated tokens kept after the compressed prompt (default: --budget)\n"
             "  --prefill-budget N  snapkv family: evict to N between prompt chunks, votes accumulating\n"
             "                      (default 0: read the whole prompt, then compress, as the papers)\n"
-            "  --tova-scope S      tova: layer (one score per layer, as the paper) | head (default layer)\n",
+            "  --tova-scope S      tova: layer (one score per layer, as the paper) | head (default layer)\n"
+            "  --compress-prompt M expected-attention: read each prompt whole and compress it at its end, scored\n"
+            "                      at once (kvpress's press; --prefill-budget as the snapkv family's), then evict\n"
+            "                      at every decode step (default: after each prompt chunk); M = uniform (every\n"
+            "                      head keeps the budget) | adakv (a layer's heads share budget x heads by score,\n"
+            "                      each keeping --ada-floor of its share: AdaKV, as kvpress pairs them)\n",
             default_budget, st.n_sink, lm.n_sink, kd.n_sink, d.n_sink, (double)d.heavy_ratio, d.history, d.threshold, d.obs_window,
             d.pool_kernel, (double)d.pyramid_beta, (double)d.ada_floor);
 }

@@ -238,7 +238,7 @@ static void run_report(const struct run_opts *o, const struct run *r) {
     struct kvb_cache_stats cs;
     kvb_cache_get_stats(kvb_context_cache(g->c), &cs);
     char kept[160] = "";
-    if (kvb_policy_compresses(o->g.pid))
+    if (kvb_policy_compresses(o->g.pid) || o->g.po.compress_prompt)
         snprintf(kept, sizeof kept, ", compressed prompt %.1f tokens per stream (min %d, max %d)",
                  (double)r->ps.slots / ((double)(g->mi.n_layer - g->mi.n_rec_layers - g->mi.n_kv_shared > 1 ? g->mi.n_layer - g->mi.n_rec_layers - g->mi.n_kv_shared : 1) * g->mi.n_head_kv), r->ps.slots_min, r->ps.slots_max);
     const double prefill_s = r->t1 - r->t0, decode_s = r->t2 - r->t1;

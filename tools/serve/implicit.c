@@ -100,6 +100,7 @@ static bool chain_seed(const struct server *srv, const struct job *j, unsigned c
     put_i64(&c, p->decode_budget);
     put_i64(&c, p->prefill_budget);
     put_i64(&c, p->tova_scope);
+    if (p->compress_prompt) put_i64(&c, p->compress_prompt); /* only when set: the keys of every other configuration as before */
     put_i64(&c, kv->pos_mode);
     put_i64(&c, kv->max_distance);
     put_i64(&c, kv->kv_dtype);
