@@ -481,6 +481,48 @@ TEST(ruler_string_match_all_and_part) {
     CHECK_NEAR(kvb_ruler_match("", ans, 4, false), 0.0, 0);
 }
 
+/* kvb_eval_ruler on the shared model: a hand-made sample whose greedy
+ * continuation is known (stories260K: "... Lily. She loved to play outside
+ * in the park."): scored by string match all (2 of 3 answers found), the
+ * same answer with the question read after the context (full cache), the
+ * ratio's budget from the compressed tokens (ask_after: the context's),
+ * a ratio without a policy that evicts refused. */
+TEST(ruler_eval_greedy_answer_scored) {
+    NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
+    struct kvb_model *m;
+    CHECK_OK(kvb_model_load(g, NULL, &m));
+    struct kvb_ruler_sample s;
+    memset(&s, 0, sizeof s);
+    s.context = (char *)"Once upon a time, there was a little girl named Lily.";
+    s.question = (char *)" She loved";
+    s.answer_prefix = (char *)" to";
+    s.answers[0] = (char *)"PLAY", s.answers[1] = (char *)"park", s.answers[2] = (char *)"dragon";
+    s.n_answers = 3;
+    s.tokens_to_generate = 16;
+    struct kvb_ruler_params p = kvb_ruler_default_params();
+    struct kvb_ruler_result r, ra;
+    CHECK_OK(kvb_eval_ruler(m, &p, 0, &s, &r));
+    if (strncmp(r.output, " play outside in the park", 25) != 0) FAILF("output '%s'", r.output);
+    CHECK_NEAR(r.score, 2.0 / 3.0, 1e-12);
+    CHECK_EQ_INT(r.budget, 0);
+    CHECK_EQ_INT(r.compressed_tokens, r.prompt_tokens);
+    CHECK(r.prompt_tokens > 10 && r.prompt_tokens < 40);
+    p.ask_after = true;
+    CHECK_OK(kvb_eval_ruler(m, &p, 0, &s, &ra));
+    CHECK(!strcmp(ra.output, r.output));
+    CHECK_EQ_INT(ra.prompt_tokens, r.prompt_tokens);
+    CHECK(ra.compressed_tokens < r.prompt_tokens - 2);
+    p.ratio = 0.5;
+    CHECK_STATUS(kvb_eval_ruler(m, &p, 0, &s, &ra), KVB_ERR_INVALID); /* full: nothing to remove */
+    CHECK(strstr(kvb_last_error(), "ratio"));
+    p.kv.policy = kvb_policy_default_params(KVB_POLICY_STREAMING);
+    p.ratio = 0.25;
+    p.chunk = 8;
+    CHECK_OK(kvb_eval_ruler(m, &p, 0, &s, &ra));
+    CHECK_EQ_INT(ra.budget, (int)floor(0.75 * ra.compressed_tokens + 0.5));
+    kvb_model_free(m);
+}
+
 int main(void) {
     RUN(needle_haystack_and_retention);
     RUN(needle_passkeys_ask_after);
@@ -491,5 +533,6 @@ int main(void) {
     RUN(ruler_cwe_fwe_word_frequency_law);
     RUN(ruler_length_within_target_and_determinism_by_seed);
     RUN(ruler_string_match_all_and_part);
+    RUN(ruler_eval_greedy_answer_scored);
     return test_summary();
 }
