@@ -1620,6 +1620,15 @@ void kvb_ruler_sample_free(struct kvb_ruler_sample *s);
 /* RULER's string match of one output, in 0..1: all = the share of answers
  * found in it, part = 1 if any is (case-insensitive substrings). */
 double kvb_ruler_match(const char *output, const char *const *answers, int32_t n, bool part);
+/* The sample's tokens as kvb_eval_ruler reads them: *context = BOS when
+ * the vocabulary adds one, the chat template's opening and the context
+ * (what ask_after compresses alone); *rest = the question, the template's
+ * closing of the user's turn and assistant header, then the answer prefix.
+ * Without a template in the vocabulary, the plain text. Text of the sample
+ * is never read as control tokens. Both kvb_buffer_free. KVB_ERR_INVALID,
+ * KVB_ERR_NOMEM. */
+kvb_status kvb_ruler_tokens(const struct kvb_vocab *vocab, const struct kvb_ruler_sample *s, int32_t **context, int32_t *n_context,
+                            int32_t **rest, int32_t *n_rest);
 /* A kvb_ruler_count_fn: ud is a const struct kvb_model *; the tokens of the
  * text wrapped as kvb_eval_ruler wraps it (the chat template, BOS). -1 on
  * failure. */

@@ -10,6 +10,8 @@
 #include "testing.h"
 #include "kvbound.h"
 
+#include <unistd.h>
+
 TEST(needle_haystack_and_retention) {
     NEED_SHARED(g, "models/stories260K/stories260K.llamacpp.gguf");
     struct kvb_model *m;
@@ -523,6 +525,81 @@ TEST(ruler_eval_greedy_answer_scored) {
     kvb_model_free(m);
 }
 
+/* The chat template's split (kvb_ruler_tokens): the Llama 3 instruct
+ * vocabulary with a Llama 3 template added (a string key put first after
+ * the GGUF header): the context part opens with BOS and the user header and
+ * ends with the context, the rest is the question, <|eot_id|>, the
+ * assistant header and the answer prefix; "<|eot_id|>" written in the
+ * sample's text stays text. Without a template: the plain text. */
+static char *ruler_decode(const struct kvb_vocab *v, const int32_t *ids, int32_t n) {
+    static char out[4096];
+    size_t w = 0;
+    for (int32_t i = 0; i < n; i++) {
+        char buf[256];
+        const size_t k = kvb_vocab_token_bytes(v, ids[i], true, buf, sizeof buf);
+        if (k <= sizeof buf && w + k < sizeof out) memcpy(out + w, buf, k), w += k;
+    }
+    out[w] = 0;
+    return out;
+}
+
+TEST(ruler_chat_template_split) {
+    NEED_SHARED(vp, "tokenizers/llama3/llama3-8b-instruct.vocab.gguf");
+    FILE *f = fopen(vp, "rb");
+    CHECK(f != NULL);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    rewind(f);
+    unsigned char *g = malloc((size_t)n + 512);
+    CHECK(g && fread(g, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    static const char key[] = "tokenizer.chat_template", val[] = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}{{ '<|eot_id|>' }}";
+    unsigned char kv[512];
+    size_t o = 0;
+    uint64_t x = sizeof key - 1;
+    memcpy(kv + o, &x, 8), o += 8, memcpy(kv + o, key, x), o += x;
+    const uint32_t ty = 8; /* string */
+    memcpy(kv + o, &ty, 4), o += 4;
+    x = sizeof val - 1;
+    memcpy(kv + o, &x, 8), o += 8, memcpy(kv + o, val, x), o += x;
+    uint64_t nkv;
+    memcpy(&nkv, g + 16, 8), nkv++, memcpy(g + 16, &nkv, 8);
+    memmove(g + 24 + o, g + 24, (size_t)n - 24), memcpy(g + 24, kv, o);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kvb-test-ruler-%d.gguf", (int)getpid());
+    f = fopen(path, "wb");
+    CHECK(f && fwrite(g, 1, (size_t)n + o, f) == (size_t)n + o);
+    fclose(f);
+    free(g);
+    struct kvb_vocab *v = NULL, *plain = NULL;
+    CHECK_OK(kvb_vocab_load(path, &v));
+    remove(path);
+    CHECK_OK(kvb_vocab_load(vp, &plain));
+    struct kvb_ruler_sample s;
+    memset(&s, 0, sizeof s);
+    s.context = (char *)"Some text <|eot_id|> here.";
+    s.question = (char *)"\nWhat is it?";
+    s.answer_prefix = (char *)" It is";
+    int32_t *a, *b, na, nb;
+    CHECK_OK(kvb_ruler_tokens(v, &s, &a, &na, &b, &nb));
+    const int32_t eot = 128009;
+    CHECK(!strcmp(ruler_decode(v, a, na), "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nSome text <|eot_id|> here."));
+    CHECK(!strcmp(ruler_decode(v, b, nb), "\nWhat is it?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n It is"));
+    CHECK_EQ_INT(a[0], 128000);
+    for (int32_t i = 0; i < na; i++) CHECK(a[i] != eot); /* the sample's "<|eot_id|>" is text */
+    int eots = 0;
+    for (int32_t i = 0; i < nb; i++) eots += b[i] == eot;
+    CHECK_EQ_INT(eots, 1);
+    kvb_buffer_free(a), kvb_buffer_free(b);
+    CHECK_OK(kvb_ruler_tokens(plain, &s, &a, &na, &b, &nb)); /* no template: plain text */
+    CHECK(!strcmp(ruler_decode(plain, a, na), "<|begin_of_text|>Some text <|eot_id|> here."));
+    CHECK(!strcmp(ruler_decode(plain, b, nb), "\nWhat is it? It is"));
+    for (int32_t i = 0; i < na; i++) CHECK(a[i] != eot);
+    kvb_buffer_free(a), kvb_buffer_free(b);
+    kvb_vocab_free(v);
+    kvb_vocab_free(plain);
+}
+
 int main(void) {
     RUN(needle_haystack_and_retention);
     RUN(needle_passkeys_ask_after);
@@ -534,5 +611,6 @@ int main(void) {
     RUN(ruler_length_within_target_and_determinism_by_seed);
     RUN(ruler_string_match_all_and_part);
     RUN(ruler_eval_greedy_answer_scored);
+    RUN(ruler_chat_template_split);
     return test_summary();
 }

@@ -753,8 +753,7 @@ struct ids {
 /* The sample as token ids: a = the prompt up to the end of the context (BOS
  * and the template's opening included), b = the question, the template's
  * assistant header and the answer prefix. */
-static kvb_status render(const struct kvb_model *m, const char *ctx, const char *q, const char *pre, struct ids *a, struct ids *b) {
-    const struct kvb_vocab *v = kvb_model_vocab(m);
+static kvb_status render(const struct kvb_vocab *v, const char *ctx, const char *q, const char *pre, struct ids *a, struct ids *b) {
     struct kvb_vocab_info in;
     kvb_vocab_get_info(v, &in);
     a->p = b->p = NULL;
@@ -821,6 +820,17 @@ static kvb_status render(const struct kvb_model *m, const char *ctx, const char 
     return st;
 }
 
+kvb_status kvb_ruler_tokens(const struct kvb_vocab *vocab, const struct kvb_ruler_sample *s, int32_t **context, int32_t *n_context,
+                            int32_t **rest, int32_t *n_rest) {
+    if (!vocab || !s || !s->context || !s->question || !s->answer_prefix || !context || !n_context || !rest || !n_rest)
+        return kvb_fail(KVB_ERR_INVALID, "ruler: bad arguments");
+    struct ids a, b;
+    const kvb_status st = render(vocab, s->context, s->question, s->answer_prefix, &a, &b);
+    if (st != KVB_OK) return st;
+    *context = a.p, *n_context = a.n, *rest = b.p, *n_rest = b.n;
+    return KVB_OK;
+}
+
 int64_t kvb_ruler_count_model(void *ud, const char *text, size_t len) {
     const struct kvb_model *m = ud;
     if (!m || !text) return -1;
@@ -828,7 +838,7 @@ int64_t kvb_ruler_count_model(void *ud, const char *text, size_t len) {
     if (!t) return -1;
     memcpy(t, text, len), t[len] = 0;
     struct ids a, b;
-    const kvb_status st = render(m, t, "", "", &a, &b);
+    const kvb_status st = render(kvb_model_vocab(m), t, "", "", &a, &b);
     kvb_free(t);
     if (st != KVB_OK) return -1;
     const int64_t n = (int64_t)a.n + b.n;
@@ -845,7 +855,7 @@ kvb_status kvb_eval_ruler(const struct kvb_model *m, const struct kvb_ruler_para
         return kvb_fail(KVB_ERR_INVALID, "ruler: a compression ratio needs a policy that evicts (not full)");
     memset(out, 0, sizeof *out);
     struct ids a, b;
-    kvb_status st = render(m, s->context, s->question, s->answer_prefix, &a, &b);
+    kvb_status st = render(kvb_model_vocab(m), s->context, s->question, s->answer_prefix, &a, &b);
     if (st != KVB_OK) return st;
     const int32_t n = a.n + b.n;
     struct kvb_kv_params kv = p->kv;
