@@ -161,6 +161,18 @@ if [ -f /usr/share/dict/american-english ]; then
        echo "$bud" | awk '{ exit !(NF == 3 && $2 < $1 - 20 && $3 == int($2 * 0.25 + 0.5)) }' &&
        grep -q '"policy":"streaming","ratio":null,"budget":64,"ask_after":false,' "$T/rb/ruler.json" && grep -q 'compressed, budget 64;' "$T/rb.err"
     then ok ruler_ratio_budget_ask_after; else ko ruler_ratio_budget_ask_after "rc $r $rb: $bud $(cat "$T/rr/ruler.json" "$T/rr.err" "$T/rb.err" 2>&1 | head -c 600)"; fi
+    # lists, as sweep's: every (policy, ratio) on the same sample, full once at ratio 0, a file each and the table
+    "$K" ruler -m "$G" --tasks niah_single_1 --length 1024 --samples 1 --policy full,streaming --ratio 0.5,0.75 --out "$T/rl" > "$T/rl.out" 2> "$T/rl.err"; r=$?
+    lines=$(sed -n 's/^kvbound ruler: niah_single_1 1\/1, \(.*\): .*(\([0-9]*\) prompt tokens, \([0-9]*\) compressed, budget \([0-9]*\);.*/\1|\2 \3 \4/p' "$T/rl.err")
+    if [ $r -eq 0 ] && [ "$(echo "$lines" | wc -l)" -eq 3 ] && echo "$lines" | awk -F'|' '
+           { split($2, v, " ") } NR == 1 { p = v[1]; ok = $1 == "full (compression ratio 0)" && v[3] == 0 }
+           NR == 2 { ok = ok && $1 == "streaming at compression ratio 0.5" && v[1] == p && v[3] == int(v[2] * 0.5 + 0.5) }
+           NR == 3 { ok = ok && $1 == "streaming at compression ratio 0.75" && v[1] == p && v[3] == int(v[2] * 0.25 + 0.5) } END { exit !ok }' &&
+       grep -q '"policy":"full","ratio":0,' "$T/rl/ruler-full.json" && grep -q '"policy":"streaming","ratio":0.5,' "$T/rl/ruler-streaming-r0.5.json" &&
+       grep -q '"policy":"streaming","ratio":0.75,' "$T/rl/ruler-streaming-r0.75.json" && [ ! -f "$T/rl/ruler.json" ] &&
+       grep -q '^| policy | ratio | niah_single_1 | average |$' "$T/rl/ruler-table.md" &&
+       [ "$(grep -Ec '^\| (full \| 0|streaming \| 0\.5|streaming \| 0\.75) \| [0-9.]+ \| [0-9.]+ \|$' "$T/rl/ruler-table.md")" -eq 3 ]
+    then ok ruler_policy_ratio_lists; else ko ruler_policy_ratio_lists "rc $r: $lines $(cat "$T/rl.err" "$T/rl/ruler-table.md" 2>&1 | head -c 600)"; fi
 else
     skip_case ruler_json_md_shape "no /usr/share/dict/american-english (Debian package wamerican)"
 fi

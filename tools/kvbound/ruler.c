@@ -6,6 +6,10 @@
  * Writes DIR/ruler.json ({"model", "length", "policy", "ratio",
  * "ask_after", "tasks": {NAME: {"score", "samples"}}, "average"}, scores in
  * percent as RULER and kvpress print them) and DIR/ruler.md, a table.
+ * --policy and --ratio take lists, as sweep's do: every (policy, ratio)
+ * runs on the same samples (each generated once), its files then
+ * DIR/ruler-POLICY[-rR].json and .md, and DIR/ruler-table.md puts the runs
+ * side by side (full runs once, at ratio 0).
  * The sources: the word list (--words, default Debian wamerican's
  * /usr/share/dict/american-english) and the essay haystack (--haystack
  * FILE, repeatable; default the public-domain books of
@@ -32,8 +36,10 @@ struct ruler_opts {
     bool tasks[KVB_RULER_TASKS];
     int length, samples, chunk;
     long long seed;
-    enum kvb_policy_id pid;
-    double ratio; /* 0: none */
+    enum kvb_policy_id pids[16];
+    int np;
+    double ratios[16]; /* --ratio's list; none: the budget */
+    int nr;
     bool ask_after;
     struct cli_policy po;
     struct cli_kv_types kvt;
@@ -42,7 +48,7 @@ struct ruler_opts {
 
 static void ruler_usage(void) {
     printf("usage: kvbound ruler -m MODEL [-z TOK] [--tasks LIST|all] [--length N] [--samples N] [--seed S]\n"
-           "                     [--policy P (--budget B | --ratio R)] [--ask-after] --out DIR\n"
+           "                     [--policy P[,P...] (--budget B | --ratio R[,R...])] [--ask-after] --out DIR\n"
            "                     [--haystack FILE]... [--words FILE] [--chunk C] [-t N] [policy options]\n\n"
            "RULER's synthetic tasks (NVIDIA/RULER), generated in C, deterministic by seed, at any length:\n"
            "niah_single_1/2/3, niah_multikey_1/2/3, niah_multivalue, niah_multiquery, vt, cwe, fwe (--tasks, a\n"
@@ -53,7 +59,9 @@ static void ruler_usage(void) {
            "(tokens kept per stream) or --ratio R (kvpress's compression ratio: the fraction of the compressed\n"
            "prompt's tokens removed, 0 < R < 1). --ask-after: the context alone is prefilled and compressed, then\n"
            "the question is read (kvpress's query-agnostic mode; a multi-turn session meets this); else the\n"
-           "question ends the compressed prompt.\n"
+           "question ends the compressed prompt. --policy and --ratio take lists (up to 16 each): every pair runs\n"
+           "on the same samples, its files DIR/ruler-POLICY[-rR].json/.md, and DIR/ruler-table.md puts the runs side\n"
+           "by side (full runs once, at ratio 0).\n"
            "--haystack FILE (up to 8): the essay tasks' text (Project Gutenberg boilerplate is cut); default the\n"
            "books of $KVB_SHARED_DATA/text (../shared/data) when present. --words FILE: one word a line (default\n"
            RULER_WORDS ", Debian package wamerican).\n"
@@ -89,7 +97,8 @@ static int ruler_parse(struct ruler_opts *o, int argc, char **argv) {
     o->samples = 10;
     o->seed = 42;
     o->chunk = 256;
-    o->pid = KVB_POLICY_FULL;
+    o->pids[0] = KVB_POLICY_FULL;
+    o->np = 1;
     o->words = RULER_WORDS;
     cli_policy_init(&o->po, 256);
     cli_kv_types_init(&o->kvt, KVB_DTYPE_F16);
@@ -115,24 +124,42 @@ static int ruler_parse(struct ruler_opts *o, int argc, char **argv) {
             if (o->n_hay >= 8) { fprintf(stderr, "kvbound: --haystack: at most 8 files\n"); return 2; }
             o->haystack[o->n_hay++] = v;
         } else if (!strcmp(a, "--ratio")) {
-            char *end;
-            errno = 0;
-            const double x = strtod(v, &end);
-            if (errno || end == v || *end || !(x > 0 && x < 1)) {
-                fprintf(stderr, "kvbound: --ratio must be in (0, 1), the fraction of the cache removed, not '%s'\n", v);
-                return 2;
+            char buf[512];
+            snprintf(buf, sizeof buf, "%s", v);
+            o->nr = 0;
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                char *end;
+                errno = 0;
+                const double x = strtod(tok, &end);
+                if (errno || end == tok || *end || !(x > 0 && x < 1)) {
+                    fprintf(stderr, "kvbound: --ratio must be in (0, 1), the fraction of the cache removed, not '%s'\n", tok);
+                    return 2;
+                }
+                if (o->nr >= 16) { fprintf(stderr, "kvbound: --ratio: at most 16 values\n"); return 2; }
+                o->ratios[o->nr++] = x;
             }
-            o->ratio = x;
+            if (!o->nr) { fprintf(stderr, "kvbound: --ratio: no value given\n"); return 2; }
             ratio_set = true;
-        } else if (kvb_policy_from_name(v, &o->pid) != KVB_OK) { /* --policy */
-            fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error());
-            return 2;
+        } else { /* --policy P[,P...] */
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            o->np = 0;
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                if (o->np >= 16) { fprintf(stderr, "kvbound: --policy: at most 16\n"); return 2; }
+                if (kvb_policy_from_name(tok, &o->pids[o->np]) != KVB_OK) { fprintf(stderr, "kvbound: --policy: %s\n", kvb_last_error()); return 2; }
+                for (int k = 0; k < o->np; k++)
+                    if (o->pids[k] == o->pids[o->np]) { fprintf(stderr, "kvbound: --policy: %s is listed twice\n", tok); return 2; }
+                o->np++;
+            }
+            if (!o->np) { fprintf(stderr, "kvbound: --policy: no policy named\n"); return 2; }
         }
     }
     if (!cli_model_required(&o->mo)) return 2;
     if (!o->out) { fprintf(stderr, "kvbound ruler: --out DIR is required\n"); return 2; }
     if (ratio_set && o->po.budget_set) { fprintf(stderr, "kvbound ruler: --budget and --ratio exclude each other (give one)\n"); return 2; }
-    if (ratio_set && o->pid == KVB_POLICY_FULL) { fprintf(stderr, "kvbound ruler: --ratio needs --policy P, a policy that evicts (full keeps everything)\n"); return 2; }
+    bool evicts = false;
+    for (int k = 0; k < o->np; k++) evicts |= o->pids[k] != KVB_POLICY_FULL;
+    if (ratio_set && !evicts) { fprintf(stderr, "kvbound ruler: --ratio needs --policy P, a policy that evicts (full keeps everything)\n"); return 2; }
     if (!(o->out = cli_dir_arg("--out", o->out, o->outdir, sizeof o->outdir))) return 2;
     return CLI_GO_ON;
 }
@@ -184,11 +211,26 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-/* DIR/ruler.json and DIR/ruler.md; -1: printed. */
-static int ruler_write(const struct ruler_opts *o, const double *score, const int *done, const char *style) {
+/* One (policy, ratio) run: its scores summed over the samples. */
+struct ruler_run {
+    enum kvb_policy_id pid;
+    double ratio; /* 0: the budget (full: nothing removed) */
+    double sum[KVB_RULER_TASKS], score[KVB_RULER_TASKS];
+    int done[KVB_RULER_TASKS];
+    double average;
+};
+
+static void run_label(const struct ruler_opts *o, const struct ruler_run *r, char *buf, size_t cap) {
+    if (r->pid == KVB_POLICY_FULL) snprintf(buf, cap, "full (compression ratio 0)");
+    else if (r->ratio > 0) snprintf(buf, cap, "%s at compression ratio %g", kvb_policy_name(r->pid), r->ratio);
+    else snprintf(buf, cap, "%s at budget %d", kvb_policy_name(r->pid), o->po.budget);
+}
+
+/* DIR/STEM.json and DIR/STEM.md of one run; -1: printed. */
+static int ruler_write(const struct ruler_opts *o, const struct ruler_run *r, const char *stem, const char *style) {
     char pj[4096], pm[4096];
-    snprintf(pj, sizeof pj, "%s/ruler.json", o->out);
-    snprintf(pm, sizeof pm, "%s/ruler.md", o->out);
+    snprintf(pj, sizeof pj, "%s/%s.json", o->out, stem);
+    snprintf(pm, sizeof pm, "%s/%s.md", o->out, stem);
     FILE *j = fopen(pj, "w"), *md = fopen(pm, "w");
     if (!j || !md) {
         fprintf(stderr, "kvbound: cannot write in '%s'\n", o->out);
@@ -196,38 +238,60 @@ static int ruler_write(const struct ruler_opts *o, const double *score, const in
         if (md) fclose(md);
         return -1;
     }
-    double sum = 0;
-    int nt = 0;
-    for (int t = 0; t < KVB_RULER_TASKS; t++)
-        if (o->tasks[t]) sum += score[t], nt++;
-    const double avg = nt ? sum / nt : 0;
     fprintf(j, "{\"model\":");
     json_str(j, o->mo.path);
-    fprintf(j, ",\"length\":%d,\"policy\":\"%s\",", o->length, kvb_policy_name(o->pid));
-    if (o->pid == KVB_POLICY_FULL) fprintf(j, "\"ratio\":0,");
-    else if (o->ratio > 0) fprintf(j, "\"ratio\":%g,", o->ratio);
+    fprintf(j, ",\"length\":%d,\"policy\":\"%s\",", o->length, kvb_policy_name(r->pid));
+    if (r->pid == KVB_POLICY_FULL) fprintf(j, "\"ratio\":0,");
+    else if (r->ratio > 0) fprintf(j, "\"ratio\":%g,", r->ratio);
     else fprintf(j, "\"ratio\":null,\"budget\":%d,", o->po.budget);
     fprintf(j, "\"ask_after\":%s,\"seed\":%lld,\"chat_template\":\"%s\",\"tasks\":{", o->ask_after ? "true" : "false", o->seed, style);
     bool first = true;
     for (int t = 0; t < KVB_RULER_TASKS; t++) {
         if (!o->tasks[t]) continue;
-        fprintf(j, "%s\"%s\":{\"score\":%.2f,\"samples\":%d}", first ? "" : ",", kvb_ruler_task_name(t), score[t], done[t]);
+        fprintf(j, "%s\"%s\":{\"score\":%.2f,\"samples\":%d}", first ? "" : ",", kvb_ruler_task_name(t), r->score[t], r->done[t]);
         first = false;
     }
-    fprintf(j, "},\"average\":%.2f}\n", avg);
+    fprintf(j, "},\"average\":%.2f}\n", r->average);
     char what[96];
-    if (o->pid == KVB_POLICY_FULL) snprintf(what, sizeof what, "full (compression ratio 0)");
-    else if (o->ratio > 0) snprintf(what, sizeof what, "%s at compression ratio %g", kvb_policy_name(o->pid), o->ratio);
-    else snprintf(what, sizeof what, "%s at budget %d", kvb_policy_name(o->pid), o->po.budget);
+    run_label(o, r, what, sizeof what);
     fprintf(md, "RULER, `%s`, length %d, %s, question %s, seed %lld, chat template: %s. Scores in percent (string match, all answers).\n\n",
             o->mo.path, o->length, what, o->ask_after ? "asked after compression" : "inside the compressed prompt", o->seed, style);
     fprintf(md, "| task | score | samples |\n|---|---|---|\n");
     for (int t = 0; t < KVB_RULER_TASKS; t++)
-        if (o->tasks[t]) fprintf(md, "| %s | %.2f | %d |\n", kvb_ruler_task_name(t), score[t], done[t]);
-    fprintf(md, "| average | %.2f | |\n", avg);
+        if (o->tasks[t]) fprintf(md, "| %s | %.2f | %d |\n", kvb_ruler_task_name(t), r->score[t], r->done[t]);
+    fprintf(md, "| average | %.2f | |\n", r->average);
     fclose(j);
     fclose(md);
-    printf("ruler: %s, %s (average %.2f)\n", pj, pm, avg);
+    printf("ruler: %s, %s (average %.2f)\n", pj, pm, r->average);
+    return 0;
+}
+
+/* DIR/ruler-table.md: the runs side by side, a row each; -1: printed. */
+static int ruler_table(const struct ruler_opts *o, const struct ruler_run *runs, int n, const char *style) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ruler-table.md", o->out);
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "kvbound: cannot write '%s'\n", path); return -1; }
+    fprintf(f, "RULER, `%s`, length %d, question %s, %d samples a task, seed %lld, chat template: %s. Scores in percent;\n"
+               "ratio: the fraction of the cache removed (kvpress's compression ratio).\n\n| policy | ratio |",
+            o->mo.path, o->length, o->ask_after ? "asked after compression" : "inside the compressed prompt", o->samples, o->seed, style);
+    for (int t = 0; t < KVB_RULER_TASKS; t++)
+        if (o->tasks[t]) fprintf(f, " %s |", kvb_ruler_task_name(t));
+    fprintf(f, " average |\n|---|---|");
+    for (int t = 0; t < KVB_RULER_TASKS; t++)
+        if (o->tasks[t]) fprintf(f, "---|");
+    fprintf(f, "---|\n");
+    for (int i = 0; i < n; i++) {
+        const struct ruler_run *r = &runs[i];
+        if (r->pid == KVB_POLICY_FULL) fprintf(f, "| full | 0 |");
+        else if (r->ratio > 0) fprintf(f, "| %s | %g |", kvb_policy_name(r->pid), r->ratio);
+        else fprintf(f, "| %s | budget %d |", kvb_policy_name(r->pid), o->po.budget);
+        for (int t = 0; t < KVB_RULER_TASKS; t++)
+            if (o->tasks[t]) fprintf(f, " %.2f |", r->score[t]);
+        fprintf(f, " %.2f |\n", r->average);
+    }
+    fclose(f);
+    printf("ruler: %s\n", path);
     return 0;
 }
 
@@ -237,6 +301,14 @@ int cmd_ruler(int argc, char **argv) {
     if (rc != CLI_GO_ON) return rc;
     struct kvb_ruler_corpus *corpus = NULL;
     struct kvb_model *m = NULL;
+    static struct ruler_run runs[16 * 16];
+    int nrun = 0;
+    memset(runs, 0, sizeof runs);
+    for (int p = 0; p < o.np; p++) /* full once, at ratio 0; the others at each ratio, or at the budget */
+        for (int k = 0; k < (o.pids[p] == KVB_POLICY_FULL || !o.nr ? 1 : o.nr); k++) {
+            runs[nrun].pid = o.pids[p];
+            runs[nrun++].ratio = o.pids[p] == KVB_POLICY_FULL || !o.nr ? 0 : o.ratios[k];
+        }
     rc = 1;
     if (ruler_corpus(&o, &corpus)) goto out;
     cli_warn_threads(o.mo.threads);
@@ -247,39 +319,60 @@ int cmd_ruler(int argc, char **argv) {
     enum kvb_chat_style style = KVB_CHAT_PLAIN;
     if (vi.chat_template) kvb_chat_style_for_vocab(kvb_model_vocab(m), &style, NULL);
     const char *style_name = vi.chat_template ? kvb_chat_style_name(style) : "none";
-    struct kvb_ruler_params rp = kvb_ruler_default_params();
-    rp.kv = cli_kv_params(&o.po, o.pid, &o.kvt, &o.rec);
-    rp.ratio = o.ratio;
-    rp.ask_after = o.ask_after;
-    rp.chunk = o.chunk;
-    rp.n_threads = o.mo.threads;
-    double score[KVB_RULER_TASKS] = {0};
-    int done[KVB_RULER_TASKS] = {0};
     const double t0 = cli_now_sec();
     for (int t = 0; t < KVB_RULER_TASKS; t++) {
         if (!o.tasks[t]) continue;
-        double sum = 0;
         for (int s = 0; s < o.samples; s++) {
             /* one seed a (task, sample): the same sample whatever else runs */
             const uint64_t seed = (uint64_t)o.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t * 0x100000001B3ull + (uint64_t)s;
             struct kvb_ruler_sample smp;
-            struct kvb_ruler_result res;
             if (kvb_ruler_generate(corpus, t, seed, o.length, kvb_ruler_count_model, m, &smp) != KVB_OK) {
                 fprintf(stderr, "kvbound: %s\n", kvb_last_error());
                 goto out;
             }
-            const kvb_status st = kvb_eval_ruler(m, &rp, t, &smp, &res);
+            for (int i = 0; i < nrun; i++) { /* every run on this sample */
+                struct ruler_run *r = &runs[i];
+                struct kvb_ruler_params rp = kvb_ruler_default_params();
+                rp.kv = cli_kv_params(&o.po, r->pid, &o.kvt, &o.rec);
+                rp.ratio = r->ratio;
+                rp.ask_after = o.ask_after;
+                rp.chunk = o.chunk;
+                rp.n_threads = o.mo.threads;
+                struct kvb_ruler_result res;
+                if (kvb_eval_ruler(m, &rp, t, &smp, &res) != KVB_OK) {
+                    fprintf(stderr, "kvbound: %s\n", kvb_last_error());
+                    kvb_ruler_sample_free(&smp);
+                    goto out;
+                }
+                r->sum[t] += res.score;
+                r->done[t]++;
+                char what[96] = "";
+                if (nrun > 1) run_label(&o, r, what, sizeof what);
+                fprintf(stderr, "kvbound ruler: %s %d/%d%s%s: %.0f%% (%d prompt tokens, %d compressed, budget %d; %.1f s so far)\n",
+                        kvb_ruler_task_name(t), s + 1, o.samples, nrun > 1 ? ", " : "", what, 100 * res.score, res.prompt_tokens,
+                        res.compressed_tokens, res.budget, cli_now_sec() - t0);
+            }
             kvb_ruler_sample_free(&smp);
-            if (st != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); goto out; }
-            sum += res.score;
-            done[t]++;
-            fprintf(stderr, "kvbound ruler: %s %d/%d: %.0f%% (%d prompt tokens, %d compressed, budget %d; %.1f s so far)\n",
-                    kvb_ruler_task_name(t), s + 1, o.samples, 100 * res.score, res.prompt_tokens, res.compressed_tokens, res.budget,
-                    cli_now_sec() - t0);
         }
-        score[t] = floor(100.0 * sum / o.samples * 100 + 0.5) / 100; /* RULER rounds to 2 places */
     }
-    rc = ruler_write(&o, score, done, style_name) ? 1 : 0;
+    rc = 0;
+    for (int i = 0; i < nrun && rc == 0; i++) {
+        struct ruler_run *r = &runs[i];
+        double sum = 0;
+        int nt = 0;
+        for (int t = 0; t < KVB_RULER_TASKS; t++)
+            if (o.tasks[t]) {
+                r->score[t] = floor(100.0 * r->sum[t] / o.samples * 100 + 0.5) / 100; /* RULER rounds to 2 places */
+                sum += r->score[t], nt++;
+            }
+        r->average = nt ? sum / nt : 0;
+        char stem[64];
+        if (nrun == 1) snprintf(stem, sizeof stem, "ruler");
+        else if (r->ratio > 0) snprintf(stem, sizeof stem, "ruler-%s-r%g", kvb_policy_name(r->pid), r->ratio);
+        else snprintf(stem, sizeof stem, "ruler-%s", kvb_policy_name(r->pid));
+        if (ruler_write(&o, r, stem, style_name)) rc = 1;
+    }
+    if (rc == 0 && nrun > 1 && ruler_table(&o, runs, nrun, style_name)) rc = 1;
 out:
     kvb_model_free(m);
     kvb_ruler_corpus_free(corpus);
