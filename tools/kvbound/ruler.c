@@ -8,7 +8,7 @@
  * percent as RULER and kvpress print them) and DIR/ruler.md, a table.
  * --policy and --ratio take lists, as sweep's do: every (policy, ratio)
  * runs on the same samples (each generated once), its files then
- * DIR/ruler-POLICY[-rR].json and .md, and DIR/ruler-table.md puts the runs
+ * DIR/ruler-POLICY-rR.json and .md, and DIR/ruler-table.md puts the runs
  * side by side (full runs once, at ratio 0).
  * The sources: the word list (--words, default Debian wamerican's
  * /usr/share/dict/american-english) and the essay haystack (--haystack
@@ -59,13 +59,13 @@ static void ruler_usage(void) {
            "(tokens kept per stream) or --ratio R (kvpress's compression ratio: the fraction of the compressed\n"
            "prompt's tokens removed, 0 < R < 1). --ask-after: the context alone is prefilled and compressed, then\n"
            "the question is read (kvpress's query-agnostic mode; a multi-turn session meets this); else the\n"
-           "question ends the compressed prompt. --policy and --ratio take lists (up to 16 each): every pair runs\n"
-           "on the same samples, its files DIR/ruler-POLICY[-rR].json/.md, and DIR/ruler-table.md puts the runs side\n"
-           "by side (full runs once, at ratio 0).\n"
+           "question ends the compressed prompt. --policy and --ratio take lists (up to 16 each): every pair\n"
+           "runs on the same samples (full once, at ratio 0), its files DIR/ruler-POLICY-rR.json and .md\n"
+           "(ruler-POLICY.* at a budget), and DIR/ruler-table.md puts the runs side by side.\n"
            "--haystack FILE (up to 8): the essay tasks' text (Project Gutenberg boilerplate is cut); default the\n"
            "books of $KVB_SHARED_DATA/text (../shared/data) when present. --words FILE: one word a line (default\n"
            RULER_WORDS ", Debian package wamerican).\n"
-           "Writes DIR/ruler.json (scores in percent; \"average\" over the tasks run) and DIR/ruler.md.\n\n");
+           "Writes DIR/ruler.json (scores in percent; \"average\" over the tasks run) and DIR/ruler.md (one run).\n\n");
     cli_kv_types_help(stdout, "f16");
     cli_recall_help(stdout, 1024);
     cli_policy_help(stdout, 256);
