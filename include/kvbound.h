@@ -1605,10 +1605,11 @@ struct kvb_ruler_sample {
     int32_t tokens_to_generate; /* RULER's: niah 128, vt 30, cwe 120, fwe 50 */
     int64_t units;              /* the haystack's size in the task's unit (essay words, noise paragraphs,
                                  * distractor needles, listed words, coded words) */
-    int64_t tokens;             /* count() of context + question + answer_prefix */
+    int64_t tokens;             /* count() of the three parts */
 };
-/* Tokens of text as the evaluation will read it (kvb_ruler_count_model). */
-typedef int64_t (*kvb_ruler_count_fn)(void *ud, const char *text, size_t len);
+/* Tokens of a sample's input (its three parts) as the evaluation will read
+ * it (kvb_ruler_count_model); negative on failure. */
+typedef int64_t (*kvb_ruler_count_fn)(void *ud, const char *context, const char *question, const char *answer_prefix);
 /* Sample of task for seed (the same seed, the same sample), its haystack as
  * large as fits: count(input) + tokens_to_generate <= length, as RULER
  * sizes it. KVB_ERR_INVALID: bad task, length outside 64..16M, a source the
@@ -1629,10 +1630,10 @@ double kvb_ruler_match(const char *output, const char *const *answers, int32_t n
  * KVB_ERR_NOMEM. */
 kvb_status kvb_ruler_tokens(const struct kvb_vocab *vocab, const struct kvb_ruler_sample *s, int32_t **context, int32_t *n_context,
                             int32_t **rest, int32_t *n_rest);
-/* A kvb_ruler_count_fn: ud is a const struct kvb_model *; the tokens of the
- * text wrapped as kvb_eval_ruler wraps it (the chat template, BOS). -1 on
+/* A kvb_ruler_count_fn: ud is a const struct kvb_model *; the tokens
+ * kvb_eval_ruler reads (kvb_ruler_tokens: the chat template, BOS). -1 on
  * failure. */
-int64_t kvb_ruler_count_model(void *ud, const char *text, size_t len);
+int64_t kvb_ruler_count_model(void *ud, const char *context, const char *question, const char *answer_prefix);
 struct kvb_ruler_params {
     struct kvb_kv_params kv; /* the cache (kvb_ruler_default_params: full, f16 rows) */
     double ratio;            /* > 0: kvpress's compression ratio, the fraction of the compressed

@@ -591,13 +591,9 @@ static kvb_status build(const struct kvb_ruler_corpus *c, const struct task *t, 
     return st;
 }
 
-/* Tokens of the draft's whole input (-1: the count failed). */
-static int64_t measure(struct draft *d, struct sb *all, kvb_ruler_count_fn count, void *ud) {
-    all->n = 0;
-    sb_put(all, d->ctx.p, (size_t)d->ctx.n);
-    sb_put(all, d->q.p, (size_t)d->q.n);
-    sb_put(all, d->pre.p, (size_t)d->pre.n);
-    return all->oom ? -1 : count(ud, all->p, (size_t)all->n);
+/* Tokens of the draft's whole input (negative: the count failed). */
+static int64_t measure(struct draft *d, kvb_ruler_count_fn count, void *ud) {
+    return count(ud, d->ctx.p ? d->ctx.p : "", d->q.p ? d->q.p : "", d->pre.p ? d->pre.p : "");
 }
 
 /* The largest n in [lo, hi] whose input has at most target tokens, built
@@ -605,9 +601,8 @@ static int64_t measure(struct draft *d, struct sb *all, kvb_ruler_count_fn count
 static kvb_status fit(const struct kvb_ruler_corpus *c, const struct task *t, uint64_t seed, int64_t length, int64_t lo, int64_t hi,
                       int64_t target, bool is_icl, const char *icl, kvb_ruler_count_fn count, void *ud, struct draft *d, int64_t *units,
                       int64_t *tokens) {
-    struct sb all = {0};
     kvb_status st = build(c, t, seed, length, lo, is_icl, icl, d);
-    int64_t tk = st == KVB_OK ? measure(d, &all, count, ud) : 0;
+    int64_t tk = st == KVB_OK ? measure(d, count, ud) : 0;
     if (st == KVB_OK && tk < 0) st = kvb_fail(KVB_ERR_INVALID, "ruler: counting the tokens of %s failed", t->name);
     if (st == KVB_OK && tk > target)
         st = kvb_fail(KVB_ERR_INVALID, "ruler: length %lld is too short for %s: its smallest input is %lld tokens, and %d are generated",
@@ -617,7 +612,7 @@ static kvb_status fit(const struct kvb_ruler_corpus *c, const struct task *t, ui
         const int64_t m = KVB_MIN(good + step, hi);
         if (m <= good) break;
         st = build(c, t, seed, length, m, is_icl, icl, d);
-        tk = st == KVB_OK ? measure(d, &all, count, ud) : 0;
+        tk = st == KVB_OK ? measure(d, count, ud) : 0;
         if (st == KVB_OK && tk < 0) st = kvb_fail(KVB_ERR_INVALID, "ruler: counting the tokens of %s failed", t->name);
         if (st == KVB_OK && tk <= target) good = m, step *= 2;
         else bad = m;
@@ -625,14 +620,13 @@ static kvb_status fit(const struct kvb_ruler_corpus *c, const struct task *t, ui
     while (st == KVB_OK && bad > good + 1) { /* bisection */
         const int64_t m = good + (bad - good) / 2;
         st = build(c, t, seed, length, m, is_icl, icl, d);
-        tk = st == KVB_OK ? measure(d, &all, count, ud) : 0;
+        tk = st == KVB_OK ? measure(d, count, ud) : 0;
         if (st == KVB_OK && tk < 0) st = kvb_fail(KVB_ERR_INVALID, "ruler: counting the tokens of %s failed", t->name);
         if (st == KVB_OK && tk <= target) good = m;
         else bad = m;
     }
     if (st == KVB_OK) st = build(c, t, seed, length, good, is_icl, icl, d);
-    if (st == KVB_OK) *tokens = measure(d, &all, count, ud), *units = good;
-    kvb_free(all.p);
+    if (st == KVB_OK) *tokens = measure(d, count, ud), *units = good;
     return st;
 }
 
@@ -831,16 +825,11 @@ kvb_status kvb_ruler_tokens(const struct kvb_vocab *vocab, const struct kvb_rule
     return KVB_OK;
 }
 
-int64_t kvb_ruler_count_model(void *ud, const char *text, size_t len) {
+int64_t kvb_ruler_count_model(void *ud, const char *context, const char *question, const char *answer_prefix) {
     const struct kvb_model *m = ud;
-    if (!m || !text) return -1;
-    char *t = kvb_malloc(len + 1);
-    if (!t) return -1;
-    memcpy(t, text, len), t[len] = 0;
+    if (!m || !context || !question || !answer_prefix) return -1;
     struct ids a, b;
-    const kvb_status st = render(kvb_model_vocab(m), t, "", "", &a, &b);
-    kvb_free(t);
-    if (st != KVB_OK) return -1;
+    if (render(kvb_model_vocab(m), context, question, answer_prefix, &a, &b) != KVB_OK) return -1;
     const int64_t n = (int64_t)a.n + b.n;
     kvb_free(a.p), kvb_free(b.p);
     return n;
