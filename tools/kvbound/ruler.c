@@ -295,6 +295,65 @@ static int ruler_table(const struct ruler_opts *o, const struct ruler_run *runs,
     return 0;
 }
 
+/* The runs of the lists: full once, at ratio 0; the others at each ratio,
+ * or at the budget. Returns their count. */
+static int ruler_runs(const struct ruler_opts *o, struct ruler_run *runs) {
+    int n = 0;
+    memset(runs, 0, sizeof(struct ruler_run) * 16 * 16);
+    for (int p = 0; p < o->np; p++)
+        for (int k = 0; k < (o->pids[p] == KVB_POLICY_FULL || !o->nr ? 1 : o->nr); k++) {
+            runs[n].pid = o->pids[p];
+            runs[n++].ratio = o->pids[p] == KVB_POLICY_FULL || !o->nr ? 0 : o->ratios[k];
+        }
+    return n;
+}
+
+/* Sample s of task t through every run, its line on stderr each; -1: printed. */
+static int ruler_sample(const struct ruler_opts *o, const struct kvb_model *m, const struct kvb_ruler_sample *smp, int t, int s,
+                        struct ruler_run *runs, int nrun, double t0) {
+    for (int i = 0; i < nrun; i++) {
+        struct ruler_run *r = &runs[i];
+        struct kvb_ruler_params rp = kvb_ruler_default_params();
+        rp.kv = cli_kv_params(&o->po, r->pid, &o->kvt, &o->rec);
+        rp.ratio = r->ratio;
+        rp.ask_after = o->ask_after;
+        rp.chunk = o->chunk;
+        rp.n_threads = o->mo.threads;
+        struct kvb_ruler_result res;
+        if (kvb_eval_ruler(m, &rp, t, smp, &res) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
+        r->sum[t] += res.score;
+        r->done[t]++;
+        char what[96] = "";
+        if (nrun > 1) run_label(o, r, what, sizeof what);
+        fprintf(stderr, "kvbound ruler: %s %d/%d%s%s: %.0f%% (%d prompt tokens, %d compressed, budget %d; %.1f s so far)\n",
+                kvb_ruler_task_name(t), s + 1, o->samples, nrun > 1 ? ", " : "", what, 100 * res.score, res.prompt_tokens,
+                res.compressed_tokens, res.budget, cli_now_sec() - t0);
+    }
+    return 0;
+}
+
+/* Every run's scores (RULER rounds to 2 places) and average, its files,
+ * and with several the table; -1: printed. */
+static int ruler_report(const struct ruler_opts *o, struct ruler_run *runs, int nrun, const char *style) {
+    for (int i = 0; i < nrun; i++) {
+        struct ruler_run *r = &runs[i];
+        double sum = 0;
+        int nt = 0;
+        for (int t = 0; t < KVB_RULER_TASKS; t++)
+            if (o->tasks[t]) {
+                r->score[t] = floor(100.0 * r->sum[t] / o->samples * 100 + 0.5) / 100;
+                sum += r->score[t], nt++;
+            }
+        r->average = nt ? sum / nt : 0;
+        char stem[64];
+        if (nrun == 1) snprintf(stem, sizeof stem, "ruler");
+        else if (r->ratio > 0) snprintf(stem, sizeof stem, "ruler-%s-r%g", kvb_policy_name(r->pid), r->ratio);
+        else snprintf(stem, sizeof stem, "ruler-%s", kvb_policy_name(r->pid));
+        if (ruler_write(o, r, stem, style)) return -1;
+    }
+    return nrun > 1 ? ruler_table(o, runs, nrun, style) : 0;
+}
+
 int cmd_ruler(int argc, char **argv) {
     struct ruler_opts o;
     int rc = ruler_parse(&o, argc, argv);
@@ -302,13 +361,7 @@ int cmd_ruler(int argc, char **argv) {
     struct kvb_ruler_corpus *corpus = NULL;
     struct kvb_model *m = NULL;
     static struct ruler_run runs[16 * 16];
-    int nrun = 0;
-    memset(runs, 0, sizeof runs);
-    for (int p = 0; p < o.np; p++) /* full once, at ratio 0; the others at each ratio, or at the budget */
-        for (int k = 0; k < (o.pids[p] == KVB_POLICY_FULL || !o.nr ? 1 : o.nr); k++) {
-            runs[nrun].pid = o.pids[p];
-            runs[nrun++].ratio = o.pids[p] == KVB_POLICY_FULL || !o.nr ? 0 : o.ratios[k];
-        }
+    const int nrun = ruler_runs(&o, runs);
     rc = 1;
     if (ruler_corpus(&o, &corpus)) goto out;
     cli_warn_threads(o.mo.threads);
@@ -318,11 +371,9 @@ int cmd_ruler(int argc, char **argv) {
     kvb_vocab_get_info(kvb_model_vocab(m), &vi);
     enum kvb_chat_style style = KVB_CHAT_PLAIN;
     if (vi.chat_template) kvb_chat_style_for_vocab(kvb_model_vocab(m), &style, NULL);
-    const char *style_name = vi.chat_template ? kvb_chat_style_name(style) : "none";
     const double t0 = cli_now_sec();
-    for (int t = 0; t < KVB_RULER_TASKS; t++) {
-        if (!o.tasks[t]) continue;
-        for (int s = 0; s < o.samples; s++) {
+    for (int t = 0; t < KVB_RULER_TASKS; t++)
+        for (int s = 0; o.tasks[t] && s < o.samples; s++) {
             /* one seed a (task, sample): the same sample whatever else runs */
             const uint64_t seed = (uint64_t)o.seed * 0x9E3779B97F4A7C15ull + (uint64_t)t * 0x100000001B3ull + (uint64_t)s;
             struct kvb_ruler_sample smp;
@@ -330,49 +381,11 @@ int cmd_ruler(int argc, char **argv) {
                 fprintf(stderr, "kvbound: %s\n", kvb_last_error());
                 goto out;
             }
-            for (int i = 0; i < nrun; i++) { /* every run on this sample */
-                struct ruler_run *r = &runs[i];
-                struct kvb_ruler_params rp = kvb_ruler_default_params();
-                rp.kv = cli_kv_params(&o.po, r->pid, &o.kvt, &o.rec);
-                rp.ratio = r->ratio;
-                rp.ask_after = o.ask_after;
-                rp.chunk = o.chunk;
-                rp.n_threads = o.mo.threads;
-                struct kvb_ruler_result res;
-                if (kvb_eval_ruler(m, &rp, t, &smp, &res) != KVB_OK) {
-                    fprintf(stderr, "kvbound: %s\n", kvb_last_error());
-                    kvb_ruler_sample_free(&smp);
-                    goto out;
-                }
-                r->sum[t] += res.score;
-                r->done[t]++;
-                char what[96] = "";
-                if (nrun > 1) run_label(&o, r, what, sizeof what);
-                fprintf(stderr, "kvbound ruler: %s %d/%d%s%s: %.0f%% (%d prompt tokens, %d compressed, budget %d; %.1f s so far)\n",
-                        kvb_ruler_task_name(t), s + 1, o.samples, nrun > 1 ? ", " : "", what, 100 * res.score, res.prompt_tokens,
-                        res.compressed_tokens, res.budget, cli_now_sec() - t0);
-            }
+            const int bad = ruler_sample(&o, m, &smp, t, s, runs, nrun, t0);
             kvb_ruler_sample_free(&smp);
+            if (bad) goto out;
         }
-    }
-    rc = 0;
-    for (int i = 0; i < nrun && rc == 0; i++) {
-        struct ruler_run *r = &runs[i];
-        double sum = 0;
-        int nt = 0;
-        for (int t = 0; t < KVB_RULER_TASKS; t++)
-            if (o.tasks[t]) {
-                r->score[t] = floor(100.0 * r->sum[t] / o.samples * 100 + 0.5) / 100; /* RULER rounds to 2 places */
-                sum += r->score[t], nt++;
-            }
-        r->average = nt ? sum / nt : 0;
-        char stem[64];
-        if (nrun == 1) snprintf(stem, sizeof stem, "ruler");
-        else if (r->ratio > 0) snprintf(stem, sizeof stem, "ruler-%s-r%g", kvb_policy_name(r->pid), r->ratio);
-        else snprintf(stem, sizeof stem, "ruler-%s", kvb_policy_name(r->pid));
-        if (ruler_write(&o, r, stem, style_name)) rc = 1;
-    }
-    if (rc == 0 && nrun > 1 && ruler_table(&o, runs, nrun, style_name)) rc = 1;
+    rc = ruler_report(&o, runs, nrun, vi.chat_template ? kvb_chat_style_name(style) : "none") ? 1 : 0;
 out:
     kvb_model_free(m);
     kvb_ruler_corpus_free(corpus);
