@@ -150,16 +150,17 @@ if [ -f /usr/share/dict/american-english ]; then
                     match($0, /"average":[0-9.]+/); a = substr($0, RSTART + 10, RLENGTH - 10); d = s / n - a; print (n == 3 && d < 0.006 && d > -0.006) ? 1 : 0 }' "$T/ru/ruler.json" 2> /dev/null)
     fits=$(awk '/^kvbound ruler: / { n++; t = $0; sub(/^kvbound ruler: /, "", t); split(t, w, " "); p = $0; sub(/.*\(/, "", p); p += 0
                 lim = (w[1] == "fwe") ? 650 : 572; if (p > lim || p < lim - 40) bad++ } END { print (n == 6 && !bad) ? 1 : 0 }' "$T/ru.err")
-    if [ $r -eq 0 ] && grep -Eq '^\{"model":"[^"]*stories260K.llamacpp.gguf","length":700,"policy":"full","ratio":0,"ask_after":false,"seed":42,"chat_template":"none","tasks":\{"niah_single_1":\{"score":[0-9.]+,"samples":2\},"niah_single_2":\{"score":[0-9.]+,"samples":2\},"fwe":\{"score":[0-9.]+,"samples":2\}\},"average":[0-9.]+\}$' "$T/ru/ruler.json" &&
+    if [ $r -eq 0 ] && grep -Eq '^\{"model":"[^"]*stories260K.llamacpp.gguf","length":700,"policy":"full","ratio":0,"ask_after":false,"seed":42,"chat_template":"none","recall":false,"tasks":\{"niah_single_1":\{"score":[0-9.]+,"samples":2\},"niah_single_2":\{"score":[0-9.]+,"samples":2\},"fwe":\{"score":[0-9.]+,"samples":2\}\},"average":[0-9.]+\}$' "$T/ru/ruler.json" &&
        [ "$avg_ok" = 1 ] && [ "$fits" = 1 ] && grep -q '^| task | score | samples |$' "$T/ru/ruler.md" &&
        [ "$(grep -Ec '^\| (niah_single_1|niah_single_2|fwe) \| [0-9.]+ \| 2 \|$' "$T/ru/ruler.md")" -eq 3 ] && grep -Eq '^\| average \| [0-9.]+ \| \|$' "$T/ru/ruler.md"
     then ok ruler_json_md_shape; else ko ruler_json_md_shape "rc $r: $(cat "$T/ru/ruler.json" "$T/ru.err" 2>&1 | head -c 600)"; fi
     "$K" ruler -m "$G" --tasks niah_multikey_2 --length 700 --samples 1 --policy streaming --ratio 0.75 --ask-after --out "$T/rr" > /dev/null 2> "$T/rr.err"; r=$?
-    "$K" ruler -m "$G" --tasks niah_multikey_2 --length 700 --samples 1 --policy streaming --budget 64 --out "$T/rb" > /dev/null 2> "$T/rb.err"; rb=$?
+    "$K" ruler -m "$G" --tasks niah_multikey_2 --length 700 --samples 1 --policy streaming --budget 64 --recall --out "$T/rb" > /dev/null 2> "$T/rb.err"; rb=$?
     bud=$(sed -n 's/.*(\([0-9]*\) prompt tokens, \([0-9]*\) compressed, budget \([0-9]*\);.*/\1 \2 \3/p' "$T/rr.err")
     if [ $r -eq 0 ] && [ $rb -eq 0 ] && grep -q '"policy":"streaming","ratio":0.75,"ask_after":true,' "$T/rr/ruler.json" &&
        echo "$bud" | awk '{ exit !(NF == 3 && $2 < $1 - 20 && $3 == int($2 * 0.25 + 0.5)) }' &&
-       grep -q '"policy":"streaming","ratio":null,"budget":64,"ask_after":false,' "$T/rb/ruler.json" && grep -q 'compressed, budget 64;' "$T/rb.err"
+       grep -q '"policy":"streaming","ratio":null,"budget":64,"ask_after":false,' "$T/rb/ruler.json" && grep -q 'compressed, budget 64;' "$T/rb.err" &&
+       grep -q '"recall":true,"recall_pages":[0-9]*,"recall_every":[0-9]*,"tasks":' "$T/rb/ruler.json" && grep -q '"recall":false,' "$T/rr/ruler.json"
     then ok ruler_ratio_budget_ask_after; else ko ruler_ratio_budget_ask_after "rc $r $rb: $bud $(cat "$T/rr/ruler.json" "$T/rr.err" "$T/rb.err" 2>&1 | head -c 600)"; fi
     # lists, as sweep's: every (policy, ratio) on the same sample, full once at ratio 0, a file each and the table
     "$K" ruler -m "$G" --tasks niah_single_1 --length 700 --samples 1 --policy full,streaming --ratio 0.5,0.75 --out "$T/rl" > "$T/rl.out" 2> "$T/rl.err"; r=$?

@@ -244,7 +244,9 @@ static int ruler_write(const struct ruler_opts *o, const struct ruler_run *r, co
     if (r->pid == KVB_POLICY_FULL) fprintf(j, "\"ratio\":0,");
     else if (r->ratio > 0) fprintf(j, "\"ratio\":%g,", r->ratio);
     else fprintf(j, "\"ratio\":null,\"budget\":%d,", o->po.budget);
-    fprintf(j, "\"ask_after\":%s,\"seed\":%lld,\"chat_template\":\"%s\",\"tasks\":{", o->ask_after ? "true" : "false", o->seed, style);
+    fprintf(j, "\"ask_after\":%s,\"seed\":%lld,\"chat_template\":\"%s\",", o->ask_after ? "true" : "false", o->seed, style);
+    if (o->rec.on) fprintf(j, "\"recall\":true,\"recall_pages\":%d,\"recall_every\":%d,\"tasks\":{", o->rec.pages, o->rec.every);
+    else fprintf(j, "\"recall\":false,\"tasks\":{");
     bool first = true;
     for (int t = 0; t < KVB_RULER_TASKS; t++) {
         if (!o->tasks[t]) continue;
@@ -254,8 +256,9 @@ static int ruler_write(const struct ruler_opts *o, const struct ruler_run *r, co
     fprintf(j, "},\"average\":%.2f}\n", r->average);
     char what[96];
     run_label(o, r, what, sizeof what);
-    fprintf(md, "RULER, `%s`, length %d, %s, question %s, seed %lld, chat template: %s. Scores in percent (string match, all answers).\n\n",
-            o->mo.path, o->length, what, o->ask_after ? "asked after compression" : "inside the compressed prompt", o->seed, style);
+    fprintf(md, "RULER, `%s`, length %d, %s%s, question %s, seed %lld, chat template: %s. Scores in percent (string match, all answers).\n\n",
+            o->mo.path, o->length, what, o->rec.on ? " with recall" : "", o->ask_after ? "asked after compression" : "inside the compressed prompt",
+            o->seed, style);
     fprintf(md, "| task | score | samples |\n|---|---|---|\n");
     for (int t = 0; t < KVB_RULER_TASKS; t++)
         if (o->tasks[t]) fprintf(md, "| %s | %.2f | %d |\n", kvb_ruler_task_name(t), r->score[t], r->done[t]);
