@@ -1596,6 +1596,97 @@ struct kvb_needle_result {
 };
 kvb_status kvb_eval_needle(const struct kvb_model *model, const struct kvb_needle_params *params, struct kvb_needle_result *out);
 
+/* RULER's synthetic tasks (docs/EVALUATION.md, "RULER"; arXiv 2404.06654),
+ * generated as NVIDIA/RULER's synthetic.yaml and data/synthetic scripts define
+ * them: 11 of its 13 tasks (qa_1 and qa_2 need SQuAD and HotpotQA, which
+ * kvbound does not ship: kvb_ruler_task_from_name names them as absent).
+ * A corpus holds the sources: an essay text (the haystack of the essay
+ * tasks; Project Gutenberg's "*** START OF" / "*** END OF" lines are cut
+ * off) and a word list, one word a line (Debian's wamerican; only lines of
+ * 3..12 lowercase ASCII letters are used). Both are copied. */
+#define KVB_RULER_TASKS 11
+#define KVB_RULER_MAX_ANSWERS 16
+/* Task i's name as RULER spells it (i in 0..KVB_RULER_TASKS-1), NULL past. */
+const char *kvb_ruler_task_name(int32_t i);
+/* KVB_ERR_INVALID for an unknown name, and for qa_1 / qa_2 (named absent). */
+kvb_status kvb_ruler_task_from_name(const char *name, int32_t *task);
+/* Whether RULER scores the task with string_match_part (the QA tasks) or
+ * string_match_all (the 11 here): always false here, kept for the QA tasks. */
+bool kvb_ruler_task_part(int32_t task);
+struct kvb_ruler_corpus;
+/* essay or words may be NULL (len 0): then the tasks that need them are
+ * refused by kvb_ruler_generate, naming the missing source. KVB_ERR_NOMEM. */
+kvb_status kvb_ruler_corpus_new(const char *essay, size_t essay_len, const char *words, size_t words_len, struct kvb_ruler_corpus **out);
+void kvb_ruler_corpus_free(struct kvb_ruler_corpus *c);
+/* Words of the list kept, words of the essay. */
+void kvb_ruler_corpus_size(const struct kvb_ruler_corpus *c, int64_t *n_words, int64_t *n_essay_words);
+/* A sample's input is context + question + answer_prefix: context is the
+ * task text through its haystack (what --ask-after compresses before the
+ * question is read), question the rest of the user's message, answer_prefix
+ * RULER's answer prefix (written after the chat template's assistant
+ * header). answers are the strings the output is searched for. */
+struct kvb_ruler_sample {
+    char *context, *question, *answer_prefix;
+    char *answers[KVB_RULER_MAX_ANSWERS];
+    int32_t n_answers;
+    int32_t tokens_to_generate; /* RULER's: niah 128, vt 30, cwe 120, fwe 50 */
+    int64_t units;              /* the haystack's size in the task's unit (essay words, noise paragraphs,
+                                 * distractor needles, listed words, coded words) */
+    int64_t tokens;             /* count() of the three parts */
+};
+/* Tokens of a sample's input (its three parts) as the evaluation will read
+ * it (kvb_ruler_count_model); negative on failure. */
+typedef int64_t (*kvb_ruler_count_fn)(void *ud, const char *context, const char *question, const char *answer_prefix);
+/* Sample of task for seed (the same seed, the same sample), its haystack as
+ * large as fits: count(input) + tokens_to_generate <= length, as RULER
+ * sizes it. KVB_ERR_INVALID: bad task, length outside 64..16M, a source the
+ * task needs is missing, or its smallest input does not fit (named).
+ * KVB_ERR_NOMEM. *out: kvb_ruler_sample_free. */
+kvb_status kvb_ruler_generate(const struct kvb_ruler_corpus *c, int32_t task, uint64_t seed, int64_t length, kvb_ruler_count_fn count,
+                              void *ud, struct kvb_ruler_sample *out);
+void kvb_ruler_sample_free(struct kvb_ruler_sample *s);
+/* RULER's string match of one output, in 0..1: all = the share of answers
+ * found in it, part = 1 if any is (case-insensitive substrings). */
+double kvb_ruler_match(const char *output, const char *const *answers, int32_t n, bool part);
+/* The sample's tokens as kvb_eval_ruler reads them: *context = BOS when
+ * the vocabulary adds one, the chat template's opening and the context
+ * (what ask_after compresses alone); *rest = the question, the template's
+ * closing of the user's turn and assistant header, then the answer prefix.
+ * Without a template in the vocabulary, the plain text. Text of the sample
+ * is never read as control tokens. Both kvb_buffer_free. KVB_ERR_INVALID,
+ * KVB_ERR_NOMEM. */
+kvb_status kvb_ruler_tokens(const struct kvb_vocab *vocab, const struct kvb_ruler_sample *s, int32_t **context, int32_t *n_context,
+                            int32_t **rest, int32_t *n_rest);
+/* A kvb_ruler_count_fn: ud is a const struct kvb_model *; the tokens
+ * kvb_eval_ruler reads (kvb_ruler_tokens: the chat template, BOS). -1 on
+ * failure. */
+int64_t kvb_ruler_count_model(void *ud, const char *context, const char *question, const char *answer_prefix);
+struct kvb_ruler_params {
+    struct kvb_kv_params kv; /* the cache (kvb_ruler_default_params: full, f16 rows) */
+    double ratio;            /* > 0: kvpress's compression ratio, the fraction of the compressed
+                              * prompt's tokens removed: the policy's budget is set to the rest
+                              * (at least 8) for each sample; 0: kv.policy.budget as given */
+    bool ask_after;          /* the context alone is the prompt, compressed before the question
+                              * and the answer prefix are read (kvpress's query-agnostic mode) */
+    int32_t chunk;           /* prefill chunk (256) */
+    int32_t n_threads;
+};
+struct kvb_ruler_params kvb_ruler_default_params(void);
+struct kvb_ruler_result {
+    double score;            /* kvb_ruler_match of the output, 0..1 */
+    char output[2048];       /* the greedy answer (up to tokens_to_generate tokens, EOG ends it) */
+    int32_t prompt_tokens;   /* the whole input */
+    int32_t compressed_tokens; /* the prompt the policy compressed (ask_after: the context) */
+    int32_t budget;          /* the policy's budget used (0: full) */
+};
+/* One sample through the model: the model's chat template when its
+ * vocabulary has one (one user message: context + question, then the
+ * assistant header and answer_prefix), else the plain text; greedy answer;
+ * RULER's score. Errors as kvb_eval_needle's (a budget too small for the
+ * policy: KVB_ERR_INVALID). */
+kvb_status kvb_eval_ruler(const struct kvb_model *model, const struct kvb_ruler_params *params, int32_t task,
+                          const struct kvb_ruler_sample *sample, struct kvb_ruler_result *out);
+
 /* ------------------------------------------------------------------------ */
 /* Synthetic attention laboratory                                           */
 /* ------------------------------------------------------------------------ */

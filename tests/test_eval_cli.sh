@@ -141,4 +141,51 @@ then ok needle_passkeys_ask_after_json; else ko needle_passkeys_ask_after_json "
 if [ $r0 -eq 2 ] && grep -q -- '--passkeys' "$T/pk0.err" && [ $r1 -ne 0 ] && grep -q 'passkeys 20 do not fit in length 64' "$T/pk1.err"
 then ok needle_passkeys_refused_by_name; else ko needle_passkeys_refused_by_name "rc $r0 $r1: $(cat "$T/pk0.err" "$T/pk1.err")"; fi
 
+# kvbound ruler (issue 52): RULER's tasks on the shared model. The JSON in kvpress's terms (ratio = the fraction removed),
+# the table, every input within the length less the answer's tokens (niah 128, fwe 50), the average the tasks' mean;
+# --ratio sets the budget to the rest of the compressed prompt, which --ask-after makes the context alone; bad input named
+if [ -f /usr/share/dict/american-english ]; then
+    "$K" ruler -m "$G" --tasks niah_single_1,niah_single_2,fwe --length 700 --samples 2 --out "$T/ru" > /dev/null 2> "$T/ru.err"; r=$?
+    avg_ok=$(awk '{ n = 0; s = 0; t = $0; while (match(t, /"score":[0-9.]+/)) { s += substr(t, RSTART + 8, RLENGTH - 8); n++; t = substr(t, RSTART + RLENGTH) }
+                    match($0, /"average":[0-9.]+/); a = substr($0, RSTART + 10, RLENGTH - 10); d = s / n - a; print (n == 3 && d < 0.006 && d > -0.006) ? 1 : 0 }' "$T/ru/ruler.json" 2> /dev/null)
+    fits=$(awk '/^kvbound ruler: / { n++; t = $0; sub(/^kvbound ruler: /, "", t); split(t, w, " "); p = $0; sub(/.*\(/, "", p); p += 0
+                lim = (w[1] == "fwe") ? 650 : 572; if (p > lim || p < lim - 40) bad++ } END { print (n == 6 && !bad) ? 1 : 0 }' "$T/ru.err")
+    if [ $r -eq 0 ] && grep -Eq '^\{"model":"[^"]*stories260K.llamacpp.gguf","length":700,"policy":"full","ratio":0,"ask_after":false,"seed":42,"chat_template":"none","recall":false,"tasks":\{"niah_single_1":\{"score":[0-9.]+,"samples":2\},"niah_single_2":\{"score":[0-9.]+,"samples":2\},"fwe":\{"score":[0-9.]+,"samples":2\}\},"average":[0-9.]+\}$' "$T/ru/ruler.json" &&
+       [ "$avg_ok" = 1 ] && [ "$fits" = 1 ] && grep -q '^| task | score | samples |$' "$T/ru/ruler.md" &&
+       [ "$(grep -Ec '^\| (niah_single_1|niah_single_2|fwe) \| [0-9.]+ \| 2 \|$' "$T/ru/ruler.md")" -eq 3 ] && grep -Eq '^\| average \| [0-9.]+ \| \|$' "$T/ru/ruler.md"
+    then ok ruler_json_md_shape; else ko ruler_json_md_shape "rc $r: $(cat "$T/ru/ruler.json" "$T/ru.err" 2>&1 | head -c 600)"; fi
+    "$K" ruler -m "$G" --tasks niah_multikey_2 --length 700 --samples 1 --policy streaming --ratio 0.75 --ask-after --out "$T/rr" > /dev/null 2> "$T/rr.err"; r=$?
+    "$K" ruler -m "$G" --tasks niah_multikey_2 --length 700 --samples 1 --policy streaming --budget 64 --recall --out "$T/rb" > /dev/null 2> "$T/rb.err"; rb=$?
+    bud=$(sed -n 's/.*(\([0-9]*\) prompt tokens, \([0-9]*\) compressed, budget \([0-9]*\);.*/\1 \2 \3/p' "$T/rr.err")
+    if [ $r -eq 0 ] && [ $rb -eq 0 ] && grep -q '"policy":"streaming","ratio":0.75,"ask_after":true,' "$T/rr/ruler.json" &&
+       echo "$bud" | awk '{ exit !(NF == 3 && $2 < $1 - 20 && $3 == int($2 * 0.25 + 0.5)) }' &&
+       grep -q '"policy":"streaming","ratio":null,"budget":64,"ask_after":false,' "$T/rb/ruler.json" && grep -q 'compressed, budget 64;' "$T/rb.err" &&
+       grep -q '"recall":true,"recall_pages":[0-9]*,"recall_every":[0-9]*,"tasks":' "$T/rb/ruler.json" && grep -q '"recall":false,' "$T/rr/ruler.json"
+    then ok ruler_ratio_budget_ask_after; else ko ruler_ratio_budget_ask_after "rc $r $rb: $bud $(cat "$T/rr/ruler.json" "$T/rr.err" "$T/rb.err" 2>&1 | head -c 600)"; fi
+    # lists, as sweep's: every (policy, ratio) on the same sample, full once at ratio 0, a file each and the table
+    "$K" ruler -m "$G" --tasks niah_single_1 --length 700 --samples 1 --policy full,streaming --ratio 0.5,0.75 --out "$T/rl" > "$T/rl.out" 2> "$T/rl.err"; r=$?
+    lines=$(sed -n 's/^kvbound ruler: niah_single_1 1\/1, \(.*\): .*(\([0-9]*\) prompt tokens, \([0-9]*\) compressed, budget \([0-9]*\);.*/\1|\2 \3 \4/p' "$T/rl.err")
+    if [ $r -eq 0 ] && [ "$(echo "$lines" | wc -l)" -eq 3 ] && echo "$lines" | awk -F'|' '
+           { split($2, v, " ") } NR == 1 { p = v[1]; ok = $1 == "full (compression ratio 0)" && v[3] == 0 }
+           NR == 2 { ok = ok && $1 == "streaming at compression ratio 0.5" && v[1] == p && v[3] == int(v[2] * 0.5 + 0.5) }
+           NR == 3 { ok = ok && $1 == "streaming at compression ratio 0.75" && v[1] == p && v[3] == int(v[2] * 0.25 + 0.5) } END { exit !ok }' &&
+       grep -q '"policy":"full","ratio":0,' "$T/rl/ruler-full.json" && grep -q '"policy":"streaming","ratio":0.5,' "$T/rl/ruler-streaming-r0.5.json" &&
+       grep -q '"policy":"streaming","ratio":0.75,' "$T/rl/ruler-streaming-r0.75.json" && [ ! -f "$T/rl/ruler.json" ] &&
+       grep -q '^| policy | ratio | niah_single_1 | average |$' "$T/rl/ruler-table.md" &&
+       [ "$(grep -Ec '^\| (full \| 0|streaming \| 0\.5|streaming \| 0\.75) \| [0-9.]+ \| [0-9.]+ \|$' "$T/rl/ruler-table.md")" -eq 3 ]
+    then ok ruler_policy_ratio_lists; else ko ruler_policy_ratio_lists "rc $r: $lines $(cat "$T/rl.err" "$T/rl/ruler-table.md" 2>&1 | head -c 600)"; fi
+else
+    skip_case ruler_json_md_shape "no /usr/share/dict/american-english (Debian package wamerican)"
+fi
+"$K" ruler -m "$G" --tasks niah_single_1,nope --out "$T/rx" > /dev/null 2> "$T/rx1.err"; r1=$?
+"$K" ruler -m "$G" --tasks qa_1 --out "$T/rx" > /dev/null 2> "$T/rx2.err"; r2=$?
+"$K" ruler -m "$G" --policy snapkv --ratio 1.5 --out "$T/rx" > /dev/null 2> "$T/rx3.err"; r3=$?
+"$K" ruler -m "$G" --policy snapkv --ratio 0.5 --budget 64 --out "$T/rx" > /dev/null 2> "$T/rx4.err"; r4=$?
+"$K" ruler -m "$G" --ratio 0.5 --out "$T/rx" > /dev/null 2> "$T/rx5.err"; r5=$?
+"$K" ruler -m "$G" --words "$T/no-such-words" --out "$T/rx" > /dev/null 2> "$T/rx6.err"; r6=$?
+if [ $r1 -eq 2 ] && grep -q "unknown task 'nope'" "$T/rx1.err" && [ $r2 -eq 2 ] && grep -q 'task qa_1 is absent' "$T/rx2.err" &&
+   [ $r3 -eq 2 ] && grep -q -- '--ratio must be in (0, 1)' "$T/rx3.err" && [ $r4 -eq 2 ] && grep -q -- '--budget and --ratio exclude each other' "$T/rx4.err" &&
+   [ $r5 -eq 2 ] && grep -q -- '--ratio needs --policy P' "$T/rx5.err" && [ $r6 -eq 1 ] && grep -q 'no-such-words' "$T/rx6.err"
+then ok ruler_refused_by_name; else ko ruler_refused_by_name "rc $r1 $r2 $r3 $r4 $r5 $r6: $(cat "$T"/rx*.err)"; fi
+
 cli_summary

@@ -6,7 +6,7 @@
 # reads one line from stdin; outputs go to a scratch folder. Lines with
 # placeholders (MODEL, PROMPT, ...) are the reference table, not commands.
 # The only change: `-n 1000000` runs 300 tokens. Under KVB_TEST_QUICK
-# (make asan) the measuring commands (ppl, sweep, needle, bench) are left to
+# (make asan) the measuring commands (ppl, sweep, needle, ruler, bench) are left to
 # make test, long_prompt.txt is 3,000 bytes (1,450 tokens) and `-n 2000` runs 100
 # (still past the budget of 1024, so recall evicts and fetches): this script
 # took 416 s of make asan's 26 minutes with them.
@@ -34,7 +34,7 @@ n=0
 while IFS= read -r cmd; do
     n=$((n + 1))
     if [ -n "${KVB_TEST_QUICK:-}" ]; then
-        case "$cmd" in "kvbound ppl"*|"kvbound sweep"*|"kvbound needle"*|"kvbound bench"*) continue ;; esac
+        case "$cmd" in "kvbound ppl"*|"kvbound sweep"*|"kvbound needle"*|"kvbound ruler"*|"kvbound bench"*) continue ;; esac
         cmd=$(printf '%s\n' "$cmd" | sed 's#-n 2000 #-n 100 #')
     fi
     run=$(printf '%s\n' "$cmd" | sed -e "s#^kvbound #$KA #" -e "s#model\.gguf#$SA/stories260K.llamacpp.gguf#g" \

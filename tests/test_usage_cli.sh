@@ -21,7 +21,7 @@ if "$K" serve --bogus 2>&1 | grep -q 'built without the server'; then
     serve_cmd=""
     sk unknown_option_serve "this kvbound was built without the server (libmicrohttpd, cJSON, SQLite): no serve options to check"
 fi
-for c in run chat $serve_cmd ppl sweep needle mem tokenize template info convert mkmodel lab cold policies \
+for c in run chat $serve_cmd ppl sweep needle ruler mem tokenize template info convert mkmodel lab cold policies \
          bench:cache bench:decode bench:prefill bench:stream bench:tokenize bench:batch bench:serve-memory; do
     cmd=$(echo "$c" | tr ':' ' ')
     # shellcheck disable=SC2086

@@ -263,6 +263,7 @@ int cmd_mem(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_needle(int argc, char **argv);
+int cmd_ruler(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);

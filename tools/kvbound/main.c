@@ -20,6 +20,7 @@ static void usage(FILE *f) {
             "  ppl                 a policy's perplexity on a text, vs the full cache (KL, top-1) or recompute\n"
             "  sweep               quality against KV bytes over policies x budgets (CSV, Markdown, SVG)\n"
             "  needle              passkey retrieval through eviction over length x depth (JSON, Markdown, SVG)\n"
+            "  ruler               RULER's synthetic tasks (niah, vt, cwe, fwe) at any length, with a policy (JSON, Markdown)\n"
             "  mem                 KV-cache memory calculator (presets, models, policies)\n"
             "  cold                check recall's cold-tier files (--recall --cold-dir) page by page\n"
             "  template            render a conversation through a Jinja chat template (the model's or a file)\n"
@@ -74,6 +75,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ppl")) return cmd_ppl(argc - 1, argv + 1);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 1, argv + 1);
     if (!strcmp(cmd, "needle")) return cmd_needle(argc - 1, argv + 1);
+    if (!strcmp(cmd, "ruler")) return cmd_ruler(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
