@@ -9,19 +9,20 @@
  * prefill column mass against a materialised T x T reference.
  */
 #include "testing.h"
+#include "families.h"
 #include "ops/ops.h"
 #include "ops/quant.h"
 #include "core/ggml_types.h"
 
-static const struct kvb_kernels *families[3];
+static const struct kvb_kernels *families[4];
 static int n_families;
 
+/* The reference, then the families this CPU runs up to the one in use (families.h). */
 static void find_families(void) {
     families[n_families++] = &kvb_kernels_ref;
-#if defined(__x86_64__)
-    if (kvb_cpu_has_avx2()) families[n_families++] = &kvb_kernels_avx2;
-    if (kvb_cpu_has_avx512()) families[n_families++] = &kvb_kernels_avx512;
-#endif
+    const struct kvb_family *f[3];
+    const int n = t_fast_families(f, 3);
+    for (int i = 0; i < n; i++) families[n_families++] = f[i]->attn;
 }
 
 /* A fake stream: n rows in pages of B=4 slots, physical order scrambled;

@@ -1,0 +1,30 @@
+/*
+ * arm_kernels.h — the ARM (AArch64) families' tables and the pieces one
+ * file defines and another's table uses. Plain C declarations: any file
+ * may include it; only the dispatch table (dispatch.c) decides which run.
+ *
+ * Families, each needing the one before it (dispatch.c reads the features
+ * with getauxval): neon (AdvSIMD, every AArch64 CPU), dotprod (and SDOT,
+ * HWCAP_ASIMDDP), i8mm (and SMMLA, HWCAP2_I8MM). Their attention
+ * primitives are one NEON body (attn_neon.c); their weight kernels one body
+ * (dot_arm.h) built three times with the family's instructions.
+ */
+#ifndef KVB_ARM_KERNELS_H
+#define KVB_ARM_KERNELS_H
+
+#include "../matmul.h"
+
+/* attn_neon.c: the attention primitives, one table per family (the same
+ * kernels; the name is the family's, as bench JSON reports it). */
+extern const struct kvb_kernels kvb_kernels_neon, kvb_kernels_dotprod, kvb_kernels_i8mm;
+/* dot_neon.c, dot_dotprod.c, dot_i8mm.c */
+extern const struct kvb_dot_kernels kvb_dot_neon, kvb_dot_dotprod, kvb_dot_i8mm;
+
+/* The types without an ARM integer kernel yet decode through the scalar
+ * integer references (int8 activations, as every SIMD family's decode). */
+#define ARM_REF_DOT_Q8                                                                                                       \
+    [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_ref, [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_ref, \
+    [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_ref, \
+    [GGML_TYPE_Q5_K] = kvb_dot_q5_K_q8_ref
+
+#endif
