@@ -5,9 +5,9 @@
  * queries with exact integer block sums and the reference's fmaf chain (its
  * bits are every family's contract); many query rows over f16 pages get an f32 tile (f16_tile_rows);
  * other rows reach these kernels as f32 tiles (quant_rows is
- * false: the driver dequantizes a tile at a time). exp, the f16
- * conversions, the row loaders and recall's page bounds are the
- * reference's. The three ARM families share this body; only the name
+ * false: the driver dequantizes a tile at a time); exp by the avx2
+ * family's polynomial (its bits). The f16 conversions, the row loaders
+ * and recall's page bounds are the reference's. The three ARM families share this body; only the name
  * differs, so bench JSON reports the family in use.
  */
 #include "arm_kernels.h"
@@ -59,7 +59,44 @@ static void accum_neon(const struct kvb_kv_view *v, const float *e, int32_t n_ro
     }
 }
 
-static void vexp_arm(float *x, int32_t n) { kvb_kernels_ref.vexp(x, n); }
+/* exp of 4 lanes: x = n ln2 + r (ln2 in two parts), a degree-6 polynomial,
+ * times 2^n built in the exponent bits; below -87.34 exactly 0 (so -inf
+ * gives 0). The same operations in the same order as the avx2 family's
+ * exp8 (x86/attn_avx2.c), FMA for FMA: the same bits as AVX2's vexp. */
+static inline float32x4_t exp4(float32x4_t x) {
+    const float32x4_t lo = vdupq_n_f32(-87.33654f), hi = vdupq_n_f32(88.37626f);
+    const uint32x4_t zero = vcltq_f32(x, lo);
+    x = vminnmq_f32(vmaxnmq_f32(x, lo), hi);
+    const float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
+    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t p = vdupq_n_f32(1.0f / 720);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 120), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 24), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 6), p, r);
+    p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    /* 2^n for n in [-126, 127]; n = 128 (x near hi) is split as 2^(n-1) * 2 */
+    int32x4_t ni = vcvtq_s32_f32(n);
+    const uint32x4_t big = vcgtq_s32(ni, vdupq_n_s32(127));
+    ni = vsubq_s32(ni, vreinterpretq_s32_u32(vandq_u32(big, vdupq_n_u32(1))));
+    const float32x4_t pw = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(ni, vdupq_n_s32(127)), 23));
+    p = vmulq_f32(p, pw);
+    p = vbslq_f32(big, vaddq_f32(p, p), p);
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(p), zero));
+}
+
+static void vexp_neon(float *x, int32_t n) {
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(x + i, exp4(vld1q_f32(x + i)));
+    if (i < n) {
+        float tmp[4] = {0};
+        for (int32_t k = 0; i + k < n; k++) tmp[k] = x[i + k];
+        vst1q_f32(tmp, exp4(vld1q_f32(tmp)));
+        for (int32_t k = 0; i + k < n; k++) x[i + k] = tmp[k];
+    }
+}
 static void to_f16_arm(const float *src, uint16_t *dst, int32_t n) { kvb_kernels_ref.to_f16(src, dst, n); }
 static void from_f16_arm(const uint16_t *src, float *dst, int32_t n) { kvb_kernels_ref.from_f16(src, dst, n); }
 static void from_q8_0_arm(const void *src, float *dst, int32_t n) { kvb_kernels_ref.from_q8_0(src, dst, n); }
@@ -114,7 +151,7 @@ static void page_bounds_arm(const float *q, int32_t n_rows, const float *lohi, i
 
 #define ARM_ATTN(fam)                                                                                                          \
     {                                                                                                                          \
-        .name = fam, .scores = scores_neon, .accum = accum_neon, .vexp = vexp_arm, .to_f16 = to_f16_arm, .from_f16 = from_f16_arm, \
+        .name = fam, .scores = scores_neon, .accum = accum_neon, .vexp = vexp_neon, .to_f16 = to_f16_arm, .from_f16 = from_f16_arm, \
         .from_q8_0 = from_q8_0_arm, .from_q4_0 = from_q4_0_arm, .quant_rows = false, .f16_tile_rows = ARM_F16_TILE_ROWS, .scores_i8 = scores_i8_neon, \
         .page_bounds = page_bounds_arm,                                                                                        \
     }
