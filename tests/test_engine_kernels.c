@@ -59,8 +59,8 @@ TEST(fast_kernels_match_reference_every_dtype) {
         const int32_t V = m->info.n_vocab;
         float *fast = malloc(sizeof(float) * T * (size_t)V), *ref = malloc(sizeof(float) * T * (size_t)V);
         for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
-            char path[64];
-            snprintf(path, sizeof path, "/tmp/kvb_test_%s_%s.gguf", shapes[s], kvb_ggml_type_name(types[t]));
+            char path[96]; /* the pid: make test-aarch64 runs several tiers of this test at once */
+            snprintf(path, sizeof path, "/tmp/kvb_test_%ld_%s_%s.gguf", (long)getpid(), shapes[s], kvb_ggml_type_name(types[t]));
             CHECK_OK(kvb_model_write_gguf(m, path, types[t], NULL, NULL));
             kvb_kernels_force_ref(false);
             CHECK(logits_for(path, fast, T) == 0);
