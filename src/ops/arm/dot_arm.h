@@ -69,6 +69,94 @@ static float ARM_FAM(dot_q4_0_q8)(const void *row, const struct kvb_q8_act *x, i
     return (float)acc;
 }
 
+/* The 32 codes of a block of nibbles (code j: j < 16 the low nibble of
+ * byte j, else the high one of byte j - 16) as two vectors of 0..15. */
+static inline void ARM_FAM(nibbles)(const uint8_t *qs, uint8x16_t *lo, uint8x16_t *hi) {
+    const uint8x16_t v = vld1q_u8(qs);
+    *lo = vandq_u8(v, vdupq_n_u8(0xF));
+    *hi = vshrq_n_u8(v, 4);
+}
+
+/* Bit 4 of the 32 codes of a Q5 block: bit j of qh (little-endian) as 0x10
+ * in byte j of the two vectors. */
+static inline void ARM_FAM(q5_high)(const uint8_t *qh4, uint8x16_t *h0, uint8x16_t *h1) {
+    static const uint8_t rep0[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint8_t q[16] = {qh4[0], qh4[1], qh4[2], qh4[3]};
+    const uint8x16_t qv = vld1q_u8(q), r0 = vld1q_u8(rep0), m = vld1q_u8(bits), k16 = vdupq_n_u8(0x10);
+    *h0 = vandq_u8(vtstq_u8(vqtbl1q_u8(qv, r0), m), k16);
+    *h1 = vandq_u8(vtstq_u8(vqtbl1q_u8(qv, vaddq_u8(r0, vdupq_n_u8(2))), m), k16);
+}
+
+/* Q5_0: codes less 16; the reference's per-block double sum. */
+static float ARM_FAM(dot_q5_0_q8)(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_0 *b = row;
+    const int8x16_t k16 = vdupq_n_s8(16);
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        uint8x16_t lo, hi, h0, h1;
+        ARM_FAM(nibbles)(b[i].qs, &lo, &hi);
+        ARM_FAM(q5_high)(b[i].qh, &h0, &h1);
+        const int8x16_t c0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, h0)), k16), c1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(hi, h1)), k16);
+        const int32_t s = ARM_FAM(dot32)(c0, c1, x->q + i * QK5_0);
+        acc += (double)s * ((double)kvb_f16_to_f32(b[i].d) * (double)x->d[i]);
+    }
+    return (float)acc;
+}
+
+/* Q4_1 and Q5_1: unsigned codes, d_x * (d * sum(q * qx) + m * sum(qx)). */
+static float ARM_FAM(dot_q4_1_q8)(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q4_1 *b = row;
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        uint8x16_t lo, hi;
+        ARM_FAM(nibbles)(b[i].qs, &lo, &hi);
+        const int32_t s = ARM_FAM(dot32)(vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi), x->q + i * QK4_1);
+        acc += (double)x->d[i] * ((double)kvb_f16_to_f32(b[i].d) * (double)s + (double)kvb_f16_to_f32(b[i].m) * (double)x->s[i]);
+    }
+    return (float)acc;
+}
+
+static float ARM_FAM(dot_q5_1_q8)(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_1 *b = row;
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        uint8x16_t lo, hi, h0, h1;
+        ARM_FAM(nibbles)(b[i].qs, &lo, &hi);
+        ARM_FAM(q5_high)(b[i].qh, &h0, &h1);
+        const int32_t s = ARM_FAM(dot32)(vreinterpretq_s8_u8(vorrq_u8(lo, h0)), vreinterpretq_s8_u8(vorrq_u8(hi, h1)), x->q + i * QK5_1);
+        acc += (double)x->d[i] * ((double)kvb_f16_to_f32(b[i].d) * (double)s + (double)kvb_f16_to_f32(b[i].m) * (double)x->s[i]);
+    }
+    return (float)acc;
+}
+
+/* IQ4_NL and MXFP4: the codes index 16 int8 values (one TBL). */
+static float ARM_FAM(dot_iq4_nl_q8)(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_iq4_nl *b = row;
+    const int8x16_t kv = vld1q_s8(kvb_kvalues_iq4nl);
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK4_NL; i++) {
+        uint8x16_t lo, hi;
+        ARM_FAM(nibbles)(b[i].qs, &lo, &hi);
+        const int32_t s = ARM_FAM(dot32)(vqtbl1q_s8(kv, lo), vqtbl1q_s8(kv, hi), x->q + i * QK4_NL);
+        acc += (double)s * ((double)kvb_f16_to_f32(b[i].d) * (double)x->d[i]);
+    }
+    return (float)acc;
+}
+
+static float ARM_FAM(dot_mxfp4_q8)(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_mxfp4 *b = row;
+    const int8x16_t kv = vld1q_s8(kvb_kvalues_mxfp4);
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        uint8x16_t lo, hi;
+        ARM_FAM(nibbles)(b[i].qs, &lo, &hi);
+        const int32_t s = ARM_FAM(dot32)(vqtbl1q_s8(kv, lo), vqtbl1q_s8(kv, hi), x->q + i * QK_MXFP4);
+        acc += (double)s * ((double)kvb_e8m0_half(b[i].e) * (double)x->d[i]);
+    }
+    return (float)acc;
+}
+
 /* Q4_K: per super-block, sum over its 8 sub-blocks of scale * (codes . x)
  * and of min * (the activations' sums), in int64 as the reference. */
 static float ARM_FAM(dot_q4_K_q8)(const void *row, const struct kvb_q8_act *x, int64_t n) {

@@ -47,8 +47,7 @@ static void q8_tile_i8mm(const void *rows, size_t row_bytes, int nr, const struc
 const struct kvb_dot_kernels kvb_dot_i8mm = {
     .name = "i8mm",
     .panel = panel_i8mm,
-    .dot_q8 = {[GGML_TYPE_Q8_0] = dot_q8_0_q8_i8mm, [GGML_TYPE_Q4_0] = dot_q4_0_q8_i8mm, [GGML_TYPE_Q4_K] = dot_q4_K_q8_i8mm,
-               [GGML_TYPE_Q6_K] = dot_q6_K_q8_i8mm, ARM_REF_DOT_Q8},
+    .dot_q8 = {ARM_DOT_Q8(i8mm)},
     .dot = {[GGML_TYPE_F32] = dot_f32_i8mm, [GGML_TYPE_F16] = dot_f16_i8mm, [GGML_TYPE_BF16] = dot_bf16_i8mm},
     .q8_tile = q8_tile_i8mm,
     .q8_tile_rows = TILE,
