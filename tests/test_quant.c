@@ -805,17 +805,18 @@ TEST(activation_quantization_equals_reference) {
 /* The ARM families (src/ops/arm/dot_arm.h) give the scalar integer
  * references' bits: each block's integer sum exact (SMULL/SADALP, SDOT or
  * SMMLA), then scaled and summed in double in block order. Every int8 dot
- * of q8_0, q4_0, q4_K, q6_K, q5_0, q4_1, q5_1, iq4_nl and mxfp4, on random
- * rows and at the ends of the code ranges (q8_0's -128 and 127, q4_K's
- * largest scales and mins, q6_K's -32 and 31 with scales -128 and 127, the
- * others' codes all 0 or all largest), and every shape of a family's Q8_0
+ * of q8_0, q4_0, q4_K, q6_K, q5_0, q4_1, q5_1, iq4_nl, mxfp4, q5_K and
+ * iq4_xs, on random rows and at the ends of the code ranges (q8_0's -128
+ * and 127, q4_K's and q5_K's largest codes, scales and mins, q6_K's -32 and
+ * 31 with scales -128 and 127, iq4_xs's -127 and 113 with scales 31 and -32,
+ * the others' codes all 0 or all largest), and every shape of a family's Q8_0
  * tile (i8mm's SMMLA), equal the reference to the bit. x86: skipped (its
  * families' contract is the reference within float rounding). */
 TEST(arm_int8_dots_and_tiles_are_the_reference_bits) {
 #if defined(__aarch64__)
     enum { N = 1024, LDO = KVB_Q8_TILE_ROWS_MAX + 1 };
     static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_0,
-                                     GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4};
+                                     GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
     static float w[N], x[N], xs[KVB_Q8_TILE_TOKENS_MAX][N / 32];
     static int8_t xq[KVB_Q8_TILE_TOKENS_MAX][N];
     static int16_t xsum[KVB_Q8_TILE_TOKENS_MAX][N / 16];
@@ -860,6 +861,21 @@ TEST(arm_int8_dots_and_tiles_are_the_reference_bits) {
         if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_MXFP4) {
             const size_t bs = kvb_ggml_type_size(type), off = type == GGML_TYPE_MXFP4 ? 1 : (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1) ? 4 : 2;
             for (size_t b = 0; b < rb / bs; b++) memset(rows[1] + b * bs + off, b % 2 ? 0xff : 0x00, bs - off); /* every code largest, or 0 */
+        }
+        if (type == GGML_TYPE_Q5_K) { /* the largest codes (31), scales and mins */
+            struct block_q5_K *bk = (struct block_q5_K *)rows[1];
+            memset(bk->scales, 0xff, sizeof bk->scales);
+            memset(bk->qs, 0xff, sizeof bk->qs);
+            memset(bk->qh, 0xff, sizeof bk->qh);
+        }
+        if (type == GGML_TYPE_IQ4_XS) { /* -127 everywhere (ls 31: scale -1), then 113 everywhere with scale -32 */
+            struct block_iq4_xs *bk = (struct block_iq4_xs *)rows[1];
+            memset(bk->qs, 0x00, sizeof bk->qs);
+            memset(bk->scales_l, 0xff, sizeof bk->scales_l);
+            bk->scales_h = 0x5555;
+            memset(bk[1].qs, 0xff, sizeof bk->qs);
+            memset(bk[1].scales_l, 0x00, sizeof bk->scales_l);
+            bk[1].scales_h = 0;
         }
         const kvb_dot_q8_fn ref = kvb_dot_q8_ref(type);
         for (int f = 0; f < 3; f++) {

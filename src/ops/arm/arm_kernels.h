@@ -20,13 +20,12 @@ extern const struct kvb_kernels kvb_kernels_neon, kvb_kernels_dotprod, kvb_kerne
 /* dot_neon.c, dot_dotprod.c, dot_i8mm.c */
 extern const struct kvb_dot_kernels kvb_dot_neon, kvb_dot_dotprod, kvb_dot_i8mm;
 
-/* Every family's int8 dots (dot_arm.h, suffixed with its name); q5_K and
- * iq4_xs decode through the scalar integer references (int8 activations,
- * as every SIMD family's decode) until they have kernels. */
+/* Every family's int8 dots (dot_arm.h, suffixed with its name): every
+ * quantized weight type kvbound loads. */
 #define ARM_DOT_Q8(fam)                                                                                                          \
     [GGML_TYPE_Q8_0] = dot_q8_0_q8_##fam, [GGML_TYPE_Q4_0] = dot_q4_0_q8_##fam, [GGML_TYPE_Q4_K] = dot_q4_K_q8_##fam,        \
     [GGML_TYPE_Q6_K] = dot_q6_K_q8_##fam, [GGML_TYPE_Q5_0] = dot_q5_0_q8_##fam, [GGML_TYPE_Q4_1] = dot_q4_1_q8_##fam,        \
     [GGML_TYPE_Q5_1] = dot_q5_1_q8_##fam, [GGML_TYPE_IQ4_NL] = dot_iq4_nl_q8_##fam, [GGML_TYPE_MXFP4] = dot_mxfp4_q8_##fam, \
-    [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_ref, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_q8_ref
+    [GGML_TYPE_IQ4_XS] = dot_iq4_xs_q8_##fam, [GGML_TYPE_Q5_K] = dot_q5_K_q8_##fam
 
 #endif

@@ -184,6 +184,55 @@ static float ARM_FAM(dot_q4_K_q8)(const void *row, const struct kvb_q8_act *x, i
     return (float)acc;
 }
 
+/* Q5_K: Q4_K's sums with bit j of qh[l] as the fifth bit of sub-block j's
+ * code l (qh read once per super-block). */
+static float ARM_FAM(dot_q5_K_q8)(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_q5_K *b = row;
+    const uint8x16_t m4 = vdupq_n_u8(0xF), one = vdupq_n_u8(1);
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *xq = x->q + i * QK_K;
+        const uint8x16_t qh0 = vld1q_u8(b[i].qh), qh1 = vld1q_u8(b[i].qh + 16);
+        int64_t sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            kvb_q4k_scale_min(j, b[i].scales, &sc, &m);
+            const uint8_t *q = b[i].qs + (j / 2) * 32;
+            uint8x16_t l0 = vld1q_u8(q), l1 = vld1q_u8(q + 16);
+            l0 = j % 2 ? vshrq_n_u8(l0, 4) : vandq_u8(l0, m4);
+            l1 = j % 2 ? vshrq_n_u8(l1, 4) : vandq_u8(l1, m4);
+            const int8x16_t sh = vdupq_n_s8((int8_t)-j);
+            const uint8x16_t h0 = vshlq_n_u8(vandq_u8(vshlq_u8(qh0, sh), one), 4), h1 = vshlq_n_u8(vandq_u8(vshlq_u8(qh1, sh), one), 4);
+            const int32_t s = ARM_FAM(dot32)(vreinterpretq_s8_u8(vorrq_u8(l0, h0)), vreinterpretq_s8_u8(vorrq_u8(l1, h1)), xq + j * 32);
+            sumi += (int64_t)sc * s;
+            summ += (int64_t)m * (x->s[i * 16 + 2 * j] + x->s[i * 16 + 2 * j + 1]);
+        }
+        const double dx = x->d[i];
+        acc += dx * ((double)kvb_f16_to_f32(b[i].d) * (double)sumi - (double)kvb_f16_to_f32(b[i].dmin) * (double)summ);
+    }
+    return (float)acc;
+}
+
+/* IQ4_XS: per super-block, d * d_x * sum over its 8 sub-blocks of
+ * (ls - 32) * (values . x), the values by one TBL. */
+static float ARM_FAM(dot_iq4_xs_q8)(const void *row, const struct kvb_q8_act *x, int64_t n) {
+    const struct block_iq4_xs *b = row;
+    const int8x16_t kv = vld1q_s8(kvb_kvalues_iq4nl);
+    double acc = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *xq = x->q + i * QK_K;
+        int64_t sumi = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            uint8x16_t lo, hi;
+            ARM_FAM(nibbles)(b[i].qs + 16 * ib, &lo, &hi);
+            const int32_t s = ARM_FAM(dot32)(vqtbl1q_s8(kv, lo), vqtbl1q_s8(kv, hi), xq + ib * 32);
+            sumi += (int64_t)(kvb_iq4xs_ls(&b[i], ib) - 32) * s;
+        }
+        acc += (double)kvb_f16_to_f32(b[i].d) * (double)x->d[i] * (double)sumi;
+    }
+    return (float)acc;
+}
+
 /* Q6_K: each half h of 128 weights is four groups g of 32, codes from the
  * low or high nibbles of ql[64h + 32(g & 1) ..] and bits 2g of qh[32h ..],
  * less 32; a scale per 16 (scales[8h + 2g + l / 16]). */
