@@ -2,7 +2,8 @@
 # `make demo` runs the main job, `make asan` runs the unit tests under
 # AddressSanitizer + UBSan, `make tsan` the threaded tests under
 # ThreadSanitizer, `make bench` runs the benchmarks, `make install
-# PREFIX=DIR` installs the libraries, header, kvbound.pc and the tool.
+# PREFIX=DIR` installs the libraries, header, kvbound.pc and the tool;
+# `make cross-aarch64` and `make test-aarch64` build for ARM and test under qemu.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
@@ -13,7 +14,7 @@ CMAKE_FLAGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: all build test demo asan tsan bench fuzz install clean
+.PHONY: all build test demo asan tsan bench fuzz install clean cross-aarch64 test-aarch64
 
 all: build
 
@@ -66,10 +67,23 @@ fuzz:
 	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DKVB_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
 
+# 64-bit ARM Linux with Debian's gcc-aarch64-linux-gnu (cmake/aarch64-linux-gnu.cmake) into build-aarch64/;
+# make test-aarch64 runs its unit tests under qemu-aarch64 (Debian's qemu-user), once per forced kernel tier
+# (KVB_KERNELS), ending with make test's closing line. AARCH64_TESTS picks tests (default: every unit test)
+AARCH64_BUILD ?= build-aarch64
+AARCH64_TIERS ?= ref neon dotprod i8mm
+AARCH64_TESTS ?=
+cross-aarch64:
+	@cmake -S . -B $(AARCH64_BUILD) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(AARCH64_BUILD) -j $(JOBS)
+
+test-aarch64: cross-aarch64
+	@KVB_TEST_JOBS=$${KVB_TEST_JOBS:-$(TEST_JOBS)} sh tests/run_qemu_tests.sh $(AARCH64_BUILD) "$(AARCH64_TIERS)" $(AARCH64_TESTS)
+
 install: build
 	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	@cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz $(AARCH64_BUILD)

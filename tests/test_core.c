@@ -1,6 +1,7 @@
 /* test_core.c — f16 conversion, CRC-32, status strings, thread pool, the
  * string builder and its JSON string writer. */
 #include "testing.h"
+#include "families.h"
 #include "core/core.h"
 #include "ops/ops.h"
 
@@ -33,11 +34,9 @@ TEST(f16_known_values) {
 
 /* Every kernel family's f16 conversion equals the scalar one, bit for bit. */
 TEST(f16_kernels_match_scalar) {
-    const struct kvb_kernels *fams[3] = {&kvb_kernels_ref, NULL, NULL};
-#if defined(__x86_64__)
-    if (kvb_cpu_has_avx2()) fams[1] = &kvb_kernels_avx2;
-    if (kvb_cpu_has_avx512()) fams[2] = &kvb_kernels_avx512;
-#endif
+    const struct kvb_kernels *fams[4] = {&kvb_kernels_ref, NULL, NULL, NULL};
+    const struct kvb_family *fam[3];
+    for (int i = 0, n = t_fast_families(fam, 3); i < n; i++) fams[1 + i] = fam[i]->attn;
     unsigned long long rs = 7;
     enum { N = 4099 };
     static float src[N], back[N];
@@ -46,7 +45,7 @@ TEST(f16_kernels_match_scalar) {
         float scale = (float)pow(2.0, (double)((int)(t_rng_next(&rs) % 40) - 28));
         src[i] = t_randf(&rs) * scale;
     }
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < 4; f++) {
         if (!fams[f]) continue;
         fams[f]->to_f16(src, h, N);
         for (int i = 0; i < N; i++)

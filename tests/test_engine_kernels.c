@@ -59,8 +59,8 @@ TEST(fast_kernels_match_reference_every_dtype) {
         const int32_t V = m->info.n_vocab;
         float *fast = malloc(sizeof(float) * T * (size_t)V), *ref = malloc(sizeof(float) * T * (size_t)V);
         for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
-            char path[64];
-            snprintf(path, sizeof path, "/tmp/kvb_test_%s_%s.gguf", shapes[s], kvb_ggml_type_name(types[t]));
+            char path[96]; /* the pid: make test-aarch64 runs several tiers of this test at once */
+            snprintf(path, sizeof path, "/tmp/kvb_test_%ld_%s_%s.gguf", (long)getpid(), shapes[s], kvb_ggml_type_name(types[t]));
             CHECK_OK(kvb_model_write_gguf(m, path, types[t], NULL, NULL));
             kvb_kernels_force_ref(false);
             CHECK(logits_for(path, fast, T) == 0);
@@ -240,9 +240,52 @@ TEST(kernel_table) {
     }
 }
 
+/* AArch64 Linux: kvb_cpu_features() follows the kernel's hwcaps, read here
+ * on their own from /proc/self/auxv (AT_HWCAP 16, AT_HWCAP2 26: asimd bit
+ * 1, fphp 9, asimdhp 10, asimddp 20, sve 22; i8mm 13, bf16 14), and the
+ * unforced family is the highest whose needs they meet. make test-aarch64
+ * runs it under qemu's max CPU (every feature) with each tier forced; CI
+ * also unforced under CPUs without SDOT or SMMLA (QEMU_CPU=cortex-a53,
+ * cortex-a76: neon, dotprod) and with 512-bit SVE (a64fx). Elsewhere:
+ * skipped. */
+TEST(arm_features_follow_the_hwcaps) {
+#if defined(__aarch64__) && defined(__linux__)
+    FILE *f = fopen("/proc/self/auxv", "rb");
+    if (!f) SKIP_CASE("no /proc/self/auxv");
+    unsigned long pair[2], hw = 0, hw2 = 0;
+    while (fread(pair, sizeof pair, 1, f) == 1 && pair[0] != 0) {
+        if (pair[0] == 16) hw = pair[1];
+        if (pair[0] == 26) hw2 = pair[1];
+    }
+    fclose(f);
+    unsigned want = 0;
+    if (hw & (1ul << 1)) want |= KVB_CPU_NEON;
+    if ((hw & (1ul << 1)) && (hw & (1ul << 20))) want |= KVB_CPU_DOTPROD;
+    if ((hw & (1ul << 1)) && (hw2 & (1ul << 13))) want |= KVB_CPU_I8MM;
+    if ((hw & (1ul << 9)) && (hw & (1ul << 10))) want |= KVB_CPU_FP16;
+    if (hw2 & (1ul << 14)) want |= KVB_CPU_BF16;
+    if (hw & (1ul << 22)) want |= KVB_CPU_SVE;
+    const unsigned have = kvb_cpu_features();
+    if (have != want) FAILF("features 0x%x, the hwcaps say 0x%x (AT_HWCAP 0x%lx, AT_HWCAP2 0x%lx)", have, want, hw, hw2);
+    CHECK(have & KVB_CPU_NEON);
+    CHECK((kvb_cpu_sve_bytes() > 0) == ((have & KVB_CPU_SVE) != 0));
+    CHECK(kvb_cpu_sve_bytes() % 16 == 0 && kvb_cpu_sve_bytes() <= 256);
+    const char *want_family = (have & KVB_CPU_I8MM) && (have & KVB_CPU_DOTPROD) ? "i8mm" : (have & KVB_CPU_DOTPROD) ? "dotprod" : "neon";
+    const char *cap = getenv("KVB_KERNELS"), *ref = getenv("KVB_REF");
+    if (!cap && !(ref && ref[0] && strcmp(ref, "0"))) {
+        kvb_kernels_force_ref(false);
+        if (strcmp(kvb_family()->name, want_family)) FAILF("chose %s on a CPU whose best is %s", kvb_family()->name, want_family);
+    }
+    printf("  hwcaps: features 0x%x, SVE %d bytes, best family %s\n", have, kvb_cpu_sve_bytes(), want_family);
+#else
+    SKIP_CASE("not AArch64 Linux (make test-aarch64 runs it under qemu)");
+#endif
+}
+
 int main(void) {
     RUN(fast_kernels_match_reference_every_dtype);
     RUN(crafted_gguf_errors);
     RUN(kernel_table);
+    RUN(arm_features_follow_the_hwcaps);
     return test_summary();
 }

@@ -9,6 +9,7 @@
  * bits of the family's lone integer dot.
  */
 #include "testing.h"
+#include "families.h"
 #include "ops/matmul.h"
 #include "ops/quant.h"
 
@@ -129,12 +130,30 @@ TEST(q8_0_codes_round_to_nearest) {
     }
 }
 
-TEST(simd_dot_equals_reference) {
-    const struct kvb_dot_kernels *fams[3] = {&kvb_dot_ref, NULL, NULL};
+/* The weight kernels of the families this CPU runs, up to the one in use
+ * (families.h: x86's avx2, avxvnni, avx512, avx512vnni; AArch64's neon,
+ * dotprod, i8mm), NULL past them. */
+enum { N_FAMS = 4 };
+static void present_families(const struct kvb_dot_kernels *fams[N_FAMS]) {
+    const struct kvb_family *f[N_FAMS];
+    const int n = t_fast_families(f, N_FAMS);
+    for (int i = 0; i < N_FAMS; i++) fams[i] = i < n ? f[i]->dot : NULL;
+}
+
+/* The avxvnni family's integer kernels must give avx2's bits (dot_i8_avx2.h):
+ * avx2's kernel for the same call where fam is avxvnni, else NULL. */
+static const struct kvb_dot_kernels *avx2_twin(const struct kvb_dot_kernels *fam) {
 #if defined(__x86_64__)
-    if (kvb_cpu_has_avx2()) fams[1] = &kvb_dot_avx2;
-    if (kvb_cpu_has_avx512()) fams[2] = &kvb_dot_avx512;
+    if (fam == &kvb_dot_avxvnni && kvb_cpu_has_avx2()) return &kvb_dot_avx2;
+#else
+    (void)fam;
 #endif
+    return NULL;
+}
+
+TEST(simd_dot_equals_reference) {
+    const struct kvb_dot_kernels *fams[N_FAMS + 1] = {&kvb_dot_ref, NULL, NULL, NULL, NULL};
+    present_families(fams + 1);
     enum { N = 1024 };
     static float w[N], x[N];
     static uint8_t row[N * 4];
@@ -147,7 +166,7 @@ TEST(simd_dot_equals_reference) {
             kvb_dequantize_row(k_types[t], row, w, n); /* the reference sum, in double */
             double ref = 0, mag = 0;
             for (int i = 0; i < n; i++) { ref += (double)w[i] * x[i]; mag += fabs((double)w[i] * x[i]); }
-            for (int f = 0; f < 3; f++) {
+            for (int f = 0; f < N_FAMS + 1; f++) {
                 if (!fams[f] || !fams[f]->dot[k_types[t]]) continue;
                 double got = fams[f]->dot[k_types[t]](row, x, n);
                 if (fabs(got - ref) > 1e-5 * mag + 1e-7)
@@ -279,17 +298,6 @@ static void dequant_act(uint32_t type, const struct kvb_q8_act *a, int64_t n, fl
     for (int64_t i = 0; i < n; i++) out[i] = a->d[i / bs] * a->q[i];
 }
 
-/* The x86 integer-dot families this CPU runs (avx2, avx512, avx512vnni, avxvnni), NULL where it lacks one. */
-enum { N_FAMS = 4 };
-static void present_families(const struct kvb_dot_kernels *fams[N_FAMS]) {
-    fams[0] = fams[1] = fams[2] = fams[3] = NULL;
-#if defined(__x86_64__)
-    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
-    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
-    if (kvb_cpu_has_avx512vnni()) fams[2] = &kvb_dot_avx512vnni;
-    if (kvb_cpu_has_avxvnni()) fams[3] = &kvb_dot_avxvnni;
-#endif
-}
 
 TEST(int8_kernels_equal_reference) {
     enum { N = 2048 };
@@ -374,15 +382,15 @@ TEST(int8_kernels_equal_reference) {
                 const float g = fams[f]->dot_q8[type](row, &a, n);
                 if (fabs(g - got) > 1e-5 * mag + 1e-6)
                     FAILF("%s %s n=%lld trial %d: %.9g vs reference %.9g", fams[f]->name, kvb_ggml_type_name(type), (long long)n, trial, g, got);
-                if (f == 3 && fams[0]) { /* avxvnni: avx2's integers by VNNI, so avx2's bits (dot_i8_avx2.h) */
-                    const float g2 = fams[0]->dot_q8[type](row, &a, n);
+                if (avx2_twin(fams[f])) { /* avxvnni: avx2's integers by VNNI, so avx2's bits (dot_i8_avx2.h) */
+                    const float g2 = avx2_twin(fams[f])->dot_q8[type](row, &a, n);
                     if (memcmp(&g, &g2, sizeof g))
                         FAILF("avxvnni %s n=%lld trial %d: %.9g, avx2 %.9g", kvb_ggml_type_name(type), (long long)n, trial, g, g2);
                 }
             }
         }
     }
-    if (!fams[0]) printf("  (no AVX2 on this CPU: the references only)\n");
+    if (!fams[0]) printf("  (no SIMD family on this CPU or under this KVB_KERNELS: the references only)\n");
     CHECK(kvb_dot_q8_ref(GGML_TYPE_F16) == NULL);
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_K), KVB_ACT_Q8_K);
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_0), KVB_ACT_Q8_0);
@@ -471,8 +479,8 @@ TEST(kquant_tiles_equal_lone_dot_every_shape) {
                                 if (memcmp(&one, &o, sizeof one))
                                     FAILF("%s %s tile %dx%d n=%lld pair (%d,%d): %.9g, lone dot %.9g", fam->name, kvb_ggml_type_name(type), nr, nt,
                                           (long long)n, r, t, o, one);
-                                if (f == 3 && fams[0]) { /* avxvnni's tiles: avx2's bits */
-                                    const float o2 = fams[0]->dot_q8[type](rows[r], &a[t0 + t], n);
+                                if (avx2_twin(fam)) { /* avxvnni's tiles: avx2's bits */
+                                    const float o2 = avx2_twin(fam)->dot_q8[type](rows[r], &a[t0 + t], n);
                                     if (memcmp(&o2, &o, sizeof o))
                                         FAILF("avxvnni %s tile %dx%d pair (%d,%d): %.9g, avx2 %.9g", kvb_ggml_type_name(type), nr, nt, r, t, o, o2);
                                 }
@@ -511,11 +519,8 @@ TEST(kquant_tiles_equal_lone_dot_every_shape) {
  * a double-precision dot; and packing puts row r's element k at [k][r]
  * with the rows past the panel zero. */
 TEST(prefill_panel_equals_reference) {
-    const struct kvb_dot_kernels *fams[3] = {&kvb_dot_ref, NULL, NULL};
-#if defined(__x86_64__)
-    if (kvb_cpu_has_avx2()) fams[1] = &kvb_dot_avx2;
-    if (kvb_cpu_has_avx512()) fams[2] = &kvb_dot_avx512;
-#endif
+    const struct kvb_dot_kernels *fams[N_FAMS + 1] = {&kvb_dot_ref, NULL, NULL, NULL, NULL};
+    present_families(fams + 1);
     enum { NMAX = 1003, TMAX = 27 };
     static float w[KVB_PANEL_ROWS * NMAX], x[TMAX * NMAX], wp[KVB_PANEL_ROWS * NMAX], row[NMAX];
     static float yref[TMAX * KVB_PANEL_ROWS], y[TMAX * KVB_PANEL_ROWS], scratch[KVB_PACK_SCRATCH_ROWS * 1024];
@@ -545,7 +550,7 @@ TEST(prefill_panel_equals_reference) {
                         if (fabs(yref[t * KVB_PANEL_ROWS + r] - ref) > 1e-5 * mag + 1e-7)
                             FAILF("reference n=%lld row %d token %d: %.9g vs %.9g", (long long)n, r, t, yref[t * KVB_PANEL_ROWS + r], ref);
                     }
-                for (int f = 0; f < 3; f++) {
+                for (int f = 0; f < N_FAMS + 1; f++) {
                     if (!fams[f] || !fams[f]->panel) continue;
                     for (size_t i = 0; i < sizeof y / sizeof *y; i++) y[i] = -1.0f; /* untouched past nr */
                     fams[f]->panel(wp, n, x, n, nt, y, KVB_PANEL_ROWS, nr);
@@ -559,7 +564,7 @@ TEST(prefill_panel_equals_reference) {
                 }
             }
         }
-    if (!fams[1]) printf("  (no AVX2 on this CPU: the reference only)\n");
+    if (!fams[1]) printf("  (no SIMD family on this CPU or under this KVB_KERNELS: the reference only)\n");
     (void)row;
 }
 
@@ -604,11 +609,8 @@ TEST(prefill_rows_longer_than_a_panel) {
  * kvb_dequantize_row, k-major, zero past the panel's rows) for every weight
  * type, full and partial panels, with and without a column tail. */
 TEST(panel_packing_equals_reference) {
-    const struct kvb_dot_kernels *fams[2] = {NULL, NULL};
-#if defined(__x86_64__)
-    if (kvb_cpu_has_avx2()) fams[0] = &kvb_dot_avx2;
-    if (kvb_cpu_has_avx512()) fams[1] = &kvb_dot_avx512;
-#endif
+    const struct kvb_dot_kernels *fams[N_FAMS];
+    present_families(fams);
     enum { N = 512, ROWS = 40 };
     static float src[ROWS * N], want[KVB_PANEL_ROWS * N], got[KVB_PANEL_ROWS * N], scratch[KVB_PACK_SCRATCH_ROWS * N];
     static uint8_t q[ROWS * N * 4];
@@ -629,7 +631,7 @@ TEST(panel_packing_equals_reference) {
             const int cases[][2] = {{0, 32}, {8, 32}, {3, 29}, {35, 5}, {0, 1}};
             for (int c = 0; c < 5; c++) {
                 kvb_pack_panel(&m, cases[c][0], cases[c][1], want, scratch);
-                for (int f = 0; f < 2; f++) {
+                for (int f = 0; f < N_FAMS; f++) {
                     if (!fams[f] || !fams[f]->pack) continue;
                     memset(got, 0x5a, sizeof got);
                     fams[f]->pack(&m, cases[c][0], cases[c][1], got, scratch);
@@ -828,6 +830,119 @@ TEST(activation_quantization_equals_reference) {
     if (!checked) printf("  (no SIMD family on this CPU: the reference's own rules checked)\n");
 }
 
+/* The ARM families (src/ops/arm/dot_arm.h) give the scalar integer
+ * references' bits: each block's integer sum exact (SMULL/SADALP, SDOT or
+ * SMMLA), then scaled and summed in double in block order. Every int8 dot
+ * of q8_0, q4_0, q4_K, q6_K, q5_0, q4_1, q5_1, iq4_nl, mxfp4, q5_K and
+ * iq4_xs, on random rows and at the ends of the code ranges (q8_0's -128
+ * and 127, q4_K's and q5_K's largest codes, scales and mins, q6_K's -32 and
+ * 31 with scales -128 and 127, iq4_xs's -127 and 113 with scales 31 and -32,
+ * the others' codes all 0 or all largest), and every shape of a family's Q8_0
+ * tile (i8mm's SMMLA), equal the reference to the bit. x86: skipped (its
+ * families' contract is the reference within float rounding). */
+TEST(arm_int8_dots_and_tiles_are_the_reference_bits) {
+#if defined(__aarch64__)
+    enum { N = 1024, LDO = KVB_Q8_TILE_ROWS_MAX + 1 };
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_0,
+                                     GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
+    static float w[N], x[N], xs[KVB_Q8_TILE_TOKENS_MAX][N / 32];
+    static int8_t xq[KVB_Q8_TILE_TOKENS_MAX][N];
+    static int16_t xsum[KVB_Q8_TILE_TOKENS_MAX][N / 16];
+    static uint8_t rows[KVB_Q8_TILE_ROWS_MAX][N * 2];
+    const struct kvb_dot_kernels *fams[N_FAMS];
+    present_families(fams);
+    if (!fams[0]) SKIP_CASE("KVB_KERNELS=ref: no ARM family to compare");
+    int checked = 0, tiles = 0;
+    unsigned long long rs = 909;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const uint32_t type = types[ti];
+        const size_t rb = kvb_ggml_type_size(type) * (size_t)(N / kvb_ggml_blck_size(type));
+        struct kvb_q8_act a[KVB_Q8_TILE_TOKENS_MAX];
+        for (int t = 0; t < KVB_Q8_TILE_TOKENS_MAX; t++) {
+            for (int i = 0; i < N; i++) x[i] = t == 1 ? (i % 2 ? -1.0f : 1.0f) : t_randf(&rs) * 3; /* token 1: +-127 everywhere */
+            if (kvb_act_form(type) == KVB_ACT_Q8_K) kvb_quantize_act_q8k(x, N, xs[t], xq[t], xsum[t]);
+            else kvb_quantize_act_q8(x, N, xs[t], xq[t], xsum[t]);
+            a[t] = (struct kvb_q8_act){xs[t], xq[t], xsum[t]};
+        }
+        for (int r = 0; r < KVB_Q8_TILE_ROWS_MAX; r++) {
+            for (int i = 0; i < N; i++) w[i] = t_randf(&rs) * (1 + (float)((i + r) % 61) * 0.05f);
+            CHECK(kvb_quantize_row(type, w, rows[r], N));
+        }
+        /* row 1: the ends of the ranges */
+        if (type == GGML_TYPE_Q8_0)
+            for (int b = 0; b < N / 32; b++)
+                for (int k = 0; k < 32; k++) ((struct block_q8_0 *)rows[1])[b].qs[k] = (int8_t)(k % 2 ? -128 : 127);
+        if (type == GGML_TYPE_Q4_0) memset(rows[1] + 2, 0xff, 16);
+        if (type == GGML_TYPE_Q4_K) {
+            struct block_q4_K *bk = (struct block_q4_K *)rows[1];
+            memset(bk->scales, 0xff, sizeof bk->scales);
+            memset(bk->qs, 0xff, sizeof bk->qs);
+        }
+        if (type == GGML_TYPE_Q6_K) {
+            struct block_q6_K *bk = (struct block_q6_K *)rows[1];
+            memset(bk->ql, 0xff, sizeof bk->ql);
+            memset(bk->qh, 0xff, sizeof bk->qh);
+            memset(bk[1].ql, 0x00, sizeof bk->ql);
+            memset(bk[1].qh, 0x00, sizeof bk->qh);
+            for (int k = 0; k < 16; k++) bk->scales[k] = bk[1].scales[k] = (int8_t)(k % 2 ? -128 : 127);
+        }
+        if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_MXFP4) {
+            const size_t bs = kvb_ggml_type_size(type), off = type == GGML_TYPE_MXFP4 ? 1 : (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1) ? 4 : 2;
+            for (size_t b = 0; b < rb / bs; b++) memset(rows[1] + b * bs + off, b % 2 ? 0xff : 0x00, bs - off); /* every code largest, or 0 */
+        }
+        if (type == GGML_TYPE_Q5_K) { /* the largest codes (31), scales and mins */
+            struct block_q5_K *bk = (struct block_q5_K *)rows[1];
+            memset(bk->scales, 0xff, sizeof bk->scales);
+            memset(bk->qs, 0xff, sizeof bk->qs);
+            memset(bk->qh, 0xff, sizeof bk->qh);
+        }
+        if (type == GGML_TYPE_IQ4_XS) { /* -127 everywhere (ls 31: scale -1), then 113 everywhere with scale -32 */
+            struct block_iq4_xs *bk = (struct block_iq4_xs *)rows[1];
+            memset(bk->qs, 0x00, sizeof bk->qs);
+            memset(bk->scales_l, 0xff, sizeof bk->scales_l);
+            bk->scales_h = 0x5555;
+            memset(bk[1].qs, 0xff, sizeof bk->qs);
+            memset(bk[1].scales_l, 0x00, sizeof bk->scales_l);
+            bk[1].scales_h = 0;
+        }
+        const kvb_dot_q8_fn ref = kvb_dot_q8_ref(type);
+        for (int f = 0; f < N_FAMS; f++) {
+            if (!fams[f]) continue;
+            for (int r = 0; r < 4; r++)
+                for (int t = 0; t < 3; t++) {
+                    const float want = ref(rows[r], &a[t], N), got = fams[f]->dot_q8[type](rows[r], &a[t], N);
+                    if (memcmp(&want, &got, sizeof want))
+                        FAILF("%s %s row %d token %d: %.9g, the reference %.9g", fams[f]->name, kvb_ggml_type_name(type), r, t, got, want);
+                    checked++;
+                }
+            if (type != GGML_TYPE_Q8_0 || !fams[f]->q8_tile) continue;
+            for (int nr = 1; nr <= fams[f]->q8_tile_rows; nr++)
+                for (int nt = 1; nt <= fams[f]->q8_tile_tokens; nt++) {
+                    float out[KVB_Q8_TILE_TOKENS_MAX * LDO];
+                    for (int i = 0; i < KVB_Q8_TILE_TOKENS_MAX * LDO; i++) out[i] = NAN;
+                    fams[f]->q8_tile(rows, sizeof rows[0], nr, a, nt, N - 32, out, LDO, nt % 2 == 1);
+                    for (int t = 0; t < KVB_Q8_TILE_TOKENS_MAX; t++)
+                        for (int r = 0; r < LDO; r++) {
+                            const float g = out[t * LDO + r];
+                            if (t >= nt || r >= nr) {
+                                if (!isnan(g)) FAILF("%s tile %dx%d wrote (%d,%d) outside itself", fams[f]->name, nr, nt, r, t);
+                                continue;
+                            }
+                            const float want = ref(rows[r], &a[t], N - 32);
+                            if (memcmp(&want, &g, sizeof g))
+                                FAILF("%s tile %dx%d pair (%d,%d): %.9g, the reference %.9g", fams[f]->name, nr, nt, r, t, g, want);
+                        }
+                    tiles++;
+                }
+        }
+    }
+    CHECK(checked > 0);
+    CHECK(tiles > 0 || !fams[2]); /* i8mm has a tile */
+#else
+    SKIP_CASE("not an AArch64 build (make test-aarch64 runs it under qemu)");
+#endif
+}
+
 int main(void) {
     RUN(q8_activation_kernel_exact);
     RUN(int8_kernels_equal_reference);
@@ -842,5 +957,6 @@ int main(void) {
     RUN(panel_packing_equals_reference);
     RUN(decode_group_equals_single_matrices);
     RUN(decode_rows_shared_over_threads_cover_every_row);
+    RUN(arm_int8_dots_and_tiles_are_the_reference_bits);
     return test_summary();
 }

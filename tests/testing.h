@@ -6,6 +6,10 @@
  *
  *   TEST(name) { CHECK_EQ_INT(a, b); CHECK_NEAR(x, y, tol); ... }
  *   int main(void) { RUN(name); ...; return test_summary(); }
+ *
+ * KVB_TEST_CASES=a,b,c runs only the cases of those names (the others are
+ * neither run nor counted): CI's qemu runs pick the cases that cover each
+ * ARM kernel (.ci/run).
  */
 #ifndef KVB_TESTING_H
 #define KVB_TESTING_H
@@ -18,9 +22,25 @@
 static int t_passed, t_failed, t_skipped, t_case_failed, t_case_skipped;
 static const char *t_case;
 
+/* Whether KVB_TEST_CASES (a comma-separated list; unset: every case) names the case. */
+static inline int t_case_selected(const char *name) {
+    const char *list = getenv("KVB_TEST_CASES"), *p = list;
+    if (!list || !*list) return 1;
+    const size_t n = strlen(name);
+    while (*p) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 #define TEST(name) static void test_##name(void)
 #define RUN(name)                                                                 \
     do {                                                                          \
+        if (!t_case_selected(#name)) break;                                       \
         t_case = #name;                                                           \
         t_case_failed = 0;                                                        \
         t_case_skipped = 0;                                                       \

@@ -16,9 +16,14 @@
  * without VNNI (on a CPU without AVX-512, the best family below); an
  * unknown name caps nothing. avxvnni sits below avx512 because every
  * AVX-512 family is faster where it runs, and avx512 does not need AVX-VNNI.
- * It is made once, on first use (a race stores the same pointer), and again
- * by kvb_kernels_force_ref. Nothing else in the library tests the CPU or a
- * family's name to pick a kernel.
+ *
+ * On AArch64 the families are ref, neon (AdvSIMD), dotprod (and SDOT),
+ * i8mm (and SMMLA) (arm/arm_kernels.h), capped alike by
+ * KVB_KERNELS=ref|neon|dotprod|i8mm; features come from getauxval
+ * (AT_HWCAP, AT_HWCAP2) on Linux, and elsewhere only NEON is assumed (every
+ * AArch64 CPU has it). It is made once, on first use (a race
+ * stores the same pointer), and again by kvb_kernels_force_ref. Nothing
+ * else in the library tests the CPU or a family's name to pick a kernel.
  */
 #include "dispatch.h"
 #include "deltanet.h"
@@ -28,6 +33,13 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__)
+#include "arm/arm_kernels.h"
+#if defined(__linux__)
+#include <sys/auxv.h>
+#include <sys/prctl.h>
+#endif
+#endif
 
 const struct kvb_family kvb_families[] = {
     {"ref", 0, &kvb_kernels_ref, &kvb_dot_ref, &kvb_gdn_ref},
@@ -36,6 +48,11 @@ const struct kvb_family kvb_families[] = {
     {"avxvnni", KVB_CPU_AVX2 | KVB_CPU_AVXVNNI, &kvb_kernels_avxvnni, &kvb_dot_avxvnni, &kvb_gdn_avx2},
     {"avx512", KVB_CPU_AVX2 | KVB_CPU_AVX512, &kvb_kernels_avx512, &kvb_dot_avx512, &kvb_gdn_avx512},
     {"avx512vnni", KVB_CPU_AVX2 | KVB_CPU_AVX512 | KVB_CPU_AVX512VNNI, &kvb_kernels_avx512vnni, &kvb_dot_avx512vnni, &kvb_gdn_avx512},
+#endif
+#if defined(__aarch64__)
+    {"neon", KVB_CPU_NEON, &kvb_kernels_neon, &kvb_dot_neon, &kvb_gdn_ref},
+    {"dotprod", KVB_CPU_NEON | KVB_CPU_DOTPROD, &kvb_kernels_dotprod, &kvb_dot_dotprod, &kvb_gdn_ref},
+    {"i8mm", KVB_CPU_NEON | KVB_CPU_DOTPROD | KVB_CPU_I8MM, &kvb_kernels_i8mm, &kvb_dot_i8mm, &kvb_gdn_ref},
 #endif
 };
 const int kvb_n_families = (int)(sizeof kvb_families / sizeof kvb_families[0]);
@@ -64,8 +81,29 @@ unsigned kvb_cpu_features(void) {
         have |= KVB_CPU_AVX512;
     if ((have & KVB_CPU_AVX512) && ((c >> 11) & 1)) have |= KVB_CPU_AVX512VNNI;
     if ((have & KVB_CPU_AVX2) && a >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1)) have |= KVB_CPU_AVXVNNI;
+#elif defined(__aarch64__) && defined(__linux__)
+    /* the kernel's hwcap bits (arch/arm64/include/uapi/asm/hwcap.h) */
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    if (hw & (1ul << 1)) have |= KVB_CPU_NEON; /* HWCAP_ASIMD */
+    if ((have & KVB_CPU_NEON) && (hw & (1ul << 20))) have |= KVB_CPU_DOTPROD; /* HWCAP_ASIMDDP */
+    if ((have & KVB_CPU_NEON) && (hw2 & (1ul << 13))) have |= KVB_CPU_I8MM; /* HWCAP2_I8MM */
+    if ((hw & (1ul << 9)) && (hw & (1ul << 10))) have |= KVB_CPU_FP16; /* HWCAP_FPHP, HWCAP_ASIMDHP */
+    if (hw2 & (1ul << 14)) have |= KVB_CPU_BF16; /* HWCAP2_BF16 */
+    if (hw & (1ul << 22)) have |= KVB_CPU_SVE; /* HWCAP_SVE */
+#elif defined(__aarch64__)
+    have |= KVB_CPU_NEON; /* AdvSIMD is part of AArch64; the rest is not assumed */
 #endif
     return have;
+}
+
+int kvb_cpu_sve_bytes(void) {
+#if defined(__aarch64__) && defined(__linux__) && defined(PR_SVE_GET_VL)
+    if (!(kvb_cpu_features() & KVB_CPU_SVE)) return 0;
+    const int vl = prctl(PR_SVE_GET_VL, 0, 0, 0, 0);
+    return vl < 0 ? 0 : vl & PR_SVE_VL_LEN_MASK;
+#else
+    return 0;
+#endif
 }
 
 bool kvb_cpu_has_avx2(void) { return kvb_cpu_features() & KVB_CPU_AVX2; }

@@ -22,7 +22,14 @@ enum kvb_cpu_feature {
     KVB_CPU_AVX2 = 1 << 0,       /* AVX2, FMA, F16C; the OS saves YMM */
     KVB_CPU_AVX512 = 1 << 1,     /* and AVX-512 F, BW, VL; the OS saves ZMM and opmasks */
     KVB_CPU_AVX512VNNI = 1 << 2, /* and AVX512_VNNI */
-    KVB_CPU_AVXVNNI = 1 << 3,    /* AVX-VNNI (VEX vpdpbusd/vpdpwssd), with AVX2 */
+    /* AArch64, from getauxval(AT_HWCAP / AT_HWCAP2) on Linux (none elsewhere: the reference runs) */
+    KVB_CPU_NEON = 1 << 3,       /* AdvSIMD (HWCAP_ASIMD; every AArch64 CPU) */
+    KVB_CPU_DOTPROD = 1 << 4,    /* SDOT/UDOT (HWCAP_ASIMDDP) */
+    KVB_CPU_I8MM = 1 << 5,       /* SMMLA (HWCAP2_I8MM) */
+    KVB_CPU_FP16 = 1 << 6,       /* f16 arithmetic (HWCAP_FPHP and HWCAP_ASIMDHP) */
+    KVB_CPU_BF16 = 1 << 7,       /* BFDOT/BFMMLA (HWCAP2_BF16) */
+    KVB_CPU_SVE = 1 << 8,        /* SVE (HWCAP_SVE): its vector length is kvb_cpu_sve_bytes() */
+    KVB_CPU_AVXVNNI = 1 << 9,    /* x86: AVX-VNNI (VEX vpdpbusd/vpdpwssd), with AVX2 */
 };
 
 struct kvb_gdn_kernels; /* deltanet.h */
@@ -41,6 +48,8 @@ extern const int kvb_n_families;
 
 /* The CPU's kvb_cpu_feature bits. */
 unsigned kvb_cpu_features(void);
+/* The SVE vector length in bytes this thread runs with (0: no SVE, or not Linux/AArch64). */
+int kvb_cpu_sve_bytes(void);
 /* The family in use: chosen on first call, again by kvb_kernels_force_ref. */
 const struct kvb_family *kvb_family(void);
 

@@ -46,6 +46,7 @@ __attribute__((target("avx2,fma"))) static double fma_loop256(int64_t iters) {
 }
 #endif
 
+#if defined(__x86_64__) /* the FMA loops are x86's: elsewhere fma_peak is 0 */
 static int fma_lanes(void) {
 #if defined(__x86_64__)
     if (kvb_cpu_has_avx512()) return 16;
@@ -64,6 +65,7 @@ static void fma_worker(int32_t ith, int32_t nth, void *arg) {
 #endif
     j->flops[ith % 64] = s;
 }
+#endif
 
 /* FLOP/s of FMA on every thread (12 independent chains x 16 (AVX-512) or 8
  * (AVX2) lanes x 2 flops). */

@@ -247,19 +247,21 @@ const char *cpu_model_name(char *buf, size_t n) {
     snprintf(buf, n, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return buf;
-    char line[512];
+    char line[512], impl[32] = "", part[32] = ""; /* ARM Linux has no model name: its implementer and part ids */
     while (fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (!c) continue;
+        c++;
+        while (*c == ' ' || *c == '\t') c++;
+        c[strcspn(c, "\n")] = 0;
         if (strncmp(line, "model name", 10) == 0) {
-            char *c = strchr(line, ':');
-            if (c) {
-                c++;
-                while (*c == ' ' || *c == '\t') c++;
-                c[strcspn(c, "\n")] = 0;
-                snprintf(buf, n, "%s", c);
-            }
+            snprintf(buf, n, "%s", c);
             break;
         }
+        if (!impl[0] && strncmp(line, "CPU implementer", 15) == 0) snprintf(impl, sizeof impl, "%s", c);
+        if (!part[0] && strncmp(line, "CPU part", 8) == 0) snprintf(part, sizeof part, "%s", c);
     }
+    if (strcmp(buf, "unknown") == 0 && impl[0]) snprintf(buf, n, "ARM implementer %s part %s", impl, part[0] ? part : "?");
     fclose(f);
     return buf;
 }

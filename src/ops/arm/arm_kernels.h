@@ -1,0 +1,31 @@
+/*
+ * arm_kernels.h — the ARM (AArch64) families' tables and the pieces one
+ * file defines and another's table uses. Plain C declarations: any file
+ * may include it; only the dispatch table (dispatch.c) decides which run.
+ *
+ * Families, each needing the one before it (dispatch.c reads the features
+ * with getauxval): neon (AdvSIMD, every AArch64 CPU), dotprod (and SDOT,
+ * HWCAP_ASIMDDP), i8mm (and SMMLA, HWCAP2_I8MM). Their attention
+ * primitives are one NEON body (attn_neon.c); their weight kernels one body
+ * (dot_arm.h) built three times with the family's instructions.
+ */
+#ifndef KVB_ARM_KERNELS_H
+#define KVB_ARM_KERNELS_H
+
+#include "../matmul.h"
+
+/* attn_neon.c: the attention primitives, one table per family (the same
+ * kernels; the name is the family's, as bench JSON reports it). */
+extern const struct kvb_kernels kvb_kernels_neon, kvb_kernels_dotprod, kvb_kernels_i8mm;
+/* dot_neon.c, dot_dotprod.c, dot_i8mm.c */
+extern const struct kvb_dot_kernels kvb_dot_neon, kvb_dot_dotprod, kvb_dot_i8mm;
+
+/* Every family's int8 dots (dot_arm.h, suffixed with its name): every
+ * quantized weight type kvbound loads. */
+#define ARM_DOT_Q8(fam)                                                                                                          \
+    [GGML_TYPE_Q8_0] = dot_q8_0_q8_##fam, [GGML_TYPE_Q4_0] = dot_q4_0_q8_##fam, [GGML_TYPE_Q4_K] = dot_q4_K_q8_##fam,        \
+    [GGML_TYPE_Q6_K] = dot_q6_K_q8_##fam, [GGML_TYPE_Q5_0] = dot_q5_0_q8_##fam, [GGML_TYPE_Q4_1] = dot_q4_1_q8_##fam,        \
+    [GGML_TYPE_Q5_1] = dot_q5_1_q8_##fam, [GGML_TYPE_IQ4_NL] = dot_iq4_nl_q8_##fam, [GGML_TYPE_MXFP4] = dot_mxfp4_q8_##fam, \
+    [GGML_TYPE_IQ4_XS] = dot_iq4_xs_q8_##fam, [GGML_TYPE_Q5_K] = dot_q5_K_q8_##fam
+
+#endif
