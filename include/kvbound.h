@@ -282,6 +282,7 @@ enum kvb_policy_id {
     KVB_POLICY_LMINFINITE,
     KVB_POLICY_KEYDIFF,
     KVB_POLICY_EXPECTED_ATTENTION,
+    KVB_POLICY_KVZIP,
     KVB_POLICY_COUNT
 };
 
@@ -618,6 +619,29 @@ kvb_status kvb_cache_prefill(struct kvb_cache *cache, int32_t layer, int32_t n_t
  * runs is compressed first. For every other policy it does nothing at all.
  * Cannot fail. */
 void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
+
+/* KVzip's context reconstruction (policy kvzip; docs/POLICIES.md). The
+ * engine reads a context, then, per chunk of at most KVB_KVZIP_CHUNK of its
+ * tokens (original positions [lo, hi)), calls kvb_cache_recon_begin, runs
+ * the repeat prompt and the chunk through the model (kvb_cache_prefill as
+ * usual: the pass attends over the whole cache and its own tokens), and
+ * kvb_cache_recon_end. While the pass reads, every stream scores its tokens
+ * at positions [lo, hi): a token's score becomes the largest attention any
+ * query head of its group gives it at any token of the pass, the softmax
+ * taken over the stream's first n_sink tokens, the chunk and the pass's own
+ * tokens (causal), as the paper's chunked scoring; nothing is evicted and
+ * no vote is recorded. kvb_cache_recon_end drops every row the pass appended
+ * and moves each layer's next position back, so the cache is as before but
+ * for the scores; kvb_cache_compress then keeps the highest. A pass that
+ * fails (KVB_ERR_NOMEM) must still be ended. kvb_cache_recon_begin:
+ * KVB_ERR_INVALID (not kvzip, a pass already begun, a bad range, a
+ * prompt not open), KVB_ERR_UNSUPPORTED (recall, recurrent or sliding-window
+ * layers, positions other than original: the pass would change what it
+ * cannot give back). Scores are read with kvb_cache_slot_info. */
+#define KVB_KVZIP_CHUNK 2048      /* context tokens one reconstruction pass repeats */
+#define KVB_KVZIP_PROMPT_MAX 64   /* the most tokens of a pass's repeat prompt */
+kvb_status kvb_cache_recon_begin(struct kvb_cache *cache, int64_t lo, int64_t hi);
+void kvb_cache_recon_end(struct kvb_cache *cache);
 
 /* Low-level steps, for the lab and for engines that compute attention
  * themselves. kvb_cache_decode == append + attention + observe + evict.
@@ -1137,6 +1161,10 @@ int64_t kvb_context_n_past(const struct kvb_context *ctx);
  * have read so far (each routed expert once per chunk; 0 for a dense model).
  * Against kvb_model_info.expert_bytes_per_token, the ideal of one token. */
 int64_t kvb_context_expert_bytes_read(const struct kvb_context *ctx);
+/* kvzip's extra prefill (kvb_context_prompt runs it): the tokens its
+ * reconstruction passes read, and the context tokens they scored, since the
+ * context was made (their ratio is kvzip's prefill cost; 0 for others). */
+void kvb_context_kvzip_cost(const struct kvb_context *ctx, int64_t *pass_tokens, int64_t *context_tokens);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                 */

@@ -228,6 +228,8 @@ static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_hea
  * prompt is open or a chunk opens one. block-h2o takes whole pages: up to
  * a page less one more than the budget says. */
 static bool prompt_open(const struct kvb_cache *c, int32_t layer);
+static kvb_status recon_reserve(struct kvb_cache *c, int32_t layer, int32_t n_tok);
+static void recon_worker(int32_t ith, int32_t nth, void *arg);
 static bool may_compact(const struct kvb_cache *c, const struct kvb_stream *s, int32_t layer, int32_t n_new) {
     if ((c->policy.iface->flags & KVB_PF_COMPRESS) && !s->window && (n_new > 1 || prompt_open(c, layer))) return true; /* a prompt to compress */
     int64_t k = 0;
@@ -648,6 +650,12 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     }
     c->params.rope.freq_factors = c->freq_factors;
     if (!c->streams || !c->n_past || !c->scratch || !c->inv_freq || !c->ring_q || !c->ring_n || !c->ring_heads || !c->reserved) goto nomem;
+    if (c->policy.iface->flags & KVB_PF_RECONSTRUCT) { /* kvzip: the pass's start per layer, every stream's view */
+        c->recon_ctx = kvb_calloc((size_t)params->n_layer, sizeof(int64_t));
+        c->gviews = kvb_calloc(n_streams, sizeof(struct kvb_stream_view));
+        c->gptrs = kvb_calloc(n_streams, sizeof(struct kvb_stream_view *));
+        if (!c->recon_ctx || !c->gviews || !c->gptrs) goto nomem;
+    }
     if (params->no_rope) {
         if (!(c->no_rope = kvb_malloc((size_t)params->n_layer))) goto nomem;
         memcpy(c->no_rope, params->no_rope, (size_t)params->n_layer);
@@ -756,6 +764,7 @@ void kvb_cache_free(struct kvb_cache *c) {
     kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors); kvb_free(c->no_rope); kvb_free(c->sinks);
     kvb_free(c->inv_freq_swa); kvb_free(c->freq_factors_swa); kvb_free(c->window); kvb_free(c->layers);
     kvb_free(c->kv_src); kvb_free(c->last_reader); kvb_free(c->evict_pending); kvb_free(c->kvh);
+    kvb_free(c->recon_ctx); kvb_free(c->recon_buf); kvb_free(c->gviews); kvb_free(c->gptrs);
     kvb_free(c);
 }
 
@@ -769,6 +778,7 @@ void kvb_cache_reset(struct kvb_cache *c) {
     kvb_state_release(c);
     for (int32_t l = 0; l < c->params.n_layer; l++) c->n_past[l] = 0;
     c->has_reserve = false;
+    c->recon = false;
     init_budgets(c);
 }
 
@@ -858,7 +868,7 @@ enum kvb_pos_mode kvb_cache_pos_mode(const struct kvb_cache *c) { return c->pos_
 /* ------------------------------------------------------------------------ */
 
 static bool prompt_open(const struct kvb_cache *c, int32_t layer);
-static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp);
+static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp, bool preset);
 static void combine_and_evict(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp);
 
 struct decode_job {
@@ -1003,7 +1013,10 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
     const int32_t G = n_head / c->kvh[layer];
     if ((st = qstat_reserve(c, layer, G)) != KVB_OK) return st;
     run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
-    if (prompt_open(c, layer)) compress_layer(c, layer, tp); /* the prompt ended without kvb_cache_compress */
+    if (prompt_open(c, layer)) { /* the prompt ended without kvb_cache_compress */
+        if (c->policy.iface->budgets_global) kvb_cache_compress(c, tp); /* kvzip: its budgets span every layer */
+        else compress_layer(c, layer, tp, false);
+    }
     if ((st = prepare_layer(c, layer, 1, G)) != KVB_OK) return st;
     const int32_t src = reader ? c->kv_src[layer] : layer;
     const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0;
@@ -1188,7 +1201,8 @@ static void open_prompt(struct kvb_cache *c, int32_t layer) {
         struct kvb_stream *s = kvb_cache_stream(c, layer, h);
         s->v.prompt_end = -1;
         s->v.budget = c->params.kv.policy.prefill_budget;
-        if (ns && s->v.n > 0) memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
+        /* kvzip: earlier scores stand (its pass scores only the tokens read since) */
+        if (ns && s->v.n > 0 && !(c->policy.iface->flags & KVB_PF_RECONSTRUCT)) memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
     }
     c->ring_n[layer] = 0;
 }
@@ -1222,7 +1236,23 @@ static int32_t stream_target(const struct kvb_policy_params *pp, const struct kv
 
 /* Ends the open prompt of a layer: vote, budgets from the prompt length,
  * eviction, then the frozen prompt plus decode_budget. Cannot fail. */
-static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp) {
+/* A layer's compression budget: the policy's, or budget_frac of its prompt
+ * after the pinned span. */
+static int32_t layer_base(const struct kvb_cache *c, int32_t l) {
+    const struct kvb_policy_params *pp = &c->params.kv.policy;
+    const int64_t prompt = c->n_past[l];
+    int32_t base = pp->budget;
+    if (pp->budget_frac > 0) {
+        double b = floor((double)pp->budget_frac * (double)(prompt - KVB_MIN(prompt, (int64_t)c->params.kv.keep)));
+        base = KVB_MAX((int32_t)KVB_MIN(b, (double)INT32_MAX), pp->n_sink + 1);
+    }
+    return base;
+}
+
+/* Ends the open prompt of a layer: vote, budgets from the prompt length
+ * (unless preset: budgets_global set them), eviction, then the frozen
+ * prompt plus decode_budget. Cannot fail. */
+static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp, bool preset) {
     c->has_reserve = false;
     const struct kvb_policy_params *pp = &c->params.kv.policy;
     struct kvb_stream_view views[KVB_MAX_KV_HEADS], *ptrs[KVB_MAX_KV_HEADS];
@@ -1230,16 +1260,13 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
     if (c->ring_n[l] > 0) kvb_threadpool_run(tp, vote_worker, &jb);
     const int32_t H = layer_streams(c, l, views, ptrs); /* the prompt after the pinned span is what compresses */
     const int64_t prompt = c->n_past[l];
-    int32_t base = pp->budget, P = 0;
-    if (pp->budget_frac > 0) {
-        double b = floor((double)pp->budget_frac * (double)(prompt - KVB_MIN(prompt, (int64_t)c->params.kv.keep)));
-        base = KVB_MAX((int32_t)KVB_MIN(b, (double)INT32_MAX), pp->n_sink + 1);
-    }
-    for (int32_t h = 0; h < H; h++) {
+    const int32_t base = layer_base(c, l);
+    int32_t P = 0;
+    for (int32_t h = 0; h < H && !preset; h++) {
         ptrs[h]->budget = stream_target(pp, ptrs[h], base);
         P = KVB_MAX(P, ptrs[h]->n);
     }
-    if (c->policy.iface->budgets) { /* the layer's place among those that hold K/V (a hybrid's recurrent layers and
+    if (c->policy.iface->budgets && !preset) { /* the layer's place among those that hold K/V (a hybrid's recurrent layers and
                                      * Gemma 4's readers hold none): pyramidkv's slope spans them only */
         int32_t at = 0, n_kv = 0;
         for (int32_t i = 0; i < c->params.n_layer; i++) {
@@ -1249,7 +1276,7 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
         }
         c->policy.iface->budgets(&c->policy, ptrs, H, at, n_kv, base, P);
     }
-    for (int32_t h = 0; h < H; h++) kvb_cache_stream(c, l, h)->v.budget = views[h].budget;
+    for (int32_t h = 0; h < H && !preset; h++) kvb_cache_stream(c, l, h)->v.budget = views[h].budget;
     kvb_threadpool_run(tp, evict_worker, &jb);
     for (int32_t h = 0; h < H; h++) {
         struct kvb_stream *st = kvb_cache_stream(c, l, h);
@@ -1281,32 +1308,138 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
         return kvb_fail(KVB_ERR_INVALID, "cache_prefill: layer %d reads layer %d (kv_source), which has not taken these %d tokens first", (int)layer,
                         (int)src, (int)n_tok);
     const struct kvb_policy_i *pi = c->policy.iface;
-    const bool compress = !reader && (pi->flags & KVB_PF_COMPRESS) && !c->window[layer]; /* a window layer: the model's window only */
-    const bool exact = compress && c->params.kv.policy.prefill_budget == 0;
-    const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0;
+    const bool recon = c->recon; /* kvzip's pass: score, no vote, no eviction (its rows leave at recon_end) */
+    const bool compress = !reader && (pi->flags & KVB_PF_COMPRESS) && !c->window[layer] && !recon; /* a window layer: the model's window only */
+    const bool exact = compress && c->params.kv.policy.prefill_budget == 0 && !(pi->flags & KVB_PF_RECONSTRUCT);
+    const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0 && !recon;
     const int32_t G = n_head / c->kvh[layer];
     if ((st = qstat_reserve(c, layer, G)) != KVB_OK) return st;
     run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
     if (exact && (st = ring_reserve(c, layer, n_head)) != KVB_OK) return st;
+    if (recon && !reader && (st = recon_reserve(c, layer, n_tok)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;
     if (compress && !prompt_open(c, layer)) open_prompt(c, layer);
     struct prefill_job jb = {c, layer, n_tok, n_head, G, q, k, v, out,
                              !reader && !c->window[layer] && !exact && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS), src};
     kvb_threadpool_run(worth_threads(c, layer, n_tok, n_head) ? tp : NULL, prefill_worker, &jb);
+    if (recon && !reader) kvb_threadpool_run(tp, recon_worker, &jb);
     if (exact) ring_push(c, layer, q, n_tok);
     c->n_past[layer] += n_tok;
     update_peak(c); /* peak includes the whole chunk before eviction */
     if (defer) c->evict_pending[layer] = true;
-    else if (!reader) combine_and_evict(c, layer, tp);
+    else if (!reader && !recon) combine_and_evict(c, layer, tp);
     if (reader && c->last_reader[src] == layer) run_pending_eviction(c, src, tp); /* the source's last reader has attended */
     return KVB_OK;
 }
 
+/* budgets_global (kvzip): every open layer's streams at once, each with the
+ * budget its layer would give it; the policy rewrites them. */
+static void global_budgets(struct kvb_cache *c) {
+    int32_t n = 0;
+    for (int32_t l = 0; l < c->params.n_layer; l++) {
+        if (!prompt_open(c, l)) continue;
+        const int32_t base = layer_base(c, l), H = layer_streams(c, l, c->gviews + n, c->gptrs + n);
+        for (int32_t h = 0; h < H; h++) c->gviews[n + h].budget = stream_target(&c->params.kv.policy, &c->gviews[n + h], base);
+        n += H;
+    }
+    c->policy.iface->budgets_global(&c->policy, c->gptrs, n);
+    n = 0;
+    for (int32_t l = 0; l < c->params.n_layer; l++) {
+        if (!prompt_open(c, l)) continue;
+        for (int32_t h = 0; h < c->kvh[l]; h++) kvb_cache_stream(c, l, h)->v.budget = c->gviews[n++].budget;
+    }
+}
+
 void kvb_cache_compress(struct kvb_cache *c, struct kvb_threadpool *tp) {
     if (!c || !(c->policy.iface->flags & KVB_PF_COMPRESS)) return;
+    const bool preset = c->policy.iface->budgets_global && c->gviews;
+    if (preset) global_budgets(c);
     for (int32_t l = 0; l < c->params.n_layer; l++)
-        if (prompt_open(c, l)) compress_layer(c, l, tp);
+        if (prompt_open(c, l)) compress_layer(c, l, tp, preset);
     update_peak(c);
+}
+
+/* ---- kvzip's reconstruction pass ---- */
+
+kvb_status kvb_cache_recon_begin(struct kvb_cache *c, int64_t lo, int64_t hi) {
+    if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
+    if (!(c->policy.iface->flags & KVB_PF_RECONSTRUCT))
+        return kvb_fail(KVB_ERR_INVALID, "recon_begin: policy %s scores no reconstruction (kvzip does)", kvb_policy_name(c->params.kv.policy.id));
+    if (c->recon) return kvb_fail(KVB_ERR_INVALID, "recon_begin: a reconstruction pass is already begun");
+    if (c->recall) return kvb_fail(KVB_ERR_UNSUPPORTED, "recon_begin: kvzip with recall: not implemented (the pass's rows would go cold)");
+    if (c->pos_mode != KVB_POS_ORIGINAL) return kvb_fail(KVB_ERR_UNSUPPORTED, "recon_begin: kvzip needs original positions");
+    for (int32_t l = 0; l < c->params.n_layer; l++) {
+        if (kvb_cache_is_recurrent(c, l))
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "recon_begin: layer %d is recurrent: kvzip's pass would change its state for good", (int)l);
+        if (c->window[l])
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "recon_begin: layer %d is a sliding-window layer: kvzip's pass would evict its context", (int)l);
+        if (kvb_cache_holds_kv(c, l) && c->n_past[l] != c->n_past[0])
+            return kvb_fail(KVB_ERR_INVALID, "recon_begin: layers have read different numbers of tokens");
+    }
+    if (lo < 0 || hi <= lo || hi > c->n_past[0] || hi - lo > KVB_KVZIP_CHUNK)
+        return kvb_fail(KVB_ERR_INVALID, "recon_begin: positions [%lld, %lld) are not a chunk of at most %d read tokens (%lld read)", (long long)lo,
+                        (long long)hi, KVB_KVZIP_CHUNK, (long long)c->n_past[0]);
+    for (int32_t l = 0; l < c->params.n_layer; l++) c->recon_ctx[l] = c->n_past[l];
+    c->recon_lo = lo;
+    c->recon_hi = hi;
+    c->recon = true;
+    return KVB_OK;
+}
+
+void kvb_cache_recon_end(struct kvb_cache *c) {
+    if (!c || !c->recon) return;
+    c->has_reserve = false;
+    for (int32_t l = 0; l < c->params.n_layer; l++) {
+        for (int32_t h = 0; h < c->kvh[l] && kvb_cache_holds_kv(c, l); h++) {
+            struct kvb_stream *s = kvb_cache_stream(c, l, h);
+            int32_t k = 0;
+            for (int32_t j = s->v.n; j > 0 && s->v.pos[s->v.order[j - 1]] >= c->recon_ctx[l]; j--) k++;
+            for (int32_t i = 0; i < k; i++) s->victims[i] = s->v.n - k + i;
+            if (k) kvb_stream_remove(&c->geom, s, c->pool, s->victims, k);
+        }
+        c->n_past[l] = c->recon_ctx[l];
+    }
+    c->recon = false;
+}
+
+/* The chunk [recon_lo, recon_hi) in a stream's logical slots. */
+static int32_t first_at(const struct kvb_stream *s, int64_t pos) {
+    int32_t lo = 0, hi = s->v.n;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (s->v.pos[s->v.order[mid]] < pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void recon_worker(int32_t ith, int32_t nth, void *arg) {
+    const struct prefill_job *jb = arg;
+    struct kvb_cache *c = jb->c;
+    const int32_t H = c->kvh[jb->layer], C = jb->n_tok;
+    const int64_t p0 = c->n_past[jb->layer];
+    for (int32_t h = ith; h < H; h += nth) {
+        struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
+        const size_t per = c->recon_cap / (size_t)H;
+        kvb_attend_recon_score(c, s, kvb_head_scratch_at(c->scratch, h), h, jb->q, jb->n_head, jb->G, C, s->v.n - C, p0,
+                               c->params.kv.policy.n_sink, first_at(s, c->recon_lo), first_at(s, c->recon_hi), first_at(s, c->recon_ctx[jb->layer]),
+                               c->recon_buf + per * (size_t)h);
+    }
+}
+
+/* Room for the scoring of n_tok more pass tokens on a layer: every stream's
+ * keys (it holds at most n + n_tok) and as many logits. */
+static kvb_status recon_reserve(struct kvb_cache *c, int32_t layer, int32_t n_tok) {
+    int64_t K = 0;
+    for (int32_t h = 0; h < c->kvh[layer]; h++) K = KVB_MAX(K, (int64_t)kvb_cache_stream(c, layer, h)->v.n + n_tok);
+    const size_t need = (size_t)c->kvh[layer] * (size_t)K * ((size_t)c->params.head_dim + 1);
+    if (need <= c->recon_cap) return KVB_OK;
+    float *b = kvb_malloc(sizeof(float) * need);
+    if (!b) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for kvzip's reconstruction scores (layer %d)", (int)layer);
+    kvb_free(c->recon_buf);
+    c->recon_buf = b;
+    c->recon_cap = need;
+    return KVB_OK;
 }
 
 /* ------------------------------------------------------------------------ */

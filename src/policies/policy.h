@@ -117,6 +117,7 @@ struct kvb_policy {
 #define KVB_PF_COMPRESS 8u      /* prompt compression at kvb_cache_compress (snapkv family) */
 #define KVB_PF_WHOLE_PAGES 16u  /* evicts whole pages: up to a page less one more than the budget asks (block-h2o) */
 #define KVB_PF_QUERY_STATS 32u  /* the cache keeps statistics of the queries for it (qstat, on_queries) */
+#define KVB_PF_RECONSTRUCT 64u  /* kvzip: scores come from the engine's reconstruction pass (kvb_cache_recon_begin), not a vote */
 
 struct kvb_policy_i {
     const char *name;
@@ -146,11 +147,17 @@ struct kvb_policy_i {
     void (*budgets)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams, int32_t layer,
                     int32_t n_layer, int32_t base_budget, int32_t prompt_len);
     int64_t (*peak_tokens)(const struct kvb_policy_params *p, int64_t n_prompt);
+    /* at kvb_cache_compress, before any layer evicts: set s->budget of every
+     * stream of every layer whose prompt compresses at once, from their
+     * budgets as the layer would set them (kvzip's non-uniform head budgets)
+     * [per layer: budgets] */
+    void (*budgets_global)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams);
 };
 
 extern const struct kvb_policy_i kvb_policy_full, kvb_policy_window, kvb_policy_streaming, kvb_policy_h2o,
     kvb_policy_tova, kvb_policy_scissorhands, kvb_policy_snapkv, kvb_policy_pyramidkv, kvb_policy_adakv,
-    kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite, kvb_policy_keydiff, kvb_policy_expected_attention;
+    kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite, kvb_policy_keydiff, kvb_policy_expected_attention,
+    kvb_policy_kvzip;
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id);
 

@@ -22,6 +22,7 @@ static const struct kvb_policy_i *const g_table[KVB_POLICY_COUNT] = {
     [KVB_POLICY_LMINFINITE] = &kvb_policy_lminfinite,
     [KVB_POLICY_KEYDIFF] = &kvb_policy_keydiff,
     [KVB_POLICY_EXPECTED_ATTENTION] = &kvb_policy_expected_attention,
+    [KVB_POLICY_KVZIP] = &kvb_policy_kvzip,
 };
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id) {
@@ -116,7 +117,7 @@ kvb_status kvb_policy_validate(const struct kvb_policy_params *pp) {
     if (pp->prefill_budget < 0 || (pp->prefill_budget && pp->prefill_budget <= pp->n_sink))
         return kvb_fail(KVB_ERR_INVALID, "policy %s: prefill_budget must be 0 (no eviction while a prompt is read) or exceed n_sink (%d), got %d", pn, (int)pp->n_sink, (int)pp->prefill_budget);
     if (pp->budget_frac > 0 && !(pi->flags & KVB_PF_COMPRESS))
-        return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv)", pn);
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv, kvzip)", pn);
     return pi->validate ? pi->validate(pp) : KVB_OK;
 }
 
