@@ -197,7 +197,7 @@ static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
     const bool compresses = kvb_policy_compresses(pid);
     if (compresses) {
         kv.policy.obs_window = 2 + (int)(t_rng_next(&rs) % 4);
-        if (seed % 3 == 1) kv.policy.prefill_budget = kv.policy.budget + (int)(t_rng_next(&rs) % 20);
+        if (seed % 3 == 1 && pid != KVB_POLICY_KVZIP) kv.policy.prefill_budget = kv.policy.budget + (int)(t_rng_next(&rs) % 20); /* kvzip reads the context whole */
         if (seed % 3 == 2) kv.policy.decode_budget = 1 + (int)(t_rng_next(&rs) % 30);
         if (seed % 5 == 4) kv.policy.budget_frac = 0.3f;
     }
@@ -251,6 +251,10 @@ static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
         if (b < kv.policy.n_sink + 1) b = kv.policy.n_sink + 1;
         const long long after = b + (kv.policy.decode_budget ? kv.policy.decode_budget : b), reading = kv.policy.prefill_budget ? kv.policy.prefill_budget : P;
         tokens = after > reading ? after : reading;
+        if (pid == KVB_POLICY_KVZIP) { /* the context and one reconstruction pass (its chunk and repeat prompt) */
+            const long long pass = (P < KVB_KVZIP_CHUNK ? P : KVB_KVZIP_CHUNK) + KVB_KVZIP_PROMPT_MAX;
+            tokens = after > P + pass ? after : P + pass;
+        }
     }
     const long long chunk = C < P ? C : P;
     const long long want = ((tokens + chunk + B - 1) / B + 2 + (pid == KVB_POLICY_FULL ? 0 : kv.recall.pages)) * L * HK * page;

@@ -465,6 +465,7 @@ static kvb_status prepare_layer(struct kvb_cache *c, int32_t layer, int32_t n_ne
 }
 
 static kvb_status check_heads(const struct kvb_cache *c, int32_t n_head);
+static kvb_status recon_reserve(struct kvb_cache *c, int32_t layer, int32_t n_tok);
 static kvb_status check_pos(const struct kvb_cache *c, int32_t layer, int64_t n_new);
 static void update_peak(struct kvb_cache *c);
 
@@ -475,6 +476,8 @@ kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head)
     if (n_new < 1 || n_new > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_reserve: n_new must be in 1..1048576, got %d", (int)n_new);
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if ((st = check_pos(c, l, n_new)) != KVB_OK) return st;
+    for (int32_t l = 0; c->recon_ctx && l < c->params.n_layer; l++) /* kvzip: a reconstruction pass's scoring room too (a prompt's rows) */
+        if (kvb_cache_holds_kv(c, l) && (prompt_open(c, l) || n_new > 1) && (st = recon_reserve(c, l, n_new)) != KVB_OK) return st;
     const bool rings = (c->policy.iface->flags & KVB_PF_COMPRESS) && c->params.kv.policy.prefill_budget == 0;
     if ((st = reserve_layers(c, 0, c->params.n_layer, n_new, n_head / c->min_kvh, rings ? n_head : 0)) != KVB_OK) return st;
     c->has_reserve = true;
@@ -599,6 +602,25 @@ static kvb_status init_windows(struct kvb_cache *c, const struct kvb_cache_param
             s->window = c->window[l];
             s->rope_swa = own_rope && c->window[l] > 0;
         }
+    return KVB_OK;
+}
+
+/* kvzip's reconstruction pass must be able to give back all it changes: no
+ * recurrent or sliding-window layers (their state or window would move for
+ * good), original positions. (Recall: the pass evicts nothing, so nothing
+ * goes cold; its queries choose the recalled pages, which the next
+ * attention chooses afresh.) */
+static kvb_status recon_supported(const struct kvb_cache *c) {
+    if (!(c->policy.iface->flags & KVB_PF_RECONSTRUCT)) return KVB_OK;
+    const char *pn = kvb_policy_name(c->params.kv.policy.id);
+    if (c->pos_mode != KVB_POS_ORIGINAL)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: policy %s needs original positions (its reconstruction pass is read after the context)", pn);
+    for (int32_t l = 0; l < c->params.n_layer; l++) {
+        if (kvb_cache_is_recurrent(c, l))
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: policy %s on a model with recurrent layers (layer %d): not implemented (the reconstruction pass would change their state for good)", pn, (int)l);
+        if (c->window[l])
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: policy %s on a model with sliding-window layers (layer %d): not implemented (the reconstruction pass would move their windows)", pn, (int)l);
+    }
     return KVB_OK;
 }
 
@@ -736,6 +758,10 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
         return st;
     }
     c->params.kv.recall.cold_dir = NULL; /* the store keeps its own copy */
+    if ((st = recon_supported(c)) != KVB_OK) {
+        kvb_cache_free(c);
+        return st;
+    }
     init_budgets(c);
     *out = c;
     return KVB_OK;
@@ -1356,6 +1382,9 @@ void kvb_cache_compress(struct kvb_cache *c, struct kvb_threadpool *tp) {
     if (preset) global_budgets(c);
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if (prompt_open(c, l)) compress_layer(c, l, tp, preset);
+    kvb_free(c->recon_buf); /* kvzip: the scoring's room, until the next prompt */
+    c->recon_buf = NULL;
+    c->recon_cap = 0;
     update_peak(c);
 }
 
@@ -1366,16 +1395,9 @@ kvb_status kvb_cache_recon_begin(struct kvb_cache *c, int64_t lo, int64_t hi) {
     if (!(c->policy.iface->flags & KVB_PF_RECONSTRUCT))
         return kvb_fail(KVB_ERR_INVALID, "recon_begin: policy %s scores no reconstruction (kvzip does)", kvb_policy_name(c->params.kv.policy.id));
     if (c->recon) return kvb_fail(KVB_ERR_INVALID, "recon_begin: a reconstruction pass is already begun");
-    if (c->recall) return kvb_fail(KVB_ERR_UNSUPPORTED, "recon_begin: kvzip with recall: not implemented (the pass's rows would go cold)");
-    if (c->pos_mode != KVB_POS_ORIGINAL) return kvb_fail(KVB_ERR_UNSUPPORTED, "recon_begin: kvzip needs original positions");
-    for (int32_t l = 0; l < c->params.n_layer; l++) {
-        if (kvb_cache_is_recurrent(c, l))
-            return kvb_fail(KVB_ERR_UNSUPPORTED, "recon_begin: layer %d is recurrent: kvzip's pass would change its state for good", (int)l);
-        if (c->window[l])
-            return kvb_fail(KVB_ERR_UNSUPPORTED, "recon_begin: layer %d is a sliding-window layer: kvzip's pass would evict its context", (int)l);
+    for (int32_t l = 0; l < c->params.n_layer; l++)
         if (kvb_cache_holds_kv(c, l) && c->n_past[l] != c->n_past[0])
             return kvb_fail(KVB_ERR_INVALID, "recon_begin: layers have read different numbers of tokens");
-    }
     if (lo < 0 || hi <= lo || hi > c->n_past[0] || hi - lo > KVB_KVZIP_CHUNK)
         return kvb_fail(KVB_ERR_INVALID, "recon_begin: positions [%lld, %lld) are not a chunk of at most %d read tokens (%lld read)", (long long)lo,
                         (long long)hi, KVB_KVZIP_CHUNK, (long long)c->n_past[0]);
@@ -1394,8 +1416,7 @@ void kvb_cache_recon_end(struct kvb_cache *c) {
             struct kvb_stream *s = kvb_cache_stream(c, l, h);
             int32_t k = 0;
             for (int32_t j = s->v.n; j > 0 && s->v.pos[s->v.order[j - 1]] >= c->recon_ctx[l]; j--) k++;
-            for (int32_t i = 0; i < k; i++) s->victims[i] = s->v.n - k + i;
-            if (k) kvb_stream_remove(&c->geom, s, c->pool, s->victims, k);
+            kvb_stream_pop(&c->geom, s, k); /* its pages stay, as holes, for the next pass or the next tokens */
         }
         c->n_past[l] = c->recon_ctx[l];
     }

@@ -676,30 +676,35 @@ kvb_status kvb_context_prompt(struct kvb_context *c, const int32_t *tokens, int3
     return st;
 }
 
-/* The repeat prompt's tokens into out (at most cap); 0 without a vocabulary. */
-static int32_t repeat_prompt(const struct kvb_model *m, bool first, int32_t *out, int32_t cap) {
+#define KVZIP_PREV_TAIL 8 /* tokens of the previous chunk a later pass's prompt ends with */
+
+kvb_status kvb_kvzip_prepare(const struct kvb_model *m, struct kvb_fwd *f) {
     static const char *const text[2] = {"\n\nRepeat the part of the previous context exactly, starting with", "\n\nRepeat the previous context exactly."};
     const struct kvb_vocab *v = kvb_model_vocab(m);
-    int32_t *ids = NULL, n = 0;
-    if (!v || kvb_vocab_tokenize(v, text[first], strlen(text[first]), false, false, &ids, &n) != KVB_OK) return 0;
-    n = KVB_MIN(n, cap);
-    memcpy(out, ids, sizeof(int32_t) * (size_t)n);
-    kvb_buffer_free(ids);
-    return n;
+    for (int i = 0; i < 2 && !f->kz_ready; i++) {
+        int32_t *ids = NULL, n = 0;
+        f->kz_n[i] = 0;
+        if (!v) continue; /* no vocabulary: the chunk alone */
+        if (kvb_vocab_tokenize(v, text[i], strlen(text[i]), false, false, &ids, &n) != KVB_OK)
+            return kvb_fail(KVB_ERR_NOMEM, "kvzip: out of memory for the repeat prompt's tokens");
+        f->kz_n[i] = KVB_MIN(n, KVB_KVZIP_PROMPT_MAX - KVZIP_PREV_TAIL);
+        memcpy(f->kz_prompt[i], ids, sizeof(int32_t) * (size_t)f->kz_n[i]);
+        kvb_buffer_free(ids);
+    }
+    f->kz_ready = true;
+    return KVB_OK;
 }
-
-#define KVZIP_PREV_TAIL 8 /* tokens of the previous chunk a later pass's prompt ends with */
 
 kvb_status kvb_kvzip_reconstruct(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, struct kvb_cache *cache,
                                  const int32_t *tok, int64_t n, int64_t *pass_tokens) {
     const int64_t pos0 = kvb_cache_n_past(cache, 0) - n; /* the tokens' first position */
-    int32_t *in = kvb_malloc(sizeof(int32_t) * (KVB_KVZIP_CHUNK + KVB_KVZIP_PROMPT_MAX));
-    if (!in) return kvb_fail(KVB_ERR_NOMEM, "kvzip: out of memory for a reconstruction pass");
-    kvb_status st = KVB_OK;
+    int32_t in[KVB_KVZIP_CHUNK + KVB_KVZIP_PROMPT_MAX];
+    kvb_status st = kvb_kvzip_prepare(m, f);
     for (int64_t a = 0; a < n && st == KVB_OK; a += KVB_KVZIP_CHUNK) {
-        const int32_t len = (int32_t)KVB_MIN((int64_t)KVB_KVZIP_CHUNK, n - a);
-        int32_t np = repeat_prompt(m, a == 0, in, KVB_KVZIP_PROMPT_MAX - KVZIP_PREV_TAIL);
-        if (a > 0 && np > 0) { /* "... starting with" the previous chunk's last tokens */
+        const int32_t len = (int32_t)KVB_MIN((int64_t)KVB_KVZIP_CHUNK, n - a), first = a == 0;
+        int32_t np = f->kz_n[first];
+        memcpy(in, f->kz_prompt[first], sizeof(int32_t) * (size_t)np);
+        if (!first && np > 0) { /* "... starting with" the previous chunk's last tokens */
             memcpy(in + np, tok + a - KVZIP_PREV_TAIL, sizeof(int32_t) * KVZIP_PREV_TAIL);
             np += KVZIP_PREV_TAIL;
         }
@@ -713,6 +718,5 @@ kvb_status kvb_kvzip_reconstruct(const struct kvb_model *m, struct kvb_threadpoo
         kvb_cache_recon_end(cache);
         if (pass_tokens && st == KVB_OK) *pass_tokens += total;
     }
-    kvb_free(in);
     return st;
 }
