@@ -1546,6 +1546,7 @@ struct kvb_ppl_result {
     double recall_score_s, recall_load_s; /* recall: worker time scoring cold pages, copying recalled ones */
     double prompt_kept;         /* with prompt: prompt tokens kept per stream after it (mean over the attention layers' streams) */
     int32_t prompt_kept_min, prompt_kept_max;
+    int64_t kvzip_pass_tokens, kvzip_context_tokens; /* with prompt, kvzip: its reconstruction's cost (kvb_context_kvzip_cost) */
     double tok_per_s;
     double *nll_tok;            /* [tokens] */
     double *base_nll_tok;       /* [tokens] or NULL */
@@ -1594,6 +1595,8 @@ struct kvb_needle_result {
     int32_t passkeys;      /* passkeys asked (1 for the single passkey) */
     int32_t n_correct;     /* of them, answered exactly; correct = all of them. With several,
                             * retained and retained_hot are averaged over the passkeys */
+    int64_t kvzip_pass_tokens, kvzip_context_tokens; /* kvzip: its reconstruction passes' tokens and the
+                            * context tokens they scored (kvb_context_kvzip_cost; 0 for other policies) */
 };
 kvb_status kvb_eval_needle(const struct kvb_model *model, const struct kvb_needle_params *params, struct kvb_needle_result *out);
 

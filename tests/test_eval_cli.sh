@@ -141,4 +141,15 @@ then ok needle_passkeys_ask_after_json; else ko needle_passkeys_ask_after_json "
 if [ $r0 -eq 2 ] && grep -q -- '--passkeys' "$T/pk0.err" && [ $r1 -ne 0 ] && grep -q 'passkeys 20 do not fit in length 64' "$T/pk1.err"
 then ok needle_passkeys_refused_by_name; else ko needle_passkeys_refused_by_name "rc $r0 $r1: $(cat "$T/pk0.err" "$T/pk1.err")"; fi
 
+# kvzip (issue 52): its reconstruction's extra prefill in needle.json and ppl's JSON: every context token read again once
+# plus a repeat prompt (pass tokens > context tokens, by at most 64 a chunk); the ratio is their quotient; other
+# policies' files carry none of it
+"$K" needle -m "$G" --lengths 256 --depths 0 --passkeys 3 --ask-after --policy kvzip,snapkv --budget 64 --out "$T/kz" > /dev/null 2> "$T/kz.err"; r=$?
+"$K" ppl -m "$G" -f "$T/t.txt" --max-tokens 384 --prompt 256 --policy kvzip --budget 64 --json > "$T/kz.json" 2> "$T/kzp.err"; r2=$?
+kz_fields() { grep -o '"kvzip_pass_tokens":[0-9]*,"kvzip_context_tokens":[0-9]*,"kvzip_prefill_ratio":[0-9.]*' "$1" | tr ':,' '  ' | awk '{ print $2, $4, $6 }'; }
+kz_ok() { awk -v want="$2" '{ ok = $2 > 0 && (want == "" || $2 == want) && $1 > $2 && $1 <= $2 + 64 && ($3 - $1 / $2) ^ 2 < 1e-6 } END { exit !(NR == 1 && ok) }' "$1"; }
+kz_fields "$T/kz/needle-kvzip.json" > "$T/kz1.txt"; kz_fields "$T/kz.json" > "$T/kz2.txt"
+if [ $r -eq 0 ] && [ $r2 -eq 0 ] && kz_ok "$T/kz1.txt" "" && kz_ok "$T/kz2.txt" 256 && ! grep -q kvzip_ "$T/kz/needle-snapkv.json"
+then ok kvzip_prefill_ratio_in_needle_and_ppl_json; else ko kvzip_prefill_ratio_in_needle_and_ppl_json "rc $r $r2: $(cat "$T/kz1.txt" "$T/kz2.txt" "$T/kz.err" "$T/kzp.err" 2>&1 | head -c 400)"; fi
+
 cli_summary
