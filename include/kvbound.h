@@ -1546,12 +1546,12 @@ struct kvb_ppl_result {
     double recall_score_s, recall_load_s; /* recall: worker time scoring cold pages, copying recalled ones */
     double prompt_kept;         /* with prompt: prompt tokens kept per stream after it (mean over the attention layers' streams) */
     int32_t prompt_kept_min, prompt_kept_max;
-    int64_t kvzip_pass_tokens, kvzip_context_tokens; /* with prompt, kvzip: its reconstruction's cost (kvb_context_kvzip_cost) */
     double tok_per_s;
     double *nll_tok;            /* [tokens] */
     double *base_nll_tok;       /* [tokens] or NULL */
     int32_t n_seg;
     double *seg_ppl;            /* [n_seg] */
+    int64_t kvzip_pass_tokens, kvzip_context_tokens; /* with prompt, kvzip: its reconstruction's cost (kvb_context_kvzip_cost) */
 };
 
 kvb_status kvb_eval_ppl(const struct kvb_model *model, const int32_t *ids, int64_t n, const struct kvb_ppl_params *params,
