@@ -642,6 +642,21 @@ void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
 #define KVB_KVZIP_PROMPT_MAX 64   /* the most tokens of a pass's repeat prompt */
 kvb_status kvb_cache_recon_begin(struct kvb_cache *cache, int64_t lo, int64_t hi);
 void kvb_cache_recon_end(struct kvb_cache *cache);
+/* Compress-on-park (serve --park-compress kvzip): any cache, whatever its
+ * policy, scored by kvzip's reconstruction and cut once. park_begin gives
+ * the cache a score per retained token (zero), which reconstruction passes
+ * (kvb_cache_recon_begin .. end) then raise instead of the policy's state;
+ * park_end(keep) keeps floor(keep x the tokens held) tokens in all, the
+ * pinned span and the policy's sinks first, the rest the highest scores
+ * over every stream (kvzip's non-uniform budgets), evicting the others as
+ * the policy would (to the cold tier with recall), and forgets the
+ * scores; keep outside (0, 1) drops nothing (an abandoned park). Budgets
+ * and the policy's state of the tokens kept are unchanged. park_begin:
+ * KVB_ERR_INVALID (a prompt open, a park or pass begun), KVB_ERR_UNSUPPORTED
+ * (as kvzip: recurrent or sliding-window layers, positions not original),
+ * KVB_ERR_NOMEM; park_end: KVB_ERR_NOMEM (nothing dropped). */
+kvb_status kvb_cache_park_begin(struct kvb_cache *cache);
+kvb_status kvb_cache_park_end(struct kvb_cache *cache, double keep);
 
 /* Low-level steps, for the lab and for engines that compute attention
  * themselves. kvb_cache_decode == append + attention + observe + evict.
@@ -1463,6 +1478,18 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *batch, const struct kvb_seq_para
  * KVB_ERR_UNSUPPORTED (recall), KVB_ERR_NOMEM (no slot, memory): the batch
  * is unchanged. */
 kvb_status kvb_batch_seq_fork(struct kvb_batch *batch, int32_t src_seq, const struct kvb_seq_params *params, int32_t *seq_id);
+/* Compress-on-park: a DONE sequence's cache is compressed query-agnostically
+ * before it is stored (serve --park-compress), keeping (1 - ratio) of the
+ * tokens it holds (ratio = the fraction removed, kvpress's compression
+ * ratio, 0 < ratio < 1). how: KVB_POLICY_KVZIP (kvb_cache_park_begin, a
+ * reconstruction pass over every token the sequence read, in chunks,
+ * kvb_cache_park_end); the sequence's own policy goes on from what is
+ * kept, and the next turn continues from it. Costs a prefill of its
+ * history (kvb_batch_stats.kvzip_pass_tokens). KVB_ERR_INVALID (unknown or
+ * not DONE, ratio outside (0, 1)), KVB_ERR_UNSUPPORTED (another `how`, named;
+ * recurrent or sliding-window layers), KVB_ERR_NOMEM (the pool cannot hold
+ * a pass: the sequence is as before). */
+kvb_status kvb_batch_seq_park(struct kvb_batch *batch, int32_t seq_id, enum kvb_policy_id how, double ratio);
 struct kvb_batch_stats {
     int32_t n_seqs, n_active;    /* held; not DONE */
     int64_t steps, rows;         /* steps run, rows processed */
@@ -1474,6 +1501,7 @@ struct kvb_batch_stats {
                                   * each counted once in pool_bytes_in_use */
     struct kvb_step_cost step_cost; /* the step-cost fit the next step's budget will use (stall-free
                                      * steps: kvb_step_cost_predict / kvb_step_cost_budget) */
+    int64_t kvzip_pass_tokens;   /* tokens kvzip's reconstruction passes read (prompts that end, parks) */
 };
 void kvb_batch_get_stats(const struct kvb_batch *batch, struct kvb_batch_stats *out);
 

@@ -486,8 +486,8 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
 
 void kvb_attend_recon_score(const struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h, const float *q,
                             int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, int32_t n_sink, int32_t lo, int32_t hi,
-                            int32_t own, float *buf) {
-    const int32_t d = c->params.head_dim, ns = c->geom.n_state, nsk = KVB_MIN(n_sink, lo);
+                            int32_t own, float *buf, float *score, size_t stride) {
+    const int32_t d = c->params.head_dim, nsk = KVB_MIN(n_sink, lo);
     const float scale = 1.0f / sqrtf((float)d), cap = c->params.attn_softcap;
     serve_stream(hs, s);
     /* the keys as stored (rotated at their positions): sinks, chunk, the pass's own */
@@ -517,7 +517,7 @@ void kvb_attend_recon_score(const struct kvb_cache *c, struct kvb_stream *s, str
             for (int32_t j = 0; j < Ki; j++) z += exp((double)lg[j] - mx);
             for (int32_t j = lo; j < hi; j++) {
                 const float w = (float)(exp((double)lg[nsk + j - lo] - mx) / z);
-                float *st = &s->v.state[(size_t)j * ns];
+                float *st = &score[(size_t)j * stride];
                 if (w > *st) *st = w;
             }
         }

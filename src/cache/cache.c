@@ -1139,7 +1139,7 @@ static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
         const int32_t n_prev = reader ? s->v.n - C : s->v.n; /* a reader: the source's chunk is its last C slots (not yet evicted) */
         for (int32_t i = 0; i < C && !reader; i++)
             kvb_attend_append(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v ? jb->v + ((size_t)i * H + h) * d : NULL, (int32_t)(p0 + i));
-        if (!reader && !s->window && s->qstat) feed_queries(c, s, jb->q + (size_t)h * jb->G * d, C, jb->G, (size_t)jb->n_head * d, p0);
+        if (!reader && !s->window && s->qstat && !c->recon) feed_queries(c, s, jb->q + (size_t)h * jb->G * d, C, jb->G, (size_t)jb->n_head * d, p0);
         if (jb->mass) memset(kvb_head_scratch_col(hs), 0, sizeof(float) * (size_t)s->v.n);
         kvb_attend_tokens(c, s, hs, h, jb->q, jb->n_head, jb->G, C, n_prev, p0, jb->out, obs_from, jb->mass ? kvb_head_scratch_col(hs) : NULL);
         if (jb->mass) {
@@ -1346,7 +1346,7 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;
     if (compress && !prompt_open(c, layer)) open_prompt(c, layer);
     struct prefill_job jb = {c, layer, n_tok, n_head, G, q, k, v, out,
-                             !reader && !c->window[layer] && !exact && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS), src};
+                             !reader && !c->window[layer] && !exact && !recon && pi->observe && (pi->flags & KVB_PF_PREFILL_MASS), src};
     kvb_threadpool_run(worth_threads(c, layer, n_tok, n_head) ? tp : NULL, prefill_worker, &jb);
     if (recon && !reader) kvb_threadpool_run(tp, recon_worker, &jb);
     if (exact) ring_push(c, layer, q, n_tok);
@@ -1392,8 +1392,9 @@ void kvb_cache_compress(struct kvb_cache *c, struct kvb_threadpool *tp) {
 
 kvb_status kvb_cache_recon_begin(struct kvb_cache *c, int64_t lo, int64_t hi) {
     if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
-    if (!(c->policy.iface->flags & KVB_PF_RECONSTRUCT))
-        return kvb_fail(KVB_ERR_INVALID, "recon_begin: policy %s scores no reconstruction (kvzip does)", kvb_policy_name(c->params.kv.policy.id));
+    if (!(c->policy.iface->flags & KVB_PF_RECONSTRUCT) && !c->pscore)
+        return kvb_fail(KVB_ERR_INVALID, "recon_begin: policy %s scores no reconstruction (kvzip does; any cache while it parks)",
+                        kvb_policy_name(c->params.kv.policy.id));
     if (c->recon) return kvb_fail(KVB_ERR_INVALID, "recon_begin: a reconstruction pass is already begun");
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if (kvb_cache_holds_kv(c, l) && c->n_past[l] != c->n_past[0])
@@ -1423,6 +1424,91 @@ void kvb_cache_recon_end(struct kvb_cache *c) {
     c->recon = false;
 }
 
+/* ---- compress-on-park ---- */
+
+kvb_status kvb_cache_park_begin(struct kvb_cache *c) {
+    if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
+    if (c->recon || c->pscore) return kvb_fail(KVB_ERR_INVALID, "park_begin: a reconstruction pass or a park is already begun");
+    for (int32_t l = 0; l < c->params.n_layer; l++)
+        if (prompt_open(c, l) || c->ring_n[l] > 0)
+            return kvb_fail(KVB_ERR_INVALID, "park_begin: layer %d has a %s prompt open (not yet compressed)", (int)l, kvb_policy_name(c->params.kv.policy.id));
+    const struct kvb_policy *keep = &c->policy;
+    struct kvb_policy as_kvzip = *keep; /* the refusals of a kvzip cache, whatever the policy */
+    as_kvzip.iface = &kvb_policy_kvzip;
+    c->policy = as_kvzip;
+    kvb_status st = recon_supported(c);
+    c->policy = *keep;
+    if (st != KVB_OK) return st;
+    const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    if (!c->recon_ctx && !(c->recon_ctx = kvb_calloc((size_t)c->params.n_layer, sizeof(int64_t))))
+        return kvb_fail(KVB_ERR_NOMEM, "park_begin: out of memory");
+    float **ps = kvb_calloc(n_streams, sizeof(float *));
+    bool ok = ps != NULL;
+    for (size_t i = 0; ok && i < n_streams; i++) ok = (ps[i] = kvb_calloc((size_t)KVB_MAX(c->streams[i].v.n, 1), sizeof(float))) != NULL;
+    if (!ok) {
+        for (size_t i = 0; ps && i < n_streams; i++) kvb_free(ps[i]);
+        kvb_free(ps);
+        return kvb_fail(KVB_ERR_NOMEM, "park_begin: out of memory for the scores");
+    }
+    c->pscore = ps;
+    return KVB_OK;
+}
+
+kvb_status kvb_cache_park_end(struct kvb_cache *c, double keep) {
+    if (!c || !c->pscore) return kvb_fail(KVB_ERR_INVALID, "park_end: no park begun");
+    kvb_cache_recon_end(c);
+    const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    kvb_status st = KVB_OK;
+    if (keep > 0 && keep < 1) {
+        /* each stream's view of its candidates (after the pinned span and the sinks) over its scores */
+        struct kvb_stream_view *v = kvb_calloc(n_streams, sizeof *v), **pv = kvb_calloc(n_streams, sizeof *pv);
+        int32_t *which = kvb_calloc(n_streams, sizeof(int32_t));
+        if (!v || !pv || !which) st = kvb_fail(KVB_ERR_NOMEM, "park_end: out of memory (nothing dropped)");
+        int64_t all = 0, held = 0;
+        int32_t n = 0;
+        for (size_t i = 0; st == KVB_OK && i < n_streams; i++) {
+            struct kvb_stream *s = &c->streams[i];
+            if (s->no_kv || s->window || s->v.n == 0) continue;
+            const int32_t pin = kvb_cache_pinned(c, s);
+            v[n] = s->v;
+            v[n].n = s->v.n - pin;
+            v[n].order = s->v.order + pin;
+            v[n].state = c->pscore[i] + pin;
+            which[n] = (int32_t)i;
+            all += s->v.n;
+            held += pin + KVB_MIN(c->policy.params.n_sink, v[n].n);
+            pv[n] = &v[n];
+            n++;
+        }
+        if (st == KVB_OK && n > 0) {
+            const int64_t total = KVB_MAX((int64_t)0, (int64_t)floor(keep * (double)all) - held);
+            kvb_global_top_budgets(pv, n, c->policy.params.n_sink, total);
+            for (int32_t i = 0; i < n; i++) {
+                struct kvb_stream *s = &c->streams[which[i]];
+                const int32_t over = v[i].n - v[i].budget, pin = kvb_cache_pinned(c, s);
+                if (over <= 0) continue;
+                int32_t k = kvb_pick_lowest(&v[i], v[i].state, KVB_MIN(c->policy.params.n_sink, v[i].n), v[i].n, over, s->victims);
+                for (int32_t j = 0; j < k; j++) s->victims[j] += pin;
+                k = kvb_stream_sort_victims(s->victims, k);
+                kvb_recall_evicted(c, s, s->victims, k); /* recall: to the cold tier first, as any eviction */
+                kvb_stream_remove(&c->geom, s, c->pool, s->victims, k);
+            }
+        }
+        kvb_free(v);
+        kvb_free(pv);
+        kvb_free(which);
+    }
+    for (size_t i = 0; i < n_streams; i++) kvb_free(c->pscore[i]);
+    kvb_free(c->pscore);
+    c->pscore = NULL;
+    kvb_free(c->recon_buf);
+    c->recon_buf = NULL;
+    c->recon_cap = 0;
+    c->has_reserve = false;
+    update_peak(c);
+    return st;
+}
+
 /* The chunk [recon_lo, recon_hi) in a stream's logical slots. */
 static int32_t first_at(const struct kvb_stream *s, int64_t pos) {
     int32_t lo = 0, hi = s->v.n;
@@ -1442,9 +1528,10 @@ static void recon_worker(int32_t ith, int32_t nth, void *arg) {
     for (int32_t h = ith; h < H; h += nth) {
         struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
         const size_t per = c->recon_cap / (size_t)H;
+        float *score = c->pscore ? c->pscore[kvb_cache_stream_index(c, s)] : s->v.state; /* parking: its own scores */
         kvb_attend_recon_score(c, s, kvb_head_scratch_at(c->scratch, h), h, jb->q, jb->n_head, jb->G, C, s->v.n - C, p0,
                                c->params.kv.policy.n_sink, first_at(s, c->recon_lo), first_at(s, c->recon_hi), first_at(s, c->recon_ctx[jb->layer]),
-                               c->recon_buf + per * (size_t)h);
+                               c->recon_buf + per * (size_t)h, score, c->pscore ? 1 : (size_t)c->geom.n_state);
     }
 }
 

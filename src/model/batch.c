@@ -802,6 +802,22 @@ kvb_status kvb_batch_seq_fork(struct kvb_batch *b, int32_t src_id, const struct 
     return seq_install_done(b, &s, id, "forked", seq_id);
 }
 
+kvb_status kvb_batch_seq_park(struct kvb_batch *b, int32_t id, enum kvb_policy_id how, double ratio) {
+    struct seq *s = get_seq(b, id);
+    if (!s) return kvb_fail(KVB_ERR_INVALID, "batch_seq_park: no sequence %d", (int)id);
+    if (s->state != KVB_SEQ_DONE) return kvb_fail(KVB_ERR_INVALID, "batch_seq_park: sequence %d has not finished its turn", (int)id);
+    if (!(ratio > 0 && ratio < 1)) return kvb_fail(KVB_ERR_INVALID, "batch_seq_park: ratio (the fraction removed) must be in (0, 1), got %g", ratio);
+    if (how != KVB_POLICY_KVZIP)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "batch_seq_park: compress-on-park with %s: not implemented (kvzip only)", kvb_policy_name(how));
+    const int64_t n = kvb_cache_n_past(s->cache, 0); /* every token it read: hist[0, n) */
+    kvb_status st = kvb_cache_park_begin(s->cache);
+    if (st != KVB_OK) return st;
+    st = kvb_kvzip_reconstruct(b->m, b->tp, &b->fwd, s->cache, s->hist, n, &b->kvzip_pass);
+    const kvb_status end = kvb_cache_park_end(s->cache, st == KVB_OK ? 1.0 - ratio : 0.0); /* a failed pass: nothing dropped */
+    s->recon_from = (int32_t)n;
+    return st != KVB_OK ? st : end;
+}
+
 /* ---- introspection ---- */
 
 kvb_status kvb_batch_seq_info(const struct kvb_batch *b, int32_t id, struct kvb_seq_info *o) {
@@ -846,4 +862,5 @@ void kvb_batch_get_stats(const struct kvb_batch *b, struct kvb_batch_stats *o) {
     o->page_bytes = ps.page_bytes;
     o->pool_bytes_shared = (size_t)ps.pages_shared * ps.page_bytes;
     o->step_cost = b->cost;
+    o->kvzip_pass_tokens = b->kvzip_pass;
 }

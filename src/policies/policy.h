@@ -215,6 +215,12 @@ int32_t kvb_recent_obs_window(const struct kvb_policy_params *p, int32_t room); 
 int64_t kvb_snapkv_peak_tokens(const struct kvb_policy_params *p, int64_t n_prompt);
 int32_t kvb_prefill_obs_window(const struct kvb_policy_params *p);              /* the snapkv family */
 
+/* kvzip's non-uniform budgets: of the candidates of n streams (each one's
+ * logical slots after its first n_sink), the `total` with the highest
+ * state[j] (non-negative) stay; each stream's budget becomes n_sink plus its
+ * share, at least one. Ties at the threshold go to the streams in order. */
+void kvb_global_top_budgets(struct kvb_stream_view *const *v, int32_t n, int32_t n_sink, int64_t total);
+
 /* The policy a default cache runs (full). */
 struct kvb_policy_params kvb_policy_baseline_params(void);
 /* The one per-layer override a cache applies (kv.layers): a model's sliding

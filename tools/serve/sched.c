@@ -410,6 +410,8 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
         j->turn_meta = meta;
         kvb_str_free(&body);
         size_t bl = 0;
+        if (srv->o.park_pid >= 0 && kvb_batch_seq_park(s->b, x->seq, (enum kvb_policy_id)srv->o.park_pid, srv->o.park_ratio) != KVB_OK)
+            fprintf(stderr, "kvbound serve: session %s: --park-compress: %s (stored as it is)\n", x->id, kvb_last_error()); /* compress-on-park */
         if (j->implicit) x->ntok = j->kind == JOB_COMPLETION ? j->n_ptoks + j->n_gen : 0; /* the blob's meta says it */
         void *blob = !j->implicit || meta ? session_blob(srv, x, x->turns + 1, j->turn_meta, &bl) : NULL;
         if (blob && j->implicit && (int64_t)bl > srv->o.checkpoint_bytes) { /* larger than all checkpoints may be: not stored */
