@@ -1432,12 +1432,10 @@ kvb_status kvb_cache_park_begin(struct kvb_cache *c) {
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if (prompt_open(c, l) || c->ring_n[l] > 0)
             return kvb_fail(KVB_ERR_INVALID, "park_begin: layer %d has a %s prompt open (not yet compressed)", (int)l, kvb_policy_name(c->params.kv.policy.id));
-    const struct kvb_policy *keep = &c->policy;
-    struct kvb_policy as_kvzip = *keep; /* the refusals of a kvzip cache, whatever the policy */
-    as_kvzip.iface = &kvb_policy_kvzip;
-    c->policy = as_kvzip;
+    const struct kvb_policy keep = c->policy;
+    c->policy.iface = &kvb_policy_kvzip; /* the refusals of a kvzip cache, whatever the policy */
     kvb_status st = recon_supported(c);
-    c->policy = *keep;
+    c->policy = keep;
     if (st != KVB_OK) return st;
     const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
     if (!c->recon_ctx && !(c->recon_ctx = kvb_calloc((size_t)c->params.n_layer, sizeof(int64_t))))
