@@ -634,10 +634,12 @@ void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
  * and moves each layer's next position back, so the cache is as before but
  * for the scores; kvb_cache_compress then keeps the highest. A pass that
  * fails (KVB_ERR_NOMEM) must still be ended. kvb_cache_recon_begin:
- * KVB_ERR_INVALID (not kvzip, a pass already begun, a bad range, a
- * prompt not open), KVB_ERR_UNSUPPORTED (recall, recurrent or sliding-window
- * layers, positions other than original: the pass would change what it
- * cannot give back). Scores are read with kvb_cache_slot_info. */
+ * KVB_ERR_INVALID (not kvzip nor parking, a pass already begun, a bad
+ * range, layers at different positions). A kvzip cache is refused at init
+ * (KVB_ERR_UNSUPPORTED) on recurrent layers and positions other than
+ * original: the pass could not give back what it changes. Sliding-window
+ * layers evict nothing during a pass and are not scored (their window
+ * bounds them). Scores are read with kvb_cache_slot_info. */
 #define KVB_KVZIP_CHUNK 2048      /* context tokens one reconstruction pass repeats */
 #define KVB_KVZIP_PROMPT_MAX 64   /* the most tokens of a pass's repeat prompt */
 kvb_status kvb_cache_recon_begin(struct kvb_cache *cache, int64_t lo, int64_t hi);
@@ -653,7 +655,7 @@ void kvb_cache_recon_end(struct kvb_cache *cache);
  * scores; keep outside (0, 1) drops nothing (an abandoned park). Budgets
  * and the policy's state of the tokens kept are unchanged. park_begin:
  * KVB_ERR_INVALID (a prompt open, a park or pass begun), KVB_ERR_UNSUPPORTED
- * (as kvzip: recurrent or sliding-window layers, positions not original),
+ * (as kvzip: recurrent layers, positions not original),
  * KVB_ERR_NOMEM; park_end: KVB_ERR_NOMEM (nothing dropped). */
 kvb_status kvb_cache_park_begin(struct kvb_cache *cache);
 kvb_status kvb_cache_park_end(struct kvb_cache *cache, double keep);
@@ -1487,7 +1489,7 @@ kvb_status kvb_batch_seq_fork(struct kvb_batch *batch, int32_t src_seq, const st
  * kept, and the next turn continues from it. Costs a prefill of its
  * history (kvb_batch_stats.kvzip_pass_tokens). KVB_ERR_INVALID (unknown or
  * not DONE, ratio outside (0, 1)), KVB_ERR_UNSUPPORTED (another `how`, named;
- * recurrent or sliding-window layers), KVB_ERR_NOMEM (the pool cannot hold
+ * recurrent layers), KVB_ERR_NOMEM (the pool cannot hold
  * a pass: the sequence is as before). */
 kvb_status kvb_batch_seq_park(struct kvb_batch *batch, int32_t seq_id, enum kvb_policy_id how, double ratio);
 struct kvb_batch_stats {

@@ -606,10 +606,12 @@ static kvb_status init_windows(struct kvb_cache *c, const struct kvb_cache_param
 }
 
 /* kvzip's reconstruction pass must be able to give back all it changes: no
- * recurrent or sliding-window layers (their state or window would move for
- * good), original positions. (Recall: the pass evicts nothing, so nothing
- * goes cold; its queries choose the recalled pages, which the next
- * attention chooses afresh.) */
+ * recurrent layers (their state would move for good), original positions.
+ * (Sliding-window layers: the pass evicts nothing, so their windows are
+ * as before once its rows leave; the model's window, not a policy, bounds
+ * them, so they are not scored. Recall: nothing of the pass goes cold; its
+ * queries choose the recalled pages, which the next attention chooses
+ * afresh.) */
 static kvb_status recon_supported(const struct kvb_cache *c) {
     if (!(c->policy.iface->flags & KVB_PF_RECONSTRUCT)) return KVB_OK;
     const char *pn = kvb_policy_name(c->params.kv.policy.id);
@@ -618,8 +620,6 @@ static kvb_status recon_supported(const struct kvb_cache *c) {
     for (int32_t l = 0; l < c->params.n_layer; l++) {
         if (kvb_cache_is_recurrent(c, l))
             return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: policy %s on a model with recurrent layers (layer %d): not implemented (the reconstruction pass would change their state for good)", pn, (int)l);
-        if (c->window[l])
-            return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: policy %s on a model with sliding-window layers (layer %d): not implemented (the reconstruction pass would move their windows)", pn, (int)l);
     }
     return KVB_OK;
 }
@@ -1525,6 +1525,7 @@ static void recon_worker(int32_t ith, int32_t nth, void *arg) {
     const int64_t p0 = c->n_past[jb->layer];
     for (int32_t h = ith; h < H; h += nth) {
         struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
+        if (s->window) continue; /* the model's window bounds it, no policy: nothing to score */
         const size_t per = c->recon_cap / (size_t)H;
         float *score = c->pscore ? c->pscore[kvb_cache_stream_index(c, s)] : s->v.state; /* parking: its own scores */
         kvb_attend_recon_score(c, s, kvb_head_scratch_at(c->scratch, h), h, jb->q, jb->n_head, jb->G, C, s->v.n - C, p0,
