@@ -151,5 +151,12 @@ kz_ok() { awk -v want="$2" '{ ok = $2 > 0 && (want == "" || $2 == want) && $1 > 
 kz_fields "$T/kz/needle-kvzip.json" > "$T/kz1.txt"; kz_fields "$T/kz.json" > "$T/kz2.txt"
 if [ $r -eq 0 ] && [ $r2 -eq 0 ] && kz_ok "$T/kz1.txt" "" && kz_ok "$T/kz2.txt" 256 && ! grep -q kvzip_ "$T/kz/needle-snapkv.json"
 then ok kvzip_prefill_ratio_in_needle_and_ppl_json; else ko kvzip_prefill_ratio_in_needle_and_ppl_json "rc $r $r2: $(cat "$T/kz1.txt" "$T/kz2.txt" "$T/kz.err" "$T/kzp.err" 2>&1 | head -c 400)"; fi
+# a context of 2200 tokens is two chunks of kvzip's reconstruction (2048 each): both repeated, each after its repeat
+# prompt (the second's ends with the first chunk's last 8 tokens), so the passes read more than the context; a chunk
+# left out would read less
+"$K" ppl -m "$G" -f "$T/t.txt" --max-tokens 2300 --prompt 2200 --baseline none --policy kvzip --budget 64 --json > "$T/kz3.json" 2> "$T/kz3.err"; r=$?
+kz_fields "$T/kz3.json" > "$T/kz3.txt"
+if [ $r -eq 0 ] && awk '{ exit !($2 == 2200 && $1 > 2200 + 16 && $1 <= 2200 + 128) }' "$T/kz3.txt"
+then ok kvzip_reconstruction_repeats_every_chunk; else ko kvzip_reconstruction_repeats_every_chunk "rc $r: $(cat "$T/kz3.txt" "$T/kz3.err" 2>&1 | head -c 300)"; fi
 
 cli_summary
