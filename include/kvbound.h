@@ -282,6 +282,7 @@ enum kvb_policy_id {
     KVB_POLICY_LMINFINITE,
     KVB_POLICY_KEYDIFF,
     KVB_POLICY_EXPECTED_ATTENTION,
+    KVB_POLICY_KVZIP,
     KVB_POLICY_COUNT
 };
 
@@ -638,6 +639,46 @@ kvb_status kvb_cache_prefill(struct kvb_cache *cache, int32_t layer, int32_t n_t
  * runs is compressed first. For every other policy it does nothing at all.
  * Cannot fail. */
 void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
+
+/* KVzip's context reconstruction (policy kvzip; docs/POLICIES.md). The
+ * engine reads a context, then, per chunk of at most KVB_KVZIP_CHUNK of its
+ * tokens (original positions [lo, hi)), calls kvb_cache_recon_begin, runs
+ * the repeat prompt and the chunk through the model (kvb_cache_prefill as
+ * usual: the pass attends over the whole cache and its own tokens), and
+ * kvb_cache_recon_end. While the pass reads, every stream scores its tokens
+ * at positions [lo, hi): a token's score becomes the largest attention any
+ * query head of its group gives it at any token of the pass, the softmax
+ * taken over the stream's first n_sink tokens, the chunk and the pass's own
+ * tokens (causal), as the paper's chunked scoring; nothing is evicted and
+ * no vote is recorded. kvb_cache_recon_end drops every row the pass appended
+ * and moves each layer's next position back, so the cache is as before but
+ * for the scores; kvb_cache_compress then keeps the highest. A pass that
+ * fails (KVB_ERR_NOMEM) must still be ended. kvb_cache_recon_begin:
+ * KVB_ERR_INVALID (not kvzip nor parking, a pass already begun, a bad
+ * range, layers at different positions). A kvzip cache is refused at init
+ * (KVB_ERR_UNSUPPORTED) on recurrent layers and positions other than
+ * original: the pass could not give back what it changes. Sliding-window
+ * layers evict nothing during a pass and are not scored (their window
+ * bounds them). Scores are read with kvb_cache_slot_info. */
+#define KVB_KVZIP_CHUNK 2048      /* context tokens one reconstruction pass repeats */
+#define KVB_KVZIP_PROMPT_MAX 64   /* the most tokens of a pass's repeat prompt */
+kvb_status kvb_cache_recon_begin(struct kvb_cache *cache, int64_t lo, int64_t hi);
+void kvb_cache_recon_end(struct kvb_cache *cache);
+/* Compress-on-park (serve --park-compress kvzip): any cache, whatever its
+ * policy, scored by kvzip's reconstruction and cut once. park_begin gives
+ * the cache a score per retained token (zero), which reconstruction passes
+ * (kvb_cache_recon_begin .. end) then raise instead of the policy's state;
+ * park_end(keep) keeps floor(keep x the tokens held) tokens in all, the
+ * pinned span and the policy's sinks first, the rest the highest scores
+ * over every stream (kvzip's non-uniform budgets), evicting the others as
+ * the policy would (to the cold tier with recall), and forgets the
+ * scores; keep outside (0, 1) drops nothing (an abandoned park). Budgets
+ * and the policy's state of the tokens kept are unchanged. park_begin:
+ * KVB_ERR_INVALID (a prompt open, a park or pass begun), KVB_ERR_UNSUPPORTED
+ * (as kvzip: recurrent layers, positions not original),
+ * KVB_ERR_NOMEM; park_end: KVB_ERR_NOMEM (nothing dropped). */
+kvb_status kvb_cache_park_begin(struct kvb_cache *cache);
+kvb_status kvb_cache_park_end(struct kvb_cache *cache, double keep);
 
 /* Low-level steps, for the lab and for engines that compute attention
  * themselves. kvb_cache_decode == append + attention + observe + evict.
@@ -1164,6 +1205,10 @@ int64_t kvb_context_n_past(const struct kvb_context *ctx);
  * have read so far (each routed expert once per chunk; 0 for a dense model).
  * Against kvb_model_info.expert_bytes_per_token, the ideal of one token. */
 int64_t kvb_context_expert_bytes_read(const struct kvb_context *ctx);
+/* kvzip's extra prefill (kvb_context_prompt runs it): the tokens its
+ * reconstruction passes read, and the context tokens they scored, since the
+ * context was made (their ratio is kvzip's prefill cost; 0 for others). */
+void kvb_context_kvzip_cost(const struct kvb_context *ctx, int64_t *pass_tokens, int64_t *context_tokens);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                 */
@@ -1462,6 +1507,18 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *batch, const struct kvb_seq_para
  * KVB_ERR_UNSUPPORTED (recall), KVB_ERR_NOMEM (no slot, memory): the batch
  * is unchanged. */
 kvb_status kvb_batch_seq_fork(struct kvb_batch *batch, int32_t src_seq, const struct kvb_seq_params *params, int32_t *seq_id);
+/* Compress-on-park: a DONE sequence's cache is compressed query-agnostically
+ * before it is stored (serve --park-compress), keeping (1 - ratio) of the
+ * tokens it holds (ratio = the fraction removed, kvpress's compression
+ * ratio, 0 < ratio < 1). how: KVB_POLICY_KVZIP (kvb_cache_park_begin, a
+ * reconstruction pass over every token the sequence read, in chunks,
+ * kvb_cache_park_end); the sequence's own policy goes on from what is
+ * kept, and the next turn continues from it. Costs a prefill of its
+ * history (kvb_batch_stats.kvzip_pass_tokens). KVB_ERR_INVALID (unknown or
+ * not DONE, ratio outside (0, 1)), KVB_ERR_UNSUPPORTED (another `how`, named;
+ * recurrent layers), KVB_ERR_NOMEM (the pool cannot hold
+ * a pass: the sequence is as before). */
+kvb_status kvb_batch_seq_park(struct kvb_batch *batch, int32_t seq_id, enum kvb_policy_id how, double ratio);
 struct kvb_batch_stats {
     int32_t n_seqs, n_active;    /* held; not DONE */
     int64_t steps, rows;         /* steps run, rows processed */
@@ -1473,6 +1530,7 @@ struct kvb_batch_stats {
                                   * each counted once in pool_bytes_in_use */
     struct kvb_step_cost step_cost; /* the step-cost fit the next step's budget will use (stall-free
                                      * steps: kvb_step_cost_predict / kvb_step_cost_budget) */
+    int64_t kvzip_pass_tokens;   /* tokens kvzip's reconstruction passes read (prompts that end, parks) */
 };
 void kvb_batch_get_stats(const struct kvb_batch *batch, struct kvb_batch_stats *out);
 
@@ -1550,6 +1608,7 @@ struct kvb_ppl_result {
     double *base_nll_tok;       /* [tokens] or NULL */
     int32_t n_seg;
     double *seg_ppl;            /* [n_seg] */
+    int64_t kvzip_pass_tokens, kvzip_context_tokens; /* with prompt, kvzip: its reconstruction's cost (kvb_context_kvzip_cost) */
 };
 
 kvb_status kvb_eval_ppl(const struct kvb_model *model, const int32_t *ids, int64_t n, const struct kvb_ppl_params *params,
@@ -1593,6 +1652,8 @@ struct kvb_needle_result {
     int32_t passkeys;      /* passkeys asked (1 for the single passkey) */
     int32_t n_correct;     /* of them, answered exactly; correct = all of them. With several,
                             * retained and retained_hot are averaged over the passkeys */
+    int64_t kvzip_pass_tokens, kvzip_context_tokens; /* kvzip: its reconstruction passes' tokens and the
+                            * context tokens they scored (kvb_context_kvzip_cost; 0 for other policies) */
 };
 kvb_status kvb_eval_needle(const struct kvb_model *model, const struct kvb_needle_params *params, struct kvb_needle_result *out);
 

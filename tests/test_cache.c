@@ -26,6 +26,7 @@ static int random_stream(enum kvb_policy_id pid, unsigned long long seed) {
     cp.kv.kv_dtype_v = seed > 12 ? vq[(seed / 2) % 4] : KVB_DTYPE_AS_K;
     cp.kv.block_size = seed & 2 ? 4 : 16;
     cp.kv.pos_mode = (enum kvb_pos_mode)(t_rng_next(&rs) % 3);
+    if (pid == KVB_POLICY_KVZIP) cp.kv.pos_mode = KVB_POS_ORIGINAL; /* the only one it takes (refused by name otherwise) */
     cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, d, 10000.0f, 1.0f, NULL};
     cp.kv.policy = kvb_policy_default_params(pid);
     cp.kv.policy.budget = pid == KVB_POLICY_FULL ? 0 : 10 + (int)(t_rng_next(&rs) % 40);
@@ -198,7 +199,7 @@ static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
     const bool compresses = kvb_policy_compresses(pid);
     if (compresses) {
         kv.policy.obs_window = 2 + (int)(t_rng_next(&rs) % 4);
-        if (seed % 3 == 1) kv.policy.prefill_budget = kv.policy.budget + (int)(t_rng_next(&rs) % 20);
+        if (seed % 3 == 1 && pid != KVB_POLICY_KVZIP) kv.policy.prefill_budget = kv.policy.budget + (int)(t_rng_next(&rs) % 20); /* kvzip reads the context whole */
         if (seed % 3 == 2) kv.policy.decode_budget = 1 + (int)(t_rng_next(&rs) % 30);
         if (seed % 5 == 4) kv.policy.budget_frac = 0.3f;
     }
@@ -258,6 +259,10 @@ static int sized_run(enum kvb_policy_id pid, unsigned long long seed) {
         if (b < kv.policy.n_sink + 1) b = kv.policy.n_sink + 1;
         const long long after = b + (kv.policy.decode_budget ? kv.policy.decode_budget : b), reading = kv.policy.prefill_budget ? kv.policy.prefill_budget : P;
         tokens = after > reading ? after : reading;
+        if (pid == KVB_POLICY_KVZIP) { /* the context and one reconstruction pass (its chunk and repeat prompt) */
+            const long long pass = (P < KVB_KVZIP_CHUNK ? P : KVB_KVZIP_CHUNK) + KVB_KVZIP_PROMPT_MAX;
+            tokens = after > P + pass ? after : P + pass;
+        }
     } else if (ea_prompt) { /* the prompt read whole (or prefill_budget), then the budget: no decode_budget */
         long long b = kv.policy.budget_frac > 0 ? (long long)(kv.policy.budget_frac * P) : kv.policy.budget;
         if (b < kv.policy.n_sink + 1) b = kv.policy.n_sink + 1;

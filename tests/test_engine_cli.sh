@@ -46,7 +46,7 @@ else ko run_bounded_past_context "$(tail -n 1 "$T/b.txt")"; fi
 # longest stream holds keep + budget); --keep -1 pins the whole prompt; a bad value names the flag
 P30='Once upon a time there was a little girl named Lily. She loved to play outside in the park'
 bad=""
-for p in window streaming h2o tova scissorhands snapkv pyramidkv adakv knorm block-h2o lminfinite keydiff expected-attention; do
+for p in window streaming h2o tova scissorhands snapkv pyramidkv adakv knorm block-h2o lminfinite keydiff expected-attention kvzip; do
     "$K" run -m "$G" -p "$P30" -n 100 --temp 0 --ignore-eos --policy $p --budget 32 --keep 20 > /dev/null 2> "$T/k.txt"
     grep -q 'keep 20: positions 0..19 pinned in every stream (20 tokens)' "$T/k.txt" || bad="$bad $p: $(tail -n 1 "$T/k.txt")"
 done

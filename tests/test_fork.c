@@ -30,6 +30,7 @@ static struct kvb_cache_params fork_params(enum kvb_policy_id pid, unsigned long
     cp.kv.kv_dtype = seed > 8 ? kq[seed % 2] : seed & 1 ? KVB_DTYPE_F16 : KVB_DTYPE_F32;
     cp.kv.block_size = seed & 2 ? 4 : 16;
     cp.kv.pos_mode = (enum kvb_pos_mode)(t_rng_next(rs) % 3);
+    if (pid == KVB_POLICY_KVZIP) cp.kv.pos_mode = KVB_POS_ORIGINAL; /* the only one it takes (refused by name otherwise) */
     cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, d, 10000.0f, 1.0f, NULL};
     cp.kv.policy = kvb_policy_default_params(pid);
     cp.kv.policy.budget = pid == KVB_POLICY_FULL ? 0 : 10 + (int)(t_rng_next(rs) % 40);

@@ -1125,6 +1125,160 @@ TEST(expected_attention_adakv_shares_the_layer_budget) {
     if (!floored) FAILF("no head is held at its floor in any case: the safeguard is not checked");
 }
 
+/* ---- kvzip: a float64 reference of the reconstruction score ---- */
+
+enum { KZ_D = 8, KZ_G = 2, KZ_H = 2, KZ_L = 2, KZ_N = 40, KZ_CH = 16, KZ_P = 3, KZ_NC = 3 };
+/* the reference's variants: 0 the paper's; 1 the mean over the group and
+ * the pass's tokens instead of the max; 2 the pass's own keys left out of
+ * the softmax; 3 the last chunk's pass dropped */
+static void kz_ref(const struct kvb_rope *r, int variant, int ns, float kc[][KZ_D], float qp[][KZ_P + KZ_CH][KZ_G][KZ_D],
+                   float kp[][KZ_P + KZ_CH][KZ_D], double *score) {
+    for (int j = 0; j < KZ_N; j++) score[j] = 0;
+    for (int ch = 0; ch < KZ_NC - (variant == 3); ch++) {
+        const int lo = ch * KZ_CH, hi = lo + KZ_CH < KZ_N ? lo + KZ_CH : KZ_N, T = KZ_P + (hi - lo), nsk = ns < lo ? ns : lo;
+        double sum[KZ_N] = {0};
+        for (int i = 0; i < T; i++)
+            for (int g = 0; g < KZ_G; g++) {
+                double qr[KZ_D], kr[KZ_D], lg[KZ_N + KZ_P + KZ_CH], mx = -1e300, z = 0;
+                int key[KZ_N + KZ_P + KZ_CH], m = 0; /* key >= 0: a context position; < 0: -(own index) - 1 */
+                ref_rope(r, qp[ch][i][g], KZ_D, KZ_N + i, qr);
+                for (int j = 0; j < nsk; j++) key[m++] = j;
+                for (int j = lo; j < hi; j++) key[m++] = j;
+                for (int u = 0; u <= i && variant != 2; u++) key[m++] = -u - 1;
+                for (int a = 0; a < m; a++) {
+                    if (key[a] >= 0) ref_rope(r, kc[key[a]], KZ_D, key[a], kr);
+                    else ref_rope(r, kp[ch][-key[a] - 1], KZ_D, KZ_N - key[a] - 1, kr);
+                    double x = 0;
+                    for (int t = 0; t < KZ_D; t++) x += qr[t] * kr[t];
+                    lg[a] = x / sqrt((double)KZ_D);
+                    if (lg[a] > mx) mx = lg[a];
+                }
+                for (int a = 0; a < m; a++) z += exp(lg[a] - mx);
+                for (int a = nsk; a < nsk + (hi - lo); a++) {
+                    const double w = exp(lg[a] - mx) / z;
+                    if (variant == 1) sum[key[a]] += w / (T * KZ_G);
+                    else if (w > score[key[a]]) score[key[a]] = w;
+                }
+            }
+        for (int j = lo; j < hi && variant == 1; j++) score[j] = sum[j];
+    }
+}
+
+/* KVzip (kvzip): a context of 40 tokens in 2 layers x 2 KV heads (2 query
+ * heads each) is scored by three reconstruction passes (chunks [0,16),
+ * [16,32), [32,40), each after 3 repeat-prompt tokens, read in two
+ * prefills); every token's score equals the float64 reference (the max
+ * softmax weight over the group and the pass's tokens, the softmax over the
+ * sinks, the chunk and the pass's own keys, causal) and not its variants
+ * (the mean, the own keys left out, the last chunk dropped); each pass's rows
+ * leave (slots and positions as before it); compress keeps the highest
+ * scores of all four streams (non-uniform budgets summing to 4 x budget),
+ * never a pass's row. */
+TEST(kvzip_reconstruction_matches_float64_reference) {
+    const int ns = 2, B = 20;
+    struct kvb_cache_params cp = kvb_cache_default_params();
+    cp.n_layer = KZ_L; cp.n_kv_head = KZ_H; cp.head_dim = KZ_D; cp.kv.kv_dtype = KVB_DTYPE_F32; cp.kv.block_size = 4;
+    cp.rope = (struct kvb_rope){KVB_ROPE_NEOX, KZ_D, 100.0f, 1.0f, NULL};
+    cp.kv.policy = kvb_policy_default_params(KVB_POLICY_KVZIP);
+    cp.kv.policy.budget = B; cp.kv.policy.n_sink = ns;
+    struct kvb_cache *c = NULL;
+    CHECK_OK(kvb_cache_init(NULL, &cp, &c));
+    if (!c) return;
+    enum { NQ = KZ_H * KZ_G };
+    static float q[KZ_L][KZ_N][NQ][KZ_D], k[KZ_L][KZ_N][KZ_H][KZ_D], v[KZ_L][KZ_N][KZ_H][KZ_D];
+    static float qp[KZ_L][KZ_NC][KZ_P + KZ_CH][NQ][KZ_D], kp[KZ_L][KZ_NC][KZ_P + KZ_CH][KZ_H][KZ_D];
+    static float out[(KZ_P + KZ_CH) * NQ * KZ_D];
+    unsigned x = 7;
+#define KZ_RND() (x = x * 1103515245u + 12345u, 2.0f * ((float)((x >> 8) & 0xffff) / 65536.0f - 0.5f))
+    for (int l = 0; l < KZ_L; l++) {
+        for (int t = 0; t < KZ_N; t++)
+            for (int i = 0; i < KZ_D; i++) {
+                for (int h = 0; h < NQ; h++) q[l][t][h][i] = KZ_RND();
+                for (int h = 0; h < KZ_H; h++) { k[l][t][h][i] = 2.0f * KZ_RND(); v[l][t][h][i] = KZ_RND(); }
+            }
+        for (int ch = 0; ch < KZ_NC; ch++)
+            for (int t = 0; t < KZ_P + KZ_CH; t++)
+                for (int i = 0; i < KZ_D; i++) {
+                    for (int h = 0; h < NQ; h++) qp[l][ch][t][h][i] = 2.0f * KZ_RND();
+                    for (int h = 0; h < KZ_H; h++) kp[l][ch][t][h][i] = 2.0f * KZ_RND();
+                }
+    }
+#undef KZ_RND
+    for (int l = 0; l < KZ_L; l++) /* the context in blocks of 16, 16, 8 */
+        for (int t = 0; t < KZ_N; t += 16)
+            CHECK_OK(kvb_cache_prefill(c, l, t + 16 <= KZ_N ? 16 : KZ_N - t, &q[l][t][0][0], NQ, &k[l][t][0][0], &v[l][t][0][0], out, NULL));
+    for (int ch = 0; ch < KZ_NC; ch++) {
+        const int lo = ch * KZ_CH, hi = lo + KZ_CH < KZ_N ? lo + KZ_CH : KZ_N, T = KZ_P + (hi - lo), T1 = T / 2;
+        CHECK_OK(kvb_cache_recon_begin(c, lo, hi));
+        for (int l = 0; l < KZ_L; l++) { /* the pass's own keys span two prefills: the second's queries see the first's */
+            CHECK_OK(kvb_cache_prefill(c, l, T1, &qp[l][ch][0][0][0], NQ, &kp[l][ch][0][0][0], &kp[l][ch][0][0][0], out, NULL));
+            CHECK_OK(kvb_cache_prefill(c, l, T - T1, &qp[l][ch][T1][0][0], NQ, &kp[l][ch][T1][0][0], &kp[l][ch][T1][0][0], out, NULL));
+        }
+        CHECK_EQ_INT((int)kvb_cache_n_slots(c, 1, 1), KZ_N + T);
+        kvb_cache_recon_end(c);
+        for (int l = 0; l < KZ_L; l++) {
+            CHECK_EQ_INT((int)kvb_cache_n_past(c, l), KZ_N);
+            for (int h = 0; h < KZ_H; h++) CHECK_EQ_INT((int)kvb_cache_n_slots(c, l, h), KZ_N);
+        }
+    }
+    CHECK_STATUS(kvb_cache_recon_begin(c, 0, KZ_N + 1), KVB_ERR_INVALID); /* beyond what was read */
+    int told[4] = {0}, bad = 0;
+    static double ref[4][KZ_L][KZ_H][KZ_N];
+    float got[KZ_L][KZ_H][KZ_N];
+    for (int l = 0; l < KZ_L; l++)
+        for (int h = 0; h < KZ_H; h++) {
+            static float qh[KZ_NC][KZ_P + KZ_CH][KZ_G][KZ_D], kh[KZ_NC][KZ_P + KZ_CH][KZ_D], kc[KZ_N][KZ_D];
+            for (int t = 0; t < KZ_N; t++) memcpy(kc[t], k[l][t][h], sizeof kc[t]);
+            for (int ch = 0; ch < KZ_NC; ch++)
+                for (int t = 0; t < KZ_P + KZ_CH; t++) {
+                    memcpy(kh[ch][t], kp[l][ch][t][h], sizeof kh[ch][t]);
+                    for (int g = 0; g < KZ_G; g++) memcpy(qh[ch][t][g], qp[l][ch][t][h * KZ_G + g], sizeof qh[ch][t][g]);
+                }
+            for (int var = 0; var < 4; var++) kz_ref(&cp.rope, var, ns, kc, qh, kh, ref[var][l][h]);
+            for (int j = 0; j < KZ_N; j++) {
+                struct kvb_slot_info si;
+                CHECK_OK(kvb_cache_slot_info(c, l, h, j, &si));
+                got[l][h][j] = si.score;
+                if (fabs(si.score - ref[0][l][h][j]) > 1e-5 * (1 + ref[0][l][h][j])) bad++;
+                for (int var = 1; var < 4; var++) told[var] |= fabs(si.score - ref[var][l][h][j]) > 1e-3 * (1 + ref[var][l][h][j]);
+            }
+        }
+    if (bad) FAILF("%d scores differ from the float64 reference (layer 0 head 0 slot 20: %g, want %g)", bad, (double)got[0][0][20], ref[0][0][0][20]);
+    if (!told[1] || !told[2] || !told[3]) FAILF("a variant matches the scores (mean %d, own keys left out %d, last chunk dropped %d)", told[1], told[2], told[3]);
+    /* compress: the highest 4 x (B - ns) candidates of all streams stay */
+    double all[KZ_L * KZ_H * KZ_N];
+    int na = 0;
+    for (int l = 0; l < KZ_L; l++)
+        for (int h = 0; h < KZ_H; h++)
+            for (int j = ns; j < KZ_N; j++) all[na++] = got[l][h][j];
+    const int keep = KZ_L * KZ_H * (B - ns);
+    double thr = 0; /* the keep-th highest */
+    for (int a = 0; a < na; a++) {
+        int above = 0;
+        for (int b = 0; b < na; b++) above += all[b] > all[a];
+        if (above == keep - 1) thr = all[a];
+    }
+    kvb_cache_compress(c, NULL);
+    int total = 0, uneven = 0;
+    for (int l = 0; l < KZ_L; l++)
+        for (int h = 0; h < KZ_H; h++) {
+            const int n = kvb_cache_n_slots(c, l, h);
+            total += n - ns;
+            uneven |= n != B;
+            int j = 0;
+            for (int t = 0; t < KZ_N; t++) {
+                const bool want = t < ns || got[l][h][t] >= thr;
+                struct kvb_slot_info si;
+                const bool have = j < n && kvb_cache_slot_info(c, l, h, j, &si) == KVB_OK && si.pos_original == t;
+                if (have) j++;
+                if (want != have) { FAILF("layer %d head %d position %d: kept %d, want %d (score %g, threshold %g)", l, h, t, have, want, (double)got[l][h][t], thr); break; }
+            }
+        }
+    CHECK_EQ_INT(total, keep);
+    CHECK(uneven); /* the budgets follow the scores, not B per stream */
+    kvb_cache_free(c);
+}
+
 /* expected-attention's evidence is the queries: the low-level append (no
  * queries) is refused by name and leaves the cache empty, where it would
  * otherwise rank keys by their value norms alone. */
@@ -1156,6 +1310,7 @@ int main(void) {
     RUN(expected_attention_refuses_the_low_level_path);
     RUN(expected_attention_compresses_the_whole_prompt_at_once);
     RUN(expected_attention_adakv_shares_the_layer_budget);
+    RUN(kvzip_reconstruction_matches_float64_reference);
     RUN(scissorhands_evicts_persistently_unimportant);
     RUN(snapkv_keeps_the_needle);
     RUN(pyramidkv_layer_budgets);

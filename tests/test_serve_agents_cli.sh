@@ -421,7 +421,7 @@ start k -m "$T/q.gguf" --sessions "$T/sk" --budget 48 -t 1 -np 2 --prefix-cache 
 span=$(post /tokenize "$(python3 -c 'import json,sys; print(json.dumps({"content": open(sys.argv[1]).read()}))' "$T/ksys.txt")" | jget 'len(d["tokens"])')
 cat "$T/keep_lib.py" - > "$T/keep1.py" <<'EOF'
 assert span > 60, span
-for pol in ["window", "streaming", "h2o", "tova", "scissorhands", "snapkv", "pyramidkv", "adakv", "knorm", "block-h2o", "lminfinite", "keydiff", "expected-attention"]:
+for pol in ["window", "streaming", "h2o", "tova", "scissorhands", "snapkv", "pyramidkv", "adakv", "knorm", "block-h2o", "lminfinite", "keydiff", "expected-attention", "kvzip"]:
     for nk in (None, 0):
         sid = "pin-%s-%s" % (pol, "none" if nk is None else nk)
         st, d = first_turn(sid, nk, kv_policy=pol)

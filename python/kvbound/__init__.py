@@ -165,7 +165,8 @@ class _PplResult(_c.Structure):
                 ("mass", _f64), ("mass_layer", _dp), ("n_layer", _i32), ("sink_mass", _f64), ("sink_mass_layer", _dp),
                 ("kv_bytes_peak", _sz), ("recall_bytes", _sz), ("cold_pages", _i64), ("recall_score_s", _f64),
                 ("recall_load_s", _f64), ("prompt_kept", _f64), ("prompt_kept_min", _i32), ("prompt_kept_max", _i32),
-                ("tok_per_s", _f64), ("nll_tok", _dp), ("base_nll_tok", _dp), ("n_seg", _i32), ("seg_ppl", _dp)]
+                ("tok_per_s", _f64), ("nll_tok", _dp), ("base_nll_tok", _dp), ("n_seg", _i32), ("seg_ppl", _dp),
+                ("kvzip_pass_tokens", _i64), ("kvzip_context_tokens", _i64)]
 
 
 class _Detok(_c.Structure):
@@ -621,7 +622,8 @@ def perplexity(model, text, policy="streaming", budget=256, max_tokens=0, prompt
                positions=None, kv=None, **knobs):
     """kvbound ppl on a text (tokenized with BOS), as a dict with the fields
     of `kvbound ppl --json`: ppl, nll, tokens, baseline_ppl, kl, top1,
-    prompt_kept (with prompt), kv_bytes_peak, segments."""
+    prompt_kept (with prompt; kvzip: kvzip_pass_tokens, kvzip_context_tokens,
+    kvzip_prefill_ratio), kv_bytes_peak, segments."""
     ids = model.tokenize(text, bos=True) if isinstance(text, str) else list(text)
     if max_tokens:
         ids = ids[:int(max_tokens)]
@@ -645,6 +647,9 @@ def perplexity(model, text, policy="streaming", budget=256, max_tokens=0, prompt
             out["kl"], out["top1"] = r.kl, r.top1
         if prompt:
             out.update(prompt=int(prompt), prompt_kept=r.prompt_kept, prompt_kept_min=r.prompt_kept_min, prompt_kept_max=r.prompt_kept_max)
+            if kv.policy == "kvzip":  # its reconstruction's extra prefill, as kvbound ppl --json
+                out.update(kvzip_pass_tokens=r.kvzip_pass_tokens, kvzip_context_tokens=r.kvzip_context_tokens,
+                           kvzip_prefill_ratio=r.kvzip_pass_tokens / r.kvzip_context_tokens if r.kvzip_context_tokens else 0.0)
         return out
     finally:
         _ppl_free(_c.byref(r))

@@ -62,6 +62,19 @@ def perplexity_matches_published_figures():
 
 
 @case
+def kvzip_through_python():
+    # policy="kvzip" (issue 52): the prompt scored by its reconstruction pass, kept at 64 a stream on average (non-uniform
+    # budgets), its extra prefill reported; generation with it runs
+    m = kvbound.Model(G)
+    text = open(TEXT, encoding="utf-8").read()[:60000]
+    r = kvbound.perplexity(m, text, policy="kvzip", budget=64, prompt=400, max_tokens=500)
+    assert abs(r["prompt_kept"] - 64) < 1e-9 and r["prompt_kept_max"] > 64 and r["tokens"] == 100, r
+    assert r["kvzip_context_tokens"] == 400 and 400 < r["kvzip_pass_tokens"] <= 464, r
+    assert abs(r["kvzip_prefill_ratio"] - r["kvzip_pass_tokens"] / 400) < 1e-12, r
+    assert len(list(m.generate("Once upon a time", 20, policy="kvzip", budget=32, stop_at_eos=False))) == 20
+
+
+@case
 def cache_with_own_scores_h2o_trace():
     c = kvbound.Cache(policy="h2o", budget=6, n_sink=2, head_dim=4, block_size=4)
     for s in [0.95, 0.85, 0.10, 0.90, 0.05, 0.20, 0.15, 0.75]:

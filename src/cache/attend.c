@@ -481,3 +481,45 @@ void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
         tokens_group(c, s, hs, 0, q + (base + (size_t)g0) * d, n_head, KVB_MIN(KVB_ATTN_MAX_ROWS, G - g0), s->sink ? s->sink + g0 : NULL, C,
                      n_prev, p0, out ? out + (base + (size_t)g0) * dv : NULL, obs_from, col, 1.0f / (float)G, g0 == 0);
 }
+
+/* ---- kvzip's reconstruction score ---- */
+
+void kvb_attend_recon_score(const struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h, const float *q,
+                            int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, int32_t n_sink, int32_t lo, int32_t hi,
+                            int32_t own, float *buf, float *score, size_t stride) {
+    const int32_t d = c->params.head_dim, nsk = KVB_MIN(n_sink, lo);
+    const float scale = 1.0f / sqrtf((float)d), cap = c->params.attn_softcap;
+    serve_stream(hs, s);
+    /* the keys as stored (rotated at their positions): sinks, chunk, the pass's own */
+    int32_t K = 0;
+    for (int32_t j = 0; j < nsk; j++) kvb_attend_read_slot(c, s, j, buf + (size_t)K++ * d, NULL);
+    for (int32_t j = lo; j < hi; j++) kvb_attend_read_slot(c, s, j, buf + (size_t)K++ * d, NULL);
+    const int32_t K0 = K; /* keys every token sees */
+    for (int32_t j = own; j < n_prev + C; j++) kvb_attend_read_slot(c, s, j, buf + (size_t)K++ * d, NULL);
+    float *lg = buf + (size_t)K * d;
+    float qr[KVB_ATTN_MAX_DIM];
+    for (int32_t i = 0; i < C; i++) {
+        const int32_t Ki = K0 + (n_prev + i + 1 - own); /* causal: the pass's keys up to token i */
+        for (int32_t g = 0; g < G; g++) {
+            memcpy(qr, q + ((size_t)i * n_head + (size_t)h * G + g) * d, sizeof(float) * (size_t)d);
+            rotate(c, hs, qr, p0 + i);
+            float mx = -INFINITY;
+            for (int32_t j = 0; j < Ki; j++) {
+                const float *kr = buf + (size_t)j * d;
+                float x = 0;
+                for (int32_t t = 0; t < d; t++) x += qr[t] * kr[t];
+                x *= scale;
+                if (cap > 0) x = cap * tanhf(x / cap);
+                lg[j] = x;
+                mx = x > mx ? x : mx;
+            }
+            double z = 0;
+            for (int32_t j = 0; j < Ki; j++) z += exp((double)lg[j] - mx);
+            for (int32_t j = lo; j < hi; j++) {
+                const float w = (float)(exp((double)lg[nsk + j - lo] - mx) / z);
+                float *st = &score[(size_t)j * stride];
+                if (w > *st) *st = w;
+            }
+        }
+    }
+}

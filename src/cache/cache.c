@@ -228,6 +228,8 @@ static kvb_status ring_reserve(struct kvb_cache *c, int32_t layer, int32_t n_hea
  * prompt is open or a chunk opens one. block-h2o takes whole pages: up to
  * a page less one more than the budget says. */
 static bool prompt_open(const struct kvb_cache *c, int32_t layer);
+static kvb_status recon_reserve(struct kvb_cache *c, int32_t layer, int32_t n_tok);
+static void recon_worker(int32_t ith, int32_t nth, void *arg);
 static bool may_compact(const struct kvb_cache *c, const struct kvb_stream *s, int32_t layer, int32_t n_new) {
     if ((c->policy.flags & KVB_PF_COMPRESS) && !s->window && (n_new > 1 || prompt_open(c, layer))) return true; /* a prompt to compress */
     int64_t k = 0;
@@ -463,6 +465,7 @@ static kvb_status prepare_layer(struct kvb_cache *c, int32_t layer, int32_t n_ne
 }
 
 static kvb_status check_heads(const struct kvb_cache *c, int32_t n_head);
+static kvb_status recon_reserve(struct kvb_cache *c, int32_t layer, int32_t n_tok);
 static kvb_status check_pos(const struct kvb_cache *c, int32_t layer, int64_t n_new);
 static void update_peak(struct kvb_cache *c);
 
@@ -473,6 +476,8 @@ kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head)
     if (n_new < 1 || n_new > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_reserve: n_new must be in 1..1048576, got %d", (int)n_new);
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if ((st = check_pos(c, l, n_new)) != KVB_OK) return st;
+    for (int32_t l = 0; c->recon_ctx && l < c->params.n_layer; l++) /* kvzip: a reconstruction pass's scoring room too (a prompt's rows) */
+        if (kvb_cache_holds_kv(c, l) && (prompt_open(c, l) || n_new > 1) && (st = recon_reserve(c, l, n_new)) != KVB_OK) return st;
     const bool rings = (c->policy.flags & KVB_PF_COMPRESS) && c->params.kv.policy.prefill_budget == 0 && (c->policy.flags & KVB_PF_PREFILL_MASS);
     if ((st = reserve_layers(c, 0, c->params.n_layer, n_new, n_head / c->min_kvh, rings ? n_head : 0)) != KVB_OK) return st;
     c->has_reserve = true;
@@ -600,6 +605,25 @@ static kvb_status init_windows(struct kvb_cache *c, const struct kvb_cache_param
     return KVB_OK;
 }
 
+/* kvzip's reconstruction pass must be able to give back all it changes: no
+ * recurrent layers (their state would move for good), original positions.
+ * (Sliding-window layers: the pass evicts nothing, so their windows are
+ * as before once its rows leave; the model's window, not a policy, bounds
+ * them, so they are not scored. Recall: nothing of the pass goes cold; its
+ * queries choose the recalled pages, which the next attention chooses
+ * afresh.) */
+static kvb_status recon_supported(const struct kvb_cache *c) {
+    if (!(c->policy.iface->flags & KVB_PF_RECONSTRUCT)) return KVB_OK;
+    const char *pn = kvb_policy_name(c->params.kv.policy.id);
+    if (c->pos_mode != KVB_POS_ORIGINAL)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: policy %s needs original positions (its reconstruction pass is read after the context)", pn);
+    for (int32_t l = 0; l < c->params.n_layer; l++) {
+        if (kvb_cache_is_recurrent(c, l))
+            return kvb_fail(KVB_ERR_UNSUPPORTED, "cache: policy %s on a model with recurrent layers (layer %d): not implemented (the reconstruction pass would change their state for good)", pn, (int)l);
+    }
+    return KVB_OK;
+}
+
 kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *params, struct kvb_cache **out) {
     if (!params || !out) return kvb_fail(KVB_ERR_INVALID, "cache: params and out must not be NULL");
     kvb_status st = validate_params(params);
@@ -648,6 +672,12 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
     }
     c->params.rope.freq_factors = c->freq_factors;
     if (!c->streams || !c->n_past || !c->scratch || !c->inv_freq || !c->ring_q || !c->ring_n || !c->ring_heads || !c->reserved) goto nomem;
+    if (c->policy.iface->flags & KVB_PF_RECONSTRUCT) { /* kvzip: the pass's start per layer, every stream's view */
+        c->recon_ctx = kvb_calloc((size_t)params->n_layer, sizeof(int64_t));
+        c->gviews = kvb_calloc(n_streams, sizeof(struct kvb_stream_view));
+        c->gptrs = kvb_calloc(n_streams, sizeof(struct kvb_stream_view *));
+        if (!c->recon_ctx || !c->gviews || !c->gptrs) goto nomem;
+    }
     if (params->no_rope) {
         if (!(c->no_rope = kvb_malloc((size_t)params->n_layer))) goto nomem;
         memcpy(c->no_rope, params->no_rope, (size_t)params->n_layer);
@@ -728,6 +758,10 @@ kvb_status kvb_cache_init(struct kvb_pool *pool, const struct kvb_cache_params *
         return st;
     }
     c->params.kv.recall.cold_dir = NULL; /* the store keeps its own copy */
+    if ((st = recon_supported(c)) != KVB_OK) {
+        kvb_cache_free(c);
+        return st;
+    }
     init_budgets(c);
     *out = c;
     return KVB_OK;
@@ -756,6 +790,7 @@ void kvb_cache_free(struct kvb_cache *c) {
     kvb_free(c->streams); kvb_free(c->n_past); kvb_free(c->inv_freq); kvb_free(c->freq_factors); kvb_free(c->no_rope); kvb_free(c->sinks);
     kvb_free(c->inv_freq_swa); kvb_free(c->freq_factors_swa); kvb_free(c->window); kvb_free(c->layers);
     kvb_free(c->kv_src); kvb_free(c->last_reader); kvb_free(c->evict_pending); kvb_free(c->kvh);
+    kvb_free(c->recon_ctx); kvb_free(c->recon_buf); kvb_free(c->gviews); kvb_free(c->gptrs);
     kvb_free(c);
 }
 
@@ -769,6 +804,7 @@ void kvb_cache_reset(struct kvb_cache *c) {
     kvb_state_release(c);
     for (int32_t l = 0; l < c->params.n_layer; l++) c->n_past[l] = 0;
     c->has_reserve = false;
+    c->recon = false;
     init_budgets(c);
 }
 
@@ -858,7 +894,7 @@ enum kvb_pos_mode kvb_cache_pos_mode(const struct kvb_cache *c) { return c->pos_
 /* ------------------------------------------------------------------------ */
 
 static bool prompt_open(const struct kvb_cache *c, int32_t layer);
-static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp);
+static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp, bool preset);
 static void combine_and_evict(struct kvb_cache *c, int32_t layer, struct kvb_threadpool *tp);
 
 struct decode_job {
@@ -1003,7 +1039,10 @@ kvb_status kvb_cache_decode(struct kvb_cache *c, int32_t layer, const float *q, 
     const int32_t G = n_head / c->kvh[layer];
     if ((st = qstat_reserve(c, layer, G)) != KVB_OK) return st;
     run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
-    if (prompt_open(c, layer)) compress_layer(c, layer, tp); /* the prompt ended without kvb_cache_compress */
+    if (prompt_open(c, layer)) { /* the prompt ended without kvb_cache_compress */
+        if (c->policy.iface->budgets_global) kvb_cache_compress(c, tp); /* kvzip: its budgets span every layer */
+        else compress_layer(c, layer, tp, false);
+    }
     if ((st = prepare_layer(c, layer, 1, G)) != KVB_OK) return st;
     const int32_t src = reader ? c->kv_src[layer] : layer;
     const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0;
@@ -1100,7 +1139,7 @@ static void prefill_worker(int32_t ith, int32_t nth, void *arg) {
         const int32_t n_prev = reader ? s->v.n - C : s->v.n; /* a reader: the source's chunk is its last C slots (not yet evicted) */
         for (int32_t i = 0; i < C && !reader; i++)
             kvb_attend_append(c, s, hs, jb->k + ((size_t)i * H + h) * d, jb->v ? jb->v + ((size_t)i * H + h) * d : NULL, (int32_t)(p0 + i));
-        if (!reader && !s->window && s->qstat) feed_queries(c, s, jb->q + (size_t)h * jb->G * d, C, jb->G, (size_t)jb->n_head * d, p0);
+        if (!reader && !s->window && s->qstat && !c->recon) feed_queries(c, s, jb->q + (size_t)h * jb->G * d, C, jb->G, (size_t)jb->n_head * d, p0);
         if (jb->mass) memset(kvb_head_scratch_col(hs), 0, sizeof(float) * (size_t)s->v.n);
         kvb_attend_tokens(c, s, hs, h, jb->q, jb->n_head, jb->G, C, n_prev, p0, jb->out, obs_from, jb->mass ? kvb_head_scratch_col(hs) : NULL);
         if (jb->mass) {
@@ -1188,7 +1227,8 @@ static void open_prompt(struct kvb_cache *c, int32_t layer) {
         struct kvb_stream *s = kvb_cache_stream(c, layer, h);
         s->v.prompt_end = -1;
         s->v.budget = c->params.kv.policy.prefill_budget;
-        if (ns && s->v.n > 0) memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
+        /* kvzip: earlier scores stand (its pass scores only the tokens read since) */
+        if (ns && s->v.n > 0 && !(c->policy.iface->flags & KVB_PF_RECONSTRUCT)) memset(s->v.state, 0, sizeof(float) * (size_t)s->v.n * ns);
     }
     c->ring_n[layer] = 0;
 }
@@ -1222,7 +1262,23 @@ static int32_t stream_target(const struct kvb_policy_params *pp, const struct kv
 
 /* Ends the open prompt of a layer: vote, budgets from the prompt length,
  * eviction, then the frozen prompt plus decode_budget. Cannot fail. */
-static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp) {
+/* A layer's compression budget: the policy's, or budget_frac of its prompt
+ * after the pinned span. */
+static int32_t layer_base(const struct kvb_cache *c, int32_t l) {
+    const struct kvb_policy_params *pp = &c->params.kv.policy;
+    const int64_t prompt = c->n_past[l];
+    int32_t base = pp->budget;
+    if (pp->budget_frac > 0) {
+        double b = floor((double)pp->budget_frac * (double)(prompt - KVB_MIN(prompt, (int64_t)c->params.kv.keep)));
+        base = KVB_MAX((int32_t)KVB_MIN(b, (double)INT32_MAX), pp->n_sink + 1);
+    }
+    return base;
+}
+
+/* Ends the open prompt of a layer: vote, budgets from the prompt length
+ * (unless preset: budgets_global set them), eviction, then the frozen
+ * prompt plus decode_budget. Cannot fail. */
+static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool *tp, bool preset) {
     c->has_reserve = false;
     const struct kvb_policy_params *pp = &c->params.kv.policy;
     struct kvb_stream_view views[KVB_MAX_KV_HEADS], *ptrs[KVB_MAX_KV_HEADS];
@@ -1230,16 +1286,13 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
     if (c->ring_n[l] > 0) kvb_threadpool_run(tp, vote_worker, &jb);
     const int32_t H = layer_streams(c, l, views, ptrs); /* the prompt after the pinned span is what compresses */
     const int64_t prompt = c->n_past[l];
-    int32_t base = pp->budget, P = 0;
-    if (pp->budget_frac > 0) {
-        double b = floor((double)pp->budget_frac * (double)(prompt - KVB_MIN(prompt, (int64_t)c->params.kv.keep)));
-        base = KVB_MAX((int32_t)KVB_MIN(b, (double)INT32_MAX), pp->n_sink + 1);
-    }
-    for (int32_t h = 0; h < H; h++) {
+    const int32_t base = layer_base(c, l);
+    int32_t P = 0;
+    for (int32_t h = 0; h < H && !preset; h++) {
         ptrs[h]->budget = stream_target(pp, ptrs[h], base);
         P = KVB_MAX(P, ptrs[h]->n);
     }
-    if (c->policy.iface->budgets) { /* the layer's place among those that hold K/V (a hybrid's recurrent layers and
+    if (c->policy.iface->budgets && !preset) { /* the layer's place among those that hold K/V (a hybrid's recurrent layers and
                                      * Gemma 4's readers hold none): pyramidkv's slope spans them only */
         int32_t at = 0, n_kv = 0;
         for (int32_t i = 0; i < c->params.n_layer; i++) {
@@ -1249,7 +1302,7 @@ static void compress_layer(struct kvb_cache *c, int32_t l, struct kvb_threadpool
         }
         c->policy.iface->budgets(&c->policy, ptrs, H, at, n_kv, base, P);
     }
-    for (int32_t h = 0; h < H; h++) kvb_cache_stream(c, l, h)->v.budget = views[h].budget;
+    for (int32_t h = 0; h < H && !preset; h++) kvb_cache_stream(c, l, h)->v.budget = views[h].budget;
     kvb_threadpool_run(tp, evict_worker, &jb);
     const bool scores_go_on = c->policy.iface->flags & KVB_PF_COMPRESS_OPTIONAL; /* expected-attention: no frozen prompt */
     for (int32_t h = 0; h < H; h++) {
@@ -1282,32 +1335,219 @@ kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, 
         return kvb_fail(KVB_ERR_INVALID, "cache_prefill: layer %d reads layer %d (kv_source), which has not taken these %d tokens first", (int)layer,
                         (int)src, (int)n_tok);
     const struct kvb_policy_i *pi = c->policy.iface;
-    const bool compress = !reader && (c->policy.flags & KVB_PF_COMPRESS) && !c->window[layer]; /* a window layer: the model's window only */
-    const bool exact = compress && c->params.kv.policy.prefill_budget == 0 && (c->policy.flags & KVB_PF_PREFILL_MASS); /* votes recorded */
-    const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0;
+    const bool recon = c->recon; /* kvzip's pass: score, no vote, no eviction (its rows leave at recon_end) */
+    const bool compress = !reader && (c->policy.flags & KVB_PF_COMPRESS) && !c->window[layer] && !recon; /* a window layer: the model's window only */
+    const bool exact = compress && c->params.kv.policy.prefill_budget == 0 && (c->policy.flags & KVB_PF_PREFILL_MASS); /* votes recorded (not kvzip's) */
+    const bool defer = !reader && c->last_reader && c->last_reader[layer] >= 0 && !recon;
     const int32_t G = n_head / c->kvh[layer];
     if ((st = qstat_reserve(c, layer, G)) != KVB_OK) return st;
     run_pending_eviction(c, layer, tp); /* its readers did not run after its last step */
     if (exact && (st = ring_reserve(c, layer, n_head)) != KVB_OK) return st;
+    if (recon && !reader && (st = recon_reserve(c, layer, n_tok)) != KVB_OK) return st;
     if ((st = prepare_layer(c, layer, n_tok, G)) != KVB_OK) return st;
     if (compress && !prompt_open(c, layer)) open_prompt(c, layer);
     struct prefill_job jb = {c, layer, n_tok, n_head, G, q, k, v, out,
-                             !reader && !c->window[layer] && !exact && pi->observe && (c->policy.flags & KVB_PF_PREFILL_MASS), src};
+                             !reader && !c->window[layer] && !exact && !recon && pi->observe && (c->policy.flags & KVB_PF_PREFILL_MASS), src};
     kvb_threadpool_run(worth_threads(c, layer, n_tok, n_head) ? tp : NULL, prefill_worker, &jb);
+    if (recon && !reader) kvb_threadpool_run(tp, recon_worker, &jb);
     if (exact) ring_push(c, layer, q, n_tok);
     c->n_past[layer] += n_tok;
     update_peak(c); /* peak includes the whole chunk before eviction */
     if (defer) c->evict_pending[layer] = true;
-    else if (!reader) combine_and_evict(c, layer, tp);
+    else if (!reader && !recon) combine_and_evict(c, layer, tp);
     if (reader && c->last_reader[src] == layer) run_pending_eviction(c, src, tp); /* the source's last reader has attended */
     return KVB_OK;
 }
 
+/* budgets_global (kvzip): every open layer's streams at once, each with the
+ * budget its layer would give it; the policy rewrites them. */
+static void global_budgets(struct kvb_cache *c) {
+    int32_t n = 0;
+    for (int32_t l = 0; l < c->params.n_layer; l++) {
+        if (!prompt_open(c, l)) continue;
+        const int32_t base = layer_base(c, l), H = layer_streams(c, l, c->gviews + n, c->gptrs + n);
+        for (int32_t h = 0; h < H; h++) c->gviews[n + h].budget = stream_target(&c->params.kv.policy, &c->gviews[n + h], base);
+        n += H;
+    }
+    c->policy.iface->budgets_global(&c->policy, c->gptrs, n);
+    n = 0;
+    for (int32_t l = 0; l < c->params.n_layer; l++) {
+        if (!prompt_open(c, l)) continue;
+        for (int32_t h = 0; h < c->kvh[l]; h++) kvb_cache_stream(c, l, h)->v.budget = c->gviews[n++].budget;
+    }
+}
+
 void kvb_cache_compress(struct kvb_cache *c, struct kvb_threadpool *tp) {
     if (!c || !(c->policy.flags & KVB_PF_COMPRESS)) return;
+    const bool preset = c->policy.iface->budgets_global && c->gviews;
+    if (preset) global_budgets(c);
     for (int32_t l = 0; l < c->params.n_layer; l++)
-        if (prompt_open(c, l)) compress_layer(c, l, tp);
+        if (prompt_open(c, l)) compress_layer(c, l, tp, preset);
+    kvb_free(c->recon_buf); /* kvzip: the scoring's room, until the next prompt */
+    c->recon_buf = NULL;
+    c->recon_cap = 0;
     update_peak(c);
+}
+
+/* ---- kvzip's reconstruction pass ---- */
+
+kvb_status kvb_cache_recon_begin(struct kvb_cache *c, int64_t lo, int64_t hi) {
+    if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
+    if (!(c->policy.iface->flags & KVB_PF_RECONSTRUCT) && !c->pscore)
+        return kvb_fail(KVB_ERR_INVALID, "recon_begin: policy %s scores no reconstruction (kvzip does; any cache while it parks)",
+                        kvb_policy_name(c->params.kv.policy.id));
+    if (c->recon) return kvb_fail(KVB_ERR_INVALID, "recon_begin: a reconstruction pass is already begun");
+    for (int32_t l = 0; l < c->params.n_layer; l++)
+        if (kvb_cache_holds_kv(c, l) && c->n_past[l] != c->n_past[0])
+            return kvb_fail(KVB_ERR_INVALID, "recon_begin: layers have read different numbers of tokens");
+    if (lo < 0 || hi <= lo || hi > c->n_past[0] || hi - lo > KVB_KVZIP_CHUNK)
+        return kvb_fail(KVB_ERR_INVALID, "recon_begin: positions [%lld, %lld) are not a chunk of at most %d read tokens (%lld read)", (long long)lo,
+                        (long long)hi, KVB_KVZIP_CHUNK, (long long)c->n_past[0]);
+    for (int32_t l = 0; l < c->params.n_layer; l++) c->recon_ctx[l] = c->n_past[l];
+    c->recon_lo = lo;
+    c->recon_hi = hi;
+    c->recon = true;
+    return KVB_OK;
+}
+
+void kvb_cache_recon_end(struct kvb_cache *c) {
+    if (!c || !c->recon) return;
+    c->has_reserve = false;
+    for (int32_t l = 0; l < c->params.n_layer; l++) {
+        for (int32_t h = 0; h < c->kvh[l] && kvb_cache_holds_kv(c, l); h++) {
+            struct kvb_stream *s = kvb_cache_stream(c, l, h);
+            int32_t k = 0;
+            for (int32_t j = s->v.n; j > 0 && s->v.pos[s->v.order[j - 1]] >= c->recon_ctx[l]; j--) k++;
+            kvb_stream_pop(&c->geom, s, k); /* its pages stay, as holes, for the next pass or the next tokens */
+        }
+        c->n_past[l] = c->recon_ctx[l];
+    }
+    c->recon = false;
+}
+
+/* ---- compress-on-park ---- */
+
+kvb_status kvb_cache_park_begin(struct kvb_cache *c) {
+    if (!c) return kvb_fail(KVB_ERR_INVALID, "cache is NULL");
+    if (c->recon || c->pscore) return kvb_fail(KVB_ERR_INVALID, "park_begin: a reconstruction pass or a park is already begun");
+    for (int32_t l = 0; l < c->params.n_layer; l++)
+        if (prompt_open(c, l) || c->ring_n[l] > 0)
+            return kvb_fail(KVB_ERR_INVALID, "park_begin: layer %d has a %s prompt open (not yet compressed)", (int)l, kvb_policy_name(c->params.kv.policy.id));
+    const struct kvb_policy keep = c->policy;
+    c->policy.iface = &kvb_policy_kvzip; /* the refusals of a kvzip cache, whatever the policy */
+    kvb_status st = recon_supported(c);
+    c->policy = keep;
+    if (st != KVB_OK) return st;
+    const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    if (!c->recon_ctx && !(c->recon_ctx = kvb_calloc((size_t)c->params.n_layer, sizeof(int64_t))))
+        return kvb_fail(KVB_ERR_NOMEM, "park_begin: out of memory");
+    float **ps = kvb_calloc(n_streams, sizeof(float *));
+    bool ok = ps != NULL;
+    for (size_t i = 0; ok && i < n_streams; i++) ok = (ps[i] = kvb_calloc((size_t)KVB_MAX(c->streams[i].v.n, 1), sizeof(float))) != NULL;
+    if (!ok) {
+        for (size_t i = 0; ps && i < n_streams; i++) kvb_free(ps[i]);
+        kvb_free(ps);
+        return kvb_fail(KVB_ERR_NOMEM, "park_begin: out of memory for the scores");
+    }
+    c->pscore = ps;
+    return KVB_OK;
+}
+
+kvb_status kvb_cache_park_end(struct kvb_cache *c, double keep) {
+    if (!c || !c->pscore) return kvb_fail(KVB_ERR_INVALID, "park_end: no park begun");
+    kvb_cache_recon_end(c);
+    const size_t n_streams = (size_t)c->params.n_layer * (size_t)c->params.n_kv_head;
+    kvb_status st = KVB_OK;
+    if (keep > 0 && keep < 1) {
+        /* each stream's view of its candidates (after the pinned span and the sinks) over its scores */
+        struct kvb_stream_view *v = kvb_calloc(n_streams, sizeof *v), **pv = kvb_calloc(n_streams, sizeof *pv);
+        int32_t *which = kvb_calloc(n_streams, sizeof(int32_t));
+        if (!v || !pv || !which) st = kvb_fail(KVB_ERR_NOMEM, "park_end: out of memory (nothing dropped)");
+        int64_t all = 0, held = 0;
+        int32_t n = 0;
+        for (size_t i = 0; st == KVB_OK && i < n_streams; i++) {
+            struct kvb_stream *s = &c->streams[i];
+            if (s->no_kv || s->window || s->v.n == 0) continue;
+            const int32_t pin = kvb_cache_pinned(c, s);
+            v[n] = s->v;
+            v[n].n = s->v.n - pin;
+            v[n].order = s->v.order + pin;
+            v[n].state = c->pscore[i] + pin;
+            which[n] = (int32_t)i;
+            all += s->v.n;
+            held += pin + KVB_MIN(c->policy.params.n_sink, v[n].n);
+            pv[n] = &v[n];
+            n++;
+        }
+        if (st == KVB_OK && n > 0) {
+            const int64_t total = KVB_MAX((int64_t)0, (int64_t)floor(keep * (double)all) - held);
+            kvb_global_top_budgets(pv, n, c->policy.params.n_sink, total);
+            for (int32_t i = 0; i < n; i++) {
+                struct kvb_stream *s = &c->streams[which[i]];
+                const int32_t over = v[i].n - v[i].budget, pin = kvb_cache_pinned(c, s);
+                if (over <= 0) continue;
+                int32_t k = kvb_pick_lowest(&v[i], v[i].state, KVB_MIN(c->policy.params.n_sink, v[i].n), v[i].n, over, s->victims);
+                for (int32_t j = 0; j < k; j++) s->victims[j] += pin;
+                k = kvb_stream_sort_victims(s->victims, k);
+                kvb_recall_evicted(c, s, s->victims, k); /* recall: to the cold tier first, as any eviction */
+                kvb_stream_remove(&c->geom, s, c->pool, s->victims, k);
+            }
+        }
+        kvb_free(v);
+        kvb_free(pv);
+        kvb_free(which);
+    }
+    for (size_t i = 0; i < n_streams; i++) kvb_free(c->pscore[i]);
+    kvb_free(c->pscore);
+    c->pscore = NULL;
+    kvb_free(c->recon_buf);
+    c->recon_buf = NULL;
+    c->recon_cap = 0;
+    c->has_reserve = false;
+    update_peak(c);
+    return st;
+}
+
+/* The chunk [recon_lo, recon_hi) in a stream's logical slots. */
+static int32_t first_at(const struct kvb_stream *s, int64_t pos) {
+    int32_t lo = 0, hi = s->v.n;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (s->v.pos[s->v.order[mid]] < pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void recon_worker(int32_t ith, int32_t nth, void *arg) {
+    const struct prefill_job *jb = arg;
+    struct kvb_cache *c = jb->c;
+    const int32_t H = c->kvh[jb->layer], C = jb->n_tok;
+    const int64_t p0 = c->n_past[jb->layer];
+    for (int32_t h = ith; h < H; h += nth) {
+        struct kvb_stream *s = kvb_cache_stream(c, jb->layer, h);
+        if (s->window) continue; /* the model's window bounds it, no policy: nothing to score */
+        const size_t per = c->recon_cap / (size_t)H;
+        float *score = c->pscore ? c->pscore[kvb_cache_stream_index(c, s)] : s->v.state; /* parking: its own scores */
+        kvb_attend_recon_score(c, s, kvb_head_scratch_at(c->scratch, h), h, jb->q, jb->n_head, jb->G, C, s->v.n - C, p0,
+                               c->params.kv.policy.n_sink, first_at(s, c->recon_lo), first_at(s, c->recon_hi), first_at(s, c->recon_ctx[jb->layer]),
+                               c->recon_buf + per * (size_t)h, score, c->pscore ? 1 : (size_t)c->geom.n_state);
+    }
+}
+
+/* Room for the scoring of n_tok more pass tokens on a layer: every stream's
+ * keys (it holds at most n + n_tok) and as many logits. */
+static kvb_status recon_reserve(struct kvb_cache *c, int32_t layer, int32_t n_tok) {
+    int64_t K = 0;
+    for (int32_t h = 0; h < c->kvh[layer]; h++) K = KVB_MAX(K, (int64_t)kvb_cache_stream(c, layer, h)->v.n + n_tok);
+    const size_t need = (size_t)c->kvh[layer] * (size_t)K * ((size_t)c->params.head_dim + 1);
+    if (need <= c->recon_cap) return KVB_OK;
+    float *b = kvb_malloc(sizeof(float) * need);
+    if (!b) return kvb_fail(KVB_ERR_NOMEM, "cache: out of memory for kvzip's reconstruction scores (layer %d)", (int)layer);
+    kvb_free(c->recon_buf);
+    c->recon_buf = b;
+    c->recon_cap = need;
+    return KVB_OK;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -115,6 +115,20 @@ struct kvb_cache {
     int32_t *kvh;                     /* [n_layer] the KV heads each layer holds (params.kv_heads, or n_kv_head) */
     int32_t min_kvh;                  /* the fewest of them */
     size_t v_in_k;                    /* head_dim_v > 0 (latent rows): the value's byte offset within a K row */
+    /* kvzip (KVB_PF_RECONSTRUCT): a reconstruction pass between kvb_cache_recon_begin and _end scores
+     * positions [recon_lo, recon_hi); recon_ctx[l] is layer l's next position when it began (its rows
+     * from there are the pass's, dropped at the end); recon_buf the scoring's keys and logits; gviews,
+     * gptrs: every stream's view for budgets_global */
+    bool recon;
+    int64_t recon_lo, recon_hi;
+    int64_t *recon_ctx;               /* [n_layer] */
+    float *recon_buf;
+    size_t recon_cap;                 /* floats */
+    struct kvb_stream_view *gviews;   /* [n_layer * n_kv_head] */
+    struct kvb_stream_view **gptrs;
+    /* compress-on-park (kvb_cache_park_begin .. end): the passes' scores go to pscore[stream][logical
+     * slot] instead of the policy's state, whatever the policy */
+    float **pscore;                   /* [n_layer * n_kv_head], NULL when not parking */
 };
 
 /* The most query heads per KV head (DeepSeek-V3: 128 over one latent row);
@@ -286,6 +300,17 @@ void kvb_attend_decode(struct kvb_cache *c, struct kvb_stream *s, struct kvb_hea
 void kvb_attend_tokens(struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h,
                        const float *q, int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, float *out,
                        int32_t obs_from, float *col);
+
+/* kvzip's reconstruction score (kvb_cache_recon_begin): the C pass tokens
+ * of q (as kvb_attend_tokens: token i at position p0 + i, logical slot
+ * n_prev + i, already appended) score stream s's logical slots [lo, hi):
+ * score[j * stride] = max(itself, the largest softmax weight slot j gets from any
+ * of the G query heads of KV head h at any token), each softmax over the
+ * slots [0, n_sink) (those before lo), [lo, hi) and the pass's own [own,
+ * n_prev + i]. buf: room for that many keys and logits ([K][d + 1] floats). */
+void kvb_attend_recon_score(const struct kvb_cache *c, struct kvb_stream *s, struct kvb_head_scratch *hs, int32_t h, const float *q,
+                            int32_t n_head, int32_t G, int32_t C, int32_t n_prev, int64_t p0, int32_t n_sink, int32_t lo, int32_t hi,
+                            int32_t own, float *buf, float *score, size_t stride);
 
 /* Reads logical slot j's K and V rows (either may be NULL) as floats. */
 void kvb_attend_read_slot(const struct kvb_cache *c, const struct kvb_stream *s, int32_t j, float *k, float *v);

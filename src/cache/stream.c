@@ -287,6 +287,16 @@ void kvb_stream_remove(const struct kvb_stream_geom *g, struct kvb_stream *s, st
     compact(g, s, pool);
 }
 
+void kvb_stream_pop(const struct kvb_stream_geom *g, struct kvb_stream *s, int32_t k) {
+    for (int32_t j = s->v.n - 1; j >= s->v.n - k && j >= 0; j--) { /* the last first: the earliest ends on top of the stack */
+        const int32_t slot = s->v.order[j];
+        s->v.pos[slot] = -1;
+        s->v.page_live[slot >> g->block_shift]--;
+        s->free_slots[s->n_free++] = slot;
+    }
+    s->v.n = KVB_MAX(0, s->v.n - k);
+}
+
 void kvb_stream_rebuild(const struct kvb_stream_geom *g, struct kvb_stream *s) {
     for (int32_t pg = 0; pg < s->v.n_pages; pg++) s->v.page_live[pg] = 0;
     for (int32_t j = 0; j < s->v.n; j++) s->v.page_live[s->v.order[j] >> g->block_shift]++;

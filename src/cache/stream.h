@@ -110,6 +110,13 @@ int32_t kvb_stream_sort_victims(int32_t *victims, int32_t k);
 void kvb_stream_remove(const struct kvb_stream_geom *g, struct kvb_stream *s, struct kvb_pool *pool,
                        const int32_t *victims, int32_t k);
 
+/* Removes the last k logical slots, leaving their slots as holes in the
+ * order they were taken (the next pushes take the same slots again) and
+ * their pages attached: no compaction, nothing goes to the pool (kvzip's
+ * reconstruction pass, whose next chunk takes them again). Streams
+ * without runs only. Cannot fail. */
+void kvb_stream_pop(const struct kvb_stream_geom *g, struct kvb_stream *s, int32_t k);
+
 /* After v.pos, v.order, v.n and the pages were filled (a restore): rebuilds
  * page_live, the holes and the runs. */
 void kvb_stream_rebuild(const struct kvb_stream_geom *g, struct kvb_stream *s);

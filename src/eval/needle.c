@@ -250,6 +250,10 @@ static kvb_status needle_multi(const struct kvb_model *m, const struct kvb_needl
             if (st == KVB_OK) st = answer_key(c, m, &in, lg, kx, NULL, out->answer, sizeof out->answer, &ok);
             out->n_correct += ok;
         }
+        int64_t pass = 0, ctx = 0;
+        kvb_context_kvzip_cost(c, &pass, &ctx);
+        out->kvzip_pass_tokens += pass;
+        out->kvzip_context_tokens += ctx;
         kvb_context_free(c);
     }
     out->retained = ret / n;
@@ -329,6 +333,7 @@ kvb_status kvb_eval_needle(const struct kvb_model *m, const struct kvb_needle_pa
         }
     }
     kvb_free(lg);
+    kvb_context_kvzip_cost(c, &out->kvzip_pass_tokens, &out->kvzip_context_tokens);
     kvb_context_free(c);
     kvb_free(nd.p); kvb_free(q.p); kvb_free(key.p); kvb_free(hay.p); kvb_free(prompt.p);
     return st;

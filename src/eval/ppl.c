@@ -293,6 +293,7 @@ kvb_status kvb_eval_ppl(const struct kvb_model *m, const int32_t *ids, int64_t n
             out->prompt_kept = (double)ps.slots / ((double)(in->n_layer - in->n_rec_layers) * in->n_head_kv); /* streams of the attention layers */
             out->prompt_kept_min = ps.slots_min;
             out->prompt_kept_max = ps.slots_max;
+            kvb_context_kvzip_cost(pc, &out->kvzip_pass_tokens, &out->kvzip_context_tokens);
             score_one(out, p, &acc, 0, ids[P], lp, fc ? lf : NULL, V);
             g_start = P;
         }

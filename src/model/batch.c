@@ -70,6 +70,7 @@ struct seq {
     float *logits, *work;        /* [n_vocab] raw logits; the sampler's copy */
     bool has_logits;
     struct kvb_matcher *matcher; /* the caller's grammar, or NULL */
+    int32_t recon_from;          /* kvzip: the first position its reconstruction has not scored */
 };
 
 struct kvb_batch {
@@ -86,6 +87,7 @@ struct kvb_batch {
     int32_t *by_order;           /* [max_seqs] */
     size_t page_bytes;           /* the pool's */
     struct kvb_step_cost cost;   /* the fit of recent steps' times (step targets) */
+    int64_t kvzip_pass;          /* tokens kvzip's reconstruction passes read */
 };
 
 struct kvb_batch_params kvb_batch_default_params(void) {
@@ -456,6 +458,16 @@ static void sample_next(struct kvb_batch *b, struct seq *s) {
     }
 }
 
+/* The rows kvzip's reconstruction pass adds to the step's reservation for
+ * a sequence whose prompt ends in segment g (0 for any other; -1: the
+ * repeat prompt could not be tokenized). */
+static int32_t kvzip_pass_rows(struct kvb_batch *b, const struct seq *s, const struct kvb_fwd_seg *g) {
+    if (g->decode || s->p.kv.policy.id != KVB_POLICY_KVZIP || s->n_prompt_done + g->T < s->n_prompt) return 0;
+    if (kvb_kvzip_prepare(b->m, &b->fwd) != KVB_OK) return -1;
+    const int32_t since = s->prompt_at + s->n_prompt - s->recon_from;
+    return KVB_MIN(since, KVB_KVZIP_CHUNK) + KVB_KVZIP_PROMPT_MAX;
+}
+
 kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *failed_seq) {
     if (!b) return kvb_fail(KVB_ERR_INVALID, "batch is NULL");
     if (n_advanced) *n_advanced = 0;
@@ -525,9 +537,10 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
     for (int32_t k = 0; k < n_seg; k++) n_lg += b->segs[k].logits != NULL;
     kvb_status st = kvb_fwd_reserve_logits(&b->fwd, in, n_lg);
     if (st != KVB_OK) return st;
-    /* reserve every sequence's pages, or none */
+    /* reserve every sequence's pages, or none (kvzip: a prompt that ends also its reconstruction pass's) */
     for (int32_t k = 0; k < n_seg; k++) {
-        st = kvb_cache_reserve(b->segs[k].cache, b->segs[k].T, in->n_head);
+        const int32_t pass = kvzip_pass_rows(b, &b->seqs[b->seg_seq[k]], &b->segs[k]);
+        st = pass < 0 ? KVB_ERR_NOMEM : kvb_cache_reserve(b->segs[k].cache, b->segs[k].T + pass, in->n_head);
         if (st != KVB_OK) {
             for (int32_t u = 0; u < k; u++) kvb_cache_unreserve(b->segs[u].cache);
             if (failed_seq) *failed_seq = b->seg_seq[k];
@@ -546,6 +559,11 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
         if (!b->segs[k].decode) {
             s->n_prompt_done += b->segs[k].T;
             if (s->n_prompt_done < s->n_prompt) continue;
+            if (s->p.kv.policy.id == KVB_POLICY_KVZIP) { /* its pages and scoring room reserved above: cannot fail */
+                const int32_t end = s->prompt_at + s->n_prompt;
+                (void)kvb_kvzip_reconstruct(b->m, b->tp, &b->fwd, s->cache, s->hist + s->recon_from, end - s->recon_from, &b->kvzip_pass);
+                s->recon_from = end;
+            }
             kvb_cache_compress(s->cache, b->tp); /* the prompt is read: the snapkv family compresses it */
         }
         sample_next(b, s);
@@ -747,6 +765,7 @@ kvb_status kvb_batch_seq_load(struct kvb_batch *b, const struct kvb_seq_params *
     s.last_token = last;
     s.next = last;
     s.n_generated = last >= 0;
+    s.recon_from = (int32_t)seen; /* kvzip: the image's scores stand for what it holds */
     return seq_install_done(b, &s, id, "restored", seq_id);
 }
 
@@ -779,7 +798,24 @@ kvb_status kvb_batch_seq_fork(struct kvb_batch *b, int32_t src_id, const struct 
     s.n_generated = src->n_generated;
     s.last_token = src->last_token;
     s.next = src->next;
+    s.recon_from = src->recon_from;
     return seq_install_done(b, &s, id, "forked", seq_id);
+}
+
+kvb_status kvb_batch_seq_park(struct kvb_batch *b, int32_t id, enum kvb_policy_id how, double ratio) {
+    struct seq *s = get_seq(b, id);
+    if (!s) return kvb_fail(KVB_ERR_INVALID, "batch_seq_park: no sequence %d", (int)id);
+    if (s->state != KVB_SEQ_DONE) return kvb_fail(KVB_ERR_INVALID, "batch_seq_park: sequence %d has not finished its turn", (int)id);
+    if (!(ratio > 0 && ratio < 1)) return kvb_fail(KVB_ERR_INVALID, "batch_seq_park: ratio (the fraction removed) must be in (0, 1), got %g", ratio);
+    if (how != KVB_POLICY_KVZIP)
+        return kvb_fail(KVB_ERR_UNSUPPORTED, "batch_seq_park: compress-on-park with %s: not implemented (kvzip only)", kvb_policy_name(how));
+    const int64_t n = kvb_cache_n_past(s->cache, 0); /* every token it read: hist[0, n) */
+    kvb_status st = kvb_cache_park_begin(s->cache);
+    if (st != KVB_OK) return st;
+    st = kvb_kvzip_reconstruct(b->m, b->tp, &b->fwd, s->cache, s->hist, n, &b->kvzip_pass);
+    const kvb_status end = kvb_cache_park_end(s->cache, st == KVB_OK ? 1.0 - ratio : 0.0); /* a failed pass: nothing dropped */
+    s->recon_from = (int32_t)n;
+    return st != KVB_OK ? st : end;
 }
 
 /* ---- introspection ---- */
@@ -826,4 +862,5 @@ void kvb_batch_get_stats(const struct kvb_batch *b, struct kvb_batch_stats *o) {
     o->page_bytes = ps.page_bytes;
     o->pool_bytes_shared = (size_t)ps.pages_shared * ps.page_bytes;
     o->step_cost = b->cost;
+    o->kvzip_pass_tokens = b->kvzip_pass;
 }

@@ -41,6 +41,10 @@ struct kvb_context {
     struct kvb_fwd fwd;
     int64_t n_past;
     char *cold_dir; /* recall: the cold directory (a copy), for caches loaded from images */
+    /* kvzip: the tokens read since the last compress (its next reconstruction), and its cost */
+    int32_t *since;
+    int64_t n_since, cap_since;
+    int64_t kvzip_pass, kvzip_context;
 };
 
 kvb_status kvb_fwd_init(struct kvb_fwd *f, const struct kvb_model_info *in, int32_t rows) {
@@ -139,6 +143,7 @@ void kvb_context_free(struct kvb_context *c) {
     kvb_threadpool_free(c->tp);
     kvb_fwd_free(&c->fwd);
     kvb_free(c->cold_dir);
+    kvb_free(c->since);
     kvb_free(c);
 }
 
@@ -296,6 +301,7 @@ kvb_status kvb_context_init(const struct kvb_model *m, const struct kvb_context_
 void kvb_context_reset(struct kvb_context *c) {
     kvb_cache_reset(c->cache);
     c->n_past = 0;
+    c->n_since = 0;
 }
 
 struct kvb_cache *kvb_context_cache(struct kvb_context *c) { return c->cache; }
@@ -325,7 +331,12 @@ kvb_status kvb_context_load(struct kvb_context *c, const char *path) {
     kvb_cache_free(c->cache);
     c->cache = nc;
     c->n_past = kvb_cache_n_past(nc, 0);
+    c->n_since = 0; /* a loaded cache's prompt was compressed before it was saved */
     return KVB_OK;
+}
+void kvb_context_kvzip_cost(const struct kvb_context *c, int64_t *pass_tokens, int64_t *context_tokens) {
+    if (pass_tokens) *pass_tokens = c ? c->kvzip_pass : 0;
+    if (context_tokens) *context_tokens = c ? c->kvzip_context : 0;
 }
 int64_t kvb_context_n_past(const struct kvb_context *c) { return c->n_past; }
 int64_t kvb_context_expert_bytes_read(const struct kvb_context *c) { return c ? c->fwd.moe.bytes_read : 0; }
@@ -634,6 +645,12 @@ static kvb_status eval_tokens(struct kvb_context *c, const int32_t *tokens, int3
     if (c->p.kv.policy.id == KVB_POLICY_FULL && c->n_past + n > c->p.n_ctx)
         return kvb_fail(KVB_ERR_INVALID, "context full: %lld + %d tokens exceed n_ctx %d (policy full keeps every token; use a bounded policy or a larger n_ctx)",
                         (long long)c->n_past, (int)n, (int)c->p.n_ctx);
+    if (c->p.kv.policy.id == KVB_POLICY_KVZIP) { /* kept for the reconstruction at the next compress */
+        if (kvb_grow((void **)&c->since, &c->cap_since, c->n_since + n, sizeof(int32_t)) != KVB_OK)
+            return kvb_fail(KVB_ERR_NOMEM, "context_eval: out of memory for kvzip's context tokens");
+        memcpy(c->since + c->n_since, tokens, sizeof(int32_t) * (size_t)n);
+        c->n_since += n;
+    }
     for (int32_t i = 0; i < n; i += c->chunk) {
         const int32_t T = KVB_MIN(c->chunk, n - i);
         const bool last = i + T == n;
@@ -651,6 +668,56 @@ kvb_status kvb_context_eval(struct kvb_context *c, const int32_t *tokens, int32_
 
 kvb_status kvb_context_prompt(struct kvb_context *c, const int32_t *tokens, int32_t n, float *logits, bool all) {
     kvb_status st = eval_tokens(c, tokens, n, logits, all, true);
+    if (st == KVB_OK && c && c->p.kv.policy.id == KVB_POLICY_KVZIP && c->n_since > 0) { /* kvzip: the context scores first */
+        st = kvb_kvzip_reconstruct(c->m, c->tp, &c->fwd, c->cache, c->since, c->n_since, &c->kvzip_pass);
+        if (st == KVB_OK) c->kvzip_context += c->n_since;
+        c->n_since = 0;
+    }
     if (st == KVB_OK && c) kvb_cache_compress(c->cache, c->tp);
+    return st;
+}
+
+#define KVZIP_PREV_TAIL 8 /* tokens of the previous chunk a later pass's prompt ends with */
+
+kvb_status kvb_kvzip_prepare(const struct kvb_model *m, struct kvb_fwd *f) {
+    static const char *const text[2] = {"\n\nRepeat the part of the previous context exactly, starting with", "\n\nRepeat the previous context exactly."};
+    const struct kvb_vocab *v = kvb_model_vocab(m);
+    for (int i = 0; i < 2 && !f->kz_ready; i++) {
+        int32_t *ids = NULL, n = 0;
+        f->kz_n[i] = 0;
+        if (!v) continue; /* no vocabulary: the chunk alone */
+        if (kvb_vocab_tokenize(v, text[i], strlen(text[i]), false, false, &ids, &n) != KVB_OK)
+            return kvb_fail(KVB_ERR_NOMEM, "kvzip: out of memory for the repeat prompt's tokens");
+        f->kz_n[i] = KVB_MIN(n, KVB_KVZIP_PROMPT_MAX - KVZIP_PREV_TAIL);
+        memcpy(f->kz_prompt[i], ids, sizeof(int32_t) * (size_t)f->kz_n[i]);
+        kvb_buffer_free(ids);
+    }
+    f->kz_ready = true;
+    return KVB_OK;
+}
+
+kvb_status kvb_kvzip_reconstruct(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, struct kvb_cache *cache,
+                                 const int32_t *tok, int64_t n, int64_t *pass_tokens) {
+    const int64_t pos0 = kvb_cache_n_past(cache, 0) - n; /* the tokens' first position */
+    int32_t in[KVB_KVZIP_CHUNK + KVB_KVZIP_PROMPT_MAX];
+    kvb_status st = kvb_kvzip_prepare(m, f);
+    for (int64_t a = 0; a < n && st == KVB_OK; a += KVB_KVZIP_CHUNK) {
+        const int32_t len = (int32_t)KVB_MIN((int64_t)KVB_KVZIP_CHUNK, n - a), first = a == 0;
+        int32_t np = f->kz_n[first];
+        memcpy(in, f->kz_prompt[first], sizeof(int32_t) * (size_t)np);
+        if (!first && np > 0) { /* "... starting with" the previous chunk's last tokens */
+            memcpy(in + np, tok + a - KVZIP_PREV_TAIL, sizeof(int32_t) * KVZIP_PREV_TAIL);
+            np += KVZIP_PREV_TAIL;
+        }
+        memcpy(in + np, tok + a, sizeof(int32_t) * (size_t)len);
+        const int32_t total = np + len;
+        if ((st = kvb_cache_recon_begin(cache, pos0 + a, pos0 + a + len)) != KVB_OK) break;
+        for (int32_t i = 0; i < total && st == KVB_OK; i += f->rows) {
+            const struct kvb_fwd_seg seg = {cache, 0, KVB_MIN(f->rows, total - i), false, NULL, false};
+            st = kvb_forward(m, tp, f, in + i, &seg, 1, 0);
+        }
+        kvb_cache_recon_end(cache);
+        if (pass_tokens && st == KVB_OK) *pass_tokens += total;
+    }
     return st;
 }

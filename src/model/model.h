@@ -336,6 +336,9 @@ struct kvb_rec_buf {
 /* Activation buffers for up to `rows` rows. */
 struct kvb_fwd {
     int32_t rows;
+    int32_t kz_prompt[2][KVB_KVZIP_PROMPT_MAX]; /* kvzip's repeat prompts (later chunks', the first's), tokenized once */
+    int32_t kz_n[2];
+    bool kz_ready;
     float *x, *xb, *q, *k, *v, *att, *hg, *hu, *tmp; /* [rows][...] */
     float *lg;        /* [lg_rows][n_vocab] last-row logits, grown on demand */
     int32_t lg_rows;
@@ -451,5 +454,21 @@ struct kvb_fwd_seg {
  * kvb_cache_reserve); then caches of earlier layers have advanced. */
 kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, const int32_t *tok,
                        const struct kvb_fwd_seg *seg, int32_t n_seg, int32_t n_dec);
+
+/* kvzip's reconstruction (docs/POLICIES.md): the last n tokens the cache
+ * read, tok[0..n), are scored chunk by chunk (KVB_KVZIP_CHUNK): each pass
+ * is the repeat prompt ("\n\nRepeat the previous context exactly.", later
+ * chunks "...the part of the previous context exactly, starting with" and
+ * the previous chunk's last 8 tokens) and the chunk, read between
+ * kvb_cache_recon_begin and _end in f->rows-row forwards; its rows are
+ * dropped. *pass_tokens adds the tokens the passes read. A model without a
+ * vocabulary repeats the chunk alone. Errors as kvb_forward (the pass ended,
+ * the cache as before it but for scores). */
+kvb_status kvb_kvzip_reconstruct(const struct kvb_model *m, struct kvb_threadpool *tp, struct kvb_fwd *f, struct kvb_cache *cache,
+                                 const int32_t *tok, int64_t n, int64_t *pass_tokens);
+/* Tokenizes the repeat prompts into f once (KVB_ERR_NOMEM); after it, a
+ * pass over a cache reserved for its tokens (kvb_cache_reserve of the
+ * chunk and KVB_KVZIP_PROMPT_MAX) cannot fail. */
+kvb_status kvb_kvzip_prepare(const struct kvb_model *m, struct kvb_fwd *f);
 
 #endif

@@ -141,3 +141,48 @@ int32_t kvb_snapkv_select(const struct kvb_policy *p, struct kvb_stream_view *s,
     for (int32_t j = hi; j < s->n; j++) key[j] = FLT_MAX; /* the window yields last, oldest first */
     return kvb_pick_lowest(s, key, lo, hi, n_over, victims);
 }
+
+/* ---- the highest scores of several streams (kvzip, compress-on-park) ---- */
+
+/* Non-negative floats order as their bit patterns. */
+static inline uint32_t score_bits(float x) { return x > 0 ? kvb_state_bits(&x) : 0u; }
+
+/* How many candidates of every stream have a score of at least bits b. */
+static int64_t count_at_least(struct kvb_stream_view *const *v, int32_t n, int32_t n_sink, uint32_t b) {
+    int64_t cnt = 0;
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t j = KVB_MIN(n_sink, v[i]->n); j < v[i]->n; j++) cnt += score_bits(v[i]->state[j]) >= b;
+    return cnt;
+}
+
+void kvb_global_top_budgets(struct kvb_stream_view *const *v, int32_t n, int32_t ns, int64_t total) {
+    /* the smallest bit pattern b with count(>= b) <= total */
+    uint32_t lo = 0, hi = 0x7f800001u; /* count(>= hi) = 0 */
+    if (count_at_least(v, n, ns, 0) <= total) hi = 0;
+    while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (count_at_least(v, n, ns, mid) <= total) hi = mid;
+        else lo = mid + 1;
+    }
+    const uint32_t b = hi;
+    int64_t left = total - count_at_least(v, n, ns, b);
+    uint32_t below = 0; /* the highest score under b: the ties that fill what is left */
+    for (int32_t i = 0; i < n && b > 0; i++)
+        for (int32_t j = KVB_MIN(ns, v[i]->n); j < v[i]->n; j++) {
+            const uint32_t x = score_bits(v[i]->state[j]);
+            if (x < b && x > below) below = x;
+        }
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t s0 = KVB_MIN(ns, v[i]->n);
+        int32_t keep = 0;
+        for (int32_t j = s0; j < v[i]->n; j++) {
+            const uint32_t x = score_bits(v[i]->state[j]);
+            if (x >= b) keep++;
+            else if (b > 0 && x == below && left > 0) {
+                keep++;
+                left--;
+            }
+        }
+        v[i]->budget = ns + KVB_MAX(keep, 1);
+    }
+}

@@ -124,6 +124,7 @@ struct kvb_policy {
  * the budget with select; the budget then stays the target and every decode
  * step evicts by select again (no frozen prompt, no decode_budget) */
 #define KVB_PF_COMPRESS_OPTIONAL 64u
+#define KVB_PF_RECONSTRUCT 128u /* kvzip: scores come from the engine's reconstruction pass (kvb_cache_recon_begin), not a vote */
 
 struct kvb_policy_i {
     const char *name;
@@ -153,11 +154,17 @@ struct kvb_policy_i {
     void (*budgets)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams, int32_t layer,
                     int32_t n_layer, int32_t base_budget, int32_t prompt_len);
     int64_t (*peak_tokens)(const struct kvb_policy_params *p, int64_t n_prompt);
+    /* at kvb_cache_compress, before any layer evicts: set s->budget of every
+     * stream of every layer whose prompt compresses at once, from their
+     * budgets as the layer would set them (kvzip's non-uniform head budgets)
+     * [per layer: budgets] */
+    void (*budgets_global)(const struct kvb_policy *p, struct kvb_stream_view *const *streams, int32_t n_streams);
 };
 
 extern const struct kvb_policy_i kvb_policy_full, kvb_policy_window, kvb_policy_streaming, kvb_policy_h2o,
     kvb_policy_tova, kvb_policy_scissorhands, kvb_policy_snapkv, kvb_policy_pyramidkv, kvb_policy_adakv,
-    kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite, kvb_policy_keydiff, kvb_policy_expected_attention;
+    kvb_policy_knorm, kvb_policy_block_h2o, kvb_policy_lminfinite, kvb_policy_keydiff, kvb_policy_expected_attention,
+    kvb_policy_kvzip;
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id);
 
@@ -214,6 +221,12 @@ int32_t kvb_recent_obs_window(const struct kvb_policy_params *p, int32_t room); 
  * budget over a layer's or the model's streams, which the pool sums. */
 int64_t kvb_snapkv_peak_tokens(const struct kvb_policy_params *p, int64_t n_prompt);
 int32_t kvb_prefill_obs_window(const struct kvb_policy_params *p);              /* the snapkv family */
+
+/* kvzip's non-uniform budgets: of the candidates of n streams (each one's
+ * logical slots after its first n_sink), the `total` with the highest
+ * state[j] (non-negative) stay; each stream's budget becomes n_sink plus its
+ * share, at least one. Ties at the threshold go to the streams in order. */
+void kvb_global_top_budgets(struct kvb_stream_view *const *v, int32_t n, int32_t n_sink, int64_t total);
 
 /* The policy a default cache runs (full). */
 struct kvb_policy_params kvb_policy_baseline_params(void);

@@ -22,6 +22,7 @@ static const struct kvb_policy_i *const g_table[KVB_POLICY_COUNT] = {
     [KVB_POLICY_LMINFINITE] = &kvb_policy_lminfinite,
     [KVB_POLICY_KEYDIFF] = &kvb_policy_keydiff,
     [KVB_POLICY_EXPECTED_ATTENTION] = &kvb_policy_expected_attention,
+    [KVB_POLICY_KVZIP] = &kvb_policy_kvzip,
 };
 
 const struct kvb_policy_i *kvb_policy_iface(enum kvb_policy_id id) {
@@ -123,9 +124,9 @@ kvb_status kvb_policy_validate(const struct kvb_policy_params *pp) {
     if (pp->compress_prompt < 0 || pp->compress_prompt > 2)
         return kvb_fail(KVB_ERR_INVALID, "policy %s: compress_prompt must be 0, 1 (uniform) or 2 (adakv), got %d", pn, (int)pp->compress_prompt);
     if (pp->compress_prompt && !(pi->flags & (KVB_PF_COMPRESS | KVB_PF_COMPRESS_OPTIONAL)))
-        return kvb_fail(KVB_ERR_INVALID, "policy %s: compress_prompt applies only to expected-attention (the snapkv family always compresses)", pn);
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: compress_prompt applies only to expected-attention (the snapkv family and kvzip always compress)", pn);
     if (pp->budget_frac > 0 && !kvb_policy_params_compress(pp))
-        return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv; expected-attention with compress_prompt)", pn);
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv, kvzip; expected-attention with compress_prompt)", pn);
     return pi->validate ? pi->validate(pp) : KVB_OK;
 }
 

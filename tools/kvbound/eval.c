@@ -156,6 +156,9 @@ static void json_run(FILE *f, enum kvb_policy_id id, int32_t budget, const struc
     if (prompt > 0)
         fprintf(f, ",\"prompt\":%d,\"prompt_kept\":%.2f,\"prompt_kept_min\":%d,\"prompt_kept_max\":%d", prompt, r->prompt_kept,
                 r->prompt_kept_min, r->prompt_kept_max);
+    if (prompt > 0 && id == KVB_POLICY_KVZIP) /* the extra prefill of its reconstruction, against the prompt's own */
+        fprintf(f, ",\"kvzip_pass_tokens\":%lld,\"kvzip_context_tokens\":%lld,\"kvzip_prefill_ratio\":%.4f", (long long)r->kvzip_pass_tokens,
+                (long long)r->kvzip_context_tokens, r->kvzip_context_tokens ? (double)r->kvzip_pass_tokens / (double)r->kvzip_context_tokens : 0.0);
     if (r->has_mass) {
         fprintf(f, ",\"mass\":%.6f,\"mass_layer\":[", r->mass);
         for (int32_t l = 0; l < r->n_layer; l++) json_mass(f, l, r->mass_layer[l]);

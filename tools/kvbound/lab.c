@@ -27,7 +27,8 @@ static void lab_usage(FILE *f) {
             "  --scenario NAME|all   chat, needle, diffuse, drift, trace, or all (default all)\n"
             "  --budget N [N...]     budgets in tokens, also N,N,N or repeated (default 64 128 256)\n"
             "  --policies a,b,c      policies (default: every policy but knorm, keydiff and\n"
-            "                        expected-attention, which score keys and the lab has none)\n"
+            "                        expected-attention, which score keys and the lab has none,\n"
+            "                        and kvzip, which needs a model: refused)\n"
             "  --prompt P            prompt tokens (default 1024)\n"
             "  --steps G             generated steps (default 512)\n"
             "  --chunk C             prefill chunk (default: the whole prompt)\n"
@@ -447,6 +448,10 @@ static int lab_policies_option(struct lab_opts *o, const char *v) {
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         if (o->n_pol == KVB_POLICY_COUNT) { fprintf(stderr, "kvbound: --policies: too many\n"); return -1; }
         if (kvb_policy_from_name(tok, &o->pol[o->n_pol]) != KVB_OK) { fprintf(stderr, "kvbound: --policies: %s\n", kvb_last_error()); return -1; }
+        if (o->pol[o->n_pol] == KVB_POLICY_KVZIP) { /* its scores come from a model's reconstruction pass */
+            fprintf(stderr, "kvbound: --policies: kvzip scores tokens by a model's reconstruction of the context, and the lab has no model\n");
+            return -1;
+        }
         o->n_pol++;
     }
     return 0;
@@ -496,9 +501,10 @@ static int lab_parse(struct lab_cmd *c, int argc, char **argv) {
 static int lab_defaults(struct lab_cmd *c) {
     struct lab_opts *o = &c->o;
     if (!o->n_budgets) { o->budgets[0] = 64; o->budgets[1] = 128; o->budgets[2] = 256; o->n_budgets = 3; }
-    if (!o->n_pol) /* knorm, keydiff and expected-attention score keys (and queries), and lab rows have none */
+    if (!o->n_pol) /* knorm, keydiff and expected-attention score keys (and queries), and lab rows have none; kvzip needs a model */
         for (int p = 0; p < KVB_POLICY_COUNT; p++)
-            if (p != KVB_POLICY_KNORM && p != KVB_POLICY_KEYDIFF && p != KVB_POLICY_EXPECTED_ATTENTION) o->pol[o->n_pol++] = (enum kvb_policy_id)p;
+            if (p != KVB_POLICY_KNORM && p != KVB_POLICY_KEYDIFF && p != KVB_POLICY_EXPECTED_ATTENTION && p != KVB_POLICY_KVZIP)
+                o->pol[o->n_pol++] = (enum kvb_policy_id)p;
     for (int b = 0; b < o->n_budgets; b++) /* sort budgets: the sweep is drawn in order */
         for (int k = b + 1; k < o->n_budgets; k++)
             if (o->budgets[k] < o->budgets[b]) { int32_t t = o->budgets[b]; o->budgets[b] = o->budgets[k]; o->budgets[k] = t; }

@@ -20,7 +20,7 @@
 static const char *const k_colors[] = {
     "#222222", "#9e9e9e", "#1f77b4", "#d62728", "#ff7f0e", "#8c564b",
     "#2ca02c", "#17becf", "#9467bd", "#e377c2", "#bcbd22", "#6a3d9a",
-    "#b15928", "#33a02c",
+    "#b15928", "#33a02c", "#fb9a99",
 };
 _Static_assert(sizeof k_colors / sizeof k_colors[0] == KVB_POLICY_COUNT, "k_colors needs one colour per policy");
 

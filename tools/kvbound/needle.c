@@ -84,6 +84,7 @@ struct needle_opts {
 /* Every cell's results, [length * nd + depth]; ...0: the same cell without recall. */
 struct needle_grid {
     double acc[256], ret[256], ret_hot[256], acc0[256], ret0[256];
+    long long kz_pass, kz_ctx; /* kvzip: reconstruction tokens and the context tokens they scored, every trial */
 };
 
 static void needle_usage(void) {
@@ -168,6 +169,8 @@ static int needle_cell(const struct needle_opts *o, const struct kvb_model *m, c
         if (kvb_eval_needle(m, &np, &nr) != KVB_OK) { fprintf(stderr, "kvbound: %s\n", kvb_last_error()); return -1; }
         ok += nr.n_correct;
         asked += nr.passkeys;
+        g->kz_pass += nr.kvzip_pass_tokens;
+        g->kz_ctx += nr.kvzip_context_tokens;
         r += nr.retained;
         rh += nr.retained_hot;
         if (o->rec.on) { /* the same cell without recall */
@@ -207,6 +210,9 @@ static void needle_json(FILE *j, const struct needle_opts *o, const struct needl
     if (o->passkeys > 1 || o->ask_after) fprintf(j, "\"passkeys\":%d,\"ask_after\":%s,", o->passkeys, o->ask_after ? "true" : "false");
     if (o->rec.on) fprintf(j, "\"recall\":true,\"recall_pages\":%d,\"recall_every\":%d,", o->rec.pages, o->rec.every);
     else fprintf(j, "\"recall\":false,");
+    if (o->pid == KVB_POLICY_KVZIP) /* the extra prefill of its reconstruction, against the contexts' own */
+        fprintf(j, "\"kvzip_pass_tokens\":%lld,\"kvzip_context_tokens\":%lld,\"kvzip_prefill_ratio\":%.4f,", g->kz_pass, g->kz_ctx,
+                g->kz_ctx ? (double)g->kz_pass / (double)g->kz_ctx : 0.0);
     fprintf(j, "\"cells\":[");
     for (int i = 0; i < o->nl; i++)
         for (int d = 0; d < o->nd; d++) {

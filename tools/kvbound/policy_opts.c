@@ -128,7 +128,7 @@ void cli_policy_help(FILE *f, int default_budget) {
             "  --pool max|avg      snapkv family: pooling of the votes (default max)\n"
             "  --pyramid-beta F    pyramidkv: the top layer keeps (budget - window) / beta + window (default %g)\n"
             "  --ada-floor F       adakv: each head keeps at least F x its share (default %g)\n"
-            "  --decode-budget N   snapkv family: generated tokens kept after the compressed prompt (default: --budget)\n"
+            "  --decode-budget N   snapkv family, kvzip: generated tokens kept after the compressed prompt (default: --budget)\n"
             "  --prefill-budget N  snapkv family: evict to N between prompt chunks, votes accumulating\n"
             "                      (default 0: read the whole prompt, then compress, as the papers)\n"
             "  --tova-scope S      tova: layer (one score per layer, as the paper) | head (default layer)\n"

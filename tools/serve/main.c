@@ -10,6 +10,7 @@
 
 #include "../kvbound/cli.h"
 
+#include <errno.h>
 #include <arpa/inet.h>
 #include <signal.h>
 #include <stdio.h>
@@ -90,7 +91,13 @@ static int usage(FILE *f) {
             "                        Pinned tokens are never evicted by any policy and sit on top of the\n"
             "                        budget; a session keeps its first turn's span\n"
             "  --keep-max N          the most tokens pinned (default 4096); past it the policy governs the\n"
-            "                        rest of the span (kvbound.keep.capped, and a line in the log)\n");
+            "                        rest of the span (kvbound.keep.capped, and a line in the log)\n"
+            "  --park-compress kvzip --park-ratio R   compress-on-park: when a session's turn ends and it\n"
+            "                        is stored, its cache is compressed without a question (kvzip: the\n"
+            "                        model reconstructs its history, each token scored by the attention it\n"
+            "                        gets) to 1 - R of its tokens (R: the fraction removed, 0 < R < 1); the\n"
+            "                        next turn starts from that. Costs about a prefill of the session's\n"
+            "                        history a turn (off by default)\n");
     fprintf(f,
             "  --checkpoints N       implicit sessions: a chat without session_id (an OpenAI client resending\n"
             "                        its whole history) resumes the state of the turn its history ends\n"
@@ -182,6 +189,7 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->prefix_min = 32;
     o->keep = -1;
     o->keep_max = 4096;
+    o->park_pid = -1;
     o->checkpoints = 4;
     o->checkpoint_max = 4096;
     o->checkpoint_bytes = 1024ll << 20;
@@ -226,7 +234,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     const char *v = cli_opt_value("serve",
                                   "--host --port --parallel --pool-mb --policy --sessions --api-key --queue "
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
-                                  "--keep --keep-max --checkpoints --checkpoint-max --checkpoint-mb --checkpoint-ttl "
+                                  "--keep --keep-max --checkpoints --checkpoint-max --checkpoint-mb --checkpoint-ttl --park-compress --park-ratio "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
                                   "--step-tokens --chunk --step-target-ms --max-prompt-tokens --max-compiles --compile-wait-ms --template-deadline-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
@@ -276,6 +284,24 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--keep")) r = cli_parse_i32(a, v, -1, KVB_KEEP_MAX, &o->keep);
     else if (!strcmp(a, "--keep-max")) r = cli_parse_i32(a, v, 0, KVB_KEEP_MAX, &o->keep_max);
     else if (!strcmp(a, "--checkpoints")) r = cli_parse_i32(a, v, 0, SERVE_CANDS, &o->checkpoints);
+    else if (!strcmp(a, "--park-compress")) {
+        enum kvb_policy_id pid;
+        if (kvb_policy_from_name(v, &pid) != KVB_OK) { fprintf(stderr, "kvbound serve: --park-compress: %s\n", kvb_last_error()); return 2; }
+        if (pid != KVB_POLICY_KVZIP) {
+            fprintf(stderr, "kvbound serve: --park-compress %s: not implemented (kvzip only: it scores a parked session without a question)\n", v);
+            return 2;
+        }
+        o->park_pid = (int)pid;
+    }
+    else if (!strcmp(a, "--park-ratio")) {
+        char *end = NULL;
+        errno = 0;
+        o->park_ratio = strtod(v, &end);
+        if (errno || !end || *end || end == v || !(o->park_ratio > 0 && o->park_ratio < 1)) {
+            fprintf(stderr, "kvbound serve: --park-ratio: '%s' is not a fraction of the cache removed in (0, 1)\n", v);
+            return 2;
+        }
+    }
     else if (!strcmp(a, "--checkpoint-max") || !strcmp(a, "--checkpoint-mb") || !strcmp(a, "--checkpoint-ttl")) {
         long long n = 0;
         r = cli_parse_i64(a, v, 1, !strcmp(a, "--checkpoint-mb") ? 1ll << 24 : 1ll << 40, &n);
@@ -363,6 +389,10 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
     }
     if (o->chunk > o->step_tokens) {
         fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
+        return 2;
+    }
+    if ((o->park_pid >= 0) != (o->park_ratio > 0)) {
+        fprintf(stderr, "kvbound serve: --park-compress and --park-ratio go together (e.g. --park-compress kvzip --park-ratio 0.5)\n");
         return 2;
     }
     if (c->api_key_file) { /* llama-server's --api-key-file; here one key a line, each its own tenant (tenant.c) */

@@ -131,10 +131,10 @@ static bool start_reading(struct server *srv, const struct job *j, const int32_t
 
 int prefix_admit(struct server *srv, struct job *j, const int32_t *ids, int32_t n, int32_t *seq) {
     struct sched *s = srv->sched;
-    /* the snapkv family compresses a prompt where it ends: a prefix read alone would be compressed at its own end */
+    /* the snapkv family and kvzip compress a prompt where it ends: a prefix read alone would be compressed at its own end */
     const enum kvb_policy_id pid = j->sp.kv.policy.id;
     if (srv->o.prefix_cache <= 0 || j->prefix_tried || j->sp.kv.recall.pages > 0 || pid == KVB_POLICY_SNAPKV || pid == KVB_POLICY_PYRAMIDKV ||
-        pid == KVB_POLICY_ADAKV)
+        pid == KVB_POLICY_ADAKV || pid == KVB_POLICY_KVZIP)
         return PREFIX_NONE;
     if (j->prefix_n <= 0) {
         j->prefix_tried = true;

@@ -387,6 +387,9 @@ static void finish_turn(struct server *srv, struct job *j, const struct kvb_seq_
     output_finish(j);
     if (!j->finish) j->finish = si->stop && (!strcmp(si->stop, "length") || !strcmp(si->stop, "context")) ? "length" : "stop";
     struct sess *x = j->session_key[0] ? sess_find(s, j->session_key) : NULL;
+    /* compress-on-park: the session is stored (and goes on) compressed; the figures below are the stored ones */
+    if (x && srv->o.park_pid >= 0 && kvb_batch_seq_park(s->b, x->seq, (enum kvb_policy_id)srv->o.park_pid, srv->o.park_ratio) != KVB_OK)
+        fprintf(stderr, "kvbound serve: session %s: --park-compress: %s (stored as it is)\n", x->id, kvb_last_error());
     seq_figures(srv, j->seq, &j->position, &j->cache_tokens, &j->kv_bytes, &j->cold_pages, NULL, NULL);
     if (x) {
         x->stop_text[0] = 0;

@@ -308,6 +308,8 @@ struct serve_opts {
     bool seed_given;     /* --seed: a request's seed when it gives none (else a fresh one each request) */
     uint64_t default_seed;
     int n_ctx;    /* -c: a session's token limit under full; 0: the model's trained length */
+    int park_pid;        /* --park-compress: the policy that compresses a session as it is stored (kvzip); -1 none */
+    double park_ratio;   /* --park-ratio: the fraction of its tokens removed then, in (0, 1) */
     int max_prompt_tokens; /* --max-prompt-tokens: a turn's prompt beyond it is 400 (0: the default, set at start) */
     int template_deadline_ms; /* --template-deadline-ms: a chat template's render past it fails, naming it (0: 2000) */
     int max_compiles, compile_wait_ms; /* --max-compiles, --compile-wait-ms: requests compiling grammars at once, and how long one past it waits before a 503 */
