@@ -77,7 +77,7 @@ else
 fi
 # The passkeys rows (--passkey-share): built as `kvbound needle --passkeys N --ask-after` builds its session.
 # Each row: BOS; N sentences " The pass key number I is K. Remember it." in the haystack, in the order of
-# their depths (depth + i/N, wrapped); then the questions 1..N in order, each followed by its key's tokens
+# their depths (depth + i/N, wrapped: a rotation of 1..N); then the questions 1..N in order, each followed by its key's tokens
 # and '.', whose next target is EOS (needle stops there) though the next input is the next question; the
 # answers and their ends weigh --answer-weight; the row fits T.
 if "$PY" - "$HERE/../tools/train" "$BA" "$D" > "$T/rows.txt" 2>&1 <<'PYEOF'
@@ -91,7 +91,7 @@ a = types.SimpleNamespace(build=sys.argv[2], data=sys.argv[3], tokenizer=sys.arg
 tok = train.load_tokenizer(a)
 d = train.Data(tok, a)
 rng = np.random.default_rng(5)
-bad, seen = [], set()
+bad, seen, unrotated = [], set(), 0
 for r in range(60):
     T = 512 if r % 3 else 96
     row, w, targets, eos = d.passkeys_row(rng, T)
@@ -102,6 +102,11 @@ for r in range(60):
     qs = [text.index("What is the pass key number %d? The pass key number %d is %d." % (i + 1, i + 1, keys[i])) for i in range(n)]
     last = max(text.index(" The pass key number %d is %d. Remember it." % (i + 1, keys[i])) for i in range(n))
     ends = sorted(list(eos) + [len(row) - 2])
+    order = sorted(range(n), key=lambda i: text.index(" The pass key number %d is " % (i + 1)))
+    rotated = order == [(order[0] + i) % n for i in range(n)]  # depth + i/N wraps: a rotation of 1..N
+    if order[0] and rotated:
+        seen.add("wrapped")
+    unrotated += not rotated  # (or ties at one sentence boundary, in passkey order, as needle.c breaks them)
     ok = (row[0] == train.BOS and row[-1] == train.EOS and len(row) <= T + 1 and len(w) == len(row) - 1
           and qs == sorted(qs) and last < qs[0] and len(set(keys)) == n and len(eos) == n - 1
           and all(eos[i] == train.EOS and row[i + 1] != train.EOS for i in eos)
@@ -109,8 +114,8 @@ for r in range(60):
           and tok.detokenize([row[i + 1] for i in targets]).replace(" ", "") == "".join("%d." % k for k in keys))
     if not ok:
         bad.append((r, n, text[-200:]))
-print("passkeys", sorted(seen), "bad", len(bad), bad[:1])
-sys.exit(0 if not bad and seen == {1, 2, 3, 4} else 1)
+print("passkeys", sorted(seen, key=str), "not a rotation", unrotated, "bad", len(bad), bad[:1])
+sys.exit(0 if not bad and seen == {1, 2, 3, 4, "wrapped"} and unrotated <= 6 else 1)
 PYEOF
 then ok train_passkeys_rows_as_needle_ask_after
 else ko train_passkeys_rows_as_needle_ask_after "$(tail -n 2 "$T/rows.txt" | tr '\n' ' ')"; fi
