@@ -7,7 +7,9 @@
 #   here export.json is read again, and kvbound info / run load the file;
 # - the same seed gives the same file (sha256), another seed another;
 # - a second run into the same folder with another configuration is refused
-#   by name instead of resuming from the wrong checkpoint.
+#   by name instead of resuming from the wrong checkpoint;
+# - the passkeys rows (--passkey-share) are needle --passkeys N --ask-after's
+#   session, and --init-gguf starts from a GGUF's weights (or refuses it).
 # Needs python3 with torch (Debian python3-torch; CI installs it and sets
 # KVB_REQUIRE_TORCH=1, which turns the skip into a failure) and ../shared/data.
 . "$(dirname "$0")/cli_lib.sh"
