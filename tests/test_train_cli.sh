@@ -82,13 +82,13 @@ fi
 # their depths (depth + i/N, wrapped: a rotation of 1..N); then the questions 1..N in order, each followed by its key's tokens
 # and '.', whose next target is EOS (needle stops there) though the next input is the next question; the
 # answers and their ends weigh --answer-weight; the row fits T.
-if "$PY" - "$HERE/../tools/train" "$BA" "$D" > "$T/rows.txt" 2>&1 <<'PYEOF'
+if "$PY" - "$HERE/../tools/train" "$BA" "$D" "$T" > "$T/rows.txt" 2>&1 <<'PYEOF'
 import sys, types
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 import train
 a = types.SimpleNamespace(build=sys.argv[2], data=sys.argv[3], tokenizer=sys.argv[3] + "/models/stories260K/tok512.bin",
-                          max_text_bytes=100000, out=sys.argv[2], holdout="pg345_dracula", val_share=0.05,
+                          max_text_bytes=100000, out=sys.argv[4], holdout="pg345_dracula", val_share=0.05,
                           passkeys_max=4, answer_weight=4.0, vocab=512)
 tok = train.load_tokenizer(a)
 d = train.Data(tok, a)
