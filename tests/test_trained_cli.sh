@@ -67,7 +67,8 @@ needle_grid trained_needle_streaming_b128 "$MV" streaming 128 512 0,0.5,1 "0 0 1
 # Several passkeys asked after the compression (issue 52; kvb-passkey-1m, the vanilla model fine-tuned on
 # needle --passkeys N --ask-after sessions): the full cache answers most of 3 passkeys, each in a turn of
 # its own, where the vanilla model answers almost none; then the evidence table's 50%-removed figures
-# (docs/EVALUATION.md: length 384, B 192) for the policies that answer any, cell by cell
+# (docs/EVALUATION.md: length 384, B 192) for the policies that answer any, and streaming with recall at
+# 90% removed (B 38), cell by cell
 passkeys_mean() { # MODEL -> the mean accuracy over the cells, and the smallest cell's
     "$K" needle -m "$1" --lengths 256,384 --depths 0,0.25,0.5,0.75 --policy full --passkeys 3 --ask-after --trials 2 --out "$T/pk" > "$T/pk.txt" 2>&1
     grep -o '"accuracy":[0-9.]*' "$T/pk/needle.json" | cut -d: -f2 | awk '{s += $1; if (NR == 1 || $1 < m) m = $1} END {if (NR) printf "%.4f %.4f\n", s / NR, m}'
@@ -80,6 +81,7 @@ if [ -n "$got" ] && awk -v m="${got% *}" 'BEGIN {exit !(m <= 0.2)}'; then ok tra
 else ko trained_passkeys_3_ask_after_vanilla_cannot "the vanilla model's mean accuracy '${got% *}' (the card says it answers almost none)"; fi
 needle_grid trained_passkeys_table_streaming_50 "$MP" streaming 192 384 0,0.2,0.4,0.6,0.8 "0 0.3333 0.3333 0.6667 0.3333" "0.3333 0.3333 0.6667 0.6667 0.3333" --passkeys 3 --ask-after --trials 4
 needle_grid trained_passkeys_table_snapkv_50 "$MP" snapkv 192 384 0,0.2,0.4,0.6,0.8 "0 0 0 0.1667 0" "0.2569 0.2361 0.2014 0.3542 0.3125" --passkeys 3 --ask-after --trials 4
+needle_grid trained_passkeys_table_streaming_recall_90 "$MP" streaming 38 384 0,0.2,0.4,0.6,0.8 "0.9167 1 1 0.9167 1" "0.4028 0.4028 0.3819 0.4236 0.4722" --passkeys 3 --ask-after --trials 4 --recall-pages 8
 
 full_run && needle_grid trained_needle_recall "$MV" streaming 256 512,1024,2048 0,0.5 "1 1 1 1 1 1" "0.7083 0.4583 0.75 0.1667 0.2083 0.4167" --recall-pages 8
 
