@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from texts import book_body  # noqa: E402
+from gguf_read import GGUFError, read_gguf  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -199,6 +200,76 @@ class Data:
         w[targets] = self.args.answer_weight
         return row[:T + 1], w[:T], targets
 
+    def passkeys_row(self, rng, T):
+        """`kvbound needle --passkeys N --ask-after`'s session as one row (src/eval/needle.c, needle_multi): BOS,
+        a haystack of needle.c's filler sentences (tokenized one by one, from the first, the last one cut to the
+        fill) or of book text, N passkey sentences ("The pass key number I is K. Remember it.") at the
+        sentence boundaries nearest depth + i/N (wrapped), then one question per passkey in turn, each
+        answered by the key's tokens as the sentence holds them and its '.', after which the model ends
+        its answer (EOS as the target, never as an input: needle stops at EOS and feeds the next question).
+        N is 1..--passkeys-max; the prompt's length (needle's --lengths) leaves room for the questions in T.
+        Returns the row, its loss weights (answers and their EOS weigh --answer-weight), the answers'
+        target indices and {target index: EOS}."""
+        n = int(rng.integers(1, self.args.passkeys_max + 1))
+        keys = [int(k) for k in rng.choice(90000, n, replace=False) + 10000]
+        nd = [self.t(" The pass key number %d is %d. Remember it." % (i + 1, keys[i])) for i in range(n)]
+        q = [self.t(" What is the pass key number %d? The pass key number %d is" % (i + 1, i + 1)) for i in range(n)]
+        ans = []
+        for i in range(n):  # the key's tokens in its sentence and the '.' after them (needle's key_span)
+            k = self.t("%d" % keys[i])
+            at = next((j for j in range(len(nd[i]) - len(k) + 1) if nd[i][j:j + len(k)] == k), -1)
+            ans.append(nd[i][at:at + len(k) + 1] if at >= 0 else self.t(" %d." % keys[i]))
+        while True:  # fewer passkeys where T cannot hold them (needle: 8 filler tokens each besides the sentences)
+            qmax = max(len(x) for x in q)
+            after = sum(len(x) for x in q) - qmax + sum(len(a) for a in ans)  # past needle's length
+            lo = 1 + sum(len(x) for x in nd) + qmax + 8 * n
+            if lo <= T - after or n == 1:
+                break
+            n, keys, nd, q, ans = n - 1, keys[:-1], nd[:-1], q[:-1], ans[:-1]
+        if lo > T - after:
+            raise SystemExit("train.py: --ctx %d cannot hold a passkey row (%d tokens)" % (T, lo + after))
+        length = int(rng.integers(min(lo + 16, T - after), T - after + 1))
+        fill = length - 1 - sum(len(x) for x in nd) - qmax
+        hay, bnd = [BOS], []
+        if rng.random() < 0.5:  # needle.c's fill_haystack on its default filler
+            s = 0
+            while len(hay) - 1 < fill:
+                bnd.append(len(hay))
+                hay += self.filler[s % len(self.filler)][:fill - (len(hay) - 1)]
+                s += 1
+        else:  # a crop of book text (needle --filler); sentences end at a '.' token
+            at = int(rng.integers(0, len(self.train) - fill - 1))
+            crop = [int(x) for x in self.train[at:at + fill]]
+            dot = self.t(".")[-1]
+            bnd = [1] + [1 + j + 1 for j, x in enumerate(crop) if x == dot]
+            hay += crop
+        depth = float(rng.random())
+        at_b = []
+        for i in range(n):
+            d = depth + i / n
+            d = d - 1 if d > 1 else d
+            target = int(d * fill + 0.5)
+            at_b.append(next((b for b in bnd if b - 1 >= target), len(hay)))
+        row, frm = [], 0
+        for i in sorted(range(n), key=lambda i: (at_b[i], i)):
+            row += hay[frm:at_b[i]] + nd[i]
+            frm = at_b[i]
+        row += hay[frm:]
+        targets, eos = [], {}
+        for i in range(n):  # needle's ask_after: every question in a turn of its own, in order
+            row += q[i]
+            targets += range(len(row) - 1, len(row) - 1 + len(ans[i]))
+            row += ans[i]
+            if i < n - 1:
+                eos[len(row) - 1] = EOS
+        ends = list(eos) + [len(row) - 1]
+        row.append(EOS)  # the last answer's end: a target only
+        w = np.ones(len(row) - 1, dtype=np.float32)
+        hit = [i for i in targets + ends if i < T]
+        w[hit] = self.args.answer_weight
+        eos = {i: v for i, v in eos.items() if i < T}
+        return row[:T + 1], w[:T], [i for i in targets if i < T], eos
+
     def copy_row(self, rng, T):
         """A crop of text, or of random tokens, then the same again: the second half is predictable only by
         looking back (the induction heads retrieval needs form fast on it)."""
@@ -226,15 +297,21 @@ class Data:
             early = step is not None and step < self.args.early_steps
             rs = self.args.early_retrieval_share if early else self.args.retrieval_share
             cs = self.args.early_copy_share if early else self.args.copy_share
-            if u < rs:
+            ps = 0.0 if early or val else self.args.passkey_share  # the shares add up: text takes the rest
+            eos = {}
+            if u < ps:
+                row, wr, _, eos = self.passkeys_row(rng, T)
+            elif u - ps < rs:
                 row, wr, _ = self.retrieval_row(rng, T)
-            elif u < rs + cs:
+            elif u - ps < rs + cs:
                 row, wr = self.copy_row(rng, T)
             else:
                 row, wr = self.text_row(self.val if val else self.train, rng, T, sink)
             n = len(row) - 1
             x[b, :n] = row[:n]
             y[b, :n] = row[1:]
+            for i, v in eos.items():
+                y[b, i] = v
             w[b, :n] = wr
         return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(w)
 
@@ -366,6 +443,54 @@ def export(model, data, args, info):
     return info
 
 
+def init_from_gguf(model, data, args):
+    """Loads an f32 GGUF of the model's shape (llama names, as `kvbound convert` writes llama2.c's layout:
+    Q and K unpermuted, output tied), then checks the load: kvbound's logits of that GGUF on validation
+    ids against this script's forward (the export's check, the other way). Returns the file's sha256."""
+    a = model.a
+    try:
+        meta, t = read_gguf(args.init_gguf)
+    except (OSError, GGUFError) as e:
+        raise SystemExit("train.py: --init-gguf: %s" % e)
+    want = {"llama.embedding_length": a.dim, "llama.block_count": a.layers, "llama.attention.head_count": a.heads,
+            "llama.attention.head_count_kv": a.kv_heads, "llama.feed_forward_length": a.hidden}
+    for k, v in want.items():
+        if meta.get(k) != v:
+            raise SystemExit("train.py: --init-gguf %s: %s is %s, the model's is %s" % (args.init_gguf, k, meta.get(k), v))
+    if meta.get("general.architecture") != "llama" or "output.weight" in t:
+        raise SystemExit("train.py: --init-gguf %s: not a llama model with its output tied to the embeddings" % args.init_gguf)
+    per_layer = {"att_norm": "attn_norm", "ffn_norm": "ffn_norm", "wq": "attn_q", "wk": "attn_k", "wv": "attn_v",
+                 "wo": "attn_output", "w1": "ffn_gate", "w2": "ffn_down", "w3": "ffn_up"}
+    with torch.no_grad():
+        def put(p, arr, name):
+            if tuple(arr.shape) != tuple(p.shape):
+                raise SystemExit("train.py: --init-gguf: %s has shape %s, the model's %s" % (name, arr.shape, tuple(p.shape)))
+            p.copy_(torch.from_numpy(arr))
+        put(model.emb.weight, t["token_embd.weight"], "token_embd.weight")
+        put(model.out_norm, t["output_norm.weight"], "output_norm.weight")
+        for ours, theirs in per_layer.items():
+            names = ["blk.%d.%s.weight" % (l, theirs) for l in range(a.layers)]
+            missing = [n for n in names if n not in t]
+            if missing:
+                raise SystemExit("train.py: --init-gguf: no tensor %s" % missing[0])
+            put(getattr(model, ours), np.stack([t[n] for n in names]), names[0])
+    kv = os.path.join(args.build, "kvbound")
+    ids = [BOS] + [int(x) for x in data.val[:min(args.check_tokens, args.ctx) - 1]]
+    lb = os.path.join(args.out, "init_logits.bin")
+    r = subprocess.run([kv, "logits", "-m", args.init_gguf, "--tokens", ",".join(map(str, ids)), "-o", lb], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit("train.py: kvbound logits on %s failed: %s" % (args.init_gguf, r.stderr.strip()))
+    theirs = np.fromfile(lb, dtype="<f4").reshape(len(ids), args.vocab)
+    os.unlink(lb)
+    with torch.no_grad():
+        ours = model(torch.tensor([ids], device=args.device))[0].double().cpu().numpy()
+    nmse = float(((theirs - ours) ** 2).sum() / (ours ** 2).sum())
+    log("init: %s; kvbound's logits against ours: NMSE %.3g" % (args.init_gguf, nmse))
+    if not nmse < 1e-6:
+        raise SystemExit("train.py: --init-gguf %s did not load as kvbound reads it (NMSE %.3g)" % (args.init_gguf, nmse))
+    return sha256(args.init_gguf)
+
+
 # ---------------------------------------------------------------- training
 
 def evaluate(model, data, args, rng_seed):
@@ -381,8 +506,17 @@ def evaluate(model, data, args, rng_seed):
             ids = torch.tensor([row[:-1]], device=args.device)
             pred = model(ids)[0].argmax(-1).cpu().numpy()
             ok += int(all(pred[i] == row[i + 1] for i in targets))
+        pk = None
+        if args.passkey_share > 0:  # every answer of a passkeys row right, and each ended (EOS)
+            pk = 0
+            for _ in range(args.eval_rows):
+                row, _, targets, eos = data.passkeys_row(rng, args.ctx)
+                pred = model(torch.tensor([row[:-1]], device=args.device))[0].argmax(-1).cpu().numpy()
+                pk += int(all(pred[i] == row[i + 1] for i in targets) and all(pred[i] == v for i, v in eos.items())
+                          and (len(row) - 2 >= len(pred) or pred[len(row) - 2] == EOS))
+            pk /= args.eval_rows
     model.train()
-    return val, ok / args.eval_rows, masses
+    return val, ok / args.eval_rows, masses, pk
 
 
 def autocast(args):
@@ -428,6 +562,11 @@ def main():
                     help="rows of this many tokens in the early steps (a divisor of --ctx; 0: --ctx), --batch x ctx / this of them")
     ap.add_argument("--early-retrieval-share", type=float, default=0.4)
     ap.add_argument("--early-copy-share", type=float, default=0.5)
+    ap.add_argument("--passkey-share", type=float, default=0.0,
+                    help="share of rows built as `kvbound needle --passkeys N --ask-after` sessions (after the early steps)")
+    ap.add_argument("--passkeys-max", type=int, default=4, help="those rows hold 1..this many passkeys")
+    ap.add_argument("--init-gguf", default=None,
+                    help="start from this f32 GGUF of the same shape (kvb-vanilla-1m.gguf): its weights, checked against kvbound's logits")
     ap.add_argument("--answer-weight", type=float, default=4.0, help="loss weight of a retrieval row's answer tokens")
     ap.add_argument("--holdout", default="pg345_dracula", help="text left out whole, for evaluation")
     ap.add_argument("--val-share", type=float, default=0.05)
@@ -451,6 +590,8 @@ def main():
     args.vocab = 512
     if args.early_ctx and (args.early_ctx < 64 or args.ctx % args.early_ctx):
         raise SystemExit("train.py: --early-ctx must be at least 64 and divide --ctx")
+    if not 1 <= args.passkeys_max <= 64 or args.passkey_share < 0 or args.passkey_share + args.retrieval_share + args.copy_share > 1:
+        raise SystemExit("train.py: --passkeys-max must be in 1..64 and --passkey-share + --retrieval-share + --copy-share at most 1")
     if args.dim % args.heads or args.heads % args.kv_heads:
         raise SystemExit("train.py: --dim must divide by --heads, --heads by --kv-heads")
     os.makedirs(args.out, exist_ok=True)
@@ -466,12 +607,20 @@ def main():
     keep = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay}, {"params": keep, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
+    init_sha = init_from_gguf(model, data, args) if args.init_gguf else None
     rng = np.random.default_rng(args.seed)
     step, first_loss = 0, None
+    nparam = sum(p.numel() for p in model.parameters())
+    recipe = {k: getattr(args, k) for k in ("seed", "sink_token", "dim", "layers", "heads", "kv_heads", "hidden", "ctx", "rope_base",
+                                            "steps", "batch", "lr", "lr_min", "warmup", "weight_decay", "retrieval_share", "copy_share", "early_steps", "early_ctx", "early_retrieval_share", "early_copy_share",
+                                            "answer_weight", "holdout", "val_share", "max_text_bytes", "precision",
+                                            "passkey_share", "passkeys_max")}
+    if args.init_gguf:
+        recipe["init_gguf_sha256"] = init_sha
     ckpt = os.path.join(args.out, "ckpt.pt")
     if os.path.exists(ckpt):
         st = torch.load(ckpt, map_location=args.device)
-        if st["config"] != {k: v for k, v in vars(args).items() if k in st["config"]}:
+        if st["config"] != recipe:
             raise SystemExit("train.py: %s was trained with another configuration; use another --out" % ckpt)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
@@ -480,10 +629,6 @@ def main():
         step = st["step"]
         first_loss = st.get("first_loss")
         log("resumed at step %d" % step)
-    nparam = sum(p.numel() for p in model.parameters())
-    recipe = {k: getattr(args, k) for k in ("seed", "sink_token", "dim", "layers", "heads", "kv_heads", "hidden", "ctx", "rope_base",
-                                            "steps", "batch", "lr", "lr_min", "warmup", "weight_decay", "retrieval_share", "copy_share", "early_steps", "early_ctx", "early_retrieval_share", "early_copy_share",
-                                            "answer_weight", "holdout", "val_share", "max_text_bytes", "precision")}
     log("model: %d parameters; %d steps of %d x %d tokens on %s (%d threads)" % (nparam, args.steps, args.batch, args.ctx, args.device, torch.get_num_threads()))
     curve = open(os.path.join(args.out, "loss.jsonl"), "a")
     t0, tok_done = time.time(), 0
@@ -519,15 +664,18 @@ def main():
         ema = lv if ema is None else 0.95 * ema + 0.05 * lv
         done = step == args.steps or (args.minutes and time.time() - t0 > args.minutes * 60)
         if step % args.eval_every == 0 or done or step == 1:
-            val, acc, masses = evaluate(model, data, args, args.seed + 7)
+            val, acc, masses, pk = evaluate(model, data, args, args.seed + 7)
             el = time.time() - t0
             rec = {"step": step, "train_loss": round(lv, 4), "train_loss_ema": round(ema, 4), "val_loss": round(val, 4),
                    "retrieval_acc": acc, "sink_mass": [round(m, 3) for m in masses], "lr": lr_at(step - 1, args),
                    "tokens": tok_done, "elapsed_s": round(el, 1), "tok_per_s": round(tok_done / max(el, 1e-9))}
+            if pk is not None:
+                rec["passkeys_acc"] = pk
             curve.write(json.dumps(rec) + "\n")
             curve.flush()
-            log("step %d/%d  loss %.3f  val %.3f  retrieval %.2f  sink mass %s  %.0f tok/s  %.1f min"
-                % (step, args.steps, ema, val, acc, " ".join("%.2f" % m for m in masses), rec["tok_per_s"], el / 60))
+            log("step %d/%d  loss %.3f  val %.3f  retrieval %.2f%s  sink mass %s  %.0f tok/s  %.1f min"
+                % (step, args.steps, ema, val, acc, "" if pk is None else "  passkeys %.2f" % pk,
+                   " ".join("%.2f" % m for m in masses), rec["tok_per_s"], el / 60))
         if step % args.ckpt_every == 0 or done:
             save()
         if done:
