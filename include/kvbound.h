@@ -639,6 +639,10 @@ kvb_status kvb_cache_prefill(struct kvb_cache *cache, int32_t layer, int32_t n_t
  * runs is compressed first. For every other policy it does nothing at all.
  * Cannot fail. */
 void kvb_cache_compress(struct kvb_cache *cache, struct kvb_threadpool *tp);
+/* Whether a prompt-compressing cache (the snapkv family, kvzip,
+ * expected-attention with compress_prompt) holds a prompt that its next
+ * kvb_cache_compress, or its next decode, will compress. */
+bool kvb_cache_prompt_pending(const struct kvb_cache *cache);
 
 /* KVzip's context reconstruction (policy kvzip; docs/POLICIES.md). The
  * engine reads a context, then, per chunk of at most KVB_KVZIP_CHUNK of its

@@ -84,28 +84,37 @@ for s in tiny-qwen35 tiny-qwen35moe tiny-gemma4 tiny-gemma4moe tiny-lfm2 tiny-lf
        grep -q '^KV per token  256 bytes in f16 (2 x 1 attention layers x 2 KV heads x 32 dims x 2 bytes)$' "$T/$s.info"
     then ok "${c}_info_names_gated_deltanet_layers"; else ko "${c}_info_names_gated_deltanet_layers" "$(grep -E '^(deltanet|features|KV per)' "$T/$s.info")"; fi ;;
     esac
+    # kvzip's reconstruction pass would run through the recurrent layers and change their state for good: on a
+    # model with them it is refused by name at the cache (issue 52: not built), and the loops below take the others
+    pols=$POLICIES; plist=$PLIST; npol=$NPOL
+    case $s in tiny-qwen35*|tiny-lfm2*|tiny-granitehybrid*|tiny-nemotron-h*)
+        pols=$(echo $POLICIES | tr ' ' '\n' | grep -vx kvzip | tr '\n' ' '); plist=$(echo $pols | tr ' ' ','); npol=$(echo $pols | wc -w)
+        "$K" run -m "$M" -p "Once upon a time" -n 2 --policy kvzip --budget 16 > /dev/null 2> "$T/$s.kz.err"; r=$?
+        if [ $r -ne 0 ] && grep -q 'policy kvzip on a model with recurrent layers (layer [0-9]*): not implemented' "$T/$s.kz.err"
+        then ok "${c}_kvzip_refused_by_name"; else ko "${c}_kvzip_refused_by_name" "rc $r: $(cat "$T/$s.kz.err")"; fi ;;
+    esac
     # run: every policy, a prompt past the budget so the bounded ones evict
     bad=""
-    for p in $POLICIES; do
+    for p in $pols; do
         "$K" run -m "$M" -p "Once upon a time there was a little fox who lived in the woods" -n 8 --temp 0 --policy "$p" --budget 16 \
             --ignore-eos > "$T/$s.$p.run" 2> "$T/$s.$p.err" && grep -q "policy $p," "$T/$s.$p.err" && [ "$(wc -c < "$T/$s.$p.run")" -gt 10 ] ||
             bad="$bad $p($(tail -n 1 "$T/$s.$p.err"))"
     done
     if [ -z "$bad" ]; then ok "${c}_run_every_policy"; else ko "${c}_run_every_policy" "$bad"; fi
     # ppl: every policy in one command, each run scored on all 199 predictions with finite figures against the full baseline
-    "$K" ppl -m "$M" -f "$T/text.txt" --policy "$PLIST" --budget 32 --max-tokens 200 --json > "$T/$s.ppl.json" 2> "$T/$s.ppl.err"; r=$?
+    "$K" ppl -m "$M" -f "$T/text.txt" --policy "$plist" --budget 32 --max-tokens 200 --json > "$T/$s.ppl.json" 2> "$T/$s.ppl.err"; r=$?
     n=$(grep -o '"tokens":199,"nll"' "$T/$s.ppl.json" | wc -l)
-    if [ $r -eq 0 ] && [ "$n" -eq "$NPOL" ] && finite "$T/$s.ppl.json"; then ok "${c}_ppl_every_policy_finite"
-    else ko "${c}_ppl_every_policy_finite" "exit $r, $n of $NPOL runs: $(tail -n 1 "$T/$s.ppl.err") $(head -c 300 "$T/$s.ppl.json")"; fi
+    if [ $r -eq 0 ] && [ "$n" -eq "$npol" ] && finite "$T/$s.ppl.json"; then ok "${c}_ppl_every_policy_finite"
+    else ko "${c}_ppl_every_policy_finite" "exit $r, $n of $npol runs: $(tail -n 1 "$T/$s.ppl.err") $(head -c 300 "$T/$s.ppl.json")"; fi
     # needle: every policy; full keeps the passkey in every stream of the attention layer (retained 1 in each cell)
-    "$K" needle -m "$M" --lengths 128 --depths 0,1 --policy "$PLIST" --budget 32 --out "$T/$s.needle" > /dev/null 2> "$T/$s.needle.err"; r=$?
+    "$K" needle -m "$M" --lengths 128 --depths 0,1 --policy "$plist" --budget 32 --out "$T/$s.needle" > /dev/null 2> "$T/$s.needle.err"; r=$?
     n=$(ls "$T/$s.needle"/needle-*.json 2> /dev/null | wc -l)
     # (Gemma 4: the streams that hold K/V, each layer its own heads, the shared layers none; the window layers cannot
     # hold a passkey 128 tokens back, the global one does: 2 of 2 + 2 x 2 streams, 2 of 2 + 2 x 4 for the MoE)
     # (tiny-lfm2-swa: windows of 8 on both attention layers hold no passkey 128 tokens back)
     want=1.0000; case $s in tiny-gemma4) want=0.3333 ;; tiny-gemma4moe) want=0.2000 ;; tiny-lfm2-swa) want=0.0000 ;; esac
     full_cells=$(grep -o "\"retained\":$want" "$T/$s.needle/needle-full.json" 2> /dev/null | wc -l)
-    if [ $r -eq 0 ] && [ "$n" -eq "$NPOL" ] && [ "$full_cells" -eq 2 ] && ! grep -q -E ':(-?nan|-?inf|null)' "$T/$s.needle"/needle-*.json
+    if [ $r -eq 0 ] && [ "$n" -eq "$npol" ] && [ "$full_cells" -eq 2 ] && ! grep -q -E ':(-?nan|-?inf|null)' "$T/$s.needle"/needle-*.json
     then ok "${c}_needle_every_policy_full_retains_attention_streams"
     else ko "${c}_needle_every_policy_full_retains_attention_streams" "exit $r, $n files, full retained 1 in $full_cells of 2 cells: $(tail -n 1 "$T/$s.needle.err")"; fi
 done
@@ -145,7 +154,15 @@ if need_tool hybrid_python_bindings python3 KVB_REQUIRE_PYTHON "Debian python3; 
         PYCOMMON="
 import math, sys, os, kvbound
 def every_policy(m, text, errs, check=lambda m, p: None):
+    recurrent = m.info['n_rec_layers'] > 0
     for p in kvbound.policies():
+        if p == 'kvzip' and recurrent:  # refused by name on recurrent layers (not built)
+            try:
+                m.generate('Once upon a time', 2, policy=p, budget=16)
+                errs.append('kvzip ran on recurrent layers')
+            except Exception as e:
+                if 'recurrent layers' not in str(e): errs.append('kvzip refused without naming why: %s' % e)
+            continue
         got = ''.join(m.generate('Once upon a time there was a fox', 12, policy=p, budget=16, stop_at_eos=False))
         bad = check(m, p)
         r = kvbound.perplexity(m, text, policy=p, budget=16, max_tokens=120)

@@ -81,6 +81,9 @@ if [ -n "$got" ] && awk -v m="${got% *}" 'BEGIN {exit !(m <= 0.2)}'; then ok tra
 else ko trained_passkeys_3_ask_after_vanilla_cannot "the vanilla model's mean accuracy '${got% *}' (the card says it answers almost none)"; fi
 needle_grid trained_passkeys_table_streaming_50 "$MP" streaming 192 384 0,0.2,0.4,0.6,0.8 "0 0.3333 0.3333 0.6667 0.3333" "0.3333 0.3333 0.6667 0.6667 0.3333" --passkeys 3 --ask-after --trials 4
 needle_grid trained_passkeys_table_snapkv_50 "$MP" snapkv 192 384 0,0.2,0.4,0.6,0.8 "0 0 0 0.1667 0" "0.2569 0.2361 0.2014 0.3542 0.3125" --passkeys 3 --ask-after --trials 4
+# kvzip at 50% removed: each question, read after the compressed context, is reconstructed before the decode step
+# compresses it (without that its tokens score nothing, leave after the first answer token, and every cell is 0)
+needle_grid trained_passkeys_table_kvzip_50 "$MP" kvzip 192 384 0,0.2,0.4,0.6,0.8 "0.8333 0.8333 0.9167 0.75 0.8333" "0.3542 0.25 0.2431 0.2083 0.2153" --passkeys 3 --ask-after --trials 4
 needle_grid trained_passkeys_table_streaming_recall_90 "$MP" streaming 38 384 0,0.2,0.4,0.6,0.8 "0.9167 1 1 0.9167 1" "0.4028 0.4028 0.3819 0.4236 0.4722" --passkeys 3 --ask-after --trials 4 --recall-pages 8
 
 full_run && needle_grid trained_needle_recall "$MV" streaming 256 512,1024,2048 0,0.5 "1 1 1 1 1 1" "0.7083 0.4583 0.75 0.1667 0.2083 0.4167" --recall-pages 8

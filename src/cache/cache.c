@@ -476,7 +476,8 @@ kvb_status kvb_cache_reserve(struct kvb_cache *c, int32_t n_new, int32_t n_head)
     if (n_new < 1 || n_new > (1 << 20)) return kvb_fail(KVB_ERR_INVALID, "cache_reserve: n_new must be in 1..1048576, got %d", (int)n_new);
     for (int32_t l = 0; l < c->params.n_layer; l++)
         if ((st = check_pos(c, l, n_new)) != KVB_OK) return st;
-    for (int32_t l = 0; c->recon_ctx && l < c->params.n_layer; l++) /* kvzip: a reconstruction pass's scoring room too (a prompt's rows) */
+    const bool recon_room = c->recon_ctx && ((c->policy.iface->flags & KVB_PF_RECONSTRUCT) || c->pscore); /* kvzip, or a park's passes */
+    for (int32_t l = 0; recon_room && l < c->params.n_layer; l++) /* a reconstruction pass's scoring room too (a prompt's rows) */
         if (kvb_cache_holds_kv(c, l) && (prompt_open(c, l) || n_new > 1) && (st = recon_reserve(c, l, n_new)) != KVB_OK) return st;
     const bool rings = (c->policy.flags & KVB_PF_COMPRESS) && c->params.kv.policy.prefill_budget == 0 && (c->policy.flags & KVB_PF_PREFILL_MASS);
     if ((st = reserve_layers(c, 0, c->params.n_layer, n_new, n_head / c->min_kvh, rings ? n_head : 0)) != KVB_OK) return st;
@@ -1319,6 +1320,12 @@ static bool prompt_open(const struct kvb_cache *c, int32_t layer) {
     return (c->policy.flags & KVB_PF_COMPRESS) && !c->window[layer] && !kvb_cache_is_recurrent(c, layer) && kvb_cache_stream(c, layer, 0)->v.prompt_end < 0;
 }
 
+bool kvb_cache_prompt_pending(const struct kvb_cache *c) {
+    for (int32_t l = 0; c && l < c->params.n_layer; l++)
+        if (kvb_cache_holds_kv(c, l) && prompt_open(c, l)) return true;
+    return false;
+}
+
 kvb_status kvb_cache_prefill(struct kvb_cache *c, int32_t layer, int32_t n_tok, const float *q, int32_t n_head,
                              const float *k, const float *v, float *out, struct kvb_threadpool *tp) {
     kvb_status st = check_kv_layer(c, layer, "cache_prefill");
@@ -1535,11 +1542,15 @@ static void recon_worker(int32_t ith, int32_t nth, void *arg) {
     }
 }
 
-/* Room for the scoring of n_tok more pass tokens on a layer: every stream's
- * keys (it holds at most n + n_tok) and as many logits. */
+/* Room for the scoring of n_tok more pass tokens on a layer: the keys a
+ * pass's token sees (the sinks, its chunk of at most KVB_KVZIP_CHUNK, the
+ * pass's own of at most KVB_KVZIP_PROMPT_MAX + KVB_KVZIP_CHUNK; never more
+ * than the stream's n + n_tok) and as many logits, per stream: bounded
+ * whatever the context's length. */
 static kvb_status recon_reserve(struct kvb_cache *c, int32_t layer, int32_t n_tok) {
     int64_t K = 0;
     for (int32_t h = 0; h < c->kvh[layer]; h++) K = KVB_MAX(K, (int64_t)kvb_cache_stream(c, layer, h)->v.n + n_tok);
+    K = KVB_MIN(K, (int64_t)c->params.kv.policy.n_sink + 2 * KVB_KVZIP_CHUNK + KVB_KVZIP_PROMPT_MAX);
     const size_t need = (size_t)c->kvh[layer] * (size_t)K * ((size_t)c->params.head_dim + 1);
     if (need <= c->recon_cap) return KVB_OK;
     float *b = kvb_malloc(sizeof(float) * need);

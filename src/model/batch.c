@@ -561,7 +561,9 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
             if (s->n_prompt_done < s->n_prompt) continue;
             if (s->p.kv.policy.id == KVB_POLICY_KVZIP) { /* its pages and scoring room reserved above: cannot fail */
                 const int32_t end = s->prompt_at + s->n_prompt;
-                (void)kvb_kvzip_reconstruct(b->m, b->tp, &b->fwd, s->cache, s->hist + s->recon_from, end - s->recon_from, &b->kvzip_pass);
+                if (kvb_kvzip_reconstruct(b->m, b->tp, &b->fwd, s->cache, s->hist + s->recon_from, end - s->recon_from, &b->kvzip_pass) != KVB_OK)
+                    kvb_logf(KVB_LOG_WARN, "batch: sequence %d: kvzip's reconstruction failed (%s); its prompt is compressed on the scores it has",
+                             (int)b->seg_seq[k], kvb_last_error());
                 s->recon_from = end;
             }
             kvb_cache_compress(s->cache, b->tp); /* the prompt is read: the snapkv family compresses it */
@@ -814,7 +816,7 @@ kvb_status kvb_batch_seq_park(struct kvb_batch *b, int32_t id, enum kvb_policy_i
     if (st != KVB_OK) return st;
     st = kvb_kvzip_reconstruct(b->m, b->tp, &b->fwd, s->cache, s->hist, n, &b->kvzip_pass);
     const kvb_status end = kvb_cache_park_end(s->cache, st == KVB_OK ? 1.0 - ratio : 0.0); /* a failed pass: nothing dropped */
-    s->recon_from = (int32_t)n;
+    /* recon_from stays: a kvzip session's own next compress still scores its last turn (the park's scores were its own) */
     return st != KVB_OK ? st : end;
 }
 

@@ -242,12 +242,12 @@ size_t kvb_model_kv_seq_bytes(const struct kvb_model *m, const struct kvb_kv_par
         k.layers = nw ? w : NULL;
         k.n_layers = nw;
         const size_t b = kvb_kv_seq_bytes_latent(&k, n, h, in->head_dim, in->kv_lora_rank, n_ctx, n_prompt, chunk);
-        total += kvb_kv_query_stats_bytes(&k, n, h, in->n_head, in->head_dim); /* expected-attention's statistics, host memory */
-        if (!b) {
+        const size_t qs = kvb_kv_query_stats_bytes(&k, n, h, in->n_head, in->head_dim); /* expected-attention's statistics, host memory */
+        if (!b || qs > SIZE_MAX - total || b > SIZE_MAX - total - qs) { /* too large to count: 0, as kvb_kv_seq_bytes says */
             kvb_free(w);
             return 0;
         }
-        total += b;
+        total += qs + b;
     }
     kvb_free(w);
     if (!m->recurrent) return n_attn ? total : 0;
@@ -636,6 +636,8 @@ kvb_status kvb_forward(const struct kvb_model *m, struct kvb_threadpool *tp, str
     return KVB_OK;
 }
 
+#define KVZIP_SINCE_MAX (64 * KVB_KVZIP_CHUNK) /* tokens kept for kvzip's next reconstruction: 512 KiB */
+
 static kvb_status eval_tokens(struct kvb_context *c, const int32_t *tokens, int32_t n, float *logits, bool all, bool prompt) {
     if (!c || (!tokens && n)) return kvb_fail(KVB_ERR_INVALID, "context_eval: bad arguments");
     if (n <= 0) return KVB_OK;
@@ -645,18 +647,33 @@ static kvb_status eval_tokens(struct kvb_context *c, const int32_t *tokens, int3
     if (c->p.kv.policy.id == KVB_POLICY_FULL && c->n_past + n > c->p.n_ctx)
         return kvb_fail(KVB_ERR_INVALID, "context full: %lld + %d tokens exceed n_ctx %d (policy full keeps every token; use a bounded policy or a larger n_ctx)",
                         (long long)c->n_past, (int)n, (int)c->p.n_ctx);
-    if (c->p.kv.policy.id == KVB_POLICY_KVZIP) { /* kept for the reconstruction at the next compress */
-        if (kvb_grow((void **)&c->since, &c->cap_since, c->n_since + n, sizeof(int32_t)) != KVB_OK)
-            return kvb_fail(KVB_ERR_NOMEM, "context_eval: out of memory for kvzip's context tokens");
-        memcpy(c->since + c->n_since, tokens, sizeof(int32_t) * (size_t)n);
-        c->n_since += n;
-    }
+    /* kvzip: the tokens read since its last reconstruction, kept for the next
+     * one (each chunk once the cache has read it, so a failed chunk leaves
+     * none the cache lacks) */
+    const bool kvzip = c->p.kv.policy.id == KVB_POLICY_KVZIP;
+    if (kvzip && kvb_grow((void **)&c->since, &c->cap_since, c->n_since + n, sizeof(int32_t)) != KVB_OK)
+        return kvb_fail(KVB_ERR_NOMEM, "context_eval: out of memory for kvzip's context tokens");
     for (int32_t i = 0; i < n; i += c->chunk) {
         const int32_t T = KVB_MIN(c->chunk, n - i);
         const bool last = i + T == n;
         struct kvb_fwd_seg seg = {c->cache, 0, T, T == 1 && !prompt, all ? logits + (size_t)i * V : (last ? logits : NULL), all};
-        kvb_status st = kvb_forward(c->m, c->tp, &c->fwd, tokens + i, &seg, 1, seg.decode ? 1 : 0);
-        if (st != KVB_OK) return st;
+        kvb_status st;
+        /* kvzip: tokens read by eval (a question after a compressed context) leave a prompt open that the
+         * decode step compresses: they are reconstructed first, or they would score nothing and leave */
+        if (kvzip && seg.decode && c->n_since > 0 && kvb_cache_prompt_pending(c->cache)) {
+            if ((st = kvb_kvzip_reconstruct(c->m, c->tp, &c->fwd, c->cache, c->since, c->n_since, &c->kvzip_pass)) != KVB_OK) return st;
+            c->kvzip_context += c->n_since;
+            c->n_since = 0;
+        }
+        if ((st = kvb_forward(c->m, c->tp, &c->fwd, tokens + i, &seg, 1, seg.decode ? 1 : 0)) != KVB_OK) return st;
+        if (kvzip) {
+            memcpy(c->since + c->n_since, tokens + i, sizeof(int32_t) * (size_t)T);
+            c->n_since += T;
+            if (c->n_since > KVZIP_SINCE_MAX) { /* a long decode: the last ones (older tokens score 0 at the next compress) */
+                memmove(c->since, c->since + (c->n_since - KVZIP_SINCE_MAX), sizeof(int32_t) * KVZIP_SINCE_MAX);
+                c->n_since = KVZIP_SINCE_MAX;
+            }
+        }
         c->n_past += T;
     }
     return KVB_OK;
@@ -670,7 +687,8 @@ kvb_status kvb_context_prompt(struct kvb_context *c, const int32_t *tokens, int3
     kvb_status st = eval_tokens(c, tokens, n, logits, all, true);
     if (st == KVB_OK && c && c->p.kv.policy.id == KVB_POLICY_KVZIP && c->n_since > 0) { /* kvzip: the context scores first */
         st = kvb_kvzip_reconstruct(c->m, c->tp, &c->fwd, c->cache, c->since, c->n_since, &c->kvzip_pass);
-        if (st == KVB_OK) c->kvzip_context += c->n_since;
+        if (st != KVB_OK) return st; /* the tokens stay for the next try; nothing compressed */
+        c->kvzip_context += c->n_since;
         c->n_since = 0;
     }
     if (st == KVB_OK && c) kvb_cache_compress(c->cache, c->tp);

@@ -123,8 +123,13 @@ kvb_status kvb_policy_validate(const struct kvb_policy_params *pp) {
         return kvb_fail(KVB_ERR_INVALID, "policy %s: prefill_budget must be 0 (no eviction while a prompt is read) or exceed n_sink (%d), got %d", pn, (int)pp->n_sink, (int)pp->prefill_budget);
     if (pp->compress_prompt < 0 || pp->compress_prompt > 2)
         return kvb_fail(KVB_ERR_INVALID, "policy %s: compress_prompt must be 0, 1 (uniform) or 2 (adakv), got %d", pn, (int)pp->compress_prompt);
-    if (pp->compress_prompt && !(pi->flags & (KVB_PF_COMPRESS | KVB_PF_COMPRESS_OPTIONAL)))
+    if (pp->compress_prompt && !(pi->flags & KVB_PF_COMPRESS_OPTIONAL))
         return kvb_fail(KVB_ERR_INVALID, "policy %s: compress_prompt applies only to expected-attention (the snapkv family and kvzip always compress)", pn);
+    if (pp->compress_prompt && pp->decode_budget > 0)
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: decode_budget does not apply with compress_prompt (every decode step evicts to the budget), got %d", pn,
+                        (int)pp->decode_budget);
+    if (!(pp->ada_floor >= 0.0f && pp->ada_floor <= 1.0f)) /* adakv's, and expected-attention's with compress_prompt 2 */
+        return kvb_fail(KVB_ERR_INVALID, "policy %s: ada_floor must be in [0, 1], got %g", pn, (double)pp->ada_floor);
     if (pp->budget_frac > 0 && !kvb_policy_params_compress(pp))
         return kvb_fail(KVB_ERR_INVALID, "policy %s: budget_frac applies only to prompt compression (snapkv, pyramidkv, adakv, kvzip; expected-attention with compress_prompt)", pn);
     return pi->validate ? pi->validate(pp) : KVB_OK;

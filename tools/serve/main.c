@@ -97,7 +97,7 @@ static int usage(FILE *f) {
             "                        model reconstructs its history, each token scored by the attention it\n"
             "                        gets) to 1 - R of its tokens (R: the fraction removed, 0 < R < 1); the\n"
             "                        next turn starts from that. Costs about a prefill of the session's\n"
-            "                        history a turn (off by default)\n");
+            "                        history a turn, which every other stream waits for (off by default)\n");
     fprintf(f,
             "  --checkpoints N       implicit sessions: a chat without session_id (an OpenAI client resending\n"
             "                        its whole history) resumes the state of the turn its history ends\n"
