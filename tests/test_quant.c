@@ -391,6 +391,9 @@ TEST(int8_kernels_equal_reference) {
         }
     }
     if (!fams[0]) printf("  (no SIMD family on this CPU or under this KVB_KERNELS: the references only)\n");
+#if defined(__x86_64__)
+    if (!kvb_cpu_has_avxvnni()) printf("  (no AVX-VNNI on this CPU: the avxvnni family's bits against avx2's are not compared)\n");
+#endif
     CHECK(kvb_dot_q8_ref(GGML_TYPE_F16) == NULL);
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_K), KVB_ACT_Q8_K);
     CHECK_EQ_INT(kvb_act_form(GGML_TYPE_Q4_0), KVB_ACT_Q8_0);

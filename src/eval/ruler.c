@@ -285,7 +285,9 @@ static kvb_status draw(const struct kvb_ruler_corpus *c, enum typ t, uint64_t *r
         if (r < 0) return kvb_fail(KVB_ERR_NOMEM, "ruler: out of memory");
         if (r > 0) return KVB_OK;
     }
-    return KVB_OK; /* a list too small for distinct draws: kept as drawn */
+    /* every key and value of a sample is distinct (the header's promise): a list too small for that is refused */
+    return kvb_fail(KVB_ERR_INVALID, "ruler: no distinct %s after 64 draws: the word list is too small for this many keys and values",
+                    t == T_NUMBERS ? "number" : t == T_WORDS ? "word pair" : "UUID");
 }
 
 /* k distinct values of 0..n-1, in draw order (k <= n). */

@@ -73,6 +73,10 @@ static void ruler_usage(void) {
 
 static int parse_tasks(struct ruler_opts *o, const char *v) {
     char buf[512];
+    if (strlen(v) >= sizeof buf) {
+        fprintf(stderr, "kvbound: --tasks: a list of at most %d characters\n", (int)sizeof buf - 1);
+        return -1;
+    }
     snprintf(buf, sizeof buf, "%s", v);
     memset(o->tasks, 0, sizeof o->tasks);
     int n = 0;
@@ -125,6 +129,7 @@ static int ruler_parse(struct ruler_opts *o, int argc, char **argv) {
             o->haystack[o->n_hay++] = v;
         } else if (!strcmp(a, "--ratio")) {
             char buf[512];
+            if (strlen(v) >= sizeof buf) { fprintf(stderr, "kvbound: --ratio: a list of at most %d characters\n", (int)sizeof buf - 1); return 2; }
             snprintf(buf, sizeof buf, "%s", v);
             o->nr = 0;
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -142,6 +147,7 @@ static int ruler_parse(struct ruler_opts *o, int argc, char **argv) {
             ratio_set = true;
         } else { /* --policy P[,P...] */
             char buf[256];
+            if (strlen(v) >= sizeof buf) { fprintf(stderr, "kvbound: --policy: a list of at most %d characters\n", (int)sizeof buf - 1); return 2; }
             snprintf(buf, sizeof buf, "%s", v);
             o->np = 0;
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
