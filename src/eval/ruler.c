@@ -347,7 +347,10 @@ static bool ends_sentence(const char *s, int32_t e) {
 /* The essay words [0, n) (wrapping round the essay), needles inserted
  * before the sentences int(n_sentences * depth / 100) at n_nd depths drawn
  * from round(linspace(0, 100, 40)), as RULER's niah.py places them. */
-static void essay_with_needles(const struct kvb_ruler_corpus *c, int64_t n, uint64_t *rs, char (*nd)[160], int32_t n_nd, struct sb *out) {
+/* a needle sentence: its words (about 40 bytes) and a key and a value of up to 63 each */
+#define NEEDLE_MAX 192
+
+static void essay_with_needles(const struct kvb_ruler_corpus *c, int64_t n, uint64_t *rs, char (*nd)[NEEDLE_MAX], int32_t n_nd, struct sb *out) {
     int64_t n_sent = 1;
     for (int64_t i = 0; i + 1 < n; i++) {
         const struct span *w = &c->ew[i % c->n_ew];
@@ -381,7 +384,7 @@ static void essay_with_needles(const struct kvb_ruler_corpus *c, int64_t n, uint
 static kvb_status build_niah(const struct kvb_ruler_corpus *c, const struct task *t, uint64_t seed, int64_t n, struct draft *d) {
     uint64_t rs = seed;
     struct hset seen = {0};
-    char keys[4][64], vals[4][4][64], nd[KVB_RULER_MAX_ANSWERS][160];
+    char keys[4][64], vals[4][4][64], nd[KVB_RULER_MAX_ANSWERS][NEEDLE_MAX];
     const char *vname = t->tv == T_UUIDS ? "uuids" : "numbers";
     int32_t n_nd = 0;
     kvb_status st = KVB_OK;
@@ -389,12 +392,12 @@ static kvb_status build_niah(const struct kvb_ruler_corpus *c, const struct task
         st = draw(c, t->tk, &rs, &seen, keys[i], sizeof keys[i]);
         for (int j = 0; j < t->nv && st == KVB_OK; j++) {
             st = draw(c, t->tv, &rs, &seen, vals[i][j], sizeof vals[i][j]);
-            snprintf(nd[n_nd++], sizeof nd[0], "One of the special magic %s for %s is: %s.", vname, keys[i], vals[i][j]);
+            snprintf(nd[n_nd++], sizeof nd[0], "One of the special magic %s for %.63s is: %.63s.", vname, keys[i], vals[i][j]);
         }
     }
     for (int32_t i = n_nd - 1; i > 0 && st == KVB_OK; i--) { /* shuffled */
         const int64_t j = below(&rs, i + 1);
-        char tmp[160];
+        char tmp[NEEDLE_MAX];
         memcpy(tmp, nd[i], sizeof tmp), memcpy(nd[i], nd[j], sizeof tmp), memcpy(nd[j], tmp, sizeof tmp);
     }
     struct sb hay = {0};
