@@ -300,32 +300,14 @@ void kvb_page_bounds_avx2(const float *q, int32_t n_rows, const float *lohi, int
     }
 }
 
-const struct kvb_kernels kvb_kernels_avx2 = {
-    .quant_rows = true,
-    .page_bounds = kvb_page_bounds_avx2,
-    .from_q8_0 = from_q8_0_avx2,
-    .from_q4_0 = from_q4_0_avx2,
-    .name = "avx2",
-    .scores = scores_avx2,
-    .scores_i8 = kvb_scores_i8_avx2,
-    .accum = accum_avx2,
-    .vexp = vexp_avx2,
-    .to_f16 = to_f16_avx2,
-    .from_f16 = from_f16_avx2,
-};
-
-/* The avxvnni family's primitives: avx2's, but for the integer scores
- * (attn_avxvnni.c), named for the family. */
-const struct kvb_kernels kvb_kernels_avxvnni = {
-    .quant_rows = true,
-    .page_bounds = kvb_page_bounds_avx2,
-    .from_q8_0 = from_q8_0_avx2,
-    .from_q4_0 = from_q4_0_avx2,
-    .name = "avxvnni",
-    .scores = scores_avx2,
-    .scores_i8 = kvb_scores_i8_avxvnni,
-    .accum = accum_avx2,
-    .vexp = vexp_avx2,
-    .to_f16 = to_f16_avx2,
-    .from_f16 = from_f16_avx2,
-};
+/* The avx2 and avxvnni families' primitives: the same but for the integer
+ * scores (attn_i8_avx2.h, built by each family: avxvnni's in attn_avxvnni.c). */
+#define AVX2_ATTN_TABLE(NAME, ISA)                                                                                                       \
+    {                                                                                                                                  \
+        .quant_rows = true, .page_bounds = kvb_page_bounds_avx2, .from_q8_0 = from_q8_0_avx2, .from_q4_0 = from_q4_0_avx2,            \
+        .name = NAME, .scores = scores_avx2, .scores_i8 = kvb_scores_i8_##ISA, .accum = accum_avx2, .vexp = vexp_avx2,                 \
+        .to_f16 = to_f16_avx2, .from_f16 = from_f16_avx2,                                                                              \
+    }
+const struct kvb_kernels kvb_kernels_avx2 = AVX2_ATTN_TABLE("avx2", avx2);
+const struct kvb_kernels kvb_kernels_avxvnni = AVX2_ATTN_TABLE("avxvnni", avxvnni);
+#undef AVX2_ATTN_TABLE

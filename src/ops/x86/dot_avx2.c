@@ -306,61 +306,33 @@ static void quant_block_avx2(const float *x, int len, float *d, int8_t *q) {
     }
 }
 
-const struct kvb_dot_kernels kvb_dot_avx2 = {
-    .name = "avx2",
-    .panel = panel_avx2,
-    .pack = kvb_pack_panel_avx2,
-    .dot_q8 = {
-        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avx2, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avx2,
-        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avx2, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avx2,
-        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_avx2, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_avx2, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_avx2,
-        [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_q8_avx2, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avx2,
-    },
-    .q8_tile = kvb_q8_tile_avx2,
-    .q8_tile_rows = 4,
-    .q8_tile_rows_one = 1,
-    .q8_tile_tokens = 2,
-    .kq_tile = {[GGML_TYPE_Q4_K] = kvb_q4_K_tile_avx2, [GGML_TYPE_Q5_K] = kvb_q5_K_tile_avx2, [GGML_TYPE_Q6_K] = kvb_q6_K_tile_avx2},
-    .kq_tile_rows = 4,
-    .kq_tile_tokens = KQ_TILE_TOKENS,
-    .q8_tile_prompts = false, /* prompts through the f32 panels: since the 16 x 6 tile, 1.25-1.35x the int8 tiles for Q8_0 prompts (docs/BENCHMARKS.md, 2026-12-05) */
-    .quant_block = quant_block_avx2,
-    .dot = {
-        [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
-        [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,
-        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
-        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_ref,
-        [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
-    },
-};
-
-/* The avxvnni family (Intel client CPUs since Alder Lake, Zen 5): avx2's
- * kernels with the integer dots and tiles of dot_avxvnni.c, whose bits are
- * avx2's (dot_i8_avx2.h). */
-const struct kvb_dot_kernels kvb_dot_avxvnni = {
-    .name = "avxvnni",
-    .panel = panel_avx2,
-    .pack = kvb_pack_panel_avx2,
-    .dot_q8 = {
-        [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_avxvnni, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_avxvnni, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_avxvnni,
-        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_avxvnni, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_avxvnni,
-        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_avxvnni, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_avxvnni, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_avxvnni,
-        [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_avxvnni, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_q8_avxvnni, [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_avxvnni,
-    },
-    .q8_tile = kvb_q8_tile_avxvnni,
-    .q8_tile_rows = 4,
-    .q8_tile_rows_one = 1,
-    .q8_tile_tokens = 2,
-    .kq_tile = {[GGML_TYPE_Q4_K] = kvb_q4_K_tile_avxvnni, [GGML_TYPE_Q5_K] = kvb_q5_K_tile_avxvnni, [GGML_TYPE_Q6_K] = kvb_q6_K_tile_avxvnni},
-    .kq_tile_rows = 4,
-    .kq_tile_tokens = KQ_TILE_TOKENS,
-    .q8_tile_prompts = false, /* as avx2 */
-    .quant_block = quant_block_avx2,
-    .dot = {
-        [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,
-        [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,
-        [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,
-        [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_ref,
-        [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,
-    },
-};
+/* The avx2 and avxvnni families' tables: the same kernels but for the
+ * integer dots and tiles (dot_i8_avx2.h), which each family builds with its
+ * own integer steps (ISA: avx2, or avxvnni from dot_avxvnni.c). avxvnni is
+ * for the Intel client CPUs since Alder Lake and Zen 5; its bits are avx2's. */
+#define AVX2_DOT_TABLE(NAME, ISA)                                                                                                        \
+    {                                                                                                                                  \
+        .name = NAME, .panel = panel_avx2, .pack = kvb_pack_panel_avx2,                                                                \
+        .dot_q8 = {                                                                                                                    \
+            [GGML_TYPE_Q8_0] = kvb_dot_q8_0_q8_##ISA, [GGML_TYPE_Q4_0] = kvb_dot_q4_0_q8_##ISA, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_q8_##ISA, \
+            [GGML_TYPE_Q4_1] = kvb_dot_q4_1_q8_##ISA, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_q8_##ISA,                                          \
+            [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_q8_##ISA, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_q8_##ISA,                                  \
+            [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_q8_##ISA, [GGML_TYPE_Q4_K] = kvb_dot_q4_K_q8_##ISA, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_q8_##ISA, \
+            [GGML_TYPE_Q6_K] = kvb_dot_q6_K_q8_##ISA,                                                                                  \
+        },                                                                                                                             \
+        .q8_tile = kvb_q8_tile_##ISA, .q8_tile_rows = 4, .q8_tile_rows_one = 1, .q8_tile_tokens = 2,                                   \
+        .kq_tile = {[GGML_TYPE_Q4_K] = kvb_q4_K_tile_##ISA, [GGML_TYPE_Q5_K] = kvb_q5_K_tile_##ISA, [GGML_TYPE_Q6_K] = kvb_q6_K_tile_##ISA}, \
+        .kq_tile_rows = 4, .kq_tile_tokens = KQ_TILE_TOKENS,                                                                           \
+        /* prompts through the f32 panels: since the 16 x 6 tile, 1.25-1.35x the int8 tiles for Q8_0 prompts (docs/BENCHMARKS.md, 2026-12-05) */ \
+        .q8_tile_prompts = false, .quant_block = quant_block_avx2,                                                                     \
+        .dot = {                                                                                                                       \
+            [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,                          \
+            [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,                   \
+            [GGML_TYPE_Q4_1] = kvb_dot_q4_1_ref, [GGML_TYPE_Q5_1] = kvb_dot_q5_1_ref,                                                  \
+            [GGML_TYPE_IQ4_NL] = kvb_dot_iq4_nl_ref, [GGML_TYPE_IQ4_XS] = kvb_dot_iq4_xs_ref, [GGML_TYPE_MXFP4] = kvb_dot_mxfp4_ref,    \
+            [GGML_TYPE_Q4_K] = dot_q4_K_avx2, [GGML_TYPE_Q5_K] = kvb_dot_q5_K_ref, [GGML_TYPE_Q6_K] = dot_q6_K_avx2,                   \
+        },                                                                                                                             \
+    }
+const struct kvb_dot_kernels kvb_dot_avx2 = AVX2_DOT_TABLE("avx2", avx2);
+const struct kvb_dot_kernels kvb_dot_avxvnni = AVX2_DOT_TABLE("avxvnni", avxvnni);
+#undef AVX2_DOT_TABLE
