@@ -125,20 +125,19 @@ static void scores_avx2(const struct kvb_kv_view *v, const float *q, int32_t n_r
         if (dt == KVB_DTYPE_F16 && !to_f32) scores4_rows(k, KVB_DTYPE_F16, q, n_rows, d, s + t);
         else scores4_rows(k, KVB_DTYPE_F32, q, n_rows, d, s + t);
     }
-    for (; t < nt; t++) { /* the last keys of a tile, one at a time */
-        const void *k1 = kvb_view_k(v, j0 + t);
-        enum kvb_dtype kd = dt;
-        if (quant) {
-            row_to_f32(dt, k1, kf[0], d);
-            k1 = kf[0];
-            kd = KVB_DTYPE_F32;
+    if (t < nt) { /* the last 1-3 keys of a tile: the group of four's arithmetic (the last key repeated), so a key's
+                   * score does not depend on how many keys its call reads (a prompt read in pieces, or whole, gets the
+                   * same bits); the repeats' scores land past nt, in the tile's row, and are not read */
+        const void *k[4];
+        for (int u = 0; u < 4; u++) {
+            k[u] = kvb_view_k(v, j0 + KVB_MIN(t + u, nt - 1));
+            if (to_f32) {
+                row_to_f32(dt, k[u], kf[u], d);
+                k[u] = kf[u];
+            }
         }
-        for (int32_t r = 0; r < n_rows; r++) {
-            const float *qr = q + (size_t)r * d;
-            __m256 a0 = _mm256_setzero_ps();
-            for (int32_t i = 0; i < d; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), kd == KVB_DTYPE_F16 ? load8(KVB_DTYPE_F16, k1, i) : load8(KVB_DTYPE_F32, k1, i), a0);
-            s[r * KVB_ATTN_TILE + t] = kvb_hsum8(a0);
-        }
+        if (dt == KVB_DTYPE_F16 && !to_f32) scores4_rows(k, KVB_DTYPE_F16, q, n_rows, d, s + t);
+        else scores4_rows(k, KVB_DTYPE_F32, q, n_rows, d, s + t);
     }
 }
 
