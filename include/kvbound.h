@@ -1360,6 +1360,15 @@ struct kvb_batch_params {
                               * rows a step (1..chunk, default 16), so no prompt starves however
                               * small the budget; a prompt may then be read in pieces smaller
                               * than `chunk` (see kvb_batch_step) */
+    /* With a target: the largest share of the decoders' inter-token gaps
+     * that steps carrying prompt rows may make, counted over recent steps
+     * (each step's decoders weigh 0.9 less per later step). A step that
+     * would push the share past it carries its decoders alone, so the
+     * median gap stays the decode-only step while prompts are waiting
+     * (their rows go into the other steps, each still under the target).
+     * 0 (default) or 1: every step with decoders may carry prompt rows;
+     * otherwise in (0, 1) (KVB_ERR_INVALID outside 0..1 or NaN). */
+    float prompt_step_share;
 };
 struct kvb_batch_params kvb_batch_default_params(void);
 

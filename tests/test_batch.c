@@ -119,6 +119,7 @@ static int pool_matches(struct kvb_batch *b, const struct track *tr, int n) {
  * logits against a lone context. Returns through FAILF. */
 #define NS_MAX (KVB_POLICY_COUNT + 2)
 static float g_eq_target_ms;  /* > 0: the runs' batches have this step target */
+static float g_eq_share; /* prompt_step_share of equality_run's batch under a target */
 static int32_t g_eq_min_rows; /* and this prompt_min_rows */
 static long g_eq_cuts;        /* prompts seen part-read at a point that is not a chunk boundary */
 static void equality_run(struct kvb_model *model, int NS, int n_pol, struct kvb_recall_params rec) {
@@ -144,6 +145,7 @@ static void equality_run(struct kvb_model *model, int NS, int n_pol, struct kvb_
     if (g_eq_target_ms > 0) {
         bp.step_target_ms = g_eq_target_ms;
         bp.prompt_min_rows = g_eq_min_rows;
+        bp.prompt_step_share = g_eq_share;
     }
     struct kvb_batch *b;
     CHECK_OK(kvb_batch_init(model, &bp, &b));
@@ -1218,8 +1220,10 @@ TEST(stall_free_steps_equal_single_every_policy) {
     rec.every = 1;
     rec.cold_mem_bytes = (size_t)1 << 20;
     g_eq_target_ms = 1e-3f;
+    g_eq_share = 0.5f; /* and some steps carry their decoders alone */
     equality_run(g_model, NS_MAX, KVB_POLICY_COUNT, rec);
     g_eq_target_ms = 0;
+    g_eq_share = 0;
 }
 
 /* The recurrent layers' chunked forms (Gated DeltaNet, Mamba-2) round by
@@ -1512,6 +1516,74 @@ TEST(prompt_min_rows_equal_to_chunk_accepted) {
     }
 }
 
+/* issue 53: prompt_step_share. Next to four decoders, with a 70-token
+ * prompt waiting under a target no step meets (7 rows a step), a step
+ * carries prompt rows exactly when the decoders' decayed share of gaps
+ * lengthened by prompt rows, this step's included, stays within the cap
+ * (an independent count here, decay 0.9); the decoders advance every step,
+ * the prompt still finishes, and its steps' share of gaps is the cap's.
+ * Share 1 carries prompt rows every step; outside 0..1 is refused by name. */
+TEST(prompt_step_share_paces_prompt_steps) {
+    NEED_MODEL();
+    static const float shares[] = {0.4f, 0.25f, 1.0f};
+    for (int si_ = 0; si_ < 3; si_++) {
+        const float share = shares[si_];
+        struct kvb_batch_params bp = kvb_batch_default_params();
+        bp.n_threads = 2;
+        bp.max_seqs = 8;
+        bp.chunk = CHUNK;
+        bp.step_tokens = 3 * CHUNK;
+        bp.kv_pool_bytes = (size_t)64 << 20;
+        bp.step_target_ms = 1e-3f;
+        bp.prompt_min_rows = 7;
+        bp.prompt_step_share = share;
+        struct kvb_batch *b = NULL;
+        CHECK_OK(kvb_batch_init(g_model, &bp, &b));
+        struct kvb_seq_params sp = kvb_seq_default_params();
+        sp.ignore_eos = true;
+        sp.sampler.temp = 0;
+        int32_t dec[4], pr, adv, failed;
+        for (int i = 0; i < 4; i++) CHECK_OK(kvb_batch_add(b, &sp, g_ids + 10 * i, 5, &dec[i]));
+        CHECK_OK(kvb_batch_step(b, &adv, &failed)); /* no decoders yet: the prompts at once (no gaps counted) */
+        CHECK_OK(kvb_batch_add(b, &sp, g_ids + 300, 70, &pr));
+        double heavy = 0, all = 0;
+        int32_t done = 0, steps = 0, with_rows = 0;
+        for (; done < 70 && steps < 200; steps++) {
+            const bool want_rows = 0.9 * heavy + 4 <= (double)share * (0.9 * all + 4) || share >= 1.0f;
+            CHECK_OK(kvb_batch_step(b, &adv, &failed));
+            struct kvb_seq_info si;
+            CHECK_OK(kvb_batch_seq_info(b, pr, &si));
+            const bool got_rows = si.n_prompt_done > done;
+            if (got_rows != want_rows)
+                FAILF("share %.2f, step %d: the prompt read %d rows, want %s", (double)share, (int)steps, (int)(si.n_prompt_done - done),
+                      want_rows ? "7" : "none");
+            CHECK_EQ_INT((int)adv, got_rows ? 5 : 4); /* the decoders every step */
+            all = 0.9 * all + 4;
+            heavy = 0.9 * heavy + (got_rows ? 4 : 0);
+            with_rows += got_rows;
+            done = si.n_prompt_done;
+            if (t_case_failed) break;
+        }
+        kvb_batch_free(b);
+        if (t_case_failed) return;
+        CHECK_EQ_INT((int)done, 70);
+        CHECK_EQ_INT((int)with_rows, 10); /* ceil(70 / 7) */
+        if (share >= 1.0f) CHECK_EQ_INT((int)steps, 10);
+        else if (fabs((double)with_rows / steps - share) > 0.1)
+            FAILF("share %.2f: %d of %d steps carried prompt rows", (double)share, (int)with_rows, (int)steps);
+    }
+    struct kvb_batch_params bp = kvb_batch_default_params();
+    bp.kv_pool_bytes = (size_t)16 << 20;
+    bp.step_target_x = 3.5f;
+    static const float bad[] = {-0.1f, 1.5f, NAN};
+    for (int i = 0; i < 3; i++) {
+        struct kvb_batch *b = NULL;
+        bp.prompt_step_share = bad[i];
+        CHECK_STATUS(kvb_batch_init(g_model, &bp, &b), KVB_ERR_INVALID);
+        CHECK(b == NULL && strstr(kvb_last_error(), "prompt_step_share") != NULL);
+    }
+}
+
 int main(void) {
     RUN(batch_equals_single_every_policy_with_joins_and_cancels);
     RUN(batch_equals_single_with_recall);
@@ -1534,6 +1606,7 @@ int main(void) {
     RUN(stall_free_recurrent_pieces_keep_single_bits);
     RUN(step_cost_fit_observes_decode_rows);      /* issue 48 survivor 12 */
     RUN(prompt_min_rows_equal_to_chunk_accepted); /* issue 48 survivor 13 */
+    RUN(prompt_step_share_paces_prompt_steps);    /* issue 53 */
     kvb_buffer_free(g_ids);
     kvb_model_free(g_model);
     return test_summary();

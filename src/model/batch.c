@@ -34,6 +34,14 @@
  * waits at most for the ones ahead of it, each read at >= prompt_min_rows a
  * step; giving every waiting prompt a minimum instead would make the pause
  * grow with the queue, which is what this removes.
+ * The gap users feel (prompt_step_share, issue 53): under a steady queue
+ * of prompts every step took its budget of prompt rows, so every gap was
+ * the target's (3.5x) and the median gap 3.5 decode steps. With a share,
+ * the batch counts the decoders of recent steps (decayed by GAP_DECAY) and
+ * how many of them waited on prompt rows; a step whose prompt rows would
+ * put that share above the cap carries its decoders alone. The median gap
+ * is then the decode-only step, the p99 the target, and prompts still get
+ * the rows of the other steps.
  * Exactness: a lone context reads a prompt in chunks of `chunk`; a piece
  * smaller than that gives the same attention (every row sees every earlier
  * row, nothing is evicted in between) as long as the cache cannot evict
@@ -87,6 +95,7 @@ struct kvb_batch {
     int32_t *by_order;           /* [max_seqs] */
     size_t page_bytes;           /* the pool's */
     struct kvb_step_cost cost;   /* the fit of recent steps' times (step targets) */
+    double gap_heavy, gap_all;   /* decoders of recent steps that carried prompt rows, and of all (decayed; prompt_step_share) */
     int64_t kvzip_pass;          /* tokens kvzip's reconstruction passes read */
 };
 
@@ -106,6 +115,7 @@ struct kvb_batch_params kvb_batch_default_params(void) {
 /* ---- the step-cost model (pure) ---- */
 
 #define COST_DECAY 0.9
+#define GAP_DECAY 0.9 /* prompt_step_share's count of recent decoders */
 
 void kvb_step_cost_observe(struct kvb_step_cost *c, int32_t n_rows, double ms) {
     if (!c || !(ms >= 0) || !isfinite(ms) || n_rows < 0) return;
@@ -202,6 +212,8 @@ kvb_status kvb_batch_init(const struct kvb_model *m, const struct kvb_batch_para
     if (!(p->step_target_ms >= 0 && p->step_target_ms <= 1e7f) || !(p->step_target_x >= 0 && p->step_target_x <= 1e4f))
         return kvb_fail(KVB_ERR_INVALID, "batch: step_target_ms must be in 0..1e7 and step_target_x in 0..1e4, got %g and %g",
                         (double)p->step_target_ms, (double)p->step_target_x);
+    if (!(p->prompt_step_share >= 0 && p->prompt_step_share <= 1))
+        return kvb_fail(KVB_ERR_INVALID, "batch: prompt_step_share must be in 0..1, got %g", (double)p->prompt_step_share);
     if ((p->step_target_ms > 0 || p->step_target_x > 0) && (p->prompt_min_rows < 1 || p->prompt_min_rows > p->chunk))
         return kvb_fail(KVB_ERR_INVALID, "batch: prompt_min_rows must be in 1..chunk (%d) with a step target, got %d", (int)p->chunk,
                         (int)p->prompt_min_rows);
@@ -491,10 +503,15 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
                                                  : (double)b->p.step_target_x * kvb_step_cost_predict(&b->cost, n_dec);
         left = kvb_step_cost_budget(&b->cost, t, n_dec, n_dec + left) - n_dec;
     }
+    /* the gap users feel: a step whose prompt rows would make more than
+     * prompt_step_share of recent decoders' gaps carries its decoders alone */
+    const float share = b->p.prompt_step_share;
+    const bool decoders_alone = target && share > 0 && share < 1 &&
+                                GAP_DECAY * b->gap_heavy + n_dec > (double)share * (GAP_DECAY * b->gap_all + n_dec);
     const double t0 = now_ms();
     /* then prompts, oldest first, a whole chunk each while the budget lasts */
     int32_t n_wait = 0;
-    for (int32_t i = 0; i < b->p.max_seqs; i++)
+    for (int32_t i = 0; i < b->p.max_seqs && !decoders_alone; i++)
         if (b->seqs[i].used && b->seqs[i].state == KVB_SEQ_PROMPT) b->by_order[n_wait++] = i;
     for (int32_t a = 1; a < n_wait; a++) { /* insertion sort by admission order */
         const int32_t x = b->by_order[a];
@@ -554,6 +571,10 @@ kvb_status kvb_batch_step(struct kvb_batch *b, int32_t *n_advanced, int32_t *fai
     if (st != KVB_OK) return st; /* not reached after the reserves: the forward cannot fail then */
     b->steps++;
     b->rows += rows;
+    if (n_dec > 0) { /* the decoders' gaps this step made, and whether prompt rows lengthened them */
+        b->gap_all = GAP_DECAY * b->gap_all + n_dec;
+        b->gap_heavy = GAP_DECAY * b->gap_heavy + (rows > n_dec ? n_dec : 0);
+    }
     for (int32_t k = 0; k < n_seg; k++) {
         struct seq *s = &b->seqs[b->seg_seq[k]];
         if (!b->segs[k].decode) {

@@ -67,6 +67,10 @@ static int usage(FILE *f) {
             "                        N ms, or K times the decode-only step (Kx); a prompt still reads at\n"
             "                        least 16 rows a step, oldest first; 0: off, prompts fill --step-tokens\n"
             "                        (default 3.5x: gaps within about 3.5 decode steps; docs/SERVING.md)\n"
+            "  --prompt-step-share S with a step target: at most this share of the decoders' gaps (over\n"
+            "                        recent steps) may come from steps that carry prompt rows; the other\n"
+            "                        steps carry decoders alone, so the median gap stays the decode-only\n"
+            "                        step while prompts wait (0..1; 0 or 1: every step may; default 0.4)\n"
             "  --queue N             requests waiting for room at most; beyond, 503 (default 64)\n"
             "  --queue-timeout S     seconds a request may wait for room; then 503 (default 30)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default 16384)\n"
@@ -197,6 +201,7 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->step_tokens = 512;
     o->chunk = 256;
     o->step_target_x = 3.5f; /* the default: see --help and docs/SERVING.md */
+    o->prompt_step_share = 0.4f;
     o->default_temp = -1;
     o->max_body = (size_t)4 << 20;
     o->max_compiles = 4;
@@ -236,7 +241,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
                                   "--keep --keep-max --checkpoints --checkpoint-max --checkpoint-mb --checkpoint-ttl --park-compress --park-ratio "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk --step-target-ms --max-prompt-tokens --max-compiles --compile-wait-ms --template-deadline-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
+                                  "--step-tokens --chunk --step-target-ms --prompt-step-share --max-prompt-tokens --max-compiles --compile-wait-ms --template-deadline-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -337,6 +342,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--template")) c->forced_template = v, c->forced_template_flag = a;
     else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
     else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
+    else if (!strcmp(a, "--prompt-step-share")) r = cli_parse_f32(a, v, 0, 1, &o->prompt_step_share);
     else if (!strcmp(a, "--step-target-ms")) {
         const size_t n = v ? strlen(v) : 0;
         char num[32];

@@ -861,6 +861,7 @@ int sched_start(struct server *srv) {
     bp.chunk = srv->o.chunk;
     bp.step_target_ms = srv->o.step_target_ms;
     bp.step_target_x = srv->o.step_target_x;
+    bp.prompt_step_share = srv->o.prompt_step_share;
     bp.prompt_min_rows = bp.chunk < 16 ? bp.chunk : 16;
     if (bp.max_seqs > 4096) bp.max_seqs = 4096;
     if (kvb_batch_init(srv->model, &bp, &s->b) != KVB_OK) {
