@@ -517,18 +517,18 @@ TEST(kquant_tiles_equal_lone_dot_every_shape) {
 
 /* The prefill panel kernel of every family equals kvb_panel_ref bit for
  * bit (the contract: one FMA chain per pair in k order), for full and
- * partial panels, lengths with and without a vector tail, and token counts
- * on and off each family's tile; the reference is within float rounding of
+ * partial panels, lengths with and without a vector tail and across blocks
+ * of k, and token counts on and off each family's tile and group; the reference is within float rounding of
  * a double-precision dot; and packing puts row r's element k at [k][r]
  * with the rows past the panel zero. */
 TEST(prefill_panel_equals_reference) {
     const struct kvb_dot_kernels *fams[N_FAMS + 1] = {&kvb_dot_ref, NULL, NULL, NULL, NULL};
     present_families(fams + 1);
-    enum { NMAX = 1003, TMAX = 27 };
+    enum { NMAX = 1003, TMAX = 101 }; /* 101 tokens: past the AVX2 panel's group of 96; 1003: four of its k-blocks */
     static float w[KVB_PANEL_ROWS * NMAX], x[TMAX * NMAX], wp[KVB_PANEL_ROWS * NMAX], row[NMAX];
     static float yref[TMAX * KVB_PANEL_ROWS], y[TMAX * KVB_PANEL_ROWS], scratch[KVB_PACK_SCRATCH_ROWS * 1024];
     const int64_t lens[] = {7, 64, 1003};
-    const int nrs[] = {32, 17, 5}, nts[] = {1, 5, 6, 7, 12, 13, 27};
+    const int nrs[] = {32, 17, 5}, nts[] = {1, 5, 6, 7, 12, 13, 27, 101};
     for (size_t li = 0; li < 3; li++)
         for (size_t ri = 0; ri < 3; ri++) {
             const int64_t n = lens[li];

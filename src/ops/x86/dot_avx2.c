@@ -13,6 +13,7 @@
 #include "x86_kernels.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 #define KVB_W 8
 #include "dot_width.h" /* dot_q8_0_avx2, dot_q6_K_avx2; kvb_hsum8 */
@@ -65,12 +66,25 @@ static float dot_bf16_avx2(const void *row, const float *x, int64_t n) {
 /* The prefill micro-kernel (matmul.h, kvb_panel_fn): 16 of the panel's
  * rows in two vectors times up to 6 tokens, 12 accumulators (with the two
  * weight vectors and a broadcast, 15 of the 16 registers); the panel's two
- * halves are separate passes. Each lane is the contract's single FMA chain. */
+ * halves are separate passes. Each lane is the contract's single FMA chain.
+ *
+ * The chain is cut into blocks of PANEL_KC k's, and every tile of a group of
+ * PANEL_TG tokens passes over a block before the next: a half's block
+ * (16 rows x 256 k's, 16 KB) stays in L1 while the group's tiles read it,
+ * where one tile's pass over the whole panel (32 x n floats: 720 KB for
+ * TinyLlama's down projection, past Zen 3's 512 KB L2) streamed it from L3
+ * for every tile. Between blocks a tile's accumulators wait in acc (f32, as
+ * in the registers), so each pair is the same chain and the same bits. */
 #define TILE_TOKENS 6
-static inline __attribute__((always_inline)) void panel_tile(const float *wp, int64_t n, const float *x, int64_t ldx, float *y,
-                                                             int64_t ldy, int nr, const int NT) {
+#define PANEL_KC 256
+#define PANEL_TG 96 /* tokens of a group (a multiple of TILE_TOKENS): acc is 12 KB */
+static inline __attribute__((always_inline)) void panel_tile(const float *wp, int64_t n, const float *x, int64_t ldx, float *acc,
+                                                             bool first, const int NT) {
     __m256 a0[TILE_TOKENS], a1[TILE_TOKENS];
-    for (int t = 0; t < NT; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+    for (int t = 0; t < NT; t++) {
+        a0[t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + t * KVB_PANEL_ROWS);
+        a1[t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + t * KVB_PANEL_ROWS + 8);
+    }
     for (int64_t k = 0; k < n; k++) {
         const __m256 w0 = _mm256_loadu_ps(wp + k * KVB_PANEL_ROWS), w1 = _mm256_loadu_ps(wp + k * KVB_PANEL_ROWS + 8);
         for (int t = 0; t < NT; t++) {
@@ -80,23 +94,25 @@ static inline __attribute__((always_inline)) void panel_tile(const float *wp, in
         }
     }
     for (int t = 0; t < NT; t++) {
-        if (nr >= 16) {
-            _mm256_storeu_ps(y + t * ldy, a0[t]);
-            _mm256_storeu_ps(y + t * ldy + 8, a1[t]);
-        } else {
-            float tmp[16];
-            _mm256_storeu_ps(tmp, a0[t]);
-            _mm256_storeu_ps(tmp + 8, a1[t]);
-            for (int r = 0; r < nr; r++) y[t * ldy + r] = tmp[r];
-        }
+        _mm256_storeu_ps(acc + t * KVB_PANEL_ROWS, a0[t]);
+        _mm256_storeu_ps(acc + t * KVB_PANEL_ROWS + 8, a1[t]);
     }
 }
 
 /* The full tile with every accumulator named (GCC spills the arrays of
  * panel_tile at this size): the same operations in the same order. */
-static void panel_tile6(const float *wp, int64_t n, const float *x, int64_t ldx, float *y, int64_t ldy, int nr) {
-    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00, a40 = a00,
-           a41 = a00, a50 = a00, a51 = a00;
+static void panel_tile6(const float *wp, int64_t n, const float *x, int64_t ldx, float *acc, bool first) {
+    __m256 a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51;
+    if (first) {
+        a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = a40 = a41 = a50 = a51 = _mm256_setzero_ps();
+    } else {
+        a00 = _mm256_loadu_ps(acc), a01 = _mm256_loadu_ps(acc + 8);
+        a10 = _mm256_loadu_ps(acc + 32), a11 = _mm256_loadu_ps(acc + 40);
+        a20 = _mm256_loadu_ps(acc + 64), a21 = _mm256_loadu_ps(acc + 72);
+        a30 = _mm256_loadu_ps(acc + 96), a31 = _mm256_loadu_ps(acc + 104);
+        a40 = _mm256_loadu_ps(acc + 128), a41 = _mm256_loadu_ps(acc + 136);
+        a50 = _mm256_loadu_ps(acc + 160), a51 = _mm256_loadu_ps(acc + 168);
+    }
     const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx, *x4 = x + 4 * ldx, *x5 = x + 5 * ldx;
     for (int64_t k = 0; k < n; k++) {
         const __m256 w0 = _mm256_loadu_ps(wp + k * KVB_PANEL_ROWS), w1 = _mm256_loadu_ps(wp + k * KVB_PANEL_ROWS + 8);
@@ -119,28 +135,35 @@ static void panel_tile6(const float *wp, int64_t n, const float *x, int64_t ldx,
         a50 = _mm256_fmadd_ps(w0, b, a50);
         a51 = _mm256_fmadd_ps(w1, b, a51);
     }
-    const __m256 acc[12] = {a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51};
-    for (int t = 0; t < 6; t++) {
-        float tmp[16];
-        _mm256_storeu_ps(tmp, acc[2 * t]);
-        _mm256_storeu_ps(tmp + 8, acc[2 * t + 1]);
-        for (int r = 0; r < 16 && r < nr; r++) y[t * ldy + r] = tmp[r];
-    }
+    _mm256_storeu_ps(acc, a00), _mm256_storeu_ps(acc + 8, a01);
+    _mm256_storeu_ps(acc + 32, a10), _mm256_storeu_ps(acc + 40, a11);
+    _mm256_storeu_ps(acc + 64, a20), _mm256_storeu_ps(acc + 72, a21);
+    _mm256_storeu_ps(acc + 96, a30), _mm256_storeu_ps(acc + 104, a31);
+    _mm256_storeu_ps(acc + 128, a40), _mm256_storeu_ps(acc + 136, a41);
+    _mm256_storeu_ps(acc + 160, a50), _mm256_storeu_ps(acc + 168, a51);
 }
 
 static void panel_avx2(const float *wp, int64_t n, const float *x, int64_t ldx, int nt, float *y, int64_t ldy, int nr) {
-    for (int h = 0; h < KVB_PANEL_ROWS && h < nr; h += 16) {
-        const float *wh = wp + h;
-        float *yh = y + h;
-        const int hr = nr - h;
-        int t = 0;
-        for (; t + TILE_TOKENS <= nt; t += TILE_TOKENS) panel_tile6(wh, n, x + t * ldx, ldx, yh + t * ldy, ldy, hr);
-        switch (nt - t) { /* constant shapes: the accumulators stay in registers */
-#define TAIL(T) case T: panel_tile(wh, n, x + t * ldx, ldx, yh + t * ldy, ldy, hr, T); break;
-        TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5)
+    _Alignas(32) float acc[PANEL_TG * KVB_PANEL_ROWS]; /* acc[t * 32 + r]: token t of the group, row r */
+    for (int g = 0; g < nt; g += PANEL_TG) {
+        const int ng = nt - g < PANEL_TG ? nt - g : PANEL_TG;
+        const float *xg = x + (int64_t)g * ldx;
+        for (int64_t k0 = 0; k0 < n; k0 += PANEL_KC) {
+            const int64_t kn = n - k0 < PANEL_KC ? n - k0 : PANEL_KC;
+            const bool first = k0 == 0;
+            for (int h = 0; h < KVB_PANEL_ROWS && h < nr; h += 16) {
+                const float *wk = wp + k0 * KVB_PANEL_ROWS + h;
+                int t = 0;
+                for (; t + TILE_TOKENS <= ng; t += TILE_TOKENS) panel_tile6(wk, kn, xg + t * ldx + k0, ldx, acc + t * KVB_PANEL_ROWS + h, first);
+                switch (ng - t) { /* constant shapes: the accumulators stay in registers */
+#define TAIL(T) case T: panel_tile(wk, kn, xg + t * ldx + k0, ldx, acc + t * KVB_PANEL_ROWS + h, first, T); break;
+                TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5)
 #undef TAIL
-        default: break;
+                default: break;
+                }
+            }
         }
+        for (int t = 0; t < ng; t++) memcpy(y + (int64_t)(g + t) * ldy, acc + t * KVB_PANEL_ROWS, sizeof(float) * (size_t)nr);
     }
 }
 
