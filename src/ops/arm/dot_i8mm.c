@@ -1,6 +1,6 @@
 /*
- * dot_i8mm.c — the i8mm family's weight kernels: dot_arm.h with SDOT, and
- * Q8_0 tiles by SMMLA (ARMv8.6 int8 matrix multiply: a 2 x 8 by 8 x 2
+ * dot_i8mm.c — the i8mm family's weight kernels: dot_arm.h with SDOT (its
+ * K-quant tiles too), and Q8_0 tiles by SMMLA (ARMv8.6 int8 matrix multiply: a 2 x 8 by 8 x 2
  * int8 product added to a 2 x 2 int32 tile). A tile of up to 4 rows x 4
  * tokens takes each block of 32 as four 8-wide steps over 2 x 2 pairs of
  * (row, token); each pair's block sum is exact, then scaled and summed in
@@ -48,6 +48,7 @@ const struct kvb_dot_kernels kvb_dot_i8mm = {
     .name = "i8mm",
     .panel = panel_i8mm,
     .dot_q8 = {ARM_DOT_Q8(i8mm)},
+    ARM_KQ_TILES(i8mm),
     .dot = {[GGML_TYPE_F32] = dot_f32_i8mm, [GGML_TYPE_F16] = dot_f16_i8mm, [GGML_TYPE_BF16] = dot_bf16_i8mm},
     .q8_tile = q8_tile_i8mm,
     .q8_tile_rows = TILE,
