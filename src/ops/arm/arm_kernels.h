@@ -32,7 +32,7 @@ extern const struct kvb_dot_kernels kvb_dot_neon, kvb_dot_dotprod, kvb_dot_i8mm;
     [GGML_TYPE_IQ4_XS] = dot_iq4_xs_q8_##fam, [GGML_TYPE_Q5_K] = dot_q5_K_q8_##fam
 
 /* The SDOT families' K-quant tiles (dot_arm.h) and their shape. */
-#define ARM_KQ_TILES(fam)                                                                                                  \
+#define ARM_KQ_TILES(fam)                                                                                                             \
     .kq_tile = {[GGML_TYPE_Q4_K] = kq_tile_q4_K_##fam, [GGML_TYPE_Q5_K] = kq_tile_q5_K_##fam, [GGML_TYPE_Q6_K] = kq_tile_q6_K_##fam}, \
     .kq_tile_rows = ARM_KQ_ROWS, .kq_tile_tokens = ARM_KQ_TOKENS
 

@@ -151,11 +151,11 @@ static void page_bounds_arm(const float *q, int32_t n_rows, const float *lohi, i
  * ARM machine measures the crossover. */
 #define ARM_F16_TILE_ROWS 8
 
-#define ARM_ATTN(fam, i8)                                                                                                        \
-    {                                                                                                                          \
-        .name = fam, .scores = scores_neon, .accum = accum_neon, .vexp = vexp_neon, .to_f16 = to_f16_arm, .from_f16 = from_f16_arm, \
-        .from_q8_0 = from_q8_0_arm, .from_q4_0 = from_q4_0_arm, .quant_rows = false, .f16_tile_rows = ARM_F16_TILE_ROWS, .scores_i8 = i8,       \
-        .page_bounds = page_bounds_arm,                                                                                        \
+#define ARM_ATTN(fam, i8)                                                                                                                 \
+    {                                                                                                                                     \
+        .name = fam, .scores = scores_neon, .accum = accum_neon, .vexp = vexp_neon, .to_f16 = to_f16_arm, .from_f16 = from_f16_arm,       \
+        .from_q8_0 = from_q8_0_arm, .from_q4_0 = from_q4_0_arm, .quant_rows = false, .f16_tile_rows = ARM_F16_TILE_ROWS, .scores_i8 = i8, \
+        .page_bounds = page_bounds_arm,                                                                                                   \
     }
 
 const struct kvb_kernels kvb_kernels_neon = ARM_ATTN("neon", scores_i8_neon);
