@@ -2,7 +2,8 @@
  * dot_arm.h — the body of the ARM families' weight kernels, included once
  * per family: dot_neon.c (ARMv8.0 AdvSIMD: products by SMULL/SADALP),
  * dot_dotprod.c (ARMv8.2 SDOT) and dot_i8mm.c (SDOT, and SMMLA for the
- * Q8_0 tiles). The SDOT families also get K-quant tiles (at the end). Before including it a file defines ARM_SDOT (0 or 1) and
+ * Q8_0 tiles). The SDOT families also get K-quant tiles: dotprod this
+ * file's (SDOT, at the end), i8mm its own (SMMLA). Before including it a file defines ARM_SDOT (0 or 1) and
  * ARM_FAM(name), which suffixes every static name with the family's.
  *
  * Integer dots (weights against int8 activations, kvb_act_form): each
@@ -351,8 +352,8 @@ static void ARM_FAM(panel)(const float *wp, int64_t n, const float *x, int64_t l
  * Up to ARM_KQ_ROWS rows x ARM_KQ_TOKENS tokens: a row at a time, each
  * sub-block of a super-block unpacked once into two int8 vectors (nibbles,
  * the fifth or the high two bits, less 32 for q6_K) and its scale read once,
- * then for every token of the tile two SDOTs (one per 16 for q6_K) and one
- * MLA by the scale into that token's int32 lanes. These sums are exact: the
+ * then for every token of the tile two SDOTs and one MLA by the scale into
+ * that token's int32 lanes (q6_K, a scale per 16: an SDOT and an MLA per 16). These sums are exact: the
  * largest |scale * sum| over a super-block is below 2^28 (q6_K: 16 scales of
  * |s| <= 128 times 16 codes |c| <= 32 and |x| <= 128), so the lanes' total
  * is the lone dot's int64 sumi; the mins' part (q4_K, q5_K) is the same
@@ -362,17 +363,19 @@ static void ARM_FAM(panel)(const float *wp, int64_t n, const float *x, int64_t l
  * whatever the tile's shape (test_quant). The token count is a constant in
  * each of the bodies the switch picks, so the lanes stay in registers.
  *
- * SMMLA (i8mm) is not used: its 2 x 2 of (row, token) pairs wants rows and
- * tokens interleaved 8 bytes at a time (a ZIP1/ZIP2 per pair of vectors on
- * each side), and the sub-block scales differ by row (a scale vector built
- * per pair of rows): at 4 x 4 that costs about what the halved multiplies
- * save. */
+ * The dotprod family's; i8mm's are SMMLA tiles of the same contract
+ * (dot_i8mm.c, which defines ARM_KQ_BY_SMMLA), sharing kq_mins. */
 #define ARM_KQ_ROWS 4
 #define ARM_KQ_TOKENS 4
 
 /* isum += sc * (c . x) over 16 codes. */
 static inline int32x4_t ARM_FAM(sdot16_scaled)(int32x4_t isum, int8x16_t c, const int8_t *x, int32_t sc) {
     return vmlaq_n_s32(isum, vdotq_s32(vdupq_n_s32(0), c, vld1q_s8(x)), sc);
+}
+
+/* isum += sc * (c0, c1 . x) over 32 codes (one sub-block scale). */
+static inline int32x4_t ARM_FAM(sdot32_scaled)(int32x4_t isum, int8x16_t c0, int8x16_t c1, const int8_t *x, int32_t sc) {
+    return vmlaq_n_s32(isum, vdotq_s32(vdotq_s32(vdupq_n_s32(0), c0, vld1q_s8(x)), c1, vld1q_s8(x + 16)), sc);
 }
 
 /* sum over sub-blocks j of mins[j] * (x's sum over sub-block j's 32). */
@@ -446,10 +449,8 @@ static inline __attribute__((always_inline)) void ARM_FAM(kq_tile_body)(const ui
                 }
                 const int64_t o = i * QK_K + 32 * j;
                 for (int t = 0; t < nt; t++) {
-                    isum[t] = ARM_FAM(sdot16_scaled)(isum[t], vreinterpretq_s8_u8(a0), x[t].q + o, sc0);
-                    isum[t] = ARM_FAM(sdot16_scaled)(isum[t], vreinterpretq_s8_u8(a1), x[t].q + o + 16, sc0);
-                    isum[t] = ARM_FAM(sdot16_scaled)(isum[t], vreinterpretq_s8_u8(c0), x[t].q + o + 32, sc1);
-                    isum[t] = ARM_FAM(sdot16_scaled)(isum[t], vreinterpretq_s8_u8(c1), x[t].q + o + 48, sc1);
+                    isum[t] = ARM_FAM(sdot32_scaled)(isum[t], vreinterpretq_s8_u8(a0), vreinterpretq_s8_u8(a1), x[t].q + o, sc0);
+                    isum[t] = ARM_FAM(sdot32_scaled)(isum[t], vreinterpretq_s8_u8(c0), vreinterpretq_s8_u8(c1), x[t].q + o + 32, sc1);
                 }
             }
             const int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
@@ -477,8 +478,10 @@ static inline __attribute__((always_inline)) void ARM_FAM(kq_tile_body)(const ui
         default: ARM_FAM(kq_tile_body)(TYPE, rows, row_bytes, nr, x, ARM_KQ_TOKENS, n, out, ldo); break;                          \
         }                                                                                                                         \
     }
+#ifndef ARM_KQ_BY_SMMLA /* the i8mm family has its own (dot_i8mm.c) */
 ARM_KQ_TILE(kq_tile_q4_K, GGML_TYPE_Q4_K)
 ARM_KQ_TILE(kq_tile_q5_K, GGML_TYPE_Q5_K)
 ARM_KQ_TILE(kq_tile_q6_K, GGML_TYPE_Q6_K)
+#endif
 #undef ARM_KQ_TILE
 #endif
