@@ -840,8 +840,9 @@ TEST(activation_quantization_equals_reference) {
  * iq4_xs, on random rows and at the ends of the code ranges (q8_0's -128
  * and 127, q4_K's and q5_K's largest codes, scales and mins, q6_K's -32 and
  * 31 with scales -128 and 127, iq4_xs's -127 and 113 with scales 31 and -32,
- * the others' codes all 0 or all largest), and every shape of a family's Q8_0
- * tile (i8mm's SMMLA), equal the reference to the bit. x86: skipped (its
+ * the others' codes all 0 or all largest), every shape of a family's Q8_0
+ * tile (i8mm's SMMLA) and of its K-quant tiles (dotprod's and i8mm's SDOT;
+ * a 1-row tile on the edge row), equal the reference to the bit. x86: skipped (its
  * families' contract is the reference within float rounding). */
 TEST(arm_int8_dots_and_tiles_are_the_reference_bits) {
 #if defined(__aarch64__)
@@ -855,7 +856,7 @@ TEST(arm_int8_dots_and_tiles_are_the_reference_bits) {
     const struct kvb_dot_kernels *fams[N_FAMS];
     present_families(fams);
     if (!fams[0]) SKIP_CASE("KVB_KERNELS=ref: no ARM family to compare");
-    int checked = 0, tiles = 0;
+    int checked = 0, tiles = 0, ktiles = 0;
     unsigned long long rs = 909;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const uint32_t type = types[ti];
@@ -918,6 +919,28 @@ TEST(arm_int8_dots_and_tiles_are_the_reference_bits) {
                         FAILF("%s %s row %d token %d: %.9g, the reference %.9g", fams[f]->name, kvb_ggml_type_name(type), r, t, got, want);
                     checked++;
                 }
+            const kvb_q8_tile_fn kq = fams[f]->kq_tile[type];
+            if (kq) /* K-quant tiles (the SDOT families): every shape, each pair the reference's bits, the edge row in each */
+                for (int nr = 1; nr <= fams[f]->kq_tile_rows; nr++)
+                    for (int nt = 1; nt <= fams[f]->kq_tile_tokens; nt++) {
+                        float out[KVB_Q8_TILE_TOKENS_MAX * LDO];
+                        for (int i = 0; i < KVB_Q8_TILE_TOKENS_MAX * LDO; i++) out[i] = NAN;
+                        const int r0 = nr > 1 ? 0 : 1; /* rows r0.., tokens 0.. (token 1: +-127) */
+                        kq(rows[r0], sizeof rows[0], nr, a, nt, N, out, LDO, nt % 2 == 0);
+                        for (int t = 0; t < KVB_Q8_TILE_TOKENS_MAX; t++)
+                            for (int r = 0; r < LDO; r++) {
+                                const float g = out[t * LDO + r];
+                                if (t >= nt || r >= nr) {
+                                    if (!isnan(g)) FAILF("%s %s tile %dx%d wrote (%d,%d) outside itself", fams[f]->name, kvb_ggml_type_name(type), nr, nt, r, t);
+                                    continue;
+                                }
+                                const float want = ref(rows[r0 + r], &a[t], N);
+                                if (memcmp(&want, &g, sizeof g))
+                                    FAILF("%s %s tile %dx%d pair (%d,%d): %.9g, the reference %.9g", fams[f]->name, kvb_ggml_type_name(type), nr, nt,
+                                          r, t, g, want);
+                            }
+                        ktiles++;
+                    }
             if (type != GGML_TYPE_Q8_0 || !fams[f]->q8_tile) continue;
             for (int nr = 1; nr <= fams[f]->q8_tile_rows; nr++)
                 for (int nt = 1; nt <= fams[f]->q8_tile_tokens; nt++) {
@@ -941,6 +964,7 @@ TEST(arm_int8_dots_and_tiles_are_the_reference_bits) {
     }
     CHECK(checked > 0);
     CHECK(tiles > 0 || !fams[2]); /* i8mm has a tile */
+    CHECK(ktiles > 0 || !fams[1]); /* dotprod and i8mm have K-quant tiles */
 #else
     SKIP_CASE("not an AArch64 build (make test-aarch64 runs it under qemu)");
 #endif

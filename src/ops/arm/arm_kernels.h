@@ -6,8 +6,9 @@
  * Families, each needing the one before it (dispatch.c reads the features
  * with getauxval): neon (AdvSIMD, every AArch64 CPU), dotprod (and SDOT,
  * HWCAP_ASIMDDP), i8mm (and SMMLA, HWCAP2_I8MM). Their attention
- * primitives are one NEON body (attn_neon.c); their weight kernels one body
- * (dot_arm.h) built three times with the family's instructions.
+ * primitives are one NEON body (attn_neon.c) but for the dotprod and i8mm
+ * families' integer scores (attn_dotprod.c, SDOT); their weight kernels one
+ * body (dot_arm.h) built three times with the family's instructions.
  */
 #ifndef KVB_ARM_KERNELS_H
 #define KVB_ARM_KERNELS_H
@@ -17,6 +18,8 @@
 /* attn_neon.c: the attention primitives, one table per family (the same
  * kernels; the name is the family's, as bench JSON reports it). */
 extern const struct kvb_kernels kvb_kernels_neon, kvb_kernels_dotprod, kvb_kernels_i8mm;
+/* attn_dotprod.c: scores_i8 by SDOT (the dotprod and i8mm tables'). */
+void kvb_scores_i8_sdot(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
 /* dot_neon.c, dot_dotprod.c, dot_i8mm.c */
 extern const struct kvb_dot_kernels kvb_dot_neon, kvb_dot_dotprod, kvb_dot_i8mm;
 
@@ -27,5 +30,10 @@ extern const struct kvb_dot_kernels kvb_dot_neon, kvb_dot_dotprod, kvb_dot_i8mm;
     [GGML_TYPE_Q6_K] = dot_q6_K_q8_##fam, [GGML_TYPE_Q5_0] = dot_q5_0_q8_##fam, [GGML_TYPE_Q4_1] = dot_q4_1_q8_##fam,        \
     [GGML_TYPE_Q5_1] = dot_q5_1_q8_##fam, [GGML_TYPE_IQ4_NL] = dot_iq4_nl_q8_##fam, [GGML_TYPE_MXFP4] = dot_mxfp4_q8_##fam, \
     [GGML_TYPE_IQ4_XS] = dot_iq4_xs_q8_##fam, [GGML_TYPE_Q5_K] = dot_q5_K_q8_##fam
+
+/* The SDOT families' K-quant tiles (dot_arm.h) and their shape. */
+#define ARM_KQ_TILES(fam)                                                                                                             \
+    .kq_tile = {[GGML_TYPE_Q4_K] = kq_tile_q4_K_##fam, [GGML_TYPE_Q5_K] = kq_tile_q5_K_##fam, [GGML_TYPE_Q6_K] = kq_tile_q6_K_##fam}, \
+    .kq_tile_rows = ARM_KQ_ROWS, .kq_tile_tokens = ARM_KQ_TOKENS
 
 #endif

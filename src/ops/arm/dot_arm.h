@@ -2,7 +2,8 @@
  * dot_arm.h — the body of the ARM families' weight kernels, included once
  * per family: dot_neon.c (ARMv8.0 AdvSIMD: products by SMULL/SADALP),
  * dot_dotprod.c (ARMv8.2 SDOT) and dot_i8mm.c (SDOT, and SMMLA for the
- * Q8_0 tiles). Before including it a file defines ARM_SDOT (0 or 1) and
+ * Q8_0 tiles). The SDOT families also get K-quant tiles: dotprod this
+ * file's (SDOT, at the end), i8mm its own (SMMLA). Before including it a file defines ARM_SDOT (0 or 1) and
  * ARM_FAM(name), which suffixes every static name with the family's.
  *
  * Integer dots (weights against int8 activations, kvb_act_form): each
@@ -344,3 +345,143 @@ static void ARM_FAM(panel)(const float *wp, int64_t n, const float *x, int64_t l
             memcpy(y + (size_t)(t + u) * (size_t)ldy, o[u], sizeof(float) * (size_t)nr);
     }
 }
+
+#if ARM_SDOT
+/* ---- K-quant tiles (matmul.h's kq_tile: q4_K, q5_K, q6_K; SDOT) ----
+ *
+ * Up to ARM_KQ_ROWS rows x ARM_KQ_TOKENS tokens: a row at a time, each
+ * sub-block of a super-block unpacked once into two int8 vectors (nibbles,
+ * the fifth or the high two bits, less 32 for q6_K) and its scale read once,
+ * then for every token of the tile two SDOTs and one MLA by the scale into
+ * that token's int32 lanes (q6_K, a scale per 16: an SDOT and an MLA per 16). These sums are exact: the
+ * largest |scale * sum| over a super-block is below 2^28 (q6_K: 16 scales of
+ * |s| <= 128 times 16 codes |c| <= 32 and |x| <= 128), so the lanes' total
+ * is the lone dot's int64 sumi; the mins' part (q4_K, q5_K) is the same
+ * integer by pairwise adds of the token's sums per 16 and a widening
+ * multiply by the mins. Each token's double then takes the lone dot's
+ * expression in block order: the bits of dot_q8[type] for every pair,
+ * whatever the tile's shape (test_quant). The token count is a constant in
+ * each of the bodies the switch picks, so the lanes stay in registers.
+ *
+ * The dotprod family's; i8mm's are SMMLA tiles of the same contract
+ * (dot_i8mm.c, which defines ARM_KQ_BY_SMMLA), sharing kq_mins. */
+#define ARM_KQ_ROWS 4
+#define ARM_KQ_TOKENS 4
+
+/* isum += sc * (c . x) over 16 codes. */
+static inline int32x4_t ARM_FAM(sdot16_scaled)(int32x4_t isum, int8x16_t c, const int8_t *x, int32_t sc) {
+    return vmlaq_n_s32(isum, vdotq_s32(vdupq_n_s32(0), c, vld1q_s8(x)), sc);
+}
+
+/* isum += sc * (c0, c1 . x) over 32 codes (one sub-block scale). */
+static inline int32x4_t ARM_FAM(sdot32_scaled)(int32x4_t isum, int8x16_t c0, int8x16_t c1, const int8_t *x, int32_t sc) {
+    return vmlaq_n_s32(isum, vdotq_s32(vdotq_s32(vdupq_n_s32(0), c0, vld1q_s8(x)), c1, vld1q_s8(x + 16)), sc);
+}
+
+/* sum over sub-blocks j of mins[j] * (x's sum over sub-block j's 32). */
+static inline int32_t ARM_FAM(kq_mins)(int16x8_t mins, const int16_t *xs16) {
+    const int16x8_t per32 = vpaddq_s16(vld1q_s16(xs16), vld1q_s16(xs16 + 8));
+    return vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mins), vget_low_s16(per32)), mins, per32));
+}
+
+static inline __attribute__((always_inline)) void ARM_FAM(kq_tile_body)(const uint32_t type, const void *rows, size_t row_bytes, int nr,
+                                                                       const struct kvb_q8_act *x, const int nt, int64_t n, float *out,
+                                                                       int64_t ldo) {
+    const uint8x16_t m4 = vdupq_n_u8(0xF), m3 = vdupq_n_u8(3), one = vdupq_n_u8(1);
+    const int8x16_t k32 = vdupq_n_s8(32);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = (const uint8_t *)rows + (size_t)r * row_bytes;
+        double acc[ARM_KQ_TOKENS] = {0};
+        for (int64_t i = 0; i < n / QK_K; i++) {
+            int32x4_t isum[ARM_KQ_TOKENS];
+            for (int t = 0; t < nt; t++) isum[t] = vdupq_n_s32(0);
+            if (type == GGML_TYPE_Q6_K) {
+                const struct block_q6_K *b = (const struct block_q6_K *)(const void *)row + i;
+                for (int h = 0; h < 2; h++) {
+                    const uint8x16_t qh0 = vld1q_u8(b->qh + 32 * h), qh1 = vld1q_u8(b->qh + 32 * h + 16);
+                    for (int g = 0; g < 4; g++) {
+                        const uint8_t *ql = b->ql + 64 * h + (g & 1) * 32;
+                        uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16);
+                        l0 = g < 2 ? vandq_u8(l0, m4) : vshrq_n_u8(l0, 4);
+                        l1 = g < 2 ? vandq_u8(l1, m4) : vshrq_n_u8(l1, 4);
+                        const int8x16_t sh = vdupq_n_s8((int8_t)(-2 * g));
+                        const uint8x16_t h0 = vandq_u8(vshlq_u8(qh0, sh), m3), h1 = vandq_u8(vshlq_u8(qh1, sh), m3);
+                        const int8x16_t c0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(l0, vshlq_n_u8(h0, 4))), k32);
+                        const int8x16_t c1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(l1, vshlq_n_u8(h1, 4))), k32);
+                        const int32_t s0 = b->scales[8 * h + 2 * g], s1 = b->scales[8 * h + 2 * g + 1];
+                        const int64_t o = i * QK_K + 128 * h + 32 * g;
+                        for (int t = 0; t < nt; t++) {
+                            isum[t] = ARM_FAM(sdot16_scaled)(isum[t], c0, x[t].q + o, s0);
+                            isum[t] = ARM_FAM(sdot16_scaled)(isum[t], c1, x[t].q + o + 16, s1);
+                        }
+                    }
+                }
+                for (int t = 0; t < nt; t++) {
+                    const int64_t sumi = vaddvq_s32(isum[t]);
+                    acc[t] += (double)kvb_f16_to_f32(b->d) * (double)x[t].d[i] * (double)sumi;
+                }
+                continue;
+            }
+            /* q4_K, q5_K: sub-blocks j, j + 1 are the low and high nibbles of qs[16 j ..] */
+            const struct block_q4_K *b4 = (const struct block_q4_K *)(const void *)row + i;
+            const struct block_q5_K *b5 = (const struct block_q5_K *)(const void *)row + i;
+            const bool five = type == GGML_TYPE_Q5_K;
+            const uint8_t *scales = five ? b5->scales : b4->scales, *qs = five ? b5->qs : b4->qs;
+            uint8x16_t qh0 = vdupq_n_u8(0), qh1 = qh0;
+            if (five) {
+                qh0 = vld1q_u8(b5->qh);
+                qh1 = vld1q_u8(b5->qh + 16);
+            }
+            uint8_t mn[8];
+            for (int j = 0; j < 8; j += 2) {
+                uint8_t sc0, sc1;
+                kvb_q4k_scale_min(j, scales, &sc0, &mn[j]);
+                kvb_q4k_scale_min(j + 1, scales, &sc1, &mn[j + 1]);
+                const uint8x16_t v0 = vld1q_u8(qs + 16 * j), v1 = vld1q_u8(qs + 16 * j + 16);
+                uint8x16_t a0 = vandq_u8(v0, m4), a1 = vandq_u8(v1, m4), c0 = vshrq_n_u8(v0, 4), c1 = vshrq_n_u8(v1, 4);
+                if (five) { /* bit j of qh[l]: sub-block j's fifth bit; bit j + 1: the next one's */
+                    a0 = vorrq_u8(a0, vshlq_n_u8(vandq_u8(qh0, one), 4));
+                    a1 = vorrq_u8(a1, vshlq_n_u8(vandq_u8(qh1, one), 4));
+                    c0 = vorrq_u8(c0, vshlq_n_u8(vandq_u8(vshrq_n_u8(qh0, 1), one), 4));
+                    c1 = vorrq_u8(c1, vshlq_n_u8(vandq_u8(vshrq_n_u8(qh1, 1), one), 4));
+                    qh0 = vshrq_n_u8(qh0, 2);
+                    qh1 = vshrq_n_u8(qh1, 2);
+                }
+                const int64_t o = i * QK_K + 32 * j;
+                for (int t = 0; t < nt; t++) {
+                    isum[t] = ARM_FAM(sdot32_scaled)(isum[t], vreinterpretq_s8_u8(a0), vreinterpretq_s8_u8(a1), x[t].q + o, sc0);
+                    isum[t] = ARM_FAM(sdot32_scaled)(isum[t], vreinterpretq_s8_u8(c0), vreinterpretq_s8_u8(c1), x[t].q + o + 32, sc1);
+                }
+            }
+            const int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
+            const uint16_t dh = five ? b5->d : b4->d, dminh = five ? b5->dmin : b4->dmin;
+            for (int t = 0; t < nt; t++) {
+                const int64_t sumi = vaddvq_s32(isum[t]), summ = ARM_FAM(kq_mins)(mins, x[t].s + i * 16);
+                const double dx = x[t].d[i];
+                acc[t] += dx * ((double)kvb_f16_to_f32(dh) * (double)sumi - (double)kvb_f16_to_f32(dminh) * (double)summ);
+            }
+        }
+        for (int t = 0; t < nt; t++) out[(size_t)t * (size_t)ldo + (size_t)r] = (float)acc[t];
+    }
+}
+
+/* A tile of type: the body with the token count a constant. first: no
+ * prefetch (it would change no value). */
+#define ARM_KQ_TILE(tname, TYPE)                                                                                                      \
+    static void ARM_FAM(tname)(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, \
+                               int64_t ldo, bool first) {                                                                         \
+        (void)first;                                                                                                              \
+        switch (nt) {                                                                                                             \
+        case 1: ARM_FAM(kq_tile_body)(TYPE, rows, row_bytes, nr, x, 1, n, out, ldo); break;                                       \
+        case 2: ARM_FAM(kq_tile_body)(TYPE, rows, row_bytes, nr, x, 2, n, out, ldo); break;                                       \
+        case 3: ARM_FAM(kq_tile_body)(TYPE, rows, row_bytes, nr, x, 3, n, out, ldo); break;                                       \
+        default: ARM_FAM(kq_tile_body)(TYPE, rows, row_bytes, nr, x, ARM_KQ_TOKENS, n, out, ldo); break;                          \
+        }                                                                                                                         \
+    }
+#ifndef ARM_KQ_BY_SMMLA /* the i8mm family has its own (dot_i8mm.c) */
+ARM_KQ_TILE(kq_tile_q4_K, GGML_TYPE_Q4_K)
+ARM_KQ_TILE(kq_tile_q5_K, GGML_TYPE_Q5_K)
+ARM_KQ_TILE(kq_tile_q6_K, GGML_TYPE_Q6_K)
+#endif
+#undef ARM_KQ_TILE
+#endif
