@@ -53,13 +53,12 @@ float kvb_dot_q8_0_q8_sve(const void *row, const struct kvb_q8_act *x, int64_t n
 static inline int32_t sum_q4_sve(const uint8_t *qs, const int8_t *x) {
     const svbool_t all = svptrue_b8();
     const svuint8_t v = svld1rq_u8(all, qs); /* byte l % 16 in lane l */
-    const svint8_t lo = svsub_n_s8_x(all, svreinterpret_s8_u8(svand_n_u8_x(all, v, 0xF)), 8);
-    const svint8_t hi = svsub_n_s8_x(all, svreinterpret_s8_u8(svlsr_n_u8_x(all, v, 4)), 8);
+    const svuint8_t lo = svand_n_u8_x(all, v, 0xF), hi = svlsr_n_u8_x(all, v, 4);
     svint32_t acc = svdup_n_s32(0);
     for (int32_t o = 0; o < 32; o += (int32_t)svcntb()) {
         const svbool_t pg = svwhilelt_b8_s32(o, 32);
-        const svint8_t w = svsel_s8(svwhilelt_b8_s32(o, 16), lo, hi); /* codes o + l below 16: low nibbles */
-        acc = svdot_s32(acc, w, svld1_s8(pg, x + o));
+        const svuint8_t c = svsel_u8(svwhilelt_b8_s32(o, 16), lo, hi); /* codes o + l below 16: low nibbles */
+        acc = svdot_s32(acc, svsub_n_s8_x(all, svreinterpret_s8_u8(c), 8), svld1_s8(pg, x + o));
     }
     return (int32_t)svaddv_s32(svptrue_b32(), acc);
 }
