@@ -25,11 +25,15 @@
  * (prctl PR_SVE_GET_VL, read at run time) is wider than NEON's 128 bits:
  * Graviton 3 / Neoverse V1's 256 bits. With 128-bit SVE (Graviton 4,
  * Neoverse V2, most phones) an SVE vector holds what a NEON one does, and
- * the NEON tiers stay (i8mm where it is). It needs no i8mm and sits above
- * it (the one exception to "each needs more", like avxvnni): where SVE is
- * wide its own kernels read twice NEON's bytes an instruction, while i8mm's
- * only own kernel is the Q8_0 tile (KVB_KERNELS=i8mm keeps it). A64FX
- * (512-bit SVE, no dotprod) stays on neon. It is made once, on first use (a race
+ * the NEON tiers stay (i8mm where it is; KVB_KERNELS=sve there gives
+ * i8mm). It needs no i8mm yet sits above it (on AArch64 the one family not
+ * needing all of the one before, as avx512 and avxvnni on x86): where SVE
+ * is wide its own kernels read twice NEON's bytes an instruction, while
+ * i8mm's only own kernel is the Q8_0 tile (KVB_KERNELS=i8mm keeps it).
+ * A64FX (512-bit SVE, no dotprod) stays on neon. The length is the
+ * choosing thread's (Linux gives a new thread its creator's); the SVE
+ * kernels are right at any length, so one that differs changes no value's
+ * correctness, only the speed. The choice is made once, on first use (a race
  * stores the same pointer), and again by kvb_kernels_force_ref. Nothing
  * else in the library tests the CPU or a family's name to pick a kernel.
  */
