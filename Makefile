@@ -70,8 +70,10 @@ fuzz:
 # 64-bit ARM Linux with Debian's gcc-aarch64-linux-gnu (cmake/aarch64-linux-gnu.cmake) into build-aarch64/;
 # make test-aarch64 runs its unit tests under qemu-aarch64 (Debian's qemu-user), once per forced kernel tier
 # (KVB_KERNELS), ending with make test's closing line. AARCH64_TESTS picks tests (default: every unit test)
+# and AARCH64_TIERS the tiers (default: every one, sve included: qemu's default CPU, max, has every feature
+# and 512-bit SVE; QEMU_CPU=max,sve-default-vector-length=32 runs them at 256 bits)
 AARCH64_BUILD ?= build-aarch64
-AARCH64_TIERS ?= ref neon dotprod i8mm
+AARCH64_TIERS ?= ref neon dotprod i8mm sve
 AARCH64_TESTS ?=
 cross-aarch64:
 	@cmake -S . -B $(AARCH64_BUILD) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null

@@ -3,7 +3,8 @@
  * reference: each family of the dispatch table (ops/dispatch.h) past the
  * reference that this CPU runs, up to and including the one in use. An
  * unforced run tests every family the CPU has (x86: avx2, avxvnni, avx512,
- * avx512vnni; AArch64: neon, dotprod, i8mm); KVB_KERNELS=<tier> that tier
+ * avx512vnni; AArch64: neon, dotprod, i8mm, and sve where SVE is wider
+ * than 128 bits); KVB_KERNELS=<tier> that tier
  * and those below it (make test-aarch64 runs each tier so under qemu);
  * KVB_KERNELS=ref (or KVB_REF=1) none.
  */

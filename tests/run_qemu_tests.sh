@@ -4,9 +4,10 @@
 # closing line, "N passed, M failed, K skipped", over every (tier, test).
 #   sh tests/run_qemu_tests.sh BUILD_DIR "TIERS" [TEST ...]
 # BUILD_DIR: the cross build (build-aarch64); TIERS: e.g. "ref neon dotprod
-# i8mm"; TEST: unit test names (default: every test_* program there). The
-# emulated CPU is qemu's default, "max" (every feature, so each tier runs
-# its own kernels); QEMU_CPU names another (qemu-user reads it). KVB_QEMU
+# i8mm sve"; TEST: unit test names (default: every test_* program there). The
+# emulated CPU is qemu's default, "max" (every feature, 512-bit SVE, so each
+# tier runs its own kernels); QEMU_CPU names another (qemu-user reads it;
+# QEMU_CPU=max,sve-default-vector-length=32 gives 256-bit SVE). KVB_QEMU
 # (default qemu-aarch64) and KVB_QEMU_LD_PREFIX (default
 # /usr/aarch64-linux-gnu, the cross libc) name the emulator and the target's
 # libraries; KVB_TEST_JOBS runs that many at once (default 2). Emulation

@@ -18,7 +18,8 @@ static const struct kvb_kernels *families[8];
 static int n_families;
 
 /* Whether two families' attention primitives are the same functions (the
- * ARM families share one set: testing it again proves nothing). */
+ * NEON families share one set: testing it again proves nothing; sve's
+ * scores and accum are its own). */
 static bool same_primitives(const struct kvb_kernels *a, const struct kvb_kernels *b) {
     return a->scores == b->scores && a->accum == b->accum && a->vexp == b->vexp && a->scores_i8 == b->scores_i8 && a->to_f16 == b->to_f16 &&
            a->from_f16 == b->from_f16 && a->from_q8_0 == b->from_q8_0 && a->from_q4_0 == b->from_q4_0 && a->page_bounds == b->page_bounds &&
@@ -28,7 +29,8 @@ static bool same_primitives(const struct kvb_kernels *a, const struct kvb_kernel
 /* The reference, then the families this CPU runs up to the one in use
  * (families.h: x86's avx2, avxvnni, avx512 and avx512vnni, whose primitives
  * differ only in the integer scores, which test_engine_kernels kernel_table
- * checks too; AArch64's one set of primitives), each set of primitives once. */
+ * checks too; AArch64's NEON set, and sve's where SVE is wider than 128
+ * bits), each set of primitives once. */
 static void find_families(void) {
     families[n_families++] = &kvb_kernels_ref;
     const struct kvb_family *f[7];

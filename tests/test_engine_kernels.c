@@ -12,6 +12,9 @@
 #include "ops/ops.h"
 #include "model/model.h"
 #include "gguf/gguf_write.h"
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 static double nmse(const float *a, const float *b, size_t n) {
     double e = 0, s = 0;
@@ -165,7 +168,8 @@ static const struct kvb_family *family_capped_at(int i, unsigned have, bool forc
 }
 
 /* The kernel table: the reference first; each family needing more than the
- * one before (AVX-VNNI aside); the family in use one entry, kvb_kernels() and
+ * one before (AVX-VNNI and I8MM aside: avxvnni sits below avx512, sve above
+ * i8mm, neither needed by the family after it); the family in use one entry, kvb_kernels() and
  * kvb_dot_kernels() its two halves; KVB_KERNELS=<name> caps the choice at
  * that family; and the integer attention scores of every family the CPU
  * runs give the reference's bits (test_attn tries the avx2 and avx512
@@ -175,8 +179,8 @@ TEST(kernel_table) {
     const int n = kvb_n_families;
     CHECK(n >= 1 && n <= 8);
     CHECK(strcmp(fam[0].name, "ref") == 0 && fam[0].needs == 0 && fam[0].attn == &kvb_kernels_ref && fam[0].dot == &kvb_dot_ref);
-    for (int i = 1; i < n; i++) { /* but AVX-VNNI: the avxvnni family sits below avx512, which does not need it */
-        const unsigned before = fam[i - 1].needs & ~(unsigned)KVB_CPU_AVXVNNI;
+    for (int i = 1; i < n; i++) { /* but AVX-VNNI and I8MM: avx512 does not need the one, sve the other */
+        const unsigned before = fam[i - 1].needs & ~(unsigned)(KVB_CPU_AVXVNNI | KVB_CPU_I8MM);
         if ((fam[i].needs & before) != before || fam[i].needs == fam[i - 1].needs)
             FAILF("%s does not need more than %s", fam[i].name, fam[i - 1].name);
     }
@@ -243,11 +247,14 @@ TEST(kernel_table) {
 /* AArch64 Linux: kvb_cpu_features() follows the kernel's hwcaps, read here
  * on their own from /proc/self/auxv (AT_HWCAP 16, AT_HWCAP2 26: asimd bit
  * 1, fphp 9, asimdhp 10, asimddp 20, sve 22; i8mm 13, bf16 14), and the
- * unforced family is the highest whose needs they meet. make test-aarch64
- * runs it under qemu's max CPU (every feature) with each tier forced; CI
- * also unforced under CPUs without SDOT or SMMLA (QEMU_CPU=cortex-a53,
- * cortex-a76: neon, dotprod) and with 512-bit SVE (a64fx). Elsewhere:
- * skipped. */
+ * unforced family is the highest whose needs they meet; SVE_WIDE follows
+ * the vector length prctl(PR_SVE_GET_VL) gives (above 16 bytes), and sve is
+ * the best family where it and SDOT are. make test-aarch64 runs it under
+ * qemu's max CPU (every feature, 512-bit SVE: sve) with each tier forced;
+ * CI also unforced under CPUs without SDOT or SMMLA (QEMU_CPU=cortex-a53,
+ * cortex-a76: neon, dotprod), with 512-bit SVE and no SDOT (a64fx: neon)
+ * and with max's SVE at 128 bits (sve-default-vector-length=16: i8mm) and
+ * 256 (=32: sve). Elsewhere: skipped. */
 TEST(arm_features_follow_the_hwcaps) {
 #if defined(__aarch64__) && defined(__linux__)
     FILE *f = fopen("/proc/self/auxv", "rb");
@@ -265,12 +272,17 @@ TEST(arm_features_follow_the_hwcaps) {
     if ((hw & (1ul << 9)) && (hw & (1ul << 10))) want |= KVB_CPU_FP16;
     if (hw2 & (1ul << 14)) want |= KVB_CPU_BF16;
     if (hw & (1ul << 22)) want |= KVB_CPU_SVE;
+    const int vl = (hw & (1ul << 22)) ? prctl(PR_SVE_GET_VL, 0, 0, 0, 0) & PR_SVE_VL_LEN_MASK : 0;
+    if (vl > 16) want |= KVB_CPU_SVE_WIDE;
     const unsigned have = kvb_cpu_features();
     if (have != want) FAILF("features 0x%x, the hwcaps say 0x%x (AT_HWCAP 0x%lx, AT_HWCAP2 0x%lx)", have, want, hw, hw2);
     CHECK(have & KVB_CPU_NEON);
     CHECK((kvb_cpu_sve_bytes() > 0) == ((have & KVB_CPU_SVE) != 0));
-    CHECK(kvb_cpu_sve_bytes() % 16 == 0 && kvb_cpu_sve_bytes() <= 256);
-    const char *want_family = (have & KVB_CPU_I8MM) && (have & KVB_CPU_DOTPROD) ? "i8mm" : (have & KVB_CPU_DOTPROD) ? "dotprod" : "neon";
+    CHECK(kvb_cpu_sve_bytes() % 16 == 0 && kvb_cpu_sve_bytes() <= 256 && kvb_cpu_sve_bytes() == vl);
+    const char *want_family = (want & KVB_CPU_SVE_WIDE) && (want & KVB_CPU_DOTPROD)   ? "sve"
+                              : (want & KVB_CPU_I8MM) && (want & KVB_CPU_DOTPROD) ? "i8mm"
+                              : (want & KVB_CPU_DOTPROD)                          ? "dotprod"
+                                                                                  : "neon";
     const char *cap = getenv("KVB_KERNELS"), *ref = getenv("KVB_REF");
     if (!cap && !(ref && ref[0] && strcmp(ref, "0"))) {
         kvb_kernels_force_ref(false);

@@ -18,10 +18,22 @@
  * AVX-512 family is faster where it runs, and avx512 does not need AVX-VNNI.
  *
  * On AArch64 the families are ref, neon (AdvSIMD), dotprod (and SDOT),
- * i8mm (and SMMLA) (arm/arm_kernels.h), capped alike by
- * KVB_KERNELS=ref|neon|dotprod|i8mm; features come from getauxval
+ * i8mm (and SMMLA), sve (arm/arm_kernels.h), capped alike by
+ * KVB_KERNELS=ref|neon|dotprod|i8mm|sve; features come from getauxval
  * (AT_HWCAP, AT_HWCAP2) on Linux, and elsewhere only NEON is assumed (every
- * AArch64 CPU has it). It is made once, on first use (a race
+ * AArch64 CPU has it). sve needs dotprod and SVE whose vector length
+ * (prctl PR_SVE_GET_VL, read at run time) is wider than NEON's 128 bits:
+ * Graviton 3 / Neoverse V1's 256 bits. With 128-bit SVE (Graviton 4,
+ * Neoverse V2, most phones) an SVE vector holds what a NEON one does, and
+ * the NEON tiers stay (i8mm where it is; KVB_KERNELS=sve there gives
+ * i8mm). It needs no i8mm yet sits above it (on AArch64 the one family not
+ * needing all of the one before, as avx512 and avxvnni on x86): where SVE
+ * is wide its own kernels read twice NEON's bytes an instruction, while
+ * i8mm's only own kernel is the Q8_0 tile (KVB_KERNELS=i8mm keeps it).
+ * A64FX (512-bit SVE, no dotprod) stays on neon. The length is the
+ * choosing thread's (Linux gives a new thread its creator's); the SVE
+ * kernels are right at any length, so one that differs changes no value's
+ * correctness, only the speed. The choice is made once, on first use (a race
  * stores the same pointer), and again by kvb_kernels_force_ref. Nothing
  * else in the library tests the CPU or a family's name to pick a kernel.
  */
@@ -53,6 +65,7 @@ const struct kvb_family kvb_families[] = {
     {"neon", KVB_CPU_NEON, &kvb_kernels_neon, &kvb_dot_neon, &kvb_gdn_ref},
     {"dotprod", KVB_CPU_NEON | KVB_CPU_DOTPROD, &kvb_kernels_dotprod, &kvb_dot_dotprod, &kvb_gdn_ref},
     {"i8mm", KVB_CPU_NEON | KVB_CPU_DOTPROD | KVB_CPU_I8MM, &kvb_kernels_i8mm, &kvb_dot_i8mm, &kvb_gdn_ref},
+    {"sve", KVB_CPU_NEON | KVB_CPU_DOTPROD | KVB_CPU_SVE_WIDE, &kvb_kernels_sve, &kvb_dot_sve, &kvb_gdn_ref},
 #endif
 };
 const int kvb_n_families = (int)(sizeof kvb_families / sizeof kvb_families[0]);
@@ -62,6 +75,19 @@ static uint64_t xgetbv0(void) {
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+#if defined(__aarch64__) && defined(__linux__)
+/* This thread's SVE vector length in bytes (0 where the kernel cannot say);
+ * asked only of a CPU with HWCAP_SVE. */
+static int sve_bytes(void) {
+#if defined(PR_SVE_GET_VL)
+    const int vl = prctl(PR_SVE_GET_VL, 0, 0, 0, 0);
+    return vl < 0 ? 0 : vl & PR_SVE_VL_LEN_MASK;
+#else
+    return 0;
+#endif
 }
 #endif
 
@@ -90,6 +116,7 @@ unsigned kvb_cpu_features(void) {
     if ((hw & (1ul << 9)) && (hw & (1ul << 10))) have |= KVB_CPU_FP16; /* HWCAP_FPHP, HWCAP_ASIMDHP */
     if (hw2 & (1ul << 14)) have |= KVB_CPU_BF16; /* HWCAP2_BF16 */
     if (hw & (1ul << 22)) have |= KVB_CPU_SVE; /* HWCAP_SVE */
+    if ((have & KVB_CPU_SVE) && sve_bytes() > 16) have |= KVB_CPU_SVE_WIDE;
 #elif defined(__aarch64__)
     have |= KVB_CPU_NEON; /* AdvSIMD is part of AArch64; the rest is not assumed */
 #endif
@@ -97,10 +124,8 @@ unsigned kvb_cpu_features(void) {
 }
 
 int kvb_cpu_sve_bytes(void) {
-#if defined(__aarch64__) && defined(__linux__) && defined(PR_SVE_GET_VL)
-    if (!(kvb_cpu_features() & KVB_CPU_SVE)) return 0;
-    const int vl = prctl(PR_SVE_GET_VL, 0, 0, 0, 0);
-    return vl < 0 ? 0 : vl & PR_SVE_VL_LEN_MASK;
+#if defined(__aarch64__) && defined(__linux__)
+    return (kvb_cpu_features() & KVB_CPU_SVE) ? sve_bytes() : 0;
 #else
     return 0;
 #endif

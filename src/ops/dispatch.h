@@ -30,6 +30,7 @@ enum kvb_cpu_feature {
     KVB_CPU_BF16 = 1 << 7,       /* BFDOT/BFMMLA (HWCAP2_BF16) */
     KVB_CPU_SVE = 1 << 8,        /* SVE (HWCAP_SVE): its vector length is kvb_cpu_sve_bytes() */
     KVB_CPU_AVXVNNI = 1 << 9,    /* x86: AVX-VNNI (VEX vpdpbusd/vpdpwssd), with AVX2 */
+    KVB_CPU_SVE_WIDE = 1 << 10,  /* SVE whose vectors (this thread's, kvb_cpu_sve_bytes) are wider than NEON's 128 bits */
 };
 
 struct kvb_gdn_kernels; /* deltanet.h */

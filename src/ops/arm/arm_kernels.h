@@ -6,9 +6,16 @@
  * Families, each needing the one before it (dispatch.c reads the features
  * with getauxval): neon (AdvSIMD, every AArch64 CPU), dotprod (and SDOT,
  * HWCAP_ASIMDDP), i8mm (and SMMLA, HWCAP2_I8MM). Their attention
- * primitives are one NEON body (attn_neon.c) but for the dotprod and i8mm
- * families' integer scores (attn_dotprod.c, SDOT); their weight kernels one
- * body (dot_arm.h) built three times with the family's instructions.
+ * primitives are one NEON body (attn_neon.c) but for the dotprod, i8mm
+ * and sve families' integer scores (attn_dotprod.c, SDOT); their weight
+ * kernels one body (dot_arm.h) built three times with the family's
+ * instructions.
+ *
+ * sve (dot_sve.c, attn_sve.c): SVE with vectors wider than 128 bits, and
+ * dotprod (i8mm not needed); its own kernels are the decode hot paths
+ * (f32/f16/bf16 rows, the Q8_0 and Q4_0 int8 dots, f32/f16 attention
+ * scores and accumulation), every other slot the dotprod family's (its
+ * tables: dot_dotprod.c, attn_neon.c). Only built on AArch64.
  */
 #ifndef KVB_ARM_KERNELS_H
 #define KVB_ARM_KERNELS_H
@@ -17,11 +24,23 @@
 
 /* attn_neon.c: the attention primitives, one table per family (the same
  * kernels; the name is the family's, as bench JSON reports it). */
-extern const struct kvb_kernels kvb_kernels_neon, kvb_kernels_dotprod, kvb_kernels_i8mm;
-/* attn_dotprod.c: scores_i8 by SDOT (the dotprod and i8mm tables'). */
+extern const struct kvb_kernels kvb_kernels_neon, kvb_kernels_dotprod, kvb_kernels_i8mm, kvb_kernels_sve;
+/* attn_dotprod.c: scores_i8 by SDOT (the dotprod, i8mm and sve tables'). */
 void kvb_scores_i8_sdot(const struct kvb_kv_view *v, const struct kvb_q8_rows *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
-/* dot_neon.c, dot_dotprod.c, dot_i8mm.c */
-extern const struct kvb_dot_kernels kvb_dot_neon, kvb_dot_dotprod, kvb_dot_i8mm;
+/* dot_neon.c, dot_dotprod.c (and the sve family's table), dot_i8mm.c */
+extern const struct kvb_dot_kernels kvb_dot_neon, kvb_dot_dotprod, kvb_dot_i8mm, kvb_dot_sve;
+
+/* The sve family's own kernels (SVE instructions: reached only through its
+ * tables, on a CPU that has SVE). dot_sve.c: */
+float kvb_dot_q8_0_q8_sve(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_q4_0_q8_sve(const void *row, const struct kvb_q8_act *x, int64_t n);
+float kvb_dot_f32_sve(const void *row, const float *x, int64_t n);
+float kvb_dot_f16_sve(const void *row, const float *x, int64_t n);
+float kvb_dot_bf16_sve(const void *row, const float *x, int64_t n);
+/* attn_sve.c: ops.h's scores and accum */
+struct kvb_kv_view;
+void kvb_scores_sve(const struct kvb_kv_view *v, const float *q, int32_t n_rows, int32_t j0, int32_t nt, float *s);
+void kvb_accum_sve(const struct kvb_kv_view *v, const float *e, int32_t n_rows, int32_t j0, int32_t nt, float *acc);
 
 /* Every family's int8 dots (dot_arm.h, suffixed with its name): every
  * quantized weight type kvbound loads. */
