@@ -7,18 +7,11 @@
  * other rows reach these kernels as f32 tiles (quant_rows is
  * false: the driver dequantizes a tile at a time); exp by the avx2
  * family's polynomial (its bits). The f16 conversions, the row loaders
-#define ARM_ATTN(fam, scores_fn, accum_fn, i8)                                                                                 \
-    {                                                                                                                          \
-        .name = fam, .scores = scores_fn, .accum = accum_fn, .vexp = vexp_neon, .to_f16 = to_f16_arm, .from_f16 = from_f16_arm, \
-        .from_q8_0 = from_q8_0_arm, .from_q4_0 = from_q4_0_arm, .quant_rows = false, .f16_tile_rows = ARM_F16_TILE_ROWS, .scores_i8 = i8, \
-        .page_bounds = page_bounds_arm,                                                                                        \
-    }
-
-const struct kvb_kernels kvb_kernels_neon = ARM_ATTN("neon", scores_neon, accum_neon, scores_i8_neon);
-const struct kvb_kernels kvb_kernels_dotprod = ARM_ATTN("dotprod", scores_neon, accum_neon, kvb_scores_i8_sdot);
-const struct kvb_kernels kvb_kernels_i8mm = ARM_ATTN("i8mm", scores_neon, accum_neon, kvb_scores_i8_sdot);
-/* sve: its own f32/f16 scores and accumulation (attn_sve.c), SDOT integer scores, the rest these */
-const struct kvb_kernels kvb_kernels_sve = ARM_ATTN("sve", kvb_scores_sve, kvb_accum_sve, kvb_scores_i8_sdot);
+ * and recall's page bounds are the reference's. The NEON families share this
+ * body but for the dotprod and i8mm families' integer scores
+ * (attn_dotprod.c, SDOT); the name differs, so bench JSON reports the
+ * family in use. The sve family's table is here too: its scores and accum
+ * are attn_sve.c's, its integer scores SDOT's, the rest these.
  */
 #include "arm_kernels.h"
 #include "../quant.h"
