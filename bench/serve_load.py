@@ -17,8 +17,9 @@ as clients of a stateless server do.
 Prints one JSON object: clients, requests, errors (non-200 or broken
 streams), generated_tokens (from usage, else counted chunks),
 wall_s, agg_tok_per_s (generated tokens / wall time), ttft_p50_ms,
-ttft_p99_ms (request sent -> first text), itl_p50_ms, itl_p99_ms (gaps
-between text chunks; one token per chunk on both servers).
+ttft_p99_ms (request sent -> first text), itl_p50_ms, itl_p90_ms,
+itl_p99_ms, itl_max_ms (gaps between text chunks; one token per chunk on both
+servers) and itl_count (how many gaps).
 """
 import argparse
 import http.client
@@ -156,8 +157,9 @@ def main():
                       "statuses": sorted(set(total["status"])), "generated_tokens": total["tokens"], "wall_s": round(wall, 2),
                       "agg_tok_per_s": round(total["tokens"] / wall, 2) if wall > 0 else None,
                       "ttft_p50_ms": r2(pct(total["ttft"], 50)), "ttft_p99_ms": r2(pct(total["ttft"], 99)),
-                      "itl_p50_ms": r2(pct(total["itl"], 50)), "itl_p99_ms": r2(pct(total["itl"], 99)),
-                      "first_error_turn": total.get("first_error_turn")}))
+                      "itl_p50_ms": r2(pct(total["itl"], 50)), "itl_p90_ms": r2(pct(total["itl"], 90)),
+                      "itl_p99_ms": r2(pct(total["itl"], 99)), "itl_max_ms": r2(max(total["itl"]) if total["itl"] else None),
+                      "itl_count": len(total["itl"]), "first_error_turn": total.get("first_error_turn")}))
 
 
 if __name__ == "__main__":

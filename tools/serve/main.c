@@ -64,13 +64,16 @@ static int usage(FILE *f) {
     fprintf(f,
             "  --step-target-ms N|Kx stall-free steps: a step that carries decoders takes prompt rows only\n"
             "                        while its predicted time (fitted to the measured steps) stays under\n"
-            "                        N ms, or K times the decode-only step (Kx); a prompt still reads at\n"
-            "                        least 16 rows a step, oldest first; 0: off, prompts fill --step-tokens\n"
-            "                        (default 3.5x: gaps within about 3.5 decode steps; docs/SERVING.md)\n"
+            "                        N ms, or K times the decode-only step (Kx); 0: off, prompts fill\n"
+            "                        --step-tokens (default 1.5x: gaps within about 1.5 decode steps;\n"
+            "                        docs/SERVING.md)\n"
+            "  --prompt-min-rows N   with a step target: the oldest waiting prompt still reads N rows a step\n"
+            "                        however small the budget (1..--chunk, default 4: larger reads prompts\n"
+            "                        sooner, but every such step pauses the streams for N rows)\n"
             "  --prompt-step-share S with a step target: at most this share of the decoders' gaps (over\n"
             "                        recent steps) may come from steps that carry prompt rows; the other\n"
-            "                        steps carry decoders alone, so the median gap stays the decode-only\n"
-            "                        step while prompts wait (0..1; 0 or 1: every step may; default 0.4)\n"
+            "                        steps carry decoders alone (0..1, default 1: every step may; lower\n"
+            "                        trades throughput and first tokens for a lower median gap)\n"
             "  --queue N             requests waiting for room at most; beyond, 503 (default 64)\n"
             "  --queue-timeout S     seconds a request may wait for room; then 503 (default 30)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default 16384)\n"
@@ -200,8 +203,9 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->checkpoint_ttl_s = 86400;
     o->step_tokens = 512;
     o->chunk = 256;
-    o->step_target_x = 3.5f; /* the default: see --help and docs/SERVING.md */
-    o->prompt_step_share = 0.4f;
+    o->step_target_x = 1.5f; /* the default: see --help and docs/SERVING.md */
+    o->prompt_min_rows = 0; /* 4, or --chunk if smaller (sched.c) */
+    o->prompt_step_share = 1.0f;
     o->default_temp = -1;
     o->max_body = (size_t)4 << 20;
     o->max_compiles = 4;
@@ -241,7 +245,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
                                   "--queue-timeout --max-tokens --default-max-tokens --max-budget --max-sessions --prefix-cache --prefix-min --max-body "
                                   "--keep --keep-max --checkpoints --checkpoint-max --checkpoint-mb --checkpoint-ttl --park-compress --park-ratio "
                                   "--max-connections --max-connections-per-ip --request-timeout --cors --model-name --template "
-                                  "--step-tokens --chunk --step-target-ms --prompt-step-share --max-prompt-tokens --max-compiles --compile-wait-ms --template-deadline-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
+                                  "--step-tokens --chunk --step-target-ms --prompt-min-rows --prompt-step-share --max-prompt-tokens --max-compiles --compile-wait-ms --template-deadline-ms --temp --seed -n --n-predict --api-key-file -ctk -ctv --cache-type-k --cache-type-v -np -a --alias -c --ctx-size -ngl --n-gpu-layers --chat-template --chat-template-file",
                                   argc, argv, i);
     if (!v) return 2;
     int r = 0;
@@ -343,6 +347,7 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
     else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
     else if (!strcmp(a, "--prompt-step-share")) r = cli_parse_f32(a, v, 0, 1, &o->prompt_step_share);
+    else if (!strcmp(a, "--prompt-min-rows")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->prompt_min_rows);
     else if (!strcmp(a, "--step-target-ms")) {
         const size_t n = v ? strlen(v) : 0;
         char num[32];
@@ -395,6 +400,10 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
     }
     if (o->chunk > o->step_tokens) {
         fprintf(stderr, "kvbound serve: --chunk %d is larger than --step-tokens %d\n", o->chunk, o->step_tokens);
+        return 2;
+    }
+    if (o->prompt_min_rows > o->chunk) {
+        fprintf(stderr, "kvbound serve: --prompt-min-rows %d is larger than --chunk %d\n", o->prompt_min_rows, o->chunk);
         return 2;
     }
     if ((o->park_pid >= 0) != (o->park_ratio > 0)) {
