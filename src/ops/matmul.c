@@ -534,5 +534,6 @@ bool kvb_matmul_int8_rows(const struct kvb_mat *w) { return int8_path(kvb_dot_ke
 
 bool kvb_matmul_int8_tiles(const struct kvb_mat *w) {
     const struct kvb_dot_kernels *k = kvb_dot_kernels();
+    if (w->type < GGML_TYPE_COUNT && k->kq_tile[w->type] && k->kq_tile_prompts && int8_path(k, w)) return true;
     return w->type == GGML_TYPE_Q8_0 && int8_path(k, w) && k->q8_tile != NULL && k->q8_tile_prompts;
 }

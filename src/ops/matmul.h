@@ -93,7 +93,7 @@ struct kvb_dot_kernels {
     int q8_tile_rows;                      /* its rows per tile (<= KVB_Q8_TILE_ROWS_MAX) */
     int q8_tile_rows_one;                  /* rows per tile when there is one token (a row's bits are the same either way) */
     int q8_tile_tokens;                    /* its tokens per tile (<= KVB_Q8_TILE_TOKENS_MAX) */
-    bool q8_tile_prompts;                  /* prompts too go through q8_tile (else: the f32 panels, faster there) */
+    bool q8_tile_prompts;                  /* Q8_0 prompts too go through q8_tile (else: the f32 panels) */
     kvb_quant_block_fn quant_block;        /* activations to int8 (NULL: kvb_quant_block_ref) */
     /* Optional K-quant tiles (q4_K, q5_K, q6_K; NULL: one pair at a time):
      * kq_tile[type] takes nr <= kq_tile_rows rows of type x nt <= kq_tile_tokens
@@ -103,6 +103,7 @@ struct kvb_dot_kernels {
     kvb_q8_tile_fn kq_tile[GGML_TYPE_COUNT];
     int kq_tile_rows;   /* <= KVB_Q8_TILE_ROWS_MAX */
     int kq_tile_tokens; /* <= KVB_Q8_TILE_TOKENS_MAX */
+    bool kq_tile_prompts; /* K-quant prompts too go through kq_tile (else: the f32 panels) */
 };
 /* Quantizes x[0..n) (n a multiple of 32) into q8 blocks of 32 with their sums (the scalar reference). */
 void kvb_quantize_act_q8(const float *x, int64_t n, float *d, int8_t *q, int16_t *s);
@@ -153,8 +154,13 @@ void kvb_matmul_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, c
 /* Whole matmul on a thread pool (NULL: inline). */
 void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t T);
 /* Whether w's rows go through the family's int8 tiles (Q8_0 weights on a
- * family with q8_tile): then any rows, decode or prompt, can be multiplied
- * together by kvb_matmul_decode, each row's bits independent of the others. */
+ * family whose q8_tile takes prompts, or q4_K/q5_K/q6_K on one whose
+ * kq_tile does): then any rows, decode or prompt, can be multiplied
+ * together by kvb_matmul_decode, each row's bits independent of the others.
+ * A prompt piece then costs its rows alone: the f32 panels expand every
+ * weight once per call, whatever its rows (about 300 ms for TinyLlama on
+ * two threads), which a serving step that carries a few prompt rows paid in
+ * full (docs/BENCHMARKS.md, "Stall-free steps on AVX2"). */
 bool kvb_matmul_int8_tiles(const struct kvb_mat *w);
 /* Whether w's rows go through the family's integer dot in kvb_matmul_decode
  * (its type has an int8 activation form): then a few rows cost less there
