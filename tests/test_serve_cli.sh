@@ -393,7 +393,7 @@ if [ "$chunks_ok" = " 1 15 16 17" ]; then ok serve_chunk_16_prompt_min_rows_equa
 else ko serve_chunk_16_prompt_min_rows_equal_chunk_starts "answered with --chunk$chunks_ok of 1 15 16 17: $(tail -n 2 "$T/chunk16.log")"; fi
 
 # issue 53: --prompt-min-rows and --prompt-step-share (stall-free steps): taken and answered with; refused
-# by name past --chunk or outside 0..1
+# by name past --chunk or outside (0, 1]
 start pmr -m "$G" --sessions "$T/spmr" --budget 64 -t 1 --chunk 16 --prompt-min-rows 16 --prompt-step-share 0.5 --step-target-ms 2x
 pmr_code=none
 if [ -n "$URL" ]; then
@@ -404,10 +404,12 @@ fi
 "$K" serve -m "$G" --chunk 16 --prompt-min-rows 17 > /dev/null 2> "$T/pmr1.err"; r1=$?
 "$K" serve -m "$G" --prompt-step-share 1.5 > /dev/null 2> "$T/pmr2.err"; r2=$?
 "$K" serve -m "$G" --prompt-min-rows 0 > /dev/null 2> "$T/pmr3.err"; r3=$?
+"$K" serve -m "$G" --prompt-step-share 0 > /dev/null 2> "$T/pmr4.err"; r4=$?
 if [ "$pmr_code" = 200 ] && [ $r1 -eq 2 ] && grep -q -- '--prompt-min-rows 17 is larger than --chunk 16' "$T/pmr1.err" &&
-   [ $r2 -eq 2 ] && grep -q -- '--prompt-step-share' "$T/pmr2.err" && [ $r3 -eq 2 ] && grep -q -- '--prompt-min-rows' "$T/pmr3.err"
+   [ $r2 -eq 2 ] && grep -q -- '--prompt-step-share' "$T/pmr2.err" && [ $r3 -eq 2 ] && grep -q -- '--prompt-min-rows' "$T/pmr3.err" &&
+   [ $r4 -eq 2 ] && grep -q -- '--prompt-step-share must be above 0' "$T/pmr4.err"
 then ok serve_prompt_min_rows_and_step_share_taken_or_refused_by_name
-else ko serve_prompt_min_rows_and_step_share_taken_or_refused_by_name "status $pmr_code; rc $r1 $r2 $r3: $(cat "$T/pmr1.err" "$T/pmr2.err" "$T/pmr3.err")"; fi
+else ko serve_prompt_min_rows_and_step_share_taken_or_refused_by_name "status $pmr_code; rc $r1 $r2 $r3 $r4: $(cat "$T/pmr1.err" "$T/pmr2.err" "$T/pmr3.err" "$T/pmr4.err")"; fi
 
 # docs/SERVING.md's example block runs as written (on a free port instead of 8080)
 DOCS=$(cd "$(dirname "$0")/.." && pwd)/docs/SERVING.md

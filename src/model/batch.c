@@ -36,7 +36,8 @@
  * grow with the queue, which is what this removes.
  * The gap users feel (prompt_step_share, issue 53): under a steady queue
  * of prompts every step took its budget of prompt rows, so every gap was
- * the target's (3.5x) and the median gap 3.5 decode steps. With a share,
+ * the target's (then 3.5x by serve's default) and the median gap that many
+ * decode steps. With a share,
  * the batch counts the decoders of recent steps (decayed by GAP_DECAY) and
  * how many of them waited on prompt rows; a step whose prompt rows would
  * put that share above the cap carries its decoders alone. The median gap

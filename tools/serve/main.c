@@ -68,12 +68,13 @@ static int usage(FILE *f) {
             "                        --step-tokens (default 1.5x: gaps within about 1.5 decode steps;\n"
             "                        docs/SERVING.md)\n"
             "  --prompt-min-rows N   with a step target: the oldest waiting prompt still reads N rows a step\n"
-            "                        however small the budget (1..--chunk, default 4: larger reads prompts\n"
-            "                        sooner, but every such step pauses the streams for N rows)\n"
+            "                        however small the budget (1..--chunk; default 4, or --chunk if smaller:\n"
+            "                        larger reads prompts sooner, but every such step pauses the streams\n"
+            "                        for N rows)\n"
             "  --prompt-step-share S with a step target: at most this share of the decoders' gaps (over\n"
             "                        recent steps) may come from steps that carry prompt rows; the other\n"
-            "                        steps carry decoders alone (0..1, default 1: every step may; lower\n"
-            "                        trades throughput and first tokens for a lower median gap)\n"
+            "                        steps carry decoders alone (above 0, at most 1; default 1: every step\n"
+            "                        may; lower trades throughput and first tokens for a lower median gap)\n"
             "  --queue N             requests waiting for room at most; beyond, 503 (default 64)\n"
             "  --queue-timeout S     seconds a request may wait for room; then 503 (default 30)\n"
             "  --max-tokens N        largest max_tokens a request may ask (default 16384)\n"
@@ -346,7 +347,13 @@ static int serve_option(struct serve_opts *o, struct serve_cli *c, int argc, cha
     else if (!strcmp(a, "--template")) c->forced_template = v, c->forced_template_flag = a;
     else if (!strcmp(a, "--step-tokens")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->step_tokens);
     else if (!strcmp(a, "--chunk")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->chunk);
-    else if (!strcmp(a, "--prompt-step-share")) r = cli_parse_f32(a, v, 0, 1, &o->prompt_step_share);
+    else if (!strcmp(a, "--prompt-step-share")) {
+        r = cli_parse_f32(a, v, 0, 1, &o->prompt_step_share);
+        if (!r && !(o->prompt_step_share > 0)) {
+            fprintf(stderr, "kvbound serve: --prompt-step-share must be above 0 and at most 1 (1: every step may carry prompt rows), got %s\n", v);
+            r = 1;
+        }
+    }
     else if (!strcmp(a, "--prompt-min-rows")) r = cli_parse_i32(a, v, 1, 1 << 16, &o->prompt_min_rows);
     else if (!strcmp(a, "--step-target-ms")) {
         const size_t n = v ? strlen(v) : 0;

@@ -100,7 +100,9 @@ static inline __attribute__((always_inline)) void panel_tile(const float *wp, in
 }
 
 /* The full tile with every accumulator named (GCC spills the arrays of
- * panel_tile at this size): the same operations in the same order. */
+ * panel_tile at this size): the same operations in the same order. Its
+ * offsets into acc are token t's at t * 32. */
+_Static_assert(KVB_PANEL_ROWS == 32, "panel_tile6's accumulator offsets assume 32-row panels");
 static void panel_tile6(const float *wp, int64_t n, const float *x, int64_t ldx, float *acc, bool first) {
     __m256 a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51;
     if (first) {
@@ -145,6 +147,10 @@ static void panel_tile6(const float *wp, int64_t n, const float *x, int64_t ldx,
 
 static void panel_avx2(const float *wp, int64_t n, const float *x, int64_t ldx, int nt, float *y, int64_t ldy, int nr) {
     _Alignas(32) float acc[PANEL_TG * KVB_PANEL_ROWS]; /* acc[t * 32 + r]: token t of the group, row r */
+    if (n <= 0) { /* an empty chain is 0, as the reference's */
+        for (int t = 0; t < nt; t++) memset(y + (int64_t)t * ldy, 0, sizeof(float) * (size_t)nr);
+        return;
+    }
     for (int g = 0; g < nt; g += PANEL_TG) {
         const int ng = nt - g < PANEL_TG ? nt - g : PANEL_TG;
         const float *xg = x + (int64_t)g * ldx;
