@@ -36,34 +36,10 @@ static void mm_prompts(struct kvb_threadpool *tp, const struct kvb_pass_rows *p,
     for (int32_t i = 0; i < p->n_one; i++) kvb_matmul(tp, w, x + (size_t)p->one[i] * ldx, ldx, y + (size_t)p->one[i] * ldy, ldy, 1);
 }
 
-/* Every row of a pass on the int8 tiles (decode and prompt rows alike), in
- * slices of at most KVB_Q8_BUF_TOKENS so each slice's tokens are quantized
- * once into q8 and share the tiles (a longer call would fall back to
- * quantizing per block of rows); a row's bits do not depend on its slice. */
-static void mm_tiles(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_mat *const *w, int32_t n, const float *x, int64_t ldx,
-                     float *const *y, const int64_t *ldy, int32_t n_rows) {
-    for (int32_t r = 0; r < n_rows; r += KVB_Q8_BUF_TOKENS) {
-        const int32_t m = n_rows - r < KVB_Q8_BUF_TOKENS ? n_rows - r : KVB_Q8_BUF_TOKENS;
-        float *ys[16];
-        int64_t lds[16];
-        if (n == 1) {
-            kvb_matmul_decode(tp, w[0], x + (size_t)r * (size_t)ldx, ldx, y[0] + (size_t)r * (size_t)ldy[0], ldy[0], m, q8);
-            continue;
-        }
-        for (int32_t i = 0; i < n && i < 16; i++) {
-            ys[i] = y[i] + (size_t)r * (size_t)ldy[i];
-            lds[i] = ldy[i];
-        }
-        if (n <= 16) kvb_matmul_decode_group(tp, w, n, x + (size_t)r * (size_t)ldx, ldx, ys, lds, m, q8);
-        else
-            for (int32_t i = 0; i < n; i++) kvb_matmul_decode(tp, w[i], x + (size_t)r * (size_t)ldx, ldx, y[i] + (size_t)r * (size_t)ldy[i], ldy[i], m, q8);
-    }
-}
-
 void kvb_fwd_mm(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *w, const float *x,
                 int64_t ldx, float *y, int64_t ldy) {
     if (kvb_matmul_int8_tiles(w)) { /* Q8_0 or K-quant rows on int8 tiles: every row of the pass, prompts too */
-        mm_tiles(tp, q8, &w, 1, x, ldx, &y, &ldy, p->n_rows);
+        kvb_matmul_decode(tp, w, x, ldx, y, ldy, p->n_rows, q8);
         return;
     }
     kvb_matmul_decode(tp, w, x, ldx, y, ldy, p->n_dec, q8);
@@ -82,11 +58,8 @@ void kvb_fwd_mm_group(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const st
         for (int32_t i = 0; i < n; i++) kvb_fwd_mm(tp, q8, p, w[i], x, ldx, y[i], ldy[i]);
         return;
     }
-    if (tiles) {
-        mm_tiles(tp, q8, w, n, x, ldx, y, ldy, p->n_rows);
-        return;
-    }
-    kvb_matmul_decode_group(tp, w, n, x, ldx, y, ldy, p->n_dec, q8);
+    kvb_matmul_decode_group(tp, w, n, x, ldx, y, ldy, tiles ? p->n_rows : p->n_dec, q8);
+    if (tiles) return;
     for (int32_t i = 0; i < n; i++) mm_prompts(tp, p, w[i], x, ldx, y[i], ldy[i], q8);
 }
 

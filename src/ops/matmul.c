@@ -398,6 +398,11 @@ void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float 
 void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int32_t N, struct kvb_q8_buf *qb) {
     if (N <= 0) return;
+    if (qb && N > KVB_Q8_BUF_TOKENS) { /* in slices that each quantize their tokens once (a row's bits do not depend on its slice) */
+        for (int32_t r = 0; r < N; r += KVB_Q8_BUF_TOKENS)
+            kvb_matmul_decode(tp, w, x + (size_t)r * (size_t)ldx, ldx, y + (size_t)r * (size_t)ldy, ldy, KVB_MIN(KVB_Q8_BUF_TOKENS, N - r), qb);
+        return;
+    }
     struct mm_job j = {.w = w, .x = x, .y = y, .ldx = ldx, .ldy = ldy, .T = N, .decode = true};
     atomic_init(&j.next_panel, 0);
     row_share_init(&j.share);
@@ -484,6 +489,14 @@ static void mm_group_worker(int32_t ith, int32_t nth, void *arg) {
 void kvb_matmul_decode_group(struct kvb_threadpool *tp, const struct kvb_mat *const *w, int32_t n_mat, const float *x, int64_t ldx,
                              float *const *y, const int64_t *ldy, int32_t N, struct kvb_q8_buf *qb) {
     if (N <= 0 || n_mat <= 0) return;
+    if (qb && N > KVB_Q8_BUF_TOKENS && n_mat <= GROUP_MAX) { /* in slices, as kvb_matmul_decode (more matrices: it slices each) */
+        float *ys[GROUP_MAX];
+        for (int32_t r = 0; r < N; r += KVB_Q8_BUF_TOKENS) {
+            for (int32_t i = 0; i < n_mat; i++) ys[i] = y[i] + (size_t)r * (size_t)ldy[i];
+            kvb_matmul_decode_group(tp, w, n_mat, x + (size_t)r * (size_t)ldx, ldx, ys, ldy, KVB_MIN(KVB_Q8_BUF_TOKENS, N - r), qb);
+        }
+        return;
+    }
     const struct kvb_dot_kernels *k = kvb_dot_kernels();
     const int64_t n = w[0]->n_in;
     bool same = n_mat <= GROUP_MAX, shared = N > 1 && qb && N <= KVB_Q8_BUF_TOKENS && (int64_t)N * n <= qb->cap;

@@ -182,7 +182,8 @@ struct kvb_q8_buf {
     struct kvb_q8_act act[KVB_Q8_BUF_TOKENS];
 };
 /* N decode tokens at once (batched decode), each as kvb_matmul with T = 1.
- * qb (may be NULL: then slower, same bits) holds the int8 activations. */
+ * qb (may be NULL: then slower, same bits) holds the int8 activations; more
+ * than KVB_Q8_BUF_TOKENS tokens go in slices of that many. */
 void kvb_matmul_decode(struct kvb_threadpool *tp, const struct kvb_mat *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int32_t N, struct kvb_q8_buf *qb);
 /* kvb_matmul_decode of n_mat (<= 4) matrices with the same n_in on the same

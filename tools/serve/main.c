@@ -205,7 +205,7 @@ static void serve_defaults(struct serve_opts *o, struct serve_cli *c) {
     o->step_tokens = 512;
     o->chunk = 256;
     o->step_target_x = 1.5f; /* the default: see --help and docs/SERVING.md */
-    o->prompt_min_rows = 0; /* 4, or --chunk if smaller (sched.c) */
+    o->prompt_min_rows = 0; /* not given: 4, or --chunk if smaller (serve_args) */
     o->prompt_step_share = 1.0f;
     o->default_temp = -1;
     o->max_body = (size_t)4 << 20;
@@ -413,6 +413,7 @@ static int serve_args(struct serve_opts *o, struct serve_cli *c, int argc, char 
         fprintf(stderr, "kvbound serve: --prompt-min-rows %d is larger than --chunk %d\n", o->prompt_min_rows, o->chunk);
         return 2;
     }
+    if (!o->prompt_min_rows) o->prompt_min_rows = o->chunk < 4 ? o->chunk : 4;
     if ((o->park_pid >= 0) != (o->park_ratio > 0)) {
         fprintf(stderr, "kvbound serve: --park-compress and --park-ratio go together (e.g. --park-compress kvzip --park-ratio 0.5)\n");
         return 2;

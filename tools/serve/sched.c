@@ -862,7 +862,7 @@ int sched_start(struct server *srv) {
     bp.step_target_ms = srv->o.step_target_ms;
     bp.step_target_x = srv->o.step_target_x;
     bp.prompt_step_share = srv->o.prompt_step_share;
-    bp.prompt_min_rows = srv->o.prompt_min_rows > 0 ? srv->o.prompt_min_rows : bp.chunk < 4 ? bp.chunk : 4; /* main.c checked it against --chunk */
+    bp.prompt_min_rows = srv->o.prompt_min_rows; /* 1..--chunk (serve_args) */
     if (bp.max_seqs > 4096) bp.max_seqs = 4096;
     if (kvb_batch_init(srv->model, &bp, &s->b) != KVB_OK) {
         fprintf(stderr, "kvbound serve: %s\n", kvb_last_error());

@@ -305,7 +305,7 @@ struct serve_opts {
     int keep, keep_max; /* --keep: a request's n_keep when it gives none (-1: the instruction span); --keep-max: the most pinned */
     float step_target_ms, step_target_x; /* --step-target-ms: N ms, or Kx the decode-only step; both 0: off */
     float prompt_step_share;             /* --prompt-step-share: kvb_batch_params.prompt_step_share */
-    int32_t prompt_min_rows;             /* --prompt-min-rows: kvb_batch_params.prompt_min_rows (<= --chunk); 0: 4, or --chunk if smaller */
+    int32_t prompt_min_rows;             /* --prompt-min-rows: kvb_batch_params.prompt_min_rows (1..--chunk; not given: 4, or --chunk if smaller) */
     float default_temp;  /* --temp: a request's temperature when it gives none (<0: the library's default) */
     bool seed_given;     /* --seed: a request's seed when it gives none (else a fresh one each request) */
     uint64_t default_seed;
