@@ -8,7 +8,9 @@ server (kvbound serve or llama.cpp's llama-server), the same requests for both.
 Each client sends R streamed /v1/completions requests one after another
 (temperature 0, ignore_eos, so every request generates exactly G tokens);
 prompts differ per client and request (W words of a fixed public-domain
-sentence, rotated). With --session, a client's requests are turns of one
+sentence, rotated by 7 words a request, so no prompt repeats another or begins
+with another's words: a server's prompt cache finds nothing to reuse; past 60
+requests, a prompt begins with its round number). With --session, a client's requests are turns of one
 kvbound session (session_id): each sends only its new words, the server keeps
 the history. With --resend, a client's requests are turns of a conversation
 whose whole history (earlier prompts and answers) is sent again each time,
@@ -119,8 +121,11 @@ def main():
         mine = {"errors": 0, "tokens": 0, "ttft": [], "itl": [], "status": []}
         history = ""
         for r in range(a.requests):
-            start = (i * 7 + r * 3) % len(TEXT)
+            q = i * a.requests + r  # distinct for every request (the text has 60 words; 7 is prime to 60)
+            start = (q * 7) % len(TEXT)
             words = " ".join(TEXT[(start + k) % len(TEXT)] for k in range(a.prompt_words))
+            if q >= len(TEXT):
+                words = f"{q // len(TEXT)}. {words}"
             prompt = (history + " " + words) if a.resend and history else words
             body = {"prompt": prompt, "max_tokens": a.max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
                     "stream_options": {"include_usage": True}}

@@ -295,7 +295,8 @@ TEST(batch_equals_single_every_family) {
 /* Experts in the weight types people's files use: each step's rows are
  * grouped by expert across the sequences (decode rows of q8_0 experts on
  * int8 tiles with the prompts, q4_K's through their integer dot or, on the
- * AVX-512 families, the K-quant tiles with the prompts), and every
+ * families with K-quant tiles (avx2, avxvnni, both AVX-512, dotprod, sve,
+ * i8mm), the K-quant tiles with the prompts), and every
  * sequence still has the bits of a lone context. */
 TEST(batch_equals_single_quantized_experts) {
     NEED_MODEL();

@@ -50,9 +50,21 @@ void kvb_accum_sve(const struct kvb_kv_view *v, const float *e, int32_t n_rows, 
     [GGML_TYPE_Q5_1] = dot_q5_1_q8_##fam, [GGML_TYPE_IQ4_NL] = dot_iq4_nl_q8_##fam, [GGML_TYPE_MXFP4] = dot_mxfp4_q8_##fam, \
     [GGML_TYPE_IQ4_XS] = dot_iq4_xs_q8_##fam, [GGML_TYPE_Q5_K] = dot_q5_K_q8_##fam
 
-/* The SDOT families' K-quant tiles (dot_arm.h) and their shape. */
+/* The SDOT families' K-quant tiles (dot_arm.h) and their shape; K-quant
+ * prompts go through them too (kq_tile_prompts; ARM_INT8_PROMPTS). */
 #define ARM_KQ_TILES(fam)                                                                                                             \
     .kq_tile = {[GGML_TYPE_Q4_K] = kq_tile_q4_K_##fam, [GGML_TYPE_Q5_K] = kq_tile_q5_K_##fam, [GGML_TYPE_Q6_K] = kq_tile_q6_K_##fam}, \
-    .kq_tile_rows = ARM_KQ_ROWS, .kq_tile_tokens = ARM_KQ_TOKENS
+    .kq_tile_rows = ARM_KQ_ROWS, .kq_tile_tokens = ARM_KQ_TOKENS, .kq_tile_prompts = true
+
+/* ARM_INT8_PROMPTS: why prompts take the int8 tiles where a family has
+ * them (K-quants on dotprod, sve and i8mm; Q8_0 on i8mm), though no ARM
+ * machine has timed it. The f32 panels expand every weight of a call to
+ * floats (for TinyLlama a fixed ~300 ms on x86, whatever the piece), so a
+ * stall-free step's few prompt rows cost a chunk's worth; the tiles cost
+ * their rows. On AVX2 the K-quant tiles read a 256-token chunk as fast as
+ * the panels and 4 rows 5.7x faster (docs/BENCHMARKS.md, "AVX2's K-quant
+ * prompts"), with maddubs carrying 2x an FMA's products; SDOT carries 4x an
+ * FMLA's, SMMLA 8x. Each row keeps one path whatever the piece, so a batch
+ * still has the lone context's bits, and every pair has dot_q8's. */
 
 #endif

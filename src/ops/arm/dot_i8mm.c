@@ -223,5 +223,6 @@ const struct kvb_dot_kernels kvb_dot_i8mm = {
     .q8_tile_rows = TILE,
     .q8_tile_rows_one = TILE,
     .q8_tile_tokens = TILE,
-    .q8_tile_prompts = false, /* prompts through the f32 panels, as on x86 until a machine says otherwise */
+    .q8_tile_prompts = true, /* and the K-quants' (kq_tile_prompts): ARM_INT8_PROMPTS, arm_kernels.h */
+    .kq_tile_prompts = true,
 };

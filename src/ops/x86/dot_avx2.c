@@ -352,9 +352,9 @@ static void quant_block_avx2(const float *x, int len, float *d, int8_t *q) {
         .q8_tile = kvb_q8_tile_##ISA, .q8_tile_rows = 4, .q8_tile_rows_one = 1, .q8_tile_tokens = 2,                                   \
         .kq_tile = {[GGML_TYPE_Q4_K] = kvb_q4_K_tile_##ISA, [GGML_TYPE_Q5_K] = kvb_q5_K_tile_##ISA, [GGML_TYPE_Q6_K] = kvb_q6_K_tile_##ISA}, \
         .kq_tile_rows = 4, .kq_tile_tokens = KQ_TILE_TOKENS,                                                                           \
-        /* Q8_0 prompts through the int8 tiles: as fast as the f32 panels at 256-token chunks, 4.6x at 4 (Zen 4, 2026-12-07); K-quant \
-         * prompts through the panels: their tiles lose a fifth at 256 (docs/BENCHMARKS.md, "Stall-free steps on AVX2") */            \
-        .q8_tile_prompts = true, .kq_tile_prompts = false, .quant_block = quant_block_avx2,                                           \
+        /* Q8_0 and K-quant prompts through the int8 tiles: as fast as the f32 panels at 256-token chunks, Q4_K_M 5.7x at 4       \
+         * (Zen 4, forced, 2026-12-07; docs/BENCHMARKS.md, "AVX2's K-quant prompts"): a stall-free step's few rows cost their own */ \
+        .q8_tile_prompts = true, .kq_tile_prompts = true, .quant_block = quant_block_avx2,                                           \
         .dot = {                                                                                                                       \
             [GGML_TYPE_F32] = dot_f32_avx2, [GGML_TYPE_F16] = dot_f16_avx2, [GGML_TYPE_BF16] = dot_bf16_avx2,                          \
             [GGML_TYPE_Q8_0] = dot_q8_0_avx2, [GGML_TYPE_Q4_0] = dot_q4_0_avx2, [GGML_TYPE_Q5_0] = kvb_dot_q5_0_ref,                   \
