@@ -8,9 +8,10 @@ server (kvbound serve or llama.cpp's llama-server), the same requests for both.
 Each client sends R streamed /v1/completions requests one after another
 (temperature 0, ignore_eos, so every request generates exactly G tokens);
 prompts differ per client and request (W words of a fixed public-domain
-sentence, rotated by 7 words a request, so no prompt repeats another or begins
-with another's words: a server's prompt cache finds nothing to reuse; past 60
-requests, a prompt begins with its round number). With --session, a client's requests are turns of one
+sentence, rotated by 7 words a request, so no prompt repeats another; two may
+begin with the same few words, the text's "it was the ..."; past 60
+requests, a prompt begins with its round number). With --session, a
+client's requests are turns of one
 kvbound session (session_id): each sends only its new words, the server keeps
 the history. With --resend, a client's requests are turns of a conversation
 whose whole history (earlier prompts and answers) is sent again each time,

@@ -45,8 +45,9 @@ TEST(fast_kernels_match_reference_every_dtype) {
     const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
                               GGML_TYPE_Q5_K, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1,
                               GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4};
-    /* quantized rows take int8 activations (q8_0: AVX2 tiles, decode and
-     * prompt; q4_0, q5_0, q4_K, q6_K, q5_K, q4_1, q5_1, iq4_nl, iq4_xs, mxfp4: decode), as llama.cpp does, against the
+    /* quantized rows take int8 activations (q8_0: the tiles, decode and
+     * prompt; q4_K, q6_K, q5_K: decode, and prompts on the families with
+     * K-quant tiles; q4_0, q5_0, q4_1, q5_1, iq4_nl, iq4_xs, mxfp4: decode), as llama.cpp does, against the
      * reference's f32: about 1e-4 on tiny with AVX2; the kernels themselves
      * match their scalar integer references to float rounding (test_quant) */
     const double tol[] = {1e-9, 1e-9, 1e-9, 3e-4, 3e-4, 3e-4, 3e-4, 3e-4, 3e-4, 3e-4, 3e-4, 3e-4, 3e-4, 3e-4};

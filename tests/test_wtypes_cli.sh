@@ -8,8 +8,9 @@
 # sides: NMSE <= 1e-5 for the types with Q8_K activations, where the two
 # agree to ~1e-13; <= 1e-3 for those with Q8_0-form ones, which differ from
 # llama.cpp's by ~2e-4 on this shape for q8_0 and q4_0 weights as well) and
-# prompt (kvbound's f32 panels against llama.cpp's int8 activations: NMSE
-# <= 1e-3, ~2e-4 for q4_K and q6_K too), top-1 >= 0.9; and the
+# prompt (kvbound's f32 panels, or its int8 tiles for q8_0 and the K-quants
+# on the families that take them, against llama.cpp's int8 activations:
+# NMSE <= 1e-3, ~2e-4 for q4_K and q6_K too), top-1 >= 0.9; and the
 # same shape written by kvbound's own quantizer (mkmodel --type) must load in
 # llama.cpp and agree as well. Skipped by name without KVB_LLAMA_PEER.
 . "$(dirname "$0")/cli_lib.sh"

@@ -29,7 +29,8 @@
  * i8mm). It needs no i8mm yet sits above it (on AArch64 the one family not
  * needing all of the one before, as avx512 and avxvnni on x86): where SVE
  * is wide its own kernels read twice NEON's bytes an instruction, while
- * i8mm's only own kernel is the Q8_0 tile (KVB_KERNELS=i8mm keeps it).
+ * i8mm's own kernels are its SMMLA tiles, Q8_0 and K-quant (KVB_KERNELS=i8mm
+ * keeps them; dotprod's SDOT Q8_0 tile stays with KVB_KERNELS=dotprod).
  * A64FX (512-bit SVE, no dotprod) stays on neon. The length is the
  * choosing thread's (Linux gives a new thread its creator's); the SVE
  * kernels are right at any length, so one that differs changes no value's

@@ -160,7 +160,8 @@ void kvb_matmul(struct kvb_threadpool *tp, const struct kvb_mat *w, const float 
  * A prompt piece then costs its rows alone: the f32 panels expand every
  * weight once per call, whatever its rows (about 300 ms for TinyLlama on
  * two threads), which a serving step that carries a few prompt rows paid in
- * full (docs/BENCHMARKS.md, "Stall-free steps on AVX2"). */
+ * full (docs/BENCHMARKS.md, "Stall-free steps: the gap users feel" and
+ * "AVX2's K-quant prompts"). */
 bool kvb_matmul_int8_tiles(const struct kvb_mat *w);
 /* Whether w's rows go through the family's integer dot in kvb_matmul_decode
  * (its type has an int8 activation form): then a few rows cost less there

@@ -1,7 +1,8 @@
 /*
  * dot_dotprod.c — the dotprod family's weight kernels: dot_arm.h with SDOT
  * (ARMv8.2 dot product: four int8 products summed into each int32 lane),
- * and its K-quant tiles for batched decode (q4_K, q5_K, q6_K).
+ * its Q8_0 tile and its K-quant tiles (q4_K, q5_K, q6_K), for decode,
+ * batches and prompts.
  * The sve family's table is here too: its float rows and Q8_0/Q4_0 int8
  * dots are dot_sve.c's, every other slot this family's (the sve family
  * needs dotprod, dispatch.c), the K-quant tiles included. The sve table has
@@ -16,7 +17,9 @@
  * (one vector of the four exact block sums, where the lone dot has an ADDV
  * each). Each pair then takes the lone dot's double step in block order:
  * every pair has dot_q8_0_q8_dotprod's bits (the reference's), whatever the
- * tile's shape (test_quant).
+ * tile's shape (test_quant). A row block's first token group (`first`)
+ * prefetches the next block's rows as it goes, as matmul.c's lone-dot loop
+ * prefetched the next row: decode streams the rows from memory.
  */
 #include <string.h>
 
@@ -27,7 +30,8 @@
 #define Q8T 4 /* the Q8_0 tile's rows and tokens */
 
 static inline __attribute__((always_inline)) void q8_tile_body(const void *rows, size_t row_bytes, const struct kvb_q8_act *x, int64_t n,
-                                                              float *out, int64_t ldo, const int NR, const int NT) {
+                                                              float *out, int64_t ldo, const int NR, const int NT, const bool first) {
+    const size_t next = (size_t)NR * row_bytes; /* the next row block, at this offset (a prefetch past the matrix is harmless) */
     const struct block_q8_0 *w[Q8T];
     for (int r = 0; r < Q8T; r++) w[r] = (const struct block_q8_0 *)((const uint8_t *)rows + (size_t)(r < NR ? r : 0) * row_bytes);
     double acc[Q8T][Q8T] = {{0}};
@@ -35,6 +39,7 @@ static inline __attribute__((always_inline)) void q8_tile_body(const void *rows,
         int8x16_t lo[Q8T], hi[Q8T];
         float dw[Q8T];
         for (int r = 0; r < NR; r++) {
+            if (first) __builtin_prefetch((const char *)&w[r][i] + next);
             lo[r] = vld1q_s8(w[r][i].qs);
             hi[r] = vld1q_s8(w[r][i].qs + 16);
             dw[r] = kvb_f16_to_f32(w[r][i].d);
@@ -55,9 +60,8 @@ static inline __attribute__((always_inline)) void q8_tile_body(const void *rows,
 
 static void q8_tile_dotprod(const void *rows, size_t row_bytes, int nr, const struct kvb_q8_act *x, int nt, int64_t n, float *out, int64_t ldo,
                             bool first) {
-    (void)first; /* no prefetch: the values are the same */
-    switch (nr * 8 + nt) { /* constant shapes: the lanes stay in registers */
-#define Q8_CASE(R, T) case R * 8 + T: q8_tile_body(rows, row_bytes, x, n, out, ldo, R, T); break;
+    switch (nr * 8 + nt) { /* constant shapes: the lanes stay in registers; `first` only prefetches */
+#define Q8_CASE(R, T) case R * 8 + T: q8_tile_body(rows, row_bytes, x, n, out, ldo, R, T, first); break;
     Q8_CASE(1, 1) Q8_CASE(1, 2) Q8_CASE(1, 3) Q8_CASE(1, 4) Q8_CASE(2, 1) Q8_CASE(2, 2) Q8_CASE(2, 3) Q8_CASE(2, 4)
     Q8_CASE(3, 1) Q8_CASE(3, 2) Q8_CASE(3, 3) Q8_CASE(3, 4) Q8_CASE(4, 1) Q8_CASE(4, 2) Q8_CASE(4, 3) Q8_CASE(4, 4)
 #undef Q8_CASE
