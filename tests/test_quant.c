@@ -220,7 +220,7 @@ TEST(q8_activation_kernel_exact) {
         const struct kvb_dot_kernels *fam = tiled[f];
         if (!fam || !fam->q8_tile) continue;
         CHECK(fam->q8_tile_tokens >= 1 && fam->q8_tile_tokens <= KVB_Q8_TILE_TOKENS_MAX);
-        CHECK(fam->q8_tile_rows >= 1 && fam->q8_tile_rows <= KVB_Q8_TILE_ROWS_MAX && fam->q8_tile_rows_one >= 1 &&
+        CHECK(fam->q8_tile_rows >= 1 && fam->q8_tile_rows <= KVB_Q8_TILE_ROWS_MAX && fam->q8_tile_rows_one >= 0 &&
               fam->q8_tile_rows_one <= fam->q8_tile_rows);
         static struct block_q8_0 rowsT[KVB_Q8_TILE_ROWS_MAX][N / 32];
         static int8_t xq3[KVB_Q8_TILE_TOKENS_MAX][N];

@@ -125,7 +125,7 @@ static void q8_rows(const struct kvb_dot_kernels *k, const struct kvb_mat *w, co
         tiled_rows(kq, k->kq_tile_rows, k->kq_tile_tokens, w, xa, N, y, ldy, r0, r1);
         return;
     }
-    if (w->type != GGML_TYPE_Q8_0 || !k->q8_tile) {
+    if (w->type != GGML_TYPE_Q8_0 || !k->q8_tile || (N == 1 && k->q8_tile_rows_one == 0)) {
         /* The first token's pass over a block fetches the next row while it
          * reads this one: rows streamed from memory on the model 167 Xeon went
          * 2.8 -> 8 GB/s a thread (mxfp4, q4_0, iq4_nl; docs/BENCHMARKS.md,

@@ -91,7 +91,8 @@ struct kvb_dot_kernels {
     kvb_dot_q8_fn dot_q8[GGML_TYPE_COUNT]; /* NULL: the type decodes through dot[] */
     kvb_q8_tile_fn q8_tile;                /* optional: tiles of dot_q8[Q8_0] (NULL: one pair at a time) */
     int q8_tile_rows;                      /* its rows per tile (<= KVB_Q8_TILE_ROWS_MAX) */
-    int q8_tile_rows_one;                  /* rows per tile when there is one token (a row's bits are the same either way) */
+    int q8_tile_rows_one;                  /* rows per tile when there is one token (a row's bits are the same either way);
+                                            * 0: one token takes dot_q8[Q8_0], which must have the tile's bits (sve) */
     int q8_tile_tokens;                    /* its tokens per tile (<= KVB_Q8_TILE_TOKENS_MAX) */
     bool q8_tile_prompts;                  /* Q8_0 prompts too go through q8_tile (else: the f32 panels) */
     kvb_quant_block_fn quant_block;        /* activations to int8 (NULL: kvb_quant_block_ref) */

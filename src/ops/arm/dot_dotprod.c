@@ -5,10 +5,10 @@
  * batches and prompts.
  * The sve family's table is here too: its float rows and Q8_0/Q4_0 int8
  * dots are dot_sve.c's, every other slot this family's (the sve family
- * needs dotprod, dispatch.c), the K-quant tiles included. The sve table has
- * no Q8_0 tile: decode reads Q8_0 rows through the SVE dot (matmul.c takes
- * q8_tile over dot_q8 where a family has one), and its Q8_0 prompts the f32
- * panels.
+ * needs dotprod, dispatch.c), the K-quant tiles and the Q8_0 tile included,
+ * but one token reads Q8_0 rows through the SVE dot (q8_tile_rows_one 0): it
+ * has the tile's bits, the reference's, so a sequence decoding alone and
+ * one in a batch agree.
  *
  * The Q8_0 tile (dotprod): up to 4 rows x 4 tokens. Per block each row's 32
  * codes are loaded and its scale converted once for the tile's tokens, each
@@ -90,5 +90,10 @@ const struct kvb_dot_kernels kvb_dot_sve = {
                [GGML_TYPE_Q5_1] = dot_q5_1_q8_dotprod, [GGML_TYPE_IQ4_NL] = dot_iq4_nl_q8_dotprod, [GGML_TYPE_MXFP4] = dot_mxfp4_q8_dotprod,
                [GGML_TYPE_IQ4_XS] = dot_iq4_xs_q8_dotprod, [GGML_TYPE_Q5_K] = dot_q5_K_q8_dotprod},
     ARM_KQ_TILES(dotprod), /* the K-quant dots are dotprod's, so are their tiles */
+    .q8_tile = q8_tile_dotprod, /* two tokens or more, and prompts (ARM_INT8_PROMPTS) */
+    .q8_tile_rows = Q8T,
+    .q8_tile_rows_one = 0, /* one token: kvb_dot_q8_0_q8_sve (SVE's SDOT over a whole block), the same bits */
+    .q8_tile_tokens = Q8T,
+    .q8_tile_prompts = true,
     .dot = {[GGML_TYPE_F32] = kvb_dot_f32_sve, [GGML_TYPE_F16] = kvb_dot_f16_sve, [GGML_TYPE_BF16] = kvb_dot_bf16_sve},
 };
