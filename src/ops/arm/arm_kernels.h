@@ -57,7 +57,7 @@ void kvb_accum_sve(const struct kvb_kv_view *v, const float *e, int32_t n_rows, 
     .kq_tile_rows = ARM_KQ_ROWS, .kq_tile_tokens = ARM_KQ_TOKENS, .kq_tile_prompts = true
 
 /* ARM_INT8_PROMPTS: why prompts take the int8 tiles where a family has
- * them (K-quants on dotprod, sve and i8mm; Q8_0 on i8mm), though no ARM
+ * them (K-quants and Q8_0 on dotprod, sve and i8mm), though no ARM
  * machine has timed it. The f32 panels expand every weight of a call to
  * floats (for TinyLlama a fixed ~300 ms on x86, whatever the piece), so a
  * stall-free step's few prompt rows cost a chunk's worth; the tiles cost
