@@ -38,29 +38,22 @@ static void mm_prompts(struct kvb_threadpool *tp, const struct kvb_pass_rows *p,
 
 void kvb_fwd_mm(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *w, const float *x,
                 int64_t ldx, float *y, int64_t ldy) {
-    if (kvb_matmul_int8_tiles(w)) { /* Q8_0 or K-quant rows on int8 tiles: every row of the pass, prompts too */
-        kvb_matmul_decode(tp, w, x, ldx, y, ldy, p->n_rows, q8);
-        return;
-    }
-    kvb_matmul_decode(tp, w, x, ldx, y, ldy, p->n_dec, q8);
-    mm_prompts(tp, p, w, x, ldx, y, ldy, q8);
+    const bool tiles = kvb_matmul_int8_tiles(w); /* Q8_0 or K-quant rows on int8 tiles: every row of the pass, prompts too */
+    kvb_matmul_decode(tp, w, x, ldx, y, ldy, tiles ? p->n_rows : p->n_dec, q8);
+    if (!tiles) mm_prompts(tp, p, w, x, ldx, y, ldy, q8);
 }
 
 void kvb_fwd_mm_group(struct kvb_threadpool *tp, struct kvb_q8_buf *q8, const struct kvb_pass_rows *p, const struct kvb_mat *const *w, int32_t n,
                       const float *x, int64_t ldx, float *const *y, const int64_t *ldy) {
-    bool tiles = true, mixed = false;
-    for (int32_t i = 0; i < n; i++) {
-        const bool t = kvb_matmul_int8_tiles(w[i]);
-        tiles = tiles && t;
-        mixed = mixed || t != kvb_matmul_int8_tiles(w[0]);
-    }
-    if (mixed) {
-        for (int32_t i = 0; i < n; i++) kvb_fwd_mm(tp, q8, p, w[i], x, ldx, y[i], ldy[i]);
-        return;
-    }
+    const bool tiles = kvb_matmul_int8_tiles(w[0]);
+    for (int32_t i = 1; i < n; i++)
+        if (kvb_matmul_int8_tiles(w[i]) != tiles) { /* mixed: each its own path */
+            for (int32_t j = 0; j < n; j++) kvb_fwd_mm(tp, q8, p, w[j], x, ldx, y[j], ldy[j]);
+            return;
+        }
     kvb_matmul_decode_group(tp, w, n, x, ldx, y, ldy, tiles ? p->n_rows : p->n_dec, q8);
-    if (tiles) return;
-    for (int32_t i = 0; i < n; i++) mm_prompts(tp, p, w[i], x, ldx, y[i], ldy[i], q8);
+    if (!tiles)
+        for (int32_t i = 0; i < n; i++) mm_prompts(tp, p, w[i], x, ldx, y[i], ldy[i], q8);
 }
 
 void kvb_fwd_scale_rows(float *y, int32_t rows, int64_t n, float s) {
